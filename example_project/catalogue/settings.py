@@ -1,0 +1,19 @@
+"""Settings of the example project: a plain Scrapy project plus the scrapy-ha add-on."""
+
+BOT_NAME = "catalogue"
+SPIDER_MODULES = ["catalogue.spiders"]
+NEWSPIDER_MODULE = "catalogue.spiders"
+
+# The one line that makes the crawl highly available (the add-on wires the rest).
+ADDONS = {"scrapy_ha.Addon": 0}
+
+# Every worker of the crawl points at the same Redis.
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+ROBOTSTXT_OBEY = False
+CONCURRENT_REQUESTS = 32
+CONCURRENT_REQUESTS_PER_DOMAIN = 32
+LOG_LEVEL = "INFO"
+
+# Items are appended, one JSON line each, to ITEMS_FILE (if set).
+ITEM_PIPELINES = {"catalogue.pipelines.AppendJsonLinesPipeline": 300}

@@ -1,0 +1,179 @@
+"""Settings of the scheduler: defaults, where they come from, and validation."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.keys import DEFAULT_PREFIX
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+#: Lease length: seed 000 uses 30 s; BullMQ locks jobs for 30 s.
+DEFAULT_LEASE_TIME = 30.0
+#: Renewal interval: a third of the lease, so two renewals may fail before it expires.
+DEFAULT_RENEW_INTERVAL = 10.0
+#: Worker heartbeat TTL: seed 000.
+DEFAULT_HEARTBEAT_TTL = 30.0
+#: Reclaim scan interval and batch: seed 000 scans every 10 s; batch bounds one script's run time.
+DEFAULT_RECLAIM_INTERVAL = 10.0
+DEFAULT_RECLAIM_BATCH = 100
+#: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.
+DEFAULT_MAX_LEASE_EXPIRIES = 3
+#: Seconds the whole crawl must stay empty before a worker closes (covers a sibling's last acks).
+DEFAULT_IDLE_TIMEOUT = 5.0
+#: Seconds to wait for Redis at open: long enough for a busy server, short enough to fail clearly.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Cap of the reconnect backoff when Redis goes away mid-crawl.
+DEFAULT_RECONNECT_MAX_DELAY = 10.0
+#: Longest wait of the background loop between two rounds when nothing wakes it.
+DEFAULT_TICK = 0.25
+#: Due delayed entries promoted per lease call (bounds one script's run time).
+DEFAULT_PROMOTE_BATCH = 500
+#: Requests per enqueue batch sent in one script call.
+DEFAULT_BATCH_SIZE = 500
+#: Start URLs moved from the scrapy-redis list per round.
+DEFAULT_START_URLS_BATCH = 100
+#: scrapy-redis's start URLs key.
+DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
+
+
+class ConfigError(ValueError):
+    """A setting has a value scrapy-ha cannot use; the message names both."""
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Everything the scheduler reads from settings, validated."""
+
+    key_prefix: str = DEFAULT_PREFIX
+    lease_time: float = DEFAULT_LEASE_TIME
+    renew_interval: float = DEFAULT_RENEW_INTERVAL
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL
+    reclaim_interval: float = DEFAULT_RECLAIM_INTERVAL
+    reclaim_batch: int = DEFAULT_RECLAIM_BATCH
+    max_lease_expiries: int = DEFAULT_MAX_LEASE_EXPIRIES
+    prefetch: int = 16
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    feed: bool = False
+    persist: bool = False
+    flush_on_start: bool = False
+    dedupe_start_requests: bool = True
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
+    tick: float = DEFAULT_TICK
+    start_urls_key: str = DEFAULT_START_URLS_KEY
+    start_urls_batch: int = DEFAULT_START_URLS_BATCH
+    worker_id: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Read and validate the ``HA_*`` settings (and scrapy-redis's own)."""
+        prefetch = _positive_int(settings, "HA_PREFETCH", settings.getint("CONCURRENT_REQUESTS"))
+        config = cls(
+            key_prefix=_text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX),
+            lease_time=_seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
+            renew_interval=_seconds(settings, "HA_LEASE_RENEW_INTERVAL", DEFAULT_RENEW_INTERVAL),
+            heartbeat_ttl=_seconds(settings, "HA_HEARTBEAT_TTL", DEFAULT_HEARTBEAT_TTL),
+            reclaim_interval=_seconds(settings, "HA_RECLAIM_INTERVAL", DEFAULT_RECLAIM_INTERVAL),
+            reclaim_batch=_positive_int(settings, "HA_RECLAIM_BATCH", DEFAULT_RECLAIM_BATCH),
+            max_lease_expiries=_positive_int(
+                settings, "HA_MAX_LEASE_EXPIRIES", DEFAULT_MAX_LEASE_EXPIRIES
+            ),
+            prefetch=prefetch,
+            idle_timeout=_seconds(settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True),
+            feed=_bool(settings, "HA_FEED", False),
+            persist=_bool(settings, "SCHEDULER_PERSIST", False),
+            flush_on_start=_bool(settings, "SCHEDULER_FLUSH_ON_START", False),
+            dedupe_start_requests=_bool(settings, "HA_DEDUPE_START_REQUESTS", True),
+            connect_timeout=_seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
+            reconnect_max_delay=_seconds(
+                settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY
+            ),
+            tick=_seconds(settings, "HA_TICK", DEFAULT_TICK),
+            start_urls_key=_text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
+            start_urls_batch=_positive_int(
+                settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
+            ),
+            worker_id=_text(settings, "HA_WORKER_ID", "") or default_worker_id(),
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Check combinations of settings; raise :class:`ConfigError`."""
+        if self.renew_interval >= self.lease_time:
+            raise ConfigError(
+                f"HA_LEASE_RENEW_INTERVAL={self.renew_interval} must be shorter than "
+                f"HA_LEASE_TIME={self.lease_time}, or leases expire before they are renewed "
+                f"(a third of the lease is a good value)"
+            )
+        if self.heartbeat_ttl <= self.renew_interval:
+            raise ConfigError(
+                f"HA_HEARTBEAT_TTL={self.heartbeat_ttl} must be longer than "
+                f"HA_LEASE_RENEW_INTERVAL={self.renew_interval}: heartbeats are sent at "
+                f"each renewal"
+            )
+        if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
+            raise ConfigError(
+                f"HA_KEY_PREFIX={self.key_prefix!r} must be non-empty, without spaces or braces"
+            )
+
+
+def default_worker_id() -> str:
+    """``host:pid:random`` (or the scrapyd job id when scrapyd runs the crawl)."""
+    job = os.environ.get("SCRAPY_JOB")
+    tag = uuid.uuid4().hex[:6]
+    base = f"{socket.gethostname()}:{os.getpid()}"
+    return f"{base}:{job}:{tag}" if job else f"{base}:{tag}"
+
+
+def _raw(settings: BaseSettings, name: str, default: Any) -> Any:
+    value = settings.get(name)
+    return default if value is None else value
+
+
+def _text(settings: BaseSettings, name: str, default: str) -> str:
+    value = _raw(settings, name, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}={value!r} must be a string")
+    return value
+
+
+def _number(settings: BaseSettings, name: str, default: float) -> float:
+    value = _raw(settings, name, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={value!r} is not a number") from None
+
+
+def _seconds(settings: BaseSettings, name: str, default: float, *, zero: bool = False) -> float:
+    value = _number(settings, name, default)
+    if value < 0 or (value == 0 and not zero):
+        limit = "0 or more" if zero else "more than 0"
+        raise ConfigError(f"{name}={_raw(settings, name, default)!r} must be {limit} seconds")
+    return value
+
+
+def _positive_int(settings: BaseSettings, name: str, default: int) -> int:
+    value = _raw(settings, name, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or str(number) != str(value).strip():
+        raise ConfigError(f"{name}={value!r} must be a whole number of 1 or more")
+    return number
+
+
+def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
+    try:
+        return settings.getbool(name, default)
+    except ValueError:
+        raise ConfigError(f"{name}={settings.get(name)!r} must be True or False") from None

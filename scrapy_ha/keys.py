@@ -1,0 +1,117 @@
+"""Every Redis key scrapy-ha uses, built in one place.
+
+All keys of one crawl share the Redis Cluster hash tag ``{<spider>}`` so that
+every Lua script touches a single slot. With the default prefix ``ha`` and a
+spider named ``books`` the keys are:
+
+=========================  ===========  ==================================================
+key                        type         content
+=========================  ===========  ==================================================
+``ha:{books}:pending``     sorted set   entry id -> score (priority first, then FIFO order)
+``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``)
+``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
+``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score>"``
+``ha:{books}:expiries``    hash         entry id -> how many of its leases expired
+``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
+``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
+``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
+``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
+``ha:{books}:dupefilter``  set          request fingerprints (20 raw bytes) already seen
+``ha:{books}:seq``         string       counter for entry ids and FIFO order
+``ha:{books}:lseq``        string       counter for lease tokens
+``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
+``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
+``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
+=========================  ===========  ==================================================
+
+Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
+``REDIS_START_URLS_KEY``), which is outside the hash tag: see the README for
+Redis Cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Default key prefix (setting ``HA_KEY_PREFIX``).
+DEFAULT_PREFIX = "ha"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The names of the Redis keys of one crawl."""
+
+    prefix: str
+    spider: str
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}:{{{self.spider}}}:{name}"
+
+    @property
+    def pending(self) -> str:
+        return self._key("pending")
+
+    @property
+    def payload(self) -> str:
+        return self._key("payload")
+
+    @property
+    def leased(self) -> str:
+        return self._key("leased")
+
+    @property
+    def leases(self) -> str:
+        return self._key("leases")
+
+    @property
+    def expiries(self) -> str:
+        return self._key("expiries")
+
+    @property
+    def delayed(self) -> str:
+        return self._key("delayed")
+
+    @property
+    def delayed_score(self) -> str:
+        return self._key("delayed_sc")
+
+    @property
+    def dead(self) -> str:
+        return self._key("dead")
+
+    @property
+    def dead_info(self) -> str:
+        return self._key("dead_info")
+
+    @property
+    def dupefilter(self) -> str:
+        return self._key("dupefilter")
+
+    @property
+    def seq(self) -> str:
+        return self._key("seq")
+
+    @property
+    def lease_seq(self) -> str:
+        return self._key("lseq")
+
+    @property
+    def workers(self) -> str:
+        return self._key("workers")
+
+    @property
+    def reclaim_guard(self) -> str:
+        return self._key("reclaim")
+
+    @property
+    def gates(self) -> str:
+        return self._key("gates")
+
+    def all(self) -> list[str]:
+        """Every key of the crawl, for ``flush``."""
+        return [
+            self.pending, self.payload, self.leased, self.leases, self.expiries,
+            self.delayed, self.delayed_score, self.dead, self.dead_info,
+            self.dupefilter, self.seq, self.lease_seq, self.workers,
+            self.reclaim_guard, self.gates,
+        ]  # fmt: skip

@@ -1,0 +1,80 @@
+-- sync: one round trip of a worker's main loop, in this order:
+--   1. enqueue new requests (dupefilter check + push to pending),
+--   2. ack finished leases (fenced by token; children of step 1 are already durable),
+--   3. promote due delayed entries, then lease up to n pending entries.
+-- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter  KEYS[4] seq
+-- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
+-- KEYS[9] delayed_sc KEYS[10] lseq
+-- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
+-- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
+-- ARGV[5] most delayed entries to promote
+-- then ARGV[1] triples: fingerprint ('' = never filtered), priority, payload
+-- then ARGV[2] pairs:   entry id, lease token
+-- Returns {now_ms, added, acked, stale, pending, leased, delayed, id1, token1, payload1, ...}
+--   (payload '' when the entry has no payload: the worker dead-letters it as corrupt).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local PRIO = 1099511627776 -- 2^40: priority dominates, the sequence number orders FIFO
+
+local added = 0
+if n_enq > 0 then
+  local base = redis.call('INCRBY', KEYS[4], n_enq) - n_enq
+  for i = 0, n_enq - 1 do
+    local a = 6 + i * 3
+    local fp = ARGV[a]
+    if fp == '' or redis.call('SADD', KEYS[3], fp) == 1 then
+      local seq = base + i + 1
+      local id = string.format('%.0f', seq)
+      redis.call('ZADD', KEYS[1], string.format('%.0f', -tonumber(ARGV[a + 1]) * PRIO + seq), id)
+      redis.call('HSET', KEYS[2], id, ARGV[a + 2])
+      added = added + 1
+    end
+  end
+end
+
+local acked, stale = 0, 0
+local a0 = 6 + n_enq * 3
+for i = 0, n_ack - 1 do
+  local id, tok = ARGV[a0 + i * 2], ARGV[a0 + i * 2 + 1]
+  local v = redis.call('HGET', KEYS[6], id)
+  if v and string.match(v, '^(%S+)') == tok then
+    redis.call('ZREM', KEYS[5], id)
+    redis.call('HDEL', KEYS[6], id)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('HDEL', KEYS[7], id)
+    acked = acked + 1
+  else
+    stale = stale + 1
+  end
+end
+
+local out = {now, added, acked, stale, 0, 0, 0}
+if n_lease > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+  for _, id in ipairs(due) do
+    redis.call('ZADD', KEYS[1], redis.call('HGET', KEYS[9], id) or '0', id)
+    redis.call('ZREM', KEYS[8], id)
+    redis.call('HDEL', KEYS[9], id)
+  end
+  local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
+  local n = #items / 2
+  if n > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
+    local tbase = redis.call('INCRBY', KEYS[10], n) - n
+    local expiry = now + tonumber(ARGV[4])
+    for i = 1, n do
+      local id, score = items[i * 2 - 1], items[i * 2]
+      local tok = string.format('%.0f', tbase + i)
+      redis.call('ZADD', KEYS[5], expiry, id)
+      redis.call('HSET', KEYS[6], id, tok .. ' ' .. score)
+      out[#out + 1] = id
+      out[#out + 1] = tok
+      out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
+    end
+  end
+end
+out[5] = redis.call('ZCARD', KEYS[1])
+out[6] = redis.call('ZCARD', KEYS[5])
+out[7] = redis.call('ZCARD', KEYS[8])
+return out

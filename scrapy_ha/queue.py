@@ -1,0 +1,207 @@
+"""The lease-based queue of one crawl: typed wrappers of the Lua scripts.
+
+Each state change is one script (``scrapy_ha/lua/*.lua``, header comments list
+KEYS, ARGV and the reply). Times come from the Redis server clock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+
+from scrapy_ha.keys import Keys
+
+#: Scrapy priorities are clamped to this range so that they fit the score (2^40 per step).
+MAX_PRIORITY = 4095
+
+
+def _load(name: str) -> str:
+    return files("scrapy_ha").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+SYNC_LUA = _load("sync")
+RENEW_LUA = _load("renew")
+RECLAIM_LUA = _load("reclaim")
+RELEASE_LUA = _load("release")
+DEAD_LUA = _load("dead")
+COUNTS_LUA = _load("counts")
+FINISH_LUA = _load("finish")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One leased entry: its id, the token that fences it, and its payload."""
+
+    id: str
+    token: str
+    payload: bytes
+
+
+@dataclass
+class SyncResult:
+    """Reply of :meth:`RedisQueue.sync`."""
+
+    now_ms: int
+    added: int
+    acked: int
+    stale: int
+    pending: int
+    leased: int
+    delayed: int
+    leases: list[Lease] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Size of each state of the crawl at one instant."""
+
+    now_ms: int
+    pending: int
+    leased: int
+    delayed: int
+    dead: int
+    workers: int
+    fingerprints: int
+
+    @property
+    def active(self) -> int:
+        """Requests that still have to be processed by some worker."""
+        return self.pending + self.leased + self.delayed
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "pending": self.pending, "leased": self.leased, "delayed": self.delayed,
+            "dead": self.dead, "workers": self.workers, "fingerprints": self.fingerprints,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload."""
+
+    fingerprint: bytes
+    priority: int
+    payload: bytes
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisQueue:
+    """The queue of one crawl on one asyncio Redis client."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+        self._sync = client.register_script(SYNC_LUA)
+        self._renew = client.register_script(RENEW_LUA)
+        self._reclaim = client.register_script(RECLAIM_LUA)
+        self._release = client.register_script(RELEASE_LUA)
+        self._dead = client.register_script(DEAD_LUA)
+        self._counts = client.register_script(COUNTS_LUA)
+        self._finish = client.register_script(FINISH_LUA)
+
+    async def sync(
+        self,
+        *,
+        enqueue: list[NewEntry] = [],  # noqa: B006 (never mutated)
+        ack: list[tuple[str, str]] = [],  # noqa: B006
+        lease: int = 0,
+        lease_ms: int = 30000,
+        promote: int = 500,
+    ) -> SyncResult:
+        """Enqueue, then ack, then lease: one script, one round trip."""
+        k = self.keys
+        args: list[Any] = [len(enqueue), len(ack), lease, lease_ms, promote]
+        for e in enqueue:
+            prio = max(-MAX_PRIORITY, min(MAX_PRIORITY, e.priority))
+            args += [e.fingerprint, prio, e.payload]
+        for entry_id, token in ack:
+            args += [entry_id, token]
+        keys = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries,
+                k.delayed, k.delayed_score, k.lease_seq]  # fmt: skip
+        reply = await self._sync(keys=keys, args=args)
+        leases = [
+            Lease(_s(reply[i]), _s(reply[i + 1]), reply[i + 2] if isinstance(reply[i + 2], bytes)
+                  else str(reply[i + 2]).encode())
+            for i in range(7, len(reply), 3)
+        ]  # fmt: skip
+        return SyncResult(*(int(x) for x in reply[:7]), leases=leases)
+
+    async def enqueue(self, entries: list[NewEntry]) -> int:
+        """Add requests (dupefilter applied); return how many were added."""
+        return (await self.sync(enqueue=entries)).added
+
+    async def lease(self, n: int, lease_ms: int) -> list[Lease]:
+        """Lease up to *n* pending entries (due delayed ones are promoted first)."""
+        return (await self.sync(lease=n, lease_ms=lease_ms)).leases
+
+    async def ack(self, pairs: list[tuple[str, str]]) -> tuple[int, int]:
+        """Finish leases; return (acked, stale)."""
+        result = await self.sync(ack=pairs)
+        return result.acked, result.stale
+
+    async def renew(
+        self, pairs: list[tuple[str, str]], *, worker: str, lease_ms: int, heartbeat_ms: int
+    ) -> tuple[int, list[str]]:
+        """Heartbeat and renew all given leases; return (renewed, ids of lost leases)."""
+        k = self.keys
+        args: list[Any] = [lease_ms, worker, heartbeat_ms]
+        for entry_id, token in pairs:
+            args += [entry_id, token]
+        reply = await self._renew(keys=[k.leased, k.leases, k.workers], args=args)
+        return int(reply[1]), [_s(x) for x in reply[2:]]
+
+    async def reclaim(
+        self, *, worker: str, interval_ms: int, batch: int, max_expiries: int
+    ) -> tuple[int, list[str]] | None:
+        """Reclaim expired leases; None if another worker reclaims this interval.
+
+        Returns (reclaimed to pending, ids dead-lettered as poison).
+        """
+        k = self.keys
+        keys = [k.leased, k.leases, k.pending, k.expiries, k.dead, k.dead_info, k.reclaim_guard]
+        reply = await self._reclaim(keys=keys, args=[worker, interval_ms, batch, max_expiries])
+        if int(reply[0]) < 0:
+            return None
+        return int(reply[1]), [_s(x) for x in reply[2:]]
+
+    async def release(self, pairs: list[tuple[str, str]]) -> int:
+        """Give leases back to pending at once; return how many were released."""
+        if not pairs:
+            return 0
+        k = self.keys
+        args = [x for pair in pairs for x in pair]
+        return int(await self._release(keys=[k.pending, k.leased, k.leases], args=args))
+
+    async def dead_letter(self, entry_id: str, token: str, info: dict[str, Any]) -> bool:
+        """Move a leased entry to the dead-letter queue; False if the lease is stale."""
+        k = self.keys
+        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries]
+        args = [entry_id, token, json.dumps(info, separators=(",", ":"))]
+        return bool(await self._dead(keys=keys, args=args))
+
+    async def counts(self) -> Counts:
+        """Size of every state, read atomically."""
+        k = self.keys
+        keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
+        return Counts(*(int(x) for x in await self._counts(keys=keys)))
+
+    async def finish(self, worker: str) -> bool:
+        """Clear a finished crawl's working keys if no other worker is alive."""
+        k = self.keys
+        keys = [k.pending, k.leased, k.delayed, k.workers,
+                k.dupefilter, k.expiries, k.lease_seq, k.reclaim_guard, k.gates,
+                k.delayed_score]  # fmt: skip
+        return bool(await self._finish(keys=keys, args=[worker]))
+
+    async def leave(self, worker: str) -> None:
+        """Unregister a worker that stops."""
+        await self.client.zrem(self.keys.workers, worker)
+
+    async def flush(self) -> None:
+        """Delete every key of the crawl, dead-letter queue included."""
+        await self.client.delete(*self.keys.all())

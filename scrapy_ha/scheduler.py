@@ -1,0 +1,443 @@
+"""``scrapy_ha.Scheduler``: a lease-based Redis scheduler that loses nothing.
+
+A request leaves Redis only when Scrapy has completely finished with it: the
+download, the callback or errback, every request it yielded (durable in Redis
+first) and every item through the pipelines. A worker killed at any instant
+leaves its leases to expire; any other worker puts them back in the queue.
+
+The engine's calls (``enqueue_request``, ``next_request``) answer from memory;
+one background task talks to Redis in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import redis
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.defer import deferred_from_coro
+
+from scrapy_ha import __version__
+from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
+from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.connection import (
+    REDIS_DOWN_ERRORS,
+    check_reachable,
+    display_url,
+    redis_from_settings,
+)
+from scrapy_ha.keys import Keys
+from scrapy_ha.queue import Lease, NewEntry, RedisQueue, SyncResult
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: Fingerprints remembered locally to drop obvious duplicates without a round trip.
+LOCAL_SEEN_LIMIT = 100_000
+#: Seconds given to the last flush and release at close before giving up (leases then expire).
+CLOSE_TIMEOUT = 10.0
+
+
+class Scheduler:
+    """Lease-based Redis scheduler; enable with ``SCHEDULER = "scrapy_ha.Scheduler"``."""
+
+    def __init__(self, crawler: Crawler, config: SchedulerConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.stats = crawler.stats
+        self.spider: Spider | None = None
+        self.queue: RedisQueue | None = None
+        self.redis_url = display_url(crawler.settings)
+        self._buffer: deque[Request] = deque()
+        self._inflight: dict[str, tuple[str, Request]] = {}
+        self._outbox: list[NewEntry] = []
+        self._acks: list[tuple[str, str]] = []
+        self._lost: set[str] = set()
+        self._seen: set[bytes] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._remote_active = -1
+        self._redis_ok = False
+        self._idle_since: float | None = None
+        self._last_renew = 0.0
+        self._last_reclaim = 0.0
+        self._leases_valid_until = 0.0
+        self._acked_since_renew = 0
+        self._rate = 0.0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler, SchedulerConfig.from_settings(crawler.settings))
+
+    # -- the engine's interface -------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None]:
+        """Connect to Redis (fails within ``HA_CONNECT_TIMEOUT`` naming the URL)."""
+        return deferred_from_coro(self._open(spider))
+
+    def close(self, reason: str) -> Deferred[None]:
+        """Flush, ack, release what this worker holds, and unregister it."""
+        return deferred_from_coro(self._close(reason))
+
+    def has_pending_requests(self) -> bool:
+        """True while this worker holds requests it has not handed to the engine."""
+        return bool(self._buffer or self._outbox)
+
+    def enqueue_request(self, request: Request) -> bool:
+        """Queue *request* for Redis; False if this worker already saw its fingerprint.
+
+        Raises :class:`~scrapy_ha.codec.CodecError` (naming the URL and the field) if the
+        request cannot be stored. Duplicates only Redis knows of are dropped there and
+        counted in ``ha/filtered`` (no ``request_dropped`` signal for them).
+        """
+        fingerprint = b""
+        if self._filtered(request):
+            fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+            if fingerprint in self._seen:
+                self.stats.inc_value("ha/filtered")
+                return False
+            if len(self._seen) >= LOCAL_SEEN_LIMIT:
+                self._seen.clear()
+            self._seen.add(fingerprint)
+        payload = encode_request(request, self.spider)
+        self._outbox.append(NewEntry(fingerprint, request.priority, payload))
+        self._wake.set()
+        return True
+
+    def next_request(self) -> Request | None:
+        """The next leased request, from memory; None when the local buffer is empty."""
+        if not self._buffer or time.monotonic() > self._leases_valid_until:
+            self._wake.set()
+            return None
+        request = self._buffer.popleft()
+        entry_id, token = request.meta[LEASE_META_KEY]
+        self._inflight[entry_id] = (token, request)
+        if len(self._buffer) <= self._target() // 2:
+            self._wake.set()
+        return request
+
+    def __len__(self) -> int:
+        return len(self._buffer) + len(self._outbox)
+
+    # -- open and close --------------------------------------------------------------
+
+    async def _open(self, spider: Spider) -> None:
+        self.spider = spider
+        cfg = self.config
+        client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
+        try:
+            server = await check_reachable(client, self.redis_url, cfg.connect_timeout)
+        except Exception:
+            await client.aclose()
+            raise
+        self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name))
+        if cfg.flush_on_start:
+            await self._flush_on_start()
+        await self._renew()
+        self._redis_ok = True
+        logger.info(
+            "scrapy-ha %s (Scrapy %s, redis-py %s, Redis %s) at %s, keys %s, worker %s",
+            __version__, scrapy.__version__, redis.__version__, server, self.redis_url,
+            self.queue.keys.pending.rsplit(":", 1)[0] + ":*", cfg.worker_id,
+        )  # fmt: skip
+        self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _flush_on_start(self) -> None:
+        assert self.queue is not None
+        counts = await self.queue.counts()
+        if counts.workers:
+            logger.warning(
+                "SCHEDULER_FLUSH_ON_START ignored: %d other worker(s) of %s are alive",
+                counts.workers, self.queue.keys.spider,
+            )  # fmt: skip
+            return
+        await self.queue.flush()
+        logger.info("Flushed the queue of %s (SCHEDULER_FLUSH_ON_START)", self.queue.keys.spider)
+
+    async def _close(self, reason: str) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
+            self._task.cancel()
+        if self.queue is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self._final_flush(reason)
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+            logger.error(
+                "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
+                "reclaimed by another worker after HA_LEASE_TIME=%gs",
+                len(self._buffer) + len(self._inflight) + len(self._acks), self.redis_url,
+                exc, self.config.lease_time,
+            )  # fmt: skip
+        finally:
+            await self.queue.client.aclose()
+
+    async def _final_flush(self, reason: str) -> None:
+        assert self.queue is not None
+        self._collect_finished()
+        while self._outbox or self._acks:
+            await self._sync(lease=0)
+        unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
+        held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished
+        released = await self.queue.release(held)
+        self._buffer.clear()
+        self._inflight.clear()
+        self.stats.inc_value("ha/released", released)
+        if released:
+            logger.info("Released %d lease(s) back to the queue", released)
+        await self.queue.leave(self.config.worker_id)
+        if not self.config.persist and reason == "finished":
+            if await self.queue.finish(self.config.worker_id):
+                logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
+
+    # -- the background loop ---------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = 0.0
+        while not self._stopping:
+            try:
+                more = await self._round()
+                if not self._redis_ok:
+                    logger.info("Redis at %s is reachable", self.redis_url)
+                self._redis_ok, delay = True, 0.0
+            except REDIS_DOWN_ERRORS as exc:
+                delay = min(self.config.reconnect_max_delay, max(0.25, delay * 2))
+                self._redis_down(exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            except Exception:
+                logger.exception("scrapy-ha background loop error; retrying in 1 s")
+                await asyncio.sleep(1)
+                continue
+            if not more:
+                await self._sleep()
+
+    def _redis_down(self, exc: BaseException, delay: float) -> None:
+        self.stats.inc_value("ha/redis_errors")
+        level = logging.WARNING if self._redis_ok else logging.DEBUG
+        self._redis_ok = False
+        logger.log(
+            level, "Redis at %s unreachable (%s: %s); retrying in %.2f s, nothing is lost",
+            self.redis_url, type(exc).__name__, exc, delay,
+        )  # fmt: skip
+
+    async def _sleep(self) -> None:
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(self.config.tick):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _round(self) -> bool:
+        """One round of Redis work; True if there is more to do at once."""
+        self._collect_finished()
+        now = time.monotonic()
+        if now - self._last_renew >= self.config.renew_interval:
+            await self._renew()
+        if now - self._last_reclaim >= self.config.reclaim_interval:
+            await self._reclaim()
+        want = self._want()
+        if not (self._outbox or self._acks or want):
+            return False
+        await self._sync(lease=want)
+        return bool(self._outbox or self._acks)
+
+    def _target(self) -> int:
+        cap = self.config.prefetch
+        if self._rate > 0:
+            cap = min(cap, max(1, int(self._rate * self.config.lease_time / 2)))
+        return cap
+
+    def _want(self) -> int:
+        if self._stopping:
+            return 0
+        target = self._target()
+        if len(self._buffer) > target // 2:
+            return 0
+        return target - len(self._buffer)
+
+    async def _sync(self, *, lease: int) -> None:
+        assert self.queue is not None
+        enqueue, acks = self._outbox[:500], self._acks[:500]
+        result = await self.queue.sync(
+            enqueue=enqueue, ack=acks, lease=lease,
+            lease_ms=int(self.config.lease_time * 1000), promote=500,
+        )  # fmt: skip
+        del self._outbox[: len(enqueue)]
+        del self._acks[: len(acks)]
+        self._count(result, len(enqueue))
+        self._remote_active = result.pending + result.leased + result.delayed
+        was_empty = not self._buffer
+        for lease_ in result.leases:
+            await self._take(lease_)
+        if was_empty and self._buffer:
+            self._wake_engine()
+
+    def _count(self, result: SyncResult, sent: int) -> None:
+        inc = self.stats.inc_value
+        if sent:
+            inc("ha/enqueued", result.added)
+            if sent - result.added:
+                inc("ha/filtered", sent - result.added)
+        if result.acked:
+            inc("ha/acked", result.acked)
+            self._acked_since_renew += result.acked
+        if result.stale:
+            inc("ha/stale_acks", result.stale)
+            logger.warning("%d ack(s) refused: their leases had expired and were reclaimed",
+                           result.stale)  # fmt: skip
+        if result.leases:
+            inc("ha/leased", len(result.leases))
+            self._leases_valid_until = time.monotonic() + self.config.lease_time
+
+    async def _take(self, lease: Lease) -> None:
+        try:
+            request = decode_request(lease.payload, self.spider) if lease.payload else None
+            if request is None:
+                raise CodecError("the payload is missing")
+        except CodecError as exc:
+            await self._dead_letter_corrupt(lease, str(exc))
+            return
+        request.meta[LEASE_META_KEY] = (lease.id, lease.token)
+        self._buffer.append(request)
+
+    async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:
+        assert self.queue is not None
+        info = {"class": "corrupt", "reason": f"corrupt queue entry: {reason}",
+                "payload": lease.payload[:200].decode("utf-8", "replace")}  # fmt: skip
+        await self.queue.dead_letter(lease.id, lease.token, info)
+        self.stats.inc_value("ha/dead/corrupt")
+        logger.error("Queue entry %s is corrupt (%s): moved to the dead-letter queue",
+                     lease.id, reason)  # fmt: skip
+
+    def _wake_engine(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
+
+    # -- finished requests, renewals, reclaim --------------------------------------
+
+    def _collect_finished(self) -> None:
+        if not self._inflight:
+            return
+        busy = self._busy_check()
+        done = [i for i, (_, r) in self._inflight.items() if not busy(r)]
+        for entry_id in done:
+            token, _ = self._inflight.pop(entry_id)
+            self._acks.append((entry_id, token))
+            self._lost.discard(entry_id)
+
+    def _busy_check(self) -> Any:
+        """A test: is this request still somewhere in the engine?"""
+        engine = self.crawler.engine
+        assert engine is not None
+        sets: list[set[Request]] = [engine.downloader.active]
+        queued: set[int] = set()
+        slot = engine.scraper.slot
+        if slot is not None:
+            sets.append(slot.active)
+            queued = {id(r) for _, r, _ in slot.queue}
+        engine_slot = getattr(engine, "_slot", None)
+        if engine_slot is not None:
+            sets.append(engine_slot.inprogress)
+        return lambda r: id(r) in queued or any(r in s for s in sets)
+
+    async def _renew(self) -> None:
+        assert self.queue is not None
+        pairs = [r.meta[LEASE_META_KEY] for r in self._buffer]
+        pairs += [(i, t) for i, (t, _) in self._inflight.items()] + self._acks
+        started = time.monotonic()
+        _, lost = await self.queue.renew(
+            pairs, worker=self.config.worker_id,
+            lease_ms=int(self.config.lease_time * 1000),
+            heartbeat_ms=int(self.config.heartbeat_ttl * 1000),
+        )  # fmt: skip
+        self._note_rate(started)
+        self._leases_valid_until = started + self.config.lease_time
+        if lost:
+            self._drop_lost(set(lost))
+
+    def _note_rate(self, now: float) -> None:
+        if self._last_renew:
+            self._rate = self._acked_since_renew / max(0.001, now - self._last_renew)
+        self._acked_since_renew = 0
+        self._last_renew = now
+
+    def _drop_lost(self, lost: set[str]) -> None:
+        acked = {i for i, _ in self._acks}
+        before = len(self._buffer)
+        self._buffer = deque(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
+        self._lost |= lost & set(self._inflight)
+        real = lost - acked
+        if real:
+            self.stats.inc_value("ha/leases_lost", len(real))
+            logger.warning(
+                "%d lease(s) of this worker expired and were reclaimed (worker stalled or "
+                "Redis unreachable longer than HA_LEASE_TIME); %d buffered request(s) dropped",
+                len(real), before - len(self._buffer),
+            )  # fmt: skip
+
+    async def _reclaim(self) -> None:
+        assert self.queue is not None
+        self._last_reclaim = time.monotonic()
+        result = await self.queue.reclaim(
+            worker=self.config.worker_id,
+            interval_ms=int(self.config.reclaim_interval * 1000),
+            batch=self.config.reclaim_batch,
+            max_expiries=self.config.max_lease_expiries,
+        )
+        if result is None:
+            return
+        reclaimed, poison = result
+        if reclaimed:
+            self.stats.inc_value("ha/reclaimed", reclaimed)
+            logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)
+        for entry_id in poison:
+            self.stats.inc_value("ha/dead/poison")
+            logger.error(
+                "Request %s dead-lettered as poison: its lease expired %d times",
+                entry_id, self.config.max_lease_expiries,
+            )  # fmt: skip
+
+    # -- closing when the crawl is done ------------------------------------------------
+
+    def _filtered(self, request: Request) -> bool:
+        if not request.dont_filter:
+            return True
+        return self.config.dedupe_start_requests and bool(request.meta.get("is_start_request"))
+
+    def _on_idle(self) -> None:
+        if self._keep_alive():
+            self._idle_since = None
+            raise DontCloseSpider
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self.config.idle_timeout:
+            asyncio.get_running_loop().call_later(
+                self.config.idle_timeout - (now - self._idle_since) + 0.05, self._wake_engine
+            )
+            raise DontCloseSpider
+
+    def _keep_alive(self) -> bool:
+        local = self._buffer or self._outbox or self._acks or self._inflight
+        return bool(
+            self.config.feed or local or not self._redis_ok or self._remote_active != 0
+        )
