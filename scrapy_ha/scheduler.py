@@ -287,8 +287,8 @@ class Scheduler:
         was_empty = not self._buffer
         for lease_ in result.leases:
             await self._take(lease_)
-        if was_empty and self._buffer:
-            self._wake_engine()
+        if (was_empty and self._buffer) or not self._keep_alive():
+            self._wake_engine()  # new work, or the crawl may be over: let the engine look
 
     def _count(self, result: SyncResult, sent: int) -> None:
         inc = self.stats.inc_value
@@ -421,7 +421,14 @@ class Scheduler:
     def _filtered(self, request: Request) -> bool:
         if not request.dont_filter:
             return True
-        return self.config.dedupe_start_requests and bool(request.meta.get("is_start_request"))
+        # Start requests are enqueued once per crawl, however many workers start it; a
+        # retry or redirect of one carries the lease of its original and is not filtered.
+        meta = request.meta
+        return bool(
+            self.config.dedupe_start_requests
+            and meta.get("is_start_request")
+            and LEASE_META_KEY not in meta
+        )
 
     def _on_idle(self) -> None:
         if self._keep_alive():

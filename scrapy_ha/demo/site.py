@@ -3,7 +3,8 @@
 ``python -m scrapy_ha.demo.site --pages 500 --per-page 20`` prints
 ``LISTENING <port>`` once it accepts connections. ``/list/<n>`` links to the
 detail pages of its items and to the next list page; ``/item/<id>`` holds one
-item. ``/_hits`` returns how many times each path was served (JSON), for tests
+item. ``/status/<code>`` answers with that status, ``/redirect/<id>`` redirects
+to ``/item/<id>``. ``/_hits`` returns how many times each path was served (JSON), for tests
 that check nothing was crawled twice.
 """
 
@@ -35,6 +36,9 @@ class Catalogue(resource.Resource):
             request.setHeader(b"content-type", b"application/json")
             return json.dumps(self.hits).encode()
         self.hits[path] += 1
+        if path.startswith("/redirect/"):
+            request.redirect(b"/item/" + path.rsplit("/", 1)[1].encode())
+            return b""
         status, body = self.page(path)
         request.setResponseCode(status)
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
@@ -49,6 +53,8 @@ class Catalogue(resource.Resource):
             return 200, b'<html><body><a class="next" href="/list/1">catalogue</a></body></html>'
         if len(parts) == 2 and parts[1].isdigit():
             n = int(parts[1])
+            if parts[0] == "status":
+                return n, f"<html><body>status {n}</body></html>".encode()
             if parts[0] == "list" and 1 <= n <= self.pages:
                 return 200, self.list_page(n)
             if parts[0] == "item" and 1 <= n <= self.pages * self.per_page:

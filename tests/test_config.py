@@ -1,0 +1,35 @@
+"""Settings: defaults and clear errors naming the setting and the value."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_ha.config import ConfigError, SchedulerConfig
+
+
+def test_defaults():
+    config = SchedulerConfig.from_settings(Settings({"CONCURRENT_REQUESTS": 32}))
+    assert (config.lease_time, config.renew_interval, config.max_lease_expiries) == (30, 10, 3)
+    assert config.prefetch == 32
+    assert config.worker_id
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"HA_LEASE_TIME": "soon"}, "HA_LEASE_TIME='soon' is not a number"),
+        ({"HA_LEASE_TIME": -1}, "HA_LEASE_TIME=-1 must be more than 0"),
+        ({"HA_PREFETCH": 0}, "HA_PREFETCH=0 must be a whole number"),
+        ({"HA_PREFETCH": "2.5"}, "HA_PREFETCH='2.5' must be a whole number"),
+        ({"HA_MAX_LEASE_EXPIRIES": None, "HA_RECLAIM_BATCH": "x"}, "HA_RECLAIM_BATCH='x'"),
+        ({"HA_LEASE_TIME": 5, "HA_LEASE_RENEW_INTERVAL": 5}, "HA_LEASE_RENEW_INTERVAL=5.0 must be"),
+        ({"HA_HEARTBEAT_TTL": 5}, "HA_HEARTBEAT_TTL=5.0 must be longer"),
+        ({"HA_KEY_PREFIX": "a{b}"}, "HA_KEY_PREFIX='a{b}'"),
+        ({"HA_FEED": "maybe"}, "HA_FEED='maybe' must be True or False"),
+    ],
+)
+def test_a_bad_setting_names_itself_and_its_value(settings, message):
+    with pytest.raises(ConfigError) as info:
+        SchedulerConfig.from_settings(Settings(settings))
+    assert message in str(info.value)

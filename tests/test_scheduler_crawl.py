@@ -1,0 +1,150 @@
+"""In-process crawls against the demo site and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import redis
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.codec import encode_request
+from scrapy_ha.connection import RedisUnavailable
+from scrapy_ha.keys import Keys
+from tests.spiders import CatalogueSpider, PathsSpider
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def settings(redis_url: str, **extra):
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+def state(client: redis.Redis, spider: str) -> dict[str, int]:
+    keys = Keys("ha", spider)
+    return {
+        "pending": client.zcard(keys.pending), "leased": client.zcard(keys.leased),
+        "delayed": client.zcard(keys.delayed), "dead": client.zcard(keys.dead),
+        "payloads": client.hlen(keys.payload),
+    }  # fmt: skip
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_gets_every_item_once_and_leaves_redis_clean(redis_url, redis_client, site):
+    crawler = get_crawler(CatalogueSpider, settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
+    stats = crawler.stats.get_stats()
+    assert stats["finish_reason"] == "finished"
+    assert stats["ha/enqueued"] == stats["ha/leased"] == stats["ha/acked"] == 55
+    assert set(site.hits().values()) == {1}
+    # SCHEDULER_PERSIST is False: the last worker clears the crawl's working keys
+    assert redis_client.keys("ha:{catalogue}:*") == [b"ha:{catalogue}:seq"]
+
+
+@deferred_f_from_coro_f
+async def test_every_way_a_request_can_end_acks_it(redis_url, redis_client, site):
+    crawler = get_crawler(PathsSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    await crawler.crawl_async(base_url=site.url)
+    spider = crawler.spider
+    assert sorted(spider.outcomes) == sorted([
+        f"ok {site.url}/item/1", f"ok {site.url}/item/2",
+        f"error {site.url}/status/404", f"error {site.url}/status/500",
+        f"error {site.url}/item/4?drop",
+    ])  # fmt: skip
+    stats = crawler.stats.get_stats()
+    # 6 start requests (the offsite one is dropped before it is scheduled),
+    # 1 retry of /status/500 and 1 redirect target
+    assert stats["ha/enqueued"] == stats["ha/acked"] == stats["ha/leased"] == 8
+    assert stats["spider_exceptions/ValueError"] == 1
+    assert stats["offsite/filtered"] == 1
+    assert state(redis_client, "paths") == {"pending": 0, "leased": 0, "delayed": 0, "dead": 0,
+                                            "payloads": 0}  # fmt: skip
+
+
+@deferred_f_from_coro_f
+async def test_two_workers_share_one_crawl_and_start_urls_are_enqueued_once(
+    redis_url, redis_client, site_factory
+):
+    site = site_factory("--pages", "10", "--per-page", "10", "--delay", "0.05")
+    worker = settings(redis_url, HA_PREFETCH=2, CONCURRENT_REQUESTS=2)
+    crawlers = [get_crawler(CatalogueSpider, worker) for _ in range(2)]
+    await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    item_lists = [c.spider.items for c in crawlers]
+    ids = sorted(i["id"] for items in item_lists for i in items)
+    assert ids == list(range(1, 101))
+    assert all(items for items in item_lists), "both workers took part"
+    assert set(site.hits().values()) == {1}
+
+
+@deferred_f_from_coro_f
+async def test_graceful_stop_releases_buffered_leases_at_once(redis_url, redis_client, site_factory):
+    site = site_factory("--pages", "20", "--per-page", "10", "--delay", "0.05")
+    crawler = get_crawler(
+        CatalogueSpider, settings(redis_url, HA_PREFETCH=20, CONCURRENT_REQUESTS=4)
+    )
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    while crawler.spider is None or len(crawler.spider.items) < 10:
+        await asyncio.sleep(0.05)
+    await crawler.stop_async()
+    await crawling
+    stats = crawler.stats.get_stats()
+    assert stats["finish_reason"] == "shutdown"
+    assert stats["ha/released"] > 0
+    left = state(redis_client, "catalogue")
+    assert left["leased"] == 0 and left["pending"] >= stats["ha/released"]
+    # a second worker finishes the crawl: nothing lost, nothing crawled twice
+    second = get_crawler(CatalogueSpider, settings(redis_url))
+    await second.crawl_async(base_url=site.url)
+    assert sorted(i["id"] for i in crawler.spider.items + second.spider.items) == list(range(1, 201))
+    assert set(site.hits().values()) == {1}
+
+
+@deferred_f_from_coro_f
+async def test_unreachable_redis_fails_fast_naming_the_masked_url(redis_server):
+    from tests.conftest import free_port
+
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    crawler = get_crawler(CatalogueSpider, settings(url, HA_CONNECT_TIMEOUT=2))
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailable) as info:
+        await crawler.crawl_async(base_url="http://127.0.0.1:9")
+    assert time.monotonic() - started < 20
+    message = str(info.value)
+    assert f"redis://:***@127.0.0.1:{url.rsplit(':', 1)[1]}" in message
+    assert "hunter2" not in message
+
+
+@deferred_f_from_coro_f
+async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
+    redis_url, redis_client, site
+):
+    keys = Keys("ha", "catalogue")
+    spider = CatalogueSpider(base_url=site.url)
+    good = encode_request(spider.start_urls and __import__("scrapy").Request(
+        site.url + "/item/7", callback=spider.parse_item), spider)  # fmt: skip
+    for entry_id, payload in (("900", b"\x80\x04garbage"), ("901", good), ("902", b'{"v":1}')):
+        redis_client.zadd(keys.pending, {entry_id: int(entry_id)})
+        redis_client.hset(keys.payload, entry_id, payload)
+    redis_client.zadd(keys.pending, {"903": 903})  # no payload at all
+    crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    await crawler.crawl_async(base_url=site.url)
+    items = crawler.spider.items
+    assert 7 in [i["id"] for i in items] and len(items) == 51  # 50 + the injected /item/7
+    assert crawler.stats.get_value("ha/dead/corrupt") == 3
+    dead = {k.decode(): json.loads(v) for k, v in redis_client.hgetall(keys.dead_info).items()}
+    assert set(dead) == {"900", "902", "903"}
+    assert all(d["class"] == "corrupt" and "corrupt queue entry" in d["reason"] for d in dead.values())
