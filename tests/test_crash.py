@@ -1,0 +1,99 @@
+"""Real `scrapy crawl` processes of the example project, SIGKILLed mid-crawl.
+
+Another worker finishes the crawl: every item arrives, and only what the killed
+worker had in flight may be crawled twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
+#: Short leases so that the surviving worker reclaims within seconds.
+FAST_LEASES = {
+    "HA_LEASE_TIME": "3", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "3",
+    "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "1",
+}  # fmt: skip
+CONCURRENCY = 16
+
+
+def worker(redis_url: str, site_url: str, items: Path, log: Path) -> subprocess.Popen[bytes]:
+    settings = {
+        **FAST_LEASES, "REDIS_URL": redis_url, "ITEMS_FILE": str(items),
+        "CONCURRENT_REQUESTS": str(CONCURRENCY), "LOG_LEVEL": "INFO",
+    }  # fmt: skip
+    args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue", "-a",
+            f"base_url={site_url}"]  # fmt: skip
+    for name, value in settings.items():
+        args += ["-s", f"{name}={value}"]
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parent)}
+    with log.open("wb") as out:
+        return subprocess.Popen(args, cwd=EXAMPLE, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_items(path: Path, n: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while count_lines(path) < n:
+        assert proc.poll() is None, "the worker ended before it was killed"
+        assert time.monotonic() < deadline, f"fewer than {n} items after {timeout} s"
+        time.sleep(0.01)
+
+
+def check_nothing_lost(items: Path, expected: int, hits: dict[str, int], bound: int) -> None:
+    ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
+    assert sorted(set(ids)) == list(range(1, expected + 1)), (
+        f"lost {expected - len(set(ids))} item(s)"
+    )
+    twice = {path: n for path, n in hits.items() if n > 1}
+    assert all(n == 2 for n in twice.values()), twice
+    assert len(twice) <= bound, f"{len(twice)} pages crawled twice, bound {bound}"
+
+
+@pytest.mark.parametrize("kill_after", [1, 700, 1900])
+def test_sigkill_one_of_two_workers_loses_nothing(
+    kill_after, redis_url, site_factory, tmp_path
+):
+    pages, per_page = 100, 20
+    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.002")
+    items = tmp_path / "items.jl"
+    victim = worker(redis_url, site.url, items, tmp_path / "victim.log")
+    wait_for_items(items, 1, victim)
+    survivor = worker(redis_url, site.url, items, tmp_path / "survivor.log")
+    wait_for_items(items, kill_after, victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    log = (tmp_path / "survivor.log").read_text()
+    assert "'finish_reason': 'finished'" in log
+    # in flight at the kill: the downloader's slots plus the prefetch buffer
+    check_nothing_lost(items, pages * per_page, site.hits(), bound=2 * CONCURRENCY)
+
+
+def test_sigkill_then_resume_a_10000_item_crawl(redis_url, site_factory, tmp_path):
+    pages, per_page = 500, 20
+    site = site_factory("--pages", str(pages), "--per-page", str(per_page))
+    items = tmp_path / "items.jl"
+    first = worker(redis_url, site.url, items, tmp_path / "first.log")
+    wait_for_items(items, 4000, first, timeout=300)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = worker(redis_url, site.url, items, tmp_path / "second.log")
+    assert second.wait(timeout=300) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    log = (tmp_path / "second.log").read_text()
+    assert "Reclaimed" in log  # the killed worker's leases came back
+    check_nothing_lost(items, pages * per_page, site.hits(), bound=2 * CONCURRENCY)
