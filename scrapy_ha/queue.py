@@ -28,6 +28,7 @@ RELEASE_LUA = _load("release")
 DEAD_LUA = _load("dead")
 COUNTS_LUA = _load("counts")
 FINISH_LUA = _load("finish")
+FEED_LUA = _load("feed")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class RedisQueue:
         self._dead = client.register_script(DEAD_LUA)
         self._counts = client.register_script(COUNTS_LUA)
         self._finish = client.register_script(FINISH_LUA)
+        self._feed = client.register_script(FEED_LUA)
 
     async def sync(
         self,
@@ -197,6 +199,18 @@ class RedisQueue:
                 k.dupefilter, k.expiries, k.lease_seq, k.reclaim_guard, k.gates,
                 k.delayed_score]  # fmt: skip
         return bool(await self._finish(keys=keys, args=[worker]))
+
+    async def feed(self, key: str, *, as_set: bool, raw: list[bytes], entries: list[NewEntry]) -> int:
+        """Move *raw* start URL entries out of *key* and enqueue *entries* (one per raw entry).
+
+        Returns how many were added, or -1 if another worker took the list's head first.
+        """
+        k = self.keys
+        args: list[Any] = ["set" if as_set else "list", len(raw), *raw]
+        for e in entries:
+            args += [e.fingerprint, max(-MAX_PRIORITY, min(MAX_PRIORITY, e.priority)), e.payload]
+        keys = [key, k.pending, k.payload, k.dupefilter, k.seq]
+        return int(await self._feed(keys=keys, args=args))
 
     async def leave(self, worker: str) -> None:
         """Unregister a worker that stops."""

@@ -34,6 +34,7 @@ from scrapy_ha.connection import (
 )
 from scrapy_ha.keys import Keys
 from scrapy_ha.queue import Lease, NewEntry, RedisQueue, SyncResult
+from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -76,6 +77,8 @@ class Scheduler:
         self._leases_valid_until = 0.0
         self._acked_since_renew = 0
         self._rate = 0.0
+        self._start_key: str | None = None
+        self._feed_mode = config.feed
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -102,9 +105,8 @@ class Scheduler:
         request cannot be stored. Duplicates only Redis knows of are dropped there and
         counted in ``ha/filtered`` (no ``request_dropped`` signal for them).
         """
-        fingerprint = b""
-        if self._filtered(request):
-            fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        fingerprint = self._fingerprint(request)
+        if fingerprint:
             if fingerprint in self._seen:
                 self.stats.inc_value("ha/filtered")
                 return False
@@ -152,8 +154,18 @@ class Scheduler:
             __version__, scrapy.__version__, redis.__version__, server, self.redis_url,
             self.queue.keys.pending.rsplit(":", 1)[0] + ":*", cfg.worker_id,
         )  # fmt: skip
+        self._setup_start_urls(spider)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def _setup_start_urls(self, spider: Spider) -> None:
+        if not isinstance(spider, RedisSpiderMixin):
+            return
+        self._start_key = spider.redis_key or self.config.start_urls_key % {"name": spider.name}
+        if self.crawler.settings.get("HA_FEED") is None:
+            self._feed_mode = spider.ha_feed
+        logger.info("Reading start URLs from Redis key %s%s", self._start_key,
+                    " (feed mode: waiting for more)" if self._feed_mode else "")  # fmt: skip
 
     async def _flush_on_start(self) -> None:
         assert self.queue is not None
@@ -253,11 +265,40 @@ class Scheduler:
             await self._renew()
         if now - self._last_reclaim >= self.config.reclaim_interval:
             await self._reclaim()
+        if self._start_key is not None and len(self._outbox) + len(self._buffer) < self._target():
+            await self._feed_start_urls()
         want = self._want()
         if not (self._outbox or self._acks or want):
             return False
         await self._sync(lease=want)
         return bool(self._outbox or self._acks)
+
+    async def _feed_start_urls(self) -> None:
+        assert self.queue is not None and self._start_key is not None
+        client, batch = self.queue.client, self.config.start_urls_batch
+        as_set = self.crawler.settings.getbool("REDIS_START_URLS_AS_SET")
+        if as_set:
+            raw = list(await client.srandmember(self._start_key, batch))
+        else:
+            raw = list(await client.lrange(self._start_key, 0, batch - 1))
+        if not raw:
+            return
+        entries = [self._start_entry(data) for data in raw]
+        added = await self.queue.feed(self._start_key, as_set=as_set, raw=raw, entries=entries)
+        if added > 0:
+            self.stats.inc_value("ha/start_urls", added)
+
+    def _start_entry(self, data: bytes) -> NewEntry:
+        assert isinstance(self.spider, RedisSpiderMixin)
+        try:
+            request = self.spider.make_request_from_data(data)
+            return NewEntry(self._fingerprint(request), request.priority,
+                            encode_request(request, self.spider))  # fmt: skip
+        except Exception as exc:
+            self.stats.inc_value("ha/start_urls_invalid")
+            logger.error("Start URL entry %r in %s is invalid and was dropped: %s",
+                         data[:200], self._start_key, exc)  # fmt: skip
+            return NewEntry(b"", 0, b"")
 
     def _target(self) -> int:
         cap = self.config.prefetch
@@ -418,6 +459,12 @@ class Scheduler:
 
     # -- closing when the crawl is done ------------------------------------------------
 
+    def _fingerprint(self, request: Request) -> bytes:
+        """The dupefilter fingerprint, or b"" for a request that is never filtered."""
+        if not self._filtered(request):
+            return b""
+        return self.crawler.request_fingerprinter.fingerprint(request)
+
     def _filtered(self, request: Request) -> bool:
         if not request.dont_filter:
             return True
@@ -446,5 +493,5 @@ class Scheduler:
     def _keep_alive(self) -> bool:
         local = self._buffer or self._outbox or self._acks or self._inflight
         return bool(
-            self.config.feed or local or not self._redis_ok or self._remote_active != 0
+            self._feed_mode or local or not self._redis_ok or self._remote_active != 0
         )

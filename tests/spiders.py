@@ -7,6 +7,8 @@ from typing import Any
 import scrapy
 from scrapy.exceptions import IgnoreRequest
 
+from scrapy_ha.spiders import RedisSpider
+
 
 class CatalogueSpider(scrapy.Spider):
     """List pages -> detail pages -> items, as in the example project."""
@@ -67,3 +69,17 @@ class DropMiddleware:
     def process_request(self, request: Any) -> None:
         if request.url.endswith("?drop"):
             raise IgnoreRequest("dropped by a middleware")
+
+
+class FedSpider(RedisSpider):
+    """Reads start URLs from Redis (scrapy-redis's convention)."""
+
+    name = "fed"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[str] = []
+
+    def parse(self, response: Any) -> Any:
+        self.seen.append(f"{response.request.method} {response.url} {response.meta.get('tag')}")
+        yield {"url": response.url}

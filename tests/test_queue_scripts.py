@@ -202,3 +202,18 @@ async def test_finish_clears_working_keys_only_for_the_last_worker(redis_url):
     assert not await q.client.exists(KEYS.dupefilter)
     assert (await q.counts()).dead == 1  # the dead-letter queue stays
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_feed_takes_the_list_head_only_if_nobody_took_it_first(redis_url):
+    q = open_queue(redis_url)
+    await q.client.rpush("s:start_urls", b"u1", b"u2", b"u3")
+    entries = [entry("u1", fp=b""), entry("u2", fp=b"")]
+    assert await q.feed("s:start_urls", as_set=False, raw=[b"u2", b"u3"], entries=entries) == -1
+    assert await q.feed("s:start_urls", as_set=False, raw=[b"u1", b"u2"], entries=entries) == 2
+    assert await q.client.lrange("s:start_urls", 0, -1) == [b"u3"]
+    bad = NewEntry(b"", 0, b"")  # an entry the spider could not read is dropped
+    assert await q.feed("s:start_urls", as_set=False, raw=[b"u3"], entries=[bad]) == 0
+    assert await q.client.llen("s:start_urls") == 0
+    assert payloads(await q.lease(5, 30000)) == [b"payload-u1", b"payload-u2"]
+    await q.client.aclose()

@@ -1,0 +1,66 @@
+"""Start URLs from Redis in scrapy-redis's convention, on Scrapy 2.16+."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from tests.spiders import FedSpider
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def settings(redis_url, **extra):
+    return {"SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.3,
+            **extra}  # fmt: skip
+
+
+@deferred_f_from_coro_f
+async def test_plain_and_json_entries_are_crawled_and_bad_ones_dropped(redis_url, redis_client, site):
+    redis_client.rpush(
+        "fed:start_urls",
+        f"{site.url}/item/1",
+        json.dumps({"url": f"{site.url}/item/2", "meta": {"tag": "json"}}),
+        "{not json",
+        f"{site.url}/item/1",  # pushed twice: crawled twice, as in scrapy-redis
+    )
+    crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False))
+    await crawler.crawl_async()
+    assert sorted(crawler.spider.seen) == [
+        f"GET {site.url}/item/1 None", f"GET {site.url}/item/1 None", f"GET {site.url}/item/2 json",
+    ]  # fmt: skip
+    assert crawler.stats.get_value("ha/start_urls") == 3
+    assert crawler.stats.get_value("ha/start_urls_invalid") == 1
+    assert redis_client.llen("fed:start_urls") == 0
+
+
+@deferred_f_from_coro_f
+async def test_feed_mode_waits_for_more_start_urls(redis_url, redis_client, site):
+    crawler = get_crawler(FedSpider, settings(redis_url))
+    crawling = asyncio.ensure_future(crawler.crawl_async())
+    await asyncio.sleep(1.5)  # well past HA_IDLE_TIMEOUT: a feed-mode spider stays open
+    assert not crawling.done()
+    redis_client.lpush("fed:start_urls", f"{site.url}/item/5")
+    while not crawler.spider.seen:
+        await asyncio.sleep(0.05)
+    await crawler.stop_async()
+    await crawling
+    assert crawler.spider.seen == [f"GET {site.url}/item/5 None"]
+
+
+@deferred_f_from_coro_f
+async def test_start_urls_as_a_set(redis_url, redis_client, site):
+    redis_client.sadd("fed:start_urls", f"{site.url}/item/3", f"{site.url}/item/4")
+    crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False,
+                                              REDIS_START_URLS_AS_SET=True))  # fmt: skip
+    await crawler.crawl_async()
+    assert sorted(crawler.spider.seen) == [f"GET {site.url}/item/3 None", f"GET {site.url}/item/4 None"]
+    assert redis_client.scard("fed:start_urls") == 0
