@@ -1,9 +1,10 @@
-"""A paginated catalogue served on loopback: list pages -> detail pages.
+"""A paginated catalogue served on loopback: / -> list pages -> detail pages.
 
 ``python -m scrapy_ha.demo.site --pages 500 --per-page 20`` prints
 ``LISTENING <port>`` once it accepts connections. ``/list/<n>`` links to the
 detail pages of its items and to the next list page; ``/item/<id>`` holds one
-item. ``/status/<code>`` answers with that status, ``/redirect/<id>`` redirects
+item; ``/`` links to the first list page of each of ``--chains`` pagination
+chains. ``/status/<code>`` answers with that status, ``/redirect/<id>`` redirects
 to ``/item/<id>``. ``/_hits`` returns how many times each path was served (JSON), for tests
 that check nothing was crawled twice.
 """
@@ -23,9 +24,10 @@ from twisted.web import resource, server
 class Catalogue(resource.Resource):
     isLeaf = True
 
-    def __init__(self, pages: int, per_page: int, delay: float) -> None:
+    def __init__(self, pages: int, per_page: int, delay: float, chains: int = 1) -> None:
         super().__init__()
         self.pages = pages
+        self.chain_length = max(1, -(-pages // max(1, chains)))
         self.per_page = per_page
         self.delay = delay
         self.hits: Counter[str] = Counter()
@@ -50,7 +52,9 @@ class Catalogue(resource.Resource):
     def page(self, path: str) -> tuple[int, bytes]:
         parts = path.strip("/").split("/")
         if path == "/":
-            return 200, b'<html><body><a class="next" href="/list/1">catalogue</a></body></html>'
+            starts = range(1, self.pages + 1, self.chain_length)
+            links = "".join(f'<a class="next" href="/list/{n}">from page {n}</a>' for n in starts)
+            return 200, f"<html><body>{links}</body></html>".encode()
         if len(parts) == 2 and parts[1].isdigit():
             n = int(parts[1])
             if parts[0] == "status":
@@ -67,7 +71,8 @@ class Catalogue(resource.Resource):
             f'<li><a class="item" href="/item/{i}">item {i}</a></li>'
             for i in range(first, first + self.per_page)
         )
-        nxt = f'<a class="next" href="/list/{n + 1}">next</a>' if n < self.pages else ""
+        last = n == self.pages or n % self.chain_length == 0
+        nxt = "" if last else f'<a class="next" href="/list/{n + 1}">next</a>'
         return f"<html><body><ul>{links}</ul>{nxt}</body></html>".encode()
 
     def item_page(self, n: int) -> bytes:
@@ -90,8 +95,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument("--per-page", type=int, default=20)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--chains", type=int, default=1,
+                        help="pagination chains: / links to the first page of each")
     args = parser.parse_args(argv)
-    site = server.Site(Catalogue(args.pages, args.per_page, args.delay))
+    site = server.Site(Catalogue(args.pages, args.per_page, args.delay, args.chains))
     site.noisy = False
     port = reactor.listenTCP(args.port, site, interface="127.0.0.1")  # type: ignore[attr-defined]
     sys.stdout.write(f"LISTENING {port.getHost().port}\n")

@@ -14,13 +14,12 @@ class CatalogueSpider(scrapy.Spider):
 
     def __init__(self, base_url: str = "http://127.0.0.1:8000", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.start_urls = [base_url.rstrip("/") + "/list/1"]
+        self.start_urls = [base_url.rstrip("/") + "/"]
 
     def parse(self, response: scrapy.http.Response) -> Any:
         for href in response.css("a.item::attr(href)").getall():
             yield response.follow(href, callback=self.parse_item)
-        next_page = response.css("a.next::attr(href)").get()
-        if next_page:
+        for next_page in response.css("a.next::attr(href)").getall():
             yield response.follow(next_page, callback=self.parse)
 
     def parse_item(self, response: scrapy.http.Response) -> Any:

@@ -1,0 +1,191 @@
+"""The demo: a distributed crawl that survives a killed worker.
+
+``python -m scrapy_ha.demo.run`` (``make demo``) starts its own redis-server
+(private directory, AOF on), the demo catalogue site, and three ``scrapy
+crawl`` workers of the example project; SIGKILLs one mid-crawl; lets the others
+finish; prints a report; and exits non-zero if any item was lost. Every
+process it started is stopped before it returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.request import urlopen
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "example_project"
+#: Short leases so that the demo shows a reclaim within seconds.
+DEMO_SETTINGS = {
+    "HA_LEASE_TIME": "5", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "5",
+    "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "2", "CONCURRENT_REQUESTS": "16",
+    "LOG_LEVEL": "INFO",
+}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Demo:
+    def __init__(self, workdir: Path, pages: int, per_page: int) -> None:
+        self.dir = workdir
+        self.pages, self.per_page = pages, per_page
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.items = workdir / "items.jl"
+        self.redis_url = ""
+        self.site_url = ""
+
+    def start_redis(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            sys.exit("redis-server is not installed: run `make demo` (it installs it)")
+        port = free_port()
+        data = self.dir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        self._spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
+                     "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+                     "--maxmemory-policy", "noeviction", "--logfile", str(data / "redis.log")],
+                    None)  # fmt: skip
+        self.redis_url = f"redis://127.0.0.1:{port}/0"
+        _wait_for(lambda: _redis_ping(port), "redis-server to start")
+
+    def start_site(self) -> None:
+        proc = self._spawn([sys.executable, "-m", "scrapy_ha.demo.site", "--pages",
+                            str(self.pages), "--per-page", str(self.per_page), "--delay", "0.01",
+                            "--chains", "10"],
+                           subprocess.PIPE)  # fmt: skip
+        assert proc.stdout is not None
+        self.site_url = "http://127.0.0.1:" + proc.stdout.readline().decode().split()[1]
+
+    def worker(self, n: int) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue",
+                "-a", f"base_url={self.site_url}", "-s", f"REDIS_URL={self.redis_url}",
+                "-s", f"ITEMS_FILE={self.items}"]  # fmt: skip
+        for name, value in DEMO_SETTINGS.items():
+            args += ["-s", f"{name}={value}"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)])}
+        with (self.dir / f"worker{n}.log").open("wb") as log:
+            proc = subprocess.Popen(args, cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+        self.procs.append(proc)
+        return proc
+
+    def _spawn(self, args: list[str], stdout: Any) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(args, stdout=stdout)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _wait_for(check: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _count_items(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def _stat(log: str, name: str) -> int:
+    match = re.search(rf"'{re.escape(name)}': (\d+)", log)
+    return int(match.group(1)) if match else 0
+
+
+def run(demo: Demo, kill_at: int) -> int:
+    demo.start_redis()
+    demo.start_site()
+    expected = demo.pages * demo.per_page
+    print(f"Redis {demo.redis_url} (AOF on), site {demo.site_url}: {expected} items on "
+          f"{demo.pages} list pages; starting 3 workers")  # fmt: skip
+    started = time.monotonic()
+    workers = [demo.worker(n) for n in (1, 2, 3)]
+    _wait_for(lambda: _count_items(demo.items) >= kill_at, f"{kill_at} items", timeout=300)
+    workers[0].send_signal(signal.SIGKILL)
+    workers[0].wait()
+    print(f"SIGKILLed worker 1 after {_count_items(demo.items)} items; workers 2 and 3 go on")
+    for proc in workers[1:]:
+        proc.wait(timeout=600)
+    return report(demo, expected, time.monotonic() - started)
+
+
+def report(demo: Demo, expected: int, elapsed: float) -> int:
+    ids = [json.loads(line)["id"] for line in demo.items.read_text().splitlines()]
+    with urlopen(demo.site_url + "/_hits") as r:
+        hits: dict[str, int] = json.load(r)
+    logs = [(demo.dir / f"worker{n}.log").read_text(errors="replace") for n in (2, 3)]
+    lost = expected - len(set(ids))
+    rows = [
+        ("items expected", expected),
+        ("items stored", len(ids)),
+        ("unique items", len(set(ids))),
+        ("items lost", lost),
+        ("items stored twice", len(ids) - len(set(ids))),
+        ("pages crawled", len(hits)),
+        ("pages crawled twice", sum(1 for n in hits.values() if n > 1)),
+        ("leases reclaimed", sum(_stat(log, "ha/reclaimed") for log in logs)),
+        ("requests acked by workers 2+3", sum(_stat(log, "ha/acked") for log in logs)),
+        ("elapsed seconds", round(elapsed, 1)),
+    ]
+    print("\nscrapy-ha demo report")
+    for name, value in rows:
+        print(f"  {name:<32}{value:>8}")
+    print(f"\nLogs and data in {demo.dir}")
+    if lost:
+        print(f"FAILED: {lost} item(s) lost")
+        return 1
+    print("OK: nothing was lost")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=250)
+    parser.add_argument("--per-page", type=int, default=20)
+    parser.add_argument("--dir", type=Path, default=ROOT / ".demo")
+    args = parser.parse_args(argv)
+    shutil.rmtree(args.dir, ignore_errors=True)
+    args.dir.mkdir(parents=True)
+    demo = Demo(args.dir, args.pages, args.per_page)
+    try:
+        return run(demo, kill_at=args.pages * args.per_page // 3)
+    finally:
+        demo.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
