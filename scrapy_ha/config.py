@@ -25,6 +25,9 @@ DEFAULT_RECLAIM_INTERVAL = 10.0
 DEFAULT_RECLAIM_BATCH = 100
 #: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.
 DEFAULT_MAX_LEASE_EXPIRIES = 3
+#: Requests handed to the engine and not finished, per CONCURRENT_REQUESTS: the downloads
+#: plus as many responses waiting in the scraper. Bounds what a killed worker re-crawls.
+INFLIGHT_PER_CONCURRENT_REQUEST = 2
 #: Seconds the whole crawl must stay empty before a worker closes (covers a sibling's last acks).
 DEFAULT_IDLE_TIMEOUT = 5.0
 #: Seconds to wait for Redis at open: long enough for a busy server, short enough to fail clearly.
@@ -59,6 +62,7 @@ class SchedulerConfig:
     reclaim_batch: int = DEFAULT_RECLAIM_BATCH
     max_lease_expiries: int = DEFAULT_MAX_LEASE_EXPIRIES
     prefetch: int = 16
+    max_inflight: int = 32
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     feed: bool = False
     persist: bool = False
@@ -74,7 +78,11 @@ class SchedulerConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Read and validate the ``HA_*`` settings (and scrapy-redis's own)."""
-        prefetch = _positive_int(settings, "HA_PREFETCH", settings.getint("CONCURRENT_REQUESTS"))
+        concurrency = settings.getint("CONCURRENT_REQUESTS")
+        prefetch = _positive_int(settings, "HA_PREFETCH", concurrency)
+        max_inflight = _positive_int(
+            settings, "HA_MAX_INFLIGHT", INFLIGHT_PER_CONCURRENT_REQUEST * concurrency
+        )
         config = cls(
             key_prefix=_text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX),
             lease_time=_seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
@@ -86,6 +94,7 @@ class SchedulerConfig:
                 settings, "HA_MAX_LEASE_EXPIRIES", DEFAULT_MAX_LEASE_EXPIRIES
             ),
             prefetch=prefetch,
+            max_inflight=max_inflight,
             idle_timeout=_seconds(settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True),
             feed=_bool(settings, "HA_FEED", False),
             persist=_bool(settings, "SCHEDULER_PERSIST", False),

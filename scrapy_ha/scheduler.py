@@ -119,7 +119,15 @@ class Scheduler:
         return True
 
     def next_request(self) -> Request | None:
-        """The next leased request, from memory; None when the local buffer is empty."""
+        """The next leased request, from memory; None when the local buffer is empty.
+
+        Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
+        while this worker's leases may have expired (Redis unreachable for a lease period).
+        """
+        if len(self._inflight) >= self.config.max_inflight:
+            self._collect_finished()
+            if len(self._inflight) >= self.config.max_inflight:
+                return None
         if not self._buffer or time.monotonic() > self._leases_valid_until:
             self._wake.set()
             return None

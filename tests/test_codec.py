@@ -46,6 +46,7 @@ def test_a_plain_request_is_small():
     assert payload == b'{"v":1,"u":"http://127.0.0.1:8000/item/12345"}'
 
 
+@pytest.mark.filterwarnings("ignore:scrapy.http.FormRequest is deprecated")
 @pytest.mark.parametrize("cls", [FormRequest, JsonRequest])
 def test_request_subclasses_round_trip(cls):
     request = cls("https://example.com/form", method="POST", body=b"a=1")

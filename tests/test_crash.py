@@ -88,7 +88,8 @@ def test_sigkill_one_of_two_workers_loses_nothing(
     assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
     log = (tmp_path / "survivor.log").read_text()
     assert "'finish_reason': 'finished'" in log
-    # the victim held at most its downloads, its scraper's responses and its prefetch buffer
+    # The victim held its prefetch buffer (HA_PREFETCH = CONCURRENCY), at most HA_MAX_INFLIGHT
+    # (2 x CONCURRENCY) unfinished requests, and the acks of one round trip.
     assert reclaimed(log) <= 4 * CONCURRENCY
     check_nothing_lost(items, pages * per_page, site.hits(), bound=reclaimed(log))
 
