@@ -25,7 +25,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_ha import __version__
 from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
-from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.config import ConfigError, SchedulerConfig
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
     check_reachable,
@@ -82,7 +82,12 @@ class Scheduler:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, SchedulerConfig.from_settings(crawler.settings))
+        try:
+            config = SchedulerConfig.from_settings(crawler.settings)
+        except ConfigError as exc:
+            logger.error("scrapy-ha cannot start: %s", exc)
+            raise
+        return cls(crawler, config)
 
     # -- the engine's interface -------------------------------------------------------
 
@@ -149,7 +154,8 @@ class Scheduler:
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:
             server = await check_reachable(client, self.redis_url, cfg.connect_timeout)
-        except Exception:
+        except Exception as exc:
+            logger.error("%s", exc)
             await client.aclose()
             raise
         self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name))

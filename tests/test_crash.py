@@ -107,3 +107,24 @@ def test_sigkill_then_resume_a_10000_item_crawl(redis_url, site_factory, tmp_pat
     log = (tmp_path / "second.log").read_text()
     assert 0 < reclaimed(log) <= 4 * CONCURRENCY  # the killed worker's leases came back
     check_nothing_lost(items, pages * per_page, site.hits(), bound=reclaimed(log))
+
+
+def test_sigint_releases_leases_at_once_and_a_second_run_finishes(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    pages, per_page = 60, 20
+    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.01",
+                        "--chains", "4")  # fmt: skip
+    items = tmp_path / "items.jl"
+    first = worker(redis_url, site.url, items, tmp_path / "first.log")
+    wait_for_items(items, 200, first)
+    first.send_signal(signal.SIGINT)  # what scrapyd's cancel sends
+    assert first.wait(timeout=60) == 0
+    log = (tmp_path / "first.log").read_text()
+    assert "'finish_reason': 'shutdown'" in log and "Released" in log
+    assert redis_client.zcard("ha:{catalogue}:leased") == 0  # nothing left to expire
+    assert redis_client.zcard("ha:{catalogue}:pending") > 0
+    second = worker(redis_url, site.url, items, tmp_path / "second.log")
+    assert second.wait(timeout=120) == 0
+    assert reclaimed((tmp_path / "second.log").read_text()) == 0
+    check_nothing_lost(items, pages * per_page, site.hits(), bound=0)

@@ -148,3 +148,44 @@ async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
     dead = {k.decode(): json.loads(v) for k, v in redis_client.hgetall(keys.dead_info).items()}
     assert set(dead) == {"900", "902", "903"}
     assert all(d["class"] == "corrupt" and "corrupt queue entry" in d["reason"] for d in dead.values())
+
+
+@deferred_f_from_coro_f
+async def test_a_redis_that_never_answers_does_not_hang_the_crawl():
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections, never answers
+    url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+    crawler = get_crawler(CatalogueSpider, settings(url, HA_CONNECT_TIMEOUT=1))
+    started = time.monotonic()
+    try:
+        with pytest.raises(RedisUnavailable, match=f"{url} within 1 s"):
+            await crawler.crawl_async(base_url="http://127.0.0.1:9")
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 15
+
+
+@deferred_f_from_coro_f
+async def test_redis_restarted_mid_crawl_reconnects_and_loses_nothing(tmp_path, site_factory):
+    from tests.conftest import RedisServer
+
+    server = RedisServer(tmp_path / "redis", appendonly=True)
+    server.start()
+    site = site_factory("--pages", "20", "--per-page", "10", "--delay", "0.02")
+    crawler = get_crawler(CatalogueSpider, settings(server.url, CONCURRENT_REQUESTS=4))
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    try:
+        while crawler.spider is None or len(crawler.spider.items) < 30:
+            await asyncio.sleep(0.02)
+        server.stop()  # graceful: the AOF is written
+        await asyncio.sleep(1.5)
+        server.start()  # same port, same data
+        await crawling
+    finally:
+        server.stop()
+    stats = crawler.stats.get_stats()
+    assert stats["ha/redis_errors"] >= 1
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 201))
