@@ -1,8 +1,13 @@
 """``scrapy_ha.Addon``: wires everything scrapy-ha offers into a project.
 
-``ADDONS = {"scrapy_ha.Addon": 0}`` sets the scheduler and switches off
-Scrapy's remote-control server on workers (unless the project set it).
-Settings the project already set at a higher priority are left alone.
+``ADDONS = {"scrapy_ha.Addon": 0}``:
+
+- sets ``SCHEDULER = "scrapy_ha.Scheduler"``;
+- replaces Scrapy's ``RetryMiddleware`` (550) with ``scrapy_ha.retry.RetryMiddleware`` and
+  adds ``scrapy_ha.retry.ParseErrorMiddleware`` next to the spider;
+- switches off Scrapy's remote-control server on workers.
+
+A setting or middleware order the project set itself is left alone.
 """
 
 from __future__ import annotations
@@ -12,10 +17,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-#: What the add-on sets, at "addon" priority.
+#: What the add-on sets, at "addon" priority (below the project's own settings).
 ADDON_SETTINGS = {
     "SCHEDULER": "scrapy_ha.Scheduler",
     "REMOTE_CONTROL_ENABLED": False,
+}
+#: Downloader middlewares: ours at the place of Scrapy's RetryMiddleware, which is disabled.
+DOWNLOADER_MIDDLEWARES = {
+    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+    "scrapy_ha.retry.RetryMiddleware": 550,
+}
+#: Spider middlewares: close to the spider, so that it sees callback exceptions first.
+SPIDER_MIDDLEWARES = {
+    "scrapy_ha.retry.ParseErrorMiddleware": 950,
 }
 
 
@@ -25,3 +39,12 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
+        _add_components(settings, "DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)
+        _add_components(settings, "SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES)
+
+
+def _add_components(settings: BaseSettings, name: str, components: dict[str, int | None]) -> None:
+    current = settings[name]
+    for path, order in components.items():
+        if path not in current:
+            current[path] = order

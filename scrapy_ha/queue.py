@@ -13,6 +13,10 @@ from typing import Any
 
 from scrapy_ha.keys import Keys
 
+#: Dead-letter retention: entries kept at most, and for at most this long (30 days).
+DEFAULT_DLQ_MAX_ENTRIES = 100_000
+DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
+
 #: Scrapy priorities are clamped to this range so that they fit the score (2^40 per step).
 MAX_PRIORITY = 4095
 
@@ -29,6 +33,10 @@ DEAD_LUA = _load("dead")
 COUNTS_LUA = _load("counts")
 FINISH_LUA = _load("finish")
 FEED_LUA = _load("feed")
+RETRY_LUA = _load("retry")
+GATE_LUA = _load("gate")
+REQUEUE_LUA = _load("requeue")
+PURGE_LUA = _load("purge")
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,7 @@ class SyncResult:
     pending: int
     leased: int
     delayed: int
+    gates: dict[str, int] = field(default_factory=dict)
     leases: list[Lease] = field(default_factory=list)
 
 
@@ -91,6 +100,10 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 class RedisQueue:
     """The queue of one crawl on one asyncio Redis client."""
 
@@ -105,6 +118,10 @@ class RedisQueue:
         self._counts = client.register_script(COUNTS_LUA)
         self._finish = client.register_script(FINISH_LUA)
         self._feed = client.register_script(FEED_LUA)
+        self._retry = client.register_script(RETRY_LUA)
+        self._gate = client.register_script(GATE_LUA)
+        self._requeue = client.register_script(REQUEUE_LUA)
+        self._purge = client.register_script(PURGE_LUA)
 
     async def sync(
         self,
@@ -124,14 +141,16 @@ class RedisQueue:
         for entry_id, token in ack:
             args += [entry_id, token]
         keys = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries,
-                k.delayed, k.delayed_score, k.lease_seq]  # fmt: skip
+                k.delayed, k.delayed_score, k.lease_seq, k.gates]  # fmt: skip
         reply = await self._sync(keys=keys, args=args)
+        n_gates = int(reply[7])
+        first = 8 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(8, first, 2)}
         leases = [
-            Lease(_s(reply[i]), _s(reply[i + 1]), reply[i + 2] if isinstance(reply[i + 2], bytes)
-                  else str(reply[i + 2]).encode())
-            for i in range(7, len(reply), 3)
-        ]  # fmt: skip
-        return SyncResult(*(int(x) for x in reply[:7]), leases=leases)
+            Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]))
+            for i in range(first, len(reply), 3)
+        ]
+        return SyncResult(*(int(x) for x in reply[:7]), gates=gates, leases=leases)
 
     async def enqueue(self, entries: list[NewEntry]) -> int:
         """Add requests (dupefilter applied); return how many were added."""
@@ -179,12 +198,46 @@ class RedisQueue:
         args = [x for pair in pairs for x in pair]
         return int(await self._release(keys=[k.pending, k.leased, k.leases], args=args))
 
-    async def dead_letter(self, entry_id: str, token: str, info: dict[str, Any]) -> bool:
-        """Move a leased entry to the dead-letter queue; False if the lease is stale."""
+    async def dead_letter(
+        self, entry_id: str, token: str, info: dict[str, Any], *, payload: bytes = b"",
+        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES, max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
+    ) -> int:  # fmt: skip
+        """Move a leased entry to the dead-letter queue (optionally with a new payload).
+
+        Returns the size of the dead-letter queue, or 0 if the lease is stale.
+        """
         k = self.keys
-        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries]
-        args = [entry_id, token, json.dumps(info, separators=(",", ":"))]
-        return bool(await self._dead(keys=keys, args=args))
+        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload]
+        args = [entry_id, token, json.dumps(info, separators=(",", ":")), max_entries,
+                max_age_ms, payload]  # fmt: skip
+        done, size = await self._dead(keys=keys, args=args)
+        return int(size) if int(done) else 0
+
+    async def retry_later(self, entry_id: str, token: str, delay_ms: int, payload: bytes) -> int:
+        """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale."""
+        k = self.keys
+        keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload]
+        return int(await self._retry(keys=keys, args=[entry_id, token, delay_ms, payload]))
+
+    async def close_gate(self, domain: str, ms: int) -> int:
+        """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
+        return int(await self._gate(keys=[self.keys.gates], args=[domain, ms]))
+
+    async def requeue_dead(self, entries: list[tuple[str, int, bytes]]) -> int:
+        """Move (id, priority, payload) dead-letter entries back to pending; return how many."""
+        if not entries:
+            return 0
+        k = self.keys
+        keys = [k.dead, k.dead_info, k.pending, k.payload, k.seq, k.expiries]
+        args = [x for e in entries for x in e]
+        return int(await self._requeue(keys=keys, args=args))
+
+    async def purge_dead(self, ids: list[str]) -> int:
+        """Delete dead-letter entries for good; return how many."""
+        if not ids:
+            return 0
+        k = self.keys
+        return int(await self._purge(keys=[k.dead, k.dead_info, k.payload], args=ids))
 
     async def counts(self) -> Counts:
         """Size of every state, read atomically."""

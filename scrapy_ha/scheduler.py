@@ -14,14 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 import scrapy
-from scrapy import signals
+from scrapy import Request, signals
+from scrapy.crawler import Crawler
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import __version__
 from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
@@ -34,10 +38,11 @@ from scrapy_ha.connection import (
 )
 from scrapy_ha.keys import Keys
 from scrapy_ha.queue import Lease, NewEntry, RedisQueue, SyncResult
+from scrapy_ha.retry import OUTCOME_META_KEY
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
     from typing_extensions import Self
@@ -48,6 +53,28 @@ logger = logging.getLogger(__name__)
 LOCAL_SEEN_LIMIT = 100_000
 #: Seconds given to the last flush and release at close before giving up (leases then expire).
 CLOSE_TIMEOUT = 10.0
+#: Requests per enqueue batch (one script call); children are always sent before acks.
+BATCH = 500
+#: Warn when the dead-letter queue passes this many entries (HA_DLQ_WARN_THRESHOLD).
+DEFAULT_DLQ_WARN_THRESHOLD = 1000
+
+_SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
+
+
+def scheduler_for(crawler: Crawler) -> Scheduler | None:
+    """The scrapy-ha scheduler of a running crawl, or None if it uses another scheduler."""
+    return _SCHEDULERS.get(crawler)
+
+
+@dataclass(frozen=True)
+class _Op:
+    """A finished request whose lease ends otherwise than by an ack."""
+
+    kind: str  # "retry", "dead" or "defer" (a closed domain: wait without an attempt)
+    entry_id: str
+    token: str
+    request: Request
+    delay: float = 0.0
 
 
 class Scheduler:
@@ -57,6 +84,7 @@ class Scheduler:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        _SCHEDULERS[crawler] = self
         self.spider: Spider | None = None
         self.queue: RedisQueue | None = None
         self.redis_url = display_url(crawler.settings)
@@ -64,6 +92,11 @@ class Scheduler:
         self._inflight: dict[str, tuple[str, Request]] = {}
         self._outbox: list[NewEntry] = []
         self._acks: list[tuple[str, str]] = []
+        self._ops: list[_Op] = []
+        self._gate_ops: dict[str, float] = {}
+        self._gates: dict[str, float] = {}
+        self._server_offset_ms = 0.0
+        self._dlq_warned = False
         self._lost: set[str] = set()
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
@@ -110,6 +143,8 @@ class Scheduler:
         request cannot be stored. Duplicates only Redis knows of are dropped there and
         counted in ``ha/filtered`` (no ``request_dropped`` signal for them).
         """
+        if self._is_retry_of_inflight(request):
+            return True  # the original's lease moves to the delayed set when it finishes
         fingerprint = self._fingerprint(request)
         if fingerprint:
             if fingerprint in self._seen:
@@ -138,13 +173,44 @@ class Scheduler:
             return None
         request = self._buffer.popleft()
         entry_id, token = request.meta[LEASE_META_KEY]
+        if self._gates and (wait := self._gate_wait(request)) > 0:
+            self._ops.append(_Op("defer", entry_id, token, request, wait))
+            self._wake.set()
+            return self.next_request()
         self._inflight[entry_id] = (token, request)
         if len(self._buffer) <= self._target() // 2:
             self._wake.set()
         return request
 
+    def _gate_wait(self, request: Request) -> float:
+        until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
+        return until - time.monotonic()
+
     def __len__(self) -> int:
         return len(self._buffer) + len(self._outbox)
+
+    # -- for the middlewares -----------------------------------------------------------
+
+    def server_time_ms(self) -> int:
+        """The Redis server's clock, estimated from the last round trip."""
+        return int(time.time() * 1000 + self._server_offset_ms)
+
+    def close_gate(self, request: Request, seconds: float) -> None:
+        """Close the request's domain for every worker for *seconds* (429, Retry-After)."""
+        domain = urlparse_cached(request).hostname or ""
+        until = time.monotonic() + seconds
+        if until > self._gates.get(domain, 0):
+            self._gates[domain] = until
+            self._gate_ops[domain] = max(seconds, self._gate_ops.get(domain, 0))
+            self._wake.set()
+
+    def _is_retry_of_inflight(self, request: Request) -> bool:
+        outcome = request.meta.get(OUTCOME_META_KEY)
+        lease = request.meta.get(LEASE_META_KEY)
+        if not outcome or outcome.get("op") != "retry" or not lease:
+            return False
+        held = self._inflight.get(lease[0])
+        return held is not None and held[1] is not request
 
     # -- open and close --------------------------------------------------------------
 
@@ -217,7 +283,9 @@ class Scheduler:
     async def _final_flush(self, reason: str) -> None:
         assert self.queue is not None
         self._collect_finished()
-        while self._outbox or self._acks:
+        if self._gate_ops:
+            await self._send_gates()
+        while self._outbox or self._acks or self._ops:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
         held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished
@@ -281,11 +349,13 @@ class Scheduler:
             await self._reclaim()
         if self._start_key is not None and len(self._outbox) + len(self._buffer) < self._target():
             await self._feed_start_urls()
+        if self._gate_ops:
+            await self._send_gates()
         want = self._want()
-        if not (self._outbox or self._acks or want):
+        if not (self._outbox or self._acks or self._ops or want):
             return False
         await self._sync(lease=want)
-        return bool(self._outbox or self._acks)
+        return bool(self._outbox or self._acks or self._ops)
 
     async def _feed_start_urls(self) -> None:
         assert self.queue is not None and self._start_key is not None
@@ -329,21 +399,100 @@ class Scheduler:
         return target - len(self._buffer)
 
     async def _sync(self, *, lease: int) -> None:
+        """Enqueue new requests, then ack and end finished leases, then lease more.
+
+        The acks and ops taken here were collected after their children were queued, so
+        every child goes to Redis (in earlier batches if need be) before its parent's ack.
+        """
         assert self.queue is not None
-        enqueue, acks = self._outbox[:500], self._acks[:500]
+        n_acks, n_ops = len(self._acks), len(self._ops)
+        while len(self._outbox) > BATCH:
+            result = await self.queue.sync(enqueue=self._outbox[:BATCH])
+            del self._outbox[:BATCH]
+            self._count(result, BATCH)
+        enqueue = self._outbox[:]
         result = await self.queue.sync(
-            enqueue=enqueue, ack=acks, lease=lease,
-            lease_ms=int(self.config.lease_time * 1000), promote=500,
+            enqueue=enqueue, ack=self._acks[:n_acks], lease=lease,
+            lease_ms=int(self.config.lease_time * 1000), promote=BATCH,
         )  # fmt: skip
         del self._outbox[: len(enqueue)]
-        del self._acks[: len(acks)]
+        del self._acks[:n_acks]
         self._count(result, len(enqueue))
-        self._remote_active = result.pending + result.leased + result.delayed
+        self._note_server(result)
+        for op in self._ops[:n_ops]:
+            await self._end(op)
+            self._ops.remove(op)
         was_empty = not self._buffer
         for lease_ in result.leases:
             await self._take(lease_)
         if (was_empty and self._buffer) or not self._keep_alive():
             self._wake_engine()  # new work, or the crawl may be over: let the engine look
+
+    def _note_server(self, result: SyncResult) -> None:
+        now = time.monotonic()
+        self._server_offset_ms = result.now_ms - time.time() * 1000
+        self._remote_active = result.pending + result.leased + result.delayed
+        self._gates = {d: now + (until - result.now_ms) / 1000 for d, until in result.gates.items()}
+
+    async def _send_gates(self) -> None:
+        assert self.queue is not None
+        for domain, seconds in list(self._gate_ops.items()):
+            await self.queue.close_gate(domain, int(seconds * 1000))
+            del self._gate_ops[domain]
+            logger.info("Domain %s closed for %.1f s for every worker (rate limited)",
+                        domain, seconds)  # fmt: skip
+
+    async def _end(self, op: _Op) -> None:
+        """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
+        assert self.queue is not None
+        if op.kind == "defer":
+            await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
+            self.stats.inc_value("ha/deferred")
+            return
+        payload = encode_request(op.request, self.spider)
+        outcome = op.request.meta.get(OUTCOME_META_KEY) or {}
+        if op.kind == "retry":
+            due = await self.queue.retry_later(
+                op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload
+            )
+            self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
+            return
+        await self._dead_letter(op, outcome, payload)
+
+    async def _dead_letter(self, op: _Op, outcome: dict[str, Any], payload: bytes) -> None:
+        assert self.queue is not None
+        history = op.request.meta.get("ha_history") or []
+        info = {**outcome, "history": history}
+        info.pop("op", None)
+        if history:
+            info["first"] = history[0]["t"]
+        size = await self.queue.dead_letter(op.entry_id, op.token, info, payload=payload,
+                                            **self._dlq_retention())  # fmt: skip
+        if not size:
+            self.stats.inc_value("ha/stale_acks")
+            return
+        cls = outcome.get("class", "unknown")
+        self.stats.inc_value(f"ha/dead/{cls}")
+        logger.error("Dead-lettered %s (class %s): %s after %d attempt(s)", op.request, cls,
+                     outcome.get("reason"), len(history) or 1)  # fmt: skip
+        self._check_dlq_size(size)
+
+    def _dlq_retention(self) -> dict[str, int]:
+        settings = self.crawler.settings
+        return {
+            "max_entries": settings.getint("HA_DLQ_MAX_ENTRIES", 100_000),
+            "max_age_ms": int(settings.getfloat("HA_DLQ_MAX_AGE", 30 * 86400) * 1000),
+        }
+
+    def _check_dlq_size(self, size: int) -> None:
+        threshold = self.crawler.settings.getint("HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD)
+        if size >= threshold and not self._dlq_warned:
+            self._dlq_warned = True
+            logger.warning(
+                "The dead-letter queue of %s holds %d entries (HA_DLQ_WARN_THRESHOLD=%d): "
+                "see `scrapy-ha dlq list %s`", self.spider.name if self.spider else "?",
+                size, threshold, self.spider.name if self.spider else "SPIDER",
+            )  # fmt: skip
 
     def _count(self, result: SyncResult, sent: int) -> None:
         inc = self.stats.inc_value
@@ -377,7 +526,7 @@ class Scheduler:
         assert self.queue is not None
         info = {"class": "corrupt", "reason": f"corrupt queue entry: {reason}",
                 "payload": lease.payload[:200].decode("utf-8", "replace")}  # fmt: skip
-        await self.queue.dead_letter(lease.id, lease.token, info)
+        await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention())
         self.stats.inc_value("ha/dead/corrupt")
         logger.error("Queue entry %s is corrupt (%s): moved to the dead-letter queue",
                      lease.id, reason)  # fmt: skip
@@ -395,9 +544,13 @@ class Scheduler:
         busy = self._busy_check()
         done = [i for i, (_, r) in self._inflight.items() if not busy(r)]
         for entry_id in done:
-            token, _ = self._inflight.pop(entry_id)
-            self._acks.append((entry_id, token))
+            token, request = self._inflight.pop(entry_id)
             self._lost.discard(entry_id)
+            outcome = request.meta.get(OUTCOME_META_KEY)
+            if outcome and outcome.get("op") in ("retry", "dead"):
+                self._ops.append(_Op(outcome["op"], entry_id, token, request))
+            else:
+                self._acks.append((entry_id, token))
 
     def _busy_check(self) -> Any:
         """A test: is this request still somewhere in the engine?"""
@@ -505,7 +658,7 @@ class Scheduler:
             raise DontCloseSpider
 
     def _keep_alive(self) -> bool:
-        local = self._buffer or self._outbox or self._acks or self._inflight
+        local = self._buffer or self._outbox or self._acks or self._ops or self._inflight
         return bool(
             self._feed_mode or local or not self._redis_ok or self._remote_active != 0
         )

@@ -7,6 +7,7 @@ from typing import Any
 import scrapy
 from scrapy.exceptions import IgnoreRequest
 
+from scrapy_ha.retry import PermanentError
 from scrapy_ha.spiders import RedisSpider
 
 
@@ -83,3 +84,31 @@ class FedSpider(RedisSpider):
     def parse(self, response: Any) -> Any:
         self.seen.append(f"{response.request.method} {response.url} {response.meta.get('tag')}")
         yield {"url": response.url}
+
+
+class FaultSpider(scrapy.Spider):
+    """Fetches the given paths; the parser needs a span.id (a broken page raises)."""
+
+    name = "faults"
+
+    def __init__(self, base_url: str = "", paths: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.base_url = base_url
+        self.paths = paths
+        self.ok: list[str] = []
+        self.errors: list[str] = []
+
+    async def start(self) -> Any:
+        for i, path in enumerate(self.paths):
+            yield scrapy.Request(self.base_url + path, errback=self.on_error,
+                                 priority=len(self.paths) - i)  # fmt: skip
+
+    def parse(self, response: Any) -> Any:
+        if "permanent" in response.url:
+            raise PermanentError("this page can never be read")
+        item_id = int(response.css("span.id::text").get())  # TypeError on a broken page
+        self.ok.append(response.url.replace(self.base_url, ""))
+        yield {"id": item_id}
+
+    def on_error(self, failure: Any) -> None:
+        self.errors.append(failure.request.url.replace(self.base_url, ""))

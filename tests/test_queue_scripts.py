@@ -180,7 +180,7 @@ async def test_dead_letter_is_fenced_and_keeps_the_payload(redis_url):
     await q.enqueue([entry("a")])
     (a,) = await q.lease(1, 30000)
     assert not await q.dead_letter(a.id, "stale", {"class": "corrupt", "reason": "x"})
-    assert await q.dead_letter(a.id, a.token, {"class": "corrupt", "reason": "bad payload"})
+    assert await q.dead_letter(a.id, a.token, {"class": "corrupt", "reason": "bad payload"}) == 1
     info = json.loads(await q.client.hget(KEYS.dead_info, a.id))
     assert info["reason"] == "bad payload" and info["first"] == info["last"] > 0
     counts = await q.counts()

@@ -5,8 +5,10 @@
 detail pages of its items and to the next list page; ``/item/<id>`` holds one
 item; ``/`` links to the first list page of each of ``--chains`` pagination
 chains. ``/status/<code>`` answers with that status, ``/redirect/<id>`` redirects
-to ``/item/<id>``. ``/_hits`` returns how many times each path was served (JSON), for tests
-that check nothing was crawled twice.
+to ``/item/<id>``. ``/flaky/<id>?fail=N&status=S[&retry_after=R]`` fails its first N
+hits with status S (a number, ``timeout`` or ``broken`` for a page the parser cannot
+read), then serves item <id>. ``/_hits`` returns how many times each path was served and
+``/_log`` every hit with its time (JSON), for tests.
 """
 
 from __future__ import annotations
@@ -14,30 +16,67 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet import reactor
 from twisted.web import resource, server
 
 
+@dataclass(frozen=True)
+class Fault:
+    """Item pages whose id is a multiple of ``every`` fail their first ``times`` hits."""
+
+    status: str  # an HTTP status, "timeout" or "broken"
+    every: int
+    times: int
+    retry_after: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        """``STATUS:EVERY:TIMES[:RETRY_AFTER]``, e.g. ``503:7:2`` or ``429:13:1:2``."""
+        parts = text.split(":")
+        return cls(parts[0], int(parts[1]), int(parts[2]), int(parts[3]) if len(parts) > 3 else 0)
+
+    def expected(self, budget: int) -> str | None:
+        """None if a crawl with *budget* retries for this class ends with the item."""
+        return None if self.times <= budget else self.status
+
+
 class Catalogue(resource.Resource):
     isLeaf = True
 
-    def __init__(self, pages: int, per_page: int, delay: float, chains: int = 1) -> None:
+    def __init__(
+        self, pages: int, per_page: int, delay: float, chains: int = 1,
+        faults: list[Fault] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
+        self.faults = faults or []
         self.pages = pages
         self.chain_length = max(1, -(-pages // max(1, chains)))
         self.per_page = per_page
         self.delay = delay
         self.hits: Counter[str] = Counter()
+        self.log: list[list[Any]] = []
 
     def render_GET(self, request: Any) -> bytes | int:
         path = request.path.decode()
-        if path == "/_hits":
+        if path in ("/_hits", "/_log"):
             request.setHeader(b"content-type", b"application/json")
-            return json.dumps(self.hits).encode()
-        self.hits[path] += 1
+            return json.dumps(self.hits if path == "/_hits" else self.log).encode()
+        key = request.uri.decode()
+        self.hits[key] += 1
+        self.log.append([time.time(), key])
+        if path.startswith("/flaky/") and self.hits[key] <= _arg(request, "fail", 0):
+            return self.fault(request)
+        if self.faults and path.startswith("/item/") and (fault := self.fault_of(path)):
+            if self.hits[key] <= fault.times:
+                request.args = {b"status": [fault.status.encode()]}
+                if fault.retry_after:
+                    request.args[b"retry_after"] = [str(fault.retry_after).encode()]
+                return self.fault(request)
         if path.startswith("/redirect/"):
             request.redirect(b"/item/" + path.rsplit("/", 1)[1].encode())
             return b""
@@ -49,6 +88,24 @@ class Catalogue(resource.Resource):
         reactor.callLater(self.delay, _finish, request, body)  # type: ignore[attr-defined]
         return server.NOT_DONE_YET
 
+    def fault_of(self, path: str) -> Fault | None:
+        n = int(path.rsplit("/", 1)[1]) if path.rsplit("/", 1)[1].isdigit() else 0
+        return next((f for f in self.faults if n and n % f.every == 0), None)
+
+    def fault(self, request: Any) -> bytes | int:
+        """The failure a /flaky/ page answers with until it has failed ``fail`` times."""
+        status = request.args.get(b"status", [b"500"])[0].decode()
+        if status == "timeout":
+            reactor.callLater(3600, _finish, request, b"")  # type: ignore[attr-defined]
+            return server.NOT_DONE_YET
+        if status == "broken":  # a page the parser cannot read
+            return b"<html><body><h1>maintenance</h1></body></html>"
+        request.setResponseCode(int(status))
+        retry_after = request.args.get(b"retry_after")
+        if retry_after:
+            request.setHeader(b"retry-after", retry_after[0])
+        return f"<html><body>status {status}</body></html>".encode()
+
     def page(self, path: str) -> tuple[int, bytes]:
         parts = path.strip("/").split("/")
         if path == "/":
@@ -59,6 +116,8 @@ class Catalogue(resource.Resource):
             n = int(parts[1])
             if parts[0] == "status":
                 return n, f"<html><body>status {n}</body></html>".encode()
+            if parts[0] == "flaky":
+                return 200, self.item_page(n)
             if parts[0] == "list" and 1 <= n <= self.pages:
                 return 200, self.list_page(n)
             if parts[0] == "item" and 1 <= n <= self.pages * self.per_page:
@@ -83,6 +142,10 @@ class Catalogue(resource.Resource):
         ).encode()
 
 
+def _arg(request: Any, name: str, default: int) -> int:
+    return int(request.args.get(name.encode(), [default])[0])
+
+
 def _finish(request: Any, body: bytes) -> None:
     if not request._disconnected:
         request.write(body)
@@ -97,8 +160,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument("--chains", type=int, default=1,
                         help="pagination chains: / links to the first page of each")
+    parser.add_argument("--fault", action="append", type=Fault.parse, default=[],
+                        metavar="STATUS:EVERY:TIMES[:RETRY_AFTER]",
+                        help="item pages whose id is a multiple of EVERY answer STATUS (a code, "
+                             "timeout or broken) to their first TIMES hits")  # fmt: skip
     args = parser.parse_args(argv)
-    site = server.Site(Catalogue(args.pages, args.per_page, args.delay, args.chains))
+    catalogue = Catalogue(args.pages, args.per_page, args.delay, args.chains, args.fault)
+    site = server.Site(catalogue)
     site.noisy = False
     port = reactor.listenTCP(args.port, site, interface="127.0.0.1")  # type: ignore[attr-defined]
     sys.stdout.write(f"LISTENING {port.getHost().port}\n")

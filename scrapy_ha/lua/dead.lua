@@ -1,11 +1,14 @@
--- dead: move one leased entry to the dead-letter queue, fenced by its lease token.
+-- dead: move one leased entry to the dead-letter queue, fenced by its lease token, and keep
+-- the queue within its retention (count and age): the oldest entries are dropped for good.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] dead  KEYS[4] dead_info  KEYS[5] expiries
+-- KEYS[6] payload
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
+-- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- The JSON gets "last" (server time, ms) and keeps "first" if given.
--- Returns 1, or 0 when the token is stale (nothing changes).
+-- Returns {1, entries in the dead-letter queue}, or {0, 0} when the token is stale.
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not (v and string.match(v, '^(%S+)') == ARGV[2]) then
-  return 0
+  return {0, 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -17,4 +20,18 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(info))
-return 1
+if ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
+end
+local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[5]), 'LIMIT', 0, 100)
+local excess = redis.call('ZCARD', KEYS[3]) - #old - tonumber(ARGV[4])
+if excess > 0 then
+  local more = redis.call('ZRANGE', KEYS[3], #old, #old + math.min(excess, 100) - 1)
+  for _, id in ipairs(more) do old[#old + 1] = id end
+end
+for _, id in ipairs(old) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[6], id)
+end
+return {1, redis.call('ZCARD', KEYS[3])}

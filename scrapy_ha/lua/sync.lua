@@ -4,13 +4,15 @@
 --   3. promote due delayed entries, then lease up to n pending entries.
 -- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter  KEYS[4] seq
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
--- KEYS[9] delayed_sc KEYS[10] lseq
+-- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
 -- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
 -- ARGV[5] most delayed entries to promote
 -- then ARGV[1] triples: fingerprint ('' = never filtered), priority, payload
 -- then ARGV[2] pairs:   entry id, lease token
--- Returns {now_ms, added, acked, stale, pending, leased, delayed, id1, token1, payload1, ...}
+-- Returns {now_ms, added, acked, stale, pending, leased, delayed, n,
+--          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
+--          id1, token1, payload1, ...}
 --   (payload '' when the entry has no payload: the worker dead-letters it as corrupt).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -49,7 +51,19 @@ for i = 0, n_ack - 1 do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0}
+local out = {now, added, acked, stale, 0, 0, 0, 0}
+if redis.call('HLEN', KEYS[11]) > 0 then
+  local gates = redis.call('HGETALL', KEYS[11])
+  for i = 1, #gates, 2 do
+    if tonumber(gates[i + 1]) <= now then
+      redis.call('HDEL', KEYS[11], gates[i])
+    else
+      out[#out + 1] = gates[i]
+      out[#out + 1] = gates[i + 1]
+      out[8] = out[8] + 1
+    end
+  end
+end
 if n_lease > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
   for _, id in ipairs(due) do

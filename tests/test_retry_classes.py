@@ -1,0 +1,141 @@
+"""Failure classes, backoff, Retry-After and the retry budget (no Redis needed)."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy import Request
+from scrapy.http import Response
+from scrapy.settings import Settings
+from twisted.internet.error import DNSLookupError, TimeoutError
+
+from scrapy_ha.config import ConfigError
+from scrapy_ha.retry import (
+    Failure,
+    PermanentError,
+    Policy,
+    RetryConfig,
+    decide,
+    retry_after_seconds,
+)
+
+DEFAULTS = Settings()
+DEFAULTS.setmodule("scrapy.settings.default_settings")
+
+
+def config(**settings) -> RetryConfig:
+    s = DEFAULTS.copy()
+    s.update(settings)
+    return RetryConfig.from_settings(s)
+
+
+def response(status: int, headers: dict | None = None) -> Response:
+    return Response("https://example.com/x", status=status, headers=headers or {})
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "cls"),
+    [
+        (200, {}, None), (301, {}, None), (500, {}, "server"), (502, {}, "server"),
+        (503, {}, "server"), (503, {"Retry-After": "5"}, "rate_limited"), (522, {}, "server"),
+        (524, {}, "server"), (408, {}, "server"), (429, {}, "rate_limited"),
+        (403, {}, "banned"), (404, {}, "gone"), (410, {}, "gone"), (400, {}, "client"),
+        (451, {}, "client"),
+    ],
+)  # fmt: skip
+def test_status_classes(status, headers, cls):
+    assert config().classify_response(response(status, headers)) == cls
+
+
+def test_status_classes_and_ban_checks_are_configurable():
+    c = config(HA_RETRY_STATUS_CLASSES={404: "server", 418: "banned", 500: None},
+               HA_BAN_CHECK="tests.test_retry_classes.captcha")  # fmt: skip
+    assert c.classify_response(response(404)) == "server"
+    assert c.classify_response(response(418)) == "banned"
+    assert c.classify_response(response(500)) is None
+    banned = Response("https://example.com", status=200, body=b"<p>captcha</p>")
+    assert c.classify_response(banned) == "banned"
+
+
+def captcha(response: Response) -> bool:
+    return b"captcha" in response.body
+
+
+@pytest.mark.parametrize(
+    ("exception", "cls"),
+    [(TimeoutError(), "network"), (DNSLookupError(), "network"), (ConnectionRefusedError(), "network"),
+     (PermanentError(), "permanent"), (ValueError(), None)],
+)  # fmt: skip
+def test_exception_classes(exception, cls):
+    assert config().classify_exception(exception) == cls
+
+
+def test_user_listed_permanent_exceptions():
+    c = config(HA_RETRY_PERMANENT_EXCEPTIONS=["builtins.LookupError"])
+    assert c.classify_exception(KeyError()) == "permanent"
+
+
+def test_backoff_is_exponential_capped_and_jittered():
+    p = Policy(times=5, base=3, multiplier=2, max=120)
+    assert [p.backoff(n, 0, lambda: 0.5) for n in range(7)] == [3, 6, 12, 24, 48, 96, 120]
+    assert p.backoff(2, 1.0, lambda: 0.25) == 9  # full jitter: anywhere in (0, 12]
+    assert p.backoff(2, 0.5, lambda: 1.0) == 6  # half jitter: in [6, 12]
+
+
+def test_retry_after_seconds_and_http_date():
+    assert retry_after_seconds(response(429, {"Retry-After": "7"})) == 7
+    dated = response(503, {"Retry-After": "Wed, 21 Oct 2026 07:28:30 GMT",
+                           "Date": "Wed, 21 Oct 2026 07:28:00 GMT"})  # fmt: skip
+    assert retry_after_seconds(dated) == 30
+    assert retry_after_seconds(response(429, {"Retry-After": "soon"})) is None
+    assert retry_after_seconds(response(429)) is None
+
+
+def test_decide_spends_the_budget_of_each_class_then_gives_up():
+    c = config(HA_RETRY_JITTER=0, HA_RETRY_TIMES=2)
+    request = Request("https://example.com", meta={"proxy": "http://u:secret@proxy:1"})
+    verdicts = [decide(request, Failure("server", "HTTP 500", 500), c, worker="w", now_ms=i)
+                for i in range(3)]  # fmt: skip
+    assert [v["op"] for v in verdicts] == ["retry", "retry", "dead"]
+    assert [v.get("delay") for v in verdicts[:2]] == [3, 6]
+    assert verdicts[2]["attempts"] == 3
+    # another class has its own budget
+    assert decide(request, Failure("banned", "HTTP 403", 403), c, worker="w", now_ms=9)["op"] == "retry"
+    history = request.meta["ha_history"]
+    assert [h["outcome"] for h in history] == ["HTTP 500"] * 3 + ["HTTP 403"]
+    assert history[0]["proxy"] == "http://proxy:1"  # never the password
+
+
+def test_retry_after_is_honoured_and_capped():
+    c = config(HA_RETRY_JITTER=0, HA_RETRY_AFTER_MAX=60)
+    request = Request("https://example.com")
+    assert decide(request, Failure("rate_limited", "HTTP 429", 429, retry_after=30), c,
+                  worker="w", now_ms=0)["delay"] == 30  # fmt: skip
+    assert decide(request, Failure("rate_limited", "HTTP 429", 429, retry_after=3600), c,
+                  worker="w", now_ms=0)["delay"] == 60  # fmt: skip
+
+
+def test_permanent_classes_and_per_request_budget():
+    c = config()
+    assert decide(Request("https://e.com"), Failure("gone", "HTTP 404", 404), c, worker="w",
+                  now_ms=0)["op"] == "dead"  # fmt: skip
+    request = Request("https://e.com", meta={"ha_retry_times": 0})
+    assert decide(request, Failure("server", "HTTP 500", 500), c, worker="w", now_ms=0)["op"] == "dead"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"HA_RETRY_TIMES": -1}, "HA_RETRY_TIMES=-1"),
+        ({"HA_RETRY_BACKOFF_BASE": "x"}, "HA_RETRY_BACKOFF_BASE='x' is not a number"),
+        ({"HA_RETRY_JITTER": 2}, "HA_RETRY_JITTER=2.0 must be between 0 and 1"),
+        ({"HA_RETRY_POLICIES": {"serverr": {"times": 1}}}, "HA_RETRY_POLICIES['serverr']"),
+        ({"HA_RETRY_POLICIES": {"server": {"tries": 1}}}, "HA_RETRY_POLICIES['server']"),
+        ({"HA_RETRY_STATUS_CLASSES": {404: "lost"}}, "HA_RETRY_STATUS_CLASSES[404]='lost'"),
+        ({"HA_RETRY_PERMANENT_EXCEPTIONS": ["no.such.Error"]}, "'no.such.Error'"),
+        ({"HA_BAN_CHECK": "no.such.check"}, "HA_BAN_CHECK='no.such.check'"),
+    ],
+)
+def test_bad_retry_settings_name_themselves(settings, message):
+    with pytest.raises(ConfigError, match=None) as info:
+        config(**settings)
+    assert message in str(info.value)

@@ -1,0 +1,116 @@
+"""Retries and the dead-letter queue in real crawls against the demo site and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from urllib.request import urlopen
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+
+FAST_RETRIES = {
+    "ADDONS": {"scrapy_ha.Addon": 0},
+    "HA_IDLE_TIMEOUT": 0.5,
+    "HA_RETRY_JITTER": 0,
+    "HA_RETRY_BACKOFF_BASE": 0.3,
+    "HA_RETRY_BACKOFF_MULTIPLIER": 2,
+    "HA_RETRY_TIMES": 2,
+    "HA_RETRY_POLICIES": {"network": {"base": 0.3}, "parse": {"base": 0.3}, "banned": {"times": 1}},
+    "DOWNLOAD_TIMEOUT": 1,
+    "SCHEDULER_PERSIST": True,
+    "LOG_LEVEL": "INFO",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def hit_log(site) -> dict[str, list[float]]:
+    with urlopen(site.url + "/_log") as r:
+        times: dict[str, list[float]] = defaultdict(list)
+        for t, path in json.load(r):
+            times[path].append(t)
+        return times
+
+
+def dead_letters(redis_client, spider: str) -> dict[str, dict]:
+    keys = Keys("ha", spider)
+    out = {}
+    for entry_id, info in redis_client.hgetall(keys.dead_info).items():
+        payload = json.loads(redis_client.hget(keys.payload, entry_id))
+        out[payload["u"].split(":", 2)[2].split("/", 1)[1]] = json.loads(info)
+    return out
+
+
+@deferred_f_from_coro_f
+async def test_every_failure_class_ends_crawled_or_dead_lettered(redis_url, redis_client, site):
+    paths = {
+        "/flaky/1?fail=2&status=500": "ok",        # server: 2 retries, then fine
+        "/flaky/2?fail=9&status=503": "server",    # server: budget (2) spent
+        "/status/404": "gone",                     # no retry
+        "/status/410": "gone",
+        "/status/400": "client",
+        "/flaky/3?fail=9&status=403": "banned",    # banned: its own budget (1)
+        "/flaky/4?fail=1&status=timeout": "ok",    # network: retried soon
+        "/flaky/5?fail=1&status=broken": "ok",     # parse error, retried
+        "/flaky/6?fail=9&status=broken": "parse",  # parse: budget spent
+        "/item/7?permanent": "permanent",          # PermanentError from the callback
+    }  # fmt: skip
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=tuple(paths))
+    spider = crawler.spider
+    expected_ok = sorted(p for p, want in paths.items() if want == "ok")
+    assert sorted(spider.ok) == expected_ok
+    dead = dead_letters(redis_client, "faults")
+    assert {p: d["class"] for p, d in dead.items()} == {
+        p.lstrip("/"): want for p, want in paths.items() if want != "ok"
+    }
+    assert dead["flaky/2?fail=9&status=503"]["reason"] == "HTTP 503"
+    assert dead["flaky/2?fail=9&status=503"]["status"] == 503
+    assert [h["outcome"] for h in dead["flaky/2?fail=9&status=503"]["history"]] == ["HTTP 503"] * 3
+    assert dead["flaky/6?fail=9&status=broken"]["reason"].startswith("builtins.TypeError")
+    assert all(d["first"] <= d["last"] for d in dead.values())
+    # errbacks still see the HTTP errors, as with Scrapy's own retry middleware
+    assert "/status/404" in spider.errors and "/flaky/2?fail=9&status=503" in spider.errors
+    stats = crawler.stats.get_stats()
+    assert stats["ha/dead/gone"] == 2 and stats["ha/dead/server"] == 1
+    assert stats["ha/retry/count"] == 2 + 2 + 1 + 1 + 1 + 2  # 500, 503, 403, timeout, parse x2
+    counts = {k: redis_client.zcard(Keys("ha", "faults")._key(k))
+              for k in ("pending", "leased", "delayed")}  # fmt: skip
+    assert counts == {"pending": 0, "leased": 0, "delayed": 0}
+    # retries are spaced as configured: 0.3 s, then 0.6 s (no jitter here)
+    times = hit_log(site)["/flaky/1?fail=2&status=500"]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert len(times) == 3
+    assert 0.3 <= gaps[0] < 0.3 + 1.5 and 0.6 <= gaps[1] < 0.6 + 1.5, gaps
+
+
+@deferred_f_from_coro_f
+async def test_a_429_closes_the_domain_for_every_worker_until_retry_after(
+    redis_url, redis_client, site_factory
+):
+    site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.05")
+    paths = ("/flaky/1?fail=1&status=429&retry_after=2", *(f"/item/{i}" for i in range(2, 40)))
+    worker = {**FAST_RETRIES, "REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 1, "HA_PREFETCH": 1}
+    crawlers = [get_crawler(FaultSpider, worker) for _ in range(2)]
+    await asyncio.gather(*(c.crawl_async(base_url=site.url, paths=paths) for c in crawlers))
+    assert sorted(p for c in crawlers for p in c.spider.ok) == sorted(
+        ["/flaky/1?fail=1&status=429&retry_after=2", *paths[1:]]
+    )
+    log = hit_log(site)
+    closed_at = log[paths[0]][0]
+    assert log[paths[0]][1] - closed_at >= 2  # the retry waited for Retry-After
+    # requests already on the wire when the 429 came back finish within ~0.3 s; after that
+    # neither worker sends anything to the domain until it opens again
+    during = [t for ts in log.values() for t in ts if closed_at + 0.4 < t < closed_at + 2]
+    assert during == []
+    assert sum(c.stats.get_value("ha/deferred", 0) for c in crawlers) > 0
