@@ -12,11 +12,13 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from scrapy.settings import Settings
 
 from scrapy_ha.config import ConfigError
 from scrapy_ha.connection import RedisUnavailable, check_reachable, display_url, redis_from_settings
+from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.queue import RedisQueue
 
@@ -51,7 +53,8 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         await check_reachable(client, display_url(settings), 5.0)
         queue = RedisQueue(client, Keys(prefix, args.spider))
-        return await _COMMANDS[args.command](queue, args)
+        name = f"dlq {args.dlq}" if args.command == "dlq" else args.command
+        return await _COMMANDS[name](queue, args)
     finally:
         await client.aclose()
 
@@ -81,6 +84,90 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[DeadEntry]:
+    if getattr(args, "ids", None):
+        found = [await dlq.get(i) for i in args.ids]
+        return [e for e in found if e is not None]
+    return await dlq.entries(cls=args.cls, domain=args.domain, reason=args.reason,
+                             limit=getattr(args, "limit", None))  # fmt: skip
+
+
+@command("dlq list")
+async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Dead-letter entries: id, class, attempts, reason, URL (filters: --class, --domain, --reason)."""
+    for e in await _selected(DeadLetterQueue(queue), args):
+        print(f"{e.id:>10}  {e.cls:<12} {e.attempts:>3}  {e.reason[:40]:<40}  {e.url}")
+    return 0
+
+
+@command("dlq show")
+async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """One entry in full, as JSON (the request, class, reason, history)."""
+    entry = await DeadLetterQueue(queue).get(args.id)
+    if entry is None:
+        print(f"no dead-letter entry {args.id} in {queue.keys.spider}", file=sys.stderr)
+        return 1
+    print(json.dumps({**entry.as_dict(), "request": entry.request}, indent=2))
+    return 0
+
+
+@command("dlq export")
+async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Every matching entry as one JSON object per line (url, class, reason, attempts, ...)."""
+    for e in await _selected(DeadLetterQueue(queue), args):
+        print(json.dumps(e.as_dict()))
+    return 0
+
+
+@command("dlq requeue")
+async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
+    return await _bulk(queue, args, "requeued", DeadLetterQueue(queue).requeue)
+
+
+@command("dlq purge")
+async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Delete entries for good (IDs, or --all, or filters)."""
+    return await _bulk(queue, args, "purged", DeadLetterQueue(queue).purge)
+
+
+async def _bulk(
+    queue: RedisQueue, args: argparse.Namespace, done: str,
+    action: Callable[[list[str]], Awaitable[int]],
+) -> int:  # fmt: skip
+    if not (args.ids or args.all or args.cls or args.domain or args.reason):
+        print("name entry IDs, a filter (--class, --domain, --reason) or --all", file=sys.stderr)
+        return 1
+    entries = await _selected(DeadLetterQueue(queue), args)
+    n = await action([e.id for e in entries])
+    print(f"{done} {n} of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+    return 0
+
+
+def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool = False) -> None:
+    p.add_argument("spider")
+    if ids:
+        p.add_argument("ids", nargs="*", metavar="ID", help="entry ids (see `dlq list`)")
+        p.add_argument("--all", action="store_true", help="every entry")
+    p.add_argument("--class", dest="cls", help="failure class: gone, banned, server, ...")
+    p.add_argument("--domain", help="the request's host name")
+    p.add_argument("--reason", help="a part of the reason (case-insensitive)")
+    if limit:
+        p.add_argument("--limit", type=int, help="at most this many")
+
+
+def _add_dlq(sub: Any) -> None:
+    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(dest="dlq",
+                                                                            required=True)  # fmt: skip
+    _add_filters(dlq.add_parser("list", help=dlq_list.__doc__), limit=True)
+    show = dlq.add_parser("show", help=dlq_show.__doc__)
+    show.add_argument("spider")
+    show.add_argument("id")
+    _add_filters(dlq.add_parser("export", help=dlq_export.__doc__), limit=True)
+    _add_filters(dlq.add_parser("requeue", help=dlq_requeue.__doc__), ids=True)
+    _add_filters(dlq.add_parser("purge", help=dlq_purge.__doc__), ids=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scrapy-ha", description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", help="Redis URL (default: the project's REDIS_URL)")
@@ -92,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("flush", help=flush.__doc__)
     p.add_argument("spider")
     p.add_argument("--force", action="store_true", help="even while workers are alive")
+    _add_dlq(sub)
     return parser
 
 

@@ -26,10 +26,12 @@ FAST_LEASES = {
 CONCURRENCY = 16
 
 
-def worker(redis_url: str, site_url: str, items: Path, log: Path) -> subprocess.Popen[bytes]:
+def worker(
+    redis_url: str, site_url: str, items: Path, log: Path, **extra: str
+) -> subprocess.Popen[bytes]:
     settings = {
         **FAST_LEASES, "REDIS_URL": redis_url, "ITEMS_FILE": str(items),
-        "CONCURRENT_REQUESTS": str(CONCURRENCY), "LOG_LEVEL": "INFO",
+        "CONCURRENT_REQUESTS": str(CONCURRENCY), "LOG_LEVEL": "INFO", **extra,
     }  # fmt: skip
     args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue", "-a",
             f"base_url={site_url}"]  # fmt: skip
@@ -128,3 +130,28 @@ def test_sigint_releases_leases_at_once_and_a_second_run_finishes(
     assert second.wait(timeout=120) == 0
     assert reclaimed((tmp_path / "second.log").read_text()) == 0
     check_nothing_lost(items, pages * per_page, site.hits(), bound=0)
+
+
+def test_sigkill_while_retries_wait_loses_none_of_them(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    pages, per_page = 40, 20
+    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "4",
+                        "--fault", "404:50:99", "--fault", "503:7:1", "--fault", "429:130:1:1",
+                        "--fault", "timeout:31:1", "--fault", "broken:17:1")  # fmt: skip
+    retries = {"HA_RETRY_BACKOFF_BASE": "2", "DOWNLOAD_TIMEOUT": "2",
+               "HA_RETRY_POLICIES": '{"network": {"base": 2}, "parse": {"base": 2}}'}  # fmt: skip
+    items = tmp_path / "items.jl"
+    victim = worker(redis_url, site.url, items, tmp_path / "victim.log", **retries)
+    wait_for_items(items, 300, victim)
+    waiting = redis_client.zcard("ha:{catalogue}:delayed")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    survivor = worker(redis_url, site.url, items, tmp_path / "survivor.log", **retries)
+    assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    assert waiting > 0, "no retry was waiting when the worker was killed"
+    ids = {json.loads(line)["id"] for line in items.read_text().splitlines()}
+    gone = {n for n in range(1, pages * per_page + 1) if n % 50 == 0}
+    assert ids == set(range(1, pages * per_page + 1)) - gone
+    dead = [json.loads(v) for v in redis_client.hvals("ha:{catalogue}:dead_info")]
+    assert sorted(d["class"] for d in dead) == ["gone"] * len(gone)

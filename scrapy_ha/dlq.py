@@ -1,0 +1,164 @@
+"""The dead-letter queue of a crawl, as a Python API (the ``scrapy-ha dlq`` commands use it).
+
+>>> dlq = DeadLetterQueue(RedisQueue(redis.asyncio.Redis.from_url(url), Keys("ha", "books")))
+>>> [e.url for e in await dlq.entries(cls="gone")]
+>>> await dlq.requeue([e.id for e in await dlq.entries(domain="example.com")])
+
+Requeue puts entries back in the pending queue with their attempt counters and history
+reset; it is atomic per entry and idempotent (an entry already requeued is skipped).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy_ha.retry import HISTORY_META_KEY, OUTCOME_META_KEY, RETRIES_META_KEY
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from scrapy_ha.queue import RedisQueue
+
+#: Entries read per round trip when scanning the dead-letter queue.
+SCAN_BATCH = 500
+_RESET_META = (RETRIES_META_KEY, HISTORY_META_KEY, OUTCOME_META_KEY)
+
+
+@dataclass(frozen=True)
+class DeadEntry:
+    """One dead-letter entry: the request (credentials already stripped) and why it died."""
+
+    id: str
+    url: str
+    cls: str
+    reason: str
+    dead_at: int
+    info: dict[str, Any] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def domain(self) -> str:
+        return urlsplit(self.url).hostname or ""
+
+    @property
+    def attempts(self) -> int:
+        return int(self.info.get("attempts") or len(self.info.get("history") or []) or 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``scrapy-ha dlq export`` prints for this entry."""
+        return {
+            "id": self.id, "url": self.url, "method": self.request.get("m", "GET"),
+            "class": self.cls, "reason": self.reason, "attempts": self.attempts,
+            "status": self.info.get("status"), "first": self.info.get("first"),
+            "last": self.info.get("last"), "dead_at": self.dead_at,
+            "history": self.info.get("history", []),
+        }  # fmt: skip
+
+    def matches(self, *, cls: str | None, domain: str | None, reason: str | None) -> bool:
+        return (
+            (cls is None or self.cls == cls)
+            and (domain is None or self.domain == domain)
+            and (reason is None or reason.lower() in self.reason.lower())
+        )
+
+
+def _parse(entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None) -> DeadEntry:
+    try:
+        meta = json.loads(info) if info else {}
+    except ValueError:
+        meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
+    try:
+        request = json.loads(payload) if payload else {}
+    except ValueError:
+        request = {}
+    if not isinstance(request, dict):
+        request = {}
+    return DeadEntry(entry_id, str(request.get("u", meta.get("payload", "?"))),
+                     str(meta.get("class", "unknown")), str(meta.get("reason", "")),
+                     int(dead_at), meta, request)  # fmt: skip
+
+
+class DeadLetterQueue:
+    """List, show, requeue, purge and export dead-letter entries of one crawl."""
+
+    def __init__(self, queue: RedisQueue) -> None:
+        self.queue = queue
+        self.client = queue.client
+        self.keys = queue.keys
+
+    async def scan(self) -> AsyncIterator[DeadEntry]:
+        """Every entry, oldest first."""
+        start = 0
+        while True:
+            rows = await self.client.zrange(self.keys.dead, start, start + SCAN_BATCH - 1,
+                                            withscores=True)  # fmt: skip
+            if not rows:
+                return
+            ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
+            infos = await self.client.hmget(self.keys.dead_info, ids)
+            payloads = await self.client.hmget(self.keys.payload, ids)
+            for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads):
+                yield _parse(entry_id, score, info, payload)
+            start += SCAN_BATCH
+
+    async def entries(
+        self, *, cls: str | None = None, domain: str | None = None,
+        reason: str | None = None, limit: int | None = None,
+    ) -> list[DeadEntry]:  # fmt: skip
+        """Entries matching every filter given (reason: a case-insensitive substring)."""
+        found: list[DeadEntry] = []
+        async for entry in self.scan():
+            if entry.matches(cls=cls, domain=domain, reason=reason):
+                found.append(entry)
+                if limit is not None and len(found) >= limit:
+                    break
+        return found
+
+    async def get(self, entry_id: str) -> DeadEntry | None:
+        dead_at = await self.client.zscore(self.keys.dead, entry_id)
+        if dead_at is None:
+            return None
+        info = await self.client.hget(self.keys.dead_info, entry_id)
+        payload = await self.client.hget(self.keys.payload, entry_id)
+        return _parse(entry_id, dead_at, info, payload)
+
+    async def requeue(self, ids: list[str]) -> int:
+        """Back to pending with attempts reset; return how many were requeued."""
+        requeued = 0
+        for start in range(0, len(ids), SCAN_BATCH):
+            chunk = ids[start : start + SCAN_BATCH]
+            payloads = await self.client.hmget(self.keys.payload, chunk)
+            entries = [
+                (entry_id, *_reset(payload))
+                for entry_id, payload in zip(chunk, payloads)
+                if payload is not None
+            ]
+            requeued += await self.queue.requeue_dead(entries)
+        return requeued
+
+    async def purge(self, ids: list[str]) -> int:
+        """Delete for good; return how many were deleted."""
+        return sum(
+            [await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
+             for i in range(0, len(ids), SCAN_BATCH)]
+        )  # fmt: skip
+
+
+def _reset(payload: bytes) -> tuple[int, bytes]:
+    """(priority, payload without the attempt counters, history and verdict)."""
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return 0, payload
+    meta = doc.get("mt")
+    if isinstance(meta, dict) and "__d" in meta:  # meta with non-string keys (codec tag)
+        meta["__d"] = [pair for pair in meta["__d"] if pair[0] not in _RESET_META]
+    elif isinstance(meta, dict):
+        for key in _RESET_META:
+            meta.pop(key, None)
+        if not meta:
+            doc.pop("mt")
+    return int(doc.get("p", 0)), json.dumps(doc, separators=(",", ":")).encode()

@@ -1,0 +1,99 @@
+"""The dead-letter queue: the `scrapy-ha` commands and the Python API, on real dead letters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+from tests.test_retry_crawl import FAST_RETRIES
+
+PATHS = ("/status/404", "/status/410", "/flaky/2?fail=9&status=503", "/item/5")
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy_ha.cli", "--redis-url", redis_url, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+async def crawl(redis_url: str, site, paths=PATHS):
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    return crawler
+
+
+@deferred_f_from_coro_f
+async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
+    await crawl(redis_url, site)
+    status = json.loads(cli(redis_url, "status", "faults", "--json").stdout)
+    assert status == {"spider": "faults", "pending": 0, "leased": 0, "delayed": 0, "dead": 3,
+                      "workers": 0, "fingerprints": 4}  # fmt: skip
+
+    exported = [json.loads(line) for line in cli(redis_url, "dlq", "export", "faults").stdout.splitlines()]
+    by_url = {e["url"].replace(site.url, ""): e for e in exported}
+    assert set(by_url) == {"/status/404", "/status/410", "/flaky/2?fail=9&status=503"}
+    assert by_url["/status/404"]["class"] == "gone" and by_url["/status/404"]["attempts"] == 1
+    assert by_url["/flaky/2?fail=9&status=503"]["attempts"] == 3
+    assert by_url["/flaky/2?fail=9&status=503"]["reason"] == "HTTP 503"
+
+    listed = cli(redis_url, "dlq", "list", "faults", "--class", "gone").stdout.splitlines()
+    assert len(listed) == 2 and all("gone" in line for line in listed)
+    entry_id = by_url["/status/404"]["id"]
+    shown = json.loads(cli(redis_url, "dlq", "show", "faults", entry_id).stdout)
+    assert shown["request"]["u"] == site.url + "/status/404"
+
+    out = cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503").stdout
+    assert out.strip() == "requeued 1 of 1 entry"
+    assert cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503").stdout.strip() == (
+        "requeued 0 of 0 entries"
+    )  # idempotent
+    keys = Keys("ha", "faults")
+    (pending_id,) = redis_client.zrange(keys.pending, 0, -1)
+    payload = json.loads(redis_client.hget(keys.payload, pending_id))
+    assert "ha_retries" not in json.dumps(payload)  # attempts reset
+
+    # the requeued request is crawled again with a fresh budget (and fails again here)
+    await crawl(redis_url, site, paths=())
+    again = json.loads(cli(redis_url, "dlq", "show", "faults", pending_id.decode()).stdout)
+    assert again["attempts"] == 3 and again["class"] == "server"
+
+    assert cli(redis_url, "dlq", "purge", "faults").returncode == 1  # needs ids, filter or --all
+    assert cli(redis_url, "dlq", "purge", "faults", "--all").stdout.strip() == "purged 3 of 3 entries"
+    assert redis_client.zcard(keys.dead) == 0 and redis_client.hlen(keys.dead_info) == 0
+
+
+def test_the_cli_names_an_unreachable_redis(redis_server):
+    from tests.conftest import free_port
+
+    result = cli(f"redis://:pw@127.0.0.1:{free_port()}/0", "status", "faults")
+    assert result.returncode == 2
+    assert "redis://:***@127.0.0.1" in result.stderr and "pw@" not in result.stderr
+
+
+@deferred_f_from_coro_f
+async def test_dead_letter_retention_drops_the_oldest(redis_url, redis_client, site, caplog):
+    paths = tuple(f"/status/404?n={i}" for i in range(5))
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url,
+                                        "HA_DLQ_MAX_ENTRIES": 3, "HA_DLQ_WARN_THRESHOLD": 2})  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    keys = Keys("ha", "faults")
+    assert redis_client.zcard(keys.dead) == 3
+    assert redis_client.hlen(keys.dead_info) == 3
+    assert redis_client.hlen(keys.payload) == 3  # the dropped entries' payloads went too
+    assert crawler.stats.get_value("ha/dead/gone") == 5
+    assert "HA_DLQ_WARN_THRESHOLD=2" in caplog.text  # warned once the queue passed 2
+    assert caplog.text.count("Dead-lettered") == 5  # one ERROR line each
