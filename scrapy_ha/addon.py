@@ -5,6 +5,9 @@
 - sets ``SCHEDULER = "scrapy_ha.Scheduler"``;
 - replaces Scrapy's ``RetryMiddleware`` (550) with ``scrapy_ha.retry.RetryMiddleware`` and
   adds ``scrapy_ha.retry.ParseErrorMiddleware`` next to the spider;
+- adds ``scrapy_ha.proxy.ProxyMiddleware`` (740, before Scrapy's HttpProxyMiddleware) and
+  ``scrapy_ha.useragent.UserAgentPoolMiddleware`` (400), which stay off until
+  ``HA_PROXY_MODE`` / ``HA_USER_AGENTS`` are set;
 - switches off Scrapy's remote-control server on workers.
 
 A setting or middleware order the project set itself is left alone.
@@ -26,6 +29,8 @@ ADDON_SETTINGS = {
 DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "scrapy_ha.retry.RetryMiddleware": 550,
+    "scrapy_ha.useragent.UserAgentPoolMiddleware": 400,  # only with HA_USER_AGENTS
+    "scrapy_ha.proxy.ProxyMiddleware": 740,  # only with HA_PROXY_MODE
 }
 #: Spider middlewares: close to the spider, so that it sees callback exceptions first.
 SPIDER_MIDDLEWARES = {

@@ -22,6 +22,7 @@ key                        type         content
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
+``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -107,11 +108,15 @@ class Keys:
     def gates(self) -> str:
         return self._key("gates")
 
+    @property
+    def proxy_cooldowns(self) -> str:
+        return self._key("proxy_cd")
+
     def all(self) -> list[str]:
         """Every key of the crawl, for ``flush``."""
         return [
             self.pending, self.payload, self.leased, self.leases, self.expiries,
             self.delayed, self.delayed_score, self.dead, self.dead_info,
             self.dupefilter, self.seq, self.lease_seq, self.workers,
-            self.reclaim_guard, self.gates,
+            self.reclaim_guard, self.gates, self.proxy_cooldowns,
         ]  # fmt: skip

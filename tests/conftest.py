@@ -88,25 +88,37 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 
 class Site:
-    """The demo catalogue in a subprocess."""
+    """The demo catalogue (or, with module=..., the demo proxy) in a subprocess."""
+
+    module = "scrapy_ha.demo.site"
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scrapy_ha.demo.site", *args],
-            stdout=subprocess.PIPE,
-        )
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *args],
+                                     stdout=subprocess.PIPE)  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         if not line.startswith("LISTENING"):
             self.stop()
-            pytest.fail(f"the demo site did not start: {line!r}")
-        self.url = f"http://127.0.0.1:{line.split()[1]}"
+            pytest.fail(f"{self.module} did not start: {line!r}")
+        self.port = int(line.split()[1])
+        scheme = "https" if "--tls" in args else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+
+    def log(self) -> list[list]:
+        import json
+        import ssl
+        from urllib.request import urlopen
+
+        with urlopen(self.url + "/_log", context=ssl._create_unverified_context()) as r:
+            return list(json.load(r))
 
     def hits(self) -> dict[str, int]:
         import json
         from urllib.request import urlopen
 
-        with urlopen(self.url + "/_hits") as r:
+        import ssl
+
+        with urlopen(self.url + "/_hits", context=ssl._create_unverified_context()) as r:
             return dict(json.load(r))
 
     def stop(self) -> None:
@@ -128,6 +140,16 @@ def site_factory() -> Iterator[type[Site]]:
     yield _Factory
     for site in started:
         site.stop()
+
+
+@pytest.fixture
+def proxy_factory(site_factory: type[Site]) -> type[Site]:
+    """Starts the demo forward proxy (stopped with the sites)."""
+
+    class _Proxy(site_factory):  # type: ignore[misc, valid-type]
+        module = "scrapy_ha.demo.proxy"
+
+    return _Proxy
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ chains. ``/status/<code>`` answers with that status, ``/redirect/<id>`` redirect
 to ``/item/<id>``. ``/flaky/<id>?fail=N&status=S[&retry_after=R]`` fails its first N
 hits with status S (a number, ``timeout`` or ``broken`` for a page the parser cannot
 read), then serves item <id>. ``/_hits`` returns how many times each path was served and
-``/_log`` every hit with its time (JSON), for tests.
+``/_log`` every hit as [time, path, client address] (JSON), for tests. ``--ban-exit IP``
+answers 403 to one client address (a proxy exit); ``--tls`` serves HTTPS;
+``/proxies.json`` serves ``--proxy-list`` as a proxy extraction API.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class Catalogue(resource.Resource):
     ) -> None:  # fmt: skip
         super().__init__()
         self.faults = faults or []
+        self.banned_exits: set[str] = set()
+        self.proxy_list: list[str] = []
         self.pages = pages
         self.chain_length = max(1, -(-pages // max(1, chains)))
         self.per_page = per_page
@@ -67,8 +71,16 @@ class Catalogue(resource.Resource):
             request.setHeader(b"content-type", b"application/json")
             return json.dumps(self.hits if path == "/_hits" else self.log).encode()
         key = request.uri.decode()
+        client = request.getClientAddress().host
         self.hits[key] += 1
-        self.log.append([time.time(), key])
+        self.log.append([time.time(), key, client])
+        if path == "/proxies.json":  # a proxy extraction API for the pool mode
+            request.setHeader(b"content-type", b"application/json")
+            return json.dumps([{"ip": p.split(":")[0], "port": int(p.split(":")[1])}
+                               for p in self.proxy_list]).encode()  # fmt: skip
+        if client in self.banned_exits:
+            request.setResponseCode(403)
+            return b"<html><body>banned</body></html>"
         if path.startswith("/flaky/") and self.hits[key] <= _arg(request, "fail", 0):
             return self.fault(request)
         if self.faults and path.startswith("/item/") and (fault := self.fault_of(path)):
@@ -152,6 +164,29 @@ def _finish(request: Any, body: bytes) -> None:
         request.finish()
 
 
+def _tls_options() -> Any:
+    """A throw-away self-signed certificate for 127.0.0.1 (Scrapy does not verify it)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    from OpenSSL import crypto
+    from twisted.internet import ssl
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .sign(key, hashes.SHA256()))  # fmt: skip
+    return ssl.CertificateOptions(privateKey=crypto.PKey.from_cryptography_key(key),
+                                  certificate=crypto.X509.from_cryptography(cert))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
@@ -164,11 +199,23 @@ def main(argv: list[str] | None = None) -> None:
                         metavar="STATUS:EVERY:TIMES[:RETRY_AFTER]",
                         help="item pages whose id is a multiple of EVERY answer STATUS (a code, "
                              "timeout or broken) to their first TIMES hits")  # fmt: skip
+    parser.add_argument("--ban-exit", action="append", default=[], metavar="IP",
+                        help="answer 403 to every request from this client address")
+    parser.add_argument("--tls", action="store_true", help="serve HTTPS (self-signed)")
+    parser.add_argument("--proxy-list", default="", metavar="IP:PORT,...",
+                        help="what /proxies.json serves (a proxy pool API)")
     args = parser.parse_args(argv)
     catalogue = Catalogue(args.pages, args.per_page, args.delay, args.chains, args.fault)
+    catalogue.banned_exits = set(args.ban_exit)
+    catalogue.proxy_list = [p for p in args.proxy_list.split(",") if p]
     site = server.Site(catalogue)
     site.noisy = False
-    port = reactor.listenTCP(args.port, site, interface="127.0.0.1")  # type: ignore[attr-defined]
+    if args.tls:
+        port = reactor.listenSSL(  # type: ignore[attr-defined]
+            args.port, site, _tls_options(), interface="127.0.0.1"
+        )
+    else:
+        port = reactor.listenTCP(args.port, site, interface="127.0.0.1")  # type: ignore[attr-defined]
     sys.stdout.write(f"LISTENING {port.getHost().port}\n")
     sys.stdout.flush()
     reactor.run()  # type: ignore[attr-defined]

@@ -1,0 +1,410 @@
+"""Proxy rotation driven by ban signals: a tunnel proxy or a pool fetched from an API.
+
+``scrapy_ha.proxy.ProxyMiddleware`` (downloader middleware at 740, just before Scrapy's
+``HttpProxyMiddleware`` at 750, which turns the credentials into the
+``Proxy-Authorization`` header) sets ``meta["proxy"]`` on every attempt:
+
+- **tunnel** (``HA_PROXY_MODE = "tunnel"``): one proxy URL with credentials; the provider
+  changes the exit. With ``HA_PROXY_SESSION_TEMPLATE`` (e.g. ``"{user}-session-{session}"``)
+  a ban puts a new session token in the user name: the exit changes, and since Scrapy keys
+  its CONNECT tunnels by the proxy's credentials, HTTPS gets a fresh tunnel instead of the
+  kept-alive one. ``HA_PROXY_ROTATE_HEADER`` (``"Name: value"``) is sent with the next plain
+  HTTP request after a ban.
+- **pool** (``HA_PROXY_MODE = "pool"``): proxies fetched from ``HA_PROXY_POOL_URL`` (a JSON
+  list of ``{"ip", "port"}`` or ``"ip:port"``, or ``HA_PROXY_POOL_PARSER``), cached for
+  ``HA_PROXY_POOL_TTL``, used in turn; a proxy that was banned or failed is out of rotation
+  for ``HA_PROXY_COOLDOWN`` on every worker (shared through Redis); an exhausted pool is
+  fetched again; when none is usable the request waits in Redis (or goes direct with
+  ``HA_PROXY_ALLOW_DIRECT``).
+
+Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
+``network`` errors through the proxy. A 407 from the proxy is a configuration error: one
+ERROR naming the proxy (password masked), and the crawl stops (the request is kept).
+Credentials never reach Redis, logs, stats or the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
+from urllib.request import urlopen
+
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import load_object
+
+from scrapy_ha.codec import mask_url
+from scrapy_ha.config import ConfigError
+from scrapy_ha.retry import OUTCOME_META_KEY, RetryConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: Meta key: the id (``host:port``) of the proxy an attempt went through; never a password.
+PROXY_META_KEY = "ha_proxy"
+#: Meta key: the tunnel session an attempt used.
+SESSION_META_KEY = "ha_proxy_session"
+#: Proxy list cache: seed 000 caches the extraction API's answer for 30 s.
+DEFAULT_POOL_TTL = 30.0
+#: How long a banned or failing proxy stays out of rotation.
+DEFAULT_COOLDOWN = 300.0
+#: Consecutive connection failures before a pool proxy is cooled down.
+DEFAULT_MAX_FAILURES = 2
+#: Seconds a request waits in Redis when no proxy can be had.
+NO_PROXY_DELAY = 30.0
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    mode: str
+    url: str = ""
+    session_template: str = ""
+    rotate_header: tuple[str, str] | None = None
+    pool_url: str = ""
+    pool_parser: Callable[[bytes], list[str]] | None = None
+    pool_ttl: float = DEFAULT_POOL_TTL
+    cooldown: float = DEFAULT_COOLDOWN
+    max_failures: int = DEFAULT_MAX_FAILURES
+    allow_direct: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self | None:
+        mode = settings.get("HA_PROXY_MODE") or os.environ.get("HA_PROXY_MODE")
+        if not mode:
+            return None
+        if mode not in ("tunnel", "pool"):
+            raise ConfigError(f"HA_PROXY_MODE={mode!r} must be 'tunnel', 'pool' or None")
+        config = cls(
+            mode=mode,
+            url=_tunnel_url(settings) if mode == "tunnel" else "",
+            session_template=settings.get("HA_PROXY_SESSION_TEMPLATE") or "",
+            rotate_header=_header(settings.get("HA_PROXY_ROTATE_HEADER")),
+            pool_url=settings.get("HA_PROXY_POOL_URL") or os.environ.get("HA_PROXY_POOL_URL", ""),
+            pool_parser=_parser(settings.get("HA_PROXY_POOL_PARSER")),
+            pool_ttl=settings.getfloat("HA_PROXY_POOL_TTL", DEFAULT_POOL_TTL),
+            cooldown=settings.getfloat("HA_PROXY_COOLDOWN", DEFAULT_COOLDOWN),
+            max_failures=settings.getint("HA_PROXY_MAX_FAILURES", DEFAULT_MAX_FAILURES),
+            allow_direct=settings.getbool("HA_PROXY_ALLOW_DIRECT", False),
+        )
+        if mode == "pool" and not config.pool_url:
+            raise ConfigError("HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL (the proxy list API)")
+        if config.session_template and "{session}" not in config.session_template:
+            raise ConfigError(
+                f"HA_PROXY_SESSION_TEMPLATE={config.session_template!r} must contain {{session}}"
+            )
+        return config
+
+
+def _tunnel_url(settings: BaseSettings) -> str:
+    """The tunnel proxy from HA_PROXY_URL, or HA_PROXY_HOST/PORT/USER/PASSWORD (settings or
+    environment variables of the same names)."""
+
+    def get(name: str) -> str:
+        return str(settings.get(name) or os.environ.get(name) or "")
+
+    url = get("HA_PROXY_URL")
+    if not url:
+        host, port = get("HA_PROXY_HOST"), get("HA_PROXY_PORT")
+        if not (host and port):
+            raise ConfigError(
+                "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL or HA_PROXY_HOST and HA_PROXY_PORT "
+                "(settings or environment variables)"
+            )
+        url = f"http://{host}:{port}"
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if not parts.hostname or not parts.port:
+        raise ConfigError(f"HA_PROXY_URL={mask_url(url)!r} needs a host and a port")
+    user = get("HA_PROXY_USER") or unquote(parts.username or "")
+    password = get("HA_PROXY_PASSWORD") or unquote(parts.password or "")
+    auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
+    return f"{parts.scheme}://{auth}{parts.hostname}:{parts.port}"
+
+
+def _header(value: Any) -> tuple[str, str] | None:
+    if not value:
+        return None
+    name, sep, val = str(value).partition(":")
+    if not sep or not name.strip():
+        raise ConfigError(f"HA_PROXY_ROTATE_HEADER={value!r} must look like 'Name: value'")
+    return name.strip(), val.strip()
+
+
+def _parser(path: Any) -> Callable[[bytes], list[str]] | None:
+    if not path:
+        return None
+    try:
+        return load_object(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
+    except (ImportError, AttributeError, ValueError, NameError) as exc:
+        raise ConfigError(f"HA_PROXY_POOL_PARSER={path!r} cannot be imported: {exc}") from None
+
+
+def proxy_id(url: str) -> str:
+    """``host:port``: how a proxy appears in logs, stats and Redis."""
+    parts = urlsplit(url)
+    return f"{parts.hostname}:{parts.port}"
+
+
+def parse_pool(body: bytes) -> list[str]:
+    """Default pool format: a JSON list of ``{"ip": ..., "port": ...}`` or ``"ip:port"``."""
+    doc = json.loads(body)
+    if isinstance(doc, dict):
+        doc = doc.get("data") or doc.get("proxies") or []
+    proxies = []
+    for entry in doc:
+        if isinstance(entry, dict):
+            proxies.append(f"http://{entry['ip']}:{entry['port']}")
+        else:
+            proxies.append(entry if "://" in str(entry) else f"http://{entry}")
+    return proxies
+
+
+class TunnelProxy:
+    """One proxy URL; a ban puts a new session token in the user name."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        parts = urlsplit(config.url)
+        self.user = unquote(parts.username or "")
+        self.password = unquote(parts.password or "")
+        self.host = f"{parts.hostname}:{parts.port}"
+        self.scheme = parts.scheme
+        self.session = uuid.uuid4().hex[:10]
+        self.rotate_next = False
+
+    def url(self) -> str:
+        user = self.user
+        if self.config.session_template:
+            user = self.config.session_template.format(user=self.user, session=self.session)
+        if not user:
+            return f"{self.scheme}://{self.host}"
+        return f"{self.scheme}://{quote(user, safe='')}:{quote(self.password, safe='')}@{self.host}"
+
+    def rotate(self, used_session: str | None) -> bool:
+        """New exit, unless another ban already rotated past the session that failed."""
+        if used_session is not None and used_session != self.session:
+            return False
+        self.session = uuid.uuid4().hex[:10]
+        self.rotate_next = True
+        return True
+
+
+class ProxyPool:
+    """Proxies from an extraction API, used in turn, with shared cool-downs."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.proxies: list[str] = []
+        self.fetched_at = 0.0
+        self.index = 0
+        self.cooling: dict[str, float] = {}  # proxy id -> until (time.time())
+        self.failures: dict[str, int] = {}
+
+    async def choose(self, shared: Callable[[], Any] | None) -> str | None:
+        if time.monotonic() - self.fetched_at > self.config.pool_ttl or not self.proxies:
+            await self.fetch(shared)
+        proxy = self._next_healthy()
+        if proxy is None:
+            await self.fetch(shared)  # exhausted: the provider may have new ones
+            proxy = self._next_healthy()
+        return proxy
+
+    def _next_healthy(self) -> str | None:
+        now = time.time()
+        for _ in range(len(self.proxies)):
+            proxy = self.proxies[self.index % len(self.proxies)]
+            self.index += 1
+            if self.cooling.get(proxy_id(proxy), 0) <= now:
+                return proxy
+        return None
+
+    async def fetch(self, shared: Callable[[], Any] | None) -> None:
+        try:
+            body = await asyncio.to_thread(_get, self.config.pool_url)
+            parse = self.config.pool_parser or parse_pool
+            self.proxies = list(parse(body))
+        except Exception as exc:
+            logger.error("Could not fetch the proxy list from %s: %s",
+                         mask_url(self.config.pool_url), exc)  # fmt: skip
+        self.fetched_at = time.monotonic()
+        if shared is not None:
+            self.cooling.update(await shared())
+        logger.debug("Proxy pool: %d proxies, %d cooling down", len(self.proxies),
+                     sum(1 for t in self.cooling.values() if t > time.time()))  # fmt: skip
+
+    def cool_down(self, pid: str) -> float:
+        until = time.time() + self.config.cooldown
+        self.cooling[pid] = until
+        self.failures.pop(pid, None)
+        return until
+
+
+def _get(url: str) -> bytes:
+    with urlopen(url, timeout=10) as response:  # noqa: S310 (the user's own API)
+        return response.read()  # type: ignore[no-any-return]
+
+
+class ProxyMiddleware:
+    """Sets ``meta["proxy"]`` on every attempt and rotates on ban signals."""
+
+    def __init__(self, crawler: Crawler, config: ProxyConfig, retry_config: RetryConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.retry_config = retry_config
+        self.stats = crawler.stats
+        self.tunnel = TunnelProxy(config) if config.mode == "tunnel" else None
+        self.pool = ProxyPool(config) if config.mode == "pool" else None
+        self._auth_failed = False
+        self._warned_header = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = ProxyConfig.from_settings(crawler.settings)
+        if config is None:
+            raise NotConfigured("HA_PROXY_MODE is not set")
+        return cls(crawler, config, RetryConfig.from_settings(crawler.settings))
+
+    async def process_request(self, request: Request) -> Request | None:
+        if request.meta.get("dont_proxy"):
+            return None
+        url = self.tunnel.url() if self.tunnel else await self._from_pool()
+        if url is None:
+            return self._no_proxy(request)
+        pid = proxy_id(url)
+        request.meta["proxy"] = url
+        request.meta[PROXY_META_KEY] = pid
+        if self.tunnel is not None:
+            request.meta[SESSION_META_KEY] = self.tunnel.session
+            self._rotation_header(request)
+        self.stats.inc_value(f"ha/proxy/{pid}/requests")
+        return None
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        if response.status == 407 and PROXY_META_KEY in request.meta:
+            return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[PROXY_META_KEY]}")
+        cls = self.retry_config.classify_response(response)
+        if cls in ("banned", "rate_limited"):
+            self._ban(request, cls)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        if PROXY_META_KEY not in request.meta:
+            return None
+        if "407" in str(exception):  # CONNECT refused for the proxy's credentials
+            return self._proxy_auth_failed(request, str(exception))
+        if self.retry_config.classify_exception(exception) == "network":
+            self._failure(request)
+        return None
+
+    async def _from_pool(self) -> str | None:
+        assert self.pool is not None
+        return await self.pool.choose(self._shared_cooldowns)
+
+    def _rotation_header(self, request: Request) -> None:
+        assert self.tunnel is not None
+        if not (self.tunnel.rotate_next and self.config.rotate_header):
+            return
+        self.tunnel.rotate_next = False
+        name, value = self.config.rotate_header
+        request.headers[name] = value
+        if request.url.startswith("https") and not self._warned_header and not (
+            self.config.session_template
+        ):
+            self._warned_header = True
+            logger.warning("HA_PROXY_ROTATE_HEADER cannot reach the proxy inside an HTTPS "
+                           "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits")  # fmt: skip
+
+    def _ban(self, request: Request, cls: str) -> None:
+        pid = request.meta.get(PROXY_META_KEY)
+        if pid is None:
+            return
+        self.stats.inc_value(f"ha/proxy/{pid}/bans")
+        self._rotate(request, pid, f"{cls} ({request.url})")
+
+    def _failure(self, request: Request) -> None:
+        pid = request.meta[PROXY_META_KEY]
+        self.stats.inc_value(f"ha/proxy/{pid}/failures")
+        if self.pool is not None:
+            self.pool.failures[pid] = self.pool.failures.get(pid, 0) + 1
+            if self.pool.failures[pid] < self.config.max_failures:
+                return
+        self._rotate(request, pid, "connection failures")
+
+    def _rotate(self, request: Request, pid: str, why: str) -> None:
+        if self.tunnel is not None:
+            if self.tunnel.rotate(request.meta.get(SESSION_META_KEY)):
+                self.stats.inc_value("ha/proxy/rotations")
+                logger.info("Rotating the tunnel proxy's exit after %s", why)
+            return
+        assert self.pool is not None
+        until = self.pool.cool_down(pid)
+        self.stats.inc_value("ha/proxy/rotations")
+        logger.info("Proxy %s out of rotation for %.0f s after %s", pid, self.config.cooldown, why)
+        asyncio.ensure_future(self._share_cooldown(pid, until))
+
+    def _no_proxy(self, request: Request) -> Request | None:
+        if self.config.allow_direct:
+            for key in ("proxy", PROXY_META_KEY):  # a retry still carries its last proxy
+                request.meta.pop(key, None)
+            self.stats.inc_value("ha/proxy/direct")
+            return None
+        self.stats.inc_value("ha/proxy/unavailable")
+        logger.error("No usable proxy for %s (pool empty or all cooling down): it waits %.0f s "
+                     "in the queue (HA_PROXY_ALLOW_DIRECT=False)", request, NO_PROXY_DELAY)  # fmt: skip
+        return _wait(request, NO_PROXY_DELAY, "no_proxy", "no usable proxy")
+
+    def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
+        if not self._auth_failed:
+            self._auth_failed = True
+            shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[PROXY_META_KEY]
+            logger.error("The proxy %s rejected its credentials (%s): check HA_PROXY_URL / "
+                         "HA_PROXY_USER / HA_PROXY_PASSWORD. Stopping the crawl; queued "
+                         "requests are kept.", shown, detail)  # fmt: skip
+            self.stats.set_value("ha/proxy/auth_failed", 1)
+            engine = self.crawler.engine
+            if engine is not None:
+                asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
+        return _wait(request, 60.0, "proxy_auth", "the proxy rejected its credentials (407)")
+
+    async def _shared_cooldowns(self) -> dict[str, float]:
+        client, key = self._redis()
+        if client is None:
+            return {}
+        raw = await client.hgetall(key)
+        now = time.time()
+        return {k.decode(): float(v) / 1000 for k, v in raw.items() if float(v) / 1000 > now}
+
+    async def _share_cooldown(self, pid: str, until: float) -> None:
+        client, key = self._redis()
+        if client is not None:
+            try:
+                await client.hset(key, pid, int(until * 1000))
+            except Exception as exc:  # shared health is an optimisation: never fail a request
+                logger.debug("Could not share the cool-down of %s: %s", pid, exc)
+
+    def _redis(self) -> tuple[Any, str]:
+        from scrapy_ha.scheduler import scheduler_for
+
+        scheduler = scheduler_for(self.crawler)
+        if scheduler is None or scheduler.queue is None:
+            return None, ""
+        return scheduler.queue.client, scheduler.queue.keys.proxy_cooldowns
+
+
+def _wait(request: Request, delay: float, cls: str, reason: str) -> Request:
+    """Send the request back to Redis for *delay* seconds without spending an attempt."""
+    request.meta[OUTCOME_META_KEY] = {"op": "retry", "delay": delay, "class": cls, "reason": reason}
+    return request.replace(dont_filter=True)

@@ -1,0 +1,40 @@
+"""An optional User-Agent pool (seed 000 rotates browser agents): off by default.
+
+``HA_USER_AGENTS = ["Mozilla/5.0 ...", ...]`` picks one at random for every request that
+has no User-Agent of its own. For pacing, use Scrapy's own AutoThrottle
+(``AUTOTHROTTLE_ENABLED``) and ``RANDOMIZE_DOWNLOAD_DELAY`` rather than another middleware.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import NotConfigured
+
+from scrapy_ha.config import ConfigError
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+
+class UserAgentPoolMiddleware:
+    """Downloader middleware at 400, before Scrapy's UserAgentMiddleware (500)."""
+
+    def __init__(self, agents: list[str]) -> None:
+        self.agents = agents
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        agents = crawler.settings.getlist("HA_USER_AGENTS")
+        if not agents:
+            raise NotConfigured("HA_USER_AGENTS is empty")
+        if not all(isinstance(a, str) and a.strip() for a in agents):
+            raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
+        return cls(agents)
+
+    def process_request(self, request: Request) -> None:
+        if b"User-Agent" not in request.headers:
+            request.headers[b"User-Agent"] = random.choice(self.agents)

@@ -1,0 +1,148 @@
+"""Proxy rotation through a real forward proxy on loopback (HTTP and CONNECT, Basic auth,
+several exits that the target site sees as client addresses)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+
+SECRET = "s3cret-pw"
+EXITS = {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def settings(redis_url: str, **extra):
+    return {
+        "ADDONS": {"scrapy_ha.Addon": 0}, "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.5,
+        "HA_RETRY_JITTER": 0, "HA_RETRY_BACKOFF_BASE": 0.2, "SCHEDULER_PERSIST": True,
+        "LOG_LEVEL": "DEBUG", **extra,
+    }  # fmt: skip
+
+
+def everything_in_redis(url: str) -> bytes:
+    client = redis.Redis.from_url(url)
+    dump = b""
+    for key in client.keys("*"):
+        kind = client.type(key)
+        if kind == b"hash":
+            dump += b"".join(k + v for k, v in client.hgetall(key).items())
+        elif kind == b"zset":
+            dump += b"".join(m for m, _ in client.zrange(key, 0, -1, withscores=True))
+        elif kind == b"string":
+            dump += client.get(key)
+    client.close()
+    return dump
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+@deferred_f_from_coro_f
+async def test_a_ban_changes_the_exit_on_the_next_attempt(
+    tls, redis_url, site_factory, proxy_factory, caplog
+):
+    site = site_factory("--ban-exit", "127.0.0.2", *(["--tls"] if tls else []))
+    proxy = proxy_factory("--user", "crawler", "--password", SECRET, "--exits", "3")
+    paths = tuple(f"/item/{i}" for i in range(1, 6))
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="tunnel", HA_PROXY_URL=f"http://crawler:{SECRET}@127.0.0.1:{proxy.port}",
+        HA_PROXY_SESSION_TEMPLATE="{user}-session-{session}", CONCURRENT_REQUESTS=1,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    log = site.log()
+    clients = [client for _, _, client in log]
+    assert set(clients) <= EXITS  # every request went through the proxy
+    assert clients[0] == "127.0.0.2"  # the first session's exit is banned at the site...
+    assert all(c != "127.0.0.2" for c in clients[1:])  # ...the next attempt left elsewhere
+    stats = crawler.stats.get_stats()
+    assert stats["ha/proxy/rotations"] == 1
+    assert stats[f"ha/proxy/127.0.0.1:{proxy.port}/bans"] == 1
+    assert stats["ha/retry/banned"] == 1 and "ha/retry/server" not in stats
+    assert SECRET not in caplog.text
+    assert SECRET.encode() not in everything_in_redis(redis_url)
+    assert not any(SECRET in str(v) for v in stats.values()) and not any(SECRET in k for k in stats)
+
+
+@deferred_f_from_coro_f
+async def test_without_a_session_an_https_tunnel_keeps_its_exit(redis_url, site_factory, proxy_factory):
+    site = site_factory("--tls")
+    proxy = proxy_factory("--user", "crawler", "--password", SECRET, "--exits", "3")
+    paths = tuple(f"/item/{i}" for i in range(1, 6))
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="tunnel", HA_PROXY_URL=f"http://127.0.0.1:{proxy.port}",
+        HA_PROXY_USER="crawler", HA_PROXY_PASSWORD=SECRET, CONCURRENT_REQUESTS=1,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    assert len({client for _, _, client in site.log()}) == 1  # one kept-alive CONNECT tunnel
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+@deferred_f_from_coro_f
+async def test_407_stops_the_crawl_once_and_keeps_the_requests(
+    tls, redis_url, redis_client, site_factory, proxy_factory, caplog
+):
+    site = site_factory(*(["--tls"] if tls else []))
+    proxy = proxy_factory("--user", "crawler", "--password", SECRET)
+    paths = tuple(f"/item/{i}" for i in range(1, 21))
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="tunnel",
+        HA_PROXY_URL=f"http://crawler:wrong-pw@127.0.0.1:{proxy.port}",
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert crawler.stats.get_value("finish_reason") == "proxy_auth_failed"
+    assert caplog.text.count("rejected its credentials") == 1
+    assert "wrong-pw" not in caplog.text
+    assert site.log() == []
+    keys = Keys("ha", "faults")
+    kept = sum(redis_client.zcard(k) for k in (keys.pending, keys.leased, keys.delayed))
+    assert kept == len(paths) and redis_client.zcard(keys.dead) == 0
+
+
+@deferred_f_from_coro_f
+async def test_the_api_pool_drops_a_banned_proxy_for_every_worker(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    proxies = [proxy_factory("--no-auth", "--exits", "1", "--first-exit", str(n)) for n in (2, 3, 4)]
+    site = site_factory("--ban-exit", "127.0.0.2",
+                        "--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in proxies))  # fmt: skip
+    paths = tuple(f"/item/{i}" for i in range(1, 16))
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
+        CONCURRENT_REQUESTS=1,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    clients = [client for _, path, client in site.log() if path.startswith("/item/")]
+    banned_at = clients.index("127.0.0.2")
+    assert "127.0.0.2" not in clients[banned_at + 1 :]
+    assert {"127.0.0.3", "127.0.0.4"} <= set(clients)
+    shared = redis_client.hgetall(Keys("ha", "faults").proxy_cooldowns)
+    assert list(shared) == [f"127.0.0.1:{proxies[0].port}".encode()]
+
+
+@deferred_f_from_coro_f
+async def test_an_exhausted_pool_is_refetched_then_falls_back_only_if_allowed(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", f"127.0.0.1:{proxy.port}")
+    paths = ("/item/1", "/item/2")
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
+        HA_PROXY_ALLOW_DIRECT=True, CONCURRENT_REQUESTS=1,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    assert crawler.stats.get_value("ha/proxy/direct") >= 1
+    fetches = [path for _, path, _ in site.log() if path == "/proxies.json"]
+    assert len(fetches) >= 2  # fetched again when every proxy was cooling down
