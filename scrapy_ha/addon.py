@@ -8,6 +8,8 @@
 - adds ``scrapy_ha.proxy.ProxyMiddleware`` (740, before Scrapy's HttpProxyMiddleware) and
   ``scrapy_ha.useragent.UserAgentPoolMiddleware`` (400), which stay off until
   ``HA_PROXY_MODE`` / ``HA_USER_AGENTS`` are set;
+- adds ``scrapy_ha.checkpoint.CheckpointMiddleware`` (spider, 900), off until
+  ``HA_CHECKPOINTS = True``;
 - switches off Scrapy's remote-control server on workers.
 
 A setting or middleware order the project set itself is left alone.
@@ -35,6 +37,7 @@ DOWNLOADER_MIDDLEWARES = {
 #: Spider middlewares: close to the spider, so that it sees callback exceptions first.
 SPIDER_MIDDLEWARES = {
     "scrapy_ha.retry.ParseErrorMiddleware": 950,
+    "scrapy_ha.checkpoint.CheckpointMiddleware": 900,  # only with HA_CHECKPOINTS = True
 }
 
 

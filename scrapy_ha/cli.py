@@ -53,7 +53,8 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         await check_reachable(client, display_url(settings), 5.0)
         queue = RedisQueue(client, Keys(prefix, args.spider))
-        name = f"dlq {args.dlq}" if args.command == "dlq" else args.command
+        sub = getattr(args, "dlq", None) or getattr(args, "checkpoints", None)
+        name = f"{args.command} {sub}" if sub else args.command
         return await _COMMANDS[name](queue, args)
     finally:
         await client.aclose()
@@ -144,6 +145,62 @@ async def _bulk(
     return 0
 
 
+async def _checkpoint_keys(queue: RedisQueue) -> list[str]:
+    keys = [k.decode() if isinstance(k, bytes) else k
+            async for k in queue.client.scan_iter(match=queue.keys.checkpoint_pattern, count=500)]  # fmt: skip
+    return sorted(keys)
+
+
+@command("checkpoints list")
+async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """One line per task: task, page, items, done, size in bytes."""
+    for key in await _checkpoint_keys(queue):
+        raw = await queue.client.get(key)
+        if raw is None:
+            continue
+        doc = json.loads(raw)
+        state = "done" if doc.get("done") else f"page {doc.get('page')}"
+        print(f"{key.rsplit(':', 1)[1]:<20} {state:<10} items={doc.get('items', 0):<8} "
+              f"{len(raw)} bytes")  # fmt: skip
+    return 0
+
+
+@command("checkpoints show")
+async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """One task's checkpoint (JSON)."""
+    raw = await queue.client.get(queue.keys.checkpoint(args.task))
+    if raw is None:
+        print(f"no checkpoint for task {args.task} of {queue.keys.spider}", file=sys.stderr)
+        return 1
+    print(json.dumps(json.loads(raw), indent=2))
+    return 0
+
+
+@command("checkpoints reset")
+async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Delete checkpoints (TASKs, or --all): those tasks start from their first page again."""
+    if not (args.tasks or args.all):
+        print("name TASKs or --all", file=sys.stderr)
+        return 1
+    keys = await _checkpoint_keys(queue) if args.all else [queue.keys.checkpoint(t) for t in args.tasks]
+    n = await queue.client.delete(*keys) if keys else 0
+    print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
+    return 0
+
+
+def _add_checkpoints(sub: Any) -> None:
+    cps = sub.add_parser("checkpoints", help="pagination checkpoints").add_subparsers(
+        dest="checkpoints", required=True)  # fmt: skip
+    cps.add_parser("list", help=checkpoints_list.__doc__).add_argument("spider")
+    show = cps.add_parser("show", help=checkpoints_show.__doc__)
+    show.add_argument("spider")
+    show.add_argument("task")
+    reset = cps.add_parser("reset", help=checkpoints_reset.__doc__)
+    reset.add_argument("spider")
+    reset.add_argument("tasks", nargs="*", metavar="TASK")
+    reset.add_argument("--all", action="store_true")
+
+
 def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool = False) -> None:
     p.add_argument("spider")
     if ids:
@@ -180,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spider")
     p.add_argument("--force", action="store_true", help="even while workers are alive")
     _add_dlq(sub)
+    _add_checkpoints(sub)
     return parser
 
 

@@ -23,6 +23,7 @@ key                        type         content
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
+``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -112,8 +113,16 @@ class Keys:
     def proxy_cooldowns(self) -> str:
         return self._key("proxy_cd")
 
+    def checkpoint(self, task: str) -> str:
+        return self._key(f"cp:{task}")
+
+    @property
+    def checkpoint_pattern(self) -> str:
+        """A SCAN pattern of every checkpoint key of the crawl."""
+        return self._key("cp:*").replace("{", "\\{").replace("}", "\\}")
+
     def all(self) -> list[str]:
-        """Every key of the crawl, for ``flush``."""
+        """Every key of the crawl but its checkpoints, for ``flush``."""
         return [
             self.pending, self.payload, self.leased, self.leases, self.expiries,
             self.delayed, self.delayed_score, self.dead, self.dead_info,

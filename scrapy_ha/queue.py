@@ -37,6 +37,7 @@ RETRY_LUA = _load("retry")
 GATE_LUA = _load("gate")
 REQUEUE_LUA = _load("requeue")
 PURGE_LUA = _load("purge")
+CHECKPOINT_LUA = _load("checkpoint")
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class RedisQueue:
         self._gate = client.register_script(GATE_LUA)
         self._requeue = client.register_script(REQUEUE_LUA)
         self._purge = client.register_script(PURGE_LUA)
+        self._checkpoint = client.register_script(CHECKPOINT_LUA)
 
     async def sync(
         self,
@@ -264,6 +266,13 @@ class RedisQueue:
             args += [e.fingerprint, max(-MAX_PRIORITY, min(MAX_PRIORITY, e.priority)), e.payload]
         keys = [key, k.pending, k.payload, k.dupefilter, k.seq]
         return int(await self._feed(keys=keys, args=args))
+
+    async def save_checkpoint(
+        self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
+    ) -> bool:
+        """Save a task's checkpoint if the page's lease is current; False if it is stale."""
+        keys = [self.keys.leases, self.keys.checkpoint(task)]
+        return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
     async def leave(self, worker: str) -> None:
         """Unregister a worker that stops."""

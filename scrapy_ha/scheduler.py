@@ -58,6 +58,9 @@ BATCH = 500
 #: Warn when the dead-letter queue passes this many entries (HA_DLQ_WARN_THRESHOLD).
 DEFAULT_DLQ_WARN_THRESHOLD = 1000
 
+#: Meta key: a checkpoint to save when this page's lease is acked.
+_CP_META_KEY = "_ha_cp_save"
+
 _SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
 
 
@@ -97,6 +100,7 @@ class Scheduler:
         self._gates: dict[str, float] = {}
         self._server_offset_ms = 0.0
         self._dlq_warned = False
+        self._cp_saves: list[tuple[str, str, str, bytes, int]] = []
         self._lost: set[str] = set()
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
@@ -204,6 +208,19 @@ class Scheduler:
             self._gate_ops[domain] = max(seconds, self._gate_ops.get(domain, 0))
             self._wake.set()
 
+    def save_checkpoint(
+        self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool
+    ) -> None:
+        """Save *task*'s checkpoint under *page*'s lease: now, or when the page is acked."""
+        lease = page.meta.get(LEASE_META_KEY)
+        if lease is None:
+            return
+        if at_finish:
+            page.meta[_CP_META_KEY] = (task, doc, ttl_ms)
+        else:
+            self._cp_saves.append((lease[0], lease[1], task, doc, ttl_ms))
+            self._wake.set()
+
     def _is_retry_of_inflight(self, request: Request) -> bool:
         outcome = request.meta.get(OUTCOME_META_KEY)
         lease = request.meta.get(LEASE_META_KEY)
@@ -285,7 +302,7 @@ class Scheduler:
         self._collect_finished()
         if self._gate_ops:
             await self._send_gates()
-        while self._outbox or self._acks or self._ops:
+        while self._outbox or self._acks or self._ops or self._cp_saves:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
         held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished
@@ -352,10 +369,10 @@ class Scheduler:
         if self._gate_ops:
             await self._send_gates()
         want = self._want()
-        if not (self._outbox or self._acks or self._ops or want):
+        if not (self._outbox or self._acks or self._ops or self._cp_saves or want):
             return False
         await self._sync(lease=want)
-        return bool(self._outbox or self._acks or self._ops)
+        return bool(self._outbox or self._acks or self._ops or self._cp_saves)
 
     async def _feed_start_urls(self) -> None:
         assert self.queue is not None and self._start_key is not None
@@ -406,10 +423,13 @@ class Scheduler:
         """
         assert self.queue is not None
         n_acks, n_ops = len(self._acks), len(self._ops)
-        while len(self._outbox) > BATCH:
-            result = await self.queue.sync(enqueue=self._outbox[:BATCH])
-            del self._outbox[:BATCH]
-            self._count(result, BATCH)
+        while len(self._outbox) > BATCH or (self._outbox and self._cp_saves):
+            batch = self._outbox[:BATCH]
+            result = await self.queue.sync(enqueue=batch)
+            del self._outbox[: len(batch)]
+            self._count(result, len(batch))
+        if self._cp_saves:
+            await self._save_checkpoints()
         enqueue = self._outbox[:]
         result = await self.queue.sync(
             enqueue=enqueue, ack=self._acks[:n_acks], lease=lease,
@@ -427,6 +447,18 @@ class Scheduler:
             await self._take(lease_)
         if (was_empty and self._buffer) or not self._keep_alive():
             self._wake_engine()  # new work, or the crawl may be over: let the engine look
+
+    async def _save_checkpoints(self) -> None:
+        """After the children, before the acks: a checkpoint never runs ahead of the queue."""
+        assert self.queue is not None
+        while self._cp_saves:
+            entry_id, token, task, doc, ttl_ms = self._cp_saves[0]
+            saved = await self.queue.save_checkpoint(entry_id, token, task, doc, ttl_ms)
+            self._cp_saves.pop(0)
+            self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
+            if not saved:
+                logger.warning("Checkpoint of task %s refused: this worker's lease on the page "
+                               "expired (another worker has it)", task)  # fmt: skip
 
     def _note_server(self, result: SyncResult) -> None:
         now = time.monotonic()
@@ -549,8 +581,10 @@ class Scheduler:
             outcome = request.meta.get(OUTCOME_META_KEY)
             if outcome and outcome.get("op") in ("retry", "dead"):
                 self._ops.append(_Op(outcome["op"], entry_id, token, request))
-            else:
-                self._acks.append((entry_id, token))
+                continue
+            if _CP_META_KEY in request.meta:
+                self._cp_saves.append((entry_id, token, *request.meta.pop(_CP_META_KEY)))
+            self._acks.append((entry_id, token))
 
     def _busy_check(self) -> Any:
         """A test: is this request still somewhere in the engine?"""

@@ -58,6 +58,7 @@ class Catalogue(resource.Resource):
         self.faults = faults or []
         self.banned_exits: set[str] = set()
         self.proxy_list: list[str] = []
+        self.slow: dict[str, float] = {}  # path -> seconds before its first answer
         self.pages = pages
         self.chain_length = max(1, -(-pages // max(1, chains)))
         self.per_page = per_page
@@ -74,6 +75,9 @@ class Catalogue(resource.Resource):
         client = request.getClientAddress().host
         self.hits[key] += 1
         self.log.append([time.time(), key, client])
+        if path in self.slow and self.hits[key] == 1:
+            reactor.callLater(self.slow[path], _finish, request, self.page(path)[1])  # type: ignore[attr-defined]
+            return server.NOT_DONE_YET
         if path == "/proxies.json":  # a proxy extraction API for the pool mode
             request.setHeader(b"content-type", b"application/json")
             return json.dumps([{"ip": p.split(":")[0], "port": int(p.split(":")[1])}
@@ -202,12 +206,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ban-exit", action="append", default=[], metavar="IP",
                         help="answer 403 to every request from this client address")
     parser.add_argument("--tls", action="store_true", help="serve HTTPS (self-signed)")
+    parser.add_argument("--slow-list", action="append", default=[], metavar="N:SECONDS",
+                        help="list page N answers its first hit after SECONDS")
     parser.add_argument("--proxy-list", default="", metavar="IP:PORT,...",
                         help="what /proxies.json serves (a proxy pool API)")
     args = parser.parse_args(argv)
     catalogue = Catalogue(args.pages, args.per_page, args.delay, args.chains, args.fault)
     catalogue.banned_exits = set(args.ban_exit)
     catalogue.proxy_list = [p for p in args.proxy_list.split(",") if p]
+    catalogue.slow = {f"/list/{n}": float(t) for n, t in (x.split(":") for x in args.slow_list)}
     site = server.Site(catalogue)
     site.noisy = False
     if args.tls:

@@ -1,0 +1,277 @@
+"""Pagination checkpoints: a paginated task resumes from its last page, fenced by its lease.
+
+Turn on with ``HA_CHECKPOINTS = True`` (the add-on adds the middleware). Every start
+request is the root of a task (``meta["ha_task"]`` names it; else its fingerprint does).
+The middleware follows the task along its pagination chain, the requests a page yields
+for the same callback as its own (or marked ``meta["ha_next_page"] = True``), and records
+in Redis, under the page's lease:
+
+- when a page is finished (its items through the pipelines, its requests queued): the
+  next page to fetch, the items processed, the last item id and the spider's fields;
+- every ``HA_CHECKPOINT_ITEMS`` items within a page: how many of its items are done.
+
+When the task starts again (its start request comes up in a new run, after the queue was
+flushed or lost, or in an incremental re-crawl), it continues from the checkpointed page,
+and a page processed again skips the items it already emitted (for pages whose output is
+deterministic). A finished task is skipped unless ``HA_CHECKPOINT_RERUN`` is set or the
+start request has ``meta["ha_rerun"] = True``.
+
+The spider reads and adds its own fields through ``response.meta["ha_checkpoint"]``::
+
+    def parse(self, response):
+        fields = response.meta.get("ha_checkpoint", {})
+        fields["last_seen"] = response.css("time::text").get()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+
+from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+    from scrapy_ha.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+#: Meta keys.
+TASK_META_KEY = "ha_task"  # the task a request belongs to (set it on a root to name it)
+STATE_META_KEY = "ha_cp"  # the task's progress, carried along the chain
+FIELDS_META_KEY = "ha_checkpoint"  # the spider's own fields (read and write)
+NEXT_PAGE_META_KEY = "ha_next_page"  # mark a request as the task's next page
+RERUN_META_KEY = "ha_rerun"  # run a finished task again
+
+#: Items between two checkpoints within a page: seed 000 saves every 50 items.
+DEFAULT_EVERY_ITEMS = 50
+#: A checkpoint larger than this is refused (seed 000: keep checkpoints small).
+DEFAULT_MAX_BYTES = 2048
+#: Checkpoints expire after a week without a save.
+DEFAULT_TTL = 7 * 24 * 3600.0
+
+
+class CheckpointMiddleware:
+    """Spider middleware that saves and resumes pagination checkpoints."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.every = settings.getint("HA_CHECKPOINT_ITEMS", DEFAULT_EVERY_ITEMS)
+        self.max_bytes = settings.getint("HA_CHECKPOINT_MAX_BYTES", DEFAULT_MAX_BYTES)
+        self.ttl_ms = int(settings.getfloat("HA_CHECKPOINT_TTL", DEFAULT_TTL) * 1000)
+        self.rerun = settings.getbool("HA_CHECKPOINT_RERUN", False)
+        self.id_field = settings.get("HA_CHECKPOINT_ID_FIELD", "id")
+        self._pending: dict[int, tuple[Request, int]] = {}  # id(item) -> (page request, index)
+        # page request -> (indices of its items through the pipelines, prefix last saved)
+        self._done: weakref.WeakKeyDictionary[Request, tuple[set[int], int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        crawler.signals.connect(self._item_done, signal=signals.item_scraped)
+        crawler.signals.connect(self._item_done, signal=signals.item_dropped)
+        crawler.signals.connect(self._item_done, signal=signals.item_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        if not crawler.settings.getbool("HA_CHECKPOINTS", False):
+            raise NotConfigured("HA_CHECKPOINTS is False")
+        return cls(crawler)
+
+    # -- resume -------------------------------------------------------------------
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for item_or_request in start:
+            if isinstance(item_or_request, Request):
+                item_or_request = await self._resume(item_or_request)
+                if item_or_request is None:
+                    continue
+            yield item_or_request
+
+    async def _resume(self, root: Request) -> Request | None:
+        task = task_id(root, self.crawler)
+        doc = await self._load(task)
+        root.meta[TASK_META_KEY] = task
+        root.meta.setdefault(STATE_META_KEY, {"page": 1, "items": 0})
+        if doc is None:
+            return root
+        if doc.get("done") and not (self.rerun or root.meta.get(RERUN_META_KEY)):
+            self.stats.inc_value("ha/checkpoint/finished_skipped")
+            logger.info("Task %s finished in an earlier run: skipped (HA_CHECKPOINT_RERUN "
+                        "to run it again)", task)  # fmt: skip
+            return None
+        if doc.get("done") or not doc.get("next"):
+            return root
+        try:
+            request = decode_request(doc["next"], self.crawler.spider)
+        except CodecError as exc:
+            logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
+            return root
+        request.meta[TASK_META_KEY] = task
+        request.meta[STATE_META_KEY] = {k: doc[k] for k in ("page", "items", "last_id", "skip")
+                                        if k in doc}  # fmt: skip
+        request.meta[FIELDS_META_KEY] = doc.get("fields", {})
+        request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
+        self.stats.inc_value("ha/checkpoint/resumed")
+        logger.info("Resuming task %s at page %s (%s items done)", task, doc.get("page"),
+                    doc.get("items"))  # fmt: skip
+        return request
+
+    async def _load(self, task: str) -> dict[str, Any] | None:
+        scheduler = self._scheduler()
+        assert scheduler.queue is not None
+        raw = await scheduler.queue.client.get(scheduler.queue.keys.checkpoint(task))
+        return json.loads(raw) if raw else None
+
+    def _scheduler(self) -> Scheduler:
+        from scrapy_ha.scheduler import scheduler_for
+
+        scheduler = scheduler_for(self.crawler)
+        if scheduler is None or scheduler.queue is None:
+            raise NotConfigured("HA_CHECKPOINTS needs SCHEDULER = 'scrapy_ha.Scheduler'")
+        return scheduler
+
+    # -- follow a page's output -----------------------------------------------------
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any], spider: Any = None
+    ) -> AsyncIterator[Any]:
+        page = response.request
+        task = page.meta.get(TASK_META_KEY) if page is not None else None
+        if page is None or task is None:
+            async for x in result:
+                yield x
+            return
+        state = dict(page.meta.get(STATE_META_KEY) or {"page": 1, "items": 0})
+        fields = page.meta.setdefault(FIELDS_META_KEY, {})
+        skip, index, next_pages = int(state.pop("skip", 0)), 0, []
+        async for x in result:
+            if isinstance(x, Request):
+                if self._is_next_page(x, page):
+                    next_pages.append(x)
+                    continue
+                yield x
+                continue
+            index += 1
+            if index <= skip:
+                self.stats.inc_value("ha/checkpoint/items_skipped")
+                continue
+            self._track(x, page, index)
+            state["items"] = state.get("items", 0) + 1
+            state["last_id"] = _item_id(x, self.id_field, state.get("last_id"))
+            yield x
+        for request in next_pages:
+            request.meta[TASK_META_KEY] = task
+            request.meta[STATE_META_KEY] = {**state, "page": state.get("page", 1) + 1}
+            request.meta[FIELDS_META_KEY] = dict(fields)
+            yield request
+        self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+
+    def _is_next_page(self, request: Request, page: Request) -> bool:
+        marked = request.meta.get(NEXT_PAGE_META_KEY)
+        if marked is not None:
+            return bool(marked)
+        default = getattr(self.crawler.spider, "parse", None)  # what a None callback means
+        return _same(request.callback or default, page.callback or default)
+
+    def _page_done(self, page: Request, task: str, state: dict[str, Any], fields: dict[str, Any],
+                   nxt: Request | None) -> None:  # fmt: skip
+        doc: dict[str, Any] = {"task": task, "page": state.get("page", 1) + (1 if nxt else 0),
+                               "items": state.get("items", 0), "fields": fields,
+                               "done": nxt is None}  # fmt: skip
+        if "last_id" in state:
+            doc["last_id"] = state["last_id"]
+        if nxt is not None:
+            doc["next"] = encode_request(_without_progress(nxt), self.crawler.spider).decode()
+        self._save_at_finish(page, task, doc)
+
+    # -- saving -----------------------------------------------------------------------
+
+    def _save_at_finish(self, page: Request, task: str, doc: dict[str, Any]) -> None:
+        payload = self._checked(task, doc)
+        if payload is not None:
+            self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=True)
+
+    def _checked(self, task: str, doc: dict[str, Any]) -> bytes | None:
+        payload = json.dumps(doc, separators=(",", ":")).encode()
+        if len(payload) > self.max_bytes:
+            self.stats.inc_value("ha/checkpoint/too_large")
+            logger.warning("Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+                           "not saved (keep custom fields small)", task, len(payload),
+                           self.max_bytes)  # fmt: skip
+            return None
+        return payload
+
+    def _track(self, item: Any, page: Request, index: int) -> None:
+        if self.every and LEASE_META_KEY in page.meta:
+            self._pending[id(item)] = (page, index)
+
+    def _item_done(self, item: Any, response: Any = None, **kwargs: Any) -> None:
+        tracked = self._pending.pop(id(item), None)
+        if tracked is None:
+            return
+        page, index = tracked
+        done, saved = self._done.get(page, (set(), 0))
+        done.add(index)
+        prefix = _prefix(done)
+        if prefix - saved >= self.every:
+            self._save_mid_page(page, prefix)
+            saved = prefix
+        self._done[page] = (done, saved)
+
+    def _save_mid_page(self, page: Request, done: int) -> None:
+        """Redo this page later, skipping the *done* items already through the pipelines."""
+        task = page.meta[TASK_META_KEY]
+        state = page.meta.get(STATE_META_KEY) or {}
+        doc = {"task": task, "page": state.get("page", 1), "skip": done + int(state.get("skip", 0)),
+               "items": state.get("items", 0) + done, "fields": page.meta.get(FIELDS_META_KEY, {}),
+               "done": False, "next": encode_request(_without_progress(page), self.crawler.spider).decode()}  # fmt: skip
+        payload = self._checked(task, doc)
+        if payload is not None:
+            self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=False)
+
+
+def _without_progress(page: Request) -> Request:
+    drop = (STATE_META_KEY, FIELDS_META_KEY, TASK_META_KEY)  # stored beside it in the checkpoint
+    meta = {k: v for k, v in page.meta.items() if k not in drop}
+    return page.replace(meta=meta)
+
+
+def _prefix(done: set[int]) -> int:
+    n = 0
+    while n + 1 in done:
+        n += 1
+    return n
+
+
+def _same(a: Any, b: Any) -> bool:
+    return getattr(a, "__func__", a) is getattr(b, "__func__", b)
+
+
+def _item_id(item: Any, field: str, default: Any) -> Any:
+    try:
+        value = item[field]
+    except (KeyError, TypeError, IndexError):
+        return default
+    return value if isinstance(value, (str, int, float)) else default
+
+
+def task_id(root: Request, crawler: Crawler) -> str:
+    """The task a root request starts: ``meta["ha_task"]``, else its fingerprint (16 hex)."""
+    given = root.meta.get(TASK_META_KEY)
+    if given:
+        return str(given)
+    assert crawler.request_fingerprinter is not None
+    return hashlib.sha1(crawler.request_fingerprinter.fingerprint(root)).hexdigest()[:16]  # noqa: S324
+

@@ -1,0 +1,12 @@
+-- checkpoint: save a task's checkpoint, only while the lease of the page that wrote it is
+-- current (a stale worker cannot overwrite a newer checkpoint).
+-- KEYS[1] leases  KEYS[2] the task's checkpoint key
+-- ARGV[1] entry id of the page  ARGV[2] its lease token  ARGV[3] checkpoint (JSON)
+-- ARGV[4] time to live (ms)
+-- Returns 1 when saved, 0 when the lease is stale.
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not (v and string.match(v, '^(%S+)') == ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[3], 'PX', tonumber(ARGV[4]))
+return 1

@@ -1,0 +1,52 @@
+"""A paginated task whose list pages carry the items (deterministic page output).
+
+Run with ``scrapy runspider tests/paged_spider.py -a base_url=... -s ITEMS_FILE=...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import scrapy
+
+
+class AppendPipeline:
+    """Each item is one unbuffered append: what reached the pipeline survives SIGKILL."""
+
+    def __init__(self, path: str, stall_from: int) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.stall_from = stall_from
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> AppendPipeline:
+        return cls(crawler.settings["ITEMS_FILE"], crawler.settings.getint("STALL_ITEMS_FROM"))
+
+    async def process_item(self, item: Any) -> Any:
+        if self.stall_from and item["id"] >= self.stall_from:
+            await asyncio.sleep(3600)  # a pipeline stuck on these items (the test kills it)
+        os.write(self.fd, (json.dumps(dict(item)) + "\n").encode())
+        return item
+
+    def close_spider(self, spider: Any = None) -> None:
+        os.close(self.fd)
+
+
+class PagedSpider(scrapy.Spider):
+    name = "paged"
+    custom_settings = {"ITEM_PIPELINES": {__name__ + ".AppendPipeline": 100}}
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [base_url + "/list/1"]
+
+    def parse(self, response: Any) -> Any:
+        fields = response.meta.get("ha_checkpoint", {})
+        fields["pages_seen"] = fields.get("pages_seen", 0) + 1
+        for href in response.css("a.item::attr(href)").getall():
+            yield {"id": int(href.rsplit("/", 1)[1])}
+        next_page = response.css("a.next::attr(href)").get()
+        if next_page:
+            yield response.follow(next_page, callback=self.parse)

@@ -1,0 +1,133 @@
+"""Pagination checkpoints: resume a paginated task from its last page, fenced by its lease."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.queue import NewEntry
+from tests.test_queue_scripts import open_queue
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = {"SCHEDULER": "scrapy_ha.Scheduler", "HA_CHECKPOINTS": "True",
+            "SPIDER_MIDDLEWARES": '{"scrapy_ha.checkpoint.CheckpointMiddleware": 900}',
+            "HA_IDLE_TIMEOUT": "1", "LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": "4"}  # fmt: skip
+
+
+def run_paged(redis_url: str, site_url: str, items: Path, log: Path, **extra: str):
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "tests" / "paged_spider.py"),
+            "-a", f"base_url={site_url}", "-s", f"REDIS_URL={redis_url}", "-s", f"ITEMS_FILE={items}"]  # fmt: skip
+    for name, value in {**SETTINGS, **extra}.items():
+        args += ["-s", f"{name}={value}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as out:
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def checkpoint(client: redis.Redis) -> dict:
+    (key,) = client.keys("ha:{paged}:cp:*")
+    return json.loads(client.get(key))
+
+
+def test_a_100_page_task_killed_at_page_47_resumes_at_47(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    site = site_factory("--pages", "100", "--per-page", "5", "--slow-list", "47:60")
+    items = tmp_path / "items.jl"
+    first = run_paged(redis_url, site.url, items, tmp_path / "first.log")
+    deadline = time.monotonic() + 120
+    while not any(path == "/list/47" for _, path, _ in site.log()):
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    saved = checkpoint(redis_client)
+    assert saved["page"] == 47 and saved["items"] == 46 * 5 and not saved["done"]
+    assert saved["fields"] == {"pages_seen": 46} and saved["last_id"] == 230
+    assert len(json.dumps(saved)) < 400  # a few hundred bytes
+    # the queue is lost (flushed); only the checkpoint is left to resume from
+    keys = Keys("ha", "paged")
+    redis_client.delete(*keys.all())
+    before = len(site.log())
+    second = run_paged(redis_url, site.url, items, tmp_path / "second.log")
+    assert second.wait(timeout=120) == 0
+    resumed = [path for _, path, _ in site.log()[before:]]
+    assert resumed[0] == "/list/47" and "/list/1" not in resumed
+    assert "Resuming task" in (tmp_path / "second.log").read_text()
+    ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
+    assert sorted(ids) == list(range(1, 501))  # none lost, none twice
+    final = checkpoint(redis_client)
+    assert final["done"] and final["items"] == 500 and final["fields"] == {"pages_seen": 100}
+    # a finished task is not run again
+    third = run_paged(redis_url, site.url, items, tmp_path / "third.log")
+    assert third.wait(timeout=60) == 0
+    assert "finished in an earlier run" in (tmp_path / "third.log").read_text()
+    assert len(items.read_text().splitlines()) == 500
+
+
+def test_checkpoints_within_a_page_every_n_items(redis_url, redis_client, site_factory, tmp_path):
+    site = site_factory("--pages", "2", "--per-page", "120")
+    items = tmp_path / "items.jl"
+    first = run_paged(redis_url, site.url, items, tmp_path / "first.log",
+                      HA_CHECKPOINT_ITEMS="50", STALL_ITEMS_FROM="101")  # fmt: skip
+    deadline = time.monotonic() + 60
+    while count(items) < 100 or not redis_client.keys("ha:{paged}:cp:*"):
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    first.send_signal(signal.SIGKILL)  # items 101-120 are stuck in the pipeline
+    first.wait()
+    saved = checkpoint(redis_client)
+    assert (saved["page"], saved["skip"], saved["items"]) == (1, 100, 100)
+    redis_client.delete(*Keys("ha", "paged").all())
+    second = run_paged(redis_url, site.url, items, tmp_path / "second.log")
+    assert second.wait(timeout=60) == 0
+    ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
+    assert sorted(ids) == list(range(1, 241))  # page 1 redone without its first 100 items
+    assert "'ha/checkpoint/items_skipped': 100" in (tmp_path / "second.log").read_text()
+
+
+def count(path: Path) -> int:
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+@deferred_f_from_coro_f
+async def test_a_stale_worker_cannot_overwrite_a_newer_checkpoint(redis_url):
+    q = open_queue(redis_url)
+    await q.enqueue([NewEntry(b"", 0, b"page")])
+    (old,) = await q.lease(1, 10)
+    assert await q.save_checkpoint(old.id, old.token, "t", b'{"page": 5}', 60000)
+    import asyncio
+
+    await asyncio.sleep(0.05)
+    await q.reclaim(worker="w", interval_ms=1000, batch=10, max_expiries=3)
+    (new,) = await q.lease(1, 30000)
+    assert await q.save_checkpoint(new.id, new.token, "t", b'{"page": 6}', 60000)
+    assert not await q.save_checkpoint(old.id, old.token, "t", b'{"page": 5, "stale": 1}', 60000)
+    assert await q.client.get(q.keys.checkpoint("t")) == b'{"page": 6}'
+    assert 0 < await q.client.pttl(q.keys.checkpoint("t")) <= 60000
+    await q.client.aclose()
+
+
+def test_checkpoints_cli(redis_url, redis_client):
+    from tests.test_dlq import cli
+
+    redis_client.set("ha:{paged}:cp:task-a", json.dumps({"task": "task-a", "page": 3, "items": 40}))
+    redis_client.set("ha:{paged}:cp:task-b", json.dumps({"task": "task-b", "done": True, "items": 9}))
+    listed = cli(redis_url, "checkpoints", "list", "paged").stdout.splitlines()
+    assert [line.split()[:3] for line in listed] == [["task-a", "page", "3"], ["task-b", "done", "items=9"]]
+    shown = json.loads(cli(redis_url, "checkpoints", "show", "paged", "task-a").stdout)
+    assert shown["page"] == 3
+    assert cli(redis_url, "checkpoints", "reset", "paged", "task-a").stdout.strip() == "reset 1 checkpoint"
+    assert cli(redis_url, "checkpoints", "reset", "paged", "--all").stdout.strip() == "reset 1 checkpoint"
+    assert redis_client.keys("ha:{paged}:cp:*") == []
