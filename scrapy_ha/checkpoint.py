@@ -1,7 +1,9 @@
 """Pagination checkpoints: a paginated task resumes from its last page, fenced by its lease.
 
 Turn on with ``HA_CHECKPOINTS = True`` (the add-on adds the middleware). Every start
-request is the root of a task (``meta["ha_task"]`` names it; else its fingerprint does).
+request is the root of a task (``meta["ha_task"]`` names it; else its fingerprint does;
+``meta["ha_task"] = False`` opts it out), and so is any request the spider yields with
+``meta["ha_task"] = "<name>"``.
 The middleware follows the task along its pagination chain, the requests a page yields
 for the same callback as its own (or marked ``meta["ha_next_page"] = True``), and records
 in Redis, under the page's lease:
@@ -93,7 +95,9 @@ class CheckpointMiddleware:
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         async for item_or_request in start:
-            if isinstance(item_or_request, Request):
+            if isinstance(item_or_request, Request) and item_or_request.meta.get(
+                TASK_META_KEY, True
+            ):
                 item_or_request = await self._resume(item_or_request)
                 if item_or_request is None:
                     continue
@@ -149,14 +153,21 @@ class CheckpointMiddleware:
     ) -> AsyncIterator[Any]:
         page = response.request
         task = page.meta.get(TASK_META_KEY) if page is not None else None
-        if page is None or task is None:
+        if page is None or not task:
             async for x in result:
-                yield x
+                if _is_new_root(x):
+                    x = await self._resume(x)
+                if x is not None:
+                    yield x
             return
         state = dict(page.meta.get(STATE_META_KEY) or {"page": 1, "items": 0})
         fields = page.meta.setdefault(FIELDS_META_KEY, {})
         skip, index, next_pages = int(state.pop("skip", 0)), 0, []
         async for x in result:
+            if _is_new_root(x):
+                if (x := await self._resume(x)) is not None:
+                    yield x
+                continue
             if isinstance(x, Request):
                 if self._is_next_page(x, page):
                     next_pages.append(x)
@@ -240,6 +251,13 @@ class CheckpointMiddleware:
         payload = self._checked(task, doc)
         if payload is not None:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=False)
+
+
+def _is_new_root(x: Any) -> bool:
+    """A request the spider marked as the root of a task (``meta["ha_task"] = "name"``)."""
+    return isinstance(x, Request) and bool(x.meta.get(TASK_META_KEY)) and (
+        STATE_META_KEY not in x.meta
+    )
 
 
 def _without_progress(page: Request) -> Request:

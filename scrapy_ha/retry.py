@@ -324,8 +324,11 @@ class ParseErrorMiddleware:
         now_ms = scheduler.server_time_ms() if scheduler else int(time.time() * 1000)
         reason = f"{global_object_name(type(exception))}: {exception}"[:300]
         verdict = decide(request, Failure(cls, reason), self.config, worker=worker, now_ms=now_ms)
-        key = "count" if verdict["op"] == "retry" else f"gave_up/{cls}"
-        self.crawler.stats.inc_value(f"ha/retry/{key}")
+        if verdict["op"] == "retry":
+            self.crawler.stats.inc_value("ha/retry/count")
+            self.crawler.stats.inc_value(f"ha/retry/{cls}")
+        else:
+            self.crawler.stats.inc_value(f"ha/retry/gave_up/{cls}")
 
 
 _NOT_PARSE_ERRORS = (HttpError, IgnoreRequest)

@@ -16,7 +16,7 @@ import logging
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -233,6 +233,9 @@ class Scheduler:
 
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
+        job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
+        if job and not self.crawler.settings.get("HA_WORKER_ID"):
+            self.config = replace(self.config, worker_id=f"{self.config.worker_id}:{job}")
         cfg = self.config
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:

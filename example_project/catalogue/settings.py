@@ -10,6 +10,13 @@ ADDONS = {"scrapy_ha.Addon": 0}
 # Every worker of the crawl points at the same Redis.
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
+# Each pagination chain saves checkpoints (see the spider).
+HA_CHECKPOINTS = True
+
+# A tunnel proxy, from the environment (HA_PROXY_URL=http://user:password@host:port) so that
+# the password stays out of the project; a ban puts a new session in the user name.
+HA_PROXY_SESSION_TEMPLATE = "{user}-session-{session}"
+
 ROBOTSTXT_OBEY = False
 CONCURRENT_REQUESTS = 32
 CONCURRENT_REQUESTS_PER_DOMAIN = 32

@@ -17,6 +17,8 @@ import argparse
 import asyncio
 import base64
 import itertools
+import os
+import signal
 import sys
 
 
@@ -138,6 +140,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # stop at once, open tunnels and all
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--user", default="demo")

@@ -1,10 +1,12 @@
 """The demo: a distributed crawl that survives a killed worker.
 
 ``python -m scrapy_ha.demo.run`` (``make demo``) starts its own redis-server
-(private directory, AOF on), the demo catalogue site, and three ``scrapy
-crawl`` workers of the example project; SIGKILLs one mid-crawl; lets the others
-finish; prints a report; and exits non-zero if any item was lost. Every
-process it started is stopped before it returns.
+(private directory, AOF on), the demo catalogue site (with slow pages, timeouts,
+5xx, 429 with Retry-After, 404s, pages that break the parser, and one proxy exit
+it bans), a forward proxy with three exits, and three ``scrapy crawl`` workers
+of the example project; SIGKILLs one mid-crawl; lets the others finish; prints
+a report; and exits non-zero if any item was lost. Every process it started is
+stopped before it returns.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
@@ -29,8 +32,15 @@ EXAMPLE = ROOT / "example_project"
 DEMO_SETTINGS = {
     "HA_LEASE_TIME": "5", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "5",
     "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "2", "CONCURRENT_REQUESTS": "16",
+    "DOWNLOAD_TIMEOUT": "3", "HA_RETRY_BACKOFF_BASE": "1",
+    "HA_RETRY_POLICIES": '{"network": {"base": 1}, "parse": {"base": 1}}',
     "LOG_LEVEL": "INFO",
 }  # fmt: skip
+#: The site's faults (STATUS:EVERY:TIMES[:RETRY_AFTER]): item pages whose id is a multiple
+#: of EVERY fail their first TIMES hits. 404s never recover: they end in the dead-letter queue.
+FAULTS = ["404:97:99", "503:7:1", "500:11:2", "429:131:1:1", "timeout:211:1", "broken:53:1"]
+GONE_EVERY = 97
+BANNED_EXIT = "127.0.0.2"
 
 
 def free_port() -> int:
@@ -47,6 +57,8 @@ class Demo:
         self.items = workdir / "items.jl"
         self.redis_url = ""
         self.site_url = ""
+        self.proxy_url = ""
+        self.proxy_password = ""
 
     def start_redis(self) -> None:
         binary = shutil.which("redis-server")
@@ -63,12 +75,22 @@ class Demo:
         _wait_for(lambda: _redis_ping(port), "redis-server to start")
 
     def start_site(self) -> None:
-        proc = self._spawn([sys.executable, "-m", "scrapy_ha.demo.site", "--pages",
-                            str(self.pages), "--per-page", str(self.per_page), "--delay", "0.01",
-                            "--chains", "10"],
-                           subprocess.PIPE)  # fmt: skip
+        args = ["--pages", str(self.pages), "--per-page", str(self.per_page), "--delay", "0.01",
+                "--chains", "10", "--ban-exit", BANNED_EXIT]  # fmt: skip
+        for fault in FAULTS:
+            args += ["--fault", fault]
+        self.site_url = "http://127.0.0.1:" + self._listen("scrapy_ha.demo.site", args)
+
+    def start_proxy(self) -> None:
+        self.proxy_password = uuid.uuid4().hex
+        port = self._listen("scrapy_ha.demo.proxy", ["--user", "demo", "--password",
+                                                     self.proxy_password, "--exits", "3"])  # fmt: skip
+        self.proxy_url = f"http://demo:{self.proxy_password}@127.0.0.1:{port}"
+
+    def _listen(self, module: str, args: list[str]) -> str:
+        proc = self._spawn([sys.executable, "-m", module, *args], subprocess.PIPE)
         assert proc.stdout is not None
-        self.site_url = "http://127.0.0.1:" + proc.stdout.readline().decode().split()[1]
+        return proc.stdout.readline().decode().split()[1]
 
     def worker(self, n: int) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue",
@@ -76,7 +98,8 @@ class Demo:
                 "-s", f"ITEMS_FILE={self.items}"]  # fmt: skip
         for name, value in DEMO_SETTINGS.items():
             args += ["-s", f"{name}={value}"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)])}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+               "HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": self.proxy_url}  # fmt: skip
         with (self.dir / f"worker{n}.log").open("wb") as log:
             proc = subprocess.Popen(args, cwd=EXAMPLE, env=env, stdout=log, stderr=log)
         self.procs.append(proc)
@@ -129,9 +152,11 @@ def _stat(log: str, name: str) -> int:
 def run(demo: Demo, kill_at: int) -> int:
     demo.start_redis()
     demo.start_site()
+    demo.start_proxy()
     expected = demo.pages * demo.per_page
     print(f"Redis {demo.redis_url} (AOF on), site {demo.site_url}: {expected} items on "
-          f"{demo.pages} list pages; starting 3 workers")  # fmt: skip
+          f"{demo.pages} list pages in 10 chains, faults {' '.join(FAULTS)}, proxy exit "
+          f"{BANNED_EXIT} banned; a tunnel proxy with 3 exits; starting 3 workers")  # fmt: skip
     started = time.monotonic()
     workers = [demo.worker(n) for n in (1, 2, 3)]
     _wait_for(lambda: _count_items(demo.items) >= kill_at, f"{kill_at} items", timeout=300)
@@ -148,28 +173,59 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
     with urlopen(demo.site_url + "/_hits") as r:
         hits: dict[str, int] = json.load(r)
     logs = [(demo.dir / f"worker{n}.log").read_text(errors="replace") for n in (2, 3)]
-    lost = expected - len(set(ids))
-    rows = [
-        ("items expected", expected),
+    dead = _dead_letters(demo.redis_url)
+    dead_ids = {int(url.rsplit("/", 1)[1]) for url, _ in dead if "/item/" in url}
+    wanted = {n for n in range(1, expected + 1) if n % GONE_EVERY}
+    lost = sorted(wanted - set(ids) - dead_ids)
+    leaked = [name for name in demo.dir.glob("*.log")
+              if demo.proxy_password in name.read_text(errors="replace")]  # fmt: skip
+    rows: list[tuple[str, Any]] = [
+        ("items expected (404s excluded)", len(wanted)),
         ("items stored", len(ids)),
         ("unique items", len(set(ids))),
-        ("items lost", lost),
         ("items stored twice", len(ids) - len(set(ids))),
+        ("items lost", len(lost)),
         ("pages crawled", len(hits)),
-        ("pages crawled twice", sum(1 for n in hits.values() if n > 1)),
-        ("leases reclaimed", sum(_stat(log, "ha/reclaimed") for log in logs)),
-        ("requests acked by workers 2+3", sum(_stat(log, "ha/acked") for log in logs)),
+        ("pages fetched again (retries)", sum(1 for n in hits.values() if n > 1)),
+        ("leases reclaimed (worker 1's)", sum(_stat(log, "ha/reclaimed") for log in logs)),
+        ("proxy rotations", sum(_stat(log, "ha/proxy/rotations") for log in logs)),
         ("elapsed seconds", round(elapsed, 1)),
     ]
+    classes = ("network", "server", "rate_limited", "banned", "parse")
+    retries = [(f"  {c}", sum(_stat(log, f"ha/retry/{c}") for log in logs)) for c in classes]
+    by_class: dict[str, int] = {}
+    for _, cls in dead:
+        by_class[cls] = by_class.get(cls, 0) + 1
     print("\nscrapy-ha demo report")
     for name, value in rows:
-        print(f"  {name:<32}{value:>8}")
-    print(f"\nLogs and data in {demo.dir}")
-    if lost:
-        print(f"FAILED: {lost} item(s) lost")
+        print(f"  {name:<36}{value:>8}")
+    print("  retries by workers 2 and 3, per class:")
+    for name, value in retries:
+        print(f"  {name:<36}{value:>8}")
+    print("  dead-letter entries, per class:")
+    for cls, n in sorted(by_class.items()):
+        print(f"    {cls:<34}{n:>8}")
+    print(f"  proxy password in any log             {'YES: ' + str(leaked) if leaked else 'no'}")
+    print(f"\nLogs and data in {demo.dir}; try: scrapy-ha --redis-url {demo.redis_url} "
+          "dlq list catalogue (while Redis runs)")  # fmt: skip
+    if lost or leaked:
+        print(f"FAILED: {len(lost)} item(s) lost {lost[:20]}" if lost else "FAILED: a log leaks")
         return 1
     print("OK: nothing was lost")
     return 0
+
+
+def _dead_letters(redis_url: str) -> list[tuple[str, str]]:
+    """(url, class) of every dead-letter entry."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    out = []
+    for entry_id, info in client.hgetall("ha:{catalogue}:dead_info").items():
+        payload = client.hget("ha:{catalogue}:payload", entry_id) or b"{}"
+        out.append((json.loads(payload).get("u", "?"), json.loads(info).get("class", "?")))
+    client.close()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
