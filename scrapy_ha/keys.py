@@ -7,8 +7,10 @@ spider named ``books`` the keys are:
 =========================  ===========  ==================================================
 key                        type         content
 =========================  ===========  ==================================================
-``ha:{books}:pending``     sorted set   entry id -> score (priority first, then FIFO order)
-``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``)
+``ha:{books}:pending``     sorted set   ``"<entry id> <serialized request>"`` -> score (priority
+                                        first, then FIFO order)
+``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
+                                        leased, delayed or dead entry
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
 ``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score>"``
 ``ha:{books}:expiries``    hash         entry id -> how many of its leases expired

@@ -186,7 +186,8 @@ class RedisQueue:
         Returns (reclaimed to pending, ids dead-lettered as poison).
         """
         k = self.keys
-        keys = [k.leased, k.leases, k.pending, k.expiries, k.dead, k.dead_info, k.reclaim_guard]
+        keys = [k.leased, k.leases, k.pending, k.expiries, k.dead, k.dead_info, k.reclaim_guard,
+                k.payload]  # fmt: skip
         reply = await self._reclaim(keys=keys, args=[worker, interval_ms, batch, max_expiries])
         if int(reply[0]) < 0:
             return None
@@ -198,7 +199,7 @@ class RedisQueue:
             return 0
         k = self.keys
         args = [x for pair in pairs for x in pair]
-        return int(await self._release(keys=[k.pending, k.leased, k.leases], args=args))
+        return int(await self._release(keys=[k.pending, k.leased, k.leases, k.payload], args=args))
 
     async def dead_letter(
         self, entry_id: str, token: str, info: dict[str, Any], *, payload: bytes = b"",

@@ -62,8 +62,9 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
         "requeued 0 of 0 entries"
     )  # idempotent
     keys = Keys("ha", "faults")
-    (pending_id,) = redis_client.zrange(keys.pending, 0, -1)
-    payload = json.loads(redis_client.hget(keys.payload, pending_id))
+    (pending,) = redis_client.zrange(keys.pending, 0, -1)
+    pending_id, payload = pending.split(b" ", 1)
+    payload = json.loads(payload)
     assert "ha_retries" not in json.dumps(payload)  # attempts reset
 
     # the requeued request is crawled again with a fresh budget (and fails again here)

@@ -137,8 +137,7 @@ async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
     good = encode_request(spider.start_urls and __import__("scrapy").Request(
         site.url + "/item/7", callback=spider.parse_item), spider)  # fmt: skip
     for entry_id, payload in (("900", b"\x80\x04garbage"), ("901", good), ("902", b'{"v":1}')):
-        redis_client.zadd(keys.pending, {entry_id: int(entry_id)})
-        redis_client.hset(keys.payload, entry_id, payload)
+        redis_client.zadd(keys.pending, {entry_id.encode() + b" " + payload: int(entry_id)})
     redis_client.zadd(keys.pending, {"903": 903})  # no payload at all
     crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
     await crawler.crawl_async(base_url=site.url)

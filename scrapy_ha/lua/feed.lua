@@ -30,8 +30,8 @@ for i = 1, k do
   if take[i] and ARGV[a + 2] ~= '' and (fp == '' or redis.call('SADD', KEYS[4], fp) == 1) then
     local seq = base + i
     local id = string.format('%.0f', seq)
-    redis.call('ZADD', KEYS[2], string.format('%.0f', -tonumber(ARGV[a + 1]) * PRIO + seq), id)
-    redis.call('HSET', KEYS[3], id, ARGV[a + 2])
+    redis.call('ZADD', KEYS[2], string.format('%.0f', -tonumber(ARGV[a + 1]) * PRIO + seq),
+      id .. ' ' .. ARGV[a + 2])
     added = added + 1
   end
 end

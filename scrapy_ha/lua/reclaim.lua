@@ -1,7 +1,7 @@
 -- reclaim: move expired leases back to pending (or to the dead-letter queue as poison).
 -- At most one worker reclaims per interval: the guard key is taken with NX and a TTL.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] pending  KEYS[4] expiries
--- KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard
+-- KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard  KEYS[8] payload
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- Returns {-1} when another worker holds the guard, else {now_ms, reclaimed, poison_id1, ...}.
 if not redis.call('SET', KEYS[7], ARGV[1], 'NX', 'PX', tonumber(ARGV[2])) then
@@ -26,7 +26,8 @@ for _, id in ipairs(ids) do
       reason = 'lease expired ' .. n .. ' times: its worker died or stalled while processing it'}))
     out[#out + 1] = id
   else
-    redis.call('ZADD', KEYS[3], score, id)
+    redis.call('ZADD', KEYS[3], score, id .. ' ' .. (redis.call('HGET', KEYS[8], id) or ''))
+    redis.call('HDEL', KEYS[8], id)
     out[2] = out[2] + 1
   end
 end

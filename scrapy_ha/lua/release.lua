@@ -1,5 +1,5 @@
 -- release: give leases back to pending at once (graceful stop), keeping their order.
--- KEYS[1] pending  KEYS[2] leased  KEYS[3] leases
+-- KEYS[1] pending  KEYS[2] leased  KEYS[3] leases  KEYS[4] payload
 -- ARGV pairs: entry id, lease token
 -- Returns the number released; a stale token releases nothing.
 local n = 0
@@ -7,7 +7,9 @@ for i = 1, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local v = redis.call('HGET', KEYS[3], id)
   if v and string.match(v, '^(%S+)') == tok then
-    redis.call('ZADD', KEYS[1], string.match(v, '^%S+ (%S+)$'), id)
+    local payload = redis.call('HGET', KEYS[4], id) or ''
+    redis.call('ZADD', KEYS[1], string.match(v, '^%S+ (%S+)$'), id .. ' ' .. payload)
+    redis.call('HDEL', KEYS[4], id)
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     n = n + 1

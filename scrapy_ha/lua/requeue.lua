@@ -12,8 +12,9 @@ for i = 1, #ARGV, 3 do
     local seq = redis.call('INCR', KEYS[5])
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[6], id)
-    redis.call('HSET', KEYS[4], id, ARGV[i + 2])
-    redis.call('ZADD', KEYS[3], string.format('%.0f', -tonumber(ARGV[i + 1]) * PRIO + seq), id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('ZADD', KEYS[3], string.format('%.0f', -tonumber(ARGV[i + 1]) * PRIO + seq),
+      id .. ' ' .. ARGV[i + 2])
     n = n + 1
   end
 end

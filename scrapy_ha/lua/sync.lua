@@ -2,6 +2,9 @@
 --   1. enqueue new requests (dupefilter check + push to pending),
 --   2. ack finished leases (fenced by token; children of step 1 are already durable),
 --   3. promote due delayed entries, then lease up to n pending entries.
+-- A pending entry is one sorted-set member "<id> <payload>" (no separate payload while it
+-- waits: that keeps a queued request small); leased, delayed and dead entries keep their
+-- payload in the payload hash under their id.
 -- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter  KEYS[4] seq
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
 -- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates
@@ -28,8 +31,8 @@ if n_enq > 0 then
     if fp == '' or redis.call('SADD', KEYS[3], fp) == 1 then
       local seq = base + i + 1
       local id = string.format('%.0f', seq)
-      redis.call('ZADD', KEYS[1], string.format('%.0f', -tonumber(ARGV[a + 1]) * PRIO + seq), id)
-      redis.call('HSET', KEYS[2], id, ARGV[a + 2])
+      local score = string.format('%.0f', -tonumber(ARGV[a + 1]) * PRIO + seq)
+      redis.call('ZADD', KEYS[1], score, id .. ' ' .. ARGV[a + 2])
       added = added + 1
     end
   end
@@ -67,9 +70,11 @@ end
 if n_lease > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
   for _, id in ipairs(due) do
-    redis.call('ZADD', KEYS[1], redis.call('HGET', KEYS[9], id) or '0', id)
+    local payload = redis.call('HGET', KEYS[2], id) or ''
+    redis.call('ZADD', KEYS[1], redis.call('HGET', KEYS[9], id) or '0', id .. ' ' .. payload)
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
+    redis.call('HDEL', KEYS[2], id)
   end
   local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
   local n = #items / 2
@@ -78,13 +83,17 @@ if n_lease > 0 then
     local tbase = redis.call('INCRBY', KEYS[10], n) - n
     local expiry = now + tonumber(ARGV[4])
     for i = 1, n do
-      local id, score = items[i * 2 - 1], items[i * 2]
+      local member, score = items[i * 2 - 1], items[i * 2]
+      local space = string.find(member, ' ', 1, true)
+      local id = space and string.sub(member, 1, space - 1) or member
+      local payload = space and string.sub(member, space + 1) or ''
       local tok = string.format('%.0f', tbase + i)
       redis.call('ZADD', KEYS[5], expiry, id)
       redis.call('HSET', KEYS[6], id, tok .. ' ' .. score)
+      redis.call('HSET', KEYS[2], id, payload)
       out[#out + 1] = id
       out[#out + 1] = tok
-      out[#out + 1] = redis.call('HGET', KEYS[2], id) or ''
+      out[#out + 1] = payload
     end
   end
 end
