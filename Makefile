@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test deps venv clean
+.PHONY: demo test bench chaos deps venv clean
 
 deps:
 	@command -v redis-server >/dev/null || { \
@@ -22,6 +22,12 @@ venv: $(BIN)/python
 
 demo: deps venv
 	$(BIN)/python -m scrapy_ha.demo.run
+
+bench: deps venv
+	$(BIN)/python bench/run.py
+
+chaos: deps venv
+	$(BIN)/python chaos/run.py
 
 test: deps venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

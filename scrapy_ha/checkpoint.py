@@ -40,10 +40,10 @@ from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_r
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from typing import Self
 
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from typing_extensions import Self
 
     from scrapy_ha.scheduler import Scheduler
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy.settings import BaseSettings
-    from typing_extensions import Self
 
 #: Lease length: seed 000 uses 30 s; BullMQ locks jobs for 30 s.
 DEFAULT_LEASE_TIME = 30.0

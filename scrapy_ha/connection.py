@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
-from scrapy.utils.misc import load_object
 from scrapy.settings import Settings
+from scrapy.utils.misc import load_object
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha.codec import mask_url

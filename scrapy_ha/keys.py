@@ -123,6 +123,16 @@ class Keys:
         """A SCAN pattern of every checkpoint key of the crawl."""
         return self._key("cp:*").replace("{", "\\{").replace("}", "\\}")
 
+    def types(self) -> dict[str, str]:
+        """The Redis type each key must have (a key of another type is set aside)."""
+        zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers)
+        strings = (self.seq, self.lease_seq, self.reclaim_guard)
+        types = {key: "hash" for key in self.all()}
+        types.update({key: "zset" for key in zsets})
+        types.update({key: "string" for key in strings})
+        types[self.dupefilter] = "set"
+        return types
+
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
         return [

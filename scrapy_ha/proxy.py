@@ -45,12 +45,12 @@ from scrapy_ha.retry import OUTCOME_META_KEY, RetryConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Self
 
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 

@@ -275,6 +275,20 @@ class RedisQueue:
         keys = [self.keys.leases, self.keys.checkpoint(task)]
         return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
+    async def set_aside_wrong_types(self) -> list[str]:
+        """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<ms>``.
+
+        Returns the keys set aside (garbage written by hand must not stop the crawl).
+        """
+        moved = []
+        for key, expected in self.keys.types().items():
+            actual = _s(await self.client.type(key))
+            if actual not in ("none", expected):
+                stamp = int((await self.client.time())[0])
+                await self.client.rename(key, f"{key}:corrupt:{stamp}")
+                moved.append(f"{key} ({actual}, expected {expected})")
+        return moved
+
     async def leave(self, worker: str) -> None:
         """Unregister a worker that stops."""
         await self.client.zrem(self.keys.workers, worker)

@@ -44,12 +44,12 @@ from scrapy_ha.config import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Self
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 

@@ -42,10 +42,11 @@ from scrapy_ha.retry import OUTCOME_META_KEY
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from twisted.internet.defer import Deferred
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
@@ -335,12 +336,28 @@ class Scheduler:
                 self._redis_down(exc, delay)
                 await asyncio.sleep(delay)
                 continue
+            except redis.exceptions.ResponseError as exc:
+                await self._bad_redis_data(exc)
+                continue
             except Exception:
                 logger.exception("scrapy-ha background loop error; retrying in 1 s")
                 await asyncio.sleep(1)
                 continue
             if not more:
                 await self._sleep()
+
+    async def _bad_redis_data(self, exc: Exception) -> None:
+        """A key of the crawl holds garbage: set it aside with the reason, go on."""
+        assert self.queue is not None
+        moved = await self.queue.set_aside_wrong_types() if "WRONGTYPE" in str(exc) else []
+        if moved:
+            self.stats.inc_value("ha/corrupt_keys", len(moved))
+            logger.error("Keys of the crawl held the wrong type of data and were renamed to "
+                         "<key>:corrupt:<time> (their content is kept there): %s",
+                         "; ".join(moved))  # fmt: skip
+            return
+        logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
+        await asyncio.sleep(1)
 
     def _redis_down(self, exc: BaseException, delay: float) -> None:
         self.stats.inc_value("ha/redis_errors")

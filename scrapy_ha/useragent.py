@@ -15,9 +15,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy_ha.config import ConfigError
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy import Request
     from scrapy.crawler import Crawler
-    from typing_extensions import Self
 
 
 class UserAgentPoolMiddleware:

@@ -114,9 +114,8 @@ class Site:
 
     def hits(self) -> dict[str, int]:
         import json
-        from urllib.request import urlopen
-
         import ssl
+        from urllib.request import urlopen
 
         with urlopen(self.url + "/_hits", context=ssl._create_unverified_context()) as r:
             return dict(json.load(r))

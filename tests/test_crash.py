@@ -7,8 +7,8 @@ worker had in flight may be crawled twice.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys

@@ -217,3 +217,29 @@ async def test_feed_takes_the_list_head_only_if_nobody_took_it_first(redis_url):
     assert await q.client.llen("s:start_urls") == 0
     assert payloads(await q.lease(5, 30000)) == [b"payload-u1", b"payload-u2"]
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_garbage_in_counters_and_gates_does_not_stop_the_queue(redis_url):
+    q = open_queue(redis_url)
+    await q.enqueue([entry("a")])
+    await q.client.set(KEYS.seq, "not-a-number")
+    await q.client.set(KEYS.lease_seq, "nope")
+    await q.client.hset(KEYS.gates, "example.com", "not-a-time")
+    assert await q.enqueue([entry("b")]) == 1  # the counter restarts above any id it gave
+    result = await q.sync(lease=5)
+    assert payloads(result.leases) == [b"payload-a", b"payload-b"]
+    assert result.gates == {} and not await q.client.hexists(KEYS.gates, "example.com")
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_keys_of_the_wrong_type_are_set_aside(redis_url):
+    q = open_queue(redis_url)
+    await q.client.set(KEYS.delayed_score, "a string where a hash belongs")
+    await q.client.hset(KEYS.pending, "x", "a hash where a sorted set belongs")
+    moved = await q.set_aside_wrong_types()
+    assert len(moved) == 2 and any("expected zset" in m for m in moved)
+    assert len(await q.client.keys(KEYS.pending + ":corrupt:*")) == 1
+    assert await q.enqueue([entry("a")]) == 1
+    await q.client.aclose()

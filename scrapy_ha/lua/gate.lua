@@ -5,7 +5,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local untl = now + tonumber(ARGV[2])
-local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
 if old > untl then
   return old
 end

@@ -22,9 +22,17 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local PRIO = 1099511627776 -- 2^40: priority dominates, the sequence number orders FIFO
 
+-- A counter overwritten with garbage restarts above any id it can have given (unix seconds).
+local function take(counter, n)
+  local ok, v = pcall(redis.call, 'INCRBY', counter, n)
+  if ok then return v - n end
+  redis.call('SET', counter, tonumber(t[1]) + n)
+  return tonumber(t[1])
+end
+
 local added = 0
 if n_enq > 0 then
-  local base = redis.call('INCRBY', KEYS[4], n_enq) - n_enq
+  local base = take(KEYS[4], n_enq)
   for i = 0, n_enq - 1 do
     local a = 6 + i * 3
     local fp = ARGV[a]
@@ -58,7 +66,8 @@ local out = {now, added, acked, stale, 0, 0, 0, 0}
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
-    if tonumber(gates[i + 1]) <= now then
+    local open_at = tonumber(gates[i + 1])
+    if not open_at or open_at <= now then
       redis.call('HDEL', KEYS[11], gates[i])
     else
       out[#out + 1] = gates[i]
@@ -80,7 +89,7 @@ if n_lease > 0 then
   local n = #items / 2
   if n > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
-    local tbase = redis.call('INCRBY', KEYS[10], n) - n
+    local tbase = take(KEYS[10], n)
     local expiry = now + tonumber(ARGV[4])
     for i = 1, n do
       local member, score = items[i * 2 - 1], items[i * 2]

@@ -1,0 +1,187 @@
+"""Benchmarks: scrapy-ha against Scrapy's memory scheduler and scrapy-redis, side by side.
+
+``python bench/run.py`` (``make bench``) starts its own redis-server, the demo catalogue
+(10,501 pages by default) and, for the latency runs, a delay line in front of Redis; crawls
+the site with (a) Scrapy's memory scheduler, (b) scrapy-redis, (c) scrapy-ha, in
+alternation, ``--runs`` times each, with Redis on loopback and ``--delay-ms`` away; then runs
+the queue micro-benchmark (``bench/queue_micro.py``). It prints medians and the ratios to
+(a), and writes them as JSON to ``--out``. ``--quick`` is a smoke run on a tiny site.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEDULERS: dict[str, dict[str, str]] = {
+    "memory": {"SCHEDULER": "scrapy.core.scheduler.Scheduler"},
+    "scrapy-redis": {"SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                     "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"},
+    "scrapy-ha": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_IDLE_TIMEOUT": "0"},
+}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Services:
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, args: list[str], *, listen: bool = False) -> str:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE if listen else subprocess.DEVNULL)
+        self.procs.append(proc)
+        if not listen:
+            return ""
+        assert proc.stdout is not None
+        return proc.stdout.readline().decode().split()[1]
+
+    def redis(self) -> int:
+        port = free_port()
+        self.spawn([shutil.which("redis-server") or "redis-server", "--port", str(port),
+                    "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                    "--dir", str(self.dir)])  # fmt: skip
+        import redis
+
+        client = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                return port
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise SystemExit("redis-server did not start")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(10)
+            if proc.stdout:
+                proc.stdout.close()
+
+
+def crawl(name: str, site: str, redis_port: int, concurrency: int, workdir: Path) -> dict[str, Any]:
+    import redis
+
+    redis.Redis(port=redis_port).flushall()
+    out = workdir / f"{name}.json"
+    settings = {**SCHEDULERS[name], "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+                "CONCURRENT_REQUESTS": str(concurrency),
+                "CONCURRENT_REQUESTS_PER_DOMAIN": str(concurrency), "LOG_LEVEL": "WARNING",
+                "BENCH_OUT": str(out), "TELNETCONSOLE_ENABLED": "False",
+                "REMOTE_CONTROL_ENABLED": "False"}  # fmt: skip
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "bench" / "spider.py"),
+            "-a", f"base_url={site}"]  # fmt: skip
+    for key, value in settings.items():
+        args += ["-s", f"{key}={value}"]
+    subprocess.run(args, check=True, cwd=workdir, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    result = json.loads(out.read_text())
+    result["rate"] = result["pages"] / result["seconds"]
+    return dict(result)
+
+
+def crawl_series(args: argparse.Namespace, svc: Services, site: str, redis_port: int,
+                 label: str) -> dict[str, Any]:  # fmt: skip
+    rates: dict[str, list[float]] = {name: [] for name in SCHEDULERS}
+    pages = 0
+    for run in range(args.runs):
+        for name in SCHEDULERS:
+            result = crawl(name, site, redis_port, args.concurrency, svc.dir)
+            rates[name].append(result["rate"])
+            pages = result["pages"]
+            print(f"  [{label}] run {run + 1} {name:<13} {result['rate']:7.1f} pages/s "
+                  f"({result['pages']} pages)", flush=True)  # fmt: skip
+    medians = {name: statistics.median(r) for name, r in rates.items()}
+    base = medians["memory"]
+    return {"pages": pages, "runs": rates, "median": medians,
+            "ratio": {name: m / base for name, m in medians.items()}}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=500, help="list pages (×20 items)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--delay-ms", type=float, default=1.0, help="one way (2 ms round trip)")
+    parser.add_argument("--micro", type=int, default=100_000, help="requests in the micro-benchmark")
+    parser.add_argument("--memory-sizes", default="100000,1000000")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: tiny and fast")
+    args = parser.parse_args()
+    if args.quick:
+        args.pages, args.runs, args.micro, args.memory_sizes = 5, 1, 2000, "2000"
+    workdir = Path(tempfile.mkdtemp(prefix="scrapy-ha-bench-"))
+    svc = Services(workdir)
+    try:
+        return run(args, svc)
+    finally:
+        svc.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, svc: Services) -> int:
+    redis_port = svc.redis()
+    site = "http://127.0.0.1:" + svc.spawn(
+        [sys.executable, "-m", "scrapy_ha.demo.site", "--pages", str(args.pages), "--per-page",
+         "20", "--chains", "10"], listen=True)  # fmt: skip
+    delayed_port = int(svc.spawn([sys.executable, str(ROOT / "bench" / "latency_proxy.py"),
+                                  "--to", str(redis_port), "--delay-ms", str(args.delay_ms)],
+                                 listen=True))  # fmt: skip
+    results: dict[str, Any] = {"machine": machine()}
+    print(f"Crawling {args.pages * 21 + 1} pages, {args.runs} run(s) per scheduler")
+    results["loopback"] = crawl_series(args, svc, site, redis_port, "loopback")
+    results["latency"] = crawl_series(args, svc, site, delayed_port,
+                                      f"Redis {2 * args.delay_ms:g} ms away")  # fmt: skip
+    results["latency"]["rtt_ms"] = 2 * args.delay_ms
+    micro = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "queue_micro.py"), "--redis-port", str(redis_port),
+         "--n", str(args.micro), "--memory-sizes", args.memory_sizes, "--site", site],
+        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    results["micro"] = json.loads(micro.stdout)
+    args.out.write_text(json.dumps(results, indent=2))
+    report(results)
+    return 0
+
+
+def machine() -> dict[str, Any]:
+    import redis
+    import scrapy
+    import scrapy_redis
+
+    server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "scrapy": scrapy.__version__,
+            "scrapy_redis": scrapy_redis.__version__, "redis_py": redis.__version__,
+            "redis_server": server.split()[2].removeprefix("v="), "platform": platform.platform()}  # fmt: skip
+
+
+def report(results: dict[str, Any]) -> None:
+    print("\nscheduler       loopback pages/s  ratio   Redis {:g} ms away  ratio".format(
+        results["latency"]["rtt_ms"]))  # fmt: skip
+    for name in SCHEDULERS:
+        lo, la = results["loopback"], results["latency"]
+        print(f"{name:<15} {lo['median'][name]:>16.1f}  {lo['ratio'][name]:5.0%}  "
+              f"{la['median'][name]:>17.1f}  {la['ratio'][name]:5.0%}")  # fmt: skip
+    print("\nqueue micro-benchmark:", json.dumps(results["micro"], indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
