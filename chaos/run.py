@@ -148,6 +148,8 @@ class Cluster:
         """Seconds until the next item arrives (time to recover after a fault)."""
         start, count = time.monotonic(), self.items_count()
         while self.items_count() <= count:
+            if not any(p.poll() is None for p in self.workers.values()):
+                break  # the crawl had ended: nothing left to recover
             if time.monotonic() - start > timeout:
                 raise RuntimeError("no progress after the fault")
             time.sleep(0.02)

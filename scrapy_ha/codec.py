@@ -33,7 +33,9 @@ FORMAT_VERSION = 1
 #: (never stored: each lease gets a new one).
 LEASE_META_KEY = "ha_lease"
 
-_STRIPPED_META = (LEASE_META_KEY, "ha_outcome", "_ha_cp_save", "_auth_proxy", "download_slot")
+_STRIPPED_META = (
+    LEASE_META_KEY, "ha_outcome", "_ha_cp_save", "_ha_suspect", "_auth_proxy", "download_slot",
+)
 _STRIPPED_HEADERS = (b"Proxy-Authorization",)
 
 # Short field names keep every queued request small in Redis memory.

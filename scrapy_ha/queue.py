@@ -47,6 +47,7 @@ class Lease:
     id: str
     token: str
     payload: bytes
+    expiries: int = 0
 
 
 @dataclass
@@ -149,8 +150,8 @@ class RedisQueue:
         first = 8 + 2 * n_gates
         gates = {_s(reply[i]): int(reply[i + 1]) for i in range(8, first, 2)}
         leases = [
-            Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]))
-            for i in range(first, len(reply), 3)
+            Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
+            for i in range(first, len(reply), 4)
         ]
         return SyncResult(*(int(x) for x in reply[:7]), gates=gates, leases=leases)
 

@@ -61,6 +61,8 @@ DEFAULT_DLQ_WARN_THRESHOLD = 1000
 
 #: Meta key: a checkpoint to save when this page's lease is acked.
 _CP_META_KEY = "_ha_cp_save"
+#: Meta key: how many leases of this request expired before (its worker died or stalled).
+SUSPECT_META_KEY = "_ha_suspect"
 
 _SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
 
@@ -102,6 +104,8 @@ class Scheduler:
         self._server_offset_ms = 0.0
         self._dlq_warned = False
         self._cp_saves: list[tuple[str, str, str, bytes, int]] = []
+        self._solo: str | None = None  # a suspect running alone
+        self._to_release: list[tuple[str, str]] = []
         self._lost: set[str] = set()
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
@@ -169,15 +173,17 @@ class Scheduler:
         Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
         while this worker's leases may have expired (Redis unreachable for a lease period).
         """
-        if len(self._inflight) >= self.config.max_inflight:
+        if len(self._inflight) >= self.config.max_inflight or self._isolating():
             self._collect_finished()
-            if len(self._inflight) >= self.config.max_inflight:
+            if len(self._inflight) >= self.config.max_inflight or self._isolating():
                 return None
         if not self._buffer or time.monotonic() > self._leases_valid_until:
             self._wake.set()
             return None
         request = self._buffer.popleft()
         entry_id, token = request.meta[LEASE_META_KEY]
+        if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
+            return None
         if self._gates and (wait := self._gate_wait(request)) > 0:
             self._ops.append(_Op("defer", entry_id, token, request, wait))
             self._wake.set()
@@ -186,6 +192,32 @@ class Scheduler:
         if len(self._buffer) <= self._target() // 2:
             self._wake.set()
         return request
+
+    def _isolating(self) -> bool:
+        """True while a suspect runs alone, or waits for the engine to empty to do so."""
+        if self._solo is not None:
+            if self._solo in self._inflight:
+                return True
+            self._solo = None
+        head = self._buffer[0] if self._buffer else None
+        return bool(head is not None and head.meta.get(SUSPECT_META_KEY) and self._inflight)
+
+    def _run_alone(self, request: Request, entry_id: str) -> bool:
+        """A request whose lease expired on its last-but-one chance may be what kills
+        workers: run it with nothing else in flight or buffered, so that only its own lease
+        can expire with it and innocent neighbours never reach the poison threshold.
+        Returns False (and keeps it first in line) while other requests are in flight."""
+        if self._inflight:
+            self._buffer.appendleft(request)
+            return False
+        self._to_release += [r.meta[LEASE_META_KEY] for r in self._buffer]
+        self._buffer.clear()
+        self._solo = entry_id
+        self.stats.inc_value("ha/suspects_isolated")
+        logger.info("Running %s alone: its lease expired %d time(s) before", request,
+                    request.meta[SUSPECT_META_KEY])  # fmt: skip
+        self._wake.set()
+        return True
 
     def _gate_wait(self, request: Request) -> float:
         until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
@@ -309,7 +341,7 @@ class Scheduler:
         while self._outbox or self._acks or self._ops or self._cp_saves:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
-        held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished
+        held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished + self._to_release
         released = await self.queue.release(held)
         self._buffer.clear()
         self._inflight.clear()
@@ -378,6 +410,7 @@ class Scheduler:
 
     async def _round(self) -> bool:
         """One round of Redis work; True if there is more to do at once."""
+        assert self.queue is not None
         self._collect_finished()
         now = time.monotonic()
         if now - self._last_renew >= self.config.renew_interval:
@@ -388,6 +421,10 @@ class Scheduler:
             await self._feed_start_urls()
         if self._gate_ops:
             await self._send_gates()
+        if self._to_release:
+            released = await self.queue.release(self._to_release)
+            self._to_release.clear()
+            self.stats.inc_value("ha/released", released)
         want = self._want()
         if not (self._outbox or self._acks or self._ops or self._cp_saves or want):
             return False
@@ -428,7 +465,7 @@ class Scheduler:
         return cap
 
     def _want(self) -> int:
-        if self._stopping:
+        if self._stopping or self._solo is not None:
             return 0
         target = self._target()
         if len(self._buffer) > target // 2:
@@ -572,6 +609,9 @@ class Scheduler:
             await self._dead_letter_corrupt(lease, str(exc))
             return
         request.meta[LEASE_META_KEY] = (lease.id, lease.token)
+        if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
+            # its last chance before the dead-letter queue: run it alone (see _run_alone)
+            request.meta[SUSPECT_META_KEY] = lease.expiries
         self._buffer.append(request)
 
     async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:

@@ -15,8 +15,10 @@
 -- then ARGV[2] pairs:   entry id, lease token
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, n,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
---          id1, token1, payload1, ...}
---   (payload '' when the entry has no payload: the worker dead-letters it as corrupt).
+--          id1, token1, payload1, expiries1, ...}
+--   (payload '' when the entry has no payload: the worker dead-letters it as corrupt;
+--   expiries: how many of the entry's leases expired before, so the worker can run a
+--   suspect alone and only the request that kills workers is counted as poison).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -103,6 +105,7 @@ if n_lease > 0 then
       out[#out + 1] = id
       out[#out + 1] = tok
       out[#out + 1] = payload
+      out[#out + 1] = tonumber(redis.call('HGET', KEYS[7], id) or '0') or 0
     end
   end
 end
