@@ -125,6 +125,8 @@ def main() -> int:
     parser.add_argument("--memory-sizes", default="100000,1000000")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny and fast")
+    parser.add_argument("--only", choices=["loopback", "latency", "micro"],
+                        help="run one part only (its results are printed, not written)")
     args = parser.parse_args()
     if args.quick:
         args.pages, args.runs, args.micro, args.memory_sizes = 5, 1, 2000, "2000"
@@ -147,10 +149,15 @@ def run(args: argparse.Namespace, svc: Services) -> int:
                                  listen=True))  # fmt: skip
     results: dict[str, Any] = {"machine": machine()}
     print(f"Crawling {args.pages * 21 + 1} pages, {args.runs} run(s) per scheduler")
-    results["loopback"] = crawl_series(args, svc, site, redis_port, "loopback")
-    results["latency"] = crawl_series(args, svc, site, delayed_port,
-                                      f"Redis {2 * args.delay_ms:g} ms away")  # fmt: skip
-    results["latency"]["rtt_ms"] = 2 * args.delay_ms
+    if args.only in (None, "loopback"):
+        results["loopback"] = crawl_series(args, svc, site, redis_port, "loopback")
+    if args.only in (None, "latency"):
+        results["latency"] = crawl_series(args, svc, site, delayed_port,
+                                          f"Redis {2 * args.delay_ms:g} ms away")  # fmt: skip
+        results["latency"]["rtt_ms"] = 2 * args.delay_ms
+    if args.only is not None and args.only != "micro":
+        print(json.dumps({k: v for k, v in results.items() if k != "machine"}, indent=1))
+        return 0
     micro = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "queue_micro.py"), "--redis-port", str(redis_port),
          "--n", str(args.micro), "--memory-sizes", args.memory_sizes, "--site", site],

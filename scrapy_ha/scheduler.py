@@ -177,21 +177,21 @@ class Scheduler:
             self._collect_finished()
             if len(self._inflight) >= self.config.max_inflight or self._isolating():
                 return None
-        if not self._buffer or time.monotonic() > self._leases_valid_until:
-            self._wake.set()
-            return None
-        request = self._buffer.popleft()
-        entry_id, token = request.meta[LEASE_META_KEY]
-        if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
-            return None
-        if self._gates and (wait := self._gate_wait(request)) > 0:
-            self._ops.append(_Op("defer", entry_id, token, request, wait))
-            self._wake.set()
-            return self.next_request()
-        self._inflight[entry_id] = (token, request)
-        if len(self._buffer) <= self._target() // 2:
-            self._wake.set()
-        return request
+        while self._buffer and time.monotonic() <= self._leases_valid_until:
+            request = self._buffer.popleft()
+            entry_id, token = request.meta[LEASE_META_KEY]
+            if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
+                return None
+            if self._gates and (wait := self._gate_wait(request)) > 0:
+                self._ops.append(_Op("defer", entry_id, token, request, wait))
+                self._wake.set()
+                continue
+            self._inflight[entry_id] = (token, request)
+            if len(self._buffer) <= self._target() // 2:
+                self._wake.set()
+            return request
+        self._wake.set()
+        return None
 
     def _isolating(self) -> bool:
         """True while a suspect runs alone, or waits for the engine to empty to do so."""
