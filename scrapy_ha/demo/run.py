@@ -133,6 +133,7 @@ def _redis_ping(port: int) -> bool:
 
 
 def _wait_for(check: Any, what: str, timeout: float = 30) -> None:
+    """Poll *check* (this is the demo CLI process: no reactor runs here to block)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
