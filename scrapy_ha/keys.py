@@ -18,7 +18,7 @@ key                        type         content
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
-``ha:{books}:dupefilter``  set          request fingerprints (20 raw bytes) already seen
+``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter for lease tokens
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
