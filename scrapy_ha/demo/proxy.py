@@ -28,6 +28,7 @@ class Proxy:
         self.exits = [f"127.0.0.{i}" for i in range(first_exit, first_exit + exits)]
         self._next = itertools.cycle(range(exits))
         self._sessions: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[None] | None] = set()
 
     def exit_for(self, session: str | None, rotate: bool = False) -> str:
         if session is None or rotate:
@@ -51,6 +52,14 @@ class Proxy:
         return (name == self.user and password == self.password), (session or None)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)  # asyncio keeps only a weak reference to connection handlers
+        try:
+            await self._handle(reader, writer)
+        finally:
+            self._tasks.discard(task)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
