@@ -11,8 +11,9 @@
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
 -- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
 -- ARGV[5] most delayed entries to promote
--- then ARGV[1] triples: fingerprint ('' = never filtered), priority, payload
--- then ARGV[2] pairs:   entry id, lease token
+-- then ARGV[1] requests, one argument each: "<priority> <fingerprint length (2 digits)>
+--   <fingerprint><payload>" (length 00 = never filtered), e.g. "-3 12<12 bytes>{...}"
+-- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, n,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          id1, token1, payload1, expiries1, ...}
@@ -36,22 +37,24 @@ local added = 0
 if n_enq > 0 then
   local base = take(KEYS[4], n_enq)
   for i = 0, n_enq - 1 do
-    local a = 6 + i * 3
-    local fp = ARGV[a]
-    if fp == '' or redis.call('SADD', KEYS[3], fp) == 1 then
+    local e = ARGV[6 + i]
+    local sp = string.find(e, ' ', 1, true)
+    local fl = tonumber(string.sub(e, sp + 1, sp + 2))
+    local fp = string.sub(e, sp + 3, sp + 2 + fl)
+    if fl == 0 or redis.call('SADD', KEYS[3], fp) == 1 then
       local seq = base + i + 1
       local id = string.format('%.0f', seq)
-      local score = string.format('%.0f', -tonumber(ARGV[a + 1]) * PRIO + seq)
-      redis.call('ZADD', KEYS[1], score, id .. ' ' .. ARGV[a + 2])
+      local score = string.format('%.0f', -tonumber(string.sub(e, 1, sp - 1)) * PRIO + seq)
+      redis.call('ZADD', KEYS[1], score, id .. ' ' .. string.sub(e, sp + 3 + fl))
       added = added + 1
     end
   end
 end
 
 local acked, stale = 0, 0
-local a0 = 6 + n_enq * 3
+local a0 = 6 + n_enq
 for i = 0, n_ack - 1 do
-  local id, tok = ARGV[a0 + i * 2], ARGV[a0 + i * 2 + 1]
+  local id, tok = string.match(ARGV[a0 + i], '^(%S+) (%S+)$')
   local v = redis.call('HGET', KEYS[6], id)
   if v and string.match(v, '^(%S+)') == tok then
     redis.call('ZREM', KEYS[5], id)
