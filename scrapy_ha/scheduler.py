@@ -109,7 +109,6 @@ class Scheduler:
         self._cp_saves: list[tuple[str, str, str, bytes, int]] = []
         self._solo: str | None = None  # a suspect running alone
         self._to_release: list[tuple[str, str]] = []
-        self._lost: set[str] = set()
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -640,7 +639,6 @@ class Scheduler:
         done = [i for i, (_, r) in self._inflight.items() if not busy(r)]
         for entry_id in done:
             token, request = self._inflight.pop(entry_id)
-            self._lost.discard(entry_id)
             outcome = request.meta.get(OUTCOME_META_KEY)
             if outcome and outcome.get("op") in ("retry", "dead"):
                 self._ops.append(_Op(outcome["op"], entry_id, token, request))
@@ -689,7 +687,6 @@ class Scheduler:
         acked = {i for i, _ in self._acks}
         before = len(self._buffer)
         self._buffer = deque(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
-        self._lost |= lost & set(self._inflight)
         real = lost - acked
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
