@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,15 +27,25 @@ if TYPE_CHECKING:
 
     from scrapy import Spider
 
+logger = logging.getLogger(__name__)
+
 #: Version of the payload format; a payload with another version is refused.
 FORMAT_VERSION = 1
 
 #: Meta key holding the lease of a request handed out by the scheduler
 #: (never stored: each lease gets a new one).
 LEASE_META_KEY = "ha_lease"
+#: Meta key set on every request a callback yields: the lease ``(entry id, token)`` of the
+#: page that yielded it. A child is enqueued only while its parent's lease is held, and an
+#: unstorable child fails its parent (never stored).
+PARENT_META_KEY = "_ha_parent"
+#: What to do with a meta or cb_kwargs value that cannot be stored (``HA_UNSTORABLE``):
+#: ``"error"`` raises :class:`CodecError`; ``"drop-key"`` stores the request without that key.
+UNSTORABLE_POLICIES = ("error", "drop-key")
 
 _STRIPPED_META = (
-    LEASE_META_KEY, "ha_outcome", "_ha_cp_save", "_ha_suspect", "_auth_proxy", "download_slot",
+    LEASE_META_KEY, PARENT_META_KEY, "ha_outcome", "_ha_cp_save", "_ha_suspect", "_auth_proxy",
+    "download_slot",
 )
 _STRIPPED_HEADERS = (b"Proxy-Authorization",)
 
@@ -57,8 +68,14 @@ class CodecError(ValueError):
     """A request cannot be serialized, or a payload cannot be read back."""
 
 
-def encode_request(request: Request, spider: Spider | None) -> bytes:
-    """Serialize *request*; raise :class:`CodecError` naming the URL and the field."""
+def encode_request(
+    request: Request, spider: Spider | None, *, unstorable: str = "error"
+) -> bytes:
+    """Serialize *request*; raise :class:`CodecError` naming the URL and the field.
+
+    With ``unstorable="drop-key"`` a ``meta`` or ``cb_kwargs`` key whose value cannot be
+    stored is left out instead (a WARNING once per key).
+    """
     doc: dict[str, Any] = {"v": FORMAT_VERSION, "u": request.url}
     _put_callbacks(doc, request, spider)
     headers = _clean_headers(request)
@@ -68,7 +85,11 @@ def encode_request(request: Request, spider: Spider | None) -> bytes:
         value = getattr(request, attr)
         if attr == "meta":
             value = _clean_meta(value)
-        if value != default:
+        if value == default:
+            continue
+        if attr in ("meta", "cb_kwargs") and unstorable == "drop-key":
+            doc[key] = _tag_keys(value, f"{request.url}: {attr}")
+        else:
             doc[key] = _tag(value, f"{request.url}: {attr}")
     if type(request) is not Request:
         doc["cls"] = f"{type(request).__module__}.{type(request).__name__}"
@@ -186,6 +207,24 @@ def _tag(value: Any, where: str) -> Any:  # noqa: PLR0911
         f"cannot store the request for {where} in Redis: a value of type "
         f"{type(value).__name__} is not serializable (use str, bytes, numbers, lists, dicts)"
     )
+
+
+_DROPPED_WARNED: set[str] = set()
+
+
+def _tag_keys(value: dict[str, Any], where: str) -> Any:
+    """Tag a meta or cb_kwargs dict key by key, leaving out keys that cannot be stored."""
+    kept = {}
+    for k, v in value.items():
+        try:
+            _tag(v, f"{where}[{k!r}]")
+        except CodecError as exc:
+            if k not in _DROPPED_WARNED:
+                _DROPPED_WARNED.add(k)
+                logger.warning("%s; the key is left out (HA_UNSTORABLE = 'drop-key')", exc)
+            continue
+        kept[k] = v
+    return _tag(kept, where)
 
 
 def _untag(value: Any) -> Any:

@@ -91,11 +91,13 @@ class Counts:
 
 @dataclass(frozen=True)
 class NewEntry:
-    """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload."""
+    """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload,
+    and the lease ``(entry id, token)`` of the page that yielded it (None for a root)."""
 
     fingerprint: bytes
     priority: int
     payload: bytes
+    parent: tuple[str, str] | None = None
 
 
 def _s(value: Any) -> str:
