@@ -1,26 +1,59 @@
 """The request codec: Scrapy requests to compact, versioned JSON and back.
 
-No pickle: a payload is data, never code, so whoever can write to Redis cannot
-run code on the workers. Bytes, tuples and dicts with non-string keys are
-tagged so that headers, bodies, meta and ``cb_kwargs`` round-trip exactly.
-Proxy credentials (the ``Proxy-Authorization`` header, ``meta["_auth_proxy"]``
-and a user:password in ``meta["proxy"]``) are stripped before anything is
-stored.
+No pickle, and a payload is data, never a recipe for code: whoever can write to Redis
+cannot make a worker import a module or call a function. Decoding builds only
 
-The format: ``{"v": 1, "u": url, ...}`` where only fields that differ from
-Scrapy's defaults are present.
+- ``scrapy.Request`` and its subclasses, with the attributes the class declares in
+  ``attributes`` (what ``Request.replace`` passes too);
+- item classes (``scrapy.Item`` subclasses, dataclasses, attrs classes, pydantic models)
+  and ``Enum`` members;
+
+and it resolves a class named in a payload only if its module is already imported
+(``sys.modules``), by a plain look-up in the module's namespace: nothing is imported and
+no module ``__getattr__`` runs. Anything else is a :class:`CodecError` (the scheduler
+dead-letters such an entry as corrupt).
+
+Every value Scrapy users put in ``meta`` and ``cb_kwargs`` round-trips with its type:
+bytes, tuples, sets, frozensets, dicts with non-string keys, datetimes (naive and aware),
+dates, times, timedeltas, Decimals, UUIDs, Enum members, items and nested requests are
+tagged with short one-key objects (``{"__b": ...}``); plain JSON values are stored as
+they are, so a plain request stays as small as it was.
+
+Credentials never reach Redis: ``Proxy-Authorization`` and ``meta["_auth_proxy"]`` are
+dropped and a user:password in ``meta["proxy"]`` is cut out; the ``Authorization`` header
+that HttpAuthMiddleware adds (from ``http_user``/``http_pass``) and the ``Cookie`` header
+that CookiesMiddleware rebuilds from its jar are dropped too, because those middlewares
+add them again on every download. A header the spider set itself is kept.
+
+The format: ``{"v": 1, "u": url, ...}`` where only fields that differ from Scrapy's
+defaults are present.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import datetime
+import enum
 import json
 import logging
+import re
+import sys
+import uuid
+from decimal import Decimal
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from scrapy.http import Request
-from scrapy.utils.misc import load_object
+from scrapy.item import Item
+from scrapy.utils.httpobj import urlparse_cached
+from w3lib.http import basic_auth_header
+
+try:  # attrs ships with Twisted, but an item class check must not need it
+    import attr as _attr
+except ImportError:  # pragma: no cover - Twisted depends on attrs
+    _attr = None
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,7 +62,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Version of the payload format; a payload with another version is refused.
+#: Version of the payload format; a payload with another version is refused. New tags were
+#: added without a new version: every payload of an older scrapy-ha still reads the same.
 FORMAT_VERSION = 1
 
 #: Meta key holding the lease of a request handed out by the scheduler
@@ -43,11 +77,18 @@ PARENT_META_KEY = "_ha_parent"
 #: ``"error"`` raises :class:`CodecError`; ``"drop-key"`` stores the request without that key.
 UNSTORABLE_POLICIES = ("error", "drop-key")
 
-_STRIPPED_META = (
-    LEASE_META_KEY, PARENT_META_KEY, "ha_outcome", "_ha_cp_save", "_ha_suspect", "_auth_proxy",
-    "download_slot",
-)
-_STRIPPED_HEADERS = (b"Proxy-Authorization",)
+#: Meta keys set per attempt (by scrapy-ha or by Scrapy's downloader) that would be stale
+#: or secret after the queue: the next attempt sets them again.
+_STRIPPED_META = frozenset((
+    LEASE_META_KEY, PARENT_META_KEY, "ha_outcome", "_ha_cp_save", "_ha_suspect",
+    "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
+    "download_latency",  # the download handler: how long this attempt took
+    "cached_response",  # HttpCacheMiddleware: a Response object of this attempt
+))  # fmt: skip
+#: Meta keys that make :func:`_clean_meta` look closer (the cheap test for a plain request).
+_SPECIAL_META = _STRIPPED_META | {"proxy", "download_slot", "_scheme_proxy"}
+#: Always dropped: proxy credentials never reach Redis (DESIGN, guarantee 7).
+_PROXY_AUTH = b"Proxy-Authorization"
 
 # Short field names keep every queued request small in Redis memory.
 # (request attribute, JSON key, Scrapy's default)
@@ -62,72 +103,119 @@ _FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("flags", "f", []),
     ("cb_kwargs", "k", {}),
 )
+#: The types a stored field may have where Scrapy's default does not say it.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"c": (dict, list), "p": int}
+_KNOWN_ATTRIBUTES = frozenset(
+    ("url", "callback", "errback", "headers", "method", "body", "cookies", "meta",
+     "encoding", "priority", "dont_filter", "flags", "cb_kwargs")
+)  # fmt: skip
+#: What a stored value may be, for error messages.
+_STORABLE = (
+    "str, numbers, bool, None, bytes, lists, tuples, sets, dicts, datetime/date/time/"
+    "timedelta, Decimal, UUID, Enum members, items (scrapy.Item, dataclass, attrs, pydantic) "
+    "and Requests"
+)
 
 
 class CodecError(ValueError):
     """A request cannot be serialized, or a payload cannot be read back."""
 
 
+class _Unstorable(Exception):
+    """A value that cannot be stored; ``path`` is filled in (innermost first) on the way out."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.why = why
+        self.path: list[str] = []
+
+    def where(self) -> str:
+        return "".join(reversed(self.path))
+
+
+# --------------------------------------------------------------------------- encoding
+
+
 def encode_request(
     request: Request, spider: Spider | None, *, unstorable: str = "error"
 ) -> bytes:
-    """Serialize *request*; raise :class:`CodecError` naming the URL and the field.
+    """Serialize *request*; raise :class:`CodecError` naming the URL, the field and the type.
 
     With ``unstorable="drop-key"`` a ``meta`` or ``cb_kwargs`` key whose value cannot be
-    stored is left out instead (a WARNING once per key).
+    stored is left out instead (a WARNING once per key and type).
     """
-    doc: dict[str, Any] = {"v": FORMAT_VERSION, "u": request.url}
-    _put_callbacks(doc, request, spider)
-    headers = _clean_headers(request)
-    if headers:
-        doc["h"] = _tag(headers, f"{request.url}: headers")
-    for attr, key, default in _FIELDS:
-        value = getattr(request, attr)
-        if attr == "meta":
-            value = _clean_meta(value)
-        if value == default:
-            continue
-        if attr in ("meta", "cb_kwargs") and unstorable == "drop-key":
-            doc[key] = _tag_keys(value, f"{request.url}: {attr}")
-        else:
-            doc[key] = _tag(value, f"{request.url}: {attr}")
-    if type(request) is not Request:
-        doc["cls"] = f"{type(request).__module__}.{type(request).__name__}"
-    for name in getattr(request, "attributes", ()):
-        if name not in doc and name not in _KNOWN_ATTRIBUTES:
-            doc.setdefault("x", {})[name] = _tag(getattr(request, name), f"{request.url}: {name}")
+    doc = {"v": FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def decode_request(payload: bytes | str, spider: Spider | None) -> Request:
-    """Rebuild a request from :func:`encode_request` output; raise :class:`CodecError`."""
-    try:
-        doc = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CodecError(f"payload is not JSON: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION or "u" not in doc:
-        raise CodecError(f"payload is not a scrapy-ha request of format {FORMAT_VERSION}")
-    kwargs: dict[str, Any] = {"url": doc["u"]}
-    for attr, key, _default in _FIELDS:
-        if key in doc:
-            kwargs[attr.lstrip("_")] = _untag(doc[key])
-    if "h" in doc:
-        kwargs["headers"] = _untag(doc["h"])
-    kwargs.update({k: _untag(v) for k, v in doc.get("x", {}).items()})
-    for attr, key in (("callback", "cb"), ("errback", "eb")):
-        if key in doc:
-            kwargs[attr] = _method(spider, doc[key])
-    try:
-        cls = load_object(doc["cls"]) if "cls" in doc else Request
-        return cls(**kwargs)
-    except Exception as exc:
-        raise CodecError(f"cannot rebuild the request for {doc['u']}: {exc}") from None
+def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dict[str, Any]:
+    doc: dict[str, Any] = {"u": request.url}
+    _put_callbacks(doc, request, spider)
+    headers = _clean_headers(request, spider)
+    if headers:
+        doc["h"] = _tag_field(request, "headers", headers, spider, "error")
+    for attr, key, default in _FIELDS:
+        value = getattr(request, attr)
+        if attr == "meta":
+            value = _clean_meta(request, value)
+        if value != default:
+            doc[key] = _tag_field(request, attr.lstrip("_"), value, spider, unstorable)
+    cls = type(request)
+    if cls is not Request:
+        doc["cls"] = _class_name(cls, request.url)
+        for name in cls.attributes:
+            if name not in _KNOWN_ATTRIBUTES:
+                value = getattr(request, name)
+                doc.setdefault("x", {})[name] = _tag_field(request, name, value, spider, "error")
+    return doc
 
 
-_KNOWN_ATTRIBUTES = frozenset(
-    ("url", "callback", "errback", "headers", "method", "body", "cookies", "meta",
-     "encoding", "priority", "dont_filter", "flags", "cb_kwargs")
-)  # fmt: skip
+def _tag_field(request: Request, field: str, value: Any, spider: Spider | None,
+               unstorable: str) -> Any:  # fmt: skip
+    if unstorable == "drop-key" and field in ("meta", "cb_kwargs"):
+        value = _without_unstorable(request, field, value, spider)
+    try:
+        return _tag(value, spider)
+    except _Unstorable as exc:
+        raise CodecError(_unstorable_message(request.url, field, exc)) from None
+    except RecursionError:
+        raise CodecError(
+            f"cannot store the request for {request.url}: its {field} is nested too deeply "
+            f"(or refers to itself); store a flat copy of the data"
+        ) from None
+
+
+def _unstorable_message(url: str, field: str, exc: _Unstorable) -> str:
+    return (
+        f"cannot store the request for {url}: {field}{exc.where()} is of type {exc.kind}, "
+        f"which scrapy-ha cannot store ({exc.why}). Store one of: {_STORABLE}; or set "
+        f"HA_UNSTORABLE = 'drop-key' to leave such meta/cb_kwargs keys out"
+    )
+
+
+_DROPPED_WARNED: set[tuple[str, str, str]] = set()
+
+
+def _without_unstorable(request: Request, field: str, value: dict[Any, Any],
+                        spider: Spider | None) -> dict[Any, Any]:  # fmt: skip
+    """*value* without the keys whose values cannot be stored (a WARNING once per key)."""
+    kept = {}
+    for k, v in value.items():
+        try:
+            _tag(v, spider)
+        except (_Unstorable, RecursionError) as exc:
+            kind = exc.kind if isinstance(exc, _Unstorable) else "recursive"
+            if (field, repr(k), kind) not in _DROPPED_WARNED:
+                _DROPPED_WARNED.add((field, repr(k), kind))
+                logger.warning(
+                    "The request for %s is stored without %s[%r]: a value of type %s cannot "
+                    "be stored (HA_UNSTORABLE = 'drop-key'; this is logged once per key)",
+                    request.url, field, k, kind,
+                )  # fmt: skip
+            continue
+        kept[k] = v
+    return kept
 
 
 def _put_callbacks(doc: dict[str, Any], request: Request, spider: Spider | None) -> None:
@@ -152,24 +240,75 @@ def _method_name(spider: Spider | None, func: Callable[..., Any], url: str, attr
     )
 
 
-def _method(spider: Spider | None, name: str) -> Callable[..., Any]:
-    method = getattr(spider, name, None)
-    if not callable(method):
-        raise CodecError(f"the spider has no method {name!r}")
-    return method  # type: ignore[no-any-return]
+def _clean_headers(request: Request, spider: Spider | None) -> dict[bytes, list[bytes]]:
+    """The headers to store: without the credentials a middleware adds on every download."""
+    headers = request.headers
+    if not headers:
+        return {}
+    clean = {}
+    for name, values in headers.items():
+        if name == _PROXY_AUTH:
+            continue
+        if name == b"Authorization" and _auth_added_by_middleware(request, spider, values):
+            continue
+        if name == b"Cookie" and _cookies_from_jar(request, spider):
+            continue
+        clean[name] = list(values)
+    return clean
 
 
-def _clean_headers(request: Request) -> dict[bytes, list[bytes]]:
-    return {k: list(v) for k, v in request.headers.items() if k not in _STRIPPED_HEADERS}
+def _auth_added_by_middleware(request: Request, spider: Spider | None, values: Any) -> bool:
+    """Is this the header HttpAuthMiddleware adds (and adds again on the next download)?
+
+    It adds ``basic_auth_header(http_user, http_pass)`` from the request's meta, else from
+    the spider's attributes, only when the request has no Authorization header: a header
+    the spider set itself differs from both and is kept (it is part of the request).
+    """
+    meta = request.meta
+    sources = ((meta.get("http_user", ""), meta.get("http_pass", "")),
+               (getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")))  # fmt: skip
+    candidates = [basic_auth_header(u, p) for u, p in sources
+                  if (u or p) and isinstance(u, str) and isinstance(p, str)]  # fmt: skip
+    return len(values) == 1 and values[0] in candidates
 
 
-def _clean_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    if not any(k in meta for k in (*_STRIPPED_META, "proxy")):
+def _cookies_from_jar(request: Request, spider: Spider | None) -> bool:
+    """Does CookiesMiddleware replace the Cookie header from its jar on the next download?
+
+    It does unless ``dont_merge_cookies`` is set or ``COOKIES_ENABLED`` is off: then the
+    header is the spider's own and is kept.
+    """
+    if request.meta.get("dont_merge_cookies"):
+        return False
+    crawler = getattr(spider, "crawler", None)
+    return crawler is None or bool(crawler.settings.getbool("COOKIES_ENABLED", True))
+
+
+def _clean_meta(request: Request, meta: dict[str, Any]) -> dict[str, Any]:
+    if _SPECIAL_META.isdisjoint(meta):
         return meta
     clean = {k: v for k, v in meta.items() if k not in _STRIPPED_META}
+    if clean.pop("_scheme_proxy", False):
+        # HttpProxyMiddleware took the proxy from this worker's environment: the next
+        # worker takes its own (the flag and the proxy go together, as in Scrapy's redirect)
+        clean.pop("proxy", None)
     if isinstance(clean.get("proxy"), str):
         clean["proxy"] = strip_credentials(clean["proxy"])
+    if "download_slot" in clean and _is_default_slot(request, clean["download_slot"]):
+        del clean["download_slot"]  # the downloader's own key: it computes it again
     return clean
+
+
+def _is_default_slot(request: Request, slot: Any) -> bool:
+    """Is *slot* the key Scrapy's downloader wrote itself (the host, or its IP)?
+
+    The downloader stores its slot key in ``meta["download_slot"]`` on every download; a
+    slot the spider chose (for ``DOWNLOAD_SLOTS`` or to group hosts) differs and is kept.
+    """
+    from scrapy.resolver import dnscache  # noqa: PLC0415 - imported by Scrapy already
+
+    host = urlparse_cached(request).hostname or ""
+    return slot == host or slot == dnscache.get(host, host)
 
 
 def strip_credentials(url: str) -> str:
@@ -180,63 +319,402 @@ def strip_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
+#: Query parameters whose values are secrets (compared lower-case, ``-`` read as ``_``):
+#: the usual names of API keys, tokens, passwords and signatures in proxy and API URLs.
+_SECRET_PARAM = re.compile(
+    r"(?:^|_)(?:key|apikey|token|secret|password|passwd|pwd|pass|sig|signature|auth|"
+    r"authorization|credentials?|session|sessionid|sid)$"
+)
+
+
 def mask_url(url: str) -> str:
-    """``redis://user:secret@host`` -> ``redis://user:***@host`` (for logs and errors)."""
+    """Hide the secrets of *url* for logs and errors.
+
+    ``redis://user:secret@host`` -> ``redis://user:***@host``, and the values of query
+    parameters named like secrets (``key``, ``api_key``, ``token``, ``access_token``,
+    ``password``, ``secret``, ``sig``...) become ``***``.
+    """
     parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    userinfo, host = parts.netloc.rsplit("@", 1)
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    if "@" in parts.netloc:
+        userinfo, host = parts.netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    if parts.query:
+        parts = parts._replace(query=_mask_query(parts.query))
+    return urlunsplit(parts)
 
 
-def _tag(value: Any, where: str) -> Any:  # noqa: PLR0911
-    if value is None or isinstance(value, (str, bool, int, float)):
+def _mask_query(query: str) -> str:
+    pairs = query.split("&")
+    for i, pair in enumerate(pairs):
+        name, eq, _value = pair.partition("=")
+        if eq and _SECRET_PARAM.search(name.lower().replace("-", "_")):
+            pairs[i] = f"{name}=***"
+    return "&".join(pairs)
+
+
+# --------------------------------------------------------------------------- values
+
+_PLAIN = frozenset((str, int, float, bool, type(None)))
+
+
+def _tag(value: Any, spider: Spider | None) -> Any:
+    """*value* as JSON data; raise :class:`_Unstorable` for what has no faithful form."""
+    cls = type(value)
+    if cls in _PLAIN:
         return value
-    if isinstance(value, bytes):
-        return {"__b": base64.b64encode(value).decode()}
-    if isinstance(value, list):
-        return [_tag(v, where) for v in value]
-    if isinstance(value, tuple):
-        return {"__t": [_tag(v, where) for v in value]}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) and not k.startswith("__") for k in value):
-            return {k: _tag(v, f"{where}[{k!r}]") for k, v in value.items()}
-        return {"__d": [[_tag(k, where), _tag(v, f"{where}[{k!r}]")] for k, v in value.items()]}
-    raise CodecError(
-        f"cannot store the request for {where} in Redis: a value of type "
-        f"{type(value).__name__} is not serializable (use str, bytes, numbers, lists, dicts)"
-    )
+    encoder = _ENCODERS.get(cls)
+    if encoder is not None:
+        return encoder(value, spider)
+    return _tag_other(value, spider)
 
 
-_DROPPED_WARNED: set[str] = set()
-
-
-def _tag_keys(value: dict[str, Any], where: str) -> Any:
-    """Tag a meta or cb_kwargs dict key by key, leaving out keys that cannot be stored."""
-    kept = {}
-    for k, v in value.items():
+def _tag_list(values: Any, spider: Spider | None) -> list[Any]:
+    out = []
+    for i, v in enumerate(values):
         try:
-            _tag(v, f"{where}[{k!r}]")
-        except CodecError as exc:
-            if k not in _DROPPED_WARNED:
-                _DROPPED_WARNED.add(k)
-                logger.warning("%s; the key is left out (HA_UNSTORABLE = 'drop-key')", exc)
-            continue
-        kept[k] = v
-    return _tag(kept, where)
+            out.append(_tag(v, spider))
+        except _Unstorable as exc:
+            exc.path.append(f"[{i}]")
+            raise
+    return out
 
 
-def _untag(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_untag(v) for v in value]
-    if not isinstance(value, dict):
+def _tag_dict(value: dict[Any, Any], spider: Spider | None) -> Any:
+    try:
+        if all(type(k) is str and k[:2] != "__" for k in value):
+            return {k: _tag(v, spider) for k, v in value.items()}
+        return {"__d": [[_tag(k, spider), _tag(v, spider)] for k, v in value.items()]}
+    except _Unstorable as exc:
+        exc.path.append(_failing_key(value, spider))
+        raise
+
+
+def _failing_key(value: dict[Any, Any], spider: Spider | None) -> str:
+    """The ``[key]`` of *value* whose key or value cannot be stored (for the error's path)."""
+    for k, v in value.items():
+        for part in (k, v):
+            try:
+                _tag(part, spider)
+            except _Unstorable:
+                return f"[{k!r}]"
+    return "[?]"  # pragma: no cover - called only after a failure
+
+
+def _tag_datetime(value: datetime.datetime, spider: Spider | None) -> Any:
+    zone = getattr(value.tzinfo, "key", None)
+    if zone is not None and type(value.tzinfo).__name__ == "ZoneInfo":
+        return {"__dt": [value.isoformat(), zone]}
+    return {"__dt": value.isoformat()}
+
+
+_ENCODERS: dict[type, Callable[[Any, Spider | None], Any]] = {
+    list: _tag_list,
+    dict: _tag_dict,
+    tuple: lambda v, s: {"__t": _tag_list(v, s)},
+    bytes: lambda v, s: {"__b": base64.b64encode(v).decode()},
+    set: lambda v, s: {"__s": _tag_list(v, s)},
+    frozenset: lambda v, s: {"__fs": _tag_list(v, s)},
+    datetime.datetime: _tag_datetime,
+    datetime.date: lambda v, s: {"__da": v.isoformat()},
+    datetime.time: lambda v, s: {"__tm": v.isoformat()},
+    datetime.timedelta: lambda v, s: {"__td": [v.days, v.seconds, v.microseconds]},
+    Decimal: lambda v, s: {"__dc": str(v)},
+    uuid.UUID: lambda v, s: {"__u": v.hex},
+}
+
+
+def _tag_other(value: Any, spider: Spider | None) -> Any:  # noqa: PLR0911
+    """Subclasses and classes named in the payload (Enums, items, requests)."""
+    if isinstance(value, enum.Enum):
+        return _tag_enum(value, spider)
+    if isinstance(value, Request):
+        return {"__r": _encode_nested(value, spider)}
+    kind = _item_kind(type(value))
+    if kind is not None:
+        name = _class_name(type(value), None)
+        return {"__i": [name, _tag_dict(_item_fields(value, kind), spider)]}
+    for base in (bool, int, float, str):  # a subclass of a JSON type (not an Enum)
+        if isinstance(value, base):
+            return base(value)
+    for base, encoder in _ENCODERS.items():  # a subclass (OrderedDict, a datetime subclass...)
+        if isinstance(value, base):
+            return encoder(base(value) if base in (list, dict, tuple, set, frozenset) else value,
+                           spider)  # fmt: skip
+    raise _Unstorable(_type_name(type(value)), "not a data type scrapy-ha knows how to rebuild")
+
+
+def _tag_enum(member: enum.Enum, spider: Spider | None) -> Any:
+    cls = type(member)
+    name = _class_name(cls, None)
+    if member.name is not None and cls._member_map_.get(member.name) is member:
+        return {"__e": [name, member.name]}
+    return {"__e": [name, None, _tag(member.value, spider)]}  # a combination of Flag members
+
+
+def _encode_nested(request: Request, spider: Spider | None) -> dict[str, Any]:
+    try:
+        return _encode_doc(request, spider, "error")
+    except CodecError as exc:
+        raise _Unstorable(_type_name(type(request)), str(exc)) from None
+
+
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# --------------------------------------------------------------------------- classes
+
+_NAMES: dict[type, str] = {}
+
+
+def _class_name(cls: type, url: str | None) -> str:
+    """``module:Qualname`` of *cls*, checked to resolve back to *cls* on decoding."""
+    name = _NAMES.get(cls)
+    if name is not None:
+        return name
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    try:
+        found = _lookup(name)
+    except CodecError:
+        found = None
+    if found is not cls:
+        why = (f"the class {name} cannot be found again by its name: define it at a "
+               f"module's top level")  # fmt: skip
+        if url is not None:
+            raise CodecError(f"cannot store the request for {url}: {why}")
+        raise _Unstorable(_type_name(cls), why)
+    _NAMES[cls] = name
+    return name
+
+
+def _lookup(name: str) -> Any:
+    """The object *name* designates in an already imported module; never imports, never runs
+    code (no ``getattr``: a module's ``__getattr__`` could import)."""
+    module_name, sep, qualname = name.partition(":")
+    if not sep:  # the form of payloads written before 0.2: "package.module.Class"
+        module_name, _, qualname = name.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None:
+        raise CodecError(
+            f"the payload names {name!r}, whose module is not imported in this worker "
+            f"(scrapy-ha never imports a module a payload names: import it in the spider's module)"
+        )
+    obj: Any = module
+    for part in qualname.split("."):
+        if not isinstance(obj, (ModuleType, type)):
+            obj = None
+            break
+        obj = vars(obj).get(part)
+    if obj is None:
+        raise CodecError(f"the payload names {name!r}, which does not exist")
+    return obj
+
+
+def _item_kind(cls: type) -> str | None:
+    """``"scrapy"``, ``"dataclass"``, ``"attrs"`` or ``"pydantic"`` for an item class."""
+    if issubclass(cls, Item):
+        return "scrapy"
+    if dataclasses.is_dataclass(cls):
+        return "dataclass"
+    if _attr is not None and _attr.has(cls):
+        return "attrs"
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and issubclass(cls, pydantic.BaseModel):
+        return "pydantic"
+    return None
+
+
+def _item_fields(item: Any, kind: str) -> dict[str, Any]:
+    if kind == "scrapy":
+        return dict(item)
+    if kind == "dataclass":
+        return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+    if kind == "attrs":
+        return {a.name: getattr(item, a.name) for a in _attr.fields(type(item))}
+    return {name: getattr(item, name) for name in type(item).model_fields}
+
+
+def _build_item(cls: type, kind: str, fields: dict[str, Any]) -> Any:
+    if kind == "scrapy":
+        return cls(fields)
+    if kind == "pydantic":
+        return cls.model_construct(**fields)  # type: ignore[attr-defined]
+    if kind == "dataclass":
+        spec = [(f.name, f.name, f.init) for f in dataclasses.fields(cls)]
+    else:
+        spec = [(a.name, getattr(a, "alias", a.name.lstrip("_")), a.init)
+                for a in _attr.fields(cls)]  # fmt: skip
+    unknown = set(fields) - {name for name, _, _ in spec}
+    if unknown:
+        raise CodecError(f"{_type_name(cls)} has no fields {sorted(unknown)}")
+    item = cls(**{arg: fields[name] for name, arg, init in spec if init and name in fields})
+    for name, _arg, init in spec:
+        if not init and name in fields:
+            object.__setattr__(item, name, fields[name])
+    return item
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def decode_request(payload: bytes | str, spider: Spider | None) -> Request:
+    """Rebuild a request from :func:`encode_request` output; raise :class:`CodecError`.
+
+    Every malformed payload raises :class:`CodecError`, whatever is wrong with it.
+    """
+    try:
+        doc = json.loads(payload)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CodecError(f"payload is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION or "u" not in doc:
+        raise CodecError(f"payload is not a scrapy-ha request of format {FORMAT_VERSION}")
+    return _decode_doc(doc, spider)
+
+
+def _decode_doc(doc: Any, spider: Spider | None) -> Request:
+    url = doc.get("u") if isinstance(doc, dict) else None
+    if not isinstance(url, str):
+        raise CodecError("a stored request has no URL")
+    try:
+        cls, kwargs = _request_kwargs(doc, spider)
+        return cls(**kwargs)
+    except CodecError as exc:
+        raise CodecError(f"cannot rebuild the request for {url}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - anything a malformed payload raises is corrupt data
+        raise CodecError(
+            f"cannot rebuild the request for {url}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _request_kwargs(doc: dict[str, Any], spider: Spider | None) -> tuple[type, dict[str, Any]]:
+    cls = _request_class(doc["cls"]) if "cls" in doc else Request
+    kwargs: dict[str, Any] = {"url": doc["u"]}
+    for attr, key, default in _FIELDS:
+        if key in doc:
+            value = _untag(doc[key], spider)
+            if not isinstance(value, _FIELD_TYPES.get(key, type(default))):
+                raise CodecError(f"its {attr.lstrip('_')} is a {type(value).__name__}")
+            kwargs[attr.lstrip("_")] = value
+    if "h" in doc:
+        kwargs["headers"] = _untag(doc["h"], spider)
+    extras = doc.get("x", {})
+    if not isinstance(extras, dict):
+        raise CodecError("its extra attributes are not an object")
+    for name, value in extras.items():
+        if name in _KNOWN_ATTRIBUTES or name not in cls.attributes:
+            raise CodecError(f"{_type_name(cls)} takes no attribute {name!r}")
+        kwargs[name] = _untag(value, spider)
+    for attr, key in (("callback", "cb"), ("errback", "eb")):
+        if key in doc:
+            kwargs[attr] = _method(spider, doc[key])
+    return cls, kwargs
+
+
+def _request_class(name: Any) -> type[Request]:
+    cls = _lookup(name) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, Request)):
+        raise CodecError(f"the payload names {name!r} as its class, which is not a Request class")
+    return cls
+
+
+def _method(spider: Spider | None, name: Any) -> Callable[..., Any]:
+    method = getattr(spider, name, None) if isinstance(name, str) else None
+    if not callable(method):
+        raise CodecError(f"the spider has no method {name!r}")
+    return method  # type: ignore[no-any-return]
+
+
+def _untag(value: Any, spider: Spider | None) -> Any:
+    cls = type(value)
+    if cls is list:
+        return [_untag(v, spider) for v in value]
+    if cls is not dict:
         return value
     if len(value) == 1:
-        if "__b" in value:
-            return base64.b64decode(value["__b"])
-        if "__t" in value:
-            return tuple(_untag(v) for v in value["__t"])
-        if "__d" in value:
-            return {_untag(k): _untag(v) for k, v in value["__d"]}
-    return {k: _untag(v) for k, v in value.items()}
+        ((key, inner),) = value.items()
+        if key[:2] == "__":
+            decoder = _DECODERS.get(key)
+            if decoder is None:
+                raise CodecError(f"unknown tag {key!r}")
+            return decoder(inner, spider)
+    return {k: _untag(v, spider) for k, v in value.items()}
+
+
+def _list(value: Any, spider: Spider | None) -> list[Any]:
+    if type(value) is not list:
+        raise CodecError(f"a tagged value holds {type(value).__name__}, not a list")
+    return [_untag(v, spider) for v in value]
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise CodecError(f"a tagged value holds {type(value).__name__}, not a string")
+    return value
+
+
+def _pairs(value: Any, spider: Spider | None) -> dict[Any, Any]:
+    out = {}
+    for pair in _list(value, spider):
+        if type(pair) is not list or len(pair) != 2:
+            raise CodecError("a tagged dict holds something else than [key, value] pairs")
+        out[pair[0]] = pair[1]
+    return out
+
+
+def _untag_datetime(value: Any, spider: Spider | None) -> datetime.datetime:
+    if type(value) is list and len(value) == 2:
+        zoneinfo = sys.modules.get("zoneinfo")
+        if zoneinfo is None:
+            raise CodecError("the zoneinfo module is not imported in this worker")
+        moment = datetime.datetime.fromisoformat(_text(value[0]))
+        return moment.astimezone(zoneinfo.ZoneInfo(_text(value[1])))
+    return datetime.datetime.fromisoformat(_text(value))
+
+
+def _untag_enum(value: Any, spider: Spider | None) -> enum.Enum:
+    if type(value) is not list or len(value) not in (2, 3):
+        raise CodecError("a tagged Enum member is not [class, name] or [class, None, value]")
+    cls = _lookup(_text(value[0]))
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+        raise CodecError(f"the payload names {value[0]!r} as an Enum, which it is not")
+    if len(value) == 2:
+        return cls._member_map_[_text(value[1])]
+    return cls(_untag(value[2], spider))
+
+
+def _untag_item(value: Any, spider: Spider | None) -> Any:
+    if type(value) is not list or len(value) != 2:
+        raise CodecError("a tagged item is not [class, fields]")
+    cls = _lookup(_text(value[0]))
+    kind = _item_kind(cls) if isinstance(cls, type) else None
+    if kind is None:
+        raise CodecError(f"the payload names {value[0]!r} as an item class, which it is not")
+    fields = _untag(value[1], spider)
+    if type(fields) is not dict or not all(type(k) is str for k in fields):
+        raise CodecError(f"the fields of a stored {value[0]} are not a dict of names")
+    return _build_item(cls, kind, fields)
+
+
+_DECODERS: dict[str, Callable[[Any, Spider | None], Any]] = {
+    "__b": lambda v, s: base64.b64decode(_text(v), validate=True),
+    "__t": lambda v, s: tuple(_list(v, s)),
+    "__d": _pairs,
+    "__s": lambda v, s: set(_list(v, s)),
+    "__fs": lambda v, s: frozenset(_list(v, s)),
+    "__dt": _untag_datetime,
+    "__da": lambda v, s: datetime.date.fromisoformat(_text(v)),
+    "__tm": lambda v, s: datetime.time.fromisoformat(_text(v)),
+    "__td": lambda v, s: datetime.timedelta(*_timedelta_parts(v)),
+    "__dc": lambda v, s: Decimal(_text(v)),
+    "__u": lambda v, s: uuid.UUID(hex=_text(v)),
+    "__e": _untag_enum,
+    "__i": _untag_item,
+    "__r": _decode_doc,
+}
+
+
+def _timedelta_parts(value: Any) -> list[int]:
+    if type(value) is not list or len(value) != 3 or any(type(p) is not int for p in value):
+        raise CodecError("a tagged timedelta is not [days, seconds, microseconds]")
+    return value
