@@ -15,7 +15,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import attr
-import pydantic
 import pytest
 import scrapy
 from scrapy.http import FormRequest, JsonRequest
@@ -62,10 +61,16 @@ class AttrsItem:
     _secret_code: int = 0
 
 
-class PydanticItem(pydantic.BaseModel):
-    name: str
-    when: datetime.date
-    price: Decimal = Decimal("0")
+try:  # pydantic is optional for scrapy-ha and for its tests (in the test extra)
+    import pydantic
+except ImportError:  # pragma: no cover
+    pydantic = None
+else:
+
+    class PydanticItem(pydantic.BaseModel):
+        name: str
+        when: datetime.date
+        price: Decimal = Decimal("0")
 
 
 class Color(enum.Enum):
@@ -148,12 +153,14 @@ VALUES = {
     "dataclass": Offer("s1", Decimal("1.10"), datetime.datetime(2026, 1, 2)),
     "frozen dataclass": Frozen(3),
     "attrs": AttrsItem("n", 7),
-    "pydantic": PydanticItem(name="p", when=datetime.date(2026, 1, 1), price=Decimal("2.5")),
     "floats": [1.5, -0.0, 1e300],
     "big int": 2**100,
     "nested": {"a": [{"b": ({1: Color.BLUE},)}]},
     "str subclass kept as str": "plain",
 }
+if pydantic is not None:
+    VALUES["pydantic"] = PydanticItem(name="p", when=datetime.date(2026, 1, 1),
+                                      price=Decimal("2.5"))
 
 
 @pytest.mark.parametrize("value", list(VALUES.values()), ids=list(VALUES))
