@@ -41,7 +41,7 @@ import re
 import sys
 import uuid
 from decimal import Decimal
-from types import ModuleType
+from types import MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -173,10 +173,13 @@ def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dic
 
 def _tag_field(request: Request, field: str, value: Any, spider: Spider | None,
                unstorable: str) -> Any:  # fmt: skip
-    if unstorable == "drop-key" and field in ("meta", "cb_kwargs"):
-        value = _without_unstorable(request, field, value, spider)
     try:
-        return _tag(value, spider)
+        try:
+            return _tag(value, spider)
+        except (_Unstorable, RecursionError):
+            if unstorable != "drop-key" or field not in ("meta", "cb_kwargs"):
+                raise
+            return _tag(_without_unstorable(request, field, value, spider), spider)
     except _Unstorable as exc:
         raise CodecError(_unstorable_message(request.url, field, exc)) from None
     except RecursionError:
@@ -492,7 +495,7 @@ def _lookup(name: str) -> Any:
     """The object *name* designates in an already imported module; never imports, never runs
     code (no ``getattr``: a module's ``__getattr__`` could import)."""
     module_name, sep, qualname = name.partition(":")
-    if not sep:  # the form of payloads written before 0.2: "package.module.Class"
+    if not sep:  # the form of older payloads: "package.module.Class"
         module_name, _, qualname = name.rpartition(".")
     module = sys.modules.get(module_name)
     if module is None:
@@ -619,10 +622,13 @@ def _request_class(name: Any) -> type[Request]:
 
 
 def _method(spider: Spider | None, name: Any) -> Callable[..., Any]:
-    method = getattr(spider, name, None) if isinstance(name, str) else None
-    if not callable(method):
+    """The spider's method *name*: a method defined on the spider's class, not a dunder
+    (``__class__`` or ``__init__`` would build objects), nor any other attribute."""
+    ok = isinstance(name, str) and name[:2] != "__" and spider is not None
+    method = getattr(spider, name, None) if ok else None
+    if not (isinstance(method, MethodType) and method.__self__ is spider):
         raise CodecError(f"the spider has no method {name!r}")
-    return method  # type: ignore[no-any-return]
+    return method
 
 
 def _untag(value: Any, spider: Spider | None) -> Any:

@@ -32,6 +32,9 @@ class Spider(scrapy.Spider):
     def on_error(self, failure):  # pragma: no cover
         pass
 
+    def _private_parse(self, response):  # pragma: no cover
+        pass
+
 
 SPIDER = Spider()
 
@@ -200,6 +203,11 @@ def test_every_field_round_trips_exactly():
     copy = roundtrip(request)
     assert copy.to_dict(spider=SPIDER) == request.to_dict(spider=SPIDER)
     assert copy.callback == SPIDER.parse_item and copy.errback == SPIDER.on_error
+
+
+def test_a_private_method_is_a_callback_too():
+    copy = roundtrip(scrapy.Request("https://example.com", callback=SPIDER._private_parse))
+    assert copy.callback == SPIDER._private_parse
 
 
 def test_a_plain_request_is_small():
@@ -438,6 +446,7 @@ def test_only_known_safe_classes_with_their_own_attributes_are_built(doc):
      b'{"v": 1, "u": 5}', b"[" * 100_000,
      b'{"v":1,"u":"http://x","mt":' + b"[" * 5000 + b"]" * 5000 + b"}",
      payload(cb="no_such_method"), payload(cb=["parse_item"]), payload(eb=None),
+     payload(cb="__class__"), payload(cb="__init__"), payload(eb="name"), payload(cb="logger"),
      payload(b={"__b": "***not base64***"}), payload(b={"__b": 1}), payload(mt={"t": {"__t": 5}}),
      payload(mt={"d": {"__d": [[1]]}}), payload(mt={"d": {"__d": [[[1], 2]]}}),
      payload(mt={"s": {"__s": [[1]]}}), payload(x=[1]), payload(x={"__t": []}), payload(mt=[1]),
