@@ -146,7 +146,11 @@ def encode_request(
     stored is left out instead (a WARNING once per key and type).
     """
     doc = {"v": FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot hold it, a JSON escape can
+        return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dict[str, Any]:

@@ -467,3 +467,8 @@ def test_a_corrupt_payload_is_a_codec_error(raw):
 def test_payloads_of_the_older_format_still_decode():
     old = b'{"v":1,"u":"https://example.com/form","m":"POST","cls":"scrapy.http.request.json_request.JsonRequest"}'
     assert type(decode_request(old, SPIDER)) is JsonRequest
+
+
+def test_a_lone_surrogate_in_a_string_round_trips():
+    request = scrapy.Request("https://example.com", meta={"s": "bad \ud800 text"})
+    assert roundtrip(request).meta == {"s": "bad \ud800 text"}

@@ -113,3 +113,30 @@ def test_a_valid_payload_with_bytes_changed_decodes_or_is_a_codec_error(junk, wh
 
 def test_fuzzing_imported_nothing_new():
     assert "antigravity" not in sys.modules
+
+
+hashables = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.binary(max_size=8)
+    | st.floats(allow_nan=False) | st.decimals(allow_nan=False) | st.uuids() | st.dates()
+    | st.datetimes(timezones=st.none() | st.timezones()) | st.times() | st.timedeltas()
+    | st.sampled_from(Color),
+    lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
+    max_leaves=6,
+)
+storable = st.recursive(
+    hashables,
+    lambda inner: (st.lists(inner, max_size=3) | st.sets(hashables, max_size=3)
+                   | st.dictionaries(hashables, inner, max_size=3)
+                   | st.dictionaries(st.text(), inner, max_size=3)),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@FUZZ
+@given(storable)
+def test_any_storable_value_round_trips_with_its_types(value):
+    from tests.test_codec import same
+
+    request = scrapy.Request("https://example.com", meta={"v": value}, cb_kwargs={"v": value})
+    copy = decode_request(encode_request(request, SPIDER), SPIDER)
+    assert same(copy.meta["v"], value) and same(copy.cb_kwargs["v"], value)
