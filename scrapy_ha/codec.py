@@ -411,7 +411,9 @@ def _failing_key(value: dict[Any, Any], spider: Spider | None) -> str:
 def _tag_datetime(value: datetime.datetime, spider: Spider | None) -> Any:
     zone = getattr(value.tzinfo, "key", None)
     if zone is not None and type(value.tzinfo).__name__ == "ZoneInfo":
-        return {"__dt": [value.isoformat(), zone]}
+        # the wall time, the zone and the fold: exact even in a DST gap or overlap
+        wall = value.replace(tzinfo=None, fold=0).isoformat()
+        return {"__dt": [wall, zone, 1] if value.fold else [wall, zone]}
     return {"__dt": value.isoformat()}
 
 
@@ -673,12 +675,15 @@ def _pairs(value: Any, spider: Spider | None) -> dict[Any, Any]:
 
 
 def _untag_datetime(value: Any, spider: Spider | None) -> datetime.datetime:
-    if type(value) is list and len(value) == 2:
+    if type(value) is list and len(value) in (2, 3):
         zoneinfo = sys.modules.get("zoneinfo")
         if zoneinfo is None:
             raise CodecError("the zoneinfo module is not imported in this worker")
-        moment = datetime.datetime.fromisoformat(_text(value[0]))
-        return moment.astimezone(zoneinfo.ZoneInfo(_text(value[1])))
+        wall = datetime.datetime.fromisoformat(_text(value[0]))
+        if wall.tzinfo is not None:
+            raise CodecError("a stored wall time has an offset")
+        fold = 1 if len(value) == 3 and value[2] == 1 else 0
+        return wall.replace(tzinfo=zoneinfo.ZoneInfo(_text(value[1])), fold=fold)
     return datetime.datetime.fromisoformat(_text(value))
 
 

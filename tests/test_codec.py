@@ -123,11 +123,13 @@ def same(a, b) -> bool:
     if isinstance(a, scrapy.Request):
         return a.to_dict(spider=SPIDER) == b.to_dict(spider=SPIDER)
     if isinstance(a, datetime.datetime):
-        return a == b and a.tzinfo == b.tzinfo and a.utcoffset() == b.utcoffset()
+        return (a == b and a.tzinfo == b.tzinfo and a.fold == b.fold
+                and a.utcoffset() == b.utcoffset())  # fmt: skip
     return a == b
 
 
 PARIS = ZoneInfo("Europe/Paris")
+TOKYO = ZoneInfo("Asia/Tokyo")
 HOURS_3 = datetime.timedelta(hours=3)
 VALUES = {
     "bytes": b"\x00\xff",
@@ -141,6 +143,8 @@ VALUES = {
     "offset datetime": datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone(-HOURS_3)),
     "zoneinfo datetime": datetime.datetime(2026, 10, 25, 2, 30, tzinfo=PARIS),
     "zoneinfo datetime, second 2:30": datetime.datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=PARIS),
+    "zoneinfo datetime in the DST gap": datetime.datetime(2026, 3, 29, 2, 30, tzinfo=PARIS),
+    "zoneinfo datetime at the end of time": datetime.datetime.max.replace(tzinfo=TOKYO),
     "date": datetime.date(2026, 11, 30),
     "time": datetime.time(12, 15, 0, 7),
     "timedelta": datetime.timedelta(days=-1, seconds=5, microseconds=3),
