@@ -414,7 +414,15 @@ def _tag_datetime(value: datetime.datetime, spider: Spider | None) -> Any:
         # the wall time, the zone and the fold: exact even in a DST gap or overlap
         wall = value.replace(tzinfo=None, fold=0).isoformat()
         return {"__dt": [wall, zone, 1] if value.fold else [wall, zone]}
+    if value.fold:  # the later of two equal wall times (isoformat does not say)
+        return {"__dt": [value.replace(fold=0).isoformat(), None, 1]}
     return {"__dt": value.isoformat()}
+
+
+def _tag_time(value: datetime.time, spider: Spider | None) -> Any:
+    if value.fold:
+        return {"__tm": [value.replace(fold=0).isoformat(), 1]}
+    return {"__tm": value.isoformat()}
 
 
 _ENCODERS: dict[type, Callable[[Any, Spider | None], Any]] = {
@@ -426,7 +434,7 @@ _ENCODERS: dict[type, Callable[[Any, Spider | None], Any]] = {
     frozenset: lambda v, s: {"__fs": _tag_list(v, s)},
     datetime.datetime: _tag_datetime,
     datetime.date: lambda v, s: {"__da": v.isoformat()},
-    datetime.time: lambda v, s: {"__tm": v.isoformat()},
+    datetime.time: _tag_time,
     datetime.timedelta: lambda v, s: {"__td": [v.days, v.seconds, v.microseconds]},
     Decimal: lambda v, s: {"__dc": str(v)},
     uuid.UUID: lambda v, s: {"__u": v.hex},
@@ -675,6 +683,8 @@ def _pairs(value: Any, spider: Spider | None) -> dict[Any, Any]:
 
 
 def _untag_datetime(value: Any, spider: Spider | None) -> datetime.datetime:
+    if type(value) is list and len(value) == 3 and value[1] is None and value[2] == 1:
+        return datetime.datetime.fromisoformat(_text(value[0])).replace(fold=1)
     if type(value) is list and len(value) in (2, 3):
         zoneinfo = sys.modules.get("zoneinfo")
         if zoneinfo is None:
@@ -685,6 +695,12 @@ def _untag_datetime(value: Any, spider: Spider | None) -> datetime.datetime:
         fold = 1 if len(value) == 3 and value[2] == 1 else 0
         return wall.replace(tzinfo=zoneinfo.ZoneInfo(_text(value[1])), fold=fold)
     return datetime.datetime.fromisoformat(_text(value))
+
+
+def _untag_time(value: Any, spider: Spider | None) -> datetime.time:
+    if type(value) is list and len(value) == 2 and value[1] == 1:
+        return datetime.time.fromisoformat(_text(value[0])).replace(fold=1)
+    return datetime.time.fromisoformat(_text(value))
 
 
 def _untag_enum(value: Any, spider: Spider | None) -> enum.Enum:
@@ -719,7 +735,7 @@ _DECODERS: dict[str, Callable[[Any, Spider | None], Any]] = {
     "__fs": lambda v, s: frozenset(_list(v, s)),
     "__dt": _untag_datetime,
     "__da": lambda v, s: datetime.date.fromisoformat(_text(v)),
-    "__tm": lambda v, s: datetime.time.fromisoformat(_text(v)),
+    "__tm": _untag_time,
     "__td": lambda v, s: datetime.timedelta(*_timedelta_parts(v)),
     "__dc": lambda v, s: Decimal(_text(v)),
     "__u": lambda v, s: uuid.UUID(hex=_text(v)),

@@ -122,6 +122,8 @@ def same(a, b) -> bool:
         return same(dict(a), dict(b))
     if isinstance(a, scrapy.Request):
         return a.to_dict(spider=SPIDER) == b.to_dict(spider=SPIDER)
+    if isinstance(a, datetime.time):
+        return a == b and a.fold == b.fold and a.tzinfo == b.tzinfo
     if isinstance(a, datetime.datetime):
         return (a == b and a.tzinfo == b.tzinfo and a.fold == b.fold
                 and a.utcoffset() == b.utcoffset())  # fmt: skip
@@ -145,6 +147,8 @@ VALUES = {
     "zoneinfo datetime, second 2:30": datetime.datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=PARIS),
     "zoneinfo datetime in the DST gap": datetime.datetime(2026, 3, 29, 2, 30, tzinfo=PARIS),
     "zoneinfo datetime at the end of time": datetime.datetime.max.replace(tzinfo=TOKYO),
+    "naive datetime, fold=1": datetime.datetime(2026, 10, 25, 2, 30, fold=1),
+    "time, fold=1": datetime.time(2, 30, fold=1),
     "date": datetime.date(2026, 11, 30),
     "time": datetime.time(12, 15, 0, 7),
     "timedelta": datetime.timedelta(days=-1, seconds=5, microseconds=3),
