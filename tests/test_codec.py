@@ -480,3 +480,16 @@ def test_payloads_of_the_older_format_still_decode():
 def test_a_lone_surrogate_in_a_string_round_trips():
     request = scrapy.Request("https://example.com", meta={"s": "bad \ud800 text"})
     assert roundtrip(request).meta == {"s": "bad \ud800 text"}
+
+
+def test_a_value_that_contains_itself_is_a_codec_error_or_a_dropped_key():
+    loop: dict = {}
+    loop["self"] = loop
+    request = scrapy.Request("https://example.com/loop", meta={"loop": loop, "ok": 1})
+    with pytest.raises(CodecError, match=r"example.com/loop: its meta is nested too deeply"):
+        encode_request(request, SPIDER)
+    assert roundtrip_drop(request).meta == {"ok": 1}
+
+
+def roundtrip_drop(request: scrapy.Request) -> scrapy.Request:
+    return decode_request(encode_request(request, SPIDER, unstorable="drop-key"), SPIDER)
