@@ -274,7 +274,7 @@ class ProxyMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = ProxyConfig.from_settings(crawler.settings)
         if config is None:
-            raise NotConfigured("HA_PROXY_MODE is not set")
+            raise NotConfigured  # no proxy configured: silent (Scrapy warns if given a reason)
         return cls(crawler, config, RetryConfig.from_settings(crawler.settings))
 
     async def process_request(self, request: Request) -> Request | None:

@@ -48,7 +48,7 @@ from scrapy_ha.codec import strip_credentials
 from scrapy_ha.config import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from typing import Self
 
     from scrapy import Request, Spider
@@ -257,7 +257,7 @@ class RetryMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("HA_RETRY_ENABLED", True):
-            raise NotConfigured("HA_RETRY_ENABLED is False")
+            raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
         return cls(crawler, RetryConfig.from_settings(crawler.settings))
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
@@ -317,8 +317,20 @@ class ParseErrorMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("HA_RETRY_ENABLED", True):
-            raise NotConfigured("HA_RETRY_ENABLED is False")
+            raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
         return cls(crawler, RetryConfig.from_settings(crawler.settings))
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        """Pass the output on; note when the errback of a given-up request handled it."""
+        async for x in result:
+            yield x
+        request = response.request
+        verdict = request.meta.get(OUTCOME_META_KEY) if request is not None else None
+        if (verdict and verdict.get("op") == "dead" and request is not None
+                and request.errback is not None and response.status >= 300):  # fmt: skip
+            verdict["errback"] = True  # the spider's errback had its say: no ERROR for it
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Spider | None = None
