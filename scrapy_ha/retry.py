@@ -72,6 +72,8 @@ HISTORY_LIMIT = 10
 DEFAULT_RETRY_AFTER_MAX = 600.0
 #: Fraction of the backoff that is random: 1.0 is "full jitter" (0 .. backoff).
 DEFAULT_JITTER = 1.0
+#: Priority change per retry: Scrapy's RETRY_PRIORITY_ADJUST default (fresh work first).
+DEFAULT_PRIORITY_ADJUST = -1
 
 
 class PermanentError(Exception):
@@ -120,6 +122,7 @@ class RetryConfig:
     ban_check: Callable[[Response], bool] | None = None
     retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
     jitter: float = DEFAULT_JITTER
+    priority_adjust: int = DEFAULT_PRIORITY_ADJUST
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -142,6 +145,7 @@ class RetryConfig:
             ban_check=_optional_callable(settings, "HA_BAN_CHECK"),
             retry_after_max=_float(settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX),
             jitter=jitter,
+            priority_adjust=settings.getint("RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST),
         )
 
     def classify_response(self, response: Response) -> str | None:
@@ -184,6 +188,9 @@ def decide(
 ) -> dict[str, Any]:  # fmt: skip
     """Record the attempt in *request*'s meta and set its verdict (``ha_outcome``).
 
+    A retry changes ``request.priority`` by ``RETRY_PRIORITY_ADJUST`` (default -1), as
+    Scrapy's own retries do, so that fresh work goes ahead of failures.
+
     Returns the verdict: ``{"op": "retry", "delay": seconds, ...}`` while the class's budget
     lasts, else ``{"op": "dead", ...}``.
     """
@@ -208,6 +215,7 @@ def decide(
     else:
         verdict["op"] = "retry"
         verdict["delay"] = _delay(failure, policy, attempt, config, rand)
+        request.priority += config.priority_adjust
     meta[OUTCOME_META_KEY] = verdict
     return verdict
 

@@ -50,3 +50,7 @@ async def test_retry_history_names_the_worker_with_an_empty_buffer(redis_url, re
     await crawler.crawl_async(base_url=site.url, paths=("/flaky/1?fail=9&status=500",))
     (info,) = dead_infos(redis_client)  # one request: the buffer is empty at each retry
     assert [h["worker"] for h in info["history"]] == ["w-quiet", "w-quiet"]
+    # its one retry lowered its priority by RETRY_PRIORITY_ADJUST (-1): from 1 to 0
+    keys = Keys("ha", "faults")
+    (payload,) = [json.loads(redis_client.hget(keys.payload, i)) for i in redis_client.hkeys(keys.dead_info)]
+    assert payload.get("p", 0) == 0
