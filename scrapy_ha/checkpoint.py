@@ -105,7 +105,14 @@ class CheckpointMiddleware:
 
     async def _resume(self, root: Request) -> Request | None:
         task = task_id(root, self.crawler)
-        doc = await self._load(task)
+        try:
+            doc = await self._load(task)
+        except (NotConfigured, CodecError):
+            raise
+        except Exception as exc:  # a Redis error: the root goes on, its task from the queue
+            logger.warning("Could not read the checkpoint of task %s (%s): starting it from "
+                           "its root request", task, exc)  # fmt: skip
+            doc = None
         root.meta[TASK_META_KEY] = task
         root.meta.setdefault(STATE_META_KEY, {"page": 1, "items": 0})
         if doc is None:
