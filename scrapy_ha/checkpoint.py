@@ -170,7 +170,9 @@ class CheckpointMiddleware:
         state = await self._page_state(page, task)
         fields = page.meta.setdefault(FIELDS_META_KEY, {})
         skip, index, next_pages = int(state.pop("skip", 0)), 0, []
-        progress = _Progress(page) if self.every and LEASE_META_KEY in page.meta else None
+        progress = None
+        if self.every and LEASE_META_KEY in page.meta:
+            progress = _Progress(page, state, skip)
         try:
             async for x in result:
                 if _is_new_root(x):
@@ -272,7 +274,7 @@ class CheckpointMiddleware:
             return
         progress, index = tracked
         if progress.add(index) - progress.saved >= self.every:
-            self._save_mid_page(progress.page, progress.prefix)
+            self._save_mid_page(progress)
             progress.saved = progress.prefix
 
     def _item_failed(self, item: Any, response: Any = None, **kwargs: Any) -> None:
@@ -280,12 +282,12 @@ class CheckpointMiddleware:
         crawled again, see the ``pipeline`` failure class)."""
         self._pending.pop(id(item), None)
 
-    def _save_mid_page(self, page: Request, done: int) -> None:
-        """Redo this page later, skipping the *done* items already through the pipelines."""
+    def _save_mid_page(self, progress: _Progress) -> None:
+        """Redo this page later, skipping the items already through the pipelines."""
+        page, done = progress.page, progress.prefix
         task = page.meta[TASK_META_KEY]
-        state = page.meta.get(STATE_META_KEY) or {}
-        doc = {"task": task, "page": state.get("page", 1), "skip": done + int(state.get("skip", 0)),
-               "items": state.get("items", 0) + done, "fields": page.meta.get(FIELDS_META_KEY, {}),
+        doc = {"task": task, "page": progress.page_no, "skip": done,
+               "items": progress.items_before + done, "fields": page.meta.get(FIELDS_META_KEY, {}),
                "done": False, "next": encode_request(_without_progress(page), self.crawler.spider).decode()}  # fmt: skip
         payload = self._checked(task, doc)
         if payload is not None:
@@ -310,12 +312,15 @@ class _Progress:
     (``prefix``) plus those done out of order. Each index is added and removed once, so a
     page of n items costs O(n) in all."""
 
-    __slots__ = ("ahead", "page", "prefix", "saved")
+    __slots__ = ("ahead", "items_before", "page", "page_no", "prefix", "saved")
 
-    def __init__(self, page: Request) -> None:
+    def __init__(self, page: Request, state: dict[str, Any] | None = None, skip: int = 0) -> None:
+        state = state or {}
         self.page = page
-        self.prefix = 0  # items 1..prefix are done
-        self.saved = 0  # the prefix last checkpointed
+        self.page_no = state.get("page", 1)
+        self.items_before = int(state.get("items", 0)) - skip  # the task's, before this page
+        self.prefix = skip  # items 1..prefix are done (those skipped were done before)
+        self.saved = skip  # the prefix last checkpointed
         self.ahead: set[int] = set()
 
     def add(self, index: int) -> int:

@@ -20,7 +20,7 @@ BUDGET_SECONDS = 1.0
 def middleware(saves: list[int]) -> CheckpointMiddleware:
     crawler = get_crawler(Spider, {"HA_CHECKPOINTS": True, "HA_CHECKPOINT_ITEMS": 50})
     mw = CheckpointMiddleware(crawler)
-    mw._save_mid_page = lambda page, done: saves.append(done)  # type: ignore[method-assign]
+    mw._save_mid_page = lambda progress: saves.append(progress.prefix)  # type: ignore[method-assign]
     return mw
 
 
@@ -68,3 +68,19 @@ def test_a_failed_item_holds_the_mid_page_checkpoint_back():
         else:
             mw._item_done(item)
     assert saves == [50]  # never past item 69
+
+
+def test_a_page_resumed_past_its_first_items_goes_on_saving():
+    """A page run again with 100 items skipped checkpoints 150, 200 (absolute), and the
+    task's item count goes on from where it was."""
+    saved: list[tuple[int, int]] = []
+    mw = middleware([])
+    mw._save_mid_page = lambda p: saved.append((p.prefix, p.items_before + p.prefix))  # type: ignore[method-assign]
+    page = Request("http://example.com/list/3", meta={LEASE_META_KEY: ("1", "1:1"), "ha_task": "t"})
+    progress = _Progress(page, {"page": 3, "items": 300}, skip=100)  # 200 before page 3
+    items = [{"id": i} for i in range(101, 201)]
+    for index, item in enumerate(items, 101):
+        mw._track(item, progress, index)
+    for item in items:
+        mw._item_done(item)
+    assert saved == [(150, 350), (200, 400)]
