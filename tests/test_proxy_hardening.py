@@ -121,3 +121,35 @@ def test_local_proxy_state_is_bounded():
     pool.failures = {"10.0.0.1:80": 1, "10.9.9.9:80": 1}
     pool._prune()
     assert list(pool.cooling) == ["10.0.0.1:80"] and list(pool.failures) == ["10.0.0.1:80"]
+
+
+@deferred_f_from_coro_f
+async def test_redis_stopped_while_the_pool_chooses_proxies_loses_nothing(
+    tmp_path, site_factory, proxy_factory
+):
+    import asyncio
+
+    from tests.conftest import RedisServer
+    from tests.spiders import CatalogueSpider
+
+    server = RedisServer(tmp_path / "redis", appendonly=True)
+    server.start()
+    proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    site = site_factory("--pages", "10", "--per-page", "10", "--delay", "0.02",
+                        "--proxy-list", f"127.0.0.1:{proxy.port}")  # fmt: skip
+    crawler = get_crawler(CatalogueSpider, settings(
+        server.url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
+        HA_PROXY_POOL_TTL=0, CONCURRENT_REQUESTS=4, LOG_LEVEL="INFO",
+    ))  # fmt: skip
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    try:
+        while crawler.spider is None or len(crawler.spider.items) < 20:
+            await asyncio.sleep(0.02)
+        server.stop()  # graceful: the AOF is written
+        await asyncio.sleep(1.5)
+        server.start()  # same port, same data
+        await crawling
+    finally:
+        server.stop()
+    assert crawler.stats.get_value("ha/proxy/redis_errors", 0) >= 1
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 101))
