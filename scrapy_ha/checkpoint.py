@@ -167,33 +167,29 @@ class CheckpointMiddleware:
                 if x is not None:
                     yield x
             return
+        async for x in self._follow(page, task, result):
+            yield x
+
+    async def _follow(
+        self, page: Request, task: str, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """A task page's output: items counted (and skipped when done before), next pages
+        held until the callback ends, then sent with the task's progress."""
         state = await self._page_state(page, task)
         fields = page.meta.setdefault(FIELDS_META_KEY, {})
-        skip, index, next_pages = int(state.pop("skip", 0)), 0, []
-        progress = None
-        if self.every and LEASE_META_KEY in page.meta:
-            progress = _Progress(page, state, skip)
+        skip, next_pages = int(state.pop("skip", 0)), []
+        counter = _Counter(page, state, skip, self._tracks(page))
         try:
             async for x in result:
                 if _is_new_root(x):
-                    if (x := await self._resume(x)) is not None:
-                        yield x
+                    x = await self._resume(x)
+                elif isinstance(x, Request) and self._is_next_page(x, page):
+                    next_pages.append(x)
                     continue
-                if isinstance(x, Request):
-                    if self._is_next_page(x, page):
-                        next_pages.append(x)
-                        continue
+                elif not isinstance(x, Request) and not self._count(x, counter, state):
+                    continue
+                if x is not None:
                     yield x
-                    continue
-                index += 1
-                if index <= skip:
-                    self.stats.inc_value("ha/checkpoint/items_skipped")
-                    continue
-                if progress is not None:
-                    self._track(x, progress, index)
-                state["items"] = state.get("items", 0) + 1
-                state["last_id"] = _item_id(x, self.id_field, state.get("last_id"))
-                yield x
         except Exception:
             # the callback failed after yielding its next page: Scrapy would have crawled
             # it, so it still goes out (the page itself is retried as a parse error)
@@ -203,6 +199,21 @@ class CheckpointMiddleware:
         for request in self._chain(next_pages, task, state, fields):
             yield request
         self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+
+    def _tracks(self, page: Request) -> bool:
+        return bool(self.every and LEASE_META_KEY in page.meta)
+
+    def _count(self, item: Any, counter: _Counter, state: dict[str, Any]) -> bool:
+        """Count an item of the page; False if it was emitted before (skip it)."""
+        counter.index += 1
+        if counter.index <= counter.skip:
+            self.stats.inc_value("ha/checkpoint/items_skipped")
+            return False
+        if counter.progress is not None:
+            self._track(item, counter.progress, counter.index)
+        state["items"] = state.get("items", 0) + 1
+        state["last_id"] = _item_id(item, self.id_field, state.get("last_id"))
+        return True
 
     def _chain(self, next_pages: list[Request], task: str, state: dict[str, Any],
                fields: dict[str, Any]) -> list[Request]:  # fmt: skip
@@ -307,6 +318,17 @@ def _without_progress(page: Request) -> Request:
     return page.replace(meta=meta)
 
 
+class _Counter:
+    """Where a page's output is: items seen, items to skip, what the pipelines finished."""
+
+    __slots__ = ("index", "progress", "skip")
+
+    def __init__(self, page: Request, state: dict[str, Any], skip: int, tracked: bool) -> None:
+        self.index = 0
+        self.skip = skip
+        self.progress = _Progress(page, state, skip) if tracked else None
+
+
 class _Progress:
     """Which items of one page are through the pipelines: the unbroken run from the first
     (``prefix``) plus those done out of order. Each index is added and removed once, so a
@@ -363,4 +385,3 @@ def task_id(root: Request, crawler: Crawler) -> str:
         return str(given)
     assert crawler.request_fingerprinter is not None
     return hashlib.sha1(crawler.request_fingerprinter.fingerprint(root)).hexdigest()[:16]  # noqa: S324
-

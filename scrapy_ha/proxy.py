@@ -388,7 +388,7 @@ class ProxyMiddleware:
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
             return
         assert self.pool is not None
-        until = self.pool.cool_down(pid)
+        self.pool.cool_down(pid)
         self.stats.inc_value("ha/proxy/rotations")
         logger.info("Proxy %s out of rotation for %.0f s after %s", pid, self.config.cooldown, why)
         asyncio.ensure_future(self._share_cooldown(pid))
