@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -62,6 +61,10 @@ DEFAULT_EVERY_ITEMS = 50
 DEFAULT_MAX_BYTES = 2048
 #: Checkpoints expire after a week without a save.
 DEFAULT_TTL = 7 * 24 * 3600.0
+#: Items tracked between their page and the pipelines' verdict, at most: far above what
+#: Scrapy keeps in flight (CONCURRENT_ITEMS per page × CONCURRENT_REQUESTS pages). An item
+#: pushed out only holds its page's mid-page checkpoint back, never moves it forward.
+PENDING_LIMIT = 100_000
 
 
 class CheckpointMiddleware:
@@ -76,19 +79,16 @@ class CheckpointMiddleware:
         self.ttl_ms = int(settings.getfloat("HA_CHECKPOINT_TTL", DEFAULT_TTL) * 1000)
         self.rerun = settings.getbool("HA_CHECKPOINT_RERUN", False)
         self.id_field = settings.get("HA_CHECKPOINT_ID_FIELD", "id")
-        self._pending: dict[int, tuple[Request, int]] = {}  # id(item) -> (page request, index)
-        # page request -> (indices of its items through the pipelines, prefix last saved)
-        self._done: weakref.WeakKeyDictionary[Request, tuple[set[int], int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # id(item) -> (its page's progress, its index in the page)
+        self._pending: dict[int, tuple[_Progress, int]] = {}
         crawler.signals.connect(self._item_done, signal=signals.item_scraped)
         crawler.signals.connect(self._item_done, signal=signals.item_dropped)
-        crawler.signals.connect(self._item_done, signal=signals.item_error)
+        crawler.signals.connect(self._item_failed, signal=signals.item_error)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("HA_CHECKPOINTS", False):
-            raise NotConfigured("HA_CHECKPOINTS is False")
+            raise NotConfigured  # off unless asked for: silent
         return cls(crawler)
 
     # -- resume -------------------------------------------------------------------
@@ -105,7 +105,14 @@ class CheckpointMiddleware:
 
     async def _resume(self, root: Request) -> Request | None:
         task = task_id(root, self.crawler)
-        doc = await self._load(task)
+        try:
+            doc = await self._load(task)
+        except (NotConfigured, CodecError):
+            raise
+        except Exception as exc:  # a Redis error: the root goes on, its task from the queue
+            logger.warning("Could not read the checkpoint of task %s (%s): starting it from "
+                           "its root request", task, exc)  # fmt: skip
+            doc = None
         root.meta[TASK_META_KEY] = task
         root.meta.setdefault(STATE_META_KEY, {"page": 1, "items": 0})
         if doc is None:
@@ -160,34 +167,77 @@ class CheckpointMiddleware:
                 if x is not None:
                     yield x
             return
-        state = dict(page.meta.get(STATE_META_KEY) or {"page": 1, "items": 0})
+        async for x in self._follow(page, task, result):
+            yield x
+
+    async def _follow(
+        self, page: Request, task: str, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """A task page's output: items counted (and skipped when done before), next pages
+        held until the callback ends, then sent with the task's progress."""
+        state = await self._page_state(page, task)
         fields = page.meta.setdefault(FIELDS_META_KEY, {})
-        skip, index, next_pages = int(state.pop("skip", 0)), 0, []
-        async for x in result:
-            if _is_new_root(x):
-                if (x := await self._resume(x)) is not None:
-                    yield x
-                continue
-            if isinstance(x, Request):
-                if self._is_next_page(x, page):
+        skip, next_pages = int(state.pop("skip", 0)), []
+        counter = _Counter(page, state, skip, self._tracks(page))
+        try:
+            async for x in result:
+                if _is_new_root(x):
+                    x = await self._resume(x)
+                elif isinstance(x, Request) and self._is_next_page(x, page):
                     next_pages.append(x)
                     continue
-                yield x
-                continue
-            index += 1
-            if index <= skip:
-                self.stats.inc_value("ha/checkpoint/items_skipped")
-                continue
-            self._track(x, page, index)
-            state["items"] = state.get("items", 0) + 1
-            state["last_id"] = _item_id(x, self.id_field, state.get("last_id"))
-            yield x
+                elif not isinstance(x, Request) and not self._count(x, counter, state):
+                    continue
+                if x is not None:
+                    yield x
+        except Exception:
+            # the callback failed after yielding its next page: Scrapy would have crawled
+            # it, so it still goes out (the page itself is retried as a parse error)
+            for request in self._chain(next_pages, task, state, fields):
+                yield request
+            raise
+        for request in self._chain(next_pages, task, state, fields):
+            yield request
+        self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+
+    def _tracks(self, page: Request) -> bool:
+        return bool(self.every and LEASE_META_KEY in page.meta)
+
+    def _count(self, item: Any, counter: _Counter, state: dict[str, Any]) -> bool:
+        """Count an item of the page; False if it was emitted before (skip it)."""
+        counter.index += 1
+        if counter.index <= counter.skip:
+            self.stats.inc_value("ha/checkpoint/items_skipped")
+            return False
+        if counter.progress is not None:
+            self._track(item, counter.progress, counter.index)
+        state["items"] = state.get("items", 0) + 1
+        state["last_id"] = _item_id(item, self.id_field, state.get("last_id"))
+        return True
+
+    def _chain(self, next_pages: list[Request], task: str, state: dict[str, Any],
+               fields: dict[str, Any]) -> list[Request]:  # fmt: skip
         for request in next_pages:
             request.meta[TASK_META_KEY] = task
             request.meta[STATE_META_KEY] = {**state, "page": state.get("page", 1) + 1}
             request.meta[FIELDS_META_KEY] = dict(fields)
-            yield request
-        self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+        return next_pages
+
+    async def _page_state(self, page: Request, task: str) -> dict[str, Any]:
+        """The page's progress; for a page run again (its lease was reclaimed, or it was
+        retried) the items its mid-page checkpoint says are done are skipped."""
+        state = dict(page.meta.get(STATE_META_KEY) or {"page": 1, "items": 0})
+        if not (self.every and LEASE_META_KEY in page.meta):
+            return state
+        try:
+            doc = await self._load(task)
+        except Exception as exc:  # a checkpoint is an optimisation: never fail the page
+            logger.warning("Could not read the checkpoint of task %s: %s", task, exc)
+            return state
+        if _is_mid_page_of(doc, page, state):
+            assert doc is not None
+            state["skip"], state["items"] = int(doc["skip"]), int(doc.get("items", 0))
+        return state
 
     def _is_next_page(self, request: Request, page: Request) -> bool:
         marked = request.meta.get(NEXT_PAGE_META_KEY)
@@ -224,29 +274,31 @@ class CheckpointMiddleware:
             return None
         return payload
 
-    def _track(self, item: Any, page: Request, index: int) -> None:
-        if self.every and LEASE_META_KEY in page.meta:
-            self._pending[id(item)] = (page, index)
+    def _track(self, item: Any, progress: _Progress, index: int) -> None:
+        if len(self._pending) >= PENDING_LIMIT:
+            del self._pending[next(iter(self._pending))]  # the oldest
+        self._pending[id(item)] = (progress, index)
 
     def _item_done(self, item: Any, response: Any = None, **kwargs: Any) -> None:
         tracked = self._pending.pop(id(item), None)
         if tracked is None:
             return
-        page, index = tracked
-        done, saved = self._done.get(page, (set(), 0))
-        done.add(index)
-        prefix = _prefix(done)
-        if prefix - saved >= self.every:
-            self._save_mid_page(page, prefix)
-            saved = prefix
-        self._done[page] = (done, saved)
+        progress, index = tracked
+        if progress.add(index) - progress.saved >= self.every:
+            self._save_mid_page(progress)
+            progress.saved = progress.prefix
 
-    def _save_mid_page(self, page: Request, done: int) -> None:
-        """Redo this page later, skipping the *done* items already through the pipelines."""
+    def _item_failed(self, item: Any, response: Any = None, **kwargs: Any) -> None:
+        """A failed item is never counted: no checkpoint moves past it (the page is
+        crawled again, see the ``pipeline`` failure class)."""
+        self._pending.pop(id(item), None)
+
+    def _save_mid_page(self, progress: _Progress) -> None:
+        """Redo this page later, skipping the items already through the pipelines."""
+        page, done = progress.page, progress.prefix
         task = page.meta[TASK_META_KEY]
-        state = page.meta.get(STATE_META_KEY) or {}
-        doc = {"task": task, "page": state.get("page", 1), "skip": done + int(state.get("skip", 0)),
-               "items": state.get("items", 0) + done, "fields": page.meta.get(FIELDS_META_KEY, {}),
+        doc = {"task": task, "page": progress.page_no, "skip": done,
+               "items": progress.items_before + done, "fields": page.meta.get(FIELDS_META_KEY, {}),
                "done": False, "next": encode_request(_without_progress(page), self.crawler.spider).decode()}  # fmt: skip
         payload = self._checked(task, doc)
         if payload is not None:
@@ -266,11 +318,52 @@ def _without_progress(page: Request) -> Request:
     return page.replace(meta=meta)
 
 
-def _prefix(done: set[int]) -> int:
-    n = 0
-    while n + 1 in done:
-        n += 1
-    return n
+class _Counter:
+    """Where a page's output is: items seen, items to skip, what the pipelines finished."""
+
+    __slots__ = ("index", "progress", "skip")
+
+    def __init__(self, page: Request, state: dict[str, Any], skip: int, tracked: bool) -> None:
+        self.index = 0
+        self.skip = skip
+        self.progress = _Progress(page, state, skip) if tracked else None
+
+
+class _Progress:
+    """Which items of one page are through the pipelines: the unbroken run from the first
+    (``prefix``) plus those done out of order. Each index is added and removed once, so a
+    page of n items costs O(n) in all."""
+
+    __slots__ = ("ahead", "items_before", "page", "page_no", "prefix", "saved")
+
+    def __init__(self, page: Request, state: dict[str, Any] | None = None, skip: int = 0) -> None:
+        state = state or {}
+        self.page = page
+        self.page_no = state.get("page", 1)
+        self.items_before = int(state.get("items", 0)) - skip  # the task's, before this page
+        self.prefix = skip  # items 1..prefix are done (those skipped were done before)
+        self.saved = skip  # the prefix last checkpointed
+        self.ahead: set[int] = set()
+
+    def add(self, index: int) -> int:
+        """Mark item *index* (1-based) done; returns the new prefix."""
+        self.ahead.add(index)
+        while self.prefix + 1 in self.ahead:
+            self.prefix += 1
+            self.ahead.discard(self.prefix)
+        return self.prefix
+
+
+def _is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, Any]) -> bool:
+    """True if *doc* is a mid-page checkpoint of this very page, further than *state*."""
+    if not doc or doc.get("done") or "skip" not in doc or not doc.get("next"):
+        return False
+    if doc.get("page") != state.get("page", 1) or int(doc["skip"]) <= int(state.get("skip", 0)):
+        return False
+    try:
+        return bool(json.loads(doc["next"]).get("u") == page.url)
+    except (ValueError, TypeError, AttributeError):
+        return False
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -292,4 +385,3 @@ def task_id(root: Request, crawler: Crawler) -> str:
         return str(given)
     assert crawler.request_fingerprinter is not None
     return hashlib.sha1(crawler.request_fingerprinter.fingerprint(root)).hexdigest()[:16]  # noqa: S324
-

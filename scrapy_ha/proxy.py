@@ -29,6 +29,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 from urllib.request import urlopen
 
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 
@@ -66,6 +68,17 @@ DEFAULT_COOLDOWN = 300.0
 DEFAULT_MAX_FAILURES = 2
 #: Seconds a request waits in Redis when no proxy can be had.
 NO_PROXY_DELAY = 30.0
+#: Seconds a request waits when choosing its proxy failed (Redis or the pool API down):
+#: long enough for a blip to pass, short next to a lease.
+PROXY_ERROR_DELAY = 5.0
+#: Proxies with stats of their own (``ha/proxy/<id>/...``); the rest are counted under
+#: ``ha/proxy/other/...``, so a pool that hands out thousands of IPs keeps the stats small.
+MAX_PROXY_STATS = 100
+#: The status of a refused CONNECT, as Scrapy's TunnelError words it:
+#: "Could not open CONNECT tunnel with proxy host:port [{'status': 407, 'reason': '...'}]".
+_TUNNEL_STATUS = re.compile(r"\[\{'status': (\d{3}), 'reason': ")
+#: A proxy's answer when its credentials are refused.
+PROXY_AUTH_REQUIRED = 407
 
 
 @dataclass(frozen=True)
@@ -222,6 +235,13 @@ class ProxyPool:
             proxy = self._next_healthy()
         return proxy
 
+    def _prune(self) -> None:
+        """Forget cool-downs that are over and failures of proxies the list no longer has."""
+        now = time.time()
+        self.cooling = {pid: until for pid, until in self.cooling.items() if until > now}
+        listed = {proxy_id(p) for p in self.proxies}
+        self.failures = {pid: n for pid, n in self.failures.items() if pid in listed}
+
     def _next_healthy(self) -> str | None:
         now = time.time()
         for _ in range(len(self.proxies)):
@@ -237,9 +257,11 @@ class ProxyPool:
             parse = self.config.pool_parser or parse_pool
             self.proxies = list(parse(body))
         except Exception as exc:
-            logger.error("Could not fetch the proxy list from %s: %s",
-                         mask_url(self.config.pool_url), exc)  # fmt: skip
+            shown = mask_url(self.config.pool_url)
+            logger.error("Could not fetch the proxy list from %s: %s", shown,
+                         str(exc).replace(self.config.pool_url, shown))  # fmt: skip
         self.fetched_at = time.monotonic()
+        self._prune()
         if shared is not None:
             self.cooling.update(await shared())
         logger.debug("Proxy pool: %d proxies, %d cooling down", len(self.proxies),
@@ -269,18 +291,26 @@ class ProxyMiddleware:
         self.pool = ProxyPool(config) if config.mode == "pool" else None
         self._auth_failed = False
         self._warned_header = False
+        self._warned_redis = False
+        self._stat_ids: set[str] = set()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = ProxyConfig.from_settings(crawler.settings)
         if config is None:
-            raise NotConfigured("HA_PROXY_MODE is not set")
+            raise NotConfigured  # no proxy configured: silent (Scrapy warns if given a reason)
         return cls(crawler, config, RetryConfig.from_settings(crawler.settings))
 
     async def process_request(self, request: Request) -> Request | None:
         if request.meta.get("dont_proxy"):
             return None
-        url = self.tunnel.url() if self.tunnel else await self._from_pool()
+        try:
+            url = self.tunnel.url() if self.tunnel else await self._from_pool()
+        except Exception as exc:  # never let a middleware's own failure end the request
+            logger.warning("Could not choose a proxy for %s (%s): it waits %.0f s in the queue",
+                           request, exc, PROXY_ERROR_DELAY)  # fmt: skip
+            self.stats.inc_value("ha/proxy/errors")
+            return _wait(request, PROXY_ERROR_DELAY, "proxy_error", f"choosing a proxy: {exc}")
         if url is None:
             return self._no_proxy(request)
         pid = proxy_id(url)
@@ -289,11 +319,19 @@ class ProxyMiddleware:
         if self.tunnel is not None:
             request.meta[SESSION_META_KEY] = self.tunnel.session
             self._rotation_header(request)
-        self.stats.inc_value(f"ha/proxy/{pid}/requests")
+        self._stat(pid, "requests")
         return None
 
+    def _stat(self, pid: str, what: str) -> None:
+        if pid not in self._stat_ids:
+            if len(self._stat_ids) >= MAX_PROXY_STATS:
+                pid = "other"
+            else:
+                self._stat_ids.add(pid)
+        self.stats.inc_value(f"ha/proxy/{pid}/{what}")
+
     def process_response(self, request: Request, response: Response) -> Request | Response:
-        if response.status == 407 and PROXY_META_KEY in request.meta:
+        if response.status == PROXY_AUTH_REQUIRED and PROXY_META_KEY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[PROXY_META_KEY]}")
         cls = self.retry_config.classify_response(response)
         if cls in ("banned", "rate_limited"):
@@ -303,8 +341,8 @@ class ProxyMiddleware:
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
         if PROXY_META_KEY not in request.meta:
             return None
-        if "407" in str(exception):  # CONNECT refused for the proxy's credentials
-            return self._proxy_auth_failed(request, str(exception))
+        if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
+            return self._proxy_auth_failed(request, f"CONNECT answered {PROXY_AUTH_REQUIRED}")
         if self.retry_config.classify_exception(exception) == "network":
             self._failure(request)
         return None
@@ -331,12 +369,12 @@ class ProxyMiddleware:
         pid = request.meta.get(PROXY_META_KEY)
         if pid is None:
             return
-        self.stats.inc_value(f"ha/proxy/{pid}/bans")
+        self._stat(pid, "bans")
         self._rotate(request, pid, f"{cls} ({request.url})")
 
     def _failure(self, request: Request) -> None:
         pid = request.meta[PROXY_META_KEY]
-        self.stats.inc_value(f"ha/proxy/{pid}/failures")
+        self._stat(pid, "failures")
         if self.pool is not None:
             self.pool.failures[pid] = self.pool.failures.get(pid, 0) + 1
             if self.pool.failures[pid] < self.config.max_failures:
@@ -350,10 +388,10 @@ class ProxyMiddleware:
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
             return
         assert self.pool is not None
-        until = self.pool.cool_down(pid)
+        self.pool.cool_down(pid)
         self.stats.inc_value("ha/proxy/rotations")
         logger.info("Proxy %s out of rotation for %.0f s after %s", pid, self.config.cooldown, why)
-        asyncio.ensure_future(self._share_cooldown(pid, until))
+        asyncio.ensure_future(self._share_cooldown(pid))
 
     def _no_proxy(self, request: Request) -> Request | None:
         if self.config.allow_direct:
@@ -380,28 +418,67 @@ class ProxyMiddleware:
         return _wait(request, 60.0, "proxy_auth", "the proxy rejected its credentials (407)")
 
     async def _shared_cooldowns(self) -> dict[str, float]:
-        client, key = self._redis()
+        """Other workers' cool-downs (until, on this worker's clock); expired ones are
+        deleted. Shared health is an optimisation: a Redis error leaves the local view."""
+        client, key, server_ms = self._redis()
         if client is None:
             return {}
-        raw = await client.hgetall(key)
-        now = time.time()
-        return {k.decode(): float(v) / 1000 for k, v in raw.items() if float(v) / 1000 > now}
+        try:
+            raw = await client.hgetall(key)
+            expired = [k for k, v in raw.items() if _ms(v) <= server_ms]
+            if expired:
+                await client.hdel(key, *expired)
+        except Exception as exc:
+            self._redis_failed("read the shared proxy cool-downs", exc)
+            return {}
+        offset = time.time() - server_ms / 1000  # server -> local clock
+        return {k.decode(): _ms(v) / 1000 + offset for k, v in raw.items() if _ms(v) > server_ms}
 
-    async def _share_cooldown(self, pid: str, until: float) -> None:
-        client, key = self._redis()
-        if client is not None:
-            try:
-                await client.hset(key, pid, int(until * 1000))
-            except Exception as exc:  # shared health is an optimisation: never fail a request
-                logger.debug("Could not share the cool-down of %s: %s", pid, exc)
+    async def _share_cooldown(self, pid: str) -> None:
+        """Score by the Redis server's clock (workers' clocks differ); the hash expires
+        with its newest cool-down, so it never outlives its use."""
+        client, key, server_ms = self._redis()
+        if client is None:
+            return
+        cooldown_ms = int(self.config.cooldown * 1000)
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.hset(key, pid, server_ms + cooldown_ms)
+                pipe.pexpire(key, cooldown_ms)
+                await pipe.execute()
+        except Exception as exc:  # never fail a request for it
+            self._redis_failed(f"share the cool-down of {pid}", exc)
 
-    def _redis(self) -> tuple[Any, str]:
+    def _redis_failed(self, what: str, exc: Exception) -> None:
+        self.stats.inc_value("ha/proxy/redis_errors")
+        if not self._warned_redis:
+            self._warned_redis = True
+            logger.warning("Could not %s in Redis (%s): this worker goes on with its own view "
+                           "of the proxies' health", what, exc)  # fmt: skip
+
+    def _redis(self) -> tuple[Any, str, int]:
         from scrapy_ha.scheduler import scheduler_for
 
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.queue is None:
-            return None, ""
-        return scheduler.queue.client, scheduler.queue.keys.proxy_cooldowns
+            return None, "", 0
+        keys = scheduler.queue.keys
+        return scheduler.queue.client, keys.proxy_cooldowns, scheduler.server_time_ms()
+
+
+def tunnel_status(exception: BaseException) -> int | None:
+    """The status a proxy answered to CONNECT, from Scrapy's :class:`TunnelError`."""
+    if not isinstance(exception, TunnelError):
+        return None
+    match = _TUNNEL_STATUS.search(str(exception))
+    return int(match.group(1)) if match else None
+
+
+def _ms(value: bytes) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return 0.0  # garbage: treated as expired, and deleted
 
 
 def _wait(request: Request, delay: float, cls: str, reason: str) -> Request:

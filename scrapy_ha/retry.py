@@ -3,7 +3,8 @@ or the dead-letter queue.
 
 ``RetryMiddleware`` (a downloader middleware; the add-on puts it in place of Scrapy's
 ``RetryMiddleware`` at 550) classifies responses and download exceptions;
-``ParseErrorMiddleware`` (a spider middleware) classifies exceptions raised by callbacks.
+``ParseErrorMiddleware`` (a spider middleware) classifies exceptions raised by callbacks
+and by the item pipelines (``item_error``).
 Neither sleeps: a retry is returned to Scrapy as a copy of the request carrying its
 verdict, and the scheduler moves the original's lease to the delayed set atomically,
 so the downloader slot is freed at once and the retry survives any worker dying.
@@ -19,6 +20,8 @@ rate_limited  429, 503 with Retry-After                        5 retries, Retry-
                                                                the domain is closed for all
 banned        403, or the user's ban check                     3 retries (proxy rotated)
 parse         an exception from the callback                   2 retries from 10 s
+pipeline      an exception from an item pipeline (not DropItem) 5 retries from 1 s; the page
+                                                               is crawled again
 gone          404, 410                                         dead-letter at once
 client        other 4xx                                        dead-letter at once
 permanent     exception types the user lists                   dead-letter at once
@@ -34,7 +37,9 @@ from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.misc import load_object
 from scrapy.utils.python import global_object_name
@@ -43,12 +48,11 @@ from scrapy_ha.codec import strip_credentials
 from scrapy_ha.config import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
     from typing import Self
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -68,6 +72,8 @@ HISTORY_LIMIT = 10
 DEFAULT_RETRY_AFTER_MAX = 600.0
 #: Fraction of the backoff that is random: 1.0 is "full jitter" (0 .. backoff).
 DEFAULT_JITTER = 1.0
+#: Priority change per retry: Scrapy's RETRY_PRIORITY_ADJUST default (fresh work first).
+DEFAULT_PRIORITY_ADJUST = -1
 
 
 class PermanentError(Exception):
@@ -95,6 +101,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "rate_limited": {},
     "banned": {"times": 3},  # its own budget: a proxy rotation each time
     "parse": {"times": 2, "base": 10.0},
+    "pipeline": {"base": 1.0},  # seed 001: "a DB write failed" retries soon
     "gone": {"times": 0},
     "client": {"times": 0},
     "permanent": {"times": 0},
@@ -115,6 +122,7 @@ class RetryConfig:
     ban_check: Callable[[Response], bool] | None = None
     retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
     jitter: float = DEFAULT_JITTER
+    priority_adjust: int = DEFAULT_PRIORITY_ADJUST
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -137,6 +145,7 @@ class RetryConfig:
             ban_check=_optional_callable(settings, "HA_BAN_CHECK"),
             retry_after_max=_float(settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX),
             jitter=jitter,
+            priority_adjust=settings.getint("RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST),
         )
 
     def classify_response(self, response: Response) -> str | None:
@@ -179,6 +188,9 @@ def decide(
 ) -> dict[str, Any]:  # fmt: skip
     """Record the attempt in *request*'s meta and set its verdict (``ha_outcome``).
 
+    A retry changes ``request.priority`` by ``RETRY_PRIORITY_ADJUST`` (default -1), as
+    Scrapy's own retries do, so that fresh work goes ahead of failures.
+
     Returns the verdict: ``{"op": "retry", "delay": seconds, ...}`` while the class's budget
     lasts, else ``{"op": "dead", ...}``.
     """
@@ -203,6 +215,7 @@ def decide(
     else:
         verdict["op"] = "retry"
         verdict["delay"] = _delay(failure, policy, attempt, config, rand)
+        request.priority += config.priority_adjust
     meta[OUTCOME_META_KEY] = verdict
     return verdict
 
@@ -252,7 +265,7 @@ class RetryMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("HA_RETRY_ENABLED", True):
-            raise NotConfigured("HA_RETRY_ENABLED is False")
+            raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
         return cls(crawler, RetryConfig.from_settings(crawler.settings))
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
@@ -277,8 +290,7 @@ class RetryMiddleware:
         from scrapy_ha.scheduler import scheduler_for
 
         scheduler = scheduler_for(self.crawler)
-        worker = scheduler.config.worker_id if scheduler else ""
-        now_ms = scheduler.server_time_ms() if scheduler else int(time.time() * 1000)
+        worker, now_ms = _who_and_when(self.crawler)
         verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         if verdict["op"] == "dead":
             self.stats.inc_value(f"ha/retry/gave_up/{failure.cls}")
@@ -296,17 +308,37 @@ class ParseErrorMiddleware:
     """Spider middleware: an exception from a callback retries the page later, then
     dead-letters it (class ``parse``); :class:`PermanentError` and the types in
     ``HA_RETRY_PERMANENT_EXCEPTIONS`` dead-letter it at once. The exception is still
-    logged by Scrapy as usual."""
+    logged by Scrapy as usual.
+
+    An exception from an item pipeline (``item_error``, not ``DropItem``) does the same
+    for the page that yielded the item (class ``pipeline``): the page is crawled again
+    later, so the item is not lost while, say, the database is down. Scrapy 2.19 sends
+    ``item_error`` while the page is still unfinished in the engine (its items go
+    through the pipelines before the scraper lets go of it), so the verdict reaches
+    the scheduler before the page would be acked."""
 
     def __init__(self, crawler: Crawler, config: RetryConfig) -> None:
         self.crawler = crawler
         self.config = config
+        crawler.signals.connect(self._item_error, signal=signals.item_error)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("HA_RETRY_ENABLED", True):
-            raise NotConfigured("HA_RETRY_ENABLED is False")
+            raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
         return cls(crawler, RetryConfig.from_settings(crawler.settings))
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
+    ) -> AsyncIterator[Any]:
+        """Pass the output on; note when the errback of a given-up request handled it."""
+        async for x in result:
+            yield x
+        request = response.request
+        verdict = request.meta.get(OUTCOME_META_KEY) if request is not None else None
+        if (verdict and verdict.get("op") == "dead" and request is not None
+                and request.errback is not None and response.status >= 300):  # fmt: skip
+            verdict["errback"] = True  # the spider's errback had its say: no ERROR for it
 
     def process_spider_exception(
         self, response: Response, exception: Exception, spider: Spider | None = None
@@ -317,11 +349,23 @@ class ParseErrorMiddleware:
         if OUTCOME_META_KEY in request.meta or isinstance(exception, _NOT_PARSE_ERRORS):
             return  # judged by RetryMiddleware already (an HTTP error), or not a parse error
         cls = "permanent" if isinstance(exception, self.config.permanent_exceptions) else "parse"
-        from scrapy_ha.scheduler import scheduler_for
+        self._judge(request, cls, exception)
 
-        scheduler = scheduler_for(self.crawler)
-        worker = scheduler.config.worker_id if scheduler else ""
-        now_ms = scheduler.server_time_ms() if scheduler else int(time.time() * 1000)
+    def _item_error(self, item: Any, response: Any = None, failure: Any = None,
+                    **kwargs: Any) -> None:  # fmt: skip
+        request = response.request if isinstance(response, Response) else None
+        if request is None or request.meta.get("dont_retry"):
+            logger.warning("Item %r failed in the pipelines and cannot be retried (it comes "
+                           "from no downloaded page, or the page has dont_retry)",
+                           _short(item))  # fmt: skip
+            return
+        if OUTCOME_META_KEY in request.meta:
+            return  # the page is judged already (another of its items, or its callback)
+        exception = getattr(failure, "value", None) or RuntimeError("item pipeline error")
+        self._judge(request, "pipeline", exception)
+
+    def _judge(self, request: Request, cls: str, exception: BaseException) -> None:
+        worker, now_ms = _who_and_when(self.crawler)
         reason = f"{global_object_name(type(exception))}: {exception}"[:300]
         verdict = decide(request, Failure(cls, reason), self.config, worker=worker, now_ms=now_ms)
         if verdict["op"] == "retry":
@@ -329,6 +373,21 @@ class ParseErrorMiddleware:
             self.crawler.stats.inc_value(f"ha/retry/{cls}")
         else:
             self.crawler.stats.inc_value(f"ha/retry/gave_up/{cls}")
+
+
+def _who_and_when(crawler: Crawler) -> tuple[str, int]:
+    """This worker's id and the Redis server's clock (the local clock without scrapy-ha's
+    scheduler). ``is None``: the scheduler has a length, and an empty one is falsy."""
+    from scrapy_ha.scheduler import scheduler_for
+
+    scheduler = scheduler_for(crawler)
+    if scheduler is None:
+        return "", int(time.time() * 1000)
+    return scheduler.config.worker_id, scheduler.server_time_ms()
+
+
+def _short(item: Any) -> str:
+    return repr(item)[:200]
 
 
 _NOT_PARSE_ERRORS = (HttpError, IgnoreRequest)

@@ -564,8 +564,10 @@ class Scheduler:
             return
         cls = outcome.get("class", "unknown")
         self.stats.inc_value(f"ha/dead/{cls}")
-        logger.error("Dead-lettered %s (class %s): %s after %d attempt(s)", op.request, cls,
-                     outcome.get("reason"), len(history) or 1)  # fmt: skip
+        level = logging.INFO if outcome.get("errback") else logging.ERROR  # errback handled it
+        logger.log(level, "Dead-lettered %s (class %s): %s after %d attempt(s)%s", op.request, cls,
+                   outcome.get("reason"), len(history) or 1,
+                   "; the spider's errback handled it" if outcome.get("errback") else "")  # fmt: skip
         self._check_dlq_size(size)
 
     def _dlq_retention(self) -> dict[str, int]:

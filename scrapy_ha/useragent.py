@@ -31,7 +31,7 @@ class UserAgentPoolMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         agents = crawler.settings.getlist("HA_USER_AGENTS")
         if not agents:
-            raise NotConfigured("HA_USER_AGENTS is empty")
+            raise NotConfigured  # no pool configured: silent (Scrapy warns if given a reason)
         if not all(isinstance(a, str) and a.strip() for a in agents):
             raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
         return cls(agents)

@@ -38,9 +38,10 @@ class PagedSpider(scrapy.Spider):
     name = "paged"
     custom_settings = {"ITEM_PIPELINES": {__name__ + ".AppendPipeline": 100}}
 
-    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+    def __init__(self, base_url: str = "", join: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.start_urls = [base_url + "/list/1"]
+        # join=1: a worker that only takes part in the crawl already in Redis
+        self.start_urls = [] if join else [base_url + "/list/1"]
 
     def parse(self, response: Any) -> Any:
         fields = response.meta.get("ha_checkpoint", {})
@@ -50,3 +51,5 @@ class PagedSpider(scrapy.Spider):
         next_page = response.css("a.next::attr(href)").get()
         if next_page:
             yield response.follow(next_page, callback=self.parse)
+        if response.url.endswith(self.settings.get("RAISE_AFTER_NEXT") or "-"):
+            raise ValueError(f"parse error after yielding the next page of {response.url}")

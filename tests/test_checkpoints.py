@@ -27,7 +27,7 @@ def run_paged(redis_url: str, site_url: str, items: Path, log: Path, **extra: st
     args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "tests" / "paged_spider.py"),
             "-a", f"base_url={site_url}", "-s", f"REDIS_URL={redis_url}", "-s", f"ITEMS_FILE={items}"]  # fmt: skip
     for name, value in {**SETTINGS, **extra}.items():
-        args += ["-s", f"{name}={value}"]
+        args += ["-a" if name.islower() else "-s", f"{name}={value}"]  # spider args lower case
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("wb") as out:
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -131,3 +131,47 @@ def test_checkpoints_cli(redis_url, redis_client):
     assert cli(redis_url, "checkpoints", "reset", "paged", "task-a").stdout.strip() == "reset 1 checkpoint"
     assert cli(redis_url, "checkpoints", "reset", "paged", "--all").stdout.strip() == "reset 1 checkpoint"
     assert redis_client.keys("ha:{paged}:cp:*") == []
+
+
+def test_a_callback_raising_after_its_next_page_keeps_the_chain(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    site = site_factory("--pages", "5", "--per-page", "3")
+    items = tmp_path / "items.jl"
+    worker = run_paged(redis_url, site.url, items, tmp_path / "run.log",
+                       RAISE_AFTER_NEXT="/list/3")
+    assert worker.wait(timeout=120) == 0
+    crawled = {path for _, path, _ in site.log()}
+    assert {"/list/4", "/list/5"} <= crawled  # a plain Scrapy crawl goes on past page 3
+    ids = sorted(json.loads(line)["id"] for line in items.read_text().splitlines())
+    assert ids == list(range(1, 16))
+
+
+def test_a_reclaimed_page_skips_the_items_its_checkpoint_has(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    # one page: a later page of the same task saving its own checkpoint would replace this
+    # page's (one checkpoint per task), and the re-run could not skip (see the docs)
+    site = site_factory("--pages", "1", "--per-page", "120")
+    items = tmp_path / "items.jl"
+    fast = {"HA_LEASE_TIME": "3", "HA_LEASE_RENEW_INTERVAL": "1", "HA_RECLAIM_INTERVAL": "1",
+            "HA_CHECKPOINT_ITEMS": "50"}  # fmt: skip
+    first = run_paged(redis_url, site.url, items, tmp_path / "first.log",
+                      STALL_ITEMS_FROM="101", **fast)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while count(items) < 100 or "skip" not in checkpoint_or_empty(redis_client):
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    first.send_signal(signal.SIGKILL)  # page 1 stays leased in Redis until its lease expires
+    first.wait()
+    assert checkpoint(redis_client)["skip"] == 100
+    second = run_paged(redis_url, site.url, items, tmp_path / "second.log", join="1", **fast)
+    assert second.wait(timeout=120) == 0
+    ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
+    assert sorted(ids) == list(range(1, 121))  # none twice: the reclaimed page skipped 100
+    assert "'ha/checkpoint/items_skipped': 100" in (tmp_path / "second.log").read_text()
+
+
+def checkpoint_or_empty(client: redis.Redis) -> dict:
+    return checkpoint(client) if client.keys("ha:{paged}:cp:*") else {}

@@ -139,3 +139,20 @@ def test_bad_retry_settings_name_themselves(settings, message):
     with pytest.raises(ConfigError, match=None) as info:
         config(**settings)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("settings", "priorities"), [
+    ({}, [9, 8, 7]),  # Scrapy's default RETRY_PRIORITY_ADJUST is -1
+    ({"RETRY_PRIORITY_ADJUST": 0}, [10, 10, 10]),
+    ({"RETRY_PRIORITY_ADJUST": -5}, [5, 0, -5]),
+])
+def test_each_retry_adjusts_the_priority_as_scrapy_does(settings, priorities):
+    cfg = config(HA_RETRY_TIMES=3, **settings)
+    request = Request("https://example.com/x", priority=10)
+    seen = []
+    for _ in range(3):
+        assert decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)["op"] == "retry"
+        seen.append(request.priority)
+    assert seen == priorities
+    decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)  # dead: unchanged
+    assert request.priority == priorities[-1]

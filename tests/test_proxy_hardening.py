@@ -1,0 +1,155 @@
+"""The proxy middleware under failures: a proxy authentication failure is read from the
+status, never from text; a Redis error while choosing a proxy keeps the request; the shared
+cool-downs are scored by the Redis server's clock and pruned; local state is bounded."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from scrapy import Request
+from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+from twisted.internet.error import ConnectionRefusedError, DNSLookupError
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.proxy import MAX_PROXY_STATS, ProxyMiddleware, ProxyPool, tunnel_status
+from tests.spiders import FaultSpider
+from tests.test_proxy import settings
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def tunnel_error(port: int, status: int) -> TunnelError:
+    """Worded as Scrapy's HTTP/1.1 handler words it."""
+    extra = {"status": status, "reason": "Whatever"}
+    return TunnelError(f"Could not open CONNECT tunnel with proxy 127.0.0.1:{port} [{extra!r}]")
+
+
+def tunnel_middleware(port: int) -> ProxyMiddleware:
+    crawler = get_crawler(FaultSpider, {"HA_PROXY_MODE": "tunnel",
+                                        "HA_PROXY_URL": f"http://u:p@127.0.0.1:{port}"})  # fmt: skip
+    crawler.stats.open_spider()
+    return ProxyMiddleware.from_crawler(crawler)
+
+
+@pytest.mark.parametrize("exception", [
+    DNSLookupError("shop407.example.com: no such host"),
+    ConnectionRefusedError("127.0.0.1:40712"),
+    tunnel_error(40712, 502),
+    tunnel_error(4070, 403),
+], ids=["dns-shop407", "refused-port-40712", "tunnel-502-port-40712", "tunnel-403-port-4070"])
+def test_a_407_in_the_error_text_is_no_authentication_failure(exception):
+    mw = tunnel_middleware(40712)
+    request = Request("http://shop407.example.com/", meta={"ha_proxy": "127.0.0.1:40712"})
+    assert mw.process_exception(request, exception) is None
+    assert mw.stats.get_value("ha/proxy/auth_failed") is None
+
+
+def test_a_connect_answered_407_is_read_from_the_tunnel_status():
+    # the whole path (HTTP 407 and CONNECT 407 from the demo proxy) is
+    # tests/test_proxy.py::test_407_stops_the_crawl_once_and_keeps_the_requests
+    assert tunnel_status(tunnel_error(8080, 407)) == 407
+    assert tunnel_status(tunnel_error(40712, 200 + 207)) == 407
+    assert tunnel_status(ValueError("[{'status': 407, 'reason': 'x'}]")) is None
+
+
+@deferred_f_from_coro_f
+async def test_a_redis_error_in_the_proxy_pool_keeps_every_request(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    site = site_factory("--proxy-list", f"127.0.0.1:{proxy.port}")
+    # the shared cool-downs are unreadable (a Redis error on every read): WRONGTYPE
+    redis_client.set(Keys("ha", "faults").proxy_cooldowns, "not a hash")
+    paths = tuple(f"/item/{i}" for i in range(1, 11))
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
+        HA_PROXY_POOL_TTL=0, LOG_LEVEL="INFO",
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    assert crawler.stats.get_value("ha/proxy/redis_errors") >= 1
+
+
+@deferred_f_from_coro_f
+async def test_shared_cooldowns_use_the_server_clock_and_are_pruned(redis_url, redis_client, site):
+    crawler = get_crawler(FaultSpider, settings(
+        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
+        HA_PROXY_COOLDOWN=60,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url, paths=())  # opens the scheduler, then closes
+    from scrapy_ha.scheduler import Scheduler
+
+    scheduler = Scheduler.from_crawler(crawler)
+    crawler.spider = FaultSpider(base_url=site.url)
+    await scheduler._open(crawler.spider)
+    try:
+        mw = ProxyMiddleware.from_crawler(crawler)
+        key = scheduler.queue.keys.proxy_cooldowns
+        server_ms = int(redis_client.time()[0] * 1000)
+        redis_client.hset(key, mapping={"old:1": server_ms - 1000, "bad:2": "garbage"})
+        await mw._share_cooldown("new:3")
+        stored = int(redis_client.hget(key, "new:3"))
+        assert abs(stored - (server_ms + 60_000)) < 2000  # the server's clock
+        assert 0 < redis_client.pttl(key) <= 60_000  # gone with its newest cool-down
+        cooling = await mw._shared_cooldowns()
+        assert list(cooling) == ["new:3"] and 55 < cooling["new:3"] - time.time() <= 61
+        assert set(redis_client.hgetall(key)) == {b"new:3"}  # expired and garbage pruned
+    finally:
+        scheduler._stopping = True
+        await scheduler._close("test")
+
+
+def test_local_proxy_state_is_bounded():
+    crawler = get_crawler(FaultSpider, {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": "http://x/"})
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    for n in range(MAX_PROXY_STATS * 3):
+        mw._stat(f"10.0.{n // 250}.{n % 250}:80", "requests")
+    per_proxy = [k for k in crawler.stats.get_stats() if k.startswith("ha/proxy/")]
+    assert len(per_proxy) == MAX_PROXY_STATS + 1  # and "other"
+    assert crawler.stats.get_value("ha/proxy/other/requests") == MAX_PROXY_STATS * 2
+    pool = ProxyPool(mw.config)
+    pool.proxies = ["http://10.0.0.1:80"]
+    pool.cooling = {"10.0.0.1:80": time.time() + 60, "10.9.9.9:80": time.time() - 1}
+    pool.failures = {"10.0.0.1:80": 1, "10.9.9.9:80": 1}
+    pool._prune()
+    assert list(pool.cooling) == ["10.0.0.1:80"] and list(pool.failures) == ["10.0.0.1:80"]
+
+
+@deferred_f_from_coro_f
+async def test_redis_stopped_while_the_pool_chooses_proxies_loses_nothing(
+    tmp_path, site_factory, proxy_factory
+):
+    import asyncio
+
+    from tests.conftest import RedisServer
+    from tests.spiders import CatalogueSpider
+
+    server = RedisServer(tmp_path / "redis", appendonly=True)
+    server.start()
+    proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    site = site_factory("--pages", "10", "--per-page", "10", "--delay", "0.02",
+                        "--proxy-list", f"127.0.0.1:{proxy.port}")  # fmt: skip
+    crawler = get_crawler(CatalogueSpider, settings(
+        server.url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
+        HA_PROXY_POOL_TTL=0, CONCURRENT_REQUESTS=4, LOG_LEVEL="INFO",
+    ))  # fmt: skip
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    try:
+        while crawler.spider is None or len(crawler.spider.items) < 20:
+            await asyncio.sleep(0.02)
+        server.stop()  # graceful: the AOF is written
+        await asyncio.sleep(1.5)
+        server.start()  # same port, same data
+        await crawling
+    finally:
+        server.stop()
+    assert crawler.stats.get_value("ha/proxy/redis_errors", 0) >= 1
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 101))

@@ -1,0 +1,56 @@
+"""The log says what happened, and nothing more: components that are off are silent, a
+failure the spider's errback handled is not an ERROR, the retry history names the worker."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+
+SETTINGS = {"ADDONS": {"scrapy_ha.Addon": 0}, "HA_IDLE_TIMEOUT": 0.5, "HA_RETRY_JITTER": 0,
+            "HA_RETRY_TIMES": 1, "HA_RETRY_BACKOFF_BASE": 0.2, "HA_WORKER_ID": "w-quiet",
+            "LOG_LEVEL": "INFO"}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def dead_infos(redis_client) -> list[dict]:
+    return [json.loads(v) for v in redis_client.hgetall(Keys("ha", "faults").dead_info).values()]
+
+
+@deferred_f_from_coro_f
+async def test_off_components_and_handled_errors_log_no_warning_or_error(
+    redis_url, redis_client, site, caplog
+):
+    caplog.set_level(logging.INFO)
+    crawler = get_crawler(FaultSpider, {**SETTINGS, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=("/status/404",))
+    assert crawler.spider.errors == ["/status/404"]  # the errback ran and did not raise
+    disabled = [r.getMessage() for r in caplog.records if "Disabled" in r.getMessage()]
+    assert disabled == []  # no proxy, no user agents, no checkpoints: nothing to say
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+    (info,) = dead_infos(redis_client)
+    assert info["class"] == "gone" and info["errback"] is True
+
+
+@deferred_f_from_coro_f
+async def test_retry_history_names_the_worker_with_an_empty_buffer(redis_url, redis_client, site):
+    crawler = get_crawler(FaultSpider, {**SETTINGS, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=("/flaky/1?fail=9&status=500",))
+    (info,) = dead_infos(redis_client)  # one request: the buffer is empty at each retry
+    assert [h["worker"] for h in info["history"]] == ["w-quiet", "w-quiet"]
+    # its one retry lowered its priority by RETRY_PRIORITY_ADJUST (-1): from 1 to 0
+    keys = Keys("ha", "faults")
+    (payload,) = [json.loads(redis_client.hget(keys.payload, i)) for i in redis_client.hkeys(keys.dead_info)]
+    assert payload.get("p", 0) == 0
