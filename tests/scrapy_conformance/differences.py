@@ -1,0 +1,106 @@
+"""Where scrapy-ha differs from Scrapy's own scheduler in Scrapy's tests, one line per test.
+
+``XFAIL``: a real difference scrapy-ha must fix (issue 17, item N). The mark is strict, so
+the test turns red once fixed: delete its line here then (``TIMING_DEPENDENT`` ones are
+not strict: check them with ``-rX``). ``NOT_APPLICABLE``: the test
+inspects what scrapy-ha replaces by design (JOBDIR, Scrapy's queue classes); listed with
+the same reasons in docs/compatibility.md. Keys are test ids below tests/scrapy_conformance/.
+With ``SCRAPY_HA_CONFORMANCE_BASELINE=1`` (Scrapy's own scheduler) none of this applies.
+"""
+
+from __future__ import annotations
+
+_NEXT_REQUEST_NONE = (
+    "issue 17 item 7: next_request() returns None right after enqueue_request() while "
+    "has_pending_requests() is True: Scheduler.next_request answers from its lease buffer "
+    "only, filled by the background task's next Redis round trip"
+)
+_START_DEDUPE = (
+    "issue 17 item 9: start requests repeated on purpose with dont_filter=True are "
+    "deduplicated (Scheduler._filtered, HA_DEDUPE_START_REQUESTS): one fetch instead of each"
+)
+_DOWNLOAD_SLOT = (
+    "issue 17 item 1: meta['download_slot'] is stripped by the codec (_STRIPPED_META), so "
+    "every request runs in its host's slot, without the DOWNLOAD_SLOTS delay/concurrency"
+)
+_LIFO = (
+    "issue 17 item 5: order within a priority is always FIFO (the pending sorted set); "
+    "SCHEDULER_MEMORY_QUEUE/SCHEDULER_START_MEMORY_QUEUE (LIFO, or shared start queue) "
+    "are ignored"
+)
+
+XFAIL: dict[str, str] = {
+    "test_scheduler.py::TestSchedulerInMemory::test_dequeue": _NEXT_REQUEST_NONE,
+    "test_scheduler.py::TestSchedulerInMemory::test_dequeue_priorities": _NEXT_REQUEST_NONE,
+    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue":
+        _NEXT_REQUEST_NONE,
+    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue_priorities":
+        _NEXT_REQUEST_NONE,
+    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_logic": (
+        "issue 17 items 7 and 5: next_request() returns None until the first lease (item 7), "
+        "and leasing is by priority then FIFO, without DownloaderAwarePriorityQueue's "
+        "round robin over download slots (item 5: slots come out a, a, b, b, c, c)"
+    ),
+    "test_scheduler.py::TestIntegrationWithDownloaderAwareInMemory"
+    "::test_integration_downloader_aware_priority_queue": _START_DEDUPE
+    + " (6 identical start_urls, 1 response)",
+    "test_engine.py::TestEngine::test_crawler": _START_DEDUPE
+    + " (the duplicate /redirect start URL is dropped: 8 requests scheduled, not 9)",
+    "test_engine_loop.py::TestRequestSendOrder::test_default": (
+        "issue 17 item 7 (timing-dependent): the first start request is often not sent "
+        "first (seen: 2, 3, 4, 1, 5, 6), because next_request() returns None until the first "
+        "lease comes back from Redis while the engine goes on with start()"
+    ),
+    "test_engine_loop.py::TestRequestSendOrder::test_lifo_start": _LIFO,
+    "test_engine_loop.py::TestRequestSendOrder::test_shared_queues": _LIFO,
+    "test_engine_loop.py::TestRequestSendOrder::test_lazy": (
+        "issue 17 item 7 (timing-dependent): scheduler_empty fires (and needs_backout() is "
+        "False) while the first start request waits in Redis, so the lazy start pattern often "
+        "yields the next start request before the callback's (seen: 1, 2, 4, 3)"
+    ),
+    "test_crawl.py::TestCrawl::test_start_dupes": _START_DEDUPE + " (2 of 6 visited)",
+    "test_crawl.py::TestCrawl::test_referer_header": (
+        "issue 17 item 2: a Request in meta cannot be stored as JSON (codec CodecError in "
+        "enqueue_request); from start() it stops the whole crawl (finish reason 'shutdown')"
+    ),
+    "test_downloaderslotssettings.py::test_delay": _DOWNLOAD_SLOT,
+    "test_downloaderslotssettings.py::test_none_slot_with_priority_queue"
+    "[scrapy.pqueues.ScrapyPriorityQueue]": _DOWNLOAD_SLOT,
+    "test_downloaderslotssettings.py::test_none_slot_with_priority_queue"
+    "[scrapy.pqueues.DownloaderAwarePriorityQueue]": _DOWNLOAD_SLOT,
+}
+
+#: Entries of XFAIL whose outcome under scrapy-ha depends on timing (whether the first lease
+#: comes back from Redis before the engine moves on): marked non-strict, so that the suite is
+#: not flaky; once the item is fixed they pass every time and their line must go.
+TIMING_DEPENDENT: frozenset[str] = frozenset({
+    "test_engine_loop.py::TestRequestSendOrder::test_default",
+    "test_engine_loop.py::TestRequestSendOrder::test_lazy",
+})
+
+_JOBDIR = (
+    "not applicable: reopens the scheduler on a JOBDIR to read Scrapy's disk queues back; "
+    "scrapy-ha keeps its queue in Redis and ignores JOBDIR (persistence across runs is "
+    "SCHEDULER_PERSIST)"
+)
+
+NOT_APPLICABLE: dict[str, str] = {
+    **{
+        f"test_scheduler.py::{cls}::{test}": _JOBDIR
+        for cls in ("TestSchedulerOnDisk", "TestSchedulerWithDownloaderAwareOnDisk")
+        for test in ("test_length", "test_dequeue", "test_dequeue_priorities", "test_logic")
+        if not (cls == "TestSchedulerOnDisk" and test == "test_logic")
+    },
+    "test_scheduler.py::TestMigration::test_migration": (
+        "not applicable: checks that DownloaderAwarePriorityQueue refuses the JOBDIR state "
+        "ScrapyPriorityQueue left on disk; scrapy-ha uses neither class nor JOBDIR"
+    ),
+    "test_scheduler.py::TestIncompatibility::test_incompatibility": (
+        "not applicable: DownloaderAwarePriorityQueue's own refusal of "
+        "CONCURRENT_REQUESTS_PER_IP; scrapy-ha does not build SCHEDULER_PRIORITY_QUEUE"
+    ),
+    "test_engine.py::TestEngine::test_short_timeout": (
+        "not applicable: runs `scrapy fetch http://toscrape.com` in a subprocess, which never "
+        "uses the scheduler under test (and needs Internet access)"
+    ),
+}
