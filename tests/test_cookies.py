@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import redis
@@ -65,7 +64,7 @@ def _stored_values(client: redis.Redis) -> list[str]:
     for key in client.scan_iter("ha:*"):
         if key.endswith(b":cookies"):
             continue
-        out.append(subprocess.list2cmdline([str(client.dump(key))]))
+        out.append(str(client.dump(key)))  # the raw bytes, as Redis would persist them
         kind = client.type(key)
         if kind == b"hash":
             out += [v.decode(errors="replace") for v in client.hvals(key)]
