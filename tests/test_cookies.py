@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import redis
 from scrapy.settings import Settings
 
 from scrapy_ha.addon import Addon
-from tests.realworld.test_realworld import Shop, _start
+from tests.realworld.test_realworld import Shop, _collect, _start
 
 #: Pages the first worker downloads before it stops: robots.txt, the login form, the login
 #: POST and its redirect, and the first page of orders (whose children are then queued).
@@ -48,6 +49,23 @@ def test_a_session_opened_by_one_worker_serves_the_next(redis_url, tmp_path):
     secret = _session_value(client)
     assert all(secret not in value for value in left), "a cookie value was stored with requests"
     assert secret not in log_a + log_b, "a cookie value reached a log"
+
+
+def test_two_workers_at_once_both_use_the_login(redis_url, tmp_path):
+    """Both workers crawl the orders while one of them logged in: no request goes out without
+    the session (each would be answered 403, taken for a ban and retried elsewhere)."""
+    shop = Shop()
+    try:
+        procs = [_start("login", shop.url, tmp_path / f"w{i}", redis_url,
+                        settings={"HA_PREFETCH": "1"}) for i in range(2)]  # fmt: skip
+        run = _collect(procs, tmp_path, time.monotonic() + 90)
+    finally:
+        shop.stop()
+    logs = "\n".join(run.logs)
+    assert run.codes == [0, 0], logs[-3000:]
+    assert run.keys() == sorted(f"Order {n}" for n in range(1, ORDERS + 1))
+    per_worker = [(tmp_path / f"w{i}.jl").read_text().count("\n") for i in range(2)]
+    assert "'ha/retry/banned'" not in logs, f"403s: a worker lacked the session ({per_worker})"
 
 
 def _session_value(client: redis.Redis) -> str:
