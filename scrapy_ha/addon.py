@@ -12,6 +12,9 @@
   carries the lease of its page (children fenced by it; an unstorable child fails it);
 - adds ``scrapy_ha.checkpoint.CheckpointMiddleware`` (spider, 900), off until
   ``HA_CHECKPOINTS = True``;
+- replaces Scrapy's ``CookiesMiddleware`` (700) with ``scrapy_ha.cookies.SharedCookiesMiddleware``
+  and adds ``scrapy_ha.cookies.CookieVersionMiddleware`` (spider, 11): cookie jars shared by
+  every worker (``HA_SHARED_COOKIES``), unless the project set Scrapy's cookie middleware itself;
 - switches off Scrapy's remote-control server on workers.
 
 A setting or middleware order the project set itself is left alone.
@@ -41,7 +44,11 @@ SPIDER_MIDDLEWARES = {
     "scrapy_ha.parent.ParentLeaseMiddleware": 10,  # outermost: sees every yielded request
     "scrapy_ha.retry.ParseErrorMiddleware": 950,
     "scrapy_ha.checkpoint.CheckpointMiddleware": 900,  # only with HA_CHECKPOINTS = True
+    "scrapy_ha.cookies.CookieVersionMiddleware": 11,  # stamps the jar version on requests
 }
+#: Scrapy's cookie middleware and ours, which takes its place (same order: 700).
+SCRAPY_COOKIES = "scrapy.downloadermiddlewares.cookies.CookiesMiddleware"
+SHARED_COOKIES = {SCRAPY_COOKIES: None, "scrapy_ha.cookies.SharedCookiesMiddleware": 700}
 
 
 class Addon:
@@ -52,6 +59,8 @@ class Addon:
             settings.set(name, value, priority="addon")
         _add_components(settings, "DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)
         _add_components(settings, "SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES)
+        if SCRAPY_COOKIES not in settings["DOWNLOADER_MIDDLEWARES"]:  # else the project chose
+            _add_components(settings, "DOWNLOADER_MIDDLEWARES", SHARED_COOKIES)
 
 
 def _add_components(settings: BaseSettings, name: str, components: dict[str, int | None]) -> None:

@@ -26,6 +26,8 @@ key                        type         content
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
+``ha:{books}:cookies``     hash         ``jar:<cookiejar key as JSON>`` -> the jar's cookies (JSON,
+                                        secret: stored nowhere else); ``v:<key>`` -> its version
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -115,6 +117,10 @@ class Keys:
     def proxy_cooldowns(self) -> str:
         return self._key("proxy_cd")
 
+    @property
+    def cookies(self) -> str:
+        return self._key("cookies")
+
     def checkpoint(self, task: str) -> str:
         return self._key(f"cp:{task}")
 
@@ -139,5 +145,5 @@ class Keys:
             self.pending, self.payload, self.leased, self.leases, self.expiries,
             self.delayed, self.delayed_score, self.dead, self.dead_info,
             self.dupefilter, self.seq, self.lease_seq, self.workers,
-            self.reclaim_guard, self.gates, self.proxy_cooldowns,
+            self.reclaim_guard, self.gates, self.proxy_cooldowns, self.cookies,
         ]  # fmt: skip

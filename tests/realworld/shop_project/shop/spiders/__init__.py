@@ -1,0 +1,1 @@
+"""One spider per everyday idiom; each takes the shop's address as ``-a base=http://...``."""

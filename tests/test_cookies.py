@@ -1,0 +1,135 @@
+"""Cookie sessions shared across workers: one worker logs in, another uses the session."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import redis
+from scrapy.settings import Settings
+
+from scrapy_ha.addon import Addon
+from tests.realworld.test_realworld import Shop, _collect, _start
+
+#: Pages the first worker downloads before it stops: robots.txt, the login form, the login
+#: POST and its redirect, and the first page of orders (whose children are then queued).
+PAGES_BEFORE_STOP = 5
+ORDERS = 40
+
+
+def _run(shop: Shop, out: Path, redis_url: str, *extra: str) -> tuple[list[dict], str]:
+    proc = _start("login", shop.url, out, redis_url, settings={
+        "SCHEDULER_PERSIST": "True", "HA_PREFETCH": "1", **dict(e.split("=", 1) for e in extra),
+    })  # fmt: skip
+    assert proc.wait(90) == 0, out.with_suffix(".log").read_text()[-3000:]
+    items = out.with_suffix(".jl")
+    lines = items.read_text().splitlines() if items.exists() else []
+    return [json.loads(line) for line in lines], out.with_suffix(".log").read_text()
+
+
+def test_a_session_opened_by_one_worker_serves_the_next(redis_url, tmp_path):
+    """Worker A logs in and stops early; worker B, which never logged in, finishes the crawl
+    with A's session cookie (without sharing, each of its order pages answers 403)."""
+    shop = Shop()
+    try:
+        first, log_a = _run(shop, tmp_path / "a", redis_url,
+                            f"CLOSESPIDER_PAGECOUNT={PAGES_BEFORE_STOP}")  # fmt: skip
+        assert len(first) < ORDERS, "worker A did everything: the test proves nothing"
+        client = redis.Redis.from_url(redis_url)
+        left = _stored_values(client)
+        second, log_b = _run(shop, tmp_path / "b", redis_url)
+    finally:
+        shop.stop()
+    keys = sorted(item["key"] for item in first + second)
+    assert keys == sorted(f"Order {n}" for n in range(1, ORDERS + 1)), (
+        f"{len(first)} items from A, {len(second)} from B: {log_b[-3000:]}"
+    )
+    assert "'ha/cookies/loaded'" in log_b, "worker B never loaded the shared jar"
+    secret = _session_value(client)
+    assert all(secret not in value for value in left), "a cookie value was stored with requests"
+    assert secret not in log_a + log_b, "a cookie value reached a log"
+
+
+def test_two_workers_at_once_both_use_the_login(redis_url, tmp_path):
+    """Both workers crawl the orders while one of them logged in: no request goes out without
+    the session (each would be answered 403, taken for a ban and retried elsewhere)."""
+    shop = Shop()
+    try:
+        procs = [_start("login", shop.url, tmp_path / f"w{i}", redis_url,
+                        settings={"HA_PREFETCH": "1"}) for i in range(2)]  # fmt: skip
+        run = _collect(procs, tmp_path, time.monotonic() + 90)
+    finally:
+        shop.stop()
+    logs = "\n".join(run.logs)
+    assert run.codes == [0, 0], logs[-3000:]
+    assert run.keys() == sorted(f"Order {n}" for n in range(1, ORDERS + 1))
+    per_worker = [(tmp_path / f"w{i}.jl").read_text().count("\n") for i in range(2)]
+    assert "'ha/retry/banned'" not in logs, f"403s: a worker lacked the session ({per_worker})"
+
+
+def _session_value(client: redis.Redis) -> str:
+    fields = client.hgetall("ha:{login}:cookies")
+    jars = [json.loads(v) for k, v in fields.items() if k.startswith(b"jar:")]
+    values = [c["value"] for jar in jars for c in jar.values() if c["name"] == "session"]
+    assert len(values) == 1, f"the session cookie is not in the shared jar: {fields.keys()}"
+    return str(values[0])
+
+
+def _stored_values(client: redis.Redis) -> list[str]:
+    """Everything the crawl stored in Redis except the cookie jar itself."""
+    out = []
+    for key in client.scan_iter("ha:*"):
+        if key.endswith(b":cookies"):
+            continue
+        out.append(str(client.dump(key)))  # the raw bytes, as Redis would persist them
+        kind = client.type(key)
+        if kind == b"hash":
+            out += [v.decode(errors="replace") for v in client.hvals(key)]
+        elif kind == b"zset":
+            out += [v.decode(errors="replace") for v in client.zrange(key, 0, -1)]
+    assert any("account/order" in v for v in out), "nothing was left for worker B"
+    return out
+
+
+def test_the_addon_swaps_the_cookie_middleware():
+    settings = Settings()
+    Addon().update_settings(settings)
+    mws = settings["DOWNLOADER_MIDDLEWARES"]
+    assert mws["scrapy.downloadermiddlewares.cookies.CookiesMiddleware"] is None
+    assert mws["scrapy_ha.cookies.SharedCookiesMiddleware"] == 700
+    assert settings["SPIDER_MIDDLEWARES"]["scrapy_ha.cookies.CookieVersionMiddleware"] == 11
+
+
+def test_the_addon_leaves_a_projects_cookie_choice_alone():
+    settings = Settings({"DOWNLOADER_MIDDLEWARES": {
+        "scrapy.downloadermiddlewares.cookies.CookiesMiddleware": None}})  # fmt: skip
+    Addon().update_settings(settings)
+    mws = settings["DOWNLOADER_MIDDLEWARES"]
+    assert "scrapy_ha.cookies.SharedCookiesMiddleware" not in mws
+    assert mws["scrapy.downloadermiddlewares.cookies.CookiesMiddleware"] is None
+
+
+def test_a_request_leaves_the_downloader_without_the_cookie_values():
+    """A retry or a dead-letter entry stores the request: the Cookie header must be gone."""
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    from scrapy_ha.cookies import SharedCookiesMiddleware, SharedJars
+    from scrapy_ha.keys import Keys
+
+    mw = SharedCookiesMiddleware(shared=True)
+    mw._jars = SharedJars(client=None, keys=Keys("ha", "shop"))
+    login = Request("http://shop.test/login")
+    mw.jars[None].extract_cookies(
+        HtmlResponse(login.url, headers={"Set-Cookie": "session=s3cr3t; Path=/"}), login
+    )
+    for finish in ("exception", "response"):
+        request = Request("http://shop.test/account")
+        assert mw.process_request(request) is None  # no stamp: no Redis round trip
+        assert request.headers.get("Cookie") == b"session=s3cr3t"
+        if finish == "exception":
+            mw.process_exception(request, TimeoutError())
+        else:
+            mw.process_response(request, HtmlResponse(request.url, request=request))
+        assert "Cookie" not in request.headers, finish
