@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.codec import UNSTORABLE_POLICIES
 from scrapy_ha.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ DEFAULT_PROMOTE_BATCH = 500
 DEFAULT_BATCH_SIZE = 500
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
+#: A child that cannot be stored fails its parent: a loud error, never a silent loss.
+DEFAULT_UNSTORABLE = "error"
 #: scrapy-redis's start URLs key.
 DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
 
@@ -75,6 +78,7 @@ class SchedulerConfig:
     start_urls_key: str = DEFAULT_START_URLS_KEY
     start_urls_batch: int = DEFAULT_START_URLS_BATCH
     worker_id: str = ""
+    unstorable: str = DEFAULT_UNSTORABLE
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -111,6 +115,7 @@ class SchedulerConfig:
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
             worker_id=_text(settings, "HA_WORKER_ID", "") or default_worker_id(),
+            unstorable=_choice(settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES),
         )
         config.validate()
         return config
@@ -153,6 +158,14 @@ def _text(settings: BaseSettings, name: str, default: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{name}={value!r} must be a string")
     return value
+
+
+def _choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = _raw(settings, name, default)
+    if value not in choices:
+        listed = " or ".join(repr(c) for c in choices)
+        raise ConfigError(f"{name}={value!r} must be one of {listed}")
+    return str(value)
 
 
 def _number(settings: BaseSettings, name: str, default: float) -> float:

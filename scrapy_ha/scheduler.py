@@ -26,9 +26,16 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
+from twisted.python.failure import Failure
 
 from scrapy_ha import __version__
-from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
+from scrapy_ha.codec import (
+    LEASE_META_KEY,
+    PARENT_META_KEY,
+    CodecError,
+    decode_request,
+    encode_request,
+)
 from scrapy_ha.config import ConfigError, SchedulerConfig
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
@@ -150,21 +157,27 @@ class Scheduler:
     def enqueue_request(self, request: Request) -> bool:
         """Queue *request* for Redis; False if this worker already saw its fingerprint.
 
-        Raises :class:`~scrapy_ha.codec.CodecError` (naming the URL and the field) if the
-        request cannot be stored. Duplicates only Redis knows of are dropped there and
-        counted in ``ha/filtered`` (no ``request_dropped`` signal for them).
+        A request that cannot be stored (``HA_UNSTORABLE = "error"``) is refused (False)
+        with an ERROR naming its URL, the key and the type, and the page that yielded it
+        is dead-lettered with that reason when it finishes: it is never acked as done.
+        Duplicates only Redis knows of are dropped there and counted in ``ha/filtered``
+        (no ``request_dropped`` signal for them).
         """
         if self._is_retry_of_inflight(request):
             return True  # the original's lease moves to the delayed set when it finishes
         fingerprint = self._fingerprint(request)
+        if fingerprint and fingerprint in self._seen:
+            self.stats.inc_value("ha/filtered")
+            return False
+        try:
+            payload = encode_request(request, self.spider, unstorable=self.config.unstorable)
+        except CodecError as exc:
+            self._unstorable(request, exc)
+            return False
         if fingerprint:
-            if fingerprint in self._seen:
-                self.stats.inc_value("ha/filtered")
-                return False
             if len(self._seen) >= LOCAL_SEEN_LIMIT:
                 self._seen.clear()
             self._seen.add(fingerprint)
-        payload = encode_request(request, self.spider)
         self._outbox.append(NewEntry(fingerprint, request.priority, payload))
         self._wake.set()
         return True
@@ -194,6 +207,32 @@ class Scheduler:
             return request
         self._wake.set()
         return None
+
+    def _unstorable(self, request: Request, exc: CodecError) -> None:
+        """Fail the page that yielded *request* (dead-lettered when it finishes)."""
+        self.stats.inc_value("ha/unstorable")
+        parent = self._parent_of(request)
+        logger.error(
+            "Cannot store %s in Redis (%s): %s (HA_UNSTORABLE=%r; make the value storable, or "
+            "set HA_UNSTORABLE = \"drop-key\" to store the request without it)", request, exc,
+            f"the page {parent} that yielded it will be dead-lettered" if parent is not None
+            else "the request is dropped", self.config.unstorable,
+        )  # fmt: skip
+        if parent is not None:
+            parent.meta[OUTCOME_META_KEY] = {
+                "op": "dead", "class": "unstorable", "reason": f"child {request.url}: {exc}",
+            }  # fmt: skip
+        self.crawler.signals.send_catch_log(
+            signal=signals.spider_error, failure=Failure(exc), response=None, spider=self.spider
+        )
+
+    def _parent_of(self, request: Request) -> Request | None:
+        """The in-flight page that yielded *request* (ParentLeaseMiddleware tags it)."""
+        lease = request.meta.get(PARENT_META_KEY)
+        held = self._inflight.get(lease[0]) if lease else None
+        if held is None or held[0] != lease[1]:
+            return None
+        return held[1]
 
     def _isolating(self) -> bool:
         """True while a suspect runs alone, or waits for the engine to empty to do so."""

@@ -27,6 +27,7 @@ def test_defaults():
         ({"HA_HEARTBEAT_TTL": 5}, "HA_HEARTBEAT_TTL=5.0 must be longer"),
         ({"HA_KEY_PREFIX": "a{b}"}, "HA_KEY_PREFIX='a{b}'"),
         ({"HA_FEED": "maybe"}, "HA_FEED='maybe' must be True or False"),
+        ({"HA_UNSTORABLE": "skip"}, "HA_UNSTORABLE='skip' must be one of 'error' or 'drop-key'"),
     ],
 )
 def test_a_bad_setting_names_itself_and_its_value(settings, message):

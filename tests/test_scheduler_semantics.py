@@ -1,0 +1,121 @@
+"""The scheduler behaves like Scrapy's where a spider can tell: nothing vanishes silently."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from typing import Any
+
+import pytest
+import scrapy
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import CatalogueSpider
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+_OPEN: list[Any] = []
+
+
+def open_file() -> Any:
+    """An open file: no queue can store that (closed after the test)."""
+    handle = tempfile.TemporaryFile()  # noqa: SIM115 - the point is an object that stays open
+    _OPEN.append(handle)
+    return handle
+
+
+@pytest.fixture(autouse=True)
+def close_files():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def settings(redis_url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+class UnstorableChildSpider(CatalogueSpider):
+    """Detail requests carry an open file in meta: no queue can store that."""
+
+    name = "unstorable"
+
+    def parse(self, response: Any) -> Any:
+        handle = open_file()
+        for href in response.css("a.item::attr(href)").getall():
+            yield response.follow(href, callback=self.parse_item, meta={"handle": handle})
+        next_page = response.css("a.next::attr(href)").get()
+        if next_page:
+            yield response.follow(next_page, callback=self.parse)
+
+
+@deferred_f_from_coro_f
+async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
+    redis_url, redis_client, site, caplog
+):
+    errors: list[Any] = []
+    crawler = get_crawler(UnstorableChildSpider, settings(redis_url))
+
+    def on_error(failure: Any, **_: Any) -> None:
+        errors.append(failure)
+
+    crawler.signals.connect(on_error, signal=scrapy.signals.spider_error)
+    with caplog.at_level(logging.INFO):
+        await crawler.crawl_async(base_url=site.url)
+    stats = crawler.stats.get_stats()
+    assert crawler.spider.items == []
+    assert stats["ha/unstorable"] == 50  # 10 detail requests on each of 5 list pages
+    assert len(errors) == 50
+    assert stats["ha/dead/unstorable"] == 5  # every list page, none acked as done
+    assert stats.get("ha/acked", 0) == 0
+    keys = Keys("ha", "unstorable")
+    dead = [json.loads(v) for v in redis_client.hgetall(keys.dead_info).values()]
+    assert len(dead) == 5 and {d["class"] for d in dead} == {"unstorable"}
+    assert all(f"child {site.url}/item/" in d["reason"] and "handle" in d["reason"] for d in dead)
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR and "Cannot store" in r.message]
+    assert len(logged) == 50
+    assert f"{site.url}/item/1" in logged[0].message and "handle" in logged[0].message
+    assert "Task exception was never retrieved" not in caplog.text
+
+
+class UnstorableStartSpider(CatalogueSpider):
+    name = "unstorable_start"
+
+    async def start(self) -> Any:
+        yield scrapy.Request(self.start_urls[0].replace("/list/1", "/item/1"),
+                             callback=self.parse_item, meta={"handle": open_file()})  # fmt: skip
+        yield scrapy.Request(self.start_urls[0].replace("/list/1", "/item/2"),
+                             callback=self.parse_item)  # fmt: skip
+
+
+@deferred_f_from_coro_f
+async def test_an_unstorable_start_request_costs_only_itself(redis_url, site, caplog):
+    crawler = get_crawler(UnstorableStartSpider, settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    stats = crawler.stats.get_stats()
+    assert [i["id"] for i in crawler.spider.items] == [2]
+    assert stats["finish_reason"] == "finished"
+    assert stats["ha/unstorable"] == 1
+    assert "Cannot store" in caplog.text and "/item/1" in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_drop_key_stores_the_child_without_the_value(redis_url, site):
+    crawler = get_crawler(UnstorableChildSpider, settings(redis_url, HA_UNSTORABLE="drop-key"))
+    await crawler.crawl_async(base_url=site.url)
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
+    assert "ha/unstorable" not in crawler.stats.get_stats()
