@@ -121,6 +121,9 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._remote_active = -1
+        self._remote_waiting = 0  # pending + delayed in Redis at the last sync
+        self._peers = 0  # other live workers when the crawl last looked finished
+        self._engine_view: tuple[bool, bool] | None = None
         self._redis_ok = False
         self._idle_since: float | None = None
         self._last_renew = 0.0
@@ -151,8 +154,10 @@ class Scheduler:
         return deferred_from_coro(self._close(reason))
 
     def has_pending_requests(self) -> bool:
-        """True while this worker holds requests it has not handed to the engine."""
-        return bool(self._buffer or self._outbox)
+        """True while the crawl has requests waiting: in this worker's buffer or outbox, or
+        pending or delayed in Redis at the last sync (no round trip: the background task
+        fetches these counts anyway)."""
+        return bool(self._buffer or self._outbox or self._remote_waiting > 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Queue *request* for Redis; False if this worker already saw its fingerprint.
@@ -205,7 +210,10 @@ class Scheduler:
             if len(self._buffer) <= self._target() // 2:
                 self._wake.set()
             return request
-        self._wake.set()
+        if self._buffer:
+            self._wake.set()  # leases may have expired: the background task renews them
+        # an empty buffer is refilled by the background task's own rounds: waking it here
+        # would make every engine call a Redis round trip (a busy loop while idle)
         return None
 
     def _unstorable(self, request: Request, exc: CodecError) -> None:
@@ -264,8 +272,14 @@ class Scheduler:
         until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
         return until - time.monotonic()
 
+    def __bool__(self) -> bool:
+        """Always true: ``if scheduler_for(crawler):`` must not depend on the queue's size."""
+        return True
+
     def __len__(self) -> int:
-        return len(self._buffer) + len(self._outbox)
+        """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
+        held pending or delayed at the last sync."""
+        return len(self._buffer) + len(self._outbox) + max(0, self._remote_waiting)
 
     # -- for the middlewares -----------------------------------------------------------
 
@@ -328,9 +342,24 @@ class Scheduler:
             __version__, scrapy.__version__, redis.__version__, server, self.redis_url,
             self.queue.keys.pending.rsplit(":", 1)[0] + ":*", cfg.worker_id,
         )  # fmt: skip
+        await self._note_joined()
         self._setup_start_urls(spider)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _note_joined(self) -> None:
+        """Read the crawl's counts once, so that ``len()`` and ``has_pending_requests()``
+        answer for it from the start, and say so when joining a crawl already in Redis."""
+        assert self.queue is not None
+        counts = await self.queue.counts()
+        self._remote_waiting = counts.pending + counts.delayed
+        self._remote_active = counts.pending + counts.leased + counts.delayed
+        if self._remote_active or counts.dead:
+            logger.info(
+                "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
+                "%d dead-lettered, %d other live worker(s)", counts.pending, counts.leased,
+                counts.delayed, counts.dead, max(0, counts.workers - 1),
+            )  # fmt: skip
 
     def _setup_start_urls(self, spider: Spider) -> None:
         if not isinstance(spider, RedisSpiderMixin):
@@ -543,8 +572,7 @@ class Scheduler:
         was_empty = not self._buffer
         for lease_ in result.leases:
             await self._take(lease_)
-        if (was_empty and self._buffer) or not self._keep_alive():
-            self._wake_engine()  # new work, or the crawl may be over: let the engine look
+        await self._after_sync(result, new_work=was_empty and bool(self._buffer))
 
     async def _save_checkpoints(self) -> None:
         """After the children, before the acks: a checkpoint never runs ahead of the queue."""
@@ -664,6 +692,22 @@ class Scheduler:
         logger.error("Queue entry %s is corrupt (%s): moved to the dead-letter queue",
                      lease.id, reason)  # fmt: skip
 
+    async def _after_sync(self, result: SyncResult, *, new_work: bool) -> None:
+        """Let the engine look when there is new work or when the crawl's state changed
+        (edge-triggered: waking it on every round while idle would be a busy loop)."""
+        self._remote_waiting = result.pending + result.delayed
+        view = (self.has_pending_requests(), self._keep_alive())
+        changed, self._engine_view = view != self._engine_view, view
+        if changed and not view[1]:
+            await self._count_peers()
+        if new_work or changed:
+            self._wake_engine()
+
+    async def _count_peers(self) -> None:
+        """The crawl looks finished: are other workers alive (maybe still starting)?"""
+        assert self.queue is not None
+        self._peers = max(0, (await self.queue.counts()).workers - 1)
+
     def _wake_engine(self) -> None:
         slot = getattr(self.crawler.engine, "_slot", None)
         if slot is not None:
@@ -778,9 +822,15 @@ class Scheduler:
         )
 
     def _on_idle(self) -> None:
-        if self._keep_alive():
+        """Close at once when the crawl is verifiably finished: nothing local, nothing
+        pending, leased or delayed in Redis at a sync made after this worker's last ack,
+        and no other live worker; with live peers (they may still be yielding start
+        requests) wait ``HA_IDLE_TIMEOUT`` first. No polling: a timer wakes the engine."""
+        if self._keep_alive() or self._engine_view is None or self._engine_view[1]:
             self._idle_since = None
             raise DontCloseSpider
+        if not self._peers:
+            return
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now

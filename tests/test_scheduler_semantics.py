@@ -119,3 +119,30 @@ async def test_drop_key_stores_the_child_without_the_value(redis_url, site):
     await crawler.crawl_async(base_url=site.url)
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
     assert "ha/unstorable" not in crawler.stats.get_stats()
+
+
+@deferred_f_from_coro_f
+async def test_len_and_pending_answer_for_the_crawl_right_after_open(
+    redis_url, redis_client, site, caplog
+):
+    from scrapy.utils.defer import maybe_deferred_to_future
+
+    from scrapy_ha.scheduler import Scheduler
+
+    seeded = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True,
+                                                   CLOSESPIDER_PAGECOUNT=1))  # fmt: skip
+    await seeded.crawl_async(base_url=site.url)  # the first list page: its children are left
+    left = redis_client.zcard(Keys("ha", "catalogue").pending)
+    assert left > 0
+    crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    crawler.spider = crawler._create_spider(base_url=site.url)
+    scheduler = Scheduler.from_crawler(crawler)
+    with caplog.at_level(logging.INFO):
+        await maybe_deferred_to_future(scheduler.open(crawler.spider))
+    try:
+        assert scheduler.has_pending_requests()
+        assert len(scheduler) == left
+        assert f"Joining a crawl already in Redis: {left} pending, 0 leased" in caplog.text
+    finally:
+        scheduler._stopping = True
+        await maybe_deferred_to_future(scheduler.close("shutdown"))
