@@ -12,10 +12,12 @@ one background task talks to Redis in batches.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
 import time
 import weakref
-from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +84,49 @@ def scheduler_for(crawler: Crawler) -> Scheduler | None:
     return _SCHEDULERS.get(crawler)
 
 
+class _Buffer:
+    """Leased requests waiting for the engine, highest priority first, then in lease order.
+
+    A request of higher priority than the head (leased after it) is handed out before it,
+    as Scrapy's own priority queue would. Deque-like: ``append``, ``appendleft`` (first in
+    line whatever its priority), ``popleft``, ``[0]``, iteration in no particular order.
+    """
+
+    def __init__(self, requests: Iterable[Request] = ()) -> None:
+        self._heap: list[tuple[int, int, Request]] = []
+        self._seq = itertools.count()
+        self._front = itertools.count(-1, -1)
+        for request in requests:
+            self.append(request)
+
+    def append(self, request: Request) -> None:
+        heapq.heappush(self._heap, (-request.priority, next(self._seq), request))
+
+    def appendleft(self, request: Request) -> None:
+        top = self._heap[0][0] if self._heap else 0
+        heapq.heappush(self._heap, (min(top, -request.priority), next(self._front), request))
+
+    def popleft(self) -> Request:
+        return heapq.heappop(self._heap)[2]
+
+    def __getitem__(self, index: int) -> Request:
+        if index != 0:
+            raise IndexError("only the head of the buffer can be read")
+        return self._heap[0][2]
+
+    def head_priority(self) -> int | None:
+        return -self._heap[0][0] if self._heap else None
+
+    def clear(self) -> None:
+        self._heap.clear()
+
+    def __iter__(self) -> Iterator[Request]:
+        return (entry[2] for entry in self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
 @dataclass(frozen=True)
 class _Op:
     """A finished request whose lease ends otherwise than by an ack."""
@@ -104,7 +149,7 @@ class Scheduler:
         self.spider: Spider | None = None
         self.queue: RedisQueue | None = None
         self.redis_url = display_url(crawler.settings)
-        self._buffer: deque[Request] = deque()
+        self._buffer = _Buffer()
         self._inflight: dict[str, tuple[str, Request]] = {}
         self._outbox: list[NewEntry] = []
         self._acks: list[tuple[str, str]] = []
@@ -124,6 +169,8 @@ class Scheduler:
         self._remote_waiting = 0  # pending + delayed in Redis at the last sync
         self._peers = 0  # other live workers when the crawl last looked finished
         self._engine_view: tuple[bool, bool] | None = None
+        self._outbox_top: int | None = None  # highest priority waiting in the outbox
+        self._held_back = False
         self._redis_ok = False
         self._idle_since: float | None = None
         self._last_renew = 0.0
@@ -184,6 +231,8 @@ class Scheduler:
                 self._seen.clear()
             self._seen.add(fingerprint)
         self._outbox.append(NewEntry(fingerprint, request.priority, payload))
+        if self._outbox_top is None or request.priority > self._outbox_top:
+            self._outbox_top = request.priority
         self._wake.set()
         return True
 
@@ -198,6 +247,9 @@ class Scheduler:
             if len(self._inflight) >= self.config.max_inflight or self._isolating():
                 return None
         while self._buffer and time.monotonic() <= self._leases_valid_until:
+            if self._outranked():
+                self._held_back = True  # for one round trip: its lease is on the way
+                return None
             request = self._buffer.popleft()
             entry_id, token = request.meta[LEASE_META_KEY]
             if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
@@ -241,6 +293,12 @@ class Scheduler:
         if held is None or held[0] != lease[1]:
             return None
         return held[1]
+
+    def _outranked(self) -> bool:
+        """A request just queued outranks everything buffered (see ``_urgent``)."""
+        head = self._buffer.head_priority()
+        top = self._outbox_top
+        return top is not None and head is not None and top > head and self._redis_ok
 
     def _isolating(self) -> bool:
         """True while a suspect runs alone, or waits for the engine to empty to do so."""
@@ -539,8 +597,16 @@ class Scheduler:
             return 0
         target = self._target()
         if len(self._buffer) > target // 2:
-            return 0
+            return self._urgent(target)
         return target - len(self._buffer)
+
+    def _urgent(self, cap: int) -> int:
+        """New requests that outrank the buffer's head: lease them now, over the target,
+        so that they are handed out before it (as from Scrapy's own priority queue)."""
+        head = self._buffer.head_priority()
+        if head is None:
+            return 0
+        return min(cap, sum(1 for entry in self._outbox if entry.priority > head))
 
     async def _sync(self, *, lease: int) -> None:
         """Enqueue new requests, then ack and end finished leases, then lease more.
@@ -696,6 +762,8 @@ class Scheduler:
         """Let the engine look when there is new work or when the crawl's state changed
         (edge-triggered: waking it on every round while idle would be a busy loop)."""
         self._remote_waiting = result.pending + result.delayed
+        self._outbox_top = max((entry.priority for entry in self._outbox), default=None)
+        new_work, self._held_back = new_work or self._held_back, False
         view = (self.has_pending_requests(), self._keep_alive())
         changed, self._engine_view = view != self._engine_view, view
         if changed and not view[1]:
@@ -769,7 +837,7 @@ class Scheduler:
     def _drop_lost(self, lost: set[str]) -> None:
         acked = {i for i, _ in self._acks}
         before = len(self._buffer)
-        self._buffer = deque(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
+        self._buffer = _Buffer(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
         real = lost - acked
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))

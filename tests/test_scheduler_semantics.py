@@ -14,6 +14,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler import Scheduler, scheduler_for
 from tests.spiders import CatalogueSpider
 
 
@@ -127,8 +128,6 @@ async def test_len_and_pending_answer_for_the_crawl_right_after_open(
 ):
     from scrapy.utils.defer import maybe_deferred_to_future
 
-    from scrapy_ha.scheduler import Scheduler
-
     seeded = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True,
                                                    CLOSESPIDER_PAGECOUNT=1))  # fmt: skip
     await seeded.crawl_async(base_url=site.url)  # the first list page: its children are left
@@ -146,3 +145,61 @@ async def test_len_and_pending_answer_for_the_crawl_right_after_open(
     finally:
         scheduler._stopping = True
         await maybe_deferred_to_future(scheduler.close("shutdown"))
+
+
+class RecordingScheduler(Scheduler):
+    """Records what the engine was handed, and when the urgent request arrived."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handed: list[scrapy.Request] = []
+        self.urgent_at: int | None = None
+
+    def enqueue_request(self, request: scrapy.Request) -> bool:
+        if request.priority == URGENT and self.urgent_at is None:
+            self.urgent_at = len(self.handed)
+        return super().enqueue_request(request)
+
+    def next_request(self) -> scrapy.Request | None:
+        request = super().next_request()
+        if request is not None:
+            self.handed.append(request)
+        return request
+
+
+URGENT = 100
+
+
+class UrgentSpider(CatalogueSpider):
+    """All list pages at once (a deep queue), then one priority-100 request mid-crawl."""
+
+    name = "urgent"
+
+    async def start(self) -> Any:
+        for page in range(1, 9):
+            yield scrapy.Request(self.start_urls[0].replace("/list/1", f"/list/{page}"))
+
+    def parse(self, response: Any) -> Any:
+        for href in response.css("a.item::attr(href)").getall():
+            yield response.follow(href, callback=self.parse_item)
+
+    def parse_item(self, response: Any) -> Any:
+        yield from super().parse_item(response)
+        if response.url.endswith("/item/20"):
+            yield response.follow("/item/1?urgent", callback=self.parse_item, priority=URGENT)
+
+
+@deferred_f_from_coro_f
+async def test_a_higher_priority_request_overtakes_the_buffer(redis_url, site_factory):
+    site = site_factory("--pages", "8", "--per-page", "10", "--delay", "0.05")
+    crawler = get_crawler(UrgentSpider, settings(
+        redis_url, SCHEDULER="tests.test_scheduler_semantics.RecordingScheduler",
+        CONCURRENT_REQUESTS=16, CONCURRENT_REQUESTS_PER_DOMAIN=16,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url)
+    scheduler = scheduler_for(crawler)
+    assert isinstance(scheduler, RecordingScheduler) and scheduler.urgent_at is not None
+    urls = [r.url for r in scheduler.handed]
+    position = urls.index(site.url + "/item/1?urgent")
+    assert urls[scheduler.urgent_at : position] == []  # nothing handed out in between
+    assert len(crawler.spider.items) == 81
