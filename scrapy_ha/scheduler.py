@@ -12,6 +12,7 @@ one background task talks to Redis in batches.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import heapq
 import itertools
 import logging
@@ -28,6 +29,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.request import referer_str
 from twisted.python.failure import Failure
 
 from scrapy_ha import __version__
@@ -171,6 +173,8 @@ class Scheduler:
         self._engine_view: tuple[bool, bool] | None = None
         self._outbox_top: int | None = None  # highest priority waiting in the outbox
         self._held_back = False
+        self._dupes_logged = False
+        self._start_seq = 0  # start requests seen by this worker, in start() order
         self._redis_ok = False
         self._idle_since: float | None = None
         self._last_renew = 0.0
@@ -219,7 +223,7 @@ class Scheduler:
             return True  # the original's lease moves to the delayed set when it finishes
         fingerprint = self._fingerprint(request)
         if fingerprint and fingerprint in self._seen:
-            self.stats.inc_value("ha/filtered")
+            self._log_duplicate(request)
             return False
         try:
             payload = encode_request(request, self.spider, unstorable=self.config.unstorable)
@@ -267,6 +271,19 @@ class Scheduler:
         # an empty buffer is refilled by the background task's own rounds: waking it here
         # would make every engine call a Redis round trip (a busy loop while idle)
         return None
+
+    def _log_duplicate(self, request: Request) -> None:
+        """As Scrapy's RFPDupeFilter: the first duplicate, or each with DUPEFILTER_DEBUG."""
+        self.stats.inc_value("ha/filtered")
+        self.stats.inc_value("dupefilter/filtered")
+        if self.config.dupefilter_debug:
+            logger.debug("Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                         {"request": request, "referer": referer_str(request)})  # fmt: skip
+        elif not self._dupes_logged:
+            self._dupes_logged = True
+            logger.debug("Filtered duplicate request: %(request)s - no more duplicates will be "
+                         "shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                         {"request": request})  # fmt: skip
 
     def _unstorable(self, request: Request, exc: CodecError) -> None:
         """Fail the page that yielded *request* (dead-lettered when it finishes)."""
@@ -417,6 +434,15 @@ class Scheduler:
                 "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
                 "%d dead-lettered, %d other live worker(s)", counts.pending, counts.leased,
                 counts.delayed, counts.dead, max(0, counts.workers - 1),
+            )  # fmt: skip
+        elif counts.fingerprints and self.config.dedupe:
+            assert self.spider is not None
+            logger.info(
+                "The crawl of %s ran before and finished; its %d fingerprints are kept "
+                "(SCHEDULER_PERSIST=True), so every request seen before, start requests "
+                "included, is filtered and this run crawls only what is new. To crawl "
+                "again from scratch: `scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
+                self.spider.name, counts.fingerprints, self.spider.name,
             )  # fmt: skip
 
     def _setup_start_urls(self, spider: Spider) -> None:
@@ -724,6 +750,7 @@ class Scheduler:
             inc("ha/enqueued", result.added)
             if sent - result.added:
                 inc("ha/filtered", sent - result.added)
+                inc("dupefilter/filtered", sent - result.added)
         if result.acked:
             inc("ha/acked", result.acked)
             self._acked_since_renew += result.acked
@@ -872,16 +899,25 @@ class Scheduler:
     # -- closing when the crawl is done ------------------------------------------------
 
     def _fingerprint(self, request: Request) -> bytes:
-        """The dupefilter fingerprint, or b"" for a request that is never filtered."""
-        if not self._filtered(request):
+        """The dupefilter fingerprint, or b"" for a request that is never filtered.
+
+        A ``dont_filter`` start request is filtered only against the same request at the
+        same place in another worker's ``start()``: N workers seed the crawl once, and a
+        start request repeated on purpose is crawled as often as it is repeated.
+        """
+        if self._is_start(request):
+            self._start_seq += 1
+            if request.dont_filter:
+                fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+                place = b"start %d " % self._start_seq + fingerprint
+                return hashlib.sha1(place).digest()[:FINGERPRINT_BYTES]  # noqa: S324 - not a secret
+        if request.dont_filter or not self.config.dedupe:
             return b""
         return self.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
 
-    def _filtered(self, request: Request) -> bool:
-        if not request.dont_filter:
-            return True
-        # Start requests are enqueued once per crawl, however many workers start it; a
-        # retry or redirect of one carries the lease of its original and is not filtered.
+    def _is_start(self, request: Request) -> bool:
+        """A start request seen for the first time (a retry or redirect of one carries the
+        lease of its original), when start requests are deduplicated across workers."""
         meta = request.meta
         return bool(
             self.config.dedupe_start_requests

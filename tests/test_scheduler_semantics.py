@@ -203,3 +203,66 @@ async def test_a_higher_priority_request_overtakes_the_buffer(redis_url, site_fa
     position = urls.index(site.url + "/item/1?urgent")
     assert urls[scheduler.urgent_at : position] == []  # nothing handed out in between
     assert len(crawler.spider.items) == 81
+
+
+class RepeatSpider(CatalogueSpider):
+    """The same detail page yielded three times (no dont_filter)."""
+
+    name = "repeat"
+
+    def parse(self, response: Any) -> Any:
+        for _ in range(3):
+            yield response.follow("/item/1", callback=self.parse_item)
+
+
+@pytest.mark.parametrize(
+    ("dupefilter", "fetched", "filtered"),
+    [
+        ("scrapy.dupefilters.RFPDupeFilter", 1, 2),
+        ("scrapy.dupefilters.BaseDupeFilter", 3, None),
+    ],
+)
+@deferred_f_from_coro_f
+async def test_dupefilter_class_is_honoured(redis_url, site, caplog, dupefilter, fetched, filtered):
+    crawler = get_crawler(RepeatSpider, settings(
+        redis_url, DUPEFILTER_CLASS=dupefilter, DUPEFILTER_DEBUG=True, LOG_LEVEL="DEBUG",
+    ))  # fmt: skip
+    with caplog.at_level(logging.DEBUG):
+        await crawler.crawl_async(base_url=site.url)
+    assert site.hits().get("/item/1") == fetched
+    assert crawler.stats.get_value("dupefilter/filtered") == filtered
+    assert caplog.text.count("Filtered duplicate request") == (filtered or 0)
+
+
+class RepeatedStartSpider(CatalogueSpider):
+    """The same start URL three times: Spider.start() makes them dont_filter requests."""
+
+    name = "repeated_start"
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
+        self.start_urls = [base_url + "/item/1"] * 3
+
+    def parse(self, response: Any) -> Any:
+        return self.parse_item(response)
+
+
+@deferred_f_from_coro_f
+async def test_start_requests_repeated_on_purpose_are_crawled_once_per_crawl(redis_url, site):
+    import asyncio
+
+    crawlers = [get_crawler(RepeatedStartSpider, settings(redis_url)) for _ in range(2)]
+    await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    assert site.hits().get("/item/1") == 3  # three on purpose; the second worker adds none
+
+
+@deferred_f_from_coro_f
+async def test_a_persisted_finished_crawl_says_why_a_rerun_does_nothing(redis_url, site, caplog):
+    first = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    await first.crawl_async(base_url=site.url)
+    again = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    with caplog.at_level(logging.INFO):
+        await again.crawl_async(base_url=site.url)
+    assert again.spider.items == []
+    assert "ran before and finished" in caplog.text
+    assert "scrapy-ha flush catalogue" in caplog.text
