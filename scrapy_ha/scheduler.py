@@ -18,7 +18,7 @@ import itertools
 import logging
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,9 @@ LOCAL_SEEN_LIMIT = 100_000
 CLOSE_TIMEOUT = 10.0
 #: Requests per enqueue batch (one script call); children are always sent before acks.
 BATCH = 500
+#: Leased requests per request the downloader can run at once: one running, one ready, so
+#: that a small crawl with CONCURRENT_REQUESTS_PER_DOMAIN=1 spreads over the workers.
+PER_SLOT_PREFETCH = 2
 #: Warn when the dead-letter queue passes this many entries (HA_DLQ_WARN_THRESHOLD).
 DEFAULT_DLQ_WARN_THRESHOLD = 1000
 
@@ -110,6 +113,17 @@ class _Buffer:
 
     def popleft(self) -> Request:
         return heapq.heappop(self._heap)[2]
+
+    def take_first(self, ready: Callable[[Request], bool]) -> Request | None:
+        """The first request in line for which *ready* is true (usually the head)."""
+        if ready(self._heap[0][2]):
+            return self.popleft()
+        for entry in sorted(self._heap)[1:]:
+            if ready(entry[2]):
+                self._heap.remove(entry)
+                heapq.heapify(self._heap)
+                return entry[2]
+        return None
 
     def __getitem__(self, index: int) -> Request:
         if index != 0:
@@ -254,7 +268,9 @@ class Scheduler:
             if self._outranked():
                 self._held_back = True  # for one round trip: its lease is on the way
                 return None
-            request = self._buffer.popleft()
+            request = self._buffer.take_first(self._slot_free)
+            if request is None:
+                return None  # every buffered request waits for a busy download slot
             entry_id, token = request.meta[LEASE_META_KEY]
             if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
                 return None
@@ -310,6 +326,22 @@ class Scheduler:
         if held is None or held[0] != lease[1]:
             return None
         return held[1]
+
+    def _slot_free(self, request: Request) -> bool:
+        """Can the downloader start *request* now? Requests of a busy download slot wait
+        here, not in the downloader, where other workers could not have them."""
+        downloader = getattr(self.crawler.engine, "downloader", None)
+        if downloader is None:
+            return True
+        key = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        limit = slot.concurrency if slot else downloader.ip_concurrency or downloader.domain_concurrency
+        if limit <= 0:
+            return True
+        active = downloader.active
+        busy = sum(1 for _, r in self._inflight.values()
+                   if r in active and downloader.get_slot_key(r) == key)  # fmt: skip
+        return busy < limit
 
     def _outranked(self) -> bool:
         """A request just queued outranks everything buffered (see ``_urgent``)."""
@@ -613,10 +645,19 @@ class Scheduler:
             return NewEntry(b"", 0, b"")
 
     def _target(self) -> int:
-        cap = self.config.prefetch
+        cap = min(self.config.prefetch, PER_SLOT_PREFETCH * self._capacity())
         if self._rate > 0:
             cap = min(cap, max(1, int(self._rate * self.config.lease_time / 2)))
         return cap
+
+    def _capacity(self) -> int:
+        """Requests the downloader can run at once for this worker: each download slot's
+        concurrency, plus a new slot's (CONCURRENT_REQUESTS_PER_DOMAIN/IP)."""
+        downloader = getattr(self.crawler.engine, "downloader", None)
+        if downloader is None:
+            return self.config.prefetch
+        fresh = downloader.ip_concurrency or downloader.domain_concurrency
+        return fresh + sum(slot.concurrency for slot in downloader.slots.values())
 
     def _want(self) -> int:
         if self._stopping or self._solo is not None:

@@ -266,3 +266,16 @@ async def test_a_persisted_finished_crawl_says_why_a_rerun_does_nothing(redis_ur
     assert again.spider.items == []
     assert "ran before and finished" in caplog.text
     assert "scrapy-ha flush catalogue" in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_small_one_domain_crawl_spreads_over_two_workers(redis_url, site_factory):
+    import asyncio
+
+    site = site_factory("--pages", "2", "--per-page", "10", "--delay", "0.05")
+    worker = settings(redis_url, CONCURRENT_REQUESTS_PER_DOMAIN=1)  # startproject's template
+    crawlers = [get_crawler(CatalogueSpider, worker) for _ in range(2)]
+    await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    counts = [len(c.spider.items) for c in crawlers]
+    assert sum(counts) == 20
+    assert min(counts) >= 5, f"items per worker: {counts}"
