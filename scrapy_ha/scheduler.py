@@ -20,13 +20,13 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import redis
 import scrapy
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import referer_str
@@ -43,6 +43,7 @@ from scrapy_ha.codec import (
 from scrapy_ha.config import ConfigError, SchedulerConfig
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
+    RedisUnavailable,
     check_reachable,
     display_url,
     redis_from_settings,
@@ -75,6 +76,9 @@ BATCH = 500
 PER_SLOT_PREFETCH = 2
 #: Warn when the dead-letter queue passes this many entries (HA_DLQ_WARN_THRESHOLD).
 DEFAULT_DLQ_WARN_THRESHOLD = 1000
+
+#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
+START_FAILED = "ha_start_failed"
 
 #: Meta key: a checkpoint to save when this page's lease is acked.
 _CP_META_KEY = "_ha_cp_save"
@@ -198,14 +202,19 @@ class Scheduler:
         self._rate = 0.0
         self._start_key: str | None = None
         self._feed_mode = config.feed
+        self._fatal = False  # the crawl could not start (logged): exit with an error
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        """A bad setting does not raise here (Scrapy would print follow-on tracebacks of
+        components never opened): it is logged, and ``open()`` closes the spider cleanly."""
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:
             logger.error("scrapy-ha cannot start: %s", exc)
-            raise
+            scheduler = cls(crawler, SchedulerConfig())
+            scheduler._fatal = True
+            return scheduler
         return cls(crawler, config)
 
     # -- the engine's interface -------------------------------------------------------
@@ -335,7 +344,8 @@ class Scheduler:
             return True
         key = downloader.get_slot_key(request)
         slot = downloader.slots.get(key)
-        limit = slot.concurrency if slot else downloader.ip_concurrency or downloader.domain_concurrency
+        fresh = downloader.ip_concurrency or downloader.domain_concurrency
+        limit = slot.concurrency if slot else fresh
         if limit <= 0:
             return True
         active = downloader.active
@@ -428,6 +438,33 @@ class Scheduler:
 
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
+        if not self._fatal:
+            try:
+                await self._connect(spider)
+                return
+            except (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+                logger.error("%s", exc)
+            except ValueError as exc:  # a REDIS_URL redis-py cannot parse
+                logger.error("scrapy-ha cannot start: %s (check REDIS_URL)", exc)
+        self._fail_start()
+
+    def _fail_start(self) -> None:
+        """Close the spider cleanly (one ERROR line, already logged) and make ``scrapy
+        crawl`` exit non-zero: Scrapy marks a crawl whose crawler has no spider as failed.
+
+        ``CloseSpider`` is raised from ``spider_opened``, not from ``open()``: raised there
+        it would skip opening the scraper, whose close then fails with a traceback."""
+        self._fatal = True
+        self.crawler.signals.connect(self._refuse_start, signal=signals.spider_opened)
+        self.crawler.signals.connect(self._forget_spider, signal=signals.spider_closed)
+
+    def _refuse_start(self) -> NoReturn:
+        raise CloseSpider(START_FAILED)
+
+    def _forget_spider(self) -> None:
+        self.crawler.spider = None  # type: ignore[assignment]
+
+    async def _connect(self, spider: Spider) -> None:
         job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
         if job and not self.crawler.settings.get("HA_WORKER_ID"):
             self.config = replace(self.config, worker_id=f"{self.config.worker_id}:{job}")
@@ -435,8 +472,7 @@ class Scheduler:
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:
             server = await check_reachable(client, self.redis_url, cfg.connect_timeout)
-        except Exception as exc:
-            logger.error("%s", exc)
+        except BaseException:
             await client.aclose()
             raise
         self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name))

@@ -1,7 +1,8 @@
-"""Waiting costs nothing: real ``scrapy crawl`` processes, CPU read from the kernel.
+"""Real ``scrapy crawl`` processes: waiting costs nothing, failing to start is one line.
 
-A one-page crawl closes about as fast as with Scrapy's memory scheduler, and a worker
-waiting for a retry due later uses next to no CPU.
+A one-page crawl closes about as fast as with Scrapy's memory scheduler (CPU read from
+the kernel), a worker waiting for a retry due later uses next to no CPU, and a worker
+that cannot start says why in one ERROR line and exits non-zero.
 """
 
 from __future__ import annotations
@@ -113,3 +114,19 @@ def wait_for_delayed(client: redis.Redis, proc: subprocess.Popen[bytes]) -> None
         assert proc.poll() is None, "the worker ended before its retry was delayed"
         assert time.monotonic() < deadline, "no retry was delayed within 60 s"
         time.sleep(0.1)
+
+
+def test_a_fatal_error_at_start_is_one_line_and_a_failed_exit(tmp_path):
+    from tests.conftest import free_port
+
+    for name, extra in (("redis", {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}),
+                        ("setting", {"HA_LEASE_TIME": "soon"})):  # fmt: skip
+        (tmp_path / name).mkdir()
+        settings = ha("", HA_CONNECT_TIMEOUT="1", **extra)
+        proc = crawl(tmp_path / name, "http://127.0.0.1:9/", **settings)
+        assert proc.wait(120) != 0
+        log = (tmp_path / name / "log.txt").read_text()
+        errors = [line for line in log.splitlines() if " ERROR: " in line]
+        assert len(errors) == 1, log
+        assert "scrapy-ha cannot" in errors[0]
+        assert "Traceback" not in log
