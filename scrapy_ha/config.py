@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.codec import UNSTORABLE_POLICIES
 from scrapy_ha.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
@@ -43,6 +44,12 @@ DEFAULT_PROMOTE_BATCH = 500
 DEFAULT_BATCH_SIZE = 500
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
+#: A child that cannot be stored fails its parent: a loud error, never a silent loss.
+DEFAULT_UNSTORABLE = "error"
+#: DUPEFILTER_CLASS values that mean "filter duplicates" (done in Redis, by fingerprint).
+DEDUPING_FILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
+#: The DUPEFILTER_CLASS that switches deduplication off, as in Scrapy.
+NO_FILTER = "scrapy.dupefilters.BaseDupeFilter"
 #: scrapy-redis's start URLs key.
 DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
 
@@ -75,6 +82,9 @@ class SchedulerConfig:
     start_urls_key: str = DEFAULT_START_URLS_KEY
     start_urls_batch: int = DEFAULT_START_URLS_BATCH
     worker_id: str = ""
+    unstorable: str = DEFAULT_UNSTORABLE
+    dedupe: bool = True
+    dupefilter_debug: bool = False
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -111,7 +121,11 @@ class SchedulerConfig:
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
             worker_id=_text(settings, "HA_WORKER_ID", "") or default_worker_id(),
+            unstorable=_choice(settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES),
+            dedupe=_dedupe(settings),
+            dupefilter_debug=_bool(settings, "DUPEFILTER_DEBUG", False),
         )
+        _refuse_jobdir(settings)
         config.validate()
         return config
 
@@ -153,6 +167,39 @@ def _text(settings: BaseSettings, name: str, default: str) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{name}={value!r} must be a string")
     return value
+
+
+def _dedupe(settings: BaseSettings) -> bool:
+    """DUPEFILTER_CLASS: Scrapy's or scrapy-redis's filter means Redis's, BaseDupeFilter off."""
+    value = settings.get("DUPEFILTER_CLASS") or DEDUPING_FILTERS[0]
+    name = value if isinstance(value, str) else f"{value.__module__}.{value.__qualname__}"
+    if name in DEDUPING_FILTERS or name == NO_FILTER:
+        return name != NO_FILTER
+    raise ConfigError(
+        f"DUPEFILTER_CLASS={name!r} cannot be used with scrapy_ha.Scheduler: duplicates are "
+        f"filtered in Redis, by the request fingerprint, for every worker. Remove the "
+        f"setting (or use {DEDUPING_FILTERS[0]!r}), use {NO_FILTER!r} to switch "
+        f"deduplication off, and set REQUEST_FINGERPRINTER_CLASS to change what counts "
+        f"as a duplicate"
+    )
+
+
+def _refuse_jobdir(settings: BaseSettings) -> None:
+    if settings.get("JOBDIR"):
+        raise ConfigError(
+            f"JOBDIR={settings.get('JOBDIR')!r} cannot be used with scrapy_ha.Scheduler: "
+            f"the queue and the dupefilter live in Redis, where a stopped crawl resumes by "
+            f"itself (SCHEDULER_PERSIST=True keeps them after the crawl). Remove JOBDIR "
+            f"(for example `-s JOBDIR=`)"
+        )
+
+
+def _choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = _raw(settings, name, default)
+    if value not in choices:
+        listed = " or ".join(repr(c) for c in choices)
+        raise ConfigError(f"{name}={value!r} must be one of {listed}")
+    return str(value)
 
 
 def _number(settings: BaseSettings, name: str, default: float) -> float:

@@ -12,26 +12,38 @@ one background task talks to Redis in batches.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import heapq
+import itertools
 import logging
 import time
 import weakref
-from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import redis
 import scrapy
 from scrapy import Request, signals
 from scrapy.crawler import Crawler
-from scrapy.exceptions import DontCloseSpider
+from scrapy.exceptions import CloseSpider, DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.request import referer_str
+from twisted.python.failure import Failure
 
 from scrapy_ha import __version__
-from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
+from scrapy_ha.codec import (
+    LEASE_META_KEY,
+    PARENT_META_KEY,
+    CodecError,
+    decode_request,
+    encode_request,
+)
 from scrapy_ha.config import ConfigError, SchedulerConfig
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
+    RedisUnavailable,
     check_reachable,
     display_url,
     redis_from_settings,
@@ -59,8 +71,14 @@ LOCAL_SEEN_LIMIT = 100_000
 CLOSE_TIMEOUT = 10.0
 #: Requests per enqueue batch (one script call); children are always sent before acks.
 BATCH = 500
+#: Leased requests per request the downloader can run at once: one running, one ready, so
+#: that a small crawl with CONCURRENT_REQUESTS_PER_DOMAIN=1 spreads over the workers.
+PER_SLOT_PREFETCH = 2
 #: Warn when the dead-letter queue passes this many entries (HA_DLQ_WARN_THRESHOLD).
 DEFAULT_DLQ_WARN_THRESHOLD = 1000
+
+#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
+START_FAILED = "ha_start_failed"
 
 #: Meta key: a checkpoint to save when this page's lease is acked.
 _CP_META_KEY = "_ha_cp_save"
@@ -73,6 +91,60 @@ _SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDict
 def scheduler_for(crawler: Crawler) -> Scheduler | None:
     """The scrapy-ha scheduler of a running crawl, or None if it uses another scheduler."""
     return _SCHEDULERS.get(crawler)
+
+
+class _Buffer:
+    """Leased requests waiting for the engine, highest priority first, then in lease order.
+
+    A request of higher priority than the head (leased after it) is handed out before it,
+    as Scrapy's own priority queue would. Deque-like: ``append``, ``appendleft`` (first in
+    line whatever its priority), ``popleft``, ``[0]``, iteration in no particular order.
+    """
+
+    def __init__(self, requests: Iterable[Request] = ()) -> None:
+        self._heap: list[tuple[int, int, Request]] = []
+        self._seq = itertools.count()
+        self._front = itertools.count(-1, -1)
+        for request in requests:
+            self.append(request)
+
+    def append(self, request: Request) -> None:
+        heapq.heappush(self._heap, (-request.priority, next(self._seq), request))
+
+    def appendleft(self, request: Request) -> None:
+        top = self._heap[0][0] if self._heap else 0
+        heapq.heappush(self._heap, (min(top, -request.priority), next(self._front), request))
+
+    def popleft(self) -> Request:
+        return heapq.heappop(self._heap)[2]
+
+    def take_first(self, ready: Callable[[Request], bool]) -> Request | None:
+        """The first request in line for which *ready* is true (usually the head)."""
+        if ready(self._heap[0][2]):
+            return self.popleft()
+        for entry in sorted(self._heap)[1:]:
+            if ready(entry[2]):
+                self._heap.remove(entry)
+                heapq.heapify(self._heap)
+                return entry[2]
+        return None
+
+    def __getitem__(self, index: int) -> Request:
+        if index != 0:
+            raise IndexError("only the head of the buffer can be read")
+        return self._heap[0][2]
+
+    def head_priority(self) -> int | None:
+        return -self._heap[0][0] if self._heap else None
+
+    def clear(self) -> None:
+        self._heap.clear()
+
+    def __iter__(self) -> Iterator[Request]:
+        return (entry[2] for entry in self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
 
 @dataclass(frozen=True)
@@ -97,7 +169,7 @@ class Scheduler:
         self.spider: Spider | None = None
         self.queue: RedisQueue | None = None
         self.redis_url = display_url(crawler.settings)
-        self._buffer: deque[Request] = deque()
+        self._buffer = _Buffer()
         self._inflight: dict[str, tuple[str, Request]] = {}
         self._outbox: list[NewEntry] = []
         self._acks: list[tuple[str, str]] = []
@@ -114,6 +186,13 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._remote_active = -1
+        self._remote_waiting = 0  # pending + delayed in Redis at the last sync
+        self._peers = 0  # other live workers when the crawl last looked finished
+        self._engine_view: tuple[bool, bool] | None = None
+        self._outbox_top: int | None = None  # highest priority waiting in the outbox
+        self._held_back = False
+        self._dupes_logged = False
+        self._start_seq = 0  # start requests seen by this worker, in start() order
         self._redis_ok = False
         self._idle_since: float | None = None
         self._last_renew = 0.0
@@ -123,14 +202,19 @@ class Scheduler:
         self._rate = 0.0
         self._start_key: str | None = None
         self._feed_mode = config.feed
+        self._fatal = False  # the crawl could not start (logged): exit with an error
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        """A bad setting does not raise here (Scrapy would print follow-on tracebacks of
+        components never opened): it is logged, and ``open()`` closes the spider cleanly."""
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:
             logger.error("scrapy-ha cannot start: %s", exc)
-            raise
+            scheduler = cls(crawler, SchedulerConfig())
+            scheduler._fatal = True
+            return scheduler
         return cls(crawler, config)
 
     # -- the engine's interface -------------------------------------------------------
@@ -144,28 +228,38 @@ class Scheduler:
         return deferred_from_coro(self._close(reason))
 
     def has_pending_requests(self) -> bool:
-        """True while this worker holds requests it has not handed to the engine."""
-        return bool(self._buffer or self._outbox)
+        """True while the crawl has requests waiting: in this worker's buffer or outbox, or
+        pending or delayed in Redis at the last sync (no round trip: the background task
+        fetches these counts anyway)."""
+        return bool(self._buffer or self._outbox or self._remote_waiting > 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Queue *request* for Redis; False if this worker already saw its fingerprint.
 
-        Raises :class:`~scrapy_ha.codec.CodecError` (naming the URL and the field) if the
-        request cannot be stored. Duplicates only Redis knows of are dropped there and
-        counted in ``ha/filtered`` (no ``request_dropped`` signal for them).
+        A request that cannot be stored (``HA_UNSTORABLE = "error"``) is refused (False)
+        with an ERROR naming its URL, the key and the type, and the page that yielded it
+        is dead-lettered with that reason when it finishes: it is never acked as done.
+        Duplicates only Redis knows of are dropped there and counted in ``ha/filtered``
+        (no ``request_dropped`` signal for them).
         """
         if self._is_retry_of_inflight(request):
             return True  # the original's lease moves to the delayed set when it finishes
         fingerprint = self._fingerprint(request)
+        if fingerprint and fingerprint in self._seen:
+            self._log_duplicate(request)
+            return False
+        try:
+            payload = encode_request(request, self.spider, unstorable=self.config.unstorable)
+        except CodecError as exc:
+            self._unstorable(request, exc)
+            return False
         if fingerprint:
-            if fingerprint in self._seen:
-                self.stats.inc_value("ha/filtered")
-                return False
             if len(self._seen) >= LOCAL_SEEN_LIMIT:
                 self._seen.clear()
             self._seen.add(fingerprint)
-        payload = encode_request(request, self.spider)
         self._outbox.append(NewEntry(fingerprint, request.priority, payload))
+        if self._outbox_top is None or request.priority > self._outbox_top:
+            self._outbox_top = request.priority
         self._wake.set()
         return True
 
@@ -180,7 +274,12 @@ class Scheduler:
             if len(self._inflight) >= self.config.max_inflight or self._isolating():
                 return None
         while self._buffer and time.monotonic() <= self._leases_valid_until:
-            request = self._buffer.popleft()
+            if self._outranked():
+                self._held_back = True  # for one round trip: its lease is on the way
+                return None
+            request = self._buffer.take_first(self._slot_free)
+            if request is None:
+                return None  # every buffered request waits for a busy download slot
             entry_id, token = request.meta[LEASE_META_KEY]
             if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
                 return None
@@ -192,8 +291,73 @@ class Scheduler:
             if len(self._buffer) <= self._target() // 2:
                 self._wake.set()
             return request
-        self._wake.set()
+        if self._buffer:
+            self._wake.set()  # leases may have expired: the background task renews them
+        # an empty buffer is refilled by the background task's own rounds: waking it here
+        # would make every engine call a Redis round trip (a busy loop while idle)
         return None
+
+    def _log_duplicate(self, request: Request) -> None:
+        """As Scrapy's RFPDupeFilter: the first duplicate, or each with DUPEFILTER_DEBUG."""
+        self.stats.inc_value("ha/filtered")
+        self.stats.inc_value("dupefilter/filtered")
+        if self.config.dupefilter_debug:
+            logger.debug("Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                         {"request": request, "referer": referer_str(request)})  # fmt: skip
+        elif not self._dupes_logged:
+            self._dupes_logged = True
+            logger.debug("Filtered duplicate request: %(request)s - no more duplicates will be "
+                         "shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                         {"request": request})  # fmt: skip
+
+    def _unstorable(self, request: Request, exc: CodecError) -> None:
+        """Fail the page that yielded *request* (dead-lettered when it finishes)."""
+        self.stats.inc_value("ha/unstorable")
+        parent = self._parent_of(request)
+        logger.error(
+            "Cannot store %s in Redis (%s): %s (HA_UNSTORABLE=%r; make the value storable, or "
+            "set HA_UNSTORABLE = \"drop-key\" to store the request without it)", request, exc,
+            f"the page {parent} that yielded it will be dead-lettered" if parent is not None
+            else "the request is dropped", self.config.unstorable,
+        )  # fmt: skip
+        if parent is not None:
+            parent.meta[OUTCOME_META_KEY] = {
+                "op": "dead", "class": "unstorable", "reason": f"child {request.url}: {exc}",
+            }  # fmt: skip
+        self.crawler.signals.send_catch_log(
+            signal=signals.spider_error, failure=Failure(exc), response=None, spider=self.spider
+        )
+
+    def _parent_of(self, request: Request) -> Request | None:
+        """The in-flight page that yielded *request* (ParentLeaseMiddleware tags it)."""
+        lease = request.meta.get(PARENT_META_KEY)
+        held = self._inflight.get(lease[0]) if lease else None
+        if held is None or held[0] != lease[1]:
+            return None
+        return held[1]
+
+    def _slot_free(self, request: Request) -> bool:
+        """Can the downloader start *request* now? Requests of a busy download slot wait
+        here, not in the downloader, where other workers could not have them."""
+        downloader = getattr(self.crawler.engine, "downloader", None)
+        if downloader is None:
+            return True
+        key = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        fresh = downloader.ip_concurrency or downloader.domain_concurrency
+        limit = slot.concurrency if slot else fresh
+        if limit <= 0:
+            return True
+        active = downloader.active
+        busy = sum(1 for _, r in self._inflight.values()
+                   if r in active and downloader.get_slot_key(r) == key)  # fmt: skip
+        return busy < limit
+
+    def _outranked(self) -> bool:
+        """A request just queued outranks everything buffered (see ``_urgent``)."""
+        head = self._buffer.head_priority()
+        top = self._outbox_top
+        return top is not None and head is not None and top > head and self._redis_ok
 
     def _isolating(self) -> bool:
         """True while a suspect runs alone, or waits for the engine to empty to do so."""
@@ -225,8 +389,14 @@ class Scheduler:
         until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
         return until - time.monotonic()
 
+    def __bool__(self) -> bool:
+        """Always true: ``if scheduler_for(crawler):`` must not depend on the queue's size."""
+        return True
+
     def __len__(self) -> int:
-        return len(self._buffer) + len(self._outbox)
+        """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
+        held pending or delayed at the last sync."""
+        return len(self._buffer) + len(self._outbox) + max(0, self._remote_waiting)
 
     # -- for the middlewares -----------------------------------------------------------
 
@@ -268,6 +438,33 @@ class Scheduler:
 
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
+        if not self._fatal:
+            try:
+                await self._connect(spider)
+                return
+            except (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+                logger.error("%s", exc)
+            except ValueError as exc:  # a REDIS_URL redis-py cannot parse
+                logger.error("scrapy-ha cannot start: %s (check REDIS_URL)", exc)
+        self._fail_start()
+
+    def _fail_start(self) -> None:
+        """Close the spider cleanly (one ERROR line, already logged) and make ``scrapy
+        crawl`` exit non-zero: Scrapy marks a crawl whose crawler has no spider as failed.
+
+        ``CloseSpider`` is raised from ``spider_opened``, not from ``open()``: raised there
+        it would skip opening the scraper, whose close then fails with a traceback."""
+        self._fatal = True
+        self.crawler.signals.connect(self._refuse_start, signal=signals.spider_opened)
+        self.crawler.signals.connect(self._forget_spider, signal=signals.spider_closed)
+
+    def _refuse_start(self) -> NoReturn:
+        raise CloseSpider(START_FAILED)
+
+    def _forget_spider(self) -> None:
+        self.crawler.spider = None  # type: ignore[assignment]
+
+    async def _connect(self, spider: Spider) -> None:
         job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
         if job and not self.crawler.settings.get("HA_WORKER_ID"):
             self.config = replace(self.config, worker_id=f"{self.config.worker_id}:{job}")
@@ -275,8 +472,7 @@ class Scheduler:
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:
             server = await check_reachable(client, self.redis_url, cfg.connect_timeout)
-        except Exception as exc:
-            logger.error("%s", exc)
+        except BaseException:
             await client.aclose()
             raise
         self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name))
@@ -289,9 +485,33 @@ class Scheduler:
             __version__, scrapy.__version__, redis.__version__, server, self.redis_url,
             self.queue.keys.pending.rsplit(":", 1)[0] + ":*", cfg.worker_id,
         )  # fmt: skip
+        await self._note_joined()
         self._setup_start_urls(spider)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
         self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _note_joined(self) -> None:
+        """Read the crawl's counts once, so that ``len()`` and ``has_pending_requests()``
+        answer for it from the start, and say so when joining a crawl already in Redis."""
+        assert self.queue is not None
+        counts = await self.queue.counts()
+        self._remote_waiting = counts.pending + counts.delayed
+        self._remote_active = counts.pending + counts.leased + counts.delayed
+        if self._remote_active or counts.dead:
+            logger.info(
+                "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
+                "%d dead-lettered, %d other live worker(s)", counts.pending, counts.leased,
+                counts.delayed, counts.dead, max(0, counts.workers - 1),
+            )  # fmt: skip
+        elif counts.fingerprints and self.config.dedupe:
+            assert self.spider is not None
+            logger.info(
+                "The crawl of %s ran before and finished; its %d fingerprints are kept "
+                "(SCHEDULER_PERSIST=True), so every request seen before, start requests "
+                "included, is filtered and this run crawls only what is new. To crawl "
+                "again from scratch: `scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
+                self.spider.name, counts.fingerprints, self.spider.name,
+            )  # fmt: skip
 
     def _setup_start_urls(self, spider: Spider) -> None:
         if not isinstance(spider, RedisSpiderMixin):
@@ -461,18 +681,35 @@ class Scheduler:
             return NewEntry(b"", 0, b"")
 
     def _target(self) -> int:
-        cap = self.config.prefetch
+        cap = min(self.config.prefetch, PER_SLOT_PREFETCH * self._capacity())
         if self._rate > 0:
             cap = min(cap, max(1, int(self._rate * self.config.lease_time / 2)))
         return cap
+
+    def _capacity(self) -> int:
+        """Requests the downloader can run at once for this worker: each download slot's
+        concurrency, plus a new slot's (CONCURRENT_REQUESTS_PER_DOMAIN/IP)."""
+        downloader = getattr(self.crawler.engine, "downloader", None)
+        if downloader is None:
+            return self.config.prefetch
+        fresh = downloader.ip_concurrency or downloader.domain_concurrency
+        return fresh + sum(slot.concurrency for slot in downloader.slots.values())
 
     def _want(self) -> int:
         if self._stopping or self._solo is not None:
             return 0
         target = self._target()
         if len(self._buffer) > target // 2:
-            return 0
+            return self._urgent(target)
         return target - len(self._buffer)
+
+    def _urgent(self, cap: int) -> int:
+        """New requests that outrank the buffer's head: lease them now, over the target,
+        so that they are handed out before it (as from Scrapy's own priority queue)."""
+        head = self._buffer.head_priority()
+        if head is None:
+            return 0
+        return min(cap, sum(1 for entry in self._outbox if entry.priority > head))
 
     async def _sync(self, *, lease: int) -> None:
         """Enqueue new requests, then ack and end finished leases, then lease more.
@@ -504,8 +741,7 @@ class Scheduler:
         was_empty = not self._buffer
         for lease_ in result.leases:
             await self._take(lease_)
-        if (was_empty and self._buffer) or not self._keep_alive():
-            self._wake_engine()  # new work, or the crawl may be over: let the engine look
+        await self._after_sync(result, new_work=was_empty and bool(self._buffer))
 
     async def _save_checkpoints(self) -> None:
         """After the children, before the acks: a checkpoint never runs ahead of the queue."""
@@ -593,6 +829,7 @@ class Scheduler:
             inc("ha/enqueued", result.added)
             if sent - result.added:
                 inc("ha/filtered", sent - result.added)
+                inc("dupefilter/filtered", sent - result.added)
         if result.acked:
             inc("ha/acked", result.acked)
             self._acked_since_renew += result.acked
@@ -626,6 +863,24 @@ class Scheduler:
         self.stats.inc_value("ha/dead/corrupt")
         logger.error("Queue entry %s is corrupt (%s): moved to the dead-letter queue",
                      lease.id, reason)  # fmt: skip
+
+    async def _after_sync(self, result: SyncResult, *, new_work: bool) -> None:
+        """Let the engine look when there is new work or when the crawl's state changed
+        (edge-triggered: waking it on every round while idle would be a busy loop)."""
+        self._remote_waiting = result.pending + result.delayed
+        self._outbox_top = max((entry.priority for entry in self._outbox), default=None)
+        new_work, self._held_back = new_work or self._held_back, False
+        view = (self.has_pending_requests(), self._keep_alive())
+        changed, self._engine_view = view != self._engine_view, view
+        if changed and not view[1]:
+            await self._count_peers()
+        if new_work or changed:
+            self._wake_engine()
+
+    async def _count_peers(self) -> None:
+        """The crawl looks finished: are other workers alive (maybe still starting)?"""
+        assert self.queue is not None
+        self._peers = max(0, (await self.queue.counts()).workers - 1)
 
     def _wake_engine(self) -> None:
         slot = getattr(self.crawler.engine, "_slot", None)
@@ -688,7 +943,7 @@ class Scheduler:
     def _drop_lost(self, lost: set[str]) -> None:
         acked = {i for i, _ in self._acks}
         before = len(self._buffer)
-        self._buffer = deque(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
+        self._buffer = _Buffer(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
         real = lost - acked
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
@@ -723,16 +978,25 @@ class Scheduler:
     # -- closing when the crawl is done ------------------------------------------------
 
     def _fingerprint(self, request: Request) -> bytes:
-        """The dupefilter fingerprint, or b"" for a request that is never filtered."""
-        if not self._filtered(request):
+        """The dupefilter fingerprint, or b"" for a request that is never filtered.
+
+        A ``dont_filter`` start request is filtered only against the same request at the
+        same place in another worker's ``start()``: N workers seed the crawl once, and a
+        start request repeated on purpose is crawled as often as it is repeated.
+        """
+        if self._is_start(request):
+            self._start_seq += 1
+            if request.dont_filter:
+                fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+                place = b"start %d " % self._start_seq + fingerprint
+                return hashlib.sha1(place).digest()[:FINGERPRINT_BYTES]  # noqa: S324 - not a secret
+        if request.dont_filter or not self.config.dedupe:
             return b""
         return self.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
 
-    def _filtered(self, request: Request) -> bool:
-        if not request.dont_filter:
-            return True
-        # Start requests are enqueued once per crawl, however many workers start it; a
-        # retry or redirect of one carries the lease of its original and is not filtered.
+    def _is_start(self, request: Request) -> bool:
+        """A start request seen for the first time (a retry or redirect of one carries the
+        lease of its original), when start requests are deduplicated across workers."""
         meta = request.meta
         return bool(
             self.config.dedupe_start_requests
@@ -741,9 +1005,15 @@ class Scheduler:
         )
 
     def _on_idle(self) -> None:
-        if self._keep_alive():
+        """Close at once when the crawl is verifiably finished: nothing local, nothing
+        pending, leased or delayed in Redis at a sync made after this worker's last ack,
+        and no other live worker; with live peers (they may still be yielding start
+        requests) wait ``HA_IDLE_TIMEOUT`` first. No polling: a timer wakes the engine."""
+        if self._keep_alive() or self._engine_view is None or self._engine_view[1]:
             self._idle_since = None
             raise DontCloseSpider
+        if not self._peers:
+            return
         now = time.monotonic()
         if self._idle_since is None:
             self._idle_since = now

@@ -27,9 +27,29 @@ def test_defaults():
         ({"HA_HEARTBEAT_TTL": 5}, "HA_HEARTBEAT_TTL=5.0 must be longer"),
         ({"HA_KEY_PREFIX": "a{b}"}, "HA_KEY_PREFIX='a{b}'"),
         ({"HA_FEED": "maybe"}, "HA_FEED='maybe' must be True or False"),
+        ({"DUPEFILTER_CLASS": "my.Bloom"}, "DUPEFILTER_CLASS='my.Bloom' cannot be used with"),
+        ({"JOBDIR": "crawls/1"}, "JOBDIR='crawls/1' cannot be used with scrapy_ha.Scheduler"),
+        ({"HA_UNSTORABLE": "skip"}, "HA_UNSTORABLE='skip' must be one of 'error' or 'drop-key'"),
     ],
 )
 def test_a_bad_setting_names_itself_and_its_value(settings, message):
     with pytest.raises(ConfigError) as info:
         SchedulerConfig.from_settings(Settings(settings))
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "dedupe"),
+    [
+        (None, True),
+        ("scrapy.dupefilters.RFPDupeFilter", True),
+        ("scrapy_redis.dupefilter.RFPDupeFilter", True),
+        ("scrapy.dupefilters.BaseDupeFilter", False),
+    ],
+)
+def test_dupefilter_class_switches_redis_deduplication(value, dedupe):
+    from scrapy.dupefilters import BaseDupeFilter, RFPDupeFilter
+
+    assert SchedulerConfig.from_settings(Settings({"DUPEFILTER_CLASS": value})).dedupe is dedupe
+    cls = {True: RFPDupeFilter, False: BaseDupeFilter}[dedupe]
+    assert SchedulerConfig.from_settings(Settings({"DUPEFILTER_CLASS": cls})).dedupe is dedupe

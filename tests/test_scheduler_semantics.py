@@ -1,0 +1,282 @@
+"""The scheduler behaves like Scrapy's where a spider can tell: nothing vanishes silently."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from typing import Any
+
+import pytest
+import scrapy
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler import Scheduler, scheduler_for
+from tests.spiders import CatalogueSpider
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+_OPEN: list[Any] = []
+
+
+def open_file() -> Any:
+    """An open file: no queue can store that (closed after the test)."""
+    handle = tempfile.TemporaryFile()  # noqa: SIM115 - the point is an object that stays open
+    _OPEN.append(handle)
+    return handle
+
+
+@pytest.fixture(autouse=True)
+def close_files():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def settings(redis_url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+class UnstorableChildSpider(CatalogueSpider):
+    """Detail requests carry an open file in meta: no queue can store that."""
+
+    name = "unstorable"
+
+    def parse(self, response: Any) -> Any:
+        handle = open_file()
+        for href in response.css("a.item::attr(href)").getall():
+            yield response.follow(href, callback=self.parse_item, meta={"handle": handle})
+        next_page = response.css("a.next::attr(href)").get()
+        if next_page:
+            yield response.follow(next_page, callback=self.parse)
+
+
+@deferred_f_from_coro_f
+async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
+    redis_url, redis_client, site, caplog
+):
+    errors: list[Any] = []
+    crawler = get_crawler(UnstorableChildSpider, settings(redis_url))
+
+    def on_error(failure: Any, **_: Any) -> None:
+        errors.append(failure)
+
+    crawler.signals.connect(on_error, signal=scrapy.signals.spider_error)
+    with caplog.at_level(logging.INFO):
+        await crawler.crawl_async(base_url=site.url)
+    stats = crawler.stats.get_stats()
+    assert crawler.spider.items == []
+    assert stats["ha/unstorable"] == 50  # 10 detail requests on each of 5 list pages
+    assert len(errors) == 50
+    assert stats["ha/dead/unstorable"] == 5  # every list page, none acked as done
+    assert stats.get("ha/acked", 0) == 0
+    keys = Keys("ha", "unstorable")
+    dead = [json.loads(v) for v in redis_client.hgetall(keys.dead_info).values()]
+    assert len(dead) == 5 and {d["class"] for d in dead} == {"unstorable"}
+    assert all(f"child {site.url}/item/" in d["reason"] and "handle" in d["reason"] for d in dead)
+    logged = [r for r in caplog.records
+              if r.levelno >= logging.ERROR and "Cannot store" in r.message]  # fmt: skip
+    assert len(logged) == 50
+    assert f"{site.url}/item/1" in logged[0].message and "handle" in logged[0].message
+    assert "Task exception was never retrieved" not in caplog.text
+
+
+class UnstorableStartSpider(CatalogueSpider):
+    name = "unstorable_start"
+
+    async def start(self) -> Any:
+        yield scrapy.Request(self.start_urls[0].replace("/list/1", "/item/1"),
+                             callback=self.parse_item, meta={"handle": open_file()})  # fmt: skip
+        yield scrapy.Request(self.start_urls[0].replace("/list/1", "/item/2"),
+                             callback=self.parse_item)  # fmt: skip
+
+
+@deferred_f_from_coro_f
+async def test_an_unstorable_start_request_costs_only_itself(redis_url, site, caplog):
+    crawler = get_crawler(UnstorableStartSpider, settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    stats = crawler.stats.get_stats()
+    assert [i["id"] for i in crawler.spider.items] == [2]
+    assert stats["finish_reason"] == "finished"
+    assert stats["ha/unstorable"] == 1
+    assert "Cannot store" in caplog.text and "/item/1" in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_drop_key_stores_the_child_without_the_value(redis_url, site):
+    crawler = get_crawler(UnstorableChildSpider, settings(redis_url, HA_UNSTORABLE="drop-key"))
+    await crawler.crawl_async(base_url=site.url)
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
+    assert "ha/unstorable" not in crawler.stats.get_stats()
+
+
+@deferred_f_from_coro_f
+async def test_len_and_pending_answer_for_the_crawl_right_after_open(
+    redis_url, redis_client, site, caplog
+):
+    from scrapy.utils.defer import maybe_deferred_to_future
+
+    seeded = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True,
+                                                   CLOSESPIDER_PAGECOUNT=1))  # fmt: skip
+    await seeded.crawl_async(base_url=site.url)  # the first list page: its children are left
+    left = redis_client.zcard(Keys("ha", "catalogue").pending)
+    assert left > 0
+    crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    crawler.spider = crawler._create_spider(base_url=site.url)
+    scheduler = Scheduler.from_crawler(crawler)
+    with caplog.at_level(logging.INFO):
+        await maybe_deferred_to_future(scheduler.open(crawler.spider))
+    try:
+        assert scheduler.has_pending_requests()
+        assert len(scheduler) == left
+        assert f"Joining a crawl already in Redis: {left} pending, 0 leased" in caplog.text
+    finally:
+        scheduler._stopping = True
+        await maybe_deferred_to_future(scheduler.close("shutdown"))
+
+
+class RecordingScheduler(Scheduler):
+    """Records what the engine was handed, and when the urgent request arrived."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.handed: list[scrapy.Request] = []
+        self.urgent_at: int | None = None
+
+    def enqueue_request(self, request: scrapy.Request) -> bool:
+        if request.priority == URGENT and self.urgent_at is None:
+            self.urgent_at = len(self.handed)
+        return super().enqueue_request(request)
+
+    def next_request(self) -> scrapy.Request | None:
+        request = super().next_request()
+        if request is not None:
+            self.handed.append(request)
+        return request
+
+
+URGENT = 100
+
+
+class UrgentSpider(CatalogueSpider):
+    """All list pages at once (a deep queue), then one priority-100 request mid-crawl."""
+
+    name = "urgent"
+
+    async def start(self) -> Any:
+        for page in range(1, 9):
+            yield scrapy.Request(self.start_urls[0].replace("/list/1", f"/list/{page}"))
+
+    def parse(self, response: Any) -> Any:
+        for href in response.css("a.item::attr(href)").getall():
+            yield response.follow(href, callback=self.parse_item)
+
+    def parse_item(self, response: Any) -> Any:
+        yield from super().parse_item(response)
+        if response.url.endswith("/item/20"):
+            yield response.follow("/item/1?urgent", callback=self.parse_item, priority=URGENT)
+
+
+@deferred_f_from_coro_f
+async def test_a_higher_priority_request_overtakes_the_buffer(redis_url, site_factory):
+    site = site_factory("--pages", "8", "--per-page", "10", "--delay", "0.05")
+    crawler = get_crawler(UrgentSpider, settings(
+        redis_url, SCHEDULER="tests.test_scheduler_semantics.RecordingScheduler",
+        CONCURRENT_REQUESTS=16, CONCURRENT_REQUESTS_PER_DOMAIN=16,
+    ))  # fmt: skip
+    await crawler.crawl_async(base_url=site.url)
+    scheduler = scheduler_for(crawler)
+    assert isinstance(scheduler, RecordingScheduler) and scheduler.urgent_at is not None
+    urls = [r.url for r in scheduler.handed]
+    position = urls.index(site.url + "/item/1?urgent")
+    assert urls[scheduler.urgent_at : position] == []  # nothing handed out in between
+    assert len(crawler.spider.items) == 81
+
+
+class RepeatSpider(CatalogueSpider):
+    """The same detail page yielded three times (no dont_filter)."""
+
+    name = "repeat"
+
+    def parse(self, response: Any) -> Any:
+        for _ in range(3):
+            yield response.follow("/item/1", callback=self.parse_item)
+
+
+@pytest.mark.parametrize(
+    ("dupefilter", "fetched", "filtered"),
+    [
+        ("scrapy.dupefilters.RFPDupeFilter", 1, 2),
+        ("scrapy.dupefilters.BaseDupeFilter", 3, None),
+    ],
+)
+@deferred_f_from_coro_f
+async def test_dupefilter_class_is_honoured(redis_url, site, caplog, dupefilter, fetched, filtered):
+    crawler = get_crawler(RepeatSpider, settings(
+        redis_url, DUPEFILTER_CLASS=dupefilter, DUPEFILTER_DEBUG=True, LOG_LEVEL="DEBUG",
+    ))  # fmt: skip
+    with caplog.at_level(logging.DEBUG):
+        await crawler.crawl_async(base_url=site.url)
+    assert site.hits().get("/item/1") == fetched
+    assert crawler.stats.get_value("dupefilter/filtered") == filtered
+    assert caplog.text.count("Filtered duplicate request") == (filtered or 0)
+
+
+class RepeatedStartSpider(CatalogueSpider):
+    """The same start URL three times: Spider.start() makes them dont_filter requests."""
+
+    name = "repeated_start"
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
+        self.start_urls = [base_url + "/item/1"] * 3
+
+    def parse(self, response: Any) -> Any:
+        return self.parse_item(response)
+
+
+@deferred_f_from_coro_f
+async def test_start_requests_repeated_on_purpose_are_crawled_once_per_crawl(redis_url, site):
+    import asyncio
+
+    crawlers = [get_crawler(RepeatedStartSpider, settings(redis_url)) for _ in range(2)]
+    await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    assert site.hits().get("/item/1") == 3  # three on purpose; the second worker adds none
+
+
+@deferred_f_from_coro_f
+async def test_a_persisted_finished_crawl_says_why_a_rerun_does_nothing(redis_url, site, caplog):
+    first = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    await first.crawl_async(base_url=site.url)
+    again = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
+    with caplog.at_level(logging.INFO):
+        await again.crawl_async(base_url=site.url)
+    assert again.spider.items == []
+    assert "ran before and finished" in caplog.text
+    assert "scrapy-ha flush catalogue" in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_small_one_domain_crawl_spreads_over_two_workers(redis_url, site_factory):
+    import asyncio
+
+    site = site_factory("--pages", "2", "--per-page", "10", "--delay", "0.05")
+    worker = settings(redis_url, CONCURRENT_REQUESTS_PER_DOMAIN=1)  # startproject's template
+    crawlers = [get_crawler(CatalogueSpider, worker) for _ in range(2)]
+    await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    counts = [len(c.spider.items) for c in crawlers]
+    assert sum(counts) == 20
+    assert min(counts) >= 5, f"items per worker: {counts}"
