@@ -67,6 +67,13 @@ _CP_META_KEY = "_ha_cp_save"
 #: Meta key: how many leases of this request expired before (its worker died or stalled).
 SUSPECT_META_KEY = "_ha_suspect"
 
+
+def _kept(exc: Exception) -> bool:
+    """After these an operation is kept and retried (Redis away, or a key of the wrong type
+    that the loop sets aside first); any other error costs the entry alone."""
+    return isinstance(exc, REDIS_DOWN_ERRORS) or "WRONGTYPE" in str(exc)
+
+
 _SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
 
 
@@ -109,6 +116,7 @@ class Scheduler:
         self._cp_saves: list[tuple[str, str, str, bytes, int]] = []
         self._solo: str | None = None  # a suspect running alone
         self._to_release: list[tuple[str, str]] = []
+        self._corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -340,7 +348,7 @@ class Scheduler:
         self._collect_finished()
         if self._gate_ops:
             await self._send_gates()
-        while self._outbox or self._acks or self._ops or self._cp_saves:
+        while self._outbox or self._acks or self._ops or self._cp_saves or self._corrupt:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
         held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished + self._to_release
@@ -498,12 +506,11 @@ class Scheduler:
         del self._acks[:n_acks]
         self._count(result, len(enqueue))
         self._note_server(result)
-        for op in self._ops[:n_ops]:
-            await self._end(op)
-            self._ops.remove(op)
         was_empty = not self._buffer
         for lease_ in result.leases:
-            await self._take(lease_)
+            self._take(lease_)  # tracked (renewed, released) from here on
+        await self._settle_corrupt()
+        await self._end_ops(n_ops)
         if (was_empty and self._buffer) or not self._keep_alive():
             self._wake_engine()  # new work, or the crawl may be over: let the engine look
 
@@ -532,6 +539,37 @@ class Scheduler:
             del self._gate_ops[domain]
             logger.info("Domain %s closed for %.1f s for every worker (rate limited)",
                         domain, seconds)  # fmt: skip
+
+    async def _end_ops(self, n_ops: int) -> None:
+        """End the first *n_ops* finished leases; a failure costs that entry alone."""
+        for op in self._ops[:n_ops]:
+            try:
+                await self._end(op)
+            except Exception as exc:
+                if _kept(exc):
+                    raise
+                await self._end_failed(op, exc)
+            self._ops.remove(op)
+
+    async def _end_failed(self, op: _Op, exc: Exception) -> None:
+        """Dead-letter an entry whose retry or dead-letter failed, with the reason."""
+        assert self.queue is not None
+        reason = f"scrapy-ha could not {op.kind} it: {type(exc).__name__}: {exc}"
+        self.stats.inc_value("ha/op_errors")
+        info = {"class": "error", "reason": reason}
+        try:
+            size = await self.queue.dead_letter(op.entry_id, op.token, info,
+                                                **self._dlq_retention())  # fmt: skip
+        except Exception as exc2:
+            if _kept(exc2):
+                raise
+            logger.error("Could not %s %s (%s) nor dead-letter it (%s): its lease is left to "
+                         "expire", op.kind, op.request, reason, exc2)  # fmt: skip
+            return
+        if size:
+            self.stats.inc_value("ha/dead/error")
+            logger.error("Dead-lettered %s (class error): %s", op.request, reason)
+            self._check_dlq_size(size)
 
     async def _end(self, op: _Op) -> None:
         """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
@@ -602,19 +640,34 @@ class Scheduler:
             inc("ha/leased", len(result.leases))
             self._leases_valid_until = time.monotonic() + self.config.lease_time
 
-    async def _take(self, lease: Lease) -> None:
+    def _take(self, lease: Lease) -> None:
+        """Buffer a leased request; an unreadable one waits in ``_corrupt`` (still renewed)
+        until it is dead-lettered."""
         try:
             request = decode_request(lease.payload, self.spider) if lease.payload else None
             if request is None:
                 raise CodecError("the payload is missing")
-        except CodecError as exc:
-            await self._dead_letter_corrupt(lease, str(exc))
+        except Exception as exc:  # any failure to rebuild it is this entry's alone
+            reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
+            self._corrupt.append((lease, reason))
             return
         request.meta[LEASE_META_KEY] = (lease.id, lease.token)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[SUSPECT_META_KEY] = lease.expiries
         self._buffer.append(request)
+
+    async def _settle_corrupt(self) -> None:
+        while self._corrupt:
+            lease, reason = self._corrupt[0]
+            try:
+                await self._dead_letter_corrupt(lease, reason)
+            except Exception as exc:
+                if _kept(exc):
+                    raise  # still held and renewed: retried next round
+                logger.error("Could not dead-letter corrupt queue entry %s (%s): %s; its lease "
+                             "is left to expire", lease.id, reason, exc)  # fmt: skip
+            self._corrupt.pop(0)
 
     async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:
         assert self.queue is not None
@@ -666,6 +719,8 @@ class Scheduler:
         assert self.queue is not None
         pairs = [r.meta[LEASE_META_KEY] for r in self._buffer]
         pairs += [(i, t) for i, (t, _) in self._inflight.items()] + self._acks
+        pairs += [(op.entry_id, op.token) for op in self._ops]
+        pairs += [(lease.id, lease.token) for lease, _ in self._corrupt]
         started = time.monotonic()
         _, lost = await self.queue.renew(
             pairs, worker=self.config.worker_id,
