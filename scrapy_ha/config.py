@@ -45,6 +45,8 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_START_URLS_BATCH = 100
 #: scrapy-redis's start URLs key.
 DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
+#: Orders within one priority (``HA_QUEUE_ORDER``); Scrapy's default queues are LIFO.
+QUEUE_ORDERS = ("lifo", "fifo")
 
 
 class ConfigError(ValueError):
@@ -75,6 +77,7 @@ class SchedulerConfig:
     start_urls_key: str = DEFAULT_START_URLS_KEY
     start_urls_batch: int = DEFAULT_START_URLS_BATCH
     worker_id: str = ""
+    order: str = "lifo"
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -111,6 +114,7 @@ class SchedulerConfig:
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
             worker_id=_text(settings, "HA_WORKER_ID", "") or default_worker_id(),
+            order=queue_order(settings),
         )
         config.validate()
         return config
@@ -133,6 +137,19 @@ class SchedulerConfig:
             raise ConfigError(
                 f"HA_KEY_PREFIX={self.key_prefix!r} must be non-empty, without spaces or braces"
             )
+
+
+def queue_order(settings: BaseSettings) -> str:
+    """Order within a priority: ``HA_QUEUE_ORDER``, else Scrapy's queue settings (a Fifo
+    memory or disk queue means FIFO), else Scrapy's default, LIFO (depth-first)."""
+    order = settings.get("HA_QUEUE_ORDER")
+    if order is not None:
+        if str(order).lower() not in QUEUE_ORDERS:
+            raise ConfigError(f"HA_QUEUE_ORDER={order!r} must be 'lifo' or 'fifo'")
+        return str(order).lower()
+    names = [str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE",
+                                                          "SCHEDULER_DISK_QUEUE")]  # fmt: skip
+    return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
 
 
 def default_worker_id() -> str:

@@ -28,7 +28,13 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import __version__
-from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
+from scrapy_ha.codec import (
+    LEASE_META_KEY,
+    PARENT_META_KEY,
+    CodecError,
+    decode_request,
+    encode_request,
+)
 from scrapy_ha.config import ConfigError, SchedulerConfig
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
@@ -37,7 +43,7 @@ from scrapy_ha.connection import (
     redis_from_settings,
 )
 from scrapy_ha.keys import Keys
-from scrapy_ha.queue import Lease, NewEntry, RedisQueue, SyncResult
+from scrapy_ha.queue import MAX_PRIORITY, Lease, NewEntry, RedisQueue, SyncResult, clamp_priority
 from scrapy_ha.retry import OUTCOME_META_KEY
 from scrapy_ha.spiders import RedisSpiderMixin
 
@@ -66,6 +72,17 @@ DEFAULT_DLQ_WARN_THRESHOLD = 1000
 _CP_META_KEY = "_ha_cp_save"
 #: Meta key: how many leases of this request expired before (its worker died or stalled).
 SUSPECT_META_KEY = "_ha_suspect"
+
+
+def _parent_of(request: Request) -> tuple[str, str] | None:
+    """The lease that fences *request*: its page's (a child), or its original's (a
+    redirect, which carries the original's lease and is no retry); None for a root."""
+    parent = request.meta.get(PARENT_META_KEY)
+    if parent is None:
+        outcome = request.meta.get(OUTCOME_META_KEY) or {}
+        if outcome.get("op") != "retry":
+            parent = request.meta.get(LEASE_META_KEY)
+    return (str(parent[0]), str(parent[1])) if parent else None
 
 
 def _kept(exc: Exception) -> bool:
@@ -117,6 +134,7 @@ class Scheduler:
         self._solo: str | None = None  # a suspect running alone
         self._to_release: list[tuple[str, str]] = []
         self._corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
+        self._clamp_warned = False
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -173,7 +191,8 @@ class Scheduler:
                 self._seen.clear()
             self._seen.add(fingerprint)
         payload = encode_request(request, self.spider)
-        self._outbox.append(NewEntry(fingerprint, request.priority, payload))
+        self._note_priority(request)
+        self._outbox.append(NewEntry(fingerprint, request.priority, payload, _parent_of(request)))
         self._wake.set()
         return True
 
@@ -287,7 +306,7 @@ class Scheduler:
             logger.error("%s", exc)
             await client.aclose()
             raise
-        self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name))
+        self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name), order=cfg.order)
         if cfg.flush_on_start:
             await self._flush_on_start()
         await self._renew()
@@ -460,6 +479,7 @@ class Scheduler:
         assert isinstance(self.spider, RedisSpiderMixin)
         try:
             request = self.spider.make_request_from_data(data)
+            self._note_priority(request)
             return NewEntry(self._fingerprint(request), request.priority,
                             encode_request(request, self.spider))  # fmt: skip
         except Exception as exc:
@@ -582,8 +602,9 @@ class Scheduler:
         outcome = op.request.meta.get(OUTCOME_META_KEY) or {}
         if op.kind == "retry":
             due = await self.queue.retry_later(
-                op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload
-            )
+                op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload,
+                op.request.priority,
+            )  # fmt: skip
             self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
             return
         await self._dead_letter(op, outcome, payload)
@@ -636,9 +657,32 @@ class Scheduler:
             inc("ha/stale_acks", result.stale)
             logger.warning("%d ack(s) refused: their leases had expired and were reclaimed",
                            result.stale)  # fmt: skip
+        if result.refused:
+            inc("ha/children_refused", result.refused)
+            logger.warning("%d request(s) refused: the lease of the page that yielded them had "
+                           "expired and was reclaimed (another worker redoes that page)",
+                           result.refused)  # fmt: skip
+        if result.set_aside:
+            inc("ha/dead/corrupt", result.set_aside)
+            logger.error("%d pending entr(ies) without an entry id moved to the dead-letter "
+                         "queue as corrupt", result.set_aside)  # fmt: skip
         if result.leases:
             inc("ha/leased", len(result.leases))
             self._leases_valid_until = time.monotonic() + self.config.lease_time
+
+    def _note_priority(self, request: Request) -> None:
+        """Priorities beyond the score's range are clamped: count them, warn once."""
+        if -MAX_PRIORITY <= request.priority <= MAX_PRIORITY:
+            return
+        self.stats.inc_value("ha/priority_clamped")
+        if not self._clamp_warned:
+            self._clamp_warned = True
+            logger.warning(
+                "Priority %d of %s is outside the range scrapy-ha stores (-%d to %d): it is "
+                "queued as %d (further ones are counted in ha/priority_clamped)",
+                request.priority, request, MAX_PRIORITY, MAX_PRIORITY,
+                clamp_priority(request.priority),
+            )  # fmt: skip
 
     def _take(self, lease: Lease) -> None:
         """Buffer a leased request; an unreadable one waits in ``_corrupt`` (still renewed)
@@ -758,11 +802,15 @@ class Scheduler:
             worker=self.config.worker_id,
             interval_ms=int(self.config.reclaim_interval * 1000),
             batch=self.config.reclaim_batch,
-            max_expiries=self.config.max_lease_expiries,
-        )
+            max_expiries=self.config.max_lease_expiries, **self._dlq_retention(),
+        )  # fmt: skip
         if result is None:
             return
-        reclaimed, poison = result
+        reclaimed, poison, set_aside = result
+        if set_aside:
+            self.stats.inc_value("ha/dead/corrupt", set_aside)
+            logger.error("%d leased entr(ies) had an unreadable lease record: moved to the "
+                         "dead-letter queue as corrupt", set_aside)  # fmt: skip
         if reclaimed:
             self.stats.inc_value("ha/reclaimed", reclaimed)
             logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)
