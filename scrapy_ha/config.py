@@ -45,6 +45,9 @@ DEFAULT_BATCH_SIZE = 500
 DEFAULT_START_URLS_BATCH = 100
 #: scrapy-redis's start URLs key.
 DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
+#: Lease periods a stuck event loop keeps its leases renewed by the thread (HA_RENEW_WATCHDOG):
+#: long enough for a slow callback or a database that hangs, short of holding work forever.
+DEFAULT_WATCHDOG_LEASE_PERIODS = 10
 #: Orders within one priority (``HA_QUEUE_ORDER``); Scrapy's default queues are LIFO.
 QUEUE_ORDERS = ("lifo", "fifo")
 
@@ -78,6 +81,7 @@ class SchedulerConfig:
     start_urls_batch: int = DEFAULT_START_URLS_BATCH
     worker_id: str = ""
     order: str = "lifo"
+    renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -115,6 +119,11 @@ class SchedulerConfig:
             ),
             worker_id=_text(settings, "HA_WORKER_ID", "") or default_worker_id(),
             order=queue_order(settings),
+            renew_watchdog=_seconds(
+                settings, "HA_RENEW_WATCHDOG",
+                DEFAULT_WATCHDOG_LEASE_PERIODS * _seconds(settings, "HA_LEASE_TIME",
+                                                          DEFAULT_LEASE_TIME),
+            ),  # fmt: skip
         )
         config.validate()
         return config

@@ -42,6 +42,7 @@ from scrapy_ha.connection import (
     display_url,
     redis_from_settings,
 )
+from scrapy_ha.keeper import LeaseKeeper, LoopWatch, Pairs, sync_redis_from_settings
 from scrapy_ha.keys import Keys
 from scrapy_ha.queue import MAX_PRIORITY, Lease, NewEntry, RedisQueue, SyncResult, clamp_priority
 from scrapy_ha.retry import OUTCOME_META_KEY
@@ -135,6 +136,8 @@ class Scheduler:
         self._to_release: list[tuple[str, str]] = []
         self._corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
         self._clamp_warned = False
+        self._keeper: LeaseKeeper | None = None  # renews from its own thread
+        self._watch: LoopWatch | None = None
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -310,6 +313,7 @@ class Scheduler:
         if cfg.flush_on_start:
             await self._flush_on_start()
         await self._renew()
+        self._start_keeper()
         self._redis_ok = True
         logger.info(
             "scrapy-ha %s (Scrapy %s, redis-py %s, Redis %s) at %s, keys %s, worker %s",
@@ -360,6 +364,7 @@ class Scheduler:
                 exc, self.config.lease_time,
             )  # fmt: skip
         finally:
+            await self._stop_keeper()
             await self.queue.client.aclose()
 
     async def _final_flush(self, reason: str) -> None:
@@ -442,7 +447,7 @@ class Scheduler:
         assert self.queue is not None
         self._collect_finished()
         now = time.monotonic()
-        if now - self._last_renew >= self.config.renew_interval:
+        if self._keeper is None and now - self._last_renew >= self.config.renew_interval:
             await self._renew()
         if now - self._last_reclaim >= self.config.reclaim_interval:
             await self._reclaim()
@@ -529,6 +534,8 @@ class Scheduler:
         was_empty = not self._buffer
         for lease_ in result.leases:
             self._take(lease_)  # tracked (renewed, released) from here on
+        if result.leases and self._keeper is not None:
+            self._keeper.hold(self._held_pairs())
         await self._settle_corrupt()
         await self._end_ops(n_ops)
         if (was_empty and self._buffer) or not self._keep_alive():
@@ -759,15 +766,55 @@ class Scheduler:
             sets.append(engine_slot.inprogress)
         return lambda r: id(r) in queued or any(r in s for s in sets)
 
-    async def _renew(self) -> None:
-        assert self.queue is not None
+    def _held_pairs(self) -> Pairs:
+        """Every lease this worker holds: buffered, in flight, finished (acks and ops not
+        sent yet), unreadable, and waiting to be released."""
         pairs = [r.meta[LEASE_META_KEY] for r in self._buffer]
         pairs += [(i, t) for i, (t, _) in self._inflight.items()] + self._acks
         pairs += [(op.entry_id, op.token) for op in self._ops]
         pairs += [(lease.id, lease.token) for lease, _ in self._corrupt]
+        return tuple(pairs + self._to_release)
+
+    def _start_keeper(self) -> None:
+        """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha.keeper`)."""
+        assert self.queue is not None
+        cfg = self.config
+        client = sync_redis_from_settings(self.crawler.settings,
+                                          connect_timeout=cfg.connect_timeout)  # fmt: skip
+        self._keeper = LeaseKeeper(
+            client, self.queue.keys, worker=cfg.worker_id, lease_time=cfg.lease_time,
+            renew_interval=cfg.renew_interval, heartbeat_ttl=cfg.heartbeat_ttl,
+            watchdog=cfg.renew_watchdog, loop=asyncio.get_running_loop(),
+            on_renewed=self._on_renewed,
+        )  # fmt: skip
+        self._keeper.hold(self._held_pairs())
+        self._keeper.start()
+        self._watch = LoopWatch(self._keeper, self._held_pairs)
+        self._watch.start()
+
+    async def _stop_keeper(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+        if self._keeper is not None:
+            keeper, self._keeper = self._keeper, None
+            await asyncio.to_thread(keeper.stop)
+
+    def _on_renewed(self, started: float, lost: list[str]) -> None:
+        """A renewal by the keeper's thread (run on the event loop)."""
+        if self._keeper is None:
+            return
+        self._note_rate(started)
+        self._leases_valid_until = started + self.config.lease_time
+        if lost:  # leases given up since the snapshot (acked, released) are not lost
+            held = {entry_id for entry_id, _ in self._held_pairs()}
+            if real := set(lost) & held:
+                self._drop_lost(real)
+
+    async def _renew(self) -> None:
+        assert self.queue is not None
         started = time.monotonic()
         _, lost = await self.queue.renew(
-            pairs, worker=self.config.worker_id,
+            list(self._held_pairs()), worker=self.config.worker_id,
             lease_ms=int(self.config.lease_time * 1000),
             heartbeat_ms=int(self.config.heartbeat_ttl * 1000),
         )  # fmt: skip

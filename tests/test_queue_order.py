@@ -76,3 +76,14 @@ async def test_a_priority_beyond_the_range_is_clamped_with_a_warning(redis_url, 
     assert crawler.stats.get_value("ha/priority_clamped") == 1
     (warning,) = [r for r in caplog.records if "outside the range" in r.getMessage()]
     assert "/item/9" in warning.getMessage() and "4095" in warning.getMessage()
+
+
+def test_a_bad_queue_order_names_the_setting():
+    from scrapy.settings import Settings
+
+    from scrapy_ha.config import ConfigError, SchedulerConfig
+
+    with pytest.raises(ConfigError, match="HA_QUEUE_ORDER='depth'"):
+        SchedulerConfig.from_settings(Settings({"HA_QUEUE_ORDER": "depth"}))
+    config = SchedulerConfig.from_settings(Settings({"HA_LEASE_TIME": 40}))
+    assert (config.order, config.renew_watchdog) == ("lifo", 400)

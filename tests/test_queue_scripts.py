@@ -125,7 +125,9 @@ async def test_poison_after_max_expiries(redis_url):
         (lease,) = await q.lease(1, 10)
         await asyncio.sleep(0.05)
         await q.client.delete(KEYS.reclaim_guard)
-        reclaimed, poison, _ = await q.reclaim(worker="w", interval_ms=1000, batch=10, max_expiries=3)
+        reclaimed, poison, _ = await q.reclaim(
+            worker="w", interval_ms=1000, batch=10, max_expiries=3
+        )
         assert (reclaimed, len(poison)) == ((1, 0) if round_ < 2 else (0, 1))
     counts = await q.counts()
     assert (counts.pending, counts.leased, counts.dead) == (0, 0, 1)

@@ -31,7 +31,7 @@ end
 
 for _, id in ipairs(ids) do
   local v = redis.call('HGET', KEYS[2], id) or ''
-  local score = tonumber(string.match(v, '^%S+ (%S+)$') or '')
+  local score = tonumber(string.match(v, '^%S+ (%S+)') or '')
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
   if not score then
@@ -40,7 +40,8 @@ for _, id in ipairs(ids) do
       string.format('%q', string.sub(v, 1, 60)) .. ' cannot be read'})
     out[3] = out[3] + 1
   else
-    local n = redis.call('HINCRBY', KEYS[4], id, 1)
+    local n = (tonumber(redis.call('HGET', KEYS[4], id) or '0') or 0) + 1
+    redis.call('HSET', KEYS[4], id, n) -- (a count overwritten with garbage starts again)
     if n >= max_exp then
       redis.call('HDEL', KEYS[4], id)
       dead(id, {class = 'poison', expiries = n,

@@ -8,7 +8,7 @@ for i = 1, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local v = redis.call('HGET', KEYS[3], id)
   if tok and v and string.match(v, '^(%S+)') == tok then
-    local score = tonumber(string.match(v, '^%S+ (%S+)$') or '') or 0
+    local score = tonumber(string.match(v, '^%S+ (%S+)') or '') or 0
     local payload = redis.call('HGET', KEYS[4], id) or ''
     redis.call('ZADD', KEYS[1], string.format('%.0f', score), id .. ' ' .. payload)
     redis.call('HDEL', KEYS[4], id)

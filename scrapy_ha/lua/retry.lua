@@ -15,7 +15,7 @@ local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not (v and string.match(v, '^(%S+)') == ARGV[2]) then
   return 0
 end
-local score = tonumber(string.match(v, '^%S+ (%S+)$') or '') or 0
+local score = tonumber(string.match(v, '^%S+ (%S+)') or '') or 0
 if prio then
   prio = math.max(-4095, math.min(4095, prio))
   score = -prio * PRIO + score % PRIO
