@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from scrapy import signals
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -96,3 +97,25 @@ async def test_an_end_of_lease_that_fails_costs_that_entry_alone(redis_url, redi
     assert all("handle" in info["reason"] for info in infos), infos
     keys = Keys("ha", "faults")
     assert redis_client.zcard(keys.leased) == 0
+
+
+@deferred_f_from_coro_f
+async def test_the_lease_keeper_thread_ends_with_the_crawl(redis_url, site):
+    import threading
+
+    def keepers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "scrapy-ha-keeper"]
+
+    crawler = get_crawler(
+        CatalogueSpider, {"SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url, **FAST_LEASES}
+    )
+    during: list[int] = []
+
+    def on_item() -> None:
+        during.append(len(keepers()))
+
+    crawler.signals.connect(on_item, signal=signals.item_scraped)  # (a weak reference)
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    assert set(during) == {1}  # one renewal thread while the crawl runs
+    assert not keepers()  # and none after it
