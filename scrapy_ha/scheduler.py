@@ -136,6 +136,7 @@ class Scheduler:
         self._to_release: list[tuple[str, str]] = []
         self._corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
         self._clamp_warned = False
+        self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
         self._keeper: LeaseKeeper | None = None  # renews from its own thread
         self._watch: LoopWatch | None = None
         self._seen: set[bytes] = set()
@@ -292,7 +293,10 @@ class Scheduler:
         if not outcome or outcome.get("op") != "retry" or not lease:
             return False
         held = self._inflight.get(lease[0])
-        return held is not None and held[1] is not request
+        if held is None or held[1] is request:
+            return False
+        self._retry_priority[lease[0]] = request.priority  # (RETRY_PRIORITY_ADJUST applied)
+        return True
 
     # -- open and close --------------------------------------------------------------
 
@@ -601,6 +605,8 @@ class Scheduler:
     async def _end(self, op: _Op) -> None:
         """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
         assert self.queue is not None
+        if op.kind != "retry":
+            self._retry_priority.pop(op.entry_id, None)
         if op.kind == "defer":
             await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
             self.stats.inc_value("ha/deferred")
@@ -610,7 +616,7 @@ class Scheduler:
         if op.kind == "retry":
             due = await self.queue.retry_later(
                 op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload,
-                op.request.priority,
+                self._retry_priority.pop(op.entry_id, op.request.priority),
             )  # fmt: skip
             self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
             return
