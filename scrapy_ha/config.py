@@ -52,6 +52,11 @@ DEDUPING_FILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter
 NO_FILTER = "scrapy.dupefilters.BaseDupeFilter"
 #: scrapy-redis's start URLs key.
 DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
+#: Lease periods a stuck event loop keeps its leases renewed by the thread (HA_RENEW_WATCHDOG):
+#: long enough for a slow callback or a database that hangs, short of holding work forever.
+DEFAULT_WATCHDOG_LEASE_PERIODS = 10
+#: Orders within one priority (``HA_QUEUE_ORDER``); Scrapy's default queues are LIFO.
+QUEUE_ORDERS = ("lifo", "fifo")
 
 
 class ConfigError(ValueError):
@@ -85,6 +90,8 @@ class SchedulerConfig:
     unstorable: str = DEFAULT_UNSTORABLE
     dedupe: bool = True
     dupefilter_debug: bool = False
+    order: str = "lifo"
+    renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -124,6 +131,12 @@ class SchedulerConfig:
             unstorable=_choice(settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES),
             dedupe=_dedupe(settings),
             dupefilter_debug=_bool(settings, "DUPEFILTER_DEBUG", False),
+            order=queue_order(settings),
+            renew_watchdog=_seconds(
+                settings, "HA_RENEW_WATCHDOG",
+                DEFAULT_WATCHDOG_LEASE_PERIODS * _seconds(settings, "HA_LEASE_TIME",
+                                                          DEFAULT_LEASE_TIME),
+            ),  # fmt: skip
         )
         _refuse_jobdir(settings)
         config.validate()
@@ -147,6 +160,19 @@ class SchedulerConfig:
             raise ConfigError(
                 f"HA_KEY_PREFIX={self.key_prefix!r} must be non-empty, without spaces or braces"
             )
+
+
+def queue_order(settings: BaseSettings) -> str:
+    """Order within a priority: ``HA_QUEUE_ORDER``, else Scrapy's queue settings (a Fifo
+    memory or disk queue means FIFO), else Scrapy's default, LIFO (depth-first)."""
+    order = settings.get("HA_QUEUE_ORDER")
+    if order is not None:
+        if str(order).lower() not in QUEUE_ORDERS:
+            raise ConfigError(f"HA_QUEUE_ORDER={order!r} must be 'lifo' or 'fifo'")
+        return str(order).lower()
+    names = [str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE",
+                                                          "SCHEDULER_DISK_QUEUE")]  # fmt: skip
+    return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
 
 
 def default_worker_id() -> str:

@@ -8,11 +8,14 @@ spider named ``books`` the keys are:
 key                        type         content
 =========================  ===========  ==================================================
 ``ha:{books}:pending``     sorted set   ``"<entry id> <serialized request>"`` -> score (priority
-                                        first, then FIFO order)
+                                        first, 2^40 per step, then the sequence: ``seq``
+                                        for FIFO, ``2^40 - seq`` for LIFO)
 ``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
                                         leased, delayed or dead entry
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
-``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score>"``
+``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score>"``; a token
+                                        is ``<random nonce>-<lseq>``: never given twice,
+                                        even after a flush or a failover
 ``ha:{books}:expiries``    hash         entry id -> how many of its leases expired
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
@@ -20,7 +23,7 @@ key                        type         content
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
-``ha:{books}:lseq``        string       counter for lease tokens
+``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed

@@ -7,9 +7,10 @@ KEYS, ARGV and the reply). Times come from the Redis server clock.
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 from importlib.resources import files
-from typing import Any
+from typing import Any, NamedTuple
 
 from scrapy_ha.keys import Keys
 
@@ -17,8 +18,14 @@ from scrapy_ha.keys import Keys
 DEFAULT_DLQ_MAX_ENTRIES = 100_000
 DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
 
-#: Scrapy priorities are clamped to this range so that they fit the score (2^40 per step).
+#: Scrapy priorities are clamped to this range so that they fit the score (2^40 per step,
+#: and 4095 * 2^40 + 2^40 stays below 2^53, where doubles are exact).
 MAX_PRIORITY = 4095
+#: Random bytes per call in lease tokens: 48 bits, so two calls share a nonce with odds
+#: ~1e-14 (and then their counters must match too).
+NONCE_BYTES = 6
+#: Orders within one priority: Scrapy's default is LIFO (depth-first).
+ORDERS = ("lifo", "fifo")
 
 
 def _load(name: str) -> str:
@@ -61,8 +68,18 @@ class SyncResult:
     pending: int
     leased: int
     delayed: int
+    refused: int = 0  # children whose parent's lease was no longer current (not enqueued)
+    set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
     gates: dict[str, int] = field(default_factory=dict)
     leases: list[Lease] = field(default_factory=list)
+
+
+class Reclaimed(NamedTuple):
+    """Reply of :meth:`RedisQueue.reclaim`."""
+
+    reclaimed: int
+    poison: list[str]
+    set_aside: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,11 +121,24 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def clamp_priority(priority: int) -> int:
+    """The priority as stored: clamped to ``-MAX_PRIORITY .. MAX_PRIORITY``."""
+    return max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
+
+
 def _packed(e: NewEntry) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    prio = max(-MAX_PRIORITY, min(MAX_PRIORITY, e.priority))
-    return b"%d %02d%s%s" % (prio, len(e.fingerprint), e.fingerprint, e.payload)
+    parent = b"%s/%s" % (e.parent[0].encode(), e.parent[1].encode()) if e.parent else b"-"
+    return b"%d %s %02d%s%s" % (
+        clamp_priority(e.priority), parent, len(e.fingerprint), e.fingerprint, e.payload
+    )
+
+
+def new_nonce() -> str:
+    """A random part of the lease tokens of one script call: tokens never repeat, even
+    after a flush or a failover that rolled the token counter back."""
+    return secrets.token_hex(NONCE_BYTES)
 
 
 def _b(value: Any) -> bytes:
@@ -118,9 +148,12 @@ def _b(value: Any) -> bytes:
 class RedisQueue:
     """The queue of one crawl on one asyncio Redis client."""
 
-    def __init__(self, client: Any, keys: Keys) -> None:
+    def __init__(self, client: Any, keys: Keys, *, order: str = "fifo") -> None:
+        if order not in ORDERS:
+            raise ValueError(f"order={order!r} must be one of {', '.join(ORDERS)}")
         self.client = client
         self.keys = keys
+        self.order = order
         self._sync = client.register_script(SYNC_LUA)
         self._renew = client.register_script(RENEW_LUA)
         self._reclaim = client.register_script(RECLAIM_LUA)
@@ -146,20 +179,21 @@ class RedisQueue:
     ) -> SyncResult:
         """Enqueue, then ack, then lease: one script, one round trip."""
         k = self.keys
-        args: list[Any] = [len(enqueue), len(ack), lease, lease_ms, promote]
+        args: list[Any] = [len(enqueue), len(ack), lease, lease_ms, promote, new_nonce(),
+                           self.order]  # fmt: skip
         args += [_packed(e) for e in enqueue]
         args += [f"{entry_id} {token}" for entry_id, token in ack]
         keys = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries,
-                k.delayed, k.delayed_score, k.lease_seq, k.gates]  # fmt: skip
+                k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]  # fmt: skip
         reply = await self._sync(keys=keys, args=args)
-        n_gates = int(reply[7])
-        first = 8 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(8, first, 2)}
+        n_gates = int(reply[9])
+        first = 10 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(10, first, 2)}
         leases = [
             Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
             for i in range(first, len(reply), 4)
         ]
-        return SyncResult(*(int(x) for x in reply[:7]), gates=gates, leases=leases)
+        return SyncResult(*(int(x) for x in reply[:9]), gates=gates, leases=leases)
 
     async def enqueue(self, entries: list[NewEntry]) -> int:
         """Add requests (dupefilter applied); return how many were added."""
@@ -186,19 +220,22 @@ class RedisQueue:
         return int(reply[1]), [_s(x) for x in reply[2:]]
 
     async def reclaim(
-        self, *, worker: str, interval_ms: int, batch: int, max_expiries: int
-    ) -> tuple[int, list[str]] | None:
+        self, *, worker: str, interval_ms: int, batch: int, max_expiries: int,
+        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES, max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
+    ) -> Reclaimed | None:  # fmt: skip
         """Reclaim expired leases; None if another worker reclaims this interval.
 
-        Returns (reclaimed to pending, ids dead-lettered as poison).
+        Returns (reclaimed to pending, ids dead-lettered as poison, entries set aside as
+        corrupt); the dead-letter retention (*max_entries*, *max_age_ms*) applies.
         """
         k = self.keys
         keys = [k.leased, k.leases, k.pending, k.expiries, k.dead, k.dead_info, k.reclaim_guard,
                 k.payload]  # fmt: skip
-        reply = await self._reclaim(keys=keys, args=[worker, interval_ms, batch, max_expiries])
+        args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
+        reply = await self._reclaim(keys=keys, args=args)
         if int(reply[0]) < 0:
             return None
-        return int(reply[1]), [_s(x) for x in reply[2:]]
+        return Reclaimed(int(reply[1]), [_s(x) for x in reply[3:]], int(reply[2]))
 
     async def release(self, pairs: list[tuple[str, str]]) -> int:
         """Give leases back to pending at once; return how many were released."""
@@ -223,11 +260,19 @@ class RedisQueue:
         done, size = await self._dead(keys=keys, args=args)
         return int(size) if int(done) else 0
 
-    async def retry_later(self, entry_id: str, token: str, delay_ms: int, payload: bytes) -> int:
-        """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale."""
+    async def retry_later(
+        self, entry_id: str, token: str, delay_ms: int, payload: bytes,
+        priority: int | None = None,
+    ) -> int:  # fmt: skip
+        """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale.
+
+        With *priority* (the retried request's), the entry is promoted with that priority and
+        its place in the order; without, with its original score.
+        """
         k = self.keys
         keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload]
-        return int(await self._retry(keys=keys, args=[entry_id, token, delay_ms, payload]))
+        prio = "" if priority is None else clamp_priority(priority)
+        return int(await self._retry(keys=keys, args=[entry_id, token, delay_ms, payload, prio]))
 
     async def close_gate(self, domain: str, ms: int) -> int:
         """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
@@ -239,7 +284,7 @@ class RedisQueue:
             return 0
         k = self.keys
         keys = [k.dead, k.dead_info, k.pending, k.payload, k.seq, k.expiries]
-        args = [x for e in entries for x in e]
+        args = [self.order] + [x for e in entries for x in e]
         return int(await self._requeue(keys=keys, args=args))
 
     async def purge_dead(self, ids: list[str]) -> int:
@@ -269,9 +314,9 @@ class RedisQueue:
         Returns how many were added, or -1 if another worker took the list's head first.
         """
         k = self.keys
-        args: list[Any] = ["set" if as_set else "list", len(raw), *raw]
+        args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
         for e in entries:
-            args += [e.fingerprint, max(-MAX_PRIORITY, min(MAX_PRIORITY, e.priority)), e.payload]
+            args += [e.fingerprint, clamp_priority(e.priority), e.payload]
         keys = [key, k.pending, k.payload, k.dupefilter, k.seq]
         return int(await self._feed(keys=keys, args=args))
 

@@ -48,8 +48,9 @@ from scrapy_ha.connection import (
     display_url,
     redis_from_settings,
 )
+from scrapy_ha.keeper import LeaseKeeper, LoopWatch, Pairs, sync_redis_from_settings
 from scrapy_ha.keys import Keys
-from scrapy_ha.queue import Lease, NewEntry, RedisQueue, SyncResult
+from scrapy_ha.queue import MAX_PRIORITY, Lease, NewEntry, RedisQueue, SyncResult, clamp_priority
 from scrapy_ha.retry import OUTCOME_META_KEY
 from scrapy_ha.spiders import RedisSpiderMixin
 
@@ -84,6 +85,24 @@ START_FAILED = "ha_start_failed"
 _CP_META_KEY = "_ha_cp_save"
 #: Meta key: how many leases of this request expired before (its worker died or stalled).
 SUSPECT_META_KEY = "_ha_suspect"
+
+
+def _parent_of(request: Request) -> tuple[str, str] | None:
+    """The lease that fences *request*: its page's (a child), or its original's (a
+    redirect, which carries the original's lease and is no retry); None for a root."""
+    parent = request.meta.get(PARENT_META_KEY)
+    if parent is None:
+        outcome = request.meta.get(OUTCOME_META_KEY) or {}
+        if outcome.get("op") != "retry":
+            parent = request.meta.get(LEASE_META_KEY)
+    return (str(parent[0]), str(parent[1])) if parent else None
+
+
+def _kept(exc: Exception) -> bool:
+    """After these an operation is kept and retried (Redis away, or a key of the wrong type
+    that the loop sets aside first); any other error costs the entry alone."""
+    return isinstance(exc, REDIS_DOWN_ERRORS) or "WRONGTYPE" in str(exc)
+
 
 _SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
 
@@ -181,6 +200,11 @@ class Scheduler:
         self._cp_saves: list[tuple[str, str, str, bytes, int]] = []
         self._solo: str | None = None  # a suspect running alone
         self._to_release: list[tuple[str, str]] = []
+        self._corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
+        self._clamp_warned = False
+        self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
+        self._keeper: LeaseKeeper | None = None  # renews from its own thread
+        self._watch: LoopWatch | None = None
         self._seen: set[bytes] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -257,7 +281,8 @@ class Scheduler:
             if len(self._seen) >= LOCAL_SEEN_LIMIT:
                 self._seen.clear()
             self._seen.add(fingerprint)
-        self._outbox.append(NewEntry(fingerprint, request.priority, payload))
+        self._note_priority(request)
+        self._outbox.append(NewEntry(fingerprint, request.priority, payload, _parent_of(request)))
         if self._outbox_top is None or request.priority > self._outbox_top:
             self._outbox_top = request.priority
         self._wake.set()
@@ -432,7 +457,10 @@ class Scheduler:
         if not outcome or outcome.get("op") != "retry" or not lease:
             return False
         held = self._inflight.get(lease[0])
-        return held is not None and held[1] is not request
+        if held is None or held[1] is request:
+            return False
+        self._retry_priority[lease[0]] = request.priority  # (RETRY_PRIORITY_ADJUST applied)
+        return True
 
     # -- open and close --------------------------------------------------------------
 
@@ -475,10 +503,11 @@ class Scheduler:
         except BaseException:
             await client.aclose()
             raise
-        self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name))
+        self.queue = RedisQueue(client, Keys(cfg.key_prefix, spider.name), order=cfg.order)
         if cfg.flush_on_start:
             await self._flush_on_start()
         await self._renew()
+        self._start_keeper()
         self._redis_ok = True
         logger.info(
             "scrapy-ha %s (Scrapy %s, redis-py %s, Redis %s) at %s, keys %s, worker %s",
@@ -553,6 +582,7 @@ class Scheduler:
                 exc, self.config.lease_time,
             )  # fmt: skip
         finally:
+            await self._stop_keeper()
             await self.queue.client.aclose()
 
     async def _final_flush(self, reason: str) -> None:
@@ -560,7 +590,7 @@ class Scheduler:
         self._collect_finished()
         if self._gate_ops:
             await self._send_gates()
-        while self._outbox or self._acks or self._ops or self._cp_saves:
+        while self._outbox or self._acks or self._ops or self._cp_saves or self._corrupt:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
         held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished + self._to_release
@@ -635,7 +665,7 @@ class Scheduler:
         assert self.queue is not None
         self._collect_finished()
         now = time.monotonic()
-        if now - self._last_renew >= self.config.renew_interval:
+        if self._keeper is None and now - self._last_renew >= self.config.renew_interval:
             await self._renew()
         if now - self._last_reclaim >= self.config.reclaim_interval:
             await self._reclaim()
@@ -672,6 +702,7 @@ class Scheduler:
         assert isinstance(self.spider, RedisSpiderMixin)
         try:
             request = self.spider.make_request_from_data(data)
+            self._note_priority(request)
             return NewEntry(self._fingerprint(request), request.priority,
                             encode_request(request, self.spider))  # fmt: skip
         except Exception as exc:
@@ -735,12 +766,13 @@ class Scheduler:
         del self._acks[:n_acks]
         self._count(result, len(enqueue))
         self._note_server(result)
-        for op in self._ops[:n_ops]:
-            await self._end(op)
-            self._ops.remove(op)
         was_empty = not self._buffer
         for lease_ in result.leases:
-            await self._take(lease_)
+            self._take(lease_)  # tracked (renewed, released) from here on
+        if result.leases and self._keeper is not None:
+            self._keeper.hold(self._held_pairs())
+        await self._settle_corrupt()
+        await self._end_ops(n_ops)
         await self._after_sync(result, new_work=was_empty and bool(self._buffer))
 
     async def _save_checkpoints(self) -> None:
@@ -769,9 +801,42 @@ class Scheduler:
             logger.info("Domain %s closed for %.1f s for every worker (rate limited)",
                         domain, seconds)  # fmt: skip
 
+    async def _end_ops(self, n_ops: int) -> None:
+        """End the first *n_ops* finished leases; a failure costs that entry alone."""
+        for op in self._ops[:n_ops]:
+            try:
+                await self._end(op)
+            except Exception as exc:
+                if _kept(exc):
+                    raise
+                await self._end_failed(op, exc)
+            self._ops.remove(op)
+
+    async def _end_failed(self, op: _Op, exc: Exception) -> None:
+        """Dead-letter an entry whose retry or dead-letter failed, with the reason."""
+        assert self.queue is not None
+        reason = f"scrapy-ha could not {op.kind} it: {type(exc).__name__}: {exc}"
+        self.stats.inc_value("ha/op_errors")
+        info = {"class": "error", "reason": reason}
+        try:
+            size = await self.queue.dead_letter(op.entry_id, op.token, info,
+                                                **self._dlq_retention())  # fmt: skip
+        except Exception as exc2:
+            if _kept(exc2):
+                raise
+            logger.error("Could not %s %s (%s) nor dead-letter it (%s): its lease is left to "
+                         "expire", op.kind, op.request, reason, exc2)  # fmt: skip
+            return
+        if size:
+            self.stats.inc_value("ha/dead/error")
+            logger.error("Dead-lettered %s (class error): %s", op.request, reason)
+            self._check_dlq_size(size)
+
     async def _end(self, op: _Op) -> None:
         """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
         assert self.queue is not None
+        if op.kind != "retry":
+            self._retry_priority.pop(op.entry_id, None)
         if op.kind == "defer":
             await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
             self.stats.inc_value("ha/deferred")
@@ -780,8 +845,9 @@ class Scheduler:
         outcome = op.request.meta.get(OUTCOME_META_KEY) or {}
         if op.kind == "retry":
             due = await self.queue.retry_later(
-                op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload
-            )
+                op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload,
+                self._retry_priority.pop(op.entry_id, op.request.priority),
+            )  # fmt: skip
             self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
             return
         await self._dead_letter(op, outcome, payload)
@@ -837,23 +903,61 @@ class Scheduler:
             inc("ha/stale_acks", result.stale)
             logger.warning("%d ack(s) refused: their leases had expired and were reclaimed",
                            result.stale)  # fmt: skip
+        if result.refused:
+            inc("ha/children_refused", result.refused)
+            logger.warning("%d request(s) refused: the lease of the page that yielded them had "
+                           "expired and was reclaimed (another worker redoes that page)",
+                           result.refused)  # fmt: skip
+        if result.set_aside:
+            inc("ha/dead/corrupt", result.set_aside)
+            logger.error("%d pending entr(ies) without an entry id moved to the dead-letter "
+                         "queue as corrupt", result.set_aside)  # fmt: skip
         if result.leases:
             inc("ha/leased", len(result.leases))
             self._leases_valid_until = time.monotonic() + self.config.lease_time
 
-    async def _take(self, lease: Lease) -> None:
+    def _note_priority(self, request: Request) -> None:
+        """Priorities beyond the score's range are clamped: count them, warn once."""
+        if -MAX_PRIORITY <= request.priority <= MAX_PRIORITY:
+            return
+        self.stats.inc_value("ha/priority_clamped")
+        if not self._clamp_warned:
+            self._clamp_warned = True
+            logger.warning(
+                "Priority %d of %s is outside the range scrapy-ha stores (-%d to %d): it is "
+                "queued as %d (further ones are counted in ha/priority_clamped)",
+                request.priority, request, MAX_PRIORITY, MAX_PRIORITY,
+                clamp_priority(request.priority),
+            )  # fmt: skip
+
+    def _take(self, lease: Lease) -> None:
+        """Buffer a leased request; an unreadable one waits in ``_corrupt`` (still renewed)
+        until it is dead-lettered."""
         try:
             request = decode_request(lease.payload, self.spider) if lease.payload else None
             if request is None:
                 raise CodecError("the payload is missing")
-        except CodecError as exc:
-            await self._dead_letter_corrupt(lease, str(exc))
+        except Exception as exc:  # any failure to rebuild it is this entry's alone
+            reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
+            self._corrupt.append((lease, reason))
             return
         request.meta[LEASE_META_KEY] = (lease.id, lease.token)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[SUSPECT_META_KEY] = lease.expiries
         self._buffer.append(request)
+
+    async def _settle_corrupt(self) -> None:
+        while self._corrupt:
+            lease, reason = self._corrupt[0]
+            try:
+                await self._dead_letter_corrupt(lease, reason)
+            except Exception as exc:
+                if _kept(exc):
+                    raise  # still held and renewed: retried next round
+                logger.error("Could not dead-letter corrupt queue entry %s (%s): %s; its lease "
+                             "is left to expire", lease.id, reason, exc)  # fmt: skip
+            self._corrupt.pop(0)
 
     async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:
         assert self.queue is not None
@@ -919,13 +1023,55 @@ class Scheduler:
             sets.append(engine_slot.inprogress)
         return lambda r: id(r) in queued or any(r in s for s in sets)
 
-    async def _renew(self) -> None:
-        assert self.queue is not None
+    def _held_pairs(self) -> Pairs:
+        """Every lease this worker holds: buffered, in flight, finished (acks and ops not
+        sent yet), unreadable, and waiting to be released."""
         pairs = [r.meta[LEASE_META_KEY] for r in self._buffer]
         pairs += [(i, t) for i, (t, _) in self._inflight.items()] + self._acks
+        pairs += [(op.entry_id, op.token) for op in self._ops]
+        pairs += [(lease.id, lease.token) for lease, _ in self._corrupt]
+        return tuple(pairs + self._to_release)
+
+    def _start_keeper(self) -> None:
+        """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha.keeper`)."""
+        assert self.queue is not None
+        cfg = self.config
+        client = sync_redis_from_settings(self.crawler.settings,
+                                          connect_timeout=cfg.connect_timeout)  # fmt: skip
+        self._keeper = LeaseKeeper(
+            client, self.queue.keys, worker=cfg.worker_id, lease_time=cfg.lease_time,
+            renew_interval=cfg.renew_interval, heartbeat_ttl=cfg.heartbeat_ttl,
+            watchdog=cfg.renew_watchdog, loop=asyncio.get_running_loop(),
+            on_renewed=self._on_renewed,
+        )  # fmt: skip
+        self._keeper.hold(self._held_pairs())
+        self._keeper.start()
+        self._watch = LoopWatch(self._keeper, self._held_pairs)
+        self._watch.start()
+
+    async def _stop_keeper(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+        if self._keeper is not None:
+            keeper, self._keeper = self._keeper, None
+            await asyncio.to_thread(keeper.stop)
+
+    def _on_renewed(self, started: float, lost: list[str]) -> None:
+        """A renewal by the keeper's thread (run on the event loop)."""
+        if self._keeper is None:
+            return
+        self._note_rate(started)
+        self._leases_valid_until = started + self.config.lease_time
+        if lost:  # leases given up since the snapshot (acked, released) are not lost
+            held = {entry_id for entry_id, _ in self._held_pairs()}
+            if real := set(lost) & held:
+                self._drop_lost(real)
+
+    async def _renew(self) -> None:
+        assert self.queue is not None
         started = time.monotonic()
         _, lost = await self.queue.renew(
-            pairs, worker=self.config.worker_id,
+            list(self._held_pairs()), worker=self.config.worker_id,
             lease_ms=int(self.config.lease_time * 1000),
             heartbeat_ms=int(self.config.heartbeat_ttl * 1000),
         )  # fmt: skip
@@ -960,11 +1106,15 @@ class Scheduler:
             worker=self.config.worker_id,
             interval_ms=int(self.config.reclaim_interval * 1000),
             batch=self.config.reclaim_batch,
-            max_expiries=self.config.max_lease_expiries,
-        )
+            max_expiries=self.config.max_lease_expiries, **self._dlq_retention(),
+        )  # fmt: skip
         if result is None:
             return
-        reclaimed, poison = result
+        reclaimed, poison, set_aside = result
+        if set_aside:
+            self.stats.inc_value("ha/dead/corrupt", set_aside)
+            logger.error("%d leased entr(ies) had an unreadable lease record: moved to the "
+                         "dead-letter queue as corrupt", set_aside)  # fmt: skip
         if reclaimed:
             self.stats.inc_value("ha/reclaimed", reclaimed)
             logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)
@@ -1024,7 +1174,8 @@ class Scheduler:
             raise DontCloseSpider
 
     def _keep_alive(self) -> bool:
-        local = self._buffer or self._outbox or self._acks or self._ops or self._inflight
+        local = (self._buffer or self._outbox or self._acks or self._ops or self._inflight
+                 or self._corrupt)
         return bool(
             self._feed_mode or local or not self._redis_ok or self._remote_active != 0
         )

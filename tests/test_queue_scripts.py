@@ -87,7 +87,7 @@ async def test_reclaim_returns_expired_leases_in_their_order_and_fences_the_old_
     await q.enqueue([entry("a"), entry("b", 3)])
     old = await q.lease(2, 50)
     await asyncio.sleep(0.1)
-    assert await q.reclaim(worker="w2", interval_ms=10000, batch=100, max_expiries=3) == (2, [])
+    assert await q.reclaim(worker="w2", interval_ms=10000, batch=100, max_expiries=3) == (2, [], 0)
     assert await q.reclaim(worker="w3", interval_ms=10000, batch=100, max_expiries=3) is None
     new = await q.lease(2, 30000)
     assert payloads(new) == [b"payload-b", b"payload-a"]
@@ -110,7 +110,7 @@ async def test_renew_keeps_a_lease_alive_and_registers_the_worker(redis_url):
         assert await q.renew([(a.id, a.token)], worker="w1", lease_ms=200, heartbeat_ms=200) == (1, [])
     assert (await q.counts()).workers == 1
     await q.client.delete(KEYS.reclaim_guard)
-    assert await q.reclaim(worker="w2", interval_ms=1, batch=100, max_expiries=3) == (0, [])
+    assert await q.reclaim(worker="w2", interval_ms=1, batch=100, max_expiries=3) == (0, [], 0)
     assert await q.ack([(a.id, a.token)]) == (1, 0)
     await asyncio.sleep(0.25)
     assert (await q.counts()).workers == 0  # heartbeat expired
@@ -125,7 +125,9 @@ async def test_poison_after_max_expiries(redis_url):
         (lease,) = await q.lease(1, 10)
         await asyncio.sleep(0.05)
         await q.client.delete(KEYS.reclaim_guard)
-        reclaimed, poison = await q.reclaim(worker="w", interval_ms=1000, batch=10, max_expiries=3)
+        reclaimed, poison, _ = await q.reclaim(
+            worker="w", interval_ms=1000, batch=10, max_expiries=3
+        )
         assert (reclaimed, len(poison)) == ((1, 0) if round_ < 2 else (0, 1))
     counts = await q.counts()
     assert (counts.pending, counts.leased, counts.dead) == (0, 0, 1)
@@ -141,9 +143,9 @@ async def test_reclaim_batch_is_bounded(redis_url):
     await q.enqueue([entry(str(i)) for i in range(7)])
     await q.lease(7, 1)
     await asyncio.sleep(0.05)
-    assert await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3) == (5, [])
+    assert await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3) == (5, [], 0)
     # a full batch lets the next round continue at once
-    assert await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3) == (2, [])
+    assert await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3) == (2, [], 0)
     await q.client.aclose()
 
 

@@ -6,13 +6,17 @@
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- The JSON gets "last" (server time, ms) and keeps "first" if given.
 -- Returns {1, entries in the dead-letter queue}, or {0, 0} when the token is stale.
+local max_dead, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
+local ok, info = pcall(cjson.decode, ARGV[3])
+if not (max_dead and max_age and ok and type(info) == 'table') then
+  return redis.error_reply('ERR dead: the reason must be a JSON object, retention numbers')
+end
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not (v and string.match(v, '^(%S+)') == ARGV[2]) then
   return {0, 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local info = cjson.decode(ARGV[3])
 info['last'] = now
 if not info['first'] then info['first'] = now end
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -23,8 +27,8 @@ redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(info))
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
-local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[5]), 'LIMIT', 0, 100)
-local excess = redis.call('ZCARD', KEYS[3]) - #old - tonumber(ARGV[4])
+local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - max_age, 'LIMIT', 0, 100)
+local excess = redis.call('ZCARD', KEYS[3]) - #old - max_dead
 if excess > 0 then
   local more = redis.call('ZRANGE', KEYS[3], #old, #old + math.min(excess, 100) - 1)
   for _, id in ipairs(more) do old[#old + 1] = id end

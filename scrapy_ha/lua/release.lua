@@ -1,14 +1,16 @@
 -- release: give leases back to pending at once (graceful stop), keeping their order.
 -- KEYS[1] pending  KEYS[2] leased  KEYS[3] leases  KEYS[4] payload
 -- ARGV pairs: entry id, lease token
--- Returns the number released; a stale token releases nothing.
+-- Returns the number released; a stale token releases nothing. A lease record whose
+-- restore score cannot be read goes back at priority 0 (never half-released).
 local n = 0
 for i = 1, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local v = redis.call('HGET', KEYS[3], id)
-  if v and string.match(v, '^(%S+)') == tok then
+  if tok and v and string.match(v, '^(%S+)') == tok then
+    local score = tonumber(string.match(v, '^%S+ (%S+)') or '') or 0
     local payload = redis.call('HGET', KEYS[4], id) or ''
-    redis.call('ZADD', KEYS[1], string.match(v, '^%S+ (%S+)$'), id .. ' ' .. payload)
+    redis.call('ZADD', KEYS[1], string.format('%.0f', score), id .. ' ' .. payload)
     redis.call('HDEL', KEYS[4], id)
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)

@@ -1,29 +1,75 @@
 -- sync: one round trip of a worker's main loop, in this order:
---   1. enqueue new requests (dupefilter check + push to pending),
+--   1. enqueue new requests (parent fence + dupefilter check + push to pending),
 --   2. ack finished leases (fenced by token; children of step 1 are already durable),
 --   3. promote due delayed entries, then lease up to n pending entries.
+-- The input is checked before the first write: the script applies whole or not at all.
+-- Data read that is garbage never stops it half-way: a pending member without an entry id
+-- is set aside in the dead-letter queue as 'corrupt', a restore score that is not a number
+-- restores at priority 0, a lease record that cannot be read refuses its ack (stale).
 -- A pending entry is one sorted-set member "<id> <payload>" (no separate payload while it
 -- waits: that keeps a queued request small); leased, delayed and dead entries keep their
 -- payload in the payload hash under their id.
 -- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter  KEYS[4] seq
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
--- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates
+-- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates      KEYS[12] dead
+-- KEYS[13] dead_info
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
 -- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
 -- ARGV[5] most delayed entries to promote
--- then ARGV[1] requests, one argument each: "<priority> <fingerprint length (2 digits)>
---   <fingerprint><payload>" (length 00 = never filtered), e.g. "-3 12<12 bytes>{...}"
+-- ARGV[6] a random nonce of this call (no spaces): part of every token it gives, so that a
+--         token is never given twice, even after a flush or a failover that lost counters
+-- ARGV[7] order within a priority: 'fifo' or 'lifo'
+-- then ARGV[1] requests, one argument each: "<priority> <parent> <fingerprint length
+--   (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease token>"
+--   of the page that yielded it; length 00 = never filtered; e.g. "-3 - 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
--- Returns {now_ms, added, acked, stale, pending, leased, delayed, n,
+-- Priorities are clamped to -4095 .. 4095 (the score has 2^40 per step, exact below 2^53).
+-- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside, n,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          id1, token1, payload1, expiries1, ...}
---   (payload '' when the entry has no payload: the worker dead-letters it as corrupt;
+--   (refused: children whose parent's lease is no longer current: not enqueued, the
+--   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
+--   payload '' when the entry has no payload: the worker dead-letters it as corrupt;
 --   expiries: how many of the entry's leases expired before, so the worker can run a
 --   suspect alone and only the request that kills workers is counted as poison).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local PRIO = 1099511627776 -- 2^40: priority dominates, the sequence number orders FIFO
+local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
+local nonce, lifo = ARGV[6], ARGV[7] == 'lifo'
+local PRIO = 1099511627776 -- 2^40: priority dominates, the sequence number orders the rest
+local MAXP = 4095
+
+if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 7 + n_enq + n_ack
+    or not string.match(nonce or '', '^[%w]+$') or not (lifo or ARGV[7] == 'fifo') then
+  return redis.error_reply('ERR sync: bad arguments (counts, nonce or order)')
+end
+
+-- 1. read and check every request before any write
+local reqs = {}
+for i = 1, n_enq do
+  local e = ARGV[7 + i]
+  local prio, pid, ptok, rest = string.match(e, '^(%-?%d+) ([^ /]+)/?(%S*) ()')
+  local fl = rest and tonumber(string.sub(e, rest, rest + 1))
+  if not (prio and fl and (pid == '-' or ptok ~= '')) or #e < rest + 1 + fl then
+    return redis.error_reply('ERR sync: malformed request argument ' .. i)
+  end
+  reqs[i] = {
+    prio = math.max(-MAXP, math.min(MAXP, tonumber(prio))),
+    pid = pid ~= '-' and pid or nil, ptok = ptok,
+    fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
+    payload = string.sub(e, rest + 2 + fl)}
+end
+
+local function score(prio, seq)
+  if lifo then return -prio * PRIO + (PRIO - seq) end
+  return -prio * PRIO + seq
+end
+
+local function current(id, tok)
+  local v = redis.call('HGET', KEYS[6], id)
+  return v and string.match(v, '^(%S+)') == tok
+end
 
 -- A counter overwritten with garbage restarts above any id it can have given (unix seconds).
 local function take(counter, n)
@@ -33,30 +79,37 @@ local function take(counter, n)
   return tonumber(t[1])
 end
 
-local added = 0
+-- A key of the wrong type fails here, before any write (the worker sets it aside).
+local TYPES = {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset', 'hash', nil, 'hash',
+  'zset', 'hash'}
+for i = 1, 13 do
+  local ty = redis.call('TYPE', KEYS[i])['ok']
+  if TYPES[i] and ty ~= 'none' and ty ~= TYPES[i] then
+    return redis.error_reply('WRONGTYPE sync: ' .. KEYS[i] .. ' holds a ' .. ty)
+  end
+end
+
+local added, refused = 0, 0
 if n_enq > 0 then
   local base = take(KEYS[4], n_enq)
-  for i = 0, n_enq - 1 do
-    local e = ARGV[6 + i]
-    local sp = string.find(e, ' ', 1, true)
-    local fl = tonumber(string.sub(e, sp + 1, sp + 2))
-    local fp = string.sub(e, sp + 3, sp + 2 + fl)
-    if fl == 0 or redis.call('SADD', KEYS[3], fp) == 1 then
-      local seq = base + i + 1
-      local id = string.format('%.0f', seq)
-      local score = string.format('%.0f', -tonumber(string.sub(e, 1, sp - 1)) * PRIO + seq)
-      redis.call('ZADD', KEYS[1], score, id .. ' ' .. string.sub(e, sp + 3 + fl))
+  for i = 1, n_enq do
+    local r = reqs[i]
+    if r.pid and not current(r.pid, r.ptok) then
+      refused = refused + 1
+    elseif r.fl == 0 or redis.call('SADD', KEYS[3], r.fp) == 1 then
+      local seq = base + i
+      redis.call('ZADD', KEYS[1], string.format('%.0f', score(r.prio, seq)),
+        string.format('%.0f', seq) .. ' ' .. r.payload)
       added = added + 1
     end
   end
 end
 
+-- 2. acks: a malformed ack or an unreadable lease record is refused as stale
 local acked, stale = 0, 0
-local a0 = 6 + n_enq
-for i = 0, n_ack - 1 do
-  local id, tok = string.match(ARGV[a0 + i], '^(%S+) (%S+)$')
-  local v = redis.call('HGET', KEYS[6], id)
-  if v and string.match(v, '^(%S+)') == tok then
+for i = 1, n_ack do
+  local id, tok = string.match(ARGV[7 + n_enq + i], '^(%S+) (%S+)$')
+  if id and current(id, tok) then
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[2], id)
@@ -67,7 +120,8 @@ for i = 0, n_ack - 1 do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0, 0}
+local out = {now, added, acked, stale, 0, 0, 0, refused, 0, 0}
+local NG = 10
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
@@ -77,15 +131,27 @@ if redis.call('HLEN', KEYS[11]) > 0 then
     else
       out[#out + 1] = gates[i]
       out[#out + 1] = gates[i + 1]
-      out[8] = out[8] + 1
+      out[NG] = out[NG] + 1
     end
   end
 end
+
+-- A pending member that has no entry id cannot be leased, acked or renewed: set it aside.
+local function set_aside(member)
+  local id = string.format('%.0f', take(KEYS[4], 1) + 1)
+  redis.call('ZADD', KEYS[12], now, id)
+  redis.call('HSET', KEYS[13], id, cjson.encode({class = 'corrupt', first = now, last = now,
+    reason = 'corrupt queue entry: a pending member without an entry id'}))
+  redis.call('HSET', KEYS[2], id, member)
+  out[9] = out[9] + 1
+end
+
 if n_lease > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, n_promote)
   for _, id in ipairs(due) do
     local payload = redis.call('HGET', KEYS[2], id) or ''
-    redis.call('ZADD', KEYS[1], redis.call('HGET', KEYS[9], id) or '0', id .. ' ' .. payload)
+    local sc = tonumber(redis.call('HGET', KEYS[9], id) or '') or 0
+    redis.call('ZADD', KEYS[1], string.format('%.0f', sc), id .. ' ' .. payload)
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
     redis.call('HDEL', KEYS[2], id)
@@ -95,20 +161,24 @@ if n_lease > 0 then
   if n > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
     local tbase = take(KEYS[10], n)
-    local expiry = now + tonumber(ARGV[4])
+    local expiry = now + lease_ms
     for i = 1, n do
-      local member, score = items[i * 2 - 1], items[i * 2]
+      local member, sc = items[i * 2 - 1], items[i * 2]
       local space = string.find(member, ' ', 1, true)
       local id = space and string.sub(member, 1, space - 1) or member
-      local payload = space and string.sub(member, space + 1) or ''
-      local tok = string.format('%.0f', tbase + i)
-      redis.call('ZADD', KEYS[5], expiry, id)
-      redis.call('HSET', KEYS[6], id, tok .. ' ' .. score)
-      redis.call('HSET', KEYS[2], id, payload)
-      out[#out + 1] = id
-      out[#out + 1] = tok
-      out[#out + 1] = payload
-      out[#out + 1] = tonumber(redis.call('HGET', KEYS[7], id) or '0') or 0
+      if id == '' then
+        set_aside(member)
+      else
+        local payload = space and string.sub(member, space + 1) or ''
+        local tok = nonce .. '-' .. string.format('%.0f', tbase + i)
+        redis.call('ZADD', KEYS[5], expiry, id)
+        redis.call('HSET', KEYS[6], id, tok .. ' ' .. sc)
+        redis.call('HSET', KEYS[2], id, payload)
+        out[#out + 1] = id
+        out[#out + 1] = tok
+        out[#out + 1] = payload
+        out[#out + 1] = tonumber(redis.call('HGET', KEYS[7], id) or '0') or 0
+      end
     end
   end
 end

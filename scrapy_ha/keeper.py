@@ -1,0 +1,180 @@
+"""Lease renewal and heartbeat off the reactor.
+
+A lease says "this worker process is alive", not "its event loop is responsive": a callback
+that blocks on a database or a CPU-bound parse longer than ``HA_LEASE_TIME`` must not let
+other workers take its requests. :class:`LeaseKeeper` renews everything the worker holds
+from its own thread, on its own synchronous Redis connection, every
+``HA_LEASE_RENEW_INTERVAL``. A watchdog bounds it: when the event loop has not ticked for
+``HA_RENEW_WATCHDOG`` (10 lease periods by default) the loop is taken as stuck for good and
+renewal stops, so the leases expire and other workers go on. :class:`LoopWatch` ticks on the
+event loop every second, tells the keeper it is alive, and logs a WARNING with the length of
+every stall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from scrapy.settings import Settings
+from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
+
+from scrapy_ha.connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
+from scrapy_ha.keys import Keys
+from scrapy_ha.queue import RENEW_LUA
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two ticks of the event-loop watch.
+TICK = 1.0
+#: A tick this much later than due is a stall worth a WARNING (a slow callback, not jitter).
+STALL_WARNING = 2.0
+#: Lease periods the event loop may stay stuck before renewal stops (HA_RENEW_WATCHDOG).
+WATCHDOG_LEASE_PERIODS = 10
+
+#: (entry id, token) of every lease the worker holds.
+Pairs = tuple[tuple[str, str], ...]
+
+
+def sync_redis_from_settings(settings: Any, *, connect_timeout: float) -> Any:
+    """A blocking Redis client from scrapy-redis's connection settings (for the thread)."""
+    params: dict[str, Any] = {
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
+        "retry_on_timeout": False,
+    }
+    params.update(settings.getdict("REDIS_PARAMS"))
+    cls = params.get("redis_cls")
+    name = cls if isinstance(cls, str) else getattr(cls, "__name__", "")
+    params["redis_cls"] = redis.RedisCluster if "Cluster" in name else redis.Redis
+    only_redis = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
+    only_redis.set("REDIS_PARAMS", params)
+    return get_redis_from_settings(only_redis)
+
+
+class LeaseKeeper:
+    """Renews a worker's leases and heartbeat from its own thread.
+
+    The event loop publishes what it holds with :meth:`hold` and proves it is alive with
+    :meth:`beat`; each renewal's result (its start time and the ids found lost) is handed
+    back to the loop with ``call_soon_threadsafe``.
+    """
+
+    def __init__(
+        self, client: Any, keys: Keys, *, worker: str, lease_time: float,
+        renew_interval: float, heartbeat_ttl: float, watchdog: float,
+        loop: asyncio.AbstractEventLoop, on_renewed: Callable[[float, list[str]], None],
+    ) -> None:  # fmt: skip
+        self.client = client
+        self.keys = keys
+        self.worker = worker
+        self.lease_ms = int(lease_time * 1000)
+        self.heartbeat_ms = int(heartbeat_ttl * 1000)
+        self.interval = renew_interval
+        self.watchdog = watchdog
+        self.loop = loop
+        self.on_renewed = on_renewed
+        self._script = client.register_script(RENEW_LUA)
+        self._held: Pairs = ()
+        self._last_beat = time.monotonic()
+        self._stop = threading.Event()
+        self._stuck = False
+        self._redis_ok = True
+        self._thread = threading.Thread(target=self._run, name="scrapy-ha-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def hold(self, pairs: Pairs) -> None:
+        """What the worker holds now (one assignment: safe to read from the thread)."""
+        self._held = pairs
+
+    def beat(self) -> None:
+        """The event loop is alive."""
+        self._last_beat = time.monotonic()
+
+    def stop(self) -> None:
+        """Stop renewing, wait for the thread, close its connection."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.interval + DEFAULT_SOCKET_TIMEOUT)
+        self.client.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.renew_once()
+            except Exception:  # the thread must outlive any one failure
+                logger.exception("Lease renewal failed; retrying in %g s", self.interval)
+
+    def renew_once(self) -> None:
+        """One renewal, unless the event loop has been stuck past the watchdog."""
+        stalled = time.monotonic() - self._last_beat
+        if stalled > self.watchdog:
+            if not self._stuck:
+                self._stuck = True
+                logger.error(
+                    "The event loop has been stuck for %.0f s (HA_RENEW_WATCHDOG=%gs): this "
+                    "worker stops renewing its leases so that other workers take them over",
+                    stalled, self.watchdog,
+                )  # fmt: skip
+            return
+        self._stuck = False
+        started = time.monotonic()
+        args: list[Any] = [self.lease_ms, self.worker, self.heartbeat_ms]
+        for entry_id, token in self._held:
+            args += [entry_id, token]
+        try:
+            reply = self._script(keys=[self.keys.leased, self.keys.leases, self.keys.workers],
+                                 args=args)  # fmt: skip
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+            self._redis_down(exc)
+            return
+        self._redis_ok = True
+        lost = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[2:]]
+        if not self._stop.is_set():
+            self.loop.call_soon_threadsafe(self.on_renewed, started, lost)
+
+    def _redis_down(self, exc: BaseException) -> None:
+        level = logging.WARNING if self._redis_ok else logging.DEBUG
+        self._redis_ok = False
+        logger.log(level, "Lease renewal failed (%s: %s); retrying in %g s",
+                   type(exc).__name__, exc, self.interval)  # fmt: skip
+
+
+class LoopWatch:
+    """Ticks on the event loop every :data:`TICK` seconds: beats the keeper, publishes what
+    the worker holds, and logs a WARNING with the length of each stall of the loop."""
+
+    def __init__(self, keeper: LeaseKeeper, held: Callable[[], Pairs]) -> None:
+        self.keeper = keeper
+        self.held = held
+        self.loop = keeper.loop
+        self._due = 0.0
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._due = time.monotonic() + TICK
+        self._handle = self.loop.call_later(TICK, self._tick)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        late = now - self._due
+        if late > STALL_WARNING:
+            logger.warning(
+                "The event loop was blocked for %.1f s (a callback or pipeline that does not "
+                "yield): leases were renewed from scrapy-ha's own thread meanwhile", late
+            )
+        self.keeper.beat()
+        self.keeper.hold(self.held())
+        self._due = now + TICK
+        self._handle = self.loop.call_later(TICK, self._tick)

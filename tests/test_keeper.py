@@ -1,0 +1,91 @@
+"""Leases are renewed from a thread: a callback that blocks the event loop for two lease
+periods keeps its requests, and a second worker neither reclaims nor repeats them (real
+`scrapy runspider` processes, real Redis, real site)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LEASE_TIME = 3
+FAST_LEASES = {
+    "HA_LEASE_TIME": str(LEASE_TIME), "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "3",
+    "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "1",
+}  # fmt: skip
+
+
+def worker(redis_url: str, site_url: str, tmp: Path, name: str, **extra: str):
+    settings = {
+        **FAST_LEASES, "SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url,
+        "ITEMS_FILE": str(tmp / "items.jl"), "BLOCK_PATH": "/item/3",
+        "BLOCK_MARKER": str(tmp / "blocking"), "BLOCK_SECONDS": str(2 * LEASE_TIME),
+        "CONCURRENT_REQUESTS": "4", "LOG_LEVEL": "INFO", **extra,
+    }  # fmt: skip
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider",
+            str(ROOT / "tests" / "blocking_spider.py"), "-a", f"base_url={site_url}"]  # fmt: skip
+    for key, value in settings.items():
+        args += ["-s", f"{key}={value}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with (tmp / f"{name}.log").open("wb") as out:
+        return subprocess.Popen(args, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stat(log: str, name: str) -> int:
+    match = re.search(rf"'{re.escape(name)}': (\d+)", log)
+    return int(match.group(1)) if match else 0
+
+
+def test_a_blocking_callback_keeps_its_leases(redis_url, site_factory, tmp_path):
+    site = site_factory("--pages", "3", "--per-page", "10", "--delay", "0.05")
+    first = worker(redis_url, site.url, tmp_path, "first")
+    second = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "blocking").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "never blocked"
+            time.sleep(0.02)
+        second = worker(redis_url, site.url, tmp_path, "second")
+        assert second.wait(timeout=120) == 0
+        assert first.wait(timeout=120) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    logs = {n: (tmp_path / f"{n}.log").read_text() for n in ("first", "second")}
+    ids = [json.loads(line)["id"] for line in (tmp_path / "items.jl").read_text().splitlines()]
+    assert sorted(ids) == list(range(1, 31)), logs["second"][-3000:]  # each item once
+    assert site.hits()["/item/3"] == 1  # crawled once
+    assert all(stat(log, "ha/reclaimed") == 0 for log in logs.values()), logs
+    assert all(stat(log, "ha/dead/poison") == 0 for log in logs.values())
+    assert "The event loop was blocked for" in logs["first"]
+
+
+def test_a_loop_stuck_past_the_watchdog_stops_renewing(redis_url, site_factory, tmp_path):
+    site = site_factory("--pages", "3", "--per-page", "10", "--delay", "0.05")
+    first = worker(redis_url, site.url, tmp_path, "first", HA_RENEW_WATCHDOG="1.5")
+    second = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "blocking").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "never blocked"
+            time.sleep(0.02)
+        second = worker(redis_url, site.url, tmp_path, "second")
+        assert second.wait(timeout=120) == 0
+        assert first.wait(timeout=120) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    logs = {n: (tmp_path / f"{n}.log").read_text() for n in ("first", "second")}
+    assert "stops renewing its leases" in logs["first"]
+    assert stat(logs["second"], "ha/reclaimed") > 0  # the stuck worker's leases moved on
+    ids = {json.loads(line)["id"] for line in (tmp_path / "items.jl").read_text().splitlines()}
+    assert ids == set(range(1, 31))  # nothing lost
