@@ -29,7 +29,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import __version__
 from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
-from scrapy_ha.config import ConfigError, SchedulerConfig
+from scrapy_ha.config import ConfigError, SchedulerConfig, default_worker_id
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
     check_reachable,
@@ -270,7 +270,7 @@ class Scheduler:
         self.spider = spider
         job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
         if job and not self.crawler.settings.get("HA_WORKER_ID"):
-            self.config = replace(self.config, worker_id=f"{self.config.worker_id}:{job}")
+            self.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:
