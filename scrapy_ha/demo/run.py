@@ -28,7 +28,10 @@ from urllib.request import urlopen
 from scrapy_ha.demo import harness
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The example project of a source checkout (an installed package takes ``--project``).
 EXAMPLE = ROOT / "example_project"
+#: Whether scrapy_ha runs from a source checkout (not installed): workers need it on the path.
+FROM_SOURCE = (ROOT / "pyproject.toml").exists() and (ROOT / "scrapy_ha").is_dir()
 #: Short leases so that the demo shows a reclaim within seconds.
 DEMO_SETTINGS = {
     "HA_LEASE_TIME": "5", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "5",
@@ -45,8 +48,9 @@ BANNED_EXIT = "127.0.0.2"
 
 
 class Demo:
-    def __init__(self, workdir: Path, pages: int, per_page: int) -> None:
+    def __init__(self, workdir: Path, pages: int, per_page: int, project: Path = EXAMPLE) -> None:
         self.dir = workdir
+        self.project = project
         self.pages, self.per_page = pages, per_page
         self.procs: list[subprocess.Popen[bytes]] = []
         self.items = workdir / "items.jl"
@@ -88,10 +92,11 @@ class Demo:
                 "-s", f"ITEMS_FILE={self.items}"]  # fmt: skip
         for name, value in DEMO_SETTINGS.items():
             args += ["-s", f"{name}={value}"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        paths = [str(self.project), *([str(ROOT)] if FROM_SOURCE else [])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths),
                "HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": self.proxy_url}  # fmt: skip
         with (self.dir / f"worker{n}.log").open("wb") as log:
-            proc = harness.spawn(args, cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+            proc = harness.spawn(args, cwd=self.project, env=env, stdout=log, stderr=log)
         self.procs.append(proc)
         return proc
 
@@ -227,10 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=250)
     parser.add_argument("--per-page", type=int, default=20)
     parser.add_argument("--dir", type=Path, default=ROOT / ".demo")
+    parser.add_argument("--project", type=Path, default=EXAMPLE,
+                        help="the example project (a copy of the repository's example_project)")
     args = parser.parse_args(argv)
+    if not (args.project / "scrapy.cfg").exists():
+        parser.error(f"--project {args.project}: no scrapy.cfg there; pass a copy of the "
+                     "repository's example_project")
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
-    demo = Demo(args.dir, args.pages, args.per_page)
+    demo = Demo(args.dir, args.pages, args.per_page, args.project.resolve())
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that `finally` stops every process
     try:
         return run(demo, kill_at=args.pages * args.per_page // 3)
