@@ -180,7 +180,8 @@ async def test_the_console_script_reads_the_projects_redis_url_and_prefix(
 
 
 def test_flush_refuses_while_a_worker_lives(redis_url, redis_client, site_factory, tmp_path):
-    site = site_factory("--pages", "40", "--per-page", "20", "--delay", "0.05")
+    # slow enough that the worker is still crawling when the command runs (about 25 s)
+    site = site_factory("--pages", "100", "--per-page", "20", "--delay", "0.2")
     items = tmp_path / "items.jl"
     live = worker(redis_url, site.url, items, tmp_path / "worker.log")
     wait_for_items(items, 20, live)
