@@ -1,24 +1,47 @@
 # The two commands of the README: `make demo` runs the demo crawl, `make test` runs the tests.
-# Both install what they need first (redis-server from Debian, a virtualenv in .venv).
+# Both install what they need first (Debian packages, a virtualenv in .venv pinned by
+# constraints.txt). A venv counts only once its stamp (.ready) is written, after the install
+# succeeded: a failed one is rebuilt from scratch by the next run.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+READY := $(VENV)/.ready
+#: Debian packages: redis-server for the tests and the demo, python3-venv for the venvs.
+DEBIAN_PACKAGES := redis-server python3-venv
+#: The oldest Scrapy supported (setup.cfg: scrapy>=2.16); CI runs a subset of the suite on it.
+OLDEST_SCRAPY := 2.16.*
+#: The part of the suite CI runs on the oldest Scrapy: everything that talks to Scrapy's
+#: engine in-process, without the long multi-process runs (crash, chaos, demo, bench, scrapyd).
+OLDEST_TESTS := tests/test_scheduler_crawl.py tests/test_retry_crawl.py tests/test_retry_classes.py \
+	tests/test_codec.py tests/test_config.py tests/test_start_urls.py tests/test_promises.py \
+	tests/test_dlq.py tests/test_checkpoints.py tests/test_proxy.py tests/test_useragent.py
 
-.PHONY: demo test bench chaos deps venv clean
+.PHONY: demo test test-oldest test-latest test-installed bench chaos deps venv constraints clean
 
 deps:
-	@command -v redis-server >/dev/null || { \
-	  echo "Installing redis-server (Debian package)"; \
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; fi
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+# make_venv DIR, PIP-ARGS: a venv from scratch; its stamp DIR/.ready is written last, so a
+# venv whose creation or install failed has none and is removed by the next run.
+define make_venv
+	rm -rf $(1)
+	$(PYTHON) -m venv $(1) || { rm -rf $(1); exit 1; }
+	$(1)/bin/pip install -q --upgrade pip
+	$(1)/bin/pip install -q $(2)
+	touch $(1)/.ready
+endef
 
-venv: $(BIN)/python
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+$(READY): setup.cfg constraints.txt
+	$(call make_venv,$(VENV),-c constraints.txt -e '.[test]')
+
+venv: $(READY)
 
 demo: deps venv
 	$(BIN)/python -m scrapy_ha.demo.run
@@ -32,5 +55,30 @@ chaos: deps venv
 test: deps venv
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# The oldest supported Scrapy, with everything else pinned as in constraints.txt.
+.venv-oldest/.ready: setup.cfg constraints.txt
+	grep -vi '^scrapy==' constraints.txt > .constraints-oldest.txt
+	$(call make_venv,.venv-oldest,-c .constraints-oldest.txt 'scrapy==$(OLDEST_SCRAPY)' -e '.[test]')
+	rm -f .constraints-oldest.txt
+
+test-oldest: deps .venv-oldest/.ready
+	.venv-oldest/bin/python -m pytest -q $(OLDEST_TESTS) $(PYTEST_ARGS)
+
+# The newest releases of everything, unpinned: run by hand (a new upstream deprecation turns
+# into an error here first, under filterwarnings = error).
+test-latest: deps
+	$(call make_venv,.venv-latest,--upgrade -e '.[test]')
+	.venv-latest/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The wheel installed in a clean venv outside the repository (.ci/installed).
+test-installed: deps venv
+	.ci/installed
+
+# Pin what the suite passes with now (run after `make test-latest` passed).
+constraints: venv
+	{ echo "# What the test suite is known to pass with (pip freeze of a working venv, minus scrapy-ha)."; \
+	  echo "# Regenerate: make constraints. The newest versions: make test-latest."; \
+	  $(BIN)/pip freeze --exclude-editable | grep -vi '^scrapy-ha=='; } > constraints.txt
+
 clean:
-	rm -rf $(VENV) .demo build *.egg-info
+	rm -rf $(VENV) .venv-oldest .venv-latest .demo build dist *.egg-info

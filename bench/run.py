@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import shutil
-import socket
+import signal
 import statistics
 import subprocess
 import sys
@@ -25,6 +25,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from scrapy_ha.demo import harness  # noqa: E402
+
+#: Seconds one crawl may take before the benchmark gives up (the full site takes about 2 min).
+CRAWL_TIMEOUT = 1800
 SCHEDULERS: dict[str, dict[str, str]] = {
     "memory": {"SCHEDULER": "scrapy.core.scheduler.Scheduler"},
     "scrapy-redis": {"SCHEDULER": "scrapy_redis.scheduler.Scheduler",
@@ -33,48 +38,24 @@ SCHEDULERS: dict[str, dict[str, str]] = {
 }  # fmt: skip
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Services:
     def __init__(self, workdir: Path) -> None:
         self.dir = workdir
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def spawn(self, args: list[str], *, listen: bool = False) -> str:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE if listen else subprocess.DEVNULL)
+        proc = harness.spawn(args, stdout=subprocess.PIPE if listen else subprocess.DEVNULL)
         self.procs.append(proc)
-        if not listen:
-            return ""
-        assert proc.stdout is not None
-        return proc.stdout.readline().decode().split()[1]
+        return str(harness.read_listening(proc, args[-1])[0]) if listen else ""
 
     def redis(self) -> int:
-        port = free_port()
-        self.spawn([shutil.which("redis-server") or "redis-server", "--port", str(port),
-                    "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                    "--dir", str(self.dir)])  # fmt: skip
-        import redis
-
-        client = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                client.ping()
-                return port
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise SystemExit("redis-server did not start")
+        proc, port = harness.start_redis(self.dir / "redis", args=["--appendonly", "no"])
+        self.procs.append(proc)
+        return port
 
     def stop(self) -> None:
         for proc in self.procs:
-            proc.terminate()
-        for proc in self.procs:
-            proc.wait(10)
-            if proc.stdout:
-                proc.stdout.close()
+            harness.stop(proc)
 
 
 def crawl(name: str, site: str, redis_port: int, concurrency: int, workdir: Path) -> dict[str, Any]:
@@ -91,7 +72,7 @@ def crawl(name: str, site: str, redis_port: int, concurrency: int, workdir: Path
             "-a", f"base_url={site}"]  # fmt: skip
     for key, value in settings.items():
         args += ["-s", f"{key}={value}"]
-    subprocess.run(args, check=True, cwd=workdir, stdout=subprocess.DEVNULL,
+    subprocess.run(args, check=True, cwd=workdir, stdout=subprocess.DEVNULL, timeout=CRAWL_TIMEOUT,
                    stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
     result = json.loads(out.read_text())
     result["rate"] = result["pages"] / result["seconds"]
@@ -101,12 +82,12 @@ def crawl(name: str, site: str, redis_port: int, concurrency: int, workdir: Path
 def crawl_series(args: argparse.Namespace, svc: Services, site: str, redis_port: int,
                  label: str) -> dict[str, Any]:  # fmt: skip
     rates: dict[str, list[float]] = {name: [] for name in SCHEDULERS}
-    pages = 0
+    pages: dict[str, list[int]] = {name: [] for name in SCHEDULERS}
     for run in range(args.runs):
         for name in SCHEDULERS:
             result = crawl(name, site, redis_port, args.concurrency, svc.dir)
             rates[name].append(result["rate"])
-            pages = result["pages"]
+            pages[name].append(result["pages"])
             print(f"  [{label}] run {run + 1} {name:<13} {result['rate']:7.1f} pages/s "
                   f"({result['pages']} pages)", flush=True)  # fmt: skip
     medians = {name: statistics.median(r) for name, r in rates.items()}
@@ -132,11 +113,16 @@ def main() -> int:
         args.pages, args.runs, args.micro, args.memory_sizes = 5, 1, 2000, "2000"
     workdir = Path(tempfile.mkdtemp(prefix="scrapy-ha-bench-"))
     svc = Services(workdir)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that `finally` stops every process
     try:
         return run(args, svc)
     finally:
         svc.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def run(args: argparse.Namespace, svc: Services) -> int:

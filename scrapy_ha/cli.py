@@ -63,6 +63,11 @@ async def _run(args: argparse.Namespace) -> int:
 @command("status")
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Counts per state (pending, leased, delayed, dead), live workers, fingerprints."""
+    if not await _crawl_exists(queue):
+        print(f"no such crawl: no keys of spider {queue.keys.spider!r} under "
+              f"{queue.keys.pending.rsplit(':', 1)[0]}:* (check the spider name, --prefix and "
+              f"--redis-url)", file=sys.stderr)  # fmt: skip
+        return 1
     counts = (await queue.counts()).as_dict()
     if args.json:
         print(json.dumps({"spider": queue.keys.spider, **counts}))
@@ -70,6 +75,13 @@ async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
         for name, value in counts.items():
             print(f"{name:>13}  {value}")
     return 0
+
+
+async def _crawl_exists(queue: RedisQueue) -> bool:
+    """Whether any key of the crawl (checkpoints included) is in Redis."""
+    if await queue.client.exists(*queue.keys.all()):
+        return True
+    return bool(await _checkpoint_keys(queue))
 
 
 @command("flush")
@@ -96,19 +108,44 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
 @command("dlq list")
 async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Dead-letter entries: id, class, attempts, reason, URL (filters: --class, --domain, --reason)."""
-    for e in await _selected(DeadLetterQueue(queue), args):
-        print(f"{e.id:>10}  {e.cls:<12} {e.attempts:>3}  {e.reason[:40]:<40}  {e.url}")
+    entries = await _selected(DeadLetterQueue(queue), args)
+    if not entries:
+        print(f"dead-letter queue of {queue.keys.spider}: empty"
+              + (" (for these filters)" if _filtered(args) else ""))  # fmt: skip
+        return 0
+    print(f"{'ID':>10}  {'CLASS':<12} {'TRIES':>5}  {'REASON':<40}  URL")
+    for e in entries:
+        print(f"{e.id:>10}  {e.cls:<12} {e.attempts:>5}  {e.reason[:40]:<40}  {e.url}")
+    by_class: dict[str, int] = {}
+    for e in entries:
+        by_class[e.cls] = by_class.get(e.cls, 0) + 1
+    classes = ", ".join(f"{cls} {n}" for cls, n in sorted(by_class.items()))
+    print(f"{_entries(len(entries))} listed ({classes})")
     return 0
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(args.cls or args.domain or args.reason or getattr(args, "limit", None))
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
 @command("dlq show")
 async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """One entry in full, as JSON (the request, class, reason, history)."""
+    """One entry in full, as JSON (the request, class, reason, history); the body as text
+    (JSON bodies as JSON), other bytes escaped."""
     entry = await DeadLetterQueue(queue).get(args.id)
     if entry is None:
         print(f"no dead-letter entry {args.id} in {queue.keys.spider}", file=sys.stderr)
         return 1
-    print(json.dumps({**entry.as_dict(), "request": entry.request}, indent=2))
+    request = {k: v for k, v in entry.request.items() if k != "b"}
+    kind, body = entry.body()
+    shown = {**entry.as_dict(), "request": request}
+    if kind != "none":
+        shown.update(body=body, body_format=kind)
+    print(json.dumps(shown, indent=2, ensure_ascii=False))
     return 0
 
 
@@ -141,7 +178,7 @@ async def _bulk(
         return 1
     entries = await _selected(DeadLetterQueue(queue), args)
     n = await action([e.id for e in entries])
-    print(f"{done} {n} of {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+    print(f"{done} {n} of {_entries(len(entries))}")
     return 0
 
 
@@ -221,8 +258,8 @@ def _add_dlq(sub: Any) -> None:
     show.add_argument("spider")
     show.add_argument("id")
     _add_filters(dlq.add_parser("export", help=dlq_export.__doc__), limit=True)
-    _add_filters(dlq.add_parser("requeue", help=dlq_requeue.__doc__), ids=True)
-    _add_filters(dlq.add_parser("purge", help=dlq_purge.__doc__), ids=True)
+    _add_filters(dlq.add_parser("requeue", help=dlq_requeue.__doc__), ids=True, limit=True)
+    _add_filters(dlq.add_parser("purge", help=dlq_purge.__doc__), ids=True, limit=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

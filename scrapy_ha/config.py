@@ -175,9 +175,9 @@ def queue_order(settings: BaseSettings) -> str:
     return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
 
 
-def default_worker_id() -> str:
-    """``host:pid:random`` (or the scrapyd job id when scrapyd runs the crawl)."""
-    job = os.environ.get("SCRAPY_JOB")
+def default_worker_id(job: str | None = None) -> str:
+    """``host:pid[:job]:random``: *job* defaults to the scrapyd job id (``SCRAPY_JOB``)."""
+    job = job or os.environ.get("SCRAPY_JOB")
     tag = uuid.uuid4().hex[:6]
     base = f"{socket.gethostname()}:{os.getpid()}"
     return f"{base}:{job}:{tag}" if job else f"{base}:{tag}"

@@ -1,8 +1,8 @@
 """The dead-letter queue of a crawl, as a Python API (the ``scrapy-ha dlq`` commands use it).
 
->>> dlq = DeadLetterQueue(RedisQueue(redis.asyncio.Redis.from_url(url), Keys("ha", "books")))
->>> [e.url for e in await dlq.entries(cls="gone")]
->>> await dlq.requeue([e.id for e in await dlq.entries(domain="example.com")])
+>>> async with DeadLetterQueue.from_url("redis://localhost:6379/0", "books") as dlq:
+...     print([e.url for e in await dlq.entries(cls="gone")])
+...     await dlq.requeue([e.id for e in await dlq.entries(domain="example.com")])
 
 Requeue puts entries back in the pending queue with their attempt counters and history
 reset; it is atomic per entry and idempotent (an entry already requeued is skipped).
@@ -10,17 +10,21 @@ reset; it is atomic per entry and idempotent (an entry already requeued is skipp
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
+import redis.asyncio
+
+from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.queue import RedisQueue
 from scrapy_ha.retry import HISTORY_META_KEY, OUTCOME_META_KEY, RETRIES_META_KEY
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-
-    from scrapy_ha.queue import RedisQueue
+    from types import TracebackType
 
 #: Entries read per round trip when scanning the dead-letter queue.
 SCAN_BATCH = 500
@@ -57,12 +61,37 @@ class DeadEntry:
             "history": self.info.get("history", []),
         }  # fmt: skip
 
+    def body(self) -> tuple[str, Any]:
+        """The request body for a reader: ``("json", value)`` when it is JSON, ``("text",
+        str)`` when it is UTF-8 text, ``("bytes", str)`` with other bytes escaped, or
+        ``("none", "")``."""
+        raw = self.request.get("b", "")
+        if isinstance(raw, dict) and "__b" in raw:  # the codec's tag for bytes
+            raw = base64.b64decode(raw["__b"])
+        if isinstance(raw, str):
+            raw = raw.encode()
+        if not raw:
+            return "none", ""
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            return "bytes", _escape(raw)
+        try:
+            return "json", json.loads(text)
+        except ValueError:
+            return "text", text
+
     def matches(self, *, cls: str | None, domain: str | None, reason: str | None) -> bool:
         return (
             (cls is None or self.cls == cls)
             and (domain is None or self.domain == domain)
             and (reason is None or reason.lower() in self.reason.lower())
         )
+
+
+def _escape(raw: bytes) -> str:
+    """Printable ASCII as is, every other byte (and the backslash) as ``\\xNN``."""
+    return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02x}" for b in raw)
 
 
 def _parse(entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None) -> DeadEntry:
@@ -88,6 +117,25 @@ class DeadLetterQueue:
         self.queue = queue
         self.client = queue.client
         self.keys = queue.keys
+
+    @classmethod
+    def from_url(cls, url: str, spider: str, *, prefix: str = DEFAULT_PREFIX) -> Self:
+        """The dead-letter queue of *spider*'s crawl in the Redis at *url* (keys under
+        *prefix*, ``HA_KEY_PREFIX``). Close it with `aclose`, or use ``async with``."""
+        return cls(RedisQueue(redis.asyncio.Redis.from_url(url), Keys(prefix, spider)))
+
+    async def aclose(self) -> None:
+        """Close the Redis connection."""
+        await self.client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        await self.aclose()
 
     async def scan(self) -> AsyncIterator[DeadEntry]:
         """Every entry, oldest first."""

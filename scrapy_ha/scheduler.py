@@ -40,7 +40,7 @@ from scrapy_ha.codec import (
     decode_request,
     encode_request,
 )
-from scrapy_ha.config import ConfigError, SchedulerConfig
+from scrapy_ha.config import ConfigError, SchedulerConfig, default_worker_id
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -495,7 +495,7 @@ class Scheduler:
     async def _connect(self, spider: Spider) -> None:
         job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
         if job and not self.crawler.settings.get("HA_WORKER_ID"):
-            self.config = replace(self.config, worker_id=f"{self.config.worker_id}:{job}")
+            self.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:

@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
-import shutil
-import socket
+import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from scrapy_ha.demo import harness
+from scrapy_ha.demo.harness import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["RedisServer", "Site", "free_port"]
 
 
 class RedisServer:
-    """A redis-server of our own: ``start``, ``stop`` (graceful or SIGKILL), ``url``."""
+    """A redis-server of our own: ``start``, ``stop`` (graceful or SIGKILL), ``url``.
+
+    The first ``start`` moves to another free port if the one picked was taken meanwhile
+    (unless a port was given); ``start`` after ``stop`` restarts it on the same port, as soon
+    as that port is free again."""
 
     def __init__(self, directory: Path, port: int | None = None, appendonly: bool = False):
         self.dir = directory
         self.port = port or free_port()
+        self._fixed_port = port is not None
         self.appendonly = appendonly
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -34,33 +36,41 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        if not Path(binary).exists():
-            pytest.fail("redis-server is not installed: run `make test` (it installs it)")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes" if self.appendonly else "no", "--dir", str(self.dir),
-             "--maxmemory-policy", "noeviction", "--logfile", str(self.dir / "redis.log")],
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        for _ in range(100):
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        pytest.fail(f"redis-server did not start on port {self.port}")
+        try:
+            self.proc, self.port = harness.start_redis(
+                self.dir, port=self.port if self._fixed_port else None,
+                args=["--appendonly", "yes" if self.appendonly else "no"],
+            )
+        except (FileNotFoundError, RuntimeError) as exc:
+            pytest.fail(str(exc))
+        self._fixed_port = True  # a restart keeps the URL the clients know
 
     def stop(self, kill: bool = False) -> None:
         if self.proc is None:
             return
         if kill:
-            self.proc.kill()
-        else:
-            self.proc.terminate()
-        self.proc.wait(10)
+            harness.signal_group(self.proc, signal.SIGKILL)
+        harness.stop(self.proc)
         self.proc = None
+
+
+@pytest.fixture(autouse=True)
+def _stop_leftover_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every process a test started and left running is stopped when the test ends, with
+    its process group, pass or fail (a failed assertion must not leave workers crawling)."""
+    started: list[subprocess.Popen[bytes]] = []
+    original = subprocess.Popen.__init__
+
+    def record(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        started.append(self)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", record)
+    yield
+    monkeypatch.undo()
+    for proc in started:
+        if proc.returncode is None:
+            harness.stop(proc)
 
 
 @pytest.fixture(scope="session")
@@ -93,14 +103,12 @@ class Site:
     module = "scrapy_ha.demo.site"
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *args],
-                                     stdout=subprocess.PIPE)  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode()
-        if not line.startswith("LISTENING"):
-            self.stop()
-            pytest.fail(f"{self.module} did not start: {line!r}")
-        self.port = int(line.split()[1])
+        self.proc = harness.spawn([sys.executable, "-m", self.module, *args],
+                                  stdout=subprocess.PIPE)  # fmt: skip
+        try:
+            (self.port,) = harness.read_listening(self.proc, self.module)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         scheme = "https" if "--tls" in args else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}"
 
@@ -121,10 +129,7 @@ class Site:
             return dict(json.load(r))
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        harness.stop(self.proc)
 
 
 @pytest.fixture
@@ -136,9 +141,11 @@ def site_factory() -> Iterator[type[Site]]:
             super().__init__(*args)
             started.append(self)
 
-    yield _Factory
-    for site in started:
-        site.stop()
+    try:
+        yield _Factory
+    finally:
+        for site in started:
+            site.stop()
 
 
 @pytest.fixture

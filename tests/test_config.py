@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import socket
+
 import pytest
 from scrapy.settings import Settings
 
@@ -12,7 +16,8 @@ def test_defaults():
     config = SchedulerConfig.from_settings(Settings({"CONCURRENT_REQUESTS": 32}))
     assert (config.lease_time, config.renew_interval, config.max_lease_expiries) == (30, 10, 3)
     assert config.prefetch == 32
-    assert config.worker_id
+    assert re.fullmatch(rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{6}}",
+                        config.worker_id), config.worker_id
 
 
 @pytest.mark.parametrize(
@@ -53,3 +58,17 @@ def test_dupefilter_class_switches_redis_deduplication(value, dedupe):
     assert SchedulerConfig.from_settings(Settings({"DUPEFILTER_CLASS": value})).dedupe is dedupe
     cls = {True: RFPDupeFilter, False: BaseDupeFilter}[dedupe]
     assert SchedulerConfig.from_settings(Settings({"DUPEFILTER_CLASS": cls})).dedupe is dedupe
+
+
+def test_the_worker_id_names_the_scrapyd_job_once(monkeypatch):
+    """``host:pid[:job]:random``, whether the job comes from scrapyd's environment, the
+    spider's ``_job`` argument, or both (scrapyd sets both)."""
+    from scrapy_ha.config import default_worker_id
+
+    prefix = f"{re.escape(socket.gethostname())}:{os.getpid()}"
+    monkeypatch.delenv("SCRAPY_JOB", raising=False)
+    assert re.fullmatch(rf"{prefix}:[0-9a-f]{{6}}", default_worker_id())
+    assert re.fullmatch(rf"{prefix}:job7:[0-9a-f]{{6}}", default_worker_id("job7"))
+    monkeypatch.setenv("SCRAPY_JOB", "job7")
+    assert re.fullmatch(rf"{prefix}:job7:[0-9a-f]{{6}}", default_worker_id())
+    assert re.fullmatch(rf"{prefix}:job7:[0-9a-f]{{6}}", default_worker_id("job7"))

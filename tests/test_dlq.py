@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from scrapy.core.engine import ExecutionEngine
@@ -23,10 +25,13 @@ def fast_engine_heartbeat(monkeypatch):
     monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
 
 
+#: The console script installed with the package (what users run).
+SCRAPY_HA = str(Path(sys.executable).parent / "scrapy-ha")
+
+
 def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "scrapy_ha.cli", "--redis-url", redis_url, *args],
-        capture_output=True, text=True, timeout=60,
+        [SCRAPY_HA, "--redis-url", redis_url, *args], capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 
 
@@ -51,9 +56,11 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
     assert by_url["/flaky/2?fail=9&status=503"]["reason"] == "HTTP 503"
 
     listed = cli(redis_url, "dlq", "list", "faults", "--class", "gone").stdout.splitlines()
-    assert len(listed) == 2 and all("gone" in line for line in listed)
+    assert len(listed) == 4 and all(" gone " in line for line in listed[1:3])
+    assert listed[3] == "2 entries listed (gone 2)"
     entry_id = by_url["/status/404"]["id"]
     shown = json.loads(cli(redis_url, "dlq", "show", "faults", entry_id).stdout)
+    assert "body" not in shown  # a GET has none
     assert shown["request"]["u"] == site.url + "/status/404"
 
     out = cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503").stdout
@@ -98,3 +105,17 @@ async def test_dead_letter_retention_drops_the_oldest(redis_url, redis_client, s
     assert crawler.stats.get_value("ha/dead/gone") == 5
     assert "HA_DLQ_WARN_THRESHOLD=2" in caplog.text  # warned once the queue passed 2
     assert caplog.text.count("Dead-lettered") == 5  # one ERROR line each
+
+
+@deferred_f_from_coro_f
+async def test_dead_letter_retention_drops_entries_past_their_age(redis_url, redis_client, site):
+    settings = {**FAST_RETRIES, "REDIS_URL": redis_url, "HA_DLQ_MAX_AGE": 1}
+    await get_crawler(FaultSpider, settings).crawl_async(base_url=site.url,
+                                                         paths=("/status/404?old",))  # fmt: skip
+    (old,) = redis_client.zrange(Keys("ha", "faults").dead, 0, -1)
+    await asyncio.sleep(1.5)  # the entry's age passes HA_DLQ_MAX_AGE
+    await get_crawler(FaultSpider, settings).crawl_async(base_url=site.url,
+                                                         paths=("/status/404?new",))  # fmt: skip
+    exported = [json.loads(x) for x in cli(redis_url, "dlq", "export", "faults").stdout.splitlines()]
+    assert [e["url"] for e in exported] == [site.url + "/status/404?new"]
+    assert redis_client.hget(Keys("ha", "faults").dead_info, old) is None

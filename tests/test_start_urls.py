@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from scrapy.core.engine import ExecutionEngine
@@ -49,7 +50,9 @@ async def test_feed_mode_waits_for_more_start_urls(redis_url, redis_client, site
     await asyncio.sleep(1.5)  # well past HA_IDLE_TIMEOUT: a feed-mode spider stays open
     assert not crawling.done()
     redis_client.lpush("fed:start_urls", f"{site.url}/item/5")
+    deadline = time.monotonic() + 30
     while not crawler.spider.seen:
+        assert time.monotonic() < deadline, "the start URL pushed was not crawled in 30 s"
         await asyncio.sleep(0.05)
     await crawler.stop_async()
     await crawling

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,8 +25,13 @@ from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
+from scrapy_ha.demo import harness
+
 ROOT = Path(__file__).resolve().parents[2]
+#: The example project of a source checkout (an installed package takes ``--project``).
 EXAMPLE = ROOT / "example_project"
+#: Whether scrapy_ha runs from a source checkout (not installed): workers need it on the path.
+FROM_SOURCE = (ROOT / "pyproject.toml").exists() and (ROOT / "scrapy_ha").is_dir()
 #: Short leases so that the demo shows a reclaim within seconds.
 DEMO_SETTINGS = {
     "HA_LEASE_TIME": "5", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "5",
@@ -43,15 +47,10 @@ GONE_EVERY = 97
 BANNED_EXIT = "127.0.0.2"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Demo:
-    def __init__(self, workdir: Path, pages: int, per_page: int) -> None:
+    def __init__(self, workdir: Path, pages: int, per_page: int, project: Path = EXAMPLE) -> None:
         self.dir = workdir
+        self.project = project
         self.pages, self.per_page = pages, per_page
         self.procs: list[subprocess.Popen[bytes]] = []
         self.items = workdir / "items.jl"
@@ -61,18 +60,14 @@ class Demo:
         self.proxy_password = ""
 
     def start_redis(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            sys.exit("redis-server is not installed: run `make demo` (it installs it)")
-        port = free_port()
-        data = self.dir / "redis"
-        data.mkdir(parents=True, exist_ok=True)
-        self._spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
-                     "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-                     "--maxmemory-policy", "noeviction", "--logfile", str(data / "redis.log")],
-                    None)  # fmt: skip
+        try:
+            proc, port = harness.start_redis(
+                self.dir / "redis", args=["--appendonly", "yes", "--appendfsync", "everysec"]
+            )
+        except (FileNotFoundError, RuntimeError) as exc:
+            sys.exit(f"{exc} (`make demo` installs redis-server)")
+        self.procs.append(proc)
         self.redis_url = f"redis://127.0.0.1:{port}/0"
-        _wait_for(lambda: _redis_ping(port), "redis-server to start")
 
     def start_site(self) -> None:
         args = ["--pages", str(self.pages), "--per-page", str(self.per_page), "--delay", "0.01",
@@ -89,8 +84,7 @@ class Demo:
 
     def _listen(self, module: str, args: list[str]) -> str:
         proc = self._spawn([sys.executable, "-m", module, *args], subprocess.PIPE)
-        assert proc.stdout is not None
-        return proc.stdout.readline().decode().split()[1]
+        return str(harness.read_listening(proc, module)[0])
 
     def worker(self, n: int) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue",
@@ -98,47 +92,31 @@ class Demo:
                 "-s", f"ITEMS_FILE={self.items}"]  # fmt: skip
         for name, value in DEMO_SETTINGS.items():
             args += ["-s", f"{name}={value}"]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        paths = [str(self.project), *([str(ROOT)] if FROM_SOURCE else [])]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths),
                "HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": self.proxy_url}  # fmt: skip
         with (self.dir / f"worker{n}.log").open("wb") as log:
-            proc = subprocess.Popen(args, cwd=EXAMPLE, env=env, stdout=log, stderr=log)
+            proc = harness.spawn(args, cwd=self.project, env=env, stdout=log, stderr=log)
         self.procs.append(proc)
         return proc
 
     def _spawn(self, args: list[str], stdout: Any) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(args, stdout=stdout)
+        proc = harness.spawn(args, stdout=stdout)
         self.procs.append(proc)
         return proc
 
     def stop_all(self) -> None:
+        """Stop every process the demo started, each with its process group."""
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            if proc.stdout is not None:
-                proc.stdout.close()
-
-
-def _redis_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
+            harness.stop(proc)
 
 
 def _wait_for(check: Any, what: str, timeout: float = 30) -> None:
     """Poll *check* (this is the demo CLI process: no reactor runs here to block)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    try:
+        harness.wait_for(check, what, timeout)
+    except harness.Timeout as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _count_items(path: Path) -> int:
@@ -175,9 +153,12 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
         hits: dict[str, int] = json.load(r)
     logs = [(demo.dir / f"worker{n}.log").read_text(errors="replace") for n in (2, 3)]
     dead = _dead_letters(demo.redis_url)
-    dead_ids = {int(url.rsplit("/", 1)[1]) for url, _ in dead if "/item/" in url}
-    wanted = {n for n in range(1, expected + 1) if n % GONE_EVERY}
-    lost = sorted(wanted - set(ids) - dead_ids)
+    gone = {n for n in range(1, expected + 1) if n % GONE_EVERY == 0}
+    wanted = set(range(1, expected + 1)) - gone
+    # Only the pages the site removed for good may be missing, and only as "gone" dead
+    # letters: an item dead-lettered for any other reason is lost.
+    lost = sorted(wanted - set(ids))
+    gone_dead = {_item_id(url) for url, cls in dead if cls == "gone"} & gone
     leaked = [name for name in demo.dir.glob("*.log")
               if demo.proxy_password in name.read_text(errors="replace")]  # fmt: skip
     rows: list[tuple[str, Any]] = [
@@ -186,6 +167,8 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
         ("unique items", len(set(ids))),
         ("items stored twice", len(ids) - len(set(ids))),
         ("items lost", len(lost)),
+        ("gone (404) items dead-lettered as gone", len(gone_dead)),
+        ("gone (404) items expected", len(gone)),
         ("pages crawled", len(hits)),
         ("pages fetched again (retries)", sum(1 for n in hits.values() if n > 1)),
         ("leases reclaimed (worker 1's)", sum(_stat(log, "ha/reclaimed") for log in logs)),
@@ -209,11 +192,22 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
     print(f"  proxy password in any log             {'YES: ' + str(leaked) if leaked else 'no'}")
     print(f"\nLogs and data in {demo.dir}; try: scrapy-ha --redis-url {demo.redis_url} "
           "dlq list catalogue (while Redis runs)")  # fmt: skip
-    if lost or leaked:
-        print(f"FAILED: {len(lost)} item(s) lost {lost[:20]}" if lost else "FAILED: a log leaks")
+    if lost or leaked or gone_dead != gone:
+        if lost:
+            print(f"FAILED: {len(lost)} item(s) lost {lost[:20]}")
+        if gone_dead != gone:
+            print(f"FAILED: gone items not dead-lettered as gone: {sorted(gone - gone_dead)[:20]}")
+        if leaked:
+            print(f"FAILED: the proxy password is in {leaked}")
         return 1
     print("OK: nothing was lost")
     return 0
+
+
+def _item_id(url: str) -> int:
+    """The item id of a detail page URL (``.../item/ID``), else 0."""
+    head, _, tail = url.rpartition("/")
+    return int(tail) if head.endswith("/item") and tail.isdigit() else 0
 
 
 def _dead_letters(redis_url: str) -> list[tuple[str, str]]:
@@ -229,15 +223,25 @@ def _dead_letters(redis_url: str) -> list[tuple[str, str]]:
     return out
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=250)
     parser.add_argument("--per-page", type=int, default=20)
     parser.add_argument("--dir", type=Path, default=ROOT / ".demo")
+    parser.add_argument("--project", type=Path, default=EXAMPLE,
+                        help="the example project (a copy of the repository's example_project)")
     args = parser.parse_args(argv)
+    if not (args.project / "scrapy.cfg").exists():
+        parser.error(f"--project {args.project}: no scrapy.cfg there; pass a copy of the "
+                     "repository's example_project")
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
-    demo = Demo(args.dir, args.pages, args.per_page)
+    demo = Demo(args.dir, args.pages, args.per_page, args.project.resolve())
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that `finally` stops every process
     try:
         return run(demo, kill_at=args.pages * args.per_page // 3)
     finally:
