@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,7 @@ def test_the_cli_names_an_unreachable_redis(redis_server):
 
 @deferred_f_from_coro_f
 async def test_dead_letter_retention_drops_the_oldest(redis_url, redis_client, site, caplog):
+    caplog.set_level(logging.INFO, logger="scrapy_ha")
     paths = tuple(f"/status/404?n={i}" for i in range(5))
     crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url,
                                         "HA_DLQ_MAX_ENTRIES": 3, "HA_DLQ_WARN_THRESHOLD": 2})  # fmt: skip
@@ -104,7 +106,9 @@ async def test_dead_letter_retention_drops_the_oldest(redis_url, redis_client, s
     assert redis_client.hlen(keys.payload) == 3  # the dropped entries' payloads went too
     assert crawler.stats.get_value("ha/dead/gone") == 5
     assert "HA_DLQ_WARN_THRESHOLD=2" in caplog.text  # warned once the queue passed 2
-    assert caplog.text.count("Dead-lettered") == 5  # one ERROR line each
+    # one line each, at INFO: the spider's errback handled every 404
+    assert caplog.text.count("Dead-lettered") == 5
+    assert caplog.text.count("the spider's errback handled it") == 5
 
 
 @deferred_f_from_coro_f

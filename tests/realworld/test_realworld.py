@@ -37,17 +37,7 @@ EXPECTED = {
     "api": 131, "sitemap": 75,
 }  # fmt: skip
 #: Spiders that differ on this branch because of work pending in other branches.
-PENDING = {
-    "item_meta": "a scrapy.Item in meta cannot be stored (codec)",
-    "item_cb_kwargs": "a scrapy.Item in cb_kwargs cannot be stored (codec)",
-    "item_dataclass": "a dataclass item in meta cannot be stored (codec)",
-    "item_attrs": "an attrs item in meta cannot be stored (codec)",
-    "meta_types": "datetime, date, Decimal and set in meta cannot be stored (codec)",
-    "sent_at": "the retry of a request whose meta holds a datetime cannot be stored: the "
-               "background loop fails every second and the crawl hangs (codec, sched)",
-    "fanout": "children with a datetime in meta cannot be stored and the crawl hangs (codec)",
-    "api": "a 404 the errback handled is logged at ERROR when dead-lettered (mw, #18.3)",
-}
+PENDING: dict[str, str] = {}  # spider -> why it still differs (strict xfail)
 
 ERROR_LINE = re.compile(r"^\S+ \S+ \[[^\]]+\] ERROR: (.*)$", re.MULTILINE)
 

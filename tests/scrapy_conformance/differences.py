@@ -15,14 +15,6 @@ _NEXT_REQUEST_NONE = (
     "has_pending_requests() is True: Scheduler.next_request answers from its lease buffer "
     "only, filled by the background task's next Redis round trip"
 )
-_START_DEDUPE = (
-    "issue 17 item 9: start requests repeated on purpose with dont_filter=True are "
-    "deduplicated (Scheduler._filtered, HA_DEDUPE_START_REQUESTS): one fetch instead of each"
-)
-_DOWNLOAD_SLOT = (
-    "issue 17 item 1: meta['download_slot'] is stripped by the codec (_STRIPPED_META), so "
-    "every request runs in its host's slot, without the DOWNLOAD_SLOTS delay/concurrency"
-)
 _LIFO = (
     "issue 17 item 5: order within a priority is always FIFO (the pending sorted set); "
     "SCHEDULER_MEMORY_QUEUE/SCHEDULER_START_MEMORY_QUEUE (LIFO, or shared start queue) "
@@ -41,11 +33,6 @@ XFAIL: dict[str, str] = {
         "and leasing is by priority then FIFO, without DownloaderAwarePriorityQueue's "
         "round robin over download slots (item 5: slots come out a, a, b, b, c, c)"
     ),
-    "test_scheduler.py::TestIntegrationWithDownloaderAwareInMemory"
-    "::test_integration_downloader_aware_priority_queue": _START_DEDUPE
-    + " (6 identical start_urls, 1 response)",
-    "test_engine.py::TestEngine::test_crawler": _START_DEDUPE
-    + " (the duplicate /redirect start URL is dropped: 8 requests scheduled, not 9)",
     "test_engine_loop.py::TestRequestSendOrder::test_default": (
         "issue 17 item 7 (timing-dependent): the first start request is often not sent "
         "first (seen: 2, 3, 4, 1, 5, 6), because next_request() returns None until the first "
@@ -58,16 +45,6 @@ XFAIL: dict[str, str] = {
         "False) while the first start request waits in Redis, so the lazy start pattern often "
         "yields the next start request before the callback's (seen: 1, 2, 4, 3)"
     ),
-    "test_crawl.py::TestCrawl::test_start_dupes": _START_DEDUPE + " (2 of 6 visited)",
-    "test_crawl.py::TestCrawl::test_referer_header": (
-        "issue 17 item 2: a Request in meta cannot be stored as JSON (codec CodecError in "
-        "enqueue_request); from start() it stops the whole crawl (finish reason 'shutdown')"
-    ),
-    "test_downloaderslotssettings.py::test_delay": _DOWNLOAD_SLOT,
-    "test_downloaderslotssettings.py::test_none_slot_with_priority_queue"
-    "[scrapy.pqueues.ScrapyPriorityQueue]": _DOWNLOAD_SLOT,
-    "test_downloaderslotssettings.py::test_none_slot_with_priority_queue"
-    "[scrapy.pqueues.DownloaderAwarePriorityQueue]": _DOWNLOAD_SLOT,
 }
 
 #: Entries of XFAIL whose outcome under scrapy-ha depends on timing (whether the first lease
