@@ -137,3 +137,54 @@ async def test_a_worker_that_left_is_not_re_registered_by_its_keeper(redis_url):
     k.renew_once()  # a renewal that starts once stop is set does nothing
     assert await q.client.exists(KEYS.workers) == 0
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_new_leases_do_not_extend_older_buffered_ones(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    old = Request("http://a.test/old")
+    old.meta[LEASE_META_KEY] = ("99", "x-1")  # buffered, its renewal long overdue
+    s._buffer.append(old)
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    await s._sync(lease=1)
+    assert len(s._buffer) == 2
+    assert s._leases_valid_until == 0.0  # only a renewal vouches for the old lease
+    fresh = scheduler(q, "v")
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    await fresh._sync(lease=1)  # an empty buffer: every buffered lease is brand new
+    assert fresh._leases_valid_until > time.monotonic()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_suspect_in_a_closed_domain_is_deferred_without_releasing_the_buffer(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    suspect = Request("http://closed.test/1", meta={"_ha_suspect": 2})
+    suspect.meta[LEASE_META_KEY] = ("1", "t-1")
+    other = Request("http://open.test/2")
+    other.meta[LEASE_META_KEY] = ("2", "t-2")
+    s._buffer.append(suspect)
+    s._buffer.append(other)
+    s._slot_free = lambda request: True  # no engine, no downloader in this test
+    s._target = lambda: 4
+    s._gates = {"closed.test": time.monotonic() + 60}
+    s._leases_valid_until = time.monotonic() + 60
+    assert s.next_request() is other
+    assert [op.kind for op in s._ops] == ["defer"]
+    assert s._to_release == []  # the buffer was not given back for a suspect that waits
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_stale_deferral_is_not_counted_as_deferred(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    a, b = await leased_again(q)
+    from scrapy_ha.scheduler import _Op
+
+    await s._end(_Op("defer", a.id, a.token, Request("http://a.test/list1"), 5.0))
+    assert s.stats.get_value("ha/deferred") is None
+    assert s.stats.get_value("ha/stale_acks") == 1
+    await q.client.aclose()
