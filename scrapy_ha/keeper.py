@@ -26,7 +26,7 @@ from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha.connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
 from scrapy_ha.keys import Keys
-from scrapy_ha.queue import RENEW_LUA
+from scrapy_ha.queue import RENEW_LUA, lost_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +61,16 @@ class LeaseKeeper:
     """Renews a worker's leases and heartbeat from its own thread.
 
     The event loop publishes what it holds with :meth:`hold` and proves it is alive with
-    :meth:`beat`; each renewal's result (its start time and the ids found lost) is handed
-    back to the loop with ``call_soon_threadsafe``.
+    :meth:`beat`; each renewal's result (its start time and the (id, token) pairs found
+    lost) is handed back to the loop with ``call_soon_threadsafe``. While a sync that leases
+    is in flight (:meth:`syncing`), the worker's grant key is renewed too: the loop may be
+    blocked before it reads the reply, and those leases must not expire meanwhile.
     """
 
     def __init__(
         self, client: Any, keys: Keys, *, worker: str, lease_time: float,
         renew_interval: float, heartbeat_ttl: float, watchdog: float,
-        loop: asyncio.AbstractEventLoop, on_renewed: Callable[[float, list[str]], None],
+        loop: asyncio.AbstractEventLoop, on_renewed: Callable[[float, list[tuple[str, str]]], None],
     ) -> None:  # fmt: skip
         self.client = client
         self.keys = keys
@@ -81,6 +83,7 @@ class LeaseKeeper:
         self.on_renewed = on_renewed
         self._script = client.register_script(RENEW_LUA)
         self._held: Pairs = ()
+        self._syncing = False
         self._last_beat = time.monotonic()
         self._stop = threading.Event()
         self._stuck = False
@@ -93,6 +96,10 @@ class LeaseKeeper:
     def hold(self, pairs: Pairs) -> None:
         """What the worker holds now (one assignment: safe to read from the thread)."""
         self._held = pairs
+
+    def syncing(self, in_flight: bool) -> None:
+        """A sync that leases is in flight (True), or its leases were published (False)."""
+        self._syncing = in_flight
 
     def beat(self) -> None:
         """The event loop is alive."""
@@ -113,7 +120,10 @@ class LeaseKeeper:
                 logger.exception("Lease renewal failed; retrying in %g s", self.interval)
 
     def renew_once(self) -> None:
-        """One renewal, unless the event loop has been stuck past the watchdog."""
+        """One renewal, unless the event loop has been stuck past the watchdog or the
+        keeper is stopping (a late renewal would re-add the heartbeat of a worker that left)."""
+        if self._stop.is_set():
+            return
         stalled = time.monotonic() - self._last_beat
         if stalled > self.watchdog:
             if not self._stuck:
@@ -129,14 +139,16 @@ class LeaseKeeper:
         args: list[Any] = [self.lease_ms, self.worker, self.heartbeat_ms]
         for entry_id, token in self._held:
             args += [entry_id, token]
+        keys = [self.keys.leased, self.keys.leases, self.keys.workers]
+        if self._syncing:
+            keys.append(self.keys.grant(self.worker))
         try:
-            reply = self._script(keys=[self.keys.leased, self.keys.leases, self.keys.workers],
-                                 args=args)  # fmt: skip
+            reply = self._script(keys=keys, args=args)
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
             self._redis_down(exc)
             return
         self._redis_ok = True
-        lost = [x.decode() if isinstance(x, bytes) else str(x) for x in reply[2:]]
+        lost = lost_pairs(reply)
         if not self._stop.is_set():
             self.loop.call_soon_threadsafe(self.on_renewed, started, lost)
 

@@ -127,6 +127,10 @@ class Keys:
     def checkpoint(self, task: str) -> str:
         return self._key(f"cp:{task}")
 
+    def grant(self, worker: str) -> str:
+        """The leases of a worker's latest sync, for its lease keeper (expires on its own)."""
+        return self._key(f"grant:{worker}")
+
     @property
     def checkpoint_pattern(self) -> str:
         """A SCAN pattern of every checkpoint key of the crawl."""

@@ -141,6 +141,11 @@ def new_nonce() -> str:
     return secrets.token_hex(NONCE_BYTES)
 
 
+def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
+    """The (entry id, token) pairs a renew.lua reply reports lost."""
+    return [(_s(reply[i]), _s(reply[i + 1])) for i in range(2, len(reply) - 1, 2)]
+
+
 def _b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -176,8 +181,12 @@ class RedisQueue:
         lease: int = 0,
         lease_ms: int = 30000,
         promote: int = 500,
+        worker: str | None = None,
     ) -> SyncResult:
-        """Enqueue, then ack, then lease: one script, one round trip."""
+        """Enqueue, then ack, then lease: one script, one round trip.
+
+        With *worker*, the leases it gives are also written to the worker's grant key, so
+        that its lease keeper renews them before the worker has read this reply."""
         k = self.keys
         args: list[Any] = [len(enqueue), len(ack), lease, lease_ms, promote, new_nonce(),
                            self.order]  # fmt: skip
@@ -185,6 +194,8 @@ class RedisQueue:
         args += [f"{entry_id} {token}" for entry_id, token in ack]
         keys = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries,
                 k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]  # fmt: skip
+        if worker is not None:
+            keys.append(k.grant(worker))
         reply = await self._sync(keys=keys, args=args)
         n_gates = int(reply[9])
         first = 10 + 2 * n_gates
@@ -210,14 +221,14 @@ class RedisQueue:
 
     async def renew(
         self, pairs: list[tuple[str, str]], *, worker: str, lease_ms: int, heartbeat_ms: int
-    ) -> tuple[int, list[str]]:
-        """Heartbeat and renew all given leases; return (renewed, ids of lost leases)."""
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Heartbeat and renew all given leases; return (renewed, lost (id, token) pairs)."""
         k = self.keys
         args: list[Any] = [lease_ms, worker, heartbeat_ms]
         for entry_id, token in pairs:
             args += [entry_id, token]
         reply = await self._renew(keys=[k.leased, k.leases, k.workers], args=args)
-        return int(reply[1]), [_s(x) for x in reply[2:]]
+        return int(reply[1]), lost_pairs(reply)
 
     async def reclaim(
         self, *, worker: str, interval_ms: int, batch: int, max_expiries: int,

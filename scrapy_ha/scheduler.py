@@ -98,6 +98,10 @@ def _parent_of(request: Request) -> tuple[str, str] | None:
     return (str(parent[0]), str(parent[1])) if parent else None
 
 
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _kept(exc: Exception) -> bool:
     """After these an operation is kept and retried (Redis away, or a key of the wrong type
     that the loop sets aside first); any other error costs the entry alone."""
@@ -306,12 +310,14 @@ class Scheduler:
             if request is None:
                 return None  # every buffered request waits for a busy download slot
             entry_id, token = request.meta[LEASE_META_KEY]
-            if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
-                return None
             if self._gates and (wait := self._gate_wait(request)) > 0:
+                # before _run_alone: a suspect in a closed domain is deferred, and must not
+                # release the whole buffer to run alone first
                 self._ops.append(_Op("defer", entry_id, token, request, wait))
                 self._wake.set()
                 continue
+            if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
+                return None
             self._inflight[entry_id] = (token, request)
             if len(self._buffer) <= self._target() // 2:
                 self._wake.set()
@@ -594,16 +600,29 @@ class Scheduler:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
         held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished + self._to_release
+        held += await self._unread_grant(set(held))
         released = await self.queue.release(held)
         self._buffer.clear()
         self._inflight.clear()
         self.stats.inc_value("ha/released", released)
         if released:
             logger.info("Released %d lease(s) back to the queue", released)
+        # before leaving: a late renewal would re-add the heartbeat of a worker that left
+        await self._stop_keeper()
         await self.queue.leave(self.config.worker_id)
         if not self.config.persist and reason == "finished":
             if await self.queue.finish(self.config.worker_id):
                 logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
+
+    async def _unread_grant(self, held: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Leases of a sync cancelled at close before its reply was read (the grant key
+        has them): released with the rest rather than left to expire."""
+        assert self.queue is not None
+        if self._watch is None:
+            return []  # no keeper: syncs write no grant
+        grant = await self.queue.client.hgetall(self.queue.keys.grant(self.config.worker_id))
+        pairs = {(_str(i), _str(t)) for i, t in grant.items()}
+        return sorted(pairs - held)
 
     # -- the background loop ---------------------------------------------------------
 
@@ -674,8 +693,9 @@ class Scheduler:
         if self._gate_ops:
             await self._send_gates()
         if self._to_release:
-            released = await self.queue.release(self._to_release)
-            self._to_release.clear()
+            # swapped out first: a lease added during the await is released next round
+            to_release, self._to_release = self._to_release, []
+            released = await self.queue.release(to_release)
             self.stats.inc_value("ha/released", released)
         want = self._want()
         if not (self._outbox or self._acks or self._ops or self._cp_saves or want):
@@ -755,25 +775,46 @@ class Scheduler:
             result = await self.queue.sync(enqueue=batch)
             del self._outbox[: len(batch)]
             self._count(result, len(batch))
+            self._forget_refused(batch, result)
         if self._cp_saves:
             await self._save_checkpoints()
         enqueue = self._outbox[:]
-        result = await self.queue.sync(
-            enqueue=enqueue, ack=self._acks[:n_acks], lease=lease,
-            lease_ms=int(self.config.lease_time * 1000), promote=BATCH,
-        )  # fmt: skip
-        del self._outbox[: len(enqueue)]
-        del self._acks[:n_acks]
-        self._count(result, len(enqueue))
-        self._note_server(result)
-        was_empty = not self._buffer
-        for lease_ in result.leases:
-            self._take(lease_)  # tracked (renewed, released) from here on
-        if result.leases and self._keeper is not None:
-            self._keeper.hold(self._held_pairs())
+        keeper = self._keeper if lease else None
+        started = time.monotonic()
+        if keeper is not None:
+            keeper.syncing(True)  # renews this sync's leases even before we read the reply
+        try:
+            result = await self.queue.sync(
+                enqueue=enqueue, ack=self._acks[:n_acks], lease=lease,
+                lease_ms=int(self.config.lease_time * 1000), promote=BATCH,
+                worker=self.config.worker_id if keeper is not None else None,
+            )  # fmt: skip
+            del self._outbox[: len(enqueue)]
+            del self._acks[:n_acks]
+            self._count(result, len(enqueue))
+            self._forget_refused(enqueue, result)
+            self._note_server(result)
+            was_empty = not self._buffer
+            for lease_ in result.leases:
+                self._take(lease_)  # tracked (renewed, released) from here on
+            if was_empty and result.leases:  # only new leases buffered: valid from the call
+                self._leases_valid_until = max(self._leases_valid_until,
+                                               started + self.config.lease_time)  # fmt: skip
+        finally:
+            if keeper is not None:
+                keeper.hold(self._held_pairs())
+                keeper.syncing(False)
         await self._settle_corrupt()
         await self._end_ops(n_ops)
         await self._after_sync(result, new_work=was_empty and bool(self._buffer))
+
+    def _forget_refused(self, sent: list[NewEntry], result: SyncResult) -> None:
+        """Children refused by the parent fence were never stored: forget their
+        fingerprints, or this worker would drop them as duplicates when it redoes the page.
+        (Which children were refused is not reported: forgetting an accepted one only sends
+        a later duplicate to Redis, whose dupefilter drops it.)"""
+        if result.refused:
+            self._seen.difference_update(e.fingerprint for e in sent if e.parent)
 
     async def _save_checkpoints(self) -> None:
         """After the children, before the acks: a checkpoint never runs ahead of the queue."""
@@ -838,8 +879,8 @@ class Scheduler:
         if op.kind != "retry":
             self._retry_priority.pop(op.entry_id, None)
         if op.kind == "defer":
-            await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
-            self.stats.inc_value("ha/deferred")
+            due = await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
+            self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
             return
         payload = encode_request(op.request, self.spider)
         outcome = op.request.meta.get(OUTCOME_META_KEY) or {}
@@ -914,7 +955,6 @@ class Scheduler:
                          "queue as corrupt", result.set_aside)  # fmt: skip
         if result.leases:
             inc("ha/leased", len(result.leases))
-            self._leases_valid_until = time.monotonic() + self.config.lease_time
 
     def _note_priority(self, request: Request) -> None:
         """Priorities beyond the score's range are clamped: count them, warn once."""
@@ -1056,15 +1096,14 @@ class Scheduler:
             keeper, self._keeper = self._keeper, None
             await asyncio.to_thread(keeper.stop)
 
-    def _on_renewed(self, started: float, lost: list[str]) -> None:
+    def _on_renewed(self, started: float, lost: list[tuple[str, str]]) -> None:
         """A renewal by the keeper's thread (run on the event loop)."""
         if self._keeper is None:
             return
         self._note_rate(started)
         self._leases_valid_until = started + self.config.lease_time
         if lost:  # leases given up since the snapshot (acked, released) are not lost
-            held = {entry_id for entry_id, _ in self._held_pairs()}
-            if real := set(lost) & held:
+            if real := set(lost) & set(self._held_pairs()):
                 self._drop_lost(real)
 
     async def _renew(self) -> None:
@@ -1086,11 +1125,12 @@ class Scheduler:
         self._acked_since_renew = 0
         self._last_renew = now
 
-    def _drop_lost(self, lost: set[str]) -> None:
-        acked = {i for i, _ in self._acks}
+    def _drop_lost(self, lost: set[tuple[str, str]]) -> None:
+        """Drop the buffered requests of leases lost: by (id, token), since the same entry
+        may be leased again by this worker under a new token, which is not lost."""
         before = len(self._buffer)
-        self._buffer = _Buffer(r for r in self._buffer if r.meta[LEASE_META_KEY][0] not in lost)
-        real = lost - acked
+        self._buffer = _Buffer(r for r in self._buffer if tuple(r.meta[LEASE_META_KEY]) not in lost)
+        real = lost - set(self._acks)
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
             logger.warning(

@@ -31,6 +31,10 @@ class BlockingSpider(scrapy.Spider):
         if response.url.endswith(self.settings.get("BLOCK_PATH")):
             Path(self.settings.get("BLOCK_MARKER")).write_text("blocking")
             time.sleep(self.settings.getfloat("BLOCK_SECONDS"))  # blocks the event loop
+            until = self.settings.get("BLOCK_UNTIL")  # and, if set, until the test says so
+            deadline = time.monotonic() + 120
+            while until and not Path(until).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         item = {"id": int(response.css("span.id::text").get())}
         with open(self.settings.get("ITEMS_FILE"), "a") as out:
             out.write(json.dumps(item) + "\n")

@@ -41,9 +41,12 @@ def stat(log: str, name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def test_a_blocking_callback_keeps_its_leases(redis_url, site_factory, tmp_path):
+def test_a_blocking_callback_keeps_its_leases(redis_url, redis_client, site_factory, tmp_path):
     site = site_factory("--pages", "3", "--per-page", "10", "--delay", "0.05")
-    first = worker(redis_url, site.url, tmp_path, "first")
+    # the callback blocks two lease periods, and on until the second worker has joined (a
+    # loaded machine starts a Scrapy process slowly): the second must see the first's leases
+    release = tmp_path / "release"
+    first = worker(redis_url, site.url, tmp_path, "first", BLOCK_UNTIL=str(release))
     second = None
     try:
         deadline = time.monotonic() + 60
@@ -51,6 +54,10 @@ def test_a_blocking_callback_keeps_its_leases(redis_url, site_factory, tmp_path)
             assert first.poll() is None and time.monotonic() < deadline, "never blocked"
             time.sleep(0.02)
         second = worker(redis_url, site.url, tmp_path, "second")
+        while redis_client.zcard("ha:{blocking}:workers") < 2:
+            assert second.poll() is None and time.monotonic() < deadline + 60, "never joined"
+            time.sleep(0.05)
+        release.write_text("go")
         assert second.wait(timeout=120) == 0
         assert first.wait(timeout=120) == 0
     finally:

@@ -94,7 +94,7 @@ async def test_reclaim_returns_expired_leases_in_their_order_and_fences_the_old_
     # the stale worker's renewal and ack are refused; the new worker's succeed
     renewed, lost = await q.renew([(x.id, x.token) for x in old], worker="w1", lease_ms=30000,
                                   heartbeat_ms=30000)  # fmt: skip
-    assert (renewed, sorted(lost)) == (0, sorted(x.id for x in old))
+    assert (renewed, sorted(lost)) == (0, sorted((x.id, x.token) for x in old))
     assert await q.ack([(x.id, x.token) for x in old]) == (0, 2)
     assert await q.ack([(x.id, x.token) for x in new]) == (2, 0)
     await q.client.aclose()

@@ -20,6 +20,15 @@ for i = 1, k do
   if not p then return redis.error_reply('ERR feed: priority ' .. i .. ' is not a number') end
   prios[i] = math.max(-4095, math.min(4095, p))
 end
+-- A key of the wrong type fails here, before any write: the entry stays where it was
+-- (the worker sets the key aside and retries the call).
+local TYPES = {[1] = ARGV[1] == 'list' and 'list' or 'set', [2] = 'zset', [3] = 'hash', [4] = 'set'}
+for i, want in pairs(TYPES) do
+  local ty = redis.call('TYPE', KEYS[i])['ok']
+  if ty ~= 'none' and ty ~= want then
+    return redis.error_reply('WRONGTYPE feed: ' .. KEYS[i] .. ' holds a ' .. ty)
+  end
+end
 local take = {}
 if ARGV[1] == 'list' then
   local head = redis.call('LRANGE', KEYS[1], 0, k - 1)

@@ -15,6 +15,15 @@ local max_dead, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not (interval and batch and max_exp and max_dead and max_age) then
   return redis.error_reply('ERR reclaim: interval, batch, expiries and retention must be numbers')
 end
+-- A key of the wrong type fails here, before any write: the entry stays where it was
+-- (the worker sets the key aside and retries the call).
+local TYPES = {[1] = 'zset', [2] = 'hash', [3] = 'zset', [4] = 'hash', [5] = 'zset', [6] = 'hash', [8] = 'hash'}
+for i, want in pairs(TYPES) do
+  local ty = redis.call('TYPE', KEYS[i])['ok']
+  if ty ~= 'none' and ty ~= want then
+    return redis.error_reply('WRONGTYPE reclaim: ' .. KEYS[i] .. ' holds a ' .. ty)
+  end
+end
 if not redis.call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
 end

@@ -1,23 +1,41 @@
 -- renew: heartbeat of one worker and renewal of all its leases in one call.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] workers
+-- KEYS[4] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
+--         so that leases of a sync whose reply the worker has not read yet do not expire
 -- ARGV[1] lease length (ms)  ARGV[2] worker id  ARGV[3] heartbeat TTL (ms)
 -- then pairs: entry id, lease token
--- Returns {now_ms, renewed, stale_id1, stale_id2, ...}: a stale id is a lease this worker
--- lost (it expired and was reclaimed); the worker must not process it.
+-- Returns {now_ms, renewed, stale_id1, stale_token1, ...}: a stale pair is a lease this
+-- worker lost (it expired and was reclaimed, or it was acked meanwhile); the worker must not
+-- process it. Grant pairs are never reported stale (the worker does not know them yet).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local expiry = now + tonumber(ARGV[1])
 local out = {now, 0}
-for i = 4, #ARGV, 2 do
-  local id, tok = ARGV[i], ARGV[i + 1]
+local done = {}
+local function renew(id, tok)
   local v = redis.call('HGET', KEYS[2], id)
   if v and string.match(v, '^(%S+)') == tok then
     redis.call('ZADD', KEYS[1], 'XX', expiry, id)
     out[2] = out[2] + 1
-  else
-    out[#out + 1] = id
+    return true
   end
+  return false
+end
+for i = 4, #ARGV, 2 do
+  local id, tok = ARGV[i], ARGV[i + 1]
+  done[id .. ' ' .. tok] = true
+  if not renew(id, tok) then
+    out[#out + 1] = id
+    out[#out + 1] = tok
+  end
+end
+if KEYS[4] and redis.call('TYPE', KEYS[4])['ok'] == 'hash' then
+  local g = redis.call('HGETALL', KEYS[4])
+  for i = 1, #g, 2 do
+    if not done[g[i] .. ' ' .. g[i + 1]] then renew(g[i], g[i + 1]) end
+  end
+  redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[1]))
 end
 return out

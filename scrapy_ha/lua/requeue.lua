@@ -19,6 +19,15 @@ for i = 2, #ARGV, 3 do
   end
   prios[i] = math.max(-4095, math.min(4095, p))
 end
+-- A key of the wrong type fails here, before any write: the entry stays where it was
+-- (the worker sets the key aside and retries the call).
+local TYPES = {[1] = 'zset', [2] = 'hash', [3] = 'zset', [4] = 'hash', [6] = 'hash'}
+for i, want in pairs(TYPES) do
+  local ty = redis.call('TYPE', KEYS[i])['ok']
+  if ty ~= 'none' and ty ~= want then
+    return redis.error_reply('WRONGTYPE requeue: ' .. KEYS[i] .. ' holds a ' .. ty)
+  end
+end
 local n = 0
 for i = 2, #ARGV, 3 do
   local id = ARGV[i]

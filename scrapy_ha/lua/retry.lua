@@ -11,6 +11,15 @@ local delay, prio = tonumber(ARGV[3]), tonumber(ARGV[5] or '')
 if not delay or ((ARGV[5] or '') ~= '' and not prio) then
   return redis.error_reply('ERR retry: delay and priority must be numbers')
 end
+-- A key of the wrong type fails here, before any write: the entry stays where it was
+-- (the worker sets the key aside and retries the call).
+local TYPES = {[1] = 'zset', [2] = 'hash', [3] = 'zset', [4] = 'hash', [5] = 'hash'}
+for i, want in pairs(TYPES) do
+  local ty = redis.call('TYPE', KEYS[i])['ok']
+  if ty ~= 'none' and ty ~= want then
+    return redis.error_reply('WRONGTYPE retry: ' .. KEYS[i] .. ' holds a ' .. ty)
+  end
+end
 local v = redis.call('HGET', KEYS[2], ARGV[1])
 if not (v and string.match(v, '^(%S+)') == ARGV[2]) then
   return 0

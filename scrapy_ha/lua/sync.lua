@@ -13,6 +13,9 @@
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
 -- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates      KEYS[12] dead
 -- KEYS[13] dead_info
+-- KEYS[14] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+--          for the worker's lease keeper so that it renews them even when the worker's
+--          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
 -- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
 -- ARGV[5] most delayed entries to promote
@@ -156,6 +159,8 @@ if n_lease > 0 then
     redis.call('HDEL', KEYS[9], id)
     redis.call('HDEL', KEYS[2], id)
   end
+  local grant = KEYS[14]
+  if grant then redis.call('DEL', grant) end
   local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
   local n = #items / 2
   if n > 0 then
@@ -174,6 +179,7 @@ if n_lease > 0 then
         redis.call('ZADD', KEYS[5], expiry, id)
         redis.call('HSET', KEYS[6], id, tok .. ' ' .. sc)
         redis.call('HSET', KEYS[2], id, payload)
+        if grant then redis.call('HSET', grant, id, tok) end
         out[#out + 1] = id
         out[#out + 1] = tok
         out[#out + 1] = payload
@@ -182,6 +188,7 @@ if n_lease > 0 then
     end
   end
 end
+if KEYS[14] and n_lease > 0 then redis.call('PEXPIRE', KEYS[14], lease_ms) end
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])
 out[7] = redis.call('ZCARD', KEYS[8])

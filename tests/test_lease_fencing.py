@@ -1,0 +1,190 @@
+"""Lease fencing between the event loop and the keeper thread, on a real redis-server: a
+sync's leases are renewed before the loop reads its reply, a lost lease is dropped by
+(id, token) and never the same entry re-leased under a new token, a child refused by the
+parent fence is not remembered as seen, and a worker that left is not re-registered by a
+late renewal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import redis
+import redis.asyncio
+from scrapy import Request
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.codec import LEASE_META_KEY, PARENT_META_KEY
+from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.keeper import LeaseKeeper
+from scrapy_ha.keys import Keys
+from scrapy_ha.queue import NewEntry, RedisQueue
+from scrapy_ha.scheduler import Scheduler
+
+KEYS = Keys("ha", "fence")
+PAGE = b'{"v":1,"u":"http://a.test/list1"}'
+
+
+def keeper(url: str, worker: str, *, got: list | None = None, interval: float = 10,
+           lease_time: float = 30) -> LeaseKeeper:  # fmt: skip
+    return LeaseKeeper(
+        redis.Redis.from_url(url), KEYS, worker=worker, lease_time=lease_time,
+        renew_interval=interval, heartbeat_ttl=30, watchdog=300,
+        loop=asyncio.get_running_loop(),
+        on_renewed=lambda started, lost: got.append(lost) if got is not None else None,
+    )  # fmt: skip
+
+
+def scheduler(q: RedisQueue, worker: str = "w") -> Scheduler:
+    crawler = get_crawler()
+    crawler._apply_settings()
+    s = Scheduler(crawler, SchedulerConfig(worker_id=worker))
+    s.queue = q
+    s._wake_engine = lambda: None  # no engine in these tests
+    return s
+
+
+async def reclaim(q: RedisQueue, worker: str = "peer") -> int:
+    result = await q.reclaim(worker=worker, interval_ms=1, batch=100, max_expiries=3,
+                             max_entries=100, max_age_ms=10**9)  # fmt: skip
+    return result[0] if result else 0
+
+
+async def leased_again(q: RedisQueue) -> tuple:
+    """Lease the page for 1 ms, let a peer reclaim it, lease it again for good."""
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    (a,) = (await q.sync(lease=1, lease_ms=1, promote=10)).leases
+    await asyncio.sleep(0.05)
+    assert await reclaim(q) == 1
+    (b,) = (await q.sync(lease=1, lease_ms=30000, promote=10)).leases
+    assert a.id == b.id and a.token != b.token
+    return a, b
+
+
+@deferred_f_from_coro_f
+async def test_the_keeper_renews_the_leases_of_a_sync_the_loop_has_not_read(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")])
+    k = keeper(redis_url, "w", lease_time=0.3)
+    k.syncing(True)  # the loop sent the sync and is blocked before it reads the reply
+    leases = (await q.sync(lease=2, lease_ms=300, promote=10, worker="w")).leases
+    assert len(leases) == 2 and k._held == ()
+    deadline = time.monotonic() + 1.0  # three lease periods
+    while time.monotonic() < deadline:
+        k.renew_once()
+        await asyncio.sleep(0.05)
+    assert await reclaim(q) == 0  # still leased to w: no peer takes them
+    assert (await q.ack([(x.id, x.token) for x in leases])) == (2, 0)
+    k.client.close()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_lost_lease_drops_only_its_own_token(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    a, b = await leased_again(q)
+    got: list = []
+    k = keeper(redis_url, "w", got=got)
+    k.hold(((a.id, a.token),))  # a snapshot taken before the re-lease
+    k.renew_once()
+    await asyncio.sleep(0.05)  # the result comes back with call_soon_threadsafe
+    assert got == [[(a.id, a.token)]]
+    s = scheduler(q)
+    s._keeper = k
+    request = Request("http://a.test/list1")
+    request.meta[LEASE_META_KEY] = (b.id, b.token)
+    s._buffer.append(request)
+    s._on_renewed(time.monotonic(), got[0])
+    assert list(s._buffer) == [request]  # the lease under token B is valid and kept
+    assert s.stats.get_value("ha/leases_lost") is None
+    k.client.close()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    a, b = await leased_again(q)
+    child = Request("http://a.test/list2", meta={PARENT_META_KEY: (a.id, a.token)})
+    assert s.enqueue_request(child)
+    await s._sync(lease=0)
+    assert s.stats.get_value("ha/children_refused") == 1
+    again = Request("http://a.test/list2", meta={PARENT_META_KEY: (b.id, b.token)})
+    assert s.enqueue_request(again)  # not a duplicate: the first was never stored
+    await s._sync(lease=0)
+    assert (await q.counts()).pending == 1
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_that_left_is_not_re_registered_by_its_keeper(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q, "w")
+    s._keeper = keeper(redis_url, "w", interval=0.02)
+    s._keeper.start()
+    deadline = time.monotonic() + 10
+    while not await q.client.zscore(KEYS.workers, "w"):
+        assert time.monotonic() < deadline, "the keeper never beat"
+        await asyncio.sleep(0.02)
+    await s._final_flush("finished")  # release, leave, finish (SCHEDULER_PERSIST=False)
+    await asyncio.sleep(0.3)  # fifteen renewal intervals
+    assert await q.client.zscore(KEYS.workers, "w") is None
+    assert await q.client.exists(KEYS.workers) == 0
+    k = keeper(redis_url, "late")
+    k.stop()
+    k.renew_once()  # a renewal that starts once stop is set does nothing
+    assert await q.client.exists(KEYS.workers) == 0
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_new_leases_do_not_extend_older_buffered_ones(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    old = Request("http://a.test/old")
+    old.meta[LEASE_META_KEY] = ("99", "x-1")  # buffered, its renewal long overdue
+    s._buffer.append(old)
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    await s._sync(lease=1)
+    assert len(s._buffer) == 2
+    assert s._leases_valid_until == 0.0  # only a renewal vouches for the old lease
+    fresh = scheduler(q, "v")
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    await fresh._sync(lease=1)  # an empty buffer: every buffered lease is brand new
+    assert fresh._leases_valid_until > time.monotonic()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_suspect_in_a_closed_domain_is_deferred_without_releasing_the_buffer(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    suspect = Request("http://closed.test/1", meta={"_ha_suspect": 2})
+    suspect.meta[LEASE_META_KEY] = ("1", "t-1")
+    other = Request("http://open.test/2")
+    other.meta[LEASE_META_KEY] = ("2", "t-2")
+    s._buffer.append(suspect)
+    s._buffer.append(other)
+    s._slot_free = lambda request: True  # no engine, no downloader in this test
+    s._target = lambda: 4
+    s._gates = {"closed.test": time.monotonic() + 60}
+    s._leases_valid_until = time.monotonic() + 60
+    assert s.next_request() is other
+    assert [op.kind for op in s._ops] == ["defer"]
+    assert s._to_release == []  # the buffer was not given back for a suspect that waits
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_stale_deferral_is_not_counted_as_deferred(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    s = scheduler(q)
+    a, b = await leased_again(q)
+    from scrapy_ha.scheduler import _Op
+
+    await s._end(_Op("defer", a.id, a.token, Request("http://a.test/list1"), 5.0))
+    assert s.stats.get_value("ha/deferred") is None
+    assert s.stats.get_value("ha/stale_acks") == 1
+    await q.client.aclose()

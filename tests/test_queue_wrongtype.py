@@ -1,0 +1,105 @@
+"""A key of the wrong type makes a script fail before its first write, on a real
+redis-server: the entry stays in the state it was in, and once the worker has set the key
+aside, the same call succeeds (it is not refused as a stale lease)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.queue import NewEntry, RedisQueue
+
+KEYS = Keys("ha", "wt")
+PAGE = b'{"v":1,"u":"http://a.test/1"}'
+RETENTION = {"max_entries": 100, "max_age_ms": 10**9}
+
+
+async def leased(q: RedisQueue, lease_ms: int = 30000):
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    (lease,) = (await q.sync(lease=1, lease_ms=lease_ms, promote=10)).leases
+    return lease
+
+
+async def fails_then_works(q: RedisQueue, call, bad_key: str):
+    await q.client.set(bad_key, "garbage")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await call()
+    moved = await q.set_aside_wrong_types()
+    assert any(bad_key in m for m in moved)
+    return await call()
+
+
+@pytest.mark.parametrize("op", ["dead", "retry"])
+@deferred_f_from_coro_f
+async def test_an_ended_lease_stays_leased_until_its_op_can_run(redis_url, op):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    lease = await leased(q)
+
+    async def call():
+        if op == "dead":
+            return (await q.dead_letter(lease.id, lease.token, {"class": "http"},
+                                        payload=b"x", **RETENTION))  # fmt: skip
+        return await q.retry_later(lease.id, lease.token, 1000, b"x")
+
+    result = await fails_then_works(q, call, KEYS.dead if op == "dead" else KEYS.delayed)
+    assert result  # not 0: the lease was still there, the op was not taken as stale
+    counts = await q.counts()
+    assert (counts.leased, counts.dead if op == "dead" else counts.delayed) == (0, 1)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_expired_lease_stays_until_reclaim_can_run(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await leased(q, lease_ms=1)
+    await asyncio.sleep(0.05)
+
+    async def call():
+        return await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3, **RETENTION)
+
+    assert (await fails_then_works(q, call, KEYS.expiries))[0] == 1
+    assert (await q.counts()).pending == 1
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_start_urls_stay_in_their_list_until_feed_can_run(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    start = "wt:start_urls"
+    await q.client.rpush(start, "http://a.test/1")
+    raw = await q.client.lrange(start, 0, 9)
+    entries = [NewEntry(b"f1", 0, PAGE)]
+
+    async def call():
+        return await q.feed(start, as_set=False, raw=raw, entries=entries)
+
+    await q.client.set(KEYS.dupefilter, "garbage")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await call()
+    assert await q.client.llen(start) == 1  # not taken from the list
+    await q.set_aside_wrong_types()
+    assert await call() == 1
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_dead_entry_stays_dead_until_requeue_can_run(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    lease = await leased(q)
+    assert await q.dead_letter(lease.id, lease.token, {"class": "http"}, **RETENTION)
+
+    async def call():
+        return await q.requeue_dead([(lease.id, 0, PAGE)])
+
+    await q.client.set(KEYS.expiries, "garbage")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await call()
+    assert (await q.counts()).dead == 1  # still dead-lettered, not in limbo
+    await q.set_aside_wrong_types()
+    assert await call() == 1
+    assert (await q.counts()).pending == 1
+    await q.client.aclose()
