@@ -247,7 +247,7 @@ def _method_name(spider: Spider | None, func: Callable[..., Any], url: str, attr
     name = getattr(func, "__name__", "")
     bound = getattr(spider, name, None) if spider is not None else None
     if bound is not None and getattr(bound, "__func__", None) is getattr(func, "__func__", func):
-        if name.startswith("_"):
+        if not _callable_name(spider, name):
             raise CodecError(
                 f"cannot store the request for {url} in Redis: its {attr} {name!r} is a "
                 f"private method (leading underscore), which a worker never calls from a "
@@ -706,14 +706,34 @@ def _request_class(name: Any, spider: Spider | None) -> type[Request]:
     return cls
 
 
+def _scrapy_callbacks() -> dict[str, type]:
+    """Private methods Scrapy's own spiders pass as callbacks, and the class that does."""
+    from scrapy import Spider  # noqa: PLC0415 - imported by Scrapy already
+    from scrapy.spiders import CrawlSpider, SitemapSpider  # noqa: PLC0415
+
+    return {"_callback": CrawlSpider, "_errback": CrawlSpider,
+            "_parse_sitemap": SitemapSpider, "_parse": Spider}  # fmt: skip
+
+
+def _callable_name(spider: Spider, name: str) -> bool:
+    """A public name, or a private one Scrapy's spider classes use as a callback (the rules
+    of ``CrawlSpider``, the sitemaps of ``SitemapSpider``), on a spider of that class."""
+    if not name.startswith("_"):
+        return True
+    owner = _scrapy_callbacks().get(name)
+    return owner is not None and isinstance(spider, owner)
+
+
 def _method(spider: Spider | None, name: Any) -> Callable[..., Any]:
     """The spider's public method *name*, bound to the spider.
 
     Only a plain function in the class namespaces (``inspect.getattr_static``: no property,
     no descriptor and no ``__getattr__`` runs to find it) whose name has no leading
-    underscore: ``_set_crawler`` or ``__init__`` are the spider's machinery, not callbacks.
+    underscore: ``_set_crawler`` or ``__init__`` are the spider's machinery, not callbacks
+    (but for the few private callbacks of Scrapy's own spider classes, see
+    :func:`_callable_name`).
     """
-    ok = isinstance(name, str) and not name.startswith("_") and spider is not None
+    ok = isinstance(name, str) and spider is not None and _callable_name(spider, name)
     try:
         func = inspect.getattr_static(type(spider), name) if ok else None
     except AttributeError:

@@ -16,6 +16,7 @@ import types
 import pytest
 import scrapy
 from scrapy.http import FormRequest
+from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import codec
@@ -139,3 +140,26 @@ def test_a_foreign_request_subclass_is_refused(monkeypatch):
         decode_request(doc, spider())
     worker = spider({"HA_CODEC_CLASSES": ["ha_foreign_plugin.PluginRequest"]})
     assert type(decode_request(doc, worker)) is cls
+
+
+class RulesSpider(CrawlSpider):
+    name = "rules"
+
+
+class MapSpider(SitemapSpider):
+    name = "map"
+
+    def _parse_sitemap(self, response):  # an override, as projects do
+        return super()._parse_sitemap(response)
+
+
+def test_scrapys_own_private_callbacks_round_trip_on_their_spiders():
+    rules, sitemap = RulesSpider(), MapSpider()
+    request = scrapy.Request("http://x/", callback=rules._callback, errback=rules._errback)
+    copy = decode_request(encode_request(request, rules), rules)
+    assert copy.callback == rules._callback and copy.errback == rules._errback
+    request = scrapy.Request("http://x/", callback=sitemap._parse_sitemap)
+    assert decode_request(encode_request(request, sitemap), sitemap).callback == sitemap._parse_sitemap
+    # on another spider those names are private methods like any other
+    with pytest.raises(CodecError, match="no public method '_callback'"):
+        decode_request(payload(cb="_callback"), sitemap)
