@@ -146,8 +146,9 @@ BAD_JARS = [b"{not json", b"[1, 2]", b'{"a\\t/\\tsid": 5}', b'{"x": {"name": "si
 
 @pytest.mark.parametrize("bad", BAD_JARS)
 @deferred_f_from_coro_f
-async def test_a_malformed_jar_is_set_aside_once_and_the_jar_starts_empty(redis_url, redis_client,
-                                                                           bad, caplog):  # fmt: skip
+async def test_a_malformed_jar_is_set_aside_once_and_the_jar_starts_empty(
+    redis_url, redis_client, bad, caplog
+):
     keys = Keys("ha", "badjar")
     field = f"jar:{jar_field(None)}"
     redis_client.hset(keys.cookies, mapping={field: bad, f"v:{jar_field(None)}": 3})
