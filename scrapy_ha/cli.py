@@ -16,6 +16,7 @@ from typing import Any
 
 from scrapy.settings import Settings
 
+from scrapy_ha.codec import mask_payload
 from scrapy_ha.config import ConfigError
 from scrapy_ha.connection import RedisUnavailable, check_reachable, display_url, redis_from_settings
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
@@ -140,7 +141,7 @@ async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     if entry is None:
         print(f"no dead-letter entry {args.id} in {queue.keys.spider}", file=sys.stderr)
         return 1
-    request = {k: v for k, v in entry.request.items() if k != "b"}
+    request = mask_payload({k: v for k, v in entry.request.items() if k != "b"})
     kind, body = entry.body()
     shown = {**entry.as_dict(), "request": request}
     if kind != "none":

@@ -7,11 +7,17 @@ cannot make a worker import a module or call a function. Decoding builds only
   ``attributes`` (what ``Request.replace`` passes too);
 - item classes (``scrapy.Item`` subclasses, dataclasses, attrs classes, pydantic models)
   and ``Enum`` members;
+- bound public methods of the spider (no leading underscore) as callbacks and errbacks,
+  found in the class namespaces (``inspect.getattr_static``), so no property runs;
 
 and it resolves a class named in a payload only if its module is already imported
 (``sys.modules``), by a plain look-up in the module's namespace: nothing is imported and
-no module ``__getattr__`` runs. Anything else is a :class:`CodecError` (the scheduler
-dead-letters such an entry as corrupt).
+no module ``__getattr__`` runs. A class is built only if this worker trusts it: it encoded
+it itself, it is defined in the spider's own top-level package, it is listed in
+``HA_CODEC_CLASSES``, or it is a Request class of Scrapy. Every imported library has
+dataclasses and Enums of its own (Twisted, redis, cryptography...), and building one runs
+its ``__init__``, ``__post_init__`` or ``_missing_``: a payload must not pick among them.
+Anything else is a :class:`CodecError` (the scheduler dead-letters such an entry as corrupt).
 
 Every value Scrapy users put in ``meta`` and ``cb_kwargs`` round-trips with its type:
 bytes, tuples, sets, frozensets, dicts with non-string keys, datetimes (naive and aware),
@@ -35,13 +41,14 @@ import base64
 import dataclasses
 import datetime
 import enum
+import inspect
 import json
 import logging
 import re
 import sys
 import uuid
 from decimal import Decimal
-from types import MethodType, ModuleType
+from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -240,6 +247,12 @@ def _method_name(spider: Spider | None, func: Callable[..., Any], url: str, attr
     name = getattr(func, "__name__", "")
     bound = getattr(spider, name, None) if spider is not None else None
     if bound is not None and getattr(bound, "__func__", None) is getattr(func, "__func__", func):
+        if not _callable_name(spider, name):
+            raise CodecError(
+                f"cannot store the request for {url} in Redis: its {attr} {name!r} is a "
+                f"private method (leading underscore), which a worker never calls from a "
+                f"payload; rename it without the underscore"
+            )
         return name
     raise CodecError(
         f"cannot store the request for {url} in Redis: its {attr} {func!r} is not a "
@@ -349,6 +362,31 @@ def mask_url(url: str) -> str:
     if parts.query:
         parts = parts._replace(query=_mask_query(parts.query))
     return urlunsplit(parts)
+
+
+#: Meta keys whose values are secrets: a stored request needs them (HttpAuthMiddleware
+#: rebuilds the Authorization header from them), a printed one never shows them.
+_SECRET_META = ("http_pass",)
+
+
+def mask_payload(doc: Any) -> Any:
+    """A copy of a stored request (``json.loads`` of a payload) fit to print or log.
+
+    ``meta["http_pass"]`` becomes ``***`` in the request and in every request nested in it;
+    ``http_user`` and ``http_auth_domain`` say who and where, not the secret, and stay.
+    """
+    if isinstance(doc, list):
+        return [mask_payload(v) for v in doc]
+    if not isinstance(doc, dict):
+        return doc
+    masked = {k: mask_payload(v) for k, v in doc.items()}
+    meta = masked.get("mt")
+    if isinstance(meta, dict) and isinstance(meta.get("__d"), list):  # a meta with other keys
+        meta["__d"] = [[p[0], "***"] if isinstance(p, list) and p and p[0] in _SECRET_META
+                       else p for p in meta["__d"]]  # fmt: skip
+    elif isinstance(meta, dict):
+        masked["mt"] = {k: "***" if k in _SECRET_META else v for k, v in meta.items()}
+    return masked
 
 
 def _mask_query(query: str) -> str:
@@ -482,7 +520,10 @@ def _type_name(cls: type) -> str:
 
 # --------------------------------------------------------------------------- classes
 
+#: Classes this process encoded (class -> stored name): a worker trusts what it stored.
 _NAMES: dict[type, str] = {}
+#: Setting listing more classes a payload may name (``module:Qualname`` or ``module.Class``).
+CODEC_CLASSES_SETTING = "HA_CODEC_CLASSES"
 
 
 def _class_name(cls: type, url: str | None) -> str:
@@ -526,6 +567,34 @@ def _lookup(name: str) -> Any:
     if obj is None:
         raise CodecError(f"the payload names {name!r}, which does not exist")
     return obj
+
+
+def _trusted(cls: type, spider: Spider | None) -> bool:
+    """May a payload make this worker build *cls*? (See the module docstring.)"""
+    if cls in _NAMES:
+        return True
+    module = cls.__module__ or ""
+    if spider is not None:
+        top = type(spider).__module__.partition(".")[0]
+        if top not in ("scrapy", "builtins") and (module == top or module.startswith(top + ".")):
+            return True
+    return _listed(cls, spider)
+
+
+def _listed(cls: type, spider: Spider | None) -> bool:
+    settings = getattr(getattr(spider, "crawler", None), "settings", None)
+    if settings is None:
+        return False
+    names = settings.getlist(CODEC_CLASSES_SETTING)
+    return f"{cls.__module__}:{cls.__qualname__}" in names or _type_name(cls) in names
+
+
+def _untrusted(name: str) -> CodecError:
+    return CodecError(
+        f"the payload names the class {name!r}, which this worker has not stored itself and "
+        f"which is not defined in the spider's package: add it to {CODEC_CLASSES_SETTING} "
+        f"to let payloads build it"
+    )
 
 
 def _item_kind(cls: type) -> str | None:
@@ -605,7 +674,7 @@ def _decode_doc(doc: Any, spider: Spider | None) -> Request:
 
 
 def _request_kwargs(doc: dict[str, Any], spider: Spider | None) -> tuple[type, dict[str, Any]]:
-    cls = _request_class(doc["cls"]) if "cls" in doc else Request
+    cls = _request_class(doc["cls"], spider) if "cls" in doc else Request
     kwargs: dict[str, Any] = {"url": doc["u"]}
     for attr, key, default in _FIELDS:
         if key in doc:
@@ -628,21 +697,50 @@ def _request_kwargs(doc: dict[str, Any], spider: Spider | None) -> tuple[type, d
     return cls, kwargs
 
 
-def _request_class(name: Any) -> type[Request]:
+def _request_class(name: Any, spider: Spider | None) -> type[Request]:
     cls = _lookup(name) if isinstance(name, str) else None
     if not (isinstance(cls, type) and issubclass(cls, Request)):
         raise CodecError(f"the payload names {name!r} as its class, which is not a Request class")
+    if not (cls.__module__.startswith("scrapy.") or _trusted(cls, spider)):
+        raise _untrusted(name)
     return cls
 
 
+def _scrapy_callbacks() -> dict[str, type]:
+    """Private methods Scrapy's own spiders pass as callbacks, and the class that does."""
+    from scrapy import Spider  # noqa: PLC0415 - imported by Scrapy already
+    from scrapy.spiders import CrawlSpider, SitemapSpider  # noqa: PLC0415
+
+    return {"_callback": CrawlSpider, "_errback": CrawlSpider,
+            "_parse_sitemap": SitemapSpider, "_parse": Spider}  # fmt: skip
+
+
+def _callable_name(spider: Spider, name: str) -> bool:
+    """A public name, or a private one Scrapy's spider classes use as a callback (the rules
+    of ``CrawlSpider``, the sitemaps of ``SitemapSpider``), on a spider of that class."""
+    if not name.startswith("_"):
+        return True
+    owner = _scrapy_callbacks().get(name)
+    return owner is not None and isinstance(spider, owner)
+
+
 def _method(spider: Spider | None, name: Any) -> Callable[..., Any]:
-    """The spider's method *name*: a method defined on the spider's class, not a dunder
-    (``__class__`` or ``__init__`` would build objects), nor any other attribute."""
-    ok = isinstance(name, str) and name[:2] != "__" and spider is not None
-    method = getattr(spider, name, None) if ok else None
-    if not (isinstance(method, MethodType) and method.__self__ is spider):
-        raise CodecError(f"the spider has no method {name!r}")
-    return method
+    """The spider's public method *name*, bound to the spider.
+
+    Only a plain function in the class namespaces (``inspect.getattr_static``: no property,
+    no descriptor and no ``__getattr__`` runs to find it) whose name has no leading
+    underscore: ``_set_crawler`` or ``__init__`` are the spider's machinery, not callbacks
+    (but for the few private callbacks of Scrapy's own spider classes, see
+    :func:`_callable_name`).
+    """
+    ok = isinstance(name, str) and spider is not None and _callable_name(spider, name)
+    try:
+        func = inspect.getattr_static(type(spider), name) if ok else None
+    except AttributeError:
+        func = None
+    if not isinstance(func, FunctionType):
+        raise CodecError(f"the spider has no public method {name!r}")
+    return MethodType(func, spider)
 
 
 def _untag(value: Any, spider: Spider | None) -> Any:
@@ -709,6 +807,8 @@ def _untag_enum(value: Any, spider: Spider | None) -> enum.Enum:
     cls = _lookup(_text(value[0]))
     if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
         raise CodecError(f"the payload names {value[0]!r} as an Enum, which it is not")
+    if not _trusted(cls, spider):
+        raise _untrusted(value[0])
     if len(value) == 2:
         return cls._member_map_[_text(value[1])]
     return cls(_untag(value[2], spider))
@@ -721,6 +821,8 @@ def _untag_item(value: Any, spider: Spider | None) -> Any:
     kind = _item_kind(cls) if isinstance(cls, type) else None
     if kind is None:
         raise CodecError(f"the payload names {value[0]!r} as an item class, which it is not")
+    if not _trusted(cls, spider):
+        raise _untrusted(value[0])
     fields = _untag(value[1], spider)
     if type(fields) is not dict or not all(type(k) is str for k in fields):
         raise CodecError(f"the fields of a stored {value[0]} are not a dict of names")

@@ -162,6 +162,46 @@ class SchedulerConfig:
             )
 
 
+#: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
+CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
+
+
+def uses_cluster(settings: BaseSettings) -> bool:
+    """Does the client built from these settings talk to a Redis Cluster?
+
+    scrapy-redis, and scrapy-ha after it, build a cluster client only from
+    ``REDIS_PARAMS["redis_cls"]`` (a ``RedisCluster`` class, or its dotted path); a
+    ``redis://`` URL says nothing about it.
+    """
+    cls = settings.getdict("REDIS_PARAMS").get("redis_cls")
+    if isinstance(cls, type):
+        import redis.asyncio  # noqa: PLC0415 - the client module, imported by the scheduler
+
+        clusters = (redis.RedisCluster, redis.asyncio.RedisCluster)
+        return issubclass(cls, clusters) or "Cluster" in cls.__name__
+    return isinstance(cls, str) and "Cluster" in cls.rpartition(".")[2]
+
+
+def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:
+    """Refuse, on a Redis Cluster, a start-URL key in another slot than the crawl's keys.
+
+    The script that feeds start URLs into the queue touches both: on a cluster, keys of
+    two slots fail with CROSSSLOT on every call. scrapy-redis's default key
+    (``<spider>:start_urls``) has no hash tag, so it stays the default for standalone
+    Redis and is refused here with the fix.
+    """
+    from redis.crc import key_slot  # noqa: PLC0415 - only needed on this path
+
+    if not uses_cluster(settings) or key_slot(start_key.encode()) == key_slot(crawl_key.encode()):
+        return
+    raise ConfigError(
+        f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
+        f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
+        f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
+        f"\"{CLUSTER_START_URLS_KEY}\" (and push start URLs to that key)"
+    )
+
+
 def queue_order(settings: BaseSettings) -> str:
     """Order within a priority: ``HA_QUEUE_ORDER``, else Scrapy's queue settings (a Fifo
     memory or disk queue means FIFO), else Scrapy's default, LIFO (depth-first)."""

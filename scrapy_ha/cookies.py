@@ -69,9 +69,17 @@ Input:  KEYS[1] the crawl's cookies hash
         ARGV[3] JSON object {cookie id: cookie} to set, ARGV[4] JSON array of cookie ids to drop
 Output: the jar's new version (an integer)
 Rule:   a worker's change never erases another worker's cookies: only the cookies it set or
-        dropped change. ]]
+        dropped change; a jar that is not JSON is moved to the field 'bad-' .. ARGV[1]. ]]
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
-local jar = stored and cjson.decode(stored) or {}
+local jar = {}
+if stored then
+  local ok, decoded = pcall(cjson.decode, stored)
+  if ok and type(decoded) == 'table' then
+    jar = decoded
+  else  -- a malformed jar is set aside (kept for a look), the merge starts from an empty one
+    redis.call('HSET', KEYS[1], 'bad-' .. ARGV[1], stored)
+  end
+end
 for id, cookie in pairs(cjson.decode(ARGV[3])) do jar[id] = cookie end
 for _, id in ipairs(cjson.decode(ARGV[4])) do jar[id] = nil end
 if next(jar) == nil then
@@ -81,6 +89,24 @@ else
 end
 return redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 """
+
+
+#: Move a malformed jar aside if it is still the value this worker read (atomically).
+SET_ASIDE_LUA = """
+--[[ Set a malformed cookie jar aside.
+Input:  KEYS[1] the crawl's cookies hash; ARGV[1] the jar's field; ARGV[2] the value read
+Output: 1 if moved to the field 'bad-' .. ARGV[1], 0 if another worker changed it meanwhile ]]
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'bad-' .. ARGV[1], ARGV[2])
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1
+"""
+#: Prefix of the field a malformed jar is moved to (kept for a look, never read again).
+BAD_JAR_PREFIX = "bad-"
+
+
+class BadJar(ValueError):
+    """A jar in Redis that is not a JSON object of cookies."""
 
 
 def cookie_id(cookie: Cookie) -> str:
@@ -124,6 +150,7 @@ class SharedJars:
     versions: dict[str, int] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     merge: Any = None
+    set_aside: Any = None
 
     def lock(self, key: Hashable) -> asyncio.Lock:
         return self.locks.setdefault(jar_field(key), asyncio.Lock())
@@ -145,13 +172,45 @@ class SharedJars:
         """The jar as Redis has it, and its version."""
         name = jar_field(key)
         raw, version = await self.client.hmget(self.keys.cookies, [f"jar:{name}", f"v:{name}"])
-        cookies = json.loads(raw) if raw else {}
+        try:
+            cookies = _parse_jar(raw) if raw else []
+        except BadJar as exc:
+            await self._set_aside(name, raw, exc)
+            cookies = []
         self._count("ha/cookies/loaded")
-        return [cookie_from_dict(c) for c in cookies.values()], int(version or 0)
+        return cookies, int(version or 0)
+
+    async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
+        """One bad jar costs that jar alone: move it aside, go on with an empty one."""
+        if self.set_aside is None:
+            self.set_aside = self.client.register_script(SET_ASIDE_LUA)
+        field_name = f"jar:{name}"
+        moved = await self.set_aside(keys=[self.keys.cookies], args=[field_name, raw])
+        if moved:
+            self._count("ha/cookies/bad_jar")
+            logger.error(
+                "The shared cookie jar %s in %s is malformed (%s): moved it to the field %s "
+                "and started this jar from empty; the next login fills it again",
+                name, self.keys.cookies, exc, BAD_JAR_PREFIX + field_name,
+            )  # fmt: skip
 
     def _count(self, stat: str) -> None:
         if self.stats is not None:
             self.stats.inc_value(stat)
+
+
+def _parse_jar(raw: bytes | str) -> list[Cookie]:
+    """The cookies of a stored jar; :class:`BadJar` says what is wrong with it."""
+    try:
+        stored = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadJar(f"not JSON: {exc}") from None
+    if not isinstance(stored, dict) or not all(isinstance(c, dict) for c in stored.values()):
+        raise BadJar("not a JSON object of cookie objects")
+    try:
+        return [cookie_from_dict(c) for c in stored.values()]
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise BadJar(f"a cookie cannot be rebuilt: {exc}") from None
 
 
 _SHARED: weakref.WeakKeyDictionary[Crawler, SharedCookiesMiddleware] = (

@@ -40,7 +40,7 @@ from scrapy_ha.codec import (
     decode_request,
     encode_request,
 )
-from scrapy_ha.config import ConfigError, SchedulerConfig, default_worker_id
+from scrapy_ha.config import ConfigError, SchedulerConfig, check_start_key, default_worker_id
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -478,6 +478,8 @@ class Scheduler:
                 return
             except (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
                 logger.error("%s", exc)
+            except ConfigError as exc:
+                logger.error("scrapy-ha cannot start: %s", exc)
             except ValueError as exc:  # a REDIS_URL redis-py cannot parse
                 logger.error("scrapy-ha cannot start: %s (check REDIS_URL)", exc)
         self._fail_start()
@@ -503,6 +505,10 @@ class Scheduler:
         if job and not self.crawler.settings.get("HA_WORKER_ID"):
             self.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
+        if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
+            start_key = spider.redis_key or cfg.start_urls_key % {"name": spider.name}
+            check_start_key(self.crawler.settings, start_key,
+                            Keys(cfg.key_prefix, spider.name).pending)  # fmt: skip
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:
             server = await check_reachable(client, self.redis_url, cfg.connect_timeout)

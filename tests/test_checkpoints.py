@@ -38,6 +38,21 @@ def checkpoint(client: redis.Redis) -> dict:
     return json.loads(client.get(key))
 
 
+def wait_for_checkpoint(client: redis.Redis, proc: subprocess.Popen, timeout: float,
+                        **want: object) -> None:  # fmt: skip
+    """Poll the checkpoint in Redis until its fields have the *want* values (the point to
+    kill the worker at), failing at the deadline or if the worker ended first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        keys = client.keys("ha:{paged}:cp:*")
+        saved = json.loads(client.get(keys[0]) or b"{}") if keys else {}
+        if all(saved.get(name) == value for name, value in want.items()):
+            return
+        assert proc.poll() is None, f"the worker ended before the checkpoint {want}: {saved}"
+        assert time.monotonic() < deadline, f"no checkpoint {want} in {timeout:g} s: {saved}"
+        time.sleep(0.05)
+
+
 def test_a_100_page_task_killed_at_page_47_resumes_at_47(
     redis_url, redis_client, site_factory, tmp_path
 ):
@@ -48,7 +63,7 @@ def test_a_100_page_task_killed_at_page_47_resumes_at_47(
     while not any(path == "/list/47" for _, path, _ in site.log()):
         assert first.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.5)
+    wait_for_checkpoint(redis_client, first, 60, page=47, items=46 * 5)
     first.send_signal(signal.SIGKILL)
     first.wait()
     saved = checkpoint(redis_client)
@@ -84,7 +99,7 @@ def test_checkpoints_within_a_page_every_n_items(redis_url, redis_client, site_f
     while count(items) < 100 or not redis_client.keys("ha:{paged}:cp:*"):
         assert first.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.5)
+    wait_for_checkpoint(redis_client, first, 60, page=1, skip=100, items=100)
     first.send_signal(signal.SIGKILL)  # items 101-120 are stuck in the pipeline
     first.wait()
     saved = checkpoint(redis_client)
@@ -162,7 +177,7 @@ def test_a_reclaimed_page_skips_the_items_its_checkpoint_has(
     while count(items) < 100 or "skip" not in checkpoint_or_empty(redis_client):
         assert first.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.5)
+    wait_for_checkpoint(redis_client, first, 60, skip=100, items=100)
     first.send_signal(signal.SIGKILL)  # page 1 stays leased in Redis until its lease expires
     first.wait()
     assert checkpoint(redis_client)["skip"] == 100

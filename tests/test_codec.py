@@ -213,9 +213,12 @@ def test_every_field_round_trips_exactly():
     assert copy.callback == SPIDER.parse_item and copy.errback == SPIDER.on_error
 
 
-def test_a_private_method_is_a_callback_too():
-    copy = roundtrip(scrapy.Request("https://example.com", callback=SPIDER._private_parse))
-    assert copy.callback == SPIDER._private_parse
+def test_a_private_method_is_refused_at_encoding_with_the_fix():
+    # a payload may name public methods only: refusing private ones when storing tells the
+    # user at once, rather than dead-lettering every such request on the next worker
+    request = scrapy.Request("https://example.com", callback=SPIDER._private_parse)
+    with pytest.raises(CodecError, match="'_private_parse' is a private method.*rename it"):
+        encode_request(request, SPIDER)
 
 
 def test_a_plain_request_is_small():

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
+import pytest
 import redis
+import redis.asyncio
 from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.addon import Addon
+from scrapy_ha.cookies import SharedJars, jar_field
+from scrapy_ha.keys import Keys
 from tests.realworld.test_realworld import Shop, _collect, _start
 
 #: Pages the first worker downloads before it stops: robots.txt, the login form, the login
@@ -133,3 +139,55 @@ def test_a_request_leaves_the_downloader_without_the_cookie_values():
         else:
             mw.process_response(request, HtmlResponse(request.url, request=request))
         assert "Cookie" not in request.headers, finish
+
+
+BAD_JARS = [b"{not json", b"[1, 2]", b'{"a\\t/\\tsid": 5}', b'{"x": {"name": "sid", "rest": 7}}']
+
+
+@pytest.mark.parametrize("bad", BAD_JARS)
+@deferred_f_from_coro_f
+async def test_a_malformed_jar_is_set_aside_once_and_the_jar_starts_empty(
+    redis_url, redis_client, bad, caplog
+):
+    keys = Keys("ha", "badjar")
+    field = f"jar:{jar_field(None)}"
+    redis_client.hset(keys.cookies, mapping={field: bad, f"v:{jar_field(None)}": 3})
+
+    async def load_twice() -> list[tuple[list, int]]:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            jars = SharedJars(client, keys)
+            return [await jars.load(None), await jars.load(None)]
+        finally:
+            await client.aclose()
+
+    with caplog.at_level(logging.ERROR, logger="scrapy_ha.cookies"):
+        first, second = await load_twice()
+    assert first == ([], 3) and second == ([], 3)
+    assert redis_client.hget(keys.cookies, field) is None
+    assert redis_client.hget(keys.cookies, "bad-" + field) == bad  # kept for a look
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "bad-" + field in errors[0].getMessage()
+
+
+@deferred_f_from_coro_f
+async def test_a_merge_into_a_malformed_jar_sets_it_aside_and_keeps_the_new_cookie(
+    redis_url, redis_client
+):
+    keys = Keys("ha", "badmerge")
+    field = f"jar:{jar_field(None)}"
+    redis_client.hset(keys.cookies, field, b"{not json")
+    cookie = {"name": "sid", "value": "v", "domain": "d", "path": "/", "rest": {}}
+
+    async def store_and_load() -> tuple[list, int]:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            jars = SharedJars(client, keys)
+            await jars.store(None, {"d\t/\tsid": cookie}, [])
+            return await jars.load(None)
+        finally:
+            await client.aclose()
+
+    cookies, version = await store_and_load()
+    assert [(c.name, c.value) for c in cookies] == [("sid", "v")] and version == 1
+    assert redis_client.hget(keys.cookies, "bad-" + field) == b"{not json"

@@ -181,10 +181,16 @@ async def test_redis_restarted_mid_crawl_reconnects_and_loses_nothing(tmp_path, 
     crawler = get_crawler(CatalogueSpider, settings(server.url, CONCURRENT_REQUESTS=4))
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     try:
+        deadline = time.monotonic() + 120
         while crawler.spider is None or len(crawler.spider.items) < 30:
+            assert not crawling.done() and time.monotonic() < deadline, "no 30 items in 120 s"
             await asyncio.sleep(0.02)
         server.stop()  # graceful: the AOF is written
-        await asyncio.sleep(1.5)
+        # restart once the crawl has seen Redis down (no fixed wait: start() waits for the port)
+        deadline = time.monotonic() + 60
+        while not crawler.stats.get_value("ha/redis_errors"):
+            assert not crawling.done() and time.monotonic() < deadline, "no Redis error seen"
+            await asyncio.sleep(0.02)
         server.start()  # same port, same data
         await crawling
     finally:

@@ -1,0 +1,166 @@
+"""Which classes and methods a payload may make a worker build or call.
+
+A payload is data written by whoever can write to Redis: it may name only classes this
+worker trusts (stored by itself, defined in the spider's package, or listed in
+HA_CODEC_CLASSES) and only public methods of the spider, found without running code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import types
+
+import pytest
+import scrapy
+from scrapy.http import FormRequest
+from scrapy.spiders import CrawlSpider, SitemapSpider
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha import codec
+from scrapy_ha.codec import CodecError, decode_request, encode_request
+
+
+@dataclasses.dataclass
+class LocalItem:
+    """Defined in the spider's own package (``tests``): payloads may build it."""
+
+    name: str = ""
+
+
+class ClassesSpider(scrapy.Spider):
+    name = "classes"
+    property_runs = 0
+
+    def parse(self, response):
+        pass
+
+    @property
+    def page(self):
+        type(self).property_runs += 1
+        return self.parse
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry(monkeypatch):
+    """As in a worker that has stored nothing yet (a restarted one)."""
+    monkeypatch.setattr(codec, "_NAMES", {})
+
+
+def spider(settings=None):
+    crawler = get_crawler(ClassesSpider, settings or {})
+    return ClassesSpider.from_crawler(crawler)
+
+
+def payload(**fields):
+    return json.dumps({"v": 1, "u": "http://x/", **fields})
+
+
+FOREIGN_ITEMS = [
+    # an attrs class of Twisted, a dataclass of redis with a __post_init__ hook
+    ("twisted.internet.address:IPv4Address", {"type": "TCP", "host": "h", "port": 1}),
+    ("redis.driver_info:DriverInfo", {}),
+]
+
+
+@pytest.mark.parametrize(("name", "fields"), FOREIGN_ITEMS)
+def test_a_library_item_class_is_refused(name, fields):
+    __import__(name.partition(":")[0])
+    doc = payload(mt={"a": {"__i": [name, fields]}})
+    with pytest.raises(CodecError, match="HA_CODEC_CLASSES"):
+        decode_request(doc, spider())
+
+
+def test_a_listed_library_class_is_built():
+    doc = payload(mt={"a": {"__i": [FOREIGN_ITEMS[0][0], FOREIGN_ITEMS[0][1]]}})
+    worker = spider({"HA_CODEC_CLASSES": ["twisted.internet.address:IPv4Address"]})
+    assert decode_request(doc, worker).meta["a"].host == "h"
+
+
+def test_a_class_this_worker_stored_is_built():
+    from twisted.internet.address import IPv4Address
+
+    worker = spider()
+    request = scrapy.Request("http://x/", meta={"a": IPv4Address("TCP", "h", 1)})
+    assert decode_request(encode_request(request, worker), worker).meta["a"].port == 1
+
+
+def test_a_class_of_the_spiders_package_is_built():
+    doc = payload(mt={"a": {"__i": [f"{__name__}:LocalItem", {"name": "n"}]}})
+    assert decode_request(doc, spider()).meta["a"] == LocalItem("n")
+
+
+@pytest.mark.parametrize("member", [["re:RegexFlag", None, 3], ["socket:AddressFamily", "AF_INET"]])
+def test_a_stdlib_enum_is_refused(member):
+    # RegexFlag(3) runs Flag._missing_ to build a combination: code a payload must not pick
+    doc = payload(mt={"a": {"__e": member}})
+    with pytest.raises(CodecError, match="HA_CODEC_CLASSES"):
+        decode_request(doc, spider())
+
+
+def test_a_stored_stdlib_enum_is_built():
+    worker = spider()
+    request = scrapy.Request("http://x/", meta={"a": re.IGNORECASE | re.MULTILINE})
+    assert decode_request(encode_request(request, worker), worker).meta["a"] == re.I | re.M
+
+
+def test_a_private_spider_method_is_no_callback():
+    with pytest.raises(CodecError, match="no public method '_set_crawler'"):
+        decode_request(payload(cb="_set_crawler"), spider())
+    with pytest.raises(CodecError, match="no public method '_set_crawler'"):
+        decode_request(payload(eb="_set_crawler"), spider())
+
+
+def test_a_property_is_no_callback_and_does_not_run():
+    ClassesSpider.property_runs = 0
+    with pytest.raises(CodecError, match="no public method 'page'"):
+        decode_request(payload(cb="page"), spider())
+    assert ClassesSpider.property_runs == 0
+
+
+def test_a_public_method_is_a_callback():
+    worker = spider()
+    assert decode_request(payload(cb="parse"), worker).callback == worker.parse
+
+
+def test_scrapys_request_classes_are_built():
+    doc = payload(cls="scrapy.http.request.form:FormRequest")
+    assert type(decode_request(doc, spider())) is FormRequest
+
+
+def test_a_foreign_request_subclass_is_refused(monkeypatch):
+    module = types.ModuleType("ha_foreign_plugin")
+    cls = type("PluginRequest", (scrapy.Request,), {"__module__": module.__name__})
+    module.PluginRequest = cls
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    doc = payload(cls="ha_foreign_plugin:PluginRequest")
+    with pytest.raises(CodecError, match="HA_CODEC_CLASSES"):
+        decode_request(doc, spider())
+    worker = spider({"HA_CODEC_CLASSES": ["ha_foreign_plugin.PluginRequest"]})
+    assert type(decode_request(doc, worker)) is cls
+
+
+class RulesSpider(CrawlSpider):
+    name = "rules"
+
+
+class MapSpider(SitemapSpider):
+    name = "map"
+
+    def _parse_sitemap(self, response):  # an override, as projects do
+        return super()._parse_sitemap(response)
+
+
+def test_scrapys_own_private_callbacks_round_trip_on_their_spiders():
+    rules, sitemap = RulesSpider(), MapSpider()
+    request = scrapy.Request("http://x/", callback=rules._callback, errback=rules._errback)
+    copy = decode_request(encode_request(request, rules), rules)
+    assert copy.callback == rules._callback and copy.errback == rules._errback
+    request = scrapy.Request("http://x/", callback=sitemap._parse_sitemap)
+    copy = decode_request(encode_request(request, sitemap), sitemap)
+    assert copy.callback == sitemap._parse_sitemap
+    # on another spider those names are private methods like any other
+    with pytest.raises(CodecError, match="no public method '_callback'"):
+        decode_request(payload(cb="_callback"), sitemap)
