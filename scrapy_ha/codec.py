@@ -7,8 +7,11 @@ cannot make a worker import a module or call a function. Decoding builds only
   ``attributes`` (what ``Request.replace`` passes too);
 - item classes (``scrapy.Item`` subclasses, dataclasses, attrs classes, pydantic models)
   and ``Enum`` members;
-- bound public methods of the spider (no leading underscore) as callbacks and errbacks,
-  found in the class namespaces (``inspect.getattr_static``), so no property runs;
+- bound methods of the spider as callbacks and errbacks: methods its own code defines
+  (never a dunder), or Scrapy's own callbacks (``parse``, ``CrawlSpider``'s rules,
+  ``SitemapSpider``'s sitemaps), never the spider's machinery (``_set_crawler``,
+  ``start``...); found in the class namespaces (``inspect.getattr_static``), so no
+  property runs;
 
 and it resolves a class named in a payload only if its module is already imported
 (``sys.modules``), by a plain look-up in the module's namespace: nothing is imported and
@@ -249,9 +252,9 @@ def _method_name(spider: Spider | None, func: Callable[..., Any], url: str, attr
     if bound is not None and getattr(bound, "__func__", None) is getattr(func, "__func__", func):
         if not _callable_name(spider, name):
             raise CodecError(
-                f"cannot store the request for {url} in Redis: its {attr} {name!r} is a "
-                f"private method (leading underscore), which a worker never calls from a "
-                f"payload; rename it without the underscore"
+                f"cannot store the request for {url} in Redis: its {attr} {name!r} is part "
+                f"of Scrapy's spider machinery, which a worker never calls from a payload; "
+                f"use a method of your own spider class"
             )
         return name
     raise CodecError(
@@ -571,14 +574,20 @@ def _lookup(name: str) -> Any:
 
 def _trusted(cls: type, spider: Spider | None) -> bool:
     """May a payload make this worker build *cls*? (See the module docstring.)"""
-    if cls in _NAMES:
-        return True
+    if cls in _NAMES or _is_scrapy_item(cls):
+        return True  # a scrapy.Item is built by Scrapy's own __init__ (a dict of fields)
     module = cls.__module__ or ""
     if spider is not None:
         top = type(spider).__module__.partition(".")[0]
         if top not in ("scrapy", "builtins") and (module == top or module.startswith(top + ".")):
             return True
     return _listed(cls, spider)
+
+
+def _is_scrapy_item(cls: type) -> bool:
+    from scrapy import Item  # noqa: PLC0415 - imported by Scrapy already
+
+    return issubclass(cls, Item) and "__init__" not in vars(cls)
 
 
 def _listed(cls: type, spider: Spider | None) -> bool:
@@ -706,32 +715,34 @@ def _request_class(name: Any, spider: Spider | None) -> type[Request]:
     return cls
 
 
-def _scrapy_callbacks() -> dict[str, type]:
-    """Private methods Scrapy's own spiders pass as callbacks, and the class that does."""
-    from scrapy import Spider  # noqa: PLC0415 - imported by Scrapy already
-    from scrapy.spiders import CrawlSpider, SitemapSpider  # noqa: PLC0415
-
-    return {"_callback": CrawlSpider, "_errback": CrawlSpider,
-            "_parse_sitemap": SitemapSpider, "_parse": Spider}  # fmt: skip
+#: Methods defined by Scrapy's (and scrapy-ha's) own spider classes that serve as callbacks:
+#: ``parse``, the rules of ``CrawlSpider`` and the sitemaps of ``SitemapSpider``. Every other
+#: method those classes define (``_set_crawler``, ``start``, ``update_settings``...) is the
+#: spider's machinery, which a payload must never make a worker call.
+_FRAMEWORK_CALLBACKS = frozenset(("parse", "_parse", "_callback", "_errback", "_parse_sitemap"))
+_FRAMEWORK_PACKAGES = frozenset(("scrapy", "scrapy_ha", "scrapy_redis"))
 
 
 def _callable_name(spider: Spider, name: str) -> bool:
-    """A public name, or a private one Scrapy's spider classes use as a callback (the rules
-    of ``CrawlSpider``, the sitemaps of ``SitemapSpider``), on a spider of that class."""
-    if not name.startswith("_"):
-        return True
-    owner = _scrapy_callbacks().get(name)
-    return owner is not None and isinstance(spider, owner)
+    """A callback name a payload may use: a method the spider's own code defines (public
+    or private, never a dunder), or one of Scrapy's own callbacks (see above); found in the
+    class namespaces, so nothing runs to find it."""
+    if name.startswith("__"):
+        return False
+    for klass in type(spider).__mro__:
+        if name in vars(klass):
+            framework = klass.__module__.split(".")[0] in _FRAMEWORK_PACKAGES
+            return not framework or name in _FRAMEWORK_CALLBACKS
+    return False
 
 
 def _method(spider: Spider | None, name: Any) -> Callable[..., Any]:
-    """The spider's public method *name*, bound to the spider.
+    """The spider's method *name*, bound to the spider.
 
     Only a plain function in the class namespaces (``inspect.getattr_static``: no property,
-    no descriptor and no ``__getattr__`` runs to find it) whose name has no leading
-    underscore: ``_set_crawler`` or ``__init__`` are the spider's machinery, not callbacks
-    (but for the few private callbacks of Scrapy's own spider classes, see
-    :func:`_callable_name`).
+    no descriptor and no ``__getattr__`` runs to find it) that the spider's own code defines,
+    or one of Scrapy's callbacks (:func:`_callable_name`): ``_set_crawler`` or ``__init__``
+    are the spider's machinery, not callbacks.
     """
     ok = isinstance(name, str) and spider is not None and _callable_name(spider, name)
     try:
@@ -739,7 +750,7 @@ def _method(spider: Spider | None, name: Any) -> Callable[..., Any]:
     except AttributeError:
         func = None
     if not isinstance(func, FunctionType):
-        raise CodecError(f"the spider has no public method {name!r}")
+        raise CodecError(f"the spider has no callback method {name!r}")
     return MethodType(func, spider)
 
 

@@ -213,11 +213,17 @@ def test_every_field_round_trips_exactly():
     assert copy.callback == SPIDER.parse_item and copy.errback == SPIDER.on_error
 
 
-def test_a_private_method_is_refused_at_encoding_with_the_fix():
-    # a payload may name public methods only: refusing private ones when storing tells the
-    # user at once, rather than dead-lettering every such request on the next worker
+def test_a_private_method_of_the_spider_is_a_callback_too():
+    # Scrapy users write `callback=self._parse_detail`; only Scrapy's machinery is refused
     request = scrapy.Request("https://example.com", callback=SPIDER._private_parse)
-    with pytest.raises(CodecError, match="'_private_parse' is a private method.*rename it"):
+    assert roundtrip(request).callback == SPIDER._private_parse
+
+
+def test_scrapys_machinery_is_refused_at_encoding_with_the_fix():
+    # refusing it when storing tells the user at once, rather than dead-lettering every
+    # such request on the next worker
+    request = scrapy.Request("https://example.com", callback=SPIDER._set_crawler)
+    with pytest.raises(CodecError, match="'_set_crawler' is part of Scrapy's spider machinery"):
         encode_request(request, SPIDER)
 
 
