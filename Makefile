@@ -17,7 +17,13 @@ OLDEST_TESTS := tests/test_scheduler_crawl.py tests/test_retry_crawl.py tests/te
 	tests/test_codec.py tests/test_config.py tests/test_start_urls.py tests/test_promises.py \
 	tests/test_dlq.py tests/test_checkpoints.py tests/test_proxy.py tests/test_useragent.py
 
-.PHONY: demo test test-oldest test-latest test-installed bench chaos deps venv constraints clean
+#: pytest-xdist workers for `make test`: the tests mostly wait on subprocesses and sockets,
+#: so two workers halve the wall time on 2 cores (each worker starts its own redis-server).
+PYTEST_WORKERS ?= 2
+#: `make test` leaves out the long versions of scenarios whose short version it runs.
+SHORT := -m 'not long'
+
+.PHONY: demo test test-long test-oldest test-latest test-installed bench chaos deps venv constraints clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -53,7 +59,11 @@ chaos: deps venv
 	$(BIN)/python chaos/run.py
 
 test: deps venv
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(SHORT) $(PYTEST_ARGS)
+
+# The long versions only (the 10,000-item crash), by hand or nightly.
+test-long: deps venv
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m long $(PYTEST_ARGS)
 
 # The oldest supported Scrapy, with everything else pinned as in constraints.txt.
 .venv-oldest/.ready: setup.cfg constraints.txt
@@ -62,13 +72,13 @@ test: deps venv
 	rm -f .constraints-oldest.txt
 
 test-oldest: deps .venv-oldest/.ready
-	.venv-oldest/bin/python -m pytest -q $(OLDEST_TESTS) $(PYTEST_ARGS)
+	.venv-oldest/bin/python -m pytest -q -n $(PYTEST_WORKERS) $(SHORT) $(OLDEST_TESTS) $(PYTEST_ARGS)
 
 # The newest releases of everything, unpinned: run by hand (a new upstream deprecation turns
 # into an error here first, under filterwarnings = error).
 test-latest: deps
 	$(call make_venv,.venv-latest,--upgrade -e '.[test]')
-	.venv-latest/bin/python -m pytest -q $(PYTEST_ARGS)
+	.venv-latest/bin/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The wheel installed in a clean venv outside the repository (.ci/installed).
 test-installed: deps venv

@@ -102,12 +102,16 @@ def test_sigkill_one_of_two_workers_loses_nothing(
     check_nothing_lost(items, pages * per_page, site.hits(), bound=PER_KILL)
 
 
-def test_sigkill_then_resume_a_10000_item_crawl(redis_url, site_factory, tmp_path):
-    pages, per_page = 500, 20
+@pytest.mark.parametrize("pages, kill_at", [
+    (100, 800),  # the same scenario, short enough for every CI run
+    pytest.param(500, 4000, marks=pytest.mark.long),  # about a minute: `make test-long`
+], ids=["2000-items", "10000-items"])
+def test_sigkill_then_resume_a_crawl(pages, kill_at, redis_url, site_factory, tmp_path):
+    per_page = 20
     site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "10")
     items = tmp_path / "items.jl"
     first = worker(redis_url, site.url, items, tmp_path / "first.log")
-    wait_for_items(items, 4000, first, timeout=300)
+    wait_for_items(items, kill_at, first, timeout=300)
     first.send_signal(signal.SIGKILL)
     first.wait()
     second = worker(redis_url, site.url, items, tmp_path / "second.log")
