@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import redis
 import scrapy
@@ -80,6 +80,9 @@ DEFAULT_DLQ_WARN_THRESHOLD = 1000
 
 #: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
 START_FAILED = "ha_start_failed"
+#: Scrapy 2.19 closes the spider when a spider_opened handler raises CloseSpider (checked on
+#: 2.19.0; 2.16 logs the exception and goes on).
+_CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
 
 #: Meta key: a checkpoint to save when this page's lease is acked.
 _CP_META_KEY = "_ha_cp_save"
@@ -492,10 +495,21 @@ class Scheduler:
         it would skip opening the scraper, whose close then fails with a traceback."""
         self._fatal = True
         self.crawler.signals.connect(self._refuse_start, signal=signals.spider_opened)
-        self.crawler.signals.connect(self._forget_spider, signal=signals.spider_closed)
+        # on Scrapy < 2.19 start requests may still be scheduled after spider_closed, and
+        # components assert crawler.spider then: forget it only when the engine stopped
+        old_scrapy = not _CLOSE_SPIDER_FROM_SPIDER_OPENED
+        forget_at = signals.engine_stopped if old_scrapy else signals.spider_closed
+        self.crawler.signals.connect(self._forget_spider, signal=forget_at)
 
-    def _refuse_start(self) -> NoReturn:
-        raise CloseSpider(START_FAILED)
+    def _refuse_start(self) -> None:
+        if _CLOSE_SPIDER_FROM_SPIDER_OPENED:
+            raise CloseSpider(START_FAILED)
+        # Scrapy < 2.19 does not honour CloseSpider from spider_opened: close right after it
+        engine = self.crawler.engine
+        assert engine is not None
+        asyncio.get_running_loop().call_soon(
+            lambda: deferred_from_coro(engine.close_spider_async(reason=START_FAILED))
+        )
 
     def _forget_spider(self) -> None:
         self.crawler.spider = None  # type: ignore[assignment]
