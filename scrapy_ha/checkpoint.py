@@ -55,9 +55,11 @@ FIELDS_META_KEY = "ha_checkpoint"  # the spider's own fields (read and write)
 NEXT_PAGE_META_KEY = "ha_next_page"  # mark a request as the task's next page
 RERUN_META_KEY = "ha_rerun"  # run a finished task again
 
-#: Items between two checkpoints within a page: seed 000 saves every 50 items.
+#: Items between two checkpoints within a page: a kill re-emits at most 49 items, at the cost of
+#: one small write per 50.
 DEFAULT_EVERY_ITEMS = 50
-#: A checkpoint larger than this is refused (seed 000: keep checkpoints small).
+#: A checkpoint larger than this is refused: a checkpoint says where a task stands, not what
+#: it found (that belongs in items).
 DEFAULT_MAX_BYTES = 2048
 #: Checkpoints expire after a week without a save.
 DEFAULT_TTL = 7 * 24 * 3600.0

@@ -16,13 +16,16 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
-#: Lease length: seed 000 uses 30 s; BullMQ locks jobs for 30 s.
+#: Lease length: a slow page and its pipelines fit; a dead worker's requests come back within
+#: a minute (BullMQ locks jobs for 30 s too).
 DEFAULT_LEASE_TIME = 30.0
 #: Renewal interval: a third of the lease, so two renewals may fail before it expires.
 DEFAULT_RENEW_INTERVAL = 10.0
-#: Worker heartbeat TTL: seed 000.
+#: Worker heartbeat TTL: as long as a lease, so a worker counts as alive exactly as long as its
+#: leases would.
 DEFAULT_HEARTBEAT_TTL = 30.0
-#: Reclaim scan interval and batch: seed 000 scans every 10 s; batch bounds one script's run time.
+#: Reclaim scan interval and batch: an expired lease waits at most 10 s more; the batch bounds
+#: one script's run time.
 DEFAULT_RECLAIM_INTERVAL = 10.0
 DEFAULT_RECLAIM_BATCH = 100
 #: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.

@@ -60,7 +60,7 @@ logger = logging.getLogger(__name__)
 PROXY_META_KEY = "ha_proxy"
 #: Meta key: the tunnel session an attempt used.
 SESSION_META_KEY = "ha_proxy_session"
-#: Proxy list cache: seed 000 caches the extraction API's answer for 30 s.
+#: Proxy list cache: extraction APIs rotate their lists about this often and rate-limit callers.
 DEFAULT_POOL_TTL = 30.0
 #: How long a banned or failing proxy stays out of rotation.
 DEFAULT_COOLDOWN = 300.0

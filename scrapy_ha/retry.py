@@ -9,7 +9,7 @@ Neither sleeps: a retry is returned to Scrapy as a copy of the request carrying 
 verdict, and the scheduler moves the original's lease to the delayed set atomically,
 so the downloader slot is freed at once and the retry survives any worker dying.
 
-Failure classes (seed 001), each with its own budget and backoff:
+Failure classes, each with its own budget and backoff:
 
 ============  ==============================================  ===========================
 class         what                                            default
@@ -96,12 +96,12 @@ class Policy:
 
 #: How each class differs from the global policy (HA_RETRY_TIMES, HA_RETRY_BACKOFF_*).
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "network": {"base": 1.0},  # seed 001: retry soon
+    "network": {"base": 1.0},  # a dropped connection is usually fine a second later
     "server": {},
     "rate_limited": {},
     "banned": {"times": 3},  # its own budget: a proxy rotation each time
     "parse": {"times": 2, "base": 10.0},
-    "pipeline": {"base": 1.0},  # seed 001: "a DB write failed" retries soon
+    "pipeline": {"base": 1.0},  # a database write that failed: retry soon
     "gone": {"times": 0},
     "client": {"times": 0},
     "permanent": {"times": 0},

@@ -1,4 +1,4 @@
-"""An optional User-Agent pool (seed 000 rotates browser agents): off by default.
+"""An optional User-Agent pool (some sites ban one agent seen too often): off by default.
 
 ``HA_USER_AGENTS = ["Mozilla/5.0 ...", ...]`` picks one at random for every request that
 has no User-Agent of its own. For pacing, use Scrapy's own AutoThrottle
