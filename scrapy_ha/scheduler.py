@@ -376,16 +376,11 @@ class Scheduler:
         downloader = getattr(self.crawler.engine, "downloader", None)
         if downloader is None:
             return True
-        key = downloader.get_slot_key(request)
-        slot = downloader.slots.get(key)
-        fresh = downloader.ip_concurrency or downloader.domain_concurrency
-        limit = slot.concurrency if slot else fresh
-        if limit <= 0:
-            return True
-        active = downloader.active
-        busy = sum(1 for _, r in self._inflight.values()
-                   if r in active and downloader.get_slot_key(r) == key)  # fmt: skip
-        return busy < limit
+        slot = downloader.slots.get(downloader.get_slot_key(request))
+        if slot is None:
+            return True  # a new slot: nothing of it is running yet
+        # the slot's own set of requests it holds (running or waiting in it): O(1) per call
+        return slot.concurrency <= 0 or len(slot.active) < slot.concurrency
 
     def _outranked(self) -> bool:
         """A request just queued outranks everything buffered (see ``_urgent``)."""
