@@ -747,19 +747,24 @@ class Scheduler:
             return NewEntry(b"", 0, b"")
 
     def _target(self) -> int:
-        cap = min(self.config.prefetch, PER_SLOT_PREFETCH * self._capacity())
+        cap = min(self.config.prefetch, PER_SLOT_PREFETCH * self._capacity(self.config.prefetch))
         if self._rate > 0:
             cap = min(cap, max(1, int(self._rate * self.config.lease_time / 2)))
         return cap
 
-    def _capacity(self) -> int:
+    def _capacity(self, enough: int) -> int:
         """Requests the downloader can run at once for this worker: each download slot's
-        concurrency, plus a new slot's (CONCURRENT_REQUESTS_PER_DOMAIN/IP)."""
+        concurrency, plus a new slot's (CONCURRENT_REQUESTS_PER_DOMAIN/IP); counting stops
+        at *enough* (this runs on every hand-out, and a broad crawl has thousands of slots)."""
         downloader = getattr(self.crawler.engine, "downloader", None)
         if downloader is None:
-            return self.config.prefetch
-        fresh = downloader.ip_concurrency or downloader.domain_concurrency
-        return fresh + sum(slot.concurrency for slot in downloader.slots.values())
+            return enough
+        total = downloader.ip_concurrency or downloader.domain_concurrency
+        for slot in downloader.slots.values():
+            if total >= enough:
+                break
+            total += slot.concurrency
+        return total
 
     def _want(self) -> int:
         if self._stopping or self._solo is not None:
