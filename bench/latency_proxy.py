@@ -10,7 +10,9 @@ import sys
 import time
 
 
-async def _delay_line(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
+async def _delay_line(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
+) -> None:
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
     async def pump() -> None:
@@ -44,8 +46,11 @@ async def main() -> None:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_r, up_w = await asyncio.open_connection("127.0.0.1", args.to)
-        await asyncio.gather(_delay_line(reader, up_w, delay), _delay_line(up_r, writer, delay),
-                             return_exceptions=True)  # fmt: skip
+        await asyncio.gather(
+            _delay_line(reader, up_w, delay),
+            _delay_line(up_r, writer, delay),
+            return_exceptions=True,
+        )
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     sys.stdout.write(f"LISTENING {server.sockets[0].getsockname()[1]}\n")

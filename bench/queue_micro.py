@@ -55,8 +55,12 @@ async def throughput(q: RedisQueue, n: int) -> dict[str, Any]:
             break
     seconds = time.perf_counter() - started
     assert done == n, (done, n)
-    return {"requests": n, "seconds": round(seconds, 3), "per_second": round(n / seconds),
-            "round_trips_per_request": round(calls / n, 4)}  # fmt: skip
+    return {
+        "requests": n,
+        "seconds": round(seconds, 3),
+        "per_second": round(n / seconds),
+        "round_trips_per_request": round(calls / n, 4),
+    }
 
 
 async def memory(q: RedisQueue, n: int) -> dict[str, Any]:
@@ -77,13 +81,36 @@ async def prefill(q: RedisQueue, n: int, site: str) -> None:
 def worker_memory(port: int, site: str, pages: int) -> int:
     """memusage/max (bytes) of a scrapy-ha crawl of *pages* pages from the prefilled queue."""
     out = Path(tempfile.mkdtemp()) / "out.json"
-    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "bench" / "spider.py"),
-            "-a", f"base_url={site}", "-s", "SCHEDULER=scrapy_ha.Scheduler",
-            "-s", f"REDIS_URL=redis://127.0.0.1:{port}/0", "-s", f"BENCH_OUT={out}",
-            "-s", f"CLOSESPIDER_PAGECOUNT={pages}", "-s", "LOG_LEVEL=WARNING",
-            "-s", "HA_DEDUPE_START_REQUESTS=True", "-s", "TELNETCONSOLE_ENABLED=False"]  # fmt: skip
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy.cmdline",
+        "runspider",
+        str(ROOT / "bench" / "spider.py"),
+        "-a",
+        f"base_url={site}",
+        "-s",
+        "SCHEDULER=scrapy_ha.Scheduler",
+        "-s",
+        f"REDIS_URL=redis://127.0.0.1:{port}/0",
+        "-s",
+        f"BENCH_OUT={out}",
+        "-s",
+        f"CLOSESPIDER_PAGECOUNT={pages}",
+        "-s",
+        "LOG_LEVEL=WARNING",
+        "-s",
+        "HA_DEDUPE_START_REQUESTS=True",
+        "-s",
+        "TELNETCONSOLE_ENABLED=False",
+    ]
+    subprocess.run(
+        args,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     return int(json.loads(out.read_text())["memusage"])
 
 

@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,12 @@ from scrapy_ha.demo import harness  # noqa: E402
 CRAWL_TIMEOUT = 1800
 SCHEDULERS: dict[str, dict[str, str]] = {
     "memory": {"SCHEDULER": "scrapy.core.scheduler.Scheduler"},
-    "scrapy-redis": {"SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-                     "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"},
+    "scrapy-redis": {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    },
     "scrapy-ha": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_IDLE_TIMEOUT": "0"},
-}  # fmt: skip
+}
 
 
 class Services:
@@ -63,24 +64,44 @@ def crawl(name: str, site: str, redis_port: int, concurrency: int, workdir: Path
 
     redis.Redis(port=redis_port).flushall()
     out = workdir / f"{name}.json"
-    settings = {**SCHEDULERS[name], "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-                "CONCURRENT_REQUESTS": str(concurrency),
-                "CONCURRENT_REQUESTS_PER_DOMAIN": str(concurrency), "LOG_LEVEL": "WARNING",
-                "BENCH_OUT": str(out), "TELNETCONSOLE_ENABLED": "False",
-                "REMOTE_CONTROL_ENABLED": "False"}  # fmt: skip
-    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "bench" / "spider.py"),
-            "-a", f"base_url={site}"]  # fmt: skip
+    settings = {
+        **SCHEDULERS[name],
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "CONCURRENT_REQUESTS": str(concurrency),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": str(concurrency),
+        "LOG_LEVEL": "WARNING",
+        "BENCH_OUT": str(out),
+        "TELNETCONSOLE_ENABLED": "False",
+        "REMOTE_CONTROL_ENABLED": "False",
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy.cmdline",
+        "runspider",
+        str(ROOT / "bench" / "spider.py"),
+        "-a",
+        f"base_url={site}",
+    ]
     for key, value in settings.items():
         args += ["-s", f"{key}={value}"]
-    subprocess.run(args, check=True, cwd=workdir, stdout=subprocess.DEVNULL, timeout=CRAWL_TIMEOUT,
-                   stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    subprocess.run(
+        args,
+        check=True,
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        timeout=CRAWL_TIMEOUT,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     result = json.loads(out.read_text())
     result["rate"] = result["pages"] / result["seconds"]
     return dict(result)
 
 
-def crawl_series(args: argparse.Namespace, svc: Services, site: str, redis_port: int,
-                 label: str) -> dict[str, Any]:  # fmt: skip
+def crawl_series(
+    args: argparse.Namespace, svc: Services, site: str, redis_port: int, label: str
+) -> dict[str, Any]:
     rates: dict[str, list[float]] = {name: [] for name in SCHEDULERS}
     pages: dict[str, list[int]] = {name: [] for name in SCHEDULERS}
     for run in range(args.runs):
@@ -88,12 +109,19 @@ def crawl_series(args: argparse.Namespace, svc: Services, site: str, redis_port:
             result = crawl(name, site, redis_port, args.concurrency, svc.dir)
             rates[name].append(result["rate"])
             pages[name].append(result["pages"])
-            print(f"  [{label}] run {run + 1} {name:<13} {result['rate']:7.1f} pages/s "
-                  f"({result['pages']} pages)", flush=True)  # fmt: skip
+            print(
+                f"  [{label}] run {run + 1} {name:<13} {result['rate']:7.1f} pages/s "
+                f"({result['pages']} pages)",
+                flush=True,
+            )
     medians = {name: statistics.median(r) for name, r in rates.items()}
     base = medians["memory"]
-    return {"pages": pages, "runs": rates, "median": medians,
-            "ratio": {name: m / base for name, m in medians.items()}}  # fmt: skip
+    return {
+        "pages": pages,
+        "runs": rates,
+        "median": medians,
+        "ratio": {name: m / base for name, m in medians.items()},
+    }
 
 
 def main() -> int:
@@ -102,12 +130,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--delay-ms", type=float, default=1.0, help="one way (2 ms round trip)")
-    parser.add_argument("--micro", type=int, default=100_000, help="requests in the micro-benchmark")
+    parser.add_argument(
+        "--micro", type=int, default=100_000, help="requests in the micro-benchmark"
+    )
     parser.add_argument("--memory-sizes", default="100000,1000000")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny and fast")
-    parser.add_argument("--only", choices=["loopback", "latency", "micro"],
-                        help="run one part only (its results are printed, not written)")
+    parser.add_argument(
+        "--only",
+        choices=["loopback", "latency", "micro"],
+        help="run one part only (its results are printed, not written)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.pages, args.runs, args.micro, args.memory_sizes = 5, 1, 2000, "2000"
@@ -128,27 +161,62 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 def run(args: argparse.Namespace, svc: Services) -> int:
     redis_port = svc.redis()
     site = "http://127.0.0.1:" + svc.spawn(
-        [sys.executable, "-m", "scrapy_ha.demo.site", "--pages", str(args.pages), "--per-page",
-         "20", "--chains", "10"], listen=True)  # fmt: skip
-    delayed_port = int(svc.spawn([sys.executable, str(ROOT / "bench" / "latency_proxy.py"),
-                                  "--to", str(redis_port), "--delay-ms", str(args.delay_ms)],
-                                 listen=True))  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "scrapy_ha.demo.site",
+            "--pages",
+            str(args.pages),
+            "--per-page",
+            "20",
+            "--chains",
+            "10",
+        ],
+        listen=True,
+    )
+    delayed_port = int(
+        svc.spawn(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "latency_proxy.py"),
+                "--to",
+                str(redis_port),
+                "--delay-ms",
+                str(args.delay_ms),
+            ],
+            listen=True,
+        )
+    )
     results: dict[str, Any] = {"machine": machine()}
     print(f"Crawling {args.pages * 21 + 1} pages, {args.runs} run(s) per scheduler")
     if args.only in (None, "loopback"):
         results["loopback"] = crawl_series(args, svc, site, redis_port, "loopback")
     if args.only in (None, "latency"):
-        results["latency"] = crawl_series(args, svc, site, delayed_port,
-                                          f"Redis {2 * args.delay_ms:g} ms away")  # fmt: skip
+        results["latency"] = crawl_series(
+            args, svc, site, delayed_port, f"Redis {2 * args.delay_ms:g} ms away"
+        )
         results["latency"]["rtt_ms"] = 2 * args.delay_ms
     if args.only is not None and args.only != "micro":
         print(json.dumps({k: v for k, v in results.items() if k != "machine"}, indent=1))
         return 0
     micro = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "queue_micro.py"), "--redis-port", str(redis_port),
-         "--n", str(args.micro), "--memory-sizes", args.memory_sizes, "--site", site],
-        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "bench" / "queue_micro.py"),
+            "--redis-port",
+            str(redis_port),
+            "--n",
+            str(args.micro),
+            "--memory-sizes",
+            args.memory_sizes,
+            "--site",
+            site,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     results["micro"] = json.loads(micro.stdout)
     args.out.write_text(json.dumps(results, indent=2))
     report(results)
@@ -161,18 +229,29 @@ def machine() -> dict[str, Any]:
     import scrapy_redis
 
     server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "scrapy": scrapy.__version__,
-            "scrapy_redis": scrapy_redis.__version__, "redis_py": redis.__version__,
-            "redis_server": server.split()[2].removeprefix("v="), "platform": platform.platform()}  # fmt: skip
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "scrapy": scrapy.__version__,
+        "scrapy_redis": scrapy_redis.__version__,
+        "redis_py": redis.__version__,
+        "redis_server": server.split()[2].removeprefix("v="),
+        "platform": platform.platform(),
+    }
 
 
 def report(results: dict[str, Any]) -> None:
-    print("\nscheduler       loopback pages/s  ratio   Redis {:g} ms away  ratio".format(
-        results["latency"]["rtt_ms"]))  # fmt: skip
+    print(
+        "\nscheduler       loopback pages/s  ratio   Redis {:g} ms away  ratio".format(
+            results["latency"]["rtt_ms"]
+        )
+    )
     for name in SCHEDULERS:
         lo, la = results["loopback"], results["latency"]
-        print(f"{name:<15} {lo['median'][name]:>16.1f}  {lo['ratio'][name]:5.0%}  "
-              f"{la['median'][name]:>17.1f}  {la['ratio'][name]:5.0%}")  # fmt: skip
+        print(
+            f"{name:<15} {lo['median'][name]:>16.1f}  {lo['ratio'][name]:5.0%}  "
+            f"{la['median'][name]:>17.1f}  {la['ratio'][name]:5.0%}"
+        )
     print("\nqueue micro-benchmark:", json.dumps(results["micro"], indent=2))
 
 

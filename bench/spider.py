@@ -41,5 +41,12 @@ class BenchSpider(scrapy.Spider):
         if out:
             stats = self.crawler.stats
             with open(out, "w") as f:
-                json.dump({"pages": self.pages, "seconds": self.last - self.first,
-                           "memusage": stats.get_value("memusage/max"), "reason": reason}, f)  # fmt: skip
+                json.dump(
+                    {
+                        "pages": self.pages,
+                        "seconds": self.last - self.first,
+                        "memusage": stats.get_value("memusage/max"),
+                        "reason": reason,
+                    },
+                    f,
+                )

@@ -28,8 +28,9 @@ class Faults:
             writer.close()
             return
         self.conns |= {writer, up_w}
-        await asyncio.gather(self.pipe(reader, up_w), self.pipe(up_r, writer),
-                             return_exceptions=True)  # fmt: skip
+        await asyncio.gather(
+            self.pipe(reader, up_w), self.pipe(up_r, writer), return_exceptions=True
+        )
         self.conns -= {writer, up_w}
 
     async def pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -36,14 +36,21 @@ CONCURRENCY = 8
 #: its unfinished requests (HA_MAX_INFLIGHT = 2 x CONCURRENCY) and one round of acks.
 PER_FAULT = 4 * CONCURRENCY
 WORKER_SETTINGS = {
-    "SCHEDULER": "scrapy_ha.Scheduler", "HA_LEASE_TIME": str(LEASE),
-    "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": str(LEASE), "HA_RECLAIM_INTERVAL": "1",
-    "HA_IDLE_TIMEOUT": "3", "CONCURRENT_REQUESTS": str(CONCURRENCY), "LOG_LEVEL": "INFO",
+    "SCHEDULER": "scrapy_ha.Scheduler",
+    "HA_LEASE_TIME": str(LEASE),
+    "HA_LEASE_RENEW_INTERVAL": "1",
+    "HA_HEARTBEAT_TTL": str(LEASE),
+    "HA_RECLAIM_INTERVAL": "1",
+    "HA_IDLE_TIMEOUT": "3",
+    "CONCURRENT_REQUESTS": str(CONCURRENCY),
+    "LOG_LEVEL": "INFO",
     "DOWNLOADER_MIDDLEWARES": '{"scrapy.downloadermiddlewares.retry.RetryMiddleware": null, '
-                              '"scrapy_ha.retry.RetryMiddleware": 550}',
-    "HA_RETRY_BACKOFF_BASE": "0.5", "HA_RETRY_POLICIES": '{"network": {"base": 0.5}}',
-    "DOWNLOAD_TIMEOUT": "5", "TELNETCONSOLE_ENABLED": "False",
-}  # fmt: skip
+    '"scrapy_ha.retry.RetryMiddleware": 550}',
+    "HA_RETRY_BACKOFF_BASE": "0.5",
+    "HA_RETRY_POLICIES": '{"network": {"base": 0.5}}',
+    "DOWNLOAD_TIMEOUT": "5",
+    "TELNETCONSOLE_ENABLED": "False",
+}
 
 
 def _path() -> str:
@@ -73,7 +80,8 @@ class Cluster:
     def start_redis(self) -> None:
         """Start Redis; again on the same port after `stop_redis` (as soon as it is free)."""
         self.redis_proc, self.redis_port = harness.start_redis(
-            self.dir / "redis", port=self.redis_port or None,
+            self.dir / "redis",
+            port=self.redis_port or None,
             args=["--appendonly", "yes", "--appendfsync", self.fsync],
         )
         self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
@@ -86,14 +94,30 @@ class Cluster:
         harness.stop(self.redis_proc, grace=30)
 
     def start_site(self, *args: str) -> None:
-        port = self._listen([sys.executable, "-m", "scrapy_ha.demo.site", "--pages",
-                             str(self.pages), "--per-page", str(self.per_page), "--chains", "10",
-                             "--delay", "0.005", "--fault", "503:7:1", *args])[0]  # fmt: skip
+        port = self._listen(
+            [
+                sys.executable,
+                "-m",
+                "scrapy_ha.demo.site",
+                "--pages",
+                str(self.pages),
+                "--per-page",
+                str(self.per_page),
+                "--chains",
+                "10",
+                "--delay",
+                "0.005",
+                "--fault",
+                "503:7:1",
+                *args,
+            ]
+        )[0]
         self.site_url = f"http://127.0.0.1:{port}"
 
     def start_netfault(self) -> None:
         port, self.control_port = self._listen(
-            [sys.executable, str(ROOT / "chaos" / "netfault.py"), "--to", str(self.redis_port)])
+            [sys.executable, str(ROOT / "chaos" / "netfault.py"), "--to", str(self.redis_port)]
+        )
         self.worker_url = f"redis://127.0.0.1:{port}/0"
 
     def fault(self, command: str) -> None:
@@ -110,15 +134,30 @@ class Cluster:
 
     def start_worker(self, n: int) -> subprocess.Popen[bytes]:
         self.runs += 1
-        args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "chaos" / "spider.py"),
-                "-a", f"base_url={self.site_url}", "-s", f"REDIS_URL={self.worker_url}",
-                "-s", f"ITEMS_FILE={self.items}"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "scrapy.cmdline",
+            "runspider",
+            str(ROOT / "chaos" / "spider.py"),
+            "-a",
+            f"base_url={self.site_url}",
+            "-s",
+            f"REDIS_URL={self.worker_url}",
+            "-s",
+            f"ITEMS_FILE={self.items}",
+        ]
         for key, value in {**WORKER_SETTINGS, **self.extra}.items():
             args += ["-s", f"{key}={value}"]
         log = self.dir / f"worker{n}-run{self.runs}.log"
         with log.open("wb") as out:
-            proc = harness.spawn(args, cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
-                                 env={**os.environ, "PYTHONPATH": _path()})  # fmt: skip
+            proc = harness.spawn(
+                args,
+                cwd=self.dir,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": _path()},
+            )
         self.workers[n] = proc
         self.procs.append(proc)
         return proc
@@ -179,11 +218,15 @@ class Cluster:
         expected = set(range(1, self.pages * self.per_page + 1)) - set(allowed_dead)
         counts = Counter(ids)
         return {
-            "expected": len(expected), "crawled": len(set(ids) & expected),
-            "lost": len(expected - set(ids)), "twice": sum(1 for n in counts.values() if n > 1),
-            "bound": faults * PER_FAULT, "dead": dict(dead), "reclaimed": self.stat("ha/reclaimed"),
+            "expected": len(expected),
+            "crawled": len(set(ids) & expected),
+            "lost": len(expected - set(ids)),
+            "twice": sum(1 for n in counts.values() if n > 1),
+            "bound": faults * PER_FAULT,
+            "dead": dict(dead),
+            "reclaimed": self.stat("ha/reclaimed"),
             "elapsed": round(time.monotonic() - self.started, 1),
-        }  # fmt: skip
+        }
 
 
 # -- scenarios ---------------------------------------------------------------------
@@ -221,13 +264,20 @@ def freeze(c: Cluster, short: bool) -> dict[str, Any]:
     recover = c.time_to_progress()
     # Resume it once every lease held at the freeze has expired and been taken over (or
     # renewed or acked by the other worker): its late acks must then be refused.
-    harness.wait_for(lambda: _all_moved_on(client, held), "the frozen worker's leases to expire",
-                     timeout=60 * LEASE)  # fmt: skip
+    harness.wait_for(
+        lambda: _all_moved_on(client, held),
+        "the frozen worker's leases to expire",
+        timeout=60 * LEASE,
+    )
     frozen.send_signal(signal.SIGCONT)
     c.wait_workers()
     refused = c.stat("ha/stale_acks") + c.stat("ha/leases_lost")
-    return {**c.tally(faults=1), "recover_s": round(recover, 2), "late_acks_refused": refused,
-            "ok_extra": refused > 0}  # fmt: skip
+    return {
+        **c.tally(faults=1),
+        "recover_s": round(recover, 2),
+        "late_acks_refused": refused,
+        "ok_extra": refused > 0,
+    }
 
 
 def redis_restart(c: Cluster, short: bool) -> dict[str, Any]:
@@ -275,8 +325,11 @@ def slow_callback(c: Cluster, short: bool) -> dict[str, Any]:
     hits = _hits(c)
     # The slow page is fetched once: its lease outlived the callback. (Another lease may
     # still expire on a loaded machine: that is what reclaiming is for, and "twice" bounds it.)
-    return {**c.tally(faults=1), "slow_page_fetches": hits.get("/item/5", 0),
-            "ok_extra": hits.get("/item/5") == 1}  # fmt: skip
+    return {
+        **c.tally(faults=1),
+        "slow_page_fetches": hits.get("/item/5", 0),
+        "ok_extra": hits.get("/item/5") == 1,
+    }
 
 
 def poison(c: Cluster, short: bool) -> dict[str, Any]:
@@ -300,8 +353,10 @@ def garbage(c: Cluster, short: bool) -> dict[str, Any]:
     c.wait_items(200)
     client = redis.Redis(port=c.redis_port)
     k = "ha:{chaos}:"
-    client.zadd(k + "pending", {"junk-without-payload": 0, "7777 {not json": 0, "7778 ": 0,
-                                "7779 \x80\x04pickle": 0})  # fmt: skip
+    client.zadd(
+        k + "pending",
+        {"junk-without-payload": 0, "7777 {not json": 0, "7778 ": 0, "7779 \x80\x04pickle": 0},
+    )
     client.zadd(k + "leased", {"ghost-lease": 0})
     client.zadd(k + "delayed", {"ghost-delayed": 0})
     client.hset(k + "gates", "127.0.0.1", "not-a-time")
@@ -312,8 +367,11 @@ def garbage(c: Cluster, short: bool) -> dict[str, Any]:
     c.wait_workers()
     result = c.tally(faults=0)
     set_aside = client.keys(k + "delayed_sc:corrupt:*")
-    return {**result, "recover_s": round(recover, 2),
-            "ok_extra": result["dead"].get("corrupt", 0) >= 5 and len(set_aside) == 1}  # fmt: skip
+    return {
+        **result,
+        "recover_s": round(recover, 2),
+        "ok_extra": result["dead"].get("corrupt", 0) >= 5 and len(set_aside) == 1,
+    }
 
 
 def _all_moved_on(client: redis.Redis, held: dict[bytes, float]) -> bool:
@@ -321,7 +379,7 @@ def _all_moved_on(client: redis.Redis, held: dict[bytes, float]) -> bool:
     if not held:
         return True
     now = client.zmscore("ha:{chaos}:leased", list(held))
-    return all(score is None or score > held[i] for i, score in zip(held, now))
+    return all(score is None or score > held[i] for i, score in zip(held, now, strict=True))
 
 
 def _hits(c: Cluster) -> dict[str, int]:
@@ -331,8 +389,15 @@ def _hits(c: Cluster) -> dict[str, int]:
         return dict(json.load(r))
 
 
-SCENARIOS = {"kill": kill, "freeze": freeze, "redis-restart": redis_restart, "network": network,
-             "slow-callback": slow_callback, "poison": poison, "garbage": garbage}  # fmt: skip
+SCENARIOS = {
+    "kill": kill,
+    "freeze": freeze,
+    "redis-restart": redis_restart,
+    "network": network,
+    "slow-callback": slow_callback,
+    "poison": poison,
+    "garbage": garbage,
+}
 
 
 def run_scenario(name: str, short: bool, keep: Path | None = None) -> dict[str, Any]:
@@ -342,8 +407,9 @@ def run_scenario(name: str, short: bool, keep: Path | None = None) -> dict[str, 
         result = SCENARIOS[name](cluster, short)
     finally:
         cluster.stop_all()
-    result["ok"] = (result["lost"] == 0 and result["twice"] <= result["bound"]
-                    and result.pop("ok_extra", True))  # fmt: skip
+    result["ok"] = (
+        result["lost"] == 0 and result["twice"] <= result["bound"] and result.pop("ok_extra", True)
+    )
     if keep is None and result["ok"]:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
@@ -353,21 +419,29 @@ def run_scenario(name: str, short: bool, keep: Path | None = None) -> dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO",
-                        help=f"one or more of {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"one or more of {', '.join(SCENARIOS)} (default: all)",
+    )
     parser.add_argument("--short", action="store_true", help="smaller crawls, fewer faults (CI)")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
-        parser.error(f"unknown scenario(s) {', '.join(sorted(unknown))}: use {', '.join(SCENARIOS)}")
+        parser.error(
+            f"unknown scenario(s) {', '.join(sorted(unknown))}: use {', '.join(SCENARIOS)}"
+        )
     args.scenarios = args.scenarios or list(SCENARIOS)
     failed = 0
     for _ in range(args.repeat):
         for name in args.scenarios:
             result = run_scenario(name, args.short)
             failed += not result["ok"]
-            print(f"{name:<14} {'ok  ' if result['ok'] else 'FAIL'} {json.dumps(result)}", flush=True)
+            print(
+                f"{name:<14} {'ok  ' if result['ok'] else 'FAIL'} {json.dumps(result)}", flush=True
+            )
     return 1 if failed else 0
 
 

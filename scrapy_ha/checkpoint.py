@@ -112,8 +112,11 @@ class CheckpointMiddleware:
         except (NotConfigured, CodecError):
             raise
         except Exception as exc:  # a Redis error: the root goes on, its task from the queue
-            logger.warning("Could not read the checkpoint of task %s (%s): starting it from "
-                           "its root request", task, exc)  # fmt: skip
+            logger.warning(
+                "Could not read the checkpoint of task %s (%s): starting it from its root request",
+                task,
+                exc,
+            )
             doc = None
         root.meta[TASK_META_KEY] = task
         root.meta.setdefault(STATE_META_KEY, {"page": 1, "items": 0})
@@ -121,8 +124,10 @@ class CheckpointMiddleware:
             return root
         if doc.get("done") and not (self.rerun or root.meta.get(RERUN_META_KEY)):
             self.stats.inc_value("ha/checkpoint/finished_skipped")
-            logger.info("Task %s finished in an earlier run: skipped (HA_CHECKPOINT_RERUN "
-                        "to run it again)", task)  # fmt: skip
+            logger.info(
+                "Task %s finished in an earlier run: skipped (HA_CHECKPOINT_RERUN to run it again)",
+                task,
+            )
             return None
         if doc.get("done") or not doc.get("next"):
             return root
@@ -132,13 +137,15 @@ class CheckpointMiddleware:
             logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
             return root
         request.meta[TASK_META_KEY] = task
-        request.meta[STATE_META_KEY] = {k: doc[k] for k in ("page", "items", "last_id", "skip")
-                                        if k in doc}  # fmt: skip
+        request.meta[STATE_META_KEY] = {
+            k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc
+        }
         request.meta[FIELDS_META_KEY] = doc.get("fields", {})
         request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
         self.stats.inc_value("ha/checkpoint/resumed")
-        logger.info("Resuming task %s at page %s (%s items done)", task, doc.get("page"),
-                    doc.get("items"))  # fmt: skip
+        logger.info(
+            "Resuming task %s at page %s (%s items done)", task, doc.get("page"), doc.get("items")
+        )
         return request
 
     async def _load(self, task: str) -> dict[str, Any] | None:
@@ -217,8 +224,9 @@ class CheckpointMiddleware:
         state["last_id"] = _item_id(item, self.id_field, state.get("last_id"))
         return True
 
-    def _chain(self, next_pages: list[Request], task: str, state: dict[str, Any],
-               fields: dict[str, Any]) -> list[Request]:  # fmt: skip
+    def _chain(
+        self, next_pages: list[Request], task: str, state: dict[str, Any], fields: dict[str, Any]
+    ) -> list[Request]:
         for request in next_pages:
             request.meta[TASK_META_KEY] = task
             request.meta[STATE_META_KEY] = {**state, "page": state.get("page", 1) + 1}
@@ -248,11 +256,21 @@ class CheckpointMiddleware:
         default = getattr(self.crawler.spider, "parse", None)  # what a None callback means
         return _same(request.callback or default, page.callback or default)
 
-    def _page_done(self, page: Request, task: str, state: dict[str, Any], fields: dict[str, Any],
-                   nxt: Request | None) -> None:  # fmt: skip
-        doc: dict[str, Any] = {"task": task, "page": state.get("page", 1) + (1 if nxt else 0),
-                               "items": state.get("items", 0), "fields": fields,
-                               "done": nxt is None}  # fmt: skip
+    def _page_done(
+        self,
+        page: Request,
+        task: str,
+        state: dict[str, Any],
+        fields: dict[str, Any],
+        nxt: Request | None,
+    ) -> None:
+        doc: dict[str, Any] = {
+            "task": task,
+            "page": state.get("page", 1) + (1 if nxt else 0),
+            "items": state.get("items", 0),
+            "fields": fields,
+            "done": nxt is None,
+        }
         if "last_id" in state:
             doc["last_id"] = state["last_id"]
         if nxt is not None:
@@ -270,9 +288,13 @@ class CheckpointMiddleware:
         payload = json.dumps(doc, separators=(",", ":")).encode()
         if len(payload) > self.max_bytes:
             self.stats.inc_value("ha/checkpoint/too_large")
-            logger.warning("Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
-                           "not saved (keep custom fields small)", task, len(payload),
-                           self.max_bytes)  # fmt: skip
+            logger.warning(
+                "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+                "not saved (keep custom fields small)",
+                task,
+                len(payload),
+                self.max_bytes,
+            )
             return None
         return payload
 
@@ -299,9 +321,15 @@ class CheckpointMiddleware:
         """Redo this page later, skipping the items already through the pipelines."""
         page, done = progress.page, progress.prefix
         task = page.meta[TASK_META_KEY]
-        doc = {"task": task, "page": progress.page_no, "skip": done,
-               "items": progress.items_before + done, "fields": page.meta.get(FIELDS_META_KEY, {}),
-               "done": False, "next": encode_request(_without_progress(page), self.crawler.spider).decode()}  # fmt: skip
+        doc = {
+            "task": task,
+            "page": progress.page_no,
+            "skip": done,
+            "items": progress.items_before + done,
+            "fields": page.meta.get(FIELDS_META_KEY, {}),
+            "done": False,
+            "next": encode_request(_without_progress(page), self.crawler.spider).decode(),
+        }
         payload = self._checked(task, doc)
         if payload is not None:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=False)
@@ -309,8 +337,10 @@ class CheckpointMiddleware:
 
 def _is_new_root(x: Any) -> bool:
     """A request the spider marked as the root of a task (``meta["ha_task"] = "name"``)."""
-    return isinstance(x, Request) and bool(x.meta.get(TASK_META_KEY)) and (
-        STATE_META_KEY not in x.meta
+    return (
+        isinstance(x, Request)
+        and bool(x.meta.get(TASK_META_KEY))
+        and (STATE_META_KEY not in x.meta)
     )
 
 

@@ -65,9 +65,12 @@ async def _run(args: argparse.Namespace) -> int:
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Counts per state (pending, leased, delayed, dead), live workers, fingerprints."""
     if not await _crawl_exists(queue):
-        print(f"no such crawl: no keys of spider {queue.keys.spider!r} under "
-              f"{queue.keys.pending.rsplit(':', 1)[0]}:* (check the spider name, --prefix and "
-              f"--redis-url)", file=sys.stderr)  # fmt: skip
+        print(
+            f"no such crawl: no keys of spider {queue.keys.spider!r} under "
+            f"{queue.keys.pending.rsplit(':', 1)[0]}:* (check the spider name, --prefix and "
+            f"--redis-url)",
+            file=sys.stderr,
+        )
         return 1
     counts = (await queue.counts()).as_dict()
     if args.json:
@@ -90,8 +93,11 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete every key of the crawl (dead-letter queue included); refuses while workers live."""
     counts = await queue.counts()
     if counts.workers and not args.force:
-        print(f"{counts.workers} worker(s) of {queue.keys.spider} are alive: stop them first, "
-              f"or pass --force", file=sys.stderr)  # fmt: skip
+        print(
+            f"{counts.workers} worker(s) of {queue.keys.spider} are alive: stop them first, "
+            f"or pass --force",
+            file=sys.stderr,
+        )
         return 1
     await queue.flush()
     print(f"flushed {queue.keys.spider}")
@@ -102,17 +108,20 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
     if getattr(args, "ids", None):
         found = [await dlq.get(i) for i in args.ids]
         return [e for e in found if e is not None]
-    return await dlq.entries(cls=args.cls, domain=args.domain, reason=args.reason,
-                             limit=getattr(args, "limit", None))  # fmt: skip
+    return await dlq.entries(
+        cls=args.cls, domain=args.domain, reason=args.reason, limit=getattr(args, "limit", None)
+    )
 
 
 @command("dlq list")
 async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Dead-letter entries: id, class, attempts, reason, URL (filters: --class, --domain, --reason)."""
+    """Dead-letter entries: id, class, attempts, reason, URL; filter by class, domain, reason."""
     entries = await _selected(DeadLetterQueue(queue), args)
     if not entries:
-        print(f"dead-letter queue of {queue.keys.spider}: empty"
-              + (" (for these filters)" if _filtered(args) else ""))  # fmt: skip
+        print(
+            f"dead-letter queue of {queue.keys.spider}: empty"
+            + (" (for these filters)" if _filtered(args) else "")
+        )
         return 0
     print(f"{'ID':>10}  {'CLASS':<12} {'TRIES':>5}  {'REASON':<40}  URL")
     for e in entries:
@@ -171,9 +180,11 @@ async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 
 async def _bulk(
-    queue: RedisQueue, args: argparse.Namespace, done: str,
+    queue: RedisQueue,
+    args: argparse.Namespace,
+    done: str,
     action: Callable[[list[str]], Awaitable[int]],
-) -> int:  # fmt: skip
+) -> int:
     if not (args.ids or args.all or args.cls or args.domain or args.reason):
         print("name entry IDs, a filter (--class, --domain, --reason) or --all", file=sys.stderr)
         return 1
@@ -184,8 +195,10 @@ async def _bulk(
 
 
 async def _checkpoint_keys(queue: RedisQueue) -> list[str]:
-    keys = [k.decode() if isinstance(k, bytes) else k
-            async for k in queue.client.scan_iter(match=queue.keys.checkpoint_pattern, count=500)]  # fmt: skip
+    keys = [
+        k.decode() if isinstance(k, bytes) else k
+        async for k in queue.client.scan_iter(match=queue.keys.checkpoint_pattern, count=500)
+    ]
     return sorted(keys)
 
 
@@ -198,8 +211,10 @@ async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
             continue
         doc = json.loads(raw)
         state = "done" if doc.get("done") else f"page {doc.get('page')}"
-        print(f"{key.rsplit(':', 1)[1]:<20} {state:<10} items={doc.get('items', 0):<8} "
-              f"{len(raw)} bytes")  # fmt: skip
+        print(
+            f"{key.rsplit(':', 1)[1]:<20} {state:<10} items={doc.get('items', 0):<8} "
+            f"{len(raw)} bytes"
+        )
     return 0
 
 
@@ -220,7 +235,11 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not (args.tasks or args.all):
         print("name TASKs or --all", file=sys.stderr)
         return 1
-    keys = await _checkpoint_keys(queue) if args.all else [queue.keys.checkpoint(t) for t in args.tasks]
+    keys = (
+        await _checkpoint_keys(queue)
+        if args.all
+        else [queue.keys.checkpoint(t) for t in args.tasks]
+    )
     n = await queue.client.delete(*keys) if keys else 0
     print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
     return 0
@@ -228,7 +247,8 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 def _add_checkpoints(sub: Any) -> None:
     cps = sub.add_parser("checkpoints", help="pagination checkpoints").add_subparsers(
-        dest="checkpoints", required=True)  # fmt: skip
+        dest="checkpoints", required=True
+    )
     cps.add_parser("list", help=checkpoints_list.__doc__).add_argument("spider")
     show = cps.add_parser("show", help=checkpoints_show.__doc__)
     show.add_argument("spider")
@@ -252,8 +272,9 @@ def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool =
 
 
 def _add_dlq(sub: Any) -> None:
-    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(dest="dlq",
-                                                                            required=True)  # fmt: skip
+    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
+        dest="dlq", required=True
+    )
     _add_filters(dlq.add_parser("list", help=dlq_list.__doc__), limit=True)
     show = dlq.add_parser("show", help=dlq_show.__doc__)
     show.add_argument("spider")

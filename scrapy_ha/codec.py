@@ -89,12 +89,18 @@ UNSTORABLE_POLICIES = ("error", "drop-key")
 
 #: Meta keys set per attempt (by scrapy-ha or by Scrapy's downloader) that would be stale
 #: or secret after the queue: the next attempt sets them again.
-_STRIPPED_META = frozenset((
-    LEASE_META_KEY, PARENT_META_KEY, "ha_outcome", "_ha_cp_save", "_ha_suspect",
-    "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
-    "download_latency",  # the download handler: how long this attempt took
-    "cached_response",  # HttpCacheMiddleware: a Response object of this attempt
-))  # fmt: skip
+_STRIPPED_META = frozenset(
+    (
+        LEASE_META_KEY,
+        PARENT_META_KEY,
+        "ha_outcome",
+        "_ha_cp_save",
+        "_ha_suspect",
+        "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
+        "download_latency",  # the download handler: how long this attempt took
+        "cached_response",  # HttpCacheMiddleware: a Response object of this attempt
+    )
+)
 #: Meta keys that make :func:`_clean_meta` look closer (the cheap test for a plain request).
 _SPECIAL_META = _STRIPPED_META | {"proxy", "download_slot", "_scheme_proxy"}
 #: Always dropped: proxy credentials never reach Redis (DESIGN, guarantee 7).
@@ -116,9 +122,22 @@ _FIELDS: tuple[tuple[str, str, Any], ...] = (
 #: The types a stored field may have where Scrapy's default does not say it.
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {"c": (dict, list), "p": int}
 _KNOWN_ATTRIBUTES = frozenset(
-    ("url", "callback", "errback", "headers", "method", "body", "cookies", "meta",
-     "encoding", "priority", "dont_filter", "flags", "cb_kwargs")
-)  # fmt: skip
+    (
+        "url",
+        "callback",
+        "errback",
+        "headers",
+        "method",
+        "body",
+        "cookies",
+        "meta",
+        "encoding",
+        "priority",
+        "dont_filter",
+        "flags",
+        "cb_kwargs",
+    )
+)
 #: What a stored value may be, for error messages.
 _STORABLE = (
     "str, numbers, bool, None, bytes, lists, tuples, sets, dicts, datetime/date/time/"
@@ -147,9 +166,7 @@ class _Unstorable(Exception):
 # --------------------------------------------------------------------------- encoding
 
 
-def encode_request(
-    request: Request, spider: Spider | None, *, unstorable: str = "error"
-) -> bytes:
+def encode_request(request: Request, spider: Spider | None, *, unstorable: str = "error") -> bytes:
     """Serialize *request*; raise :class:`CodecError` naming the URL, the field and the type.
 
     With ``unstorable="drop-key"`` a ``meta`` or ``cb_kwargs`` key whose value cannot be
@@ -185,8 +202,9 @@ def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dic
     return doc
 
 
-def _tag_field(request: Request, field: str, value: Any, spider: Spider | None,
-               unstorable: str) -> Any:  # fmt: skip
+def _tag_field(
+    request: Request, field: str, value: Any, spider: Spider | None, unstorable: str
+) -> Any:
     try:
         try:
             return _tag(value, spider)
@@ -214,8 +232,9 @@ def _unstorable_message(url: str, field: str, exc: _Unstorable) -> str:
 _DROPPED_WARNED: set[tuple[str, str, str]] = set()
 
 
-def _without_unstorable(request: Request, field: str, value: dict[Any, Any],
-                        spider: Spider | None) -> dict[Any, Any]:  # fmt: skip
+def _without_unstorable(
+    request: Request, field: str, value: dict[Any, Any], spider: Spider | None
+) -> dict[Any, Any]:
     """*value* without the keys whose values cannot be stored (a WARNING once per key)."""
     kept = {}
     for k, v in value.items():
@@ -228,8 +247,11 @@ def _without_unstorable(request: Request, field: str, value: dict[Any, Any],
                 logger.warning(
                     "The request for %s is stored without %s[%r]: a value of type %s cannot "
                     "be stored (HA_UNSTORABLE = 'drop-key'; this is logged once per key)",
-                    request.url, field, k, kind,
-                )  # fmt: skip
+                    request.url,
+                    field,
+                    k,
+                    kind,
+                )
             continue
         kept[k] = v
     return kept
@@ -288,10 +310,15 @@ def _auth_added_by_middleware(request: Request, spider: Spider | None, values: A
     the spider set itself differs from both and is kept (it is part of the request).
     """
     meta = request.meta
-    sources = ((meta.get("http_user", ""), meta.get("http_pass", "")),
-               (getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")))  # fmt: skip
-    candidates = [basic_auth_header(u, p) for u, p in sources
-                  if (u or p) and isinstance(u, str) and isinstance(p, str)]  # fmt: skip
+    sources = (
+        (meta.get("http_user", ""), meta.get("http_pass", "")),
+        (getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")),
+    )
+    candidates = [
+        basic_auth_header(u, p)
+        for u, p in sources
+        if (u or p) and isinstance(u, str) and isinstance(p, str)
+    ]
     return len(values) == 1 and values[0] in candidates
 
 
@@ -385,8 +412,10 @@ def mask_payload(doc: Any) -> Any:
     masked = {k: mask_payload(v) for k, v in doc.items()}
     meta = masked.get("mt")
     if isinstance(meta, dict) and isinstance(meta.get("__d"), list):  # a meta with other keys
-        meta["__d"] = [[p[0], "***"] if isinstance(p, list) and p and p[0] in _SECRET_META
-                       else p for p in meta["__d"]]  # fmt: skip
+        meta["__d"] = [
+            [p[0], "***"] if isinstance(p, list) and p and p[0] in _SECRET_META else p
+            for p in meta["__d"]
+        ]
     elif isinstance(meta, dict):
         masked["mt"] = {k: "***" if k in _SECRET_META else v for k, v in meta.items()}
     return masked
@@ -497,8 +526,9 @@ def _tag_other(value: Any, spider: Spider | None) -> Any:  # noqa: PLR0911
             return base(value)
     for base, encoder in _ENCODERS.items():  # a subclass (OrderedDict, a datetime subclass...)
         if isinstance(value, base):
-            return encoder(base(value) if base in (list, dict, tuple, set, frozenset) else value,
-                           spider)  # fmt: skip
+            return encoder(
+                base(value) if base in (list, dict, tuple, set, frozenset) else value, spider
+            )
     raise _Unstorable(_type_name(type(value)), "not a data type scrapy-ha knows how to rebuild")
 
 
@@ -540,8 +570,9 @@ def _class_name(cls: type, url: str | None) -> str:
     except CodecError:
         found = None
     if found is not cls:
-        why = (f"the class {name} cannot be found again by its name: define it at a "
-               f"module's top level")  # fmt: skip
+        why = (
+            f"the class {name} cannot be found again by its name: define it at a module's top level"
+        )
         if url is not None:
             raise CodecError(f"cannot store the request for {url}: {why}")
         raise _Unstorable(_type_name(cls), why)
@@ -638,8 +669,9 @@ def _build_item(cls: type, kind: str, fields: dict[str, Any]) -> Any:
     if kind == "dataclass":
         spec = [(f.name, f.name, f.init) for f in dataclasses.fields(cls)]
     else:
-        spec = [(a.name, getattr(a, "alias", a.name.lstrip("_")), a.init)
-                for a in _attr.fields(cls)]  # fmt: skip
+        spec = [
+            (a.name, getattr(a, "alias", a.name.lstrip("_")), a.init) for a in _attr.fields(cls)
+        ]
     unknown = set(fields) - {name for name, _, _ in spec}
     if unknown:
         raise CodecError(f"{_type_name(cls)} has no fields {sorted(unknown)}")

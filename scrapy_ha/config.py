@@ -136,10 +136,11 @@ class SchedulerConfig:
             dupefilter_debug=_bool(settings, "DUPEFILTER_DEBUG", False),
             order=queue_order(settings),
             renew_watchdog=_seconds(
-                settings, "HA_RENEW_WATCHDOG",
-                DEFAULT_WATCHDOG_LEASE_PERIODS * _seconds(settings, "HA_LEASE_TIME",
-                                                          DEFAULT_LEASE_TIME),
-            ),  # fmt: skip
+                settings,
+                "HA_RENEW_WATCHDOG",
+                DEFAULT_WATCHDOG_LEASE_PERIODS
+                * _seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
+            ),
         )
         _refuse_jobdir(settings)
         config.validate()
@@ -201,7 +202,7 @@ def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> N
         f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
         f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
         f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
-        f"\"{CLUSTER_START_URLS_KEY}\" (and push start URLs to that key)"
+        f'"{CLUSTER_START_URLS_KEY}" (and push start URLs to that key)'
     )
 
 
@@ -213,8 +214,9 @@ def queue_order(settings: BaseSettings) -> str:
         if str(order).lower() not in QUEUE_ORDERS:
             raise ConfigError(f"HA_QUEUE_ORDER={order!r} must be 'lifo' or 'fifo'")
         return str(order).lower()
-    names = [str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE",
-                                                          "SCHEDULER_DISK_QUEUE")]  # fmt: skip
+    names = [
+        str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
+    ]
     return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
 
 

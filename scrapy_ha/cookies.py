@@ -28,7 +28,6 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import Coroutine, Hashable
 from dataclasses import dataclass, field
 from http.cookiejar import Cookie
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 from scrapy_ha.connection import REDIS_DOWN_ERRORS
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine, Hashable
     from typing import Self
 
     from scrapy import Request, Spider
@@ -56,10 +56,24 @@ VERSION_META_KEY = "ha_cookies_v"
 
 #: The attributes of ``http.cookiejar.Cookie``, in the order its constructor takes them.
 COOKIE_FIELDS = (
-    "version", "name", "value", "port", "port_specified", "domain", "domain_specified",
-    "domain_initial_dot", "path", "path_specified", "secure", "expires", "discard",
-    "comment", "comment_url", "rest", "rfc2109",
-)  # fmt: skip
+    "version",
+    "name",
+    "value",
+    "port",
+    "port_specified",
+    "domain",
+    "domain_specified",
+    "domain_initial_dot",
+    "path",
+    "path_specified",
+    "secure",
+    "expires",
+    "discard",
+    "comment",
+    "comment_url",
+    "rest",
+    "rfc2109",
+)
 
 #: Merge changes into one jar and bump its version, atomically.
 MERGE_LUA = """
@@ -191,8 +205,11 @@ class SharedJars:
             logger.error(
                 "The shared cookie jar %s in %s is malformed (%s): moved it to the field %s "
                 "and started this jar from empty; the next login fills it again",
-                name, self.keys.cookies, exc, BAD_JAR_PREFIX + field_name,
-            )  # fmt: skip
+                name,
+                self.keys.cookies,
+                exc,
+                BAD_JAR_PREFIX + field_name,
+            )
 
     def _count(self, stat: str) -> None:
         if self.stats is not None:
@@ -213,9 +230,7 @@ def _parse_jar(raw: bytes | str) -> list[Cookie]:
         raise BadJar(f"a cookie cannot be rebuilt: {exc}") from None
 
 
-_SHARED: weakref.WeakKeyDictionary[Crawler, SharedCookiesMiddleware] = (
-    weakref.WeakKeyDictionary()
-)
+_SHARED: weakref.WeakKeyDictionary[Crawler, SharedCookiesMiddleware] = weakref.WeakKeyDictionary()
 
 
 class SharedCookiesMiddleware(CookiesMiddleware):
@@ -234,8 +249,10 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     def from_crawler(cls, crawler: Crawler) -> Self:
         if not crawler.settings.getbool("COOKIES_ENABLED"):
             raise NotConfigured
-        o = cls(crawler.settings.getbool("COOKIES_DEBUG"),
-                shared=crawler.settings.getbool("HA_SHARED_COOKIES", True))  # fmt: skip
+        o = cls(
+            crawler.settings.getbool("COOKIES_DEBUG"),
+            shared=crawler.settings.getbool("HA_SHARED_COOKIES", True),
+        )
         o.crawler = crawler
         _SHARED[crawler] = o
         return o
@@ -285,8 +302,10 @@ class SharedCookiesMiddleware(CookiesMiddleware):
 
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.queue is None:
-            logger.info("HA_SHARED_COOKIES: the scheduler is not scrapy-ha's, so cookie jars "
-                        "stay in this process (as with Scrapy's CookiesMiddleware)")  # fmt: skip
+            logger.info(
+                "HA_SHARED_COOKIES: the scheduler is not scrapy-ha's, so cookie jars "
+                "stay in this process (as with Scrapy's CookiesMiddleware)"
+            )
             self.shared = False
             return None
         queue = scheduler.queue
@@ -327,8 +346,10 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not share the cookies of jar %s with the other workers (%s); this "
-                "worker keeps them", jar_field(key), type(exc).__name__,
-            )  # fmt: skip
+                "worker keeps them",
+                jar_field(key),
+                type(exc).__name__,
+            )
             return
         if version != known + 1:  # another worker changed the jar meanwhile: take it all
             await self._catch_up(jars, key)
@@ -340,8 +361,11 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         try:
             cookies, version = await jars.load(key)
         except REDIS_DOWN_ERRORS as exc:
-            logger.warning("Could not load the shared cookies of jar %s (%s); sending this "
-                           "worker's own", jar_field(key), type(exc).__name__)  # fmt: skip
+            logger.warning(
+                "Could not load the shared cookies of jar %s (%s); sending this worker's own",
+                jar_field(key),
+                type(exc).__name__,
+            )
             return
         jar = CookieJar()
         for cookie in cookies:

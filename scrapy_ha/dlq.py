@@ -54,12 +54,18 @@ class DeadEntry:
     def as_dict(self) -> dict[str, Any]:
         """What ``scrapy-ha dlq export`` prints for this entry."""
         return {
-            "id": self.id, "url": self.url, "method": self.request.get("m", "GET"),
-            "class": self.cls, "reason": self.reason, "attempts": self.attempts,
-            "status": self.info.get("status"), "first": self.info.get("first"),
-            "last": self.info.get("last"), "dead_at": self.dead_at,
+            "id": self.id,
+            "url": self.url,
+            "method": self.request.get("m", "GET"),
+            "class": self.cls,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "status": self.info.get("status"),
+            "first": self.info.get("first"),
+            "last": self.info.get("last"),
+            "dead_at": self.dead_at,
             "history": self.info.get("history", []),
-        }  # fmt: skip
+        }
 
     def body(self) -> tuple[str, Any]:
         """The request body for a reader: ``("json", value)`` when it is JSON, ``("text",
@@ -105,9 +111,15 @@ def _parse(entry_id: str, dead_at: float, info: bytes | None, payload: bytes | N
         request = {}
     if not isinstance(request, dict):
         request = {}
-    return DeadEntry(entry_id, str(request.get("u", meta.get("payload", "?"))),
-                     str(meta.get("class", "unknown")), str(meta.get("reason", "")),
-                     int(dead_at), meta, request)  # fmt: skip
+    return DeadEntry(
+        entry_id,
+        str(request.get("u", meta.get("payload", "?"))),
+        str(meta.get("class", "unknown")),
+        str(meta.get("reason", "")),
+        int(dead_at),
+        meta,
+        request,
+    )
 
 
 class DeadLetterQueue:
@@ -132,30 +144,37 @@ class DeadLetterQueue:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         await self.aclose()
 
     async def scan(self) -> AsyncIterator[DeadEntry]:
         """Every entry, oldest first."""
         start = 0
         while True:
-            rows = await self.client.zrange(self.keys.dead, start, start + SCAN_BATCH - 1,
-                                            withscores=True)  # fmt: skip
+            rows = await self.client.zrange(
+                self.keys.dead, start, start + SCAN_BATCH - 1, withscores=True
+            )
             if not rows:
                 return
             ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
             infos = await self.client.hmget(self.keys.dead_info, ids)
             payloads = await self.client.hmget(self.keys.payload, ids)
-            for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads):
+            for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
                 yield _parse(entry_id, score, info, payload)
             start += SCAN_BATCH
 
     async def entries(
-        self, *, cls: str | None = None, domain: str | None = None,
-        reason: str | None = None, limit: int | None = None,
-    ) -> list[DeadEntry]:  # fmt: skip
+        self,
+        *,
+        cls: str | None = None,
+        domain: str | None = None,
+        reason: str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadEntry]:
         """Entries matching every filter given (reason: a case-insensitive substring)."""
         found: list[DeadEntry] = []
         async for entry in self.scan():
@@ -181,7 +200,7 @@ class DeadLetterQueue:
             payloads = await self.client.hmget(self.keys.payload, chunk)
             entries = [
                 (entry_id, *_reset(payload))
-                for entry_id, payload in zip(chunk, payloads)
+                for entry_id, payload in zip(chunk, payloads, strict=True)
                 if payload is not None
             ]
             requeued += await self.queue.requeue_dead(entries)
@@ -190,9 +209,11 @@ class DeadLetterQueue:
     async def purge(self, ids: list[str]) -> int:
         """Delete for good; return how many were deleted."""
         return sum(
-            [await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
-             for i in range(0, len(ids), SCAN_BATCH)]
-        )  # fmt: skip
+            [
+                await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
+                for i in range(0, len(ids), SCAN_BATCH)
+            ]
+        )
 
 
 def _reset(payload: bytes) -> tuple[int, bytes]:

@@ -13,20 +13,23 @@ every stall.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy.settings import Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha.connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
-from scrapy_ha.keys import Keys
 from scrapy_ha.queue import RENEW_LUA, lost_pairs
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable
+
+    from scrapy_ha.keys import Keys
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +71,18 @@ class LeaseKeeper:
     """
 
     def __init__(
-        self, client: Any, keys: Keys, *, worker: str, lease_time: float,
-        renew_interval: float, heartbeat_ttl: float, watchdog: float,
-        loop: asyncio.AbstractEventLoop, on_renewed: Callable[[float, list[tuple[str, str]]], None],
-    ) -> None:  # fmt: skip
+        self,
+        client: Any,
+        keys: Keys,
+        *,
+        worker: str,
+        lease_time: float,
+        renew_interval: float,
+        heartbeat_ttl: float,
+        watchdog: float,
+        loop: asyncio.AbstractEventLoop,
+        on_renewed: Callable[[float, list[tuple[str, str]]], None],
+    ) -> None:
         self.client = client
         self.keys = keys
         self.worker = worker
@@ -131,8 +142,9 @@ class LeaseKeeper:
                 logger.error(
                     "The event loop has been stuck for %.0f s (HA_RENEW_WATCHDOG=%gs): this "
                     "worker stops renewing its leases so that other workers take them over",
-                    stalled, self.watchdog,
-                )  # fmt: skip
+                    stalled,
+                    self.watchdog,
+                )
             return
         self._stuck = False
         started = time.monotonic()
@@ -155,8 +167,13 @@ class LeaseKeeper:
     def _redis_down(self, exc: BaseException) -> None:
         level = logging.WARNING if self._redis_ok else logging.DEBUG
         self._redis_ok = False
-        logger.log(level, "Lease renewal failed (%s: %s); retrying in %g s",
-                   type(exc).__name__, exc, self.interval)  # fmt: skip
+        logger.log(
+            level,
+            "Lease renewal failed (%s: %s); retrying in %g s",
+            type(exc).__name__,
+            exc,
+            self.interval,
+        )
 
 
 class LoopWatch:
@@ -184,7 +201,8 @@ class LoopWatch:
         if late > STALL_WARNING:
             logger.warning(
                 "The event loop was blocked for %.1f s (a callback or pipeline that does not "
-                "yield): leases were renewed from scrapy-ha's own thread meanwhile", late
+                "yield): leases were renewed from scrapy-ha's own thread meanwhile",
+                late,
             )
         self.keeper.beat()
         self.keeper.hold(self.held())

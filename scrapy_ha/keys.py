@@ -149,8 +149,21 @@ class Keys:
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
         return [
-            self.pending, self.payload, self.leased, self.leases, self.expiries,
-            self.delayed, self.delayed_score, self.dead, self.dead_info,
-            self.dupefilter, self.seq, self.lease_seq, self.workers,
-            self.reclaim_guard, self.gates, self.proxy_cooldowns, self.cookies,
-        ]  # fmt: skip
+            self.pending,
+            self.payload,
+            self.leased,
+            self.leases,
+            self.expiries,
+            self.delayed,
+            self.delayed_score,
+            self.dead,
+            self.dead_info,
+            self.dupefilter,
+            self.seq,
+            self.lease_seq,
+            self.workers,
+            self.reclaim_guard,
+            self.gates,
+            self.proxy_cooldowns,
+            self.cookies,
+        ]

@@ -258,14 +258,20 @@ class ProxyPool:
             self.proxies = list(parse(body))
         except Exception as exc:
             shown = mask_url(self.config.pool_url)
-            logger.error("Could not fetch the proxy list from %s: %s", shown,
-                         str(exc).replace(self.config.pool_url, shown))  # fmt: skip
+            logger.error(
+                "Could not fetch the proxy list from %s: %s",
+                shown,
+                str(exc).replace(self.config.pool_url, shown),
+            )
         self.fetched_at = time.monotonic()
         self._prune()
         if shared is not None:
             self.cooling.update(await shared())
-        logger.debug("Proxy pool: %d proxies, %d cooling down", len(self.proxies),
-                     sum(1 for t in self.cooling.values() if t > time.time()))  # fmt: skip
+        logger.debug(
+            "Proxy pool: %d proxies, %d cooling down",
+            len(self.proxies),
+            sum(1 for t in self.cooling.values() if t > time.time()),
+        )
 
     def cool_down(self, pid: str) -> float:
         until = time.time() + self.config.cooldown
@@ -307,8 +313,12 @@ class ProxyMiddleware:
         try:
             url = self.tunnel.url() if self.tunnel else await self._from_pool()
         except Exception as exc:  # never let a middleware's own failure end the request
-            logger.warning("Could not choose a proxy for %s (%s): it waits %.0f s in the queue",
-                           request, exc, PROXY_ERROR_DELAY)  # fmt: skip
+            logger.warning(
+                "Could not choose a proxy for %s (%s): it waits %.0f s in the queue",
+                request,
+                exc,
+                PROXY_ERROR_DELAY,
+            )
             self.stats.inc_value("ha/proxy/errors")
             return _wait(request, PROXY_ERROR_DELAY, "proxy_error", f"choosing a proxy: {exc}")
         if url is None:
@@ -358,12 +368,16 @@ class ProxyMiddleware:
         self.tunnel.rotate_next = False
         name, value = self.config.rotate_header
         request.headers[name] = value
-        if request.url.startswith("https") and not self._warned_header and not (
-            self.config.session_template
+        if (
+            request.url.startswith("https")
+            and not self._warned_header
+            and not (self.config.session_template)
         ):
             self._warned_header = True
-            logger.warning("HA_PROXY_ROTATE_HEADER cannot reach the proxy inside an HTTPS "
-                           "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits")  # fmt: skip
+            logger.warning(
+                "HA_PROXY_ROTATE_HEADER cannot reach the proxy inside an HTTPS "
+                "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits"
+            )
 
     def _ban(self, request: Request, cls: str) -> None:
         pid = request.meta.get(PROXY_META_KEY)
@@ -400,17 +414,25 @@ class ProxyMiddleware:
             self.stats.inc_value("ha/proxy/direct")
             return None
         self.stats.inc_value("ha/proxy/unavailable")
-        logger.error("No usable proxy for %s (pool empty or all cooling down): it waits %.0f s "
-                     "in the queue (HA_PROXY_ALLOW_DIRECT=False)", request, NO_PROXY_DELAY)  # fmt: skip
+        logger.error(
+            "No usable proxy for %s (pool empty or all cooling down): it waits %.0f s "
+            "in the queue (HA_PROXY_ALLOW_DIRECT=False)",
+            request,
+            NO_PROXY_DELAY,
+        )
         return _wait(request, NO_PROXY_DELAY, "no_proxy", "no usable proxy")
 
     def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
         if not self._auth_failed:
             self._auth_failed = True
             shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[PROXY_META_KEY]
-            logger.error("The proxy %s rejected its credentials (%s): check HA_PROXY_URL / "
-                         "HA_PROXY_USER / HA_PROXY_PASSWORD. Stopping the crawl; queued "
-                         "requests are kept.", shown, detail)  # fmt: skip
+            logger.error(
+                "The proxy %s rejected its credentials (%s): check HA_PROXY_URL / "
+                "HA_PROXY_USER / HA_PROXY_PASSWORD. Stopping the crawl; queued "
+                "requests are kept.",
+                shown,
+                detail,
+            )
             self.stats.set_value("ha/proxy/auth_failed", 1)
             engine = self.crawler.engine
             if engine is not None:
@@ -453,8 +475,12 @@ class ProxyMiddleware:
         self.stats.inc_value("ha/proxy/redis_errors")
         if not self._warned_redis:
             self._warned_redis = True
-            logger.warning("Could not %s in Redis (%s): this worker goes on with its own view "
-                           "of the proxies' health", what, exc)  # fmt: skip
+            logger.warning(
+                "Could not %s in Redis (%s): this worker goes on with its own view "
+                "of the proxies' health",
+                what,
+                exc,
+            )
 
     def _redis(self) -> tuple[Any, str, int]:
         from scrapy_ha.scheduler import scheduler_for

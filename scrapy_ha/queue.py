@@ -10,9 +10,10 @@ import json
 import secrets
 from dataclasses import dataclass, field
 from importlib.resources import files
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scrapy_ha.keys import Keys
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
 
 #: Dead-letter retention: entries kept at most, and for at most this long (30 days).
 DEFAULT_DLQ_MAX_ENTRIES = 100_000
@@ -101,9 +102,13 @@ class Counts:
 
     def as_dict(self) -> dict[str, int]:
         return {
-            "pending": self.pending, "leased": self.leased, "delayed": self.delayed,
-            "dead": self.dead, "workers": self.workers, "fingerprints": self.fingerprints,
-        }  # fmt: skip
+            "pending": self.pending,
+            "leased": self.leased,
+            "delayed": self.delayed,
+            "dead": self.dead,
+            "workers": self.workers,
+            "fingerprints": self.fingerprints,
+        }
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,11 @@ def _packed(e: NewEntry) -> bytes:
     cost per request (see docs/benchmarks.md)."""
     parent = b"%s/%s" % (e.parent[0].encode(), e.parent[1].encode()) if e.parent else b"-"
     return b"%d %s %02d%s%s" % (
-        clamp_priority(e.priority), parent, len(e.fingerprint), e.fingerprint, e.payload
+        clamp_priority(e.priority),
+        parent,
+        len(e.fingerprint),
+        e.fingerprint,
+        e.payload,
     )
 
 
@@ -188,12 +197,32 @@ class RedisQueue:
         With *worker*, the leases it gives are also written to the worker's grant key, so
         that its lease keeper renews them before the worker has read this reply."""
         k = self.keys
-        args: list[Any] = [len(enqueue), len(ack), lease, lease_ms, promote, new_nonce(),
-                           self.order]  # fmt: skip
+        args: list[Any] = [
+            len(enqueue),
+            len(ack),
+            lease,
+            lease_ms,
+            promote,
+            new_nonce(),
+            self.order,
+        ]
         args += [_packed(e) for e in enqueue]
         args += [f"{entry_id} {token}" for entry_id, token in ack]
-        keys = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries,
-                k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]  # fmt: skip
+        keys = [
+            k.pending,
+            k.payload,
+            k.dupefilter,
+            k.seq,
+            k.leased,
+            k.leases,
+            k.expiries,
+            k.delayed,
+            k.delayed_score,
+            k.lease_seq,
+            k.gates,
+            k.dead,
+            k.dead_info,
+        ]
         if worker is not None:
             keys.append(k.grant(worker))
         reply = await self._sync(keys=keys, args=args)
@@ -231,17 +260,31 @@ class RedisQueue:
         return int(reply[1]), lost_pairs(reply)
 
     async def reclaim(
-        self, *, worker: str, interval_ms: int, batch: int, max_expiries: int,
-        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES, max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
-    ) -> Reclaimed | None:  # fmt: skip
+        self,
+        *,
+        worker: str,
+        interval_ms: int,
+        batch: int,
+        max_expiries: int,
+        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES,
+        max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
+    ) -> Reclaimed | None:
         """Reclaim expired leases; None if another worker reclaims this interval.
 
         Returns (reclaimed to pending, ids dead-lettered as poison, entries set aside as
         corrupt); the dead-letter retention (*max_entries*, *max_age_ms*) applies.
         """
         k = self.keys
-        keys = [k.leased, k.leases, k.pending, k.expiries, k.dead, k.dead_info, k.reclaim_guard,
-                k.payload]  # fmt: skip
+        keys = [
+            k.leased,
+            k.leases,
+            k.pending,
+            k.expiries,
+            k.dead,
+            k.dead_info,
+            k.reclaim_guard,
+            k.payload,
+        ]
         args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
         reply = await self._reclaim(keys=keys, args=args)
         if int(reply[0]) < 0:
@@ -257,24 +300,40 @@ class RedisQueue:
         return int(await self._release(keys=[k.pending, k.leased, k.leases, k.payload], args=args))
 
     async def dead_letter(
-        self, entry_id: str, token: str, info: dict[str, Any], *, payload: bytes = b"",
-        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES, max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
-    ) -> int:  # fmt: skip
+        self,
+        entry_id: str,
+        token: str,
+        info: dict[str, Any],
+        *,
+        payload: bytes = b"",
+        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES,
+        max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
+    ) -> int:
         """Move a leased entry to the dead-letter queue (optionally with a new payload).
 
         Returns the size of the dead-letter queue, or 0 if the lease is stale.
         """
         k = self.keys
         keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload]
-        args = [entry_id, token, json.dumps(info, separators=(",", ":")), max_entries,
-                max_age_ms, payload]  # fmt: skip
+        args = [
+            entry_id,
+            token,
+            json.dumps(info, separators=(",", ":")),
+            max_entries,
+            max_age_ms,
+            payload,
+        ]
         done, size = await self._dead(keys=keys, args=args)
         return int(size) if int(done) else 0
 
     async def retry_later(
-        self, entry_id: str, token: str, delay_ms: int, payload: bytes,
+        self,
+        entry_id: str,
+        token: str,
+        delay_ms: int,
+        payload: bytes,
         priority: int | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale.
 
         With *priority* (the retried request's), the entry is promoted with that priority and
@@ -314,12 +373,23 @@ class RedisQueue:
     async def finish(self, worker: str) -> bool:
         """Clear a finished crawl's working keys if no other worker is alive."""
         k = self.keys
-        keys = [k.pending, k.leased, k.delayed, k.workers,
-                k.dupefilter, k.expiries, k.lease_seq, k.reclaim_guard, k.gates,
-                k.delayed_score]  # fmt: skip
+        keys = [
+            k.pending,
+            k.leased,
+            k.delayed,
+            k.workers,
+            k.dupefilter,
+            k.expiries,
+            k.lease_seq,
+            k.reclaim_guard,
+            k.gates,
+            k.delayed_score,
+        ]
         return bool(await self._finish(keys=keys, args=[worker]))
 
-    async def feed(self, key: str, *, as_set: bool, raw: list[bytes], entries: list[NewEntry]) -> int:
+    async def feed(
+        self, key: str, *, as_set: bool, raw: list[bytes], entries: list[NewEntry]
+    ) -> int:
         """Move *raw* start URL entries out of *key* and enqueue *entries* (one per raw entry).
 
         Returns how many were added, or -1 if another worker took the list's head first.

@@ -107,8 +107,13 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "permanent": {"times": 0},
 }
 
-DEFAULT_STATUS_CLASSES: dict[int, str] = {403: "banned", 404: "gone", 408: "server",
-                                           410: "gone", 429: "rate_limited"}  # fmt: skip
+DEFAULT_STATUS_CLASSES: dict[int, str] = {
+    403: "banned",
+    404: "gone",
+    408: "server",
+    410: "gone",
+    429: "rate_limited",
+}
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,8 @@ class RetryConfig:
             status_classes=_status_classes(settings),
             network_exceptions=_load_all(settings, "RETRY_EXCEPTIONS"),
             permanent_exceptions=(
-                PermanentError, *_load_all(settings, "HA_RETRY_PERMANENT_EXCEPTIONS")
+                PermanentError,
+                *_load_all(settings, "HA_RETRY_PERMANENT_EXCEPTIONS"),
             ),
             ban_check=_optional_callable(settings, "HA_BAN_CHECK"),
             retry_after_max=_float(settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX),
@@ -183,9 +189,14 @@ class Failure:
 
 
 def decide(
-    request: Request, failure: Failure, config: RetryConfig, *, worker: str,
-    now_ms: int, rand: Callable[[], float] = random.random,
-) -> dict[str, Any]:  # fmt: skip
+    request: Request,
+    failure: Failure,
+    config: RetryConfig,
+    *,
+    worker: str,
+    now_ms: int,
+    rand: Callable[[], float] = random.random,
+) -> dict[str, Any]:
     """Record the attempt in *request*'s meta and set its verdict (``ha_outcome``).
 
     A retry changes ``request.priority`` by ``RETRY_PRIORITY_ADJUST`` (default -1), as
@@ -201,8 +212,15 @@ def decide(
     budget = meta.get(TIMES_META_KEY, policy.times)
     history = list(meta.get(HISTORY_META_KEY) or [])[-(HISTORY_LIMIT - 1) :]
     proxy = meta.get("proxy")
-    history.append({"t": now_ms, "class": failure.cls, "outcome": failure.reason,
-                    "worker": worker, "proxy": strip_credentials(proxy) if proxy else None})  # fmt: skip
+    history.append(
+        {
+            "t": now_ms,
+            "class": failure.cls,
+            "outcome": failure.reason,
+            "worker": worker,
+            "proxy": strip_credentials(proxy) if proxy else None,
+        }
+    )
     retries[failure.cls] = attempt + 1
     meta[RETRIES_META_KEY] = retries
     meta[HISTORY_META_KEY] = history
@@ -274,8 +292,12 @@ class RetryMiddleware:
         cls = self.config.classify_response(response)
         if cls is None or _allowed_status(request, response, self.crawler):
             return response
-        failure = Failure(cls, f"HTTP {response.status}", status=response.status,
-                          retry_after=retry_after_seconds(response))  # fmt: skip
+        failure = Failure(
+            cls,
+            f"HTTP {response.status}",
+            status=response.status,
+            retry_after=retry_after_seconds(response),
+        )
         return self._handle(request, failure) or response
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
@@ -299,8 +321,9 @@ class RetryMiddleware:
         self.stats.inc_value(f"ha/retry/{failure.cls}")
         if failure.cls == "rate_limited" and scheduler is not None:
             scheduler.close_gate(request, verdict["delay"])
-        logger.debug("Retrying %s in %.1f s (%s, %s)", request, verdict["delay"], failure.cls,
-                     failure.reason)  # fmt: skip
+        logger.debug(
+            "Retrying %s in %.1f s (%s, %s)", request, verdict["delay"], failure.cls, failure.reason
+        )
         return request.replace(dont_filter=True)
 
 
@@ -336,8 +359,13 @@ class ParseErrorMiddleware:
             yield x
         request = response.request
         verdict = request.meta.get(OUTCOME_META_KEY) if request is not None else None
-        if (verdict and verdict.get("op") == "dead" and request is not None
-                and request.errback is not None and response.status >= 300):  # fmt: skip
+        if (
+            verdict
+            and verdict.get("op") == "dead"
+            and request is not None
+            and request.errback is not None
+            and response.status >= 300
+        ):
             verdict["errback"] = True  # the spider's errback had its say: no ERROR for it
 
     def process_spider_exception(
@@ -351,13 +379,16 @@ class ParseErrorMiddleware:
         cls = "permanent" if isinstance(exception, self.config.permanent_exceptions) else "parse"
         self._judge(request, cls, exception)
 
-    def _item_error(self, item: Any, response: Any = None, failure: Any = None,
-                    **kwargs: Any) -> None:  # fmt: skip
+    def _item_error(
+        self, item: Any, response: Any = None, failure: Any = None, **kwargs: Any
+    ) -> None:
         request = response.request if isinstance(response, Response) else None
         if request is None or request.meta.get("dont_retry"):
-            logger.warning("Item %r failed in the pipelines and cannot be retried (it comes "
-                           "from no downloaded page, or the page has dont_retry)",
-                           _short(item))  # fmt: skip
+            logger.warning(
+                "Item %r failed in the pipelines and cannot be retried (it comes "
+                "from no downloaded page, or the page has dont_retry)",
+                _short(item),
+            )
             return
         if OUTCOME_META_KEY in request.meta:
             return  # the page is judged already (another of its items, or its callback)

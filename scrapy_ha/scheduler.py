@@ -18,7 +18,6 @@ import itertools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +54,7 @@ from scrapy_ha.retry import OUTCOME_META_KEY
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Self
 
     from scrapy import Spider
@@ -336,13 +336,17 @@ class Scheduler:
         self.stats.inc_value("ha/filtered")
         self.stats.inc_value("dupefilter/filtered")
         if self.config.dupefilter_debug:
-            logger.debug("Filtered duplicate request: %(request)s (referer: %(referer)s)",
-                         {"request": request, "referer": referer_str(request)})  # fmt: skip
+            logger.debug(
+                "Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                {"request": request, "referer": referer_str(request)},
+            )
         elif not self._dupes_logged:
             self._dupes_logged = True
-            logger.debug("Filtered duplicate request: %(request)s - no more duplicates will be "
-                         "shown (see DUPEFILTER_DEBUG to show all duplicates)",
-                         {"request": request})  # fmt: skip
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be "
+                "shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+            )
 
     def _unstorable(self, request: Request, exc: CodecError) -> None:
         """Fail the page that yielded *request* (dead-lettered when it finishes)."""
@@ -350,14 +354,20 @@ class Scheduler:
         parent = self._parent_of(request)
         logger.error(
             "Cannot store %s in Redis (%s): %s (HA_UNSTORABLE=%r; make the value storable, or "
-            "set HA_UNSTORABLE = \"drop-key\" to store the request without it)", request, exc,
-            f"the page {parent} that yielded it will be dead-lettered" if parent is not None
-            else "the request is dropped", self.config.unstorable,
-        )  # fmt: skip
+            'set HA_UNSTORABLE = "drop-key" to store the request without it)',
+            request,
+            exc,
+            f"the page {parent} that yielded it will be dead-lettered"
+            if parent is not None
+            else "the request is dropped",
+            self.config.unstorable,
+        )
         if parent is not None:
             parent.meta[OUTCOME_META_KEY] = {
-                "op": "dead", "class": "unstorable", "reason": f"child {request.url}: {exc}",
-            }  # fmt: skip
+                "op": "dead",
+                "class": "unstorable",
+                "reason": f"child {request.url}: {exc}",
+            }
         self.crawler.signals.send_catch_log(
             signal=signals.spider_error, failure=Failure(exc), response=None, spider=self.spider
         )
@@ -409,8 +419,11 @@ class Scheduler:
         self._buffer.clear()
         self._solo = entry_id
         self.stats.inc_value("ha/suspects_isolated")
-        logger.info("Running %s alone: its lease expired %d time(s) before", request,
-                    request.meta[SUSPECT_META_KEY])  # fmt: skip
+        logger.info(
+            "Running %s alone: its lease expired %d time(s) before",
+            request,
+            request.meta[SUSPECT_META_KEY],
+        )
         self._wake.set()
         return True
 
@@ -516,8 +529,9 @@ class Scheduler:
         cfg = self.config
         if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
             start_key = spider.redis_key or cfg.start_urls_key % {"name": spider.name}
-            check_start_key(self.crawler.settings, start_key,
-                            Keys(cfg.key_prefix, spider.name).pending)  # fmt: skip
+            check_start_key(
+                self.crawler.settings, start_key, Keys(cfg.key_prefix, spider.name).pending
+            )
         client = redis_from_settings(self.crawler.settings, connect_timeout=cfg.connect_timeout)
         try:
             server = await check_reachable(client, self.redis_url, cfg.connect_timeout)
@@ -532,9 +546,14 @@ class Scheduler:
         self._redis_ok = True
         logger.info(
             "scrapy-ha %s (Scrapy %s, redis-py %s, Redis %s) at %s, keys %s, worker %s",
-            __version__, scrapy.__version__, redis.__version__, server, self.redis_url,
-            self.queue.keys.pending.rsplit(":", 1)[0] + ":*", cfg.worker_id,
-        )  # fmt: skip
+            __version__,
+            scrapy.__version__,
+            redis.__version__,
+            server,
+            self.redis_url,
+            self.queue.keys.pending.rsplit(":", 1)[0] + ":*",
+            cfg.worker_id,
+        )
         await self._note_joined()
         self._setup_start_urls(spider)
         self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
@@ -550,9 +569,13 @@ class Scheduler:
         if self._remote_active or counts.dead:
             logger.info(
                 "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
-                "%d dead-lettered, %d other live worker(s)", counts.pending, counts.leased,
-                counts.delayed, counts.dead, max(0, counts.workers - 1),
-            )  # fmt: skip
+                "%d dead-lettered, %d other live worker(s)",
+                counts.pending,
+                counts.leased,
+                counts.delayed,
+                counts.dead,
+                max(0, counts.workers - 1),
+            )
         elif counts.fingerprints and self.config.dedupe:
             assert self.spider is not None
             logger.info(
@@ -560,8 +583,10 @@ class Scheduler:
                 "(SCHEDULER_PERSIST=True), so every request seen before, start requests "
                 "included, is filtered and this run crawls only what is new. To crawl "
                 "again from scratch: `scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
-                self.spider.name, counts.fingerprints, self.spider.name,
-            )  # fmt: skip
+                self.spider.name,
+                counts.fingerprints,
+                self.spider.name,
+            )
 
     def _setup_start_urls(self, spider: Spider) -> None:
         if not isinstance(spider, RedisSpiderMixin):
@@ -569,8 +594,11 @@ class Scheduler:
         self._start_key = spider.redis_key or self.config.start_urls_key % {"name": spider.name}
         if self.crawler.settings.get("HA_FEED") is None:
             self._feed_mode = spider.ha_feed
-        logger.info("Reading start URLs from Redis key %s%s", self._start_key,
-                    " (feed mode: waiting for more)" if self._feed_mode else "")  # fmt: skip
+        logger.info(
+            "Reading start URLs from Redis key %s%s",
+            self._start_key,
+            " (feed mode: waiting for more)" if self._feed_mode else "",
+        )
 
     async def _flush_on_start(self) -> None:
         assert self.queue is not None
@@ -578,8 +606,9 @@ class Scheduler:
         if counts.workers:
             logger.warning(
                 "SCHEDULER_FLUSH_ON_START ignored: %d other worker(s) of %s are alive",
-                counts.workers, self.queue.keys.spider,
-            )  # fmt: skip
+                counts.workers,
+                self.queue.keys.spider,
+            )
             return
         await self.queue.flush()
         logger.info("Flushed the queue of %s (SCHEDULER_FLUSH_ON_START)", self.queue.keys.spider)
@@ -599,9 +628,11 @@ class Scheduler:
             logger.error(
                 "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
                 "reclaimed by another worker after HA_LEASE_TIME=%gs",
-                len(self._buffer) + len(self._inflight) + len(self._acks), self.redis_url,
-                exc, self.config.lease_time,
-            )  # fmt: skip
+                len(self._buffer) + len(self._inflight) + len(self._acks),
+                self.redis_url,
+                exc,
+                self.config.lease_time,
+            )
         finally:
             await self._stop_keeper()
             await self.queue.client.aclose()
@@ -670,9 +701,11 @@ class Scheduler:
         moved = await self.queue.set_aside_wrong_types() if "WRONGTYPE" in str(exc) else []
         if moved:
             self.stats.inc_value("ha/corrupt_keys", len(moved))
-            logger.error("Keys of the crawl held the wrong type of data and were renamed to "
-                         "<key>:corrupt:<time> (their content is kept there): %s",
-                         "; ".join(moved))  # fmt: skip
+            logger.error(
+                "Keys of the crawl held the wrong type of data and were renamed to "
+                "<key>:corrupt:<time> (their content is kept there): %s",
+                "; ".join(moved),
+            )
             return
         logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
         await asyncio.sleep(1)
@@ -682,9 +715,13 @@ class Scheduler:
         level = logging.WARNING if self._redis_ok else logging.DEBUG
         self._redis_ok = False
         logger.log(
-            level, "Redis at %s unreachable (%s: %s); retrying in %.2f s, nothing is lost",
-            self.redis_url, type(exc).__name__, exc, delay,
-        )  # fmt: skip
+            level,
+            "Redis at %s unreachable (%s: %s); retrying in %.2f s, nothing is lost",
+            self.redis_url,
+            type(exc).__name__,
+            exc,
+            delay,
+        )
 
     async def _sleep(self) -> None:
         self._wake.clear()
@@ -738,12 +775,17 @@ class Scheduler:
         try:
             request = self.spider.make_request_from_data(data)
             self._note_priority(request)
-            return NewEntry(self._fingerprint(request), request.priority,
-                            encode_request(request, self.spider))  # fmt: skip
+            return NewEntry(
+                self._fingerprint(request), request.priority, encode_request(request, self.spider)
+            )
         except Exception as exc:
             self.stats.inc_value("ha/start_urls_invalid")
-            logger.error("Start URL entry %r in %s is invalid and was dropped: %s",
-                         data[:200], self._start_key, exc)  # fmt: skip
+            logger.error(
+                "Start URL entry %r in %s is invalid and was dropped: %s",
+                data[:200],
+                self._start_key,
+                exc,
+            )
             return NewEntry(b"", 0, b"")
 
     def _target(self) -> int:
@@ -805,10 +847,13 @@ class Scheduler:
             keeper.syncing(True)  # renews this sync's leases even before we read the reply
         try:
             result = await self.queue.sync(
-                enqueue=enqueue, ack=self._acks[:n_acks], lease=lease,
-                lease_ms=int(self.config.lease_time * 1000), promote=BATCH,
+                enqueue=enqueue,
+                ack=self._acks[:n_acks],
+                lease=lease,
+                lease_ms=int(self.config.lease_time * 1000),
+                promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
-            )  # fmt: skip
+            )
             del self._outbox[: len(enqueue)]
             del self._acks[:n_acks]
             self._count(result, len(enqueue))
@@ -818,8 +863,9 @@ class Scheduler:
             for lease_ in result.leases:
                 self._take(lease_)  # tracked (renewed, released) from here on
             if was_empty and result.leases:  # only new leases buffered: valid from the call
-                self._leases_valid_until = max(self._leases_valid_until,
-                                               started + self.config.lease_time)  # fmt: skip
+                self._leases_valid_until = max(
+                    self._leases_valid_until, started + self.config.lease_time
+                )
         finally:
             if keeper is not None:
                 keeper.hold(self._held_pairs())
@@ -845,8 +891,11 @@ class Scheduler:
             self._cp_saves.pop(0)
             self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
             if not saved:
-                logger.warning("Checkpoint of task %s refused: this worker's lease on the page "
-                               "expired (another worker has it)", task)  # fmt: skip
+                logger.warning(
+                    "Checkpoint of task %s refused: this worker's lease on the page "
+                    "expired (another worker has it)",
+                    task,
+                )
 
     def _note_server(self, result: SyncResult) -> None:
         now = time.monotonic()
@@ -859,8 +908,9 @@ class Scheduler:
         for domain, seconds in list(self._gate_ops.items()):
             await self.queue.close_gate(domain, int(seconds * 1000))
             del self._gate_ops[domain]
-            logger.info("Domain %s closed for %.1f s for every worker (rate limited)",
-                        domain, seconds)  # fmt: skip
+            logger.info(
+                "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
+            )
 
     async def _end_ops(self, n_ops: int) -> None:
         """End the first *n_ops* finished leases; a failure costs that entry alone."""
@@ -880,13 +930,19 @@ class Scheduler:
         self.stats.inc_value("ha/op_errors")
         info = {"class": "error", "reason": reason}
         try:
-            size = await self.queue.dead_letter(op.entry_id, op.token, info,
-                                                **self._dlq_retention())  # fmt: skip
+            size = await self.queue.dead_letter(
+                op.entry_id, op.token, info, **self._dlq_retention()
+            )
         except Exception as exc2:
             if _kept(exc2):
                 raise
-            logger.error("Could not %s %s (%s) nor dead-letter it (%s): its lease is left to "
-                         "expire", op.kind, op.request, reason, exc2)  # fmt: skip
+            logger.error(
+                "Could not %s %s (%s) nor dead-letter it (%s): its lease is left to expire",
+                op.kind,
+                op.request,
+                reason,
+                exc2,
+            )
             return
         if size:
             self.stats.inc_value("ha/dead/error")
@@ -906,9 +962,12 @@ class Scheduler:
         outcome = op.request.meta.get(OUTCOME_META_KEY) or {}
         if op.kind == "retry":
             due = await self.queue.retry_later(
-                op.entry_id, op.token, int(outcome.get("delay", 0) * 1000), payload,
+                op.entry_id,
+                op.token,
+                int(outcome.get("delay", 0) * 1000),
+                payload,
                 self._retry_priority.pop(op.entry_id, op.request.priority),
-            )  # fmt: skip
+            )
             self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
             return
         await self._dead_letter(op, outcome, payload)
@@ -920,17 +979,24 @@ class Scheduler:
         info.pop("op", None)
         if history:
             info["first"] = history[0]["t"]
-        size = await self.queue.dead_letter(op.entry_id, op.token, info, payload=payload,
-                                            **self._dlq_retention())  # fmt: skip
+        size = await self.queue.dead_letter(
+            op.entry_id, op.token, info, payload=payload, **self._dlq_retention()
+        )
         if not size:
             self.stats.inc_value("ha/stale_acks")
             return
         cls = outcome.get("class", "unknown")
         self.stats.inc_value(f"ha/dead/{cls}")
         level = logging.INFO if outcome.get("errback") else logging.ERROR  # errback handled it
-        logger.log(level, "Dead-lettered %s (class %s): %s after %d attempt(s)%s", op.request, cls,
-                   outcome.get("reason"), len(history) or 1,
-                   "; the spider's errback handled it" if outcome.get("errback") else "")  # fmt: skip
+        logger.log(
+            level,
+            "Dead-lettered %s (class %s): %s after %d attempt(s)%s",
+            op.request,
+            cls,
+            outcome.get("reason"),
+            len(history) or 1,
+            "; the spider's errback handled it" if outcome.get("errback") else "",
+        )
         self._check_dlq_size(size)
 
     def _dlq_retention(self) -> dict[str, int]:
@@ -941,14 +1007,19 @@ class Scheduler:
         }
 
     def _check_dlq_size(self, size: int) -> None:
-        threshold = self.crawler.settings.getint("HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD)
+        threshold = self.crawler.settings.getint(
+            "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD
+        )
         if size >= threshold and not self._dlq_warned:
             self._dlq_warned = True
             logger.warning(
                 "The dead-letter queue of %s holds %d entries (HA_DLQ_WARN_THRESHOLD=%d): "
-                "see `scrapy-ha dlq list %s`", self.spider.name if self.spider else "?",
-                size, threshold, self.spider.name if self.spider else "SPIDER",
-            )  # fmt: skip
+                "see `scrapy-ha dlq list %s`",
+                self.spider.name if self.spider else "?",
+                size,
+                threshold,
+                self.spider.name if self.spider else "SPIDER",
+            )
 
     def _count(self, result: SyncResult, sent: int) -> None:
         inc = self.stats.inc_value
@@ -962,17 +1033,23 @@ class Scheduler:
             self._acked_since_renew += result.acked
         if result.stale:
             inc("ha/stale_acks", result.stale)
-            logger.warning("%d ack(s) refused: their leases had expired and were reclaimed",
-                           result.stale)  # fmt: skip
+            logger.warning(
+                "%d ack(s) refused: their leases had expired and were reclaimed", result.stale
+            )
         if result.refused:
             inc("ha/children_refused", result.refused)
-            logger.warning("%d request(s) refused: the lease of the page that yielded them had "
-                           "expired and was reclaimed (another worker redoes that page)",
-                           result.refused)  # fmt: skip
+            logger.warning(
+                "%d request(s) refused: the lease of the page that yielded them had "
+                "expired and was reclaimed (another worker redoes that page)",
+                result.refused,
+            )
         if result.set_aside:
             inc("ha/dead/corrupt", result.set_aside)
-            logger.error("%d pending entr(ies) without an entry id moved to the dead-letter "
-                         "queue as corrupt", result.set_aside)  # fmt: skip
+            logger.error(
+                "%d pending entr(ies) without an entry id moved to the dead-letter "
+                "queue as corrupt",
+                result.set_aside,
+            )
         if result.leases:
             inc("ha/leased", len(result.leases))
 
@@ -986,9 +1063,12 @@ class Scheduler:
             logger.warning(
                 "Priority %d of %s is outside the range scrapy-ha stores (-%d to %d): it is "
                 "queued as %d (further ones are counted in ha/priority_clamped)",
-                request.priority, request, MAX_PRIORITY, MAX_PRIORITY,
+                request.priority,
+                request,
+                MAX_PRIORITY,
+                MAX_PRIORITY,
                 clamp_priority(request.priority),
-            )  # fmt: skip
+            )
 
     def _take(self, lease: Lease) -> None:
         """Buffer a leased request; an unreadable one waits in ``_corrupt`` (still renewed)
@@ -1015,18 +1095,27 @@ class Scheduler:
             except Exception as exc:
                 if _kept(exc):
                     raise  # still held and renewed: retried next round
-                logger.error("Could not dead-letter corrupt queue entry %s (%s): %s; its lease "
-                             "is left to expire", lease.id, reason, exc)  # fmt: skip
+                logger.error(
+                    "Could not dead-letter corrupt queue entry %s (%s): %s; its lease "
+                    "is left to expire",
+                    lease.id,
+                    reason,
+                    exc,
+                )
             self._corrupt.pop(0)
 
     async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:
         assert self.queue is not None
-        info = {"class": "corrupt", "reason": f"corrupt queue entry: {reason}",
-                "payload": lease.payload[:200].decode("utf-8", "replace")}  # fmt: skip
+        info = {
+            "class": "corrupt",
+            "reason": f"corrupt queue entry: {reason}",
+            "payload": lease.payload[:200].decode("utf-8", "replace"),
+        }
         await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention())
         self.stats.inc_value("ha/dead/corrupt")
-        logger.error("Queue entry %s is corrupt (%s): moved to the dead-letter queue",
-                     lease.id, reason)  # fmt: skip
+        logger.error(
+            "Queue entry %s is corrupt (%s): moved to the dead-letter queue", lease.id, reason
+        )
 
     async def _after_sync(self, result: SyncResult, *, new_work: bool) -> None:
         """Let the engine look when there is new work or when the crawl's state changed
@@ -1096,14 +1185,20 @@ class Scheduler:
         """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha.keeper`)."""
         assert self.queue is not None
         cfg = self.config
-        client = sync_redis_from_settings(self.crawler.settings,
-                                          connect_timeout=cfg.connect_timeout)  # fmt: skip
+        client = sync_redis_from_settings(
+            self.crawler.settings, connect_timeout=cfg.connect_timeout
+        )
         self._keeper = LeaseKeeper(
-            client, self.queue.keys, worker=cfg.worker_id, lease_time=cfg.lease_time,
-            renew_interval=cfg.renew_interval, heartbeat_ttl=cfg.heartbeat_ttl,
-            watchdog=cfg.renew_watchdog, loop=asyncio.get_running_loop(),
+            client,
+            self.queue.keys,
+            worker=cfg.worker_id,
+            lease_time=cfg.lease_time,
+            renew_interval=cfg.renew_interval,
+            heartbeat_ttl=cfg.heartbeat_ttl,
+            watchdog=cfg.renew_watchdog,
+            loop=asyncio.get_running_loop(),
             on_renewed=self._on_renewed,
-        )  # fmt: skip
+        )
         self._keeper.hold(self._held_pairs())
         self._keeper.start()
         self._watch = LoopWatch(self._keeper, self._held_pairs)
@@ -1130,10 +1225,11 @@ class Scheduler:
         assert self.queue is not None
         started = time.monotonic()
         _, lost = await self.queue.renew(
-            list(self._held_pairs()), worker=self.config.worker_id,
+            list(self._held_pairs()),
+            worker=self.config.worker_id,
             lease_ms=int(self.config.lease_time * 1000),
             heartbeat_ms=int(self.config.heartbeat_ttl * 1000),
-        )  # fmt: skip
+        )
         self._note_rate(started)
         self._leases_valid_until = started + self.config.lease_time
         if lost:
@@ -1156,8 +1252,9 @@ class Scheduler:
             logger.warning(
                 "%d lease(s) of this worker expired and were reclaimed (worker stalled or "
                 "Redis unreachable longer than HA_LEASE_TIME); %d buffered request(s) dropped",
-                len(real), before - len(self._buffer),
-            )  # fmt: skip
+                len(real),
+                before - len(self._buffer),
+            )
 
     async def _reclaim(self) -> None:
         assert self.queue is not None
@@ -1166,15 +1263,19 @@ class Scheduler:
             worker=self.config.worker_id,
             interval_ms=int(self.config.reclaim_interval * 1000),
             batch=self.config.reclaim_batch,
-            max_expiries=self.config.max_lease_expiries, **self._dlq_retention(),
-        )  # fmt: skip
+            max_expiries=self.config.max_lease_expiries,
+            **self._dlq_retention(),
+        )
         if result is None:
             return
         reclaimed, poison, set_aside = result
         if set_aside:
             self.stats.inc_value("ha/dead/corrupt", set_aside)
-            logger.error("%d leased entr(ies) had an unreadable lease record: moved to the "
-                         "dead-letter queue as corrupt", set_aside)  # fmt: skip
+            logger.error(
+                "%d leased entr(ies) had an unreadable lease record: moved to the "
+                "dead-letter queue as corrupt",
+                set_aside,
+            )
         if reclaimed:
             self.stats.inc_value("ha/reclaimed", reclaimed)
             logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)
@@ -1182,8 +1283,9 @@ class Scheduler:
             self.stats.inc_value("ha/dead/poison")
             logger.error(
                 "Request %s dead-lettered as poison: its lease expired %d times",
-                entry_id, self.config.max_lease_expiries,
-            )  # fmt: skip
+                entry_id,
+                self.config.max_lease_expiries,
+            )
 
     # -- closing when the crawl is done ------------------------------------------------
 
@@ -1234,8 +1336,12 @@ class Scheduler:
             raise DontCloseSpider
 
     def _keep_alive(self) -> bool:
-        local = (self._buffer or self._outbox or self._acks or self._ops or self._inflight
-                 or self._corrupt)
-        return bool(
-            self._feed_mode or local or not self._redis_ok or self._remote_active != 0
+        local = (
+            self._buffer
+            or self._outbox
+            or self._acks
+            or self._ops
+            or self._inflight
+            or self._corrupt
         )
+        return bool(self._feed_mode or local or not self._redis_ok or self._remote_active != 0)

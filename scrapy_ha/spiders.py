@@ -11,11 +11,13 @@ moment loses none. The spider stays open waiting for more (feed mode) unless
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
 from scrapy.spiders import CrawlSpider
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class RedisSpiderMixin:
@@ -40,10 +42,13 @@ class RedisSpiderMixin:
         if not isinstance(doc, dict) or not isinstance(doc.get("url"), str):
             raise ValueError('a JSON start URL entry needs a "url" string')
         return Request(
-            doc["url"], method=doc.get("method", "GET"), meta=doc.get("meta", {}),
-            headers=doc.get("headers"), body=doc.get("body"),
+            doc["url"],
+            method=doc.get("method", "GET"),
+            meta=doc.get("meta", {}),
+            headers=doc.get("headers"),
+            body=doc.get("body"),
             dont_filter=doc.get("dont_filter", True),
-        )  # fmt: skip
+        )
 
 
 class RedisSpider(RedisSpiderMixin, Spider):

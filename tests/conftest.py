@@ -5,14 +5,17 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 
 from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 __all__ = ["RedisServer", "Site", "free_port"]
 
@@ -38,7 +41,8 @@ class RedisServer:
     def start(self) -> None:
         try:
             self.proc, self.port = harness.start_redis(
-                self.dir, port=self.port if self._fixed_port else None,
+                self.dir,
+                port=self.port if self._fixed_port else None,
                 args=["--appendonly", "yes" if self.appendonly else "no"],
             )
         except (FileNotFoundError, RuntimeError) as exc:
@@ -103,8 +107,9 @@ class Site:
     module = "scrapy_ha.demo.site"
 
     def __init__(self, *args: str) -> None:
-        self.proc = harness.spawn([sys.executable, "-m", self.module, *args],
-                                  stdout=subprocess.PIPE)  # fmt: skip
+        self.proc = harness.spawn(
+            [sys.executable, "-m", self.module, *args], stdout=subprocess.PIPE
+        )
         try:
             (self.port,) = harness.read_listening(self.proc, self.module)
         except RuntimeError as exc:

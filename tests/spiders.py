@@ -51,8 +51,14 @@ class PathsSpider(scrapy.Spider):
         self.outcomes: list[str] = []
 
     async def start(self) -> Any:
-        for path in ("/item/1", "/status/404", "/status/500", "/redirect/2", "/item/3?boom",
-                     "/item/4?drop"):  # fmt: skip
+        for path in (
+            "/item/1",
+            "/status/404",
+            "/status/500",
+            "/redirect/2",
+            "/item/3?boom",
+            "/item/4?drop",
+        ):
             yield scrapy.Request(self.base_url + path, errback=self.on_error)
         yield scrapy.Request("http://offsite.invalid/x")
 
@@ -100,8 +106,9 @@ class FaultSpider(scrapy.Spider):
 
     async def start(self) -> Any:
         for i, path in enumerate(self.paths):
-            yield scrapy.Request(self.base_url + path, errback=self.on_error,
-                                 priority=len(self.paths) - i)  # fmt: skip
+            yield scrapy.Request(
+                self.base_url + path, errback=self.on_error, priority=len(self.paths) - i
+            )
 
     def parse(self, response: Any) -> Any:
         if "permanent" in response.url:

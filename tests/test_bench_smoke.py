@@ -17,8 +17,11 @@ QUICK_PAGES = 5 * 21 + 1
 def test_bench_quick(tmp_path):
     out, log = tmp_path / "results.json", tmp_path / "bench.out"
     with log.open("wb") as stdout:
-        proc = harness.spawn([sys.executable, str(ROOT / "bench" / "run.py"), "--quick",
-                              "--out", str(out)], stdout=stdout, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = harness.spawn(
+            [sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+        )
     try:
         code = proc.wait(600)
     finally:

@@ -9,23 +9,42 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import redis
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.queue import NewEntry
 from tests.test_queue_scripts import open_queue
 
+if TYPE_CHECKING:
+    import redis
+
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = {"SCHEDULER": "scrapy_ha.Scheduler", "HA_CHECKPOINTS": "True",
-            "SPIDER_MIDDLEWARES": '{"scrapy_ha.checkpoint.CheckpointMiddleware": 900}',
-            "HA_IDLE_TIMEOUT": "1", "LOG_LEVEL": "INFO", "CONCURRENT_REQUESTS": "4"}  # fmt: skip
+SETTINGS = {
+    "SCHEDULER": "scrapy_ha.Scheduler",
+    "HA_CHECKPOINTS": "True",
+    "SPIDER_MIDDLEWARES": '{"scrapy_ha.checkpoint.CheckpointMiddleware": 900}',
+    "HA_IDLE_TIMEOUT": "1",
+    "LOG_LEVEL": "INFO",
+    "CONCURRENT_REQUESTS": "4",
+}
 
 
 def run_paged(redis_url: str, site_url: str, items: Path, log: Path, **extra: str):
-    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "tests" / "paged_spider.py"),
-            "-a", f"base_url={site_url}", "-s", f"REDIS_URL={redis_url}", "-s", f"ITEMS_FILE={items}"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy.cmdline",
+        "runspider",
+        str(ROOT / "tests" / "paged_spider.py"),
+        "-a",
+        f"base_url={site_url}",
+        "-s",
+        f"REDIS_URL={redis_url}",
+        "-s",
+        f"ITEMS_FILE={items}",
+    ]
     for name, value in {**SETTINGS, **extra}.items():
         args += ["-a" if name.islower() else "-s", f"{name}={value}"]  # spider args lower case
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -38,8 +57,9 @@ def checkpoint(client: redis.Redis) -> dict:
     return json.loads(client.get(key))
 
 
-def wait_for_checkpoint(client: redis.Redis, proc: subprocess.Popen, timeout: float,
-                        **want: object) -> None:  # fmt: skip
+def wait_for_checkpoint(
+    client: redis.Redis, proc: subprocess.Popen, timeout: float, **want: object
+) -> None:
     """Poll the checkpoint in Redis until its fields have the *want* values (the point to
     kill the worker at), failing at the deadline or if the worker ended first."""
     deadline = time.monotonic() + timeout
@@ -93,8 +113,14 @@ def test_a_100_page_task_killed_at_page_47_resumes_at_47(
 def test_checkpoints_within_a_page_every_n_items(redis_url, redis_client, site_factory, tmp_path):
     site = site_factory("--pages", "2", "--per-page", "120")
     items = tmp_path / "items.jl"
-    first = run_paged(redis_url, site.url, items, tmp_path / "first.log",
-                      HA_CHECKPOINT_ITEMS="50", STALL_ITEMS_FROM="101")  # fmt: skip
+    first = run_paged(
+        redis_url,
+        site.url,
+        items,
+        tmp_path / "first.log",
+        HA_CHECKPOINT_ITEMS="50",
+        STALL_ITEMS_FROM="101",
+    )
     deadline = time.monotonic() + 60
     while count(items) < 100 or not redis_client.keys("ha:{paged}:cp:*"):
         assert first.poll() is None and time.monotonic() < deadline
@@ -138,13 +164,24 @@ def test_checkpoints_cli(redis_url, redis_client):
     from tests.test_dlq import cli
 
     redis_client.set("ha:{paged}:cp:task-a", json.dumps({"task": "task-a", "page": 3, "items": 40}))
-    redis_client.set("ha:{paged}:cp:task-b", json.dumps({"task": "task-b", "done": True, "items": 9}))
+    redis_client.set(
+        "ha:{paged}:cp:task-b", json.dumps({"task": "task-b", "done": True, "items": 9})
+    )
     listed = cli(redis_url, "checkpoints", "list", "paged").stdout.splitlines()
-    assert [line.split()[:3] for line in listed] == [["task-a", "page", "3"], ["task-b", "done", "items=9"]]
+    assert [line.split()[:3] for line in listed] == [
+        ["task-a", "page", "3"],
+        ["task-b", "done", "items=9"],
+    ]
     shown = json.loads(cli(redis_url, "checkpoints", "show", "paged", "task-a").stdout)
     assert shown["page"] == 3
-    assert cli(redis_url, "checkpoints", "reset", "paged", "task-a").stdout.strip() == "reset 1 checkpoint"
-    assert cli(redis_url, "checkpoints", "reset", "paged", "--all").stdout.strip() == "reset 1 checkpoint"
+    assert (
+        cli(redis_url, "checkpoints", "reset", "paged", "task-a").stdout.strip()
+        == "reset 1 checkpoint"
+    )
+    assert (
+        cli(redis_url, "checkpoints", "reset", "paged", "--all").stdout.strip()
+        == "reset 1 checkpoint"
+    )
     assert redis_client.keys("ha:{paged}:cp:*") == []
 
 
@@ -153,8 +190,7 @@ def test_a_callback_raising_after_its_next_page_keeps_the_chain(
 ):
     site = site_factory("--pages", "5", "--per-page", "3")
     items = tmp_path / "items.jl"
-    worker = run_paged(redis_url, site.url, items, tmp_path / "run.log",
-                       RAISE_AFTER_NEXT="/list/3")
+    worker = run_paged(redis_url, site.url, items, tmp_path / "run.log", RAISE_AFTER_NEXT="/list/3")
     assert worker.wait(timeout=120) == 0
     crawled = {path for _, path, _ in site.log()}
     assert {"/list/4", "/list/5"} <= crawled  # a plain Scrapy crawl goes on past page 3
@@ -169,10 +205,15 @@ def test_a_reclaimed_page_skips_the_items_its_checkpoint_has(
     # page's (one checkpoint per task), and the re-run could not skip (see the docs)
     site = site_factory("--pages", "1", "--per-page", "120")
     items = tmp_path / "items.jl"
-    fast = {"HA_LEASE_TIME": "3", "HA_LEASE_RENEW_INTERVAL": "1", "HA_RECLAIM_INTERVAL": "1",
-            "HA_CHECKPOINT_ITEMS": "50"}  # fmt: skip
-    first = run_paged(redis_url, site.url, items, tmp_path / "first.log",
-                      STALL_ITEMS_FROM="101", **fast)  # fmt: skip
+    fast = {
+        "HA_LEASE_TIME": "3",
+        "HA_LEASE_RENEW_INTERVAL": "1",
+        "HA_RECLAIM_INTERVAL": "1",
+        "HA_CHECKPOINT_ITEMS": "50",
+    }
+    first = run_paged(
+        redis_url, site.url, items, tmp_path / "first.log", STALL_ITEMS_FROM="101", **fast
+    )
     deadline = time.monotonic() + 60
     while count(items) < 100 or "skip" not in checkpoint_or_empty(redis_client):
         assert first.poll() is None and time.monotonic() < deadline

@@ -34,16 +34,20 @@ def fast_engine_heartbeat(monkeypatch):
 
 
 def scrapy_ha(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SCRAPY_HA, *args], capture_output=True, text=True, timeout=60,
-                          cwd=cwd or ROOT)  # fmt: skip
+    return subprocess.run(
+        [SCRAPY_HA, *args], capture_output=True, text=True, timeout=60, cwd=cwd or ROOT
+    )
 
 
 class BodiesSpider(scrapy.Spider):
     """POSTs a JSON, a text and a binary body to pages that are gone (dead-lettered)."""
 
     name = "bodies"
-    BODIES = {"json": b'{"sku": "A-1", "qty": 2}', "text": "caf\u00e9 au lait".encode(),
-              "bytes": b"\x80\x04\xff raw"}  # fmt: skip
+    BODIES = {
+        "json": b'{"sku": "A-1", "qty": 2}',
+        "text": "caf\u00e9 au lait".encode(),
+        "bytes": b"\x80\x04\xff raw",
+    }
 
     def __init__(self, base_url: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -51,8 +55,12 @@ class BodiesSpider(scrapy.Spider):
 
     async def start(self) -> Any:
         for name, body in self.BODIES.items():
-            yield scrapy.Request(f"{self.base_url}/status/404?{name}", method="POST", body=body,
-                                 errback=self.on_error)  # fmt: skip
+            yield scrapy.Request(
+                f"{self.base_url}/status/404?{name}",
+                method="POST",
+                body=body,
+                errback=self.on_error,
+            )
 
     def on_error(self, failure: Any) -> None:
         pass
@@ -80,8 +88,12 @@ def test_dlq_list_of_an_empty_queue_says_empty(redis_url):
 
 @deferred_f_from_coro_f
 async def test_dlq_list_has_a_header_and_totals_and_show_prints_bodies_as_text(redis_url, site):
-    await crawl(FaultSpider, redis_url, site,
-                paths=("/status/404", "/status/410", "/flaky/2?fail=9&status=503"))  # fmt: skip
+    await crawl(
+        FaultSpider,
+        redis_url,
+        site,
+        paths=("/status/404", "/status/410", "/flaky/2?fail=9&status=503"),
+    )
     lines = scrapy_ha("--redis-url", redis_url, "dlq", "list", "faults").stdout.splitlines()
     assert lines[0].split() == ["ID", "CLASS", "TRIES", "REASON", "URL"]
     assert len(lines) == 5
@@ -136,9 +148,9 @@ async def test_requeue_and_purge_by_id_class_domain_and_limit(redis_url, redis_c
     paths = tuple(f"/status/404?n={i}" for i in range(4)) + ("/flaky/4?fail=9&status=503",)
     await crawl(FaultSpider, redis_url, site, paths=paths)
     cli = ("--redis-url", redis_url, "dlq")
-    assert scrapy_ha(*cli, "requeue", "faults", "--class", "gone", "--limit", "1").stdout.strip() == (
-        "requeued 1 of 1 entry"
-    )
+    assert scrapy_ha(
+        *cli, "requeue", "faults", "--class", "gone", "--limit", "1"
+    ).stdout.strip() == ("requeued 1 of 1 entry")
     assert scrapy_ha(*cli, "requeue", "faults", "--domain", "example.com").stdout.strip() == (
         "requeued 0 of 0 entries"
     )
@@ -163,14 +175,22 @@ async def test_requeue_and_purge_by_id_class_domain_and_limit(redis_url, redis_c
 async def test_the_console_script_reads_the_projects_redis_url_and_prefix(
     redis_url, site, tmp_path
 ):
-    await crawl(FaultSpider, redis_url, site, paths=("/status/404",),
-                settings={"HA_KEY_PREFIX": "shop"})  # fmt: skip
+    await crawl(
+        FaultSpider, redis_url, site, paths=("/status/404",), settings={"HA_KEY_PREFIX": "shop"}
+    )
     project = tmp_path / "project"
-    shutil.copytree(ROOT / "example_project", project,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))  # fmt: skip
+    shutil.copytree(
+        ROOT / "example_project",
+        project,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
     settings = project / "catalogue" / "settings.py"
-    settings.write_text(settings.read_text().replace('REDIS_URL = "redis://127.0.0.1:6379/0"',
-                        f'REDIS_URL = "{redis_url}"\nHA_KEY_PREFIX = "shop"'))  # fmt: skip
+    settings.write_text(
+        settings.read_text().replace(
+            'REDIS_URL = "redis://127.0.0.1:6379/0"',
+            f'REDIS_URL = "{redis_url}"\nHA_KEY_PREFIX = "shop"',
+        )
+    )
     status = scrapy_ha("status", "faults", "--json", cwd=project)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["dead"] == 1
@@ -191,8 +211,9 @@ def test_flush_refuses_while_a_worker_lives(redis_url, redis_client, site_factor
     assert redis_client.exists("ha:{catalogue}:payload")  # nothing deleted
     live.send_signal(signal.SIGINT)
     assert live.wait(60) == 0
-    harness.wait_for(lambda: redis_client.zcard("ha:{catalogue}:workers") == 0,
-                     "the worker to leave", timeout=30)  # fmt: skip
+    harness.wait_for(
+        lambda: redis_client.zcard("ha:{catalogue}:workers") == 0, "the worker to leave", timeout=30
+    )
     done = scrapy_ha("--redis-url", redis_url, "flush", "catalogue")
     assert done.returncode == 0 and done.stdout.strip() == "flushed catalogue"
     assert not redis_client.exists("ha:{catalogue}:payload", "ha:{catalogue}:pending")
@@ -202,7 +223,12 @@ def test_flush_refuses_while_a_worker_lives(redis_url, redis_client, site_factor
 async def test_flush_on_start_clears_a_finished_crawls_dead_letters(redis_url, redis_client, site):
     await crawl(FaultSpider, redis_url, site, paths=("/status/404", "/status/410"))
     assert redis_client.zcard("ha:{faults}:dead") == 2
-    crawler = await crawl(FaultSpider, redis_url, site, paths=("/item/1",),
-                          settings={"SCHEDULER_FLUSH_ON_START": True})  # fmt: skip
+    crawler = await crawl(
+        FaultSpider,
+        redis_url,
+        site,
+        paths=("/item/1",),
+        settings={"SCHEDULER_FLUSH_ON_START": True},
+    )
     assert redis_client.zcard("ha:{faults}:dead") == 0
     assert crawler.stats.get_value("item_scraped_count") == 1

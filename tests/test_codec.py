@@ -116,8 +116,9 @@ def same(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) and type(k) is type(kb)
-                                          for k, kb in zip(a, b, strict=True))  # fmt: skip
+        return list(a) == list(b) and all(
+            same(a[k], b[k]) and type(k) is type(kb) for k, kb in zip(a, b, strict=True)
+        )
     if isinstance(a, scrapy.Item):
         return same(dict(a), dict(b))
     if isinstance(a, scrapy.Request):
@@ -125,8 +126,9 @@ def same(a, b) -> bool:
     if isinstance(a, datetime.time):
         return a == b and a.fold == b.fold and a.tzinfo == b.tzinfo
     if isinstance(a, datetime.datetime):
-        return (a == b and a.tzinfo == b.tzinfo and a.fold == b.fold
-                and a.utcoffset() == b.utcoffset())  # fmt: skip
+        return (
+            a == b and a.tzinfo == b.tzinfo and a.fold == b.fold and a.utcoffset() == b.utcoffset()
+        )
     return a == b
 
 
@@ -170,8 +172,9 @@ VALUES = {
     "str subclass kept as str": "plain",
 }
 if pydantic is not None:
-    VALUES["pydantic"] = PydanticItem(name="p", when=datetime.date(2026, 1, 1),
-                                      price=Decimal("2.5"))
+    VALUES["pydantic"] = PydanticItem(
+        name="p", when=datetime.date(2026, 1, 1), price=Decimal("2.5")
+    )
 
 
 @pytest.mark.parametrize("value", list(VALUES.values()), ids=list(VALUES))
@@ -190,11 +193,16 @@ def test_dataclass_fields_outside_init_round_trip():
 
 
 def test_a_nested_request_round_trips_with_its_callback():
-    inner = scrapy.Request("https://example.com/next", callback=SPIDER.parse_item,
-                           errback=SPIDER.on_error, meta={"item": Product(name="x")},
-                           priority=3)  # fmt: skip
-    copy = roundtrip(scrapy.Request("https://example.com", meta={"next": inner},
-                                    cb_kwargs={"later": [inner]}))  # fmt: skip
+    inner = scrapy.Request(
+        "https://example.com/next",
+        callback=SPIDER.parse_item,
+        errback=SPIDER.on_error,
+        meta={"item": Product(name="x")},
+        priority=3,
+    )
+    copy = roundtrip(
+        scrapy.Request("https://example.com", meta={"next": inner}, cb_kwargs={"later": [inner]})
+    )
     for got in (copy.meta["next"], copy.cb_kwargs["later"][0]):
         assert same(got, inner)
         assert got.callback == SPIDER.parse_item and got.errback == SPIDER.on_error
@@ -202,12 +210,27 @@ def test_a_nested_request_round_trips_with_its_callback():
 
 def test_every_field_round_trips_exactly():
     request = scrapy.Request(
-        "https://example.com/a?b=1", callback=SPIDER.parse_item, errback=SPIDER.on_error,
-        method="POST", body=b"\x00\xffbinary", headers={"X-Bin": b"\xfe", "Accept": ["a", "b"]},
-        cookies={"c": "1"}, meta={"bytes": b"\x01", "tuple": (1, "x"), "nested": {"k": [b"v"]},
-                                   "int_keys": {1: "one"}, "depth": 3, "__weird": 1},
-        encoding="latin-1", priority=7, dont_filter=True, flags=["f"], cb_kwargs={"page": 2},
-    )  # fmt: skip
+        "https://example.com/a?b=1",
+        callback=SPIDER.parse_item,
+        errback=SPIDER.on_error,
+        method="POST",
+        body=b"\x00\xffbinary",
+        headers={"X-Bin": b"\xfe", "Accept": ["a", "b"]},
+        cookies={"c": "1"},
+        meta={
+            "bytes": b"\x01",
+            "tuple": (1, "x"),
+            "nested": {"k": [b"v"]},
+            "int_keys": {1: "one"},
+            "depth": 3,
+            "__weird": 1,
+        },
+        encoding="latin-1",
+        priority=7,
+        dont_filter=True,
+        flags=["f"],
+        cb_kwargs={"page": 2},
+    )
     copy = roundtrip(request)
     assert copy.to_dict(spider=SPIDER) == request.to_dict(spider=SPIDER)
     assert copy.callback == SPIDER.parse_item and copy.errback == SPIDER.on_error
@@ -231,7 +254,10 @@ def test_a_plain_request_is_small():
     payload = encode_request(scrapy.Request("http://127.0.0.1:8000/item/12345"), SPIDER)
     assert payload == b'{"v":1,"u":"http://127.0.0.1:8000/item/12345"}'
     request = scrapy.Request("http://127.0.0.1:8000/item/1", callback=SPIDER.parse_item)
-    assert encode_request(request, SPIDER) == b'{"v":1,"u":"http://127.0.0.1:8000/item/1","cb":"parse_item"}'
+    assert (
+        encode_request(request, SPIDER)
+        == b'{"v":1,"u":"http://127.0.0.1:8000/item/1","cb":"parse_item"}'
+    )
 
 
 # Scrapy 2.16 deprecates FormRequest itself (2.19 only its from_response): still stored
@@ -245,8 +271,11 @@ def test_request_subclasses_round_trip(cls):
 
 
 def test_json_request_keeps_its_dumps_kwargs():
-    request = JsonRequest("https://example.com/api", data={"b": 1, "a": 2},
-                          dumps_kwargs={"sort_keys": True, "indent": 1})  # fmt: skip
+    request = JsonRequest(
+        "https://example.com/api",
+        data={"b": 1, "a": 2},
+        dumps_kwargs={"sort_keys": True, "indent": 1},
+    )
     copy = roundtrip(request)
     assert type(copy) is JsonRequest and copy.dumps_kwargs == {"sort_keys": True, "indent": 1}
     assert copy.body == request.body
@@ -265,14 +294,28 @@ def test_a_users_request_subclass_keeps_its_own_attributes():
 
 def test_meta_keys_scrapy_components_read_survive():
     meta = {
-        "download_timeout": 5, "max_retry_times": 2, "retry_times": 1, "dont_redirect": True,
-        "dont_retry": False, "handle_httpstatus_list": [404], "handle_httpstatus_all": True,
-        "cookiejar": 3, "dont_merge_cookies": True, "proxy": "http://proxy:8080", "depth": 4,
-        "redirect_urls": ["https://a.example/"], "redirect_times": 1, "redirect_ttl": 19,
-        "redirect_reasons": [301], "download_maxsize": 10, "dont_cache": True,
-        "referrer_policy": "no-referrer", "bindaddress": ("127.0.0.1", 0), "ha_task": "t",
+        "download_timeout": 5,
+        "max_retry_times": 2,
+        "retry_times": 1,
+        "dont_redirect": True,
+        "dont_retry": False,
+        "handle_httpstatus_list": [404],
+        "handle_httpstatus_all": True,
+        "cookiejar": 3,
+        "dont_merge_cookies": True,
+        "proxy": "http://proxy:8080",
+        "depth": 4,
+        "redirect_urls": ["https://a.example/"],
+        "redirect_times": 1,
+        "redirect_ttl": 19,
+        "redirect_reasons": [301],
+        "download_maxsize": 10,
+        "dont_cache": True,
+        "referrer_policy": "no-referrer",
+        "bindaddress": ("127.0.0.1", 0),
+        "ha_task": "t",
         "download_slot": "slow-lane",
-    }  # fmt: skip
+    }
     assert same(roundtrip(scrapy.Request("https://example.com/m", meta=meta)).meta, meta)
 
 
@@ -285,9 +328,15 @@ def test_a_download_slot_the_spider_chose_is_kept_and_the_downloaders_own_is_not
 
 
 def test_per_attempt_meta_keys_are_not_stored():
-    meta = {"ha_lease": ("1", "2"), "_ha_parent": ("1", "2"), "ha_outcome": {"op": "retry"},
-            "download_latency": 0.5, "cached_response": object(), "_auth_proxy": "http://p:1",
-            "depth": 1}  # fmt: skip
+    meta = {
+        "ha_lease": ("1", "2"),
+        "_ha_parent": ("1", "2"),
+        "ha_outcome": {"op": "retry"},
+        "download_latency": 0.5,
+        "cached_response": object(),
+        "_auth_proxy": "http://p:1",
+        "depth": 1,
+    }
     assert roundtrip(scrapy.Request("https://example.com", meta=meta)).meta == {"depth": 1}
 
 
@@ -324,40 +373,54 @@ def test_the_authorization_header_httpauth_adds_is_not_stored():
     request = scrapy.Request("https://example.com", headers={"Authorization": header})
     payload = encode_request(request, spider)
     assert header not in payload and b"Authorization" not in payload
-    per_request = scrapy.Request("https://example.com", headers={
-        "Authorization": basic_auth_header("u", "meta-secret")},
-        meta={"http_user": "u", "http_pass": "meta-secret"})  # fmt: skip
+    per_request = scrapy.Request(
+        "https://example.com",
+        headers={"Authorization": basic_auth_header("u", "meta-secret")},
+        meta={"http_user": "u", "http_pass": "meta-secret"},
+    )
     assert b"Authorization" not in encode_request(per_request, SPIDER)
 
 
 def test_an_authorization_header_the_spider_set_itself_is_kept():
     request = scrapy.Request("https://example.com/api", headers={"Authorization": "Bearer abc"})
     assert roundtrip(request).headers["Authorization"] == b"Bearer abc"
-    assert decode_request(encode_request(request, AuthSpider()), SPIDER).headers[
-        "Authorization"] == b"Bearer abc"  # fmt: skip
+    assert (
+        decode_request(encode_request(request, AuthSpider()), SPIDER).headers["Authorization"]
+        == b"Bearer abc"
+    )
 
 
 def test_the_cookie_header_is_left_to_the_cookie_jar():
     request = scrapy.Request("https://example.com", headers={"Cookie": "session=s3cret"})
     assert b"s3cret" not in encode_request(request, SPIDER)
     # with dont_merge_cookies CookiesMiddleware leaves the header alone: it is the spider's own
-    own = scrapy.Request("https://example.com", headers={"Cookie": "a=1"},
-                         meta={"dont_merge_cookies": True})  # fmt: skip
+    own = scrapy.Request(
+        "https://example.com", headers={"Cookie": "a=1"}, meta={"dont_merge_cookies": True}
+    )
     assert roundtrip(own).headers["Cookie"] == b"a=1"
 
 
 @pytest.mark.parametrize(
     ("url", "masked"),
-    [("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
-     ("redis://user:s3cret@host/1", "redis://user:***@host/1"),
-     ("redis://host:6379", "redis://host:6379"),
-     ("https://pool.example/list?key=abc123&country=fr", "https://pool.example/list?key=***&country=fr"),
-     ("https://p.example/?api_key=a&apikey=b&token=c&access_token=d&password=e&secret=f&sig=g",
-      "https://p.example/?api_key=***&apikey=***&token=***&access_token=***&password=***&secret=***&sig=***"),
-     ("https://p.example/?X-Api-Key=a&monkey=banana&page=2#frag",
-      "https://p.example/?X-Api-Key=***&monkey=banana&page=2#frag"),
-     ("http://u:p@pool.example/?Token=t", "http://u:***@pool.example/?Token=***")],
-)  # fmt: skip
+    [
+        ("redis://:s3cret@host:6379/0", "redis://:***@host:6379/0"),
+        ("redis://user:s3cret@host/1", "redis://user:***@host/1"),
+        ("redis://host:6379", "redis://host:6379"),
+        (
+            "https://pool.example/list?key=abc123&country=fr",
+            "https://pool.example/list?key=***&country=fr",
+        ),
+        (
+            "https://p.example/?api_key=a&apikey=b&token=c&access_token=d&password=e&secret=f&sig=g",
+            "https://p.example/?api_key=***&apikey=***&token=***&access_token=***&password=***&secret=***&sig=***",
+        ),
+        (
+            "https://p.example/?X-Api-Key=a&monkey=banana&page=2#frag",
+            "https://p.example/?X-Api-Key=***&monkey=banana&page=2#frag",
+        ),
+        ("http://u:p@pool.example/?Token=t", "http://u:***@pool.example/?Token=***"),
+    ],
+)
 def test_mask_url(url, masked):
     assert mask_url(url) == masked
 
@@ -389,20 +452,26 @@ def test_a_class_defined_in_a_function_is_refused_at_encoding():
 
 def test_drop_key_leaves_out_only_the_offending_key_with_one_warning(caplog):
     def request():
-        return scrapy.Request("https://example.com/d", meta={"fh": open(__file__), "ok": 1},  # noqa: SIM115
-                              cb_kwargs={"page": 2, "fh": Path})  # fmt: skip
+        return scrapy.Request(
+            "https://example.com/d",
+            meta={"fh": open(__file__), "ok": 1},  # noqa: SIM115
+            cb_kwargs={"page": 2, "fh": Path},
+        )
 
     first, second = request(), request()
     with caplog.at_level(logging.WARNING, logger="scrapy_ha.codec"):
-        copies = [decode_request(encode_request(r, SPIDER, unstorable="drop-key"), SPIDER)
-                  for r in (first, second)]  # fmt: skip
+        copies = [
+            decode_request(encode_request(r, SPIDER, unstorable="drop-key"), SPIDER)
+            for r in (first, second)
+        ]
     for r in (first, second):
         r.meta["fh"].close()
     assert all(c.meta == {"ok": 1} and c.cb_kwargs == {"page": 2} for c in copies)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2, warnings  # one per key, not one per request
-    assert any("meta['fh']" in w and "TextIOWrapper" in w and "example.com/d" in w
-               for w in warnings)  # fmt: skip
+    assert any(
+        "meta['fh']" in w and "TextIOWrapper" in w and "example.com/d" in w for w in warnings
+    )
 
 
 # ---------------------------------------------------------------------------- refusals
@@ -425,8 +494,11 @@ def test_a_payload_naming_a_function_is_refused_and_runs_nothing(tmp_path):
 def test_a_payload_naming_a_module_not_yet_imported_imports_nothing():
     name = "antigravity"  # imports a module with a side effect (opens a web browser)
     assert name not in sys.modules
-    for p in (payload(cls=f"{name}:Request"), payload(mt={"i": {"__i": [f"{name}:X", {}]}}),
-              payload(mt={"e": {"__e": [f"{name}:E", "A"]}})):  # fmt: skip
+    for p in (
+        payload(cls=f"{name}:Request"),
+        payload(mt={"i": {"__i": [f"{name}:X", {}]}}),
+        payload(mt={"e": {"__e": [f"{name}:E", "A"]}}),
+    ):
         with pytest.raises(CodecError, match="not imported"):
             decode_request(p, SPIDER)
     assert name not in sys.modules
@@ -434,26 +506,28 @@ def test_a_payload_naming_a_module_not_yet_imported_imports_nothing():
 
 @pytest.mark.parametrize(
     "doc",
-    [{"cls": "builtins:dict"},
-     {"cls": "scrapy.http:Response"},
-     {"cls": "tests.test_codec:Product"},
-     {"cls": "subprocess:Popen"},
-     {"cls": "os:system"},
-     {"cls": "tests.test_codec:TrackedRequest.__init__.__globals__"},
-     {"cls": "tests.test_codec:TrackedRequest", "x": {"callback_url": "x"}},
-     {"cls": "scrapy.http:JsonRequest", "x": {"campaign": "x"}},
-     {"x": {"dumps_kwargs": {}}},
-     {"mt": {"i": {"__i": ["builtins:dict", {}]}}},
-     {"mt": {"i": {"__i": ["subprocess:Popen", {"args": "id"}]}}},
-     {"mt": {"i": {"__i": ["tests.test_codec:Color", {}]}}},
-     {"mt": {"e": {"__e": ["tests.test_codec:Product", "name"]}}},
-     {"mt": {"e": {"__e": ["subprocess:Popen", None, "id"]}}},
-     {"mt": {"e": {"__e": ["tests.test_codec:Color", "GREEN"]}}},
-     {"mt": {"i": {"__i": ["tests.test_codec:Product", {"undeclared": 1}]}}},
-     {"mt": {"i": {"__i": ["tests.test_codec:Offer", {"sku": "a", "price": 1, "nope": 2}]}}},
-     {"mt": {"r": {"__r": {"u": "http://y", "cls": "os:system"}}}},
-     {"mt": {"z": {"__zz": 1}}}],
-)  # fmt: skip
+    [
+        {"cls": "builtins:dict"},
+        {"cls": "scrapy.http:Response"},
+        {"cls": "tests.test_codec:Product"},
+        {"cls": "subprocess:Popen"},
+        {"cls": "os:system"},
+        {"cls": "tests.test_codec:TrackedRequest.__init__.__globals__"},
+        {"cls": "tests.test_codec:TrackedRequest", "x": {"callback_url": "x"}},
+        {"cls": "scrapy.http:JsonRequest", "x": {"campaign": "x"}},
+        {"x": {"dumps_kwargs": {}}},
+        {"mt": {"i": {"__i": ["builtins:dict", {}]}}},
+        {"mt": {"i": {"__i": ["subprocess:Popen", {"args": "id"}]}}},
+        {"mt": {"i": {"__i": ["tests.test_codec:Color", {}]}}},
+        {"mt": {"e": {"__e": ["tests.test_codec:Product", "name"]}}},
+        {"mt": {"e": {"__e": ["subprocess:Popen", None, "id"]}}},
+        {"mt": {"e": {"__e": ["tests.test_codec:Color", "GREEN"]}}},
+        {"mt": {"i": {"__i": ["tests.test_codec:Product", {"undeclared": 1}]}}},
+        {"mt": {"i": {"__i": ["tests.test_codec:Offer", {"sku": "a", "price": 1, "nope": 2}]}}},
+        {"mt": {"r": {"__r": {"u": "http://y", "cls": "os:system"}}}},
+        {"mt": {"z": {"__zz": 1}}},
+    ],
+)
 def test_only_known_safe_classes_with_their_own_attributes_are_built(doc):
     with pytest.raises(CodecError):
         decode_request(payload(**doc), SPIDER)
@@ -461,23 +535,49 @@ def test_only_known_safe_classes_with_their_own_attributes_are_built(doc):
 
 @pytest.mark.parametrize(
     "raw",
-    [b"\x80\x04pickle", b"{}", b'{"v": 99, "u": "http://x"}', b"[1]", b"null", b"1e999",
-     b'{"v": 1, "u": 5}', b"[" * 100_000,
-     b'{"v":1,"u":"http://x","mt":' + b"[" * 5000 + b"]" * 5000 + b"}",
-     payload(cb="no_such_method"), payload(cb=["parse_item"]), payload(eb=None),
-     payload(cb="__class__"), payload(cb="__init__"), payload(eb="name"), payload(cb="logger"),
-     payload(b={"__b": "***not base64***"}), payload(b={"__b": 1}), payload(mt={"t": {"__t": 5}}),
-     payload(mt={"d": {"__d": [[1]]}}), payload(mt={"d": {"__d": [[[1], 2]]}}),
-     payload(mt={"s": {"__s": [[1]]}}), payload(x=[1]), payload(x={"__t": []}), payload(mt=[1]),
-     payload(mt={"dt": {"__dt": "yesterday"}}),
-     payload(mt={"dt": {"__dt": ["2026-01-01", "../../etc/passwd"]}}),
-     payload(mt={"td": {"__td": [1, 2]}}), payload(mt={"td": {"__td": [10**12, 0, 0]}}),
-     payload(mt={"dc": {"__dc": "abc"}}), payload(mt={"u": {"__u": "xyz"}}),
-     payload(mt={"i": {"__i": "tests.test_codec:Product"}}), payload(mt={"r": {"__r": []}}),
-     payload(mt={"r": {"__r": {"u": 1}}}), payload(h={"__d": [[{"__b": "QQ=="}, {"__i": 1}]]}),
-     payload(p="high"), payload(m=["GET"]), payload(e="no-such-encoding", b={"__b": "QQ=="}),
-     payload(cls=["scrapy.http:Request"]), payload(cls="")],
-)  # fmt: skip
+    [
+        b"\x80\x04pickle",
+        b"{}",
+        b'{"v": 99, "u": "http://x"}',
+        b"[1]",
+        b"null",
+        b"1e999",
+        b'{"v": 1, "u": 5}',
+        b"[" * 100_000,
+        b'{"v":1,"u":"http://x","mt":' + b"[" * 5000 + b"]" * 5000 + b"}",
+        payload(cb="no_such_method"),
+        payload(cb=["parse_item"]),
+        payload(eb=None),
+        payload(cb="__class__"),
+        payload(cb="__init__"),
+        payload(eb="name"),
+        payload(cb="logger"),
+        payload(b={"__b": "***not base64***"}),
+        payload(b={"__b": 1}),
+        payload(mt={"t": {"__t": 5}}),
+        payload(mt={"d": {"__d": [[1]]}}),
+        payload(mt={"d": {"__d": [[[1], 2]]}}),
+        payload(mt={"s": {"__s": [[1]]}}),
+        payload(x=[1]),
+        payload(x={"__t": []}),
+        payload(mt=[1]),
+        payload(mt={"dt": {"__dt": "yesterday"}}),
+        payload(mt={"dt": {"__dt": ["2026-01-01", "../../etc/passwd"]}}),
+        payload(mt={"td": {"__td": [1, 2]}}),
+        payload(mt={"td": {"__td": [10**12, 0, 0]}}),
+        payload(mt={"dc": {"__dc": "abc"}}),
+        payload(mt={"u": {"__u": "xyz"}}),
+        payload(mt={"i": {"__i": "tests.test_codec:Product"}}),
+        payload(mt={"r": {"__r": []}}),
+        payload(mt={"r": {"__r": {"u": 1}}}),
+        payload(h={"__d": [[{"__b": "QQ=="}, {"__i": 1}]]}),
+        payload(p="high"),
+        payload(m=["GET"]),
+        payload(e="no-such-encoding", b={"__b": "QQ=="}),
+        payload(cls=["scrapy.http:Request"]),
+        payload(cls=""),
+    ],
+)
 def test_a_corrupt_payload_is_a_codec_error(raw):
     with pytest.raises(CodecError):
         decode_request(raw, SPIDER)

@@ -171,11 +171,17 @@ def test_a_scrapy_item_of_a_shared_library_is_built_by_a_fresh_worker(monkeypatc
     # items often live in a package of their own, shared by several projects: a worker that
     # never stored one must still read it (Scrapy's Item.__init__ only fills fields)
     module = types.ModuleType("ha_shared_items")
-    item_cls = type("SharedItem", (scrapy.Item,), {"__module__": module.__name__,
-                                                   "name": scrapy.Field()})  # fmt: skip
+    item_cls = type(
+        "SharedItem", (scrapy.Item,), {"__module__": module.__name__, "name": scrapy.Field()}
+    )
     module.SharedItem = item_cls
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    doc = json.dumps({"v": 1, "u": "http://x/",
-                      "mt": {"i": {"__i": ["ha_shared_items:SharedItem", {"name": "a"}]}}})
+    doc = json.dumps(
+        {
+            "v": 1,
+            "u": "http://x/",
+            "mt": {"i": {"__i": ["ha_shared_items:SharedItem", {"name": "a"}]}},
+        }
+    )
     item = decode_request(doc, spider()).meta["i"]
     assert type(item) is item_cls and item["name"] == "a"

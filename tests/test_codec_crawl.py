@@ -44,9 +44,12 @@ class ItemInMetaSpider(scrapy.Spider):
         for position, href in enumerate(response.css("a.item::attr(href)").getall()):
             item = ListingItem(list_page=response.url, seen=datetime.datetime(2026, 1, 1, 12))
             context = Context(position, Decimal("9.99"), frozenset({"new"}))
-            yield response.follow(href, callback=self.parse_item,
-                                  meta={"item": item, "download_slot": "details"},
-                                  cb_kwargs={"context": context})  # fmt: skip
+            yield response.follow(
+                href,
+                callback=self.parse_item,
+                meta={"item": item, "download_slot": "details"},
+                cb_kwargs={"context": context},
+            )
         next_page = response.css("a.next::attr(href)").get()
         if next_page:
             yield response.follow(next_page, callback=self.parse)
@@ -71,10 +74,16 @@ def fast_engine_heartbeat(monkeypatch):
 
 @deferred_f_from_coro_f
 async def test_items_in_meta_and_dataclasses_in_cb_kwargs_survive_the_queue(redis_url, site):
-    crawler = get_crawler(ItemInMetaSpider, {
-        "SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.3,
-        "LOG_LEVEL": "INFO", "DOWNLOAD_SLOTS": {"details": {"concurrency": 3}},
-    })  # fmt: skip
+    crawler = get_crawler(
+        ItemInMetaSpider,
+        {
+            "SCHEDULER": "scrapy_ha.Scheduler",
+            "REDIS_URL": redis_url,
+            "HA_IDLE_TIMEOUT": 0.3,
+            "LOG_LEVEL": "INFO",
+            "DOWNLOAD_SLOTS": {"details": {"concurrency": 3}},
+        },
+    )
     await crawler.crawl_async(base_url=site.url)
     items = crawler.spider.items
     assert sorted(i["id"] for i in items) == list(range(1, 51))

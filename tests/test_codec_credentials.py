@@ -42,9 +42,15 @@ def test_the_spider_attributes_are_never_stored_the_meta_is():
 
 
 def test_mask_payload_hides_http_pass_also_in_nested_requests_and_other_meta_forms():
-    doc = {"u": "http://x/", "mt": {"http_user": "a", "http_pass": SECRET,
-           "next": {"__r": {"u": "http://y/", "mt": {"http_pass": SECRET}}}},
-           "k": {"__d": [[1, 2]]}}  # fmt: skip
+    doc = {
+        "u": "http://x/",
+        "mt": {
+            "http_user": "a",
+            "http_pass": SECRET,
+            "next": {"__r": {"u": "http://y/", "mt": {"http_pass": SECRET}}},
+        },
+        "k": {"__d": [[1, 2]]},
+    }
     shown = json.dumps(mask_payload(doc))
     assert SECRET not in shown and shown.count('"***"') == 2 and '"http_user": "a"' in shown
     tagged = {"u": "http://x/", "mt": {"__d": [["http_pass", SECRET], [1, "one"]]}}

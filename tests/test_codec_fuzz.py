@@ -18,16 +18,49 @@ from tests.test_codec import SPIDER, Color, Offer, Product
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 
-TAGS = ["__b", "__t", "__d", "__s", "__fs", "__dt", "__da", "__tm", "__td", "__dc", "__u",
-        "__e", "__i", "__r", "__x"]  # fmt: skip
+TAGS = [
+    "__b",
+    "__t",
+    "__d",
+    "__s",
+    "__fs",
+    "__dt",
+    "__da",
+    "__tm",
+    "__td",
+    "__dc",
+    "__u",
+    "__e",
+    "__i",
+    "__r",
+    "__x",
+]
 FIELDS = ["v", "u", "m", "b", "c", "mt", "e", "p", "df", "f", "k", "h", "cls", "x", "cb", "eb"]
-NAMES = ["tests.test_codec:Product", "tests.test_codec:Offer", "tests.test_codec:Color",
-         "scrapy.http:JsonRequest", "scrapy.http.request.form.FormRequest", "builtins:dict",
-         "os:system", "parse_item", "on_error", "name", "RED", "http://x", "QQ==",
-         "2026-01-01"]  # fmt: skip
+NAMES = [
+    "tests.test_codec:Product",
+    "tests.test_codec:Offer",
+    "tests.test_codec:Color",
+    "scrapy.http:JsonRequest",
+    "scrapy.http.request.form.FormRequest",
+    "builtins:dict",
+    "os:system",
+    "parse_item",
+    "on_error",
+    "name",
+    "RED",
+    "http://x",
+    "QQ==",
+    "2026-01-01",
+]
 
-scalars = (st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
-           | st.sampled_from(NAMES))  # fmt: skip
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(NAMES)
+)
 keys = st.sampled_from(TAGS + FIELDS) | st.text(max_size=5)
 json_values = st.recursive(
     scalars,
@@ -59,12 +92,20 @@ def test_any_document_of_known_fields_decodes_or_is_a_codec_error(doc):
 def valid_doc() -> dict:
     inner = scrapy.Request("https://example.com/n", callback=SPIDER.parse_item, meta={"s": {1, 2}})
     request = JsonRequest(
-        "https://example.com/api", data={"a": 1}, callback=SPIDER.parse_item,
-        meta={"item": Product(name="x", price=Decimal("1.5")),
-              "when": datetime.datetime(2026, 1, 1),
-              "offer": Offer("s", Decimal(2)), "color": Color.RED, "next": inner, (1, 2): b"\x00"},
-        cb_kwargs={"tags": frozenset({"a"}), "d": datetime.timedelta(seconds=3)}, priority=2,
-    )  # fmt: skip
+        "https://example.com/api",
+        data={"a": 1},
+        callback=SPIDER.parse_item,
+        meta={
+            "item": Product(name="x", price=Decimal("1.5")),
+            "when": datetime.datetime(2026, 1, 1),
+            "offer": Offer("s", Decimal(2)),
+            "color": Color.RED,
+            "next": inner,
+            (1, 2): b"\x00",
+        },
+        cb_kwargs={"tags": frozenset({"a"}), "d": datetime.timedelta(seconds=3)},
+        priority=2,
+    )
     return json.loads(encode_request(request, SPIDER))
 
 
@@ -108,7 +149,7 @@ def test_a_valid_payload_with_any_part_replaced_decodes_or_is_a_codec_error(path
 def test_a_valid_payload_with_bytes_changed_decodes_or_is_a_codec_error(junk, where):
     raw = json.dumps(VALID).encode()
     at = where % len(raw)
-    decodes_or_codec_error(raw[:at] + junk + raw[at + len(junk):])
+    decodes_or_codec_error(raw[:at] + junk + raw[at + len(junk) :])
 
 
 def test_fuzzing_imported_nothing_new():
@@ -116,20 +157,32 @@ def test_fuzzing_imported_nothing_new():
 
 
 hashables = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text() | st.binary(max_size=8)
-    | st.floats(allow_nan=False) | st.decimals(allow_nan=False) | st.uuids() | st.dates()
-    | st.datetimes(timezones=st.none() | st.timezones()) | st.times() | st.timedeltas()
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.binary(max_size=8)
+    | st.floats(allow_nan=False)
+    | st.decimals(allow_nan=False)
+    | st.uuids()
+    | st.dates()
+    | st.datetimes(timezones=st.none() | st.timezones())
+    | st.times()
+    | st.timedeltas()
     | st.sampled_from(Color),
     lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
     max_leaves=6,
 )
 storable = st.recursive(
     hashables,
-    lambda inner: (st.lists(inner, max_size=3) | st.sets(hashables, max_size=3)
-                   | st.dictionaries(hashables, inner, max_size=3)
-                   | st.dictionaries(st.text(), inner, max_size=3)),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.sets(hashables, max_size=3)
+        | st.dictionaries(hashables, inner, max_size=3)
+        | st.dictionaries(st.text(), inner, max_size=3)
+    ),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 @FUZZ

@@ -16,8 +16,9 @@ def test_defaults():
     config = SchedulerConfig.from_settings(Settings({"CONCURRENT_REQUESTS": 32}))
     assert (config.lease_time, config.renew_interval, config.max_lease_expiries) == (30, 10, 3)
     assert config.prefetch == 32
-    assert re.fullmatch(rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{6}}",
-                        config.worker_id), config.worker_id
+    assert re.fullmatch(
+        rf"{re.escape(socket.gethostname())}:{os.getpid()}:[0-9a-f]{{6}}", config.worker_id
+    ), config.worker_id
 
 
 @pytest.mark.parametrize(

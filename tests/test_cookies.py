@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -18,6 +18,9 @@ from scrapy_ha.cookies import SharedJars, jar_field
 from scrapy_ha.keys import Keys
 from tests.realworld.test_realworld import Shop, _collect, _start
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 #: Pages the first worker downloads before it stops: robots.txt, the login form, the login
 #: POST and its redirect, and the first page of orders (whose children are then queued).
 PAGES_BEFORE_STOP = 5
@@ -25,9 +28,17 @@ ORDERS = 40
 
 
 def _run(shop: Shop, out: Path, redis_url: str, *extra: str) -> tuple[list[dict], str]:
-    proc = _start("login", shop.url, out, redis_url, settings={
-        "SCHEDULER_PERSIST": "True", "HA_PREFETCH": "1", **dict(e.split("=", 1) for e in extra),
-    })  # fmt: skip
+    proc = _start(
+        "login",
+        shop.url,
+        out,
+        redis_url,
+        settings={
+            "SCHEDULER_PERSIST": "True",
+            "HA_PREFETCH": "1",
+            **dict(e.split("=", 1) for e in extra),
+        },
+    )
     assert proc.wait(90) == 0, out.with_suffix(".log").read_text()[-3000:]
     items = out.with_suffix(".jl")
     lines = items.read_text().splitlines() if items.exists() else []
@@ -39,8 +50,9 @@ def test_a_session_opened_by_one_worker_serves_the_next(redis_url, tmp_path):
     with A's session cookie (without sharing, each of its order pages answers 403)."""
     shop = Shop()
     try:
-        first, log_a = _run(shop, tmp_path / "a", redis_url,
-                            f"CLOSESPIDER_PAGECOUNT={PAGES_BEFORE_STOP}")  # fmt: skip
+        first, log_a = _run(
+            shop, tmp_path / "a", redis_url, f"CLOSESPIDER_PAGECOUNT={PAGES_BEFORE_STOP}"
+        )
         assert len(first) < ORDERS, "worker A did everything: the test proves nothing"
         client = redis.Redis.from_url(redis_url)
         left = _stored_values(client)
@@ -62,8 +74,10 @@ def test_two_workers_at_once_both_use_the_login(redis_url, tmp_path):
     the session (each would be answered 403, taken for a ban and retried elsewhere)."""
     shop = Shop()
     try:
-        procs = [_start("login", shop.url, tmp_path / f"w{i}", redis_url,
-                        settings={"HA_PREFETCH": "1"}) for i in range(2)]  # fmt: skip
+        procs = [
+            _start("login", shop.url, tmp_path / f"w{i}", redis_url, settings={"HA_PREFETCH": "1"})
+            for i in range(2)
+        ]
         run = _collect(procs, tmp_path, time.monotonic() + 90)
     finally:
         shop.stop()
@@ -108,8 +122,9 @@ def test_the_addon_swaps_the_cookie_middleware():
 
 
 def test_the_addon_leaves_a_projects_cookie_choice_alone():
-    settings = Settings({"DOWNLOADER_MIDDLEWARES": {
-        "scrapy.downloadermiddlewares.cookies.CookiesMiddleware": None}})  # fmt: skip
+    settings = Settings(
+        {"DOWNLOADER_MIDDLEWARES": {"scrapy.downloadermiddlewares.cookies.CookiesMiddleware": None}}
+    )
     Addon().update_settings(settings)
     mws = settings["DOWNLOADER_MIDDLEWARES"]
     assert "scrapy_ha.cookies.SharedCookiesMiddleware" not in mws

@@ -20,9 +20,12 @@ import pytest
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
 #: Short leases so that the surviving worker reclaims within seconds.
 FAST_LEASES = {
-    "HA_LEASE_TIME": "3", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "3",
-    "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "1",
-}  # fmt: skip
+    "HA_LEASE_TIME": "3",
+    "HA_LEASE_RENEW_INTERVAL": "1",
+    "HA_HEARTBEAT_TTL": "3",
+    "HA_RECLAIM_INTERVAL": "1",
+    "HA_IDLE_TIMEOUT": "1",
+}
 CONCURRENCY = 16
 #: What one worker that dies uncleanly can make others redo, counted by the site (not by the
 #: workers): its prefetch buffer (HA_PREFETCH = CONCURRENCY), its unfinished requests
@@ -34,11 +37,22 @@ def worker(
     redis_url: str, site_url: str, items: Path, log: Path, **extra: str
 ) -> subprocess.Popen[bytes]:
     settings = {
-        **FAST_LEASES, "REDIS_URL": redis_url, "ITEMS_FILE": str(items),
-        "CONCURRENT_REQUESTS": str(CONCURRENCY), "LOG_LEVEL": "INFO", **extra,
-    }  # fmt: skip
-    args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue", "-a",
-            f"base_url={site_url}"]  # fmt: skip
+        **FAST_LEASES,
+        "REDIS_URL": redis_url,
+        "ITEMS_FILE": str(items),
+        "CONCURRENT_REQUESTS": str(CONCURRENCY),
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy.cmdline",
+        "crawl",
+        "catalogue",
+        "-a",
+        f"base_url={site_url}",
+    ]
     for name, value in settings.items():
         args += ["-s", f"{name}={value}"]
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parent)}
@@ -80,12 +94,11 @@ def check_nothing_lost(items: Path, expected: int, hits: dict[str, int], bound: 
 
 
 @pytest.mark.parametrize("kill_after", [1, 700, 1900])
-def test_sigkill_one_of_two_workers_loses_nothing(
-    kill_after, redis_url, site_factory, tmp_path
-):
+def test_sigkill_one_of_two_workers_loses_nothing(kill_after, redis_url, site_factory, tmp_path):
     pages, per_page = 100, 20
-    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.002",
-                        "--chains", "5")
+    site = site_factory(
+        "--pages", str(pages), "--per-page", str(per_page), "--delay", "0.002", "--chains", "5"
+    )
     items = tmp_path / "items.jl"
     victim = worker(redis_url, site.url, items, tmp_path / "victim.log")
     wait_for_items(items, 1, victim)
@@ -102,10 +115,14 @@ def test_sigkill_one_of_two_workers_loses_nothing(
     check_nothing_lost(items, pages * per_page, site.hits(), bound=PER_KILL)
 
 
-@pytest.mark.parametrize("pages, kill_at", [
-    (100, 800),  # the same scenario, short enough for every CI run
-    pytest.param(500, 4000, marks=pytest.mark.long),  # about a minute: `make test-long`
-], ids=["2000-items", "10000-items"])
+@pytest.mark.parametrize(
+    "pages, kill_at",
+    [
+        (100, 800),  # the same scenario, short enough for every CI run
+        pytest.param(500, 4000, marks=pytest.mark.long),  # about a minute: `make test-long`
+    ],
+    ids=["2000-items", "10000-items"],
+)
 def test_sigkill_then_resume_a_crawl(pages, kill_at, redis_url, site_factory, tmp_path):
     per_page = 20
     site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "10")
@@ -125,8 +142,9 @@ def test_sigint_releases_leases_at_once_and_a_second_run_finishes(
     redis_url, redis_client, site_factory, tmp_path
 ):
     pages, per_page = 60, 20
-    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.01",
-                        "--chains", "4")  # fmt: skip
+    site = site_factory(
+        "--pages", str(pages), "--per-page", str(per_page), "--delay", "0.01", "--chains", "4"
+    )
     items = tmp_path / "items.jl"
     first = worker(redis_url, site.url, items, tmp_path / "first.log")
     wait_for_items(items, 200, first)
@@ -154,8 +172,9 @@ def test_a_second_ctrl_c_stops_the_worker_and_loses_nothing(redis_url, site_fact
     """Ctrl-C twice: Scrapy stops at once, without releasing its leases; they expire and
     another worker takes them over."""
     pages, per_page = 60, 20
-    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.05",
-                        "--chains", "4")  # fmt: skip
+    site = site_factory(
+        "--pages", str(pages), "--per-page", str(per_page), "--delay", "0.05", "--chains", "4"
+    )
     items, first_log = tmp_path / "items.jl", tmp_path / "first.log"
     first = worker(redis_url, site.url, items, first_log)
     wait_for_items(items, 200, first)
@@ -173,11 +192,29 @@ def test_sigkill_while_retries_wait_loses_none_of_them(
     redis_url, redis_client, site_factory, tmp_path
 ):
     pages, per_page = 40, 20
-    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "4",
-                        "--fault", "404:50:99", "--fault", "503:7:1", "--fault", "429:130:1:1",
-                        "--fault", "timeout:31:1", "--fault", "broken:17:1")  # fmt: skip
-    retries = {"HA_RETRY_BACKOFF_BASE": "2", "DOWNLOAD_TIMEOUT": "2",
-               "HA_RETRY_POLICIES": '{"network": {"base": 2}, "parse": {"base": 2}}'}  # fmt: skip
+    site = site_factory(
+        "--pages",
+        str(pages),
+        "--per-page",
+        str(per_page),
+        "--chains",
+        "4",
+        "--fault",
+        "404:50:99",
+        "--fault",
+        "503:7:1",
+        "--fault",
+        "429:130:1:1",
+        "--fault",
+        "timeout:31:1",
+        "--fault",
+        "broken:17:1",
+    )
+    retries = {
+        "HA_RETRY_BACKOFF_BASE": "2",
+        "DOWNLOAD_TIMEOUT": "2",
+        "HA_RETRY_POLICIES": '{"network": {"base": 2}, "parse": {"base": 2}}',
+    }
     items = tmp_path / "items.jl"
     victim = worker(redis_url, site.url, items, tmp_path / "victim.log", **retries)
     wait_for_items(items, 300, victim)

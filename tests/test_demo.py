@@ -20,10 +20,20 @@ def run_demo(tmp_path, timeout: float = 300) -> tuple[int, str]:
     log = tmp_path / "demo.out"
     with log.open("wb") as out:
         proc = harness.spawn(
-            [sys.executable, "-m", "scrapy_ha.demo.run", "--pages", str(PAGES),
-             "--per-page", str(PER_PAGE), "--dir", str(tmp_path / "demo")],
-            stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "scrapy_ha.demo.run",
+                "--pages",
+                str(PAGES),
+                "--per-page",
+                str(PER_PAGE),
+                "--dir",
+                str(tmp_path / "demo"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         code = proc.wait(timeout)
     finally:

@@ -32,8 +32,11 @@ SCRAPY_HA = str(Path(sys.executable).parent / "scrapy-ha")
 
 def cli(redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [SCRAPY_HA, "--redis-url", redis_url, *args], capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [SCRAPY_HA, "--redis-url", redis_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 async def crawl(redis_url: str, site, paths=PATHS):
@@ -46,10 +49,19 @@ async def crawl(redis_url: str, site, paths=PATHS):
 async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
     await crawl(redis_url, site)
     status = json.loads(cli(redis_url, "status", "faults", "--json").stdout)
-    assert status == {"spider": "faults", "pending": 0, "leased": 0, "delayed": 0, "dead": 3,
-                      "workers": 0, "fingerprints": 4}  # fmt: skip
+    assert status == {
+        "spider": "faults",
+        "pending": 0,
+        "leased": 0,
+        "delayed": 0,
+        "dead": 3,
+        "workers": 0,
+        "fingerprints": 4,
+    }
 
-    exported = [json.loads(line) for line in cli(redis_url, "dlq", "export", "faults").stdout.splitlines()]
+    exported = [
+        json.loads(line) for line in cli(redis_url, "dlq", "export", "faults").stdout.splitlines()
+    ]
     by_url = {e["url"].replace(site.url, ""): e for e in exported}
     assert set(by_url) == {"/status/404", "/status/410", "/flaky/2?fail=9&status=503"}
     assert by_url["/status/404"]["class"] == "gone" and by_url["/status/404"]["attempts"] == 1
@@ -81,7 +93,9 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
     assert again["attempts"] == 3 and again["class"] == "server"
 
     assert cli(redis_url, "dlq", "purge", "faults").returncode == 1  # needs ids, filter or --all
-    assert cli(redis_url, "dlq", "purge", "faults", "--all").stdout.strip() == "purged 3 of 3 entries"
+    assert (
+        cli(redis_url, "dlq", "purge", "faults", "--all").stdout.strip() == "purged 3 of 3 entries"
+    )
     assert redis_client.zcard(keys.dead) == 0 and redis_client.hlen(keys.dead_info) == 0
 
 
@@ -97,8 +111,15 @@ def test_the_cli_names_an_unreachable_redis(redis_server):
 async def test_dead_letter_retention_drops_the_oldest(redis_url, redis_client, site, caplog):
     caplog.set_level(logging.INFO, logger="scrapy_ha")
     paths = tuple(f"/status/404?n={i}" for i in range(5))
-    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url,
-                                        "HA_DLQ_MAX_ENTRIES": 3, "HA_DLQ_WARN_THRESHOLD": 2})  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        {
+            **FAST_RETRIES,
+            "REDIS_URL": redis_url,
+            "HA_DLQ_MAX_ENTRIES": 3,
+            "HA_DLQ_WARN_THRESHOLD": 2,
+        },
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     keys = Keys("ha", "faults")
     assert redis_client.zcard(keys.dead) == 3
@@ -114,12 +135,16 @@ async def test_dead_letter_retention_drops_the_oldest(redis_url, redis_client, s
 @deferred_f_from_coro_f
 async def test_dead_letter_retention_drops_entries_past_their_age(redis_url, redis_client, site):
     settings = {**FAST_RETRIES, "REDIS_URL": redis_url, "HA_DLQ_MAX_AGE": 1}
-    await get_crawler(FaultSpider, settings).crawl_async(base_url=site.url,
-                                                         paths=("/status/404?old",))  # fmt: skip
+    await get_crawler(FaultSpider, settings).crawl_async(
+        base_url=site.url, paths=("/status/404?old",)
+    )
     (old,) = redis_client.zrange(Keys("ha", "faults").dead, 0, -1)
     await asyncio.sleep(1.5)  # the entry's age passes HA_DLQ_MAX_AGE
-    await get_crawler(FaultSpider, settings).crawl_async(base_url=site.url,
-                                                         paths=("/status/404?new",))  # fmt: skip
-    exported = [json.loads(x) for x in cli(redis_url, "dlq", "export", "faults").stdout.splitlines()]
+    await get_crawler(FaultSpider, settings).crawl_async(
+        base_url=site.url, paths=("/status/404?new",)
+    )
+    exported = [
+        json.loads(x) for x in cli(redis_url, "dlq", "export", "faults").stdout.splitlines()
+    ]
     assert [e["url"] for e in exported] == [site.url + "/status/404?new"]
     assert redis_client.hget(Keys("ha", "faults").dead_info, old) is None

@@ -15,20 +15,36 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LEASE_TIME = 3
 FAST_LEASES = {
-    "HA_LEASE_TIME": str(LEASE_TIME), "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "3",
-    "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "1",
-}  # fmt: skip
+    "HA_LEASE_TIME": str(LEASE_TIME),
+    "HA_LEASE_RENEW_INTERVAL": "1",
+    "HA_HEARTBEAT_TTL": "3",
+    "HA_RECLAIM_INTERVAL": "1",
+    "HA_IDLE_TIMEOUT": "1",
+}
 
 
 def worker(redis_url: str, site_url: str, tmp: Path, name: str, **extra: str):
     settings = {
-        **FAST_LEASES, "SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url,
-        "ITEMS_FILE": str(tmp / "items.jl"), "BLOCK_PATH": "/item/3",
-        "BLOCK_MARKER": str(tmp / "blocking"), "BLOCK_SECONDS": str(2 * LEASE_TIME),
-        "CONCURRENT_REQUESTS": "4", "LOG_LEVEL": "INFO", **extra,
-    }  # fmt: skip
-    args = [sys.executable, "-m", "scrapy.cmdline", "runspider",
-            str(ROOT / "tests" / "blocking_spider.py"), "-a", f"base_url={site_url}"]  # fmt: skip
+        **FAST_LEASES,
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "ITEMS_FILE": str(tmp / "items.jl"),
+        "BLOCK_PATH": "/item/3",
+        "BLOCK_MARKER": str(tmp / "blocking"),
+        "BLOCK_SECONDS": str(2 * LEASE_TIME),
+        "CONCURRENT_REQUESTS": "4",
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy.cmdline",
+        "runspider",
+        str(ROOT / "tests" / "blocking_spider.py"),
+        "-a",
+        f"base_url={site_url}",
+    ]
     for key, value in settings.items():
         args += ["-s", f"{key}={value}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -26,14 +26,20 @@ KEYS = Keys("ha", "fence")
 PAGE = b'{"v":1,"u":"http://a.test/list1"}'
 
 
-def keeper(url: str, worker: str, *, got: list | None = None, interval: float = 10,
-           lease_time: float = 30) -> LeaseKeeper:  # fmt: skip
+def keeper(
+    url: str, worker: str, *, got: list | None = None, interval: float = 10, lease_time: float = 30
+) -> LeaseKeeper:
     return LeaseKeeper(
-        redis.Redis.from_url(url), KEYS, worker=worker, lease_time=lease_time,
-        renew_interval=interval, heartbeat_ttl=30, watchdog=300,
+        redis.Redis.from_url(url),
+        KEYS,
+        worker=worker,
+        lease_time=lease_time,
+        renew_interval=interval,
+        heartbeat_ttl=30,
+        watchdog=300,
         loop=asyncio.get_running_loop(),
         on_renewed=lambda started, lost: got.append(lost) if got is not None else None,
-    )  # fmt: skip
+    )
 
 
 def scheduler(q: RedisQueue, worker: str = "w") -> Scheduler:
@@ -46,8 +52,9 @@ def scheduler(q: RedisQueue, worker: str = "w") -> Scheduler:
 
 
 async def reclaim(q: RedisQueue, worker: str = "peer") -> int:
-    result = await q.reclaim(worker=worker, interval_ms=1, batch=100, max_expiries=3,
-                             max_entries=100, max_age_ms=10**9)  # fmt: skip
+    result = await q.reclaim(
+        worker=worker, interval_ms=1, batch=100, max_expiries=3, max_entries=100, max_age_ms=10**9
+    )
     return result[0] if result else 0
 
 

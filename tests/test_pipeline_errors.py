@@ -43,10 +43,13 @@ def fast_engine_heartbeat(monkeypatch):
 async def test_items_failing_in_a_pipeline_for_10s_are_all_stored(redis_url, site):
     DownAtFirstPipeline.stored, DownAtFirstPipeline.failed = [], 0
     settings = {
-        "ADDONS": {"scrapy_ha.Addon": 0}, "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.5,
-        "HA_RETRY_JITTER": 0, "LOG_LEVEL": "INFO",
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.5,
+        "HA_RETRY_JITTER": 0,
+        "LOG_LEVEL": "INFO",
         "ITEM_PIPELINES": {f"{__name__}.DownAtFirstPipeline": 100},
-    }  # fmt: skip
+    }
     crawler = get_crawler(CatalogueSpider, settings)
     await crawler.crawl_async(base_url=site.url)
     assert DownAtFirstPipeline.failed > 0

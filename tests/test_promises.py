@@ -54,12 +54,18 @@ async def crawl_meta(redis_url: str, site: Any, requests: tuple, **settings: Any
 
 @deferred_f_from_coro_f
 async def test_dont_retry_sends_the_failure_to_the_errback_at_once(redis_url, redis_client, site):
-    requests = (("/flaky/1?fail=1&status=503", {"dont_retry": True}),
-                ("/flaky/2?fail=1&status=503", {}))  # fmt: skip
+    requests = (
+        ("/flaky/1?fail=1&status=503", {"dont_retry": True}),
+        ("/flaky/2?fail=1&status=503", {}),
+    )
     crawler = await crawl_meta(redis_url, site, requests)
     hits = site.hits()
-    assert hits["/flaky/1?fail=1&status=503"] == 1 and crawler.spider.errors == ["/flaky/1?fail=1&status=503"]
-    assert hits["/flaky/2?fail=1&status=503"] == 2 and crawler.spider.ok == ["/flaky/2?fail=1&status=503"]
+    assert hits["/flaky/1?fail=1&status=503"] == 1 and crawler.spider.errors == [
+        "/flaky/1?fail=1&status=503"
+    ]
+    assert hits["/flaky/2?fail=1&status=503"] == 2 and crawler.spider.ok == [
+        "/flaky/2?fail=1&status=503"
+    ]
     assert redis_client.zcard("ha:{meta}:dead") == 0  # the spider had its say: not a dead letter
 
 
@@ -67,21 +73,28 @@ async def test_dont_retry_sends_the_failure_to_the_errback_at_once(redis_url, re
 async def test_retry_disabled_retries_nothing(redis_url, redis_client, site):
     requests = (("/flaky/3?fail=1&status=503", {}), ("/status/404", {}))
     crawler = await crawl_meta(redis_url, site, requests, HA_RETRY_ENABLED=False)
-    assert site.hits()["/flaky/3?fail=1&status=503"] == 1  # neither ours nor Scrapy's RetryMiddleware retried
+    assert (
+        site.hits()["/flaky/3?fail=1&status=503"] == 1
+    )  # neither ours nor Scrapy's RetryMiddleware retried
     assert sorted(crawler.spider.errors) == ["/flaky/3?fail=1&status=503", "/status/404"]
     assert crawler.stats.get_value("ha/retry/server") is None
 
 
 def test_the_addon_leaves_the_projects_own_settings_alone():
-    crawler = get_crawler(scrapy.Spider, {
-        "ADDONS": {"scrapy_ha.Addon": 0},
-        "SCHEDULER": "scrapy.core.scheduler.Scheduler",
-        "REMOTE_CONTROL_ENABLED": True,
-        "DOWNLOADER_MIDDLEWARES": {"scrapy_ha.retry.RetryMiddleware": 560,
-                                   "scrapy_ha.proxy.ProxyMiddleware": None,
-                                   "scrapy.downloadermiddlewares.retry.RetryMiddleware": 500},
-        "SPIDER_MIDDLEWARES": {"scrapy_ha.checkpoint.CheckpointMiddleware": 123},
-    })  # fmt: skip
+    crawler = get_crawler(
+        scrapy.Spider,
+        {
+            "ADDONS": {"scrapy_ha.Addon": 0},
+            "SCHEDULER": "scrapy.core.scheduler.Scheduler",
+            "REMOTE_CONTROL_ENABLED": True,
+            "DOWNLOADER_MIDDLEWARES": {
+                "scrapy_ha.retry.RetryMiddleware": 560,
+                "scrapy_ha.proxy.ProxyMiddleware": None,
+                "scrapy.downloadermiddlewares.retry.RetryMiddleware": 500,
+            },
+            "SPIDER_MIDDLEWARES": {"scrapy_ha.checkpoint.CheckpointMiddleware": 123},
+        },
+    )
     crawler._apply_settings()
     settings = crawler.settings
     assert settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
@@ -117,9 +130,15 @@ class FedCrawlSpider(RedisCrawlSpider):
 @deferred_f_from_coro_f
 async def test_redis_crawl_spider_follows_its_rules(redis_url, redis_client, site):
     redis_client.rpush("fedcrawl:start_urls", site.url + "/")
-    crawler = get_crawler(FedCrawlSpider, {"ADDONS": {"scrapy_ha.Addon": 0},
-                                           "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.3,
-                                           "HA_FEED": False})  # fmt: skip
+    crawler = get_crawler(
+        FedCrawlSpider,
+        {
+            "ADDONS": {"scrapy_ha.Addon": 0},
+            "REDIS_URL": redis_url,
+            "HA_IDLE_TIMEOUT": 0.3,
+            "HA_FEED": False,
+        },
+    )
     await crawler.crawl_async()
     assert sorted(crawler.spider.ids) == list(range(1, 51))  # 5 list pages of 10
     assert crawler.stats.get_value("item_scraped_count") == 50

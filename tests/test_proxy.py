@@ -23,10 +23,15 @@ def fast_engine_heartbeat(monkeypatch):
 
 def settings(redis_url: str, **extra):
     return {
-        "ADDONS": {"scrapy_ha.Addon": 0}, "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.5,
-        "HA_RETRY_JITTER": 0, "HA_RETRY_BACKOFF_BASE": 0.2, "SCHEDULER_PERSIST": True,
-        "LOG_LEVEL": "DEBUG", **extra,
-    }  # fmt: skip
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.5,
+        "HA_RETRY_JITTER": 0,
+        "HA_RETRY_BACKOFF_BASE": 0.2,
+        "SCHEDULER_PERSIST": True,
+        "LOG_LEVEL": "DEBUG",
+        **extra,
+    }
 
 
 def everything_in_redis(url: str) -> bytes:
@@ -52,10 +57,16 @@ async def test_a_ban_changes_the_exit_on_the_next_attempt(
     site = site_factory("--ban-exit", "127.0.0.2", *(["--tls"] if tls else []))
     proxy = proxy_factory("--user", "crawler", "--password", SECRET, "--exits", "3")
     paths = tuple(f"/item/{i}" for i in range(1, 6))
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="tunnel", HA_PROXY_URL=f"http://crawler:{SECRET}@127.0.0.1:{proxy.port}",
-        HA_PROXY_SESSION_TEMPLATE="{user}-session-{session}", CONCURRENT_REQUESTS=1,
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="tunnel",
+            HA_PROXY_URL=f"http://crawler:{SECRET}@127.0.0.1:{proxy.port}",
+            HA_PROXY_SESSION_TEMPLATE="{user}-session-{session}",
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     log = site.log()
@@ -73,14 +84,23 @@ async def test_a_ban_changes_the_exit_on_the_next_attempt(
 
 
 @deferred_f_from_coro_f
-async def test_without_a_session_an_https_tunnel_keeps_its_exit(redis_url, site_factory, proxy_factory):
+async def test_without_a_session_an_https_tunnel_keeps_its_exit(
+    redis_url, site_factory, proxy_factory
+):
     site = site_factory("--tls")
     proxy = proxy_factory("--user", "crawler", "--password", SECRET, "--exits", "3")
     paths = tuple(f"/item/{i}" for i in range(1, 6))
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="tunnel", HA_PROXY_URL=f"http://127.0.0.1:{proxy.port}",
-        HA_PROXY_USER="crawler", HA_PROXY_PASSWORD=SECRET, CONCURRENT_REQUESTS=1,
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="tunnel",
+            HA_PROXY_URL=f"http://127.0.0.1:{proxy.port}",
+            HA_PROXY_USER="crawler",
+            HA_PROXY_PASSWORD=SECRET,
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert len({client for _, _, client in site.log()}) == 1  # one kept-alive CONNECT tunnel
@@ -94,10 +114,14 @@ async def test_407_stops_the_crawl_once_and_keeps_the_requests(
     site = site_factory(*(["--tls"] if tls else []))
     proxy = proxy_factory("--user", "crawler", "--password", SECRET)
     paths = tuple(f"/item/{i}" for i in range(1, 21))
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="tunnel",
-        HA_PROXY_URL=f"http://crawler:wrong-pw@127.0.0.1:{proxy.port}",
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="tunnel",
+            HA_PROXY_URL=f"http://crawler:wrong-pw@127.0.0.1:{proxy.port}",
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert crawler.stats.get_value("finish_reason") == "proxy_auth_failed"
     assert caplog.text.count("rejected its credentials") == 1
@@ -112,14 +136,22 @@ async def test_407_stops_the_crawl_once_and_keeps_the_requests(
 async def test_the_api_pool_drops_a_banned_proxy_for_every_worker(
     redis_url, redis_client, site_factory, proxy_factory
 ):
-    proxies = [proxy_factory("--no-auth", "--exits", "1", "--first-exit", str(n)) for n in (2, 3, 4)]
-    site = site_factory("--ban-exit", "127.0.0.2",
-                        "--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in proxies))  # fmt: skip
+    proxies = [
+        proxy_factory("--no-auth", "--exits", "1", "--first-exit", str(n)) for n in (2, 3, 4)
+    ]
+    site = site_factory(
+        "--ban-exit", "127.0.0.2", "--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in proxies)
+    )
     paths = tuple(f"/item/{i}" for i in range(1, 16))
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
-        CONCURRENT_REQUESTS=1,
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     clients = [client for _, path, client in site.log() if path.startswith("/item/")]
@@ -137,10 +169,16 @@ async def test_an_exhausted_pool_is_refetched_then_falls_back_only_if_allowed(
     proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
     site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", f"127.0.0.1:{proxy.port}")
     paths = ("/item/1", "/item/2")
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
-        HA_PROXY_ALLOW_DIRECT=True, CONCURRENT_REQUESTS=1,
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_ALLOW_DIRECT=True,
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert crawler.stats.get_value("ha/proxy/direct") >= 1

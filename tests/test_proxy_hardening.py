@@ -32,18 +32,23 @@ def tunnel_error(port: int, status: int) -> TunnelError:
 
 
 def tunnel_middleware(port: int) -> ProxyMiddleware:
-    crawler = get_crawler(FaultSpider, {"HA_PROXY_MODE": "tunnel",
-                                        "HA_PROXY_URL": f"http://u:p@127.0.0.1:{port}"})  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider, {"HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": f"http://u:p@127.0.0.1:{port}"}
+    )
     crawler.stats.open_spider()
     return ProxyMiddleware.from_crawler(crawler)
 
 
-@pytest.mark.parametrize("exception", [
-    DNSLookupError("shop407.example.com: no such host"),
-    ConnectionRefusedError("127.0.0.1:40712"),
-    tunnel_error(40712, 502),
-    tunnel_error(4070, 403),
-], ids=["dns-shop407", "refused-port-40712", "tunnel-502-port-40712", "tunnel-403-port-4070"])
+@pytest.mark.parametrize(
+    "exception",
+    [
+        DNSLookupError("shop407.example.com: no such host"),
+        ConnectionRefusedError("127.0.0.1:40712"),
+        tunnel_error(40712, 502),
+        tunnel_error(4070, 403),
+    ],
+    ids=["dns-shop407", "refused-port-40712", "tunnel-502-port-40712", "tunnel-403-port-4070"],
+)
 def test_a_407_in_the_error_text_is_no_authentication_failure(exception):
     mw = tunnel_middleware(40712)
     request = Request("http://shop407.example.com/", meta={"ha_proxy": "127.0.0.1:40712"})
@@ -68,10 +73,16 @@ async def test_a_redis_error_in_the_proxy_pool_keeps_every_request(
     # the shared cool-downs are unreadable (a Redis error on every read): WRONGTYPE
     redis_client.set(Keys("ha", "faults").proxy_cooldowns, "not a hash")
     paths = tuple(f"/item/{i}" for i in range(1, 11))
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
-        HA_PROXY_POOL_TTL=0, LOG_LEVEL="INFO",
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_POOL_TTL=0,
+            LOG_LEVEL="INFO",
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert crawler.stats.get_value("ha/proxy/redis_errors") >= 1
@@ -79,10 +90,15 @@ async def test_a_redis_error_in_the_proxy_pool_keeps_every_request(
 
 @deferred_f_from_coro_f
 async def test_shared_cooldowns_use_the_server_clock_and_are_pruned(redis_url, redis_client, site):
-    crawler = get_crawler(FaultSpider, settings(
-        redis_url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
-        HA_PROXY_COOLDOWN=60,
-    ))  # fmt: skip
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_COOLDOWN=60,
+        ),
+    )
     await crawler.crawl_async(base_url=site.url, paths=())  # opens the scheduler, then closes
     from scrapy_ha.scheduler import Scheduler
 
@@ -135,12 +151,27 @@ async def test_redis_stopped_while_the_pool_chooses_proxies_loses_nothing(
     server = RedisServer(tmp_path / "redis", appendonly=True)
     server.start()
     proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
-    site = site_factory("--pages", "10", "--per-page", "10", "--delay", "0.02",
-                        "--proxy-list", f"127.0.0.1:{proxy.port}")  # fmt: skip
-    crawler = get_crawler(CatalogueSpider, settings(
-        server.url, HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=site.url + "/proxies.json",
-        HA_PROXY_POOL_TTL=0, CONCURRENT_REQUESTS=4, LOG_LEVEL="INFO",
-    ))  # fmt: skip
+    site = site_factory(
+        "--pages",
+        "10",
+        "--per-page",
+        "10",
+        "--delay",
+        "0.02",
+        "--proxy-list",
+        f"127.0.0.1:{proxy.port}",
+    )
+    crawler = get_crawler(
+        CatalogueSpider,
+        settings(
+            server.url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_POOL_TTL=0,
+            CONCURRENT_REQUESTS=4,
+            LOG_LEVEL="INFO",
+        ),
+    )
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     try:
         while crawler.spider is None or len(crawler.spider.items) < 20:

@@ -125,8 +125,9 @@ async def test_children_of_a_page_whose_lease_is_gone_are_refused(redis_url):
     assert (result.added, result.refused) == (1, 0)  # lease current: enqueued
     await expire(q)
     await q.reclaim(worker="w", interval_ms=1000, batch=10, max_expiries=3)
-    result = await q.sync(enqueue=[entry("c2", parent=parent), entry("c3", fp=b"", parent=parent),
-                                   entry("root")])  # fmt: skip
+    result = await q.sync(
+        enqueue=[entry("c2", parent=parent), entry("c3", fp=b"", parent=parent), entry("root")]
+    )
     assert (result.added, result.refused) == (1, 2)
     assert not await q.client.sismember(KEYS.dupefilter, b"c2")  # the dupefilter is untouched
     assert await q.client.sismember(KEYS.dupefilter, b"c1")
@@ -145,7 +146,12 @@ async def test_a_retry_comes_back_with_its_lowered_priority_and_its_place(redis_
     leases = await q.lease(10, 30000)
     # fresh work first; among the lowered retries, their original order; then newer work
     assert [lease.payload for lease in leases] == [
-        b"payload-fresh1", b"payload-fresh2", b"payload-r1", b"payload-r2", b"payload-low"]
+        b"payload-fresh1",
+        b"payload-fresh2",
+        b"payload-r1",
+        b"payload-r2",
+        b"payload-low",
+    ]
     await q.client.aclose()
 
 
@@ -171,8 +177,9 @@ async def test_every_script_clamps_priorities(redis_url):
     score = await q.client.zscore(KEYS.pending, f"{d.id} payload-d")
     assert score == -4095 * PRIO + int(await q.client.get(KEYS.seq))
     await q.client.rpush("h:start_urls", b"u")
-    added = await q.feed("h:start_urls", as_set=False, raw=[b"u"],
-                         entries=[NewEntry(b"", -9000, b"payload-u")])  # fmt: skip
+    added = await q.feed(
+        "h:start_urls", as_set=False, raw=[b"u"], entries=[NewEntry(b"", -9000, b"payload-u")]
+    )
     assert added == 1
     (member, score), *_ = await q.client.zrange(KEYS.pending, -1, -1, withscores=True)
     assert member.endswith(b"payload-u") and score == 4095 * PRIO + int(member.split()[0])
@@ -181,8 +188,10 @@ async def test_every_script_clamps_priorities(redis_url):
 
 @deferred_f_from_coro_f
 async def test_lifo_and_fifo_within_a_priority(redis_url):
-    for order, expected in (("fifo", [b"payload-a", b"payload-b", b"payload-c"]),
-                            ("lifo", [b"payload-c", b"payload-b", b"payload-a"])):  # fmt: skip
+    for order, expected in (
+        ("fifo", [b"payload-a", b"payload-b", b"payload-c"]),
+        ("lifo", [b"payload-c", b"payload-b", b"payload-a"]),
+    ):
         q = open_queue(redis_url, order)
         await q.flush()
         await q.enqueue([entry("a"), entry("b")])
@@ -203,8 +212,7 @@ async def test_the_poison_path_keeps_the_dead_letter_retention(redis_url):
     for _ in range(3):
         await q.lease(5, 50)
         await expire(q)
-        result = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3,
-                                 max_entries=2)  # fmt: skip
+        result = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3, max_entries=2)
     assert len(result.poison) == 5
     assert await q.client.zcard(KEYS.dead) == 2
     assert await q.client.hlen(KEYS.dead_info) == 2

@@ -42,8 +42,9 @@ class ChildrenSpider(scrapy.Spider):
         for i in range(1, 6):
             yield scrapy.Request(f"{self.base_url}/item/{i}", callback=self.parse_item)
         if self.extra_priority:
-            yield scrapy.Request(f"{self.base_url}/item/9", callback=self.parse_item,
-                                 priority=self.extra_priority)  # fmt: skip
+            yield scrapy.Request(
+                f"{self.base_url}/item/9", callback=self.parse_item, priority=self.extra_priority
+            )
 
     def parse_item(self, response: Any) -> None:
         self.seen.append(int(response.url.rsplit("/", 1)[1]))
@@ -53,13 +54,20 @@ class ChildrenSpider(scrapy.Spider):
     ("extra", "expected"),
     [
         ({}, [5, 4, 3, 2, 1]),  # Scrapy's default queues are LIFO
-        ({"SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
-          "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue"}, [1, 2, 3, 4, 5]),
+        (
+            {
+                "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+                "SCHEDULER_DISK_QUEUE": "scrapy.squeues.PickleFifoDiskQueue",
+            },
+            [1, 2, 3, 4, 5],
+        ),
         ({"HA_QUEUE_ORDER": "fifo"}, [1, 2, 3, 4, 5]),
-        ({"SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
-          "HA_QUEUE_ORDER": "lifo"}, [5, 4, 3, 2, 1]),
+        (
+            {"SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue", "HA_QUEUE_ORDER": "lifo"},
+            [5, 4, 3, 2, 1],
+        ),
     ],
-)  # fmt: skip
+)
 @deferred_f_from_coro_f
 async def test_order_within_a_priority_follows_scrapys_settings(redis_url, site, extra, expected):
     crawler = get_crawler(ChildrenSpider, {**SERIAL, "REDIS_URL": redis_url, **extra})

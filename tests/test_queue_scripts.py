@@ -42,13 +42,20 @@ async def test_enqueue_filters_duplicates_but_not_unfiltered_requests(redis_url)
 @deferred_f_from_coro_f
 async def test_lease_order_is_priority_then_fifo(redis_url):
     q = open_queue(redis_url)
-    await q.enqueue([entry("low1", -1), entry("n1"), entry("high", 5), entry("n2"), entry("low2", -1)])
+    await q.enqueue(
+        [entry("low1", -1), entry("n1"), entry("high", 5), entry("n2"), entry("low2", -1)]
+    )
     await q.enqueue([entry("n3"), entry("top", 9000)])  # clamped to the maximum, still first
     leases = await q.lease(10, 30000)
     assert payloads(leases) == [
-        b"payload-top", b"payload-high", b"payload-n1", b"payload-n2", b"payload-n3",
-        b"payload-low1", b"payload-low2",
-    ]  # fmt: skip
+        b"payload-top",
+        b"payload-high",
+        b"payload-n1",
+        b"payload-n2",
+        b"payload-n3",
+        b"payload-low1",
+        b"payload-low2",
+    ]
     assert len({lease.token for lease in leases}) == 7
     counts = await q.counts()
     assert (counts.pending, counts.leased) == (0, 7)
@@ -74,7 +81,9 @@ async def test_sync_enqueues_children_before_acking_the_parent(redis_url):
     q = open_queue(redis_url)
     await q.enqueue([entry("parent")])
     (parent,) = await q.lease(1, 30000)
-    result = await q.sync(enqueue=[entry("c1"), entry("c2")], ack=[(parent.id, parent.token)], lease=1)
+    result = await q.sync(
+        enqueue=[entry("c1"), entry("c2")], ack=[(parent.id, parent.token)], lease=1
+    )
     assert (result.added, result.acked, result.stale) == (2, 1, 0)
     assert payloads(result.leases) == [b"payload-c1"]
     assert (result.pending, result.leased) == (1, 1)
@@ -92,8 +101,9 @@ async def test_reclaim_returns_expired_leases_in_their_order_and_fences_the_old_
     new = await q.lease(2, 30000)
     assert payloads(new) == [b"payload-b", b"payload-a"]
     # the stale worker's renewal and ack are refused; the new worker's succeed
-    renewed, lost = await q.renew([(x.id, x.token) for x in old], worker="w1", lease_ms=30000,
-                                  heartbeat_ms=30000)  # fmt: skip
+    renewed, lost = await q.renew(
+        [(x.id, x.token) for x in old], worker="w1", lease_ms=30000, heartbeat_ms=30000
+    )
     assert (renewed, sorted(lost)) == (0, sorted((x.id, x.token) for x in old))
     assert await q.ack([(x.id, x.token) for x in old]) == (0, 2)
     assert await q.ack([(x.id, x.token) for x in new]) == (2, 0)
@@ -107,7 +117,10 @@ async def test_renew_keeps_a_lease_alive_and_registers_the_worker(redis_url):
     (a,) = await q.lease(1, 200)
     for _ in range(4):
         await asyncio.sleep(0.1)
-        assert await q.renew([(a.id, a.token)], worker="w1", lease_ms=200, heartbeat_ms=200) == (1, [])
+        assert await q.renew([(a.id, a.token)], worker="w1", lease_ms=200, heartbeat_ms=200) == (
+            1,
+            [],
+        )
     assert (await q.counts()).workers == 1
     await q.client.delete(KEYS.reclaim_guard)
     assert await q.reclaim(worker="w2", interval_ms=1, batch=100, max_expiries=3) == (0, [], 0)
@@ -132,7 +145,9 @@ async def test_poison_after_max_expiries(redis_url):
     counts = await q.counts()
     assert (counts.pending, counts.leased, counts.dead) == (0, 0, 1)
     info = json.loads(await q.client.hget(KEYS.dead_info, lease.id))
-    assert info["class"] == "poison" and info["expiries"] == 3 and "expired 3 times" in info["reason"]
+    assert (
+        info["class"] == "poison" and info["expiries"] == 3 and "expired 3 times" in info["reason"]
+    )
     assert await q.client.hget(KEYS.payload, lease.id) == b"payload-killer"  # kept for requeue
     await q.client.aclose()
 

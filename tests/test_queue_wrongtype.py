@@ -41,8 +41,9 @@ async def test_an_ended_lease_stays_leased_until_its_op_can_run(redis_url, op):
 
     async def call():
         if op == "dead":
-            return (await q.dead_letter(lease.id, lease.token, {"class": "http"},
-                                        payload=b"x", **RETENTION))  # fmt: skip
+            return await q.dead_letter(
+                lease.id, lease.token, {"class": "http"}, payload=b"x", **RETENTION
+            )
         return await q.retry_later(lease.id, lease.token, 1000, b"x")
 
     result = await fails_then_works(q, call, KEYS.dead if op == "dead" else KEYS.delayed)

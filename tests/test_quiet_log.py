@@ -14,9 +14,15 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from tests.spiders import FaultSpider
 
-SETTINGS = {"ADDONS": {"scrapy_ha.Addon": 0}, "HA_IDLE_TIMEOUT": 0.5, "HA_RETRY_JITTER": 0,
-            "HA_RETRY_TIMES": 1, "HA_RETRY_BACKOFF_BASE": 0.2, "HA_WORKER_ID": "w-quiet",
-            "LOG_LEVEL": "INFO"}  # fmt: skip
+SETTINGS = {
+    "ADDONS": {"scrapy_ha.Addon": 0},
+    "HA_IDLE_TIMEOUT": 0.5,
+    "HA_RETRY_JITTER": 0,
+    "HA_RETRY_TIMES": 1,
+    "HA_RETRY_BACKOFF_BASE": 0.2,
+    "HA_WORKER_ID": "w-quiet",
+    "LOG_LEVEL": "INFO",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -52,5 +58,7 @@ async def test_retry_history_names_the_worker_with_an_empty_buffer(redis_url, re
     assert [h["worker"] for h in info["history"]] == ["w-quiet", "w-quiet"]
     # its one retry lowered its priority by RETRY_PRIORITY_ADJUST (-1): from 1 to 0
     keys = Keys("ha", "faults")
-    (payload,) = [json.loads(redis_client.hget(keys.payload, i)) for i in redis_client.hkeys(keys.dead_info)]
+    (payload,) = [
+        json.loads(redis_client.hget(keys.payload, i)) for i in redis_client.hkeys(keys.dead_info)
+    ]
     assert payload.get("p", 0) == 0

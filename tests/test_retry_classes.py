@@ -35,20 +35,32 @@ def response(status: int, headers: dict | None = None) -> Response:
 @pytest.mark.parametrize(
     ("status", "headers", "cls"),
     [
-        (200, {}, None), (301, {}, None), (500, {}, "server"), (502, {}, "server"),
-        (503, {}, "server"), (503, {"Retry-After": "5"}, "rate_limited"), (522, {}, "server"),
-        (524, {}, "server"), (408, {}, "server"), (429, {}, "rate_limited"),
-        (403, {}, "banned"), (404, {}, "gone"), (410, {}, "gone"), (400, {}, "client"),
+        (200, {}, None),
+        (301, {}, None),
+        (500, {}, "server"),
+        (502, {}, "server"),
+        (503, {}, "server"),
+        (503, {"Retry-After": "5"}, "rate_limited"),
+        (522, {}, "server"),
+        (524, {}, "server"),
+        (408, {}, "server"),
+        (429, {}, "rate_limited"),
+        (403, {}, "banned"),
+        (404, {}, "gone"),
+        (410, {}, "gone"),
+        (400, {}, "client"),
         (451, {}, "client"),
     ],
-)  # fmt: skip
+)
 def test_status_classes(status, headers, cls):
     assert config().classify_response(response(status, headers)) == cls
 
 
 def test_status_classes_and_ban_checks_are_configurable():
-    c = config(HA_RETRY_STATUS_CLASSES={404: "server", 418: "banned", 500: None},
-               HA_BAN_CHECK="tests.test_retry_classes.captcha")  # fmt: skip
+    c = config(
+        HA_RETRY_STATUS_CLASSES={404: "server", 418: "banned", 500: None},
+        HA_BAN_CHECK="tests.test_retry_classes.captcha",
+    )
     assert c.classify_response(response(404)) == "server"
     assert c.classify_response(response(418)) == "banned"
     assert c.classify_response(response(500)) is None
@@ -62,9 +74,14 @@ def captcha(response: Response) -> bool:
 
 @pytest.mark.parametrize(
     ("exception", "cls"),
-    [(TimeoutError(), "network"), (DNSLookupError(), "network"), (ConnectionRefusedError(), "network"),
-     (PermanentError(), "permanent"), (ValueError(), None)],
-)  # fmt: skip
+    [
+        (TimeoutError(), "network"),
+        (DNSLookupError(), "network"),
+        (ConnectionRefusedError(), "network"),
+        (PermanentError(), "permanent"),
+        (ValueError(), None),
+    ],
+)
 def test_exception_classes(exception, cls):
     assert config().classify_exception(exception) == cls
 
@@ -83,8 +100,10 @@ def test_backoff_is_exponential_capped_and_jittered():
 
 def test_retry_after_seconds_and_http_date():
     assert retry_after_seconds(response(429, {"Retry-After": "7"})) == 7
-    dated = response(503, {"Retry-After": "Wed, 21 Oct 2026 07:28:30 GMT",
-                           "Date": "Wed, 21 Oct 2026 07:28:00 GMT"})  # fmt: skip
+    dated = response(
+        503,
+        {"Retry-After": "Wed, 21 Oct 2026 07:28:30 GMT", "Date": "Wed, 21 Oct 2026 07:28:00 GMT"},
+    )
     assert retry_after_seconds(dated) == 30
     assert retry_after_seconds(response(429, {"Retry-After": "soon"})) is None
     assert retry_after_seconds(response(429)) is None
@@ -93,13 +112,18 @@ def test_retry_after_seconds_and_http_date():
 def test_decide_spends_the_budget_of_each_class_then_gives_up():
     c = config(HA_RETRY_JITTER=0, HA_RETRY_TIMES=2)
     request = Request("https://example.com", meta={"proxy": "http://u:secret@proxy:1"})
-    verdicts = [decide(request, Failure("server", "HTTP 500", 500), c, worker="w", now_ms=i)
-                for i in range(3)]  # fmt: skip
+    verdicts = [
+        decide(request, Failure("server", "HTTP 500", 500), c, worker="w", now_ms=i)
+        for i in range(3)
+    ]
     assert [v["op"] for v in verdicts] == ["retry", "retry", "dead"]
     assert [v.get("delay") for v in verdicts[:2]] == [3, 6]
     assert verdicts[2]["attempts"] == 3
     # another class has its own budget
-    assert decide(request, Failure("banned", "HTTP 403", 403), c, worker="w", now_ms=9)["op"] == "retry"
+    assert (
+        decide(request, Failure("banned", "HTTP 403", 403), c, worker="w", now_ms=9)["op"]
+        == "retry"
+    )
     history = request.meta["ha_history"]
     assert [h["outcome"] for h in history] == ["HTTP 500"] * 3 + ["HTTP 403"]
     assert history[0]["proxy"] == "http://proxy:1"  # never the password
@@ -108,18 +132,40 @@ def test_decide_spends_the_budget_of_each_class_then_gives_up():
 def test_retry_after_is_honoured_and_capped():
     c = config(HA_RETRY_JITTER=0, HA_RETRY_AFTER_MAX=60)
     request = Request("https://example.com")
-    assert decide(request, Failure("rate_limited", "HTTP 429", 429, retry_after=30), c,
-                  worker="w", now_ms=0)["delay"] == 30  # fmt: skip
-    assert decide(request, Failure("rate_limited", "HTTP 429", 429, retry_after=3600), c,
-                  worker="w", now_ms=0)["delay"] == 60  # fmt: skip
+    assert (
+        decide(
+            request,
+            Failure("rate_limited", "HTTP 429", 429, retry_after=30),
+            c,
+            worker="w",
+            now_ms=0,
+        )["delay"]
+        == 30
+    )
+    assert (
+        decide(
+            request,
+            Failure("rate_limited", "HTTP 429", 429, retry_after=3600),
+            c,
+            worker="w",
+            now_ms=0,
+        )["delay"]
+        == 60
+    )
 
 
 def test_permanent_classes_and_per_request_budget():
     c = config()
-    assert decide(Request("https://e.com"), Failure("gone", "HTTP 404", 404), c, worker="w",
-                  now_ms=0)["op"] == "dead"  # fmt: skip
+    assert (
+        decide(Request("https://e.com"), Failure("gone", "HTTP 404", 404), c, worker="w", now_ms=0)[
+            "op"
+        ]
+        == "dead"
+    )
     request = Request("https://e.com", meta={"ha_retry_times": 0})
-    assert decide(request, Failure("server", "HTTP 500", 500), c, worker="w", now_ms=0)["op"] == "dead"
+    assert (
+        decide(request, Failure("server", "HTTP 500", 500), c, worker="w", now_ms=0)["op"] == "dead"
+    )
 
 
 @pytest.mark.parametrize(
@@ -141,17 +187,23 @@ def test_bad_retry_settings_name_themselves(settings, message):
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize(("settings", "priorities"), [
-    ({}, [9, 8, 7]),  # Scrapy's default RETRY_PRIORITY_ADJUST is -1
-    ({"RETRY_PRIORITY_ADJUST": 0}, [10, 10, 10]),
-    ({"RETRY_PRIORITY_ADJUST": -5}, [5, 0, -5]),
-])
+@pytest.mark.parametrize(
+    ("settings", "priorities"),
+    [
+        ({}, [9, 8, 7]),  # Scrapy's default RETRY_PRIORITY_ADJUST is -1
+        ({"RETRY_PRIORITY_ADJUST": 0}, [10, 10, 10]),
+        ({"RETRY_PRIORITY_ADJUST": -5}, [5, 0, -5]),
+    ],
+)
 def test_each_retry_adjusts_the_priority_as_scrapy_does(settings, priorities):
     cfg = config(HA_RETRY_TIMES=3, **settings)
     request = Request("https://example.com/x", priority=10)
     seen = []
     for _ in range(3):
-        assert decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)["op"] == "retry"
+        assert (
+            decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)["op"]
+            == "retry"
+        )
         seen.append(request.priority)
     assert seen == priorities
     decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)  # dead: unchanged

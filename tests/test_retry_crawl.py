@@ -27,7 +27,7 @@ FAST_RETRIES = {
     "DOWNLOAD_TIMEOUT": 1,
     "SCHEDULER_PERSIST": True,
     "LOG_LEVEL": "INFO",
-}  # fmt: skip
+}
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +43,9 @@ def hit_log(site) -> dict[str, list[float]]:
         return times
 
 
-async def watch_gate(redis_client, keys: Keys, crawlers: list, crawling: asyncio.Future,
-                     timeout: float = 60) -> tuple[float, float]:  # fmt: skip
+async def watch_gate(
+    redis_client, keys: Keys, crawlers: list, crawling: asyncio.Future, timeout: float = 60
+) -> tuple[float, float]:
     """(When every worker held a domain gate, when it opens): both on the host's wall clock,
     the opening read from Redis (the gate's time, in ms on the Redis server's clock)."""
     from scrapy_ha.scheduler import scheduler_for
@@ -74,17 +75,17 @@ def dead_letters(redis_client, spider: str) -> dict[str, dict]:
 @deferred_f_from_coro_f
 async def test_every_failure_class_ends_crawled_or_dead_lettered(redis_url, redis_client, site):
     paths = {
-        "/flaky/1?fail=2&status=500": "ok",        # server: 2 retries, then fine
-        "/flaky/2?fail=9&status=503": "server",    # server: budget (2) spent
-        "/status/404": "gone",                     # no retry
+        "/flaky/1?fail=2&status=500": "ok",  # server: 2 retries, then fine
+        "/flaky/2?fail=9&status=503": "server",  # server: budget (2) spent
+        "/status/404": "gone",  # no retry
         "/status/410": "gone",
         "/status/400": "client",
-        "/flaky/3?fail=9&status=403": "banned",    # banned: its own budget (1)
-        "/flaky/4?fail=1&status=timeout": "ok",    # network: retried soon
-        "/flaky/5?fail=1&status=broken": "ok",     # parse error, retried
+        "/flaky/3?fail=9&status=403": "banned",  # banned: its own budget (1)
+        "/flaky/4?fail=1&status=timeout": "ok",  # network: retried soon
+        "/flaky/5?fail=1&status=broken": "ok",  # parse error, retried
         "/flaky/6?fail=9&status=broken": "parse",  # parse: budget spent
-        "/item/7?permanent": "permanent",          # PermanentError from the callback
-    }  # fmt: skip
+        "/item/7?permanent": "permanent",  # PermanentError from the callback
+    }
     crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
     await crawler.crawl_async(base_url=site.url, paths=tuple(paths))
     spider = crawler.spider
@@ -104,12 +105,14 @@ async def test_every_failure_class_ends_crawled_or_dead_lettered(redis_url, redi
     stats = crawler.stats.get_stats()
     assert stats["ha/dead/gone"] == 2 and stats["ha/dead/server"] == 1
     assert stats["ha/retry/count"] == 2 + 2 + 1 + 1 + 1 + 2  # 500, 503, 403, timeout, parse x2
-    counts = {k: redis_client.zcard(Keys("ha", "faults")._key(k))
-              for k in ("pending", "leased", "delayed")}  # fmt: skip
+    counts = {
+        k: redis_client.zcard(Keys("ha", "faults")._key(k))
+        for k in ("pending", "leased", "delayed")
+    }
     assert counts == {"pending": 0, "leased": 0, "delayed": 0}
     # retries are spaced as configured: 0.3 s, then 0.6 s (no jitter here)
     times = hit_log(site)["/flaky/1?fail=2&status=500"]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in zip(times[:-1], times[1:], strict=True)]
     assert len(times) == 3
     assert 0.3 <= gaps[0] < 0.3 + 1.5 and 0.6 <= gaps[1] < 0.6 + 1.5, gaps
 

@@ -6,9 +6,9 @@ import asyncio
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import pytest
-import redis
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -16,6 +16,9 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.codec import encode_request
 from scrapy_ha.keys import Keys
 from tests.spiders import CatalogueSpider, PathsSpider
+
+if TYPE_CHECKING:
+    import redis
 
 
 @pytest.fixture(autouse=True)
@@ -36,10 +39,12 @@ def settings(redis_url: str, **extra):
 def state(client: redis.Redis, spider: str) -> dict[str, int]:
     keys = Keys("ha", spider)
     return {
-        "pending": client.zcard(keys.pending), "leased": client.zcard(keys.leased),
-        "delayed": client.zcard(keys.delayed), "dead": client.zcard(keys.dead),
+        "pending": client.zcard(keys.pending),
+        "leased": client.zcard(keys.leased),
+        "delayed": client.zcard(keys.delayed),
+        "dead": client.zcard(keys.dead),
         "payloads": client.hlen(keys.payload),
-    }  # fmt: skip
+    }
 
 
 @deferred_f_from_coro_f
@@ -60,19 +65,28 @@ async def test_every_way_a_request_can_end_acks_it(redis_url, redis_client, site
     crawler = get_crawler(PathsSpider, settings(redis_url, SCHEDULER_PERSIST=True))
     await crawler.crawl_async(base_url=site.url)
     spider = crawler.spider
-    assert sorted(spider.outcomes) == sorted([
-        f"ok {site.url}/item/1", f"ok {site.url}/item/2",
-        f"error {site.url}/status/404", f"error {site.url}/status/500",
-        f"error {site.url}/item/4?drop",
-    ])  # fmt: skip
+    assert sorted(spider.outcomes) == sorted(
+        [
+            f"ok {site.url}/item/1",
+            f"ok {site.url}/item/2",
+            f"error {site.url}/status/404",
+            f"error {site.url}/status/500",
+            f"error {site.url}/item/4?drop",
+        ]
+    )
     stats = crawler.stats.get_stats()
     # 6 start requests (the offsite one is dropped before it is scheduled),
     # 1 retry of /status/500 and 1 redirect target
     assert stats["ha/enqueued"] == stats["ha/acked"] == stats["ha/leased"] == 8
     assert stats["spider_exceptions/ValueError"] == 1
     assert stats["offsite/filtered"] == 1
-    assert state(redis_client, "paths") == {"pending": 0, "leased": 0, "delayed": 0, "dead": 0,
-                                            "payloads": 0}  # fmt: skip
+    assert state(redis_client, "paths") == {
+        "pending": 0,
+        "leased": 0,
+        "delayed": 0,
+        "dead": 0,
+        "payloads": 0,
+    }
 
 
 @deferred_f_from_coro_f
@@ -91,7 +105,9 @@ async def test_two_workers_share_one_crawl_and_start_urls_are_enqueued_once(
 
 
 @deferred_f_from_coro_f
-async def test_graceful_stop_releases_buffered_leases_at_once(redis_url, redis_client, site_factory):
+async def test_graceful_stop_releases_buffered_leases_at_once(
+    redis_url, redis_client, site_factory
+):
     site = site_factory("--pages", "20", "--per-page", "10", "--delay", "0.05")
     crawler = get_crawler(
         CatalogueSpider, settings(redis_url, HA_PREFETCH=20, CONCURRENT_REQUESTS=4)
@@ -109,7 +125,9 @@ async def test_graceful_stop_releases_buffered_leases_at_once(redis_url, redis_c
     # a second worker finishes the crawl: nothing lost, nothing crawled twice
     second = get_crawler(CatalogueSpider, settings(redis_url))
     await second.crawl_async(base_url=site.url)
-    assert sorted(i["id"] for i in crawler.spider.items + second.spider.items) == list(range(1, 201))
+    assert sorted(i["id"] for i in crawler.spider.items + second.spider.items) == list(
+        range(1, 201)
+    )
     assert set(site.hits().values()) == {1}
 
 
@@ -136,8 +154,11 @@ async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
 ):
     keys = Keys("ha", "catalogue")
     spider = CatalogueSpider(base_url=site.url)
-    good = encode_request(spider.start_urls and __import__("scrapy").Request(
-        site.url + "/item/7", callback=spider.parse_item), spider)  # fmt: skip
+    good = encode_request(
+        spider.start_urls
+        and __import__("scrapy").Request(site.url + "/item/7", callback=spider.parse_item),
+        spider,
+    )
     for entry_id, payload in (("900", b"\x80\x04garbage"), ("901", good), ("902", b'{"v":1}')):
         redis_client.zadd(keys.pending, {entry_id.encode() + b" " + payload: int(entry_id)})
     redis_client.zadd(keys.pending, {"903": 903})  # no payload at all
@@ -148,7 +169,9 @@ async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
     assert crawler.stats.get_value("ha/dead/corrupt") == 3
     dead = {k.decode(): json.loads(v) for k, v in redis_client.hgetall(keys.dead_info).items()}
     assert set(dead) == {"900", "902", "903"}
-    assert all(d["class"] == "corrupt" and "corrupt queue entry" in d["reason"] for d in dead.values())
+    assert all(
+        d["class"] == "corrupt" and "corrupt queue entry" in d["reason"] for d in dead.values()
+    )
 
 
 @deferred_f_from_coro_f

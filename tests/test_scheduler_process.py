@@ -13,13 +13,14 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 
-SPIDER = '''
+if TYPE_CHECKING:
+    import redis
+
+SPIDER = """
 import scrapy
 
 
@@ -32,7 +33,7 @@ class One(scrapy.Spider):
 
     def parse(self, response):
         yield {"url": response.url}
-'''
+"""
 #: Seconds a waiting worker is watched: long enough to average out the 5 s engine heartbeat.
 WATCH = 6.0
 
@@ -40,8 +41,19 @@ WATCH = 6.0
 def crawl(tmp_path: Path, url: str, **settings: str) -> subprocess.Popen[bytes]:
     spider = tmp_path / "one.py"
     spider.write_text(SPIDER)
-    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(spider), "-a", f"url={url}",
-            "-s", "LOG_LEVEL=INFO", "-s", "REMOTE_CONTROL_ENABLED=False"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy.cmdline",
+        "runspider",
+        str(spider),
+        "-a",
+        f"url={url}",
+        "-s",
+        "LOG_LEVEL=INFO",
+        "-s",
+        "REMOTE_CONTROL_ENABLED=False",
+    ]
     for name, value in settings.items():
         args += ["-s", f"{name}={value}"]
     with (tmp_path / "log.txt").open("wb") as log:
@@ -70,8 +82,10 @@ def test_a_one_page_crawl_closes_as_soon_as_it_is_done(tmp_path, redis_url, site
         (tmp_path / name).mkdir()
     memory = wall_and_cpu(crawl(tmp_path / "memory", url))
     scrapy_ha = wall_and_cpu(crawl(tmp_path / "ha", url, **ha(redis_url)))
-    print(f"memory scheduler: {memory[0]:.2f} s wall, {memory[1]:.2f} s CPU; "
-          f"scrapy-ha: {scrapy_ha[0]:.2f} s wall, {scrapy_ha[1]:.2f} s CPU")  # fmt: skip
+    print(
+        f"memory scheduler: {memory[0]:.2f} s wall, {memory[1]:.2f} s CPU; "
+        f"scrapy-ha: {scrapy_ha[0]:.2f} s wall, {scrapy_ha[1]:.2f} s CPU"
+    )
     assert memory[2] == scrapy_ha[2] == 0
     # the default HA_IDLE_TIMEOUT (5 s) is not waited out by a crawl that is done (it was,
     # in a busy loop: 5 s more wall time and about 1.5 s more CPU on this kind of machine)
@@ -119,8 +133,10 @@ def wait_for_delayed(client: redis.Redis, proc: subprocess.Popen[bytes]) -> None
 def test_a_fatal_error_at_start_is_one_line_and_a_failed_exit(tmp_path):
     from tests.conftest import free_port
 
-    for name, extra in (("redis", {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}),
-                        ("setting", {"HA_LEASE_TIME": "soon"})):  # fmt: skip
+    for name, extra in (
+        ("redis", {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}),
+        ("setting", {"HA_LEASE_TIME": "soon"}),
+    ):
         (tmp_path / name).mkdir()
         settings = ha("", HA_CONNECT_TIMEOUT="1", **extra)
         proc = crawl(tmp_path / name, "http://127.0.0.1:9/", **settings)

@@ -87,8 +87,9 @@ async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
     dead = [json.loads(v) for v in redis_client.hgetall(keys.dead_info).values()]
     assert len(dead) == 5 and {d["class"] for d in dead} == {"unstorable"}
     assert all(f"child {site.url}/item/" in d["reason"] and "handle" in d["reason"] for d in dead)
-    logged = [r for r in caplog.records
-              if r.levelno >= logging.ERROR and "Cannot store" in r.message]  # fmt: skip
+    logged = [
+        r for r in caplog.records if r.levelno >= logging.ERROR and "Cannot store" in r.message
+    ]
     assert len(logged) == 50
     assert f"{site.url}/item/1" in logged[0].message and "handle" in logged[0].message
     assert "Task exception was never retrieved" not in caplog.text
@@ -98,10 +99,14 @@ class UnstorableStartSpider(CatalogueSpider):
     name = "unstorable_start"
 
     async def start(self) -> Any:
-        yield scrapy.Request(self.start_urls[0].replace("/list/1", "/item/1"),
-                             callback=self.parse_item, meta={"handle": open_file()})  # fmt: skip
-        yield scrapy.Request(self.start_urls[0].replace("/list/1", "/item/2"),
-                             callback=self.parse_item)  # fmt: skip
+        yield scrapy.Request(
+            self.start_urls[0].replace("/list/1", "/item/1"),
+            callback=self.parse_item,
+            meta={"handle": open_file()},
+        )
+        yield scrapy.Request(
+            self.start_urls[0].replace("/list/1", "/item/2"), callback=self.parse_item
+        )
 
 
 @deferred_f_from_coro_f
@@ -129,8 +134,9 @@ async def test_len_and_pending_answer_for_the_crawl_right_after_open(
 ):
     from scrapy.utils.defer import maybe_deferred_to_future
 
-    seeded = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True,
-                                                   CLOSESPIDER_PAGECOUNT=1))  # fmt: skip
+    seeded = get_crawler(
+        CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True, CLOSESPIDER_PAGECOUNT=1)
+    )
     await seeded.crawl_async(base_url=site.url)  # the first list page: its children are left
     left = redis_client.zcard(Keys("ha", "catalogue").pending)
     assert left > 0
@@ -193,10 +199,15 @@ class UrgentSpider(CatalogueSpider):
 @deferred_f_from_coro_f
 async def test_a_higher_priority_request_overtakes_the_buffer(redis_url, site_factory):
     site = site_factory("--pages", "8", "--per-page", "10", "--delay", "0.05")
-    crawler = get_crawler(UrgentSpider, settings(
-        redis_url, SCHEDULER="tests.test_scheduler_semantics.RecordingScheduler",
-        CONCURRENT_REQUESTS=16, CONCURRENT_REQUESTS_PER_DOMAIN=16,
-    ))  # fmt: skip
+    crawler = get_crawler(
+        UrgentSpider,
+        settings(
+            redis_url,
+            SCHEDULER="tests.test_scheduler_semantics.RecordingScheduler",
+            CONCURRENT_REQUESTS=16,
+            CONCURRENT_REQUESTS_PER_DOMAIN=16,
+        ),
+    )
     await crawler.crawl_async(base_url=site.url)
     scheduler = scheduler_for(crawler)
     assert isinstance(scheduler, RecordingScheduler) and scheduler.urgent_at is not None
@@ -225,9 +236,15 @@ class RepeatSpider(CatalogueSpider):
 )
 @deferred_f_from_coro_f
 async def test_dupefilter_class_is_honoured(redis_url, site, caplog, dupefilter, fetched, filtered):
-    crawler = get_crawler(RepeatSpider, settings(
-        redis_url, DUPEFILTER_CLASS=dupefilter, DUPEFILTER_DEBUG=True, LOG_LEVEL="DEBUG",
-    ))  # fmt: skip
+    crawler = get_crawler(
+        RepeatSpider,
+        settings(
+            redis_url,
+            DUPEFILTER_CLASS=dupefilter,
+            DUPEFILTER_DEBUG=True,
+            LOG_LEVEL="DEBUG",
+        ),
+    )
     with caplog.at_level(logging.DEBUG):
         await crawler.crawl_async(base_url=site.url)
     assert site.hits().get("/item/1") == fetched

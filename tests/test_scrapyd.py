@@ -43,8 +43,9 @@ def scrapyd(tmp_path):
         f"eggs_dir = {home}/eggs\nlogs_dir = {home}/logs\ndbs_dir = {home}/dbs\n"
     )
     # its own process group: stopping it stops the jobs it runs too, pass or fail
-    proc = harness.spawn([str(BIN / "scrapyd")], cwd=home, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = harness.spawn(
+        [str(BIN / "scrapyd")], cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -62,12 +63,20 @@ def scrapyd(tmp_path):
 
 def deploy(url: str, tmp_path: Path) -> None:
     project = tmp_path / "project"
-    shutil.copytree(ROOT / "example_project", project,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))  # fmt: skip
+    shutil.copytree(
+        ROOT / "example_project",
+        project,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
     cfg = (project / "scrapy.cfg").read_text().replace("http://127.0.0.1:6800/", url + "/")
     (project / "scrapy.cfg").write_text(cfg)
-    result = subprocess.run([str(BIN / "scrapyd-deploy"), "-p", "catalogue"], cwd=project,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [str(BIN / "scrapyd-deploy"), "-p", "catalogue"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert '"status": "ok"' in result.stdout + result.stderr, result.stdout + result.stderr
 
 
@@ -75,14 +84,31 @@ def test_two_jobs_one_cancelled_the_other_finishes(scrapyd, redis_url, site_fact
     url, home = scrapyd
     deploy(url, tmp_path)
     pages, per_page = 60, 20
-    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.01",
-                        "--chains", "4")  # fmt: skip
+    site = site_factory(
+        "--pages", str(pages), "--per-page", str(per_page), "--delay", "0.01", "--chains", "4"
+    )
     items = tmp_path / "items.jl"
-    settings = [f"REDIS_URL={redis_url}", f"ITEMS_FILE={items}", "HA_IDLE_TIMEOUT=2",
-                "HA_LEASE_TIME=3", "HA_LEASE_RENEW_INTERVAL=1", "HA_HEARTBEAT_TTL=3",
-                "HA_RECLAIM_INTERVAL=1", "CONCURRENT_REQUESTS=8"]  # fmt: skip
-    jobs = [api(url, "schedule.json", project="catalogue", spider="catalogue",
-                base_url=site.url, setting=settings)["jobid"] for _ in range(2)]  # fmt: skip
+    settings = [
+        f"REDIS_URL={redis_url}",
+        f"ITEMS_FILE={items}",
+        "HA_IDLE_TIMEOUT=2",
+        "HA_LEASE_TIME=3",
+        "HA_LEASE_RENEW_INTERVAL=1",
+        "HA_HEARTBEAT_TTL=3",
+        "HA_RECLAIM_INTERVAL=1",
+        "CONCURRENT_REQUESTS=8",
+    ]
+    jobs = [
+        api(
+            url,
+            "schedule.json",
+            project="catalogue",
+            spider="catalogue",
+            base_url=site.url,
+            setting=settings,
+        )["jobid"]
+        for _ in range(2)
+    ]
     deadline = time.monotonic() + 120
     while count_lines(items) < 300:
         assert time.monotonic() < deadline, "the jobs did not start crawling"
@@ -97,8 +123,9 @@ def test_two_jobs_one_cancelled_the_other_finishes(scrapyd, redis_url, site_fact
     # Cancel sends SIGINT: the job finishes what it has in flight and releases the rest, so
     # no page needs crawling twice (the site counts); allow one unclean stop's worth.
     check_nothing_lost(items, pages * per_page, site.hits(), bound=4 * 8)
-    logs = {job: (home / "logs" / "catalogue" / "catalogue" / f"{job}.log").read_text()
-            for job in jobs}  # fmt: skip
+    logs = {
+        job: (home / "logs" / "catalogue" / "catalogue" / f"{job}.log").read_text() for job in jobs
+    }
     assert "'finish_reason': 'shutdown'" in logs[jobs[0]]
     assert "'finish_reason': 'finished'" in logs[jobs[1]]
     for job in jobs:  # the worker id names the scrapyd job, once: host:pid:job:random

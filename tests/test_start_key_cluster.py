@@ -24,8 +24,12 @@ from scrapy_ha.keys import Keys
 from tests.spiders import FedSpider
 
 CRAWL_KEY = Keys("ha", "books").pending
-CLUSTERS = [redis.RedisCluster, redis.asyncio.RedisCluster, "redis.cluster.RedisCluster",
-            "redis.asyncio.cluster.RedisCluster"]  # fmt: skip
+CLUSTERS = [
+    redis.RedisCluster,
+    redis.asyncio.RedisCluster,
+    "redis.cluster.RedisCluster",
+    "redis.asyncio.cluster.RedisCluster",
+]
 
 
 def settings(redis_cls=None):
@@ -63,13 +67,20 @@ def test_a_subclass_of_the_cluster_client_is_a_cluster():
 @deferred_f_from_coro_f
 async def test_the_scheduler_refuses_a_cluster_crawl_at_open_before_connecting(caplog):
     # port 9 (discard) has no Redis: the refusal comes before any connection is tried
-    crawler = get_crawler(FedSpider, {
-        "SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": "redis://127.0.0.1:9/0",
-        "REDIS_PARAMS": {"redis_cls": "redis.asyncio.RedisCluster"}, "HA_CONNECT_TIMEOUT": 30,
-    })  # fmt: skip
+    crawler = get_crawler(
+        FedSpider,
+        {
+            "SCHEDULER": "scrapy_ha.Scheduler",
+            "REDIS_URL": "redis://127.0.0.1:9/0",
+            "REDIS_PARAMS": {"redis_cls": "redis.asyncio.RedisCluster"},
+            "HA_CONNECT_TIMEOUT": 30,
+        },
+    )
     started = time.monotonic()
     await crawler.crawl_async()
     assert time.monotonic() - started < 20
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert any("scrapy-ha cannot start" in e and "'fed:start_urls'" in e and "CROSSSLOT" in e
-               for e in errors), errors  # fmt: skip
+    assert any(
+        "scrapy-ha cannot start" in e and "'fed:start_urls'" in e and "CROSSSLOT" in e
+        for e in errors
+    ), errors

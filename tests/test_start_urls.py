@@ -20,12 +20,18 @@ def fast_engine_heartbeat(monkeypatch):
 
 
 def settings(redis_url, **extra):
-    return {"SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.3,
-            **extra}  # fmt: skip
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        **extra,
+    }
 
 
 @deferred_f_from_coro_f
-async def test_plain_and_json_entries_are_crawled_and_bad_ones_dropped(redis_url, redis_client, site):
+async def test_plain_and_json_entries_are_crawled_and_bad_ones_dropped(
+    redis_url, redis_client, site
+):
     redis_client.rpush(
         "fed:start_urls",
         f"{site.url}/item/1",
@@ -36,8 +42,10 @@ async def test_plain_and_json_entries_are_crawled_and_bad_ones_dropped(redis_url
     crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False))
     await crawler.crawl_async()
     assert sorted(crawler.spider.seen) == [
-        f"GET {site.url}/item/1 None", f"GET {site.url}/item/1 None", f"GET {site.url}/item/2 json",
-    ]  # fmt: skip
+        f"GET {site.url}/item/1 None",
+        f"GET {site.url}/item/1 None",
+        f"GET {site.url}/item/2 json",
+    ]
     assert crawler.stats.get_value("ha/start_urls") == 3
     assert crawler.stats.get_value("ha/start_urls_invalid") == 1
     assert redis_client.llen("fed:start_urls") == 0
@@ -62,8 +70,12 @@ async def test_feed_mode_waits_for_more_start_urls(redis_url, redis_client, site
 @deferred_f_from_coro_f
 async def test_start_urls_as_a_set(redis_url, redis_client, site):
     redis_client.sadd("fed:start_urls", f"{site.url}/item/3", f"{site.url}/item/4")
-    crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False,
-                                              REDIS_START_URLS_AS_SET=True))  # fmt: skip
+    crawler = get_crawler(
+        FedSpider, settings(redis_url, HA_FEED=False, REDIS_START_URLS_AS_SET=True)
+    )
     await crawler.crawl_async()
-    assert sorted(crawler.spider.seen) == [f"GET {site.url}/item/3 None", f"GET {site.url}/item/4 None"]
+    assert sorted(crawler.spider.seen) == [
+        f"GET {site.url}/item/3 None",
+        f"GET {site.url}/item/4 None",
+    ]
     assert redis_client.scard("fed:start_urls") == 0

@@ -33,4 +33,6 @@ def test_every_agent_is_used_and_a_request_s_own_agent_is_kept():
 
 def test_a_bad_list_names_the_setting():
     with pytest.raises(ConfigError, match="HA_USER_AGENTS"):
-        UserAgentPoolMiddleware.from_crawler(get_crawler(settings_dict={"HA_USER_AGENTS": ["", "x"]}))
+        UserAgentPoolMiddleware.from_crawler(
+            get_crawler(settings_dict={"HA_USER_AGENTS": ["", "x"]})
+        )

@@ -31,8 +31,14 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
     redis_url, redis_client, site_factory, tmp_path
 ):
     pages, per_page = 6, 10
-    site = site_factory("--pages", str(pages), "--per-page", str(per_page),
-                        "--slow-list", f"{SLOW_LIST}:{SLOW_SECONDS}")  # fmt: skip
+    site = site_factory(
+        "--pages",
+        str(pages),
+        "--per-page",
+        str(per_page),
+        "--slow-list",
+        f"{SLOW_LIST}:{SLOW_SECONDS}",
+    )
     items = tmp_path / "items.jl"
     victim = worker(redis_url, site.url, items, tmp_path / "victim.log")
     try:

@@ -14,9 +14,11 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 #: Seconds a stopped process gets to exit after SIGTERM before its group is SIGKILLed.
 STOP_GRACE = 10.0
@@ -104,9 +106,12 @@ def redis_binary() -> str:
 
 
 def start_redis(
-    directory: Path, *, port: int | None = None, args: Sequence[str] = (),
+    directory: Path,
+    *,
+    port: int | None = None,
+    args: Sequence[str] = (),
     timeout: float = REDIS_START_TIMEOUT,
-) -> tuple[subprocess.Popen[bytes], int]:  # fmt: skip
+) -> tuple[subprocess.Popen[bytes], int]:
     """Start a redis-server with its data and log in *directory*; return it and its port.
 
     Without *port*, a free one is picked, and another one if that was taken in between.
@@ -115,12 +120,30 @@ def start_redis(
     directory.mkdir(parents=True, exist_ok=True)
     for _ in range(REDIS_START_TRIES):
         chosen = port or free_port()
-        proc = spawn([redis_binary(), "--port", str(chosen), "--bind", "127.0.0.1",
-                      "--dir", str(directory), "--save", "", "--maxmemory-policy", "noeviction",
-                      "--logfile", str(directory / "redis.log"), *args])  # fmt: skip
+        proc = spawn(
+            [
+                redis_binary(),
+                "--port",
+                str(chosen),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(directory),
+                "--save",
+                "",
+                "--maxmemory-policy",
+                "noeviction",
+                "--logfile",
+                str(directory / "redis.log"),
+                *args,
+            ]
+        )
         try:
-            wait_for(lambda: proc.poll() is not None or redis_ping(chosen),
-                     f"redis-server on port {chosen}", timeout)  # fmt: skip
+            wait_for(
+                lambda proc=proc, chosen=chosen: proc.poll() is not None or redis_ping(chosen),
+                f"redis-server on port {chosen}",
+                timeout,
+            )
         except Timeout:
             stop(proc)
             raise

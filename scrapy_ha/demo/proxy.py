@@ -67,13 +67,17 @@ class Proxy:
             return
         lines = head.decode("latin-1").split("\r\n")
         method, target, version = lines[0].split(" ", 2)
-        headers = {k.strip().lower(): v.strip() for k, _, v in
-                   (line.partition(":") for line in lines[1:] if line)}  # fmt: skip
+        headers = {
+            k.strip().lower(): v.strip()
+            for k, _, v in (line.partition(":") for line in lines[1:] if line)
+        }
         ok, session = self.check_auth(headers)
         if not ok:
-            writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
-                         b'Proxy-Authenticate: Basic realm="demo"\r\nContent-Length: 0\r\n'
-                         b"Connection: close\r\n\r\n")  # fmt: skip
+            writer.write(
+                b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+                b'Proxy-Authenticate: Basic realm="demo"\r\nContent-Length: 0\r\n'
+                b"Connection: close\r\n\r\n"
+            )
             await _close(writer)
             return
         if method == "CONNECT":
@@ -81,8 +85,9 @@ class Proxy:
             await self.tunnel(reader, writer, host, int(port), self.exit_for(session))
         else:
             rotate = headers.get("x-rotate-exit") == "1"
-            await self.forward(reader, writer, method, target, version, lines[1:],
-                               self.exit_for(session, rotate))  # fmt: skip
+            await self.forward(
+                reader, writer, method, target, version, lines[1:], self.exit_for(session, rotate)
+            )
 
     async def tunnel(self, reader, writer, host: str, port: int, exit_ip: str) -> None:  # type: ignore[no-untyped-def]
         try:
@@ -99,18 +104,24 @@ class Proxy:
         hostport, _, path = rest.partition("/")
         host, _, port = hostport.partition(":")
         try:
-            up_r, up_w = await asyncio.open_connection(host, int(port or 80),
-                                                       local_addr=(exit_ip, 0))  # fmt: skip
+            up_r, up_w = await asyncio.open_connection(
+                host, int(port or 80), local_addr=(exit_ip, 0)
+            )
         except OSError:
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
             await _close(writer)
             return
-        kept = [h for h in header_lines if h and not h.lower().startswith(
-            ("proxy-", "connection", "x-rotate-exit", "keep-alive"))]  # fmt: skip
+        kept = [
+            h
+            for h in header_lines
+            if h
+            and not h.lower().startswith(("proxy-", "connection", "x-rotate-exit", "keep-alive"))
+        ]
         head = f"{method} /{path} {version}\r\n" + "".join(f"{h}\r\n" for h in kept)
         up_w.write((head + "Connection: close\r\n\r\n").encode("latin-1"))
-        length = int(next((h.split(":", 1)[1] for h in kept
-                           if h.lower().startswith("content-length")), "0"))  # fmt: skip
+        length = int(
+            next((h.split(":", 1)[1] for h in kept if h.lower().startswith("content-length")), "0")
+        )
         if length:
             up_w.write(await reader.readexactly(length))
         response = await up_r.read()

@@ -34,12 +34,17 @@ EXAMPLE = ROOT / "example_project"
 FROM_SOURCE = (ROOT / "pyproject.toml").exists() and (ROOT / "scrapy_ha").is_dir()
 #: Short leases so that the demo shows a reclaim within seconds.
 DEMO_SETTINGS = {
-    "HA_LEASE_TIME": "5", "HA_LEASE_RENEW_INTERVAL": "1", "HA_HEARTBEAT_TTL": "5",
-    "HA_RECLAIM_INTERVAL": "1", "HA_IDLE_TIMEOUT": "2", "CONCURRENT_REQUESTS": "16",
-    "DOWNLOAD_TIMEOUT": "3", "HA_RETRY_BACKOFF_BASE": "1",
+    "HA_LEASE_TIME": "5",
+    "HA_LEASE_RENEW_INTERVAL": "1",
+    "HA_HEARTBEAT_TTL": "5",
+    "HA_RECLAIM_INTERVAL": "1",
+    "HA_IDLE_TIMEOUT": "2",
+    "CONCURRENT_REQUESTS": "16",
+    "DOWNLOAD_TIMEOUT": "3",
+    "HA_RETRY_BACKOFF_BASE": "1",
     "HA_RETRY_POLICIES": '{"network": {"base": 1}, "parse": {"base": 1}}',
     "LOG_LEVEL": "INFO",
-}  # fmt: skip
+}
 #: The site's faults (STATUS:EVERY:TIMES[:RETRY_AFTER]): item pages whose id is a multiple
 #: of EVERY fail their first TIMES hits. 404s never recover: they end in the dead-letter queue.
 FAULTS = ["404:97:99", "503:7:1", "500:11:2", "429:131:1:1", "timeout:211:1", "broken:53:1"]
@@ -70,16 +75,28 @@ class Demo:
         self.redis_url = f"redis://127.0.0.1:{port}/0"
 
     def start_site(self) -> None:
-        args = ["--pages", str(self.pages), "--per-page", str(self.per_page), "--delay", "0.01",
-                "--chains", "10", "--ban-exit", BANNED_EXIT]  # fmt: skip
+        args = [
+            "--pages",
+            str(self.pages),
+            "--per-page",
+            str(self.per_page),
+            "--delay",
+            "0.01",
+            "--chains",
+            "10",
+            "--ban-exit",
+            BANNED_EXIT,
+        ]
         for fault in FAULTS:
             args += ["--fault", fault]
         self.site_url = "http://127.0.0.1:" + self._listen("scrapy_ha.demo.site", args)
 
     def start_proxy(self) -> None:
         self.proxy_password = uuid.uuid4().hex
-        port = self._listen("scrapy_ha.demo.proxy", ["--user", "demo", "--password",
-                                                     self.proxy_password, "--exits", "3"])  # fmt: skip
+        port = self._listen(
+            "scrapy_ha.demo.proxy",
+            ["--user", "demo", "--password", self.proxy_password, "--exits", "3"],
+        )
         self.proxy_url = f"http://demo:{self.proxy_password}@127.0.0.1:{port}"
 
     def _listen(self, module: str, args: list[str]) -> str:
@@ -87,14 +104,28 @@ class Demo:
         return str(harness.read_listening(proc, module)[0])
 
     def worker(self, n: int) -> subprocess.Popen[bytes]:
-        args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "catalogue",
-                "-a", f"base_url={self.site_url}", "-s", f"REDIS_URL={self.redis_url}",
-                "-s", f"ITEMS_FILE={self.items}"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "scrapy.cmdline",
+            "crawl",
+            "catalogue",
+            "-a",
+            f"base_url={self.site_url}",
+            "-s",
+            f"REDIS_URL={self.redis_url}",
+            "-s",
+            f"ITEMS_FILE={self.items}",
+        ]
         for name, value in DEMO_SETTINGS.items():
             args += ["-s", f"{name}={value}"]
         paths = [str(self.project), *([str(ROOT)] if FROM_SOURCE else [])]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths),
-               "HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": self.proxy_url}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(paths),
+            "HA_PROXY_MODE": "tunnel",
+            "HA_PROXY_URL": self.proxy_url,
+        }
         with (self.dir / f"worker{n}.log").open("wb") as log:
             proc = harness.spawn(args, cwd=self.project, env=env, stdout=log, stderr=log)
         self.procs.append(proc)
@@ -133,9 +164,11 @@ def run(demo: Demo, kill_at: int) -> int:
     demo.start_site()
     demo.start_proxy()
     expected = demo.pages * demo.per_page
-    print(f"Redis {demo.redis_url} (AOF on), site {demo.site_url}: {expected} items on "
-          f"{demo.pages} list pages in 10 chains, faults {' '.join(FAULTS)}, proxy exit "
-          f"{BANNED_EXIT} banned; a tunnel proxy with 3 exits; starting 3 workers")  # fmt: skip
+    print(
+        f"Redis {demo.redis_url} (AOF on), site {demo.site_url}: {expected} items on "
+        f"{demo.pages} list pages in 10 chains, faults {' '.join(FAULTS)}, proxy exit "
+        f"{BANNED_EXIT} banned; a tunnel proxy with 3 exits; starting 3 workers"
+    )
     started = time.monotonic()
     workers = [demo.worker(n) for n in (1, 2, 3)]
     _wait_for(lambda: _count_items(demo.items) >= kill_at, f"{kill_at} items", timeout=300)
@@ -159,8 +192,11 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
     # letters: an item dead-lettered for any other reason is lost.
     lost = sorted(wanted - set(ids))
     gone_dead = {_item_id(url) for url, cls in dead if cls == "gone"} & gone
-    leaked = [name for name in demo.dir.glob("*.log")
-              if demo.proxy_password in name.read_text(errors="replace")]  # fmt: skip
+    leaked = [
+        name
+        for name in demo.dir.glob("*.log")
+        if demo.proxy_password in name.read_text(errors="replace")
+    ]
     rows: list[tuple[str, Any]] = [
         ("items expected (404s excluded)", len(wanted)),
         ("items stored", len(ids)),
@@ -190,8 +226,10 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
     for cls, n in sorted(by_class.items()):
         print(f"    {cls:<34}{n:>8}")
     print(f"  proxy password in any log             {'YES: ' + str(leaked) if leaked else 'no'}")
-    print(f"\nLogs and data in {demo.dir}; try: scrapy-ha --redis-url {demo.redis_url} "
-          "dlq list catalogue (while Redis runs)")  # fmt: skip
+    print(
+        f"\nLogs and data in {demo.dir}; try: scrapy-ha --redis-url {demo.redis_url} "
+        "dlq list catalogue (while Redis runs)"
+    )
     if lost or leaked or gone_dead != gone:
         if lost:
             print(f"FAILED: {len(lost)} item(s) lost {lost[:20]}")
@@ -232,12 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=250)
     parser.add_argument("--per-page", type=int, default=20)
     parser.add_argument("--dir", type=Path, default=ROOT / ".demo")
-    parser.add_argument("--project", type=Path, default=EXAMPLE,
-                        help="the example project (a copy of the repository's example_project)")
+    parser.add_argument(
+        "--project",
+        type=Path,
+        default=EXAMPLE,
+        help="the example project (a copy of the repository's example_project)",
+    )
     args = parser.parse_args(argv)
     if not (args.project / "scrapy.cfg").exists():
-        parser.error(f"--project {args.project}: no scrapy.cfg there; pass a copy of the "
-                     "repository's example_project")
+        parser.error(
+            f"--project {args.project}: no scrapy.cfg there; pass a copy of the "
+            "repository's example_project"
+        )
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
     demo = Demo(args.dir, args.pages, args.per_page, args.project.resolve())

@@ -51,9 +51,13 @@ class Catalogue(resource.Resource):
     isLeaf = True
 
     def __init__(
-        self, pages: int, per_page: int, delay: float, chains: int = 1,
+        self,
+        pages: int,
+        per_page: int,
+        delay: float,
+        chains: int = 1,
         faults: list[Fault] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.faults = faults or []
         self.banned_exits: set[str] = set()
@@ -80,8 +84,9 @@ class Catalogue(resource.Resource):
             return server.NOT_DONE_YET
         if path == "/proxies.json":  # a proxy extraction API for the pool mode
             request.setHeader(b"content-type", b"application/json")
-            return json.dumps([{"ip": p.split(":")[0], "port": int(p.split(":")[1])}
-                               for p in self.proxy_list]).encode()  # fmt: skip
+            return json.dumps(
+                [{"ip": p.split(":")[0], "port": int(p.split(":")[1])} for p in self.proxy_list]
+            ).encode()
         if client in self.banned_exits:
             request.setResponseCode(403)
             return b"<html><body>banned</body></html>"
@@ -182,13 +187,20 @@ def _tls_options() -> Any:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=30))
-            .sign(key, hashes.SHA256()))  # fmt: skip
-    return ssl.CertificateOptions(privateKey=crypto.PKey.from_cryptography_key(key),
-                                  certificate=crypto.X509.from_cryptography(cert))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    return ssl.CertificateOptions(
+        privateKey=crypto.PKey.from_cryptography_key(key),
+        certificate=crypto.X509.from_cryptography(cert),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -197,19 +209,39 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument("--per-page", type=int, default=20)
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
-    parser.add_argument("--chains", type=int, default=1,
-                        help="pagination chains: / links to the first page of each")
-    parser.add_argument("--fault", action="append", type=Fault.parse, default=[],
-                        metavar="STATUS:EVERY:TIMES[:RETRY_AFTER]",
-                        help="item pages whose id is a multiple of EVERY answer STATUS (a code, "
-                             "timeout or broken) to their first TIMES hits")  # fmt: skip
-    parser.add_argument("--ban-exit", action="append", default=[], metavar="IP",
-                        help="answer 403 to every request from this client address")
+    parser.add_argument(
+        "--chains", type=int, default=1, help="pagination chains: / links to the first page of each"
+    )
+    parser.add_argument(
+        "--fault",
+        action="append",
+        type=Fault.parse,
+        default=[],
+        metavar="STATUS:EVERY:TIMES[:RETRY_AFTER]",
+        help="item pages whose id is a multiple of EVERY answer STATUS (a code, "
+        "timeout or broken) to their first TIMES hits",
+    )
+    parser.add_argument(
+        "--ban-exit",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="answer 403 to every request from this client address",
+    )
     parser.add_argument("--tls", action="store_true", help="serve HTTPS (self-signed)")
-    parser.add_argument("--slow-list", action="append", default=[], metavar="N:SECONDS",
-                        help="list page N answers its first hit after SECONDS")
-    parser.add_argument("--proxy-list", default="", metavar="IP:PORT,...",
-                        help="what /proxies.json serves (a proxy pool API)")
+    parser.add_argument(
+        "--slow-list",
+        action="append",
+        default=[],
+        metavar="N:SECONDS",
+        help="list page N answers its first hit after SECONDS",
+    )
+    parser.add_argument(
+        "--proxy-list",
+        default="",
+        metavar="IP:PORT,...",
+        help="what /proxies.json serves (a proxy pool API)",
+    )
     args = parser.parse_args(argv)
     catalogue = Catalogue(args.pages, args.per_page, args.delay, args.chains, args.fault)
     catalogue.banned_exits = set(args.ban_exit)

@@ -28,14 +28,26 @@ REPO = HERE.parent.parent
 #: A crawl that has not ended by then hangs: a failure, not a wait.
 RUN_TIMEOUT = 90.0
 #: Short idle wait and leases so that a finished crawl closes within seconds.
-HA_SETTINGS = {"HA_IDLE_TIMEOUT": "1", "HA_LEASE_TIME": "10", "HA_LEASE_RENEW_INTERVAL": "3",
-               "HA_HEARTBEAT_TTL": "10"}  # fmt: skip
+HA_SETTINGS = {
+    "HA_IDLE_TIMEOUT": "1",
+    "HA_LEASE_TIME": "10",
+    "HA_LEASE_RENEW_INTERVAL": "3",
+    "HA_HEARTBEAT_TTL": "10",
+}
 #: Items each spider gives with Scrapy's memory scheduler (checks the site and the spiders).
 EXPECTED = {
-    "item_meta": 60, "item_cb_kwargs": 60, "item_dataclass": 60, "item_attrs": 60,
-    "login": 40, "docs_crawl": 15, "meta_types": 12, "sent_at": 15, "fanout": 250,
-    "api": 131, "sitemap": 75,
-}  # fmt: skip
+    "item_meta": 60,
+    "item_cb_kwargs": 60,
+    "item_dataclass": 60,
+    "item_attrs": 60,
+    "login": 40,
+    "docs_crawl": 15,
+    "meta_types": 12,
+    "sent_at": 15,
+    "fanout": 250,
+    "api": 131,
+    "sitemap": 75,
+}
 #: Spiders that differ on this branch because of work pending in other branches.
 PENDING: dict[str, str] = {}  # spider -> why it still differs (strict xfail)
 
@@ -46,8 +58,9 @@ class Shop:
     """The shop site in a subprocess on a free port."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "site.py")],
-                                     stdout=subprocess.PIPE)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "site.py")], stdout=subprocess.PIPE
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode()
         assert line.startswith("LISTENING"), f"the shop did not start: {line!r}"
@@ -91,8 +104,10 @@ def crawl_many(runs: list[tuple[str, int, Path, str | None]]) -> list[Run]:
             for shop, (spider, workers, tmp, url) in zip(shops, runs, strict=True)
         ]
         deadline = time.monotonic() + RUN_TIMEOUT
-        return [_collect(procs, tmp, deadline)
-                for procs, (_, _, tmp, _) in zip(started, runs, strict=True)]  # fmt: skip
+        return [
+            _collect(procs, tmp, deadline)
+            for procs, (_, _, tmp, _) in zip(started, runs, strict=True)
+        ]
     finally:
         for shop in shops:
             shop.stop()
@@ -101,9 +116,14 @@ def crawl_many(runs: list[tuple[str, int, Path, str | None]]) -> list[Run]:
 def _start(
     spider: str, url: str, out: Path, redis_url: str | None, settings: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    settings = {"DOWNLOAD_DELAY": "0", "LOG_LEVEL": "INFO", "TELNETCONSOLE_ENABLED": "False",
-                "ITEMS_FILE": f"{out}.jl", **(HA_SETTINGS if redis_url else {}),
-                **(settings or {})}  # fmt: skip
+    settings = {
+        "DOWNLOAD_DELAY": "0",
+        "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": "False",
+        "ITEMS_FILE": f"{out}.jl",
+        **(HA_SETTINGS if redis_url else {}),
+        **(settings or {}),
+    }
     args = [sys.executable, "-m", "scrapy.cmdline", "crawl", spider, "-a", f"base={url}"]
     for name, value in settings.items():
         args += ["-s", f"{name}={value}"]
@@ -135,8 +155,10 @@ def _collect(procs: list[subprocess.Popen[bytes]], tmp: Path, deadline: float) -
 
 
 def _params() -> list[object]:
-    marks = {name: pytest.mark.xfail(strict=True, reason=f"issue 18: {why}")
-             for name, why in PENDING.items()}  # fmt: skip
+    marks = {
+        name: pytest.mark.xfail(strict=True, reason=f"issue 18: {why}")
+        for name, why in PENDING.items()
+    }
     return [pytest.param(name, marks=marks.get(name, ())) for name in EXPECTED]
 
 
@@ -157,8 +179,9 @@ def check_same(reference: Run, run: Run, what: str) -> None:
 def test_spider_gives_the_same_items_on_one_and_two_workers(
     spider: str, redis_url: str, tmp_path: Path
 ) -> None:
-    reference, one = crawl_many([(spider, 1, tmp_path / "memory", None),
-                                 (spider, 1, tmp_path / "ha1", redis_url)])  # fmt: skip
+    reference, one = crawl_many(
+        [(spider, 1, tmp_path / "memory", None), (spider, 1, tmp_path / "ha1", redis_url)]
+    )
     assert reference.codes == [0], "\n".join(reference.logs)[-3000:]
     assert len(reference.items) == EXPECTED[spider], reference.keys()
     check_same(reference, one, "1 worker")

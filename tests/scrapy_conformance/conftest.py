@@ -119,14 +119,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.keyword or config.option.markexpr or any("::" in a for a in config.args):
         return  # a selection: absent tests are not stale
-    seen = {item.nodeid.split("scrapy_conformance/", 1)[1] for item in session.items
-            if "scrapy_conformance/" in item.nodeid}  # fmt: skip
+    seen = {
+        item.nodeid.split("scrapy_conformance/", 1)[1]
+        for item in session.items
+        if "scrapy_conformance/" in item.nodeid
+    }
     files = {name.split("::")[0] for name in seen}
-    stale = [name for name in (*XFAIL, *NOT_APPLICABLE)
-             if name.split("::")[0] in files and name not in seen]  # fmt: skip
+    stale = [
+        name
+        for name in (*XFAIL, *NOT_APPLICABLE)
+        if name.split("::")[0] in files and name not in seen
+    ]
     if stale:
-        raise pytest.UsageError(f"tests/scrapy_conformance/differences.py names tests "
-                                f"that do not exist: {stale}")
+        raise pytest.UsageError(
+            f"tests/scrapy_conformance/differences.py names tests that do not exist: {stale}"
+        )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

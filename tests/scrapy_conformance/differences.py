@@ -24,10 +24,8 @@ _LIFO = (
 XFAIL: dict[str, str] = {
     "test_scheduler.py::TestSchedulerInMemory::test_dequeue": _NEXT_REQUEST_NONE,
     "test_scheduler.py::TestSchedulerInMemory::test_dequeue_priorities": _NEXT_REQUEST_NONE,
-    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue":
-        _NEXT_REQUEST_NONE,
-    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue_priorities":
-        _NEXT_REQUEST_NONE,
+    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue": _NEXT_REQUEST_NONE,
+    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue_priorities": _NEXT_REQUEST_NONE,
     "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_logic": (
         "issue 17 items 7 and 5: next_request() returns None until the first lease (item 7), "
         "and leasing is by priority then FIFO, without DownloaderAwarePriorityQueue's "
@@ -50,10 +48,12 @@ XFAIL: dict[str, str] = {
 #: Entries of XFAIL whose outcome under scrapy-ha depends on timing (whether the first lease
 #: comes back from Redis before the engine moves on): marked non-strict, so that the suite is
 #: not flaky; once the item is fixed they pass every time and their line must go.
-TIMING_DEPENDENT: frozenset[str] = frozenset({
-    "test_engine_loop.py::TestRequestSendOrder::test_default",
-    "test_engine_loop.py::TestRequestSendOrder::test_lazy",
-})
+TIMING_DEPENDENT: frozenset[str] = frozenset(
+    {
+        "test_engine_loop.py::TestRequestSendOrder::test_default",
+        "test_engine_loop.py::TestRequestSendOrder::test_lazy",
+    }
+)
 
 _JOBDIR = (
     "not applicable: reopens the scheduler on a JOBDIR to read Scrapy's disk queues back; "

@@ -11,6 +11,4 @@ from scrapy_ha import Scheduler as ScrapyHAScheduler
 
 BASELINE_ENV = "SCRAPY_HA_CONFORMANCE_BASELINE"
 
-Scheduler: type = (
-    ScrapyScheduler if os.environ.get(BASELINE_ENV) == "1" else ScrapyHAScheduler
-)
+Scheduler: type = ScrapyScheduler if os.environ.get(BASELINE_ENV) == "1" else ScrapyHAScheduler

@@ -9,8 +9,6 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from twisted.internet import defer
-
 from scrapy import signals
 from scrapy.exceptions import StopDownload
 from scrapy.http import Request, TextResponse
@@ -21,16 +19,17 @@ from scrapy.spiders import Spider
 from scrapy.spiders.crawl import CrawlSpider, Rule
 from scrapy.utils.defer import deferred_to_future, maybe_deferred_to_future
 from scrapy.utils.test import get_from_asyncio_queue
+from twisted.internet import defer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterator
-
-    from twisted.python.failure import Failure
-    from typing_extensions import Self
+    from typing import Self
 
     from scrapy.crawler import Crawler
     from scrapy.http import Headers, Response
     from scrapy.http.request import CallbackT
+    from twisted.python.failure import Failure
+
     from tests.scrapy_conformance.mockserver.http import MockServer
 
 
@@ -497,9 +496,7 @@ class CrawlSpiderWithParseMethod(MockServerSpider, CrawlSpider):
     def parse(self, response: Response, foo: str | None = None) -> Iterator[Any]:
         self.logger.info("[parse] status %i (foo: %s)", response.status, foo)
         assert self.mockserver
-        yield Request(
-            self.mockserver.url("/status?n=202"), self.parse, cb_kwargs={"foo": "bar"}
-        )
+        yield Request(self.mockserver.url("/status?n=202"), self.parse, cb_kwargs={"foo": "bar"})
 
 
 class CrawlSpiderWithAsyncCallback(CrawlSpiderWithParseMethod):

@@ -10,10 +10,6 @@ from urllib.parse import urlencode, urlparse
 
 import pytest
 from cryptography.x509 import load_der_x509_certificate
-from twisted.internet.defer import succeed
-from twisted.internet.ssl import Certificate
-from twisted.python.failure import Failure
-
 from scrapy import Spider, signals
 from scrapy.exceptions import CloseSpider, ScrapyDeprecationWarning, StopDownload
 from scrapy.http import Request
@@ -26,6 +22,10 @@ from scrapy.utils.engine import (
 )
 from scrapy.utils.python import to_unicode
 from scrapy.utils.test import get_crawler
+from twisted.internet.defer import succeed
+from twisted.internet.ssl import Certificate
+from twisted.python.failure import Failure
+
 from tests.scrapy_conformance import NON_EXISTING_RESOLVABLE
 from tests.scrapy_conformance.spiders import (
     AsyncDefAsyncioGenComplexSpider,
@@ -63,6 +63,7 @@ from tests.scrapy_conformance.utils.decorators import coroutine_test
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
+
     from tests.scrapy_conformance.mockserver.http import MockServer
 
 
@@ -151,9 +152,7 @@ class TestCrawl:
     ) -> None:
         crawler = get_crawler(SimpleSpider)
         with caplog.at_level(logging.DEBUG):
-            await crawler.crawl_async(
-                mockserver.url("/status?n=503"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/status?n=503"), mockserver=mockserver)
         self._assert_retried(caplog.text)
 
     @coroutine_test
@@ -162,9 +161,7 @@ class TestCrawl:
     ) -> None:
         crawler = get_crawler(SimpleSpider)
         with caplog.at_level(logging.DEBUG):
-            await crawler.crawl_async(
-                "http://localhost:65432/status?n=503", mockserver=mockserver
-            )
+            await crawler.crawl_async("http://localhost:65432/status?n=503", mockserver=mockserver)
         self._assert_retried(caplog.text)
 
     @coroutine_test
@@ -176,9 +173,7 @@ class TestCrawl:
         crawler = get_crawler(SimpleSpider)
         with caplog.at_level(logging.DEBUG):
             # try to fetch the homepage of a nonexistent domain
-            await crawler.crawl_async(
-                "http://dns.resolution.invalid./", mockserver=mockserver
-            )
+            await crawler.crawl_async("http://dns.resolution.invalid./", mockserver=mockserver)
         self._assert_retried(caplog.text)
 
     @coroutine_test
@@ -296,9 +291,7 @@ with multiples lines
         )
         crawler = get_crawler(SimpleSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                mockserver.url(f"/raw?{query}"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url(f"/raw?{query}"), mockserver=mockserver)
         assert caplog.text.count("Got response 200") == 1
 
     @coroutine_test
@@ -308,9 +301,7 @@ with multiples lines
         # connection lost after receiving data
         crawler = get_crawler(SimpleSpider)
         with caplog.at_level(logging.DEBUG):
-            await crawler.crawl_async(
-                mockserver.url("/drop?abort=0"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/drop?abort=0"), mockserver=mockserver)
         self._assert_retried(caplog.text)
 
     @coroutine_test
@@ -320,9 +311,7 @@ with multiples lines
         # connection lost before receiving data
         crawler = get_crawler(SimpleSpider)
         with caplog.at_level(logging.DEBUG):
-            await crawler.crawl_async(
-                mockserver.url("/drop?abort=1"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/drop?abort=1"), mockserver=mockserver)
         self._assert_retried(caplog.text)
 
     @staticmethod
@@ -367,9 +356,7 @@ with multiples lines
             est.append(get_engine_status(crawler.engine))
 
         crawler = get_crawler(SingleRequestSpider)
-        await crawler.crawl_async(
-            seed=mockserver.url("/"), callback_func=cb, mockserver=mockserver
-        )
+        await crawler.crawl_async(seed=mockserver.url("/"), callback_func=cb, mockserver=mockserver)
         assert isinstance(crawler.spider, SingleRequestSpider)
         assert len(est) == 1, est
         s = dict(est[0])
@@ -385,9 +372,7 @@ with multiples lines
             print_engine_status(crawler.engine)
 
         crawler = get_crawler(SingleRequestSpider)
-        await crawler.crawl_async(
-            seed=mockserver.url("/"), callback_func=cb, mockserver=mockserver
-        )
+        await crawler.crawl_async(seed=mockserver.url("/"), callback_func=cb, mockserver=mockserver)
         assert isinstance(crawler.spider, SingleRequestSpider)
         out = capsys.readouterr().out
         assert out.startswith("Execution engine status")
@@ -401,9 +386,7 @@ with multiples lines
             est.append(format_engine_status(crawler.engine))
 
         crawler = get_crawler(SingleRequestSpider)
-        await crawler.crawl_async(
-            seed=mockserver.url("/"), callback_func=cb, mockserver=mockserver
-        )
+        await crawler.crawl_async(seed=mockserver.url("/"), callback_func=cb, mockserver=mockserver)
         assert isinstance(crawler.spider, SingleRequestSpider)
         assert len(est) == 1, est
         est = est[0].split("\n")[2:-2]  # remove header & footer
@@ -418,9 +401,7 @@ with multiples lines
         assert s["len(engine.scraper.slot.active)"] == "1"
 
     @coroutine_test
-    async def test_open_spider_error_on_faulty_pipeline(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_open_spider_error_on_faulty_pipeline(self, mockserver: MockServer) -> None:
         settings = {
             "ITEM_PIPELINES": {
                 "tests.scrapy_conformance.pipelines.ZeroDivisionErrorPipeline": 300,
@@ -428,15 +409,11 @@ with multiples lines
         }
         crawler = get_crawler(SimpleSpider, settings)
         with pytest.raises(ZeroDivisionError):
-            await crawler.crawl_async(
-                mockserver.url("/status?n=200"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/status?n=200"), mockserver=mockserver)
         assert not crawler.crawling
 
     @coroutine_test
-    async def test_open_spider_error_on_faulty_pipeline_crawl(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_open_spider_error_on_faulty_pipeline_crawl(self, mockserver: MockServer) -> None:
         # cover the except block in Crawler.crawl()
         settings = {
             "ITEM_PIPELINES": {
@@ -469,9 +446,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(spider_cls)
         crawler.signals.connect(_on_item_scraped, signals.item_scraped)
-        await crawler.crawl_async(
-            mockserver.url("/status?n=200"), mockserver=mockserver
-        )
+        await crawler.crawl_async(mockserver.url("/status?n=200"), mockserver=mockserver)
         return items, crawler.stats
 
     @coroutine_test
@@ -557,9 +532,7 @@ class TestCrawlSpider:
     ) -> None:
         crawler = get_crawler(AsyncDefSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                mockserver.url("/status?n=200"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/status?n=200"), mockserver=mockserver)
         assert "Got response 200" in caplog.text
 
     @pytest.mark.only_asyncio
@@ -569,14 +542,10 @@ class TestCrawlSpider:
     ) -> None:
         crawler = get_crawler(
             AsyncDefAsyncioSpider,
-            {
-                "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
-            },
+            {"TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor"},
         )
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                mockserver.url("/status?n=200"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/status?n=200"), mockserver=mockserver)
         assert "Got response 200" in caplog.text
 
     @pytest.mark.only_asyncio
@@ -603,9 +572,7 @@ class TestCrawlSpider:
         crawler = get_crawler(AsyncDefAsyncioReturnSingleElementSpider)
         crawler.signals.connect(_on_item_scraped, signals.item_scraped)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                mockserver.url("/status?n=200"), mockserver=mockserver
-            )
+            await crawler.crawl_async(mockserver.url("/status?n=200"), mockserver=mockserver)
         assert "Got response 200" in caplog.text
         assert {"foo": 42} in items
 
@@ -626,9 +593,7 @@ class TestCrawlSpider:
         self, caplog: pytest.LogCaptureFixture, mockserver: MockServer
     ) -> None:
         with caplog.at_level(logging.INFO):
-            items, stats = await self._run_spider(
-                AsyncDefAsyncioGenLoopSpider, mockserver
-            )
+            items, stats = await self._run_spider(AsyncDefAsyncioGenLoopSpider, mockserver)
         assert "Got response 200" in caplog.text
         itemcount = stats.get_value("item_scraped_count")
         assert itemcount == 10
@@ -641,9 +606,7 @@ class TestCrawlSpider:
         self, caplog: pytest.LogCaptureFixture, mockserver: MockServer
     ) -> None:
         with caplog.at_level(logging.INFO):
-            items, stats = await self._run_spider(
-                AsyncDefAsyncioGenExcSpider, mockserver
-            )
+            items, stats = await self._run_spider(AsyncDefAsyncioGenExcSpider, mockserver)
         assert "Spider error processing" in caplog.text
         assert "ValueError" in caplog.text
         itemcount = stats.get_value("item_scraped_count")
@@ -653,12 +616,8 @@ class TestCrawlSpider:
 
     @pytest.mark.only_asyncio
     @coroutine_test
-    async def test_async_def_asyncgen_parse_complex(
-        self, mockserver: MockServer
-    ) -> None:
-        items, stats = await self._run_spider(
-            AsyncDefAsyncioGenComplexSpider, mockserver
-        )
+    async def test_async_def_asyncgen_parse_complex(self, mockserver: MockServer) -> None:
+        items, stats = await self._run_spider(AsyncDefAsyncioGenComplexSpider, mockserver)
         itemcount = stats.get_value("item_scraped_count")
         assert itemcount == 156
         # some random items
@@ -690,12 +649,8 @@ class TestCrawlSpider:
         assert items == [{"code": 200}]
 
     @coroutine_test
-    async def test_async_def_deferred_maybe_wrapped(
-        self, mockserver: MockServer
-    ) -> None:
-        items, _ = await self._run_spider(
-            AsyncDefDeferredMaybeWrappedSpider, mockserver
-        )
+    async def test_async_def_deferred_maybe_wrapped(self, mockserver: MockServer) -> None:
+        items, _ = await self._run_spider(AsyncDefDeferredMaybeWrappedSpider, mockserver)
         assert items == [{"code": 200}]
 
     @coroutine_test
@@ -720,9 +675,7 @@ class TestCrawlSpider:
         ],
     )
     @coroutine_test
-    async def test_response_ssl_certificate(
-        self, mockserver: MockServer, url: str
-    ) -> None:
+    async def test_response_ssl_certificate(self, mockserver: MockServer, url: str) -> None:
         crawler = get_crawler(SingleRequestSpider)
         url = mockserver.url(url, is_secure=True)
         await crawler.crawl_async(seed=url, mockserver=mockserver)
@@ -759,26 +712,17 @@ class TestCrawlSpider:
         assert str(ip_address) == gethostbyname(expected_netloc)
 
     @coroutine_test
-    async def test_bytes_received_stop_download_callback(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_bytes_received_stop_download_callback(self, mockserver: MockServer) -> None:
         crawler = get_crawler(BytesReceivedCallbackSpider)
         await crawler.crawl_async(mockserver=mockserver)
         assert isinstance(crawler.spider, BytesReceivedCallbackSpider)
         assert crawler.spider.meta.get("failure") is None
         assert isinstance(crawler.spider.meta["response"], Response)
-        assert crawler.spider.meta["response"].body == crawler.spider.meta.get(
-            "bytes_received"
-        )
-        assert (
-            len(crawler.spider.meta["response"].body)
-            < crawler.spider.full_response_length
-        )
+        assert crawler.spider.meta["response"].body == crawler.spider.meta.get("bytes_received")
+        assert len(crawler.spider.meta["response"].body) < crawler.spider.full_response_length
 
     @coroutine_test
-    async def test_bytes_received_stop_download_errback(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_bytes_received_stop_download_errback(self, mockserver: MockServer) -> None:
         crawler = get_crawler(BytesReceivedErrbackSpider)
         await crawler.crawl_async(mockserver=mockserver)
         assert isinstance(crawler.spider, BytesReceivedErrbackSpider)
@@ -786,18 +730,16 @@ class TestCrawlSpider:
         assert isinstance(crawler.spider.meta["failure"], Failure)
         assert isinstance(crawler.spider.meta["failure"].value, StopDownload)
         assert isinstance(crawler.spider.meta["failure"].value.response, Response)
-        assert crawler.spider.meta[
-            "failure"
-        ].value.response.body == crawler.spider.meta.get("bytes_received")
+        assert crawler.spider.meta["failure"].value.response.body == crawler.spider.meta.get(
+            "bytes_received"
+        )
         assert (
             len(crawler.spider.meta["failure"].value.response.body)
             < crawler.spider.full_response_length
         )
 
     @coroutine_test
-    async def test_headers_received_stop_download_callback(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_headers_received_stop_download_callback(self, mockserver: MockServer) -> None:
         crawler = get_crawler(HeadersReceivedCallbackSpider)
         await crawler.crawl_async(mockserver=mockserver)
         assert isinstance(crawler.spider, HeadersReceivedCallbackSpider)
@@ -808,9 +750,7 @@ class TestCrawlSpider:
         )
 
     @coroutine_test
-    async def test_headers_received_stop_download_errback(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_headers_received_stop_download_errback(self, mockserver: MockServer) -> None:
         crawler = get_crawler(HeadersReceivedErrbackSpider)
         await crawler.crawl_async(mockserver=mockserver)
         assert isinstance(crawler.spider, HeadersReceivedErrbackSpider)
@@ -818,14 +758,12 @@ class TestCrawlSpider:
         assert isinstance(crawler.spider.meta["failure"], Failure)
         assert isinstance(crawler.spider.meta["failure"].value, StopDownload)
         assert isinstance(crawler.spider.meta["failure"].value.response, Response)
-        assert crawler.spider.meta[
-            "failure"
-        ].value.response.headers == crawler.spider.meta.get("headers_received")
+        assert crawler.spider.meta["failure"].value.response.headers == crawler.spider.meta.get(
+            "headers_received"
+        )
 
     @coroutine_test
-    async def test_spider_callback_deferred_deprecated(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_spider_callback_deferred_deprecated(self, mockserver: MockServer) -> None:
         def cb(response: Response) -> Any:
             return succeed(None)
 
@@ -848,9 +786,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/status?n=400"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/status?n=400"), errback_func=eb)
         assert len(failures) == 1
         assert "HTTP status code is not handled or not allowed" in caplog.text
         assert "Spider error processing" not in caplog.text
@@ -866,9 +802,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/status?n=400"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/status?n=400"), errback_func=eb)
         assert len(failures) == 1
         assert "HTTP status code is not handled or not allowed" not in caplog.text
         assert "Spider error processing" not in caplog.text
@@ -882,9 +816,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/status?n=400"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/status?n=400"), errback_func=eb)
         assert "Spider error processing" in caplog.text
 
     @coroutine_test
@@ -896,9 +828,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/status?n=400"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/status?n=400"), errback_func=eb)
         assert "HTTP status code is not handled or not allowed" not in caplog.text
         assert "Spider error processing" not in caplog.text
         assert "'item_scraped_count': 1" in caplog.text
@@ -912,9 +842,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.DEBUG):
-            await crawler.crawl_async(
-                seed=mockserver.url("/status?n=400"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/status?n=400"), errback_func=eb)
         assert "HTTP status code is not handled or not allowed" not in caplog.text
         assert "Spider error processing" not in caplog.text
         assert "Crawled (200)" in caplog.text
@@ -931,9 +859,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/drop?abort=1"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/drop?abort=1"), errback_func=eb)
         assert len(failures) == 1
         assert "Error downloading" in caplog.text
         assert "Spider error processing" not in caplog.text
@@ -947,9 +873,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/drop?abort=1"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/drop?abort=1"), errback_func=eb)
         assert "Error downloading" in caplog.text
         assert "Spider error processing" in caplog.text
 
@@ -962,9 +886,7 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.INFO):
-            await crawler.crawl_async(
-                seed=mockserver.url("/drop?abort=1"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/drop?abort=1"), errback_func=eb)
         assert "HTTP status code is not handled or not allowed" not in caplog.text
         assert "Spider error processing" not in caplog.text
         assert "'item_scraped_count': 1" in caplog.text
@@ -978,17 +900,13 @@ class TestCrawlSpider:
 
         crawler = get_crawler(SingleRequestSpider)
         with caplog.at_level(logging.DEBUG):
-            await crawler.crawl_async(
-                seed=mockserver.url("/drop?abort=1"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/drop?abort=1"), errback_func=eb)
         assert "HTTP status code is not handled or not allowed" not in caplog.text
         assert "Spider error processing" not in caplog.text
         assert "Crawled (200)" in caplog.text
 
     @coroutine_test
-    async def test_spider_errback_deferred_deprecated(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_spider_errback_deferred_deprecated(self, mockserver: MockServer) -> None:
         def eb(failure: Failure) -> Any:
             return succeed(None)
 
@@ -997,9 +915,7 @@ class TestCrawlSpider:
             ScrapyDeprecationWarning,
             match="Returning Deferreds from spider errbacks is deprecated",
         ):
-            await crawler.crawl_async(
-                seed=mockserver.url("/status?n=400"), errback_func=eb
-            )
+            await crawler.crawl_async(seed=mockserver.url("/status?n=400"), errback_func=eb)
 
     @coroutine_test
     async def test_raise_closespider(

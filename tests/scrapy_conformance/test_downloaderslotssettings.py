@@ -2,12 +2,12 @@ import time
 from typing import Any
 
 import pytest
-
 from scrapy import Request
 from scrapy.core.downloader import Downloader, Slot
 from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.utils.spider import DefaultSpider
 from scrapy.utils.test import get_crawler
+
 from tests.scrapy_conformance.mockserver.http import MockServer
 from tests.scrapy_conformance.spiders import MetaSpider
 from tests.scrapy_conformance.utils.decorators import coroutine_test, inline_callbacks_test
@@ -57,10 +57,7 @@ class DownloaderSlotsSettingsTestSpider(MetaSpider):
 class NoDelayDownloaderSlotsSpider(DownloaderSlotsSettingsTestSpider):
     custom_settings = {
         "DOWNLOAD_SLOTS": {
-            slot: {}
-            for slot in DownloaderSlotsSettingsTestSpider.custom_settings[
-                "DOWNLOAD_SLOTS"
-            ]
+            slot: {} for slot in DownloaderSlotsSettingsTestSpider.custom_settings["DOWNLOAD_SLOTS"]
         },
     }
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 from unittest.mock import Mock
 
 import pytest
-
 from scrapy import signals
 from scrapy.core.engine import ExecutionEngine, _Slot
 from scrapy.core.scheduler import BaseScheduler
@@ -19,6 +18,7 @@ from scrapy.utils.defer import _schedule_coro, deferred_from_coro
 from scrapy.utils.misc import build_from_crawler
 from scrapy.utils.spider import DefaultSpider
 from scrapy.utils.test import get_crawler
+
 from tests.scrapy_conformance.utils.bases.engine import TestEngineBase
 from tests.scrapy_conformance.utils.decorators import coroutine_test, inline_callbacks_test
 from tests.scrapy_conformance.utils.engine import (
@@ -96,9 +96,7 @@ class TestEngine(TestEngineBase):
         self._assert_items_error(run)
 
     @coroutine_test
-    async def test_crawler_change_close_reason_on_idle(
-        self, mockserver: MockServer
-    ) -> None:
+    async def test_crawler_change_close_reason_on_idle(self, mockserver: MockServer) -> None:
         run = CrawlerRun(ChangeCloseReasonSpider)
         await run.run(mockserver)
         assert {
@@ -120,9 +118,7 @@ class TestEngine(TestEngineBase):
                 raise CustomException
 
         with pytest.raises(CustomException):
-            ExecutionEngine(
-                get_crawler(MySpider, {"DOWNLOADER": BadDownloader}), lambda _: None
-            )
+            ExecutionEngine(get_crawler(MySpider, {"DOWNLOADER": BadDownloader}), lambda _: None)
 
     @inline_callbacks_test
     def test_start_already_running_exception(self):
@@ -229,9 +225,7 @@ async def test_request_scheduled_signal():
     engine._schedule_request(keep_request)
     drop_request = Request("https://drop.example")
     engine._schedule_request(drop_request)
-    assert scheduler.enqueued == [keep_request], (
-        f"{scheduler.enqueued!r} != [{keep_request!r}]"
-    )
+    assert scheduler.enqueued == [keep_request], f"{scheduler.enqueued!r} != [{keep_request!r}]"
     crawler.signals.disconnect(signal_handler, signals.request_scheduled)
 
 

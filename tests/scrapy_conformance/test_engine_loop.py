@@ -5,12 +5,12 @@ from logging import ERROR
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import CloseSpider
 from scrapy.utils.asyncio import call_later, sleep
 from scrapy.utils.test import get_crawler
+
 from tests.scrapy_conformance.mockserver.http import MockServer
 from tests.scrapy_conformance.utils.decorators import coroutine_test
 
@@ -138,9 +138,7 @@ class TestMain:
         assert actual_urls == expected_urls, f"{actual_urls=} != {expected_urls=}"
 
     @coroutine_test
-    async def test_close_during_start_iteration(
-        self, caplog: pytest.LogCaptureFixture
-    ) -> None:
+    async def test_close_during_start_iteration(self, caplog: pytest.LogCaptureFixture) -> None:
         class TestSpider(Spider):
             name = "test"
 
@@ -238,9 +236,7 @@ class TestMain:
         assert crawler.stats.get_value("spider_exceptions/ValueError") == 1
 
     @coroutine_test
-    async def test_close_spider_from_start(
-        self, caplog: pytest.LogCaptureFixture
-    ) -> None:
+    async def test_close_spider_from_start(self, caplog: pytest.LogCaptureFixture) -> None:
         class TestSpider(Spider):
             name = "test"
 
@@ -305,9 +301,7 @@ class TestRequestSendOrder:
         settings = settings or {}
         seconds = response_seconds or self.seconds
 
-        cb_requests = deque(
-            [self.request(num, seconds, download_slots) for num in cb_nums]
-        )
+        cb_requests = deque([self.request(num, seconds, download_slots) for num in cb_nums])
 
         if start_fn is None:
 
@@ -355,9 +349,7 @@ class TestRequestSendOrder:
         download_slots = 1
 
         def _request(num: int, priority: int = 0) -> Request:
-            return self.request(
-                num, response_seconds, download_slots, priority=priority
-            )
+            return self.request(num, response_seconds, download_slots, priority=priority)
 
         async def start(spider: Spider) -> AsyncIterator[Any]:
             assert spider.crawler.engine._slot
@@ -396,9 +388,7 @@ class TestRequestSendOrder:
         download_slots = 1
 
         def _request(num: int, priority: int = 0) -> Request:
-            return self.request(
-                num, response_seconds, download_slots, priority=priority
-            )
+            return self.request(num, response_seconds, download_slots, priority=priority)
 
         async def start(spider: Spider) -> AsyncIterator[Any]:
             assert spider.crawler.engine._slot
@@ -440,9 +430,7 @@ class TestRequestSendOrder:
         download_slots = 1
 
         def _request(num: int, priority: int = 0) -> Request:
-            return self.request(
-                num, response_seconds, download_slots, priority=priority
-            )
+            return self.request(num, response_seconds, download_slots, priority=priority)
 
         async def start(spider: Spider) -> AsyncIterator[Any]:
             assert spider.crawler.engine._slot

@@ -7,9 +7,7 @@ from typing import TYPE_CHECKING
 from unittest.mock import Mock
 
 import pytest
-
 from scrapy.core.downloader import Downloader
-from tests.scrapy_conformance.scheduler_under_test import Scheduler  # scrapy-ha
 from scrapy.crawler import Crawler
 from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.http import Request
@@ -18,7 +16,9 @@ from scrapy.utils.defer import ensure_awaitable
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
+
 from tests.scrapy_conformance.mockserver.http import MockServer
+from tests.scrapy_conformance.scheduler_under_test import Scheduler  # scrapy-ha
 from tests.scrapy_conformance.utils.decorators import coroutine_test, inline_callbacks_test
 from tests.scrapy_conformance.utils.downloader import MockDownloader
 
@@ -84,9 +84,7 @@ class TestSchedulerBase(ABC):
     def jobdir(self) -> Path | None:
         return None
 
-    def create_scheduler(
-        self, jobdir: Path | None
-    ) -> AbstractAsyncContextManager[Scheduler]:
+    def create_scheduler(self, jobdir: Path | None) -> AbstractAsyncContextManager[Scheduler]:
         return create_scheduler(self.priority_queue_cls, jobdir)
 
     @asynccontextmanager
@@ -192,9 +190,7 @@ class TestMigration:
             ValueError,
             match="DownloaderAwarePriorityQueue accepts ``slot_startprios`` as a dict",
         ):
-            async with create_scheduler(
-                "scrapy.pqueues.DownloaderAwarePriorityQueue", tmp_path
-            ):
+            async with create_scheduler("scrapy.pqueues.DownloaderAwarePriorityQueue", tmp_path):
                 pass
 
 
@@ -304,9 +300,7 @@ class TestIntegrationWithDownloaderAwareInMemory:
             url = mockserver.url("/status?n=200", is_secure=False)
             start_urls = [url] * 6
             yield self.crawler.crawl(start_urls)
-            assert self.crawler.stats.get_value("downloader/response_count") == len(
-                start_urls
-            )
+            assert self.crawler.stats.get_value("downloader/response_count") == len(start_urls)
 
 
 class TestIncompatibility:
@@ -327,7 +321,5 @@ class TestIncompatibility:
                 category=ScrapyDeprecationWarning,
                 message="The CONCURRENT_REQUESTS_PER_IP setting is deprecated",
             )
-            with pytest.raises(
-                ValueError, match="does not support CONCURRENT_REQUESTS_PER_IP"
-            ):
+            with pytest.raises(ValueError, match="does not support CONCURRENT_REQUESTS_PER_IP"):
                 self._incompatible()

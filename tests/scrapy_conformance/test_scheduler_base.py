@@ -5,14 +5,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urljoin
 
 import pytest
-from twisted.internet import defer
-
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.http import Request
 from scrapy.spiders import Spider
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import fingerprint
 from scrapy.utils.test import get_crawler
+from twisted.internet import defer
+
 from tests.scrapy_conformance.utils.decorators import coroutine_test, inline_callbacks_test
 
 if TYPE_CHECKING:
@@ -151,9 +151,7 @@ class TestMinimalSchedulerCrawl:
     scheduler_cls = MinimalScheduler
 
     @coroutine_test
-    async def test_crawl(
-        self, caplog: pytest.LogCaptureFixture, mockserver: MockServer
-    ) -> None:
+    async def test_crawl(self, caplog: pytest.LogCaptureFixture, mockserver: MockServer) -> None:
         settings = {
             "SCHEDULER": self.scheduler_cls,
         }

@@ -3,9 +3,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-
 from scrapy import Request, Spider, signals
 from scrapy.utils.test import get_crawler, get_from_asyncio_queue
+
 from tests.scrapy_conformance.utils.decorators import coroutine_test
 
 if TYPE_CHECKING:
@@ -18,9 +18,7 @@ class ItemSpider(Spider):
 
     async def start(self):
         for index in range(10):
-            yield Request(
-                self.mockserver.url(f"/status?n=200&id={index}"), meta={"index": index}
-            )
+            yield Request(self.mockserver.url(f"/status?n=200&id={index}"), meta={"index": index})
 
     def parse(self, response):
         return {"index": response.meta["index"]}

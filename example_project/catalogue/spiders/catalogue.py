@@ -22,8 +22,9 @@ class CatalogueSpider(scrapy.Spider):
 
     async def start(self) -> Any:
         # the home page only lists the chains: it is not a task itself
-        yield scrapy.Request(self.base_url + "/", callback=self.parse_home,
-                             meta={"ha_task": False}, dont_filter=True)  # fmt: skip
+        yield scrapy.Request(
+            self.base_url + "/", callback=self.parse_home, meta={"ha_task": False}, dont_filter=True
+        )
 
     def parse_home(self, response: scrapy.http.Response) -> Any:
         for href in response.css("a.next::attr(href)").getall():

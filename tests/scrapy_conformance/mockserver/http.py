@@ -80,9 +80,7 @@ class Root(BaseResource):
             Data(b"<p>gb18030 encoding</p>", "text/html; charset=gb18030"),
         )
         put_child(self, b"redirect", Redirect(b"/redirected"))
-        put_child(
-            self, b"redirect-no-meta-refresh", NoMetaRefreshRedirect(b"/redirected")
-        )
+        put_child(self, b"redirect-no-meta-refresh", NoMetaRefreshRedirect(b"/redirected"))
         put_child(self, b"redirected", Data(b"Redirected here", "text/plain"))
         numbers = [str(x).encode("utf8") for x in range(2**18)]
         put_child(self, b"numbers", Data(b"".join(numbers), "text/plain"))

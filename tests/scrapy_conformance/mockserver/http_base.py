@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
 
-    from twisted.web import resource
-
     # typing.Self requires Python 3.11
-    from typing_extensions import Self
+    from typing import Self
+
+    from twisted.web import resource
 
 
 class BaseMockServer(ABC):

@@ -6,12 +6,11 @@ import random
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar, cast
 from urllib.parse import urlencode
 
+from scrapy.utils.python import to_bytes, to_unicode
 from twisted.internet.task import deferLater
 from twisted.web import resource, server
 from twisted.web.server import NOT_DONE_YET
 from twisted.web.util import Redirect, redirectTo
-
-from scrapy.utils.python import to_bytes, to_unicode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -306,9 +305,7 @@ class ArbitraryLengthPayloadResource(LeafResource):
 class NoMetaRefreshRedirect(Redirect):
     def render(self, request: server.Request) -> bytes:
         content: bytes = Redirect.render(self, request)
-        return content.replace(
-            b'http-equiv="refresh"', b'http-no-equiv="do-not-refresh-me"'
-        )
+        return content.replace(b'http-equiv="refresh"', b'http-no-equiv="do-not-refresh-me"')
 
 
 class ContentLengthHeaderResource(BaseResource):
@@ -471,9 +468,7 @@ def _h2_write(request: Request, data: bytes) -> None:
     transport.write(data)
 
 
-def _h2_frame(
-    frame_type: int, payload: bytes = b"", stream_id: int = 0, flags: int = 0
-) -> bytes:
+def _h2_frame(frame_type: int, payload: bytes = b"", stream_id: int = 0, flags: int = 0) -> bytes:
     """Return an HTTP/2 frame (RFC 9113 §4.1)."""
     return (
         len(payload).to_bytes(3, "big")

@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, cast
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from cryptography.x509 import load_pem_x509_certificate
 from OpenSSL import SSL
-from twisted.internet.ssl import CertificateOptions, ContextFactory
-
 from scrapy.core.downloader.tls import _TWISTED_VERSION_MAP
 from scrapy.utils.python import to_bytes
 from scrapy.utils.ssl import _get_cert_options_version_kwargs
+from twisted.internet.ssl import CertificateOptions, ContextFactory
 
 if TYPE_CHECKING:
     from twisted.internet.interfaces import IOpenSSLContextFactory

@@ -4,9 +4,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from twisted.internet.defer import Deferred
-
 from scrapy.settings import Settings, default_settings
+from twisted.internet.defer import Deferred
 
 if TYPE_CHECKING:
     from collections.abc import Callable

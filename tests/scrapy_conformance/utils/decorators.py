@@ -4,10 +4,9 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any, ParamSpec
 
 import pytest
-from twisted.internet.defer import Deferred, inlineCallbacks
-
 from scrapy.utils.defer import deferred_from_coro, deferred_to_future
 from scrapy.utils.reactor import is_reactor_installed
+from twisted.internet.defer import Deferred, inlineCallbacks
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Generator
@@ -40,9 +39,7 @@ def inline_callbacks_test(
 
     @wraps(f)
     @inlineCallbacks
-    def wrapper_dfd(
-        *args: _P.args, **kwargs: _P.kwargs
-    ) -> Generator[Deferred[Any], Any, None]:
+    def wrapper_dfd(*args: _P.args, **kwargs: _P.kwargs) -> Generator[Deferred[Any], Any, None]:
         return f(*args, **kwargs)
 
     return wrapper_dfd

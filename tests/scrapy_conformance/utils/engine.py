@@ -9,8 +9,6 @@ from urllib.parse import urlparse
 import attr
 from itemadapter import ItemAdapter
 from pydispatch import dispatcher
-from twisted.internet import defer
-
 from scrapy import signals
 from scrapy.http import Headers, Request, Response
 from scrapy.item import Field, Item
@@ -19,6 +17,7 @@ from scrapy.spiders import Spider
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.signal import disconnect_all
 from scrapy.utils.test import get_crawler
+from twisted.internet import defer
 
 if TYPE_CHECKING:
     from twisted.python.failure import Failure
@@ -122,12 +121,8 @@ class CrawlerRun:
         self.crawler.signals.connect(self.bytes_received, signals.bytes_received)
         self.crawler.signals.connect(self.request_scheduled, signals.request_scheduled)
         self.crawler.signals.connect(self.request_dropped, signals.request_dropped)
-        self.crawler.signals.connect(
-            self.request_reached, signals.request_reached_downloader
-        )
-        self.crawler.signals.connect(
-            self.response_downloaded, signals.response_downloaded
-        )
+        self.crawler.signals.connect(self.request_reached, signals.request_reached_downloader)
+        self.crawler.signals.connect(self.response_downloaded, signals.response_downloaded)
         self.crawler.crawl(start_urls=start_urls)
 
         self.deferred: defer.Deferred[None] = defer.Deferred()
@@ -148,9 +143,7 @@ class CrawlerRun:
         u = urlparse(url)
         return u.path
 
-    def item_error(
-        self, item: Any, response: Response, spider: Spider, failure: Failure
-    ) -> None:
+    def item_error(self, item: Any, response: Response, spider: Spider, failure: Failure) -> None:
         self.itemerror.append((item, response, spider, failure))
 
     def item_scraped(self, item: Any, spider: Spider, response: Response) -> None:

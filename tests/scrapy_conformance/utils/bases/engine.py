@@ -3,8 +3,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from itemadapter import ItemAdapter
-
 from scrapy import signals
+
 from tests.scrapy_conformance import get_testdata
 
 if TYPE_CHECKING:
@@ -150,9 +150,7 @@ class TestEngineBase:
         assert signals.spider_closed in run.signals_caught
         assert signals.headers_received in run.signals_caught
 
-        assert {"spider": run.crawler.spider} == run.signals_caught[
-            signals.spider_opened
-        ]
+        assert {"spider": run.crawler.spider} == run.signals_caught[signals.spider_opened]
         assert {"spider": run.crawler.spider} == run.signals_caught[signals.spider_idle]
         assert {
             "spider": run.crawler.spider,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy.http import JsonRequest
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class ApiSpider(scrapy.Spider):
@@ -18,16 +20,21 @@ class ApiSpider(scrapy.Spider):
 
     def page(self, n: int) -> JsonRequest:
         return JsonRequest(
-            f"{self.base}/api/products", data={"page": n}, callback=self.parse,
-            errback=self.failed, dont_filter=True, cb_kwargs={"page": n},
-        )  # fmt: skip
+            f"{self.base}/api/products",
+            data={"page": n},
+            callback=self.parse,
+            errback=self.failed,
+            dont_filter=True,
+            cb_kwargs={"page": n},
+        )
 
     def parse(self, response: Any, page: int) -> Any:
         data = response.json()
         for row in data["items"]:
             yield {"key": f"api:{row['id']}", "name": row["name"], "page": page}
-        yield from response.follow_all(data["related"], callback=self.parse_related,
-                                       errback=self.failed)  # fmt: skip
+        yield from response.follow_all(
+            data["related"], callback=self.parse_related, errback=self.failed
+        )
         if data["next"]:
             yield self.page(data["next"])
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import scrapy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class LoginSpider(scrapy.Spider):
@@ -17,13 +19,18 @@ class LoginSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield scrapy.FormRequest.from_response(
-            response, formdata={"user": "alice", "password": "secret"},
-            meta={"cookiejar": response.meta["cookiejar"]}, callback=self.after_login,
-        )  # fmt: skip
+            response,
+            formdata={"user": "alice", "password": "secret"},
+            meta={"cookiejar": response.meta["cookiejar"]},
+            callback=self.after_login,
+        )
 
     def after_login(self, response: Any) -> Any:
-        yield response.follow("/account/orders?page=1", callback=self.parse_orders,
-                              meta={"cookiejar": response.meta["cookiejar"]})  # fmt: skip
+        yield response.follow(
+            "/account/orders?page=1",
+            callback=self.parse_orders,
+            meta={"cookiejar": response.meta["cookiejar"]},
+        )
 
     def parse_orders(self, response: Any) -> Any:
         jar = {"cookiejar": response.meta["cookiejar"]}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import scrapy
 
 from shop.items import ProductAttrs, ProductData, ProductItem
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class _ProductSpider(scrapy.Spider):
@@ -19,8 +21,12 @@ class _ProductSpider(scrapy.Spider):
     def parse(self, response: Any) -> Any:
         for row in response.css("li.product"):
             href = row.css("a::attr(href)").get()
-            yield self.detail(response.urljoin(href), href.rsplit("/", 1)[1],
-                              row.css("a::text").get(), row.css(".price::text").get())  # fmt: skip
+            yield self.detail(
+                response.urljoin(href),
+                href.rsplit("/", 1)[1],
+                row.css("a::text").get(),
+                row.css(".price::text").get(),
+            )
         yield from response.follow_all(css="a.next", callback=self.parse)
 
     def detail(self, url: str, n: str, name: str, price: str) -> scrapy.Request:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import scrapy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 FANOUT = 250
 
@@ -25,11 +27,13 @@ class SentAtSpider(scrapy.Spider):
         for href in response.css("li.product a::attr(href)").getall()[:4]:
             yield response.follow(href, callback=self.parse_detail, meta={"want_sent_at": True})
         page = response.url.rsplit("=", 1)[1]
-        yield response.follow(f"/flaky/{page}", callback=self.parse_detail,
-                              meta={"want_sent_at": True})  # fmt: skip
+        yield response.follow(
+            f"/flaky/{page}", callback=self.parse_detail, meta={"want_sent_at": True}
+        )
         if response.css("a.next") and "page=3" not in response.url:
-            yield response.follow(response.css("a.next::attr(href)").get(),
-                                  meta={"want_sent_at": True})  # fmt: skip
+            yield response.follow(
+                response.css("a.next::attr(href)").get(), meta={"want_sent_at": True}
+            )
 
     def parse_detail(self, response: Any) -> Any:
         assert isinstance(response.meta["sent_at"], datetime)
