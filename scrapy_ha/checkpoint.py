@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_ha.codec import LEASE_META_KEY, CodecError, decode_request, encode_request
+from scrapy_ha import metakeys
+from scrapy_ha.codec import CodecError, decode_request, encode_request
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -48,12 +49,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Meta keys.
-TASK_META_KEY = "ha_task"  # the task a request belongs to (set it on a root to name it)
-STATE_META_KEY = "ha_cp"  # the task's progress, carried along the chain
-FIELDS_META_KEY = "ha_checkpoint"  # the spider's own fields (read and write)
-NEXT_PAGE_META_KEY = "ha_next_page"  # mark a request as the task's next page
-RERUN_META_KEY = "ha_rerun"  # run a finished task again
 
 #: Items between two checkpoints within a page: a kill re-emits at most 49 items, at the cost of
 #: one small write per 50.
@@ -98,7 +93,7 @@ class CheckpointMiddleware:
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         async for item_or_request in start:
             if isinstance(item_or_request, Request) and item_or_request.meta.get(
-                TASK_META_KEY, True
+                metakeys.TASK, True
             ):
                 item_or_request = await self._resume(item_or_request)
                 if item_or_request is None:
@@ -118,11 +113,11 @@ class CheckpointMiddleware:
                 exc,
             )
             doc = None
-        root.meta[TASK_META_KEY] = task
-        root.meta.setdefault(STATE_META_KEY, {"page": 1, "items": 0})
+        root.meta[metakeys.TASK] = task
+        root.meta.setdefault(metakeys.TASK_STATE, {"page": 1, "items": 0})
         if doc is None:
             return root
-        if doc.get("done") and not (self.rerun or root.meta.get(RERUN_META_KEY)):
+        if doc.get("done") and not (self.rerun or root.meta.get(metakeys.RERUN)):
             self.stats.inc_value("ha/checkpoint/finished_skipped")
             logger.info(
                 "Task %s finished in an earlier run: skipped (HA_CHECKPOINT_RERUN to run it again)",
@@ -136,11 +131,11 @@ class CheckpointMiddleware:
         except CodecError as exc:
             logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
             return root
-        request.meta[TASK_META_KEY] = task
-        request.meta[STATE_META_KEY] = {
+        request.meta[metakeys.TASK] = task
+        request.meta[metakeys.TASK_STATE] = {
             k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc
         }
-        request.meta[FIELDS_META_KEY] = doc.get("fields", {})
+        request.meta[metakeys.CHECKPOINT] = doc.get("fields", {})
         request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
         self.stats.inc_value("ha/checkpoint/resumed")
         logger.info(
@@ -168,7 +163,7 @@ class CheckpointMiddleware:
         self, response: Response, result: AsyncIterator[Any], spider: Any = None
     ) -> AsyncIterator[Any]:
         page = response.request
-        task = page.meta.get(TASK_META_KEY) if page is not None else None
+        task = page.meta.get(metakeys.TASK) if page is not None else None
         if page is None or not task:
             async for x in result:
                 if _is_new_root(x):
@@ -185,7 +180,7 @@ class CheckpointMiddleware:
         """A task page's output: items counted (and skipped when done before), next pages
         held until the callback ends, then sent with the task's progress."""
         state = await self._page_state(page, task)
-        fields = page.meta.setdefault(FIELDS_META_KEY, {})
+        fields = page.meta.setdefault(metakeys.CHECKPOINT, {})
         skip, next_pages = int(state.pop("skip", 0)), []
         counter = _Counter(page, state, skip, self._tracks(page))
         try:
@@ -210,7 +205,7 @@ class CheckpointMiddleware:
         self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
 
     def _tracks(self, page: Request) -> bool:
-        return bool(self.every and LEASE_META_KEY in page.meta)
+        return bool(self.every and metakeys.LEASE in page.meta)
 
     def _count(self, item: Any, counter: _Counter, state: dict[str, Any]) -> bool:
         """Count an item of the page; False if it was emitted before (skip it)."""
@@ -228,16 +223,16 @@ class CheckpointMiddleware:
         self, next_pages: list[Request], task: str, state: dict[str, Any], fields: dict[str, Any]
     ) -> list[Request]:
         for request in next_pages:
-            request.meta[TASK_META_KEY] = task
-            request.meta[STATE_META_KEY] = {**state, "page": state.get("page", 1) + 1}
-            request.meta[FIELDS_META_KEY] = dict(fields)
+            request.meta[metakeys.TASK] = task
+            request.meta[metakeys.TASK_STATE] = {**state, "page": state.get("page", 1) + 1}
+            request.meta[metakeys.CHECKPOINT] = dict(fields)
         return next_pages
 
     async def _page_state(self, page: Request, task: str) -> dict[str, Any]:
         """The page's progress; for a page run again (its lease was reclaimed, or it was
         retried) the items its mid-page checkpoint says are done are skipped."""
-        state = dict(page.meta.get(STATE_META_KEY) or {"page": 1, "items": 0})
-        if not (self.every and LEASE_META_KEY in page.meta):
+        state = dict(page.meta.get(metakeys.TASK_STATE) or {"page": 1, "items": 0})
+        if not (self.every and metakeys.LEASE in page.meta):
             return state
         try:
             doc = await self._load(task)
@@ -250,7 +245,7 @@ class CheckpointMiddleware:
         return state
 
     def _is_next_page(self, request: Request, page: Request) -> bool:
-        marked = request.meta.get(NEXT_PAGE_META_KEY)
+        marked = request.meta.get(metakeys.NEXT_PAGE)
         if marked is not None:
             return bool(marked)
         default = getattr(self.crawler.spider, "parse", None)  # what a None callback means
@@ -320,13 +315,13 @@ class CheckpointMiddleware:
     def _save_mid_page(self, progress: _Progress) -> None:
         """Redo this page later, skipping the items already through the pipelines."""
         page, done = progress.page, progress.prefix
-        task = page.meta[TASK_META_KEY]
+        task = page.meta[metakeys.TASK]
         doc = {
             "task": task,
             "page": progress.page_no,
             "skip": done,
             "items": progress.items_before + done,
-            "fields": page.meta.get(FIELDS_META_KEY, {}),
+            "fields": page.meta.get(metakeys.CHECKPOINT, {}),
             "done": False,
             "next": encode_request(_without_progress(page), self.crawler.spider).decode(),
         }
@@ -339,13 +334,17 @@ def _is_new_root(x: Any) -> bool:
     """A request the spider marked as the root of a task (``meta["ha_task"] = "name"``)."""
     return (
         isinstance(x, Request)
-        and bool(x.meta.get(TASK_META_KEY))
-        and (STATE_META_KEY not in x.meta)
+        and bool(x.meta.get(metakeys.TASK))
+        and (metakeys.TASK_STATE not in x.meta)
     )
 
 
 def _without_progress(page: Request) -> Request:
-    drop = (STATE_META_KEY, FIELDS_META_KEY, TASK_META_KEY)  # stored beside it in the checkpoint
+    drop = (
+        metakeys.TASK_STATE,
+        metakeys.CHECKPOINT,
+        metakeys.TASK,
+    )  # stored beside it in the checkpoint
     meta = {k: v for k, v in page.meta.items() if k not in drop}
     return page.replace(meta=meta)
 
@@ -412,7 +411,7 @@ def _item_id(item: Any, field: str, default: Any) -> Any:
 
 def task_id(root: Request, crawler: Crawler) -> str:
     """The task a root request starts: ``meta["ha_task"]``, else its fingerprint (16 hex)."""
-    given = root.meta.get(TASK_META_KEY)
+    given = root.meta.get(metakeys.TASK)
     if given:
         return str(given)
     assert crawler.request_fingerprinter is not None

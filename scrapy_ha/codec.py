@@ -60,6 +60,8 @@ from scrapy.item import Item
 from scrapy.utils.httpobj import urlparse_cached
 from w3lib.http import basic_auth_header
 
+from scrapy_ha import metakeys
+
 try:  # attrs ships with Twisted, but an item class check must not need it
     import attr as _attr
 except ImportError:  # pragma: no cover - Twisted depends on attrs
@@ -76,33 +78,12 @@ logger = logging.getLogger(__name__)
 #: added without a new version: every payload of an older scrapy-ha still reads the same.
 FORMAT_VERSION = 1
 
-#: Meta key holding the lease of a request handed out by the scheduler
-#: (never stored: each lease gets a new one).
-LEASE_META_KEY = "ha_lease"
-#: Meta key set on every request a callback yields: the lease ``(entry id, token)`` of the
-#: page that yielded it. A child is enqueued only while its parent's lease is held, and an
-#: unstorable child fails its parent (never stored).
-PARENT_META_KEY = "_ha_parent"
 #: What to do with a meta or cb_kwargs value that cannot be stored (``HA_UNSTORABLE``):
 #: ``"error"`` raises :class:`CodecError`; ``"drop-key"`` stores the request without that key.
 UNSTORABLE_POLICIES = ("error", "drop-key")
 
-#: Meta keys set per attempt (by scrapy-ha or by Scrapy's downloader) that would be stale
-#: or secret after the queue: the next attempt sets them again.
-_STRIPPED_META = frozenset(
-    (
-        LEASE_META_KEY,
-        PARENT_META_KEY,
-        "ha_outcome",
-        "_ha_cp_save",
-        "_ha_suspect",
-        "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
-        "download_latency",  # the download handler: how long this attempt took
-        "cached_response",  # HttpCacheMiddleware: a Response object of this attempt
-    )
-)
 #: Meta keys that make :func:`_clean_meta` look closer (the cheap test for a plain request).
-_SPECIAL_META = _STRIPPED_META | {"proxy", "download_slot", "_scheme_proxy"}
+_SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy"}
 #: Always dropped: proxy credentials never reach Redis (DESIGN, guarantee 7).
 _PROXY_AUTH = b"Proxy-Authorization"
 
@@ -337,7 +318,7 @@ def _cookies_from_jar(request: Request, spider: Spider | None) -> bool:
 def _clean_meta(request: Request, meta: dict[str, Any]) -> dict[str, Any]:
     if _SPECIAL_META.isdisjoint(meta):
         return meta
-    clean = {k: v for k, v in meta.items() if k not in _STRIPPED_META}
+    clean = {k: v for k, v in meta.items() if k not in metakeys.STRIPPED}
     if clean.pop("_scheme_proxy", False):
         # HttpProxyMiddleware took the proxy from this worker's environment: the next
         # worker takes its own (the flag and the proxy go together, as in Scrapy's redirect)

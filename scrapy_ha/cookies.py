@@ -37,6 +37,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http.cookies import CookieJar
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
+from scrapy_ha import metakeys
 from scrapy_ha.connection import REDIS_DOWN_ERRORS
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Meta key: the version of the request's cookie jar it needs (set by scrapy-ha).
-VERSION_META_KEY = "ha_cookies_v"
 
 #: The attributes of ``http.cookiejar.Cookie``, in the order its constructor takes them.
 COOKIE_FIELDS = (
@@ -267,7 +266,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         if jars is None:
             return super().process_request(request)  # type: ignore[return-value]
         key = request.meta.get("cookiejar")
-        if request.meta.get(VERSION_META_KEY, 0) > jars.version(key) or request.cookies:
+        if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key) or request.cookies:
             return self._process_request(jars, request)
         return super().process_request(request)  # type: ignore[return-value]
 
@@ -314,7 +313,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     async def _process_request(self, jars: SharedJars, request: Request) -> None:
         key = request.meta.get("cookiejar")
         async with jars.lock(key):
-            if request.meta.get(VERSION_META_KEY, 0) > jars.version(key):
+            if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key):
                 await self._catch_up(jars, key)
             before = snapshot(self.jars[key]) if request.cookies else None
             super().process_request(request)
@@ -354,7 +353,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         if version != known + 1:  # another worker changed the jar meanwhile: take it all
             await self._catch_up(jars, key)
         jars.versions[jar_field(key)] = max(version, jars.version(key))
-        request.meta[VERSION_META_KEY] = jars.version(key)
+        request.meta[metakeys.COOKIES_VERSION] = jars.version(key)
 
     async def _catch_up(self, jars: SharedJars, key: Hashable) -> None:
         """Replace this worker's copy of the jar with Redis's (called under the jar's lock)."""
@@ -389,6 +388,6 @@ class CookieVersionMiddleware(BaseSpiderMiddleware):
         if jars is None or request.meta.get("dont_merge_cookies", False):
             return request
         version = jars.version(request.meta.get("cookiejar"))
-        if version > request.meta.get(VERSION_META_KEY, 0):
-            request.meta[VERSION_META_KEY] = version
+        if version > request.meta.get(metakeys.COOKIES_VERSION, 0):
+            request.meta[metakeys.COOKIES_VERSION] = version
         return request

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 import redis.asyncio
 
+from scrapy_ha import metakeys
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.queue import RedisQueue
-from scrapy_ha.retry import HISTORY_META_KEY, OUTCOME_META_KEY, RETRIES_META_KEY
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 #: Entries read per round trip when scanning the dead-letter queue.
 SCAN_BATCH = 500
-_RESET_META = (RETRIES_META_KEY, HISTORY_META_KEY, OUTCOME_META_KEY)
+_RESET_META = (metakeys.RETRIES, metakeys.HISTORY, metakeys.OUTCOME)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from scrapy_ha.codec import LEASE_META_KEY, PARENT_META_KEY
+from scrapy_ha import metakeys
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -28,7 +28,7 @@ class ParentLeaseMiddleware(BaseSpiderMiddleware):
 
     def get_processed_request(self, request: Request, response: Response | None) -> Request:
         page = response.request if response is not None else None
-        lease = page.meta.get(LEASE_META_KEY) if page is not None else None
+        lease = page.meta.get(metakeys.LEASE) if page is not None else None
         if lease is not None and request is not page:
-            request.meta[PARENT_META_KEY] = lease
+            request.meta[metakeys.PARENT] = lease
         return request

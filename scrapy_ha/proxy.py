@@ -41,9 +41,10 @@ from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 
+from scrapy_ha import metakeys
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import ConfigError
-from scrapy_ha.retry import OUTCOME_META_KEY, RetryConfig
+from scrapy_ha.retry import RetryConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,10 +57,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Meta key: the id (``host:port``) of the proxy an attempt went through; never a password.
-PROXY_META_KEY = "ha_proxy"
-#: Meta key: the tunnel session an attempt used.
-SESSION_META_KEY = "ha_proxy_session"
 #: Proxy list cache: extraction APIs rotate their lists about this often and rate-limit callers.
 DEFAULT_POOL_TTL = 30.0
 #: How long a banned or failing proxy stays out of rotation.
@@ -325,9 +322,9 @@ class ProxyMiddleware:
             return self._no_proxy(request)
         pid = proxy_id(url)
         request.meta["proxy"] = url
-        request.meta[PROXY_META_KEY] = pid
+        request.meta[metakeys.PROXY] = pid
         if self.tunnel is not None:
-            request.meta[SESSION_META_KEY] = self.tunnel.session
+            request.meta[metakeys.PROXY_SESSION] = self.tunnel.session
             self._rotation_header(request)
         self._stat(pid, "requests")
         return None
@@ -341,15 +338,15 @@ class ProxyMiddleware:
         self.stats.inc_value(f"ha/proxy/{pid}/{what}")
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
-        if response.status == PROXY_AUTH_REQUIRED and PROXY_META_KEY in request.meta:
-            return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[PROXY_META_KEY]}")
+        if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
+            return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
         cls = self.retry_config.classify_response(response)
         if cls in ("banned", "rate_limited"):
             self._ban(request, cls)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
-        if PROXY_META_KEY not in request.meta:
+        if metakeys.PROXY not in request.meta:
             return None
         if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
             return self._proxy_auth_failed(request, f"CONNECT answered {PROXY_AUTH_REQUIRED}")
@@ -380,14 +377,14 @@ class ProxyMiddleware:
             )
 
     def _ban(self, request: Request, cls: str) -> None:
-        pid = request.meta.get(PROXY_META_KEY)
+        pid = request.meta.get(metakeys.PROXY)
         if pid is None:
             return
         self._stat(pid, "bans")
         self._rotate(request, pid, f"{cls} ({request.url})")
 
     def _failure(self, request: Request) -> None:
-        pid = request.meta[PROXY_META_KEY]
+        pid = request.meta[metakeys.PROXY]
         self._stat(pid, "failures")
         if self.pool is not None:
             self.pool.failures[pid] = self.pool.failures.get(pid, 0) + 1
@@ -397,7 +394,7 @@ class ProxyMiddleware:
 
     def _rotate(self, request: Request, pid: str, why: str) -> None:
         if self.tunnel is not None:
-            if self.tunnel.rotate(request.meta.get(SESSION_META_KEY)):
+            if self.tunnel.rotate(request.meta.get(metakeys.PROXY_SESSION)):
                 self.stats.inc_value("ha/proxy/rotations")
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
             return
@@ -409,7 +406,7 @@ class ProxyMiddleware:
 
     def _no_proxy(self, request: Request) -> Request | None:
         if self.config.allow_direct:
-            for key in ("proxy", PROXY_META_KEY):  # a retry still carries its last proxy
+            for key in ("proxy", metakeys.PROXY):  # a retry still carries its last proxy
                 request.meta.pop(key, None)
             self.stats.inc_value("ha/proxy/direct")
             return None
@@ -425,7 +422,7 @@ class ProxyMiddleware:
     def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
         if not self._auth_failed:
             self._auth_failed = True
-            shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[PROXY_META_KEY]
+            shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[metakeys.PROXY]
             logger.error(
                 "The proxy %s rejected its credentials (%s): check HA_PROXY_URL / "
                 "HA_PROXY_USER / HA_PROXY_PASSWORD. Stopping the crawl; queued "
@@ -509,5 +506,5 @@ def _ms(value: bytes) -> float:
 
 def _wait(request: Request, delay: float, cls: str, reason: str) -> Request:
     """Send the request back to Redis for *delay* seconds without spending an attempt."""
-    request.meta[OUTCOME_META_KEY] = {"op": "retry", "delay": delay, "class": cls, "reason": reason}
+    request.meta[metakeys.OUTCOME] = {"op": "retry", "delay": delay, "class": cls, "reason": reason}
     return request.replace(dont_filter=True)

@@ -44,6 +44,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.misc import load_object
 from scrapy.utils.python import global_object_name
 
+from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
 from scrapy_ha.config import ConfigError
 
@@ -57,14 +58,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Meta key of a request's verdict: {"op": "retry"|"dead", "class", "reason", "delay"}.
-OUTCOME_META_KEY = "ha_outcome"
-#: Meta key of the attempts per class so far: {"server": 2, ...}.
-RETRIES_META_KEY = "ha_retries"
-#: Meta key of the attempt history: [{"t", "outcome", "worker", "proxy"}, ...].
-HISTORY_META_KEY = "ha_history"
-#: Per-request budget override: meta {"ha_retry_times": 2} (all classes).
-TIMES_META_KEY = "ha_retry_times"
 #: Attempts kept in a request's history (bounds its size in Redis).
 HISTORY_LIMIT = 10
 
@@ -206,11 +199,11 @@ def decide(
     lasts, else ``{"op": "dead", ...}``.
     """
     meta = request.meta
-    retries: dict[str, int] = dict(meta.get(RETRIES_META_KEY) or {})
+    retries: dict[str, int] = dict(meta.get(metakeys.RETRIES) or {})
     attempt = retries.get(failure.cls, 0)
     policy = config.policies.get(failure.cls, Policy(times=0))
-    budget = meta.get(TIMES_META_KEY, policy.times)
-    history = list(meta.get(HISTORY_META_KEY) or [])[-(HISTORY_LIMIT - 1) :]
+    budget = meta.get(metakeys.RETRY_TIMES, policy.times)
+    history = list(meta.get(metakeys.HISTORY) or [])[-(HISTORY_LIMIT - 1) :]
     proxy = meta.get("proxy")
     history.append(
         {
@@ -222,8 +215,8 @@ def decide(
         }
     )
     retries[failure.cls] = attempt + 1
-    meta[RETRIES_META_KEY] = retries
-    meta[HISTORY_META_KEY] = history
+    meta[metakeys.RETRIES] = retries
+    meta[metakeys.HISTORY] = history
     verdict: dict[str, Any] = {"class": failure.cls, "reason": failure.reason}
     if failure.status is not None:
         verdict["status"] = failure.status
@@ -234,7 +227,7 @@ def decide(
         verdict["op"] = "retry"
         verdict["delay"] = _delay(failure, policy, attempt, config, rand)
         request.priority += config.priority_adjust
-    meta[OUTCOME_META_KEY] = verdict
+    meta[metakeys.OUTCOME] = verdict
     return verdict
 
 
@@ -358,7 +351,7 @@ class ParseErrorMiddleware:
         async for x in result:
             yield x
         request = response.request
-        verdict = request.meta.get(OUTCOME_META_KEY) if request is not None else None
+        verdict = request.meta.get(metakeys.OUTCOME) if request is not None else None
         if (
             verdict
             and verdict.get("op") == "dead"
@@ -374,7 +367,7 @@ class ParseErrorMiddleware:
         request = response.request
         if request is None or request.meta.get("dont_retry"):
             return
-        if OUTCOME_META_KEY in request.meta or isinstance(exception, _NOT_PARSE_ERRORS):
+        if metakeys.OUTCOME in request.meta or isinstance(exception, _NOT_PARSE_ERRORS):
             return  # judged by RetryMiddleware already (an HTTP error), or not a parse error
         cls = "permanent" if isinstance(exception, self.config.permanent_exceptions) else "parse"
         self._judge(request, cls, exception)
@@ -390,7 +383,7 @@ class ParseErrorMiddleware:
                 _short(item),
             )
             return
-        if OUTCOME_META_KEY in request.meta:
+        if metakeys.OUTCOME in request.meta:
             return  # the page is judged already (another of its items, or its callback)
         exception = getattr(failure, "value", None) or RuntimeError("item pipeline error")
         self._judge(request, "pipeline", exception)

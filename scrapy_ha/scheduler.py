@@ -31,14 +31,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import referer_str
 from twisted.python.failure import Failure
 
-from scrapy_ha import __version__
-from scrapy_ha.codec import (
-    LEASE_META_KEY,
-    PARENT_META_KEY,
-    CodecError,
-    decode_request,
-    encode_request,
-)
+from scrapy_ha import __version__, metakeys
+from scrapy_ha.codec import CodecError, decode_request, encode_request
 from scrapy_ha.config import ConfigError, SchedulerConfig, check_start_key, default_worker_id
 from scrapy_ha.connection import (
     REDIS_DOWN_ERRORS,
@@ -50,7 +44,6 @@ from scrapy_ha.connection import (
 from scrapy_ha.keeper import LeaseKeeper, LoopWatch, Pairs, sync_redis_from_settings
 from scrapy_ha.keys import Keys
 from scrapy_ha.queue import MAX_PRIORITY, Lease, NewEntry, RedisQueue, SyncResult, clamp_priority
-from scrapy_ha.retry import OUTCOME_META_KEY
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
@@ -84,20 +77,15 @@ START_FAILED = "ha_start_failed"
 #: 2.19.0; 2.16 logs the exception and goes on).
 _CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
 
-#: Meta key: a checkpoint to save when this page's lease is acked.
-_CP_META_KEY = "_ha_cp_save"
-#: Meta key: how many leases of this request expired before (its worker died or stalled).
-SUSPECT_META_KEY = "_ha_suspect"
-
 
 def _parent_of(request: Request) -> tuple[str, str] | None:
     """The lease that fences *request*: its page's (a child), or its original's (a
     redirect, which carries the original's lease and is no retry); None for a root."""
-    parent = request.meta.get(PARENT_META_KEY)
+    parent = request.meta.get(metakeys.PARENT)
     if parent is None:
-        outcome = request.meta.get(OUTCOME_META_KEY) or {}
+        outcome = request.meta.get(metakeys.OUTCOME) or {}
         if outcome.get("op") != "retry":
-            parent = request.meta.get(LEASE_META_KEY)
+            parent = request.meta.get(metakeys.LEASE)
     return (str(parent[0]), str(parent[1])) if parent else None
 
 
@@ -312,14 +300,14 @@ class Scheduler:
             request = self._buffer.take_first(self._slot_free)
             if request is None:
                 return None  # every buffered request waits for a busy download slot
-            entry_id, token = request.meta[LEASE_META_KEY]
+            entry_id, token = request.meta[metakeys.LEASE]
             if self._gates and (wait := self._gate_wait(request)) > 0:
                 # before _run_alone: a suspect in a closed domain is deferred, and must not
                 # release the whole buffer to run alone first
                 self._ops.append(_Op("defer", entry_id, token, request, wait))
                 self._wake.set()
                 continue
-            if request.meta.get(SUSPECT_META_KEY) and not self._run_alone(request, entry_id):
+            if request.meta.get(metakeys.SUSPECT) and not self._run_alone(request, entry_id):
                 return None
             self._inflight[entry_id] = (token, request)
             if len(self._buffer) <= self._target() // 2:
@@ -363,7 +351,7 @@ class Scheduler:
             self.config.unstorable,
         )
         if parent is not None:
-            parent.meta[OUTCOME_META_KEY] = {
+            parent.meta[metakeys.OUTCOME] = {
                 "op": "dead",
                 "class": "unstorable",
                 "reason": f"child {request.url}: {exc}",
@@ -374,7 +362,7 @@ class Scheduler:
 
     def _parent_of(self, request: Request) -> Request | None:
         """The in-flight page that yielded *request* (ParentLeaseMiddleware tags it)."""
-        lease = request.meta.get(PARENT_META_KEY)
+        lease = request.meta.get(metakeys.PARENT)
         held = self._inflight.get(lease[0]) if lease else None
         if held is None or held[0] != lease[1]:
             return None
@@ -405,7 +393,7 @@ class Scheduler:
                 return True
             self._solo = None
         head = self._buffer[0] if self._buffer else None
-        return bool(head is not None and head.meta.get(SUSPECT_META_KEY) and self._inflight)
+        return bool(head is not None and head.meta.get(metakeys.SUSPECT) and self._inflight)
 
     def _run_alone(self, request: Request, entry_id: str) -> bool:
         """A request whose lease expired on its last-but-one chance may be what kills
@@ -415,14 +403,14 @@ class Scheduler:
         if self._inflight:
             self._buffer.appendleft(request)
             return False
-        self._to_release += [r.meta[LEASE_META_KEY] for r in self._buffer]
+        self._to_release += [r.meta[metakeys.LEASE] for r in self._buffer]
         self._buffer.clear()
         self._solo = entry_id
         self.stats.inc_value("ha/suspects_isolated")
         logger.info(
             "Running %s alone: its lease expired %d time(s) before",
             request,
-            request.meta[SUSPECT_META_KEY],
+            request.meta[metakeys.SUSPECT],
         )
         self._wake.set()
         return True
@@ -459,18 +447,18 @@ class Scheduler:
         self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool
     ) -> None:
         """Save *task*'s checkpoint under *page*'s lease: now, or when the page is acked."""
-        lease = page.meta.get(LEASE_META_KEY)
+        lease = page.meta.get(metakeys.LEASE)
         if lease is None:
             return
         if at_finish:
-            page.meta[_CP_META_KEY] = (task, doc, ttl_ms)
+            page.meta[metakeys.CHECKPOINT_SAVE] = (task, doc, ttl_ms)
         else:
             self._cp_saves.append((lease[0], lease[1], task, doc, ttl_ms))
             self._wake.set()
 
     def _is_retry_of_inflight(self, request: Request) -> bool:
-        outcome = request.meta.get(OUTCOME_META_KEY)
-        lease = request.meta.get(LEASE_META_KEY)
+        outcome = request.meta.get(metakeys.OUTCOME)
+        lease = request.meta.get(metakeys.LEASE)
         if not outcome or outcome.get("op") != "retry" or not lease:
             return False
         held = self._inflight.get(lease[0])
@@ -645,7 +633,7 @@ class Scheduler:
         while self._outbox or self._acks or self._ops or self._cp_saves or self._corrupt:
             await self._sync(lease=0)
         unfinished = [(i, t) for i, (t, _) in self._inflight.items()]
-        held = [r.meta[LEASE_META_KEY] for r in self._buffer] + unfinished + self._to_release
+        held = [r.meta[metakeys.LEASE] for r in self._buffer] + unfinished + self._to_release
         held += await self._unread_grant(set(held))
         released = await self.queue.release(held)
         self._buffer.clear()
@@ -959,7 +947,7 @@ class Scheduler:
             self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
             return
         payload = encode_request(op.request, self.spider)
-        outcome = op.request.meta.get(OUTCOME_META_KEY) or {}
+        outcome = op.request.meta.get(metakeys.OUTCOME) or {}
         if op.kind == "retry":
             due = await self.queue.retry_later(
                 op.entry_id,
@@ -974,7 +962,7 @@ class Scheduler:
 
     async def _dead_letter(self, op: _Op, outcome: dict[str, Any], payload: bytes) -> None:
         assert self.queue is not None
-        history = op.request.meta.get("ha_history") or []
+        history = op.request.meta.get(metakeys.HISTORY) or []
         info = {**outcome, "history": history}
         info.pop("op", None)
         if history:
@@ -1081,10 +1069,10 @@ class Scheduler:
             reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
             self._corrupt.append((lease, reason))
             return
-        request.meta[LEASE_META_KEY] = (lease.id, lease.token)
+        request.meta[metakeys.LEASE] = (lease.id, lease.token)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
-            request.meta[SUSPECT_META_KEY] = lease.expiries
+            request.meta[metakeys.SUSPECT] = lease.expiries
         self._buffer.append(request)
 
     async def _settle_corrupt(self) -> None:
@@ -1149,12 +1137,14 @@ class Scheduler:
         done = [i for i, (_, r) in self._inflight.items() if not busy(r)]
         for entry_id in done:
             token, request = self._inflight.pop(entry_id)
-            outcome = request.meta.get(OUTCOME_META_KEY)
+            outcome = request.meta.get(metakeys.OUTCOME)
             if outcome and outcome.get("op") in ("retry", "dead"):
                 self._ops.append(_Op(outcome["op"], entry_id, token, request))
                 continue
-            if _CP_META_KEY in request.meta:
-                self._cp_saves.append((entry_id, token, *request.meta.pop(_CP_META_KEY)))
+            if metakeys.CHECKPOINT_SAVE in request.meta:
+                self._cp_saves.append(
+                    (entry_id, token, *request.meta.pop(metakeys.CHECKPOINT_SAVE))
+                )
             self._acks.append((entry_id, token))
 
     def _busy_check(self) -> Any:
@@ -1175,7 +1165,7 @@ class Scheduler:
     def _held_pairs(self) -> Pairs:
         """Every lease this worker holds: buffered, in flight, finished (acks and ops not
         sent yet), unreadable, and waiting to be released."""
-        pairs = [r.meta[LEASE_META_KEY] for r in self._buffer]
+        pairs = [r.meta[metakeys.LEASE] for r in self._buffer]
         pairs += [(i, t) for i, (t, _) in self._inflight.items()] + self._acks
         pairs += [(op.entry_id, op.token) for op in self._ops]
         pairs += [(lease.id, lease.token) for lease, _ in self._corrupt]
@@ -1245,7 +1235,7 @@ class Scheduler:
         """Drop the buffered requests of leases lost: by (id, token), since the same entry
         may be leased again by this worker under a new token, which is not lost."""
         before = len(self._buffer)
-        self._buffer = _Buffer(r for r in self._buffer if tuple(r.meta[LEASE_META_KEY]) not in lost)
+        self._buffer = _Buffer(r for r in self._buffer if tuple(r.meta[metakeys.LEASE]) not in lost)
         real = lost - set(self._acks)
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
@@ -1313,7 +1303,7 @@ class Scheduler:
         return bool(
             self.config.dedupe_start_requests
             and meta.get("is_start_request")
-            and LEASE_META_KEY not in meta
+            and metakeys.LEASE not in meta
         )
 
     def _on_idle(self) -> None:

@@ -4,13 +4,14 @@ mid-page checkpoint back."""
 from __future__ import annotations
 
 import random
+import itertools
 import time
 
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha import metakeys
 from scrapy_ha.checkpoint import CheckpointMiddleware, _Progress
-from scrapy_ha.codec import LEASE_META_KEY
 
 #: Items of one feed page (the issue's size), and the time they may add.
 FEED_PAGE_ITEMS = 100_000
@@ -38,7 +39,7 @@ def completion_order(n: int, window: int = 100) -> list[int]:
 def test_a_page_of_100000_items_adds_under_a_second():
     saves: list[int] = []
     mw = middleware(saves)
-    page = Request("http://example.com/feed", meta={LEASE_META_KEY: ("1", "1:1"), "ha_task": "t"})
+    page = Request("http://example.com/feed", meta={metakeys.LEASE: ("1", "1:1"), "ha_task": "t"})
     items = [{"id": i} for i in range(1, FEED_PAGE_ITEMS + 1)]
     started = time.process_time()  # CPU time: the machine may be busy with other work
     progress = _Progress(page)
@@ -50,14 +51,14 @@ def test_a_page_of_100000_items_adds_under_a_second():
             assert time.process_time() - started < BUDGET_SECONDS, f"{index} items: too slow"
     assert time.process_time() - started < BUDGET_SECONDS
     assert progress.prefix == FEED_PAGE_ITEMS and not progress.ahead and saves == sorted(saves)
-    assert all(b - a >= 50 for a, b in zip([0, *saves], saves, strict=True))
+    assert all(b - a >= 50 for a, b in itertools.pairwise([0, *saves]))
     assert not mw._pending
 
 
 def test_a_failed_item_holds_the_mid_page_checkpoint_back():
     saves: list[int] = []
     mw = middleware(saves)
-    page = Request("http://example.com/list", meta={LEASE_META_KEY: ("1", "1:1"), "ha_task": "t"})
+    page = Request("http://example.com/list", meta={metakeys.LEASE: ("1", "1:1"), "ha_task": "t"})
     items = [{"id": i} for i in range(1, 201)]
     progress = _Progress(page)
     for index, item in enumerate(items, 1):
@@ -76,7 +77,7 @@ def test_a_page_resumed_past_its_first_items_goes_on_saving():
     saved: list[tuple[int, int]] = []
     mw = middleware([])
     mw._save_mid_page = lambda p: saved.append((p.prefix, p.items_before + p.prefix))  # type: ignore[method-assign]
-    page = Request("http://example.com/list/3", meta={LEASE_META_KEY: ("1", "1:1"), "ha_task": "t"})
+    page = Request("http://example.com/list/3", meta={metakeys.LEASE: ("1", "1:1"), "ha_task": "t"})
     progress = _Progress(page, {"page": 3, "items": 300}, skip=100)  # 200 before page 3
     items = [{"id": i} for i in range(101, 201)]
     for index, item in enumerate(items, 101):

@@ -15,7 +15,7 @@ from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.codec import LEASE_META_KEY, PARENT_META_KEY
+from scrapy_ha import metakeys
 from scrapy_ha.config import SchedulerConfig
 from scrapy_ha.keeper import LeaseKeeper
 from scrapy_ha.keys import Keys
@@ -100,7 +100,7 @@ async def test_a_lost_lease_drops_only_its_own_token(redis_url):
     s = scheduler(q)
     s._keeper = k
     request = Request("http://a.test/list1")
-    request.meta[LEASE_META_KEY] = (b.id, b.token)
+    request.meta[metakeys.LEASE] = (b.id, b.token)
     s._buffer.append(request)
     s._on_renewed(time.monotonic(), got[0])
     assert list(s._buffer) == [request]  # the lease under token B is valid and kept
@@ -114,11 +114,11 @@ async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q)
     a, b = await leased_again(q)
-    child = Request("http://a.test/list2", meta={PARENT_META_KEY: (a.id, a.token)})
+    child = Request("http://a.test/list2", meta={metakeys.PARENT: (a.id, a.token)})
     assert s.enqueue_request(child)
     await s._sync(lease=0)
     assert s.stats.get_value("ha/children_refused") == 1
-    again = Request("http://a.test/list2", meta={PARENT_META_KEY: (b.id, b.token)})
+    again = Request("http://a.test/list2", meta={metakeys.PARENT: (b.id, b.token)})
     assert s.enqueue_request(again)  # not a duplicate: the first was never stored
     await s._sync(lease=0)
     assert (await q.counts()).pending == 1
@@ -151,7 +151,7 @@ async def test_new_leases_do_not_extend_older_buffered_ones(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q)
     old = Request("http://a.test/old")
-    old.meta[LEASE_META_KEY] = ("99", "x-1")  # buffered, its renewal long overdue
+    old.meta[metakeys.LEASE] = ("99", "x-1")  # buffered, its renewal long overdue
     s._buffer.append(old)
     await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
     await s._sync(lease=1)
@@ -169,9 +169,9 @@ async def test_a_suspect_in_a_closed_domain_is_deferred_without_releasing_the_bu
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q)
     suspect = Request("http://closed.test/1", meta={"_ha_suspect": 2})
-    suspect.meta[LEASE_META_KEY] = ("1", "t-1")
+    suspect.meta[metakeys.LEASE] = ("1", "t-1")
     other = Request("http://open.test/2")
-    other.meta[LEASE_META_KEY] = ("2", "t-2")
+    other.meta[metakeys.LEASE] = ("2", "t-2")
     s._buffer.append(suspect)
     s._buffer.append(other)
     s._slot_free = lambda request: True  # no engine, no downloader in this test

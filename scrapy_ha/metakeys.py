@@ -1,0 +1,89 @@
+"""Every ``Request.meta`` key scrapy-ha reads or writes, in one place.
+
+Three kinds, and the name says which:
+
+- **Public** keys (``ha_*``) are the ones a spider sets or reads: they are documented in
+  docs/reference.md and keep their names across releases.
+- **Carried** keys (``ha_*``, set by scrapy-ha) travel with the request through Redis because the
+  next attempt or the next page needs them (retry counts, history, a task's progress). A spider
+  may read them; it should not write them.
+- **Internal** keys (``_ha_*`` and ``ha_lease``/``ha_outcome``) belong to one attempt; the codec
+  strips them before a request is stored, so they never reach Redis.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CHECKPOINT",
+    "COOKIES_VERSION",
+    "HISTORY",
+    "LEASE",
+    "NEXT_PAGE",
+    "OUTCOME",
+    "PARENT",
+    "PROXY",
+    "PROXY_SESSION",
+    "RERUN",
+    "RETRIES",
+    "RETRY_TIMES",
+    "STRIPPED",
+    "SUSPECT",
+    "TASK",
+    "TASK_STATE",
+    "CHECKPOINT_SAVE",
+]
+
+# -- public: a spider sets or reads these -------------------------------------------------
+#: The task a request belongs to: a name on a root request (``False`` opts it out).
+TASK = "ha_task"
+#: The spider's own checkpoint fields: read from ``response.meta``, written back by the spider.
+CHECKPOINT = "ha_checkpoint"
+#: ``True`` marks a request as its task's next page (when its callback differs from its parent's).
+NEXT_PAGE = "ha_next_page"
+#: ``True`` on a start request runs a finished task again.
+RERUN = "ha_rerun"
+#: A per-request retry budget, for every failure class (overrides ``HA_RETRY_POLICIES``).
+RETRY_TIMES = "ha_retry_times"
+
+# -- carried: set by scrapy-ha, stored with the request ---------------------------------
+#: The task's progress (pages done, items seen), carried along its chain of pages.
+TASK_STATE = "ha_cp"
+#: Attempts so far per failure class: ``{"server": 2, ...}``.
+RETRIES = "ha_retries"
+#: The attempt history: ``[{"t", "outcome", "worker", "proxy"}, ...]``.
+HISTORY = "ha_history"
+#: The id (``host:port``) of the proxy an attempt went through; never a password.
+PROXY = "ha_proxy"
+#: The tunnel session an attempt used.
+PROXY_SESSION = "ha_proxy_session"
+#: The version of the shared cookie jar the request needs.
+COOKIES_VERSION = "ha_cookies_v"
+
+# -- internal: one attempt only, stripped before storing --------------------------------
+#: The lease ``(entry id, token)`` of a request handed out by the scheduler; a new one per lease.
+LEASE = "ha_lease"
+#: The verdict of the retry middleware on this attempt (retry or dead-letter, class, reason, delay).
+OUTCOME = "ha_outcome"
+#: On each request a callback yields: the lease of the page that yielded it. A child is stored
+#: only while its parent's lease is held.
+PARENT = "_ha_parent"
+#: A checkpoint to save when this page's lease is acked.
+CHECKPOINT_SAVE = "_ha_cp_save"
+#: How many leases of this request expired before (its worker died or stalled).
+SUSPECT = "_ha_suspect"
+
+#: Keys the codec drops before storing: they describe one attempt and would be stale, or
+#: secret, on the next (the next attempt sets them again). Scrapy's own per-attempt keys are
+#: listed beside them.
+STRIPPED = frozenset(
+    (
+        LEASE,
+        PARENT,
+        OUTCOME,
+        CHECKPOINT_SAVE,
+        SUSPECT,
+        "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
+        "download_latency",  # the download handler: how long this attempt took
+        "cached_response",  # HttpCacheMiddleware: a Response object of this attempt
+    )
+)
