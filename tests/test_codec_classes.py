@@ -19,7 +19,7 @@ from scrapy.http import FormRequest
 from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha import codec
+from scrapy_ha._codec import trust
 from scrapy_ha.codec import CodecError, decode_request, encode_request
 
 
@@ -46,7 +46,7 @@ class ClassesSpider(scrapy.Spider):
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):
     """As in a worker that has stored nothing yet (a restarted one)."""
-    monkeypatch.setattr(codec, "_NAMES", {})
+    monkeypatch.setattr(trust, "NAMES", {})
 
 
 def spider(settings=None):
