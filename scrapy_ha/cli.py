@@ -16,7 +16,6 @@ from typing import Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha.codec import mask_payload
 from scrapy_ha.config import ConfigError
 from scrapy_ha.connection import RedisUnavailable, check_reachable, display_url, redis_from_settings
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
@@ -150,9 +149,8 @@ async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     if entry is None:
         print(f"no dead-letter entry {args.id} in {queue.keys.spider}", file=sys.stderr)
         return 1
-    request = mask_payload({k: v for k, v in entry.request.items() if k != "b"})
     kind, body = entry.body()
-    shown = {**entry.as_dict(), "request": request}
+    shown = {**entry.as_dict(), "request": entry.summary.printable()}
     if kind != "none":
         shown.update(body=body, body_format=kind)
     print(json.dumps(shown, indent=2, ensure_ascii=False))

@@ -24,9 +24,12 @@ Credentials never reach Redis: proxy credentials, and the ``Authorization`` and 
 headers that Scrapy's middlewares add again on every download, are dropped before storing;
 :func:`mask_url` and :func:`mask_payload` hide secrets in what is printed.
 
+Tools that read stored requests without running them (the dead-letter queue, the CLI) use
+:func:`describe` and :func:`reset_attempts`, never the stored field names.
+
 The implementation lives in :mod:`scrapy_ha._codec`: ``format`` (the stored document),
 ``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (stripping and
-masking).
+masking), ``summary`` (reading without rebuilding).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from scrapy_ha._codec.credentials import mask_payload, mask_url, strip_credentia
 from scrapy_ha._codec.decode import decode_request
 from scrapy_ha._codec.encode import UNSTORABLE_POLICIES, encode_request
 from scrapy_ha._codec.format import FORMAT_VERSION, CodecError
+from scrapy_ha._codec.summary import RequestSummary, describe, reset_attempts
 from scrapy_ha._codec.trust import CODEC_CLASSES_SETTING
 
 __all__ = [
@@ -42,9 +46,12 @@ __all__ = [
     "FORMAT_VERSION",
     "UNSTORABLE_POLICIES",
     "CodecError",
+    "RequestSummary",
     "decode_request",
+    "describe",
     "encode_request",
     "mask_payload",
     "mask_url",
+    "reset_attempts",
     "strip_credentials",
 ]

@@ -10,7 +10,6 @@ reset; it is atomic per entry and idempotent (an entry already requeued is skipp
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit
 
 import redis.asyncio
 
-from scrapy_ha import metakeys
+from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.queue import RedisQueue
 
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 
 #: Entries read per round trip when scanning the dead-letter queue.
 SCAN_BATCH = 500
-_RESET_META = (metakeys.RETRIES, metakeys.HISTORY, metakeys.OUTCOME)
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,13 @@ class DeadEntry:
     reason: str
     dead_at: int
     info: dict[str, Any] = field(default_factory=dict)
-    request: dict[str, Any] = field(default_factory=dict)
+    #: The stored request as the codec reads it without rebuilding it.
+    summary: RequestSummary = field(default_factory=lambda: describe(None))
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The stored request document (``json.loads`` of the payload; ``{}`` if unreadable)."""
+        return self.summary.document
 
     @property
     def domain(self) -> str:
@@ -56,7 +60,7 @@ class DeadEntry:
         return {
             "id": self.id,
             "url": self.url,
-            "method": self.request.get("m", "GET"),
+            "method": self.summary.method,
             "class": self.cls,
             "reason": self.reason,
             "attempts": self.attempts,
@@ -71,11 +75,7 @@ class DeadEntry:
         """The request body for a reader: ``("json", value)`` when it is JSON, ``("text",
         str)`` when it is UTF-8 text, ``("bytes", str)`` with other bytes escaped, or
         ``("none", "")``."""
-        raw = self.request.get("b", "")
-        if isinstance(raw, dict) and "__b" in raw:  # the codec's tag for bytes
-            raw = base64.b64decode(raw["__b"])
-        if isinstance(raw, str):
-            raw = raw.encode()
+        raw = self.summary.body
         if not raw:
             return "none", ""
         try:
@@ -105,20 +105,15 @@ def _parse(entry_id: str, dead_at: float, info: bytes | None, payload: bytes | N
         meta = json.loads(info) if info else {}
     except ValueError:
         meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
-    try:
-        request = json.loads(payload) if payload else {}
-    except ValueError:
-        request = {}
-    if not isinstance(request, dict):
-        request = {}
+    summary = describe(payload)
     return DeadEntry(
         entry_id,
-        str(request.get("u", meta.get("payload", "?"))),
+        summary.url if summary.url is not None else str(meta.get("payload", "?")),
         str(meta.get("class", "unknown")),
         str(meta.get("reason", "")),
         int(dead_at),
         meta,
-        request,
+        summary,
     )
 
 
@@ -199,7 +194,7 @@ class DeadLetterQueue:
             chunk = ids[start : start + SCAN_BATCH]
             payloads = await self.client.hmget(self.keys.payload, chunk)
             entries = [
-                (entry_id, *_reset(payload))
+                (entry_id, describe(payload).priority, reset_attempts(payload))
                 for entry_id, payload in zip(chunk, payloads, strict=True)
                 if payload is not None
             ]
@@ -214,20 +209,3 @@ class DeadLetterQueue:
                 for i in range(0, len(ids), SCAN_BATCH)
             ]
         )
-
-
-def _reset(payload: bytes) -> tuple[int, bytes]:
-    """(priority, payload without the attempt counters, history and verdict)."""
-    try:
-        doc = json.loads(payload)
-    except ValueError:
-        return 0, payload
-    meta = doc.get("mt")
-    if isinstance(meta, dict) and "__d" in meta:  # meta with non-string keys (codec tag)
-        meta["__d"] = [pair for pair in meta["__d"] if pair[0] not in _RESET_META]
-    elif isinstance(meta, dict):
-        for key in _RESET_META:
-            meta.pop(key, None)
-        if not meta:
-            doc.pop("mt")
-    return int(doc.get("p", 0)), json.dumps(doc, separators=(",", ":")).encode()
