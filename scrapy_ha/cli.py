@@ -22,16 +22,8 @@ from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.queue import RedisQueue
 
+#: A subcommand: what it prints goes to stdout/stderr, what it returns is the exit code.
 Command = Callable[[RedisQueue, argparse.Namespace], Awaitable[int]]
-_COMMANDS: dict[str, Command] = {}
-
-
-def command(name: str) -> Callable[[Command], Command]:
-    def register(func: Command) -> Command:
-        _COMMANDS[name] = func
-        return func
-
-    return register
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -53,14 +45,12 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         await check_reachable(client, display_url(settings), 5.0)
         queue = RedisQueue(client, Keys(prefix, args.spider))
-        sub = getattr(args, "dlq", None) or getattr(args, "checkpoints", None)
-        name = f"{args.command} {sub}" if sub else args.command
-        return await _COMMANDS[name](queue, args)
+        func: Command = args.func
+        return await func(queue, args)
     finally:
         await client.aclose()
 
 
-@command("status")
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Counts per state (pending, leased, delayed, dead), live workers, fingerprints."""
     if not await _crawl_exists(queue):
@@ -87,7 +77,6 @@ async def _crawl_exists(queue: RedisQueue) -> bool:
     return bool(await _checkpoint_keys(queue))
 
 
-@command("flush")
 async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete every key of the crawl (dead-letter queue included); refuses while workers live."""
     counts = await queue.counts()
@@ -112,7 +101,6 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
     )
 
 
-@command("dlq list")
 async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Dead-letter entries: id, class, attempts, reason, URL; filter by class, domain, reason."""
     entries = await _selected(DeadLetterQueue(queue), args)
@@ -141,7 +129,6 @@ def _entries(n: int) -> str:
     return f"{n} entr{'y' if n == 1 else 'ies'}"
 
 
-@command("dlq show")
 async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One entry in full, as JSON (the request, class, reason, history); the body as text
     (JSON bodies as JSON), other bytes escaped."""
@@ -157,7 +144,6 @@ async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
-@command("dlq export")
 async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Every matching entry as one JSON object per line (url, class, reason, attempts, ...)."""
     for e in await _selected(DeadLetterQueue(queue), args):
@@ -165,13 +151,11 @@ async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
-@command("dlq requeue")
 async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
     return await _bulk(queue, args, "requeued", DeadLetterQueue(queue).requeue)
 
 
-@command("dlq purge")
 async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete entries for good (IDs, or --all, or filters)."""
     return await _bulk(queue, args, "purged", DeadLetterQueue(queue).purge)
@@ -200,7 +184,6 @@ async def _checkpoint_keys(queue: RedisQueue) -> list[str]:
     return sorted(keys)
 
 
-@command("checkpoints list")
 async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One line per task: task, page, items, done, size in bytes."""
     for key in await _checkpoint_keys(queue):
@@ -216,7 +199,6 @@ async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
-@command("checkpoints show")
 async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One task's checkpoint (JSON)."""
     raw = await queue.client.get(queue.keys.checkpoint(args.task))
@@ -227,7 +209,6 @@ async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
-@command("checkpoints reset")
 async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete checkpoints (TASKs, or --all): those tasks start from their first page again."""
     if not (args.tasks or args.all):
@@ -243,22 +224,27 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
+def _command(sub: Any, name: str, func: Command) -> argparse.ArgumentParser:
+    """The subcommand *name*, which runs *func* (argparse dispatches: ``args.func``); its
+    help is *func*'s docstring, its first argument the spider."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=func.__doc__)
+    parser.set_defaults(func=func)
+    parser.add_argument("spider")
+    return parser
+
+
 def _add_checkpoints(sub: Any) -> None:
     cps = sub.add_parser("checkpoints", help="pagination checkpoints").add_subparsers(
         dest="checkpoints", required=True
     )
-    cps.add_parser("list", help=checkpoints_list.__doc__).add_argument("spider")
-    show = cps.add_parser("show", help=checkpoints_show.__doc__)
-    show.add_argument("spider")
-    show.add_argument("task")
-    reset = cps.add_parser("reset", help=checkpoints_reset.__doc__)
-    reset.add_argument("spider")
+    _command(cps, "list", checkpoints_list)
+    _command(cps, "show", checkpoints_show).add_argument("task")
+    reset = _command(cps, "reset", checkpoints_reset)
     reset.add_argument("tasks", nargs="*", metavar="TASK")
     reset.add_argument("--all", action="store_true")
 
 
 def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool = False) -> None:
-    p.add_argument("spider")
     if ids:
         p.add_argument("ids", nargs="*", metavar="ID", help="entry ids (see `dlq list`)")
         p.add_argument("--all", action="store_true", help="every entry")
@@ -273,26 +259,25 @@ def _add_dlq(sub: Any) -> None:
     dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
         dest="dlq", required=True
     )
-    _add_filters(dlq.add_parser("list", help=dlq_list.__doc__), limit=True)
-    show = dlq.add_parser("show", help=dlq_show.__doc__)
-    show.add_argument("spider")
-    show.add_argument("id")
-    _add_filters(dlq.add_parser("export", help=dlq_export.__doc__), limit=True)
-    _add_filters(dlq.add_parser("requeue", help=dlq_requeue.__doc__), ids=True, limit=True)
-    _add_filters(dlq.add_parser("purge", help=dlq_purge.__doc__), ids=True, limit=True)
+    _add_filters(_command(dlq, "list", dlq_list), limit=True)
+    _command(dlq, "show", dlq_show).add_argument("id")
+    _add_filters(_command(dlq, "export", dlq_export), limit=True)
+    _add_filters(_command(dlq, "requeue", dlq_requeue), ids=True, limit=True)
+    _add_filters(_command(dlq, "purge", dlq_purge), ids=True, limit=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``scrapy-ha`` command line: each subcommand's parser carries its function."""
     parser = argparse.ArgumentParser(prog="scrapy-ha", description=__doc__.splitlines()[0])
     parser.add_argument("--redis-url", help="Redis URL (default: the project's REDIS_URL)")
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("status", help=status.__doc__)
-    p.add_argument("spider")
-    p.add_argument("--json", action="store_true", help="one JSON object")
-    p = sub.add_parser("flush", help=flush.__doc__)
-    p.add_argument("spider")
-    p.add_argument("--force", action="store_true", help="even while workers are alive")
+    _command(sub, "status", status).add_argument(
+        "--json", action="store_true", help="one JSON object"
+    )
+    _command(sub, "flush", flush).add_argument(
+        "--force", action="store_true", help="even while workers are alive"
+    )
     _add_dlq(sub)
     _add_checkpoints(sub)
     return parser
