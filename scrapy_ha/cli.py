@@ -7,6 +7,8 @@ Redis is found from ``--redis-url``, else the Scrapy project's settings
 
 from __future__ import annotations
 
+__all__ = ["build_parser", "main"]
+
 import argparse
 import asyncio
 import json

@@ -6,9 +6,14 @@
 
 Requeue puts entries back in the pending queue with their attempt counters and history
 reset; it is atomic per entry and idempotent (an entry already requeued is skipped).
+Entries are read with the codec's :func:`~scrapy_ha.codec.describe`: a stored request is
+data here, never rebuilt, so an entry this worker could not decode is listed all the same.
+docs/reference.md has a complete script.
 """
 
 from __future__ import annotations
+
+__all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue"]
 
 import json
 from dataclasses import dataclass, field
