@@ -27,7 +27,7 @@ headers that Scrapy's middlewares add again on every download, are dropped befor
 Tools that read stored requests without running them (the dead-letter queue, the CLI) use
 :func:`describe` and :func:`reset_attempts`, never the stored field names.
 
-The implementation lives in :mod:`scrapy_ha._codec`: ``format`` (the stored document),
+The implementation lives in :mod:`scrapy_ha._codec`: ``document`` (the stored document),
 ``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (stripping and
 masking), ``summary`` (reading without rebuilding).
 """
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from scrapy_ha._codec.credentials import mask_payload, mask_url, strip_credentials
 from scrapy_ha._codec.decode import decode_request
+from scrapy_ha._codec.document import FORMAT_VERSION, CodecError
 from scrapy_ha._codec.encode import UNSTORABLE_POLICIES, encode_request
-from scrapy_ha._codec.format import FORMAT_VERSION, CodecError
 from scrapy_ha._codec.summary import RequestSummary, describe, reset_attempts
 from scrapy_ha._codec.trust import CODEC_CLASSES_SETTING
 

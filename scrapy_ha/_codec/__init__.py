@@ -1,6 +1,6 @@
 """The request codec's implementation; users import :mod:`scrapy_ha.codec`.
 
-- :mod:`.format`: the stored document (its fields, their short names and defaults, the tags);
+- :mod:`.document`: the stored document (its fields, their short names and defaults, the tags);
 - :mod:`.encode`: a Request to a document, with every meta and cb_kwargs value tagged;
 - :mod:`.decode`: a document back to a Request, building only what :mod:`.trust` allows;
 - :mod:`.trust`: which classes and callbacks a payload may name;

@@ -17,7 +17,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from w3lib.http import basic_auth_header
 
 from scrapy_ha import metakeys
-from scrapy_ha._codec.format import DICT_TAG, META
+from scrapy_ha._codec.document import DICT_TAG, META
 
 if TYPE_CHECKING:
     from scrapy import Spider

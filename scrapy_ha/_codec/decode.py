@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.http import Request
 
 from scrapy_ha._codec import trust
-from scrapy_ha._codec.format import (
+from scrapy_ha._codec.document import (
     BYTES_TAG,
     CALLBACKS,
     CLASS,

@@ -21,7 +21,7 @@ from scrapy.http import Request
 
 from scrapy_ha._codec import trust
 from scrapy_ha._codec.credentials import clean_headers, clean_meta
-from scrapy_ha._codec.format import (
+from scrapy_ha._codec.document import (
     BYTES_TAG,
     CALLBACKS,
     CLASS,

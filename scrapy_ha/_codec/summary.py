@@ -15,7 +15,7 @@ from typing import Any
 
 from scrapy_ha import metakeys
 from scrapy_ha._codec.credentials import mask_payload
-from scrapy_ha._codec.format import (
+from scrapy_ha._codec.document import (
     BODY,
     BYTES_TAG,
     CALLBACK,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.item import Item
 
-from scrapy_ha._codec.format import CodecError, Unstorable, type_name
+from scrapy_ha._codec.document import CodecError, Unstorable, type_name
 
 attr_module: ModuleType | None
 try:  # attrs ships with Twisted, but an item class check must not need it
