@@ -51,6 +51,8 @@ DEFAULT_RECLAIM_INTERVAL = 10.0
 DEFAULT_RECLAIM_BATCH = 100
 #: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.
 DEFAULT_MAX_LEASE_EXPIRIES = 3
+#: Scrapy's CONCURRENT_REQUESTS default: what the prefetch follows unless HA_PREFETCH is set.
+SCRAPY_CONCURRENT_REQUESTS = 16
 #: Requests handed to the engine and not finished, per CONCURRENT_REQUESTS: the downloads
 #: plus as many responses waiting in the scraper. Bounds what a killed worker re-crawls.
 INFLIGHT_PER_CONCURRENT_REQUEST = 2
@@ -62,10 +64,6 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_RECONNECT_MAX_DELAY = 10.0
 #: Longest wait of the background loop between two rounds when nothing wakes it.
 DEFAULT_TICK = 0.25
-#: Due delayed entries promoted per lease call (bounds one script's run time).
-DEFAULT_PROMOTE_BATCH = 500
-#: Requests per enqueue batch sent in one script call.
-DEFAULT_BATCH_SIZE = 500
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
 #: A child that cannot be stored fails its parent: a loud error, never a silent loss.
@@ -94,8 +92,8 @@ class SchedulerConfig:
     reclaim_interval: float = DEFAULT_RECLAIM_INTERVAL
     reclaim_batch: int = DEFAULT_RECLAIM_BATCH
     max_lease_expiries: int = DEFAULT_MAX_LEASE_EXPIRIES
-    prefetch: int = 16
-    max_inflight: int = 32
+    prefetch: int = SCRAPY_CONCURRENT_REQUESTS
+    max_inflight: int = INFLIGHT_PER_CONCURRENT_REQUEST * SCRAPY_CONCURRENT_REQUESTS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     feed: bool = False
     persist: bool = False
@@ -110,7 +108,7 @@ class SchedulerConfig:
     unstorable: str = DEFAULT_UNSTORABLE
     dedupe: bool = True
     dupefilter_debug: bool = False
-    order: str = "lifo"
+    order: str = QUEUE_ORDERS[0]
     renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
     #: HA_WORKER_ID was set: the worker id is the user's, not one made up at start.
     worker_id_given: bool = False
@@ -120,7 +118,7 @@ class SchedulerConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Read and validate the ``HA_*`` settings (and scrapy-redis's own)."""
-        concurrency = settings.getint("CONCURRENT_REQUESTS")
+        concurrency = check.whole(settings, "CONCURRENT_REQUESTS", SCRAPY_CONCURRENT_REQUESTS)
         prefetch = check.whole(settings, "HA_PREFETCH", concurrency)
         max_inflight = check.whole(
             settings, "HA_MAX_INFLIGHT", INFLIGHT_PER_CONCURRENT_REQUEST * concurrency
