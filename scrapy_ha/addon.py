@@ -25,6 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from scrapy.settings import BaseSettings
 
 #: What the add-on sets, at "addon" priority (below the project's own settings).
@@ -63,7 +65,9 @@ class Addon:
             _add_components(settings, "DOWNLOADER_MIDDLEWARES", SHARED_COOKIES)
 
 
-def _add_components(settings: BaseSettings, name: str, components: dict[str, int | None]) -> None:
+def _add_components(
+    settings: BaseSettings, name: str, components: Mapping[str, int | None]
+) -> None:
     current = settings[name]
     for path, order in components.items():
         if path not in current:

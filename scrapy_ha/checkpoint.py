@@ -36,7 +36,10 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_ha import metakeys
+from scrapy_ha._registry import scheduler_for
 from scrapy_ha.codec import CodecError, decode_request, encode_request
+from scrapy_ha.config import CheckpointConfig
+from scrapy_ha.stores import CheckpointStore
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -48,16 +51,6 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
-
-
-#: Items between two checkpoints within a page: a kill re-emits at most 49 items, at the cost of
-#: one small write per 50.
-DEFAULT_EVERY_ITEMS = 50
-#: A checkpoint larger than this is refused: a checkpoint says where a task stands, not what
-#: it found (that belongs in items).
-DEFAULT_MAX_BYTES = 2048
-#: Checkpoints expire after a week without a save.
-DEFAULT_TTL = 7 * 24 * 3600.0
 #: Items tracked between their page and the pipelines' verdict, at most: far above what
 #: Scrapy keeps in flight (CONCURRENT_ITEMS per page × CONCURRENT_REQUESTS pages). An item
 #: pushed out only holds its page's mid-page checkpoint back, never moves it forward.
@@ -67,15 +60,17 @@ PENDING_LIMIT = 100_000
 class CheckpointMiddleware:
     """Spider middleware that saves and resumes pagination checkpoints."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        settings = crawler.settings
+    def __init__(self, crawler: Crawler, config: CheckpointConfig | None = None) -> None:
+        """*config* defaults to the crawler's settings (read whether HA_CHECKPOINTS is on)."""
+        config = config or CheckpointConfig.from_settings(crawler.settings)
         self.crawler = crawler
         self.stats = crawler.stats
-        self.every = settings.getint("HA_CHECKPOINT_ITEMS", DEFAULT_EVERY_ITEMS)
-        self.max_bytes = settings.getint("HA_CHECKPOINT_MAX_BYTES", DEFAULT_MAX_BYTES)
-        self.ttl_ms = int(settings.getfloat("HA_CHECKPOINT_TTL", DEFAULT_TTL) * 1000)
-        self.rerun = settings.getbool("HA_CHECKPOINT_RERUN", False)
-        self.id_field = settings.get("HA_CHECKPOINT_ID_FIELD", "id")
+        self.config = config
+        self.every = config.every_items
+        self.max_bytes = config.max_bytes
+        self.ttl_ms = config.ttl_ms
+        self.rerun = config.rerun
+        self.id_field = config.id_field
         # id(item) -> (its page's progress, its index in the page)
         self._pending: dict[int, tuple[_Progress, int]] = {}
         crawler.signals.connect(self._item_done, signal=signals.item_scraped)
@@ -84,9 +79,10 @@ class CheckpointMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("HA_CHECKPOINTS", False):
+        config = CheckpointConfig.from_settings(crawler.settings)
+        if not config.enabled:
             raise NotConfigured  # off unless asked for: silent
-        return cls(crawler)
+        return cls(crawler, config)
 
     # -- resume -------------------------------------------------------------------
 
@@ -144,14 +140,11 @@ class CheckpointMiddleware:
         return request
 
     async def _load(self, task: str) -> dict[str, Any] | None:
-        scheduler = self._scheduler()
-        assert scheduler.queue is not None
-        raw = await scheduler.queue.client.get(scheduler.queue.keys.checkpoint(task))
-        return json.loads(raw) if raw else None
+        queue = self._scheduler().queue  # read each time: a reconnect makes a new client
+        assert queue is not None
+        return await CheckpointStore(queue.client, queue.keys).get(task)
 
     def _scheduler(self) -> Scheduler:
-        from scrapy_ha.scheduler import scheduler_for
-
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.queue is None:
             raise NotConfigured("HA_CHECKPOINTS needs SCHEDULER = 'scrapy_ha.Scheduler'")

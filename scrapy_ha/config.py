@@ -1,4 +1,10 @@
-"""Settings of the scheduler: defaults, where they come from, and validation."""
+"""Every setting scrapy-ha reads: one frozen ``*Config.from_settings`` per component.
+
+Each default is a constant here (or beside the rule it belongs to) with the reason for its
+value; each value is checked by the helpers of :mod:`scrapy_ha._validate`, so a bad one fails
+at start naming the setting, the value and what it must be. No other module reads an
+``HA_*`` setting.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,30 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from scrapy_ha import _validate as check
+from scrapy_ha._mwconfig import ProxyConfig, RetryConfig
+from scrapy_ha._validate import ConfigError
 from scrapy_ha.codec import UNSTORABLE_POLICIES
 from scrapy_ha.keys import DEFAULT_PREFIX
+from scrapy_ha.queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.settings import BaseSettings
+
+__all__ = [
+    "CheckpointConfig",
+    "ConfigError",
+    "CookiesConfig",
+    "DeadLetterConfig",
+    "ProxyConfig",
+    "RetryConfig",
+    "SchedulerConfig",
+    "UserAgentConfig",
+]
 
 #: Lease length: a slow page and its pipelines fit; a dead worker's requests come back within
 #: a minute (BullMQ locks jobs for 30 s too).
@@ -30,6 +51,8 @@ DEFAULT_RECLAIM_INTERVAL = 10.0
 DEFAULT_RECLAIM_BATCH = 100
 #: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.
 DEFAULT_MAX_LEASE_EXPIRIES = 3
+#: Scrapy's CONCURRENT_REQUESTS default: what the prefetch follows unless HA_PREFETCH is set.
+SCRAPY_CONCURRENT_REQUESTS = 16
 #: Requests handed to the engine and not finished, per CONCURRENT_REQUESTS: the downloads
 #: plus as many responses waiting in the scraper. Bounds what a killed worker re-crawls.
 INFLIGHT_PER_CONCURRENT_REQUEST = 2
@@ -41,10 +64,6 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_RECONNECT_MAX_DELAY = 10.0
 #: Longest wait of the background loop between two rounds when nothing wakes it.
 DEFAULT_TICK = 0.25
-#: Due delayed entries promoted per lease call (bounds one script's run time).
-DEFAULT_PROMOTE_BATCH = 500
-#: Requests per enqueue batch sent in one script call.
-DEFAULT_BATCH_SIZE = 500
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
 #: A child that cannot be stored fails its parent: a loud error, never a silent loss.
@@ -62,10 +81,6 @@ DEFAULT_WATCHDOG_LEASE_PERIODS = 10
 QUEUE_ORDERS = ("lifo", "fifo")
 
 
-class ConfigError(ValueError):
-    """A setting has a value scrapy-ha cannot use; the message names both."""
-
-
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Everything the scheduler reads from settings, validated."""
@@ -77,8 +92,8 @@ class SchedulerConfig:
     reclaim_interval: float = DEFAULT_RECLAIM_INTERVAL
     reclaim_batch: int = DEFAULT_RECLAIM_BATCH
     max_lease_expiries: int = DEFAULT_MAX_LEASE_EXPIRIES
-    prefetch: int = 16
-    max_inflight: int = 32
+    prefetch: int = SCRAPY_CONCURRENT_REQUESTS
+    max_inflight: int = INFLIGHT_PER_CONCURRENT_REQUEST * SCRAPY_CONCURRENT_REQUESTS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     feed: bool = False
     persist: bool = False
@@ -93,53 +108,67 @@ class SchedulerConfig:
     unstorable: str = DEFAULT_UNSTORABLE
     dedupe: bool = True
     dupefilter_debug: bool = False
-    order: str = "lifo"
+    order: str = QUEUE_ORDERS[0]
     renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
+    #: HA_WORKER_ID was set: the worker id is the user's, not one made up at start.
+    worker_id_given: bool = False
+    #: HA_FEED was set (True or False); unset, the spider decides (a RedisSpider feeds).
+    feed_given: bool = False
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Read and validate the ``HA_*`` settings (and scrapy-redis's own)."""
-        concurrency = settings.getint("CONCURRENT_REQUESTS")
-        prefetch = _positive_int(settings, "HA_PREFETCH", concurrency)
-        max_inflight = _positive_int(
+        concurrency = check.whole(settings, "CONCURRENT_REQUESTS", SCRAPY_CONCURRENT_REQUESTS)
+        prefetch = check.whole(settings, "HA_PREFETCH", concurrency)
+        max_inflight = check.whole(
             settings, "HA_MAX_INFLIGHT", INFLIGHT_PER_CONCURRENT_REQUEST * concurrency
         )
         config = cls(
-            key_prefix=_text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX),
-            lease_time=_seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
-            renew_interval=_seconds(settings, "HA_LEASE_RENEW_INTERVAL", DEFAULT_RENEW_INTERVAL),
-            heartbeat_ttl=_seconds(settings, "HA_HEARTBEAT_TTL", DEFAULT_HEARTBEAT_TTL),
-            reclaim_interval=_seconds(settings, "HA_RECLAIM_INTERVAL", DEFAULT_RECLAIM_INTERVAL),
-            reclaim_batch=_positive_int(settings, "HA_RECLAIM_BATCH", DEFAULT_RECLAIM_BATCH),
-            max_lease_expiries=_positive_int(
+            key_prefix=check.text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX),
+            lease_time=check.seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
+            renew_interval=check.seconds(
+                settings, "HA_LEASE_RENEW_INTERVAL", DEFAULT_RENEW_INTERVAL
+            ),
+            heartbeat_ttl=check.seconds(settings, "HA_HEARTBEAT_TTL", DEFAULT_HEARTBEAT_TTL),
+            reclaim_interval=check.seconds(
+                settings, "HA_RECLAIM_INTERVAL", DEFAULT_RECLAIM_INTERVAL
+            ),
+            reclaim_batch=check.whole(settings, "HA_RECLAIM_BATCH", DEFAULT_RECLAIM_BATCH),
+            max_lease_expiries=check.whole(
                 settings, "HA_MAX_LEASE_EXPIRIES", DEFAULT_MAX_LEASE_EXPIRIES
             ),
             prefetch=prefetch,
             max_inflight=max_inflight,
-            idle_timeout=_seconds(settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True),
-            feed=_bool(settings, "HA_FEED", False),
-            persist=_bool(settings, "SCHEDULER_PERSIST", False),
-            flush_on_start=_bool(settings, "SCHEDULER_FLUSH_ON_START", False),
-            dedupe_start_requests=_bool(settings, "HA_DEDUPE_START_REQUESTS", True),
-            connect_timeout=_seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
-            reconnect_max_delay=_seconds(
+            idle_timeout=check.seconds(
+                settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True
+            ),
+            feed=check.boolean(settings, "HA_FEED", False),
+            persist=check.boolean(settings, "SCHEDULER_PERSIST", False),
+            flush_on_start=check.boolean(settings, "SCHEDULER_FLUSH_ON_START", False),
+            dedupe_start_requests=check.boolean(settings, "HA_DEDUPE_START_REQUESTS", True),
+            connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
+            reconnect_max_delay=check.seconds(
                 settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY
             ),
-            tick=_seconds(settings, "HA_TICK", DEFAULT_TICK),
-            start_urls_key=_text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
-            start_urls_batch=_positive_int(
+            tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK),
+            start_urls_key=check.text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
+            start_urls_batch=check.whole(
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
-            worker_id=_text(settings, "HA_WORKER_ID", "") or default_worker_id(),
-            unstorable=_choice(settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES),
+            worker_id=check.text(settings, "HA_WORKER_ID", "") or default_worker_id(),
+            worker_id_given=bool(settings.get("HA_WORKER_ID")),
+            feed_given=check.given(settings, "HA_FEED"),
+            unstorable=check.choice(
+                settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
+            ),
             dedupe=_dedupe(settings),
-            dupefilter_debug=_bool(settings, "DUPEFILTER_DEBUG", False),
+            dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
             order=queue_order(settings),
-            renew_watchdog=_seconds(
+            renew_watchdog=check.seconds(
                 settings,
                 "HA_RENEW_WATCHDOG",
                 DEFAULT_WATCHDOG_LEASE_PERIODS
-                * _seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
+                * check.seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
             ),
         )
         _refuse_jobdir(settings)
@@ -228,18 +257,6 @@ def default_worker_id(job: str | None = None) -> str:
     return f"{base}:{job}:{tag}" if job else f"{base}:{tag}"
 
 
-def _raw(settings: BaseSettings, name: str, default: Any) -> Any:
-    value = settings.get(name)
-    return default if value is None else value
-
-
-def _text(settings: BaseSettings, name: str, default: str) -> str:
-    value = _raw(settings, name, default)
-    if not isinstance(value, str):
-        raise ConfigError(f"{name}={value!r} must be a string")
-    return value
-
-
 def _dedupe(settings: BaseSettings) -> bool:
     """DUPEFILTER_CLASS: Scrapy's or scrapy-redis's filter means Redis's, BaseDupeFilter off."""
     value = settings.get("DUPEFILTER_CLASS") or DEDUPING_FILTERS[0]
@@ -265,43 +282,107 @@ def _refuse_jobdir(settings: BaseSettings) -> None:
         )
 
 
-def _choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = _raw(settings, name, default)
-    if value not in choices:
-        listed = " or ".join(repr(c) for c in choices)
-        raise ConfigError(f"{name}={value!r} must be one of {listed}")
-    return str(value)
+# -- the dead-letter queue ------------------------------------------------------------------
+
+#: Warn once when the dead-letter queue passes this many entries: a crawl that dead-letters
+#: this much has a cause worth a look (a ban, a site change).
+DEFAULT_DLQ_WARN_THRESHOLD = 1000
 
 
-def _number(settings: BaseSettings, name: str, default: float) -> float:
-    value = _raw(settings, name, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}={value!r} is not a number") from None
+@dataclass(frozen=True)
+class DeadLetterConfig:
+    """Retention of the dead-letter queue (trimmed at each dead letter) and its warning."""
+
+    max_entries: int = DEFAULT_DLQ_MAX_ENTRIES
+    max_age: float = DEFAULT_DLQ_MAX_AGE_MS / 1000
+    warn_threshold: int = DEFAULT_DLQ_WARN_THRESHOLD
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        return cls(
+            max_entries=check.whole(settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES),
+            max_age=check.seconds(settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000),
+            warn_threshold=check.whole(
+                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD
+            ),
+        )
+
+    @property
+    def max_age_ms(self) -> int:
+        return int(self.max_age * 1000)
 
 
-def _seconds(settings: BaseSettings, name: str, default: float, *, zero: bool = False) -> float:
-    value = _number(settings, name, default)
-    if value < 0 or (value == 0 and not zero):
-        limit = "0 or more" if zero else "more than 0"
-        raise ConfigError(f"{name}={_raw(settings, name, default)!r} must be {limit} seconds")
-    return value
+# -- checkpoints, cookies, user agents ------------------------------------------------------
+
+#: Items between two checkpoints within a page: a kill re-emits at most 49 items, at the cost of
+#: one small write per 50.
+DEFAULT_CHECKPOINT_ITEMS = 50
+#: A checkpoint larger than this is refused: a checkpoint says where a task stands, not what
+#: it found (that belongs in items).
+DEFAULT_CHECKPOINT_MAX_BYTES = 2048
+#: Checkpoints expire after a week without a save: long enough for a weekly re-crawl.
+DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
+#: The item field whose last value a checkpoint records.
+DEFAULT_CHECKPOINT_ID_FIELD = "id"
 
 
-def _positive_int(settings: BaseSettings, name: str, default: int) -> int:
-    value = _raw(settings, name, default)
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        number = 0
-    if number < 1 or str(number) != str(value).strip():
-        raise ConfigError(f"{name}={value!r} must be a whole number of 1 or more")
-    return number
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Pagination checkpoints (HA_CHECKPOINTS); ``every_items=0`` saves at page ends only."""
+
+    enabled: bool = False
+    every_items: int = DEFAULT_CHECKPOINT_ITEMS
+    max_bytes: int = DEFAULT_CHECKPOINT_MAX_BYTES
+    ttl: float = DEFAULT_CHECKPOINT_TTL
+    rerun: bool = False
+    id_field: str = DEFAULT_CHECKPOINT_ID_FIELD
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        return cls(
+            enabled=check.boolean(settings, "HA_CHECKPOINTS", False),
+            every_items=check.whole(
+                settings, "HA_CHECKPOINT_ITEMS", DEFAULT_CHECKPOINT_ITEMS, minimum=0
+            ),
+            max_bytes=check.whole(
+                settings, "HA_CHECKPOINT_MAX_BYTES", DEFAULT_CHECKPOINT_MAX_BYTES
+            ),
+            ttl=check.seconds(settings, "HA_CHECKPOINT_TTL", DEFAULT_CHECKPOINT_TTL),
+            rerun=check.boolean(settings, "HA_CHECKPOINT_RERUN", False),
+            id_field=check.text(settings, "HA_CHECKPOINT_ID_FIELD", DEFAULT_CHECKPOINT_ID_FIELD),
+        )
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.ttl * 1000)
 
 
-def _bool(settings: BaseSettings, name: str, default: bool) -> bool:
-    try:
-        return settings.getbool(name, default)
-    except ValueError:
-        raise ConfigError(f"{name}={settings.get(name)!r} must be True or False") from None
+@dataclass(frozen=True)
+class CookiesConfig:
+    """Scrapy's COOKIES_ENABLED / COOKIES_DEBUG, and whether jars are shared (HA_SHARED_COOKIES)."""
+
+    enabled: bool = True
+    debug: bool = False
+    shared: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        return cls(
+            enabled=check.boolean(settings, "COOKIES_ENABLED", True),
+            debug=check.boolean(settings, "COOKIES_DEBUG", False),
+            shared=check.boolean(settings, "HA_SHARED_COOKIES", True),
+        )
+
+
+@dataclass(frozen=True)
+class UserAgentConfig:
+    """The User-Agent pool (HA_USER_AGENTS); empty means off."""
+
+    agents: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        agents = settings.getlist("HA_USER_AGENTS")
+        if not all(isinstance(a, str) and a.strip() for a in agents):
+            raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
+        return cls(tuple(agents))

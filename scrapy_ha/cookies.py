@@ -38,6 +38,8 @@ from scrapy.http.cookies import CookieJar
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
+from scrapy_ha._registry import scheduler_for
+from scrapy_ha.config import CookiesConfig
 from scrapy_ha.connection import REDIS_DOWN_ERRORS
 
 if TYPE_CHECKING:
@@ -134,7 +136,7 @@ def cookie_to_dict(cookie: Cookie) -> dict[str, Any]:
 
 
 def cookie_from_dict(data: dict[str, Any]) -> Cookie:
-    values = {name: data.get(name) for name in COOKIE_FIELDS}
+    values: dict[str, Any] = {name: data.get(name) for name in COOKIE_FIELDS}
     values["rest"] = dict(values["rest"] or {})
     return Cookie(**values)
 
@@ -246,19 +248,17 @@ class SharedCookiesMiddleware(CookiesMiddleware):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("COOKIES_ENABLED"):
+        config = CookiesConfig.from_settings(crawler.settings)
+        if not config.enabled:
             raise NotConfigured
-        o = cls(
-            crawler.settings.getbool("COOKIES_DEBUG"),
-            shared=crawler.settings.getbool("HA_SHARED_COOKIES", True),
-        )
+        o = cls(config.debug, shared=config.shared)
         o.crawler = crawler
         _SHARED[crawler] = o
         return o
 
     # -- Scrapy's hooks --------------------------------------------------------------
 
-    def process_request(
+    def process_request(  # type: ignore[override]  # Scrapy's stub has no awaitable return
         self, request: Request, spider: Spider | None = None
     ) -> Coroutine[Any, Any, None] | None:
         """Add the jar's cookies; first load the jar if the request needs a newer one."""
@@ -270,7 +270,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             return self._process_request(jars, request)
         return super().process_request(request)  # type: ignore[return-value]
 
-    def process_response(
+    def process_response(  # type: ignore[override]  # Scrapy's stub has no awaitable return
         self, request: Request, response: Response, spider: Spider | None = None
     ) -> Response | Coroutine[Any, Any, Response]:
         """Keep the cookies the response sets; store them in Redis when they change the jar."""
@@ -297,8 +297,6 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         return self._jars
 
     def _connect(self) -> SharedJars | None:
-        from scrapy_ha.scheduler import scheduler_for
-
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.queue is None:
             logger.info(

@@ -26,43 +26,41 @@ Credentials never reach Redis, logs, stats or the dead-letter queue.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import re
 import time
-import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
-from urllib.request import urlopen
+from typing import TYPE_CHECKING
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.misc import load_object
 
 from scrapy_ha import metakeys
+from scrapy_ha._proxy_sources import ProxyPool, TunnelProxy, parse_pool, proxy_id
+from scrapy_ha._registry import scheduler_for
 from scrapy_ha.codec import mask_url
-from scrapy_ha.config import ConfigError
-from scrapy_ha.retry import RetryConfig
+from scrapy_ha.config import ProxyConfig, RetryConfig
+from scrapy_ha.stores import ProxyCooldowns
+from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Self
 
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "ProxyConfig",
+    "ProxyMiddleware",
+    "ProxyPool",
+    "TunnelProxy",
+    "parse_pool",
+    "proxy_id",
+    "tunnel_status",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Proxy list cache: extraction APIs rotate their lists about this often and rate-limit callers.
-DEFAULT_POOL_TTL = 30.0
-#: How long a banned or failing proxy stays out of rotation.
-DEFAULT_COOLDOWN = 300.0
-#: Consecutive connection failures before a pool proxy is cooled down.
-DEFAULT_MAX_FAILURES = 2
 #: Seconds a request waits in Redis when no proxy can be had.
 NO_PROXY_DELAY = 30.0
 #: Seconds a request waits when choosing its proxy failed (Redis or the pool API down):
@@ -76,210 +74,10 @@ MAX_PROXY_STATS = 100
 _TUNNEL_STATUS = re.compile(r"\[\{'status': (\d{3}), 'reason': ")
 #: A proxy's answer when its credentials are refused.
 PROXY_AUTH_REQUIRED = 407
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    mode: str
-    url: str = ""
-    session_template: str = ""
-    rotate_header: tuple[str, str] | None = None
-    pool_url: str = ""
-    pool_parser: Callable[[bytes], list[str]] | None = None
-    pool_ttl: float = DEFAULT_POOL_TTL
-    cooldown: float = DEFAULT_COOLDOWN
-    max_failures: int = DEFAULT_MAX_FAILURES
-    allow_direct: bool = False
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self | None:
-        mode = settings.get("HA_PROXY_MODE") or os.environ.get("HA_PROXY_MODE")
-        if not mode:
-            return None
-        if mode not in ("tunnel", "pool"):
-            raise ConfigError(f"HA_PROXY_MODE={mode!r} must be 'tunnel', 'pool' or None")
-        config = cls(
-            mode=mode,
-            url=_tunnel_url(settings) if mode == "tunnel" else "",
-            session_template=settings.get("HA_PROXY_SESSION_TEMPLATE") or "",
-            rotate_header=_header(settings.get("HA_PROXY_ROTATE_HEADER")),
-            pool_url=settings.get("HA_PROXY_POOL_URL") or os.environ.get("HA_PROXY_POOL_URL", ""),
-            pool_parser=_parser(settings.get("HA_PROXY_POOL_PARSER")),
-            pool_ttl=settings.getfloat("HA_PROXY_POOL_TTL", DEFAULT_POOL_TTL),
-            cooldown=settings.getfloat("HA_PROXY_COOLDOWN", DEFAULT_COOLDOWN),
-            max_failures=settings.getint("HA_PROXY_MAX_FAILURES", DEFAULT_MAX_FAILURES),
-            allow_direct=settings.getbool("HA_PROXY_ALLOW_DIRECT", False),
-        )
-        if mode == "pool" and not config.pool_url:
-            raise ConfigError("HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL (the proxy list API)")
-        if config.session_template and "{session}" not in config.session_template:
-            raise ConfigError(
-                f"HA_PROXY_SESSION_TEMPLATE={config.session_template!r} must contain {{session}}"
-            )
-        return config
-
-
-def _tunnel_url(settings: BaseSettings) -> str:
-    """The tunnel proxy from HA_PROXY_URL, or HA_PROXY_HOST/PORT/USER/PASSWORD (settings or
-    environment variables of the same names)."""
-
-    def get(name: str) -> str:
-        return str(settings.get(name) or os.environ.get(name) or "")
-
-    url = get("HA_PROXY_URL")
-    if not url:
-        host, port = get("HA_PROXY_HOST"), get("HA_PROXY_PORT")
-        if not (host and port):
-            raise ConfigError(
-                "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL or HA_PROXY_HOST and HA_PROXY_PORT "
-                "(settings or environment variables)"
-            )
-        url = f"http://{host}:{port}"
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if not parts.hostname or not parts.port:
-        raise ConfigError(f"HA_PROXY_URL={mask_url(url)!r} needs a host and a port")
-    user = get("HA_PROXY_USER") or unquote(parts.username or "")
-    password = get("HA_PROXY_PASSWORD") or unquote(parts.password or "")
-    auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
-    return f"{parts.scheme}://{auth}{parts.hostname}:{parts.port}"
-
-
-def _header(value: Any) -> tuple[str, str] | None:
-    if not value:
-        return None
-    name, sep, val = str(value).partition(":")
-    if not sep or not name.strip():
-        raise ConfigError(f"HA_PROXY_ROTATE_HEADER={value!r} must look like 'Name: value'")
-    return name.strip(), val.strip()
-
-
-def _parser(path: Any) -> Callable[[bytes], list[str]] | None:
-    if not path:
-        return None
-    try:
-        return load_object(path) if isinstance(path, str) else path  # type: ignore[no-any-return]
-    except (ImportError, AttributeError, ValueError, NameError) as exc:
-        raise ConfigError(f"HA_PROXY_POOL_PARSER={path!r} cannot be imported: {exc}") from None
-
-
-def proxy_id(url: str) -> str:
-    """``host:port``: how a proxy appears in logs, stats and Redis."""
-    parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"
-
-
-def parse_pool(body: bytes) -> list[str]:
-    """Default pool format: a JSON list of ``{"ip": ..., "port": ...}`` or ``"ip:port"``."""
-    doc = json.loads(body)
-    if isinstance(doc, dict):
-        doc = doc.get("data") or doc.get("proxies") or []
-    proxies = []
-    for entry in doc:
-        if isinstance(entry, dict):
-            proxies.append(f"http://{entry['ip']}:{entry['port']}")
-        else:
-            proxies.append(entry if "://" in str(entry) else f"http://{entry}")
-    return proxies
-
-
-class TunnelProxy:
-    """One proxy URL; a ban puts a new session token in the user name."""
-
-    def __init__(self, config: ProxyConfig) -> None:
-        self.config = config
-        parts = urlsplit(config.url)
-        self.user = unquote(parts.username or "")
-        self.password = unquote(parts.password or "")
-        self.host = f"{parts.hostname}:{parts.port}"
-        self.scheme = parts.scheme
-        self.session = uuid.uuid4().hex[:10]
-        self.rotate_next = False
-
-    def url(self) -> str:
-        user = self.user
-        if self.config.session_template:
-            user = self.config.session_template.format(user=self.user, session=self.session)
-        if not user:
-            return f"{self.scheme}://{self.host}"
-        return f"{self.scheme}://{quote(user, safe='')}:{quote(self.password, safe='')}@{self.host}"
-
-    def rotate(self, used_session: str | None) -> bool:
-        """New exit, unless another ban already rotated past the session that failed."""
-        if used_session is not None and used_session != self.session:
-            return False
-        self.session = uuid.uuid4().hex[:10]
-        self.rotate_next = True
-        return True
-
-
-class ProxyPool:
-    """Proxies from an extraction API, used in turn, with shared cool-downs."""
-
-    def __init__(self, config: ProxyConfig) -> None:
-        self.config = config
-        self.proxies: list[str] = []
-        self.fetched_at = 0.0
-        self.index = 0
-        self.cooling: dict[str, float] = {}  # proxy id -> until (time.time())
-        self.failures: dict[str, int] = {}
-
-    async def choose(self, shared: Callable[[], Any] | None) -> str | None:
-        if time.monotonic() - self.fetched_at > self.config.pool_ttl or not self.proxies:
-            await self.fetch(shared)
-        proxy = self._next_healthy()
-        if proxy is None:
-            await self.fetch(shared)  # exhausted: the provider may have new ones
-            proxy = self._next_healthy()
-        return proxy
-
-    def _prune(self) -> None:
-        """Forget cool-downs that are over and failures of proxies the list no longer has."""
-        now = time.time()
-        self.cooling = {pid: until for pid, until in self.cooling.items() if until > now}
-        listed = {proxy_id(p) for p in self.proxies}
-        self.failures = {pid: n for pid, n in self.failures.items() if pid in listed}
-
-    def _next_healthy(self) -> str | None:
-        now = time.time()
-        for _ in range(len(self.proxies)):
-            proxy = self.proxies[self.index % len(self.proxies)]
-            self.index += 1
-            if self.cooling.get(proxy_id(proxy), 0) <= now:
-                return proxy
-        return None
-
-    async def fetch(self, shared: Callable[[], Any] | None) -> None:
-        try:
-            body = await asyncio.to_thread(_get, self.config.pool_url)
-            parse = self.config.pool_parser or parse_pool
-            self.proxies = list(parse(body))
-        except Exception as exc:
-            shown = mask_url(self.config.pool_url)
-            logger.error(
-                "Could not fetch the proxy list from %s: %s",
-                shown,
-                str(exc).replace(self.config.pool_url, shown),
-            )
-        self.fetched_at = time.monotonic()
-        self._prune()
-        if shared is not None:
-            self.cooling.update(await shared())
-        logger.debug(
-            "Proxy pool: %d proxies, %d cooling down",
-            len(self.proxies),
-            sum(1 for t in self.cooling.values() if t > time.time()),
-        )
-
-    def cool_down(self, pid: str) -> float:
-        until = time.time() + self.config.cooldown
-        self.cooling[pid] = until
-        self.failures.pop(pid, None)
-        return until
-
-
-def _get(url: str) -> bytes:
-    with urlopen(url, timeout=10) as response:  # noqa: S310 (the user's own API)
-        return response.read()  # type: ignore[no-any-return]
+#: Seconds a request waits after the proxy refused its credentials (the crawl is stopping).
+PROXY_AUTH_DELAY = 60.0
+#: Classes of a response that are ban signals: the proxy is rotated.
+BAN_CLASSES = (FailureClass.BANNED, FailureClass.RATE_LIMITED)
 
 
 class ProxyMiddleware:
@@ -317,7 +115,8 @@ class ProxyMiddleware:
                 PROXY_ERROR_DELAY,
             )
             self.stats.inc_value("ha/proxy/errors")
-            return _wait(request, PROXY_ERROR_DELAY, "proxy_error", f"choosing a proxy: {exc}")
+            reason = f"choosing a proxy: {exc}"
+            return _wait(request, PROXY_ERROR_DELAY, FailureClass.PROXY_ERROR, reason)
         if url is None:
             return self._no_proxy(request)
         pid = proxy_id(url)
@@ -340,9 +139,9 @@ class ProxyMiddleware:
     def process_response(self, request: Request, response: Response) -> Request | Response:
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
-        cls = self.retry_config.classify_response(response)
-        if cls in ("banned", "rate_limited"):
-            self._ban(request, cls)
+        fclass = self.retry_config.classify_response(response)
+        if fclass in BAN_CLASSES:
+            self._ban(request, fclass)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
@@ -350,7 +149,7 @@ class ProxyMiddleware:
             return None
         if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
             return self._proxy_auth_failed(request, f"CONNECT answered {PROXY_AUTH_REQUIRED}")
-        if self.retry_config.classify_exception(exception) == "network":
+        if self.retry_config.classify_exception(exception) == FailureClass.NETWORK:
             self._failure(request)
         return None
 
@@ -376,12 +175,12 @@ class ProxyMiddleware:
                 "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits"
             )
 
-    def _ban(self, request: Request, cls: str) -> None:
+    def _ban(self, request: Request, fclass: FailureClass) -> None:
         pid = request.meta.get(metakeys.PROXY)
         if pid is None:
             return
         self._stat(pid, "bans")
-        self._rotate(request, pid, f"{cls} ({request.url})")
+        self._rotate(request, pid, f"{fclass} ({request.url})")
 
     def _failure(self, request: Request) -> None:
         pid = request.meta[metakeys.PROXY]
@@ -417,7 +216,7 @@ class ProxyMiddleware:
             request,
             NO_PROXY_DELAY,
         )
-        return _wait(request, NO_PROXY_DELAY, "no_proxy", "no usable proxy")
+        return _wait(request, NO_PROXY_DELAY, FailureClass.NO_PROXY, "no usable proxy")
 
     def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
         if not self._auth_failed:
@@ -434,37 +233,30 @@ class ProxyMiddleware:
             engine = self.crawler.engine
             if engine is not None:
                 asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
-        return _wait(request, 60.0, "proxy_auth", "the proxy rejected its credentials (407)")
+        reason = "the proxy rejected its credentials (407)"
+        return _wait(request, PROXY_AUTH_DELAY, FailureClass.PROXY_AUTH, reason)
 
     async def _shared_cooldowns(self) -> dict[str, float]:
         """Other workers' cool-downs (until, on this worker's clock); expired ones are
         deleted. Shared health is an optimisation: a Redis error leaves the local view."""
-        client, key, server_ms = self._redis()
-        if client is None:
+        store, server_ms = self._cooldowns()
+        if store is None:
             return {}
         try:
-            raw = await client.hgetall(key)
-            expired = [k for k, v in raw.items() if _ms(v) <= server_ms]
-            if expired:
-                await client.hdel(key, *expired)
+            cooling = await store.load(server_ms)
         except Exception as exc:
             self._redis_failed("read the shared proxy cool-downs", exc)
             return {}
         offset = time.time() - server_ms / 1000  # server -> local clock
-        return {k.decode(): _ms(v) / 1000 + offset for k, v in raw.items() if _ms(v) > server_ms}
+        return {pid: until / 1000 + offset for pid, until in cooling.items()}
 
     async def _share_cooldown(self, pid: str) -> None:
-        """Score by the Redis server's clock (workers' clocks differ); the hash expires
-        with its newest cool-down, so it never outlives its use."""
-        client, key, server_ms = self._redis()
-        if client is None:
+        """Tell the other workers (by the Redis server's clock: workers' clocks differ)."""
+        store, server_ms = self._cooldowns()
+        if store is None:
             return
-        cooldown_ms = int(self.config.cooldown * 1000)
         try:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.hset(key, pid, server_ms + cooldown_ms)
-                pipe.pexpire(key, cooldown_ms)
-                await pipe.execute()
+            await store.mark(pid, server_ms, int(self.config.cooldown * 1000))
         except Exception as exc:  # never fail a request for it
             self._redis_failed(f"share the cool-down of {pid}", exc)
 
@@ -479,14 +271,14 @@ class ProxyMiddleware:
                 exc,
             )
 
-    def _redis(self) -> tuple[Any, str, int]:
-        from scrapy_ha.scheduler import scheduler_for
-
+    def _cooldowns(self) -> tuple[ProxyCooldowns | None, int]:
+        """The crawl's shared cool-downs and the Redis server's clock (None without
+        scrapy-ha's scheduler)."""
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.queue is None:
-            return None, "", 0
-        keys = scheduler.queue.keys
-        return scheduler.queue.client, keys.proxy_cooldowns, scheduler.server_time_ms()
+            return None, 0
+        store = ProxyCooldowns(scheduler.queue.client, scheduler.queue.keys)  # a reconnect
+        return store, scheduler.server_time_ms()  # makes a new client: read it each time
 
 
 def tunnel_status(exception: BaseException) -> int | None:
@@ -497,14 +289,7 @@ def tunnel_status(exception: BaseException) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _ms(value: bytes) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        return 0.0  # garbage: treated as expired, and deleted
-
-
-def _wait(request: Request, delay: float, cls: str, reason: str) -> Request:
+def _wait(request: Request, delay: float, fclass: FailureClass, reason: str) -> Request:
     """Send the request back to Redis for *delay* seconds without spending an attempt."""
-    request.meta[metakeys.OUTCOME] = {"op": "retry", "delay": delay, "class": cls, "reason": reason}
+    request.meta[metakeys.OUTCOME] = Verdict.retry(fclass, reason, delay)
     return request.replace(dont_filter=True)

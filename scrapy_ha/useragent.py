@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
-from scrapy_ha.config import ConfigError
+from scrapy_ha.config import UserAgentConfig
 
 if TYPE_CHECKING:
     from typing import Self
@@ -24,17 +24,15 @@ if TYPE_CHECKING:
 class UserAgentPoolMiddleware:
     """Downloader middleware at 400, before Scrapy's UserAgentMiddleware (500)."""
 
-    def __init__(self, agents: list[str]) -> None:
-        self.agents = agents
+    def __init__(self, agents: list[str] | tuple[str, ...]) -> None:
+        self.agents = list(agents)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        agents = crawler.settings.getlist("HA_USER_AGENTS")
-        if not agents:
+        config = UserAgentConfig.from_settings(crawler.settings)
+        if not config.agents:
             raise NotConfigured  # no pool configured: silent (Scrapy warns if given a reason)
-        if not all(isinstance(a, str) and a.strip() for a in agents):
-            raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
-        return cls(agents)
+        return cls(config.agents)
 
     def process_request(self, request: Request) -> None:
         if b"User-Agent" not in request.headers:

@@ -1,0 +1,157 @@
+"""Every component's settings: a bad value fails at start naming the setting and the value;
+a good one lands in the component's frozen config."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.checkpoint import CheckpointMiddleware
+from scrapy_ha.config import (
+    CheckpointConfig,
+    ConfigError,
+    CookiesConfig,
+    DeadLetterConfig,
+    ProxyConfig,
+    RetryConfig,
+    SchedulerConfig,
+    UserAgentConfig,
+)
+from scrapy_ha.proxy import ProxyMiddleware
+from scrapy_ha.verdict import FailureClass
+
+DEFAULTS = Settings()
+DEFAULTS.setmodule("scrapy.settings.default_settings")
+
+
+def settings(**values: object) -> Settings:
+    s = DEFAULTS.copy()
+    s.update(values)
+    return s
+
+
+POOL = {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": "http://api.example/list"}
+TUNNEL = {"HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": "http://u:secret@proxy.example:8000"}
+
+BAD = [
+    # (config class, settings, text the error must hold)
+    (CheckpointConfig, {"HA_CHECKPOINT_ITEMS": -5}, "HA_CHECKPOINT_ITEMS=-5 must be a whole"),
+    (CheckpointConfig, {"HA_CHECKPOINT_ITEMS": "many"}, "HA_CHECKPOINT_ITEMS='many'"),
+    (CheckpointConfig, {"HA_CHECKPOINT_MAX_BYTES": 0}, "HA_CHECKPOINT_MAX_BYTES=0 must be"),
+    (CheckpointConfig, {"HA_CHECKPOINT_MAX_BYTES": -1}, "HA_CHECKPOINT_MAX_BYTES=-1"),
+    (CheckpointConfig, {"HA_CHECKPOINT_TTL": -1}, "HA_CHECKPOINT_TTL=-1 must be more than 0"),
+    (CheckpointConfig, {"HA_CHECKPOINT_TTL": "week"}, "HA_CHECKPOINT_TTL='week' is not a"),
+    (CheckpointConfig, {"HA_CHECKPOINT_RERUN": "perhaps"}, "HA_CHECKPOINT_RERUN='perhaps'"),
+    (CheckpointConfig, {"HA_CHECKPOINT_ID_FIELD": 3}, "HA_CHECKPOINT_ID_FIELD=3 must be a str"),
+    (CheckpointConfig, {"HA_CHECKPOINTS": "sure"}, "HA_CHECKPOINTS='sure' must be True or"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": 0}, "HA_DLQ_MAX_ENTRIES=0 must be a whole"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": "lots"}, "HA_DLQ_MAX_ENTRIES='lots'"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": -3}, "HA_DLQ_MAX_AGE=-3 must be more than 0"),
+    (DeadLetterConfig, {"HA_DLQ_WARN_THRESHOLD": 1.5}, "HA_DLQ_WARN_THRESHOLD=1.5"),
+    (CookiesConfig, {"HA_SHARED_COOKIES": "yes please"}, "HA_SHARED_COOKIES='yes please'"),
+    (UserAgentConfig, {"HA_USER_AGENTS": ["", "x"]}, "HA_USER_AGENTS=['', 'x'] must be a list"),
+    (RetryConfig, {"HA_RETRY_ENABLED": "on?"}, "HA_RETRY_ENABLED='on?' must be True or False"),
+    (RetryConfig, {"HA_RETRY_TIMES": -1}, "HA_RETRY_TIMES=-1 must be a whole number of 0"),
+    (RetryConfig, {"HA_RETRY_BACKOFF_MAX": -1}, "HA_RETRY_BACKOFF_MAX=-1 must be 0 or more"),
+    (RetryConfig, {"HA_RETRY_AFTER_MAX": "x"}, "HA_RETRY_AFTER_MAX='x' is not a number"),
+    (RetryConfig, {"HA_RETRY_JITTER": 2}, "HA_RETRY_JITTER=2.0 must be between 0 and 1"),
+    (RetryConfig, {"HA_RETRY_STATUS_CLASSES": {599: "lost"}}, "[599]='lost' is not a failure"),
+    (RetryConfig, {"HA_BAN_CHECK": "os.sep"}, "HA_BAN_CHECK='os.sep' is not callable"),
+    (ProxyConfig, {"HA_PROXY_MODE": "rotate"}, "HA_PROXY_MODE='rotate' must be 'tunnel'"),
+    (ProxyConfig, {"HA_PROXY_MODE": "pool"}, "HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL"),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_URL": "api.example/x"}, "HA_PROXY_POOL_URL='api"),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_TTL": -1}, "HA_PROXY_POOL_TTL=-1 must be 0 or more"),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_PARSER": "no.such.f"}, "HA_PROXY_POOL_PARSER='no.s"),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_PARSER": "os.sep"}, "HA_PROXY_POOL_PARSER='os.sep'"),
+    (ProxyConfig, {**POOL, "HA_PROXY_COOLDOWN": "long"}, "HA_PROXY_COOLDOWN='long' is not a"),
+    (ProxyConfig, {**POOL, "HA_PROXY_MAX_FAILURES": 0}, "HA_PROXY_MAX_FAILURES=0 must be a"),
+    (ProxyConfig, {**POOL, "HA_PROXY_ALLOW_DIRECT": "maybe"}, "HA_PROXY_ALLOW_DIRECT='maybe'"),
+    (ProxyConfig, {"HA_PROXY_MODE": "tunnel"}, "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "http://u:pw@h:port"}, "needs a host and a port"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_SESSION_TEMPLATE": "{user}"}, "must contain {session}"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_SESSION_TEMPLATE": "{x}{session}"}, "TEMPLATE='{x}"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_ROTATE_HEADER": "X-Rotate"}, "must look like 'Name: v"),
+]
+
+
+@pytest.mark.parametrize(("config", "values", "message"), BAD)
+def test_a_bad_setting_names_itself_and_its_value(config, values, message, monkeypatch):
+    for name in ("HA_PROXY_MODE", "HA_PROXY_URL", "HA_PROXY_POOL_URL", "HA_PROXY_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError) as info:
+        config.from_settings(settings(**values))
+    assert message in str(info.value)
+
+
+def test_no_error_shows_a_proxy_password():
+    with pytest.raises(ConfigError) as info:
+        ProxyConfig.from_settings(settings(HA_PROXY_MODE="tunnel", HA_PROXY_URL="http://u:pw@h:x"))
+    assert "pw" not in str(info.value)
+
+
+GOOD = [
+    # (config class, settings, fields expected)
+    (CheckpointConfig, {}, {"enabled": False, "every_items": 50, "max_bytes": 2048}),
+    (CheckpointConfig, {"HA_CHECKPOINTS": True, "HA_CHECKPOINT_ITEMS": 0}, {"every_items": 0}),
+    (CheckpointConfig, {"HA_CHECKPOINT_TTL": 60, "HA_CHECKPOINT_ID_FIELD": "sku"}, {"ttl": 60}),
+    (CheckpointConfig, {"HA_CHECKPOINT_RERUN": "True"}, {"rerun": True, "id_field": "id"}),
+    (DeadLetterConfig, {}, {"max_entries": 100_000, "max_age": 30 * 86400.0}),
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": 60, "HA_DLQ_WARN_THRESHOLD": "5"}, {"warn_threshold": 5}),
+    (CookiesConfig, {}, {"enabled": True, "debug": False, "shared": True}),
+    (CookiesConfig, {"HA_SHARED_COOKIES": False, "COOKIES_DEBUG": True}, {"shared": False}),
+    (UserAgentConfig, {}, {"agents": ()}),
+    (UserAgentConfig, {"HA_USER_AGENTS": ["A", "B"]}, {"agents": ("A", "B")}),
+    (RetryConfig, {}, {"enabled": True, "jitter": 1.0, "retry_after_max": 600.0}),
+    (
+        RetryConfig,
+        {"HA_RETRY_ENABLED": False, "HTTPERROR_ALLOWED_CODES": [404]},
+        {"enabled": False},
+    ),
+    (RetryConfig, {"HTTPERROR_ALLOWED_CODES": ["404"]}, {"allowed_codes": (404,)}),
+    (ProxyConfig, POOL, {"mode": "pool", "pool_ttl": 30.0, "cooldown": 300.0, "max_failures": 2}),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_TTL": 0, "HA_PROXY_ALLOW_DIRECT": "1"}, {"pool_ttl": 0}),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_ROTATE_HEADER": "X-R: 1"}, {"rotate_header": ("X-R", "1")}),
+    (ProxyConfig, TUNNEL, {"url": "http://u:secret@proxy.example:8000", "session_template": ""}),
+    (SchedulerConfig, {}, {"worker_id_given": False, "feed_given": False, "feed": False}),
+    (SchedulerConfig, {"HA_WORKER_ID": "w1"}, {"worker_id": "w1", "worker_id_given": True}),
+    (SchedulerConfig, {"HA_FEED": False}, {"feed": False, "feed_given": True}),
+]
+
+
+@pytest.mark.parametrize(("config", "values", "fields"), GOOD)
+def test_settings_land_in_the_config(config, values, fields, monkeypatch):
+    for name in ("HA_PROXY_MODE", "HA_PROXY_URL", "HA_PROXY_POOL_URL", "HA_PROXY_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    read = config.from_settings(settings(**values))
+    assert {name: getattr(read, name) for name in fields} == fields
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        read.__setattr__(next(iter(fields)), None)
+
+
+def test_proxy_config_is_none_without_a_mode(monkeypatch):
+    monkeypatch.delenv("HA_PROXY_MODE", raising=False)
+    assert ProxyConfig.from_settings(settings()) is None
+
+
+def test_a_retry_policy_override_changes_that_class_only():
+    config = RetryConfig.from_settings(settings(HA_RETRY_POLICIES={"server": {"times": 9}}))
+    assert config.policies[FailureClass.SERVER].times == 9
+    assert config.policies[FailureClass.BANNED].times == 3
+    assert config.status_classes[404] is FailureClass.GONE
+
+
+def test_the_checkpoint_middleware_refuses_a_negative_item_count():
+    """HA_CHECKPOINT_ITEMS=-5 used to be taken as is (and checkpoint nothing mid-page)."""
+    crawler = get_crawler(settings_dict={"HA_CHECKPOINTS": True, "HA_CHECKPOINT_ITEMS": -5})
+    with pytest.raises(ConfigError, match="HA_CHECKPOINT_ITEMS=-5"):
+        CheckpointMiddleware.from_crawler(crawler)
+
+
+def test_the_proxy_middleware_refuses_a_negative_cooldown():
+    """HA_PROXY_COOLDOWN=-1 used to be taken as is (a proxy never cooled down)."""
+    crawler = get_crawler(settings_dict={**POOL, "HA_PROXY_COOLDOWN": -1})
+    with pytest.raises(ConfigError, match="HA_PROXY_COOLDOWN=-1"):
+        ProxyMiddleware.from_crawler(crawler)

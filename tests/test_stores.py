@@ -1,0 +1,61 @@
+"""The middlewares' stores against a real redis-server: checkpoints (what the middleware and
+the ``checkpoints`` commands read and delete) and the proxies' shared cool-downs."""
+
+from __future__ import annotations
+
+import json
+
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.stores import CheckpointStore, ProxyCooldowns, StoredCheckpoint
+
+KEYS = Keys("ha", "books")
+OTHER = Keys("ha", "books2")  # a crawl whose name starts like ours: none of its keys are ours
+
+
+def put(client, keys: Keys, task: str, doc: object) -> bytes:
+    raw = json.dumps(doc).encode()
+    client.set(keys.checkpoint(task), raw)
+    return raw
+
+
+@deferred_f_from_coro_f
+async def test_checkpoints_are_read_listed_and_deleted_by_task(redis_url, redis_client):
+    a = put(redis_client, KEYS, "a", {"task": "a", "page": 3, "items": 40})
+    put(redis_client, KEYS, "b:2", {"task": "b:2", "done": True})
+    put(redis_client, OTHER, "c", {"task": "c"})
+    store = CheckpointStore(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        assert await store.get("a") == {"task": "a", "page": 3, "items": 40}
+        assert await store.get("missing") is None
+        assert await store.tasks() == ["a", "b:2"]  # a task name may hold a colon
+        entries = await store.entries()
+        assert entries[0] == StoredCheckpoint("a", json.loads(a), len(a))
+        assert [e.task for e in entries] == ["a", "b:2"]
+        assert await store.exists()
+        assert await store.delete(["a", "missing"]) == 1
+        assert await store.delete([]) == 0
+        assert await store.delete_all() == 1
+        assert not await store.exists() and await store.tasks() == []
+        assert redis_client.exists(OTHER.checkpoint("c"))  # another crawl's stays
+    finally:
+        await store.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_cooldowns_are_marked_by_the_server_clock_and_pruned(redis_url, redis_client):
+    key = KEYS.proxy_cooldowns
+    now_ms = int(redis_client.time()[0] * 1000)
+    redis_client.hset(key, mapping={"old:1": now_ms - 1, "bad:2": "garbage", "live:3": now_ms + 5})
+    store = ProxyCooldowns(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await store.mark("new:4", now_ms, 60_000)
+        assert int(redis_client.hget(key, "new:4")) == now_ms + 60_000
+        assert 0 < redis_client.pttl(key) <= 60_000  # the hash goes with its newest cool-down
+        assert await store.load(now_ms) == {"live:3": now_ms + 5, "new:4": now_ms + 60_000}
+        assert set(redis_client.hgetall(key)) == {b"live:3", b"new:4"}  # over and garbage gone
+        assert await store.load(now_ms + 10) == {"new:4": now_ms + 60_000}
+    finally:
+        await store.client.aclose()
