@@ -23,6 +23,7 @@ from scrapy_ha.connection import RedisUnavailable, check_reachable, display_url,
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.queue import RedisQueue
+from scrapy_ha.stores import CheckpointStore
 
 #: A subcommand: what it prints goes to stdout/stderr, what it returns is the exit code.
 Command = Callable[[RedisQueue, argparse.Namespace], Awaitable[int]]
@@ -76,7 +77,7 @@ async def _crawl_exists(queue: RedisQueue) -> bool:
     """Whether any key of the crawl (checkpoints included) is in Redis."""
     if await queue.client.exists(*queue.keys.all()):
         return True
-    return bool(await _checkpoint_keys(queue))
+    return await _checkpoints(queue).exists()
 
 
 async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
@@ -178,36 +179,25 @@ async def _bulk(
     return 0
 
 
-async def _checkpoint_keys(queue: RedisQueue) -> list[str]:
-    keys = [
-        k.decode() if isinstance(k, bytes) else k
-        async for k in queue.client.scan_iter(match=queue.keys.checkpoint_pattern, count=500)
-    ]
-    return sorted(keys)
+def _checkpoints(queue: RedisQueue) -> CheckpointStore:
+    return CheckpointStore(queue.client, queue.keys)
 
 
 async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One line per task: task, page, items, done, size in bytes."""
-    for key in await _checkpoint_keys(queue):
-        raw = await queue.client.get(key)
-        if raw is None:
-            continue
-        doc = json.loads(raw)
-        state = "done" if doc.get("done") else f"page {doc.get('page')}"
-        print(
-            f"{key.rsplit(':', 1)[1]:<20} {state:<10} items={doc.get('items', 0):<8} "
-            f"{len(raw)} bytes"
-        )
+    for cp in await _checkpoints(queue).entries():
+        state = "done" if cp.doc.get("done") else f"page {cp.doc.get('page')}"
+        print(f"{cp.task:<20} {state:<10} items={cp.doc.get('items', 0):<8} {cp.size} bytes")
     return 0
 
 
 async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One task's checkpoint (JSON)."""
-    raw = await queue.client.get(queue.keys.checkpoint(args.task))
-    if raw is None:
+    doc = await _checkpoints(queue).get(args.task)
+    if doc is None:
         print(f"no checkpoint for task {args.task} of {queue.keys.spider}", file=sys.stderr)
         return 1
-    print(json.dumps(json.loads(raw), indent=2))
+    print(json.dumps(doc, indent=2))
     return 0
 
 
@@ -216,12 +206,8 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not (args.tasks or args.all):
         print("name TASKs or --all", file=sys.stderr)
         return 1
-    keys = (
-        await _checkpoint_keys(queue)
-        if args.all
-        else [queue.keys.checkpoint(t) for t in args.tasks]
-    )
-    n = await queue.client.delete(*keys) if keys else 0
+    store = _checkpoints(queue)
+    n = await store.delete_all() if args.all else await store.delete(args.tasks)
     print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
     return 0
 
