@@ -100,7 +100,10 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
         found = [await dlq.get(i) for i in args.ids]
         return [e for e in found if e is not None]
     return await dlq.entries(
-        cls=args.cls, domain=args.domain, reason=args.reason, limit=getattr(args, "limit", None)
+        failure_class=args.failure_class,
+        domain=args.domain,
+        reason=args.reason,
+        limit=getattr(args, "limit", None),
     )
 
 
@@ -115,17 +118,17 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 0
     print(f"{'ID':>10}  {'CLASS':<12} {'TRIES':>5}  {'REASON':<40}  URL")
     for e in entries:
-        print(f"{e.id:>10}  {e.cls:<12} {e.attempts:>5}  {e.reason[:40]:<40}  {e.url}")
+        print(f"{e.id:>10}  {e.failure_class:<12} {e.attempts:>5}  {e.reason[:40]:<40}  {e.url}")
     by_class: dict[str, int] = {}
     for e in entries:
-        by_class[e.cls] = by_class.get(e.cls, 0) + 1
+        by_class[e.failure_class] = by_class.get(e.failure_class, 0) + 1
     classes = ", ".join(f"{cls} {n}" for cls, n in sorted(by_class.items()))
     print(f"{_entries(len(entries))} listed ({classes})")
     return 0
 
 
 def _filtered(args: argparse.Namespace) -> bool:
-    return bool(args.cls or args.domain or args.reason or getattr(args, "limit", None))
+    return bool(args.failure_class or args.domain or args.reason or getattr(args, "limit", None))
 
 
 def _entries(n: int) -> str:
@@ -170,7 +173,7 @@ async def _bulk(
     done: str,
     action: Callable[[list[str]], Awaitable[int]],
 ) -> int:
-    if not (args.ids or args.all or args.cls or args.domain or args.reason):
+    if not (args.ids or args.all or args.failure_class or args.domain or args.reason):
         print("name entry IDs, a filter (--class, --domain, --reason) or --all", file=sys.stderr)
         return 1
     entries = await _selected(DeadLetterQueue(queue), args)
@@ -236,7 +239,7 @@ def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool =
     if ids:
         p.add_argument("ids", nargs="*", metavar="ID", help="entry ids (see `dlq list`)")
         p.add_argument("--all", action="store_true", help="every entry")
-    p.add_argument("--class", dest="cls", help="failure class: gone, banned, server, ...")
+    p.add_argument("--class", dest="failure_class", help="failure class: gone, banned, server, ...")
     p.add_argument("--domain", help="the request's host name")
     p.add_argument("--reason", help="a part of the reason (case-insensitive)")
     if limit:

@@ -1,7 +1,7 @@
 """The dead-letter queue of a crawl, as a Python API (the ``scrapy-ha dlq`` commands use it).
 
 >>> async with DeadLetterQueue.from_url("redis://localhost:6379/0", "books") as dlq:
-...     print([e.url for e in await dlq.entries(cls="gone")])
+...     print([e.url for e in await dlq.entries(failure_class="gone")])
 ...     await dlq.requeue([e.id for e in await dlq.entries(domain="example.com")])
 
 Requeue puts entries back in the pending queue with their attempt counters and history
@@ -40,7 +40,7 @@ class DeadEntry:
 
     id: str
     url: str
-    cls: str
+    failure_class: str
     reason: str
     dead_at: int
     info: dict[str, Any] = field(default_factory=dict)
@@ -66,7 +66,7 @@ class DeadEntry:
             "id": self.id,
             "url": self.url,
             "method": self.summary.method,
-            "class": self.cls,
+            "class": self.failure_class,
             "reason": self.reason,
             "attempts": self.attempts,
             "status": self.info.get("status"),
@@ -92,9 +92,9 @@ class DeadEntry:
         except ValueError:
             return "text", text
 
-    def matches(self, *, cls: str | None, domain: str | None, reason: str | None) -> bool:
+    def matches(self, *, failure_class: str | None, domain: str | None, reason: str | None) -> bool:
         return (
-            (cls is None or self.cls == cls)
+            (failure_class is None or self.failure_class == failure_class)
             and (domain is None or self.domain == domain)
             and (reason is None or reason.lower() in self.reason.lower())
         )
@@ -170,7 +170,7 @@ class DeadLetterQueue:
     async def entries(
         self,
         *,
-        cls: str | None = None,
+        failure_class: str | None = None,
         domain: str | None = None,
         reason: str | None = None,
         limit: int | None = None,
@@ -178,7 +178,7 @@ class DeadLetterQueue:
         """Entries matching every filter given (reason: a case-insensitive substring)."""
         found: list[DeadEntry] = []
         async for entry in self.scan():
-            if entry.matches(cls=cls, domain=domain, reason=reason):
+            if entry.matches(failure_class=failure_class, domain=domain, reason=reason):
                 found.append(entry)
                 if limit is not None and len(found) >= limit:
                     break

@@ -3,8 +3,8 @@ mid-page checkpoint back."""
 
 from __future__ import annotations
 
-import random
 import itertools
+import random
 import time
 
 from scrapy import Request, Spider

@@ -131,10 +131,10 @@ async def test_the_python_api_needs_nothing_private(redis_url, redis_client, sit
         assert len(everything) == 4
         assert len(await dlq.entries(domain="127.0.0.1")) == 4
         assert await dlq.entries(domain="example.com") == []
-        gone = await dlq.entries(cls="gone")
+        gone = await dlq.entries(failure_class="gone")
         assert {e.url.replace(site.url, "") for e in gone} == set(paths[:3])
-        assert len(await dlq.entries(cls="gone", limit=2)) == 2
-        (server,) = await dlq.entries(cls="server")
+        assert len(await dlq.entries(failure_class="gone", limit=2)) == 2
+        (server,) = await dlq.entries(failure_class="server")
         assert await dlq.requeue([server.id]) == 1
         assert await dlq.requeue([server.id]) == 0  # idempotent
         assert await dlq.get(server.id) is None
