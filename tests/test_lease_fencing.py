@@ -46,8 +46,7 @@ def scheduler(q: RedisQueue, worker: str = "w") -> Scheduler:
     crawler = get_crawler()
     crawler._apply_settings()
     s = Scheduler(crawler, SchedulerConfig(worker_id=worker))
-    s.queue = q
-    s._wake_engine = lambda: None  # no engine in these tests
+    s.session.queue = q
     return s
 
 
@@ -98,11 +97,11 @@ async def test_a_lost_lease_drops_only_its_own_token(redis_url):
     await asyncio.sleep(0.05)  # the result comes back with call_soon_threadsafe
     assert got == [[(a.id, a.token)]]
     s = scheduler(q)
-    s._keeper = k
+    s.session.renewals.keeper = k
     request = Request("http://a.test/list1")
     request.meta[metakeys.LEASE] = (b.id, b.token)
     s._buffer.append(request)
-    s._on_renewed(time.monotonic(), got[0])
+    s.session.renewals._on_renewed(time.monotonic(), got[0])
     assert list(s._buffer) == [request]  # the lease under token B is valid and kept
     assert s.stats.get_value("ha/leases_lost") is None
     k.client.close()
@@ -116,11 +115,11 @@ async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
     a, b = await leased_again(q)
     child = Request("http://a.test/list2", meta={metakeys.PARENT: (a.id, a.token)})
     assert s.enqueue_request(child)
-    await s._sync(lease=0)
+    await s.session._sync(lease=0)
     assert s.stats.get_value("ha/children_refused") == 1
     again = Request("http://a.test/list2", meta={metakeys.PARENT: (b.id, b.token)})
     assert s.enqueue_request(again)  # not a duplicate: the first was never stored
-    await s._sync(lease=0)
+    await s.session._sync(lease=0)
     assert (await q.counts()).pending == 1
     await q.client.aclose()
 
@@ -129,13 +128,13 @@ async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
 async def test_a_worker_that_left_is_not_re_registered_by_its_keeper(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q, "w")
-    s._keeper = keeper(redis_url, "w", interval=0.02)
-    s._keeper.start()
+    s.session.renewals.keeper = keeper(redis_url, "w", interval=0.02)
+    s.session.renewals.keeper.start()
     deadline = time.monotonic() + 10
     while not await q.client.zscore(KEYS.workers, "w"):
         assert time.monotonic() < deadline, "the keeper never beat"
         await asyncio.sleep(0.02)
-    await s._final_flush("finished")  # release, leave, finish (SCHEDULER_PERSIST=False)
+    await s.session._final_flush("finished")  # release, leave, finish (SCHEDULER_PERSIST=False)
     await asyncio.sleep(0.3)  # fifteen renewal intervals
     assert await q.client.zscore(KEYS.workers, "w") is None
     assert await q.client.exists(KEYS.workers) == 0
@@ -154,13 +153,13 @@ async def test_new_leases_do_not_extend_older_buffered_ones(redis_url):
     old.meta[metakeys.LEASE] = ("99", "x-1")  # buffered, its renewal long overdue
     s._buffer.append(old)
     await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    await s._sync(lease=1)
+    await s.session._sync(lease=1)
     assert len(s._buffer) == 2
-    assert s._leases_valid_until == 0.0  # only a renewal vouches for the old lease
+    assert s.session.renewals.valid_until == 0.0  # only a renewal vouches for the old lease
     fresh = scheduler(q, "v")
     await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    await fresh._sync(lease=1)  # an empty buffer: every buffered lease is brand new
-    assert fresh._leases_valid_until > time.monotonic()
+    await fresh.session._sync(lease=1)  # an empty buffer: every buffered lease is brand new
+    assert fresh.session.renewals.valid_until > time.monotonic()
     await q.client.aclose()
 
 
@@ -174,13 +173,12 @@ async def test_a_suspect_in_a_closed_domain_is_deferred_without_releasing_the_bu
     other.meta[metakeys.LEASE] = ("2", "t-2")
     s._buffer.append(suspect)
     s._buffer.append(other)
-    s._slot_free = lambda request: True  # no engine, no downloader in this test
     s._target = lambda: 4
     s._gates = {"closed.test": time.monotonic() + 60}
-    s._leases_valid_until = time.monotonic() + 60
+    s.session.renewals.valid_until = time.monotonic() + 60
     assert s.next_request() is other
-    assert [op.kind for op in s._ops] == ["defer"]
-    assert s._to_release == []  # the buffer was not given back for a suspect that waits
+    assert [op.kind for op in s.outbox.ends] == ["defer"]
+    assert s.outbox.releases == []  # the buffer was not given back for a suspect that waits
     await q.client.aclose()
 
 
@@ -189,9 +187,9 @@ async def test_a_stale_deferral_is_not_counted_as_deferred(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q)
     a, b = await leased_again(q)
-    from scrapy_ha.scheduler import _Op
+    from scrapy_ha._outbox import EndOp
 
-    await s._end(_Op("defer", a.id, a.token, Request("http://a.test/list1"), 5.0))
+    await s.session.ends.end(EndOp("defer", a.id, a.token, Request("http://a.test/list1"), 5.0))
     assert s.stats.get_value("ha/deferred") is None
     assert s.stats.get_value("ha/stale_acks") == 1
     await q.client.aclose()

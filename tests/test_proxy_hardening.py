@@ -118,8 +118,8 @@ async def test_shared_cooldowns_use_the_server_clock_and_are_pruned(redis_url, r
         assert list(cooling) == ["new:3"] and 55 < cooling["new:3"] - time.time() <= 61
         assert set(redis_client.hgetall(key)) == {b"new:3"}  # expired and garbage pruned
     finally:
-        scheduler._stopping = True
-        await scheduler._close("test")
+        scheduler.session.stopping = True
+        await scheduler.session.close("test")
 
 
 def test_local_proxy_state_is_bounded():

@@ -150,7 +150,7 @@ async def test_len_and_pending_answer_for_the_crawl_right_after_open(
         assert len(scheduler) == left
         assert f"Joining a crawl already in Redis: {left} pending, 0 leased" in caplog.text
     finally:
-        scheduler._stopping = True
+        scheduler.session.stopping = True
         await maybe_deferred_to_future(scheduler.close("shutdown"))
 
 

@@ -1,0 +1,101 @@
+"""Opening a crawl's queue in Redis: connect, check the server, flush when asked, and say
+what this worker joins. A setting refused here fails before anything is written."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+import scrapy
+
+from scrapy_ha import __version__
+from scrapy_ha.config import check_start_key
+from scrapy_ha.connection import check_reachable, redis_from_settings
+from scrapy_ha.keys import Keys
+from scrapy_ha.queue import RedisQueue
+from scrapy_ha.spiders import RedisSpiderMixin
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha.config import SchedulerConfig
+    from scrapy_ha.queue import Counts
+
+logger = logging.getLogger(__name__)
+
+
+async def open_queue(
+    crawler: Crawler, config: SchedulerConfig, spider: Spider, redis_url: str
+) -> tuple[RedisQueue, str]:
+    """The crawl's queue on a reachable Redis, and the server's version (fails within
+    ``HA_CONNECT_TIMEOUT`` naming the URL); flushed first with
+    ``SCHEDULER_FLUSH_ON_START`` when no other worker lives."""
+    settings = crawler.settings
+    if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
+        start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
+        check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).pending)
+    client = redis_from_settings(settings, connect_timeout=config.connect_timeout)
+    try:
+        server = await check_reachable(client, redis_url, config.connect_timeout)
+    except BaseException:
+        await client.aclose()
+        raise
+    queue = RedisQueue(client, Keys(config.key_prefix, spider.name), order=config.order)
+    if config.flush_on_start:
+        await _flush_on_start(queue)
+    return queue, server
+
+
+def log_connected(queue: RedisQueue, server: str, redis_url: str, worker: str) -> None:
+    logger.info(
+        "scrapy-ha %s (Scrapy %s, redis-py %s, Redis %s) at %s, keys %s, worker %s",
+        __version__,
+        scrapy.__version__,
+        redis.__version__,
+        server,
+        redis_url,
+        queue.keys.pending.rsplit(":", 1)[0] + ":*",
+        worker,
+    )
+
+
+async def _flush_on_start(queue: RedisQueue) -> None:
+    counts = await queue.counts()
+    if counts.workers:
+        logger.warning(
+            "SCHEDULER_FLUSH_ON_START ignored: %d other worker(s) of %s are alive",
+            counts.workers,
+            queue.keys.spider,
+        )
+        return
+    await queue.flush()
+    logger.info("Flushed the queue of %s (SCHEDULER_FLUSH_ON_START)", queue.keys.spider)
+
+
+async def joined(queue: RedisQueue, config: SchedulerConfig, spider: Spider) -> Counts:
+    """The crawl's counts, read once so that ``len()`` and ``has_pending_requests()``
+    answer for it from the start; says so when joining a crawl already in Redis."""
+    counts = await queue.counts()
+    if counts.pending + counts.leased + counts.delayed or counts.dead:
+        logger.info(
+            "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
+            "%d dead-lettered, %d other live worker(s)",
+            counts.pending,
+            counts.leased,
+            counts.delayed,
+            counts.dead,
+            max(0, counts.workers - 1),
+        )
+    elif counts.fingerprints and config.dedupe:
+        logger.info(
+            "The crawl of %s ran before and finished; its %d fingerprints are kept "
+            "(SCHEDULER_PERSIST=True), so every request seen before, start requests "
+            "included, is filtered and this run crawls only what is new. To crawl "
+            "again from scratch: `scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
+            spider.name,
+            counts.fingerprints,
+            spider.name,
+        )
+    return counts

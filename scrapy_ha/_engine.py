@@ -1,0 +1,135 @@
+"""Every fact scrapy-ha relies on about Scrapy's engine internals, in one place.
+
+Scrapy has no public API for "is this request finished?", "how busy is this download
+slot?" or "look at the scheduler again now"; the scheduler needs all three. Each function
+here reads private engine state: each names the Scrapy versions it was checked on (2.16 and
+2.19.0, the version in constraints.txt), so that an upgrade of Scrapy has one module to
+re-check. No other module of scrapy-ha reads the engine's private attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import CloseSpider
+from scrapy.utils.defer import deferred_from_coro
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.core.engine import ExecutionEngine
+    from scrapy.crawler import Crawler
+
+#: Scrapy 2.19 closes the spider when a ``spider_opened`` handler raises ``CloseSpider``
+#: (checked on 2.19.0); 2.16 logs the exception and goes on.
+CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
+
+
+def _engine(crawler: Crawler) -> ExecutionEngine | None:
+    """``crawler.engine``, or None before the crawl starts: Scrapy 2.19 raises
+    RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None."""
+    try:
+        return crawler.engine
+    except RuntimeError:
+        return None
+
+
+def wake(crawler: Crawler) -> None:
+    """Make the engine call ``next_request`` soon: ``engine._slot.nextcall.schedule()``
+    (``_slot`` is None before the spider opens and after it closes; 2.16, 2.19); nothing
+    without an engine."""
+    slot = getattr(_engine(crawler), "_slot", None)
+    if slot is not None:
+        slot.nextcall.schedule()
+
+
+def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
+    """A test: is this request still somewhere in the engine?
+
+    A request is finished when it is in none of ``downloader.active``,
+    ``scraper.slot.active``, ``scraper.slot.queue`` (a list of (result, request, deferred)
+    triples, not yet in ``active``) and ``engine._slot.inprogress``; the engine updates
+    them synchronously (2.16, 2.19). ``scraper.slot`` is None while no spider is open.
+    """
+    engine = crawler.engine
+    assert engine is not None
+    sets: list[set[Request]] = [engine.downloader.active]
+    queued: set[int] = set()
+    slot = engine.scraper.slot
+    if slot is not None:
+        sets.append(slot.active)
+        queued = {id(r) for _, r, _ in slot.queue}
+    engine_slot = getattr(engine, "_slot", None)
+    if engine_slot is not None:
+        sets.append(engine_slot.inprogress)
+    return lambda r: id(r) in queued or any(r in s for s in sets)
+
+
+def slot_free(crawler: Crawler, request: Request) -> bool:
+    """Can the downloader start *request* now? ``downloader.slots`` maps
+    ``downloader.get_slot_key(request)`` to a slot whose ``active`` set holds the requests it
+    runs or queues, ``concurrency`` its limit (0: none); an absent slot is a new one, with
+    nothing running yet (2.16, 2.19). True without an engine."""
+    downloader = getattr(_engine(crawler), "downloader", None)
+    if downloader is None:
+        return True
+    slot = downloader.slots.get(downloader.get_slot_key(request))
+    if slot is None:
+        return True
+    # the slot's own set of requests it holds (running or waiting in it): O(1) per call
+    return bool(slot.concurrency <= 0 or len(slot.active) < slot.concurrency)
+
+
+def capacity(crawler: Crawler, enough: int) -> int:
+    """Requests the downloader can run at once: each download slot's ``concurrency``, plus a
+    new slot's (``ip_concurrency`` when CONCURRENT_REQUESTS_PER_IP is set, else
+    ``domain_concurrency``; 2.16, 2.19); counting stops at *enough* (this runs on every
+    hand-out, and a broad crawl has thousands of slots). *enough* without an engine."""
+    downloader = getattr(_engine(crawler), "downloader", None)
+    if downloader is None:
+        return enough
+    total: int = downloader.ip_concurrency or downloader.domain_concurrency
+    for slot in downloader.slots.values():
+        if total >= enough:
+            break
+        total += slot.concurrency
+    return total
+
+
+class StartRefusal:
+    """Close the spider as soon as it opens, with *reason*, and make ``scrapy crawl`` exit
+    non-zero: Scrapy marks a crawl whose crawler has no spider as failed.
+
+    ``CloseSpider`` is raised from ``spider_opened``, not from the scheduler's ``open()``:
+    raised there it would skip opening the scraper, whose close then fails with a
+    traceback. Scrapy 2.19 honours it; 2.16 ignores it, so the spider is closed right after
+    the handlers (``engine.close_spider_async``). ``crawler.spider`` is forgotten after
+    ``spider_closed``, on 2.16 only after ``engine_stopped``: start requests may still be
+    scheduled after ``spider_closed`` there, and components assert ``crawler.spider``.
+    Keep the object: signal handlers are held weakly.
+    """
+
+    def __init__(self, crawler: Crawler, reason: str) -> None:
+        self.crawler = crawler
+        self.reason = reason
+        forget_at = (
+            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
+        )
+        crawler.signals.connect(self._refuse, signal=signals.spider_opened)
+        crawler.signals.connect(self._forget_spider, signal=forget_at)
+
+    def _refuse(self) -> None:
+        if CLOSE_SPIDER_FROM_SPIDER_OPENED:
+            raise CloseSpider(self.reason)
+        engine = self.crawler.engine
+        assert engine is not None
+        asyncio.get_running_loop().call_soon(
+            lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason))
+        )
+
+    def _forget_spider(self) -> None:
+        self.crawler.spider = None

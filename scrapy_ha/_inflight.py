@@ -1,0 +1,110 @@
+"""Requests handed to the engine and not finished yet.
+
+Scrapy has no "request finished" signal: a request is finished when the engine holds it
+nowhere any more (:func:`scrapy_ha._engine.busy_check`). Only then does its lease end: by
+an ack, or, when a middleware recorded another outcome in its meta, by a retry or a dead
+letter. Both go into the :class:`~scrapy_ha._outbox.Outbox`, after the children the page
+yielded (they were queued while it ran).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy_ha import _engine, metakeys
+from scrapy_ha._outbox import CheckpointSave, EndOp
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha._outbox import Outbox, Pair
+
+
+def fence_of(request: Request) -> tuple[str, str] | None:
+    """The lease that fences *request*: its page's (a child), or its original's (a
+    redirect, which carries the original's lease and is no retry); None for a root."""
+    parent = request.meta.get(metakeys.PARENT)
+    if parent is None:
+        outcome = request.meta.get(metakeys.OUTCOME) or {}
+        if outcome.get("op") != "retry":
+            parent = request.meta.get(metakeys.LEASE)
+    return (str(parent[0]), str(parent[1])) if parent else None
+
+
+class InFlight:
+    """The unfinished requests of this worker, by entry id: (lease token, request)."""
+
+    def __init__(self, crawler: Crawler, outbox: Outbox) -> None:
+        self.crawler = crawler
+        self.outbox = outbox
+        self._held: dict[str, tuple[str, Request]] = {}
+        self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._held
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._held)
+
+    def add(self, entry_id: str, token: str, request: Request) -> None:
+        self._held[entry_id] = (token, request)
+
+    def pairs(self) -> list[Pair]:
+        return [(i, t) for i, (t, _) in self._held.items()]
+
+    def clear(self) -> None:
+        self._held.clear()
+
+    def collect_finished(self) -> None:
+        """Move requests the engine is done with to the outbox: acks, or ends."""
+        if not self._held:
+            return
+        busy = _engine.busy_check(self.crawler)
+        done = [i for i, (_, r) in self._held.items() if not busy(r)]
+        for entry_id in done:
+            token, request = self._held.pop(entry_id)
+            outcome = request.meta.get(metakeys.OUTCOME)
+            if outcome and outcome.get("op") in ("retry", "dead"):
+                self.end(EndOp(outcome["op"], entry_id, token, request))
+                continue
+            if metakeys.CHECKPOINT_SAVE in request.meta:
+                saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
+                self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
+            self.outbox.acks.append((entry_id, token))
+
+    def end(self, op: EndOp) -> None:
+        """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""
+        priority = self._retry_priority.pop(op.entry_id, None)
+        if op.kind == "retry" and priority is not None:
+            op = EndOp(op.kind, op.entry_id, op.token, op.request, op.delay, priority)
+        self.outbox.ends.append(op)
+
+    def is_retry_of_one(self, request: Request) -> bool:
+        """*request* is the retry copy of an unfinished request: it is not queued, the
+        original's lease moves to the delayed set when it finishes (with the copy's
+        priority, RETRY_PRIORITY_ADJUST applied)."""
+        outcome = request.meta.get(metakeys.OUTCOME)
+        lease = request.meta.get(metakeys.LEASE)
+        if not outcome or outcome.get("op") != "retry" or not lease:
+            return False
+        held = self._held.get(lease[0])
+        if held is None or held[1] is request:
+            return False
+        self._retry_priority[lease[0]] = request.priority
+        return True
+
+    def parent_of(self, request: Request) -> Request | None:
+        """The unfinished page that yielded *request* (ParentLeaseMiddleware tags it)."""
+        lease = request.meta.get(metakeys.PARENT)
+        if not lease:
+            return None
+        held = self._held.get(lease[0])
+        if held is None or held[0] != lease[1]:
+            return None
+        return held[1]

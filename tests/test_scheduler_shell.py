@@ -1,0 +1,240 @@
+"""The scheduler's shell against a fake session: what the engine calls, answered from memory.
+
+The shell's contract with its session is scrapy-ha's own (an Outbox the shell fills, leases
+handed in through ``Scheduler.take``), so a fake session is the right stand-in here: these
+tests need no Redis and no reactor. The engine is a stand-in too, holding only the sets
+:mod:`scrapy_ha._engine` reads; the real ones are covered by the crawl tests.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.defer import deferred_f_from_coro_f, maybe_deferred_to_future
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha import metakeys
+from scrapy_ha._outbox import EndOp
+from scrapy_ha.codec import decode_request
+from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.queue import Lease
+from scrapy_ha.scheduler import Scheduler
+
+
+class FakeSession:
+    """What the shell reads and calls on its session, and nothing else."""
+
+    def __init__(self, shell: Scheduler) -> None:
+        self.shell = shell
+        self.queue = None
+        self.stopping = False
+        self.redis_ok = True
+        self.remote_waiting = 0
+        self.remote_active = 0
+        self.peers = 0
+        self.engine_view: tuple[bool, bool] | None = None
+        self.server_offset_ms = 0.0
+        self.renewals = SimpleNamespace(valid_until=math.inf, rate=0.0)
+        self.start_urls = SimpleNamespace(feed_mode=False)
+        self.wakes = 0
+        self.closed: dict[str, Any] | None = None
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def holds_unreadable(self) -> bool:
+        return False
+
+    async def open(self, spider: Spider) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    async def close(self, reason: str) -> None:
+        """What the real session sends at close: the outbox, then every local lease."""
+        self.shell.inflight.collect_finished()
+        box = self.shell.outbox
+        self.closed = {
+            "children": [e.payload for e in box.children],
+            "acks": list(box.acks),
+            "released": self.shell.local_leases() + box.releases,
+        }
+        self.shell.forget_local()
+
+    def hand(self, url: str, entry_id: str, *, priority: int = 0, expiries: int = 0) -> Request:
+        """Lease a request into the shell, as a sync's reply would."""
+        request = Request(url, priority=priority)
+        self.shell.take(request, Lease(entry_id, f"t-{entry_id}", b"", expiries))
+        return request
+
+
+class ShellUnderTest(Scheduler):
+    session_class = FakeSession
+
+
+class FakeEngine:
+    """The engine state :mod:`scrapy_ha._engine` reads: a request is unfinished while it
+    is in ``downloader.active``; no download slot is busy."""
+
+    def __init__(self) -> None:
+        self.downloader = SimpleNamespace(
+            active=set(),
+            slots={},
+            get_slot_key=lambda request: "slot",
+            ip_concurrency=0,
+            domain_concurrency=8,
+        )
+        self.scraper = SimpleNamespace(slot=None)
+        self._slot = SimpleNamespace(inprogress=set(), nextcall=SimpleNamespace(schedule=None))
+
+
+def shell(**config: Any) -> tuple[Scheduler, FakeSession, FakeEngine]:
+    crawler = get_crawler(Spider)
+    crawler._apply_settings()
+    engine = FakeEngine()
+    crawler.engine = engine  # type: ignore[assignment]
+    crawler.stats.open_spider()
+    scheduler = ShellUnderTest(crawler, SchedulerConfig(**config))
+    scheduler.spider = Spider("shell")
+    assert isinstance(scheduler.session, FakeSession)
+    return scheduler, scheduler.session, engine
+
+
+def test_enqueued_requests_go_to_the_outbox_in_order_with_their_parent():
+    s, session, _ = shell()
+    urls = [f"http://a.test/{n}" for n in range(5)]
+    for url in urls:
+        child = Request(url, meta={metakeys.PARENT: ("7", "t-7")})
+        assert s.enqueue_request(child)
+    box = s.outbox
+    assert [decode_request(e.payload, s.spider).url for e in box.children] == urls
+    assert {e.parent for e in box.children} == {("7", "t-7")}
+    assert session.wakes == 5  # each one wakes the session: nothing waits on a timer
+    assert s.has_pending_requests() and len(s) == 5
+    assert box.acks == [] and box.ends == []
+
+
+def test_a_duplicate_is_dropped_before_the_outbox():
+    s, _, _ = shell()
+    assert s.enqueue_request(Request("http://a.test/1"))
+    assert not s.enqueue_request(Request("http://a.test/1"))
+    assert s.enqueue_request(Request("http://a.test/1", dont_filter=True))
+    assert len(s.outbox.children) == 2
+    assert s.stats.get_value("ha/filtered") == 1
+
+
+def test_leases_handed_in_come_out_by_priority_then_lease_order():
+    s, session, _ = shell()
+    low = session.hand("http://a.test/low", "1", priority=0)
+    high = session.hand("http://a.test/high", "2", priority=5)
+    mid = session.hand("http://a.test/mid", "3", priority=1)
+    low2 = session.hand("http://a.test/low2", "4", priority=0)
+    assert len(s) == 4 and s.has_pending_requests()
+    got = [s.next_request() for _ in range(5)]
+    assert got == [high, mid, low, low2, None]
+    assert high.meta[metakeys.LEASE] == ("2", "t-2")
+    assert s.local_leases() == [("2", "t-2"), ("3", "t-3"), ("1", "t-1"), ("4", "t-4")]
+    assert not s.has_pending_requests() and len(s) == 0
+
+
+def test_nothing_is_handed_out_once_the_leases_may_have_expired():
+    s, session, _ = shell()
+    session.hand("http://a.test/1", "1")
+    session.renewals.valid_until = time.monotonic() - 1
+    wakes = session.wakes
+    assert s.next_request() is None
+    assert session.wakes == wakes + 1  # the session is asked to renew
+
+
+def test_a_finished_request_is_acked_and_a_retried_one_ended_with_its_copys_priority():
+    s, session, engine = shell()
+    done = session.hand("http://a.test/done", "1")
+    retried = session.hand("http://a.test/retried", "2")
+    assert s.next_request() is done and s.next_request() is retried
+    engine.downloader.active.update({done, retried})
+    retried.meta[metakeys.OUTCOME] = {"op": "retry", "delay": 3}
+    copy = retried.replace(priority=-1)
+    assert s.enqueue_request(copy)  # the copy is not queued: the original's lease moves
+    assert s.outbox.children == []
+    s.inflight.collect_finished()
+    assert s.outbox.acks == [] and s.outbox.ends == []  # both still in the engine
+    engine.downloader.active.clear()
+    s.inflight.collect_finished()
+    assert s.outbox.acks == [("1", "t-1")]
+    assert s.outbox.ends == [EndOp("retry", "2", "t-2", retried, 0.0, -1)]
+
+
+def test_a_suspect_runs_alone():
+    s, session, engine = shell()
+    busy = session.hand("http://a.test/busy", "1", priority=9)
+    assert s.next_request() is busy
+    engine.downloader.active.add(busy)
+    suspect = session.hand("http://b.test/suspect", "2", priority=5, expiries=2)
+    other = session.hand("http://c.test/other", "3")
+    assert suspect.meta[metakeys.SUSPECT] == 2  # its last chance before the dead letters
+    assert s.next_request() is None  # waits for the engine to empty, first in line
+    assert s.want() > 0
+    engine.downloader.active.clear()  # busy finished
+    assert s.next_request() is suspect
+    assert s.outbox.releases == [("3", "t-3")]  # the rest of the buffer given back
+    assert s.local_leases() == [("2", "t-2")] and s.want() == 0
+    assert other.meta[metakeys.LEASE] == ("3", "t-3")
+    engine.downloader.active.add(suspect)
+    session.hand("http://c.test/later", "4")
+    assert s.next_request() is None  # nothing runs beside it
+    engine.downloader.active.clear()
+    assert s.next_request() is not None  # alone no more
+
+
+def test_a_closed_domain_defers_its_request():
+    s, session, _ = shell()
+    gated = session.hand("http://gated.test/1", "1", priority=1)
+    free = session.hand("http://free.test/1", "2")
+    s.close_gate(Request("http://gated.test/x"), 30)
+    assert s.outbox.gates == {"gated.test": 30}
+    assert s.next_request() is free
+    (op,) = s.outbox.ends
+    assert (op.kind, op.entry_id, op.request) == ("defer", "1", gated) and 29 < op.delay <= 30
+
+
+def test_pending_and_len_count_buffer_outbox_and_redis():
+    s, session, _ = shell()
+    assert not s.has_pending_requests() and len(s) == 0
+    session.remote_waiting = 3
+    assert s.has_pending_requests() and len(s) == 3
+    s.enqueue_request(Request("http://a.test/1"))
+    session.hand("http://a.test/2", "2")
+    assert len(s) == 5
+
+
+@deferred_f_from_coro_f
+async def test_close_flushes_acks_and_releases_what_is_held():
+    s, session, engine = shell()
+    done = session.hand("http://a.test/done", "1")
+    running = session.hand("http://a.test/running", "2")
+    session.hand("http://a.test/buffered", "3")
+    assert s.next_request() is done and s.next_request() is running
+    engine.downloader.active.add(running)
+    s.enqueue_request(Request("http://a.test/child"))
+    await maybe_deferred_to_future(s.close("shutdown"))
+    assert session.closed is not None
+    assert len(session.closed["children"]) == 1
+    assert session.closed["acks"] == [("1", "t-1")]
+    assert sorted(session.closed["released"]) == [("2", "t-2"), ("3", "t-3")]
+    assert s.local_leases() == []
+
+
+def test_the_idle_spider_stays_open_while_anything_is_local():
+    s, session, _ = shell()
+    session.engine_view = (False, False)
+    s._on_idle()  # nothing anywhere, no peers: may close
+    s.enqueue_request(Request("http://a.test/1"))
+    with pytest.raises(DontCloseSpider):
+        s._on_idle()
