@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from scrapy_ha.addon import Addon  # noqa: E402
-from scrapy_ha.scheduler import Scheduler  # noqa: E402
+from scrapy_ha._version import __version__
+from scrapy_ha.addon import Addon
+from scrapy_ha.scheduler import Scheduler
 
 __all__ = ["Addon", "Scheduler", "__version__"]

@@ -16,6 +16,7 @@ from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
 from scrapy_ha.queue import MAX_PRIORITY, clamp_priority
+from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
     from typing import Self
@@ -162,11 +163,9 @@ class Admission:
             self.unstorable,
         )
         if parent is not None:
-            parent.meta[metakeys.OUTCOME] = {
-                "op": "dead",
-                "class": "unstorable",
-                "reason": f"child {request.url}: {exc}",
-            }
+            parent.meta[metakeys.OUTCOME] = Verdict.dead(
+                FailureClass.UNSTORABLE, f"child {request.url}: {exc}"
+            )
         self.crawler.signals.send_catch_log(
             signal=signals.spider_error,
             failure=Failure(exc),  # type: ignore[no-untyped-call]  # Twisted: untyped response=None, spider=spider

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import redis
 import scrapy
 
-from scrapy_ha import __version__
+from scrapy_ha._version import __version__
 from scrapy_ha.config import check_start_key
 from scrapy_ha.connection import check_reachable, redis_from_settings
 from scrapy_ha.keys import Keys

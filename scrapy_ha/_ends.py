@@ -9,25 +9,22 @@ these is fenced by the lease token, and a failure to end one entry costs that en
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import encode_request
 from scrapy_ha.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
     from scrapy import Spider
-    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_ha._outbox import EndOp
-    from scrapy_ha.config import SchedulerConfig
+    from scrapy_ha.config import DeadLetterConfig, SchedulerConfig
     from scrapy_ha.queue import Lease, RedisQueue, SyncResult
 
 logger = logging.getLogger(__name__)
-
-#: Warn when the dead-letter queue passes this many entries (HA_DLQ_WARN_THRESHOLD).
-DEFAULT_DLQ_WARN_THRESHOLD = 1000
 
 
 class _Retention(TypedDict):
@@ -44,9 +41,9 @@ def kept(exc: Exception) -> bool:
 class Ends:
     """Ends leases in Redis (retry, dead letter, deferral, reclaim) and counts the result."""
 
-    def __init__(self, stats: StatsCollector, settings: BaseSettings) -> None:
+    def __init__(self, stats: StatsCollector, config: DeadLetterConfig) -> None:
         self.stats = stats
-        self.settings = settings
+        self.config = config
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
         self.corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
@@ -97,23 +94,23 @@ class Ends:
             self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
             return
         payload = encode_request(op.request, self.spider)
-        outcome = op.request.meta.get(metakeys.OUTCOME) or {}
+        verdict = Verdict.from_meta(op.request.meta)
         if op.kind == "retry":
             due = await self.queue.retry_later(
                 op.entry_id,
                 op.token,
-                int(outcome.get("delay", 0) * 1000),
+                int(((verdict and verdict.delay) or 0) * 1000),
                 payload,
                 op.request.priority if op.priority is None else op.priority,
             )
             self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
             return
-        await self._dead_letter(op, outcome, payload)
+        await self._dead_letter(op, verdict, payload)
 
-    async def _dead_letter(self, op: EndOp, outcome: dict[str, Any], payload: bytes) -> None:
+    async def _dead_letter(self, op: EndOp, verdict: Verdict | None, payload: bytes) -> None:
         assert self.queue is not None
         history = op.request.meta.get(metakeys.HISTORY) or []
-        info = {**outcome, "history": history}
+        info = {**(verdict.as_dict() if verdict else {}), "history": history}
         info.pop("op", None)
         if history:
             info["first"] = history[0]["t"]
@@ -123,29 +120,25 @@ class Ends:
         if not size:
             self.stats.inc_value("ha/stale_acks")
             return
-        cls = outcome.get("class", "unknown")
-        self.stats.inc_value(f"ha/dead/{cls}")
-        level = logging.INFO if outcome.get("errback") else logging.ERROR  # errback handled it
+        fclass = verdict.failure_class.value if verdict else "unknown"
+        handled = verdict is not None and verdict.errback  # the spider's errback handled it
+        self.stats.inc_value(f"ha/dead/{fclass}")
         logger.log(
-            level,
+            logging.INFO if handled else logging.ERROR,
             "Dead-lettered %s (class %s): %s after %d attempt(s)%s",
             op.request,
-            cls,
-            outcome.get("reason"),
+            fclass,
+            verdict.reason if verdict else None,
             len(history) or 1,
-            "; the spider's errback handled it" if outcome.get("errback") else "",
+            "; the spider's errback handled it" if handled else "",
         )
         self._check_dlq_size(size)
 
     def _dlq_retention(self) -> _Retention:
-        settings = self.settings
-        return {
-            "max_entries": settings.getint("HA_DLQ_MAX_ENTRIES", 100_000),
-            "max_age_ms": int(settings.getfloat("HA_DLQ_MAX_AGE", 30 * 86400) * 1000),
-        }
+        return {"max_entries": self.config.max_entries, "max_age_ms": self.config.max_age_ms}
 
     def _check_dlq_size(self, size: int) -> None:
-        threshold = self.settings.getint("HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD)
+        threshold = self.config.warn_threshold
         if size >= threshold and not self._dlq_warned:
             self._dlq_warned = True
             logger.warning(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha import _engine, metakeys
 from scrapy_ha._outbox import CheckpointSave, EndOp
+from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,8 +29,8 @@ def fence_of(request: Request) -> tuple[str, str] | None:
     redirect, which carries the original's lease and is no retry); None for a root."""
     parent = request.meta.get(metakeys.PARENT)
     if parent is None:
-        outcome = request.meta.get(metakeys.OUTCOME) or {}
-        if outcome.get("op") != "retry":
+        verdict = Verdict.from_meta(request.meta)
+        if verdict is None or not verdict.is_retry:
             parent = request.meta.get(metakeys.LEASE)
     return (str(parent[0]), str(parent[1])) if parent else None
 
@@ -69,9 +70,8 @@ class InFlight:
         done = [i for i, (_, r) in self._held.items() if not busy(r)]
         for entry_id in done:
             token, request = self._held.pop(entry_id)
-            outcome = request.meta.get(metakeys.OUTCOME)
-            if outcome and outcome.get("op") in ("retry", "dead"):
-                self.end(EndOp(outcome["op"], entry_id, token, request))
+            if verdict := Verdict.from_meta(request.meta):
+                self.end(EndOp(verdict.op, entry_id, token, request))
                 continue
             if metakeys.CHECKPOINT_SAVE in request.meta:
                 saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
@@ -89,9 +89,9 @@ class InFlight:
         """*request* is the retry copy of an unfinished request: it is not queued, the
         original's lease moves to the delayed set when it finishes (with the copy's
         priority, RETRY_PRIORITY_ADJUST applied)."""
-        outcome = request.meta.get(metakeys.OUTCOME)
+        verdict = Verdict.from_meta(request.meta)
         lease = request.meta.get(metakeys.LEASE)
-        if not outcome or outcome.get("op") != "retry" or not lease:
+        if verdict is None or not verdict.is_retry or not lease:
             return False
         held = self._held.get(lease[0])
         if held is None or held[1] is request:

@@ -8,9 +8,8 @@ here only for readers, under ``TYPE_CHECKING``).
 
 from __future__ import annotations
 
-import sys
 import weakref
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -29,20 +28,4 @@ def register(crawler: Crawler, scheduler: Scheduler) -> None:
 
 def scheduler_for(crawler: Crawler) -> Scheduler | None:
     """The scrapy-ha scheduler of a running crawl, or None if it uses another scheduler."""
-    scheduler = _SCHEDULERS.get(crawler)
-    if scheduler is None:
-        scheduler = _legacy_lookup(crawler)
-    return scheduler
-
-
-def _legacy_lookup(crawler: Crawler) -> Scheduler | None:
-    """The scheduler's own map, for a scheduler that does not call :func:`register` yet.
-
-    Read from ``sys.modules`` (no import): a crawl whose scheduler module was never loaded
-    has no scrapy-ha scheduler. Goes once ``Scheduler.__init__`` calls :func:`register`.
-    """
-    module: Any = sys.modules.get("scrapy_ha.scheduler")
-    schedulers = getattr(module, "_SCHEDULERS", None)
-    if schedulers is None:
-        return None
-    return cast("Scheduler | None", schedulers.get(crawler))
+    return _SCHEDULERS.get(crawler)

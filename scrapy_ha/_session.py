@@ -64,7 +64,7 @@ class Session:
         self.outbox = shell.outbox
         self.redis_url = display_url(shell.crawler.settings)
         self.spider: Spider | None = None
-        self.ends = Ends(shell.stats, shell.crawler.settings)
+        self.ends = Ends(shell.stats, shell.config.dead_letter)
         self.renewals = Renewals(
             shell.crawler.settings, lambda: self.config, self._held_pairs, shell.drop_lost
         )
@@ -118,7 +118,7 @@ class Session:
     async def _connect(self, spider: Spider) -> None:
         self.spider = self.ends.spider = spider
         job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
-        if job and not self.crawler.settings.get("HA_WORKER_ID"):
+        if job and not self.config.worker_id_given:
             self.shell.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
         self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)

@@ -34,13 +34,15 @@ class StartUrls:
         self.key: str | None = None
         self.feed_mode = feed_mode  # wait for more start URLs instead of closing when done
         self.spider: Spider | None = None
+        self.as_set = False  # REDIS_START_URLS_AS_SET: a set, not a list
 
     def setup(self, spider: Spider, config: SchedulerConfig) -> None:
         if not isinstance(spider, RedisSpiderMixin):
             return
         self.spider = spider
+        self.as_set = config.start_urls_as_set
         self.key = spider.redis_key or config.start_urls_key % {"name": spider.name}
-        if self.crawler.settings.get("HA_FEED") is None:
+        if not config.feed_given:
             self.feed_mode = spider.ha_feed
         logger.info(
             "Reading start URLs from Redis key %s%s",
@@ -51,15 +53,14 @@ class StartUrls:
     async def feed(self, queue: RedisQueue, batch: int) -> None:
         assert self.key is not None and self.crawler.stats is not None
         client = queue.client
-        as_set = self.crawler.settings.getbool("REDIS_START_URLS_AS_SET")
-        if as_set:
+        if self.as_set:
             raw = list(await client.srandmember(self.key, batch))
         else:
             raw = list(await client.lrange(self.key, 0, batch - 1))
         if not raw:
             return
         entries = [self._entry(data) for data in raw]
-        added = await queue.feed(self.key, as_set=as_set, raw=raw, entries=entries)
+        added = await queue.feed(self.key, as_set=self.as_set, raw=raw, entries=entries)
         if added > 0:
             self.crawler.stats.inc_value("ha/start_urls", added)
 

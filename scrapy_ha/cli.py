@@ -18,7 +18,7 @@ from typing import Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha.config import ConfigError
+from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.connection import RedisUnavailable, check_reachable, display_url, redis_from_settings
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
@@ -43,10 +43,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 async def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    prefix = args.prefix or settings.get("HA_KEY_PREFIX") or DEFAULT_PREFIX
-    client = redis_from_settings(settings, connect_timeout=5.0)
+    prefix = args.prefix or key_prefix(settings)
+    client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     try:
-        await check_reachable(client, display_url(settings), 5.0)
+        await check_reachable(client, display_url(settings), DEFAULT_CONNECT_TIMEOUT)
         queue = RedisQueue(client, Keys(prefix, args.spider))
         func: Command = args.func
         return await func(queue, args)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scrapy_ha import _validate as check
@@ -81,6 +81,36 @@ DEFAULT_WATCHDOG_LEASE_PERIODS = 10
 QUEUE_ORDERS = ("lifo", "fifo")
 
 
+# -- the dead-letter queue ------------------------------------------------------------------
+
+#: Warn once when the dead-letter queue passes this many entries: a crawl that dead-letters
+#: this much has a cause worth a look (a ban, a site change).
+DEFAULT_DLQ_WARN_THRESHOLD = 1000
+
+
+@dataclass(frozen=True)
+class DeadLetterConfig:
+    """Retention of the dead-letter queue (trimmed at each dead letter) and its warning."""
+
+    max_entries: int = DEFAULT_DLQ_MAX_ENTRIES
+    max_age: float = DEFAULT_DLQ_MAX_AGE_MS / 1000
+    warn_threshold: int = DEFAULT_DLQ_WARN_THRESHOLD
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        return cls(
+            max_entries=check.whole(settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES),
+            max_age=check.seconds(settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000),
+            warn_threshold=check.whole(
+                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD
+            ),
+        )
+
+    @property
+    def max_age_ms(self) -> int:
+        return int(self.max_age * 1000)
+
+
 @dataclass(frozen=True)
 class SchedulerConfig:
     """Everything the scheduler reads from settings, validated."""
@@ -104,6 +134,7 @@ class SchedulerConfig:
     tick: float = DEFAULT_TICK
     start_urls_key: str = DEFAULT_START_URLS_KEY
     start_urls_batch: int = DEFAULT_START_URLS_BATCH
+    start_urls_as_set: bool = False
     worker_id: str = ""
     unstorable: str = DEFAULT_UNSTORABLE
     dedupe: bool = True
@@ -114,6 +145,7 @@ class SchedulerConfig:
     worker_id_given: bool = False
     #: HA_FEED was set (True or False); unset, the spider decides (a RedisSpider feeds).
     feed_given: bool = False
+    dead_letter: DeadLetterConfig = field(default_factory=lambda: DeadLetterConfig())
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -155,9 +187,11 @@ class SchedulerConfig:
             start_urls_batch=check.whole(
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
+            start_urls_as_set=check.boolean(settings, "REDIS_START_URLS_AS_SET", False),
             worker_id=check.text(settings, "HA_WORKER_ID", "") or default_worker_id(),
             worker_id_given=bool(settings.get("HA_WORKER_ID")),
             feed_given=check.given(settings, "HA_FEED"),
+            dead_letter=DeadLetterConfig.from_settings(settings),
             unstorable=check.choice(
                 settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
             ),
@@ -193,6 +227,13 @@ class SchedulerConfig:
             raise ConfigError(
                 f"HA_KEY_PREFIX={self.key_prefix!r} must be non-empty, without spaces or braces"
             )
+
+
+def key_prefix(settings: BaseSettings) -> str:
+    """``HA_KEY_PREFIX``, checked as the scheduler checks it (for tools that only need it)."""
+    prefix = check.text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX)
+    SchedulerConfig(key_prefix=prefix).validate()  # raises ConfigError for a bad prefix
+    return prefix
 
 
 #: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
@@ -280,36 +321,6 @@ def _refuse_jobdir(settings: BaseSettings) -> None:
             f"itself (SCHEDULER_PERSIST=True keeps them after the crawl). Remove JOBDIR "
             f"(for example `-s JOBDIR=`)"
         )
-
-
-# -- the dead-letter queue ------------------------------------------------------------------
-
-#: Warn once when the dead-letter queue passes this many entries: a crawl that dead-letters
-#: this much has a cause worth a look (a ban, a site change).
-DEFAULT_DLQ_WARN_THRESHOLD = 1000
-
-
-@dataclass(frozen=True)
-class DeadLetterConfig:
-    """Retention of the dead-letter queue (trimmed at each dead letter) and its warning."""
-
-    max_entries: int = DEFAULT_DLQ_MAX_ENTRIES
-    max_age: float = DEFAULT_DLQ_MAX_AGE_MS / 1000
-    warn_threshold: int = DEFAULT_DLQ_WARN_THRESHOLD
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
-        return cls(
-            max_entries=check.whole(settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES),
-            max_age=check.seconds(settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000),
-            warn_threshold=check.whole(
-                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD
-            ),
-        )
-
-    @property
-    def max_age_ms(self) -> int:
-        return int(self.max_age * 1000)
 
 
 # -- checkpoints, cookies, user agents ------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -29,6 +28,7 @@ from scrapy_ha._admission import Admission
 from scrapy_ha._buffer import LeaseBuffer, prefetch_target
 from scrapy_ha._inflight import InFlight, fence_of
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
+from scrapy_ha._registry import register
 from scrapy_ha._session import Session
 from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.config import ConfigError, SchedulerConfig
@@ -51,14 +51,6 @@ logger = logging.getLogger(__name__)
 START_FAILED = "ha_start_failed"
 
 
-_SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
-
-
-def scheduler_for(crawler: Crawler) -> Scheduler | None:
-    """The scrapy-ha scheduler of a running crawl, or None if it uses another scheduler."""
-    return _SCHEDULERS.get(crawler)
-
-
 class Scheduler:
     """Lease-based Redis scheduler; enable with ``SCHEDULER = "scrapy_ha.Scheduler"``."""
 
@@ -70,7 +62,7 @@ class Scheduler:
         self.config = config
         assert crawler.stats is not None
         self.stats = crawler.stats
-        _SCHEDULERS[crawler] = self
+        register(crawler, self)
         self.spider: Spider | None = None
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import scrapy_ha
 
 PACKAGE = Path(scrapy_ha.__file__).parent
@@ -125,17 +123,5 @@ def test_the_middlewares_do_not_import_the_scheduler():
     assert GRAPH["scrapy_ha._registry"] == set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="scrapy_ha.scheduler imports __version__ from the package, whose __init__ imports "
-    "the scheduler: the integrator's change to scheduler.py (take the version from "
-    "importlib.metadata or a _version module) removes it",
-)
 def test_no_import_cycle():
     assert cycles(GRAPH) == []
-
-
-def test_no_import_cycle_but_the_scheduler_s_version_import():
-    graph = {name: set(edges) for name, edges in GRAPH.items()}
-    graph["scrapy_ha.scheduler"].discard("scrapy_ha")
-    assert cycles(graph) == []
