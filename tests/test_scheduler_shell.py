@@ -25,6 +25,7 @@ from scrapy_ha.codec import decode_request
 from scrapy_ha.config import SchedulerConfig
 from scrapy_ha.queue import Lease
 from scrapy_ha.scheduler import Scheduler
+from scrapy_ha.verdict import FailureClass, Verdict
 
 
 class FakeSession:
@@ -159,7 +160,7 @@ def test_a_finished_request_is_acked_and_a_retried_one_ended_with_its_copys_prio
     retried = session.hand("http://a.test/retried", "2")
     assert s.next_request() is done and s.next_request() is retried
     engine.downloader.active.update({done, retried})
-    retried.meta[metakeys.OUTCOME] = {"op": "retry", "delay": 3}
+    retried.meta[metakeys.OUTCOME] = Verdict.retry(FailureClass.SERVER, "HTTP 500", delay=3)
     copy = retried.replace(priority=-1)
     assert s.enqueue_request(copy)  # the copy is not queued: the original's lease moves
     assert s.outbox.children == []
