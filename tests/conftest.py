@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -14,7 +13,7 @@ from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 __all__ = ["RedisServer", "Site", "free_port"]
@@ -63,10 +62,10 @@ def _stop_leftover_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every process a test started and left running is stopped when the test ends, with
     its process group, pass or fail (a failed assertion must not leave workers crawling)."""
     started: list[subprocess.Popen[bytes]] = []
-    original = subprocess.Popen.__init__
+    original: Callable[..., None] = subprocess.Popen.__init__
 
     def record(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        original(self, *args, **kwargs)
         started.append(self)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", record)
@@ -104,20 +103,17 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 class Site:
     """The demo catalogue (or, with module=..., the demo proxy) in a subprocess."""
 
-    module = "scrapy_ha.demo.site"
+    module = harness.SITE_MODULE
 
     def __init__(self, *args: str) -> None:
-        self.proc = harness.spawn(
-            [sys.executable, "-m", self.module, *args], stdout=subprocess.PIPE
-        )
         try:
-            (self.port,) = harness.read_listening(self.proc, self.module)
+            self.proc, self.port = harness.start_module(self.module, *args)
         except RuntimeError as exc:
             pytest.fail(str(exc))
         scheme = "https" if "--tls" in args else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}"
 
-    def log(self) -> list[list]:
+    def log(self) -> list[list[Any]]:
         import json
         import ssl
         from urllib.request import urlopen
@@ -158,7 +154,7 @@ def proxy_factory(site_factory: type[Site]) -> type[Site]:
     """Starts the demo forward proxy (stopped with the sites)."""
 
     class _Proxy(site_factory):  # type: ignore[misc, valid-type]
-        module = "scrapy_ha.demo.proxy"
+        module = harness.PROXY_MODULE
 
     return _Proxy
 
