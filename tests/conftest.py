@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 __all__ = ["RedisServer", "Site", "free_port"]
+
+#: Databases of the session's redis-server, handed to the tests in turn: whatever a finished
+#: test left running in this process (a crawl's background loop after a failed assertion)
+#: writes into a database no test uses now, instead of into the next test's keys.
+DATABASES = 64
+#: Database 0 is left to the clients that name none (RedisServer.url, the CLI's default).
+_turns = itertools.count()
 
 
 class RedisServer:
@@ -35,14 +43,22 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.url_of(0)
+
+    def url_of(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
 
     def start(self) -> None:
         try:
             self.proc, self.port = harness.start_redis(
                 self.dir,
                 port=self.port if self._fixed_port else None,
-                args=["--appendonly", "yes" if self.appendonly else "no"],
+                args=[
+                    "--appendonly",
+                    "yes" if self.appendonly else "no",
+                    "--databases",
+                    str(DATABASES),
+                ],
             )
         except (FileNotFoundError, RuntimeError) as exc:
             pytest.fail(str(exc))
@@ -86,10 +102,11 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """The URL of a flushed Redis database."""
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    yield redis_server.url
+    """The URL of a flushed Redis database of its own (the next one of the session's server)."""
+    url = redis_server.url_of(1 + next(_turns) % (DATABASES - 1))
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
     client.close()
 
 
