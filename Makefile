@@ -17,13 +17,18 @@ OLDEST_TESTS := tests/test_scheduler_crawl.py tests/test_retry_crawl.py tests/te
 	tests/test_codec.py tests/test_config.py tests/test_start_urls.py tests/test_promises.py \
 	tests/test_dlq.py tests/test_checkpoints.py tests/test_proxy.py tests/test_useragent.py
 
+#: What `make lint` holds to the style: ruff on every Python file of the repository that is
+#: ours, mypy --strict on the package (it ships py.typed, so its users' checkers read it).
+LINT_PATHS := scrapy_ha tests bench chaos example_project
+TYPED_PACKAGE := scrapy_ha
+
 #: pytest-xdist workers for `make test`: the tests mostly wait on subprocesses and sockets,
 #: so two workers halve the wall time on 2 cores (each worker starts its own redis-server).
 PYTEST_WORKERS ?= 2
 #: `make test` leaves out the long versions of scenarios whose short version it runs.
 SHORT := -m 'not long'
 
-.PHONY: demo test test-long test-oldest test-latest test-installed bench chaos deps venv constraints clean
+.PHONY: demo lint test test-long test-oldest test-latest test-installed bench chaos deps venv constraints clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -45,7 +50,7 @@ define make_venv
 endef
 
 $(READY): setup.cfg constraints.txt
-	$(call make_venv,$(VENV),-c constraints.txt -e '.[test]')
+	$(call make_venv,$(VENV),-c constraints.txt -e '.[test,lint]')
 
 venv: $(READY)
 
@@ -57,6 +62,16 @@ bench: deps venv
 
 chaos: deps venv
 	$(BIN)/python chaos/run.py
+
+# The style, as CI holds it (.ci/run runs this before the tests); ruff and mypy are pinned in
+# constraints.txt, so a new release of either cannot turn CI red on its own.
+# Each tool runs even if one before it failed, so that one CI run shows every finding.
+lint: venv
+	@status=0; \
+	$(BIN)/ruff format --check $(LINT_PATHS) || status=1; \
+	$(BIN)/ruff check $(LINT_PATHS) || status=1; \
+	$(BIN)/mypy --strict $(TYPED_PACKAGE) || status=1; \
+	exit $$status
 
 test: deps venv
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(SHORT) $(PYTEST_ARGS)
@@ -77,7 +92,7 @@ test-oldest: deps .venv-oldest/.ready
 # The newest releases of everything, unpinned: run by hand (a new upstream deprecation turns
 # into an error here first, under filterwarnings = error).
 test-latest: deps
-	$(call make_venv,.venv-latest,--upgrade -e '.[test]')
+	$(call make_venv,.venv-latest,--upgrade -e '.[test,lint]')
 	.venv-latest/bin/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The wheel installed in a clean venv outside the repository (.ci/installed).

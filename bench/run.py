@@ -44,10 +44,17 @@ class Services:
         self.dir = workdir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def spawn(self, args: list[str], *, listen: bool = False) -> str:
-        proc = harness.spawn(args, stdout=subprocess.PIPE if listen else subprocess.DEVNULL)
+    def site(self, *args: str) -> str:
+        """Start the demo catalogue with *args*; its base URL."""
+        proc, url = harness.start_site(*args)
         self.procs.append(proc)
-        return str(harness.read_listening(proc, args[-1])[0]) if listen else ""
+        return url
+
+    def listen(self, args: list[str]) -> int:
+        """Start a server that prints ``LISTENING <port>`` (the delay line); its port."""
+        proc, ports = harness.start_listening(args)
+        self.procs.append(proc)
+        return ports[0]
 
     def redis(self) -> int:
         proc, port = harness.start_redis(self.dir / "redis", args=["--appendonly", "no"])
@@ -160,32 +167,16 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 def run(args: argparse.Namespace, svc: Services) -> int:
     redis_port = svc.redis()
-    site = "http://127.0.0.1:" + svc.spawn(
+    site = svc.site("--pages", str(args.pages), "--per-page", "20", "--chains", "10")
+    delayed_port = svc.listen(
         [
             sys.executable,
-            "-m",
-            "scrapy_ha.demo.site",
-            "--pages",
-            str(args.pages),
-            "--per-page",
-            "20",
-            "--chains",
-            "10",
-        ],
-        listen=True,
-    )
-    delayed_port = int(
-        svc.spawn(
-            [
-                sys.executable,
-                str(ROOT / "bench" / "latency_proxy.py"),
-                "--to",
-                str(redis_port),
-                "--delay-ms",
-                str(args.delay_ms),
-            ],
-            listen=True,
-        )
+            str(ROOT / "bench" / "latency_proxy.py"),
+            "--to",
+            str(redis_port),
+            "--delay-ms",
+            str(args.delay_ms),
+        ]
     )
     results: dict[str, Any] = {"machine": machine()}
     print(f"Crawling {args.pages * 21 + 1} pages, {args.runs} run(s) per scheduler")
@@ -228,7 +219,9 @@ def machine() -> dict[str, Any]:
     import scrapy
     import scrapy_redis
 
-    server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    server = subprocess.run(
+        [harness.redis_binary(), "--version"], capture_output=True, text=True
+    ).stdout
     return {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -35,6 +35,8 @@ CONCURRENCY = 8
 #: What one killed or frozen worker can make others redo: its prefetch buffer (CONCURRENCY),
 #: its unfinished requests (HA_MAX_INFLIGHT = 2 x CONCURRENCY) and one round of acks.
 PER_FAULT = 4 * CONCURRENCY
+#: The crawl's leases (entry id -> expiry), read to know when a frozen worker's have moved on.
+LEASED = "ha:{chaos}:leased"
 WORKER_SETTINGS = {
     "SCHEDULER": "scrapy_ha.Scheduler",
     "HA_LEASE_TIME": str(LEASE),
@@ -94,41 +96,34 @@ class Cluster:
         harness.stop(self.redis_proc, grace=30)
 
     def start_site(self, *args: str) -> None:
-        port = self._listen(
-            [
-                sys.executable,
-                "-m",
-                "scrapy_ha.demo.site",
-                "--pages",
-                str(self.pages),
-                "--per-page",
-                str(self.per_page),
-                "--chains",
-                "10",
-                "--delay",
-                "0.005",
-                "--fault",
-                "503:7:1",
-                *args,
-            ]
-        )[0]
-        self.site_url = f"http://127.0.0.1:{port}"
+        proc, self.site_url = harness.start_site(
+            "--pages",
+            str(self.pages),
+            "--per-page",
+            str(self.per_page),
+            "--chains",
+            "10",
+            "--delay",
+            "0.005",
+            "--fault",
+            "503:7:1",
+            *args,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
 
     def start_netfault(self) -> None:
-        port, self.control_port = self._listen(
-            [sys.executable, str(ROOT / "chaos" / "netfault.py"), "--to", str(self.redis_port)]
+        proc, (port, self.control_port) = harness.start_listening(
+            [sys.executable, str(ROOT / "chaos" / "netfault.py"), "--to", str(self.redis_port)],
+            stderr=subprocess.DEVNULL,
         )
+        self.procs.append(proc)
         self.worker_url = f"redis://127.0.0.1:{port}/0"
 
     def fault(self, command: str) -> None:
         with socket.create_connection(("127.0.0.1", self.control_port)) as s:
             s.sendall(command.encode() + b"\n")
             s.recv(16)
-
-    def _listen(self, args: list[str]) -> list[int]:
-        proc = harness.spawn(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.procs.append(proc)
-        return harness.read_listening(proc, args[1])
 
     # -- workers -------------------------------------------------------------------
 
@@ -260,7 +255,7 @@ def freeze(c: Cluster, short: bool) -> dict[str, Any]:
     c.wait_items(200)
     client = redis.Redis(port=c.redis_port)
     frozen.send_signal(signal.SIGSTOP)
-    held = dict(client.zrange("ha:{chaos}:leased", 0, -1, withscores=True))
+    held = _leases(client)
     recover = c.time_to_progress()
     # Resume it once every lease held at the freeze has expired and been taken over (or
     # renewed or acked by the other worker): its late acks must then be refused.
@@ -374,11 +369,17 @@ def garbage(c: Cluster, short: bool) -> dict[str, Any]:
     }
 
 
-def _all_moved_on(client: redis.Redis, held: dict[bytes, float]) -> bool:
+def _leases(client: redis.Redis) -> dict[str, float]:
+    """The crawl's leases now: entry id -> expiry."""
+    pairs = cast("list[tuple[bytes, float]]", client.zrange(LEASED, 0, -1, withscores=True))
+    return {member.decode(): score for member, score in pairs}
+
+
+def _all_moved_on(client: redis.Redis, held: dict[str, float]) -> bool:
     """Whether every lease in *held* (id -> expiry) is gone or has a later expiry."""
     if not held:
         return True
-    now = client.zmscore("ha:{chaos}:leased", list(held))
+    now = client.zmscore(LEASED, list(held))
     return all(score is None or score > held[i] for i, score in zip(held, now, strict=True))
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import subprocess
-import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -14,10 +14,17 @@ from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 __all__ = ["RedisServer", "Site", "free_port"]
+
+#: Databases of the session's redis-server, handed to the tests in turn: whatever a finished
+#: test left running in this process (a crawl's background loop after a failed assertion)
+#: writes into a database no test uses now, instead of into the next test's keys.
+DATABASES = 64
+#: Database 0 is left to the clients that name none (RedisServer.url, the CLI's default).
+_turns = itertools.count()
 
 
 class RedisServer:
@@ -36,14 +43,22 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.url_of(0)
+
+    def url_of(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
 
     def start(self) -> None:
         try:
             self.proc, self.port = harness.start_redis(
                 self.dir,
                 port=self.port if self._fixed_port else None,
-                args=["--appendonly", "yes" if self.appendonly else "no"],
+                args=[
+                    "--appendonly",
+                    "yes" if self.appendonly else "no",
+                    "--databases",
+                    str(DATABASES),
+                ],
             )
         except (FileNotFoundError, RuntimeError) as exc:
             pytest.fail(str(exc))
@@ -63,10 +78,10 @@ def _stop_leftover_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every process a test started and left running is stopped when the test ends, with
     its process group, pass or fail (a failed assertion must not leave workers crawling)."""
     started: list[subprocess.Popen[bytes]] = []
-    original = subprocess.Popen.__init__
+    original: Callable[..., None] = subprocess.Popen.__init__
 
     def record(self: subprocess.Popen[bytes], *args: object, **kwargs: object) -> None:
-        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        original(self, *args, **kwargs)
         started.append(self)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", record)
@@ -87,10 +102,11 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """The URL of a flushed Redis database."""
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    yield redis_server.url
+    """The URL of a flushed Redis database of its own (the next one of the session's server)."""
+    url = redis_server.url_of(1 + next(_turns) % (DATABASES - 1))
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
     client.close()
 
 
@@ -104,20 +120,17 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 class Site:
     """The demo catalogue (or, with module=..., the demo proxy) in a subprocess."""
 
-    module = "scrapy_ha.demo.site"
+    module = harness.SITE_MODULE
 
     def __init__(self, *args: str) -> None:
-        self.proc = harness.spawn(
-            [sys.executable, "-m", self.module, *args], stdout=subprocess.PIPE
-        )
         try:
-            (self.port,) = harness.read_listening(self.proc, self.module)
+            self.proc, self.port = harness.start_module(self.module, *args)
         except RuntimeError as exc:
             pytest.fail(str(exc))
         scheme = "https" if "--tls" in args else "http"
         self.url = f"{scheme}://127.0.0.1:{self.port}"
 
-    def log(self) -> list[list]:
+    def log(self) -> list[list[Any]]:
         import json
         import ssl
         from urllib.request import urlopen
@@ -158,7 +171,7 @@ def proxy_factory(site_factory: type[Site]) -> type[Site]:
     """Starts the demo forward proxy (stopped with the sites)."""
 
     class _Proxy(site_factory):  # type: ignore[misc, valid-type]
-        module = "scrapy_ha.demo.proxy"
+        module = harness.PROXY_MODULE
 
     return _Proxy
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICK_PAGES = 5 * 21 + 1
 
 
-def test_bench_quick(tmp_path):
+def test_bench_quick(tmp_path: Path) -> None:
     out, log = tmp_path / "results.json", tmp_path / "bench.out"
     with log.open("wb") as stdout:
         proc = harness.spawn(

@@ -12,7 +12,7 @@ from chaos.run import SCENARIOS, run_scenario  # noqa: E402
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_scenario_loses_nothing(scenario):
+def test_scenario_loses_nothing(scenario: str) -> None:
     result = run_scenario(scenario, short=True)
     assert result["lost"] == 0, result
     assert result["twice"] <= result["bound"], result

@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from scrapy_ha.demo import harness
 from scrapy_ha.demo.run import GONE_EVERY
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PAGES, PER_PAGE = 60, 20
 #: What the SIGKILLed worker can make the others redo: its prefetch buffer (16), its
@@ -15,7 +19,7 @@ PAGES, PER_PAGE = 60, 20
 TWICE_BOUND = 4 * 16
 
 
-def run_demo(tmp_path, timeout: float = 300) -> tuple[int, str]:
+def run_demo(tmp_path: Path, timeout: float = 300) -> tuple[int, str]:
     """The demo as a user runs it; stopped with everything it started if it overruns."""
     log = tmp_path / "demo.out"
     with log.open("wb") as out:
@@ -47,7 +51,7 @@ def row(out: str, label: str) -> int:
     return int(match.group(1))
 
 
-def test_the_demo_reports_nothing_lost(tmp_path):
+def test_the_demo_reports_nothing_lost(tmp_path: Path) -> None:
     code, out = run_demo(tmp_path)
     assert code == 0, out[-3000:]
     assert "OK: nothing was lost" in out

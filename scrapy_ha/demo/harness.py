@@ -1,6 +1,6 @@
 """Processes for the demo, the tests, the chaos suite and the benchmark: one way to pick a
-port, start a redis-server, wait for something with a deadline, and stop a process with
-everything it started.
+port, start a redis-server, start the demo site or proxy (or any server that prints a ready
+line), wait for something with a deadline, and stop a process with everything it started.
 
 Every process is started in its own session (``start_new_session=True``), so that stopping
 it signals its whole process group: a scrapyd job, a worker's children, a demo's Redis.
@@ -9,11 +9,14 @@ it signals its whole process group: a scrapyd job, a worker's children, a demo's
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,12 @@ STOP_GRACE = 10.0
 REDIS_START_TRIES = 5
 #: Seconds a redis-server gets to answer PING (an AOF replay under load takes a while).
 REDIS_START_TIMEOUT = 30.0
+#: Seconds a server gets to print its ``LISTENING`` line (a Python start-up under load on a
+#: shared 2-core machine takes a few seconds; a server that never prints must not hang us).
+READY_TIMEOUT = 60.0
+#: The demo catalogue site and the demo forward proxy, as ``python -m`` modules.
+SITE_MODULE = "scrapy_ha.demo.site"
+PROXY_MODULE = "scrapy_ha.demo.proxy"
 
 
 class Timeout(RuntimeError):
@@ -98,6 +107,11 @@ def redis_ping(port: int) -> bool:
         return False
 
 
+def _ended_or_answers(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """A starting redis-server has either given up (its port was taken) or answers PING."""
+    return proc.poll() is not None or redis_ping(port)
+
+
 def redis_binary() -> str:
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not Path(binary).exists():
@@ -140,9 +154,7 @@ def start_redis(
         )
         try:
             wait_for(
-                lambda proc=proc, chosen=chosen: proc.poll() is not None or redis_ping(chosen),
-                f"redis-server on port {chosen}",
-                timeout,
+                partial(_ended_or_answers, proc, chosen), f"redis-server on port {chosen}", timeout
             )
         except Timeout:
             stop(proc)
@@ -155,11 +167,51 @@ def start_redis(
     raise RuntimeError(f"redis-server did not start in {directory} (see redis.log there)")
 
 
-def read_listening(proc: subprocess.Popen[bytes], what: str) -> list[int]:
-    """The ports of a server that prints ``LISTENING PORT...`` as its first line."""
+def read_listening(
+    proc: subprocess.Popen[bytes], what: str, timeout: float = READY_TIMEOUT
+) -> list[int]:
+    """The ports of a server that prints ``LISTENING PORT...`` as its first line, read within
+    *timeout* seconds; the server is stopped if it prints anything else, ends, or stays silent."""
     assert proc.stdout is not None
-    line = proc.stdout.readline().decode()
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        ready = selector.select(timeout)
+    # the line is short and written in one go: once readable, readline returns it whole
+    line = proc.stdout.readline().decode(errors="replace") if ready else ""
     if not line.startswith("LISTENING"):
         stop(proc)
-        raise RuntimeError(f"{what} did not start: {line!r}")
+        said = repr(line) if ready else f"no ready line within {timeout:g} s"
+        raise RuntimeError(f"{what} did not start: {said}")
     return [int(x) for x in line.split()[1:]]
+
+
+def start_listening(
+    args: Sequence[str], *, timeout: float = READY_TIMEOUT, **kwargs: Any
+) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """Start a server that binds its own ports and prints ``LISTENING PORT...`` once it
+    accepts connections (no port is picked before it binds, so none can be taken meanwhile);
+    return it and its ports. *kwargs* go to `spawn` (``cwd``, ``env``, ``stderr``)."""
+    proc = spawn(args, stdout=subprocess.PIPE, **kwargs)
+    what = next((a for a in args[1:] if not a.startswith("-")), args[0])
+    return proc, read_listening(proc, what, timeout)
+
+
+def start_module(module: str, *args: str, **kwargs: Any) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``python -m module *args`` (the demo site, the demo proxy) with this interpreter;
+    return it and the one port it listens on."""
+    proc, ports = start_listening([sys.executable, "-m", module, *args], **kwargs)
+    return proc, ports[0]
+
+
+def start_site(*args: str, **kwargs: Any) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the demo catalogue site with *args* (``--pages``, ``--fault``, ``--tls``...);
+    return it and its base URL."""
+    proc, port = start_module(SITE_MODULE, *args, **kwargs)
+    scheme = "https" if "--tls" in args else "http"
+    return proc, f"{scheme}://127.0.0.1:{port}"
+
+
+def start_proxy(*args: str, **kwargs: Any) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the demo forward proxy with *args* (``--user``, ``--password``, ``--exits``);
+    return it and its port."""
+    return start_module(PROXY_MODULE, *args, **kwargs)

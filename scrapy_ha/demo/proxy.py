@@ -89,7 +89,14 @@ class Proxy:
                 reader, writer, method, target, version, lines[1:], self.exit_for(session, rotate)
             )
 
-    async def tunnel(self, reader, writer, host: str, port: int, exit_ip: str) -> None:  # type: ignore[no-untyped-def]
+    async def tunnel(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: str,
+        port: int,
+        exit_ip: str,
+    ) -> None:
         try:
             up_r, up_w = await asyncio.open_connection(host, port, local_addr=(exit_ip, 0))
         except OSError:
@@ -99,7 +106,16 @@ class Proxy:
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await asyncio.gather(_pipe(reader, up_w), _pipe(up_r, writer))
 
-    async def forward(self, reader, writer, method, target, version, header_lines, exit_ip):  # type: ignore[no-untyped-def]
+    async def forward(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        method: str,
+        target: str,
+        version: str,
+        header_lines: list[str],
+        exit_ip: str,
+    ) -> None:
         rest = target.split("://", 1)[1]
         hostport, _, path = rest.partition("/")
         host, _, port = hostport.partition(":")

@@ -17,15 +17,17 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.request import urlopen
 
 from scrapy_ha.demo import harness
+
+if TYPE_CHECKING:
+    import subprocess
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The example project of a source checkout (an installed package takes ``--project``).
@@ -89,19 +91,16 @@ class Demo:
         ]
         for fault in FAULTS:
             args += ["--fault", fault]
-        self.site_url = "http://127.0.0.1:" + self._listen("scrapy_ha.demo.site", args)
+        proc, self.site_url = harness.start_site(*args)
+        self.procs.append(proc)
 
     def start_proxy(self) -> None:
         self.proxy_password = uuid.uuid4().hex
-        port = self._listen(
-            "scrapy_ha.demo.proxy",
-            ["--user", "demo", "--password", self.proxy_password, "--exits", "3"],
+        proc, port = harness.start_proxy(
+            "--user", "demo", "--password", self.proxy_password, "--exits", "3"
         )
+        self.procs.append(proc)
         self.proxy_url = f"http://demo:{self.proxy_password}@127.0.0.1:{port}"
-
-    def _listen(self, module: str, args: list[str]) -> str:
-        proc = self._spawn([sys.executable, "-m", module, *args], subprocess.PIPE)
-        return str(harness.read_listening(proc, module)[0])
 
     def worker(self, n: int) -> subprocess.Popen[bytes]:
         args = [
@@ -128,11 +127,6 @@ class Demo:
         }
         with (self.dir / f"worker{n}.log").open("wb") as log:
             proc = harness.spawn(args, cwd=self.project, env=env, stdout=log, stderr=log)
-        self.procs.append(proc)
-        return proc
-
-    def _spawn(self, args: list[str], stdout: Any) -> subprocess.Popen[bytes]:
-        proc = harness.spawn(args, stdout=stdout)
         self.procs.append(proc)
         return proc
 

@@ -21,10 +21,25 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from twisted.internet import reactor
+from twisted.internet import reactor as _reactor
 from twisted.web import resource, server
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+class _Reactor(Protocol):
+    """What the site uses of Twisted's global reactor (a module attribute mypy cannot type)."""
+
+    def callLater(self, delay: float, f: Callable[..., object], *args: Any) -> Any: ...
+    def listenTCP(self, port: int, factory: Any, interface: str = "") -> Any: ...
+    def listenSSL(self, port: int, factory: Any, context: Any, interface: str = "") -> Any: ...
+    def run(self) -> None: ...
+
+
+reactor = cast("_Reactor", _reactor)
 
 
 @dataclass(frozen=True)
@@ -58,7 +73,7 @@ class Catalogue(resource.Resource):
         chains: int = 1,
         faults: list[Fault] | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Twisted's Resource is unannotated
         self.faults = faults or []
         self.banned_exits: set[str] = set()
         self.proxy_list: list[str] = []
@@ -80,7 +95,7 @@ class Catalogue(resource.Resource):
         self.hits[key] += 1
         self.log.append([time.time(), key, client])
         if path in self.slow and self.hits[key] == 1:
-            reactor.callLater(self.slow[path], _finish, request, self.page(path)[1])  # type: ignore[attr-defined]
+            reactor.callLater(self.slow[path], _finish, request, self.page(path)[1])
             return server.NOT_DONE_YET
         if path == "/proxies.json":  # a proxy extraction API for the pool mode
             request.setHeader(b"content-type", b"application/json")
@@ -106,7 +121,7 @@ class Catalogue(resource.Resource):
         request.setHeader(b"content-type", b"text/html; charset=utf-8")
         if not self.delay:
             return body
-        reactor.callLater(self.delay, _finish, request, body)  # type: ignore[attr-defined]
+        reactor.callLater(self.delay, _finish, request, body)
         return server.NOT_DONE_YET
 
     def fault_of(self, path: str) -> Fault | None:
@@ -117,7 +132,7 @@ class Catalogue(resource.Resource):
         """The failure a /flaky/ page answers with until it has failed ``fail`` times."""
         status = request.args.get(b"status", [b"500"])[0].decode()
         if status == "timeout":
-            reactor.callLater(3600, _finish, request, b"")  # type: ignore[attr-defined]
+            reactor.callLater(3600, _finish, request, b"")
             return server.NOT_DONE_YET
         if status == "broken":  # a page the parser cannot read
             return b"<html><body><h1>maintenance</h1></body></html>"
@@ -247,17 +262,15 @@ def main(argv: list[str] | None = None) -> None:
     catalogue.banned_exits = set(args.ban_exit)
     catalogue.proxy_list = [p for p in args.proxy_list.split(",") if p]
     catalogue.slow = {f"/list/{n}": float(t) for n, t in (x.split(":") for x in args.slow_list)}
-    site = server.Site(catalogue)
+    site = server.Site(catalogue)  # type: ignore[no-untyped-call]  # Twisted's Site is unannotated
     site.noisy = False
     if args.tls:
-        port = reactor.listenSSL(  # type: ignore[attr-defined]
-            args.port, site, _tls_options(), interface="127.0.0.1"
-        )
+        port = reactor.listenSSL(args.port, site, _tls_options(), interface="127.0.0.1")
     else:
-        port = reactor.listenTCP(args.port, site, interface="127.0.0.1")  # type: ignore[attr-defined]
+        port = reactor.listenTCP(args.port, site, interface="127.0.0.1")
     sys.stdout.write(f"LISTENING {port.getHost().port}\n")
     sys.stdout.flush()
-    reactor.run()  # type: ignore[attr-defined]
+    reactor.run()
 
 
 if __name__ == "__main__":
