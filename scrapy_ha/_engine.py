@@ -10,7 +10,7 @@ re-check. No other module of scrapy-ha reads the engine's private attributes.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy import signals
@@ -69,19 +69,62 @@ def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
     return lambda r: id(r) in queued or any(r in s for s in sets)
 
 
-def slot_free(crawler: Crawler, request: Request) -> bool:
-    """Can the downloader start *request* now? ``downloader.slots`` maps
-    ``downloader.get_slot_key(request)`` to a slot whose ``active`` set holds the requests it
-    runs or queues, ``concurrency`` its limit (0: none); an absent slot is a new one, with
-    nothing running yet (2.16, 2.19). True without an engine."""
-    downloader = getattr(_engine(crawler), "downloader", None)
-    if downloader is None:
-        return True
-    slot = downloader.slots.get(downloader.get_slot_key(request))
-    if slot is None:
-        return True
-    # the slot's own set of requests it holds (running or waiting in it): O(1) per call
-    return bool(slot.concurrency <= 0 or len(slot.active) < slot.concurrency)
+#: Hand-outs between two sweeps of :class:`SlotLoad` for slots no longer asked about.
+SLOT_SWEEP_EVERY = 1000
+
+
+class SlotLoad:
+    """How busy each download slot is, counting what this worker handed out.
+
+    ``downloader.slots`` maps ``downloader.get_slot_key(request)`` to a slot whose ``active``
+    set holds the requests it runs or queues and whose ``concurrency`` is its limit (0: none);
+    an absent slot is a new one, whose limit is ``ip_concurrency`` or else
+    ``domain_concurrency`` (2.16, 2.19). A request enters ``slot.active`` only once the
+    downloader middlewares ran, a turn of the event loop or more after the engine took it,
+    while ``downloader.active`` holds it from the moment the engine took it (the engine's
+    ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
+    its ``active`` set plus what this worker handed to it that is still in
+    ``downloader.active`` and not yet in the slot: O(slot concurrency) per call.
+    """
+
+    def __init__(self) -> None:
+        self._handed: dict[str, list[Request]] = {}
+        self._since_sweep = 0
+
+    def free(self, crawler: Crawler, request: Request) -> bool:
+        """Can the downloader start *request* now? True without an engine."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return True
+        key = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        if slot is None:
+            limit = downloader.ip_concurrency or downloader.domain_concurrency
+            running: Any = ()
+        else:
+            limit, running = slot.concurrency, slot.active
+        if limit <= 0:
+            return True
+        handed = self._handed.get(key)
+        if handed:
+            handed[:] = [r for r in handed if r in downloader.active]
+        on_the_way = sum(1 for r in handed or () if r not in running)
+        return bool(len(running) + on_the_way < limit)
+
+    def handed(self, crawler: Crawler, request: Request) -> None:
+        """*request* goes to the engine now."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return
+        self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
+        self._since_sweep += 1
+        if self._since_sweep >= SLOT_SWEEP_EVERY:  # slots no longer asked about keep nothing
+            self._since_sweep = 0
+            active = downloader.active
+            for key, handed in list(self._handed.items()):
+                handed[:] = [r for r in handed if r in active]
+                if not handed:
+                    del self._handed[key]
 
 
 def capacity(crawler: Crawler, enough: int) -> int:

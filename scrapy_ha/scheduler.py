@@ -69,6 +69,7 @@ class Scheduler:
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()
         self._buffer = LeaseBuffer()
+        self._slots = _engine.SlotLoad()
         self.inflight = InFlight(crawler, self.outbox)
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
         self._solo: str | None = None  # a suspect running alone
@@ -153,7 +154,7 @@ class Scheduler:
                 return None
             # requests of a busy download slot wait here, not in the downloader, where other
             # workers could not have them
-            request = self._buffer.take_first(partial(_engine.slot_free, self.crawler))
+            request = self._buffer.take_first(partial(self._slots.free, self.crawler))
             if request is None:
                 return None  # every buffered request waits for a busy download slot
             entry_id, token = request.meta[metakeys.LEASE]
@@ -166,6 +167,7 @@ class Scheduler:
             if request.meta.get(metakeys.SUSPECT) and not self._run_alone(request, entry_id):
                 return None
             self.inflight.add(entry_id, token, request)
+            self._slots.handed(self.crawler, request)
             if len(self._buffer) <= self._target() // 2:
                 self.session.wake()
             return request

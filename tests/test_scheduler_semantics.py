@@ -295,13 +295,6 @@ async def test_a_persisted_finished_crawl_says_why_a_rerun_does_nothing(redis_ur
 ANSWER_DELAY = 0.2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Scheduler._slot_free counts the slot's own active set (since c68ebe6), which the "
-    "downloader fills only after the middlewares ran, in a later turn of the event loop: the "
-    "engine takes the whole buffer of a busy slot in one turn (the downloader's own active "
-    "set, counted before c68ebe6, is filled at once)",
-)
 @deferred_f_from_coro_f
 async def test_one_request_per_domain_is_downloaded_one_by_one(
     redis_url: str, site_factory: type[Site]
