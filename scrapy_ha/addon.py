@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
+__all__ = ["Addon"]
+
 #: What the add-on sets, at "addon" priority (below the project's own settings).
 ADDON_SETTINGS = {
     "SCHEDULER": "scrapy_ha.Scheduler",

@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
     from scrapy_ha.scheduler import Scheduler
 
+__all__ = ["CheckpointMiddleware", "task_id"]
+
 logger = logging.getLogger(__name__)
 #: Items tracked between their page and the pipelines' verdict, at most: far above what
 #: Scrapy keeps in flight (CONCURRENT_ITEMS per page × CONCURRENT_REQUESTS pages). An item

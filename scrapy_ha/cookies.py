@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
     from scrapy_ha.keys import Keys
 
+__all__ = ["CookieVersionMiddleware", "SharedCookiesMiddleware"]
+
 logger = logging.getLogger(__name__)
 
 

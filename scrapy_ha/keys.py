@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["DEFAULT_PREFIX", "Keys"]
+
 #: Default key prefix (setting ``HA_KEY_PREFIX``).
 DEFAULT_PREFIX = "ha"
 

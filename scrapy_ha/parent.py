@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 
+__all__ = ["ParentLeaseMiddleware"]
+
+
 class ParentLeaseMiddleware(BaseSpiderMiddleware):
     """Spider middleware: tag each yielded request with the lease of the page that yielded it."""
 

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
 
+__all__ = ["RedisCrawlSpider", "RedisSpider", "RedisSpiderMixin"]
+
+
 class RedisSpiderMixin:
     """Read start URLs from Redis instead of ``start_urls``."""
 

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 
+__all__ = ["UserAgentPoolMiddleware"]
+
+
 class UserAgentPoolMiddleware:
     """Downloader middleware at 400, before Scrapy's UserAgentMiddleware (500)."""
 
