@@ -46,9 +46,7 @@ for i = 1, k do
   local fp = ARGV[a]
   if taken[i] and ARGV[a + 2] ~= '' and (fp == '' or redis.call('SADD', KEYS[4], fp) == 1) then
     local seq = base + i
-    local id = string.format('%.0f', seq)
-    local score = pending_score(prios[i], seq, lifo)
-    redis.call('ZADD', KEYS[2], string.format('%.0f', score), member(id, ARGV[a + 2]))
+    push_pending(KEYS[2], int_str(seq), pending_score(prios[i], seq, lifo), ARGV[a + 2])
     added = added + 1
   end
 end

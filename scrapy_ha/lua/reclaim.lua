@@ -51,9 +51,7 @@ for _, id in ipairs(ids) do
       dead_letter(KEYS[5], KEYS[6], id, {class = 'poison', expiries = n, reason = reason}, now)
       out[#out + 1] = id
     else
-      redis.call('ZADD', KEYS[3], string.format('%.0f', score),
-        member(id, redis.call('HGET', KEYS[8], id) or ''))
-      redis.call('HDEL', KEYS[8], id)
+      back_to_pending(KEYS[3], KEYS[8], id, score)
       out[2] = out[2] + 1
     end
   end

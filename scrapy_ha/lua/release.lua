@@ -10,10 +10,7 @@ for i = 1, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   local v = lease_current(KEYS[3], id, tok)
   if v then
-    local score = lease_score(v) or 0
-    local payload = redis.call('HGET', KEYS[4], id) or ''
-    redis.call('ZADD', KEYS[1], string.format('%.0f', score), member(id, payload))
-    redis.call('HDEL', KEYS[4], id)
+    back_to_pending(KEYS[1], KEYS[4], id, lease_score(v) or 0)
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     n = n + 1

@@ -28,12 +28,11 @@ local n = 0
 for i = 2, #ARGV, 3 do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[1], id) == 1 then
-    local seq = take(KEYS[5], 1) + 1
-    local score = pending_score(prios[i], seq, lifo)
+    local score = pending_score(prios[i], take(KEYS[5], 1) + 1, lifo)
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[4], id)
-    redis.call('ZADD', KEYS[3], string.format('%.0f', score), member(id, ARGV[i + 2]))
+    push_pending(KEYS[3], id, score, ARGV[i + 2])
     n = n + 1
   end
 end

@@ -10,6 +10,7 @@
 --- @include "types"
 --- @include "lease"
 --- @include "priority"
+--- @include "number"
 local delay, prio = tonumber(ARGV[3]), tonumber(ARGV[5] or '')
 if not delay or ((ARGV[5] or '') ~= '' and not prio) then
   return redis.error_reply('ERR retry: delay and priority must be numbers')
@@ -28,7 +29,7 @@ local due = now_ms() + delay
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], due, ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], string.format('%.0f', score))
+redis.call('HSET', KEYS[4], ARGV[1], int_str(score))
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[4])
 end

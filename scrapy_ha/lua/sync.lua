@@ -38,6 +38,7 @@
 --- @include "types"
 --- @include "lease"
 --- @include "member"
+--- @include "number"
 --- @include "priority"
 --- @include "counter"
 --- @include "deadletter"
@@ -80,8 +81,7 @@ if n_enq > 0 then
       refused = refused + 1
     elseif r.fl == 0 or redis.call('SADD', KEYS[3], r.fp) == 1 then
       local seq = base + i
-      redis.call('ZADD', KEYS[1], string.format('%.0f', pending_score(r.prio, seq, lifo)),
-        member(string.format('%.0f', seq), r.payload))
+      push_pending(KEYS[1], int_str(seq), pending_score(r.prio, seq, lifo), r.payload)
       added = added + 1
     end
   end
@@ -120,7 +120,7 @@ end
 
 -- A pending member that has no entry id cannot be leased, acked or renewed: set it aside.
 local function set_aside(m)
-  local id = string.format('%.0f', take(KEYS[4], 1) + 1)
+  local id = int_str(take(KEYS[4], 1) + 1)
   dead_letter(KEYS[12], KEYS[13], id, {class = 'corrupt',
     reason = 'corrupt queue entry: a pending member without an entry id'}, now)
   redis.call('HSET', KEYS[2], id, m)
@@ -130,12 +130,10 @@ end
 if n_lease > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, n_promote)
   for _, id in ipairs(due) do
-    local payload = redis.call('HGET', KEYS[2], id) or ''
     local sc = tonumber(redis.call('HGET', KEYS[9], id) or '') or 0
-    redis.call('ZADD', KEYS[1], string.format('%.0f', sc), member(id, payload))
+    back_to_pending(KEYS[1], KEYS[2], id, sc)
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
-    redis.call('HDEL', KEYS[2], id)
   end
   local grant = KEYS[14]
   if grant then redis.call('DEL', grant) end
@@ -151,7 +149,7 @@ if n_lease > 0 then
       if id == '' then
         set_aside(m)
       else
-        local tok = nonce .. '-' .. string.format('%.0f', tbase + i)
+        local tok = nonce .. '-' .. int_str(tbase + i)
         redis.call('ZADD', KEYS[5], expiry, id)
         redis.call('HSET', KEYS[6], id, lease_record(tok, sc))
         redis.call('HSET', KEYS[2], id, payload)

@@ -1,3 +1,4 @@
+--- @include "number"
 -- lib/member: a pending entry is one sorted-set member "<id> <payload>" (no separate payload
 -- while it waits: that keeps a queued request small). Entry ids never hold a space.
 --
@@ -21,4 +22,21 @@ end
 --   (the first space ends the id).
 local function valid_id(id)
   return id ~= '' and not string.find(id, ' ', 1, true)
+end
+
+-- push_pending(pending, id, score, payload)
+--   KEYS: pending (the caller's KEYS[i])
+--   Adds entry id to pending at score, its payload inside the member.
+local function push_pending(pending, id, score, payload)
+  redis.call('ZADD', pending, int_str(score), member(id, payload))
+end
+
+-- back_to_pending(pending, payloads, id, score)
+--   KEYS: pending, the payload hash (the caller's KEYS[i])
+--   Moves entry id (leased or delayed) back to pending at score: its payload leaves the
+--   payload hash for the member ('' when it has none: the worker that leases it
+--   dead-letters it as corrupt).
+local function back_to_pending(pending, payloads, id, score)
+  push_pending(pending, id, score, redis.call('HGET', payloads, id) or '')
+  redis.call('HDEL', payloads, id)
 end
