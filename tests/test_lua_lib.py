@@ -29,7 +29,7 @@ COPIES = {
     "priority: the scale": r"1099511627776|4095|2 ?\^ ?40|math\.max\(-",
     "counter: a counter that restarts": r"'INCR",
     "number: integers as text": r"'%\.0f'",
-    "deadletter: the retention": r"'-inf', now -|cjson\.encode",
+    "deadletter: the record and the retention": r"'-inf', now -|cjson\.encode",
     "types: the wrong-type check": r"holds a",
 }
 
@@ -42,14 +42,8 @@ def code(text: str) -> str:
 def header(text: str) -> str:
     """The comment lines a script opens with (its KEYS / ARGV / returns / rule block)."""
     lines = text.splitlines(keepends=True)
-    return "".join(
-        line
-        for line in lines[
-            : next(
-                i for i, line in enumerate(lines) if not line.startswith("-- ") and line != "--\n"
-            )
-        ]
-    )
+    end = next(i for i, line in enumerate(lines) if not line.startswith("-- "))
+    return "".join(lines[:end])
 
 
 def test_the_scripts_are_the_ones_the_queue_loads():
