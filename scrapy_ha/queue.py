@@ -1,7 +1,8 @@
 """The lease-based queue of one crawl: typed wrappers of the Lua scripts.
 
 Each state change is one script (``scrapy_ha/lua/*.lua``, header comments list
-KEYS, ARGV and the reply). Times come from the Redis server clock.
+KEYS, ARGV and the reply), assembled with the rules it shares with the others by
+``scrapy_ha._scripts``. Times come from the Redis server clock.
 """
 
 from __future__ import annotations
@@ -9,8 +10,25 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass, field
-from importlib.resources import files
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from scrapy_ha._scripts import (
+    CHECKPOINT_LUA,
+    COUNTS_LUA,
+    DEAD_LUA,
+    FEED_LUA,
+    FINISH_LUA,
+    GATE_LUA,
+    PURGE_LUA,
+    RECLAIM_LUA,
+    RELEASE_LUA,
+    REQUEUE_LUA,
+    RETRY_LUA,
+    SYNC_LUA,
+)
+from scrapy_ha._scripts import MAX_PRIORITY as MAX_PRIORITY
+from scrapy_ha._scripts import PRIORITY_STEP as PRIORITY_STEP
+from scrapy_ha._scripts import RENEW_LUA as RENEW_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -19,33 +37,11 @@ if TYPE_CHECKING:
 DEFAULT_DLQ_MAX_ENTRIES = 100_000
 DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
 
-#: Scrapy priorities are clamped to this range so that they fit the score (2^40 per step,
-#: and 4095 * 2^40 + 2^40 stays below 2^53, where doubles are exact).
-MAX_PRIORITY = 4095
 #: Random bytes per call in lease tokens: 48 bits, so two calls share a nonce with odds
 #: ~1e-14 (and then their counters must match too).
 NONCE_BYTES = 6
 #: Orders within one priority: Scrapy's default is LIFO (depth-first).
 ORDERS = ("lifo", "fifo")
-
-
-def _load(name: str) -> str:
-    return files("scrapy_ha").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-SYNC_LUA = _load("sync")
-RENEW_LUA = _load("renew")
-RECLAIM_LUA = _load("reclaim")
-RELEASE_LUA = _load("release")
-DEAD_LUA = _load("dead")
-COUNTS_LUA = _load("counts")
-FINISH_LUA = _load("finish")
-FEED_LUA = _load("feed")
-RETRY_LUA = _load("retry")
-GATE_LUA = _load("gate")
-REQUEUE_LUA = _load("requeue")
-PURGE_LUA = _load("purge")
-CHECKPOINT_LUA = _load("checkpoint")
 
 
 @dataclass(frozen=True)
@@ -233,7 +229,10 @@ class RedisQueue:
             Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
             for i in range(first, len(reply), 4)
         ]
-        return SyncResult(*(int(x) for x in reply[:9]), gates=gates, leases=leases)
+        now, added, acked, stale, pending, leased, delayed, refused, aside = map(int, reply[:9])
+        return SyncResult(
+            now, added, acked, stale, pending, leased, delayed, refused, aside, gates, leases
+        )
 
     async def enqueue(self, entries: list[NewEntry]) -> int:
         """Add requests (dupefilter applied); return how many were added."""

@@ -2,8 +2,8 @@
 -- KEYS[1] pending  KEYS[2] leased  KEYS[3] delayed  KEYS[4] dead  KEYS[5] workers
 -- KEYS[6] dupefilter
 -- Returns {now_ms, pending, leased, delayed, dead, live workers, fingerprints}.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "time"
+local now = now_ms()
 return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]),
   redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]),
   redis.call('ZCOUNT', KEYS[5], now, '+inf'), redis.call('SCARD', KEYS[6])}

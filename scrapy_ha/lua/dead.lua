@@ -6,45 +6,27 @@
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- The JSON gets "last" (server time, ms) and keeps "first" if given.
 -- Returns {1, entries in the dead-letter queue}, or {0, 0} when the token is stale.
+--- @include "time"
+--- @include "types"
+--- @include "lease"
+--- @include "deadletter"
 local max_dead, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ok, info = pcall(cjson.decode, ARGV[3])
 if not (max_dead and max_age and ok and type(info) == 'table') then
   return redis.error_reply('ERR dead: the reason must be a JSON object, retention numbers')
 end
--- A key of the wrong type fails here, before any write: the entry stays where it was
--- (the worker sets the key aside and retries the call).
-local TYPES = {[1] = 'zset', [2] = 'hash', [3] = 'zset', [4] = 'hash', [5] = 'hash', [6] = 'hash'}
-for i, want in pairs(TYPES) do
-  local ty = redis.call('TYPE', KEYS[i])['ok']
-  if ty ~= 'none' and ty ~= want then
-    return redis.error_reply('WRONGTYPE dead: ' .. KEYS[i] .. ' holds a ' .. ty)
-  end
-end
-local v = redis.call('HGET', KEYS[2], ARGV[1])
-if not (v and string.match(v, '^(%S+)') == ARGV[2]) then
+local err = wrong_type('dead', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash'})
+if err then return err end
+if not lease_current(KEYS[2], ARGV[1], ARGV[2]) then
   return {0, 0}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-info['last'] = now
-if not info['first'] then info['first'] = now end
+local now = now_ms()
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], cjson.encode(info))
+dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
-local old = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - max_age, 'LIMIT', 0, 100)
-local excess = redis.call('ZCARD', KEYS[3]) - #old - max_dead
-if excess > 0 then
-  local more = redis.call('ZRANGE', KEYS[3], #old, #old + math.min(excess, 100) - 1)
-  for _, id in ipairs(more) do old[#old + 1] = id end
-end
-for _, id in ipairs(old) do
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('HDEL', KEYS[6], id)
-end
+trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age)
 return {1, redis.call('ZCARD', KEYS[3])}

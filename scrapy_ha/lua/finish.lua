@@ -5,8 +5,8 @@
 -- KEYS[5..] keys to delete
 -- ARGV[1] this worker's id
 -- Returns 1 when cleared, 0 when the crawl is still in use.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "time"
+local now = now_ms()
 if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) > 0 then
   return 0
 end

@@ -2,12 +2,12 @@
 -- KEYS[1] gates
 -- ARGV[1] domain  ARGV[2] how long (ms)
 -- Returns the time (server ms) the domain opens again.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local untl = now + tonumber(ARGV[2])
+--- @include "time"
+--- @include "number"
+local untl = now_ms() + tonumber(ARGV[2])
 local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
 if old > untl then
   return old
 end
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', untl))
+redis.call('HSET', KEYS[1], ARGV[1], int_str(untl))
 return untl

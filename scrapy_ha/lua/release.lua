@@ -3,15 +3,14 @@
 -- ARGV pairs: entry id, lease token
 -- Returns the number released; a stale token releases nothing. A lease record whose
 -- restore score cannot be read goes back at priority 0 (never half-released).
+--- @include "lease"
+--- @include "member"
 local n = 0
 for i = 1, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
-  local v = redis.call('HGET', KEYS[3], id)
-  if tok and v and string.match(v, '^(%S+)') == tok then
-    local score = tonumber(string.match(v, '^%S+ (%S+)') or '') or 0
-    local payload = redis.call('HGET', KEYS[4], id) or ''
-    redis.call('ZADD', KEYS[1], string.format('%.0f', score), id .. ' ' .. payload)
-    redis.call('HDEL', KEYS[4], id)
+  local v = lease_current(KEYS[3], id, tok)
+  if v then
+    back_to_pending(KEYS[1], KEYS[4], id, lease_score(v) or 0)
     redis.call('ZREM', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     n = n + 1

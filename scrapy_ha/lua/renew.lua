@@ -7,16 +7,16 @@
 -- Returns {now_ms, renewed, stale_id1, stale_token1, ...}: a stale pair is a lease this
 -- worker lost (it expired and was reclaimed, or it was acked meanwhile); the worker must not
 -- process it. Grant pairs are never reported stale (the worker does not know them yet).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "time"
+--- @include "lease"
+local now = now_ms()
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local expiry = now + tonumber(ARGV[1])
 local out = {now, 0}
-local done = {}
+local done = {} -- entry id -> the tokens renewed for it
 local function renew(id, tok)
-  local v = redis.call('HGET', KEYS[2], id)
-  if v and string.match(v, '^(%S+)') == tok then
+  if lease_current(KEYS[2], id, tok) then
     redis.call('ZADD', KEYS[1], 'XX', expiry, id)
     out[2] = out[2] + 1
     return true
@@ -25,7 +25,8 @@ local function renew(id, tok)
 end
 for i = 4, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
-  done[id .. ' ' .. tok] = true
+  done[id] = done[id] or {}
+  done[id][tok] = true
   if not renew(id, tok) then
     out[#out + 1] = id
     out[#out + 1] = tok
@@ -34,7 +35,7 @@ end
 if KEYS[4] and redis.call('TYPE', KEYS[4])['ok'] == 'hash' then
   local g = redis.call('HGETALL', KEYS[4])
   for i = 1, #g, 2 do
-    if not done[g[i] .. ' ' .. g[i + 1]] then renew(g[i], g[i + 1]) end
+    if not (done[g[i]] and done[g[i]][g[i + 1]]) then renew(g[i], g[i + 1]) end
   end
   redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[1]))
 end

@@ -6,9 +6,8 @@
 -- Data read that is garbage never stops it half-way: a pending member without an entry id
 -- is set aside in the dead-letter queue as 'corrupt', a restore score that is not a number
 -- restores at priority 0, a lease record that cannot be read refuses its ack (stale).
--- A pending entry is one sorted-set member "<id> <payload>" (no separate payload while it
--- waits: that keeps a queued request small); leased, delayed and dead entries keep their
--- payload in the payload hash under their id.
+-- A pending entry is one sorted-set member "<id> <payload>" (lib/member); leased, delayed
+-- and dead entries keep their payload in the payload hash under their id.
 -- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter  KEYS[4] seq
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
 -- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates      KEYS[12] dead
@@ -26,7 +25,7 @@
 --   (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease token>"
 --   of the page that yielded it; length 00 = never filtered; e.g. "-3 - 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
--- Priorities are clamped to -4095 .. 4095 (the score has 2^40 per step, exact below 2^53).
+-- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside, n,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          id1, token1, payload1, expiries1, ...}
@@ -35,13 +34,18 @@
 --   payload '' when the entry has no payload: the worker dead-letters it as corrupt;
 --   expiries: how many of the entry's leases expired before, so the worker can run a
 --   suspect alone and only the request that kills workers is counted as poison).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "time"
+--- @include "types"
+--- @include "lease"
+--- @include "member"
+--- @include "number"
+--- @include "priority"
+--- @include "counter"
+--- @include "deadletter"
+local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
 local nonce, lifo = ARGV[6], ARGV[7] == 'lifo'
-local PRIO = 1099511627776 -- 2^40: priority dominates, the sequence number orders the rest
-local MAXP = 4095
 
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 7 + n_enq + n_ack
     or not string.match(nonce or '', '^[%w]+$') or not (lifo or ARGV[7] == 'fifo') then
@@ -58,51 +62,26 @@ for i = 1, n_enq do
     return redis.error_reply('ERR sync: malformed request argument ' .. i)
   end
   reqs[i] = {
-    prio = math.max(-MAXP, math.min(MAXP, tonumber(prio))),
+    prio = clamp_priority(tonumber(prio)),
     pid = pid ~= '-' and pid or nil, ptok = ptok,
     fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
     payload = string.sub(e, rest + 2 + fl)}
 end
 
-local function score(prio, seq)
-  if lifo then return -prio * PRIO + (PRIO - seq) end
-  return -prio * PRIO + seq
-end
-
-local function current(id, tok)
-  local v = redis.call('HGET', KEYS[6], id)
-  return v and string.match(v, '^(%S+)') == tok
-end
-
--- A counter overwritten with garbage restarts above any id it can have given (unix seconds).
-local function take(counter, n)
-  local ok, v = pcall(redis.call, 'INCRBY', counter, n)
-  if ok then return v - n end
-  redis.call('SET', counter, tonumber(t[1]) + n)
-  return tonumber(t[1])
-end
-
--- A key of the wrong type fails here, before any write (the worker sets it aside).
-local TYPES = {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset', 'hash', nil, 'hash',
-  'zset', 'hash'}
-for i = 1, 13 do
-  local ty = redis.call('TYPE', KEYS[i])['ok']
-  if TYPES[i] and ty ~= 'none' and ty ~= TYPES[i] then
-    return redis.error_reply('WRONGTYPE sync: ' .. KEYS[i] .. ' holds a ' .. ty)
-  end
-end
+local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
+  'hash', nil, 'hash', 'zset', 'hash'})
+if err then return err end
 
 local added, refused = 0, 0
 if n_enq > 0 then
   local base = take(KEYS[4], n_enq)
   for i = 1, n_enq do
     local r = reqs[i]
-    if r.pid and not current(r.pid, r.ptok) then
+    if r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
       refused = refused + 1
     elseif r.fl == 0 or redis.call('SADD', KEYS[3], r.fp) == 1 then
       local seq = base + i
-      redis.call('ZADD', KEYS[1], string.format('%.0f', score(r.prio, seq)),
-        string.format('%.0f', seq) .. ' ' .. r.payload)
+      push_pending(KEYS[1], int_str(seq), pending_score(r.prio, seq, lifo), r.payload)
       added = added + 1
     end
   end
@@ -112,7 +91,7 @@ end
 local acked, stale = 0, 0
 for i = 1, n_ack do
   local id, tok = string.match(ARGV[7 + n_enq + i], '^(%S+) (%S+)$')
-  if id and current(id, tok) then
+  if id and lease_current(KEYS[6], id, tok) then
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[2], id)
@@ -140,24 +119,21 @@ if redis.call('HLEN', KEYS[11]) > 0 then
 end
 
 -- A pending member that has no entry id cannot be leased, acked or renewed: set it aside.
-local function set_aside(member)
-  local id = string.format('%.0f', take(KEYS[4], 1) + 1)
-  redis.call('ZADD', KEYS[12], now, id)
-  redis.call('HSET', KEYS[13], id, cjson.encode({class = 'corrupt', first = now, last = now,
-    reason = 'corrupt queue entry: a pending member without an entry id'}))
-  redis.call('HSET', KEYS[2], id, member)
+local function set_aside(m)
+  local id = int_str(take(KEYS[4], 1) + 1)
+  dead_letter(KEYS[12], KEYS[13], id, {class = 'corrupt',
+    reason = 'corrupt queue entry: a pending member without an entry id'}, now)
+  redis.call('HSET', KEYS[2], id, m)
   out[9] = out[9] + 1
 end
 
 if n_lease > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, n_promote)
   for _, id in ipairs(due) do
-    local payload = redis.call('HGET', KEYS[2], id) or ''
     local sc = tonumber(redis.call('HGET', KEYS[9], id) or '') or 0
-    redis.call('ZADD', KEYS[1], string.format('%.0f', sc), id .. ' ' .. payload)
+    back_to_pending(KEYS[1], KEYS[2], id, sc)
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
-    redis.call('HDEL', KEYS[2], id)
   end
   local grant = KEYS[14]
   if grant then redis.call('DEL', grant) end
@@ -168,16 +144,14 @@ if n_lease > 0 then
     local tbase = take(KEYS[10], n)
     local expiry = now + lease_ms
     for i = 1, n do
-      local member, sc = items[i * 2 - 1], items[i * 2]
-      local space = string.find(member, ' ', 1, true)
-      local id = space and string.sub(member, 1, space - 1) or member
+      local m, sc = items[i * 2 - 1], items[i * 2]
+      local id, payload = split_member(m)
       if id == '' then
-        set_aside(member)
+        set_aside(m)
       else
-        local payload = space and string.sub(member, space + 1) or ''
-        local tok = nonce .. '-' .. string.format('%.0f', tbase + i)
+        local tok = nonce .. '-' .. int_str(tbase + i)
         redis.call('ZADD', KEYS[5], expiry, id)
-        redis.call('HSET', KEYS[6], id, tok .. ' ' .. sc)
+        redis.call('HSET', KEYS[6], id, lease_record(tok, sc))
         redis.call('HSET', KEYS[2], id, payload)
         if grant then redis.call('HSET', grant, id, tok) end
         out[#out + 1] = id

@@ -1,0 +1,136 @@
+"""The Lua library: every script assembles, each shared rule has one definition, and the
+assembled scripts compile on the real redis-server."""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+from typing import TYPE_CHECKING
+
+import pytest
+
+from scrapy_ha import _scripts
+from scrapy_ha.queue import clamp_priority
+
+if TYPE_CHECKING:
+    import redis
+
+LUA = files("scrapy_ha").joinpath("lua")
+SCRIPTS = sorted(p.name[: -len(".lua")] for p in LUA.iterdir() if p.name.endswith(".lua"))
+LIBS = sorted(p.name[: -len(".lua")] for p in LUA.joinpath("lib").iterdir())
+FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+
+#: Each rule of the library, and what a copy of it looks like in a script's code.
+COPIES = {
+    "time: the server clock": r"redis\.call\('TIME'\)",
+    "lease: the token check": r"'\^\(%S\+\)'",
+    "lease: the record's score": r"'\^%S\+ \(%S\+\)'|\.\. ' ' \.\. sc",
+    "member: '<id> <payload>'": r"\.\. ' ' \.\.|string\.find\([^)]*' '",
+    "priority: the scale": r"1099511627776|4095|2 ?\^ ?40|math\.max\(-",
+    "counter: a counter that restarts": r"'INCR",
+    "number: integers as text": r"'%\.0f'",
+    "deadletter: the record and the retention": r"'-inf', now -|cjson\.encode",
+    "types: the wrong-type check": r"holds a",
+}
+
+
+def code(text: str) -> str:
+    """*text* without its Lua comments (no script puts ``--`` inside a string)."""
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def header(text: str) -> str:
+    """The comment lines a script opens with (its KEYS / ARGV / returns / rule block)."""
+    lines = text.splitlines(keepends=True)
+    end = next(i for i, line in enumerate(lines) if not line.startswith("-- "))
+    return "".join(lines[:end])
+
+
+def test_the_scripts_are_the_ones_the_queue_loads():
+    assert SCRIPTS == sorted(
+        name[: -len("_LUA")].lower() for name in dir(_scripts) if name.endswith("_LUA")
+    )
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_include_resolves_and_every_constant_is_written(name):
+    text = _scripts.assemble(name)
+    assert "@include" not in text and "{{" not in text
+    assert text == getattr(_scripts, f"{name.upper()}_LUA")
+    # the script's own header stays its first lines: what it does, KEYS, returns
+    own = header(_scripts.read_lua(name))
+    assert text.startswith(own) and own.startswith(f"-- {name}: ")
+    assert "KEYS[1]" in own and "Returns" in own
+    defined = FUNCTION.findall(text)
+    assert len(defined) == len(set(defined)), f"{name}.lua defines a function twice"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_library_function_is_defined_before_its_use(name):
+    text = code(_scripts.assemble(name))
+    for match in FUNCTION.finditer(text):
+        first_use = re.search(rf"\b{match.group(1)}\(", text)
+        assert first_use is not None and first_use.start() >= match.start(), (name, match[1])
+    for lib in LIBS:
+        for fn in FUNCTION.findall(_scripts.read_lua(f"lib/{lib}")):
+            if re.search(rf"\b{fn}\(", code(_scripts.read_lua(name))):
+                assert f"local function {fn}(" in text, f"{name}.lua uses {fn} without its include"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_no_script_hides_a_library_function_under_a_local_of_its_own(name):
+    text = code(_scripts.assemble(name))
+    for fn in FUNCTION.findall(text):
+        hidden = re.search(rf"\blocal\s+(?:\w+\s*,\s*)*{fn}\b(?!\()", text)
+        assert hidden is None, f"{name}.lua: {hidden[0] if hidden else ''!r} hides lib {fn}()"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_no_script_keeps_its_own_copy_of_a_library_rule(name):
+    own = code(_scripts.read_lua(name))
+    for rule, pattern in COPIES.items():
+        assert not re.search(pattern, own), f"{name}.lua has its own copy of {rule}"
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_each_library_function_has_a_header_and_a_user(lib):
+    text = _scripts.read_lua(f"lib/{lib}")
+    assert text.splitlines()[0].startswith(("-- lib/", "--- @include"))
+    everywhere = "\n".join(code(_scripts.read_lua(name)) for name in SCRIPTS) + "\n".join(
+        code(_scripts.read_lua(f"lib/{name}")) for name in LIBS
+    )
+    for fn in FUNCTION.findall(text):
+        before = text[: text.index(f"local function {fn}(")]
+        assert f"\n-- {fn}(" in before, f"lib/{lib}.lua: no header for {fn}"
+        calls = len(re.findall(rf"(?<!function )\b{fn}\(", everywhere))
+        assert calls > 0, f"lib/{lib}.lua: {fn} is called nowhere"
+
+
+def test_an_unknown_include_or_constant_names_the_file_and_the_fix():
+    with pytest.raises(ValueError, match=r"x\.lua includes 'nope'.*lib/nope\.lua"):
+        _scripts._expand('--- @include "nope"\n', "x.lua", set())
+    with pytest.raises(ValueError, match=r"\{\{NOPE\}\}.*MAX_PRIORITY"):
+        _scripts.PLACEHOLDER.sub(_scripts._constant, "local x = {{NOPE}}")
+
+
+def test_a_library_file_is_included_once_even_when_named_twice():
+    text = _scripts._expand('--- @include "counter"\n--- @include "time"\n', "x.lua", set())
+    assert text.count("local function now_ms(") == 1
+    assert text.index("local function now_ms(") < text.index("local function take(")
+
+
+def test_the_priority_scale_has_one_definition():
+    # scores stay exact doubles; the scripts carry the worker's constants
+    assert (_scripts.MAX_PRIORITY + 1) * _scripts.PRIORITY_STEP <= 2**53
+    for name in ("sync", "feed", "retry", "requeue"):
+        text = _scripts.assemble(name)
+        assert f"local MAX_PRIORITY = {_scripts.MAX_PRIORITY}\n" in text
+        assert f"local PRIORITY_STEP = {_scripts.PRIORITY_STEP}\n" in text
+    assert clamp_priority(10**6) == _scripts.MAX_PRIORITY
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_compiles_on_redis(redis_client: redis.Redis, name):
+    text = _scripts.assemble(name)
+    sha = redis_client.script_load(text)
+    assert redis_client.script_exists(sha) == [True]
