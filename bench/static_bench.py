@@ -62,6 +62,15 @@ COMMON_SETTINGS = {
 }
 #: The measures of a crawl that get medians and ratios.
 MEASURES = ("wall", "cpu", "rate")
+#: Measures that get a median only.
+EXTRA_MEDIANS = (
+    "nginx_cpu",
+    "nginx_core_at_1000",
+    "redis_commands_per_page",
+    "redis_scripts_per_page",
+)
+#: Commands that run a Lua script: one round trip each (scrapy-ha's batches).
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall")
 
 
 def crawl_settings(name: str, redis_port: int, concurrency: int, out: Path) -> dict[str, str]:
@@ -97,6 +106,9 @@ def run_timed(args: list[str], cwd: Path, timeout: float = CRAWL_TIMEOUT) -> dic
     timer.start()
     try:
         _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # interrupted (SIGTERM, Ctrl-C): the crawl goes too
+        harness.stop(proc)
+        raise
     finally:
         timer.cancel()
     wall = time.monotonic() - started
@@ -111,7 +123,9 @@ def run_timed(args: list[str], cwd: Path, timeout: float = CRAWL_TIMEOUT) -> dic
 def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -> dict[str, Any]:
     import redis
 
-    redis.Redis(port=redis_port).flushall()
+    client = redis.Redis(port=redis_port)
+    client.flushall()
+    client.config_resetstat()
     out = args.workdir / f"{name}.json"
     out.unlink(missing_ok=True)
     command = crawl_command(site.url, crawl_settings(name, redis_port, args.concurrency, out))
@@ -119,13 +133,30 @@ def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -
     timed = run_timed(command, args.workdir)
     nginx = site.cpu_seconds() - nginx_before
     result = json.loads(out.read_text())
+    calls = redis_calls(client)
     return {
+        "redis_calls": calls,
+        # Redis's work (commands run inside scripts count too) and the scripts called
+        "redis_commands_per_page": sum(calls.values()) / max(1, result["pages"]),
+        "redis_scripts_per_page": sum(calls.get(c, 0) for c in SCRIPT_CALLS)
+        / max(1, result["pages"]),
         **timed,
         "rate": result["middle_rate"],
         "pages": result["pages"],
         "nginx_cpu": nginx,
         # nginx's share of a core had it served 1,000 pages/s: its CPU per 1,000 pages
         "nginx_core_at_1000": nginx / result["pages"] * 1000 if result["pages"] else 0.0,
+    }
+
+
+def redis_calls(client: Any) -> dict[str, int]:
+    """Commands Redis ran for the crawl, by name (``INFO commandstats``, reset before it;
+    the commands a Lua script runs are counted too)."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in stats.items()
+        if name not in ("cmdstat_flushall", "cmdstat_config|resetstat", "cmdstat_info")
     }
 
 
@@ -143,7 +174,9 @@ def series(args: Any, site: static_site.StaticSite, redis_port: int, label: str)
             print(
                 f"  [{label}] run {run + 1} {name:<16} wall {result['wall']:6.2f} s  "
                 f"cpu {result['cpu']:6.2f} s  {result['rate']:7.1f} pages/s  "
-                f"({result['pages']} pages, nginx {result['nginx_cpu']:.2f} s cpu)",
+                f"({result['pages']} pages, nginx {result['nginx_cpu']:.2f} s cpu, "
+                f"Redis: {result['redis_commands_per_page']:.2f} commands, "
+                f"{result['redis_scripts_per_page']:.3f} scripts per page)",
                 flush=True,
             )
     return summarise(runs)
@@ -151,7 +184,7 @@ def series(args: Any, site: static_site.StaticSite, redis_port: int, label: str)
 
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     median = {
-        name: {m: statistics.median(r[m] for r in results) for m in (*MEASURES, "nginx_cpu")}
+        name: {m: statistics.median(r[m] for r in results) for m in (*MEASURES, *EXTRA_MEDIANS)}
         for name, results in runs.items()
     }
     base = median.get("memory")
@@ -305,7 +338,7 @@ def run(args: argparse.Namespace, site: static_site.StaticSite, procs: list[Any]
     if args.only in (None, "loopback"):
         results["loopback"] = series(args, site, redis_port, "loopback")
     if args.only in (None, "latency"):
-        delayed = _delay_line(redis_port, args.delay_ms, procs)
+        delayed = delay_line(redis_port, args.delay_ms, procs)
         label = f"Redis {2 * args.delay_ms:g} ms away"
         results["latency"] = series(args, site, delayed, label)
         results["latency"]["rtt_ms"] = 2 * args.delay_ms
@@ -317,7 +350,7 @@ def run(args: argparse.Namespace, site: static_site.StaticSite, procs: list[Any]
     return 0
 
 
-def _delay_line(redis_port: int, delay_ms: float, procs: list[Any]) -> int:
+def delay_line(redis_port: int, delay_ms: float, procs: list[Any]) -> int:
     script = str(BENCH / "latency_proxy.py")
     command = [sys.executable, script, "--to", str(redis_port), "--delay-ms", str(delay_ms)]
     proc = harness.spawn(command, stdout=subprocess.PIPE)
