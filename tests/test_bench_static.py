@@ -86,3 +86,27 @@ def test_static_bench_quick(tmp_path):
     assert chart.exists() == has_matplotlib
     if has_matplotlib:
         assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_summary_counts_scrapy_ha_inclusively(tmp_path):
+    import cpu_profile
+
+    ha, rp = "/v/site-packages/scrapy_ha/scheduler.py", "/v/site-packages/redis/client.py"
+    loop = "_run_once (/py/asyncio/base_events.py:1)"
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        f"{loop};_round ({ha}:10);execute ({rp}:5) 6\n"  # the background loop in redis-py
+        f"{loop};next_request ({ha}:20) 2\n"
+        f"{loop};parse (/v/site-packages/scrapy/http.py:3) 10\n"
+        "<module> (run.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 2\n"
+    )
+    summary = cpu_profile.analyse(raw, pages=1000)
+    assert summary["samples"] == 20 and summary["samples_per_1000_pages"] == 20
+    assert summary["start_up_pct"] == 10.0
+    assert summary["under_pct"] == {"scrapy_ha": 40.0, "redis": 30.0}
+    assert summary["innermost_package_pct"] == {"scrapy": 50.0, "redis-py": 30.0, "scrapy-ha": 10.0}
+    assert summary["functions_inclusive_pct"] == {
+        "_round (scrapy_ha/scheduler.py)": 30.0,
+        "execute (redis/client.py)": 30.0,
+        "next_request (scrapy_ha/scheduler.py)": 10.0,
+    }
