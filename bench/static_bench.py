@@ -142,6 +142,8 @@ def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -
         / max(1, result["pages"]),
         **timed,
         "rate": result["middle_rate"],
+        # first to last response: the rest of the wall time is start-up and close
+        "crawl_seconds": result["seconds"],
         "pages": result["pages"],
         "nginx_cpu": nginx,
         # nginx's share of a core had it served 1,000 pages/s: its CPU per 1,000 pages
