@@ -6,6 +6,8 @@ the site with (a) Scrapy's memory scheduler, (b) scrapy-redis, (c) scrapy-ha, in
 alternation, ``--runs`` times each, with Redis on loopback and ``--delay-ms`` away; then runs
 the queue micro-benchmark (``bench/queue_micro.py``). It prints medians and the ratios to
 (a), and writes them as JSON to ``--out``. ``--quick`` is a smoke run on a tiny site.
+``python bench/run.py --site static [options]`` runs the static-site benchmark instead
+(``bench/static_bench.py``: nginx serves the catalogue; wall time and worker CPU per crawl).
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ def crawl_series(
 
 
 def main() -> int:
+    if sys.argv[1:3] == ["--site", "static"]:  # nginx serves the catalogue: static_bench.py
+        import static_bench  # bench/ is sys.path[0] when this file runs as a script
+
+        return static_bench.main(sys.argv[3:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=500, help="list pages (×20 items)")
     parser.add_argument("--runs", type=int, default=3)

@@ -1,0 +1,364 @@
+"""The static-site benchmark: what a scheduler costs when the site is never the limit.
+
+``python bench/run.py --site static`` (or ``python bench/static_bench.py``) writes the demo
+catalogue to disk (500 list pages of 20 items in one pagination chain, 10,501 pages), serves
+it with nginx (`static_site.py`), starts its own redis-server and a delay line in front of
+it, and crawls the site with each scheduler in turn, whole ``scrapy runspider`` processes,
+``--runs`` rounds (the order reversed every other round), first with Redis on loopback, then
+``2 x --delay-ms`` away. For each crawl it records the wall time from start to exit, the
+worker's CPU (user + system, from ``wait4``), the pages/s in the middle of the crawl and
+nginx's CPU; it prints medians and their ratios to the memory scheduler of the same series,
+writes everything as JSON to ``--out`` and, with matplotlib installed, a chart to ``--chart``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+import static_site  # noqa: E402
+
+from scrapy_ha.demo import harness  # noqa: E402
+
+#: Seconds one crawl may take before the benchmark stops it (the full site takes ~20 s here).
+CRAWL_TIMEOUT = 900
+#: The schedulers a series compares, by name: the settings each crawl gets.
+SCHEDULERS: dict[str, dict[str, str]] = {
+    "memory": {"SCHEDULER": "scrapy.core.scheduler.Scheduler"},
+    "scrapy-ha": {"SCHEDULER": "scrapy_ha.Scheduler"},
+    "scrapy-ha-idle0": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_IDLE_TIMEOUT": "0"},
+    "scrapy-redis": {
+        "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+    },
+}
+#: The default series: scrapy-redis is left out because at 2.4 ms it takes minutes per run
+#: (every next_request is a blocking round trip); add it with --schedulers.
+DEFAULT_SCHEDULERS = "memory,scrapy-ha,scrapy-ha-idle0"
+#: Settings every crawl gets: the worker's work is fetching and parsing, nothing else.
+COMMON_SETTINGS = {
+    "LOG_LEVEL": "WARNING",
+    "TELNETCONSOLE_ENABLED": "False",
+    "REMOTE_CONTROL_ENABLED": "False",
+}
+#: The measures of a crawl that get medians and ratios.
+MEASURES = ("wall", "cpu", "rate")
+#: Measures that get a median only.
+EXTRA_MEDIANS = (
+    "nginx_cpu",
+    "nginx_core_at_1000",
+    "redis_commands_per_page",
+    "redis_scripts_per_page",
+)
+#: Commands that run a Lua script: one round trip each (scrapy-ha's batches).
+SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall")
+
+
+def crawl_settings(name: str, redis_port: int, concurrency: int, out: Path) -> dict[str, str]:
+    return {
+        **SCHEDULERS[name],
+        **COMMON_SETTINGS,
+        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "CONCURRENT_REQUESTS": str(concurrency),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": str(concurrency),
+        "BENCH_OUT": str(out),
+    }
+
+
+def crawl_command(site: str, settings: dict[str, str]) -> list[str]:
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider"]
+    args += [str(BENCH / "static_spider.py"), "-a", f"base_url={site}"]
+    for key, value in settings.items():
+        args += ["-s", f"{key}={value}"]
+    return args
+
+
+def run_timed(args: list[str], cwd: Path, timeout: float = CRAWL_TIMEOUT) -> dict[str, float]:
+    """Run *args* to its end; its wall time and its own CPU time (user + system)."""
+    started = time.monotonic()
+    proc = harness.spawn(
+        args,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=(cwd / "crawl.log").open("wb"),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    timer = threading.Timer(timeout, harness.signal_group, (proc, signal.SIGKILL))
+    timer.start()
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # interrupted (SIGTERM, Ctrl-C): the crawl goes too
+        harness.stop(proc)
+        raise
+    finally:
+        timer.cancel()
+    wall = time.monotonic() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    harness.stop(proc)  # closes its log; the process is reaped already
+    if proc.returncode != 0:
+        log = (cwd / "crawl.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"crawl exited with {proc.returncode}: {args}\n{log}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime}
+
+
+def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -> dict[str, Any]:
+    import redis
+
+    client = redis.Redis(port=redis_port)
+    client.flushall()
+    client.config_resetstat()
+    out = args.workdir / f"{name}.json"
+    out.unlink(missing_ok=True)
+    command = crawl_command(site.url, crawl_settings(name, redis_port, args.concurrency, out))
+    nginx_before = site.cpu_seconds()
+    timed = run_timed(command, args.workdir)
+    nginx = site.cpu_seconds() - nginx_before
+    result = json.loads(out.read_text())
+    calls = redis_calls(client)
+    return {
+        "redis_calls": calls,
+        # Redis's work (commands run inside scripts count too) and the scripts called
+        "redis_commands_per_page": sum(calls.values()) / max(1, result["pages"]),
+        "redis_scripts_per_page": sum(calls.get(c, 0) for c in SCRIPT_CALLS)
+        / max(1, result["pages"]),
+        **timed,
+        "rate": result["middle_rate"],
+        # first to last response: the rest of the wall time is start-up and close
+        "crawl_seconds": result["seconds"],
+        "pages": result["pages"],
+        "nginx_cpu": nginx,
+        # nginx's share of a core had it served 1,000 pages/s: its CPU per 1,000 pages
+        "nginx_core_at_1000": nginx / result["pages"] * 1000 if result["pages"] else 0.0,
+    }
+
+
+def redis_calls(client: Any) -> dict[str, int]:
+    """Commands Redis ran for the crawl, by name (``INFO commandstats``, reset before it;
+    the commands a Lua script runs are counted too)."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in stats.items()
+        if name not in ("cmdstat_flushall", "cmdstat_config|resetstat", "cmdstat_info")
+    }
+
+
+def order(names: list[str], run: int) -> list[str]:
+    """Every other round in reverse, so no scheduler always runs first or after another."""
+    return names if run % 2 == 0 else names[::-1]
+
+
+def series(args: Any, site: static_site.StaticSite, redis_port: int, label: str) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.schedulers}
+    for run in range(args.runs):
+        for name in order(args.schedulers, run):
+            result = crawl(name, site, redis_port, args)
+            runs[name].append(result)
+            print(
+                f"  [{label}] run {run + 1} {name:<16} wall {result['wall']:6.2f} s  "
+                f"cpu {result['cpu']:6.2f} s  {result['rate']:7.1f} pages/s  "
+                f"({result['pages']} pages, nginx {result['nginx_cpu']:.2f} s cpu, "
+                f"Redis: {result['redis_commands_per_page']:.2f} commands, "
+                f"{result['redis_scripts_per_page']:.3f} scripts per page)",
+                flush=True,
+            )
+    return summarise(runs)
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    median = {
+        name: {m: statistics.median(r[m] for r in results) for m in (*MEASURES, *EXTRA_MEDIANS)}
+        for name, results in runs.items()
+    }
+    base = median.get("memory")
+    ratio = (
+        {name: {m: med[m] / base[m] for m in MEASURES if base[m]} for name, med in median.items()}
+        if base
+        else {}
+    )
+    return {"runs": runs, "median": median, "ratio": ratio}
+
+
+def machine() -> dict[str, Any]:
+    import redis
+    import scrapy
+
+    def version(*command: str) -> str:
+        done = subprocess.run(command, capture_output=True, text=True)
+        return (done.stdout + done.stderr).strip()
+
+    return {
+        "cpus": os.cpu_count(),
+        "load": os.getloadavg(),
+        "python": platform.python_version(),
+        "scrapy": scrapy.__version__,
+        "redis_py": redis.__version__,
+        "hiredis": _hiredis_version(),
+        "redis_server": version("redis-server", "--version"),
+        "nginx": version(static_site.nginx_binary(), "-v"),
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def _hiredis_version() -> str | None:
+    """hiredis's version if it is installed (redis-py then parses replies with it)."""
+    try:
+        return importlib.metadata.version("hiredis")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def table(results: dict[str, Any]) -> str:
+    """The medians and ratios as a Markdown table."""
+    lines = [
+        "| Redis | scheduler | wall s | wall ratio | worker CPU s | CPU ratio "
+        "| pages/s (middle) | rate ratio | nginx CPU s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for placement in ("loopback", "latency"):
+        if placement not in results:
+            continue
+        part = results[placement]
+        where = "loopback" if placement == "loopback" else f"{part['rtt_ms']:g} ms RTT"
+        for name, med in part["median"].items():
+            ratio = part["ratio"].get(name, {})
+            lines.append(
+                f"| {where} | {name} | {med['wall']:.2f} | {ratio.get('wall', 0):.3f}x "
+                f"| {med['cpu']:.2f} | {ratio.get('cpu', 0):.3f}x | {med['rate']:.0f} "
+                f"| {ratio.get('rate', 0):.3f} | {med['nginx_cpu']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def chart(results: dict[str, Any], path: Path) -> bool:
+    """A PNG of pages/s and worker CPU per scheduler for each Redis placement; False
+    without matplotlib (``pip install matplotlib``, or the ``bench`` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    placements = [p for p in ("loopback", "latency") if p in results]
+    names = list(results[placements[0]]["median"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.8 / len(placements)
+    for i, placement in enumerate(placements):
+        part = results[placement]
+        label = (
+            "Redis on loopback" if placement == "loopback" else f"Redis {part['rtt_ms']:g} ms RTT"
+        )
+        xs = [n + i * width for n in range(len(names))]
+        for ax, measure in zip(axes, ("rate", "cpu"), strict=True):
+            values = [part["median"][name][measure] for name in names]
+            bars = ax.bar(xs, values, width, label=label)
+            ax.bar_label(bars, fmt="%.0f" if measure == "rate" else "%.1f", fontsize=7)
+    titles = ("pages/s in the middle of the crawl", "worker CPU s, start to exit")
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks([n + width * (len(placements) - 1) / 2 for n in range(len(names))])
+        ax.set_xticklabels(names, fontsize=8)
+    axes[0].legend(fontsize=8)
+    pages = results[placements[0]]["runs"][names[0]][0]["pages"]
+    fig.suptitle(f"Static site (nginx), {pages} pages, medians of {results['runs']} rounds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=500, help="list pages (x20 items)")
+    parser.add_argument("--runs", type=int, default=3, help="rounds of every scheduler")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--delay-ms", type=float, default=1.2, help="one way (2.4 ms RTT)")
+    parser.add_argument("--schedulers", default=DEFAULT_SCHEDULERS, help=", ".join(SCHEDULERS))
+    parser.add_argument("--only", choices=["loopback", "latency"], help="one Redis placement only")
+    parser.add_argument("--out", type=Path, default=BENCH / "results-static.json")
+    parser.add_argument("--chart", type=Path, default=ROOT / "docs" / "benchmarks-static.png")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 3 list pages, 1 round")
+    args = parser.parse_args(argv)
+    args.schedulers = [s for s in args.schedulers.split(",") if s]
+    unknown = [s for s in args.schedulers if s not in SCHEDULERS]
+    if unknown:
+        parser.error(f"--schedulers: unknown {unknown}; choose from {', '.join(SCHEDULERS)}")
+    if args.quick:
+        args.pages, args.runs = 3, 1
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.workdir = Path(tempfile.mkdtemp(prefix="scrapy-ha-static-"))
+    procs: list[Any] = []
+    site = static_site.StaticSite(args.workdir / "nginx", args.pages)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # `finally` stops everything
+    try:
+        site.start()
+        return run(args, site, procs)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for proc in procs:
+            harness.stop(proc)
+        site.stop()
+        shutil.rmtree(args.workdir, ignore_errors=True)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def run(args: argparse.Namespace, site: static_site.StaticSite, procs: list[Any]) -> int:
+    redis_proc, redis_port = harness.start_redis(
+        args.workdir / "redis", args=["--appendonly", "no"]
+    )
+    procs.append(redis_proc)
+    results: dict[str, Any] = {"machine": machine(), "runs": args.runs, "pages": site.total}
+    print(f"Static site: {site.total} pages at {site.url}, {args.runs} round(s)", flush=True)
+    if args.only in (None, "loopback"):
+        results["loopback"] = series(args, site, redis_port, "loopback")
+    if args.only in (None, "latency"):
+        delayed = delay_line(redis_port, args.delay_ms, procs)
+        label = f"Redis {2 * args.delay_ms:g} ms away"
+        results["latency"] = series(args, site, delayed, label)
+        results["latency"]["rtt_ms"] = 2 * args.delay_ms
+    results["machine"]["load_after"] = os.getloadavg()
+    args.out.write_text(json.dumps(results, indent=1))
+    print("\n" + table(results))
+    if chart(results, args.chart):
+        print(f"chart: {args.chart}")
+    return 0
+
+
+def delay_line(redis_port: int, delay_ms: float, procs: list[Any]) -> int:
+    script = str(BENCH / "latency_proxy.py")
+    command = [sys.executable, script, "--to", str(redis_port), "--delay-ms", str(delay_ms)]
+    proc = harness.spawn(command, stdout=subprocess.PIPE)
+    procs.append(proc)
+    return harness.read_listening(proc, "the delay line")[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

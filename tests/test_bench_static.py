@@ -1,0 +1,112 @@
+"""The static-site benchmark: nginx serves the demo catalogue byte for byte from files of its
+own, and a tiny run crawls all of it with each scheduler (no timing is asserted)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from scrapy_ha.demo import harness
+from scrapy_ha.demo.site import Catalogue
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import static_site  # noqa: E402
+from static_spider import middle_rate  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists(),
+    reason="nginx is not installed (apt-get install nginx-light)",
+)
+#: ``--quick``: 3 list pages of 20 items and the home page.
+QUICK_PAGES = 3 * 21 + 1
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, b""
+
+
+def test_nginx_serves_the_demo_catalogue(tmp_path):
+    demo = Catalogue(3, 20, 0.0, 1)
+    with static_site.StaticSite(tmp_path, pages=3) as site:
+        assert site.total == QUICK_PAGES
+        for path in ("/", "/list/1", "/list/3", "/item/1", "/item/60"):
+            assert _get(site.url + path) == demo.page(path), path
+        assert _get(site.url + "/item/61")[0] == 404  # no page the demo site lacks
+        assert site.cpu_seconds() >= 0
+        pid = site.proc.pid
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped
+    conf = (tmp_path / "nginx.conf").read_text()
+    paths = [word.rstrip(";") for word in conf.split() if word.startswith("/")]
+    assert paths and all(p.startswith(str(tmp_path)) for p in paths), paths
+
+
+def test_middle_rate_leaves_out_start_and_end():
+    # a slow start and a slow end; 2 responses a second in between
+    times = [0.0, 10.0] + [10.0 + 0.5 * i for i in range(1, 7)] + [40.0, 90.0]
+    assert middle_rate(times) == pytest.approx(2.0)
+    assert middle_rate([1.0, 2.0]) == 0.0
+
+
+def test_static_bench_quick(tmp_path):
+    out, chart, log = tmp_path / "static.json", tmp_path / "static.png", tmp_path / "bench.out"
+    command = [sys.executable, str(ROOT / "bench" / "run.py"), "--site", "static", "--quick"]
+    command += ["--schedulers", "memory,scrapy-ha-idle0", "--out", str(out), "--chart", str(chart)]
+    with log.open("wb") as stdout:
+        proc = harness.spawn(command, stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        code = proc.wait(600)
+    finally:
+        harness.stop(proc)  # Redis, nginx and a crawl too, if it overran
+    assert code == 0, log.read_text()[-3000:]
+    results = json.loads(out.read_text())
+    for placement in ("loopback", "latency"):
+        runs = results[placement]["runs"]
+        assert set(runs) == {"memory", "scrapy-ha-idle0"}
+        for name, (run,) in runs.items():
+            assert run["pages"] == QUICK_PAGES, (placement, name, run)
+            assert run["wall"] > 0 and run["cpu"] > 0 and run["nginx_cpu"] >= 0
+        assert results[placement]["ratio"]["memory"]["wall"] == 1.0
+    assert results["latency"]["rtt_ms"] == 2.4
+    has_matplotlib = importlib.util.find_spec("matplotlib") is not None
+    assert chart.exists() == has_matplotlib
+    if has_matplotlib:
+        assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_summary_counts_scrapy_ha_inclusively(tmp_path):
+    import cpu_profile
+
+    ha, rp = "/v/site-packages/scrapy_ha/scheduler.py", "/v/site-packages/redis/client.py"
+    loop = "_run_once (/py/asyncio/base_events.py:1)"
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        f"{loop};_round ({ha}:10);execute ({rp}:5) 6\n"  # the background loop in redis-py
+        f"{loop};next_request ({ha}:20) 2\n"
+        f"{loop};parse (/v/site-packages/scrapy/http.py:3) 10\n"
+        "<module> (run.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 2\n"
+    )
+    summary = cpu_profile.analyse(raw, pages=1000)
+    assert summary["samples"] == 20 and summary["samples_per_1000_pages"] == 20
+    assert summary["start_up_pct"] == 10.0
+    assert summary["under_pct"] == {"scrapy_ha": 40.0, "redis": 30.0}
+    assert summary["innermost_package_pct"] == {"scrapy": 50.0, "redis-py": 30.0, "scrapy-ha": 10.0}
+    assert summary["functions_inclusive_pct"] == {
+        "_round (scrapy_ha/scheduler.py)": 30.0,
+        "execute (redis/client.py)": 30.0,
+        "next_request (scrapy_ha/scheduler.py)": 10.0,
+    }
