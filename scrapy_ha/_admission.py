@@ -15,7 +15,7 @@ from scrapy.utils.request import referer_str
 from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
-from scrapy_ha.queue import MAX_PRIORITY, clamp_priority
+from scrapy_ha._queue import MAX_PRIORITY, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
+    from scrapy_ha._queue import NewEntry, SyncResult
     from scrapy_ha.codec import CodecError
     from scrapy_ha.config import SchedulerConfig
-    from scrapy_ha.queue import NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
+    from scrapy_ha._queue import NewEntry
     from scrapy_ha.config import SchedulerConfig
-    from scrapy_ha.queue import NewEntry
 
 #: Leased requests per request the downloader can run at once: one running, one ready, so
 #: that a small crawl with CONCURRENT_REQUESTS_PER_DOMAIN=1 spreads over the workers.

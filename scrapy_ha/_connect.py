@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 import redis
 import scrapy
 
+from scrapy_ha._connection import check_reachable, redis_from_settings
+from scrapy_ha._queue import RedisQueue
 from scrapy_ha._version import __version__
 from scrapy_ha.config import check_start_key
-from scrapy_ha.connection import check_reachable, redis_from_settings
 from scrapy_ha.keys import Keys
-from scrapy_ha.queue import RedisQueue
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
+    from scrapy_ha._queue import Counts
     from scrapy_ha.config import SchedulerConfig
-    from scrapy_ha.queue import Counts
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import logging
 from typing import TYPE_CHECKING, TypedDict
 
 from scrapy_ha import metakeys
+from scrapy_ha._connection import REDIS_DOWN_ERRORS
 from scrapy_ha.codec import encode_request
-from scrapy_ha.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_ha._outbox import EndOp
+    from scrapy_ha._queue import Lease, RedisQueue, SyncResult
     from scrapy_ha.config import DeadLetterConfig, SchedulerConfig
-    from scrapy_ha.queue import Lease, RedisQueue, SyncResult
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from scrapy_ha.queue import NewEntry
+    from scrapy_ha._queue import NewEntry
 
 #: (entry id, lease token): one lease.
 Pair = tuple[str, str]

@@ -1,4 +1,4 @@
-"""Keeping a worker's leases renewed: the session's glue to :mod:`scrapy_ha.keeper`.
+"""Keeping a worker's leases renewed: the session's glue to :mod:`scrapy_ha._keeper`.
 
 Renewal runs from the keeper's thread once the session has connected (before that, and in
 tests without a keeper, the session renews on the event loop). Every renewal vouches for
@@ -13,16 +13,16 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from scrapy_ha.keeper import LeaseKeeper, LoopWatch, sync_redis_from_settings
+from scrapy_ha._keeper import LeaseKeeper, LoopWatch, sync_redis_from_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy.settings import BaseSettings
 
+    from scrapy_ha._keeper import Pairs
+    from scrapy_ha._queue import RedisQueue
     from scrapy_ha.config import SchedulerConfig
-    from scrapy_ha.keeper import Pairs
-    from scrapy_ha.queue import RedisQueue
 
 
 class Renewals:
@@ -51,7 +51,7 @@ class Renewals:
         return self.keeper is None and now - self._last_renew >= self.config().renew_interval
 
     def start_keeper(self, queue: RedisQueue) -> None:
-        """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha.keeper`)."""
+        """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha._keeper`)."""
         config = self.config()
         client = sync_redis_from_settings(self.settings, connect_timeout=config.connect_timeout)
         self.keeper = LeaseKeeper(

@@ -3,7 +3,7 @@
 The shell (:mod:`scrapy_ha.scheduler`) answers the engine from memory; this task connects,
 drains the shell's :class:`~scrapy_ha._outbox.Outbox` in its order (children before
 checkpoints before acks), leases requests in batches and hands them to the shell
-(:meth:`Scheduler.take`), keeps the leases renewed (:mod:`scrapy_ha.keeper`), reclaims
+(:meth:`Scheduler.take`), keeps the leases renewed (:mod:`scrapy_ha._keeper`), reclaims
 expired ones, and at close hands back to Redis everything this worker still holds.
 """
 
@@ -19,21 +19,21 @@ import redis
 
 from scrapy_ha import _engine
 from scrapy_ha._connect import joined, log_connected, open_queue
+from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url
 from scrapy_ha._ends import Ends
 from scrapy_ha._renewal import Renewals
 from scrapy_ha._start_urls import StartUrls
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.config import ConfigError, default_worker_id
-from scrapy_ha.connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url
 
 if TYPE_CHECKING:
     from typing import Any
 
     from scrapy import Spider
 
+    from scrapy_ha._keeper import Pairs
+    from scrapy_ha._queue import Lease, NewEntry, RedisQueue, SyncResult
     from scrapy_ha.config import SchedulerConfig
-    from scrapy_ha.keeper import Pairs
-    from scrapy_ha.queue import Lease, NewEntry, RedisQueue, SyncResult
     from scrapy_ha.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)

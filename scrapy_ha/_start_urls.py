@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy_ha._queue import NewEntry
 from scrapy_ha.codec import encode_request
-from scrapy_ha.queue import NewEntry
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_ha._admission import Admission
+    from scrapy_ha._queue import RedisQueue
     from scrapy_ha.config import SchedulerConfig
-    from scrapy_ha.queue import RedisQueue
 
 logger = logging.getLogger(__name__)
 

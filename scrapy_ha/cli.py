@@ -18,11 +18,16 @@ from typing import Any
 
 from scrapy.settings import Settings
 
+from scrapy_ha._connection import (
+    RedisUnavailable,
+    check_reachable,
+    display_url,
+    redis_from_settings,
+)
+from scrapy_ha._queue import RedisQueue
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
-from scrapy_ha.connection import RedisUnavailable, check_reachable, display_url, redis_from_settings
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
-from scrapy_ha.queue import RedisQueue
 from scrapy_ha.stores import CheckpointStore
 
 #: A subcommand: what it prints goes to stdout/stderr, what it returns is the exit code.

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha import _validate as check
 from scrapy_ha._mwconfig import ProxyConfig, RetryConfig
+from scrapy_ha._queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha._validate import ConfigError
 from scrapy_ha.codec import UNSTORABLE_POLICIES
 from scrapy_ha.keys import DEFAULT_PREFIX
-from scrapy_ha.queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from typing import Self

@@ -38,9 +38,9 @@ from scrapy.http.cookies import CookieJar
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
+from scrapy_ha._connection import REDIS_DOWN_ERRORS
 from scrapy_ha._registry import scheduler_for
 from scrapy_ha.config import CookiesConfig
-from scrapy_ha.connection import REDIS_DOWN_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Hashable

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 import redis.asyncio
 
+from scrapy_ha._queue import RedisQueue
 from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
-from scrapy_ha.queue import RedisQueue
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

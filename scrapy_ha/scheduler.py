@@ -28,11 +28,11 @@ from scrapy_ha._admission import Admission
 from scrapy_ha._buffer import LeaseBuffer, prefetch_target
 from scrapy_ha._inflight import InFlight, fence_of
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
+from scrapy_ha._queue import NewEntry
 from scrapy_ha._registry import register, scheduler_for
 from scrapy_ha._session import Session
 from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.config import ConfigError, SchedulerConfig
-from scrapy_ha.queue import NewEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from scrapy_ha._outbox import Pair
-    from scrapy_ha.queue import Lease, RedisQueue
+    from scrapy_ha._queue import Lease, RedisQueue
 
 __all__ = ["START_FAILED", "Scheduler", "scheduler_for"]
 

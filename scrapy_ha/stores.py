@@ -3,7 +3,7 @@
 Each store wraps a ``redis.asyncio`` client and the crawl's :class:`~scrapy_ha.keys.Keys`;
 it is the only code that knows how its data is laid out in Redis, for the middlewares and
 the ``scrapy-ha checkpoints`` commands alike. Checkpoints are *written* by the scheduler,
-under the page's lease (a Lua script fenced by the lease token, see :mod:`scrapy_ha.queue`);
+under the page's lease (a Lua script fenced by the lease token, see :mod:`scrapy_ha._queue`);
 this store reads and deletes them.
 """
 

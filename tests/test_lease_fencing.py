@@ -16,10 +16,10 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
+from scrapy_ha._keeper import LeaseKeeper
+from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.config import SchedulerConfig
-from scrapy_ha.keeper import LeaseKeeper
 from scrapy_ha.keys import Keys
-from scrapy_ha.queue import NewEntry, RedisQueue
 from scrapy_ha.scheduler import Scheduler
 
 KEYS = Keys("ha", "fence")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from scrapy_ha import _scripts
-from scrapy_ha.queue import clamp_priority
+from scrapy_ha._queue import clamp_priority
 
 if TYPE_CHECKING:
     import redis

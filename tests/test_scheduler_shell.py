@@ -21,9 +21,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
 from scrapy_ha._outbox import EndOp
+from scrapy_ha._queue import Lease
 from scrapy_ha.codec import decode_request
 from scrapy_ha.config import SchedulerConfig
-from scrapy_ha.queue import Lease
 from scrapy_ha.scheduler import Scheduler
 from scrapy_ha.verdict import FailureClass, Verdict
 

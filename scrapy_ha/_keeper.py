@@ -22,8 +22,8 @@ import redis
 from scrapy.settings import Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
-from scrapy_ha.connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
-from scrapy_ha.queue import RENEW_LUA, lost_pairs
+from scrapy_ha._connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
+from scrapy_ha._queue import RENEW_LUA, lost_pairs
 
 if TYPE_CHECKING:
     import asyncio
