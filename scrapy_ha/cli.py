@@ -127,7 +127,7 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     by_class: dict[str, int] = {}
     for e in entries:
         by_class[e.failure_class] = by_class.get(e.failure_class, 0) + 1
-    classes = ", ".join(f"{cls} {n}" for cls, n in sorted(by_class.items()))
+    classes = ", ".join(f"{fclass} {n}" for fclass, n in sorted(by_class.items()))
     print(f"{_entries(len(entries))} listed ({classes})")
     return 0
 
