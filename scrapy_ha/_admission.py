@@ -168,5 +168,7 @@ class Admission:
             )
         self.crawler.signals.send_catch_log(
             signal=signals.spider_error,
-            failure=Failure(exc),  # type: ignore[no-untyped-call]  # Twisted: untyped response=None, spider=spider
+            failure=Failure(exc),  # type: ignore[no-untyped-call]  # Twisted's Failure is untyped
+            response=None,
+            spider=spider,
         )

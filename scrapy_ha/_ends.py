@@ -120,7 +120,7 @@ class Ends:
         if not size:
             self.stats.inc_value("ha/stale_acks")
             return
-        fclass = verdict.failure_class.value if verdict else "unknown"
+        fclass = str(verdict.failure_class) if verdict else "unknown"
         handled = verdict is not None and verdict.errback  # the spider's errback handled it
         self.stats.inc_value(f"ha/dead/{fclass}")
         logger.log(

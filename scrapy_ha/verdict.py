@@ -69,7 +69,7 @@ class Verdict(Mapping[str, Any]):
     """
 
     op: Literal["retry", "dead"]
-    failure_class: FailureClass
+    failure_class: FailureClass | str  #: a FailureClass, or the name of a class of the user's own
     reason: str
     delay: float | None = None  #: seconds before the retry (a retry only)
     status: int | None = None  #: the HTTP status of the response that failed
@@ -97,18 +97,26 @@ class Verdict(Mapping[str, Any]):
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> Self | None:
-        """The verdict in ``meta["ha_outcome"]``, None if there is none; the mapping form
-        (:meth:`as_dict`) is read too."""
+        """The verdict in ``meta["ha_outcome"]``, None if there is none. The mapping form
+        (:meth:`as_dict`, which a middleware of the user's may set) is read as leniently as
+        the scheduler always read it: an ``op`` other than ``"retry"`` or ``"dead"`` is no
+        verdict (the request is acked), a class of the user's own is kept as its name, a
+        missing reason is empty and a missing delay is none."""
         value = meta.get(metakeys.OUTCOME)
-        if not value:
-            return None
         if isinstance(value, cls):
             return value
+        if not isinstance(value, Mapping) or value.get("op") not in (RETRY, DEAD):
+            return None
+        name = str(value.get("class") or "unknown")
+        fclass: FailureClass | str = (
+            FailureClass(name) if name in FailureClass._value2member_map_ else name
+        )
+        delay = value.get("delay")
         return cls(
             op=value["op"],
-            failure_class=FailureClass(value["class"]),
+            failure_class=fclass,
             reason=str(value.get("reason", "")),
-            delay=value.get("delay"),
+            delay=float(delay) if isinstance(delay, int | float) else None,
             status=value.get("status"),
             attempts=value.get("attempts"),
             errback=bool(value.get("errback", False)),
@@ -124,7 +132,7 @@ class Verdict(Mapping[str, Any]):
 
     def as_dict(self) -> dict[str, Any]:
         """The fields the dead-letter queue stores, under their stored names."""
-        data: dict[str, Any] = {"op": self.op, "class": self.failure_class.value}
+        data: dict[str, Any] = {"op": self.op, "class": str(self.failure_class)}
         data["reason"] = self.reason
         for name in ("delay", "status", "attempts"):
             value = getattr(self, name)

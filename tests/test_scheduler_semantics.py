@@ -75,8 +75,9 @@ async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
     errors: list[Any] = []
     crawler = get_crawler(UnstorableChildSpider, settings(redis_url))
 
-    def on_error(failure: Any, **_: Any) -> None:
-        errors.append(failure)
+    def on_error(failure: Any, response: Any, spider: Any) -> None:
+        # the signature Scrapy documents (and CLOSESPIDER_ERRORCOUNT's handler has)
+        errors.append((failure, response, spider))
 
     crawler.signals.connect(on_error, signal=scrapy.signals.spider_error)
     with caplog.at_level(logging.INFO):
@@ -85,6 +86,7 @@ async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
     assert crawler.spider.items == []
     assert stats["ha/unstorable"] == 50  # 10 detail requests on each of 5 list pages
     assert len(errors) == 50
+    assert all(response is None and spider is crawler.spider for _, response, spider in errors)
     assert stats["ha/dead/unstorable"] == 5  # every list page, none acked as done
     assert stats.get("ha/acked", 0) == 0
     keys = Keys("ha", "unstorable")

@@ -239,3 +239,16 @@ def test_the_idle_spider_stays_open_while_anything_is_local():
     s.enqueue_request(Request("http://a.test/1"))
     with pytest.raises(DontCloseSpider):
         s._on_idle()
+
+
+def test_a_finished_request_with_a_verdict_of_the_users_own_is_ended_or_acked_never_lost():
+    s, session, engine = shell()
+    odd = session.hand("http://a.test/odd", "1")
+    unknown_op = session.hand("http://a.test/unknown-op", "2")
+    assert s.next_request() is odd and s.next_request() is unknown_op
+    odd.meta[metakeys.OUTCOME] = {"op": "dead", "class": "captcha"}
+    unknown_op.meta[metakeys.OUTCOME] = {"op": "ack", "class": "banned"}
+    s.inflight.collect_finished()
+    assert len(s.inflight) == 0
+    assert [(e.kind, e.entry_id) for e in s.outbox.ends] == [("dead", "1")]
+    assert s.outbox.acks == [("2", "t-2")]

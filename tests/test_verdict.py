@@ -86,8 +86,28 @@ def test_a_verdict_is_frozen_and_none_is_none():
         verdict.delay = 2.0  # type: ignore[misc]
     assert Verdict.from_meta({}) is None
     assert Verdict.from_meta({metakeys.OUTCOME: None}) is None
-    with pytest.raises(ValueError, match="'servr'"):
-        Verdict.from_meta({metakeys.OUTCOME: {"op": "dead", "class": "servr"}})
+
+
+@pytest.mark.parametrize(
+    ("stored", "op", "fclass", "delay"),
+    [
+        ({"op": "dead", "class": "captcha"}, "dead", "captcha", None),  # a class of the user's
+        ({"op": "retry", "delay": 5}, "retry", "unknown", 5.0),  # no class
+        ({"class": "banned"}, None, None, None),  # no op: no verdict, the request is acked
+        ({"op": "ack", "class": "banned"}, None, None, None),
+        ("dead", None, None, None),
+    ],
+)
+def test_a_verdict_mapping_is_read_as_leniently_as_the_scheduler_always_did(
+    stored, op, fclass, delay
+):
+    verdict = Verdict.from_meta({metakeys.OUTCOME: stored})
+    if op is None:
+        assert verdict is None
+        return
+    assert verdict is not None
+    assert (verdict.op, str(verdict.failure_class), verdict.delay) == (op, fclass, delay)
+    assert verdict.as_dict()["class"] == fclass
 
 
 def test_decide_puts_its_verdict_in_meta():
