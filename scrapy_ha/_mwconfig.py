@@ -57,6 +57,12 @@ class RetryConfig:
     allowed_codes: tuple[int, ...] = ()
 
     @classmethod
+    def switched_on(cls, settings: BaseSettings) -> bool:
+        """HA_RETRY_ENABLED: checked before the rest, so that retry middlewares switched
+        off do not fail on a value they never use (the proxy middleware reads the rest)."""
+        return check.boolean(settings, "HA_RETRY_ENABLED", True)
+
+    @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         base = Policy(
             times=check.whole(settings, "HA_RETRY_TIMES", Policy.times, minimum=0),

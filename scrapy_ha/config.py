@@ -99,10 +99,15 @@ class DeadLetterConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         return cls(
-            max_entries=check.whole(settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES),
-            max_age=check.seconds(settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000),
+            # 0 entries or 0 seconds: keep no dead letter (each is trimmed as it arrives)
+            max_entries=check.whole(
+                settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES, minimum=0
+            ),
+            max_age=check.seconds(
+                settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000, zero=True
+            ),
             warn_threshold=check.whole(
-                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD
+                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD, minimum=0
             ),
         )
 
@@ -150,7 +155,11 @@ class SchedulerConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Read and validate the ``HA_*`` settings (and scrapy-redis's own)."""
-        concurrency = check.whole(settings, "CONCURRENT_REQUESTS", SCRAPY_CONCURRENT_REQUESTS)
+        # 0 is "no limit" to Scrapy: the prefetch then follows Scrapy's default
+        concurrency = (
+            check.whole(settings, "CONCURRENT_REQUESTS", SCRAPY_CONCURRENT_REQUESTS, minimum=0)
+            or SCRAPY_CONCURRENT_REQUESTS
+        )
         prefetch = check.whole(settings, "HA_PREFETCH", concurrency)
         max_inflight = check.whole(
             settings, "HA_MAX_INFLIGHT", INFLIGHT_PER_CONCURRENT_REQUEST * concurrency
@@ -350,8 +359,12 @@ class CheckpointConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
+        """Switched off, the other settings are not read (a crawl without checkpoints does
+        not fail on a value it never uses)."""
+        if not check.boolean(settings, "HA_CHECKPOINTS", False):
+            return cls(enabled=False)
         return cls(
-            enabled=check.boolean(settings, "HA_CHECKPOINTS", False),
+            enabled=True,
             every_items=check.whole(
                 settings, "HA_CHECKPOINT_ITEMS", DEFAULT_CHECKPOINT_ITEMS, minimum=0
             ),
@@ -378,8 +391,11 @@ class CookiesConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
+        """Switched off, the other settings are not read, as Scrapy's own middleware."""
+        if not check.boolean(settings, "COOKIES_ENABLED", True):
+            return cls(enabled=False)
         return cls(
-            enabled=check.boolean(settings, "COOKIES_ENABLED", True),
+            enabled=True,
             debug=check.boolean(settings, "COOKIES_DEBUG", False),
             shared=check.boolean(settings, "HA_SHARED_COOKIES", True),
         )

@@ -101,10 +101,9 @@ class RetryMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = RetryConfig.from_settings(crawler.settings)
-        if not config.enabled:
+        if not RetryConfig.switched_on(crawler.settings):
             raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
-        return cls(crawler, config)
+        return cls(crawler, RetryConfig.from_settings(crawler.settings))
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_retry"):
@@ -177,10 +176,9 @@ class ParseErrorMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = RetryConfig.from_settings(crawler.settings)
-        if not config.enabled:
+        if not RetryConfig.switched_on(crawler.settings):
             raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
-        return cls(crawler, config)
+        return cls(crawler, RetryConfig.from_settings(crawler.settings))
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None

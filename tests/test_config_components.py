@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
@@ -20,7 +21,9 @@ from scrapy_ha.config import (
     SchedulerConfig,
     UserAgentConfig,
 )
+from scrapy_ha.cookies import SharedCookiesMiddleware
 from scrapy_ha.proxy import ProxyMiddleware
+from scrapy_ha.retry import RetryMiddleware
 from scrapy_ha.verdict import FailureClass
 
 DEFAULTS = Settings()
@@ -34,22 +37,28 @@ def settings(**values: object) -> Settings:
 
 
 POOL = {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": "http://api.example/list"}
+#: Checkpoints switched on (switched off, their other settings are not read).
+ON = {"HA_CHECKPOINTS": True}
 TUNNEL = {"HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": "http://u:secret@proxy.example:8000"}
 
 BAD = [
     # (config class, settings, text the error must hold)
-    (CheckpointConfig, {"HA_CHECKPOINT_ITEMS": -5}, "HA_CHECKPOINT_ITEMS=-5 must be a whole"),
-    (CheckpointConfig, {"HA_CHECKPOINT_ITEMS": "many"}, "HA_CHECKPOINT_ITEMS='many'"),
-    (CheckpointConfig, {"HA_CHECKPOINT_MAX_BYTES": 0}, "HA_CHECKPOINT_MAX_BYTES=0 must be"),
-    (CheckpointConfig, {"HA_CHECKPOINT_MAX_BYTES": -1}, "HA_CHECKPOINT_MAX_BYTES=-1"),
-    (CheckpointConfig, {"HA_CHECKPOINT_TTL": -1}, "HA_CHECKPOINT_TTL=-1 must be more than 0"),
-    (CheckpointConfig, {"HA_CHECKPOINT_TTL": "week"}, "HA_CHECKPOINT_TTL='week' is not a"),
-    (CheckpointConfig, {"HA_CHECKPOINT_RERUN": "perhaps"}, "HA_CHECKPOINT_RERUN='perhaps'"),
-    (CheckpointConfig, {"HA_CHECKPOINT_ID_FIELD": 3}, "HA_CHECKPOINT_ID_FIELD=3 must be a str"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_ITEMS": -5}, "HA_CHECKPOINT_ITEMS=-5 must be a whole"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_ITEMS": "many"}, "HA_CHECKPOINT_ITEMS='many'"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_MAX_BYTES": 0}, "HA_CHECKPOINT_MAX_BYTES=0 must be"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_MAX_BYTES": -1}, "HA_CHECKPOINT_MAX_BYTES=-1"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_TTL": -1}, "HA_CHECKPOINT_TTL=-1 must be more than 0"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_TTL": "week"}, "HA_CHECKPOINT_TTL='week' is not a"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_RERUN": "perhaps"}, "HA_CHECKPOINT_RERUN='perhaps'"),
+    (
+        CheckpointConfig,
+        {**ON, "HA_CHECKPOINT_ID_FIELD": 3},
+        "HA_CHECKPOINT_ID_FIELD=3 must be a str",
+    ),
     (CheckpointConfig, {"HA_CHECKPOINTS": "sure"}, "HA_CHECKPOINTS='sure' must be True or"),
-    (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": 0}, "HA_DLQ_MAX_ENTRIES=0 must be a whole"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": -1}, "HA_DLQ_MAX_ENTRIES=-1 must be a whole"),
     (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": "lots"}, "HA_DLQ_MAX_ENTRIES='lots'"),
-    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": -3}, "HA_DLQ_MAX_AGE=-3 must be more than 0"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": -3}, "HA_DLQ_MAX_AGE=-3 must be 0 or more"),
     (DeadLetterConfig, {"HA_DLQ_WARN_THRESHOLD": 1.5}, "HA_DLQ_WARN_THRESHOLD=1.5"),
     (CookiesConfig, {"HA_SHARED_COOKIES": "yes please"}, "HA_SHARED_COOKIES='yes please'"),
     (UserAgentConfig, {"HA_USER_AGENTS": ["", "x"]}, "HA_USER_AGENTS=['', 'x'] must be a list"),
@@ -96,10 +105,16 @@ GOOD = [
     # (config class, settings, fields expected)
     (CheckpointConfig, {}, {"enabled": False, "every_items": 50, "max_bytes": 2048}),
     (CheckpointConfig, {"HA_CHECKPOINTS": True, "HA_CHECKPOINT_ITEMS": 0}, {"every_items": 0}),
-    (CheckpointConfig, {"HA_CHECKPOINT_TTL": 60, "HA_CHECKPOINT_ID_FIELD": "sku"}, {"ttl": 60}),
-    (CheckpointConfig, {"HA_CHECKPOINT_RERUN": "True"}, {"rerun": True, "id_field": "id"}),
+    (
+        CheckpointConfig,
+        {**ON, "HA_CHECKPOINT_TTL": 60, "HA_CHECKPOINT_ID_FIELD": "sku"},
+        {"ttl": 60},
+    ),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_RERUN": "True"}, {"rerun": True, "id_field": "id"}),
     (DeadLetterConfig, {}, {"max_entries": 100_000, "max_age": 30 * 86400.0}),
     (DeadLetterConfig, {"HA_DLQ_MAX_AGE": 60, "HA_DLQ_WARN_THRESHOLD": "5"}, {"warn_threshold": 5}),
+    (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": 0, "HA_DLQ_MAX_AGE": 0}, {"max_entries": 0}),
+    (SchedulerConfig, {"CONCURRENT_REQUESTS": 0}, {"prefetch": 16}),  # 0: no limit in Scrapy
     (CookiesConfig, {}, {"enabled": True, "debug": False, "shared": True}),
     (CookiesConfig, {"HA_SHARED_COOKIES": False, "COOKIES_DEBUG": True}, {"shared": False}),
     (UserAgentConfig, {}, {"agents": ()}),
@@ -155,3 +170,18 @@ def test_the_proxy_middleware_refuses_a_negative_cooldown():
     crawler = get_crawler(settings_dict={**POOL, "HA_PROXY_COOLDOWN": -1})
     with pytest.raises(ConfigError, match="HA_PROXY_COOLDOWN=-1"):
         ProxyMiddleware.from_crawler(crawler)
+
+
+@pytest.mark.parametrize(
+    ("middleware", "values"),
+    [
+        (CheckpointMiddleware, {"HA_CHECKPOINT_TTL": 0, "HA_CHECKPOINT_ITEMS": -5}),
+        (RetryMiddleware, {"HA_RETRY_ENABLED": False, "HA_RETRY_JITTER": 2}),
+        (SharedCookiesMiddleware, {"COOKIES_ENABLED": False, "HA_SHARED_COOKIES": "maybe"}),
+    ],
+)
+def test_a_component_switched_off_does_not_read_the_settings_it_would_use(middleware, values):
+    """As Scrapy's own: switched off, it is not configured, whatever its other settings say
+    (the add-on installs the checkpoint middleware in every crawl)."""
+    with pytest.raises(NotConfigured):
+        middleware.from_crawler(get_crawler(settings_dict=values))
