@@ -78,8 +78,9 @@ class SlotLoad:
 
     ``downloader.slots`` maps ``downloader.get_slot_key(request)`` to a slot whose ``active``
     set holds the requests it runs or queues and whose ``concurrency`` is its limit (0: none);
-    an absent slot is a new one, whose limit is ``ip_concurrency`` or else
-    ``domain_concurrency`` (2.16, 2.19). A request enters ``slot.active`` only once the
+    an absent slot is a new one, whose limit is its ``DOWNLOAD_SLOTS`` concurrency
+    (``downloader.per_slot_settings``), else ``ip_concurrency``, else ``domain_concurrency``
+    (2.16, 2.19). A request enters ``slot.active`` only once the
     downloader middlewares ran, a turn of the event loop or more after the engine took it,
     while ``downloader.active`` holds it from the moment the engine took it (the engine's
     ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
@@ -98,8 +99,9 @@ class SlotLoad:
             return True
         key = downloader.get_slot_key(request)
         slot = downloader.slots.get(key)
-        if slot is None:
-            limit = downloader.ip_concurrency or downloader.domain_concurrency
+        if slot is None:  # as the downloader will make it (DOWNLOAD_SLOTS may set its own)
+            default = downloader.ip_concurrency or downloader.domain_concurrency
+            limit = downloader.per_slot_settings.get(key, {}).get("concurrency", default)
             running: Any = ()
         else:
             limit, running = slot.concurrency, slot.active

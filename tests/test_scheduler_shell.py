@@ -91,6 +91,7 @@ class FakeEngine:
             get_slot_key=lambda request: "slot",
             ip_concurrency=0,
             domain_concurrency=8,
+            per_slot_settings={},
         )
         self.scraper = SimpleNamespace(slot=None)
         self._slot = SimpleNamespace(inprogress=set(), nextcall=SimpleNamespace(schedule=None))
@@ -252,3 +253,24 @@ def test_a_finished_request_with_a_verdict_of_the_users_own_is_ended_or_acked_ne
     assert len(s.inflight) == 0
     assert [(e.kind, e.entry_id) for e in s.outbox.ends] == [("dead", "1")]
     assert s.outbox.acks == [("2", "t-2")]
+
+
+def test_a_slot_holds_what_was_handed_to_it_up_to_its_own_concurrency():
+    """Requests handed out count against their slot before the downloader queues them there
+    (Scrapy fills ``slot.active`` a turn later), up to the slot's limit: its DOWNLOAD_SLOTS
+    concurrency for a slot the downloader has not made yet, else the per-domain one."""
+    s, session, engine = shell()
+    engine.downloader.domain_concurrency = 1
+    engine.downloader.per_slot_settings = {"slot": {"concurrency": 3}}
+    handed = []
+    for n in range(5):
+        session.hand(f"http://a.test/{n}", str(n))
+    while (request := s.next_request()) is not None:
+        handed.append(request)
+        engine.downloader.active.add(request)  # the engine's fetch, at once
+    assert len(handed) == 3
+    engine.downloader.active.discard(handed[0])  # one download done
+    fourth = s.next_request()
+    assert fourth is not None
+    engine.downloader.active.add(fourth)
+    assert s.next_request() is None
