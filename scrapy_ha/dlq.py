@@ -16,6 +16,7 @@ from __future__ import annotations
 __all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue"]
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
@@ -46,6 +47,16 @@ class DeadEntry:
     info: dict[str, Any] = field(default_factory=dict)
     #: The stored request as the codec reads it without rebuilding it.
     summary: RequestSummary = field(default_factory=lambda: describe(None))
+
+    @property
+    def cls(self) -> str:
+        """Deprecated: use :attr:`failure_class`."""
+        warnings.warn(
+            "DeadEntry.cls is deprecated, use DeadEntry.failure_class",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.failure_class
 
     @property
     def request(self) -> dict[str, Any]:
@@ -174,8 +185,17 @@ class DeadLetterQueue:
         domain: str | None = None,
         reason: str | None = None,
         limit: int | None = None,
+        cls: str | None = None,
     ) -> list[DeadEntry]:
-        """Entries matching every filter given (reason: a case-insensitive substring)."""
+        """Entries matching every filter given (reason: a case-insensitive substring).
+        ``cls`` is the deprecated name of ``failure_class``."""
+        if cls is not None:
+            warnings.warn(
+                "entries(cls=...) is deprecated, use entries(failure_class=...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            failure_class = failure_class or cls
         found: list[DeadEntry] = []
         async for entry in self.scan():
             if entry.matches(failure_class=failure_class, domain=domain, reason=reason):

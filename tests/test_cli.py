@@ -134,6 +134,10 @@ async def test_the_python_api_needs_nothing_private(redis_url, redis_client, sit
         gone = await dlq.entries(failure_class="gone")
         assert {e.url.replace(site.url, "") for e in gone} == set(paths[:3])
         assert len(await dlq.entries(failure_class="gone", limit=2)) == 2
+        with pytest.deprecated_call():  # the name before failure_class
+            assert await dlq.entries(cls="gone") == gone
+        with pytest.deprecated_call():
+            assert gone[0].cls == "gone"
         (server,) = await dlq.entries(failure_class="server")
         assert await dlq.requeue([server.id]) == 1
         assert await dlq.requeue([server.id]) == 0  # idempotent
