@@ -7,8 +7,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
-#: Debian packages: redis-server for the tests and the demo, python3-venv for the venvs.
-DEBIAN_PACKAGES := redis-server python3-venv
+#: Debian packages: redis-server for the tests and the demo, python3-venv for the venvs,
+#: nginx-light for the static-site benchmark (and its test).
+DEBIAN_PACKAGES := redis-server python3-venv nginx-light
 #: The oldest Scrapy supported (setup.cfg: scrapy>=2.16); CI runs a subset of the suite on it.
 OLDEST_SCRAPY := 2.16.*
 #: The part of the suite CI runs on the oldest Scrapy: everything that talks to Scrapy's
@@ -28,7 +29,7 @@ PYTEST_WORKERS ?= 2
 #: `make test` leaves out the long versions of scenarios whose short version it runs.
 SHORT := -m 'not long'
 
-.PHONY: demo lint test test-long test-oldest test-latest test-installed bench chaos deps venv constraints clean
+.PHONY: demo lint test test-long test-oldest test-latest test-installed bench bench-static chaos deps venv constraints clean
 
 deps:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do \
@@ -59,6 +60,10 @@ demo: deps venv
 
 bench: deps venv
 	$(BIN)/python bench/run.py
+
+# The scheduler's own cost: nginx serves the catalogue, so the site is never the limit.
+bench-static: deps venv
+	$(BIN)/python bench/run.py --site static
 
 chaos: deps venv
 	$(BIN)/python chaos/run.py
