@@ -386,6 +386,21 @@ class RedisQueue:
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 
+    async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:
+        """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of
+        a set), left in place: :meth:`feed` moves them."""
+        if as_set:
+            return list(await self.client.srandmember(key, batch))
+        return list(await self.client.lrange(key, 0, batch - 1))
+
+    async def granted(self, worker: str) -> dict[bytes, bytes]:
+        """The leases the last sync of *worker* granted (the grant key: id -> token)."""
+        return dict(await self.client.hgetall(self.keys.grant(worker)))
+
+    async def exists(self) -> bool:
+        """Whether any key of the crawl but its checkpoints is in Redis."""
+        return bool(await self.client.exists(*self.keys.all()))
+
     async def feed(
         self, key: str, *, as_set: bool, raw: list[bytes], entries: list[NewEntry]
     ) -> int:

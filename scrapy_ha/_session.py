@@ -187,7 +187,7 @@ class Session:
         assert self.queue is not None
         if self.renewals.watch is None:
             return []  # no keeper: syncs write no grant
-        grant = await self.queue.client.hgetall(self.queue.keys.grant(self.config.worker_id))
+        grant = await self.queue.granted(self.config.worker_id)
         pairs = {(_str(i), _str(t)) for i, t in grant.items()}
         return sorted(pairs - held)
 

@@ -52,11 +52,7 @@ class StartUrls:
 
     async def feed(self, queue: RedisQueue, batch: int) -> None:
         assert self.key is not None and self.crawler.stats is not None
-        client = queue.client
-        if self.as_set:
-            raw = list(await client.srandmember(self.key, batch))
-        else:
-            raw = list(await client.lrange(self.key, 0, batch - 1))
+        raw = await queue.peek_start_urls(self.key, as_set=self.as_set, batch=batch)
         if not raw:
             return
         entries = [self._entry(data) for data in raw]

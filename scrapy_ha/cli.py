@@ -80,7 +80,7 @@ async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 async def _crawl_exists(queue: RedisQueue) -> bool:
     """Whether any key of the crawl (checkpoints included) is in Redis."""
-    if await queue.client.exists(*queue.keys.all()):
+    if await queue.exists():
         return True
     return await _checkpoints(queue).exists()
 
