@@ -40,6 +40,9 @@ deps:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; fi
 
+#: The extras of the test venvs (a variable: a comma inside $(call ...) would split its arguments).
+EXTRAS := test,lint
+
 # make_venv DIR, PIP-ARGS: a venv from scratch; its stamp DIR/.ready is written last, so a
 # venv whose creation or install failed has none and is removed by the next run.
 define make_venv
@@ -51,7 +54,7 @@ define make_venv
 endef
 
 $(READY): setup.cfg constraints.txt
-	$(call make_venv,$(VENV),-c constraints.txt -e '.[test,lint]')
+	$(call make_venv,$(VENV),-c constraints.txt -e '.[$(EXTRAS)]')
 
 venv: $(READY)
 
@@ -97,7 +100,7 @@ test-oldest: deps .venv-oldest/.ready
 # The newest releases of everything, unpinned: run by hand (a new upstream deprecation turns
 # into an error here first, under filterwarnings = error).
 test-latest: deps
-	$(call make_venv,.venv-latest,--upgrade -e '.[test,lint]')
+	$(call make_venv,.venv-latest,--upgrade -e '.[$(EXTRAS)]')
 	.venv-latest/bin/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The wheel installed in a clean venv outside the repository (.ci/installed).
