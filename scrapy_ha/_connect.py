@@ -1,5 +1,6 @@
 """Opening a crawl's queue in Redis: connect, check the server, flush when asked, and say
-what this worker joins. A setting refused here fails before anything is written."""
+what this worker joins (and, once its start requests are in, how many the crawl had seen
+already). A setting refused here fails before anything is written."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 import redis
 import scrapy
 
+from scrapy_ha import _engine
 from scrapy_ha._connection import check_reachable, redis_from_settings
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha._version import __version__
@@ -20,7 +22,8 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
 
-    from scrapy_ha._queue import Counts
+    from scrapy_ha._outbox import Outbox
+    from scrapy_ha._queue import Counts, NewEntry, SyncResult
     from scrapy_ha.config import SchedulerConfig
 
 logger = logging.getLogger(__name__)
@@ -74,11 +77,14 @@ async def _flush_on_start(queue: RedisQueue) -> None:
     logger.info("Flushed the queue of %s (SCHEDULER_FLUSH_ON_START)", queue.keys.spider)
 
 
-async def joined(queue: RedisQueue, config: SchedulerConfig, spider: Spider) -> Counts:
+async def joined(
+    queue: RedisQueue, config: SchedulerConfig, spider: Spider, starts: StartReport
+) -> Counts:
     """The crawl's counts, read once so that ``len()`` and ``has_pending_requests()``
     answer for it from the start; says so when joining a crawl already in Redis."""
     counts = await queue.counts()
     if counts.pending + counts.leased + counts.delayed or counts.dead:
+        starts.joining = True
         logger.info(
             "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
             "%d dead-lettered, %d other live worker(s)",
@@ -99,3 +105,48 @@ async def joined(queue: RedisQueue, config: SchedulerConfig, spider: Spider) -> 
             spider.name,
         )
     return counts
+
+
+class StartReport:
+    """How many of this worker's start requests the crawl had seen already, said once at
+    INFO when ``start()`` is exhausted and all of them have reached Redis: a worker that
+    joins a crawl would otherwise leave its user wondering why their start URLs were not
+    crawled. Said by a joining worker always, by any other only when some were seen (two
+    workers starting at once). Counted in ``ha/start_filtered``.
+
+    Start requests are the requests no page yielded (a request an extension hands to the
+    engine outside a callback counts with them)."""
+
+    def __init__(self, crawler: Crawler, outbox: Outbox) -> None:
+        self.crawler = crawler
+        self.outbox = outbox
+        self.joining = False  # the crawl had work in Redis when this worker opened
+        self.sent = 0
+        self.seen = 0
+        self.said = False
+
+    def count(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        """Count one sync's start requests; say the totals once the last is in Redis."""
+        if result.roots_seen:
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value("ha/start_filtered", result.roots_seen)
+        if self.said:
+            return
+        self.sent += sum(1 for entry in sent if entry.parent is None)
+        self.seen += result.roots_seen
+        if _engine.start_exhausted(self.crawler) and not any(
+            entry.parent is None for entry in self.outbox.children
+        ):
+            self.said = True
+            self._say()
+
+    def _say(self) -> None:
+        if not self.sent or not (self.joining or self.seen):
+            return
+        logger.info(
+            "%d of this worker's %d start request(s) were already in the crawl (its shared "
+            "dupefilter had seen them): not crawled again%s",
+            self.seen,
+            self.sent,
+            "" if self.seen < self.sent else "; this worker works on what the crawl holds",
+        )

@@ -69,6 +69,14 @@ def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
     return lambda r: id(r) in queued or any(r in s for s in sets)
 
 
+def start_exhausted(crawler: Crawler) -> bool:
+    """True once the engine has read all of ``Spider.start()`` (or stopped reading it on an
+    error): ``engine._start`` is set before the scheduler opens and becomes None at the
+    end (2.16, 2.19); False without an engine."""
+    engine = _engine(crawler)
+    return engine is not None and getattr(engine, "_start", None) is None
+
+
 #: Hand-outs between two sweeps of :class:`SlotLoad` for slots no longer asked about.
 SLOT_SWEEP_EVERY = 1000
 

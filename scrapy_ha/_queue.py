@@ -67,6 +67,7 @@ class SyncResult:
     delayed: int
     refused: int = 0  # children whose parent's lease was no longer current (not enqueued)
     set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
+    roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
     gates: dict[str, int] = field(default_factory=dict)
     leases: list[Lease] = field(default_factory=list)
 
@@ -222,16 +223,18 @@ class RedisQueue:
         if worker is not None:
             keys.append(k.grant(worker))
         reply = await self._sync(keys=keys, args=args)
-        n_gates = int(reply[9])
-        first = 10 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(10, first, 2)}
+        n_gates = int(reply[10])
+        first = 11 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(11, first, 2)}
         leases = [
             Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
             for i in range(first, len(reply), 4)
         ]
-        now, added, acked, stale, pending, leased, delayed, refused, aside = map(int, reply[:9])
+        now, added, acked, stale, pending, leased, delayed, refused, aside, roots = map(
+            int, reply[:10]
+        )
         return SyncResult(
-            now, added, acked, stale, pending, leased, delayed, refused, aside, gates, leases
+            now, added, acked, stale, pending, leased, delayed, refused, aside, roots, gates, leases
         )
 
     async def enqueue(self, entries: list[NewEntry]) -> int:

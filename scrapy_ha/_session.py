@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from scrapy_ha import _engine
-from scrapy_ha._connect import joined, log_connected, open_queue
+from scrapy_ha._connect import StartReport, joined, log_connected, open_queue
 from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url
 from scrapy_ha._ends import Ends
 from scrapy_ha._renewal import Renewals
@@ -79,6 +79,7 @@ class Session:
         self.engine_view: tuple[bool, bool] | None = None
         self._last_reclaim = 0.0
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
+        self.starts = StartReport(shell.crawler, shell.outbox)
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -127,7 +128,7 @@ class Session:
         self.renewals.start_keeper(self.queue)
         self.redis_ok = True
         log_connected(self.queue, server, self.redis_url, cfg.worker_id)
-        counts = await joined(self.queue, cfg, spider)
+        counts = await joined(self.queue, cfg, spider, self.starts)
         self.remote_waiting = counts.pending + counts.delayed
         self.remote_active = counts.pending + counts.leased + counts.delayed
         self.start_urls.setup(spider, cfg)
@@ -330,6 +331,7 @@ class Session:
         self.ends.count(result, len(sent))
         self.renewals.acked += result.acked
         self.shell.admission.forget_refused(sent, result)
+        self.starts.count(result, sent)
 
     def _take(self, lease: Lease) -> None:
         """Hand a leased request to the shell; an unreadable one waits in ``ends.corrupt``

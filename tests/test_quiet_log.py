@@ -1,5 +1,7 @@
 """The log says what happened, and nothing more: components that are off are silent, a
-failure the spider's errback handled is not an ERROR, the retry history names the worker."""
+failure the spider's errback handled is not an ERROR, a
+worker joining a crawl says how many of its start requests the crawl had seen, the retry history
+names the worker."""
 
 from __future__ import annotations
 
@@ -62,3 +64,31 @@ async def test_retry_history_names_the_worker_with_an_empty_buffer(redis_url, re
         json.loads(redis_client.hget(keys.payload, i)) for i in redis_client.hkeys(keys.dead_info)
     ]
     assert payload.get("p", 0) == 0
+
+
+@deferred_f_from_coro_f
+async def test_a_joining_worker_says_how_many_of_its_start_requests_were_seen(
+    redis_url, site, caplog
+):
+    caplog.set_level(logging.INFO)
+    paths = tuple(f"/item/{i}" for i in range(1, 11))
+    first = {
+        **SETTINGS,
+        "REDIS_URL": redis_url,
+        "HA_WORKER_ID": "w-first",
+        "CONCURRENT_REQUESTS": 1,
+        "CLOSESPIDER_PAGECOUNT": 1,  # stops early: the rest stays in Redis
+    }
+    await get_crawler(FaultSpider, first).crawl_async(base_url=site.url, paths=paths)
+    caplog.clear()
+    second = get_crawler(FaultSpider, {**SETTINGS, "REDIS_URL": redis_url})
+    await second.crawl_async(base_url=site.url, paths=(*paths, "/item/11", "/item/12"))
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("Joining a crawl already in Redis") for m in messages)
+    said = [m for m in messages if "start request(s) were already in the crawl" in m]
+    assert said == [
+        "10 of this worker's 12 start request(s) were already in the crawl (its shared "
+        "dupefilter had seen them): not crawled again"
+    ]
+    assert second.stats.get_value("ha/start_filtered") == 10
+    assert {"/item/11", "/item/12"} <= set(second.spider.ok)  # the new ones are crawled

@@ -26,11 +26,14 @@
 --   of the page that yielded it; length 00 = never filtered; e.g. "-3 - 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Priorities are clamped (lib/priority).
--- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside, n,
+-- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
+--          roots_seen, n,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          id1, token1, payload1, expiries1, ...}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
 --   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
+--   roots_seen: requests without a parent (start requests) the dupefilter had seen, so
+--   that a worker joining a crawl can say how many of its start requests were not new;
 --   payload '' when the entry has no payload: the worker dead-letters it as corrupt;
 --   expiries: how many of the entry's leases expired before, so the worker can run a
 --   suspect alone and only the request that kills workers is counted as poison).
@@ -72,7 +75,7 @@ local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash'
   'hash', nil, 'hash', 'zset', 'hash'})
 if err then return err end
 
-local added, refused = 0, 0
+local added, refused, roots_seen = 0, 0, 0
 if n_enq > 0 then
   local base = take(KEYS[4], n_enq)
   for i = 1, n_enq do
@@ -83,6 +86,8 @@ if n_enq > 0 then
       local seq = base + i
       push_pending(KEYS[1], int_str(seq), pending_score(r.prio, seq, lifo), r.payload)
       added = added + 1
+    elseif not r.pid then
+      roots_seen = roots_seen + 1
     end
   end
 end
@@ -102,8 +107,8 @@ for i = 1, n_ack do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0, refused, 0, 0}
-local NG = 10
+local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, 0}
+local NG = 11
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
