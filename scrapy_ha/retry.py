@@ -39,6 +39,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.python import global_object_name
+from twisted.python.failure import Failure as TwistedFailure
 
 from scrapy_ha import metakeys
 from scrapy_ha._policy import (
@@ -55,7 +56,7 @@ from scrapy_ha.config import RetryConfig
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
     from typing import Self
 
     from scrapy import Request, Spider
@@ -125,7 +126,10 @@ class RetryMiddleware:
         fclass = self.config.classify_exception(exception)
         if fclass is None:
             return None
-        return self._handle(request, Failure(fclass, global_object_name(type(exception))))
+        retry = self._handle(request, Failure(fclass, global_object_name(type(exception))))
+        if retry is None and request.errback is not None:
+            request.errback = _WatchedErrback(request, request.errback)
+        return retry
 
     def _handle(self, request: Request, failure: Failure) -> Request | None:
         worker, now_ms = _who_and_when(self.crawler)
@@ -231,6 +235,35 @@ class ParseErrorMiddleware:
             self.crawler.stats.inc_value(f"ha/retry/{fclass}")
         else:
             self.crawler.stats.inc_value(f"ha/retry/gave_up/{fclass}")
+
+
+class _WatchedErrback:
+    """The spider's errback of a download error given up on, noting in the request's
+    verdict that it handled the error (it returned), so that the dead letter is logged at
+    INFO and says ``"errback": true``, as for an HTTP error.
+
+    Scrapy 2.19 calls the errback of a download error directly from the scraper, outside
+    the spider middlewares (``Scraper._scrape``), so no middleware sees it succeed. The
+    spider's own method is put back on the request before it runs; until then this
+    stands in for it with its ``__name__`` and ``__func__``, so that a request stored
+    before the call (another middleware made a copy of it) stores the spider's method."""
+
+    def __init__(self, request: Request, errback: Callable[[TwistedFailure], Any]) -> None:
+        self.request = request
+        self.errback = errback
+        self.__name__ = getattr(errback, "__name__", "")
+        self.__func__ = getattr(errback, "__func__", errback)
+
+    def __call__(self, failure: TwistedFailure) -> Any:
+        request = self.request
+        request.errback = self.errback
+        output = self.errback(failure)  # raising: not handled, Scrapy logs it as usual
+        if isinstance(output, TwistedFailure):
+            return output  # handed back: Scrapy raises it, as unhandled
+        verdict = Verdict.from_meta(request.meta)
+        if verdict is not None and not verdict.is_retry:
+            request.meta[metakeys.OUTCOME] = verdict.handled_by_errback()
+        return output
 
 
 def _who_and_when(crawler: Crawler) -> tuple[str, int]:

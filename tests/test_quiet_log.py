@@ -1,5 +1,5 @@
 """The log says what happened, and nothing more: components that are off are silent, a
-failure the spider's errback handled is not an ERROR, a
+failure the spider's errback handled (an HTTP error or a download error) is not an ERROR, a
 worker joining a crawl says how many of its start requests the crawl had seen, the retry history
 names the worker."""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+from typing import Any
 
 import pytest
 from scrapy.core.engine import ExecutionEngine
@@ -64,6 +66,49 @@ async def test_retry_history_names_the_worker_with_an_empty_buffer(redis_url, re
         json.loads(redis_client.hget(keys.payload, i)) for i in redis_client.hkeys(keys.dead_info)
     ]
     assert payload.get("p", 0) == 0
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed): connections are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ReRaisingFaultSpider(FaultSpider):
+    """Its errback notes the failure and hands it back: the error is not handled."""
+
+    def on_error(self, failure: Any) -> Any:
+        super().on_error(failure)
+        return failure
+
+
+@deferred_f_from_coro_f
+async def test_a_download_error_the_errback_handled_is_no_error(redis_url, redis_client, caplog):
+    caplog.set_level(logging.INFO)
+    crawler = get_crawler(FaultSpider, {**SETTINGS, "REDIS_URL": redis_url})
+    base = f"http://127.0.0.1:{closed_port()}"
+    await crawler.crawl_async(base_url=base, paths=("/item/1",))
+    assert crawler.spider.errors == ["/item/1"]  # after its retry: the errback had its say
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []
+    (info,) = dead_infos(redis_client)
+    assert info["class"] == "network" and info["errback"] is True
+
+
+@deferred_f_from_coro_f
+async def test_a_download_error_the_errback_handed_back_is_still_an_error(
+    redis_url, redis_client, caplog
+):
+    caplog.set_level(logging.INFO)
+    crawler = get_crawler(ReRaisingFaultSpider, {**SETTINGS, "REDIS_URL": redis_url})
+    base = f"http://127.0.0.1:{closed_port()}"
+    await crawler.crawl_async(base_url=base, paths=("/item/1",))
+    assert crawler.spider.errors  # the errback ran
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(m.startswith("Dead-lettered") for m in errors)
+    (info,) = dead_infos(redis_client)
+    assert info["class"] == "network" and "errback" not in info
 
 
 @deferred_f_from_coro_f
