@@ -93,7 +93,8 @@ class SlotLoad:
     while ``downloader.active`` holds it from the moment the engine took it (the engine's
     ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
     its ``active`` set plus what this worker handed to it that is still in
-    ``downloader.active`` and not yet in the slot: O(slot concurrency) per call.
+    ``downloader.active``, still keyed to the slot and not yet in it: O(slot concurrency) per
+    call.
     """
 
     def __init__(self) -> None:
@@ -117,7 +118,10 @@ class SlotLoad:
             return True
         handed = self._handed.get(key)
         if handed:
-            handed[:] = [r for r in handed if r in downloader.active]
+            # gone from the downloader, or moved to another slot by a downloader middleware
+            # (``meta["download_slot"]``, e.g. one slot per proxy): no longer this slot's load
+            active, slot_key = downloader.active, downloader.get_slot_key
+            handed[:] = [r for r in handed if r in active and slot_key(r) == key]
         on_the_way = sum(1 for r in handed or () if r not in running)
         return bool(len(running) + on_the_way < limit)
 

@@ -274,3 +274,19 @@ def test_a_slot_holds_what_was_handed_to_it_up_to_its_own_concurrency():
     assert fourth is not None
     engine.downloader.active.add(fourth)
     assert s.next_request() is None
+
+
+def test_a_request_moved_to_another_slot_no_longer_counts_against_its_first():
+    """A downloader middleware may move a request to a slot of its own (``download_slot``,
+    e.g. one per proxy): its host's slot has room again."""
+    s, session, engine = shell()
+    engine.downloader.domain_concurrency = 1
+    engine.downloader.get_slot_key = lambda request: request.meta.get("download_slot", "host")
+    session.hand("http://a.test/1", "1")
+    session.hand("http://a.test/2", "2")
+    first = s.next_request()
+    assert first is not None
+    engine.downloader.active.add(first)
+    assert s.next_request() is None  # the host's slot is full
+    first.meta["download_slot"] = "proxy-1"  # moved by a middleware
+    assert s.next_request() is not None
