@@ -232,17 +232,21 @@ class SchedulerConfig:
                 f"HA_LEASE_RENEW_INTERVAL={self.renew_interval}: heartbeats are sent at "
                 f"each renewal"
             )
-        if not self.key_prefix or any(c in self.key_prefix for c in "{} "):
-            raise ConfigError(
-                f"HA_KEY_PREFIX={self.key_prefix!r} must be non-empty, without spaces or braces"
-            )
+        _check_key_prefix(self.key_prefix)
 
 
 def key_prefix(settings: BaseSettings) -> str:
     """``HA_KEY_PREFIX``, checked as the scheduler checks it (for tools that only need it)."""
     prefix = check.text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX)
-    SchedulerConfig(key_prefix=prefix).validate()  # raises ConfigError for a bad prefix
+    _check_key_prefix(prefix)
     return prefix
+
+
+def _check_key_prefix(prefix: str) -> None:
+    """Keys are ``<prefix>:{<spider>}:...``: braces would move the hash tag, spaces break
+    the CLI's patterns."""
+    if not prefix or any(c in prefix for c in "{} "):
+        raise ConfigError(f"HA_KEY_PREFIX={prefix!r} must be non-empty, without spaces or braces")
 
 
 #: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).

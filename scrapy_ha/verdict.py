@@ -108,9 +108,11 @@ class Verdict(Mapping[str, Any]):
         if not isinstance(value, Mapping) or value.get("op") not in (RETRY, DEAD):
             return None
         name = str(value.get("class") or "unknown")
-        fclass: FailureClass | str = (
-            FailureClass(name) if name in FailureClass._value2member_map_ else name
-        )
+        fclass: FailureClass | str
+        try:
+            fclass = FailureClass(name)
+        except ValueError:
+            fclass = name  # a class of the user's own, kept by its name
         delay = value.get("delay")
         return cls(
             op=value["op"],
