@@ -182,7 +182,7 @@ class CrawlStats:
         buckets = self.minutes.get(event, {})
         now_minute, into = divmod(self.now_ms, MINUTE_MS)
         first = now_minute - minutes + 1
-        total = sum(n for m, n in buckets.items() if first <= m <= now_minute)
+        total: float = sum(n for m, n in buckets.items() if first <= m <= now_minute)
         total += buckets.get(first - 1, 0) * (1 - into / MINUTE_MS)
         return total / minutes
 
