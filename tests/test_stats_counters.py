@@ -287,3 +287,14 @@ async def test_a_counter_key_of_another_type_fails_the_script_before_its_first_w
     done = await call()
     assert done.acked if op == "ack" else (done.reclaimed if op == "reclaim" else done)
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_dead_letter_without_a_class_counts_as_unknown(redis_url):
+    q = open_queue(redis_url)
+    await q.enqueue([request("http://i.example/1"), request("http://i.example/2")])
+    one, two = (await lease_all(q)).values()
+    assert await q.dead_letter(*one, {"reason": "no class"})
+    assert await q.dead_letter(*two, {"class": None, "reason": "a null class"})
+    assert (await read_crawl_stats_async(q.client, KEYS)).dead_by_class == {"unknown": 2}
+    await q.client.aclose()
