@@ -1,5 +1,7 @@
 -- lib/lease: the lease record, kept in the leases hash under the entry id as
--- "<token> <pending score>" (the score the entry goes back to pending with).
+-- "<token> <pending score>" (the score the entry goes back to pending with), followed by
+-- " h" once the worker reported the request handed to its engine (see renew.lua): only the
+-- expiry of such a lease counts toward poison.
 --
 -- lease_record(token, score)
 --   Returns the record of a lease (score as given: a number or the string ZRANGE read).
@@ -14,6 +16,12 @@ local function lease_score(record)
   return tonumber(string.match(record or '', '^%S+ (%S+)') or '')
 end
 
+-- lease_handed(record)
+--   Returns true when the record says its request was handed to the worker's engine.
+local function lease_handed(record)
+  return string.match(record or '', '^%S+ %S+ h$') ~= nil
+end
+
 -- lease_current(leases, id, token)
 --   KEYS: leases, the leases hash (the caller's KEYS[i])
 --   Returns the lease record of entry id when token is its current lease token, else nil.
@@ -25,4 +33,31 @@ local function lease_current(leases, id, token)
   local record = redis.call('HGET', leases, id)
   if record and string.match(record, '^(%S+)') == token then return record end
   return nil
+end
+
+-- expiry_counts(value)
+--   Reads an entry's value in the expiries hash: "<counted> <all>", the expiries of its
+--   leases that count toward poison (the request had been handed to an engine) and all of
+--   them (it may only have waited in a buffer). A single number (older data) is both; garbage
+--   is 0, 0 (a count overwritten with garbage starts again).
+--   Returns counted, all.
+local function expiry_counts(value)
+  local function count(s)
+    local n = tonumber(s or '')
+    if not (n and n >= 0 and n < 2147483648) then return 0 end -- NaN, inf, huge: garbage
+    return math.floor(n)
+  end
+  local counted, all = string.match(value or '', '^(%d+) (%d+)$')
+  if counted then
+    counted = count(counted)
+    return counted, math.max(counted, count(all))
+  end
+  local n = count(value)
+  return n, n
+end
+
+-- expiry_value(counted, all)
+--   Returns the value of the expiries hash for these counts (see expiry_counts).
+local function expiry_value(counted, all)
+  return string.format('%d %d', counted, all)
 end
