@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import pytest
 import redis
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -18,6 +24,9 @@ from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.keys import Keys
 
 KEYS = Keys("ha", "poison")
+KILLER_SPIDER = Path(__file__).resolve().parent / "killer_spider.py"
+#: The catalogue page whose callback kills its worker, and the item it would have stored.
+KILL_PATH, KILL_ID = "/item/3", 3
 #: Leases this short expire within a test; the reclaim below waits for them by polling.
 LEASE_MS = 50
 
@@ -139,3 +148,56 @@ async def test_the_keeper_marks_what_the_engine_was_handed(redis_url):
     assert await q.client.hget(KEYS.leases, running[0]) == records[running[0].encode()]
     keeper.stop()
     await q.client.aclose()
+
+
+def killer_worker(redis_url: str, site_url: str, tmp: Path, name: str) -> subprocess.Popen[bytes]:
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "ITEMS_FILE": str(tmp / "items.jl"),
+        "KILL_PATH": KILL_PATH,
+        "HA_LEASE_TIME": "3",
+        "HA_LEASE_RENEW_INTERVAL": "1",
+        "HA_HEARTBEAT_TTL": "3",
+        "HA_RECLAIM_INTERVAL": "1",
+        "HA_IDLE_TIMEOUT": "1",
+        "CONCURRENT_REQUESTS": "4",
+        "LOG_LEVEL": "INFO",
+    }
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(KILLER_SPIDER)]
+    args += ["-a", f"base_url={site_url}"]
+    for key, value in settings.items():
+        args += ["-s", f"{key}={value}"]
+    env = {**os.environ, "PYTHONPATH": str(KILLER_SPIDER.parent.parent)}
+    with (tmp / f"{name}.log").open("wb") as out:
+        return subprocess.Popen(args, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.long
+def test_a_request_that_kills_its_worker_at_once_ends_as_poison(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    """The page kills its worker within milliseconds of being handed out, before any renewal
+    can report it: it still ends in the dead-letter queue (as a suspect it runs alone, and
+    only once Redis knows), and every other page is crawled, none dead-lettered."""
+    site = site_factory("--pages", "3", "--per-page", "5")
+    deaths = 0
+    for run in range(12):
+        proc = killer_worker(redis_url, site.url, tmp_path, f"w{run}")
+        code = proc.wait(timeout=120)
+        if code == 0:
+            break
+        assert code == -signal.SIGKILL, (tmp_path / f"w{run}.log").read_text()[-3000:]
+        deaths += 1
+    else:
+        raise AssertionError(f"the killer was never dead-lettered after {deaths} deaths")
+    log = (tmp_path / f"w{run}.log").read_text()
+    assert "'finish_reason': 'finished'" in log
+    (dead_id,) = redis_client.zrange("ha:{killer}:dead", 0, -1)
+    info = json.loads(redis_client.hget("ha:{killer}:dead_info", dead_id))
+    assert info["class"] == "poison", info
+    assert KILL_PATH.encode() in redis_client.hget("ha:{killer}:payload", dead_id)
+    ids = {json.loads(line)["id"] for line in (tmp_path / "items.jl").read_text().splitlines()}
+    assert ids == set(range(1, 16)) - {KILL_ID}
+    # counted from its first run alone: max-1 uncounted deaths, then max counted ones
+    assert 3 <= deaths <= 5, deaths
