@@ -71,12 +71,18 @@ class InFlight:
         for entry_id in done:
             token, request = self._held.pop(entry_id)
             if verdict := Verdict.from_meta(request.meta):
+                if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
+                    self._checkpoint(entry_id, token, request)
                 self.end(EndOp(verdict.op, entry_id, token, request))
                 continue
-            if metakeys.CHECKPOINT_SAVE in request.meta:
-                saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
-                self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
+            self._checkpoint(entry_id, token, request)
             self.outbox.acks.append((entry_id, token))
+
+    def _checkpoint(self, entry_id: str, token: str, request: Request) -> None:
+        """The checkpoint a page saves as it ends (before its lease ends: it is fenced)."""
+        if metakeys.CHECKPOINT_SAVE in request.meta:
+            saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
+            self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
 
     def end(self, op: EndOp) -> None:
         """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""

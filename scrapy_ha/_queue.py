@@ -451,7 +451,7 @@ class RedisQueue:
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
     ) -> bool:
         """Save a task's checkpoint if the page's lease is current; False if it is stale."""
-        keys = [self.keys.leases, self.keys.checkpoint(task)]
+        keys = [self.keys.leases, self.keys.checkpoint(task), self.keys.checkpoint_ahead(task)]
         return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
     async def set_aside_wrong_types(self) -> list[str]:
