@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha._queue import NewEntry
+from scrapy_ha.stores import CheckpointStore
 from tests.test_checkpoints import run_paged
 from tests.test_queue_scripts import open_queue
 
@@ -103,6 +104,46 @@ def test_a_page_waiting_to_retry_holds_the_checkpoint_back(
     final = json.loads(redis_client.get(key))
     assert final["done"] is True and final["page"] == 5, final
     assert stored(items) == set(range(1, 16))
+
+
+def test_a_dead_lettered_page_holds_its_chain_back_no_more(
+    redis_url, redis_client, site_factory, tmp_path: Path
+):
+    """An item of page 2 fails every time: page 2 ends in the dead-letter queue, and the
+    checkpoint moves past it to the end of the chain (the page waits in the DLQ)."""
+    site = site_factory("--pages", "4", "--per-page", "3")
+    items = tmp_path / "items.jl"
+    worker = run_paged(
+        redis_url,
+        site.url,
+        items,
+        tmp_path / "run.log",
+        FAIL_ITEM_ALWAYS="5",
+        ADDONS='{"scrapy_ha.Addon": 0}',
+        HA_RETRY_JITTER="0",
+        HA_RETRY_POLICIES='{"pipeline": {"times": 1, "base": 0.5, "max": 0.5}}',
+    )
+    assert worker.wait(timeout=120) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    (dead,) = redis_client.zrange("ha:{paged}:dead", 0, -1)
+    assert json.loads(redis_client.hget("ha:{paged}:dead_info", dead))["class"] == "pipeline"
+    (key,) = redis_client.keys("ha:{paged}:cp:*")
+    final = json.loads(redis_client.get(key))
+    assert final["done"] is True and final["page"] == 4, final
+    assert stored(items) == set(range(1, 13)) - {5}
+    assert redis_client.keys("ha:{paged}:cpa:*") == []
+
+
+@deferred_f_from_coro_f
+async def test_resetting_a_checkpoint_drops_the_pages_kept_aside(redis_url):
+    q = open_queue(redis_url)
+    await q.enqueue([NewEntry(b"", 0, b"page")])
+    (lease,) = await q.lease(1, 30000)
+    await q.save_checkpoint(lease.id, lease.token, "t", doc(1, 1, skip=1, next="/list/1"), TTL)
+    await q.save_checkpoint(lease.id, lease.token, "t", doc(2, 3, next="/list/3"), TTL)
+    assert await q.client.exists(q.keys.checkpoint_ahead("t"))
+    assert await CheckpointStore(q.client, q.keys).delete(["t"]) == 1
+    assert not await q.client.exists(q.keys.checkpoint_ahead("t"), q.keys.checkpoint("t"))
+    await q.client.aclose()
 
 
 def stored(items: Path) -> set[int]:
