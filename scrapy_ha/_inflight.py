@@ -16,7 +16,7 @@ from scrapy_ha._outbox import CheckpointSave, EndOp
 from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from scrapy import Request
     from scrapy.crawler import Crawler
@@ -43,6 +43,7 @@ class InFlight:
         self.outbox = outbox
         self._held: dict[str, tuple[str, Request]] = {}
         self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
+        self.on_add: Callable[[], None] | None = None  # a request handed to the engine
 
     def __len__(self) -> int:
         return len(self._held)
@@ -55,6 +56,8 @@ class InFlight:
 
     def add(self, entry_id: str, token: str, request: Request) -> None:
         self._held[entry_id] = (token, request)
+        if self.on_add is not None:
+            self.on_add()
 
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]

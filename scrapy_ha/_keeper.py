@@ -39,6 +39,10 @@ TICK = 1.0
 STALL_WARNING = 2.0
 #: Lease periods the event loop may stay stuck before renewal stops (HA_RENEW_WATCHDOG).
 WATCHDOG_LEASE_PERIODS = 10
+#: Seconds between two renewals asked for early (requests handed to the engine are reported
+#: within this): a request that kills its worker later than that counts toward poison from
+#: its first death, and a busy worker adds at most a few small calls per second.
+REPORT_GAP = 0.25
 
 #: (entry id, token) of every lease the worker holds.
 Pairs = tuple[tuple[str, str], ...]
@@ -118,7 +122,8 @@ class LeaseKeeper:
         self._handed = pairs
 
     def nudge(self) -> None:
-        """Renew now, not at the next interval (a suspect waits for Redis to know it runs)."""
+        """Renew soon (within :data:`REPORT_GAP`), not at the next interval: requests were
+        handed to the engine, or a suspect waits for Redis to know it runs."""
         self._nudge.set()
 
     def syncing(self, in_flight: bool) -> None:
@@ -147,6 +152,7 @@ class LeaseKeeper:
                 self.renew_once()
             except Exception:  # the thread must outlive any one failure
                 logger.exception("Lease renewal failed; retrying in %g s", self.interval)
+            self._stop.wait(REPORT_GAP)  # early renewals asked for meanwhile make one
 
     def renew_once(self) -> None:
         """One renewal, unless the event loop has been stuck past the watchdog or the

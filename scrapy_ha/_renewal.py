@@ -8,11 +8,12 @@ caps the prefetch (no more leased than can be done within half a lease period).
 
 Each renewal also tells Redis which leases name requests handed to the engine (``handed``):
 only the expiry of such a lease counts toward poison, so a worker that dies with a full
-buffer makes none of the buffered requests suspect. A request handed out after a renewal and
-killing its worker before the next one is not counted that time; its expiries still add up
-(Redis counts them all apart) until the worker runs it alone as a suspect, and a suspect is
-handed out only once a renewal has told Redis (:meth:`Renewals.announce`): a request that
-kills its worker within milliseconds is counted from then on.
+buffer makes none of the buffered requests suspect. A hand-out asks the keeper for an early
+renewal (at most one per :data:`~scrapy_ha._keeper.REPORT_GAP`). A request that kills its
+worker before that renewal reached Redis is not counted that time; its expiries still add
+up (Redis counts them all apart) until the worker runs it alone as a suspect, and a suspect
+is handed out only once a renewal has told Redis (:meth:`Renewals.announce`): a request
+that kills its worker within milliseconds is counted from then on.
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ class Renewals:
         if pair in self._announced or pair in self._reported:
             return
         self._announced[pair] = then
+        if self.keeper is not None:
+            self.keeper.hand(self._handed_now())
+            self.keeper.nudge()
+
+    def handed_out(self) -> None:
+        """A request was handed to the engine: report it early (coalesced by the keeper),
+        so that it counts toward poison if it kills the worker after that."""
         if self.keeper is not None:
             self.keeper.hand(self._handed_now())
             self.keeper.nudge()
@@ -157,6 +165,8 @@ class Renewals:
             self.on_lost(set(lost))
 
     def _note_rate(self, now: float) -> None:
+        if now - self._last_renew < self.config().renew_interval / 2:
+            return  # an early renewal: too short a window to measure the rate over
         if self._last_renew:
             self.rate = self.acked / max(0.001, now - self._last_renew)
         self.acked = 0

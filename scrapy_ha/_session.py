@@ -72,6 +72,7 @@ class Session:
             shell.drop_lost,
             handed=shell.inflight.pairs,  # only their expiry counts toward poison
         )
+        shell.inflight.on_add = self.renewals.handed_out
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.stopping = False
