@@ -16,7 +16,7 @@ from scrapy_ha._outbox import CheckpointSave, EndOp
 from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from scrapy import Request
     from scrapy.crawler import Crawler
@@ -43,6 +43,7 @@ class InFlight:
         self.outbox = outbox
         self._held: dict[str, tuple[str, Request]] = {}
         self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
+        self.on_add: Callable[[], None] | None = None  # a request handed to the engine
 
     def __len__(self) -> int:
         return len(self._held)
@@ -55,6 +56,8 @@ class InFlight:
 
     def add(self, entry_id: str, token: str, request: Request) -> None:
         self._held[entry_id] = (token, request)
+        if self.on_add is not None:
+            self.on_add()
 
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]
@@ -71,12 +74,18 @@ class InFlight:
         for entry_id in done:
             token, request = self._held.pop(entry_id)
             if verdict := Verdict.from_meta(request.meta):
+                if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
+                    self._checkpoint(entry_id, token, request)
                 self.end(EndOp(verdict.op, entry_id, token, request))
                 continue
-            if metakeys.CHECKPOINT_SAVE in request.meta:
-                saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
-                self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
+            self._checkpoint(entry_id, token, request)
             self.outbox.acks.append((entry_id, token))
+
+    def _checkpoint(self, entry_id: str, token: str, request: Request) -> None:
+        """The checkpoint a page saves as it ends (before its lease ends: it is fenced)."""
+        if metakeys.CHECKPOINT_SAVE in request.meta:
+            saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
+            self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
 
     def end(self, op: EndOp) -> None:
         """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""

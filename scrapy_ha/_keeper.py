@@ -23,7 +23,7 @@ from scrapy.settings import Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha._connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
-from scrapy_ha._queue import RENEW_LUA, lost_pairs
+from scrapy_ha._queue import RENEW_LUA, lost_pairs, renew_args
 
 if TYPE_CHECKING:
     import asyncio
@@ -39,6 +39,10 @@ TICK = 1.0
 STALL_WARNING = 2.0
 #: Lease periods the event loop may stay stuck before renewal stops (HA_RENEW_WATCHDOG).
 WATCHDOG_LEASE_PERIODS = 10
+#: Seconds between two renewals asked for early (requests handed to the engine are reported
+#: within this): a request that kills its worker later than that counts toward poison from
+#: its first death, and a busy worker adds at most a few small calls per second.
+REPORT_GAP = 0.25
 
 #: (entry id, token) of every lease the worker holds.
 Pairs = tuple[tuple[str, str], ...]
@@ -94,6 +98,10 @@ class LeaseKeeper:
         self.on_renewed = on_renewed
         self._script = client.register_script(RENEW_LUA)
         self._held: Pairs = ()
+        self._handed: Pairs = ()  # of those, the requests handed to the engine
+        #: the handed pairs of the last renewal Redis applied (marked handed there)
+        self.confirmed: frozenset[tuple[str, str]] = frozenset()
+        self._nudge = threading.Event()
         self._syncing = False
         self._last_beat = time.monotonic()
         self._stop = threading.Event()
@@ -108,6 +116,16 @@ class LeaseKeeper:
         """What the worker holds now (one assignment: safe to read from the thread)."""
         self._held = pairs
 
+    def hand(self, pairs: Pairs) -> None:
+        """Which held leases name requests handed to the engine (marked so in Redis: only
+        their expiry counts toward poison)."""
+        self._handed = pairs
+
+    def nudge(self) -> None:
+        """Renew soon (within :data:`REPORT_GAP`), not at the next interval: requests were
+        handed to the engine, or a suspect waits for Redis to know it runs."""
+        self._nudge.set()
+
     def syncing(self, in_flight: bool) -> None:
         """A sync that leases is in flight (True), or its leases were published (False)."""
         self._syncing = in_flight
@@ -119,16 +137,22 @@ class LeaseKeeper:
     def stop(self) -> None:
         """Stop renewing, wait for the thread, close its connection."""
         self._stop.set()
+        self._nudge.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.interval + DEFAULT_SOCKET_TIMEOUT)
         self.client.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.is_set():
+            self._nudge.wait(self.interval)
+            self._nudge.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.renew_once()
             except Exception:  # the thread must outlive any one failure
                 logger.exception("Lease renewal failed; retrying in %g s", self.interval)
+            self._stop.wait(REPORT_GAP)  # early renewals asked for meanwhile make one
 
     def renew_once(self) -> None:
         """One renewal, unless the event loop has been stuck past the watchdog or the
@@ -148,9 +172,14 @@ class LeaseKeeper:
             return
         self._stuck = False
         started = time.monotonic()
-        args: list[Any] = [self.lease_ms, self.worker, self.heartbeat_ms]
-        for entry_id, token in self._held:
-            args += [entry_id, token]
+        handed = self._handed
+        args = renew_args(
+            self._held,
+            handed,
+            worker=self.worker,
+            lease_ms=self.lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+        )
         keys = [self.keys.leased, self.keys.leases, self.keys.workers]
         if self._syncing:
             keys.append(self.keys.grant(self.worker))
@@ -160,6 +189,7 @@ class LeaseKeeper:
             self._redis_down(exc)
             return
         self._redis_ok = True
+        self.confirmed = frozenset(handed)
         lost = lost_pairs(reply)
         if not self._stop.is_set():
             self.loop.call_soon_threadsafe(self.on_renewed, started, lost)
@@ -178,11 +208,18 @@ class LeaseKeeper:
 
 class LoopWatch:
     """Ticks on the event loop every :data:`TICK` seconds: beats the keeper, publishes what
-    the worker holds, and logs a WARNING with the length of each stall of the loop."""
+    the worker holds (and which of it the engine has), and logs a WARNING with the length
+    of each stall of the loop."""
 
-    def __init__(self, keeper: LeaseKeeper, held: Callable[[], Pairs]) -> None:
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        held: Callable[[], Pairs],
+        handed: Callable[[], Pairs] = tuple,
+    ) -> None:
         self.keeper = keeper
         self.held = held
+        self.handed = handed
         self.loop = keeper.loop
         self._due = 0.0
         self._handle: asyncio.TimerHandle | None = None
@@ -206,5 +243,6 @@ class LoopWatch:
             )
         self.keeper.beat()
         self.keeper.hold(self.held())
+        self.keeper.hand(self.handed())
         self._due = now + TICK
         self._handle = self.loop.call_later(TICK, self._tick)

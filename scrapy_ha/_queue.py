@@ -31,6 +31,8 @@ from scrapy_ha._scripts import PRIORITY_STEP as PRIORITY_STEP
 from scrapy_ha._scripts import RENEW_LUA as RENEW_LUA
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy_ha.keys import Keys
 
 #: Dead-letter retention: entries kept at most, and for at most this long (30 days).
@@ -147,6 +149,24 @@ def new_nonce() -> str:
     return secrets.token_hex(NONCE_BYTES)
 
 
+def renew_args(
+    pairs: Iterable[tuple[str, str]],
+    handed: Iterable[tuple[str, str]],
+    *,
+    worker: str,
+    lease_ms: int,
+    heartbeat_ms: int,
+) -> list[Any]:
+    """The ARGV of renew.lua: the *handed* pairs (requests given to the engine: only their
+    expiry counts toward poison) first, counted, then the rest of *pairs*."""
+    first = list(dict.fromkeys(handed))
+    rest = [pair for pair in dict.fromkeys(pairs) if pair not in set(first)]
+    args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first)]
+    for entry_id, token in first + rest:
+        args += [entry_id, token]
+    return args
+
+
 def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
     """The (entry id, token) pairs a renew.lua reply reports lost."""
     return [(_s(reply[i]), _s(reply[i + 1])) for i in range(2, len(reply) - 1, 2)]
@@ -253,13 +273,22 @@ class RedisQueue:
         return result.acked, result.stale
 
     async def renew(
-        self, pairs: list[tuple[str, str]], *, worker: str, lease_ms: int, heartbeat_ms: int
+        self,
+        pairs: list[tuple[str, str]],
+        *,
+        worker: str,
+        lease_ms: int,
+        heartbeat_ms: int,
+        handed: Iterable[tuple[str, str]] = (),
     ) -> tuple[int, list[tuple[str, str]]]:
-        """Heartbeat and renew all given leases; return (renewed, lost (id, token) pairs)."""
+        """Heartbeat and renew all given leases; return (renewed, lost (id, token) pairs).
+
+        The *handed* leases (also renewed) are marked as handed to the engine: only the
+        expiry of a lease so marked counts toward poison."""
         k = self.keys
-        args: list[Any] = [lease_ms, worker, heartbeat_ms]
-        for entry_id, token in pairs:
-            args += [entry_id, token]
+        args = renew_args(
+            pairs, handed, worker=worker, lease_ms=lease_ms, heartbeat_ms=heartbeat_ms
+        )
         reply = await self._renew(keys=[k.leased, k.leases, k.workers], args=args)
         return int(reply[1]), lost_pairs(reply)
 
@@ -433,7 +462,7 @@ class RedisQueue:
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
     ) -> bool:
         """Save a task's checkpoint if the page's lease is current; False if it is stale."""
-        keys = [self.keys.leases, self.keys.checkpoint(task)]
+        keys = [self.keys.leases, self.keys.checkpoint(task), self.keys.checkpoint_ahead(task)]
         return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
     async def set_aside_wrong_types(self) -> list[str]:

@@ -5,6 +5,15 @@ tests without a keeper, the session renews on the event loop). Every renewal vou
 the leases held at its start for one ``HA_LEASE_TIME``: the shell hands out buffered
 requests only while that holds. The acks counted between two renewals give the rate that
 caps the prefetch (no more leased than can be done within half a lease period).
+
+Each renewal also tells Redis which leases name requests handed to the engine (``handed``):
+only the expiry of such a lease counts toward poison, so a worker that dies with a full
+buffer makes none of the buffered requests suspect. A hand-out asks the keeper for an early
+renewal (at most one per :data:`~scrapy_ha._keeper.REPORT_GAP`). A request that kills its
+worker before that renewal reached Redis is not counted that time; its expiries still add
+up (Redis counts them all apart) until the worker runs it alone as a suspect, and a suspect
+is handed out only once a renewal has told Redis (:meth:`Renewals.announce`): a request
+that kills its worker within milliseconds is counted from then on.
 """
 
 from __future__ import annotations
@@ -16,17 +25,19 @@ from typing import TYPE_CHECKING
 from scrapy_ha._keeper import LeaseKeeper, LoopWatch, sync_redis_from_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from scrapy.settings import BaseSettings
 
     from scrapy_ha._keeper import Pairs
+    from scrapy_ha._outbox import Pair
     from scrapy_ha._queue import RedisQueue
     from scrapy_ha.config import SchedulerConfig
 
 
 class Renewals:
-    """Renews what ``held()`` names; calls ``on_lost`` with the (id, token) pairs lost."""
+    """Renews what ``held()`` names, marking what ``handed()`` names as handed to the
+    engine; calls ``on_lost`` with the (id, token) pairs lost."""
 
     def __init__(
         self,
@@ -34,11 +45,15 @@ class Renewals:
         config: Callable[[], SchedulerConfig],
         held: Callable[[], Pairs],
         on_lost: Callable[[set[tuple[str, str]]], None],
+        handed: Callable[[], Iterable[Pair]] = tuple,
     ) -> None:
         self.settings = settings
         self.config = config  # read at each use: the worker id is final only once connected
         self.held = held
         self.on_lost = on_lost
+        self.handed = handed
+        self._announced: dict[Pair, Callable[[], None]] = {}  # suspects Redis must learn of
+        self._reported: set[Pair] = set()  # announced, and Redis knows: may be handed out
         self.keeper: LeaseKeeper | None = None  # renews from its own thread
         self.watch: LoopWatch | None = None
         self.valid_until = 0.0  # monotonic time until which every held lease is valid
@@ -48,7 +63,49 @@ class Renewals:
 
     def due(self, now: float) -> bool:
         """A renewal from the event loop is due (no keeper thread runs)."""
-        return self.keeper is None and now - self._last_renew >= self.config().renew_interval
+        if self.keeper is not None:
+            return False
+        return bool(self._announced) or now - self._last_renew >= self.config().renew_interval
+
+    def announce(self, pair: Pair, then: Callable[[], None]) -> None:
+        """Tell Redis at once that *pair*'s request is handed to the engine (a suspect about
+        to run alone), and call *then* once it knows (see :meth:`reported`)."""
+        if pair in self._announced or pair in self._reported:
+            return
+        self._announced[pair] = then
+        if self.keeper is not None:
+            self.keeper.hand(self._handed_now())
+            self.keeper.nudge()
+
+    def handed_out(self) -> None:
+        """A request was handed to the engine: report it early (coalesced by the keeper),
+        so that it counts toward poison if it kills the worker after that."""
+        if self.keeper is not None:
+            self.keeper.hand(self._handed_now())
+            self.keeper.nudge()
+
+    def announcing(self) -> bool:
+        """An announced lease waits for a renewal to reach Redis."""
+        return bool(self._announced)
+
+    def reported(self, pair: Pair) -> bool:
+        """Redis knows *pair* was handed out (announced, and a renewal went through); true
+        once: the caller hands the request out now."""
+        if pair in self._reported:
+            self._reported.discard(pair)
+            return True
+        return False
+
+    def _handed_now(self) -> Pairs:
+        return (*self.handed(), *self._announced)
+
+    def _confirm(self, confirmed: Iterable[Pair], lost: Iterable[Pair]) -> None:
+        gone = set(lost)
+        for pair in gone:  # a lost lease is never handed out
+            self._announced.pop(pair, None)
+        for pair in (set(confirmed) - gone) & set(self._announced):
+            self._reported.add(pair)
+            self._announced.pop(pair)()
 
     def start_keeper(self, queue: RedisQueue) -> None:
         """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha._keeper`)."""
@@ -66,8 +123,9 @@ class Renewals:
             on_renewed=self._on_renewed,
         )
         self.keeper.hold(self.held())
+        self.keeper.hand(self._handed_now())
         self.keeper.start()
-        self.watch = LoopWatch(self.keeper, self.held)
+        self.watch = LoopWatch(self.keeper, self.held, self._handed_now)
         self.watch.start()
 
     async def stop_keeper(self) -> None:
@@ -83,6 +141,7 @@ class Renewals:
             return
         self._note_rate(started)
         self.valid_until = started + self.config().lease_time
+        self._confirm(self.keeper.confirmed, lost)
         if lost:  # leases given up since the snapshot (acked, released) are not lost
             if real := set(lost) & set(self.held()):
                 self.on_lost(real)
@@ -91,18 +150,23 @@ class Renewals:
         """Renew from the event loop (at connect, and while no keeper thread runs)."""
         config = self.config()
         started = time.monotonic()
+        handed = self._handed_now()
         _, lost = await queue.renew(
             list(self.held()),
             worker=config.worker_id,
             lease_ms=int(config.lease_time * 1000),
             heartbeat_ms=int(config.heartbeat_ttl * 1000),
+            handed=handed,
         )
         self._note_rate(started)
         self.valid_until = started + config.lease_time
+        self._confirm(handed, lost)
         if lost:
             self.on_lost(set(lost))
 
     def _note_rate(self, now: float) -> None:
+        if now - self._last_renew < self.config().renew_interval / 2:
+            return  # an early renewal: too short a window to measure the rate over
         if self._last_renew:
             self.rate = self.acked / max(0.001, now - self._last_renew)
         self.acked = 0

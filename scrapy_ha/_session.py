@@ -66,8 +66,13 @@ class Session:
         self.spider: Spider | None = None
         self.ends = Ends(shell.stats, shell.config.dead_letter)
         self.renewals = Renewals(
-            shell.crawler.settings, lambda: self.config, self._held_pairs, shell.drop_lost
+            shell.crawler.settings,
+            lambda: self.config,
+            self._held_pairs,
+            shell.drop_lost,
+            handed=shell.inflight.pairs,  # only their expiry counts toward poison
         )
+        shell.inflight.on_add = self.renewals.handed_out
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.stopping = False

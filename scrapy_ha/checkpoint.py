@@ -191,9 +191,12 @@ class CheckpointMiddleware:
                     yield x
         except Exception:
             # the callback failed after yielding its next page: Scrapy would have crawled
-            # it, so it still goes out (the page itself is retried as a parse error)
+            # it, so it still goes out (the page itself is retried as a parse error); the
+            # page's checkpoint is saved only if it ends dead-lettered, not retried
             for request in self._chain(next_pages, task, state, fields):
                 yield request
+            if next_pages:
+                self._page_done(page, task, state, fields, next_pages[0])
             raise
         for request in self._chain(next_pages, task, state, fields):
             yield request
@@ -256,6 +259,7 @@ class CheckpointMiddleware:
     ) -> None:
         doc: dict[str, Any] = {
             "task": task,
+            "of": state.get("page", 1),  # the page it is about: see checkpoint.lua
             "page": state.get("page", 1) + (1 if nxt else 0),
             "items": state.get("items", 0),
             "fields": fields,
@@ -313,6 +317,7 @@ class CheckpointMiddleware:
         task = page.meta[metakeys.TASK]
         doc = {
             "task": task,
+            "of": progress.page_no,
             "page": progress.page_no,
             "skip": done,
             "items": progress.items_before + done,

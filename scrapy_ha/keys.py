@@ -29,6 +29,8 @@ key                        type         content
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
+``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
+                                        completed while an earlier one had not (JSON), TTL
 ``ha:{books}:cookies``     hash         ``jar:<cookiejar key as JSON>`` -> the jar's cookies (JSON,
                                         secret: stored nowhere else); ``v:<key>`` -> its version
 ``ha:{books}:retried``     hash         entry id -> retries of its current life, while it is
@@ -165,6 +167,10 @@ class Keys:
 
     def checkpoint(self, task: str) -> str:
         return self._key(f"cp:{task}")
+
+    def checkpoint_ahead(self, task: str) -> str:
+        """The checkpoints of a task's pages that completed before an earlier page did."""
+        return self._key(f"cpa:{task}")
 
     def grant(self, worker: str) -> str:
         """The leases of a worker's latest sync, for its lease keeper (expires on its own)."""

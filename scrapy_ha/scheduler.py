@@ -294,21 +294,30 @@ class Scheduler:
         if self._solo is not None:
             if self._solo in self.inflight:
                 return True
-            self._solo = None
+            if not self.session.renewals.announcing():
+                self._solo = None
         head = self._buffer[0] if self._buffer else None
         return bool(head is not None and head.meta.get(metakeys.SUSPECT) and self.inflight)
 
     def _run_alone(self, request: Request, entry_id: str) -> bool:
         """A request whose lease expired on its last-but-one chance may be what kills
         workers: run it with nothing else in flight or buffered, so that only its own lease
-        can expire with it and innocent neighbours never reach the poison threshold.
-        Returns False (and keeps it first in line) while other requests are in flight."""
+        can expire with it and innocent neighbours never reach the poison threshold, and
+        only once Redis knows it was handed out (one renewal: a request that kills its
+        worker at once must count toward poison). Returns False (and keeps it first in
+        line) while other requests are in flight or Redis is being told."""
         if self.inflight:
             self._buffer.appendleft(request)
             return False
         self.outbox.releases += [r.meta[metakeys.LEASE] for r in self._buffer]
         self._buffer.clear()
         self._solo = entry_id
+        lease: Pair = (entry_id, request.meta[metakeys.LEASE][1])
+        if not self.session.renewals.reported(lease):
+            self._buffer.appendleft(request)
+            self.session.renewals.announce(lease, partial(_engine.wake, self.crawler))
+            self.session.wake()
+            return False
         self.stats.inc_value("ha/suspects_isolated")
         logger.info(
             "Running %s alone: its lease expired %d time(s) before",

@@ -77,6 +77,7 @@ class CheckpointStore:
         Returns how many existed."""
         if not tasks:
             return 0
+        await self.client.delete(*(self.keys.checkpoint_ahead(t) for t in tasks))
         return int(await self.client.delete(*(self.keys.checkpoint(t) for t in tasks)))
 
     async def delete_all(self) -> int:

@@ -16,17 +16,32 @@ import scrapy
 class AppendPipeline:
     """Each item is one unbuffered append: what reached the pipeline survives SIGKILL."""
 
-    def __init__(self, path: str, stall_from: int) -> None:
+    def __init__(
+        self, path: str, stall_from: int, fail_once: int = 0, fail_always: int = 0
+    ) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.stall_from = stall_from
+        self.fail_once = fail_once  # this item fails the first time (a database that is down)
+        self.fail_always = fail_always  # and this one every time
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> AppendPipeline:
-        return cls(crawler.settings["ITEMS_FILE"], crawler.settings.getint("STALL_ITEMS_FROM"))
+        settings = crawler.settings
+        return cls(
+            settings["ITEMS_FILE"],
+            settings.getint("STALL_ITEMS_FROM"),
+            settings.getint("FAIL_ITEM_ONCE"),
+            settings.getint("FAIL_ITEM_ALWAYS"),
+        )
 
     async def process_item(self, item: Any) -> Any:
         if self.stall_from and item["id"] >= self.stall_from:
             await asyncio.sleep(3600)  # a pipeline stuck on these items (the test kills it)
+        if self.fail_once and item["id"] == self.fail_once:
+            self.fail_once = 0
+            raise ConnectionError("the database is down")
+        if self.fail_always and item["id"] == self.fail_always:
+            raise ValueError("the database refuses this item")
         os.write(self.fd, (json.dumps(dict(item)) + "\n").encode())
         return item
 

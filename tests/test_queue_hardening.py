@@ -210,7 +210,8 @@ async def test_the_poison_path_keeps_the_dead_letter_retention(redis_url):
     q = open_queue(redis_url)
     await q.enqueue([entry(str(i)) for i in range(5)])
     for _ in range(3):
-        await q.lease(5, 50)
+        pairs = [(lease.id, lease.token) for lease in await q.lease(5, 50)]
+        await q.renew(pairs, handed=pairs, worker="w", lease_ms=50, heartbeat_ms=1000)
         await expire(q)
         result = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3, max_entries=2)
     assert len(result.poison) == 5

@@ -136,6 +136,8 @@ async def test_poison_after_max_expiries(redis_url):
     await q.enqueue([entry("killer")])
     for round_ in range(3):
         (lease,) = await q.lease(1, 10)
+        pair = (lease.id, lease.token)  # handed to the engine: its expiry counts
+        await q.renew([pair], handed=[pair], worker="w", lease_ms=10, heartbeat_ms=1000)
         await asyncio.sleep(0.05)
         await q.client.delete(KEYS.reclaim_guard)
         reclaimed, poison, _ = await q.reclaim(

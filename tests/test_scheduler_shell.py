@@ -22,6 +22,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha._outbox import EndOp
 from scrapy_ha._queue import Lease
+from scrapy_ha._renewal import Renewals
 from scrapy_ha.codec import decode_request
 from scrapy_ha.config import SchedulerConfig
 from scrapy_ha.scheduler import Scheduler
@@ -41,7 +42,10 @@ class FakeSession:
         self.peers = 0
         self.engine_view: tuple[bool, bool] | None = None
         self.server_offset_ms = 0.0
-        self.renewals = SimpleNamespace(valid_until=math.inf, rate=0.0)
+        self.renewals = Renewals(
+            shell.crawler.settings, SchedulerConfig, tuple, lambda lost: None, shell.inflight.pairs
+        )
+        self.renewals.valid_until = math.inf
         self.start_urls = SimpleNamespace(feed_mode=False)
         self.wakes = 0
         self.closed: dict[str, Any] | None = None
@@ -94,7 +98,9 @@ class FakeEngine:
             per_slot_settings={},
         )
         self.scraper = SimpleNamespace(slot=None)
-        self._slot = SimpleNamespace(inprogress=set(), nextcall=SimpleNamespace(schedule=None))
+        self._slot = SimpleNamespace(
+            inprogress=set(), nextcall=SimpleNamespace(schedule=lambda: None)
+        )
 
 
 def shell(**config: Any) -> tuple[Scheduler, FakeSession, FakeEngine]:
@@ -184,8 +190,14 @@ def test_a_suspect_runs_alone():
     assert s.next_request() is None  # waits for the engine to empty, first in line
     assert s.want() > 0
     engine.downloader.active.clear()  # busy finished
-    assert s.next_request() is suspect
+    assert s.next_request() is None  # Redis must know it runs before it runs
     assert s.outbox.releases == [("3", "t-3")]  # the rest of the buffer given back
+    assert s.local_leases() == [("2", "t-2")] and s.want() == 0
+    assert session.renewals.due(time.monotonic())  # the next round renews at once
+    assert ("2", "t-2") in session.renewals._handed_now()  # and reports it handed out
+    assert s.next_request() is None and s.want() == 0  # still waiting
+    session.renewals._confirm([("2", "t-2")], [])  # that renewal went through
+    assert s.next_request() is suspect
     assert s.local_leases() == [("2", "t-2")] and s.want() == 0
     assert other.meta[metakeys.LEASE] == ("3", "t-3")
     engine.downloader.active.add(suspect)

@@ -1,4 +1,8 @@
 -- reclaim: move expired leases back to pending (or to the dead-letter queue as poison).
+-- Only the expiry of a lease whose request had been handed to the worker's engine (its
+-- record marked so by renew.lua) counts toward poison: a worker that dies with leases
+-- still in its buffer makes none of them suspect of killing it. Every expiry is counted
+-- in the entry's "all" count (lib/lease), which the worker reads to run a suspect alone.
 -- At most one worker reclaims per interval: the guard key is taken with NX and a TTL.
 -- Garbage never stops it half-way: an entry whose lease record cannot be read (no record,
 -- or a restore score that is not a number) is set aside in the dead-letter queue as
@@ -46,12 +50,13 @@ for _, id in ipairs(ids) do
     count('retry_dead', redis.call('HDEL', KEYS[9], id))
     out[3] = out[3] + 1
   else
-    local n = (tonumber(redis.call('HGET', KEYS[4], id) or '0') or 0) + 1
-    redis.call('HSET', KEYS[4], id, n) -- (a count overwritten with garbage starts again)
+    local counted, all = expiry_counts(redis.call('HGET', KEYS[4], id))
+    local n = counted + (lease_handed(v) and 1 or 0)
+    redis.call('HSET', KEYS[4], id, expiry_value(n, all + 1))
     if n >= max_exp then
       redis.call('HDEL', KEYS[4], id)
       local reason = 'lease expired ' .. n ..
-        ' times: its worker died or stalled while processing it'
+        ' times while its request was running: its worker died or stalled processing it'
       dead_letter(KEYS[5], KEYS[6], id, {class = 'poison', expiries = n, reason = reason}, now)
       count('poison', 1)
       count('dead', 1, lease_domain(v), 'poison')

@@ -3,31 +3,42 @@
 -- KEYS[4] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
 --         so that leases of a sync whose reply the worker has not read yet do not expire
 -- ARGV[1] lease length (ms)  ARGV[2] worker id  ARGV[3] heartbeat TTL (ms)
+-- ARGV[4] how many of the pairs that follow (the first ones) name requests the worker has
+--         handed to its engine: their lease records are marked so (lib/lease), and only
+--         the expiry of a lease so marked counts toward poison (see reclaim.lua)
 -- then pairs: entry id, lease token
 -- Returns {now_ms, renewed, stale_id1, stale_token1, ...}: a stale pair is a lease this
 -- worker lost (it expired and was reclaimed, or it was acked meanwhile); the worker must not
 -- process it. Grant pairs are never reported stale (the worker does not know them yet).
 --- @include "time"
 --- @include "lease"
+local n_handed = tonumber(ARGV[4])
+if not n_handed or #ARGV % 2 ~= 0 then
+  return redis.error_reply('ERR renew: ARGV[4] must count the handed pairs, then pairs')
+end
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local expiry = now + tonumber(ARGV[1])
 local out = {now, 0}
 local done = {} -- entry id -> the tokens renewed for it
-local function renew(id, tok)
-  if lease_current(KEYS[2], id, tok) then
+local function renew(id, tok, handed)
+  local record = lease_current(KEYS[2], id, tok)
+  if record then
     redis.call('ZADD', KEYS[1], 'XX', expiry, id)
+    if handed and not lease_handed(record) then
+      redis.call('HSET', KEYS[2], id, lease_mark_handed(record))
+    end
     out[2] = out[2] + 1
     return true
   end
   return false
 end
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local id, tok = ARGV[i], ARGV[i + 1]
   done[id] = done[id] or {}
   done[id][tok] = true
-  if not renew(id, tok) then
+  if not renew(id, tok, i < 5 + 2 * n_handed) then
     out[#out + 1] = id
     out[#out + 1] = tok
   end

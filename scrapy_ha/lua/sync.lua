@@ -172,7 +172,7 @@ if n_lease > 0 then
         out[#out + 1] = id
         out[#out + 1] = tok
         out[#out + 1] = payload
-        out[#out + 1] = tonumber(redis.call('HGET', KEYS[7], id) or '0') or 0
+        out[#out + 1] = select(2, expiry_counts(redis.call('HGET', KEYS[7], id)))
       end
     end
   end

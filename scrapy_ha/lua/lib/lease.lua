@@ -1,7 +1,8 @@
 -- lib/lease: the lease record, kept in the leases hash under the entry id as
 -- "<token> <pending score> <domain>" (the score the entry goes back to pending with; the
 -- host of its URL, so that the script that ends the lease counts it per domain without
--- reading the payload).
+-- reading the payload), followed by " h" once the worker reported the request handed to its
+-- engine (see renew.lua): only the expiry of such a lease counts toward poison.
 --
 -- lease_record(token, score, domain)
 --   Returns the record of a lease (score as given: a number or the string ZRANGE read).
@@ -13,6 +14,20 @@ end
 --   Returns the domain a record keeps, '-' when it has none.
 local function lease_domain(record)
   return string.match(record or '', '^%S+ %S+ (%S+)') or '-'
+end
+
+-- lease_handed(record)
+--   Returns true when the record says its request was handed to the worker's engine.
+local function lease_handed(record)
+  return string.match(record or '', '^%S+ %S+ %S+ h$') ~= nil
+end
+
+-- lease_mark_handed(record)
+--   Returns the record marked as handed to the engine (a record of two fields, written
+--   before records kept a domain, gets '-' for it, so the mark is never read as a domain).
+local function lease_mark_handed(record)
+  if string.match(record, '^%S+ %S+$') then return record .. ' - h' end
+  return record .. ' h'
 end
 
 -- lease_score(record)
@@ -33,4 +48,31 @@ local function lease_current(leases, id, token)
   local record = redis.call('HGET', leases, id)
   if record and string.match(record, '^(%S+)') == token then return record end
   return nil
+end
+
+-- expiry_counts(value)
+--   Reads an entry's value in the expiries hash: "<counted> <all>", the expiries of its
+--   leases that count toward poison (the request had been handed to an engine) and all of
+--   them (it may only have waited in a buffer). A single number (older data) is both; garbage
+--   is 0, 0 (a count overwritten with garbage starts again).
+--   Returns counted, all.
+local function expiry_counts(value)
+  local function count(s)
+    local n = tonumber(s or '')
+    if not (n and n >= 0 and n < 2147483648) then return 0 end -- NaN, inf, huge: garbage
+    return math.floor(n)
+  end
+  local counted, all = string.match(value or '', '^(%d+) (%d+)$')
+  if counted then
+    counted = count(counted)
+    return counted, math.max(counted, count(all))
+  end
+  local n = count(value)
+  return n, n
+end
+
+-- expiry_value(counted, all)
+--   Returns the value of the expiries hash for these counts (see expiry_counts).
+local function expiry_value(counted, all)
+  return string.format('%d %d', counted, all)
 end

@@ -1,0 +1,139 @@
+"""Promises of the checkpoint reference, each through a real crawl (in-process, real Redis,
+real site): a finished task is skipped unless ``HA_CHECKPOINT_RERUN``; ``meta["ha_task"] =
+False`` opts a start request out; ``meta["ha_next_page"]`` marks the chain whatever the
+callback; a checkpoint over ``HA_CHECKPOINT_MAX_BYTES`` is refused with a warning."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+import scrapy
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha import metakeys
+
+NAME = "cp_promises"
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+class ChainSpider(scrapy.Spider):
+    """The catalogue's list pages as one task; items straight from the list pages.
+
+    *mark*: how the next page is yielded: ``"same"`` (the callback of its page, found
+    without help), ``"marked"`` (another callback, ``ha_next_page = True``), ``"unmarked"``
+    (another callback, no mark). *opt_out*: the start request has ``ha_task = False``.
+    *big*: bytes of a custom checkpoint field."""
+
+    name = NAME
+
+    def __init__(
+        self, base_url: str = "", mark: str = "same", opt_out: bool = False, big: int = 0, **kw: Any
+    ) -> None:
+        super().__init__(**kw)
+        self.base_url, self.mark, self.opt_out, self.big = base_url, mark, opt_out, big
+        self.ids: list[int] = []
+        self.pages: list[str] = []
+
+    async def start(self) -> Any:
+        meta = {metakeys.TASK: False} if self.opt_out else {metakeys.TASK: "catalogue"}
+        yield scrapy.Request(self.base_url + "/list/1", meta=meta)
+
+    def parse(self, response: Any) -> Any:
+        self.pages.append(response.url.rsplit("/", 1)[1])
+        if self.big:
+            response.meta[metakeys.CHECKPOINT]["note"] = "x" * self.big
+        for href in response.css("a.item::attr(href)").getall():
+            self.ids.append(int(href.rsplit("/", 1)[1]))
+            yield {"id": int(href.rsplit("/", 1)[1])}
+        next_page = response.css("a.next::attr(href)").get()
+        if not next_page:
+            return
+        if self.mark == "same":
+            yield response.follow(next_page, callback=self.parse)
+        else:
+            meta = {metakeys.NEXT_PAGE: True} if self.mark == "marked" else {}
+            yield response.follow(next_page, callback=self.parse_more, meta=meta)
+
+    def parse_more(self, response: Any) -> Any:
+        yield from self.parse(response)
+
+
+async def crawl(redis_url: str, site: Any, **kwargs: Any) -> Any:
+    settings = {
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_CHECKPOINTS": True,
+        "HA_IDLE_TIMEOUT": 0.5,
+        "LOG_LEVEL": "INFO",
+        **kwargs.pop("settings", {}),
+    }
+    crawler = get_crawler(ChainSpider, settings)
+    await crawler.crawl_async(base_url=site.url, **kwargs)
+    return crawler
+
+
+def saved(redis_client: Any) -> dict[str, Any] | None:
+    raw = redis_client.get(f"ha:{{{NAME}}}:cp:catalogue")
+    return json.loads(raw) if raw else None
+
+
+@deferred_f_from_coro_f
+async def test_a_finished_task_is_skipped_unless_rerun_is_set(redis_url, redis_client, site):
+    first = await crawl(redis_url, site)
+    assert sorted(first.spider.ids) == list(range(1, 51))
+    assert saved(redis_client)["done"] is True
+    again = await crawl(redis_url, site)
+    assert again.spider.pages == []  # finished in an earlier run: skipped
+    assert again.stats.get_value("ha/checkpoint/finished_skipped") == 1
+    rerun = await crawl(redis_url, site, settings={"HA_CHECKPOINT_RERUN": True})
+    assert rerun.spider.pages == ["1", "2", "3", "4", "5"]
+    assert rerun.stats.get_value("ha/checkpoint/finished_skipped") is None
+
+
+@deferred_f_from_coro_f
+async def test_a_start_request_opted_out_saves_no_checkpoint(redis_url, redis_client, site):
+    crawler = await crawl(redis_url, site, opt_out=True)
+    assert sorted(crawler.spider.ids) == list(range(1, 51))
+    assert redis_client.keys(f"ha:{{{NAME}}}:cp:*") == []
+    assert crawler.stats.get_value("ha/checkpoint/saved") is None
+
+
+@pytest.mark.parametrize(
+    ("mark", "followed"),
+    [("same", True), ("marked", True), ("unmarked", False)],
+)
+@deferred_f_from_coro_f
+async def test_the_chain_is_the_same_callback_or_a_marked_request(
+    redis_url, redis_client, site, mark, followed
+):
+    crawler = await crawl(redis_url, site, mark=mark)
+    assert sorted(crawler.spider.ids) == list(range(1, 51))  # crawled either way
+    cp = saved(redis_client)
+    if followed:  # the task went along the chain to its last page
+        assert cp["done"] is True and cp["page"] == 5 and cp["items"] == 50, cp
+    else:  # page 2 is no next page: the task ended with page 1
+        assert cp["done"] is True and cp["page"] == 1 and cp["items"] == 10, cp
+
+
+@deferred_f_from_coro_f
+async def test_a_checkpoint_over_the_size_limit_is_refused_with_a_warning(
+    redis_url, redis_client, site, caplog
+):
+    caplog.set_level(logging.WARNING, logger="scrapy_ha.checkpoint")
+    crawler = await crawl(redis_url, site, big=3000, settings={"HA_CHECKPOINT_MAX_BYTES": 2048})
+    assert sorted(crawler.spider.ids) == list(range(1, 51))  # the crawl goes on
+    assert saved(redis_client) is None
+    assert crawler.stats.get_value("ha/checkpoint/too_large") == 5
+    assert "over HA_CHECKPOINT_MAX_BYTES=2048" in caplog.text and "catalogue" in caplog.text
+    small = await crawl(redis_url, site, big=100)
+    assert saved(redis_client)["fields"]["note"] == "x" * 100  # under the limit: saved
+    assert small.stats.get_value("ha/checkpoint/too_large") is None
