@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import _cli_workers
+from scrapy_ha import _cli_push, _cli_workers
 from scrapy_ha._cli_common import (
     Command,
     add_bulk_options,
@@ -348,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     flush_.add_argument("--force", action="store_true", help="even while workers are alive")
     add_bulk_options(flush_)
     _cli_workers.register(sub)
+    _cli_push.register(sub)
     _add_dlq(sub)
     _add_checkpoints(sub)
     return parser
