@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha._cli_common import command, humanize, local_time, server_ms
+from scrapy_ha._cli_pause import paused_since
 
 if TYPE_CHECKING:
     import argparse
@@ -73,11 +74,13 @@ def _s(value: Any) -> str:
 
 
 def _stats(raw: bytes | None) -> dict[str, Any]:
+    """``"<renewal time, ms> <JSON>"`` (see renew.lua) -> the JSON object with ``at``."""
+    at, _, doc = (raw or b"").partition(b" ")
     try:
-        stats = json.loads(raw) if raw else {}
+        stats = json.loads(doc)
     except ValueError:
         return {}
-    return stats if isinstance(stats, dict) else {}
+    return {**stats, "at": int(at)} if isinstance(stats, dict) and at.isdigit() else {}
 
 
 async def workers(queue: RedisQueue, args: argparse.Namespace) -> int:
@@ -103,6 +106,9 @@ async def workers(queue: RedisQueue, args: argparse.Namespace) -> int:
             f"{_num(row['pages_per_s']):>7}  {w.id}"
         )
     print(f"{len(found)} live worker{'' if len(found) == 1 else 's'}")
+    since = await paused_since(queue)
+    if since:
+        print(f"the crawl is paused since {since}: they lease nothing new")
     return 0
 
 

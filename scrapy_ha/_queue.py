@@ -68,6 +68,7 @@ class SyncResult:
     refused: int = 0  # children whose parent's lease was no longer current (not enqueued)
     set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
     roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
+    paused: bool = False  # `scrapy-ha pause` is in force: nothing was leased
     gates: dict[str, int] = field(default_factory=dict)
     leases: list[Lease] = field(default_factory=list)
 
@@ -153,8 +154,8 @@ def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
 
 
 def worker_stats(leases: int, rate: float) -> str:
-    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua adds the
-    time): leases held and pages done per second."""
+    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
+    time in front): leases held and pages done per second."""
     return json.dumps({"leases": leases, "rate": round(rate, 2)})
 
 
@@ -225,22 +226,35 @@ class RedisQueue:
             k.gates,
             k.dead,
             k.dead_info,
+            k.paused,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
         reply = await self._sync(keys=keys, args=args)
-        n_gates = int(reply[10])
-        first = 11 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(11, first, 2)}
+        n_gates = int(reply[11])
+        first = 12 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(12, first, 2)}
         leases = [
             Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
             for i in range(first, len(reply), 4)
         ]
-        now, added, acked, stale, pending, leased, delayed, refused, aside, roots = map(
-            int, reply[:10]
+        now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
+            int, reply[:11]
         )
         return SyncResult(
-            now, added, acked, stale, pending, leased, delayed, refused, aside, roots, gates, leases
+            now,
+            added,
+            acked,
+            stale,
+            pending,
+            leased,
+            delayed,
+            refused,
+            aside,
+            roots,
+            bool(paused),
+            gates,
+            leases,
         )
 
     async def enqueue(self, entries: list[NewEntry]) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import _cli_push, _cli_workers
+from scrapy_ha import _cli_pause, _cli_push, _cli_workers
 from scrapy_ha._cli_common import (
     Command,
     add_bulk_options,
@@ -349,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bulk_options(flush_)
     _cli_workers.register(sub)
     _cli_push.register(sub)
+    _cli_pause.register(sub)
     _add_dlq(sub)
     _add_checkpoints(sub)
     return parser

@@ -25,8 +25,8 @@ key                        type         content
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
-``ha:{books}:wstats``      hash         worker id -> JSON ``{"at", "leases", "rate"}``: its last
-                                        renewal (ms), leases held, pages per second
+``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
+                                        ``{"leases", "rate"}``: leases held, pages per second
 ``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed

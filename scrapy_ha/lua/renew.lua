@@ -3,7 +3,7 @@
 -- KEYS[5] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
 --         so that leases of a sync whose reply the worker has not read yet do not expire
 -- ARGV[1] lease length (ms)  ARGV[2] worker id  ARGV[3] heartbeat TTL (ms)
--- ARGV[4] the worker's stats, a JSON object (leases held, pages/s) stored with "at" = now
+-- ARGV[4] the worker's stats, a JSON object (leases held, pages/s), stored as "<now> <JSON>"
 --         for `scrapy-ha workers`; those of workers whose heartbeat expired are deleted
 -- then pairs: entry id, lease token
 -- Returns {now_ms, renewed, stale_id1, stale_token1, ...}: a stale pair is a lease this
@@ -11,15 +11,14 @@
 -- process it. Grant pairs are never reported stale (the worker does not know them yet).
 --- @include "time"
 --- @include "lease"
+--- @include "number"
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('HDEL', KEYS[4], gone)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local stats = cjson.decode(ARGV[4])
-stats['at'] = now
-redis.call('HSET', KEYS[4], ARGV[2], cjson.encode(stats))
+redis.call('HSET', KEYS[4], ARGV[2], table.concat({int_str(now), ARGV[4]}, ' '))
 local expiry = now + tonumber(ARGV[1])
 local out = {now, 0}
 local done = {} -- entry id -> the tokens renewed for it
