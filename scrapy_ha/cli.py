@@ -8,7 +8,7 @@ project), else ``redis://localhost:6379/0``. Each subcommand lives in this modul
 
 from __future__ import annotations
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "parse"]
 
 import argparse
 import asyncio
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import _cli_pause, _cli_push, _cli_workers
+from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers
 from scrapy_ha._cli_common import (
     Command,
     add_bulk_options,
@@ -350,13 +350,31 @@ def build_parser() -> argparse.ArgumentParser:
     _cli_workers.register(sub)
     _cli_push.register(sub)
     _cli_pause.register(sub)
+    _cli_delayed.register(sub)
     _add_dlq(sub)
     _add_checkpoints(sub)
     return parser
 
 
+#: Positional lists (``ID...``, ``TASK...``) that may also come after options.
+TRAILING_LISTS = ("ids", "tasks")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, IDs accepted after options too (``purge books --yes 17 18``:
+    argparse alone binds an empty ID list at the first option)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    dest = next((d for d in TRAILING_LISTS if isinstance(getattr(args, d, None), list)), None)
+    if extra and dest and not any(e.startswith("-") for e in extra):
+        setattr(args, dest, [*getattr(args, dest), *extra])
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         return asyncio.run(_run(args))
     except (RedisUnavailable, ConfigError) as exc:

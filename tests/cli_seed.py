@@ -13,6 +13,7 @@ from typing import Any
 import redis.asyncio
 from scrapy import Request
 
+from scrapy_ha import metakeys
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.codec import describe, encode_request
 from scrapy_ha.keys import Keys
@@ -28,8 +29,14 @@ def scrapy_ha(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SCRAPY_HA, *args], capture_output=True, text=True, timeout=120, **kwargs)
 
 
-async def _leased(queue: RedisQueue, urls: list[str]) -> list[Any]:
-    entries = [NewEntry(b"", 0, encode_request(Request(url), None)) for url in urls]
+async def _leased(
+    queue: RedisQueue, urls: list[str], metas: list[dict[str, Any]] | None = None
+) -> list[Any]:
+    metas = metas or [{} for _ in urls]
+    entries = [
+        NewEntry(b"", 0, encode_request(Request(url, meta=meta), None))
+        for url, meta in zip(urls, metas, strict=True)
+    ]
     for i in range(0, len(entries), 500):
         await queue.enqueue(entries[i : i + 500])
     return await queue.lease(len(urls), 600_000)
@@ -65,19 +72,38 @@ def dead_letters(url: str, spider: str, rows: list[tuple[str, str, int | None]])
     _run(_dead(url, spider, rows))
 
 
-async def _delayed(url: str, spider: str, rows: list[tuple[str, int]]) -> list[str]:
+async def _delayed(url: str, spider: str, rows: list[tuple[str, int, str]]) -> list[str]:
     client = redis.asyncio.Redis.from_url(url)
     queue = RedisQueue(client, Keys("ha", spider))
-    leases = await _leased(queue, [u for u, _ in rows])
-    delays = dict(rows)
+    metas = [
+        {
+            metakeys.RETRIES: {fclass: 2},
+            metakeys.HISTORY: [{"t": 0, "class": fclass, "outcome": "HTTP 503"}] * 2,
+        }
+        for _, _, fclass in rows
+    ]
+    leases = await _leased(queue, [u for u, _, _ in rows], metas)
+    delays = {u: d for u, d, _ in rows}
     for lease in leases:
-        await queue.retry_later(
-            lease.id, lease.token, delays[_url_of(lease.payload)], lease.payload
-        )
+        delay = delays[_url_of(lease.payload)]
+        await queue.retry_later(lease.id, lease.token, delay, lease.payload)
     await client.aclose()
     return [lease.id for lease in leases]
 
 
-def delayed(url: str, spider: str, rows: list[tuple[str, int]]) -> list[str]:
-    """Put one request per (url, delay ms) in the delayed set, as a retry does."""
+def delayed(url: str, spider: str, rows: list[tuple[str, int, str]]) -> list[str]:
+    """Put one request per (url, delay ms, failure class) in the delayed set, as the retry
+    of its third attempt does."""
     return _run(_delayed(url, spider, rows))
+
+
+async def _lease_all(url: str, spider: str) -> list[str]:
+    client = redis.asyncio.Redis.from_url(url)
+    leases = await RedisQueue(client, Keys("ha", spider)).lease(1000, 600_000)
+    await client.aclose()
+    return [_url_of(lease.payload) for lease in leases]
+
+
+def lease_all(url: str, spider: str) -> list[str]:
+    """What a worker's sync leases now (due delayed entries are promoted first): URLs."""
+    return _run(_lease_all(url, spider))

@@ -3,9 +3,11 @@ carries the function it runs, with the arguments it takes."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
-from scrapy_ha import cli
+from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers, cli
 
 COMMANDS = [
     (["status", "books", "--json"], cli.status),
@@ -18,7 +20,14 @@ COMMANDS = [
     (["checkpoints", "list", "books"], cli.checkpoints_list),
     (["checkpoints", "show", "books", "shelf"], cli.checkpoints_show),
     (["checkpoints", "reset", "books", "--all"], cli.checkpoints_reset),
+    (["workers", "books", "--json"], _cli_workers.workers),
+    (["push", "books", "http://a.example/"], _cli_push.push),
+    (["pause", "books"], _cli_pause.pause),
+    (["resume", "books"], _cli_pause.resume),
+    (["delayed", "list", "books", "--class", "server"], _cli_delayed.delayed_list),
+    (["delayed", "retry-now", "books", "--all", "--dry-run"], _cli_delayed.delayed_retry_now),
 ]
+MODULES = (cli, _cli_workers, _cli_push, _cli_pause, _cli_delayed)
 
 
 @pytest.mark.parametrize(("argv", "func"), COMMANDS, ids=lambda v: getattr(v, "__name__", ""))
@@ -32,9 +41,13 @@ def test_every_subcommand_is_reachable():
     reached = {func for _argv, func in COMMANDS}
     commands = {
         value
-        for name, value in vars(cli).items()
-        if callable(value) and not name.startswith("_") and value.__module__ == cli.__name__
-    } - {cli.build_parser, cli.main}
+        for module in MODULES
+        for name, value in vars(module).items()
+        if inspect.iscoroutinefunction(value)
+        and not name.startswith("_")
+        and value.__module__ == module.__name__
+        and list(inspect.signature(value).parameters) == ["queue", "args"]
+    }
     assert commands == reached
 
 
@@ -42,3 +55,16 @@ def test_a_group_without_a_subcommand_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.build_parser().parse_args(["dlq", "books"])
     assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_ids_are_accepted_after_options_too():
+    args = cli.parse(["dlq", "purge", "books", "--yes", "17", "18"])
+    assert (args.ids, args.yes) == (["17", "18"], True)
+    args = cli.parse(["delayed", "retry-now", "books", "--redis-url", "redis://x", "3"])
+    assert (args.ids, args.redis_url) == (["3"], "redis://x")
+
+
+def test_an_unknown_option_after_ids_is_still_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse(["dlq", "purge", "books", "--yes", "17", "--colour"])
+    assert exit_.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
