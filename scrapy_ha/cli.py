@@ -193,10 +193,32 @@ async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 1
     kind, body = entry.body()
     shown = {**entry.as_dict(), "request": entry.summary.printable()}
+    shown.update(_local_times(shown))
     if kind != "none":
         shown.update(body=body, body_format=kind)
     print(json.dumps(shown, indent=2, ensure_ascii=False))
     return 0
+
+
+def _local_times(shown: dict[str, Any]) -> dict[str, Any]:
+    """``dead_at``, ``first``, ``last`` and each attempt's ``t`` as local date-times (the
+    stored ms stay in ``export``, for scripts)."""
+    times: dict[str, Any] = {
+        k: local_time(v) for k, v in shown.items() if k in _TIMES and isinstance(v, int)
+    }
+    history = shown.get("history")
+    if isinstance(history, list):
+        times["history"] = [
+            {**h, "t": local_time(h["t"])}
+            if isinstance(h, dict) and isinstance(h.get("t"), int)
+            else h
+            for h in history
+        ]
+    return times
+
+
+#: The fields of a dead-letter entry that hold a time (Redis ms).
+_TIMES = ("dead_at", "first", "last")
 
 
 async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ confirmation of bulk actions, and the dead-letter queue's filters and paging."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -149,3 +150,13 @@ def test_paging_deep_in_a_large_dead_letter_queue(redis_url):
     assert len(page) == len(set(page)) == 5 and len(tail) == 5 and not set(page) & set(tail)
     gone = _listed(redis_url, "--class", "gone", "--offset", "1495")
     assert len(gone) == 5 and set(gone) <= {u for u, c, _ in rows if c == "gone"}
+
+
+def test_dlq_show_prints_times_as_local_date_times(dlq, redis_client):
+    entry_id = redis_client.zrange("ha:{books}:dead", 0, 0)[0].decode()
+    dead_at = redis_client.zscore("ha:{books}:dead", entry_id)
+    shown = json.loads(scrapy_ha("dlq", "show", "books", entry_id, "--redis-url", dlq).stdout)
+    local = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(dead_at / 1000))
+    assert shown["dead_at"] == local and shown["last"] == local
+    exported = scrapy_ha("dlq", "export", "books", "--limit", "1", "--redis-url", dlq).stdout
+    assert json.loads(exported)["dead_at"] == int(dead_at)  # scripts keep the numbers
