@@ -4,10 +4,15 @@ carries the function it runs, with the arguments it takes."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers, cli
+
+if TYPE_CHECKING:
+    import argparse
 
 COMMANDS = [
     (["status", "books", "--json"], cli.status),
@@ -68,3 +73,20 @@ def test_an_unknown_option_after_ids_is_still_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.parse(["dlq", "purge", "books", "--yes", "17", "--colour"])
     assert exit_.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
+    """Every runnable command line's words: ``dlq list``, ``workers``, ..."""
+    found = []
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        for name, sub in action.choices.items():
+            nested = _commands(sub, f"{prefix}{name} ")
+            found += nested or [f"{prefix}{name}"]
+    return found
+
+
+def test_the_reference_documents_every_command():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    table = text[text.index("## CLI") :]
+    missing = [c for c in _commands(cli.build_parser()) if f"| `{c} " not in table]
+    assert not missing, f"docs/reference.md's CLI table lacks {missing}"
