@@ -107,3 +107,27 @@ async def _lease_all(url: str, spider: str) -> list[str]:
 def lease_all(url: str, spider: str) -> list[str]:
     """What a worker's sync leases now (due delayed entries are promoted first): URLs."""
     return _run(_lease_all(url, spider))
+
+
+async def _sync(url: str, spider: str, lease: int) -> Any:
+    client = redis.asyncio.Redis.from_url(url)
+    result = await RedisQueue(client, Keys("ha", spider)).sync(lease=lease, lease_ms=600_000)
+    await client.aclose()
+    return result
+
+
+def sync(url: str, spider: str, lease: int) -> Any:
+    """One worker sync that leases up to *lease* entries: its ``SyncResult``."""
+    return _run(_sync(url, spider, lease))
+
+
+async def _renew(url: str, spider: str, worker: str, pairs: list[Any], rate: float) -> None:
+    client = redis.asyncio.Redis.from_url(url)
+    queue = RedisQueue(client, Keys("ha", spider))
+    await queue.renew(pairs, worker=worker, lease_ms=600_000, heartbeat_ms=600_000, rate=rate)
+    await client.aclose()
+
+
+def renew(url: str, spider: str, worker: str, pairs: list[Any], rate: float) -> None:
+    """A worker's lease renewal (heartbeat and stats) as its keeper makes it."""
+    _run(_renew(url, spider, worker, pairs, rate))

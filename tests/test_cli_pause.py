@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scrapy_ha.demo import harness
-from tests.cli_seed import scrapy_ha
+from tests.cli_seed import delayed, scrapy_ha, sync
 from tests.test_crash import count_lines, wait_for_items, worker
 
 PAGES, PER_PAGE = 20, 10
@@ -25,6 +25,18 @@ def _renewed_twice(redis_client, proc) -> None:
         assert proc.poll() is None
 
 
+def test_a_paused_crawl_leases_nothing_and_says_so_in_the_sync(redis_url):
+    """The short version: what every worker's sync sees."""
+    delayed(redis_url, "catalogue", [("http://a.example/1", 0, "server")])
+    assert scrapy_ha("pause", "catalogue", "--redis-url", redis_url).returncode == 0
+    held = sync(redis_url, "catalogue", lease=10)
+    assert held.paused and held.leases == [] and held.delayed == 1  # not even promoted
+    assert scrapy_ha("resume", "catalogue", "--redis-url", redis_url).returncode == 0
+    going = sync(redis_url, "catalogue", lease=10)
+    assert not going.paused and len(going.leases) == 1
+
+
+@pytest.mark.long  # a real worker, about a minute: `make test-long`
 def test_pause_holds_a_live_crawl_and_resume_finishes_it(
     redis_url, redis_client, site_factory, tmp_path
 ):

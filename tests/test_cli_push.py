@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import scrapy
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha._cli_push import BadLine, parse_line
 from tests.cli_seed import scrapy_ha
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -72,16 +74,25 @@ async def test_pushed_requests_are_crawled_with_their_callbacks_and_meta(
     )
 
 
+BAD_LINES = [
+    ('{"url": "http://a.example/x", "callback": "os.system"}', "callback='os.system'"),
+    ('{"url": "http://a.example/x", "callback": "_set_crawler"}', "not starting with '_'"),
+    ('{"url": "http://a.example/x", "colour": "red"}', "unknown field(s) colour"),
+    ('{"url": 5}', 'needs a "url"'),
+    ("{not json", "not JSON"),
+    ("a.example/x", "Missing scheme"),
+]
+
+
+@pytest.mark.parametrize(("line", "says"), BAD_LINES)
+def test_a_bad_line_is_named_with_what_to_fix(line, says):
+    with pytest.raises(BadLine) as bad:
+        parse_line(line, "stdin line 3")
+    assert str(bad.value).startswith("stdin line 3: ") and says in str(bad.value)
+
+
 def test_a_bad_line_pushes_nothing(redis_url, redis_client):
-    for bad, says in (
-        ('{"url": "http://a.example/x", "callback": "os.system"}', "callback='os.system'"),
-        ('{"url": "http://a.example/x", "callback": "_set_crawler"}', "not starting with '_'"),
-        ('{"url": "http://a.example/x", "colour": "red"}', "unknown field(s) colour"),
-        ('{"url": 5}', 'needs a "url"'),
-        ("{not json", "not JSON"),
-        ("a.example/x", "Missing scheme"),
-    ):
-        result = push(redis_url, "http://a.example/fine", bad)
-        assert result.returncode == 1, bad
-        assert result.stderr.startswith("nothing pushed: argument 2: ") and says in result.stderr
+    result = push(redis_url, "http://a.example/fine", BAD_LINES[0][0])
+    assert result.returncode == 1
+    assert result.stderr.startswith("nothing pushed: argument 2: callback='os.system'")
     assert not redis_client.exists("ha:{pushed}:pending", "ha:{pushed}:dupefilter")

@@ -6,11 +6,27 @@ import json
 import signal
 import socket
 
+import pytest
+
 from scrapy_ha.demo import harness
-from tests.cli_seed import scrapy_ha
+from tests.cli_seed import renew, scrapy_ha
 from tests.test_crash import wait_for_items, worker
 
 
+def test_workers_shows_what_each_renewal_publishes(redis_url, redis_client):
+    """The short version: the renewal a worker's keeper makes, read by the command."""
+    worker_id = f"{socket.gethostname()}:4242:job7:a1b2c3"
+    renew(redis_url, "books", worker_id, [("1", "t-1"), ("2", "t-2")], rate=3.5)
+    (row,) = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
+    assert (row["host"], row["pid"], row["job"]) == (socket.gethostname(), "4242", "job7")
+    assert (row["leases"], row["pages_per_s"]) == (2, 3.5)
+    assert 0 <= row["heartbeat_age_s"] < 60
+    redis_client.zadd("ha:{books}:workers", {worker_id: 1}, xx=True)  # its heartbeat expired
+    renew(redis_url, "books", "other:1:x", [], rate=0)  # any renewal sweeps it away
+    assert not redis_client.hexists("ha:{books}:wstats", worker_id)
+
+
+@pytest.mark.long  # a real worker, about a minute: `make test-long`
 def test_workers_lists_each_live_worker_with_its_job_leases_and_rate(
     redis_url, redis_client, site_factory, tmp_path, monkeypatch
 ):
