@@ -98,7 +98,10 @@ def approve(args: argparse.Namespace, verb: str, what: str, items: list[str]) ->
             file=sys.stderr,
         )
         return False
-    answer = input(f"{verb} {what}? [y/N] ").strip().lower()
+    try:
+        answer = input(f"{verb} {what}? [y/N] ").strip().lower()
+    except EOFError:  # the terminal closed: no answer is no
+        answer = ""
     if answer in ("y", "yes"):
         return True
     print("cancelled: nothing changed", file=sys.stderr)

@@ -106,6 +106,8 @@ def test_on_a_terminal_a_bulk_action_asks_first(dlq, redis_client):
     code, out = _on_a_terminal(argv, b"n\n")
     assert code == 1 and "purge 3 entries of books? [y/N]" in out and "cancelled" in out
     assert redis_client.zcard("ha:{books}:dead") == 5
+    code, out = _on_a_terminal(argv, b"\x04")  # Ctrl-D: no answer
+    assert code == 1 and "cancelled" in out and "Traceback" not in out
     code, out = _on_a_terminal(argv, b"y\n")
     assert code == 0 and "purged 3 of 3 entries" in out
     assert redis_client.zcard("ha:{books}:dead") == 2
