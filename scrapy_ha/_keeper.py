@@ -23,7 +23,7 @@ from scrapy.settings import Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha._connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
-from scrapy_ha._queue import RENEW_LUA, lost_pairs, renew_args
+from scrapy_ha._queue import RENEW_LUA, lost_pairs, renew_args, worker_stats
 
 if TYPE_CHECKING:
     import asyncio
@@ -102,6 +102,7 @@ class LeaseKeeper:
         #: the handed pairs of the last renewal Redis applied (marked handed there)
         self.confirmed: frozenset[tuple[str, str]] = frozenset()
         self._nudge = threading.Event()
+        self.rate = 0.0  # pages per second, published with each renewal (set by the loop)
         self._syncing = False
         self._last_beat = time.monotonic()
         self._stop = threading.Event()
@@ -179,8 +180,9 @@ class LeaseKeeper:
             worker=self.worker,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
+            stats=worker_stats(len(self._held), self.rate),
         )
-        keys = [self.keys.leased, self.keys.leases, self.keys.workers]
+        keys = [self.keys.leased, self.keys.leases, self.keys.workers, self.keys.worker_stats]
         if self._syncing:
             keys.append(self.keys.grant(self.worker))
         try:

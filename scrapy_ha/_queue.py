@@ -70,6 +70,7 @@ class SyncResult:
     refused: int = 0  # children whose parent's lease was no longer current (not enqueued)
     set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
     roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
+    paused: bool = False  # `scrapy-ha pause` is in force: nothing was leased
     gates: dict[str, int] = field(default_factory=dict)
     leases: list[Lease] = field(default_factory=list)
 
@@ -156,12 +157,14 @@ def renew_args(
     worker: str,
     lease_ms: int,
     heartbeat_ms: int,
+    stats: str,
 ) -> list[Any]:
     """The ARGV of renew.lua: the *handed* pairs (requests given to the engine: only their
-    expiry counts toward poison) first, counted, then the rest of *pairs*."""
+    expiry counts toward poison) first, counted, then the worker's *stats* (see
+    worker_stats), then the rest of *pairs*."""
     first = list(dict.fromkeys(handed))
     rest = [pair for pair in dict.fromkeys(pairs) if pair not in set(first)]
-    args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first)]
+    args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first), stats]
     for entry_id, token in first + rest:
         args += [entry_id, token]
     return args
@@ -170,6 +173,12 @@ def renew_args(
 def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
     """The (entry id, token) pairs a renew.lua reply reports lost."""
     return [(_s(reply[i]), _s(reply[i + 1])) for i in range(2, len(reply) - 1, 2)]
+
+
+def worker_stats(leases: int, rate: float) -> str:
+    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
+    time in front): leases held and pages done per second."""
+    return json.dumps({"leases": leases, "rate": round(rate, 2)})
 
 
 def _b(value: Any) -> bytes:
@@ -241,22 +250,35 @@ class RedisQueue:
             k.dead_info,
             *k.stats_keys(),
             k.retried,
+            k.paused,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
         reply = await self._sync(keys=keys, args=args)
-        n_gates = int(reply[10])
-        first = 11 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(11, first, 2)}
+        n_gates = int(reply[11])
+        first = 12 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(12, first, 2)}
         leases = [
             Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
             for i in range(first, len(reply), 4)
         ]
-        now, added, acked, stale, pending, leased, delayed, refused, aside, roots = map(
-            int, reply[:10]
+        now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
+            int, reply[:11]
         )
         return SyncResult(
-            now, added, acked, stale, pending, leased, delayed, refused, aside, roots, gates, leases
+            now,
+            added,
+            acked,
+            stale,
+            pending,
+            leased,
+            delayed,
+            refused,
+            aside,
+            roots,
+            bool(paused),
+            gates,
+            leases,
         )
 
     async def enqueue(self, entries: list[NewEntry]) -> int:
@@ -280,16 +302,23 @@ class RedisQueue:
         lease_ms: int,
         heartbeat_ms: int,
         handed: Iterable[tuple[str, str]] = (),
+        rate: float = 0.0,
     ) -> tuple[int, list[tuple[str, str]]]:
-        """Heartbeat and renew all given leases; return (renewed, lost (id, token) pairs).
+        """Heartbeat and renew all given leases, publish the worker's stats (leases held,
+        *rate* in pages/s); return (renewed, lost (id, token) pairs).
 
         The *handed* leases (also renewed) are marked as handed to the engine: only the
         expiry of a lease so marked counts toward poison."""
         k = self.keys
         args = renew_args(
-            pairs, handed, worker=worker, lease_ms=lease_ms, heartbeat_ms=heartbeat_ms
+            pairs,
+            handed,
+            worker=worker,
+            lease_ms=lease_ms,
+            heartbeat_ms=heartbeat_ms,
+            stats=worker_stats(len(pairs), rate),
         )
-        reply = await self._renew(keys=[k.leased, k.leases, k.workers], args=args)
+        reply = await self._renew(keys=[k.leased, k.leases, k.workers, k.worker_stats], args=args)
         return int(reply[1]), lost_pairs(reply)
 
     async def reclaim(
@@ -482,6 +511,7 @@ class RedisQueue:
     async def leave(self, worker: str) -> None:
         """Unregister a worker that stops."""
         await self.client.zrem(self.keys.workers, worker)
+        await self.client.hdel(self.keys.worker_stats, worker)
 
     async def flush(self) -> None:
         """Delete every key of the crawl, dead-letter queue included."""

@@ -157,6 +157,7 @@ class Renewals:
             lease_ms=int(config.lease_time * 1000),
             heartbeat_ms=int(config.heartbeat_ttl * 1000),
             handed=handed,
+            rate=self.rate,
         )
         self._note_rate(started)
         self.valid_until = started + config.lease_time
@@ -169,5 +170,7 @@ class Renewals:
             return  # an early renewal: too short a window to measure the rate over
         if self._last_renew:
             self.rate = self.acked / max(0.001, now - self._last_renew)
+            if self.keeper is not None:
+                self.keeper.rate = self.rate
         self.acked = 0
         self._last_renew = now

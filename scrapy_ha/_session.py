@@ -81,6 +81,7 @@ class Session:
         self.remote_active = -1
         self.remote_waiting = 0  # pending + delayed in Redis at the last sync
         self.peers = 0  # other live workers when the crawl last looked finished
+        self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
         self.engine_view: tuple[bool, bool] | None = None
         self._last_reclaim = 0.0
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
@@ -390,6 +391,9 @@ class Session:
         """Let the engine look when there is new work or when the crawl's state changed
         (edge-triggered: waking it on every round while idle would be a busy loop)."""
         self.remote_waiting = result.pending + result.delayed
+        if result.paused != self.paused:
+            self.paused = result.paused
+            logger.info("crawl %s by operator", "paused" if self.paused else "resumed")
         self.outbox.recompute_top()
         new_work, self.outbox.held_back = new_work or self.outbox.held_back, False
         view = (self.shell.has_pending_requests(), self.shell.keep_alive())

@@ -18,7 +18,7 @@ __all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue"]
 import json
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from urllib.parse import urlsplit
 
 import redis.asyncio
@@ -103,11 +103,25 @@ class DeadEntry:
         except ValueError:
             return "text", text
 
-    def matches(self, *, failure_class: str | None, domain: str | None, reason: str | None) -> bool:
+    @property
+    def status(self) -> int | None:
+        """The HTTP status of the last attempt (None for a download error)."""
+        status = self.info.get("status")
+        return status if isinstance(status, int) else None
+
+    def matches(
+        self,
+        *,
+        failure_class: str | None,
+        domain: str | None,
+        reason: str | None,
+        status: int | None = None,
+    ) -> bool:
         return (
             (failure_class is None or self.failure_class == failure_class)
             and (domain is None or self.domain == domain)
             and (reason is None or reason.lower() in self.reason.lower())
+            and (status is None or self.status == status)
         )
 
 
@@ -131,6 +145,43 @@ def _parse(entry_id: str, dead_at: float, info: bytes | None, payload: bytes | N
         meta,
         summary,
     )
+
+
+class _Record(NamedTuple):
+    """A dead-letter entry before its request is read: id, time (ms), record (JSON)."""
+
+    id: str
+    dead_at: float
+    info: bytes | None
+
+
+@dataclass(frozen=True)
+class _RecordFilter:
+    """The filters a dead-letter record answers alone (no need to read the request)."""
+
+    failure_class: str | None
+    reason: str | None
+    status: int | None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.failure_class, self.reason, self.status))
+
+    def keeps(self, info: bytes | None) -> bool:
+        if not self.active:
+            return True
+        try:
+            record = json.loads(info) if info else {}
+        except ValueError:
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        return (
+            (self.failure_class is None or record.get("class", "unknown") == self.failure_class)
+            and (self.status is None or record.get("status") == self.status)
+            and (
+                self.reason is None or self.reason.lower() in str(record.get("reason", "")).lower()
+            )
+        )
 
 
 class DeadLetterQueue:
@@ -162,21 +213,59 @@ class DeadLetterQueue:
     ) -> None:
         await self.aclose()
 
-    async def scan(self) -> AsyncIterator[DeadEntry]:
-        """Every entry, oldest first."""
-        start = 0
-        while True:
-            rows = await self.client.zrange(
-                self.keys.dead, start, start + SCAN_BATCH - 1, withscores=True
-            )
+    async def scan(
+        self, *, since_ms: int | None = None, until_ms: int | None = None, skip: int = 0
+    ) -> AsyncIterator[DeadEntry]:
+        """Every entry dead-lettered from *since_ms* to *until_ms* (Redis time, ms; both
+        included), oldest first, the first *skip* of them skipped. Read by rank in batches:
+        a page deep in a large queue costs what the page costs."""
+        async for batch in self._records(since_ms, until_ms, skip):
+            for entry in await self._read(batch):
+                yield entry
+
+    async def _records(
+        self, since_ms: int | None, until_ms: int | None, skip: int
+    ) -> AsyncIterator[list[_Record]]:
+        """Batches of (id, dead-letter time, record) in the window, oldest first."""
+        start, stop = await self._ranks(since_ms, until_ms)
+        start += skip
+        while start <= stop:
+            end = min(stop, start + SCAN_BATCH - 1)
+            rows = await self.client.zrange(self.keys.dead, start, end, withscores=True)
             if not rows:
                 return
             ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
             infos = await self.client.hmget(self.keys.dead_info, ids)
-            payloads = await self.client.hmget(self.keys.payload, ids)
-            for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
-                yield _parse(entry_id, score, info, payload)
-            start += SCAN_BATCH
+            yield [
+                _Record(entry_id, score, info)
+                for (_, score), entry_id, info in zip(rows, ids, infos, strict=True)
+            ]
+            start += len(rows)
+
+    async def _read(self, records: list[_Record]) -> list[DeadEntry]:
+        """The entries of *records*, with their requests (one round trip)."""
+        if not records:
+            return []
+        payloads = await self.client.hmget(self.keys.payload, [r.id for r in records])
+        return [
+            _parse(r.id, r.dead_at, r.info, payload)
+            for r, payload in zip(records, payloads, strict=True)
+        ]
+
+    async def _ranks(self, since_ms: int | None, until_ms: int | None) -> tuple[int, int]:
+        """The ranks of the first and last entry within the time window (ZCOUNT: log N)."""
+        dead = self.keys.dead
+        first = 0 if since_ms is None else await self.client.zcount(dead, "-inf", f"({since_ms}")
+        if until_ms is None:
+            last = await self.client.zcard(dead) - 1
+        else:
+            last = await self.client.zcount(dead, "-inf", until_ms) - 1
+        return int(first), int(last)
+
+    async def count(self, *, since_ms: int | None = None, until_ms: int | None = None) -> int:
+        """How many entries were dead-lettered within the time window (all: no window)."""
+        first, last = await self._ranks(since_ms, until_ms)
+        return max(0, last - first + 1)
 
     async def entries(
         self,
@@ -184,11 +273,17 @@ class DeadLetterQueue:
         failure_class: str | None = None,
         domain: str | None = None,
         reason: str | None = None,
+        status: int | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        offset: int = 0,
         limit: int | None = None,
         cls: str | None = None,
     ) -> list[DeadEntry]:
-        """Entries matching every filter given (reason: a case-insensitive substring).
-        ``cls`` is the deprecated name of ``failure_class``."""
+        """Entries matching every filter given, oldest first: *reason* a case-insensitive
+        substring, *status* the HTTP status, *since_ms*/*until_ms* the time it was
+        dead-lettered (Redis time, ms); the first *offset* matches skipped, at most *limit*
+        returned. ``cls`` is the deprecated name of ``failure_class``."""
         if cls is not None:
             warnings.warn(
                 "entries(cls=...) is deprecated, use entries(failure_class=...)",
@@ -196,12 +291,26 @@ class DeadLetterQueue:
                 stacklevel=2,
             )
             failure_class = failure_class or cls
+        by_record = _RecordFilter(failure_class, reason, status)
+        by_content = by_record.active or domain is not None
+        skip, offset = (0, offset) if by_content else (offset, 0)  # no filter: Redis skips
         found: list[DeadEntry] = []
-        async for entry in self.scan():
-            if entry.matches(failure_class=failure_class, domain=domain, reason=reason):
+        async for batch in self._records(since_ms, until_ms, skip):
+            kept = [r for r in batch if by_record.keeps(r.info)]
+            if domain is None:  # the record decides: skip and cut before reading requests
+                dropped = min(offset, len(kept))
+                kept, offset = kept[dropped:], offset - dropped
+                if limit is not None:
+                    kept = kept[: limit - len(found)]
+            for entry in await self._read(kept):
+                if domain is not None and entry.domain != domain:
+                    continue
+                if offset:
+                    offset -= 1
+                    continue
                 found.append(entry)
-                if limit is not None and len(found) >= limit:
-                    break
+            if limit is not None and len(found) >= limit:
+                return found[:limit]
         return found
 
     async def get(self, entry_id: str) -> DeadEntry | None:

@@ -270,7 +270,7 @@ class Scheduler:
         box, session = self.outbox, self.session
         local = bool(self._buffer or box.children or box.acks or box.ends or self.inflight)
         local = local or session.holds_unreadable()
-        remote = not session.redis_ok or session.remote_active != 0
+        remote = not session.redis_ok or session.remote_active != 0 or session.paused
         return bool(session.start_urls.feed_mode or local or remote)
 
     async def _open(self, spider: Spider) -> None:

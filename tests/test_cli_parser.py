@@ -3,9 +3,16 @@ carries the function it runs, with the arguments it takes."""
 
 from __future__ import annotations
 
+import inspect
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import pytest
 
-from scrapy_ha import cli
+from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_status, _cli_workers, cli
+
+if TYPE_CHECKING:
+    import argparse
 
 COMMANDS = [
     (["status", "books", "--json"], cli.status),
@@ -18,7 +25,14 @@ COMMANDS = [
     (["checkpoints", "list", "books"], cli.checkpoints_list),
     (["checkpoints", "show", "books", "shelf"], cli.checkpoints_show),
     (["checkpoints", "reset", "books", "--all"], cli.checkpoints_reset),
+    (["workers", "books", "--json"], _cli_workers.workers),
+    (["push", "books", "http://a.example/"], _cli_push.push),
+    (["pause", "books"], _cli_pause.pause),
+    (["resume", "books"], _cli_pause.resume),
+    (["delayed", "list", "books", "--class", "server"], _cli_delayed.delayed_list),
+    (["delayed", "retry-now", "books", "--all", "--dry-run"], _cli_delayed.delayed_retry_now),
 ]
+MODULES = (cli, _cli_status, _cli_workers, _cli_push, _cli_pause, _cli_delayed)
 
 
 @pytest.mark.parametrize(("argv", "func"), COMMANDS, ids=lambda v: getattr(v, "__name__", ""))
@@ -32,13 +46,47 @@ def test_every_subcommand_is_reachable():
     reached = {func for _argv, func in COMMANDS}
     commands = {
         value
-        for name, value in vars(cli).items()
-        if callable(value) and not name.startswith("_") and value.__module__ == cli.__name__
-    } - {cli.build_parser, cli.main}
-    assert commands | {cli.status} == reached  # status lives in scrapy_ha._cli_status
+        for module in MODULES
+        for name, value in vars(module).items()
+        if inspect.iscoroutinefunction(value)
+        and not name.startswith("_")
+        and value.__module__ == module.__name__
+        and list(inspect.signature(value).parameters) == ["queue", "args"]
+    }
+    assert commands == reached
 
 
 def test_a_group_without_a_subcommand_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.build_parser().parse_args(["dlq", "books"])
     assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_ids_are_accepted_after_options_too():
+    args = cli.parse(["dlq", "purge", "books", "--yes", "17", "18"])
+    assert (args.ids, args.yes) == (["17", "18"], True)
+    args = cli.parse(["delayed", "retry-now", "books", "--redis-url", "redis://x", "3"])
+    assert (args.ids, args.redis_url) == (["3"], "redis://x")
+
+
+def test_an_unknown_option_after_ids_is_still_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse(["dlq", "purge", "books", "--yes", "17", "--colour"])
+    assert exit_.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
+    """Every runnable command line's words: ``dlq list``, ``workers``, ..."""
+    found = []
+    for action in parser._subparsers._group_actions if parser._subparsers else []:
+        for name, sub in action.choices.items():
+            nested = _commands(sub, f"{prefix}{name} ")
+            found += nested or [f"{prefix}{name}"]
+    return found
+
+
+def test_the_reference_documents_every_command():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text()
+    table = text[text.index("## CLI") :]
+    missing = [c for c in _commands(cli.build_parser()) if f"| `{c} " not in table]
+    assert not missing, f"docs/reference.md's CLI table lacks {missing}"

@@ -14,7 +14,8 @@
 -- KEYS[13] dead_info
 -- KEYS[14] stats     KEYS[15] stats:min KEYS[16] stats:domain (lib/stats)
 -- KEYS[17] retried (entry id -> retries: an ack of one counts as retry_ok)
--- KEYS[18] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[18] paused (set by `scrapy-ha pause`: nothing is leased)
+-- KEYS[19] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
@@ -29,7 +30,7 @@
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
---          roots_seen, n,
+--          roots_seen, paused (1 or 0), n,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          id1, token1, payload1, expiries1, ...}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
@@ -52,11 +53,12 @@ local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
 local nonce, lifo = ARGV[6], ARGV[7] == 'lifo'
-
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 7 + n_enq + n_ack
     or not string.match(nonce or '', '^[%w]+$') or not (lifo or ARGV[7] == 'fifo') then
   return redis.error_reply('ERR sync: bad arguments (counts, nonce or order)')
 end
+local paused = redis.call('EXISTS', KEYS[18])
+if paused == 1 then n_lease = 0 end
 
 -- 1. read and check every request before any write
 local reqs = {}
@@ -116,8 +118,8 @@ for i = 1, n_ack do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, 0}
-local NG = 11
+local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0}
+local NG = 12
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
@@ -150,7 +152,7 @@ if n_lease > 0 then
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
   end
-  local grant = KEYS[18]
+  local grant = KEYS[19]
   if grant then redis.call('DEL', grant) end
   local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
   local n = #items / 2
@@ -177,7 +179,7 @@ if n_lease > 0 then
     end
   end
 end
-if KEYS[18] and n_lease > 0 then redis.call('PEXPIRE', KEYS[18], lease_ms) end
+if KEYS[19] and n_lease > 0 then redis.call('PEXPIRE', KEYS[19], lease_ms) end
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])

@@ -1,0 +1,51 @@
+"""``scrapy-ha delayed list`` / ``retry-now``: retries waiting for their time, shown with
+local due times, made due at once and then promoted by a worker's own sync."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from tests.cli_seed import delayed, lease_all, scrapy_ha
+
+HOUR = 3600_000
+ROWS = [
+    ("http://a.example/1", HOUR, "server"),
+    ("http://b.example/2", 2 * HOUR, "network"),
+    ("http://a.example/3", 3 * HOUR, "server"),
+]
+
+
+def test_delayed_list_shows_due_times_class_and_attempts(redis_url):
+    delayed(redis_url, "books", ROWS)
+    out = scrapy_ha("delayed", "list", "books", "--redis-url", redis_url).stdout.splitlines()
+    assert out[0].split() == ["ID", "DUE", "IN", "CLASS", "TRIES", "URL"]
+    assert [line.split()[-1] for line in out[1:-1]] == [u for u, _, _ in ROWS]
+    due = time.localtime(time.time() + 3600)
+    assert time.strftime("%Y-%m-%d %H:", due) in out[1]
+    assert re.fullmatch(r"5\dm \d\ds", " ".join(out[1].split()[3:5]))  # due in an hour
+    assert out[1].split()[5:7] == ["server", "2"]
+    assert out[-1] == "3 delayed retries listed"
+    only = scrapy_ha("delayed", "list", "books", "--class", "network", "--redis-url", redis_url)
+    assert only.stdout.splitlines()[1].split()[-1] == "http://b.example/2"
+
+
+def test_retry_now_makes_them_due_and_a_worker_sync_promotes_them(redis_url, redis_client):
+    ids = delayed(redis_url, "books", ROWS)
+    cli = ("delayed", "retry-now", "books", "--redis-url", redis_url)
+    refused = scrapy_ha(*cli)
+    assert refused.returncode == 1 and "--all" in refused.stderr
+    dry = scrapy_ha(*cli, "--domain", "a.example", "--dry-run")
+    assert dry.stdout.splitlines()[0] == (
+        "would retry now 2 delayed retries of books (dry run: nothing changed)"
+    )
+    assert lease_all(redis_url, "books") == []  # nothing due yet
+    done = scrapy_ha(*cli, "--domain", "a.example", "--yes")
+    assert done.stdout.strip() == (
+        "made 2 of 2 delayed retries of books due now: workers take them at their next sync"
+    )
+    assert sorted(lease_all(redis_url, "books")) == ["http://a.example/1", "http://a.example/3"]
+    by_id = scrapy_ha(*cli, ids[1], "--yes")
+    assert by_id.stdout.startswith("made 1 of 1 delayed retry of books due now")
+    assert lease_all(redis_url, "books") == ["http://b.example/2"]
+    assert redis_client.zcard("ha:{books}:delayed") == 0
