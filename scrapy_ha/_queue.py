@@ -286,6 +286,7 @@ class RedisQueue:
             k.dead_info,
             k.reclaim_guard,
             k.payload,
+            k.dead_archived,
         ]
         args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
         reply = await self._reclaim(keys=keys, args=args)
@@ -316,7 +317,7 @@ class RedisQueue:
         Returns the size of the dead-letter queue, or 0 if the lease is stale.
         """
         k = self.keys
-        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload]
+        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.dead_archived]
         args = [
             entry_id,
             token,
@@ -359,12 +360,15 @@ class RedisQueue:
         args = [self.order] + [x for e in entries for x in e]
         return int(await self._requeue(keys=keys, args=args))
 
-    async def purge_dead(self, ids: list[str]) -> int:
-        """Delete dead-letter entries for good; return how many."""
+    async def purge_dead(self, ids: list[str]) -> tuple[int, int]:
+        """Delete dead-letter entries for good; return (deleted, kept because an SQL archive
+        is declared for the crawl and they are not archived yet)."""
         if not ids:
-            return 0
+            return 0, 0
         k = self.keys
-        return int(await self._purge(keys=[k.dead, k.dead_info, k.payload], args=ids))
+        keys = [k.dead, k.dead_info, k.payload, k.dead_archived]
+        deleted, kept = await self._purge(keys=keys, args=ids)
+        return int(deleted), int(kept)
 
     async def counts(self) -> Counts:
         """Size of every state, read atomically."""
@@ -386,6 +390,7 @@ class RedisQueue:
             k.reclaim_guard,
             k.gates,
             k.delayed_score,
+            k.dlq_alert,
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from scrapy.settings import Settings
 
+from scrapy_ha._cli_report import add_report_command
 from scrapy_ha._connection import (
     RedisUnavailable,
     check_reachable,
@@ -25,6 +26,7 @@ from scrapy_ha._connection import (
     redis_from_settings,
 )
 from scrapy_ha._queue import RedisQueue
+from scrapy_ha.archive import add_archive_command, unarchived_kept
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
@@ -168,8 +170,13 @@ async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 
 async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Delete entries for good (IDs, or --all, or filters)."""
-    return await _bulk(queue, args, "purged", DeadLetterQueue(queue).purge)
+    """Delete entries for good (IDs, or --all, or filters); with an SQL archive, only those
+    archived already."""
+    dlq = DeadLetterQueue(queue)
+    code = await _bulk(queue, args, "purged", dlq.purge)
+    if dlq.kept_unarchived:
+        print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived))
+    return code
 
 
 async def _bulk(
@@ -260,6 +267,7 @@ def _add_dlq(sub: Any) -> None:
     _add_filters(_command(dlq, "export", dlq_export), limit=True)
     _add_filters(_command(dlq, "requeue", dlq_requeue), ids=True, limit=True)
     _add_filters(_command(dlq, "purge", dlq_purge), ids=True, limit=True)
+    add_archive_command(dlq, _command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -276,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_dlq(sub)
     _add_checkpoints(sub)
+    add_report_command(sub, _command)
     return parser
 
 
