@@ -20,20 +20,19 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.dlq import SCAN_BATCH, _parse
+from scrapy_ha.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy_ha._queue import RedisQueue
-    from scrapy_ha.keys import Keys
+    from scrapy_ha.stats import CrawlStats
 
 #: How many domains and reasons the report lists (the rest are summed as "others").
 TOP = 5
 #: Units of --since.
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-#: The per-minute counters are kept for a day: a longer window reads totals only.
-BUCKET_MINUTES = 1440
-#: Events of the per-minute buckets (the counters' contract).
+#: Events of the window, in the order shown (``dead`` from the dead-letter queue's times).
 EVENTS = ("enqueued", "acked", "retried", "dead")
 
 
@@ -67,81 +66,71 @@ class Report:
     workers_seen: list[str] = field(default_factory=list)
 
 
-def _stats_key(keys: Keys, name: str) -> str:
-    return keys.pending.rsplit(":", 1)[0] + f":{name}"
-
-
-def _counts(raw: dict[bytes, bytes]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k, v in raw.items():
-        try:
-            out[k.decode()] = int(v)
-        except ValueError:
-            continue
-    return out
-
-
-async def _window_events(
-    queue: RedisQueue, now_ms: int, window_s: int
-) -> dict[str, int | None] | None:
-    """Events in the window from the per-minute buckets; None if the crawl has none."""
-    raw = _counts(await queue.client.hgetall(_stats_key(queue.keys, "stats:min")))
-    if not raw:
-        return None
-    first = (now_ms - window_s * 1000) // 60000
-    sums: dict[str, int | None] = dict.fromkeys(EVENTS, 0)
-    for name, n in raw.items():
-        event, _, minute = name.rpartition(":")
-        if event in sums and minute.isdigit() and int(minute) >= first:
-            sums[event] = (sums[event] or 0) + n
-    if window_s > BUCKET_MINUTES * 60:  # older minutes are gone: partial sums would mislead
-        sums = dict.fromkeys(EVENTS)
+def _window_events(stats: CrawlStats, window_s: int) -> dict[str, int | None]:
+    """Events in the window from the per-minute counters (None where the crawl has none,
+    or where the window is longer than the day they are kept)."""
+    if window_s > MINUTES_KEPT * 60:
+        return dict.fromkeys(EVENTS)
+    first = (stats.now_ms - window_s * 1000) // MINUTE_MS
+    sums: dict[str, int | None] = {}
+    for event in EVENTS:
+        buckets = stats.minutes.get(event)
+        sums[event] = sum(n for m, n in buckets.items() if m >= first) if buckets else None
     return sums
 
 
-async def build_report(queue: RedisQueue, window_s: int) -> Report:
-    """The report of *queue*'s crawl over the last *window_s* seconds."""
+async def _dead_in_window(
+    queue: RedisQueue, since_ms: int
+) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
+    """Dead letters of the window, by class, domain and reason (the dead set's own times)."""
     client, keys = queue.client, queue.keys
-    seconds, micros = await client.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    since_ms = now_ms - window_s * 1000
-    states = (await queue.counts()).as_dict()
-    totals = _counts(await client.hgetall(_stats_key(keys, "stats")))
-    window = await _window_events(queue, now_ms, window_s) or dict.fromkeys(EVENTS)
     by_class: Counter[str] = Counter()
     domains: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
-    dead_in_window = 0
-    start = 0
+    n = start = 0
     while True:
         rows = await client.zrangebyscore(
             keys.dead, since_ms, "+inf", start=start, num=SCAN_BATCH, withscores=True
         )
         if not rows:
-            break
+            return n, by_class, domains, reasons
         ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await client.hmget(keys.payload, ids)
         for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
             entry = _parse(entry_id, score, info, payload)
-            dead_in_window += 1
+            n += 1
             by_class[entry.failure_class] += 1
             domains[entry.domain or "?"] += 1
             reasons[entry.reason or "?"] += 1
         start += SCAN_BATCH
-    window["dead"] = dead_in_window
-    ok, dead = totals.get("retry_ok"), totals.get("retry_dead")
-    rate = ok / (ok + (dead or 0)) if ok is not None and ok + (dead or 0) else None
+
+
+async def build_report(queue: RedisQueue, window_s: int) -> Report:
+    """The report of *queue*'s crawl over the last *window_s* seconds."""
+    client, keys = queue.client, queue.keys
+    stats = await read_crawl_stats_async(client, keys, domains=False)
+    since_ms = stats.now_ms - window_s * 1000
+    window = _window_events(stats, window_s)
+    dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms)
+    window["dead"] = dead  # the dead-letter queue's own times: right for any window
     workers = await client.zrangebyscore(keys.workers, since_ms, "+inf")
+    states = {
+        "pending": stats.pending,
+        "leased": stats.leased,
+        "delayed": stats.delayed,
+        "dead": stats.dead,
+        "workers": stats.workers,
+    }
     return Report(
         spider=keys.spider,
         since=_local(since_ms),
-        until=_local(now_ms),
+        until=_local(stats.now_ms),
         window_s=window_s,
         states=states,
         window=window,
-        totals=totals,
-        retry_success_rate=rate,
+        totals=dict(sorted(stats.counters.items())),
+        retry_success_rate=stats.retry_success_rate,
         dead_by_class=dict(by_class.most_common()),
         top_domains=domains.most_common(TOP),
         top_reasons=reasons.most_common(TOP),

@@ -79,7 +79,8 @@ async def test_two_workers_send_one_alert_per_crossing(redis_url, redis_client, 
     await asyncio.gather(*(c.crawl_async(base_url=site.url, paths=paths) for c in crawlers))
     assert redis_client.zcard(Keys("ha", "faults").dead) == 8
     (post,) = receiver.posts  # one POST, though both workers passed the threshold
-    assert post["spider"] == "faults" and post["dead"] == 3 and post["threshold"] == 3
+    # the size when the crossing was seen: another worker may have added one meanwhile
+    assert post["spider"] == "faults" and post["dead"] >= 3 and post["threshold"] == 3
     assert "scrapy-ha dlq list faults" in post["text"]
     assert sum(c.stats.get_value("ha/alert/sent") or 0 for c in crawlers) == 1
 
@@ -89,7 +90,7 @@ async def test_two_workers_send_one_alert_per_crossing(redis_url, redis_client, 
     await get_crawler(FaultSpider, settings(redis_url, receiver.url)).crawl_async(
         base_url=site.url, paths=more
     )
-    assert [p["dead"] for p in receiver.posts] == [3, 3]
+    assert len(receiver.posts) == 2 and receiver.posts[1]["dead"] == 3  # one worker: exact
 
 
 @deferred_f_from_coro_f

@@ -31,12 +31,17 @@ async def test_the_report_sums_up_the_window(redis_url, site):
     report = json.loads(result.stdout)
     assert report["spider"] == "faults" and report["window_s"] == 86400
     assert report["states"]["dead"] == 3 and report["states"]["pending"] == 0
-    assert report["window"]["dead"] == 3
+    # done and retried from the crawl-wide counters, dead from the dead-letter queue's times
+    assert report["window"] == {"enqueued": 4, "acked": 1, "retried": 2, "dead": 3}
+    assert report["retry_success_rate"] == 0.0  # the one request retried ended dead
+    assert report["totals"]["dead:gone"] == 2
     assert report["dead_by_class"] == {"gone": 2, "server": 1}
     assert report["top_domains"] == [["127.0.0.1", 3]]
     assert sorted(r for r, _ in report["top_reasons"]) == ["HTTP 404", "HTTP 410", "HTTP 503"]
 
     text = cli(redis_url, "report", "faults").stdout
+    assert "in window:  enqueued 4, acked 1, retried 2, dead 3" in text
+    assert "success rate 0%" in text
     assert "dead by class: gone 2, server 1" in text
     assert "top domains:   127.0.0.1 3" in text
     markdown = cli(redis_url, "report", "faults", "--format", "markdown").stdout
