@@ -114,6 +114,7 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     window = _window_events(stats, window_s)
     dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms)
     window["dead"] = dead  # the dead-letter queue's own times: right for any window
+    # heartbeats that had not expired by the window's start (a worker that left is gone)
     workers = await client.zrangebyscore(keys.workers, since_ms, "+inf")
     states = {
         "pending": stats.pending,
