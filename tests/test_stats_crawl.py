@@ -5,9 +5,13 @@ duplicates, children), and ``scrapy-ha status`` showing them: text, ``--json`` a
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
 import signal
 import subprocess
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -165,3 +169,26 @@ def test_status_of_a_crawl_with_counters_only(redis_url):
     shown = json.loads(cli(redis_url, "status", "done", "--json").stdout)
     assert (shown["totals"]["acked"], shown["pending"], shown["eta_seconds"]) == (2, 0, 0.0)
     assert cli(redis_url, "status", "done", "--watch", "0").returncode == 2
+
+
+def test_status_watch_on_a_terminal_draws_over_the_last_screen(redis_url, redis_client):
+    """On a terminal: the screen is cleared once, then each refresh goes back home and
+    draws line by line over the last one (clearing each line's rest), so nothing flickers."""
+    redis_client.hset(Keys("ha", "books").stats, mapping={"enqueued": 3, "acked": 1})
+    main, child = pty.openpty()
+    command = [SCRAPY_HA, "--redis-url", redis_url, "status", "books", "--watch", "0.2"]
+    with subprocess.Popen(command, stdout=child, stderr=subprocess.DEVNULL) as proc:
+        os.close(child)
+        out = b""
+        deadline = time.monotonic() + 60
+        while out.count(b"\x1b[H") < 3 and time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 1)
+            if ready:
+                out += os.read(main, 65536)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    os.close(main)
+    assert out.startswith(b"\x1b[2J\x1b[H") and out.count(b"\x1b[2J") == 1
+    frames = out.split(b"\x1b[H")[1:3]
+    assert len(frames) == 2 and all(b"enqueued 3" in frame for frame in frames)
+    assert all(line.endswith(b"\x1b[K") for line in frames[0].split(b"\r\n")[:-1])

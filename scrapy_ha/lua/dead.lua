@@ -26,7 +26,8 @@ if not v then
   return {0, 0}
 end
 local now = now_ms()
-count('dead', 1, lease_domain(v), tostring(info['class'] or 'unknown'))
+local class = type(info['class']) == 'string' and info['class'] or 'unknown'
+count('dead', 1, lease_domain(v), class)
 count('retry_dead', redis.call('HDEL', KEYS[7], ARGV[1]))
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])

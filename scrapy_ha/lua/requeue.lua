@@ -23,7 +23,8 @@ for i = 2, #ARGV, 3 do
   end
   prios[i] = clamp_priority(p)
 end
-local err = wrong_type('requeue', KEYS, {'zset', 'hash', 'zset', 'hash', nil, 'hash', 'hash', 'hash', 'hash'})
+local err = wrong_type('requeue', KEYS,
+  {'zset', 'hash', 'zset', 'hash', nil, 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 local n = 0
 for i = 2, #ARGV, 3 do
