@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, TypedDict
 
 from scrapy_ha import metakeys
 from scrapy_ha._connection import REDIS_DOWN_ERRORS
+from scrapy_ha.alerts import DeadLetterAlert
+from scrapy_ha.archive import Archiver
 from scrapy_ha.codec import encode_request
+from scrapy_ha.config import ConfigError
 from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
     from scrapy import Spider
+    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_ha._outbox import EndOp
@@ -41,9 +45,25 @@ def kept(exc: Exception) -> bool:
 class Ends:
     """Ends leases in Redis (retry, dead letter, deferral, reclaim) and counts the result."""
 
-    def __init__(self, stats: StatsCollector, config: DeadLetterConfig) -> None:
+    def __init__(
+        self,
+        stats: StatsCollector,
+        config: DeadLetterConfig,
+        settings: BaseSettings | None = None,
+    ) -> None:
         self.stats = stats
         self.config = config
+        # the SQL archive and the webhook alert, when the settings ask for them; a bad
+        # setting is raised when the session connects (it stops the crawl cleanly there)
+        self.archiver: Archiver | None = None
+        self.alert: DeadLetterAlert | None = None
+        self.setup_error: ConfigError | None = None
+        if settings is not None:
+            try:
+                self.archiver = Archiver.from_settings(settings, stats)
+                self.alert = DeadLetterAlert.from_settings(settings, stats)
+            except ConfigError as exc:
+                self.setup_error = exc
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
         self.corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
@@ -51,6 +71,8 @@ class Ends:
 
     async def end_ops(self, ops: list[EndOp], n_ops: int) -> None:
         """End the first *n_ops* finished leases; a failure costs that entry alone."""
+        if n_ops:
+            await self._archive_ready()
         for op in ops[:n_ops]:
             try:
                 await self.end(op)
@@ -85,6 +107,7 @@ class Ends:
             self.stats.inc_value("ha/dead/error")
             logger.error("Dead-lettered %s (class error): %s", op.request, reason)
             self._check_dlq_size(size)
+            await self._dead_lettered([op.entry_id])
 
     async def end(self, op: EndOp) -> None:
         """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
@@ -134,6 +157,28 @@ class Ends:
             "; the spider's errback handled it" if handled else "",
         )
         self._check_dlq_size(size)
+        await self._dead_lettered([op.entry_id])
+
+    async def _archive_ready(self) -> None:
+        """Declare the SQL archive in Redis before the first dead letter (or trim)."""
+        if self.archiver is not None:
+            assert self.queue is not None
+            await self.archiver.ready(self.queue)
+
+    async def _dead_lettered(self, ids: list[str]) -> None:
+        """Archive new dead letters (in the background) and send the alert if due."""
+        assert self.queue is not None
+        if self.archiver is not None and ids:
+            self.archiver.submit(self.queue, ids)
+        if self.alert is not None and ids:
+            await self.alert.check(self.queue)
+
+    async def close(self) -> None:
+        """Let the archive copies and the alert under way finish (each a bounded time)."""
+        if self.archiver is not None:
+            await self.archiver.close()
+        if self.alert is not None:
+            await self.alert.close()
 
     def _dlq_retention(self) -> _Retention:
         return {"max_entries": self.config.max_entries, "max_age_ms": self.config.max_age_ms}
@@ -154,6 +199,8 @@ class Ends:
     # -- unreadable entries -----------------------------------------------------------
 
     async def settle_corrupt(self) -> None:
+        if self.corrupt:
+            await self._archive_ready()
         while self.corrupt:
             lease, reason = self.corrupt[0]
             try:
@@ -177,7 +224,8 @@ class Ends:
             "reason": f"corrupt queue entry: {reason}",
             "payload": lease.payload[:200].decode("utf-8", "replace"),
         }
-        await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention())
+        if await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention()):
+            await self._dead_lettered([lease.id])
         self.stats.inc_value("ha/dead/corrupt")
         logger.error(
             "Queue entry %s is corrupt (%s): moved to the dead-letter queue", lease.id, reason
@@ -187,6 +235,7 @@ class Ends:
 
     async def reclaim(self, config: SchedulerConfig) -> None:
         assert self.queue is not None
+        await self._archive_ready()
         result = await self.queue.reclaim(
             worker=config.worker_id,
             interval_ms=int(config.reclaim_interval * 1000),
@@ -214,6 +263,7 @@ class Ends:
                 entry_id,
                 config.max_lease_expiries,
             )
+        await self._dead_lettered(poison)
 
     def count(self, result: SyncResult, sent: int) -> None:
         """Count what a sync did (enqueued, filtered, acked, stale, refused, set aside)."""

@@ -348,6 +348,7 @@ class RedisQueue:
             k.payload,
             k.retried,
             *k.stats_keys(),
+            k.dead_archived,
         ]
         args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
         reply = await self._reclaim(keys=keys, args=args)
@@ -379,7 +380,7 @@ class RedisQueue:
         """
         k = self.keys
         keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
-        keys += k.stats_keys()
+        keys += [*k.stats_keys(), k.dead_archived]
         args = [
             entry_id,
             token,
@@ -426,13 +427,15 @@ class RedisQueue:
         args = [self.order] + [x for e in entries for x in e]
         return int(await self._requeue(keys=keys, args=args))
 
-    async def purge_dead(self, ids: list[str]) -> int:
-        """Delete dead-letter entries for good; return how many."""
+    async def purge_dead(self, ids: list[str]) -> tuple[int, int]:
+        """Delete dead-letter entries for good; return (deleted, kept because an SQL archive
+        is declared for the crawl and they are not archived yet)."""
         if not ids:
-            return 0
+            return 0, 0
         k = self.keys
-        keys = [k.dead, k.dead_info, k.payload, *k.stats_keys()]
-        return int(await self._purge(keys=keys, args=ids))
+        keys = [k.dead, k.dead_info, k.payload, *k.stats_keys(), k.dead_archived]
+        deleted, kept = await self._purge(keys=keys, args=ids)
+        return int(deleted), int(kept)
 
     async def counts(self) -> Counts:
         """Size of every state, read atomically."""
@@ -455,6 +458,7 @@ class RedisQueue:
             k.gates,
             k.delayed_score,
             k.retried,
+            k.dlq_alert,
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 

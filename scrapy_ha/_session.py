@@ -64,7 +64,7 @@ class Session:
         self.outbox = shell.outbox
         self.redis_url = display_url(shell.crawler.settings)
         self.spider: Spider | None = None
-        self.ends = Ends(shell.stats, shell.config.dead_letter)
+        self.ends = Ends(shell.stats, shell.config.dead_letter, shell.crawler.settings)
         self.renewals = Renewals(
             shell.crawler.settings,
             lambda: self.config,
@@ -123,6 +123,8 @@ class Session:
         return False
 
     async def _connect(self, spider: Spider) -> None:
+        if self.ends.setup_error is not None:
+            raise self.ends.setup_error
         self.spider = self.ends.spider = spider
         job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
         if job and not self.config.worker_id_given:
@@ -165,6 +167,7 @@ class Session:
             )
         finally:
             await self.renewals.stop_keeper()
+            await self.ends.close()  # archive copies and alerts under way (bounded)
             await self.queue.client.aclose()
 
     async def _final_flush(self, reason: str) -> None:

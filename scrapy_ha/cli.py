@@ -30,6 +30,7 @@ from scrapy_ha._cli_common import (
     parse_when,
     server_ms,
 )
+from scrapy_ha._cli_report import add_report_command
 from scrapy_ha._cli_status import add_status_arguments, status
 from scrapy_ha._connection import (
     RedisUnavailable,
@@ -39,6 +40,7 @@ from scrapy_ha._connection import (
 )
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha._version import __version__
+from scrapy_ha.archive import add_archive_command, unarchived_kept
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
@@ -216,8 +218,13 @@ async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 
 async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Delete entries for good (IDs, or --all, or filters)."""
-    return await _bulk(queue, args, "purged", DeadLetterQueue(queue).purge)
+    """Delete entries for good (IDs, or --all, or filters); with an SQL archive, only those
+    archived already."""
+    dlq = DeadLetterQueue(queue)
+    code = await _bulk(queue, args, "purged", dlq.purge)
+    if dlq.kept_unarchived:
+        print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived))
+    return code
 
 
 async def _bulk(
@@ -332,6 +339,7 @@ def _add_dlq(sub: Any) -> None:
         bulk = _command(dlq, name, func)
         _add_filters(bulk, ids=True, limit=True)
         add_bulk_options(bulk)
+    add_archive_command(dlq, _command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _cli_delayed.register(sub)
     _add_dlq(sub)
     _add_checkpoints(sub)
+    add_report_command(sub, _command)
     return parser
 
 

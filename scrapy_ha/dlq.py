@@ -191,6 +191,8 @@ class DeadLetterQueue:
         self.queue = queue
         self.client = queue.client
         self.keys = queue.keys
+        #: Entries the last :meth:`purge` kept because they are not archived yet.
+        self.kept_unarchived = 0
 
     @classmethod
     def from_url(cls, url: str, spider: str, *, prefix: str = DEFAULT_PREFIX) -> Self:
@@ -336,10 +338,12 @@ class DeadLetterQueue:
         return requeued
 
     async def purge(self, ids: list[str]) -> int:
-        """Delete for good; return how many were deleted."""
-        return sum(
-            [
-                await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
-                for i in range(0, len(ids), SCAN_BATCH)
-            ]
-        )
+        """Delete for good; return how many were deleted. With an SQL archive declared for
+        the crawl (``HA_DLQ_ARCHIVE_URL``), entries not archived yet are kept: their number
+        is in :attr:`kept_unarchived` (``scrapy-ha dlq archive`` copies them)."""
+        deleted = self.kept_unarchived = 0
+        for i in range(0, len(ids), SCAN_BATCH):
+            done, kept = await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
+            deleted += done
+            self.kept_unarchived += kept
+        return deleted

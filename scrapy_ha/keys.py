@@ -21,6 +21,11 @@ key                        type         content
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
+``ha:{books}:dead_arch``   hash         entry id -> the dead-letter time (ms) of the version
+                                        copied to the SQL archive; field ``~archive`` (the
+                                        archive's URL, password hidden): retention and purge
+                                        keep entries not archived yet
+``ha:{books}:dlq_alert``   string       set when the dead-letter alert of this crawl was sent
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter part of lease tokens
@@ -114,6 +119,14 @@ class Keys:
         return self._key("dead_info")
 
     @property
+    def dead_archived(self) -> str:
+        return self._key("dead_arch")
+
+    @property
+    def dlq_alert(self) -> str:
+        return self._key("dlq_alert")
+
+    @property
     def dupefilter(self) -> str:
         return self._key("dupefilter")
 
@@ -195,7 +208,7 @@ class Keys:
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
         zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers)
-        strings = (self.seq, self.lease_seq, self.reclaim_guard, self.paused)
+        strings = (self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.dlq_alert)
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
@@ -214,6 +227,8 @@ class Keys:
             self.delayed_score,
             self.dead,
             self.dead_info,
+            self.dead_archived,
+            self.dlq_alert,
             self.dupefilter,
             self.seq,
             self.lease_seq,

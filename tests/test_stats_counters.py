@@ -93,7 +93,7 @@ async def test_a_retried_request_that_ends_dead_and_the_operator_actions(redis_u
     (one,) = (await lease_all(q)).values()
     await q.dead_letter(*one, {"class": "timeout", "reason": "timed out"})
     assert await q.requeue_dead([(one[0], 0, request("http://c.example/1").payload)]) == 1
-    assert await q.purge_dead([two[0]]) == 1
+    assert await q.purge_dead([two[0]]) == (1, 0)  # (deleted, kept unarchived)
     (one,) = (await lease_all(q)).values()
     await q.ack([one])  # requeued with its attempts reset: not a retry that succeeded
 

@@ -3,6 +3,7 @@
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] dead  KEYS[4] dead_info  KEYS[5] expiries
 -- KEYS[6] payload  KEYS[7] retried
 -- KEYS[8] stats  KEYS[9] stats:min  KEYS[10] stats:domain (lib/stats)
+-- KEYS[11] dead_archived (retention keeps entries not archived yet)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- The JSON gets "last" (server time, ms) and keeps "first" if given.
@@ -35,6 +36,6 @@ dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
-trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age)
+trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age, KEYS[11])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {1, redis.call('ZCARD', KEYS[3])}

@@ -1,20 +1,28 @@
--- purge: delete dead-letter entries for good (their info and payload too).
+-- purge: delete dead-letter entries for good (their info and payload too). With an SQL
+-- archive declared for the crawl, an entry not archived yet is kept (see lib/deadletter).
 -- KEYS[1] dead  KEYS[2] dead_info  KEYS[3] payload
--- KEYS[4] stats  KEYS[5] stats:min  KEYS[6] stats:domain (lib/stats)
+-- KEYS[4] stats  KEYS[5] stats:min  KEYS[6] stats:domain (lib/stats)  KEYS[7] dead_archived
 -- ARGV entry ids
--- Returns the number deleted.
+-- Returns {deleted, kept because not archived yet}.
 --- @include "types"
 --- @include "stats"
+--- @include "deadletter"
 local err = wrong_type('purge', KEYS, {nil, nil, nil, 'hash', 'hash', 'hash'})
 if err then return err end
-local n = 0
+local n, kept = 0, 0
 for i = 1, #ARGV do
-  if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-    redis.call('HDEL', KEYS[2], ARGV[i])
-    redis.call('HDEL', KEYS[3], ARGV[i])
-    n = n + 1
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    if archived(KEYS[1], KEYS[7], ARGV[i]) then
+      redis.call('ZREM', KEYS[1], ARGV[i])
+      redis.call('HDEL', KEYS[2], ARGV[i])
+      redis.call('HDEL', KEYS[3], ARGV[i])
+      redis.call('HDEL', KEYS[7], ARGV[i])
+      n = n + 1
+    else
+      kept = kept + 1
+    end
   end
 end
 count('purged', n)
 write_stats(KEYS[4], KEYS[5], KEYS[6], now_ms())
-return n
+return {n, kept}

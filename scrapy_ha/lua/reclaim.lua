@@ -11,6 +11,7 @@
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] pending  KEYS[4] expiries
 -- KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard  KEYS[8] payload
 -- KEYS[9] retried KEYS[10] stats  KEYS[11] stats:min  KEYS[12] stats:domain (lib/stats)
+-- KEYS[13] dead_archived (retention keeps entries not archived yet)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- Returns {-1} when another worker holds the guard, else
@@ -72,7 +73,7 @@ end
 
 -- retention of the dead-letter queue, when this call dead-lettered some
 if #out > 3 or out[3] > 0 then
-  trim_dead(KEYS[5], KEYS[6], KEYS[8], now, max_dead, max_age)
+  trim_dead(KEYS[5], KEYS[6], KEYS[8], now, max_dead, max_age, KEYS[13])
 end
 if #ids >= batch then
   redis.call('DEL', KEYS[7]) -- more are waiting: let the next tick continue

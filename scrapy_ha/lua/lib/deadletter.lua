@@ -13,12 +13,25 @@ local function dead_letter(dead, dead_info, id, info, now)
   redis.call('HSET', dead_info, id, cjson.encode(info))
 end
 
--- trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms)
---   KEYS: dead, dead_info, payload (the caller's KEYS[i])
+-- archived(dead, dead_archived, id)
+--   KEYS: dead, dead_archived (the caller's KEYS[i])
+--   Whether entry id may leave Redis for good: no SQL archive is declared for the crawl
+--   (no field '~archive' in dead_archived), or the version in the dead-letter queue (its
+--   dead-letter time) is the one the archive holds. A requeued and dead-lettered again
+--   entry has a newer time: not archived until it is copied again.
+local function archived(dead, dead_archived, id)
+  if redis.call('HEXISTS', dead_archived, '~archive') == 0 then return true end
+  local at = redis.call('HGET', dead_archived, id)
+  return at ~= false and tonumber(at) == tonumber(redis.call('ZSCORE', dead, id))
+end
+
+-- trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived)
+--   KEYS: dead, dead_info, payload, dead_archived (the caller's KEYS[i])
 --   Rule: retention. The dead-letter queue keeps at most max_entries entries, none older
 --   than max_age_ms: the oldest go for good (info and payload too), at most 100 of each
---   kind per call so that one call stays short; later calls continue.
-local function trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms)
+--   kind per call so that one call stays short; later calls continue. With an archive
+--   declared, an entry not archived yet stays (the archive catches up, then it goes).
+local function trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived)
   local old = redis.call('ZRANGEBYSCORE', dead, '-inf', now - max_age_ms, 'LIMIT', 0, 100)
   local excess = redis.call('ZCARD', dead) - #old - max_entries
   if excess > 0 then
@@ -26,8 +39,11 @@ local function trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms)
     for _, id in ipairs(more) do old[#old + 1] = id end
   end
   for _, id in ipairs(old) do
-    redis.call('ZREM', dead, id)
-    redis.call('HDEL', dead_info, id)
-    redis.call('HDEL', payload, id)
+    if archived(dead, dead_archived, id) then
+      redis.call('ZREM', dead, id)
+      redis.call('HDEL', dead_info, id)
+      redis.call('HDEL', payload, id)
+      redis.call('HDEL', dead_archived, id)
+    end
   end
 end

@@ -1,0 +1,176 @@
+"""The SQL archive of dead letters, on SQLite and on a real PostgreSQL, with real crawls."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.archive import ARCHIVE_MARK, Archive
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+from tests.test_dlq import PATHS, cli
+from tests.test_retry_crawl import FAST_RETRIES
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+KEYS = Keys("ha", "faults")
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def archive_url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'failed.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+async def crawl(redis_url: str, site, paths=PATHS, **settings):
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url, **settings})
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    return crawler
+
+
+def exported(redis_url: str) -> dict[str, dict]:
+    lines = cli(redis_url, "dlq", "export", "faults").stdout.splitlines()
+    return {e["id"]: e for e in map(json.loads, lines)}
+
+
+def rows(url: str) -> dict[str, dict]:
+    archive = Archive(url)
+    try:
+        return {r["entry_id"]: r for r in archive.rows("faults")}
+    finally:
+        archive.close()
+
+
+def assert_rows_match(found: dict[str, dict], dlq: dict[str, dict]) -> None:
+    assert set(found) == set(dlq)
+    for entry_id, e in dlq.items():
+        r = found[entry_id]
+        assert (r["url"], r["method"], r["failure_class"], r["reason"], r["attempts"]) == (
+            e["url"],
+            e["method"],
+            e["class"],
+            e["reason"],
+            e["attempts"],
+        )
+        assert r["status"] == e["status"]
+        assert r["history"] == e["history"]
+        assert json.loads(r["payload"])["u"] == e["url"]  # the stored request
+        assert r["first_failure"] <= r["last_failure"] <= r["archived_at"]
+
+
+@deferred_f_from_coro_f
+async def test_dlq_archive_copies_every_dead_letter_once(
+    redis_url, redis_client, site, archive_url
+):
+    await crawl(redis_url, site)
+    dlq = exported(redis_url)
+    assert len(dlq) == 3
+
+    dry = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("would copy 3 of 3 dead letter(s) of faults")
+    assert not redis_client.hexists(KEYS.dead_archived, ARCHIVE_MARK)  # nothing declared
+
+    first = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("copied 3 of 3 dead letter(s) of faults")
+    assert "(gone 2, server 1)" in first.stdout
+    archived = rows(archive_url)
+    assert_rows_match(archived, dlq)
+    assert "pw" not in redis_client.hget(KEYS.dead_archived, ARCHIVE_MARK).decode()
+
+    again = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url)
+    assert again.stdout.startswith("copied 0 of 3 dead letter(s)")
+    assert rows(archive_url) == archived  # the same rows, none added or rewritten
+
+    # a requeued entry that dies again is a new version: copied again, over its row
+    retried = next(i for i, e in dlq.items() if e["class"] == "server")
+    assert cli(redis_url, "dlq", "requeue", "faults", retried).returncode == 0
+    await crawl(redis_url, site, paths=())
+    third = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url)
+    assert third.stdout.startswith("copied 1 of 3 dead letter(s)")
+    after = rows(archive_url)
+    assert len(after) == 3 and after[retried]["last_failure"] > archived[retried]["last_failure"]
+
+
+@deferred_f_from_coro_f
+async def test_workers_archive_as_they_dead_letter(redis_url, redis_client, site, archive_url):
+    crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL=archive_url)
+    assert crawler.stats.get_value("ha/archive/archived") == 3
+    assert crawler.stats.get_value("ha/archive/errors") is None
+    assert_rows_match(rows(archive_url), exported(redis_url))
+    # the command finds nothing left to copy
+    done = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url)
+    assert done.stdout.startswith("copied 0 of 3")
+
+
+@deferred_f_from_coro_f
+async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_entries(
+    redis_url, redis_client, site, tmp_path
+):
+    down = f"sqlite:///{tmp_path / 'no-such-dir' / 'failed.db'}"  # cannot be opened
+    paths = tuple(f"/status/404?n={i}" for i in range(5)) + ("/item/1",)
+    crawler = await crawl(
+        redis_url, site, paths=paths, HA_DLQ_ARCHIVE_URL=down, HA_DLQ_MAX_ENTRIES=2
+    )
+    assert crawler.stats.get_value("item_scraped_count") == 1  # the crawl went on
+    assert crawler.stats.get_value("ha/dead/gone") == 5
+    assert crawler.stats.get_value("ha/archive/errors") >= 1
+    assert crawler.stats.get_value("ha/archive/archived") is None
+    assert sorted(crawler.spider.errors) == [p for p in paths if "404" in p]
+    # retention (2 entries) would have dropped 3: none was archived, all 5 stay
+    assert redis_client.zcard(KEYS.dead) == 5
+
+    # purge keeps what is not archived, and says so
+    purge = cli(redis_url, "dlq", "purge", "faults", "--all")
+    assert purge.stdout.splitlines() == [
+        "purged 0 of 5 entries",
+        "kept 5 entries not archived yet (an SQL archive is declared for faults): run "
+        "`scrapy-ha dlq archive faults` first, then purge again",
+    ]
+    assert redis_client.zcard(KEYS.dead) == 5
+
+    # the command catches up; then retention drops archived entries again
+    good = f"sqlite:///{tmp_path / 'failed.db'}"
+    assert cli(redis_url, "dlq", "archive", "faults", "--url", good).stdout.startswith(
+        "copied 5 of 5"
+    )
+    await crawl(
+        redis_url, site, paths=("/status/410",), HA_DLQ_ARCHIVE_URL=good, HA_DLQ_MAX_ENTRIES=2
+    )
+    assert len(rows(good)) == 6  # the new one archived by the worker
+    # trimmed down to the limit as the new one arrived (it was not archived yet then)
+    assert redis_client.zcard(KEYS.dead) <= 2
+    assert redis_client.zcard(KEYS.dead) == len(exported(redis_url))
+    purge = cli(redis_url, "dlq", "purge", "faults", "--all")
+    assert purge.stdout.startswith("purged ") and "kept" not in purge.stdout
+    assert redis_client.zcard(KEYS.dead) == 0
+    assert redis_client.hkeys(KEYS.dead_archived) == [ARCHIVE_MARK.encode()]
+
+
+def test_a_bad_archive_url_is_named(redis_url, redis_client):
+    result = cli(redis_url, "dlq", "archive", "faults", "--url", "nosuchdb://u:secret@h/x")
+    assert result.returncode == 2
+    assert "HA_DLQ_ARCHIVE_URL='nosuchdb://u:***@h/x'" in result.stderr
+    assert "secret" not in result.stderr
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_with_a_bad_archive_url_does_not_start(redis_url, site, caplog):
+    crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL="nosuchdb://u:secret@h/x")
+    assert crawler.stats.get_value("response_received_count") is None
+    assert "scrapy-ha cannot start: HA_DLQ_ARCHIVE_URL='nosuchdb://u:***@h/x'" in caplog.text
+    assert "secret" not in caplog.text

@@ -1,0 +1,71 @@
+"""`scrapy-ha report`: a crawl's summary over a window, after a real crawl."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha._cli_report import parse_window
+from tests.spiders import FaultSpider
+from tests.test_dlq import PATHS, cli
+from tests.test_retry_crawl import FAST_RETRIES
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+@deferred_f_from_coro_f
+async def test_the_report_sums_up_the_window(redis_url, site):
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=PATHS)
+
+    result = cli(redis_url, "report", "faults", "--since", "24h", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["spider"] == "faults" and report["window_s"] == 86400
+    assert report["states"]["dead"] == 3 and report["states"]["pending"] == 0
+    # done and retried from the crawl-wide counters, dead from the dead-letter queue's times
+    assert report["window"] == {"enqueued": 4, "acked": 1, "retried": 2, "dead": 3}
+    assert report["retry_success_rate"] == 0.0  # the one request retried ended dead
+    assert report["totals"]["dead:gone"] == 2
+    assert report["dead_by_class"] == {"gone": 2, "server": 1}
+    assert report["top_domains"] == [["127.0.0.1", 3]]
+    assert sorted(r for r, _ in report["top_reasons"]) == ["HTTP 404", "HTTP 410", "HTTP 503"]
+
+    text = cli(redis_url, "report", "faults").stdout
+    assert "in window:  enqueued 4, acked 1, retried 2, dead 3" in text
+    assert "success rate 0%" in text
+    assert "dead by class: gone 2, server 1" in text
+    assert "top domains:   127.0.0.1 3" in text
+    markdown = cli(redis_url, "report", "faults", "--format", "markdown").stdout
+    assert "## scrapy-ha report: faults" in markdown and "| gone | 2 |" in markdown
+
+    await asyncio.sleep(2.5)  # the dead letters are now older than a 2-second window
+    later = json.loads(
+        cli(redis_url, "report", "faults", "--since", "2s", "--format", "json").stdout
+    )
+    assert later["window"]["dead"] == 0 and later["dead_by_class"] == {}
+    assert later["states"]["dead"] == 3
+
+
+def test_a_bad_window_is_named(redis_url):
+    result = cli(redis_url, "report", "faults", "--since", "yesterday")
+    assert result.returncode == 2
+    assert "--since 'yesterday': write a duration such as 24h" in result.stderr
+
+
+def test_windows():
+    assert [parse_window(w) for w in ("24h", "90m", "7d", "30s", "3600")] == [
+        86400,
+        5400,
+        604800,
+        30,
+        3600,
+    ]
