@@ -24,6 +24,7 @@ from scrapy_ha._connection import (
     display_url,
     redis_from_settings,
 )
+from scrapy_ha._health import redis_health
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
@@ -70,11 +71,13 @@ async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
         )
         return 1
     counts = (await queue.counts()).as_dict()
+    health = await redis_health(queue.client)
     if args.json:
-        print(json.dumps({"spider": queue.keys.spider, **counts}))
+        print(json.dumps({"spider": queue.keys.spider, **counts, "redis": health}))
     else:
         for name, value in counts.items():
             print(f"{name:>13}  {value}")
+        print(f"Redis: {'; '.join(health) or 'ok'}")
     return 0
 
 
