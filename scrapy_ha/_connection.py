@@ -10,6 +10,7 @@ a connection error, so the caller's reconnect-with-backoff follows the new prima
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -28,6 +29,7 @@ __all__ = [
     "RedisConfigError",
     "RedisUnavailable",
     "display_url",
+    "jittered",
     "redis_from_settings",
     "sync_redis_from_settings",
 ]
@@ -63,6 +65,12 @@ def sync_redis_from_settings(settings: BaseSettings, *, connect_timeout: float) 
     client = _redis_url.sync_client(settings, connect_timeout=connect_timeout)
     _follow_failover(client, _SyncReadOnlyDrops)
     return client
+
+
+def jittered(delay: float) -> float:
+    """A wait between half *delay* and *delay* ("equal jitter"): the backoff still grows,
+    and workers that lost Redis at the same instant do not all come back at once."""
+    return random.uniform(delay / 2, delay)
 
 
 def display_url(settings: BaseSettings) -> str:

@@ -61,7 +61,13 @@ TLS_SETTINGS = {
     "REDIS_TLS_KEY_FILE": "ssl_keyfile",
 }
 #: redis-py arguments that only a standalone server knows (a cluster has one database).
-_NOT_FOR_CLUSTER = ("db", "health_check_interval", "connection_class", "redis_cls")
+_NOT_FOR_CLUSTER = (
+    "db",
+    "health_check_interval",
+    "connection_class",
+    "redis_cls",
+    "retry_on_timeout",
+)
 
 
 class RedisConfigError(ValueError):

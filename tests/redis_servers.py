@@ -5,6 +5,8 @@ conftest's leftover-process fixture stops whatever a failed test leaves running.
 
 from __future__ import annotations
 
+import random
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 START_TIMEOUT = 60.0
 #: Sentinel's failure detection: short, so a failover takes seconds in the tests.
 DOWN_AFTER_MS = 1000
+#: A cluster node talks to the others on its port + 10000 (Redis Cluster's bus).
+CLUSTER_BUS_OFFSET = 10000
 #: The name the sentinels know the primary by.
 SERVICE = "crawlmaster"
 
@@ -225,6 +229,7 @@ def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Clust
                 str(d / "nodes.conf"),
                 "--cluster-node-timeout",
                 "3000",
+                port=_cluster_port(),
             )
         )
     addresses = [f"127.0.0.1:{n.port}" for n in cluster.nodes]
@@ -244,6 +249,24 @@ def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Clust
     )
     harness.wait_for(lambda: _cluster_ok(cluster), "the cluster to be ok", START_TIMEOUT, 0.2)
     return cluster
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too, below 55536."""
+    for _ in range(100):
+        port = random.randint(20000, 45000)
+        if all(_free(p) for p in (port, port + CLUSTER_BUS_OFFSET)):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _cluster_ok(cluster: Cluster) -> bool:

@@ -1,0 +1,181 @@
+"""A crawl survives its Redis failing over, and runs on a Redis Cluster: real servers, real
+sentinels, a real cluster, all on loopback.
+
+- A primary demoted under a plain ``redis://`` URL answers READONLY: the worker takes it as
+  Redis being away (reconnect with backoff), not as bad data, and goes on once the URL
+  reaches a primary again.
+- Behind Sentinel, the primary is SIGKILLed mid-crawl: the sentinels promote the replica,
+  the worker asks them again, and the crawl finishes with every item. Redis replicates
+  asynchronously, so the new primary holds a prefix of the old one's writes: what the lost
+  suffix did (acks, leases) is redone when those leases expire; children and their
+  parent's ack are written by one script, so a prefix never holds an ack without the
+  children. The test asserts no item is lost and duplicates stay below the requests that
+  can be in flight (prefetch plus concurrency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha._connection import jittered
+from tests import redis_servers
+from tests.spiders import CatalogueSpider
+from tests.test_cli import scrapy_ha
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+#: Requests a worker can have taken from Redis at once: the bound on duplicates.
+IN_FLIGHT = 8
+#: Seconds a scenario may take on a loaded 2-core machine before the test gives up.
+DEADLINE = 120.0
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def crawl_settings(url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": url,
+        "HA_IDLE_TIMEOUT": 0.5,
+        "HA_LEASE_TIME": 4,
+        "HA_LEASE_RENEW_INTERVAL": 1,
+        "HA_RECLAIM_INTERVAL": 1,
+        "HA_RECONNECT_MAX_DELAY": 1,
+        "HA_PREFETCH": IN_FLIGHT // 2,
+        "CONCURRENT_REQUESTS": IN_FLIGHT // 2,
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+async def until(check: Any, what: str, timeout: float = DEADLINE) -> None:
+    """Poll *check* (run in a thread: it may talk to Redis) until true, with a deadline."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def assert_nothing_lost(spider: Any, total: int) -> None:
+    ids = [item["id"] for item in spider.items]
+    assert sorted(set(ids)) == list(range(1, total + 1))
+    assert len(ids) - total <= IN_FLIGHT, f"{len(ids) - total} duplicates"
+
+
+# -- a demoted primary under a plain URL ----------------------------------------------------
+
+
+@deferred_f_from_coro_f
+async def test_readonly_from_a_demoted_primary_is_redis_away_not_bad_data(
+    tmp_path: Path, site_factory, caplog
+):
+    site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.2")
+    primary = redis_servers.start(tmp_path / "a")
+    replica = redis_servers.start(tmp_path / "b", "--replicaof", "127.0.0.1", str(primary.port))
+    a, b = primary.client(), replica.client()
+    try:
+        await until(lambda: a.info("replication")["connected_slaves"] == 1, "the replica")
+        crawler = get_crawler(
+            CatalogueSpider, crawl_settings(f"redis://127.0.0.1:{primary.port}/0")
+        )
+        crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+        await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
+        # FAILOVER waits for the replica to have every write: nothing is lost in Redis
+        a.execute_command("FAILOVER")  # the URL now names a read-only replica
+        await until(lambda: "read-only replica" in caplog.text, "the READONLY warning")
+        await until(lambda: b.info("replication")["connected_slaves"] == 1, "the replica")
+        b.execute_command("FAILOVER")  # the URL reaches a primary again (as after a DNS move)
+        await asyncio.wait_for(crawl, DEADLINE)
+    finally:
+        for server in (primary, replica):
+            server.kill()
+        a.close()
+        b.close()
+    assert "Redis refused a scrapy-ha command" not in caplog.text
+    warned = [r for r in caplog.records if "read-only replica" in r.getMessage()]
+    assert warned and all(r.levelno == logging.WARNING for r in warned)
+    assert_nothing_lost(crawler.spider, 50)
+
+
+# -- Sentinel -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sentinels(tmp_path: Path):
+    found = redis_servers.start_sentinels(tmp_path / "sentinel", "--appendonly", "yes")
+    yield found
+    found.stop()
+
+
+async def crawl_through_failover(found: redis_servers.SentinelSet, site: Any, total: int):
+    crawler = get_crawler(CatalogueSpider, crawl_settings(found.url))
+    crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
+    old = found.primary_port()
+    found.primary.kill()
+    killed_at = len(crawler.spider.items)
+    await asyncio.to_thread(redis_servers.wait_promoted, found, old)
+    await asyncio.wait_for(crawl, DEADLINE)
+    assert killed_at < total, "the crawl ended before the primary was killed"
+    return crawler
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_follows_a_sentinel_failover_and_loses_nothing(sentinels, site_factory):
+    site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.2")
+    crawler = await crawl_through_failover(sentinels, site, 50)
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    assert crawler.stats.get_value("ha/redis_errors", 0) >= 1  # it did see the primary go
+    assert_nothing_lost(crawler.spider, 50)
+
+
+@pytest.mark.long
+@deferred_f_from_coro_f
+async def test_a_long_crawl_follows_a_sentinel_failover(sentinels, site_factory):
+    site = site_factory("--pages", "40", "--per-page", "25", "--delay", "0.05")
+    crawler = await crawl_through_failover(sentinels, site, 1000)
+    assert_nothing_lost(crawler.spider, 1000)
+
+
+# -- Cluster ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    found = redis_servers.start_cluster(tmp_path / "cluster")
+    yield found
+    found.stop()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_on_a_three_master_cluster(cluster, site):
+    settings = crawl_settings(cluster.url, SCHEDULER_PERSIST=True)
+    crawler = get_crawler(CatalogueSpider, settings)
+    await crawler.crawl_async(base_url=site.url)
+    assert_nothing_lost(crawler.spider, 50)
+    assert len(crawler.spider.items) == 50
+    assert len(cluster.masters()) == 3
+    result = await asyncio.to_thread(
+        scrapy_ha, "--redis-url", cluster.url, "status", "catalogue", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"fingerprints": 55' in result.stdout
+
+
+def test_a_reconnect_wait_is_jittered_between_half_and_the_whole_delay():
+    waits = [jittered(8.0) for _ in range(200)]
+    assert all(4.0 <= w <= 8.0 for w in waits)
+    assert len(set(waits)) > 100  # workers that lost Redis together come back apart
