@@ -121,15 +121,23 @@ def sentinels(tmp_path: Path):
 
 
 async def crawl_through_failover(found: redis_servers.SentinelSet, site: Any, total: int):
+    """Crawl, SIGKILL the primary mid-crawl, wait for the crawl to end; print what it cost."""
     crawler = get_crawler(CatalogueSpider, crawl_settings(found.url))
     crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
     old = found.primary_port()
     found.primary.kill()
-    killed_at = len(crawler.spider.items)
+    killed, killed_at = time.monotonic(), len(crawler.spider.items)
     await asyncio.to_thread(redis_servers.wait_promoted, found, old)
+    promoted, acked = time.monotonic(), crawler.stats.get_value("ha/acked", 0)
+    await until(lambda: crawler.stats.get_value("ha/acked", 0) > acked or crawl.done(), "acks")
+    print(  # the figures docs/scaling.md quotes (pytest -s)
+        f"failover: promoted {promoted - killed:.1f} s after the kill, acks again "
+        f"{time.monotonic() - killed:.1f} s after it"
+    )
     await asyncio.wait_for(crawl, DEADLINE)
     assert killed_at < total, "the crawl ended before the primary was killed"
+    print(f"failover: {len(crawler.spider.items) - total} duplicate item(s) of {total}")
     return crawler
 
 
