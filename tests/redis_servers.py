@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.crc import key_slot
 
 from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
@@ -210,6 +211,22 @@ class Cluster:
             lines = c.execute_command("CLUSTER", "NODES").decode().splitlines()
         return sorted(int(x.split()[1].split(":")[1].split("@")[0]) for x in lines if "master" in x)
 
+    def alive(self) -> list[Server]:
+        return [n for n in self.nodes if n.proc.poll() is None]
+
+    def owner_of(self, key: str, among: list[Server] | None = None) -> Server | None:
+        """The live master that serves *key*'s slot, as the live nodes see it (None while
+        none does: a failover in progress)."""
+        slot = key_slot(key.encode())
+        for node in among or self.alive():
+            try:
+                with node.client() as c:
+                    if c.execute_command("ROLE")[0] == b"master" and _serves(c, slot):
+                        return node
+            except redis.exceptions.RedisError:
+                continue
+        return None
+
     def stop(self) -> None:
         for node in self.nodes:
             harness.stop(node.proc)
@@ -267,6 +284,19 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def _serves(client: redis.Redis, slot: int) -> bool:
+    """Whether this node owns *slot* (its own line in CLUSTER NODES lists the slot)."""
+    for line in client.execute_command("CLUSTER", "NODES").decode().splitlines():
+        fields = line.split()
+        if "myself" not in fields[2]:
+            continue
+        for part in fields[8:]:
+            start, _, end = part.partition("-")
+            if start.isdigit() and int(start) <= slot <= int(end or start):
+                return True
+    return False
 
 
 def _cluster_ok(cluster: Cluster) -> bool:

@@ -187,3 +187,20 @@ def test_a_reconnect_wait_is_jittered_between_half_and_the_whole_delay():
     waits = [jittered(8.0) for _ in range(200)]
     assert all(4.0 <= w <= 8.0 for w in waits)
     assert len(set(waits)) > 100  # workers that lost Redis together come back apart
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_follows_a_cluster_failover_when_its_master_is_killed(cluster, site_factory):
+    site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.2")
+    crawler = get_crawler(CatalogueSpider, crawl_settings(cluster.url))
+    crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
+    owner = cluster.owner_of("ha:{catalogue}:pending")
+    owner.kill()
+    killed_at = len(crawler.spider.items)
+    promoted = lambda: cluster.owner_of("ha:{catalogue}:pending") not in (None, owner)  # noqa: E731
+    await until(promoted, "a replica promoted to master")
+    await asyncio.wait_for(crawl, DEADLINE)
+    assert killed_at < 50, "the crawl ended before its master was killed"
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    assert_nothing_lost(crawler.spider, 50)
