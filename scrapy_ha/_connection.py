@@ -43,6 +43,7 @@ REDIS_DOWN_ERRORS = (
     redis.exceptions.ClusterDownError,
     redis.exceptions.TryAgainError,
     redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,  # no node reachable, or a slot not served yet
     ConnectionError,
     OSError,
     asyncio.TimeoutError,
@@ -140,7 +141,8 @@ async def check_reachable(client: Any, url: str, timeout: float) -> str:
         raise RedisUnavailable(
             f"scrapy-ha cannot reach Redis at {url} within {timeout:g} s "
             f"({type(exc).__name__}: {_mask_in(exc, url)}). Check REDIS_URL and that "
-            f"redis-server is running and reachable from this worker."
+            f"redis-server (or the sentinels, or the cluster nodes, it names) is running "
+            f"and reachable from this worker."
         ) from None
     return str(info.get("redis_version", "?"))
 

@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha._redis_url import RedisConfigError, parse_url, target_from_settings
 from scrapy_ha.config import uses_cluster
+from scrapy_ha.demo.harness import free_port
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
@@ -164,3 +165,20 @@ async def test_a_crawl_and_the_cli_over_a_unix_socket(tmp_path, site):
         assert status["pending"] == 0 and status["fingerprints"] == 55
     finally:
         server.kill()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://:hunter2@127.0.0.1:{port}/books/0",
+        "redis+cluster://:hunter2@127.0.0.1:{port}",
+    ],
+)
+@deferred_f_from_coro_f
+async def test_unreachable_sentinels_or_cluster_fail_the_start_naming_the_url(url, caplog):
+    url = url.format(port=free_port())
+    crawler = get_crawler(CatalogueSpider, crawl_settings(REDIS_URL=url, HA_CONNECT_TIMEOUT=2))
+    await crawler.crawl_async(base_url="http://127.0.0.1:9")
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "cannot reach Redis at " + url.replace("hunter2", "***") in error
+    assert "hunter2" not in caplog.text
