@@ -19,6 +19,7 @@ from typing import Any
 from scrapy.settings import Settings
 
 from scrapy_ha._connection import (
+    RedisConfigError,
     RedisUnavailable,
     check_reachable,
     display_url,
@@ -268,7 +269,11 @@ def _add_dlq(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``scrapy-ha`` command line: each subcommand's parser carries its function."""
     parser = argparse.ArgumentParser(prog="scrapy-ha", description=__doc__.splitlines()[0])
-    parser.add_argument("--redis-url", help="Redis URL (default: the project's REDIS_URL)")
+    parser.add_argument(
+        "--redis-url",
+        help="redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL "
+        "(default: the project's REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES)",
+    )
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
     sub = parser.add_subparsers(dest="command", required=True)
     _command(sub, "status", status).add_argument(
@@ -286,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return asyncio.run(_run(args))
-    except (RedisUnavailable, ConfigError) as exc:
+    except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

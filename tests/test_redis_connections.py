@@ -182,3 +182,10 @@ async def test_unreachable_sentinels_or_cluster_fail_the_start_naming_the_url(ur
     (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "cannot reach Redis at " + url.replace("hunter2", "***") in error
     assert "hunter2" not in caplog.text
+
+
+def test_the_cli_refuses_a_bad_url_in_one_line_with_the_password_masked():
+    result = scrapy_ha("--redis-url", "memcache://u:hunter2@127.0.0.1/0", "status", "books")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: REDIS_URL 'memcache://u:***@127.0.0.1/0': unknown")
+    assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr
