@@ -54,16 +54,20 @@ class RedisUnavailable(RuntimeError):
     """Redis cannot be reached; the message names the URL (password masked)."""
 
 
-def redis_from_settings(settings: BaseSettings, *, connect_timeout: float) -> Any:
-    """Return an asyncio Redis client (create it on the running event loop)."""
-    client = _redis_url.async_client(settings, connect_timeout=connect_timeout)
+def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
+    """Return an asyncio Redis client (create it on the running event loop); *overrides*
+    are redis-py client arguments that win over ``REDIS_PARAMS``."""
+    client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
     _follow_failover(client, _AsyncReadOnlyDrops)
     return client
 
 
-def sync_redis_from_settings(settings: BaseSettings, *, connect_timeout: float) -> Any:
-    """A blocking Redis client of the same Redis (for a thread, or synchronous tools)."""
-    client = _redis_url.sync_client(settings, connect_timeout=connect_timeout)
+def sync_redis_from_settings(
+    settings: BaseSettings, *, connect_timeout: float, **overrides: Any
+) -> Any:
+    """A blocking Redis client of the same Redis (for a thread, or synchronous tools such
+    as a metrics exporter); *overrides* as for :func:`redis_from_settings`."""
+    client = _redis_url.sync_client(settings, connect_timeout=connect_timeout, **overrides)
     _follow_failover(client, _SyncReadOnlyDrops)
     return client
 

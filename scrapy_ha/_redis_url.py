@@ -265,10 +265,12 @@ def _with(target: RedisTarget, params: dict[str, Any]) -> RedisTarget:
 # -- clients -------------------------------------------------------------------------------
 
 
-def async_client(settings: BaseSettings, *, connect_timeout: float) -> Any:
-    """An asyncio client of the Redis the settings name (create it on the running loop)."""
+def async_client(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
+    """An asyncio client of the Redis the settings name (create it on the running loop);
+    *overrides* are redis-py client arguments that win over ``REDIS_PARAMS`` (a metrics
+    scrape's short ``socket_timeout``, say)."""
     target = target_from_settings(settings)
-    params = _defaults(connect_timeout) | target.params
+    params = _defaults(connect_timeout) | target.params | overrides
     if target.mode == "sentinel":
         return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
     if target.mode == "cluster":
@@ -276,10 +278,10 @@ def async_client(settings: BaseSettings, *, connect_timeout: float) -> Any:
     return redis.asyncio.Redis.from_url(target.url, **params)
 
 
-def sync_client(settings: BaseSettings, *, connect_timeout: float) -> Any:
-    """A blocking client of the same Redis (for a thread, or the synchronous CLI)."""
+def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
+    """A blocking client of the same Redis (for a thread, or a synchronous tool)."""
     target = target_from_settings(settings)
-    params = _defaults(connect_timeout) | target.params
+    params = _defaults(connect_timeout) | target.params | overrides
     if target.mode == "sentinel":
         return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
     if target.mode == "cluster":

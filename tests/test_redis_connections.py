@@ -14,6 +14,7 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha._connection import sync_redis_from_settings
 from scrapy_ha._redis_url import RedisConfigError, parse_url, target_from_settings
 from scrapy_ha.config import uses_cluster
 from scrapy_ha.demo.harness import free_port
@@ -189,3 +190,13 @@ def test_the_cli_refuses_a_bad_url_in_one_line_with_the_password_masked():
     assert result.returncode == 2
     assert result.stderr.startswith("error: REDIS_URL 'memcache://u:***@127.0.0.1/0': unknown")
     assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_a_tool_overrides_client_arguments_over_redis_params(redis_url):
+    settings = Settings({"REDIS_URL": redis_url, "REDIS_PARAMS": {"socket_timeout": 30}})
+    client = sync_redis_from_settings(settings, connect_timeout=1, socket_timeout=0.5)
+    try:
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.5
+        assert client.ping()
+    finally:
+        client.close()
