@@ -30,6 +30,7 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
+from scrapy.utils.misc import load_object
 
 from scrapy_ha.codec import mask_url
 
@@ -182,7 +183,6 @@ def target_from_settings(settings: BaseSettings) -> RedisTarget:
     tls = _tls_params(settings, target)
     if target.mode == "sentinel" and settings.get("REDIS_SENTINEL_PASSWORD"):
         params["sentinel_password"] = settings.get("REDIS_SENTINEL_PASSWORD")
-    params.pop("redis_cls", None)
     params.pop("url", None)
     return _with(target, {**params, **tls})
 
@@ -275,7 +275,8 @@ def async_client(settings: BaseSettings, *, connect_timeout: float, **overrides:
         return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
     if target.mode == "cluster":
         return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_node)
-    return redis.asyncio.Redis.from_url(target.url, **params)
+    cls = _own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
+    return cls.from_url(target.url, **params)
 
 
 def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
@@ -286,7 +287,17 @@ def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: 
         return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
     if target.mode == "cluster":
         return _cluster_client(target, params, redis.RedisCluster, redis.cluster.ClusterNode)
-    return redis.Redis.from_url(target.url, **params)
+    cls = _own_class(params.pop("redis_cls", None), redis.Redis)
+    return cls.from_url(target.url, **params)
+
+
+def _own_class(cls: Any, base: type) -> Any:
+    """The user's ``REDIS_PARAMS["redis_cls"]`` when it is a client of *base*'s kind (a
+    subclass of their own); else *base*: scrapy-redis's ``redis.Redis`` names the blocking
+    client, and the scheduler needs the asyncio one."""
+    if isinstance(cls, str):
+        cls = load_object(cls)
+    return cls if isinstance(cls, type) and issubclass(cls, base) else base
 
 
 def _defaults(connect_timeout: float) -> dict[str, Any]:
@@ -325,6 +336,7 @@ def _sentinel_client(
 ) -> Any:
     """The primary's client; the sentinels are asked for it on every new connection."""
     params = dict(params)
+    params.pop("redis_cls", None)  # the primary's client is the sentinel-managed one
     tls = {arg: params[arg] for arg in TLS_SETTINGS.values() if arg in params}
     asking: dict[str, Any] = {
         "socket_connect_timeout": params["socket_connect_timeout"],

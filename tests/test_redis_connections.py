@@ -9,12 +9,13 @@ import logging
 from typing import TYPE_CHECKING
 
 import pytest
+import redis.asyncio
 from scrapy.core.engine import ExecutionEngine
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._connection import sync_redis_from_settings
+from scrapy_ha._connection import redis_from_settings, sync_redis_from_settings
 from scrapy_ha._redis_url import RedisConfigError, parse_url, target_from_settings
 from scrapy_ha.config import uses_cluster
 from scrapy_ha.demo.harness import free_port
@@ -200,3 +201,28 @@ def test_a_tool_overrides_client_arguments_over_redis_params(redis_url):
         assert client.ping()
     finally:
         client.close()
+
+
+class OwnAsyncRedis(redis.asyncio.Redis):
+    """A user's client class, named in REDIS_PARAMS as scrapy-redis allows."""
+
+
+@pytest.mark.parametrize(
+    ("redis_cls", "expected"),
+    [
+        (None, redis.asyncio.Redis),
+        ("redis.Redis", redis.asyncio.Redis),  # scrapy-redis's blocking default: not usable
+        (OwnAsyncRedis, OwnAsyncRedis),
+        ("tests.test_redis_connections.OwnAsyncRedis", OwnAsyncRedis),
+    ],
+)
+@deferred_f_from_coro_f
+async def test_a_client_class_of_the_users_own_is_kept(redis_url, redis_cls, expected):
+    params = {"redis_cls": redis_cls} if redis_cls else {}
+    settings = Settings({"REDIS_URL": redis_url, "REDIS_PARAMS": params})
+    client = redis_from_settings(settings, connect_timeout=2)
+    try:
+        assert type(client) is expected
+        assert await client.ping()
+    finally:
+        await client.aclose()
