@@ -12,8 +12,10 @@ the exporter and the dashboard all reach Redis through :func:`async_client` or
 - ``redis+cluster://[user:password@]host:port[,host:port...]``, or ``REDIS_CLUSTER_NODES``
   (scrapy-redis's ``REDIS_PARAMS["redis_cls"]`` naming a ``RedisCluster`` still works).
 
-``rediss`` in any of these schemes (``rediss+sentinel://``, ``rediss+cluster://``) means
-TLS, with ``REDIS_TLS_CA_FILE``, ``REDIS_TLS_CERT_FILE`` and ``REDIS_TLS_KEY_FILE``.
+The first that is set wins: ``REDIS_SENTINELS``, ``REDIS_CLUSTER_NODES``, ``REDIS_URL``,
+``REDIS_HOST``. ``rediss`` in any of these schemes (``rediss+sentinel://``,
+``rediss+cluster://``) means TLS, with ``REDIS_TLS_CA_FILE``, ``REDIS_TLS_CERT_FILE`` and
+``REDIS_TLS_KEY_FILE``.
 ``REDIS_PARAMS`` is passed to the client as in scrapy-redis. A password given in a URL is
 never printed: :attr:`RedisTarget.display` masks it.
 """
