@@ -50,6 +50,10 @@ REDIS_DOWN_ERRORS = (
 )
 
 
+#: The error Redis answers a write with while ``min-replicas-to-write`` is not met.
+NO_REPLICAS = "NOREPLICAS"
+
+
 class RedisUnavailable(RuntimeError):
     """Redis cannot be reached; the message names the URL (password masked)."""
 
@@ -58,7 +62,7 @@ def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **ove
     """Return an asyncio Redis client (create it on the running event loop); *overrides*
     are redis-py client arguments that win over ``REDIS_PARAMS``."""
     client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
-    _follow_failover(client, _AsyncReadOnlyDrops)
+    _follow_failover(client, _AsyncFailoverAware)
     return client
 
 
@@ -68,7 +72,7 @@ def sync_redis_from_settings(
     """A blocking Redis client of the same Redis (for a thread, or synchronous tools such
     as a metrics exporter); *overrides* as for :func:`redis_from_settings`."""
     client = _redis_url.sync_client(settings, connect_timeout=connect_timeout, **overrides)
-    _follow_failover(client, _SyncReadOnlyDrops)
+    _follow_failover(client, _SyncFailoverAware)
     return client
 
 
@@ -87,22 +91,25 @@ def display_url(settings: BaseSettings) -> str:
 
 
 def _follow_failover(client: Any, mixin: type) -> None:
-    """Make the standalone client's connections drop themselves on a READONLY reply.
+    """Make the client's connections take a failover for Redis being away.
 
-    A Sentinel client does so already (redis-py asks the sentinels again); a cluster
-    client follows MOVED replies. A plain URL whose name moves to the new primary (a
-    managed service's failover) needs the connection closed, or every call goes on
-    reaching the demoted primary."""
+    A READONLY reply (the connection reaches a primary demoted to a replica) closes the
+    connection: a plain URL whose name moves to the new primary (a managed service's
+    failover) is resolved again by the next one, a Sentinel client asks the sentinels
+    (redis-py does that itself), a cluster client follows MOVED replies instead. A
+    NOREPLICAS reply (``min-replicas-to-write`` not met: the primary lost its replicas)
+    is waited out the same way: it is not bad data."""
     pool = getattr(client, "connection_pool", None)
-    if pool is None or hasattr(pool, "sentinel_manager"):
+    if pool is None:
         return
     base = pool.connection_class
     if not issubclass(base, mixin):
-        pool.connection_class = type(f"ReadOnlyDrops{base.__name__}", (mixin, base), {})
+        pool.connection_class = type(f"FailoverAware{base.__name__}", (mixin, base), {})
 
 
-class _AsyncReadOnlyDrops:
-    """A connection that closes itself and raises ConnectionError on READONLY."""
+class _AsyncFailoverAware:
+    """A connection that raises ConnectionError on READONLY (closing itself first) and on
+    NOREPLICAS."""
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -110,9 +117,13 @@ class _AsyncReadOnlyDrops:
         except redis.exceptions.ReadOnlyError as exc:
             await self.disconnect()  # type: ignore[attr-defined]
             raise redis.exceptions.ConnectionError(_readonly_text(exc)) from exc
+        except redis.exceptions.ResponseError as exc:
+            if str(exc).startswith(NO_REPLICAS):
+                raise redis.exceptions.ConnectionError(_noreplicas_text(exc)) from exc
+            raise
 
 
-class _SyncReadOnlyDrops:
+class _SyncFailoverAware:
     """The same for the blocking client."""
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
@@ -121,6 +132,17 @@ class _SyncReadOnlyDrops:
         except redis.exceptions.ReadOnlyError as exc:
             self.disconnect()  # type: ignore[attr-defined]
             raise redis.exceptions.ConnectionError(_readonly_text(exc)) from exc
+        except redis.exceptions.ResponseError as exc:
+            if str(exc).startswith(NO_REPLICAS):
+                raise redis.exceptions.ConnectionError(_noreplicas_text(exc)) from exc
+            raise
+
+
+def _noreplicas_text(exc: Exception) -> str:
+    return (
+        f"the primary refuses writes while too few replicas follow it ({exc}: "
+        f"min-replicas-to-write); waiting for a replica"
+    )
 
 
 def _readonly_text(exc: Exception) -> str:

@@ -110,6 +110,41 @@ async def test_readonly_from_a_demoted_primary_is_redis_away_not_bad_data(
     assert_nothing_lost(crawler.spider, 50)
 
 
+@deferred_f_from_coro_f
+async def test_a_primary_without_its_replica_makes_the_crawl_wait_not_fail(
+    tmp_path: Path, site_factory, caplog
+):
+    # min-replicas-to-write 1: the primary refuses writes (NOREPLICAS) once its replica is
+    # gone; the worker waits for a replica as for Redis being away
+    site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.2")
+    guard = ("--min-replicas-to-write", "1", "--min-replicas-max-lag", "1")
+    primary = redis_servers.start(tmp_path / "a", *guard)
+    follow = ("--replicaof", "127.0.0.1", str(primary.port))
+    replica = redis_servers.start(tmp_path / "b", *follow)
+    a = primary.client()
+
+    def good_replicas() -> int:
+        return int(a.info("replication").get("min_slaves_good_slaves", 0))
+
+    try:
+        await until(lambda: good_replicas() == 1, "the replica")
+        crawler = get_crawler(
+            CatalogueSpider, crawl_settings(f"redis://127.0.0.1:{primary.port}/0")
+        )
+        crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+        await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
+        replica.kill()
+        await until(lambda: "too few replicas" in caplog.text, "the NOREPLICAS warning")
+        replica = redis_servers.start(tmp_path / "c", *follow)
+        await asyncio.wait_for(crawl, DEADLINE)
+    finally:
+        for server in (primary, replica):
+            server.kill()
+        a.close()
+    assert "Redis refused a scrapy-ha command" not in caplog.text
+    assert_nothing_lost(crawler.spider, 50)
+
+
 # -- Sentinel -----------------------------------------------------------------------------
 
 
