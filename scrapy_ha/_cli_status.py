@@ -17,6 +17,8 @@ import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from scrapy_ha._cli_pause import paused_since
+from scrapy_ha._health import redis_health
 from scrapy_ha.stats import (
     COUNTERS,
     DOMAIN_EVENTS,
@@ -98,10 +100,17 @@ async def _show(queue: RedisQueue, args: argparse.Namespace) -> None:
         out.write(CLEAR_SCREEN)
     while True:
         stats = await read_crawl_stats_async(queue.client, queue.keys, domains=args.domains > 0)
+        paused = await paused_since(queue)
+        health = await redis_health(queue.client)
         if args.json:
-            out.write(json.dumps(as_json(stats, args.domains)) + "\n")
+            doc = {**as_json(stats, args.domains), "paused": paused, "redis": health}
+            out.write(json.dumps(doc) + "\n")
         else:
-            _draw(out, text(stats, args.domains), in_place=in_place, last=args.watch is None)
+            lines = text(stats, args.domains)
+            if paused:
+                lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
+            lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
+            _draw(out, lines, in_place=in_place, last=args.watch is None)
         out.flush()
         if args.watch is None:
             return

@@ -12,6 +12,7 @@ import scrapy
 
 from scrapy_ha import _engine
 from scrapy_ha._connection import check_reachable, redis_from_settings
+from scrapy_ha._health import warn_once
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha._version import __version__
 from scrapy_ha.config import check_start_key
@@ -42,6 +43,7 @@ async def open_queue(
     client = redis_from_settings(settings, connect_timeout=config.connect_timeout)
     try:
         server = await check_reachable(client, redis_url, config.connect_timeout)
+        await warn_once(client, redis_url)
     except BaseException:
         await client.aclose()
         raise

@@ -19,8 +19,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import redis
-from scrapy.settings import Settings
-from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha._connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
 from scrapy_ha._queue import RENEW_LUA, lost_pairs, renew_args, worker_stats
@@ -46,22 +44,6 @@ REPORT_GAP = 0.25
 
 #: (entry id, token) of every lease the worker holds.
 Pairs = tuple[tuple[str, str], ...]
-
-
-def sync_redis_from_settings(settings: Any, *, connect_timeout: float) -> Any:
-    """A blocking Redis client from scrapy-redis's connection settings (for the thread)."""
-    params: dict[str, Any] = {
-        "socket_connect_timeout": connect_timeout,
-        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
-        "retry_on_timeout": False,
-    }
-    params.update(settings.getdict("REDIS_PARAMS"))
-    cls = params.get("redis_cls")
-    name = cls if isinstance(cls, str) else getattr(cls, "__name__", "")
-    params["redis_cls"] = redis.RedisCluster if "Cluster" in name else redis.Redis
-    only_redis = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
-    only_redis.set("REDIS_PARAMS", params)
-    return get_redis_from_settings(only_redis)
 
 
 class LeaseKeeper:

@@ -22,7 +22,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from scrapy_ha._keeper import LeaseKeeper, LoopWatch, sync_redis_from_settings
+from scrapy_ha._connection import sync_redis_from_settings
+from scrapy_ha._keeper import LeaseKeeper, LoopWatch
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -19,7 +19,7 @@ import redis
 
 from scrapy_ha import _engine
 from scrapy_ha._connect import StartReport, joined, log_connected, open_queue
-from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url
+from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url, jittered
 from scrapy_ha._ends import Ends
 from scrapy_ha._renewal import Renewals
 from scrapy_ha._start_urls import StartUrls
@@ -213,8 +213,9 @@ class Session:
                 self.redis_ok, delay = True, 0.0
             except REDIS_DOWN_ERRORS as exc:
                 delay = min(self.config.reconnect_max_delay, max(0.25, delay * 2))
-                self._redis_down(exc, delay)
-                await asyncio.sleep(delay)
+                wait = jittered(delay)  # workers that lost Redis together come back apart
+                self._redis_down(exc, wait)
+                await asyncio.sleep(wait)
                 continue
             except redis.exceptions.ResponseError as exc:
                 await self._bad_redis_data(exc)

@@ -33,6 +33,7 @@ from scrapy_ha._cli_common import (
 from scrapy_ha._cli_report import add_report_command
 from scrapy_ha._cli_status import add_status_arguments, status
 from scrapy_ha._connection import (
+    RedisConfigError,
     RedisUnavailable,
     check_reachable,
     display_url,
@@ -347,8 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="scrapy-ha", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--redis-url",
-        help=f"Redis URL (default: ${REDIS_URL_ENV}, else the project's REDIS_URL); "
-        "accepted after the subcommand too",
+        help="redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL "
+        f"(default: ${REDIS_URL_ENV}, else the project's REDIS_URL, REDIS_SENTINELS or "
+        "REDIS_CLUSTER_NODES); accepted after the subcommand too",
     )
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -388,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         return asyncio.run(_run(args))
-    except (RedisUnavailable, ConfigError) as exc:
+    except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

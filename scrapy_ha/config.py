@@ -256,17 +256,15 @@ CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
 def uses_cluster(settings: BaseSettings) -> bool:
     """Does the client built from these settings talk to a Redis Cluster?
 
-    scrapy-redis, and scrapy-ha after it, build a cluster client only from
-    ``REDIS_PARAMS["redis_cls"]`` (a ``RedisCluster`` class, or its dotted path); a
-    ``redis://`` URL says nothing about it.
+    Yes with ``REDIS_CLUSTER_NODES``, a ``redis+cluster://`` URL, or scrapy-redis's way:
+    ``REDIS_PARAMS["redis_cls"]`` naming a ``RedisCluster`` class (or its dotted path).
     """
-    cls = settings.getdict("REDIS_PARAMS").get("redis_cls")
-    if isinstance(cls, type):
-        import redis.asyncio  # noqa: PLC0415 - the client module, imported by the scheduler
+    from scrapy_ha._redis_url import target_from_settings  # noqa: PLC0415 - import cycle
 
-        clusters = (redis.RedisCluster, redis.asyncio.RedisCluster)
-        return issubclass(cls, clusters) or "Cluster" in cls.__name__
-    return isinstance(cls, str) and "Cluster" in cls.rpartition(".")[2]
+    try:
+        return target_from_settings(settings).mode == "cluster"
+    except ValueError:  # refused when the client is built, with its own message
+        return False
 
 
 def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:

@@ -21,11 +21,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from urllib.parse import urlsplit
 
-import redis.asyncio
+from scrapy.settings import Settings
 
+from scrapy_ha._connection import redis_from_settings
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+
+#: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
+CONNECT_TIMEOUT = 5.0
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -197,8 +201,10 @@ class DeadLetterQueue:
     @classmethod
     def from_url(cls, url: str, spider: str, *, prefix: str = DEFAULT_PREFIX) -> Self:
         """The dead-letter queue of *spider*'s crawl in the Redis at *url* (keys under
-        *prefix*, ``HA_KEY_PREFIX``). Close it with `aclose`, or use ``async with``."""
-        return cls(RedisQueue(redis.asyncio.Redis.from_url(url), Keys(prefix, spider)))
+        *prefix*, ``HA_KEY_PREFIX``; any URL ``REDIS_URL`` takes). Close it with `aclose`,
+        or use ``async with``."""
+        client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=CONNECT_TIMEOUT)
+        return cls(RedisQueue(client, Keys(prefix, spider)))
 
     async def aclose(self) -> None:
         """Close the Redis connection."""

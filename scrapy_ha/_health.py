@@ -1,0 +1,149 @@
+"""What about the Redis a crawl runs on can lose the crawl: checked when a worker connects
+(a WARNING per problem, once per process) and shown by ``scrapy-ha status``.
+
+- **Eviction.** With ``maxmemory`` set, a ``maxmemory-policy`` other than ``noeviction``
+  deletes keys when memory runs out: ``allkeys-*`` deletes queued requests, leases and
+  fingerprints (requests are lost, or crawled again); ``volatile-*`` deletes the keys
+  scrapy-ha gives a TTL (pagination checkpoints, a worker's lease grant) before their
+  time. Under ``noeviction`` a full Redis refuses writes instead, and scrapy-ha keeps what
+  it could not write and retries it: nothing is lost, the crawl waits. Without
+  ``maxmemory`` (0) nothing is ever evicted, whatever the policy.
+- **Persistence.** With neither AOF (``appendonly``) nor RDB snapshots (``save``), a
+  restart of Redis empties it: the crawl is gone.
+- **Version.** Redis older than 6.2 is not tested (the scripts use commands and Lua
+  behaviour of 6.2 and later).
+
+A check Redis does not allow (``CONFIG`` renamed by a managed service, an ACL user
+without ``+config|get``) is skipped: it is not a problem of the crawl.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+
+__all__ = ["MIN_VERSION", "redis_health", "warn_once"]
+
+logger = logging.getLogger(__name__)
+
+#: The oldest Redis the test suite runs on; older servers lack commands the scripts use.
+MIN_VERSION = (6, 2)
+#: The one eviction policy that never deletes a key of the crawl.
+SAFE_POLICY = "noeviction"
+
+
+async def redis_health(client: Any) -> list[str]:
+    """One sentence per problem of the Redis *client* talks to (none: an empty list).
+
+    Each sentence names the setting of Redis and the fix. On a Redis Cluster every node is
+    checked and a problem is said once."""
+    try:
+        info = await client.info()
+    except redis.exceptions.ResponseError:  # INFO not allowed to this user
+        return []
+    saves = await _config_get(client, "save")
+    problems: list[str] = []
+    for node_info in _per_node(info):
+        for problem in node_problems(node_info, saves):
+            if problem not in problems:
+                problems.append(problem)
+    return problems
+
+
+async def warn_once(client: Any, url: str) -> list[str]:
+    """Log each problem of the Redis at *url* at WARNING, the first time this process
+    connects to it; return them (a check that fails is skipped, never fatal)."""
+    if url in _WARNED:
+        return []
+    _WARNED.add(url)
+    try:
+        problems = await redis_health(client)
+    except (redis.exceptions.RedisError, OSError) as exc:
+        logger.debug("Could not check the Redis at %s: %s", url, exc)
+        return []
+    for problem in problems:
+        logger.warning("Redis at %s: %s", url, problem)
+    return problems
+
+
+#: The Redis URLs this process has checked already: each is warned about once.
+_WARNED: set[str] = set()
+
+
+def node_problems(info: dict[str, Any], saves: set[str] | None) -> list[str]:
+    """The problems one server's ``INFO`` shows; *saves*: its ``save`` settings, or None
+    when they could not be read."""
+    return [
+        p for p in (_version(info), _eviction(info), _persistence(info, saves)) if p is not None
+    ]
+
+
+def _version(info: dict[str, Any]) -> str | None:
+    text = str(info.get("redis_version", ""))
+    try:
+        version = tuple(int(part) for part in text.split(".")[:2])
+    except ValueError:
+        return None
+    if version >= MIN_VERSION:
+        return None
+    return (
+        f"Redis {text} is older than {'.'.join(map(str, MIN_VERSION))}, the oldest scrapy-ha "
+        f"is tested on: upgrade Redis"
+    )
+
+
+def _eviction(info: dict[str, Any]) -> str | None:
+    policy = str(info.get("maxmemory_policy", SAFE_POLICY))
+    maxmemory = int(info.get("maxmemory", 0) or 0)
+    if policy == SAFE_POLICY or not maxmemory:
+        return None
+    if policy.startswith("allkeys"):
+        what = "queued requests, leases and fingerprints (the crawl loses requests)"
+    else:
+        what = "pagination checkpoints and lease grants before they expire"
+    return (
+        f"maxmemory-policy is {policy} with maxmemory {maxmemory} bytes: when Redis is "
+        f"full it deletes {what}; set maxmemory-policy noeviction (a full Redis then "
+        f"refuses writes, and scrapy-ha retries them)"
+    )
+
+
+def _persistence(info: dict[str, Any], saves: set[str] | None) -> str | None:
+    if int(info.get("aof_enabled", 0) or 0) or saves is None or saves - {""}:
+        return None
+    return (
+        'neither AOF nor RDB persistence is on (appendonly no, save ""): a restart of '
+        "Redis loses the whole crawl; set appendonly yes (appendfsync everysec)"
+    )
+
+
+async def _config_get(client: Any, name: str) -> set[str] | None:
+    """The values of one setting across the nodes; None when CONFIG GET is refused."""
+    try:
+        reply = await client.config_get(name)
+    except redis.exceptions.ResponseError:
+        return None
+    return {_text(value) for value in _flatten(reply, name)}
+
+
+def _flatten(reply: Any, name: str) -> list[Any]:
+    if isinstance(reply, dict) and name in reply:
+        return [reply[name]]
+    if isinstance(reply, dict):  # a cluster: one reply per node
+        return [v for part in reply.values() for v in _flatten(part, name)]
+    return []
+
+
+def _per_node(info: Any) -> list[dict[str, Any]]:
+    """INFO of a server, or of every node of a cluster (a dict per node)."""
+    if not isinstance(info, dict):
+        return []
+    if "redis_version" in info:
+        return [info]
+    return [v for v in info.values() if isinstance(v, dict) and "redis_version" in v]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

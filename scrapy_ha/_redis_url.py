@@ -1,0 +1,375 @@
+"""Where the crawl's Redis is, and the one place every scrapy-ha client is built from it.
+
+The scheduler, its lease keeper thread, the middlewares (through the scheduler), the CLI,
+the exporter and the dashboard all reach Redis through :func:`async_client` or
+:func:`sync_client`, so that one setting moves every one of them. Redis is named by one of:
+
+- ``REDIS_URL`` (or scrapy-redis's ``REDIS_HOST`` / ``REDIS_PORT`` / ``REDIS_DB``):
+  ``redis://[user:password@]host:port/db``, ``rediss://...`` (TLS), ``unix:///path?db=N``;
+- ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``, or the
+  settings ``REDIS_SENTINELS`` and ``REDIS_SENTINEL_SERVICE``: the primary is asked of the
+  sentinels on every new connection, so a failover is followed by reconnecting;
+- ``redis+cluster://[user:password@]host:port[,host:port...]``, or ``REDIS_CLUSTER_NODES``
+  (scrapy-redis's ``REDIS_PARAMS["redis_cls"]`` naming a ``RedisCluster`` still works).
+
+The first that is set wins: ``REDIS_SENTINELS``, ``REDIS_CLUSTER_NODES``, ``REDIS_URL``,
+``REDIS_HOST``. ``rediss`` in any of these schemes (``rediss+sentinel://``,
+``rediss+cluster://``) means TLS, with ``REDIS_TLS_CA_FILE``, ``REDIS_TLS_CERT_FILE`` and
+``REDIS_TLS_KEY_FILE``.
+``REDIS_PARAMS`` is passed to the client as in scrapy-redis. A password given in a URL is
+never printed: :attr:`RedisTarget.display` masks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+from scrapy.utils.misc import load_object
+
+from scrapy_ha.codec import mask_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from scrapy.settings import BaseSettings
+
+__all__ = ["RedisTarget", "async_client", "sync_client", "target_from_settings"]
+
+#: Where Redis is when nothing says otherwise: redis-py's and scrapy-redis's default.
+DEFAULT_URL = "redis://localhost:6379/0"
+#: The port of a sentinel given without one (Redis Sentinel's registered port).
+SENTINEL_PORT = 26379
+#: The port of a Redis (or cluster node) given without one.
+REDIS_PORT = 6379
+#: Read timeout of one Redis call: a script over a big batch finishes well within it.
+DEFAULT_SOCKET_TIMEOUT = 15.0
+#: Seconds an idle pooled connection may sit before it is PINGed before use: a connection
+#: to a server that went away while idle fails there, not in the middle of a script.
+HEALTH_CHECK_INTERVAL = 30
+#: scrapy-redis's own defaults for ``REDIS_PARAMS``, honoured here.
+SCRAPY_REDIS_ENCODING = "utf-8"
+
+#: Settings naming TLS files, and the redis-py argument each sets.
+TLS_SETTINGS = {
+    "REDIS_TLS_CA_FILE": "ssl_ca_certs",
+    "REDIS_TLS_CERT_FILE": "ssl_certfile",
+    "REDIS_TLS_KEY_FILE": "ssl_keyfile",
+}
+#: redis-py arguments that only a standalone server knows (a cluster has one database).
+_NOT_FOR_CLUSTER = (
+    "db",
+    "health_check_interval",
+    "connection_class",
+    "redis_cls",
+    "retry_on_timeout",
+)
+
+
+class RedisConfigError(ValueError):
+    """The Redis settings or URL cannot be used; the message names them and the fix."""
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Which Redis (standalone, Sentinel or Cluster) and how to reach it."""
+
+    mode: str  # "single", "sentinel" or "cluster"
+    url: str = DEFAULT_URL  # single: the URL redis-py parses; otherwise the URL given, if any
+    nodes: tuple[tuple[str, int], ...] = ()  # sentinel or cluster: where to ask first
+    service: str = ""  # sentinel: the primary's name in the sentinels' configuration
+    db: int = 0
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # extra client arguments
+
+    @property
+    def display(self) -> str:
+        """The address for logs and errors, password masked."""
+        if self.mode == "single" or self.url.startswith(("redis+", "rediss+")):
+            return mask_url(self.url)
+        scheme = ("rediss+" if self.tls else "redis+") + self.mode
+        where = ",".join(f"{h}:{p}" for h, p in self.nodes)
+        tail = f"/{self.service}/{self.db}" if self.mode == "sentinel" else ""
+        return f"{scheme}://{where}{tail}"
+
+
+# -- from a URL or the settings ------------------------------------------------------------
+
+
+def parse_url(url: str) -> RedisTarget:
+    """A target from a URL of any supported scheme (ValueError names the URL, masked)."""
+    scheme = url.partition("://")[0].lower()
+    if scheme in ("redis+sentinel", "rediss+sentinel"):
+        return _sentinel_url(url, tls=scheme.startswith("rediss"))
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        return _cluster_url(url, tls=scheme.startswith("rediss"))
+    if scheme in ("redis", "rediss", "unix"):
+        return RedisTarget("single", url=url, tls=scheme == "rediss")
+    raise RedisConfigError(
+        f"REDIS_URL {mask_url(url)!r}: unknown scheme {scheme!r}; use redis://, rediss://, "
+        f"unix://, redis+sentinel:// or redis+cluster://"
+    )
+
+
+def _userinfo(url: str) -> tuple[str | None, str | None, str, str]:
+    """(username, password, hosts part, path) of a URL whose netloc may list hosts."""
+    parts = urlsplit(url)
+    user: str | None = None
+    password: str | None = None
+    hosts = parts.netloc
+    if "@" in hosts:
+        info, hosts = hosts.rsplit("@", 1)
+        name, colon, secret = info.partition(":")
+        user = unquote(name) or None
+        password = unquote(secret) if colon else None
+    return user, password, hosts, parts.path
+
+
+def _nodes(spec: str | Iterable[Any], default_port: int, what: str) -> tuple[tuple[str, int], ...]:
+    """``"h:p,h:p"``, ``["h:p", ...]`` or ``[("h", p), ...]`` as (host, port) pairs."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    nodes: list[tuple[str, int]] = []
+    for item in items:
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            nodes.append((str(item[0]), int(item[1])))
+            continue
+        host, _, port = str(item).strip().rpartition(":")
+        if not host:
+            host, port = port, str(default_port)
+        if not host or not port.isdigit():
+            raise RedisConfigError(f"{what}: {item!r} is not host:port")
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise RedisConfigError(f"{what} names no host:port")
+    return tuple(nodes)
+
+
+def _sentinel_url(url: str, *, tls: bool) -> RedisTarget:
+    user, password, hosts, path = _userinfo(url)
+    service, _, db = path.strip("/").partition("/")
+    if not service or (db and not db.isdigit()):
+        raise RedisConfigError(
+            f"REDIS_URL {mask_url(url)!r}: a Sentinel URL is "
+            f"redis+sentinel://[:password@]host:port[,host:port]/<service>[/<db>]"
+        )
+    nodes = _nodes(hosts, SENTINEL_PORT, f"REDIS_URL {mask_url(url)!r}")
+    return RedisTarget("sentinel", url, nodes, service, int(db or 0), tls, user, password)
+
+
+def _cluster_url(url: str, *, tls: bool) -> RedisTarget:
+    user, password, hosts, path = _userinfo(url)
+    if path.strip("/") not in ("", "0"):
+        raise RedisConfigError(
+            f"REDIS_URL {mask_url(url)!r}: a Redis Cluster has database 0 only; "
+            f"drop {path!r} from the URL"
+        )
+    nodes = _nodes(hosts, REDIS_PORT, f"REDIS_URL {mask_url(url)!r}")
+    return RedisTarget("cluster", url, nodes, tls=tls, username=user, password=password)
+
+
+def target_from_settings(settings: BaseSettings) -> RedisTarget:
+    """The Redis these settings name (see the module's documentation for the order)."""
+    params = _params(settings)
+    target = _base_target(settings, params)
+    if target.mode == "single" and _names_cluster(params.get("redis_cls")):
+        target = _single_as_cluster(target)
+    tls = _tls_params(settings, target)
+    if target.mode == "sentinel" and settings.get("REDIS_SENTINEL_PASSWORD"):
+        params["sentinel_password"] = settings.get("REDIS_SENTINEL_PASSWORD")
+    params.pop("url", None)
+    return _with(target, {**params, **tls})
+
+
+def _base_target(settings: BaseSettings, params: dict[str, Any]) -> RedisTarget:
+    if settings.get("REDIS_SENTINELS"):
+        service = settings.get("REDIS_SENTINEL_SERVICE")
+        if not service:
+            raise RedisConfigError(
+                "REDIS_SENTINELS is set but REDIS_SENTINEL_SERVICE is not: name the primary "
+                "as the sentinels know it (their `sentinel monitor <name> ...` line)"
+            )
+        nodes = _nodes(settings.get("REDIS_SENTINELS"), SENTINEL_PORT, "REDIS_SENTINELS")
+        db = settings.getint("REDIS_DB", 0)
+        return RedisTarget("sentinel", "", nodes, str(service), db, _tls_wanted(settings))
+    if settings.get("REDIS_CLUSTER_NODES"):
+        nodes = _nodes(settings.get("REDIS_CLUSTER_NODES"), REDIS_PORT, "REDIS_CLUSTER_NODES")
+        return RedisTarget("cluster", "", nodes, tls=_tls_wanted(settings))
+    url = settings.get("REDIS_URL") or params.get("url")
+    if url:
+        return parse_url(str(url))
+    host = settings.get("REDIS_HOST") or "localhost"
+    port = settings.getint("REDIS_PORT") or REDIS_PORT
+    return RedisTarget("single", url=f"redis://{host}:{port}/{settings.getint('REDIS_DB', 0)}")
+
+
+def _tls_wanted(settings: BaseSettings) -> bool:
+    return any(settings.get(name) for name in TLS_SETTINGS)
+
+
+def _single_as_cluster(target: RedisTarget) -> RedisTarget:
+    """scrapy-redis's way: a ``redis://`` URL of one node and a ``RedisCluster`` class."""
+    parts = urlsplit(target.url)
+    node = ((parts.hostname or "localhost", parts.port or REDIS_PORT),)
+    user, password = parts.username, parts.password
+    return RedisTarget(
+        "cluster", target.url, node, tls=target.tls, username=user, password=password
+    )
+
+
+def _names_cluster(cls: Any) -> bool:
+    if isinstance(cls, type):
+        clusters = (redis.RedisCluster, redis.asyncio.RedisCluster)
+        return issubclass(cls, clusters) or "Cluster" in cls.__name__
+    return isinstance(cls, str) and "Cluster" in cls.rpartition(".")[2]
+
+
+def _params(settings: BaseSettings) -> dict[str, Any]:
+    """``REDIS_PARAMS`` as scrapy-redis reads it, ``REDIS_ENCODING`` included."""
+    params: dict[str, Any] = {"encoding": settings.get("REDIS_ENCODING") or SCRAPY_REDIS_ENCODING}
+    params.update(settings.getdict("REDIS_PARAMS"))
+    return params
+
+
+def _tls_params(settings: BaseSettings, target: RedisTarget) -> dict[str, Any]:
+    given = {arg: settings.get(name) for name, arg in TLS_SETTINGS.items() if settings.get(name)}
+    if given and not target.tls:
+        names = ", ".join(n for n, a in TLS_SETTINGS.items() if a in given)
+        raise RedisConfigError(
+            f"{names} set, but Redis at {target.display} is not reached over TLS: use a "
+            f"rediss:// URL (rediss+sentinel://, rediss+cluster://), or drop {names}"
+        )
+    return given
+
+
+def _with(target: RedisTarget, params: dict[str, Any]) -> RedisTarget:
+    return RedisTarget(
+        target.mode,
+        target.url,
+        target.nodes,
+        target.service,
+        target.db,
+        target.tls,
+        target.username,
+        target.password,
+        params,
+    )
+
+
+# -- clients -------------------------------------------------------------------------------
+
+
+def async_client(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
+    """An asyncio client of the Redis the settings name (create it on the running loop);
+    *overrides* are redis-py client arguments that win over ``REDIS_PARAMS`` (a metrics
+    scrape's short ``socket_timeout``, say)."""
+    target = target_from_settings(settings)
+    params = _defaults(connect_timeout) | target.params | overrides
+    if target.mode == "sentinel":
+        return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
+    if target.mode == "cluster":
+        return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_node)
+    cls = _own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
+    return cls.from_url(target.url, **params)
+
+
+def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
+    """A blocking client of the same Redis (for a thread, or a synchronous tool)."""
+    target = target_from_settings(settings)
+    params = _defaults(connect_timeout) | target.params | overrides
+    if target.mode == "sentinel":
+        return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
+    if target.mode == "cluster":
+        return _cluster_client(target, params, redis.RedisCluster, redis.cluster.ClusterNode)
+    cls = _own_class(params.pop("redis_cls", None), redis.Redis)
+    return cls.from_url(target.url, **params)
+
+
+def _own_class(cls: Any, base: type) -> Any:
+    """The user's ``REDIS_PARAMS["redis_cls"]`` when it is a client of *base*'s kind (a
+    subclass of their own); else *base*: scrapy-redis's ``redis.Redis`` names the blocking
+    client, and the scheduler needs the asyncio one."""
+    if isinstance(cls, str):
+        cls = load_object(cls)
+    return cls if isinstance(cls, type) and issubclass(cls, base) else base
+
+
+def _defaults(connect_timeout: float) -> dict[str, Any]:
+    return {
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": DEFAULT_SOCKET_TIMEOUT,
+        "retry_on_timeout": False,
+        "health_check_interval": HEALTH_CHECK_INTERVAL,
+    }
+
+
+def _auth(target: RedisTarget) -> dict[str, Any]:
+    auth: dict[str, Any] = {}
+    if target.username:
+        auth["username"] = target.username
+    if target.password is not None:
+        auth["password"] = target.password
+    return auth
+
+
+def _async_node(host: str, port: int) -> Any:
+    return redis.asyncio.cluster.ClusterNode(host, port)
+
+
+def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, node: Any) -> Any:
+    kwargs = {k: v for k, v in params.items() if k not in _NOT_FOR_CLUSTER}
+    kwargs.update(_auth(target))
+    if target.tls:
+        kwargs["ssl"] = True
+    nodes = [node(host, port) for host, port in target.nodes]
+    return cls(startup_nodes=nodes, **kwargs)
+
+
+def _sentinel_client(
+    target: RedisTarget, params: dict[str, Any], sentinel_cls: Any, primary_cls: type
+) -> Any:
+    """The primary's client; the sentinels are asked for it on every new connection."""
+    params = dict(params)
+    params.pop("redis_cls", None)  # the primary's client is the sentinel-managed one
+    tls = {arg: params[arg] for arg in TLS_SETTINGS.values() if arg in params}
+    asking: dict[str, Any] = {
+        "socket_connect_timeout": params["socket_connect_timeout"],
+        "socket_timeout": params["socket_connect_timeout"],
+        **tls,
+    }
+    sentinel_password = params.pop("sentinel_password", None)
+    if sentinel_password:
+        asking["password"] = sentinel_password
+    if target.tls:
+        asking["ssl"] = params["ssl"] = True
+    sentinels = sentinel_cls(list(target.nodes), sentinel_kwargs=asking)
+    primary_kwargs = {**params, **_auth(target), "db": target.db}
+    return sentinels.master_for(target.service, redis_class=primary_cls, **primary_kwargs)
+
+
+class _AsyncPrimary(redis.asyncio.Redis):
+    """The primary's asyncio client that also closes its connections to the sentinels."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
+
+
+class _SyncPrimary(redis.Redis):
+    """The primary's blocking client that also closes its connections to the sentinels."""
+
+    def close(self) -> None:
+        super().close()
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            sentinel.close()

@@ -1,0 +1,228 @@
+"""Every way of naming the crawl's Redis reaches it: rediss:// with a CA and a client
+certificate and an ACL user, a Unix socket, Sentinel and Cluster URLs and settings; a bad
+URL or setting is refused naming it, with the password masked."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+import pytest
+import redis.asyncio
+from scrapy.core.engine import ExecutionEngine
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha._connection import redis_from_settings, sync_redis_from_settings
+from scrapy_ha._redis_url import RedisConfigError, parse_url, target_from_settings
+from scrapy_ha.config import uses_cluster
+from scrapy_ha.demo.harness import free_port
+from tests import redis_servers
+from tests.spiders import CatalogueSpider
+from tests.test_cli import scrapy_ha
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+#: The ACL user the crawl runs as: every command, but only the crawl's keys.
+ACL_USER = ["crawler", "on", ">s3cret", "~ha:*", "&*", "+@all"]
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def crawl_settings(**extra):
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "HA_IDLE_TIMEOUT": 0.3,
+        "SCHEDULER_PERSIST": True,
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+# -- URLs and settings --------------------------------------------------------------------
+
+
+def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database():
+    target = parse_url("redis+sentinel://:pw@10.0.0.1:26380,10.0.0.2/books/3")
+    assert target.mode == "sentinel"
+    assert target.nodes == (("10.0.0.1", 26380), ("10.0.0.2", 26379))
+    assert (target.service, target.db, target.password) == ("books", 3, "pw")
+    assert "pw" not in target.display and "***" in target.display
+
+
+def test_sentinel_and_cluster_settings_name_the_nodes():
+    sentinel = target_from_settings(
+        Settings({"REDIS_SENTINELS": ["a:1", "b:2"], "REDIS_SENTINEL_SERVICE": "s"})
+    )
+    assert (sentinel.mode, sentinel.nodes, sentinel.service) == (
+        "sentinel",
+        (("a", 1), ("b", 2)),
+        "s",
+    )
+    cluster = target_from_settings(Settings({"REDIS_CLUSTER_NODES": "a:7000, b:7001"}))
+    assert (cluster.mode, cluster.nodes) == ("cluster", (("a", 7000), ("b", 7001)))
+    assert uses_cluster(Settings({"REDIS_CLUSTER_NODES": "a:7000"}))
+    assert uses_cluster(Settings({"REDIS_URL": "redis+cluster://a:7000"}))
+    assert not uses_cluster(Settings({"REDIS_URL": "redis://a:7000/0"}))
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"REDIS_URL": "memcache://u:hunter2@h/0"}, "unknown scheme"),
+        ({"REDIS_URL": "redis+cluster://u:hunter2@h:7000/2"}, "database 0 only"),
+        ({"REDIS_URL": "redis+sentinel://u:hunter2@h:1"}, "/<service>"),
+        ({"REDIS_SENTINELS": "h:1"}, "REDIS_SENTINEL_SERVICE"),
+        ({"REDIS_URL": "redis://u:hunter2@h/0", "REDIS_TLS_CA_FILE": "/ca"}, "rediss://"),
+    ],
+)
+def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):
+    with pytest.raises(RedisConfigError) as info:
+        target_from_settings(Settings(settings))
+    assert named in str(info.value)
+    assert "hunter2" not in str(info.value)
+
+
+# -- real servers -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path):
+    files = redis_servers.make_tls_files(tmp_path / "tls")
+    server = redis_servers.start_tls(tmp_path / "redis", files)
+    admin = server.client(
+        ssl=True,
+        ssl_ca_certs=str(files.ca),
+        ssl_certfile=str(files.client_cert),
+        ssl_keyfile=str(files.client_key),
+    )
+    admin.acl_setuser(
+        "crawler",
+        enabled=True,
+        passwords=["+s3cret"],
+        keys=["ha:*"],
+        channels=["*"],
+        commands=["+@all"],
+    )
+    admin.acl_setuser("default", enabled=False)  # only the ACL user gets in
+    yield server, files
+    admin.close()
+    server.kill()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_over_tls_with_a_client_certificate_as_an_acl_user(tls_server, site):
+    server, files = tls_server
+    crawler = get_crawler(
+        CatalogueSpider,
+        crawl_settings(
+            REDIS_URL=f"rediss://crawler:s3cret@127.0.0.1:{server.port}/0",
+            REDIS_TLS_CA_FILE=str(files.ca),
+            REDIS_TLS_CERT_FILE=str(files.client_cert),
+            REDIS_TLS_KEY_FILE=str(files.client_key),
+        ),
+    )
+    await crawler.crawl_async(base_url=site.url)
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
+    assert crawler.stats.get_value("ha/acked") == 55
+
+
+@deferred_f_from_coro_f
+async def test_a_wrong_password_is_refused_naming_the_url_masked(tls_server, site, caplog):
+    server, files = tls_server
+    crawler = get_crawler(
+        CatalogueSpider,
+        crawl_settings(
+            REDIS_URL=f"rediss://crawler:wrong-secret@127.0.0.1:{server.port}/0",
+            REDIS_TLS_CA_FILE=str(files.ca),
+            REDIS_TLS_CERT_FILE=str(files.client_cert),
+            REDIS_TLS_KEY_FILE=str(files.client_key),
+        ),
+    )
+    with caplog.at_level(logging.ERROR):
+        await crawler.crawl_async(base_url=site.url)
+    errors = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    assert f"rediss://crawler:***@127.0.0.1:{server.port}/0" in errors
+    assert "wrong-secret" not in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_and_the_cli_over_a_unix_socket(tmp_path, site):
+    sock = tmp_path / "redis.sock"
+    server = redis_servers.start(tmp_path / "redis", "--unixsocket", str(sock))
+    url = f"unix://{sock}?db=2"
+    try:
+        crawler = get_crawler(CatalogueSpider, crawl_settings(REDIS_URL=url))
+        await crawler.crawl_async(base_url=site.url)
+        assert len(crawler.spider.items) == 50
+        result = scrapy_ha("--redis-url", url, "status", "catalogue", "--json")
+        assert result.returncode == 0, result.stderr
+        status = json.loads(result.stdout)
+        assert status["pending"] == 0 and status["fingerprints"] == 55
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://:hunter2@127.0.0.1:{port}/books/0",
+        "redis+cluster://:hunter2@127.0.0.1:{port}",
+    ],
+)
+@deferred_f_from_coro_f
+async def test_unreachable_sentinels_or_cluster_fail_the_start_naming_the_url(url, caplog):
+    url = url.format(port=free_port())
+    crawler = get_crawler(CatalogueSpider, crawl_settings(REDIS_URL=url, HA_CONNECT_TIMEOUT=2))
+    await crawler.crawl_async(base_url="http://127.0.0.1:9")
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "cannot reach Redis at " + url.replace("hunter2", "***") in error
+    assert "hunter2" not in caplog.text
+
+
+def test_the_cli_refuses_a_bad_url_in_one_line_with_the_password_masked():
+    result = scrapy_ha("--redis-url", "memcache://u:hunter2@127.0.0.1/0", "status", "books")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: REDIS_URL 'memcache://u:***@127.0.0.1/0': unknown")
+    assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_a_tool_overrides_client_arguments_over_redis_params(redis_url):
+    settings = Settings({"REDIS_URL": redis_url, "REDIS_PARAMS": {"socket_timeout": 30}})
+    client = sync_redis_from_settings(settings, connect_timeout=1, socket_timeout=0.5)
+    try:
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == 0.5
+        assert client.ping()
+    finally:
+        client.close()
+
+
+class OwnAsyncRedis(redis.asyncio.Redis):
+    """A user's client class, named in REDIS_PARAMS as scrapy-redis allows."""
+
+
+@pytest.mark.parametrize(
+    ("redis_cls", "expected"),
+    [
+        (None, redis.asyncio.Redis),
+        ("redis.Redis", redis.asyncio.Redis),  # scrapy-redis's blocking default: not usable
+        (OwnAsyncRedis, OwnAsyncRedis),
+        ("tests.test_redis_connections.OwnAsyncRedis", OwnAsyncRedis),
+    ],
+)
+@deferred_f_from_coro_f
+async def test_a_client_class_of_the_users_own_is_kept(redis_url, redis_cls, expected):
+    params = {"redis_cls": redis_cls} if redis_cls else {}
+    settings = Settings({"REDIS_URL": redis_url, "REDIS_PARAMS": params})
+    client = redis_from_settings(settings, connect_timeout=2)
+    try:
+        assert type(client) is expected
+        assert await client.ping()
+    finally:
+        await client.aclose()

@@ -1,0 +1,89 @@
+"""A worker warns once about a Redis that can lose the crawl (eviction, no persistence, too
+old), naming the setting and the fix; ``scrapy-ha status`` says the same on a "Redis:" line."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha._health import node_problems
+from tests import redis_servers
+from tests.spiders import CatalogueSpider
+from tests.test_cli import scrapy_ha
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SAFE = {"redis_version": "7.0.15", "maxmemory": 0, "maxmemory_policy": "noeviction"}
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+@pytest.mark.parametrize(
+    ("info", "saves", "said"),
+    [
+        (SAFE, {"3600 1"}, []),
+        ({**SAFE, "aof_enabled": 1}, {""}, []),
+        (SAFE, None, []),  # CONFIG GET refused: not a problem of the crawl
+        (SAFE, {""}, ["neither AOF nor RDB"]),
+        ({**SAFE, "redis_version": "6.0.9"}, {"3600 1"}, ["Redis 6.0.9 is older than 6.2"]),
+        ({**SAFE, "maxmemory_policy": "allkeys-lru"}, {"3600 1"}, []),  # no maxmemory
+        ({**SAFE, "maxmemory": 10**8, "maxmemory_policy": "allkeys-lru"}, {"1 1"}, ["queued"]),
+        ({**SAFE, "maxmemory": 10**8, "maxmemory_policy": "volatile-ttl"}, {"1 1"}, ["checkp"]),
+    ],
+)
+def test_what_a_server_is_warned_about(info, saves, said):
+    problems = node_problems(info, saves)
+    assert len(problems) == len(said)
+    for problem, words in zip(problems, said, strict=True):
+        assert words in problem
+
+
+@pytest.fixture
+def evicting_redis(tmp_path: Path):
+    server = redis_servers.start(
+        tmp_path / "redis", "--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"
+    )
+    yield server
+    server.kill()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_warns_once_and_status_says_it(evicting_redis, site, caplog):
+    url = f"redis://127.0.0.1:{evicting_redis.port}/0"
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "SCHEDULER_PERSIST": True,
+    }
+    caplog.set_level(logging.WARNING, logger="scrapy_ha")
+    for _ in range(2):  # a second crawl in the same process: said once
+        await get_crawler(CatalogueSpider, settings).crawl_async(base_url=site.url)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "scrapy_ha._health"]
+    assert len(warnings) == 2, warnings
+    assert all(w.startswith(f"Redis at {url}: ") for w in warnings)
+    assert "maxmemory-policy is allkeys-lru" in warnings[0] and "noeviction" in warnings[0]
+    assert "appendonly yes" in warnings[1]
+    result = scrapy_ha("--redis-url", url, "status", "catalogue")
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("Redis:")]
+    assert "allkeys-lru" in line and "neither AOF nor RDB" in line
+
+
+def test_status_says_ok_for_a_safe_redis(tmp_path):
+    server = redis_servers.start(tmp_path / "redis", "--appendonly", "yes")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        server.client().set("ha:{books}:seq", 1)  # a crawl exists
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        assert "Redis: ok" in result.stdout.splitlines(), result.stdout + result.stderr
+    finally:
+        server.kill()
