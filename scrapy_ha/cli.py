@@ -18,6 +18,7 @@ from typing import Any
 
 from scrapy.settings import Settings
 
+from scrapy_ha import metrics
 from scrapy_ha._connection import (
     RedisUnavailable,
     check_reachable,
@@ -276,12 +277,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_dlq(sub)
     _add_checkpoints(sub)
+    metrics.add_command(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "metrics":  # a server of its own, not a command on one crawl
+            return int(args.serve(args, _settings(args)))
         return asyncio.run(_run(args))
     except (RedisUnavailable, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
