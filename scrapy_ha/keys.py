@@ -31,6 +31,20 @@ key                        type         content
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 ``ha:{books}:cookies``     hash         ``jar:<cookiejar key as JSON>`` -> the jar's cookies (JSON,
                                         secret: stored nowhere else); ``v:<key>`` -> its version
+``ha:{books}:retried``     hash         entry id -> retries of its current life, while it is
+                                        not finished (tells a retry that succeeded from a
+                                        first try at the ack)
+``ha:{books}:stats``       hash         crawl-wide counters (only ever increase): ``enqueued``,
+                                        ``filtered``, ``acked``, ``reclaimed``, ``poison``,
+                                        ``retried``, ``retried:<class>``, ``dead``,
+                                        ``dead:<class>``, ``retry_ok``, ``retry_dead``,
+                                        ``requeued``, ``purged``
+``ha:{books}:stats:min``   hash         ``<event>:<minute>`` -> count in that minute (server ms
+                                        // 60000), event ``acked``, ``enqueued``, ``retried``,
+                                        ``dead``; kept for a day; ``<event>:last`` -> the
+                                        newest minute with a bucket (for the pruning)
+``ha:{books}:stats:domain`` hash        ``<domain>\t<event>`` -> count, event ``enqueued``,
+                                        ``acked``, ``retried``, ``dead``
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -126,6 +140,25 @@ class Keys:
     def cookies(self) -> str:
         return self._key("cookies")
 
+    @property
+    def retried(self) -> str:
+        return self._key("retried")
+
+    @property
+    def stats(self) -> str:
+        """Crawl-wide counters, kept by the scripts that make the transitions."""
+        return self._key("stats")
+
+    @property
+    def stats_minutes(self) -> str:
+        """Per-minute buckets of the counters that have rates (kept for a day)."""
+        return self._key("stats:min")
+
+    @property
+    def stats_domains(self) -> str:
+        """Per-domain counters."""
+        return self._key("stats:domain")
+
     def checkpoint(self, task: str) -> str:
         return self._key(f"cp:{task}")
 
@@ -168,4 +201,8 @@ class Keys:
             self.gates,
             self.proxy_cooldowns,
             self.cookies,
+            self.retried,
+            self.stats,
+            self.stats_minutes,
+            self.stats_domains,
         ]

@@ -1,0 +1,249 @@
+"""Crawl-wide numbers, read from Redis: what every worker of a crawl did, counted once.
+
+The counters are kept by the Lua scripts that make the transitions (enqueue, ack, retry,
+dead-letter, reclaim, requeue, purge), in the same call, so they cost no round trip and
+never disagree with the queue: a counter moves exactly when its transition happens. Times
+are the Redis server's. The keys (see :mod:`scrapy_ha.keys`):
+
+- ``stats``: counters that only ever increase (``enqueued``, ``acked``, ``dead:<class>``...);
+- ``stats:min``: per-minute buckets ``<event>:<minute>`` of ``acked``, ``enqueued``,
+  ``retried`` and ``dead``, kept for a day, for rates;
+- ``stats:domain``: ``<domain>\\t<event>`` counts of ``enqueued``, ``acked``, ``retried``
+  and ``dead``.
+
+:func:`read_crawl_stats` (a sync redis client) and :func:`read_crawl_stats_async`
+(redis.asyncio) read all of it, with the live size of each state, in one pipeline.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "COUNTERS",
+    "DOMAIN_EVENTS",
+    "MINUTE_EVENTS",
+    "CrawlStats",
+    "read_crawl_stats",
+    "read_crawl_stats_async",
+]
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha._scripts import COUNTS_LUA
+
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
+
+#: The counters of the ``stats`` hash, besides ``retried:<class>`` and ``dead:<class>``.
+COUNTERS = (
+    "enqueued",
+    "filtered",
+    "acked",
+    "reclaimed",
+    "poison",
+    "retried",
+    "dead",
+    "retry_ok",
+    "retry_dead",
+    "requeued",
+    "purged",
+)
+#: Events with per-minute buckets (``stats:min``).
+MINUTE_EVENTS = ("acked", "enqueued", "retried", "dead")
+#: Events counted per domain (``stats:domain``).
+DOMAIN_EVENTS = ("enqueued", "acked", "retried", "dead")
+#: A minute, in the server's milliseconds: bucket ``m`` holds the events of
+#: ``m * 60000 <= t < (m + 1) * 60000``.
+MINUTE_MS = 60_000
+#: How long buckets are kept (a day): the longest rate window that can be asked for.
+MINUTES_KEPT = 1440
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ints(raw: dict[Any, Any]) -> dict[str, int]:
+    """A hash read with HGETALL, values as integers (a value that is not one is skipped)."""
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[_s(k)] = int(v)
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class CrawlStats:
+    """The numbers of one crawl at one instant (Redis server time ``now_ms``).
+
+    The live state: ``pending``, ``leased``, ``delayed``, ``dead`` (entries in the
+    dead-letter queue now), ``workers`` (alive), ``fingerprints``. The counters since the
+    crawl began: :attr:`counters` (the ``stats`` hash as read) and the properties below.
+    """
+
+    spider: str
+    now_ms: int
+    pending: int
+    leased: int
+    delayed: int
+    dead: int
+    workers: int
+    fingerprints: int
+    counters: dict[str, int] = field(default_factory=dict)
+    #: event -> minute -> count
+    minutes: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: domain -> event -> count
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def counter(self, name: str) -> int:
+        """Counter *name* of the ``stats`` hash (0 when it never moved)."""
+        return self.counters.get(name, 0)
+
+    @property
+    def enqueued(self) -> int:
+        return self.counter("enqueued")
+
+    @property
+    def filtered(self) -> int:
+        return self.counter("filtered")
+
+    @property
+    def acked(self) -> int:
+        return self.counter("acked")
+
+    @property
+    def reclaimed(self) -> int:
+        return self.counter("reclaimed")
+
+    @property
+    def poison(self) -> int:
+        return self.counter("poison")
+
+    @property
+    def retried(self) -> int:
+        return self.counter("retried")
+
+    @property
+    def dead_lettered(self) -> int:
+        """Requests dead-lettered since the crawl began (``dead`` is the queue's size now)."""
+        return self.counter("dead")
+
+    @property
+    def retry_ok(self) -> int:
+        return self.counter("retry_ok")
+
+    @property
+    def retry_dead(self) -> int:
+        return self.counter("retry_dead")
+
+    @property
+    def requeued(self) -> int:
+        return self.counter("requeued")
+
+    @property
+    def purged(self) -> int:
+        return self.counter("purged")
+
+    @property
+    def active(self) -> int:
+        """Requests some worker still has to process (pending, leased or delayed)."""
+        return self.pending + self.leased + self.delayed
+
+    def _per_class(self, event: str) -> dict[str, int]:
+        prefix = f"{event}:"
+        return {
+            k[len(prefix) :]: v for k, v in sorted(self.counters.items()) if k.startswith(prefix)
+        }
+
+    @property
+    def retried_by_class(self) -> dict[str, int]:
+        """Retries per failure class (``server``, ``timeout``, ...)."""
+        return self._per_class("retried")
+
+    @property
+    def dead_by_class(self) -> dict[str, int]:
+        """Dead letters per failure class (``gone``, ``banned``, ``poison``, ...)."""
+        return self._per_class("dead")
+
+    @property
+    def retry_success_rate(self) -> float | None:
+        """Of the retried requests that ended, the share that succeeded (None: none ended)."""
+        ended = self.retry_ok + self.retry_dead
+        return self.retry_ok / ended if ended else None
+
+    def rate(self, event: str, minutes: int) -> float:
+        """Events per minute over the last *minutes* minutes (the current minute counts for
+        the part of it that passed), from the per-minute buckets."""
+        buckets = self.minutes.get(event, {})
+        now_minute, into = divmod(self.now_ms, MINUTE_MS)
+        first = now_minute - minutes + 1
+        total = sum(n for m, n in buckets.items() if first <= m <= now_minute)
+        return total / (minutes - 1 + max(into, 1) / MINUTE_MS)
+
+    def eta_seconds(self, minutes: int = 5) -> float | None:
+        """Seconds until the active requests are done at the ack rate of the last *minutes*
+        (None when nothing was acked in that time, 0.0 when nothing is left)."""
+        if not self.active:
+            return 0.0
+        rate = self.rate("acked", minutes)
+        return self.active / rate * 60 if rate else None
+
+    def top_domains(self, n: int = 10, by: str = "acked") -> list[tuple[str, dict[str, int]]]:
+        """The *n* domains with the most *by* events, most first."""
+        ranked = sorted(self.domains.items(), key=lambda kv: (-kv[1].get(by, 0), kv[0]))
+        return ranked[:n]
+
+
+def _queue_reads(pipe: Any, keys: Keys, domains: bool) -> None:
+    states = [keys.pending, keys.leased, keys.delayed, keys.dead, keys.workers, keys.dupefilter]
+    pipe.eval(COUNTS_LUA, len(states), *states)
+    pipe.hgetall(keys.stats)
+    pipe.hgetall(keys.stats_minutes)
+    if domains:
+        pipe.hgetall(keys.stats_domains)
+
+
+def _minutes(raw: dict[Any, Any]) -> dict[str, dict[int, int]]:
+    out: dict[str, dict[int, int]] = {}
+    for name, count in _ints(raw).items():
+        event, _, minute = name.rpartition(":")
+        if minute.isdigit():  # skips <event>:last
+            out.setdefault(event, {})[int(minute)] = count
+    return out
+
+
+def _domains(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for name, count in _ints(raw).items():
+        domain, _, event = name.rpartition("\t")
+        out.setdefault(domain, {})[event] = count
+    return out
+
+
+def _parse(keys: Keys, replies: list[Any]) -> CrawlStats:
+    counts = [int(x) for x in replies[0]]
+    return CrawlStats(
+        keys.spider,
+        *counts,
+        counters=_ints(replies[1]),
+        minutes=_minutes(replies[2]),
+        domains=_domains(replies[3]) if len(replies) > 3 else {},
+    )
+
+
+def read_crawl_stats(client: Any, keys: Keys, *, domains: bool = True) -> CrawlStats:
+    """The numbers of one crawl, with a sync ``redis.Redis`` client (one round trip).
+
+    *domains* False skips the per-domain counts (large for a broad crawl)."""
+    pipe = client.pipeline(transaction=False)
+    _queue_reads(pipe, keys, domains)
+    return _parse(keys, pipe.execute())
+
+
+async def read_crawl_stats_async(client: Any, keys: Keys, *, domains: bool = True) -> CrawlStats:
+    """:func:`read_crawl_stats` with a ``redis.asyncio.Redis`` client."""
+    pipe = client.pipeline(transaction=False)
+    _queue_reads(pipe, keys, domains)
+    return _parse(keys, await pipe.execute())
