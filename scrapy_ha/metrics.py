@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -28,6 +28,7 @@ from scrapy_ha._scripts import COUNTS_LUA
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import ConfigError, key_prefix
 from scrapy_ha.keys import Keys
+from scrapy_ha.stats import CrawlStats
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -71,24 +72,29 @@ UNKNOWN_CLASS = "unknown"
 
 @dataclass(frozen=True)
 class CrawlNumbers:
-    """What Redis holds about one crawl at one instant."""
+    """What Redis holds about one crawl at one instant: its numbers as ``scrapy-ha status``
+    reads them (without the per-minute and per-domain counts: Prometheus makes its own
+    rates, and a label per domain would grow without bound), and its domains gated now."""
 
-    spider: str
-    states: dict[str, int]
-    workers: int
-    fingerprints: int
+    stats: CrawlStats
     gated_domains: int
-    stats: dict[str, int] = field(default_factory=dict)
 
-    def counter(self, name: str) -> int:
-        return self.stats.get(name, 0)
+    @property
+    def spider(self) -> str:
+        return self.stats.spider
+
+    @property
+    def states(self) -> dict[str, int]:
+        s = self.stats
+        return dict(zip(STATES, (s.pending, s.leased, s.delayed, s.dead), strict=True))
 
     def by_class(self, event: str) -> dict[str, int]:
         """``<event>:<class>`` counters per class; what the total counts beyond the classes
         goes to ``unknown``, so that the classes always add up to the total."""
         prefix = f"{event}:"
-        classes = {k[len(prefix) :]: v for k, v in self.stats.items() if k.startswith(prefix)}
-        rest = self.counter(event) - sum(classes.values())
+        counters = self.stats.counters
+        classes = {k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)}
+        rest = self.stats.counter(event) - sum(classes.values())
         if rest > 0:
             classes[UNKNOWN_CLASS] = classes.get(UNKNOWN_CLASS, 0) + rest
         return classes
@@ -107,11 +113,6 @@ def _ints(mapping: dict[Any, Any]) -> dict[str, int]:
         except ValueError:
             continue
     return out
-
-
-def stats_key(keys: Keys) -> str:
-    """The crawl-wide counters of a crawl (a hash: counter -> integer)."""
-    return keys.pending.rsplit(":", 1)[0] + ":stats"
 
 
 def _glob_escape(text: str) -> str:
@@ -140,13 +141,18 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
         k = Keys(prefix, spider)
         keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
         counts(keys=keys, client=pipe)
-        pipe.hgetall(stats_key(k))
+        pipe.hgetall(k.stats)
         pipe.hvals(k.gates)
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
         numbers = _numbers(spider, *replies[3 * i : 3 * i + 3])
-        if any(numbers.states.values()) or numbers.workers or numbers.stats:
+        if (
+            numbers.stats.active
+            or numbers.stats.dead
+            or numbers.stats.workers
+            or numbers.stats.counters
+        ):
             crawls.append(numbers)
     return crawls
 
@@ -155,9 +161,11 @@ def _numbers(
     spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any]
 ) -> CrawlNumbers:
     now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in counts)
-    closed = sum(1 for until in gates if _int_or_zero(until) > now)
-    states = dict(zip(STATES, (pending, leased, delayed, dead), strict=True))
-    return CrawlNumbers(spider, states, workers, fingerprints, closed, _ints(stats))
+    crawl = CrawlStats(
+        spider, now, pending, leased, delayed, dead, workers, fingerprints, counters=_ints(stats)
+    )
+    closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
+    return CrawlNumbers(crawl, closed)
 
 
 def _int_or_zero(value: Any) -> int:
@@ -264,8 +272,8 @@ def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:
     for c in crawls:
         for state, n in c.states.items():
             requests.add_metric([c.spider, state], n)
-        workers.add_metric([c.spider], c.workers)
-        fingerprints.add_metric([c.spider], c.fingerprints)
+        workers.add_metric([c.spider], c.stats.workers)
+        fingerprints.add_metric([c.spider], c.stats.fingerprints)
         gated.add_metric([c.spider], c.gated_domains)
     return [requests, workers, fingerprints, gated]
 
@@ -283,7 +291,7 @@ def _counters(crawls: list[CrawlNumbers]) -> list[Metric]:
     for stat, name, documentation in COUNTERS:
         family = CounterMetricFamily(f"scrapy_ha_{name}", documentation, labels=["spider"])
         for c in crawls:
-            family.add_metric([c.spider], c.counter(stat))
+            family.add_metric([c.spider], c.stats.counter(stat))
         plain.append(family)
     return [*plain, *_class_counters(crawls), _outcomes(crawls)]
 
@@ -316,8 +324,8 @@ def _outcomes(crawls: list[CrawlNumbers]) -> Metric:
         labels=["spider", "outcome"],
     )
     for c in crawls:
-        outcomes.add_metric([c.spider, "ok"], c.counter("retry_ok"))
-        outcomes.add_metric([c.spider, "dead"], c.counter("retry_dead"))
+        outcomes.add_metric([c.spider, "ok"], c.stats.retry_ok)
+        outcomes.add_metric([c.spider, "dead"], c.stats.retry_dead)
     return outcomes
 
 

@@ -22,7 +22,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
-from scrapy_ha.metrics import UNKNOWN_CLASS, CrawlNumbers, stats_key
+from scrapy_ha.metrics import UNKNOWN_CLASS, CrawlNumbers
+from scrapy_ha.stats import CrawlStats
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider
 from tests.test_cli import SCRAPY_HA, crawl
@@ -130,7 +131,7 @@ def redis_numbers(client: redis.Redis, spider: str) -> dict[str, int]:
     found.update(delayed=int(client.zcard(k.delayed)), dead=int(client.zcard(k.dead)))
     found["workers"] = int(client.zcount(k.workers, now_ms, "+inf"))
     found["fingerprints"] = int(client.scard(k.dupefilter))
-    stats = client.hgetall(stats_key(k))
+    stats = client.hgetall(k.stats)
     found.update({f"stats:{f.decode()}": int(v) for f, v in stats.items()})
     return found
 
@@ -184,14 +185,14 @@ async def test_a_crawl_is_found_within_the_discovery_interval_and_gone_once_flus
     )
     assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
     keys = Keys("ha", "live")
-    redis_client.delete(*keys.all(), stats_key(keys))
+    redis_client.delete(*keys.all())
     # the list of crawls is still the cached one: the flushed crawl is left out all the same
     assert crawl_samples(exporter.scrape(), "live") == {}
 
 
 def test_retries_and_dead_letters_per_class_add_up_to_their_totals():
     stats = {"retried": 7, "retried:server": 4, "retried:network": 1, "dead": 2, "dead:gone": 2}
-    numbers = CrawlNumbers("s", {}, 0, 0, 0, stats)
+    numbers = CrawlNumbers(CrawlStats("s", 0, 0, 0, 0, 0, 0, 0, counters=stats), 0)
     assert numbers.by_class("retried") == {"server": 4, "network": 1, UNKNOWN_CLASS: 2}
     assert numbers.by_class("dead") == {"gone": 2}
     assert numbers.by_class("nothing") == {}
