@@ -223,7 +223,7 @@ class CrawlCollector:
             logger.warning("Redis unreachable, scrapes report scrapy_ha_redis_up 0: %s", exc)
 
     def _read(self) -> list[Metric]:
-        info = self.client.info("memory")
+        info = {**self.client.info("memory"), **self.client.info("stats")}
         crawls = read_crawls(self.client, self.prefix, self._crawls())
         return [*_redis_metrics(info, len(crawls)), *_crawl_metrics(crawls)]
 
@@ -236,7 +236,7 @@ class CrawlCollector:
 
 
 def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     return [
         GaugeMetricFamily(
@@ -248,6 +248,11 @@ def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
             "scrapy_ha_redis_memory_max_bytes",
             "Redis's maxmemory (0: no limit set).",
             value=int(info.get("maxmemory", 0)),
+        ),
+        CounterMetricFamily(
+            "scrapy_ha_redis_evicted_keys",
+            "Keys Redis evicted at maxmemory (INFO evicted_keys): any loses requests.",
+            value=int(info.get("evicted_keys", 0)),
         ),
         GaugeMetricFamily("scrapy_ha_crawls", "Crawls found under the key prefix.", value=crawls),
     ]

@@ -153,6 +153,8 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
     info = redis_client.info("memory")
     assert value(samples, "scrapy_ha_redis_memory_used_bytes") > 0
     assert value(samples, "scrapy_ha_redis_memory_max_bytes") == info["maxmemory"]
+    evicted = redis_client.info("stats")["evicted_keys"]
+    assert value(samples, "scrapy_ha_redis_evicted_keys_total") == evicted
 
     live = redis_numbers(redis_client, "live")
     expected_live = dict(pending=2, leased=1, delayed=1, dead=1, workers=1, fingerprints=5)
