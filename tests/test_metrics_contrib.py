@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "contrib" / "prometheus" / "alerts.yml"
 RULES_TEST = ROOT / "contrib" / "prometheus" / "alerts_test.yml"
 DASHBOARD = ROOT / "contrib" / "grafana" / "scrapy-ha.json"
+REFERENCE = ROOT / "docs" / "reference.md"
 #: A metric name of ours in a PromQL expression.
 METRIC = re.compile(r"\bscrapy_ha_[a-z0-9_]+")
 #: The datasource every panel uses: an input the user picks when importing the dashboard.
@@ -80,6 +81,12 @@ def exported(redis_url: str, exporter_factory: Any) -> Iterator[set[str]]:  # no
     exporter = exporter_factory(redis_url)
     with urlopen(exporter.url, timeout=60) as response:
         yield exported_names(response.read().decode())
+
+
+def test_the_reference_lists_every_metric_the_exporter_exposes(exported):
+    metrics = REFERENCE.read_text().split("## Metrics", 1)[1]
+    listed = set(re.findall(r"^\| `(scrapy_ha_[a-z_]+)` \|", metrics, re.M))
+    assert listed == exported
 
 
 def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
