@@ -341,7 +341,8 @@ def sync_client(settings: BaseSettings, *, timeout: float) -> Any:
     from scrapy.settings import Settings
     from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
-    params = {k: v for k, v in settings.getdict("REDIS_PARAMS").items() if k != "redis_cls"}
+    params = settings.getdict("REDIS_PARAMS")
+    params["redis_cls"] = _sync_class(params.get("redis_cls"))
     params.update(
         socket_connect_timeout=timeout,
         socket_timeout=timeout,
@@ -351,6 +352,13 @@ def sync_client(settings: BaseSettings, *, timeout: float) -> Any:
     only_redis = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
     only_redis.set("REDIS_PARAMS", params)
     return get_redis_from_settings(only_redis)
+
+
+def _sync_class(cls: Any) -> type:
+    """The blocking client class matching REDIS_PARAMS' ``redis_cls`` (the workers' may be
+    an asyncio one): a cluster's for a cluster."""
+    name = cls if isinstance(cls, str) else getattr(cls, "__name__", "")
+    return redis.RedisCluster if "Cluster" in name else redis.Redis
 
 
 def add_command(sub: Any) -> None:

@@ -32,11 +32,36 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+DEAD_LETTERED = "scrapy_ha_dead_lettered_total"
 #: Seconds the exporter has to print where it listens (it imports Scrapy first: slow here).
 START_TIMEOUT = 60.0
 #: Seconds a scrape may take while Redis is down or frozen: the exporter's --timeout (1 s)
 #: for the one call that hangs, plus a loaded machine's slack; without timeouts it would hang.
 DOWN_DEADLINE = 20.0
+
+#: A real crawl's outcomes: acked, gone twice, acked after a retry, dead after its retries.
+FAULT_PATHS = (
+    "/item/1",
+    "/status/404",
+    "/status/410",
+    "/flaky/2?fail=1&status=503",
+    "/flaky/3?fail=9&status=503",
+)
+#: What it and the live crawl (:func:`live_crawl`) counted: (metric, labels, value).
+COUNTED = [
+    ("scrapy_ha_enqueued_total", {"spider": "faults"}, 5),
+    ("scrapy_ha_acked_total", {"spider": "faults"}, 2),
+    ("scrapy_ha_dead_lettered_total", {"spider": "faults", "class": "gone"}, 2),
+    ("scrapy_ha_dead_lettered_total", {"spider": "faults", "class": "server"}, 1),
+    ("scrapy_ha_retried_total", {"spider": "faults", "class": "server"}, 3),
+    ("scrapy_ha_retry_outcomes_total", {"spider": "faults", "outcome": "ok"}, 1),
+    ("scrapy_ha_retry_outcomes_total", {"spider": "faults", "outcome": "dead"}, 1),
+    ("scrapy_ha_enqueued_total", {"spider": "live"}, 5),
+    ("scrapy_ha_filtered_total", {"spider": "live"}, 1),
+    ("scrapy_ha_retried_total", {"spider": "live", "class": "server"}, 1),
+    ("scrapy_ha_dead_lettered_total", {"spider": "live", "class": "gone"}, 1),
+    ("scrapy_ha_acked_total", {"spider": "live"}, 0),
+]
 
 #: A sample: (metric name as exposed, labels) -> value.
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -53,7 +78,7 @@ class Exporter:
 
     def __init__(self, redis_url: str, *args: str) -> None:
         command = [SCRAPY_HA, "--redis-url", redis_url, "metrics", "--port", "0", *args]
-        self.proc = harness.spawn(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.proc = harness.spawn(command, stdout=subprocess.PIPE)  # its log: pytest's capture
         line = _first_line(self.proc, START_TIMEOUT)
         found = re.search(r"http://\S+/metrics", line)
         if not found:
@@ -115,7 +140,9 @@ async def live_crawl(redis_url: str) -> None:
         pairs = [(lease.id, lease.token) for lease in leases]
         await queue.renew(pairs, worker="w1", lease_ms=600_000, heartbeat_ms=600_000)
         delayed, dead, _ = leases
-        assert await queue.retry_later(delayed.id, delayed.token, 600_000, delayed.payload)
+        assert await queue.retry_later(
+            delayed.id, delayed.token, 600_000, delayed.payload, failure_class="server"
+        )
         assert await queue.dead_letter(dead.id, dead.token, {"class": "gone", "reason": "404"})
         await queue.close_gate("held.example", 600_000)
         await queue.close_gate("passed.example", 1)
@@ -140,7 +167,7 @@ def redis_numbers(client: redis.Redis, spider: str) -> dict[str, int]:
 async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
     redis_url, redis_client, site, exporter_factory
 ):
-    await crawl(FaultSpider, redis_url, site, paths=("/item/1", "/status/404", "/status/410"))
+    await crawl(FaultSpider, redis_url, site, paths=FAULT_PATHS)
     await live_crawl(redis_url)
     redis_client.hset("other:{hidden}:stats", "acked", 7)  # another prefix: not reported
     exporter = exporter_factory(redis_url)
@@ -168,7 +195,14 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
         for counter in ("enqueued", "filtered", "acked", "reclaimed", "poison"):
             exposed = value(samples, f"scrapy_ha_{counter}_total", spider=spider)
             assert exposed == held.get(f"stats:{counter}", 0), counter
-    assert value(samples, "scrapy_ha_requests", spider="faults", state="dead") == 2
+        for field, n in held.items():  # every per-class counter Redis holds, as held
+            event, _, fclass = field.removeprefix("stats:").partition(":")
+            if field.startswith("stats:") and event in ("retried", "dead") and fclass:
+                name = "scrapy_ha_retried_total" if event == "retried" else DEAD_LETTERED
+                assert value(samples, name, spider=spider, **{"class": fclass}) == n, field
+    assert value(samples, "scrapy_ha_requests", spider="faults", state="dead") == 3
+    for name, labels, n in COUNTED:
+        assert value(samples, name, **labels) == n, (name, labels)
     assert value(samples, "scrapy_ha_gated_domains", spider="live") == 1
 
 
@@ -186,6 +220,8 @@ async def test_a_crawl_is_found_within_the_discovery_interval_and_gone_once_flus
         interval=0.5,
     )
     assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
+    redis_client.script_flush()  # as after a restart or a failover: the scripts load again
+    assert value(exporter.scrape(), "scrapy_ha_requests", spider="live", state="leased") == 1
     keys = Keys("ha", "live")
     redis_client.delete(*keys.all())
     # the list of crawls is still the cached one: the flushed crawl is left out all the same
