@@ -210,13 +210,13 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
 async def test_a_crawl_is_found_within_the_discovery_interval_and_gone_once_flushed(
     redis_url, redis_client, exporter_factory
 ):
-    exporter = exporter_factory(redis_url)
+    exporter = exporter_factory(redis_url, "--rescan", "1")
     assert value(exporter.scrape(), "scrapy_ha_crawls") == 0
     await live_crawl(redis_url)
     samples = harness.wait_for(
         lambda: (s := exporter.scrape()) and value(s, "scrapy_ha_crawls") == 1 and s,
-        "the exporter to find the new crawl",
-        timeout=60,
+        "the exporter to find the new crawl (it rescans every second)",
+        timeout=30,
         interval=0.5,
     )
     assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
@@ -277,3 +277,14 @@ def test_a_port_in_use_fails_naming_the_port(redis_url):
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "--port" in result.stderr
+
+
+def test_a_timeout_of_zero_is_refused_naming_the_option(redis_url):
+    result = subprocess.run(
+        [SCRAPY_HA, "--redis-url", redis_url, "metrics", "--timeout", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "argument --timeout: '0' is not a number of seconds above 0" in result.stderr
