@@ -24,8 +24,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from scrapy_ha._connection import display_url
 from scrapy_ha._scripts import COUNTS_LUA
-from scrapy_ha.codec import mask_url
 from scrapy_ha.config import ConfigError, key_prefix
 from scrapy_ha.keys import Keys
 from scrapy_ha.stats import CrawlStats
@@ -89,6 +89,12 @@ class CrawlNumbers:
         s = self.stats
         return dict(zip(STATES, (s.pending, s.leased, s.delayed, s.dead), strict=True))
 
+    @property
+    def held(self) -> bool:
+        """Whether Redis holds anything of the crawl (nothing once it was flushed)."""
+        s = self.stats
+        return bool(s.active or s.dead or s.workers or s.counters)
+
     def by_class(self, event: str) -> dict[str, int]:
         """``<event>:<class>`` counters per class; what the total counts beyond the classes
         goes to ``unknown``, so that the classes always add up to the total."""
@@ -148,12 +154,7 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
     crawls = []
     for i, spider in enumerate(spiders):
         numbers = _numbers(spider, *replies[3 * i : 3 * i + 3])
-        if (
-            numbers.stats.active
-            or numbers.stats.dead
-            or numbers.stats.workers
-            or numbers.stats.counters
-        ):
+        if numbers.held:
             crawls.append(numbers)
     return crawls
 
@@ -412,26 +413,20 @@ def serve(args: argparse.Namespace, settings: BaseSettings) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CrawlCollector(client, prefix, discovery_ttl=args.rescan))
     try:
-        server, thread = start_http_server(args.port, addr=args.addr, registry=registry)
+        server, _ = start_http_server(args.port, addr=args.addr, registry=registry)
     except OSError as exc:
         raise ConfigError(
             f"cannot listen on {args.addr}:{args.port} ({exc}): pick another --port or --addr"
         ) from None
     print(
         f"serving http://{args.addr}:{server.server_port}/metrics for the crawls under "
-        f"{prefix}:* at {_redis_address(settings)}",
+        f"{prefix}:* at {display_url(settings)}",
         flush=True,
     )
     _wait_for_signal()
     server.shutdown()
     client.close()
     return 0
-
-
-def _redis_address(settings: BaseSettings) -> str:
-    from scrapy_ha._connection import display_url
-
-    return mask_url(display_url(settings))
 
 
 def _wait_for_signal() -> None:
