@@ -132,6 +132,8 @@ def discover(client: Any, prefix: str) -> list[str]:
     spiders = set()
     for raw in client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
         key = _text(raw)
+        if not key.startswith(head):  # SCAN's MATCH is a glob: checked again, as text
+            continue
         for name in CRAWL_KEYS:
             tail = f"}}:{name}"
             if key.endswith(tail) and len(key) > len(head) + len(tail):

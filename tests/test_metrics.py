@@ -73,11 +73,11 @@ def fast_engine_heartbeat(monkeypatch):
 
 
 class Exporter:
-    """``scrapy-ha --redis-url URL metrics --port 0 ARGS`` in a subprocess; ``url`` is the
-    address it printed once listening."""
+    """``scrapy-ha metrics --port 0 --redis-url URL ARGS`` in a subprocess (the options after
+    the subcommand, as in the reference); ``url`` is the address it printed once listening."""
 
     def __init__(self, redis_url: str, *args: str) -> None:
-        command = [SCRAPY_HA, "--redis-url", redis_url, "metrics", "--port", "0", *args]
+        command = [SCRAPY_HA, "metrics", "--port", "0", "--redis-url", redis_url, *args]
         self.proc = harness.spawn(command, stdout=subprocess.PIPE)  # its log: pytest's capture
         line = _first_line(self.proc, START_TIMEOUT)
         found = re.search(r"http://\S+/metrics", line)
@@ -129,10 +129,10 @@ def crawl_samples(samples: Samples, spider: str) -> Samples:
     return {k: v for k, v in samples.items() if ("spider", spider) in k[1]}
 
 
-async def live_crawl(redis_url: str) -> None:
+async def live_crawl(redis_url: str, prefix: str = "ha") -> None:
     """Spider ``live`` mid-crawl through the queue's API: 2 pending, 1 leased by a live
     worker, 1 delayed, 1 dead, one domain gated now and one whose gate has passed."""
-    queue = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "live"))
+    queue = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys(prefix, "live"))
     try:
         entries = [NewEntry(b"fp%d" % i, 0, b"request %d" % i) for i in range(5)]
         assert await queue.enqueue([*entries, entries[0]]) == 5  # the last one is a duplicate
@@ -226,6 +226,17 @@ async def test_a_crawl_is_found_within_the_discovery_interval_and_gone_once_flus
     redis_client.delete(*keys.all())
     # the list of crawls is still the cached one: the flushed crawl is left out all the same
     assert crawl_samples(exporter.scrape(), "live") == {}
+
+
+@deferred_f_from_coro_f
+async def test_another_prefix_is_another_set_of_crawls(redis_url, exporter_factory):
+    await live_crawl(redis_url)
+    await live_crawl(redis_url, prefix="staging")
+    await live_crawl(redis_url, prefix="st*")  # a prefix with a glob character
+    exporter = exporter_factory(redis_url, "--prefix", "st*")  # a glob would match staging
+    samples = exporter.scrape()
+    assert value(samples, "scrapy_ha_crawls") == 1
+    assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
 
 
 def test_retries_and_dead_letters_per_class_add_up_to_their_totals():
