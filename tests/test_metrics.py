@@ -226,6 +226,8 @@ async def test_a_crawl_is_found_within_the_discovery_interval_and_gone_once_flus
     redis_client.delete(*keys.all())
     # the list of crawls is still the cached one: the flushed crawl is left out all the same
     assert crawl_samples(exporter.scrape(), "live") == {}
+    exporter.proc.send_signal(signal.SIGTERM)  # as systemd or docker stop it
+    assert exporter.proc.wait(START_TIMEOUT) == 0
 
 
 @deferred_f_from_coro_f
