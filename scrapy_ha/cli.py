@@ -19,6 +19,7 @@ from typing import Any
 from scrapy.settings import Settings
 
 from scrapy_ha import metrics
+from scrapy_ha._cli_status import add_status_arguments, status
 from scrapy_ha._connection import (
     RedisUnavailable,
     check_reachable,
@@ -58,25 +59,6 @@ async def _run(args: argparse.Namespace) -> int:
         return await func(queue, args)
     finally:
         await client.aclose()
-
-
-async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Counts per state (pending, leased, delayed, dead), live workers, fingerprints."""
-    if not await _crawl_exists(queue):
-        print(
-            f"no such crawl: no keys of spider {queue.keys.spider!r} under "
-            f"{queue.keys.pending.rsplit(':', 1)[0]}:* (check the spider name, --prefix and "
-            f"--redis-url)",
-            file=sys.stderr,
-        )
-        return 1
-    counts = (await queue.counts()).as_dict()
-    if args.json:
-        print(json.dumps({"spider": queue.keys.spider, **counts}))
-    else:
-        for name, value in counts.items():
-            print(f"{name:>13}  {value}")
-    return 0
 
 
 async def _crawl_exists(queue: RedisQueue) -> bool:
@@ -269,9 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url", help="Redis URL (default: the project's REDIS_URL)")
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
     sub = parser.add_subparsers(dest="command", required=True)
-    _command(sub, "status", status).add_argument(
-        "--json", action="store_true", help="one JSON object"
-    )
+    add_status_arguments(_command(sub, "status", status))
     _command(sub, "flush", flush).add_argument(
         "--force", action="store_true", help="even while workers are alive"
     )

@@ -174,13 +174,17 @@ class CrawlStats:
         return self.retry_ok / ended if ended else None
 
     def rate(self, event: str, minutes: int) -> float:
-        """Events per minute over the last *minutes* minutes (the current minute counts for
-        the part of it that passed), from the per-minute buckets."""
+        """Events per minute over the last *minutes* minutes, from the per-minute buckets.
+
+        The window ends now: the current minute's bucket counts whole, the bucket the window
+        starts in counts for the part of it inside the window (events are taken as spread
+        evenly over their minute), so the rate moves smoothly from one second to the next."""
         buckets = self.minutes.get(event, {})
         now_minute, into = divmod(self.now_ms, MINUTE_MS)
         first = now_minute - minutes + 1
-        total = sum(n for m, n in buckets.items() if first <= m <= now_minute)
-        return total / (minutes - 1 + max(into, 1) / MINUTE_MS)
+        total: float = sum(n for m, n in buckets.items() if first <= m <= now_minute)
+        total += buckets.get(first - 1, 0) * (1 - into / MINUTE_MS)
+        return total / minutes
 
     def eta_seconds(self, minutes: int = 5) -> float | None:
         """Seconds until the active requests are done at the ack rate of the last *minutes*
@@ -223,10 +227,16 @@ def _domains(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
 
 
 def _parse(keys: Keys, replies: list[Any]) -> CrawlStats:
-    counts = [int(x) for x in replies[0]]
+    now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in replies[0])
     return CrawlStats(
         keys.spider,
-        *counts,
+        now,
+        pending,
+        leased,
+        delayed,
+        dead,
+        workers,
+        fingerprints,
         counters=_ints(replies[1]),
         minutes=_minutes(replies[2]),
         domains=_domains(replies[3]) if len(replies) > 3 else {},

@@ -15,7 +15,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha._queue import NewEntry, Reclaimed, RedisQueue
 from scrapy_ha.keys import Keys
-from scrapy_ha.stats import read_crawl_stats, read_crawl_stats_async
+from scrapy_ha.stats import CrawlStats, read_crawl_stats, read_crawl_stats_async
 
 KEYS = Keys("ha", "s")
 LEASE_MS = 30_000
@@ -203,3 +203,24 @@ async def test_garbage_in_a_counter_restarts_it_a_stats_key_of_another_type_fail
     assert await q.client.zscore(KEYS.leased, two[0]) is not None  # nothing changed
     assert await q.client.get(KEYS.stats_domains) == b"not a hash"
     await q.client.aclose()
+
+
+def test_rates_span_the_window_and_the_eta_divides_what_is_left_by_the_ack_rate():
+    m = 29_000_000
+    stats = CrawlStats(
+        "s",
+        m * 60_000 + 30_000,
+        90,
+        20,
+        10,
+        0,
+        1,
+        0,
+        minutes={"acked": {m: 30, m - 1: 60, m - 4: 10, m - 5: 40, m - 100: 1000}},
+    )
+    assert stats.rate("acked", 1) == 30 + 60 / 2  # half of the minute before is in the window
+    assert stats.rate("acked", 5) == (30 + 60 + 10 + 40 / 2) / 5
+    assert stats.rate("acked", 60) == (30 + 60 + 10 + 40) / 60
+    assert stats.rate("dead", 5) == 0.0
+    assert stats.eta_seconds(5) == 120 / 24 * 60  # 120 left at 24 a minute: 5 minutes
+    assert CrawlStats("s", 0, 1, 0, 0, 0, 0, 0).eta_seconds() is None  # nothing acked lately

@@ -18,7 +18,7 @@ local MINUTES_KEPT = 1440
 -- PRUNE_CHUNK: fields per HDEL when a gap of hours leaves many buckets to drop at once.
 local PRUNE_CHUNK = 500
 
--- The tally of this script call: counter -> n, and '<domain>\t<event>' -> n.
+-- The tally of this script call: counter -> n, and event -> domain -> n.
 local TALLY, DOMAIN_TALLY = {}, {}
 
 -- domain_of(payload)
@@ -45,8 +45,9 @@ local function count(event, n, domain, class)
     TALLY[c] = (TALLY[c] or 0) + n
   end
   if domain and DOMAIN_EVENTS[event] then
-    local d = domain .. '\t' .. event
-    DOMAIN_TALLY[d] = (DOMAIN_TALLY[d] or 0) + n
+    local t = DOMAIN_TALLY[event] or {}
+    DOMAIN_TALLY[event] = t
+    t[domain] = (t[domain] or 0) + n
   end
 end
 
@@ -92,7 +93,7 @@ local function write_stats(stats, minutes, domains, now)
       prune(minutes, name, minute)
     end
   end
-  for name, n in pairs(DOMAIN_TALLY) do
-    add(domains, name, n)
+  for event, t in pairs(DOMAIN_TALLY) do
+    for domain, n in pairs(t) do add(domains, domain .. '\t' .. event, n) end
   end
 end
