@@ -79,6 +79,7 @@ class CrawlNumbers:
 
     stats: CrawlStats
     gated_domains: int
+    paused: bool = False
 
     @property
     def spider(self) -> str:
@@ -152,24 +153,30 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
         counts(keys=keys, client=pipe)
         pipe.hgetall(k.stats)
         pipe.hvals(k.gates)
+        pipe.exists(paused_key(k))
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
-        numbers = _numbers(spider, *replies[3 * i : 3 * i + 3])
+        numbers = _numbers(spider, *replies[4 * i : 4 * i + 4])
         if numbers.held:
             crawls.append(numbers)
     return crawls
 
 
+def paused_key(keys: Keys) -> str:
+    """The key ``scrapy-ha pause`` sets (a string: while it exists, workers lease nothing)."""
+    return keys.pending.rsplit(":", 1)[0] + ":paused"
+
+
 def _numbers(
-    spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any]
+    spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any], paused: int
 ) -> CrawlNumbers:
     now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in counts)
     crawl = CrawlStats(
         spider, now, pending, leased, delayed, dead, workers, fingerprints, counters=_ints(stats)
     )
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
-    return CrawlNumbers(crawl, closed)
+    return CrawlNumbers(crawl, closed, bool(paused))
 
 
 def _int_or_zero(value: Any) -> int:
@@ -278,13 +285,15 @@ def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:
     workers = _gauge("scrapy_ha_workers", "Live workers (heartbeat not expired).")
     fingerprints = _gauge("scrapy_ha_fingerprints", "Request fingerprints in the dupefilter.")
     gated = _gauge("scrapy_ha_gated_domains", "Domains held by a gate (429, Retry-After) now.")
+    paused = _gauge("scrapy_ha_paused", "1 while an operator paused the crawl (scrapy-ha pause).")
     for c in crawls:
         for state, n in c.states.items():
             requests.add_metric([c.spider, state], n)
         workers.add_metric([c.spider], c.stats.workers)
         fingerprints.add_metric([c.spider], c.stats.fingerprints)
         gated.add_metric([c.spider], c.gated_domains)
-    return [requests, workers, fingerprints, gated]
+        paused.add_metric([c.spider], int(c.paused))
+    return [requests, workers, fingerprints, gated, paused]
 
 
 def _gauge(name: str, documentation: str) -> Any:
