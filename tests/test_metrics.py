@@ -27,6 +27,7 @@ from scrapy_ha.stats import CrawlStats
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider
 from tests.test_cli import SCRAPY_HA, crawl
+from tests.test_crash import wait_for_items, worker
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -242,6 +243,47 @@ async def test_another_prefix_is_another_set_of_crawls(redis_url, exporter_facto
     samples = exporter.scrape()
     assert value(samples, "scrapy_ha_crawls") == 1
     assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
+
+
+@pytest.mark.long
+def test_two_real_workers_count_once_and_a_killed_one_shows_as_leases_lost(
+    redis_url, site_factory, tmp_path, exporter_factory
+):
+    pages, per_page = 60, 10
+    site = site_factory(
+        "--pages", str(pages), "--per-page", str(per_page), "--delay", "0.2", "--chains", "6"
+    )
+    exporter = exporter_factory(redis_url, "--rescan", "1")
+    items = tmp_path / "items.jl"
+    victim = worker(redis_url, site.url, items, tmp_path / "victim.log")
+    wait_for_items(items, 1, victim)
+    survivor = worker(redis_url, site.url, items, tmp_path / "survivor.log")
+    both = harness.wait_for(
+        lambda: (
+            (s := crawl_samples(exporter.scrape(), "catalogue"))
+            and value(s, "scrapy_ha_workers", spider="catalogue") == 2
+            and s
+        ),
+        "both workers in the exporter's numbers",
+        timeout=120,
+        interval=0.2,
+    )
+    assert value(both, "scrapy_ha_requests", spider="catalogue", state="leased") > 0
+    victim.send_signal(signal.SIGKILL)  # its leases expire: the survivor reclaims them
+    victim.wait()
+    assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+
+    done = exporter.scrape()
+    requests = 1 + pages + pages * per_page  # the home page, list pages, items
+    # each request counted once however many workers handled it, nothing lost
+    for name in ("enqueued", "acked"):
+        assert value(done, f"scrapy_ha_{name}_total", spider="catalogue") == requests, name
+    # the survivor's start request, and children of the pages the victim left unfinished
+    assert value(done, "scrapy_ha_filtered_total", spider="catalogue") >= 1
+    assert value(done, "scrapy_ha_reclaimed_total", spider="catalogue") > 0
+    assert value(done, "scrapy_ha_workers", spider="catalogue") == 0
+    for state in ("pending", "leased", "delayed", "dead"):
+        assert value(done, "scrapy_ha_requests", spider="catalogue", state=state) == 0
 
 
 def test_retries_and_dead_letters_per_class_add_up_to_their_totals():
