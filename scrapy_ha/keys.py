@@ -13,7 +13,7 @@ key                        type         content
 ``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
                                         leased, delayed or dead entry
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
-``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score>"``; a token
+``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``; a token
                                         is ``<random nonce>-<lseq>``: never given twice,
                                         even after a flush or a failover
 ``ha:{books}:expiries``    hash         entry id -> how many of its leases expired
@@ -43,8 +43,8 @@ key                        type         content
                                         // 60000), event ``acked``, ``enqueued``, ``retried``,
                                         ``dead``; kept for a day; ``<event>:last`` -> the
                                         newest minute with a bucket (for the pruning)
-``ha:{books}:stats:domain`` hash        ``<domain>\t<event>`` -> count, event ``enqueued``,
-                                        ``acked``, ``retried``, ``dead``
+``ha:{books}:stats:domain`` hash       ``<domain>`` TAB ``<event>`` -> count, event
+                                        ``enqueued``, ``acked``, ``retried``, ``dead``
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting

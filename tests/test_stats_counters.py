@@ -224,3 +224,66 @@ def test_rates_span_the_window_and_the_eta_divides_what_is_left_by_the_ack_rate(
     assert stats.rate("dead", 5) == 0.0
     assert stats.eta_seconds(5) == 120 / 24 * 60  # 120 left at 24 a minute: 5 minutes
     assert CrawlStats("s", 0, 1, 0, 0, 0, 0, 0).eta_seconds() is None  # nothing acked lately
+
+
+PAGE = request("http://h.example/1").payload
+RETENTION = {"max_entries": 100, "max_age_ms": 10**9}
+#: The scripts that count, and the counter keys each takes (the retried hash where it reads it).
+COUNTING = {
+    "ack": ("stats", "stats_minutes", "stats_domains", "retried"),
+    "retry": ("stats", "stats_minutes", "stats_domains", "retried"),
+    "dead": ("stats", "stats_minutes", "stats_domains", "retried"),
+    "reclaim": ("stats", "stats_minutes", "stats_domains", "retried"),
+    "requeue": ("stats", "stats_minutes", "stats_domains"),
+    "purge": ("stats", "stats_minutes", "stats_domains"),
+    "feed": ("stats", "stats_minutes", "stats_domains"),
+}
+
+
+async def prepared(q: RedisQueue, op: str):
+    """The state *op* acts on, and the call that does it (it returns something true)."""
+    if op == "feed":
+        await q.client.rpush("s:start_urls", "http://h.example/1")
+        raw = await q.client.lrange("s:start_urls", 0, 9)
+        return lambda: q.feed("s:start_urls", as_set=False, raw=raw, entries=[request("x")])
+    await q.enqueue([request("http://h.example/1")])
+    (lease,) = await q.lease(1, 1 if op == "reclaim" else LEASE_MS)
+    pair = (lease.id, lease.token)
+    if op in ("requeue", "purge"):
+        await q.dead_letter(*pair, {"class": "gone"}, **RETENTION)
+    calls = {
+        "ack": lambda: q.sync(ack=[pair]),
+        "retry": lambda: q.retry_later(*pair, 1000, b"", failure_class="server"),
+        "dead": lambda: q.dead_letter(*pair, {"class": "gone"}, **RETENTION),
+        "reclaim": lambda: q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3),
+        "requeue": lambda: q.requeue_dead([(lease.id, 0, PAGE)]),
+        "purge": lambda: q.purge_dead([lease.id]),
+    }
+    return calls[op]
+
+
+async def snapshot(client) -> dict[bytes, bytes]:
+    return {key: await client.dump(key) for key in sorted(await client.keys("*"))}
+
+
+@pytest.mark.parametrize(
+    ("op", "key"), [(op, key) for op, keys in COUNTING.items() for key in keys]
+)
+@deferred_f_from_coro_f
+async def test_a_counter_key_of_another_type_fails_the_script_before_its_first_write(
+    redis_url, op, key
+):
+    q = open_queue(redis_url)
+    call = await prepared(q, op)
+    await asyncio.sleep(0.01)  # a 1 ms lease has expired
+    bad = getattr(KEYS, key)
+    await q.client.delete(bad)
+    await q.client.set(bad, "garbage")
+    before = await snapshot(q.client)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await call()
+    assert await snapshot(q.client) == before  # all or nothing
+    await q.set_aside_wrong_types()
+    done = await call()
+    assert done.acked if op == "ack" else (done.reclaimed if op == "reclaim" else done)
+    await q.client.aclose()

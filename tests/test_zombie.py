@@ -31,9 +31,10 @@ SLOW_SECONDS = 4
 
 
 def working_keys(redis_client: redis.Redis) -> set[bytes]:
-    """Keys of the crawl but its checkpoints (which keep their TTL)."""
+    """Keys of the crawl but its checkpoints (which keep their TTL) and its counters (kept
+    after the crawl, for the operator)."""
     keys = cast("list[bytes]", redis_client.keys("ha:{catalogue}:*"))
-    return {k for k in keys if b":cp:" not in k}
+    return {k for k in keys if b":cp:" not in k and b":stats" not in k}
 
 
 def wait_for_hit(site: Site, path: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:

@@ -99,12 +99,13 @@ end
 
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale
 local acked, stale = 0, 0
+local retrying = n_ack > 0 and redis.call('EXISTS', KEYS[17]) == 1 -- else no HDEL per ack
 for i = 1, n_ack do
   local id, tok = string.match(ARGV[7 + n_enq + i], '^(%S+) (%S+)$')
   local v = id and lease_current(KEYS[6], id, tok)
   if v then
     count('acked', 1, lease_domain(v))
-    count('retry_ok', redis.call('HDEL', KEYS[17], id))
+    if retrying then count('retry_ok', redis.call('HDEL', KEYS[17], id)) end
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[2], id)

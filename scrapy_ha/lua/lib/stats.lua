@@ -28,6 +28,7 @@ local TALLY, DOMAIN_TALLY = {}, {}
 local function domain_of(payload)
   local auth = string.match(payload or '', '^{"v":%d+,"u":"%a[%w+.-]*://([^/?#"\\]*)')
   if not auth then return '-' end
+  if auth ~= '' and not string.find(auth, '[@:%u]') then return auth end -- the usual host
   local host = string.match(auth, '([^@]*)$')
   host = string.match(host, '^(%[[^%]]*%])') or string.match(host, '^([^:]*)')
   if host == '' then return '-' end
