@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers
+from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers, metrics
 from scrapy_ha._cli_common import (
     Command,
     add_bulk_options,
@@ -366,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dlq(sub)
     _add_checkpoints(sub)
     add_report_command(sub, _command)
+    metrics.add_command(sub)
     return parser
 
 
@@ -389,6 +390,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
+        if args.command == "metrics":  # a server of its own, not a command on one crawl
+            return int(args.serve(args, _settings(args)))
         return asyncio.run(_run(args))
     except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
