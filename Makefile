@@ -8,8 +8,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 #: Debian packages: redis-server for the tests and the demo, python3-venv for the venvs,
-#: nginx-light for the static-site benchmark (and its test).
-DEBIAN_PACKAGES := redis-server python3-venv nginx-light
+#: nginx-light for the static-site benchmark (and its test), chromium and chromium-driver for
+#: the dashboard's browser test (Playwright drives Debian's chromium: no browser download).
+DEBIAN_PACKAGES := redis-server python3-venv nginx-light chromium chromium-driver
 #: The oldest Scrapy supported (setup.cfg: scrapy>=2.16); CI runs a subset of the suite on it.
 OLDEST_SCRAPY := 2.16.*
 #: The part of the suite CI runs on the oldest Scrapy: everything that talks to Scrapy's

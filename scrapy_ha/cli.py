@@ -18,6 +18,7 @@ from typing import Any
 
 from scrapy.settings import Settings
 
+from scrapy_ha import dashboard
 from scrapy_ha._connection import (
     RedisUnavailable,
     check_reachable,
@@ -276,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_dlq(sub)
     _add_checkpoints(sub)
+    dashboard.add_command(sub)
     return parser
 
 

@@ -1,0 +1,57 @@
+"""What the dashboard's buttons do: the same functions the ``scrapy-ha`` commands call.
+
+Each action names the table it acts on (``dead``, ``delayed`` or none for a whole crawl),
+the word that reports it ("requeued 3 of 3 entries") and the function that does it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from scrapy_ha._queue import RedisQueue
+from scrapy_ha.dlq import DeadLetterQueue
+
+#: An action's work: the crawl's queue and the selected entry ids -> how many it touched.
+Run = Callable[[RedisQueue, list[str]], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    #: What the report says it did ("requeued").
+    done: str
+    #: The table whose entries it takes (None: it acts on the crawl itself).
+    table: str | None
+    run: Run
+    #: A sentence for the confirmation page.
+    explain: str
+
+
+async def _requeue(queue: RedisQueue, ids: list[str]) -> int:
+    return await DeadLetterQueue(queue).requeue(ids)
+
+
+async def _purge(queue: RedisQueue, ids: list[str]) -> int:
+    return await DeadLetterQueue(queue).purge(ids)
+
+
+ACTIONS: dict[str, Action] = {
+    a.name: a
+    for a in (
+        Action(
+            "requeue",
+            "requeued",
+            "dead",
+            _requeue,
+            "Put these dead letters back in the pending queue with their attempts reset.",
+        ),
+        Action(
+            "purge",
+            "purged",
+            "dead",
+            _purge,
+            "Delete these dead letters for good (they cannot be requeued afterwards).",
+        ),
+    )
+}
