@@ -102,6 +102,7 @@ class Ends:
                 int(((verdict and verdict.delay) or 0) * 1000),
                 payload,
                 op.request.priority if op.priority is None else op.priority,
+                failure_class=str(verdict.failure_class) if verdict else "unknown",
             )
             self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
             return

@@ -219,6 +219,8 @@ class RedisQueue:
             k.gates,
             k.dead,
             k.dead_info,
+            *k.stats_keys(),
+            k.retried,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
@@ -286,6 +288,8 @@ class RedisQueue:
             k.dead_info,
             k.reclaim_guard,
             k.payload,
+            k.retried,
+            *k.stats_keys(),
         ]
         args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
         reply = await self._reclaim(keys=keys, args=args)
@@ -316,7 +320,8 @@ class RedisQueue:
         Returns the size of the dead-letter queue, or 0 if the lease is stale.
         """
         k = self.keys
-        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload]
+        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
+        keys += k.stats_keys()
         args = [
             entry_id,
             token,
@@ -335,16 +340,20 @@ class RedisQueue:
         delay_ms: int,
         payload: bytes,
         priority: int | None = None,
+        failure_class: str = "",
     ) -> int:
         """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale.
 
         With *priority* (the retried request's), the entry is promoted with that priority and
-        its place in the order; without, with its original score.
+        its place in the order; without, with its original score. With *failure_class* it is
+        a retry, counted (``retried:<class>``); without, a deferral that cost no attempt.
         """
         k = self.keys
-        keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload]
+        keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried]
+        keys += k.stats_keys()
         prio = "" if priority is None else clamp_priority(priority)
-        return int(await self._retry(keys=keys, args=[entry_id, token, delay_ms, payload, prio]))
+        args = [entry_id, token, delay_ms, payload, prio, failure_class]
+        return int(await self._retry(keys=keys, args=args))
 
     async def close_gate(self, domain: str, ms: int) -> int:
         """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
@@ -355,7 +364,7 @@ class RedisQueue:
         if not entries:
             return 0
         k = self.keys
-        keys = [k.dead, k.dead_info, k.pending, k.payload, k.seq, k.expiries]
+        keys = [k.dead, k.dead_info, k.pending, k.payload, k.seq, k.expiries, *k.stats_keys()]
         args = [self.order] + [x for e in entries for x in e]
         return int(await self._requeue(keys=keys, args=args))
 
@@ -364,7 +373,8 @@ class RedisQueue:
         if not ids:
             return 0
         k = self.keys
-        return int(await self._purge(keys=[k.dead, k.dead_info, k.payload], args=ids))
+        keys = [k.dead, k.dead_info, k.payload, *k.stats_keys()]
+        return int(await self._purge(keys=keys, args=ids))
 
     async def counts(self) -> Counts:
         """Size of every state, read atomically."""
@@ -386,6 +396,7 @@ class RedisQueue:
             k.reclaim_guard,
             k.gates,
             k.delayed_score,
+            k.retried,
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 
@@ -415,7 +426,7 @@ class RedisQueue:
         args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
         for e in entries:
             args += [e.fingerprint, clamp_priority(e.priority), e.payload]
-        keys = [key, k.pending, k.payload, k.dupefilter, k.seq]
+        keys = [key, k.pending, k.payload, k.dupefilter, k.seq, *k.stats_keys()]
         return int(await self._feed(keys=keys, args=args))
 
     async def save_checkpoint(

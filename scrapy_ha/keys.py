@@ -159,6 +159,10 @@ class Keys:
         """Per-domain counters."""
         return self._key("stats:domain")
 
+    def stats_keys(self) -> list[str]:
+        """The three hashes of the crawl-wide counters, in the order the scripts take them."""
+        return [self.stats, self.stats_minutes, self.stats_domains]
+
     def checkpoint(self, task: str) -> str:
         return self._key(f"cp:{task}")
 

@@ -1,7 +1,8 @@
 -- dead: move one leased entry to the dead-letter queue, fenced by its lease token, and keep
 -- the queue within its retention (count and age): the oldest entries are dropped for good.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] dead  KEYS[4] dead_info  KEYS[5] expiries
--- KEYS[6] payload
+-- KEYS[6] payload  KEYS[7] retried
+-- KEYS[8] stats  KEYS[9] stats:min  KEYS[10] stats:domain (lib/stats)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- The JSON gets "last" (server time, ms) and keeps "first" if given.
@@ -10,17 +11,22 @@
 --- @include "types"
 --- @include "lease"
 --- @include "deadletter"
+--- @include "stats"
 local max_dead, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ok, info = pcall(cjson.decode, ARGV[3])
 if not (max_dead and max_age and ok and type(info) == 'table') then
   return redis.error_reply('ERR dead: the reason must be a JSON object, retention numbers')
 end
-local err = wrong_type('dead', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash'})
+local err = wrong_type('dead', KEYS,
+  {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
-if not lease_current(KEYS[2], ARGV[1], ARGV[2]) then
+local v = lease_current(KEYS[2], ARGV[1], ARGV[2])
+if not v then
   return {0, 0}
 end
 local now = now_ms()
+count('dead', 1, lease_domain(v), tostring(info['class'] or 'unknown'))
+count('retry_dead', redis.call('HDEL', KEYS[7], ARGV[1]))
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
@@ -29,4 +35,5 @@ if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
 trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age)
+write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {1, redis.call('ZCARD', KEYS[3])}

@@ -2,6 +2,7 @@
 -- an entry leaves the list only in the same step that enqueues its request. Every argument
 -- is checked before the first write; priorities are clamped (lib/priority).
 -- KEYS[1] start URLs key  KEYS[2] pending  KEYS[3] payload  KEYS[4] dupefilter  KEYS[5] seq
+-- KEYS[6] stats  KEYS[7] stats:min  KEYS[8] stats:domain (lib/stats)
 -- ARGV[1] 'list' or 'set'  ARGV[2] k, the number of raw entries read
 -- ARGV[3] order within a priority: 'fifo' or 'lifo'
 -- ARGV[4 .. 3+k] the raw entries read (the head of the list, or set members)
@@ -12,6 +13,7 @@
 --- @include "member"
 --- @include "counter"
 --- @include "types"
+--- @include "stats"
 local k = tonumber(ARGV[2])
 local lifo = ARGV[3] == 'lifo'
 if not k or #ARGV ~= 3 + 4 * k or not (lifo or ARGV[3] == 'fifo') then
@@ -23,7 +25,8 @@ for i = 1, k do
   if not p then return redis.error_reply('ERR feed: priority ' .. i .. ' is not a number') end
   prios[i] = clamp_priority(p)
 end
-local err = wrong_type('feed', KEYS, {ARGV[1] == 'list' and 'list' or 'set', 'zset', 'hash', 'set'})
+local err = wrong_type('feed', KEYS, {ARGV[1] == 'list' and 'list' or 'set', 'zset', 'hash', 'set',
+  nil, 'hash', 'hash', 'hash'})
 if err then return err end
 local taken = {}
 if ARGV[1] == 'list' then
@@ -44,10 +47,16 @@ local added = 0
 for i = 1, k do
   local a = 4 + k + (i - 1) * 3
   local fp = ARGV[a]
-  if taken[i] and ARGV[a + 2] ~= '' and (fp == '' or redis.call('SADD', KEYS[4], fp) == 1) then
-    local seq = base + i
-    push_pending(KEYS[2], int_str(seq), pending_score(prios[i], seq, lifo), ARGV[a + 2])
-    added = added + 1
+  if taken[i] and ARGV[a + 2] ~= '' then
+    if fp == '' or redis.call('SADD', KEYS[4], fp) == 1 then
+      local seq = base + i
+      push_pending(KEYS[2], int_str(seq), pending_score(prios[i], seq, lifo), ARGV[a + 2])
+      added = added + 1
+      count('enqueued', 1, domain_of(ARGV[a + 2]))
+    else
+      count('filtered', 1)
+    end
   end
 end
+write_stats(KEYS[6], KEYS[7], KEYS[8], now_ms())
 return added

@@ -6,6 +6,7 @@
 -- (count and age) on this path too.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] pending  KEYS[4] expiries
 -- KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard  KEYS[8] payload
+-- KEYS[9] retried KEYS[10] stats  KEYS[11] stats:min  KEYS[12] stats:domain (lib/stats)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- Returns {-1} when another worker holds the guard, else
@@ -15,13 +16,14 @@
 --- @include "lease"
 --- @include "member"
 --- @include "deadletter"
+--- @include "stats"
 local interval, batch, max_exp = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_dead, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not (interval and batch and max_exp and max_dead and max_age) then
   return redis.error_reply('ERR reclaim: interval, batch, expiries and retention must be numbers')
 end
 local err = wrong_type('reclaim', KEYS,
-  {'zset', 'hash', 'zset', 'hash', 'zset', 'hash', nil, 'hash'})
+  {'zset', 'hash', 'zset', 'hash', 'zset', 'hash', nil, 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 if not redis.call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
@@ -40,6 +42,8 @@ for _, id in ipairs(ids) do
     local reason = 'corrupt queue entry: its lease record ' ..
       string.format('%q', string.sub(v, 1, 60)) .. ' cannot be read'
     dead_letter(KEYS[5], KEYS[6], id, {class = 'corrupt', reason = reason}, now)
+    count('dead', 1, lease_domain(v), 'corrupt')
+    count('retry_dead', redis.call('HDEL', KEYS[9], id))
     out[3] = out[3] + 1
   else
     local n = (tonumber(redis.call('HGET', KEYS[4], id) or '0') or 0) + 1
@@ -49,9 +53,13 @@ for _, id in ipairs(ids) do
       local reason = 'lease expired ' .. n ..
         ' times: its worker died or stalled while processing it'
       dead_letter(KEYS[5], KEYS[6], id, {class = 'poison', expiries = n, reason = reason}, now)
+      count('poison', 1)
+      count('dead', 1, lease_domain(v), 'poison')
+      count('retry_dead', redis.call('HDEL', KEYS[9], id))
       out[#out + 1] = id
     else
       back_to_pending(KEYS[3], KEYS[8], id, score)
+      count('reclaimed', 1)
       out[2] = out[2] + 1
     end
   end
@@ -64,4 +72,5 @@ end
 if #ids >= batch then
   redis.call('DEL', KEYS[7]) -- more are waiting: let the next tick continue
 end
+write_stats(KEYS[10], KEYS[11], KEYS[12], now)
 return out

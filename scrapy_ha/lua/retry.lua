@@ -3,19 +3,24 @@
 -- With a priority, the entry comes back with that priority and its place in the order
 -- (the sequence part of its score): a retry whose priority was lowered goes after fresh work.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] delayed  KEYS[4] delayed_sc  KEYS[5] payload
+-- KEYS[6] retried  KEYS[7] stats  KEYS[8] stats:min  KEYS[9] stats:domain (lib/stats)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] delay (ms)  ARGV[4] new payload ('' = keep)
 -- ARGV[5] priority ('' = keep the original's), clamped (lib/priority)
+-- ARGV[6] failure class of the retry ('' = a deferral without an attempt: not a retry, not
+--         counted)
 -- Returns the due time (server ms), or 0 when the token is stale (nothing changes).
 --- @include "time"
 --- @include "types"
 --- @include "lease"
 --- @include "priority"
 --- @include "number"
+--- @include "stats"
 local delay, prio = tonumber(ARGV[3]), tonumber(ARGV[5] or '')
 if not delay or ((ARGV[5] or '') ~= '' and not prio) then
   return redis.error_reply('ERR retry: delay and priority must be numbers')
 end
-local err = wrong_type('retry', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash'})
+local err = wrong_type('retry', KEYS,
+  {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 local v = lease_current(KEYS[2], ARGV[1], ARGV[2])
 if not v then
@@ -25,7 +30,8 @@ local score = lease_score(v) or 0
 if prio then
   score = with_priority(score, clamp_priority(prio))
 end
-local due = now_ms() + delay
+local now = now_ms()
+local due = now + delay
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], due, ARGV[1])
@@ -33,4 +39,10 @@ redis.call('HSET', KEYS[4], ARGV[1], int_str(score))
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[5], ARGV[1], ARGV[4])
 end
+local class = ARGV[6] or ''
+if class ~= '' then
+  add(KEYS[6], ARGV[1], 1)
+  count('retried', 1, lease_domain(v), class)
+end
+write_stats(KEYS[7], KEYS[8], KEYS[9], now)
 return due

@@ -12,7 +12,9 @@
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
 -- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates      KEYS[12] dead
 -- KEYS[13] dead_info
--- KEYS[14] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[14] stats     KEYS[15] stats:min KEYS[16] stats:domain (lib/stats)
+-- KEYS[17] retried (entry id -> retries: an ack of one counts as retry_ok)
+-- KEYS[18] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
@@ -45,6 +47,7 @@
 --- @include "priority"
 --- @include "counter"
 --- @include "deadletter"
+--- @include "stats"
 local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -72,7 +75,7 @@ for i = 1, n_enq do
 end
 
 local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
-  'hash', nil, 'hash', 'zset', 'hash'})
+  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 
 local added, refused, roots_seen = 0, 0, 0
@@ -86,8 +89,10 @@ if n_enq > 0 then
       local seq = base + i
       push_pending(KEYS[1], int_str(seq), pending_score(r.prio, seq, lifo), r.payload)
       added = added + 1
-    elseif not r.pid then
-      roots_seen = roots_seen + 1
+      count('enqueued', 1, domain_of(r.payload))
+    else
+      count('filtered', 1)
+      if not r.pid then roots_seen = roots_seen + 1 end
     end
   end
 end
@@ -96,7 +101,10 @@ end
 local acked, stale = 0, 0
 for i = 1, n_ack do
   local id, tok = string.match(ARGV[7 + n_enq + i], '^(%S+) (%S+)$')
-  if id and lease_current(KEYS[6], id, tok) then
+  local v = id and lease_current(KEYS[6], id, tok)
+  if v then
+    count('acked', 1, lease_domain(v))
+    count('retry_ok', redis.call('HDEL', KEYS[17], id))
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[2], id)
@@ -128,6 +136,7 @@ local function set_aside(m)
   local id = int_str(take(KEYS[4], 1) + 1)
   dead_letter(KEYS[12], KEYS[13], id, {class = 'corrupt',
     reason = 'corrupt queue entry: a pending member without an entry id'}, now)
+  count('dead', 1, '-', 'corrupt')
   redis.call('HSET', KEYS[2], id, m)
   out[9] = out[9] + 1
 end
@@ -140,7 +149,7 @@ if n_lease > 0 then
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
   end
-  local grant = KEYS[14]
+  local grant = KEYS[18]
   if grant then redis.call('DEL', grant) end
   local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
   local n = #items / 2
@@ -156,7 +165,7 @@ if n_lease > 0 then
       else
         local tok = nonce .. '-' .. int_str(tbase + i)
         redis.call('ZADD', KEYS[5], expiry, id)
-        redis.call('HSET', KEYS[6], id, lease_record(tok, sc))
+        redis.call('HSET', KEYS[6], id, lease_record(tok, sc, domain_of(payload)))
         redis.call('HSET', KEYS[2], id, payload)
         if grant then redis.call('HSET', grant, id, tok) end
         out[#out + 1] = id
@@ -167,7 +176,8 @@ if n_lease > 0 then
     end
   end
 end
-if KEYS[14] and n_lease > 0 then redis.call('PEXPIRE', KEYS[14], lease_ms) end
+if KEYS[18] and n_lease > 0 then redis.call('PEXPIRE', KEYS[18], lease_ms) end
+write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])
 out[7] = redis.call('ZCARD', KEYS[8])

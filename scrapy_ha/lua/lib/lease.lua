@@ -1,10 +1,18 @@
 -- lib/lease: the lease record, kept in the leases hash under the entry id as
--- "<token> <pending score>" (the score the entry goes back to pending with).
+-- "<token> <pending score> <domain>" (the score the entry goes back to pending with; the
+-- host of its URL, so that the script that ends the lease counts it per domain without
+-- reading the payload).
 --
--- lease_record(token, score)
+-- lease_record(token, score, domain)
 --   Returns the record of a lease (score as given: a number or the string ZRANGE read).
-local function lease_record(token, score)
-  return token .. ' ' .. score
+local function lease_record(token, score, domain)
+  return token .. ' ' .. score .. ' ' .. domain
+end
+
+-- lease_domain(record)
+--   Returns the domain a record keeps, '-' when it has none.
+local function lease_domain(record)
+  return string.match(record or '', '^%S+ %S+ (%S+)') or '-'
 end
 
 -- lease_score(record)

@@ -1,0 +1,205 @@
+"""The crawl-wide counters, kept by the scripts themselves, against a real redis-server:
+every transition moves its counter once, per class and per domain, the per-minute buckets
+are kept for a day, and a counter never makes a script fail half-way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import redis
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha._queue import NewEntry, Reclaimed, RedisQueue
+from scrapy_ha.keys import Keys
+from scrapy_ha.stats import read_crawl_stats, read_crawl_stats_async
+
+KEYS = Keys("ha", "s")
+LEASE_MS = 30_000
+
+
+def request(url: str, fp: bytes | None = None) -> NewEntry:
+    payload = json.dumps({"v": 1, "u": url, "cb": "parse"}, separators=(",", ":")).encode()
+    return NewEntry(url.encode()[-12:] if fp is None else fp, 0, payload)
+
+
+def open_queue(url: str) -> RedisQueue:
+    return RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
+
+
+async def lease_all(q: RedisQueue) -> dict[str, tuple[str, str]]:
+    """Every pending entry leased: URL -> (entry id, token)."""
+    leases = await q.lease(100, LEASE_MS)
+    return {json.loads(x.payload)["u"]: (x.id, x.token) for x in leases}
+
+
+def minute_of(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int((seconds * 1000 + micros // 1000) // 60000)
+
+
+@deferred_f_from_coro_f
+async def test_each_transition_counts_once_per_class_and_domain(redis_url):
+    q = open_queue(redis_url)
+    urls = [
+        "http://a.example/1",
+        "https://user:pw@B.Example:8443/2?x=1",
+        "http://a.example/3",
+        "http://[::1]:8080/4",
+    ]
+    assert await q.enqueue([request(u) for u in urls] + [request(urls[0])]) == 4
+    leased = await lease_all(q)
+    a1, b2, a3, v6 = (leased[u] for u in urls)
+    await q.ack([a1])
+    await q.ack([a1])  # stale: not counted again
+    assert await q.retry_later(*b2, 0, b"", failure_class="server")
+    assert await q.retry_later(*a3, 0, b"")  # a deferral: no attempt, no count
+    assert await q.dead_letter(*v6, {"class": "gone", "reason": "HTTP 404"})
+    again = await lease_all(q)
+    assert set(again) == set(urls[1:3])
+    b2, a3 = again[urls[1]], again[urls[2]]
+    await q.ack([b2, a3])  # b2 was retried once: a retry that succeeded
+
+    s = read_crawl_stats(redis.Redis.from_url(redis_url), KEYS)
+    assert (s.enqueued, s.filtered, s.acked, s.retried, s.dead_lettered) == (4, 1, 3, 1, 1)
+    assert (s.retry_ok, s.retry_dead, s.retry_success_rate) == (1, 0, 1.0)
+    assert s.retried_by_class == {"server": 1} and s.dead_by_class == {"gone": 1}
+    assert s.domains == {
+        "a.example": {"enqueued": 2, "acked": 2},
+        "b.example": {"enqueued": 1, "retried": 1, "acked": 1},
+        "[::1]": {"enqueued": 1, "dead": 1},
+    }
+    assert (s.pending, s.leased, s.delayed, s.dead) == (0, 0, 0, 1)
+    minute = s.now_ms // 60000
+    assert sum(s.minutes["acked"].values()) == 3 and set(s.minutes["acked"]) <= {minute - 1, minute}
+    assert s.rate("acked", 1) > 0 and s.eta_seconds() == 0.0
+    assert (await read_crawl_stats_async(q.client, KEYS)).counters == s.counters
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_retried_request_that_ends_dead_and_the_operator_actions(redis_url):
+    q = open_queue(redis_url)
+    await q.enqueue([request("http://c.example/1"), request("http://c.example/2")])
+    one, two = (await lease_all(q)).values()
+    await q.retry_later(*one, 0, b"", failure_class="timeout")
+    await q.retry_later(*two, 0, b"", failure_class="server")
+    one, two = (await lease_all(q)).values()
+    await q.retry_later(*one, 0, b"", failure_class="timeout")
+    await q.dead_letter(*two, {"class": "server", "reason": "HTTP 503"})
+    (one,) = (await lease_all(q)).values()
+    await q.dead_letter(*one, {"class": "timeout", "reason": "timed out"})
+    assert await q.requeue_dead([(one[0], 0, request("http://c.example/1").payload)]) == 1
+    assert await q.purge_dead([two[0]]) == 1
+    (one,) = (await lease_all(q)).values()
+    await q.ack([one])  # requeued with its attempts reset: not a retry that succeeded
+
+    s = await read_crawl_stats_async(q.client, KEYS)
+    assert s.retried_by_class == {"timeout": 2, "server": 1} and s.retried == 3
+    assert s.dead_by_class == {"server": 1, "timeout": 1}
+    assert (s.retry_ok, s.retry_dead, s.retry_success_rate) == (0, 2, 0.0)
+    assert (s.requeued, s.purged, s.acked, s.enqueued) == (1, 1, 1, 2)
+    assert s.domains["c.example"] == {"enqueued": 2, "retried": 3, "dead": 2, "acked": 1}
+    assert not await q.client.exists(KEYS.retried)  # nothing of a finished entry is left
+    await q.client.aclose()
+
+
+async def reclaim_soon(q: RedisQueue) -> Reclaimed:
+    """Reclaim until the 1 ms lease leased just before has expired and is reclaimed."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        await q.client.delete(KEYS.reclaim_guard)
+        done = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=2)
+        if done and (done.reclaimed or done.poison):
+            return done
+        await asyncio.sleep(0.01)
+    raise AssertionError("the lease was never reclaimed")
+
+
+@deferred_f_from_coro_f
+async def test_reclaim_counts_reclaimed_and_poison(redis_url):
+    q = open_queue(redis_url)
+    await q.enqueue([request("http://d.example/1")])
+    (lease,) = await q.lease(1, LEASE_MS)
+    await q.retry_later(lease.id, lease.token, 0, b"", failure_class="server")
+    await q.lease(1, 1)  # its worker dies: the lease expires
+    assert (await reclaim_soon(q)).reclaimed == 1
+    await q.lease(1, 1)  # and again: poison
+    assert len((await reclaim_soon(q)).poison) == 1
+    s = await read_crawl_stats_async(q.client, KEYS)
+    assert (s.reclaimed, s.poison) == (1, 1)
+    assert s.dead_by_class == {"poison": 1} and s.retry_dead == 1
+    assert s.domains["d.example"] == {"enqueued": 1, "retried": 1, "dead": 1}
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_start_urls_fed_from_a_list_count_as_enqueued(redis_url):
+    q = open_queue(redis_url)
+    start = "s:start_urls"
+    urls = [b"http://e.example/1", b"http://e.example/1"]
+    await q.client.rpush(start, *urls)
+    entries = [request(u.decode(), fp=b"same-fp") for u in urls]
+    assert await q.feed(start, as_set=False, raw=urls, entries=entries) == 1
+    s = await read_crawl_stats_async(q.client, KEYS)
+    assert (s.enqueued, s.filtered, s.domains) == (1, 1, {"e.example": {"enqueued": 1}})
+    await q.client.aclose()
+
+
+def _bucket_fields(client: redis.Redis) -> set[str]:
+    return {k.decode() for k in client.hkeys(KEYS.stats_minutes)}
+
+
+@pytest.mark.parametrize("pause", [10, 3000])
+@deferred_f_from_coro_f
+async def test_buckets_older_than_a_day_are_pruned(redis_url, redis_client, pause):
+    """A crawl that goes on (pause 10 minutes) or comes back after two days (3000): the
+    first bucket of a new minute drops every bucket that left the day, none of the day's."""
+    m = minute_of(redis_client)
+    last = m - pause
+    if pause < 1000:
+        old, kept = (
+            {f"acked:{last - 1439}", f"acked:{m - 1445}"},
+            {f"acked:{last}", f"acked:{m - 1000}"},
+        )
+    else:
+        old, kept = {f"acked:{last - 1439}", f"acked:{last}"}, set()
+    redis_client.hset(
+        KEYS.stats_minutes, mapping={**{f: 5 for f in old | kept}, "acked:last": last}
+    )
+    q = open_queue(redis_url)
+    await q.enqueue([request("http://f.example/1")])
+    (lease,) = await q.lease(1, LEASE_MS)
+    await q.ack([(lease.id, lease.token)])
+    await q.client.aclose()
+
+    now = minute_of(redis_client)
+    left = {k.decode() for k in redis_client.hkeys(KEYS.stats_minutes)}
+    assert kept <= left and not old & left
+    assert {f"acked:{now}", f"acked:{m}"} & left
+    assert int(redis_client.hget(KEYS.stats_minutes, "acked:last")) in (m, now)
+    s = read_crawl_stats(redis_client, KEYS)
+    assert all(now - minute <= 1440 for minute in s.minutes["acked"])
+
+
+@deferred_f_from_coro_f
+async def test_garbage_in_a_counter_restarts_it_a_stats_key_of_another_type_fails_first(
+    redis_url,
+):
+    q = open_queue(redis_url)
+    await q.client.hset(KEYS.stats, "acked", "garbage")
+    await q.enqueue([request("http://g.example/1"), request("http://g.example/2")])
+    one, two = (await lease_all(q)).values()
+    await q.ack([one])
+    assert (await read_crawl_stats_async(q.client, KEYS)).acked == 1  # restarted, not stuck
+
+    await q.client.delete(KEYS.stats_domains)
+    await q.client.set(KEYS.stats_domains, "not a hash")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await q.ack([two])
+    assert await q.client.zscore(KEYS.leased, two[0]) is not None  # nothing changed
+    assert await q.client.get(KEYS.stats_domains) == b"not a hash"
+    await q.client.aclose()
