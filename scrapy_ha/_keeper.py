@@ -23,7 +23,7 @@ from scrapy.settings import Settings
 from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
 
 from scrapy_ha._connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
-from scrapy_ha._queue import RENEW_LUA, lost_pairs
+from scrapy_ha._queue import RENEW_LUA, lost_pairs, worker_stats
 
 if TYPE_CHECKING:
     import asyncio
@@ -94,6 +94,7 @@ class LeaseKeeper:
         self.on_renewed = on_renewed
         self._script = client.register_script(RENEW_LUA)
         self._held: Pairs = ()
+        self.rate = 0.0  # pages per second, published with each renewal (set by the loop)
         self._syncing = False
         self._last_beat = time.monotonic()
         self._stop = threading.Event()
@@ -148,10 +149,12 @@ class LeaseKeeper:
             return
         self._stuck = False
         started = time.monotonic()
-        args: list[Any] = [self.lease_ms, self.worker, self.heartbeat_ms]
-        for entry_id, token in self._held:
+        held = self._held
+        stats = worker_stats(len(held), self.rate)
+        args: list[Any] = [self.lease_ms, self.worker, self.heartbeat_ms, stats]
+        for entry_id, token in held:
             args += [entry_id, token]
-        keys = [self.keys.leased, self.keys.leases, self.keys.workers]
+        keys = [self.keys.leased, self.keys.leases, self.keys.workers, self.keys.worker_stats]
         if self._syncing:
             keys.append(self.keys.grant(self.worker))
         try:

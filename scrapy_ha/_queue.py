@@ -152,6 +152,12 @@ def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
     return [(_s(reply[i]), _s(reply[i + 1])) for i in range(2, len(reply) - 1, 2)]
 
 
+def worker_stats(leases: int, rate: float) -> str:
+    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua adds the
+    time): leases held and pages done per second."""
+    return json.dumps({"leases": leases, "rate": round(rate, 2)})
+
+
 def _b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -253,14 +259,21 @@ class RedisQueue:
         return result.acked, result.stale
 
     async def renew(
-        self, pairs: list[tuple[str, str]], *, worker: str, lease_ms: int, heartbeat_ms: int
+        self,
+        pairs: list[tuple[str, str]],
+        *,
+        worker: str,
+        lease_ms: int,
+        heartbeat_ms: int,
+        rate: float = 0.0,
     ) -> tuple[int, list[tuple[str, str]]]:
-        """Heartbeat and renew all given leases; return (renewed, lost (id, token) pairs)."""
+        """Heartbeat and renew all given leases, publish the worker's stats (leases held,
+        *rate* in pages/s); return (renewed, lost (id, token) pairs)."""
         k = self.keys
-        args: list[Any] = [lease_ms, worker, heartbeat_ms]
+        args: list[Any] = [lease_ms, worker, heartbeat_ms, worker_stats(len(pairs), rate)]
         for entry_id, token in pairs:
             args += [entry_id, token]
-        reply = await self._renew(keys=[k.leased, k.leases, k.workers], args=args)
+        reply = await self._renew(keys=[k.leased, k.leases, k.workers, k.worker_stats], args=args)
         return int(reply[1]), lost_pairs(reply)
 
     async def reclaim(
@@ -453,6 +466,7 @@ class RedisQueue:
     async def leave(self, worker: str) -> None:
         """Unregister a worker that stops."""
         await self.client.zrem(self.keys.workers, worker)
+        await self.client.hdel(self.keys.worker_stats, worker)
 
     async def flush(self) -> None:
         """Delete every key of the crawl, dead-letter queue included."""

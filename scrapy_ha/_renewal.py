@@ -96,6 +96,7 @@ class Renewals:
             worker=config.worker_id,
             lease_ms=int(config.lease_time * 1000),
             heartbeat_ms=int(config.heartbeat_ttl * 1000),
+            rate=self.rate,
         )
         self._note_rate(started)
         self.valid_until = started + config.lease_time
@@ -105,5 +106,7 @@ class Renewals:
     def _note_rate(self, now: float) -> None:
         if self._last_renew:
             self.rate = self.acked / max(0.001, now - self._last_renew)
+            if self.keeper is not None:
+                self.keeper.rate = self.rate
         self.acked = 0
         self._last_renew = now

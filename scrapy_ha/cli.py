@@ -1,8 +1,9 @@
 """``scrapy-ha``: look at and operate a crawl's queue from the shell.
 
-Redis is found from ``--redis-url``, else the Scrapy project's settings
-(``REDIS_URL``, ``REDIS_PARAMS``... when run inside a project), else
-``redis://localhost:6379/0``.
+Redis is found from ``--redis-url`` (before or after the subcommand), else ``$REDIS_URL``,
+else the Scrapy project's settings (``REDIS_URL``, ``REDIS_PARAMS``... when run inside a
+project), else ``redis://localhost:6379/0``. Each subcommand lives in this module or in a
+``scrapy_ha._cli_*`` module of its own; :func:`build_parser` registers them all.
 """
 
 from __future__ import annotations
@@ -12,13 +13,23 @@ __all__ = ["build_parser", "main"]
 import argparse
 import asyncio
 import json
+import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import dashboard
+from scrapy_ha import _cli_workers, dashboard
+from scrapy_ha._cli_common import (
+    Command,
+    add_bulk_options,
+    approve,
+    command,
+    group,
+    local_time,
+    parse_when,
+    server_ms,
+)
 from scrapy_ha._connection import (
     RedisUnavailable,
     check_reachable,
@@ -26,13 +37,18 @@ from scrapy_ha._connection import (
     redis_from_settings,
 )
 from scrapy_ha._queue import RedisQueue
+from scrapy_ha._version import __version__
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.stores import CheckpointStore
 
-#: A subcommand: what it prints goes to stdout/stderr, what it returns is the exit code.
-Command = Callable[[RedisQueue, argparse.Namespace], Awaitable[int]]
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+#: The environment variable that gives the Redis URL when ``--redis-url`` is not given
+#: (the name scrapy-redis's own setting has, so one export serves both).
+REDIS_URL_ENV = "REDIS_URL"
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -42,15 +58,22 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings = get_project_settings()
     except Exception:  # not in a project: plain defaults
         settings = Settings()
-    if args.redis_url:
-        settings.set("REDIS_URL", args.redis_url, priority="cmdline")
+    url = args.redis_url or os.environ.get(REDIS_URL_ENV)
+    if url:
+        settings.set("REDIS_URL", url, priority="cmdline")
     return settings
 
 
 async def _run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     prefix = args.prefix or key_prefix(settings)
-    client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    try:
+        client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    except ValueError as exc:  # redis-py cannot parse the URL
+        raise ConfigError(
+            f"bad Redis URL {display_url(settings)}: {exc} (give --redis-url or REDIS_URL as "
+            f"redis://[:password@]host:port/db)"
+        ) from None
     try:
         await check_reachable(client, display_url(settings), DEFAULT_CONNECT_TIMEOUT)
         queue = RedisQueue(client, Keys(prefix, args.spider))
@@ -96,6 +119,10 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    held = [f"{name}: {n}" for name, n in counts.as_dict().items() if n]
+    verdict = approve(args, "flush", f"every key of {queue.keys.spider}", held or ["(no keys)"])
+    if not verdict:
+        return 0 if verdict is None else 1
     await queue.flush()
     print(f"flushed {queue.keys.spider}")
     return 0
@@ -105,26 +132,38 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
     if getattr(args, "ids", None):
         found = [await dlq.get(i) for i in args.ids]
         return [e for e in found if e is not None]
+    now = await server_ms(dlq.client) if (args.since or args.until) else 0
     return await dlq.entries(
         failure_class=args.failure_class,
         domain=args.domain,
         reason=args.reason,
+        status=args.status,
+        since_ms=args.since(now) if args.since else None,
+        until_ms=args.until(now) if args.until else None,
+        offset=getattr(args, "offset", 0),
         limit=getattr(args, "limit", None),
     )
 
 
 async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Dead-letter entries: id, class, attempts, reason, URL; filter by class, domain, reason."""
+    """Dead-letter entries, oldest first: id, when, class, HTTP status, attempts, reason, URL,
+    then the total per class; filter by class, domain, status, reason and time; page with
+    --limit/--offset."""
     entries = await _selected(DeadLetterQueue(queue), args)
     if not entries:
         print(
             f"dead-letter queue of {queue.keys.spider}: empty"
-            + (" (for these filters)" if _filtered(args) else "")
+            + (" (for these filters)" if _filtered(args) or args.offset else "")
         )
         return 0
-    print(f"{'ID':>10}  {'CLASS':<12} {'TRIES':>5}  {'REASON':<40}  URL")
+    print(
+        f"{'ID':>10}  {'WHEN':<19}  {'CLASS':<12} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
+    )
     for e in entries:
-        print(f"{e.id:>10}  {e.failure_class:<12} {e.attempts:>5}  {e.reason[:40]:<40}  {e.url}")
+        print(
+            f"{e.id:>10}  {local_time(e.dead_at)}  {e.failure_class:<12} "
+            f"{e.status or '-':>6} {e.attempts:>5}  {e.reason[:40]:<40}  {e.url}"
+        )
     by_class: dict[str, int] = {}
     for e in entries:
         by_class[e.failure_class] = by_class.get(e.failure_class, 0) + 1
@@ -133,8 +172,12 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
+#: The options that select dead-letter entries by content or time.
+FILTERS = ("failure_class", "domain", "reason", "status", "since", "until")
+
+
 def _filtered(args: argparse.Namespace) -> bool:
-    return bool(args.failure_class or args.domain or args.reason or getattr(args, "limit", None))
+    return any(getattr(args, name, None) is not None for name in (*FILTERS, "limit"))
 
 
 def _entries(n: int) -> str:
@@ -179,10 +222,19 @@ async def _bulk(
     done: str,
     action: Callable[[list[str]], Awaitable[int]],
 ) -> int:
-    if not (args.ids or args.all or args.failure_class or args.domain or args.reason):
-        print("name entry IDs, a filter (--class, --domain, --reason) or --all", file=sys.stderr)
+    if not (args.ids or args.all or any(getattr(args, f) is not None for f in FILTERS)):
+        print(
+            "name entry IDs, a filter (--class, --domain, --status, --reason, --since, "
+            "--until) or --all",
+            file=sys.stderr,
+        )
         return 1
     entries = await _selected(DeadLetterQueue(queue), args)
+    verb = done.removesuffix("d")
+    what = f"{_entries(len(entries))} of {queue.keys.spider}"
+    verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])
+    if not verdict:
+        return 0 if verdict is None else 1
     n = await action([e.id for e in entries])
     print(f"{done} {n} of {_entries(len(entries))}")
     return 0
@@ -216,29 +268,26 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
         print("name TASKs or --all", file=sys.stderr)
         return 1
     store = _checkpoints(queue)
+    tasks = [cp.task for cp in await store.entries()] if args.all else args.tasks
+    verdict = approve(args, "reset", f"{len(tasks)} checkpoint(s) of {queue.keys.spider}", tasks)
+    if not verdict:
+        return 0 if verdict is None else 1
     n = await store.delete_all() if args.all else await store.delete(args.tasks)
     print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
     return 0
 
 
-def _command(sub: Any, name: str, func: Command) -> argparse.ArgumentParser:
-    """The subcommand *name*, which runs *func* (argparse dispatches: ``args.func``); its
-    help is *func*'s docstring, its first argument the spider."""
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=func.__doc__)
-    parser.set_defaults(func=func)
-    parser.add_argument("spider")
-    return parser
+_command = command
 
 
 def _add_checkpoints(sub: Any) -> None:
-    cps = sub.add_parser("checkpoints", help="pagination checkpoints").add_subparsers(
-        dest="checkpoints", required=True
-    )
+    cps = group(sub, "checkpoints", "pagination checkpoints")
     _command(cps, "list", checkpoints_list)
     _command(cps, "show", checkpoints_show).add_argument("task")
     reset = _command(cps, "reset", checkpoints_reset)
     reset.add_argument("tasks", nargs="*", metavar="TASK")
     reset.add_argument("--all", action="store_true")
+    add_bulk_options(reset)
 
 
 def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool = False) -> None:
@@ -247,34 +296,58 @@ def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool =
         p.add_argument("--all", action="store_true", help="every entry")
     p.add_argument("--class", dest="failure_class", help="failure class: gone, banned, server, ...")
     p.add_argument("--domain", help="the request's host name")
+    p.add_argument("--status", type=int, help="the HTTP status of the last attempt: 404, 503, ...")
     p.add_argument("--reason", help="a part of the reason (case-insensitive)")
+    p.add_argument(
+        "--since", type=_when("--since"), help="dead-lettered since: 24h, 30m, 7d, or a local time"
+    )
+    p.add_argument(
+        "--until", type=_when("--until"), help="dead-lettered until: 1h, or 2026-11-30 17:05"
+    )
     if limit:
         p.add_argument("--limit", type=int, help="at most this many")
+        p.add_argument("--offset", type=int, default=0, help="skip this many matches first")
+
+
+def _when(option: str) -> Callable[[str], Callable[[int], int]]:
+    """An argparse type: checks a time at parse time, resolves it against Redis's clock."""
+
+    def parse(text: str) -> Callable[[int], int]:
+        parse_when(text, 0, option=option)  # a bad value is a usage error, before connecting
+        return lambda now_ms: parse_when(text, now_ms, option=option)
+
+    return parse
 
 
 def _add_dlq(sub: Any) -> None:
-    dlq = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
-        dest="dlq", required=True
-    )
+    dlq = group(sub, "dlq", "the dead-letter queue")
     _add_filters(_command(dlq, "list", dlq_list), limit=True)
     _command(dlq, "show", dlq_show).add_argument("id")
     _add_filters(_command(dlq, "export", dlq_export), limit=True)
-    _add_filters(_command(dlq, "requeue", dlq_requeue), ids=True, limit=True)
-    _add_filters(_command(dlq, "purge", dlq_purge), ids=True, limit=True)
+    for name, func in (("requeue", dlq_requeue), ("purge", dlq_purge)):
+        bulk = _command(dlq, name, func)
+        _add_filters(bulk, ids=True, limit=True)
+        add_bulk_options(bulk)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``scrapy-ha`` command line: each subcommand's parser carries its function."""
     parser = argparse.ArgumentParser(prog="scrapy-ha", description=__doc__.splitlines()[0])
-    parser.add_argument("--redis-url", help="Redis URL (default: the project's REDIS_URL)")
+    parser.add_argument(
+        "--redis-url",
+        help=f"Redis URL (default: ${REDIS_URL_ENV}, else the project's REDIS_URL); "
+        "accepted after the subcommand too",
+    )
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _command(sub, "status", status).add_argument(
         "--json", action="store_true", help="one JSON object"
     )
-    _command(sub, "flush", flush).add_argument(
-        "--force", action="store_true", help="even while workers are alive"
-    )
+    flush_ = _command(sub, "flush", flush)
+    flush_.add_argument("--force", action="store_true", help="even while workers are alive")
+    add_bulk_options(flush_)
+    _cli_workers.register(sub)
     _add_dlq(sub)
     _add_checkpoints(sub)
     dashboard.add_command(sub)

@@ -103,11 +103,25 @@ class DeadEntry:
         except ValueError:
             return "text", text
 
-    def matches(self, *, failure_class: str | None, domain: str | None, reason: str | None) -> bool:
+    @property
+    def status(self) -> int | None:
+        """The HTTP status of the last attempt (None for a download error)."""
+        status = self.info.get("status")
+        return status if isinstance(status, int) else None
+
+    def matches(
+        self,
+        *,
+        failure_class: str | None,
+        domain: str | None,
+        reason: str | None,
+        status: int | None = None,
+    ) -> bool:
         return (
             (failure_class is None or self.failure_class == failure_class)
             and (domain is None or self.domain == domain)
             and (reason is None or reason.lower() in self.reason.lower())
+            and (status is None or self.status == status)
         )
 
 
@@ -162,13 +176,17 @@ class DeadLetterQueue:
     ) -> None:
         await self.aclose()
 
-    async def scan(self) -> AsyncIterator[DeadEntry]:
-        """Every entry, oldest first."""
-        start = 0
-        while True:
-            rows = await self.client.zrange(
-                self.keys.dead, start, start + SCAN_BATCH - 1, withscores=True
-            )
+    async def scan(
+        self, *, since_ms: int | None = None, until_ms: int | None = None, skip: int = 0
+    ) -> AsyncIterator[DeadEntry]:
+        """Every entry dead-lettered from *since_ms* to *until_ms* (Redis time, ms; both
+        included), oldest first, the first *skip* of them skipped. Read by rank in batches:
+        a page deep in a large queue costs what the page costs."""
+        start, stop = await self._ranks(since_ms, until_ms)
+        start += skip
+        while start <= stop:
+            end = min(stop, start + SCAN_BATCH - 1)
+            rows = await self.client.zrange(self.keys.dead, start, end, withscores=True)
             if not rows:
                 return
             ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
@@ -176,7 +194,22 @@ class DeadLetterQueue:
             payloads = await self.client.hmget(self.keys.payload, ids)
             for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
                 yield _parse(entry_id, score, info, payload)
-            start += SCAN_BATCH
+            start += len(rows)
+
+    async def _ranks(self, since_ms: int | None, until_ms: int | None) -> tuple[int, int]:
+        """The ranks of the first and last entry within the time window (ZCOUNT: log N)."""
+        dead = self.keys.dead
+        first = 0 if since_ms is None else await self.client.zcount(dead, "-inf", f"({since_ms}")
+        if until_ms is None:
+            last = await self.client.zcard(dead) - 1
+        else:
+            last = await self.client.zcount(dead, "-inf", until_ms) - 1
+        return int(first), int(last)
+
+    async def count(self, *, since_ms: int | None = None, until_ms: int | None = None) -> int:
+        """How many entries were dead-lettered within the time window (all: no window)."""
+        first, last = await self._ranks(since_ms, until_ms)
+        return max(0, last - first + 1)
 
     async def entries(
         self,
@@ -184,11 +217,17 @@ class DeadLetterQueue:
         failure_class: str | None = None,
         domain: str | None = None,
         reason: str | None = None,
+        status: int | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        offset: int = 0,
         limit: int | None = None,
         cls: str | None = None,
     ) -> list[DeadEntry]:
-        """Entries matching every filter given (reason: a case-insensitive substring).
-        ``cls`` is the deprecated name of ``failure_class``."""
+        """Entries matching every filter given, oldest first: *reason* a case-insensitive
+        substring, *status* the HTTP status, *since_ms*/*until_ms* the time it was
+        dead-lettered (Redis time, ms); the first *offset* matches skipped, at most *limit*
+        returned. ``cls`` is the deprecated name of ``failure_class``."""
         if cls is not None:
             warnings.warn(
                 "entries(cls=...) is deprecated, use entries(failure_class=...)",
@@ -196,12 +235,20 @@ class DeadLetterQueue:
                 stacklevel=2,
             )
             failure_class = failure_class or cls
+        by_content = any(v is not None for v in (failure_class, domain, reason, status))
+        skip, offset = (0, offset) if by_content else (offset, 0)  # no filter: Redis skips
         found: list[DeadEntry] = []
-        async for entry in self.scan():
-            if entry.matches(failure_class=failure_class, domain=domain, reason=reason):
-                found.append(entry)
-                if limit is not None and len(found) >= limit:
-                    break
+        async for entry in self.scan(since_ms=since_ms, until_ms=until_ms, skip=skip):
+            if not entry.matches(
+                failure_class=failure_class, domain=domain, reason=reason, status=status
+            ):
+                continue
+            if offset:
+                offset -= 1
+                continue
+            found.append(entry)
+            if limit is not None and len(found) >= limit:
+                break
         return found
 
     async def get(self, entry_id: str) -> DeadEntry | None:

@@ -25,6 +25,9 @@ key                        type         content
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
+``ha:{books}:wstats``      hash         worker id -> JSON ``{"at", "leases", "rate"}``: its last
+                                        renewal (ms), leases held, pages per second
+``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
@@ -125,6 +128,14 @@ class Keys:
         return self._key("workers")
 
     @property
+    def worker_stats(self) -> str:
+        return self._key("wstats")
+
+    @property
+    def paused(self) -> str:
+        return self._key("paused")
+
+    @property
     def reclaim_guard(self) -> str:
         return self._key("reclaim")
 
@@ -178,7 +189,7 @@ class Keys:
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
         zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers)
-        strings = (self.seq, self.lease_seq, self.reclaim_guard)
+        strings = (self.seq, self.lease_seq, self.reclaim_guard, self.paused)
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
@@ -201,6 +212,8 @@ class Keys:
             self.seq,
             self.lease_seq,
             self.workers,
+            self.worker_stats,
+            self.paused,
             self.reclaim_guard,
             self.gates,
             self.proxy_cooldowns,

@@ -175,11 +175,11 @@ def test_checkpoints_cli(redis_url, redis_client):
     shown = json.loads(cli(redis_url, "checkpoints", "show", "paged", "task-a").stdout)
     assert shown["page"] == 3
     assert (
-        cli(redis_url, "checkpoints", "reset", "paged", "task-a").stdout.strip()
+        cli(redis_url, "checkpoints", "reset", "paged", "task-a", "--yes").stdout.strip()
         == "reset 1 checkpoint"
     )
     assert (
-        cli(redis_url, "checkpoints", "reset", "paged", "--all").stdout.strip()
+        cli(redis_url, "checkpoints", "reset", "paged", "--all", "--yes").stdout.strip()
         == "reset 1 checkpoint"
     )
     assert redis_client.keys("ha:{paged}:cp:*") == []

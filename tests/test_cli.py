@@ -95,7 +95,7 @@ async def test_dlq_list_has_a_header_and_totals_and_show_prints_bodies_as_text(r
         paths=("/status/404", "/status/410", "/flaky/2?fail=9&status=503"),
     )
     lines = scrapy_ha("--redis-url", redis_url, "dlq", "list", "faults").stdout.splitlines()
-    assert lines[0].split() == ["ID", "CLASS", "TRIES", "REASON", "URL"]
+    assert lines[0].split() == ["ID", "WHEN", "CLASS", "STATUS", "TRIES", "REASON", "URL"]
     assert len(lines) == 5
     assert lines[-1] == "3 entries listed (gone 2, server 1)"
     only = scrapy_ha("--redis-url", redis_url, "dlq", "list", "faults", "--limit", "1").stdout
@@ -153,22 +153,22 @@ async def test_requeue_and_purge_by_id_class_domain_and_limit(redis_url, redis_c
     await crawl(FaultSpider, redis_url, site, paths=paths)
     cli = ("--redis-url", redis_url, "dlq")
     assert scrapy_ha(
-        *cli, "requeue", "faults", "--class", "gone", "--limit", "1"
+        *cli, "requeue", "faults", "--yes", "--class", "gone", "--limit", "1"
     ).stdout.strip() == ("requeued 1 of 1 entry")
-    assert scrapy_ha(*cli, "requeue", "faults", "--domain", "example.com").stdout.strip() == (
-        "requeued 0 of 0 entries"
-    )
-    assert scrapy_ha(*cli, "requeue", "faults", "--class", "server").stdout.strip() == (
+    assert scrapy_ha(
+        *cli, "requeue", "faults", "--yes", "--domain", "example.com"
+    ).stdout.strip() == ("requeued 0 of 0 entries")
+    assert scrapy_ha(*cli, "requeue", "faults", "--yes", "--class", "server").stdout.strip() == (
         "requeued 1 of 1 entry"
     )
     exported = [json.loads(x) for x in scrapy_ha(*cli, "export", "faults").stdout.splitlines()]
     assert len(exported) == 3 and {e["class"] for e in exported} == {"gone"}
     assert len(scrapy_ha(*cli, "export", "faults", "--limit", "2").stdout.splitlines()) == 2
     first, second = exported[0]["id"], exported[1]["id"]
-    assert scrapy_ha(*cli, "purge", "faults", first, second).stdout.strip() == (
+    assert scrapy_ha(*cli, "purge", "faults", first, second, "--yes").stdout.strip() == (
         "purged 2 of 2 entries"
     )
-    assert scrapy_ha(*cli, "purge", "faults", "--domain", "127.0.0.1").stdout.strip() == (
+    assert scrapy_ha(*cli, "purge", "faults", "--yes", "--domain", "127.0.0.1").stdout.strip() == (
         "purged 1 of 1 entry"
     )
     assert redis_client.zcard("ha:{faults}:dead") == 0
@@ -209,7 +209,7 @@ def test_flush_refuses_while_a_worker_lives(redis_url, redis_client, site_factor
     items = tmp_path / "items.jl"
     live = worker(redis_url, site.url, items, tmp_path / "worker.log")
     wait_for_items(items, 20, live)
-    refused = scrapy_ha("--redis-url", redis_url, "flush", "catalogue")
+    refused = scrapy_ha("--redis-url", redis_url, "flush", "catalogue", "--yes")
     assert refused.returncode == 1 and "alive" in refused.stderr
     assert redis_client.zcard("ha:{catalogue}:workers") == 1
     assert redis_client.exists("ha:{catalogue}:payload")  # nothing deleted
@@ -218,7 +218,7 @@ def test_flush_refuses_while_a_worker_lives(redis_url, redis_client, site_factor
     harness.wait_for(
         lambda: redis_client.zcard("ha:{catalogue}:workers") == 0, "the worker to leave", timeout=30
     )
-    done = scrapy_ha("--redis-url", redis_url, "flush", "catalogue")
+    done = scrapy_ha("--redis-url", redis_url, "flush", "catalogue", "--yes")
     assert done.returncode == 0 and done.stdout.strip() == "flushed catalogue"
     assert not redis_client.exists("ha:{catalogue}:payload", "ha:{catalogue}:pending")
 

@@ -76,9 +76,9 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
     assert "body" not in shown  # a GET has none
     assert shown["request"]["u"] == site.url + "/status/404"
 
-    out = cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503").stdout
+    out = cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503", "--yes").stdout
     assert out.strip() == "requeued 1 of 1 entry"
-    assert cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503").stdout.strip() == (
+    assert cli(redis_url, "dlq", "requeue", "faults", "--reason", "http 503", "--yes").stdout.strip() == (
         "requeued 0 of 0 entries"
     )  # idempotent
     keys = Keys("ha", "faults")
@@ -94,7 +94,7 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
 
     assert cli(redis_url, "dlq", "purge", "faults").returncode == 1  # needs ids, filter or --all
     assert (
-        cli(redis_url, "dlq", "purge", "faults", "--all").stdout.strip() == "purged 3 of 3 entries"
+        cli(redis_url, "dlq", "purge", "faults", "--all", "--yes").stdout.strip() == "purged 3 of 3 entries"
     )
     assert redis_client.zcard(keys.dead) == 0 and redis_client.hlen(keys.dead_info) == 0
 
