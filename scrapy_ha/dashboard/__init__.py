@@ -15,6 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha._cli_common import command
 from scrapy_ha.dashboard._guard import TOKEN_ENV, is_loopback_bind
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 def add_command(sub: Any) -> argparse.ArgumentParser:
     """Register ``scrapy-ha dashboard`` on the CLI's subcommands."""
-    parser: argparse.ArgumentParser = sub.add_parser("dashboard", help=dashboard.__doc__)
-    parser.set_defaults(func=dashboard, spider="")
+    parser = command(sub, "dashboard", dashboard, spider=False)
+    parser.set_defaults(spider="")  # no crawl of its own: it shows every crawl
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind ({DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"({DEFAULT_PORT})")
     parser.add_argument(

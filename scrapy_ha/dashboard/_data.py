@@ -254,19 +254,6 @@ class Tables:
         return rows[0] if rows else None
 
 
-@dataclass(frozen=True)
-class Worker:
-    """A live worker: its id (``host:pid[:job]:random``) and when its heartbeat expires."""
-
-    id: str
-    expires_ms: int
-
-
-async def workers(client: Any, keys: Keys, now_ms: int) -> list[Worker]:
-    rows = await client.zrangebyscore(keys.workers, now_ms, "+inf", withscores=True)
-    return [Worker(_s(w), int(score)) for w, score in rows]
-
-
 async def open_gates(client: Any, keys: Keys, now_ms: int) -> dict[str, int]:
     """Domains closed to every worker now, with the time they open (server ms)."""
     gates = await client.hgetall(keys.gates)

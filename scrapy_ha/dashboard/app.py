@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from scrapy_ha._cli_workers import live_workers
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha.codec import describe, mask_payload
 from scrapy_ha.dashboard import _guard
@@ -35,7 +36,6 @@ from scrapy_ha.dashboard._data import (
     crawl_stats,
     open_gates,
     shown_request,
-    workers,
 )
 from scrapy_ha.keys import Keys
 
@@ -182,6 +182,7 @@ async def _crawl(request: Request, spider: str) -> dict[str, Any]:
     client = request.app.state.client
     keys = _keys(request, spider)
     stats = await crawl_stats(client, keys, domains=True)
+    now, live = await live_workers(RedisQueue(client, keys))
     midnight_minute = _today_ms(stats.now_ms) // 60_000
     today = {
         event: sum(n for m, n in stats.minutes.get(event, {}).items() if m >= midnight_minute)
@@ -198,10 +199,7 @@ async def _crawl(request: Request, spider: str) -> dict[str, Any]:
         "dead_by_class": stats.dead_by_class,
         "domains": dict(stats.top_domains(TOP_DOMAINS)),
         "gates": await open_gates(client, keys, stats.now_ms),
-        "workers_live": [
-            {"id": w.id, "heartbeat_expires": w.expires_ms}
-            for w in await workers(client, keys, stats.now_ms)
-        ],
+        "workers_live": [w.as_dict(now) for w in live],
     }
 
 
