@@ -173,7 +173,6 @@ async def test_a_form_action_needs_its_csrf_token_and_a_confirmation(redis_url, 
         csrf = http.cookies[CSRF_COOKIE]
         assert f'name="csrf" value="{csrf}"' in table.text
         entry_id = http.get("/api/crawls/faults/dead").json()["entries"][0]["id"]
-        )
         url = "/crawls/faults/actions/requeue"
         assert http.post(url, data={"ids": entry_id}).status_code == 403
         assert http.post(url, data={"ids": entry_id, "csrf": "forged"}).status_code == 403
