@@ -19,8 +19,12 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha import metakeys
+from scrapy_ha._queue import NewEntry, RedisQueue
+from scrapy_ha.codec import encode_request
 from scrapy_ha.dashboard._guard import CSRF_COOKIE
 from scrapy_ha.dashboard.app import create_app
+from scrapy_ha.keys import Keys
 from tests.spiders import FaultSpider
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -256,3 +260,40 @@ def test_the_command_refuses_another_bind_without_a_token(redis_url):
     )
     assert out.returncode == 2
     assert "--token" in out.stderr and "HA_DASHBOARD_TOKEN" in out.stderr
+
+
+async def delay_one(redis_url: str, url: str, delay_ms: int) -> str:
+    """A request that failed twice (server, HTTP 503) and waits for its retry, moved to the
+    delayed set by the scripts a worker runs."""
+    request = scrapy.Request(url)
+    request.meta[metakeys.RETRIES] = {"server": 2}
+    request.meta[metakeys.HISTORY] = [
+        {"t": 1, "class": "server", "outcome": "HTTP 503", "worker": "w", "proxy": None},
+        {"t": 2, "class": "server", "outcome": "HTTP 503", "worker": "w", "proxy": None},
+    ]
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = RedisQueue(client, Keys("ha", "slow"))
+        await queue.enqueue([NewEntry(b"", 0, encode_request(scrapy.Request(url), None))])
+        (lease,) = await queue.lease(1, 30_000)
+        payload = encode_request(request, None)
+        assert await queue.retry_later(lease.id, lease.token, delay_ms, payload)
+        return lease.id
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_delayed_retries_show_their_last_failure_and_next_retry(redis_url):
+    entry_id = await delay_one(redis_url, "http://shop.example/item/7?token=abc", 600_000)
+    with dashboard(redis_url) as http:
+        (row,) = http.get("/api/crawls/slow/delayed").json()["entries"]
+        assert row["id"] == entry_id and row["url"] == "http://shop.example/item/7?token=***"
+        assert (row["class"], row["attempts"], row["reason"]) == ("server", 2, "HTTP 503")
+        now = http.get("/api/crawls/slow").json()["now"]
+        assert 500_000 < row["at"] - now <= 600_000
+        assert (
+            http.get("/api/crawls/slow/delayed", params={"class": "gone"}).json()["entries"] == []
+        )
+        page = http.get(f"/crawls/slow/delayed/{entry_id}").text
+        assert page.count("HTTP 503") >= 2 and "abc" not in page
