@@ -297,3 +297,19 @@ async def test_delayed_retries_show_their_last_failure_and_next_retry(redis_url)
         )
         page = http.get(f"/crawls/slow/delayed/{entry_id}").text
         assert page.count("HTTP 503") >= 2 and "abc" not in page
+
+
+@deferred_f_from_coro_f
+async def test_requeue_all_that_match_the_tables_filter_from_the_form(redis_url, site):
+    await crawl(redis_url, site, paths=PATHS)
+    with dashboard(redis_url) as http:
+        http.get("/crawls/faults/dead")
+        form = {"csrf": http.cookies[CSRF_COOKIE], "scope": "filter", "class": "gone"}
+        confirm = http.post("/crawls/faults/actions/requeue", data=form)
+        assert "Requeue 2 entries of faults?" in confirm.text
+        assert 'name="class" value="gone"' in confirm.text  # the confirmation keeps the filter
+        done = http.post("/crawls/faults/actions/requeue", data={**form, "confirm": "yes"})
+        assert "Requeued 2 of 2 entries." in done.text
+        left = http.get("/api/crawls/faults/dead").json()["entries"]
+        assert [e["class"] for e in left] == ["server"]
+        assert http.get("/api/crawls/faults").json()["pending"] == 2

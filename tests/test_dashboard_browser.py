@@ -134,7 +134,19 @@ def drive(url: str) -> None:
         page.goto(url + "/crawls/faults/delayed")
         expect(page.locator("h1")).to_contain_text("Delayed retries")
         shot(page, "delayed")
+        read_without_javascript(browser, url)
         browser.close()
+
+
+def read_without_javascript(browser: Any, url: str) -> None:
+    """Filtering and paging are links and GET forms: they work with JavaScript off."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(java_script_enabled=False).new_page()
+    page.goto(url + "/crawls/faults/dead")
+    page.get_by_label("Class").fill("server")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("tr[data-id] td.cls")).to_have_text(["server"])
 
 
 @deferred_f_from_coro_f
