@@ -313,3 +313,21 @@ async def test_requeue_all_that_match_the_tables_filter_from_the_form(redis_url,
         left = http.get("/api/crawls/faults/dead").json()["entries"]
         assert [e["class"] for e in left] == ["server"]
         assert http.get("/api/crawls/faults").json()["pending"] == 2
+
+
+@deferred_f_from_coro_f
+async def test_retry_now_makes_a_delayed_retry_due_and_pause_resume_say_what_changed(redis_url):
+    entry_id = await delay_one(redis_url, "http://shop.example/item/8", 600_000)
+    with dashboard(redis_url) as http:
+        act = "/api/crawls/slow/actions/"
+        done = http.post(act + "retry-now", json={"ids": [entry_id, "no-such-id"]}).json()
+        assert done["touched"] == 1 and done["report"] == "made due now 1 of 2 entries"
+        (row,) = http.get("/api/crawls/slow/delayed").json()["entries"]
+        assert row["at"] <= http.get("/api/crawls/slow").json()["now"]
+
+        assert http.post(act + "pause", json={}).json()["report"] == "paused"
+        assert http.get("/api/crawls/slow").json()["paused"] is True
+        assert http.post(act + "pause", json={}).json()["report"] == "was paused already"
+        assert "paused" in http.get("/crawls/slow").text
+        assert http.post(act + "resume", json={}).json()["report"] == "resumed"
+        assert http.get("/api/crawls").json()["crawls"][0]["paused"] is False

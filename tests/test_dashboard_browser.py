@@ -134,8 +134,23 @@ def drive(url: str) -> None:
         page.goto(url + "/crawls/faults/delayed")
         expect(page.locator("h1")).to_contain_text("Delayed retries")
         shot(page, "delayed")
+        pause_and_see_it(page, url)
         read_without_javascript(browser, url)
         browser.close()
+
+
+def pause_and_see_it(page: Any, url: str) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(url + "/crawls/faults")
+    page.get_by_role("button", name="Pause this crawl").click()
+    page.locator("#confirm").click()
+    expect(page.locator("#report")).to_have_text("Paused.")
+    page.goto(url + "/crawls/faults")
+    expect(page.locator("#state")).to_have_text("paused")
+    page.goto(url + "/")
+    expect(page.locator("tr[data-spider=faults] .badge")).to_have_text("paused")
+    shot(page, "overview-paused")
 
 
 def read_without_javascript(browser: Any, url: str) -> None:

@@ -148,8 +148,7 @@ async def _overview(request: Request) -> list[dict[str, Any]]:
 
 
 async def _paused(client: Any, keys: Keys) -> bool:
-    paused_key = getattr(keys, "paused", None)
-    return bool(paused_key and await client.exists(paused_key))
+    return bool(await client.exists(keys.paused))
 
 
 async def _summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]:
@@ -330,7 +329,7 @@ async def _perform(request: Request, spider: str, action: Action, ids: list[str]
 
 def _report(action: Action, touched: int, selected: int) -> str:
     if action.table is None:
-        return f"{action.done} ({'changed' if touched else 'already so'})"
+        return action.done if touched else f"was {action.done} already"
     return f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
 
 
@@ -390,7 +389,13 @@ def _html_routes(app: FastAPI) -> None:
 
     @app.get("/crawls/{spider}", response_class=HTMLResponse)
     async def crawl(request: Request, spider: str) -> HTMLResponse:
-        return _page(request, "crawl.html", spider=spider, crawl=await _crawl(request, spider))
+        return _page(
+            request,
+            "crawl.html",
+            spider=spider,
+            crawl=await _crawl(request, spider),
+            pause_actions=True,
+        )
 
     @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
     async def table(request: Request, spider: str, table: str) -> HTMLResponse:
