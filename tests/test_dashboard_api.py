@@ -22,6 +22,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.codec import encode_request
+from scrapy_ha.dashboard import _data
 from scrapy_ha.dashboard._guard import CSRF_COOKIE
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys
@@ -120,7 +121,7 @@ def seed_dead(redis_client: Any, n: int, spider: str = "big") -> None:
 
 def test_pages_are_read_by_rank_newest_first_and_a_deep_page_reads_only_itself(redis_client):
     seed_dead(redis_client, 3000)
-    with dashboard(redis_client.connection_pool.connection_kwargs and _url(redis_client)) as http:
+    with dashboard(_url(redis_client)) as http:
         first = http.get("/api/crawls/big/dead", params={"size": 50}).json()
         assert [e["id"] for e in first["entries"]] == [str(i) for i in range(2999, 2949, -1)]
         assert first["total_in_window"] == 3000 and first["next_cursor"] == 2949
@@ -331,3 +332,16 @@ async def test_retry_now_makes_a_delayed_retry_due_and_pause_resume_say_what_cha
         assert "paused" in http.get("/crawls/slow").text
         assert http.post(act + "resume", json={}).json()["report"] == "resumed"
         assert http.get("/api/crawls").json()["crawls"][0]["paused"] is False
+
+
+def test_a_rare_filter_stops_after_its_scan_limit_and_the_cursor_goes_on(redis_client, monkeypatch):
+    monkeypatch.setattr(_data, "SCAN_LIMIT", 1)  # one batch per page
+    monkeypatch.setattr(_data, "BATCH", 1000)
+    seed_dead(redis_client, 3000)
+    with dashboard(_url(redis_client)) as http:
+        params = {"class": "rare", "size": 50}
+        first = http.get("/api/crawls/big/dead", params=params).json()
+        assert (len(first["entries"]), first["scanned"], first["next_cursor"]) == (10, 1000, 1999)
+        params["cursor"] = first["next_cursor"]
+        second = http.get("/api/crawls/big/dead", params=params).json()
+        assert second["entries"][0]["id"] == "1900" and second["next_cursor"] == 999

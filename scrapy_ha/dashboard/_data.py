@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -27,11 +28,11 @@ from scrapy_ha.stats import CrawlStats, read_crawl_stats_async
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
 
-#: Entries read per round trip while a page is filled.
-BATCH = 200
+#: Entries read per round trip while a filtered page is filled (few round trips, each small).
+BATCH = 1000
 #: Entries a filtered page examines at most before it stops and offers "older": a page
-#: with a rare filter stays quick, and the next page goes on from there.
-SCAN_LIMIT = 20_000
+#: with a rare filter answers within about a second, and the next page goes on from there.
+SCAN_LIMIT = 5_000
 #: Keys per SCAN call while looking for crawls: few calls, none of them long.
 KEY_SCAN_COUNT = 1000
 #: Minutes of the rate chart on the overview (the last hour).
@@ -171,6 +172,25 @@ def delayed_row(entry_id: str, due_ms: float, summary: RequestSummary) -> Row:
     )
 
 
+def _may_match(flt: Filter, info: bytes | None, payload: bytes | None) -> bool:
+    """A cheap first look: False only when the entry cannot match *flt* (its stored class or
+    status differ, or its payload does not hold the domain); the row is checked in full."""
+    if info is not None and (flt.failure_class is not None or flt.status is not None):
+        try:
+            doc = json.loads(info)
+        except ValueError:
+            return True
+        if not isinstance(doc, dict):
+            return True
+        if flt.failure_class is not None and str(doc.get("class", "unknown")) != flt.failure_class:
+            return False
+        if flt.status is not None and doc.get("status") != flt.status:
+            return False
+    if payload is not None and flt.domain is not None and flt.domain.isascii():
+        return flt.domain.lower().encode() in payload.lower()  # JSON escapes other hosts
+    return True
+
+
 class Tables:
     """Pages of the delayed and dead-letter sets of one crawl."""
 
@@ -188,22 +208,32 @@ class Tables:
             last = await self.client.zcount(key, "-inf", until) - 1
         return int(first), int(last)
 
-    async def _rows(self, key: str, start: int, stop: int) -> list[Row]:
-        members = await self.client.zrange(key, start, stop, withscores=True)
-        ids = [_s(m) for m, _ in members]
+    async def _rows(self, key: str, start: int, stop: int, flt: Filter) -> list[Row | None]:
+        """The members of ranks *start* to *stop* as rows, in rank order; ``None`` for a
+        member a cheap look shows *flt* cannot match (the rest of it is then never read)."""
+        ids = [_s(m) for m in await self.client.zrange(key, start, stop)]
         if not ids:
             return []
-        payloads = await self.client.hmget(self.keys.payload, ids)
         if key == self.keys.delayed:
-            return [
-                delayed_row(i, score, describe(p))
-                for (_, score), i, p in zip(members, ids, payloads, strict=True)
-            ]
-        infos = await self.client.hmget(self.keys.dead_info, ids)
-        return [
-            dead_row(parse_dead_entry(i, score, info, p))
-            for (_, score), i, info, p in zip(members, ids, infos, payloads, strict=True)
-        ]
+            payloads = await self.client.hmget(self.keys.payload, ids)
+            wanted = [n for n, p in enumerate(payloads) if _may_match(flt, None, p)]
+        else:
+            infos = await self.client.hmget(self.keys.dead_info, ids)
+            wanted = [n for n, info in enumerate(infos) if _may_match(flt, info, None)]
+        rows: list[Row | None] = [None] * len(ids)
+        if not wanted:
+            return rows
+        chosen = [ids[n] for n in wanted]
+        scores = await self.client.zmscore(key, chosen)
+        if key == self.keys.delayed:
+            for n, score in zip(wanted, scores, strict=True):
+                rows[n] = delayed_row(ids[n], score or 0, describe(payloads[n]))
+            return rows
+        payloads = await self.client.hmget(self.keys.payload, chosen)
+        for n, score, payload in zip(wanted, scores, payloads, strict=True):
+            if _may_match(flt, None, payload):
+                rows[n] = dead_row(parse_dead_entry(ids[n], score or 0, infos[n], payload))
+        return rows
 
     async def page(
         self, key: str, flt: Filter, *, cursor: int | None, size: int, newest_first: bool
@@ -219,13 +249,13 @@ class Tables:
             lo, hi = (
                 (max(first, pos - n + 1), pos) if newest_first else (pos, min(last, pos + n - 1))
             )
-            batch = await self._rows(key, lo, hi)
+            batch = await self._rows(key, lo, hi, flt)
             if newest_first:
                 batch.reverse()
             for row in batch:
                 pos += -1 if newest_first else 1
                 scanned += 1
-                if flt.matches(row):
+                if row is not None and flt.matches(row):
                     rows.append(row)
                     if len(rows) >= size:
                         break
@@ -250,7 +280,7 @@ class Tables:
         if score is None:
             return None
         rank = await self.client.zrank(key, entry_id)
-        rows = await self._rows(key, int(rank), int(rank))
+        rows = await self._rows(key, int(rank), int(rank), Filter())
         return rows[0] if rows else None
 
 
