@@ -71,6 +71,8 @@ async def test_overview_tables_filters_and_requeue_through_the_api(redis_url, si
         (faults,) = http.get("/api/crawls").json()["crawls"]
         assert faults["spider"] == "faults" and faults["dead"] == 3 and not faults["paused"]
         assert len(faults["pages_per_s_last_hour"]) == 60
+        assert sum(faults["pages_per_s_last_hour"]) > 0  # the page that was acked
+        assert 'points="' in http.get("/").text
 
         crawl_page = http.get("/api/crawls/faults").json()
         assert crawl_page["dead_by_class"] == {"gone": 2, "server": 1}

@@ -28,11 +28,12 @@ class Chart:
 
 
 def rate_chart(stats: CrawlStats, minutes: int, event: str = "acked") -> Chart:
-    """*event* per second over the last *minutes* whole minutes (the current one excluded:
-    it is still filling), oldest first."""
+    """*event* per second in each of the last *minutes* minutes, oldest first; the current
+    minute counts over the seconds of it that passed (so a crawl that just began shows)."""
     buckets = stats.minutes.get(event, {})
-    now_minute = stats.now_ms // MINUTE_MS
-    values = [buckets.get(m, 0) / 60 for m in range(now_minute - minutes, now_minute)]
+    now_minute, into_ms = divmod(stats.now_ms, MINUTE_MS)
+    values = [buckets.get(m, 0) / 60 for m in range(now_minute - minutes + 1, now_minute)]
+    values.append(buckets.get(now_minute, 0) / max(into_ms / 1000, 1.0))
     peak = max(values, default=0.0)
     step = WIDTH / max(len(values) - 1, 1)
     scale = (HEIGHT - 2) / peak if peak else 0.0
