@@ -62,7 +62,9 @@ def add_command(sub: Any) -> argparse.ArgumentParser:
     parser = command(sub, "dashboard", dashboard, spider=False)
     parser.set_defaults(spider="")  # no crawl of its own: it shows every crawl
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind ({DEFAULT_HOST})")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"({DEFAULT_PORT})")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on ({DEFAULT_PORT})"
+    )
     parser.add_argument(
         "--token", help=f"required by every request; needed for a non-loopback --host ({TOKEN_ENV})"
     )
