@@ -10,8 +10,11 @@ READY := $(VENV)/.ready
 #: Debian packages: redis-server for the tests and the demo, python3-venv for the venvs,
 #: nginx-light for the static-site benchmark (and its test), postgresql for the tests of the
 #: dead-letter archive (the suite starts its own server), redis-sentinel and openssl for the
-#: Sentinel and TLS tests, prometheus for promtool (the alert rules' tests).
-DEBIAN_PACKAGES := redis-server redis-sentinel openssl python3-venv nginx-light postgresql prometheus
+#: Sentinel and TLS tests, prometheus for promtool (the alert rules' tests), chromium and
+#: chromium-driver for the dashboard's browser test (Playwright drives Debian's chromium: no
+#: browser download).
+DEBIAN_PACKAGES := redis-server redis-sentinel openssl python3-venv nginx-light postgresql \
+	prometheus chromium chromium-driver
 #: The oldest Scrapy supported (setup.cfg: scrapy>=2.16); CI runs a subset of the suite on it.
 OLDEST_SCRAPY := 2.16.*
 #: The part of the suite CI runs on the oldest Scrapy: everything that talks to Scrapy's

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers, metrics
+from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers, dashboard, metrics
 from scrapy_ha._cli_common import (
     Command,
     add_bulk_options,
@@ -367,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_checkpoints(sub)
     add_report_command(sub, _command)
     metrics.add_command(sub)
+    dashboard.add_command(sub)
     return parser
 
 

@@ -1,0 +1,477 @@
+"""The dashboard's web application: server-rendered pages and the ``/api/`` JSON behind them.
+
+Every page is readable with JavaScript off; every action is a POST that is confirmed on a
+page of its own (which says how many entries it would touch) before it runs, and reported
+with how many it touched. docs/dashboard.md documents the routes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from scrapy_ha._cli_workers import live_workers
+from scrapy_ha._queue import RedisQueue
+from scrapy_ha.codec import describe, mask_payload
+from scrapy_ha.dashboard import _guard
+from scrapy_ha.dashboard._actions import ACTIONS, Action
+from scrapy_ha.dashboard._chart import rate_chart
+from scrapy_ha.dashboard._data import (
+    CHART_MINUTES,
+    Filter,
+    Page,
+    Row,
+    Tables,
+    crawl_names,
+    crawl_stats,
+    open_gates,
+    shown_request,
+)
+from scrapy_ha.keys import Keys
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from scrapy_ha.stats import CrawlStats
+
+logger = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+#: Rows per table page unless asked otherwise, and the most a page may hold.
+PAGE_SIZE, MAX_PAGE_SIZE = 50, 500
+#: Domains listed on a crawl page (the busiest).
+TOP_DOMAINS = 20
+#: Duration suffixes accepted by the time filters ("24h": the last 24 hours).
+DURATIONS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+#: The tables: which set they page, which end comes first.
+TABLES = {"dead": True, "delayed": False}  # newest dead letter first; soonest retry first
+
+
+def local_time(ms: int | None) -> str:
+    """A server time (ms) as a local date-time, ``2026-11-30 17:05:12``."""
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def create_app(
+    client: Any, prefix: str, *, token: str | None = None, close_client: bool = False
+) -> FastAPI:
+    """The dashboard of every crawl under *prefix* in the Redis of *client*
+    (``redis.asyncio``); with *token*, every request must carry it. With *close_client*,
+    the client is closed when the application shuts down (on the loop that used it)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        if close_client:
+            await client.aclose()
+
+    app = FastAPI(title="scrapy-ha dashboard", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app.state.client = client
+    app.state.prefix = prefix
+    app.state.token = token
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["time"] = local_time
+    app.state.templates = templates
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.middleware("http")(_guard_request)
+    _routes(app)
+    return app
+
+
+async def _guard_request(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
+    token: str | None = request.app.state.token
+    path = request.url.path
+    if token is None and _guard.host_name(request.headers.get("host", "")) not in (
+        _guard.LOOPBACK_HOSTS
+    ):
+        return JSONResponse({"error": "this dashboard answers loopback host names only"}, 421)
+    if token is not None and path != "/login" and not _authorised(request, token):
+        if path.startswith("/api/"):
+            return JSONResponse({"error": "missing or wrong token"}, 401)
+        return RedirectResponse("/login?" + urlencode({"next": path}), 303)
+    if request.method == "POST" and path.startswith("/api/"):
+        if request.headers.get("content-type", "").split(";")[0] != "application/json":
+            return JSONResponse({"error": "POST /api/... takes application/json"}, 415)
+    csrf = request.cookies.get(_guard.CSRF_COOKIE) or _guard.new_csrf()
+    request.state.csrf = csrf
+    response = await call_next(request)
+    if _guard.CSRF_COOKIE not in request.cookies:
+        response.set_cookie(_guard.CSRF_COOKIE, csrf, httponly=True, samesite="strict")
+    return response
+
+
+def _authorised(request: Request, token: str) -> bool:
+    bearer = request.headers.get("authorization", "")
+    given = bearer[7:] if bearer.lower().startswith("bearer ") else None
+    return (
+        _guard.same(given, token)
+        or _guard.same(request.headers.get(_guard.TOKEN_HEADER), token)
+        or _guard.same(request.cookies.get(_guard.SESSION_COOKIE), _guard.session_value(token))
+    )
+
+
+def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
+    templates: Jinja2Templates = request.app.state.templates
+    context.update(csrf=request.state.csrf, prefix=request.app.state.prefix)
+    return templates.TemplateResponse(request, template, context)
+
+
+def _keys(request: Request, spider: str) -> Keys:
+    return Keys(request.app.state.prefix, spider)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+async def _overview(request: Request) -> list[dict[str, Any]]:
+    client = request.app.state.client
+    crawls = []
+    for spider in await crawl_names(client, request.app.state.prefix):
+        keys = _keys(request, spider)
+        stats = await crawl_stats(client, keys, domains=False)
+        crawls.append(await _summary(client, keys, stats))
+    return crawls
+
+
+async def _paused(client: Any, keys: Keys) -> bool:
+    return bool(await client.exists(keys.paused))
+
+
+async def _summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]:
+    chart = rate_chart(stats, CHART_MINUTES)
+    eta = stats.eta_seconds()
+    return {
+        "spider": stats.spider,
+        "pending": stats.pending,
+        "leased": stats.leased,
+        "delayed": stats.delayed,
+        "dead": stats.dead,
+        "workers": stats.workers,
+        "paused": await _paused(client, keys),
+        "pages_per_s": round(chart.last, 2),
+        "pages_per_s_last_hour": [round(v, 3) for v in chart.per_second],
+        "chart_points": chart.points,
+        "chart_peak": round(chart.peak, 2),
+        "eta_s": None if eta is None else round(eta),
+        "now": stats.now_ms,
+    }
+
+
+def _today_ms(now_ms: int) -> int:
+    """Local midnight of the day of *now_ms*."""
+    day = datetime.fromtimestamp(now_ms / 1000).astimezone()
+    return int(day.replace(hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
+
+
+async def _crawl(request: Request, spider: str) -> dict[str, Any]:
+    client = request.app.state.client
+    keys = _keys(request, spider)
+    stats = await crawl_stats(client, keys, domains=True)
+    now, live = await live_workers(RedisQueue(client, keys))
+    midnight_minute = _today_ms(stats.now_ms) // 60_000
+    today = {
+        event: sum(n for m, n in stats.minutes.get(event, {}).items() if m >= midnight_minute)
+        for event in ("retried", "dead", "acked")
+    }
+    success = stats.retry_success_rate
+    return {
+        **await _summary(client, keys, stats),
+        "pending_retries": stats.delayed,
+        "today": today,
+        "retry_success_rate": None if success is None else round(success, 4),
+        "counters": stats.counters,
+        "retried_by_class": stats.retried_by_class,
+        "dead_by_class": stats.dead_by_class,
+        "domains": dict(stats.top_domains(TOP_DOMAINS)),
+        "gates": await open_gates(client, keys, stats.now_ms),
+        "workers_live": [w.as_dict(now) for w in live],
+    }
+
+
+async def _server_ms(client: Any) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _time_param(name: str, value: str | None, now_ms: int) -> int | None:
+    """``24h`` (that long ago), a local date-time (``2026-11-30T17:00``) or ms."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        if value[-1] in DURATIONS and value[:-1].isdigit():
+            return now_ms - int(value[:-1]) * DURATIONS[value[-1]]
+        if value.isdigit():
+            return int(value)
+        return int(datetime.fromisoformat(value).astimezone().timestamp() * 1000)
+    except ValueError:
+        raise HTTPException(
+            400, f"{name}={value!r}: give a duration (30m, 24h, 7d), a date-time or ms"
+        ) from None
+
+
+def _int_param(name: str, value: str | None) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise HTTPException(400, f"{name}={value!r} is not a whole number") from None
+
+
+async def _filter(request: Request, params: Any) -> Filter:
+    now = await _server_ms(request.app.state.client)
+    return Filter(
+        failure_class=params.get("class") or None,
+        domain=params.get("domain") or None,
+        status=_int_param("status", params.get("status")),
+        since_ms=_time_param("since", params.get("since"), now),
+        until_ms=_time_param("until", params.get("until"), now),
+    )
+
+
+def _table_key(keys: Keys, table: str) -> str:
+    if table not in TABLES:
+        raise HTTPException(404, f"no table {table!r}: dead or delayed")
+    return keys.dead if table == "dead" else keys.delayed
+
+
+async def _table(request: Request, spider: str, table: str) -> tuple[Filter, Page]:
+    keys = _keys(request, spider)
+    key = _table_key(keys, table)
+    q = request.query_params
+    flt = await _filter(request, q)
+    size = min(_int_param("size", q.get("size")) or PAGE_SIZE, MAX_PAGE_SIZE)
+    tables = Tables(request.app.state.client, keys)
+    cursor = _int_param("cursor", q.get("cursor"))
+    return flt, await tables.page(key, flt, cursor=cursor, size=size, newest_first=TABLES[table])
+
+
+def _page_json(spider: str, table: str, flt: Filter, page: Page) -> dict[str, Any]:
+    return {
+        "spider": spider,
+        "table": table,
+        "filter": flt.as_dict(),
+        "total_in_window": page.total,
+        "scanned": page.scanned,
+        "next_cursor": page.next_cursor,
+        "entries": [r.as_dict() for r in page.rows],
+    }
+
+
+async def _entry(request: Request, spider: str, table: str, entry_id: str) -> dict[str, Any]:
+    keys = _keys(request, spider)
+    client = request.app.state.client
+    row = await Tables(client, keys).row(_table_key(keys, table), entry_id)
+    if row is None:
+        raise HTTPException(404, f"no {table} entry {entry_id} in {spider}")
+    summary = describe(await client.hget(keys.payload, entry_id))
+    return {
+        **row.as_dict(),
+        "history": mask_payload(row.history),
+        "request": shown_request(summary),
+        "body": _body_text(summary.body),
+    }
+
+
+def _body_text(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw.decode("latin-1").encode("unicode_escape").decode()
+
+
+# -- acting ---------------------------------------------------------------------------------
+
+
+def _action(name: str) -> Action:
+    if name not in ACTIONS:
+        raise HTTPException(404, f"no action {name!r}: one of {', '.join(sorted(ACTIONS))}")
+    return ACTIONS[name]
+
+
+async def _selection(
+    request: Request, spider: str, action: Action, ids: list[str], flt: Filter | None
+) -> list[str]:
+    """The entries *action* takes: the ids given, else every one matching *flt*."""
+    if action.table is None:
+        return []
+    if ids:
+        return ids
+    if flt is None:
+        raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
+    keys = _keys(request, spider)
+    return await Tables(request.app.state.client, keys).all_ids(_table_key(keys, action.table), flt)
+
+
+async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
+    queue = RedisQueue(request.app.state.client, _keys(request, spider))
+    touched = await action.run(queue, ids)
+    logger.info(
+        "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name
+    )
+    return touched
+
+
+def _report(action: Action, touched: int, selected: int) -> str:
+    if action.table is None:
+        return action.done if touched else f"was {action.done} already"
+    return f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
+
+
+async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
+    action = _action(name)
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        raise HTTPException(400, "the body is not JSON") from None
+    ids = [str(i) for i in body.get("ids") or []]
+    flt = await _filter(request, body["filter"]) if isinstance(body.get("filter"), dict) else None
+    selected = await _selection(request, spider, action, ids, flt)
+    if body.get("dry_run"):
+        return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
+    touched = await _perform(request, spider, action, selected)
+    return {
+        "action": name,
+        "selected": len(selected),
+        "touched": touched,
+        "report": _report(action, touched, len(selected)),
+    }
+
+
+async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse:
+    action = _action(name)
+    form = await request.form()
+    if not _guard.same(_str(form.get(_guard.CSRF_FIELD)), request.state.csrf):
+        raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
+    ids = [_str(i) or "" for i in form.getlist("ids")]
+    scope_filter = form.get("scope") == "filter"
+    flt = await _filter(request, form) if scope_filter else None
+    selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
+    context = {"spider": spider, "action": action, "selected": selected, "form": form}
+    if form.get("confirm") != "yes":
+        return _page(request, "confirm.html", **context)
+    touched = await _perform(request, spider, action, selected)
+    return _page(request, "done.html", report=_report(action, touched, len(selected)), **context)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+# -- routes ---------------------------------------------------------------------------------
+
+
+def _routes(app: FastAPI) -> None:
+    _html_routes(app)
+    _api_routes(app)
+    _login_routes(app)
+
+
+def _html_routes(app: FastAPI) -> None:
+    @app.get("/", response_class=HTMLResponse)
+    async def overview(request: Request) -> HTMLResponse:
+        return _page(request, "overview.html", crawls=await _overview(request))
+
+    @app.get("/crawls/{spider}", response_class=HTMLResponse)
+    async def crawl(request: Request, spider: str) -> HTMLResponse:
+        return _page(
+            request,
+            "crawl.html",
+            spider=spider,
+            crawl=await _crawl(request, spider),
+            pause_actions=True,
+        )
+
+    @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
+    async def table(request: Request, spider: str, table: str) -> HTMLResponse:
+        flt, page = await _table(request, spider, table)
+        return _page(
+            request,
+            "table.html",
+            spider=spider,
+            table=table,
+            flt=flt,
+            page=page,
+            query=dict(request.query_params),
+            actions=[a for a in ACTIONS.values() if a.table == table],
+        )
+
+    @app.get("/crawls/{spider}/{table}/{entry_id}", response_class=HTMLResponse)
+    async def entry(request: Request, spider: str, table: str, entry_id: str) -> HTMLResponse:
+        data = await _entry(request, spider, table, entry_id)
+        shown = json.dumps(data["request"], indent=2, ensure_ascii=False)
+        return _page(
+            request,
+            "entry.html",
+            spider=spider,
+            table=table,
+            entry=data,
+            request_json=shown,
+            actions=[a for a in ACTIONS.values() if a.table == table],
+        )
+
+    @app.post("/crawls/{spider}/actions/{name}", response_class=HTMLResponse)
+    async def act(request: Request, spider: str, name: str) -> HTMLResponse:
+        return await _form_action(request, spider, name)
+
+
+def _api_routes(app: FastAPI) -> None:
+    @app.get("/api/crawls")
+    async def api_crawls(request: Request) -> dict[str, Any]:
+        return {"prefix": request.app.state.prefix, "crawls": await _overview(request)}
+
+    @app.get("/api/crawls/{spider}")
+    async def api_crawl(request: Request, spider: str) -> dict[str, Any]:
+        return await _crawl(request, spider)
+
+    @app.get("/api/crawls/{spider}/{table}")
+    async def api_table(request: Request, spider: str, table: str) -> dict[str, Any]:
+        flt, page = await _table(request, spider, table)
+        return _page_json(spider, table, flt, page)
+
+    @app.get("/api/crawls/{spider}/{table}/{entry_id}")
+    async def api_entry(request: Request, spider: str, table: str, entry_id: str) -> Any:
+        return await _entry(request, spider, table, entry_id)
+
+    @app.post("/api/crawls/{spider}/actions/{name}")
+    async def api_act(request: Request, spider: str, name: str) -> dict[str, Any]:
+        return await _api_action(request, spider, name)
+
+
+def _login_routes(app: FastAPI) -> None:
+    @app.get("/login", response_class=HTMLResponse)
+    async def login_form(request: Request) -> HTMLResponse:
+        return _page(request, "login.html", next=request.query_params.get("next", "/"))
+
+    @app.post("/login")
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        token: str | None = request.app.state.token
+        target = _str(form.get("next")) or "/"
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        if token is None or not _guard.same(_str(form.get("token")), token):
+            return _page(request, "login.html", next=target, error="wrong token")
+        response = RedirectResponse(target, 303)
+        response.set_cookie(
+            _guard.SESSION_COOKIE, _guard.session_value(token), httponly=True, samesite="strict"
+        )
+        return response
+
+
+__all__ = ["Row", "create_app", "local_time"]

@@ -1,0 +1,349 @@
+"""The dashboard's JSON API and pages, with FastAPI's TestClient, on real dead letters in a
+real Redis (a real crawl made them)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis.asyncio
+import scrapy
+from fastapi.testclient import TestClient
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha import metakeys
+from scrapy_ha._queue import NewEntry, RedisQueue
+from scrapy_ha.codec import encode_request
+from scrapy_ha.dashboard import _data
+from scrapy_ha.dashboard._guard import CSRF_COOKIE
+from scrapy_ha.dashboard.app import create_app
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+from tests.test_retry_crawl import FAST_RETRIES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Dead-lettered: two gone (class gone), one 503 after its retries (class server); one ok.
+PATHS = ("/status/404", "/status/410", "/flaky/2?fail=9&status=503", "/item/5")
+#: The console script installed with the package (what users run).
+SCRAPY_HA = str(Path(sys.executable).parent / "scrapy-ha")
+LOCAL = "http://127.0.0.1"
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+async def crawl(redis_url: str, site: Any, spider: type[scrapy.Spider] = FaultSpider, **kw: Any):
+    crawler = get_crawler(spider, {**FAST_RETRIES, "REDIS_URL": redis_url, **kw.pop("s", {})})
+    await crawler.crawl_async(base_url=site.url, **kw)
+    return crawler
+
+
+@contextmanager
+def dashboard(
+    redis_url: str, *, token: str | None = None, base_url: str = LOCAL
+) -> Iterator[TestClient]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    app = create_app(client, "ha", token=token, close_client=True)
+    with TestClient(app, base_url=base_url, follow_redirects=False) as http:
+        yield http
+
+
+def by_path(entries: list[dict[str, Any]], site: Any) -> dict[str, dict[str, Any]]:
+    return {e["url"].replace(site.url, ""): e for e in entries}
+
+
+@deferred_f_from_coro_f
+async def test_overview_tables_filters_and_requeue_through_the_api(redis_url, site):
+    await crawl(redis_url, site, paths=PATHS)
+    with dashboard(redis_url) as http:
+        (faults,) = http.get("/api/crawls").json()["crawls"]
+        assert faults["spider"] == "faults" and faults["dead"] == 3 and not faults["paused"]
+        assert len(faults["pages_per_s_last_hour"]) == 60
+        assert sum(faults["pages_per_s_last_hour"]) > 0  # the page that was acked
+        assert 'points="' in http.get("/").text
+
+        crawl_page = http.get("/api/crawls/faults").json()
+        assert crawl_page["dead_by_class"] == {"gone": 2, "server": 1}
+        assert crawl_page["today"]["dead"] == 3
+
+        gone = http.get("/api/crawls/faults/dead", params={"class": "gone"}).json()
+        assert set(by_path(gone["entries"], site)) == {"/status/404", "/status/410"}
+        server = http.get("/api/crawls/faults/dead", params={"status": "503"}).json()["entries"]
+        assert [(e["class"], e["attempts"], e["reason"]) for e in server] == [
+            ("server", 3, "HTTP 503")
+        ]
+        assert (
+            http.get("/api/crawls/faults/dead", params={"since": "1h"}).json()["total_in_window"]
+            == 3
+        )
+        assert http.get("/api/crawls/faults/dead", params={"until": "1h"}).json()["entries"] == []
+
+        entry = http.get(f"/api/crawls/faults/dead/{server[0]['id']}").json()
+        assert [h["class"] for h in entry["history"]] == ["server"] * 3
+
+        gone_404 = by_path(gone["entries"], site)["/status/404"]["id"]
+        done = http.post("/api/crawls/faults/actions/requeue", json={"ids": [gone_404]}).json()
+        assert done["touched"] == 1 and done["report"] == "requeued 1 of 1 entry"
+        left = http.get("/api/crawls/faults/dead").json()["entries"]
+        assert gone_404 not in {e["id"] for e in left} and len(left) == 2
+        assert http.get("/api/crawls/faults").json()["pending"] == 1
+
+        flt = {"filter": {"class": "server"}}
+        dry = http.post("/api/crawls/faults/actions/purge", json={**flt, "dry_run": True}).json()
+        assert dry == {"action": "purge", "dry_run": True, "selected": 1, "touched": 0}
+        assert http.post("/api/crawls/faults/actions/purge", json=flt).json()["touched"] == 1
+        assert [e["class"] for e in http.get("/api/crawls/faults/dead").json()["entries"]] == [
+            "gone"
+        ]
+
+
+def seed_dead(redis_client: Any, n: int, spider: str = "big") -> None:
+    """*n* dead letters as workers write them (every 100th of class ``rare``)."""
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(n):
+        fclass = "rare" if i % 100 == 0 else "gone"
+        info = {"class": fclass, "reason": "HTTP 404", "status": 404, "attempts": 1}
+        pipe.zadd(f"ha:{{{spider}}}:dead", {str(i): 1_700_000_000_000 + i})
+        pipe.hset(f"ha:{{{spider}}}:dead_info", str(i), json.dumps(info))
+        pipe.hset(f"ha:{{{spider}}}:payload", str(i), json.dumps({"v": 1, "u": f"http://x/{i}"}))
+    pipe.execute()
+
+
+def test_pages_are_read_by_rank_newest_first_and_a_deep_page_reads_only_itself(redis_client):
+    seed_dead(redis_client, 3000)
+    with dashboard(_url(redis_client)) as http:
+        first = http.get("/api/crawls/big/dead", params={"size": 50}).json()
+        assert [e["id"] for e in first["entries"]] == [str(i) for i in range(2999, 2949, -1)]
+        assert first["total_in_window"] == 3000 and first["next_cursor"] == 2949
+        deep = http.get("/api/crawls/big/dead", params={"size": 50, "cursor": 1000}).json()
+        assert [e["id"] for e in deep["entries"]][:2] == ["1000", "999"]
+        assert deep["scanned"] == 50  # the page only, however deep
+        seen: list[str] = []
+        cursor = None
+        while True:
+            params = {"class": "rare", "size": 7, **({"cursor": cursor} if cursor else {})}
+            page = http.get("/api/crawls/big/dead", params=params).json()
+            seen += [e["id"] for e in page["entries"]]
+            if page["next_cursor"] is None:
+                break
+            cursor = page["next_cursor"]
+        assert seen == [str(i) for i in range(2900, -1, -100)]
+
+
+def _url(redis_client: Any) -> str:
+    kw = redis_client.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}/{kw['db']}"
+
+
+@deferred_f_from_coro_f
+async def test_a_token_guards_every_page_and_the_login_form_sets_a_cookie(redis_url, site):
+    await crawl(redis_url, site, paths=PATHS[:1])
+    with dashboard(redis_url, token="t0ken", base_url="http://dash.example:9411") as http:
+        assert http.get("/api/crawls").status_code == 401
+        assert http.get("/", follow_redirects=False).headers["location"] == "/login?next=%2F"
+        assert http.get("/api/crawls", headers={"Authorization": "Bearer t0ken"}).status_code == 200
+        assert http.get("/api/crawls", headers={"X-HA-Token": "wrong"}).status_code == 401
+        wrong = http.post("/login", data={"token": "nope", "next": "/"})
+        assert wrong.status_code == 200 and "wrong token" in wrong.text
+        assert "t0ken" not in str(http.cookies)
+        ok = http.post("/login", data={"token": "t0ken", "next": "/crawls/faults"})
+        assert ok.status_code == 303 and ok.headers["location"] == "/crawls/faults"
+        assert "t0ken" not in str(http.cookies)  # the cookie holds a value derived from it
+        assert http.get("/crawls/faults").status_code == 200
+
+
+def test_without_a_token_only_loopback_host_names_are_answered(redis_url):
+    with dashboard(redis_url, base_url="http://evil.example:9411") as http:
+        assert http.get("/api/crawls").status_code == 421
+    with dashboard(redis_url, base_url="http://localhost:9411") as http:
+        assert http.get("/api/crawls").status_code == 200
+
+
+@deferred_f_from_coro_f
+async def test_a_form_action_needs_its_csrf_token_and_a_confirmation(redis_url, site):
+    await crawl(redis_url, site, paths=PATHS[:2])
+    with dashboard(redis_url) as http:
+        table = http.get("/crawls/faults/dead", params={"class": "gone"})
+        assert table.status_code == 200 and table.text.count('name="ids"') == 2
+        csrf = http.cookies[CSRF_COOKIE]
+        assert f'name="csrf" value="{csrf}"' in table.text
+        entry_id = http.get("/api/crawls/faults/dead").json()["entries"][0]["id"]
+        url = "/crawls/faults/actions/requeue"
+        assert http.post(url, data={"ids": entry_id}).status_code == 403
+        assert http.post(url, data={"ids": entry_id, "csrf": "forged"}).status_code == 403
+        confirm = http.post(url, data={"ids": entry_id, "csrf": csrf})
+        assert confirm.status_code == 200 and "Requeue 1 entry of faults?" in confirm.text
+        assert http.get("/api/crawls/faults").json()["dead"] == 2  # nothing done yet
+        done = http.post(url, data={"ids": entry_id, "csrf": csrf, "confirm": "yes"})
+        assert "Requeued 1 of 1 entry." in done.text
+        assert http.get("/api/crawls/faults").json()["dead"] == 1
+        form_to_api = http.post("/api/crawls/faults/actions/purge", data={"ids": "x"})
+        assert form_to_api.status_code == 415  # a page of another site cannot post JSON
+
+
+#: What a spider's request may carry that must never appear on a page.
+SECRETS = ("bearer-S1", "cookie-S2", "jar-S3", "proxy-S4", "pass-S5")
+#: The header values as the payload stores them (base64): not on a page either.
+ENCODED = tuple(base64.b64encode(v).decode() for v in (b"Bearer bearer-S1", b"sid=cookie-S2"))
+
+
+class CredentialSpider(scrapy.Spider):
+    """One request to a gone page with every kind of credential a spider can give."""
+
+    name = "creds"
+
+    def __init__(self, base_url: str = "", proxy: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.base_url, self.proxy = base_url, proxy
+
+    async def start(self) -> Any:
+        yield scrapy.Request(
+            f"{self.base_url}/status/404",
+            headers={"Authorization": "Bearer bearer-S1", "Cookie": "sid=cookie-S2"},
+            cookies={"jar": "jar-S3"},
+            meta={
+                "proxy": self.proxy,
+                "http_user": "alice",
+                "http_pass": "pass-S5",
+                "http_auth_domain": None,
+            },
+            errback=self.on_error,
+        )
+
+    def on_error(self, failure: Any) -> None:
+        pass
+
+
+@deferred_f_from_coro_f
+async def test_no_page_shows_a_credential(redis_url, redis_client, site, proxy_factory):
+    proxy = proxy_factory()
+    proxy_url = proxy.url.replace("http://", "http://bob:proxy-S4@")
+    await crawl(redis_url, site, CredentialSpider, proxy=proxy_url)
+    stored = b"".join(redis_client.hvals("ha:{creds}:payload"))
+    # the spider's own header is kept (base64 in the payload): the next worker sends it too
+    assert base64.b64encode(b"Bearer bearer-S1") in stored
+    with dashboard(redis_url) as http:
+        (entry,) = http.get("/api/crawls/creds/dead").json()["entries"]
+        pages = [
+            "/",
+            "/crawls/creds",
+            "/crawls/creds/dead",
+            f"/crawls/creds/dead/{entry['id']}",
+            "/api/crawls",
+            "/api/crawls/creds",
+            "/api/crawls/creds/dead",
+            f"/api/crawls/creds/dead/{entry['id']}",
+        ]
+        for page in pages:
+            text = http.get(page).text
+            leaked = [s for s in SECRETS + ENCODED if s in text]
+            assert not leaked, f"{page} shows {leaked}"
+        shown = http.get(f"/crawls/creds/dead/{entry['id']}").text
+        assert "Authorization" in shown and "***" in shown and "alice" in shown
+
+
+def test_the_command_refuses_another_bind_without_a_token(redis_url):
+    out = subprocess.run(
+        [SCRAPY_HA, "--redis-url", redis_url, "dashboard", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "--token" in out.stderr and "HA_DASHBOARD_TOKEN" in out.stderr
+
+
+async def delay_one(redis_url: str, url: str, delay_ms: int) -> str:
+    """A request that failed twice (server, HTTP 503) and waits for its retry, moved to the
+    delayed set by the scripts a worker runs."""
+    request = scrapy.Request(url)
+    request.meta[metakeys.RETRIES] = {"server": 2}
+    request.meta[metakeys.HISTORY] = [
+        {"t": 1, "class": "server", "outcome": "HTTP 503", "worker": "w", "proxy": None},
+        {"t": 2, "class": "server", "outcome": "HTTP 503", "worker": "w", "proxy": None},
+    ]
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = RedisQueue(client, Keys("ha", "slow"))
+        await queue.enqueue([NewEntry(b"", 0, encode_request(scrapy.Request(url), None))])
+        (lease,) = await queue.lease(1, 30_000)
+        payload = encode_request(request, None)
+        assert await queue.retry_later(lease.id, lease.token, delay_ms, payload)
+        return lease.id
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_delayed_retries_show_their_last_failure_and_next_retry(redis_url):
+    entry_id = await delay_one(redis_url, "http://shop.example/item/7?token=abc", 600_000)
+    with dashboard(redis_url) as http:
+        (row,) = http.get("/api/crawls/slow/delayed").json()["entries"]
+        assert row["id"] == entry_id and row["url"] == "http://shop.example/item/7?token=***"
+        assert (row["class"], row["attempts"], row["reason"]) == ("server", 2, "HTTP 503")
+        now = http.get("/api/crawls/slow").json()["now"]
+        assert 500_000 < row["at"] - now <= 600_000
+        assert (
+            http.get("/api/crawls/slow/delayed", params={"class": "gone"}).json()["entries"] == []
+        )
+        page = http.get(f"/crawls/slow/delayed/{entry_id}").text
+        assert page.count("HTTP 503") >= 2 and "abc" not in page
+
+
+@deferred_f_from_coro_f
+async def test_requeue_all_that_match_the_tables_filter_from_the_form(redis_url, site):
+    await crawl(redis_url, site, paths=PATHS)
+    with dashboard(redis_url) as http:
+        http.get("/crawls/faults/dead")
+        form = {"csrf": http.cookies[CSRF_COOKIE], "scope": "filter", "class": "gone"}
+        confirm = http.post("/crawls/faults/actions/requeue", data=form)
+        assert "Requeue 2 entries of faults?" in confirm.text
+        assert 'name="class" value="gone"' in confirm.text  # the confirmation keeps the filter
+        done = http.post("/crawls/faults/actions/requeue", data={**form, "confirm": "yes"})
+        assert "Requeued 2 of 2 entries." in done.text
+        left = http.get("/api/crawls/faults/dead").json()["entries"]
+        assert [e["class"] for e in left] == ["server"]
+        assert http.get("/api/crawls/faults").json()["pending"] == 2
+
+
+@deferred_f_from_coro_f
+async def test_retry_now_makes_a_delayed_retry_due_and_pause_resume_say_what_changed(redis_url):
+    entry_id = await delay_one(redis_url, "http://shop.example/item/8", 600_000)
+    with dashboard(redis_url) as http:
+        act = "/api/crawls/slow/actions/"
+        done = http.post(act + "retry-now", json={"ids": [entry_id, "no-such-id"]}).json()
+        assert done["touched"] == 1 and done["report"] == "made due now 1 of 2 entries"
+        (row,) = http.get("/api/crawls/slow/delayed").json()["entries"]
+        assert row["at"] <= http.get("/api/crawls/slow").json()["now"]
+
+        assert http.post(act + "pause", json={}).json()["report"] == "paused"
+        assert http.get("/api/crawls/slow").json()["paused"] is True
+        assert http.post(act + "pause", json={}).json()["report"] == "was paused already"
+        assert "paused" in http.get("/crawls/slow").text
+        assert http.post(act + "resume", json={}).json()["report"] == "resumed"
+        assert http.get("/api/crawls").json()["crawls"][0]["paused"] is False
+
+
+def test_a_rare_filter_stops_after_its_scan_limit_and_the_cursor_goes_on(redis_client, monkeypatch):
+    monkeypatch.setattr(_data, "SCAN_LIMIT", 1)  # one batch per page
+    monkeypatch.setattr(_data, "BATCH", 1000)
+    seed_dead(redis_client, 3000)
+    with dashboard(_url(redis_client)) as http:
+        params = {"class": "rare", "size": 50}
+        first = http.get("/api/crawls/big/dead", params=params).json()
+        assert (len(first["entries"]), first["scanned"], first["next_cursor"]) == (10, 1000, 1999)
+        params["cursor"] = first["next_cursor"]
+        second = http.get("/api/crawls/big/dead", params=params).json()
+        assert second["entries"][0]["id"] == "1900" and second["next_cursor"] == 999

@@ -1,0 +1,229 @@
+"""The dashboard in a real browser: Debian's headless chromium, driven by Playwright, on a
+real `scrapy-ha dashboard` process over a real Redis holding a real crawl's dead letters.
+
+Screenshots of every page go to ``.artifacts/dashboard/`` (git-ignored; CI keeps them).
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.demo import harness
+from tests.test_crash import count_lines, wait_for_items, worker
+from tests.test_dashboard_api import PATHS, SCRAPY_HA, crawl
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path as PathT
+
+pytestmark = pytest.mark.browser
+
+#: Debian's chromium (Makefile DEBIAN_PACKAGES): Playwright downloads no browser of its own.
+CHROMIUM = "/usr/bin/chromium"
+#: Where the screenshots go.
+ARTIFACTS = Path(__file__).resolve().parent.parent / ".artifacts" / "dashboard"
+#: Seconds a page gets to load or a step to show its result (a loaded 2-core machine).
+STEP_TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def dashboard_url(redis_url: str) -> Iterator[str]:
+    """`scrapy-ha dashboard` as a user starts it, on a free port."""
+    port = harness.free_port()
+    proc = harness.spawn(
+        [SCRAPY_HA, "--redis-url", redis_url, "dashboard", "--port", str(port)],
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        harness.wait_for(lambda: answers(url + "/api/crawls"), "the dashboard", 60)
+        yield url
+    finally:
+        harness.stop(proc)
+
+
+def in_thread(func: Callable[[], Any]) -> None:
+    """Run *func* in a thread of its own (Playwright's sync API refuses a thread whose
+    asyncio loop runs: the reactor's) and raise what it raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            func()
+        except BaseException as exc:  # handed to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def drive(url: str) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        expect.set_options(timeout=STEP_TIMEOUT_MS)
+
+        page.goto(url + "/")
+        row = page.locator("tr[data-spider=faults]")
+        expect(row).to_be_visible()
+        expect(row.locator("svg polyline")).to_have_count(1)
+        shot(page, "overview")
+
+        row.get_by_role("link", name="faults").click()
+        expect(page.locator("h1")).to_contain_text("faults")
+        expect(page.locator("#pending")).to_have_text("0")
+        shot(page, "crawl")
+
+        page.goto(url + "/crawls/faults/dead")
+        expect(page.locator("tr[data-id]")).to_have_count(3)
+        page.get_by_label("Class").fill("gone")
+        page.get_by_role("button", name="Filter").click()
+        rows = page.locator("tr[data-id]")
+        expect(rows).to_have_count(2)
+        expect(rows.locator("td.cls")).to_have_text(["gone", "gone"])
+        shot(page, "dead-letters")
+
+        chosen = rows.first.get_attribute("data-id")
+        rows.first.locator("input[name=ids]").check()
+        page.get_by_role("button", name="Requeue selected").click()
+        expect(page.locator("h1")).to_have_text("Requeue 1 entry of faults?")
+        shot(page, "confirm")
+        page.locator("#confirm").click()
+        expect(page.locator("#report")).to_have_text("Requeued 1 of 1 entry.")
+        shot(page, "done")
+
+        page.goto(url + "/crawls/faults/dead?class=gone")
+        expect(page.locator("tr[data-id]")).to_have_count(1)
+        expect(page.locator(f"tr[data-id='{chosen}']")).to_have_count(0)
+        page.goto(url + "/crawls/faults")
+        expect(page.locator("#pending")).to_have_text("1")
+
+        page.goto(url + "/crawls/faults/dead?class=server")
+        page.locator("td.url a").first.click()
+        expect(page.locator("table.history tbody tr")).to_have_count(3)
+        shot(page, "entry")
+
+        page.goto(url + "/crawls/faults/delayed")
+        expect(page.locator("h1")).to_contain_text("Delayed retries")
+        shot(page, "delayed")
+        pause_and_see_it(page, url)
+        read_without_javascript(browser, url)
+        browser.close()
+
+
+def pause_and_see_it(page: Any, url: str) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(url + "/crawls/faults")
+    page.get_by_role("button", name="Pause this crawl").click()
+    page.locator("#confirm").click()
+    expect(page.locator("#report")).to_have_text("Paused.")
+    page.goto(url + "/crawls/faults")
+    expect(page.locator("#state")).to_have_text("paused")
+    page.goto(url + "/")
+    expect(page.locator("tr[data-spider=faults] .badge")).to_have_text("paused")
+    shot(page, "overview-paused")
+
+
+def read_without_javascript(browser: Any, url: str) -> None:
+    """Filtering and paging are links and GET forms: they work with JavaScript off."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(java_script_enabled=False).new_page()
+    page.goto(url + "/crawls/faults/dead")
+    page.get_by_label("Class").fill("server")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("tr[data-id] td.cls")).to_have_text(["server"])
+
+
+@deferred_f_from_coro_f
+async def test_filter_requeue_and_see_it_pending_in_chromium(redis_url, site, dashboard_url):
+    await crawl(redis_url, site, paths=PATHS)
+    in_thread(lambda: drive(dashboard_url))
+
+
+def heartbeat(redis_client: Any) -> float:
+    rows = redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)
+    return float(rows[0][1]) if rows else 0.0
+
+
+def click_through(url: str, button: str, report: str) -> None:
+    """On the crawl page: *button*, confirm, and see *report*."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        page.goto(url + "/crawls/catalogue")
+        page.get_by_role("button", name=button).click()
+        page.locator("#confirm").click()
+        expect(page.locator("#report")).to_have_text(report, timeout=STEP_TIMEOUT_MS)
+        page.goto(url + "/crawls/catalogue")
+        shot(page, f"crawl-{report.rstrip('.').lower()}")
+        browser.close()
+
+
+#: A catalogue a worker takes some seconds over (paused after its first 20 items).
+PAGES, PER_PAGE = 20, 10
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="workers read the paused key from the cli branch's sync.lua on: remove this mark "
+    "once it is merged (strict: the merge makes the test pass and this mark fail)",
+)
+def test_pause_from_the_dashboard_stops_a_live_worker_leasing(
+    redis_url, redis_client, site_factory, tmp_path: PathT, dashboard_url: str
+):
+    site = site_factory("--pages", str(PAGES), "--per-page", str(PER_PAGE), "--delay", "0.2")
+    items, log = tmp_path / "items.jl", tmp_path / "worker.log"
+    live = worker(redis_url, site.url, items, log)
+    try:
+        wait_for_items(items, 20, live)
+        in_thread(lambda: click_through(dashboard_url, "Pause this crawl", "Paused."))
+        harness.wait_for(
+            lambda: redis_client.zcard("ha:{catalogue}:leased") == 0, "its leases done", 60
+        )
+        held = count_lines(items)
+        for _ in range(2):  # alive, renewing, leasing nothing
+            before = heartbeat(redis_client)
+            harness.wait_for(lambda b=before: heartbeat(redis_client) > b, "a heartbeat", 30)
+            assert live.poll() is None
+        assert count_lines(items) == held and redis_client.zcard("ha:{catalogue}:pending") > 0
+        in_thread(lambda: click_through(dashboard_url, "Resume this crawl", "Resumed."))
+        assert live.wait(120) == 0
+    finally:
+        if live.poll() is None:
+            live.kill()
+    assert count_lines(items) == PAGES * PER_PAGE
