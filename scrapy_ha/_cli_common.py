@@ -14,6 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.operations import server_ms
+
 if TYPE_CHECKING:
     from scrapy_ha._queue import RedisQueue
 
@@ -149,7 +151,3 @@ def plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-async def server_ms(client: Any) -> int:
-    """Redis's clock in ms (every stored time is Redis time)."""
-    sec, usec = await client.time()
-    return int(sec) * 1000 + int(usec) // 1000

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scrapy_ha import metakeys
+from scrapy_ha import metakeys, operations
 from scrapy_ha._cli_common import (
     add_bulk_options,
     approve,
@@ -126,11 +126,7 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     )
     if not verdict:
         return 0 if verdict is None else 1
-    now = await server_ms(queue.client)
-    changed = 0
-    for start in range(0, len(chosen), BATCH):
-        mapping = {d.id: now for d in chosen[start : start + BATCH]}
-        changed += int(await queue.client.zadd(queue.keys.delayed, mapping, xx=True, ch=True))
+    changed = await operations.make_due(queue, [d.id for d in chosen])
     print(f"made {changed} of {what} due now: workers take them at their next sync")
     return 0
 

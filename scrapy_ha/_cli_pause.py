@@ -13,7 +13,8 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha._cli_common import command, local_time, server_ms
+from scrapy_ha import operations
+from scrapy_ha._cli_common import command, local_time
 
 if TYPE_CHECKING:
     import argparse
@@ -24,9 +25,7 @@ if TYPE_CHECKING:
 async def pause(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Workers lease nothing new: they finish what they hold, keep their leases renewed and
     stay open until `resume`."""
-    now = await server_ms(queue.client)
-    who = f"{getpass.getuser()}@{socket.gethostname()}"
-    fresh = await queue.client.set(queue.keys.paused, json.dumps({"at": now, "by": who}), nx=True)
+    fresh = await operations.pause(queue, by=f"{getpass.getuser()}@{socket.gethostname()}")
     since = await paused_since(queue)
     state = "paused" if fresh else "already paused"
     print(
@@ -38,7 +37,7 @@ async def pause(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 async def resume(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Workers lease again at their next sync."""
-    if await queue.client.delete(queue.keys.paused):
+    if await operations.resume(queue):
         print(f"{queue.keys.spider} resumed: workers lease again")
     else:
         print(f"{queue.keys.spider} was not paused")

@@ -198,11 +198,6 @@ def click_through(url: str, button: str, report: str) -> None:
 PAGES, PER_PAGE = 20, 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workers read the paused key from the cli branch's sync.lua on: remove this mark "
-    "once it is merged (strict: the merge makes the test pass and this mark fail)",
-)
 def test_pause_from_the_dashboard_stops_a_live_worker_leasing(
     redis_url, redis_client, site_factory, tmp_path: PathT, dashboard_url: str
 ):

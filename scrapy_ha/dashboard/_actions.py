@@ -6,16 +6,13 @@ the word that reports it ("requeued 3 of 3 entries") and the function that does 
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from scrapy_ha import operations
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha.dlq import DeadLetterQueue
-
-#: Entries changed per Redis call by a bulk action (as the CLI's batches).
-BATCH = 500
 
 #: An action's work: the crawl's queue and the selected entry ids -> how many it touched.
 Run = Callable[[RedisQueue, list[str]], Awaitable[int]]
@@ -33,33 +30,16 @@ class Action:
     explain: str
 
 
-async def _server_ms(queue: RedisQueue) -> int:
-    seconds, micros = await queue.client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+async def _make_due(queue: RedisQueue, ids: list[str]) -> int:
+    return await operations.make_due(queue, ids)
 
 
-async def make_due(queue: RedisQueue, ids: list[str]) -> int:
-    """``scrapy-ha delayed retry-now``: these delayed retries are due now (Redis time); the
-    next sync of any worker promotes them. Returns how many were still delayed."""
-    now = await _server_ms(queue)
-    changed = 0
-    for start in range(0, len(ids), BATCH):
-        mapping = dict.fromkeys(ids[start : start + BATCH], now)
-        changed += int(await queue.client.zadd(queue.keys.delayed, mapping, xx=True, ch=True))
-    return changed
+async def _pause(queue: RedisQueue, ids: list[str]) -> int:
+    return int(await operations.pause(queue, by=f"dashboard@{socket.gethostname()}"))
 
 
-async def pause(queue: RedisQueue, ids: list[str]) -> int:
-    """``scrapy-ha pause``: set the crawl's paused key (when and by whom); workers lease
-    nothing new at their next sync. 1 if it was not paused yet, else 0."""
-    who = f"dashboard@{socket.gethostname()}"
-    doc = json.dumps({"at": await _server_ms(queue), "by": who})
-    return 1 if await queue.client.set(queue.keys.paused, doc, nx=True) else 0
-
-
-async def resume(queue: RedisQueue, ids: list[str]) -> int:
-    """``scrapy-ha resume``: delete the paused key. 1 if it was paused, else 0."""
-    return int(await queue.client.delete(queue.keys.paused))
+async def _resume(queue: RedisQueue, ids: list[str]) -> int:
+    return int(await operations.resume(queue))
 
 
 async def _requeue(queue: RedisQueue, ids: list[str]) -> int:
@@ -91,17 +71,17 @@ ACTIONS: dict[str, Action] = {
             "retry-now",
             "made due now",
             "delayed",
-            make_due,
+            _make_due,
             "Make these delayed retries due now: the next sync of any worker takes them.",
         ),
         Action(
             "pause",
             "paused",
             None,
-            pause,
+            _pause,
             "Workers lease nothing new: they finish what they hold, keep their leases "
             "renewed and stay open until the crawl is resumed.",
         ),
-        Action("resume", "resumed", None, resume, "Workers lease again at their next sync."),
+        Action("resume", "resumed", None, _resume, "Workers lease again at their next sync."),
     )
 }

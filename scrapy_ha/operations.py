@@ -1,0 +1,49 @@
+"""What an operator does to a crawl, one function each, for every tool that offers it.
+
+The ``scrapy-ha`` commands and the dashboard both call these, so that "retry now" or "pause"
+means the same thing whichever tool was used. Times are Redis's clock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy_ha._queue import RedisQueue
+
+__all__ = ["make_due", "pause", "resume", "server_ms"]
+
+#: Entries changed per Redis call by a bulk action: large enough to be quick, small enough
+#: not to hold Redis for long on a million-entry table.
+BATCH = 500
+
+
+async def server_ms(client: Any) -> int:
+    """Redis's clock in ms (every stored time is Redis time)."""
+    sec, usec = await client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def make_due(queue: RedisQueue, ids: list[str]) -> int:
+    """These delayed retries are due now: the next sync of any worker promotes them.
+    Returns how many were still delayed (an id already promoted or gone is skipped)."""
+    now = await server_ms(queue.client)
+    changed = 0
+    for start in range(0, len(ids), BATCH):
+        mapping = dict.fromkeys(ids[start : start + BATCH], now)
+        changed += int(await queue.client.zadd(queue.keys.delayed, mapping, xx=True, ch=True))
+    return changed
+
+
+async def pause(queue: RedisQueue, by: str) -> bool:
+    """Set the crawl's paused key (when, and *by* whom): workers lease nothing new at their
+    next sync. False when it was paused already (the first pause's time is kept)."""
+    doc = json.dumps({"at": await server_ms(queue.client), "by": by})
+    return bool(await queue.client.set(queue.keys.paused, doc, nx=True))
+
+
+async def resume(queue: RedisQueue) -> bool:
+    """Delete the paused key: workers lease again at their next sync. False when the crawl
+    was not paused."""
+    return bool(await queue.client.delete(queue.keys.paused))
