@@ -56,6 +56,10 @@ class InFlight:
     def add(self, entry_id: str, token: str, request: Request) -> None:
         self._held[entry_id] = (token, request)
 
+    def discard(self, entry_id: str) -> None:
+        """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""
+        self._held.pop(entry_id, None)
+
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]
 
