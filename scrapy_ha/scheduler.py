@@ -382,6 +382,7 @@ class Scheduler:
         self.inflight.add(pair[0], pair[1], request)
         self._slots.handed(self.crawler, request)
         self.stats.inc_value("ha/handed_fresh")
+        logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
         self.session.wake()
         return request
 

@@ -9,6 +9,7 @@ for that round, which alone knows whether another worker (or an earlier run) had
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -204,3 +205,37 @@ async def test_scheduler_empty_does_not_fire_while_a_request_waits(redis_url, si
     assert crawler.stats.get_value("finish_reason") == "finished"
     assert all(site.hits().get(f"/item/{n}") == 1 for n in range(1, 6))
     assert crawler.spider.empty_while_pending == 0
+
+
+def test_a_worker_killed_right_after_a_hand_out_from_memory_loses_nothing(
+    redis_url, redis_client: redis.Redis, site_factory, tmp_path
+):
+    """Redis holds every write (CLIENT PAUSE) while the victim hands out the children of a
+    page from memory: they are in no Redis key when it is SIGKILLed. Its page was not acked
+    (children before acks), so its lease expires and another worker redoes it."""
+    from tests.test_crash import check_nothing_lost, worker  # noqa: PLC0415 (a sibling test module)
+
+    pages, per_page = 3, 2
+    site = site_factory(
+        "--pages", str(pages), "--per-page", str(per_page), "--delay", "1", "--chains", "1"
+    )
+    items, log = tmp_path / "items.jl", tmp_path / "victim.log"
+    victim = worker(redis_url, site.url, items, log, LOG_LEVEL="DEBUG")
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while not site.hits().get("/"):  # the start page was stored, and is downloading
+            assert victim.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.01)
+        redis_client.execute_command("CLIENT", "PAUSE", 10_000, "WRITE")
+        while log.read_text().count("before Redis has it") < 2:  # the page and a child
+            assert victim.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.01)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    finally:
+        redis_client.execute_command("CLIENT", "UNPAUSE")
+    assert len(site.hits()) == 1  # the child handed out never reached the site
+    survivor = worker(redis_url, site.url, items, tmp_path / "survivor.log")
+    assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    assert "'finish_reason': 'finished'" in (tmp_path / "survivor.log").read_text()
+    check_nothing_lost(items, pages * per_page, site.hits(), bound=1)
