@@ -303,6 +303,7 @@ class Scheduler:
     def forget_local(self) -> None:
         self._buffer.clear()
         self._fresh.clear()
+        self._unstored.clear()
         self.inflight.clear()
 
     def drop_lost(self, lost: set[Pair]) -> None:
