@@ -59,6 +59,10 @@ class InFlight:
         if self.on_add is not None:
             self.on_add()
 
+    def discard(self, entry_id: str) -> None:
+        """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""
+        self._held.pop(entry_id, None)
+
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]
 

@@ -75,15 +75,28 @@ class Outbox:
     held_back: bool = False
 
     def add_child(self, entry: NewEntry) -> None:
+        """Queue *entry*; a fresh one (see :mod:`scrapy_ha._fresh`) counts in ``top`` only
+        once a round sends it without its having been handed out (:meth:`note_priority`)."""
         self.children.append(entry)
-        if self.top is None or entry.priority > self.top:
-            self.top = entry.priority
+        if entry.fresh is None:
+            self.note_priority(entry.priority)
+
+    def note_priority(self, priority: int) -> None:
+        if self.top is None or priority > self.top:
+            self.top = priority
 
     def close_gate(self, domain: str, seconds: float) -> None:
         self.gates[domain] = max(seconds, self.gates.get(domain, 0))
 
     def recompute_top(self) -> None:
-        self.top = max((entry.priority for entry in self.children), default=None)
+        self.top = max(
+            (
+                entry.priority
+                for entry in self.children
+                if entry.fresh is None or (entry.fresh.sealed and entry.fresh.lease is None)
+            ),
+            default=None,
+        )
 
     def to_sync(self) -> bool:
         """Anything for the sync script: children, checkpoints, acks or ends."""

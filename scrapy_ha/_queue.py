@@ -33,6 +33,8 @@ from scrapy_ha._scripts import RENEW_LUA as RENEW_LUA
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from scrapy import Request
+
     from scrapy_ha.keys import Keys
 
 #: Dead-letter retention: entries kept at most, and for at most this long (30 days).
@@ -72,6 +74,8 @@ class SyncResult:
     roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
     paused: bool = False  # `scrapy-ha pause` is in force: nothing was leased
     gates: dict[str, int] = field(default_factory=dict)
+    #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
+    dropped: set[str] = field(default_factory=set)
     leases: list[Lease] = field(default_factory=list)
 
 
@@ -111,15 +115,36 @@ class Counts:
         }
 
 
+@dataclass(eq=False)
+class Fresh:
+    """A new request of this worker that its engine may have before Redis does.
+
+    Until a sync call sends it (``sealed``), the scheduler may hand it out from memory; it
+    then gets a lease made by the worker (``lease``: entry id and token), and the sync
+    script stores it leased to this worker under that lease instead of pending.
+    """
+
+    request: Request
+    lease: tuple[str, str] | None = None
+    sealed: bool = False
+
+
 @dataclass(frozen=True)
 class NewEntry:
     """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload,
-    and the lease ``(entry id, token)`` of the page that yielded it (None for a root)."""
+    the lease ``(entry id, token)`` of the page that yielded it (None for a root), and, for
+    a request of this worker's own, its :class:`Fresh` state."""
 
     fingerprint: bytes
     priority: int
     payload: bytes
     parent: tuple[str, str] | None = None
+    fresh: Fresh | None = None
+
+    @property
+    def taken(self) -> tuple[str, str] | None:
+        """The worker-made lease of a request already handed out (None: store it pending)."""
+        return self.fresh.lease if self.fresh is not None else None
 
 
 def _s(value: Any) -> str:
@@ -134,14 +159,18 @@ def clamp_priority(priority: int) -> int:
 def _packed(e: NewEntry) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    parent = b"%s/%s" % (e.parent[0].encode(), e.parent[1].encode()) if e.parent else b"-"
-    return b"%d %s %02d%s%s" % (
+    return b"%d %s %s %02d%s%s" % (
         clamp_priority(e.priority),
-        parent,
+        _pair(e.parent),
+        _pair(e.taken),
         len(e.fingerprint),
         e.fingerprint,
         e.payload,
     )
+
+
+def _pair(pair: tuple[str, str] | None) -> bytes:
+    return b"%s/%s" % (pair[0].encode(), pair[1].encode()) if pair else b"-"
 
 
 def new_nonce() -> str:
@@ -255,9 +284,11 @@ class RedisQueue:
         if worker is not None:
             keys.append(k.grant(worker))
         reply = await self._sync(keys=keys, args=args)
-        n_gates = int(reply[11])
-        first = 12 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(12, first, 2)}
+        n_gates, n_dropped = int(reply[11]), int(reply[12])
+        first = 13 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(13, first, 2)}
+        dropped = {_s(x) for x in reply[first : first + n_dropped]}
+        first += n_dropped
         leases = [
             Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
             for i in range(first, len(reply), 4)
@@ -267,18 +298,11 @@ class RedisQueue:
         )
         return SyncResult(
             now,
-            added,
-            acked,
-            stale,
-            pending,
-            leased,
-            delayed,
-            refused,
-            aside,
-            roots,
-            bool(paused),
-            gates,
-            leases,
+            *(added, acked, stale, pending, leased, delayed, refused, aside, roots),
+            paused=bool(paused),
+            gates=gates,
+            leases=leases,
+            dropped=dropped,
         )
 
     async def enqueue(self, entries: list[NewEntry]) -> int:

@@ -266,6 +266,10 @@ class Session:
     async def _round(self) -> bool:
         """One round of Redis work; True if there is more to do at once."""
         assert self.queue is not None
+        if self.shell.has_fresh():
+            # the engine's own wake-up after an enqueue is due in this turn of the loop: let
+            # it take the new requests first (from memory) before this round sends them
+            await asyncio.sleep(0)
         self.shell.inflight.collect_finished()
         now = time.monotonic()
         if self.renewals.due(now):
@@ -297,15 +301,17 @@ class Session:
         """
         assert self.queue is not None
         box = self.outbox
+        lease_ms = int(self.config.lease_time * 1000)
         n_acks, n_ends = len(box.acks), len(box.ends)
         while len(box.children) > BATCH or (box.children and box.checkpoints):
             batch = box.children[:BATCH]
-            result = await self.queue.sync(enqueue=batch)
-            del box.children[: len(batch)]
-            self._count(result, batch)
+            self.shell.seal(batch)
+            result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms)
+            self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
         enqueue = box.children[:]
+        self.shell.seal(enqueue)
         keeper = self.renewals.keeper if lease else None
         started = time.monotonic()
         if keeper is not None:
@@ -315,13 +321,12 @@ class Session:
                 enqueue=enqueue,
                 ack=box.acks[:n_acks],
                 lease=lease,
-                lease_ms=int(self.config.lease_time * 1000),
+                lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
             )
-            del box.children[: len(enqueue)]
             del box.acks[:n_acks]
-            self._count(result, enqueue)
+            self._sent(result, enqueue)
             self._note_server(result)
             was_empty = not self.shell.buffered()
             for lease_ in result.leases:
@@ -336,6 +341,13 @@ class Session:
         await self.ends.settle_corrupt()
         await self.ends.end_ops(box.ends, n_ends)
         await self._after_sync(result, new_work=was_empty and bool(self.shell.buffered()))
+
+    def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        """Redis has *sent*, the head of the outbox's children: forget them, and tell the
+        shell the fate of those it handed out already."""
+        del self.outbox.children[: len(sent)]
+        self.shell.settle(sent, result.dropped)
+        self._count(result, sent)
 
     def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:
         self.ends.count(result, len(sent))

@@ -15,7 +15,9 @@ key                        type         content
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
 ``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``; a token
                                         is ``<random nonce>-<lseq>``: never given twice,
-                                        even after a flush or a failover
+                                        even after a flush or a failover (a request the
+                                        worker handed out before Redis had it: id
+                                        ``<worker nonce>.<n>``, token ``<worker nonce>-<n>``)
 ``ha:{books}:expiries``    hash         entry id -> how many of its leases expired
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion

@@ -26,9 +26,10 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_ha import _engine, metakeys
 from scrapy_ha._admission import Admission
 from scrapy_ha._buffer import LeaseBuffer, prefetch_target
+from scrapy_ha._fresh import DownloadGate, FreshQueue, LeaseMaker
 from scrapy_ha._inflight import InFlight, fence_of
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
-from scrapy_ha._queue import NewEntry
+from scrapy_ha._queue import Fresh, NewEntry
 from scrapy_ha._registry import register, scheduler_for
 from scrapy_ha._session import Session
 from scrapy_ha.codec import CodecError, encode_request
@@ -69,6 +70,13 @@ class Scheduler:
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()
         self._buffer = LeaseBuffer()
+        start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
+        self._fresh = FreshQueue(
+            lifo=config.order == "lifo", start_lifo="lifo" in start_queue.lower()
+        )
+        self._make_lease = LeaseMaker()
+        self.download_gate = DownloadGate()
+        self._unstored: set[Pair] = set()  # fresh requests handed out, not stored yet
         self._slots = _engine.SlotLoad()
         self.inflight = InFlight(crawler, self.outbox)
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
@@ -109,10 +117,15 @@ class Scheduler:
         """True while the crawl has requests waiting: in this worker's buffer or outbox, or
         pending or delayed in Redis at the last sync (no round trip: the background task
         fetches these counts anyway)."""
-        return bool(self._buffer or self.outbox.children or self.session.remote_waiting > 0)
+        waiting = len(self.outbox.children) > len(self._unstored)
+        return bool(self._buffer or waiting or self.session.remote_waiting > 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Queue *request* for Redis; False if this worker already saw its fingerprint.
+
+        Until the background task sends it, ``next_request()`` may hand it out at once (see
+        :mod:`scrapy_ha._fresh`); if Redis then finds it a duplicate, its download is
+        cancelled and it comes back here, refused (``request_dropped``).
 
         A request that cannot be stored (``HA_UNSTORABLE = "error"``) is refused (False)
         with an ERROR naming its URL, the key and the type, and the page that yielded it
@@ -120,6 +133,8 @@ class Scheduler:
         Duplicates only Redis knows of are dropped there and counted in ``ha/filtered``
         (no ``request_dropped`` signal for them).
         """
+        if self.download_gate.dropped(request):
+            return False  # a fresh request Redis found a duplicate of (already counted)
         if self.inflight.is_retry_of_one(request):
             return True  # the original's lease moves to the delayed set when it finishes
         fingerprint = self.admission.fingerprint(request)
@@ -134,12 +149,16 @@ class Scheduler:
             return False
         self.admission.remember(fingerprint)
         self.admission.note_priority(request)
-        self.outbox.add_child(NewEntry(fingerprint, request.priority, payload, fence_of(request)))
+        fresh = Fresh(request)
+        self._fresh.push(fresh)
+        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh)
+        self.outbox.add_child(entry)
         self.session.wake()
         return True
 
     def next_request(self) -> Request | None:
-        """The next leased request, from memory; None when the local buffer is empty.
+        """The next request, from memory: leased, or new from this worker and not sent to
+        Redis yet (whichever comes first in Scrapy's order); None when there is neither.
 
         Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
         while this worker's leases may have expired (Redis unreachable for a lease period).
@@ -148,7 +167,12 @@ class Scheduler:
             self.inflight.collect_finished()
             if len(self.inflight) >= self.config.max_inflight or self._isolating():
                 return None
-        while self._buffer and time.monotonic() <= self.session.renewals.valid_until:
+        while True:
+            usable = bool(self._buffer) and time.monotonic() <= self.session.renewals.valid_until
+            if (fresh := self._fresh_first(self._buffer[0] if usable else None)) is not None:
+                return self._hand_fresh(fresh)
+            if not usable:
+                break
             if self._outranked():
                 self.outbox.held_back = True  # for one round trip: its lease is on the way
                 return None
@@ -184,7 +208,8 @@ class Scheduler:
     def __len__(self) -> int:
         """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
         held pending or delayed at the last sync."""
-        return len(self._buffer) + len(self.outbox.children) + max(0, self.session.remote_waiting)
+        waiting = len(self.outbox.children) - len(self._unstored)
+        return len(self._buffer) + waiting + max(0, self.session.remote_waiting)
 
     # -- for the middlewares -----------------------------------------------------------
 
@@ -224,6 +249,40 @@ class Scheduler:
             request.meta[metakeys.SUSPECT] = lease.expiries
         self._buffer.append(request)
 
+    def seal(self, batch: list[NewEntry]) -> None:
+        """*batch* goes to Redis now: its fresh requests not handed out leave the fresh
+        queue (they go pending, and come back by lease)."""
+        for entry in batch:
+            fresh = entry.fresh
+            if fresh is not None and not fresh.sealed:
+                fresh.sealed = True
+                if fresh.lease is None:
+                    self.outbox.note_priority(entry.priority)
+        self._fresh.prune()
+
+    def settle(self, batch: list[NewEntry], dropped: set[str]) -> None:
+        """Redis has *batch*: a request handed out from it was stored leased to this worker
+        (its download goes on), or not (*dropped*: a duplicate, or its page's lease was
+        lost): then it is cancelled and forgotten, never acked."""
+        leased = 0
+        for entry in batch:
+            pair = entry.taken
+            if pair is None:
+                continue
+            self._unstored.discard(pair)
+            stored = pair[0] not in dropped
+            if stored:
+                leased += 1
+            else:
+                self.inflight.discard(pair[0])
+            self.download_gate.settle(pair, stored=stored)
+        if leased:
+            self.stats.inc_value("ha/leased", leased)
+
+    def has_fresh(self) -> bool:
+        """New requests wait to be handed out from memory (see :mod:`scrapy_ha._fresh`)."""
+        return self._fresh.head() is not None
+
     def buffered(self) -> int:
         return len(self._buffer)
 
@@ -236,10 +295,15 @@ class Scheduler:
 
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight (at close: given back to Redis)."""
-        return [r.meta[metakeys.LEASE] for r in self._buffer] + self.inflight.pairs()
+        held = self.inflight.pairs()
+        if self._unstored:  # not in Redis yet: nothing to renew or release
+            held = [pair for pair in held if pair not in self._unstored]
+        return [r.meta[metakeys.LEASE] for r in self._buffer] + held
 
     def forget_local(self) -> None:
         self._buffer.clear()
+        self._fresh.clear()
+        self._unstored.clear()
         self.inflight.clear()
 
     def drop_lost(self, lost: set[Pair]) -> None:
@@ -262,7 +326,8 @@ class Scheduler:
             return 0
         target = self._target()
         if len(self._buffer) > target // 2:
-            return self._buffer.urgent(self.outbox.children, target)
+            unsent = [e for e in self.outbox.children if e.taken is None]
+            return self._buffer.urgent(unsent, target)
         return target - len(self._buffer)
 
     def keep_alive(self) -> bool:
@@ -277,6 +342,8 @@ class Scheduler:
         self.spider = spider
         if not self._fatal and await self.session.open(spider):
             self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
+            gate = self.download_gate
+            gate.installed = _engine.gate_downloads(self.crawler, gate.process_request)
             self.session.start()
             return
         self._fatal = True
@@ -284,6 +351,41 @@ class Scheduler:
 
     def _target(self) -> int:
         return prefetch_target(self.crawler, self.config, self.session.renewals.rate)
+
+    def _fresh_first(self, leased: Request | None) -> Fresh | None:
+        """The first new request of this worker, if it comes before *leased* (the head of
+        the lease buffer, None: none) and can go out now."""
+        fresh = self._fresh.head()
+        if fresh is None or not self._fresh.goes_before(fresh, leased):
+            return None
+        return fresh if self._can_hand_fresh(fresh.request) else None
+
+    def _can_hand_fresh(self, request: Request) -> bool:
+        """A fresh request goes out now only while Redis answers (its download waits for
+        the round that stores it), its download slot has room, and its domain is open; else
+        it goes to Redis with the next round, and comes back by lease."""
+        session = self.session
+        if not session.redis_ok or session.stopping or self._solo is not None:
+            return False
+        if self._gates and self._gate_wait(request) > 0:
+            return False
+        return self._slots.free(self.crawler, request)
+
+    def _hand_fresh(self, fresh: Fresh) -> Request:
+        """Hand out a request not in Redis yet, under a lease made here: the next round
+        stores it leased to this worker (see :mod:`scrapy_ha._fresh`)."""
+        self._fresh.pop()
+        request = fresh.request
+        pair = fresh.lease = self._make_lease()
+        request.meta[metakeys.LEASE] = pair
+        self._unstored.add(pair)
+        self.download_gate.expect(pair)
+        self.inflight.add(pair[0], pair[1], request)
+        self._slots.handed(self.crawler, request)
+        self.stats.inc_value("ha/handed_fresh")
+        logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
+        self.session.wake()
+        return request
 
     def _outranked(self) -> bool:
         """A request just queued outranks everything buffered (see :meth:`want`)."""

@@ -24,14 +24,18 @@
 -- ARGV[6] a random nonce of this call (no spaces): part of every token it gives, so that a
 --         token is never given twice, even after a flush or a failover that lost counters
 -- ARGV[7] order within a priority: 'fifo' or 'lifo'
--- then ARGV[1] requests, one argument each: "<priority> <parent> <fingerprint length
---   (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease token>"
---   of the page that yielded it; length 00 = never filtered; e.g. "-3 - 12<12 bytes>{...}"
+-- then ARGV[1] requests, one argument each: "<priority> <parent> <taken> <fingerprint
+--   length (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease
+--   token>" of the page that yielded it; taken is '-' or "<entry id>/<lease token>" made by
+--   the worker, which already handed the request to its engine: stored LEASED to it under
+--   that id and token (not pending), its download waiting for this reply; length 00 = never
+--   filtered; e.g. "-3 - - 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
---          roots_seen, paused (1 or 0), n,
+--          roots_seen, paused (1 or 0), n, d,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
+--          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
 --          id1, token1, payload1, expiries1, ...}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
 --   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
@@ -64,14 +68,17 @@ if paused == 1 then n_lease = 0 end
 local reqs = {}
 for i = 1, n_enq do
   local e = ARGV[7 + i]
-  local prio, pid, ptok, rest = string.match(e, '^(%-?%d+) ([^ /]+)/?(%S*) ()')
+  local prio, pid, ptok, tid, ttok, rest =
+    string.match(e, '^(%-?%d+) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
-  if not (prio and fl and (pid == '-' or ptok ~= '')) or #e < rest + 1 + fl then
+  if not (prio and fl and (pid == '-' or ptok ~= '') and (tid == '-' or ttok ~= ''))
+      or #e < rest + 1 + fl then
     return redis.error_reply('ERR sync: malformed request argument ' .. i)
   end
   reqs[i] = {
     prio = clamp_priority(tonumber(prio)),
     pid = pid ~= '-' and pid or nil, ptok = ptok,
+    tid = tid ~= '-' and tid or nil, ttok = ttok,
     fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
     payload = string.sub(e, rest + 2 + fl)}
 end
@@ -80,20 +87,35 @@ local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash'
   'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 
+-- A taken request is stored leased to the worker that took it; the same argument sent again
+-- (the reply to an earlier call was lost) finds its lease and changes nothing.
 local added, refused, roots_seen = 0, 0, 0
+local dropped, taken = {}, {}
 if n_enq > 0 then
   local base = take(KEYS[4], n_enq)
   for i = 1, n_enq do
     local r = reqs[i]
-    if r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
+    if r.tid and lease_current(KEYS[6], r.tid, r.ttok) then
+      added = added + 1
+    elseif r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
       refused = refused + 1
+      if r.tid then dropped[#dropped + 1] = r.tid end
     elseif r.fl == 0 or redis.call('SADD', KEYS[3], r.fp) == 1 then
       local seq = base + i
-      push_pending(KEYS[1], int_str(seq), pending_score(r.prio, seq, lifo), r.payload)
+      local score = pending_score(r.prio, seq, lifo)
+      if r.tid then
+        redis.call('ZADD', KEYS[5], now + lease_ms, r.tid)
+        redis.call('HSET', KEYS[6], r.tid, lease_record(r.ttok, int_str(score), domain_of(r.payload)))
+        redis.call('HSET', KEYS[2], r.tid, r.payload)
+        taken[#taken + 1] = r
+      else
+        push_pending(KEYS[1], int_str(seq), score, r.payload)
+      end
       added = added + 1
       count('enqueued', 1, domain_of(r.payload))
     else
       count('filtered', 1)
+      if r.tid then dropped[#dropped + 1] = r.tid end
       if not r.pid then roots_seen = roots_seen + 1 end
     end
   end
@@ -118,7 +140,7 @@ for i = 1, n_ack do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0}
+local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped}
 local NG = 12
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
@@ -134,6 +156,8 @@ if redis.call('HLEN', KEYS[11]) > 0 then
   end
 end
 
+for _, id in ipairs(dropped) do out[#out + 1] = id end
+
 -- A pending member that has no entry id cannot be leased, acked or renewed: set it aside.
 local function set_aside(m)
   local id = int_str(take(KEYS[4], 1) + 1)
@@ -144,6 +168,13 @@ local function set_aside(m)
   out[9] = out[9] + 1
 end
 
+-- The grant: the pairs this call leases (taken requests included), for the lease keeper.
+local grant = (n_lease > 0 or #taken > 0) and KEYS[19] or nil
+if grant then
+  redis.call('DEL', grant)
+  for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end
+end
+
 if n_lease > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, n_promote)
   for _, id in ipairs(due) do
@@ -152,8 +183,6 @@ if n_lease > 0 then
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
   end
-  local grant = KEYS[19]
-  if grant then redis.call('DEL', grant) end
   local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
   local n = #items / 2
   if n > 0 then
@@ -179,7 +208,7 @@ if n_lease > 0 then
     end
   end
 end
-if KEYS[19] and n_lease > 0 then redis.call('PEXPIRE', KEYS[19], lease_ms) end
+if grant then redis.call('PEXPIRE', grant, lease_ms) end
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])

@@ -10,11 +10,6 @@ With ``SCRAPY_HA_CONFORMANCE_BASELINE=1`` (Scrapy's own scheduler) none of this 
 
 from __future__ import annotations
 
-_NEXT_REQUEST_NONE = (
-    "issue 17 item 7: next_request() returns None right after enqueue_request() while "
-    "has_pending_requests() is True: Scheduler.next_request answers from its lease buffer "
-    "only, filled by the background task's next Redis round trip"
-)
 _LIFO = (
     "issue 17 item 5: order within a priority is always FIFO (the pending sorted set); "
     "SCHEDULER_MEMORY_QUEUE/SCHEDULER_START_MEMORY_QUEUE (LIFO, or shared start queue) "
@@ -22,26 +17,23 @@ _LIFO = (
 )
 
 XFAIL: dict[str, str] = {
-    "test_scheduler.py::TestSchedulerInMemory::test_dequeue": _NEXT_REQUEST_NONE,
-    "test_scheduler.py::TestSchedulerInMemory::test_dequeue_priorities": _NEXT_REQUEST_NONE,
-    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue": _NEXT_REQUEST_NONE,
-    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_dequeue_priorities": _NEXT_REQUEST_NONE,
     "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_logic": (
-        "issue 17 items 7 and 5: next_request() returns None until the first lease (item 7), "
-        "and leasing is by priority then FIFO, without DownloaderAwarePriorityQueue's "
-        "round robin over download slots (item 5: slots come out a, a, b, b, c, c)"
+        "issue 17 item 5: requests come out by priority then in the crawl's order, without "
+        "DownloaderAwarePriorityQueue's round robin over download slots (slots come out "
+        "c, c, b, b, a, a)"
     ),
     "test_engine_loop.py::TestRequestSendOrder::test_default": (
-        "issue 17 item 7 (timing-dependent): the first start request is often not sent "
-        "first (seen: 2, 3, 4, 1, 5, 6), because next_request() returns None until the first "
-        "lease comes back from Redis while the engine goes on with start()"
+        "issue 17 item 5 (timing-dependent): with CONCURRENT_REQUESTS=1 the requests that "
+        "wait go to Redis, whose order has no separate FIFO queue for start requests: the "
+        "priority-1 ones come back LIFO (seen: 1, 4, 3, 2, 6, 5), and the first start request "
+        "is not sent first when a priority-1 request is queued before the engine takes it "
+        "(seen: 2, 4, 1, 3, 6, 5)"
     ),
     "test_engine_loop.py::TestRequestSendOrder::test_lifo_start": _LIFO,
-    "test_engine_loop.py::TestRequestSendOrder::test_shared_queues": _LIFO,
-    "test_engine_loop.py::TestRequestSendOrder::test_lazy": (
-        "issue 17 item 7 (timing-dependent): scheduler_empty fires (and needs_backout() is "
-        "False) while the first start request waits in Redis, so the lazy start pattern often "
-        "yields the next start request before the callback's (seen: 1, 2, 4, 3)"
+    "test_engine_loop.py::TestRequestSendOrder::test_shared_queues": (
+        "issue 17 item 5 (timing-dependent): passes when the requests are handed out from "
+        "this worker's memory, which keeps Scrapy's start queue settings (item 7), but the "
+        "order of requests that waited in Redis ignores them"
     ),
 }
 
@@ -51,7 +43,7 @@ XFAIL: dict[str, str] = {
 TIMING_DEPENDENT: frozenset[str] = frozenset(
     {
         "test_engine_loop.py::TestRequestSendOrder::test_default",
-        "test_engine_loop.py::TestRequestSendOrder::test_lazy",
+        "test_engine_loop.py::TestRequestSendOrder::test_shared_queues",
     }
 )
 
