@@ -14,8 +14,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.operations import server_ms
-
 if TYPE_CHECKING:
     from scrapy_ha._queue import RedisQueue
 
@@ -149,5 +147,3 @@ def parse_when(text: str, now_ms: int, *, option: str) -> int:
 def plural(n: int, one: str, many: str | None = None) -> str:
     """``1 entry``, ``3 entries``."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
-
-

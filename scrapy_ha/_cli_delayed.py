@@ -22,10 +22,10 @@ from scrapy_ha._cli_common import (
     humanize,
     local_time,
     plural,
-    server_ms,
 )
 from scrapy_ha._codec.document import META
 from scrapy_ha.codec import describe
+from scrapy_ha.operations import server_ms
 
 if TYPE_CHECKING:
     import argparse

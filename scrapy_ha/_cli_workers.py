@@ -11,8 +11,9 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha._cli_common import command, humanize, local_time, server_ms
+from scrapy_ha._cli_common import command, humanize, local_time
 from scrapy_ha._cli_pause import paused_since
+from scrapy_ha.operations import server_ms
 
 if TYPE_CHECKING:
     import argparse

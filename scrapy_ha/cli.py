@@ -28,7 +28,6 @@ from scrapy_ha._cli_common import (
     group,
     local_time,
     parse_when,
-    server_ms,
 )
 from scrapy_ha._cli_report import add_report_command
 from scrapy_ha._cli_status import add_status_arguments, status
@@ -45,6 +44,7 @@ from scrapy_ha.archive import add_archive_command, unarchived_kept
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.operations import server_ms
 from scrapy_ha.stores import CheckpointStore
 
 if TYPE_CHECKING:

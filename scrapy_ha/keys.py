@@ -13,12 +13,15 @@ key                        type         content
 ``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
                                         leased, delayed or dead entry
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
-``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``; a token
+``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``, then
+                                        `` h`` once handed to the worker's engine; a token
                                         is ``<random nonce>-<lseq>``: never given twice,
                                         even after a flush or a failover (a request the
                                         worker handed out before Redis had it: id
                                         ``<worker nonce>.<n>``, token ``<worker nonce>-<n>``)
-``ha:{books}:expiries``    hash         entry id -> how many of its leases expired
+``ha:{books}:expiries``    hash         entry id -> ``"<counted> <all>"``: expired leases of
+                                        the request once handed to an engine (toward
+                                        poison), and all of them
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)

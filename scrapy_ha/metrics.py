@@ -24,7 +24,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from scrapy_ha._connection import display_url
+from scrapy_ha._connection import display_url, sync_redis_from_settings
 from scrapy_ha._scripts import COUNTS_LUA
 from scrapy_ha.config import ConfigError, key_prefix
 from scrapy_ha.keys import Keys
@@ -153,7 +153,7 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
         counts(keys=keys, client=pipe)
         pipe.hgetall(k.stats)
         pipe.hvals(k.gates)
-        pipe.exists(paused_key(k))
+        pipe.exists(k.paused)
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
@@ -161,11 +161,6 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
         if numbers.held:
             crawls.append(numbers)
     return crawls
-
-
-def paused_key(keys: Keys) -> str:
-    """The key ``scrapy-ha pause`` sets (a string: while it exists, workers lease nothing)."""
-    return keys.pending.rsplit(":", 1)[0] + ":paused"
 
 
 def _numbers(
@@ -348,30 +343,12 @@ def _outcomes(crawls: list[CrawlNumbers]) -> Metric:
 
 
 def sync_client(settings: BaseSettings, *, timeout: float) -> Any:
-    """A blocking Redis client from scrapy-redis's settings (``REDIS_URL``, ``REDIS_PARAMS``...)
-    whose every call gives up after *timeout* seconds and is never retried: a scrape must
-    answer, not wait for Redis."""
-    from scrapy.settings import Settings
-    from scrapy_redis.connection import SETTINGS_PARAMS_MAP, get_redis_from_settings
-
-    params = settings.getdict("REDIS_PARAMS")
-    params["redis_cls"] = _sync_class(params.get("redis_cls"))
-    params.update(
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry_on_timeout=False,
-        retry=Retry(NoBackoff(), 0),
+    """A blocking Redis client of the crawl's Redis, made the way every scrapy-ha tool makes
+    one (any URL form: TLS, Sentinel, Cluster...), whose every call gives up after *timeout*
+    seconds and is never retried: a scrape must answer, not wait for Redis."""
+    return sync_redis_from_settings(
+        settings, connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
     )
-    only_redis = Settings({name: settings.get(name) for name in SETTINGS_PARAMS_MAP})
-    only_redis.set("REDIS_PARAMS", params)
-    return get_redis_from_settings(only_redis)
-
-
-def _sync_class(cls: Any) -> type:
-    """The blocking client class matching REDIS_PARAMS' ``redis_cls`` (the workers' may be
-    an asyncio one): a cluster's for a cluster."""
-    name = cls if isinstance(cls, str) else getattr(cls, "__name__", "")
-    return redis.RedisCluster if "Cluster" in name else redis.Redis
 
 
 def _positive(text: str) -> float:

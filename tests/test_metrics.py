@@ -22,7 +22,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
-from scrapy_ha.metrics import UNKNOWN_CLASS, CrawlNumbers, paused_key
+from scrapy_ha.metrics import UNKNOWN_CLASS, CrawlNumbers
 from scrapy_ha.stats import CrawlStats
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider
@@ -171,7 +171,7 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
     await crawl(FaultSpider, redis_url, site, paths=FAULT_PATHS)
     await live_crawl(redis_url)
     redis_client.hset("other:{hidden}:stats", "acked", 7)  # another prefix: not reported
-    redis_client.set(paused_key(Keys("ha", "live")), 1)  # as `scrapy-ha pause live` does
+    redis_client.set(Keys("ha", "live").paused, 1)  # as `scrapy-ha pause live` does
     exporter = exporter_factory(redis_url)
     samples = exporter.scrape()
 
