@@ -92,7 +92,10 @@ def test_a_blocking_callback_keeps_its_leases(redis_url, redis_client, site_fact
 
 def test_a_loop_stuck_past_the_watchdog_stops_renewing(redis_url, site_factory, tmp_path):
     site = site_factory("--pages", "3", "--per-page", "10", "--delay", "0.05")
-    first = worker(redis_url, site.url, tmp_path, "first", HA_RENEW_WATCHDOG="1.5")
+    release = tmp_path / "release"  # the first stays stuck until the second took over
+    first = worker(
+        redis_url, site.url, tmp_path, "first", HA_RENEW_WATCHDOG="1.5", BLOCK_UNTIL=str(release)
+    )
     second = None
     try:
         deadline = time.monotonic() + 60
@@ -100,6 +103,11 @@ def test_a_loop_stuck_past_the_watchdog_stops_renewing(redis_url, site_factory, 
             assert first.poll() is None and time.monotonic() < deadline, "never blocked"
             time.sleep(0.02)
         second = worker(redis_url, site.url, tmp_path, "second")
+        deadline = time.monotonic() + 120  # a slow start under load must not let the first
+        while "Reclaimed" not in (tmp_path / "second.log").read_text():  # reclaim its own
+            assert second.poll() is None and time.monotonic() < deadline, "never reclaimed"
+            time.sleep(0.05)
+        release.write_text("go")
         assert second.wait(timeout=120) == 0
         assert first.wait(timeout=120) == 0
     finally:
