@@ -483,6 +483,7 @@ class RedisQueue:
             k.delayed_score,
             k.retried,
             k.dlq_alert,
+            k.paused,
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 

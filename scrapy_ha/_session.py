@@ -137,6 +137,10 @@ class Session:
         self.redis_ok = True
         log_connected(self.queue, server, self.redis_url, cfg.worker_id)
         counts = await joined(self.queue, cfg, spider, self.starts)
+        if await self.queue.client.exists(self.queue.keys.paused):
+            # known before the engine asks for a request: nothing is handed out from memory
+            self.paused = True
+            logger.info("crawl paused by operator")
         self.remote_waiting = counts.pending + counts.delayed
         self.remote_active = counts.pending + counts.leased + counts.delayed
         self.start_urls.setup(spider, cfg)

@@ -73,6 +73,8 @@ async def _run(args: argparse.Namespace) -> int:
     prefix = args.prefix or key_prefix(settings)
     try:
         client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    except RedisConfigError:
+        raise  # names the URL and the fix already
     except ValueError as exc:  # redis-py cannot parse the URL
         raise ConfigError(
             f"bad Redis URL {display_url(settings)}: {exc} (give --redis-url or REDIS_URL as "

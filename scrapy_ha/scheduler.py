@@ -362,10 +362,11 @@ class Scheduler:
 
     def _can_hand_fresh(self, request: Request) -> bool:
         """A fresh request goes out now only while Redis answers (its download waits for
-        the round that stores it), its download slot has room, and its domain is open; else
-        it goes to Redis with the next round, and comes back by lease."""
+        the round that stores it), the crawl is not paused by its operator, its download
+        slot has room, and its domain is open; else it goes to Redis with the next round, and
+        comes back by lease."""
         session = self.session
-        if not session.redis_ok or session.stopping or self._solo is not None:
+        if not session.redis_ok or session.stopping or session.paused or self._solo is not None:
             return False
         if self._gates and self._gate_wait(request) > 0:
             return False

@@ -85,7 +85,7 @@ async def test_two_workers_send_one_alert_per_crossing(redis_url, redis_client, 
     assert sum(c.stats.get_value("ha/alert/sent") or 0 for c in crawlers) == 1
 
     # below the threshold again (the operator purged): the next crossing alerts again
-    assert cli(redis_url, "dlq", "purge", "faults", "--all").returncode == 0
+    assert cli(redis_url, "dlq", "purge", "faults", "--all", "--yes").returncode == 0
     more = tuple(f"/status/410?n={i}" for i in range(4))
     await get_crawler(FaultSpider, settings(redis_url, receiver.url)).crawl_async(
         base_url=site.url, paths=more

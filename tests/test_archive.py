@@ -98,7 +98,7 @@ async def test_dlq_archive_copies_every_dead_letter_once(
 
     # a requeued entry that dies again is a new version: copied again, over its row
     retried = next(i for i, e in dlq.items() if e["class"] == "server")
-    assert cli(redis_url, "dlq", "requeue", "faults", retried).returncode == 0
+    assert cli(redis_url, "dlq", "requeue", "faults", retried, "--yes").returncode == 0
     await crawl(redis_url, site, paths=())
     third = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url)
     assert third.stdout.startswith("copied 1 of 3 dead letter(s)")
@@ -135,7 +135,7 @@ async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_e
     assert redis_client.zcard(KEYS.dead) == 5
 
     # purge keeps what is not archived, and says so
-    purge = cli(redis_url, "dlq", "purge", "faults", "--all")
+    purge = cli(redis_url, "dlq", "purge", "faults", "--all", "--yes")
     assert purge.stdout.splitlines() == [
         "purged 0 of 5 entries",
         "kept 5 entries not archived yet (an SQL archive is declared for faults): run "
@@ -155,7 +155,7 @@ async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_e
     # trimmed down to the limit as the new one arrived (it was not archived yet then)
     assert redis_client.zcard(KEYS.dead) <= 2
     assert redis_client.zcard(KEYS.dead) == len(exported(redis_url))
-    purge = cli(redis_url, "dlq", "purge", "faults", "--all")
+    purge = cli(redis_url, "dlq", "purge", "faults", "--all", "--yes")
     assert purge.stdout.startswith("purged ") and "kept" not in purge.stdout
     assert redis_client.zcard(KEYS.dead) == 0
     assert redis_client.hkeys(KEYS.dead_archived) == [ARCHIVE_MARK.encode()]

@@ -52,6 +52,8 @@ async def test_retention_and_purge_drop_only_archived_entries(redis_url):
     await archive(q, [b])
     await q.enqueue([NewEntry(b"e", 0, b"payload-e")])
     (lease,) = await q.lease(1, 10)
+    pair = (lease.id, lease.token)  # handed to the engine: its expiry counts toward poison
+    await q.renew([pair], handed=[pair], worker="w", lease_ms=10, heartbeat_ms=1000)
     await asyncio.sleep(0.05)
     reclaimed = await q.reclaim(
         worker="w", interval_ms=1000, batch=10, max_expiries=1, max_entries=0

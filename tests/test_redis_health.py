@@ -1,5 +1,5 @@
 """A worker warns once about a Redis that can lose the crawl (eviction, no persistence, too
-old), naming the setting and the fix; ``scrapy-ha status`` says the same on a "Redis:" line."""
+old), naming the setting and the fix; ``scrapy-ha status`` says the same on its "redis" line."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ async def test_a_worker_warns_once_and_status_says_it(evicting_redis, site, capl
     assert "maxmemory-policy is allkeys-lru" in warnings[0] and "noeviction" in warnings[0]
     assert "appendonly yes" in warnings[1]
     result = scrapy_ha("--redis-url", url, "status", "catalogue")
-    (line,) = [x for x in result.stdout.splitlines() if x.startswith("Redis:")]
+    (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
     assert "allkeys-lru" in line and "neither AOF nor RDB" in line
 
 
@@ -84,6 +84,7 @@ def test_status_says_ok_for_a_safe_redis(tmp_path):
         url = f"redis://127.0.0.1:{server.port}/0"
         server.client().set("ha:{books}:seq", 1)  # a crawl exists
         result = scrapy_ha("--redis-url", url, "status", "books")
-        assert "Redis: ok" in result.stdout.splitlines(), result.stdout + result.stderr
+        lines = [x.split() for x in result.stdout.splitlines()]
+        assert ["redis", "ok"] in lines, result.stdout + result.stderr
     finally:
         server.kill()

@@ -40,6 +40,7 @@ class FakeSession:
         self.remote_waiting = 0
         self.remote_active = 0
         self.peers = 0
+        self.paused = False
         self.engine_view: tuple[bool, bool] | None = None
         self.server_offset_ms = 0.0
         self.renewals = Renewals(

@@ -125,9 +125,13 @@ async def test_reclaim_counts_reclaimed_and_poison(redis_url):
     await q.enqueue([request("http://d.example/1")])
     (lease,) = await q.lease(1, LEASE_MS)
     await q.retry_later(lease.id, lease.token, 0, b"", failure_class="server")
-    await q.lease(1, 1)  # its worker dies: the lease expires
+    (first,) = await q.lease(1, 1000)  # handed to the engine, and its worker dies
+    pair = (first.id, first.token)
+    await q.renew([pair], handed=[pair], worker="w", lease_ms=1, heartbeat_ms=1000)
     assert (await reclaim_soon(q)).reclaimed == 1
-    await q.lease(1, 1)  # and again: poison
+    (again,) = await q.lease(1, 1000)  # handed to the engine, and its worker dies: poison
+    pair = (again.id, again.token)
+    await q.renew([pair], handed=[pair], worker="w", lease_ms=1, heartbeat_ms=1000)
     assert len((await reclaim_soon(q)).poison) == 1
     s = await read_crawl_stats_async(q.client, KEYS)
     assert (s.reclaimed, s.poison) == (1, 1)

@@ -15,18 +15,22 @@
 --- @include "time"
 --- @include "lease"
 --- @include "number"
-local n_handed = tonumber(ARGV[4])
-if not n_handed or #ARGV % 2 ~= 1 then
-  return redis.error_reply('ERR renew: ARGV[4] must count the handed pairs, ARGV[5] the stats, then pairs')
+--- @include "types"
+local lease_ms, heartbeat_ms, n_handed = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if not (lease_ms and heartbeat_ms and n_handed) or #ARGV % 2 ~= 1 then
+  return redis.error_reply('ERR renew: bad arguments (lease and heartbeat ms, the count of '
+    .. 'handed pairs, the stats, then pairs)')
 end
+local err = wrong_type('renew', KEYS, {'zset', 'hash', 'zset', 'hash'})
+if err then return err end
 local now = now_ms()
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('ZADD', KEYS[3], now + heartbeat_ms, ARGV[2])
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('HDEL', KEYS[4], gone)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('HSET', KEYS[4], ARGV[2], table.concat({int_str(now), ARGV[5]}, ' '))
-local expiry = now + tonumber(ARGV[1])
+local expiry = now + lease_ms
 local out = {now, 0}
 local done = {} -- entry id -> the tokens renewed for it
 local function renew(id, tok, handed)
@@ -55,6 +59,6 @@ if KEYS[5] and redis.call('TYPE', KEYS[5])['ok'] == 'hash' then
   for i = 1, #g, 2 do
     if not (done[g[i]] and done[g[i]][g[i + 1]]) then renew(g[i], g[i + 1]) end
   end
-  redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[1]))
+  redis.call('PEXPIRE', KEYS[5], lease_ms)
 end
 return out

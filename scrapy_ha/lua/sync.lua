@@ -96,7 +96,8 @@ if n_enq > 0 then
   for i = 1, n_enq do
     local r = reqs[i]
     if r.tid and lease_current(KEYS[6], r.tid, r.ttok) then
-      added = added + 1
+      added = added + 1 -- stored by an earlier call whose reply was lost: keep it granted
+      taken[#taken + 1] = r
     elseif r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
       refused = refused + 1
       if r.tid then dropped[#dropped + 1] = r.tid end

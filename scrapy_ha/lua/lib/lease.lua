@@ -57,17 +57,17 @@ end
 --   is 0, 0 (a count overwritten with garbage starts again).
 --   Returns counted, all.
 local function expiry_counts(value)
-  local function count(s)
+  local function as_count(s)
     local n = tonumber(s or '')
     if not (n and n >= 0 and n < 2147483648) then return 0 end -- NaN, inf, huge: garbage
     return math.floor(n)
   end
   local counted, all = string.match(value or '', '^(%d+) (%d+)$')
   if counted then
-    counted = count(counted)
-    return counted, math.max(counted, count(all))
+    counted = as_count(counted)
+    return counted, math.max(counted, as_count(all))
   end
-  local n = count(value)
+  local n = as_count(value)
   return n, n
 end
 
