@@ -7,13 +7,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
-#: Debian packages: redis-server for the tests and the demo, python3-venv for the venvs,
-#: nginx-light for the static-site benchmark (and its test), postgresql for the tests of the
-#: dead-letter archive (the suite starts its own server), redis-sentinel and openssl for the
-#: Sentinel and TLS tests, prometheus for promtool (the alert rules' tests), chromium and
-#: chromium-driver for the dashboard's browser test (Playwright drives Debian's chromium: no
-#: browser download).
-DEBIAN_PACKAGES := redis-server redis-sentinel openssl python3-venv nginx-light postgresql \
+#: Debian packages of `make demo`: redis-server, and python3-venv for the venvs.
+DEMO_PACKAGES := redis-server python3-venv
+#: ... and of the tests: nginx-light for the static-site benchmark (and its test), postgresql
+#: for the tests of the dead-letter archive (the suite starts its own server), redis-sentinel
+#: and openssl for the Sentinel and TLS tests, prometheus for promtool (the alert rules'
+#: tests), chromium and chromium-driver for the dashboard's browser test (Playwright drives
+#: Debian's chromium: no browser download).
+DEBIAN_PACKAGES := $(DEMO_PACKAGES) redis-sentinel openssl nginx-light postgresql \
 	prometheus chromium chromium-driver
 #: The oldest Scrapy supported (setup.cfg: scrapy>=2.16); CI runs a subset of the suite on it.
 OLDEST_SCRAPY := 2.16.*
@@ -34,16 +35,24 @@ PYTEST_WORKERS ?= 2
 #: `make test` leaves out the long versions of scenarios whose short version it runs.
 SHORT := -m 'not long'
 
-.PHONY: demo lint test test-long test-oldest test-latest test-installed bench bench-static chaos deps venv constraints clean
+.PHONY: demo demo-deps lint test test-long test-oldest test-latest test-installed bench bench-static chaos deps venv constraints clean
 
-deps:
-	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+# apt_install PACKAGES: install those not installed yet (apt-get update first).
+define apt_install
+	@missing=""; for p in $(1); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "Installing Debian packages:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; fi
+endef
+
+deps:
+	$(call apt_install,$(DEBIAN_PACKAGES))
+
+demo-deps:
+	$(call apt_install,$(DEMO_PACKAGES))
 
 #: The extras of the test venvs (a variable: a comma inside $(call ...) would split its arguments).
 EXTRAS := test,lint
@@ -63,7 +72,7 @@ $(READY): setup.cfg constraints.txt
 
 venv: $(READY)
 
-demo: deps venv
+demo: demo-deps venv
 	$(BIN)/python -m scrapy_ha.demo.run
 
 bench: deps venv
