@@ -17,11 +17,6 @@ _LIFO = (
 )
 
 XFAIL: dict[str, str] = {
-    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_logic": (
-        "issue 17 item 5: requests come out by priority then in the crawl's order, without "
-        "DownloaderAwarePriorityQueue's round robin over download slots (slots come out "
-        "c, c, b, b, a, a)"
-    ),
     "test_engine_loop.py::TestRequestSendOrder::test_default": (
         "issue 17 item 5 (timing-dependent): with CONCURRENT_REQUESTS=1 the requests that "
         "wait go to Redis, whose order has no separate FIFO queue for start requests: the "
