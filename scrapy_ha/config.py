@@ -148,6 +148,9 @@ class SchedulerConfig:
     #: SCHEDULER_PRIORITY_QUEUE is DownloaderAwarePriorityQueue: hand out from the least
     #: busy download slot first, as it does, rather than in global priority order.
     slot_fair: bool = False
+    #: order of start requests in their own queue, after the others of their priority
+    #: (SCHEDULER_START_MEMORY_QUEUE); "": they share the others' order
+    start_order: str = "fifo"
     renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
     #: HA_WORKER_ID was set: the worker id is the user's, not one made up at start.
     worker_id_given: bool = False
@@ -211,6 +214,7 @@ class SchedulerConfig:
             dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
             order=queue_order(settings),
             slot_fair=slot_fair(settings),
+            start_order=start_queue_order(settings),
             renew_watchdog=check.seconds(
                 settings,
                 "HA_RENEW_WATCHDOG",
@@ -303,6 +307,16 @@ def queue_order(settings: BaseSettings) -> str:
         str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
     ]
     return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
+
+
+def start_queue_order(settings: BaseSettings) -> str:
+    """Order of start requests: Scrapy keeps them in queues of their own
+    (``SCHEDULER_START_MEMORY_QUEUE``, FIFO by default) behind other requests of the same
+    priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is unset."""
+    name = str(settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
+    if not name:
+        return ""
+    return "lifo" if "lifo" in name.lower() else "fifo"
 
 
 #: Scrapy's priority queue that picks the least busy download slot (its pqueues module).

@@ -152,7 +152,8 @@ class Scheduler:
         self.admission.note_priority(request)
         fresh = Fresh(request)
         self._fresh.push(fresh)
-        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh)
+        start = bool(self.config.start_order and request.meta.get("is_start_request"))
+        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh, start)
         self.outbox.add_child(entry)
         self.session.wake()
         return True
