@@ -47,7 +47,8 @@ async def open_queue(
     except BaseException:
         await client.aclose()
         raise
-    queue = RedisQueue(client, Keys(config.key_prefix, spider.name), order=config.order)
+    keys = Keys(config.key_prefix, spider.name)
+    queue = RedisQueue(client, keys, order=config.order, start_order=config.start_order)
     if config.flush_on_start:
         await _flush_on_start(queue)
     return queue, server

@@ -153,6 +153,18 @@ class SlotLoad:
         on_the_way = sum(1 for r in handed or () if r not in running)
         return bool(len(running) + on_the_way < limit)
 
+    def load(self, crawler: Crawler, key: str) -> int:
+        """Requests download slot *key* runs or queues, plus those this worker handed to it
+        that are not in it yet (as in :meth:`free`); 0 without an engine."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return 0
+        slot = downloader.slots.get(key)
+        running: Any = () if slot is None else slot.active
+        active = getattr(downloader, "active", ())
+        handed = self._handed.get(key, ())
+        return len(running) + sum(1 for r in handed if r in active and r not in running)
+
     def handed(self, crawler: Crawler, request: Request) -> None:
         """*request* goes to the engine now."""
         downloader = getattr(_engine(crawler), "downloader", None)

@@ -24,6 +24,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
+from scrapy_ha._buffer import FairHeap
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
 
+    from scrapy_ha._buffer import SlotChooser
     from scrapy_ha._outbox import Pair
     from scrapy_ha._queue import Fresh
 
@@ -59,6 +61,14 @@ def _is_start(request: Request) -> bool:
     return bool(request.meta.get("is_start_request"))
 
 
+def _gone(fresh: Fresh) -> bool:
+    return fresh.sealed or fresh.lease is not None
+
+
+def _fresh_request(entry: tuple[int, bool, int, Fresh]) -> Request:
+    return entry[3].request
+
+
 class FreshQueue:
     """New requests not sent to Redis yet, in the order of Scrapy's own scheduler: priority
     first; at equal priority, requests from callbacks before start requests; then each kind
@@ -66,27 +76,41 @@ class FreshQueue:
     for start requests unless ``SCHEDULER_START_MEMORY_QUEUE`` is a LIFO queue. A request
     leaves it when handed out or when a round sends it to Redis (``sealed``)."""
 
-    def __init__(self, *, lifo: bool, start_lifo: bool = False) -> None:
+    def __init__(
+        self, *, lifo: bool, start_lifo: bool = False, fair: SlotChooser | None = None
+    ) -> None:
         self.lifo = lifo
         self.start_lifo = start_lifo
         self._heap: list[tuple[int, bool, int, Fresh]] = []
         self._seq = itertools.count()
+        # DownloaderAwarePriorityQueue's order: the least busy download slot first
+        self._fair = None if fair is None else FairHeap(fair, _fresh_request)
 
     def push(self, fresh: Fresh) -> None:
         seq = next(self._seq)
         start = _is_start(fresh.request)
         lifo = self.start_lifo if start else self.lifo
         key = (-fresh.request.priority, start, -seq if lifo else seq, fresh)
+        if self._fair is not None:
+            self._fair.push(key)
+            return
         heapq.heappush(self._heap, key)
 
     def head(self) -> Fresh | None:
         """The first request in line (None if none), skipping those gone to Redis."""
+        if self._fair is not None:
+            while (entry := self._fair.peek()) is not None and _gone(entry[3]):
+                self._fair.pop()
+            return None if entry is None else entry[3]
         heap = self._heap
         while heap and (heap[0][3].sealed or heap[0][3].lease is not None):
             heapq.heappop(heap)
         return heap[0][3] if heap else None
 
     def pop(self) -> None:
+        if self._fair is not None:
+            self._fair.pop()
+            return
         heapq.heappop(self._heap)
 
     def goes_before(self, fresh: Fresh, leased: Request | None) -> bool:
@@ -99,6 +123,11 @@ class FreshQueue:
         if it dies)."""
         if leased is None:
             return True
+        if self._fair is not None:  # the less busy slot first, as DownloaderAware... does
+            slot = self._fair.chooser
+            mine_slot, their_slot = slot.key(fresh.request), slot.key(leased)
+            if mine_slot != their_slot:
+                return (slot.load(mine_slot), mine_slot) < (slot.load(their_slot), their_slot)
         mine, theirs = fresh.request.priority, leased.priority
         if mine != theirs:
             return mine > theirs
@@ -106,14 +135,19 @@ class FreshQueue:
 
     def prune(self) -> None:
         """Forget the requests a round sent (they come back by lease)."""
+        if self._fair is not None:
+            self._fair.keep(lambda entry: not _gone(entry[3]))
+            return
         self._heap = [e for e in self._heap if not (e[3].sealed or e[3].lease is not None)]
         heapq.heapify(self._heap)
 
     def clear(self) -> None:
         self._heap.clear()
+        if self._fair is not None:
+            self._fair.clear()
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) if self._fair is None else len(self._fair)
 
 
 class DownloadGate:

@@ -140,6 +140,8 @@ class NewEntry:
     payload: bytes
     parent: tuple[str, str] | None = None
     fresh: Fresh | None = None
+    #: a start request kept in its own queue (SCHEDULER_START_*_QUEUE): after the others
+    start: bool = False
 
     @property
     def taken(self) -> tuple[str, str] | None:
@@ -159,8 +161,9 @@ def clamp_priority(priority: int) -> int:
 def _packed(e: NewEntry) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    return b"%d %s %s %02d%s%s" % (
+    return b"%d%s %s %s %02d%s%s" % (
         clamp_priority(e.priority),
+        b"s" if e.start else b"",
         _pair(e.parent),
         _pair(e.taken),
         len(e.fingerprint),
@@ -217,12 +220,16 @@ def _b(value: Any) -> bytes:
 class RedisQueue:
     """The queue of one crawl on one asyncio Redis client."""
 
-    def __init__(self, client: Any, keys: Keys, *, order: str = "fifo") -> None:
-        if order not in ORDERS:
+    def __init__(
+        self, client: Any, keys: Keys, *, order: str = "fifo", start_order: str = ""
+    ) -> None:
+        if order not in ORDERS or start_order not in ("", *ORDERS):
             raise ValueError(f"order={order!r} must be one of {', '.join(ORDERS)}")
         self.client = client
         self.keys = keys
         self.order = order
+        #: the order of start requests in their own queue ("": they share the others')
+        self.start_order = start_order
         self._sync = client.register_script(SYNC_LUA)
         self._renew = client.register_script(RENEW_LUA)
         self._reclaim = client.register_script(RECLAIM_LUA)
@@ -259,7 +266,7 @@ class RedisQueue:
             lease_ms,
             promote,
             new_nonce(),
-            self.order,
+            f"{self.order} {self.start_order}".strip(),
         ]
         args += [_packed(e) for e in enqueue]
         args += [f"{entry_id} {token}" for entry_id, token in ack]

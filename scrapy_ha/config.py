@@ -145,6 +145,12 @@ class SchedulerConfig:
     dedupe: bool = True
     dupefilter_debug: bool = False
     order: str = QUEUE_ORDERS[0]
+    #: SCHEDULER_PRIORITY_QUEUE is DownloaderAwarePriorityQueue: hand out from the least
+    #: busy download slot first, as it does, rather than in global priority order.
+    slot_fair: bool = False
+    #: order of start requests in their own queue, after the others of their priority
+    #: (SCHEDULER_START_MEMORY_QUEUE); "": they share the others' order
+    start_order: str = "fifo"
     renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
     #: HA_WORKER_ID was set: the worker id is the user's, not one made up at start.
     worker_id_given: bool = False
@@ -207,6 +213,8 @@ class SchedulerConfig:
             dedupe=_dedupe(settings),
             dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
             order=queue_order(settings),
+            slot_fair=slot_fair(settings),
+            start_order=start_queue_order(settings),
             renew_watchdog=check.seconds(
                 settings,
                 "HA_RENEW_WATCHDOG",
@@ -299,6 +307,39 @@ def queue_order(settings: BaseSettings) -> str:
         str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
     ]
     return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
+
+
+def start_queue_order(settings: BaseSettings) -> str:
+    """Order of start requests: Scrapy keeps them in queues of their own
+    (``SCHEDULER_START_MEMORY_QUEUE``, FIFO by default) behind other requests of the same
+    priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is unset."""
+    name = str(settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
+    if not name:
+        return ""
+    return "lifo" if "lifo" in name.lower() else "fifo"
+
+
+#: Scrapy's priority queue that picks the least busy download slot (its pqueues module).
+DOWNLOADER_AWARE_QUEUE = "scrapy.pqueues.DownloaderAwarePriorityQueue"
+
+
+def slot_fair(settings: BaseSettings) -> bool:
+    """Is ``SCHEDULER_PRIORITY_QUEUE`` Scrapy's DownloaderAwarePriorityQueue (its path, the
+    class, or a subclass)? Any other value keeps the global priority order, as Scrapy's
+    default ScrapyPriorityQueue."""
+    value = settings.get("SCHEDULER_PRIORITY_QUEUE")
+    if not value:
+        return False
+    from scrapy.pqueues import DownloaderAwarePriorityQueue
+    from scrapy.utils.misc import load_object
+
+    if value == DOWNLOADER_AWARE_QUEUE:
+        return True
+    try:
+        cls = load_object(value) if isinstance(value, str) else value
+    except (ImportError, NameError, ValueError):  # Scrapy's own queue setup reports it
+        return False
+    return isinstance(cls, type) and issubclass(cls, DownloaderAwarePriorityQueue)
 
 
 def default_worker_id(job: str | None = None) -> str:

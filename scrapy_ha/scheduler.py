@@ -25,7 +25,7 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import _engine, metakeys
 from scrapy_ha._admission import Admission
-from scrapy_ha._buffer import LeaseBuffer, prefetch_target
+from scrapy_ha._buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
 from scrapy_ha._fresh import DownloadGate, FreshQueue, LeaseMaker
 from scrapy_ha._inflight import InFlight, fence_of
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
@@ -69,15 +69,16 @@ class Scheduler:
         self.spider: Spider | None = None
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()
-        self._buffer = LeaseBuffer()
+        self._slots = _engine.SlotLoad()
+        fair = SlotChooser(crawler, self._slots) if config.slot_fair else None
+        self._buffer = LeaseBuffer() if fair is None else FairLeaseBuffer(fair)
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
         self._fresh = FreshQueue(
-            lifo=config.order == "lifo", start_lifo="lifo" in start_queue.lower()
+            lifo=config.order == "lifo", start_lifo="lifo" in start_queue.lower(), fair=fair
         )
         self._make_lease = LeaseMaker()
         self.download_gate = DownloadGate()
         self._unstored: set[Pair] = set()  # fresh requests handed out, not stored yet
-        self._slots = _engine.SlotLoad()
         self.inflight = InFlight(crawler, self.outbox)
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
         self._solo: str | None = None  # a suspect running alone
@@ -151,7 +152,8 @@ class Scheduler:
         self.admission.note_priority(request)
         fresh = Fresh(request)
         self._fresh.push(fresh)
-        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh)
+        start = bool(self.config.start_order and request.meta.get("is_start_request"))
+        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh, start)
         self.outbox.add_child(entry)
         self.session.wake()
         return True

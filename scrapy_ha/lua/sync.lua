@@ -23,8 +23,10 @@
 -- ARGV[5] most delayed entries to promote
 -- ARGV[6] a random nonce of this call (no spaces): part of every token it gives, so that a
 --         token is never given twice, even after a flush or a failover that lost counters
--- ARGV[7] order within a priority: 'fifo' or 'lifo'
--- then ARGV[1] requests, one argument each: "<priority> <parent> <taken> <fingerprint
+-- ARGV[7] order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or ' lifo':
+--         the order of start requests kept in their own queue (marked 's' below), which go
+--         after every other request of their priority
+-- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <fingerprint
 --   length (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease
 --   token>" of the page that yielded it; taken is '-' or "<entry id>/<lease token>" made by
 --   the worker, which already handed the request to its engine: stored LEASED to it under
@@ -56,9 +58,11 @@
 local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
-local nonce, lifo = ARGV[6], ARGV[7] == 'lifo'
+local order, start_order = string.match(ARGV[7] or '', '^(%a+) ?(%a*)$')
+local nonce, lifo, start_lifo = ARGV[6], order == 'lifo', start_order == 'lifo'
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 7 + n_enq + n_ack
-    or not string.match(nonce or '', '^[%w]+$') or not (lifo or ARGV[7] == 'fifo') then
+    or not string.match(nonce or '', '^[%w]+$') or not (lifo or order == 'fifo')
+    or not (start_order == '' or start_lifo or start_order == 'fifo') then
   return redis.error_reply('ERR sync: bad arguments (counts, nonce or order)')
 end
 local paused = redis.call('EXISTS', KEYS[18])
@@ -68,15 +72,15 @@ if paused == 1 then n_lease = 0 end
 local reqs = {}
 for i = 1, n_enq do
   local e = ARGV[7 + i]
-  local prio, pid, ptok, tid, ttok, rest =
-    string.match(e, '^(%-?%d+) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ()')
+  local prio, start, pid, ptok, tid, ttok, rest =
+    string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
   if not (prio and fl and (pid == '-' or ptok ~= '') and (tid == '-' or ttok ~= ''))
       or #e < rest + 1 + fl then
     return redis.error_reply('ERR sync: malformed request argument ' .. i)
   end
   reqs[i] = {
-    prio = clamp_priority(tonumber(prio)),
+    prio = clamp_priority(tonumber(prio)), start = start == 's' and start_order ~= '',
     pid = pid ~= '-' and pid or nil, ptok = ptok,
     tid = tid ~= '-' and tid or nil, ttok = ttok,
     fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
@@ -103,7 +107,9 @@ if n_enq > 0 then
       if r.tid then dropped[#dropped + 1] = r.tid end
     elseif r.fl == 0 or redis.call('SADD', KEYS[3], r.fp) == 1 then
       local seq = base + i
-      local score = pending_score(r.prio, seq, lifo)
+      local score
+      if r.start then score = pending_score(r.prio, seq, start_lifo, true)
+      else score = pending_score(r.prio, seq, lifo) end
       if r.tid then
         redis.call('ZADD', KEYS[5], now + lease_ms, r.tid)
         redis.call('HSET', KEYS[6], r.tid, lease_record(r.ttok, int_str(score), domain_of(r.payload)))

@@ -10,41 +10,20 @@ With ``SCRAPY_HA_CONFORMANCE_BASELINE=1`` (Scrapy's own scheduler) none of this 
 
 from __future__ import annotations
 
-_LIFO = (
-    "issue 17 item 5: order within a priority is always FIFO (the pending sorted set); "
-    "SCHEDULER_MEMORY_QUEUE/SCHEDULER_START_MEMORY_QUEUE (LIFO, or shared start queue) "
-    "are ignored"
-)
-
 XFAIL: dict[str, str] = {
-    "test_scheduler.py::TestSchedulerWithDownloaderAwareInMemory::test_logic": (
-        "issue 17 item 5: requests come out by priority then in the crawl's order, without "
-        "DownloaderAwarePriorityQueue's round robin over download slots (slots come out "
-        "c, c, b, b, a, a)"
-    ),
     "test_engine_loop.py::TestRequestSendOrder::test_default": (
-        "issue 17 item 5 (timing-dependent): with CONCURRENT_REQUESTS=1 the requests that "
-        "wait go to Redis, whose order has no separate FIFO queue for start requests: the "
-        "priority-1 ones come back LIFO (seen: 1, 4, 3, 2, 6, 5), and the first start request "
-        "is not sent first when a priority-1 request is queued before the engine takes it "
-        "(seen: 2, 4, 1, 3, 6, 5)"
-    ),
-    "test_engine_loop.py::TestRequestSendOrder::test_lifo_start": _LIFO,
-    "test_engine_loop.py::TestRequestSendOrder::test_shared_queues": (
-        "issue 17 item 5 (timing-dependent): passes when the requests are handed out from "
-        "this worker's memory, which keeps Scrapy's start queue settings (item 7), but the "
-        "order of requests that waited in Redis ignores them"
+        "issue 17 item 5 (timing-dependent): the order in Redis is Scrapy's (callbacks' "
+        "requests before start requests at equal priority, each in its own order), but the "
+        "first start request is sometimes not handed out from memory before the next ones "
+        "are queued, so it waits behind the priority-1 ones (seen: 2, 3, 1, 4, 5, 6)"
     ),
 }
 
-#: Entries of XFAIL whose outcome under scrapy-ha depends on timing (whether the first lease
-#: comes back from Redis before the engine moves on): marked non-strict, so that the suite is
+#: Entries of XFAIL whose outcome under scrapy-ha depends on timing (whether the first start
+#: request is handed out before the engine moves on): marked non-strict, so that the suite is
 #: not flaky; once the item is fixed they pass every time and their line must go.
 TIMING_DEPENDENT: frozenset[str] = frozenset(
-    {
-        "test_engine_loop.py::TestRequestSendOrder::test_default",
-        "test_engine_loop.py::TestRequestSendOrder::test_shared_queues",
-    }
+    {"test_engine_loop.py::TestRequestSendOrder::test_default"}
 )
 
 _JOBDIR = (

@@ -14,13 +14,19 @@ local function clamp_priority(p)
   return math.max(-MAX_PRIORITY, math.min(MAX_PRIORITY, p))
 end
 
--- pending_score(prio, seq, lifo)
+-- START_PART: where start requests begin in the sequence part of a score: at equal priority
+-- every other request (part below it) goes first, as from Scrapy's own start queues.
+local START_PART = PRIORITY_STEP / 2
+
+-- pending_score(prio, seq, lifo, start)
 --   Returns the score of a pending entry of (clamped) priority prio and sequence number seq.
---   Rule: a lower score is leased first: a higher priority first, then by seq, ascending
---   (fifo) or descending (lifo, Scrapy's default: depth-first).
-local function pending_score(prio, seq, lifo)
-  if lifo then return -prio * PRIORITY_STEP + (PRIORITY_STEP - seq) end
-  return -prio * PRIORITY_STEP + seq
+--   Rule: a lower score is leased first: a higher priority first; then, with start true (a
+--   start request kept in its own queue), after every other request of that priority; then
+--   by seq, ascending (fifo) or descending (lifo, Scrapy's default: depth-first).
+local function pending_score(prio, seq, lifo, start)
+  local part = lifo and (START_PART - seq) or seq
+  if start then part = part + START_PART end
+  return -prio * PRIORITY_STEP + part
 end
 
 -- with_priority(score, prio)

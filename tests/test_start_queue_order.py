@@ -1,0 +1,64 @@
+"""Start requests keep an order of their own in Redis, as in Scrapy's start queues
+(``SCHEDULER_START_MEMORY_QUEUE``): at equal priority every other request goes first, and
+start requests follow their own FIFO/LIFO order; unset, they share the others' order (real
+redis-server, the real sync script)."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha._queue import NewEntry, RedisQueue
+from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.keys import Keys
+
+KEYS = Keys("ha", "s")
+
+
+def entry(name: str, priority: int = 0, *, start: bool = False) -> NewEntry:
+    return NewEntry(name.encode(), priority, name.encode(), start=start)
+
+
+@pytest.mark.parametrize(
+    ("order", "start_order", "expected"),
+    [
+        # Scrapy's defaults: callbacks' requests LIFO, then start requests FIFO
+        ("lifo", "fifo", ["c2", "c1", "s1", "s2", "low"]),
+        ("lifo", "lifo", ["c2", "c1", "s2", "s1", "low"]),
+        ("fifo", "fifo", ["c1", "c2", "s1", "s2", "low"]),
+        ("lifo", "", ["c2", "s2", "c1", "s1", "low"]),  # one shared queue
+    ],
+)
+@deferred_f_from_coro_f
+async def test_start_requests_go_after_the_others_of_their_priority(
+    redis_url: str, order: str, start_order: str, expected: list[str]
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = RedisQueue(client, KEYS, order=order, start_order=start_order)
+    await q.sync(
+        enqueue=[
+            entry("s1", start=True),
+            entry("c1"),
+            entry("low", -1),
+            entry("s2", start=True),
+            entry("c2"),
+        ]
+    )
+    leased = (await q.sync(lease=10)).leases
+    assert [lease.payload.decode() for lease in leased] == expected
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, "fifo"),  # Scrapy's default FifoMemoryQueue
+        ("scrapy.squeues.LifoMemoryQueue", "lifo"),
+        ("", ""),
+    ],
+)
+def test_the_start_queue_setting_picks_the_order(value: str | None, expected: str) -> None:
+    settings = Settings({} if value is None else {"SCHEDULER_START_MEMORY_QUEUE": value})
+    assert SchedulerConfig.from_settings(settings).start_order == expected
