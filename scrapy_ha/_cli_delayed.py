@@ -24,7 +24,7 @@ from scrapy_ha._cli_common import (
     plural,
 )
 from scrapy_ha._codec.document import META
-from scrapy_ha.codec import describe
+from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.operations import server_ms
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:
         wait = "due" if d.due_ms <= now else humanize((d.due_ms - now) / 1000)
         print(
             f"{d.id:>10}  {local_time(d.due_ms)} {wait:>8}  {d.failure_class:<12} "
-            f"{d.attempts:>5}  {d.url}"
+            f"{d.attempts:>5}  {mask_url(d.url)}"
         )
     print(f"{plural(len(found), 'delayed retry', 'delayed retries')} listed")
     return 0
@@ -122,7 +122,7 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     chosen = _matching(await entries(queue), args)
     what = f"{plural(len(chosen), 'delayed retry', 'delayed retries')} of {queue.keys.spider}"
     verdict = approve(
-        args, "retry now", what, [f"{d.id} {d.failure_class} {d.url}" for d in chosen]
+        args, "retry now", what, [f"{d.id} {d.failure_class} {mask_url(d.url)}" for d in chosen]
     )
     if not verdict:
         return 0 if verdict is None else 1

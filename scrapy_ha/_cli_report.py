@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.dlq import SCAN_BATCH, _parse
+from scrapy_ha.dlq import SCAN_BATCH, parse_entry
 from scrapy_ha.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ async def _dead_in_window(
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await client.hmget(keys.payload, ids)
         for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
-            entry = _parse(entry_id, score, info, payload)
+            entry = parse_entry(entry_id, score, info, payload)
             n += 1
             by_class[entry.failure_class] += 1
             domains[entry.domain or "?"] += 1

@@ -41,6 +41,7 @@ from scrapy_ha._connection import (
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha._version import __version__
 from scrapy_ha.archive import add_archive_command, unarchived_kept
+from scrapy_ha.codec import mask_url
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
@@ -149,7 +150,7 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     for e in entries:
         print(
             f"{e.id:>10}  {local_time(e.dead_at)}  {e.failure_class:<12} "
-            f"{e.status or '-':>6} {e.attempts:>5}  {e.reason[:40]:<40}  {e.url}"
+            f"{e.status or '-':>6} {e.attempts:>5}  {e.reason[:40]:<40}  {mask_url(e.url)}"
         )
     by_class: dict[str, int] = {}
     for e in entries:

@@ -13,7 +13,7 @@ docs/reference.md has a complete script.
 
 from __future__ import annotations
 
-__all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue"]
+__all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue", "parse_entry"]
 
 import json
 import warnings
@@ -25,7 +25,7 @@ from scrapy.settings import Settings
 
 from scrapy_ha._connection import redis_from_settings
 from scrapy_ha._queue import RedisQueue
-from scrapy_ha.codec import RequestSummary, describe, reset_attempts
+from scrapy_ha.codec import RequestSummary, describe, mask_url, reset_attempts
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 
 #: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
@@ -76,10 +76,10 @@ class DeadEntry:
         return int(self.info.get("attempts") or len(self.info.get("history") or []) or 1)
 
     def as_dict(self) -> dict[str, Any]:
-        """What ``scrapy-ha dlq export`` prints for this entry."""
+        """What ``scrapy-ha dlq export`` prints for this entry (secrets in the URL masked)."""
         return {
             "id": self.id,
-            "url": self.url,
+            "url": mask_url(self.url),
             "method": self.summary.method,
             "class": self.failure_class,
             "reason": self.reason,
@@ -134,7 +134,11 @@ def _escape(raw: bytes) -> str:
     return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02x}" for b in raw)
 
 
-def _parse(entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None) -> DeadEntry:
+def parse_entry(
+    entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None
+) -> DeadEntry:
+    """A dead-letter entry from its stored record (``dead_info``) and payload, as every tool
+    reads it (``dlq``, the dashboard); never raises on an unreadable record or payload."""
     try:
         meta = json.loads(info) if info else {}
     except ValueError:
@@ -256,7 +260,7 @@ class DeadLetterQueue:
             return []
         payloads = await self.client.hmget(self.keys.payload, [r.id for r in records])
         return [
-            _parse(r.id, r.dead_at, r.info, payload)
+            parse_entry(r.id, r.dead_at, r.info, payload)
             for r, payload in zip(records, payloads, strict=True)
         ]
 
@@ -327,7 +331,7 @@ class DeadLetterQueue:
             return None
         info = await self.client.hget(self.keys.dead_info, entry_id)
         payload = await self.client.hget(self.keys.payload, entry_id)
-        return _parse(entry_id, dead_at, info, payload)
+        return parse_entry(entry_id, dead_at, info, payload)
 
     async def requeue(self, ids: list[str]) -> int:
         """Back to pending with attempts reset; return how many were requeued."""

@@ -11,6 +11,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.codec import encode_request, mask_payload
 from scrapy_ha.dlq import DeadLetterQueue
 from tests.test_cli import crawl, scrapy_ha
+from tests.test_dashboard_api import ENCODED, SECRETS, CredentialSpider
 
 SECRET = "s3cret-pw"
 
@@ -68,3 +69,40 @@ async def test_dlq_show_masks_http_pass(redis_url, site):
     assert SECRET not in out
     shown = json.loads(out)["request"]["mt"]
     assert shown["http_pass"] == "***" and shown["http_user"] == "alice"
+
+
+class EveryCredentialSpider(CredentialSpider):
+    """The dashboard test's request with every kind of credential, its URL carrying an API
+    key too."""
+
+    name = "allcreds"
+
+    async def start(self) -> Any:
+        async for request in super().start():
+            yield request.replace(url=f"{request.url}?api_key=query-S6&page=2")
+
+
+#: Every secret the spider gives, as given and as the payload stores a header (base64).
+LEAKS = (*SECRETS, *ENCODED, "query-S6")
+
+
+@deferred_f_from_coro_f
+async def test_no_dlq_command_prints_a_credential(redis_url, redis_client, site, proxy_factory):
+    proxy_url = proxy_factory().url.replace("http://", "http://bob:proxy-S4@")
+    await crawl(EveryCredentialSpider, redis_url, site, proxy=proxy_url)
+    stored = b"".join(redis_client.hvals("ha:{allcreds}:payload"))
+    assert b"query-S6" in stored  # the secrets are there to leak: the next worker needs them
+    async with DeadLetterQueue.from_url(redis_url, "allcreds") as dlq:
+        (entry,) = await dlq.entries()
+    outputs = {
+        cmd: scrapy_ha("--redis-url", redis_url, "dlq", *cmd.split(), "allcreds", *ids).stdout
+        for cmd, ids in (("show", [entry.id]), ("export", []), ("list", []))
+    }
+    for cmd, out in outputs.items():
+        leaked = [s for s in LEAKS if s in out]
+        assert not leaked, f"dlq {cmd} prints {leaked}"
+    shown = json.loads(outputs["show"])["request"]
+    assert shown["h"]["Authorization"] == "***"  # the spider's own header, stored
+    assert shown["c"] == {"jar": "***"} and shown["mt"]["http_user"] == "alice"
+    assert shown["u"].endswith("?api_key=***&page=2")
+    assert json.loads(outputs["export"])["url"].endswith("?api_key=***&page=2")

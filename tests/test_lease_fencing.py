@@ -24,6 +24,9 @@ from scrapy_ha.scheduler import Scheduler
 
 KEYS = Keys("ha", "fence")
 PAGE = b'{"v":1,"u":"http://a.test/list1"}'
+#: Seconds of the lease the keeper renews every 50 ms: longer than a stall of a loaded
+#: machine between two renewals, short enough to outlive it twice in a test.
+RENEWED_LEASE = 1.5
 
 
 def keeper(
@@ -72,11 +75,12 @@ async def leased_again(q: RedisQueue) -> tuple:
 async def test_the_keeper_renews_the_leases_of_a_sync_the_loop_has_not_read(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     await q.sync(enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")])
-    k = keeper(redis_url, "w", lease_time=0.3)
+    k = keeper(redis_url, "w", lease_time=RENEWED_LEASE)
     k.syncing(True)  # the loop sent the sync and is blocked before it reads the reply
-    leases = (await q.sync(lease=2, lease_ms=300, promote=10, worker="w")).leases
+    synced = await q.sync(lease=2, lease_ms=int(RENEWED_LEASE * 1000), promote=10, worker="w")
+    leases = synced.leases
     assert len(leases) == 2 and k._held == ()
-    deadline = time.monotonic() + 1.0  # three lease periods
+    deadline = time.monotonic() + 2 * RENEWED_LEASE  # past the lease the sync gave
     while time.monotonic() < deadline:
         k.renew_once()
         await asyncio.sleep(0.05)

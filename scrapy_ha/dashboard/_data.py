@@ -11,18 +11,15 @@ rebuilt, credentials already stripped when they were stored.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha._codec.document import BYTES_TAG, DICT_TAG, FIELDS, HEADERS, META, URL
+from scrapy_ha._codec.document import META
 from scrapy_ha.codec import RequestSummary, describe, mask_url
-from scrapy_ha.dlq import DeadEntry
-from scrapy_ha.dlq import _parse as parse_dead_entry  # the one reader of dead_info
+from scrapy_ha.dlq import DeadEntry, parse_entry
 from scrapy_ha.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
@@ -232,7 +229,7 @@ class Tables:
         payloads = await self.client.hmget(self.keys.payload, chosen)
         for n, score, payload in zip(wanted, scores, payloads, strict=True):
             if _may_match(flt, None, payload):
-                rows[n] = dead_row(parse_dead_entry(ids[n], score or 0, infos[n], payload))
+                rows[n] = dead_row(parse_entry(ids[n], score or 0, infos[n], payload))
         return rows
 
     async def page(
@@ -299,59 +296,3 @@ async def open_gates(client: Any, keys: Keys, now_ms: int) -> dict[str, int]:
 
 async def crawl_stats(client: Any, keys: Keys, *, domains: bool) -> CrawlStats:
     return await read_crawl_stats_async(client, keys, domains=domains)
-
-
-#: Headers whose values are secrets. The codec keeps a header the spider set itself (a
-#: worker redoing the request needs it); a page never shows its value.
-SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "x-api-key", "x-auth-token"}
-)
-#: The stored document's field of ``Request.cookies`` (values are secrets too).
-COOKIES_FIELD = next(key for attr, key, _ in FIELDS if attr == "cookies")
-MASK = "***"
-
-
-def shown_request(summary: RequestSummary) -> dict[str, Any]:
-    """The stored request fit for a page: the codec's printable form (``http_pass``
-    masked), with the values of secret headers and of cookies masked too."""
-    doc = summary.printable()
-    if HEADERS in doc:
-        doc[HEADERS] = _masked_headers(doc[HEADERS])
-    if isinstance(doc.get(COOKIES_FIELD), dict):
-        doc[COOKIES_FIELD] = {k: MASK for k in doc[COOKIES_FIELD]}
-    elif COOKIES_FIELD in doc:
-        doc[COOKIES_FIELD] = MASK
-    if isinstance(doc.get(URL), str):
-        doc[URL] = mask_url(doc[URL])
-    return doc
-
-
-def _name(key: Any) -> str:
-    if isinstance(key, dict) and isinstance(key.get(BYTES_TAG), str):
-        try:
-            return base64.b64decode(key[BYTES_TAG]).decode("latin-1")
-        except (binascii.Error, ValueError):
-            return ""
-    return key if isinstance(key, str) else ""
-
-
-def _masked_headers(headers: Any) -> Any:
-    """Headers as stored (a dict, or pairs under the dict tag when names are bytes) with
-    secret values masked; a form this does not know is masked whole."""
-    if isinstance(headers, dict) and isinstance(headers.get(DICT_TAG), list):
-        pairs = headers[DICT_TAG]
-        if all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            return {
-                _name(k) or "?": MASK if _name(k).lower() in SECRET_HEADERS else _values(v)
-                for k, v in pairs
-            }
-    elif isinstance(headers, dict):
-        return {k: MASK if k.lower() in SECRET_HEADERS else _values(v) for k, v in headers.items()}
-    return MASK
-
-
-def _values(values: Any) -> Any:
-    """Header values as text where they are tagged bytes."""
-    if isinstance(values, list):
-        return [_name(v) or v for v in values]
-    return _name(values) or values

@@ -35,7 +35,6 @@ from scrapy_ha.dashboard._data import (
     crawl_names,
     crawl_stats,
     open_gates,
-    shown_request,
 )
 from scrapy_ha.keys import Keys
 
@@ -283,7 +282,7 @@ async def _entry(request: Request, spider: str, table: str, entry_id: str) -> di
     return {
         **row.as_dict(),
         "history": mask_payload(row.history),
-        "request": shown_request(summary),
+        "request": summary.printable(),  # secrets masked by the codec, as in `dlq show`
         "body": _body_text(summary.body),
     }
 

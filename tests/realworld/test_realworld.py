@@ -90,17 +90,17 @@ class Run:
         return {re.sub(r"\d+", "N", m) for m in found}
 
 
-def crawl(spider: str, workers: int, tmp: Path, redis_url: str | None) -> Run:
+def crawl(spider: str, workers: int, tmp: Path, redis_url: str | None, **settings: str) -> Run:
     """Run *spider* on *workers* processes at once (scrapy-ha when *redis_url*)."""
-    return crawl_many([(spider, workers, tmp, redis_url)])[0]
+    return crawl_many([(spider, workers, tmp, redis_url)], **settings)[0]
 
 
-def crawl_many(runs: list[tuple[str, int, Path, str | None]]) -> list[Run]:
+def crawl_many(runs: list[tuple[str, int, Path, str | None]], **settings: str) -> list[Run]:
     """Several crawls at once, each against its own fresh shop (pages that fail once do)."""
     shops = [Shop() for _ in runs]
     try:
         started = [
-            [_start(spider, shop.url, _dir(tmp) / f"w{i}", url) for i in range(workers)]
+            [_start(spider, shop.url, _dir(tmp) / f"w{i}", url, settings) for i in range(workers)]
             for shop, (spider, workers, tmp, url) in zip(shops, runs, strict=True)
         ]
         deadline = time.monotonic() + RUN_TIMEOUT
@@ -186,7 +186,10 @@ def test_spider_gives_the_same_items_on_one_and_two_workers(
     assert len(reference.items) == EXPECTED[spider], reference.keys()
     check_same(reference, one, "1 worker")
     redis.Redis.from_url(redis_url).flushall()
-    two = crawl(spider, 2, tmp_path / "ha2", redis_url)
+    # ONE crawl on two workers: neither starts before both joined (else, on a loaded machine,
+    # the second may start after the first finished and cleared the crawl, and run it again)
+    two = crawl(spider, 2, tmp_path / "ha2", redis_url, SHOP_WAIT_WORKERS="2")
+    assert all("All 2 workers joined the crawl" in log for log in two.logs), two.logs[0][-3000:]
     check_same(reference, two, "2 workers")
 
 

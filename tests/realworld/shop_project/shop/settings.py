@@ -36,3 +36,5 @@ FEED_EXPORT_ENCODING = "utf-8"
 if os.environ.get("SHOP_HA"):
     ADDONS = {"scrapy_ha.Addon": 0}
     REDIS_URL = os.environ["REDIS_URL"]
+    # test plumbing: the two-worker run holds its start until both workers joined
+    EXTENSIONS = {"shop.extensions.WaitForWorkers": 0}
