@@ -43,7 +43,8 @@ class InFlight:
         self.outbox = outbox
         self._held: dict[str, tuple[str, Request]] = {}
         self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
-        self.on_add: Callable[[], None] | None = None  # a request handed to the engine
+        #: a request handed to the engine, its lease in Redis (reported early: poison)
+        self.on_add: Callable[[Pair], None] | None = None
 
     def __len__(self) -> int:
         return len(self._held)
@@ -54,10 +55,18 @@ class InFlight:
     def __iter__(self) -> Iterator[str]:
         return iter(self._held)
 
-    def add(self, entry_id: str, token: str, request: Request) -> None:
+    def add(self, entry_id: str, token: str, request: Request, *, stored: bool = True) -> None:
+        """*request* was handed to the engine; a lease not *stored* in Redis yet (a fresh
+        request) is reported by :meth:`stored` once a round stored it."""
         self._held[entry_id] = (token, request)
-        if self.on_add is not None:
-            self.on_add()
+        if stored and self.on_add is not None:
+            self.on_add((entry_id, token))
+
+    def stored(self, pair: Pair) -> None:
+        """A fresh request in flight is now stored in Redis, leased to this worker."""
+        held = self._held.get(pair[0])
+        if held is not None and held[0] == pair[1] and self.on_add is not None:
+            self.on_add(pair)
 
     def discard(self, entry_id: str) -> None:
         """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""

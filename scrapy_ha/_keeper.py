@@ -39,7 +39,10 @@ STALL_WARNING = 2.0
 WATCHDOG_LEASE_PERIODS = 10
 #: Seconds between two renewals asked for early (requests handed to the engine are reported
 #: within this): a request that kills its worker later than that counts toward poison from
-#: its first death, and a busy worker adds at most a few small calls per second.
+#: its first death, and a busy worker adds at most a few small calls per second, each
+#: carrying only the leases handed out since the last one (the full renewal of every held
+#: lease stays at HA_LEASE_RENEW_INTERVAL: Redis CPU per worker does not grow with the
+#: prefetch).
 REPORT_GAP = 0.25
 
 #: (entry id, token) of every lease the worker holds.
@@ -68,6 +71,8 @@ class LeaseKeeper:
         watchdog: float,
         loop: asyncio.AbstractEventLoop,
         on_renewed: Callable[[float, list[tuple[str, str]]], None],
+        on_reported: Callable[[frozenset[tuple[str, str]], list[tuple[str, str]]], None]
+        | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -78,12 +83,18 @@ class LeaseKeeper:
         self.watchdog = watchdog
         self.loop = loop
         self.on_renewed = on_renewed
+        self.on_reported = on_reported
         self._script = client.register_script(RENEW_LUA)
         self._held: Pairs = ()
         self._handed: Pairs = ()  # of those, the requests handed to the engine
         #: the handed pairs of the last renewal Redis applied (marked handed there)
         self.confirmed: frozenset[tuple[str, str]] = frozenset()
         self._nudge = threading.Event()
+        #: handed to the engine since the last call that told Redis (the next early report
+        #: carries only these); appended by the event loop, taken by the thread
+        self._fresh: list[tuple[str, str]] = []
+        self._fresh_lock = threading.Lock()
+        self._last_full = time.monotonic()  # the session renewed everything just before start
         self.rate = 0.0  # pages per second, published with each renewal (set by the loop)
         self._syncing = False
         self._last_beat = time.monotonic()
@@ -104,10 +115,27 @@ class LeaseKeeper:
         their expiry counts toward poison)."""
         self._handed = pairs
 
-    def nudge(self) -> None:
-        """Renew soon (within :data:`REPORT_GAP`), not at the next interval: requests were
-        handed to the engine, or a suspect waits for Redis to know it runs."""
+    def report(self, pair: tuple[str, str]) -> None:
+        """*pair*'s request was just handed to the engine: tell Redis soon (within
+        :data:`REPORT_GAP`) in an early call that carries only such new pairs."""
+        with self._fresh_lock:
+            self._fresh.append(pair)
         self._nudge.set()
+
+    def nudge(self) -> None:
+        """Report soon (within :data:`REPORT_GAP`) what :meth:`report` collected."""
+        self._nudge.set()
+
+    def _take_fresh(self) -> list[tuple[str, str]]:
+        with self._fresh_lock:
+            fresh, self._fresh = self._fresh, []
+        return fresh
+
+    def _give_back(self, fresh: list[tuple[str, str]]) -> None:
+        """A call that did not reach Redis: its new pairs go with the next one."""
+        if fresh:
+            with self._fresh_lock:
+                self._fresh[:0] = fresh
 
     def syncing(self, in_flight: bool) -> None:
         """A sync that leases is in flight (True), or its leases were published (False)."""
@@ -127,21 +155,25 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._nudge.wait(self.interval)
+            self._nudge.wait(max(0.0, self._last_full + self.interval - time.monotonic()))
             self._nudge.clear()
             if self._stop.is_set():
                 return
             try:
-                self.renew_once()
+                if time.monotonic() - self._last_full >= self.interval:
+                    self._last_full = time.monotonic()  # a failed one retries at the interval
+                    self.renew_once()
+                else:
+                    self.report_once()
             except Exception:  # the thread must outlive any one failure
                 logger.exception("Lease renewal failed; retrying in %g s", self.interval)
-            self._stop.wait(REPORT_GAP)  # early renewals asked for meanwhile make one
+            self._stop.wait(REPORT_GAP)  # early reports asked for meanwhile make one
 
-    def renew_once(self) -> None:
-        """One renewal, unless the event loop has been stuck past the watchdog or the
-        keeper is stopping (a late renewal would re-add the heartbeat of a worker that left)."""
+    def _may_renew(self) -> bool:
+        """False once the event loop has been stuck past the watchdog, or the keeper is
+        stopping (a late renewal would re-add the heartbeat of a worker that left)."""
         if self._stop.is_set():
-            return
+            return False
         stalled = time.monotonic() - self._last_beat
         if stalled > self.watchdog:
             if not self._stuck:
@@ -152,10 +184,47 @@ class LeaseKeeper:
                     stalled,
                     self.watchdog,
                 )
-            return
+            return False
         self._stuck = False
+        return True
+
+    def report_once(self) -> None:
+        """An early call: marks (and renews) only the leases handed to the engine since the
+        last call, so that Redis counts them toward poison; the other held leases wait for
+        the full renewal."""
+        if not self._may_renew():
+            return
+        fresh = self._take_fresh()
+        if not fresh:
+            return
+        args = renew_args(
+            fresh,
+            fresh,
+            worker=self.worker,
+            lease_ms=self.lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+            stats=worker_stats(len(self._held), self.rate),
+        )
+        keys = [self.keys.leased, self.keys.leases, self.keys.workers, self.keys.worker_stats]
+        try:
+            reply = self._script(keys=keys, args=args)
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+            self._give_back(fresh)
+            self._redis_down(exc)
+            return
+        self._redis_ok = True
+        lost = lost_pairs(reply)
+        if self.on_reported is not None and not self._stop.is_set():
+            self.loop.call_soon_threadsafe(self.on_reported, frozenset(fresh), lost)
+
+    def renew_once(self) -> None:
+        """One renewal of every held lease (see :meth:`_may_renew`); it marks the handed
+        ones, those reported early since included."""
+        if not self._may_renew():
+            return
         started = time.monotonic()
-        handed = self._handed
+        fresh = self._take_fresh()
+        handed = (*self._handed, *fresh) if fresh else self._handed
         args = renew_args(
             self._held,
             handed,
@@ -170,6 +239,7 @@ class LeaseKeeper:
         try:
             reply = self._script(keys=keys, args=args)
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+            self._give_back(fresh)
             self._redis_down(exc)
             return
         self._redis_ok = True

@@ -195,7 +195,8 @@ def renew_args(
     expiry counts toward poison) first, counted, then the worker's *stats* (see
     worker_stats), then the rest of *pairs*."""
     first = list(dict.fromkeys(handed))
-    rest = [pair for pair in dict.fromkeys(pairs) if pair not in set(first)]
+    seen = set(first)  # built once: a renewal carries every held pair
+    rest = [pair for pair in dict.fromkeys(pairs) if pair not in seen]
     args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first), stats]
     for entry_id, token in first + rest:
         args += [entry_id, token]

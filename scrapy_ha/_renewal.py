@@ -9,11 +9,13 @@ caps the prefetch (no more leased than can be done within half a lease period).
 Each renewal also tells Redis which leases name requests handed to the engine (``handed``):
 only the expiry of such a lease counts toward poison, so a worker that dies with a full
 buffer makes none of the buffered requests suspect. A hand-out asks the keeper for an early
-renewal (at most one per :data:`~scrapy_ha._keeper.REPORT_GAP`). A request that kills its
-worker before that renewal reached Redis is not counted that time; its expiries still add
-up (Redis counts them all apart) until the worker runs it alone as a suspect, and a suspect
-is handed out only once a renewal has told Redis (:meth:`Renewals.announce`): a request
-that kills its worker within milliseconds is counted from then on.
+report (at most one per :data:`~scrapy_ha._keeper.REPORT_GAP`) that carries only the pairs
+handed out since the last call: the full renewal stays at ``HA_LEASE_RENEW_INTERVAL``. A
+request that kills its worker before that report reached Redis is not counted that time;
+its expiries still add up (Redis counts them all apart) until the worker runs it alone as
+a suspect, and a suspect is handed out only once a call has told Redis
+(:meth:`Renewals.announce`): a request that kills its worker within milliseconds is
+counted from then on.
 """
 
 from __future__ import annotations
@@ -75,15 +77,14 @@ class Renewals:
             return
         self._announced[pair] = then
         if self.keeper is not None:
-            self.keeper.hand(self._handed_now())
-            self.keeper.nudge()
+            self.keeper.report(pair)
 
-    def handed_out(self) -> None:
-        """A request was handed to the engine: report it early (coalesced by the keeper),
-        so that it counts toward poison if it kills the worker after that."""
+    def handed_out(self, pair: Pair) -> None:
+        """*pair*'s request was handed to the engine: report it early (the keeper coalesces
+        the reports into one small call carrying only such pairs), so that it counts toward
+        poison if it kills the worker after that."""
         if self.keeper is not None:
-            self.keeper.hand(self._handed_now())
-            self.keeper.nudge()
+            self.keeper.report(pair)
 
     def announcing(self) -> bool:
         """An announced lease waits for a renewal to reach Redis."""
@@ -122,6 +123,7 @@ class Renewals:
             watchdog=config.renew_watchdog,
             loop=asyncio.get_running_loop(),
             on_renewed=self._on_renewed,
+            on_reported=self._on_reported,
         )
         self.keeper.hold(self.held())
         self.keeper.hand(self._handed_now())
@@ -146,6 +148,15 @@ class Renewals:
         if lost:  # leases given up since the snapshot (acked, released) are not lost
             if real := set(lost) & set(self.held()):
                 self.on_lost(real)
+
+    def _on_reported(self, reported: frozenset[Pair], lost: list[Pair]) -> None:
+        """An early report by the keeper's thread (run on the event loop): it renewed only
+        the pairs it carried, so the validity of the others stays as it was."""
+        if self.keeper is None:
+            return
+        self._confirm(reported, lost)
+        if lost and (real := set(lost) & set(self.held())):
+            self.on_lost(real)
 
     async def renew(self, queue: RedisQueue) -> None:
         """Renew from the event loop (at connect, and while no keeper thread runs)."""

@@ -275,6 +275,7 @@ class Scheduler:
             stored = pair[0] not in dropped
             if stored:
                 leased += 1
+                self.inflight.stored(pair)
             else:
                 self.inflight.discard(pair[0])
             self.download_gate.settle(pair, stored=stored)
@@ -383,7 +384,7 @@ class Scheduler:
         request.meta[metakeys.LEASE] = pair
         self._unstored.add(pair)
         self.download_gate.expect(pair)
-        self.inflight.add(pair[0], pair[1], request)
+        self.inflight.add(pair[0], pair[1], request, stored=False)
         self._slots.handed(self.crawler, request)
         self.stats.inc_value("ha/handed_fresh")
         logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
