@@ -382,6 +382,10 @@ class Scheduler:
         request = fresh.request
         pair = fresh.lease = self._make_lease()
         request.meta[metakeys.LEASE] = pair
+        # It is its own page now, as a request leased from Redis is (the codec strips the
+        # parent's lease): its redirects and retries are fenced by its lease, which it holds
+        # until it is finished, not by the parent's, which may be acked before it downloads.
+        request.meta.pop(metakeys.PARENT, None)
         self._unstored.add(pair)
         self.download_gate.expect(pair)
         self.inflight.add(pair[0], pair[1], request, stored=False)

@@ -239,3 +239,40 @@ def test_a_worker_killed_right_after_a_hand_out_from_memory_loses_nothing(
     assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
     assert "'finish_reason': 'finished'" in (tmp_path / "survivor.log").read_text()
     check_nothing_lost(items, pages * per_page, site.hits(), bound=1)
+
+
+class RedirectOnce(Spider):
+    """A page that yields one request the site answers with a redirect."""
+
+    name = "redirect_once"
+    items: list[int]
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [base_url + "/list/1"]
+        self.items = []
+
+    def parse(self, response: Any) -> Any:
+        yield response.follow("/redirect/3", callback=self.parse_item)
+
+    def parse_item(self, response: Any) -> Any:
+        self.items.append(int(response.css("span.id::text").get()))
+
+
+@deferred_f_from_coro_f
+async def test_a_redirect_of_a_request_handed_out_from_memory_keeps_its_lease(redis_url, site):
+    """A request handed out from memory carries its own lease, and its redirect is fenced by
+    it, not by the page that yielded it: that page is acked while the request waits in its
+    download slot (DOWNLOAD_DELAY), and a redirect fenced by the acked page's lease would be
+    refused and lost (a login chain of POST, 302, account page ended with no item)."""
+    crawler = get_crawler(
+        RedirectOnce,
+        settings(
+            redis_url,
+            ADDONS={"scrapy_ha.Addon": 0},
+            DOWNLOAD_DELAY=1,  # 0.5 to 1.5 s: the page is acked meanwhile (a round every 0.25 s)
+        ),
+    )
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.spider.items == [3]
+    assert crawler.stats.get_value("ha/children_refused") is None
