@@ -25,7 +25,7 @@ from scrapy_ha._queue import RENEW_LUA, lost_pairs, renew_args, worker_stats
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from scrapy_ha.keys import Keys
 
@@ -197,22 +197,9 @@ class LeaseKeeper:
         fresh = self._take_fresh()
         if not fresh:
             return
-        args = renew_args(
-            fresh,
-            fresh,
-            worker=self.worker,
-            lease_ms=self.lease_ms,
-            heartbeat_ms=self.heartbeat_ms,
-            stats=worker_stats(len(self._held), self.rate),
-        )
-        keys = [self.keys.leased, self.keys.leases, self.keys.workers, self.keys.worker_stats]
-        try:
-            reply = self._script(keys=keys, args=args)
-        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
-            self._give_back(fresh)
-            self._redis_down(exc)
+        reply = self._renew(fresh, fresh, fresh, grant=False)
+        if reply is None:
             return
-        self._redis_ok = True
         lost = lost_pairs(reply)
         if self.on_reported is not None and not self._stop.is_set():
             self.loop.call_soon_threadsafe(self.on_reported, frozenset(fresh), lost)
@@ -225,8 +212,27 @@ class LeaseKeeper:
         started = time.monotonic()
         fresh = self._take_fresh()
         handed = (*self._handed, *fresh) if fresh else self._handed
+        reply = self._renew(self._held, handed, fresh, grant=self._syncing)
+        if reply is None:
+            return
+        self.confirmed = frozenset(handed)
+        lost = lost_pairs(reply)
+        if not self._stop.is_set():
+            self.loop.call_soon_threadsafe(self.on_renewed, started, lost)
+
+    def _renew(
+        self,
+        pairs: Iterable[tuple[str, str]],
+        handed: Iterable[tuple[str, str]],
+        fresh: list[tuple[str, str]],
+        *,
+        grant: bool,
+    ) -> Any:
+        """One renew.lua call (*pairs* renewed, *handed* marked as given to the engine, the
+        worker's grant too when *grant*); None when Redis failed it, and then the *fresh*
+        pairs wait for the next call."""
         args = renew_args(
-            self._held,
+            pairs,
             handed,
             worker=self.worker,
             lease_ms=self.lease_ms,
@@ -234,19 +240,16 @@ class LeaseKeeper:
             stats=worker_stats(len(self._held), self.rate),
         )
         keys = [self.keys.leased, self.keys.leases, self.keys.workers, self.keys.worker_stats]
-        if self._syncing:
+        if grant:
             keys.append(self.keys.grant(self.worker))
         try:
             reply = self._script(keys=keys, args=args)
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
             self._give_back(fresh)
             self._redis_down(exc)
-            return
+            return None
         self._redis_ok = True
-        self.confirmed = frozenset(handed)
-        lost = lost_pairs(reply)
-        if not self._stop.is_set():
-            self.loop.call_soon_threadsafe(self.on_renewed, started, lost)
+        return reply
 
     def _redis_down(self, exc: BaseException) -> None:
         level = logging.WARNING if self._redis_ok else logging.DEBUG

@@ -1,0 +1,198 @@
+"""What scrapy-ha's Lua scripts take and give back: the records (a lease, a new entry, a
+sync's result, the crawl's counts) and how a request, a lease pair or a renewal is packed
+into script arguments and read back from a reply. :mod:`scrapy_ha._queue` makes the calls.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from scrapy_ha._scripts import MAX_PRIORITY
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from scrapy import Request
+
+#: Dead-letter retention: entries kept at most, and for at most this long (30 days).
+DEFAULT_DLQ_MAX_ENTRIES = 100_000
+DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
+
+#: Random bytes per call in lease tokens: 48 bits, so two calls share a nonce with odds
+#: ~1e-14 (and then their counters must match too).
+NONCE_BYTES = 6
+#: Orders within one priority: Scrapy's default is LIFO (depth-first).
+ORDERS = ("lifo", "fifo")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One leased entry: its id, the token that fences it, and its payload."""
+
+    id: str
+    token: str
+    payload: bytes
+    expiries: int = 0
+
+
+@dataclass
+class SyncResult:
+    """Reply of :meth:`RedisQueue.sync`."""
+
+    now_ms: int
+    added: int
+    acked: int
+    stale: int
+    pending: int
+    leased: int
+    delayed: int
+    refused: int = 0  # children whose parent's lease was no longer current (not enqueued)
+    set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
+    roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
+    paused: bool = False  # `scrapy-ha pause` is in force: nothing was leased
+    gates: dict[str, int] = field(default_factory=dict)
+    #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
+    dropped: set[str] = field(default_factory=set)
+    leases: list[Lease] = field(default_factory=list)
+
+
+class Reclaimed(NamedTuple):
+    """Reply of :meth:`RedisQueue.reclaim`."""
+
+    reclaimed: int
+    poison: list[str]
+    set_aside: int = 0
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Size of each state of the crawl at one instant."""
+
+    now_ms: int
+    pending: int
+    leased: int
+    delayed: int
+    dead: int
+    workers: int
+    fingerprints: int
+
+    @property
+    def active(self) -> int:
+        """Requests that still have to be processed by some worker."""
+        return self.pending + self.leased + self.delayed
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "pending": self.pending,
+            "leased": self.leased,
+            "delayed": self.delayed,
+            "dead": self.dead,
+            "workers": self.workers,
+            "fingerprints": self.fingerprints,
+        }
+
+
+@dataclass(eq=False)
+class Fresh:
+    """A new request of this worker that its engine may have before Redis does.
+
+    Until a sync call sends it (``sealed``), the scheduler may hand it out from memory; it
+    then gets a lease made by the worker (``lease``: entry id and token), and the sync
+    script stores it leased to this worker under that lease instead of pending.
+    """
+
+    request: Request
+    lease: tuple[str, str] | None = None
+    sealed: bool = False
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload,
+    the lease ``(entry id, token)`` of the page that yielded it (None for a root), and, for
+    a request of this worker's own, its :class:`Fresh` state."""
+
+    fingerprint: bytes
+    priority: int
+    payload: bytes
+    parent: tuple[str, str] | None = None
+    fresh: Fresh | None = None
+    #: a start request kept in its own queue (SCHEDULER_START_*_QUEUE): after the others
+    start: bool = False
+
+    @property
+    def taken(self) -> tuple[str, str] | None:
+        """The worker-made lease of a request already handed out (None: store it pending)."""
+        return self.fresh.lease if self.fresh is not None else None
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def clamp_priority(priority: int) -> int:
+    """The priority as stored: clamped to ``-MAX_PRIORITY .. MAX_PRIORITY``."""
+    return max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
+
+
+def _packed(e: NewEntry) -> bytes:
+    """One request as one script argument: fewer arguments to pack is most of the client's
+    cost per request (see docs/benchmarks.md)."""
+    return b"%d%s %s %s %02d%s%s" % (
+        clamp_priority(e.priority),
+        b"s" if e.start else b"",
+        _pair(e.parent),
+        _pair(e.taken),
+        len(e.fingerprint),
+        e.fingerprint,
+        e.payload,
+    )
+
+
+def _pair(pair: tuple[str, str] | None) -> bytes:
+    return b"%s/%s" % (pair[0].encode(), pair[1].encode()) if pair else b"-"
+
+
+def new_nonce() -> str:
+    """A random part of the lease tokens of one script call: tokens never repeat, even
+    after a flush or a failover that rolled the token counter back."""
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def renew_args(
+    pairs: Iterable[tuple[str, str]],
+    handed: Iterable[tuple[str, str]],
+    *,
+    worker: str,
+    lease_ms: int,
+    heartbeat_ms: int,
+    stats: str,
+) -> list[Any]:
+    """The ARGV of renew.lua: the *handed* pairs (requests given to the engine: only their
+    expiry counts toward poison) first, counted, then the worker's *stats* (see
+    worker_stats), then the rest of *pairs*."""
+    first = list(dict.fromkeys(handed))
+    seen = set(first)  # built once: a renewal carries every held pair
+    rest = [pair for pair in dict.fromkeys(pairs) if pair not in seen]
+    args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first), stats]
+    for entry_id, token in first + rest:
+        args += [entry_id, token]
+    return args
+
+
+def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
+    """The (entry id, token) pairs a renew.lua reply reports lost."""
+    return [(_s(reply[i]), _s(reply[i + 1])) for i in range(2, len(reply) - 1, 2)]
+
+
+def worker_stats(leases: int, rate: float) -> str:
+    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
+    time in front): leases held and pages done per second."""
+    return json.dumps({"leases": leases, "rate": round(rate, 2)})
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
