@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scrapy_ha import _validate as check
-from scrapy_ha._mwconfig import ProxyConfig, RetryConfig
+from scrapy_ha._mwconfig import (
+    CheckpointConfig,
+    CookiesConfig,
+    ProxyConfig,
+    RetryConfig,
+    UserAgentConfig,
+)
 from scrapy_ha._queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha._validate import ConfigError
 from scrapy_ha.codec import UNSTORABLE_POLICIES
@@ -373,86 +379,3 @@ def _refuse_jobdir(settings: BaseSettings) -> None:
             f"itself (SCHEDULER_PERSIST=True keeps them after the crawl). Remove JOBDIR "
             f"(for example `-s JOBDIR=`)"
         )
-
-
-# -- checkpoints, cookies, user agents ------------------------------------------------------
-
-#: Items between two checkpoints within a page: a kill re-emits at most 49 items, at the cost of
-#: one small write per 50.
-DEFAULT_CHECKPOINT_ITEMS = 50
-#: A checkpoint larger than this is refused: a checkpoint says where a task stands, not what
-#: it found (that belongs in items).
-DEFAULT_CHECKPOINT_MAX_BYTES = 2048
-#: Checkpoints expire after a week without a save: long enough for a weekly re-crawl.
-DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
-#: The item field whose last value a checkpoint records.
-DEFAULT_CHECKPOINT_ID_FIELD = "id"
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    """Pagination checkpoints (HA_CHECKPOINTS); ``every_items=0`` saves at page ends only."""
-
-    enabled: bool = False
-    every_items: int = DEFAULT_CHECKPOINT_ITEMS
-    max_bytes: int = DEFAULT_CHECKPOINT_MAX_BYTES
-    ttl: float = DEFAULT_CHECKPOINT_TTL
-    rerun: bool = False
-    id_field: str = DEFAULT_CHECKPOINT_ID_FIELD
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
-        """Switched off, the other settings are not read (a crawl without checkpoints does
-        not fail on a value it never uses)."""
-        if not check.boolean(settings, "HA_CHECKPOINTS", False):
-            return cls(enabled=False)
-        return cls(
-            enabled=True,
-            every_items=check.whole(
-                settings, "HA_CHECKPOINT_ITEMS", DEFAULT_CHECKPOINT_ITEMS, minimum=0
-            ),
-            max_bytes=check.whole(
-                settings, "HA_CHECKPOINT_MAX_BYTES", DEFAULT_CHECKPOINT_MAX_BYTES
-            ),
-            ttl=check.seconds(settings, "HA_CHECKPOINT_TTL", DEFAULT_CHECKPOINT_TTL),
-            rerun=check.boolean(settings, "HA_CHECKPOINT_RERUN", False),
-            id_field=check.text(settings, "HA_CHECKPOINT_ID_FIELD", DEFAULT_CHECKPOINT_ID_FIELD),
-        )
-
-    @property
-    def ttl_ms(self) -> int:
-        return int(self.ttl * 1000)
-
-
-@dataclass(frozen=True)
-class CookiesConfig:
-    """Scrapy's COOKIES_ENABLED / COOKIES_DEBUG, and whether jars are shared (HA_SHARED_COOKIES)."""
-
-    enabled: bool = True
-    debug: bool = False
-    shared: bool = True
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
-        """Switched off, the other settings are not read, as Scrapy's own middleware."""
-        if not check.boolean(settings, "COOKIES_ENABLED", True):
-            return cls(enabled=False)
-        return cls(
-            enabled=True,
-            debug=check.boolean(settings, "COOKIES_DEBUG", False),
-            shared=check.boolean(settings, "HA_SHARED_COOKIES", True),
-        )
-
-
-@dataclass(frozen=True)
-class UserAgentConfig:
-    """The User-Agent pool (HA_USER_AGENTS); empty means off."""
-
-    agents: tuple[str, ...] = ()
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
-        agents = settings.getlist("HA_USER_AGENTS")
-        if not all(isinstance(a, str) and a.strip() for a in agents):
-            raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
-        return cls(tuple(agents))
