@@ -210,6 +210,9 @@ class Session:
     async def _run(self) -> None:
         delay = 0.0
         while not self.stopping:
+            # cleared before the round, not after it: a wake that comes while the round
+            # awaits Redis (a request taken, a child yielded) runs the next round at once
+            self._wake.clear()
             try:
                 more = await self._round()
                 if not self.redis_ok:
@@ -260,7 +263,7 @@ class Session:
         )
 
     async def _sleep(self) -> None:
-        self._wake.clear()
+        """Wait for a wake (at once if one came during the round) or the tick."""
         try:
             async with asyncio.timeout(self.config.tick):
                 await self._wake.wait()
