@@ -57,16 +57,10 @@ class InFlight:
 
     def add(self, entry_id: str, token: str, request: Request, *, stored: bool = True) -> None:
         """*request* was handed to the engine; a lease not *stored* in Redis yet (a fresh
-        request) is reported by :meth:`stored` once a round stored it."""
+        request) needs no report: the round that stores it marks it handed."""
         self._held[entry_id] = (token, request)
         if stored and self.on_add is not None:
             self.on_add((entry_id, token))
-
-    def stored(self, pair: Pair) -> None:
-        """A fresh request in flight is now stored in Redis, leased to this worker."""
-        held = self._held.get(pair[0])
-        if held is not None and held[0] == pair[1] and self.on_add is not None:
-            self.on_add(pair)
 
     def discard(self, entry_id: str) -> None:
         """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""
@@ -111,6 +105,8 @@ class InFlight:
         """*request* is the retry copy of an unfinished request: it is not queued, the
         original's lease moves to the delayed set when it finishes (with the copy's
         priority, RETRY_PRIORITY_ADJUST applied)."""
+        if metakeys.OUTCOME not in request.meta:  # most requests: no verdict to read
+            return False
         verdict = Verdict.from_meta(request.meta)
         lease = request.meta.get(metakeys.LEASE)
         if verdict is None or not verdict.is_retry or not lease:

@@ -84,6 +84,7 @@ class Scheduler:
         self._solo: str | None = None  # a suspect running alone
         self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
+        self._log_handouts = _logs_debug(crawler)
         self.session = self.session_class(self)
 
     @classmethod
@@ -266,19 +267,21 @@ class Scheduler:
         """Redis has *batch*: a request handed out from it was stored leased to this worker
         (its download goes on), or not (*dropped*: a duplicate, or its page's lease was
         lost): then it is cancelled and forgotten, never acked."""
-        leased = 0
+        leased = handed = 0
         for entry in batch:
             pair = entry.taken
             if pair is None:
                 continue
+            handed += 1  # counted here, once per round, not at each hand-out (hot path)
             self._unstored.discard(pair)
             stored = pair[0] not in dropped
-            if stored:
+            if stored:  # stored marked as handed: no early report is needed
                 leased += 1
-                self.inflight.stored(pair)
             else:
                 self.inflight.discard(pair[0])
             self.download_gate.settle(pair, stored=stored)
+        if handed:
+            self.stats.inc_value("ha/handed_fresh", handed)
         if leased:
             self.stats.inc_value("ha/leased", leased)
 
@@ -390,8 +393,8 @@ class Scheduler:
         self.download_gate.expect(pair)
         self.inflight.add(pair[0], pair[1], request, stored=False)
         self._slots.handed(self.crawler, request)
-        self.stats.inc_value("ha/handed_fresh")
-        logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
+        if self._log_handouts:  # a LogRecord per request costs, even when filtered out
+            logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
         self.session.wake()
         return request
 
@@ -461,3 +464,9 @@ class Scheduler:
                 partial(_engine.wake, self.crawler),
             )
             raise DontCloseSpider
+
+
+def _logs_debug(crawler: Crawler) -> bool:
+    """Scrapy's LOG_LEVEL is DEBUG (it filters in its handler: the loggers pass everything)."""
+    level = crawler.settings.get("LOG_LEVEL", "DEBUG")
+    return level == logging.DEBUG or str(level).upper() == "DEBUG"

@@ -216,3 +216,25 @@ def test_a_request_that_kills_its_worker_ends_as_poison(
     assert ids == set(range(1, 16)) - {KILL_ID}
     # counted from its first run alone at the latest: max-1 uncounted deaths, then max
     assert 3 <= deaths <= most_deaths, deaths
+
+
+@deferred_f_from_coro_f
+async def test_a_request_handed_out_before_redis_had_it_is_stored_as_handed(redis_url):
+    """A request handed out from memory is in the engine before the round that stores it: it
+    is stored marked as handed, so that its expiry counts toward poison without an early
+    report from the lease keeper (before: only the keeper's report marked it, one more
+    renewal call for every such request)."""
+    from scrapy import Request
+
+    from scrapy_ha._queue import Fresh
+
+    q = open_queue(redis_url)
+    taken = NewEntry(
+        b"fp-t", 0, b'{"v":1,"u":"http://a.test/t"}', fresh=Fresh(Request("http://a.test/t"))
+    )
+    assert taken.fresh is not None
+    taken.fresh.lease = ("f00d.1", "f00d-1")
+    await q.sync(enqueue=[taken], lease=0, lease_ms=LEASE_MS, worker="w1")
+    assert await reclaim_all(q, 1) == []
+    assert await q.client.hget(KEYS.expiries, "f00d.1") == b"1 1"  # counted toward poison
+    await q.client.aclose()

@@ -30,7 +30,7 @@
 --   length (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease
 --   token>" of the page that yielded it; taken is '-' or "<entry id>/<lease token>" made by
 --   the worker, which already handed the request to its engine: stored LEASED to it under
---   that id and token (not pending), its download waiting for this reply; length 00 = never
+--   that id and token (not pending) and marked handed, its download waiting for this reply; length 00 = never
 --   filtered; e.g. "-3 - - 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Priorities are clamped (lib/priority).
@@ -112,7 +112,9 @@ if n_enq > 0 then
       else score = pending_score(r.prio, seq, lifo) end
       if r.tid then
         redis.call('ZADD', KEYS[5], now + lease_ms, r.tid)
-        redis.call('HSET', KEYS[6], r.tid, lease_record(r.ttok, int_str(score), domain_of(r.payload)))
+        -- marked handed: it is in the worker's engine already (its expiry counts to poison)
+        local record = lease_record(r.ttok, int_str(score), domain_of(r.payload))
+        redis.call('HSET', KEYS[6], r.tid, lease_mark_handed(record))
         redis.call('HSET', KEYS[2], r.tid, r.payload)
         taken[#taken + 1] = r
       else
