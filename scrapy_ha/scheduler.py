@@ -452,6 +452,8 @@ class Scheduler:
         view = self.session.engine_view
         if self.keep_alive() or view is None or view[1]:
             self._idle_since = None
+            # the engine is idle: what it finished is acked now, not at the next tick
+            self.session.wake()
             raise DontCloseSpider
         if not self.session.peers:
             return

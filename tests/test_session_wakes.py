@@ -64,3 +64,25 @@ async def test_a_wake_that_comes_during_a_round_runs_the_next_round_at_once():
 @deferred_f_from_coro_f
 async def test_without_a_wake_the_task_waits_for_its_tick():
     assert not await _second_round(wake_during_first=False, within=0.5)
+
+
+@deferred_f_from_coro_f
+async def test_the_last_finished_request_is_acked_when_the_engine_goes_idle(redis_url, site):
+    """The engine going idle wakes the background task, so a finished crawl acks its last
+    pages and closes without waiting for the task's tick. Before: the last acks waited for
+    the tick (here a minute: the crawl hit CLOSESPIDER_TIMEOUT instead of finishing)."""
+    from scrapy.utils.test import get_crawler
+
+    from tests.spiders import CatalogueSpider
+
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "HA_TICK": LONG_TICK,
+        "CLOSESPIDER_TIMEOUT": 30,
+    }
+    crawler = get_crawler(CatalogueSpider, settings)
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
