@@ -10,6 +10,7 @@ re-check. No other module of scrapy-ha reads the engine's private attributes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import scrapy
@@ -230,3 +231,38 @@ class StartRefusal:
 
     def _forget_spider(self) -> None:
         self.crawler.spider = None
+
+
+def has_room(crawler: Crawler) -> bool:
+    """Would the engine call ``next_request()`` if it looked now? ``engine.needs_backout()``
+    (public since 2.13, the lazy start pattern of Scrapy's docs; 2.16, 2.19) is False; False
+    without an engine or with a stand-in without it."""
+    engine = _engine(crawler)
+    needs_backout = getattr(engine, "needs_backout", None)
+    if not callable(needs_backout) or getattr(engine, "_slot", None) is None:
+        return False
+    return not needs_backout()
+
+
+#: Seconds :func:`look` waits for the engine at most: it looks within a turn or two of the
+#: event loop, unless its slot is closing (then it never looks again).
+LOOK_TIMEOUT = 1.0
+
+
+async def look(crawler: Crawler) -> None:
+    """Make the engine look at the scheduler now and return once it has:
+    ``engine._slot.nextcall`` is a ``CallLaterOnce`` whose ``wait()`` returns after its next
+    run (2.16, 2.19, where the engine itself awaits it between start requests); one turn of
+    the event loop where it has no ``wait()``."""
+    slot = getattr(_engine(crawler), "_slot", None)
+    if slot is None:
+        return
+    slot.nextcall.schedule()
+    wait = getattr(slot.nextcall, "wait", None)
+    if wait is None:
+        await asyncio.sleep(0)
+        return
+    # a nextcall cancelled by the slot closing never runs again, and never returns from wait()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LOOK_TIMEOUT):
+            await wait()

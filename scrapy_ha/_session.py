@@ -308,12 +308,14 @@ class Session:
         lease_ms = int(self.config.lease_time * 1000)
         n_acks, n_ends = len(box.acks), len(box.ends)
         while len(box.children) > BATCH or (box.children and box.checkpoints):
+            await self.shell.offer_fresh()  # then no await until seal: none slips past
             batch = box.children[:BATCH]
             self.shell.seal(batch)
             result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms)
             self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
+        await self.shell.offer_fresh()
         enqueue = box.children[:]
         self.shell.seal(enqueue)
         keeper = self.renewals.keeper if lease else None
