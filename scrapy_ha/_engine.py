@@ -266,3 +266,37 @@ async def look(crawler: Crawler) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LOOK_TIMEOUT):
             await wait()
+
+
+class _QuietEmptySignals:
+    """``crawler.signals`` as the engine sees it, but ``scheduler_empty`` is not sent while
+    *busy()* says requests are on their way to the scheduler (see :func:`quiet_empty`)."""
+
+    def __init__(self, signals_: Any, busy: Callable[[], bool]) -> None:
+        self._signals = signals_
+        self._busy = busy
+
+    def send_catch_log(self, signal: object, **kwargs: Any) -> Any:
+        if signal is signals.scheduler_empty and self._busy():
+            return []
+        return self._signals.send_catch_log(signal, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._signals, name)
+
+
+def quiet_empty(crawler: Crawler, busy: Callable[[], bool]) -> bool:
+    """Hold back ``scheduler_empty`` while *busy()* is true; False without an engine.
+
+    The engine sends it from ``_start_scheduled_request`` through ``engine.signals`` (the
+    crawler's ``SignalManager``, set in ``__init__``) whenever ``next_request()`` returns None
+    (2.16, 2.19), with no other condition: Scrapy's own scheduler returns None only when it
+    holds nothing. ``engine.signals`` is wrapped, so the crawler's own ``signals`` (what
+    handlers connect to) is untouched."""
+    engine = _engine(crawler)
+    current = getattr(engine, "signals", None)
+    if engine is None or current is None:
+        return False
+    if not isinstance(current, _QuietEmptySignals):
+        engine.signals = _QuietEmptySignals(current, busy)  # type: ignore[assignment]
+    return True

@@ -308,6 +308,29 @@ class Scheduler:
                 return
             await _engine.look(self.crawler)
 
+    def empty_on_the_way(self) -> bool:
+        """``next_request()`` returned None, but requests are on their way to this worker:
+        new ones going to Redis that the next round leases back, pending ones Redis held at
+        the last sync, or one that outranks the buffer (held back for one round trip). Then
+        ``scheduler_empty`` is not sent (see :func:`scrapy_ha._engine.quiet_empty`): Scrapy's
+        own scheduler sends it only when it holds nothing, and a spider feeding its start
+        requests lazily from it would be fed while work is waiting; the engine looks again
+        after the next sync (``held_back``), and gets a request or sends the signal. Not
+        while Redis is down, the crawl is paused or closing, or a suspect runs alone:
+        nothing comes then."""
+        session = self.session
+        if not session.redis_ok or session.paused or session.stopping or self._solo is not None:
+            return False
+        if self.outbox.held_back:
+            return True
+        if self._buffer:
+            return False  # what waits here waits for a busy download slot or a closed domain
+        unsent = len(self.outbox.children) > len(self._unstored)
+        if unsent or session.remote_pending > 0:
+            self.outbox.held_back = True
+            return True
+        return False
+
     def has_fresh(self) -> bool:
         """New requests wait to be handed out from memory (see :mod:`scrapy_ha._fresh`)."""
         return self._fresh.head() is not None
@@ -373,6 +396,7 @@ class Scheduler:
             self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
             gate = self.download_gate
             gate.installed = _engine.gate_downloads(self.crawler, gate.process_request)
+            _engine.quiet_empty(self.crawler, self.empty_on_the_way)
             self.session.start()
             return
         self._fatal = True
