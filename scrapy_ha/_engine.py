@@ -10,6 +10,7 @@ re-check. No other module of scrapy-ha reads the engine's private attributes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import scrapy
@@ -230,3 +231,72 @@ class StartRefusal:
 
     def _forget_spider(self) -> None:
         self.crawler.spider = None
+
+
+def has_room(crawler: Crawler) -> bool:
+    """Would the engine call ``next_request()`` if it looked now? ``engine.needs_backout()``
+    (public since 2.13, the lazy start pattern of Scrapy's docs; 2.16, 2.19) is False; False
+    without an engine or with a stand-in without it."""
+    engine = _engine(crawler)
+    needs_backout = getattr(engine, "needs_backout", None)
+    if not callable(needs_backout) or getattr(engine, "_slot", None) is None:
+        return False
+    return not needs_backout()
+
+
+#: Seconds :func:`look` waits for the engine at most: it looks within a turn or two of the
+#: event loop, unless its slot is closing (then it never looks again).
+LOOK_TIMEOUT = 1.0
+
+
+async def look(crawler: Crawler) -> None:
+    """Make the engine look at the scheduler now and return once it has:
+    ``engine._slot.nextcall`` is a ``CallLaterOnce`` whose ``wait()`` returns after its next
+    run (2.16, 2.19, where the engine itself awaits it between start requests); one turn of
+    the event loop where it has no ``wait()``."""
+    slot = getattr(_engine(crawler), "_slot", None)
+    if slot is None:
+        return
+    slot.nextcall.schedule()
+    wait = getattr(slot.nextcall, "wait", None)
+    if wait is None:
+        await asyncio.sleep(0)
+        return
+    # a nextcall cancelled by the slot closing never runs again, and never returns from wait()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LOOK_TIMEOUT):
+            await wait()
+
+
+class _QuietEmptySignals:
+    """``crawler.signals`` as the engine sees it, but ``scheduler_empty`` is not sent while
+    *busy()* says requests are on their way to the scheduler (see :func:`quiet_empty`)."""
+
+    def __init__(self, signals_: Any, busy: Callable[[], bool]) -> None:
+        self._signals = signals_
+        self._busy = busy
+
+    def send_catch_log(self, signal: object, **kwargs: Any) -> Any:
+        if signal is signals.scheduler_empty and self._busy():
+            return []
+        return self._signals.send_catch_log(signal, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._signals, name)
+
+
+def quiet_empty(crawler: Crawler, busy: Callable[[], bool]) -> bool:
+    """Hold back ``scheduler_empty`` while *busy()* is true; False without an engine.
+
+    The engine sends it from ``_start_scheduled_request`` through ``engine.signals`` (the
+    crawler's ``SignalManager``, set in ``__init__``) whenever ``next_request()`` returns None
+    (2.16, 2.19), with no other condition: Scrapy's own scheduler returns None only when it
+    holds nothing. ``engine.signals`` is wrapped, so the crawler's own ``signals`` (what
+    handlers connect to) is untouched."""
+    engine = _engine(crawler)
+    current = getattr(engine, "signals", None)
+    if engine is None or current is None:
+        return False
+    if not isinstance(current, _QuietEmptySignals):
+        engine.signals = _QuietEmptySignals(current, busy)  # type: ignore[assignment]
+    return True

@@ -80,6 +80,7 @@ class Session:
         self.server_offset_ms = 0.0
         self.remote_active = -1
         self.remote_waiting = 0  # pending + delayed in Redis at the last sync
+        self.remote_pending = 0  # pending (leasable now) in Redis at the last sync
         self.peers = 0  # other live workers when the crawl last looked finished
         self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
         self.engine_view: tuple[bool, bool] | None = None
@@ -142,6 +143,7 @@ class Session:
             self.paused = True
             logger.info("crawl paused by operator")
         self.remote_waiting = counts.pending + counts.delayed
+        self.remote_pending = counts.pending
         self.remote_active = counts.pending + counts.leased + counts.delayed
         self.start_urls.setup(spider, cfg)
 
@@ -311,12 +313,14 @@ class Session:
         lease_ms = int(self.config.lease_time * 1000)
         n_acks, n_ends = len(box.acks), len(box.ends)
         while len(box.children) > BATCH or (box.children and box.checkpoints):
+            await self.shell.offer_fresh()  # then no await until seal: none slips past
             batch = box.children[:BATCH]
             self.shell.seal(batch)
             result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms)
             self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
+        await self.shell.offer_fresh()
         enqueue = box.children[:]
         self.shell.seal(enqueue)
         keeper = self.renewals.keeper if lease else None
@@ -414,6 +418,7 @@ class Session:
         """Let the engine look when there is new work or when the crawl's state changed
         (edge-triggered: waking it on every round while idle would be a busy loop)."""
         self.remote_waiting = result.pending + result.delayed
+        self.remote_pending = result.pending
         if result.paused != self.paused:
             self.paused = result.paused
             logger.info("crawl %s by operator", "paused" if self.paused else "resumed")

@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 #: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
 START_FAILED = "ha_start_failed"
+#: Looks of the engine a round waits for at most before it sends new requests to Redis
+#: (see Scheduler.offer_fresh): one is enough unless start() keeps yielding meanwhile.
+OFFER_LOOKS = 4
 
 
 class Scheduler:
@@ -79,6 +82,9 @@ class Scheduler:
         self._make_lease = LeaseMaker()
         self.download_gate = DownloadGate()
         self._unstored: set[Pair] = set()  # fresh requests handed out, not stored yet
+        # fresh requests queued, and how many of them the engine had been offered when it
+        # last called next_request() (see offer_fresh)
+        self._pushed = self._offered = 0
         self.inflight = InFlight(crawler, self.outbox)
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
         self._solo: str | None = None  # a suspect running alone
@@ -153,6 +159,7 @@ class Scheduler:
         self.admission.note_priority(request)
         fresh = Fresh(request)
         self._fresh.push(fresh)
+        self._pushed += 1
         start = bool(self.config.start_order and request.meta.get("is_start_request"))
         entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh, start)
         self.outbox.add_child(entry)
@@ -166,6 +173,7 @@ class Scheduler:
         Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
         while this worker's leases may have expired (Redis unreachable for a lease period).
         """
+        self._offered = self._pushed
         if len(self.inflight) >= self.config.max_inflight or self._isolating():
             self.inflight.collect_finished()
             if len(self.inflight) >= self.config.max_inflight or self._isolating():
@@ -285,6 +293,47 @@ class Scheduler:
         if leased:
             self.stats.inc_value("ha/leased", leased)
 
+    async def offer_fresh(self) -> None:
+        """Before new requests go to Redis: let the engine take those it has room for.
+
+        A request queued while the engine has room is handed out from memory at the
+        engine's next look, in Scrapy's order; sent to Redis first, it would come back
+        behind everything queued meanwhile. The engine looks a turn of the event loop or
+        two after an enqueue, and the background task may run first (it resumes in the
+        same turn, or is already past its own wait): so it makes the engine look, and
+        waits for it, until the engine has been offered every request queued so far or
+        has no room left. Bounded (``OFFER_LOOKS``): a start() that yields a request
+        every turn must not hold the round back."""
+        for _ in range(OFFER_LOOKS):
+            if self._offered >= self._pushed or not self.has_fresh():
+                return
+            if not _engine.has_room(self.crawler):
+                return
+            await _engine.look(self.crawler)
+
+    def empty_on_the_way(self) -> bool:
+        """``next_request()`` returned None, but requests are on their way to this worker:
+        new ones going to Redis that the next round leases back, pending ones Redis held at
+        the last sync, or one that outranks the buffer (held back for one round trip). Then
+        ``scheduler_empty`` is not sent (see :func:`scrapy_ha._engine.quiet_empty`): Scrapy's
+        own scheduler sends it only when it holds nothing, and a spider feeding its start
+        requests lazily from it would be fed while work is waiting; the engine looks again
+        after the next sync (``held_back``), and gets a request or sends the signal. Not
+        while Redis is down, the crawl is paused or closing, or a suspect runs alone:
+        nothing comes then."""
+        session = self.session
+        if not session.redis_ok or session.paused or session.stopping or self._solo is not None:
+            return False
+        if self.outbox.held_back:
+            return True
+        if self._buffer:
+            return False  # what waits here waits for a busy download slot or a closed domain
+        unsent = len(self.outbox.children) > len(self._unstored)
+        if unsent or session.remote_pending > 0:
+            self.outbox.held_back = True
+            return True
+        return False
+
     def has_fresh(self) -> bool:
         """New requests wait to be handed out from memory (see :mod:`scrapy_ha._fresh`)."""
         return self._fresh.head() is not None
@@ -350,6 +399,7 @@ class Scheduler:
             self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
             gate = self.download_gate
             gate.installed = _engine.gate_downloads(self.crawler, gate.process_request)
+            _engine.quiet_empty(self.crawler, self.empty_on_the_way)
             self.session.start()
             return
         self._fatal = True

@@ -10,21 +10,12 @@ With ``SCRAPY_HA_CONFORMANCE_BASELINE=1`` (Scrapy's own scheduler) none of this 
 
 from __future__ import annotations
 
-XFAIL: dict[str, str] = {
-    "test_engine_loop.py::TestRequestSendOrder::test_default": (
-        "issue 17 item 5 (timing-dependent): the order in Redis is Scrapy's (callbacks' "
-        "requests before start requests at equal priority, each in its own order), but the "
-        "first start request is sometimes not handed out from memory before the next ones "
-        "are queued, so it waits behind the priority-1 ones (seen: 2, 3, 1, 4, 5, 6)"
-    ),
-}
+XFAIL: dict[str, str] = {}
 
-#: Entries of XFAIL whose outcome under scrapy-ha depends on timing (whether the first start
-#: request is handed out before the engine moves on): marked non-strict, so that the suite is
-#: not flaky; once the item is fixed they pass every time and their line must go.
-TIMING_DEPENDENT: frozenset[str] = frozenset(
-    {"test_engine_loop.py::TestRequestSendOrder::test_default"}
-)
+#: Entries of XFAIL whose outcome under scrapy-ha depends on timing: marked non-strict, so
+#: that the suite is not flaky; once the item is fixed they pass every time and their line
+#: must go.
+TIMING_DEPENDENT: frozenset[str] = frozenset()
 
 _JOBDIR = (
     "not applicable: reopens the scheduler on a JOBDIR to read Scrapy's disk queues back; "
