@@ -9,6 +9,7 @@ yielded (they were queued while it ran).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from scrapy_ha import _engine, metakeys
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_ha._outbox import Outbox, Pair
+
+logger = logging.getLogger(__name__)
 
 
 def fence_of(request: Request) -> tuple[str, str] | None:
@@ -116,6 +119,30 @@ class InFlight:
             return False
         self._retry_priority[lease[0]] = request.priority
         return True
+
+    def fence(self, request: Request) -> Pair | None:
+        """The lease that fences *request* (:func:`fence_of`), if this worker still has that
+        page in flight; None (a new request of its own) when this worker already finished it.
+
+        A child is queued while its page runs, so its page is in flight here, even when
+        its lease was lost (a zombie: Redis refuses the child). A request that names a page
+        this worker finished was scheduled later with that page's meta copied
+        (``meta=response.meta``, scheduled from a ``spider_idle`` handler): the page is
+        acked, nobody redoes it, so fencing it by that lease would lose it."""
+        pair = fence_of(request)
+        if pair is None:
+            return None
+        held = self._held.get(pair[0])
+        if held is not None and held[0] == pair[1]:
+            return pair
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/late_requests")
+        logger.info(
+            "%s names a page this worker already finished (its meta was copied from that "
+            "page after it ended): it is queued as a new request, not as that page's child",
+            request,
+        )
+        return None
 
     def parent_of(self, request: Request) -> Request | None:
         """The unfinished page that yielded *request* (ParentLeaseMiddleware tags it)."""

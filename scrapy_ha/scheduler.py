@@ -27,7 +27,7 @@ from scrapy_ha import _engine, metakeys
 from scrapy_ha._admission import Admission
 from scrapy_ha._buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
 from scrapy_ha._fresh import DownloadGate, FreshQueue, LeaseMaker
-from scrapy_ha._inflight import InFlight, fence_of
+from scrapy_ha._inflight import InFlight
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
 from scrapy_ha._queue import Fresh, NewEntry
 from scrapy_ha._registry import register, scheduler_for
@@ -161,7 +161,9 @@ class Scheduler:
         self._fresh.push(fresh)
         self._pushed += 1
         start = bool(self.config.start_order and request.meta.get("is_start_request"))
-        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh, start)
+        entry = NewEntry(
+            fingerprint, request.priority, payload, self.inflight.fence(request), fresh, start
+        )
         self.outbox.add_child(entry)
         self.session.wake()
         return True

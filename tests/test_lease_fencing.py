@@ -117,10 +117,12 @@ async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q)
     a, b = await leased_again(q)
+    s.inflight.add(a.id, a.token, Request("http://a.test/list1"))  # the zombie's page, in flight
     child = Request("http://a.test/list2", meta={metakeys.PARENT: (a.id, a.token)})
     assert s.enqueue_request(child)
     await s.session._sync(lease=0)
     assert s.stats.get_value("ha/children_refused") == 1
+    s.inflight.add(b.id, b.token, Request("http://a.test/list1"))  # the page, redone
     again = Request("http://a.test/list2", meta={metakeys.PARENT: (b.id, b.token)})
     assert s.enqueue_request(again)  # not a duplicate: the first was never stored
     await s.session._sync(lease=0)

@@ -24,7 +24,7 @@ from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.keys import Keys
 
 KEYS = Keys("ha", "poison")
-KILLER_SPIDER = Path(__file__).resolve().parent / "killer_spider.py"
+KILLER_SPIDER = Path(__file__).resolve().parent / "worker_fault_spider.py"
 #: The catalogue page whose callback kills its worker, and the item it would have stored.
 KILL_PATH, KILL_ID = "/item/3", 3
 #: Leases this short expire within a test; the reclaim below waits for them by polling.
@@ -157,7 +157,8 @@ def killer_worker(
         "SCHEDULER": "scrapy_ha.Scheduler",
         "REDIS_URL": redis_url,
         "ITEMS_FILE": str(tmp / "items.jl"),
-        "KILL_PATH": KILL_PATH,
+        "FAULT": "kill",
+        "FAULT_PATH": KILL_PATH,
         "HA_LEASE_TIME": "3",
         "HA_LEASE_RENEW_INTERVAL": "1",
         "HA_HEARTBEAT_TTL": "3",
@@ -168,7 +169,7 @@ def killer_worker(
         **extra,
     }
     args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(KILLER_SPIDER)]
-    args += ["-a", f"base_url={site_url}"]
+    args += ["-a", "name=killer", "-a", f"base_url={site_url}"]
     for key, value in settings.items():
         args += ["-s", f"{key}={value}"]
     env = {**os.environ, "PYTHONPATH": str(KILLER_SPIDER.parent.parent)}

@@ -119,6 +119,7 @@ def shell(**config: Any) -> tuple[Scheduler, FakeSession, FakeEngine]:
 def test_enqueued_requests_go_to_the_outbox_in_order_with_their_parent():
     s, session, _ = shell()
     urls = [f"http://a.test/{n}" for n in range(5)]
+    s.inflight.add("7", "t-7", Request("http://a.test/list"), stored=False)  # their page
     for url in urls:
         child = Request(url, meta={metakeys.PARENT: ("7", "t-7")})
         assert s.enqueue_request(child)

@@ -7,11 +7,17 @@ import json
 import time
 
 import pytest
+from scrapy import signals
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from tests.spiders import FedSpider
+
+#: Seconds an idle crawl with live peers waits before it closes (short: a test).
+IDLE_TIMEOUT = 0.3
+#: Idle signals the feed-mode test waits for: each one is a chance to close the spider.
+IDLE_ROUNDS = 5
 
 
 @pytest.fixture(autouse=True)
@@ -23,7 +29,7 @@ def settings(redis_url, **extra):
     return {
         "SCHEDULER": "scrapy_ha.Scheduler",
         "REDIS_URL": redis_url,
-        "HA_IDLE_TIMEOUT": 0.3,
+        "HA_IDLE_TIMEOUT": IDLE_TIMEOUT,
         **extra,
     }
 
@@ -54,8 +60,20 @@ async def test_plain_and_json_entries_are_crawled_and_bad_ones_dropped(
 @deferred_f_from_coro_f
 async def test_feed_mode_waits_for_more_start_urls(redis_url, redis_client, site):
     crawler = get_crawler(FedSpider, settings(redis_url))
+    idle_at: list[float] = []
+
+    def idle() -> None:  # held here: signal handlers are weak references
+        idle_at.append(time.monotonic())
+
+    crawler.signals.connect(idle, signal=signals.spider_idle)
     crawling = asyncio.ensure_future(crawler.crawl_async())
-    await asyncio.sleep(1.5)  # well past HA_IDLE_TIMEOUT: a feed-mode spider stays open
+    # a spider that may close closes at its first idle signal (HA_IDLE_TIMEOUT later with
+    # peers): idle signals well past HA_IDLE_TIMEOUT prove a feed-mode spider stays open
+    deadline = time.monotonic() + 30
+    while len(idle_at) < IDLE_ROUNDS or idle_at[-1] - idle_at[0] <= 2 * IDLE_TIMEOUT:
+        assert not crawling.done(), "the feed-mode spider closed while idle"
+        assert time.monotonic() < deadline, f"{len(idle_at)} idle signals in 30 s"
+        await asyncio.sleep(0.05)
     assert not crawling.done()
     redis_client.lpush("fed:start_urls", f"{site.url}/item/5")
     deadline = time.monotonic() + 30

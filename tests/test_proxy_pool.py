@@ -1,0 +1,172 @@
+"""The proxy pool's promises through real crawls and real local proxies: a proxy that keeps
+failing is taken out of rotation; a proxy one worker cooled down is skipped by the next
+worker too (through Redis, not through memory); with no usable proxy and
+``HA_PROXY_ALLOW_DIRECT`` off, a request waits in Redis and is never sent direct."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+from tests.test_proxy import settings
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+#: The address the site sees for a request sent without a proxy (the proxies' exits are
+#: 127.0.0.2 and up).
+DIRECT_CLIENT = "127.0.0.1"
+#: Long enough that no cool-down ends during a test.
+COOLDOWN = 600
+#: Seconds a test waits for a crawl to reach the state it checks (a busy machine is slow).
+DEADLINE = 60
+KEYS = Keys("ha", "faults")
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+@pytest.fixture
+def dead_proxy() -> Iterator[str]:
+    """``127.0.0.1:PORT`` where nothing listens: the port is bound (so nobody else takes it)
+    but never listened on, so every connection to it is refused at once."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        sock.close()
+
+
+def item_hits(site) -> list[str]:
+    """The client address of every hit on an item page, in order."""
+    return [client for _, path, client in site.log() if path.startswith("/item/")]
+
+
+async def poll(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {DEADLINE} s"
+        await asyncio.sleep(0.05)
+
+
+@deferred_f_from_coro_f
+async def test_a_proxy_that_keeps_failing_is_taken_out_of_rotation(
+    redis_url, redis_client, site_factory, proxy_factory, dead_proxy
+):
+    live = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    site = site_factory("--proxy-list", f"{dead_proxy},127.0.0.1:{live.port}")
+    paths = tuple(f"/item/{i}" for i in range(1, 11))
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_MAX_FAILURES=2,
+            HA_PROXY_COOLDOWN=COOLDOWN,
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    stats = crawler.stats.get_stats()
+    # taken in turn with the live one until its second failure, then never again: without
+    # the cool-down it would carry every other attempt
+    assert stats[f"ha/proxy/{dead_proxy}/failures"] == 2
+    assert stats[f"ha/proxy/{dead_proxy}/requests"] == 2
+    assert stats["ha/proxy/rotations"] == 1
+    assert set(item_hits(site)) == {"127.0.0.3"}
+    assert list(redis_client.hgetall(KEYS.proxy_cooldowns)) == [dead_proxy.encode()]
+
+
+@deferred_f_from_coro_f
+async def test_a_second_worker_skips_a_proxy_the_first_cooled_down(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    banned = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    good = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    pool = f"127.0.0.1:{banned.port},127.0.0.1:{good.port}"
+    site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", pool)
+
+    def worker():
+        return get_crawler(
+            FaultSpider,
+            settings(
+                redis_url,
+                HA_PROXY_MODE="pool",
+                HA_PROXY_POOL_URL=site.url + "/proxies.json",
+                HA_PROXY_COOLDOWN=COOLDOWN,
+                CONCURRENT_REQUESTS=1,
+            ),
+        )
+
+    first = worker()
+    await first.crawl_async(base_url=site.url, paths=("/item/1", "/item/2"))
+    assert item_hits(site)[0] == "127.0.0.2"  # the first worker's first try was banned
+    await poll(
+        lambda: redis_client.hexists(KEYS.proxy_cooldowns, f"127.0.0.1:{banned.port}"),
+        "the first worker shared its cool-down",
+    )
+    hits_before = len(item_hits(site))
+
+    second = worker()  # a worker of its own: it knows of the ban only through Redis
+    paths = tuple(f"/item/{i}" for i in range(3, 9))
+    await second.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(second.spider.ok) == sorted(paths)
+    # its pool lists the banned proxy first: without the shared cool-down its first
+    # request would go there and be banned
+    assert set(item_hits(site)[hits_before:]) == {"127.0.0.3"}
+    stats = second.stats.get_stats()
+    assert f"ha/proxy/127.0.0.1:{banned.port}/requests" not in stats
+    assert "ha/retry/banned" not in stats
+
+
+@deferred_f_from_coro_f
+async def test_with_no_usable_proxy_a_request_waits_and_is_never_sent_direct(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", f"127.0.0.1:{proxy.port}")
+    paths = ("/item/1", "/item/2")
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_COOLDOWN=COOLDOWN,
+            CONCURRENT_REQUESTS=1,
+        ),  # HA_PROXY_ALLOW_DIRECT is off by default
+    )
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url, paths=paths))
+    try:
+        # the only proxy is banned on its first request; then neither request has a proxy
+        # (a crawl that sent them direct finishes instead: the checks below say so)
+        await poll(
+            lambda: crawling.done() or redis_client.zcard(KEYS.delayed) == len(paths),
+            "both requests wait in the delayed set",
+        )
+    finally:
+        if not crawling.done():
+            await crawler.stop_async()
+        await crawling
+    assert item_hits(site) == ["127.0.0.2"]  # the one banned try; nothing went direct
+    assert DIRECT_CLIENT not in item_hits(site)
+    stats = crawler.stats.get_stats()
+    assert stats["ha/proxy/unavailable"] >= len(paths)
+    assert "ha/proxy/direct" not in stats
+    assert crawler.spider.ok == [] and crawler.spider.errors == []
+    kept = sum(redis_client.zcard(k) for k in (KEYS.pending, KEYS.leased, KEYS.delayed))
+    assert kept == len(paths) and redis_client.zcard(KEYS.dead) == 0
