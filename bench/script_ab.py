@@ -25,6 +25,8 @@ from scrapy_ha._scripts import SYNC_LUA
 from scrapy_ha.keys import Keys
 
 BATCH = 500
+#: The worker nonce of the numbered requests.
+NONCE = secrets.token_hex(8).encode()
 #: The old tree's script, as that tree assembles it (run from outside this tree).
 OLD_SCRIPT = "from scrapy_ha._scripts import SYNC_LUA; print(SYNC_LUA, end='')"
 
@@ -39,22 +41,36 @@ def sync_keys(k: Keys, n_keys: int) -> list[str]:
     """The first *n_keys* keys sync.lua takes (an older script takes fewer)."""
     every = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries]
     every += [k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]
-    every += [*k.stats_keys(), k.retried]
+    every += [*k.stats_keys(), k.retried, k.paused, k.sent]
     return every[:n_keys]
 
 
-def packed(site: str, i: int) -> bytes:
+def layout(text: str) -> tuple[int, bytes]:
+    """The keys a version of sync.lua takes and the fields of a request before its
+    fingerprint length, as that version reads them (``-`` parent, taken, worker number)."""
+    if "KEYS[19] sent" in text:
+        return 19, b"- - %s"
+    if "<taken>" in text:
+        return 18, b"- -"
+    return (13 if "stats" not in text else 17), b"-"
+
+
+def packed(site: str, i: int, fields: bytes) -> bytes:
     url = f"{site}/item/{i}"
     payload = json.dumps({"v": 1, "u": url, "cb": "parse_item"}, separators=(",", ":"))
-    return b"0 - 12" + hashlib.sha1(url.encode()).digest()[:12] + payload.encode()  # noqa: S324
+    if b"%s" in fields:  # numbered as a worker numbers the children it sends
+        fields = fields.replace(b"%s", b"%s.%d" % (NONCE, i + 1))
+    fp = hashlib.sha1(url.encode()).digest()[:12]  # noqa: S324
+    return b"0 " + fields + b" 12" + fp + payload.encode()
 
 
 class Variant:
     """One script, its own crawl's keys, and the acks it owes."""
 
-    def __init__(self, client: redis.Redis, name: str, text: str, n_keys: int) -> None:
+    def __init__(self, client: redis.Redis, name: str, text: str) -> None:
         self.client = client
         self.script = client.register_script(text)
+        n_keys, self.fields = layout(text)
         self.keys = sync_keys(Keys("ab", name), n_keys)
         self.acks: list[str] = []
         self.costs: list[float] = []
@@ -68,14 +84,15 @@ class Variant:
         reply = self.script(keys=self.keys, args=args)
         return self._cpu() - before, reply
 
-    def round(self, requests: list[bytes]) -> None:
+    def round(self, site: str, first: int) -> None:
+        requests = [packed(site, first + i, self.fields) for i in range(BATCH)]
         t1, _ = self._call(
             [len(requests), 0, 0, 30000, 500, secrets.token_hex(6), "fifo", *requests]
         )
         t2, reply = self._call(
             [0, len(self.acks), BATCH, 30000, 500, secrets.token_hex(6), "fifo", *self.acks]
         )
-        first = 11 + 2 * int(reply[10])
+        first = 13 + 2 * int(reply[11]) + int(reply[12])
         self.acks = [
             f"{reply[i].decode()} {reply[i + 1].decode()}" for i in range(first, len(reply), 4)
         ]
@@ -91,13 +108,10 @@ def main() -> None:
     args = parser.parse_args()
     client = redis.Redis(port=args.redis_port)
     client.flushall()
-    old_text = old_sync(args.old)
-    old_keys = 13 if "stats" not in old_text else 17
-    variants = [Variant(client, "old", old_text, old_keys), Variant(client, "new", SYNC_LUA, 17)]
+    variants = [Variant(client, "old", old_sync(args.old)), Variant(client, "new", SYNC_LUA)]
     for b in range(args.batches):
-        requests = [packed(args.site, b * BATCH + i) for i in range(BATCH)]
         for v in variants if b % 2 else variants[::-1]:
-            v.round(requests)
+            v.round(args.site, b * BATCH)
     medians = [statistics.median(v.costs[1:]) for v in variants]
     print(
         json.dumps(

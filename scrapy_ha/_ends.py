@@ -8,8 +8,9 @@ these is fenced by the lease token, and a failure to end one entry costs that en
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from scrapy_ha import metakeys
 from scrapy_ha._connection import REDIS_DOWN_ERRORS
@@ -30,6 +31,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Dead letters read past the number a reclaim set aside to find those it set aside (its
+#: reply has no time): room for what other workers dead-lettered in the round trip since.
+NEWEST_SLACK = 100
+
 
 class _Retention(TypedDict):
     max_entries: int
@@ -40,6 +45,19 @@ def kept(exc: Exception) -> bool:
     """After these an operation is kept and retried (Redis away, or a key of the wrong type
     that the loop sets aside first); any other error costs the entry alone."""
     return isinstance(exc, REDIS_DOWN_ERRORS) or "WRONGTYPE" in str(exc)
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _failure_class(info: bytes | None) -> str | None:
+    """The class of a dead letter's info (JSON), None if it cannot be read."""
+    try:
+        doc = json.loads(info) if info else None
+    except ValueError:
+        return None
+    return str(doc.get("class")) if isinstance(doc, dict) else None
 
 
 class Ends:
@@ -67,6 +85,8 @@ class Ends:
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
         self.corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
+        #: server times of sync calls that set entries aside as corrupt (to archive, alert)
+        self.set_aside_at: list[int] = []
         self._dlq_warned = False
 
     async def end_ops(self, ops: list[EndOp], n_ops: int) -> None:
@@ -199,6 +219,11 @@ class Ends:
     # -- unreadable entries -----------------------------------------------------------
 
     async def settle_corrupt(self) -> None:
+        """Dead-letter the leased entries this worker cannot read, and archive and alert
+        for those a sync call set aside as corrupt."""
+        while self.set_aside_at:
+            await self._set_aside(self.set_aside_at[0])
+            self.set_aside_at.pop(0)
         if self.corrupt:
             await self._archive_ready()
         while self.corrupt:
@@ -231,6 +256,29 @@ class Ends:
             "Queue entry %s is corrupt (%s): moved to the dead-letter queue", lease.id, reason
         )
 
+    async def _set_aside(self, now_ms: int | None = None, newest: int = 0) -> None:
+        """A script set entries aside as corrupt and reported only how many: archive them
+        and send the alert if due, as for every other dead letter. They are found by their
+        dead-letter time, the script's time *now_ms* when the reply has it, else among the
+        *newest* dead letters (with room for those other workers made meanwhile)."""
+        if self.archiver is None and self.alert is None:
+            return
+        await self._archive_ready()
+        assert self.queue is not None
+        client, keys = self.queue.client, self.queue.keys
+        if now_ms is not None:
+            found = await client.zrangebyscore(keys.dead, now_ms, now_ms)
+        else:
+            found = await client.zrevrange(keys.dead, 0, newest + NEWEST_SLACK - 1)
+        await self._dead_lettered(await self._corrupt(list(map(_str, found))))
+
+    async def _corrupt(self, ids: list[str]) -> list[str]:
+        """Those of the dead letters *ids* of class corrupt (another worker's among them is
+        archived a little early: the copy is the same)."""
+        assert self.queue is not None
+        infos = await self.queue.client.hmget(self.queue.keys.dead_info, ids) if ids else []
+        return [i for i, info in zip(ids, infos, strict=True) if _failure_class(info) == "corrupt"]
+
     # -- expired leases ---------------------------------------------------------------
 
     async def reclaim(self, config: SchedulerConfig) -> None:
@@ -253,6 +301,7 @@ class Ends:
                 "dead-letter queue as corrupt",
                 set_aside,
             )
+            await self._set_aside(newest=set_aside)
         if reclaimed:
             self.stats.inc_value("ha/reclaimed", reclaimed)
             logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)
@@ -288,6 +337,7 @@ class Ends:
                 result.refused,
             )
         if result.set_aside:
+            self.set_aside_at.append(result.now_ms)
             inc("ha/dead/corrupt", result.set_aside)
             logger.error(
                 "%d pending entr(ies) without an entry id moved to the dead-letter "

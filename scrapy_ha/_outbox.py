@@ -8,6 +8,7 @@ shell fills it, the session drains it, in :data:`SEND_ORDER`.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,9 +16,13 @@ if TYPE_CHECKING:
     from scrapy import Request
 
     from scrapy_ha._queue import NewEntry
+    from scrapy_ha._wire import Sender
 
 #: (entry id, lease token): one lease.
 Pair = tuple[str, str]
+#: Random bytes naming the children of one worker run in Redis (``<nonce>.<n>``): 64 bits,
+#: two runs share one with odds ~1e-19.
+SENDER_NONCE_BYTES = 8
 
 #: The order in which the session sends an outbox's contents to Redis, and why:
 #: - ``gates`` first: a domain closed by a 429 holds every worker, the sooner the better;
@@ -73,6 +78,10 @@ class Outbox:
     top: int | None = None
     #: the shell held a request back for an outranking child: the next sync wakes the engine
     held_back: bool = False
+    #: names this run's children in Redis, numbered in the order they are sent (see sync.lua)
+    nonce: str = field(default_factory=lambda: secrets.token_hex(SENDER_NONCE_BYTES))
+    #: children Redis has had (removed from the head of ``children``)
+    children_sent: int = 0
 
     def add_child(self, entry: NewEntry) -> None:
         """Queue *entry*; a fresh one (see :mod:`scrapy_ha._fresh`) counts in ``top`` only
@@ -80,6 +89,16 @@ class Outbox:
         self.children.append(entry)
         if entry.fresh is None:
             self.note_priority(entry.priority)
+
+    def sender(self) -> Sender:
+        """This worker's nonce and the number of ``children[0]``: a call that sends the head
+        of ``children`` again (its earlier reply was lost) gives each the same number."""
+        return self.nonce, self.children_sent + 1
+
+    def children_stored(self, n: int) -> None:
+        """Redis has the first *n* children."""
+        del self.children[:n]
+        self.children_sent += n
 
     def note_priority(self, priority: int) -> None:
         if self.top is None or priority > self.top:

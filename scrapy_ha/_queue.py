@@ -36,7 +36,7 @@ from scrapy_ha._wire import Lease as Lease
 from scrapy_ha._wire import NewEntry as NewEntry
 from scrapy_ha._wire import Reclaimed as Reclaimed
 from scrapy_ha._wire import SyncResult as SyncResult
-from scrapy_ha._wire import _b, _packed, _s
+from scrapy_ha._wire import _b, _s, packed_children
 from scrapy_ha._wire import clamp_priority as clamp_priority
 from scrapy_ha._wire import lost_pairs as lost_pairs
 from scrapy_ha._wire import new_nonce as new_nonce
@@ -46,6 +46,7 @@ from scrapy_ha._wire import worker_stats as worker_stats
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from scrapy_ha._wire import Sender
     from scrapy_ha.keys import Keys
 
 
@@ -85,11 +86,14 @@ class RedisQueue:
         lease_ms: int = 30000,
         promote: int = 500,
         worker: str | None = None,
+        sender: Sender | None = None,
     ) -> SyncResult:
         """Enqueue, then ack, then lease: one script, one round trip.
 
         With *worker*, the leases it gives are also written to the worker's grant key, so
-        that its lease keeper renews them before the worker has read this reply."""
+        that its lease keeper renews them before the worker has read this reply. With
+        *sender* (see :func:`packed_children`), children already handled by an earlier call
+        whose reply was lost are skipped."""
         k = self.keys
         args: list[Any] = [
             len(enqueue),
@@ -100,7 +104,7 @@ class RedisQueue:
             new_nonce(),
             f"{self.order} {self.start_order}".strip(),
         ]
-        args += [_packed(e) for e in enqueue]
+        args += packed_children(enqueue, sender)
         args += [f"{entry_id} {token}" for entry_id, token in ack]
         keys = [
             k.pending,
@@ -119,6 +123,7 @@ class RedisQueue:
             *k.stats_keys(),
             k.retried,
             k.paused,
+            k.sent,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
@@ -304,7 +309,7 @@ class RedisQueue:
         """Size of every state, read atomically."""
         k = self.keys
         keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
-        return Counts(*(int(x) for x in await self._counts(keys=keys)))
+        return Counts.from_reply(await self._counts(keys=keys))
 
     async def finish(self, worker: str) -> bool:
         """Clear a finished crawl's working keys if no other worker is alive."""
@@ -323,6 +328,7 @@ class RedisQueue:
             k.retried,
             k.dlq_alert,
             k.paused,
+            k.sent,
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 
@@ -376,10 +382,13 @@ class RedisQueue:
                 moved.append(f"{key} ({actual}, expected {expected})")
         return moved
 
-    async def leave(self, worker: str) -> None:
-        """Unregister a worker that stops."""
+    async def leave(self, worker: str, sender: str | None = None) -> None:
+        """Unregister a worker that stops (and forget its *sender* nonce's number: every
+        call of it has had its reply)."""
         await self.client.zrem(self.keys.workers, worker)
         await self.client.hdel(self.keys.worker_stats, worker)
+        if sender is not None:
+            await self.client.hdel(self.keys.sent, sender)
 
     async def flush(self) -> None:
         """Delete every key of the crawl, dead-letter queue included."""

@@ -192,7 +192,7 @@ class Session:
             logger.info("Released %d lease(s) back to the queue", released)
         # before leaving: a late renewal would re-add the heartbeat of a worker that left
         await self.renewals.stop_keeper()
-        await self.queue.leave(self.config.worker_id)
+        await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if not self.config.persist and reason == "finished":
             if await self.queue.finish(self.config.worker_id):
                 logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
@@ -316,7 +316,7 @@ class Session:
             await self.shell.offer_fresh()  # then no await until seal: none slips past
             batch = box.children[:BATCH]
             self.shell.seal(batch)
-            result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms)
+            result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms, sender=box.sender())
             self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
@@ -335,6 +335,7 @@ class Session:
                 lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
+                sender=box.sender(),
             )
             del box.acks[:n_acks]
             self._sent(result, enqueue)
@@ -356,7 +357,7 @@ class Session:
     def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
         """Redis has *sent*, the head of the outbox's children: forget them, and tell the
         shell the fate of those it handed out already."""
-        del self.outbox.children[: len(sent)]
+        self.outbox.children_stored(len(sent))
         self.shell.settle(sent, result.dropped)
         self._count(result, sent)
 

@@ -27,6 +27,10 @@ NONCE_BYTES = 6
 #: Orders within one priority: Scrapy's default is LIFO (depth-first).
 ORDERS = ("lifo", "fifo")
 
+#: A worker's nonce and the number of the first of the children a sync call sends (the
+#: worker numbers its children 1, 2, ... in the order it sends them).
+Sender = tuple[str, int]
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -78,6 +82,12 @@ class Counts:
     dead: int
     workers: int
     fingerprints: int
+
+    @classmethod
+    def from_reply(cls, reply: Iterable[Any]) -> Counts:
+        """The reply of counts.lua: ``now_ms`` then each size, in the order of the fields."""
+        now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in reply)
+        return Counts(now, pending, leased, delayed, dead, workers, fingerprints)
 
     @property
     def active(self) -> int:
@@ -138,14 +148,25 @@ def clamp_priority(priority: int) -> int:
     return max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
 
 
-def _packed(e: NewEntry) -> bytes:
+def packed_children(entries: list[NewEntry], sender: Sender | None = None) -> list[bytes]:
+    """The requests of a sync call, one argument each. With *sender* (a worker's nonce and
+    the number of its first child here), each carries its number in its worker's order, so
+    that a call sent again after its reply was lost stores and counts none of them twice."""
+    if sender is None:
+        return [_packed(e, b"-") for e in entries]
+    nonce, first = sender[0].encode(), sender[1]
+    return [_packed(e, b"%s.%d" % (nonce, first + i)) for i, e in enumerate(entries)]
+
+
+def _packed(e: NewEntry, sent: bytes) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    return b"%d%s %s %s %02d%s%s" % (
+    return b"%d%s %s %s %s %02d%s%s" % (
         clamp_priority(e.priority),
         b"s" if e.start else b"",
         _pair(e.parent),
         _pair(e.taken),
+        sent,
         len(e.fingerprint),
         e.fingerprint,
         e.payload,

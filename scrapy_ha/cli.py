@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.settings import Settings
 
 from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_workers, dashboard, metrics
+from scrapy_ha._cli_archive import add_archive_command, unarchived_kept
 from scrapy_ha._cli_common import (
     Command,
     add_bulk_options,
@@ -40,7 +41,6 @@ from scrapy_ha._connection import (
 )
 from scrapy_ha._queue import RedisQueue
 from scrapy_ha._version import __version__
-from scrapy_ha.archive import add_archive_command, unarchived_kept
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue

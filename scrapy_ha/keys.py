@@ -34,6 +34,10 @@ key                        type         content
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter part of lease tokens
+``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
+                                        child stored (a worker numbers the children it
+                                        sends 1, 2, ...: a round sent again after its reply
+                                        was lost skips those it already handled)
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
 ``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
                                         ``{"leases", "rate"}``: leases held, pages per second
@@ -144,6 +148,11 @@ class Keys:
         return self._key("lseq")
 
     @property
+    def sent(self) -> str:
+        """The number of each running worker's newest child stored (see sync.lua)."""
+        return self._key("sent")
+
+    @property
     def workers(self) -> str:
         return self._key("workers")
 
@@ -237,6 +246,7 @@ class Keys:
             self.dupefilter,
             self.seq,
             self.lease_seq,
+            self.sent,
             self.workers,
             self.worker_stats,
             self.paused,

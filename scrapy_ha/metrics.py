@@ -26,6 +26,7 @@ from redis.retry import Retry
 
 from scrapy_ha._connection import display_url, sync_redis_from_settings
 from scrapy_ha._scripts import COUNTS_LUA
+from scrapy_ha._wire import Counts
 from scrapy_ha.config import ConfigError, key_prefix
 from scrapy_ha.keys import Keys
 from scrapy_ha.stats import CrawlStats
@@ -166,10 +167,7 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
 def _numbers(
     spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any], paused: int
 ) -> CrawlNumbers:
-    now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in counts)
-    crawl = CrawlStats(
-        spider, now, pending, leased, delayed, dead, workers, fingerprints, counters=_ints(stats)
-    )
+    crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
     return CrawlNumbers(crawl, closed, bool(paused))
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha._scripts import COUNTS_LUA
+from scrapy_ha._wire import Counts
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -75,27 +76,41 @@ def _ints(raw: dict[Any, Any]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class CrawlStats:
-    """The numbers of one crawl at one instant (Redis server time ``now_ms``).
+class CrawlStats(Counts):
+    """The numbers of one crawl (``spider``) at one instant (Redis server time ``now_ms``).
 
-    The live state: ``pending``, ``leased``, ``delayed``, ``dead`` (entries in the
-    dead-letter queue now), ``workers`` (alive), ``fingerprints``. The counters since the
-    crawl began: :attr:`counters` (the ``stats`` hash as read) and the properties below.
+    The live state, as :class:`~scrapy_ha._wire.Counts` (the same script reads it):
+    ``pending``, ``leased``, ``delayed``, ``dead`` (entries in the dead-letter queue now),
+    ``workers`` (alive), ``fingerprints``. The counters since the crawl began:
+    :attr:`counters` (the ``stats`` hash as read) and the properties below.
     """
 
     spider: str
-    now_ms: int
-    pending: int
-    leased: int
-    delayed: int
-    dead: int
-    workers: int
-    fingerprints: int
     counters: dict[str, int] = field(default_factory=dict)
     #: event -> minute -> count
     minutes: dict[str, dict[int, int]] = field(default_factory=dict)
     #: domain -> event -> count
     domains: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        spider: str,
+        counts: Counts,
+        *,
+        counters: dict[str, int],
+        minutes: dict[str, dict[int, int]] | None = None,
+        domains: dict[str, dict[str, int]] | None = None,
+    ) -> CrawlStats:
+        """The numbers of *spider*'s crawl: its live *counts* and its counters."""
+        c = counts
+        return cls(
+            *(c.now_ms, c.pending, c.leased, c.delayed, c.dead, c.workers, c.fingerprints),
+            spider=spider,
+            counters=counters,
+            minutes=minutes or {},
+            domains=domains or {},
+        )
 
     def counter(self, name: str) -> int:
         """Counter *name* of the ``stats`` hash (0 when it never moved)."""
@@ -145,11 +160,6 @@ class CrawlStats:
     @property
     def purged(self) -> int:
         return self.counter("purged")
-
-    @property
-    def active(self) -> int:
-        """Requests some worker still has to process (pending, leased or delayed)."""
-        return self.pending + self.leased + self.delayed
 
     def _per_class(self, event: str) -> dict[str, int]:
         prefix = f"{event}:"
@@ -227,16 +237,9 @@ def _domains(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
 
 
 def _parse(keys: Keys, replies: list[Any]) -> CrawlStats:
-    now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in replies[0])
-    return CrawlStats(
+    return CrawlStats.of(
         keys.spider,
-        now,
-        pending,
-        leased,
-        delayed,
-        dead,
-        workers,
-        fingerprints,
+        Counts.from_reply(replies[0]),
         counters=_ints(replies[1]),
         minutes=_minutes(replies[2]),
         domains=_domains(replies[3]) if len(replies) > 3 else {},

@@ -288,7 +288,7 @@ def test_two_real_workers_count_once_and_a_killed_one_shows_as_leases_lost(
 
 def test_retries_and_dead_letters_per_class_add_up_to_their_totals():
     stats = {"retried": 7, "retried:server": 4, "retried:network": 1, "dead": 2, "dead:gone": 2}
-    numbers = CrawlNumbers(CrawlStats("s", 0, 0, 0, 0, 0, 0, 0, counters=stats), 0)
+    numbers = CrawlNumbers(CrawlStats(0, 0, 0, 0, 0, 0, 0, spider="s", counters=stats), 0)
     assert numbers.by_class("retried") == {"server": 4, "network": 1, UNKNOWN_CLASS: 2}
     assert numbers.by_class("dead") == {"gone": 2}
     assert numbers.by_class("nothing") == {}

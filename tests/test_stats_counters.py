@@ -212,7 +212,6 @@ async def test_garbage_in_a_counter_restarts_it_a_stats_key_of_another_type_fail
 def test_rates_span_the_window_and_the_eta_divides_what_is_left_by_the_ack_rate():
     m = 29_000_000
     stats = CrawlStats(
-        "s",
         m * 60_000 + 30_000,
         90,
         20,
@@ -220,6 +219,7 @@ def test_rates_span_the_window_and_the_eta_divides_what_is_left_by_the_ack_rate(
         0,
         1,
         0,
+        spider="s",
         minutes={"acked": {m: 30, m - 1: 60, m - 4: 10, m - 5: 40, m - 100: 1000}},
     )
     assert stats.rate("acked", 1) == 30 + 60 / 2  # half of the minute before is in the window
@@ -227,7 +227,7 @@ def test_rates_span_the_window_and_the_eta_divides_what_is_left_by_the_ack_rate(
     assert stats.rate("acked", 60) == (30 + 60 + 10 + 40) / 60
     assert stats.rate("dead", 5) == 0.0
     assert stats.eta_seconds(5) == 120 / 24 * 60  # 120 left at 24 a minute: 5 minutes
-    assert CrawlStats("s", 0, 1, 0, 0, 0, 0, 0).eta_seconds() is None  # nothing acked lately
+    assert CrawlStats(0, 1, 0, 0, 0, 0, 0, spider="s").eta_seconds() is None  # nothing acked lately
 
 
 PAGE = request("http://h.example/1").payload

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -23,6 +24,7 @@ from scrapy_ha.dlq import DeadEntry, parse_entry
 from scrapy_ha.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
+    from scrapy_ha.dashboard._actions import Action
     from scrapy_ha.keys import Keys
 
 #: Entries read per round trip while a filtered page is filled (few round trips, each small).
@@ -296,3 +298,47 @@ async def open_gates(client: Any, keys: Keys, now_ms: int) -> dict[str, int]:
 
 async def crawl_stats(client: Any, keys: Keys, *, domains: bool) -> CrawlStats:
     return await read_crawl_stats_async(client, keys, domains=domains)
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def local_time(ms: int | None) -> str:
+    """A server time (ms) as a local date-time, ``2026-11-30 17:05:12``."""
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def today_ms(now_ms: int) -> int:
+    """Local midnight of the day of *now_ms*."""
+    day = datetime.fromtimestamp(now_ms / 1000).astimezone()
+    return int(day.replace(hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
+
+
+def page_json(spider: str, table: str, flt: Filter, page: Page) -> dict[str, Any]:
+    """A page of a table as the ``/api/`` answers it."""
+    return {
+        "spider": spider,
+        "table": table,
+        "filter": flt.as_dict(),
+        "total_in_window": page.total,
+        "scanned": page.scanned,
+        "next_cursor": page.next_cursor,
+        "entries": [r.as_dict() for r in page.rows],
+    }
+
+
+def body_text(raw: bytes) -> str:
+    """A request body as text: as it is when UTF-8, else with its bytes escaped."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw.decode("latin-1").encode("unicode_escape").decode()
+
+
+def report(action: Action, touched: int, selected: int) -> str:
+    """What an action did, as the page that ran it says it."""
+    if action.table is None:
+        return action.done if touched else f"was {action.done} already"
+    return f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"

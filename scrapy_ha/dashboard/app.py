@@ -32,9 +32,14 @@ from scrapy_ha.dashboard._data import (
     Page,
     Row,
     Tables,
+    body_text,
     crawl_names,
     crawl_stats,
+    local_time,
     open_gates,
+    page_json,
+    report,
+    today_ms,
 )
 from scrapy_ha.keys import Keys
 
@@ -54,13 +59,6 @@ TOP_DOMAINS = 20
 DURATIONS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 #: The tables: which set they page, which end comes first.
 TABLES = {"dead": True, "delayed": False}  # newest dead letter first; soonest retry first
-
-
-def local_time(ms: int | None) -> str:
-    """A server time (ms) as a local date-time, ``2026-11-30 17:05:12``."""
-    if not ms:
-        return ""
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def create_app(
@@ -170,18 +168,12 @@ async def _summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]
     }
 
 
-def _today_ms(now_ms: int) -> int:
-    """Local midnight of the day of *now_ms*."""
-    day = datetime.fromtimestamp(now_ms / 1000).astimezone()
-    return int(day.replace(hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
-
-
 async def _crawl(request: Request, spider: str) -> dict[str, Any]:
     client = request.app.state.client
     keys = _keys(request, spider)
     stats = await crawl_stats(client, keys, domains=True)
     now, live = await live_workers(RedisQueue(client, keys))
-    midnight_minute = _today_ms(stats.now_ms) // 60_000
+    midnight_minute = today_ms(stats.now_ms) // 60_000
     today = {
         event: sum(n for m, n in stats.minutes.get(event, {}).items() if m >= midnight_minute)
         for event in ("retried", "dead", "acked")
@@ -260,18 +252,6 @@ async def _table(request: Request, spider: str, table: str) -> tuple[Filter, Pag
     return flt, await tables.page(key, flt, cursor=cursor, size=size, newest_first=TABLES[table])
 
 
-def _page_json(spider: str, table: str, flt: Filter, page: Page) -> dict[str, Any]:
-    return {
-        "spider": spider,
-        "table": table,
-        "filter": flt.as_dict(),
-        "total_in_window": page.total,
-        "scanned": page.scanned,
-        "next_cursor": page.next_cursor,
-        "entries": [r.as_dict() for r in page.rows],
-    }
-
-
 async def _entry(request: Request, spider: str, table: str, entry_id: str) -> dict[str, Any]:
     keys = _keys(request, spider)
     client = request.app.state.client
@@ -283,15 +263,8 @@ async def _entry(request: Request, spider: str, table: str, entry_id: str) -> di
         **row.as_dict(),
         "history": mask_payload(row.history),
         "request": summary.printable(),  # secrets masked by the codec, as in `dlq show`
-        "body": _body_text(summary.body),
+        "body": body_text(summary.body),
     }
-
-
-def _body_text(raw: bytes) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return raw.decode("latin-1").encode("unicode_escape").decode()
 
 
 # -- acting ---------------------------------------------------------------------------------
@@ -326,12 +299,6 @@ async def _perform(request: Request, spider: str, action: Action, ids: list[str]
     return touched
 
 
-def _report(action: Action, touched: int, selected: int) -> str:
-    if action.table is None:
-        return action.done if touched else f"was {action.done} already"
-    return f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
-
-
 async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
     action = _action(name)
     try:
@@ -348,7 +315,7 @@ async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any
         "action": name,
         "selected": len(selected),
         "touched": touched,
-        "report": _report(action, touched, len(selected)),
+        "report": report(action, touched, len(selected)),
     }
 
 
@@ -365,7 +332,7 @@ async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse
     if form.get("confirm") != "yes":
         return _page(request, "confirm.html", **context)
     touched = await _perform(request, spider, action, selected)
-    return _page(request, "done.html", report=_report(action, touched, len(selected)), **context)
+    return _page(request, "done.html", report=report(action, touched, len(selected)), **context)
 
 
 def _str(value: Any) -> str | None:
@@ -441,7 +408,7 @@ def _api_routes(app: FastAPI) -> None:
     @app.get("/api/crawls/{spider}/{table}")
     async def api_table(request: Request, spider: str, table: str) -> dict[str, Any]:
         flt, page = await _table(request, spider, table)
-        return _page_json(spider, table, flt, page)
+        return page_json(spider, table, flt, page)
 
     @app.get("/api/crawls/{spider}/{table}/{entry_id}")
     async def api_entry(request: Request, spider: str, table: str, entry_id: str) -> Any:

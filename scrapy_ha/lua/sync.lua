@@ -15,7 +15,8 @@
 -- KEYS[14] stats     KEYS[15] stats:min KEYS[16] stats:domain (lib/stats)
 -- KEYS[17] retried (entry id -> retries: an ack of one counts as retry_ok)
 -- KEYS[18] paused (set by `scrapy-ha pause`: nothing is leased)
--- KEYS[19] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[19] sent: a worker's nonce -> the number of its newest child stored (see below)
+-- KEYS[20] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
@@ -26,12 +27,17 @@
 -- ARGV[7] order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or ' lifo':
 --         the order of start requests kept in their own queue (marked 's' below), which go
 --         after every other request of their priority
--- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <fingerprint
---   length (2 digits)><fingerprint><payload>": parent is '-' (none) or "<entry id>/<lease
---   token>" of the page that yielded it; taken is '-' or "<entry id>/<lease token>" made by
---   the worker, which already handed the request to its engine: stored LEASED to it under
---   that id and token (not pending) and marked handed, its download waiting for this reply; length 00 = never
---   filtered; e.g. "-3 - - 12<12 bytes>{...}"
+-- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <sent>
+--   <fingerprint length (2 digits)><fingerprint><payload>": parent is '-' (none) or
+--   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
+--   token>" made by the worker, which already handed the request to its engine: stored
+--   LEASED to it under that id and token (not pending) and marked handed, its download
+--   waiting for this reply;
+--   sent is '-' or "<worker nonce>.<n>": the worker numbers its children 1, 2, ... in the
+--   order it sends them, so a request whose n is not above the number KEYS[19] holds for
+--   that nonce was stored (or filtered, or refused) by an earlier call whose reply was lost,
+--   and is skipped: a resent round enqueues and counts nothing twice; length 00 = never
+--   filtered; e.g. "-3 - - 9f3a.17 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
@@ -72,36 +78,45 @@ if paused == 1 then n_lease = 0 end
 local reqs = {}
 for i = 1, n_enq do
   local e = ARGV[7 + i]
-  local prio, start, pid, ptok, tid, ttok, rest =
-    string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ()')
+  local prio, start, pid, ptok, tid, ttok, sid, sn, rest =
+    string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
-  if not (prio and fl and (pid == '-' or ptok ~= '') and (tid == '-' or ttok ~= ''))
-      or #e < rest + 1 + fl then
+  if not (prio and fl and (pid == '-' or ptok ~= '') and (tid == '-' or ttok ~= '')
+      and (sid == '-' or sn ~= '')) or #e < rest + 1 + fl then
     return redis.error_reply('ERR sync: malformed request argument ' .. i)
   end
   reqs[i] = {
     prio = clamp_priority(tonumber(prio)), start = start == 's' and start_order ~= '',
     pid = pid ~= '-' and pid or nil, ptok = ptok,
     tid = tid ~= '-' and tid or nil, ttok = ttok,
+    sid = sid ~= '-' and sid or nil, sn = tonumber(sn),
     fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
     payload = string.sub(e, rest + 2 + fl)}
 end
 
 local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
-  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash'})
+  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash'})
 if err then return err end
 
 -- A taken request is stored leased to the worker that took it; the same argument sent again
 -- (the reply to an earlier call was lost) finds its lease and changes nothing.
+-- A request numbered by its worker (sent) and not above that worker's number in KEYS[19]
+-- was handled by an earlier call whose reply was lost: it is not stored or counted again
+-- (reported added; a taken one whose lease is gone, dropped).
 local added, refused, roots_seen = 0, 0, 0
 local dropped, taken = {}, {}
+local sent = {} -- worker nonce -> its number in KEYS[19] before this call
 if n_enq > 0 then
   local base = take(KEYS[4], n_enq)
   for i = 1, n_enq do
     local r = reqs[i]
+    local sid = r.sid
+    if sid and not sent[sid] then sent[sid] = tonumber(redis.call('HGET', KEYS[19], sid)) or 0 end
     if r.tid and lease_current(KEYS[6], r.tid, r.ttok) then
       added = added + 1 -- stored by an earlier call whose reply was lost: keep it granted
       taken[#taken + 1] = r
+    elseif sid and r.sn <= sent[sid] then
+      if r.tid then dropped[#dropped + 1] = r.tid else added = added + 1 end
     elseif r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
       refused = refused + 1
       if r.tid then dropped[#dropped + 1] = r.tid end
@@ -128,6 +143,12 @@ if n_enq > 0 then
       if not r.pid then roots_seen = roots_seen + 1 end
     end
   end
+  local newest = {}
+  for i = 1, n_enq do
+    local r = reqs[i]
+    if r.sid and r.sn > (newest[r.sid] or sent[r.sid]) then newest[r.sid] = r.sn end
+  end
+  for sid, n in pairs(newest) do redis.call('HSET', KEYS[19], sid, n) end
 end
 
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale
@@ -178,7 +199,7 @@ local function set_aside(m)
 end
 
 -- The grant: the pairs this call leases (taken requests included), for the lease keeper.
-local grant = (n_lease > 0 or #taken > 0) and KEYS[19] or nil
+local grant = (n_lease > 0 or #taken > 0) and KEYS[20] or nil
 if grant then
   redis.call('DEL', grant)
   for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end

@@ -1,0 +1,79 @@
+"""Entries a script sets aside as corrupt (a pending member without an entry id, a leased
+entry without a readable lease record) are archived (HA_DLQ_ARCHIVE_URL) and alerted for
+(HA_DLQ_ALERT_WEBHOOK) as every other dead letter. Real crawls, a real redis-server, SQLite
+and a real PostgreSQL, a real local webhook receiver."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from tests.spiders import FaultSpider
+from tests.test_alerts import Receiver
+from tests.test_archive import rows
+from tests.test_retry_crawl import FAST_RETRIES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+KEYS = Keys("ha", "faults")
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def archive_url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'failed.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def corrupt_the_queue(redis_client) -> None:
+    """A pending member without an entry id (sync.lua sets it aside when it comes up for a
+    lease) and an expired lease without a lease record (reclaim.lua sets it aside)."""
+    redis_client.zadd(KEYS.pending, {b" no entry id": 0})
+    redis_client.zadd(KEYS.leased, {b"9001": 0})
+    redis_client.hset(KEYS.payload, b"9001", b"unreadable")
+
+
+@deferred_f_from_coro_f
+async def test_entries_set_aside_by_scripts_are_archived_and_alerted(
+    redis_url, redis_client, site, archive_url, receiver
+):
+    corrupt_the_queue(redis_client)
+    settings = {
+        **FAST_RETRIES,
+        "REDIS_URL": redis_url,
+        "HA_DLQ_ARCHIVE_URL": archive_url,
+        "HA_DLQ_ALERT_WEBHOOK": receiver.url,
+        "HA_DLQ_ALERT_THRESHOLD": 2,
+    }
+    crawler = get_crawler(FaultSpider, settings)
+    await crawler.crawl_async(base_url=site.url, paths=("/item/1",))
+    assert crawler.stats.get_value("item_scraped_count") == 1
+    assert crawler.stats.get_value("ha/dead/corrupt") == 2
+    dead = {i.decode() for i in redis_client.zrange(KEYS.dead, 0, -1)}
+    assert len(dead) == 2
+    found = rows(archive_url)
+    assert set(found) == dead
+    assert {r["failure_class"] for r in found.values()} == {"corrupt"}
+    assert crawler.stats.get_value("ha/archive/archived") == 2
+    (post,) = receiver.posts
+    assert post["spider"] == "faults" and post["dead"] == 2
