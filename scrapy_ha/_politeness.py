@@ -159,3 +159,48 @@ def _override(domain: str, value: Any, default: DomainLimit) -> DomainLimit:
         f"{where}['concurrency']", value.get("concurrency", default.concurrency)
     )
     return DomainLimit(rate, concurrency)
+
+
+def limits_in_force(fields: Mapping[Any, Any]) -> dict[str, DomainLimit]:
+    """The limits a crawl's limits hash holds (its ``HGETALL``): ``*`` -> every domain's,
+    else the domain's own; a field nobody can read is left out (the scripts ignore it too)."""
+    found = {}
+    for key, value in fields.items():
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        try:
+            rate, concurrency = text.split()
+            found[name] = DomainLimit(float(rate), int(float(concurrency)))
+        except ValueError:
+            continue
+    return found
+
+
+def held_slots(state: Mapping[Any, Any]) -> dict[str, int]:
+    """Leases holding a concurrency slot per domain, from the polite hash (its ``HGETALL``)."""
+    held = {}
+    for key, value in state.items():
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        if name.startswith("n:"):
+            try:
+                held[name[2:]] = int(value)
+            except ValueError:
+                continue
+    return held
+
+
+def describe(limits: Mapping[str, DomainLimit], held: Mapping[str, int]) -> str:
+    """One line for ``scrapy-ha status``: the limits in force and the slots held now."""
+
+    def one(lim: DomainLimit) -> str:
+        parts = [f"rate {lim.rate:g}/s" if lim.rate else "", f"concurrency {lim.concurrency}"]
+        return ", ".join(p for p in parts if p and not p.endswith(" 0")) or "none"
+
+    text = "; ".join(
+        ("every domain" if d == EVERY_DOMAIN else d) + ": " + one(lim)
+        for d, lim in sorted(limits.items(), key=lambda x: (x[0] != EVERY_DOMAIN, x[0]))
+        if d != EVERY_DOMAIN or lim
+    )
+    if held:
+        text += " (slots held: " + ", ".join(f"{d} {n}" for d, n in sorted(held.items())) + ")"
+    return text

@@ -5,7 +5,11 @@ slot, other domains are not starved behind a limited one (issue 16, item 6)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import redis.asyncio
@@ -171,4 +175,21 @@ async def test_without_limits_nothing_is_held_back_or_counted(redis_url):
     leases = await q.lease(10, 30000)
     assert len(leases) == 10 and {lease.wait_ms for lease in leases} == {0}
     assert not await q.client.exists(KEYS.domain_limits, KEYS.polite)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_status_shows_the_limits_in_force_and_the_slots_held(redis_url):
+    limits = {"default": DomainLimit(rate=20, concurrency=2), "a.test": DomainLimit(5, 2)}
+    q = await limited_queue(redis_url, **limits)
+    await q.enqueue([page("a.test", n) for n in range(3)])
+    await q.lease(3, 30000)
+    cli = [str(Path(sys.executable).with_name("scrapy-ha")), "--redis-url", redis_url]
+    shown = subprocess.run([*cli, "status", "polite"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.strip().startswith("limits"))
+    assert "every domain: rate 20/s, concurrency 2; a.test: rate 5/s, concurrency 2" in line
+    assert "(slots held: a.test 2)" in line and "held back 1" in line
+    doc = subprocess.run([*cli, "status", "polite", "--json"], capture_output=True, timeout=60)
+    assert json.loads(doc.stdout)["domain_slots"] == {"a.test": 2}
     await q.client.aclose()
