@@ -40,5 +40,6 @@ if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
 trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age, KEYS[11])
+polite_write(KEYS[12])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {1, redis.call('ZCARD', KEYS[3])}

@@ -82,5 +82,6 @@ end
 if #ids >= batch then
   redis.call('DEL', KEYS[7]) -- more are waiting: let the next tick continue
 end
+polite_write(KEYS[14])
 write_stats(KEYS[10], KEYS[11], KEYS[12], now)
 return out

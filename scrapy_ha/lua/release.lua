@@ -19,4 +19,5 @@ for i = 1, #ARGV, 2 do
     n = n + 1
   end
 end
+polite_write(KEYS[5])
 return n

@@ -47,5 +47,6 @@ if class ~= '' then
   add(KEYS[6], ARGV[1], 1)
   count('retried', 1, lease_domain(v), class)
 end
+polite_write(KEYS[10])
 write_stats(KEYS[7], KEYS[8], KEYS[9], now)
 return due

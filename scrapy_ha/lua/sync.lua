@@ -242,6 +242,7 @@ if n_lease > 0 then
   count('domain_limited', parked)
 end
 if grant then redis.call('PEXPIRE', grant, lease_ms) end
+polite_write(KEYS[20])
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])

@@ -21,6 +21,45 @@ local RATE_HORIZON_MS = 1000
 -- with thousands of requests never fills the head of the queue and starves the others.
 local PARK_MS = 100
 
+-- The fields of the polite hash this call read or changed (field -> number), written once
+-- by polite_write at its end: a call that leases or acks many requests of one domain reads
+-- and writes the domain's count and times once.
+local FIELDS, DIRTY = {}, {}
+
+-- field_get(state, field)
+--   Returns the number a field of the polite hash holds (0 when missing or garbage).
+local function field_get(state, field)
+  local v = FIELDS[field]
+  if v == nil then
+    v = tonumber(redis.call('HGET', state, field) or '') or 0
+    FIELDS[field] = v
+  end
+  return v
+end
+
+-- field_set(field, value)
+--   Sets a field of the polite hash for this call (written by polite_write).
+local function field_set(field, value)
+  FIELDS[field] = value
+  DIRTY[field] = true
+end
+
+-- polite_write(state)
+--   KEYS: the polite hash (the caller's KEYS[i])
+--   Writes the fields this call changed (a slot count down to 0 is deleted). Call it once,
+--   after the last polite_admit or polite_free.
+local function polite_write(state)
+  for f in pairs(DIRTY) do
+    local v = FIELDS[f]
+    if v <= 0 and string.sub(f, 1, 2) == 'n:' then
+      redis.call('HDEL', state, f)
+    else
+      redis.call('HSET', state, f, int_str(math.ceil(v)))
+    end
+  end
+  DIRTY = {}
+end
+
 -- parse_limit(value)
 --   Returns {rate, conc} of a limits field; nil when it limits nothing (or is garbage: a
 --   limit nobody can read is no limit, the crawl goes on).
@@ -61,8 +100,8 @@ local function park_due(p, domain, lim, earliest)
   if lim.rate > 0 then spacing = 1000 / lim.rate end
   if lim.conc >= 1 then spacing = math.max(spacing, PARK_MS / lim.conc) end
   local field = 'p:' .. domain
-  local due = math.ceil(math.max(earliest, tonumber(redis.call('HGET', p.state, field) or '') or 0))
-  redis.call('HSET', p.state, field, int_str(math.ceil(due + spacing)))
+  local due = math.ceil(math.max(earliest, field_get(p.state, field)))
+  field_set(field, math.ceil(due + spacing))
   return due
 end
 
@@ -77,20 +116,20 @@ local function polite_admit(p, id, domain)
   if not lim then return 0, nil end
   local held = 0
   if lim.conc >= 1 then
-    held = tonumber(redis.call('HGET', p.state, 'n:' .. domain) or '') or 0
+    held = field_get(p.state, 'n:' .. domain)
     if held >= lim.conc then return nil, park_due(p, domain, lim, p.now + PARK_MS) end
   end
   local wait = 0
   if lim.rate > 0 then
     local interval = 1000 / lim.rate
-    local at = math.max(p.now, tonumber(redis.call('HGET', p.state, 't:' .. domain) or '') or 0)
+    local at = math.max(p.now, field_get(p.state, 't:' .. domain))
     local horizon = math.min(math.max(RATE_HORIZON_MS, interval), p.lease_ms / 2)
     if at - p.now > horizon then return nil, park_due(p, domain, lim, at - horizon) end
-    redis.call('HSET', p.state, 't:' .. domain, int_str(math.ceil(at + interval)))
+    field_set('t:' .. domain, math.ceil(at + interval))
     wait = math.ceil(at - p.now)
   end
   if lim.conc >= 1 then
-    redis.call('HSET', p.state, 'n:' .. domain, held + 1)
+    field_set('n:' .. domain, held + 1)
     redis.call('HSET', p.state, id, domain)
   end
   return wait, nil
@@ -98,15 +137,12 @@ end
 
 -- polite_free(state, id)
 --   KEYS: the polite hash (the caller's KEYS[i])
---   Frees the concurrency slot the lease of entry id holds, if it holds one (once).
+--   Frees the concurrency slot the lease of entry id holds, if it holds one (once); the
+--   count is written by polite_write.
 local function polite_free(state, id)
   local domain = redis.call('HGET', state, id)
   if not domain then return end
   redis.call('HDEL', state, id)
-  local held = (tonumber(redis.call('HGET', state, 'n:' .. domain) or '') or 1) - 1
-  if held > 0 then
-    redis.call('HSET', state, 'n:' .. domain, held)
-  else
-    redis.call('HDEL', state, 'n:' .. domain)
-  end
+  local field = 'n:' .. domain
+  field_set(field, math.max(0, field_get(state, field) - 1))
 end
