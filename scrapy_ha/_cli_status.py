@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from scrapy_ha._cli_pause import paused_since
 from scrapy_ha._health import redis_health
+from scrapy_ha._politeness import DomainLimit, describe, held_slots, limits_in_force
 from scrapy_ha.stats import (
     COUNTERS,
     DOMAIN_EVENTS,
@@ -102,19 +103,32 @@ async def _show(queue: RedisQueue, args: argparse.Namespace) -> None:
         stats = await read_crawl_stats_async(queue.client, queue.keys, domains=args.domains > 0)
         paused = await paused_since(queue)
         health = await redis_health(queue.client)
+        limits, held = await _politeness(queue)
         if args.json:
             doc = {**as_json(stats, args.domains), "paused": paused, "redis": health}
+            doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
+            doc["domain_slots"] = held
             out.write(json.dumps(doc) + "\n")
         else:
             lines = text(stats, args.domains)
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
+            if limits:
+                limited = stats.counter("domain_limited")
+                lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
             _draw(out, lines, in_place=in_place, last=args.watch is None)
         out.flush()
         if args.watch is None:
             return
         await asyncio.sleep(args.watch)
+
+
+async def _politeness(queue: RedisQueue) -> tuple[dict[str, DomainLimit], dict[str, int]]:
+    """The crawl-wide per-domain limits in force and the slots held (two small hashes)."""
+    limits = limits_in_force(await queue.client.hgetall(queue.keys.domain_limits))
+    held = held_slots(await queue.client.hgetall(queue.keys.polite)) if limits else {}
+    return limits, held
 
 
 def _draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:

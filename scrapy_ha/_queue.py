@@ -124,6 +124,8 @@ class RedisQueue:
             k.retried,
             k.paused,
             k.sent,
+            k.domain_limits,
+            k.polite,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
@@ -134,8 +136,8 @@ class RedisQueue:
         dropped = {_s(x) for x in reply[first : first + n_dropped]}
         first += n_dropped
         leases = [
-            Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), int(reply[i + 3]))
-            for i in range(first, len(reply), 4)
+            Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), *map(int, reply[i + 3 : i + 5]))
+            for i in range(first, len(reply), 5)
         ]
         now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
             int, reply[:11]
@@ -217,6 +219,7 @@ class RedisQueue:
             k.retried,
             *k.stats_keys(),
             k.dead_archived,
+            k.polite,
         ]
         args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
         reply = await self._reclaim(keys=keys, args=args)
@@ -230,7 +233,11 @@ class RedisQueue:
             return 0
         k = self.keys
         args = [x for pair in pairs for x in pair]
-        return int(await self._release(keys=[k.pending, k.leased, k.leases, k.payload], args=args))
+        return int(
+            await self._release(
+                keys=[k.pending, k.leased, k.leases, k.payload, k.polite], args=args
+            )
+        )
 
     async def dead_letter(
         self,
@@ -248,7 +255,7 @@ class RedisQueue:
         """
         k = self.keys
         keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
-        keys += [*k.stats_keys(), k.dead_archived]
+        keys += [*k.stats_keys(), k.dead_archived, k.polite]
         args = [
             entry_id,
             token,
@@ -277,7 +284,7 @@ class RedisQueue:
         """
         k = self.keys
         keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried]
-        keys += k.stats_keys()
+        keys += [*k.stats_keys(), k.polite]
         prio = "" if priority is None else clamp_priority(priority)
         args = [entry_id, token, delay_ms, payload, prio, failure_class]
         return int(await self._retry(keys=keys, args=args))
@@ -285,6 +292,17 @@ class RedisQueue:
     async def close_gate(self, domain: str, ms: int) -> int:
         """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
         return int(await self._gate(keys=[self.keys.gates], args=[domain, ms]))
+
+    async def set_domain_limits(self, limits: dict[str, str]) -> None:
+        """Put this worker's per-domain limits in force for the crawl (``{}``: none), as
+        the limits hash holds them (see :mod:`scrapy_ha._politeness`): the last worker to
+        start sets them, so every worker of a crawl should have the same settings."""
+        key = self.keys.domain_limits
+        old = {_s(f) for f in await self.client.hkeys(key)} - set(limits)
+        if limits:  # new ones first: never a moment without the limits in force
+            await self.client.hset(key, mapping=limits)
+        if old:
+            await self.client.hdel(key, *old)
 
     async def requeue_dead(self, entries: list[tuple[str, int, bytes]]) -> int:
         """Move (id, priority, payload) dead-letter entries back to pending; return how many."""
@@ -329,6 +347,7 @@ class RedisQueue:
             k.dlq_alert,
             k.paused,
             k.sent,
+            k.polite,
         ]
         return bool(await self._finish(keys=keys, args=[worker]))
 

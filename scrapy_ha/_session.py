@@ -133,6 +133,7 @@ class Session:
         cfg = self.config
         self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)
         self.ends.queue = self.queue
+        await self.queue.set_domain_limits(cfg.politeness.as_hash())
         await self.renewals.renew(self.queue)
         self.renewals.start_keeper(self.queue)
         self.redis_ok = True

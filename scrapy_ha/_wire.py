@@ -34,12 +34,14 @@ Sender = tuple[str, int]
 
 @dataclass(frozen=True)
 class Lease:
-    """One leased entry: its id, the token that fences it, and its payload."""
+    """One leased entry: its id, the token that fences it, and its payload; *wait_ms*: how
+    long it must wait before it starts, for its domain's crawl-wide rate limit."""
 
     id: str
     token: str
     payload: bytes
     expiries: int = 0
+    wait_ms: int = 0
 
 
 @dataclass

@@ -22,6 +22,7 @@ from scrapy_ha._mwconfig import (
     RetryConfig,
     UserAgentConfig,
 )
+from scrapy_ha._politeness import Politeness
 from scrapy_ha._queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha._validate import ConfigError
 from scrapy_ha.codec import UNSTORABLE_POLICIES
@@ -163,6 +164,8 @@ class SchedulerConfig:
     #: HA_FEED was set (True or False); unset, the spider decides (a RedisSpider feeds).
     feed_given: bool = False
     dead_letter: DeadLetterConfig = field(default_factory=lambda: DeadLetterConfig())
+    #: crawl-wide per-domain limits (HA_DOMAIN_RATE, HA_DOMAIN_CONCURRENCY, HA_DOMAIN_LIMITS)
+    politeness: Politeness = field(default_factory=lambda: Politeness())
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -213,6 +216,7 @@ class SchedulerConfig:
             worker_id_given=bool(settings.get("HA_WORKER_ID")),
             feed_given=check.given(settings, "HA_FEED"),
             dead_letter=DeadLetterConfig.from_settings(settings),
+            politeness=Politeness.from_settings(settings),
             unstorable=check.choice(
                 settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
             ),

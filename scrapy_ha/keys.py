@@ -44,6 +44,14 @@ key                        type         content
 ``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
+``ha:{books}:limits``      hash         crawl-wide per-domain limits: ``*`` (every domain) or a
+                                        domain -> ``"<rate> <concurrency>"`` (0 = none),
+                                        written by each worker at start
+``ha:{books}:polite``      hash         the limits' state: ``n:<domain>`` -> leases holding a
+                                        concurrency slot, ``t:<domain>`` -> time (ms) its
+                                        next request may start, ``p:<domain>`` -> time its
+                                        next held-back request comes back, ``<entry id>``
+                                        -> domain of a lease holding a slot
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 ``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
@@ -173,6 +181,16 @@ class Keys:
         return self._key("gates")
 
     @property
+    def domain_limits(self) -> str:
+        """Crawl-wide per-domain limits (see :mod:`scrapy_ha._politeness`)."""
+        return self._key("limits")
+
+    @property
+    def polite(self) -> str:
+        """The state of the per-domain limits: slots held, next start times."""
+        return self._key("polite")
+
+    @property
     def proxy_cooldowns(self) -> str:
         return self._key("proxy_cd")
 
@@ -252,6 +270,8 @@ class Keys:
             self.paused,
             self.reclaim_guard,
             self.gates,
+            self.domain_limits,
+            self.polite,
             self.proxy_cooldowns,
             self.cookies,
             self.retried,

@@ -18,6 +18,7 @@ __all__ = [
     "COOKIES_VERSION",
     "HISTORY",
     "LEASE",
+    "NOT_BEFORE",
     "NEXT_PAGE",
     "OUTCOME",
     "PARENT",
@@ -71,6 +72,9 @@ PARENT = "_ha_parent"
 CHECKPOINT_SAVE = "_ha_cp_save"
 #: How many leases of this request expired before (its worker died or stalled).
 SUSPECT = "_ha_suspect"
+#: The time (``time.monotonic()``) before which a leased request may not start: its
+#: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
+NOT_BEFORE = "_ha_not_before"
 
 #: Keys the codec drops before storing: they describe one attempt and would be stale, or
 #: secret, on the next (the next attempt sets them again). Scrapy's own per-attempt keys are
@@ -82,6 +86,7 @@ STRIPPED = frozenset(
         OUTCOME,
         CHECKPOINT_SAVE,
         SUSPECT,
+        NOT_BEFORE,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

@@ -87,6 +87,7 @@ class Scheduler:
         self._pushed = self._offered = 0
         self.inflight = InFlight(crawler, self.outbox)
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
+        self._rate_wake_at: float | None = None  # a timer wakes the engine then (HA_DOMAIN_RATE)
         self._solo: str | None = None  # a suspect running alone
         self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
@@ -191,9 +192,9 @@ class Scheduler:
                 return None
             # requests of a busy download slot wait here, not in the downloader, where other
             # workers could not have them
-            request = self._buffer.take_first(partial(self._slots.free, self.crawler))
+            request = self._buffer.take_first(self._ready)
             if request is None:
-                return None  # every buffered request waits for a busy download slot
+                return None  # every buffered request waits for a busy slot or its start time
             entry_id, token = request.meta[metakeys.LEASE]
             if self._gates and (wait := self._gate_wait(request)) > 0:
                 # before _run_alone: a suspect in a closed domain is deferred, and must not
@@ -257,6 +258,9 @@ class Scheduler:
     def take(self, request: Request, lease: Lease) -> None:
         """Buffer a request the session leased (held, renewed and released from here on)."""
         request.meta[metakeys.LEASE] = (lease.id, lease.token)
+        if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
+            request.meta[metakeys.NOT_BEFORE] = time.monotonic() + lease.wait_ms / 1000
+            self.stats.inc_value("ha/domain_limited")
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[metakeys.SUSPECT] = lease.expiries
@@ -428,7 +432,31 @@ class Scheduler:
             return False
         if self._gates and self._gate_wait(request) > 0:
             return False
+        if self.config.politeness and self._limited(request):
+            return False  # through Redis, which leases it within its domain's limits
         return self._slots.free(self.crawler, request)
+
+    def _limited(self, request: Request) -> bool:
+        return self.config.politeness.limited(urlparse_cached(request).hostname or "")
+
+    def _ready(self, request: Request) -> bool:
+        """Can a buffered request go now: its download slot has room, and its domain's
+        crawl-wide rate lets it start (else a timer wakes the engine at its time)?"""
+        not_before = request.meta.get(metakeys.NOT_BEFORE)
+        if not_before is not None and not_before > time.monotonic():
+            self._wake_at(not_before)
+            return False
+        return self._slots.free(self.crawler, request)
+
+    def _wake_at(self, when: float) -> None:
+        if self._rate_wake_at is not None and self._rate_wake_at <= when:
+            return  # an earlier timer wakes the engine, which looks again
+        self._rate_wake_at = when
+        asyncio.get_running_loop().call_later(when - time.monotonic(), self._rate_wake)
+
+    def _rate_wake(self) -> None:
+        self._rate_wake_at = None
+        _engine.wake(self.crawler)
 
     def _hand_fresh(self, fresh: Fresh) -> Request:
         """Hand out a request not in Redis yet, under a lease made here: the next round

@@ -4,6 +4,7 @@
 -- KEYS[6] payload  KEYS[7] retried
 -- KEYS[8] stats  KEYS[9] stats:min  KEYS[10] stats:domain (lib/stats)
 -- KEYS[11] dead_archived (retention keeps entries not archived yet)
+-- KEYS[12] polite (lib/polite: the lease's concurrency slot is freed)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- The JSON gets "last" (server time, ms) and keeps "first" if given.
@@ -13,6 +14,7 @@
 --- @include "lease"
 --- @include "deadletter"
 --- @include "stats"
+--- @include "polite"
 local max_dead, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ok, info = pcall(cjson.decode, ARGV[3])
 if not (max_dead and max_age and ok and type(info) == 'table') then
@@ -31,11 +33,13 @@ count('dead', 1, lease_domain(v), class)
 count('retry_dead', redis.call('HDEL', KEYS[7], ARGV[1]))
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+polite_free(KEYS[12], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
 dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
 trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age, KEYS[11])
+polite_write(KEYS[12])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {1, redis.call('ZCARD', KEYS[3])}

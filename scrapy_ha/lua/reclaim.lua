@@ -12,6 +12,8 @@
 -- KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard  KEYS[8] payload
 -- KEYS[9] retried KEYS[10] stats  KEYS[11] stats:min  KEYS[12] stats:domain (lib/stats)
 -- KEYS[13] dead_archived (retention keeps entries not archived yet)
+-- KEYS[14] polite (lib/polite: a reclaimed lease frees its domain's concurrency slot, so
+--          a dead worker's slots come back with its leases)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- Returns {-1} when another worker holds the guard, else
@@ -22,6 +24,7 @@
 --- @include "member"
 --- @include "deadletter"
 --- @include "stats"
+--- @include "polite"
 local interval, batch, max_exp = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_dead, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 if not (interval and batch and max_exp and max_dead and max_age) then
@@ -42,6 +45,7 @@ for _, id in ipairs(ids) do
   local score = lease_score(v)
   redis.call('ZREM', KEYS[1], id)
   redis.call('HDEL', KEYS[2], id)
+  polite_free(KEYS[14], id)
   if not score then
     redis.call('HDEL', KEYS[4], id)
     local reason = 'corrupt queue entry: its lease record ' ..
@@ -78,5 +82,6 @@ end
 if #ids >= batch then
   redis.call('DEL', KEYS[7]) -- more are waiting: let the next tick continue
 end
+polite_write(KEYS[14])
 write_stats(KEYS[10], KEYS[11], KEYS[12], now)
 return out

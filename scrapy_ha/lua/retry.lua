@@ -4,6 +4,7 @@
 -- (the sequence part of its score): a retry whose priority was lowered goes after fresh work.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] delayed  KEYS[4] delayed_sc  KEYS[5] payload
 -- KEYS[6] retried  KEYS[7] stats  KEYS[8] stats:min  KEYS[9] stats:domain (lib/stats)
+-- KEYS[10] polite (lib/polite: the lease's concurrency slot is freed)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] delay (ms)  ARGV[4] new payload ('' = keep)
 -- ARGV[5] priority ('' = keep the original's), clamped (lib/priority)
 -- ARGV[6] failure class of the retry ('' = a deferral without an attempt: not a retry, not
@@ -15,6 +16,7 @@
 --- @include "priority"
 --- @include "number"
 --- @include "stats"
+--- @include "polite"
 local delay, prio = tonumber(ARGV[3]), tonumber(ARGV[5] or '')
 if not delay or ((ARGV[5] or '') ~= '' and not prio) then
   return redis.error_reply('ERR retry: delay and priority must be numbers')
@@ -34,6 +36,7 @@ local now = now_ms()
 local due = now + delay
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+polite_free(KEYS[10], ARGV[1])
 redis.call('ZADD', KEYS[3], due, ARGV[1])
 redis.call('HSET', KEYS[4], ARGV[1], int_str(score))
 if ARGV[4] ~= '' then
@@ -44,5 +47,6 @@ if class ~= '' then
   add(KEYS[6], ARGV[1], 1)
   count('retried', 1, lease_domain(v), class)
 end
+polite_write(KEYS[10])
 write_stats(KEYS[7], KEYS[8], KEYS[9], now)
 return due

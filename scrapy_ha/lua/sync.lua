@@ -16,7 +16,8 @@
 -- KEYS[17] retried (entry id -> retries: an ack of one counts as retry_ok)
 -- KEYS[18] paused (set by `scrapy-ha pause`: nothing is leased)
 -- KEYS[19] sent: a worker's nonce -> the number of its newest child stored (see below)
--- KEYS[20] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[20] limits     KEYS[21] polite (lib/polite: per-domain limits and their state)
+-- KEYS[22] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
@@ -44,14 +45,19 @@
 --          roots_seen, paused (1 or 0), n, d,
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
---          id1, token1, payload1, expiries1, ...}
+--          id1, token1, payload1, expiries1, wait1, ...}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
 --   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
 --   roots_seen: requests without a parent (start requests) the dupefilter had seen, so
 --   that a worker joining a crawl can say how many of its start requests were not new;
 --   payload '' when the entry has no payload: the worker dead-letters it as corrupt;
 --   expiries: how many of the entry's leases expired before, so the worker can run a
---   suspect alone and only the request that kills workers is counted as poison).
+--   suspect alone and only the request that kills workers is counted as poison;
+--   wait: ms before the request may start, for its domain's rate limit, lib/polite).
+-- With limits in force, the lease step reads at most SCAN_FACTOR entries per lease wanted
+-- (never the whole queue): a request of a domain at its limit is moved to the delayed set
+-- until it may go (counted as domain_limited), so other domains' requests behind it are
+-- leased at once and no domain starves behind a limited one.
 --- @include "time"
 --- @include "types"
 --- @include "lease"
@@ -61,6 +67,10 @@
 --- @include "counter"
 --- @include "deadletter"
 --- @include "stats"
+--- @include "polite"
+-- SCAN_FACTOR: pending entries looked at per lease wanted when limits are in force: a few
+-- limited requests at the head cost no lease, a queue full of them costs a bounded scan.
+local SCAN_FACTOR = 4
 local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -95,7 +105,7 @@ for i = 1, n_enq do
 end
 
 local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
-  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash'})
+  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash'})
 if err then return err end
 
 -- A taken request is stored leased to the worker that took it; the same argument sent again
@@ -154,6 +164,7 @@ end
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale
 local acked, stale = 0, 0
 local retrying = n_ack > 0 and redis.call('EXISTS', KEYS[17]) == 1 -- else no HDEL per ack
+local slots = n_ack > 0 and redis.call('EXISTS', KEYS[21]) == 1 -- leases may hold a slot
 for i = 1, n_ack do
   local id, tok = string.match(ARGV[7 + n_enq + i], '^(%S+) (%S+)$')
   local v = id and lease_current(KEYS[6], id, tok)
@@ -164,6 +175,7 @@ for i = 1, n_ack do
     redis.call('HDEL', KEYS[6], id)
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[7], id)
+    if slots then polite_free(KEYS[21], id) end
     acked = acked + 1
   else
     stale = stale + 1
@@ -199,7 +211,7 @@ local function set_aside(m)
 end
 
 -- The grant: the pairs this call leases (taken requests included), for the lease keeper.
-local grant = (n_lease > 0 or #taken > 0) and KEYS[20] or nil
+local grant = (n_lease > 0 or #taken > 0) and KEYS[22] or nil
 if grant then
   redis.call('DEL', grant)
   for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end
@@ -213,32 +225,47 @@ if n_lease > 0 then
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
   end
-  local items = redis.call('ZRANGE', KEYS[1], 0, n_lease - 1, 'WITHSCORES')
-  local n = #items / 2
-  if n > 0 then
-    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n - 1)
-    local tbase = take(KEYS[10], n)
-    local expiry = now + lease_ms
-    for i = 1, n do
-      local m, sc = items[i * 2 - 1], items[i * 2]
-      local id, payload = split_member(m)
-      if id == '' then
-        set_aside(m)
+  local polite = polite_open(KEYS[20], KEYS[21], now, lease_ms)
+  local scan = polite and n_lease * SCAN_FACTOR or n_lease
+  local items = redis.call('ZRANGE', KEYS[1], 0, scan - 1, 'WITHSCORES')
+  local tbase, expiry, given, seen, parked = nil, now + lease_ms, 0, 0, 0
+  for i = 1, #items / 2 do
+    if given >= n_lease then break end
+    seen = i
+    local m, sc = items[i * 2 - 1], items[i * 2]
+    local id, payload = split_member(m)
+    if id == '' then
+      set_aside(m)
+    else
+      local domain = domain_of(payload)
+      local wait, due = 0, nil
+      if polite then wait, due = polite_admit(polite, id, domain) end
+      if due then -- its domain is at its limit: it waits in the delayed set, in its place
+        redis.call('HSET', KEYS[2], id, payload)
+        redis.call('ZADD', KEYS[8], due, id)
+        redis.call('HSET', KEYS[9], id, sc)
+        parked = parked + 1
       else
-        local tok = nonce .. '-' .. int_str(tbase + i)
+        tbase = tbase or take(KEYS[10], n_lease)
+        given = given + 1
+        local tok = nonce .. '-' .. int_str(tbase + given)
         redis.call('ZADD', KEYS[5], expiry, id)
-        redis.call('HSET', KEYS[6], id, lease_record(tok, sc, domain_of(payload)))
+        redis.call('HSET', KEYS[6], id, lease_record(tok, sc, domain))
         redis.call('HSET', KEYS[2], id, payload)
         if grant then redis.call('HSET', grant, id, tok) end
         out[#out + 1] = id
         out[#out + 1] = tok
         out[#out + 1] = payload
         out[#out + 1] = select(2, expiry_counts(redis.call('HGET', KEYS[7], id)))
+        out[#out + 1] = wait
       end
     end
   end
+  if seen > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, seen - 1) end
+  count('domain_limited', parked)
 end
 if grant then redis.call('PEXPIRE', grant, lease_ms) end
+polite_write(KEYS[21])
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])
