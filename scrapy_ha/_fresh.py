@@ -20,22 +20,30 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from scrapy_ha import metakeys
+from scrapy_ha import _engine, metakeys
 from scrapy_ha._buffer import FairHeap
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Callable, Coroutine
     from typing import Any
 
     from scrapy import Request
+    from scrapy.crawler import Crawler
 
     from scrapy_ha._buffer import SlotChooser
-    from scrapy_ha._outbox import Pair
-    from scrapy_ha._queue import Fresh
+    from scrapy_ha._inflight import InFlight
+    from scrapy_ha._outbox import Outbox, Pair
+    from scrapy_ha._queue import Fresh, NewEntry
 
+logger = logging.getLogger("scrapy_ha.scheduler")
+
+#: Looks of the engine a round waits for at most before it sends new requests to Redis
+#: (see Handout.offer): one is enough unless start() keeps yielding meanwhile.
+OFFER_LOOKS = 4
 #: Random bytes naming this worker's own leases: 64 bits, never the 48-bit nonce of a
 #: Redis-made token (so the two kinds never collide), and two workers share one with odds
 #: ~1e-19.
@@ -210,3 +218,137 @@ class DownloadGate:
     def dropped(self, request: Request) -> bool:
         """True (once) for a request the gate turned back: the scheduler refuses it."""
         return self._dropping.pop(id(request), None) is not None
+
+
+class Handout:
+    """The scheduler's side of the hand-out from memory: new requests wait in a
+    :class:`FreshQueue` and go to the engine under a lease made here (:meth:`hand`); each
+    round seals the ones it sends (:meth:`seal`) and settles those handed out by Redis's
+    verdict (:meth:`settle`), which the :class:`DownloadGate` passes on to the download."""
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        outbox: Outbox,
+        inflight: InFlight,
+        slots: _engine.SlotLoad,
+        wake: Callable[[], None],
+        *,
+        queue: FreshQueue,
+    ) -> None:
+        self.crawler = crawler
+        self.queue = queue
+        self.gate = DownloadGate()
+        self.unstored: set[Pair] = set()  # handed out, not stored in Redis yet
+        self._outbox = outbox
+        self._inflight = inflight
+        self._slots = slots
+        self._wake = wake
+        self._make_lease = LeaseMaker()
+        # requests queued, and how many of them the engine had been offered when it last
+        # called next_request() (see offer)
+        self._pushed = self._offered = 0
+        self._log = _logs_debug(crawler)
+
+    def push(self, fresh: Fresh) -> None:
+        self.queue.push(fresh)
+        self._pushed += 1
+
+    def looked(self) -> None:
+        """The engine called ``next_request()``: it was offered everything queued so far."""
+        self._offered = self._pushed
+
+    def has_fresh(self) -> bool:
+        """New requests wait to be handed out from memory."""
+        return self.queue.head() is not None
+
+    def first(self, leased: Request | None, can_go: Callable[[Request], bool]) -> Fresh | None:
+        """The first new request, if it comes before *leased* (the head of the lease
+        buffer, None: none) and *can_go* now."""
+        fresh = self.queue.head()
+        if fresh is None or not self.queue.goes_before(fresh, leased):
+            return None
+        return fresh if can_go(fresh.request) else None
+
+    def hand(self, fresh: Fresh) -> Request:
+        """Hand out *fresh* (the head) under a lease made here: the next round stores it
+        leased to this worker."""
+        self.queue.pop()
+        request = fresh.request
+        pair = fresh.lease = self._make_lease()
+        request.meta[metakeys.LEASE] = pair
+        # It is its own page now, as a request leased from Redis is (the codec strips the
+        # parent's lease): its redirects and retries are fenced by its lease, which it holds
+        # until it is finished, not by the parent's, which may be acked before it downloads.
+        request.meta.pop(metakeys.PARENT, None)
+        self.unstored.add(pair)
+        self.gate.expect(pair)
+        self._inflight.add(pair[0], pair[1], request, stored=False)
+        self._slots.handed(self.crawler, request)
+        if self._log:  # a LogRecord per request costs, even when filtered out
+            logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
+        self._wake()
+        return request
+
+    async def offer(self) -> None:
+        """Before new requests go to Redis: let the engine take those it has room for.
+
+        A request queued while the engine has room is handed out from memory at the
+        engine's next look, in Scrapy's order; sent to Redis first, it would come back
+        behind everything queued meanwhile. The engine looks a turn of the event loop or
+        two after an enqueue, and the background task may run first (it resumes in the
+        same turn, or is already past its own wait): so it makes the engine look, and
+        waits for it, until the engine has been offered every request queued so far or
+        has no room left. Bounded (``OFFER_LOOKS``): a start() that yields a request
+        every turn must not hold the round back."""
+        for _ in range(OFFER_LOOKS):
+            if self._offered >= self._pushed or not self.has_fresh():
+                return
+            if not _engine.has_room(self.crawler):
+                return
+            await _engine.look(self.crawler)
+
+    def seal(self, batch: list[NewEntry]) -> None:
+        """*batch* goes to Redis now: its new requests not handed out leave the queue (they
+        go pending, and come back by lease)."""
+        for entry in batch:
+            fresh = entry.fresh
+            if fresh is not None and not fresh.sealed:
+                fresh.sealed = True
+                if fresh.lease is None:
+                    self._outbox.note_priority(entry.priority)
+        self.queue.prune()
+
+    def settle(self, batch: list[NewEntry], dropped: set[str]) -> None:
+        """Redis has *batch*: a request handed out from it was stored leased to this worker
+        (its download goes on), or not (*dropped*: a duplicate, or its page's lease was
+        lost): then it is cancelled and forgotten, never acked."""
+        leased = handed = 0
+        for entry in batch:
+            pair = entry.taken
+            if pair is None:
+                continue
+            handed += 1  # counted here, once per round, not at each hand-out (hot path)
+            self.unstored.discard(pair)
+            stored = pair[0] not in dropped
+            if stored:  # stored marked as handed: no early report is needed
+                leased += 1
+            else:
+                self._inflight.discard(pair[0])
+            self.gate.settle(pair, stored=stored)
+        stats = self.crawler.stats
+        assert stats is not None
+        if handed:
+            stats.inc_value("ha/handed_fresh", handed)
+        if leased:
+            stats.inc_value("ha/leased", leased)
+
+    def clear(self) -> None:
+        self.queue.clear()
+        self.unstored.clear()
+
+
+def _logs_debug(crawler: Crawler) -> bool:
+    """Scrapy's LOG_LEVEL is DEBUG (it filters in its handler: the loggers pass everything)."""
+    level = crawler.settings.get("LOG_LEVEL", "DEBUG")
+    return level == logging.DEBUG or str(level).upper() == "DEBUG"

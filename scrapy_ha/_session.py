@@ -276,7 +276,7 @@ class Session:
     async def _round(self) -> bool:
         """One round of Redis work; True if there is more to do at once."""
         assert self.queue is not None
-        if self.shell.has_fresh():
+        if self.shell.handout.has_fresh():
             # the engine's own wake-up after an enqueue is due in this turn of the loop: let
             # it take the new requests first (from memory) before this round sends them
             await asyncio.sleep(0)
@@ -314,16 +314,16 @@ class Session:
         lease_ms = int(self.config.lease_time * 1000)
         n_acks, n_ends = len(box.acks), len(box.ends)
         while len(box.children) > BATCH or (box.children and box.checkpoints):
-            await self.shell.offer_fresh()  # then no await until seal: none slips past
+            await self.shell.handout.offer()  # then no await until seal: none slips past
             batch = box.children[:BATCH]
-            self.shell.seal(batch)
+            self.shell.handout.seal(batch)
             result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms, sender=box.sender())
             self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
-        await self.shell.offer_fresh()
+        await self.shell.handout.offer()
         enqueue = box.children[:]
-        self.shell.seal(enqueue)
+        self.shell.handout.seal(enqueue)
         keeper = self.renewals.keeper if lease else None
         started = time.monotonic()
         if keeper is not None:
@@ -359,7 +359,7 @@ class Session:
         """Redis has *sent*, the head of the outbox's children: forget them, and tell the
         shell the fate of those it handed out already."""
         self.outbox.children_stored(len(sent))
-        self.shell.settle(sent, result.dropped)
+        self.shell.handout.settle(sent, result.dropped)
         self._count(result, sent)
 
     def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:

@@ -26,9 +26,10 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_ha import _engine, metakeys
 from scrapy_ha._admission import Admission
 from scrapy_ha._buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
-from scrapy_ha._fresh import DownloadGate, FreshQueue, LeaseMaker
+from scrapy_ha._fresh import FreshQueue, Handout
 from scrapy_ha._inflight import InFlight
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
+from scrapy_ha._politeness import StartTimes
 from scrapy_ha._queue import Fresh, NewEntry
 from scrapy_ha._registry import register, scheduler_for
 from scrapy_ha._session import Session
@@ -52,9 +53,6 @@ logger = logging.getLogger(__name__)
 
 #: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
 START_FAILED = "ha_start_failed"
-#: Looks of the engine a round waits for at most before it sends new requests to Redis
-#: (see Scheduler.offer_fresh): one is enough unless start() keeps yielding meanwhile.
-OFFER_LOOKS = 4
 
 
 class Scheduler:
@@ -76,22 +74,23 @@ class Scheduler:
         fair = SlotChooser(crawler, self._slots) if config.slot_fair else None
         self._buffer = LeaseBuffer() if fair is None else FairLeaseBuffer(fair)
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
-        self._fresh = FreshQueue(
-            lifo=config.order == "lifo", start_lifo="lifo" in start_queue.lower(), fair=fair
-        )
-        self._make_lease = LeaseMaker()
-        self.download_gate = DownloadGate()
-        self._unstored: set[Pair] = set()  # fresh requests handed out, not stored yet
-        # fresh requests queued, and how many of them the engine had been offered when it
-        # last called next_request() (see offer_fresh)
-        self._pushed = self._offered = 0
         self.inflight = InFlight(crawler, self.outbox)
+        #: new requests handed out from memory before Redis has them (see _fresh)
+        self.handout = Handout(
+            crawler,
+            self.outbox,
+            self.inflight,
+            self._slots,
+            lambda: self.session.wake(),
+            queue=FreshQueue(
+                lifo=config.order == "lifo", start_lifo="lifo" in start_queue.lower(), fair=fair
+            ),
+        )
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
-        self._rate_wake_at: float | None = None  # a timer wakes the engine then (HA_DOMAIN_RATE)
+        self._starts = StartTimes(partial(_engine.wake, crawler))  # HA_DOMAIN_RATE
         self._solo: str | None = None  # a suspect running alone
         self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
-        self._log_handouts = _logs_debug(crawler)
         self.session = self.session_class(self)
 
     @classmethod
@@ -126,7 +125,7 @@ class Scheduler:
         """True while the crawl has requests waiting: in this worker's buffer or outbox, or
         pending or delayed in Redis at the last sync (no round trip: the background task
         fetches these counts anyway)."""
-        waiting = len(self.outbox.children) > len(self._unstored)
+        waiting = len(self.outbox.children) > len(self.handout.unstored)
         return bool(self._buffer or waiting or self.session.remote_waiting > 0)
 
     def enqueue_request(self, request: Request) -> bool:
@@ -142,7 +141,7 @@ class Scheduler:
         Duplicates only Redis knows of are dropped there and counted in ``ha/filtered``
         (no ``request_dropped`` signal for them).
         """
-        if self.download_gate.dropped(request):
+        if self.handout.gate.dropped(request):
             return False  # a fresh request Redis found a duplicate of (already counted)
         if self.inflight.is_retry_of_one(request):
             return True  # the original's lease moves to the delayed set when it finishes
@@ -159,8 +158,7 @@ class Scheduler:
         self.admission.remember(fingerprint)
         self.admission.note_priority(request)
         fresh = Fresh(request)
-        self._fresh.push(fresh)
-        self._pushed += 1
+        self.handout.push(fresh)
         start = bool(self.config.start_order and request.meta.get("is_start_request"))
         entry = NewEntry(
             fingerprint, request.priority, payload, self.inflight.fence(request), fresh, start
@@ -176,15 +174,16 @@ class Scheduler:
         Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
         while this worker's leases may have expired (Redis unreachable for a lease period).
         """
-        self._offered = self._pushed
+        self.handout.looked()
         if len(self.inflight) >= self.config.max_inflight or self._isolating():
             self.inflight.collect_finished()
             if len(self.inflight) >= self.config.max_inflight or self._isolating():
                 return None
         while True:
             usable = bool(self._buffer) and time.monotonic() <= self.session.renewals.valid_until
-            if (fresh := self._fresh_first(self._buffer[0] if usable else None)) is not None:
-                return self._hand_fresh(fresh)
+            head = self._buffer[0] if usable else None
+            if (fresh := self.handout.first(head, self._can_hand_fresh)) is not None:
+                return self.handout.hand(fresh)
             if not usable:
                 break
             if self._outranked():
@@ -222,7 +221,7 @@ class Scheduler:
     def __len__(self) -> int:
         """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
         held pending or delayed at the last sync."""
-        waiting = len(self.outbox.children) - len(self._unstored)
+        waiting = len(self.outbox.children) - len(self.handout.unstored)
         return len(self._buffer) + waiting + max(0, self.session.remote_waiting)
 
     # -- for the middlewares -----------------------------------------------------------
@@ -259,63 +258,12 @@ class Scheduler:
         """Buffer a request the session leased (held, renewed and released from here on)."""
         request.meta[metakeys.LEASE] = (lease.id, lease.token)
         if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
-            request.meta[metakeys.NOT_BEFORE] = time.monotonic() + lease.wait_ms / 1000
+            self._starts.hold(request, lease.wait_ms)
             self.stats.inc_value("ha/domain_limited")
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[metakeys.SUSPECT] = lease.expiries
         self._buffer.append(request)
-
-    def seal(self, batch: list[NewEntry]) -> None:
-        """*batch* goes to Redis now: its fresh requests not handed out leave the fresh
-        queue (they go pending, and come back by lease)."""
-        for entry in batch:
-            fresh = entry.fresh
-            if fresh is not None and not fresh.sealed:
-                fresh.sealed = True
-                if fresh.lease is None:
-                    self.outbox.note_priority(entry.priority)
-        self._fresh.prune()
-
-    def settle(self, batch: list[NewEntry], dropped: set[str]) -> None:
-        """Redis has *batch*: a request handed out from it was stored leased to this worker
-        (its download goes on), or not (*dropped*: a duplicate, or its page's lease was
-        lost): then it is cancelled and forgotten, never acked."""
-        leased = handed = 0
-        for entry in batch:
-            pair = entry.taken
-            if pair is None:
-                continue
-            handed += 1  # counted here, once per round, not at each hand-out (hot path)
-            self._unstored.discard(pair)
-            stored = pair[0] not in dropped
-            if stored:  # stored marked as handed: no early report is needed
-                leased += 1
-            else:
-                self.inflight.discard(pair[0])
-            self.download_gate.settle(pair, stored=stored)
-        if handed:
-            self.stats.inc_value("ha/handed_fresh", handed)
-        if leased:
-            self.stats.inc_value("ha/leased", leased)
-
-    async def offer_fresh(self) -> None:
-        """Before new requests go to Redis: let the engine take those it has room for.
-
-        A request queued while the engine has room is handed out from memory at the
-        engine's next look, in Scrapy's order; sent to Redis first, it would come back
-        behind everything queued meanwhile. The engine looks a turn of the event loop or
-        two after an enqueue, and the background task may run first (it resumes in the
-        same turn, or is already past its own wait): so it makes the engine look, and
-        waits for it, until the engine has been offered every request queued so far or
-        has no room left. Bounded (``OFFER_LOOKS``): a start() that yields a request
-        every turn must not hold the round back."""
-        for _ in range(OFFER_LOOKS):
-            if self._offered >= self._pushed or not self.has_fresh():
-                return
-            if not _engine.has_room(self.crawler):
-                return
-            await _engine.look(self.crawler)
 
     def empty_on_the_way(self) -> bool:
         """``next_request()`` returned None, but requests are on their way to this worker:
@@ -334,15 +282,11 @@ class Scheduler:
             return True
         if self._buffer:
             return False  # what waits here waits for a busy download slot or a closed domain
-        unsent = len(self.outbox.children) > len(self._unstored)
+        unsent = len(self.outbox.children) > len(self.handout.unstored)
         if unsent or session.remote_pending > 0:
             self.outbox.held_back = True
             return True
         return False
-
-    def has_fresh(self) -> bool:
-        """New requests wait to be handed out from memory (see :mod:`scrapy_ha._fresh`)."""
-        return self._fresh.head() is not None
 
     def buffered(self) -> int:
         return len(self._buffer)
@@ -357,14 +301,13 @@ class Scheduler:
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight (at close: given back to Redis)."""
         held = self.inflight.pairs()
-        if self._unstored:  # not in Redis yet: nothing to renew or release
-            held = [pair for pair in held if pair not in self._unstored]
+        if unstored := self.handout.unstored:  # not in Redis yet: nothing to renew or release
+            held = [pair for pair in held if pair not in unstored]
         return [r.meta[metakeys.LEASE] for r in self._buffer] + held
 
     def forget_local(self) -> None:
         self._buffer.clear()
-        self._fresh.clear()
-        self._unstored.clear()
+        self.handout.clear()
         self.inflight.clear()
 
     def drop_lost(self, lost: set[Pair]) -> None:
@@ -403,7 +346,7 @@ class Scheduler:
         self.spider = spider
         if not self._fatal and await self.session.open(spider):
             self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
-            gate = self.download_gate
+            gate = self.handout.gate
             gate.installed = _engine.gate_downloads(self.crawler, gate.process_request)
             _engine.quiet_empty(self.crawler, self.empty_on_the_way)
             self.session.start()
@@ -413,14 +356,6 @@ class Scheduler:
 
     def _target(self) -> int:
         return prefetch_target(self.crawler, self.config, self.session.renewals.rate)
-
-    def _fresh_first(self, leased: Request | None) -> Fresh | None:
-        """The first new request of this worker, if it comes before *leased* (the head of
-        the lease buffer, None: none) and can go out now."""
-        fresh = self._fresh.head()
-        if fresh is None or not self._fresh.goes_before(fresh, leased):
-            return None
-        return fresh if self._can_hand_fresh(fresh.request) else None
 
     def _can_hand_fresh(self, request: Request) -> bool:
         """A fresh request goes out now only while Redis answers (its download waits for
@@ -440,43 +375,9 @@ class Scheduler:
         return self.config.politeness.limited(urlparse_cached(request).hostname or "")
 
     def _ready(self, request: Request) -> bool:
-        """Can a buffered request go now: its download slot has room, and its domain's
-        crawl-wide rate lets it start (else a timer wakes the engine at its time)?"""
-        not_before = request.meta.get(metakeys.NOT_BEFORE)
-        if not_before is not None and not_before > time.monotonic():
-            self._wake_at(not_before)
-            return False
-        return self._slots.free(self.crawler, request)
-
-    def _wake_at(self, when: float) -> None:
-        if self._rate_wake_at is not None and self._rate_wake_at <= when:
-            return  # an earlier timer wakes the engine, which looks again
-        self._rate_wake_at = when
-        asyncio.get_running_loop().call_later(when - time.monotonic(), self._rate_wake)
-
-    def _rate_wake(self) -> None:
-        self._rate_wake_at = None
-        _engine.wake(self.crawler)
-
-    def _hand_fresh(self, fresh: Fresh) -> Request:
-        """Hand out a request not in Redis yet, under a lease made here: the next round
-        stores it leased to this worker (see :mod:`scrapy_ha._fresh`)."""
-        self._fresh.pop()
-        request = fresh.request
-        pair = fresh.lease = self._make_lease()
-        request.meta[metakeys.LEASE] = pair
-        # It is its own page now, as a request leased from Redis is (the codec strips the
-        # parent's lease): its redirects and retries are fenced by its lease, which it holds
-        # until it is finished, not by the parent's, which may be acked before it downloads.
-        request.meta.pop(metakeys.PARENT, None)
-        self._unstored.add(pair)
-        self.download_gate.expect(pair)
-        self.inflight.add(pair[0], pair[1], request, stored=False)
-        self._slots.handed(self.crawler, request)
-        if self._log_handouts:  # a LogRecord per request costs, even when filtered out
-            logger.debug("Handed out %s before Redis has it (lease %s)", request, pair[1])
-        self.session.wake()
-        return request
+        """Can a buffered request go now: its domain's crawl-wide rate lets it start (else a
+        timer wakes the engine at its time), and its download slot has room?"""
+        return not self._starts.waits(request) and self._slots.free(self.crawler, request)
 
     def _outranked(self) -> bool:
         """A request just queued outranks everything buffered (see :meth:`want`)."""
@@ -546,9 +447,3 @@ class Scheduler:
                 partial(_engine.wake, self.crawler),
             )
             raise DontCloseSpider
-
-
-def _logs_debug(crawler: Crawler) -> bool:
-    """Scrapy's LOG_LEVEL is DEBUG (it filters in its handler: the loggers pass everything)."""
-    level = crawler.settings.get("LOG_LEVEL", "DEBUG")
-    return level == logging.DEBUG or str(level).upper() == "DEBUG"

@@ -230,7 +230,7 @@ async def test_a_limited_domains_request_is_not_handed_out_from_memory(redis_url
         handed = scheduler.next_request()  # no reactor turn: from memory, or nothing
         assert handed is not None and handed.url == "http://other.example/1"
         assert scheduler.next_request() is None  # slow.example waits for Redis
-        assert crawler.stats.get_value("ha/handed_fresh") == 1
+        assert len(scheduler.handout.unstored) == 1  # only other.example went from memory
         assert redis_client.hgetall(keys.domain_limits) == {
             b"*": b"0.0 0",
             b"slow.example": b"0.0 1",
