@@ -38,18 +38,20 @@ from scrapy_ha._connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha._queue import RedisQueue
+from scrapy_ha._shards import check_shard_count, crawl_queue, refuse_unaware, shard_setting
 from scrapy_ha._version import __version__
 from scrapy_ha.archive import add_archive_command, unarchived_kept
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
-from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.operations import server_ms
 from scrapy_ha.stores import CheckpointStore
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    from scrapy_ha._queue import RedisQueue
 
 #: The environment variable that gives the Redis URL when ``--redis-url`` is not given
 #: (the name scrapy-redis's own setting has, so one export serves both).
@@ -83,11 +85,26 @@ async def _run(args: argparse.Namespace) -> int:
         ) from None
     try:
         await check_reachable(client, display_url(settings), DEFAULT_CONNECT_TIMEOUT)
-        queue = RedisQueue(client, Keys(prefix, args.spider))
         func: Command = args.func
+        queue = await crawl_queue(client, prefix, args.spider, _shards_given(args, settings))
+        refuse_unaware(queue, func.__name__, _words(args))
+        if func.__name__ == "push":  # the first writer of a crawl stores its shard count
+            await check_shard_count(queue)
         return await func(queue, args)
     finally:
         await client.aclose()
+
+
+def _shards_given(args: argparse.Namespace, settings: Settings) -> int | None:
+    """``--shards``, else the project's ``HA_SHARDS`` if set (None: read from Redis)."""
+    if getattr(args, "shards", None) is not None:
+        settings.set("HA_SHARDS", args.shards, priority="cmdline")
+    return shard_setting(settings) if settings.get("HA_SHARDS") is not None else None
+
+
+def _words(args: argparse.Namespace) -> str:
+    action = getattr(args, args.command, None)  # a group's subcommand (``dlq list``)
+    return f"{args.command} {action}" if isinstance(action, str) else args.command
 
 
 async def _crawl_exists(queue: RedisQueue) -> bool:
@@ -356,6 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
         "REDIS_CLUSTER_NODES); accepted after the subcommand too",
     )
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        help="the crawl's HA_SHARDS (default: the count the crawl stored in Redis)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_status_arguments(_command(sub, "status", status))

@@ -39,11 +39,17 @@ async def make_due(queue: RedisQueue, ids: list[str]) -> int:
 async def pause(queue: RedisQueue, by: str) -> bool:
     """Set the crawl's paused key (when, and *by* whom): workers lease nothing new at their
     next sync. False when it was paused already (the first pause's time is kept)."""
+    from scrapy_ha._shards import shards_of
+
     doc = json.dumps({"at": await server_ms(queue.client), "by": by})
-    return bool(await queue.client.set(queue.keys.paused, doc, nx=True))
+    # every shard leases nothing; shard 0's key says since when, for `status`
+    done = [bool(await s.client.set(s.keys.paused, doc, nx=True)) for s in shards_of(queue)]
+    return done[0]
 
 
 async def resume(queue: RedisQueue) -> bool:
     """Delete the paused key: workers lease again at their next sync. False when the crawl
     was not paused."""
-    return bool(await queue.client.delete(queue.keys.paused))
+    from scrapy_ha._shards import shards_of
+
+    return bool(sum([await s.client.delete(s.keys.paused) for s in shards_of(queue)]))

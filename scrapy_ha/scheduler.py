@@ -153,7 +153,16 @@ class Scheduler:
         fresh = Fresh(request)
         self._fresh.push(fresh)
         start = bool(self.config.start_order and request.meta.get("is_start_request"))
-        entry = NewEntry(fingerprint, request.priority, payload, fence_of(request), fresh, start)
+        task = request.meta.get(metakeys.TASK)
+        entry = NewEntry(
+            fingerprint,
+            request.priority,
+            payload,
+            fence_of(request),
+            fresh,
+            start,
+            task if isinstance(task, str) else "",
+        )
         self.outbox.add_child(entry)
         self.session.wake()
         return True

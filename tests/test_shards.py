@@ -1,0 +1,244 @@
+"""Sharded crawls (HA_SHARDS) against a real redis-server: placement, ids, fencing across
+shards, children before acks, the lease rotation, counts and the shard-count check."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import redis.asyncio
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha._queue import NewEntry, RedisQueue
+from scrapy_ha._shards import ShardedQueue, check_shard_count, make_queue, shard_setting
+from scrapy_ha.config import ConfigError
+from scrapy_ha.keys import Keys, shard_of, task_shard
+
+LEASE_MS = 30000
+
+
+def fp(name: str) -> bytes:
+    return hashlib.sha1(name.encode()).digest()[:12]
+
+
+def entry(name: str, parent: tuple[str, str] | None = None, task: str = "") -> NewEntry:
+    return NewEntry(fp(name), 0, f"payload-{name}".encode(), parent, task=task)
+
+
+def sharded(url: str, shards: int = 4, worker: str = "w1") -> ShardedQueue:
+    client = redis.asyncio.Redis.from_url(url)
+    queue = make_queue(client, "ha", "s", shards, worker=worker)
+    assert isinstance(queue, ShardedQueue)
+    return queue
+
+
+async def lease_all(queue: RedisQueue, n: int = 1000) -> list:
+    leases: list = []
+    while True:
+        got = (await queue.sync(lease=n, lease_ms=LEASE_MS)).leases
+        if not got:
+            return leases
+        leases += got
+
+
+def test_placement_is_by_fingerprint_and_stable():
+    names = [f"https://example.com/{i}" for i in range(400)]
+    first = [shard_of(fp(n), 4) for n in names]
+    assert first == [shard_of(fp(n), 4) for n in names]  # the same every time
+    assert {first.count(s) for s in range(4)} and min(first.count(s) for s in range(4)) > 60
+    assert shard_of(bytes.fromhex("00000005") + b"x" * 8, 4) == 1  # the first 4 bytes, mod N
+
+
+def test_one_shard_keeps_every_key_name_of_an_unsharded_crawl():
+    assert Keys("ha", "books").pending == "ha:{books}:pending"
+    assert Keys("ha", "books", 5, 6).pending == "ha:{books:5}:pending"
+    sharded_cp = Keys("ha", "books", 0, 6).checkpoint("t1")
+    assert sharded_cp == f"ha:{{books:{task_shard('t1', 6)}}}:cp:t1"
+    assert Keys("ha", "books").checkpoint("t1") == "ha:{books}:cp:t1"
+
+
+@pytest.mark.parametrize("value", [0, "x", -1, 2.5])
+def test_a_wrong_shard_count_is_a_config_error_naming_the_setting(value):
+    with pytest.raises(ConfigError, match=f"HA_SHARDS={value!r}"):
+        shard_setting(Settings({"HA_SHARDS": value}))
+
+
+@deferred_f_from_coro_f
+async def test_requests_spread_over_the_shards_by_fingerprint(redis_url):
+    q = sharded(redis_url)
+    names = [f"u{i}" for i in range(200)]
+    assert (await q.sync(enqueue=[entry(n) for n in names])).added == 200
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    for s in range(4):
+        members = await raw.zrange(f"ha:{{s:{s}}}:pending", 0, -1)
+        stored = {m.split(b" ", 1)[1].decode().removeprefix("payload-") for m in members}
+        assert stored == {n for n in names if shard_of(fp(n), 4) == s}
+        assert stored  # every shard has some
+    assert (await q.counts()).pending == 200
+    await raw.aclose()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_same_url_from_two_workers_is_queued_once(redis_url):
+    a, b = sharded(redis_url, worker="a"), sharded(redis_url, worker="b")
+    names = [f"u{i}" for i in range(50)]
+    added_a = (await a.sync(enqueue=[entry(n) for n in names])).added
+    added_b = (await b.sync(enqueue=[entry(n) for n in reversed(names)])).added
+    assert (added_a, added_b) == (50, 0)
+    leases = await lease_all(a) + await lease_all(b)
+    assert sorted(x.payload for x in leases) == sorted(f"payload-{n}".encode() for n in names)
+    await a.client.aclose()
+    await b.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_ids_of_shards_do_not_collide_and_acks_go_home(redis_url):
+    q = sharded(redis_url)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(40)])
+    leases = await lease_all(q)
+    assert len({x.id for x in leases}) == 40
+    assert {q.route(x.id)[0] for x in leases} == {0, 1, 2, 3}
+    result = await q.sync(ack=[(x.id, x.token) for x in leases])
+    assert (result.acked, result.stale) == (40, 0)
+    counts = await q.counts()
+    assert (counts.pending, counts.leased) == (0, 0)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_rotation_leases_from_every_shard(redis_url):
+    q = sharded(redis_url)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(400)])
+    firsts = []
+    for _ in range(8):  # two turns of the rotation, one lease each
+        (lease,) = (await q.sync(lease=1, lease_ms=LEASE_MS)).leases
+        firsts.append(q.route(lease.id)[0])
+    assert firsts == [0, 1, 2, 3, 0, 1, 2, 3]
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_round_goes_on_to_the_next_shards_while_it_wants_more(redis_url):
+    q = sharded(redis_url)
+    names = [n for n in (f"u{i}" for i in range(200)) if shard_of(fp(n), 4) == 2][:3]
+    await q.sync(enqueue=[entry(n) for n in names])
+    result = await q.sync(lease=10, lease_ms=LEASE_MS)  # starts at shard 0: empty
+    assert len(result.leases) == 3
+    assert result.pending == 0 and result.leased == 3  # the whole crawl's counts
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_lost_parents_child_in_another_shard_is_refused(redis_url):
+    q = sharded(redis_url)
+    await q.sync(enqueue=[entry("parent")])
+    (parent,) = (await q.sync(lease=1, lease_ms=LEASE_MS)).leases
+    home = q.route(parent.id)[0]
+    other = next(n for n in (f"c{i}" for i in range(100)) if shard_of(fp(n), 4) != home)
+    same = next(n for n in (f"c{i}" for i in range(100)) if shard_of(fp(n), 4) == home)
+    # another worker reclaimed the page: this worker's token is no longer current
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    local = q.route(parent.id)[1]
+    key = f"ha:{{s:{home}}}:leases"
+    record = (await raw.hget(key, local)).split(b" ", 1)[1]
+    await raw.hset(key, local, b"someone-else-1 " + record)
+    result = await q.sync(enqueue=[entry(other, (parent.id, parent.token))])
+    assert (result.added, result.refused) == (0, 1)
+    result = await q.sync(enqueue=[entry(same, (parent.id, parent.token))])
+    assert (result.added, result.refused) == (0, 1)  # as today, in the parent's own shard
+    assert (await q.counts()).pending == 0
+    # a current parent's child in another shard is stored
+    await raw.hset(key, local, parent.token.encode() + b" " + record)
+    result = await q.sync(enqueue=[entry(other, (parent.id, parent.token))])
+    assert (result.added, result.refused) == (1, 0)
+    await raw.aclose()
+    await q.client.aclose()
+
+
+class Recording(redis.asyncio.Redis):
+    """Records the shard and kind (enqueue/ack) of each sync script call."""
+
+    calls: list[tuple[str, int, int]]
+
+    async def evalsha(self, sha, numkeys, *keys_and_args):  # type: ignore[override]
+        keys = keys_and_args[:numkeys]
+        args = keys_and_args[numkeys:]
+        if numkeys >= 18 and str(keys[0]).endswith(":pending"):
+            self.calls.append((str(keys[0]), int(args[0]), int(args[1])))
+        return await super().evalsha(sha, numkeys, *keys_and_args)
+
+
+@deferred_f_from_coro_f
+async def test_every_child_is_stored_before_any_ack_across_shards(redis_url):
+    client = Recording.from_url(redis_url)
+    client.calls = []
+    q = make_queue(client, "ha", "s", 4, worker="w1")
+    await q.sync(enqueue=[entry(f"p{i}") for i in range(8)])
+    parents = await lease_all(q)
+    children = [entry(f"c{i}", (p.id, p.token)) for i, p in enumerate(parents)]
+    children += [entry(f"d{i}", (p.id, p.token)) for i, p in enumerate(parents)]
+    client.calls.clear()
+    result = await q.sync(enqueue=children, ack=[(p.id, p.token) for p in parents])
+    assert (result.added, result.acked, result.refused) == (16, 8, 0)
+    kinds = [(n_enq > 0, n_ack > 0) for _, n_enq, n_ack in client.calls]
+    last_child = max(i for i, (enq, _) in enumerate(kinds) if enq)
+    first_ack = min(i for i, (_, ack) in enumerate(kinds) if ack)
+    assert last_child < first_ack
+    assert len({key for key, n_enq, _ in client.calls if n_enq}) > 1  # children in several
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_requests_of_a_task_stay_in_its_shard_with_its_checkpoint(redis_url):
+    q = sharded(redis_url, shards=3)
+    home = task_shard("cats", 3)
+    await q.sync(enqueue=[entry(f"page{i}", task="cats") for i in range(12)])
+    leases = await lease_all(q)
+    assert {q.route(x.id)[0] for x in leases} == {home}
+    page = leases[0]
+    assert await q.save_checkpoint(page.id, page.token, "cats", b'{"page": 2}', 60000)
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    assert await raw.get(f"ha:{{s:{home}}}:cp:cats") == b'{"page": 2}'
+    await raw.aclose()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_reclaim_and_release_work_in_every_shard(redis_url):
+    q = sharded(redis_url, shards=3)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(30)])
+    leases = await q.sync(lease=30, lease_ms=1)
+    assert len(leases.leases) == 30
+    reclaimed = None
+    for _ in range(100):  # the leases expire after 1 ms of Redis time
+        reclaimed = await q.reclaim(worker="w2", interval_ms=1, batch=100, max_expiries=3)
+        if reclaimed and reclaimed.reclaimed == 30:
+            break
+    assert reclaimed is not None and reclaimed.reclaimed == 30
+    again = await lease_all(q)
+    assert await q.release([(x.id, x.token) for x in again]) == 30
+    assert (await q.counts()).pending == 30
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_with_another_shard_count_is_refused(redis_url):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    four = make_queue(client, "ha", "s", 4)
+    await check_shard_count(four)
+    await four.sync(enqueue=[entry("a")])
+    with pytest.raises(ConfigError, match=r"HA_SHARDS=3 .* HA_SHARDS=4"):
+        await check_shard_count(make_queue(client, "ha", "s", 3))
+    with pytest.raises(ConfigError, match=r"HA_SHARDS=1 .* HA_SHARDS=4"):
+        await check_shard_count(make_queue(client, "ha", "s", 1))
+    await four.flush()
+    assert not await four.exists()
+    one = make_queue(client, "ha", "s", 1)
+    await one.sync(enqueue=[entry("a")])
+    await check_shard_count(one)
+    assert not await client.exists("ha:{s}:shards")  # an unsharded crawl writes nothing new
+    with pytest.raises(ConfigError, match=r"HA_SHARDS=2 but .* unsharded"):
+        await check_shard_count(make_queue(client, "ha", "s", 2))
+    await client.aclose()
