@@ -11,7 +11,13 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha._queue import NewEntry, RedisQueue
-from scrapy_ha._shards import ShardedQueue, check_shard_count, make_queue, shard_setting
+from scrapy_ha._shards import (
+    ShardedQueue,
+    check_shard_count,
+    dead_letters,
+    make_queue,
+    shard_setting,
+)
 from scrapy_ha.config import ConfigError
 from scrapy_ha.keys import Keys, shard_of, task_shard
 
@@ -242,3 +248,27 @@ async def test_a_worker_with_another_shard_count_is_refused(redis_url):
     with pytest.raises(ConfigError, match=r"HA_SHARDS=2 but .* unsharded"):
         await check_shard_count(make_queue(client, "ha", "s", 2))
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_dead_letters_of_every_shard_are_listed_requeued_and_purged(redis_url):
+    q = sharded(redis_url, shards=3)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(12)])
+    leases = await lease_all(q)
+    for x in leases:
+        assert await q.dead_letter(x.id, x.token, {"class": "gone", "reason": "404"})
+    dlq = dead_letters(q)
+    listed = await dlq.entries()
+    assert sorted(e.id for e in listed) == sorted(x.id for x in leases)
+    assert [e.dead_at for e in listed] == sorted(e.dead_at for e in listed)  # oldest first
+    assert len({q.route(e.id)[0] for e in listed}) == 3
+    page = await dlq.entries(offset=2, limit=5)
+    assert [e.id for e in page] == [e.id for e in listed[2:7]]
+    far = next(e for e in listed if q.route(e.id)[0] == 2)
+    shown = await dlq.get(far.id)
+    assert shown is not None and shown.id == far.id and shown.failure_class == "gone"
+    assert await dlq.requeue([e.id for e in listed[:4]]) == 4
+    assert await dlq.purge([e.id for e in listed[4:]]) == 8
+    counts = await q.counts()
+    assert (counts.pending, counts.dead) == (4, 0)
+    await q.client.aclose()
