@@ -216,7 +216,7 @@ class ShardedQueue(RedisQueue):
             )
             remaining -= len(result.leases)
             self._merge(total, shard, result)
-        for entry_id, _ in ack:
+        for entry_id in [*(i for i, _ in ack), *total.dropped]:  # not held any more
             self._taken.pop(entry_id, None)
         if lease:
             self._next = (first + 1) % len(self.shards)

@@ -3,13 +3,17 @@ shards, children before acks, the lease rotation, counts and the shard-count che
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
+import redis
 import redis.asyncio
+from fastapi.testclient import TestClient
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha import operations
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha._shards import (
     ShardedQueue,
@@ -19,7 +23,9 @@ from scrapy_ha._shards import (
     shard_setting,
 )
 from scrapy_ha.config import ConfigError
+from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys, shard_of, task_shard
+from scrapy_ha.metrics import discover, read_crawls
 
 LEASE_MS = 30000
 
@@ -271,4 +277,61 @@ async def test_the_dead_letters_of_every_shard_are_listed_requeued_and_purged(re
     assert await dlq.purge([e.id for e in listed[4:]]) == 8
     counts = await q.counts()
     assert (counts.pending, counts.dead) == (4, 0)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_exporter_reports_a_sharded_crawl_once_with_its_shards_summed(redis_url):
+    q = sharded(redis_url, shards=3)
+    await check_shard_count(q)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(30)])
+    await q.sync(lease=4, lease_ms=LEASE_MS)
+    await q.sync(lease=4, lease_ms=LEASE_MS)  # from two shards
+    assert await operations.pause(q, "test")
+    client = redis.Redis.from_url(redis_url)
+    assert discover(client, "ha") == ["s"]
+    (numbers,) = read_crawls(client, "ha", ["s"])
+    assert numbers.states == {"pending": 22, "leased": 8, "delayed": 0, "dead": 0}
+    assert numbers.stats.counter("enqueued") == 30 and numbers.stats.fingerprints == 30
+    assert numbers.paused
+    client.close()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_dashboard_shows_a_sharded_crawl_once_and_pauses_every_shard(redis_url):
+    q = sharded(redis_url, shards=3)
+    await check_shard_count(q)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(30)])
+    await q.client.aclose()
+    await asyncio.to_thread(_drive_dashboard, redis_url)  # TestClient runs its own loop
+    client = redis.Redis.from_url(redis_url)
+    assert all(client.exists(f"ha:{{s:{i}}}:paused") for i in range(3))
+    client.close()
+
+
+def _drive_dashboard(redis_url: str) -> None:
+    app = create_app(redis.asyncio.Redis.from_url(redis_url), "ha", close_client=True)
+    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as http:
+        (crawl,) = http.get("/api/crawls").json()["crawls"]
+        assert crawl["spider"] == "s" and crawl["pending"] == 30
+        assert http.get("/api/crawls/s").json()["counters"]["enqueued"] == 30
+        done = http.post("/api/crawls/s/actions/pause", json={})
+        assert done.status_code == 200, done.text
+        assert http.get("/api/crawls/s").json()["paused"]
+        refused = http.get("/api/crawls/s/dead")
+        assert refused.status_code == 409 and "HA_SHARDS=3" in refused.text
+
+
+@deferred_f_from_coro_f
+async def test_start_urls_are_fed_into_their_shards_and_leave_the_list(redis_url):
+    q = sharded(redis_url, shards=3)
+    raw = [f"https://example.com/{i}".encode() for i in range(12)]
+    await q.client.rpush("s:start_urls", *raw)
+    peeked = await q.peek_start_urls("s:start_urls", as_set=False, batch=20)
+    entries = [NewEntry(fp(u.decode()), 0, b"payload-" + u) for u in peeked]
+    assert await q.feed("s:start_urls", as_set=False, raw=peeked, entries=entries) == 12
+    assert await q.client.llen("s:start_urls") == 0
+    assert (await q.counts()).pending == 12
+    assert all([await s.client.zcard(s.keys.pending) for s in q.shards])
     await q.client.aclose()

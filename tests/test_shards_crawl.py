@@ -124,16 +124,24 @@ def test_the_cli_aggregates_or_refuses_a_sharded_crawl(redis_url):
     client.close()
 
 
+@pytest.mark.parametrize(
+    "pages, kill_at",
+    [
+        (20, 150),  # short enough for every CI run
+        pytest.param(100, 1000, marks=pytest.mark.long),  # `make test-long`
+    ],
+    ids=["400-items", "2000-items"],
+)
 def test_a_sigkilled_worker_s_leases_come_back_from_every_shard(
-    redis_url: str, site_factory: type[Site], tmp_path: Path
+    pages: int, kill_at: int, redis_url: str, site_factory: type[Site], tmp_path: Path
 ) -> None:
-    pages, per_page = 40, 20
+    per_page = 20
     site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--delay", "0.002")
     items = tmp_path / "items.jl"
     victim = worker(redis_url, site.url, items, tmp_path / "victim.log", HA_SHARDS="3")
     wait_for_items(items, 1, victim)
     survivor = worker(redis_url, site.url, items, tmp_path / "survivor.log", HA_SHARDS="3")
-    wait_for_items(items, 300, victim)
+    wait_for_items(items, kill_at, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
