@@ -87,6 +87,11 @@ def make_queue(
     )
 
 
+def outside(shard: int, entry_id: str) -> str:
+    """The id the worker sees of an entry of *shard*."""
+    return entry_id if shard == 0 else f"{shard}:{entry_id}"
+
+
 def shards_of(queue: RedisQueue) -> list[RedisQueue]:
     """The per-shard queues of *queue* (itself when it is not sharded)."""
     return list(queue.shards) if isinstance(queue, ShardedQueue) else [queue]
@@ -166,10 +171,7 @@ class ShardedQueue(RedisQueue):
             return int(head), tail
         return self._taken.get(entry_id, 0), entry_id
 
-    @staticmethod
-    def outside(shard: int, entry_id: str) -> str:
-        """The id the worker sees of an entry of *shard*."""
-        return entry_id if shard == 0 else f"{shard}:{entry_id}"
+    outside = staticmethod(outside)
 
     def _split(self, pairs: Iterable[Pair]) -> dict[int, list[Pair]]:
         by: dict[int, list[Pair]] = {}
@@ -495,8 +497,6 @@ async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) 
 SHARD_UNAWARE = frozenset(
     {
         "dlq_archive",
-        "delayed_list",
-        "delayed_retry_now",
         "report",
     }
 )

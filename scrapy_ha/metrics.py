@@ -138,14 +138,18 @@ def discover(client: Any, prefix: str) -> list[str]:
         for name in CRAWL_KEYS:
             tail = f"}}:{name}"
             if key.endswith(tail) and len(key) > len(head) + len(tail):
-                spiders.add(unsharded(key[len(head) : -len(tail)]))
-    return sorted(spiders)
+                spiders.add(key[len(head) : -len(tail)])
+        if key.endswith("}:shards"):
+            spiders.add(key[len(head) : -len("}:shards")])
+    return unsharded(spiders)
 
 
-def unsharded(tag: str) -> str:
-    """The spider of a hash tag: ``books`` for ``books`` and for a shard's ``books:3``."""
-    spider, sep, shard = tag.rpartition(":")
-    return spider if sep and spider and shard.isdigit() else tag
+def unsharded(tags: Iterable[str]) -> list[str]:
+    """The crawls of these hash tags, sorted: a sharded crawl's (``books``, which has its
+    shard count) stands for its shards' (``books:0``, ``books:1``, ...)."""
+    tags = set(tags)
+    sharded = {t for t in tags if f"{t}:0" in tags}
+    return sorted(t for t in tags if t.rpartition(":")[0] not in sharded)
 
 
 def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlNumbers]:

@@ -14,6 +14,7 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha import operations
+from scrapy_ha._cli_delayed import entries as delayed_entries
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha._shards import (
     ShardedQueue,
@@ -334,4 +335,20 @@ async def test_start_urls_are_fed_into_their_shards_and_leave_the_list(redis_url
     assert await q.client.llen("s:start_urls") == 0
     assert (await q.counts()).pending == 12
     assert all([await s.client.zcard(s.keys.pending) for s in q.shards])
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_delayed_retries_of_every_shard_are_listed_and_made_due(redis_url):
+    q = sharded(redis_url, shards=3)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(9)])
+    leases = await lease_all(q)
+    for x in leases:
+        assert await q.retry_later(x.id, x.token, 3_600_000, x.payload, 0, "server")
+    listed = await delayed_entries(q)
+    assert sorted(d.id for d in listed) == sorted(x.id for x in leases)
+    assert len({q.route(d.id)[0] for d in listed}) == 3
+    assert await operations.make_due(q, [d.id for d in listed]) == 9
+    again = await lease_all(q)  # promoted by the next syncs, in every shard
+    assert sorted(x.payload for x in again) == sorted(x.payload for x in leases)
     await q.client.aclose()

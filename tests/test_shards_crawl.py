@@ -109,7 +109,9 @@ def test_the_cli_aggregates_or_refuses_a_sharded_crawl(redis_url):
     assert all(client.zcard(f"ha:{{books:{i}}}:pending") for i in range(3))
     listed = scrapy_ha("--redis-url", redis_url, "dlq", "list", "books")
     assert listed.returncode == 0 and "empty" in listed.stdout, listed.stderr
-    refused = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books")
+    delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books")
+    assert delayed.returncode == 0 and "no delayed retry" in delayed.stdout, delayed.stderr
+    refused = scrapy_ha("--redis-url", redis_url, "report", "books")
     assert refused.returncode == 2
     assert "does not read sharded crawls yet" in refused.stderr
     assert "HA_SHARDS=3" in refused.stderr

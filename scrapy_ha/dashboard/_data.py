@@ -53,8 +53,8 @@ async def crawl_names(client: Any, prefix: str) -> list[str]:
         rest = _s(key)[len(head) :]
         end = rest.find("}:")
         if end > 0:
-            names.add(unsharded(rest[:end]))  # a sharded crawl's shards are one crawl
-    return sorted(names)
+            names.add(rest[:end])
+    return unsharded(names)  # a sharded crawl's shards are one crawl
 
 
 @dataclass(frozen=True)
