@@ -38,7 +38,7 @@ from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import Keys, shard_of, task_shard
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
     from scrapy.settings import BaseSettings
 
@@ -90,6 +90,27 @@ def make_queue(
 def outside(shard: int, entry_id: str) -> str:
     """The id the worker sees of an entry of *shard*."""
     return entry_id if shard == 0 else f"{shard}:{entry_id}"
+
+
+def _stages(
+    placed: list[tuple[int, NewEntry]], route: Callable[[str], tuple[int, str]]
+) -> Iterator[list[tuple[int, NewEntry]]]:
+    """*placed* in stages: a child whose parent is in the same batch, in another shard, waits
+    for a later stage (its parent is then stored, or dropped, when its fence is checked);
+    in the parent's own shard the script itself checks them in order."""
+    unsent = {e.taken for _, e in placed if e.taken is not None}
+    todo = placed
+    while todo:
+        ready: list[tuple[int, NewEntry]] = []
+        later: list[tuple[int, NewEntry]] = []
+        for shard, e in todo:
+            waits = e.parent is not None and e.parent in unsent and route(e.parent[0])[0] != shard
+            (later if waits else ready).append((shard, e))
+        if not ready:  # cannot happen (a request is not its own ancestor): send as they are
+            ready, later = later, []
+        yield ready
+        unsent -= {e.taken for _, e in ready if e.taken is not None}
+        todo = later
 
 
 def shards_of(queue: RedisQueue) -> list[RedisQueue]:
@@ -194,14 +215,12 @@ class ShardedQueue(RedisQueue):
     ) -> SyncResult:
         """Children (each in its shard, fenced), then acks, then leases in rotation."""
         total = SyncResult(0, 0, 0, 0, 0, 0, 0)
-        children = await self._fenced(enqueue, lease_ms, total)
-        for shard, entries in sorted(children.items()):
-            roots = sum(1 for e, crossed in entries if e.parent is None and not crossed)
-            result = await self.shards[shard].sync(
-                enqueue=[e for e, _ in entries], lease_ms=lease_ms
-            )
-            result.roots_seen = min(result.roots_seen, roots)  # a fenced child is no root
-            self._merge(total, shard, result)
+        placed = [(self.place(e), e) for e in enqueue]
+        for shard, e in placed:
+            if e.taken is not None:
+                self._taken[e.taken[0]] = shard
+        for stage in _stages(placed, self.route):
+            await self._store(stage, lease_ms, total)
         acks = self._split(ack)
         remaining = lease
         first = self._next
@@ -225,12 +244,24 @@ class ShardedQueue(RedisQueue):
         total.pending, total.leased, total.delayed = map(sum, zip(*self._known, strict=True))
         return total
 
+    async def _store(
+        self, placed: list[tuple[int, NewEntry]], lease_ms: int, total: SyncResult
+    ) -> None:
+        """Store *placed* requests, each in its shard (one call per shard)."""
+        children = await self._fenced(placed, lease_ms, total)
+        for shard, entries in sorted(children.items()):
+            roots = sum(1 for e, crossed in entries if e.parent is None and not crossed)
+            result = await self.shards[shard].sync(
+                enqueue=[e for e, _ in entries], lease_ms=lease_ms
+            )
+            result.roots_seen = min(result.roots_seen, roots)  # a fenced child is no root
+            self._merge(total, shard, result)
+
     async def _fenced(
-        self, enqueue: list[NewEntry], lease_ms: int, total: SyncResult
+        self, placed: list[tuple[int, NewEntry]], lease_ms: int, total: SyncResult
     ) -> dict[int, list[tuple[NewEntry, bool]]]:
         """The children by shard, each with whether it left its parent's shard (then its
         parent's lease was renewed just now; children of a lost parent are dropped)."""
-        placed = [(self.place(e), e) for e in enqueue]
         crossing = {}
         for shard, e in placed:
             if e.parent is not None and self.route(e.parent[0])[0] != shard:
@@ -249,8 +280,6 @@ class ShardedQueue(RedisQueue):
                     continue
                 crossed = home != shard
                 parent = None if crossed else (local, parent[1])
-            if e.taken is not None:
-                self._taken[e.taken[0]] = shard
             by.setdefault(shard, []).append((replace(e, parent=parent), crossed))
         return by
 
@@ -259,8 +288,18 @@ class ShardedQueue(RedisQueue):
         lost = []
         for shard, pairs in sorted(self._split(parents).items()):
             _, gone = await self._renew_shard(shard, pairs, (), lease_ms)
-            lost += [(self.outside(shard, i), t) for i, t in gone]
+            lost += self._theirs(shard, gone, parents)
         return lost
+
+    def _theirs(self, shard: int, local: list[Pair], given: Iterable[Pair]) -> list[Pair]:
+        """The pairs of *given* that *local* (pairs of *shard* as it names them) stand for:
+        a worker-made id has no shard prefix."""
+        by_local = {}
+        for entry_id, token in given:
+            home, inner = self.route(entry_id)
+            if home == shard:
+                by_local[inner, token] = (entry_id, token)
+        return [by_local.get(pair, (self.outside(shard, pair[0]), pair[1])) for pair in local]
 
     def _merge(self, total: SyncResult, shard: int, result: SyncResult) -> None:
         total.now_ms = max(total.now_ms, result.now_ms)
@@ -295,6 +334,7 @@ class ShardedQueue(RedisQueue):
         and the worker's stats live there)."""
         self.worker, self.heartbeat_ms = worker, heartbeat_ms
         self._rate = rate
+        handed = list(handed)
         by = self._split(pairs)
         handed_by = self._split(handed)
         renewed, lost = 0, []
@@ -303,7 +343,7 @@ class ShardedQueue(RedisQueue):
                 shard, by.get(shard, []), handed_by.get(shard, ()), lease_ms
             )
             renewed += n
-            lost += [(self.outside(shard, i), t) for i, t in gone]
+            lost += self._theirs(shard, gone, [*pairs, *handed])
         return renewed, lost
 
     async def _renew_shard(

@@ -9,13 +9,14 @@ import hashlib
 import pytest
 import redis
 import redis.asyncio
+import scrapy
 from fastapi.testclient import TestClient
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha import operations
 from scrapy_ha._cli_delayed import entries as delayed_entries
-from scrapy_ha._queue import NewEntry, RedisQueue
+from scrapy_ha._queue import Fresh, NewEntry, RedisQueue
 from scrapy_ha._shards import (
     ShardedQueue,
     check_shard_count,
@@ -351,4 +352,46 @@ async def test_delayed_retries_of_every_shard_are_listed_and_made_due(redis_url)
     assert await operations.make_due(q, [d.id for d in listed]) == 9
     again = await lease_all(q)  # promoted by the next syncs, in every shard
     assert sorted(x.payload for x in again) == sorted(x.payload for x in leases)
+    await q.client.aclose()
+
+
+def fresh(name: str, n: int, parent: tuple[str, str] | None = None) -> NewEntry:
+    """A request the worker handed out before Redis had it (its lease made by the worker)."""
+    state = Fresh(scrapy.Request(f"https://example.com/{name}"), (f"abc.{n}", f"abc-{n}"))
+    return NewEntry(fp(name), 0, f"payload-{name}".encode(), parent, state)
+
+
+def named(shard: int, but: int = -1, stem: str = "n") -> str:
+    return next(n for n in (f"{stem}{i}" for i in range(500)) if shard_of(fp(n), 3) == shard != but)
+
+
+@deferred_f_from_coro_f
+async def test_a_child_of_a_parent_sent_in_the_same_batch_to_another_shard_is_kept(redis_url):
+    q = sharded(redis_url, shards=3)
+    await q.sync(enqueue=[entry(named(1, stem="root"))])
+    (root,) = (await q.sync(lease=1, lease_ms=LEASE_MS)).leases
+    page = fresh(named(1, stem="page"), 1, (root.id, root.token))  # handed out from memory
+    child = entry(named(2, stem="child"), ("abc.1", "abc-1"))  # yielded by that page
+    result = await q.sync(enqueue=[page, child])
+    assert (result.added, result.refused, result.dropped) == (2, 0, set())
+    # the same again: the page is a duplicate now (dropped), so its child is refused
+    page2 = fresh(named(1, stem="page"), 2, (root.id, root.token))
+    child2 = entry(named(2, stem="other"), ("abc.2", "abc-2"))
+    result = await q.sync(enqueue=[page2, child2])
+    assert (result.added, result.refused, result.dropped) == (0, 1, {"abc.2"})
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_lost_lease_is_reported_by_the_id_the_worker_holds(redis_url):
+    q = sharded(redis_url, shards=3)
+    page = fresh(named(2, stem="page"), 7)
+    await q.sync(enqueue=[page, entry(named(1))])
+    (leased,) = (await q.sync(lease=1, lease_ms=LEASE_MS)).leases
+    held = [("abc.7", "abc-7"), (leased.id, leased.token)]
+    assert await q.renew(held, worker="w1", lease_ms=LEASE_MS, heartbeat_ms=60000) == (2, [])
+    await q.release(held)  # gone from Redis: both are lost now
+    q._taken["abc.7"] = 2  # the worker still holds it (as a zombie would)
+    renewed, lost = await q.renew(held, worker="w1", lease_ms=LEASE_MS, heartbeat_ms=60000)
+    assert (renewed, sorted(lost)) == (0, sorted(held))
     await q.client.aclose()
