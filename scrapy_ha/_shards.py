@@ -537,7 +537,6 @@ async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) 
 SHARD_UNAWARE = frozenset(
     {
         "dlq_archive",
-        "report",
     }
 )
 

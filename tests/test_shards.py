@@ -16,6 +16,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha import operations
 from scrapy_ha._cli_delayed import entries as delayed_entries
+from scrapy_ha._cli_report import build_report
 from scrapy_ha._queue import Fresh, NewEntry, RedisQueue
 from scrapy_ha._shards import (
     ShardedQueue,
@@ -394,4 +395,17 @@ async def test_a_lost_lease_is_reported_by_the_id_the_worker_holds(redis_url):
     q._taken["abc.7"] = 2  # the worker still holds it (as a zombie would)
     renewed, lost = await q.renew(held, worker="w1", lease_ms=LEASE_MS, heartbeat_ms=60000)
     assert (renewed, sorted(lost)) == (0, sorted(held))
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_report_counts_the_dead_letters_of_every_shard(redis_url):
+    q = sharded(redis_url, shards=3)
+    await check_shard_count(q)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(9)])
+    for x in await lease_all(q):
+        assert await q.dead_letter(x.id, x.token, {"class": "gone", "reason": "404"})
+    report = await build_report(q, 3600)
+    assert report.window["dead"] == 9 and report.dead_by_class == {"gone": 9}
+    assert report.states["dead"] == 9 and report.totals["enqueued"] == 9
     await q.client.aclose()
