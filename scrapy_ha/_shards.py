@@ -166,6 +166,8 @@ class ShardedQueue(RedisQueue):
             RedisQueue(client, keys.of_shard(i), order=order, start_order=start_order)
             for i in range(keys.shards)
         ]
+        #: the keys under the crawl's own tag (``{<spider>}``): the start-URL feed's
+        self._home = RedisQueue(client, Keys(keys.prefix, keys.spider), order=order)
         self.worker = worker
         self.heartbeat_ms = heartbeat_ms
         self._rate = 0.0  # pages/s, as the last renewal published it
@@ -502,7 +504,9 @@ class ShardedQueue(RedisQueue):
         requests it enqueued again harmless)."""
         added = (await self.sync(enqueue=[e for e in entries if e.payload])).added
         blank = [NewEntry(b"", 0, b"") for _ in raw]
-        taken = await self.shards[0].feed(key, as_set=as_set, raw=raw, entries=blank)
+        # under the crawl's own tag, which the start key shares on a cluster (the check at
+        # open): the script only takes the entries out (its counter ``seq`` goes up)
+        taken = await self._home.feed(key, as_set=as_set, raw=raw, entries=blank)
         return -1 if taken < 0 else added
 
     async def set_aside_wrong_types(self) -> list[str]:
@@ -513,7 +517,7 @@ class ShardedQueue(RedisQueue):
             await queue.leave(worker)
 
     async def flush(self) -> None:
-        for queue in self.shards:
+        for queue in [*self.shards, self._home]:
             await queue.flush()
         await self.client.delete(self.keys.shard_count)
 

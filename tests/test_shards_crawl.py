@@ -18,7 +18,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys, task_shard
 from tests import redis_servers
-from tests.spiders import CatalogueSpider
+from tests.spiders import CatalogueSpider, FedSpider
 from tests.test_checkpoints import run_paged
 from tests.test_cli import scrapy_ha
 from tests.test_crash import check_nothing_lost, reclaimed, wait_for_items, worker
@@ -213,3 +213,21 @@ def test_a_checkpointed_task_resumes_where_it_stopped_with_three_shards(
     assert resumed[0] == f"/list/{stop_at}" and "/list/1" not in resumed
     ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
     assert sorted(ids) == list(range(1, pages * per_page + 1))  # none lost, none twice
+
+
+@deferred_f_from_coro_f
+async def test_start_urls_feed_a_sharded_crawl_on_a_cluster(cluster, site):
+    from redis.cluster import RedisCluster
+
+    urls = [f"{site.url}/item/{i}" for i in range(1, 21)]
+    first = cluster.nodes[0]
+    with RedisCluster(host="127.0.0.1", port=first.port) as client:
+        client.rpush("{fed}:start_urls", *urls)
+    settings = crawl_settings(
+        cluster.url, HA_SHARDS=6, REDIS_START_URLS_KEY="{%(name)s}:start_urls", HA_FEED=False
+    )
+    crawler = get_crawler(FedSpider, settings)
+    await crawler.crawl_async()
+    assert sorted(crawler.spider.seen) == sorted(f"GET {u} None" for u in urls)
+    with RedisCluster(host="127.0.0.1", port=first.port) as client:
+        assert client.llen("{fed}:start_urls") == 0
