@@ -17,6 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha import operations
 from scrapy_ha._cli_delayed import entries as delayed_entries
 from scrapy_ha._cli_report import build_report
+from scrapy_ha._connect import _refuse_unsharded_features
 from scrapy_ha._queue import Fresh, NewEntry, RedisQueue
 from scrapy_ha._shards import (
     ShardedQueue,
@@ -409,3 +410,11 @@ async def test_the_report_counts_the_dead_letters_of_every_shard(redis_url):
     assert report.window["dead"] == 9 and report.dead_by_class == {"gone": 9}
     assert report.states["dead"] == 9 and report.totals["enqueued"] == 9
     await q.client.aclose()
+
+
+@pytest.mark.parametrize("name", ["HA_DLQ_ARCHIVE_URL", "HA_DLQ_ALERT_WEBHOOK"])
+def test_what_reads_one_shards_dead_letters_is_refused_when_sharded(name):
+    settings = Settings({name: "postgresql://db/x", "HA_SHARDS": 2})
+    with pytest.raises(ConfigError, match=f"{name} is not supported yet with HA_SHARDS=2"):
+        _refuse_unsharded_features(settings, 2)
+    _refuse_unsharded_features(settings, 1)  # unsharded: as before
