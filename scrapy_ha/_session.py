@@ -133,10 +133,7 @@ class Session:
         self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)
         self.ends.queue = self.queue
         await self.renewals.renew(self.queue)
-        if self.queue.keys.shard is None:
-            # the keeper's thread renews one shard's leases: a sharded crawl renews from
-            # the event loop (a loop blocked longer than HA_LEASE_TIME loses its leases)
-            self.renewals.start_keeper(self.queue)
+        self.renewals.start_keeper(self.queue)
         self.redis_ok = True
         log_connected(self.queue, server, self.redis_url, cfg.worker_id)
         counts = await joined(self.queue, cfg, spider, self.starts)

@@ -196,7 +196,8 @@ class ShardedQueue(RedisQueue):
 
     outside = staticmethod(outside)
 
-    def _split(self, pairs: Iterable[Pair]) -> dict[int, list[Pair]]:
+    def split(self, pairs: Iterable[Pair]) -> dict[int, list[Pair]]:
+        """*pairs* by shard, as each shard names them."""
         by: dict[int, list[Pair]] = {}
         for entry_id, token in pairs:
             shard, local = self.route(entry_id)
@@ -223,7 +224,7 @@ class ShardedQueue(RedisQueue):
                 self._taken[e.taken[0]] = shard
         for stage in _stages(placed, self.route):
             await self._store(stage, lease_ms, total)
-        acks = self._split(ack)
+        acks = self.split(ack)
         remaining = lease
         first = self._next
         for step in range(len(self.shards)):
@@ -288,12 +289,12 @@ class ShardedQueue(RedisQueue):
     async def _lost(self, parents: list[Pair], lease_ms: int) -> list[Pair]:
         """Renew *parents* in their shards; the pairs no longer this worker's."""
         lost = []
-        for shard, pairs in sorted(self._split(parents).items()):
+        for shard, pairs in sorted(self.split(parents).items()):
             _, gone = await self._renew_shard(shard, pairs, (), lease_ms)
-            lost += self._theirs(shard, gone, parents)
+            lost += self.theirs(shard, gone, parents)
         return lost
 
-    def _theirs(self, shard: int, local: list[Pair], given: Iterable[Pair]) -> list[Pair]:
+    def theirs(self, shard: int, local: list[Pair], given: Iterable[Pair]) -> list[Pair]:
         """The pairs of *given* that *local* (pairs of *shard* as it names them) stand for:
         a worker-made id has no shard prefix."""
         by_local = {}
@@ -337,15 +338,15 @@ class ShardedQueue(RedisQueue):
         self.worker, self.heartbeat_ms = worker, heartbeat_ms
         self._rate = rate
         handed = list(handed)
-        by = self._split(pairs)
-        handed_by = self._split(handed)
+        by = self.split(pairs)
+        handed_by = self.split(handed)
         renewed, lost = 0, []
         for shard in sorted({0, *by, *handed_by}):
             n, gone = await self._renew_shard(
                 shard, by.get(shard, []), handed_by.get(shard, ()), lease_ms
             )
             renewed += n
-            lost += self._theirs(shard, gone, [*pairs, *handed])
+            lost += self.theirs(shard, gone, [*pairs, *handed])
         return renewed, lost
 
     async def _renew_shard(
@@ -391,7 +392,7 @@ class ShardedQueue(RedisQueue):
 
     async def release(self, pairs: list[Pair]) -> int:
         released = 0
-        for shard, local in sorted(self._split(pairs).items()):
+        for shard, local in sorted(self.split(pairs).items()):
             released += await self.shards[shard].release(local)
         for entry_id, _ in pairs:
             self._taken.pop(entry_id, None)

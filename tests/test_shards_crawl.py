@@ -22,6 +22,8 @@ from tests.spiders import CatalogueSpider, FedSpider
 from tests.test_checkpoints import run_paged
 from tests.test_cli import scrapy_ha
 from tests.test_crash import check_nothing_lost, reclaimed, wait_for_items, worker
+from tests.test_keeper import stat
+from tests.test_keeper import worker as blocking_worker
 from tests.test_redis_failover import assert_nothing_lost, crawl_settings
 
 if TYPE_CHECKING:
@@ -231,3 +233,37 @@ async def test_start_urls_feed_a_sharded_crawl_on_a_cluster(cluster, site):
     assert sorted(crawler.spider.seen) == sorted(f"GET {u} None" for u in urls)
     with RedisCluster(host="127.0.0.1", port=first.port) as client:
         assert client.llen("{fed}:start_urls") == 0
+
+
+def test_a_blocking_callback_keeps_its_leases_in_every_shard(
+    redis_url: str, redis_client: redis.Redis, site_factory: type[Site], tmp_path: Path
+) -> None:
+    site = site_factory("--pages", "3", "--per-page", "10", "--delay", "0.05")
+    release = tmp_path / "release"  # the callback blocks until the second worker has joined
+    first = blocking_worker(
+        redis_url, site.url, tmp_path, "first", BLOCK_UNTIL=str(release), HA_SHARDS="3"
+    )
+    second = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "blocking").exists():
+            assert first.poll() is None and time.monotonic() < deadline, "never blocked"
+            time.sleep(0.02)
+        second = blocking_worker(redis_url, site.url, tmp_path, "second", HA_SHARDS="3")
+        while redis_client.zcard("ha:{blocking:0}:workers") < 2:
+            assert second.poll() is None and time.monotonic() < deadline + 60, "never joined"
+            time.sleep(0.05)
+        release.write_text("go")
+        assert second.wait(timeout=120) == 0
+        assert first.wait(timeout=120) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    logs = {n: (tmp_path / f"{n}.log").read_text() for n in ("first", "second")}
+    ids = [json.loads(line)["id"] for line in (tmp_path / "items.jl").read_text().splitlines()]
+    assert sorted(ids) == list(range(1, 31)), logs["second"][-3000:]  # each item once
+    assert site.hits()["/item/3"] == 1  # crawled once: its lease was renewed while blocked
+    assert all(stat(log, "ha/reclaimed") == 0 for log in logs.values()), logs
+    assert "The event loop was blocked for" in logs["first"]
