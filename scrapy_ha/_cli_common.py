@@ -43,6 +43,12 @@ def global_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--prefix", default=argparse.SUPPRESS, help="key prefix (default: HA_KEY_PREFIX or ha)"
     )
+    common.add_argument(
+        "--shards",
+        type=int,
+        default=argparse.SUPPRESS,
+        help="the crawl's HA_SHARDS (default: the count the crawl stored in Redis)",
+    )
     return common
 
 

@@ -9,7 +9,7 @@ worker promotes them, with the priority and place they would have had.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -24,6 +24,7 @@ from scrapy_ha._cli_common import (
     plural,
 )
 from scrapy_ha._codec.document import META
+from scrapy_ha._shards import outside, shards_of
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.operations import server_ms
 
@@ -66,7 +67,15 @@ def _parse(entry_id: str, due: float, payload: bytes | None) -> Delayed:
 
 
 async def entries(queue: RedisQueue) -> list[Delayed]:
-    """Every delayed entry, soonest due first."""
+    """Every delayed entry, soonest due first (of every shard of a sharded crawl, ids as the
+    workers see them)."""
+    found: list[Delayed] = []
+    for i, shard in enumerate(shards_of(queue)):
+        found += [replace(d, id=outside(i, d.id)) for d in await _shard_entries(shard)]
+    return sorted(found, key=lambda d: d.due_ms)
+
+
+async def _shard_entries(queue: RedisQueue) -> list[Delayed]:
     found: list[Delayed] = []
     start = 0
     while True:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha._shards import shards_of
 from scrapy_ha.dlq import SCAN_BATCH, parse_entry
 from scrapy_ha.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 
@@ -82,18 +83,33 @@ def _window_events(stats: CrawlStats, window_s: int) -> dict[str, int | None]:
 async def _dead_in_window(
     queue: RedisQueue, since_ms: int
 ) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
-    """Dead letters of the window, by class, domain and reason (the dead set's own times)."""
-    client, keys = queue.client, queue.keys
+    """Dead letters of the window, by class, domain and reason (the dead set's own times),
+    of every shard of a sharded crawl."""
     by_class: Counter[str] = Counter()
     domains: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
+    n = 0
+    for shard in shards_of(queue):
+        found = await _dead_in_shard(shard, since_ms, by_class, domains, reasons)
+        n += found
+    return n, by_class, domains, reasons
+
+
+async def _dead_in_shard(
+    queue: RedisQueue,
+    since_ms: int,
+    by_class: Counter[str],
+    domains: Counter[str],
+    reasons: Counter[str],
+) -> int:
+    client, keys = queue.client, queue.keys
     n = start = 0
     while True:
         rows = await client.zrangebyscore(
             keys.dead, since_ms, "+inf", start=start, num=SCAN_BATCH, withscores=True
         )
         if not rows:
-            return n, by_class, domains, reasons
+            return n
         ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await client.hmget(keys.payload, ids)

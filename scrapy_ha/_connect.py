@@ -13,18 +13,19 @@ import scrapy
 from scrapy_ha import _engine
 from scrapy_ha._connection import check_reachable, redis_from_settings
 from scrapy_ha._health import warn_once
-from scrapy_ha._queue import RedisQueue
+from scrapy_ha._shards import check_shard_count, make_queue, shard_setting
 from scrapy_ha._version import __version__
-from scrapy_ha.config import check_start_key
+from scrapy_ha.config import ConfigError, check_start_key
 from scrapy_ha.keys import Keys
 from scrapy_ha.spiders import RedisSpiderMixin
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
     from scrapy_ha._outbox import Outbox
-    from scrapy_ha._queue import Counts, NewEntry, SyncResult
+    from scrapy_ha._queue import Counts, NewEntry, RedisQueue, SyncResult
     from scrapy_ha.config import SchedulerConfig
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ async def open_queue(
     ``HA_CONNECT_TIMEOUT`` naming the URL); flushed first with
     ``SCHEDULER_FLUSH_ON_START`` when no other worker lives."""
     settings = crawler.settings
+    shards = shard_setting(settings)
+    _refuse_unsharded_features(settings, shards)
     if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
         start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
         check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).pending)
@@ -47,11 +50,45 @@ async def open_queue(
     except BaseException:
         await client.aclose()
         raise
-    keys = Keys(config.key_prefix, spider.name)
-    queue = RedisQueue(client, keys, order=config.order, start_order=config.start_order)
-    if config.flush_on_start:
-        await _flush_on_start(queue)
+    queue = make_queue(
+        client,
+        config.key_prefix,
+        spider.name,
+        shards,
+        order=config.order,
+        start_order=config.start_order,
+        worker=config.worker_id,
+        heartbeat_ms=int(config.heartbeat_ttl * 1000),
+    )
+    try:
+        if config.flush_on_start:
+            await _flush_on_start(queue)
+        await check_shard_count(queue)
+    except BaseException:
+        await client.aclose()
+        raise
     return queue, server
+
+
+#: What would act on one shard alone: refused with HA_SHARDS > 1 rather than half working.
+#: The archive and the alert read the dead-letter queue of shard 0 only; the per-domain
+#: limits are kept by each shard's script, so each shard would allow the whole limit.
+UNSHARDED_SETTINGS = {
+    "HA_DLQ_ARCHIVE_URL": "it would see the dead letters of one shard only",
+    "HA_DLQ_ALERT_WEBHOOK": "it would see the dead letters of one shard only",
+    "HA_DOMAIN_RATE": "each shard would allow the whole limit (N times it in all)",
+    "HA_DOMAIN_CONCURRENCY": "each shard would allow the whole limit (N times it in all)",
+    "HA_DOMAIN_LIMITS": "each shard would allow the whole limit (N times it in all)",
+}
+
+
+def _refuse_unsharded_features(settings: BaseSettings, shards: int) -> None:
+    for name, why in UNSHARDED_SETTINGS.items():
+        if shards > 1 and settings.get(name):
+            raise ConfigError(
+                f"{name} is not supported yet with HA_SHARDS={shards}: {why}; unset it or "
+                "use HA_SHARDS=1"
+            )
 
 
 def log_connected(queue: RedisQueue, server: str, redis_url: str, worker: str) -> None:
@@ -62,9 +99,16 @@ def log_connected(queue: RedisQueue, server: str, redis_url: str, worker: str) -
         redis.__version__,
         server,
         redis_url,
-        queue.keys.pending.rsplit(":", 1)[0] + ":*",
+        _key_pattern(queue),
         worker,
     )
+
+
+def _key_pattern(queue: RedisQueue) -> str:
+    keys = queue.keys
+    if keys.shard is None:
+        return keys.pending.rsplit(":", 1)[0] + ":*"
+    return f"{keys.prefix}:{{{keys.spider}:0..{keys.shards - 1}}}:*"
 
 
 async def _flush_on_start(queue: RedisQueue) -> None:

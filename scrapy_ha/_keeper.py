@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable, Iterable
 
+    from scrapy_ha._shards import ShardedQueue
     from scrapy_ha.keys import Keys
 
 logger = logging.getLogger(__name__)
@@ -73,9 +74,12 @@ class LeaseKeeper:
         on_renewed: Callable[[float, list[tuple[str, str]]], None],
         on_reported: Callable[[frozenset[tuple[str, str]], list[tuple[str, str]]], None]
         | None = None,
+        sharded: ShardedQueue | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
+        #: a sharded crawl's queue: its routing of ids to shards (read-only from here)
+        self.sharded = sharded
         self.worker = worker
         self.lease_ms = int(lease_time * 1000)
         self.heartbeat_ms = int(heartbeat_ttl * 1000)
@@ -231,6 +235,26 @@ class LeaseKeeper:
         """One renew.lua call (*pairs* renewed, *handed* marked as given to the engine, the
         worker's grant too when *grant*); None when Redis failed it, and then the *fresh*
         pairs wait for the next call."""
+        try:
+            if self.sharded is not None:
+                reply = self._renew_shards(self.sharded, pairs, handed, grant=grant)
+            else:
+                reply = self._renew_one(self.keys, pairs, handed, grant=grant)
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+            self._give_back(fresh)
+            self._redis_down(exc)
+            return None
+        self._redis_ok = True
+        return reply
+
+    def _renew_one(
+        self,
+        keys: Keys,
+        pairs: Iterable[tuple[str, str]],
+        handed: Iterable[tuple[str, str]],
+        *,
+        grant: bool,
+    ) -> Any:
         args = renew_args(
             pairs,
             handed,
@@ -239,17 +263,32 @@ class LeaseKeeper:
             heartbeat_ms=self.heartbeat_ms,
             stats=worker_stats(len(self._held), self.rate),
         )
-        keys = [self.keys.leased, self.keys.leases, self.keys.workers, self.keys.worker_stats]
+        names = [keys.leased, keys.leases, keys.workers, keys.worker_stats]
         if grant:
-            keys.append(self.keys.grant(self.worker))
-        try:
-            reply = self._script(keys=keys, args=args)
-        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
-            self._give_back(fresh)
-            self._redis_down(exc)
-            return None
-        self._redis_ok = True
-        return reply
+            names.append(keys.grant(self.worker))
+        return self._script(keys=names, args=args)
+
+    def _renew_shards(
+        self,
+        queue: ShardedQueue,
+        pairs: Iterable[tuple[str, str]],
+        handed: Iterable[tuple[str, str]],
+        *,
+        grant: bool,
+    ) -> list[Any]:
+        """One renew.lua call per shard that holds some of the pairs (shard 0 always: the
+        heartbeat; every shard while a sync is in flight: its grants); a reply of the same
+        form, lost pairs named as the worker holds them."""
+        pairs, handed = list(pairs), list(handed)
+        by, handed_by = queue.split(pairs), queue.split(handed)
+        every = range(len(queue.shards)) if grant else ()
+        now, renewed, lost = 0, 0, []
+        for shard in sorted({0, *by, *handed_by, *every}):
+            keys = queue.shards[shard].keys
+            reply = self._renew_one(keys, by.get(shard, []), handed_by.get(shard, []), grant=grant)
+            now, renewed = int(reply[0]), renewed + int(reply[1])
+            lost += queue.theirs(shard, lost_pairs(reply), [*pairs, *handed])
+        return [now, renewed, *(x for pair in lost for x in pair)]
 
     def _redis_down(self, exc: BaseException) -> None:
         level = logging.WARNING if self._redis_ok else logging.DEBUG

@@ -111,6 +111,8 @@ class Renewals:
 
     def start_keeper(self, queue: RedisQueue) -> None:
         """Renew and heartbeat from a thread from now on (see :mod:`scrapy_ha._keeper`)."""
+        from scrapy_ha._shards import ShardedQueue  # the keeper renews each shard's
+
         config = self.config()
         client = sync_redis_from_settings(self.settings, connect_timeout=config.connect_timeout)
         self.keeper = LeaseKeeper(
@@ -124,6 +126,7 @@ class Renewals:
             loop=asyncio.get_running_loop(),
             on_renewed=self._on_renewed,
             on_reported=self._on_reported,
+            sharded=queue if isinstance(queue, ShardedQueue) else None,
         )
         self.keeper.hold(self.held())
         self.keeper.hand(self._handed_now())

@@ -134,6 +134,8 @@ class NewEntry:
     fresh: Fresh | None = None
     #: a start request kept in its own queue (SCHEDULER_START_*_QUEUE): after the others
     start: bool = False
+    #: the checkpointed task of the request (``ha_task``): a sharded crawl places it by task
+    task: str = ""
 
     @property
     def taken(self) -> tuple[str, str] | None:

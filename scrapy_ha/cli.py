@@ -39,17 +39,25 @@ from scrapy_ha._connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha._queue import RedisQueue
+from scrapy_ha._shards import (
+    check_shard_count,
+    crawl_queue,
+    dead_letters,
+    refuse_unaware,
+    shard_setting,
+)
 from scrapy_ha._version import __version__
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
-from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
-from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.operations import server_ms
 from scrapy_ha.stores import CheckpointStore
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    from scrapy_ha._queue import RedisQueue
+    from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
 
 #: The environment variable that gives the Redis URL when ``--redis-url`` is not given
 #: (the name scrapy-redis's own setting has, so one export serves both).
@@ -83,11 +91,26 @@ async def _run(args: argparse.Namespace) -> int:
         ) from None
     try:
         await check_reachable(client, display_url(settings), DEFAULT_CONNECT_TIMEOUT)
-        queue = RedisQueue(client, Keys(prefix, args.spider))
         func: Command = args.func
+        queue = await crawl_queue(client, prefix, args.spider, _shards_given(args, settings))
+        refuse_unaware(queue, func.__name__, _words(args))
+        if func.__name__ == "push":  # the first writer of a crawl stores its shard count
+            await check_shard_count(queue)
         return await func(queue, args)
     finally:
         await client.aclose()
+
+
+def _shards_given(args: argparse.Namespace, settings: Settings) -> int | None:
+    """``--shards``, else the project's ``HA_SHARDS`` if set (None: read from Redis)."""
+    if getattr(args, "shards", None) is not None:
+        settings.set("HA_SHARDS", args.shards, priority="cmdline")
+    return shard_setting(settings) if settings.get("HA_SHARDS") is not None else None
+
+
+def _words(args: argparse.Namespace) -> str:
+    action = getattr(args, args.command, None)  # a group's subcommand (``dlq list``)
+    return f"{args.command} {action}" if isinstance(action, str) else args.command
 
 
 async def _crawl_exists(queue: RedisQueue) -> bool:
@@ -137,7 +160,7 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Dead-letter entries, oldest first: id, when, class, HTTP status, attempts, reason, URL,
     then the total per class; filter by class, domain, status, reason and time; page with
     --limit/--offset."""
-    entries = await _selected(DeadLetterQueue(queue), args)
+    entries = await _selected(dead_letters(queue), args)
     if not entries:
         print(
             f"dead-letter queue of {queue.keys.spider}: empty"
@@ -175,7 +198,7 @@ def _entries(n: int) -> str:
 async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One entry in full, as JSON (the request, class, reason, history); the body as text
     (JSON bodies as JSON), other bytes escaped."""
-    entry = await DeadLetterQueue(queue).get(args.id)
+    entry = await dead_letters(queue).get(args.id)
     if entry is None:
         print(f"no dead-letter entry {args.id} in {queue.keys.spider}", file=sys.stderr)
         return 1
@@ -211,20 +234,20 @@ _TIMES = ("dead_at", "first", "last")
 
 async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Every matching entry as one JSON object per line (url, class, reason, attempts, ...)."""
-    for e in await _selected(DeadLetterQueue(queue), args):
+    for e in await _selected(dead_letters(queue), args):
         print(json.dumps(e.as_dict()))
     return 0
 
 
 async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
-    return await _bulk(queue, args, "requeued", DeadLetterQueue(queue).requeue)
+    return await _bulk(queue, args, "requeued", dead_letters(queue).requeue)
 
 
 async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete entries for good (IDs, or --all, or filters); with an SQL archive, only those
     archived already."""
-    dlq = DeadLetterQueue(queue)
+    dlq = dead_letters(queue)
     code = await _bulk(queue, args, "purged", dlq.purge)
     if dlq.kept_unarchived:
         print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived))
@@ -244,7 +267,7 @@ async def _bulk(
             file=sys.stderr,
         )
         return 1
-    entries = await _selected(DeadLetterQueue(queue), args)
+    entries = await _selected(dead_letters(queue), args)
     verb = done.removesuffix("d")
     what = f"{_entries(len(entries))} of {queue.keys.spider}"
     verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])
@@ -356,6 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
         "REDIS_CLUSTER_NODES); accepted after the subcommand too",
     )
     parser.add_argument("--prefix", help=f"key prefix (default: HA_KEY_PREFIX or {DEFAULT_PREFIX})")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        help="the crawl's HA_SHARDS (default: the count the crawl stored in Redis)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_status_arguments(_command(sub, "status", status))

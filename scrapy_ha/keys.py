@@ -77,27 +77,85 @@ key                        type         content
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
 ``REDIS_START_URLS_KEY``), which is outside the hash tag: see the README for
 Redis Cluster.
+
+Sharded crawls (``HA_SHARDS = N`` > 1, see docs/scaling.md): shard ``i`` has the whole
+key set above under the tag ``{<spider>:<i>}`` (``ha:{books:0}:pending`` ...
+``ha:{books:5}:pending``), so that the crawl spreads over N cluster slots while every
+script still touches one. A request lives in the shard of its fingerprint (each
+fingerprint is only ever checked in one dupefilter), a request of a checkpointed task in
+its task's shard, a request never filtered in the next shard in turn. What is crawl-wide
+stays on shard 0, whose keys every tool reads as the crawl's own: ``paused`` (one key
+stops every shard), ``workers`` and ``wstats`` (one heartbeat per worker; the other shards'
+are refreshed by the same renewals but only shard 0's are read), ``gates``, ``proxy_cd``,
+``cookies`` and ``dlq_alert``. A task's ``cp:<task>`` and ``cpa:<task>`` live in the
+task's shard, beside the leases of its pages (checkpoint.lua checks the page's lease in
+the same call). One more key, outside any shard's tag:
+
+=========================  ===========  ==================================================
+``ha:{books}:shards``      string       the crawl's shard count, written by its first
+                                        worker: a worker started with another count is
+                                        refused (it would look for requests in the wrong
+                                        shard)
+=========================  ===========  ==================================================
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_PREFIX", "Keys"]
+__all__ = ["DEFAULT_PREFIX", "Keys", "shard_of", "task_shard"]
 
 #: Default key prefix (setting ``HA_KEY_PREFIX``).
 DEFAULT_PREFIX = "ha"
 
 
+#: Leading bytes of a fingerprint read as the shard number: 32 bits of a SHA-1 are uniform.
+PLACEMENT_BYTES = 4
+
+
+def shard_of(fingerprint: bytes, shards: int) -> int:
+    """The shard of a request with this fingerprint: stable, so a fingerprint is only ever
+    checked in one shard's dupefilter."""
+    return int.from_bytes(fingerprint[:PLACEMENT_BYTES], "big") % shards
+
+
+def task_shard(task: str, shards: int) -> int:
+    """The shard of a checkpointed task: its pages and its checkpoint keys."""
+    return shard_of(hashlib.sha1(task.encode()).digest(), shards)  # noqa: S324 (placement)
+
+
 @dataclass(frozen=True)
 class Keys:
-    """The names of the Redis keys of one crawl."""
+    """The names of the Redis keys of one crawl (of one shard of it when *shard* is set)."""
 
     prefix: str
     spider: str
+    #: None: the crawl is not sharded (the tag is the spider's name alone)
+    shard: int | None = None
+    shards: int = 1
+
+    @property
+    def tag(self) -> str:
+        """The hash tag of this shard's keys."""
+        return self.spider if self.shard is None else f"{self.spider}:{self.shard}"
 
     def _key(self, name: str) -> str:
-        return f"{self.prefix}:{{{self.spider}}}:{name}"
+        return f"{self.prefix}:{{{self.tag}}}:{name}"
+
+    def of_shard(self, shard: int) -> Keys:
+        """The keys of another shard of the same crawl."""
+        return Keys(self.prefix, self.spider, shard, self.shards)
+
+    @property
+    def shard_count(self) -> str:
+        """The crawl's shard count (``HA_SHARDS``), under the unsharded tag."""
+        return f"{self.prefix}:{{{self.spider}}}:shards"
+
+    def _task_key(self, name: str, task: str) -> str:
+        if self.shard is None:
+            return self._key(f"{name}:{task}")
+        return f"{self.prefix}:{{{self.spider}:{task_shard(task, self.shards)}}}:{name}:{task}"
 
     @property
     def pending(self) -> str:
@@ -222,11 +280,16 @@ class Keys:
         return [self.stats, self.stats_minutes, self.stats_domains]
 
     def checkpoint(self, task: str) -> str:
-        return self._key(f"cp:{task}")
+        """A task's checkpoint: in its task's shard when the crawl is sharded."""
+        return self._task_key("cp", task)
 
     def checkpoint_ahead(self, task: str) -> str:
         """The checkpoints of a task's pages that completed before an earlier page did."""
-        return self._key(f"cpa:{task}")
+        return self._task_key("cpa", task)
+
+    def checkpoint_task(self, key: str) -> str:
+        """The task of a key that :attr:`checkpoint_pattern` matched."""
+        return key.split("}:cp:", 1)[1]
 
     def grant(self, worker: str) -> str:
         """The leases of a worker's latest sync, for its lease keeper (expires on its own)."""
@@ -235,7 +298,8 @@ class Keys:
     @property
     def checkpoint_pattern(self) -> str:
         """A SCAN pattern of every checkpoint key of the crawl."""
-        return self._key("cp:*").replace("{", "\\{").replace("}", "\\}")
+        tag = self.spider if self.shard is None else f"{self.spider}:[0-9]*"
+        return f"{self.prefix}:\\{{{tag}\\}}:cp:*"
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""

@@ -29,7 +29,7 @@ from scrapy_ha._scripts import COUNTS_LUA
 from scrapy_ha._wire import Counts
 from scrapy_ha.config import ConfigError, key_prefix
 from scrapy_ha.keys import Keys
-from scrapy_ha.stats import CrawlStats
+from scrapy_ha.stats import CrawlStats, merge_stats
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -140,28 +140,59 @@ def discover(client: Any, prefix: str) -> list[str]:
             tail = f"}}:{name}"
             if key.endswith(tail) and len(key) > len(head) + len(tail):
                 spiders.add(key[len(head) : -len(tail)])
-    return sorted(spiders)
+        if key.endswith("}:shards"):
+            spiders.add(key[len(head) : -len("}:shards")])
+    return unsharded(spiders)
+
+
+def unsharded(tags: Iterable[str]) -> list[str]:
+    """The crawls of these hash tags, sorted: a sharded crawl's (``books``, which has its
+    shard count) stands for its shards' (``books:0``, ``books:1``, ...)."""
+    tags = set(tags)
+    sharded = {t for t in tags if f"{t}:0" in tags}
+    return sorted(t for t in tags if t.rpartition(":")[0] not in sharded)
 
 
 def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlNumbers]:
-    """Every crawl's numbers in one round trip (crawls whose keys are all gone left out)."""
-    counts = client.register_script(COUNTS_LUA)
+    """Every crawl's numbers in one round trip, one more for sharded crawls (their shards
+    summed); crawls whose keys are all gone left out."""
     spiders = list(spiders)
     pipe = client.pipeline(transaction=False)
     for spider in spiders:
         k = Keys(prefix, spider)
-        keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
-        counts(keys=keys, client=pipe)
-        pipe.hgetall(k.stats)
-        pipe.hvals(k.gates)
-        pipe.exists(k.paused)
+        _crawl_reads(client, pipe, k)
+        pipe.get(k.shard_count)
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
-        numbers = _numbers(spider, *replies[4 * i : 4 * i + 4])
+        *mine, shards = replies[5 * i : 5 * i + 5]
+        if shards is not None and int(shards) > 1:
+            numbers = _sharded_numbers(client, Keys(prefix, spider, 0, int(shards)))
+        else:
+            numbers = _numbers(spider, *mine)
         if numbers.held:
             crawls.append(numbers)
     return crawls
+
+
+def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
+    keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
+    client.register_script(COUNTS_LUA)(keys=keys, client=pipe)
+    pipe.hgetall(k.stats)
+    pipe.hvals(k.gates)
+    pipe.exists(k.paused)
+
+
+def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
+    """A sharded crawl's numbers: every shard's summed; gates and pause are shard 0's
+    (each shard has the same)."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(keys.shards):
+        _crawl_reads(client, pipe, keys.of_shard(i))
+    replies = pipe.execute()
+    parts = [_numbers(keys.spider, *replies[4 * i : 4 * i + 4]) for i in range(keys.shards)]
+    total = merge_stats([p.stats for p in parts])
+    return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused)
 
 
 def _numbers(

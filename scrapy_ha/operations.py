@@ -28,22 +28,39 @@ async def server_ms(client: Any) -> int:
 async def make_due(queue: RedisQueue, ids: list[str]) -> int:
     """These delayed retries are due now: the next sync of any worker promotes them.
     Returns how many were still delayed (an id already promoted or gone is skipped)."""
+    from scrapy_ha._shards import ShardedQueue
+
     now = await server_ms(queue.client)
+    by: dict[str, list[str]] = {}  # delayed key -> ids in it
+    for entry_id in ids:
+        if isinstance(queue, ShardedQueue):
+            shard, local = queue.route(entry_id)
+            if shard < len(queue.shards):
+                by.setdefault(queue.shards[shard].keys.delayed, []).append(local)
+        else:
+            by.setdefault(queue.keys.delayed, []).append(entry_id)
     changed = 0
-    for start in range(0, len(ids), BATCH):
-        mapping = dict.fromkeys(ids[start : start + BATCH], now)
-        changed += int(await queue.client.zadd(queue.keys.delayed, mapping, xx=True, ch=True))
+    for key, key_ids in by.items():
+        for start in range(0, len(key_ids), BATCH):
+            mapping = dict.fromkeys(key_ids[start : start + BATCH], now)
+            changed += int(await queue.client.zadd(key, mapping, xx=True, ch=True))
     return changed
 
 
 async def pause(queue: RedisQueue, by: str) -> bool:
     """Set the crawl's paused key (when, and *by* whom): workers lease nothing new at their
     next sync. False when it was paused already (the first pause's time is kept)."""
+    from scrapy_ha._shards import shards_of
+
     doc = json.dumps({"at": await server_ms(queue.client), "by": by})
-    return bool(await queue.client.set(queue.keys.paused, doc, nx=True))
+    # every shard leases nothing; shard 0's key says since when, for `status`
+    done = [bool(await s.client.set(s.keys.paused, doc, nx=True)) for s in shards_of(queue)]
+    return done[0]
 
 
 async def resume(queue: RedisQueue) -> bool:
     """Delete the paused key: workers lease again at their next sync. False when the crawl
     was not paused."""
-    return bool(await queue.client.delete(queue.keys.paused))
+    from scrapy_ha._shards import shards_of
+
+    return bool(sum([await s.client.delete(s.keys.paused) for s in shards_of(queue)]))

@@ -160,8 +160,15 @@ class Scheduler:
         fresh = Fresh(request)
         self.handout.push(fresh)
         start = bool(self.config.start_order and request.meta.get("is_start_request"))
+        task = request.meta.get(metakeys.TASK)
         entry = NewEntry(
-            fingerprint, request.priority, payload, self.inflight.fence(request), fresh, start
+            fingerprint,
+            request.priority,
+            payload,
+            self.inflight.fence(request),
+            fresh,
+            start,
+            task if isinstance(task, str) else "",
         )
         self.outbox.add_child(entry)
         self.session.wake()

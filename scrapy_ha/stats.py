@@ -27,13 +27,11 @@ __all__ = [
 ]
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scrapy_ha._scripts import COUNTS_LUA
 from scrapy_ha._wire import Counts
-
-if TYPE_CHECKING:
-    from scrapy_ha.keys import Keys
+from scrapy_ha.keys import Keys
 
 #: The counters of the ``stats`` hash, besides ``retried:<class>`` and ``dead:<class>``.
 COUNTERS = (
@@ -247,16 +245,75 @@ def _parse(keys: Keys, replies: list[Any]) -> CrawlStats:
 
 
 def read_crawl_stats(client: Any, keys: Keys, *, domains: bool = True) -> CrawlStats:
-    """The numbers of one crawl, with a sync ``redis.Redis`` client (one round trip).
+    """The numbers of one crawl, with a sync ``redis.Redis`` client (one round trip; one
+    more for a sharded crawl, whose shards are summed: see :func:`merge_stats`).
 
     *domains* False skips the per-domain counts (large for a broad crawl)."""
     pipe = client.pipeline(transaction=False)
     _queue_reads(pipe, keys, domains)
-    return _parse(keys, pipe.execute())
+    pipe.get(keys.shard_count)
+    replies = pipe.execute()
+    sharded = _sharded(keys, replies.pop())
+    if sharded is None:
+        return _parse(keys, replies)
+    pipe = client.pipeline(transaction=False)
+    for shard in sharded:
+        _queue_reads(pipe, shard, domains)
+    return merge_stats(_per_shard(sharded, pipe.execute(), domains))
 
 
 async def read_crawl_stats_async(client: Any, keys: Keys, *, domains: bool = True) -> CrawlStats:
     """:func:`read_crawl_stats` with a ``redis.asyncio.Redis`` client."""
     pipe = client.pipeline(transaction=False)
     _queue_reads(pipe, keys, domains)
-    return _parse(keys, await pipe.execute())
+    pipe.get(keys.shard_count)
+    replies = await pipe.execute()
+    sharded = _sharded(keys, replies.pop())
+    if sharded is None:
+        return _parse(keys, replies)
+    pipe = client.pipeline(transaction=False)
+    for shard in sharded:
+        _queue_reads(pipe, shard, domains)
+    return merge_stats(_per_shard(sharded, await pipe.execute(), domains))
+
+
+def _sharded(keys: Keys, stored: Any) -> list[Keys] | None:
+    """The keys of every shard when the crawl is sharded (its shard count is in Redis)."""
+    shards = int(stored) if stored is not None and _s(stored).isdigit() else 1
+    if shards <= 1:
+        return None
+    base = Keys(keys.prefix, keys.spider, 0, shards)
+    return [base.of_shard(i) for i in range(shards)]
+
+
+def _per_shard(shards: list[Keys], replies: list[Any], domains: bool) -> list[CrawlStats]:
+    step = 4 if domains else 3
+    return [_parse(k, replies[i * step : (i + 1) * step]) for i, k in enumerate(shards)]
+
+
+def merge_stats(parts: list[CrawlStats]) -> CrawlStats:
+    """The numbers of a sharded crawl: every shard's summed; time and live workers are
+    shard 0's (every worker heartbeats there)."""
+    first = parts[0]
+    counts = Counts(
+        first.now_ms,
+        pending=sum(p.pending for p in parts),
+        leased=sum(p.leased for p in parts),
+        delayed=sum(p.delayed for p in parts),
+        dead=sum(p.dead for p in parts),
+        workers=first.workers,
+        fingerprints=sum(p.fingerprints for p in parts),
+    )
+    total = CrawlStats.of(first.spider, counts, counters={})
+    for part in parts:
+        for name, count in part.counters.items():
+            total.counters[name] = total.counters.get(name, 0) + count
+        for event, buckets in part.minutes.items():
+            per_minute = total.minutes.setdefault(event, {})
+            for minute, count in buckets.items():
+                per_minute[minute] = per_minute.get(minute, 0) + count
+        for domain, events in part.domains.items():
+            per_event = total.domains.setdefault(domain, {})
+            for name, count in events.items():
+                per_event[name] = per_event.get(name, 0) + count
+    return total

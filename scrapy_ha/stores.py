@@ -48,9 +48,8 @@ class CheckpointStore:
 
     async def tasks(self) -> list[str]:
         """Every task with a checkpoint, sorted."""
-        prefix = self.keys.checkpoint("")
         found = {
-            _text(key)[len(prefix) :]
+            self.keys.checkpoint_task(_text(key))
             async for key in self.client.scan_iter(
                 match=self.keys.checkpoint_pattern, count=SCAN_COUNT
             )

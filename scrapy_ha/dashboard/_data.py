@@ -21,6 +21,7 @@ from scrapy_ha import metakeys
 from scrapy_ha._codec.document import META
 from scrapy_ha.codec import RequestSummary, describe, mask_url
 from scrapy_ha.dlq import DeadEntry, parse_entry
+from scrapy_ha.metrics import unsharded
 from scrapy_ha.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ async def crawl_names(client: Any, prefix: str) -> list[str]:
         end = rest.find("}:")
         if end > 0:
             names.add(rest[:end])
-    return sorted(names)
+    return unsharded(names)  # a sharded crawl's shards are one crawl
 
 
 @dataclass(frozen=True)

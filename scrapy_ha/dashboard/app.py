@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 
 from scrapy_ha._cli_workers import live_workers
 from scrapy_ha._queue import RedisQueue
+from scrapy_ha._shards import make_queue
 from scrapy_ha.codec import describe, mask_payload
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action
@@ -127,8 +128,23 @@ def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(request, template, context)
 
 
-def _keys(request: Request, spider: str) -> Keys:
-    return Keys(request.app.state.prefix, spider)
+async def _keys(request: Request, spider: str) -> Keys:
+    """The crawl's keys; a sharded crawl's are shard 0's, where its crawl-wide keys are (its
+    numbers are read from every shard: see :func:`scrapy_ha.stats.read_crawl_stats`)."""
+    keys = Keys(request.app.state.prefix, spider)
+    stored = await request.app.state.client.get(keys.shard_count)
+    shards = int(stored) if stored is not None and stored.isdigit() else 1
+    return keys if shards <= 1 else Keys(keys.prefix, spider, 0, shards)
+
+
+def _one_shard(keys: Keys) -> None:
+    """The dead and delayed tables read one shard: refused for a sharded crawl."""
+    if keys.shard is not None:
+        raise HTTPException(
+            409,
+            f"the dashboard's tables do not read sharded crawls yet ({keys.spider} has "
+            f"HA_SHARDS={keys.shards}): use `scrapy-ha dlq list {keys.spider}`",
+        )
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -138,7 +154,7 @@ async def _overview(request: Request) -> list[dict[str, Any]]:
     client = request.app.state.client
     crawls = []
     for spider in await crawl_names(client, request.app.state.prefix):
-        keys = _keys(request, spider)
+        keys = await _keys(request, spider)
         stats = await crawl_stats(client, keys, domains=False)
         crawls.append(await _summary(client, keys, stats))
     return crawls
@@ -170,7 +186,7 @@ async def _summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]
 
 async def _crawl(request: Request, spider: str) -> dict[str, Any]:
     client = request.app.state.client
-    keys = _keys(request, spider)
+    keys = await _keys(request, spider)
     stats = await crawl_stats(client, keys, domains=True)
     now, live = await live_workers(RedisQueue(client, keys))
     midnight_minute = today_ms(stats.now_ms) // 60_000
@@ -242,7 +258,8 @@ def _table_key(keys: Keys, table: str) -> str:
 
 
 async def _table(request: Request, spider: str, table: str) -> tuple[Filter, Page]:
-    keys = _keys(request, spider)
+    keys = await _keys(request, spider)
+    _one_shard(keys)
     key = _table_key(keys, table)
     q = request.query_params
     flt = await _filter(request, q)
@@ -253,7 +270,8 @@ async def _table(request: Request, spider: str, table: str) -> tuple[Filter, Pag
 
 
 async def _entry(request: Request, spider: str, table: str, entry_id: str) -> dict[str, Any]:
-    keys = _keys(request, spider)
+    keys = await _keys(request, spider)
+    _one_shard(keys)
     client = request.app.state.client
     row = await Tables(client, keys).row(_table_key(keys, table), entry_id)
     if row is None:
@@ -286,12 +304,16 @@ async def _selection(
         return ids
     if flt is None:
         raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
-    keys = _keys(request, spider)
+    keys = await _keys(request, spider)
+    _one_shard(keys)
     return await Tables(request.app.state.client, keys).all_ids(_table_key(keys, action.table), flt)
 
 
 async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
-    queue = RedisQueue(request.app.state.client, _keys(request, spider))
+    keys = await _keys(request, spider)
+    if action.table is not None:
+        _one_shard(keys)
+    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards)
     touched = await action.run(queue, ids)
     logger.info(
         "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name
