@@ -41,13 +41,15 @@ def sync_keys(k: Keys, n_keys: int) -> list[str]:
     """The first *n_keys* keys sync.lua takes (an older script takes fewer)."""
     every = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries]
     every += [k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]
-    every += [*k.stats_keys(), k.retried, k.paused, k.sent]
+    every += [*k.stats_keys(), k.retried, k.paused, k.sent, k.domain_limits, k.polite]
     return every[:n_keys]
 
 
 def layout(text: str) -> tuple[int, bytes]:
     """The keys a version of sync.lua takes and the fields of a request before its
     fingerprint length, as that version reads them (``-`` parent, taken, worker number)."""
+    if "KEYS[20] limits" in text:
+        return 21, b"- - %s"
     if "KEYS[19] sent" in text:
         return 19, b"- - %s"
     if "<taken>" in text:
@@ -71,6 +73,8 @@ class Variant:
         self.client = client
         self.script = client.register_script(text)
         n_keys, self.fields = layout(text)
+        # fields per lease in the reply: a wait (per-domain rate) came with the domain limits
+        self.per_lease = 5 if n_keys >= 21 else 4
         self.keys = sync_keys(Keys("ab", name), n_keys)
         self.acks: list[str] = []
         self.costs: list[float] = []
@@ -94,7 +98,8 @@ class Variant:
         )
         first = 13 + 2 * int(reply[11]) + int(reply[12])
         self.acks = [
-            f"{reply[i].decode()} {reply[i + 1].decode()}" for i in range(first, len(reply), 4)
+            f"{reply[i].decode()} {reply[i + 1].decode()}"
+            for i in range(first, len(reply), self.per_lease)
         ]
         self.costs.append((t1 + t2) / len(requests))
 

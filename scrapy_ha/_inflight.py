@@ -132,8 +132,9 @@ class InFlight:
         pair = fence_of(request)
         if pair is None:
             return None
-        held = self._held.get(pair[0])
-        if held is not None and held[0] == pair[1]:
+        if pair[0] in self._held:
+            # in flight here, under this lease or a newer one (a zombie copy's lease was
+            # lost and the page leased again: Redis refuses the old copy's children)
             return pair
         assert self.crawler.stats is not None
         self.crawler.stats.inc_value("ha/late_requests")

@@ -361,6 +361,11 @@ class Session:
         self.outbox.children_stored(len(sent))
         self.shell.handout.settle(sent, result.dropped)
         self._count(result, sent)
+        keeper = self.renewals.keeper
+        if keeper is not None and any(entry.taken for entry in sent):
+            # its own new requests are leased to it in Redis now: the keeper renews them
+            # from here on, even if the event loop blocks before its next tick
+            keeper.hold(self._held_pairs())
 
     def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:
         self.ends.count(result, len(sent))

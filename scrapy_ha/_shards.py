@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha import _validate as check
-from scrapy_ha._queue import Counts, Lease, NewEntry, Reclaimed, RedisQueue, SyncResult
+from scrapy_ha._queue import Counts, NewEntry, Reclaimed, RedisQueue, SyncResult
 from scrapy_ha._wire import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.config import ConfigError
 from scrapy_ha.dlq import DeadEntry, DeadLetterQueue
@@ -50,6 +50,9 @@ __all__ = ["ShardedQueue", "check_shard_count", "make_queue", "shard_setting"]
 
 #: Default shard count: one hash tag, the key names of an unsharded crawl.
 DEFAULT_SHARDS = 1
+#: Milliseconds the start-URL feed guard of a sharded crawl lives: a worker that dies while
+#: feeding lets another feed after this.
+FEED_GUARD_MS = 30_000
 #: Most shards: one script call per shard per round when the crawl is idle; more shards
 #: than cluster masters (times a few, for rebalancing) buy nothing.
 MAX_SHARDS = 1024
@@ -325,9 +328,7 @@ class ShardedQueue(RedisQueue):
         for domain, until in result.gates.items():
             total.gates[domain] = max(until, total.gates.get(domain, 0))
         total.dropped |= result.dropped
-        total.leases += [
-            Lease(self.outside(shard, x.id), x.token, x.payload, x.expiries) for x in result.leases
-        ]
+        total.leases += [replace(x, id=self.outside(shard, x.id)) for x in result.leases]
         self._known[shard] = (result.pending, result.leased, result.delayed)
 
     # -- leases ---------------------------------------------------------------------
@@ -418,10 +419,11 @@ class ShardedQueue(RedisQueue):
         max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
     ) -> int:
         shard, local = self.route(entry_id)
-        self._taken.pop(entry_id, None)
-        return await self.shards[shard].dead_letter(
+        done = await self.shards[shard].dead_letter(
             local, token, info, payload=payload, max_entries=max_entries, max_age_ms=max_age_ms
         )
+        self._taken.pop(entry_id, None)  # after the call: a failed one is retried in its shard
+        return done
 
     async def retry_later(
         self,
@@ -433,10 +435,11 @@ class ShardedQueue(RedisQueue):
         failure_class: str = "",
     ) -> int:
         shard, local = self.route(entry_id)
-        self._taken.pop(entry_id, None)
-        return await self.shards[shard].retry_later(
+        done = await self.shards[shard].retry_later(
             local, token, delay_ms, payload, priority, failure_class
         )
+        self._taken.pop(entry_id, None)  # after the call: a failed one is retried in its shard
+        return done
 
     async def close_gate(self, domain: str, ms: int) -> int:
         """Close *domain* in every shard: each sync reports its own shard's gates."""
@@ -487,7 +490,7 @@ class ShardedQueue(RedisQueue):
         """Clear the working keys of every shard once all of them are empty and no other
         worker lives (shard 0, where the heartbeats are, is cleared last)."""
         counts = await self.counts()
-        if counts.active:
+        if counts.active or counts.workers:  # shard 0's heartbeats: this worker has left
             return False
         for queue in [*self.shards[1:], self.shards[0]]:
             if not await queue.finish(worker):
@@ -512,12 +515,33 @@ class ShardedQueue(RedisQueue):
         """Enqueue the start URLs in their shards first, then take them out of *key*
         (-1 if another worker took the list's head first: its dupefilter check made the
         requests it enqueued again harmless)."""
-        added = (await self.sync(enqueue=[e for e in entries if e.payload])).added
-        blank = [NewEntry(b"", 0, b"") for _ in raw]
-        # under the crawl's own tag, which the start key shares on a cluster (the check at
-        # open): the script only takes the entries out (its counter ``seq`` goes up)
-        taken = await self._home.feed(key, as_set=as_set, raw=raw, entries=blank)
-        return -1 if taken < 0 else added
+        # Enqueueing in the shards and taking out of the list are two steps, and start
+        # requests are never deduplicated: one worker at a time, under a guard that
+        # expires if it dies, and only while the entries it read are still there.
+        guard = self._home.keys.feed_guard
+        if not await self.client.set(guard, "1", nx=True, px=FEED_GUARD_MS):
+            return -1
+        try:
+            if not await self._still_there(key, as_set=as_set, raw=raw):
+                return -1
+            added = (await self.sync(enqueue=[e for e in entries if e.payload])).added
+            blank = [NewEntry(b"", 0, b"") for _ in raw]
+            # under the crawl's own tag, which the start key shares on a cluster (the check
+            # at open): the script only takes the entries out (its counter ``seq`` goes up)
+            taken = await self._home.feed(key, as_set=as_set, raw=raw, entries=blank)
+            return -1 if taken < 0 else added
+        finally:
+            await self.client.delete(guard)
+
+    async def _still_there(self, key: str, *, as_set: bool, raw: list[bytes]) -> bool:
+        """The start entries read are still in *key* (no other worker took them meanwhile)."""
+        if not raw:
+            return True
+        if as_set:
+            present = await self.client.smismember(key, raw)
+            return all(present)
+        head = await self.client.lrange(key, 0, len(raw) - 1)
+        return [bytes(x) for x in head] == [bytes(x) for x in raw]
 
     async def set_aside_wrong_types(self) -> list[str]:
         return [m for queue in self.shards for m in await queue.set_aside_wrong_types()]

@@ -235,6 +235,11 @@ class Keys:
         return self._key("reclaim")
 
     @property
+    def feed_guard(self) -> str:
+        """Set while one worker feeds start URLs into a sharded crawl (see _shards)."""
+        return self._key("feed")
+
+    @property
     def gates(self) -> str:
         return self._key("gates")
 
@@ -333,6 +338,7 @@ class Keys:
             self.worker_stats,
             self.paused,
             self.reclaim_guard,
+            self.feed_guard,
             self.gates,
             self.domain_limits,
             self.polite,

@@ -440,8 +440,9 @@ class Scheduler:
         view = self.session.engine_view
         if self.keep_alive() or view is None or view[1]:
             self._idle_since = None
-            # the engine is idle: what it finished is acked now, not at the next tick
-            self.session.wake()
+            if self.inflight or self.outbox.acks or self.outbox.ends:
+                # the engine is idle: what it finished is acked now, not at the next tick
+                self.session.wake()
             raise DontCloseSpider
         if not self.session.peers:
             return
