@@ -43,6 +43,7 @@ key                        type         content
                                         ``{"leases", "rate"}``: leases held, pages per second
 ``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
+``ha:{books}:feed``        string       guard: the worker feeding start URLs into a sharded crawl
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
 ``ha:{books}:limits``      hash         crawl-wide per-domain limits: ``*`` (every domain) or a
                                         domain -> ``"<rate> <concurrency>"`` (0 = none),
