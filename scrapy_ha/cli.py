@@ -39,13 +39,8 @@ from scrapy_ha._connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha._shards import (
-    check_shard_count,
-    crawl_queue,
-    dead_letters,
-    refuse_unaware,
-    shard_setting,
-)
+from scrapy_ha._shards import check_shard_count, shard_setting
+from scrapy_ha._shards_ops import crawl_queue, dead_letters, refuse_unaware
 from scrapy_ha._version import __version__
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix

@@ -19,13 +19,8 @@ from scrapy_ha._cli_delayed import entries as delayed_entries
 from scrapy_ha._cli_report import build_report
 from scrapy_ha._connect import _refuse_unsharded_features
 from scrapy_ha._queue import Fresh, NewEntry, RedisQueue
-from scrapy_ha._shards import (
-    ShardedQueue,
-    check_shard_count,
-    dead_letters,
-    make_queue,
-    shard_setting,
-)
+from scrapy_ha._shards import ShardedQueue, check_shard_count, make_queue, shard_setting
+from scrapy_ha._shards_ops import dead_letters
 from scrapy_ha.config import ConfigError
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys, shard_of, task_shard
