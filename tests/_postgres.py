@@ -20,8 +20,9 @@ from scrapy_ha.demo.harness import free_port, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
-__all__ = ["PostgresServer", "postgres_url"]
+__all__ = ["PostgresServer", "archive_url", "postgres_url"]
 
 #: Where Debian puts the server's binaries (one directory per major version).
 BINARIES = "/usr/lib/postgresql/*/bin"
@@ -118,3 +119,12 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
         admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def archive_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An archive database URL: a SQLite file, then the suite's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'failed.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url

@@ -12,7 +12,7 @@ import redis
 
 from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
-from tests._postgres import postgres_server, postgres_url  # noqa: F401 (fixtures)
+from tests._postgres import archive_url, postgres_server, postgres_url  # noqa: F401 (fixtures)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

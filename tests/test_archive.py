@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.core.engine import ExecutionEngine
@@ -16,23 +15,12 @@ from tests.spiders import FaultSpider
 from tests.test_dlq import PATHS, cli
 from tests.test_retry_crawl import FAST_RETRIES
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
 KEYS = Keys("ha", "faults")
 
 
 @pytest.fixture(autouse=True)
 def fast_engine_heartbeat(monkeypatch):
     monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def archive_url(request, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'failed.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 async def crawl(redis_url: str, site, paths=PATHS, **settings):

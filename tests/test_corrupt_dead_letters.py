@@ -20,7 +20,6 @@ from tests.test_retry_crawl import FAST_RETRIES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 KEYS = Keys("ha", "faults")
 
@@ -28,14 +27,6 @@ KEYS = Keys("ha", "faults")
 @pytest.fixture(autouse=True)
 def fast_engine_heartbeat(monkeypatch):
     monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def archive_url(request, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'failed.db'}"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 @pytest.fixture
