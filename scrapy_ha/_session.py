@@ -282,11 +282,10 @@ class Session:
             await asyncio.sleep(0)
         self.shell.inflight.collect_finished()
         now = time.monotonic()
-        if self.renewals.due(now):
+        if self.renewals.due(now) or not self.redis_ok:
+            # back from an outage: this worker's leases, expired meanwhile, renewed before
+            # any reclaim can requeue them (its own reclaim would give away its own work)
             await self.renewals.renew(self.queue)
-        if now - self._last_reclaim >= self.config.reclaim_interval:
-            self._last_reclaim = time.monotonic()
-            await self.ends.reclaim(self.config)
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:
@@ -296,11 +295,15 @@ class Session:
             to_release, self.outbox.releases = self.outbox.releases, []
             released = await self.queue.release(to_release)
             self.stats.inc_value("ha/released", released)
-        want = self.shell.want()
-        if not (self.outbox.to_sync() or want):
-            return False
-        await self._sync(lease=want)
-        return self.outbox.to_sync()
+        want, more = self.shell.want(), False
+        if self.outbox.to_sync() or want:
+            await self._sync(lease=want)
+            more = self.outbox.to_sync()
+        if now - self._last_reclaim >= self.config.reclaim_interval:
+            # after the sync: the acks of requests done while Redis was away land first
+            self._last_reclaim = time.monotonic()
+            await self.ends.reclaim(self.config)
+        return more
 
     async def _sync(self, *, lease: int) -> None:
         """Send the outbox in its order (see :data:`scrapy_ha._outbox.SEND_ORDER`), then

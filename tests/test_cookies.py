@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: POST and its redirect, and the first page of orders (whose children are then queued).
 PAGES_BEFORE_STOP = 5
 ORDERS = 40
+#: Two workers of ONE crawl: the start waits until both joined (on a loaded machine the second
+#: could otherwise start after the first finished and cleared the crawl, and rightly run it again).
+TWO_AT_ONCE = {"HA_PREFETCH": "1", "SHOP_WAIT_WORKERS": "2"}
 
 
 def _run(shop: Shop, out: Path, redis_url: str, *extra: str) -> tuple[list[dict], str]:
@@ -75,7 +78,7 @@ def test_two_workers_at_once_both_use_the_login(redis_url, tmp_path):
     shop = Shop()
     try:
         procs = [
-            _start("login", shop.url, tmp_path / f"w{i}", redis_url, settings={"HA_PREFETCH": "1"})
+            _start("login", shop.url, tmp_path / f"w{i}", redis_url, settings=TWO_AT_ONCE)
             for i in range(2)
         ]
         run = _collect(procs, tmp_path, time.monotonic() + 90)
@@ -83,8 +86,8 @@ def test_two_workers_at_once_both_use_the_login(redis_url, tmp_path):
         shop.stop()
     logs = "\n".join(run.logs)
     assert run.codes == [0, 0], logs[-3000:]
-    assert run.keys() == sorted(f"Order {n}" for n in range(1, ORDERS + 1))
     per_worker = [(tmp_path / f"w{i}.jl").read_text().count("\n") for i in range(2)]
+    assert run.keys() == sorted(f"Order {n}" for n in range(1, ORDERS + 1)), per_worker
     assert "'ha/retry/banned'" not in logs, f"403s: a worker lacked the session ({per_worker})"
 
 
