@@ -293,7 +293,7 @@ class Ends:
         )
         if result is None:
             return
-        reclaimed, poison, set_aside = result
+        reclaimed, poison, set_aside, now_ms = result
         if set_aside:
             self.stats.inc_value("ha/dead/corrupt", set_aside)
             logger.error(
@@ -301,7 +301,7 @@ class Ends:
                 "dead-letter queue as corrupt",
                 set_aside,
             )
-            await self._set_aside(newest=set_aside)
+            await self._set_aside(now_ms, newest=set_aside)
         if reclaimed:
             self.stats.inc_value("ha/reclaimed", reclaimed)
             logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)

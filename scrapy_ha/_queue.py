@@ -225,7 +225,7 @@ class RedisQueue:
         reply = await self._reclaim(keys=keys, args=args)
         if int(reply[0]) < 0:
             return None
-        return Reclaimed(int(reply[1]), [_s(x) for x in reply[3:]], int(reply[2]))
+        return Reclaimed(int(reply[1]), [_s(x) for x in reply[3:]], int(reply[2]), int(reply[0]))
 
     async def release(self, pairs: list[tuple[str, str]]) -> int:
         """Give leases back to pending at once; return how many were released."""

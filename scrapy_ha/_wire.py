@@ -71,6 +71,8 @@ class Reclaimed(NamedTuple):
     reclaimed: int
     poison: list[str]
     set_aside: int = 0
+    #: the script's time, the dead-letter time of what it set aside (None: several shards')
+    now_ms: int | None = None
 
 
 @dataclass(frozen=True)

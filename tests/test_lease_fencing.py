@@ -98,7 +98,10 @@ async def test_a_lost_lease_drops_only_its_own_token(redis_url):
     k = keeper(redis_url, "w", got=got)
     k.hold(((a.id, a.token),))  # a snapshot taken before the re-lease
     k.renew_once()
-    await asyncio.sleep(0.05)  # the result comes back with call_soon_threadsafe
+    for _ in range(500):  # the result comes back with call_soon_threadsafe
+        if got:
+            break
+        await asyncio.sleep(0.01)
     assert got == [[(a.id, a.token)]]
     s = scheduler(q)
     s.session.renewals.keeper = k

@@ -96,7 +96,11 @@ async def test_reclaim_returns_expired_leases_in_their_order_and_fences_the_old_
     await q.enqueue([entry("a"), entry("b", 3)])
     old = await q.lease(2, 50)
     await asyncio.sleep(0.1)
-    assert await q.reclaim(worker="w2", interval_ms=10000, batch=100, max_expiries=3) == (2, [], 0)
+    assert (await q.reclaim(worker="w2", interval_ms=10000, batch=100, max_expiries=3))[:3] == (
+        2,
+        [],
+        0,
+    )
     assert await q.reclaim(worker="w3", interval_ms=10000, batch=100, max_expiries=3) is None
     new = await q.lease(2, 30000)
     assert payloads(new) == [b"payload-b", b"payload-a"]
@@ -122,7 +126,11 @@ async def test_renew_keeps_a_lease_alive_and_registers_the_worker(redis_url):
     assert (await q.counts()).workers == 1
     await asyncio.sleep(0.3)  # the first lease time (200 ms) is over: only the renewal holds
     await q.client.delete(KEYS.reclaim_guard)
-    assert await q.reclaim(worker="w2", interval_ms=1, batch=100, max_expiries=3) == (0, [], 0)
+    assert (await q.reclaim(worker="w2", interval_ms=1, batch=100, max_expiries=3))[:3] == (
+        0,
+        [],
+        0,
+    )
     assert await q.renew([pair], worker="w1", lease_ms=60_000, heartbeat_ms=200) == (1, [])
     assert await q.ack([pair]) == (1, 0)
     await asyncio.sleep(0.25)  # at least the last heartbeat's 200 ms
@@ -140,7 +148,7 @@ async def test_poison_after_max_expiries(redis_url):
         await q.renew([pair], handed=[pair], worker="w", lease_ms=10, heartbeat_ms=1000)
         await asyncio.sleep(0.05)
         await q.client.delete(KEYS.reclaim_guard)
-        reclaimed, poison, _ = await q.reclaim(
+        reclaimed, poison, *_ = await q.reclaim(
             worker="w", interval_ms=1000, batch=10, max_expiries=3
         )
         assert (reclaimed, len(poison)) == ((1, 0) if round_ < 2 else (0, 1))
@@ -160,9 +168,17 @@ async def test_reclaim_batch_is_bounded(redis_url):
     await q.enqueue([entry(str(i)) for i in range(7)])
     await q.lease(7, 1)
     await asyncio.sleep(0.05)
-    assert await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3) == (5, [], 0)
+    assert (await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3))[:3] == (
+        5,
+        [],
+        0,
+    )
     # a full batch lets the next round continue at once
-    assert await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3) == (2, [], 0)
+    assert (await q.reclaim(worker="w", interval_ms=10000, batch=5, max_expiries=3))[:3] == (
+        2,
+        [],
+        0,
+    )
     await q.client.aclose()
 
 

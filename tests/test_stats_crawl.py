@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -25,6 +26,9 @@ from scrapy_ha.stats import read_crawl_stats
 from tests.spiders import CatalogueSpider, FaultSpider
 from tests.test_dlq import SCRAPY_HA, cli
 from tests.test_retry_crawl import FAST_RETRIES
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: path -> what becomes of it (FAST_RETRIES: 2 retries; a timeout and a 500 are retried)
 PATHS = {
@@ -126,13 +130,25 @@ async def test_counters_after_a_catalogue_crawl_count_children(redis_url, redis_
     assert (s.enqueued, s.acked, s.filtered) == (55, 55, 1)
 
 
-def _watch(redis_url: str, *args: str) -> tuple[list[str], int]:
+#: Seconds a ``--watch`` test waits for refreshes, then for the exit after Ctrl-C.
+WATCH_TIMEOUT = 60
+#: The child dumps every thread's stack on SIGABRT: a hung command says where it hangs.
+DUMP_ON_ABORT = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+
+
+def _watch(redis_url: str, *args: str, errors: Path) -> tuple[list[str], int]:
     """Runs ``status --watch`` until it printed two refreshes, then Ctrl-C."""
     command = [SCRAPY_HA, "--redis-url", redis_url, "status", "books", *args]
     lines: list[str] = []
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
-        killer = threading.Timer(60, proc.kill)  # a command that never refreshes fails
-        killer.start()
+    with (
+        errors.open("w") as err,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=err, text=True, env=DUMP_ON_ABORT
+        ) as proc,
+    ):
+        # a command that never refreshes, or ignores Ctrl-C, fails with its stacks
+        abort = threading.Timer(WATCH_TIMEOUT, _abort, (proc,))
+        abort.start()
         assert proc.stdout is not None
         try:
             while sum(line.lstrip().startswith(("totals", "{")) for line in lines) < 2:
@@ -140,23 +156,38 @@ def _watch(redis_url: str, *args: str) -> tuple[list[str], int]:
                 if not line:
                     break
                 lines.append(line)
+            abort.cancel()
             proc.send_signal(signal.SIGINT)
+            abort = threading.Timer(WATCH_TIMEOUT, _abort, (proc,))
+            abort.start()
             lines += proc.stdout.readlines()
-            proc.wait(timeout=30)
+            proc.wait()
         finally:
-            killer.cancel()
+            abort.cancel()
+            _abort(proc)
+    assert proc.returncode != -signal.SIGABRT, f"{lines}\n{errors.read_text()}"
     return lines, proc.returncode
 
 
-def test_status_watch_refreshes_until_interrupted(redis_url, redis_client):
+def _abort(proc: subprocess.Popen) -> None:
+    """SIGABRT a child still running (it dumps its stacks to stderr), then reap it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_status_watch_refreshes_until_interrupted(redis_url, redis_client, tmp_path):
     redis_client.hset(Keys("ha", "books").stats, mapping={"enqueued": 3, "acked": 1})
-    lines, code = _watch(redis_url, "--watch", "0.2")
+    lines, code = _watch(redis_url, "--watch", "0.2", errors=tmp_path / "plain.err")
     assert code == 0
     headers = [line for line in lines if line.startswith("books at")]
     assert len(headers) >= 2 and "\x1b" not in "".join(lines)  # not a terminal: plain blocks
     assert sum("enqueued 3" in line for line in lines) == len(headers)
 
-    lines, code = _watch(redis_url, "--watch", "0.2", "--json")
+    lines, code = _watch(redis_url, "--watch", "0.2", "--json", errors=tmp_path / "json.err")
     assert code == 0
     acked = [json.loads(line)["totals"]["acked"] for line in lines]
     assert len(acked) >= 2 and set(acked) == {1}
@@ -171,23 +202,33 @@ def test_status_of_a_crawl_with_counters_only(redis_url):
     assert cli(redis_url, "status", "done", "--watch", "0").returncode == 2
 
 
-def test_status_watch_on_a_terminal_draws_over_the_last_screen(redis_url, redis_client):
+def test_status_watch_on_a_terminal_draws_over_the_last_screen(redis_url, redis_client, tmp_path):
     """On a terminal: the screen is cleared once, then each refresh goes back home and
     draws line by line over the last one (clearing each line's rest), so nothing flickers."""
     redis_client.hset(Keys("ha", "books").stats, mapping={"enqueued": 3, "acked": 1})
     main, child = pty.openpty()
     command = [SCRAPY_HA, "--redis-url", redis_url, "status", "books", "--watch", "0.2"]
-    with subprocess.Popen(command, stdout=child, stderr=subprocess.DEVNULL) as proc:
+    errors = tmp_path / "tty.err"
+    with (
+        errors.open("w") as err,
+        subprocess.Popen(command, stdout=child, stderr=err, env=DUMP_ON_ABORT) as proc,
+    ):
         os.close(child)
         out = b""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + WATCH_TIMEOUT
         while out.count(b"\x1b[H") < 3 and time.monotonic() < deadline:
             ready, _, _ = select.select([main], [], [], 1)
             if ready:
                 out += os.read(main, 65536)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
+        try:
+            proc.wait(timeout=WATCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass  # Ctrl-C ignored: the stacks say where it hangs
+        finally:
+            _abort(proc)
     os.close(main)
+    assert proc.returncode == 0, f"{out!r}\n{errors.read_text()}"
     assert out.startswith(b"\x1b[2J\x1b[H") and out.count(b"\x1b[2J") == 1
     frames = out.split(b"\x1b[H")[1:3]
     assert len(frames) == 2 and all(b"enqueued 3" in frame for frame in frames)
