@@ -1,0 +1,39 @@
+"""bench/capacity.py still runs, on one server and on a 3-master cluster (a second each);
+no rate is asserted, only that the simulated workers did whole rounds and Redis's work was
+measured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scrapy_ha.demo import harness
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("mode", [(), ("--cluster",)], ids=["one-server", "cluster"])
+def test_capacity_bench_runs(mode: tuple[str, ...], tmp_path: Path) -> None:
+    log = tmp_path / "capacity.out"
+    args = ["--workers", "2", "--seconds", "1", "--idle", "0.2", "--batch", "5", *mode]
+    with log.open("wb") as out:
+        proc = harness.spawn(
+            [sys.executable, str(ROOT / "bench" / "capacity.py"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        code = proc.wait(180)
+    finally:
+        harness.stop(proc)  # its Redis servers and workers too, if it overran
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    result = json.loads(text.strip().splitlines()[-1])
+    assert result["servers"] == (3 if mode else 1) and result["shards"] == result["servers"]
+    assert result["requests"] > 0 and result["redis_cpu_us_per_request"] > 0
+    assert "evalsha" in result["top_commands"]
+    assert len(result["redis_core_share"]) == result["servers"]
