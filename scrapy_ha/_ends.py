@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from scrapy_ha import metakeys
@@ -88,6 +90,8 @@ class Ends:
         #: server times of sync calls that set entries aside as corrupt (to archive, alert)
         self.set_aside_at: list[int] = []
         self._dlq_warned = False
+        self._last_reclaim = 0.0
+        self._reclaim_from = 0.0  # monotonic time before which this worker does not reclaim
 
     async def end_ops(self, ops: list[EndOp], n_ops: int) -> None:
         """End the first *n_ops* finished leases; a failure costs that entry alone."""
@@ -280,6 +284,20 @@ class Ends:
         return [i for i, info in zip(ids, infos, strict=True) if _failure_class(info) == "corrupt"]
 
     # -- expired leases ---------------------------------------------------------------
+
+    def hold_reclaim(self, seconds: float | None) -> None:
+        """No reclaim for *seconds* from now (None: until told again). After an outage
+        every worker's leases have expired in Redis; each worker renews its own within a
+        lease period of coming back, and only then may their expiry mean a dead worker:
+        reclaiming at once would give away (and redo) work that live workers finished."""
+        self._reclaim_from = math.inf if seconds is None else time.monotonic() + seconds
+
+    async def reclaim_if_due(self, config: SchedulerConfig, now: float) -> None:
+        """Reclaim once per ``HA_RECLAIM_INTERVAL`` (the script's guard makes that once per
+        interval across workers), unless held (see :meth:`hold_reclaim`)."""
+        if now >= self._reclaim_from and now - self._last_reclaim >= config.reclaim_interval:
+            self._last_reclaim = time.monotonic()
+            await self.reclaim(config)
 
     async def reclaim(self, config: SchedulerConfig) -> None:
         assert self.queue is not None

@@ -84,7 +84,7 @@ class Session:
         self.peers = 0  # other live workers when the crawl last looked finished
         self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
         self.engine_view: tuple[bool, bool] | None = None
-        self._last_reclaim = 0.0
+        self._outage = False  # Redis failed a round: renew first when it answers again
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
 
@@ -220,6 +220,7 @@ class Session:
                 more = await self._round()
                 if not self.redis_ok:
                     logger.info("Redis at %s is reachable", self.redis_url)
+                    self.ends.hold_reclaim(self.config.lease_time)
                 self.redis_ok, delay = True, 0.0
             except REDIS_DOWN_ERRORS as exc:
                 delay = min(self.config.reconnect_max_delay, max(0.25, delay * 2))
@@ -255,7 +256,8 @@ class Session:
     def _redis_down(self, exc: BaseException, delay: float) -> None:
         self.stats.inc_value("ha/redis_errors")
         level = logging.WARNING if self.redis_ok else logging.DEBUG
-        self.redis_ok = False
+        self.redis_ok, self._outage = False, True
+        self.ends.hold_reclaim(None)
         logger.log(
             level,
             "Redis at %s unreachable (%s: %s); retrying in %.2f s, nothing is lost",
@@ -282,10 +284,12 @@ class Session:
             await asyncio.sleep(0)
         self.shell.inflight.collect_finished()
         now = time.monotonic()
-        if self.renewals.due(now) or not self.redis_ok:
-            # back from an outage: this worker's leases, expired meanwhile, renewed before
-            # any reclaim can requeue them (its own reclaim would give away its own work)
+        if self.renewals.due(now) or self._outage:
+            # back from an outage: this worker's leases (acks waiting included), expired
+            # meanwhile, are renewed before its next reclaim could requeue them
+            self._outage = False
             await self.renewals.renew(self.queue)
+        await self.ends.reclaim_if_due(self.config, now)
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:
@@ -295,15 +299,11 @@ class Session:
             to_release, self.outbox.releases = self.outbox.releases, []
             released = await self.queue.release(to_release)
             self.stats.inc_value("ha/released", released)
-        want, more = self.shell.want(), False
-        if self.outbox.to_sync() or want:
-            await self._sync(lease=want)
-            more = self.outbox.to_sync()
-        if now - self._last_reclaim >= self.config.reclaim_interval:
-            # after the sync: the acks of requests done while Redis was away land first
-            self._last_reclaim = time.monotonic()
-            await self.ends.reclaim(self.config)
-        return more
+        want = self.shell.want()
+        if not (self.outbox.to_sync() or want):
+            return False
+        await self._sync(lease=want)
+        return self.outbox.to_sync()
 
     async def _sync(self, *, lease: int) -> None:
         """Send the outbox in its order (see :data:`scrapy_ha._outbox.SEND_ORDER`), then

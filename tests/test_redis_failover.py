@@ -71,6 +71,14 @@ async def until(check: Any, what: str, timeout: float = DEADLINE) -> None:
         await asyncio.sleep(0.1)
 
 
+#: Workers sharing the crawl through an outage or a failover.
+WORKERS = 2
+
+
+def scraped(crawlers: list[Any]) -> list[dict[str, Any]]:
+    return [item for c in crawlers if c.spider is not None for item in c.spider.items]
+
+
 def assert_nothing_lost(spider: Any, total: int, duplicates: int = IN_FLIGHT) -> None:
     ids = [item["id"] for item in spider.items]
     assert sorted(set(ids)) == list(range(1, total + 1))
@@ -117,7 +125,7 @@ async def test_a_primary_without_its_replica_makes_the_crawl_wait_not_fail(
     tmp_path: Path, site_factory, caplog
 ):
     # min-replicas-to-write 1: the primary refuses writes (NOREPLICAS) once its replica is
-    # gone; the worker waits for a replica as for Redis being away
+    # gone; the workers wait for a replica as for Redis being away
     site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.2")
     guard = ("--min-replicas-to-write", "1", "--min-replicas-max-lag", "1")
     primary = redis_servers.start(tmp_path / "a", *guard)
@@ -128,17 +136,19 @@ async def test_a_primary_without_its_replica_makes_the_crawl_wait_not_fail(
     def good_replicas() -> int:
         return int(a.info("replication").get("min_slaves_good_slaves", 0))
 
+    url = f"redis://127.0.0.1:{primary.port}/0"
+    crawlers = [
+        get_crawler(CatalogueSpider, crawl_settings(url, HA_WORKER_ID=f"w{i}"))
+        for i in range(WORKERS)
+    ]
     try:
         await until(lambda: good_replicas() == 1, "the replica")
-        crawler = get_crawler(
-            CatalogueSpider, crawl_settings(f"redis://127.0.0.1:{primary.port}/0")
-        )
-        crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
-        await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
+        crawl = asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+        await until(lambda: len(scraped(crawlers)) >= 5, "items")
         replica.kill()
         await until(lambda: "too few replicas" in caplog.text, "the NOREPLICAS warning")
-        # writes refused for longer than a lease: the worker finishes what it holds (no ack
-        # lands) and every lease it held expires in Redis
+        # writes refused for longer than a lease: the workers finish what they hold (no ack
+        # lands) and every lease they held expires in Redis
         await asyncio.sleep(LEASE_TIME + 1)
         replica = redis_servers.start(tmp_path / "c", *follow)
         await asyncio.wait_for(crawl, DEADLINE)
@@ -147,9 +157,11 @@ async def test_a_primary_without_its_replica_makes_the_crawl_wait_not_fail(
             server.kill()
         a.close()
     assert "Redis refused a scrapy-ha command" not in caplog.text
-    # the only worker: back from the outage, it renews and acks what it held before any
-    # reclaim can requeue it, so nothing it did is done again
-    assert_nothing_lost(crawler.spider, 50, duplicates=0)
+    # back from the outage, each worker renews and acks what it held, and none reclaims for
+    # a lease period: no worker takes (and redoes) what another one finished meanwhile
+    ids = [item["id"] for item in scraped(crawlers)]
+    assert sorted(ids) == list(range(1, 51)), f"{len(ids) - len(set(ids))} duplicates"
+    assert all(c.stats.get_value("ha/reclaimed") is None for c in crawlers)
 
 
 # -- Sentinel -----------------------------------------------------------------------------
@@ -160,14 +172,6 @@ def sentinels(tmp_path: Path):
     found = redis_servers.start_sentinels(tmp_path / "sentinel", "--appendonly", "yes")
     yield found
     found.stop()
-
-
-#: Workers sharing the crawl through the failover.
-WORKERS = 2
-
-
-def scraped(crawlers: list[Any]) -> list[dict[str, Any]]:
-    return [item for c in crawlers if c.spider is not None for item in c.spider.items]
 
 
 async def crawl_through_failover(found: redis_servers.SentinelSet, site: Any, total: int):
