@@ -39,7 +39,8 @@ async def test_reclaim_sets_aside_an_unreadable_lease_record_and_keeps_its_paylo
     await q.client.hset(KEYS.leases, a.id, f"{a.token} not-a-number")
     await expire(q)
     result = await q.reclaim(worker="w", interval_ms=1000, batch=10, max_expiries=3)
-    assert result is not None and result[:3] == (1, [], 1)  # b back to pending, a set aside: nothing half-done
+    # b back to pending, a set aside: nothing half-done
+    assert result is not None and result[:3] == (1, [], 1)
     info = json.loads(await q.client.hget(KEYS.dead_info, a.id))
     assert info["class"] == "corrupt" and "lease record" in info["reason"]
     assert await q.client.hget(KEYS.payload, a.id) == b"payload-a"  # kept for the operator
