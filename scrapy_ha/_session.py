@@ -285,9 +285,7 @@ class Session:
         self.shell.inflight.collect_finished()
         now = time.monotonic()
         if self.renewals.due(now) or self._outage:
-            # back from an outage: this worker's leases (acks waiting included), expired
-            # meanwhile, are renewed before its next reclaim could requeue them
-            self._outage = False
+            self._outage = False  # every lease held, expired meanwhile: see Ends.hold_reclaim
             await self.renewals.renew(self.queue)
         await self.ends.reclaim_if_due(self.config, now)
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
@@ -366,8 +364,7 @@ class Session:
         self._count(result, sent)
         keeper = self.renewals.keeper
         if keeper is not None and any(entry.taken for entry in sent):
-            # its own new requests are leased to it in Redis now: the keeper renews them
-            # from here on, even if the event loop blocks before its next tick
+            # its new requests are leased to it now: the keeper renews them (loop blocked or not)
             keeper.hold(self._held_pairs())
 
     def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:
