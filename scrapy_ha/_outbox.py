@@ -9,10 +9,13 @@ shell fills it, the session drains it, in :data:`SEND_ORDER`.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from scrapy import Request
 
     from scrapy_ha._queue import NewEntry
@@ -34,6 +37,71 @@ SENDER_NONCE_BYTES = 8
 #:   ack ends);
 #: - ``acks``, then ``ends`` (retries, dead letters, deferrals) of the same round.
 SEND_ORDER = ("gates", "releases", "children", "checkpoints", "acks", "ends")
+
+
+#: Seconds a request without a parent (a start request) is kept after Redis stored it, to
+#: store it again if a failover loses it: far longer than a healthy replica lags behind.
+ROOT_RETENTION = 10.0
+#: Seconds between two prunings of the kept children (each costs a pass over them).
+PRUNE_INTERVAL = 1.0
+
+
+@dataclass
+class Retained:
+    """Children Redis has stored that this worker keeps, with their numbers, while a
+    failover could still lose them and nothing would bring them back.
+
+    Redis replicates asynchronously: a primary can confirm children and die before its
+    replica has them. If the page that yielded them is then acked on the promoted replica,
+    they are lost (its lease is there, its children are not). So a child is kept until its
+    parent's end is confirmed (a server that then loses the children loses that ack too,
+    and the page is done again), and a child without a parent for :data:`ROOT_RETENTION`.
+    Every sync names the newest child kept (sync.lua's ``expect``); a server that lacks it
+    refuses the call, and the worker stores them again first (:meth:`lost`).
+    """
+
+    #: (number, child, time stored) in number order
+    entries: list[tuple[int, NewEntry, float]] = field(default_factory=list)
+    #: off for a sharded crawl, whose shards do not number children
+    enabled: bool = True
+    _pruned: float = 0.0
+
+    def keep(self, first: int, children: list[NewEntry]) -> None:
+        if self.enabled and children:
+            now = time.monotonic()
+            self.entries.extend((first + i, e, now) for i, e in enumerate(children))
+
+    def newest(self) -> int:
+        """The number every server this worker syncs with must hold (0: none)."""
+        return self.entries[-1][0] if self.entries else 0
+
+    def prune(self, held: Callable[[], Iterable[Pair]]) -> None:
+        """Forget the children no failover can lose any more (at most every
+        :data:`PRUNE_INTERVAL`): a parent no longer *held* has had its end confirmed."""
+        now = time.monotonic()
+        if not self.entries or now - self._pruned < PRUNE_INTERVAL:
+            return
+        self._pruned = now
+        open_ = set(held())
+        self.entries = [
+            (n, e, at)
+            for n, e, at in self.entries
+            if (e.parent in open_ if e.parent is not None else now - at < ROOT_RETENTION)
+        ]
+
+    def lost(self, have: int, held: Iterable[Pair]) -> tuple[list[int], list[NewEntry]]:
+        """The children a server holding this worker's children up to number *have* lacks,
+        and their numbers. One handed out from memory that this worker no longer holds (it
+        was done and acked, on the server that lost it) goes back pending, to be done again
+        with the children it yielded, which no one keeps any more."""
+        open_ = set(held)
+        numbers, children = [], []
+        for n, e, _ in self.entries:
+            if n > have:
+                numbers.append(n)
+                done = e.taken is not None and e.taken not in open_
+                children.append(replace(e, fresh=None) if done else e)
+        return numbers, children
 
 
 @dataclass(frozen=True)
@@ -82,6 +150,8 @@ class Outbox:
     nonce: str = field(default_factory=lambda: secrets.token_hex(SENDER_NONCE_BYTES))
     #: children Redis has had (removed from the head of ``children``)
     children_sent: int = 0
+    #: children Redis has had that a failover could still lose
+    retained: Retained = field(default_factory=Retained)
 
     def add_child(self, entry: NewEntry) -> None:
         """Queue *entry*; a fresh one (see :mod:`scrapy_ha._fresh`) counts in ``top`` only
@@ -97,6 +167,7 @@ class Outbox:
 
     def children_stored(self, n: int) -> None:
         """Redis has the first *n* children."""
+        self.retained.keep(self.children_sent + 1, self.children[:n])
         del self.children[:n]
         self.children_sent += n
 

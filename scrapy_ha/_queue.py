@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from scrapy_ha._scripts import (
     CHECKPOINT_LUA,
     COUNTS_LUA,
@@ -30,13 +32,14 @@ from scrapy_ha._scripts import RENEW_LUA as RENEW_LUA
 from scrapy_ha._wire import DEFAULT_DLQ_MAX_AGE_MS as DEFAULT_DLQ_MAX_AGE_MS
 from scrapy_ha._wire import DEFAULT_DLQ_MAX_ENTRIES as DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha._wire import ORDERS as ORDERS
+from scrapy_ha._wire import ChildrenLost as ChildrenLost
 from scrapy_ha._wire import Counts as Counts
 from scrapy_ha._wire import Fresh as Fresh
 from scrapy_ha._wire import Lease as Lease
 from scrapy_ha._wire import NewEntry as NewEntry
 from scrapy_ha._wire import Reclaimed as Reclaimed
 from scrapy_ha._wire import SyncResult as SyncResult
-from scrapy_ha._wire import _b, _s, packed_children
+from scrapy_ha._wire import _b, _s, children_lost, expect_arg, packed_children
 from scrapy_ha._wire import clamp_priority as clamp_priority
 from scrapy_ha._wire import lost_pairs as lost_pairs
 from scrapy_ha._wire import new_nonce as new_nonce
@@ -44,7 +47,7 @@ from scrapy_ha._wire import renew_args as renew_args
 from scrapy_ha._wire import worker_stats as worker_stats
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from scrapy_ha._wire import Sender
     from scrapy_ha.keys import Keys
@@ -52,6 +55,9 @@ if TYPE_CHECKING:
 
 class RedisQueue:
     """The queue of one crawl on one asyncio Redis client."""
+
+    #: a sync's *sender* numbers the children, and *expect* fences a server that lost some
+    numbers_children = True
 
     def __init__(
         self, client: Any, keys: Keys, *, order: str = "fifo", start_order: str = ""
@@ -87,13 +93,17 @@ class RedisQueue:
         promote: int = 500,
         worker: str | None = None,
         sender: Sender | None = None,
+        numbers: Sequence[int] = (),
+        expect: int = 0,
     ) -> SyncResult:
         """Enqueue, then ack, then lease: one script, one round trip.
 
         With *worker*, the leases it gives are also written to the worker's grant key, so
         that its lease keeper renews them before the worker has read this reply. With
         *sender* (see :func:`packed_children`), children already handled by an earlier call
-        whose reply was lost are skipped."""
+        whose reply was lost are skipped; with *expect* too, a server that lacks the
+        sender's children up to that number refuses the whole call (:class:`ChildrenLost`).
+        """
         k = self.keys
         args: list[Any] = [
             len(enqueue),
@@ -103,8 +113,9 @@ class RedisQueue:
             promote,
             new_nonce(),
             f"{self.order} {self.start_order}".strip(),
+            expect_arg(sender, expect),
         ]
-        args += packed_children(enqueue, sender)
+        args += packed_children(enqueue, sender, numbers)
         args += [f"{entry_id} {token}" for entry_id, token in ack]
         keys = [
             k.pending,
@@ -129,7 +140,10 @@ class RedisQueue:
         ]
         if worker is not None:
             keys.append(k.grant(worker))
-        reply = await self._sync(keys=keys, args=args)
+        try:
+            reply = await self._sync(keys=keys, args=args)
+        except redis.exceptions.ResponseError as exc:
+            raise children_lost(exc) or exc from exc
         n_gates, n_dropped = int(reply[11]), int(reply[12])
         first = 13 + 2 * n_gates
         gates = {_s(reply[i]): int(reply[i + 1]) for i in range(13, first, 2)}

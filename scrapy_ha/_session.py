@@ -23,6 +23,7 @@ from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_u
 from scrapy_ha._ends import Ends
 from scrapy_ha._renewal import Renewals
 from scrapy_ha._start_urls import StartUrls
+from scrapy_ha._wire import ChildrenLost
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.config import ConfigError, default_worker_id
 
@@ -133,6 +134,7 @@ class Session:
         cfg = self.config
         self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)
         self.ends.queue = self.queue
+        self.outbox.retained.enabled = self.queue.numbers_children
         await self.queue.set_domain_limits(cfg.politeness.as_hash())
         await self.renewals.renew(self.queue)
         self.renewals.start_keeper(self.queue)
@@ -318,7 +320,7 @@ class Session:
             await self.shell.handout.offer()  # then no await until seal: none slips past
             batch = box.children[:BATCH]
             self.shell.handout.seal(batch)
-            result = await self.queue.sync(enqueue=batch, lease_ms=lease_ms, sender=box.sender())
+            result = await self._call_sync(enqueue=batch, lease_ms=lease_ms)
             self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
@@ -330,16 +332,16 @@ class Session:
         if keeper is not None:
             keeper.syncing(True)  # renews this sync's leases even before we read the reply
         try:
-            result = await self.queue.sync(
+            result = await self._call_sync(
                 enqueue=enqueue,
                 ack=box.acks[:n_acks],
                 lease=lease,
                 lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
-                sender=box.sender(),
             )
             del box.acks[:n_acks]
+            box.retained.prune(self._held_pairs)
             self._sent(result, enqueue)
             self._note_server(result)
             was_empty = not self.shell.buffered()
@@ -355,6 +357,36 @@ class Session:
         await self.ends.settle_corrupt()
         await self.ends.end_ops(box.ends, n_ends)
         await self._after_sync(result, new_work=was_empty and bool(self.shell.buffered()))
+
+    async def _call_sync(self, **call: Any) -> SyncResult:
+        """The sync script, fenced by the newest child this worker keeps: a server that
+        lost children it confirmed (see :class:`~scrapy_ha._outbox.Retained`) gets them
+        again before it takes this call."""
+        assert self.queue is not None
+        box = self.outbox
+        try:
+            return await self.queue.sync(sender=box.sender(), expect=box.retained.newest(), **call)
+        except ChildrenLost as lost:
+            await self._store_again(lost)
+        return await self.queue.sync(sender=box.sender(), expect=box.retained.newest(), **call)
+
+    async def _store_again(self, lost: ChildrenLost) -> None:
+        assert self.queue is not None
+        numbers, children = self.outbox.retained.lost(lost.have, self._held_pairs())
+        nonce, lease_ms = self.outbox.nonce, int(self.config.lease_time * 1000)
+        for i in range(0, len(children), BATCH):
+            part = slice(i, i + BATCH)
+            await self.queue.sync(
+                enqueue=children[part], lease_ms=lease_ms, sender=(nonce, 0), numbers=numbers[part]
+            )
+        self.stats.inc_value("ha/children_stored_again", len(children))
+        logger.warning(
+            "Redis at %s had lost %d request(s) it had stored for this worker (%s; a failover "
+            "to a replica that lacked them): stored them again before any ack",
+            self.redis_url,
+            len(children),
+            lost,
+        )
 
     def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
         """Redis has *sent*, the head of the outbox's children: forget them, and tell the

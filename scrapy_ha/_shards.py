@@ -37,7 +37,7 @@ from scrapy_ha.config import ConfigError
 from scrapy_ha.keys import Keys, shard_of, task_shard
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from scrapy.settings import BaseSettings
 
@@ -155,6 +155,8 @@ class ShardedQueue(RedisQueue):
 
     ``keys`` and ``client`` are shard 0's: the crawl-wide keys every other part reads."""
 
+    numbers_children = False  # see sync()
+
     def __init__(
         self,
         client: Any,
@@ -220,14 +222,18 @@ class ShardedQueue(RedisQueue):
         promote: int = 500,
         worker: str | None = None,
         sender: Sender | None = None,
+        numbers: Sequence[int] = (),
+        expect: int = 0,
     ) -> SyncResult:
         """Children (each in its shard, fenced), then acks, then leases in rotation.
 
-        *sender* is not passed on: a shard skips the children numbered at or below the
-        newest it stored, and a sharded round may send a shard its children out of their
-        numbers' order (a child waits for its parent in another shard), which would skip
-        one never stored. So a sharded round sent again after a lost reply may queue its
-        ``dont_filter`` children twice (docs/reliability.md, known limits)."""
+        *sender* (and with it *numbers* and *expect*) is not passed on: a shard skips the
+        children numbered at or below the newest it stored, and a sharded round may send a
+        shard its children out of their numbers' order (a child waits for its parent in
+        another shard), which would skip one never stored. So a sharded round sent again
+        after a lost reply may queue its ``dont_filter`` children twice, and a shard that
+        fails over to a replica lacking its newest children is not detected
+        (docs/reliability.md, known limits)."""
         total = SyncResult(0, 0, 0, 0, 0, 0, 0)
         placed = [(self.place(e), e) for e in enqueue]
         for shard, e in placed:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy_ha._scripts import MAX_PRIORITY
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from scrapy import Request
 
@@ -154,14 +154,45 @@ def clamp_priority(priority: int) -> int:
     return max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
 
 
-def packed_children(entries: list[NewEntry], sender: Sender | None = None) -> list[bytes]:
+def packed_children(
+    entries: list[NewEntry], sender: Sender | None = None, numbers: Sequence[int] = ()
+) -> list[bytes]:
     """The requests of a sync call, one argument each. With *sender* (a worker's nonce and
     the number of its first child here), each carries its number in its worker's order, so
-    that a call sent again after its reply was lost stores and counts none of them twice."""
+    that a call sent again after its reply was lost stores and counts none of them twice.
+    *numbers*, when given, are the children's own numbers (children stored again after a
+    failover lost them keep the numbers they were first sent with)."""
     if sender is None:
         return [_packed(e, b"-") for e in entries]
     nonce, first = sender[0].encode(), sender[1]
-    return [_packed(e, b"%s.%d" % (nonce, first + i)) for i, e in enumerate(entries)]
+    numbered = numbers or range(first, first + len(entries))
+    return [_packed(e, b"%s.%d" % (nonce, n)) for n, e in zip(numbered, entries, strict=True)]
+
+
+def expect_arg(sender: Sender | None, expect: int) -> str:
+    """sync.lua's ARGV[8]: the newest of the worker's children the server must hold."""
+    return f"{sender[0]}.{expect}" if sender is not None and expect > 0 else "-"
+
+
+class ChildrenLost(Exception):
+    """The server lacks children it confirmed to this worker (a failover to a replica that
+    had not received them): the sync was refused whole; store them again, then retry."""
+
+    def __init__(self, have: int, expected: int) -> None:
+        super().__init__(f"Redis holds this worker's children up to number {have}, not {expected}")
+        self.have = have
+
+
+LOST_CHILDREN = "LOSTCHILDREN "
+
+
+def children_lost(exc: Exception) -> ChildrenLost | None:
+    """The :class:`ChildrenLost` a sync's error reply means (None: another error)."""
+    text = str(exc)
+    if not text.startswith(LOST_CHILDREN):
+        return None
+    have, expected = text[len(LOST_CHILDREN) :].split()
+    return ChildrenLost(int(have), int(expected))
 
 
 def _packed(e: NewEntry, sent: bytes) -> bytes:

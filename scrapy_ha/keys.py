@@ -37,7 +37,9 @@ key                        type         content
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
                                         child stored (a worker numbers the children it
                                         sends 1, 2, ...: a round sent again after its reply
-                                        was lost skips those it already handled)
+                                        was lost skips those it already handled, and a
+                                        server behind a worker's newest kept child refuses
+                                        its syncs until they are stored again)
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
 ``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
                                         ``{"leases", "rate"}``: leases held, pages per second

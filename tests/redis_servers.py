@@ -207,9 +207,19 @@ class Cluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:3])
 
     def masters(self) -> list[int]:
-        with self.nodes[0].client() as c:
-            lines = c.execute_command("CLUSTER", "NODES").decode().splitlines()
-        return sorted(int(x.split()[1].split(":")[1].split("@")[0]) for x in lines if "master" in x)
+        """Ports of the masters that serve slots, as a live node sees them: a master marked
+        failed (its replica took its slots: a failover the machine's load can cause, at
+        ``cluster-node-timeout``) is not one."""
+        for node in self.alive():
+            try:
+                with node.client() as c:
+                    lines = c.execute_command("CLUSTER", "NODES").decode().splitlines()
+                break
+            except redis.exceptions.RedisError:
+                continue
+        else:
+            return []
+        return sorted(_port(f[1]) for f in map(str.split, lines) if _serving_master(f))
 
     def alive(self) -> list[Server]:
         return [n for n in self.nodes if n.proc.poll() is None]
@@ -230,6 +240,16 @@ class Cluster:
     def stop(self) -> None:
         for node in self.nodes:
             harness.stop(node.proc)
+
+
+def _port(address: str) -> int:
+    return int(address.split(":")[1].split("@")[0])
+
+
+def _serving_master(fields: list[str]) -> bool:
+    """A CLUSTER NODES line (split) of a master that is not failed and holds slots."""
+    flags = fields[2].split(",")
+    return "master" in flags and "fail" not in flags and len(fields) > 8
 
 
 def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Cluster:

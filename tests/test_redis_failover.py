@@ -7,10 +7,10 @@ sentinels, a real cluster, all on loopback.
 - Behind Sentinel, the primary is SIGKILLed mid-crawl: the sentinels promote the replica,
   the worker asks them again, and the crawl finishes with every item. Redis replicates
   asynchronously, so the new primary holds a prefix of the old one's writes: what the lost
-  suffix did (acks, leases) is redone when those leases expire; children and their
-  parent's ack are written by one script, so a prefix never holds an ack without the
-  children. The test asserts no item is lost and duplicates stay below the requests that
-  can be in flight (prefetch plus concurrency).
+  suffix did (acks, leases) is redone when those leases expire, and children the old
+  primary confirmed but the new one lacks are stored again before any ack (see
+  tests/test_failover_lost_children.py). The test asserts no item is lost and duplicates
+  stay below the requests that can be in flight (prefetch plus concurrency).
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@
 -- ARGV[7] order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or ' lifo':
 --         the order of start requests kept in their own queue (marked 's' below), which go
 --         after every other request of their priority
+-- ARGV[8] '-' or "<worker nonce>.<n>": this server must hold that worker's children up to
+--         number n (KEYS[19]) or the call is refused whole, before any write, with the
+--         error "LOSTCHILDREN <its number> <n>": a server that failed over to a replica
+--         which lacked the newest writes takes no ack (and no child) from the worker until
+--         the worker has stored again the children it still needs (see _outbox.Retained)
 -- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <sent>
 --   <fingerprint length (2 digits)><fingerprint><payload>": parent is '-' (none) or
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
@@ -76,10 +81,12 @@ local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARG
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
 local order, start_order = string.match(ARGV[7] or '', '^(%a+) ?(%a*)$')
 local nonce, lifo, start_lifo = ARGV[6], order == 'lifo', start_order == 'lifo'
-if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 7 + n_enq + n_ack
+local expect_id, expect_n = string.match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
+if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 8 + n_enq + n_ack
     or not string.match(nonce or '', '^[%w]+$') or not (lifo or order == 'fifo')
-    or not (start_order == '' or start_lifo or start_order == 'fifo') then
-  return redis.error_reply('ERR sync: bad arguments (counts, nonce or order)')
+    or not (start_order == '' or start_lifo or start_order == 'fifo')
+    or not (expect_id or ARGV[8] == '-') then
+  return redis.error_reply('ERR sync: bad arguments (counts, nonce, order or expect)')
 end
 local paused = redis.call('EXISTS', KEYS[18])
 if paused == 1 then n_lease = 0 end
@@ -87,7 +94,7 @@ if paused == 1 then n_lease = 0 end
 -- 1. read and check every request before any write
 local reqs = {}
 for i = 1, n_enq do
-  local e = ARGV[7 + i]
+  local e = ARGV[8 + i]
   local prio, start, pid, ptok, tid, ttok, sid, sn, rest =
     string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
@@ -107,6 +114,12 @@ end
 local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
   'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash'})
 if err then return err end
+if expect_id then
+  local have = tonumber(redis.call('HGET', KEYS[19], expect_id)) or 0
+  if have < tonumber(expect_n) then
+    return redis.error_reply('LOSTCHILDREN ' .. int_str(have) .. ' ' .. expect_n)
+  end
+end
 
 -- A taken request is stored leased to the worker that took it; the same argument sent again
 -- (the reply to an earlier call was lost) finds its lease and changes nothing.
@@ -166,7 +179,7 @@ local acked, stale = 0, 0
 local retrying = n_ack > 0 and redis.call('EXISTS', KEYS[17]) == 1 -- else no HDEL per ack
 local slots = n_ack > 0 and redis.call('EXISTS', KEYS[21]) == 1 -- leases may hold a slot
 for i = 1, n_ack do
-  local id, tok = string.match(ARGV[7 + n_enq + i], '^(%S+) (%S+)$')
+  local id, tok = string.match(ARGV[8 + n_enq + i], '^(%S+) (%S+)$')
   local v = id and lease_current(KEYS[6], id, tok)
   if v then
     count('acked', 1, lease_domain(v))
