@@ -75,6 +75,8 @@ class Variant:
         n_keys, self.fields = layout(text)
         # fields per lease in the reply: a wait (per-domain rate) came with the domain limits
         self.per_lease = 5 if n_keys >= 21 else 4
+        # the arguments after the nonce: the order, then (since the failover fence) expect
+        self.head = ["fifo", "-"] if "ARGV[8]" in text else ["fifo"]
         self.keys = sync_keys(Keys("ab", name), n_keys)
         self.acks: list[str] = []
         self.costs: list[float] = []
@@ -91,10 +93,10 @@ class Variant:
     def round(self, site: str, first: int) -> None:
         requests = [packed(site, first + i, self.fields) for i in range(BATCH)]
         t1, _ = self._call(
-            [len(requests), 0, 0, 30000, 500, secrets.token_hex(6), "fifo", *requests]
+            [len(requests), 0, 0, 30000, 500, secrets.token_hex(6), *self.head, *requests]
         )
         t2, reply = self._call(
-            [0, len(self.acks), BATCH, 30000, 500, secrets.token_hex(6), "fifo", *self.acks]
+            [0, len(self.acks), BATCH, 30000, 500, secrets.token_hex(6), *self.head, *self.acks]
         )
         first = 13 + 2 * int(reply[11]) + int(reply[12])
         self.acks = [

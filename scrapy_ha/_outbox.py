@@ -39,6 +39,8 @@ SENDER_NONCE_BYTES = 8
 SEND_ORDER = ("gates", "releases", "children", "checkpoints", "acks", "ends")
 
 
+#: Requests per sync call that stores children (children always go before acks).
+BATCH = 500
 #: Seconds a request without a parent (a start request) is kept after Redis stored it, to
 #: store it again if a failover loses it: far longer than a healthy replica lags behind.
 ROOT_RETENTION = 10.0
@@ -69,7 +71,7 @@ class Retained:
     def keep(self, first: int, children: list[NewEntry]) -> None:
         if self.enabled and children:
             now = time.monotonic()
-            self.entries.extend((first + i, e, now) for i, e in enumerate(children))
+            self.entries.extend((first + i, _slim(e), now) for i, e in enumerate(children))
 
     def newest(self) -> int:
         """The number every server this worker syncs with must hold (0: none)."""
@@ -77,7 +79,8 @@ class Retained:
 
     def prune(self, held: Callable[[], Iterable[Pair]]) -> None:
         """Forget the children no failover can lose any more (at most every
-        :data:`PRUNE_INTERVAL`): a parent no longer *held* has had its end confirmed."""
+        :data:`PRUNE_INTERVAL`): a parent no longer *held* has had its end confirmed; a root
+        is kept for :data:`ROOT_RETENTION`, and while this worker crawls it."""
         now = time.monotonic()
         if not self.entries or now - self._pruned < PRUNE_INTERVAL:
             return
@@ -86,7 +89,11 @@ class Retained:
         self.entries = [
             (n, e, at)
             for n, e, at in self.entries
-            if (e.parent in open_ if e.parent is not None else now - at < ROOT_RETENTION)
+            if (
+                e.parent in open_
+                if e.parent is not None
+                else now - at < ROOT_RETENTION or e.taken in open_
+            )
         ]
 
     def lost(self, have: int, held: Iterable[Pair]) -> tuple[list[int], list[NewEntry]]:
@@ -102,6 +109,13 @@ class Retained:
                 done = e.taken is not None and e.taken not in open_
                 children.append(replace(e, fresh=None) if done else e)
         return numbers, children
+
+
+def _slim(entry: NewEntry) -> NewEntry:
+    """*entry* as kept: a new request sent without being handed out drops its request
+    object (stored again, it goes pending, as it went)."""
+    fresh = entry.fresh
+    return replace(entry, fresh=None) if fresh is not None and fresh.lease is None else entry
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,9 @@ class RedisQueue:
         try:
             reply = await self._sync(keys=keys, args=args)
         except redis.exceptions.ResponseError as exc:
-            raise children_lost(exc) or exc from exc
+            if lost := children_lost(exc):
+                raise lost from exc
+            raise
         n_gates, n_dropped = int(reply[11]), int(reply[12])
         first = 13 + 2 * n_gates
         gates = {_s(reply[i]): int(reply[i + 1]) for i in range(13, first, 2)}
@@ -360,9 +362,8 @@ class RedisQueue:
             k.retried,
             k.dlq_alert,
             k.paused,
-            k.sent,
             k.polite,
-        ]
+        ]  # seq and sent stay: a worker still alive (stopped, say) never sees them go back
         return bool(await self._finish(keys=keys, args=[worker]))
 
     async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:

@@ -21,6 +21,8 @@ from scrapy_ha import _engine
 from scrapy_ha._connect import StartReport, joined, log_connected, open_queue
 from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url, jittered
 from scrapy_ha._ends import Ends
+from scrapy_ha._lost import fenced_sync
+from scrapy_ha._outbox import BATCH
 from scrapy_ha._renewal import Renewals
 from scrapy_ha._start_urls import StartUrls
 from scrapy_ha._wire import ChildrenLost
@@ -41,8 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: Seconds given to the last flush and release at close before giving up (leases then expire).
 CLOSE_TIMEOUT = 10.0
-#: Requests per enqueue batch (one script call); children are always sent before acks.
-BATCH = 500
 
 
 def _str(value: Any) -> str:
@@ -165,7 +165,7 @@ class Session:
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT):
                 await self._final_flush(reason)
-        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost) as exc:
             logger.error(
                 "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
                 "reclaimed by another worker after HA_LEASE_TIME=%gs",
@@ -359,33 +359,11 @@ class Session:
         await self._after_sync(result, new_work=was_empty and bool(self.shell.buffered()))
 
     async def _call_sync(self, **call: Any) -> SyncResult:
-        """The sync script, fenced by the newest child this worker keeps: a server that
-        lost children it confirmed (see :class:`~scrapy_ha._outbox.Retained`) gets them
-        again before it takes this call."""
+        """The sync script, fenced against a Redis that lost children (see :mod:`_lost`)."""
         assert self.queue is not None
-        box = self.outbox
-        try:
-            return await self.queue.sync(sender=box.sender(), expect=box.retained.newest(), **call)
-        except ChildrenLost as lost:
-            await self._store_again(lost)
-        return await self.queue.sync(sender=box.sender(), expect=box.retained.newest(), **call)
-
-    async def _store_again(self, lost: ChildrenLost) -> None:
-        assert self.queue is not None
-        numbers, children = self.outbox.retained.lost(lost.have, self._held_pairs())
-        nonce, lease_ms = self.outbox.nonce, int(self.config.lease_time * 1000)
-        for i in range(0, len(children), BATCH):
-            part = slice(i, i + BATCH)
-            await self.queue.sync(
-                enqueue=children[part], lease_ms=lease_ms, sender=(nonce, 0), numbers=numbers[part]
-            )
-        self.stats.inc_value("ha/children_stored_again", len(children))
-        logger.warning(
-            "Redis at %s had lost %d request(s) it had stored for this worker (%s; a failover "
-            "to a replica that lacked them): stored them again before any ack",
-            self.redis_url,
-            len(children),
-            lost,
+        held, url = self._held_pairs, self.redis_url
+        return await fenced_sync(
+            self.queue, self.outbox, held=held, stats=self.stats, redis_url=url, **call
         )
 
     def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:

@@ -233,7 +233,8 @@ class ShardedQueue(RedisQueue):
         another shard), which would skip one never stored. So a sharded round sent again
         after a lost reply may queue its ``dont_filter`` children twice, and a shard that
         fails over to a replica lacking its newest children is not detected
-        (docs/reliability.md, known limits)."""
+        (docs/reliability.md, known limits; docs/scaling.md, "Children the old primary
+        confirmed")."""
         total = SyncResult(0, 0, 0, 0, 0, 0, 0)
         placed = [(self.place(e), e) for e in enqueue]
         for shard, e in placed:

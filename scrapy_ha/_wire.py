@@ -6,6 +6,7 @@ into script arguments and read back from a reply. :mod:`scrapy_ha._queue` makes 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -183,16 +184,14 @@ class ChildrenLost(Exception):
         self.have = have
 
 
-LOST_CHILDREN = "LOSTCHILDREN "
+#: sync.lua's refusal: "LOSTCHILDREN <the server's number> <the number expected>"
+LOST_CHILDREN = re.compile(r"LOSTCHILDREN (\d+) (\d+)")
 
 
 def children_lost(exc: Exception) -> ChildrenLost | None:
     """The :class:`ChildrenLost` a sync's error reply means (None: another error)."""
-    text = str(exc)
-    if not text.startswith(LOST_CHILDREN):
-        return None
-    have, expected = text[len(LOST_CHILDREN) :].split()
-    return ChildrenLost(int(have), int(expected))
+    found = LOST_CHILDREN.match(str(exc))
+    return ChildrenLost(int(found[1]), int(found[2])) if found else None
 
 
 def _packed(e: NewEntry, sent: bytes) -> bytes:

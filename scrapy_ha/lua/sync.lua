@@ -117,7 +117,7 @@ if err then return err end
 if expect_id then
   local have = tonumber(redis.call('HGET', KEYS[19], expect_id)) or 0
   if have < tonumber(expect_n) then
-    return redis.error_reply('LOSTCHILDREN ' .. int_str(have) .. ' ' .. expect_n)
+    return redis.error_reply(string.format('LOSTCHILDREN %s %s', int_str(have), expect_n))
   end
 end
 

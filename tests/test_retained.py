@@ -1,0 +1,67 @@
+"""What a worker keeps of the children Redis confirmed, for a failover that loses them
+(scrapy_ha._outbox.Retained): kept while their page is held, roots for a while and while
+crawled, and what is stored again when a server lacks them."""
+
+from __future__ import annotations
+
+import scrapy
+
+from scrapy_ha import _outbox
+from scrapy_ha._outbox import Retained
+from scrapy_ha._wire import Fresh, NewEntry
+
+PAGE = ("7", "tok-7")
+
+
+def _entry(n: int, parent=PAGE, fresh: Fresh | None = None) -> NewEntry:
+    return NewEntry(b"fp%d" % n, 0, b"{}", parent=parent, fresh=fresh)
+
+
+def _kept(retained: Retained) -> list[int]:
+    return [n for n, _, _ in retained.entries]
+
+
+def test_children_are_kept_until_their_page_is_no_longer_held(monkeypatch):
+    retained = Retained()
+    retained.keep(1, [_entry(1), _entry(2, parent=("8", "tok-8"))])
+    assert retained.newest() == 2
+    retained.prune(lambda: [PAGE, ("8", "tok-8")])
+    assert _kept(retained) == [1, 2]
+    monkeypatch.setattr(_outbox, "PRUNE_INTERVAL", 0.0)
+    retained.prune(lambda: [PAGE])  # page 8's end was confirmed
+    assert _kept(retained) == [1]
+    retained.prune(list)
+    assert _kept(retained) == [] and retained.newest() == 0
+
+
+def test_a_root_is_kept_for_a_while_and_while_it_is_crawled(monkeypatch):
+    monkeypatch.setattr(_outbox, "PRUNE_INTERVAL", 0.0)
+    crawled = Fresh(scrapy.Request("http://x/a"), lease=("f1", "t1"), sealed=True)
+    retained = Retained()
+    retained.keep(1, [_entry(1, parent=None), _entry(2, parent=None, fresh=crawled)])
+    retained.prune(list)
+    assert _kept(retained) == [1, 2]  # younger than ROOT_RETENTION
+    monkeypatch.setattr(_outbox, "ROOT_RETENTION", 0.0)
+    retained.prune(lambda: [("f1", "t1")])
+    assert _kept(retained) == [2]  # old, but this worker still crawls it
+    retained.prune(list)
+    assert _kept(retained) == []
+
+
+def test_what_is_stored_again_keeps_its_number_and_a_finished_one_goes_pending():
+    handed = Fresh(scrapy.Request("http://x/h"), lease=("h1", "th"), sealed=True)
+    done = Fresh(scrapy.Request("http://x/d"), lease=("d1", "td"), sealed=True)
+    sent = Fresh(scrapy.Request("http://x/s"), sealed=True)  # sealed, never handed out
+    retained = Retained()
+    retained.keep(4, [_entry(4), _entry(5, fresh=handed), _entry(6, fresh=done)])
+    retained.keep(7, [_entry(7, fresh=sent)])
+    assert retained.entries[-1][1].fresh is None  # kept without its request object
+    numbers, children = retained.lost(4, [PAGE, ("h1", "th")])
+    assert numbers == [5, 6, 7]
+    assert [c.taken for c in children] == [("h1", "th"), None, None]
+
+
+def test_a_sharded_crawl_keeps_nothing():
+    retained = Retained(enabled=False)
+    retained.keep(1, [_entry(1)])
+    assert retained.entries == [] and retained.newest() == 0
