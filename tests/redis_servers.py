@@ -266,6 +266,8 @@ def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Clust
                 str(d / "nodes.conf"),
                 "--cluster-node-timeout",
                 "3000",
+                "--repl-diskless-sync-delay",  # a replica's first sync at once, not after 5 s
+                "0",
                 port=_cluster_port(),
             )
         )
@@ -285,6 +287,8 @@ def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Clust
         timeout=START_TIMEOUT,
     )
     harness.wait_for(lambda: _cluster_ok(cluster), "the cluster to be ok", START_TIMEOUT, 0.2)
+    synced = lambda: _replicas_synced(cluster) == masters * replicas  # noqa: E731
+    harness.wait_for(synced, "every replica to sync with its master", START_TIMEOUT, 0.2)
     return cluster
 
 
@@ -325,6 +329,18 @@ def _cluster_ok(cluster: Cluster) -> bool:
             if b"cluster_state:ok" not in c.execute_command("CLUSTER", "INFO"):
                 return False
     return True
+
+
+def _replicas_synced(cluster: Cluster) -> int:
+    """How many replicas have finished their first sync (ROLE says "connected"). One that
+    never did refuses to fail over ("Disconnected from master for longer than allowed":
+    its data age counts from 0, beyond any cluster-replica-validity-factor)."""
+    count = 0
+    for node in cluster.nodes:
+        with node.client() as c:
+            role = c.execute_command("ROLE")
+            count += role[0] == b"slave" and role[3] == b"connected"
+    return count
 
 
 # -- Sentinel -----------------------------------------------------------------------------

@@ -260,7 +260,7 @@ def test_a_reconnect_wait_is_jittered_between_half_and_the_whole_delay():
     assert len(set(waits)) > 100  # workers that lost Redis together come back apart
 
 
-@pytest.mark.long  # once in a loaded full run no replica was promoted within 120 s: to be found
+@pytest.mark.long
 @deferred_f_from_coro_f
 async def test_a_crawl_follows_a_cluster_failover_when_its_master_is_killed(cluster, site_factory):
     site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.2")
