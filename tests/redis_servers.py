@@ -369,6 +369,7 @@ class SentinelSet:
 
 def start_sentinels(directory: Path, *primary_args: str) -> SentinelSet:
     """A primary, its replica and three sentinels that fail over after a second down."""
+    primary_args = ("--repl-diskless-sync-delay", "0", *primary_args)  # a first sync at once
     primary = start(directory / "primary", *primary_args)
     replica = start(
         directory / "replica", "--replicaof", "127.0.0.1", str(primary.port), *primary_args
@@ -398,7 +399,10 @@ def _sentinel(directory: Path, primary_port: int) -> Server:
 
 def _sentinels_ready(found: SentinelSet) -> bool:
     with found.primary.client() as c:
-        if c.info("replication").get("connected_slaves", 0) < 1:
+        info = c.info("replication")
+        # online: its first sync is over (a replica still waiting for it is counted as
+        # connected, and promoted it would hold nothing of the crawl)
+        if info.get("connected_slaves", 0) < 1 or info["slave0"].get("state") != "online":
             return False
     for s in found.sentinels:
         with redis.Redis(port=s.port) as c:
