@@ -57,7 +57,8 @@ class Retained:
     replica has them. If the page that yielded them is then acked on the promoted replica,
     they are lost (its lease is there, its children are not). So a child is kept until its
     parent's end is confirmed (a server that then loses the children loses that ack too,
-    and the page is done again), and a child without a parent for :data:`ROOT_RETENTION`.
+    and the page is done again), and a child without a parent for :data:`ROOT_RETENTION`
+    and as long as this worker crawls it.
     Every sync names the newest child kept (sync.lua's ``expect``); a server that lacks it
     refuses the call, and the worker stores them again first (:meth:`lost`).
     """
