@@ -8,6 +8,7 @@ these is fenced by the lease token, and a failure to end one entry costs that en
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -221,6 +222,22 @@ class Ends:
             )
 
     # -- unreadable entries -----------------------------------------------------------
+
+    async def bad_data(self, exc: Exception) -> None:
+        """Redis refused a command of the session's round: a key of the crawl that holds
+        garbage is set aside with the reason, and the round goes on (after 1 s otherwise)."""
+        assert self.queue is not None
+        moved = await self.queue.set_aside_wrong_types() if "WRONGTYPE" in str(exc) else []
+        if moved:
+            self.stats.inc_value("ha/corrupt_keys", len(moved))
+            logger.error(
+                "Keys of the crawl held the wrong type of data and were renamed to "
+                "<key>:corrupt:<time> (their content is kept there): %s",
+                "; ".join(moved),
+            )
+            return
+        logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
+        await asyncio.sleep(1)
 
     async def settle_corrupt(self) -> None:
         """Dead-letter the leased entries this worker cannot read, and archive and alert

@@ -231,7 +231,7 @@ class Session:
                 await asyncio.sleep(wait)
                 continue
             except redis.exceptions.ResponseError as exc:
-                await self._bad_redis_data(exc)
+                await self.ends.bad_data(exc)
                 continue
             except Exception:
                 logger.exception("scrapy-ha background loop error; retrying in 1 s")
@@ -239,21 +239,6 @@ class Session:
                 continue
             if not more:
                 await self._sleep()
-
-    async def _bad_redis_data(self, exc: Exception) -> None:
-        """A key of the crawl holds garbage: set it aside with the reason, go on."""
-        assert self.queue is not None
-        moved = await self.queue.set_aside_wrong_types() if "WRONGTYPE" in str(exc) else []
-        if moved:
-            self.stats.inc_value("ha/corrupt_keys", len(moved))
-            logger.error(
-                "Keys of the crawl held the wrong type of data and were renamed to "
-                "<key>:corrupt:<time> (their content is kept there): %s",
-                "; ".join(moved),
-            )
-            return
-        logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
-        await asyncio.sleep(1)
 
     def _redis_down(self, exc: BaseException, delay: float) -> None:
         self.stats.inc_value("ha/redis_errors")
