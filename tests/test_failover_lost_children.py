@@ -25,18 +25,10 @@ from scrapy_ha.keys import Keys
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_redis_failover import DEADLINE, IN_FLIGHT, crawl_settings, until
+from tests.test_redis_failover import fast_engine_heartbeat as fast_engine_heartbeat
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
-
-
-@pytest.fixture
-def fast_engine_heartbeat(monkeypatch):
-    from scrapy.core.engine import ExecutionEngine
-
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
 
 
 class Forwarder:
