@@ -12,7 +12,9 @@ from __future__ import annotations
 __all__ = ["add_status_arguments", "status"]
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
@@ -86,20 +88,52 @@ async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    stop = _stop_on_ctrl_c() if args.watch is not None else None
     try:
-        await _show(queue, args)
+        await _show(queue, args, stop)
     except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the command; ends --watch
         if args.watch is None:
             raise
+    finally:
+        if stop is not None:
+            _restore_ctrl_c()
     return 0
 
 
-async def _show(queue: RedisQueue, args: argparse.Namespace) -> None:
+def _stop_on_ctrl_c() -> asyncio.Event:
+    """An event Ctrl-C sets, for ``--watch``: it stops at the next refresh, and at once
+    while it waits between two (the command's task is cancelled too, as asyncio.run does).
+
+    Not the task's cancellation alone: on Python 3.11, a cancellation that lands as a
+    Redis command's write completes is lost inside ``asyncio.wait_for`` (which redis-py
+    uses to time writes; CPython issue gh-86296), and the watch would refresh on. A second
+    Ctrl-C raises KeyboardInterrupt, as Python's own handler does."""
+    stop = asyncio.Event()
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+
+    def first_ctrl_c() -> None:
+        stop.set()
+        _restore_ctrl_c()
+        if task is not None:
+            task.cancel()
+
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, first_ctrl_c)  # main thread, POSIX only
+    return stop
+
+
+def _restore_ctrl_c() -> None:
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+
+async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event | None) -> None:
     out = sys.stdout
     in_place = args.watch is not None and out.isatty() and not args.json
     if in_place:
         out.write(CLEAR_SCREEN)
-    while True:
+    while stop is None or not stop.is_set():
         stats = await read_crawl_stats_async(queue.client, queue.keys, domains=args.domains > 0)
         paused = await paused_since(queue)
         health = await redis_health(queue.client)
@@ -119,9 +153,11 @@ async def _show(queue: RedisQueue, args: argparse.Namespace) -> None:
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
             _draw(out, lines, in_place=in_place, last=args.watch is None)
         out.flush()
-        if args.watch is None:
+        if args.watch is None or stop is None:
             return
-        await asyncio.sleep(args.watch)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(args.watch):
+                await stop.wait()
 
 
 async def _politeness(queue: RedisQueue) -> tuple[dict[str, DomainLimit], dict[str, int]]:
