@@ -73,8 +73,11 @@ class Variant:
         self.client = client
         self.script = client.register_script(text)
         n_keys, self.fields = layout(text)
-        # fields per lease in the reply: a wait (per-domain rate) came with the domain limits
-        self.per_lease = 5 if n_keys >= 21 else 4
+        # fields per lease in the reply: a wait (per-domain rate) came with the domain limits,
+        # the score with the pending head (a 14th header field)
+        scored = "WITHSCORES')[2]" in text
+        self.per_lease = 6 if scored else 5 if n_keys >= 21 else 4
+        self.header = 14 if scored else 13
         # the arguments after the nonce: the order, then (since the failover fence) expect
         self.head = ["fifo", "-"] if "ARGV[8]" in text else ["fifo"]
         self.keys = sync_keys(Keys("ab", name), n_keys)
@@ -98,7 +101,7 @@ class Variant:
         t2, reply = self._call(
             [0, len(self.acks), BATCH, 30000, 500, secrets.token_hex(6), *self.head, *self.acks]
         )
-        first = 13 + 2 * int(reply[11]) + int(reply[12])
+        first = self.header + 2 * int(reply[11]) + int(reply[12])
         self.acks = [
             f"{reply[i].decode()} {reply[i + 1].decode()}"
             for i in range(first, len(reply), self.per_lease)

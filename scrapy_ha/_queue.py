@@ -39,7 +39,7 @@ from scrapy_ha._wire import Lease as Lease
 from scrapy_ha._wire import NewEntry as NewEntry
 from scrapy_ha._wire import Reclaimed as Reclaimed
 from scrapy_ha._wire import SyncResult as SyncResult
-from scrapy_ha._wire import _b, _s, children_lost, expect_arg, packed_children
+from scrapy_ha._wire import _b, _s, children_lost, expect_arg, packed_children, score_key
 from scrapy_ha._wire import clamp_priority as clamp_priority
 from scrapy_ha._wire import lost_pairs as lost_pairs
 from scrapy_ha._wire import new_nonce as new_nonce
@@ -147,13 +147,20 @@ class RedisQueue:
                 raise lost from exc
             raise
         n_gates, n_dropped = int(reply[11]), int(reply[12])
-        first = 13 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(13, first, 2)}
+        first = 14 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(14, first, 2)}
         dropped = {_s(x) for x in reply[first : first + n_dropped]}
         first += n_dropped
         leases = [
-            Lease(_s(reply[i]), _s(reply[i + 1]), _b(reply[i + 2]), *map(int, reply[i + 3 : i + 5]))
-            for i in range(first, len(reply), 5)
+            Lease(
+                _s(reply[i]),
+                _s(reply[i + 1]),
+                _b(reply[i + 2]),
+                int(reply[i + 3]),
+                int(reply[i + 4]),
+                place=score_key(reply[i + 5]),
+            )
+            for i in range(first, len(reply), 6)
         ]
         now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
             int, reply[:11]
@@ -162,6 +169,7 @@ class RedisQueue:
             now,
             *(added, acked, stale, pending, leased, delayed, refused, aside, roots),
             paused=bool(paused),
+            head=score_key(reply[13]),
             gates=gates,
             leases=leases,
             dropped=dropped,

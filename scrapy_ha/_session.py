@@ -23,6 +23,7 @@ from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_u
 from scrapy_ha._ends import Ends
 from scrapy_ha._lost import fenced_sync
 from scrapy_ha._outbox import BATCH
+from scrapy_ha._precedence import leasable_head
 from scrapy_ha._renewal import Renewals
 from scrapy_ha._start_urls import StartUrls
 from scrapy_ha._wire import ChildrenLost
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from scrapy import Spider
 
     from scrapy_ha._keeper import Pairs
+    from scrapy_ha._precedence import Futile
     from scrapy_ha._queue import Lease, NewEntry, RedisQueue, SyncResult
     from scrapy_ha.config import SchedulerConfig
     from scrapy_ha.scheduler import Scheduler
@@ -82,6 +84,9 @@ class Session:
         self.remote_active = -1
         self.remote_waiting = 0  # pending + delayed in Redis at the last sync
         self.remote_pending = 0  # pending (leasable now) in Redis at the last sync
+        #: the place of the first of them (see SyncResult.head)
+        self.remote_head: tuple[int, int] | None = None
+        self._futile: Futile | None = None  # see _precedence.leasable_head
         self.peers = 0  # other live workers when the crawl last looked finished
         self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
         self.engine_view: tuple[bool, bool] | None = None
@@ -279,20 +284,26 @@ class Session:
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:
             await self._send_gates()
+        self.shell.make_room()
         if self.outbox.releases:
             # swapped out first: a lease added during the await is released next round
             to_release, self.outbox.releases = self.outbox.releases, []
-            released = await self.queue.release(to_release)
+            try:
+                released = await self.queue.release(to_release)
+            except BaseException:
+                self.outbox.releases[:0] = to_release  # renewed meanwhile, released later
+                raise
             self.stats.inc_value("ha/released", released)
         want = self.shell.want()
         if not (self.outbox.to_sync() or want):
             return False
-        await self._sync(lease=want)
+        await self._sync(lease=want, more=True)
         return self.outbox.to_sync()
 
-    async def _sync(self, *, lease: int) -> None:
+    async def _sync(self, *, lease: int, more: bool = False) -> None:
         """Send the outbox in its order (see :data:`scrapy_ha._outbox.SEND_ORDER`), then
-        lease more.
+        lease *lease* more (with *more*, as many as the shell wants once the new requests
+        are sealed: one that came meanwhile may outrank the buffer and must come back).
 
         The acks and ends taken here were collected after their children were queued, so
         every child goes to Redis (in earlier batches if need be) before its parent's ack.
@@ -312,6 +323,8 @@ class Session:
         await self.shell.handout.offer()
         enqueue = box.children[:]
         self.shell.handout.seal(enqueue)
+        if more:
+            lease = max(lease, self.shell.want())
         keeper = self.renewals.keeper if lease else None
         started = time.monotonic()
         if keeper is not None:
@@ -341,6 +354,9 @@ class Session:
                 keeper.syncing(False)
         await self.ends.settle_corrupt()
         await self.ends.end_ops(box.ends, n_ends)
+        result.head, self._futile = leasable_head(
+            result, waited=self.remote_head, asked=bool(lease), futile=self._futile
+        )
         await self._after_sync(result, new_work=was_empty and bool(self.shell.buffered()))
 
     async def _call_sync(self, **call: Any) -> SyncResult:
@@ -421,6 +437,7 @@ class Session:
         (edge-triggered: waking it on every round while idle would be a busy loop)."""
         self.remote_waiting = result.pending + result.delayed
         self.remote_pending = result.pending
+        self.remote_head = result.head
         if result.paused != self.paused:
             self.paused = result.paused
             logger.info("crawl %s by operator", "paused" if self.paused else "resumed")

@@ -334,7 +334,9 @@ class ShardedQueue(RedisQueue):
         for domain, until in result.gates.items():
             total.gates[domain] = max(until, total.gates.get(domain, 0))
         total.dropped |= result.dropped
-        total.leases += [replace(x, id=self.outside(shard, x.id)) for x in result.leases]
+        # each shard numbers its own entries: their places do not compare across shards
+        leases = result.leases
+        total.leases += [replace(x, id=self.outside(shard, x.id), place=None) for x in leases]
         self._known[shard] = (result.pending, result.leased, result.delayed)
 
     # -- leases ---------------------------------------------------------------------

@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from scrapy_ha._scripts import MAX_PRIORITY
+from scrapy_ha._scripts import MAX_PRIORITY, PRIORITY_STEP
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -43,6 +43,9 @@ class Lease:
     payload: bytes
     expiries: int = 0
     wait_ms: int = 0
+    #: its place in Redis's order (see :func:`score_key`; None: unknown): the buffer keeps
+    #: that order across lease calls
+    place: tuple[int, int] | None = None
 
 
 @dataclass
@@ -60,6 +63,9 @@ class SyncResult:
     set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
     roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
     paused: bool = False  # `scrapy-ha pause` is in force: nothing was leased
+    #: the place of the first pending entry left, as (minus its priority, its place within
+    #: it) (None: none is pending): a buffered request it goes before waits for it
+    head: tuple[int, int] | None = None
     gates: dict[str, int] = field(default_factory=dict)
     #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
     dropped: set[str] = field(default_factory=set)
@@ -148,6 +154,15 @@ class NewEntry:
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def score_key(score: Any) -> tuple[int, int] | None:
+    """The place a pending score stands for, as (minus its priority, its place within that
+    priority): lower goes first (None for ``''``: no pending entry)."""
+    if not score:
+        return None
+    value = int(float(score))  # exact: scores stay below 2**53 (see lib/priority.lua)
+    return divmod(value, PRIORITY_STEP)
 
 
 def clamp_priority(priority: int) -> int:

@@ -30,6 +30,7 @@ from scrapy_ha._fresh import FreshQueue, Handout
 from scrapy_ha._inflight import InFlight
 from scrapy_ha._outbox import CheckpointSave, EndOp, Outbox
 from scrapy_ha._politeness import StartTimes
+from scrapy_ha._precedence import Precedence
 from scrapy_ha._queue import Fresh, NewEntry
 from scrapy_ha._registry import register, scheduler_for
 from scrapy_ha._session import Session
@@ -73,6 +74,14 @@ class Scheduler:
         self._slots = _engine.SlotLoad()
         fair = SlotChooser(crawler, self._slots) if config.slot_fair else None
         self._buffer = LeaseBuffer() if fair is None else FairLeaseBuffer(fair)
+        #: which requests go before the buffer's head (Scrapy's priority order)
+        self.precedence = Precedence(
+            self._buffer,
+            self.outbox,
+            config,
+            target=self._target,
+            alone=lambda: self._solo is not None,
+        )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
         self.inflight = InFlight(crawler, self.outbox)
         #: new requests handed out from memory before Redis has them (see _fresh)
@@ -92,6 +101,7 @@ class Scheduler:
         self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
+        self.precedence.session = self.session
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -193,8 +203,9 @@ class Scheduler:
                 return self.handout.hand(fresh)
             if not usable:
                 break
-            if self._outranked():
+            if self.precedence.outranked():
                 self.outbox.held_back = True  # for one round trip: its lease is on the way
+                self.session.wake()
                 return None
             # requests of a busy download slot wait here, not in the downloader, where other
             # workers could not have them
@@ -212,8 +223,8 @@ class Scheduler:
                 return None
             self.inflight.add(entry_id, token, request)
             self._slots.handed(self.crawler, request)
-            if len(self._buffer) <= self._target() // 2:
-                self.session.wake()
+            if len(self._buffer) <= self._target() // 2 or self.precedence.outranked():
+                self.session.wake()  # refill, or lease what Redis holds that goes first
             return request
         if self._buffer:
             self.session.wake()  # leases may have expired: the background task renews them
@@ -270,7 +281,7 @@ class Scheduler:
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[metakeys.SUSPECT] = lease.expiries
-        self._buffer.append(request)
+        self._buffer.append(request, lease.place)
 
     def empty_on_the_way(self) -> bool:
         """``next_request()`` returned None, but requests are on their way to this worker:
@@ -332,14 +343,11 @@ class Scheduler:
             )
 
     def want(self) -> int:
-        """Requests to lease in the next sync: up to the prefetch target."""
-        if self.session.stopping or self._solo is not None:
-            return 0
-        target = self._target()
-        if len(self._buffer) > target // 2:
-            unsent = [e for e in self.outbox.children if e.taken is None]
-            return self._buffer.urgent(unsent, target)
-        return target - len(self._buffer)
+        """Requests to lease in the next sync (see :class:`~scrapy_ha._precedence.Precedence`)."""
+        return self.precedence.want()
+
+    def make_room(self) -> None:
+        self.precedence.make_room()
 
     def keep_alive(self) -> bool:
         """True while the crawl may still have work (the idle spider stays open)."""
@@ -385,10 +393,6 @@ class Scheduler:
         """Can a buffered request go now: its domain's crawl-wide rate lets it start (else a
         timer wakes the engine at its time), and its download slot has room?"""
         return not self._starts.waits(request) and self._slots.free(self.crawler, request)
-
-    def _outranked(self) -> bool:
-        """A request just queued outranks everything buffered (see :meth:`want`)."""
-        return self._buffer.outranked_by(self.outbox.top) and self.session.redis_ok
 
     def _isolating(self) -> bool:
         """True while a suspect runs alone, or waits for the engine to empty to do so."""

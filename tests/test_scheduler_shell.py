@@ -38,6 +38,7 @@ class FakeSession:
         self.stopping = False
         self.redis_ok = True
         self.remote_waiting = 0
+        self.remote_head: tuple[int, int] | None = None
         self.remote_active = 0
         self.peers = 0
         self.paused = False

@@ -47,10 +47,11 @@
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
---          roots_seen, paused (1 or 0), n, d,
+--          roots_seen, paused (1 or 0), n, d, head (the score of the first pending entry
+--          left, '' when none: the worker holds back a buffered request it outranks),
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
---          id1, token1, payload1, expiries1, wait1, ...}
+--          id1, token1, payload1, expiries1, wait1, score1, ...}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
 --   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
 --   roots_seen: requests without a parent (start requests) the dupefilter had seen, so
@@ -58,7 +59,8 @@
 --   payload '' when the entry has no payload: the worker dead-letters it as corrupt;
 --   expiries: how many of the entry's leases expired before, so the worker can run a
 --   suspect alone and only the request that kills workers is counted as poison;
---   wait: ms before the request may start, for its domain's rate limit, lib/polite).
+--   wait: ms before the request may start, for its domain's rate limit, lib/polite;
+--   score: its pending score, so that the worker's buffer keeps Redis's order across calls).
 -- With limits in force, the lease step reads at most SCAN_FACTOR entries per lease wanted
 -- (never the whole queue): a request of a domain at its limit is moved to the delayed set
 -- until it may go (counted as domain_limited), so other domains' requests behind it are
@@ -195,7 +197,7 @@ for i = 1, n_ack do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped}
+local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, ''}
 local NG = 12
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
@@ -271,6 +273,7 @@ if n_lease > 0 then
         out[#out + 1] = payload
         out[#out + 1] = select(2, expiry_counts(redis.call('HGET', KEYS[7], id)))
         out[#out + 1] = wait
+        out[#out + 1] = sc
       end
     end
   end
@@ -283,4 +286,5 @@ write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 out[5] = redis.call('ZCARD', KEYS[1])
 out[6] = redis.call('ZCARD', KEYS[5])
 out[7] = redis.call('ZCARD', KEYS[8])
+out[14] = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or ''
 return out
