@@ -281,7 +281,10 @@ class Scheduler:
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[metakeys.SUSPECT] = lease.expiries
-        self._buffer.append(request, lease.place)
+        # one with a start time keeps its lease order, which is its domain's start order: a
+        # slot hands out from its head only, so one placed before an earlier start would
+        # hold the others back until its own, and they would all start at once
+        self._buffer.append(request, None if lease.wait_ms > 0 else lease.place)
 
     def empty_on_the_way(self) -> bool:
         """``next_request()`` returned None, but requests are on their way to this worker:
