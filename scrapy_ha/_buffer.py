@@ -48,7 +48,8 @@ def prefetch_target(crawler: Crawler, config: SchedulerConfig, rate: float) -> i
 class LeaseBuffer:
     """Leased requests waiting for the engine, highest priority first, then in Redis's order
     (the sequence part of their pending score: FIFO or LIFO, start requests last), across
-    lease calls as within one.
+    lease calls as within one; a request with a start time (its domain's rate), and one of
+    a sharded crawl, after those, in lease order (see Scheduler.take).
 
     A request of higher priority than the head (leased after it) is handed out before it,
     as Scrapy's own priority queue would. Deque-like: ``append``, ``appendleft`` (first in
