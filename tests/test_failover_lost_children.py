@@ -24,7 +24,7 @@ from scrapy_ha._queue import ChildrenLost, NewEntry, RedisQueue
 from scrapy_ha.keys import Keys
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
-from tests.test_redis_failover import DEADLINE, IN_FLIGHT, crawl_settings, until
+from tests.test_redis_failover import DEADLINE, IN_FLIGHT, caught_up, crawl_settings, until
 from tests.test_redis_failover import fast_engine_heartbeat as fast_engine_heartbeat
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ async def test_a_server_without_the_children_it_confirmed_refuses_the_ack(tmp_pa
         await until(lambda: _replicating(a), "the replica")
         await old.sync(enqueue=[NewEntry(b"root", 0, b'{"url": "http://x/"}')], sender=("w1", 1))
         [page] = await old.lease(1, 60_000)
-        a.wait(1, 5000)
+        await until(caught_up(a), "the replica to catch up")
         b.replicaof("NO", "ONE")
         parent = (page.id, page.token)
         children = [_child(n, parent) for n in (2, 3, 4)]

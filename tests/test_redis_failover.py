@@ -71,6 +71,20 @@ async def until(check: Any, what: str, timeout: float = DEADLINE) -> None:
         await asyncio.sleep(0.1)
 
 
+def caught_up(primary: Any) -> Any:
+    """A check for :func:`until`: every replica of *primary* (a sync client) acknowledged
+    what the primary had written by now. Not ``WAIT``: it counts only the writes of the
+    connection that sends it, and a fresh connection has none, so it returns at once."""
+    written = primary.info("replication")["master_repl_offset"]
+
+    def check() -> bool:
+        info = primary.info("replication")
+        replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        return bool(replicas) and all(int(r["offset"]) >= written for r in replicas)
+
+    return check
+
+
 #: Workers sharing the crawl through an outage or a failover.
 WORKERS = 2
 
@@ -188,7 +202,7 @@ async def crawl_through_failover(found: redis_servers.SentinelSet, site: Any, to
     # what the lost suffix did is redone (duplicates beyond the bound below; what it
     # stored is not lost: tests/test_failover_lost_children.py)
     with found.primary.client() as primary:
-        primary.wait(1, 2000)
+        await until(caught_up(primary), "the replica to catch up", timeout=10)
     found.primary.kill()
     killed, killed_at = time.monotonic(), len(scraped(crawlers))
 
