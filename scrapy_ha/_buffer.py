@@ -87,8 +87,7 @@ class LeaseBuffer:
             return self.popleft()
         for entry in sorted(self._heap)[1:]:
             if ready(entry[-1]):
-                self._heap.remove(entry)
-                heapq.heapify(self._heap)
+                self._remove(entry)
                 return entry[-1]
         return None
 
