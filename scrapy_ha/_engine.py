@@ -233,6 +233,13 @@ class StartRefusal:
         self.crawler.spider = None
 
 
+def close_spider(crawler: Crawler, reason: str) -> None:
+    """Close the running spider with *reason* (nothing if the engine is gone)."""
+    engine = _engine(crawler)
+    if engine is not None:
+        asyncio.ensure_future(engine.close_spider_async(reason=reason))
+
+
 def has_room(crawler: Crawler) -> bool:
     """Would the engine call ``next_request()`` if it looked now? ``engine.needs_backout()``
     (public since 2.13, the lazy start pattern of Scrapy's docs; 2.16, 2.19) is False; False

@@ -188,6 +188,12 @@ class DownloadGate:
         else:
             self._waiting[pair] = stored
 
+    def open_all(self) -> None:
+        """Let every download waiting for a verdict go on (no round will come: the spider
+        closes, and its last flush stores their requests before any ack)."""
+        for pair in list(self._waiting):
+            self.settle(pair, stored=True)
+
     def process_request(self, request: Request) -> Coroutine[Any, Any, Request | None] | None:
         """None (download it) unless *request* waits for its verdict: then a coroutine that
         gives None once it is stored, or *request* itself if it was not (the engine

@@ -24,6 +24,7 @@ from scrapy_ha._scripts import (
     RELEASE_LUA,
     REQUEUE_LUA,
     RETRY_LUA,
+    SET_ASIDE_LUA,
     SYNC_LUA,
 )
 from scrapy_ha._scripts import MAX_PRIORITY as MAX_PRIORITY
@@ -82,6 +83,7 @@ class RedisQueue:
         self._requeue = client.register_script(REQUEUE_LUA)
         self._purge = client.register_script(PURGE_LUA)
         self._checkpoint = client.register_script(CHECKPOINT_LUA)
+        self._set_aside = client.register_script(SET_ASIDE_LUA)
 
     async def sync(
         self,
@@ -411,18 +413,15 @@ class RedisQueue:
         return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
     async def set_aside_wrong_types(self) -> list[str]:
-        """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<ms>``.
+        """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<seconds>``,
+        in one script (workers that find the same key at once rename it once).
 
         Returns the keys set aside (garbage written by hand must not stop the crawl).
         """
-        moved = []
-        for key, expected in self.keys.types().items():
-            actual = _s(await self.client.type(key))
-            if actual not in ("none", expected):
-                stamp = int((await self.client.time())[0])
-                await self.client.rename(key, f"{key}:corrupt:{stamp}")
-                moved.append(f"{key} ({actual}, expected {expected})")
-        return moved
+        types = self.keys.types()
+        reply = await self._set_aside(keys=list(types), args=list(types.values()))
+        pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
+        return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]
 
     async def leave(self, worker: str, sender: str | None = None) -> None:
         """Unregister a worker that stops (and forget its *sender* nonce's number: every

@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 #: Seconds given to the last flush and release at close before giving up (leases then expire).
 CLOSE_TIMEOUT = 10.0
+#: Deaths of the background task (a bug: an error it did not catch) within
+#: TASK_RESTART_WINDOW seconds that close the spider; fewer start it again.
+TASK_RESTARTS = 3
+TASK_RESTART_WINDOW = 60.0
 
 
 def _str(value: Any) -> str:
@@ -91,6 +95,7 @@ class Session:
         self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
         self.engine_view: tuple[bool, bool] | None = None
         self._outage = False  # Redis failed a round: renew first when it answers again
+        self._task_failures: list[float] = []  # when the background task died (see _ended)
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
 
@@ -157,6 +162,37 @@ class Session:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The background task ended: at close, or (a bug) on an error it did not catch.
+        Then nothing would sync or lease any more and the crawl would wait for ever (its
+        leases renewed by the keeper): the task is started again, and if it ends so
+        ``TASK_RESTARTS`` times within ``TASK_RESTART_WINDOW`` seconds, the spider is closed
+        with an error (the downloads waiting for a round's verdict go on: the last flush
+        stores their requests before any ack)."""
+        if self.stopping or task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self.stats.inc_value("ha/task_failed")
+        now = time.monotonic()
+        self._task_failures = [t for t in self._task_failures if now - t < TASK_RESTART_WINDOW]
+        self._task_failures.append(now)
+        if len(self._task_failures) < TASK_RESTARTS:
+            logger.critical(
+                "scrapy-ha's background task stopped on an error; starting it again", exc_info=exc
+            )
+            self.start()
+            return
+        logger.critical(
+            "scrapy-ha's background task stopped on an error %d times within %g s: closing "
+            "the spider (what this worker holds goes back to Redis)",
+            len(self._task_failures),
+            TASK_RESTART_WINDOW,
+            exc_info=exc,
+        )
+        self.shell.handout.gate.open_all()
+        _engine.close_spider(self.shell.crawler, "scrapy_ha_error")
 
     async def close(self, reason: str) -> None:
         """Flush, ack, release what this worker holds, and unregister it."""
@@ -236,7 +272,11 @@ class Session:
                 await asyncio.sleep(wait)
                 continue
             except redis.exceptions.ResponseError as exc:
-                await self.ends.bad_data(exc)
+                try:
+                    await self.ends.bad_data(exc)
+                except Exception:  # setting the garbage aside failed: the next round retries
+                    logger.exception("scrapy-ha could not set bad data aside; retrying in 1 s")
+                    await asyncio.sleep(1)
                 continue
             except Exception:
                 logger.exception("scrapy-ha background loop error; retrying in 1 s")
