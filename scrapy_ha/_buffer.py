@@ -126,6 +126,24 @@ class LeaseBuffer:
         lower = (e for e in self._entries() if e[0] > place[0])
         return max((e for e in lower if not e[-1].meta.get(metakeys.SUSPECT)), default=None)
 
+    def movable(self) -> list[Entry]:
+        """The entries that may be given back for a new request (:mod:`scrapy_ha._keep`):
+        all but the suspects (first in line whatever their priority) and those with a start
+        time (their domain's rate slot is taken: given back, it would be lost)."""
+        return [
+            e for e in self._entries() if e[1] < UNPLACED and not e[-1].meta.get(metakeys.SUSPECT)
+        ]
+
+    def slot_of(self, request: Request) -> str:
+        """The part of the buffer *request* is handed out from: one for all here."""
+        return ""
+
+    def remove(self, entries: list[Entry]) -> list[Request]:
+        """Take *entries* out (for their leases to go back to Redis); return their requests."""
+        for entry in entries:
+            self._remove(entry)
+        return [entry[-1] for entry in entries]
+
     def can_give_back(self, place: tuple[int, int] | None) -> bool:
         return self._to_give_back(place) is not None
 
@@ -320,6 +338,10 @@ class FairLeaseBuffer(LeaseBuffer):
 
     def _remove(self, entry: Entry) -> None:
         self._fair.keep(lambda e: e is not entry)
+
+    def slot_of(self, request: Request) -> str:
+        """Its download slot: each slot hands out from its own head."""
+        return self._fair.chooser.key(request)
 
     def behind(self, place: tuple[int, int] | None) -> bool:
         """As :meth:`LeaseBuffer.behind` while one download slot is buffered; with several,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha._buffer import SlotChooser
     from scrapy_ha._inflight import InFlight
+    from scrapy_ha._keep import Keep
     from scrapy_ha._outbox import Outbox, Pair
     from scrapy_ha._queue import Fresh, NewEntry
 
@@ -85,10 +86,16 @@ class FreshQueue:
     leaves it when handed out or when a round sends it to Redis (``sealed``)."""
 
     def __init__(
-        self, *, lifo: bool, start_lifo: bool = False, fair: SlotChooser | None = None
+        self,
+        *,
+        lifo: bool,
+        start_lifo: bool = False,
+        fair: SlotChooser | None = None,
+        keep: Keep | None = None,
     ) -> None:
         self.lifo = lifo
         self.start_lifo = start_lifo
+        self.keep = keep
         self._heap: list[tuple[int, bool, int, Fresh]] = []
         self._seq = itertools.count()
         # DownloaderAwarePriorityQueue's order: the least busy download slot first
@@ -125,10 +132,11 @@ class FreshQueue:
         """Does *fresh* come before *leased*, the head of the lease buffer (None: none)?
 
         By priority, then a callback's request before a start request. At equal priority
-        and kind the leased one goes first, even in a LIFO order where the newer fresh one
-        would: a worker that always preferred its own new requests would never drain its
-        buffer, whose leases other workers cannot have meanwhile (and lose a lease period
-        if it dies)."""
+        and kind, the newer one in a LIFO crawl whose worker is alone (it keeps its new
+        requests: :mod:`scrapy_ha._keep`); else the leased one, even in a LIFO order: a
+        worker that always preferred its own new requests would never drain its buffer,
+        whose leases other workers cannot have meanwhile (and lose a lease period if it
+        dies)."""
         if leased is None:
             return True
         if self._fair is not None:  # the less busy slot first, as DownloaderAware... does
@@ -139,7 +147,10 @@ class FreshQueue:
         mine, theirs = fresh.request.priority, leased.priority
         if mine != theirs:
             return mine > theirs
-        return _is_start(leased) and not _is_start(fresh.request)
+        start = _is_start(fresh.request)
+        if _is_start(leased) != start:
+            return not start
+        return not start and self.keep is not None and self.keep.active()
 
     def prune(self) -> None:
         """Forget the requests a round sent (they come back by lease)."""
@@ -314,9 +325,12 @@ class Handout:
                 return
             await _engine.look(self.crawler)
 
-    def seal(self, batch: list[NewEntry]) -> None:
+    def seal(self, batch: list[NewEntry], *, keep: bool = True) -> int:
         """*batch* goes to Redis now: its new requests not handed out leave the queue (they
-        go pending, and come back by lease)."""
+        go pending, and come back by lease, or with *keep* are kept if they may be:
+        :mod:`scrapy_ha._keep`); return how many are kept."""
+        keeper = self.queue.keep if keep else None
+        kept = keeper.choose(batch, self._make_lease) if keeper is not None else 0
         for entry in batch:
             fresh = entry.fresh
             if fresh is not None and not fresh.sealed:
@@ -324,19 +338,25 @@ class Handout:
                 if fresh.lease is None:
                     self._outbox.note_priority(entry.priority)
         self.queue.prune()
+        return kept
 
     def settle(self, batch: list[NewEntry], dropped: set[str]) -> None:
         """Redis has *batch*: a request handed out from it was stored leased to this worker
         (its download goes on), or not (*dropped*: a duplicate, or its page's lease was
         lost): then it is cancelled and forgotten, never acked."""
-        leased = handed = 0
+        leased = handed = kept = 0
         for entry in batch:
             pair = entry.taken
             if pair is None:
                 continue
+            stored = pair[0] not in dropped
+            if entry.kept:
+                assert self.queue.keep is not None and entry.fresh is not None
+                self.queue.keep.landed(entry.fresh, stored=stored)
+                kept += stored
+                continue
             handed += 1  # counted here, once per round, not at each hand-out (hot path)
             self.unstored.discard(pair)
-            stored = pair[0] not in dropped
             if stored:  # stored marked as handed: no early report is needed
                 leased += 1
             else:
@@ -346,8 +366,10 @@ class Handout:
         assert stats is not None
         if handed:
             stats.inc_value("ha/handed_fresh", handed)
-        if leased:
-            stats.inc_value("ha/leased", leased)
+        if kept:
+            stats.inc_value("ha/kept", kept)
+        if leased + kept:
+            stats.inc_value("ha/leased", leased + kept)
 
     def clear(self) -> None:
         self.queue.clear()

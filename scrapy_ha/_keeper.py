@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha._connection import DEFAULT_SOCKET_TIMEOUT, REDIS_DOWN_ERRORS
-from scrapy_ha._queue import RENEW_LUA, lost_pairs, renew_args, worker_stats
+from scrapy_ha._queue import RENEW_LUA, live_workers, lost_pairs, renew_args, worker_stats
 
 if TYPE_CHECKING:
     import asyncio
@@ -71,7 +71,7 @@ class LeaseKeeper:
         heartbeat_ttl: float,
         watchdog: float,
         loop: asyncio.AbstractEventLoop,
-        on_renewed: Callable[[float, list[tuple[str, str]]], None],
+        on_renewed: Callable[[float, list[tuple[str, str]], int], None],
         on_reported: Callable[[frozenset[tuple[str, str]], list[tuple[str, str]]], None]
         | None = None,
         sharded: ShardedQueue | None = None,
@@ -222,7 +222,7 @@ class LeaseKeeper:
         self.confirmed = frozenset(handed)
         lost = lost_pairs(reply)
         if not self._stop.is_set():
-            self.loop.call_soon_threadsafe(self.on_renewed, started, lost)
+            self.loop.call_soon_threadsafe(self.on_renewed, started, lost, live_workers(reply))
 
     def _renew(
         self,
@@ -282,13 +282,14 @@ class LeaseKeeper:
         pairs, handed = list(pairs), list(handed)
         by, handed_by = queue.split(pairs), queue.split(handed)
         every = range(len(queue.shards)) if grant else ()
-        now, renewed, lost = 0, 0, []
+        now, renewed, workers, lost = 0, 0, 0, []
         for shard in sorted({0, *by, *handed_by, *every}):
             keys = queue.shards[shard].keys
             reply = self._renew_one(keys, by.get(shard, []), handed_by.get(shard, []), grant=grant)
             now, renewed = int(reply[0]), renewed + int(reply[1])
+            workers = workers or live_workers(reply)  # shard 0's: the heartbeats are there
             lost += queue.theirs(shard, lost_pairs(reply), [*pairs, *handed])
-        return [now, renewed, *(x for pair in lost for x in pair)]
+        return [now, renewed, workers, *(x for pair in lost for x in pair)]
 
     def _redis_down(self, exc: BaseException) -> None:
         level = logging.WARNING if self._redis_ok else logging.DEBUG

@@ -18,9 +18,12 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
+from scrapy_ha._keep import Keep
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from scrapy import Request
 
     from scrapy_ha._buffer import LeaseBuffer
     from scrapy_ha._outbox import Outbox
@@ -49,6 +52,7 @@ class Precedence:
         *,
         target: Callable[[], int],
         alone: Callable[[], bool],
+        may_keep: Callable[[Request], bool],
     ) -> None:
         self.buffer = buffer
         self.outbox = outbox
@@ -56,6 +60,31 @@ class Precedence:
         self._target = target  # the prefetch target now (it follows the measured rate)
         self._alone = alone  # a suspect runs alone: nothing is leased meanwhile
         self.session: Session | None = None
+        #: the new requests a LIFO worker keeps in its buffer (see :mod:`scrapy_ha._keep`)
+        self.keep = Keep(
+            buffer,
+            outbox,
+            enabled=config.order == "lifo",
+            active=self._keeps,
+            room=self._room_to_keep,
+            may_keep=may_keep,
+        )
+
+    def _keeps(self) -> bool:
+        """This worker is the only live one, and leases (see :mod:`scrapy_ha._keep`)."""
+        session = self.session
+        assert session is not None
+        if session.paused or session.stopping or self._alone():
+            return False
+        return session.renewals.workers <= 1
+
+    def _room_to_keep(self) -> int:
+        """The buffer's room for kept requests: up to the prefetch target (what a worker
+        that dies can make others wait a lease period for stays what it leases ahead), less
+        what a request Redis holds at a higher priority than the buffer's head needs (it is
+        leased by the next round)."""
+        held = len(self.buffer) + self.keep.flying
+        return min(self.room_ahead(), self._target() - held) - self.behind()
 
     def want(self) -> int:
         """Requests to lease in the next sync: up to the prefetch target (not before the
@@ -67,7 +96,8 @@ class Precedence:
         if self.session.stopping or self._alone():
             return 0
         target, buffer = self._target(), self.buffer
-        refill = target - len(buffer) if len(buffer) <= target // 2 else 0
+        held = len(buffer) + self.keep.flying  # kept requests on their way join the buffer
+        refill = target - held if held <= target // 2 else 0
         room = self.room_ahead()
         if room <= 0:
             return refill
@@ -82,8 +112,10 @@ class Precedence:
 
     def room_ahead(self) -> int:
         """Leases the buffer may take over its target for requests of a higher priority than
-        its own: up to twice the target in all, within ``HA_PREFETCH``."""
-        return min(self.config.prefetch, 2 * self._target() - len(self.buffer))
+        its own, or kept (see :mod:`scrapy_ha._keep`): up to twice the target in all, within
+        ``HA_PREFETCH``."""
+        held = len(self.buffer) + self.keep.flying
+        return min(self.config.prefetch, 2 * self._target() - held)
 
     def behind(self) -> bool:
         """Redis held pending, at the last sync, a request of a higher priority than the
@@ -102,9 +134,10 @@ class Precedence:
 
     def outranked(self) -> bool:
         """A request on its way to Redis, or one Redis held pending at the last sync, is of
-        a higher priority than everything buffered: the engine waits one round trip for it."""
+        a higher priority than everything buffered, or a kept one on its way goes first:
+        the engine waits one round trip for it."""
         assert self.session is not None
-        queued = self.buffer.outranked_by(self.outbox.top) or self.behind()
+        queued = self.buffer.outranked_by(self.outbox.top) or self.keep.ahead() or self.behind()
         return queued and self.session.redis_ok
 
     def make_room(self) -> None:

@@ -42,6 +42,7 @@ from scrapy_ha._wire import Reclaimed as Reclaimed
 from scrapy_ha._wire import SyncResult as SyncResult
 from scrapy_ha._wire import _b, _s, children_lost, expect_arg, packed_children, score_key
 from scrapy_ha._wire import clamp_priority as clamp_priority
+from scrapy_ha._wire import live_workers as live_workers
 from scrapy_ha._wire import lost_pairs as lost_pairs
 from scrapy_ha._wire import new_nonce as new_nonce
 from scrapy_ha._wire import renew_args as renew_args
@@ -67,6 +68,8 @@ class RedisQueue:
             raise ValueError(f"order={order!r} must be one of {', '.join(ORDERS)}")
         self.client = client
         self.keys = keys
+        #: the live workers at the last renewal (0: none yet)
+        self.live_workers = 0
         self.order = order
         #: the order of start requests in their own queue ("": they share the others')
         self.start_order = start_order
@@ -215,6 +218,7 @@ class RedisQueue:
             stats=worker_stats(len(pairs), rate),
         )
         reply = await self._renew(keys=[k.leased, k.leases, k.workers, k.worker_stats], args=args)
+        self.live_workers = live_workers(reply)
         return int(reply[1]), lost_pairs(reply)
 
     async def reclaim(

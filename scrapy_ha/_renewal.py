@@ -61,6 +61,7 @@ class Renewals:
         self.watch: LoopWatch | None = None
         self.valid_until = 0.0  # monotonic time until which every held lease is valid
         self.rate = 0.0  # acks per second, measured between renewals
+        self.workers = 0  # live workers at the last renewal, this one included (0: none yet)
         self.acked = 0  # acks since the last renewal
         self._last_renew = 0.0
 
@@ -141,10 +142,11 @@ class Renewals:
             keeper, self.keeper = self.keeper, None
             await asyncio.to_thread(keeper.stop)
 
-    def _on_renewed(self, started: float, lost: list[tuple[str, str]]) -> None:
+    def _on_renewed(self, started: float, lost: list[tuple[str, str]], workers: int) -> None:
         """A renewal by the keeper's thread (run on the event loop)."""
         if self.keeper is None:
             return
+        self.workers = workers
         self._note_rate(started)
         self.valid_until = started + self.config().lease_time
         self._confirm(self.keeper.confirmed, lost)
@@ -174,6 +176,7 @@ class Renewals:
             handed=handed,
             rate=self.rate,
         )
+        self.workers = queue.live_workers
         self._note_rate(started)
         self.valid_until = started + config.lease_time
         self._confirm(handed, lost)

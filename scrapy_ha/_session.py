@@ -145,6 +145,8 @@ class Session:
         self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)
         self.ends.queue = self.queue
         self.outbox.retained.enabled = self.queue.numbers_children
+        # a sharded crawl's shards would each order by their own sequence
+        self.shell.precedence.keep.enabled &= self.queue.numbers_children
         await self.queue.set_domain_limits(cfg.politeness.as_hash())
         await self.renewals.renew(self.queue)
         self.renewals.start_keeper(self.queue)
@@ -355,17 +357,20 @@ class Session:
         while len(box.children) > BATCH or (box.children and box.checkpoints):
             await self.shell.handout.offer()  # then no await until seal: none slips past
             batch = box.children[:BATCH]
-            self.shell.handout.seal(batch)
+            self.shell.handout.seal(batch, keep=False)  # kept only where a grant covers them
             result = await self._call_sync(enqueue=batch, lease_ms=lease_ms)
             self._sent(result, batch)
         if box.checkpoints:
             await self._save_checkpoints()
         await self.shell.handout.offer()
         enqueue = box.children[:]
-        self.shell.handout.seal(enqueue)
+        kept = self.shell.handout.seal(enqueue)
         if more:
-            lease = max(lease, self.shell.want())
-        keeper = self.renewals.keeper if lease else None
+            # kept requests fill the buffer: what it wanted before may be too many now
+            lease = self.shell.want() if kept else max(lease, self.shell.want())
+        # the grant (renewed before the reply is read, released at close if it is never
+        # read) holds what this call leases: pending requests, and the kept new ones
+        keeper = self.renewals.keeper if lease or any(e.kept for e in enqueue) else None
         started = time.monotonic()
         if keeper is not None:
             keeper.syncing(True)  # renews this sync's leases even before we read the reply

@@ -177,6 +177,7 @@ class ShardedQueue(RedisQueue):
         self.worker = worker
         self.heartbeat_ms = heartbeat_ms
         self._rate = 0.0  # pages/s, as the last renewal published it
+        self.live_workers = 0  # at the last renewal (shard 0 holds the heartbeats)
         self._next = 0  # the shard the next round leases from first
         self._robin = itertools.count()  # placement of requests never filtered
         self._taken: dict[str, int] = {}  # worker-made entry id -> its shard
@@ -365,6 +366,7 @@ class ShardedQueue(RedisQueue):
             )
             renewed += n
             lost += self.theirs(shard, gone, [*pairs, *handed])
+        self.live_workers = self.shards[0].live_workers
         return renewed, lost
 
     async def _renew_shard(

@@ -122,12 +122,15 @@ class Fresh:
 
     Until a sync call sends it (``sealed``), the scheduler may hand it out from memory; it
     then gets a lease made by the worker (``lease``: entry id and token), and the sync
-    script stores it leased to this worker under that lease instead of pending.
+    script stores it leased to this worker under that lease instead of pending. A ``kept``
+    one has such a lease without having been handed out: it joins the worker's buffer once
+    stored (see :mod:`scrapy_ha._keep`).
     """
 
     request: Request
     lease: tuple[str, str] | None = None
     sealed: bool = False
+    kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,8 +151,14 @@ class NewEntry:
 
     @property
     def taken(self) -> tuple[str, str] | None:
-        """The worker-made lease of a request already handed out (None: store it pending)."""
+        """The worker-made lease of a request already handed out or kept (None: store it
+        pending)."""
         return self.fresh.lease if self.fresh is not None else None
+
+    @property
+    def kept(self) -> bool:
+        """Stored leased to this worker for its buffer, not handed out yet."""
+        return self.fresh is not None and self.fresh.kept
 
 
 def _s(value: Any) -> str:
@@ -216,7 +225,7 @@ def _packed(e: NewEntry, sent: bytes) -> bytes:
         clamp_priority(e.priority),
         b"s" if e.start else b"",
         _pair(e.parent),
-        _pair(e.taken),
+        b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
         sent,
         len(e.fingerprint),
         e.fingerprint,
@@ -257,7 +266,12 @@ def renew_args(
 
 def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
     """The (entry id, token) pairs a renew.lua reply reports lost."""
-    return [(_s(reply[i]), _s(reply[i + 1])) for i in range(2, len(reply) - 1, 2)]
+    return [(_s(reply[i]), _s(reply[i + 1])) for i in range(3, len(reply) - 1, 2)]
+
+
+def live_workers(reply: list[Any]) -> int:
+    """The live workers a renew.lua reply counts (the renewing one included)."""
+    return int(reply[2])
 
 
 def worker_stats(leases: int, rate: float) -> str:

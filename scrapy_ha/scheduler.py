@@ -81,6 +81,7 @@ class Scheduler:
             config,
             target=self._target,
             alone=lambda: self._solo is not None,
+            may_keep=lambda request: not (config.politeness and self._limited(request)),
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
         self.inflight = InFlight(crawler, self.outbox)
@@ -92,7 +93,10 @@ class Scheduler:
             self._slots,
             lambda: self.session.wake(),
             queue=FreshQueue(
-                lifo=config.order == "lifo", start_lifo="lifo" in start_queue.lower(), fair=fair
+                lifo=config.order == "lifo",
+                start_lifo="lifo" in start_queue.lower(),
+                fair=fair,
+                keep=self.precedence.keep,
             ),
         )
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens

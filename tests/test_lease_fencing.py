@@ -41,7 +41,7 @@ def keeper(
         heartbeat_ttl=30,
         watchdog=300,
         loop=asyncio.get_running_loop(),
-        on_renewed=lambda started, lost: got.append(lost) if got is not None else None,
+        on_renewed=lambda started, lost, workers: got.append(lost) if got is not None else None,
     )
 
 
@@ -108,7 +108,7 @@ async def test_a_lost_lease_drops_only_its_own_token(redis_url):
     request = Request("http://a.test/list1")
     request.meta[metakeys.LEASE] = (b.id, b.token)
     s._buffer.append(request)
-    s.session.renewals._on_renewed(time.monotonic(), got[0])
+    s.session.renewals._on_renewed(time.monotonic(), got[0], 1)
     assert list(s._buffer) == [request]  # the lease under token B is valid and kept
     assert s.stats.get_value("ha/leases_lost") is None
     k.client.close()
@@ -129,7 +129,9 @@ async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
     again = Request("http://a.test/list2", meta={metakeys.PARENT: (b.id, b.token)})
     assert s.enqueue_request(again)  # not a duplicate: the first was never stored
     await s.session._sync(lease=0)
-    assert (await q.counts()).pending == 1
+    # stored: kept in the buffer of this worker (alone: scrapy_ha._keep), leased to it
+    assert [r.url for r in s._buffer] == ["http://a.test/list2"]
+    assert (await q.counts()).leased == 2  # the page and its child
     await q.client.aclose()
 
 

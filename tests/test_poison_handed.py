@@ -135,7 +135,7 @@ async def test_the_keeper_marks_what_the_engine_was_handed(redis_url):
         heartbeat_ttl=30,
         watchdog=300,
         loop=asyncio.get_running_loop(),
-        on_renewed=lambda started, lost: None,
+        on_renewed=lambda started, lost, workers: None,
     )
     keeper.hold((running, buffered))
     keeper.hand((running,))

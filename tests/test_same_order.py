@@ -94,14 +94,20 @@ async def test_in_fifo_order_the_same_spider_downloads_in_the_same_order(redis_u
     assert orders["scrapy_ha.Scheduler"] == orders[SCRAPY]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LIFO within a priority: a request leased ahead into the prefetch buffer goes "
-    "before newer ones of its priority (docs/compatibility.md; open, issue 17)",
-)
 @deferred_f_from_coro_f
 async def test_with_scrapys_defaults_the_same_spider_downloads_in_the_same_order(
     redis_url, site_factory
 ):
+    """LIFO and DownloaderAwarePriorityQueue: a worker keeps its new requests in its buffer
+    (scrapy_ha._keep), ahead of those it leased before them."""
     orders = await _orders(redis_url, _slow_site(site_factory), {})
+    assert orders["scrapy_ha.Scheduler"] == orders[SCRAPY]
+
+
+@deferred_f_from_coro_f
+async def test_in_lifo_order_with_one_priority_queue_the_same_spider_downloads_the_same(
+    redis_url, site_factory
+):
+    lifo = {"SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"}
+    orders = await _orders(redis_url, _slow_site(site_factory), lifo)
     assert orders["scrapy_ha.Scheduler"] == orders[SCRAPY]

@@ -9,9 +9,10 @@
 -- ARGV[5] the worker's stats, a JSON object (leases held, pages/s), stored as "<now> <JSON>"
 --         for `scrapy-ha workers`; those of workers whose heartbeat expired are deleted
 -- then pairs: entry id, lease token
--- Returns {now_ms, renewed, stale_id1, stale_token1, ...}: a stale pair is a lease this
--- worker lost (it expired and was reclaimed, or it was acked meanwhile); the worker must not
--- process it. Grant pairs are never reported stale (the worker does not know them yet).
+-- Returns {now_ms, renewed, workers, stale_id1, stale_token1, ...}: workers is the number of
+-- live workers, this one included (a worker alone keeps its new requests: _keep.py); a stale
+-- pair is a lease this worker lost (it expired and was reclaimed, or it was acked meanwhile);
+-- the worker must not process it. Grant pairs are never reported stale (the worker does not know them yet).
 --- @include "time"
 --- @include "lease"
 --- @include "number"
@@ -31,7 +32,7 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 redis.call('HSET', KEYS[4], ARGV[2], table.concat({int_str(now), ARGV[5]}, ' '))
 local expiry = now + lease_ms
-local out = {now, 0}
+local out = {now, 0, redis.call('ZCARD', KEYS[3])}
 local done = {} -- entry id -> the tokens renewed for it
 local function renew(id, tok, handed)
   local record = lease_current(KEYS[2], id, tok)

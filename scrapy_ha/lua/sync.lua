@@ -38,7 +38,8 @@
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
 --   token>" made by the worker, which already handed the request to its engine: stored
 --   LEASED to it under that id and token (not pending) and marked handed, its download
---   waiting for this reply;
+--   waiting for this reply; or "=<entry id>/<lease token>": the same, not marked handed (the
+--   worker keeps the request in its buffer: a new request of a LIFO crawl, see _keep.py);
 --   sent is '-' or "<worker nonce>.<n>": the worker numbers its children 1, 2, ... in the
 --   order it sends them, so a request whose n is not above the number KEYS[19] holds for
 --   that nonce was stored (or filtered, or refused) by an earlier call whose reply was lost,
@@ -100,14 +101,17 @@ for i = 1, n_enq do
   local prio, start, pid, ptok, tid, ttok, sid, sn, rest =
     string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
-  if not (prio and fl and (pid == '-' or ptok ~= '') and (tid == '-' or ttok ~= '')
-      and (sid == '-' or sn ~= '')) or #e < rest + 1 + fl then
+  if not (prio and fl and (pid == '-' or ptok ~= '')
+      and (tid == '-' or (ttok ~= '' and tid ~= '=' and tid ~= '=-'))
+      and (sid == '-' or sn ~= ''))
+      or #e < rest + 1 + fl then
     return redis.error_reply('ERR sync: malformed request argument ' .. i)
   end
   reqs[i] = {
     prio = clamp_priority(tonumber(prio)), start = start == 's' and start_order ~= '',
     pid = pid ~= '-' and pid or nil, ptok = ptok,
-    tid = tid ~= '-' and tid or nil, ttok = ttok,
+    tid = tid ~= '-' and string.match(tid, '^=?(.*)$') or nil, ttok = ttok,
+    kept = string.sub(tid, 1, 1) == '=',
     sid = sid ~= '-' and sid or nil, sn = tonumber(sn),
     fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
     payload = string.sub(e, rest + 2 + fl)}
@@ -152,9 +156,11 @@ if n_enq > 0 then
       else score = pending_score(r.prio, seq, lifo) end
       if r.tid then
         redis.call('ZADD', KEYS[5], now + lease_ms, r.tid)
-        -- marked handed: it is in the worker's engine already (its expiry counts to poison)
+        -- marked handed: it is in the worker's engine already (its expiry counts to poison);
+        -- a kept one is marked when the worker hands it out (renew.lua)
         local record = lease_record(r.ttok, int_str(score), domain_of(r.payload))
-        redis.call('HSET', KEYS[6], r.tid, lease_mark_handed(record))
+        if not r.kept then record = lease_mark_handed(record) end
+        redis.call('HSET', KEYS[6], r.tid, record)
         redis.call('HSET', KEYS[2], r.tid, r.payload)
         taken[#taken + 1] = r
       else
