@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import subprocess
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ import redis
 from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
 from tests._postgres import archive_url, postgres_server, postgres_url  # noqa: F401 (fixtures)
+from tests.scrapy_conformance.keys import generate_keys
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -181,3 +183,13 @@ def proxy_factory(site_factory: type[Site]) -> type[Site]:
 def site(site_factory: type[Site]) -> Site:
     """A small catalogue: 5 list pages of 10 items."""
     return site_factory("--pages", "5", "--per-page", "10")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The conformance suite's mock server certificate (as Scrapy's conftest makes it), once
+    per run, here: this conftest is loaded by pytest-xdist's controller before it starts its
+    workers (the suite's own conftest is loaded by each worker, and a worker that wrote the
+    pair while another's mock server read it gave that server a key of one pair and the
+    certificate of the other: "key values mismatch", the HTTPS tests failed)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        generate_keys()

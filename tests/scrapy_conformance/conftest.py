@@ -19,7 +19,6 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.settings import default_settings
 
 from tests.scrapy_conformance.differences import NOT_APPLICABLE, TIMING_DEPENDENT, XFAIL
-from tests.scrapy_conformance.keys import generate_keys
 from tests.scrapy_conformance.scheduler_under_test import BASELINE_ENV
 
 if TYPE_CHECKING:
@@ -94,7 +93,6 @@ def reactor_pytest(request: pytest.FixtureRequest) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     for marker in SCRAPY_MARKERS:
         config.addinivalue_line("markers", marker)
-    generate_keys()  # the mock server's HTTPS certificate, as Scrapy's conftest does
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
