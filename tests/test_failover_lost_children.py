@@ -129,12 +129,18 @@ async def test_a_page_acked_on_a_replica_that_lacks_its_children_loses_none(
         await until(lambda: _replicating(a), "the replica")
         await until(lambda: crawler.spider is not None and crawler.spider.reached.is_set(), "p1")
         spider = crawler.spider
+        outbox = crawler.engine._slot.scheduler.outbox
         await until(lambda: b.zcard(keys.leased) == 1, "the first page's lease replicated")
         b.replicaof("NO", "ONE")  # from here the replica gets nothing more
+        stored = outbox.children_sent
         spider.go_on.set()
         await spider.yielded.wait()
         # 10 items and the next list page, stored (pending or leased) on the old primary
         await until(lambda: a.zcard(keys.pending) + a.zcard(keys.leased) >= 12, "the children")
+        # and the worker has read the reply that confirms them (a reply still on its way
+        # would be cut by the switch: the worker would then send them again, as new, to the
+        # replica, and nothing would have been lost)
+        await until(lambda: outbox.children_sent >= stored + 11, "the worker's confirmation")
         assert b.zcard(keys.pending) == 0, "the children reached the replica"
         forwarder.switch(replica.port)  # the failover: the worker now reaches the replica
         primary.kill()
