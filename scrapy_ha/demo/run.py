@@ -148,6 +148,23 @@ def _count_items(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
+def _leases_of(redis_url: str, pid: int) -> int:
+    """The leases the worker of process *pid* held at its last renewal (its ``wstats``
+    entry: ``"<ms> {"leases": n, ...}"``, under an id ``host:pid[:job]:random``)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        stats = client.hgetall("ha:{catalogue}:wstats")
+    finally:
+        client.close()
+    for worker, value in stats.items():
+        if worker.decode().split(":")[1:2] == [str(pid)]:
+            _, _, doc = value.decode().partition(" ")
+            return int(json.loads(doc).get("leases", 0))
+    return 0
+
+
 def _stat(log: str, name: str) -> int:
     match = re.search(rf"'{re.escape(name)}': (\d+)", log)
     return int(match.group(1)) if match else 0
@@ -165,10 +182,21 @@ def run(demo: Demo, kill_at: int) -> int:
     )
     started = time.monotonic()
     workers = [demo.worker(n) for n in (1, 2, 3)]
-    _wait_for(lambda: _count_items(demo.items) >= kill_at, f"{kill_at} items", timeout=300)
-    workers[0].send_signal(signal.SIGKILL)
-    workers[0].wait()
-    print(f"SIGKILLed worker 1 after {_count_items(demo.items)} items; workers 2 and 3 go on")
+    victim = workers[0]
+    # mid-crawl, and holding leases (a worker slow to start may hold none when the others
+    # have stored kill_at items): those are what the others must reclaim
+    _wait_for(
+        lambda: _count_items(demo.items) >= kill_at and _leases_of(demo.redis_url, victim.pid) > 0,
+        f"{kill_at} items and worker 1 holding leases",
+        timeout=300,
+    )
+    held = _leases_of(demo.redis_url, victim.pid)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    print(
+        f"SIGKILLed worker 1 after {_count_items(demo.items)} items, holding {held} lease(s); "
+        "workers 2 and 3 go on"
+    )
     for proc in workers[1:]:
         proc.wait(timeout=600)
     return report(demo, expected, time.monotonic() - started)
