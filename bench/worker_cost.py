@@ -1,0 +1,174 @@
+"""The worker's CPU per request, part by part, without a crawl's noise.
+
+Whole-crawl series (``bench/static_bench.py``) vary by ±10% between runs on a shared
+machine: more than scrapy-ha's whole cost. This times the two parts of that cost on their
+own, in CPU time of this process (``time.process_time``), medians of ``--repeats``:
+
+- ``shell``: what the engine calls per request, answered from memory: ``enqueue_request``,
+  ``next_request`` (the request handed out before Redis has it), and the round's
+  bookkeeping in the worker (seal, settle, collect the finished request), against Scrapy's
+  own scheduler (``enqueue_request`` and ``next_request``, memory queues) on the same
+  requests. No Redis: the session is the shell tests' stand-in
+  (``tests/test_scheduler_shell.py``).
+- ``round``: one ``sync.lua`` call (enqueue *k* new requests, ack *k*, lease *k*) against a
+  local redis-server, for *k* = 1, 10 and 30; fixed cost per round and cost per request
+  (a least-squares line), with the reply parser redis-py uses (hiredis if installed).
+
+``python bench/worker_cost.py`` prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import redis.asyncio  # noqa: E402
+from scrapy import Request, Spider  # noqa: E402
+from scrapy.core.scheduler import Scheduler as ScrapyScheduler  # noqa: E402
+from scrapy.utils.test import get_crawler  # noqa: E402
+
+from scrapy_ha._queue import NewEntry, RedisQueue  # noqa: E402
+from scrapy_ha.demo import harness  # noqa: E402
+from scrapy_ha.keys import Keys  # noqa: E402
+from tests.test_scheduler_shell import FakeEngine, shell  # noqa: E402
+
+#: Requests per simulated list page: what one response yields before the engine takes them.
+PER_PAGE = 20
+#: Requests per round of the round benchmark.
+ROUND_SIZES = (1, 10, 30)
+
+
+def _urls(n: int) -> list[str]:
+    return [f"http://127.0.0.1:8000/item/{i}" for i in range(n)]
+
+
+def shell_cost(n: int) -> float:
+    """CPU seconds per request of scrapy-ha's shell: enqueue, hand out, round bookkeeping."""
+    s, _, engine = shell()
+    s._slots.free = lambda crawler, request: True  # noqa: ARG005 (a free download slot)
+    active = engine.downloader.active
+    urls = _urls(n)
+    started = time.process_time()
+    for i in range(0, n, PER_PAGE):
+        for url in urls[i : i + PER_PAGE]:
+            s.enqueue_request(Request(url))
+        while (request := s.next_request()) is not None:
+            active.add(request)
+        batch = s.outbox.children[:]
+        s.handout.seal(batch)
+        s.outbox.children_stored(len(batch))
+        s.handout.settle(batch, set())
+        active.clear()  # downloaded and parsed: finished
+        s.inflight.collect_finished()
+        s.outbox.acks.clear()
+    return (time.process_time() - started) / n
+
+
+def scrapy_cost(n: int) -> float:
+    """CPU seconds per request of Scrapy's scheduler (memory queues): enqueue, next."""
+    crawler = get_crawler(Spider)
+    crawler._apply_settings()
+    crawler.engine = FakeEngine()  # type: ignore[assignment]
+    crawler.stats.open_spider()
+    scheduler = ScrapyScheduler.from_crawler(crawler)
+    scheduler.open(Spider("bench"))
+    urls = _urls(n)
+    started = time.process_time()
+    for i in range(0, n, PER_PAGE):
+        for url in urls[i : i + PER_PAGE]:
+            scheduler.enqueue_request(Request(url))
+        while scheduler.next_request() is not None:
+            pass
+    return (time.process_time() - started) / n
+
+
+def _entries(start: int, n: int) -> list[NewEntry]:
+    out = []
+    for i in range(start, start + n):
+        url = f"http://127.0.0.1:8000/item/{i}"
+        payload = json.dumps({"v": 1, "u": url}, separators=(",", ":")).encode()
+        out.append(NewEntry(hashlib.sha1(url.encode()).digest()[:12], 0, payload))  # noqa: S324
+    return out
+
+
+async def round_cost(port: int, size: int, rounds: int) -> float:
+    """CPU seconds per sync round that enqueues, acks and leases *size* requests each."""
+    client = redis.asyncio.Redis(port=port)
+    await client.flushall()
+    queue = RedisQueue(client, Keys("ha", "bench"))
+    await queue.sync(enqueue=_entries(0, size), lease=size)  # warm: the script is loaded
+    held: list[tuple[str, str]] = []
+    sent = size
+    started = time.process_time()
+    for _ in range(rounds):
+        result = await queue.sync(enqueue=_entries(sent, size), ack=held, lease=size)
+        sent += size
+        held = [(lease.id, lease.token) for lease in result.leases]
+    cost = (time.process_time() - started) / rounds
+    await client.aclose()
+    return cost
+
+
+def _line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares: (fixed, per request)."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return intercept, slope
+
+
+def _parser() -> str:
+    from redis.utils import HIREDIS_AVAILABLE
+
+    return "hiredis" if HIREDIS_AVAILABLE else "python"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="per shell run")
+    parser.add_argument("--rounds", type=int, default=1_000, help="per round size")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    ours = statistics.median(shell_cost(args.requests) for _ in range(args.repeats))
+    theirs = statistics.median(scrapy_cost(args.requests) for _ in range(args.repeats))
+    proc, port = harness.start_redis(Path(tempfile.mkdtemp()) / "redis")
+    try:
+        points = [
+            (
+                size,
+                statistics.median(
+                    asyncio.run(round_cost(port, size, args.rounds)) for _ in range(args.repeats)
+                ),
+            )
+            for size in ROUND_SIZES
+        ]
+    finally:
+        harness.stop(proc)
+    fixed, per_request = _line(points)
+    us = 1e6
+    result: dict[str, Any] = {
+        "shell_us_per_request": round(ours * us, 1),
+        "scrapy_scheduler_us_per_request": round(theirs * us, 1),
+        "shell_minus_scrapy_us": round((ours - theirs) * us, 1),
+        "round_us": {str(size): round(cost * us) for size, cost in points},
+        "round_fixed_us": round(fixed * us),
+        "round_us_per_request": round(per_request * us, 1),
+        "reply_parser": _parser(),
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
