@@ -12,7 +12,8 @@
 -- Returns {now_ms, renewed, workers, stale_id1, stale_token1, ...}: workers is the number of
 -- live workers, this one included (a worker alone keeps its new requests: _keep.py); a stale
 -- pair is a lease this worker lost (it expired and was reclaimed, or it was acked meanwhile);
--- the worker must not process it. Grant pairs are never reported stale (the worker does not know them yet).
+-- the worker must not process it. Grant pairs are never reported stale (the worker does not
+-- know them yet).
 --- @include "time"
 --- @include "lease"
 --- @include "number"
