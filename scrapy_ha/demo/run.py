@@ -153,14 +153,14 @@ def _leases_of(redis_url: str, pid: int) -> int:
     entry: ``"<ms> {"leases": n, ...}"``, under an id ``host:pid[:job]:random``)."""
     import redis
 
-    client = redis.Redis.from_url(redis_url)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        stats = client.hgetall("ha:{catalogue}:wstats")
+        stats: dict[str, str] = client.hgetall("ha:{catalogue}:wstats")  # type: ignore[assignment]
     finally:
         client.close()
     for worker, value in stats.items():
-        if worker.decode().split(":")[1:2] == [str(pid)]:
-            _, _, doc = value.decode().partition(" ")
+        if worker.split(":")[1:2] == [str(pid)]:
+            _, _, doc = value.partition(" ")
             return int(json.loads(doc).get("leases", 0))
     return 0
 
