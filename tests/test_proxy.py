@@ -126,7 +126,7 @@ def assert_stored_requests_kept(client: redis.Redis) -> int:
     keys = Keys("ha", "faults")
     kept = sum(client.zcard(k) for k in (keys.pending, keys.leased, keys.delayed))
     assert kept == int(client.get(keys.seq) or 0), "a stored request was consumed or lost"
-    assert client.zcard(keys.dead) == 0 and not client.hget(keys.stats, "acked")
+    assert client.zcard(keys.dead) == 0 and int(client.hget(keys.stats, "acked") or 0) == 0
     return kept
 
 
