@@ -42,6 +42,7 @@ from scrapy.utils.test import get_crawler  # noqa: E402
 from scrapy_ha._queue import NewEntry, RedisQueue  # noqa: E402
 from scrapy_ha.demo import harness  # noqa: E402
 from scrapy_ha.keys import Keys  # noqa: E402
+from tests.test_keep import send  # noqa: E402
 from tests.test_scheduler_shell import FakeEngine, shell  # noqa: E402
 
 #: Requests per simulated list page: what one response yields before the engine takes them.
@@ -66,10 +67,7 @@ def shell_cost(n: int) -> float:
             s.enqueue_request(Request(url))
         while (request := s.next_request()) is not None:
             active.add(request)
-        batch = s.outbox.children[:]
-        s.handout.seal(batch)
-        s.outbox.children_stored(len(batch))
-        s.handout.settle(batch, set())
+        send(s)  # the round: seal, Redis stores all, settle
         active.clear()  # downloaded and parsed: finished
         s.inflight.collect_finished()
         s.outbox.acks.clear()

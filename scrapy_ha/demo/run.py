@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.request import urlopen
 
 from scrapy_ha.demo import harness
+from scrapy_ha.keys import Keys
 
 if TYPE_CHECKING:
     import subprocess
@@ -136,10 +137,11 @@ class Demo:
             harness.stop(proc)
 
 
-def _wait_for(check: Any, what: str, timeout: float = 30) -> None:
-    """Poll *check* (this is the demo CLI process: no reactor runs here to block)."""
+def _wait_for(check: Any, what: str, timeout: float = 30) -> Any:
+    """Poll *check* until it gives something true, and return that (this is the demo CLI
+    process: no reactor runs here to block)."""
     try:
-        harness.wait_for(check, what, timeout)
+        return harness.wait_for(check, what, timeout)
     except harness.Timeout as exc:
         raise SystemExit(str(exc)) from None
 
@@ -155,7 +157,7 @@ def _leases_of(redis_url: str, pid: int) -> int:
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        stats: dict[str, str] = client.hgetall("ha:{catalogue}:wstats")  # type: ignore[assignment]
+        stats: dict[str, str] = client.hgetall(Keys("ha", "catalogue").worker_stats)  # type: ignore[assignment]
     finally:
         client.close()
     for worker, value in stats.items():
@@ -185,12 +187,11 @@ def run(demo: Demo, kill_at: int) -> int:
     victim = workers[0]
     # mid-crawl, and holding leases (a worker slow to start may hold none when the others
     # have stored kill_at items): those are what the others must reclaim
-    _wait_for(
-        lambda: _count_items(demo.items) >= kill_at and _leases_of(demo.redis_url, victim.pid) > 0,
+    held = _wait_for(
+        lambda: _count_items(demo.items) >= kill_at and _leases_of(demo.redis_url, victim.pid),
         f"{kill_at} items and worker 1 holding leases",
         timeout=300,
     )
-    held = _leases_of(demo.redis_url, victim.pid)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     print(
