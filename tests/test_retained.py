@@ -4,6 +4,9 @@ crawled, and what is stored again when a server lacks them."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import scrapy
 
 from scrapy_ha import _outbox
@@ -39,13 +42,41 @@ def test_a_root_is_kept_for_a_while_and_while_it_is_crawled(monkeypatch):
     crawled = Fresh(scrapy.Request("http://x/a"), lease=("f1", "t1"), sealed=True)
     retained = Retained()
     retained.keep(1, [_entry(1, parent=None), _entry(2, parent=None, fresh=crawled)])
-    retained.prune(list)
-    assert _kept(retained) == [1, 2]  # younger than ROOT_RETENTION
+    retained.prune(lambda: [("f1", "t1")])
+    assert _kept(retained) == [1, 2]  # younger than ROOT_RETENTION (1 is not crawled)
     monkeypatch.setattr(_outbox, "ROOT_RETENTION", 0.0)
     retained.prune(lambda: [("f1", "t1")])
     assert _kept(retained) == [2]  # old, but this worker still crawls it
     retained.prune(list)
     assert _kept(retained) == []
+
+
+def test_a_crawled_and_ended_child_is_kept_without_its_request_object(monkeypatch):
+    # A root is kept ROOT_RETENTION seconds after Redis stored it, a child while its page is
+    # held: at hundreds of pages a second that is thousands of requests, which the worker
+    # must not keep alive once their leases ended (each is a dozen objects more for every
+    # pass of the garbage collector). The numbers and what is stored again stay.
+    monkeypatch.setattr(_outbox, "PRUNE_INTERVAL", 0.0)
+    root = scrapy.Request("http://x/root")
+    child = scrapy.Request("http://x/child")
+    refs = [weakref.ref(root), weakref.ref(child)]
+    retained = Retained()
+    retained.keep(
+        1,
+        [
+            _entry(1, parent=None, fresh=Fresh(root, lease=("r1", "tr"), sealed=True)),
+            _entry(2, fresh=Fresh(child, lease=("c1", "tc"), sealed=True)),
+        ],
+    )
+    retained.prune(lambda: [PAGE, ("r1", "tr"), ("c1", "tc")])
+    assert [e.taken for _, e, _ in retained.entries] == [("r1", "tr"), ("c1", "tc")]
+    retained.prune(lambda: [PAGE])  # both crawled, their acks confirmed
+    del root, child
+    gc.collect()
+    assert _kept(retained) == [1, 2]  # a failover could still lose them
+    assert [r() for r in refs] == [None, None]
+    numbers, children = retained.lost(0, [PAGE])
+    assert numbers == [1, 2] and [c.taken for c in children] == [None, None]
 
 
 def test_what_is_stored_again_keeps_its_number_and_a_finished_one_goes_pending():
