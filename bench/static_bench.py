@@ -46,6 +46,12 @@ SCHEDULERS: dict[str, dict[str, str]] = {
     "memory": {"SCHEDULER": "scrapy.core.scheduler.Scheduler"},
     "scrapy-ha": {"SCHEDULER": "scrapy_ha.Scheduler"},
     "scrapy-ha-idle0": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_IDLE_TIMEOUT": "0"},
+    # what the garbage collector costs (see static_spider.py): the start-up heap frozen, and
+    # the reactor's cancelled timers dropped every second
+    "memory-freeze": {"SCHEDULER": "scrapy.core.scheduler.Scheduler", "BENCH_GC_FREEZE": "1"},
+    "scrapy-ha-freeze": {"SCHEDULER": "scrapy_ha.Scheduler", "BENCH_GC_FREEZE": "1"},
+    "memory-tick": {"SCHEDULER": "scrapy.core.scheduler.Scheduler", "BENCH_TWISTED_TICK": "1"},
+    "scrapy-ha-tick": {"SCHEDULER": "scrapy_ha.Scheduler", "BENCH_TWISTED_TICK": "1"},
     "scrapy-redis": {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
@@ -66,6 +72,7 @@ MEASURES = ("wall", "cpu", "rate")
 EXTRA_MEDIANS = (
     "nginx_cpu",
     "nginx_core_at_1000",
+    "gc_cpu",
     "redis_commands_per_page",
     "redis_scripts_per_page",
 )
@@ -146,6 +153,10 @@ def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -
         "crawl_seconds": result["seconds"],
         "pages": result["pages"],
         "nginx_cpu": nginx,
+        "gc_cpu": result["gc"]["seconds"],
+        "gc_collections": result["gc"]["collections"],
+        "gc_by_generation": result["gc"]["seconds_by_generation"],
+        "heap": result["heap"],
         # nginx's share of a core had it served 1,000 pages/s: its CPU per 1,000 pages
         "nginx_core_at_1000": nginx / result["pages"] * 1000 if result["pages"] else 0.0,
     }
@@ -175,7 +186,8 @@ def series(args: Any, site: static_site.StaticSite, redis_port: int, label: str)
             runs[name].append(result)
             print(
                 f"  [{label}] run {run + 1} {name:<16} wall {result['wall']:6.2f} s  "
-                f"cpu {result['cpu']:6.2f} s  {result['rate']:7.1f} pages/s  "
+                f"cpu {result['cpu']:6.2f} s (gc {result['gc_cpu']:5.2f} s)  "
+                f"{result['rate']:7.1f} pages/s  "
                 f"({result['pages']} pages, nginx {result['nginx_cpu']:.2f} s cpu, "
                 f"Redis: {result['redis_commands_per_page']:.2f} commands, "
                 f"{result['redis_scripts_per_page']:.3f} scripts per page)",
