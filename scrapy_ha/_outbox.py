@@ -101,7 +101,9 @@ class Retained:
             elif now - at >= ROOT_RETENTION and taken not in open_:
                 continue
             if taken is not None and taken not in open_:
-                e = replace(e, fresh=None)  # crawled and ended: stored again, it goes pending
+                # not held any more (crawled and ended, refused, given back): stored again, it
+                # goes pending; a pair that left held() never comes back (see _held_pairs)
+                e = replace(e, fresh=None)
             entries.append((n, e, at))
         self.entries = entries
 
