@@ -46,10 +46,11 @@ SCHEDULERS: dict[str, dict[str, str]] = {
     "memory": {"SCHEDULER": "scrapy.core.scheduler.Scheduler"},
     "scrapy-ha": {"SCHEDULER": "scrapy_ha.Scheduler"},
     "scrapy-ha-idle0": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_IDLE_TIMEOUT": "0"},
-    # what the garbage collector costs (see static_spider.py): the start-up heap frozen, and
-    # the reactor's cancelled timers dropped every second
+    # what the garbage collector costs (see static_spider.py): Scrapy's scheduler with the
+    # start-up heap frozen as scrapy-ha freezes it (HA_GC_FREEZE), scrapy-ha without, and
+    # both with the reactor's cancelled timers dropped every second
     "memory-freeze": {"SCHEDULER": "scrapy.core.scheduler.Scheduler", "BENCH_GC_FREEZE": "1"},
-    "scrapy-ha-freeze": {"SCHEDULER": "scrapy_ha.Scheduler", "BENCH_GC_FREEZE": "1"},
+    "scrapy-ha-nofreeze": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_GC_FREEZE": "False"},
     "memory-tick": {"SCHEDULER": "scrapy.core.scheduler.Scheduler", "BENCH_TWISTED_TICK": "1"},
     "scrapy-ha-tick": {"SCHEDULER": "scrapy_ha.Scheduler", "BENCH_TWISTED_TICK": "1"},
     "scrapy-redis": {

@@ -21,6 +21,7 @@ from scrapy_ha import _engine
 from scrapy_ha._connect import StartReport, joined, log_connected, open_queue
 from scrapy_ha._connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url, jittered
 from scrapy_ha._ends import Ends
+from scrapy_ha._heap import FrozenHeap, TimerSweep
 from scrapy_ha._lost import fenced_sync
 from scrapy_ha._outbox import BATCH
 from scrapy_ha._precedence import leasable_head
@@ -82,6 +83,8 @@ class Session:
         shell.inflight.on_add = self.renewals.handed_out
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.heap = FrozenHeap(shell.config.gc_freeze)
+        self.sweep = TimerSweep(shell.config.timer_sweep)
         self.stopping = False
         self.redis_ok = False
         self.server_offset_ms = 0.0
@@ -163,6 +166,8 @@ class Session:
         self.start_urls.setup(spider, cfg)
 
     def start(self) -> None:
+        self.heap.freeze()  # connected: what lives now lives as long as the crawl
+        self.sweep.start()
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._task.add_done_callback(self._ended)
 
@@ -199,6 +204,8 @@ class Session:
     async def close(self, reason: str) -> None:
         """Flush, ack, release what this worker holds, and unregister it."""
         self.stopping = True
+        self.heap.thaw()
+        self.sweep.stop()
         self._wake.set()
         if self._task is not None:
             await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)

@@ -71,6 +71,9 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_RECONNECT_MAX_DELAY = 10.0
 #: Longest wait of the background loop between two rounds when nothing wakes it.
 DEFAULT_TICK = 0.25
+#: Seconds between two sweeps of the asyncio reactor's cancelled timers (scrapy_ha._heap):
+#: often enough that a second's cancelled download timeouts are all it ever holds.
+DEFAULT_TIMER_SWEEP = 1.0
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
 #: A child that cannot be stored fails its parent: a loud error, never a silent loss.
@@ -141,6 +144,10 @@ class SchedulerConfig:
     persist: bool = False
     flush_on_start: bool = False
     dedupe_start_requests: bool = True
+    #: freeze the start-up heap out of the garbage collector's passes (scrapy_ha._heap)
+    gc_freeze: bool = True
+    #: seconds between two runs of a no-op Twisted timer (0: none; scrapy_ha._heap)
+    timer_sweep: float = DEFAULT_TIMER_SWEEP
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
     tick: float = DEFAULT_TICK
@@ -202,6 +209,8 @@ class SchedulerConfig:
             persist=check.boolean(settings, "SCHEDULER_PERSIST", False),
             flush_on_start=check.boolean(settings, "SCHEDULER_FLUSH_ON_START", False),
             dedupe_start_requests=check.boolean(settings, "HA_DEDUPE_START_REQUESTS", True),
+            gc_freeze=check.boolean(settings, "HA_GC_FREEZE", True),
+            timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
             connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
             reconnect_max_delay=check.seconds(
                 settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY

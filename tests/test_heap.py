@@ -1,0 +1,113 @@
+"""HA_GC_FREEZE: a worker's start-up heap is out of the garbage collector's passes while it
+crawls (scrapy_ha._heap), and back in them once the crawl closes."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha._heap import TimerSweep
+from tests.spiders import CatalogueSpider
+from tests.test_scheduler_crawl import settings
+
+
+class FreezeSeenSpider(CatalogueSpider):
+    """Notes how many objects were frozen at each item page."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.frozen: list[int] = []
+
+    def parse_item(self, response: Any) -> Any:
+        self.frozen.append(gc.get_freeze_count())
+        return super().parse_item(response)
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+@deferred_f_from_coro_f
+async def test_the_start_up_heap_is_frozen_while_crawling_and_thawed_at_close(
+    redis_url, site, freeze
+):
+    assert gc.get_freeze_count() == 0
+    crawler = get_crawler(FreezeSeenSpider, settings(redis_url, HA_GC_FREEZE=freeze))
+    await crawler.crawl_async(base_url=site.url)
+    spider = crawler.spider
+    assert len(spider.items) == 50
+    if freeze:
+        # the crawler, its components, every module imported: tens of thousands of objects
+        assert min(spider.frozen) > 10_000
+    else:
+        assert set(spider.frozen) == {0}
+    assert gc.get_freeze_count() == 0  # a later crawl in this process frees this one's
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_that_cannot_start_freezes_nothing(redis_server):
+    crawler = get_crawler(
+        FreezeSeenSpider, settings(f"redis://127.0.0.1:{redis_server.port}/0", HA_SHARDS="x")
+    )
+    await crawler.crawl_async(base_url="http://127.0.0.1:9")
+    assert crawler.stats.get_value("finish_reason") != "finished"
+    assert gc.get_freeze_count() == 0
+
+
+def _cancelled_timers(reactor: Any) -> int:
+    return sum(1 for call in reactor._pendingTimedCalls + reactor._newTimedCalls if call.cancelled)
+
+
+@pytest.mark.parametrize("interval", [0.2, 0])
+@deferred_f_from_coro_f
+async def test_the_sweep_lets_the_reactor_drop_cancelled_timers(interval):
+    # 1,000 finished downloads: their DOWNLOAD_TIMEOUT timers armed, then cancelled. The
+    # asyncio reactor drops cancelled timers only when one of its timers is due, and none
+    # is here (nor, in a busy crawl on reused connections, for minutes).
+    from twisted.internet import reactor
+
+    for _ in range(40):  # until no Twisted timer of an earlier test is due within a second
+        timeout = reactor.timeout()
+        if timeout is None or timeout > 1:
+            break
+        await asyncio.sleep(0.05)
+    for _ in range(1000):
+        reactor.callLater(180, int).cancel()
+    sweep = TimerSweep(interval)
+    sweep.start()
+    try:
+        await asyncio.sleep(0.5)  # an asyncio timer: no Twisted one
+        held = _cancelled_timers(reactor)
+    finally:
+        sweep.stop()
+    if interval:
+        assert held < 100
+    else:
+        assert held >= 1000
+        reactor.callLater(0, int)  # due at once: the reactor drops them now
+        await asyncio.sleep(0.05)
+        assert _cancelled_timers(reactor) < 100
+
+
+class SweepSeenSpider(CatalogueSpider):
+    """Notes whether the scheduler's sweep runs at each item page."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweeping: list[bool] = []
+
+    def parse_item(self, response: Any) -> Any:
+        sweep = self.crawler.engine._slot.scheduler.session.sweep
+        self.sweeping.append(sweep._call is not None and sweep._call.running)
+        return super().parse_item(response)
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_sweeps_while_it_runs_and_stops_at_close(redis_url, site):
+    crawler = get_crawler(SweepSeenSpider, settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    assert len(crawler.spider.items) == 50
+    assert set(crawler.spider.sweeping) == {True}
+    assert crawler.engine is None or crawler.engine._slot is None
