@@ -53,6 +53,17 @@ SCHEDULERS: dict[str, dict[str, str]] = {
     "scrapy-ha-nofreeze": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_GC_FREEZE": "False"},
     "memory-tick": {"SCHEDULER": "scrapy.core.scheduler.Scheduler", "BENCH_TWISTED_TICK": "1"},
     "scrapy-ha-tick": {"SCHEDULER": "scrapy_ha.Scheduler", "BENCH_TWISTED_TICK": "1"},
+    # like for like: Scrapy's scheduler given both, scrapy-ha given neither
+    "memory-freeze-tick": {
+        "SCHEDULER": "scrapy.core.scheduler.Scheduler",
+        "BENCH_GC_FREEZE": "1",
+        "BENCH_TWISTED_TICK": "1",
+    },
+    "scrapy-ha-bare": {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "HA_GC_FREEZE": "False",
+        "HA_TIMER_SWEEP": "0",
+    },
     "scrapy-redis": {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
