@@ -12,7 +12,9 @@ So once the worker is connected, the scheduler collects once and freezes what is
 (``gc.freeze()``): those objects are never walked again, but still freed by reference
 counting; only a reference cycle among them that becomes garbage during the crawl stays
 until the crawl closes, when the scheduler unfreezes them (``gc.unfreeze()``), so a process
-that runs several crawls frees each one's start-up objects after it. The same freeze saves
+that runs several crawls frees each one's start-up objects after it. Freezing is the whole
+process's: a crawler that finds something frozen already (another crawler of the process,
+or the host application) leaves it to whoever froze it. The same freeze saves
 a crawl with Scrapy's own scheduler as much: it is not scrapy-ha's cost it removes.
 
 Every download arms a Twisted timer for its ``DOWNLOAD_TIMEOUT`` (180 s) and cancels it when
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 
 from twisted.internet import task
 
@@ -44,7 +47,9 @@ class FrozenHeap:
         self.frozen = 0  # objects frozen at open (0: none)
 
     def freeze(self) -> None:
-        if not self.enabled or self.frozen:
+        """Unless something froze already (another crawler of this process, or the host
+        application's own ``gc.freeze()``, which its owner undoes, not this one)."""
+        if not self.enabled or self.frozen or gc.get_freeze_count():
             return
         gc.collect()  # garbage made at start-up is freed now, not frozen with the rest
         gc.freeze()
@@ -65,8 +70,9 @@ class TimerSweep:
         self._call: task.LoopingCall | None = None
 
     def start(self) -> None:
-        from twisted.internet import reactor
-
+        # never imported here: with TWISTED_REACTOR_ENABLED=False there is none, and the
+        # import would install one
+        reactor = sys.modules.get("twisted.internet.reactor")
         if not self.interval or self._call is not None or not _asyncio_reactor(reactor):
             return
         self._call = task.LoopingCall(_nothing)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -44,6 +46,24 @@ async def test_the_start_up_heap_is_frozen_while_crawling_and_thawed_at_close(
     else:
         assert set(spider.frozen) == {0}
     assert gc.get_freeze_count() == 0  # a later crawl in this process frees this one's
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_leaves_a_freeze_it_did_not_make_alone(redis_url, site):
+    # the host application (or another crawler of the process) froze first: its owner
+    # unfreezes it, not this crawl
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        crawler = get_crawler(FreezeSeenSpider, settings(redis_url))
+        await crawler.crawl_async(base_url=site.url)
+        assert len(crawler.spider.items) == 50
+        # never frozen again (the count would grow) nor unfrozen; frozen objects freed by
+        # reference counting leave the count
+        assert 0 < min(crawler.spider.frozen) <= max(crawler.spider.frozen) <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
 
 
 @deferred_f_from_coro_f
@@ -111,3 +131,13 @@ async def test_a_crawl_sweeps_while_it_runs_and_stops_at_close(redis_url, site):
     assert len(crawler.spider.items) == 50
     assert set(crawler.spider.sweeping) == {True}
     assert crawler.engine is None or crawler.engine._slot is None
+
+
+def test_the_sweep_never_installs_a_reactor():
+    # with TWISTED_REACTOR_ENABLED=False there is none: importing twisted.internet.reactor
+    # would install the default one (or fail under AsyncCrawlerProcess's import hook)
+    code = (
+        "import sys; from scrapy_ha._heap import TimerSweep; s = TimerSweep(1.0); s.start(); "
+        "assert s._call is None; assert 'twisted.internet.reactor' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -52,6 +52,8 @@ async def _second_round(wake_during_first: bool, within: float) -> bool:
         session.wake()
         assert session._task is not None
         session._task.cancel()
+        session.heap.thaw()  # what close() does first: no freeze or sweep outlives the test
+        session.sweep.stop()
 
 
 @deferred_f_from_coro_f
