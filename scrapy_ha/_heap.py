@@ -5,7 +5,7 @@ Python's cyclic garbage collector walks every object it tracks at each collectio
 oldest generation: in a Scrapy worker those are mostly what start-up made (modules, classes,
 functions, the crawler, its components and their settings), some 100,000 objects that live
 as long as the crawl. A crawl allocates fast enough to trigger such a collection every few
-seconds, and on the static-site benchmark (docs/benchmarks.md) the collector took 20-25% of
+seconds, and on the static-site benchmark (docs/benchmarks.md) the collector took 22-30% of
 the worker's CPU, half of it walking that start-up heap again and again.
 
 So once the worker is connected, the scheduler collects once and freezes what is alive
@@ -14,18 +14,19 @@ counting; only a reference cycle among them that becomes garbage during the craw
 until the crawl closes, when the scheduler unfreezes them (``gc.unfreeze()``), so a process
 that runs several crawls frees each one's start-up objects after it. Freezing is the whole
 process's: a crawler that finds something frozen already (another crawler of the process,
-or the host application) leaves it to whoever froze it. The same freeze saves
-a crawl with Scrapy's own scheduler as much: it is not scrapy-ha's cost it removes.
+or the host application) leaves it to whoever froze it. The same freeze saves a crawl with
+Scrapy's own scheduler as much: it is not scrapy-ha's cost it removes.
 
 Every download arms a Twisted timer for its ``DOWNLOAD_TIMEOUT`` (180 s) and cancels it when
 the response arrives, and every connection put back in the pool one for its idle timeout
 (240 s). Twisted's reactors drop cancelled timers from their queue when they run their due
 ones (``ReactorBase.runUntilCurrent``), which the asyncio reactor (Scrapy's default) does only
 when one of its timers is due: in a busy crawl none is for minutes, and every cancelled timer
-stays queued until its own time comes, with two bound methods, three objects more per timer
-for each pass of the collector (40,000 timers at close of a 20 s crawl at 500 pages/s). So a
-no-op Twisted timer runs every ``HA_TIMER_SWEEP`` seconds while the worker crawls, with the
-asyncio reactor only: each run lets the reactor drop what was cancelled meanwhile.
+stays queued until its own time comes, with two bound methods: three objects more per timer
+for each pass of the collector, about 20,000 timers at the end of a 20 s crawl at 500
+pages/s. So a no-op Twisted timer runs every ``HA_TIMER_SWEEP`` seconds while the worker
+crawls, with the asyncio reactor only: each run lets the reactor drop what was cancelled
+meanwhile.
 """
 
 from __future__ import annotations
