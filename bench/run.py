@@ -215,6 +215,9 @@ def run(args: argparse.Namespace, svc: Services) -> int:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     results["micro"] = json.loads(micro.stdout)
+    if args.only == "micro":  # printed, not written, as for the other parts
+        print(json.dumps(results["micro"], indent=1))
+        return 0
     args.out.write_text(json.dumps(results, indent=2))
     report(results)
     return 0
