@@ -1,5 +1,6 @@
-"""HA_GC_FREEZE: a worker's start-up heap is out of the garbage collector's passes while it
-crawls (scrapy_ha._heap), and back in them once the crawl closes."""
+"""scrapy_ha._heap: with HA_GC_FREEZE a worker's start-up heap is out of the garbage
+collector's passes while it crawls, and back in them once the crawl closes; with
+HA_TIMER_SWEEP the asyncio reactor drops cancelled timers while it crawls."""
 
 from __future__ import annotations
 
