@@ -12,9 +12,10 @@ close, and the cancelled Twisted timers still queued at close.
 Two settings change the process, to measure what they save (``static_bench.py``'s
 ``*-freeze`` and ``*-tick`` variants): ``BENCH_GC_FREEZE`` moves every object alive at the
 first response out of the collector's reach (``gc.freeze()``), as scrapy-ha does at open
-with ``HA_GC_FREEZE`` (its default); ``BENCH_TWISTED_TICK`` runs a
-Twisted timer every second: the asyncio reactor drops cancelled timers (every download's
-timeout) only when one of its timers fires, and in a busy crawl none does for minutes.
+with ``HA_GC_FREEZE`` (its default); ``BENCH_TWISTED_TICK`` runs a Twisted timer every
+second, as scrapy-ha does with ``HA_TIMER_SWEEP``: the asyncio reactor drops cancelled timers
+(every download's timeout) only when one of its timers fires, and in a busy crawl none does
+for minutes.
 """
 
 from __future__ import annotations
