@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,11 +40,6 @@ class IdleSpider(RedisSpider):
 """
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def idle(args: argparse.Namespace, work: Path, redis_port: int) -> None:
     spider = work / "idle_spider.py"
     spider.write_text(IDLE_SPIDER)
@@ -57,9 +51,10 @@ def idle(args: argparse.Namespace, work: Path, redis_port: int) -> None:
     proc = harness.spawn(command, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         time.sleep(args.settle)
-        before, started = cpu_seconds(proc.pid), time.monotonic()
+        before, started = static_site.cpu_seconds(proc.pid), time.monotonic()
         time.sleep(args.seconds)
-        used, seconds = cpu_seconds(proc.pid) - before, time.monotonic() - started
+        used = static_site.cpu_seconds(proc.pid) - before
+        seconds = time.monotonic() - started
     finally:
         harness.stop(proc)
     share = 100 * used / seconds
@@ -79,16 +74,9 @@ def exit_lag(args: argparse.Namespace, work: Path, redis_port: int) -> None:
                 settings = static_bench.crawl_settings(name, redis_port, 32, work / "out.json")
                 settings["LOG_LEVEL"] = "DEBUG"
                 settings["LOG_FORMAT"] = "%(created).3f %(name)s %(message)s"
-                done = subprocess.run(
-                    static_bench.crawl_command(site.url, settings),
-                    cwd=work,
-                    capture_output=True,
-                    text=True,
-                    env={**os.environ, "PYTHONPATH": str(ROOT)},
-                    timeout=static_bench.CRAWL_TIMEOUT,
-                )
+                static_bench.run_timed(static_bench.crawl_command(site.url, settings), work)
                 ended = time.time()
-                lines = done.stderr.splitlines()
+                lines = (work / "crawl.log").read_text().splitlines()  # its stderr
                 last = max(float(line.split()[0]) for line in lines if "Crawled (" in line)
                 closing = min(float(line.split()[0]) for line in lines if "Closing spider" in line)
                 to_exit[name].append(ended - last)
