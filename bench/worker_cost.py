@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import statistics
 import sys
@@ -31,15 +30,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
+import queue_micro  # noqa: E402
 import redis.asyncio  # noqa: E402
 from scrapy import Request, Spider  # noqa: E402
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
-from scrapy_ha._queue import NewEntry, RedisQueue  # noqa: E402
+from scrapy_ha._queue import RedisQueue  # noqa: E402
 from scrapy_ha.demo import harness  # noqa: E402
 from scrapy_ha.keys import Keys  # noqa: E402
 from tests.test_keep import send  # noqa: E402
@@ -92,26 +93,17 @@ def scrapy_cost(n: int) -> float:
     return (time.process_time() - started) / n
 
 
-def _entries(start: int, n: int) -> list[NewEntry]:
-    out = []
-    for i in range(start, start + n):
-        url = f"http://127.0.0.1:8000/item/{i}"
-        payload = json.dumps({"v": 1, "u": url}, separators=(",", ":")).encode()
-        out.append(NewEntry(hashlib.sha1(url.encode()).digest()[:12], 0, payload))  # noqa: S324
-    return out
-
-
 async def round_cost(port: int, size: int, rounds: int) -> float:
     """CPU seconds per sync round that enqueues, acks and leases *size* requests each."""
     client = redis.asyncio.Redis(port=port)
     await client.flushall()
     queue = RedisQueue(client, Keys("ha", "bench"))
-    await queue.sync(enqueue=_entries(0, size), lease=size)  # warm: the script is loaded
+    await queue.sync(enqueue=queue_micro.entries(0, size), lease=size)  # warm: the script is loaded
     held: list[tuple[str, str]] = []
     sent = size
     started = time.process_time()
     for _ in range(rounds):
-        result = await queue.sync(enqueue=_entries(sent, size), ack=held, lease=size)
+        result = await queue.sync(enqueue=queue_micro.entries(sent, size), ack=held, lease=size)
         sent += size
         held = [(lease.id, lease.token) for lease in result.leases]
     cost = (time.process_time() - started) / rounds
