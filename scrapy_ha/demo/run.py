@@ -276,9 +276,10 @@ def _dead_letters(redis_url: str) -> list[tuple[str, str]]:
     import redis
 
     client = redis.Redis.from_url(redis_url)
+    keys = Keys("ha", "catalogue")
     out = []
-    for entry_id, info in client.hgetall("ha:{catalogue}:dead_info").items():
-        payload = client.hget("ha:{catalogue}:payload", entry_id) or b"{}"
+    for entry_id, info in client.hgetall(keys.dead_info).items():
+        payload = client.hget(keys.payload, entry_id) or b"{}"
         out.append((json.loads(payload).get("u", "?"), json.loads(info).get("class", "?")))
     client.close()
     return out
