@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
+import latency_proxy  # noqa: E402
 import static_site  # noqa: E402
 
 from scrapy_ha.demo import harness  # noqa: E402
@@ -365,9 +366,12 @@ def run(args: argparse.Namespace, site: static_site.StaticSite, procs: list[Any]
         results["loopback"] = series(args, site, redis_port, "loopback")
     if args.only in (None, "latency"):
         delayed = delay_line(redis_port, args.delay_ms, procs)
+        measured = latency_proxy.measured_rtt(delayed)
+        print(f"  the delay line's round trip, measured: {measured:.2f} ms", flush=True)
         label = f"Redis {2 * args.delay_ms:g} ms away"
         results["latency"] = series(args, site, delayed, label)
         results["latency"]["rtt_ms"] = 2 * args.delay_ms
+        results["latency"]["rtt_measured_ms"] = measured
     results["machine"]["load_after"] = os.getloadavg()
     args.out.write_text(json.dumps(results, indent=1))
     print("\n" + table(results))
