@@ -331,7 +331,9 @@ def queue_order(settings: BaseSettings) -> str:
 def start_queue_order(settings: BaseSettings) -> str:
     """Order of start requests: Scrapy keeps them in queues of their own
     (``SCHEDULER_START_MEMORY_QUEUE``, FIFO by default) behind other requests of the same
-    priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is unset."""
+    priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is None or
+    empty, as in Scrapy. ``SCHEDULER_START_DISK_QUEUE`` is not read: Scrapy reads it only
+    under ``JOBDIR``, which scrapy-ha refuses."""
     name = str(settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
     if not name:
         return ""

@@ -167,10 +167,12 @@ class RecordingScheduler(Scheduler):
         super().__init__(*args, **kwargs)
         self.handed: list[scrapy.Request] = []
         self.urgent_at: int | None = None
+        self.buffered_then = 0  # leased requests waiting in the buffer when it came
 
     def enqueue_request(self, request: scrapy.Request) -> bool:
         if request.priority == URGENT and self.urgent_at is None:
             self.urgent_at = len(self.handed)
+            self.buffered_then = self.buffered()
         return super().enqueue_request(request)
 
     def next_request(self) -> scrapy.Request | None:
@@ -198,20 +200,46 @@ class UrgentSpider(CatalogueSpider):
 
     def parse_item(self, response: Any) -> Any:
         yield from super().parse_item(response)
-        if response.url.endswith("/item/20"):
+        if self.urgent_now(response):
             yield response.follow("/item/1?urgent", callback=self.parse_item, priority=URGENT)
 
+    def urgent_now(self, response: Any) -> bool:
+        return bool(response.url.endswith("/item/20"))
 
+
+class UrgentBehindLeasesSpider(UrgentSpider):
+    """The priority-100 request comes once at least 3 leased requests wait in the buffer."""
+
+    name = "urgent_behind_leases"
+    sent = False
+
+    def urgent_now(self, response: Any) -> bool:
+        scheduler = scheduler_for(self.crawler)
+        if self.sent or scheduler is None or scheduler.buffered() < 3:
+            return False
+        self.sent = True
+        return True
+
+
+@pytest.mark.parametrize(
+    ("spider", "order", "concurrency"),
+    [(UrgentSpider, "lifo", 16), (UrgentBehindLeasesSpider, "fifo", 4)],
+)
 @deferred_f_from_coro_f
-async def test_a_higher_priority_request_overtakes_the_buffer(redis_url, site_factory):
+async def test_a_higher_priority_request_overtakes_the_buffer(
+    redis_url, site_factory, spider, order, concurrency
+):
+    """In FIFO the item requests go to Redis and come back leased: the urgent one comes
+    when the buffer holds some (LIFO keeps a lone worker's new requests, mostly out of it)."""
     site = site_factory("--pages", "8", "--per-page", "10", "--delay", "0.05")
     crawler = get_crawler(
-        UrgentSpider,
+        spider,
         settings(
             redis_url,
             SCHEDULER="tests.test_scheduler_semantics.RecordingScheduler",
-            CONCURRENT_REQUESTS=16,
-            CONCURRENT_REQUESTS_PER_DOMAIN=16,
+            CONCURRENT_REQUESTS=concurrency,
+            CONCURRENT_REQUESTS_PER_DOMAIN=concurrency,
+            HA_QUEUE_ORDER=order,
         ),
     )
     await crawler.crawl_async(base_url=site.url)
@@ -221,6 +249,8 @@ async def test_a_higher_priority_request_overtakes_the_buffer(redis_url, site_fa
     position = urls.index(site.url + "/item/1?urgent")
     assert urls[scheduler.urgent_at : position] == []  # nothing handed out in between
     assert len(crawler.spider.items) == 81
+    if order == "fifo":
+        assert scheduler.buffered_then >= 3  # what it overtook
 
 
 class RepeatSpider(CatalogueSpider):

@@ -19,8 +19,8 @@ TIMING_DEPENDENT: frozenset[str] = frozenset()
 
 _JOBDIR = (
     "not applicable: reopens the scheduler on a JOBDIR to read Scrapy's disk queues back; "
-    "scrapy-ha keeps its queue in Redis and ignores JOBDIR (persistence across runs is "
-    "SCHEDULER_PERSIST)"
+    "scrapy-ha keeps its queue in Redis and refuses JOBDIR at start (persistence across "
+    "runs is SCHEDULER_PERSIST)"
 )
 
 NOT_APPLICABLE: dict[str, str] = {
