@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import scrapy
 from scrapy import signals
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
 #: Scrapy 2.19 closes the spider when a ``spider_opened`` handler raises ``CloseSpider``
 #: (checked on 2.19.0); 2.16 logs the exception and goes on.
@@ -48,25 +49,39 @@ def wake(crawler: Crawler) -> None:
         slot.nextcall.schedule()
 
 
-def gate_downloads(crawler: Crawler, process_request: Callable[[Request], Any]) -> bool:
-    """Put *process_request* first in the downloader middleware chain; False if there is no
-    chain (no engine, or a stand-in engine with no downloader middlewares, which downloads
-    nothing).
+def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
+    """Put *gate*'s ``process_request`` first in the downloader middleware chain, and its
+    ``process_response`` and ``process_exception`` nearest the downloader (called before
+    every other middleware's); False if there is no chain (no engine, or a stand-in engine
+    with no downloader middlewares, which downloads nothing).
 
-    ``engine.downloader.middleware.methods["process_request"]`` is the deque of the
-    middlewares' ``process_request`` methods, called in order by ``_process_request`` with
-    ``request=`` only (a method not in ``_mw_methods_requiring_spider``); a coroutine it
-    returns is awaited, a Request it gives back goes to ``engine.crawl`` instead of the
-    download (2.19.0).
+    ``engine.downloader.middleware.methods`` maps each name to the deque of the
+    middlewares' methods in the order ``download_async`` calls them, with keyword arguments
+    only (methods not in ``_mw_methods_requiring_spider``): ``process_request`` in the
+    middlewares' order, the other two in the reverse order (``_add_middleware`` appends
+    them on the left). A coroutine a method returns is awaited; a Request given back ends
+    the chain and goes to ``engine.crawl`` instead (2.16, 2.19).
     """
     middleware = getattr(getattr(_engine(crawler), "downloader", None), "middleware", None)
     methods = getattr(middleware, "methods", None)
     if not isinstance(methods, dict) or "process_request" not in methods:
         return False
-    chain = methods["process_request"]
-    if process_request not in chain:
-        chain.appendleft(process_request)
+    for name in ("process_request", "process_response", "process_exception"):
+        chain = methods.get(name)
+        method = getattr(gate, name)
+        if chain is not None and method not in chain:
+            chain.appendleft(method)
     return True
+
+
+class Gate(Protocol):
+    """What :func:`gate_downloads` installs (:class:`scrapy_ha._fresh.DownloadGate`)."""
+
+    def process_request(self, request: Request) -> Any: ...
+
+    def process_response(self, request: Request, response: Response) -> Any: ...
+
+    def process_exception(self, request: Request, exception: Exception) -> Any: ...
 
 
 def busy_check(crawler: Crawler) -> Callable[[Request], bool]:

@@ -9,10 +9,14 @@ page). So a new request waits in a :class:`FreshQueue` as well as in the outbox,
 
 Nothing is lost: its parent is acked only after it is stored (children before acks). But
 only Redis knows whether it duplicates a request another worker (or an earlier run)
-enqueued, so its download waits for that round's verdict: :class:`DownloadGate`, first in
-the downloader middleware chain, holds a fresh request until the round stored it (go on)
-or refused it (dropped as Scrapy drops a duplicate: ``request_dropped``, no download, no
-errback). Any other request passes the gate at once.
+enqueued, so what comes of it waits for that round's verdict (:class:`DownloadGate`): it
+goes on if the round stored it, and is dropped as Scrapy drops a duplicate if not
+(``request_dropped``, no callback, no errback). A GET or HEAD downloads meanwhile, while
+Redis refused few of the worker's recent new requests (:class:`EarlyGuard`): its response
+(or error) waits for the verdict before any downloader middleware sees it, so the round
+trip overlaps the download instead of preceding it. Any other request waits for the
+verdict before its download starts. Any request not handed out this way passes the gate
+at once.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.statscollectors import StatsCollector
 
     from scrapy_ha._buffer import SlotChooser
     from scrapy_ha._inflight import InFlight
@@ -49,6 +55,15 @@ OFFER_LOOKS = 4
 #: Redis-made token (so the two kinds never collide), and two workers share one with odds
 #: ~1e-19.
 NONCE_BYTES = 8
+#: Methods whose download may start before the round's verdict: fetching one that Redis
+#: then refuses costs a download, never a callback, and does nothing to the site.
+EARLY_METHODS = frozenset({"GET", "HEAD"})
+#: New requests the early-download guard looks back over: half of it before it opens, at
+#: most the whole (a count that halves as it grows past it).
+EARLY_WINDOW = 200
+#: The share of those Redis may have refused (duplicates, fenced children) for downloads
+#: to start before the verdict: each such download is one the site did not need to serve.
+EARLY_MAX_REFUSED = 0.01
 
 
 class LeaseMaker:
@@ -169,18 +184,58 @@ class FreshQueue:
         return len(self._heap) if self._fair is None else len(self._fair)
 
 
+class EarlyGuard:
+    """May a fresh GET download before Redis's verdict? Only while Redis refused at most
+    ``EARLY_MAX_REFUSED`` of the last ``EARLY_WINDOW`` or so new requests this worker sent
+    (a duplicate another worker or an earlier run had, a child of a lease lost), and not
+    before it has seen half that many. A crawl where workers yield the same links, or a
+    re-run of a persisted crawl, keeps every download waiting for its verdict; a crawl of
+    new pages (a catalogue, a pagination chain) downloads them a round trip sooner."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._sent = 0.0
+        self._refused = 0.0
+
+    def note(self, sent: int, stored: int) -> None:
+        """A round sent *sent* new requests, of which Redis stored *stored*."""
+        self._sent += sent
+        self._refused += sent - stored
+        while self._sent > EARLY_WINDOW:
+            self._sent /= 2
+            self._refused /= 2
+
+    def allows(self) -> bool:
+        return (
+            self.enabled
+            and self._sent >= EARLY_WINDOW / 2
+            and self._refused <= self._sent * EARLY_MAX_REFUSED
+        )
+
+
+#: A fresh request downloading before its verdict (see DownloadGate._waiting).
+_EARLY = "early"
+
+
 class DownloadGate:
-    """Holds the download of a request handed out before Redis had it until the round that
+    """Holds what comes of a request handed out before Redis had it until the round that
     stores it says whether it was stored (see the module docstring).
 
-    Installed first in the downloader middleware chain (:func:`scrapy_ha._engine.gate_downloads`):
-    :meth:`process_request` returns None at once for any request it does not wait for.
+    Installed at both ends of the downloader middleware chain
+    (:func:`scrapy_ha._engine.gate_downloads`): :meth:`process_request` first, which lets
+    a GET or HEAD go on (the :class:`EarlyGuard` permitting) and holds any other request
+    until its verdict; :meth:`process_response` and :meth:`process_exception` nearest the
+    downloader, which hold a response or an error until its verdict. Each returns None or
+    its input at once for any request it does not wait for.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stats: StatsCollector, *, early: bool = True) -> None:
         self.installed = False
-        #: handed out, verdict not known: None, a future the gate awaits, or the verdict
-        self._waiting: dict[Pair, asyncio.Future[bool] | bool | None] = {}
+        self.guard = EarlyGuard(early)
+        self._stats = stats
+        #: handed out, verdict not known: None, _EARLY (downloading), a future the gate
+        #: awaits, or the verdict
+        self._waiting: dict[Pair, asyncio.Future[bool] | bool | str | None] = {}
         self._dropping: dict[int, Request] = {}
 
     def expect(self, pair: Pair) -> None:
@@ -196,8 +251,10 @@ class DownloadGate:
             del self._waiting[pair]
             if not state.done():
                 state.set_result(stored)
-        else:
-            self._waiting[pair] = stored
+            return
+        if state == _EARLY and not stored:
+            self._stats.inc_value("ha/early_dropped")
+        self._waiting[pair] = stored
 
     def open_all(self) -> None:
         """Let every download waiting for a verdict go on (no round will come: the spider
@@ -205,27 +262,61 @@ class DownloadGate:
         for pair in list(self._waiting):
             self.settle(pair, stored=True)
 
-    def process_request(self, request: Request) -> Coroutine[Any, Any, Request | None] | None:
+    def process_request(
+        self, request: Request
+    ) -> Coroutine[Any, Any, Request | Response | None] | None:
         """None (download it) unless *request* waits for its verdict: then a coroutine that
         gives None once it is stored, or *request* itself if it was not (the engine
         schedules it again, and :meth:`dropped` makes the scheduler refuse it)."""
         if not self._waiting:
             return None
-        lease = request.meta.get(metakeys.LEASE)
-        pair = (str(lease[0]), str(lease[1])) if lease else None
+        pair = _pair(request)
         if pair is None or pair not in self._waiting:
             return None
         state = self._waiting[pair]
         if isinstance(state, bool):
             del self._waiting[pair]
             return None if state else self._turn_back(request)
+        if request.method in EARLY_METHODS and self.guard.allows():
+            self._waiting[pair] = _EARLY
+            self._stats.inc_value("ha/early_downloads")
+            return None
+        return self._wait(pair, request, None)
+
+    def process_response(self, request: Request, response: Response) -> Any:
+        """*response*, or a coroutine that gives it once its request is stored (*request*
+        itself if it was not)."""
+        return self._after(request, response)
+
+    def process_exception(self, request: Request, exception: Exception) -> Any:
+        """None (the error goes on to the other middlewares), at once or once its request
+        is stored; *request* itself if it was not."""
+        return self._after(request, None)
+
+    def _after(self, request: Request, result: Response | None) -> Any:
+        if not self._waiting:
+            return result
+        pair = _pair(request)
+        if pair is None or pair not in self._waiting:
+            return result
+        state = self._waiting[pair]
+        if isinstance(state, bool):
+            del self._waiting[pair]
+            return result if state else self._turn_back(request)
+        return self._wait(pair, request, result)
+
+    def _wait(
+        self, pair: Pair, request: Request, result: Response | None
+    ) -> Coroutine[Any, Any, Request | Response | None]:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting[pair] = future
-        return self._await(request, future)
+        return self._await(request, future, result)
 
-    async def _await(self, request: Request, verdict: asyncio.Future[bool]) -> Request | None:
+    async def _await(
+        self, request: Request, verdict: asyncio.Future[bool], result: Response | None
+    ) -> Request | Response | None:
         if await verdict:
-            return None
+            return result
         return await self._turn_back(request)
 
     async def _turn_back(self, request: Request) -> Request:
@@ -235,6 +326,11 @@ class DownloadGate:
     def dropped(self, request: Request) -> bool:
         """True (once) for a request the gate turned back: the scheduler refuses it."""
         return self._dropping.pop(id(request), None) is not None
+
+
+def _pair(request: Request) -> Pair | None:
+    lease = request.meta.get(metakeys.LEASE)
+    return (str(lease[0]), str(lease[1])) if lease else None
 
 
 class Handout:
@@ -252,10 +348,12 @@ class Handout:
         wake: Callable[[], None],
         *,
         queue: FreshQueue,
+        early: bool = True,
     ) -> None:
         self.crawler = crawler
         self.queue = queue
-        self.gate = DownloadGate()
+        assert crawler.stats is not None
+        self.gate = DownloadGate(crawler.stats, early=early)
         self.unstored: set[Pair] = set()  # handed out, not stored in Redis yet
         self._outbox = outbox
         self._inflight = inflight

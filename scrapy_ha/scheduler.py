@@ -98,6 +98,7 @@ class Scheduler:
                 fair=fair,
                 keep=self.precedence.keep,
             ),
+            early=config.early_download,
         )
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
         self._starts = StartTimes(partial(_engine.wake, crawler))  # HA_DOMAIN_RATE
@@ -369,7 +370,7 @@ class Scheduler:
         if not self._fatal and await self.session.open(spider):
             self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
             gate = self.handout.gate
-            gate.installed = _engine.gate_downloads(self.crawler, gate.process_request)
+            gate.installed = _engine.gate_downloads(self.crawler, gate)
             _engine.quiet_empty(self.crawler, self.empty_on_the_way)
             self.session.start()
             return
