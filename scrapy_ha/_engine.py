@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 import scrapy
@@ -67,9 +68,9 @@ def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
     if not isinstance(methods, dict) or "process_request" not in methods:
         return False
     for name in ("process_request", "process_response", "process_exception"):
-        chain = methods.get(name)
+        chain = methods.setdefault(name, deque())  # absent while no middleware has one
         method = getattr(gate, name)
-        if chain is not None and method not in chain:
+        if method not in chain:
             chain.appendleft(method)
     return True
 

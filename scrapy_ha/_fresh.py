@@ -186,11 +186,12 @@ class FreshQueue:
 
 class EarlyGuard:
     """May a fresh GET download before Redis's verdict? Only while Redis refused at most
-    ``EARLY_MAX_REFUSED`` of the last ``EARLY_WINDOW`` or so new requests this worker sent
-    (a duplicate another worker or an earlier run had, a child of a lease lost), and not
-    before it has seen half that many. A crawl where workers yield the same links, or a
-    re-run of a persisted crawl, keeps every download waiting for its verdict; a crawl of
-    new pages (a catalogue, a pagination chain) downloads them a round trip sooner."""
+    ``EARLY_MAX_REFUSED`` of the last ``EARLY_WINDOW`` or so requests this worker handed
+    out before Redis had them (a duplicate another worker or an earlier run had, a child
+    of a lease lost), and not before it has seen half that many. A crawl where workers
+    yield the same links, or a re-run of a persisted crawl, keeps every download waiting
+    for its verdict; a crawl of new pages (a catalogue, a pagination chain) downloads them
+    a round trip sooner."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -198,7 +199,7 @@ class EarlyGuard:
         self._refused = 0.0
 
     def note(self, sent: int, stored: int) -> None:
-        """A round sent *sent* new requests, of which Redis stored *stored*."""
+        """A round gave its verdict on *sent* requests handed out: *stored* were stored."""
         self._sent += sent
         self._refused += sent - stored
         while self._sent > EARLY_WINDOW:
@@ -233,9 +234,14 @@ class DownloadGate:
         self.installed = False
         self.guard = EarlyGuard(early)
         self._stats = stats
-        #: handed out, verdict not known: None, _EARLY (downloading), a future the gate
-        #: awaits, or the verdict
+        #: handed out, verdict not known: None (not at the gate yet), _EARLY (downloading),
+        #: a future the gate awaits; or the verdict, until process_request takes it
         self._waiting: dict[Pair, asyncio.Future[bool] | bool | str | None] = {}
+        #: those whose download started before their verdict, until it comes
+        self._early: set[Pair] = set()
+        #: early downloads Redis refused, until their response, their error or a copy of
+        #: their request (a middleware's, e.g. a proxy's wait) comes back: turned back
+        self._refused: set[Pair] = set()
         self._dropping: dict[int, Request] = {}
 
     def expect(self, pair: Pair) -> None:
@@ -247,20 +253,29 @@ class DownloadGate:
         if pair not in self._waiting:
             return
         state = self._waiting[pair]
+        early = pair in self._early
+        if early:
+            self._early.discard(pair)
+            if not stored:
+                self._stats.inc_value("ha/early_dropped")
         if isinstance(state, asyncio.Future):
             del self._waiting[pair]
             if not state.done():
                 state.set_result(stored)
-            return
-        if state == _EARLY and not stored:
-            self._stats.inc_value("ha/early_dropped")
-        self._waiting[pair] = stored
+        elif early:  # its response, its error or a copy of its request comes later
+            del self._waiting[pair]
+            if not stored:
+                self._refused.add(pair)
+        else:
+            self._waiting[pair] = stored
 
     def open_all(self) -> None:
         """Let every download waiting for a verdict go on (no round will come: the spider
-        closes, and its last flush stores their requests before any ack)."""
-        for pair in list(self._waiting):
-            self.settle(pair, stored=True)
+        closes, and its last flush stores their requests before any ack); a verdict
+        already given stands."""
+        for pair, state in list(self._waiting.items()):
+            if not isinstance(state, bool):
+                self.settle(pair, stored=True)
 
     def process_request(
         self, request: Request
@@ -279,6 +294,7 @@ class DownloadGate:
             return None if state else self._turn_back(request)
         if request.method in EARLY_METHODS and self.guard.allows():
             self._waiting[pair] = _EARLY
+            self._early.add(pair)
             self._stats.inc_value("ha/early_downloads")
             return None
         return self._wait(pair, request, None)
@@ -294,15 +310,16 @@ class DownloadGate:
         return self._after(request, None)
 
     def _after(self, request: Request, result: Response | None) -> Any:
-        if not self._waiting:
+        if not (self._early or self._refused):
             return result
         pair = _pair(request)
-        if pair is None or pair not in self._waiting:
+        if pair is None:
             return result
-        state = self._waiting[pair]
-        if isinstance(state, bool):
-            del self._waiting[pair]
-            return result if state else self._turn_back(request)
+        if pair in self._refused:
+            self._refused.discard(pair)
+            return self._turn_back(request)
+        if pair not in self._early:
+            return result
         return self._wait(pair, request, result)
 
     def _wait(
@@ -324,7 +341,12 @@ class DownloadGate:
         return request
 
     def dropped(self, request: Request) -> bool:
-        """True (once) for a request the gate turned back: the scheduler refuses it."""
+        """True (once) for a request the gate turned back, or a copy of an early download
+        Redis refused (made by a middleware before its response came): the scheduler
+        refuses it."""
+        if self._refused and (pair := _pair(request)) in self._refused:
+            self._refused.discard(pair)
+            return True  # counted in dupefilter/filtered once, by its round
         return self._dropping.pop(id(request), None) is not None
 
 
@@ -460,6 +482,7 @@ class Handout:
             else:
                 self._inflight.discard(pair[0])
             self.gate.settle(pair, stored=stored)
+        self.gate.guard.note(handed, leased)
         stats = self.crawler.stats
         assert stats is not None
         if handed:

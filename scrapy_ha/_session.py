@@ -424,7 +424,6 @@ class Session:
         shell the fate of those it handed out already."""
         self.outbox.children_stored(len(sent))
         self.shell.handout.settle(sent, result.dropped)
-        self.shell.handout.gate.guard.note(len(sent), result.added)
         self._count(result, sent)
         keeper = self.renewals.keeper
         if keeper is not None and any(entry.taken for entry in sent):

@@ -10,10 +10,12 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy import Request, Spider, signals
+from scrapy.core.downloader.middleware import DownloaderMiddlewareManager
 from scrapy.core.engine import ExecutionEngine
 from scrapy.http import HtmlResponse
 from scrapy.statscollectors import MemoryStatsCollector
@@ -22,6 +24,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha import _fresh, metakeys
 from scrapy_ha._admission import FINGERPRINT_BYTES
+from scrapy_ha._engine import gate_downloads
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import scheduler_for
@@ -162,6 +165,8 @@ async def test_new_gets_download_before_the_verdict_and_are_called_back_after_it
     assert len(spider.at_callback) == 4 + 4 * 15 + 4 + 1
     assert spider.errbacks == [dead_url]
     assert "ha/early_dropped" not in stats
+    gate = scheduler_for(crawler).handout.gate
+    assert not (gate._waiting or gate._early or gate._refused)  # nothing left behind
 
 
 @deferred_f_from_coro_f
@@ -233,7 +238,7 @@ async def test_requests_redis_refuses_cost_no_callback_and_close_the_early_downl
     downloaded_known = sum(hits.get(url.removeprefix(site.url), 0) for url in known)
     assert stats.get("ha/early_dropped", 0) == downloaded_known  # each wasted download counted
     assert downloaded_known <= 4  # at most what the engine had room for before a verdict
-    assert set(dropped) <= set(known) and len(dropped) == downloaded_known
+    assert set(dropped) <= set(known) and len(dropped) >= downloaded_known
     assert stats["dupefilter/filtered"] == per_page
     scheduler = scheduler_for(crawler)
     assert scheduler is None or not scheduler.handout.gate.guard.allows()
@@ -271,12 +276,12 @@ async def test_a_get_refused_after_its_early_download_is_turned_back_with_its_re
     assert await held is request  # turned back: the engine schedules it, the scheduler
     assert gate.dropped(request)  # refuses it (request_dropped), no callback
     assert stats.get_value("ha/early_downloads") == 1
-    assert stats.get_value("ha/early_dropped") is None  # the verdict found it waiting
+    assert stats.get_value("ha/early_dropped") == 1
 
     request = _handed(gate, 2)
     assert gate.process_request(request) is None
     gate.settle(("abc.2", "abc-2"), stored=False)  # the verdict before the response
-    assert stats.get_value("ha/early_dropped") == 1
+    assert stats.get_value("ha/early_dropped") == 2
     assert await _through(gate.process_exception(request, OSError("reset"))) is request
     assert gate.dropped(request) and not gate._waiting
 
@@ -323,3 +328,57 @@ def test_the_guard_opens_after_half_a_window_and_closes_past_one_percent_refused
         guard.note(WINDOW, WINDOW)
     assert guard.allows()
     assert not _fresh.EarlyGuard(enabled=False).allows()
+
+
+@deferred_f_from_coro_f
+async def test_a_copy_a_middleware_made_of_a_refused_early_download_is_refused_too():
+    """A middleware after the gate may give back a copy of the request with its lease
+    before the download (scrapy-ha's proxy middleware does when it has no proxy to give):
+    if Redis refused the original meanwhile, the copy is refused where it comes back."""
+    gate, _ = _gate()
+    request = _handed(gate, 1)
+    assert gate.process_request(request) is None
+    copy = request.replace(dont_filter=True)  # what the middleware returns instead
+    gate.settle(("abc.1", "abc-1"), stored=False)
+    assert gate.dropped(copy)  # enqueue_request refuses it
+    assert not (gate._waiting or gate._early or gate._refused)
+
+    request = _handed(gate, 2)  # stored: the copy goes on (a retry of the lease it holds)
+    assert gate.process_request(request) is None
+    gate.settle(("abc.2", "abc-2"), stored=True)
+    assert not gate.dropped(request.replace(dont_filter=True))
+
+
+@deferred_f_from_coro_f
+async def test_the_close_lets_held_downloads_go_on_but_keeps_a_refusal():
+    gate, _ = _gate()
+    refused, held = _handed(gate, 1), _handed(gate, 2)
+    assert gate.process_request(refused) is None and gate.process_request(held) is None
+    gate.settle(("abc.1", "abc-1"), stored=False)
+    response = HtmlResponse(held.url, body=b"", request=held)
+    waiting = asyncio.ensure_future(_through(gate.process_response(held, response)))
+    await asyncio.sleep(0)
+    gate.open_all()  # the spider closes: no round will come
+    assert await waiting is response
+    error = gate.process_exception(refused, OSError("reset"))
+    assert await _through(error) is refused  # still turned back
+
+
+class OnlyRequests:
+    def process_request(self, request: Request) -> None:
+        return None
+
+
+def test_the_gate_is_installed_at_both_ends_even_where_no_middleware_handles_errors():
+    """Scrapy's manager keeps each method's chain in a defaultdict: a chain no middleware
+    fills is absent (here only a process_request is), and the gate must create it, or an
+    early download's error would reach the errback before its verdict."""
+    crawler = get_crawler(Spider)
+    manager = DownloaderMiddlewareManager(OnlyRequests(), crawler=crawler)
+    assert "process_exception" not in manager.methods
+    crawler.engine = SimpleNamespace(downloader=SimpleNamespace(middleware=manager))
+    gate, _ = _gate()
+    assert gate_downloads(crawler, gate)
+    assert manager.methods["process_request"][0] == gate.process_request
+    assert manager.methods["process_response"][0] == gate.process_response
+    assert manager.methods["process_exception"][0] == gate.process_exception

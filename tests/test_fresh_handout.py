@@ -2,8 +2,9 @@
 
 ``next_request()`` answers from memory: right after ``enqueue_request()`` it returns the
 request (no round trip), so ``scheduler_empty`` does not fire while a request waits. The
-next round stores such a request in Redis already leased to the worker; its download waits
-for that round, which alone knows whether another worker (or an earlier run) had it.
+next round stores such a request in Redis already leased to the worker; what comes of it
+waits for that round, which alone knows whether another worker (or an earlier run) had it
+(the early download of a GET meanwhile: tests/test_early_download.py).
 """
 
 from __future__ import annotations
