@@ -11,8 +11,8 @@ Nothing is lost: its parent is acked only after it is stored (children before ac
 only Redis knows whether it duplicates a request another worker (or an earlier run)
 enqueued, so what comes of it waits for that round's verdict (:class:`DownloadGate`): it
 goes on if the round stored it, and is dropped as Scrapy drops a duplicate if not
-(``request_dropped``, no callback, no errback). A GET or HEAD downloads meanwhile, while
-Redis refused few of the worker's recent new requests (:class:`EarlyGuard`): its response
+(``request_dropped``, no callback, no errback). With ``HA_EARLY_DOWNLOAD`` a GET or HEAD
+downloads meanwhile, while :class:`EarlyGuard` allows it: its response
 (or error) waits for the verdict before any downloader middleware sees it, so the round
 trip overlaps the download instead of preceding it. Any other request waits for the
 verdict before its download starts. Any request not handed out this way passes the gate
@@ -185,18 +185,24 @@ class FreshQueue:
 
 
 class EarlyGuard:
-    """May a fresh GET download before Redis's verdict? Only while Redis refused at most
-    ``EARLY_MAX_REFUSED`` of the last ``EARLY_WINDOW`` or so requests this worker handed
-    out before Redis had them (a duplicate another worker or an earlier run had, a child
-    of a lease lost), and not before it has seen half that many. A crawl where workers
-    yield the same links, or a re-run of a persisted crawl, keeps every download waiting
-    for its verdict; a crawl of new pages (a catalogue, a pagination chain) downloads them
-    a round trip sooner."""
+    """May a fresh GET download before Redis's verdict? Not while this worker redoes a page
+    another worker (or an earlier run of this one) left unfinished: a lease taken after it
+    expired, held until it ends; its page's links are likely in Redis already (stored by
+    the worker that died), and each would be downloaded for nothing. Otherwise only while
+    Redis refused at most ``EARLY_MAX_REFUSED`` of the last ``EARLY_WINDOW`` or so
+    requests this worker handed out before Redis had them (a duplicate another worker or
+    an earlier run had, a child of a lease lost), and not before it has seen half that
+    many. A crawl where workers yield the same links, or a re-run of a persisted crawl,
+    keeps every download waiting for its verdict; a crawl of new pages (a catalogue, a
+    pagination chain) downloads them a round trip sooner."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        #: the leases this worker holds (set by the scheduler)
+        self.held: Callable[[], list[Pair]] = list
         self._sent = 0.0
         self._refused = 0.0
+        self._redoing: set[str] = set()
 
     def note(self, sent: int, stored: int) -> None:
         """A round gave its verdict on *sent* requests handed out: *stored* were stored."""
@@ -206,7 +212,16 @@ class EarlyGuard:
             self._sent /= 2
             self._refused /= 2
 
+    def redo(self, entry_id: str) -> None:
+        """This worker took a lease that had expired before (*entry_id*)."""
+        if self.enabled:
+            self._redoing.add(entry_id)
+
     def allows(self) -> bool:
+        if self._redoing:
+            self._redoing.intersection_update(pair[0] for pair in self.held())
+            if self._redoing:
+                return False
         return (
             self.enabled
             and self._sent >= EARLY_WINDOW / 2
@@ -270,12 +285,24 @@ class DownloadGate:
             self._waiting[pair] = stored
 
     def open_all(self) -> None:
-        """Let every download waiting for a verdict go on (no round will come: the spider
-        closes, and its last flush stores their requests before any ack); a verdict
-        already given stands."""
+        """Let every download waiting for a verdict go on, and hold no request from now on:
+        no round will come (the spider closes, or the background task gave up), and the
+        last flush stores them before any ack. A verdict already given stands. Should that
+        flush find one a duplicate, it was crawled twice: the lesser harm, since turned
+        back it would be lost (its page is acked once the flush ends)."""
+        self.installed = False
         for pair, state in list(self._waiting.items()):
             if not isinstance(state, bool):
                 self.settle(pair, stored=True)
+
+    def replaced(self, request: Request) -> None:
+        """The scheduler took *request* as the retry of a request it holds: when a
+        middleware gave it back in place of an early download (a proxy middleware's wait),
+        nothing of that download comes back to the gate."""
+        pair = _pair(request)
+        if pair in self._early and self._waiting.get(pair) == _EARLY:
+            del self._waiting[pair]
+            self._early.discard(pair)
 
     def process_request(
         self, request: Request

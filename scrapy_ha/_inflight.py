@@ -68,6 +68,7 @@ class InFlight:
     def discard(self, entry_id: str) -> None:
         """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""
         self._held.pop(entry_id, None)
+        self._retry_priority.pop(entry_id, None)  # a retry of it accepted before: moot
 
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]

@@ -149,7 +149,7 @@ class SchedulerConfig:
     #: seconds between two runs of a no-op Twisted timer (0: none; scrapy_ha._heap)
     timer_sweep: float = DEFAULT_TIMER_SWEEP
     #: a fresh GET may download before Redis's verdict (scrapy_ha._fresh.EarlyGuard)
-    early_download: bool = True
+    early_download: bool = False
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
     tick: float = DEFAULT_TICK
@@ -213,7 +213,7 @@ class SchedulerConfig:
             dedupe_start_requests=check.boolean(settings, "HA_DEDUPE_START_REQUESTS", True),
             gc_freeze=check.boolean(settings, "HA_GC_FREEZE", True),
             timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
-            early_download=check.boolean(settings, "HA_EARLY_DOWNLOAD", True),
+            early_download=check.boolean(settings, "HA_EARLY_DOWNLOAD", False),
             connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
             reconnect_max_delay=check.seconds(
                 settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY

@@ -100,6 +100,7 @@ class Scheduler:
             ),
             early=config.early_download,
         )
+        self.handout.gate.guard.held = self.local_leases
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
         self._starts = StartTimes(partial(_engine.wake, crawler))  # HA_DOMAIN_RATE
         self._solo: str | None = None  # a suspect running alone
@@ -159,6 +160,7 @@ class Scheduler:
         if self.handout.gate.dropped(request):
             return False  # a fresh request Redis found a duplicate of (already counted)
         if self.inflight.is_retry_of_one(request):
+            self.handout.gate.replaced(request)
             return True  # the original's lease moves to the delayed set when it finishes
         fingerprint = self.admission.fingerprint(request)
         if fingerprint and fingerprint in self.admission.seen:
@@ -283,6 +285,8 @@ class Scheduler:
         if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
             self._starts.hold(request, lease.wait_ms)
             self.stats.inc_value("ha/domain_limited")
+        if lease.expiries:  # a page left unfinished: its links may be in Redis already
+            self.handout.gate.guard.redo(lease.id)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see _run_alone)
             request.meta[metakeys.SUSPECT] = lease.expiries

@@ -69,6 +69,7 @@ def settings(redis_url: str, **extra: Any) -> dict[str, Any]:
         "HA_IDLE_TIMEOUT": 0.3,
         "LOG_LEVEL": "INFO",
         "DOWNLOADER_MIDDLEWARES": {__name__ + ".SeesTheGate": 950},
+        "HA_EARLY_DOWNLOAD": True,
         **extra,
     }
 
@@ -360,6 +361,8 @@ async def test_the_close_lets_held_downloads_go_on_but_keeps_a_refusal():
     await asyncio.sleep(0)
     gate.open_all()  # the spider closes: no round will come
     assert await waiting is response
+    late = _handed(gate, 3)  # handed out after: nothing to wait for
+    assert gate.process_request(late) is None and not gate._waiting
     error = gate.process_exception(refused, OSError("reset"))
     assert await _through(error) is refused  # still turned back
 
@@ -382,3 +385,29 @@ def test_the_gate_is_installed_at_both_ends_even_where_no_middleware_handles_err
     assert manager.methods["process_request"][0] == gate.process_request
     assert manager.methods["process_response"][0] == gate.process_response
     assert manager.methods["process_exception"][0] == gate.process_exception
+
+
+@deferred_f_from_coro_f
+async def test_a_copy_made_before_the_verdict_leaves_nothing_behind():
+    """The proxy middleware's wait gives back a copy before the round's verdict; the
+    scheduler takes it as a retry of the request it holds (the lease moves to the delayed
+    set when that request ends, or is forgotten if Redis refuses it)."""
+    gate, _ = _gate()
+    request = _handed(gate, 1)
+    assert gate.process_request(request) is None
+    gate.replaced(request.replace(dont_filter=True))
+    gate.settle(("abc.1", "abc-1"), stored=False)
+    assert not (gate._waiting or gate._early or gate._refused)
+
+
+def test_no_early_download_while_the_worker_redoes_a_page_another_left_unfinished():
+    """A page whose lease expired before was left by a worker that died: the links it
+    yields are likely in Redis already, so nothing downloads early until it is done."""
+    gate, _ = _gate()
+    held = [("7", "t7")]
+    gate.guard.held = lambda: held
+    assert gate.guard.allows()
+    gate.guard.redo("7")
+    assert not gate.guard.allows()
+    held.clear()  # acked, released or lost: no longer this worker's
+    assert gate.guard.allows()
