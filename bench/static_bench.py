@@ -65,6 +65,8 @@ SCHEDULERS: dict[str, dict[str, str]] = {
         "HA_GC_FREEZE": "False",
         "HA_TIMER_SWEEP": "0",
     },
+    # a GET downloads while the round that stores it is on its way (off by default)
+    "scrapy-ha-early": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_EARLY_DOWNLOAD": "True"},
     "scrapy-redis": {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
