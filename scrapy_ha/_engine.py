@@ -76,7 +76,7 @@ def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
 
 
 class Gate(Protocol):
-    """What :func:`gate_downloads` installs (:class:`scrapy_ha._fresh.DownloadGate`)."""
+    """What :func:`gate_downloads` installs (:class:`scrapy_ha._gate.DownloadGate`)."""
 
     def process_request(self, request: Request) -> Any: ...
 

@@ -148,7 +148,7 @@ class SchedulerConfig:
     gc_freeze: bool = True
     #: seconds between two runs of a no-op Twisted timer (0: none; scrapy_ha._heap)
     timer_sweep: float = DEFAULT_TIMER_SWEEP
-    #: a fresh GET may download before Redis's verdict (scrapy_ha._fresh.EarlyGuard)
+    #: a fresh GET may download before Redis's verdict (scrapy_ha._gate.EarlyGuard)
     early_download: bool = False
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY

@@ -2,7 +2,7 @@
 on its way (``HA_EARLY_DOWNLOAD``): what comes of it waits for the round's verdict, so a
 request Redis refuses costs a download, never a callback or an errback. Other methods wait
 for the verdict before they download, and a worker whose new requests Redis often refuses
-stops downloading early (scrapy_ha._fresh.EarlyGuard)."""
+stops downloading early (scrapy_ha._gate.EarlyGuard)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha import _fresh, metakeys
+from scrapy_ha import _gate as gate_module
+from scrapy_ha import metakeys
 from scrapy_ha._admission import FINGERPRINT_BYTES
 from scrapy_ha._engine import gate_downloads
 from scrapy_ha.demo import harness
@@ -45,7 +46,7 @@ WINDOW = 20
 
 @pytest.fixture(autouse=True)
 def small_window(monkeypatch):
-    monkeypatch.setattr(_fresh, "EARLY_WINDOW", WINDOW)
+    monkeypatch.setattr(gate_module, "EARLY_WINDOW", WINDOW)
     monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
 
 
@@ -245,16 +246,16 @@ async def test_requests_redis_refuses_cost_no_callback_and_close_the_early_downl
     assert scheduler is None or not scheduler.handout.gate.guard.allows()
 
 
-def _gate(*, opened: bool = True) -> tuple[_fresh.DownloadGate, MemoryStatsCollector]:
+def _gate(*, opened: bool = True) -> tuple[gate_module.DownloadGate, MemoryStatsCollector]:
     stats = MemoryStatsCollector(get_crawler(Spider))
-    gate = _fresh.DownloadGate(stats)
+    gate = gate_module.DownloadGate(stats)
     gate.installed = True
     if opened:
         gate.guard.note(WINDOW, WINDOW)  # enough new requests stored, none refused
     return gate, stats
 
 
-def _handed(gate: _fresh.DownloadGate, n: int, method: str = "GET") -> Request:
+def _handed(gate: gate_module.DownloadGate, n: int, method: str = "GET") -> Request:
     pair = (f"abc.{n}", f"abc-{n}")
     gate.expect(pair)
     return Request(f"http://example.com/{n}", method=method, meta={metakeys.LEASE: pair})
@@ -318,7 +319,7 @@ async def test_a_post_and_a_get_before_the_guard_opens_wait_for_their_verdict_to
 
 
 def test_the_guard_opens_after_half_a_window_and_closes_past_one_percent_refused():
-    guard = _fresh.EarlyGuard(enabled=True)
+    guard = gate_module.EarlyGuard(enabled=True)
     guard.note(WINDOW // 2 - 1, WINDOW // 2 - 1)
     assert not guard.allows()
     guard.note(1, 1)
@@ -328,7 +329,7 @@ def test_the_guard_opens_after_half_a_window_and_closes_past_one_percent_refused
     for _ in range(8):  # new requests stored since: the refusal weighs less and less
         guard.note(WINDOW, WINDOW)
     assert guard.allows()
-    assert not _fresh.EarlyGuard(enabled=False).allows()
+    assert not gate_module.EarlyGuard(enabled=False).allows()
 
 
 @deferred_f_from_coro_f
