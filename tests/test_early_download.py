@@ -29,6 +29,7 @@ from scrapy_ha._engine import gate_downloads
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import scheduler_for
+from tests.test_fresh_handout import settings as fresh_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -64,15 +65,9 @@ def distant_redis_url(redis_url: str, redis_server: RedisServer) -> Iterator[str
 
 
 def settings(redis_url: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "SCHEDULER": "scrapy_ha.Scheduler",
-        "REDIS_URL": redis_url,
-        "HA_IDLE_TIMEOUT": 0.3,
-        "LOG_LEVEL": "INFO",
-        "DOWNLOADER_MIDDLEWARES": {__name__ + ".SeesTheGate": 950},
-        "HA_EARLY_DOWNLOAD": True,
-        **extra,
-    }
+    middlewares = {__name__ + ".SeesTheGate": 950}
+    extra = {"DOWNLOADER_MIDDLEWARES": middlewares, "HA_EARLY_DOWNLOAD": True, **extra}
+    return fresh_settings(redis_url, **extra)
 
 
 def _state(spider: Spider, request: Request) -> object:
