@@ -28,14 +28,15 @@ if TYPE_CHECKING:
 
     from scrapy_ha._outbox import Pair
 
-#: Methods whose download may start before the round's verdict: fetching one that Redis
-#: then refuses costs a download, never a callback, and does nothing to the site.
+#: Methods whose download may start before the round's verdict: safe methods (RFC 9110),
+#: so one that Redis then refuses costs the site a response it did not need to serve and
+#: the worker a download, never a callback.
 EARLY_METHODS = frozenset({"GET", "HEAD"})
 #: New requests the early-download guard looks back over: half of it before it opens, at
 #: most the whole (a count that halves as it grows past it).
 EARLY_WINDOW = 200
 #: The share of those Redis may have refused (duplicates, fenced children) for downloads
-#: to start before the verdict: each such download is one the site did not need to serve.
+#: to start before the verdict.
 EARLY_MAX_REFUSED = 0.01
 
 
