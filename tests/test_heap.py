@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import pytest
+from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -68,12 +69,20 @@ async def test_a_crawl_leaves_a_freeze_it_did_not_make_alone(redis_url, site):
 
 
 @deferred_f_from_coro_f
-async def test_a_worker_that_cannot_start_freezes_nothing(redis_server):
-    crawler = get_crawler(
-        FreezeSeenSpider, settings(f"redis://127.0.0.1:{redis_server.port}/0", HA_SHARDS="x")
-    )
+async def test_a_worker_that_cannot_start_freezes_nothing():
+    """Redis unreachable: the scheduler's open() fails, and nothing is frozen even before
+    the close (which would thaw it)."""
+    unreachable = {"HA_CONNECT_TIMEOUT": 0.5}
+    crawler = get_crawler(FreezeSeenSpider, settings("redis://127.0.0.1:9/0", **unreachable))
+    frozen_at_open: list[int] = []
+
+    def opened() -> None:  # after the scheduler's open(), started or not; held here
+        frozen_at_open.append(gc.get_freeze_count())
+
+    crawler.signals.connect(opened, signal=signals.spider_opened)
     await crawler.crawl_async(base_url="http://127.0.0.1:9")
-    assert crawler.stats.get_value("finish_reason") != "finished"
+    assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+    assert frozen_at_open == [0]
     assert gc.get_freeze_count() == 0
 
 
