@@ -34,6 +34,7 @@ from scrapy_ha._precedence import Precedence
 from scrapy_ha._queue import Fresh, NewEntry
 from scrapy_ha._registry import register, scheduler_for
 from scrapy_ha._session import Session
+from scrapy_ha._solo import Solo
 from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.config import ConfigError, SchedulerConfig
 
@@ -80,7 +81,7 @@ class Scheduler:
             self.outbox,
             config,
             target=self._target,
-            alone=lambda: self._solo is not None,
+            alone=lambda: self.solo.running,
             may_keep=lambda request: not (config.politeness and self._limited(request)),
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
@@ -103,11 +104,11 @@ class Scheduler:
         self.handout.gate.guard.held = self.local_leases
         self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
         self._starts = StartTimes(partial(_engine.wake, crawler))  # HA_DOMAIN_RATE
-        self._solo: str | None = None  # a suspect running alone
+        self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
-        self.precedence.session = self.session
+        self.precedence.session = self.solo.session = self.session
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -199,9 +200,9 @@ class Scheduler:
         while this worker's leases may have expired (Redis unreachable for a lease period).
         """
         self.handout.looked()
-        if len(self.inflight) >= self.config.max_inflight or self._isolating():
+        if len(self.inflight) >= self.config.max_inflight or self.solo.isolating():
             self.inflight.collect_finished()
-            if len(self.inflight) >= self.config.max_inflight or self._isolating():
+            if len(self.inflight) >= self.config.max_inflight or self.solo.isolating():
                 return None
         while True:
             usable = bool(self._buffer) and time.monotonic() <= self.session.renewals.valid_until
@@ -221,12 +222,12 @@ class Scheduler:
                 return None  # every buffered request waits for a busy slot or its start time
             entry_id, token = request.meta[metakeys.LEASE]
             if self._gates and (wait := self._gate_wait(request)) > 0:
-                # before _run_alone: a suspect in a closed domain is deferred, and must not
+                # before run_alone: a suspect in a closed domain is deferred, and must not
                 # release the whole buffer to run alone first
                 self.inflight.end(EndOp("defer", entry_id, token, request, wait))
                 self.session.wake()
                 continue
-            if request.meta.get(metakeys.SUSPECT) and not self._run_alone(request, entry_id):
+            if request.meta.get(metakeys.SUSPECT) and not self.solo.run_alone(request, entry_id):
                 return None
             self.inflight.add(entry_id, token, request)
             self._slots.handed(self.crawler, request)
@@ -288,7 +289,7 @@ class Scheduler:
         if lease.expiries:  # a page left unfinished: its links may be in Redis already
             self.handout.gate.guard.redo(lease.id)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
-            # its last chance before the dead-letter queue: run it alone (see _run_alone)
+            # its last chance before the dead-letter queue: run it alone (see scrapy_ha._solo)
             request.meta[metakeys.SUSPECT] = lease.expiries
         # one with a start time keeps its lease order, which is its domain's start order: a
         # slot hands out from its head only, so one placed before an earlier start would
@@ -306,7 +307,7 @@ class Scheduler:
         while Redis is down, the crawl is paused or closing, or a suspect runs alone:
         nothing comes then."""
         session = self.session
-        if not session.redis_ok or session.paused or session.stopping or self._solo is not None:
+        if not session.redis_ok or session.paused or session.stopping or self.solo.running:
             return False
         if self.outbox.held_back:
             return True
@@ -390,7 +391,7 @@ class Scheduler:
         slot has room, and its domain is open; else it goes to Redis with the next round, and
         comes back by lease."""
         session = self.session
-        if not session.redis_ok or session.stopping or session.paused or self._solo is not None:
+        if not session.redis_ok or session.stopping or session.paused or self.solo.running:
             return False
         if self._gates and self._gate_wait(request) > 0:
             return False
@@ -405,44 +406,6 @@ class Scheduler:
         """Can a buffered request go now: its domain's crawl-wide rate lets it start (else a
         timer wakes the engine at its time), and its download slot has room?"""
         return not self._starts.waits(request) and self._slots.free(self.crawler, request)
-
-    def _isolating(self) -> bool:
-        """True while a suspect runs alone, or waits for the engine to empty to do so."""
-        if self._solo is not None:
-            if self._solo in self.inflight:
-                return True
-            if not self.session.renewals.announcing():
-                self._solo = None
-        head = self._buffer[0] if self._buffer else None
-        return bool(head is not None and head.meta.get(metakeys.SUSPECT) and self.inflight)
-
-    def _run_alone(self, request: Request, entry_id: str) -> bool:
-        """A request whose lease expired on its last-but-one chance may be what kills
-        workers: run it with nothing else in flight or buffered, so that only its own lease
-        can expire with it and innocent neighbours never reach the poison threshold, and
-        only once Redis knows it was handed out (one renewal: a request that kills its
-        worker at once must count toward poison). Returns False (and keeps it first in
-        line) while other requests are in flight or Redis is being told."""
-        if self.inflight:
-            self._buffer.appendleft(request)
-            return False
-        self.outbox.releases += [r.meta[metakeys.LEASE] for r in self._buffer]
-        self._buffer.clear()
-        self._solo = entry_id
-        lease: Pair = (entry_id, request.meta[metakeys.LEASE][1])
-        if not self.session.renewals.reported(lease):
-            self._buffer.appendleft(request)
-            self.session.renewals.announce(lease, partial(_engine.wake, self.crawler))
-            self.session.wake()
-            return False
-        self.stats.inc_value("ha/suspects_isolated")
-        logger.info(
-            "Running %s alone: its lease expired %d time(s) before",
-            request,
-            request.meta[metakeys.SUSPECT],
-        )
-        self.session.wake()
-        return True
 
     def _gate_wait(self, request: Request) -> float:
         until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
