@@ -238,7 +238,7 @@ async def test_requests_redis_refuses_cost_no_callback_and_close_the_early_downl
     assert set(dropped) <= set(known) and len(dropped) >= downloaded_known
     assert stats["dupefilter/filtered"] == per_page
     scheduler = scheduler_for(crawler)
-    assert scheduler is None or not scheduler.handout.gate.guard.allows()
+    assert scheduler is not None and not scheduler.handout.gate.guard.allows()
 
 
 def _gate(*, opened: bool = True) -> tuple[gate_module.DownloadGate, MemoryStatsCollector]:
