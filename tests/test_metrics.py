@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha._crawls import UNKNOWN_CLASS, CrawlNumbers
 from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
-from scrapy_ha.metrics import UNKNOWN_CLASS, CrawlNumbers
 from scrapy_ha.stats import CrawlStats
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider

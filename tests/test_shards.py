@@ -18,13 +18,13 @@ from scrapy_ha import operations
 from scrapy_ha._cli_delayed import entries as delayed_entries
 from scrapy_ha._cli_report import build_report
 from scrapy_ha._connect import _refuse_unsharded_features
+from scrapy_ha._crawls import discover, read_crawls
 from scrapy_ha._queue import Fresh, NewEntry, RedisQueue
 from scrapy_ha._shards import ShardedQueue, check_shard_count, make_queue, shard_setting
 from scrapy_ha._shards_ops import dead_letters
 from scrapy_ha.config import ConfigError
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys, shard_of, task_shard
-from scrapy_ha.metrics import discover, read_crawls
 
 LEASE_MS = 30000
 
