@@ -16,8 +16,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from scrapy_ha._queue import RENEW_LUA, NewEntry, RedisQueue, renew_args, worker_stats
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RENEW_LUA, NewEntry, RedisQueue, renew_args, worker_stats
 
 KEYS = Keys("ha", "renewbench")
 #: Long enough that no lease expires while the benchmark runs.

@@ -21,14 +21,14 @@ from typing import Any
 
 import redis
 
-from scrapy_ha._scripts import SYNC_LUA
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.scripts import SYNC_LUA
 
 BATCH = 500
 #: The worker nonce of the numbered requests.
 NONCE = secrets.token_hex(8).encode()
 #: The old tree's script, as that tree assembles it (run from outside this tree).
-OLD_SCRIPT = "from scrapy_ha._scripts import SYNC_LUA; print(SYNC_LUA, end='')"
+OLD_SCRIPT = "from scrapy_ha.store.scripts import SYNC_LUA; print(SYNC_LUA, end='')"
 
 
 def old_sync(tree: str) -> str:

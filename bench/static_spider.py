@@ -100,7 +100,7 @@ class StaticBenchSpider(scrapy.Spider):
 
     def first_response(self) -> None:
         self.objects_at_first = len(gc.get_objects())
-        if self.settings.getbool("BENCH_GC_FREEZE"):  # as scrapy_ha._heap does
+        if self.settings.getbool("BENCH_GC_FREEZE"):  # as scrapy_ha.scheduler.session.heap does
             gc.collect()
             gc.freeze()
         if self.settings.getbool("BENCH_TWISTED_TICK"):

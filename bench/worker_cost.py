@@ -40,9 +40,9 @@ from scrapy import Request, Spider  # noqa: E402
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
-from scrapy_ha._queue import RedisQueue  # noqa: E402
 from scrapy_ha.demo import harness  # noqa: E402
 from scrapy_ha.keys import Keys  # noqa: E402
+from scrapy_ha.store.queue import RedisQueue  # noqa: E402
 from tests.test_keep import send  # noqa: E402
 from tests.test_scheduler_shell import FakeEngine, shell  # noqa: E402
 

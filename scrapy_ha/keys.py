@@ -248,7 +248,7 @@ class Keys:
 
     @property
     def domain_limits(self) -> str:
-        """Crawl-wide per-domain limits (see :mod:`scrapy_ha._politeness`)."""
+        """Crawl-wide per-domain limits (see :mod:`scrapy_ha.config.politeness`)."""
         return self._key("limits")
 
     @property

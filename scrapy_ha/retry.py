@@ -1,72 +1,29 @@
-"""Crawler-aware retries: every failure is classified into a delayed exponential retry
-or the dead-letter queue.
+"""The retry middlewares: ``RetryMiddleware`` (downloader) and ``ParseErrorMiddleware``
+(spider), and ``PermanentError`` for a callback's failure that must not be retried.
 
-``RetryMiddleware`` (a downloader middleware; the add-on puts it in place of Scrapy's
-``RetryMiddleware`` at 550) classifies responses and download exceptions;
-``ParseErrorMiddleware`` (a spider middleware) classifies exceptions raised by callbacks
-and by the item pipelines (``item_error``).
-Neither sleeps: a retry is returned to Scrapy as a copy of the request carrying its
-verdict, and the scheduler moves the original's lease to the delayed set atomically,
-so the downloader slot is freed at once and the retry survives any worker dying.
-
-Failure classes, each with its own budget and backoff:
-
-============  ==============================================  ===========================
-class         what                                            default
-============  ==============================================  ===========================
-network       timeouts, DNS, refused/reset, data loss, tunnel  5 retries from 1 s
-server        5xx, 408 (522, 524 are 5xx)                      5 retries from 3 s
-rate_limited  429, 503 with Retry-After                        5 retries, Retry-After first;
-                                                               the domain is closed for all
-banned        403, or the user's ban check                     3 retries (proxy rotated)
-parse         an exception from the callback                   2 retries from 10 s
-pipeline      an exception from an item pipeline (not DropItem) 5 retries from 1 s; the page
-                                                               is crawled again
-gone          404, 410                                         dead-letter at once
-client        other 4xx                                        dead-letter at once
-permanent     exception types the user lists                   dead-letter at once
-============  ==============================================  ===========================
+The documented import path; the implementation is :mod:`scrapy_ha.middlewares.retry`.
 """
 
-from __future__ import annotations
-
-import logging
-import time
-from typing import TYPE_CHECKING, Any
-
-from scrapy import signals
-from scrapy.exceptions import IgnoreRequest, NotConfigured
-from scrapy.http import Response
-from scrapy.spidermiddlewares.httperror import HttpError
-from scrapy.utils.python import global_object_name
-from twisted.python.failure import Failure as TwistedFailure
-
-from scrapy_ha import metakeys
-from scrapy_ha._policy import (
+from scrapy_ha.middlewares.retry import (
     CLASS_DEFAULTS,
     HISTORY_LIMIT,
     Failure,
+    FailureClass,
+    ParseErrorMiddleware,
     PermanentError,
     Policy,
+    RetryConfig,
+    RetryMiddleware,
+    Verdict,
     decide,
     retry_after_seconds,
 )
-from scrapy_ha._registry import scheduler_for
-from scrapy_ha.config import RetryConfig
-from scrapy_ha.verdict import FailureClass, Verdict
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
-    from typing import Self
-
-    from scrapy import Request, Spider
-    from scrapy.crawler import Crawler
 
 __all__ = [
     "CLASS_DEFAULTS",
-    "HISTORY_LIMIT",
     "Failure",
     "FailureClass",
+    "HISTORY_LIMIT",
     "ParseErrorMiddleware",
     "PermanentError",
     "Policy",
@@ -76,209 +33,3 @@ __all__ = [
     "decide",
     "retry_after_seconds",
 ]
-
-logger = logging.getLogger(__name__)
-
-#: Longest reason kept for an exception from a callback or a pipeline (its message can be huge).
-REASON_LIMIT = 300
-#: Characters of an item shown in a warning (items can be large).
-SHORT_ITEM = 200
-
-
-class RetryMiddleware:
-    """Downloader middleware: classify responses and download errors; retry later or give up.
-
-    A retry leaves as a copy of the request (``dont_filter``) with its :class:`Verdict` in
-    ``meta["ha_outcome"]``;
-    the scheduler turns it into a delayed retry of the original entry. A request given up on
-    goes on to the spider (its errback sees the error as usual) and is dead-lettered when
-    Scrapy has finished with it. ``dont_retry`` in meta switches all of this off.
-    """
-
-    def __init__(self, crawler: Crawler, config: RetryConfig) -> None:
-        self.crawler = crawler
-        self.config = config
-        self.stats = crawler.stats
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        if not RetryConfig.switched_on(crawler.settings):
-            raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
-        return cls(crawler, RetryConfig.from_settings(crawler.settings))
-
-    def process_response(self, request: Request, response: Response) -> Request | Response:
-        if request.meta.get("dont_retry"):
-            return response
-        fclass = self.config.classify_response(response)
-        if fclass is None or self._allowed_status(request, response):
-            return response
-        failure = Failure(
-            fclass,
-            f"HTTP {response.status}",
-            status=response.status,
-            retry_after=retry_after_seconds(response),
-        )
-        return self._handle(request, failure) or response
-
-    def process_exception(self, request: Request, exception: Exception) -> Request | None:
-        if request.meta.get("dont_retry"):
-            return None
-        fclass = self.config.classify_exception(exception)
-        if fclass is None:
-            return None
-        retry = self._handle(request, Failure(fclass, global_object_name(type(exception))))
-        if retry is None and request.errback is not None:
-            request.errback = _WatchedErrback(request, request.errback)
-        return retry
-
-    def _handle(self, request: Request, failure: Failure) -> Request | None:
-        worker, now_ms = _who_and_when(self.crawler)
-        verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
-        fclass = failure.failure_class
-        if verdict.delay is None:
-            self.stats.inc_value(f"ha/retry/gave_up/{fclass}")
-            return None
-        self.stats.inc_value("ha/retry/count")
-        self.stats.inc_value(f"ha/retry/{fclass}")
-        scheduler = scheduler_for(self.crawler)
-        if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
-            scheduler.close_gate(request, verdict.delay)
-        logger.debug(
-            "Retrying %s in %.1f s (%s, %s)", request, verdict.delay, fclass, failure.reason
-        )
-        return request.replace(dont_filter=True)
-
-    def _allowed_status(self, request: Request, response: Response) -> bool:
-        """True if the spider asked to handle this status itself (HttpErrorMiddleware's rules)."""
-        meta = request.meta
-        if meta.get("handle_httpstatus_all"):
-            return True
-        allowed = meta.get("handle_httpstatus_list")
-        if allowed is None:
-            allowed = getattr(self.crawler.spider, "handle_httpstatus_list", None) or []
-            allowed = [*allowed, *self.config.allowed_codes]
-        return response.status in [int(x) for x in allowed]
-
-
-class ParseErrorMiddleware:
-    """Spider middleware: an exception from a callback retries the page later, then
-    dead-letters it (class ``parse``); :class:`PermanentError` and the types in
-    ``HA_RETRY_PERMANENT_EXCEPTIONS`` dead-letter it at once. The exception is still
-    logged by Scrapy as usual.
-
-    An exception from an item pipeline (``item_error``, not ``DropItem``) does the same
-    for the page that yielded the item (class ``pipeline``): the page is crawled again
-    later, so the item is not lost while, say, the database is down. Scrapy 2.19 sends
-    ``item_error`` while the page is still unfinished in the engine (its items go
-    through the pipelines before the scraper lets go of it), so the verdict reaches
-    the scheduler before the page would be acked."""
-
-    def __init__(self, crawler: Crawler, config: RetryConfig) -> None:
-        self.crawler = crawler
-        self.config = config
-        crawler.signals.connect(self._item_error, signal=signals.item_error)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        if not RetryConfig.switched_on(crawler.settings):
-            raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
-        return cls(crawler, RetryConfig.from_settings(crawler.settings))
-
-    async def process_spider_output(
-        self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None
-    ) -> AsyncIterator[Any]:
-        """Pass the output on; note when the errback of a given-up request handled it."""
-        async for x in result:
-            yield x
-        request = response.request
-        if request is None or request.errback is None or response.status < 300:
-            return
-        verdict = Verdict.from_meta(request.meta)
-        if verdict is not None and not verdict.is_retry:
-            # the spider's errback had its say: no ERROR for it
-            request.meta[metakeys.OUTCOME] = verdict.handled_by_errback()
-
-    def process_spider_exception(
-        self, response: Response, exception: Exception, spider: Spider | None = None
-    ) -> None:
-        request = response.request
-        if request is None or request.meta.get("dont_retry"):
-            return
-        if metakeys.OUTCOME in request.meta or isinstance(exception, _NOT_PARSE_ERRORS):
-            return  # judged by RetryMiddleware already (an HTTP error), or not a parse error
-        permanent = isinstance(exception, self.config.permanent_exceptions)
-        self._judge(request, FailureClass.PERMANENT if permanent else FailureClass.PARSE, exception)
-
-    def _item_error(
-        self, item: Any, response: Any = None, failure: Any = None, **kwargs: Any
-    ) -> None:
-        request = response.request if isinstance(response, Response) else None
-        if request is None or request.meta.get("dont_retry"):
-            logger.warning(
-                "Item %r failed in the pipelines and cannot be retried (it comes "
-                "from no downloaded page, or the page has dont_retry)",
-                _short(item),
-            )
-            return
-        if metakeys.OUTCOME in request.meta:
-            return  # the page is judged already (another of its items, or its callback)
-        exception = getattr(failure, "value", None) or RuntimeError("item pipeline error")
-        self._judge(request, FailureClass.PIPELINE, exception)
-
-    def _judge(self, request: Request, fclass: FailureClass, exception: BaseException) -> None:
-        worker, now_ms = _who_and_when(self.crawler)
-        reason = f"{global_object_name(type(exception))}: {exception}"[:REASON_LIMIT]
-        failure = Failure(fclass, reason)
-        verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
-        if verdict.is_retry:
-            self.crawler.stats.inc_value("ha/retry/count")
-            self.crawler.stats.inc_value(f"ha/retry/{fclass}")
-        else:
-            self.crawler.stats.inc_value(f"ha/retry/gave_up/{fclass}")
-
-
-class _WatchedErrback:
-    """The spider's errback of a download error given up on, noting in the request's
-    verdict that it handled the error (it returned), so that the dead letter is logged at
-    INFO and says ``"errback": true``, as for an HTTP error.
-
-    Scrapy 2.19 calls the errback of a download error directly from the scraper, outside
-    the spider middlewares (``Scraper._scrape``), so no middleware sees it succeed. The
-    spider's own method is put back on the request before it runs; until then this
-    stands in for it with its ``__name__`` and ``__func__``, so that a request stored
-    before the call (another middleware made a copy of it) stores the spider's method."""
-
-    def __init__(self, request: Request, errback: Callable[[TwistedFailure], Any]) -> None:
-        self.request = request
-        self.errback = errback
-        self.__name__ = getattr(errback, "__name__", "")
-        self.__func__ = getattr(errback, "__func__", errback)
-
-    def __call__(self, failure: TwistedFailure) -> Any:
-        request = self.request
-        request.errback = self.errback
-        output = self.errback(failure)  # raising: not handled, Scrapy logs it as usual
-        if isinstance(output, TwistedFailure):
-            return output  # handed back: Scrapy raises it, as unhandled
-        verdict = Verdict.from_meta(request.meta)
-        if verdict is not None and not verdict.is_retry:
-            request.meta[metakeys.OUTCOME] = verdict.handled_by_errback()
-        return output
-
-
-def _who_and_when(crawler: Crawler) -> tuple[str, int]:
-    """This worker's id and the Redis server's clock (the local clock without scrapy-ha's
-    scheduler). ``is None``: the scheduler has a length, and an empty one is falsy."""
-    scheduler = scheduler_for(crawler)
-    if scheduler is None:
-        return "", int(time.time() * 1000)
-    return scheduler.config.worker_id, scheduler.server_time_ms()
-
-
-def _short(item: Any) -> str:
-    return repr(item)[:SHORT_ITEM]
-
-
-#: Exceptions a callback's output may carry that are no parse error: an HTTP error that
-#: RetryMiddleware judged already, or a request the spider chose to ignore.
-_NOT_PARSE_ERRORS = (HttpError, IgnoreRequest)

@@ -14,9 +14,9 @@ import redis.asyncio
 from scrapy import Request
 
 from scrapy_ha import metakeys
-from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.codec import describe, encode_request
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY_HA = str(Path(sys.executable).parent / "scrapy-ha")

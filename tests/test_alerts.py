@@ -14,7 +14,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config import ConfigError
+from scrapy_ha.config.scheduler import ConfigError
 from scrapy_ha.keys import Keys
 from tests.spiders import FaultSpider
 from tests.test_dlq import cli
@@ -112,7 +112,7 @@ def test_the_webhook_must_be_an_http_url():
     from scrapy.settings import Settings
     from scrapy.statscollectors import MemoryStatsCollector
 
-    from scrapy_ha.alerts import DeadLetterAlert
+    from scrapy_ha.deadletters.alerts import DeadLetterAlert
 
     stats = MemoryStatsCollector(get_crawler(FaultSpider))
     with pytest.raises(ConfigError, match="HA_DLQ_ALERT_WEBHOOK='ftp://x' must be an http"):

@@ -9,7 +9,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.archive import ARCHIVE_MARK, Archive
+from scrapy_ha.deadletters.archive import ARCHIVE_MARK, Archive
 from scrapy_ha.keys import Keys
 from tests.spiders import FaultSpider
 from tests.test_dlq import PATHS, cli

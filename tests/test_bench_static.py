@@ -91,7 +91,7 @@ def test_static_bench_quick(tmp_path):
 def test_profile_summary_counts_scrapy_ha_inclusively(tmp_path):
     import cpu_profile
 
-    ha, rp = "/v/site-packages/scrapy_ha/scheduler.py", "/v/site-packages/redis/client.py"
+    ha, rp = "/v/site-packages/scrapy_ha/scheduler/shell.py", "/v/site-packages/redis/client.py"
     loop = "_run_once (/py/asyncio/base_events.py:1)"
     raw = tmp_path / "raw.txt"
     raw.write_text(
@@ -106,7 +106,7 @@ def test_profile_summary_counts_scrapy_ha_inclusively(tmp_path):
     assert summary["under_pct"] == {"scrapy_ha": 40.0, "redis": 30.0}
     assert summary["innermost_package_pct"] == {"scrapy": 50.0, "redis-py": 30.0, "scrapy-ha": 10.0}
     assert summary["functions_inclusive_pct"] == {
-        "_round (scrapy_ha/scheduler.py)": 30.0,
+        "_round (scrapy_ha/scheduler/shell.py)": 30.0,
         "execute (redis/client.py)": 30.0,
-        "next_request (scrapy_ha/scheduler.py)": 10.0,
+        "next_request (scrapy_ha/scheduler/shell.py)": 10.0,
     }

@@ -12,7 +12,7 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha.checkpoint import CheckpointMiddleware, _Progress
+from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware, _Progress
 
 #: Items of one feed page (the issue's size).
 FEED_PAGE_ITEMS = 100_000

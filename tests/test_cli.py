@@ -18,8 +18,8 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.demo import harness
-from scrapy_ha.dlq import DeadLetterQueue
 from tests.spiders import FaultSpider
 from tests.test_crash import wait_for_items, worker
 from tests.test_retry_crawl import FAST_RETRIES

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from scrapy_ha import _cli_delayed, _cli_pause, _cli_push, _cli_status, _cli_workers, cli
+from scrapy_ha.cli import delayed, pause, push, status, workers
+from scrapy_ha.cli import main as cli
 
 if TYPE_CHECKING:
     import argparse
@@ -25,14 +26,14 @@ COMMANDS = [
     (["checkpoints", "list", "books"], cli.checkpoints_list),
     (["checkpoints", "show", "books", "shelf"], cli.checkpoints_show),
     (["checkpoints", "reset", "books", "--all"], cli.checkpoints_reset),
-    (["workers", "books", "--json"], _cli_workers.workers),
-    (["push", "books", "http://a.example/"], _cli_push.push),
-    (["pause", "books"], _cli_pause.pause),
-    (["resume", "books"], _cli_pause.resume),
-    (["delayed", "list", "books", "--class", "server"], _cli_delayed.delayed_list),
-    (["delayed", "retry-now", "books", "--all", "--dry-run"], _cli_delayed.delayed_retry_now),
+    (["workers", "books", "--json"], workers.workers),
+    (["push", "books", "http://a.example/"], push.push),
+    (["pause", "books"], pause.pause),
+    (["resume", "books"], pause.resume),
+    (["delayed", "list", "books", "--class", "server"], delayed.delayed_list),
+    (["delayed", "retry-now", "books", "--all", "--dry-run"], delayed.delayed_retry_now),
 ]
-MODULES = (cli, _cli_status, _cli_workers, _cli_push, _cli_pause, _cli_delayed)
+MODULES = (cli, status, workers, push, pause, delayed)
 
 
 @pytest.mark.parametrize(("argv", "func"), COMMANDS, ids=lambda v: getattr(v, "__name__", ""))

@@ -12,7 +12,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._cli_push import BadLine, parse_line
+from scrapy_ha.cli.push import BadLine, parse_line
 from tests.cli_seed import scrapy_ha
 from tests.test_retry_crawl import FAST_RETRIES
 

@@ -19,8 +19,7 @@ from scrapy.http import FormRequest
 from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._codec import trust
-from scrapy_ha.codec import CodecError, decode_request, encode_request
+from scrapy_ha.codec import CodecError, decode_request, encode_request, trust
 
 
 @dataclasses.dataclass

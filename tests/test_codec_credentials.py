@@ -9,7 +9,7 @@ import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.codec import encode_request, mask_payload
-from scrapy_ha.dlq import DeadLetterQueue
+from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from tests.test_cli import crawl, scrapy_ha
 from tests.test_dashboard_api import ENCODED, SECRETS, CredentialSpider
 

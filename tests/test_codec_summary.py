@@ -13,8 +13,8 @@ import scrapy
 from scrapy.http import JsonRequest
 
 from scrapy_ha import metakeys
-from scrapy_ha._codec import document as stored
 from scrapy_ha.codec import decode_request, describe, encode_request, reset_attempts
+from scrapy_ha.codec import document as stored
 
 ROOT = Path(__file__).resolve().parent.parent
 

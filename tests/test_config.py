@@ -9,7 +9,7 @@ import socket
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_ha.config import ConfigError, SchedulerConfig
+from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
 
 
 def test_defaults():
@@ -64,7 +64,7 @@ def test_dupefilter_class_switches_redis_deduplication(value, dedupe):
 def test_the_worker_id_names_the_scrapyd_job_once(monkeypatch):
     """``host:pid[:job]:random``, whether the job comes from scrapyd's environment, the
     spider's ``_job`` argument, or both (scrapyd sets both)."""
-    from scrapy_ha.config import default_worker_id
+    from scrapy_ha.config.scheduler import default_worker_id
 
     prefix = f"{re.escape(socket.gethostname())}:{os.getpid()}"
     monkeypatch.delenv("SCRAPY_JOB", raising=False)

@@ -10,8 +10,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.checkpoint import CheckpointMiddleware
-from scrapy_ha.config import (
+from scrapy_ha.config.scheduler import (
     CheckpointConfig,
     ConfigError,
     CookiesConfig,
@@ -21,9 +20,10 @@ from scrapy_ha.config import (
     SchedulerConfig,
     UserAgentConfig,
 )
-from scrapy_ha.cookies import SharedCookiesMiddleware
-from scrapy_ha.proxy import ProxyMiddleware
-from scrapy_ha.retry import RetryMiddleware
+from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware
+from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware
+from scrapy_ha.middlewares.proxy import ProxyMiddleware
+from scrapy_ha.middlewares.retry import RetryMiddleware
 from scrapy_ha.verdict import FailureClass
 
 DEFAULTS = Settings()

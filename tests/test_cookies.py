@@ -14,8 +14,8 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.addon import Addon
-from scrapy_ha.cookies import SharedJars, jar_field
 from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.cookies import SharedJars, jar_field
 from tests.realworld.test_realworld import Shop, _collect, _start
 
 if TYPE_CHECKING:
@@ -139,8 +139,8 @@ def test_a_request_leaves_the_downloader_without_the_cookie_values():
     from scrapy import Request
     from scrapy.http import HtmlResponse
 
-    from scrapy_ha.cookies import SharedCookiesMiddleware, SharedJars
     from scrapy_ha.keys import Keys
+    from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware, SharedJars
 
     mw = SharedCookiesMiddleware(shared=True)
     mw._jars = SharedJars(client=None, keys=Keys("ha", "shop"))

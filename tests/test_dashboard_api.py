@@ -20,12 +20,12 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.codec import encode_request
 from scrapy_ha.dashboard import _data
 from scrapy_ha.dashboard._guard import CSRF_COOKIE
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 from tests.spiders import FaultSpider
 from tests.test_retry_crawl import FAST_RETRIES
 

@@ -2,7 +2,7 @@
 on its way (``HA_EARLY_DOWNLOAD``): what comes of it waits for the round's verdict, so a
 request Redis refuses costs a download, never a callback or an errback. Other methods wait
 for the verdict before they download, and a worker whose new requests Redis often refuses
-stops downloading early (scrapy_ha._gate.EarlyGuard)."""
+stops downloading early (scrapy_ha.scheduler.gate.EarlyGuard)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha import _gate as gate_module
 from scrapy_ha import metakeys
-from scrapy_ha._admission import FINGERPRINT_BYTES
-from scrapy_ha._engine import gate_downloads
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
-from scrapy_ha.scheduler import scheduler_for
+from scrapy_ha.scheduler import gate as gate_module
+from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
+from scrapy_ha.scheduler.engine import gate_downloads
+from scrapy_ha.scheduler.shell import scheduler_for
 from tests.test_fresh_handout import settings as fresh_settings
 
 if TYPE_CHECKING:

@@ -14,10 +14,10 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha._queue import NewEntry, RedisQueue
-from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
-from scrapy_ha.scheduler import Scheduler
+from scrapy_ha.scheduler.shell import Scheduler
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 
 KEYS = Keys("ha", "early")
 #: The sync's lease length (ms); a renewal sets HA_LEASE_TIME (far longer), told apart.

@@ -20,8 +20,8 @@ import redis as redis_lib
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._queue import ChildrenLost, NewEntry, RedisQueue
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import ChildrenLost, NewEntry, RedisQueue
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_redis_failover import DEADLINE, IN_FLIGHT, caught_up, crawl_settings, until

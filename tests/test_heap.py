@@ -1,5 +1,5 @@
-"""scrapy_ha._heap: with HA_GC_FREEZE a worker's start-up heap is out of the garbage
-collector's passes while it crawls, and back in them once the crawl closes; with
+"""With HA_GC_FREEZE (scrapy_ha.scheduler.session.heap) a worker's start-up heap is out of the
+garbage collector's passes while it crawls, and back in them once the crawl closes; with
 HA_TIMER_SWEEP the asyncio reactor drops cancelled timers while it crawls."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._heap import TimerSweep
+from scrapy_ha.scheduler.session.heap import TimerSweep
 from tests.spiders import CatalogueSpider
 from tests.test_scheduler_crawl import settings
 
@@ -147,7 +147,8 @@ def test_the_sweep_never_installs_a_reactor():
     # with TWISTED_REACTOR_ENABLED=False there is none: importing twisted.internet.reactor
     # would install the default one (or fail under AsyncCrawlerProcess's import hook)
     code = (
-        "import sys; from scrapy_ha._heap import TimerSweep; s = TimerSweep(1.0); s.start(); "
+        "import sys; from scrapy_ha.scheduler.session.heap import TimerSweep; "
+        "s = TimerSweep(1.0); s.start(); "
         "assert s._call is None; assert 'twisted.internet.reactor' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

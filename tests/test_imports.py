@@ -107,7 +107,7 @@ def test_the_walker_sees_module_and_function_level_imports():
         "from typing import TYPE_CHECKING\n"
         "from scrapy_ha import metakeys\n"
         "if TYPE_CHECKING:\n"
-        "    from scrapy_ha.config import ConfigError\n"
+        "    from scrapy_ha.config.scheduler import ConfigError\n"
         "def f():\n"
         "    from scrapy_ha.retry import RetryMiddleware\n"
     )
@@ -117,10 +117,10 @@ def test_the_walker_sees_module_and_function_level_imports():
 
 
 def test_the_middlewares_do_not_import_the_scheduler():
-    """They reach it through scrapy_ha._registry, which imports no scrapy_ha module."""
+    """They reach it through scrapy_ha.middlewares.registry, which imports no scrapy_ha module."""
     for name in ("retry", "proxy", "checkpoint", "cookies", "parent", "useragent"):
-        assert "scrapy_ha.scheduler" not in GRAPH[f"scrapy_ha.{name}"], name
-    assert GRAPH["scrapy_ha._registry"] == set()
+        assert "scrapy_ha.scheduler" not in GRAPH[f"scrapy_ha.middlewares.{name}"], name
+    assert GRAPH["scrapy_ha.middlewares.registry"] == set()
 
 
 def test_no_import_cycle():

@@ -1,6 +1,6 @@
-"""A LIFO worker alone keeps its new requests in its buffer (scrapy_ha._keep): stored leased
-to it by the round that sends them, ahead of the older leases of their priority, within the
-buffer's bound; what no longer fits goes back to Redis. The shell with the fake session of
+"""A LIFO worker alone keeps its new requests in its buffer (scrapy_ha.scheduler.keep): stored
+leased to it by the round that sends them, ahead of the older leases of their priority, within
+the buffer's bound; what no longer fits goes back to Redis. The shell with the fake session of
 tests/test_scheduler_shell.py; sync.lua on a real redis-server; tests/test_same_order.py
 compares whole crawls with Scrapy's own scheduler."""
 
@@ -12,9 +12,9 @@ import redis.asyncio
 from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha._queue import Lease, NewEntry, RedisQueue
-from scrapy_ha._wire import Fresh, packed_children
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import Lease, NewEntry, RedisQueue
+from scrapy_ha.store.wire import Fresh, packed_children
 from tests.test_scheduler_shell import shell
 
 

@@ -16,11 +16,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha._keeper import LeaseKeeper
-from scrapy_ha._queue import NewEntry, RedisQueue
-from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
-from scrapy_ha.scheduler import Scheduler
+from scrapy_ha.scheduler.session.keeper import LeaseKeeper
+from scrapy_ha.scheduler.shell import Scheduler
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 
 KEYS = Keys("ha", "fence")
 PAGE = b'{"v":1,"u":"http://a.test/list1"}'
@@ -129,7 +129,7 @@ async def test_a_refused_child_is_enqueued_when_the_page_is_redone(redis_url):
     again = Request("http://a.test/list2", meta={metakeys.PARENT: (b.id, b.token)})
     assert s.enqueue_request(again)  # not a duplicate: the first was never stored
     await s.session._sync(lease=0)
-    # stored: kept in the buffer of this worker (alone: scrapy_ha._keep), leased to it
+    # stored: kept in the buffer of this worker (alone: scrapy_ha.scheduler.keep), leased to it
     assert [r.url for r in s._buffer] == ["http://a.test/list2"]
     assert (await q.counts()).leased == 2  # the page and its child
     await q.client.aclose()
@@ -198,7 +198,7 @@ async def test_a_stale_deferral_is_not_counted_as_deferred(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     s = scheduler(q)
     a, b = await leased_again(q)
-    from scrapy_ha._outbox import EndOp
+    from scrapy_ha.scheduler.outbox import EndOp
 
     await s.session.ends.end(EndOp("defer", a.id, a.token, Request("http://a.test/list1"), 5.0))
     assert s.stats.get_value("ha/deferred") is None

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from scrapy_ha import _scripts
-from scrapy_ha._queue import clamp_priority
+from scrapy_ha.store import scripts as _scripts
+from scrapy_ha.store.queue import clamp_priority
 
 if TYPE_CHECKING:
     import redis
 
-LUA = files("scrapy_ha").joinpath("lua")
+LUA = files("scrapy_ha.store").joinpath("lua")
 SCRIPTS = sorted(p.name[: -len(".lua")] for p in LUA.iterdir() if p.name.endswith(".lua"))
 LIBS = sorted(p.name[: -len(".lua")] for p in LUA.joinpath("lib").iterdir())
 FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)

@@ -14,9 +14,9 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._queue import Fresh, NewEntry, RedisQueue, renew_args, worker_stats
-from scrapy_ha._scripts import RENEW_LUA
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import Fresh, NewEntry, RedisQueue, renew_args, worker_stats
+from scrapy_ha.store.scripts import RENEW_LUA
 from tests.spiders import CatalogueSpider
 
 KEYS = Keys("ha", "s")

@@ -19,11 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha._crawls import UNKNOWN_CLASS, CrawlNumbers
-from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
-from scrapy_ha.stats import CrawlStats
+from scrapy_ha.ops.crawls import UNKNOWN_CLASS, CrawlNumbers
+from scrapy_ha.ops.stats import CrawlStats
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider
 from tests.test_cli import SCRAPY_HA, crawl

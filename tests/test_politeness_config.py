@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_ha._politeness import DomainLimit, Politeness
-from scrapy_ha.config import ConfigError, SchedulerConfig
+from scrapy_ha.config.politeness import DomainLimit, Politeness
+from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
 
 
 def politeness(**settings: object) -> Politeness:

@@ -20,7 +20,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f, maybe_deferred_to_future
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.scheduler import Scheduler
+from scrapy_ha.scheduler.shell import Scheduler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -15,7 +15,7 @@ from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError, DNSLookupError
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.proxy import MAX_PROXY_STATS, ProxyMiddleware, ProxyPool, tunnel_status
+from scrapy_ha.middlewares.proxy import MAX_PROXY_STATS, ProxyMiddleware, ProxyPool, tunnel_status
 from tests.spiders import FaultSpider
 from tests.test_proxy import settings
 
@@ -100,7 +100,7 @@ async def test_shared_cooldowns_use_the_server_clock_and_are_pruned(redis_url, r
         ),
     )
     await crawler.crawl_async(base_url=site.url, paths=())  # opens the scheduler, then closes
-    from scrapy_ha.scheduler import Scheduler
+    from scrapy_ha.scheduler.shell import Scheduler
 
     scheduler = Scheduler.from_crawler(crawler)
     crawler.spider = FaultSpider(base_url=site.url)

@@ -9,8 +9,8 @@ import json
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha._queue import NewEntry, RedisQueue
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 
 KEYS = Keys("ha", "s")
 

@@ -25,7 +25,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._connection import jittered
+from scrapy_ha.store.connection import jittered
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha

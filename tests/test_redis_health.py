@@ -11,7 +11,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._health import node_problems
+from scrapy_ha.store.health import node_problems
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
@@ -68,7 +68,7 @@ async def test_a_worker_warns_once_and_status_says_it(evicting_redis, site, capl
     caplog.set_level(logging.WARNING, logger="scrapy_ha")
     for _ in range(2):  # a second crawl in the same process: said once
         await get_crawler(CatalogueSpider, settings).crawl_async(base_url=site.url)
-    warnings = [r.getMessage() for r in caplog.records if r.name == "scrapy_ha._health"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "scrapy_ha.store.health"]
     assert len(warnings) == 2, warnings
     assert all(w.startswith(f"Redis at {url}: ") for w in warnings)
     assert "maxmemory-policy is allkeys-lru" in warnings[0] and "noeviction" in warnings[0]

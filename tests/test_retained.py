@@ -1,5 +1,5 @@
 """What a worker keeps of the children Redis confirmed, for a failover that loses them
-(scrapy_ha._outbox.Retained): kept while their page is held, roots for a while and while
+(scrapy_ha.scheduler.outbox.Retained): kept while their page is held, roots for a while and while
 crawled, and what is stored again when a server lacks them."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import weakref
 
 import scrapy
 
-from scrapy_ha import _outbox
-from scrapy_ha._outbox import Retained
-from scrapy_ha._wire import Fresh, NewEntry
+from scrapy_ha.scheduler import outbox as _outbox
+from scrapy_ha.scheduler.outbox import Retained
+from scrapy_ha.store.wire import Fresh, NewEntry
 
 PAGE = ("7", "tok-7")
 

@@ -8,8 +8,8 @@ from scrapy.http import Response
 from scrapy.settings import Settings
 from twisted.internet.error import DNSLookupError, TimeoutError
 
-from scrapy_ha.config import ConfigError
-from scrapy_ha.retry import (
+from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.middlewares.retry import (
     Failure,
     PermanentError,
     Policy,

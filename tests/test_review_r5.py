@@ -11,9 +11,9 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha._inflight import InFlight
-from scrapy_ha._outbox import Outbox
-from scrapy_ha._queue import NewEntry
+from scrapy_ha.scheduler.inflight import InFlight
+from scrapy_ha.scheduler.outbox import Outbox
+from scrapy_ha.store.queue import NewEntry
 from tests.test_shards import entry, lease_all, sharded
 
 

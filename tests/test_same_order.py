@@ -99,7 +99,7 @@ async def test_with_scrapys_defaults_the_same_spider_downloads_in_the_same_order
     redis_url, site_factory
 ):
     """LIFO and DownloaderAwarePriorityQueue: a worker keeps its new requests in its buffer
-    (scrapy_ha._keep), ahead of those it leased before them."""
+    (scrapy_ha.scheduler.keep), ahead of those it leased before them."""
     orders = await _orders(redis_url, _slow_site(site_factory), {})
     assert orders["scrapy_ha.Scheduler"] == orders[SCRAPY]
 

@@ -3,7 +3,7 @@
 The shell's contract with its session is scrapy-ha's own (an Outbox the shell fills, leases
 handed in through ``Scheduler.take``), so a fake session is the right stand-in here: these
 tests need no Redis and no reactor. The engine is a stand-in too, holding only the sets
-:mod:`scrapy_ha._engine` reads; the real ones are covered by the crawl tests.
+:mod:`scrapy_ha.scheduler.engine` reads; the real ones are covered by the crawl tests.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from scrapy.utils.defer import deferred_f_from_coro_f, maybe_deferred_to_future
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha._outbox import EndOp
-from scrapy_ha._queue import Lease
-from scrapy_ha._renewal import Renewals
 from scrapy_ha.codec import decode_request
-from scrapy_ha.config import SchedulerConfig
-from scrapy_ha.scheduler import Scheduler
+from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.scheduler.outbox import EndOp
+from scrapy_ha.scheduler.session.renewal import Renewals
+from scrapy_ha.scheduler.shell import Scheduler
+from scrapy_ha.store.queue import Lease
 from scrapy_ha.verdict import FailureClass, Verdict
 
 
@@ -87,7 +87,7 @@ class ShellUnderTest(Scheduler):
 
 
 class FakeEngine:
-    """The engine state :mod:`scrapy_ha._engine` reads: a request is unfinished while it
+    """The engine state :mod:`scrapy_ha.scheduler.engine` reads: a request is unfinished while it
     is in ``downloader.active``; no download slot is busy."""
 
     def __init__(self) -> None:

@@ -17,9 +17,9 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._queue import RedisQueue
-from scrapy_ha._session import Session
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.session.session import Session
+from scrapy_ha.store.queue import RedisQueue
 
 #: A crawl of the small site takes about a second; one that hangs is cut at this.
 BOUND = 60
@@ -81,7 +81,7 @@ async def test_workers_setting_the_same_garbage_aside_at_once_rename_it_once(red
 
 @deferred_f_from_coro_f
 async def test_a_failure_to_set_garbage_aside_does_not_stop_the_crawl(redis_url, site, monkeypatch):
-    from scrapy_ha import _ends
+    from scrapy_ha.scheduler.session import ends as _ends
 
     calls = {"n": 0}
     real_sync, real_bad = RedisQueue.sync, _ends.Ends.bad_data

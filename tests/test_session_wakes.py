@@ -9,7 +9,7 @@ import asyncio
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha._session import Session
+from scrapy_ha.scheduler.session.session import Session
 from tests.test_scheduler_shell import shell
 
 #: The tick of these tests: far longer than any test may take, so a round that runs before

@@ -14,17 +14,17 @@ from fastapi.testclient import TestClient
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha import operations
-from scrapy_ha._cli_delayed import entries as delayed_entries
-from scrapy_ha._cli_report import build_report
-from scrapy_ha._connect import _refuse_unsharded_features
-from scrapy_ha._crawls import discover, read_crawls
-from scrapy_ha._queue import Fresh, NewEntry, RedisQueue
-from scrapy_ha._shards import ShardedQueue, check_shard_count, make_queue, shard_setting
-from scrapy_ha._shards_ops import dead_letters
-from scrapy_ha.config import ConfigError
+from scrapy_ha.cli.delayed import entries as delayed_entries
+from scrapy_ha.cli.report import build_report
+from scrapy_ha.config.scheduler import ConfigError
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys, shard_of, task_shard
+from scrapy_ha.ops import operations
+from scrapy_ha.ops.crawls import discover, read_crawls
+from scrapy_ha.ops.shards import dead_letters
+from scrapy_ha.scheduler.session.connect import _refuse_unsharded_features
+from scrapy_ha.store.queue import Fresh, NewEntry, RedisQueue
+from scrapy_ha.store.shards import ShardedQueue, check_shard_count, make_queue, shard_setting
 
 LEASE_MS = 30000
 

@@ -17,7 +17,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config import DOWNLOADER_AWARE_QUEUE, SchedulerConfig
+from scrapy_ha.config.scheduler import DOWNLOADER_AWARE_QUEUE, SchedulerConfig
 from tests.spiders import FedSpider
 
 #: Two requests for each of three slots, in the order they are queued.

@@ -13,7 +13,7 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config import (
+from scrapy_ha.config.scheduler import (
     CLUSTER_START_URLS_KEY,
     DEFAULT_START_URLS_KEY,
     ConfigError,

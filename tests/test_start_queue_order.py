@@ -10,9 +10,9 @@ import redis.asyncio
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha._queue import NewEntry, RedisQueue
-from scrapy_ha.config import SchedulerConfig
+from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import NewEntry, RedisQueue
 
 KEYS = Keys("ha", "s")
 

@@ -23,7 +23,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.stats import read_crawl_stats
+from scrapy_ha.ops.stats import read_crawl_stats
 from tests.spiders import CatalogueSpider, FaultSpider
 from tests.test_dlq import SCRAPY_HA, cli
 from tests.test_retry_crawl import FAST_RETRIES

@@ -9,7 +9,7 @@ import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.stores import CheckpointStore, ProxyCooldowns, StoredCheckpoint
+from scrapy_ha.store.state import CheckpointStore, ProxyCooldowns, StoredCheckpoint
 
 KEYS = Keys("ha", "books")
 OTHER = Keys("ha", "books2")  # a crawl whose name starts like ours: none of its keys are ours

@@ -15,13 +15,13 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha._cli_common import command
+from scrapy_ha.cli.common import command
 from scrapy_ha.dashboard._guard import TOKEN_ENV, is_loopback_bind
 
 if TYPE_CHECKING:
     import argparse
 
-    from scrapy_ha._queue import RedisQueue
+    from scrapy_ha.store.queue import RedisQueue
 
 #: Loopback only: nothing outside this machine reaches a dashboard without a token.
 DEFAULT_HOST = "127.0.0.1"

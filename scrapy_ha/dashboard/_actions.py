@@ -10,9 +10,9 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from scrapy_ha import operations
-from scrapy_ha._queue import RedisQueue
-from scrapy_ha.dlq import DeadLetterQueue
+from scrapy_ha.deadletters.dlq import DeadLetterQueue
+from scrapy_ha.ops import operations
+from scrapy_ha.store.queue import RedisQueue
 
 #: An action's work: the crawl's queue and the selected entry ids -> how many it touched.
 Run = Callable[[RedisQueue, list[str]], Awaitable[int]]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scrapy_ha.stats import CrawlStats
+    from scrapy_ha.ops.stats import CrawlStats
 
 #: The chart's drawing box (SVG user units): wide and low, a sparkline.
 WIDTH, HEIGHT = 240, 48

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha._codec.document import META
-from scrapy_ha._crawls import unsharded
 from scrapy_ha.codec import RequestSummary, describe, mask_url
-from scrapy_ha.dlq import DeadEntry, parse_entry
-from scrapy_ha.stats import CrawlStats, read_crawl_stats_async
+from scrapy_ha.codec.document import META
+from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
+from scrapy_ha.ops.crawls import unsharded
+from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
     from scrapy_ha.dashboard._actions import Action

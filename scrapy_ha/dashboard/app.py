@@ -20,9 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from scrapy_ha._cli_workers import live_workers
-from scrapy_ha._queue import RedisQueue
-from scrapy_ha._shards import make_queue
+from scrapy_ha.cli.workers import live_workers
 from scrapy_ha.codec import describe, mask_payload
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action
@@ -43,11 +41,13 @@ from scrapy_ha.dashboard._data import (
     today_ms,
 )
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.shards import make_queue
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from scrapy_ha.stats import CrawlStats
+    from scrapy_ha.ops.stats import CrawlStats
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,84 @@
+"""``scrapy-ha dlq archive SPIDER``: copy the dead letters not archived yet into the SQL
+archive (:mod:`scrapy_ha.deadletters.archive`), and what ``dlq purge`` says of the
+entries it keeps for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.config import validate as check
+from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive, archive_crawl
+from scrapy_ha.deadletters.dlq import DeadLetterQueue
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from scrapy_ha.store.queue import RedisQueue
+
+
+def _archive_url(args: argparse.Namespace) -> tuple[str, str]:
+    if args.url:
+        return args.url, args.table or DEFAULT_TABLE
+    try:
+        from scrapy.utils.project import get_project_settings
+
+        settings = get_project_settings()
+    except Exception:  # not in a project
+        return "", DEFAULT_TABLE
+    url = check.text(settings, "HA_DLQ_ARCHIVE_URL", "")
+    return url, args.table or check.text(settings, "HA_DLQ_ARCHIVE_TABLE", DEFAULT_TABLE)
+
+
+async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Copy the dead letters not archived yet into the SQL archive (--url, or the project's
+    HA_DLQ_ARCHIVE_URL); idempotent."""
+    url, table = _archive_url(args)
+    if not url:
+        print(
+            "no archive: pass --url (e.g. sqlite:///failed.db) or set HA_DLQ_ARCHIVE_URL in "
+            "the project's settings",
+            file=sys.stderr,
+        )
+        return 1
+    archive = Archive(url, table)
+    started = time.monotonic()
+    try:
+        run = await archive_crawl(DeadLetterQueue(queue), archive, dry_run=args.dry_run)
+    except Exception as exc:
+        if isinstance(exc, ConfigError) or not type(exc).__module__.startswith("sqlalchemy"):
+            raise
+        print(f"error: archive {archive.display_url}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        await asyncio.to_thread(archive.close)
+    classes = ", ".join(f"{c} {n}" for c, n in sorted((run.by_class or {}).items()))
+    verb = "would copy" if args.dry_run else "copied"
+    print(
+        f"{verb} {run.copied} of {run.dead} dead letter(s) of {queue.keys.spider} to "
+        f"{archive.display_url} table {archive.table.name}"
+        + (f" ({classes})" if classes else "")
+        + ("" if args.dry_run else f" in {time.monotonic() - started:.1f}s")
+    )
+    return 0
+
+
+def unarchived_kept(spider: str, n: int) -> str:
+    """What ``dlq purge`` says of the entries it kept because they are not archived yet."""
+    return (
+        f"kept {n} entr{'y' if n == 1 else 'ies'} not archived yet (an SQL archive is "
+        f"declared for {spider}): run `scrapy-ha dlq archive {spider}` first, then purge again"
+    )
+
+
+def add_archive_command(dlq: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``scrapy-ha dlq archive SPIDER [--url URL] [--table NAME] [--dry-run]``."""
+    parser = command(dlq, "archive", dlq_archive)
+    parser.add_argument("--url", help="SQLAlchemy URL (default: the project's HA_DLQ_ARCHIVE_URL)")
+    parser.add_argument("--table", help=f"table name (default: {DEFAULT_TABLE})")
+    parser.add_argument("--dry-run", action="store_true", help="count, copy nothing")

@@ -1,0 +1,159 @@
+"""``scrapy-ha delayed list`` / ``delayed retry-now``: retries waiting for their time.
+
+A retry waits in the crawl's ``delayed`` sorted set (score: its due time, Redis ms) until a
+worker's sync promotes it to pending. ``retry-now`` sets the due time of the chosen entries
+to now (``ZADD XX``: an entry promoted meanwhile is not added back): the next sync of any
+worker promotes them, with the priority and place they would have had.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy_ha import metakeys
+from scrapy_ha.cli.common import (
+    add_bulk_options,
+    approve,
+    command,
+    group,
+    humanize,
+    local_time,
+    plural,
+)
+from scrapy_ha.codec import describe, mask_url
+from scrapy_ha.codec.document import META
+from scrapy_ha.ops import operations
+from scrapy_ha.ops.operations import server_ms
+from scrapy_ha.store.shards import outside, shards_of
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_ha.store.queue import RedisQueue
+
+#: Entries read per round trip.
+BATCH = 500
+
+
+@dataclass(frozen=True)
+class Delayed:
+    """One delayed retry: its id, due time (Redis ms), failure class, attempts, URL."""
+
+    id: str
+    due_ms: int
+    failure_class: str
+    attempts: int
+    url: str
+
+    @property
+    def domain(self) -> str:
+        return urlsplit(self.url).hostname or ""
+
+
+def _parse(entry_id: str, due: float, payload: bytes | None) -> Delayed:
+    summary = describe(payload)
+    meta = summary.document.get(META)
+    meta = meta if isinstance(meta, dict) else {}
+    history = meta.get(metakeys.HISTORY)
+    last = history[-1] if isinstance(history, list) and history else {}
+    retries = meta.get(metakeys.RETRIES)
+    attempts = (
+        sum(v for v in retries.values() if isinstance(v, int)) if isinstance(retries, dict) else 0
+    )
+    fclass = last.get("class") if isinstance(last, dict) else None
+    return Delayed(entry_id, int(due), str(fclass or "-"), attempts, summary.url or "?")
+
+
+async def entries(queue: RedisQueue) -> list[Delayed]:
+    """Every delayed entry, soonest due first (of every shard of a sharded crawl, ids as the
+    workers see them)."""
+    found: list[Delayed] = []
+    for i, shard in enumerate(shards_of(queue)):
+        found += [replace(d, id=outside(i, d.id)) for d in await _shard_entries(shard)]
+    return sorted(found, key=lambda d: d.due_ms)
+
+
+async def _shard_entries(queue: RedisQueue) -> list[Delayed]:
+    found: list[Delayed] = []
+    start = 0
+    while True:
+        rows = await queue.client.zrange(
+            queue.keys.delayed, start, start + BATCH - 1, withscores=True
+        )
+        if not rows:
+            return found
+        ids = [r[0].decode() if isinstance(r[0], bytes) else str(r[0]) for r in rows]
+        payloads = await queue.client.hmget(queue.keys.payload, ids)
+        found += [_parse(i, score, p) for (_, score), i, p in zip(rows, ids, payloads, strict=True)]
+        start += len(rows)
+
+
+def _matching(found: list[Delayed], args: argparse.Namespace) -> list[Delayed]:
+    ids = set(getattr(args, "ids", None) or [])
+    return [
+        d
+        for d in found
+        if (not ids or d.id in ids)
+        and (args.failure_class is None or d.failure_class == args.failure_class)
+        and (args.domain is None or d.domain == args.domain)
+    ]
+
+
+async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Retries waiting for their time, soonest first: id, due (local time, and in how
+    long), failure class, attempts so far, URL."""
+    now = await server_ms(queue.client)
+    found = _matching(await entries(queue), args)
+    if args.limit is not None:
+        found = found[: args.limit]
+    if not found:
+        print(f"no delayed retry of {queue.keys.spider}")
+        return 0
+    print(f"{'ID':>10}  {'DUE':<19} {'IN':>8}  {'CLASS':<12} {'TRIES':>5}  URL")
+    for d in found:
+        wait = "due" if d.due_ms <= now else humanize((d.due_ms - now) / 1000)
+        print(
+            f"{d.id:>10}  {local_time(d.due_ms)} {wait:>8}  {d.failure_class:<12} "
+            f"{d.attempts:>5}  {mask_url(d.url)}"
+        )
+    print(f"{plural(len(found), 'delayed retry', 'delayed retries')} listed")
+    return 0
+
+
+async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Make delayed retries due now (IDs, --all, --class, --domain): the next sync of any
+    worker promotes them to the queue."""
+    if not (args.ids or args.all or args.failure_class or args.domain):
+        print("name entry IDs, a filter (--class, --domain) or --all", file=sys.stderr)
+        return 1
+    chosen = _matching(await entries(queue), args)
+    what = f"{plural(len(chosen), 'delayed retry', 'delayed retries')} of {queue.keys.spider}"
+    verdict = approve(
+        args, "retry now", what, [f"{d.id} {d.failure_class} {mask_url(d.url)}" for d in chosen]
+    )
+    if not verdict:
+        return 0 if verdict is None else 1
+    changed = await operations.make_due(queue, [d.id for d in chosen])
+    print(f"made {changed} of {what} due now: workers take them at their next sync")
+    return 0
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--class", dest="failure_class", help="failure class: server, network...")
+    parser.add_argument("--domain", help="the request's host name")
+
+
+def register(sub: Any) -> None:
+    """``delayed list SPIDER`` and ``delayed retry-now SPIDER (ID...|--all|filters)``."""
+    delayed = group(sub, "delayed", "retries waiting for their time")
+    listing = command(delayed, "list", delayed_list)
+    _filters(listing)
+    listing.add_argument("--limit", type=int, help="at most this many")
+    retry = command(delayed, "retry-now", delayed_retry_now)
+    retry.add_argument("ids", nargs="*", metavar="ID", help="entry ids (see `delayed list`)")
+    retry.add_argument("--all", action="store_true", help="every delayed retry")
+    _filters(retry)
+    add_bulk_options(retry)

@@ -1,0 +1,223 @@
+"""``scrapy-ha report SPIDER --since 24h``: a crawl's summary over a window, for a daily check.
+
+What it reads: the live counts per state; the dead-letter queue's entries dead-lettered in
+the window (their times are in the dead sorted set), by class, domain and reason; the
+crawl-wide counters the workers keep in Redis (totals and per-minute buckets, kept for a
+day), when the crawl has them; the workers seen in the window (heartbeats). Times come from
+the Redis server's clock, the one the workers stamp with.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Report", "add_report_command", "build_report", "parse_window", "report"]
+
+import argparse
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
+from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
+from scrapy_ha.store.shards import shards_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy_ha.ops.stats import CrawlStats
+    from scrapy_ha.store.queue import RedisQueue
+
+#: How many domains and reasons the report lists (the rest are summed as "others").
+TOP = 5
+#: Units of --since.
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: Events of the window, in the order shown (``dead`` from the dead-letter queue's times).
+EVENTS = ("enqueued", "acked", "retried", "dead")
+
+
+def parse_window(text: str) -> int:
+    """Seconds of a window written ``24h``, ``90m``, ``7d``, ``30s`` or ``3600``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"--since {text!r}: write a duration such as 24h, 90m, 7d or 3600 (seconds)"
+        )
+    return int(float(match.group(1)) * UNITS[match.group(2) or "s"])
+
+
+@dataclass
+class Report:
+    """What ``scrapy-ha report`` prints."""
+
+    spider: str
+    since: str  # the start of the window, ISO local time
+    until: str
+    window_s: int
+    states: dict[str, int]
+    #: Events in the window: from the per-minute counters when the crawl has them (None
+    #: otherwise), dead letters from the dead-letter queue's own times.
+    window: dict[str, int | None]
+    totals: dict[str, int]
+    retry_success_rate: float | None
+    dead_by_class: dict[str, int]
+    top_domains: list[tuple[str, int]]
+    top_reasons: list[tuple[str, int]]
+    workers_seen: list[str] = field(default_factory=list)
+
+
+def _window_events(stats: CrawlStats, window_s: int) -> dict[str, int | None]:
+    """Events in the window from the per-minute counters (None where the crawl has none,
+    or where the window is longer than the day they are kept)."""
+    if window_s > MINUTES_KEPT * 60:
+        return dict.fromkeys(EVENTS)
+    first = (stats.now_ms - window_s * 1000) // MINUTE_MS
+    sums: dict[str, int | None] = {}
+    for event in EVENTS:
+        buckets = stats.minutes.get(event)
+        sums[event] = sum(n for m, n in buckets.items() if m >= first) if buckets else None
+    return sums
+
+
+async def _dead_in_window(
+    queue: RedisQueue, since_ms: int
+) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
+    """Dead letters of the window, by class, domain and reason (the dead set's own times),
+    of every shard of a sharded crawl."""
+    by_class: Counter[str] = Counter()
+    domains: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    n = 0
+    for shard in shards_of(queue):
+        found = await _dead_in_shard(shard, since_ms, by_class, domains, reasons)
+        n += found
+    return n, by_class, domains, reasons
+
+
+async def _dead_in_shard(
+    queue: RedisQueue,
+    since_ms: int,
+    by_class: Counter[str],
+    domains: Counter[str],
+    reasons: Counter[str],
+) -> int:
+    client, keys = queue.client, queue.keys
+    n = start = 0
+    while True:
+        rows = await client.zrangebyscore(
+            keys.dead, since_ms, "+inf", start=start, num=SCAN_BATCH, withscores=True
+        )
+        if not rows:
+            return n
+        ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
+        infos = await client.hmget(keys.dead_info, ids)
+        payloads = await client.hmget(keys.payload, ids)
+        for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
+            entry = parse_entry(entry_id, score, info, payload)
+            n += 1
+            by_class[entry.failure_class] += 1
+            domains[entry.domain or "?"] += 1
+            reasons[entry.reason or "?"] += 1
+        start += SCAN_BATCH
+
+
+async def build_report(queue: RedisQueue, window_s: int) -> Report:
+    """The report of *queue*'s crawl over the last *window_s* seconds."""
+    client, keys = queue.client, queue.keys
+    stats = await read_crawl_stats_async(client, keys, domains=False)
+    since_ms = stats.now_ms - window_s * 1000
+    window = _window_events(stats, window_s)
+    dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms)
+    window["dead"] = dead  # the dead-letter queue's own times: right for any window
+    # heartbeats that had not expired by the window's start (a worker that left is gone)
+    workers = await client.zrangebyscore(keys.workers, since_ms, "+inf")
+    states = {
+        "pending": stats.pending,
+        "leased": stats.leased,
+        "delayed": stats.delayed,
+        "dead": stats.dead,
+        "workers": stats.workers,
+    }
+    return Report(
+        spider=keys.spider,
+        since=_local(since_ms),
+        until=_local(stats.now_ms),
+        window_s=window_s,
+        states=states,
+        window=window,
+        totals=dict(sorted(stats.counters.items())),
+        retry_success_rate=stats.retry_success_rate,
+        dead_by_class=dict(by_class.most_common()),
+        top_domains=domains.most_common(TOP),
+        top_reasons=reasons.most_common(TOP),
+        workers_seen=sorted(w.decode() if isinstance(w, bytes) else w for w in workers),
+    )
+
+
+def _local(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
+
+
+def _n(value: int | None) -> str:
+    return "n/a" if value is None else str(value)
+
+
+def _rate(report: Report) -> str:
+    rate = report.retry_success_rate
+    return "n/a" if rate is None else f"{rate:.0%}"
+
+
+def as_text(r: Report) -> str:
+    lines = [
+        f"scrapy-ha report of {r.spider}: {r.since} .. {r.until}",
+        "states:     " + ", ".join(f"{k} {v}" for k, v in r.states.items()),
+        "in window:  " + ", ".join(f"{k} {_n(v)}" for k, v in r.window.items()),
+        f"retries:    success rate {_rate(r)} (retried then done vs retried then dead)",
+        "dead by class: " + (", ".join(f"{k} {v}" for k, v in r.dead_by_class.items()) or "-"),
+        "top domains:   " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
+        "top reasons:   " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
+        f"workers seen:  {len(r.workers_seen)}"
+        + (f" ({', '.join(r.workers_seen)})" if r.workers_seen else ""),
+    ]
+    return "\n".join(lines)
+
+
+def as_markdown(r: Report) -> str:
+    out = [f"## scrapy-ha report: {r.spider}", "", f"{r.since} .. {r.until}", ""]
+    out += ["| state | count |", "|---|---:|"]
+    out += [f"| {k} | {v} |" for k, v in r.states.items()]
+    out += ["", "| in the window | count |", "|---|---:|"]
+    out += [f"| {k} | {_n(v)} |" for k, v in r.window.items()]
+    out += ["", f"Retry success rate: **{_rate(r)}**", ""]
+    out += ["| dead-letter class | count |", "|---|---:|"]
+    out += [f"| {k} | {v} |" for k, v in r.dead_by_class.items()]
+    out += ["", "| domain | dead |", "|---|---:|"]
+    out += [f"| {k} | {v} |" for k, v in r.top_domains]
+    out += ["", "| reason | dead |", "|---|---:|"]
+    out += [f"| {k.replace('|', '/')} | {v} |" for k, v in r.top_reasons]
+    out += ["", f"Workers seen: {len(r.workers_seen)} " + ", ".join(r.workers_seen)]
+    return "\n".join(out)
+
+
+async def report(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """A crawl's summary over a window (--since 24h): states, done/retried/dead, retry
+    success rate, dead letters by class, domain and reason, workers seen."""
+    r = await build_report(queue, args.since)
+    if args.format == "json":
+        doc: dict[str, Any] = asdict(r)
+        print(json.dumps(doc))
+    elif args.format == "markdown":
+        print(as_markdown(r))
+    else:
+        print(as_text(r))
+    return 0
+
+
+def add_report_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``scrapy-ha report SPIDER [--since 24h] [--format text|json|markdown]``."""
+    parser = command(sub, "report", report)
+    parser.add_argument(
+        "--since", type=parse_window, default=parse_window("24h"), help="window (default 24h)"
+    )
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")

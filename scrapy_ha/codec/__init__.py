@@ -1,0 +1,57 @@
+"""The request codec: Scrapy requests to compact, versioned JSON and back.
+
+The guarantee: **whoever can write to Redis cannot run code.** No pickle, and a payload is
+data, never a recipe for code: decoding never imports a module nor calls a function a
+payload names. It builds only
+
+- ``scrapy.Request`` and its subclasses, with the attributes the class declares in
+  ``attributes`` (what ``Request.replace`` passes too);
+- item classes (``scrapy.Item`` subclasses, dataclasses, attrs classes, pydantic models)
+  and ``Enum`` members, of classes this worker trusts: classes it stored itself, classes of
+  the spider's own package, those listed in ``HA_CODEC_CLASSES``;
+- bound methods of the spider as callbacks and errbacks: methods its own code defines, or
+  Scrapy's own callbacks, never the spider's machinery (``_set_crawler``, ``start``...).
+
+Anything else is a :class:`CodecError` (the scheduler dead-letters such an entry as
+corrupt).
+
+Every value Scrapy users put in ``meta`` and ``cb_kwargs`` round-trips with its type:
+bytes, tuples, sets, frozensets, dicts with non-string keys, datetimes (naive and aware),
+dates, times, timedeltas, Decimals, UUIDs, Enum members, items and nested requests. Plain
+JSON values are stored as they are, so a plain request stays small.
+
+Credentials never reach Redis: proxy credentials, and the ``Authorization`` and ``Cookie``
+headers that Scrapy's middlewares add again on every download, are dropped before storing;
+:func:`mask_url` and :func:`mask_payload` hide secrets in what is printed.
+
+Tools that read stored requests without running them (the dead-letter queue, the CLI) use
+:func:`describe` and :func:`reset_attempts`, never the stored field names.
+
+The implementation lives in :mod:`scrapy_ha.codec`: ``document`` (the stored document),
+``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (stripping and
+masking), ``summary`` (reading without rebuilding).
+"""
+
+from __future__ import annotations
+
+from scrapy_ha.codec.credentials import mask_payload, mask_url, strip_credentials
+from scrapy_ha.codec.decode import decode_request
+from scrapy_ha.codec.document import FORMAT_VERSION, CodecError
+from scrapy_ha.codec.encode import UNSTORABLE_POLICIES, encode_request
+from scrapy_ha.codec.summary import RequestSummary, describe, reset_attempts
+from scrapy_ha.codec.trust import CODEC_CLASSES_SETTING
+
+__all__ = [
+    "CODEC_CLASSES_SETTING",
+    "FORMAT_VERSION",
+    "UNSTORABLE_POLICIES",
+    "CodecError",
+    "RequestSummary",
+    "decode_request",
+    "describe",
+    "encode_request",
+    "mask_payload",
+    "mask_url",
+    "reset_attempts",
+    "strip_credentials",
+]

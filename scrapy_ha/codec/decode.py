@@ -1,0 +1,224 @@
+"""A stored document back to a Scrapy request, building only what :mod:`.trust` allows.
+
+Every malformed payload raises :class:`CodecError`, whatever is wrong with it: the
+scheduler dead-letters such an entry as corrupt.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import enum
+import json
+import sys
+import uuid
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from scrapy.http import Request
+
+from scrapy_ha.codec import trust
+from scrapy_ha.codec.document import (
+    BYTES_TAG,
+    CALLBACKS,
+    CLASS,
+    DICT_TAG,
+    EXTRA,
+    FIELD_TYPES,
+    FIELDS,
+    FORMAT_VERSION,
+    HEADERS,
+    KNOWN_ATTRIBUTES,
+    REQUEST_TAG,
+    URL,
+    VERSION,
+    CodecError,
+    type_name,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Spider
+
+
+def decode_request(payload: bytes | str, spider: Spider | None) -> Request:
+    """Rebuild a request from :func:`encode_request` output; raise :class:`CodecError`.
+
+    Every malformed payload raises :class:`CodecError`, whatever is wrong with it.
+    """
+    try:
+        doc = json.loads(payload)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CodecError(f"payload is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get(VERSION) != FORMAT_VERSION or URL not in doc:
+        raise CodecError(f"payload is not a scrapy-ha request of format {FORMAT_VERSION}")
+    return _decode_doc(doc, spider)
+
+
+def _decode_doc(doc: Any, spider: Spider | None) -> Request:
+    url = doc.get(URL) if isinstance(doc, dict) else None
+    if not isinstance(url, str):
+        raise CodecError("a stored request has no URL")
+    try:
+        cls, kwargs = _request_kwargs(doc, spider)
+        return cls(**kwargs)
+    except CodecError as exc:
+        raise CodecError(f"cannot rebuild the request for {url}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - anything a malformed payload raises is corrupt data
+        raise CodecError(
+            f"cannot rebuild the request for {url}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _request_kwargs(
+    doc: dict[str, Any], spider: Spider | None
+) -> tuple[type[Request], dict[str, Any]]:
+    cls = _request_class(doc[CLASS], spider) if CLASS in doc else Request
+    kwargs: dict[str, Any] = {"url": doc[URL]}
+    for attr, key, default in FIELDS:
+        if key in doc:
+            value = untag(doc[key], spider)
+            if not isinstance(value, FIELD_TYPES.get(key, type(default))):
+                raise CodecError(f"its {attr.lstrip('_')} is a {type(value).__name__}")
+            kwargs[attr.lstrip("_")] = value
+    if HEADERS in doc:
+        kwargs["headers"] = untag(doc[HEADERS], spider)
+    kwargs.update(_extras(cls, doc.get(EXTRA, {}), spider))
+    for attr, key in CALLBACKS:
+        if key in doc:
+            kwargs[attr] = trust.callback_method(spider, doc[key])
+    return cls, kwargs
+
+
+def _extras(cls: type[Request], extras: Any, spider: Spider | None) -> dict[str, Any]:
+    """The stored attributes of a Request subclass, each one the class declares."""
+    if not isinstance(extras, dict):
+        raise CodecError("its extra attributes are not an object")
+    for name in extras:
+        if name in KNOWN_ATTRIBUTES or name not in cls.attributes:
+            raise CodecError(f"{type_name(cls)} takes no attribute {name!r}")
+    return {name: untag(value, spider) for name, value in extras.items()}
+
+
+def _request_class(name: Any, spider: Spider | None) -> type[Request]:
+    cls = trust.lookup(name) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, Request)):
+        raise CodecError(f"the payload names {name!r} as its class, which is not a Request class")
+    if not (cls.__module__.startswith("scrapy.") or trust.trusted(cls, spider)):
+        raise trust.untrusted(name)
+    return cls
+
+
+# --------------------------------------------------------------------------- values
+
+
+def untag(value: Any, spider: Spider | None) -> Any:
+    """The value a tagged JSON value stands for; raise :class:`CodecError` if malformed."""
+    cls = type(value)
+    if cls is list:
+        return [untag(v, spider) for v in value]
+    if cls is not dict:
+        return value
+    if len(value) == 1:
+        ((key, inner),) = value.items()
+        if key[:2] == "__":
+            decoder = _DECODERS.get(key)
+            if decoder is None:
+                raise CodecError(f"unknown tag {key!r}")
+            return decoder(inner, spider)
+    return {k: untag(v, spider) for k, v in value.items()}
+
+
+def _list(value: Any, spider: Spider | None) -> list[Any]:
+    if type(value) is not list:
+        raise CodecError(f"a tagged value holds {type(value).__name__}, not a list")
+    return [untag(v, spider) for v in value]
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise CodecError(f"a tagged value holds {type(value).__name__}, not a string")
+    return value
+
+
+def _pairs(value: Any, spider: Spider | None) -> dict[Any, Any]:
+    out = {}
+    for pair in _list(value, spider):
+        if type(pair) is not list or len(pair) != 2:
+            raise CodecError("a tagged dict holds something else than [key, value] pairs")
+        out[pair[0]] = pair[1]
+    return out
+
+
+def _untag_datetime(value: Any, spider: Spider | None) -> datetime.datetime:
+    if type(value) is list and len(value) == 3 and value[1] is None and value[2] == 1:
+        return datetime.datetime.fromisoformat(_text(value[0])).replace(fold=1)
+    if type(value) is list and len(value) in (2, 3):
+        zoneinfo = sys.modules.get("zoneinfo")
+        if zoneinfo is None:
+            raise CodecError("the zoneinfo module is not imported in this worker")
+        wall = datetime.datetime.fromisoformat(_text(value[0]))
+        if wall.tzinfo is not None:
+            raise CodecError("a stored wall time has an offset")
+        fold = 1 if len(value) == 3 and value[2] == 1 else 0
+        return wall.replace(tzinfo=zoneinfo.ZoneInfo(_text(value[1])), fold=fold)
+    return datetime.datetime.fromisoformat(_text(value))
+
+
+def _untag_time(value: Any, spider: Spider | None) -> datetime.time:
+    if type(value) is list and len(value) == 2 and value[1] == 1:
+        return datetime.time.fromisoformat(_text(value[0])).replace(fold=1)
+    return datetime.time.fromisoformat(_text(value))
+
+
+def _untag_enum(value: Any, spider: Spider | None) -> enum.Enum:
+    if type(value) is not list or len(value) not in (2, 3):
+        raise CodecError("a tagged Enum member is not [class, name] or [class, None, value]")
+    cls = trust.lookup(_text(value[0]))
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+        raise CodecError(f"the payload names {value[0]!r} as an Enum, which it is not")
+    if not trust.trusted(cls, spider):
+        raise trust.untrusted(value[0])
+    if len(value) == 2:
+        return cls._member_map_[_text(value[1])]
+    return cls(untag(value[2], spider))
+
+
+def _untag_item(value: Any, spider: Spider | None) -> Any:
+    if type(value) is not list or len(value) != 2:
+        raise CodecError("a tagged item is not [class, fields]")
+    cls = trust.lookup(_text(value[0]))
+    kind = trust.item_kind(cls) if isinstance(cls, type) else None
+    if kind is None:
+        raise CodecError(f"the payload names {value[0]!r} as an item class, which it is not")
+    if not trust.trusted(cls, spider):
+        raise trust.untrusted(value[0])
+    fields = untag(value[1], spider)
+    if type(fields) is not dict or not all(type(k) is str for k in fields):
+        raise CodecError(f"the fields of a stored {value[0]} are not a dict of names")
+    return trust.build_item(cls, kind, fields)
+
+
+def _timedelta_parts(value: Any) -> list[int]:
+    if type(value) is not list or len(value) != 3 or any(type(p) is not int for p in value):
+        raise CodecError("a tagged timedelta is not [days, seconds, microseconds]")
+    return value
+
+
+_DECODERS: dict[str, Callable[[Any, Spider | None], Any]] = {
+    BYTES_TAG: lambda v, s: base64.b64decode(_text(v), validate=True),
+    "__t": lambda v, s: tuple(_list(v, s)),
+    DICT_TAG: _pairs,
+    "__s": lambda v, s: set(_list(v, s)),
+    "__fs": lambda v, s: frozenset(_list(v, s)),
+    "__dt": _untag_datetime,
+    "__da": lambda v, s: datetime.date.fromisoformat(_text(v)),
+    "__tm": _untag_time,
+    "__td": lambda v, s: datetime.timedelta(*_timedelta_parts(v)),
+    "__dc": lambda v, s: Decimal(_text(v)),
+    "__u": lambda v, s: uuid.UUID(hex=_text(v)),
+    "__e": _untag_enum,
+    "__i": _untag_item,
+    REQUEST_TAG: _decode_doc,
+}

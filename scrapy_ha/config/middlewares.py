@@ -1,0 +1,328 @@
+"""The settings of the middlewares (retries, proxies, checkpoints, cookies, user agents),
+validated (re-exported by :mod:`scrapy_ha.config.scheduler`, where every other component's are)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
+
+from scrapy_ha.codec import mask_url
+from scrapy_ha.config import validate as check
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.middlewares.policy import (
+    CLASS_DEFAULTS,
+    DEFAULT_STATUS_CLASSES,
+    PermanentError,
+    Policy,
+)
+from scrapy_ha.middlewares.policy import classify_exception as _classify_exception
+from scrapy_ha.middlewares.policy import classify_response as _classify_response
+from scrapy_ha.verdict import RETRY_CLASSES, FailureClass
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+
+# -- retries --------------------------------------------------------------------------------
+
+#: Retry-After is honoured up to this many seconds (Crawlee caps its per-domain backoff too).
+DEFAULT_RETRY_AFTER_MAX = 600.0
+#: Fraction of the backoff that is random: 1.0 is "full jitter" (0 .. backoff).
+DEFAULT_JITTER = 1.0
+#: Priority change per retry: Scrapy's RETRY_PRIORITY_ADJUST default (fresh work first).
+DEFAULT_PRIORITY_ADJUST = -1
+
+
+def _class_policies(base: Policy) -> dict[FailureClass, Policy]:
+    return {name: replace(base, **fields) for name, fields in CLASS_DEFAULTS.items()}
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """The retry settings, validated. The proxy middleware classifies with them too, so
+    they are read whether or not the retry middlewares are on (HA_RETRY_ENABLED)."""
+
+    enabled: bool = True
+    policies: dict[FailureClass, Policy] = field(default_factory=lambda: _class_policies(Policy()))
+    status_classes: dict[int, FailureClass | None] = field(
+        default_factory=lambda: dict(DEFAULT_STATUS_CLASSES)
+    )
+    network_exceptions: tuple[type[BaseException], ...] = ()
+    permanent_exceptions: tuple[type[BaseException], ...] = (PermanentError,)
+    ban_check: Callable[[Response], bool] | None = None
+    retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
+    jitter: float = DEFAULT_JITTER
+    priority_adjust: int = DEFAULT_PRIORITY_ADJUST
+    #: HTTPERROR_ALLOWED_CODES: statuses every spider handles itself.
+    allowed_codes: tuple[int, ...] = ()
+
+    @classmethod
+    def switched_on(cls, settings: BaseSettings) -> bool:
+        """HA_RETRY_ENABLED: checked before the rest, so that retry middlewares switched
+        off do not fail on a value they never use (the proxy middleware reads the rest)."""
+        return check.boolean(settings, "HA_RETRY_ENABLED", True)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        base = Policy(
+            times=check.whole(settings, "HA_RETRY_TIMES", Policy.times, minimum=0),
+            base=check.non_negative(settings, "HA_RETRY_BACKOFF_BASE", Policy.base),
+            multiplier=check.non_negative(
+                settings, "HA_RETRY_BACKOFF_MULTIPLIER", Policy.multiplier
+            ),
+            max=check.non_negative(settings, "HA_RETRY_BACKOFF_MAX", Policy.max),
+        )
+        return cls(
+            enabled=check.boolean(settings, "HA_RETRY_ENABLED", True),
+            policies=_policies(settings, base),
+            status_classes=_status_classes(settings),
+            network_exceptions=check.imported_list(settings, "RETRY_EXCEPTIONS"),
+            permanent_exceptions=(
+                PermanentError,
+                *check.imported_list(settings, "HA_RETRY_PERMANENT_EXCEPTIONS"),
+            ),
+            ban_check=check.optional_callable(settings, "HA_BAN_CHECK"),
+            retry_after_max=check.non_negative(
+                settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX
+            ),
+            jitter=check.fraction(settings, "HA_RETRY_JITTER", DEFAULT_JITTER),
+            priority_adjust=settings.getint("RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST),
+            allowed_codes=tuple(int(x) for x in settings.getlist("HTTPERROR_ALLOWED_CODES")),
+        )
+
+    def classify_response(self, response: Response) -> FailureClass | None:
+        """The failure class of a response, or None if it is a success."""
+        return _classify_response(self, response)
+
+    def classify_exception(self, exception: BaseException) -> FailureClass | None:
+        """The failure class of an exception, or None if it is not a failure to handle."""
+        return _classify_exception(self, exception)
+
+
+def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy]:
+    policies = _class_policies(base)
+    for name, fields in settings.getdict("HA_RETRY_POLICIES").items():
+        if name not in RETRY_CLASSES or not isinstance(fields, dict):
+            raise ConfigError(
+                f"HA_RETRY_POLICIES[{name!r}]={fields!r}: the classes are {', '.join(policies)} "
+                f"and each takes a dict of times, base, multiplier, max"
+            )
+        try:
+            policies[FailureClass(name)] = replace(policies[FailureClass(name)], **fields)
+        except TypeError as exc:
+            raise ConfigError(f"HA_RETRY_POLICIES[{name!r}]={fields!r}: {exc}") from None
+    return policies
+
+
+def _status_classes(settings: BaseSettings) -> dict[int, FailureClass | None]:
+    classes: dict[int, FailureClass | None] = dict(DEFAULT_STATUS_CLASSES)
+    for status, fclass in settings.getdict("HA_RETRY_STATUS_CLASSES").items():
+        if fclass not in RETRY_CLASSES and fclass is not None:
+            raise ConfigError(
+                f"HA_RETRY_STATUS_CLASSES[{status!r}]={fclass!r} is not a failure class "
+                f"({', '.join(RETRY_CLASSES)}, or None for a success)"
+            )
+        classes[int(status)] = None if fclass is None else FailureClass(fclass)
+    return classes
+
+
+# -- proxies --------------------------------------------------------------------------------
+
+#: Proxy list cache: extraction APIs rotate their lists about this often and rate-limit callers.
+DEFAULT_POOL_TTL = 30.0
+#: How long a banned or failing proxy stays out of rotation: five minutes lets a ban lift.
+DEFAULT_COOLDOWN = 300.0
+#: Consecutive connection failures before a pool proxy is cooled down (one may be a blip).
+DEFAULT_MAX_FAILURES = 2
+#: The proxy modes (HA_PROXY_MODE).
+PROXY_MODES = ("tunnel", "pool")
+#: URL schemes a proxy list can be fetched from (``urlopen``).
+POOL_URL_SCHEMES = ("http", "https", "file")
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """The proxy settings (or environment variables of the same names), validated."""
+
+    mode: str
+    url: str = ""
+    session_template: str = ""
+    rotate_header: tuple[str, str] | None = None
+    pool_url: str = ""
+    pool_parser: Callable[[bytes], list[str]] | None = None
+    pool_ttl: float = DEFAULT_POOL_TTL
+    cooldown: float = DEFAULT_COOLDOWN
+    max_failures: int = DEFAULT_MAX_FAILURES
+    allow_direct: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self | None:
+        """None when no proxy is configured (HA_PROXY_MODE unset)."""
+        mode = check.raw_or_env(settings, "HA_PROXY_MODE")
+        if not mode:
+            return None
+        if mode not in PROXY_MODES:
+            raise ConfigError(f"HA_PROXY_MODE={mode!r} must be 'tunnel', 'pool' or None")
+        return cls(
+            mode=mode,
+            url=_tunnel_url(settings) if mode == "tunnel" else "",
+            session_template=_session_template(settings),
+            rotate_header=_header(settings.get("HA_PROXY_ROTATE_HEADER")),
+            pool_url=_pool_url(settings, mode),
+            pool_parser=check.optional_callable(settings, "HA_PROXY_POOL_PARSER"),
+            pool_ttl=check.seconds(settings, "HA_PROXY_POOL_TTL", DEFAULT_POOL_TTL, zero=True),
+            cooldown=check.seconds(settings, "HA_PROXY_COOLDOWN", DEFAULT_COOLDOWN, zero=True),
+            max_failures=check.whole(settings, "HA_PROXY_MAX_FAILURES", DEFAULT_MAX_FAILURES),
+            allow_direct=check.boolean(settings, "HA_PROXY_ALLOW_DIRECT", False),
+        )
+
+
+def _tunnel_url(settings: BaseSettings) -> str:
+    """The tunnel proxy from HA_PROXY_URL, or HA_PROXY_HOST/PORT/USER/PASSWORD (settings or
+    environment variables of the same names)."""
+    url = check.raw_or_env(settings, "HA_PROXY_URL")
+    if not url:
+        host = check.raw_or_env(settings, "HA_PROXY_HOST")
+        port = check.raw_or_env(settings, "HA_PROXY_PORT")
+        if not (host and port):
+            raise ConfigError(
+                "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL or HA_PROXY_HOST and HA_PROXY_PORT "
+                "(settings or environment variables)"
+            )
+        url = f"http://{host}:{port}"
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port_number = parts.port
+    except ValueError:
+        port_number = None
+    if not parts.hostname or not port_number:
+        raise ConfigError(f"HA_PROXY_URL={mask_url(url)!r} needs a host and a port")
+    user = check.raw_or_env(settings, "HA_PROXY_USER") or unquote(parts.username or "")
+    password = check.raw_or_env(settings, "HA_PROXY_PASSWORD") or unquote(parts.password or "")
+    auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
+    return f"{parts.scheme}://{auth}{parts.hostname}:{port_number}"
+
+
+def _session_template(settings: BaseSettings) -> str:
+    template = check.text(settings, "HA_PROXY_SESSION_TEMPLATE", "")
+    if not template:
+        return ""
+    try:
+        formatted = template.format(user="u", session="s")
+    except (KeyError, IndexError, ValueError):
+        formatted = ""
+    if "{session}" not in template or not formatted:
+        raise ConfigError(
+            f"HA_PROXY_SESSION_TEMPLATE={template!r} must contain {{session}} (and may "
+            f"contain {{user}}), e.g. '{{user}}-session-{{session}}'"
+        )
+    return template
+
+
+def _header(value: Any) -> tuple[str, str] | None:
+    if not value:
+        return None
+    name, sep, val = str(value).partition(":")
+    if not sep or not name.strip():
+        raise ConfigError(f"HA_PROXY_ROTATE_HEADER={value!r} must look like 'Name: value'")
+    return name.strip(), val.strip()
+
+
+def _pool_url(settings: BaseSettings, mode: str) -> str:
+    url = check.raw_or_env(settings, "HA_PROXY_POOL_URL")
+    if mode == "pool" and not url:
+        raise ConfigError("HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL (the proxy list API)")
+    if url and urlsplit(url).scheme not in POOL_URL_SCHEMES:
+        raise ConfigError(
+            f"HA_PROXY_POOL_URL={mask_url(url)!r} must be an http:// or https:// URL "
+            f"(the API that lists the proxies)"
+        )
+    return url
+
+
+# -- checkpoints, cookies, user agents ------------------------------------------------------
+
+#: Items between two checkpoints within a page: a kill re-emits at most 49 items, at the cost of
+#: one small write per 50.
+DEFAULT_CHECKPOINT_ITEMS = 50
+#: A checkpoint larger than this is refused: a checkpoint says where a task stands, not what
+#: it found (that belongs in items).
+DEFAULT_CHECKPOINT_MAX_BYTES = 2048
+#: Checkpoints expire after a week without a save: long enough for a weekly re-crawl.
+DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
+#: The item field whose last value a checkpoint records.
+DEFAULT_CHECKPOINT_ID_FIELD = "id"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Pagination checkpoints (HA_CHECKPOINTS); ``every_items=0`` saves at page ends only."""
+
+    enabled: bool = False
+    every_items: int = DEFAULT_CHECKPOINT_ITEMS
+    max_bytes: int = DEFAULT_CHECKPOINT_MAX_BYTES
+    ttl: float = DEFAULT_CHECKPOINT_TTL
+    rerun: bool = False
+    id_field: str = DEFAULT_CHECKPOINT_ID_FIELD
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Switched off, the other settings are not read (a crawl without checkpoints does
+        not fail on a value it never uses)."""
+        if not check.boolean(settings, "HA_CHECKPOINTS", False):
+            return cls(enabled=False)
+        return cls(
+            enabled=True,
+            every_items=check.whole(
+                settings, "HA_CHECKPOINT_ITEMS", DEFAULT_CHECKPOINT_ITEMS, minimum=0
+            ),
+            max_bytes=check.whole(
+                settings, "HA_CHECKPOINT_MAX_BYTES", DEFAULT_CHECKPOINT_MAX_BYTES
+            ),
+            ttl=check.seconds(settings, "HA_CHECKPOINT_TTL", DEFAULT_CHECKPOINT_TTL),
+            rerun=check.boolean(settings, "HA_CHECKPOINT_RERUN", False),
+            id_field=check.text(settings, "HA_CHECKPOINT_ID_FIELD", DEFAULT_CHECKPOINT_ID_FIELD),
+        )
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.ttl * 1000)
+
+
+@dataclass(frozen=True)
+class CookiesConfig:
+    """Scrapy's COOKIES_ENABLED / COOKIES_DEBUG, and whether jars are shared (HA_SHARED_COOKIES)."""
+
+    enabled: bool = True
+    debug: bool = False
+    shared: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Switched off, the other settings are not read, as Scrapy's own middleware."""
+        if not check.boolean(settings, "COOKIES_ENABLED", True):
+            return cls(enabled=False)
+        return cls(
+            enabled=True,
+            debug=check.boolean(settings, "COOKIES_DEBUG", False),
+            shared=check.boolean(settings, "HA_SHARED_COOKIES", True),
+        )
+
+
+@dataclass(frozen=True)
+class UserAgentConfig:
+    """The User-Agent pool (HA_USER_AGENTS); empty means off."""
+
+    agents: tuple[str, ...] = ()
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        agents = settings.getlist("HA_USER_AGENTS")
+        if not all(isinstance(a, str) and a.strip() for a in agents):
+            raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
+        return cls(tuple(agents))

@@ -1,0 +1,401 @@
+"""Every setting scrapy-ha reads: one frozen ``*Config.from_settings`` per component.
+
+Each default is a constant here (or beside the rule it belongs to) with the reason for its
+value; each value is checked by the helpers of :mod:`scrapy_ha.config.validate`, so a bad one fails
+at start naming the setting, the value and what it must be. No other module reads an
+``HA_*`` setting.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from scrapy_ha.codec import UNSTORABLE_POLICIES
+from scrapy_ha.config import validate as check
+from scrapy_ha.config.middlewares import (
+    CheckpointConfig,
+    CookiesConfig,
+    ProxyConfig,
+    RetryConfig,
+    UserAgentConfig,
+)
+from scrapy_ha.config.politeness import Politeness
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.keys import DEFAULT_PREFIX
+from scrapy_ha.store.queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "CheckpointConfig",
+    "ConfigError",
+    "CookiesConfig",
+    "DeadLetterConfig",
+    "ProxyConfig",
+    "RetryConfig",
+    "SchedulerConfig",
+    "UserAgentConfig",
+]
+
+#: Lease length: a slow page and its pipelines fit; a dead worker's requests come back within
+#: a minute (BullMQ locks jobs for 30 s too).
+DEFAULT_LEASE_TIME = 30.0
+#: Renewal interval: a third of the lease, so two renewals may fail before it expires.
+DEFAULT_RENEW_INTERVAL = 10.0
+#: Worker heartbeat TTL: as long as a lease, so a worker counts as alive exactly as long as its
+#: leases would.
+DEFAULT_HEARTBEAT_TTL = 30.0
+#: Reclaim scan interval and batch: an expired lease waits at most 10 s more; the batch bounds
+#: one script's run time.
+DEFAULT_RECLAIM_INTERVAL = 10.0
+DEFAULT_RECLAIM_BATCH = 100
+#: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.
+DEFAULT_MAX_LEASE_EXPIRIES = 3
+#: Scrapy's CONCURRENT_REQUESTS default: what the prefetch follows unless HA_PREFETCH is set.
+SCRAPY_CONCURRENT_REQUESTS = 16
+#: Requests handed to the engine and not finished, per CONCURRENT_REQUESTS: the downloads
+#: plus as many responses waiting in the scraper. Bounds what a killed worker re-crawls.
+INFLIGHT_PER_CONCURRENT_REQUEST = 2
+#: Seconds the whole crawl must stay empty before a worker closes (covers a sibling's last acks).
+DEFAULT_IDLE_TIMEOUT = 5.0
+#: Seconds to wait for Redis at open: long enough for a busy server, short enough to fail clearly.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Cap of the reconnect backoff when Redis goes away mid-crawl.
+DEFAULT_RECONNECT_MAX_DELAY = 10.0
+#: Longest wait of the background loop between two rounds when nothing wakes it.
+DEFAULT_TICK = 0.25
+#: Seconds between two sweeps of the asyncio reactor's cancelled timers (see
+#: scrapy_ha.scheduler.session.heap):
+#: often enough that a second's cancelled download timeouts are all it ever holds.
+DEFAULT_TIMER_SWEEP = 1.0
+#: Start URLs moved from the scrapy-redis list per round.
+DEFAULT_START_URLS_BATCH = 100
+#: A child that cannot be stored fails its parent: a loud error, never a silent loss.
+DEFAULT_UNSTORABLE = "error"
+#: DUPEFILTER_CLASS values that mean "filter duplicates" (done in Redis, by fingerprint).
+DEDUPING_FILTERS = ("scrapy.dupefilters.RFPDupeFilter", "scrapy_redis.dupefilter.RFPDupeFilter")
+#: The DUPEFILTER_CLASS that switches deduplication off, as in Scrapy.
+NO_FILTER = "scrapy.dupefilters.BaseDupeFilter"
+#: scrapy-redis's start URLs key.
+DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
+#: Lease periods a stuck event loop keeps its leases renewed by the thread (HA_RENEW_WATCHDOG):
+#: long enough for a slow callback or a database that hangs, short of holding work forever.
+DEFAULT_WATCHDOG_LEASE_PERIODS = 10
+#: Orders within one priority (``HA_QUEUE_ORDER``); Scrapy's default queues are LIFO.
+QUEUE_ORDERS = ("lifo", "fifo")
+
+
+# -- the dead-letter queue ------------------------------------------------------------------
+
+#: Warn once when the dead-letter queue passes this many entries: a crawl that dead-letters
+#: this much has a cause worth a look (a ban, a site change).
+DEFAULT_DLQ_WARN_THRESHOLD = 1000
+
+
+@dataclass(frozen=True)
+class DeadLetterConfig:
+    """Retention of the dead-letter queue (trimmed at each dead letter) and its warning."""
+
+    max_entries: int = DEFAULT_DLQ_MAX_ENTRIES
+    max_age: float = DEFAULT_DLQ_MAX_AGE_MS / 1000
+    warn_threshold: int = DEFAULT_DLQ_WARN_THRESHOLD
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        return cls(
+            # 0 entries or 0 seconds: keep no dead letter (each is trimmed as it arrives)
+            max_entries=check.whole(
+                settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES, minimum=0
+            ),
+            max_age=check.seconds(
+                settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000, zero=True
+            ),
+            warn_threshold=check.whole(
+                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD, minimum=0
+            ),
+        )
+
+    @property
+    def max_age_ms(self) -> int:
+        return int(self.max_age * 1000)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Everything the scheduler reads from settings, validated."""
+
+    key_prefix: str = DEFAULT_PREFIX
+    lease_time: float = DEFAULT_LEASE_TIME
+    renew_interval: float = DEFAULT_RENEW_INTERVAL
+    heartbeat_ttl: float = DEFAULT_HEARTBEAT_TTL
+    reclaim_interval: float = DEFAULT_RECLAIM_INTERVAL
+    reclaim_batch: int = DEFAULT_RECLAIM_BATCH
+    max_lease_expiries: int = DEFAULT_MAX_LEASE_EXPIRIES
+    prefetch: int = SCRAPY_CONCURRENT_REQUESTS
+    max_inflight: int = INFLIGHT_PER_CONCURRENT_REQUEST * SCRAPY_CONCURRENT_REQUESTS
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    feed: bool = False
+    persist: bool = False
+    flush_on_start: bool = False
+    dedupe_start_requests: bool = True
+    #: freeze the start-up heap out of the garbage collector's passes
+    #: (scrapy_ha.scheduler.session.heap)
+    gc_freeze: bool = True
+    #: seconds between two runs of a no-op Twisted timer (0: none; scrapy_ha.scheduler.session.heap)
+    timer_sweep: float = DEFAULT_TIMER_SWEEP
+    #: a fresh GET may download before Redis's verdict (scrapy_ha.scheduler.gate.EarlyGuard)
+    early_download: bool = False
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
+    tick: float = DEFAULT_TICK
+    start_urls_key: str = DEFAULT_START_URLS_KEY
+    start_urls_batch: int = DEFAULT_START_URLS_BATCH
+    start_urls_as_set: bool = False
+    worker_id: str = ""
+    unstorable: str = DEFAULT_UNSTORABLE
+    dedupe: bool = True
+    dupefilter_debug: bool = False
+    order: str = QUEUE_ORDERS[0]
+    #: SCHEDULER_PRIORITY_QUEUE is DownloaderAwarePriorityQueue: hand out from the least
+    #: busy download slot first, as it does, rather than in global priority order.
+    slot_fair: bool = False
+    #: order of start requests in their own queue, after the others of their priority
+    #: (SCHEDULER_START_MEMORY_QUEUE); "": they share the others' order
+    start_order: str = "fifo"
+    renew_watchdog: float = DEFAULT_WATCHDOG_LEASE_PERIODS * DEFAULT_LEASE_TIME
+    #: HA_WORKER_ID was set: the worker id is the user's, not one made up at start.
+    worker_id_given: bool = False
+    #: HA_FEED was set (True or False); unset, the spider decides (a RedisSpider feeds).
+    feed_given: bool = False
+    dead_letter: DeadLetterConfig = field(default_factory=lambda: DeadLetterConfig())
+    #: crawl-wide per-domain limits (HA_DOMAIN_RATE, HA_DOMAIN_CONCURRENCY, HA_DOMAIN_LIMITS)
+    politeness: Politeness = field(default_factory=lambda: Politeness())
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        """Read and validate the ``HA_*`` settings (and scrapy-redis's own)."""
+        # 0 is "no limit" to Scrapy: the prefetch then follows Scrapy's default
+        concurrency = (
+            check.whole(settings, "CONCURRENT_REQUESTS", SCRAPY_CONCURRENT_REQUESTS, minimum=0)
+            or SCRAPY_CONCURRENT_REQUESTS
+        )
+        prefetch = check.whole(settings, "HA_PREFETCH", concurrency)
+        max_inflight = check.whole(
+            settings, "HA_MAX_INFLIGHT", INFLIGHT_PER_CONCURRENT_REQUEST * concurrency
+        )
+        config = cls(
+            key_prefix=check.text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX),
+            lease_time=check.seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
+            renew_interval=check.seconds(
+                settings, "HA_LEASE_RENEW_INTERVAL", DEFAULT_RENEW_INTERVAL
+            ),
+            heartbeat_ttl=check.seconds(settings, "HA_HEARTBEAT_TTL", DEFAULT_HEARTBEAT_TTL),
+            reclaim_interval=check.seconds(
+                settings, "HA_RECLAIM_INTERVAL", DEFAULT_RECLAIM_INTERVAL
+            ),
+            reclaim_batch=check.whole(settings, "HA_RECLAIM_BATCH", DEFAULT_RECLAIM_BATCH),
+            max_lease_expiries=check.whole(
+                settings, "HA_MAX_LEASE_EXPIRIES", DEFAULT_MAX_LEASE_EXPIRIES
+            ),
+            prefetch=prefetch,
+            max_inflight=max_inflight,
+            idle_timeout=check.seconds(
+                settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True
+            ),
+            feed=check.boolean(settings, "HA_FEED", False),
+            persist=check.boolean(settings, "SCHEDULER_PERSIST", False),
+            flush_on_start=check.boolean(settings, "SCHEDULER_FLUSH_ON_START", False),
+            dedupe_start_requests=check.boolean(settings, "HA_DEDUPE_START_REQUESTS", True),
+            gc_freeze=check.boolean(settings, "HA_GC_FREEZE", True),
+            timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
+            early_download=check.boolean(settings, "HA_EARLY_DOWNLOAD", False),
+            connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
+            reconnect_max_delay=check.seconds(
+                settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY
+            ),
+            tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK),
+            start_urls_key=check.text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
+            start_urls_batch=check.whole(
+                settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
+            ),
+            start_urls_as_set=check.boolean(settings, "REDIS_START_URLS_AS_SET", False),
+            worker_id=check.text(settings, "HA_WORKER_ID", "") or default_worker_id(),
+            worker_id_given=bool(settings.get("HA_WORKER_ID")),
+            feed_given=check.given(settings, "HA_FEED"),
+            dead_letter=DeadLetterConfig.from_settings(settings),
+            politeness=Politeness.from_settings(settings),
+            unstorable=check.choice(
+                settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
+            ),
+            dedupe=_dedupe(settings),
+            dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
+            order=queue_order(settings),
+            slot_fair=slot_fair(settings),
+            start_order=start_queue_order(settings),
+            renew_watchdog=check.seconds(
+                settings,
+                "HA_RENEW_WATCHDOG",
+                DEFAULT_WATCHDOG_LEASE_PERIODS
+                * check.seconds(settings, "HA_LEASE_TIME", DEFAULT_LEASE_TIME),
+            ),
+        )
+        _refuse_jobdir(settings)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Check combinations of settings; raise :class:`ConfigError`."""
+        if self.renew_interval >= self.lease_time:
+            raise ConfigError(
+                f"HA_LEASE_RENEW_INTERVAL={self.renew_interval} must be shorter than "
+                f"HA_LEASE_TIME={self.lease_time}, or leases expire before they are renewed "
+                f"(a third of the lease is a good value)"
+            )
+        if self.heartbeat_ttl <= self.renew_interval:
+            raise ConfigError(
+                f"HA_HEARTBEAT_TTL={self.heartbeat_ttl} must be longer than "
+                f"HA_LEASE_RENEW_INTERVAL={self.renew_interval}: heartbeats are sent at "
+                f"each renewal"
+            )
+        _check_key_prefix(self.key_prefix)
+
+
+def key_prefix(settings: BaseSettings) -> str:
+    """``HA_KEY_PREFIX``, checked as the scheduler checks it (for tools that only need it)."""
+    prefix = check.text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX)
+    _check_key_prefix(prefix)
+    return prefix
+
+
+def _check_key_prefix(prefix: str) -> None:
+    """Keys are ``<prefix>:{<spider>}:...``: braces would move the hash tag, spaces break
+    the CLI's patterns."""
+    if not prefix or any(c in prefix for c in "{} "):
+        raise ConfigError(f"HA_KEY_PREFIX={prefix!r} must be non-empty, without spaces or braces")
+
+
+#: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
+CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
+
+
+def uses_cluster(settings: BaseSettings) -> bool:
+    """Does the client built from these settings talk to a Redis Cluster?
+
+    Yes with ``REDIS_CLUSTER_NODES``, a ``redis+cluster://`` URL, or scrapy-redis's way:
+    ``REDIS_PARAMS["redis_cls"]`` naming a ``RedisCluster`` class (or its dotted path).
+    """
+    from scrapy_ha.store.url import target_from_settings  # noqa: PLC0415 - import cycle
+
+    try:
+        return target_from_settings(settings).mode == "cluster"
+    except ValueError:  # refused when the client is built, with its own message
+        return False
+
+
+def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:
+    """Refuse, on a Redis Cluster, a start-URL key in another slot than the crawl's keys.
+
+    The script that feeds start URLs into the queue touches both: on a cluster, keys of
+    two slots fail with CROSSSLOT on every call. scrapy-redis's default key
+    (``<spider>:start_urls``) has no hash tag, so it stays the default for standalone
+    Redis and is refused here with the fix.
+    """
+    from redis.crc import key_slot  # noqa: PLC0415 - only needed on this path
+
+    if not uses_cluster(settings) or key_slot(start_key.encode()) == key_slot(crawl_key.encode()):
+        return
+    raise ConfigError(
+        f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
+        f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
+        f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
+        f'"{CLUSTER_START_URLS_KEY}" (and push start URLs to that key)'
+    )
+
+
+def queue_order(settings: BaseSettings) -> str:
+    """Order within a priority: ``HA_QUEUE_ORDER``, else Scrapy's queue settings (a Fifo
+    memory or disk queue means FIFO), else Scrapy's default, LIFO (depth-first)."""
+    order = settings.get("HA_QUEUE_ORDER")
+    if order is not None:
+        if str(order).lower() not in QUEUE_ORDERS:
+            raise ConfigError(f"HA_QUEUE_ORDER={order!r} must be 'lifo' or 'fifo'")
+        return str(order).lower()
+    names = [
+        str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
+    ]
+    return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
+
+
+def start_queue_order(settings: BaseSettings) -> str:
+    """Order of start requests: Scrapy keeps them in queues of their own
+    (``SCHEDULER_START_MEMORY_QUEUE``, FIFO by default) behind other requests of the same
+    priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is None or
+    empty, as in Scrapy. ``SCHEDULER_START_DISK_QUEUE`` is not read: Scrapy reads it only
+    under ``JOBDIR``, which scrapy-ha refuses."""
+    name = str(settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
+    if not name:
+        return ""
+    return "lifo" if "lifo" in name.lower() else "fifo"
+
+
+#: Scrapy's priority queue that picks the least busy download slot (its pqueues module).
+DOWNLOADER_AWARE_QUEUE = "scrapy.pqueues.DownloaderAwarePriorityQueue"
+
+
+def slot_fair(settings: BaseSettings) -> bool:
+    """Is ``SCHEDULER_PRIORITY_QUEUE`` Scrapy's DownloaderAwarePriorityQueue (its path, the
+    class, or a subclass)? Any other value keeps the global priority order, as Scrapy's
+    default ScrapyPriorityQueue."""
+    value = settings.get("SCHEDULER_PRIORITY_QUEUE")
+    if not value:
+        return False
+    from scrapy.pqueues import DownloaderAwarePriorityQueue
+    from scrapy.utils.misc import load_object
+
+    if value == DOWNLOADER_AWARE_QUEUE:
+        return True
+    try:
+        cls = load_object(value) if isinstance(value, str) else value
+    except (ImportError, NameError, ValueError):  # Scrapy's own queue setup reports it
+        return False
+    return isinstance(cls, type) and issubclass(cls, DownloaderAwarePriorityQueue)
+
+
+def default_worker_id(job: str | None = None) -> str:
+    """``host:pid[:job]:random``: *job* defaults to the scrapyd job id (``SCRAPY_JOB``)."""
+    job = job or os.environ.get("SCRAPY_JOB")
+    tag = uuid.uuid4().hex[:6]
+    base = f"{socket.gethostname()}:{os.getpid()}"
+    return f"{base}:{job}:{tag}" if job else f"{base}:{tag}"
+
+
+def _dedupe(settings: BaseSettings) -> bool:
+    """DUPEFILTER_CLASS: Scrapy's or scrapy-redis's filter means Redis's, BaseDupeFilter off."""
+    value = settings.get("DUPEFILTER_CLASS") or DEDUPING_FILTERS[0]
+    name = value if isinstance(value, str) else f"{value.__module__}.{value.__qualname__}"
+    if name in DEDUPING_FILTERS or name == NO_FILTER:
+        return name != NO_FILTER
+    raise ConfigError(
+        f"DUPEFILTER_CLASS={name!r} cannot be used with scrapy_ha.Scheduler: duplicates are "
+        f"filtered in Redis, by the request fingerprint, for every worker. Remove the "
+        f"setting (or use {DEDUPING_FILTERS[0]!r}), use {NO_FILTER!r} to switch "
+        f"deduplication off, and set REQUEST_FINGERPRINTER_CLASS to change what counts "
+        f"as a duplicate"
+    )
+
+
+def _refuse_jobdir(settings: BaseSettings) -> None:
+    if settings.get("JOBDIR"):
+        raise ConfigError(
+            f"JOBDIR={settings.get('JOBDIR')!r} cannot be used with scrapy_ha.Scheduler: "
+            f"the queue and the dupefilter live in Redis, where a stopped crawl resumes by "
+            f"itself (SCHEDULER_PERSIST=True keeps them after the crawl). Remove JOBDIR "
+            f"(for example `-s JOBDIR=`)"
+        )

@@ -1,0 +1,135 @@
+"""Read one setting and check it: each helper returns a typed value or raises
+:class:`ConfigError` naming the setting, the value and what it must be.
+
+The ``*Config.from_settings`` factories in :mod:`scrapy_ha.config.scheduler` are made of these; no
+other module reads an ``HA_*`` setting.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, cast
+
+from scrapy.utils.misc import load_object
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.settings import BaseSettings
+
+#: What a dotted path that does not import raises in ``load_object``.
+_IMPORT_ERRORS = (ImportError, AttributeError, ValueError, NameError)
+
+
+class ConfigError(ValueError):
+    """A setting has a value scrapy-ha cannot use; the message names both."""
+
+
+def raw(settings: BaseSettings, name: str, default: Any) -> Any:
+    """The setting's value, *default* when it is unset or None."""
+    value = settings.get(name)
+    return default if value is None else value
+
+
+def raw_or_env(settings: BaseSettings, name: str) -> str:
+    """The setting, else the environment variable of the same name, else ``""``."""
+    return str(settings.get(name) or os.environ.get(name) or "")
+
+
+def text(settings: BaseSettings, name: str, default: str) -> str:
+    value = raw(settings, name, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}={value!r} must be a string")
+    return value
+
+
+def choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = raw(settings, name, default)
+    if value not in choices:
+        listed = " or ".join(repr(c) for c in choices)
+        raise ConfigError(f"{name}={value!r} must be one of {listed}")
+    return str(value)
+
+
+def number(settings: BaseSettings, name: str, default: float) -> float:
+    value = raw(settings, name, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={value!r} is not a number") from None
+
+
+def non_negative(settings: BaseSettings, name: str, default: float) -> float:
+    value = number(settings, name, default)
+    if value < 0:
+        raise ConfigError(f"{name}={raw(settings, name, default)!r} must be 0 or more")
+    return value
+
+
+def fraction(settings: BaseSettings, name: str, default: float) -> float:
+    value = non_negative(settings, name, default)
+    if value > 1:
+        raise ConfigError(f"{name}={value!r} must be between 0 and 1")
+    return value
+
+
+def seconds(settings: BaseSettings, name: str, default: float, *, zero: bool = False) -> float:
+    value = number(settings, name, default)
+    if value < 0 or (value == 0 and not zero):
+        limit = "0 or more" if zero else "more than 0"
+        raise ConfigError(f"{name}={raw(settings, name, default)!r} must be {limit} seconds")
+    return value
+
+
+def whole(settings: BaseSettings, name: str, default: int, *, minimum: int = 1) -> int:
+    """A whole number of *minimum* or more (``"3"`` is fine, ``2.5`` and ``"x"`` are not)."""
+    value = raw(settings, name, default)
+    try:
+        result = int(value)
+    except (TypeError, ValueError):
+        result = minimum - 1
+    if result < minimum or str(result) != str(value).strip():
+        raise ConfigError(f"{name}={value!r} must be a whole number of {minimum} or more")
+    return result
+
+
+def boolean(settings: BaseSettings, name: str, default: bool) -> bool:
+    try:
+        return settings.getbool(name, default)
+    except ValueError:
+        raise ConfigError(f"{name}={settings.get(name)!r} must be True or False") from None
+
+
+def given(settings: BaseSettings, name: str) -> bool:
+    """Whether the setting has a value at all (its default in Scrapy's settings is None)."""
+    return settings.get(name) is not None
+
+
+def imported(name: str, path: Any) -> Any:
+    """*path* imported when it is a dotted path, else *path* itself."""
+    try:
+        return load_object(path) if isinstance(path, str) else path
+    except _IMPORT_ERRORS as exc:
+        raise ConfigError(f"{name}={path!r} cannot be imported: {exc}") from None
+
+
+def imported_list(settings: BaseSettings, name: str) -> tuple[type[BaseException], ...]:
+    """Every exception class a list setting names (dotted paths or classes)."""
+    loaded = []
+    for path in settings.getlist(name):
+        try:
+            loaded.append(load_object(path) if isinstance(path, str) else path)
+        except _IMPORT_ERRORS as exc:
+            raise ConfigError(f"{name} names {path!r}, which cannot be imported: {exc}") from None
+    return tuple(loaded)
+
+
+def optional_callable(settings: BaseSettings, name: str) -> Callable[..., Any] | None:
+    """A callable named by the setting (a dotted path or the object), None when unset."""
+    path = settings.get(name)
+    if not path:
+        return None
+    func = imported(name, path)
+    if not callable(func):
+        raise ConfigError(f"{name}={path!r} is not callable")
+    return cast("Callable[..., Any]", func)

@@ -1,0 +1,140 @@
+"""A webhook alert when a crawl's dead-letter queue grows past a threshold.
+
+``HA_DLQ_ALERT_WEBHOOK`` is a URL that receives one JSON POST per crossing of
+``HA_DLQ_ALERT_THRESHOLD`` per crawl: ``{"text": ..., "spider": ..., "dead": N, ...}``. The
+``text`` field is what Slack-, Feishu- and DingTalk-style incoming webhooks display; the other
+fields are for a receiver of one's own. Which worker sends it is decided in Redis (a marker set
+with NX), so that any number of workers send it once; once the queue is back below the
+threshold (a purge, a requeue), the next crossing alerts again. The POST runs in a thread with
+a timeout: an unreachable receiver costs the crawl nothing (``ha/alert/errors``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ALERT_TIMEOUT", "DEFAULT_ALERT_THRESHOLD", "DeadLetterAlert", "post_json"]
+
+import asyncio
+import json
+import logging
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy_ha.config import validate as check
+from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.store.scripts import ALERT_LUA
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_ha.store.queue import RedisQueue
+
+logger = logging.getLogger(__name__)
+
+#: Dead letters that trigger the alert: a few gone pages are routine in a crawl, a hundred
+#: dead requests are a pattern (a ban, a site change) worth a look while the crawl runs.
+DEFAULT_ALERT_THRESHOLD = 100
+#: Seconds the receiver has to answer: a slow receiver must not hold a thread for long.
+ALERT_TIMEOUT = 10.0
+
+
+def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
+    """POST *doc* as JSON to *url*; return the HTTP status (blocking: run it in a thread)."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(doc).encode(),
+        headers={"Content-Type": "application/json", "User-Agent": "scrapy-ha"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) checked)
+        return int(response.status)
+
+
+def _where(url: str) -> str:
+    """Scheme and host of *url*: a webhook's path is often its secret token."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}/..."
+
+
+class DeadLetterAlert:
+    """Sends the dead-letter alert of one worker's crawl (see the module's docstring)."""
+
+    def __init__(self, url: str, threshold: int, stats: StatsCollector, worker: str = "") -> None:
+        self.url = url
+        self.threshold = threshold
+        self.stats = stats
+        self.worker = worker or socket.gethostname()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, stats: StatsCollector) -> DeadLetterAlert | None:
+        """The alert *settings* ask for (``HA_DLQ_ALERT_WEBHOOK``), or None."""
+        url = check.text(settings, "HA_DLQ_ALERT_WEBHOOK", "")
+        if not url:
+            return None
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"HA_DLQ_ALERT_WEBHOOK={url!r} must be an http:// or https:// URL (the "
+                f"incoming webhook of a chat channel, or a receiver of your own)"
+            )
+        threshold = check.whole(settings, "HA_DLQ_ALERT_THRESHOLD", DEFAULT_ALERT_THRESHOLD)
+        return cls(url, threshold, stats, check.text(settings, "HA_WORKER_ID", ""))
+
+    async def check(self, queue: RedisQueue) -> None:
+        """After a dead letter: send the alert if this worker is the one to (Redis errors are
+        raised to the caller, like the dead letter's own)."""
+        keys = queue.keys
+        marker = json.dumps({"worker": self.worker, "t": int(time.time())})
+        dead = int(
+            await queue.client.eval(ALERT_LUA, 2, keys.dead, keys.dlq_alert, self.threshold, marker)
+        )
+        if dead:
+            task = asyncio.get_running_loop().create_task(self._send(keys.spider, dead))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def document(self, spider: str, dead: int) -> dict[str, Any]:
+        """The JSON the webhook receives."""
+        return {
+            "text": (
+                f"scrapy-ha: the dead-letter queue of {spider} holds {dead} requests "
+                f"(threshold {self.threshold}); see `scrapy-ha dlq list {spider}`"
+            ),
+            "spider": spider,
+            "dead": dead,
+            "threshold": self.threshold,
+            "worker": self.worker,
+            "command": f"scrapy-ha dlq list {spider}",
+        }
+
+    async def _send(self, spider: str, dead: int) -> None:
+        try:
+            status = await asyncio.to_thread(post_json, self.url, self.document(spider, dead))
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            self.stats.inc_value("ha/alert/errors")
+            logger.warning(
+                "Could not send the dead-letter alert of %s to HA_DLQ_ALERT_WEBHOOK (%s): %s",
+                spider,
+                _where(self.url),
+                exc,
+            )
+            return
+        self.stats.inc_value("ha/alert/sent")
+        logger.warning(
+            "The dead-letter queue of %s holds %d requests (HA_DLQ_ALERT_THRESHOLD=%d): "
+            "alert sent to HA_DLQ_ALERT_WEBHOOK (HTTP %d)",
+            spider,
+            dead,
+            self.threshold,
+            status,
+        )
+
+    async def close(self) -> None:
+        """Wait for an alert under way (at most its timeout)."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=ALERT_TIMEOUT + 1)

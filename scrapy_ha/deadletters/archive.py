@@ -1,0 +1,383 @@
+"""A permanent SQL archive of dead letters (``HA_DLQ_ARCHIVE_URL``), written with SQLAlchemy.
+
+Redis keeps the dead-letter queue within its retention (``HA_DLQ_MAX_ENTRIES``,
+``HA_DLQ_MAX_AGE``); an archive keeps every dead letter for good, in one table that any SQL
+tool can query. ``scrapy-ha dlq archive SPIDER`` copies the entries not archived yet, and
+workers whose settings name an archive copy each dead letter as they make it, in a thread of
+their own: a database that is down costs no request (the error is logged and counted as
+``ha/archive/errors``, and the command catches up later).
+
+Which entries are archived is kept in Redis (``Keys.dead_archived``: entry id -> the
+dead-letter time of the copy). Once an archive is declared for a crawl, retention and
+``dlq purge`` drop only archived entries, so nothing leaves Redis unrecorded.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARCHIVE_MARK",
+    "DEFAULT_TABLE",
+    "Archive",
+    "ArchiveRun",
+    "Archiver",
+    "archive_crawl",
+    "declare",
+    "unarchived",
+]
+
+import asyncio
+import json
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.config import validate as check
+from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    import sqlalchemy
+    from redis.asyncio import Redis
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_ha.keys import Keys
+    from scrapy_ha.store.queue import RedisQueue
+
+logger = logging.getLogger(__name__)
+
+#: The table's default name: prefixed so that it sits next to an application's own tables.
+DEFAULT_TABLE = "scrapy_ha_dead_letters"
+#: The field of ``Keys.dead_archived`` that declares an archive (entry ids are numbers).
+ARCHIVE_MARK = "~archive"
+#: Seconds a database has to accept a connection: past this it counts as down.
+CONNECT_TIMEOUT = 10
+#: Seconds a closing worker waits for the copies still under way (then the CLI catches up).
+CLOSE_TIMEOUT = 30.0
+#: A table name: letters, digits and underscores (it is written into SQL as an identifier).
+TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def _sqlalchemy() -> Any:
+    try:
+        import sqlalchemy
+    except ImportError:
+        raise ConfigError(
+            "HA_DLQ_ARCHIVE_URL needs SQLAlchemy: pip install 'scrapy-ha[archive]'"
+        ) from None
+    return sqlalchemy
+
+
+def _table(sa: Any, name: str) -> sqlalchemy.Table:
+    if not TABLE_NAME.match(name):
+        raise ConfigError(
+            f"HA_DLQ_ARCHIVE_TABLE={name!r}: use letters, digits and underscores "
+            f"(default {DEFAULT_TABLE})"
+        )
+    when = sa.DateTime(timezone=True)
+    table: sqlalchemy.Table = sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("spider", sa.String(200), primary_key=True),
+        sa.Column("entry_id", sa.String(64), primary_key=True),
+        sa.Column("url", sa.Text, nullable=False),
+        sa.Column("method", sa.String(16), nullable=False),
+        sa.Column("failure_class", sa.String(64), nullable=False, index=True),
+        sa.Column("reason", sa.Text, nullable=False),
+        sa.Column("status", sa.Integer),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("history", sa.JSON, nullable=False),
+        sa.Column("first_failure", when, nullable=False),
+        sa.Column("last_failure", when, nullable=False, index=True),
+        sa.Column("payload", sa.Text),
+        sa.Column("archived_at", when, nullable=False),
+    )
+    return table
+
+
+def _time(ms: Any) -> datetime:
+    return datetime.fromtimestamp(float(ms) / 1000, UTC)
+
+
+def _status(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def row(spider: str, entry: DeadEntry, now: datetime) -> dict[str, Any]:
+    """The table row of one dead letter."""
+    info = entry.info
+    document = entry.summary.document
+    return {
+        "spider": spider,
+        "entry_id": entry.id,
+        "url": entry.url,
+        "method": entry.summary.method,
+        "failure_class": entry.failure_class,
+        "reason": entry.reason,
+        "status": _status(info.get("status")),
+        "attempts": entry.attempts,
+        "history": info.get("history") or [],
+        "first_failure": _time(info.get("first") or entry.dead_at),
+        "last_failure": _time(info.get("last") or entry.dead_at),
+        "payload": json.dumps(document, separators=(",", ":")) if document else None,
+        "archived_at": now,
+    }
+
+
+class Archive:
+    """The archive table in the database at *url*; blocking calls (run them in a thread)."""
+
+    def __init__(self, url: str, table: str = DEFAULT_TABLE) -> None:
+        sa = _sqlalchemy()
+        self._sa = sa
+        self.url = url
+        try:
+            self.display_url = sa.engine.make_url(url).render_as_string(hide_password=True)
+            self.engine: sqlalchemy.Engine = sa.create_engine(
+                url, connect_args=_connect_args(url), pool_pre_ping=True
+            )
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+            raise ConfigError(
+                f"HA_DLQ_ARCHIVE_URL={_hidden(url)!r}: {exc} (a SQLAlchemy URL such as "
+                f"sqlite:///failed.db or postgresql+psycopg://user:pw@host/db)"
+            ) from None
+        self.table = _table(sa, table)
+
+    def create(self) -> None:
+        """Create the table if it is not there."""
+        self.table.metadata.create_all(self.engine)
+
+    def write(self, spider: str, entries: list[DeadEntry]) -> int:
+        """Insert or update (by spider and entry id) the rows of *entries*; return how many."""
+        if not entries:
+            return 0
+        now = datetime.now(UTC)
+        rows = [row(spider, e, now) for e in entries]
+        with self.engine.begin() as conn:
+            dialect = self.engine.dialect.name
+            if dialect in ("sqlite", "postgresql"):
+                insert = _dialect_insert(dialect)(self.table)
+                keys = ("spider", "entry_id")
+                changed = {c: insert.excluded[c] for c in rows[0] if c not in keys}
+                conn.execute(
+                    insert.on_conflict_do_update(index_elements=list(keys), set_=changed), rows
+                )
+            else:  # any other database: delete and insert, in one transaction
+                t = self.table
+                for r in rows:
+                    conn.execute(
+                        t.delete().where(t.c.spider == spider, t.c.entry_id == r["entry_id"])
+                    )
+                conn.execute(t.insert(), rows)
+        return len(rows)
+
+    def rows(self, spider: str | None = None) -> list[dict[str, Any]]:
+        """Every row (of *spider*), ordered by spider and last failure."""
+        t = self.table
+        query = self._sa.select(t).order_by(t.c.spider, t.c.last_failure, t.c.entry_id)
+        if spider is not None:
+            query = query.where(t.c.spider == spider)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _dialect_insert(dialect: str) -> Any:
+    if dialect == "sqlite":
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.insert
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        return {"timeout": CONNECT_TIMEOUT}
+    if url.startswith("postgresql"):
+        return {"connect_timeout": CONNECT_TIMEOUT}
+    return {}
+
+
+def _hidden(url: str) -> str:
+    """*url* with its password masked (for messages)."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
+
+
+# -- Redis: which entries are archived ------------------------------------------------------
+
+
+async def declare(client: Redis, keys: Keys, archive: Archive) -> None:
+    """Record in Redis that *keys*' crawl has an archive: from now on, retention and purge
+    keep the entries not archived yet."""
+    await client.hset(keys.dead_archived, ARCHIVE_MARK, archive.display_url)
+
+
+async def declared(client: Redis, keys: Keys) -> str | None:
+    """The archive declared for the crawl (its URL, password hidden), if any."""
+    url = await client.hget(keys.dead_archived, ARCHIVE_MARK)
+    return url.decode() if isinstance(url, bytes) else url
+
+
+async def unarchived(dlq: DeadLetterQueue) -> AsyncIterator[list[DeadEntry]]:
+    """The entries whose current version is not archived, in batches, oldest first."""
+    batch: list[DeadEntry] = []
+    async for entry in dlq.scan():
+        batch.append(entry)
+        if len(batch) >= SCAN_BATCH:
+            yield await _not_archived(dlq, batch)
+            batch = []
+    if batch:
+        yield await _not_archived(dlq, batch)
+
+
+async def _not_archived(dlq: DeadLetterQueue, entries: list[DeadEntry]) -> list[DeadEntry]:
+    marks = await dlq.client.hmget(dlq.keys.dead_archived, [e.id for e in entries])
+    return [e for e, at in zip(entries, marks, strict=True) if at is None or int(at) != e.dead_at]
+
+
+async def mark(client: Redis, keys: Keys, entries: list[DeadEntry]) -> None:
+    """Record these versions of *entries* as archived."""
+    if entries:
+        await client.hset(keys.dead_archived, mapping={e.id: e.dead_at for e in entries})
+
+
+async def forget_gone(client: Redis, keys: Keys) -> int:
+    """Drop the marks of entries no longer dead (requeued, then acked); return how many."""
+    fields = [
+        f.decode() if isinstance(f, bytes) else str(f)
+        for f in await client.hkeys(keys.dead_archived)
+    ]
+    fields = [f for f in fields if f != ARCHIVE_MARK]
+    gone = []
+    for i in range(0, len(fields), SCAN_BATCH):
+        chunk = fields[i : i + SCAN_BATCH]
+        scores = await client.zmscore(keys.dead, chunk)
+        gone += [f for f, score in zip(chunk, scores, strict=True) if score is None]
+    if gone:
+        await client.hdel(keys.dead_archived, *gone)
+    return len(gone)
+
+
+@dataclass
+class ArchiveRun:
+    """What :func:`archive_crawl` did."""
+
+    dead: int = 0  # entries in the dead-letter queue
+    copied: int = 0  # copied now (or that would be, with dry_run)
+    by_class: dict[str, int] | None = None
+
+
+async def archive_crawl(
+    dlq: DeadLetterQueue, archive: Archive, *, dry_run: bool = False
+) -> ArchiveRun:
+    """Copy every dead letter of *dlq*'s crawl not archived yet into *archive* (upserts: run
+    twice, the same rows), declaring the archive first; with *dry_run*, only count them."""
+    run = ArchiveRun(by_class={})
+    assert run.by_class is not None
+    if not dry_run:
+        await asyncio.to_thread(archive.create)
+        await declare(dlq.client, dlq.keys, archive)
+        await forget_gone(dlq.client, dlq.keys)
+    run.dead = int(await dlq.client.zcard(dlq.keys.dead))
+    async for batch in unarchived(dlq):
+        if not batch:
+            continue
+        if not dry_run:
+            await asyncio.to_thread(archive.write, dlq.keys.spider, batch)
+            await mark(dlq.client, dlq.keys, batch)
+        run.copied += len(batch)
+        for e in batch:
+            run.by_class[e.failure_class] = run.by_class.get(e.failure_class, 0) + 1
+    return run
+
+
+# -- the worker side ---------------------------------------------------------------------
+
+
+class Archiver:
+    """Copies a worker's dead letters into the archive as it makes them, one batch at a time
+    in a thread of its own; a failure is logged and counted, never raised."""
+
+    def __init__(self, archive: Archive, stats: StatsCollector) -> None:
+        self.archive = archive
+        self.stats = stats
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="scrapy-ha-archive")
+        self._declared = False
+        self._created = False
+        self._ids: list[str] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, stats: StatsCollector) -> Archiver | None:
+        """The archiver *settings* ask for (``HA_DLQ_ARCHIVE_URL``), or None."""
+        url = check.text(settings, "HA_DLQ_ARCHIVE_URL", "")
+        if not url:
+            return None
+        table = check.text(settings, "HA_DLQ_ARCHIVE_TABLE", DEFAULT_TABLE)
+        return cls(Archive(url, table), stats)
+
+    async def ready(self, queue: RedisQueue) -> None:
+        """Declare the archive in Redis once, before this worker's first dead letter (Redis
+        errors are raised: the caller keeps the operation and comes back)."""
+        if not self._declared:
+            await declare(queue.client, queue.keys, self.archive)
+            self._declared = True
+            logger.info(
+                "Dead letters of %s are archived in %s (HA_DLQ_ARCHIVE_URL)",
+                queue.keys.spider,
+                self.archive.display_url,
+            )
+
+    def submit(self, queue: RedisQueue, ids: list[str]) -> None:
+        """Archive the dead letters *ids* soon (in the background)."""
+        self._ids += ids
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain(queue))
+
+    async def _drain(self, queue: RedisQueue) -> None:
+        while self._ids:
+            ids, self._ids = self._ids[:SCAN_BATCH], self._ids[SCAN_BATCH:]
+            try:
+                await self._copy(queue, ids)
+            except Exception as exc:
+                self.stats.inc_value("ha/archive/errors")
+                logger.warning(
+                    "Could not archive %d dead letter(s) of %s in %s: %s: %s (they stay in "
+                    "Redis, kept by retention: `scrapy-ha dlq archive %s` copies them)",
+                    len(ids),
+                    queue.keys.spider,
+                    self.archive.display_url,
+                    type(exc).__name__,
+                    exc,
+                    queue.keys.spider,
+                )
+
+    async def _copy(self, queue: RedisQueue, ids: list[str]) -> None:
+        dlq = DeadLetterQueue(queue)
+        entries = [e for e in [await dlq.get(i) for i in ids] if e is not None]
+        if not entries:
+            return
+        loop = asyncio.get_running_loop()
+        if not self._created:
+            await loop.run_in_executor(self._executor, self.archive.create)
+            self._created = True
+        await loop.run_in_executor(self._executor, self.archive.write, queue.keys.spider, entries)
+        await mark(queue.client, queue.keys, entries)
+        self.stats.inc_value("ha/archive/archived", len(entries))
+
+    async def close(self) -> None:
+        """Wait (a bounded time) for the copies under way, then let the database go."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
+            self._task.cancel()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        await asyncio.to_thread(self.archive.close)

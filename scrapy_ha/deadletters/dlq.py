@@ -1,0 +1,359 @@
+"""The dead-letter queue of a crawl, as a Python API (the ``scrapy-ha dlq`` commands use it).
+
+>>> async with DeadLetterQueue.from_url("redis://localhost:6379/0", "books") as dlq:
+...     print([e.url for e in await dlq.entries(failure_class="gone")])
+...     await dlq.requeue([e.id for e in await dlq.entries(domain="example.com")])
+
+Requeue puts entries back in the pending queue with their attempt counters and history
+reset; it is atomic per entry and idempotent (an entry already requeued is skipped).
+Entries are read with the codec's :func:`~scrapy_ha.codec.describe`: a stored request is
+data here, never rebuilt, so an entry this worker could not decode is listed all the same.
+docs/reference.md has a complete script.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue", "parse_entry"]
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from urllib.parse import urlsplit
+
+from scrapy.settings import Settings
+
+from scrapy_ha.codec import RequestSummary, describe, mask_url, reset_attempts
+from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.store.connection import redis_from_settings
+from scrapy_ha.store.queue import RedisQueue
+
+#: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
+CONNECT_TIMEOUT = 5.0
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from types import TracebackType
+
+#: Entries read per round trip when scanning the dead-letter queue.
+SCAN_BATCH = 500
+
+
+@dataclass(frozen=True)
+class DeadEntry:
+    """One dead-letter entry: the request (credentials already stripped) and why it died."""
+
+    id: str
+    url: str
+    failure_class: str
+    reason: str
+    dead_at: int
+    info: dict[str, Any] = field(default_factory=dict)
+    #: The stored request as the codec reads it without rebuilding it.
+    summary: RequestSummary = field(default_factory=lambda: describe(None))
+
+    @property
+    def cls(self) -> str:
+        """Deprecated: use :attr:`failure_class`."""
+        warnings.warn(
+            "DeadEntry.cls is deprecated, use DeadEntry.failure_class",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.failure_class
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The stored request document (``json.loads`` of the payload; ``{}`` if unreadable)."""
+        return self.summary.document
+
+    @property
+    def domain(self) -> str:
+        return urlsplit(self.url).hostname or ""
+
+    @property
+    def attempts(self) -> int:
+        return int(self.info.get("attempts") or len(self.info.get("history") or []) or 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``scrapy-ha dlq export`` prints for this entry (secrets in the URL masked)."""
+        return {
+            "id": self.id,
+            "url": mask_url(self.url),
+            "method": self.summary.method,
+            "class": self.failure_class,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "status": self.info.get("status"),
+            "first": self.info.get("first"),
+            "last": self.info.get("last"),
+            "dead_at": self.dead_at,
+            "history": self.info.get("history", []),
+        }
+
+    def body(self) -> tuple[str, Any]:
+        """The request body for a reader: ``("json", value)`` when it is JSON, ``("text",
+        str)`` when it is UTF-8 text, ``("bytes", str)`` with other bytes escaped, or
+        ``("none", "")``."""
+        raw = self.summary.body
+        if not raw:
+            return "none", ""
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            return "bytes", _escape(raw)
+        try:
+            return "json", json.loads(text)
+        except ValueError:
+            return "text", text
+
+    @property
+    def status(self) -> int | None:
+        """The HTTP status of the last attempt (None for a download error)."""
+        status = self.info.get("status")
+        return status if isinstance(status, int) else None
+
+    def matches(
+        self,
+        *,
+        failure_class: str | None,
+        domain: str | None,
+        reason: str | None,
+        status: int | None = None,
+    ) -> bool:
+        return (
+            (failure_class is None or self.failure_class == failure_class)
+            and (domain is None or self.domain == domain)
+            and (reason is None or reason.lower() in self.reason.lower())
+            and (status is None or self.status == status)
+        )
+
+
+def _escape(raw: bytes) -> str:
+    """Printable ASCII as is, every other byte (and the backslash) as ``\\xNN``."""
+    return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02x}" for b in raw)
+
+
+def parse_entry(
+    entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None
+) -> DeadEntry:
+    """A dead-letter entry from its stored record (``dead_info``) and payload, as every tool
+    reads it (``dlq``, the dashboard); never raises on an unreadable record or payload."""
+    try:
+        meta = json.loads(info) if info else {}
+    except ValueError:
+        meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
+    summary = describe(payload)
+    return DeadEntry(
+        entry_id,
+        summary.url if summary.url is not None else str(meta.get("payload", "?")),
+        str(meta.get("class", "unknown")),
+        str(meta.get("reason", "")),
+        int(dead_at),
+        meta,
+        summary,
+    )
+
+
+class _Record(NamedTuple):
+    """A dead-letter entry before its request is read: id, time (ms), record (JSON)."""
+
+    id: str
+    dead_at: float
+    info: bytes | None
+
+
+@dataclass(frozen=True)
+class _RecordFilter:
+    """The filters a dead-letter record answers alone (no need to read the request)."""
+
+    failure_class: str | None
+    reason: str | None
+    status: int | None
+
+    @property
+    def active(self) -> bool:
+        return any(v is not None for v in (self.failure_class, self.reason, self.status))
+
+    def keeps(self, info: bytes | None) -> bool:
+        if not self.active:
+            return True
+        try:
+            record = json.loads(info) if info else {}
+        except ValueError:
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        return (
+            (self.failure_class is None or record.get("class", "unknown") == self.failure_class)
+            and (self.status is None or record.get("status") == self.status)
+            and (
+                self.reason is None or self.reason.lower() in str(record.get("reason", "")).lower()
+            )
+        )
+
+
+class DeadLetterQueue:
+    """List, show, requeue, purge and export dead-letter entries of one crawl."""
+
+    def __init__(self, queue: RedisQueue) -> None:
+        self.queue = queue
+        self.client = queue.client
+        self.keys = queue.keys
+        #: Entries the last :meth:`purge` kept because they are not archived yet.
+        self.kept_unarchived = 0
+
+    @classmethod
+    def from_url(cls, url: str, spider: str, *, prefix: str = DEFAULT_PREFIX) -> Self:
+        """The dead-letter queue of *spider*'s crawl in the Redis at *url* (keys under
+        *prefix*, ``HA_KEY_PREFIX``; any URL ``REDIS_URL`` takes). Close it with `aclose`,
+        or use ``async with``."""
+        client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=CONNECT_TIMEOUT)
+        return cls(RedisQueue(client, Keys(prefix, spider)))
+
+    async def aclose(self) -> None:
+        """Close the Redis connection."""
+        await self.client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def scan(
+        self, *, since_ms: int | None = None, until_ms: int | None = None, skip: int = 0
+    ) -> AsyncIterator[DeadEntry]:
+        """Every entry dead-lettered from *since_ms* to *until_ms* (Redis time, ms; both
+        included), oldest first, the first *skip* of them skipped. Read by rank in batches:
+        a page deep in a large queue costs what the page costs."""
+        async for batch in self._records(since_ms, until_ms, skip):
+            for entry in await self._read(batch):
+                yield entry
+
+    async def _records(
+        self, since_ms: int | None, until_ms: int | None, skip: int
+    ) -> AsyncIterator[list[_Record]]:
+        """Batches of (id, dead-letter time, record) in the window, oldest first."""
+        start, stop = await self._ranks(since_ms, until_ms)
+        start += skip
+        while start <= stop:
+            end = min(stop, start + SCAN_BATCH - 1)
+            rows = await self.client.zrange(self.keys.dead, start, end, withscores=True)
+            if not rows:
+                return
+            ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
+            infos = await self.client.hmget(self.keys.dead_info, ids)
+            yield [
+                _Record(entry_id, score, info)
+                for (_, score), entry_id, info in zip(rows, ids, infos, strict=True)
+            ]
+            start += len(rows)
+
+    async def _read(self, records: list[_Record]) -> list[DeadEntry]:
+        """The entries of *records*, with their requests (one round trip)."""
+        if not records:
+            return []
+        payloads = await self.client.hmget(self.keys.payload, [r.id for r in records])
+        return [
+            parse_entry(r.id, r.dead_at, r.info, payload)
+            for r, payload in zip(records, payloads, strict=True)
+        ]
+
+    async def _ranks(self, since_ms: int | None, until_ms: int | None) -> tuple[int, int]:
+        """The ranks of the first and last entry within the time window (ZCOUNT: log N)."""
+        dead = self.keys.dead
+        first = 0 if since_ms is None else await self.client.zcount(dead, "-inf", f"({since_ms}")
+        if until_ms is None:
+            last = await self.client.zcard(dead) - 1
+        else:
+            last = await self.client.zcount(dead, "-inf", until_ms) - 1
+        return int(first), int(last)
+
+    async def count(self, *, since_ms: int | None = None, until_ms: int | None = None) -> int:
+        """How many entries were dead-lettered within the time window (all: no window)."""
+        first, last = await self._ranks(since_ms, until_ms)
+        return max(0, last - first + 1)
+
+    async def entries(
+        self,
+        *,
+        failure_class: str | None = None,
+        domain: str | None = None,
+        reason: str | None = None,
+        status: int | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+        cls: str | None = None,
+    ) -> list[DeadEntry]:
+        """Entries matching every filter given, oldest first: *reason* a case-insensitive
+        substring, *status* the HTTP status, *since_ms*/*until_ms* the time it was
+        dead-lettered (Redis time, ms); the first *offset* matches skipped, at most *limit*
+        returned. ``cls`` is the deprecated name of ``failure_class``."""
+        if cls is not None:
+            warnings.warn(
+                "entries(cls=...) is deprecated, use entries(failure_class=...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            failure_class = failure_class or cls
+        by_record = _RecordFilter(failure_class, reason, status)
+        by_content = by_record.active or domain is not None
+        skip, offset = (0, offset) if by_content else (offset, 0)  # no filter: Redis skips
+        found: list[DeadEntry] = []
+        async for batch in self._records(since_ms, until_ms, skip):
+            kept = [r for r in batch if by_record.keeps(r.info)]
+            if domain is None:  # the record decides: skip and cut before reading requests
+                dropped = min(offset, len(kept))
+                kept, offset = kept[dropped:], offset - dropped
+                if limit is not None:
+                    kept = kept[: limit - len(found)]
+            for entry in await self._read(kept):
+                if domain is not None and entry.domain != domain:
+                    continue
+                if offset:
+                    offset -= 1
+                    continue
+                found.append(entry)
+            if limit is not None and len(found) >= limit:
+                return found[:limit]
+        return found
+
+    async def get(self, entry_id: str) -> DeadEntry | None:
+        dead_at = await self.client.zscore(self.keys.dead, entry_id)
+        if dead_at is None:
+            return None
+        info = await self.client.hget(self.keys.dead_info, entry_id)
+        payload = await self.client.hget(self.keys.payload, entry_id)
+        return parse_entry(entry_id, dead_at, info, payload)
+
+    async def requeue(self, ids: list[str]) -> int:
+        """Back to pending with attempts reset; return how many were requeued."""
+        requeued = 0
+        for start in range(0, len(ids), SCAN_BATCH):
+            chunk = ids[start : start + SCAN_BATCH]
+            payloads = await self.client.hmget(self.keys.payload, chunk)
+            entries = [
+                (entry_id, describe(payload).priority, reset_attempts(payload))
+                for entry_id, payload in zip(chunk, payloads, strict=True)
+                if payload is not None
+            ]
+            requeued += await self.queue.requeue_dead(entries)
+        return requeued
+
+    async def purge(self, ids: list[str]) -> int:
+        """Delete for good; return how many were deleted. With an SQL archive declared for
+        the crawl (``HA_DLQ_ARCHIVE_URL``), entries not archived yet are kept: their number
+        is in :attr:`kept_unarchived` (``scrapy-ha dlq archive`` copies them)."""
+        deleted = self.kept_unarchived = 0
+        for i in range(0, len(ids), SCAN_BATCH):
+            done, kept = await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
+            deleted += done
+            self.kept_unarchived += kept
+        return deleted

@@ -1,0 +1,418 @@
+"""Pagination checkpoints: a paginated task resumes from its last page, fenced by its lease.
+
+Turn on with ``HA_CHECKPOINTS = True`` (the add-on adds the middleware). Every start
+request is the root of a task (``meta["ha_task"]`` names it; else its fingerprint does;
+``meta["ha_task"] = False`` opts it out), and so is any request the spider yields with
+``meta["ha_task"] = "<name>"``.
+The middleware follows the task along its pagination chain, the requests a page yields
+for the same callback as its own (or marked ``meta["ha_next_page"] = True``), and records
+in Redis, under the page's lease:
+
+- when a page is finished (its items through the pipelines, its requests queued): the
+  next page to fetch, the items processed, the last item id and the spider's fields;
+- every ``HA_CHECKPOINT_ITEMS`` items within a page: how many of its items are done.
+
+When the task starts again (its start request comes up in a new run, after the queue was
+flushed or lost, or in an incremental re-crawl), it continues from the checkpointed page,
+and a page processed again skips the items it already emitted (for pages whose output is
+deterministic). A finished task is skipped unless ``HA_CHECKPOINT_RERUN`` is set or the
+start request has ``meta["ha_rerun"] = True``.
+
+The spider reads and adds its own fields through ``response.meta["ha_checkpoint"]``::
+
+    def parse(self, response):
+        fields = response.meta.get("ha_checkpoint", {})
+        fields["last_seen"] = response.css("time::text").get()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import CodecError, decode_request, encode_request
+from scrapy_ha.config.scheduler import CheckpointConfig
+from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.store.state import CheckpointStore
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from typing import Self
+
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from scrapy_ha.scheduler.shell import Scheduler
+
+__all__ = ["CheckpointMiddleware", "task_id"]
+
+logger = logging.getLogger(__name__)
+#: Items tracked between their page and the pipelines' verdict, at most: far above what
+#: Scrapy keeps in flight (CONCURRENT_ITEMS per page × CONCURRENT_REQUESTS pages). An item
+#: pushed out only holds its page's mid-page checkpoint back, never moves it forward.
+PENDING_LIMIT = 100_000
+
+
+class CheckpointMiddleware:
+    """Spider middleware that saves and resumes pagination checkpoints."""
+
+    def __init__(self, crawler: Crawler, config: CheckpointConfig | None = None) -> None:
+        """*config* defaults to the crawler's settings (read whether HA_CHECKPOINTS is on)."""
+        config = config or CheckpointConfig.from_settings(crawler.settings)
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.config = config
+        self.every = config.every_items
+        self.max_bytes = config.max_bytes
+        self.ttl_ms = config.ttl_ms
+        self.rerun = config.rerun
+        self.id_field = config.id_field
+        # id(item) -> (its page's progress, its index in the page)
+        self._pending: dict[int, tuple[_Progress, int]] = {}
+        crawler.signals.connect(self._item_done, signal=signals.item_scraped)
+        crawler.signals.connect(self._item_done, signal=signals.item_dropped)
+        crawler.signals.connect(self._item_failed, signal=signals.item_error)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = CheckpointConfig.from_settings(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured  # off unless asked for: silent
+        return cls(crawler, config)
+
+    # -- resume -------------------------------------------------------------------
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for item_or_request in start:
+            if isinstance(item_or_request, Request) and item_or_request.meta.get(
+                metakeys.TASK, True
+            ):
+                item_or_request = await self._resume(item_or_request)
+                if item_or_request is None:
+                    continue
+            yield item_or_request
+
+    async def _resume(self, root: Request) -> Request | None:
+        task = task_id(root, self.crawler)
+        try:
+            doc = await self._load(task)
+        except (NotConfigured, CodecError):
+            raise
+        except Exception as exc:  # a Redis error: the root goes on, its task from the queue
+            logger.warning(
+                "Could not read the checkpoint of task %s (%s): starting it from its root request",
+                task,
+                exc,
+            )
+            doc = None
+        root.meta[metakeys.TASK] = task
+        root.meta.setdefault(metakeys.TASK_STATE, {"page": 1, "items": 0})
+        if doc is None:
+            return root
+        if doc.get("done") and not (self.rerun or root.meta.get(metakeys.RERUN)):
+            self.stats.inc_value("ha/checkpoint/finished_skipped")
+            logger.info(
+                "Task %s finished in an earlier run: skipped (HA_CHECKPOINT_RERUN to run it again)",
+                task,
+            )
+            return None
+        if doc.get("done") or not doc.get("next"):
+            return root
+        try:
+            request = decode_request(doc["next"], self.crawler.spider)
+        except CodecError as exc:
+            logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
+            return root
+        request.meta[metakeys.TASK] = task
+        request.meta[metakeys.TASK_STATE] = {
+            k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc
+        }
+        request.meta[metakeys.CHECKPOINT] = doc.get("fields", {})
+        request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
+        self.stats.inc_value("ha/checkpoint/resumed")
+        logger.info(
+            "Resuming task %s at page %s (%s items done)", task, doc.get("page"), doc.get("items")
+        )
+        return request
+
+    async def _load(self, task: str) -> dict[str, Any] | None:
+        queue = self._scheduler().queue  # read each time: a reconnect makes a new client
+        assert queue is not None
+        return await CheckpointStore(queue.client, queue.keys).get(task)
+
+    def _scheduler(self) -> Scheduler:
+        scheduler = scheduler_for(self.crawler)
+        if scheduler is None or scheduler.queue is None:
+            raise NotConfigured("HA_CHECKPOINTS needs SCHEDULER = 'scrapy_ha.Scheduler'")
+        return scheduler
+
+    # -- follow a page's output -----------------------------------------------------
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any], spider: Any = None
+    ) -> AsyncIterator[Any]:
+        page = response.request
+        task = page.meta.get(metakeys.TASK) if page is not None else None
+        if page is None or not task:
+            async for x in result:
+                if _is_new_root(x):
+                    x = await self._resume(x)
+                if x is not None:
+                    yield x
+            return
+        async for x in self._follow(page, task, result):
+            yield x
+
+    async def _follow(
+        self, page: Request, task: str, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        """A task page's output: items counted (and skipped when done before), next pages
+        held until the callback ends, then sent with the task's progress."""
+        state = await self._page_state(page, task)
+        fields = page.meta.setdefault(metakeys.CHECKPOINT, {})
+        skip, next_pages = int(state.pop("skip", 0)), []
+        counter = _Counter(page, state, skip, self._tracks(page))
+        try:
+            async for x in result:
+                if _is_new_root(x):
+                    x = await self._resume(x)
+                elif isinstance(x, Request) and self._is_next_page(x, page):
+                    next_pages.append(x)
+                    continue
+                elif not isinstance(x, Request) and not self._count(x, counter, state):
+                    continue
+                if x is not None:
+                    yield x
+        except Exception:
+            # the callback failed after yielding its next page: Scrapy would have crawled
+            # it, so it still goes out (the page itself is retried as a parse error); the
+            # page's checkpoint is saved only if it ends dead-lettered, not retried
+            for request in self._chain(next_pages, task, state, fields):
+                yield request
+            if next_pages:
+                self._page_done(page, task, state, fields, next_pages[0])
+            raise
+        for request in self._chain(next_pages, task, state, fields):
+            yield request
+        self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+
+    def _tracks(self, page: Request) -> bool:
+        return bool(self.every and metakeys.LEASE in page.meta)
+
+    def _count(self, item: Any, counter: _Counter, state: dict[str, Any]) -> bool:
+        """Count an item of the page; False if it was emitted before (skip it)."""
+        counter.index += 1
+        if counter.index <= counter.skip:
+            self.stats.inc_value("ha/checkpoint/items_skipped")
+            return False
+        if counter.progress is not None:
+            self._track(item, counter.progress, counter.index)
+        state["items"] = state.get("items", 0) + 1
+        state["last_id"] = _item_id(item, self.id_field, state.get("last_id"))
+        return True
+
+    def _chain(
+        self, next_pages: list[Request], task: str, state: dict[str, Any], fields: dict[str, Any]
+    ) -> list[Request]:
+        for request in next_pages:
+            request.meta[metakeys.TASK] = task
+            request.meta[metakeys.TASK_STATE] = {**state, "page": state.get("page", 1) + 1}
+            request.meta[metakeys.CHECKPOINT] = dict(fields)
+        return next_pages
+
+    async def _page_state(self, page: Request, task: str) -> dict[str, Any]:
+        """The page's progress; for a page run again (its lease was reclaimed, or it was
+        retried) the items its mid-page checkpoint says are done are skipped."""
+        state = dict(page.meta.get(metakeys.TASK_STATE) or {"page": 1, "items": 0})
+        if not (self.every and metakeys.LEASE in page.meta):
+            return state
+        try:
+            doc = await self._load(task)
+        except Exception as exc:  # a checkpoint is an optimisation: never fail the page
+            logger.warning("Could not read the checkpoint of task %s: %s", task, exc)
+            return state
+        if _is_mid_page_of(doc, page, state):
+            assert doc is not None
+            state["skip"], state["items"] = int(doc["skip"]), int(doc.get("items", 0))
+        return state
+
+    def _is_next_page(self, request: Request, page: Request) -> bool:
+        marked = request.meta.get(metakeys.NEXT_PAGE)
+        if marked is not None:
+            return bool(marked)
+        default = getattr(self.crawler.spider, "parse", None)  # what a None callback means
+        return _same(request.callback or default, page.callback or default)
+
+    def _page_done(
+        self,
+        page: Request,
+        task: str,
+        state: dict[str, Any],
+        fields: dict[str, Any],
+        nxt: Request | None,
+    ) -> None:
+        doc: dict[str, Any] = {
+            "task": task,
+            "of": state.get("page", 1),  # the page it is about: see checkpoint.lua
+            "page": state.get("page", 1) + (1 if nxt else 0),
+            "items": state.get("items", 0),
+            "fields": fields,
+            "done": nxt is None,
+        }
+        if "last_id" in state:
+            doc["last_id"] = state["last_id"]
+        if nxt is not None:
+            doc["next"] = encode_request(_without_progress(nxt), self.crawler.spider).decode()
+        self._save_at_finish(page, task, doc)
+
+    # -- saving -----------------------------------------------------------------------
+
+    def _save_at_finish(self, page: Request, task: str, doc: dict[str, Any]) -> None:
+        payload = self._checked(task, doc)
+        if payload is not None:
+            self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=True)
+
+    def _checked(self, task: str, doc: dict[str, Any]) -> bytes | None:
+        payload = json.dumps(doc, separators=(",", ":")).encode()
+        if len(payload) > self.max_bytes:
+            self.stats.inc_value("ha/checkpoint/too_large")
+            logger.warning(
+                "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+                "not saved (keep custom fields small)",
+                task,
+                len(payload),
+                self.max_bytes,
+            )
+            return None
+        return payload
+
+    def _track(self, item: Any, progress: _Progress, index: int) -> None:
+        if len(self._pending) >= PENDING_LIMIT:
+            del self._pending[next(iter(self._pending))]  # the oldest
+        self._pending[id(item)] = (progress, index)
+
+    def _item_done(self, item: Any, response: Any = None, **kwargs: Any) -> None:
+        tracked = self._pending.pop(id(item), None)
+        if tracked is None:
+            return
+        progress, index = tracked
+        if progress.add(index) - progress.saved >= self.every:
+            self._save_mid_page(progress)
+            progress.saved = progress.prefix
+
+    def _item_failed(self, item: Any, response: Any = None, **kwargs: Any) -> None:
+        """A failed item is never counted: no checkpoint moves past it (the page is
+        crawled again, see the ``pipeline`` failure class)."""
+        self._pending.pop(id(item), None)
+
+    def _save_mid_page(self, progress: _Progress) -> None:
+        """Redo this page later, skipping the items already through the pipelines."""
+        page, done = progress.page, progress.prefix
+        task = page.meta[metakeys.TASK]
+        doc = {
+            "task": task,
+            "of": progress.page_no,
+            "page": progress.page_no,
+            "skip": done,
+            "items": progress.items_before + done,
+            "fields": page.meta.get(metakeys.CHECKPOINT, {}),
+            "done": False,
+            "next": encode_request(_without_progress(page), self.crawler.spider).decode(),
+        }
+        payload = self._checked(task, doc)
+        if payload is not None:
+            self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=False)
+
+
+def _is_new_root(x: Any) -> bool:
+    """A request the spider marked as the root of a task (``meta["ha_task"] = "name"``)."""
+    return (
+        isinstance(x, Request)
+        and bool(x.meta.get(metakeys.TASK))
+        and (metakeys.TASK_STATE not in x.meta)
+    )
+
+
+def _without_progress(page: Request) -> Request:
+    drop = (
+        metakeys.TASK_STATE,
+        metakeys.CHECKPOINT,
+        metakeys.TASK,
+    )  # stored beside it in the checkpoint
+    meta = {k: v for k, v in page.meta.items() if k not in drop}
+    return page.replace(meta=meta)
+
+
+class _Counter:
+    """Where a page's output is: items seen, items to skip, what the pipelines finished."""
+
+    __slots__ = ("index", "progress", "skip")
+
+    def __init__(self, page: Request, state: dict[str, Any], skip: int, tracked: bool) -> None:
+        self.index = 0
+        self.skip = skip
+        self.progress = _Progress(page, state, skip) if tracked else None
+
+
+class _Progress:
+    """Which items of one page are through the pipelines: the unbroken run from the first
+    (``prefix``) plus those done out of order. Each index is added and removed once, so a
+    page of n items costs O(n) in all."""
+
+    __slots__ = ("ahead", "items_before", "page", "page_no", "prefix", "saved")
+
+    def __init__(self, page: Request, state: dict[str, Any] | None = None, skip: int = 0) -> None:
+        state = state or {}
+        self.page = page
+        self.page_no = state.get("page", 1)
+        self.items_before = int(state.get("items", 0)) - skip  # the task's, before this page
+        self.prefix = skip  # items 1..prefix are done (those skipped were done before)
+        self.saved = skip  # the prefix last checkpointed
+        self.ahead: set[int] = set()
+
+    def add(self, index: int) -> int:
+        """Mark item *index* (1-based) done; returns the new prefix."""
+        self.ahead.add(index)
+        while self.prefix + 1 in self.ahead:
+            self.prefix += 1
+            self.ahead.discard(self.prefix)
+        return self.prefix
+
+
+def _is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, Any]) -> bool:
+    """True if *doc* is a mid-page checkpoint of this very page, further than *state*."""
+    if not doc or doc.get("done") or "skip" not in doc or not doc.get("next"):
+        return False
+    if doc.get("page") != state.get("page", 1) or int(doc["skip"]) <= int(state.get("skip", 0)):
+        return False
+    try:
+        return bool(json.loads(doc["next"]).get("u") == page.url)
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    return getattr(a, "__func__", a) is getattr(b, "__func__", b)
+
+
+def _item_id(item: Any, field: str, default: Any) -> Any:
+    try:
+        value = item[field]
+    except (KeyError, TypeError, IndexError):
+        return default
+    return value if isinstance(value, (str, int, float)) else default
+
+
+def task_id(root: Request, crawler: Crawler) -> str:
+    """The task a root request starts: ``meta["ha_task"]``, else its fingerprint (16 hex)."""
+    given = root.meta.get(metakeys.TASK)
+    if given:
+        return str(given)
+    assert crawler.request_fingerprinter is not None
+    return hashlib.sha1(crawler.request_fingerprinter.fingerprint(root)).hexdigest()[:16]  # noqa: S324

@@ -1,0 +1,295 @@
+"""Proxy rotation driven by ban signals: a tunnel proxy or a pool fetched from an API.
+
+``scrapy_ha.proxy.ProxyMiddleware`` (downloader middleware at 740, just before Scrapy's
+``HttpProxyMiddleware`` at 750, which turns the credentials into the
+``Proxy-Authorization`` header) sets ``meta["proxy"]`` on every attempt:
+
+- **tunnel** (``HA_PROXY_MODE = "tunnel"``): one proxy URL with credentials; the provider
+  changes the exit. With ``HA_PROXY_SESSION_TEMPLATE`` (e.g. ``"{user}-session-{session}"``)
+  a ban puts a new session token in the user name: the exit changes, and since Scrapy keys
+  its CONNECT tunnels by the proxy's credentials, HTTPS gets a fresh tunnel instead of the
+  kept-alive one. ``HA_PROXY_ROTATE_HEADER`` (``"Name: value"``) is sent with the next plain
+  HTTP request after a ban.
+- **pool** (``HA_PROXY_MODE = "pool"``): proxies fetched from ``HA_PROXY_POOL_URL`` (a JSON
+  list of ``{"ip", "port"}`` or ``"ip:port"``, or ``HA_PROXY_POOL_PARSER``), cached for
+  ``HA_PROXY_POOL_TTL``, used in turn; a proxy that was banned or failed is out of rotation
+  for ``HA_PROXY_COOLDOWN`` on every worker (shared through Redis); an exhausted pool is
+  fetched again; when none is usable the request waits in Redis (or goes direct with
+  ``HA_PROXY_ALLOW_DIRECT``).
+
+Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
+``network`` errors through the proxy. A 407 from the proxy is a configuration error: one
+ERROR naming the proxy (password masked), and the crawl stops (the request is kept).
+Credentials never reach Redis, logs, stats or the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import TYPE_CHECKING
+
+from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.exceptions import NotConfigured
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import mask_url
+from scrapy_ha.config.scheduler import ProxyConfig, RetryConfig
+from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, parse_pool, proxy_id
+from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.store.state import ProxyCooldowns
+from scrapy_ha.verdict import FailureClass, Verdict
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+__all__ = [
+    "ProxyConfig",
+    "ProxyMiddleware",
+    "ProxyPool",
+    "TunnelProxy",
+    "parse_pool",
+    "proxy_id",
+    "tunnel_status",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a request waits in Redis when no proxy can be had.
+NO_PROXY_DELAY = 30.0
+#: Seconds a request waits when choosing its proxy failed (Redis or the pool API down):
+#: long enough for a blip to pass, short next to a lease.
+PROXY_ERROR_DELAY = 5.0
+#: Proxies with stats of their own (``ha/proxy/<id>/...``); the rest are counted under
+#: ``ha/proxy/other/...``, so a pool that hands out thousands of IPs keeps the stats small.
+MAX_PROXY_STATS = 100
+#: The status of a refused CONNECT, as Scrapy's TunnelError words it:
+#: "Could not open CONNECT tunnel with proxy host:port [{'status': 407, 'reason': '...'}]".
+_TUNNEL_STATUS = re.compile(r"\[\{'status': (\d{3}), 'reason': ")
+#: A proxy's answer when its credentials are refused.
+PROXY_AUTH_REQUIRED = 407
+#: Seconds a request waits after the proxy refused its credentials (the crawl is stopping).
+PROXY_AUTH_DELAY = 60.0
+#: Classes of a response that are ban signals: the proxy is rotated.
+BAN_CLASSES = (FailureClass.BANNED, FailureClass.RATE_LIMITED)
+
+
+class ProxyMiddleware:
+    """Sets ``meta["proxy"]`` on every attempt and rotates on ban signals."""
+
+    def __init__(self, crawler: Crawler, config: ProxyConfig, retry_config: RetryConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.retry_config = retry_config
+        self.stats = crawler.stats
+        self.tunnel = TunnelProxy(config) if config.mode == "tunnel" else None
+        self.pool = ProxyPool(config) if config.mode == "pool" else None
+        self._auth_failed = False
+        self._warned_header = False
+        self._warned_redis = False
+        self._stat_ids: set[str] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = ProxyConfig.from_settings(crawler.settings)
+        if config is None:
+            raise NotConfigured  # no proxy configured: silent (Scrapy warns if given a reason)
+        return cls(crawler, config, RetryConfig.from_settings(crawler.settings))
+
+    async def process_request(self, request: Request) -> Request | None:
+        if request.meta.get("dont_proxy"):
+            return None
+        try:
+            url = self.tunnel.url() if self.tunnel else await self._from_pool()
+        except Exception as exc:  # never let a middleware's own failure end the request
+            logger.warning(
+                "Could not choose a proxy for %s (%s): it waits %.0f s in the queue",
+                request,
+                exc,
+                PROXY_ERROR_DELAY,
+            )
+            self.stats.inc_value("ha/proxy/errors")
+            reason = f"choosing a proxy: {exc}"
+            return _wait(request, PROXY_ERROR_DELAY, FailureClass.PROXY_ERROR, reason)
+        if url is None:
+            return self._no_proxy(request)
+        pid = proxy_id(url)
+        request.meta["proxy"] = url
+        request.meta[metakeys.PROXY] = pid
+        if self.tunnel is not None:
+            request.meta[metakeys.PROXY_SESSION] = self.tunnel.session
+            self._rotation_header(request)
+        self._stat(pid, "requests")
+        return None
+
+    def _stat(self, pid: str, what: str) -> None:
+        if pid not in self._stat_ids:
+            if len(self._stat_ids) >= MAX_PROXY_STATS:
+                pid = "other"
+            else:
+                self._stat_ids.add(pid)
+        self.stats.inc_value(f"ha/proxy/{pid}/{what}")
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
+            return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
+        fclass = self.retry_config.classify_response(response)
+        if fclass in BAN_CLASSES:
+            self._ban(request, fclass)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        if metakeys.PROXY not in request.meta:
+            return None
+        if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
+            return self._proxy_auth_failed(request, f"CONNECT answered {PROXY_AUTH_REQUIRED}")
+        if self.retry_config.classify_exception(exception) == FailureClass.NETWORK:
+            self._failure(request)
+        return None
+
+    async def _from_pool(self) -> str | None:
+        assert self.pool is not None
+        return await self.pool.choose(self._shared_cooldowns)
+
+    def _rotation_header(self, request: Request) -> None:
+        assert self.tunnel is not None
+        if not (self.tunnel.rotate_next and self.config.rotate_header):
+            return
+        self.tunnel.rotate_next = False
+        name, value = self.config.rotate_header
+        request.headers[name] = value
+        if (
+            request.url.startswith("https")
+            and not self._warned_header
+            and not (self.config.session_template)
+        ):
+            self._warned_header = True
+            logger.warning(
+                "HA_PROXY_ROTATE_HEADER cannot reach the proxy inside an HTTPS "
+                "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits"
+            )
+
+    def _ban(self, request: Request, fclass: FailureClass) -> None:
+        pid = request.meta.get(metakeys.PROXY)
+        if pid is None:
+            return
+        self._stat(pid, "bans")
+        self._rotate(request, pid, f"{fclass} ({request.url})")
+
+    def _failure(self, request: Request) -> None:
+        pid = request.meta[metakeys.PROXY]
+        self._stat(pid, "failures")
+        if self.pool is not None:
+            self.pool.failures[pid] = self.pool.failures.get(pid, 0) + 1
+            if self.pool.failures[pid] < self.config.max_failures:
+                return
+        self._rotate(request, pid, "connection failures")
+
+    def _rotate(self, request: Request, pid: str, why: str) -> None:
+        if self.tunnel is not None:
+            if self.tunnel.rotate(request.meta.get(metakeys.PROXY_SESSION)):
+                self.stats.inc_value("ha/proxy/rotations")
+                logger.info("Rotating the tunnel proxy's exit after %s", why)
+            return
+        assert self.pool is not None
+        self.pool.cool_down(pid)
+        self.stats.inc_value("ha/proxy/rotations")
+        logger.info("Proxy %s out of rotation for %.0f s after %s", pid, self.config.cooldown, why)
+        asyncio.ensure_future(self._share_cooldown(pid))
+
+    def _no_proxy(self, request: Request) -> Request | None:
+        if self.config.allow_direct:
+            for key in ("proxy", metakeys.PROXY):  # a retry still carries its last proxy
+                request.meta.pop(key, None)
+            self.stats.inc_value("ha/proxy/direct")
+            return None
+        self.stats.inc_value("ha/proxy/unavailable")
+        logger.error(
+            "No usable proxy for %s (pool empty or all cooling down): it waits %.0f s "
+            "in the queue (HA_PROXY_ALLOW_DIRECT=False)",
+            request,
+            NO_PROXY_DELAY,
+        )
+        return _wait(request, NO_PROXY_DELAY, FailureClass.NO_PROXY, "no usable proxy")
+
+    def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
+        if not self._auth_failed:
+            self._auth_failed = True
+            shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[metakeys.PROXY]
+            logger.error(
+                "The proxy %s rejected its credentials (%s): check HA_PROXY_URL / "
+                "HA_PROXY_USER / HA_PROXY_PASSWORD. Stopping the crawl; queued "
+                "requests are kept.",
+                shown,
+                detail,
+            )
+            self.stats.set_value("ha/proxy/auth_failed", 1)
+            engine = self.crawler.engine
+            if engine is not None:
+                asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
+        reason = "the proxy rejected its credentials (407)"
+        return _wait(request, PROXY_AUTH_DELAY, FailureClass.PROXY_AUTH, reason)
+
+    async def _shared_cooldowns(self) -> dict[str, float]:
+        """Other workers' cool-downs (until, on this worker's clock); expired ones are
+        deleted. Shared health is an optimisation: a Redis error leaves the local view."""
+        store, server_ms = self._cooldowns()
+        if store is None:
+            return {}
+        try:
+            cooling = await store.load(server_ms)
+        except Exception as exc:
+            self._redis_failed("read the shared proxy cool-downs", exc)
+            return {}
+        offset = time.time() - server_ms / 1000  # server -> local clock
+        return {pid: until / 1000 + offset for pid, until in cooling.items()}
+
+    async def _share_cooldown(self, pid: str) -> None:
+        """Tell the other workers (by the Redis server's clock: workers' clocks differ)."""
+        store, server_ms = self._cooldowns()
+        if store is None:
+            return
+        try:
+            await store.mark(pid, server_ms, int(self.config.cooldown * 1000))
+        except Exception as exc:  # never fail a request for it
+            self._redis_failed(f"share the cool-down of {pid}", exc)
+
+    def _redis_failed(self, what: str, exc: Exception) -> None:
+        self.stats.inc_value("ha/proxy/redis_errors")
+        if not self._warned_redis:
+            self._warned_redis = True
+            logger.warning(
+                "Could not %s in Redis (%s): this worker goes on with its own view "
+                "of the proxies' health",
+                what,
+                exc,
+            )
+
+    def _cooldowns(self) -> tuple[ProxyCooldowns | None, int]:
+        """The crawl's shared cool-downs and the Redis server's clock (None without
+        scrapy-ha's scheduler)."""
+        scheduler = scheduler_for(self.crawler)
+        if scheduler is None or scheduler.queue is None:
+            return None, 0
+        store = ProxyCooldowns(scheduler.queue.client, scheduler.queue.keys)  # a reconnect
+        return store, scheduler.server_time_ms()  # makes a new client: read it each time
+
+
+def tunnel_status(exception: BaseException) -> int | None:
+    """The status a proxy answered to CONNECT, from Scrapy's :class:`TunnelError`."""
+    if not isinstance(exception, TunnelError):
+        return None
+    match = _TUNNEL_STATUS.search(str(exception))
+    return int(match.group(1)) if match else None
+
+
+def _wait(request: Request, delay: float, fclass: FailureClass, reason: str) -> Request:
+    """Send the request back to Redis for *delay* seconds without spending an attempt."""
+    request.meta[metakeys.OUTCOME] = Verdict.retry(fclass, reason, delay)
+    return request.replace(dont_filter=True)

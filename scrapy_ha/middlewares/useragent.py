@@ -1,0 +1,42 @@
+"""An optional User-Agent pool (some sites ban one agent seen too often): off by default.
+
+``HA_USER_AGENTS = ["Mozilla/5.0 ...", ...]`` picks one at random for every request that
+has no User-Agent of its own. For pacing, use Scrapy's own AutoThrottle
+(``AUTOTHROTTLE_ENABLED``) and ``RANDOMIZE_DOWNLOAD_DELAY`` rather than another middleware.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import NotConfigured
+
+from scrapy_ha.config.scheduler import UserAgentConfig
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+
+__all__ = ["UserAgentPoolMiddleware"]
+
+
+class UserAgentPoolMiddleware:
+    """Downloader middleware at 400, before Scrapy's UserAgentMiddleware (500)."""
+
+    def __init__(self, agents: list[str] | tuple[str, ...]) -> None:
+        self.agents = list(agents)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        config = UserAgentConfig.from_settings(crawler.settings)
+        if not config.agents:
+            raise NotConfigured  # no pool configured: silent (Scrapy warns if given a reason)
+        return cls(config.agents)
+
+    def process_request(self, request: Request) -> None:
+        if b"User-Agent" not in request.headers:
+            request.headers[b"User-Agent"] = random.choice(self.agents)

@@ -1,0 +1,165 @@
+"""Every crawl under a key prefix, read from Redis: which crawls there are (one SCAN of the
+key space) and each one's numbers (one pipelined round trip, one more per sharded crawl),
+for ``scrapy-ha metrics`` and the dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.ops.stats import CrawlStats, merge_stats
+from scrapy_ha.store.scripts import COUNTS_LUA
+from scrapy_ha.store.wire import Counts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+#: Keys a SCAN step asks for: few round trips on a big database, and each step still takes
+#: Redis only a few milliseconds.
+SCAN_COUNT = 10_000
+#: Keys whose presence means a crawl exists (a finished crawl keeps its dead letters and
+#: counters; the other keys of a crawl go with these).
+CRAWL_KEYS = ("pending", "leased", "delayed", "dead", "workers", "stats")
+#: Request states, as the ``state`` label.
+STATES = ("pending", "leased", "delayed", "dead")
+#: The ``class`` label of retries or dead letters the total counts but no class does.
+UNKNOWN_CLASS = "unknown"
+
+
+@dataclass(frozen=True)
+class CrawlNumbers:
+    """What Redis holds about one crawl at one instant: its numbers as ``scrapy-ha status``
+    reads them (without the per-minute and per-domain counts: Prometheus makes its own
+    rates, and a label per domain would grow without bound), and its domains gated now."""
+
+    stats: CrawlStats
+    gated_domains: int
+    paused: bool = False
+
+    @property
+    def spider(self) -> str:
+        return self.stats.spider
+
+    @property
+    def states(self) -> dict[str, int]:
+        s = self.stats
+        return dict(zip(STATES, (s.pending, s.leased, s.delayed, s.dead), strict=True))
+
+    @property
+    def held(self) -> bool:
+        """Whether Redis holds anything of the crawl (nothing once it was flushed)."""
+        s = self.stats
+        return bool(s.active or s.dead or s.workers or s.counters)
+
+    def by_class(self, event: str) -> dict[str, int]:
+        """``<event>:<class>`` counters per class; what the total counts beyond the classes
+        goes to ``unknown``, so that the classes always add up to the total."""
+        prefix = f"{event}:"
+        counters = self.stats.counters
+        classes = {k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)}
+        rest = self.stats.counter(event) - sum(classes.values())
+        if rest > 0:
+            classes[UNKNOWN_CLASS] = classes.get(UNKNOWN_CLASS, 0) + rest
+        return classes
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ints(mapping: dict[Any, Any]) -> dict[str, int]:
+    """A Redis hash of counters as ints (a field that is not a number is skipped)."""
+    out = {}
+    for key, value in mapping.items():
+        try:
+            out[_text(key)] = int(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in "\\*?[]" else c for c in text)
+
+
+def discover(client: Any, prefix: str) -> list[str]:
+    """The spiders of every crawl under *prefix* (one SCAN of the key space), sorted."""
+    head = f"{prefix}:{{"
+    spiders = set()
+    for raw in client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
+        key = _text(raw)
+        if not key.startswith(head):  # SCAN's MATCH is a glob: checked again, as text
+            continue
+        for name in CRAWL_KEYS:
+            tail = f"}}:{name}"
+            if key.endswith(tail) and len(key) > len(head) + len(tail):
+                spiders.add(key[len(head) : -len(tail)])
+        if key.endswith("}:shards"):
+            spiders.add(key[len(head) : -len("}:shards")])
+    return unsharded(spiders)
+
+
+def unsharded(tags: Iterable[str]) -> list[str]:
+    """The crawls of these hash tags, sorted: a sharded crawl's (``books``, which has its
+    shard count) stands for its shards' (``books:0``, ``books:1``, ...)."""
+    tags = set(tags)
+    sharded = {t for t in tags if f"{t}:0" in tags}
+    return sorted(t for t in tags if t.rpartition(":")[0] not in sharded)
+
+
+def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlNumbers]:
+    """Every crawl's numbers in one round trip, one more for sharded crawls (their shards
+    summed); crawls whose keys are all gone left out."""
+    spiders = list(spiders)
+    pipe = client.pipeline(transaction=False)
+    for spider in spiders:
+        k = Keys(prefix, spider)
+        _crawl_reads(client, pipe, k)
+        pipe.get(k.shard_count)
+    replies = pipe.execute()
+    crawls = []
+    for i, spider in enumerate(spiders):
+        *mine, shards = replies[5 * i : 5 * i + 5]
+        if shards is not None and int(shards) > 1:
+            numbers = _sharded_numbers(client, Keys(prefix, spider, 0, int(shards)))
+        else:
+            numbers = _numbers(spider, *mine)
+        if numbers.held:
+            crawls.append(numbers)
+    return crawls
+
+
+def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
+    keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
+    client.register_script(COUNTS_LUA)(keys=keys, client=pipe)
+    pipe.hgetall(k.stats)
+    pipe.hvals(k.gates)
+    pipe.exists(k.paused)
+
+
+def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
+    """A sharded crawl's numbers: every shard's summed; gates and pause are shard 0's
+    (each shard has the same)."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(keys.shards):
+        _crawl_reads(client, pipe, keys.of_shard(i))
+    replies = pipe.execute()
+    parts = [_numbers(keys.spider, *replies[4 * i : 4 * i + 4]) for i in range(keys.shards)]
+    total = merge_stats([p.stats for p in parts])
+    return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused)
+
+
+def _numbers(
+    spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any], paused: int
+) -> CrawlNumbers:
+    crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
+    closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
+    return CrawlNumbers(crawl, closed, bool(paused))
+
+
+def _int_or_zero(value: Any) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0

@@ -1,0 +1,66 @@
+"""What an operator does to a crawl, one function each, for every tool that offers it.
+
+The ``scrapy-ha`` commands and the dashboard both call these, so that "retry now" or "pause"
+means the same thing whichever tool was used. Times are Redis's clock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["make_due", "pause", "resume", "server_ms"]
+
+#: Entries changed per Redis call by a bulk action: large enough to be quick, small enough
+#: not to hold Redis for long on a million-entry table.
+BATCH = 500
+
+
+async def server_ms(client: Any) -> int:
+    """Redis's clock in ms (every stored time is Redis time)."""
+    sec, usec = await client.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def make_due(queue: RedisQueue, ids: list[str]) -> int:
+    """These delayed retries are due now: the next sync of any worker promotes them.
+    Returns how many were still delayed (an id already promoted or gone is skipped)."""
+    from scrapy_ha.store.shards import ShardedQueue
+
+    now = await server_ms(queue.client)
+    by: dict[str, list[str]] = {}  # delayed key -> ids in it
+    for entry_id in ids:
+        if isinstance(queue, ShardedQueue):
+            shard, local = queue.route(entry_id)
+            if shard < len(queue.shards):
+                by.setdefault(queue.shards[shard].keys.delayed, []).append(local)
+        else:
+            by.setdefault(queue.keys.delayed, []).append(entry_id)
+    changed = 0
+    for key, key_ids in by.items():
+        for start in range(0, len(key_ids), BATCH):
+            mapping = dict.fromkeys(key_ids[start : start + BATCH], now)
+            changed += int(await queue.client.zadd(key, mapping, xx=True, ch=True))
+    return changed
+
+
+async def pause(queue: RedisQueue, by: str) -> bool:
+    """Set the crawl's paused key (when, and *by* whom): workers lease nothing new at their
+    next sync. False when it was paused already (the first pause's time is kept)."""
+    from scrapy_ha.store.shards import shards_of
+
+    doc = json.dumps({"at": await server_ms(queue.client), "by": by})
+    # every shard leases nothing; shard 0's key says since when, for `status`
+    done = [bool(await s.client.set(s.keys.paused, doc, nx=True)) for s in shards_of(queue)]
+    return done[0]
+
+
+async def resume(queue: RedisQueue) -> bool:
+    """Delete the paused key: workers lease again at their next sync. False when the crawl
+    was not paused."""
+    from scrapy_ha.store.shards import shards_of
+
+    return bool(sum([await s.client.delete(s.keys.paused) for s in shards_of(queue)]))

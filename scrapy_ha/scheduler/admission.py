@@ -1,0 +1,174 @@
+"""How a new request enters the queue: its dupefilter fingerprint and its priority.
+
+Redis's dupefilter is the crawl's; this worker also remembers the fingerprints it sent, so
+that obvious duplicates are dropped without a round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy import signals
+from scrapy.utils.request import referer_str
+from twisted.python.failure import Failure
+
+from scrapy_ha import metakeys
+from scrapy_ha.store.queue import MAX_PRIORITY, clamp_priority
+from scrapy_ha.verdict import FailureClass, Verdict
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha.codec import CodecError
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.store.queue import NewEntry, SyncResult
+
+logger = logging.getLogger(__name__)
+
+#: Bytes of the request fingerprint kept in the dupefilter: 12 bytes (96 bits) fit Redis's
+#: 16-byte allocation where 20 take 32, and two of a billion URLs collide with odds ~1e-11.
+FINGERPRINT_BYTES = 12
+#: Fingerprints remembered locally to drop obvious duplicates without a round trip.
+LOCAL_SEEN_LIMIT = 100_000
+
+
+class Admission:
+    """Fingerprints (``SCHEDULER_DUPEFILTER`` semantics), local duplicates, priority clamp,
+    and requests that cannot be stored."""
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        *,
+        dedupe: bool,
+        dedupe_start: bool,
+        debug: bool,
+        unstorable: str,
+    ) -> None:
+        self.crawler = crawler
+        self.unstorable = unstorable  # HA_UNSTORABLE
+        self.dedupe = dedupe
+        self.dedupe_start = dedupe_start
+        self.debug = debug
+        self.seen: set[bytes] = set()
+        self._start_seq = 0  # start requests seen by this worker, in start() order
+        self._dupes_logged = False
+        self._clamp_warned = False
+
+    @classmethod
+    def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
+        return cls(
+            crawler,
+            dedupe=config.dedupe,
+            dedupe_start=config.dedupe_start_requests,
+            debug=config.dupefilter_debug,
+            unstorable=config.unstorable,
+        )
+
+    def fingerprint(self, request: Request) -> bytes:
+        """The dupefilter fingerprint, or b"" for a request that is never filtered.
+
+        A ``dont_filter`` start request is filtered only against the same request at the
+        same place in another worker's ``start()``: N workers seed the crawl once, and a
+        start request repeated on purpose is crawled as often as it is repeated.
+        """
+        if self._is_start(request):
+            self._start_seq += 1
+            if request.dont_filter:
+                fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+                place = b"start %d " % self._start_seq + fingerprint
+                return hashlib.sha1(place).digest()[:FINGERPRINT_BYTES]  # noqa: S324 - not a secret
+        if request.dont_filter or not self.dedupe:
+            return b""
+        return self.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+
+    def _is_start(self, request: Request) -> bool:
+        """A start request seen for the first time (a retry or redirect of one carries the
+        lease of its original), when start requests are deduplicated across workers."""
+        meta = request.meta
+        return bool(
+            self.dedupe_start and meta.get("is_start_request") and metakeys.LEASE not in meta
+        )
+
+    def remember(self, fingerprint: bytes) -> None:
+        if fingerprint:
+            if len(self.seen) >= LOCAL_SEEN_LIMIT:
+                self.seen.clear()
+            self.seen.add(fingerprint)
+
+    def forget_refused(self, sent: list[NewEntry], result: SyncResult) -> None:
+        """Children refused by the parent fence were never stored: forget their
+        fingerprints, or this worker would drop them as duplicates when it redoes the page.
+        (Which children were refused is not reported: forgetting an accepted one only sends
+        a later duplicate to Redis, whose dupefilter drops it.)"""
+        if result.refused:
+            self.seen.difference_update(e.fingerprint for e in sent if e.parent)
+
+    def log_duplicate(self, request: Request) -> None:
+        """As Scrapy's RFPDupeFilter: the first duplicate, or each with DUPEFILTER_DEBUG."""
+        stats = self.crawler.stats
+        assert stats is not None
+        stats.inc_value("ha/filtered")
+        stats.inc_value("dupefilter/filtered")
+        if self.debug:
+            logger.debug(
+                "Filtered duplicate request: %(request)s (referer: %(referer)s)",
+                {"request": request, "referer": referer_str(request)},
+            )
+        elif not self._dupes_logged:
+            self._dupes_logged = True
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be "
+                "shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+            )
+
+    def note_priority(self, request: Request) -> None:
+        """Priorities beyond the score's range are clamped: count them, warn once."""
+        if -MAX_PRIORITY <= request.priority <= MAX_PRIORITY:
+            return
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/priority_clamped")
+        if not self._clamp_warned:
+            self._clamp_warned = True
+            logger.warning(
+                "Priority %d of %s is outside the range scrapy-ha stores (-%d to %d): it is "
+                "queued as %d (further ones are counted in ha/priority_clamped)",
+                request.priority,
+                request,
+                MAX_PRIORITY,
+                MAX_PRIORITY,
+                clamp_priority(request.priority),
+            )
+
+    def refuse_unstorable(
+        self, request: Request, exc: CodecError, parent: Request | None, spider: Spider | None
+    ) -> None:
+        """Fail *parent*, the page that yielded *request* (dead-lettered when it finishes)."""
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/unstorable")
+        logger.error(
+            "Cannot store %s in Redis (%s): %s (HA_UNSTORABLE=%r; make the value storable, or "
+            'set HA_UNSTORABLE = "drop-key" to store the request without it)',
+            request,
+            exc,
+            f"the page {parent} that yielded it will be dead-lettered"
+            if parent is not None
+            else "the request is dropped",
+            self.unstorable,
+        )
+        if parent is not None:
+            parent.meta[metakeys.OUTCOME] = Verdict.dead(
+                FailureClass.UNSTORABLE, f"child {request.url}: {exc}"
+            )
+        self.crawler.signals.send_catch_log(
+            signal=signals.spider_error,
+            failure=Failure(exc),  # type: ignore[no-untyped-call]  # Twisted's Failure is untyped
+            response=None,
+            spider=spider,
+        )

@@ -1,0 +1,325 @@
+"""Every fact scrapy-ha relies on about Scrapy's engine internals, in one place.
+
+Scrapy has no public API for "is this request finished?", "how busy is this download
+slot?" or "look at the scheduler again now"; the scheduler needs all three. Each function
+here reads private engine state: each names the Scrapy versions it was checked on (2.16 and
+2.19.0, the version in constraints.txt), so that an upgrade of Scrapy has one module to
+re-check. No other module of scrapy-ha reads the engine's private attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
+
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import CloseSpider
+from scrapy.utils.defer import deferred_from_coro
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.core.engine import ExecutionEngine
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+#: Scrapy 2.19 closes the spider when a ``spider_opened`` handler raises ``CloseSpider``
+#: (checked on 2.19.0); 2.16 logs the exception and goes on.
+CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
+
+
+def _engine(crawler: Crawler) -> ExecutionEngine | None:
+    """``crawler.engine``, or None before the crawl starts: Scrapy 2.19 raises
+    RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None."""
+    try:
+        return crawler.engine
+    except RuntimeError:
+        return None
+
+
+def wake(crawler: Crawler) -> None:
+    """Make the engine call ``next_request`` soon: ``engine._slot.nextcall.schedule()``
+    (``_slot`` is None before the spider opens and after it closes; 2.16, 2.19); nothing
+    without an engine."""
+    slot = getattr(_engine(crawler), "_slot", None)
+    if slot is not None:
+        slot.nextcall.schedule()
+
+
+def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
+    """Put *gate*'s ``process_request`` first in the downloader middleware chain, and its
+    ``process_response`` and ``process_exception`` nearest the downloader (called before
+    every other middleware's); False if there is no chain (no engine, or a stand-in engine
+    with no downloader middlewares, which downloads nothing).
+
+    ``engine.downloader.middleware.methods`` maps each name to the deque of the
+    middlewares' methods in the order ``download_async`` calls them, with keyword arguments
+    only (methods not in ``_mw_methods_requiring_spider``): ``process_request`` in the
+    middlewares' order, the other two in the reverse order (``_add_middleware`` appends
+    them on the left). A coroutine a method returns is awaited; a Request given back ends
+    the chain and goes to ``engine.crawl`` instead (2.16, 2.19).
+    """
+    middleware = getattr(getattr(_engine(crawler), "downloader", None), "middleware", None)
+    methods = getattr(middleware, "methods", None)
+    if not isinstance(methods, dict) or "process_request" not in methods:
+        return False
+    for name in ("process_request", "process_response", "process_exception"):
+        chain = methods.setdefault(name, deque())  # absent while no middleware has one
+        method = getattr(gate, name)
+        if method not in chain:
+            chain.appendleft(method)
+    return True
+
+
+class Gate(Protocol):
+    """What :func:`gate_downloads` installs (:class:`scrapy_ha.scheduler.gate.DownloadGate`)."""
+
+    def process_request(self, request: Request) -> Any: ...
+
+    def process_response(self, request: Request, response: Response) -> Any: ...
+
+    def process_exception(self, request: Request, exception: Exception) -> Any: ...
+
+
+def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
+    """A test: is this request still somewhere in the engine?
+
+    A request is finished when it is in none of ``downloader.active``,
+    ``scraper.slot.active``, ``scraper.slot.queue`` (a list of (result, request, deferred)
+    triples, not yet in ``active``) and ``engine._slot.inprogress``; the engine updates
+    them synchronously (2.16, 2.19). ``scraper.slot`` is None while no spider is open.
+    Without an engine, or with a stand-in without a downloader's ``active`` set (Scrapy's
+    scheduler tests), nothing is finished.
+    """
+    engine = _engine(crawler)
+    active = getattr(getattr(engine, "downloader", None), "active", None)
+    if engine is None or not isinstance(active, set):  # no engine, or a stand-in
+        return lambda r: True  # nothing it holds is known to be finished: released at close
+    sets: list[set[Request]] = [active]
+    queued: set[int] = set()
+    slot = engine.scraper.slot
+    if slot is not None:
+        sets.append(slot.active)
+        queued = {id(r) for _, r, _ in slot.queue}
+    engine_slot = getattr(engine, "_slot", None)
+    if engine_slot is not None:
+        sets.append(engine_slot.inprogress)
+    return lambda r: id(r) in queued or any(r in s for s in sets)
+
+
+def start_exhausted(crawler: Crawler) -> bool:
+    """True once the engine has read all of ``Spider.start()`` (or stopped reading it on an
+    error): ``engine._start`` is set before the scheduler opens and becomes None at the
+    end (2.16, 2.19); False without an engine."""
+    engine = _engine(crawler)
+    return engine is not None and getattr(engine, "_start", None) is None
+
+
+#: Hand-outs between two sweeps of :class:`SlotLoad` for slots no longer asked about.
+SLOT_SWEEP_EVERY = 1000
+
+
+class SlotLoad:
+    """How busy each download slot is, counting what this worker handed out.
+
+    ``downloader.slots`` maps ``downloader.get_slot_key(request)`` to a slot whose ``active``
+    set holds the requests it runs or queues and whose ``concurrency`` is its limit (0: none);
+    an absent slot is a new one, whose limit is its ``DOWNLOAD_SLOTS`` concurrency
+    (``downloader.per_slot_settings``), else ``ip_concurrency``, else ``domain_concurrency``
+    (2.16, 2.19). A request enters ``slot.active`` only once the
+    downloader middlewares ran, a turn of the event loop or more after the engine took it,
+    while ``downloader.active`` holds it from the moment the engine took it (the engine's
+    ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
+    its ``active`` set plus what this worker handed to it that is still in
+    ``downloader.active``, still keyed to the slot and not yet in it: O(slot concurrency) per
+    call.
+    """
+
+    def __init__(self) -> None:
+        self._handed: dict[str, list[Request]] = {}
+        self._since_sweep = 0
+
+    def free(self, crawler: Crawler, request: Request) -> bool:
+        """Can the downloader start *request* now? True without an engine."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return True
+        key = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        if slot is None:  # as the downloader will make it (DOWNLOAD_SLOTS may set its own)
+            default = getattr(downloader, "ip_concurrency", 0) or getattr(
+                downloader, "domain_concurrency", 0
+            )
+            per_slot = getattr(downloader, "per_slot_settings", {})
+            limit = per_slot.get(key, {}).get("concurrency", default)
+            running: Any = ()
+        else:  # a stand-in downloader (Scrapy's scheduler tests) may have no limits
+            limit, running = getattr(slot, "concurrency", 0), slot.active
+        if limit <= 0:
+            return True
+        handed = self._handed.get(key)
+        if handed:
+            # gone from the downloader, or moved to another slot by a downloader middleware
+            # (``meta["download_slot"]``, e.g. one slot per proxy): no longer this slot's load
+            active, slot_key = downloader.active, downloader.get_slot_key
+            handed[:] = [r for r in handed if r in active and slot_key(r) == key]
+        on_the_way = sum(1 for r in handed or () if r not in running)
+        return bool(len(running) + on_the_way < limit)
+
+    def load(self, crawler: Crawler, key: str) -> int:
+        """Requests download slot *key* runs or queues, plus those this worker handed to it
+        that are not in it yet (as in :meth:`free`); 0 without an engine."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return 0
+        slot = downloader.slots.get(key)
+        running: Any = () if slot is None else slot.active
+        active = getattr(downloader, "active", ())
+        handed = self._handed.get(key, ())
+        return len(running) + sum(1 for r in handed if r in active and r not in running)
+
+    def handed(self, crawler: Crawler, request: Request) -> None:
+        """*request* goes to the engine now."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return
+        self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
+        self._since_sweep += 1
+        if self._since_sweep >= SLOT_SWEEP_EVERY:  # slots no longer asked about keep nothing
+            self._since_sweep = 0
+            active = downloader.active
+            for key, handed in list(self._handed.items()):
+                handed[:] = [r for r in handed if r in active]
+                if not handed:
+                    del self._handed[key]
+
+
+def capacity(crawler: Crawler, enough: int) -> int:
+    """Requests the downloader can run at once: each download slot's ``concurrency``, plus a
+    new slot's (``ip_concurrency`` when CONCURRENT_REQUESTS_PER_IP is set, else
+    ``domain_concurrency``; 2.16, 2.19); counting stops at *enough* (this runs on every
+    hand-out, and a broad crawl has thousands of slots). *enough* without an engine."""
+    downloader = getattr(_engine(crawler), "downloader", None)
+    if downloader is None:
+        return enough
+    total: int = downloader.ip_concurrency or downloader.domain_concurrency
+    for slot in downloader.slots.values():
+        if total >= enough:
+            break
+        total += slot.concurrency
+    return total
+
+
+class StartRefusal:
+    """Close the spider as soon as it opens, with *reason*, and make ``scrapy crawl`` exit
+    non-zero: Scrapy marks a crawl whose crawler has no spider as failed.
+
+    ``CloseSpider`` is raised from ``spider_opened``, not from the scheduler's ``open()``:
+    raised there it would skip opening the scraper, whose close then fails with a
+    traceback. Scrapy 2.19 honours it; 2.16 ignores it, so the spider is closed right after
+    the handlers (``engine.close_spider_async``). ``crawler.spider`` is forgotten after
+    ``spider_closed``, on 2.16 only after ``engine_stopped``: start requests may still be
+    scheduled after ``spider_closed`` there, and components assert ``crawler.spider``.
+    Keep the object: signal handlers are held weakly.
+    """
+
+    def __init__(self, crawler: Crawler, reason: str) -> None:
+        self.crawler = crawler
+        self.reason = reason
+        forget_at = (
+            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
+        )
+        crawler.signals.connect(self._refuse, signal=signals.spider_opened)
+        crawler.signals.connect(self._forget_spider, signal=forget_at)
+
+    def _refuse(self) -> None:
+        if CLOSE_SPIDER_FROM_SPIDER_OPENED:
+            raise CloseSpider(self.reason)
+        engine = self.crawler.engine
+        assert engine is not None
+        asyncio.get_running_loop().call_soon(
+            lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason))
+        )
+
+    def _forget_spider(self) -> None:
+        self.crawler.spider = None
+
+
+def close_spider(crawler: Crawler, reason: str) -> None:
+    """Close the running spider with *reason* (nothing if the engine is gone)."""
+    engine = _engine(crawler)
+    if engine is not None:
+        asyncio.ensure_future(engine.close_spider_async(reason=reason))
+
+
+def has_room(crawler: Crawler) -> bool:
+    """Would the engine call ``next_request()`` if it looked now? ``engine.needs_backout()``
+    (public since 2.13, the lazy start pattern of Scrapy's docs; 2.16, 2.19) is False; False
+    without an engine or with a stand-in without it."""
+    engine = _engine(crawler)
+    needs_backout = getattr(engine, "needs_backout", None)
+    if not callable(needs_backout) or getattr(engine, "_slot", None) is None:
+        return False
+    return not needs_backout()
+
+
+#: Seconds :func:`look` waits for the engine at most: it looks within a turn or two of the
+#: event loop, unless its slot is closing (then it never looks again).
+LOOK_TIMEOUT = 1.0
+
+
+async def look(crawler: Crawler) -> None:
+    """Make the engine look at the scheduler now and return once it has:
+    ``engine._slot.nextcall`` is a ``CallLaterOnce`` whose ``wait()`` returns after its next
+    run (2.16, 2.19, where the engine itself awaits it between start requests); one turn of
+    the event loop where it has no ``wait()``."""
+    slot = getattr(_engine(crawler), "_slot", None)
+    if slot is None:
+        return
+    slot.nextcall.schedule()
+    wait = getattr(slot.nextcall, "wait", None)
+    if wait is None:
+        await asyncio.sleep(0)
+        return
+    # a nextcall cancelled by the slot closing never runs again, and never returns from wait()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LOOK_TIMEOUT):
+            await wait()
+
+
+class _QuietEmptySignals:
+    """``crawler.signals`` as the engine sees it, but ``scheduler_empty`` is not sent while
+    *busy()* says requests are on their way to the scheduler (see :func:`quiet_empty`)."""
+
+    def __init__(self, signals_: Any, busy: Callable[[], bool]) -> None:
+        self._signals = signals_
+        self._busy = busy
+
+    def send_catch_log(self, signal: object, **kwargs: Any) -> Any:
+        if signal is signals.scheduler_empty and self._busy():
+            return []
+        return self._signals.send_catch_log(signal, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._signals, name)
+
+
+def quiet_empty(crawler: Crawler, busy: Callable[[], bool]) -> bool:
+    """Hold back ``scheduler_empty`` while *busy()* is true; False without an engine.
+
+    The engine sends it from ``_start_scheduled_request`` through ``engine.signals`` (the
+    crawler's ``SignalManager``, set in ``__init__``) whenever ``next_request()`` returns None
+    (2.16, 2.19), with no other condition: Scrapy's own scheduler returns None only when it
+    holds nothing. ``engine.signals`` is wrapped, so the crawler's own ``signals`` (what
+    handlers connect to) is untouched."""
+    engine = _engine(crawler)
+    current = getattr(engine, "signals", None)
+    if engine is None or current is None:
+        return False
+    if not isinstance(current, _QuietEmptySignals):
+        engine.signals = _QuietEmptySignals(current, busy)  # type: ignore[assignment]
+    return True

@@ -1,0 +1,158 @@
+"""Requests handed to the engine and not finished yet.
+
+Scrapy has no "request finished" signal: a request is finished when the engine holds it
+nowhere any more (:func:`scrapy_ha.scheduler.engine.busy_check`). Only then does its lease end: by
+an ack, or, when a middleware recorded another outcome in its meta, by a retry or a dead
+letter. Both go into the :class:`~scrapy_ha.scheduler.outbox.Outbox`, after the children the page
+yielded (they were queued while it ran).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy_ha import metakeys
+from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp
+from scrapy_ha.verdict import Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha.scheduler.outbox import Outbox, Pair
+
+logger = logging.getLogger(__name__)
+
+
+def fence_of(request: Request) -> tuple[str, str] | None:
+    """The lease that fences *request*: its page's (a child), or its original's (a
+    redirect, which carries the original's lease and is no retry); None for a root."""
+    parent = request.meta.get(metakeys.PARENT)
+    if parent is None:
+        verdict = Verdict.from_meta(request.meta)
+        if verdict is None or not verdict.is_retry:
+            parent = request.meta.get(metakeys.LEASE)
+    return (str(parent[0]), str(parent[1])) if parent else None
+
+
+class InFlight:
+    """The unfinished requests of this worker, by entry id: (lease token, request)."""
+
+    def __init__(self, crawler: Crawler, outbox: Outbox) -> None:
+        self.crawler = crawler
+        self.outbox = outbox
+        self._held: dict[str, tuple[str, Request]] = {}
+        self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
+        #: a request handed to the engine, its lease in Redis (reported early: poison)
+        self.on_add: Callable[[Pair], None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._held
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._held)
+
+    def add(self, entry_id: str, token: str, request: Request, *, stored: bool = True) -> None:
+        """*request* was handed to the engine; a lease not *stored* in Redis yet (a fresh
+        request) needs no report: the round that stores it marks it handed."""
+        self._held[entry_id] = (token, request)
+        if stored and self.on_add is not None:
+            self.on_add((entry_id, token))
+
+    def discard(self, entry_id: str) -> None:
+        """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""
+        self._held.pop(entry_id, None)
+        self._retry_priority.pop(entry_id, None)  # a retry of it accepted before: moot
+
+    def pairs(self) -> list[Pair]:
+        return [(i, t) for i, (t, _) in self._held.items()]
+
+    def clear(self) -> None:
+        self._held.clear()
+
+    def collect_finished(self) -> None:
+        """Move requests the engine is done with to the outbox: acks, or ends."""
+        if not self._held:
+            return
+        busy = engine.busy_check(self.crawler)
+        done = [i for i, (_, r) in self._held.items() if not busy(r)]
+        for entry_id in done:
+            token, request = self._held.pop(entry_id)
+            if verdict := Verdict.from_meta(request.meta):
+                if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
+                    self._checkpoint(entry_id, token, request)
+                self.end(EndOp(verdict.op, entry_id, token, request))
+                continue
+            self._checkpoint(entry_id, token, request)
+            self.outbox.acks.append((entry_id, token))
+
+    def _checkpoint(self, entry_id: str, token: str, request: Request) -> None:
+        """The checkpoint a page saves as it ends (before its lease ends: it is fenced)."""
+        if metakeys.CHECKPOINT_SAVE in request.meta:
+            saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
+            self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
+
+    def end(self, op: EndOp) -> None:
+        """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""
+        priority = self._retry_priority.pop(op.entry_id, None)
+        if op.kind == "retry" and priority is not None:
+            op = EndOp(op.kind, op.entry_id, op.token, op.request, op.delay, priority)
+        self.outbox.ends.append(op)
+
+    def is_retry_of_one(self, request: Request) -> bool:
+        """*request* is the retry copy of an unfinished request: it is not queued, the
+        original's lease moves to the delayed set when it finishes (with the copy's
+        priority, RETRY_PRIORITY_ADJUST applied)."""
+        if metakeys.OUTCOME not in request.meta:  # most requests: no verdict to read
+            return False
+        verdict = Verdict.from_meta(request.meta)
+        lease = request.meta.get(metakeys.LEASE)
+        if verdict is None or not verdict.is_retry or not lease:
+            return False
+        held = self._held.get(lease[0])
+        if held is None or held[1] is request:
+            return False
+        self._retry_priority[lease[0]] = request.priority
+        return True
+
+    def fence(self, request: Request) -> Pair | None:
+        """The lease that fences *request* (:func:`fence_of`), if this worker still has that
+        page in flight; None (a new request of its own) when this worker already finished it.
+
+        A child is queued while its page runs, so its page is in flight here, even when
+        its lease was lost (a zombie: Redis refuses the child). A request that names a page
+        this worker finished was scheduled later with that page's meta copied
+        (``meta=response.meta``, scheduled from a ``spider_idle`` handler): the page is
+        acked, nobody redoes it, so fencing it by that lease would lose it."""
+        pair = fence_of(request)
+        if pair is None:
+            return None
+        if pair[0] in self._held:
+            # in flight here, under this lease or a newer one (a zombie copy's lease was
+            # lost and the page leased again: Redis refuses the old copy's children)
+            return pair
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/late_requests")
+        logger.info(
+            "%s names a page this worker already finished (its meta was copied from that "
+            "page after it ended): it is queued as a new request, not as that page's child",
+            request,
+        )
+        return None
+
+    def parent_of(self, request: Request) -> Request | None:
+        """The unfinished page that yielded *request* (ParentLeaseMiddleware tags it)."""
+        lease = request.meta.get(metakeys.PARENT)
+        if not lease:
+            return None
+        held = self._held.get(lease[0])
+        if held is None or held[0] != lease[1]:
+            return None
+        return held[1]

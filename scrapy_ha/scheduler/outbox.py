@@ -1,0 +1,222 @@
+"""What the scheduler's shell hands to its Redis session, and the order Redis sees it in.
+
+The shell (:mod:`scrapy_ha.scheduler`) runs on the engine's synchronous calls and never
+waits on Redis; the session (:mod:`.session.session`) is the one task that talks to Redis.
+Everything the shell decides that Redis must learn goes through one :class:`Outbox`: the
+shell fills it, the session drains it, in :data:`SEND_ORDER`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from scrapy import Request
+
+    from scrapy_ha.store.queue import NewEntry
+    from scrapy_ha.store.wire import Sender
+
+#: (entry id, lease token): one lease.
+Pair = tuple[str, str]
+#: Random bytes naming the children of one worker run in Redis (``<nonce>.<n>``): 64 bits,
+#: two runs share one with odds ~1e-19.
+SENDER_NONCE_BYTES = 8
+
+#: The order in which the session sends an outbox's contents to Redis, and why:
+#: - ``gates`` first: a domain closed by a 429 holds every worker, the sooner the better;
+#: - ``releases``: buffered leases given back untouched (no children, nothing to ack);
+#: - ``children`` before everything that ends or marks their parent: a request a callback
+#:   yielded is durable before its page is acked (nothing is lost if the worker dies);
+#: - ``checkpoints`` after the children (a resumed task never starts past a child that was
+#:   not stored) and before the acks (a checkpoint is fenced by its page's lease, which the
+#:   ack ends);
+#: - ``acks``, then ``ends`` (retries, dead letters, deferrals) of the same round.
+SEND_ORDER = ("gates", "releases", "children", "checkpoints", "acks", "ends")
+
+
+#: Requests per sync call that stores children (children always go before acks).
+BATCH = 500
+#: Seconds a request without a parent (a start request) is kept after Redis stored it, to
+#: store it again if a failover loses it: far longer than a healthy replica lags behind.
+ROOT_RETENTION = 10.0
+#: Seconds between two prunings of the kept children (each costs a pass over them).
+PRUNE_INTERVAL = 1.0
+
+
+@dataclass
+class Retained:
+    """Children Redis has stored that this worker keeps, with their numbers, while a
+    failover could still lose them and nothing would bring them back.
+
+    Redis replicates asynchronously: a primary can confirm children and die before its
+    replica has them. If the page that yielded them is then acked on the promoted replica,
+    they are lost (its lease is there, its children are not). So a child is kept until its
+    parent's end is confirmed (a server that then loses the children loses that ack too,
+    and the page is done again), and a child without a parent for :data:`ROOT_RETENTION`
+    and as long as this worker crawls it.
+    Every sync names the newest child kept (sync.lua's ``expect``); a server that lacks it
+    refuses the call, and the worker stores them again first (:meth:`lost`).
+
+    What is kept is the child as sent, without its request object once this worker no
+    longer holds its lease (crawled and ended: stored again, it goes pending): a crawl at
+    500 pages/s keeps some 5,000 roots at a time, and each request object kept alive is a
+    dozen objects more for every pass of Python's garbage collector.
+    """
+
+    #: (number, child, time stored) in number order
+    entries: list[tuple[int, NewEntry, float]] = field(default_factory=list)
+    #: off for a sharded crawl, whose shards do not number children
+    enabled: bool = True
+    _pruned: float = 0.0
+
+    def keep(self, first: int, children: list[NewEntry]) -> None:
+        if self.enabled and children:
+            now = time.monotonic()
+            self.entries.extend((first + i, _slim(e), now) for i, e in enumerate(children))
+
+    def newest(self) -> int:
+        """The number every server this worker syncs with must hold (0: none)."""
+        return self.entries[-1][0] if self.entries else 0
+
+    def prune(self, held: Callable[[], Iterable[Pair]]) -> None:
+        """Forget the children no failover can lose any more (at most every
+        :data:`PRUNE_INTERVAL`): a parent no longer *held* has had its end confirmed; a root
+        is kept for :data:`ROOT_RETENTION`, and while this worker crawls it."""
+        now = time.monotonic()
+        if not self.entries or now - self._pruned < PRUNE_INTERVAL:
+            return
+        self._pruned = now
+        open_ = set(held())
+        entries = []
+        for n, e, at in self.entries:
+            taken = e.taken
+            if e.parent is not None:
+                if e.parent not in open_:
+                    continue
+            elif now - at >= ROOT_RETENTION and taken not in open_:
+                continue
+            if taken is not None and taken not in open_:
+                # not held any more (crawled and ended, refused, given back): stored again, it
+                # goes pending; a pair that left held() never comes back (see _held_pairs)
+                e = replace(e, fresh=None)
+            entries.append((n, e, at))
+        self.entries = entries
+
+    def lost(self, have: int, held: Iterable[Pair]) -> tuple[list[int], list[NewEntry]]:
+        """The children a server holding this worker's children up to number *have* lacks,
+        and their numbers. One handed out from memory that this worker no longer holds (it
+        was done and acked, on the server that lost it) goes back pending, to be done again
+        with the children it yielded, which no one keeps any more."""
+        open_ = set(held)
+        numbers, children = [], []
+        for n, e, _ in self.entries:
+            if n > have:
+                numbers.append(n)
+                done = e.taken is not None and e.taken not in open_
+                children.append(replace(e, fresh=None) if done else e)
+        return numbers, children
+
+
+def _slim(entry: NewEntry) -> NewEntry:
+    """*entry* as kept: a new request sent without being handed out drops its request
+    object (stored again, it goes pending, as it went)."""
+    fresh = entry.fresh
+    return replace(entry, fresh=None) if fresh is not None and fresh.lease is None else entry
+
+
+@dataclass(frozen=True)
+class EndOp:
+    """A finished request whose lease ends otherwise than by an ack."""
+
+    kind: str  # "retry", "dead" or "defer" (a closed domain: wait without an attempt)
+    entry_id: str
+    token: str
+    request: Request
+    delay: float = 0.0
+    priority: int | None = None  # a retry's: its retry copy's (RETRY_PRIORITY_ADJUST)
+
+
+@dataclass(frozen=True)
+class CheckpointSave:
+    """A task's checkpoint, saved under the lease of the page that reached it."""
+
+    entry_id: str
+    token: str
+    task: str
+    doc: bytes
+    ttl_ms: int
+
+
+@dataclass
+class Outbox:
+    """Everything the shell has for Redis, sent in :data:`SEND_ORDER`.
+
+    The shell appends; the session removes an item only once Redis has it, so an item that
+    fails to go (Redis away) goes next round. Every lease named here is still held by this
+    worker (renewed) until it is sent.
+    """
+
+    gates: dict[str, float] = field(default_factory=dict)  # domain -> seconds closed
+    releases: list[Pair] = field(default_factory=list)
+    children: list[NewEntry] = field(default_factory=list)
+    checkpoints: list[CheckpointSave] = field(default_factory=list)
+    acks: list[Pair] = field(default_factory=list)
+    ends: list[EndOp] = field(default_factory=list)
+    #: highest priority among ``children`` (None: none): a new request may outrank the buffer
+    top: int | None = None
+    #: the shell held a request back for an outranking child: the next sync wakes the engine
+    held_back: bool = False
+    #: names this run's children in Redis, numbered in the order they are sent (see sync.lua)
+    nonce: str = field(default_factory=lambda: secrets.token_hex(SENDER_NONCE_BYTES))
+    #: children Redis has had (removed from the head of ``children``)
+    children_sent: int = 0
+    #: children Redis has had that a failover could still lose
+    retained: Retained = field(default_factory=Retained)
+
+    def add_child(self, entry: NewEntry) -> None:
+        """Queue *entry*; a fresh one (see :mod:`scrapy_ha.scheduler.fresh`) counts in ``top`` only
+        once a round sends it without its having been handed out (:meth:`note_priority`)."""
+        self.children.append(entry)
+        if entry.fresh is None:
+            self.note_priority(entry.priority)
+
+    def sender(self) -> Sender:
+        """This worker's nonce and the number of ``children[0]``: a call that sends the head
+        of ``children`` again (its earlier reply was lost) gives each the same number."""
+        return self.nonce, self.children_sent + 1
+
+    def children_stored(self, n: int) -> None:
+        """Redis has the first *n* children."""
+        self.retained.keep(self.children_sent + 1, self.children[:n])
+        del self.children[:n]
+        self.children_sent += n
+
+    def note_priority(self, priority: int) -> None:
+        if self.top is None or priority > self.top:
+            self.top = priority
+
+    def close_gate(self, domain: str, seconds: float) -> None:
+        self.gates[domain] = max(seconds, self.gates.get(domain, 0))
+
+    def recompute_top(self) -> None:
+        self.top = max(
+            (
+                entry.priority
+                for entry in self.children
+                if entry.fresh is None or (entry.fresh.sealed and entry.fresh.lease is None)
+            ),
+            default=None,
+        )
+
+    def to_sync(self) -> bool:
+        """Anything for the sync script: children, checkpoints, acks or ends."""
+        return bool(self.children or self.checkpoints or self.acks or self.ends)
+
+    def held_pairs(self) -> list[Pair]:
+        """The leases named here: finished (acks, ends) or given back (releases)."""
+        return self.acks + [(op.entry_id, op.token) for op in self.ends] + self.releases

@@ -1,0 +1,182 @@
+"""Scrapy's priority order across what a worker holds and what Redis holds.
+
+A worker hands out from its lease buffer (requests leased ahead, in Redis's order), from
+its own new requests not sent yet (:mod:`scrapy_ha.scheduler.fresh`), and Redis holds the rest. A
+request of a higher priority than the buffer's head, on its way to Redis or pending there
+at the last sync, goes first, as from Scrapy's own priority queue: it is leased at once,
+over the prefetch target (up to twice the target: the per-slot and rate limits of the
+target still bound what one worker holds), and the engine waits one round trip for it. A
+full buffer gives its last lease of a lower priority back for it, one per round (the lease
+goes back to pending at its place). Never for ever: not while the crawl is paused, a
+suspect runs alone or heads the buffer, or a lease call failed to bring such a request
+(its domain at its limit parks it at every call) within the last ``FUTILE_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from scrapy_ha import metakeys
+from scrapy_ha.scheduler.keep import Keep
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.buffer import LeaseBuffer
+    from scrapy_ha.scheduler.outbox import Outbox
+    from scrapy_ha.scheduler.session.session import Session
+    from scrapy_ha.store.wire import SyncResult
+
+#: Seconds a pending head that a lease call failed to bring is not waited for (see
+#: :func:`leasable_head`): a domain's limit frees it within about that, and the engine is
+#: held back at most once per this period for one that stays parked.
+FUTILE_SECONDS = 1.0
+
+#: (minus a priority, until when, by time.monotonic()): see :func:`leasable_head`.
+Futile = tuple[int, float]
+
+
+class Precedence:
+    """Which requests go before the buffer's head, what to lease for them, and what the
+    buffer gives back (see the module docstring)."""
+
+    def __init__(
+        self,
+        buffer: LeaseBuffer,
+        outbox: Outbox,
+        config: SchedulerConfig,
+        *,
+        target: Callable[[], int],
+        alone: Callable[[], bool],
+        may_keep: Callable[[Request], bool],
+    ) -> None:
+        self.buffer = buffer
+        self.outbox = outbox
+        self.config = config
+        self._target = target  # the prefetch target now (it follows the measured rate)
+        self._alone = alone  # a suspect runs alone: nothing is leased meanwhile
+        self.session: Session | None = None
+        #: the new requests a LIFO worker keeps in its buffer (see :mod:`.keep`)
+        self.keep = Keep(
+            buffer,
+            outbox,
+            enabled=config.order == "lifo",
+            active=self._keeps,
+            room=self._room_to_keep,
+            may_keep=may_keep,
+        )
+
+    def _keeps(self) -> bool:
+        """This worker is the only live one, and leases (see :mod:`.keep`)."""
+        session = self.session
+        assert session is not None
+        if session.paused or session.stopping or self._alone():
+            return False
+        return session.renewals.workers <= 1
+
+    def _room_to_keep(self) -> int:
+        """The buffer's room for kept requests: up to the prefetch target (what a worker
+        that dies can make others wait a lease period for stays what it leases ahead), less
+        what a request Redis holds at a higher priority than the buffer's head needs (it is
+        leased by the next round)."""
+        held = len(self.buffer) + self.keep.flying
+        return min(self.room_ahead(), self._target() - held) - self.behind()
+
+    def want(self) -> int:
+        """Requests to lease in the next sync: up to the prefetch target (not before the
+        buffer is half empty), and the requests of a higher priority than one buffered (new
+        ones, or one Redis held pending at the last sync): Redis hands them out first, and
+        the buffer keeps Scrapy's order (a request buffered before them does not overtake
+        them)."""
+        assert self.session is not None
+        if self.session.stopping or self._alone():
+            return 0
+        target, buffer = self._target(), self.buffer
+        held = len(buffer) + self.keep.flying  # kept requests on their way join the buffer
+        refill = target - held if held <= target // 2 else 0
+        room = self.room_ahead()
+        if room <= 0:
+            return refill
+        if self.behind():
+            # one: Redis hands out its first, which the engine waits for; more would fill
+            # the buffer with what comes after it, of any priority
+            return max(refill, 1)
+        if not buffer or not self.outbox.children:
+            return refill
+        unsent = [e for e in self.outbox.children if e.taken is None]
+        return max(refill, buffer.urgent(unsent, room))
+
+    def room_ahead(self) -> int:
+        """Leases the buffer may take over its target for requests of a higher priority than
+        its own, or kept (see :mod:`.keep`): up to twice the target in all, within
+        ``HA_PREFETCH``."""
+        held = len(self.buffer) + self.keep.flying
+        return min(self.config.prefetch, 2 * self._target() - held)
+
+    def behind(self) -> bool:
+        """Redis held pending, at the last sync, a request of a higher priority than the
+        buffer's head, and the next round will lease it (the buffer has room, or makes room:
+        :meth:`make_room`)."""
+        session = self.session
+        assert session is not None
+        head = session.remote_head
+        if session.paused or self._alone() or not self.buffer.behind(head):
+            return False
+        if self.buffer[0].meta.get(metakeys.SUSPECT):
+            return False  # first in line whatever its priority
+        room = self.room_ahead()
+        # a buffer over twice its target (the target shrank) drains first, without waiting
+        return room > 0 or (room == 0 and self.buffer.can_give_back(head))
+
+    def outranked(self) -> bool:
+        """A request on its way to Redis, or one Redis held pending at the last sync, is of
+        a higher priority than everything buffered, or a kept one on its way goes first:
+        the engine waits one round trip for it."""
+        assert self.session is not None
+        queued = self.buffer.outranked_by(self.outbox.top) or self.keep.ahead() or self.behind()
+        return queued and self.session.redis_ok
+
+    def make_room(self) -> None:
+        """Before a round: if :meth:`behind` and the buffer is full, give its last request of
+        a lower priority back, so that the round leases the other one. One per round."""
+        if self.room_ahead() != 0 or not self.behind():
+            return
+        assert self.session is not None
+        request = self.buffer.give_back(self.session.remote_head)
+        if request is not None:
+            self.outbox.releases.append(request.meta[metakeys.LEASE])
+
+
+def leasable_head(
+    result: SyncResult,
+    *,
+    waited: tuple[int, int] | None,
+    asked: bool,
+    futile: Futile | None,
+    now: float | None = None,
+) -> tuple[tuple[int, int] | None, Futile | None]:
+    """The pending head of *result* the engine may be held back for (None: none), and the
+    new *futile* state.
+
+    *waited* is the head reported by the sync before (what the buffer may have waited for),
+    *asked* whether this sync asked for leases. A lease call that brought nothing of the
+    waited head's priority or higher (the crawl is paused, or the head's domain is at its
+    limit and the call parked it again) makes heads of that priority and below not waited
+    for, for ``FUTILE_SECONDS`` or until a lease of that priority comes: else every sync
+    that only acks would report it again, and the engine would wait for it every other
+    round."""
+    now = time.monotonic() if now is None else now
+    if asked:
+        best = min((x.place[0] for x in result.leases if x.place), default=None)
+        if waited is not None and (best is None or best > waited[0]):
+            futile = (waited[0], now + FUTILE_SECONDS)
+        elif futile is not None and best is not None and best <= futile[0]:
+            futile = None
+    head = result.head
+    if head is not None and futile is not None and now < futile[1] and head[0] >= futile[0]:
+        return None, futile
+    return head, futile

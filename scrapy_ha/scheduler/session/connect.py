@@ -1,0 +1,199 @@
+"""Opening a crawl's queue in Redis: connect, check the server, flush when asked, and say
+what this worker joins (and, once its start requests are in, how many the crawl had seen
+already). A setting refused here fails before anything is written."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+import scrapy
+
+from scrapy_ha._version import __version__
+from scrapy_ha.config.scheduler import ConfigError, check_start_key
+from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler import engine
+from scrapy_ha.spiders import RedisSpiderMixin
+from scrapy_ha.store.connection import check_reachable, redis_from_settings
+from scrapy_ha.store.health import warn_once
+from scrapy_ha.store.shards import check_shard_count, make_queue, shard_setting
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.outbox import Outbox
+    from scrapy_ha.store.queue import Counts, NewEntry, RedisQueue, SyncResult
+
+logger = logging.getLogger(__name__)
+
+
+async def open_queue(
+    crawler: Crawler, config: SchedulerConfig, spider: Spider, redis_url: str
+) -> tuple[RedisQueue, str]:
+    """The crawl's queue on a reachable Redis, and the server's version (fails within
+    ``HA_CONNECT_TIMEOUT`` naming the URL); flushed first with
+    ``SCHEDULER_FLUSH_ON_START`` when no other worker lives."""
+    settings = crawler.settings
+    shards = shard_setting(settings)
+    _refuse_unsharded_features(settings, shards)
+    if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
+        start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
+        check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).pending)
+    client = redis_from_settings(settings, connect_timeout=config.connect_timeout)
+    try:
+        server = await check_reachable(client, redis_url, config.connect_timeout)
+        await warn_once(client, redis_url)
+    except BaseException:
+        await client.aclose()
+        raise
+    queue = make_queue(
+        client,
+        config.key_prefix,
+        spider.name,
+        shards,
+        order=config.order,
+        start_order=config.start_order,
+        worker=config.worker_id,
+        heartbeat_ms=int(config.heartbeat_ttl * 1000),
+    )
+    try:
+        if config.flush_on_start:
+            await _flush_on_start(queue)
+        await check_shard_count(queue)
+    except BaseException:
+        await client.aclose()
+        raise
+    return queue, server
+
+
+#: What would act on one shard alone: refused with HA_SHARDS > 1 rather than half working.
+#: The archive and the alert read the dead-letter queue of shard 0 only; the per-domain
+#: limits are kept by each shard's script, so each shard would allow the whole limit.
+UNSHARDED_SETTINGS = {
+    "HA_DLQ_ARCHIVE_URL": "it would see the dead letters of one shard only",
+    "HA_DLQ_ALERT_WEBHOOK": "it would see the dead letters of one shard only",
+    "HA_DOMAIN_RATE": "each shard would allow the whole limit (N times it in all)",
+    "HA_DOMAIN_CONCURRENCY": "each shard would allow the whole limit (N times it in all)",
+    "HA_DOMAIN_LIMITS": "each shard would allow the whole limit (N times it in all)",
+}
+
+
+def _refuse_unsharded_features(settings: BaseSettings, shards: int) -> None:
+    for name, why in UNSHARDED_SETTINGS.items():
+        if shards > 1 and settings.get(name):
+            raise ConfigError(
+                f"{name} is not supported yet with HA_SHARDS={shards}: {why}; unset it or "
+                "use HA_SHARDS=1"
+            )
+
+
+def log_connected(queue: RedisQueue, server: str, redis_url: str, worker: str) -> None:
+    logger.info(
+        "scrapy-ha %s (Scrapy %s, redis-py %s, Redis %s) at %s, keys %s, worker %s",
+        __version__,
+        scrapy.__version__,
+        redis.__version__,
+        server,
+        redis_url,
+        _key_pattern(queue),
+        worker,
+    )
+
+
+def _key_pattern(queue: RedisQueue) -> str:
+    keys = queue.keys
+    if keys.shard is None:
+        return keys.pending.rsplit(":", 1)[0] + ":*"
+    return f"{keys.prefix}:{{{keys.spider}:0..{keys.shards - 1}}}:*"
+
+
+async def _flush_on_start(queue: RedisQueue) -> None:
+    counts = await queue.counts()
+    if counts.workers:
+        logger.warning(
+            "SCHEDULER_FLUSH_ON_START ignored: %d other worker(s) of %s are alive",
+            counts.workers,
+            queue.keys.spider,
+        )
+        return
+    await queue.flush()
+    logger.info("Flushed the queue of %s (SCHEDULER_FLUSH_ON_START)", queue.keys.spider)
+
+
+async def joined(
+    queue: RedisQueue, config: SchedulerConfig, spider: Spider, starts: StartReport
+) -> Counts:
+    """The crawl's counts, read once so that ``len()`` and ``has_pending_requests()``
+    answer for it from the start; says so when joining a crawl already in Redis."""
+    counts = await queue.counts()
+    if counts.pending + counts.leased + counts.delayed or counts.dead:
+        starts.joining = True
+        logger.info(
+            "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
+            "%d dead-lettered, %d other live worker(s)",
+            counts.pending,
+            counts.leased,
+            counts.delayed,
+            counts.dead,
+            max(0, counts.workers - 1),
+        )
+    elif counts.fingerprints and config.dedupe:
+        logger.info(
+            "The crawl of %s ran before and finished; its %d fingerprints are kept "
+            "(SCHEDULER_PERSIST=True), so every request seen before, start requests "
+            "included, is filtered and this run crawls only what is new. To crawl "
+            "again from scratch: `scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
+            spider.name,
+            counts.fingerprints,
+            spider.name,
+        )
+    return counts
+
+
+class StartReport:
+    """How many of this worker's start requests the crawl had seen already, said once at
+    INFO when ``start()`` is exhausted and all of them have reached Redis: a worker that
+    joins a crawl would otherwise leave its user wondering why their start URLs were not
+    crawled. Said by a joining worker always, by any other only when some were seen (two
+    workers starting at once). Counted in ``ha/start_filtered``.
+
+    Start requests are the requests no page yielded (a request an extension hands to the
+    engine outside a callback counts with them)."""
+
+    def __init__(self, crawler: Crawler, outbox: Outbox) -> None:
+        self.crawler = crawler
+        self.outbox = outbox
+        self.joining = False  # the crawl had work in Redis when this worker opened
+        self.sent = 0
+        self.seen = 0
+        self.said = False
+
+    def count(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        """Count one sync's start requests; say the totals once the last is in Redis."""
+        if result.roots_seen:
+            assert self.crawler.stats is not None
+            self.crawler.stats.inc_value("ha/start_filtered", result.roots_seen)
+        if self.said:
+            return
+        self.sent += sum(1 for entry in sent if entry.parent is None)
+        self.seen += result.roots_seen
+        if engine.start_exhausted(self.crawler) and not any(
+            entry.parent is None for entry in self.outbox.children
+        ):
+            self.said = True
+            self._say()
+
+    def _say(self) -> None:
+        if not self.sent or not (self.joining or self.seen):
+            return
+        logger.info(
+            "%d of this worker's %d start request(s) were already in the crawl (its shared "
+            "dupefilter had seen them): not crawled again%s",
+            self.seen,
+            self.sent,
+            "" if self.seen < self.sent else "; this worker works on what the crawl holds",
+        )

@@ -1,0 +1,383 @@
+"""How a lease ends otherwise than by an ack, and what Redis reports about leases.
+
+A retry moves the entry to the delayed set, a permanent failure to the dead-letter queue,
+a request of a closed domain is deferred without an attempt; an expired lease is reclaimed
+(or dead-lettered as poison), an unreadable entry is dead-lettered as corrupt. Every one of
+these is fenced by the lease token, and a failure to end one entry costs that entry alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import encode_request
+from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.deadletters.alerts import DeadLetterAlert
+from scrapy_ha.deadletters.archive import Archiver
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.verdict import Verdict
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
+    from scrapy_ha.scheduler.outbox import EndOp
+    from scrapy_ha.store.queue import Lease, RedisQueue, SyncResult
+
+logger = logging.getLogger(__name__)
+
+#: Dead letters read past the number a reclaim set aside to find those it set aside (its
+#: reply has no time): room for what other workers dead-lettered in the round trip since.
+NEWEST_SLACK = 100
+
+
+class _Retention(TypedDict):
+    max_entries: int
+    max_age_ms: int
+
+
+def kept(exc: Exception) -> bool:
+    """After these an operation is kept and retried (Redis away, or a key of the wrong type
+    that the loop sets aside first); any other error costs the entry alone."""
+    return isinstance(exc, REDIS_DOWN_ERRORS) or "WRONGTYPE" in str(exc)
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _failure_class(info: bytes | None) -> str | None:
+    """The class of a dead letter's info (JSON), None if it cannot be read."""
+    try:
+        doc = json.loads(info) if info else None
+    except ValueError:
+        return None
+    return str(doc.get("class")) if isinstance(doc, dict) else None
+
+
+class Ends:
+    """Ends leases in Redis (retry, dead letter, deferral, reclaim) and counts the result."""
+
+    def __init__(
+        self,
+        stats: StatsCollector,
+        config: DeadLetterConfig,
+        settings: BaseSettings | None = None,
+    ) -> None:
+        self.stats = stats
+        self.config = config
+        # the SQL archive and the webhook alert, when the settings ask for them; a bad
+        # setting is raised when the session connects (it stops the crawl cleanly there)
+        self.archiver: Archiver | None = None
+        self.alert: DeadLetterAlert | None = None
+        self.setup_error: ConfigError | None = None
+        if settings is not None:
+            try:
+                self.archiver = Archiver.from_settings(settings, stats)
+                self.alert = DeadLetterAlert.from_settings(settings, stats)
+            except ConfigError as exc:
+                self.setup_error = exc
+        self.queue: RedisQueue | None = None  # set once connected
+        self.spider: Spider | None = None
+        self.corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
+        #: server times of sync calls that set entries aside as corrupt (to archive, alert)
+        self.set_aside_at: list[int] = []
+        self._dlq_warned = False
+        self._last_reclaim = 0.0
+        self._reclaim_from = 0.0  # monotonic time before which this worker does not reclaim
+
+    async def end_ops(self, ops: list[EndOp], n_ops: int) -> None:
+        """End the first *n_ops* finished leases; a failure costs that entry alone."""
+        if n_ops:
+            await self._archive_ready()
+        for op in ops[:n_ops]:
+            try:
+                await self.end(op)
+            except Exception as exc:
+                if kept(exc):
+                    raise
+                await self._end_failed(op, exc)
+            ops.remove(op)
+
+    async def _end_failed(self, op: EndOp, exc: Exception) -> None:
+        """Dead-letter an entry whose retry or dead-letter failed, with the reason."""
+        assert self.queue is not None
+        reason = f"scrapy-ha could not {op.kind} it: {type(exc).__name__}: {exc}"
+        self.stats.inc_value("ha/op_errors")
+        info = {"class": "error", "reason": reason}
+        try:
+            size = await self.queue.dead_letter(
+                op.entry_id, op.token, info, **self._dlq_retention()
+            )
+        except Exception as exc2:
+            if kept(exc2):
+                raise
+            logger.error(
+                "Could not %s %s (%s) nor dead-letter it (%s): its lease is left to expire",
+                op.kind,
+                op.request,
+                reason,
+                exc2,
+            )
+            return
+        if size:
+            self.stats.inc_value("ha/dead/error")
+            logger.error("Dead-lettered %s (class error): %s", op.request, reason)
+            self._check_dlq_size(size)
+            await self._dead_lettered([op.entry_id])
+
+    async def end(self, op: EndOp) -> None:
+        """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
+        assert self.queue is not None
+        if op.kind == "defer":
+            due = await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
+            self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
+            return
+        payload = encode_request(op.request, self.spider)
+        verdict = Verdict.from_meta(op.request.meta)
+        if op.kind == "retry":
+            due = await self.queue.retry_later(
+                op.entry_id,
+                op.token,
+                int(((verdict and verdict.delay) or 0) * 1000),
+                payload,
+                op.request.priority if op.priority is None else op.priority,
+                failure_class=str(verdict.failure_class) if verdict else "unknown",
+            )
+            self.stats.inc_value("ha/retry/delayed" if due else "ha/stale_acks")
+            return
+        await self._dead_letter(op, verdict, payload)
+
+    async def _dead_letter(self, op: EndOp, verdict: Verdict | None, payload: bytes) -> None:
+        assert self.queue is not None
+        history = op.request.meta.get(metakeys.HISTORY) or []
+        info = {**(verdict.as_dict() if verdict else {}), "history": history}
+        info.pop("op", None)
+        if history:
+            info["first"] = history[0]["t"]
+        size = await self.queue.dead_letter(
+            op.entry_id, op.token, info, payload=payload, **self._dlq_retention()
+        )
+        if not size:
+            self.stats.inc_value("ha/stale_acks")
+            return
+        fclass = str(verdict.failure_class) if verdict else "unknown"
+        handled = verdict is not None and verdict.errback  # the spider's errback handled it
+        self.stats.inc_value(f"ha/dead/{fclass}")
+        logger.log(
+            logging.INFO if handled else logging.ERROR,
+            "Dead-lettered %s (class %s): %s after %d attempt(s)%s",
+            op.request,
+            fclass,
+            verdict.reason if verdict else None,
+            len(history) or 1,
+            "; the spider's errback handled it" if handled else "",
+        )
+        self._check_dlq_size(size)
+        await self._dead_lettered([op.entry_id])
+
+    async def _archive_ready(self) -> None:
+        """Declare the SQL archive in Redis before the first dead letter (or trim)."""
+        if self.archiver is not None:
+            assert self.queue is not None
+            await self.archiver.ready(self.queue)
+
+    async def _dead_lettered(self, ids: list[str]) -> None:
+        """Archive new dead letters (in the background) and send the alert if due."""
+        assert self.queue is not None
+        if self.archiver is not None and ids:
+            self.archiver.submit(self.queue, ids)
+        if self.alert is not None and ids:
+            await self.alert.check(self.queue)
+
+    async def close(self) -> None:
+        """Let the archive copies and the alert under way finish (each a bounded time)."""
+        if self.archiver is not None:
+            await self.archiver.close()
+        if self.alert is not None:
+            await self.alert.close()
+
+    def _dlq_retention(self) -> _Retention:
+        return {"max_entries": self.config.max_entries, "max_age_ms": self.config.max_age_ms}
+
+    def _check_dlq_size(self, size: int) -> None:
+        threshold = self.config.warn_threshold
+        if size >= threshold and not self._dlq_warned:
+            self._dlq_warned = True
+            logger.warning(
+                "The dead-letter queue of %s holds %d entries (HA_DLQ_WARN_THRESHOLD=%d): "
+                "see `scrapy-ha dlq list %s`",
+                self.spider.name if self.spider else "?",
+                size,
+                threshold,
+                self.spider.name if self.spider else "SPIDER",
+            )
+
+    # -- unreadable entries -----------------------------------------------------------
+
+    async def bad_data(self, exc: Exception) -> None:
+        """Redis refused a command of the session's round: a key of the crawl that holds
+        garbage is set aside with the reason, and the round goes on (after 1 s otherwise)."""
+        assert self.queue is not None
+        moved = await self.queue.set_aside_wrong_types() if "WRONGTYPE" in str(exc) else []
+        if moved:
+            self.stats.inc_value("ha/corrupt_keys", len(moved))
+            logger.error(
+                "Keys of the crawl held the wrong type of data and were renamed to "
+                "<key>:corrupt:<time> (their content is kept there): %s",
+                "; ".join(moved),
+            )
+            return
+        logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
+        await asyncio.sleep(1)
+
+    async def settle_corrupt(self) -> None:
+        """Dead-letter the leased entries this worker cannot read, and archive and alert
+        for those a sync call set aside as corrupt."""
+        while self.set_aside_at:
+            await self._set_aside(self.set_aside_at[0])
+            self.set_aside_at.pop(0)
+        if self.corrupt:
+            await self._archive_ready()
+        while self.corrupt:
+            lease, reason = self.corrupt[0]
+            try:
+                await self._dead_letter_corrupt(lease, reason)
+            except Exception as exc:
+                if kept(exc):
+                    raise  # still held and renewed: retried next round
+                logger.error(
+                    "Could not dead-letter corrupt queue entry %s (%s): %s; its lease "
+                    "is left to expire",
+                    lease.id,
+                    reason,
+                    exc,
+                )
+            self.corrupt.pop(0)
+
+    async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:
+        assert self.queue is not None
+        info = {
+            "class": "corrupt",
+            "reason": f"corrupt queue entry: {reason}",
+            "payload": lease.payload[:200].decode("utf-8", "replace"),
+        }
+        if await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention()):
+            await self._dead_lettered([lease.id])
+        self.stats.inc_value("ha/dead/corrupt")
+        logger.error(
+            "Queue entry %s is corrupt (%s): moved to the dead-letter queue", lease.id, reason
+        )
+
+    async def _set_aside(self, now_ms: int | None = None, newest: int = 0) -> None:
+        """A script set entries aside as corrupt and reported only how many: archive them
+        and send the alert if due, as for every other dead letter. They are found by their
+        dead-letter time, the script's time *now_ms* when the reply has it, else among the
+        *newest* dead letters (with room for those other workers made meanwhile)."""
+        if self.archiver is None and self.alert is None:
+            return
+        await self._archive_ready()
+        assert self.queue is not None
+        client, keys = self.queue.client, self.queue.keys
+        if now_ms is not None:
+            found = await client.zrangebyscore(keys.dead, now_ms, now_ms)
+        else:
+            found = await client.zrevrange(keys.dead, 0, newest + NEWEST_SLACK - 1)
+        await self._dead_lettered(await self._corrupt(list(map(_str, found))))
+
+    async def _corrupt(self, ids: list[str]) -> list[str]:
+        """Those of the dead letters *ids* of class corrupt (another worker's among them is
+        archived a little early: the copy is the same)."""
+        assert self.queue is not None
+        infos = await self.queue.client.hmget(self.queue.keys.dead_info, ids) if ids else []
+        return [i for i, info in zip(ids, infos, strict=True) if _failure_class(info) == "corrupt"]
+
+    # -- expired leases ---------------------------------------------------------------
+
+    def hold_reclaim(self, seconds: float | None) -> None:
+        """No reclaim for *seconds* from now (None: until told again). After an outage
+        every worker's leases have expired in Redis; each worker renews its own within a
+        lease period of coming back, and only then may their expiry mean a dead worker:
+        reclaiming at once would give away (and redo) work that live workers finished."""
+        self._reclaim_from = math.inf if seconds is None else time.monotonic() + seconds
+
+    async def reclaim_if_due(self, config: SchedulerConfig, now: float) -> None:
+        """Reclaim once per ``HA_RECLAIM_INTERVAL`` (the script's guard makes that once per
+        interval across workers), unless held (see :meth:`hold_reclaim`)."""
+        if now >= self._reclaim_from and now - self._last_reclaim >= config.reclaim_interval:
+            self._last_reclaim = time.monotonic()
+            await self.reclaim(config)
+
+    async def reclaim(self, config: SchedulerConfig) -> None:
+        assert self.queue is not None
+        await self._archive_ready()
+        result = await self.queue.reclaim(
+            worker=config.worker_id,
+            interval_ms=int(config.reclaim_interval * 1000),
+            batch=config.reclaim_batch,
+            max_expiries=config.max_lease_expiries,
+            **self._dlq_retention(),
+        )
+        if result is None:
+            return
+        reclaimed, poison, set_aside, now_ms = result
+        if set_aside:
+            self.stats.inc_value("ha/dead/corrupt", set_aside)
+            logger.error(
+                "%d leased entr(ies) had an unreadable lease record: moved to the "
+                "dead-letter queue as corrupt",
+                set_aside,
+            )
+            await self._set_aside(now_ms, newest=set_aside)
+        if reclaimed:
+            self.stats.inc_value("ha/reclaimed", reclaimed)
+            logger.warning("Reclaimed %d expired lease(s) back to the queue", reclaimed)
+        for entry_id in poison:
+            self.stats.inc_value("ha/dead/poison")
+            logger.error(
+                "Request %s dead-lettered as poison: its lease expired %d times",
+                entry_id,
+                config.max_lease_expiries,
+            )
+        await self._dead_lettered(poison)
+
+    def count(self, result: SyncResult, sent: int) -> None:
+        """Count what a sync did (enqueued, filtered, acked, stale, refused, set aside)."""
+        inc = self.stats.inc_value
+        if sent:
+            inc("ha/enqueued", result.added)
+            if sent - result.added:
+                inc("ha/filtered", sent - result.added)
+                inc("dupefilter/filtered", sent - result.added)
+        if result.acked:
+            inc("ha/acked", result.acked)
+        if result.stale:
+            inc("ha/stale_acks", result.stale)
+            logger.warning(
+                "%d ack(s) refused: their leases had expired and were reclaimed", result.stale
+            )
+        if result.refused:
+            inc("ha/children_refused", result.refused)
+            logger.warning(
+                "%d request(s) refused: the lease of the page that yielded them had "
+                "expired and was reclaimed (another worker redoes that page)",
+                result.refused,
+            )
+        if result.set_aside:
+            self.set_aside_at.append(result.now_ms)
+            inc("ha/dead/corrupt", result.set_aside)
+            logger.error(
+                "%d pending entr(ies) without an entry id moved to the dead-letter "
+                "queue as corrupt",
+                result.set_aside,
+            )
+        if result.leases:
+            inc("ha/leased", len(result.leases))

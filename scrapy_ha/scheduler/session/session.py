@@ -1,0 +1,516 @@
+"""The one background task of a scheduler that talks to Redis.
+
+The shell (:mod:`scrapy_ha.scheduler`) answers the engine from memory; this task connects,
+drains the shell's :class:`~scrapy_ha.scheduler.outbox.Outbox` in its order (children before
+checkpoints before acks), leases requests in batches and hands them to the shell
+(:meth:`Scheduler.take`), keeps the leases renewed (:mod:`.keeper`), reclaims
+expired ones, and at close hands back to Redis everything this worker still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import redis
+
+from scrapy_ha.codec import CodecError, decode_request
+from scrapy_ha.config.scheduler import ConfigError, default_worker_id
+from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.outbox import BATCH
+from scrapy_ha.scheduler.precedence import leasable_head
+from scrapy_ha.scheduler.session.connect import StartReport, joined, log_connected, open_queue
+from scrapy_ha.scheduler.session.ends import Ends
+from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
+from scrapy_ha.scheduler.session.lost import fenced_sync
+from scrapy_ha.scheduler.session.renewal import Renewals
+from scrapy_ha.scheduler.session.start_urls import StartUrls
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url, jittered
+from scrapy_ha.store.wire import ChildrenLost
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from scrapy import Spider
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.precedence import Futile
+    from scrapy_ha.scheduler.session.keeper import Pairs
+    from scrapy_ha.scheduler.shell import Scheduler
+    from scrapy_ha.store.queue import Lease, NewEntry, RedisQueue, SyncResult
+
+logger = logging.getLogger(__name__)
+
+#: Seconds given to the last flush and release at close before giving up (leases then expire).
+CLOSE_TIMEOUT = 10.0
+#: Deaths of the background task (a bug: an error it did not catch) within
+#: TASK_RESTART_WINDOW seconds that close the spider; fewer start it again.
+TASK_RESTARTS = 3
+TASK_RESTART_WINDOW = 60.0
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Session:
+    """Connects, syncs the outbox, leases, renews and reclaims for one :class:`Scheduler`.
+
+    What the shell reads here (never a round trip): ``redis_ok``, ``remote_waiting``,
+    ``remote_active``, ``peers``, ``engine_view``, ``server_offset_ms``, ``start_urls.feed_mode``,
+    ``stopping``, ``renewals.valid_until`` and ``renewals.rate``; it calls :meth:`wake`
+    when the outbox has something new.
+    """
+
+    def __init__(self, shell: Scheduler) -> None:
+        self.shell = shell
+        self.crawler = shell.crawler
+        self.stats = shell.stats
+        self.outbox = shell.outbox
+        self.redis_url = display_url(shell.crawler.settings)
+        self.spider: Spider | None = None
+        self.ends = Ends(shell.stats, shell.config.dead_letter, shell.crawler.settings)
+        self.renewals = Renewals(
+            shell.crawler.settings,
+            lambda: self.config,
+            self._held_pairs,
+            shell.drop_lost,
+            handed=shell.inflight.pairs,  # only their expiry counts toward poison
+        )
+        shell.inflight.on_add = self.renewals.handed_out
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.heap = FrozenHeap(shell.config.gc_freeze)
+        self.sweep = TimerSweep(shell.config.timer_sweep)
+        self.stopping = False
+        self.redis_ok = False
+        self.server_offset_ms = 0.0
+        self.remote_active = -1
+        self.remote_waiting = 0  # pending + delayed in Redis at the last sync
+        self.remote_pending = 0  # pending (leasable now) in Redis at the last sync
+        #: the place of the first of them (see SyncResult.head)
+        self.remote_head: tuple[int, int] | None = None
+        self._futile: Futile | None = None  # see _precedence.leasable_head
+        self.peers = 0  # other live workers when the crawl last looked finished
+        self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
+        self.engine_view: tuple[bool, bool] | None = None
+        self._outage = False  # Redis failed a round: renew first when it answers again
+        self._task_failures: list[float] = []  # when the background task died (see _ended)
+        self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
+        self.starts = StartReport(shell.crawler, shell.outbox)
+
+    @property
+    def queue(self) -> RedisQueue | None:
+        """The crawl's queue once connected (the lease ends use the same)."""
+        return self.ends.queue
+
+    @queue.setter
+    def queue(self, queue: RedisQueue | None) -> None:
+        self.ends.queue = queue
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self.shell.config
+
+    def wake(self) -> None:
+        """The outbox has something new (or leases may need renewing): run a round soon."""
+        self._wake.set()
+
+    def holds_unreadable(self) -> bool:
+        return bool(self.ends.corrupt)
+
+    # -- open and close --------------------------------------------------------------
+
+    async def open(self, spider: Spider) -> bool:
+        """Connect to Redis; False (the reason logged in one ERROR line) if it cannot."""
+        try:
+            await self._connect(spider)
+            return True
+        except (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
+            logger.error("%s", exc)
+        except ConfigError as exc:
+            logger.error("scrapy-ha cannot start: %s", exc)
+        except ValueError as exc:  # a REDIS_URL redis-py cannot parse
+            logger.error("scrapy-ha cannot start: %s (check REDIS_URL)", exc)
+        return False
+
+    async def _connect(self, spider: Spider) -> None:
+        if self.ends.setup_error is not None:
+            raise self.ends.setup_error
+        self.spider = self.ends.spider = spider
+        job = getattr(spider, "_job", None)  # scrapyd passes its job id as a spider argument
+        if job and not self.config.worker_id_given:
+            self.shell.config = replace(self.config, worker_id=default_worker_id(job))
+        cfg = self.config
+        self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)
+        self.ends.queue = self.queue
+        self.outbox.retained.enabled = self.queue.numbers_children
+        # a sharded crawl's shards would each order by their own sequence
+        self.shell.precedence.keep.enabled &= self.queue.numbers_children
+        await self.queue.set_domain_limits(cfg.politeness.as_hash())
+        await self.renewals.renew(self.queue)
+        self.renewals.start_keeper(self.queue)
+        self.redis_ok = True
+        log_connected(self.queue, server, self.redis_url, cfg.worker_id)
+        counts = await joined(self.queue, cfg, spider, self.starts)
+        if await self.queue.client.exists(self.queue.keys.paused):
+            # known before the engine asks for a request: nothing is handed out from memory
+            self.paused = True
+            logger.info("crawl paused by operator")
+        self.remote_waiting = counts.pending + counts.delayed
+        self.remote_pending = counts.pending
+        self.remote_active = counts.pending + counts.leased + counts.delayed
+        self.start_urls.setup(spider, cfg)
+
+    def start(self) -> None:
+        self.heap.freeze()  # connected: what lives now lives as long as the crawl
+        self.sweep.start()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The background task ended: at close, or (a bug) on an error it did not catch.
+        Then nothing would sync or lease any more and the crawl would wait for ever (its
+        leases renewed by the keeper): the task is started again, and if it ends so
+        ``TASK_RESTARTS`` times within ``TASK_RESTART_WINDOW`` seconds, the spider is closed
+        with an error (the downloads waiting for a round's verdict go on: the last flush
+        stores their requests before any ack)."""
+        if self.stopping or task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self.stats.inc_value("ha/task_failed")
+        now = time.monotonic()
+        self._task_failures = [t for t in self._task_failures if now - t < TASK_RESTART_WINDOW]
+        self._task_failures.append(now)
+        if len(self._task_failures) < TASK_RESTARTS:
+            logger.critical(
+                "scrapy-ha's background task stopped on an error; starting it again", exc_info=exc
+            )
+            self.start()
+            return
+        logger.critical(
+            "scrapy-ha's background task stopped on an error %d times within %g s: closing "
+            "the spider (what this worker holds goes back to Redis)",
+            len(self._task_failures),
+            TASK_RESTART_WINDOW,
+            exc_info=exc,
+        )
+        self.shell.handout.gate.open_all()
+        engine.close_spider(self.shell.crawler, "scrapy_ha_error")
+
+    async def close(self, reason: str) -> None:
+        """Flush, ack, release what this worker holds, and unregister it."""
+        self.stopping = True
+        self.heap.thaw()
+        self.sweep.stop()
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
+            self._task.cancel()
+        if self.queue is None:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self._final_flush(reason)
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost) as exc:
+            logger.error(
+                "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
+                "reclaimed by another worker after HA_LEASE_TIME=%gs",
+                len(self.shell.local_leases()) + len(self.outbox.acks),
+                self.redis_url,
+                exc,
+                self.config.lease_time,
+            )
+        finally:
+            await self.renewals.stop_keeper()
+            await self.ends.close()  # archive copies and alerts under way (bounded)
+            await self.queue.client.aclose()
+
+    async def _final_flush(self, reason: str) -> None:
+        assert self.queue is not None
+        self.shell.inflight.collect_finished()
+        if self.outbox.gates:
+            await self._send_gates()
+        while self.outbox.to_sync() or self.ends.corrupt:
+            await self._sync(lease=0)
+        held = self.shell.local_leases() + self.outbox.releases
+        held += await self._unread_grant(set(held))
+        released = await self.queue.release(held)
+        self.shell.forget_local()
+        self.stats.inc_value("ha/released", released)
+        if released:
+            logger.info("Released %d lease(s) back to the queue", released)
+        # before leaving: a late renewal would re-add the heartbeat of a worker that left
+        await self.renewals.stop_keeper()
+        await self.queue.leave(self.config.worker_id, self.outbox.nonce)
+        if not self.config.persist and reason == "finished":
+            if await self.queue.finish(self.config.worker_id):
+                logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
+
+    async def _unread_grant(self, held: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Leases of a sync cancelled at close before its reply was read (the grant key
+        has them): released with the rest rather than left to expire."""
+        assert self.queue is not None
+        if self.renewals.watch is None:
+            return []  # no keeper: syncs write no grant
+        grant = await self.queue.granted(self.config.worker_id)
+        pairs = {(_str(i), _str(t)) for i, t in grant.items()}
+        return sorted(pairs - held)
+
+    # -- the background loop ---------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = 0.0
+        while not self.stopping:
+            # cleared before the round, not after it: a wake that comes while the round
+            # awaits Redis (a request taken, a child yielded) runs the next round at once
+            self._wake.clear()
+            try:
+                more = await self._round()
+                if not self.redis_ok:
+                    logger.info("Redis at %s is reachable", self.redis_url)
+                    self.ends.hold_reclaim(self.config.lease_time)
+                self.redis_ok, delay = True, 0.0
+            except REDIS_DOWN_ERRORS as exc:
+                delay = min(self.config.reconnect_max_delay, max(0.25, delay * 2))
+                wait = jittered(delay)  # workers that lost Redis together come back apart
+                self._redis_down(exc, wait)
+                await asyncio.sleep(wait)
+                continue
+            except redis.exceptions.ResponseError as exc:
+                try:
+                    await self.ends.bad_data(exc)
+                except Exception:  # setting the garbage aside failed: the next round retries
+                    logger.exception("scrapy-ha could not set bad data aside; retrying in 1 s")
+                    await asyncio.sleep(1)
+                continue
+            except Exception:
+                logger.exception("scrapy-ha background loop error; retrying in 1 s")
+                await asyncio.sleep(1)
+                continue
+            if not more:
+                await self._sleep()
+
+    def _redis_down(self, exc: BaseException, delay: float) -> None:
+        self.stats.inc_value("ha/redis_errors")
+        level = logging.WARNING if self.redis_ok else logging.DEBUG
+        self.redis_ok, self._outage = False, True
+        self.ends.hold_reclaim(None)
+        logger.log(
+            level,
+            "Redis at %s unreachable (%s: %s); retrying in %.2f s, nothing is lost",
+            self.redis_url,
+            type(exc).__name__,
+            exc,
+            delay,
+        )
+
+    async def _sleep(self) -> None:
+        """Wait for a wake (at once if one came during the round) or the tick."""
+        try:
+            async with asyncio.timeout(self.config.tick):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _round(self) -> bool:
+        """One round of Redis work; True if there is more to do at once."""
+        assert self.queue is not None
+        if self.shell.handout.has_fresh():
+            # the engine's own wake-up after an enqueue is due in this turn of the loop: let
+            # it take the new requests first (from memory) before this round sends them
+            await asyncio.sleep(0)
+        self.shell.inflight.collect_finished()
+        now = time.monotonic()
+        if self.renewals.due(now) or self._outage:
+            self._outage = False  # every lease held, expired meanwhile: see Ends.hold_reclaim
+            await self.renewals.renew(self.queue)
+        await self.ends.reclaim_if_due(self.config, now)
+        if self.start_urls.key is not None and self.shell.room_for_start_urls():
+            await self.start_urls.feed(self.queue, self.config.start_urls_batch)
+        if self.outbox.gates:
+            await self._send_gates()
+        self.shell.make_room()
+        if self.outbox.releases:
+            # swapped out first: a lease added during the await is released next round
+            to_release, self.outbox.releases = self.outbox.releases, []
+            try:
+                released = await self.queue.release(to_release)
+            except BaseException:
+                self.outbox.releases[:0] = to_release  # renewed meanwhile, released later
+                raise
+            self.stats.inc_value("ha/released", released)
+        want = self.shell.want()
+        if not (self.outbox.to_sync() or want):
+            return False
+        await self._sync(lease=want, more=True)
+        return self.outbox.to_sync()
+
+    async def _sync(self, *, lease: int, more: bool = False) -> None:
+        """Send the outbox in its order (see :data:`scrapy_ha.scheduler.outbox.SEND_ORDER`), then
+        lease *lease* more (with *more*, as many as the shell wants once the new requests
+        are sealed: one that came meanwhile may outrank the buffer and must come back).
+
+        The acks and ends taken here were collected after their children were queued, so
+        every child goes to Redis (in earlier batches if need be) before its parent's ack.
+        """
+        assert self.queue is not None
+        box = self.outbox
+        lease_ms = int(self.config.lease_time * 1000)
+        n_acks, n_ends = len(box.acks), len(box.ends)
+        while len(box.children) > BATCH or (box.children and box.checkpoints):
+            await self.shell.handout.offer()  # then no await until seal: none slips past
+            batch = box.children[:BATCH]
+            self.shell.handout.seal(batch, keep=False)  # kept only where a grant covers them
+            result = await self._call_sync(enqueue=batch, lease_ms=lease_ms)
+            self._sent(result, batch)
+        if box.checkpoints:
+            await self._save_checkpoints()
+        await self.shell.handout.offer()
+        enqueue = box.children[:]
+        kept = self.shell.handout.seal(enqueue)
+        if more:
+            # kept requests fill the buffer: what it wanted before may be too many now
+            lease = self.shell.want() if kept else max(lease, self.shell.want())
+        # the grant (renewed before the reply is read, released at close if it is never
+        # read) holds what this call leases: pending requests, and the kept new ones
+        keeper = self.renewals.keeper if lease or any(e.kept for e in enqueue) else None
+        started = time.monotonic()
+        if keeper is not None:
+            keeper.syncing(True)  # renews this sync's leases even before we read the reply
+        try:
+            result = await self._call_sync(
+                enqueue=enqueue,
+                ack=box.acks[:n_acks],
+                lease=lease,
+                lease_ms=lease_ms,
+                promote=BATCH,
+                worker=self.config.worker_id if keeper is not None else None,
+            )
+            del box.acks[:n_acks]
+            box.retained.prune(self._held_pairs)
+            self._sent(result, enqueue)
+            self._note_server(result)
+            was_empty = not self.shell.buffered()
+            for lease_ in result.leases:
+                self._take(lease_)  # tracked (renewed, released) from here on
+            if was_empty and result.leases:  # only new leases buffered: valid from the call
+                renewals = self.renewals
+                renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
+        finally:
+            if keeper is not None:
+                keeper.hold(self._held_pairs())
+                keeper.syncing(False)
+        await self.ends.settle_corrupt()
+        await self.ends.end_ops(box.ends, n_ends)
+        result.head, self._futile = leasable_head(
+            result, waited=self.remote_head, asked=bool(lease), futile=self._futile
+        )
+        await self._after_sync(result, new_work=was_empty and bool(self.shell.buffered()))
+
+    async def _call_sync(self, **call: Any) -> SyncResult:
+        """The sync script, fenced against a Redis that lost children (see :mod:`_lost`)."""
+        assert self.queue is not None
+        held, url = self._held_pairs, self.redis_url
+        return await fenced_sync(
+            self.queue, self.outbox, held=held, stats=self.stats, redis_url=url, **call
+        )
+
+    def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        """Redis has *sent*, the head of the outbox's children: forget them, and tell the
+        shell the fate of those it handed out already."""
+        self.outbox.children_stored(len(sent))
+        self.shell.handout.settle(sent, result.dropped)
+        self._count(result, sent)
+        keeper = self.renewals.keeper
+        if keeper is not None and any(entry.taken for entry in sent):
+            # its new requests are leased to it now: the keeper renews them (loop blocked or not)
+            keeper.hold(self._held_pairs())
+
+    def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        self.ends.count(result, len(sent))
+        self.renewals.acked += result.acked
+        self.shell.admission.forget_refused(sent, result)
+        self.starts.count(result, sent)
+
+    def _take(self, lease: Lease) -> None:
+        """Hand a leased request to the shell; an unreadable one waits in ``ends.corrupt``
+        (still renewed) until it is dead-lettered."""
+        try:
+            request = decode_request(lease.payload, self.spider) if lease.payload else None
+            if request is None:
+                raise CodecError("the payload is missing")
+        except Exception as exc:  # any failure to rebuild it is this entry's alone
+            reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
+            self.ends.corrupt.append((lease, reason))
+            return
+        self.shell.take(request, lease)
+
+    async def _save_checkpoints(self) -> None:
+        """After the children, before the acks: a checkpoint never runs ahead of the queue."""
+        assert self.queue is not None
+        saves = self.outbox.checkpoints
+        while saves:
+            cp = saves[0]
+            saved = await self.queue.save_checkpoint(
+                cp.entry_id, cp.token, cp.task, cp.doc, cp.ttl_ms
+            )
+            saves.pop(0)
+            self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
+            if not saved:
+                logger.warning(
+                    "Checkpoint of task %s refused: this worker's lease on the page "
+                    "expired (another worker has it)",
+                    cp.task,
+                )
+
+    def _note_server(self, result: SyncResult) -> None:
+        now = time.monotonic()
+        self.server_offset_ms = result.now_ms - time.time() * 1000
+        self.remote_active = result.pending + result.leased + result.delayed
+        gates = {d: now + (until - result.now_ms) / 1000 for d, until in result.gates.items()}
+        self.shell.set_gates(gates)
+
+    async def _send_gates(self) -> None:
+        assert self.queue is not None
+        gates = self.outbox.gates
+        for domain, seconds in list(gates.items()):
+            await self.queue.close_gate(domain, int(seconds * 1000))
+            del gates[domain]
+            logger.info(
+                "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
+            )
+
+    async def _after_sync(self, result: SyncResult, *, new_work: bool) -> None:
+        """Let the engine look when there is new work or when the crawl's state changed
+        (edge-triggered: waking it on every round while idle would be a busy loop)."""
+        self.remote_waiting = result.pending + result.delayed
+        self.remote_pending = result.pending
+        self.remote_head = result.head
+        if result.paused != self.paused:
+            self.paused = result.paused
+            logger.info("crawl %s by operator", "paused" if self.paused else "resumed")
+        self.outbox.recompute_top()
+        new_work, self.outbox.held_back = new_work or self.outbox.held_back, False
+        view = (self.shell.has_pending_requests(), self.shell.keep_alive())
+        changed, self.engine_view = view != self.engine_view, view
+        if changed and not view[1]:
+            await self._count_peers()
+        if new_work or changed:
+            engine.wake(self.crawler)
+
+    async def _count_peers(self) -> None:
+        """The crawl looks finished: are other workers alive (maybe still starting)?"""
+        assert self.queue is not None
+        self.peers = max(0, (await self.queue.counts()).workers - 1)
+
+    def _held_pairs(self) -> Pairs:
+        """Every lease this worker holds: the shell's (buffered, in flight, finished and
+        not sent yet, to release) and the unreadable ones waiting to be dead-lettered.
+        ``Retained.prune`` relies on it: a lease not here when the prune looks (after a
+        sync's reply) has ended, and no lease is held again once it ended."""
+        corrupt = [(lease.id, lease.token) for lease, _ in self.ends.corrupt]
+        return tuple(self.shell.local_leases() + self.outbox.held_pairs() + corrupt)

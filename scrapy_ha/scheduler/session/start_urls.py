@@ -1,0 +1,81 @@
+"""Start URLs read from a Redis key (scrapy-redis's ``RedisSpider`` protocol).
+
+Each round the session moves up to ``REDIS_START_URLS_BATCH_SIZE`` entries from the start
+key into the queue, in one script (an entry leaves the start key only once queued). An entry
+the spider cannot turn into a request is dropped with an ERROR, alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy_ha.codec import encode_request
+from scrapy_ha.spiders import RedisSpiderMixin
+from scrapy_ha.store.queue import NewEntry
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.admission import Admission
+    from scrapy_ha.store.queue import RedisQueue
+
+logger = logging.getLogger(__name__)
+
+
+class StartUrls:
+    """Feeds the queue from a spider's start-URL key; ``key`` is None for other spiders."""
+
+    def __init__(self, crawler: Crawler, admission: Admission, *, feed_mode: bool) -> None:
+        self.crawler = crawler
+        self.admission = admission
+        self.key: str | None = None
+        self.feed_mode = feed_mode  # wait for more start URLs instead of closing when done
+        self.spider: Spider | None = None
+        self.as_set = False  # REDIS_START_URLS_AS_SET: a set, not a list
+
+    def setup(self, spider: Spider, config: SchedulerConfig) -> None:
+        if not isinstance(spider, RedisSpiderMixin):
+            return
+        self.spider = spider
+        self.as_set = config.start_urls_as_set
+        self.key = spider.redis_key or config.start_urls_key % {"name": spider.name}
+        if not config.feed_given:
+            self.feed_mode = spider.ha_feed
+        logger.info(
+            "Reading start URLs from Redis key %s%s",
+            self.key,
+            " (feed mode: waiting for more)" if self.feed_mode else "",
+        )
+
+    async def feed(self, queue: RedisQueue, batch: int) -> None:
+        assert self.key is not None and self.crawler.stats is not None
+        raw = await queue.peek_start_urls(self.key, as_set=self.as_set, batch=batch)
+        if not raw:
+            return
+        entries = [self._entry(data) for data in raw]
+        added = await queue.feed(self.key, as_set=self.as_set, raw=raw, entries=entries)
+        if added > 0:
+            self.crawler.stats.inc_value("ha/start_urls", added)
+
+    def _entry(self, data: bytes) -> NewEntry:
+        assert isinstance(self.spider, RedisSpiderMixin) and self.crawler.stats is not None
+        try:
+            request = self.spider.make_request_from_data(data)
+            self.admission.note_priority(request)
+            return NewEntry(
+                self.admission.fingerprint(request),
+                request.priority,
+                encode_request(request, self.spider),
+            )
+        except Exception as exc:
+            self.crawler.stats.inc_value("ha/start_urls_invalid")
+            logger.error(
+                "Start URL entry %r in %s is invalid and was dropped: %s",
+                data[:200],
+                self.key,
+                exc,
+            )
+            return NewEntry(b"", 0, b"")

@@ -1,0 +1,437 @@
+"""``scrapy_ha.Scheduler``: a lease-based Redis scheduler that loses nothing.
+
+A request leaves Redis only when Scrapy has completely finished with it: the
+download, the callback or errback, every request it yielded (durable in Redis
+first) and every item through the pipelines. A worker killed at any instant
+leaves its leases to expire; any other worker puts them back in the queue.
+
+This is the shell the engine calls, answering from memory; what Redis must learn goes
+into an :class:`~scrapy_ha.scheduler.outbox.Outbox`, drained by one background task, the
+:class:`~scrapy_ha.scheduler.session.session.Session`, which hands leased requests back (``take``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from functools import partial
+from typing import TYPE_CHECKING
+
+from scrapy import Request, signals
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.httpobj import urlparse_cached
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import CodecError, encode_request
+from scrapy_ha.config.politeness import StartTimes
+from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
+from scrapy_ha.middlewares.registry import register, scheduler_for
+from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.admission import Admission
+from scrapy_ha.scheduler.buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
+from scrapy_ha.scheduler.fresh import FreshQueue, Handout
+from scrapy_ha.scheduler.inflight import InFlight
+from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp, Outbox
+from scrapy_ha.scheduler.precedence import Precedence
+from scrapy_ha.scheduler.session.session import Session
+from scrapy_ha.scheduler.solo import Solo
+from scrapy_ha.store.queue import Fresh, NewEntry
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+
+    from scrapy_ha.scheduler.outbox import Pair
+    from scrapy_ha.store.queue import Lease, RedisQueue
+
+__all__ = ["START_FAILED", "Scheduler", "scheduler_for"]
+
+logger = logging.getLogger(__name__)
+
+#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
+START_FAILED = "ha_start_failed"
+
+
+class Scheduler:
+    """Lease-based Redis scheduler; enable with ``SCHEDULER = "scrapy_ha.Scheduler"``."""
+
+    #: The class of the background task that talks to Redis (tests give a fake).
+    session_class: Callable[[Scheduler], Session] = Session
+
+    def __init__(self, crawler: Crawler, config: SchedulerConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        assert crawler.stats is not None
+        self.stats = crawler.stats
+        register(crawler, self)
+        self.spider: Spider | None = None
+        self.admission = Admission.from_config(crawler, config)
+        self.outbox = Outbox()
+        self._slots = engine.SlotLoad()
+        fair = SlotChooser(crawler, self._slots) if config.slot_fair else None
+        self._buffer = LeaseBuffer() if fair is None else FairLeaseBuffer(fair)
+        #: which requests go before the buffer's head (Scrapy's priority order)
+        self.precedence = Precedence(
+            self._buffer,
+            self.outbox,
+            config,
+            target=self._target,
+            alone=lambda: self.solo.running,
+            may_keep=lambda request: not (config.politeness and self._limited(request)),
+        )
+        start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
+        self.inflight = InFlight(crawler, self.outbox)
+        #: new requests handed out from memory before Redis has them (see _fresh)
+        self.handout = Handout(
+            crawler,
+            self.outbox,
+            self.inflight,
+            self._slots,
+            lambda: self.session.wake(),
+            queue=FreshQueue(
+                lifo=config.order == "lifo",
+                start_lifo="lifo" in start_queue.lower(),
+                fair=fair,
+                keep=self.precedence.keep,
+            ),
+            early=config.early_download,
+        )
+        self.handout.gate.guard.held = self.local_leases
+        self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
+        self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
+        self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
+        self._idle_since: float | None = None
+        self._fatal = False  # the crawl could not start (logged): exit with an error
+        self.session = self.session_class(self)
+        self.precedence.session = self.solo.session = self.session
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        """A bad setting does not raise here (Scrapy would print follow-on tracebacks of
+        components never opened): it is logged, and ``open()`` closes the spider cleanly."""
+        try:
+            config = SchedulerConfig.from_settings(crawler.settings)
+        except ConfigError as exc:
+            logger.error("scrapy-ha cannot start: %s", exc)
+            scheduler = cls(crawler, SchedulerConfig())
+            scheduler._fatal = True
+            return scheduler
+        return cls(crawler, config)
+
+    @property
+    def queue(self) -> RedisQueue | None:
+        """The crawl's queue in Redis once open (None before, and if it could not open)."""
+        return self.session.queue
+
+    # -- the engine's interface -------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None]:
+        """Connect to Redis (fails within ``HA_CONNECT_TIMEOUT`` naming the URL)."""
+        return deferred_from_coro(self._open(spider))
+
+    def close(self, reason: str) -> Deferred[None]:
+        """Flush, ack, release what this worker holds, and unregister it."""
+        return deferred_from_coro(self.session.close(reason))
+
+    def has_pending_requests(self) -> bool:
+        """True while the crawl has requests waiting: in this worker's buffer or outbox, or
+        pending or delayed in Redis at the last sync (no round trip: the background task
+        fetches these counts anyway)."""
+        waiting = len(self.outbox.children) > len(self.handout.unstored)
+        return bool(self._buffer or waiting or self.session.remote_waiting > 0)
+
+    def enqueue_request(self, request: Request) -> bool:
+        """Queue *request* for Redis; False if this worker already saw its fingerprint.
+
+        Until the background task sends it, ``next_request()`` may hand it out at once (see
+        :mod:`scrapy_ha.scheduler.fresh`); if Redis then finds it a duplicate, its download is
+        cancelled and it comes back here, refused (``request_dropped``).
+
+        A request that cannot be stored (``HA_UNSTORABLE = "error"``) is refused (False)
+        with an ERROR naming its URL, the key and the type, and the page that yielded it
+        is dead-lettered with that reason when it finishes: it is never acked as done.
+        Duplicates only Redis knows of are dropped there and counted in ``ha/filtered``
+        (no ``request_dropped`` signal for them).
+        """
+        if self.handout.gate.dropped(request):
+            return False  # a fresh request Redis found a duplicate of (already counted)
+        if self.inflight.is_retry_of_one(request):
+            self.handout.gate.replaced(request)
+            return True  # the original's lease moves to the delayed set when it finishes
+        fingerprint = self.admission.fingerprint(request)
+        if fingerprint and fingerprint in self.admission.seen:
+            self.admission.log_duplicate(request)
+            return False
+        try:
+            payload = encode_request(request, self.spider, unstorable=self.config.unstorable)
+        except CodecError as exc:
+            parent = self.inflight.parent_of(request)
+            self.admission.refuse_unstorable(request, exc, parent, self.spider)
+            return False
+        self.admission.remember(fingerprint)
+        self.admission.note_priority(request)
+        fresh = Fresh(request)
+        self.handout.push(fresh)
+        start = bool(self.config.start_order and request.meta.get("is_start_request"))
+        task = request.meta.get(metakeys.TASK)
+        entry = NewEntry(
+            fingerprint,
+            request.priority,
+            payload,
+            self.inflight.fence(request),
+            fresh,
+            start,
+            task if isinstance(task, str) else "",
+        )
+        self.outbox.add_child(entry)
+        self.session.wake()
+        return True
+
+    def next_request(self) -> Request | None:
+        """The next request, from memory: leased, or new from this worker and not sent to
+        Redis yet (whichever comes first in Scrapy's order); None when there is neither.
+
+        Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
+        while this worker's leases may have expired (Redis unreachable for a lease period).
+        """
+        self.handout.looked()
+        if len(self.inflight) >= self.config.max_inflight or self.solo.isolating():
+            self.inflight.collect_finished()
+            if len(self.inflight) >= self.config.max_inflight or self.solo.isolating():
+                return None
+        while True:
+            usable = bool(self._buffer) and time.monotonic() <= self.session.renewals.valid_until
+            head = self._buffer[0] if usable else None
+            if (fresh := self.handout.first(head, self._can_hand_fresh)) is not None:
+                return self.handout.hand(fresh)
+            if not usable:
+                break
+            if self.precedence.outranked():
+                self.outbox.held_back = True  # for one round trip: its lease is on the way
+                self.session.wake()
+                return None
+            # requests of a busy download slot wait here, not in the downloader, where other
+            # workers could not have them
+            request = self._buffer.take_first(self._ready)
+            if request is None:
+                return None  # every buffered request waits for a busy slot or its start time
+            entry_id, token = request.meta[metakeys.LEASE]
+            if self._gates and (wait := self._gate_wait(request)) > 0:
+                # before run_alone: a suspect in a closed domain is deferred, and must not
+                # release the whole buffer to run alone first
+                self.inflight.end(EndOp("defer", entry_id, token, request, wait))
+                self.session.wake()
+                continue
+            if request.meta.get(metakeys.SUSPECT) and not self.solo.run_alone(request, entry_id):
+                return None
+            self.inflight.add(entry_id, token, request)
+            self._slots.handed(self.crawler, request)
+            if len(self._buffer) <= self._target() // 2 or self.precedence.outranked():
+                self.session.wake()  # refill, or lease what Redis holds that goes first
+            return request
+        if self._buffer:
+            self.session.wake()  # leases may have expired: the background task renews them
+        # an empty buffer is refilled by the background task's own rounds: waking it here
+        # would make every engine call a Redis round trip (a busy loop while idle)
+        return None
+
+    def __bool__(self) -> bool:
+        """Always true: ``if scheduler_for(crawler):`` must not depend on the queue's size."""
+        return True
+
+    def __len__(self) -> int:
+        """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
+        held pending or delayed at the last sync."""
+        waiting = len(self.outbox.children) - len(self.handout.unstored)
+        return len(self._buffer) + waiting + max(0, self.session.remote_waiting)
+
+    # -- for the middlewares -----------------------------------------------------------
+
+    def server_time_ms(self) -> int:
+        """The Redis server's clock, estimated from the last round trip."""
+        return int(time.time() * 1000 + self.session.server_offset_ms)
+
+    def close_gate(self, request: Request, seconds: float) -> None:
+        """Close the request's domain for every worker for *seconds* (429, Retry-After)."""
+        domain = urlparse_cached(request).hostname or ""
+        until = time.monotonic() + seconds
+        if until > self._gates.get(domain, 0):
+            self._gates[domain] = until
+            self.outbox.close_gate(domain, seconds)
+            self.session.wake()
+
+    def save_checkpoint(
+        self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool
+    ) -> None:
+        """Save *task*'s checkpoint under *page*'s lease: now, or when the page is acked."""
+        lease = page.meta.get(metakeys.LEASE)
+        if lease is None:
+            return
+        if at_finish:
+            page.meta[metakeys.CHECKPOINT_SAVE] = (task, doc, ttl_ms)
+        else:
+            self.outbox.checkpoints.append(CheckpointSave(lease[0], lease[1], task, doc, ttl_ms))
+            self.session.wake()
+
+    # -- for the session ---------------------------------------------------------------
+
+    def take(self, request: Request, lease: Lease) -> None:
+        """Buffer a request the session leased (held, renewed and released from here on)."""
+        request.meta[metakeys.LEASE] = (lease.id, lease.token)
+        if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
+            self._starts.hold(request, lease.wait_ms)
+            self.stats.inc_value("ha/domain_limited")
+        if lease.expiries:  # a page left unfinished: its links may be in Redis already
+            self.handout.gate.guard.redo(lease.id)
+        if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
+            # its last chance before the dead-letter queue: run it alone (see .solo)
+            request.meta[metakeys.SUSPECT] = lease.expiries
+        # one with a start time keeps its lease order, which is its domain's start order: a
+        # slot hands out from its head only, so one placed before an earlier start would
+        # hold the others back until its own, and they would all start at once
+        self._buffer.append(request, None if lease.wait_ms > 0 else lease.place)
+
+    def empty_on_the_way(self) -> bool:
+        """``next_request()`` returned None, but requests are on their way to this worker:
+        new ones going to Redis that the next round leases back, pending ones Redis held at
+        the last sync, or one that outranks the buffer (held back for one round trip). Then
+        ``scheduler_empty`` is not sent (see :func:`.engine.quiet_empty`): Scrapy's
+        own scheduler sends it only when it holds nothing, and a spider feeding its start
+        requests lazily from it would be fed while work is waiting; the engine looks again
+        after the next sync (``held_back``), and gets a request or sends the signal. Not
+        while Redis is down, the crawl is paused or closing, or a suspect runs alone:
+        nothing comes then."""
+        session = self.session
+        if not session.redis_ok or session.paused or session.stopping or self.solo.running:
+            return False
+        if self.outbox.held_back:
+            return True
+        if self._buffer:
+            return False  # what waits here waits for a busy download slot or a closed domain
+        unsent = len(self.outbox.children) > len(self.handout.unstored)
+        if unsent or session.remote_pending > 0:
+            self.outbox.held_back = True
+            return True
+        return False
+
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def room_for_start_urls(self) -> bool:
+        return len(self.outbox.children) + len(self._buffer) < self._target()
+
+    def set_gates(self, gates: dict[str, float]) -> None:
+        """The domains closed for every worker, as Redis said: domain -> monotonic time."""
+        self._gates = gates
+
+    def local_leases(self) -> list[Pair]:
+        """Leases buffered or in flight (at close: given back to Redis)."""
+        held = self.inflight.pairs()
+        if unstored := self.handout.unstored:  # not in Redis yet: nothing to renew or release
+            held = [pair for pair in held if pair not in unstored]
+        return [r.meta[metakeys.LEASE] for r in self._buffer] + held
+
+    def forget_local(self) -> None:
+        self._buffer.clear()
+        self.handout.clear()
+        self.inflight.clear()
+
+    def drop_lost(self, lost: set[Pair]) -> None:
+        """Drop the buffered requests of leases lost: by (id, token), since the same entry
+        may be leased again by this worker under a new token, which is not lost."""
+        dropped = self._buffer.drop(lost)
+        real = lost - set(self.outbox.acks)
+        if real:
+            self.stats.inc_value("ha/leases_lost", len(real))
+            logger.warning(
+                "%d lease(s) of this worker expired and were reclaimed (worker stalled or "
+                "Redis unreachable longer than HA_LEASE_TIME); %d buffered request(s) dropped",
+                len(real),
+                dropped,
+            )
+
+    def want(self) -> int:
+        """Requests to lease in the next sync (see :class:`.precedence.Precedence`)."""
+        return self.precedence.want()
+
+    def make_room(self) -> None:
+        self.precedence.make_room()
+
+    def keep_alive(self) -> bool:
+        """True while the crawl may still have work (the idle spider stays open)."""
+        box, session = self.outbox, self.session
+        local = bool(self._buffer or box.children or box.acks or box.ends or self.inflight)
+        local = local or session.holds_unreadable()
+        remote = not session.redis_ok or session.remote_active != 0 or session.paused
+        return bool(session.start_urls.feed_mode or local or remote)
+
+    async def _open(self, spider: Spider) -> None:
+        self.spider = spider
+        if not self._fatal and await self.session.open(spider):
+            self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
+            gate = self.handout.gate
+            gate.installed = engine.gate_downloads(self.crawler, gate)
+            engine.quiet_empty(self.crawler, self.empty_on_the_way)
+            self.session.start()
+            return
+        self._fatal = True
+        self._refusal = engine.StartRefusal(self.crawler, START_FAILED)
+
+    def _target(self) -> int:
+        return prefetch_target(self.crawler, self.config, self.session.renewals.rate)
+
+    def _can_hand_fresh(self, request: Request) -> bool:
+        """A fresh request goes out now only while Redis answers (its download waits for
+        the round that stores it), the crawl is not paused by its operator, its download
+        slot has room, and its domain is open; else it goes to Redis with the next round, and
+        comes back by lease."""
+        session = self.session
+        if not session.redis_ok or session.stopping or session.paused or self.solo.running:
+            return False
+        if self._gates and self._gate_wait(request) > 0:
+            return False
+        if self.config.politeness and self._limited(request):
+            return False  # through Redis, which leases it within its domain's limits
+        return self._slots.free(self.crawler, request)
+
+    def _limited(self, request: Request) -> bool:
+        return self.config.politeness.limited(urlparse_cached(request).hostname or "")
+
+    def _ready(self, request: Request) -> bool:
+        """Can a buffered request go now: its domain's crawl-wide rate lets it start (else a
+        timer wakes the engine at its time), and its download slot has room?"""
+        return not self._starts.waits(request) and self._slots.free(self.crawler, request)
+
+    def _gate_wait(self, request: Request) -> float:
+        until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
+        return until - time.monotonic()
+
+    def _on_idle(self) -> None:
+        """Close at once when the crawl is verifiably finished: nothing local, nothing
+        pending, leased or delayed in Redis at a sync made after this worker's last ack,
+        and no other live worker; with live peers (they may still be yielding start
+        requests) wait ``HA_IDLE_TIMEOUT`` first. No polling: a timer wakes the engine."""
+        view = self.session.engine_view
+        if self.keep_alive() or view is None or view[1]:
+            self._idle_since = None
+            if self.inflight or self.outbox.acks or self.outbox.ends:
+                # the engine is idle: what it finished is acked now, not at the next tick
+                self.session.wake()
+            raise DontCloseSpider
+        if not self.session.peers:
+            return
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        if now - self._idle_since < self.config.idle_timeout:
+            asyncio.get_running_loop().call_later(
+                self.config.idle_timeout - (now - self._idle_since) + 0.05,
+                partial(engine.wake, self.crawler),
+            )
+            raise DontCloseSpider

@@ -1,0 +1,178 @@
+"""The Redis clients of scrapy-ha, built from the connection settings in one place.
+
+``REDIS_URL``, ``REDIS_HOST``, ``REDIS_PORT``, ``REDIS_DB``, ``REDIS_ENCODING`` and
+``REDIS_PARAMS`` keep the meaning they have in scrapy-redis; :mod:`scrapy_ha.store.url`
+adds TLS, Unix sockets, Sentinel and Cluster, and builds every client. A connection that
+finds a read-only replica where the primary was (a failover) is dropped and reported as
+a connection error, so the caller's reconnect-with-backoff follows the new primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import TYPE_CHECKING, Any
+
+import redis
+import redis.asyncio
+
+from scrapy_ha.codec import mask_url
+from scrapy_ha.store import url as _redis_url
+from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "DEFAULT_SOCKET_TIMEOUT",
+    "REDIS_DOWN_ERRORS",
+    "RedisConfigError",
+    "RedisUnavailable",
+    "display_url",
+    "jittered",
+    "redis_from_settings",
+    "sync_redis_from_settings",
+]
+
+#: Errors that mean "Redis is unreachable right now": retried with backoff. A cluster
+#: that is re-electing a primary (CLUSTERDOWN, MASTERDOWN, TRYAGAIN) is unreachable too.
+REDIS_DOWN_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,  # no node reachable, or a slot not served yet
+    ConnectionError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+#: The error Redis answers a write with while ``min-replicas-to-write`` is not met.
+NO_REPLICAS = "NOREPLICAS"
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis cannot be reached; the message names the URL (password masked)."""
+
+
+def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
+    """Return an asyncio Redis client (create it on the running event loop); *overrides*
+    are redis-py client arguments that win over ``REDIS_PARAMS``."""
+    client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
+    _follow_failover(client, _AsyncFailoverAware)
+    return client
+
+
+def sync_redis_from_settings(
+    settings: BaseSettings, *, connect_timeout: float, **overrides: Any
+) -> Any:
+    """A blocking Redis client of the same Redis (for a thread, or synchronous tools such
+    as a metrics exporter); *overrides* as for :func:`redis_from_settings`."""
+    client = _redis_url.sync_client(settings, connect_timeout=connect_timeout, **overrides)
+    _follow_failover(client, _SyncFailoverAware)
+    return client
+
+
+def jittered(delay: float) -> float:
+    """A wait between half *delay* and *delay* ("equal jitter"): the backoff still grows,
+    and workers that lost Redis at the same instant do not all come back at once."""
+    return random.uniform(delay / 2, delay)
+
+
+def display_url(settings: BaseSettings) -> str:
+    """The Redis address for logs and errors, password masked."""
+    try:
+        return _redis_url.target_from_settings(settings).display
+    except (RedisConfigError, ValueError, TypeError):
+        return mask_url(str(settings.get("REDIS_URL") or _redis_url.DEFAULT_URL))
+
+
+def _follow_failover(client: Any, mixin: type) -> None:
+    """Make the client's connections take a failover for Redis being away.
+
+    A READONLY reply (the connection reaches a primary demoted to a replica) closes the
+    connection: a plain URL whose name moves to the new primary (a managed service's
+    failover) is resolved again by the next one, a Sentinel client asks the sentinels
+    (redis-py does that itself), a cluster client follows MOVED replies instead. A
+    NOREPLICAS reply (``min-replicas-to-write`` not met: the primary lost its replicas)
+    is waited out the same way: it is not bad data."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return
+    base = pool.connection_class
+    if not issubclass(base, mixin):
+        pool.connection_class = type(f"FailoverAware{base.__name__}", (mixin, base), {})
+
+
+class _AsyncFailoverAware:
+    """A connection that raises ConnectionError on READONLY (closing itself first) and on
+    NOREPLICAS."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.exceptions.ReadOnlyError as exc:
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise redis.exceptions.ConnectionError(_readonly_text(exc)) from exc
+        except redis.exceptions.ResponseError as exc:
+            if str(exc).startswith(NO_REPLICAS):
+                raise redis.exceptions.ConnectionError(_noreplicas_text(exc)) from exc
+            raise
+
+
+class _SyncFailoverAware:
+    """The same for the blocking client."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.exceptions.ReadOnlyError as exc:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise redis.exceptions.ConnectionError(_readonly_text(exc)) from exc
+        except redis.exceptions.ResponseError as exc:
+            if str(exc).startswith(NO_REPLICAS):
+                raise redis.exceptions.ConnectionError(_noreplicas_text(exc)) from exc
+            raise
+
+
+def _noreplicas_text(exc: Exception) -> str:
+    return (
+        f"the primary refuses writes while too few replicas follow it ({exc}: "
+        f"min-replicas-to-write); waiting for a replica"
+    )
+
+
+def _readonly_text(exc: Exception) -> str:
+    return (
+        f"the server is a read-only replica now ({exc}): the primary failed over; "
+        f"reconnecting until REDIS_URL reaches a primary"
+    )
+
+
+async def check_reachable(client: Any, url: str, timeout: float) -> str:
+    """PING Redis within *timeout*; return the server version or raise RedisUnavailable."""
+    try:
+        async with asyncio.timeout(timeout):
+            await client.ping()
+            info = await client.info("server")
+    except redis.exceptions.AuthenticationError as exc:
+        raise RedisUnavailable(
+            f"Redis at {url} refused the credentials ({exc}): check the user name and password "
+            f"in REDIS_URL (or REDIS_PARAMS)"
+        ) from None
+    except REDIS_DOWN_ERRORS as exc:
+        raise RedisUnavailable(
+            f"scrapy-ha cannot reach Redis at {url} within {timeout:g} s "
+            f"({type(exc).__name__}: {_mask_in(exc, url)}). Check REDIS_URL and that "
+            f"redis-server (or the sentinels, or the cluster nodes, it names) is running "
+            f"and reachable from this worker."
+        ) from None
+    return str(info.get("redis_version", "?"))
+
+
+def _mask_in(exc: BaseException, url: str) -> str:
+    text = str(exc) or "timed out"
+    return text if "@" not in text else f"error connecting to {url}"

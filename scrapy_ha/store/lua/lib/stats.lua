@@ -1,0 +1,100 @@
+-- lib/stats: the crawl-wide counters, kept by the script that makes each transition (no
+-- extra round trip; the reader is scrapy_ha/ops/stats.py). A script tallies its events in memory
+-- with count() and writes them once, at its end, with write_stats(): one HINCRBY per counter
+-- that moved, however many requests the call handled.
+--   stats   hash: counter -> total (enqueued, filtered, acked, reclaimed, poison, retried,
+--           retried:<class>, dead, dead:<class>, retry_ok, retry_dead, requeued, purged)
+--   minutes hash: '<event>:<minute>' -> count in that minute (minute = server ms // 60000)
+--           for the events of MINUTE_EVENTS; '<event>:last' -> the newest such minute
+--   domains hash: '<domain>\t<event>' -> count, for the events of DOMAIN_EVENTS
+--- @include "time"
+
+-- MINUTE_EVENTS: the events with per-minute buckets (rates, an ETA).
+local MINUTE_EVENTS = {acked = true, enqueued = true, retried = true, dead = true}
+-- DOMAIN_EVENTS: the events counted per domain.
+local DOMAIN_EVENTS = {acked = true, enqueued = true, retried = true, dead = true}
+-- MINUTES_KEPT: buckets are kept for a day, the longest rate window a reader asks for.
+local MINUTES_KEPT = 1440
+-- PRUNE_CHUNK: fields per HDEL when a gap of hours leaves many buckets to drop at once.
+local PRUNE_CHUNK = 500
+
+-- The tally of this script call: counter -> n, and event -> domain -> n.
+local TALLY, DOMAIN_TALLY = {}, {}
+
+-- domain_of(payload)
+--   Returns the host of a stored request's URL (lower case, without user info or port):
+--   the payload is the codec's JSON, which starts with {"v":<n>,"u":"<url>"; '-' when it
+--   does not (a corrupt entry). Only the payload's first bytes are read.
+local function domain_of(payload)
+  local auth = string.match(payload or '', '^{"v":%d+,"u":"%a[%w+.-]*://([^/?#"\\]*)')
+  if not auth then return '-' end
+  if auth ~= '' and not string.find(auth, '[@:%u]') then return auth end -- the usual host
+  local host = string.match(auth, '([^@]*)$')
+  host = string.match(host, '^(%[[^%]]*%])') or string.match(host, '^([^:]*)')
+  if host == '' then return '-' end
+  return string.lower(host)
+end
+
+-- count(event, n, domain, class)
+--   Tallies n events (n may be 0); with domain, in that domain's counts too (for the events
+--   of DOMAIN_EVENTS); with class, in '<event>:<class>' too.
+local function count(event, n, domain, class)
+  if n == 0 then return end
+  TALLY[event] = (TALLY[event] or 0) + n
+  if class then
+    local c = event .. ':' .. class
+    TALLY[c] = (TALLY[c] or 0) + n
+  end
+  if domain and DOMAIN_EVENTS[event] then
+    local t = DOMAIN_TALLY[event] or {}
+    DOMAIN_TALLY[event] = t
+    t[domain] = (t[domain] or 0) + n
+  end
+end
+
+-- add(hash, field, n): HINCRBY that never fails: a value overwritten with garbage restarts.
+local function add(hash, field, n)
+  local ok, v = pcall(redis.call, 'HINCRBY', hash, field, n)
+  if ok then return v end
+  redis.call('HSET', hash, field, n)
+  return n
+end
+
+-- prune(minutes, event, minute)
+--   Rule: a day of buckets. When bucket minute of event is new, the buckets that left the
+--   day since the newest one before it (event:last) are deleted, so none older than
+--   MINUTES_KEPT minutes stays, however long the crawl pauses.
+local function prune(minutes, event, minute)
+  local last = tonumber(redis.call('HGET', minutes, event .. ':last') or '')
+  if last and last >= minute then return end
+  redis.call('HSET', minutes, event .. ':last', minute)
+  local to = minute - MINUTES_KEPT - 1
+  local from = to
+  if last then
+    from, to = last - MINUTES_KEPT, math.min(last, to)
+  end
+  local fields = {}
+  for m = from, to do
+    fields[#fields + 1] = event .. ':' .. m
+    if #fields == PRUNE_CHUNK or m == to then
+      redis.call('HDEL', minutes, unpack(fields))
+      fields = {}
+    end
+  end
+end
+
+-- write_stats(stats, minutes, domains, now)
+--   KEYS: the stats, stats:min and stats:domain hashes (the caller's KEYS[i])
+--   Writes this call's tally at server time now (ms); call it once, after the last count().
+local function write_stats(stats, minutes, domains, now)
+  local minute = math.floor(now / 60000)
+  for name, n in pairs(TALLY) do
+    add(stats, name, n)
+    if MINUTE_EVENTS[name] and add(minutes, name .. ':' .. minute, n) == n then
+      prune(minutes, name, minute)
+    end
+  end
+  for event, t in pairs(DOMAIN_TALLY) do
+    for domain, n in pairs(t) do add(domains, domain .. '\t' .. event, n) end
+  end
+end

@@ -1,0 +1,440 @@
+"""The lease-based queue of one crawl: typed wrappers of the Lua scripts.
+
+Each state change is one script (``scrapy_ha/store/lua/*.lua``, header comments list
+KEYS, ARGV and the reply), assembled with the rules it shares with the others by
+``scrapy_ha.store.scripts``. Times come from the Redis server clock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from scrapy_ha.store.scripts import (
+    CHECKPOINT_LUA,
+    COUNTS_LUA,
+    DEAD_LUA,
+    FEED_LUA,
+    FINISH_LUA,
+    GATE_LUA,
+    PURGE_LUA,
+    RECLAIM_LUA,
+    RELEASE_LUA,
+    REQUEUE_LUA,
+    RETRY_LUA,
+    SET_ASIDE_LUA,
+    SYNC_LUA,
+)
+from scrapy_ha.store.scripts import MAX_PRIORITY as MAX_PRIORITY
+from scrapy_ha.store.scripts import PRIORITY_STEP as PRIORITY_STEP
+from scrapy_ha.store.scripts import RENEW_LUA as RENEW_LUA
+from scrapy_ha.store.wire import DEFAULT_DLQ_MAX_AGE_MS as DEFAULT_DLQ_MAX_AGE_MS
+from scrapy_ha.store.wire import DEFAULT_DLQ_MAX_ENTRIES as DEFAULT_DLQ_MAX_ENTRIES
+from scrapy_ha.store.wire import ORDERS as ORDERS
+from scrapy_ha.store.wire import ChildrenLost as ChildrenLost
+from scrapy_ha.store.wire import Counts as Counts
+from scrapy_ha.store.wire import Fresh as Fresh
+from scrapy_ha.store.wire import Lease as Lease
+from scrapy_ha.store.wire import NewEntry as NewEntry
+from scrapy_ha.store.wire import Reclaimed as Reclaimed
+from scrapy_ha.store.wire import SyncResult as SyncResult
+from scrapy_ha.store.wire import _b, _s, children_lost, expect_arg, packed_children, score_key
+from scrapy_ha.store.wire import clamp_priority as clamp_priority
+from scrapy_ha.store.wire import live_workers as live_workers
+from scrapy_ha.store.wire import lost_pairs as lost_pairs
+from scrapy_ha.store.wire import new_nonce as new_nonce
+from scrapy_ha.store.wire import renew_args as renew_args
+from scrapy_ha.store.wire import worker_stats as worker_stats
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from scrapy_ha.keys import Keys
+    from scrapy_ha.store.wire import Sender
+
+
+class RedisQueue:
+    """The queue of one crawl on one asyncio Redis client."""
+
+    #: a sync's *sender* numbers the children, and *expect* fences a server that lost some
+    numbers_children = True
+
+    def __init__(
+        self, client: Any, keys: Keys, *, order: str = "fifo", start_order: str = ""
+    ) -> None:
+        if order not in ORDERS or start_order not in ("", *ORDERS):
+            raise ValueError(f"order={order!r} must be one of {', '.join(ORDERS)}")
+        self.client = client
+        self.keys = keys
+        #: the live workers at the last renewal (0: none yet)
+        self.live_workers = 0
+        self.order = order
+        #: the order of start requests in their own queue ("": they share the others')
+        self.start_order = start_order
+        self._sync = client.register_script(SYNC_LUA)
+        self._renew = client.register_script(RENEW_LUA)
+        self._reclaim = client.register_script(RECLAIM_LUA)
+        self._release = client.register_script(RELEASE_LUA)
+        self._dead = client.register_script(DEAD_LUA)
+        self._counts = client.register_script(COUNTS_LUA)
+        self._finish = client.register_script(FINISH_LUA)
+        self._feed = client.register_script(FEED_LUA)
+        self._retry = client.register_script(RETRY_LUA)
+        self._gate = client.register_script(GATE_LUA)
+        self._requeue = client.register_script(REQUEUE_LUA)
+        self._purge = client.register_script(PURGE_LUA)
+        self._checkpoint = client.register_script(CHECKPOINT_LUA)
+        self._set_aside = client.register_script(SET_ASIDE_LUA)
+
+    async def sync(
+        self,
+        *,
+        enqueue: list[NewEntry] = [],  # noqa: B006 (never mutated)
+        ack: list[tuple[str, str]] = [],  # noqa: B006
+        lease: int = 0,
+        lease_ms: int = 30000,
+        promote: int = 500,
+        worker: str | None = None,
+        sender: Sender | None = None,
+        numbers: Sequence[int] = (),
+        expect: int = 0,
+    ) -> SyncResult:
+        """Enqueue, then ack, then lease: one script, one round trip.
+
+        With *worker*, the leases it gives are also written to the worker's grant key, so
+        that its lease keeper renews them before the worker has read this reply. With
+        *sender* (see :func:`packed_children`), children already handled by an earlier call
+        whose reply was lost are skipped; with *expect* too, a server that lacks the
+        sender's children up to that number refuses the whole call (:class:`ChildrenLost`).
+        """
+        k = self.keys
+        args: list[Any] = [
+            len(enqueue),
+            len(ack),
+            lease,
+            lease_ms,
+            promote,
+            new_nonce(),
+            f"{self.order} {self.start_order}".strip(),
+            expect_arg(sender, expect),
+        ]
+        args += packed_children(enqueue, sender, numbers)
+        args += [f"{entry_id} {token}" for entry_id, token in ack]
+        keys = [
+            k.pending,
+            k.payload,
+            k.dupefilter,
+            k.seq,
+            k.leased,
+            k.leases,
+            k.expiries,
+            k.delayed,
+            k.delayed_score,
+            k.lease_seq,
+            k.gates,
+            k.dead,
+            k.dead_info,
+            *k.stats_keys(),
+            k.retried,
+            k.paused,
+            k.sent,
+            k.domain_limits,
+            k.polite,
+        ]
+        if worker is not None:
+            keys.append(k.grant(worker))
+        try:
+            reply = await self._sync(keys=keys, args=args)
+        except redis.exceptions.ResponseError as exc:
+            if lost := children_lost(exc):
+                raise lost from exc
+            raise
+        n_gates, n_dropped = int(reply[11]), int(reply[12])
+        first = 14 + 2 * n_gates
+        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(14, first, 2)}
+        dropped = {_s(x) for x in reply[first : first + n_dropped]}
+        first += n_dropped
+        leases = [
+            Lease(
+                _s(reply[i]),
+                _s(reply[i + 1]),
+                _b(reply[i + 2]),
+                int(reply[i + 3]),
+                int(reply[i + 4]),
+                place=score_key(reply[i + 5]),
+            )
+            for i in range(first, len(reply), 6)
+        ]
+        now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
+            int, reply[:11]
+        )
+        return SyncResult(
+            now,
+            *(added, acked, stale, pending, leased, delayed, refused, aside, roots),
+            paused=bool(paused),
+            head=score_key(reply[13]),
+            gates=gates,
+            leases=leases,
+            dropped=dropped,
+        )
+
+    async def enqueue(self, entries: list[NewEntry]) -> int:
+        """Add requests (dupefilter applied); return how many were added."""
+        return (await self.sync(enqueue=entries)).added
+
+    async def lease(self, n: int, lease_ms: int) -> list[Lease]:
+        """Lease up to *n* pending entries (due delayed ones are promoted first)."""
+        return (await self.sync(lease=n, lease_ms=lease_ms)).leases
+
+    async def ack(self, pairs: list[tuple[str, str]]) -> tuple[int, int]:
+        """Finish leases; return (acked, stale)."""
+        result = await self.sync(ack=pairs)
+        return result.acked, result.stale
+
+    async def renew(
+        self,
+        pairs: list[tuple[str, str]],
+        *,
+        worker: str,
+        lease_ms: int,
+        heartbeat_ms: int,
+        handed: Iterable[tuple[str, str]] = (),
+        rate: float = 0.0,
+    ) -> tuple[int, list[tuple[str, str]]]:
+        """Heartbeat and renew all given leases, publish the worker's stats (leases held,
+        *rate* in pages/s); return (renewed, lost (id, token) pairs).
+
+        The *handed* leases (also renewed) are marked as handed to the engine: only the
+        expiry of a lease so marked counts toward poison."""
+        k = self.keys
+        args = renew_args(
+            pairs,
+            handed,
+            worker=worker,
+            lease_ms=lease_ms,
+            heartbeat_ms=heartbeat_ms,
+            stats=worker_stats(len(pairs), rate),
+        )
+        reply = await self._renew(keys=[k.leased, k.leases, k.workers, k.worker_stats], args=args)
+        self.live_workers = live_workers(reply)
+        return int(reply[1]), lost_pairs(reply)
+
+    async def reclaim(
+        self,
+        *,
+        worker: str,
+        interval_ms: int,
+        batch: int,
+        max_expiries: int,
+        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES,
+        max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
+    ) -> Reclaimed | None:
+        """Reclaim expired leases; None if another worker reclaims this interval.
+
+        Returns (reclaimed to pending, ids dead-lettered as poison, entries set aside as
+        corrupt); the dead-letter retention (*max_entries*, *max_age_ms*) applies.
+        """
+        k = self.keys
+        keys = [
+            k.leased,
+            k.leases,
+            k.pending,
+            k.expiries,
+            k.dead,
+            k.dead_info,
+            k.reclaim_guard,
+            k.payload,
+            k.retried,
+            *k.stats_keys(),
+            k.dead_archived,
+            k.polite,
+        ]
+        args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
+        reply = await self._reclaim(keys=keys, args=args)
+        if int(reply[0]) < 0:
+            return None
+        return Reclaimed(int(reply[1]), [_s(x) for x in reply[3:]], int(reply[2]), int(reply[0]))
+
+    async def release(self, pairs: list[tuple[str, str]]) -> int:
+        """Give leases back to pending at once; return how many were released."""
+        if not pairs:
+            return 0
+        k = self.keys
+        args = [x for pair in pairs for x in pair]
+        return int(
+            await self._release(
+                keys=[k.pending, k.leased, k.leases, k.payload, k.polite], args=args
+            )
+        )
+
+    async def dead_letter(
+        self,
+        entry_id: str,
+        token: str,
+        info: dict[str, Any],
+        *,
+        payload: bytes = b"",
+        max_entries: int = DEFAULT_DLQ_MAX_ENTRIES,
+        max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
+    ) -> int:
+        """Move a leased entry to the dead-letter queue (optionally with a new payload).
+
+        Returns the size of the dead-letter queue, or 0 if the lease is stale.
+        """
+        k = self.keys
+        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
+        keys += [*k.stats_keys(), k.dead_archived, k.polite]
+        args = [
+            entry_id,
+            token,
+            json.dumps(info, separators=(",", ":")),
+            max_entries,
+            max_age_ms,
+            payload,
+        ]
+        done, size = await self._dead(keys=keys, args=args)
+        return int(size) if int(done) else 0
+
+    async def retry_later(
+        self,
+        entry_id: str,
+        token: str,
+        delay_ms: int,
+        payload: bytes,
+        priority: int | None = None,
+        failure_class: str = "",
+    ) -> int:
+        """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale.
+
+        With *priority* (the retried request's), the entry is promoted with that priority and
+        its place in the order; without, with its original score. With *failure_class* it is
+        a retry, counted (``retried:<class>``); without, a deferral that cost no attempt.
+        """
+        k = self.keys
+        keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried]
+        keys += [*k.stats_keys(), k.polite]
+        prio = "" if priority is None else clamp_priority(priority)
+        args = [entry_id, token, delay_ms, payload, prio, failure_class]
+        return int(await self._retry(keys=keys, args=args))
+
+    async def close_gate(self, domain: str, ms: int) -> int:
+        """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
+        return int(await self._gate(keys=[self.keys.gates], args=[domain, ms]))
+
+    async def set_domain_limits(self, limits: dict[str, str]) -> None:
+        """Put this worker's per-domain limits in force for the crawl (``{}``: none), as
+        the limits hash holds them (see :mod:`scrapy_ha.config.politeness`): the last worker to
+        start sets them, so every worker of a crawl should have the same settings."""
+        key = self.keys.domain_limits
+        old = {_s(f) for f in await self.client.hkeys(key)} - set(limits)
+        if limits:  # new ones first: never a moment without the limits in force
+            await self.client.hset(key, mapping=limits)
+        if old:
+            await self.client.hdel(key, *old)
+
+    async def requeue_dead(self, entries: list[tuple[str, int, bytes]]) -> int:
+        """Move (id, priority, payload) dead-letter entries back to pending; return how many."""
+        if not entries:
+            return 0
+        k = self.keys
+        keys = [k.dead, k.dead_info, k.pending, k.payload, k.seq, k.expiries, *k.stats_keys()]
+        args = [self.order] + [x for e in entries for x in e]
+        return int(await self._requeue(keys=keys, args=args))
+
+    async def purge_dead(self, ids: list[str]) -> tuple[int, int]:
+        """Delete dead-letter entries for good; return (deleted, kept because an SQL archive
+        is declared for the crawl and they are not archived yet)."""
+        if not ids:
+            return 0, 0
+        k = self.keys
+        keys = [k.dead, k.dead_info, k.payload, *k.stats_keys(), k.dead_archived]
+        deleted, kept = await self._purge(keys=keys, args=ids)
+        return int(deleted), int(kept)
+
+    async def counts(self) -> Counts:
+        """Size of every state, read atomically."""
+        k = self.keys
+        keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
+        return Counts.from_reply(await self._counts(keys=keys))
+
+    async def finish(self, worker: str) -> bool:
+        """Clear a finished crawl's working keys if no other worker is alive."""
+        k = self.keys
+        keys = [
+            k.pending,
+            k.leased,
+            k.delayed,
+            k.workers,
+            k.dupefilter,
+            k.expiries,
+            k.lease_seq,
+            k.reclaim_guard,
+            k.gates,
+            k.delayed_score,
+            k.retried,
+            k.dlq_alert,
+            k.paused,
+            k.polite,
+        ]  # seq and sent stay: a worker still alive (stopped, say) never sees them go back
+        return bool(await self._finish(keys=keys, args=[worker]))
+
+    async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:
+        """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of
+        a set), left in place: :meth:`feed` moves them."""
+        if as_set:
+            return list(await self.client.srandmember(key, batch))
+        return list(await self.client.lrange(key, 0, batch - 1))
+
+    async def granted(self, worker: str) -> dict[bytes, bytes]:
+        """The leases the last sync of *worker* granted (the grant key: id -> token)."""
+        return dict(await self.client.hgetall(self.keys.grant(worker)))
+
+    async def exists(self) -> bool:
+        """Whether any key of the crawl but its checkpoints is in Redis."""
+        return bool(await self.client.exists(*self.keys.all()))
+
+    async def feed(
+        self, key: str, *, as_set: bool, raw: list[bytes], entries: list[NewEntry]
+    ) -> int:
+        """Move *raw* start URL entries out of *key* and enqueue *entries* (one per raw entry).
+
+        Returns how many were added, or -1 if another worker took the list's head first.
+        """
+        k = self.keys
+        args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
+        for e in entries:
+            args += [e.fingerprint, clamp_priority(e.priority), e.payload]
+        keys = [key, k.pending, k.payload, k.dupefilter, k.seq, *k.stats_keys()]
+        return int(await self._feed(keys=keys, args=args))
+
+    async def save_checkpoint(
+        self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
+    ) -> bool:
+        """Save a task's checkpoint if the page's lease is current; False if it is stale."""
+        keys = [self.keys.leases, self.keys.checkpoint(task), self.keys.checkpoint_ahead(task)]
+        return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
+
+    async def set_aside_wrong_types(self) -> list[str]:
+        """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<seconds>``,
+        in one script (workers that find the same key at once rename it once).
+
+        Returns the keys set aside (garbage written by hand must not stop the crawl).
+        """
+        types = self.keys.types()
+        reply = await self._set_aside(keys=list(types), args=list(types.values()))
+        pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
+        return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]
+
+    async def leave(self, worker: str, sender: str | None = None) -> None:
+        """Unregister a worker that stops (and forget its *sender* nonce's number: every
+        call of it has had its reply)."""
+        await self.client.zrem(self.keys.workers, worker)
+        await self.client.hdel(self.keys.worker_stats, worker)
+        if sender is not None:
+            await self.client.hdel(self.keys.sent, sender)
+
+    async def flush(self) -> None:
+        """Delete every key of the crawl, dead-letter queue included."""
+        await self.client.delete(*self.keys.all())

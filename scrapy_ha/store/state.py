@@ -1,0 +1,129 @@
+"""The middlewares' state in Redis: task checkpoints and proxy cool-downs.
+
+Each store wraps a ``redis.asyncio`` client and the crawl's :class:`~scrapy_ha.keys.Keys`;
+it is the only code that knows how its data is laid out in Redis, for the middlewares and
+the ``scrapy-ha checkpoints`` commands alike. Checkpoints are *written* by the scheduler,
+under the page's lease (a Lua script fenced by the lease token, see :mod:`scrapy_ha.store.queue`);
+this store reads and deletes them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+    from scrapy_ha.keys import Keys
+
+__all__ = ["CheckpointStore", "ProxyCooldowns", "StoredCheckpoint"]
+
+#: Keys asked for per SCAN round trip: a few hundred checkpoints per call, without holding
+#: the server for long.
+SCAN_COUNT = 500
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """One task's checkpoint as stored: the task, the document, its size in bytes."""
+
+    task: str
+    doc: dict[str, Any]
+    size: int
+
+
+class CheckpointStore:
+    """Read and delete the checkpoints of one crawl (``ha:{spider}:cp:<task>``)."""
+
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def get(self, task: str) -> dict[str, Any] | None:
+        """The checkpoint of *task*, None if it has none (never saved, expired or reset)."""
+        raw = await self.client.get(self.keys.checkpoint(task))
+        return _decode(raw) if raw else None
+
+    async def tasks(self) -> list[str]:
+        """Every task with a checkpoint, sorted."""
+        found = {
+            self.keys.checkpoint_task(_text(key))
+            async for key in self.client.scan_iter(
+                match=self.keys.checkpoint_pattern, count=SCAN_COUNT
+            )
+        }
+        return sorted(found)
+
+    async def entries(self) -> list[StoredCheckpoint]:
+        """Every checkpoint, by task (one expiring between the scan and the read is left out)."""
+        found = []
+        for task in await self.tasks():
+            raw = await self.client.get(self.keys.checkpoint(task))
+            if raw is not None:
+                found.append(StoredCheckpoint(task, _decode(raw), len(raw)))
+        return found
+
+    async def exists(self) -> bool:
+        """Whether the crawl has any checkpoint."""
+        async for _ in self.client.scan_iter(match=self.keys.checkpoint_pattern, count=SCAN_COUNT):
+            return True
+        return False
+
+    async def delete(self, tasks: list[str]) -> int:
+        """Delete the checkpoints of *tasks*: they start from their first page again.
+        Returns how many existed."""
+        if not tasks:
+            return 0
+        await self.client.delete(*(self.keys.checkpoint_ahead(t) for t in tasks))
+        return int(await self.client.delete(*(self.keys.checkpoint(t) for t in tasks)))
+
+    async def delete_all(self) -> int:
+        """Delete every checkpoint of the crawl; returns how many there were."""
+        return await self.delete(await self.tasks())
+
+
+class ProxyCooldowns:
+    """Proxies out of rotation, shared by every worker of a crawl.
+
+    One hash (``Keys.proxy_cooldowns``): proxy id -> until when, in milliseconds of the
+    Redis server's clock (workers' clocks differ). The hash expires with its newest
+    cool-down, so it never outlives its use.
+    """
+
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+        self.client = client
+        self.key = keys.proxy_cooldowns
+
+    async def load(self, server_ms: int) -> dict[str, int]:
+        """Cool-downs still running at *server_ms* (proxy id -> until, server ms); those
+        over, or unreadable, are deleted."""
+        raw = await self.client.hgetall(self.key)
+        expired = [k for k, v in raw.items() if _ms(v) <= server_ms]
+        if expired:
+            await self.client.hdel(self.key, *expired)
+        return {_text(k): _ms(v) for k, v in raw.items() if _ms(v) > server_ms}
+
+    async def mark(self, proxy: str, server_ms: int, cooldown_ms: int) -> None:
+        """Put *proxy* out of rotation for *cooldown_ms* from *server_ms*."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.hset(self.key, proxy, server_ms + cooldown_ms)
+            pipe.pexpire(self.key, cooldown_ms)
+            await pipe.execute()
+
+
+def _decode(raw: bytes | str) -> dict[str, Any]:
+    doc = json.loads(raw)
+    return doc if isinstance(doc, dict) else {}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _ms(value: bytes | str) -> int:
+    try:
+        return int(float(value))
+    except ValueError:
+        return 0  # garbage: treated as expired, and deleted

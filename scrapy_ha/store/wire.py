@@ -1,0 +1,284 @@
+"""What scrapy-ha's Lua scripts take and give back: the records (a lease, a new entry, a
+sync's result, the crawl's counts) and how a request, a lease pair or a renewal is packed
+into script arguments and read back from a reply. :mod:`scrapy_ha.store.queue` makes the calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from scrapy_ha.store.scripts import MAX_PRIORITY, PRIORITY_STEP
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from scrapy import Request
+
+#: Dead-letter retention: entries kept at most, and for at most this long (30 days).
+DEFAULT_DLQ_MAX_ENTRIES = 100_000
+DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
+
+#: Random bytes per call in lease tokens: 48 bits, so two calls share a nonce with odds
+#: ~1e-14 (and then their counters must match too).
+NONCE_BYTES = 6
+#: Orders within one priority: Scrapy's default is LIFO (depth-first).
+ORDERS = ("lifo", "fifo")
+
+#: A worker's nonce and the number of the first of the children a sync call sends (the
+#: worker numbers its children 1, 2, ... in the order it sends them).
+Sender = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One leased entry: its id, the token that fences it, and its payload; *wait_ms*: how
+    long it must wait before it starts, for its domain's crawl-wide rate limit."""
+
+    id: str
+    token: str
+    payload: bytes
+    expiries: int = 0
+    wait_ms: int = 0
+    #: its place in Redis's order (see :func:`score_key`; None: unknown): the buffer keeps
+    #: that order across lease calls
+    place: tuple[int, int] | None = None
+
+
+@dataclass
+class SyncResult:
+    """Reply of :meth:`RedisQueue.sync`."""
+
+    now_ms: int
+    added: int
+    acked: int
+    stale: int
+    pending: int
+    leased: int
+    delayed: int
+    refused: int = 0  # children whose parent's lease was no longer current (not enqueued)
+    set_aside: int = 0  # pending members without an entry id, dead-lettered as corrupt
+    roots_seen: int = 0  # requests without a parent (start requests) the dupefilter had seen
+    paused: bool = False  # `scrapy-ha pause` is in force: nothing was leased
+    #: the place of the first pending entry left, as (minus its priority, its place within
+    #: it) (None: none is pending): a buffered request it goes before waits for it
+    head: tuple[int, int] | None = None
+    gates: dict[str, int] = field(default_factory=dict)
+    #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
+    dropped: set[str] = field(default_factory=set)
+    leases: list[Lease] = field(default_factory=list)
+
+
+class Reclaimed(NamedTuple):
+    """Reply of :meth:`RedisQueue.reclaim`."""
+
+    reclaimed: int
+    poison: list[str]
+    set_aside: int = 0
+    #: the script's time, the dead-letter time of what it set aside (None: several shards')
+    now_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Size of each state of the crawl at one instant."""
+
+    now_ms: int
+    pending: int
+    leased: int
+    delayed: int
+    dead: int
+    workers: int
+    fingerprints: int
+
+    @classmethod
+    def from_reply(cls, reply: Iterable[Any]) -> Counts:
+        """The reply of counts.lua: ``now_ms`` then each size, in the order of the fields."""
+        now, pending, leased, delayed, dead, workers, fingerprints = (int(x) for x in reply)
+        return Counts(now, pending, leased, delayed, dead, workers, fingerprints)
+
+    @property
+    def active(self) -> int:
+        """Requests that still have to be processed by some worker."""
+        return self.pending + self.leased + self.delayed
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "pending": self.pending,
+            "leased": self.leased,
+            "delayed": self.delayed,
+            "dead": self.dead,
+            "workers": self.workers,
+            "fingerprints": self.fingerprints,
+        }
+
+
+@dataclass(eq=False)
+class Fresh:
+    """A new request of this worker that its engine may have before Redis does.
+
+    Until a sync call sends it (``sealed``), the scheduler may hand it out from memory; it
+    then gets a lease made by the worker (``lease``: entry id and token), and the sync
+    script stores it leased to this worker under that lease instead of pending. A ``kept``
+    one has such a lease without having been handed out: it joins the worker's buffer once
+    stored (see :mod:`scrapy_ha.scheduler.keep`).
+    """
+
+    request: Request
+    lease: tuple[str, str] | None = None
+    sealed: bool = False
+    kept: bool = False
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload,
+    the lease ``(entry id, token)`` of the page that yielded it (None for a root), and, for
+    a request of this worker's own, its :class:`Fresh` state."""
+
+    fingerprint: bytes
+    priority: int
+    payload: bytes
+    parent: tuple[str, str] | None = None
+    fresh: Fresh | None = None
+    #: a start request kept in its own queue (SCHEDULER_START_*_QUEUE): after the others
+    start: bool = False
+    #: the checkpointed task of the request (``ha_task``): a sharded crawl places it by task
+    task: str = ""
+
+    @property
+    def taken(self) -> tuple[str, str] | None:
+        """The worker-made lease of a request already handed out or kept (None: store it
+        pending)."""
+        return self.fresh.lease if self.fresh is not None else None
+
+    @property
+    def kept(self) -> bool:
+        """Stored leased to this worker for its buffer, not handed out yet."""
+        return self.fresh is not None and self.fresh.kept
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def score_key(score: Any) -> tuple[int, int] | None:
+    """The place a pending score stands for, as (minus its priority, its place within that
+    priority): lower goes first (None for ``''``: no pending entry)."""
+    if not score:
+        return None
+    value = int(float(score))  # exact: scores stay below 2**53 (see lib/priority.lua)
+    return divmod(value, PRIORITY_STEP)
+
+
+def clamp_priority(priority: int) -> int:
+    """The priority as stored: clamped to ``-MAX_PRIORITY .. MAX_PRIORITY``."""
+    return max(-MAX_PRIORITY, min(MAX_PRIORITY, priority))
+
+
+def packed_children(
+    entries: list[NewEntry], sender: Sender | None = None, numbers: Sequence[int] = ()
+) -> list[bytes]:
+    """The requests of a sync call, one argument each. With *sender* (a worker's nonce and
+    the number of its first child here), each carries its number in its worker's order, so
+    that a call sent again after its reply was lost stores and counts none of them twice.
+    *numbers*, when given, are the children's own numbers (children stored again after a
+    failover lost them keep the numbers they were first sent with)."""
+    if sender is None:
+        return [_packed(e, b"-") for e in entries]
+    nonce, first = sender[0].encode(), sender[1]
+    numbered = numbers or range(first, first + len(entries))
+    return [_packed(e, b"%s.%d" % (nonce, n)) for n, e in zip(numbered, entries, strict=True)]
+
+
+def expect_arg(sender: Sender | None, expect: int) -> str:
+    """sync.lua's ARGV[8]: the newest of the worker's children the server must hold."""
+    return f"{sender[0]}.{expect}" if sender is not None and expect > 0 else "-"
+
+
+class ChildrenLost(Exception):
+    """The server lacks children it confirmed to this worker (a failover to a replica that
+    had not received them): the sync was refused whole; store them again, then retry."""
+
+    def __init__(self, have: int, expected: int) -> None:
+        super().__init__(f"Redis holds this worker's children up to number {have}, not {expected}")
+        self.have = have
+
+
+#: sync.lua's refusal: "LOSTCHILDREN <the server's number> <the number expected>"
+LOST_CHILDREN = re.compile(r"LOSTCHILDREN (\d+) (\d+)")
+
+
+def children_lost(exc: Exception) -> ChildrenLost | None:
+    """The :class:`ChildrenLost` a sync's error reply means (None: another error)."""
+    found = LOST_CHILDREN.match(str(exc))
+    return ChildrenLost(int(found[1]), int(found[2])) if found else None
+
+
+def _packed(e: NewEntry, sent: bytes) -> bytes:
+    """One request as one script argument: fewer arguments to pack is most of the client's
+    cost per request (see docs/benchmarks.md)."""
+    return b"%d%s %s %s %s %02d%s%s" % (
+        clamp_priority(e.priority),
+        b"s" if e.start else b"",
+        _pair(e.parent),
+        b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
+        sent,
+        len(e.fingerprint),
+        e.fingerprint,
+        e.payload,
+    )
+
+
+def _pair(pair: tuple[str, str] | None) -> bytes:
+    return b"%s/%s" % (pair[0].encode(), pair[1].encode()) if pair else b"-"
+
+
+def new_nonce() -> str:
+    """A random part of the lease tokens of one script call: tokens never repeat, even
+    after a flush or a failover that rolled the token counter back."""
+    return secrets.token_hex(NONCE_BYTES)
+
+
+def renew_args(
+    pairs: Iterable[tuple[str, str]],
+    handed: Iterable[tuple[str, str]],
+    *,
+    worker: str,
+    lease_ms: int,
+    heartbeat_ms: int,
+    stats: str,
+) -> list[Any]:
+    """The ARGV of renew.lua: the *handed* pairs (requests given to the engine: only their
+    expiry counts toward poison) first, counted, then the worker's *stats* (see
+    worker_stats), then the rest of *pairs*."""
+    first = list(dict.fromkeys(handed))
+    seen = set(first)  # built once: a renewal carries every held pair
+    rest = [pair for pair in dict.fromkeys(pairs) if pair not in seen]
+    args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first), stats]
+    for entry_id, token in first + rest:
+        args += [entry_id, token]
+    return args
+
+
+def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
+    """The (entry id, token) pairs a renew.lua reply reports lost."""
+    return [(_s(reply[i]), _s(reply[i + 1])) for i in range(3, len(reply) - 1, 2)]
+
+
+def live_workers(reply: list[Any]) -> int:
+    """The live workers a renew.lua reply counts (the renewing one included)."""
+    return int(reply[2])
+
+
+def worker_stats(leases: int, rate: float) -> str:
+    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
+    time in front): leases held and pages done per second."""
+    return json.dumps({"leases": leases, "rate": round(rate, 2)})
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
