@@ -42,8 +42,8 @@ import redis.asyncio.cluster
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scrapy_ha.store.queue import NewEntry  # noqa: E402
 from scrapy_ha.store.shards import make_queue  # noqa: E402
+from scrapy_ha.store.wire import NewEntry  # noqa: E402
 from tests import redis_servers  # noqa: E402
 
 #: Requests queued before the workers start: the frontier every round draws from.

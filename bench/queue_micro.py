@@ -19,7 +19,8 @@ from typing import Any
 import redis.asyncio
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 500

@@ -3,15 +3,9 @@
 The documented import path; the implementation is :mod:`scrapy_ha.middlewares.proxy`.
 """
 
-from scrapy_ha.middlewares.proxy import (
-    ProxyConfig,
-    ProxyMiddleware,
-    ProxyPool,
-    TunnelProxy,
-    parse_pool,
-    proxy_id,
-    tunnel_status,
-)
+from scrapy_ha.config.middlewares import ProxyConfig
+from scrapy_ha.middlewares.proxy import ProxyMiddleware, tunnel_status
+from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, parse_pool, proxy_id
 
 __all__ = [
     "ProxyConfig",

@@ -16,7 +16,8 @@ from scrapy import Request
 from scrapy_ha import metakeys
 from scrapy_ha.codec import describe, encode_request
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRAPY_HA = str(Path(sys.executable).parent / "scrapy-ha")

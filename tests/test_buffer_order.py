@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 from scrapy import Request
 
 from scrapy_ha.scheduler.precedence import FUTILE_SECONDS, leasable_head
-from scrapy_ha.store.queue import Lease, SyncResult
+from scrapy_ha.store.wire import Lease, SyncResult
 from tests.test_scheduler_shell import shell
 
 #: What Redis's head looks like at priority 1 (see scrapy_ha.store.wire.score_key).

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha.store.queue import NewEntry
 from scrapy_ha.store.state import CheckpointStore
+from scrapy_ha.store.wire import NewEntry
 from tests.test_checkpoints import run_paged
 from tests.test_queue_scripts import open_queue
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry
+from scrapy_ha.store.wire import NewEntry
 from tests.test_queue_scripts import open_queue
 
 if TYPE_CHECKING:

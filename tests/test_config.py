@@ -9,7 +9,8 @@ import socket
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
+from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.config.validate import ConfigError
 
 
 def test_defaults():

@@ -10,16 +10,15 @@ from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config.scheduler import (
+from scrapy_ha.config.middlewares import (
     CheckpointConfig,
-    ConfigError,
     CookiesConfig,
-    DeadLetterConfig,
     ProxyConfig,
     RetryConfig,
-    SchedulerConfig,
     UserAgentConfig,
 )
+from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware
 from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware
 from scrapy_ha.middlewares.proxy import ProxyMiddleware

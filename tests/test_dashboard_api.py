@@ -25,7 +25,8 @@ from scrapy_ha.dashboard import _data
 from scrapy_ha.dashboard._guard import CSRF_COOKIE
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 from tests.spiders import FaultSpider
 from tests.test_retry_crawl import FAST_RETRIES
 

@@ -25,10 +25,10 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.scheduler import gate as gate_module
 from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.engine import gate_downloads
-from scrapy_ha.scheduler.shell import scheduler_for
 from tests.test_fresh_handout import settings as fresh_settings
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from scrapy_ha import metakeys
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.shell import Scheduler
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "early")
 #: The sync's lease length (ms); a renewal sets HA_LEASE_TIME (far longer), told apart.

@@ -21,7 +21,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import ChildrenLost, NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import ChildrenLost, NewEntry
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_redis_failover import DEADLINE, IN_FLIGHT, caught_up, crawl_settings, until

@@ -13,8 +13,8 @@ from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import Lease, NewEntry, RedisQueue
-from scrapy_ha.store.wire import Fresh, packed_children
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import Fresh, Lease, NewEntry, packed_children
 from tests.test_scheduler_shell import shell
 
 

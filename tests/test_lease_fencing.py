@@ -20,7 +20,8 @@ from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.session.keeper import LeaseKeeper
 from scrapy_ha.scheduler.shell import Scheduler
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "fence")
 PAGE = b'{"v":1,"u":"http://a.test/list1"}'

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from scrapy_ha.store import scripts as _scripts
-from scrapy_ha.store.queue import clamp_priority
+from scrapy_ha.store.wire import clamp_priority
 
 if TYPE_CHECKING:
     import redis

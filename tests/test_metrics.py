@@ -23,7 +23,8 @@ from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.crawls import UNKNOWN_CLASS, CrawlNumbers
 from scrapy_ha.ops.stats import CrawlStats
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider
 from tests.test_cli import SCRAPY_HA, crawl

@@ -21,7 +21,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.session.keeper import LeaseKeeper
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "poison")
 KILLER_SPIDER = Path(__file__).resolve().parent / "worker_fault_spider.py"
@@ -227,7 +228,7 @@ async def test_a_request_handed_out_before_redis_had_it_is_stored_as_handed(redi
     renewal call for every such request)."""
     from scrapy import Request
 
-    from scrapy_ha.store.queue import Fresh
+    from scrapy_ha.store.wire import Fresh
 
     q = open_queue(redis_url)
     taken = NewEntry(

@@ -6,7 +6,8 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_ha.config.politeness import DomainLimit, Politeness
-from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
+from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.config.validate import ConfigError
 
 
 def politeness(**settings: object) -> Politeness:

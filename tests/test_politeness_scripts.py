@@ -17,10 +17,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 if TYPE_CHECKING:
-    from scrapy_ha.store.queue import Lease
+    from scrapy_ha.store.wire import Lease
 
 KEYS = Keys("ha", "polite")
 #: Seconds any poll of these tests waits before it fails (the machine is shared and slow).

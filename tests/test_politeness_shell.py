@@ -10,7 +10,7 @@ import time
 from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha.store.queue import Lease
+from scrapy_ha.store.wire import Lease
 from tests.test_scheduler_shell import shell
 
 #: Seconds any poll of these tests waits before it fails (the machine is shared and slow).

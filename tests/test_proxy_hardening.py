@@ -15,7 +15,8 @@ from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError, DNSLookupError
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.middlewares.proxy import MAX_PROXY_STATS, ProxyMiddleware, ProxyPool, tunnel_status
+from scrapy_ha.middlewares.proxy import MAX_PROXY_STATS, ProxyMiddleware, tunnel_status
+from scrapy_ha.middlewares.proxy_sources import ProxyPool
 from tests.spiders import FaultSpider
 from tests.test_proxy import settings
 

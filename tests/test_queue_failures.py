@@ -14,7 +14,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 from tests.spiders import CatalogueSpider, FaultSpider
 
 #: Short leases so that a leaked lease shows within the test (reclaimed, then poison).

@@ -11,7 +11,8 @@ import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.queue import NewEntry, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "h")
 PRIO = 2**40

@@ -89,7 +89,8 @@ async def test_a_priority_beyond_the_range_is_clamped_with_a_warning(redis_url, 
 def test_a_bad_queue_order_names_the_setting():
     from scrapy.settings import Settings
 
-    from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.config.validate import ConfigError
 
     with pytest.raises(ConfigError, match="HA_QUEUE_ORDER='depth'"):
         SchedulerConfig.from_settings(Settings({"HA_QUEUE_ORDER": "depth"}))

@@ -8,12 +8,12 @@ from scrapy.http import Response
 from scrapy.settings import Settings
 from twisted.internet.error import DNSLookupError, TimeoutError
 
-from scrapy_ha.config.scheduler import ConfigError
-from scrapy_ha.middlewares.retry import (
+from scrapy_ha.config.middlewares import RetryConfig
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.middlewares.policy import (
     Failure,
     PermanentError,
     Policy,
-    RetryConfig,
     decide,
     retry_after_seconds,
 )

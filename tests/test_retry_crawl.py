@@ -48,7 +48,7 @@ async def watch_gate(
 ) -> tuple[float, float]:
     """(When every worker held a domain gate, when it opens): both on the host's wall clock,
     the opening read from Redis (the gate's time, in ms on the Redis server's clock)."""
-    from scrapy_ha.scheduler.shell import scheduler_for
+    from scrapy_ha.middlewares.registry import scheduler_for
 
     deadline = time.monotonic() + timeout
     open_at = None

@@ -13,7 +13,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha.scheduler.inflight import InFlight
 from scrapy_ha.scheduler.outbox import Outbox
-from scrapy_ha.store.queue import NewEntry
+from scrapy_ha.store.wire import NewEntry
 from tests.test_shards import entry, lease_all, sharded
 
 

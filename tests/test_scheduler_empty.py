@@ -24,7 +24,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.scheduler.shell import scheduler_for
+from scrapy_ha.middlewares.registry import scheduler_for
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

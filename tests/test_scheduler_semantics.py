@@ -15,7 +15,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.scheduler.shell import Scheduler, scheduler_for
+from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.scheduler.shell import Scheduler
 from tests.spiders import CatalogueSpider
 
 if TYPE_CHECKING:

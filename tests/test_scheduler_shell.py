@@ -25,7 +25,7 @@ from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.outbox import EndOp
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.shell import Scheduler
-from scrapy_ha.store.queue import Lease
+from scrapy_ha.store.wire import Lease
 from scrapy_ha.verdict import FailureClass, Verdict
 
 

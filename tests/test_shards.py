@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
@@ -16,15 +17,18 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.cli.delayed import entries as delayed_entries
 from scrapy_ha.cli.report import build_report
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys, shard_of, task_shard
 from scrapy_ha.ops import operations
 from scrapy_ha.ops.crawls import discover, read_crawls
 from scrapy_ha.ops.shards import dead_letters
 from scrapy_ha.scheduler.session.connect import _refuse_unsharded_features
-from scrapy_ha.store.queue import Fresh, NewEntry, RedisQueue
 from scrapy_ha.store.shards import ShardedQueue, check_shard_count, make_queue, shard_setting
+from scrapy_ha.store.wire import Fresh, NewEntry
+
+if TYPE_CHECKING:
+    from scrapy_ha.store.queue import RedisQueue
 
 LEASE_MS = 30000
 

@@ -16,10 +16,10 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.config.scheduler import (
     CLUSTER_START_URLS_KEY,
     DEFAULT_START_URLS_KEY,
-    ConfigError,
     check_start_key,
     uses_cluster,
 )
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from tests.spiders import FedSpider
 

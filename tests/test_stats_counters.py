@@ -15,7 +15,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats, read_crawl_stats_async
-from scrapy_ha.store.queue import NewEntry, Reclaimed, RedisQueue
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry, Reclaimed
 
 KEYS = Keys("ha", "s")
 LEASE_MS = 30_000

@@ -7,7 +7,7 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.useragent import UserAgentPoolMiddleware
 
 AGENTS = ["Mozilla/5.0 (X11; Linux x86_64) A", "Mozilla/5.0 (Macintosh) B"]

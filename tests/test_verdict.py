@@ -10,8 +10,8 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.scheduler import RetryConfig
-from scrapy_ha.middlewares.retry import Failure, decide
+from scrapy_ha.config.middlewares import RetryConfig
+from scrapy_ha.middlewares.policy import Failure, decide
 from scrapy_ha.verdict import RETRY_CLASSES, FailureClass, Verdict
 
 #: The class names stored in Redis, stats and logs before the enum existed.

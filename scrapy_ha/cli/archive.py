@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config import validate as check
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive, archive_crawl
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 

@@ -35,13 +35,13 @@ from scrapy_ha.cli.common import (
 from scrapy_ha.cli.report import add_report_command
 from scrapy_ha.cli.status import add_status_arguments, status
 from scrapy_ha.codec import mask_url
-from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, ConfigError, key_prefix
+from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.ops import metrics
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.shards import crawl_queue, dead_letters, refuse_unaware
 from scrapy_ha.store.connection import (
-    RedisConfigError,
     RedisUnavailable,
     check_reachable,
     display_url,
@@ -49,6 +49,7 @@ from scrapy_ha.store.connection import (
 )
 from scrapy_ha.store.shards import check_shard_count, shard_setting
 from scrapy_ha.store.state import CheckpointStore
+from scrapy_ha.store.url import RedisConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -20,7 +20,7 @@ from scrapy_ha.cli.common import command, plural
 from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
-from scrapy_ha.store.queue import NewEntry
+from scrapy_ha.store.wire import NewEntry
 
 if TYPE_CHECKING:
     import argparse

@@ -26,7 +26,7 @@ from scrapy_ha.config.middlewares import (
 from scrapy_ha.config.politeness import Politeness
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
-from scrapy_ha.store.queue import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
+from scrapy_ha.store.wire import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from typing import Self

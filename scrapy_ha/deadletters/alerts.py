@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha.config import validate as check
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.scripts import ALERT_LUA
 
 if TYPE_CHECKING:

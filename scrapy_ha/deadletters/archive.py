@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config import validate as check
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, decode_request, encode_request
-from scrapy_ha.config.scheduler import CheckpointConfig
+from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.state import CheckpointStore
 

@@ -38,7 +38,7 @@ from scrapy.http.cookies import CookieJar
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.scheduler import CookiesConfig
+from scrapy_ha.config.middlewares import CookiesConfig
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 

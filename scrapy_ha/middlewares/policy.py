@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.http import Response
 
-    from scrapy_ha.config.scheduler import RetryConfig
+    from scrapy_ha.config.middlewares import RetryConfig
 
 #: Attempts kept in a request's history (bounds its size in Redis).
 HISTORY_LIMIT = 10

@@ -17,7 +17,7 @@ from scrapy_ha.codec import mask_url
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from scrapy_ha.config.scheduler import ProxyConfig
+    from scrapy_ha.config.middlewares import ProxyConfig
 
 logger = logging.getLogger(__name__)
 

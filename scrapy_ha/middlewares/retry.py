@@ -42,7 +42,7 @@ from scrapy.utils.python import global_object_name
 from twisted.python.failure import Failure as TwistedFailure
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.scheduler import RetryConfig
+from scrapy_ha.config.middlewares import RetryConfig
 from scrapy_ha.middlewares.policy import (
     CLASS_DEFAULTS,
     HISTORY_LIMIT,

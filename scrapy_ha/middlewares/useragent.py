@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
-from scrapy_ha.config.scheduler import UserAgentConfig
+from scrapy_ha.config.middlewares import UserAgentConfig
 
 if TYPE_CHECKING:
     from typing import Self

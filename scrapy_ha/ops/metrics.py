@@ -23,7 +23,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from scrapy_ha.config.scheduler import ConfigError, key_prefix
+from scrapy_ha.config.scheduler import key_prefix
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.crawls import CrawlNumbers, discover, read_crawls
 from scrapy_ha.store.connection import display_url, sync_redis_from_settings
 

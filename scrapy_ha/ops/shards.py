@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.shards import DEFAULT_SHARDS, ShardedQueue, make_queue

@@ -6,6 +6,7 @@ session (:mod:`.session`) is the one background task that talks to Redis. Engine
 internals are read in :mod:`.engine` only.
 """
 
-from scrapy_ha.scheduler.shell import START_FAILED, Scheduler, scheduler_for
+from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.scheduler.shell import START_FAILED, Scheduler
 
 __all__ = ["START_FAILED", "Scheduler", "scheduler_for"]

@@ -15,7 +15,8 @@ from scrapy.utils.request import referer_str
 from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
-from scrapy_ha.store.queue import MAX_PRIORITY, clamp_priority
+from scrapy_ha.store.scripts import MAX_PRIORITY
+from scrapy_ha.store.wire import clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha.codec import CodecError
     from scrapy_ha.config.scheduler import SchedulerConfig
-    from scrapy_ha.store.queue import NewEntry, SyncResult
+    from scrapy_ha.store.wire import NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_ha.config.scheduler import SchedulerConfig
-    from scrapy_ha.store.queue import NewEntry
+    from scrapy_ha.store.wire import NewEntry
 
 #: A heap entry: a sort key whose last element carries the request.
 E = TypeVar("E", bound="tuple[Any, ...]")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.inflight import InFlight
     from scrapy_ha.scheduler.keep import Keep
     from scrapy_ha.scheduler.outbox import Outbox, Pair
-    from scrapy_ha.store.queue import Fresh, NewEntry
+    from scrapy_ha.store.wire import Fresh, NewEntry
 
 logger = logging.getLogger("scrapy_ha.scheduler")
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha.scheduler.buffer import Entry, LeaseBuffer
     from scrapy_ha.scheduler.outbox import Outbox, Pair
-    from scrapy_ha.store.queue import NewEntry
+    from scrapy_ha.store.wire import NewEntry
 
 #: The place within its priority of the first kept request (see Lease.place); the next ones
 #: count down from it: before every place Redis gives (the part of a pending score is never

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
 
-    from scrapy_ha.store.queue import NewEntry
-    from scrapy_ha.store.wire import Sender
+    from scrapy_ha.store.wire import NewEntry, Sender
 
 #: (entry id, lease token): one lease.
 Pair = tuple[str, str]

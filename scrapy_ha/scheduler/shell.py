@@ -26,7 +26,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.config.politeness import StartTimes
-from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
+from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register, scheduler_for
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.admission import Admission
@@ -37,7 +38,7 @@ from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp, Outbox
 from scrapy_ha.scheduler.precedence import Precedence
 from scrapy_ha.scheduler.session.session import Session
 from scrapy_ha.scheduler.solo import Solo
-from scrapy_ha.store.queue import Fresh, NewEntry
+from scrapy_ha.store.wire import Fresh, NewEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     from scrapy_ha.scheduler.outbox import Pair
-    from scrapy_ha.store.queue import Lease, RedisQueue
+    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import Lease
 
 __all__ = ["START_FAILED", "Scheduler", "scheduler_for"]
 

@@ -11,7 +11,8 @@ import redis
 import scrapy
 
 from scrapy_ha._version import __version__
-from scrapy_ha.config.scheduler import ConfigError, check_start_key
+from scrapy_ha.config.scheduler import check_start_key
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
 from scrapy_ha.spiders import RedisSpiderMixin
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.outbox import Outbox
-    from scrapy_ha.store.queue import Counts, NewEntry, RedisQueue, SyncResult
+    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import Counts, NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 

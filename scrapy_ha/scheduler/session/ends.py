@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import encode_request
-from scrapy_ha.config.scheduler import ConfigError
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
     from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
     from scrapy_ha.scheduler.outbox import EndOp
-    from scrapy_ha.store.queue import Lease, RedisQueue, SyncResult
+    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import Lease, SyncResult
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
     from scrapy_ha.scheduler.outbox import Outbox
     from scrapy_ha.scheduler.session.keeper import Pairs
-    from scrapy_ha.store.queue import RedisQueue, SyncResult
+    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import SyncResult
 
 logger = logging.getLogger(__name__)
 

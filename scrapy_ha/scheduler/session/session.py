@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import redis
 
 from scrapy_ha.codec import CodecError, decode_request
-from scrapy_ha.config.scheduler import ConfigError, default_worker_id
+from scrapy_ha.config.scheduler import default_worker_id
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.outbox import BATCH
 from scrapy_ha.scheduler.precedence import leasable_head
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.precedence import Futile
     from scrapy_ha.scheduler.session.keeper import Pairs
     from scrapy_ha.scheduler.shell import Scheduler
-    from scrapy_ha.store.queue import Lease, NewEntry, RedisQueue, SyncResult
+    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import Lease, NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 

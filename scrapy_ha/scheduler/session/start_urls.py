@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import encode_request
 from scrapy_ha.spiders import RedisSpiderMixin
-from scrapy_ha.store.queue import NewEntry
+from scrapy_ha.store.wire import NewEntry
 
 if TYPE_CHECKING:
     from scrapy import Spider
