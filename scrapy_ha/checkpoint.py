@@ -1,7 +1,7 @@
 """The checkpoint middleware: ``CheckpointMiddleware`` resumes a paginated task from its
 last page.
 
-The documented import path; the implementation is :mod:`scrapy_ha.middlewares.checkpoint`.
+The documented import path; the implementation is in :mod:`scrapy_ha.middlewares.checkpoint`.
 """
 
 from scrapy_ha.middlewares.checkpoint import (

@@ -1,7 +1,7 @@
 """Cookie jars shared by every worker: ``SharedCookiesMiddleware`` and
 ``CookieVersionMiddleware``.
 
-The documented import path; the implementation is :mod:`scrapy_ha.middlewares.cookies`.
+The documented import path; the implementation is in :mod:`scrapy_ha.middlewares.cookies`.
 """
 
 from scrapy_ha.middlewares.cookies import (

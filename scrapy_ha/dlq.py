@@ -1,6 +1,6 @@
 """A crawl's dead-letter queue from Python: ``DeadLetterQueue``, ``DeadEntry``, ``parse_entry``.
 
-The documented import path; the implementation is :mod:`scrapy_ha.deadletters.dlq`.
+The documented import path; the implementation is in :mod:`scrapy_ha.deadletters.dlq`.
 """
 
 from scrapy_ha.deadletters.dlq import (

@@ -1,6 +1,6 @@
 """The proxy middleware: ``ProxyMiddleware`` rotates a tunnel proxy or a pool on bans.
 
-The documented import path; the implementation is :mod:`scrapy_ha.middlewares.proxy`.
+The documented import path; the implementation is in :mod:`scrapy_ha.middlewares.proxy`.
 """
 
 from scrapy_ha.config.middlewares import ProxyConfig

@@ -1,21 +1,14 @@
 """The retry middlewares: ``RetryMiddleware`` (downloader) and ``ParseErrorMiddleware``
 (spider), and ``PermanentError`` for a callback's failure that must not be retried.
 
-The documented import path; the implementation is :mod:`scrapy_ha.middlewares.retry`.
+The documented import path; the implementation is in :mod:`scrapy_ha.middlewares.retry`,
+:mod:`scrapy_ha.middlewares.policy` and :mod:`scrapy_ha.config.retry`.
 """
 
-from scrapy_ha.config.middlewares import RetryConfig
-from scrapy_ha.middlewares.policy import (
-    CLASS_DEFAULTS,
-    HISTORY_LIMIT,
-    Failure,
-    PermanentError,
-    Policy,
-    decide,
-    retry_after_seconds,
-)
+from scrapy_ha.config.retry import CLASS_DEFAULTS, Policy, RetryConfig
+from scrapy_ha.middlewares.policy import HISTORY_LIMIT, Failure, decide, retry_after_seconds
 from scrapy_ha.middlewares.retry import ParseErrorMiddleware, RetryMiddleware
-from scrapy_ha.verdict import FailureClass, Verdict
+from scrapy_ha.verdict import FailureClass, PermanentError, Verdict
 
 __all__ = [
     "CLASS_DEFAULTS",

@@ -1,6 +1,6 @@
 """Crawl-wide numbers read from Redis: ``read_crawl_stats`` and ``CrawlStats``.
 
-The documented import path; the implementation is :mod:`scrapy_ha.ops.stats`.
+The documented import path; the implementation is in :mod:`scrapy_ha.ops.stats`.
 """
 
 from scrapy_ha.ops.stats import (

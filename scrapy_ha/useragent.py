@@ -1,6 +1,6 @@
 """The optional User-Agent pool: ``UserAgentPoolMiddleware``.
 
-The documented import path; the implementation is :mod:`scrapy_ha.middlewares.useragent`.
+The documented import path; the implementation is in :mod:`scrapy_ha.middlewares.useragent`.
 """
 
 from scrapy_ha.middlewares.useragent import (

@@ -19,11 +19,15 @@ from scrapy_ha import metakeys
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["DEAD", "RETRY", "FailureClass", "Verdict"]
+__all__ = ["DEAD", "RETRY", "FailureClass", "PermanentError", "Verdict"]
 
 #: The two things a verdict can say: try again later, or give up (the dead-letter queue).
 RETRY: Literal["retry"] = "retry"
 DEAD: Literal["dead"] = "dead"
+
+
+class PermanentError(Exception):
+    """Raise from a callback for a failure that no retry can fix: dead-lettered at once."""
 
 
 class FailureClass(enum.StrEnum):

@@ -7,7 +7,7 @@ from typing import Any
 import scrapy
 from scrapy.exceptions import IgnoreRequest
 
-from scrapy_ha.middlewares.policy import PermanentError
+from scrapy_ha.retry import PermanentError
 from scrapy_ha.spiders import RedisSpider
 
 

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from scrapy import Request
 
-from scrapy_ha.scheduler.precedence import FUTILE_SECONDS, leasable_head
+from scrapy_ha.scheduler.session.remote import FUTILE_SECONDS, leasable_head
 from scrapy_ha.store.wire import Lease, SyncResult
 from tests.test_scheduler_shell import shell
 
@@ -30,11 +30,11 @@ def test_a_higher_priority_in_redis_holds_the_engine_back_and_is_leased_by_the_n
     for i in range(4):
         lease(s, f"http://a.test/{i}", i, (0, i))
     wakes = session.wakes
-    session.remote_head = PRIORITY_1
+    session.remote.head = PRIORITY_1
     assert s.next_request() is None and s.outbox.held_back
     assert session.wakes > wakes  # the round runs now, not at the next tick
     assert s.want() > 0
-    session.remote_head = (0, 99)  # the next sync: Redis's head is of the buffer's priority
+    session.remote.head = (0, 99)  # the next sync: Redis's head is of the buffer's priority
     assert s.next_request().url == "http://a.test/0"
 
 
@@ -57,7 +57,7 @@ def test_a_full_buffer_gives_back_its_last_lease_but_not_a_suspect():
     for i in range(full - 1):
         lease(s, f"http://a.test/{i}", i, (0, i))
     lease(s, "http://a.test/s", 99, (1, 0), priority=-1, expiries=5)
-    session.remote_head = PRIORITY_1
+    session.remote.head = PRIORITY_1
     assert s.want() == 0 and s.next_request() is None  # the round makes room first
     s.make_room()
     assert s.outbox.releases == [(str(full - 2), f"t{full - 2}")]  # not the suspect
@@ -71,7 +71,7 @@ def test_a_full_buffer_gives_nothing_back_for_a_priority_below_its_head():
     lease(s, "http://a.test/top", 0, (-2, 0), priority=2)
     for i in range(1, 2 * s._target()):
         lease(s, f"http://a.test/{i}", i, (0, i))
-    session.remote_head = PRIORITY_1  # above the last, below the head: the head goes first
+    session.remote.head = PRIORITY_1  # above the last, below the head: the head goes first
     s.make_room()
     assert not s.outbox.releases and s.want() == 0
     assert s.next_request().url == "http://a.test/top"
@@ -80,12 +80,12 @@ def test_a_full_buffer_gives_nothing_back_for_a_priority_below_its_head():
 def test_a_paused_crawl_or_a_suspect_at_the_head_does_not_wait_for_redis():
     s, session, _ = shell()
     lease(s, "http://a.test/0", 0, (0, 0))
-    session.remote_head, session.paused = PRIORITY_1, True
+    session.remote.head, session.remote.paused = PRIORITY_1, True
     assert s.next_request().url == "http://a.test/0"
 
     s, session, _ = shell()
     lease(s, "http://a.test/s", 0, (0, 0), expiries=5)
-    session.remote_head = PRIORITY_1
+    session.remote.head = PRIORITY_1
     s.next_request()  # a suspect waits to run alone, not for Redis
     assert not s.outbox.held_back
 
@@ -99,7 +99,7 @@ def test_several_download_slots_go_by_their_load_not_by_what_redis_holds():
     for i in range(3):
         lease(s, f"http://a.test/{i}", i, (0, i))
     lease(s, "http://b.test/x", 50, (0, 50))
-    session.remote_head = PRIORITY_1
+    session.remote.head = PRIORITY_1
     assert s.next_request().url == "http://b.test/x"
 
 
@@ -116,7 +116,7 @@ def test_a_buffer_over_twice_its_target_drains_without_waiting():
     s, session, _ = shell()
     for i in range(2 * s._target() + 3):
         lease(s, f"http://a.test/{i}", i, (0, i))
-    session.remote_head = PRIORITY_1
+    session.remote.head = PRIORITY_1
     s.make_room()
     assert not s.outbox.releases and s.want() == 0
     assert s.next_request().url == "http://a.test/0"

@@ -158,7 +158,7 @@ def test_nothing_is_kept_in_fifo_for_start_requests_or_limited_domains_or_when_p
     s, session, _ = shell()
     engine_busy(s)
     s.enqueue_request(Request("http://a.test/start", meta={"is_start_request": True}))
-    session.paused = True
+    session.remote.paused = True
     s.enqueue_request(Request("http://a.test/paused"))
     assert s.handout.seal(s.outbox.children[:]) == 0
 
@@ -201,7 +201,7 @@ def test_a_kept_request_leaves_the_room_made_for_a_higher_priority_in_redis():
     s, session, _ = shell()
     for i in range(2 * s._target()):
         lease(s, f"http://a.test/old{i}", i, 10 + i)
-    session.remote_head = (-1, 0)  # Redis holds a priority-1 request
+    session.remote.head = (-1, 0)  # Redis holds a priority-1 request
     leased = 0
     for r in range(5):  # rounds as Session._round runs them
         s.make_room()

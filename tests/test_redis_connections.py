@@ -15,10 +15,9 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config.scheduler import uses_cluster
 from scrapy_ha.demo.harness import free_port
 from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
-from scrapy_ha.store.url import RedisConfigError, parse_url, target_from_settings
+from scrapy_ha.store.url import RedisConfigError, parse_url, target_from_settings, uses_cluster
 from tests import redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha

@@ -8,15 +8,10 @@ from scrapy.http import Response
 from scrapy.settings import Settings
 from twisted.internet.error import DNSLookupError, TimeoutError
 
-from scrapy_ha.config.middlewares import RetryConfig
+from scrapy_ha.config.retry import Policy, RetryConfig
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.middlewares.policy import (
-    Failure,
-    PermanentError,
-    Policy,
-    decide,
-    retry_after_seconds,
-)
+from scrapy_ha.middlewares.policy import Failure, decide, retry_after_seconds
+from scrapy_ha.verdict import PermanentError
 
 DEFAULTS = Settings()
 DEFAULTS.setmodule("scrapy.settings.default_settings")

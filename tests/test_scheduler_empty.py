@@ -122,7 +122,7 @@ class LazyListSpider(scrapy.Spider):
             session = scheduler.session
             self.empty_while_pending.append(
                 f"buffered={scheduler.buffered()} unsent={len(scheduler.outbox.children)} "
-                f"redis_pending={session.remote_waiting}"
+                f"redis_pending={session.remote.waiting}"
             )
 
     def parse(self, response: Any) -> Any:

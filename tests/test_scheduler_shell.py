@@ -23,6 +23,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.outbox import EndOp
+from scrapy_ha.scheduler.session.remote import Remote
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.shell import Scheduler
 from scrapy_ha.store.wire import Lease
@@ -37,13 +38,7 @@ class FakeSession:
         self.queue = None
         self.stopping = False
         self.redis_ok = True
-        self.remote_waiting = 0
-        self.remote_head: tuple[int, int] | None = None
-        self.remote_active = 0
-        self.peers = 0
-        self.paused = False
-        self.engine_view: tuple[bool, bool] | None = None
-        self.server_offset_ms = 0.0
+        self.remote = Remote(active=0)
         self.renewals = Renewals(
             shell.crawler.settings, SchedulerConfig, tuple, lambda lost: None, shell.inflight.pairs
         )
@@ -224,7 +219,7 @@ def test_a_closed_domain_defers_its_request():
 def test_pending_and_len_count_buffer_outbox_and_redis():
     s, session, _ = shell()
     assert not s.has_pending_requests() and len(s) == 0
-    session.remote_waiting = 3
+    session.remote.waiting = 3
     assert s.has_pending_requests() and len(s) == 3
     s.enqueue_request(Request("http://a.test/1"))
     session.hand("http://a.test/2", "2")
@@ -250,7 +245,7 @@ async def test_close_flushes_acks_and_releases_what_is_held():
 
 def test_the_idle_spider_stays_open_while_anything_is_local():
     s, session, _ = shell()
-    session.engine_view = (False, False)
+    session.remote.engine_view = (False, False)
     s._on_idle()  # nothing anywhere, no peers: may close
     s.enqueue_request(Request("http://a.test/1"))
     with pytest.raises(DontCloseSpider):

@@ -13,14 +13,11 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config.scheduler import (
-    CLUSTER_START_URLS_KEY,
-    DEFAULT_START_URLS_KEY,
-    check_start_key,
-    uses_cluster,
-)
+from scrapy_ha.config.scheduler import DEFAULT_START_URLS_KEY
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.session.connect import CLUSTER_START_URLS_KEY, check_start_key
+from scrapy_ha.store.url import uses_cluster
 from tests.spiders import FedSpider
 
 CRAWL_KEY = Keys("ha", "books").pending

@@ -14,6 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.ops.display import TIME_FORMAT
+
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
@@ -25,7 +27,7 @@ DRY_RUN_SHOWN = 20
 #: Duration units accepted by ``--since 24h`` and friends, in seconds.
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: Local date-time formats accepted by ``--since`` / ``--until`` (the first is what we print).
-TIME_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d")
+TIME_FORMATS = (TIME_FORMAT, "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 
 
@@ -112,25 +114,6 @@ def approve(args: argparse.Namespace, verb: str, what: str, items: list[str]) ->
         return True
     print("cancelled: nothing changed", file=sys.stderr)
     return False
-
-
-def local_time(ms: float) -> str:
-    """A Redis time (ms since the epoch) as a local date-time: ``2026-11-30 17:05:12``."""
-    return time.strftime(TIME_FORMATS[0], time.localtime(ms / 1000))
-
-
-def humanize(seconds: float) -> str:
-    """A duration as people say it: ``45s``, ``3m 05s``, ``2h 10m``, ``3d 4h``."""
-    s = int(abs(seconds))
-    if s < 60:
-        text = f"{s}s"
-    elif s < 3600:
-        text = f"{s // 60}m {s % 60:02d}s"
-    elif s < 86400:
-        text = f"{s // 3600}h {s % 3600 // 60:02d}m"
-    else:
-        text = f"{s // 86400}d {s % 86400 // 3600}h"
-    return f"-{text}" if seconds < 0 else text
 
 
 def parse_when(text: str, now_ms: int, *, option: str) -> int:

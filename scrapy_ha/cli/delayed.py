@@ -14,18 +14,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha.cli.common import (
-    add_bulk_options,
-    approve,
-    command,
-    group,
-    humanize,
-    local_time,
-    plural,
-)
+from scrapy_ha.cli.common import add_bulk_options, approve, command, group, plural
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
+from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.store.shards import outside, shards_of
 

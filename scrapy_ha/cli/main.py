@@ -19,19 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.settings import Settings
 
-from scrapy_ha import dashboard
 from scrapy_ha._version import __version__
-from scrapy_ha.cli import delayed, pause, push, workers
+from scrapy_ha.cli import dashboard, delayed, pause, push, workers
 from scrapy_ha.cli.archive import add_archive_command, unarchived_kept
-from scrapy_ha.cli.common import (
-    Command,
-    add_bulk_options,
-    approve,
-    command,
-    group,
-    local_time,
-    parse_when,
-)
+from scrapy_ha.cli.common import Command, add_bulk_options, approve, command, group, parse_when
 from scrapy_ha.cli.report import add_report_command
 from scrapy_ha.cli.status import add_status_arguments, status
 from scrapy_ha.codec import mask_url
@@ -39,6 +30,7 @@ from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.ops import metrics
+from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.shards import crawl_queue, dead_letters, refuse_unaware
 from scrapy_ha.store.connection import (

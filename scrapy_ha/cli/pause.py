@@ -13,8 +13,9 @@ import json
 import socket
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.cli.common import command, local_time
+from scrapy_ha.cli.common import command
 from scrapy_ha.ops import operations
+from scrapy_ha.ops.display import local_time
 
 if TYPE_CHECKING:
     import argparse

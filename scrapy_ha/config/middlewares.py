@@ -1,134 +1,21 @@
-"""The settings of the middlewares (retries, proxies, checkpoints, cookies, user agents),
-validated (re-exported by :mod:`scrapy_ha.config.scheduler`, where every other component's are)."""
+"""The settings of the proxy, checkpoint, cookie and user-agent middlewares, validated (the
+retry middlewares' are in :mod:`scrapy_ha.config.retry`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.middlewares.policy import (
-    CLASS_DEFAULTS,
-    DEFAULT_STATUS_CLASSES,
-    PermanentError,
-    Policy,
-)
-from scrapy_ha.middlewares.policy import classify_exception as _classify_exception
-from scrapy_ha.middlewares.policy import classify_response as _classify_response
-from scrapy_ha.verdict import RETRY_CLASSES, FailureClass
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Self
 
-    from scrapy.http import Response
     from scrapy.settings import BaseSettings
-
-
-# -- retries --------------------------------------------------------------------------------
-
-#: Retry-After is honoured up to this many seconds (Crawlee caps its per-domain backoff too).
-DEFAULT_RETRY_AFTER_MAX = 600.0
-#: Fraction of the backoff that is random: 1.0 is "full jitter" (0 .. backoff).
-DEFAULT_JITTER = 1.0
-#: Priority change per retry: Scrapy's RETRY_PRIORITY_ADJUST default (fresh work first).
-DEFAULT_PRIORITY_ADJUST = -1
-
-
-def _class_policies(base: Policy) -> dict[FailureClass, Policy]:
-    return {name: replace(base, **fields) for name, fields in CLASS_DEFAULTS.items()}
-
-
-@dataclass(frozen=True)
-class RetryConfig:
-    """The retry settings, validated. The proxy middleware classifies with them too, so
-    they are read whether or not the retry middlewares are on (HA_RETRY_ENABLED)."""
-
-    enabled: bool = True
-    policies: dict[FailureClass, Policy] = field(default_factory=lambda: _class_policies(Policy()))
-    status_classes: dict[int, FailureClass | None] = field(
-        default_factory=lambda: dict(DEFAULT_STATUS_CLASSES)
-    )
-    network_exceptions: tuple[type[BaseException], ...] = ()
-    permanent_exceptions: tuple[type[BaseException], ...] = (PermanentError,)
-    ban_check: Callable[[Response], bool] | None = None
-    retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
-    jitter: float = DEFAULT_JITTER
-    priority_adjust: int = DEFAULT_PRIORITY_ADJUST
-    #: HTTPERROR_ALLOWED_CODES: statuses every spider handles itself.
-    allowed_codes: tuple[int, ...] = ()
-
-    @classmethod
-    def switched_on(cls, settings: BaseSettings) -> bool:
-        """HA_RETRY_ENABLED: checked before the rest, so that retry middlewares switched
-        off do not fail on a value they never use (the proxy middleware reads the rest)."""
-        return check.boolean(settings, "HA_RETRY_ENABLED", True)
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
-        base = Policy(
-            times=check.whole(settings, "HA_RETRY_TIMES", Policy.times, minimum=0),
-            base=check.non_negative(settings, "HA_RETRY_BACKOFF_BASE", Policy.base),
-            multiplier=check.non_negative(
-                settings, "HA_RETRY_BACKOFF_MULTIPLIER", Policy.multiplier
-            ),
-            max=check.non_negative(settings, "HA_RETRY_BACKOFF_MAX", Policy.max),
-        )
-        return cls(
-            enabled=check.boolean(settings, "HA_RETRY_ENABLED", True),
-            policies=_policies(settings, base),
-            status_classes=_status_classes(settings),
-            network_exceptions=check.imported_list(settings, "RETRY_EXCEPTIONS"),
-            permanent_exceptions=(
-                PermanentError,
-                *check.imported_list(settings, "HA_RETRY_PERMANENT_EXCEPTIONS"),
-            ),
-            ban_check=check.optional_callable(settings, "HA_BAN_CHECK"),
-            retry_after_max=check.non_negative(
-                settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX
-            ),
-            jitter=check.fraction(settings, "HA_RETRY_JITTER", DEFAULT_JITTER),
-            priority_adjust=settings.getint("RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST),
-            allowed_codes=tuple(int(x) for x in settings.getlist("HTTPERROR_ALLOWED_CODES")),
-        )
-
-    def classify_response(self, response: Response) -> FailureClass | None:
-        """The failure class of a response, or None if it is a success."""
-        return _classify_response(self, response)
-
-    def classify_exception(self, exception: BaseException) -> FailureClass | None:
-        """The failure class of an exception, or None if it is not a failure to handle."""
-        return _classify_exception(self, exception)
-
-
-def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy]:
-    policies = _class_policies(base)
-    for name, fields in settings.getdict("HA_RETRY_POLICIES").items():
-        if name not in RETRY_CLASSES or not isinstance(fields, dict):
-            raise ConfigError(
-                f"HA_RETRY_POLICIES[{name!r}]={fields!r}: the classes are {', '.join(policies)} "
-                f"and each takes a dict of times, base, multiplier, max"
-            )
-        try:
-            policies[FailureClass(name)] = replace(policies[FailureClass(name)], **fields)
-        except TypeError as exc:
-            raise ConfigError(f"HA_RETRY_POLICIES[{name!r}]={fields!r}: {exc}") from None
-    return policies
-
-
-def _status_classes(settings: BaseSettings) -> dict[int, FailureClass | None]:
-    classes: dict[int, FailureClass | None] = dict(DEFAULT_STATUS_CLASSES)
-    for status, fclass in settings.getdict("HA_RETRY_STATUS_CLASSES").items():
-        if fclass not in RETRY_CLASSES and fclass is not None:
-            raise ConfigError(
-                f"HA_RETRY_STATUS_CLASSES[{status!r}]={fclass!r} is not a failure class "
-                f"({', '.join(RETRY_CLASSES)}, or None for a success)"
-            )
-        classes[int(status)] = None if fclass is None else FailureClass(fclass)
-    return classes
 
 
 # -- proxies --------------------------------------------------------------------------------

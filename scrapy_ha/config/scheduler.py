@@ -16,33 +16,16 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
-from scrapy_ha.config.middlewares import (
-    CheckpointConfig,
-    CookiesConfig,
-    ProxyConfig,
-    RetryConfig,
-    UserAgentConfig,
-)
 from scrapy_ha.config.politeness import Politeness
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
-from scrapy_ha.store.wire import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 
 if TYPE_CHECKING:
     from typing import Self
 
     from scrapy.settings import BaseSettings
 
-__all__ = [
-    "CheckpointConfig",
-    "ConfigError",
-    "CookiesConfig",
-    "DeadLetterConfig",
-    "ProxyConfig",
-    "RetryConfig",
-    "SchedulerConfig",
-    "UserAgentConfig",
-]
+__all__ = ["DeadLetterConfig", "SchedulerConfig"]
 
 #: Lease length: a slow page and its pipelines fit; a dead worker's requests come back within
 #: a minute (BullMQ locks jobs for 30 s too).
@@ -94,6 +77,9 @@ QUEUE_ORDERS = ("lifo", "fifo")
 
 # -- the dead-letter queue ------------------------------------------------------------------
 
+#: Dead-letter retention: entries kept at most, and for at most this long (30 days).
+DEFAULT_DLQ_MAX_ENTRIES = 100_000
+DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
 #: Warn once when the dead-letter queue passes this many entries: a crawl that dead-letters
 #: this much has a cause worth a look (a ban, a site change).
 DEFAULT_DLQ_WARN_THRESHOLD = 1000
@@ -279,44 +265,6 @@ def _check_key_prefix(prefix: str) -> None:
     the CLI's patterns."""
     if not prefix or any(c in prefix for c in "{} "):
         raise ConfigError(f"HA_KEY_PREFIX={prefix!r} must be non-empty, without spaces or braces")
-
-
-#: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
-CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
-
-
-def uses_cluster(settings: BaseSettings) -> bool:
-    """Does the client built from these settings talk to a Redis Cluster?
-
-    Yes with ``REDIS_CLUSTER_NODES``, a ``redis+cluster://`` URL, or scrapy-redis's way:
-    ``REDIS_PARAMS["redis_cls"]`` naming a ``RedisCluster`` class (or its dotted path).
-    """
-    from scrapy_ha.store.url import target_from_settings  # noqa: PLC0415 - import cycle
-
-    try:
-        return target_from_settings(settings).mode == "cluster"
-    except ValueError:  # refused when the client is built, with its own message
-        return False
-
-
-def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:
-    """Refuse, on a Redis Cluster, a start-URL key in another slot than the crawl's keys.
-
-    The script that feeds start URLs into the queue touches both: on a cluster, keys of
-    two slots fail with CROSSSLOT on every call. scrapy-redis's default key
-    (``<spider>:start_urls``) has no hash tag, so it stays the default for standalone
-    Redis and is refused here with the fix.
-    """
-    from redis.crc import key_slot  # noqa: PLC0415 - only needed on this path
-
-    if not uses_cluster(settings) or key_slot(start_key.encode()) == key_slot(crawl_key.encode()):
-        return
-    raise ConfigError(
-        f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
-        f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
-        f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
-        f'"{CLUSTER_START_URLS_KEY}" (and push start URLs to that key)'
-    )
 
 
 def queue_order(settings: BaseSettings) -> str:

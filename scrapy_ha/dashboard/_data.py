@@ -304,13 +304,6 @@ async def crawl_stats(client: Any, keys: Keys, *, domains: bool) -> CrawlStats:
 # -- formatting -------------------------------------------------------------------------
 
 
-def local_time(ms: int | None) -> str:
-    """A server time (ms) as a local date-time, ``2026-11-30 17:05:12``."""
-    if not ms:
-        return ""
-    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
 def today_ms(now_ms: int) -> int:
     """Local midnight of the day of *now_ms*."""
     day = datetime.fromtimestamp(now_ms / 1000).astimezone()

@@ -20,7 +20,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from scrapy_ha.cli.workers import live_workers
 from scrapy_ha.codec import describe, mask_payload
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action
@@ -34,13 +33,14 @@ from scrapy_ha.dashboard._data import (
     body_text,
     crawl_names,
     crawl_stats,
-    local_time,
     open_gates,
     page_json,
     report,
     today_ms,
 )
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.display import local_time
+from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import make_queue
 

@@ -38,7 +38,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
-from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from scrapy_ha.scheduler.shell import Scheduler
 
 __all__ = ["CheckpointMiddleware", "task_id"]
 
@@ -146,7 +145,7 @@ class CheckpointMiddleware:
         assert queue is not None
         return await CheckpointStore(queue.client, queue.keys).get(task)
 
-    def _scheduler(self) -> Scheduler:
+    def _scheduler(self) -> CrawlScheduler:
         scheduler = scheduler_for(self.crawler)
         if scheduler is None or scheduler.queue is None:
             raise NotConfigured("HA_CHECKPOINTS needs SCHEDULER = 'scrapy_ha.Scheduler'")

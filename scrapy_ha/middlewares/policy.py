@@ -1,7 +1,9 @@
-"""The retry policy: which failure class an attempt falls in, and the verdict on it.
+"""The retry policy applied: the verdict on a failed attempt (retry later, or dead), and the
+attempt recorded in the request's history.
 
-Module-level functions with no Scrapy component around them: the middlewares in
-:mod:`scrapy_ha.retry` and :mod:`scrapy_ha.proxy` call them, and tests call them directly.
+Module-level functions with no Scrapy component around them: the retry and proxy middlewares
+call them, and tests call them directly. Which class a failure falls in is the settings'
+call (:meth:`RetryConfig.classify_response <scrapy_ha.config.retry.RetryConfig>`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
+from scrapy_ha.config.retry import Policy
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -22,62 +25,13 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.http import Response
 
-    from scrapy_ha.config.middlewares import RetryConfig
+    from scrapy_ha.config.retry import RetryConfig
 
 #: Attempts kept in a request's history (bounds its size in Redis).
 HISTORY_LIMIT = 10
-#: Retries per failure class (HA_RETRY_TIMES): enough to ride out a restart or a bad minute.
-DEFAULT_RETRY_TIMES = 5
-#: First backoff in seconds (HA_RETRY_BACKOFF_BASE): 3 s, 6 s, 12 s ... as most crawlers do.
-DEFAULT_BACKOFF_BASE = 3.0
-#: Backoff growth per attempt (HA_RETRY_BACKOFF_MULTIPLIER): exponential.
-DEFAULT_BACKOFF_MULTIPLIER = 2.0
-#: Longest backoff in seconds (HA_RETRY_BACKOFF_MAX): two minutes, short next to a crawl.
-DEFAULT_BACKOFF_MAX = 120.0
 #: Share of the Retry-After wait added at random (up to 10 % with full jitter): workers told
 #: the same Retry-After do not all come back in the same second.
 RETRY_AFTER_SPREAD = 0.1
-
-
-class PermanentError(Exception):
-    """Raise from a callback for a failure that no retry can fix: dead-lettered at once."""
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Budget and backoff of one failure class: delay = base × multiplier^n, capped."""
-
-    times: int = DEFAULT_RETRY_TIMES
-    base: float = DEFAULT_BACKOFF_BASE
-    multiplier: float = DEFAULT_BACKOFF_MULTIPLIER
-    max: float = DEFAULT_BACKOFF_MAX
-
-    def backoff(self, attempt: int, jitter: float, rand: Callable[[], float]) -> float:
-        cap = min(self.max, self.base * self.multiplier**attempt)
-        return cap * (1 - jitter * rand())
-
-
-#: How each class differs from the global policy (HA_RETRY_TIMES, HA_RETRY_BACKOFF_*).
-CLASS_DEFAULTS: dict[FailureClass, dict[str, Any]] = {
-    FailureClass.NETWORK: {"base": 1.0},  # a dropped connection is usually fine a second later
-    FailureClass.SERVER: {},
-    FailureClass.RATE_LIMITED: {},
-    FailureClass.BANNED: {"times": 3},  # its own budget: a proxy rotation each time
-    FailureClass.PARSE: {"times": 2, "base": 10.0},
-    FailureClass.PIPELINE: {"base": 1.0},  # a database write that failed: retry soon
-    FailureClass.GONE: {"times": 0},
-    FailureClass.CLIENT: {"times": 0},
-    FailureClass.PERMANENT: {"times": 0},
-}
-
-#: Statuses whose class is not what their hundred says (HA_RETRY_STATUS_CLASSES adds to it).
-DEFAULT_STATUS_CLASSES: dict[int, FailureClass] = {
-    403: FailureClass.BANNED,
-    404: FailureClass.GONE,
-    408: FailureClass.SERVER,
-    410: FailureClass.GONE,
-    429: FailureClass.RATE_LIMITED,
-}
 
 
 @dataclass(frozen=True)
@@ -92,31 +46,6 @@ class Failure:
     def __post_init__(self) -> None:
         # a class given by its stored name ("server") is the same class
         object.__setattr__(self, "failure_class", FailureClass(self.failure_class))
-
-
-def classify_response(config: RetryConfig, response: Response) -> FailureClass | None:
-    """The failure class of a response, or None if it is a success."""
-    if config.ban_check is not None and config.ban_check(response):
-        return FailureClass.BANNED
-    status = response.status
-    if status in config.status_classes:
-        return config.status_classes[status]
-    if status == 503 and b"Retry-After" in response.headers:
-        return FailureClass.RATE_LIMITED
-    if status >= 500:
-        return FailureClass.SERVER
-    if status >= 400:
-        return FailureClass.CLIENT
-    return None
-
-
-def classify_exception(config: RetryConfig, exception: BaseException) -> FailureClass | None:
-    """The failure class of an exception, or None if it is not a failure to handle."""
-    if isinstance(exception, config.permanent_exceptions):
-        return FailureClass.PERMANENT
-    if isinstance(exception, config.network_exceptions):
-        return FailureClass.NETWORK
-    return None
 
 
 def decide(

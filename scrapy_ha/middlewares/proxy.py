@@ -36,7 +36,8 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import mask_url
-from scrapy_ha.config.middlewares import ProxyConfig, RetryConfig
+from scrapy_ha.config.middlewares import ProxyConfig
+from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, parse_pool, proxy_id
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.state import ProxyCooldowns

@@ -1,31 +1,56 @@
 """Which scrapy-ha scheduler runs a crawl: the one link from the middlewares to it.
 
 The scheduler registers itself when it is built; a middleware asks :func:`scheduler_for`
-when it needs the crawl's Redis or clock. This module imports no other scrapy-ha module,
-so the middlewares reach the scheduler without an import cycle (the scheduler is typed
-here only for readers, under ``TYPE_CHECKING``).
+when it needs the crawl's Redis or clock. What a middleware may use of the scheduler is
+:class:`CrawlScheduler`: this module imports no other scrapy-ha module at run time, and the
+middlewares never name the scheduler's class.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from scrapy_ha.scheduler.shell import Scheduler
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["register", "scheduler_for"]
-
-_SCHEDULERS: weakref.WeakKeyDictionary[Crawler, Scheduler] = weakref.WeakKeyDictionary()
+__all__ = ["CrawlScheduler", "register", "scheduler_for"]
 
 
-def register(crawler: Crawler, scheduler: Scheduler) -> None:
+class CrawlScheduler(Protocol):
+    """What the middlewares use of a crawl's scheduler
+    (:class:`scrapy_ha.scheduler.Scheduler`)."""
+
+    @property
+    def config(self) -> SchedulerConfig: ...
+    @property
+    def queue(self) -> RedisQueue | None:
+        """The crawl's queue once open (read each time: a reconnect makes a new client)."""
+
+    def server_time_ms(self) -> int:
+        """The Redis server's clock, estimated from the last round trip."""
+
+    def close_gate(self, request: Request, seconds: float) -> None:
+        """Close the request's domain for every worker for *seconds*."""
+
+    def save_checkpoint(
+        self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool
+    ) -> None:
+        """Save *task*'s checkpoint under *page*'s lease: now, or when the page is acked."""
+
+
+_SCHEDULERS: weakref.WeakKeyDictionary[Crawler, CrawlScheduler] = weakref.WeakKeyDictionary()
+
+
+def register(crawler: Crawler, scheduler: CrawlScheduler) -> None:
     """Make *scheduler* the one :func:`scheduler_for` returns for *crawler*."""
     _SCHEDULERS[crawler] = scheduler
 
 
-def scheduler_for(crawler: Crawler) -> Scheduler | None:
+def scheduler_for(crawler: Crawler) -> CrawlScheduler | None:
     """The scrapy-ha scheduler of a running crawl, or None if it uses another scheduler."""
     return _SCHEDULERS.get(crawler)

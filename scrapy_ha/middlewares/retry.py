@@ -42,16 +42,8 @@ from scrapy.utils.python import global_object_name
 from twisted.python.failure import Failure as TwistedFailure
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.middlewares import RetryConfig
-from scrapy_ha.middlewares.policy import (
-    CLASS_DEFAULTS,
-    HISTORY_LIMIT,
-    Failure,
-    PermanentError,
-    Policy,
-    decide,
-    retry_after_seconds,
-)
+from scrapy_ha.config.retry import RetryConfig
+from scrapy_ha.middlewares.policy import Failure, decide, retry_after_seconds
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.verdict import FailureClass, Verdict
 
@@ -62,20 +54,7 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
-__all__ = [
-    "CLASS_DEFAULTS",
-    "HISTORY_LIMIT",
-    "Failure",
-    "FailureClass",
-    "ParseErrorMiddleware",
-    "PermanentError",
-    "Policy",
-    "RetryConfig",
-    "RetryMiddleware",
-    "Verdict",
-    "decide",
-    "retry_after_seconds",
-]
+__all__ = ["ParseErrorMiddleware", "RetryMiddleware"]
 
 logger = logging.getLogger(__name__)
 

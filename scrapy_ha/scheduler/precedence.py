@@ -9,13 +9,13 @@ target still bound what one worker holds), and the engine waits one round trip f
 full buffer gives its last lease of a lower priority back for it, one per round (the lease
 goes back to pending at its place). Never for ever: not while the crawl is paused, a
 suspect runs alone or heads the buffer, or a lease call failed to bring such a request
-(its domain at its limit parks it at every call) within the last ``FUTILE_SECONDS``.
+(its domain at its limit parks it at every call) within the last ``FUTILE_SECONDS``
+(:func:`scrapy_ha.scheduler.session.remote.leasable_head`).
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from scrapy_ha import metakeys
 from scrapy_ha.scheduler.keep import Keep
@@ -28,16 +28,28 @@ if TYPE_CHECKING:
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.buffer import LeaseBuffer
     from scrapy_ha.scheduler.outbox import Outbox
-    from scrapy_ha.scheduler.session.session import Session
-    from scrapy_ha.store.wire import SyncResult
+    from scrapy_ha.scheduler.session.remote import Remote
 
-#: Seconds a pending head that a lease call failed to bring is not waited for (see
-#: :func:`leasable_head`): a domain's limit frees it within about that, and the engine is
-#: held back at most once per this period for one that stays parked.
-FUTILE_SECONDS = 1.0
 
-#: (minus a priority, until when, by time.monotonic()): see :func:`leasable_head`.
-Futile = tuple[int, float]
+class Peers(Protocol):
+    @property
+    def workers(self) -> int:
+        """Live workers of the crawl at the last renewal."""
+
+
+class RedisView(Protocol):
+    """What the session last learnt from Redis, as precedence reads it."""
+
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def redis_ok(self) -> bool: ...
+    @property
+    def remote(self) -> Remote:
+        """The counts, head and pause of the last sync."""
+
+    @property
+    def renewals(self) -> Peers: ...
 
 
 class Precedence:
@@ -59,7 +71,7 @@ class Precedence:
         self.config = config
         self._target = target  # the prefetch target now (it follows the measured rate)
         self._alone = alone  # a suspect runs alone: nothing is leased meanwhile
-        self.session: Session | None = None
+        self.session: RedisView | None = None  # the scheduler's session, once made
         #: the new requests a LIFO worker keeps in its buffer (see :mod:`.keep`)
         self.keep = Keep(
             buffer,
@@ -74,7 +86,7 @@ class Precedence:
         """This worker is the only live one, and leases (see :mod:`.keep`)."""
         session = self.session
         assert session is not None
-        if session.paused or session.stopping or self._alone():
+        if session.remote.paused or session.stopping or self._alone():
             return False
         return session.renewals.workers <= 1
 
@@ -123,8 +135,8 @@ class Precedence:
         :meth:`make_room`)."""
         session = self.session
         assert session is not None
-        head = session.remote_head
-        if session.paused or self._alone() or not self.buffer.behind(head):
+        head = session.remote.head
+        if session.remote.paused or self._alone() or not self.buffer.behind(head):
             return False
         if self.buffer[0].meta.get(metakeys.SUSPECT):
             return False  # first in line whatever its priority
@@ -146,37 +158,6 @@ class Precedence:
         if self.room_ahead() != 0 or not self.behind():
             return
         assert self.session is not None
-        request = self.buffer.give_back(self.session.remote_head)
+        request = self.buffer.give_back(self.session.remote.head)
         if request is not None:
             self.outbox.releases.append(request.meta[metakeys.LEASE])
-
-
-def leasable_head(
-    result: SyncResult,
-    *,
-    waited: tuple[int, int] | None,
-    asked: bool,
-    futile: Futile | None,
-    now: float | None = None,
-) -> tuple[tuple[int, int] | None, Futile | None]:
-    """The pending head of *result* the engine may be held back for (None: none), and the
-    new *futile* state.
-
-    *waited* is the head reported by the sync before (what the buffer may have waited for),
-    *asked* whether this sync asked for leases. A lease call that brought nothing of the
-    waited head's priority or higher (the crawl is paused, or the head's domain is at its
-    limit and the call parked it again) makes heads of that priority and below not waited
-    for, for ``FUTILE_SECONDS`` or until a lease of that priority comes: else every sync
-    that only acks would report it again, and the engine would wait for it every other
-    round."""
-    now = time.monotonic() if now is None else now
-    if asked:
-        best = min((x.place[0] for x in result.leases if x.place), default=None)
-        if waited is not None and (best is None or best > waited[0]):
-            futile = (waited[0], now + FUTILE_SECONDS)
-        elif futile is not None and best is not None and best <= futile[0]:
-            futile = None
-    head = result.head
-    if head is not None and futile is not None and now < futile[1] and head[0] >= futile[0]:
-        return None, futile
-    return head, futile

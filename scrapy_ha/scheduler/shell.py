@@ -28,7 +28,7 @@ from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.config.politeness import StartTimes
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.middlewares.registry import register, scheduler_for
+from scrapy_ha.middlewares.registry import register
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.admission import Admission
 from scrapy_ha.scheduler.buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.wire import Lease
 
-__all__ = ["START_FAILED", "Scheduler", "scheduler_for"]
+__all__ = ["START_FAILED", "Scheduler"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ class Scheduler:
         self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
-        self.precedence.session = self.solo.session = self.session
+        self.precedence.session = self.session
+        self.solo.announcer, self.solo.wake = self.session.renewals, self.session.wake
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -146,7 +147,7 @@ class Scheduler:
         pending or delayed in Redis at the last sync (no round trip: the background task
         fetches these counts anyway)."""
         waiting = len(self.outbox.children) > len(self.handout.unstored)
-        return bool(self._buffer or waiting or self.session.remote_waiting > 0)
+        return bool(self._buffer or waiting or self.session.remote.waiting > 0)
 
     def enqueue_request(self, request: Request) -> bool:
         """Queue *request* for Redis; False if this worker already saw its fingerprint.
@@ -251,13 +252,13 @@ class Scheduler:
         """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
         held pending or delayed at the last sync."""
         waiting = len(self.outbox.children) - len(self.handout.unstored)
-        return len(self._buffer) + waiting + max(0, self.session.remote_waiting)
+        return len(self._buffer) + waiting + max(0, self.session.remote.waiting)
 
     # -- for the middlewares -----------------------------------------------------------
 
     def server_time_ms(self) -> int:
         """The Redis server's clock, estimated from the last round trip."""
-        return int(time.time() * 1000 + self.session.server_offset_ms)
+        return int(time.time() * 1000 + self.session.remote.server_offset_ms)
 
     def close_gate(self, request: Request, seconds: float) -> None:
         """Close the request's domain for every worker for *seconds* (429, Retry-After)."""
@@ -310,14 +311,14 @@ class Scheduler:
         while Redis is down, the crawl is paused or closing, or a suspect runs alone:
         nothing comes then."""
         session = self.session
-        if not session.redis_ok or session.paused or session.stopping or self.solo.running:
+        if not session.redis_ok or session.remote.paused or session.stopping or self.solo.running:
             return False
         if self.outbox.held_back:
             return True
         if self._buffer:
             return False  # what waits here waits for a busy download slot or a closed domain
         unsent = len(self.outbox.children) > len(self.handout.unstored)
-        if unsent or session.remote_pending > 0:
+        if unsent or session.remote.pending > 0:
             self.outbox.held_back = True
             return True
         return False
@@ -370,7 +371,7 @@ class Scheduler:
         box, session = self.outbox, self.session
         local = bool(self._buffer or box.children or box.acks or box.ends or self.inflight)
         local = local or session.holds_unreadable()
-        remote = not session.redis_ok or session.remote_active != 0 or session.paused
+        remote = not session.redis_ok or session.remote.active != 0 or session.remote.paused
         return bool(session.start_urls.feed_mode or local or remote)
 
     async def _open(self, spider: Spider) -> None:
@@ -394,7 +395,7 @@ class Scheduler:
         slot has room, and its domain is open; else it goes to Redis with the next round, and
         comes back by lease."""
         session = self.session
-        if not session.redis_ok or session.stopping or session.paused or self.solo.running:
+        if not session.redis_ok or session.stopping or session.remote.paused or self.solo.running:
             return False
         if self._gates and self._gate_wait(request) > 0:
             return False
@@ -419,14 +420,14 @@ class Scheduler:
         pending, leased or delayed in Redis at a sync made after this worker's last ack,
         and no other live worker; with live peers (they may still be yielding start
         requests) wait ``HA_IDLE_TIMEOUT`` first. No polling: a timer wakes the engine."""
-        view = self.session.engine_view
+        view = self.session.remote.engine_view
         if self.keep_alive() or view is None or view[1]:
             self._idle_since = None
             if self.inflight or self.outbox.acks or self.outbox.ends:
                 # the engine is idle: what it finished is acked now, not at the next tick
                 self.session.wake()
             raise DontCloseSpider
-        if not self.session.peers:
+        if not self.session.remote.peers:
             return
         now = time.monotonic()
         if self._idle_since is None:

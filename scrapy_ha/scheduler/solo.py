@@ -12,21 +12,30 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from scrapy_ha import metakeys
 from scrapy_ha.scheduler import engine
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Request
     from scrapy.crawler import Crawler
 
     from scrapy_ha.scheduler.buffer import LeaseBuffer
     from scrapy_ha.scheduler.inflight import InFlight
     from scrapy_ha.scheduler.outbox import Outbox, Pair
-    from scrapy_ha.scheduler.session.session import Session
 
 logger = logging.getLogger("scrapy_ha.scheduler")
+
+
+class Announcer(Protocol):
+    """How a suspect's hand-out reaches Redis before it runs (the session's renewals)."""
+
+    def announce(self, pair: Pair, then: Callable[[], None]) -> None: ...
+    def announcing(self) -> bool: ...
+    def reported(self, pair: Pair) -> bool: ...
 
 
 class Solo:
@@ -39,7 +48,9 @@ class Solo:
         self._inflight = inflight
         self._outbox = outbox
         self._crawler = crawler
-        self.session: Session | None = None  # set once the scheduler made it
+        #: the session's renewals and wake-up, set once the scheduler made its session
+        self.announcer: Announcer | None = None
+        self.wake: Callable[[], None] = lambda: None
         self.entry_id: str | None = None
 
     @property
@@ -48,11 +59,11 @@ class Solo:
 
     def isolating(self) -> bool:
         """True while a suspect runs alone, or waits for the engine to empty to do so."""
-        assert self.session is not None
+        assert self.announcer is not None
         if self.entry_id is not None:
             if self.entry_id in self._inflight:
                 return True
-            if not self.session.renewals.announcing():
+            if not self.announcer.announcing():
                 self.entry_id = None
         head = self._buffer[0] if self._buffer else None
         return bool(head is not None and head.meta.get(metakeys.SUSPECT) and self._inflight)
@@ -61,7 +72,7 @@ class Solo:
         """Hand out the suspect *request* (True) once nothing else is in flight, the
         buffer is given back to Redis and Redis knows it was handed out; else False, and it
         stays first in line."""
-        assert self.session is not None
+        assert self.announcer is not None
         if self._inflight:
             self._buffer.appendleft(request)
             return False
@@ -69,10 +80,10 @@ class Solo:
         self._buffer.clear()
         self.entry_id = entry_id
         lease: Pair = (entry_id, request.meta[metakeys.LEASE][1])
-        if not self.session.renewals.reported(lease):
+        if not self.announcer.reported(lease):
             self._buffer.appendleft(request)
-            self.session.renewals.announce(lease, partial(engine.wake, self._crawler))
-            self.session.wake()
+            self.announcer.announce(lease, partial(engine.wake, self._crawler))
+            self.wake()
             return False
         assert self._crawler.stats is not None
         self._crawler.stats.inc_value("ha/suspects_isolated")
@@ -81,5 +92,5 @@ class Solo:
             request,
             request.meta[metakeys.SUSPECT],
         )
-        self.session.wake()
+        self.wake()
         return True

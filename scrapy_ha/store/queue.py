@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store.scripts import (
     CHECKPOINT_LUA,
     COUNTS_LUA,
@@ -30,8 +31,6 @@ from scrapy_ha.store.scripts import (
 from scrapy_ha.store.scripts import MAX_PRIORITY as MAX_PRIORITY
 from scrapy_ha.store.scripts import PRIORITY_STEP as PRIORITY_STEP
 from scrapy_ha.store.scripts import RENEW_LUA as RENEW_LUA
-from scrapy_ha.store.wire import DEFAULT_DLQ_MAX_AGE_MS as DEFAULT_DLQ_MAX_AGE_MS
-from scrapy_ha.store.wire import DEFAULT_DLQ_MAX_ENTRIES as DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store.wire import ORDERS as ORDERS
 from scrapy_ha.store.wire import ChildrenLost as ChildrenLost
 from scrapy_ha.store.wire import Counts as Counts

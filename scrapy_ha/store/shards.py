@@ -31,12 +31,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys, shard_of, task_shard
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import (
-    DEFAULT_DLQ_MAX_AGE_MS,
-    DEFAULT_DLQ_MAX_ENTRIES,
     Counts,
     NewEntry,
     Reclaimed,

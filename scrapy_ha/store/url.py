@@ -189,6 +189,18 @@ def target_from_settings(settings: BaseSettings) -> RedisTarget:
     return _with(target, {**params, **tls})
 
 
+def uses_cluster(settings: BaseSettings) -> bool:
+    """Does the client built from these settings talk to a Redis Cluster?
+
+    Yes with ``REDIS_CLUSTER_NODES``, a ``redis+cluster://`` URL, or scrapy-redis's way:
+    ``REDIS_PARAMS["redis_cls"]`` naming a ``RedisCluster`` class (or its dotted path).
+    """
+    try:
+        return target_from_settings(settings).mode == "cluster"
+    except ValueError:  # refused when the client is built, with its own message
+        return False
+
+
 def _base_target(settings: BaseSettings, params: dict[str, Any]) -> RedisTarget:
     if settings.get("REDIS_SENTINELS"):
         service = settings.get("REDIS_SENTINEL_SERVICE")

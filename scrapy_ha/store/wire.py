@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 
     from scrapy import Request
 
-#: Dead-letter retention: entries kept at most, and for at most this long (30 days).
-DEFAULT_DLQ_MAX_ENTRIES = 100_000
-DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
 
 #: Random bytes per call in lease tokens: 48 bits, so two calls share a nonce with odds
 #: ~1e-14 (and then their counters must match too).

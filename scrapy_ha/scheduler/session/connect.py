@@ -11,7 +11,6 @@ import redis
 import scrapy
 
 from scrapy_ha._version import __version__
-from scrapy_ha.config.scheduler import check_start_key
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
@@ -19,6 +18,7 @@ from scrapy_ha.spiders import RedisSpiderMixin
 from scrapy_ha.store.connection import check_reachable, redis_from_settings
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.shards import check_shard_count, make_queue, shard_setting
+from scrapy_ha.store.url import uses_cluster
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -199,3 +199,27 @@ class StartReport:
             self.sent,
             "" if self.seen < self.sent else "; this worker works on what the crawl holds",
         )
+
+
+#: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
+CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
+
+
+def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:
+    """Refuse, on a Redis Cluster, a start-URL key in another slot than the crawl's keys.
+
+    The script that feeds start URLs into the queue touches both: on a cluster, keys of
+    two slots fail with CROSSSLOT on every call. scrapy-redis's default key
+    (``<spider>:start_urls``) has no hash tag, so it stays the default for standalone
+    Redis and is refused here with the fix.
+    """
+    from redis.crc import key_slot  # noqa: PLC0415 - only needed on this path
+
+    if not uses_cluster(settings) or key_slot(start_key.encode()) == key_slot(crawl_key.encode()):
+        return
+    raise ConfigError(
+        f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
+        f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
+        f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
+        f'"{CLUSTER_START_URLS_KEY}" (and push start URLs to that key)'
+    )

@@ -17,18 +17,16 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.config.scheduler import default_worker_id
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
-from scrapy_ha.scheduler.outbox import BATCH
-from scrapy_ha.scheduler.precedence import leasable_head
 from scrapy_ha.scheduler.session.connect import StartReport, joined, log_connected, open_queue
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
-from scrapy_ha.scheduler.session.lost import fenced_sync
+from scrapy_ha.scheduler.session.remote import Remote
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
+from scrapy_ha.scheduler.session.sync import Syncer
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url, jittered
 from scrapy_ha.store.wire import ChildrenLost
 
@@ -38,11 +36,9 @@ if TYPE_CHECKING:
     from scrapy import Spider
 
     from scrapy_ha.config.scheduler import SchedulerConfig
-    from scrapy_ha.scheduler.precedence import Futile
     from scrapy_ha.scheduler.session.keeper import Pairs
-    from scrapy_ha.scheduler.shell import Scheduler
+    from scrapy_ha.scheduler.session.shell import Shell
     from scrapy_ha.store.queue import RedisQueue
-    from scrapy_ha.store.wire import Lease, NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 
@@ -59,15 +55,15 @@ def _str(value: Any) -> str:
 
 
 class Session:
-    """Connects, syncs the outbox, leases, renews and reclaims for one :class:`Scheduler`.
+    """Connects, syncs the outbox, leases, renews and reclaims for one scheduler's shell.
 
-    What the shell reads here (never a round trip): ``redis_ok``, ``remote_waiting``,
-    ``remote_active``, ``peers``, ``engine_view``, ``server_offset_ms``, ``start_urls.feed_mode``,
+    What the shell reads here (never a round trip): ``redis_ok``, ``remote`` (what Redis
+    said at the last sync), ``start_urls.feed_mode``,
     ``stopping``, ``renewals.valid_until`` and ``renewals.rate``; it calls :meth:`wake`
     when the outbox has something new.
     """
 
-    def __init__(self, shell: Scheduler) -> None:
+    def __init__(self, shell: Shell) -> None:
         self.shell = shell
         self.crawler = shell.crawler
         self.stats = shell.stats
@@ -89,20 +85,20 @@ class Session:
         self.sweep = TimerSweep(shell.config.timer_sweep)
         self.stopping = False
         self.redis_ok = False
-        self.server_offset_ms = 0.0
-        self.remote_active = -1
-        self.remote_waiting = 0  # pending + delayed in Redis at the last sync
-        self.remote_pending = 0  # pending (leasable now) in Redis at the last sync
-        #: the place of the first of them (see SyncResult.head)
-        self.remote_head: tuple[int, int] | None = None
-        self._futile: Futile | None = None  # see _precedence.leasable_head
-        self.peers = 0  # other live workers when the crawl last looked finished
-        self.paused = False  # `scrapy-ha pause`: Redis leases nothing (seen at the last sync)
-        self.engine_view: tuple[bool, bool] | None = None
+        self.remote = Remote()  # what the shell reads of Redis (never a round trip)
         self._outage = False  # Redis failed a round: renew first when it answers again
         self._task_failures: list[float] = []  # when the background task died (see _ended)
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
+        self.syncer = Syncer(
+            shell,
+            ends=self.ends,
+            renewals=self.renewals,
+            remote=self.remote,
+            starts=self.starts,
+            held_pairs=self._held_pairs,
+            redis_url=self.redis_url,
+        )
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -160,11 +156,9 @@ class Session:
         counts = await joined(self.queue, cfg, spider, self.starts)
         if await self.queue.client.exists(self.queue.keys.paused):
             # known before the engine asks for a request: nothing is handed out from memory
-            self.paused = True
+            self.remote.paused = True
             logger.info("crawl paused by operator")
-        self.remote_waiting = counts.pending + counts.delayed
-        self.remote_pending = counts.pending
-        self.remote_active = counts.pending + counts.leased + counts.delayed
+        self.remote.counted(counts)
         self.start_urls.setup(spider, cfg)
 
     def start(self) -> None:
@@ -352,129 +346,9 @@ class Session:
         return self.outbox.to_sync()
 
     async def _sync(self, *, lease: int, more: bool = False) -> None:
-        """Send the outbox in its order (see :data:`scrapy_ha.scheduler.outbox.SEND_ORDER`), then
-        lease *lease* more (with *more*, as many as the shell wants once the new requests
-        are sealed: one that came meanwhile may outrank the buffer and must come back).
-
-        The acks and ends taken here were collected after their children were queued, so
-        every child goes to Redis (in earlier batches if need be) before its parent's ack.
-        """
-        assert self.queue is not None
-        box = self.outbox
-        lease_ms = int(self.config.lease_time * 1000)
-        n_acks, n_ends = len(box.acks), len(box.ends)
-        while len(box.children) > BATCH or (box.children and box.checkpoints):
-            await self.shell.handout.offer()  # then no await until seal: none slips past
-            batch = box.children[:BATCH]
-            self.shell.handout.seal(batch, keep=False)  # kept only where a grant covers them
-            result = await self._call_sync(enqueue=batch, lease_ms=lease_ms)
-            self._sent(result, batch)
-        if box.checkpoints:
-            await self._save_checkpoints()
-        await self.shell.handout.offer()
-        enqueue = box.children[:]
-        kept = self.shell.handout.seal(enqueue)
-        if more:
-            # kept requests fill the buffer: what it wanted before may be too many now
-            lease = self.shell.want() if kept else max(lease, self.shell.want())
-        # the grant (renewed before the reply is read, released at close if it is never
-        # read) holds what this call leases: pending requests, and the kept new ones
-        keeper = self.renewals.keeper if lease or any(e.kept for e in enqueue) else None
-        started = time.monotonic()
-        if keeper is not None:
-            keeper.syncing(True)  # renews this sync's leases even before we read the reply
-        try:
-            result = await self._call_sync(
-                enqueue=enqueue,
-                ack=box.acks[:n_acks],
-                lease=lease,
-                lease_ms=lease_ms,
-                promote=BATCH,
-                worker=self.config.worker_id if keeper is not None else None,
-            )
-            del box.acks[:n_acks]
-            box.retained.prune(self._held_pairs)
-            self._sent(result, enqueue)
-            self._note_server(result)
-            was_empty = not self.shell.buffered()
-            for lease_ in result.leases:
-                self._take(lease_)  # tracked (renewed, released) from here on
-            if was_empty and result.leases:  # only new leases buffered: valid from the call
-                renewals = self.renewals
-                renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
-        finally:
-            if keeper is not None:
-                keeper.hold(self._held_pairs())
-                keeper.syncing(False)
-        await self.ends.settle_corrupt()
-        await self.ends.end_ops(box.ends, n_ends)
-        result.head, self._futile = leasable_head(
-            result, waited=self.remote_head, asked=bool(lease), futile=self._futile
-        )
-        await self._after_sync(result, new_work=was_empty and bool(self.shell.buffered()))
-
-    async def _call_sync(self, **call: Any) -> SyncResult:
-        """The sync script, fenced against a Redis that lost children (see :mod:`_lost`)."""
-        assert self.queue is not None
-        held, url = self._held_pairs, self.redis_url
-        return await fenced_sync(
-            self.queue, self.outbox, held=held, stats=self.stats, redis_url=url, **call
-        )
-
-    def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
-        """Redis has *sent*, the head of the outbox's children: forget them, and tell the
-        shell the fate of those it handed out already."""
-        self.outbox.children_stored(len(sent))
-        self.shell.handout.settle(sent, result.dropped)
-        self._count(result, sent)
-        keeper = self.renewals.keeper
-        if keeper is not None and any(entry.taken for entry in sent):
-            # its new requests are leased to it now: the keeper renews them (loop blocked or not)
-            keeper.hold(self._held_pairs())
-
-    def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:
-        self.ends.count(result, len(sent))
-        self.renewals.acked += result.acked
-        self.shell.admission.forget_refused(sent, result)
-        self.starts.count(result, sent)
-
-    def _take(self, lease: Lease) -> None:
-        """Hand a leased request to the shell; an unreadable one waits in ``ends.corrupt``
-        (still renewed) until it is dead-lettered."""
-        try:
-            request = decode_request(lease.payload, self.spider) if lease.payload else None
-            if request is None:
-                raise CodecError("the payload is missing")
-        except Exception as exc:  # any failure to rebuild it is this entry's alone
-            reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
-            self.ends.corrupt.append((lease, reason))
-            return
-        self.shell.take(request, lease)
-
-    async def _save_checkpoints(self) -> None:
-        """After the children, before the acks: a checkpoint never runs ahead of the queue."""
-        assert self.queue is not None
-        saves = self.outbox.checkpoints
-        while saves:
-            cp = saves[0]
-            saved = await self.queue.save_checkpoint(
-                cp.entry_id, cp.token, cp.task, cp.doc, cp.ttl_ms
-            )
-            saves.pop(0)
-            self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
-            if not saved:
-                logger.warning(
-                    "Checkpoint of task %s refused: this worker's lease on the page "
-                    "expired (another worker has it)",
-                    cp.task,
-                )
-
-    def _note_server(self, result: SyncResult) -> None:
-        now = time.monotonic()
-        self.server_offset_ms = result.now_ms - time.time() * 1000
-        self.remote_active = result.pending + result.leased + result.delayed
-        gates = {d: now + (until - result.now_ms) / 1000 for d, until in result.gates.items()}
-        self.shell.set_gates(gates)
+        """One sync (see :meth:`Syncer.sync`), then the engine told what changed."""
+        new_work = await self.syncer.sync(lease=lease, more=more)
+        await self._after_sync(new_work=new_work)
 
     async def _send_gates(self) -> None:
         assert self.queue is not None
@@ -486,19 +360,13 @@ class Session:
                 "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
             )
 
-    async def _after_sync(self, result: SyncResult, *, new_work: bool) -> None:
+    async def _after_sync(self, *, new_work: bool) -> None:
         """Let the engine look when there is new work or when the crawl's state changed
         (edge-triggered: waking it on every round while idle would be a busy loop)."""
-        self.remote_waiting = result.pending + result.delayed
-        self.remote_pending = result.pending
-        self.remote_head = result.head
-        if result.paused != self.paused:
-            self.paused = result.paused
-            logger.info("crawl %s by operator", "paused" if self.paused else "resumed")
         self.outbox.recompute_top()
         new_work, self.outbox.held_back = new_work or self.outbox.held_back, False
         view = (self.shell.has_pending_requests(), self.shell.keep_alive())
-        changed, self.engine_view = view != self.engine_view, view
+        changed, self.remote.engine_view = view != self.remote.engine_view, view
         if changed and not view[1]:
             await self._count_peers()
         if new_work or changed:
@@ -507,7 +375,7 @@ class Session:
     async def _count_peers(self) -> None:
         """The crawl looks finished: are other workers alive (maybe still starting)?"""
         assert self.queue is not None
-        self.peers = max(0, (await self.queue.counts()).workers - 1)
+        self.remote.peers = max(0, (await self.queue.counts()).workers - 1)
 
     def _held_pairs(self) -> Pairs:
         """Every lease this worker holds: the shell's (buffered, in flight, finished and

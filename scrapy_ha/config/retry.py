@@ -1,0 +1,182 @@
+"""The retry settings, validated: each failure class's budget and backoff (:class:`Policy`),
+which statuses and exceptions fall in which class, Retry-After's cap and the jitter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.config import validate as check
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.verdict import RETRY_CLASSES, FailureClass, PermanentError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+__all__ = ["CLASS_DEFAULTS", "DEFAULT_STATUS_CLASSES", "Policy", "RetryConfig"]
+
+#: Retries per failure class (HA_RETRY_TIMES): enough to ride out a restart or a bad minute.
+DEFAULT_RETRY_TIMES = 5
+#: First backoff in seconds (HA_RETRY_BACKOFF_BASE): 3 s, 6 s, 12 s ... as most crawlers do.
+DEFAULT_BACKOFF_BASE = 3.0
+#: Backoff growth per attempt (HA_RETRY_BACKOFF_MULTIPLIER): exponential.
+DEFAULT_BACKOFF_MULTIPLIER = 2.0
+#: Longest backoff in seconds (HA_RETRY_BACKOFF_MAX): two minutes, short next to a crawl.
+DEFAULT_BACKOFF_MAX = 120.0
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Budget and backoff of one failure class: delay = base × multiplier^n, capped."""
+
+    times: int = DEFAULT_RETRY_TIMES
+    base: float = DEFAULT_BACKOFF_BASE
+    multiplier: float = DEFAULT_BACKOFF_MULTIPLIER
+    max: float = DEFAULT_BACKOFF_MAX
+
+    def backoff(self, attempt: int, jitter: float, rand: Callable[[], float]) -> float:
+        cap = min(self.max, self.base * self.multiplier**attempt)
+        return cap * (1 - jitter * rand())
+
+
+#: How each class differs from the global policy (HA_RETRY_TIMES, HA_RETRY_BACKOFF_*).
+CLASS_DEFAULTS: dict[FailureClass, dict[str, Any]] = {
+    FailureClass.NETWORK: {"base": 1.0},  # a dropped connection is usually fine a second later
+    FailureClass.SERVER: {},
+    FailureClass.RATE_LIMITED: {},
+    FailureClass.BANNED: {"times": 3},  # its own budget: a proxy rotation each time
+    FailureClass.PARSE: {"times": 2, "base": 10.0},
+    FailureClass.PIPELINE: {"base": 1.0},  # a database write that failed: retry soon
+    FailureClass.GONE: {"times": 0},
+    FailureClass.CLIENT: {"times": 0},
+    FailureClass.PERMANENT: {"times": 0},
+}
+
+#: Statuses whose class is not what their hundred says (HA_RETRY_STATUS_CLASSES adds to it).
+DEFAULT_STATUS_CLASSES: dict[int, FailureClass] = {
+    403: FailureClass.BANNED,
+    404: FailureClass.GONE,
+    408: FailureClass.SERVER,
+    410: FailureClass.GONE,
+    429: FailureClass.RATE_LIMITED,
+}
+
+
+#: Retry-After is honoured up to this many seconds (Crawlee caps its per-domain backoff too).
+DEFAULT_RETRY_AFTER_MAX = 600.0
+#: Fraction of the backoff that is random: 1.0 is "full jitter" (0 .. backoff).
+DEFAULT_JITTER = 1.0
+#: Priority change per retry: Scrapy's RETRY_PRIORITY_ADJUST default (fresh work first).
+DEFAULT_PRIORITY_ADJUST = -1
+
+
+def _class_policies(base: Policy) -> dict[FailureClass, Policy]:
+    return {name: replace(base, **fields) for name, fields in CLASS_DEFAULTS.items()}
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """The retry settings, validated. The proxy middleware classifies with them too, so
+    they are read whether or not the retry middlewares are on (HA_RETRY_ENABLED)."""
+
+    enabled: bool = True
+    policies: dict[FailureClass, Policy] = field(default_factory=lambda: _class_policies(Policy()))
+    status_classes: dict[int, FailureClass | None] = field(
+        default_factory=lambda: dict(DEFAULT_STATUS_CLASSES)
+    )
+    network_exceptions: tuple[type[BaseException], ...] = ()
+    permanent_exceptions: tuple[type[BaseException], ...] = (PermanentError,)
+    ban_check: Callable[[Response], bool] | None = None
+    retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
+    jitter: float = DEFAULT_JITTER
+    priority_adjust: int = DEFAULT_PRIORITY_ADJUST
+    #: HTTPERROR_ALLOWED_CODES: statuses every spider handles itself.
+    allowed_codes: tuple[int, ...] = ()
+
+    @classmethod
+    def switched_on(cls, settings: BaseSettings) -> bool:
+        """HA_RETRY_ENABLED: checked before the rest, so that retry middlewares switched
+        off do not fail on a value they never use (the proxy middleware reads the rest)."""
+        return check.boolean(settings, "HA_RETRY_ENABLED", True)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        base = Policy(
+            times=check.whole(settings, "HA_RETRY_TIMES", Policy.times, minimum=0),
+            base=check.non_negative(settings, "HA_RETRY_BACKOFF_BASE", Policy.base),
+            multiplier=check.non_negative(
+                settings, "HA_RETRY_BACKOFF_MULTIPLIER", Policy.multiplier
+            ),
+            max=check.non_negative(settings, "HA_RETRY_BACKOFF_MAX", Policy.max),
+        )
+        return cls(
+            enabled=check.boolean(settings, "HA_RETRY_ENABLED", True),
+            policies=_policies(settings, base),
+            status_classes=_status_classes(settings),
+            network_exceptions=check.imported_list(settings, "RETRY_EXCEPTIONS"),
+            permanent_exceptions=(
+                PermanentError,
+                *check.imported_list(settings, "HA_RETRY_PERMANENT_EXCEPTIONS"),
+            ),
+            ban_check=check.optional_callable(settings, "HA_BAN_CHECK"),
+            retry_after_max=check.non_negative(
+                settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX
+            ),
+            jitter=check.fraction(settings, "HA_RETRY_JITTER", DEFAULT_JITTER),
+            priority_adjust=settings.getint("RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST),
+            allowed_codes=tuple(int(x) for x in settings.getlist("HTTPERROR_ALLOWED_CODES")),
+        )
+
+    def classify_response(self, response: Response) -> FailureClass | None:
+        """The failure class of a response, or None if it is a success."""
+        if self.ban_check is not None and self.ban_check(response):
+            return FailureClass.BANNED
+        status = response.status
+        if status in self.status_classes:
+            return self.status_classes[status]
+        if status == 503 and b"Retry-After" in response.headers:
+            return FailureClass.RATE_LIMITED
+        if status >= 500:
+            return FailureClass.SERVER
+        if status >= 400:
+            return FailureClass.CLIENT
+        return None
+
+    def classify_exception(self, exception: BaseException) -> FailureClass | None:
+        """The failure class of an exception, or None if it is not a failure to handle."""
+        if isinstance(exception, self.permanent_exceptions):
+            return FailureClass.PERMANENT
+        if isinstance(exception, self.network_exceptions):
+            return FailureClass.NETWORK
+        return None
+
+
+def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy]:
+    policies = _class_policies(base)
+    for name, fields in settings.getdict("HA_RETRY_POLICIES").items():
+        if name not in RETRY_CLASSES or not isinstance(fields, dict):
+            raise ConfigError(
+                f"HA_RETRY_POLICIES[{name!r}]={fields!r}: the classes are {', '.join(policies)} "
+                f"and each takes a dict of times, base, multiplier, max"
+            )
+        try:
+            policies[FailureClass(name)] = replace(policies[FailureClass(name)], **fields)
+        except TypeError as exc:
+            raise ConfigError(f"HA_RETRY_POLICIES[{name!r}]={fields!r}: {exc}") from None
+    return policies
+
+
+def _status_classes(settings: BaseSettings) -> dict[int, FailureClass | None]:
+    classes: dict[int, FailureClass | None] = dict(DEFAULT_STATUS_CLASSES)
+    for status, fclass in settings.getdict("HA_RETRY_STATUS_CLASSES").items():
+        if fclass not in RETRY_CLASSES and fclass is not None:
+            raise ConfigError(
+                f"HA_RETRY_STATUS_CLASSES[{status!r}]={fclass!r} is not a failure class "
+                f"({', '.join(RETRY_CLASSES)}, or None for a success)"
+            )
+        classes[int(status)] = None if fclass is None else FailureClass(fclass)
+    return classes

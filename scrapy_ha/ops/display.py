@@ -1,0 +1,32 @@
+"""How the operator's tools show times: one format for the CLI and the dashboard."""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["TIME_FORMAT", "humanize", "local_time"]
+
+#: A local date-time as every tool prints it (and ``--since`` reads it first).
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def local_time(ms: float | None) -> str:
+    """A Redis time (ms since the epoch) as a local date-time, ``2026-11-30 17:05:12``;
+    empty for none."""
+    if not ms:
+        return ""
+    return time.strftime(TIME_FORMAT, time.localtime(ms / 1000))
+
+
+def humanize(seconds: float) -> str:
+    """A duration as people say it: ``45s``, ``3m 05s``, ``2h 10m``, ``3d 4h``."""
+    s = int(abs(seconds))
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m {s % 60:02d}s"
+    elif s < 86400:
+        text = f"{s // 3600}h {s % 3600 // 60:02d}m"
+    else:
+        text = f"{s // 86400}d {s % 86400 // 3600}h"
+    return f"-{text}" if seconds < 0 else text

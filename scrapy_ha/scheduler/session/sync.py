@@ -1,0 +1,195 @@
+"""One sync with Redis: the outbox sent in its order, more requests leased, and what came
+back handed to the shell.
+
+The sync script (``lua/sync.lua``) takes the children first (in batches, each before the
+checkpoints and acks that depend on it), then the acks and the lease of more requests in
+one call; its reply says which new requests Redis stored or refused, and brings the
+leased ones, which go to the shell's buffer (:meth:`Shell.take`), or, unreadable, to the
+dead-letter path of :mod:`.ends`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from scrapy_ha.codec import CodecError, decode_request
+from scrapy_ha.scheduler.outbox import BATCH
+from scrapy_ha.scheduler.session.lost import fenced_sync
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.outbox import Pair
+    from scrapy_ha.scheduler.session.connect import StartReport
+    from scrapy_ha.scheduler.session.ends import Ends
+    from scrapy_ha.scheduler.session.remote import Remote
+    from scrapy_ha.scheduler.session.renewal import Renewals
+    from scrapy_ha.scheduler.session.shell import Shell
+    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import Lease, NewEntry, SyncResult
+
+__all__ = ["Syncer"]
+
+logger = logging.getLogger(__name__)
+
+
+class Syncer:
+    """Syncs one shell's outbox with Redis (the session decides when)."""
+
+    def __init__(
+        self,
+        shell: Shell,
+        *,
+        ends: Ends,
+        renewals: Renewals,
+        remote: Remote,
+        starts: StartReport,
+        held_pairs: Callable[[], tuple[Pair, ...]],
+        redis_url: str,
+    ) -> None:
+        self.shell = shell
+        self.outbox = shell.outbox
+        self.stats: StatsCollector = shell.stats
+        self.ends = ends
+        self.renewals = renewals
+        self.remote = remote
+        self.starts = starts
+        self._held_pairs = held_pairs
+        self.redis_url = redis_url
+
+    @property
+    def queue(self) -> RedisQueue | None:
+        return self.ends.queue
+
+    @property
+    def config(self) -> SchedulerConfig:
+        return self.shell.config
+
+    async def sync(self, *, lease: int, more: bool = False) -> bool:
+        """Send the outbox in its order (see :data:`scrapy_ha.scheduler.outbox.SEND_ORDER`), then
+        lease *lease* more (with *more*, as many as the shell wants once the new requests
+        are sealed: one that came meanwhile may outrank the buffer and must come back).
+
+        The acks and ends taken here were collected after their children were queued, so
+        every child goes to Redis (in earlier batches if need be) before its parent's ack.
+        True if the buffer was empty and this sync filled it: new work for the engine.
+        """
+        assert self.queue is not None
+        box = self.outbox
+        lease_ms = int(self.config.lease_time * 1000)
+        n_acks, n_ends = len(box.acks), len(box.ends)
+        while len(box.children) > BATCH or (box.children and box.checkpoints):
+            await self.shell.handout.offer()  # then no await until seal: none slips past
+            batch = box.children[:BATCH]
+            self.shell.handout.seal(batch, keep=False)  # kept only where a grant covers them
+            result = await self._call_sync(enqueue=batch, lease_ms=lease_ms)
+            self._sent(result, batch)
+        if box.checkpoints:
+            await self.save_checkpoints()
+        await self.shell.handout.offer()
+        enqueue = box.children[:]
+        kept = self.shell.handout.seal(enqueue)
+        if more:
+            # kept requests fill the buffer: what it wanted before may be too many now
+            lease = self.shell.want() if kept else max(lease, self.shell.want())
+        # the grant (renewed before the reply is read, released at close if it is never
+        # read) holds what this call leases: pending requests, and the kept new ones
+        keeper = self.renewals.keeper if lease or any(e.kept for e in enqueue) else None
+        started = time.monotonic()
+        if keeper is not None:
+            keeper.syncing(True)  # renews this sync's leases even before we read the reply
+        try:
+            result = await self._call_sync(
+                enqueue=enqueue,
+                ack=box.acks[:n_acks],
+                lease=lease,
+                lease_ms=lease_ms,
+                promote=BATCH,
+                worker=self.config.worker_id if keeper is not None else None,
+            )
+            del box.acks[:n_acks]
+            box.retained.prune(self._held_pairs)
+            self._sent(result, enqueue)
+            self._note_server(result)
+            was_empty = not self.shell.buffered()
+            for lease_ in result.leases:
+                self._take(lease_)  # tracked (renewed, released) from here on
+            if was_empty and result.leases:  # only new leases buffered: valid from the call
+                renewals = self.renewals
+                renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
+        finally:
+            if keeper is not None:
+                keeper.hold(self._held_pairs())
+                keeper.syncing(False)
+        await self.ends.settle_corrupt()
+        await self.ends.end_ops(box.ends, n_ends)
+        self.remote.synced(result, asked=bool(lease))
+        return was_empty and bool(self.shell.buffered())
+
+    async def _call_sync(self, **call: Any) -> SyncResult:
+        """The sync script, fenced against a Redis that lost children (see :mod:`_lost`)."""
+        assert self.queue is not None
+        held, url = self._held_pairs, self.redis_url
+        return await fenced_sync(
+            self.queue, self.outbox, held=held, stats=self.stats, redis_url=url, **call
+        )
+
+    def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        """Redis has *sent*, the head of the outbox's children: forget them, and tell the
+        shell the fate of those it handed out already."""
+        self.outbox.children_stored(len(sent))
+        self.shell.handout.settle(sent, result.dropped)
+        self._count(result, sent)
+        keeper = self.renewals.keeper
+        if keeper is not None and any(entry.taken for entry in sent):
+            # its new requests are leased to it now: the keeper renews them (loop blocked or not)
+            keeper.hold(self._held_pairs())
+
+    def _count(self, result: SyncResult, sent: list[NewEntry]) -> None:
+        self.ends.count(result, len(sent))
+        self.renewals.acked += result.acked
+        self.shell.admission.forget_refused(sent, result)
+        self.starts.count(result, sent)
+
+    def _take(self, lease: Lease) -> None:
+        """Hand a leased request to the shell; an unreadable one waits in ``ends.corrupt``
+        (still renewed) until it is dead-lettered."""
+        try:
+            request = decode_request(lease.payload, self.ends.spider) if lease.payload else None
+            if request is None:
+                raise CodecError("the payload is missing")
+        except Exception as exc:  # any failure to rebuild it is this entry's alone
+            reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
+            self.ends.corrupt.append((lease, reason))
+            return
+        self.shell.take(request, lease)
+
+    async def save_checkpoints(self) -> None:
+        """After the children, before the acks: a checkpoint never runs ahead of the queue."""
+        assert self.queue is not None
+        saves = self.outbox.checkpoints
+        while saves:
+            cp = saves[0]
+            saved = await self.queue.save_checkpoint(
+                cp.entry_id, cp.token, cp.task, cp.doc, cp.ttl_ms
+            )
+            saves.pop(0)
+            self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
+            if not saved:
+                logger.warning(
+                    "Checkpoint of task %s refused: this worker's lease on the page "
+                    "expired (another worker has it)",
+                    cp.task,
+                )
+
+    def _note_server(self, result: SyncResult) -> None:
+        now = time.monotonic()
+        self.remote.clock(result)
+        gates = {d: now + (until - result.now_ms) / 1000 for d, until in result.gates.items()}
+        self.shell.set_gates(gates)
