@@ -42,7 +42,7 @@ import redis.asyncio.cluster
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scrapy_ha.store.shards import make_queue  # noqa: E402
+from scrapy_ha.store.sharding import make_queue  # noqa: E402
 from scrapy_ha.store.wire import NewEntry  # noqa: E402
 from tests import redis_servers  # noqa: E402
 

@@ -319,6 +319,26 @@ class Keys:
         types[self.dupefilter] = "set"
         return types
 
+    def working(self) -> list[str]:
+        """The keys ``finish.lua`` clears once a crawl is done, in its KEYS order (seq and
+        sent stay: a worker still alive, stopped say, never sees them go back)."""
+        return [
+            self.pending,
+            self.leased,
+            self.delayed,
+            self.workers,
+            self.dupefilter,
+            self.expiries,
+            self.lease_seq,
+            self.reclaim_guard,
+            self.gates,
+            self.delayed_score,
+            self.retried,
+            self.dlq_alert,
+            self.paused,
+            self.polite,
+        ]
+
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
         return [

@@ -12,7 +12,8 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
-from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware, _Progress
+from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware
+from scrapy_ha.middlewares.tasks import Progress
 
 #: Items of one feed page (the issue's size).
 FEED_PAGE_ITEMS = 100_000
@@ -66,7 +67,7 @@ def bookkeeping_cpu(n: int, budget: float = float("inf")) -> float:
     gc.disable()  # a collection of an earlier run's garbage is not this run's cost
     try:
         started = time.process_time()  # CPU time: the machine may be busy with other work
-        progress = _Progress(page)
+        progress = Progress(page)
         for index, item in enumerate(items, 1):
             mw._track(item, progress, index)
         for done, index in enumerate(order, 1):
@@ -118,7 +119,7 @@ def test_a_failed_item_holds_the_mid_page_checkpoint_back():
     mw = middleware(saves)
     page = Request("http://example.com/list", meta={metakeys.LEASE: ("1", "1:1"), "ha_task": "t"})
     items = [{"id": i} for i in range(1, 201)]
-    progress = _Progress(page)
+    progress = Progress(page)
     for index, item in enumerate(items, 1):
         mw._track(item, progress, index)
     for item in items:
@@ -136,7 +137,7 @@ def test_a_page_resumed_past_its_first_items_goes_on_saving():
     mw = middleware([])
     mw._save_mid_page = lambda p: saved.append((p.prefix, p.items_before + p.prefix))  # type: ignore[method-assign]
     page = Request("http://example.com/list/3", meta={metakeys.LEASE: ("1", "1:1"), "ha_task": "t"})
-    progress = _Progress(page, {"page": 3, "items": 300}, skip=100)  # 200 before page 3
+    progress = Progress(page, {"page": 3, "items": 300}, skip=100)  # 200 before page 3
     items = [{"id": i} for i in range(101, 201)]
     for index, item in enumerate(items, 101):
         mw._track(item, progress, index)

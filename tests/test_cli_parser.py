@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from scrapy_ha.cli import delayed, pause, push, status, workers
-from scrapy_ha.cli import main as cli
+from scrapy_ha.cli import checkpoints, delayed, pause, push, status, workers
+from scrapy_ha.cli import cmdline as cli
 
 if TYPE_CHECKING:
     import argparse
@@ -23,9 +23,9 @@ COMMANDS = [
     (["dlq", "export", "books", "--domain", "example.com"], cli.dlq_export),
     (["dlq", "requeue", "books", "1", "2"], cli.dlq_requeue),
     (["dlq", "purge", "books", "--all"], cli.dlq_purge),
-    (["checkpoints", "list", "books"], cli.checkpoints_list),
-    (["checkpoints", "show", "books", "shelf"], cli.checkpoints_show),
-    (["checkpoints", "reset", "books", "--all"], cli.checkpoints_reset),
+    (["checkpoints", "list", "books"], checkpoints.checkpoints_list),
+    (["checkpoints", "show", "books", "shelf"], checkpoints.checkpoints_show),
+    (["checkpoints", "reset", "books", "--all"], checkpoints.checkpoints_reset),
     (["workers", "books", "--json"], workers.workers),
     (["push", "books", "http://a.example/"], push.push),
     (["pause", "books"], pause.pause),
@@ -33,7 +33,7 @@ COMMANDS = [
     (["delayed", "list", "books", "--class", "server"], delayed.delayed_list),
     (["delayed", "retry-now", "books", "--all", "--dry-run"], delayed.delayed_retry_now),
 ]
-MODULES = (cli, status, workers, push, pause, delayed)
+MODULES = (cli, status, workers, push, pause, delayed, checkpoints)
 
 
 @pytest.mark.parametrize(("argv", "func"), COMMANDS, ids=lambda v: getattr(v, "__name__", ""))

@@ -58,7 +58,7 @@ async def watch_gate(
         if gates and open_at is None:
             open_at = int(max(gates.values())) / 1000
         schedulers = [scheduler_for(c) for c in crawlers]
-        if open_at is not None and all(s is not None and s._gates for s in schedulers):
+        if open_at is not None and all(s is not None and s._closed for s in schedulers):
             return time.time(), open_at
         await asyncio.sleep(0.01)
 

@@ -246,10 +246,10 @@ async def test_close_flushes_acks_and_releases_what_is_held():
 def test_the_idle_spider_stays_open_while_anything_is_local():
     s, session, _ = shell()
     session.remote.engine_view = (False, False)
-    s._on_idle()  # nothing anywhere, no peers: may close
+    s.idle.on_idle()  # nothing anywhere, no peers: may close
     s.enqueue_request(Request("http://a.test/1"))
     with pytest.raises(DontCloseSpider):
-        s._on_idle()
+        s.idle.on_idle()
 
 
 def test_a_finished_request_with_a_verdict_of_the_users_own_is_ended_or_acked_never_lost():

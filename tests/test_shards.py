@@ -24,7 +24,8 @@ from scrapy_ha.ops import operations
 from scrapy_ha.ops.crawls import discover, read_crawls
 from scrapy_ha.ops.shards import dead_letters
 from scrapy_ha.scheduler.session.connect import _refuse_unsharded_features
-from scrapy_ha.store.shards import ShardedQueue, check_shard_count, make_queue, shard_setting
+from scrapy_ha.store.sharding import check_shard_count, make_queue, shard_setting
+from scrapy_ha.store.shards import ShardedQueue
 from scrapy_ha.store.wire import Fresh, NewEntry
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from scrapy_ha.cli import main as cli
+from scrapy_ha.cli import cmdline as cli
 
 #: Seconds one run may take once its Ctrl-C is sent (a refresh is a few milliseconds).
 DEADLINE = 10.0

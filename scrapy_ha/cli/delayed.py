@@ -20,7 +20,8 @@ from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
 from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.operations import server_ms
-from scrapy_ha.store.shards import outside, shards_of
+from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.shards import outside
 
 if TYPE_CHECKING:
     import argparse

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
-from scrapy_ha.store.shards import shards_of
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable

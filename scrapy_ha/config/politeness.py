@@ -20,24 +20,20 @@ Redis and comes back leased, within the limits.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha import metakeys
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
     from typing import Self
 
-    from scrapy import Request
     from scrapy.settings import BaseSettings
 
-__all__ = ["DomainLimit", "Politeness", "StartTimes"]
+__all__ = ["DomainLimit", "Politeness"]
 
 #: The keys a per-domain entry of ``HA_DOMAIN_LIMITS`` may have.
 LIMIT_KEYS = ("rate", "concurrency")
@@ -208,30 +204,3 @@ def describe(limits: Mapping[str, DomainLimit], held: Mapping[str, int]) -> str:
     if held:
         text += " (slots held: " + ", ".join(f"{d} {n}" for d, n in sorted(held.items())) + ")"
     return text
-
-
-class StartTimes:
-    """Leased requests held in the worker's buffer until the start time their domain's
-    crawl-wide rate gave them (the lease's ``wait_ms``); one timer wakes the engine at the
-    earliest of them, and it looks again."""
-
-    def __init__(self, wake: Callable[[], None]) -> None:
-        self._wake = wake
-        self._timer_at: float | None = None
-
-    def hold(self, request: Request, wait_ms: int) -> None:
-        request.meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
-
-    def waits(self, request: Request) -> bool:
-        """*request* may not start yet (a timer wakes the engine at its time)."""
-        not_before = request.meta.get(metakeys.NOT_BEFORE)
-        if not_before is None or not_before <= time.monotonic():
-            return False
-        if self._timer_at is None or not_before < self._timer_at:
-            self._timer_at = not_before  # else an earlier timer wakes the engine first
-            asyncio.get_running_loop().call_later(not_before - time.monotonic(), self._fire)
-        return True
-
-    def _fire(self) -> None:
-        self._timer_at = None
-        self._wake()

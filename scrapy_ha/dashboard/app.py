@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import asynccontextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -20,46 +19,34 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from scrapy_ha.codec import describe, mask_payload
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action
-from scrapy_ha.dashboard._chart import rate_chart
 from scrapy_ha.dashboard._data import (
-    CHART_MINUTES,
     Filter,
-    Page,
-    Row,
     Tables,
-    body_text,
-    crawl_names,
-    crawl_stats,
-    open_gates,
     page_json,
     report,
-    today_ms,
 )
-from scrapy_ha.keys import Keys
+from scrapy_ha.dashboard._views import (
+    crawl_keys,
+    crawl_view,
+    entry_view,
+    filter_from,
+    one_shard,
+    overview_rows,
+    table_key,
+    table_page,
+)
 from scrapy_ha.ops.display import local_time
-from scrapy_ha.ops.workers import live_workers
-from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.shards import make_queue
+from scrapy_ha.store.sharding import make_queue
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from scrapy_ha.ops.stats import CrawlStats
 
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
-#: Rows per table page unless asked otherwise, and the most a page may hold.
-PAGE_SIZE, MAX_PAGE_SIZE = 50, 500
-#: Domains listed on a crawl page (the busiest).
-TOP_DOMAINS = 20
-#: Duration suffixes accepted by the time filters ("24h": the last 24 hours).
-DURATIONS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-#: The tables: which set they page, which end comes first.
-TABLES = {"dead": True, "delayed": False}  # newest dead letter first; soonest retry first
 
 
 def create_app(
@@ -128,163 +115,6 @@ def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
     return templates.TemplateResponse(request, template, context)
 
 
-async def _keys(request: Request, spider: str) -> Keys:
-    """The crawl's keys; a sharded crawl's are shard 0's, where its crawl-wide keys are (its
-    numbers are read from every shard: see :func:`scrapy_ha.stats.read_crawl_stats`)."""
-    keys = Keys(request.app.state.prefix, spider)
-    stored = await request.app.state.client.get(keys.shard_count)
-    shards = int(stored) if stored is not None and stored.isdigit() else 1
-    return keys if shards <= 1 else Keys(keys.prefix, spider, 0, shards)
-
-
-def _one_shard(keys: Keys) -> None:
-    """The dead and delayed tables read one shard: refused for a sharded crawl."""
-    if keys.shard is not None:
-        raise HTTPException(
-            409,
-            f"the dashboard's tables do not read sharded crawls yet ({keys.spider} has "
-            f"HA_SHARDS={keys.shards}): use `scrapy-ha dlq list {keys.spider}`",
-        )
-
-
-# -- reading --------------------------------------------------------------------------------
-
-
-async def _overview(request: Request) -> list[dict[str, Any]]:
-    client = request.app.state.client
-    crawls = []
-    for spider in await crawl_names(client, request.app.state.prefix):
-        keys = await _keys(request, spider)
-        stats = await crawl_stats(client, keys, domains=False)
-        crawls.append(await _summary(client, keys, stats))
-    return crawls
-
-
-async def _paused(client: Any, keys: Keys) -> bool:
-    return bool(await client.exists(keys.paused))
-
-
-async def _summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]:
-    chart = rate_chart(stats, CHART_MINUTES)
-    eta = stats.eta_seconds()
-    return {
-        "spider": stats.spider,
-        "pending": stats.pending,
-        "leased": stats.leased,
-        "delayed": stats.delayed,
-        "dead": stats.dead,
-        "workers": stats.workers,
-        "paused": await _paused(client, keys),
-        "pages_per_s": round(chart.last, 2),
-        "pages_per_s_last_hour": [round(v, 3) for v in chart.per_second],
-        "chart_points": chart.points,
-        "chart_peak": round(chart.peak, 2),
-        "eta_s": None if eta is None else round(eta),
-        "now": stats.now_ms,
-    }
-
-
-async def _crawl(request: Request, spider: str) -> dict[str, Any]:
-    client = request.app.state.client
-    keys = await _keys(request, spider)
-    stats = await crawl_stats(client, keys, domains=True)
-    now, live = await live_workers(RedisQueue(client, keys))
-    midnight_minute = today_ms(stats.now_ms) // 60_000
-    today = {
-        event: sum(n for m, n in stats.minutes.get(event, {}).items() if m >= midnight_minute)
-        for event in ("retried", "dead", "acked")
-    }
-    success = stats.retry_success_rate
-    return {
-        **await _summary(client, keys, stats),
-        "pending_retries": stats.delayed,
-        "today": today,
-        "retry_success_rate": None if success is None else round(success, 4),
-        "counters": stats.counters,
-        "retried_by_class": stats.retried_by_class,
-        "dead_by_class": stats.dead_by_class,
-        "domains": dict(stats.top_domains(TOP_DOMAINS)),
-        "gates": await open_gates(client, keys, stats.now_ms),
-        "workers_live": [w.as_dict(now) for w in live],
-    }
-
-
-async def _server_ms(client: Any) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
-def _time_param(name: str, value: str | None, now_ms: int) -> int | None:
-    """``24h`` (that long ago), a local date-time (``2026-11-30T17:00``) or ms."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        if value[-1] in DURATIONS and value[:-1].isdigit():
-            return now_ms - int(value[:-1]) * DURATIONS[value[-1]]
-        if value.isdigit():
-            return int(value)
-        return int(datetime.fromisoformat(value).astimezone().timestamp() * 1000)
-    except ValueError:
-        raise HTTPException(
-            400, f"{name}={value!r}: give a duration (30m, 24h, 7d), a date-time or ms"
-        ) from None
-
-
-def _int_param(name: str, value: str | None) -> int | None:
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise HTTPException(400, f"{name}={value!r} is not a whole number") from None
-
-
-async def _filter(request: Request, params: Any) -> Filter:
-    now = await _server_ms(request.app.state.client)
-    return Filter(
-        failure_class=params.get("class") or None,
-        domain=params.get("domain") or None,
-        status=_int_param("status", params.get("status")),
-        since_ms=_time_param("since", params.get("since"), now),
-        until_ms=_time_param("until", params.get("until"), now),
-    )
-
-
-def _table_key(keys: Keys, table: str) -> str:
-    if table not in TABLES:
-        raise HTTPException(404, f"no table {table!r}: dead or delayed")
-    return keys.dead if table == "dead" else keys.delayed
-
-
-async def _table(request: Request, spider: str, table: str) -> tuple[Filter, Page]:
-    keys = await _keys(request, spider)
-    _one_shard(keys)
-    key = _table_key(keys, table)
-    q = request.query_params
-    flt = await _filter(request, q)
-    size = min(_int_param("size", q.get("size")) or PAGE_SIZE, MAX_PAGE_SIZE)
-    tables = Tables(request.app.state.client, keys)
-    cursor = _int_param("cursor", q.get("cursor"))
-    return flt, await tables.page(key, flt, cursor=cursor, size=size, newest_first=TABLES[table])
-
-
-async def _entry(request: Request, spider: str, table: str, entry_id: str) -> dict[str, Any]:
-    keys = await _keys(request, spider)
-    _one_shard(keys)
-    client = request.app.state.client
-    row = await Tables(client, keys).row(_table_key(keys, table), entry_id)
-    if row is None:
-        raise HTTPException(404, f"no {table} entry {entry_id} in {spider}")
-    summary = describe(await client.hget(keys.payload, entry_id))
-    return {
-        **row.as_dict(),
-        "history": mask_payload(row.history),
-        "request": summary.printable(),  # secrets masked by the codec, as in `dlq show`
-        "body": body_text(summary.body),
-    }
-
-
 # -- acting ---------------------------------------------------------------------------------
 
 
@@ -304,15 +134,15 @@ async def _selection(
         return ids
     if flt is None:
         raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
-    keys = await _keys(request, spider)
-    _one_shard(keys)
-    return await Tables(request.app.state.client, keys).all_ids(_table_key(keys, action.table), flt)
+    keys = await crawl_keys(request, spider)
+    one_shard(keys)
+    return await Tables(request.app.state.client, keys).all_ids(table_key(keys, action.table), flt)
 
 
 async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
-    keys = await _keys(request, spider)
+    keys = await crawl_keys(request, spider)
     if action.table is not None:
-        _one_shard(keys)
+        one_shard(keys)
     queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards)
     touched = await action.run(queue, ids)
     logger.info(
@@ -328,7 +158,9 @@ async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any
     except ValueError:
         raise HTTPException(400, "the body is not JSON") from None
     ids = [str(i) for i in body.get("ids") or []]
-    flt = await _filter(request, body["filter"]) if isinstance(body.get("filter"), dict) else None
+    flt = (
+        await filter_from(request, body["filter"]) if isinstance(body.get("filter"), dict) else None
+    )
     selected = await _selection(request, spider, action, ids, flt)
     if body.get("dry_run"):
         return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
@@ -348,7 +180,7 @@ async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse
         raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
     ids = [_str(i) or "" for i in form.getlist("ids")]
     scope_filter = form.get("scope") == "filter"
-    flt = await _filter(request, form) if scope_filter else None
+    flt = await filter_from(request, form) if scope_filter else None
     selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
     context = {"spider": spider, "action": action, "selected": selected, "form": form}
     if form.get("confirm") != "yes":
@@ -373,7 +205,7 @@ def _routes(app: FastAPI) -> None:
 def _html_routes(app: FastAPI) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
-        return _page(request, "overview.html", crawls=await _overview(request))
+        return _page(request, "overview.html", crawls=await overview_rows(request))
 
     @app.get("/crawls/{spider}", response_class=HTMLResponse)
     async def crawl(request: Request, spider: str) -> HTMLResponse:
@@ -381,13 +213,13 @@ def _html_routes(app: FastAPI) -> None:
             request,
             "crawl.html",
             spider=spider,
-            crawl=await _crawl(request, spider),
+            crawl=await crawl_view(request, spider),
             pause_actions=True,
         )
 
     @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
     async def table(request: Request, spider: str, table: str) -> HTMLResponse:
-        flt, page = await _table(request, spider, table)
+        flt, page = await table_page(request, spider, table)
         return _page(
             request,
             "table.html",
@@ -401,7 +233,7 @@ def _html_routes(app: FastAPI) -> None:
 
     @app.get("/crawls/{spider}/{table}/{entry_id}", response_class=HTMLResponse)
     async def entry(request: Request, spider: str, table: str, entry_id: str) -> HTMLResponse:
-        data = await _entry(request, spider, table, entry_id)
+        data = await entry_view(request, spider, table, entry_id)
         shown = json.dumps(data["request"], indent=2, ensure_ascii=False)
         return _page(
             request,
@@ -421,20 +253,20 @@ def _html_routes(app: FastAPI) -> None:
 def _api_routes(app: FastAPI) -> None:
     @app.get("/api/crawls")
     async def api_crawls(request: Request) -> dict[str, Any]:
-        return {"prefix": request.app.state.prefix, "crawls": await _overview(request)}
+        return {"prefix": request.app.state.prefix, "crawls": await overview_rows(request)}
 
     @app.get("/api/crawls/{spider}")
     async def api_crawl(request: Request, spider: str) -> dict[str, Any]:
-        return await _crawl(request, spider)
+        return await crawl_view(request, spider)
 
     @app.get("/api/crawls/{spider}/{table}")
     async def api_table(request: Request, spider: str, table: str) -> dict[str, Any]:
-        flt, page = await _table(request, spider, table)
+        flt, page = await table_page(request, spider, table)
         return page_json(spider, table, flt, page)
 
     @app.get("/api/crawls/{spider}/{table}/{entry_id}")
     async def api_entry(request: Request, spider: str, table: str, entry_id: str) -> Any:
-        return await _entry(request, spider, table, entry_id)
+        return await entry_view(request, spider, table, entry_id)
 
     @app.post("/api/crawls/{spider}/actions/{name}")
     async def api_act(request: Request, spider: str, name: str) -> dict[str, Any]:
@@ -462,4 +294,4 @@ def _login_routes(app: FastAPI) -> None:
         return response
 
 
-__all__ = ["Row", "create_app", "local_time"]
+__all__ = ["create_app"]

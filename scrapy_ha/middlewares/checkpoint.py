@@ -27,7 +27,6 @@ The spider reads and adds its own fields through ``response.meta["ha_checkpoint"
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,16 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
+from scrapy_ha.middlewares.tasks import (
+    Counter,
+    Progress,
+    is_mid_page_of,
+    is_new_root,
+    item_id,
+    same_method,
+    task_id,
+    without_progress,
+)
 from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
@@ -49,7 +58,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 
-__all__ = ["CheckpointMiddleware", "task_id"]
+__all__ = ["CheckpointMiddleware"]
 
 logger = logging.getLogger(__name__)
 #: Items tracked between their page and the pipelines' verdict, at most: far above what
@@ -73,7 +82,7 @@ class CheckpointMiddleware:
         self.rerun = config.rerun
         self.id_field = config.id_field
         # id(item) -> (its page's progress, its index in the page)
-        self._pending: dict[int, tuple[_Progress, int]] = {}
+        self._pending: dict[int, tuple[Progress, int]] = {}
         crawler.signals.connect(self._item_done, signal=signals.item_scraped)
         crawler.signals.connect(self._item_done, signal=signals.item_dropped)
         crawler.signals.connect(self._item_failed, signal=signals.item_error)
@@ -160,7 +169,7 @@ class CheckpointMiddleware:
         task = page.meta.get(metakeys.TASK) if page is not None else None
         if page is None or not task:
             async for x in result:
-                if _is_new_root(x):
+                if is_new_root(x):
                     x = await self._resume(x)
                 if x is not None:
                     yield x
@@ -176,10 +185,10 @@ class CheckpointMiddleware:
         state = await self._page_state(page, task)
         fields = page.meta.setdefault(metakeys.CHECKPOINT, {})
         skip, next_pages = int(state.pop("skip", 0)), []
-        counter = _Counter(page, state, skip, self._tracks(page))
+        counter = Counter(page, state, skip, self._tracks(page))
         try:
             async for x in result:
-                if _is_new_root(x):
+                if is_new_root(x):
                     x = await self._resume(x)
                 elif isinstance(x, Request) and self._is_next_page(x, page):
                     next_pages.append(x)
@@ -204,7 +213,7 @@ class CheckpointMiddleware:
     def _tracks(self, page: Request) -> bool:
         return bool(self.every and metakeys.LEASE in page.meta)
 
-    def _count(self, item: Any, counter: _Counter, state: dict[str, Any]) -> bool:
+    def _count(self, item: Any, counter: Counter, state: dict[str, Any]) -> bool:
         """Count an item of the page; False if it was emitted before (skip it)."""
         counter.index += 1
         if counter.index <= counter.skip:
@@ -213,7 +222,7 @@ class CheckpointMiddleware:
         if counter.progress is not None:
             self._track(item, counter.progress, counter.index)
         state["items"] = state.get("items", 0) + 1
-        state["last_id"] = _item_id(item, self.id_field, state.get("last_id"))
+        state["last_id"] = item_id(item, self.id_field, state.get("last_id"))
         return True
 
     def _chain(
@@ -236,7 +245,7 @@ class CheckpointMiddleware:
         except Exception as exc:  # a checkpoint is an optimisation: never fail the page
             logger.warning("Could not read the checkpoint of task %s: %s", task, exc)
             return state
-        if _is_mid_page_of(doc, page, state):
+        if is_mid_page_of(doc, page, state):
             assert doc is not None
             state["skip"], state["items"] = int(doc["skip"]), int(doc.get("items", 0))
         return state
@@ -246,7 +255,7 @@ class CheckpointMiddleware:
         if marked is not None:
             return bool(marked)
         default = getattr(self.crawler.spider, "parse", None)  # what a None callback means
-        return _same(request.callback or default, page.callback or default)
+        return same_method(request.callback or default, page.callback or default)
 
     def _page_done(
         self,
@@ -267,7 +276,7 @@ class CheckpointMiddleware:
         if "last_id" in state:
             doc["last_id"] = state["last_id"]
         if nxt is not None:
-            doc["next"] = encode_request(_without_progress(nxt), self.crawler.spider).decode()
+            doc["next"] = encode_request(without_progress(nxt), self.crawler.spider).decode()
         self._save_at_finish(page, task, doc)
 
     # -- saving -----------------------------------------------------------------------
@@ -291,7 +300,7 @@ class CheckpointMiddleware:
             return None
         return payload
 
-    def _track(self, item: Any, progress: _Progress, index: int) -> None:
+    def _track(self, item: Any, progress: Progress, index: int) -> None:
         if len(self._pending) >= PENDING_LIMIT:
             del self._pending[next(iter(self._pending))]  # the oldest
         self._pending[id(item)] = (progress, index)
@@ -310,7 +319,7 @@ class CheckpointMiddleware:
         crawled again, see the ``pipeline`` failure class)."""
         self._pending.pop(id(item), None)
 
-    def _save_mid_page(self, progress: _Progress) -> None:
+    def _save_mid_page(self, progress: Progress) -> None:
         """Redo this page later, skipping the items already through the pipelines."""
         page, done = progress.page, progress.prefix
         task = page.meta[metakeys.TASK]
@@ -322,96 +331,8 @@ class CheckpointMiddleware:
             "items": progress.items_before + done,
             "fields": page.meta.get(metakeys.CHECKPOINT, {}),
             "done": False,
-            "next": encode_request(_without_progress(page), self.crawler.spider).decode(),
+            "next": encode_request(without_progress(page), self.crawler.spider).decode(),
         }
         payload = self._checked(task, doc)
         if payload is not None:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=False)
-
-
-def _is_new_root(x: Any) -> bool:
-    """A request the spider marked as the root of a task (``meta["ha_task"] = "name"``)."""
-    return (
-        isinstance(x, Request)
-        and bool(x.meta.get(metakeys.TASK))
-        and (metakeys.TASK_STATE not in x.meta)
-    )
-
-
-def _without_progress(page: Request) -> Request:
-    drop = (
-        metakeys.TASK_STATE,
-        metakeys.CHECKPOINT,
-        metakeys.TASK,
-    )  # stored beside it in the checkpoint
-    meta = {k: v for k, v in page.meta.items() if k not in drop}
-    return page.replace(meta=meta)
-
-
-class _Counter:
-    """Where a page's output is: items seen, items to skip, what the pipelines finished."""
-
-    __slots__ = ("index", "progress", "skip")
-
-    def __init__(self, page: Request, state: dict[str, Any], skip: int, tracked: bool) -> None:
-        self.index = 0
-        self.skip = skip
-        self.progress = _Progress(page, state, skip) if tracked else None
-
-
-class _Progress:
-    """Which items of one page are through the pipelines: the unbroken run from the first
-    (``prefix``) plus those done out of order. Each index is added and removed once, so a
-    page of n items costs O(n) in all."""
-
-    __slots__ = ("ahead", "items_before", "page", "page_no", "prefix", "saved")
-
-    def __init__(self, page: Request, state: dict[str, Any] | None = None, skip: int = 0) -> None:
-        state = state or {}
-        self.page = page
-        self.page_no = state.get("page", 1)
-        self.items_before = int(state.get("items", 0)) - skip  # the task's, before this page
-        self.prefix = skip  # items 1..prefix are done (those skipped were done before)
-        self.saved = skip  # the prefix last checkpointed
-        self.ahead: set[int] = set()
-
-    def add(self, index: int) -> int:
-        """Mark item *index* (1-based) done; returns the new prefix."""
-        self.ahead.add(index)
-        while self.prefix + 1 in self.ahead:
-            self.prefix += 1
-            self.ahead.discard(self.prefix)
-        return self.prefix
-
-
-def _is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, Any]) -> bool:
-    """True if *doc* is a mid-page checkpoint of this very page, further than *state*."""
-    if not doc or doc.get("done") or "skip" not in doc or not doc.get("next"):
-        return False
-    if doc.get("page") != state.get("page", 1) or int(doc["skip"]) <= int(state.get("skip", 0)):
-        return False
-    try:
-        return bool(json.loads(doc["next"]).get("u") == page.url)
-    except (ValueError, TypeError, AttributeError):
-        return False
-
-
-def _same(a: Any, b: Any) -> bool:
-    return getattr(a, "__func__", a) is getattr(b, "__func__", b)
-
-
-def _item_id(item: Any, field: str, default: Any) -> Any:
-    try:
-        value = item[field]
-    except (KeyError, TypeError, IndexError):
-        return default
-    return value if isinstance(value, (str, int, float)) else default
-
-
-def task_id(root: Request, crawler: Crawler) -> str:
-    """The task a root request starts: ``meta["ha_task"]``, else its fingerprint (16 hex)."""
-    given = root.meta.get(metakeys.TASK)
-    if given:
-        return str(given)
-    assert crawler.request_fingerprinter is not None
-    return hashlib.sha1(crawler.request_fingerprinter.fingerprint(root)).hexdigest()[:16]  # noqa: S324

@@ -50,7 +50,7 @@ async def make_due(queue: RedisQueue, ids: list[str]) -> int:
 async def pause(queue: RedisQueue, by: str) -> bool:
     """Set the crawl's paused key (when, and *by* whom): workers lease nothing new at their
     next sync. False when it was paused already (the first pause's time is kept)."""
-    from scrapy_ha.store.shards import shards_of
+    from scrapy_ha.store.sharding import shards_of
 
     doc = json.dumps({"at": await server_ms(queue.client), "by": by})
     # every shard leases nothing; shard 0's key says since when, for `status`
@@ -61,6 +61,6 @@ async def pause(queue: RedisQueue, by: str) -> bool:
 async def resume(queue: RedisQueue) -> bool:
     """Delete the paused key: workers lease again at their next sync. False when the crawl
     was not paused."""
-    from scrapy_ha.store.shards import shards_of
+    from scrapy_ha.store.sharding import shards_of
 
     return bool(sum([await s.client.delete(s.keys.paused) for s in shards_of(queue)]))

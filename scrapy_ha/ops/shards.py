@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.shards import DEFAULT_SHARDS, ShardedQueue, make_queue
+from scrapy_ha.store.sharding import DEFAULT_SHARDS, make_queue
+from scrapy_ha.store.shards import ShardedQueue
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

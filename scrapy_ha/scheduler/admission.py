@@ -1,7 +1,8 @@
-"""How a new request enters the queue: its dupefilter fingerprint and its priority.
+"""How a new request enters the queue: the one decision on it (:meth:`Admission.admit`).
 
-Redis's dupefilter is the crawl's; this worker also remembers the fingerprints it sent, so
-that obvious duplicates are dropped without a round trip.
+Already seen here? Storable? Whose child, fenced by which lease? Its dupefilter
+fingerprint and its priority. Redis's dupefilter is the crawl's; this worker also remembers
+the fingerprints it sent, so that obvious duplicates are dropped without a round trip.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from scrapy.utils.request import referer_str
 from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec import CodecError, encode_request
 from scrapy_ha.store.scripts import MAX_PRIORITY
-from scrapy_ha.store.wire import clamp_priority
+from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -25,9 +27,9 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
 
-    from scrapy_ha.codec import CodecError
     from scrapy_ha.config.scheduler import SchedulerConfig
-    from scrapy_ha.store.wire import NewEntry, SyncResult
+    from scrapy_ha.scheduler.inflight import Kin
+    from scrapy_ha.store.wire import SyncResult
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +52,11 @@ class Admission:
         dedupe_start: bool,
         debug: bool,
         unstorable: str,
+        start_order: str = "",
     ) -> None:
         self.crawler = crawler
         self.unstorable = unstorable  # HA_UNSTORABLE
+        self.start_order = start_order  # the start requests' own queue order, if any
         self.dedupe = dedupe
         self.dedupe_start = dedupe_start
         self.debug = debug
@@ -69,6 +73,47 @@ class Admission:
             dedupe_start=config.dedupe_start_requests,
             debug=config.dupefilter_debug,
             unstorable=config.unstorable,
+            start_order=config.start_order,
+        )
+
+    def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
+        """The entry to queue for *request*, or None if it is refused: a duplicate this
+        worker already sent (``dupefilter/filtered``), or a request that cannot be stored
+        (its page, *kin*'s parent, is dead-lettered when it finishes)."""
+        fingerprint = self.fingerprint(request)
+        if fingerprint and fingerprint in self.seen:
+            self.log_duplicate(request)
+            return None
+        try:
+            payload = encode_request(request, spider, unstorable=self.unstorable)
+        except CodecError as exc:
+            self.refuse_unstorable(request, exc, kin.parent, spider)
+            return None
+        self.remember(fingerprint)
+        self.note_priority(request)
+        if kin.late:
+            self._log_late(request)
+        task = request.meta.get(metakeys.TASK)
+        return NewEntry(
+            fingerprint,
+            request.priority,
+            payload,
+            kin.fence,
+            Fresh(request),
+            bool(self.start_order and request.meta.get("is_start_request")),
+            task if isinstance(task, str) else "",
+        )
+
+    def _log_late(self, request: Request) -> None:
+        """A request that names a page this worker finished was scheduled later with that
+        page's meta copied (``meta=response.meta``, from a ``spider_idle`` handler): the
+        page is acked, nobody redoes it, so fencing it by that lease would lose it."""
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/late_requests")
+        logger.info(
+            "%s names a page this worker already finished (its meta was copied from that "
+            "page after it ended): it is queued as a new request, not as that page's child",
+            request,
         )
 
     def fingerprint(self, request: Request) -> bytes:

@@ -10,6 +10,7 @@ yielded (they were queued while it ran).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
@@ -39,6 +40,20 @@ def fence_of(request: Request) -> tuple[str, str] | None:
     return (str(parent[0]), str(parent[1])) if parent else None
 
 
+@dataclass(frozen=True)
+class Kin:
+    """What this worker's requests in flight say of a new request (:meth:`InFlight.kin`)."""
+
+    #: the retry copy of a request in flight: not queued, the original's lease carries it
+    retry: bool = False
+    #: the unfinished page that yielded it (fails if it cannot be stored)
+    parent: Request | None = None
+    #: the lease that fences it in Redis (its page's, or its original's): None for a root
+    fence: Pair | None = None
+    #: it names, by copied meta, a page this worker already finished: queued as a root
+    late: bool = False
+
+
 class InFlight:
     """The unfinished requests of this worker, by entry id: (lease token, request)."""
 
@@ -49,6 +64,9 @@ class InFlight:
         self._retry_priority: dict[str, int] = {}  # entry id -> priority of its retry copy
         #: a request handed to the engine, its lease in Redis (reported early: poison)
         self.on_add: Callable[[Pair], None] | None = None
+        #: a retry copy of a request in flight taken in its place (the download gate
+        #: forgets what it held for that request's early download)
+        self.on_retry: Callable[[Request], None] | None = None
 
     def __len__(self) -> int:
         return len(self._held)
@@ -106,10 +124,20 @@ class InFlight:
             op = EndOp(op.kind, op.entry_id, op.token, op.request, op.delay, priority)
         self.outbox.ends.append(op)
 
-    def is_retry_of_one(self, request: Request) -> bool:
-        """*request* is the retry copy of an unfinished request: it is not queued, the
-        original's lease moves to the delayed set when it finishes (with the copy's
-        priority, RETRY_PRIORITY_ADJUST applied)."""
+    def kin(self, request: Request) -> Kin:
+        """A new request's relation to what is in flight here: the retry copy of an
+        unfinished request (recorded: the original's lease moves to the delayed set when it
+        finishes, with the copy's priority, RETRY_PRIORITY_ADJUST applied), or the page
+        that yielded it and the lease that fences it."""
+        if self._is_retry_of_one(request):
+            if self.on_retry is not None:
+                self.on_retry(request)
+            return Kin(retry=True)
+        fence = fence_of(request)
+        late = fence is not None and fence[0] not in self._held
+        return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
+
+    def _is_retry_of_one(self, request: Request) -> bool:
         if metakeys.OUTCOME not in request.meta:  # most requests: no verdict to read
             return False
         verdict = Verdict.from_meta(request.meta)
@@ -122,32 +150,7 @@ class InFlight:
         self._retry_priority[lease[0]] = request.priority
         return True
 
-    def fence(self, request: Request) -> Pair | None:
-        """The lease that fences *request* (:func:`fence_of`), if this worker still has that
-        page in flight; None (a new request of its own) when this worker already finished it.
-
-        A child is queued while its page runs, so its page is in flight here, even when
-        its lease was lost (a zombie: Redis refuses the child). A request that names a page
-        this worker finished was scheduled later with that page's meta copied
-        (``meta=response.meta``, scheduled from a ``spider_idle`` handler): the page is
-        acked, nobody redoes it, so fencing it by that lease would lose it."""
-        pair = fence_of(request)
-        if pair is None:
-            return None
-        if pair[0] in self._held:
-            # in flight here, under this lease or a newer one (a zombie copy's lease was
-            # lost and the page leased again: Redis refuses the old copy's children)
-            return pair
-        assert self.crawler.stats is not None
-        self.crawler.stats.inc_value("ha/late_requests")
-        logger.info(
-            "%s names a page this worker already finished (its meta was copied from that "
-            "page after it ended): it is queued as a new request, not as that page's child",
-            request,
-        )
-        return None
-
-    def parent_of(self, request: Request) -> Request | None:
+    def _parent_of(self, request: Request) -> Request | None:
         """The unfinished page that yielded *request* (ParentLeaseMiddleware tags it)."""
         lease = request.meta.get(metakeys.PARENT)
         if not lease:

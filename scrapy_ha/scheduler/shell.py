@@ -12,33 +12,30 @@ into an :class:`~scrapy_ha.scheduler.outbox.Outbox`, drained by one background t
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from functools import partial
 from typing import TYPE_CHECKING
 
 from scrapy import Request, signals
-from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec import CodecError, encode_request
-from scrapy_ha.config.politeness import StartTimes
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.admission import Admission
 from scrapy_ha.scheduler.buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
+from scrapy_ha.scheduler.domains import ClosedDomains, StartTimes
 from scrapy_ha.scheduler.fresh import FreshQueue, Handout
+from scrapy_ha.scheduler.idle import IdleClose
 from scrapy_ha.scheduler.inflight import InFlight
 from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp, Outbox
 from scrapy_ha.scheduler.precedence import Precedence
 from scrapy_ha.scheduler.session.session import Session
 from scrapy_ha.scheduler.solo import Solo
-from scrapy_ha.store.wire import Fresh, NewEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -105,12 +102,15 @@ class Scheduler:
             early=config.early_download,
         )
         self.handout.gate.guard.held = self.local_leases
-        self._gates: dict[str, float] = {}  # domain -> monotonic time it opens
+        self.inflight.on_retry = self.handout.gate.replaced
+        self._closed = ClosedDomains()  # domains closed for every worker (429)
         self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
-        self._idle_since: float | None = None
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
+        self.idle = IdleClose(
+            crawler, config.idle_timeout, self.keep_alive, self._unacked, self.session
+        )
         self.precedence.session = self.session
         self.solo.announcer, self.solo.wake = self.session.renewals, self.session.wake
 
@@ -164,34 +164,14 @@ class Scheduler:
         """
         if self.handout.gate.dropped(request):
             return False  # a fresh request Redis found a duplicate of (already counted)
-        if self.inflight.is_retry_of_one(request):
-            self.handout.gate.replaced(request)
+        kin = self.inflight.kin(request)
+        if kin.retry:
             return True  # the original's lease moves to the delayed set when it finishes
-        fingerprint = self.admission.fingerprint(request)
-        if fingerprint and fingerprint in self.admission.seen:
-            self.admission.log_duplicate(request)
+        entry = self.admission.admit(request, kin, self.spider)
+        if entry is None:
             return False
-        try:
-            payload = encode_request(request, self.spider, unstorable=self.config.unstorable)
-        except CodecError as exc:
-            parent = self.inflight.parent_of(request)
-            self.admission.refuse_unstorable(request, exc, parent, self.spider)
-            return False
-        self.admission.remember(fingerprint)
-        self.admission.note_priority(request)
-        fresh = Fresh(request)
-        self.handout.push(fresh)
-        start = bool(self.config.start_order and request.meta.get("is_start_request"))
-        task = request.meta.get(metakeys.TASK)
-        entry = NewEntry(
-            fingerprint,
-            request.priority,
-            payload,
-            self.inflight.fence(request),
-            fresh,
-            start,
-            task if isinstance(task, str) else "",
-        )
+        assert entry.fresh is not None
+        self.handout.push(entry.fresh)
         self.outbox.add_child(entry)
         self.session.wake()
         return True
@@ -225,7 +205,7 @@ class Scheduler:
             if request is None:
                 return None  # every buffered request waits for a busy slot or its start time
             entry_id, token = request.meta[metakeys.LEASE]
-            if self._gates and (wait := self._gate_wait(request)) > 0:
+            if self._closed and (wait := self._closed.wait(request)) > 0:
                 # before run_alone: a suspect in a closed domain is deferred, and must not
                 # release the whole buffer to run alone first
                 self.inflight.end(EndOp("defer", entry_id, token, request, wait))
@@ -262,10 +242,7 @@ class Scheduler:
 
     def close_gate(self, request: Request, seconds: float) -> None:
         """Close the request's domain for every worker for *seconds* (429, Retry-After)."""
-        domain = urlparse_cached(request).hostname or ""
-        until = time.monotonic() + seconds
-        if until > self._gates.get(domain, 0):
-            self._gates[domain] = until
+        if (domain := self._closed.close(request, seconds)) is not None:
             self.outbox.close_gate(domain, seconds)
             self.session.wake()
 
@@ -331,7 +308,7 @@ class Scheduler:
 
     def set_gates(self, gates: dict[str, float]) -> None:
         """The domains closed for every worker, as Redis said: domain -> monotonic time."""
-        self._gates = gates
+        self._closed.until = gates
 
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight (at close: given back to Redis)."""
@@ -377,7 +354,7 @@ class Scheduler:
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
         if not self._fatal and await self.session.open(spider):
-            self.crawler.signals.connect(self._on_idle, signal=signals.spider_idle)
+            self.crawler.signals.connect(self.idle.on_idle, signal=signals.spider_idle)
             gate = self.handout.gate
             gate.installed = engine.gate_downloads(self.crawler, gate)
             engine.quiet_empty(self.crawler, self.empty_on_the_way)
@@ -397,7 +374,7 @@ class Scheduler:
         session = self.session
         if not session.redis_ok or session.stopping or session.remote.paused or self.solo.running:
             return False
-        if self._gates and self._gate_wait(request) > 0:
+        if self._closed and self._closed.wait(request) > 0:
             return False
         if self.config.politeness and self._limited(request):
             return False  # through Redis, which leases it within its domain's limits
@@ -411,30 +388,5 @@ class Scheduler:
         timer wakes the engine at its time), and its download slot has room?"""
         return not self._starts.waits(request) and self._slots.free(self.crawler, request)
 
-    def _gate_wait(self, request: Request) -> float:
-        until = self._gates.get(urlparse_cached(request).hostname or "", 0.0)
-        return until - time.monotonic()
-
-    def _on_idle(self) -> None:
-        """Close at once when the crawl is verifiably finished: nothing local, nothing
-        pending, leased or delayed in Redis at a sync made after this worker's last ack,
-        and no other live worker; with live peers (they may still be yielding start
-        requests) wait ``HA_IDLE_TIMEOUT`` first. No polling: a timer wakes the engine."""
-        view = self.session.remote.engine_view
-        if self.keep_alive() or view is None or view[1]:
-            self._idle_since = None
-            if self.inflight or self.outbox.acks or self.outbox.ends:
-                # the engine is idle: what it finished is acked now, not at the next tick
-                self.session.wake()
-            raise DontCloseSpider
-        if not self.session.remote.peers:
-            return
-        now = time.monotonic()
-        if self._idle_since is None:
-            self._idle_since = now
-        if now - self._idle_since < self.config.idle_timeout:
-            asyncio.get_running_loop().call_later(
-                self.config.idle_timeout - (now - self._idle_since) + 0.05,
-                partial(engine.wake, self.crawler),
-            )
-            raise DontCloseSpider
+    def _unacked(self) -> bool:
+        return bool(self.inflight or self.outbox.acks or self.outbox.ends)

@@ -23,35 +23,35 @@ from scrapy_ha.store.scripts import (
     PURGE_LUA,
     RECLAIM_LUA,
     RELEASE_LUA,
+    RENEW_LUA,
     REQUEUE_LUA,
     RETRY_LUA,
     SET_ASIDE_LUA,
     SYNC_LUA,
 )
-from scrapy_ha.store.scripts import MAX_PRIORITY as MAX_PRIORITY
-from scrapy_ha.store.scripts import PRIORITY_STEP as PRIORITY_STEP
-from scrapy_ha.store.scripts import RENEW_LUA as RENEW_LUA
-from scrapy_ha.store.wire import ORDERS as ORDERS
-from scrapy_ha.store.wire import ChildrenLost as ChildrenLost
-from scrapy_ha.store.wire import Counts as Counts
-from scrapy_ha.store.wire import Fresh as Fresh
-from scrapy_ha.store.wire import Lease as Lease
-from scrapy_ha.store.wire import NewEntry as NewEntry
-from scrapy_ha.store.wire import Reclaimed as Reclaimed
-from scrapy_ha.store.wire import SyncResult as SyncResult
-from scrapy_ha.store.wire import _b, _s, children_lost, expect_arg, packed_children, score_key
-from scrapy_ha.store.wire import clamp_priority as clamp_priority
-from scrapy_ha.store.wire import live_workers as live_workers
-from scrapy_ha.store.wire import lost_pairs as lost_pairs
-from scrapy_ha.store.wire import new_nonce as new_nonce
-from scrapy_ha.store.wire import renew_args as renew_args
-from scrapy_ha.store.wire import worker_stats as worker_stats
+from scrapy_ha.store.wire import (
+    ORDERS,
+    Counts,
+    Reclaimed,
+    SyncResult,
+    _s,
+    children_lost,
+    clamp_priority,
+    expect_arg,
+    live_workers,
+    lost_pairs,
+    new_nonce,
+    packed_children,
+    renew_args,
+    sync_result,
+    worker_stats,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from scrapy_ha.keys import Keys
-    from scrapy_ha.store.wire import Sender
+    from scrapy_ha.store.wire import Lease, NewEntry, Sender
 
 
 class RedisQueue:
@@ -150,34 +150,7 @@ class RedisQueue:
             if lost := children_lost(exc):
                 raise lost from exc
             raise
-        n_gates, n_dropped = int(reply[11]), int(reply[12])
-        first = 14 + 2 * n_gates
-        gates = {_s(reply[i]): int(reply[i + 1]) for i in range(14, first, 2)}
-        dropped = {_s(x) for x in reply[first : first + n_dropped]}
-        first += n_dropped
-        leases = [
-            Lease(
-                _s(reply[i]),
-                _s(reply[i + 1]),
-                _b(reply[i + 2]),
-                int(reply[i + 3]),
-                int(reply[i + 4]),
-                place=score_key(reply[i + 5]),
-            )
-            for i in range(first, len(reply), 6)
-        ]
-        now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
-            int, reply[:11]
-        )
-        return SyncResult(
-            now,
-            *(added, acked, stale, pending, leased, delayed, refused, aside, roots),
-            paused=bool(paused),
-            head=score_key(reply[13]),
-            gates=gates,
-            leases=leases,
-            dropped=dropped,
-        )
+        return sync_result(reply)
 
     async def enqueue(self, entries: list[NewEntry]) -> int:
         """Add requests (dupefilter applied); return how many were added."""
@@ -360,24 +333,7 @@ class RedisQueue:
 
     async def finish(self, worker: str) -> bool:
         """Clear a finished crawl's working keys if no other worker is alive."""
-        k = self.keys
-        keys = [
-            k.pending,
-            k.leased,
-            k.delayed,
-            k.workers,
-            k.dupefilter,
-            k.expiries,
-            k.lease_seq,
-            k.reclaim_guard,
-            k.gates,
-            k.delayed_score,
-            k.retried,
-            k.dlq_alert,
-            k.paused,
-            k.polite,
-        ]  # seq and sent stay: a worker still alive (stopped, say) never sees them go back
-        return bool(await self._finish(keys=keys, args=[worker]))
+        return bool(await self._finish(keys=self.keys.working(), args=[worker]))
 
     async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:
         """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of

@@ -279,3 +279,35 @@ def worker_stats(leases: int, rate: float) -> str:
 
 def _b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
+
+
+def sync_result(reply: list[Any]) -> SyncResult:
+    """The reply of ``sync.lua`` (see its header) as a :class:`SyncResult`."""
+    n_gates, n_dropped = int(reply[11]), int(reply[12])
+    first = 14 + 2 * n_gates
+    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(14, first, 2)}
+    dropped = {_s(x) for x in reply[first : first + n_dropped]}
+    first += n_dropped
+    leases = [
+        Lease(
+            _s(reply[i]),
+            _s(reply[i + 1]),
+            _b(reply[i + 2]),
+            int(reply[i + 3]),
+            int(reply[i + 4]),
+            place=score_key(reply[i + 5]),
+        )
+        for i in range(first, len(reply), 6)
+    ]
+    now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
+        int, reply[:11]
+    )
+    return SyncResult(
+        now,
+        *(added, acked, stale, pending, leased, delayed, refused, aside, roots),
+        paused=bool(paused),
+        head=score_key(reply[13]),
+        gates=gates,
+        leases=leases,
+        dropped=dropped,
+    )

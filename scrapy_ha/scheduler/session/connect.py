@@ -17,7 +17,7 @@ from scrapy_ha.scheduler import engine
 from scrapy_ha.spiders import RedisSpiderMixin
 from scrapy_ha.store.connection import check_reachable, redis_from_settings
 from scrapy_ha.store.health import warn_once
-from scrapy_ha.store.shards import check_shard_count, make_queue, shard_setting
+from scrapy_ha.store.sharding import check_shard_count, make_queue, shard_setting
 from scrapy_ha.store.url import uses_cluster
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.settings import Settings
 
 from scrapy_ha._version import __version__
-from scrapy_ha.cli import dashboard, delayed, pause, push, workers
+from scrapy_ha.cli import checkpoints, dashboard, delayed, pause, push, workers
 from scrapy_ha.cli.archive import add_archive_command, unarchived_kept
 from scrapy_ha.cli.common import Command, add_bulk_options, approve, command, group, parse_when
 from scrapy_ha.cli.report import add_report_command
@@ -39,8 +39,7 @@ from scrapy_ha.store.connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha.store.shards import check_shard_count, shard_setting
-from scrapy_ha.store.state import CheckpointStore
+from scrapy_ha.store.sharding import check_shard_count, shard_setting
 from scrapy_ha.store.url import RedisConfigError
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ async def _crawl_exists(queue: RedisQueue) -> bool:
     """Whether any key of the crawl (checkpoints included) is in Redis."""
     if await queue.exists():
         return True
-    return await _checkpoints(queue).exists()
+    return await checkpoints.store(queue).exists()
 
 
 async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
@@ -268,54 +267,7 @@ async def _bulk(
     return 0
 
 
-def _checkpoints(queue: RedisQueue) -> CheckpointStore:
-    return CheckpointStore(queue.client, queue.keys)
-
-
-async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """One line per task: task, page, items, done, size in bytes."""
-    for cp in await _checkpoints(queue).entries():
-        state = "done" if cp.doc.get("done") else f"page {cp.doc.get('page')}"
-        print(f"{cp.task:<20} {state:<10} items={cp.doc.get('items', 0):<8} {cp.size} bytes")
-    return 0
-
-
-async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """One task's checkpoint (JSON)."""
-    doc = await _checkpoints(queue).get(args.task)
-    if doc is None:
-        print(f"no checkpoint for task {args.task} of {queue.keys.spider}", file=sys.stderr)
-        return 1
-    print(json.dumps(doc, indent=2))
-    return 0
-
-
-async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Delete checkpoints (TASKs, or --all): those tasks start from their first page again."""
-    if not (args.tasks or args.all):
-        print("name TASKs or --all", file=sys.stderr)
-        return 1
-    store = _checkpoints(queue)
-    tasks = [cp.task for cp in await store.entries()] if args.all else args.tasks
-    verdict = approve(args, "reset", f"{len(tasks)} checkpoint(s) of {queue.keys.spider}", tasks)
-    if not verdict:
-        return 0 if verdict is None else 1
-    n = await store.delete_all() if args.all else await store.delete(args.tasks)
-    print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
-    return 0
-
-
 _command = command
-
-
-def _add_checkpoints(sub: Any) -> None:
-    cps = group(sub, "checkpoints", "pagination checkpoints")
-    _command(cps, "list", checkpoints_list)
-    _command(cps, "show", checkpoints_show).add_argument("task")
-    reset = _command(cps, "reset", checkpoints_reset)
-    reset.add_argument("tasks", nargs="*", metavar="TASK")
-    reset.add_argument("--all", action="store_true")
-    add_bulk_options(reset)
 
 
 def _add_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool = False) -> None:
@@ -385,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     pause.register(sub)
     delayed.register(sub)
     _add_dlq(sub)
-    _add_checkpoints(sub)
+    checkpoints.register(sub)
     add_report_command(sub, _command)
     metrics.add_command(sub)
     dashboard.add_command(sub)

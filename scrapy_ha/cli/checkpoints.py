@@ -1,0 +1,63 @@
+"""``scrapy-ha checkpoints list|show|reset SPIDER``: a crawl's pagination checkpoints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.cli.common import add_bulk_options, approve, command, group
+from scrapy_ha.store.state import CheckpointStore
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_ha.store.queue import RedisQueue
+
+
+def store(queue: RedisQueue) -> CheckpointStore:
+    return CheckpointStore(queue.client, queue.keys)
+
+
+async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """One line per task: task, page, items, done, size in bytes."""
+    for cp in await store(queue).entries():
+        state = "done" if cp.doc.get("done") else f"page {cp.doc.get('page')}"
+        print(f"{cp.task:<20} {state:<10} items={cp.doc.get('items', 0):<8} {cp.size} bytes")
+    return 0
+
+
+async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """One task's checkpoint (JSON)."""
+    doc = await store(queue).get(args.task)
+    if doc is None:
+        print(f"no checkpoint for task {args.task} of {queue.keys.spider}", file=sys.stderr)
+        return 1
+    print(json.dumps(doc, indent=2))
+    return 0
+
+
+async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Delete checkpoints (TASKs, or --all): those tasks start from their first page again."""
+    if not (args.tasks or args.all):
+        print("name TASKs or --all", file=sys.stderr)
+        return 1
+    checkpoints = store(queue)
+    tasks = [cp.task for cp in await checkpoints.entries()] if args.all else args.tasks
+    verdict = approve(args, "reset", f"{len(tasks)} checkpoint(s) of {queue.keys.spider}", tasks)
+    if not verdict:
+        return 0 if verdict is None else 1
+    n = await checkpoints.delete_all() if args.all else await checkpoints.delete(args.tasks)
+    print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """``checkpoints list|show TASK|reset TASK...|--all``."""
+    cps = group(sub, "checkpoints", "pagination checkpoints")
+    command(cps, "list", checkpoints_list)
+    command(cps, "show", checkpoints_show).add_argument("task")
+    reset = command(cps, "reset", checkpoints_reset)
+    reset.add_argument("tasks", nargs="*", metavar="TASK")
+    reset.add_argument("--all", action="store_true")
+    add_bulk_options(reset)

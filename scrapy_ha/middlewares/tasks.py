@@ -1,0 +1,115 @@
+"""A paginated task's state as the checkpoint middleware reads it: which requests start a
+task, how far a page's items went through the pipelines (:class:`Progress`), and whether a
+stored checkpoint is a mid-page one of the page at hand."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+
+from scrapy_ha import metakeys
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+__all__ = [
+    "Counter",
+    "Progress",
+    "is_mid_page_of",
+    "is_new_root",
+    "item_id",
+    "same_method",
+    "task_id",
+    "without_progress",
+]
+
+
+def is_new_root(x: Any) -> bool:
+    """A request the spider marked as the root of a task (``meta["ha_task"] = "name"``)."""
+    return (
+        isinstance(x, Request)
+        and bool(x.meta.get(metakeys.TASK))
+        and (metakeys.TASK_STATE not in x.meta)
+    )
+
+
+def without_progress(page: Request) -> Request:
+    drop = (
+        metakeys.TASK_STATE,
+        metakeys.CHECKPOINT,
+        metakeys.TASK,
+    )  # stored beside it in the checkpoint
+    meta = {k: v for k, v in page.meta.items() if k not in drop}
+    return page.replace(meta=meta)
+
+
+class Counter:
+    """Where a page's output is: items seen, items to skip, what the pipelines finished."""
+
+    __slots__ = ("index", "progress", "skip")
+
+    def __init__(self, page: Request, state: dict[str, Any], skip: int, tracked: bool) -> None:
+        self.index = 0
+        self.skip = skip
+        self.progress = Progress(page, state, skip) if tracked else None
+
+
+class Progress:
+    """Which items of one page are through the pipelines: the unbroken run from the first
+    (``prefix``) plus those done out of order. Each index is added and removed once, so a
+    page of n items costs O(n) in all."""
+
+    __slots__ = ("ahead", "items_before", "page", "page_no", "prefix", "saved")
+
+    def __init__(self, page: Request, state: dict[str, Any] | None = None, skip: int = 0) -> None:
+        state = state or {}
+        self.page = page
+        self.page_no = state.get("page", 1)
+        self.items_before = int(state.get("items", 0)) - skip  # the task's, before this page
+        self.prefix = skip  # items 1..prefix are done (those skipped were done before)
+        self.saved = skip  # the prefix last checkpointed
+        self.ahead: set[int] = set()
+
+    def add(self, index: int) -> int:
+        """Mark item *index* (1-based) done; returns the new prefix."""
+        self.ahead.add(index)
+        while self.prefix + 1 in self.ahead:
+            self.prefix += 1
+            self.ahead.discard(self.prefix)
+        return self.prefix
+
+
+def is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, Any]) -> bool:
+    """True if *doc* is a mid-page checkpoint of this very page, further than *state*."""
+    if not doc or doc.get("done") or "skip" not in doc or not doc.get("next"):
+        return False
+    if doc.get("page") != state.get("page", 1) or int(doc["skip"]) <= int(state.get("skip", 0)):
+        return False
+    try:
+        return bool(json.loads(doc["next"]).get("u") == page.url)
+    except (ValueError, TypeError, AttributeError):
+        return False
+
+
+def same_method(a: Any, b: Any) -> bool:
+    return getattr(a, "__func__", a) is getattr(b, "__func__", b)
+
+
+def item_id(item: Any, field: str, default: Any) -> Any:
+    try:
+        value = item[field]
+    except (KeyError, TypeError, IndexError):
+        return default
+    return value if isinstance(value, (str, int, float)) else default
+
+
+def task_id(root: Request, crawler: Crawler) -> str:
+    """The task a root request starts: ``meta["ha_task"]``, else its fingerprint (16 hex)."""
+    given = root.meta.get(metakeys.TASK)
+    if given:
+        return str(given)
+    assert crawler.request_fingerprinter is not None
+    return hashlib.sha1(crawler.request_fingerprinter.fingerprint(root)).hexdigest()[:16]  # noqa: S324

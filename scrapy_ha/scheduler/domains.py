@@ -1,0 +1,72 @@
+"""What holds a leased request back for its domain in the shell: a start time its domain's
+crawl-wide rate gave it (``HA_DOMAIN_RATE``), or a gate closed for every worker (a 429
+with Retry-After). Neither polls: a timer wakes the engine when the first may go."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from scrapy.utils.httpobj import urlparse_cached
+
+from scrapy_ha import metakeys
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+
+__all__ = ["ClosedDomains", "StartTimes"]
+
+
+class StartTimes:
+    """Leased requests held in the worker's buffer until the start time their domain's
+    crawl-wide rate gave them (the lease's ``wait_ms``); one timer wakes the engine at the
+    earliest of them, and it looks again."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._timer_at: float | None = None
+
+    def hold(self, request: Request, wait_ms: int) -> None:
+        request.meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
+
+    def waits(self, request: Request) -> bool:
+        """*request* may not start yet (a timer wakes the engine at its time)."""
+        not_before = request.meta.get(metakeys.NOT_BEFORE)
+        if not_before is None or not_before <= time.monotonic():
+            return False
+        if self._timer_at is None or not_before < self._timer_at:
+            self._timer_at = not_before  # else an earlier timer wakes the engine first
+            asyncio.get_running_loop().call_later(not_before - time.monotonic(), self._fire)
+        return True
+
+    def _fire(self) -> None:
+        self._timer_at = None
+        self._wake()
+
+
+class ClosedDomains:
+    """Domains closed for every worker, by Redis's word or this worker's: domain ->
+    ``time.monotonic()`` when it opens."""
+
+    def __init__(self) -> None:
+        self.until: dict[str, float] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.until)
+
+    def close(self, request: Request, seconds: float) -> str | None:
+        """Close *request*'s domain for *seconds*; its domain if that closes it for longer
+        than it was (Redis must learn it), else None."""
+        domain = urlparse_cached(request).hostname or ""
+        until = time.monotonic() + seconds
+        if until <= self.until.get(domain, 0):
+            return None
+        self.until[domain] = until
+        return domain
+
+    def wait(self, request: Request) -> float:
+        """Seconds until *request*'s domain opens (<= 0: open)."""
+        return self.until.get(urlparse_cached(request).hostname or "", 0.0) - time.monotonic()

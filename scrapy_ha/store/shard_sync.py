@@ -1,0 +1,252 @@
+"""A sharded crawl's ids, placement and sync: where a new request goes, how the worker names
+an entry of a shard, and one sync across the shards (children in stages, each fenced by its
+parent's lease; acks; leases in rotation). See :mod:`scrapy_ha.store.shards` for the scheme;
+:class:`~scrapy_ha.store.shards.ShardedQueue` adds the rest of the queue's interface."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.keys import Keys, shard_of, task_shard
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry, SyncResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from scrapy_ha.store.wire import Sender
+
+__all__ = ["Pair", "ShardedSync", "outside"]
+
+Pair = tuple[str, str]
+
+
+def outside(shard: int, entry_id: str) -> str:
+    """The id the worker sees of an entry of *shard*."""
+    return entry_id if shard == 0 else f"{shard}:{entry_id}"
+
+
+def _stages(
+    placed: list[tuple[int, NewEntry]], route: Callable[[str], tuple[int, str]]
+) -> Iterator[list[tuple[int, NewEntry]]]:
+    """*placed* in stages: a child whose parent is in the same batch, in another shard, waits
+    for a later stage (its parent is then stored, or dropped, when its fence is checked);
+    in the parent's own shard the script itself checks them in order."""
+    unsent = {e.taken for _, e in placed if e.taken is not None}
+    todo = placed
+    while todo:
+        ready: list[tuple[int, NewEntry]] = []
+        later: list[tuple[int, NewEntry]] = []
+        for shard, e in todo:
+            waits = e.parent is not None and e.parent in unsent and route(e.parent[0])[0] != shard
+            (later if waits else ready).append((shard, e))
+        if not ready:  # cannot happen (a request is not its own ancestor): send as they are
+            ready, later = later, []
+        yield ready
+        unsent -= {e.taken for _, e in ready if e.taken is not None}
+        todo = later
+
+
+class ShardedSync(RedisQueue):
+    """The shards of one crawl, their ids and placement, and the sync across them.
+
+    ``keys`` and ``client`` are shard 0's: the crawl-wide keys every other part reads."""
+
+    numbers_children = False  # see sync()
+
+    def __init__(
+        self,
+        client: Any,
+        keys: Keys,
+        *,
+        order: str = "fifo",
+        start_order: str = "",
+        worker: str = "",
+        heartbeat_ms: int = 60000,
+    ) -> None:
+        super().__init__(client, keys, order=order, start_order=start_order)
+        self.shards = [
+            RedisQueue(client, keys.of_shard(i), order=order, start_order=start_order)
+            for i in range(keys.shards)
+        ]
+        #: the keys under the crawl's own tag (``{<spider>}``): the start-URL feed's
+        self._home = RedisQueue(client, Keys(keys.prefix, keys.spider), order=order)
+        self.worker = worker
+        self.heartbeat_ms = heartbeat_ms
+        self._rate = 0.0  # pages/s, as the last renewal published it
+        self.live_workers = 0  # at the last renewal (shard 0 holds the heartbeats)
+        self._next = 0  # the shard the next round leases from first
+        self._robin = itertools.count()  # placement of requests never filtered
+        self._taken: dict[str, int] = {}  # worker-made entry id -> its shard
+        self._known: list[tuple[int, int, int]] = [(0, 0, 0)] * keys.shards
+
+    # -- ids and placement ----------------------------------------------------------
+
+    def place(self, entry: NewEntry) -> int:
+        """The shard of a new request."""
+        n = len(self.shards)
+        if entry.task:
+            return task_shard(entry.task, n)
+        if entry.fingerprint:
+            return shard_of(entry.fingerprint, n)
+        return next(self._robin) % n
+
+    def route(self, entry_id: str) -> tuple[int, str]:
+        """(shard, id within it) of an id the worker holds."""
+        head, sep, tail = entry_id.partition(":")
+        if sep and head.isdigit():
+            return int(head), tail
+        return self._taken.get(entry_id, 0), entry_id
+
+    outside = staticmethod(outside)
+
+    def split(self, pairs: Iterable[Pair]) -> dict[int, list[Pair]]:
+        """*pairs* by shard, as each shard names them."""
+        by: dict[int, list[Pair]] = {}
+        for entry_id, token in pairs:
+            shard, local = self.route(entry_id)
+            by.setdefault(shard, []).append((local, token))
+        return by
+
+    # -- sync -----------------------------------------------------------------------
+
+    async def sync(
+        self,
+        *,
+        enqueue: list[NewEntry] = [],  # noqa: B006 (never mutated)
+        ack: list[Pair] = [],  # noqa: B006
+        lease: int = 0,
+        lease_ms: int = 30000,
+        promote: int = 500,
+        worker: str | None = None,
+        sender: Sender | None = None,
+        numbers: Sequence[int] = (),
+        expect: int = 0,
+    ) -> SyncResult:
+        """Children (each in its shard, fenced), then acks, then leases in rotation.
+
+        *sender* (and with it *numbers* and *expect*) is not passed on: a shard skips the
+        children numbered at or below the newest it stored, and a sharded round may send a
+        shard its children out of their numbers' order (a child waits for its parent in
+        another shard), which would skip one never stored. So a sharded round sent again
+        after a lost reply may queue its ``dont_filter`` children twice, and a shard that
+        fails over to a replica lacking its newest children is not detected
+        (docs/reliability.md, known limits; docs/scaling.md, "Children the old primary
+        confirmed")."""
+        total = SyncResult(0, 0, 0, 0, 0, 0, 0)
+        placed = [(self.place(e), e) for e in enqueue]
+        for shard, e in placed:
+            if e.taken is not None:
+                self._taken[e.taken[0]] = shard
+        for stage in _stages(placed, self.route):
+            await self._store(stage, lease_ms, total)
+        acks = self.split(ack)
+        remaining = lease
+        first = self._next
+        for step in range(len(self.shards)):
+            shard = (first + step) % len(self.shards)
+            if not (acks.get(shard) or remaining > 0):
+                continue
+            result = await self.shards[shard].sync(
+                ack=acks.get(shard, []),
+                lease=max(0, remaining),
+                lease_ms=lease_ms,
+                promote=promote,
+                worker=worker,
+            )
+            remaining -= len(result.leases)
+            self._merge(total, shard, result)
+        for entry_id in [*(i for i, _ in ack), *total.dropped]:  # not held any more
+            self._taken.pop(entry_id, None)
+        if lease:
+            self._next = (first + 1) % len(self.shards)
+        total.pending, total.leased, total.delayed = map(sum, zip(*self._known, strict=True))
+        return total
+
+    async def _store(
+        self, placed: list[tuple[int, NewEntry]], lease_ms: int, total: SyncResult
+    ) -> None:
+        """Store *placed* requests, each in its shard (one call per shard)."""
+        children = await self._fenced(placed, lease_ms, total)
+        for shard, entries in sorted(children.items()):
+            roots = sum(1 for e, crossed in entries if e.parent is None and not crossed)
+            result = await self.shards[shard].sync(
+                enqueue=[e for e, _ in entries], lease_ms=lease_ms
+            )
+            result.roots_seen = min(result.roots_seen, roots)  # a fenced child is no root
+            self._merge(total, shard, result)
+
+    async def _fenced(
+        self, placed: list[tuple[int, NewEntry]], lease_ms: int, total: SyncResult
+    ) -> dict[int, list[tuple[NewEntry, bool]]]:
+        """The children by shard, each with whether it left its parent's shard (then its
+        parent's lease was renewed just now; children of a lost parent are dropped)."""
+        crossing = {}
+        for shard, e in placed:
+            if e.parent is not None and self.route(e.parent[0])[0] != shard:
+                crossing[e.parent] = True
+        lost = set(await self._lost(list(crossing), lease_ms)) if crossing else set()
+        by: dict[int, list[tuple[NewEntry, bool]]] = {}
+        for shard, e in placed:
+            parent = e.parent
+            crossed = False
+            if parent is not None:
+                home, local = self.route(parent[0])
+                if parent in lost:
+                    total.refused += 1
+                    if e.taken is not None:
+                        total.dropped.add(e.taken[0])
+                    continue
+                crossed = home != shard
+                parent = None if crossed else (local, parent[1])
+            by.setdefault(shard, []).append((replace(e, parent=parent), crossed))
+        return by
+
+    async def _lost(self, parents: list[Pair], lease_ms: int) -> list[Pair]:
+        """Renew *parents* in their shards; the pairs no longer this worker's."""
+        lost = []
+        for shard, pairs in sorted(self.split(parents).items()):
+            _, gone = await self._renew_shard(shard, pairs, (), lease_ms)
+            lost += self.theirs(shard, gone, parents)
+        return lost
+
+    def theirs(self, shard: int, local: list[Pair], given: Iterable[Pair]) -> list[Pair]:
+        """The pairs of *given* that *local* (pairs of *shard* as it names them) stand for:
+        a worker-made id has no shard prefix."""
+        by_local = {}
+        for entry_id, token in given:
+            home, inner = self.route(entry_id)
+            if home == shard:
+                by_local[inner, token] = (entry_id, token)
+        return [by_local.get(pair, (self.outside(shard, pair[0]), pair[1])) for pair in local]
+
+    def _merge(self, total: SyncResult, shard: int, result: SyncResult) -> None:
+        total.now_ms = max(total.now_ms, result.now_ms)
+        total.added += result.added
+        total.acked += result.acked
+        total.stale += result.stale
+        total.refused += result.refused
+        total.set_aside += result.set_aside
+        total.roots_seen += result.roots_seen
+        total.paused = total.paused or result.paused
+        for domain, until in result.gates.items():
+            total.gates[domain] = max(until, total.gates.get(domain, 0))
+        total.dropped |= result.dropped
+        # each shard numbers its own entries: their places do not compare across shards
+        leases = result.leases
+        total.leases += [replace(x, id=self.outside(shard, x.id), place=None) for x in leases]
+        self._known[shard] = (result.pending, result.leased, result.delayed)
+
+    async def _renew_shard(
+        self, shard: int, pairs: list[Pair], handed: Iterable[Pair], lease_ms: int
+    ) -> tuple[int, list[Pair]]:
+        return await self.shards[shard].renew(
+            pairs,
+            worker=self.worker,
+            lease_ms=lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+            handed=handed,
+            rate=self._rate,  # only shard 0's stats are read
+        )
