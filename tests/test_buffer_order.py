@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from scrapy import Request
 
-from scrapy_ha.scheduler.session.remote import FUTILE_SECONDS, leasable_head
+from scrapy_ha.scheduler.remote import FUTILE_SECONDS, leasable_head
 from scrapy_ha.store.wire import Lease, SyncResult
 from tests.test_scheduler_shell import shell
 

@@ -234,8 +234,9 @@ def test_the_middlewares_do_not_name_the_scheduler():
 
 
 def test_the_session_knows_the_shell_by_its_protocol_only():
-    """The background task imports the shell's outbox and the engine's facts; the shell's
-    class and helpers only for the types of the protocol it is handed."""
+    """The background task imports what the two halves share (the engine's facts, the
+    outbox it drains, the view of Redis it fills); the shell's class never, and its helpers
+    only for the types of the protocol it is handed."""
     for module, targets in GRAPH.items():
         if module.startswith("scrapy_ha.scheduler.session"):
             shell_side = {
@@ -244,9 +245,8 @@ def test_the_session_knows_the_shell_by_its_protocol_only():
                 if t.startswith("scrapy_ha.scheduler.")
                 and not t.startswith("scrapy_ha.scheduler.session")
             }
-            assert shell_side <= {"scrapy_ha.scheduler.engine", "scrapy_ha.scheduler.outbox"}, (
-                module
-            )
+            shared = {"engine", "outbox", "remote"}
+            assert shell_side <= {f"scrapy_ha.scheduler.{m}" for m in shared}, module
     assert "scrapy_ha.scheduler.shell" not in set().union(
         *(t for m, t in TYPED_GRAPH.items() if m.startswith("scrapy_ha.scheduler.session"))
     )

@@ -23,7 +23,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.outbox import EndOp
-from scrapy_ha.scheduler.session.remote import Remote
+from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.shell import Scheduler
 from scrapy_ha.store.wire import Lease

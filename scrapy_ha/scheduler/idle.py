@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
-    from scrapy_ha.scheduler.session.remote import Remote
+    from scrapy_ha.scheduler.remote import Remote
 
 __all__ = ["IdleClose"]
 

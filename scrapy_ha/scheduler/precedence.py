@@ -10,7 +10,7 @@ full buffer gives its last lease of a lower priority back for it, one per round 
 goes back to pending at its place). Never for ever: not while the crawl is paused, a
 suspect runs alone or heads the buffer, or a lease call failed to bring such a request
 (its domain at its limit parks it at every call) within the last ``FUTILE_SECONDS``
-(:func:`scrapy_ha.scheduler.session.remote.leasable_head`).
+(:func:`scrapy_ha.scheduler.remote.leasable_head`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.buffer import LeaseBuffer
     from scrapy_ha.scheduler.outbox import Outbox
-    from scrapy_ha.scheduler.session.remote import Remote
+    from scrapy_ha.scheduler.remote import Remote
 
 
 class Peers(Protocol):

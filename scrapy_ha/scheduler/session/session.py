@@ -20,10 +20,10 @@ import redis
 from scrapy_ha.config.scheduler import default_worker_id
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.connect import StartReport, joined, log_connected, open_queue
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
-from scrapy_ha.scheduler.session.remote import Remote
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer

@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.outbox import Pair
+    from scrapy_ha.scheduler.remote import Remote
     from scrapy_ha.scheduler.session.connect import StartReport
     from scrapy_ha.scheduler.session.ends import Ends
-    from scrapy_ha.scheduler.session.remote import Remote
     from scrapy_ha.scheduler.session.renewal import Renewals
     from scrapy_ha.scheduler.session.shell import Shell
     from scrapy_ha.store.queue import RedisQueue
