@@ -128,7 +128,7 @@ async def test_the_chain_is_the_same_callback_or_a_marked_request(
 async def test_a_checkpoint_over_the_size_limit_is_refused_with_a_warning(
     redis_url, redis_client, site, caplog
 ):
-    caplog.set_level(logging.WARNING, logger="scrapy_ha.checkpoint")
+    caplog.set_level(logging.WARNING, logger="scrapy_ha.middlewares.checkpoint")
     crawler = await crawl(redis_url, site, big=3000, settings={"HA_CHECKPOINT_MAX_BYTES": 2048})
     assert sorted(crawler.spider.ids) == list(range(1, 51))  # the crawl goes on
     assert saved(redis_client) is None

@@ -8,14 +8,16 @@ from pathlib import Path
 
 from scrapy_ha import codec
 
-PACKAGE = Path(codec.__file__).resolve().parent
+CODEC = Path(codec.__file__).resolve().parent
+PACKAGE = CODEC.parent
 #: The size past which a module usually holds two jobs (issue 12: no module over 450 lines).
 MAX_LINES = 450
 
 
 def test_every_name_imported_from_the_codec_is_public():
     imported = set()
-    for path in PACKAGE.rglob("*.py"):
+    outside = [p for p in PACKAGE.rglob("*.py") if CODEC not in p.parents]
+    for path in outside:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "scrapy_ha.codec":
                 imported |= {alias.name for alias in node.names}
@@ -27,6 +29,6 @@ def test_every_name_imported_from_the_codec_is_public():
 def test_the_codec_modules_are_small():
     sizes = {
         path.name: len(path.read_text().splitlines())
-        for path in [PACKAGE / "codec.py", *sorted((PACKAGE / "_codec").glob("*.py"))]
+        for path in sorted(CODEC.glob("*.py"))
     }
     assert len(sizes) > 5 and all(n <= MAX_LINES for n in sizes.values()), sizes

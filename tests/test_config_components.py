@@ -14,9 +14,9 @@ from scrapy_ha.config.middlewares import (
     CheckpointConfig,
     CookiesConfig,
     ProxyConfig,
-    RetryConfig,
     UserAgentConfig,
 )
+from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware

@@ -179,7 +179,7 @@ async def test_a_malformed_jar_is_set_aside_once_and_the_jar_starts_empty(
         finally:
             await client.aclose()
 
-    with caplog.at_level(logging.ERROR, logger="scrapy_ha.cookies"):
+    with caplog.at_level(logging.ERROR, logger="scrapy_ha.middlewares.cookies"):
         first, second = await load_twice()
     assert first == ([], 3) and second == ([], 3)
     assert redis_client.hget(keys.cookies, field) is None

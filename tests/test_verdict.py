@@ -10,7 +10,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.middlewares import RetryConfig
+from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.middlewares.policy import Failure, decide
 from scrapy_ha.verdict import RETRY_CLASSES, FailureClass, Verdict
 

@@ -28,7 +28,7 @@ def test_every_crawler_defaults_to_scrapy_ha(scrapy_ha_scheduler: str) -> None:
     settings = get_crawler().settings
     assert settings["SCHEDULER"] == "scrapy_ha.Scheduler"
     assert settings["REDIS_URL"] == scrapy_ha_scheduler
-    assert Scheduler.__module__ == "scrapy_ha.scheduler"
+    assert Scheduler.__module__ == "scrapy_ha.scheduler.shell"
 
 
 @coroutine_test
