@@ -26,7 +26,7 @@ OLDEST_TESTS := tests/test_scheduler_crawl.py tests/test_retry_crawl.py tests/te
 
 #: What `make lint` holds to the style: ruff on every Python file of the repository that is
 #: ours, mypy --strict on the package (it ships py.typed, so its users' checkers read it).
-LINT_PATHS := scrapy_ha tests bench chaos example_project
+LINT_PATHS := scrapy_ha tests bench chaos example_project docs
 TYPED_PACKAGE := scrapy_ha
 
 #: pytest-xdist workers for `make test`: the tests mostly wait on subprocesses and sockets,

@@ -27,8 +27,5 @@ def test_every_name_imported_from_the_codec_is_public():
 
 
 def test_the_codec_modules_are_small():
-    sizes = {
-        path.name: len(path.read_text().splitlines())
-        for path in sorted(CODEC.glob("*.py"))
-    }
+    sizes = {path.name: len(path.read_text().splitlines()) for path in sorted(CODEC.glob("*.py"))}
     assert len(sizes) > 5 and all(n <= MAX_LINES for n in sizes.values()), sizes
