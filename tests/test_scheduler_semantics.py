@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import scrapy
+from scrapy import signals
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -309,6 +310,23 @@ async def test_start_requests_repeated_on_purpose_are_crawled_once_per_crawl(red
     crawlers = [get_crawler(RepeatedStartSpider, settings(redis_url)) for _ in range(2)]
     await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
     assert site.hits().get("/item/1") == 3  # three on purpose; the second worker adds none
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_forgets_its_start_requests_once_start_is_read(redis_url, site):
+    """What a worker remembers to number repeated start requests is dropped once start() is
+    read to its end (about 90 bytes a start request, for the life of the crawl otherwise)."""
+    crawler = get_crawler(CatalogueSpider, settings(redis_url))
+    remembered: list[int] = []
+
+    def scraped() -> None:  # an item of a child page: start() was read before its parent
+        scheduler = scheduler_for(crawler)
+        assert scheduler is not None
+        remembered.append(len(scheduler.admission._starts))
+
+    crawler.signals.connect(scraped, signals.item_scraped)
+    await crawler.crawl_async(base_url=site.url)
+    assert remembered and set(remembered) == {0}
 
 
 @deferred_f_from_coro_f

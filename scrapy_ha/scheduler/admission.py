@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, encode_request
+from scrapy_ha.scheduler import engine
 from scrapy_ha.store.scripts import MAX_PRIORITY
 from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -61,7 +62,9 @@ class Admission:
         self.dedupe_start = dedupe_start
         self.debug = debug
         self.seen: set[bytes] = set()
-        self._start_seq = 0  # start requests seen by this worker, in start() order
+        #: times each ``dont_filter`` start request was seen, until ``start()`` is read to
+        #: its end (about 90 bytes a start request: 87 MB for a million, measured)
+        self._starts: dict[bytes, int] = {}
         self._dupes_logged = False
         self._clamp_warned = False
 
@@ -119,19 +122,29 @@ class Admission:
     def fingerprint(self, request: Request) -> bytes:
         """The dupefilter fingerprint, or b"" for a request that is never filtered.
 
-        A ``dont_filter`` start request is filtered only against the same request at the
-        same place in another worker's ``start()``: N workers seed the crawl once, and a
-        start request repeated on purpose is crawled as often as it is repeated.
+        A ``dont_filter`` start request is filtered only against the same request yielded
+        as often by another worker's ``start()`` (see :meth:`_start_fingerprint`): N
+        workers seed the crawl once, whatever order each ``start()`` yields in, and a start
+        request repeated on purpose is crawled as often as it is repeated.
         """
         if self._is_start(request):
-            self._start_seq += 1
             if request.dont_filter:
-                fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
-                place = b"start %d " % self._start_seq + fingerprint
-                return hashlib.sha1(place).digest()[:FINGERPRINT_BYTES]  # noqa: S324 - not a secret
+                return self._start_fingerprint(request)
+        elif self._starts and engine.start_exhausted(self.crawler):
+            self._starts.clear()  # start() is read to its end: no start request comes now
         if request.dont_filter or not self.dedupe:
             return b""
         return self.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+
+    def _start_fingerprint(self, request: Request) -> bytes:
+        """The fingerprint of the n-th ``dont_filter`` start request of this worker that is
+        this request (n = 1, 2, ...): the same in every worker whose ``start()`` yields the
+        same requests, in whatever order (a set's order differs per process)."""
+        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        key = fingerprint[:FINGERPRINT_BYTES]
+        n = self._starts[key] = self._starts.get(key, 0) + 1
+        occurrence = b"start %d " % n + fingerprint
+        return hashlib.sha1(occurrence).digest()[:FINGERPRINT_BYTES]  # noqa: S324 - not a secret
 
     def _is_start(self, request: Request) -> bool:
         """A start request seen for the first time (a retry or redirect of one carries the
