@@ -2,8 +2,10 @@
 
 Redis is found from ``--redis-url`` (before or after the subcommand), else ``$REDIS_URL``,
 else the Scrapy project's settings (``REDIS_URL``, ``REDIS_PARAMS``... when run inside a
-project), else ``redis://localhost:6379/0``. Each subcommand lives in this module or in a
-module of its own in :mod:`scrapy_ha.cli`; :func:`build_parser` registers them all.
+project), else ``redis://localhost:6379/0``. The settings of a command on one spider are
+those its workers have: the project's, the spider's ``custom_settings``, the add-ons'
+(:mod:`scrapy_ha.cli.project`). Each subcommand lives in this module or in a module of its
+own in :mod:`scrapy_ha.cli`; :func:`build_parser` registers them all.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from scrapy_ha._version import __version__
 from scrapy_ha.cli import checkpoints, dashboard, delayed, pause, push, workers
 from scrapy_ha.cli.archive import add_archive_command, unarchived_kept
 from scrapy_ha.cli.common import Command, add_bulk_options, approve, command, group, parse_when
+from scrapy_ha.cli.project import worker_view
 from scrapy_ha.cli.report import add_report_command
 from scrapy_ha.cli.status import add_status_arguments, status
 from scrapy_ha.codec import mask_url
@@ -67,7 +70,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    view = worker_view(_settings(args), args.spider)
+    args.worker_view = view  # for push: the worker's fingerprints, shards and codec
+    settings = view.crawler.settings
     prefix = args.prefix or key_prefix(settings)
     try:
         client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)

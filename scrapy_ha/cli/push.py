@@ -1,10 +1,14 @@
 """``scrapy-ha push SPIDER URL...`` / ``push SPIDER -``: add requests to a crawl's queue.
 
 Each argument (or stdin line, with ``-``) is a URL or a JSON object: ``{"url", "callback",
-"errback", "priority", "meta", "method", "headers", "body", "dont_filter"}``. Requests are
-stored with the codec workers use and enqueued with the same script (sync.lua), so the
-crawl's dupefilter applies: a URL the crawl has seen is filtered, unless ``dont_filter``.
-Every line is checked before anything is enqueued: a bad line changes nothing.
+"errback", "priority", "meta", "method", "headers", "body", "dont_filter"}``. A request is
+admitted as a worker of the spider admits it (:class:`~scrapy_ha.scheduler.admission.Admission`,
+under the settings a worker has: :mod:`scrapy_ha.cli.project`): the fingerprint of the
+project's ``REQUEST_FINGERPRINTER_CLASS`` (none under ``BaseDupeFilter``), the shard of that
+fingerprint, the codec reading the project's settings; and enqueued with the same script
+(sync.lua), so the crawl's dupefilter applies: a URL the crawl has seen is filtered, unless
+``dont_filter``. Every line is checked before anything is enqueued: a bad line changes
+nothing.
 """
 
 from __future__ import annotations
@@ -14,18 +18,21 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
-from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_ha.cli.common import command, plural
-from scrapy_ha.codec import CodecError, encode_request
+from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
-from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
-from scrapy_ha.store.wire import NewEntry
+from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.scheduler.admission import Admission
 
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy import Spider
+
+    from scrapy_ha.cli.project import WorkerView
     from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import NewEntry
 
 #: Requests per enqueue call: the batch size workers use too.
 BATCH = 500
@@ -89,18 +96,17 @@ def parse_line(line: str, where: str) -> tuple[Request, dict[str, str]]:
     return request, {key: name for key, name in names.items() if name}
 
 
-def new_entry(request: Request, callbacks: dict[str, str], fingerprinter: Any) -> NewEntry:
-    """The request as workers enqueue it: the codec's payload, the dupefilter fingerprint
-    (none for ``dont_filter``), its priority; callbacks stored by name."""
-    payload = encode_request(request, None)
+def new_entry(
+    request: Request, callbacks: dict[str, str], admission: Admission, spider: Spider
+) -> NewEntry:
+    """The request as a worker enqueues it: its payload, its dupefilter fingerprint (none
+    for ``dont_filter``), its priority and place; callbacks stored by name."""
+    payload = admission.payload(request, spider)
     if callbacks:
         doc = json.loads(payload)
         doc.update(callbacks)
         payload = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
-    fingerprint = b""
-    if not request.dont_filter:
-        fingerprint = fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
-    return NewEntry(fingerprint, request.priority, payload)
+    return admission.entry(request, admission.fingerprint(request), payload)
 
 
 def _lines(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -109,13 +115,14 @@ def _lines(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(text, f"argument {n}") for n, text in enumerate(args.requests, 1)]
 
 
-def _entries(args: argparse.Namespace) -> list[NewEntry]:
-    fingerprinter = RequestFingerprinter()
+def _entries(args: argparse.Namespace, view: WorkerView) -> list[NewEntry]:
+    config = SchedulerConfig.from_settings(view.crawler.settings)
+    admission = Admission.from_config(view.crawler, config)
     entries = []
     for line, where in _lines(args):
         request, callbacks = parse_line(line, where)
         try:
-            entries.append(new_entry(request, callbacks, fingerprinter))
+            entries.append(new_entry(request, callbacks, admission, view.spider))
         except CodecError as exc:
             raise BadLine(f"{where}: {exc}") from None
     return entries
@@ -125,8 +132,11 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Add requests: URLs or JSON lines (url, callback, errback, priority, meta, method,
     headers, body, dont_filter) as arguments, or from stdin with ``-``; the crawl's
     dupefilter applies. Says how many were added and how many filtered."""
+    view: WorkerView = args.worker_view
+    if view.caveat:
+        print(f"note: {view.caveat}", file=sys.stderr)
     try:
-        entries = _entries(args)
+        entries = _entries(args, view)
     except BadLine as exc:
         print(f"nothing pushed: {exc}", file=sys.stderr)
         return 1

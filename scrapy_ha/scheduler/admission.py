@@ -1,8 +1,12 @@
 """How a new request enters the queue: the one decision on it (:meth:`Admission.admit`).
 
 Already seen here? Storable? Whose child, fenced by which lease? Its dupefilter
-fingerprint and its priority. Redis's dupefilter is the crawl's; this worker also remembers
-the fingerprints it sent, so that obvious duplicates are dropped without a round trip.
+fingerprint, its stored form, its priority and its place (the start queue, a checkpointed
+task's shard). Redis's dupefilter is the crawl's; this worker also remembers the
+fingerprints it sent, so that obvious duplicates are dropped without a round trip.
+``scrapy-ha push`` admits requests with the same :class:`Admission`, built from the
+project's settings (:mod:`scrapy_ha.cli.project`), so that a pushed request has the
+fingerprint, the payload and the shard a worker gives it.
 """
 
 from __future__ import annotations
@@ -53,11 +57,11 @@ class Admission:
         dedupe_start: bool,
         debug: bool,
         unstorable: str,
-        start_order: str = "",
+        start_queue: bool = False,
     ) -> None:
         self.crawler = crawler
         self.unstorable = unstorable  # HA_UNSTORABLE
-        self.start_order = start_order  # the start requests' own queue order, if any
+        self.start_queue = start_queue  # start requests kept in their own queue
         self.dedupe = dedupe
         self.dedupe_start = dedupe_start
         self.debug = debug
@@ -76,7 +80,7 @@ class Admission:
             dedupe_start=config.dedupe_start_requests,
             debug=config.dupefilter_debug,
             unstorable=config.unstorable,
-            start_order=config.start_order,
+            start_queue=bool(config.start_order),
         )
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
@@ -88,7 +92,7 @@ class Admission:
             self.log_duplicate(request)
             return None
         try:
-            payload = encode_request(request, spider, unstorable=self.unstorable)
+            payload = self.payload(request, spider)
         except CodecError as exc:
             self.refuse_unstorable(request, exc, kin.parent, spider)
             return None
@@ -96,16 +100,30 @@ class Admission:
         self.note_priority(request)
         if kin.late:
             self._log_late(request)
+        return self.entry(request, fingerprint, payload, parent=kin.fence, fresh=Fresh(request))
+
+    def payload(self, request: Request, spider: Spider | None) -> bytes:
+        """*request* as stored (:func:`~scrapy_ha.codec.encode_request` under
+        ``HA_UNSTORABLE``; the codec reads the spider's settings through its crawler)."""
+        return encode_request(request, spider, unstorable=self.unstorable)
+
+    def entry(
+        self,
+        request: Request,
+        fingerprint: bytes,
+        payload: bytes,
+        *,
+        parent: tuple[str, str] | None = None,
+        fresh: Fresh | None = None,
+    ) -> NewEntry:
+        """*request* as it is enqueued: a start request in the start queue when start
+        requests have their own (``SCHEDULER_START_MEMORY_QUEUE``); a request of a
+        checkpointed task (``ha_task``) placed by its task in a sharded crawl, any other by
+        its *fingerprint* (see ``ShardedQueue.place``)."""
+        start = self.start_queue and bool(request.meta.get("is_start_request"))
         task = request.meta.get(metakeys.TASK)
-        return NewEntry(
-            fingerprint,
-            request.priority,
-            payload,
-            kin.fence,
-            Fresh(request),
-            bool(self.start_order and request.meta.get("is_start_request")),
-            task if isinstance(task, str) else "",
-        )
+        task = task if isinstance(task, str) else ""
+        return NewEntry(fingerprint, request.priority, payload, parent, fresh, start, task)
 
     def _log_late(self, request: Request) -> None:
         """A request that names a page this worker finished was scheduled later with that
