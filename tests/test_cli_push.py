@@ -12,7 +12,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.cli.push import BadLine, parse_line
+from scrapy_ha.cli.push import BATCH, BadLine, parse_line
 from tests.cli_seed import scrapy_ha
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -74,13 +74,35 @@ async def test_pushed_requests_are_crawled_with_their_callbacks_and_meta(
     )
 
 
+X = '{"url": "http://a.example/x", '
 BAD_LINES = [
-    ('{"url": "http://a.example/x", "callback": "os.system"}', "callback='os.system'"),
-    ('{"url": "http://a.example/x", "callback": "_set_crawler"}', "not starting with '_'"),
-    ('{"url": "http://a.example/x", "colour": "red"}', "unknown field(s) colour"),
-    ('{"url": 5}', 'needs a "url"'),
+    (X + '"callback": "os.system"}', '"callback" must be the name of a spider method'),
+    (X + '"callback": "_set_crawler"}', "not starting with '_')"),
+    (X + '"colour": "red"}', "unknown field(s) colour"),
+    ('{"url": 5}', '"url" must be a string, not the number 5'),
+    ('{"method": "GET"}', 'needs a "url"'),
     ("{not json", "not JSON"),
     ("a.example/x", "Missing scheme"),
+    # each field as JSON gives it: wrong types are named, never coerced
+    (X + '"dont_filter": "false"}', '"dont_filter" must be true or false, not the string "false"'),
+    (X + '"dont_filter": 0}', '"dont_filter" must be true or false, not the number 0'),
+    (X + '"method": null}', '"method" must be an HTTP method such as GET or POST, not null'),
+    (X + '"method": "GE T"}', 'not the string "GE T"'),
+    (X + '"method": 1}', '"method" must be an HTTP method such as GET or POST, not the number'),
+    (X + '"priority": 2.9}', '"priority" must be a whole number from -4095 to 4095'),
+    (X + '"priority": 2.0}', "not the number 2.0"),
+    (X + '"priority": "3"}', 'not the string "3"'),
+    (X + '"priority": true}', '"priority" must be a whole number from -4095 to 4095 (the range'),
+    (X + '"priority": 5000}', "not the number 5000"),
+    (X + '"meta": ["a"]}', '"meta" must be an object, not an array ["a"]'),
+    (X + '"meta": null}', '"meta" must be an object, not null (leave the field out'),
+    (X + '"headers": {"X-A": 1}}', '"headers" must be an object whose values are strings'),
+    (X + '"headers": {"X-A": ["a", 2]}}', 'not an object {"X-A": ["a", 2]}'),
+    (X + '"headers": "X-A: 1"}', 'not the string "X-A: 1"'),
+    (X + '"body": {"a": 1}}', '"body" must be a string, not an object {"a": 1}'),
+    (X + '"body": 5}', '"body" must be a string, not the number 5'),
+    (X + '"callback": null}', '"callback" must be the name of a spider method'),
+    (X + '"errback": 5}', '"errback" must be the name of a spider method'),
 ]
 
 
@@ -91,9 +113,67 @@ def test_a_bad_line_is_named_with_what_to_fix(line, says):
     assert str(bad.value).startswith("stdin line 3: ") and says in str(bad.value)
 
 
+def test_json_fields_are_taken_as_they_are():
+    line = (
+        X + '"method": "post", "priority": -3, "dont_filter": false, "body": "a=1", '
+        '"headers": {"X-A": "1", "X-B": ["2", "3"]}, "meta": {"n": 1}, "callback": "parse_item"}'
+    )
+    request, callbacks = parse_line(line, "argument 1")
+    assert (request.method, request.priority, request.dont_filter, request.body) == (
+        "POST",
+        -3,
+        False,
+        b"a=1",
+    )
+    assert request.headers.getlist("X-B") == [b"2", b"3"] and request.meta == {"n": 1}
+    assert list(callbacks.values()) == ["parse_item"]
+
+
+def test_a_wrongly_typed_field_names_its_line_and_pushes_nothing(redis_url, redis_client):
+    lines = [
+        X + '"priority": 1}',
+        X.replace("/x", "/y") + '"meta": {}}',
+        X + '"dont_filter": "false"}',
+    ]
+    result = push(redis_url, "-", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        'nothing pushed: stdin line 3: "dont_filter" must be true or false, not the string "false"'
+    )
+    assert result.stdout == ""
+    assert not redis_client.exists("ha:{pushed}:pending", "ha:{pushed}:dupefilter")
+
+
 def test_a_bad_line_pushes_nothing(redis_url, redis_client):
     result = push(redis_url, "http://a.example/fine", BAD_LINES[0][0])
     assert result.returncode == 1
     said = result.stderr.splitlines()  # after a note that no project settings apply here
-    assert said[-1].startswith("nothing pushed: argument 2: callback='os.system'")
+    assert said[-1].startswith('nothing pushed: argument 2: "callback" must be the name of a')
     assert not redis_client.exists("ha:{pushed}:pending", "ha:{pushed}:dupefilter")
+
+
+def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_client):
+    """The second batch holds a request larger than Redis takes in one argument (its
+    proto-max-bulk-len, 1 MB here): Redis closes the connection after the first batch was
+    stored. The command says which lines are in and which are not."""
+    small = [json.dumps({"url": f"http://a.example/{i}"}) for i in range(1199)]
+    large = json.dumps({"url": "http://a.example/large", "body": "x" * 1_100_000})
+    lines = [*small[:BATCH], large, *small[BATCH:]]
+    old = redis_client.config_get("proto-max-bulk-len")["proto-max-bulk-len"]
+    redis_client.config_set("proto-max-bulk-len", 1024 * 1024)  # the least it takes
+    try:
+        result = push(redis_url, "-", stdin="\n".join(lines) + "\n")
+    finally:
+        redis_client.config_set("proto-max-bulk-len", old)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    said = result.stderr.splitlines()[-1]
+    assert said.startswith(
+        "error: pushed 500 of 1200 requests to pushed (500 added, 0 filtered), stdin lines 1 "
+        "to 500, before Redis failed: "
+    ), said
+    assert said.endswith(
+        "; stdin lines 501 to 1200 were not pushed, or only in part: push them again (the "
+        "dupefilter drops those already in; one with dont_filter would be queued twice)"
+    ), said
+    assert redis_client.zcard("ha:{pushed}:pending") == BATCH

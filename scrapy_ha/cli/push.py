@@ -14,9 +14,11 @@ nothing.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
 from scrapy import Request
 
 from scrapy_ha.cli.common import command, plural
@@ -24,9 +26,11 @@ from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.admission import Admission
+from scrapy_ha.store.scripts import MAX_PRIORITY
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from scrapy import Spider
 
@@ -36,49 +40,94 @@ if TYPE_CHECKING:
 
 #: Requests per enqueue call: the batch size workers use too.
 BATCH = 500
-#: The fields a JSON line may have.
-FIELDS = frozenset(
-    ("url", "callback", "errback", "priority", "meta", "method", "headers", "body", "dont_filter")
-)
+#: An HTTP method: an RFC 9110 token (Scrapy upper-cases it).
+_METHOD = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _is_spider_method(value: Any) -> bool:
+    return isinstance(value, str) and value.isidentifier() and not value.startswith("_")
+
+
+def _is_header_value(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    return isinstance(value, str)
+
+
+_SPIDER_METHOD = "the name of a spider method (a plain identifier, not starting with '_')"
+#: What each field of a JSON line must be (checked as JSON gives it: no coercion, so that
+#: "false" is not taken for true nor 2.9 for 2) and how an error says it.
+FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "url": (lambda v: isinstance(v, str), "a string"),
+    "callback": (_is_spider_method, _SPIDER_METHOD),
+    "errback": (_is_spider_method, _SPIDER_METHOD),
+    "priority": (
+        lambda v: type(v) is int and -MAX_PRIORITY <= v <= MAX_PRIORITY,
+        f"a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY} (the range scrapy-ha stores)",
+    ),
+    "meta": (lambda v: isinstance(v, dict), "an object"),
+    "method": (
+        lambda v: isinstance(v, str) and _METHOD.fullmatch(v) is not None,
+        "an HTTP method such as GET or POST",
+    ),
+    "headers": (
+        lambda v: isinstance(v, dict) and all(_is_header_value(h) for h in v.values()),
+        "an object whose values are strings or arrays of strings",
+    ),
+    "body": (lambda v: isinstance(v, str), "a string"),
+    "dont_filter": (lambda v: isinstance(v, bool), "true or false"),
+}
+#: Where lines come from, as a span of them is named (``stdin lines 3 to 9``).
+_SOURCES = {"stdin line": "stdin lines", "argument": "arguments"}
 
 
 class BadLine(ValueError):
     """A line that is no request; the message names the line and what to fix."""
 
 
-def _callback(doc: dict[str, Any], field: str, where: str) -> str | None:
-    name = doc.get(field)
-    if name is None:
-        return None
-    if not (isinstance(name, str) and name.isidentifier() and not name.startswith("_")):
-        raise BadLine(
-            f"{where}: {field}={name!r} must be the name of a spider method (a plain "
-            f"identifier, not starting with '_')"
-        )
-    return name
+def _shown(value: Any) -> str:
+    """A JSON value as an error names it: ``the string "false"``, ``the number 2.9``."""
+    if value is None:
+        return "null (leave the field out for its default)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = json.dumps(value, ensure_ascii=False)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(value, str):
+        return f"the string {text}"
+    if isinstance(value, int | float):
+        return f"the number {text}"
+    return f"{'an array' if isinstance(value, list) else 'an object'} {text}"
 
 
-def _request(doc: dict[str, Any], where: str) -> Request:
-    unknown = set(doc) - FIELDS
+def _checked(doc: dict[str, Any], where: str) -> None:
+    unknown = set(doc) - set(FIELDS)
     if unknown:
         raise BadLine(
             f"{where}: unknown field(s) {', '.join(sorted(unknown))}; known: "
             f"{', '.join(sorted(FIELDS))}"
         )
-    if not isinstance(doc.get("url"), str):
+    if "url" not in doc:
         raise BadLine(f'{where}: a JSON request needs a "url" string')
-    body = doc.get("body", b"")
+    for field, value in doc.items():
+        valid, kind = FIELDS[field]
+        if not valid(value):
+            raise BadLine(f'{where}: "{field}" must be {kind}, not {_shown(value)}')
+
+
+def _request(doc: dict[str, Any], where: str) -> Request:
+    _checked(doc, where)
     try:
         return Request(
             doc["url"],
-            method=str(doc.get("method", "GET")),
+            method=doc.get("method", "GET"),
             headers=doc.get("headers"),
-            body=body.encode() if isinstance(body, str) else body,
+            body=doc.get("body", "").encode(),
             meta=doc.get("meta"),
-            priority=int(doc.get("priority", 0)),
-            dont_filter=bool(doc.get("dont_filter", False)),
+            priority=doc.get("priority", 0),
+            dont_filter=doc.get("dont_filter", False),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:  # a URL Scrapy refuses ("Missing scheme")
         raise BadLine(f"{where}: {exc}") from None
 
 
@@ -92,7 +141,7 @@ def parse_line(line: str, where: str) -> tuple[Request, dict[str, str]]:
     except ValueError as exc:
         raise BadLine(f"{where}: not JSON ({exc})") from None
     request = _request(doc, where)
-    names = {CALLBACK: _callback(doc, "callback", where), ERRBACK: _callback(doc, "errback", where)}
+    names = {CALLBACK: doc.get("callback"), ERRBACK: doc.get("errback")}
     return request, {key: name for key, name in names.items() if name}
 
 
@@ -115,14 +164,15 @@ def _lines(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(text, f"argument {n}") for n, text in enumerate(args.requests, 1)]
 
 
-def _entries(args: argparse.Namespace, view: WorkerView) -> list[NewEntry]:
+def _entries(args: argparse.Namespace, view: WorkerView) -> list[tuple[NewEntry, str]]:
+    """Every line as an entry, with where it came from (``stdin line 3``)."""
     config = SchedulerConfig.from_settings(view.crawler.settings)
     admission = Admission.from_config(view.crawler, config)
     entries = []
     for line, where in _lines(args):
         request, callbacks = parse_line(line, where)
         try:
-            entries.append(new_entry(request, callbacks, admission, view.spider))
+            entries.append((new_entry(request, callbacks, admission, view.spider), where))
         except CodecError as exc:
             raise BadLine(f"{where}: {exc}") from None
     return entries
@@ -140,14 +190,41 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
     except BadLine as exc:
         print(f"nothing pushed: {exc}", file=sys.stderr)
         return 1
-    added = 0
-    for start in range(0, len(entries), BATCH):
-        added += await queue.enqueue(entries[start : start + BATCH])
+    added = done = 0
+    try:
+        for start in range(0, len(entries), BATCH):
+            batch = [entry for entry, _ in entries[start : start + BATCH]]
+            added += await queue.enqueue(batch)
+            done += len(batch)
+    except redis.exceptions.RedisError as exc:
+        print(_stopped(queue, [where for _, where in entries], done, added, exc), file=sys.stderr)
+        return 2
     print(
         f"pushed {plural(len(entries), 'request')} to {queue.keys.spider}: {added} added, "
         f"{len(entries) - added} filtered (seen before)"
     )
     return 0
+
+
+def _stopped(queue: RedisQueue, wheres: list[str], done: int, added: int, exc: Exception) -> str:
+    """What a push that Redis stopped half-way did: the lines of the batches it stored, and
+    those it did not (the failed batch may be stored in part: its reply never came)."""
+    pushed = f"{_span(wheres[:done])}, " if done else ""
+    return (
+        f"error: pushed {done} of {plural(len(wheres), 'request')} to {queue.keys.spider} "
+        f"({added} added, {done - added} filtered), {pushed}before Redis failed: {exc}; "
+        f"{_span(wheres[done:])} were not pushed, or only in part: push them again (the "
+        f"dupefilter drops those already in; one with dont_filter would be queued twice)"
+    )
+
+
+def _span(wheres: list[str]) -> str:
+    """``stdin lines 1 to 500`` (the lines of one push come from one source, in a row)."""
+    first, last = wheres[0], wheres[-1]
+    if first == last:
+        return first
+    kind, _, n = first.rpartition(" ")
+    return f"{_SOURCES[kind]} {n} to {last.rpartition(' ')[2]}"
 
 
 def register(sub: Any) -> None:
