@@ -184,3 +184,81 @@ def test_a_scrapy_item_of_a_shared_library_is_built_by_a_fresh_worker(monkeypatc
     )
     item = decode_request(doc, spider()).meta["i"]
     assert type(item) is item_cls and item["name"] == "a"
+
+
+RUNS: list[str] = []
+
+
+def _hooks() -> dict[str, dict]:
+    """What a library's base class may define that building an item runs."""
+
+    def init(self, *args, **kwargs):
+        RUNS.append("__init__")
+        scrapy.Item.__init__(self, *args, **kwargs)
+
+    def setitem(self, key, value):
+        RUNS.append("__setitem__")
+        scrapy.Item.__setitem__(self, key, value)
+
+    def values_get(self):
+        return self.__dict__["_v"]
+
+    def values_set(self, value):
+        RUNS.append("_values setter")
+        self.__dict__["_v"] = value
+
+    class CallingMeta(type(scrapy.Item)):
+        def __call__(cls, *args, **kwargs):
+            RUNS.append("metaclass __call__")
+            return super().__call__(*args, **kwargs)
+
+    return {
+        "__init__": {"__init__": init},
+        "__setitem__": {"__setitem__": setitem},
+        "property": {"_values": property(values_get, values_set)},
+        "metaclass": {"metaclass": CallingMeta},
+        "mixin": {"mixin": type("Mixin", (), {"__init__": init})},
+    }
+
+
+def library_item(monkeypatch, hook: str) -> type:
+    """``ha_item_lib:Leaf``: a Field-only item class of a library (not the spider's
+    package), whose base class *hook* names what it defines."""
+    module = types.ModuleType("ha_item_lib")
+    body = dict(_hooks()[hook])
+    meta = body.pop("metaclass", type(scrapy.Item))
+    mixin = body.pop("mixin", None)
+    bases = (mixin, scrapy.Item) if mixin else (scrapy.Item,)
+    base = meta("Base", bases, {"__module__": module.__name__, **body})
+    leaf = meta("Leaf", (base,), {"__module__": module.__name__, "name": scrapy.Field()})
+    module.Base, module.Leaf = base, leaf
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return leaf
+
+
+@pytest.mark.parametrize("hook", ["__init__", "__setitem__", "property", "metaclass", "mixin"])
+def test_an_item_class_that_inherits_code_from_a_library_base_is_refused(monkeypatch, hook):
+    # Leaf's own body holds a Field only: what runs is inherited, and it must not run on a
+    # payload's say-so (issue 36 item 13)
+    leaf = library_item(monkeypatch, hook)
+    doc = payload(mt={"i": {"__i": ["ha_item_lib:Leaf", {"name": "a"}]}})
+    RUNS.clear()
+    with pytest.raises(CodecError, match="ha_item_lib:Leaf.*HA_CODEC_CLASSES"):
+        decode_request(doc, spider())
+    assert RUNS == []
+    listed = spider({"HA_CODEC_CLASSES": ["ha_item_lib:Leaf"]})
+    item = decode_request(doc, listed).meta["i"]
+    assert type(item) is leaf and item["name"] == "a" and RUNS
+
+
+def test_a_library_item_with_methods_of_its_own_is_still_built(monkeypatch):
+    module = types.ModuleType("ha_item_lib")
+    base = type(
+        "Base",
+        (scrapy.Item,),
+        {"__module__": module.__name__, "describe": lambda self: "item", "KIND": "product"},
+    )
+    module.Leaf = type("Leaf", (base,), {"__module__": module.__name__, "name": scrapy.Field()})
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    doc = payload(mt={"i": {"__i": ["ha_item_lib:Leaf", {"name": "a"}]}})
+    assert decode_request(doc, spider()).meta["i"].describe() == "item"

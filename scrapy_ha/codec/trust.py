@@ -4,7 +4,9 @@ A payload is data, never a recipe for code. A class named in a payload is resolv
 its module is already imported (``sys.modules``), by a plain look-up in the module's
 namespace: nothing is imported and no module ``__getattr__`` runs. It is built only if this
 worker trusts it: it encoded it itself, it is defined in the spider's own top-level
-package, it is listed in ``HA_CODEC_CLASSES``, or it is a Request class of Scrapy. Every
+package, it is listed in ``HA_CODEC_CLASSES``, it is a Request class of Scrapy, or it is a
+``scrapy.Item`` subclass that only Scrapy's own code builds and fills (no class of its MRO
+outside Scrapy defines a constructor, a hook or a property: inherited ones count). Every
 imported library has dataclasses and Enums of its own (Twisted, redis, cryptography...), and
 building one runs its ``__init__``, ``__post_init__`` or ``_missing_``: a payload must not
 pick among them.
@@ -18,12 +20,13 @@ the class namespaces (``inspect.getattr_static``), so no property runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import sys
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
-from scrapy.item import Item
+from scrapy.item import Field, Item, ItemMeta
 
 from scrapy_ha.codec.document import CodecError, Unstorable, type_name
 
@@ -105,7 +108,7 @@ def lookup(name: str) -> Any:
 def trusted(cls: type, spider: Spider | None) -> bool:
     """May a payload make this worker build *cls*? (See the module docstring.)"""
     if cls in NAMES or _is_scrapy_item(cls):
-        return True  # a scrapy.Item is built by Scrapy's own __init__ (a dict of fields)
+        return True  # built by Scrapy's own Item code alone (a dict of fields)
     module = cls.__module__ or ""
     if spider is not None:
         top = type(spider).__module__.partition(".")[0]
@@ -115,7 +118,70 @@ def trusted(cls: type, spider: Spider | None) -> bool:
 
 
 def _is_scrapy_item(cls: type) -> bool:
-    return issubclass(cls, Item) and "__init__" not in vars(cls)
+    """A ``scrapy.Item`` subclass that building, filling, hashing, comparing and reading
+    runs Scrapy's own code for alone: no class of its MRO (nor of its metaclass's) outside
+    Scrapy's defines behaviour of its own (see :func:`_adds_behaviour`), wherever it is
+    inherited from. A library's base class with an ``__init__`` or a ``__setitem__`` makes
+    every item class built on it untrusted until listed in ``HA_CODEC_CLASSES``."""
+    if not issubclass(cls, Item):
+        return False
+    return not any(_adds_behaviour(k, Item) for k in cls.__mro__) and not any(
+        _adds_behaviour(k, ItemMeta) for k in inspect.getmro(type(cls))
+    )
+
+
+#: What Python and Scrapy's ItemMeta write into every class body: data, not behaviour.
+_BOOKKEEPING = frozenset(
+    (
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__annotations__",
+        "__annotate__",
+        "__annotate_func__",
+        "__annotations_cache__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__orig_bases__",
+        "__parameters__",
+        "__abstractmethods__",
+        "_abc_impl",
+        "fields",
+        "_class",
+    )
+)
+
+
+@functools.cache
+def _names_of(base: type) -> frozenset[str]:
+    """Every name the classes of *base*'s MRO define."""
+    return frozenset(name for k in base.__mro__ for name in vars(k))
+
+
+def _adds_behaviour(klass: type, base: type) -> bool:
+    """Does *klass*, a class of an item class's MRO (or of its metaclass's MRO when *base*
+    is ``ItemMeta``), define code that building or using the item may run?
+
+    Scrapy's own classes (those of *base*'s MRO) do not count. Any other class may define
+    fields, constants and methods of new names; a dunder (``__init__``, ``__new__``,
+    ``__setitem__``, ``__setattr__``, ``__getattribute__``, ``__hash__``, ``__eq__``,
+    ``__del__``, a metaclass's ``__call__``...), a name Scrapy's classes define
+    (``keys``, ``copy``...: what the mapping protocol calls) or a data descriptor (a
+    property, which an attribute assignment runs) is behaviour.
+    """
+    if klass in base.__mro__:
+        return False
+    scrapys = _names_of(base)
+    for name, value in vars(klass).items():
+        if name in _BOOKKEEPING or isinstance(value, Field):
+            continue
+        dunder = name.startswith("__") and name.endswith("__")
+        setter = hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
+        if dunder or name in scrapys or setter:
+            return True
+    return False
 
 
 def _listed(cls: type, spider: Spider | None) -> bool:
