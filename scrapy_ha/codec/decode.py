@@ -1,7 +1,10 @@
 """A stored document back to a Scrapy request, building only what :mod:`.trust` allows.
 
 Every malformed payload raises :class:`CodecError`, whatever is wrong with it: the
-scheduler dead-letters such an entry as corrupt.
+scheduler dead-letters such an entry as corrupt. So does a payload that would cost the
+reactor thread more than its share: larger than ``MAX_PAYLOAD_BYTES``, nested deeper than
+``MAX_DEPTH``, or a set or dict whose values were chosen to share a hash (more than
+``MAX_SHARED_HASH`` of them), which would take minutes to build.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from scrapy_ha.codec.document import (
     URL,
     VERSION,
     CodecError,
+    colliding,
+    overnested,
+    oversize,
     type_name,
 )
 
@@ -47,12 +53,18 @@ def decode_request(payload: bytes | str, spider: Spider | None) -> Request:
 
     Every malformed payload raises :class:`CodecError`, whatever is wrong with it.
     """
+    too_large = oversize(payload)
+    if too_large:
+        raise CodecError(f"the request cannot be read: {too_large}")
     try:
         doc = json.loads(payload)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CodecError(f"payload is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get(VERSION) != FORMAT_VERSION or URL not in doc:
         raise CodecError(f"payload is not a scrapy-ha request of format {FORMAT_VERSION}")
+    too_deep = overnested(payload, doc)
+    if too_deep:
+        raise CodecError(f"the request for {doc[URL]} cannot be read: {too_deep}")
     return _decode_doc(doc, spider)
 
 
@@ -142,13 +154,21 @@ def _text(value: Any) -> str:
     return value
 
 
+def _distinct(values: list[Any], what: str) -> list[Any]:
+    """*values*, to build a set or dict of: refused if built to collide."""
+    flood = colliding(values, what)
+    if flood:
+        raise CodecError(flood)
+    return values
+
+
 def _pairs(value: Any, spider: Spider | None) -> dict[Any, Any]:
-    out = {}
-    for pair in _list(value, spider):
+    pairs = _list(value, spider)
+    for pair in pairs:
         if type(pair) is not list or len(pair) != 2:
             raise CodecError("a tagged dict holds something else than [key, value] pairs")
-        out[pair[0]] = pair[1]
-    return out
+    _distinct([k for k, _ in pairs], "dict")
+    return dict(pairs)
 
 
 def _untag_datetime(value: Any, spider: Spider | None) -> datetime.datetime:
@@ -210,8 +230,8 @@ _DECODERS: dict[str, Callable[[Any, Spider | None], Any]] = {
     BYTES_TAG: lambda v, s: base64.b64decode(_text(v), validate=True),
     "__t": lambda v, s: tuple(_list(v, s)),
     DICT_TAG: _pairs,
-    "__s": lambda v, s: set(_list(v, s)),
-    "__fs": lambda v, s: frozenset(_list(v, s)),
+    "__s": lambda v, s: set(_distinct(_list(v, s), "set")),
+    "__fs": lambda v, s: frozenset(_distinct(_list(v, s), "frozenset")),
     "__dt": _untag_datetime,
     "__da": lambda v, s: datetime.date.fromisoformat(_text(v)),
     "__tm": _untag_time,

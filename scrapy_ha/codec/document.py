@@ -7,6 +7,7 @@ tags are written by :mod:`.encode` and read by :mod:`.decode`.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 #: Version of the payload format; a payload with another version is refused. New tags were
@@ -70,6 +71,27 @@ DICT_TAG = "__d"
 #: The tag of a Request nested in a value (its own document).
 REQUEST_TAG = "__r"
 
+# -- limits: what one payload may cost the reactor thread that decodes it ----------------
+
+#: Largest payload a worker stores or reads, in bytes. A plain request takes about 100
+#: bytes and a page's HTML passed in meta a few hundred KB (its bytes a third more in
+#: base64); parsing 16 MB of small JSON objects took the reactor thread 2.3 s on a busy
+#: 2-core machine, so 8 MiB bounds one entry at about a second.
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+#: Deepest nesting of a payload's JSON, the document itself counting one and each tagged
+#: container two (``{"__t": [...]}``). Real meta is a few levels deep; 100 keeps every
+#: recursive walk of the value (the decoder, the encoder on a retry, ``copy.deepcopy``,
+#: ``pprint``) far from Python's recursion limit of 1000, where it would fail half-way.
+MAX_DEPTH = 100
+#: Most values of one set, frozenset or tagged dict's keys that may share a hash. Python
+#: compares a new element with every element of its hash already there, so k of them cost
+#: k * k / 2 comparisons, and int hashes are not randomised (every multiple of 2**61 - 1
+#: hashes to 0): 16,000 such ints (395 KB) took 5.3 s to decode, 32,000 (795 KB) 26 s, so
+#: a payload within the size limit would hold the reactor thread for about 48 minutes.
+#: Distinct values of real data share a hash only by accident (-1 and -2 do); 8 keeps the
+#: cost to a few comparisons per element.
+MAX_SHARED_HASH = 8
+
 #: What a stored value may be, for error messages.
 STORABLE = (
     "str, numbers, bool, None, bytes, lists, tuples, sets, dicts, datetime/date/time/"
@@ -98,3 +120,51 @@ class Unstorable(Exception):
 def type_name(cls: type) -> str:
     """``module.Qualname`` of *cls*, for messages."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def oversize(payload: bytes | str) -> str | None:
+    """Why *payload* is too large to store or read (None if it is not)."""
+    if len(payload) <= MAX_PAYLOAD_BYTES:
+        return None
+    return (
+        f"its payload is {len(payload):,} bytes, more than the {MAX_PAYLOAD_BYTES:,} a worker "
+        f"reads (scrapy-ha's MAX_PAYLOAD_BYTES)"
+    )
+
+
+def overnested(text: bytes | str, doc: Any) -> str | None:
+    """Why *doc*, parsed from *text*, is nested too deeply (None if it is not).
+
+    Nesting cannot exceed the number of ``[`` and ``{`` in the text: counting them is the
+    fast path; only a payload with more of them than ``MAX_DEPTH`` is walked.
+    """
+    if isinstance(text, bytes):
+        opened = text.count(b"[") + text.count(b"{")
+    else:
+        opened = text.count("[") + text.count("{")
+    if opened <= MAX_DEPTH:
+        return None
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"its payload is nested more than {MAX_DEPTH} levels deep (MAX_DEPTH)"
+        if type(value) is dict:
+            stack.extend((v, depth + 1) for v in value.values())
+        elif type(value) is list:
+            stack.extend((v, depth + 1) for v in value)
+    return None
+
+
+def colliding(values: list[Any], what: str) -> str | None:
+    """Why building a set or dict from *values* would be a hash flood (None if not)."""
+    if len(values) <= MAX_SHARED_HASH:
+        return None
+    counts = Counter(map(hash, values))
+    shared, n = counts.most_common(1)[0]
+    if n <= MAX_SHARED_HASH:
+        return None
+    return (
+        f"a stored {what} holds {n} values that share the hash {shared}, more than "
+        f"{MAX_SHARED_HASH} (MAX_SHARED_HASH): a payload built to make decoding slow"
+    )

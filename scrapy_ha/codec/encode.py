@@ -37,6 +37,8 @@ from scrapy_ha.codec.document import (
     VERSION,
     CodecError,
     Unstorable,
+    overnested,
+    oversize,
     type_name,
 )
 
@@ -71,9 +73,16 @@ def encode_request(request: Request, spider: Spider | None, *, unstorable: str =
     doc = {VERSION: FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
     text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
     try:
-        return text.encode()
+        payload = text.encode()
     except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot hold it, a JSON escape can
-        return json.dumps(doc, separators=(",", ":")).encode()
+        payload = json.dumps(doc, separators=(",", ":")).encode()
+    too_much = oversize(payload) or overnested(text, doc)
+    if too_much:  # no worker would read it back: refused here, loudly, not dead-lettered there
+        raise CodecError(
+            f"cannot store the request for {request.url}: {too_much}; keep large or deeply "
+            f"nested data out of meta and cb_kwargs (store it elsewhere, pass its key)"
+        )
+    return payload
 
 
 def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dict[str, Any]:
