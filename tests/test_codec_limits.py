@@ -12,8 +12,8 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha._codec.document import MAX_DEPTH, MAX_PAYLOAD_BYTES, MAX_SHARED_HASH
 from scrapy_ha.codec import CodecError, decode_request, encode_request
+from scrapy_ha.codec.document import MAX_DEPTH, MAX_PAYLOAD_BYTES, MAX_SHARED_HASH
 from scrapy_ha.keys import Keys
 from tests.spiders import FaultSpider
 from tests.test_codec import SPIDER

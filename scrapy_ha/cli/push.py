@@ -8,7 +8,8 @@ project's ``REQUEST_FINGERPRINTER_CLASS`` (none under ``BaseDupeFilter``), the s
 fingerprint, the codec reading the project's settings; and enqueued with the same script
 (sync.lua), so the crawl's dupefilter applies: a URL the crawl has seen is filtered, unless
 ``dont_filter``. Every line is checked before anything is enqueued: a bad line changes
-nothing.
+nothing. A URL whose scheme the project's ``HA_ALLOWED_SCHEMES`` does not allow (http and
+https by default) is a bad line: workers would dead-letter it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import redis.exceptions
 from scrapy import Request
 
 from scrapy_ha.cli.common import command, plural
-from scrapy_ha.codec import CodecError
+from scrapy_ha.codec import CodecError, refused_scheme
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.admission import Admission
@@ -171,6 +172,8 @@ def _entries(args: argparse.Namespace, view: WorkerView) -> list[tuple[NewEntry,
     entries = []
     for line, where in _lines(args):
         request, callbacks = parse_line(line, where)
+        if refusal := refused_scheme(request, admission.schemes):
+            raise BadLine(f"{where}: {refusal}; workers fetch no other scheme from Redis")
         try:
             entries.append((new_entry(request, callbacks, admission, view.spider), where))
         except CodecError as exc:

@@ -13,7 +13,9 @@ payload names. It builds only
   Scrapy's own callbacks, never the spider's machinery (``_set_crawler``, ``start``...).
 
 Anything else is a :class:`CodecError` (the scheduler dead-letters such an entry as
-corrupt).
+corrupt). A request read back must have a URL scheme of ``HA_ALLOWED_SCHEMES`` (http and
+https by default), or it is :class:`Refused`: whoever writes to Redis must not make a
+worker read its own files (``file://``), nor fetch ``s3://``/``ftp://``/``data:`` URLs.
 
 Every value Scrapy users put in ``meta`` and ``cb_kwargs`` round-trips with its type:
 bytes, tuples, sets, frozensets, dicts with non-string keys, datetimes (naive and aware),
@@ -35,23 +37,33 @@ masking), ``summary`` (reading without rebuilding).
 from __future__ import annotations
 
 from scrapy_ha.codec.credentials import mask_payload, mask_url, strip_credentials
-from scrapy_ha.codec.decode import decode_request
-from scrapy_ha.codec.document import FORMAT_VERSION, CodecError
+from scrapy_ha.codec.decode import decode_request, refused_scheme
+from scrapy_ha.codec.document import (
+    ALLOWED_SCHEMES_SETTING,
+    DEFAULT_ALLOWED_SCHEMES,
+    FORMAT_VERSION,
+    CodecError,
+    Refused,
+)
 from scrapy_ha.codec.encode import UNSTORABLE_POLICIES, encode_request
 from scrapy_ha.codec.summary import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.trust import CODEC_CLASSES_SETTING
 
 __all__ = [
+    "ALLOWED_SCHEMES_SETTING",
     "CODEC_CLASSES_SETTING",
+    "DEFAULT_ALLOWED_SCHEMES",
     "FORMAT_VERSION",
     "UNSTORABLE_POLICIES",
     "CodecError",
+    "Refused",
     "RequestSummary",
     "decode_request",
     "describe",
     "encode_request",
     "mask_payload",
     "mask_url",
+    "refused_scheme",
     "reset_attempts",
     "strip_credentials",
 ]

@@ -19,12 +19,15 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from scrapy.http import Request
+from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha.codec import trust
 from scrapy_ha.codec.document import (
+    ALLOWED_SCHEMES_SETTING,
     BYTES_TAG,
     CALLBACKS,
     CLASS,
+    DEFAULT_ALLOWED_SCHEMES,
     DICT_TAG,
     EXTRA,
     FIELD_TYPES,
@@ -36,6 +39,7 @@ from scrapy_ha.codec.document import (
     URL,
     VERSION,
     CodecError,
+    Refused,
     colliding,
     overnested,
     oversize,
@@ -43,15 +47,23 @@ from scrapy_ha.codec.document import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from scrapy import Spider
 
 
-def decode_request(payload: bytes | str, spider: Spider | None) -> Request:
+def decode_request(
+    payload: bytes | str,
+    spider: Spider | None,
+    *,
+    schemes: Collection[str] = DEFAULT_ALLOWED_SCHEMES,
+) -> Request:
     """Rebuild a request from :func:`encode_request` output; raise :class:`CodecError`.
 
-    Every malformed payload raises :class:`CodecError`, whatever is wrong with it.
+    Every malformed payload raises :class:`CodecError`, whatever is wrong with it; a
+    request whose URL scheme is not one of *schemes* (``HA_ALLOWED_SCHEMES``) raises
+    :class:`Refused`. (A request nested in a value is checked when the spider yields it:
+    the scheduler refuses it then.)
     """
     too_large = oversize(payload)
     if too_large:
@@ -65,7 +77,24 @@ def decode_request(payload: bytes | str, spider: Spider | None) -> Request:
     too_deep = overnested(payload, doc)
     if too_deep:
         raise CodecError(f"the request for {doc[URL]} cannot be read: {too_deep}")
-    return _decode_doc(doc, spider)
+    request = _decode_doc(doc, spider)
+    refusal = refused_scheme(request, schemes)
+    if refusal:
+        raise Refused(f"{refusal}: workers fetch no other scheme from Redis")
+    return request
+
+
+def refused_scheme(request: Request, schemes: Collection[str]) -> str | None:
+    """Why *request* may not be fetched from Redis (None if its scheme is allowed): the
+    scheme Scrapy's download handlers would pick, read from the URL as they read it."""
+    scheme = urlparse_cached(request).scheme
+    if scheme in schemes:
+        return None
+    return (
+        f"the request for {request.url} has the scheme {scheme!r}, which "
+        f"{ALLOWED_SCHEMES_SETTING} ({', '.join(sorted(schemes))}) does not allow (add "
+        f"{scheme!r} to it if the spider crawls {scheme}: URLs on purpose)"
+    )
 
 
 def _decode_doc(doc: Any, spider: Spider | None) -> Request:

@@ -71,6 +71,15 @@ DICT_TAG = "__d"
 #: The tag of a Request nested in a value (its own document).
 REQUEST_TAG = "__r"
 
+#: The setting listing the URL schemes a request read from Redis may have.
+ALLOWED_SCHEMES_SETTING = "HA_ALLOWED_SCHEMES"
+#: The web's schemes. Scrapy also fetches ``file``, ``data``, ``ftp`` and ``s3`` URLs: a
+#: stored ``file:///proc/self/environ`` would hand a worker's environment (``REDIS_URL``
+#: and its password among it) to a callback, and from there to the items. Whoever can
+#: write to Redis must not choose what a worker reads on its own machine or with its
+#: credentials.
+DEFAULT_ALLOWED_SCHEMES = frozenset(("http", "https"))
+
 # -- limits: what one payload may cost the reactor thread that decodes it ----------------
 
 #: Largest payload a worker stores or reads, in bytes. A plain request takes about 100
@@ -102,6 +111,11 @@ STORABLE = (
 
 class CodecError(ValueError):
     """A request cannot be serialized, or a payload cannot be read back."""
+
+
+class Refused(CodecError):
+    """A well-formed payload of a request this worker does not fetch from Redis (a scheme
+    outside ``HA_ALLOWED_SCHEMES``): the scheduler dead-letters it as ``refused``."""
 
 
 class Unstorable(Exception):

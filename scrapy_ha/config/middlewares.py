@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
-from scrapy_ha.codec import mask_url
+from scrapy_ha.codec import ALLOWED_SCHEMES_SETTING, DEFAULT_ALLOWED_SCHEMES, mask_url
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 
@@ -146,6 +146,12 @@ DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
 DEFAULT_CHECKPOINT_ID_FIELD = "id"
 
 
+def allowed_schemes(settings: BaseSettings) -> frozenset[str]:
+    """``HA_ALLOWED_SCHEMES``, checked: the schemes of requests a worker takes from Redis
+    (and queues), for the scheduler, the checkpoints and ``scrapy-ha push`` alike."""
+    return check.schemes(settings, ALLOWED_SCHEMES_SETTING, DEFAULT_ALLOWED_SCHEMES)
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     """Pagination checkpoints (HA_CHECKPOINTS); ``every_items=0`` saves at page ends only."""
@@ -156,6 +162,8 @@ class CheckpointConfig:
     ttl: float = DEFAULT_CHECKPOINT_TTL
     rerun: bool = False
     id_field: str = DEFAULT_CHECKPOINT_ID_FIELD
+    #: the schemes a resumed page may have (HA_ALLOWED_SCHEMES): checkpoints are in Redis
+    schemes: frozenset[str] = DEFAULT_ALLOWED_SCHEMES
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -174,6 +182,7 @@ class CheckpointConfig:
             ttl=check.seconds(settings, "HA_CHECKPOINT_TTL", DEFAULT_CHECKPOINT_TTL),
             rerun=check.boolean(settings, "HA_CHECKPOINT_RERUN", False),
             id_field=check.text(settings, "HA_CHECKPOINT_ID_FIELD", DEFAULT_CHECKPOINT_ID_FIELD),
+            schemes=allowed_schemes(settings),
         )
 
     @property

@@ -14,8 +14,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scrapy_ha.codec import UNSTORABLE_POLICIES
+from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.middlewares import allowed_schemes
 from scrapy_ha.config.politeness import Politeness
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
@@ -146,6 +147,8 @@ class SchedulerConfig:
     start_urls_as_set: bool = False
     worker_id: str = ""
     unstorable: str = DEFAULT_UNSTORABLE
+    #: schemes of the requests this worker fetches from Redis or queues (HA_ALLOWED_SCHEMES)
+    allowed_schemes: frozenset[str] = DEFAULT_ALLOWED_SCHEMES
     dedupe: bool = True
     dupefilter_debug: bool = False
     order: str = QUEUE_ORDERS[0]
@@ -220,6 +223,7 @@ class SchedulerConfig:
             unstorable=check.choice(
                 settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
             ),
+            allowed_schemes=allowed_schemes(settings),
             dedupe=_dedupe(settings),
             dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
             order=queue_order(settings),

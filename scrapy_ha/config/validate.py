@@ -8,6 +8,7 @@ other module reads an ``HA_*`` setting.
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy.utils.misc import load_object
@@ -98,6 +99,31 @@ def boolean(settings: BaseSettings, name: str, default: bool) -> bool:
         return settings.getbool(name, default)
     except ValueError:
         raise ConfigError(f"{name}={settings.get(name)!r} must be True or False") from None
+
+
+#: A URL scheme as RFC 3986 spells it (lower case: URLs are compared in lower case).
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+
+
+def schemes(settings: BaseSettings, name: str, default: frozenset[str]) -> frozenset[str]:
+    """URL schemes: a list (or ``"http,https"`` from the command line), at least one,
+    each a bare scheme name (``"file"``, not ``"file://"``), compared in lower case."""
+    value = raw(settings, name, default)
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple, set, frozenset)) or not names:
+        raise ConfigError(
+            f"{name}={value!r} must be a non-empty list of URL schemes, such as ['http', 'https']"
+        )
+    found = set()
+    for scheme in names:
+        clean = scheme.strip().lower() if isinstance(scheme, str) else ""
+        if not _SCHEME.fullmatch(clean):
+            raise ConfigError(
+                f"{name}={value!r}: {scheme!r} is not a URL scheme; give bare scheme names, "
+                f"such as ['http', 'https', 'file'] (not 'file://')"
+            )
+        found.add(clean)
+    return frozenset(found)
 
 
 def given(settings: BaseSettings, name: str) -> bool:

@@ -133,8 +133,8 @@ class CheckpointMiddleware:
         if doc.get("done") or not doc.get("next"):
             return root
         try:
-            request = decode_request(doc["next"], self.crawler.spider)
-        except CodecError as exc:
+            request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
+        except CodecError as exc:  # a scheme HA_ALLOWED_SCHEMES refuses too
             logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
             return root
         request.meta[metakeys.TASK] = task

@@ -16,11 +16,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from scrapy import signals
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import referer_str
 from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec import CodecError, encode_request
+from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, CodecError, encode_request, refused_scheme
 from scrapy_ha.scheduler import engine
 from scrapy_ha.store.scripts import MAX_PRIORITY
 from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
@@ -58,10 +59,13 @@ class Admission:
         debug: bool,
         unstorable: str,
         start_queue: bool = False,
+        schemes: frozenset[str] = DEFAULT_ALLOWED_SCHEMES,
     ) -> None:
         self.crawler = crawler
         self.unstorable = unstorable  # HA_UNSTORABLE
         self.start_queue = start_queue  # start requests kept in their own queue
+        self.schemes = schemes  # HA_ALLOWED_SCHEMES
+        self._schemes_warned: set[str] = set()
         self.dedupe = dedupe
         self.dedupe_start = dedupe_start
         self.debug = debug
@@ -81,12 +85,16 @@ class Admission:
             debug=config.dupefilter_debug,
             unstorable=config.unstorable,
             start_queue=bool(config.start_order),
+            schemes=config.allowed_schemes,
         )
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
         """The entry to queue for *request*, or None if it is refused: a duplicate this
         worker already sent (``dupefilter/filtered``), or a request that cannot be stored
-        (its page, *kin*'s parent, is dead-lettered when it finishes)."""
+        (its page, *kin*'s parent, is dead-lettered when it finishes), or one of a scheme
+        outside ``HA_ALLOWED_SCHEMES``."""
+        if self.refuses_scheme(request):
+            return None
         fingerprint = self.fingerprint(request)
         if fingerprint and fingerprint in self.seen:
             self.log_duplicate(request)
@@ -136,6 +144,27 @@ class Admission:
             "page after it ended): it is queued as a new request, not as that page's child",
             request,
         )
+
+    def refuses_scheme(self, request: Request) -> bool:
+        """Is *request* of a scheme outside ``HA_ALLOWED_SCHEMES``? Then it is not queued
+        (a WARNING once per scheme, ``ha/scheme_refused``): any worker may lease a queued
+        request back, and none fetches another scheme from Redis, so the setting holds for
+        what the spider yields too, whichever worker would download it."""
+        refusal = refused_scheme(request, self.schemes)
+        if refusal is None:
+            return False
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/scheme_refused")
+        scheme = urlparse_cached(request).scheme
+        if scheme not in self._schemes_warned:
+            self._schemes_warned.add(scheme)
+            logger.warning(
+                "Not queued: %s; whoever can write to the crawl's Redis could then make "
+                "workers fetch such URLs too (further refusals are counted in "
+                "ha/scheme_refused)",
+                refusal,
+            )
+        return True
 
     def fingerprint(self, request: Request) -> bytes:
         """The dupefilter fingerprint, or b"" for a request that is never filtered.

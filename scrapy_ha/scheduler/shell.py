@@ -160,7 +160,8 @@ class Scheduler:
         with an ERROR naming its URL, the key and the type, and the page that yielded it
         is dead-lettered with that reason when it finishes: it is never acked as done.
         Duplicates only Redis knows of are dropped there and counted in ``ha/filtered``
-        (no ``request_dropped`` signal for them).
+        (no ``request_dropped`` signal for them). A request whose URL scheme is not in
+        ``HA_ALLOWED_SCHEMES`` is refused (False), a WARNING once per scheme.
         """
         if self.handout.gate.dropped(request):
             return False  # a fresh request Redis found a duplicate of (already counted)

@@ -37,6 +37,9 @@ SCRAPY_HA_DEFAULTS = {
     # One worker and no peers: Scrapy closes an idle crawl at once; scrapy-ha's default
     # 5 s wait for other workers' leases would only add 5 s to every crawl here.
     "HA_IDLE_TIMEOUT": 0,
+    # Scrapy's tests crawl data: URLs; scrapy-ha queues and fetches from Redis only the
+    # schemes a crawl allows (http and https by default), as a user crawling them would set.
+    "HA_ALLOWED_SCHEMES": ["http", "https", "data"],
 }
 
 #: Scrapy's own warning filters (its pyproject.toml) for what its tests leave behind.

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec import encode_request
+from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
@@ -88,7 +88,8 @@ class Ends:
                 self.setup_error = exc
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
-        self.corrupt: list[tuple[Lease, str]] = []  # leased, unreadable: to dead-letter
+        #: leased and unreadable (or refused), to dead-letter: (lease, reason, class)
+        self.corrupt: list[tuple[Lease, str, str]] = []
         #: server times of sync calls that set entries aside as corrupt (to archive, alert)
         self.set_aside_at: list[int] = []
         self._dlq_warned = False
@@ -240,6 +241,13 @@ class Ends:
         logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
         await asyncio.sleep(1)
 
+    def unreadable(self, lease: Lease, exc: Exception) -> None:
+        """*lease*'s payload could not be made a request (*exc*): dead-letter it with the
+        reason at the next round, as ``corrupt``, or ``refused`` for a well-formed request
+        this worker does not fetch from Redis (a scheme outside ``HA_ALLOWED_SCHEMES``)."""
+        reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
+        self.corrupt.append((lease, reason, "refused" if isinstance(exc, Refused) else "corrupt"))
+
     async def settle_corrupt(self) -> None:
         """Dead-letter the leased entries this worker cannot read, and archive and alert
         for those a sync call set aside as corrupt."""
@@ -249,9 +257,9 @@ class Ends:
         if self.corrupt:
             await self._archive_ready()
         while self.corrupt:
-            lease, reason = self.corrupt[0]
+            lease, reason, fclass = self.corrupt[0]
             try:
-                await self._dead_letter_corrupt(lease, reason)
+                await self._dead_letter_corrupt(lease, reason, fclass)
             except Exception as exc:
                 if kept(exc):
                     raise  # still held and renewed: retried next round
@@ -264,18 +272,18 @@ class Ends:
                 )
             self.corrupt.pop(0)
 
-    async def _dead_letter_corrupt(self, lease: Lease, reason: str) -> None:
+    async def _dead_letter_corrupt(self, lease: Lease, reason: str, fclass: str) -> None:
         assert self.queue is not None
         info = {
-            "class": "corrupt",
-            "reason": f"corrupt queue entry: {reason}",
+            "class": fclass,
+            "reason": f"{fclass} queue entry: {reason}",
             "payload": lease.payload[:200].decode("utf-8", "replace"),
         }
         if await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention()):
             await self._dead_lettered([lease.id])
-        self.stats.inc_value("ha/dead/corrupt")
+        self.stats.inc_value(f"ha/dead/{fclass}")
         logger.error(
-            "Queue entry %s is corrupt (%s): moved to the dead-letter queue", lease.id, reason
+            "Queue entry %s is %s (%s): moved to the dead-letter queue", lease.id, fclass, reason
         )
 
     async def _set_aside(self, now_ms: int | None = None, newest: int = 0) -> None:

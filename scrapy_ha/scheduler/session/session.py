@@ -382,5 +382,5 @@ class Session:
         not sent yet, to release) and the unreadable ones waiting to be dead-lettered.
         ``Retained.prune`` relies on it: a lease not here when the prune looks (after a
         sync's reply) has ended, and no lease is held again once it ended."""
-        corrupt = [(lease.id, lease.token) for lease, _ in self.ends.corrupt]
+        corrupt = [(lease.id, lease.token) for lease, *_ in self.ends.corrupt]
         return tuple(self.shell.local_leases() + self.outbox.held_pairs() + corrupt)

@@ -161,12 +161,13 @@ class Syncer:
         """Hand a leased request to the shell; an unreadable one waits in ``ends.corrupt``
         (still renewed) until it is dead-lettered."""
         try:
-            request = decode_request(lease.payload, self.ends.spider) if lease.payload else None
-            if request is None:
+            if not lease.payload:
                 raise CodecError("the payload is missing")
+            request = decode_request(
+                lease.payload, self.ends.spider, schemes=self.config.allowed_schemes
+            )
         except Exception as exc:  # any failure to rebuild it is this entry's alone
-            reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
-            self.ends.corrupt.append((lease, reason))
+            self.ends.unreadable(lease, exc)
             return
         self.shell.take(request, lease)
 
