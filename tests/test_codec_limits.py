@@ -64,6 +64,8 @@ def test_sets_and_dicts_of_real_data_still_decode():
 
 def test_a_payload_nested_deeper_than_the_limit_is_refused():
     assert decode_request(payload(mt={"a": nested(MAX_DEPTH)}), SPIDER).meta["a"]
+    brackets = '[{\\"' * MAX_DEPTH  # in strings, brackets and escaped quotes nest nothing
+    assert decode_request(payload(mt={"a": brackets, "b": nested(50)}), SPIDER).meta["a"]
     with pytest.raises(CodecError, match=f"nested more than {MAX_DEPTH} levels deep"):
         decode_request(payload(mt={"a": nested(MAX_DEPTH + 1)}), SPIDER)
 

@@ -74,7 +74,7 @@ def decode_request(
         raise CodecError(f"payload is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get(VERSION) != FORMAT_VERSION or URL not in doc:
         raise CodecError(f"payload is not a scrapy-ha request of format {FORMAT_VERSION}")
-    too_deep = overnested(payload, doc)
+    too_deep = overnested(payload)
     if too_deep:
         raise CodecError(f"the request for {doc[URL]} cannot be read: {too_deep}")
     request = _decode_doc(doc, spider)

