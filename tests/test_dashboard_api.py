@@ -16,6 +16,7 @@ import redis.asyncio
 import scrapy
 from fastapi.testclient import TestClient
 from scrapy.core.engine import ExecutionEngine
+from scrapy.http import FormRequest, JsonRequest
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -348,3 +349,79 @@ def test_a_rare_filter_stops_after_its_scan_limit_and_the_cursor_goes_on(redis_c
         params["cursor"] = first["next_cursor"]
         second = http.get("/api/crawls/big/dead", params=params).json()
         assert second["entries"][0]["id"] == "1900" and second["next_cursor"] == 999
+
+
+#: Secret query parameters in the spellings APIs use (issue 36 item 2).
+CAMEL = ("accessToken", "apiToken", "clientSecret", "secretKey", "authToken", "privateKey")
+
+
+@deferred_f_from_coro_f
+async def test_secret_parameters_in_any_spelling_are_masked_on_every_page(redis_url, site):
+    query = "&".join(f"{name}=camel-S{n}" for n, name in enumerate(CAMEL))
+    await crawl(redis_url, site, paths=(f"/status/404?{query}&page=2",))
+    with dashboard(redis_url) as http:
+        (entry,) = http.get("/api/crawls/faults/dead").json()["entries"]
+        pages = [
+            "/crawls/faults/dead",
+            f"/crawls/faults/dead/{entry['id']}",
+            "/api/crawls/faults/dead",
+            f"/api/crawls/faults/dead/{entry['id']}",
+        ]
+        for page in pages:
+            text = http.get(page).text
+            assert "camel-S" not in text, f"{page} shows a secret parameter"
+        shown = http.get(f"/api/crawls/faults/dead/{entry['id']}").json()
+    masked = "&".join(f"{name}=***" for name in CAMEL)
+    assert shown["url"].endswith(f"?{masked}&page=2") and shown["request"]["u"] == shown["url"]
+
+
+class BodySecretsSpider(scrapy.Spider):
+    """Logs in with a form and with JSON, to pages that are gone (issue 36 item 5)."""
+
+    name = "bodysecrets"
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.base_url = base_url
+
+    async def start(self) -> Any:
+        yield FormRequest(
+            f"{self.base_url}/status/404?form",
+            formdata={"user": "u", "password": "form-S1"},
+            errback=self.on_error,
+        )
+        yield JsonRequest(
+            f"{self.base_url}/status/404?json",
+            data={"user": "u", "password": "json-S2", "auth": {"apiKey": "json-S3"}},
+            errback=self.on_error,
+        )
+
+    def on_error(self, failure: Any) -> None:
+        pass
+
+
+@deferred_f_from_coro_f
+async def test_secret_fields_of_form_and_json_bodies_are_masked(redis_url, site):
+    await crawl(redis_url, site, BodySecretsSpider)
+    secrets = ("form-S1", "json-S2", "json-S3")
+    with dashboard(redis_url) as http:
+        entries = http.get("/api/crawls/bodysecrets/dead").json()["entries"]
+        assert len(entries) == 2
+        bodies = {}
+        for entry in entries:
+            pages = [f"/crawls/bodysecrets/dead/{entry['id']}"]
+            pages.append(f"/api/crawls/bodysecrets/dead/{entry['id']}")
+            for page in pages:
+                text = http.get(page).text
+                assert not [s for s in secrets if s in text], f"{page} shows a body secret"
+            answer = http.get(f"/api/crawls/bodysecrets/dead/{entry['id']}").json()
+            bodies[entry["url"].rsplit("?", 1)[1]] = answer["body"]
+            show = subprocess.run(
+                [SCRAPY_HA, "--redis-url", redis_url, "dlq", "show", "bodysecrets", entry["id"]],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
+            assert not [s for s in secrets if s in show], f"dlq show prints a body secret: {show}"
+    assert bodies["form"] == "user=u&password=***"
+    assert json.loads(bodies["json"]) == {"user": "u", "password": "***", "auth": "***"}

@@ -24,19 +24,21 @@ JSON values are stored as they are, so a plain request stays small.
 
 Credentials never reach Redis: proxy credentials, and the ``Authorization`` and ``Cookie``
 headers that Scrapy's middlewares add again on every download, are dropped before storing;
-:func:`mask_url` and :func:`mask_payload` hide secrets in what is printed.
+:func:`mask_url` and :func:`mask_payload` (from :mod:`scrapy_ha.codec.masking`, the one masking
+of everything that leaves a worker) hide secrets in what is printed or archived.
 
 Tools that read stored requests without running them (the dead-letter queue, the CLI) use
 :func:`describe` and :func:`reset_attempts`, never the stored field names.
 
 The implementation lives in :mod:`scrapy_ha.codec`: ``document`` (the stored document),
-``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (stripping and
-masking), ``summary`` (reading without rebuilding).
+``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (what is never
+stored), ``masking`` (what is shown instead of a secret), ``summary`` (reading without
+rebuilding).
 """
 
 from __future__ import annotations
 
-from scrapy_ha.codec.credentials import mask_payload, mask_url, strip_credentials
+from scrapy_ha.codec.credentials import strip_credentials
 from scrapy_ha.codec.decode import decode_request, refused_scheme
 from scrapy_ha.codec.document import (
     ALLOWED_SCHEMES_SETTING,
@@ -46,6 +48,7 @@ from scrapy_ha.codec.document import (
     Refused,
 )
 from scrapy_ha.codec.encode import UNSTORABLE_POLICIES, encode_request
+from scrapy_ha.codec.masking import mask_payload, mask_url
 from scrapy_ha.codec.summary import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.trust import CODEC_CLASSES_SETTING
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec.credentials import mask_payload
 from scrapy_ha.codec.document import (
     BODY,
     BYTES_TAG,
@@ -26,6 +25,7 @@ from scrapy_ha.codec.document import (
     PRIORITY,
     URL,
 )
+from scrapy_ha.codec.masking import mask_body, mask_payload
 
 #: Meta keys of past attempts: a request put back by an operator starts with a fresh budget
 #: and an empty history (the verdict is stripped on storing already; an old payload has it).
@@ -52,6 +52,12 @@ class RequestSummary:
         :attr:`body` in a form a reader can read)."""
         shown: dict[str, Any] = mask_payload({k: v for k, v in self.document.items() if k != BODY})
         return shown
+
+    @property
+    def shown_body(self) -> bytes:
+        """The body fit to print: the values of its secret-looking fields masked (a form's
+        ``password=...``, a JSON body's ``"token": ...``)."""
+        return mask_body(self.body)
 
 
 def describe(payload: bytes | str | None) -> RequestSummary:

@@ -6,7 +6,8 @@ ranks with ``ZCOUNT``), never by loading a whole set: a page deep in a million e
 what the page costs. A filter on content (class, domain, status) scans on from where the
 last page stopped, at most :data:`SCAN_LIMIT` entries per page, and says where to go on.
 Stored requests are read with the codec's :func:`~scrapy_ha.codec.describe`: data, never
-rebuilt, credentials already stripped when they were stored.
+rebuilt, credentials already stripped when they were stored, and what is kept for a worker
+to redo the request masked (:mod:`scrapy_ha.codec.masking`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec import RequestSummary, describe, mask_url
+from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
+from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.crawls import unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
@@ -92,7 +94,7 @@ class Filter:
 
 @dataclass(frozen=True)
 class Row:
-    """One delayed retry or dead letter as a table shows it (URL masked)."""
+    """One delayed retry or dead letter as a table shows it (URL, reason, history masked)."""
 
     id: str
     url: str
@@ -141,7 +143,7 @@ def dead_row(entry: DeadEntry) -> Row:
         attempts=entry.attempts,
         at_ms=entry.dead_at,
         reason=entry.reason,
-        history=list(entry.info.get("history") or []),
+        history=mask_value(list(entry.info.get("history") or [])),
     )
 
 
@@ -167,8 +169,8 @@ def delayed_row(entry_id: str, due_ms: float, summary: RequestSummary) -> Row:
         status=None,
         attempts=attempts,
         at_ms=int(due_ms),
-        reason=str(last.get("outcome") or ""),
-        history=history,
+        reason=mask_text(str(last.get("outcome") or "")),
+        history=mask_value(history),
     )
 
 

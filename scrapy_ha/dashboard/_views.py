@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException, Request
 
-from scrapy_ha.codec import describe, mask_payload
+from scrapy_ha.codec import describe
+from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.dashboard._chart import rate_chart
 from scrapy_ha.dashboard._data import (
     CHART_MINUTES,
@@ -189,7 +190,7 @@ async def entry_view(request: Request, spider: str, table: str, entry_id: str) -
     summary = describe(await client.hget(keys.payload, entry_id))
     return {
         **row.as_dict(),
-        "history": mask_payload(row.history),
-        "request": summary.printable(),  # secrets masked by the codec, as in `dlq show`
-        "body": body_text(summary.body),
+        "history": mask_value(row.history),
+        "request": summary.printable(),  # secrets masked, as in `dlq show`
+        "body": body_text(summary.shown_body),
     }

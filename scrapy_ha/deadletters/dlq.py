@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import Settings
 
-from scrapy_ha.codec import RequestSummary, describe, mask_url, reset_attempts
+from scrapy_ha.codec import RequestSummary, describe, reset_attempts
+from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.queue import RedisQueue
@@ -76,7 +77,7 @@ class DeadEntry:
         return int(self.info.get("attempts") or len(self.info.get("history") or []) or 1)
 
     def as_dict(self) -> dict[str, Any]:
-        """What ``scrapy-ha dlq export`` prints for this entry (secrets in the URL masked)."""
+        """What ``scrapy-ha dlq export`` prints for this entry (secrets masked)."""
         return {
             "id": self.id,
             "url": mask_url(self.url),
@@ -88,14 +89,14 @@ class DeadEntry:
             "first": self.info.get("first"),
             "last": self.info.get("last"),
             "dead_at": self.dead_at,
-            "history": self.info.get("history", []),
+            "history": mask_value(self.info.get("history", [])),
         }
 
     def body(self) -> tuple[str, Any]:
-        """The request body for a reader: ``("json", value)`` when it is JSON, ``("text",
-        str)`` when it is UTF-8 text, ``("bytes", str)`` with other bytes escaped, or
-        ``("none", "")``."""
-        raw = self.summary.body
+        """The request body for a reader, its secret fields masked: ``("json", value)``
+        when it is JSON, ``("text", str)`` when it is UTF-8 text, ``("bytes", str)`` with
+        other bytes escaped, or ``("none", "")``."""
+        raw = self.summary.shown_body
         if not raw:
             return "none", ""
         try:
@@ -138,7 +139,8 @@ def parse_entry(
     entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None
 ) -> DeadEntry:
     """A dead-letter entry from its stored record (``dead_info``) and payload, as every tool
-    reads it (``dlq``, the dashboard); never raises on an unreadable record or payload."""
+    reads it (``dlq``, the dashboard, the report, the archive), its reason masked; never
+    raises on an unreadable record or payload."""
     try:
         meta = json.loads(info) if info else {}
     except ValueError:
@@ -148,7 +150,7 @@ def parse_entry(
         entry_id,
         summary.url if summary.url is not None else str(meta.get("payload", "?")),
         str(meta.get("class", "unknown")),
-        str(meta.get("reason", "")),
+        mask_text(str(meta.get("reason", ""))),
         int(dead_at),
         meta,
         summary,

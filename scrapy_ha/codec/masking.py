@@ -1,0 +1,404 @@
+"""What a secret looks like, and the one masking every text that leaves a worker goes through.
+
+The guarantee: **a secret is kept only where a request needs it to be redone, in Redis.**
+Everything else a worker or a tool writes — log lines (scrapy-ha's, Scrapy's, the
+project's), the stats, what the CLI prints, the report, the webhook, the metrics, the
+dashboard's pages and API, the dead-letter records and the SQL archive — goes through this
+module, which shows ``***`` instead of:
+
+- a password in a URL's user info (``redis://user:***@host``), of any scheme (Redis,
+  proxies, webhooks, SQLAlchemy archive URLs);
+- the value of every ``name=value`` pair whose name is secret-looking, in a URL's query,
+  path or fragment and in free text (``?password=`` as libpq accepts it,
+  ``?accessToken=``, a form body ``user=u&password=...``, a libpq ``password=...``);
+- the value of every mapping entry whose key is secret-looking: headers
+  (``Authorization``, ``Proxy-Authorization``, ``Cookie``, ``X-Api-Key``...), JSON bodies
+  and fields at any depth, ``meta`` and ``cb_kwargs``, settings as Scrapy logs them
+  (``'HTTPAUTH_PASS': ...``, ``'HA_DLQ_ALERT_WEBHOOK': ...``);
+- every cookie value of a stored request.
+
+A name is secret-looking by its words, whatever the spelling: ``api_key``, ``apiKey``,
+``API-KEY``, ``X-Api-Key`` and ``apikey`` are one name (see :func:`secret_name`).
+
+Nothing here imports the rest of scrapy-ha but the stored document's field names, so the
+codec and every tool import it without a cycle.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import re
+from typing import Any
+from urllib.parse import unquote_plus
+
+from scrapy_ha.codec.document import (
+    BODY,
+    BYTES_TAG,
+    DICT_TAG,
+    FIELDS,
+    HEADERS,
+    META,
+    REQUEST_TAG,
+    URL,
+)
+
+__all__ = [
+    "MASK",
+    "mask_body",
+    "mask_headers",
+    "mask_payload",
+    "mask_text",
+    "mask_url",
+    "mask_value",
+    "secret_name",
+]
+
+#: What is shown instead of a secret.
+MASK = "***"
+
+# -------------------------------------------------------------------------- secret names
+
+#: Last words of a secret's name (``http_pass``, ``X-Api-Key``, ``secretKey``, ``sig``):
+#: the last word of a compound name says what it is (``token_type`` is no token).
+SECRET_WORDS = frozenset(
+    {
+        "auth",
+        "authentication",
+        "authorization",
+        "bearer",
+        "cookie",
+        "credential",
+        "credentials",
+        "dsn",  # a Sentry-style DSN carries its key
+        "jwt",
+        "key",
+        "otp",
+        "pass",
+        "passphrase",
+        "passwd",
+        "password",
+        "pw",
+        "pwd",
+        "secret",
+        "session",
+        "sid",
+        "sig",
+        "signature",
+        "token",
+        "webhook",  # a chat webhook's path is its secret
+    }
+)
+#: Endings of one-word names written without separators (``apikey``, ``accesstoken``,
+#: ``csrfmiddlewaretoken``, ``jsessionid``, ``phpsessid``): long enough that no everyday
+#: word ends with them (``monkey`` ends with "key", ``bypass`` with "pass": not these).
+SECRET_ENDINGS = (
+    "accesskey",
+    "apikey",
+    "authkey",
+    "authorization",
+    "cookie",
+    "credential",
+    "credentials",
+    "passphrase",
+    "passwd",
+    "password",
+    "privatekey",
+    "secret",
+    "secretkey",
+    "sessid",
+    "sessionid",
+    "signature",
+    "token",
+)
+#: The words of a name: ``X-API-Key`` -> X, API, Key; ``accessToken`` -> access, Token.
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+
+def secret_name(name: str | bytes) -> bool:
+    """Is *name* (a header, a parameter, a field, a setting) the name of a secret?
+
+    Case and spelling do not matter: snake_case, camelCase, kebab-case, dotted or run
+    together (``access_token``, ``accessToken``, ``Access-Token``, ``accesstoken``). The
+    last word decides (``api_key_id`` is an id), or the last two run together
+    (``Session-Id``), or a one-word name's ending (``apikey``).
+    """
+    if isinstance(name, bytes):
+        name = name.decode("latin-1")
+    return _secret_words(name)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few names come back on every line
+def _secret_words(name: str) -> bool:
+    words = [w.lower() for w in _WORD.findall(name) if not w.isdigit()]
+    if not words:
+        return False
+    last = words[-1]
+    pair = "".join(words[-2:])
+    return last in SECRET_WORDS or last.endswith(SECRET_ENDINGS) or pair.endswith(SECRET_ENDINGS)
+
+
+#: A cheap first look: text holding none of these (and no ``@``) holds no secret to mask.
+_HINTS = (
+    *("key", "pass", "pw", "sig", "sid", "auth", "token", "secret", "session", "cookie"),
+    *("credential", "jwt", "otp", "bearer", "webhook", "dsn"),
+)
+
+
+def _may_hold_secret(text: str) -> bool:
+    if "@" in text:
+        return True
+    lower = text.lower()
+    return any(hint in lower for hint in _HINTS)
+
+
+# -------------------------------------------------------------------------- URLs and text
+
+#: ``name=value`` after a start, ``?``, ``&``, ``;`` or ``#`` (queries, fragments, path
+#: parameters, form bodies, libpq conninfo); the value ends at the next separator.
+_PAIR = re.compile(r"(?P<lead>^|[?&;#\s])(?P<name>[^&;=#?\s'\"<>]+)=(?P<value>[^&;#?\s'\"<>]*)")
+#: A URL with a scheme, in free text (it ends at whitespace, a quote or an angle bracket).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>\\]+")
+#: The parts of a URL: scheme, user info (up to the last ``@`` of the authority), the rest.
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<netloc>[^/?#]*)(?P<rest>.*)$", re.S)
+#: ``'name': value`` or ``"name": value`` as a repr, pformat or JSON writes a mapping; the
+#: value is a quoted string (``b'...'`` too), a bracketed list, or a bare word.
+_QUOTED_PAIR = re.compile(
+    r"""(?P<key>b?(?P<q>['"])(?P<name>[^'"\n]{1,200})(?P=q)\s*:\s*)"""
+    r"""(?P<value>b?'(?:[^'\\\n]|\\.)*'|b?"(?:[^"\\\n]|\\.)*"|\[[^\]\n]*\]|[^,{}\[\s][^,}\s]*)"""
+)
+#: ``Name: value`` at the start of a line (a header block in a message).
+_HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<value>[^\r\n]+)")
+
+
+def _mask_pair(match: re.Match[str]) -> str:
+    name = match["name"]
+    if match["value"] in ("", MASK) or not secret_name(unquote_plus(name)):
+        return match[0]
+    return f"{match['lead']}{name}={MASK}"
+
+
+def _mask_pairs(text: str) -> str:
+    return _PAIR.sub(_mask_pair, text) if "=" in text else text
+
+
+def mask_url(url: str) -> str:
+    """*url* fit to print: the password of its user info and the values of its secret
+    parameters (query, fragment, path parameters) become ``***``.
+
+    ``redis://user:s3cret@host`` -> ``redis://user:***@host``;
+    ``postgresql+psycopg://u@h/db?password=pw`` -> ``...?password=***``;
+    ``https://api.example/?accessToken=t&page=2`` -> ``...?accessToken=***&page=2``.
+    """
+    parts = _URL.match(url)
+    if parts is None:
+        return _mask_pairs(url)
+    netloc = parts["netloc"]
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if colon else netloc
+    return f"{parts['scheme']}{netloc}{_mask_pairs(parts['rest'])}"
+
+
+def _mask_quoted_pair(match: re.Match[str]) -> str:
+    if not secret_name(match["name"]):
+        return match[0]
+    return f"{match['key']}{match['q']}{MASK}{match['q']}"  # JSON stays JSON
+
+
+def _mask_header_line(match: re.Match[str]) -> str:
+    if not secret_name(match["name"]):
+        return match[0]
+    return f"{match['name']}: {MASK}"
+
+
+def mask_text(text: str) -> str:
+    """Free text (a log line, a reason, an exception, a body) fit to print: every URL in it
+    masked as :func:`mask_url` does, and the values of secret-looking ``name=value`` pairs,
+    ``'name': value`` mapping entries and ``Name: value`` header lines become ``***``."""
+    if not _may_hold_secret(text):
+        return text
+    text = _URL_IN_TEXT.sub(lambda m: mask_url(m[0]), text)
+    text = _QUOTED_PAIR.sub(_mask_quoted_pair, text)
+    text = _HEADER_LINE.sub(_mask_header_line, text)
+    return _mask_pairs(text)
+
+
+def mask_value(value: Any) -> Any:
+    """A copy of a JSON-like value fit to print: the value of every key that names a secret
+    becomes ``***`` (at any depth), every string is masked as free text."""
+    if isinstance(value, dict):
+        return {
+            k: MASK if isinstance(k, (str, bytes)) and secret_name(k) else mask_value(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [mask_value(v) for v in value]
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
+
+
+def mask_headers(headers: Any) -> dict[str, Any]:
+    """Headers (a mapping of names to values or lists of values, str or bytes) as text,
+    the values of secret headers ``***``."""
+    shown: dict[str, Any] = {}
+    for name, values in dict(headers).items():
+        key = _as_text(name)
+        shown[key] = MASK if secret_name(key) else _header_values(values)
+    return shown
+
+
+def _header_values(values: Any) -> Any:
+    if isinstance(values, (list, tuple)):
+        return [mask_text(_as_text(v)) for v in values]
+    return mask_text(_as_text(values))
+
+
+def _as_text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+# -------------------------------------------------------------------------- bodies
+
+
+#: A multipart part: its ``name="..."`` and its value (up to the next boundary).
+_MULTIPART = re.compile(
+    r'(?P<head>name="(?P<name>[^"]*)"[^\r\n]*\r\n(?:[^\r\n]+\r\n)*\r\n)(?P<value>.*?)(?=\r\n--)',
+    re.S,
+)
+
+
+def mask_body(raw: bytes) -> bytes:
+    """A request body fit to print: in a JSON body the values of secret-looking fields at
+    any depth, in a form (``user=u&password=...``) or multipart body the values of
+    secret-looking fields, in other text what :func:`mask_text` masks. A body with nothing
+    to mask is returned as it is (so is one that is not text)."""
+    if not raw:
+        return raw
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        doc = None
+    if isinstance(doc, (dict, list)):
+        masked = mask_value(doc)
+        return raw if masked == doc else json.dumps(masked, ensure_ascii=False).encode()
+    text = raw.decode("latin-1")  # every byte is one character: nothing is lost
+    shown = _MULTIPART.sub(_mask_part, text) if 'name="' in text else text
+    shown = mask_text(shown)
+    return raw if shown == text else shown.encode("latin-1")
+
+
+def _mask_part(match: re.Match[str]) -> str:
+    return f"{match['head']}{MASK}" if secret_name(match["name"]) else match[0]
+
+
+# -------------------------------------------------------------------------- stored requests
+
+#: The stored document's field of ``Request.cookies`` (every value is a secret).
+_COOKIES = next(key for attr, key, _ in FIELDS if attr == "cookies")
+
+
+def mask_payload(doc: Any) -> Any:
+    """A copy of a stored request (``json.loads`` of a payload) fit to print or archive.
+
+    In the request and every request nested in it: the URL as :func:`mask_url` masks it,
+    the values of secret headers, every cookie value, the values of secret-looking keys of
+    ``meta``, ``cb_kwargs`` and a subclass's attributes at any depth (``http_pass``,
+    ``api_key``, ``accessToken``...), and the secret fields of the body (as
+    :func:`mask_body`) become ``***``. ``http_user`` and ``http_auth_domain`` say who and
+    where, not the secret, and stay.
+    """
+    if isinstance(doc, dict) and REQUEST_TAG not in doc and BYTES_TAG not in doc:
+        return _masked_request(doc)
+    return _masked_stored(doc)
+
+
+def _masked_request(doc: dict[str, Any]) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == URL and isinstance(value, str):
+            shown[key] = mask_url(value)
+        elif key == HEADERS:
+            shown[key] = _masked_stored_headers(value)
+        elif key == _COOKIES:
+            shown[key] = {k: MASK for k in value} if isinstance(value, dict) else MASK
+        elif key == BODY:
+            shown[key] = _masked_stored_body(value)
+        elif key == META or isinstance(value, (dict, list)):
+            shown[key] = _masked_stored(value)
+        else:
+            shown[key] = mask_text(value) if isinstance(value, str) else value
+    return shown
+
+
+def _masked_stored(value: Any) -> Any:
+    """A stored (tagged) value: nested requests masked as requests, tagged pairs by key."""
+    if isinstance(value, list):
+        return [_masked_stored(v) for v in value]
+    if isinstance(value, str):
+        return mask_text(value)
+    if not isinstance(value, dict):
+        return value
+    if isinstance(value.get(REQUEST_TAG), dict):
+        return {**value, REQUEST_TAG: _masked_request(value[REQUEST_TAG])}
+    if BYTES_TAG in value:
+        return value
+    if isinstance(value.get(DICT_TAG), list):
+        return {DICT_TAG: [_masked_stored_pair(p) for p in value[DICT_TAG]]}
+    return {
+        k: MASK if isinstance(k, str) and secret_name(k) else _masked_stored(v)
+        for k, v in value.items()
+    }
+
+
+def _masked_stored_pair(pair: Any) -> Any:
+    if isinstance(pair, list) and len(pair) == 2:
+        name = _stored_text(pair[0])
+        return [pair[0], MASK if name and secret_name(name) else _masked_stored(pair[1])]
+    return _masked_stored(pair)
+
+
+def _masked_stored_headers(headers: Any) -> Any:
+    """Headers as stored (a dict, or pairs under the dict tag when names are bytes) with
+    secret values masked and values shown as text; a form this does not know is masked."""
+    if isinstance(headers, dict) and isinstance(headers.get(DICT_TAG), list):
+        pairs = headers[DICT_TAG]
+        if all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            return mask_headers({_stored_text(k) or "?": _stored_values(v) for k, v in pairs})
+    elif isinstance(headers, dict):
+        return mask_headers({k: _stored_values(v) for k, v in headers.items()})
+    return MASK
+
+
+def _masked_stored_body(body: Any) -> Any:
+    """The stored body (text, or tagged bytes) with its secret fields masked, in its form."""
+    if isinstance(body, str):
+        return mask_body(body.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+    if isinstance(body, dict) and isinstance(body.get(BYTES_TAG), str):
+        try:
+            raw = base64.b64decode(body[BYTES_TAG])
+        except (binascii.Error, ValueError):
+            return MASK
+        return {BYTES_TAG: base64.b64encode(mask_body(raw)).decode()}
+    return MASK if body else body
+
+
+def _stored_text(value: Any) -> str:
+    """A stored string, or tagged bytes read as Latin-1 (``""`` for anything else)."""
+    if isinstance(value, dict) and isinstance(value.get(BYTES_TAG), str):
+        try:
+            return base64.b64decode(value[BYTES_TAG]).decode("latin-1")
+        except (binascii.Error, ValueError):
+            return ""
+    return value if isinstance(value, str) else ""
+
+
+def _stored_values(values: Any) -> Any:
+    """Header values as text where they are tagged bytes."""
+    if isinstance(values, list):
+        return [_stored_text(v) or v for v in values]
+    return _stored_text(values) or values

@@ -1,0 +1,255 @@
+"""The one masking of everything that leaves a worker (``scrapy_ha.codec.masking``), form by form:
+URLs of every kind, names in every spelling, headers, form and JSON bodies, free text and
+stored requests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import scrapy
+from scrapy.http import FormRequest, JsonRequest
+
+from scrapy_ha import codec
+from scrapy_ha.codec import encode_request
+from scrapy_ha.codec.masking import (
+    mask_body,
+    mask_headers,
+    mask_payload,
+    mask_text,
+    mask_url,
+    secret_name,
+)
+
+#: (what, given, shown): every form the masking meets. ``url`` through mask_url, ``text``
+#: through mask_text, ``body`` through mask_body, ``header`` a header of that name.
+FORMS = [
+    # URLs: user info, of every scheme scrapy-ha meets
+    ("url", "redis://:pw1@host:6379/0", "redis://:***@host:6379/0"),
+    ("url", "redis://user:pw1@host/1", "redis://user:***@host/1"),
+    (
+        "url",
+        "rediss://u:pw1@h:6380/0?ssl_cert_reqs=none",
+        "rediss://u:***@h:6380/0?ssl_cert_reqs=none",
+    ),
+    (
+        "url",
+        "redis+sentinel://:pw1@s1:26379,s2:26379/mymaster/0",
+        "redis+sentinel://:***@s1:26379,s2:26379/mymaster/0",
+    ),
+    ("url", "unix:///run/redis.sock?db=2&password=pw1", "unix:///run/redis.sock?db=2&password=***"),
+    (
+        "url",
+        "http://bob-session-x:pw1@proxy.example:8000",
+        "http://bob-session-x:***@proxy.example:8000",
+    ),
+    ("url", "https://u:p@ss@hooks.example/x", "https://u:***@hooks.example/x"),
+    # archive URLs: libpq takes the password in the query string too
+    (
+        "url",
+        "postgresql+psycopg://crawler@db/crawls?password=pw1",
+        "postgresql+psycopg://crawler@db/crawls?password=***",
+    ),
+    (
+        "url",
+        "postgresql://crawler:pw1@db/crawls?sslmode=require&PASSWORD=pw2",
+        "postgresql://crawler:***@db/crawls?sslmode=require&PASSWORD=***",
+    ),
+    ("url", "sqlite:///failed.db", "sqlite:///failed.db"),
+    (
+        "url",
+        "mysql+pymysql://u:pw1@h/db?charset=utf8mb4",
+        "mysql+pymysql://u:***@h/db?charset=utf8mb4",
+    ),
+    # request URLs: secret parameters in every spelling
+    ("url", "https://a.example/?api_key=k&page=2", "https://a.example/?api_key=***&page=2"),
+    ("url", "https://a.example/?apikey=k&APIKEY=k", "https://a.example/?apikey=***&APIKEY=***"),
+    ("url", "https://a.example/?apiKey=k", "https://a.example/?apiKey=***"),
+    (
+        "url",
+        "https://a.example/?accessToken=t&sort=asc",
+        "https://a.example/?accessToken=***&sort=asc",
+    ),
+    ("url", "https://a.example/?apiToken=t", "https://a.example/?apiToken=***"),
+    ("url", "https://a.example/?clientSecret=s", "https://a.example/?clientSecret=***"),
+    ("url", "https://a.example/?secretKey=s", "https://a.example/?secretKey=***"),
+    ("url", "https://a.example/?authToken=t", "https://a.example/?authToken=***"),
+    ("url", "https://a.example/?privateKey=k", "https://a.example/?privateKey=***"),
+    (
+        "url",
+        "https://a.example/?private-key=k&x-api-key=k",
+        "https://a.example/?private-key=***&x-api-key=***",
+    ),
+    (
+        "url",
+        "https://a.example/?ACCESS_TOKEN=t&Access-Token=t",
+        "https://a.example/?ACCESS_TOKEN=***&Access-Token=***",
+    ),
+    ("url", "https://a.example/?accesstoken=t", "https://a.example/?accesstoken=***"),
+    (
+        "url",
+        "https://a.example/?user%5Bpassword%5D=p&user%5Bname%5D=n",
+        "https://a.example/?user%5Bpassword%5D=***&user%5Bname%5D=n",
+    ),
+    (
+        "url",
+        "https://s3.example/o?X-Amz-Signature=abc&X-Amz-Expires=60",
+        "https://s3.example/o?X-Amz-Signature=***&X-Amz-Expires=60",
+    ),
+    (
+        "url",
+        "https://a.example/cb#access_token=t&token_type=bearer",
+        "https://a.example/cb#access_token=***&token_type=bearer",
+    ),
+    ("url", "https://a.example/x;jsessionid=abc?q=1", "https://a.example/x;jsessionid=***?q=1"),
+    ("url", "https://a.example/?sid=s&sig=g&auth=a", "https://a.example/?sid=***&sig=***&auth=***"),
+    (
+        "url",
+        "https://a.example/?monkey=banana&bypass=1&keyword=k&key_id=7",
+        "https://a.example/?monkey=banana&bypass=1&keyword=k&key_id=7",
+    ),
+    (
+        "url",
+        "https://a.example/?password2=p&new_password=p",
+        "https://a.example/?password2=***&new_password=***",
+    ),
+    ("url", "https://a.example/?token=", "https://a.example/?token="),
+    # free text: log lines, reasons, settings as Scrapy logs them
+    (
+        "text",
+        "Crawled (404) <GET http://h/x?apiToken=t&p=1> (referer: None)",
+        "Crawled (404) <GET http://h/x?apiToken=***&p=1> (referer: None)",
+    ),
+    (
+        "text",
+        "{'HTTPAUTH_PASS': 'p', 'HTTPAUTH_USER': 'u'}",
+        "{'HTTPAUTH_PASS': '***', 'HTTPAUTH_USER': 'u'}",
+    ),
+    (
+        "text",
+        "{'REDIS_URL': 'redis://:pw1@h:6379/0', 'LOG_LEVEL': 'INFO'}",
+        "{'REDIS_URL': 'redis://:***@h:6379/0', 'LOG_LEVEL': 'INFO'}",
+    ),
+    (
+        "text",
+        "{'HA_DLQ_ALERT_WEBHOOK': 'https://hooks.example/T0/B0/tok'}",
+        "{'HA_DLQ_ALERT_WEBHOOK': '***'}",
+    ),
+    (
+        "text",
+        "{'AWS_SECRET_ACCESS_KEY': 'x', 'AWS_ACCESS_KEY_ID': 'AKIA'}",
+        "{'AWS_SECRET_ACCESS_KEY': '***', 'AWS_ACCESS_KEY_ID': 'AKIA'}",
+    ),
+    (
+        "text",
+        "{b'Authorization': [b'Bearer t'], b'Accept': [b'*/*']}",
+        "{b'Authorization': '***', b'Accept': [b'*/*']}",
+    ),
+    ("text", "host=db port=5432 password=pw1 dbname=x", "host=db port=5432 password=*** dbname=x"),
+    ("text", "Authorization: Basic dTpw\nAccept: */*", "Authorization: ***\nAccept: */*"),
+    ("text", '{"password": "p", "n": 1}', '{"password": "***", "n": 1}'),
+    ("text", "nothing secret here: 3 pages, 2 items", "nothing secret here: 3 pages, 2 items"),
+    # bodies: forms, JSON at any depth, multipart
+    ("body", "user=u&password=p%40ss&remember=1", "user=u&password=***&remember=1"),
+    (
+        "body",
+        "grant_type=client_credentials&client_secret=s&client_id=c",
+        "grant_type=client_credentials&client_secret=***&client_id=c",
+    ),
+    ("body", '{"user": "u", "password": "p"}', '{"user": "u", "password": "***"}'),
+    (
+        "body",
+        '{"auth": {"user": "u", "pass": "p"}, "items": [{"apiKey": "k", "n": 1}]}',
+        '{"auth": "***", "items": [{"apiKey": "***", "n": 1}]}',
+    ),
+    ("body", '{"query": "books", "page": 2}', '{"query": "books", "page": 2}'),
+    (
+        "body",
+        '--b\r\nContent-Disposition: form-data; name="password"\r\n\r\np\r\n--b\r\n'
+        'Content-Disposition: form-data; name="user"\r\n\r\nu\r\n--b--\r\n',
+        '--b\r\nContent-Disposition: form-data; name="password"\r\n\r\n***\r\n--b\r\n'
+        'Content-Disposition: form-data; name="user"\r\n\r\nu\r\n--b--\r\n',
+    ),
+    # headers, by name in any spelling
+    ("header", "Authorization", "***"),
+    ("header", "Proxy-Authorization", "***"),
+    ("header", "Cookie", "***"),
+    ("header", "Set-Cookie", "***"),
+    ("header", "X-Api-Key", "***"),
+    ("header", "X-API-KEY", "***"),
+    ("header", "x-auth-token", "***"),
+    ("header", "X-Amz-Security-Token", "***"),
+    ("header", "Ocp-Apim-Subscription-Key", "***"),
+    ("header", "PRIVATE-TOKEN", "***"),
+    ("header", "X-CSRFToken", "***"),
+    ("header", "Accept", "v"),
+    ("header", "Content-Type", "v"),
+    ("header", "Referer", "v"),
+]
+
+
+@pytest.mark.parametrize(("what", "given", "shown"), FORMS)
+def test_every_form_is_masked(what, given, shown):
+    if what == "url":
+        assert mask_url(given) == shown
+        assert mask_text(f"at <GET {given}>") == f"at <GET {shown}>"  # in a sentence too
+    elif what == "text":
+        assert mask_text(given) == shown
+    elif what == "body":
+        assert mask_body(given.encode()) == shown.encode()
+    else:
+        assert mask_headers({given: ["v"]}) == {given: shown if shown == "***" else ["v"]}
+        assert mask_headers({given.encode(): [b"v"]}) == {given: shown if shown == "***" else ["v"]}
+    assert mask_text(shown) == shown  # masking twice changes nothing
+
+
+def test_the_table_holds_forty_forms_or_more():
+    assert len(FORMS) >= 40
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        *[(n, True) for n in ("accessToken", "access_token", "access-token", "ACCESS_TOKEN")],
+        *[(n, True) for n in ("apiToken", "clientSecret", "secretKey", "authToken", "privateKey")],
+        *[(n, True) for n in ("http_pass", "HTTPAUTH_PASS", "JSESSIONID", "ASP.NET_SessionId")],
+        *[(n, False) for n in ("http_user", "http_auth_domain", "HTTPAUTH_USER", "token_type")],
+        *[(n, False) for n in ("page", "monkey", "bypass", "REDIS_URL", "HA_SHARED_COOKIES")],
+    ],
+)
+def test_names_are_read_by_their_words_whatever_the_spelling(name, secret):
+    assert secret_name(name) is secret
+    assert secret_name(name.encode()) is secret
+
+
+def test_codec_keeps_its_documented_names():
+    assert codec.mask_url is mask_url and codec.mask_payload is mask_payload
+
+
+def test_a_stored_request_is_masked_whole_nested_requests_included():
+    nested = scrapy.Request("http://h/next?authToken=t2", headers={"X-Api-Key": "k2"})
+    request = JsonRequest(
+        "http://h/x?accessToken=t1",
+        data={"user": "u", "password": "p1"},
+        headers={"Authorization": "Bearer b1", "Accept": "text/html"},
+        cookies={"sid": "c1"},
+        meta={"http_user": "alice", "http_pass": "p2", "next": nested, "apiKey": "k3"},
+        cb_kwargs={"clientSecret": "s1", "page": 2},
+    )
+    stored = json.loads(encode_request(request, None))
+    shown = json.dumps(mask_payload(stored))
+    for secret in ("t1", "t2", "p1", "p2", "b1", "c1", "k2", "k3", "s1"):
+        assert f'"{secret}"' not in shown and f"={secret}" not in shown, secret
+    shown_doc = mask_payload(stored)
+    assert shown_doc["h"]["Accept"] == ["text/html"]
+    assert shown_doc["mt"]["http_user"] == "alice"
+    assert shown_doc["k"]["page"] == 2
+    assert mask_payload(stored) != stored and json.loads(encode_request(request, None)) == stored
+
+
+def test_a_form_body_stored_as_text_or_bytes_is_masked_in_its_form():
+    form = FormRequest("http://h/login", formdata={"user": "u", "password": "p1"})
+    stored = json.loads(encode_request(form, None))
+    shown = mask_payload(stored)
+    assert "p1" not in json.dumps(shown)
+    assert type(shown["b"]) is type(stored["b"])  # noqa: E721 (the stored form is kept)
