@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from scrapy.core.engine import ExecutionEngine
@@ -10,8 +11,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.deadletters.archive import ARCHIVE_MARK, Archive
+from scrapy_ha.demo.harness import free_port
 from scrapy_ha.keys import Keys
+from tests.reveal import readable
 from tests.spiders import FaultSpider
+from tests.test_codec_credentials import LEAKS, EveryCredentialSpider
 from tests.test_dlq import PATHS, cli
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -162,3 +166,42 @@ async def test_a_worker_with_a_bad_archive_url_does_not_start(redis_url, site, c
     assert crawler.stats.get_value("response_received_count") is None
     assert "scrapy-ha cannot start: HA_DLQ_ARCHIVE_URL='nosuchdb://u:***@h/x'" in caplog.text
     assert "secret" not in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_password_in_the_archive_urls_query_string_is_never_stored_nor_logged(
+    redis_url, redis_client, site, caplog
+):
+    # libpq takes the password from the query string too; nothing listens on that port
+    url = f"postgresql+psycopg://crawler@127.0.0.1:{free_port()}/db?password=arch-S1"
+    caplog.set_level(logging.INFO, logger="scrapy_ha")
+    crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL=url)
+    assert crawler.stats.get_value("ha/archive/errors") >= 1
+    declared = redis_client.hget(KEYS.dead_archived, ARCHIVE_MARK).decode()
+    assert declared == url.replace("arch-S1", "***")
+    assert "are archived in postgresql+psycopg://crawler@127.0.0.1" in caplog.text
+    assert "Could not archive" in caplog.text
+    assert "arch-S1" not in caplog.text
+    assert Archive(url).display_url == declared
+
+
+@deferred_f_from_coro_f
+async def test_the_archive_keeps_what_every_display_masks(
+    redis_url, site, proxy_factory, archive_url
+):
+    proxy = proxy_factory().url.replace("http://", "http://bob:proxy-S4@")
+    crawler = get_crawler(EveryCredentialSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, proxy=proxy)
+    assert cli(redis_url, "dlq", "archive", "allcreds", "--url", archive_url).returncode == 0
+    archive = Archive(archive_url)
+    try:
+        (row,) = archive.rows("allcreds")
+    finally:
+        archive.close()
+    shown = readable(json.dumps(row, default=str))  # header bytes decoded: none hides there
+    leaked = [s for s in LEAKS if s in shown]
+    assert not leaked, f"the archive keeps {leaked}"
+    payload = json.loads(row["payload"])
+    assert payload["h"]["Authorization"] == "***" and payload["c"] == {"jar": "***"}
+    assert payload["mt"]["http_pass"] == "***" and payload["mt"]["http_user"] == "alice"
+    assert row["url"].endswith("?api_key=***&page=2") and payload["u"] == row["url"]

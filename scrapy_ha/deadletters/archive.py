@@ -7,6 +7,11 @@ workers whose settings name an archive copy each dead letter as they make it, in
 their own: a database that is down costs no request (the error is logged and counted as
 ``ha/archive/errors``, and the command catches up later).
 
+The archive is the permanent record, not the replay source (Redis is): each row is masked
+as every display masks a dead letter (:mod:`scrapy_ha.codec.masking`), the stored request in
+``payload`` included (secret headers, cookies, secret query parameters, the secret fields of
+a form or JSON body, ``meta["http_pass"]`` read ``***``).
+
 Which entries are archived is kept in Redis (``Keys.dead_archived``: entry id -> the
 dead-letter time of the copy). Once an archive is declared for a crawl, retention and
 ``dlq purge`` drop only archived entries, so nothing leaves Redis unrecorded.
@@ -34,7 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.config import validate as check
+from scrapy_ha.codec.masking import mask_payload, mask_text, mask_url, mask_value
+from scrapy_ha.config.scheduler import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 
@@ -109,19 +115,19 @@ def _status(value: Any) -> int | None:
 
 
 def row(spider: str, entry: DeadEntry, now: datetime) -> dict[str, Any]:
-    """The table row of one dead letter."""
+    """The table row of one dead letter, masked as every display masks it."""
     info = entry.info
-    document = entry.summary.document
+    document = mask_payload(entry.summary.document)
     return {
         "spider": spider,
         "entry_id": entry.id,
-        "url": entry.url,
+        "url": mask_url(entry.url),
         "method": entry.summary.method,
         "failure_class": entry.failure_class,
-        "reason": entry.reason,
+        "reason": mask_text(entry.reason),
         "status": _status(info.get("status")),
         "attempts": entry.attempts,
-        "history": info.get("history") or [],
+        "history": mask_value(info.get("history") or []),
         "first_failure": _time(info.get("first") or entry.dead_at),
         "last_failure": _time(info.get("last") or entry.dead_at),
         "payload": json.dumps(document, separators=(",", ":")) if document else None,
@@ -137,13 +143,14 @@ class Archive:
         self._sa = sa
         self.url = url
         try:
-            self.display_url = sa.engine.make_url(url).render_as_string(hide_password=True)
+            self.display_url = mask_url(url)  # a password in the query string too (libpq)
             self.engine: sqlalchemy.Engine = sa.create_engine(
                 url, connect_args=_connect_args(url), pool_pre_ping=True
             )
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
             raise ConfigError(
-                f"HA_DLQ_ARCHIVE_URL={_hidden(url)!r}: {exc} (a SQLAlchemy URL such as "
+                f"HA_DLQ_ARCHIVE_URL={mask_url(url)!r}: {mask_text(str(exc))} (a SQLAlchemy "
+                f"URL such as "
                 f"sqlite:///failed.db or postgresql+psycopg://user:pw@host/db)"
             ) from None
         self.table = _table(sa, table)
@@ -207,11 +214,6 @@ def _connect_args(url: str) -> dict[str, Any]:
     return {}
 
 
-def _hidden(url: str) -> str:
-    """*url* with its password masked (for messages)."""
-    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
-
-
 # -- Redis: which entries are archived ------------------------------------------------------
 
 
@@ -222,7 +224,7 @@ async def declare(client: Redis, keys: Keys, archive: Archive) -> None:
 
 
 async def declared(client: Redis, keys: Keys) -> str | None:
-    """The archive declared for the crawl (its URL, password hidden), if any."""
+    """The archive declared for the crawl (its URL, secrets masked), if any."""
     url = await client.hget(keys.dead_archived, ARCHIVE_MARK)
     return url.decode() if isinstance(url, bytes) else url
 
