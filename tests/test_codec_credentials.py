@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+from w3lib.http import basic_auth_header
 
-from scrapy_ha.codec import encode_request, mask_payload
+from scrapy_ha.codec import decode_request, encode_request, mask_payload
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
+from tests.spiders import FaultSpider
 from tests.test_cli import crawl, scrapy_ha
 from tests.test_dashboard_api import ENCODED, SECRETS, CredentialSpider
 
@@ -106,3 +110,56 @@ async def test_no_dlq_command_prints_a_credential(redis_url, redis_client, site,
     assert shown["c"] == {"jar": "***"} and shown["mt"]["http_user"] == "alice"
     assert shown["u"].endswith("?api_key=***&page=2")
     assert json.loads(outputs["export"])["url"].endswith("?api_key=***&page=2")
+
+
+#: Scrapy's HTTPAUTH_* settings: HttpAuthMiddleware adds their header to every request of
+#: the domain (issue 36 item 3).
+HTTPAUTH = {"HTTPAUTH_USER": "settings-user", "HTTPAUTH_PASS": "httpauth-S1"}
+HTTPAUTH_HEADER = basic_auth_header("settings-user", "httpauth-S1")
+
+
+@deferred_f_from_coro_f
+async def test_the_authorization_httpauth_settings_add_is_never_stored(
+    redis_url, redis_client, site
+):
+    # the middleware compares the domain with the URL's host and port
+    domain = site.url.split("://", 1)[1]
+    settings = {**HTTPAUTH, "HTTPAUTH_DOMAIN": domain, "HA_RETRY_TIMES": 1}
+    paths = ("/status/404", "/flaky/1?fail=9&status=503")  # gone, then retried and dead
+    crawler = await crawl(FaultSpider, redis_url, site, paths=paths, settings=settings)
+    assert crawler.stats.get_value("ha/retry/server") == 1  # stored once as a retry too
+    stored = b"".join(redis_client.hvals("ha:{faults}:payload"))
+    assert len(redis_client.hkeys("ha:{faults}:payload")) == 2
+    assert base64.b64encode(HTTPAUTH_HEADER) not in stored and b"Authorization" not in stored
+
+
+def httpauth_spider(domain: str | None, **settings: Any) -> scrapy.Spider:
+    crawler = get_crawler(scrapy.Spider, {**HTTPAUTH, "HTTPAUTH_DOMAIN": domain, **settings})
+    return scrapy.Spider.from_crawler(crawler, name="s")
+
+
+def stored_headers(request: scrapy.Request, spider: scrapy.Spider) -> dict[str, Any]:
+    headers = decode_request(encode_request(request, spider), spider).headers
+    return {k.decode(): v for k, v in headers.items()}
+
+
+def test_httpauth_settings_are_read_as_the_middleware_reads_them():
+    spider = httpauth_spider("example.com")
+    added = {"Authorization": HTTPAUTH_HEADER}
+    # what the middleware adds within its domain: not stored
+    assert stored_headers(scrapy.Request("https://example.com/a", headers=added), spider) == {}
+    assert stored_headers(scrapy.Request("https://www.example.com/", headers=added), spider) == {}
+    # out of its domain it adds nothing: a header there is the spider's own, kept
+    other = scrapy.Request("https://other.example/", headers=added)
+    assert "Authorization" in stored_headers(other, spider)
+    # the request's own credentials win over the settings (the middleware's order)
+    meta = {"http_user": "alice", "http_pass": "pw"}
+    own = scrapy.Request("https://example.com/", headers=added, meta=meta)
+    assert "Authorization" in stored_headers(own, spider)
+    # HttpAuthMiddleware switched off: nobody adds it again, so it is kept
+    off = httpauth_spider(
+        None,
+        DOWNLOADER_MIDDLEWARES={"scrapy.downloadermiddlewares.httpauth.HttpAuthMiddleware": None},
+    )
+    kept = scrapy.Request("https://example.com/", headers=added)
+    assert "Authorization" in stored_headers(kept, off)

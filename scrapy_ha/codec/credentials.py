@@ -1,26 +1,35 @@
 """What never reaches Redis.
 
-Credentials never reach Redis: ``Proxy-Authorization`` and ``meta["_auth_proxy"]`` are
-dropped and a user:password in ``meta["proxy"]`` is cut out; the ``Authorization`` header
-that HttpAuthMiddleware adds (from ``http_user``/``http_pass``) and the ``Cookie`` header
-that CookiesMiddleware rebuilds from its jar are dropped too, because those middlewares
-add them again on every download. A header the spider set itself is kept: a worker redoing
-the request needs it. What is kept is masked wherever it is shown: :mod:`scrapy_ha.codec.masking`.
+Credentials a worker adds again on every download never reach Redis:
+``Proxy-Authorization`` and ``meta["_auth_proxy"]`` are dropped and a user:password in
+``meta["proxy"]`` is cut out; the ``Authorization`` header HttpAuthMiddleware would add to
+the request under the crawl's settings (from ``meta["http_user"]``/``meta["http_pass"]``,
+the spider's ``http_user``/``http_pass``, or ``HTTPAUTH_USER``/``HTTPAUTH_PASS``, each
+within its domain) and the ``Cookie`` header CookiesMiddleware rebuilds from its jar are
+dropped too. A header the spider set itself is kept: a worker redoing the request needs it.
+What is kept is masked wherever it is shown: :mod:`scrapy_ha.codec.masking`.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from scrapy.downloadermiddlewares.httpauth import HttpAuthMiddleware
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import load_object
+from scrapy.utils.url import url_is_from_any_domain
 from w3lib.http import basic_auth_header
 
 from scrapy_ha import metakeys
 
 if TYPE_CHECKING:
     from scrapy import Spider
+    from scrapy.crawler import Crawler
     from scrapy.http import Request
+    from scrapy.settings import BaseSettings
 
 #: Meta keys that make :func:`clean_meta` look closer (the cheap test for a plain request).
 _SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy"}
@@ -51,21 +60,71 @@ def clean_headers(request: Request, spider: Spider | None) -> dict[bytes, list[b
 def _auth_added_by_middleware(request: Request, spider: Spider | None, values: Any) -> bool:
     """Is this the header HttpAuthMiddleware adds (and adds again on the next download)?
 
-    It adds ``basic_auth_header(http_user, http_pass)`` from the request's meta, else from
-    the spider's attributes, only when the request has no Authorization header: a header
-    the spider set itself differs from both and is kept (it is part of the request).
+    It adds one only to a request without an Authorization header: a header the spider
+    set itself differs from the one it would add, or it would not add one there (another
+    domain, the middleware switched off), and is kept: it is part of the request.
     """
+    added = _middleware_auth(request, spider)
+    return added is not None and len(values) == 1 and values[0] == added
+
+
+def _middleware_auth(request: Request, spider: Spider | None) -> bytes | None:
+    """The Authorization header HttpAuthMiddleware adds to *request* under the crawl's
+    settings, or None: from the request's meta, else from the spider's attributes, else
+    from ``HTTPAUTH_USER``/``HTTPAUTH_PASS``, each only within its domain."""
+    if _switched_off(spider):
+        return None
+    settings = _settings(spider)
     meta = request.meta
-    sources = (
-        (meta.get("http_user", ""), meta.get("http_pass", "")),
-        (getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")),
-    )
-    candidates = [
-        basic_auth_header(u, p)
-        for u, p in sources
-        if (u or p) and isinstance(u, str) and isinstance(p, str)
-    ]
-    return len(values) == 1 and values[0] in candidates
+    if meta.get("http_user") or meta.get("http_pass"):
+        user, password = meta.get("http_user", ""), meta.get("http_pass", "")
+        domain = meta.get("http_auth_domain")
+    elif getattr(spider, "http_user", "") or getattr(spider, "http_pass", ""):
+        user, password = getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")
+        domain = getattr(spider, "http_auth_domain", None)
+    elif settings is not None and (settings.get("HTTPAUTH_USER") or settings.get("HTTPAUTH_PASS")):
+        user, password = settings.get("HTTPAUTH_USER", ""), settings.get("HTTPAUTH_PASS", "")
+        domain = settings.get("HTTPAUTH_DOMAIN")
+    else:
+        return None
+    if domain and not url_is_from_any_domain(request.url, [domain]):
+        return None
+    try:
+        return basic_auth_header(user, password)
+    except (TypeError, AttributeError, UnicodeError):  # not text: the middleware fails too
+        return None
+
+
+def _settings(spider: Spider | None) -> BaseSettings | None:
+    crawler = getattr(spider, "crawler", None)
+    settings: BaseSettings | None = getattr(crawler, "settings", None)
+    return settings
+
+
+def _switched_off(spider: Spider | None) -> bool:
+    """Is the crawl's HttpAuthMiddleware switched off (then nobody adds the header)?"""
+    crawler = getattr(spider, "crawler", None)
+    settings = getattr(crawler, "settings", None)
+    return crawler is not None and settings is not None and not _httpauth_enabled(crawler, settings)
+
+
+#: Whether a crawl's HttpAuthMiddleware (or a subclass) is on (its settings are frozen).
+_HTTPAUTH_ON: weakref.WeakKeyDictionary[Crawler, bool] = weakref.WeakKeyDictionary()
+
+
+def _httpauth_enabled(crawler: Crawler, settings: BaseSettings) -> bool:
+    """Is HttpAuthMiddleware among the crawl's downloader middlewares (it is by default)?"""
+    if crawler in _HTTPAUTH_ON:
+        return _HTTPAUTH_ON[crawler]
+    try:
+        paths = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
+        classes = [load_object(p) if isinstance(p, str) else p for p in paths]
+        enabled = any(isinstance(c, type) and issubclass(c, HttpAuthMiddleware) for c in classes)
+    except Exception:  # a list Scrapy itself would refuse: assume Scrapy's default
+        enabled = True
+    if settings.frozen:
+        _HTTPAUTH_ON[crawler] = enabled
+    return enabled
 
 
 def _cookies_from_jar(request: Request, spider: Spider | None) -> bool:
