@@ -32,8 +32,8 @@ BOXES = {
     "scrapy_ha.dashboard": "dashboard/\nthe web page",
     "scrapy_ha.cli": "cli/\nthe scrapy-ha command",
     "scrapy_ha.demo": "demo/\ndemo site, proxy, harness",
-    "names": "keys, metakeys, verdict,\nspiders, addon",
-    "faces": "scrapy_ha, .retry, .proxy, .checkpoint,\n.cookies, .useragent, .dlq, .stats\n"
+    "names": "keys, metakeys,\nverdict, spiders",
+    "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n.cookies, .useragent, .dlq, .stats\n"
     "(the public paths)",
 }
 NAMES = set(LAYERS[0])

@@ -15,7 +15,10 @@
 - replaces Scrapy's ``CookiesMiddleware`` (700) with ``scrapy_ha.cookies.SharedCookiesMiddleware``
   and adds ``scrapy_ha.cookies.CookieVersionMiddleware`` (spider, 11): cookie jars shared by
   every worker (``HA_SHARED_COOKIES``), unless the project set Scrapy's cookie middleware itself;
-- switches off Scrapy's remote-control server on workers.
+- switches off Scrapy's remote-control server on workers;
+- masks every log line of the worker from the start, Scrapy's "Overridden settings" line
+  included (a password in ``REDIS_URL``, ``HTTPAUTH_PASS``, a webhook URL...): see
+  :func:`scrapy_ha.codec.masking.install_log_masking`.
 
 A setting or middleware order the project set itself is left alone.
 """
@@ -23,6 +26,8 @@ A setting or middleware order the project set itself is left alone.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from scrapy_ha.codec.masking import install_log_masking
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -60,6 +65,7 @@ class Addon:
     """Enable with ``ADDONS = {"scrapy_ha.Addon": 0}``."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        install_log_masking()  # before Scrapy logs the settings, passwords included
         for name, value in ADDON_SETTINGS.items():
             settings.set(name, value, priority="addon")
         _add_components(settings, "DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)

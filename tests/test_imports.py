@@ -103,14 +103,13 @@ TYPED_GRAPH = {name: imports(name, tree, typing=True) for name, tree in TREES.it
 #: picture (docs/architecture.md) draws the same order.
 LAYERS: list[tuple[str, ...]] = [
     # names shared by every layer: Redis keys, meta keys, failure classes, the version,
-    # and the two components that need no other module
+    # and the spiders (which need no other module)
     (
         "scrapy_ha._version",
         "scrapy_ha.keys",
         "scrapy_ha.metakeys",
         "scrapy_ha.verdict",
         "scrapy_ha.spiders",
-        "scrapy_ha.addon",
     ),
     ("scrapy_ha.codec",),  # requests to JSON and back
     ("scrapy_ha.config.scheduler",),  # every setting, validated
@@ -122,9 +121,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("scrapy_ha.dashboard",),  # the web page
     ("scrapy_ha.cli",),  # the command
     ("scrapy_ha.demo",),  # the demo and the test harness
-    # the public faces and the package itself: nothing inside imports them
+    # the public faces, the add-on and the package itself: nothing inside imports them
     (
         "scrapy_ha",
+        "scrapy_ha.addon",
         "scrapy_ha.retry",
         "scrapy_ha.proxy",
         "scrapy_ha.checkpoint",

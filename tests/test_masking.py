@@ -1,10 +1,11 @@
-"""The one masking of everything that leaves a worker (``scrapy_ha.codec.masking``), form by form:
-URLs of every kind, names in every spelling, headers, form and JSON bodies, free text and
-stored requests."""
+"""The one masking of everything that leaves a worker (``scrapy_ha.codec.masking``), form by
+form: URLs of every kind, names in every spelling, headers, form and JSON bodies, free text,
+stored requests and log records."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import scrapy
@@ -13,6 +14,7 @@ from scrapy.http import FormRequest, JsonRequest
 from scrapy_ha import codec
 from scrapy_ha.codec import encode_request
 from scrapy_ha.codec.masking import (
+    install_log_masking,
     mask_body,
     mask_headers,
     mask_payload,
@@ -253,3 +255,17 @@ def test_a_form_body_stored_as_text_or_bytes_is_masked_in_its_form():
     shown = mask_payload(stored)
     assert "p1" not in json.dumps(shown)
     assert type(shown["b"]) is type(stored["b"])  # noqa: E721 (the stored form is kept)
+
+
+def test_every_log_record_is_masked_when_written(caplog):
+    install_log_masking()
+    logger = logging.getLogger("tests.masking")
+    with caplog.at_level(logging.INFO):
+        logger.info("connecting to %s", "redis://:pw1@h:6379/0")
+        try:
+            raise ValueError("refused: http://u:pw2@h/?token=t3")
+        except ValueError:
+            logger.exception("failed with %(a)s", {"a": "password=pw4"})
+    assert "pw1" not in caplog.text and "pw2" not in caplog.text
+    assert "t3" not in caplog.text and "pw4" not in caplog.text
+    assert "redis://:***@h:6379/0" in caplog.text and "password=***" in caplog.text

@@ -29,6 +29,7 @@ from scrapy_ha.cli.project import worker_view
 from scrapy_ha.cli.report import add_report_command
 from scrapy_ha.cli.status import add_status_arguments, status
 from scrapy_ha.codec import mask_url
+from scrapy_ha.codec.masking import install_log_masking, masked_output
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
@@ -367,6 +368,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; everything it prints or logs is masked (:mod:`scrapy_ha.codec.masking`)."""
+    install_log_masking()
+    with masked_output():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse(argv)
     try:
         if args.command == "metrics":  # a server of its own, not a command on one crawl

@@ -21,7 +21,9 @@ import time
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from w3lib.http import basic_auth_header
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
@@ -43,12 +45,18 @@ ALERT_TIMEOUT = 10.0
 
 
 def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
-    """POST *doc* as JSON to *url*; return the HTTP status (blocking: run it in a thread)."""
+    """POST *doc* as JSON to *url*; return the HTTP status (blocking: run it in a thread).
+    A ``user:password@`` in *url* is sent as Basic authentication (urllib would take it
+    for a part of the host name)."""
+    headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        userinfo, host = parts.netloc.rsplit("@", 1)
+        user, _, password = userinfo.partition(":")
+        headers["Authorization"] = basic_auth_header(unquote(user), unquote(password)).decode()
+        url = urlunsplit(parts._replace(netloc=host))
     request = urllib.request.Request(
-        url,
-        data=json.dumps(doc).encode(),
-        headers={"Content-Type": "application/json", "User-Agent": "scrapy-ha"},
-        method="POST",
+        url, data=json.dumps(doc).encode(), headers=headers, method="POST"
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) checked)
         return int(response.status)

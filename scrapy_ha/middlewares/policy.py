@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
+from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config.retry import Policy
 from scrapy_ha.verdict import FailureClass, Verdict
 
@@ -46,6 +47,9 @@ class Failure:
     def __post_init__(self) -> None:
         # a class given by its stored name ("server") is the same class
         object.__setattr__(self, "failure_class", FailureClass(self.failure_class))
+        # the reason is stored (history, verdict, dead letter) and shown: never a secret in
+        # it (an exception's message may hold the request's URL with its API key)
+        object.__setattr__(self, "reason", mask_text(self.reason))
 
 
 def decide(

@@ -22,6 +22,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec.masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
@@ -117,7 +118,10 @@ class Scheduler:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """A bad setting does not raise here (Scrapy would print follow-on tracebacks of
-        components never opened): it is logged, and ``open()`` closes the spider cleanly."""
+        components never opened): it is logged, and ``open()`` closes the spider cleanly.
+        From here on every log line of the process is masked (the add-on does it earlier,
+        before Scrapy logs the settings)."""
+        install_log_masking()
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store.scripts import (
     CHECKPOINT_LUA,
@@ -252,6 +253,8 @@ class RedisQueue:
         max_age_ms: int = DEFAULT_DLQ_MAX_AGE_MS,
     ) -> int:
         """Move a leased entry to the dead-letter queue (optionally with a new payload).
+        The record *info* is stored masked (its reason and history are for people to read,
+        never needed to redo the request).
 
         Returns the size of the dead-letter queue, or 0 if the lease is stale.
         """
@@ -261,7 +264,7 @@ class RedisQueue:
         args = [
             entry_id,
             token,
-            json.dumps(info, separators=(",", ":")),
+            json.dumps(mask_value(info), separators=(",", ":")),
             max_entries,
             max_age_ms,
             payload,
