@@ -48,8 +48,8 @@ from scrapy_ha.codec.document import (
     Refused,
 )
 from scrapy_ha.codec.encode import UNSTORABLE_POLICIES, encode_request
-from scrapy_ha.codec.masking import mask_payload, mask_url
-from scrapy_ha.codec.summary import RequestSummary, describe, reset_attempts
+from scrapy_ha.codec.masking import mask_url
+from scrapy_ha.codec.summary import RequestSummary, describe, mask_payload, reset_attempts
 from scrapy_ha.codec.trust import CODEC_CLASSES_SETTING
 
 __all__ = [

@@ -20,12 +20,22 @@ from scrapy_ha.codec.document import (
     CALLBACK,
     DICT_TAG,
     ERRBACK,
+    FIELDS,
+    HEADERS,
     META,
     METHOD,
     PRIORITY,
+    REQUEST_TAG,
     URL,
 )
-from scrapy_ha.codec.masking import mask_body, mask_payload
+from scrapy_ha.codec.masking import (
+    MASK,
+    mask_body,
+    mask_headers,
+    mask_text,
+    mask_url,
+    secret_name,
+)
 
 #: Meta keys of past attempts: a request put back by an operator starts with a fresh budget
 #: and an empty history (the verdict is stripped on storing already; an old payload has it).
@@ -132,3 +142,111 @@ def _body(stored: Any) -> bytes:
     if isinstance(stored, str):
         return stored.encode("utf-8", "surrogatepass")
     return b""
+
+
+# -- masked to be shown ------------------------------------------------------------------
+
+#: The stored document's field of ``Request.cookies`` (every value is a secret).
+_COOKIES = next(key for attr, key, _ in FIELDS if attr == "cookies")
+
+
+def mask_payload(doc: Any) -> Any:
+    """A copy of a stored request (``json.loads`` of a payload) fit to print or archive.
+
+    In the request and every request nested in it: the URL as :func:`mask_url` masks it,
+    the values of secret headers, every cookie value, the values of secret-looking keys of
+    ``meta``, ``cb_kwargs`` and a subclass's attributes at any depth (``http_pass``,
+    ``api_key``, ``accessToken``...), and the secret fields of the body (as
+    :func:`mask_body`) become ``***``. ``http_user`` and ``http_auth_domain`` say who and
+    where, not the secret, and stay.
+    """
+    if isinstance(doc, dict) and REQUEST_TAG not in doc and BYTES_TAG not in doc:
+        return _masked_request(doc)
+    return _masked_stored(doc)
+
+
+def _masked_request(doc: dict[str, Any]) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key == URL and isinstance(value, str):
+            shown[key] = mask_url(value)
+        elif key == HEADERS:
+            shown[key] = _masked_stored_headers(value)
+        elif key == _COOKIES:
+            shown[key] = {k: MASK for k in value} if isinstance(value, dict) else MASK
+        elif key == BODY:
+            shown[key] = _masked_stored_body(value)
+        elif key == META or isinstance(value, (dict, list)):
+            shown[key] = _masked_stored(value)
+        else:
+            shown[key] = mask_text(value) if isinstance(value, str) else value
+    return shown
+
+
+def _masked_stored(value: Any) -> Any:
+    """A stored (tagged) value: nested requests masked as requests, tagged pairs by key."""
+    if isinstance(value, list):
+        return [_masked_stored(v) for v in value]
+    if isinstance(value, str):
+        return mask_text(value)
+    if not isinstance(value, dict):
+        return value
+    if isinstance(value.get(REQUEST_TAG), dict):
+        return {**value, REQUEST_TAG: _masked_request(value[REQUEST_TAG])}
+    if BYTES_TAG in value:
+        return value
+    if isinstance(value.get(DICT_TAG), list):
+        return {DICT_TAG: [_masked_stored_pair(p) for p in value[DICT_TAG]]}
+    return {
+        k: MASK if isinstance(k, str) and secret_name(k) else _masked_stored(v)
+        for k, v in value.items()
+    }
+
+
+def _masked_stored_pair(pair: Any) -> Any:
+    if isinstance(pair, list) and len(pair) == 2:
+        name = _stored_text(pair[0])
+        return [pair[0], MASK if name and secret_name(name) else _masked_stored(pair[1])]
+    return _masked_stored(pair)
+
+
+def _masked_stored_headers(headers: Any) -> Any:
+    """Headers as stored (a dict, or pairs under the dict tag when names are bytes) with
+    secret values masked and values shown as text; a form this does not know is masked."""
+    if isinstance(headers, dict) and isinstance(headers.get(DICT_TAG), list):
+        pairs = headers[DICT_TAG]
+        if all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            return mask_headers({_stored_text(k) or "?": _stored_values(v) for k, v in pairs})
+    elif isinstance(headers, dict):
+        return mask_headers({k: _stored_values(v) for k, v in headers.items()})
+    return MASK
+
+
+def _masked_stored_body(body: Any) -> Any:
+    """The stored body (text, or tagged bytes) with its secret fields masked, in its form."""
+    if isinstance(body, str):
+        return mask_body(body.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+    if isinstance(body, dict) and isinstance(body.get(BYTES_TAG), str):
+        try:
+            raw = base64.b64decode(body[BYTES_TAG])
+        except (binascii.Error, ValueError):
+            return MASK
+        return {BYTES_TAG: base64.b64encode(mask_body(raw)).decode()}
+    return MASK if body else body
+
+
+def _stored_text(value: Any) -> str:
+    """A stored string, or tagged bytes read as Latin-1 (``""`` for anything else)."""
+    if isinstance(value, dict) and isinstance(value.get(BYTES_TAG), str):
+        try:
+            return base64.b64decode(value[BYTES_TAG]).decode("latin-1")
+        except (binascii.Error, ValueError):
+            return ""
+    return value if isinstance(value, str) else ""
+
+
+def _stored_values(values: Any) -> Any:
+    """Header values as text where they are tagged bytes."""
+    if isinstance(values, list):
+        return [_stored_text(v) or v for v in values]
+    return _stored_text(values) or values

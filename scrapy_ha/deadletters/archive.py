@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.codec.masking import mask_payload, mask_text, mask_url, mask_value
+from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
+from scrapy_ha.codec.summary import mask_payload
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
