@@ -112,7 +112,7 @@ LAYERS: list[tuple[str, ...]] = [
         "scrapy_ha.spiders",
     ),
     ("scrapy_ha.codec",),  # requests to JSON and back
-    ("scrapy_ha.config.scheduler",),  # every setting, validated
+    ("scrapy_ha.config",),  # every setting, validated
     ("scrapy_ha.store",),  # a crawl's data in Redis, for every process
     ("scrapy_ha.deadletters",),  # what becomes of dead letters
     ("scrapy_ha.middlewares",),  # the downloader and spider middlewares
@@ -193,7 +193,7 @@ def test_the_walker_sees_function_level_type_only_and_package_imports():
     module = "scrapy_ha.scheduler.shell"
     runs = {"scrapy_ha.metakeys", "scrapy_ha.middlewares.retry", "scrapy_ha.middlewares"}
     assert imports(module, tree) == runs
-    typed = runs | {"scrapy_ha.config.validate", "scrapy_ha.config.scheduler"}
+    typed = runs | {"scrapy_ha.config.validate", "scrapy_ha.config"}
     assert imports(module, tree, typing=True) == typed
     # inside a package, a sibling's import does not count the package (it runs already)
     sibling = ast.parse("from scrapy_ha.scheduler import engine\n")

@@ -17,11 +17,11 @@ from scrapy_ha.codec.masking import (
     install_log_masking,
     mask_body,
     mask_headers,
-    mask_payload,
     mask_text,
     mask_url,
     secret_name,
 )
+from scrapy_ha.codec.summary import mask_payload
 
 #: (what, given, shown): every form the masking meets. ``url`` through mask_url, ``text``
 #: through mask_text, ``body`` through mask_body, ``header`` a header of that name.
