@@ -38,7 +38,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.middlewares import ProxyConfig
 from scrapy_ha.config.retry import RetryConfig
-from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, parse_pool, proxy_id
+from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, proxy_id
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.state import ProxyCooldowns
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -50,15 +50,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = [
-    "ProxyConfig",
-    "ProxyMiddleware",
-    "ProxyPool",
-    "TunnelProxy",
-    "parse_pool",
-    "proxy_id",
-    "tunnel_status",
-]
+__all__ = ["ProxyMiddleware", "tunnel_status"]
 
 logger = logging.getLogger(__name__)
 
