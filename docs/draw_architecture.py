@@ -33,7 +33,7 @@ BOXES = {
     "scrapy_ha.cli": "cli/\nthe scrapy-ha command",
     "scrapy_ha.demo": "demo/\ndemo site, proxy, harness",
     "names": "keys, metakeys,\nverdict, spiders",
-    "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n.cookies, .useragent, .dlq, .stats\n"
+    "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n.cookies, .useragent, .parent, .dlq, .stats\n"
     "(the public paths)",
 }
 NAMES = set(LAYERS[0])

@@ -6,7 +6,7 @@ Scrapy's engine.
 
 The public API is what docs/reference.md documents: this package's ``Scheduler`` and
 ``Addon``, the modules directly in it (``scrapy_ha.retry``, ``scrapy_ha.proxy``,
-``scrapy_ha.checkpoint``, ``scrapy_ha.cookies``, ``scrapy_ha.useragent``,
+``scrapy_ha.checkpoint``, ``scrapy_ha.cookies``, ``scrapy_ha.useragent``, ``scrapy_ha.parent``,
 ``scrapy_ha.spiders``, ``scrapy_ha.dlq``, ``scrapy_ha.stats``, ``scrapy_ha.keys``,
 ``scrapy_ha.metakeys``, ``scrapy_ha.verdict``) and ``scrapy_ha.codec``. The subpackages hold
 the implementation by job (docs/architecture.md) and may change between releases.

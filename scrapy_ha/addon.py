@@ -8,7 +8,7 @@
 - adds ``scrapy_ha.proxy.ProxyMiddleware`` (740, before Scrapy's HttpProxyMiddleware) and
   ``scrapy_ha.useragent.UserAgentPoolMiddleware`` (400), which stay off until
   ``HA_PROXY_MODE`` / ``HA_USER_AGENTS`` are set;
-- adds ``scrapy_ha.middlewares.parent.ParentLeaseMiddleware`` (spider, 10): each yielded request
+- adds ``scrapy_ha.parent.ParentLeaseMiddleware`` (spider, 10): each yielded request
   carries the lease of its page (children fenced by it; an unstorable child fails it);
 - adds ``scrapy_ha.checkpoint.CheckpointMiddleware`` (spider, 900), off until
   ``HA_CHECKPOINTS = True``;
@@ -51,7 +51,7 @@ DOWNLOADER_MIDDLEWARES = {
 #: Spider middlewares: close to the spider, so that it sees callback exceptions first.
 SPIDER_MIDDLEWARES = {
     # outermost: sees every yielded request
-    "scrapy_ha.middlewares.parent.ParentLeaseMiddleware": 10,
+    "scrapy_ha.parent.ParentLeaseMiddleware": 10,
     "scrapy_ha.retry.ParseErrorMiddleware": 950,
     "scrapy_ha.checkpoint.CheckpointMiddleware": 900,  # only with HA_CHECKPOINTS = True
     "scrapy_ha.cookies.CookieVersionMiddleware": 11,  # stamps the jar version on requests

@@ -125,6 +125,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "scrapy_ha",
         "scrapy_ha.addon",
+        "scrapy_ha.parent",
         "scrapy_ha.retry",
         "scrapy_ha.proxy",
         "scrapy_ha.checkpoint",

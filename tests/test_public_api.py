@@ -38,6 +38,7 @@ PROMISED = [
     "scrapy_ha.cookies.SharedCookiesMiddleware",
     "scrapy_ha.cookies.CookieVersionMiddleware",
     "scrapy_ha.useragent.UserAgentPoolMiddleware",
+    "scrapy_ha.parent.ParentLeaseMiddleware",
     "scrapy_ha.spiders.RedisSpider",
     "scrapy_ha.spiders.RedisCrawlSpider",
     "scrapy_ha.dlq.DeadLetterQueue",

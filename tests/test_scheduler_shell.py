@@ -22,6 +22,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request
 from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.scheduler import gate as gate_module
 from scrapy_ha.scheduler.outbox import EndOp
 from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.renewal import Renewals
@@ -175,6 +176,34 @@ def test_a_finished_request_is_acked_and_a_retried_one_ended_with_its_copys_prio
     s.inflight.collect_finished()
     assert s.outbox.acks == [("1", "t-1")]
     assert s.outbox.ends == [EndOp("retry", "2", "t-2", retried, 0.0, -1)]
+
+
+def test_a_retry_copy_taken_in_place_of_an_early_download_clears_the_gate():
+    """InFlight.kin tells the download gate (on_retry) when a copy is taken as the retry of
+    a request in flight: what the gate held for that request's early download is dropped."""
+    s, session, _ = shell()
+    retried = session.hand("http://a.test/retried", "2")
+    assert s.next_request() is retried
+    gate, pair = s.handout.gate, ("2", "t-2")
+    gate._waiting[pair] = gate_module._EARLY  # downloading early, verdict not known
+    gate._early.add(pair)
+    retried.meta[metakeys.OUTCOME] = Verdict.retry(FailureClass.SERVER, "HTTP 500", delay=3)
+    assert s.enqueue_request(retried.replace(priority=-1))
+    assert pair not in gate._early and pair not in gate._waiting
+    assert s.outbox.children == []
+
+
+def test_a_late_request_is_queued_as_a_root_and_counted_once_admitted():
+    """A request naming a page this worker already finished (its meta copied) is queued as
+    a new root, counted in ha/late_requests; a duplicate of it is filtered, not counted."""
+    s, _, _ = shell()
+    late = Request("http://a.test/late", meta={metakeys.PARENT: ("9", "t-9")})
+    assert s.enqueue_request(late)
+    assert s.outbox.children[-1].parent is None
+    assert s.stats.get_value("ha/late_requests") == 1
+    again = Request("http://a.test/late", meta={metakeys.PARENT: ("9", "t-9")})
+    assert not s.enqueue_request(again)
+    assert s.stats.get_value("ha/late_requests") == 1
 
 
 def test_a_suspect_runs_alone():

@@ -133,7 +133,7 @@ class Syncer:
         return was_empty and bool(self.shell.buffered())
 
     async def _call_sync(self, **call: Any) -> SyncResult:
-        """The sync script, fenced against a Redis that lost children (see :mod:`_lost`)."""
+        """The sync script, fenced against a Redis that lost children (see :mod:`.lost`)."""
         assert self.queue is not None
         held, url = self._held_pairs, self.redis_url
         return await fenced_sync(
