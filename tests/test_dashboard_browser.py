@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,3 +223,67 @@ def test_pause_from_the_dashboard_stops_a_live_worker_leasing(
         if live.poll() is None:
             live.kill()
     assert count_lines(items) == PAGES * PER_PAGE
+
+
+#: A page of another port of 127.0.0.1 (same site, another origin): it sets the dashboard's
+#: CSRF cookie (cookies do not tell ports apart) and posts the pause form with it at once.
+ATTACK = """<!doctype html><title>attack</title>
+<script>document.cookie = "ha_dashboard_csrf=EVIL; path=/; SameSite=Strict";</script>
+<form id="f" method="post" action="{dashboard}/crawls/shop/actions/pause">
+<input name="csrf" value="EVIL"><input name="confirm" value="yes"></form>
+<script>document.getElementById("f").submit();</script>"""
+
+
+@pytest.fixture
+def attack_url(dashboard_url: str) -> Iterator[str]:
+    """The attack page, served on another port of 127.0.0.1."""
+    page = ATTACK.format(dashboard=dashboard_url).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", harness.free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/attack.html"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def attack(url: str, dashboard_url: str) -> tuple[str, list[dict[str, Any]]]:
+    """Open the attack page; return what the dashboard answered its POST, and the cookies."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        context = browser.new_context()
+        page = context.new_page()
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        page.goto(url)
+        page.wait_for_url(dashboard_url + "/crawls/shop/actions/pause")
+        shot(page, "attack-from-another-port")
+        answer, cookies = page.content(), context.cookies()
+        browser.close()
+        return answer, list(cookies)
+
+
+def test_a_page_on_another_port_cannot_pause_a_crawl_with_a_cookie_it_set(
+    redis_client, dashboard_url: str, attack_url: str
+):
+    found: list[tuple[str, list[dict[str, Any]]]] = []
+    in_thread(lambda: found.append(attack(attack_url, dashboard_url)))
+    ((answer, cookies),) = found
+    # the attack was real: the browser sent the planted cookie to the dashboard
+    assert {(c["name"], c["value"]) for c in cookies} >= {("ha_dashboard_csrf", "EVIL")}
+    assert "another origin" in answer
+    assert not redis_client.exists("ha:{shop}:paused")

@@ -66,6 +66,7 @@ def create_app(
     app.state.client = client
     app.state.prefix = prefix
     app.state.token = token
+    app.state.csrf_secret = _guard.new_secret()
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["time"] = local_time
     app.state.templates = templates
@@ -88,15 +89,32 @@ async def _guard_request(
         if path.startswith("/api/"):
             return JSONResponse({"error": "missing or wrong token"}, 401)
         return RedirectResponse("/login?" + urlencode({"next": path}), 303)
-    if request.method == "POST" and path.startswith("/api/"):
-        if request.headers.get("content-type", "").split(";")[0] != "application/json":
-            return JSONResponse({"error": "POST /api/... takes application/json"}, 415)
-    csrf = request.cookies.get(_guard.CSRF_COOKIE) or _guard.new_csrf()
-    request.state.csrf = csrf
+    if request.method == "POST":
+        refused = _refuse_post(request)
+        if refused is not None:
+            return refused
+    session = request.cookies.get(_guard.CSRF_COOKIE) or _guard.new_csrf()
+    request.state.csrf = _guard.form_token(request.app.state.csrf_secret, session)
     response = await call_next(request)
     if _guard.CSRF_COOKIE not in request.cookies:
-        response.set_cookie(_guard.CSRF_COOKIE, csrf, httponly=True, samesite="strict")
+        response.set_cookie(_guard.CSRF_COOKIE, session, httponly=True, samesite="strict")
     return response
+
+
+def _refuse_post(request: Request) -> Response | None:
+    """A POST from another origin (see :func:`_guard.foreign_post`), or to ``/api/`` in
+    another type than JSON: the answer that refuses it."""
+    foreign = _guard.foreign_post(request.headers, request.url.scheme)
+    if foreign is not None:
+        logger.warning(
+            "dashboard: refused a POST to %s from another origin (%s)", request.url.path, foreign
+        )
+        error = f"a POST from another origin is refused ({foreign}): use the dashboard's pages"
+        return JSONResponse({"error": error}, 403)
+    if request.url.path.startswith("/api/"):
+        if request.headers.get("content-type", "").split(";")[0] != "application/json":
+            return JSONResponse({"error": "POST /api/... takes application/json"}, 415)
+    return None
 
 
 def _authorised(request: Request, token: str) -> bool:
