@@ -26,10 +26,13 @@ key                        type         content
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
-``ha:{books}:dead_arch``   hash         entry id -> the dead-letter time (ms) of the version
-                                        copied to the SQL archive; field ``~archive`` (the
-                                        archive's URL, password hidden): retention and purge
-                                        keep entries not archived yet
+``ha:{books}:dead_arch``   hash         entry id -> ``"<dead-letter time (ms)> <sink id>
+                                        ..."``: the version copied and each SQL archive that
+                                        holds it (store/lua/archived.lua); field
+                                        ``~sink:<sink id>`` -> the database and table it
+                                        names, without credentials; field ``~archive`` (the
+                                        URL declared last, password hidden): retention and
+                                        purge keep entries no archive holds yet
 ``ha:{books}:dlq_alert``   string       set when the dead-letter alert of this crawl was sent
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order

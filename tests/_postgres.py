@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-__all__ = ["PostgresServer", "archive_url", "postgres_url"]
+__all__ = ["PostgresServer", "archive_url", "new_database", "postgres_url", "second_archive_url"]
 
 #: Where Debian puts the server's binaries (one directory per major version).
 BINARIES = "/usr/lib/postgresql/*/bin"
@@ -104,21 +105,28 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.stop()
 
 
-@pytest.fixture
-def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
-    """A fresh database of the session's server for each test."""
+@contextmanager
+def new_database(server: PostgresServer) -> Iterator[str]:
+    """A fresh database of *server*, dropped afterwards: its URL."""
     import sqlalchemy
 
     name = f"t{free_port()}"
-    admin = sqlalchemy.create_engine(postgres_server.url, isolation_level="AUTOCOMMIT")
+    admin = sqlalchemy.create_engine(server.url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
     try:
-        yield postgres_server.url.rsplit("/", 1)[0] + f"/{name}"
+        yield server.url.rsplit("/", 1)[0] + f"/{name}"
     finally:
         with admin.connect() as conn:
             conn.execute(sqlalchemy.text(f"DROP DATABASE {name} WITH (FORCE)"))
         admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh database of the session's server for each test."""
+    with new_database(postgres_server) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -128,3 +136,16 @@ def archive_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'failed.db'}"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest.fixture
+def second_archive_url(
+    archive_url: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[str]:
+    """Another database of *archive_url*'s kind: another SQLite file, or another
+    database of the suite's PostgreSQL."""
+    if archive_url.startswith("sqlite"):
+        yield f"sqlite:///{tmp_path / 'second.db'}"
+        return
+    with new_database(request.getfixturevalue("postgres_server")) as url:
+        yield url

@@ -13,7 +13,12 @@ import redis
 
 from scrapy_ha.demo import harness
 from scrapy_ha.demo.harness import free_port
-from tests._postgres import archive_url, postgres_server, postgres_url  # noqa: F401 (fixtures)
+from tests._postgres import (  # noqa: F401 (fixtures)
+    archive_url,
+    postgres_server,
+    postgres_url,
+    second_archive_url,
+)
 from tests.scrapy_conformance.keys import generate_keys
 
 if TYPE_CHECKING:

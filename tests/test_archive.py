@@ -109,6 +109,50 @@ async def test_workers_archive_as_they_dead_letter(redis_url, redis_client, site
     assert done.stdout.startswith("copied 0 of 3")
 
 
+def same_database_spelled_otherwise(url: str) -> str:
+    """*url* as another user would write it: other credentials and connection options for
+    PostgreSQL, another path to the same file for SQLite."""
+    if url.startswith("sqlite:///"):
+        folder, name = url.removeprefix("sqlite:///").rsplit("/", 1)
+        return f"sqlite:///{folder}/./{name}"
+    scheme, rest = url.split("://postgres@", 1)
+    return f"{scheme}://postgres:other-pw@{rest}?application_name=second&sslmode=disable"
+
+
+@deferred_f_from_coro_f
+async def test_a_second_archive_gets_every_dead_letter_the_first_one_holds(
+    redis_url, redis_client, site, archive_url, second_archive_url
+):
+    """What one archive holds is recorded for that archive: copying to another database
+    copies everything again, and each copies only what it lacks."""
+    crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL=archive_url)
+    assert crawler.stats.get_value("ha/archive/archived") == 3  # the workers' archive
+    dlq = exported(redis_url)
+
+    second = cli(redis_url, "dlq", "archive", "faults", "--url", second_archive_url)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.startswith("copied 3 of 3 dead letter(s) of faults"), second.stdout
+    assert_rows_match(rows(second_archive_url), dlq)
+
+    for url in (
+        archive_url,
+        second_archive_url,
+        same_database_spelled_otherwise(second_archive_url),
+    ):
+        again = cli(redis_url, "dlq", "archive", "faults", "--url", url)
+        assert again.stdout.startswith("copied 0 of 3 dead letter(s)"), (url, again.stdout)
+    other_table = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url, "--table", "t2")
+    assert other_table.stdout.startswith("copied 3 of 3 dead letter(s)")  # another sink
+
+    marks = {k.decode(): v.decode() for k, v in redis_client.hgetall(KEYS.dead_archived).items()}
+    sinks = {k: v for k, v in marks.items() if k.startswith("~sink:")}
+    assert len(sinks) == 3 and not any("pw" in v for v in sinks.values())
+    ids = {k.removeprefix("~sink:") for k in sinks}
+    for entry_id in dlq:
+        at, *held = marks[entry_id].split()
+        assert set(held) == ids and int(at) == dlq[entry_id]["dead_at"]
+
+
 @deferred_f_from_coro_f
 async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_entries(
     redis_url, redis_client, site, tmp_path
@@ -150,7 +194,9 @@ async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_e
     purge = cli(redis_url, "dlq", "purge", "faults", "--all", "--yes")
     assert purge.stdout.startswith("purged ") and "kept" not in purge.stdout
     assert redis_client.zcard(KEYS.dead) == 0
-    assert redis_client.hkeys(KEYS.dead_archived) == [ARCHIVE_MARK.encode()]
+    # no entry's mark is left: the declaration and the two sinks' names are
+    fields = sorted(f.decode() for f in redis_client.hkeys(KEYS.dead_archived))
+    assert fields[0] == ARCHIVE_MARK and all(f.startswith("~sink:") for f in fields[1:])
 
 
 def test_a_bad_archive_url_is_named(redis_url, redis_client):

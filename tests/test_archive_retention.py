@@ -8,7 +8,8 @@ import asyncio
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha.deadletters.archive import ARCHIVE_MARK
+from scrapy_ha.deadletters.dlq import DeadEntry
+from scrapy_ha.deadletters.marks import ARCHIVE_MARK, holds, mark
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
@@ -75,4 +76,47 @@ async def test_retention_and_purge_drop_only_archived_entries(redis_url):
     await q.client.hdel(KEYS.dead_archived, ARCHIVE_MARK)
     await dead_letters(q, ["f"], max_entries=0)
     assert await dead(q) == set()
+    await q.client.aclose()
+
+
+async def versions(q: RedisQueue, ids: list[str]) -> list[DeadEntry]:
+    """The entries as an archiver reads them (their current dead-letter times)."""
+    return [entry(i, int(await q.client.zscore(KEYS.dead, i))) for i in ids]
+
+
+def entry(entry_id: str, dead_at: int) -> DeadEntry:
+    return DeadEntry(entry_id, f"http://x/{entry_id}", "gone", "HTTP 404", dead_at)
+
+
+@deferred_f_from_coro_f
+async def test_each_archive_is_marked_on_its_own_and_any_of_them_lets_an_entry_go(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    a, b = await dead_letters(q, ["a", "b"])
+    await q.client.hset(KEYS.dead_archived, ARCHIVE_MARK, "sqlite:///x.db")
+    first, second = await versions(q, [a]), await versions(q, [a, b])
+    await mark(q.client, KEYS, "aaaa0001", first)
+    await mark(q.client, KEYS, "bbbb0002", second)
+    await mark(q.client, KEYS, "aaaa0001", first)  # marked twice: named once
+    at_a = first[0].dead_at
+    assert (await q.client.hget(KEYS.dead_archived, a)).decode() == f"{at_a} aaaa0001 bbbb0002"
+    marks = await q.client.hmget(KEYS.dead_archived, [a, b])
+    assert [holds(m, "aaaa0001", e.dead_at) for m, e in zip(marks, second, strict=True)] == [
+        True,
+        False,
+    ]
+    assert [holds(m, "bbbb0002", e.dead_at) for m, e in zip(marks, second, strict=True)] == [
+        True,
+        True,
+    ]
+    assert not holds(str(at_a).encode(), "aaaa0001", at_a)  # a bare time names no archive
+
+    # a newer version replaces the mark; a copier late with the older one changes nothing
+    newer = entry(a, at_a + 5)
+    await q.client.zadd(KEYS.dead, {a: newer.dead_at})
+    assert await q.purge_dead([a]) == (0, 1)  # no archive holds this version yet
+    await mark(q.client, KEYS, "bbbb0002", [newer])
+    await mark(q.client, KEYS, "aaaa0001", first)
+    assert (await q.client.hget(KEYS.dead_archived, a)).decode() == f"{at_a + 5} bbbb0002"
+    # retention and purge drop what one archive holds
+    assert await q.purge_dead([a, b]) == (2, 0)
     await q.client.aclose()

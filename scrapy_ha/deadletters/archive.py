@@ -12,9 +12,10 @@ as every display masks a dead letter (:mod:`scrapy_ha.codec.masking`), the store
 ``payload`` included (secret headers, cookies, secret query parameters, the secret fields of
 a form or JSON body, ``meta["http_pass"]`` read ``***``).
 
-Which entries are archived is kept in Redis (``Keys.dead_archived``: entry id -> the
-dead-letter time of the copy). Once an archive is declared for a crawl, retention and
-``dlq purge`` drop only archived entries, so nothing leaves Redis unrecorded.
+Which entries each archive holds is kept in Redis, per archive (:mod:`.marks`): copying
+to a second database copies everything it lacks, and once an archive is declared for a
+crawl, retention and ``dlq purge`` drop only entries some archive holds, so nothing leaves
+Redis unrecorded.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from __future__ import annotations
 __all__ = [
     "ARCHIVE_MARK",
     "DEFAULT_TABLE",
+    "SINK_MARK",
     "Archive",
     "ArchiveRun",
     "Archiver",
     "archive_crawl",
     "declare",
+    "sink_id",
     "unarchived",
 ]
 
@@ -44,24 +47,28 @@ from scrapy_ha.codec.summary import mask_payload
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
+from scrapy_ha.deadletters.marks import (
+    ARCHIVE_MARK,
+    SINK_MARK,
+    declare,
+    forget_gone,
+    mark,
+    sink_id,
+    sink_name,
+    unarchived,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     import sqlalchemy
-    from redis.asyncio import Redis
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
 logger = logging.getLogger(__name__)
 
 #: The table's default name: prefixed so that it sits next to an application's own tables.
 DEFAULT_TABLE = "scrapy_ha_dead_letters"
-#: The field of ``Keys.dead_archived`` that declares an archive (entry ids are numbers).
-ARCHIVE_MARK = "~archive"
 #: Seconds a database has to accept a connection: past this it counts as down.
 CONNECT_TIMEOUT = 10
 #: Seconds a closing worker waits for the copies still under way (then the CLI catches up).
@@ -155,6 +162,9 @@ class Archive:
                 f"sqlite:///failed.db or postgresql+psycopg://user:pw@host/db)"
             ) from None
         self.table = _table(sa, table)
+        #: the database and table, without credentials (see :func:`sink_id`)
+        self.sink_name = sink_name(sa.engine.make_url(url), table)
+        self.sink = sink_id(self.sink_name)
 
     def create(self) -> None:
         """Create the table if it is not there."""
@@ -215,61 +225,6 @@ def _connect_args(url: str) -> dict[str, Any]:
     return {}
 
 
-# -- Redis: which entries are archived ------------------------------------------------------
-
-
-async def declare(client: Redis, keys: Keys, archive: Archive) -> None:
-    """Record in Redis that *keys*' crawl has an archive: from now on, retention and purge
-    keep the entries not archived yet."""
-    await client.hset(keys.dead_archived, ARCHIVE_MARK, archive.display_url)
-
-
-async def declared(client: Redis, keys: Keys) -> str | None:
-    """The archive declared for the crawl (its URL, secrets masked), if any."""
-    url = await client.hget(keys.dead_archived, ARCHIVE_MARK)
-    return url.decode() if isinstance(url, bytes) else url
-
-
-async def unarchived(dlq: DeadLetterQueue) -> AsyncIterator[list[DeadEntry]]:
-    """The entries whose current version is not archived, in batches, oldest first."""
-    batch: list[DeadEntry] = []
-    async for entry in dlq.scan():
-        batch.append(entry)
-        if len(batch) >= SCAN_BATCH:
-            yield await _not_archived(dlq, batch)
-            batch = []
-    if batch:
-        yield await _not_archived(dlq, batch)
-
-
-async def _not_archived(dlq: DeadLetterQueue, entries: list[DeadEntry]) -> list[DeadEntry]:
-    marks = await dlq.client.hmget(dlq.keys.dead_archived, [e.id for e in entries])
-    return [e for e, at in zip(entries, marks, strict=True) if at is None or int(at) != e.dead_at]
-
-
-async def mark(client: Redis, keys: Keys, entries: list[DeadEntry]) -> None:
-    """Record these versions of *entries* as archived."""
-    if entries:
-        await client.hset(keys.dead_archived, mapping={e.id: e.dead_at for e in entries})
-
-
-async def forget_gone(client: Redis, keys: Keys) -> int:
-    """Drop the marks of entries no longer dead (requeued, then acked); return how many."""
-    fields = [
-        f.decode() if isinstance(f, bytes) else str(f)
-        for f in await client.hkeys(keys.dead_archived)
-    ]
-    fields = [f for f in fields if f != ARCHIVE_MARK]
-    gone = []
-    for i in range(0, len(fields), SCAN_BATCH):
-        chunk = fields[i : i + SCAN_BATCH]
-        scores = await client.zmscore(keys.dead, chunk)
-        gone += [f for f, score in zip(chunk, scores, strict=True) if score is None]
-    if gone:
-        await client.hdel(keys.dead_archived, *gone)
-    return len(gone)
-
-
 @dataclass
 class ArchiveRun:
     """What :func:`archive_crawl` did."""
@@ -282,8 +237,9 @@ class ArchiveRun:
 async def archive_crawl(
     dlq: DeadLetterQueue, archive: Archive, *, dry_run: bool = False
 ) -> ArchiveRun:
-    """Copy every dead letter of *dlq*'s crawl not archived yet into *archive* (upserts: run
-    twice, the same rows), declaring the archive first; with *dry_run*, only count them."""
+    """Copy every dead letter of *dlq*'s crawl that *archive* does not hold yet into it
+    (upserts: run twice, the same rows), declaring the archive first; with *dry_run*, only
+    count them. What other archives hold does not count."""
     run = ArchiveRun(by_class={})
     assert run.by_class is not None
     if not dry_run:
@@ -291,12 +247,12 @@ async def archive_crawl(
         await declare(dlq.client, dlq.keys, archive)
         await forget_gone(dlq.client, dlq.keys)
     run.dead = int(await dlq.client.zcard(dlq.keys.dead))
-    async for batch in unarchived(dlq):
+    async for batch in unarchived(dlq, archive.sink):
         if not batch:
             continue
         if not dry_run:
             await asyncio.to_thread(archive.write, dlq.keys.spider, batch)
-            await mark(dlq.client, dlq.keys, batch)
+            await mark(dlq.client, dlq.keys, archive.sink, batch)
         run.copied += len(batch)
         for e in batch:
             run.by_class[e.failure_class] = run.by_class.get(e.failure_class, 0) + 1
@@ -374,7 +330,7 @@ class Archiver:
             await loop.run_in_executor(self._executor, self.archive.create)
             self._created = True
         await loop.run_in_executor(self._executor, self.archive.write, queue.keys.spider, entries)
-        await mark(queue.client, queue.keys, entries)
+        await mark(queue.client, queue.keys, self.archive.sink, entries)
         self.stats.inc_value("ha/archive/archived", len(entries))
 
     async def close(self) -> None:

@@ -13,16 +13,46 @@ local function dead_letter(dead, dead_info, id, info, now)
   redis.call('HSET', dead_info, id, cjson.encode(info))
 end
 
+-- Rule: an entry's field in dead_archived is "<dead-letter time> <sink id> [<sink id> ...]":
+-- the version of the entry archived, and every SQL archive (sink) that holds that version.
+-- A bare "<time>" was written before sinks were told apart: it names no sink.
+
+-- archive_version(mark)
+--   The dead-letter time an entry's mark names (a number), or nil for no mark.
+local function archive_version(mark)
+  return mark and tonumber(string.match(mark, '^%-?%d+'))
+end
+
+-- mark_archived(dead_archived, id, at, sink)
+--   KEYS: dead_archived (the caller's KEYS[i])
+--   Records that sink holds version at (a dead-letter time, as text) of entry id. A newer
+--   version replaces an older one and its sinks (they hold the old one: each copies the
+--   entry again); an older version than the mark's is ignored (a copier that read the entry
+--   before it died again). Returns true when the sink holds version at now.
+local function mark_archived(dead_archived, id, at, sink)
+  local cur = redis.call('HGET', dead_archived, id)
+  local cur_at, new_at = archive_version(cur), tonumber(at)
+  if not cur_at or cur_at < new_at then
+    redis.call('HSET', dead_archived, id, at .. ' ' .. sink)
+    return true
+  end
+  if cur_at > new_at then return false end
+  if not string.find(' ' .. cur .. ' ', ' ' .. sink .. ' ', 1, true) then
+    redis.call('HSET', dead_archived, id, cur .. ' ' .. sink)
+  end
+  return true
+end
+
 -- archived(dead, dead_archived, id)
 --   KEYS: dead, dead_archived (the caller's KEYS[i])
 --   Whether entry id may leave Redis for good: no SQL archive is declared for the crawl
 --   (no field '~archive' in dead_archived), or the version in the dead-letter queue (its
---   dead-letter time) is the one the archive holds. A requeued and dead-lettered again
+--   dead-letter time) is one that some archive holds. A requeued and dead-lettered again
 --   entry has a newer time: not archived until it is copied again.
 local function archived(dead, dead_archived, id)
   if redis.call('HEXISTS', dead_archived, '~archive') == 0 then return true end
-  local at = redis.call('HGET', dead_archived, id)
-  return at ~= false and tonumber(at) == tonumber(redis.call('ZSCORE', dead, id))
+  local at = archive_version(redis.call('HGET', dead_archived, id) or nil)
+  return at ~= nil and at == tonumber(redis.call('ZSCORE', dead, id))
 end
 
 -- trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived)

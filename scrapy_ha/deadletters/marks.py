@@ -1,0 +1,147 @@
+"""Which dead letters each SQL archive holds, recorded in Redis next to the queue.
+
+``Keys.dead_archived`` holds, per entry id, ``"<dead-letter time of the copy> <sink id>
+..."``: the version copied and every archive (a *sink*) that holds it, marked by one script
+(``store/lua/archived.lua``). A sink is a database (where it is and its name, never who
+logs in or how) and a table, named in Redis by :func:`sink_id`, with a field
+``~sink:<id>`` that says what it names. So copying to a second database copies everything
+it lacks, whatever the first one holds. Once an archive is declared for a crawl (field
+``~archive``), retention and ``dlq purge`` drop only entries some archive holds at their
+current version, so nothing leaves Redis unrecorded.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARCHIVE_MARK",
+    "SINK_MARK",
+    "declare",
+    "declared",
+    "forget_gone",
+    "holds",
+    "mark",
+    "sink_id",
+    "sink_name",
+    "unarchived",
+]
+
+import hashlib
+import os
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
+from scrapy_ha.store.scripts import ARCHIVED_LUA
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from redis.asyncio import Redis
+
+    from scrapy_ha.keys import Keys
+
+#: The field of ``Keys.dead_archived`` that declares an archive (entry ids are numbers).
+ARCHIVE_MARK = "~archive"
+#: ``Keys.dead_archived`` field ``~sink:<sink id>`` -> the sink it names (no credentials).
+SINK_MARK = "~sink:"
+#: Hex digits of a sink id: a few sinks per crawl, and every entry's field names those that
+#: hold it, so short (2^-32 odds that two sinks of one crawl share an id).
+SINK_ID_DIGITS = 8
+#: Query parameters that say which database a URL reaches (libpq's ``host=/run/...`` for a
+#: Unix socket); the others (``password``, ``sslmode``, ``application_name`` ...) say how to
+#: connect or as whom, and the same database reached otherwise is the same sink.
+WHERE_PARAMS = frozenset({"host", "hostaddr", "port", "dbname", "service", "database"})
+
+
+class Sink(Protocol):
+    """What Redis records of an archive (:class:`scrapy_ha.deadletters.archive.Archive`)."""
+
+    display_url: str
+    sink: str
+    sink_name: str
+
+
+def sink_name(url: Any, table: str) -> str:
+    """Which database and table *url* (a SQLAlchemy URL) and *table* name, without who logs
+    in or how: ``postgresql://db.example:5432/crawls?host=... table t``; a SQLite file by
+    its absolute path."""
+    database = url.database or ""
+    if url.get_backend_name() == "sqlite" and database and database != ":memory:":
+        database = os.path.abspath(database)
+    where = "&".join(f"{k}={v}" for k, v in sorted(url.query.items()) if k.lower() in WHERE_PARAMS)
+    host = (url.host or "").lower() + (f":{url.port}" if url.port else "")
+    query = f"?{where}" if where else ""
+    return f"{url.get_backend_name()}://{host}/{database}{query} table {table}"
+
+
+def sink_id(name: str) -> str:
+    """The short name of a sink in Redis (:data:`SINK_ID_DIGITS` hex digits of its SHA-256)."""
+    return hashlib.sha256(name.encode()).hexdigest()[:SINK_ID_DIGITS]
+
+
+async def declare(client: Redis, keys: Keys, archive: Sink) -> None:
+    """Record in Redis that *keys*' crawl has an archive: from now on, retention and purge
+    keep the entries not archived yet. The sink's id is recorded with what it names."""
+    await client.hset(
+        keys.dead_archived,
+        mapping={ARCHIVE_MARK: archive.display_url, SINK_MARK + archive.sink: archive.sink_name},
+    )
+
+
+async def declared(client: Redis, keys: Keys) -> str | None:
+    """The archive declared for the crawl (its URL, secrets masked), if any."""
+    url = await client.hget(keys.dead_archived, ARCHIVE_MARK)
+    return url.decode() if isinstance(url, bytes) else url
+
+
+async def unarchived(dlq: DeadLetterQueue, sink: str) -> AsyncIterator[list[DeadEntry]]:
+    """The entries whose current version the archive *sink* (a :func:`sink_id`) does not
+    hold, in batches, oldest first."""
+    batch: list[DeadEntry] = []
+    async for entry in dlq.scan():
+        batch.append(entry)
+        if len(batch) >= SCAN_BATCH:
+            yield await _not_archived(dlq, batch, sink)
+            batch = []
+    if batch:
+        yield await _not_archived(dlq, batch, sink)
+
+
+async def _not_archived(
+    dlq: DeadLetterQueue, entries: list[DeadEntry], sink: str
+) -> list[DeadEntry]:
+    marks = await dlq.client.hmget(dlq.keys.dead_archived, [e.id for e in entries])
+    return [e for e, m in zip(entries, marks, strict=True) if not holds(m, sink, e.dead_at)]
+
+
+def holds(mark: bytes | str | None, sink: str, version: int) -> bool:
+    """Whether an entry's mark says *sink* holds its *version* (a bare time, written before
+    sinks were told apart, names none: each sink copies that entry once more, an upsert)."""
+    if mark is None:
+        return False
+    at, *sinks = (mark.decode() if isinstance(mark, bytes) else mark).split()
+    return int(at) == version and sink in sinks
+
+
+async def mark(client: Redis, keys: Keys, sink: str, entries: list[DeadEntry]) -> None:
+    """Record that the archive *sink* holds these versions of *entries* (one script: a
+    worker and the command may mark the same entry for two sinks at once)."""
+    if entries:
+        pairs = [str(x) for e in entries for x in (e.id, e.dead_at)]
+        await client.eval(ARCHIVED_LUA, 1, keys.dead_archived, sink, *pairs)
+
+
+async def forget_gone(client: Redis, keys: Keys) -> int:
+    """Drop the marks of entries no longer dead (requeued, then acked); return how many."""
+    fields = [
+        f.decode() if isinstance(f, bytes) else str(f)
+        for f in await client.hkeys(keys.dead_archived)
+    ]
+    fields = [f for f in fields if not f.startswith("~")]  # the archive's and sinks' marks
+    gone = []
+    for i in range(0, len(fields), SCAN_BATCH):
+        chunk = fields[i : i + SCAN_BATCH]
+        scores = await client.zmscore(keys.dead, chunk)
+        gone += [f for f, score in zip(chunk, scores, strict=True) if score is None]
+    if gone:
+        await client.hdel(keys.dead_archived, *gone)
+    return len(gone)
