@@ -37,6 +37,8 @@ def test_defaults():
         ({"DUPEFILTER_CLASS": "my.Bloom"}, "DUPEFILTER_CLASS='my.Bloom' cannot be used with"),
         ({"JOBDIR": "crawls/1"}, "JOBDIR='crawls/1' cannot be used with scrapy_ha.Scheduler"),
         ({"HA_UNSTORABLE": "skip"}, "HA_UNSTORABLE='skip' must be one of 'error' or 'drop-key'"),
+        ({"HA_CLOSE_TIMEOUT": 0}, "HA_CLOSE_TIMEOUT=0 must be more than 0 seconds"),
+        ({"HA_CLOSE_TIMEOUT": "long"}, "HA_CLOSE_TIMEOUT='long' is not a number"),
     ],
 )
 def test_a_bad_setting_names_itself_and_its_value(settings, message):

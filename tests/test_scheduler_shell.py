@@ -60,6 +60,9 @@ class FakeSession:
     def start(self) -> None:
         pass
 
+    def closing(self) -> None:
+        pass
+
     async def close(self, reason: str) -> None:
         """What the real session sends at close: the outbox, then every local lease."""
         self.shell.inflight.collect_finished()

@@ -53,6 +53,10 @@ DEFAULT_IDLE_TIMEOUT = 5.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 #: Cap of the reconnect backoff when Redis goes away mid-crawl.
 DEFAULT_RECONNECT_MAX_DELAY = 10.0
+#: Seconds a closing worker gives Redis to take back what it holds (its last acks and
+#: children, its leases): a busy Redis takes a last flush of thousands of acks well within
+#: it; past it the leases expire (HA_LEASE_TIME) and are reclaimed, nothing is lost.
+DEFAULT_CLOSE_TIMEOUT = 10.0
 #: Longest wait of the background loop between two rounds when nothing wakes it.
 DEFAULT_TICK = 0.25
 #: Seconds between two sweeps of the asyncio reactor's cancelled timers (see
@@ -141,6 +145,7 @@ class SchedulerConfig:
     early_download: bool = False
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT
     tick: float = DEFAULT_TICK
     start_urls_key: str = DEFAULT_START_URLS_KEY
     start_urls_batch: int = DEFAULT_START_URLS_BATCH
@@ -209,6 +214,7 @@ class SchedulerConfig:
             reconnect_max_delay=check.seconds(
                 settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY
             ),
+            close_timeout=check.seconds(settings, "HA_CLOSE_TIMEOUT", DEFAULT_CLOSE_TIMEOUT),
             tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK),
             start_urls_key=check.text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
             start_urls_batch=check.whole(

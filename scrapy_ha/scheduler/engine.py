@@ -249,6 +249,27 @@ class StartRefusal:
         self.crawler.spider = None
 
 
+def on_closing(crawler: Crawler, callback: Callable[[], None]) -> bool:
+    """Call *callback* each time the engine starts closing the spider, before it waits for
+    the requests in progress; False without an engine.
+
+    Scrapy sends no signal there (``spider_closed`` comes once they are all done), and
+    every close goes through ``engine.close_spider_async`` (a stop, an idle spider,
+    ``CloseSpider``; checked on 2.19.0): the engine's attribute is wrapped, the class is
+    untouched."""
+    engine = _engine(crawler)
+    close = getattr(engine, "close_spider_async", None)
+    if engine is None or close is None:
+        return False
+
+    async def closing(*args: Any, **kwargs: Any) -> None:
+        callback()
+        await close(*args, **kwargs)
+
+    engine.close_spider_async = closing  # type: ignore[method-assign]
+    return True
+
+
 def close_spider(crawler: Crawler, reason: str) -> None:
     """Close the running spider with *reason* (nothing if the engine is gone)."""
     engine = _engine(crawler)

@@ -363,6 +363,7 @@ class Scheduler:
             gate = self.handout.gate
             gate.installed = engine.gate_downloads(self.crawler, gate)
             engine.quiet_empty(self.crawler, self.empty_on_the_way)
+            engine.on_closing(self.crawler, self.session.closing)
             self.session.start()
             return
         self._fatal = True

@@ -29,6 +29,7 @@ __all__ = [
     "RedisConfigError",
     "RedisUnavailable",
     "display_url",
+    "error_text",
     "jittered",
     "redis_from_settings",
     "sync_redis_from_settings",
@@ -80,6 +81,13 @@ def jittered(delay: float) -> float:
     """A wait between half *delay* and *delay* ("equal jitter"): the backoff still grows,
     and workers that lost Redis at the same instant do not all come back at once."""
     return random.uniform(delay / 2, delay)
+
+
+def error_text(exc: BaseException) -> str:
+    """An error for a log line: its type and its message (``TimeoutError: Timeout reading
+    from ...``); the type alone when it has no message (an asyncio timeout has none)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def display_url(settings: BaseSettings) -> str:

@@ -151,12 +151,15 @@ class LeaseKeeper:
         """The event loop is alive."""
         self._last_beat = time.monotonic()
 
-    def stop(self) -> None:
-        """Stop renewing, wait for the thread, close its connection."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop renewing, wait for the thread (at most *timeout* seconds, else as long as a
+        renewal may take), close its connection: a call that Redis does not answer ends
+        there, and the thread with it."""
         self._stop.set()
         self._nudge.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self.interval + DEFAULT_SOCKET_TIMEOUT)
+            wait = self.interval + DEFAULT_SOCKET_TIMEOUT if timeout is None else timeout
+            self._thread.join(timeout=wait)
         self.client.close()
 
     def _run(self) -> None:
@@ -172,6 +175,9 @@ class LeaseKeeper:
                 else:
                     self.report_once()
             except Exception:  # the thread must outlive any one failure
+                if self._stop.is_set():  # stop() closed the connection under a stalled call
+                    logger.debug("Lease renewal cut short by the close", exc_info=True)
+                    return
                 logger.exception("Lease renewal failed; retrying in %g s", self.interval)
             self._stop.wait(REPORT_GAP)  # early reports asked for meanwhile make one
 

@@ -135,12 +135,14 @@ class Renewals:
         self.watch = LoopWatch(self.keeper, self.held, self._handed_now)
         self.watch.start()
 
-    async def stop_keeper(self) -> None:
+    async def stop_keeper(self, timeout: float | None = None) -> None:
+        """Stop the keeper's renewals, waiting for its thread at most *timeout* seconds
+        (see :meth:`LeaseKeeper.stop`)."""
         if self.watch is not None:
             self.watch.stop()
         if self.keeper is not None:
             keeper, self.keeper = self.keeper, None
-            await asyncio.to_thread(keeper.stop)
+            await asyncio.to_thread(keeper.stop, timeout)
 
     def _on_renewed(self, started: float, lost: list[tuple[str, str]], workers: int) -> None:
         """A renewal by the keeper's thread (run on the event loop)."""

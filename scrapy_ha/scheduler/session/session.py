@@ -21,13 +21,20 @@ from scrapy_ha.config.scheduler import default_worker_id
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.remote import Remote
+from scrapy_ha.scheduler.session.closing import CloseClock, let_go, not_handed_back
 from scrapy_ha.scheduler.session.connect import StartReport, joined, log_connected, open_queue
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer
-from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, RedisUnavailable, display_url, jittered
+from scrapy_ha.store.connection import (
+    REDIS_DOWN_ERRORS,
+    RedisUnavailable,
+    display_url,
+    error_text,
+    jittered,
+)
 from scrapy_ha.store.wire import ChildrenLost
 
 if TYPE_CHECKING:
@@ -42,8 +49,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Seconds given to the last flush and release at close before giving up (leases then expire).
-CLOSE_TIMEOUT = 10.0
 #: Deaths of the background task (a bug: an error it did not catch) within
 #: TASK_RESTART_WINDOW seconds that close the spider; fewer start it again.
 TASK_RESTARTS = 3
@@ -88,6 +93,7 @@ class Session:
         self.remote = Remote()  # what the shell reads of Redis (never a round trip)
         self._outage = False  # Redis failed a round: renew first when it answers again
         self._task_failures: list[float] = []  # when the background task died (see _ended)
+        self.clock = CloseClock(shell.config.close_timeout)  # see close
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
         self.syncer = Syncer(
@@ -164,6 +170,7 @@ class Session:
     def start(self) -> None:
         self.heap.freeze()  # connected: what lives now lives as long as the crawl
         self.sweep.start()
+        self.clock.progress()
         self._task = asyncio.get_running_loop().create_task(self._run())
         self._task.add_done_callback(self._ended)
 
@@ -197,35 +204,35 @@ class Session:
         self.shell.handout.gate.open_all()
         engine.close_spider(self.shell.crawler, "scrapy_ha_error")
 
+    def closing(self) -> None:
+        """The engine began closing the spider (see :mod:`.closing`): the downloads waiting
+        for Redis's verdict go on ``HA_CLOSE_TIMEOUT`` later (the last flush stores them
+        before any ack)."""
+        self.clock.closing(self.shell.handout.gate.open_all)
+
     async def close(self, reason: str) -> None:
-        """Flush, ack, release what this worker holds, and unregister it."""
+        """Flush, ack, release what this worker holds, and unregister it, within the
+        close's budget (:mod:`.closing`)."""
         self.stopping = True
         self.heap.thaw()
         self.sweep.stop()
         self._wake.set()
-        if self._task is not None:
-            await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
-            self._task.cancel()
-        if self.queue is None:
-            return
         try:
-            async with asyncio.timeout(CLOSE_TIMEOUT):
-                await self._final_flush(reason)
+            async with asyncio.timeout(self.clock.budget()) as bound:
+                if self._task is not None:
+                    await asyncio.wait([self._task])  # its last round
+                if self.queue is not None:
+                    await self._final_flush(reason, bound.when())
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost) as exc:
-            logger.error(
-                "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
-                "reclaimed by another worker after HA_LEASE_TIME=%gs",
-                len(self.shell.local_leases()) + len(self.outbox.acks),
-                self.redis_url,
-                exc,
-                self.config.lease_time,
-            )
+            held = len(self.shell.local_leases()) + len(self.outbox.acks)
+            why = self.clock.silence() if bound.expired() else error_text(exc)
+            not_handed_back(held, self.redis_url, why, self.config.lease_time)
         finally:
-            await self.renewals.stop_keeper()
-            await self.ends.close()  # archive copies and alerts under way (bounded)
-            await self.queue.client.aclose()
+            if self._task is not None:
+                self._task.cancel()
+            await let_go(self.renewals, self.ends, self.queue)
 
-    async def _final_flush(self, reason: str) -> None:
+    async def _final_flush(self, reason: str, deadline: float | None = None) -> None:
         assert self.queue is not None
         self.shell.inflight.collect_finished()
         if self.outbox.gates:
@@ -240,7 +247,8 @@ class Session:
         if released:
             logger.info("Released %d lease(s) back to the queue", released)
         # before leaving: a late renewal would re-add the heartbeat of a worker that left
-        await self.renewals.stop_keeper()
+        left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+        await self.renewals.stop_keeper(left)  # its thread waited for no longer than the close
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if not self.config.persist and reason == "finished":
             if await self.queue.finish(self.config.worker_id):
@@ -266,6 +274,7 @@ class Session:
             self._wake.clear()
             try:
                 more = await self._round()
+                self.clock.progress()
                 if not self.redis_ok:
                     logger.info("Redis at %s is reachable", self.redis_url)
                     self.ends.hold_reclaim(self.config.lease_time)

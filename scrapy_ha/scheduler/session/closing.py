@@ -1,0 +1,92 @@
+"""How long a closing worker waits for Redis: ``HA_CLOSE_TIMEOUT`` for a Redis that makes
+no progress, in all, once the spider is closing.
+
+The engine first waits for the requests in progress; those handed out before Redis had
+them wait for its verdict, which a Redis that does not answer never gives, so
+``HA_CLOSE_TIMEOUT`` after the close began they go on. The hand-back (the background
+task's last round, the final flush) gets what is left of the budget, counted from the
+later of the close's start and the last round Redis answered; then the keeper's thread
+and the connections get :data:`TEARDOWN_TIMEOUT`. What Redis did not take back is not lost:
+the leases expire and another worker reclaims them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy_ha.scheduler.session.ends import Ends
+    from scrapy_ha.scheduler.session.renewal import Renewals
+    from scrapy_ha.store.queue import RedisQueue
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the keeper's thread and the connections get once the hand-back at close is over
+#: or given up: a Redis that does not answer is not waited for, the exit closes them.
+TEARDOWN_TIMEOUT = 1.0
+
+
+class CloseClock:
+    """The close's budget (see the module): when the background task last made progress,
+    when the spider's close began, and the timer that then lets the gated downloads go."""
+
+    def __init__(self, close_timeout: float) -> None:
+        self.close_timeout = close_timeout
+        self._progress_at = 0.0
+        self._closing_at: float | None = None
+        self._verdicts_due: asyncio.TimerHandle | None = None
+
+    def progress(self) -> None:
+        """A round ended well (or the session started)."""
+        self._progress_at = asyncio.get_running_loop().time()
+
+    def closing(self, open_gate: Callable[[], None]) -> None:
+        """The engine began closing the spider: *open_gate* runs ``HA_CLOSE_TIMEOUT``
+        later, unless the hand-back starts first (:meth:`budget`)."""
+        if self._closing_at is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._closing_at = loop.time()
+        self._verdicts_due = loop.call_later(self.close_timeout, open_gate)
+
+    def budget(self) -> float:
+        """Seconds left for the hand-back (it starts now: the gate's timer is cancelled,
+        nothing waits for a verdict any more)."""
+        if self._verdicts_due is not None:
+            self._verdicts_due.cancel()
+        now = asyncio.get_running_loop().time()
+        since = max(self._progress_at, now if self._closing_at is None else self._closing_at)
+        return max(0.0, since + self.close_timeout - now)
+
+    def silence(self) -> str:
+        """Why the hand-back was given up when its budget ran out."""
+        return f"Redis made no progress for HA_CLOSE_TIMEOUT={self.close_timeout:g}s"
+
+
+def not_handed_back(held: int, redis_url: str, why: str, lease_time: float) -> None:
+    """Say that the hand-back was given up, and *why* (never an empty reason)."""
+    logger.error(
+        "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
+        "reclaimed by another worker after HA_LEASE_TIME=%gs",
+        held,
+        redis_url,
+        why,
+        lease_time,
+    )
+
+
+async def let_go(renewals: Renewals, ends: Ends, queue: RedisQueue | None) -> None:
+    """Stop the keeper, let archive copies and alerts under way end (each bounded), close
+    the connection: a Redis that does not answer is not waited for."""
+    await renewals.stop_keeper(TEARDOWN_TIMEOUT)
+    if queue is None:
+        return
+    await ends.close()
+    with contextlib.suppress(TimeoutError):  # the exit closes what is left
+        async with asyncio.timeout(TEARDOWN_TIMEOUT):
+            await queue.client.aclose()
