@@ -38,6 +38,8 @@ def test_defaults():
         ({"JOBDIR": "crawls/1"}, "JOBDIR='crawls/1' cannot be used with scrapy_ha.Scheduler"),
         ({"HA_UNSTORABLE": "skip"}, "HA_UNSTORABLE='skip' must be one of 'error' or 'drop-key'"),
         ({"HA_CLOSE_TIMEOUT": 0}, "HA_CLOSE_TIMEOUT=0 must be more than 0 seconds"),
+        ({"HA_START_TIMEOUT": -1}, "HA_START_TIMEOUT=-1 must be 0 or more seconds"),
+        ({"HA_START_TIMEOUT": "1m"}, "HA_START_TIMEOUT='1m' is not a number"),
         ({"HA_CLOSE_TIMEOUT": "long"}, "HA_CLOSE_TIMEOUT='long' is not a number"),
     ],
 )

@@ -72,7 +72,7 @@ async def test_a_crawl_leaves_a_freeze_it_did_not_make_alone(redis_url, site):
 async def test_a_worker_that_cannot_start_freezes_nothing():
     """Redis unreachable: the scheduler's open() fails, and nothing is frozen even before
     the close (which would thaw it)."""
-    unreachable = {"HA_CONNECT_TIMEOUT": 0.5}
+    unreachable = {"HA_CONNECT_TIMEOUT": 0.5, "HA_START_TIMEOUT": 0}
     crawler = get_crawler(FreezeSeenSpider, settings("redis://127.0.0.1:9/0", **unreachable))
     frozen_at_open: list[int] = []
 

@@ -178,7 +178,9 @@ async def test_a_crawl_and_the_cli_over_a_unix_socket(tmp_path, site):
 @deferred_f_from_coro_f
 async def test_unreachable_sentinels_or_cluster_fail_the_start_naming_the_url(url, caplog):
     url = url.format(port=free_port())
-    crawler = get_crawler(CatalogueSpider, crawl_settings(REDIS_URL=url, HA_CONNECT_TIMEOUT=2))
+    crawler = get_crawler(
+        CatalogueSpider, crawl_settings(REDIS_URL=url, HA_CONNECT_TIMEOUT=2, HA_START_TIMEOUT=0)
+    )
     await crawler.crawl_async(base_url="http://127.0.0.1:9")
     (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "cannot reach Redis at " + url.replace("hunter2", "***") in error

@@ -142,7 +142,7 @@ async def test_unreachable_redis_fails_fast_naming_the_masked_url(redis_server, 
     from tests.conftest import free_port
 
     url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
-    crawler = get_crawler(CatalogueSpider, settings(url, HA_CONNECT_TIMEOUT=2))
+    crawler = get_crawler(CatalogueSpider, settings(url, HA_CONNECT_TIMEOUT=2, HA_START_TIMEOUT=0))
     started = time.monotonic()
     with caplog.at_level(logging.ERROR):
         await crawler.crawl_async(base_url="http://127.0.0.1:9")
@@ -188,7 +188,7 @@ async def test_a_redis_that_never_answers_does_not_hang_the_crawl(caplog):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections, never answers
     url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
-    crawler = get_crawler(CatalogueSpider, settings(url, HA_CONNECT_TIMEOUT=1))
+    crawler = get_crawler(CatalogueSpider, settings(url, HA_CONNECT_TIMEOUT=1, HA_START_TIMEOUT=0))
     started = time.monotonic()
     try:
         with caplog.at_level(logging.ERROR):
@@ -197,7 +197,7 @@ async def test_a_redis_that_never_answers_does_not_hang_the_crawl(caplog):
         silent.close()
     assert time.monotonic() - started < 15
     assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
-    assert f"{url} within 1 s" in caplog.text
+    assert f"{url} within HA_START_TIMEOUT=0s (1 attempt(s) of HA_CONNECT_TIMEOUT=1s" in caplog.text
 
 
 @deferred_f_from_coro_f

@@ -148,7 +148,7 @@ def test_a_fatal_error_at_start_is_one_line_and_a_failed_exit(tmp_path):
         ("setting", {"HA_LEASE_TIME": "soon"}),
     ):
         (tmp_path / name).mkdir()
-        settings = ha("", HA_CONNECT_TIMEOUT="1", **extra)
+        settings = ha("", HA_CONNECT_TIMEOUT="1", HA_START_TIMEOUT="0", **extra)
         proc = crawl(tmp_path / name, "http://127.0.0.1:9/", **settings)
         assert proc.wait(120) != 0
         log = (tmp_path / name / "log.txt").read_text()

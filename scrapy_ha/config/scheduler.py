@@ -51,6 +51,10 @@ INFLIGHT_PER_CONCURRENT_REQUEST = 2
 DEFAULT_IDLE_TIMEOUT = 5.0
 #: Seconds to wait for Redis at open: long enough for a busy server, short enough to fail clearly.
 DEFAULT_CONNECT_TIMEOUT = 5.0
+#: Seconds a starting worker waits for a Redis that does not answer, trying again as a
+#: running worker does: a Sentinel failover or a restart from the AOF takes seconds, a
+#: managed service's failover up to a minute (scrapyd starts jobs at any moment).
+DEFAULT_START_TIMEOUT = 60.0
 #: Cap of the reconnect backoff when Redis goes away mid-crawl.
 DEFAULT_RECONNECT_MAX_DELAY = 10.0
 #: Seconds a closing worker gives Redis to take back what it holds (its last acks and
@@ -144,6 +148,7 @@ class SchedulerConfig:
     #: a fresh GET may download before Redis's verdict (scrapy_ha.scheduler.gate.EarlyGuard)
     early_download: bool = False
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    start_timeout: float = DEFAULT_START_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT
     tick: float = DEFAULT_TICK
@@ -211,6 +216,10 @@ class SchedulerConfig:
             timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
             early_download=check.boolean(settings, "HA_EARLY_DOWNLOAD", False),
             connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
+            # 0: one attempt, no waiting
+            start_timeout=check.seconds(
+                settings, "HA_START_TIMEOUT", DEFAULT_START_TIMEOUT, zero=True
+            ),
             reconnect_max_delay=check.seconds(
                 settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY
             ),

@@ -139,7 +139,9 @@ class Scheduler:
     # -- the engine's interface -------------------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None]:
-        """Connect to Redis (fails within ``HA_CONNECT_TIMEOUT`` naming the URL)."""
+        """Connect to Redis, waiting up to ``HA_START_TIMEOUT`` for one that does not answer
+        yet; then the crawl ends as ``ha_start_failed`` (``scrapy crawl`` exits with 1),
+        naming the URL."""
         return deferred_from_coro(self._open(spider))
 
     def close(self, reason: str) -> Deferred[None]:

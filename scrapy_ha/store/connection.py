@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_SOCKET_TIMEOUT",
     "REDIS_DOWN_ERRORS",
     "RedisConfigError",
+    "RedisDown",
     "RedisUnavailable",
     "display_url",
     "error_text",
@@ -57,6 +58,15 @@ NO_REPLICAS = "NOREPLICAS"
 
 class RedisUnavailable(RuntimeError):
     """Redis cannot be reached; the message names the URL (password masked)."""
+
+
+class RedisDown(RedisUnavailable):
+    """Redis did not answer (refused, timed out, loading, a cluster electing a primary):
+    worth trying again, unlike credentials it refused. *reason*: the error, masked."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
@@ -172,13 +182,24 @@ async def check_reachable(client: Any, url: str, timeout: float) -> str:
             f"in REDIS_URL (or REDIS_PARAMS)"
         ) from None
     except REDIS_DOWN_ERRORS as exc:
-        raise RedisUnavailable(
-            f"scrapy-ha cannot reach Redis at {url} within {timeout:g} s "
-            f"({type(exc).__name__}: {_mask_in(exc, url)}). Check REDIS_URL and that "
-            f"redis-server (or the sentinels, or the cluster nodes, it names) is running "
-            f"and reachable from this worker."
+        reason = down_reason(exc, url)
+        raise RedisDown(
+            f"scrapy-ha cannot reach Redis at {url} within {timeout:g} s ({reason}). {CHECK_REDIS}",
+            reason,
         ) from None
     return str(info.get("redis_version", "?"))
+
+
+#: What to check when Redis cannot be reached.
+CHECK_REDIS = (
+    "Check REDIS_URL and that redis-server (or the sentinels, or the cluster nodes, it "
+    "names) is running and reachable from this worker."
+)
+
+
+def down_reason(exc: BaseException, url: str) -> str:
+    """``ConnectionError: Error 111 connecting to ...``, the password of *url* masked."""
+    return f"{type(exc).__name__}: {_mask_in(exc, url)}"
 
 
 def _mask_in(exc: BaseException, url: str) -> str:

@@ -1,11 +1,14 @@
 """Opening a crawl's queue in Redis: connect, check the server, flush when asked, and say
 what this worker joins (and, once its start requests are in, how many the crawl had seen
-already). A setting refused here fails before anything is written."""
+already). A setting refused here fails before anything is written. A Redis that does not
+answer yet is waited for (:class:`StartWait`), as a running worker waits for it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import scrapy
@@ -15,12 +18,23 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
 from scrapy_ha.spiders import RedisSpiderMixin
-from scrapy_ha.store.connection import check_reachable, redis_from_settings
+from scrapy_ha.store.connection import (
+    CHECK_REDIS,
+    REDIS_DOWN_ERRORS,
+    RedisDown,
+    RedisUnavailable,
+    check_reachable,
+    down_reason,
+    jittered,
+    redis_from_settings,
+)
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.sharding import check_shard_count, make_queue, shard_setting
 from scrapy_ha.store.url import uses_cluster
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -32,12 +46,83 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+#: First wait between two attempts to reach Redis at start; it doubles up to
+#: HA_RECONNECT_MAX_DELAY, as a running worker's does.
+FIRST_RETRY_DELAY = 0.25
+
+
+class StartWait:
+    """Waits for Redis at start as a running worker does: a step that meets a Redis that
+    does not answer (refused, timed out, loading its data, a cluster electing a primary)
+    is tried again after a wait that doubles from 0.25 s up to ``HA_RECONNECT_MAX_DELAY``
+    (drawn between half and the whole of it), with a WARNING each time, until
+    ``HA_START_TIMEOUT`` has passed since the worker began to connect; then
+    :class:`RedisUnavailable` says so. Each attempt is bounded by ``HA_CONNECT_TIMEOUT``
+    (so the last may end that much later). Refused credentials are not tried again."""
+
+    def __init__(self, config: SchedulerConfig, redis_url: str) -> None:
+        self.config = config
+        self.redis_url = redis_url
+        self.started = time.monotonic()
+        self.attempts = 0
+        self._delay = 0.0
+
+    async def run(self, step: Callable[[], Awaitable[T]]) -> T:
+        """*step*'s result, once Redis answered it."""
+        while True:
+            self.attempts += 1
+            try:
+                return await step()
+            except redis.exceptions.AuthenticationError:
+                raise
+            except (RedisDown, *REDIS_DOWN_ERRORS) as exc:
+                reason = exc.reason if isinstance(exc, RedisDown) else None
+                await self._wait(reason or down_reason(exc, self.redis_url))
+
+    async def _wait(self, reason: str) -> None:
+        cfg = self.config
+        left = self.started + cfg.start_timeout - time.monotonic()
+        if left <= 0:
+            raise RedisUnavailable(
+                f"scrapy-ha cannot reach Redis at {self.redis_url} within "
+                f"HA_START_TIMEOUT={cfg.start_timeout:g}s ({self.attempts} attempt(s) of "
+                f"HA_CONNECT_TIMEOUT={cfg.connect_timeout:g}s at most; the last: {reason}). "
+                f"{CHECK_REDIS}"
+            )
+        self._delay = min(cfg.reconnect_max_delay, max(FIRST_RETRY_DELAY, self._delay * 2))
+        wait = min(jittered(self._delay), left)
+        logger.warning(
+            "Redis at %s unreachable at start (%s); attempt %d, trying again in %.2f s "
+            "(HA_START_TIMEOUT=%gs, %.1f s left)",
+            self.redis_url,
+            reason,
+            self.attempts,
+            wait,
+            cfg.start_timeout,
+            left,
+        )
+        await asyncio.sleep(wait)
+
+
+async def _reachable_client(
+    settings: BaseSettings, config: SchedulerConfig, redis_url: str
+) -> tuple[Any, str]:
+    """A new client of a Redis that answered, and its version (a client per attempt: a
+    Sentinel or cluster client that failed at its first command starts afresh)."""
+    client = redis_from_settings(settings, connect_timeout=config.connect_timeout)
+    try:
+        return client, await check_reachable(client, redis_url, config.connect_timeout)
+    except BaseException:
+        await client.aclose()
+        raise
+
 
 async def open_queue(
-    crawler: Crawler, config: SchedulerConfig, spider: Spider, redis_url: str
+    crawler: Crawler, config: SchedulerConfig, spider: Spider, redis_url: str, wait: StartWait
 ) -> tuple[RedisQueue, str]:
-    """The crawl's queue on a reachable Redis, and the server's version (fails within
-    ``HA_CONNECT_TIMEOUT`` naming the URL); flushed first with
+    """The crawl's queue on a reachable Redis, and the server's version (waited for as
+    *wait* says, then failing naming the URL); flushed first with
     ``SCHEDULER_FLUSH_ON_START`` when no other worker lives."""
     settings = crawler.settings
     shards = shard_setting(settings)
@@ -45,9 +130,8 @@ async def open_queue(
     if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
         start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
         check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).pending)
-    client = redis_from_settings(settings, connect_timeout=config.connect_timeout)
+    client, server = await wait.run(lambda: _reachable_client(settings, config, redis_url))
     try:
-        server = await check_reachable(client, redis_url, config.connect_timeout)
         await warn_once(client, redis_url)
     except BaseException:
         await client.aclose()
@@ -64,8 +148,8 @@ async def open_queue(
     )
     try:
         if config.flush_on_start:
-            await _flush_on_start(queue)
-        await check_shard_count(queue)
+            await wait.run(lambda: _flush_on_start(queue))
+        await wait.run(lambda: check_shard_count(queue))
     except BaseException:
         await client.aclose()
         raise

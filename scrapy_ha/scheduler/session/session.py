@@ -22,7 +22,13 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.closing import CloseClock, let_go, not_handed_back
-from scrapy_ha.scheduler.session.connect import StartReport, joined, log_connected, open_queue
+from scrapy_ha.scheduler.session.connect import (
+    StartReport,
+    StartWait,
+    joined,
+    log_connected,
+    open_queue,
+)
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
 from scrapy_ha.scheduler.session.renewal import Renewals
@@ -149,18 +155,19 @@ class Session:
         if job and not self.config.worker_id_given:
             self.shell.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
-        self.queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url)
-        self.ends.queue = self.queue
-        self.outbox.retained.enabled = self.queue.numbers_children
+        wait = StartWait(cfg, self.redis_url)  # Redis may be starting, or failing over
+        queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url, wait)
+        self.queue = self.ends.queue = queue
+        self.outbox.retained.enabled = queue.numbers_children
         # a sharded crawl's shards would each order by their own sequence
-        self.shell.precedence.keep.enabled &= self.queue.numbers_children
-        await self.queue.set_domain_limits(cfg.politeness.as_hash())
-        await self.renewals.renew(self.queue)
-        self.renewals.start_keeper(self.queue)
+        self.shell.precedence.keep.enabled &= queue.numbers_children
+        await wait.run(lambda: queue.set_domain_limits(cfg.politeness.as_hash()))
+        await wait.run(lambda: self.renewals.renew(queue))
+        self.renewals.start_keeper(queue)
         self.redis_ok = True
-        log_connected(self.queue, server, self.redis_url, cfg.worker_id)
-        counts = await joined(self.queue, cfg, spider, self.starts)
-        if await self.queue.client.exists(self.queue.keys.paused):
+        log_connected(queue, server, self.redis_url, cfg.worker_id)
+        counts = await wait.run(lambda: joined(queue, cfg, spider, self.starts))
+        if await wait.run(lambda: queue.client.exists(queue.keys.paused)):
             # known before the engine asks for a request: nothing is handed out from memory
             self.remote.paused = True
             logger.info("crawl paused by operator")
@@ -205,14 +212,12 @@ class Session:
         engine.close_spider(self.shell.crawler, "scrapy_ha_error")
 
     def closing(self) -> None:
-        """The engine began closing the spider (see :mod:`.closing`): the downloads waiting
-        for Redis's verdict go on ``HA_CLOSE_TIMEOUT`` later (the last flush stores them
-        before any ack)."""
+        """The engine began closing the spider: the downloads waiting for Redis's verdict
+        go on ``HA_CLOSE_TIMEOUT`` later (:mod:`.closing`; the last flush stores them)."""
         self.clock.closing(self.shell.handout.gate.open_all)
 
     async def close(self, reason: str) -> None:
-        """Flush, ack, release what this worker holds, and unregister it, within the
-        close's budget (:mod:`.closing`)."""
+        """Flush, ack, release what this worker holds, unregister it (:mod:`.closing`)."""
         self.stopping = True
         self.heap.thaw()
         self.sweep.stop()
