@@ -33,8 +33,8 @@ BOXES = {
     "scrapy_ha.cli": "cli/\nthe scrapy-ha command",
     "scrapy_ha.demo": "demo/\ndemo site, proxy, harness",
     "names": "keys, metakeys,\nverdict, spiders",
-    "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n.cookies, .useragent, .parent, .dlq, .stats\n"
-    "(the public paths)",
+    "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n"
+    ".cookies, .useragent, .parent, .dlq, .stats\n(the public paths)",
 }
 NAMES = set(LAYERS[0])
 FACES = set(LAYERS[-1])
