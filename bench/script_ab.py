@@ -77,9 +77,14 @@ class Variant:
         # the score with the pending head (a 14th header field)
         scored = "WITHSCORES')[2]" in text
         self.per_lease = 6 if scored else 5 if n_keys >= 21 else 4
-        self.header = 14 if scored else 13
-        # the arguments after the nonce: the order, then (since the failover fence) expect
+        # leases given back (ARGV[9]) came with a 15th header field, how many were
+        given_back = "ARGV[9]" in text
+        self.header = 15 if given_back else 14 if scored else 13
+        # the arguments after the nonce: the order, then (since the failover fence) expect,
+        # then the number of leases given back
         self.head = ["fifo", "-"] if "ARGV[8]" in text else ["fifo"]
+        if given_back:
+            self.head.append("0")
         self.keys = sync_keys(Keys("ab", name), n_keys)
         self.acks: list[str] = []
         self.costs: list[float] = []

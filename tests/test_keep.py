@@ -11,8 +11,11 @@ from urllib.parse import urlparse
 import redis.asyncio
 from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
 
+from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.shell import Scheduler
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import Fresh, Lease, NewEntry, packed_children
 from tests.test_scheduler_shell import shell
@@ -191,6 +194,37 @@ async def test_sync_stores_a_kept_request_leased_not_handed_and_refuses_a_duplic
         assert result.dropped == {"w.2"}  # a duplicate: not stored
         assert await q.release([("w.1", "w-1")]) == 1  # back to pending at its place
         assert (await q.counts()).pending == 1
+    finally:
+        await client.flushdb()
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_leases_kept_requests_crowd_out_go_back_in_the_round_that_stores_them(redis_url):
+    """Given back by the next round, they stayed leased in Redis beside the kept requests
+    for a round: a worker killed then left both to redo (up to 71 leases held against 64
+    in tests/test_crash.py once the acks were capped)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = RedisQueue(client, Keys("ha", "crowd"), order="lifo")
+    crawler = get_crawler()
+    crawler._apply_settings()
+    s = Scheduler(crawler, SchedulerConfig(order="lifo"))
+    s.session.queue = q
+    try:
+        full = s._target()
+        old = [b'{"v":1,"u":"http://a.test/old%d"}' % i for i in range(full)]
+        await q.sync(enqueue=[NewEntry(b"", 0, payload) for payload in old])
+        await s.session._sync(lease=full)
+        assert len(s._buffer) == full == (await q.counts()).leased
+        engine_busy(s)
+        for n in range(full):  # newer, so first in line: each takes a buffered one's place
+            assert s.enqueue_request(Request(f"http://a.test/new{n}"))
+        await s.session._sync(lease=0)
+        assert {r.url for r in s._buffer} == {f"http://a.test/new{n}" for n in range(full)}
+        assert s.outbox.releases == []  # given back already
+        counts = await q.counts()
+        assert (counts.leased, counts.pending) == (full, full)
+        assert s.stats.get_value("ha/released") == full
     finally:
         await client.flushdb()
         await client.aclose()

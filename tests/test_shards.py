@@ -245,6 +245,21 @@ async def test_reclaim_and_release_work_in_every_shard(redis_url):
 
 
 @deferred_f_from_coro_f
+async def test_a_sync_gives_leases_back_in_their_own_shards(redis_url):
+    q = sharded(redis_url, shards=3)
+    try:
+        await q.sync(enqueue=[entry(f"u{i}") for i in range(30)])
+        held = [(x.id, x.token) for x in await lease_all(q)]
+        result = await q.sync(ack=held[:10], release=held[10:25])
+        assert (result.acked, result.released) == (10, 15)
+        counts = await q.counts()
+        assert (counts.pending, counts.leased) == (15, 5)
+        assert (await q.sync(release=held[10:25])).released == 0  # stale: given back once
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_a_worker_with_another_shard_count_is_refused(redis_url):
     client = redis.asyncio.Redis.from_url(redis_url)
     four = make_queue(client, "ha", "s", 4)

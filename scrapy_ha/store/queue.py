@@ -93,6 +93,7 @@ class RedisQueue:
         *,
         enqueue: list[NewEntry] = [],  # noqa: B006 (never mutated)
         ack: list[tuple[str, str]] = [],  # noqa: B006
+        release: list[tuple[str, str]] = [],  # noqa: B006
         lease: int = 0,
         lease_ms: int = 30000,
         promote: int = 500,
@@ -101,7 +102,7 @@ class RedisQueue:
         numbers: Sequence[int] = (),
         expect: int = 0,
     ) -> SyncResult:
-        """Enqueue, then ack, then lease: one script, one round trip.
+        """Enqueue, then ack and give back (*release*), then lease: one script, one call.
 
         With *worker*, the leases it gives are also written to the worker's grant key, so
         that its lease keeper renews them before the worker has read this reply. With
@@ -119,9 +120,10 @@ class RedisQueue:
             new_nonce(),
             f"{self.order} {self.start_order}".strip(),
             expect_arg(sender, expect),
+            len(release),
         ]
         args += packed_children(enqueue, sender, numbers)
-        args += [f"{entry_id} {token}" for entry_id, token in ack]
+        args += [f"{entry_id} {token}" for entry_id, token in (*ack, *release)]
         keys = [
             k.pending,
             k.payload,

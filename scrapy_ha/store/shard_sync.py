@@ -117,6 +117,7 @@ class ShardedSync(RedisQueue):
         *,
         enqueue: list[NewEntry] = [],  # noqa: B006 (never mutated)
         ack: list[Pair] = [],  # noqa: B006
+        release: list[Pair] = [],  # noqa: B006
         lease: int = 0,
         lease_ms: int = 30000,
         promote: int = 500,
@@ -125,7 +126,8 @@ class ShardedSync(RedisQueue):
         numbers: Sequence[int] = (),
         expect: int = 0,
     ) -> SyncResult:
-        """Children (each in its shard, fenced), then acks, then leases in rotation.
+        """Children (each in its shard, fenced), then acks and leases given back (*release*)
+        with leases in rotation, each shard's in one call.
 
         *sender* (and with it *numbers* and *expect*) is not passed on: a shard skips the
         children numbered at or below the newest it stored, and a sharded round may send a
@@ -142,15 +144,16 @@ class ShardedSync(RedisQueue):
                 self._taken[e.taken[0]] = shard
         for stage in _stages(placed, self.route):
             await self._store(stage, lease_ms, total)
-        acks = self.split(ack)
+        acks, backs = self.split(ack), self.split(release)
         remaining = lease
         first = self._next
         for step in range(len(self.shards)):
             shard = (first + step) % len(self.shards)
-            if not (acks.get(shard) or remaining > 0):
+            if not (acks.get(shard) or backs.get(shard) or remaining > 0):
                 continue
             result = await self.shards[shard].sync(
                 ack=acks.get(shard, []),
+                release=backs.get(shard, []),
                 lease=max(0, remaining),
                 lease_ms=lease_ms,
                 promote=promote,
@@ -158,7 +161,8 @@ class ShardedSync(RedisQueue):
             )
             remaining -= len(result.leases)
             self._merge(total, shard, result)
-        for entry_id in [*(i for i, _ in ack), *total.dropped]:  # not held any more
+        gone = [*(i for i, _ in ack), *(i for i, _ in release), *total.dropped]
+        for entry_id in gone:  # not held any more
             self._taken.pop(entry_id, None)
         if lease:
             self._next = (first + 1) % len(self.shards)
@@ -226,6 +230,7 @@ class ShardedSync(RedisQueue):
         total.now_ms = max(total.now_ms, result.now_ms)
         total.added += result.added
         total.acked += result.acked
+        total.released += result.released
         total.stale += result.stale
         total.refused += result.refused
         total.set_aside += result.set_aside

@@ -63,6 +63,7 @@ class SyncResult:
     #: the place of the first pending entry left, as (minus its priority, its place within
     #: it) (None: none is pending): a buffered request it goes before waits for it
     head: tuple[int, int] | None = None
+    released: int = 0  # leases given back to pending
     gates: dict[str, int] = field(default_factory=dict)
     #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
     dropped: set[str] = field(default_factory=set)
@@ -284,8 +285,8 @@ def _b(value: Any) -> bytes:
 def sync_result(reply: list[Any]) -> SyncResult:
     """The reply of ``sync.lua`` (see its header) as a :class:`SyncResult`."""
     n_gates, n_dropped = int(reply[11]), int(reply[12])
-    first = 14 + 2 * n_gates
-    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(14, first, 2)}
+    first = 15 + 2 * n_gates
+    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(15, first, 2)}
     dropped = {_s(x) for x in reply[first : first + n_dropped]}
     first += n_dropped
     leases = [
@@ -307,6 +308,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
         *(added, acked, stale, pending, leased, delayed, refused, aside, roots),
         paused=bool(paused),
         head=score_key(reply[13]),
+        released=int(reply[14]),
         gates=gates,
         leases=leases,
         dropped=dropped,

@@ -101,6 +101,9 @@ class Syncer:
         # the grant (renewed before the reply is read, released at close if it is never
         # read) holds what this call leases: pending requests, and the kept new ones
         keeper = self.renewals.keeper if lease or any(e.kept for e in enqueue) else None
+        # the buffered requests that kept ones crowded out go back in the call that stores
+        # those: Redis never holds both (see scrapy_ha.scheduler.keep)
+        release, box.releases = box.releases, []
         started = time.monotonic()
         if keeper is not None:
             keeper.syncing(True)  # renews this sync's leases even before we read the reply
@@ -108,12 +111,15 @@ class Syncer:
             result = await self._call_sync(
                 enqueue=enqueue,
                 ack=box.acks[:n_acks],
+                release=release,
                 lease=lease,
                 lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
             )
             del box.acks[:n_acks]
+            if result.released:
+                self.stats.inc_value("ha/released", result.released)
             box.retained.prune(self._held_pairs)
             self._sent(result, enqueue)
             self._note_server(result)
@@ -123,6 +129,9 @@ class Syncer:
             if was_empty and result.leases:  # only new leases buffered: valid from the call
                 renewals = self.renewals
                 renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
+        except BaseException:
+            box.releases[:0] = release  # renewed meanwhile, given back by a later round
+            raise
         finally:
             if keeper is not None:
                 keeper.hold(self._held_pairs())

@@ -4,18 +4,10 @@
 -- ARGV pairs: entry id, lease token
 -- Returns the number released; a stale token releases nothing. A lease record whose
 -- restore score cannot be read goes back at priority 0 (never half-released).
---- @include "lease"
---- @include "member"
---- @include "polite"
+--- @include "release"
 local n = 0
 for i = 1, #ARGV, 2 do
-  local id, tok = ARGV[i], ARGV[i + 1]
-  local v = lease_current(KEYS[3], id, tok)
-  if v then
-    back_to_pending(KEYS[1], KEYS[4], id, lease_score(v) or 0)
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    polite_free(KEYS[5], id)
+  if release_lease(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[i], ARGV[i + 1]) then
     n = n + 1
   end
 end

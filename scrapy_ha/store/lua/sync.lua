@@ -1,6 +1,7 @@
 -- sync: one round trip of a worker's main loop, in this order:
 --   1. enqueue new requests (parent fence + dupefilter check + push to pending),
---   2. ack finished leases (fenced by token; children of step 1 are already durable),
+--   2. ack finished leases (fenced by token; children of step 1 are already durable), and
+--      give back the leases the worker no longer wants (to pending, at their place),
 --   3. promote due delayed entries, then lease up to n pending entries.
 -- The input is checked before the first write: the script applies whole or not at all.
 -- Data read that is garbage never stops it half-way: a pending member without an entry id
@@ -33,6 +34,9 @@
 --         error "LOSTCHILDREN <its number> <n>": a server that failed over to a replica
 --         which lacked the newest writes takes no ack (and no child) from the worker until
 --         the worker has stored again the children it still needs (see _outbox.Retained)
+-- ARGV[9] number of leases to give back: the buffered requests that new ones the worker
+--         keeps crowded out (see _keep.py), given back in the call that stores those, so
+--         that Redis never holds both (a worker killed in between would leave both to redo)
 -- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <sent>
 --   <fingerprint length (2 digits)><fingerprint><payload>": parent is '-' (none) or
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
@@ -46,10 +50,13 @@
 --   and is skipped: a resent round enqueues and counts nothing twice; length 00 = never
 --   filtered; e.g. "-3 - - 9f3a.17 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
+-- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
+--   token gives nothing back; see lib/release)
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
 --          roots_seen, paused (1 or 0), n, d, head (the score of the first pending entry
 --          left, '' when none: the worker holds back a buffered request it outranks),
+--          released (leases given back),
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
 --          id1, token1, payload1, expiries1, wait1, score1, ...}
@@ -76,16 +83,19 @@
 --- @include "deadletter"
 --- @include "stats"
 --- @include "polite"
+--- @include "release"
 -- SCAN_FACTOR: pending entries looked at per lease wanted when limits are in force: a few
 -- limited requests at the head cost no lease, a queue full of them costs a bounded scan.
 local SCAN_FACTOR = 4
 local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n_back = tonumber(ARGV[9])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
 local order, start_order = string.match(ARGV[7] or '', '^(%a+) ?(%a*)$')
 local nonce, lifo, start_lifo = ARGV[6], order == 'lifo', start_order == 'lifo'
 local expect_id, expect_n = string.match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
-if not (n_enq and n_ack and n_lease and lease_ms and n_promote) or #ARGV ~= 8 + n_enq + n_ack
+if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
+    or #ARGV ~= 9 + n_enq + n_ack + n_back
     or not string.match(nonce or '', '^[%w]+$') or not (lifo or order == 'fifo')
     or not (start_order == '' or start_lifo or start_order == 'fifo')
     or not (expect_id or ARGV[8] == '-') then
@@ -97,7 +107,7 @@ if paused == 1 then n_lease = 0 end
 -- 1. read and check every request before any write
 local reqs = {}
 for i = 1, n_enq do
-  local e = ARGV[8 + i]
+  local e = ARGV[9 + i]
   local prio, start, pid, ptok, tid, ttok, sid, sn, rest =
     string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
@@ -187,7 +197,7 @@ local acked, stale = 0, 0
 local retrying = n_ack > 0 and redis.call('EXISTS', KEYS[17]) == 1 -- else no HDEL per ack
 local slots = n_ack > 0 and redis.call('EXISTS', KEYS[21]) == 1 -- leases may hold a slot
 for i = 1, n_ack do
-  local id, tok = string.match(ARGV[8 + n_enq + i], '^(%S+) (%S+)$')
+  local id, tok = string.match(ARGV[9 + n_enq + i], '^(%S+) (%S+)$')
   local v = id and lease_current(KEYS[6], id, tok)
   if v then
     count('acked', 1, lease_domain(v))
@@ -203,7 +213,16 @@ for i = 1, n_ack do
   end
 end
 
-local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, ''}
+local released = 0
+for i = 1, n_back do
+  local id, tok = string.match(ARGV[9 + n_enq + n_ack + i], '^(%S+) (%S+)$')
+  if id and release_lease(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[21], id, tok) then
+    released = released + 1
+  end
+end
+
+local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
+  released}
 local NG = 12
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
