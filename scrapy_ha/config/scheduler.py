@@ -47,6 +47,12 @@ SCRAPY_CONCURRENT_REQUESTS = 16
 #: Requests handed to the engine and not finished, per CONCURRENT_REQUESTS: the downloads
 #: plus as many responses waiting in the scraper. Bounds what a killed worker re-crawls.
 INFLIGHT_PER_CONCURRENT_REQUEST = 2
+#: Finished requests whose ack (or retry, or dead letter) is on its way to Redis, per
+#: CONCURRENT_REQUESTS, beyond HA_MAX_INFLIGHT: one round's acks. Past them the engine waits
+#: for that round: requests finish and are replaced while a round is out, so without a cap
+#: their leases pile up for as long as the round takes (80 held at 16 concurrent requests,
+#: against 64, on a busy 2-core machine). Bounds what a killed worker leaves to redo.
+ACKS_PER_CONCURRENT_REQUEST = 1
 #: Seconds the whole crawl must stay empty before a worker closes (covers a sibling's last acks).
 DEFAULT_IDLE_TIMEOUT = 5.0
 #: Seconds to wait for Redis at open: long enough for a busy server, short enough to fail clearly.
@@ -135,6 +141,12 @@ class SchedulerConfig:
     max_lease_expiries: int = DEFAULT_MAX_LEASE_EXPIRIES
     prefetch: int = SCRAPY_CONCURRENT_REQUESTS
     max_inflight: int = INFLIGHT_PER_CONCURRENT_REQUEST * SCRAPY_CONCURRENT_REQUESTS
+    #: requests handed to the engine whose lease Redis still holds: unfinished (at most
+    #: max_inflight), or finished with their ack on its way (HA_MAX_INFLIGHT + one round of
+    #: acks, ACKS_PER_CONCURRENT_REQUEST)
+    max_unacked: int = (
+        INFLIGHT_PER_CONCURRENT_REQUEST + ACKS_PER_CONCURRENT_REQUEST
+    ) * SCRAPY_CONCURRENT_REQUESTS
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     feed: bool = False
     persist: bool = False
@@ -205,6 +217,7 @@ class SchedulerConfig:
             ),
             prefetch=prefetch,
             max_inflight=max_inflight,
+            max_unacked=max_inflight + ACKS_PER_CONCURRENT_REQUEST * concurrency,
             idle_timeout=check.seconds(
                 settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True
             ),

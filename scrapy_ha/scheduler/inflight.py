@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
+    from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.outbox import Outbox, Pair
 
 logger = logging.getLogger(__name__)
@@ -94,6 +95,38 @@ class InFlight:
 
     def clear(self) -> None:
         self._held.clear()
+
+    def at_cap(
+        self, config: SchedulerConfig, waiting: Callable[[], bool], wake: Callable[[], None]
+    ) -> bool:
+        """No request may go out now (:meth:`full`, :meth:`waits_for_acks`)."""
+        if self.full(config.max_inflight, waiting):
+            return True
+        return self.waits_for_acks(config.max_unacked, wake)
+
+    def full(self, limit: int, waiting: Callable[[], bool]) -> bool:
+        """*limit* requests (``HA_MAX_INFLIGHT``) are unfinished, or *waiting()* (a suspect
+        waits for the engine to empty), once the finished ones are collected."""
+        if len(self._held) < limit and not waiting():
+            return False
+        self.collect_finished()
+        return len(self._held) >= limit or waiting()
+
+    def waits_for_acks(self, limit: int, wake: Callable[[], None]) -> bool:
+        """The requests handed out whose lease Redis still holds (unfinished, or finished
+        with their ack, retry or dead letter not sent yet) reach *limit* (``max_unacked``:
+        ``HA_MAX_INFLIGHT + CONCURRENT_REQUESTS``): nothing more may go out. Requests finish
+        and are replaced while a round is out, so without this what a killed worker leaves
+        to redo would grow with the round's length. Then the outbox is held back, so that
+        the round that acks them wakes the engine, and *wake* (the session) runs it."""
+        box = self.outbox
+        if len(self._held) + len(box.acks) + len(box.ends) < limit:
+            return False
+        box.held_back = True
+        assert self.crawler.stats is not None
+        self.crawler.stats.inc_value("ha/waited_for_acks")
+        wake()
+        return True
 
     def collect_finished(self) -> None:
         """Move requests the engine is done with to the outbox: acks, or ends."""

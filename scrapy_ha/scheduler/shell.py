@@ -187,14 +187,13 @@ class Scheduler:
         """The next request, from memory: leased, or new from this worker and not sent to
         Redis yet (whichever comes first in Scrapy's order); None when there is neither.
 
-        Also None while ``HA_MAX_INFLIGHT`` requests are unfinished in the engine, or
-        while this worker's leases may have expired (Redis unreachable for a lease period).
+        Also None at the in-flight caps (``HA_MAX_INFLIGHT`` unfinished, or more handed out
+        still holding a lease: :meth:`InFlight.at_cap`), or while this worker's leases may
+        have expired (Redis unreachable for a lease period).
         """
         self.handout.looked()
-        if len(self.inflight) >= self.config.max_inflight or self.solo.isolating():
-            self.inflight.collect_finished()
-            if len(self.inflight) >= self.config.max_inflight or self.solo.isolating():
-                return None
+        if self.inflight.at_cap(self.config, self.solo.isolating, self.session.wake):
+            return None
         while True:
             usable = bool(self._buffer) and time.monotonic() <= self.session.renewals.valid_until
             head = self._buffer[0] if usable else None
