@@ -7,7 +7,10 @@ returns None while requests that went to Redis are being leased back (a round tr
 signal must wait then, or a spider that feeds its start requests lazily from it (Scrapy's
 docs, "lazy start requests") is fed while work is waiting. Redis is reached here through
 a TCP hop that delays its replies, as a Redis a network away does, so that the round trip
-is longer than a download from the local site.
+is longer than a download from the local site. ``next_request()`` returns None too while
+``HA_MAX_INFLIGHT`` requests are unfinished: with items that take a while in the pipelines,
+responses wait in the scraper, the downloader has room, the engine asks, and requests wait
+in the buffer (a slower machine did that with the fast items: issue 36 item 19).
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ LATENCY = 0.05
 CHUNK = 65536
 #: List pages the spider starts from, and items on each (the site fixture's catalogue).
 LISTS, PER_LIST = 2, 10
+#: Seconds an item spends in the slow pipeline: longer than a download from the local site,
+#: so that two responses wait in the scraper (HA_MAX_INFLIGHT = 2) while the downloader is
+#: empty.
+SLOW_ITEM = 0.05
 
 
 @pytest.fixture(autouse=True)
@@ -94,6 +101,21 @@ class SlowHop:
                 dst.close()
 
 
+class SlowItems:
+    """An item pipeline that takes ``ITEM_DELAY`` seconds per item (a database write)."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> SlowItems:
+        return cls(crawler.settings.getfloat("ITEM_DELAY"))
+
+    async def process_item(self, item: Any) -> Any:
+        await asyncio.sleep(self.delay)
+        return item
+
+
 class LazyListSpider(scrapy.Spider):
     """Scrapy's lazy start pattern: the next start request only once the engine has room or
     the scheduler says it is empty. Each list page yields all its items at once: with one
@@ -133,9 +155,10 @@ class LazyListSpider(scrapy.Spider):
         yield {"id": int(response.css("span.id::text").get())}
 
 
+@pytest.mark.parametrize("item_delay", [0, SLOW_ITEM], ids=["fast-items", "slow-items"])
 @deferred_f_from_coro_f
 async def test_scheduler_empty_waits_for_requests_on_their_way_back_from_redis(
-    redis_url: str, site: Site
+    redis_url: str, site: Site, item_delay: float
 ) -> None:
     hop = SlowHop(redis_url, LATENCY)
     url = await hop.start()
@@ -147,6 +170,8 @@ async def test_scheduler_empty_waits_for_requests_on_their_way_back_from_redis(
             "HA_PREFETCH": 2,
             "CONCURRENT_REQUESTS": 1,
             "LOG_LEVEL": "INFO",
+            "ITEM_DELAY": item_delay,
+            "ITEM_PIPELINES": {SlowItems: 300} if item_delay else {},
         }
         crawler = get_crawler(LazyListSpider, settings)
         await crawler.crawl_async(base_url=site.url)

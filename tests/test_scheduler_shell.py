@@ -243,6 +243,21 @@ def test_finished_requests_whose_acks_are_on_their_way_hold_the_engine_back():
     assert s.next_request() is not None
 
 
+def test_scheduler_empty_waits_while_requests_wait_in_the_buffer():
+    """The engine asks while HA_MAX_INFLIGHT requests are unfinished (responses waiting in
+    the scraper leave the downloader room): None, but the buffer holds requests, so the
+    scheduler is not empty (a lazy start spider would be fed while they wait)."""
+    s, session, engine = shell(max_inflight=2)
+    session.remote.pending = 0
+    for n in range(3):
+        session.hand(f"http://a.test/{n}", str(n))
+    engine.downloader.active.update(s.next_request() for _ in range(2))
+    assert s.next_request() is None and s.buffered() == 1
+    assert s.empty_on_the_way()
+    engine.downloader.active.clear()
+    assert s.next_request() is not None and not s.empty_on_the_way()  # empty now
+
+
 def test_a_suspect_runs_alone():
     s, session, engine = shell()
     busy = session.hand("http://a.test/busy", "1", priority=9)

@@ -284,22 +284,22 @@ class Scheduler:
         self._buffer.append(request, None if lease.wait_ms > 0 else lease.place)
 
     def empty_on_the_way(self) -> bool:
-        """``next_request()`` returned None, but requests are on their way to this worker:
-        new ones going to Redis that the next round leases back, pending ones Redis held at
-        the last sync, or one that outranks the buffer (held back for one round trip). Then
-        ``scheduler_empty`` is not sent (see :func:`.engine.quiet_empty`): Scrapy's
-        own scheduler sends it only when it holds nothing, and a spider feeding its start
-        requests lazily from it would be fed while work is waiting; the engine looks again
-        after the next sync (``held_back``), and gets a request or sends the signal. Not
-        while Redis is down, the crawl is paused or closing, or a suspect runs alone:
-        nothing comes then."""
+        """``next_request()`` returned None, but this worker holds requests or they are on
+        their way to it: buffered ones (held back by a cap, a busy download slot or their
+        domain's start time), new ones going to Redis that the next round leases back,
+        pending ones Redis held at the last sync, or one that outranks the buffer (held back
+        for one round trip). Then ``scheduler_empty`` is not sent (see
+        :func:`.engine.quiet_empty`): Scrapy's own scheduler sends it only when it
+        holds nothing, and a spider feeding its start requests lazily from it would be fed
+        while work is waiting; the engine looks again when a request finishes, at a start
+        time, or after the next sync (``held_back``), and gets a request or sends the
+        signal. Not while Redis is down, the crawl is paused or closing, or a suspect runs
+        alone: nothing comes then."""
         session = self.session
         if not session.redis_ok or session.remote.paused or session.stopping or self.solo.running:
             return False
-        if self.outbox.held_back:
+        if self.outbox.held_back or self._buffer:
             return True
-        if self._buffer:
-            return False  # what waits here waits for a busy download slot or a closed domain
         unsent = len(self.outbox.children) > len(self.handout.unstored)
         if unsent or session.remote.pending > 0:
             self.outbox.held_back = True
