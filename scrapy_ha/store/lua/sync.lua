@@ -35,8 +35,9 @@
 --         which lacked the newest writes takes no ack (and no child) from the worker until
 --         the worker has stored again the children it still needs (see _outbox.Retained)
 -- ARGV[9] number of leases to give back: the buffered requests that new ones the worker
---         keeps crowded out (see _keep.py), given back in the call that stores those, so
---         that Redis never holds both (a worker killed in between would leave both to redo)
+--         keeps crowded out (see scheduler/keep.py), given back in the call that stores
+--         those, so that Redis never holds both (a worker killed in between would leave
+--         both to redo)
 -- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <sent>
 --   <fingerprint length (2 digits)><fingerprint><payload>": parent is '-' (none) or
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease

@@ -3,7 +3,7 @@
 --- @include "polite"
 -- lib/release: a lease given back to pending at once, at the place it was leased from: at a
 -- graceful stop (release.lua), and for the buffered requests a worker gives back in the call
--- that stores the new ones it keeps in their place (sync.lua; see _keep.py).
+-- that stores the new ones it keeps in their place (sync.lua; see scheduler/keep.py).
 --
 -- release_lease(pending, leased, leases, payloads, polite, id, token)
 --   KEYS: pending, leased, leases, payload and polite (the caller's KEYS[i])
