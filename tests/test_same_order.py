@@ -14,12 +14,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 SCRAPY = "scrapy.core.scheduler.Scheduler"
-#: Seconds a callback takes before it yields, and a download (the site's delay): the
-#: engine picks the next request as a download ends, while that response's callback has
-#: not yielded yet, whichever scheduler runs (else the order would be a race of the event
-#: loop in Scrapy itself).
-PARSE_TIME = 0.02
+#: Seconds a download takes (the site's delay).
 DOWNLOAD_TIME = "0.1"
+#: Seconds a callback waits at most for the engine to pick the request after its page: with
+#: nothing left to pick, it yields after this.
+NEXT_PICK_WAIT = 1.0
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +29,12 @@ def fast_engine_heartbeat(monkeypatch):
 class MixedPrioritySpider(scrapy.Spider):
     """Two start pages; each list page yields its items at priorities -1, 0 and 1 in turn
     and its next page at 0, and every third item a second look at priority 2 (dont_filter):
-    depth-first and breadth, ties within a priority, start requests among callback ones."""
+    depth-first and breadth, ties within a priority, start requests among callback ones.
+
+    A callback yields only once the engine has picked the request after its page (or there
+    was none to pick), whichever scheduler runs: the engine picks the next request as a
+    download ends, and that pick must not race the callback's new requests, or the order
+    would be a race of the event loop in Scrapy itself (a busy machine loses such races)."""
 
     name = "mixed"
 
@@ -38,9 +42,29 @@ class MixedPrioritySpider(scrapy.Spider):
         super().__init__(**kwargs)
         self.start_urls = [base_url + "/list/1", base_url + "/list/3"]
         self.seen: list[str] = []
+        self.picked = 0  # requests that reached the downloader
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> MixedPrioritySpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider._picked, signal=scrapy.signals.request_reached_downloader)
+        crawler.signals.connect(spider._received, signal=scrapy.signals.response_received)
+        return spider
+
+    def _picked(self, request: Any, spider: Any) -> None:
+        self.picked += 1
+
+    def _received(self, response: Any, request: Any, spider: Any) -> None:
+        request.meta["picked_before"] = self.picked
+
+    async def _after_next_pick(self, response: Any) -> None:
+        before = response.meta.get("picked_before", self.picked)
+        deadline = asyncio.get_running_loop().time() + NEXT_PICK_WAIT
+        while self.picked <= before and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
 
     async def parse(self, response: Any) -> Any:
-        await asyncio.sleep(PARSE_TIME)
+        await self._after_next_pick(response)
         self.seen.append(response.url)
         for i, href in enumerate(response.css("a.item::attr(href)").getall()):
             yield response.follow(href, callback=self.parse_item, priority=i % 3 - 1)
@@ -49,7 +73,7 @@ class MixedPrioritySpider(scrapy.Spider):
             yield response.follow(next_page, callback=self.parse)
 
     async def parse_item(self, response: Any) -> Any:
-        await asyncio.sleep(PARSE_TIME)
+        await self._after_next_pick(response)
         self.seen.append(response.url)
         item_id = int(response.css("span.id::text").get())
         if item_id % 3 == 0 and "again" not in response.meta:
