@@ -63,7 +63,9 @@ key                        type         content
 ``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
                                         completed while an earlier one had not (JSON), TTL
 ``ha:{books}:cookies``     hash         ``jar:<cookiejar key as JSON>`` -> the jar's cookies (JSON,
-                                        secret: stored nowhere else); ``v:<key>`` -> its version
+                                        secret: stored nowhere else); ``v:<key>`` -> its version;
+                                        TTL ``HA_COOKIES_TTL``; cleared by a finish (a persisted
+                                        crawl's keeps no session cookie)
 ``ha:{books}:retried``     hash         entry id -> retries of its current life, while it is
                                         not finished (tells a retry that succeeded from a
                                         first try at the ack)
@@ -322,14 +324,17 @@ class Keys:
         types[self.dupefilter] = "set"
         return types
 
+    def finish_keys(self, *, keep: bool) -> list[str]:
+        """finish.lua's KEYS: the keys it checks and the cookie jars, then (unless *keep*,
+        SCHEDULER_PERSIST) the working keys it deletes."""
+        checked = [self.pending, self.leased, self.delayed, self.workers, self.cookies]
+        return checked if keep else [*checked, *self.working()]
+
     def working(self) -> list[str]:
-        """The keys ``finish.lua`` clears once a crawl is done, in its KEYS order (seq and
-        sent stay: a worker still alive, stopped say, never sees them go back)."""
+        """The keys ``finish.lua`` clears once a crawl is done (SCHEDULER_PERSIST=False),
+        besides the ones it checks and the cookie jars (seq and sent stay: a worker still
+        alive, stopped say, never sees them go back)."""
         return [
-            self.pending,
-            self.leased,
-            self.delayed,
-            self.workers,
             self.dupefilter,
             self.expiries,
             self.lease_seq,

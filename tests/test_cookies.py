@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from http.cookiejar import Cookie
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,8 +15,9 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.addon import Addon
+from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL
 from scrapy_ha.keys import Keys
-from scrapy_ha.middlewares.cookies import SharedJars, jar_field
+from scrapy_ha.middlewares.cookies import SharedJars, cookie_id, cookie_to_dict, jar_field
 from tests.realworld.test_realworld import Shop, _collect, _start
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ def test_a_session_opened_by_one_worker_serves_the_next(redis_url, tmp_path):
         assert len(first) < ORDERS, "worker A did everything: the test proves nothing"
         client = redis.Redis.from_url(redis_url)
         left = _stored_values(client)
+        secret = _session_value(client)  # B's finish drops it (the crawl's session ended)
         second, log_b = _run(shop, tmp_path / "b", redis_url)
     finally:
         shop.stop()
@@ -67,7 +70,6 @@ def test_a_session_opened_by_one_worker_serves_the_next(redis_url, tmp_path):
         f"{len(first)} items from A, {len(second)} from B: {log_b[-3000:]}"
     )
     assert "'ha/cookies/loaded'" in log_b, "worker B never loaded the shared jar"
-    secret = _session_value(client)
     assert all(secret not in value for value in left), "a cookie value was stored with requests"
     assert secret not in log_a + log_b, "a cookie value reached a log"
 
@@ -89,6 +91,66 @@ def test_two_workers_at_once_both_use_the_login(redis_url, tmp_path):
     per_worker = [(tmp_path / f"w{i}.jl").read_text().count("\n") for i in range(2)]
     assert run.keys() == sorted(f"Order {n}" for n in range(1, ORDERS + 1)), per_worker
     assert "'ha/retry/banned'" not in logs, f"403s: a worker lacked the session ({per_worker})"
+
+
+def test_a_finished_crawl_leaves_no_cookie_jar_behind(redis_url, tmp_path):
+    """SCHEDULER_PERSIST=False: the jars are working keys of the crawl, cleared by its finish
+    with the queue (they stayed, with the session, and the next crawl of the spider sent it)."""
+    shop = Shop()
+    try:
+        items, log = _run(shop, tmp_path / "a", redis_url, "SCHEDULER_PERSIST=False")
+    finally:
+        shop.stop()
+    assert len(items) == ORDERS, log[-3000:]
+    assert "cleared its working keys" in log
+    client = redis.Redis.from_url(redis_url)
+    assert not client.exists("ha:{login}:cookies"), client.hgetall("ha:{login}:cookies").keys()
+    client.close()
+
+
+def test_a_persisted_finished_crawl_keeps_lasting_cookies_not_its_session(redis_url, tmp_path):
+    """SCHEDULER_PERSIST=True: the next run of a finished crawl is another run; it keeps the
+    cookies that last (an Expires or Max-Age), never the session cookies of the run that
+    ended. The jars have a TTL."""
+    client = redis.Redis.from_url(redis_url)
+    lasting = Cookie(
+        0, "lang", "en", None, False, "127.0.0.1", False, False, "/", True, False,
+        int(time.time()) + 86400, False, None, None, {}, False,
+    )  # fmt: skip
+    stored = json.dumps({cookie_id(lasting): cookie_to_dict(lasting)})
+    client.hset("ha:{login}:cookies", mapping={f"jar:{jar_field(1)}": stored, "v:1": 1})
+    shop = Shop()
+    try:
+        items, log = _run(shop, tmp_path / "a", redis_url)  # SCHEDULER_PERSIST=True
+    finally:
+        shop.stop()
+    assert len(items) == ORDERS, log[-3000:]
+    assert "dropped 1 session cookie(s)" in log
+    jar = json.loads(client.hget("ha:{login}:cookies", f"jar:{jar_field(1)}"))
+    assert sorted(c["name"] for c in jar.values()) == ["lang"]
+    assert 0 < client.ttl("ha:{login}:cookies") <= DEFAULT_COOKIES_TTL
+    client.close()
+
+
+@deferred_f_from_coro_f
+async def test_jars_get_a_ttl_that_a_worker_using_them_refreshes(redis_url, redis_client):
+    keys = Keys("ha", "ttl")
+    cookie = {"name": "sid", "value": "v", "domain": "d", "path": "/", "rest": {}}
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        jars = SharedJars(client, keys, ttl_ms=60_000)
+        await jars.store(None, {"d\t/\tsid": cookie}, [])
+        assert 50_000 < redis_client.pttl(keys.cookies) <= 60_000
+        redis_client.pexpire(keys.cookies, 1_000)
+        jars.refresh()  # stored just now: not due yet
+        assert jars._refreshing is None
+        jars.refreshed -= 15.0  # a quarter of the TTL later, the worker uses the jar again
+        jars.refresh()
+        assert jars._refreshing is not None
+        await jars._refreshing
+        assert 50_000 < redis_client.pttl(keys.cookies) <= 60_000
+    finally:
+        await client.aclose()
 
 
 def _session_value(client: redis.Redis) -> str:

@@ -190,13 +190,23 @@ class CheckpointConfig:
         return int(self.ttl * 1000)
 
 
+#: Seconds a crawl's shared cookie jars live in Redis without a worker using them: a week,
+#: as checkpoints, so that a crawl stopped for days resumes logged in, while the jars of one
+#: that stopped for good do not keep its sessions for ever (a finished crawl clears its jars
+#: at once, or drops their session cookies when it persists). A worker that uses a jar
+#: refreshes the TTL every quarter of it, so a jar in use never expires.
+DEFAULT_COOKIES_TTL = 7 * 24 * 3600.0
+
+
 @dataclass(frozen=True)
 class CookiesConfig:
-    """Scrapy's COOKIES_ENABLED / COOKIES_DEBUG, and whether jars are shared (HA_SHARED_COOKIES)."""
+    """Scrapy's COOKIES_ENABLED / COOKIES_DEBUG, whether jars are shared (HA_SHARED_COOKIES)
+    and how long they live unused (HA_COOKIES_TTL; 0: no TTL)."""
 
     enabled: bool = True
     debug: bool = False
     shared: bool = True
+    ttl: float = DEFAULT_COOKIES_TTL
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -207,6 +217,7 @@ class CookiesConfig:
             enabled=True,
             debug=check.boolean(settings, "COOKIES_DEBUG", False),
             shared=check.boolean(settings, "HA_SHARED_COOKIES", True),
+            ttl=check.seconds(settings, "HA_COOKIES_TTL", DEFAULT_COOKIES_TTL, zero=True),
         )
 
 

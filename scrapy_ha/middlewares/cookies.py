@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import time
 import weakref
 from dataclasses import dataclass, field
 from http.cookiejar import Cookie
@@ -38,9 +40,10 @@ from scrapy.http.cookies import CookieJar
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.middlewares import CookiesConfig
+from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL, CookiesConfig
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.scripts import JAR_MERGE_LUA, JAR_SET_ASIDE_LUA
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Hashable
@@ -78,46 +81,6 @@ COOKIE_FIELDS = (
     "rfc2109",
 )
 
-#: Merge changes into one jar and bump its version, atomically.
-MERGE_LUA = """
---[[ Merge cookie changes into one jar of the crawl and bump the jar's version.
-Input:  KEYS[1] the crawl's cookies hash
-        ARGV[1] the jar's field, ARGV[2] its version field
-        ARGV[3] JSON object {cookie id: cookie} to set, ARGV[4] JSON array of cookie ids to drop
-Output: the jar's new version (an integer)
-Rule:   a worker's change never erases another worker's cookies: only the cookies it set or
-        dropped change; a jar that is not JSON is moved to the field 'bad-' .. ARGV[1]. ]]
-local stored = redis.call('HGET', KEYS[1], ARGV[1])
-local jar = {}
-if stored then
-  local ok, decoded = pcall(cjson.decode, stored)
-  if ok and type(decoded) == 'table' then
-    jar = decoded
-  else  -- a malformed jar is set aside (kept for a look), the merge starts from an empty one
-    redis.call('HSET', KEYS[1], 'bad-' .. ARGV[1], stored)
-  end
-end
-for id, cookie in pairs(cjson.decode(ARGV[3])) do jar[id] = cookie end
-for _, id in ipairs(cjson.decode(ARGV[4])) do jar[id] = nil end
-if next(jar) == nil then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-else
-  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(jar))
-end
-return redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-"""
-
-
-#: Move a malformed jar aside if it is still the value this worker read (atomically).
-SET_ASIDE_LUA = """
---[[ Set a malformed cookie jar aside.
-Input:  KEYS[1] the crawl's cookies hash; ARGV[1] the jar's field; ARGV[2] the value read
-Output: 1 if moved to the field 'bad-' .. ARGV[1], 0 if another worker changed it meanwhile ]]
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-redis.call('HSET', KEYS[1], 'bad-' .. ARGV[1], ARGV[2])
-redis.call('HDEL', KEYS[1], ARGV[1])
-return 1
-"""
 #: Prefix of the field a malformed jar is moved to (kept for a look, never read again).
 BAD_JAR_PREFIX = "bad-"
 
@@ -164,10 +127,15 @@ class SharedJars:
     client: Any
     keys: Keys
     stats: Any = None
+    #: how long the jars live in Redis unused (ms; 0: for ever): see HA_COOKIES_TTL
+    ttl_ms: int = 0
     versions: dict[str, int] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     merge: Any = None
     set_aside: Any = None
+    #: when this worker last set the jars' TTL (monotonic seconds)
+    refreshed: float = -math.inf
+    _refreshing: asyncio.Task[None] | None = None
 
     def lock(self, key: Hashable) -> asyncio.Lock:
         return self.locks.setdefault(jar_field(key), asyncio.Lock())
@@ -178,12 +146,34 @@ class SharedJars:
     async def store(self, key: Hashable, changed: dict[str, Any], dropped: list[str]) -> int:
         """Merge a change of this worker into Redis; return the jar's new version."""
         if self.merge is None:
-            self.merge = self.client.register_script(MERGE_LUA)
+            self.merge = self.client.register_script(JAR_MERGE_LUA)
         name = jar_field(key)
-        args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped)]
+        args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped), self.ttl_ms]
         version = int(await self.merge(keys=[self.keys.cookies], args=args))
+        self.refreshed = time.monotonic()
         self._count("ha/cookies/stored")
         return version
+
+    def refresh(self) -> None:
+        """This worker uses the jars: set their TTL again once a quarter of it has passed
+        (in the background: the request never waits for it), so that jars in use never
+        expire while every worker has them in memory and none changes them."""
+        now = time.monotonic()
+        if not self.ttl_ms or now - self.refreshed < self.ttl_ms / 4000:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a test without a crawl): nothing to refresh
+            return
+        self.refreshed = now
+        self._refreshing = loop.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            await self.client.pexpire(self.keys.cookies, self.ttl_ms)
+        except REDIS_DOWN_ERRORS as exc:
+            self.refreshed = -math.inf  # the next request tries again
+            logger.debug("Could not refresh the TTL of %s (%s)", self.keys.cookies, exc)
 
     async def load(self, key: Hashable) -> tuple[list[Cookie], int]:
         """The jar as Redis has it, and its version."""
@@ -200,7 +190,7 @@ class SharedJars:
     async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
         """One bad jar costs that jar alone: move it aside, go on with an empty one."""
         if self.set_aside is None:
-            self.set_aside = self.client.register_script(SET_ASIDE_LUA)
+            self.set_aside = self.client.register_script(JAR_SET_ASIDE_LUA)
         field_name = f"jar:{name}"
         moved = await self.set_aside(keys=[self.keys.cookies], args=[field_name, raw])
         if moved:
@@ -243,9 +233,12 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     Scrapy's middleware.
     """
 
-    def __init__(self, debug: bool = False, *, shared: bool = True) -> None:
+    def __init__(
+        self, debug: bool = False, *, shared: bool = True, ttl: float = DEFAULT_COOKIES_TTL
+    ) -> None:
         super().__init__(debug)
         self.shared = shared
+        self.ttl = ttl
         self._jars: SharedJars | None = None
 
     @classmethod
@@ -253,7 +246,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         config = CookiesConfig.from_settings(crawler.settings)
         if not config.enabled:
             raise NotConfigured
-        o = cls(config.debug, shared=config.shared)
+        o = cls(config.debug, shared=config.shared, ttl=config.ttl)
         o.crawler = crawler
         _SHARED[crawler] = o
         return o
@@ -296,6 +289,8 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             return None
         if self._jars is None:
             self._jars = self._connect()
+        if self._jars is not None:
+            self._jars.refresh()
         return self._jars
 
     def _connect(self) -> SharedJars | None:
@@ -308,7 +303,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             self.shared = False
             return None
         queue = scheduler.queue
-        return SharedJars(queue.client, queue.keys, self.crawler.stats)
+        return SharedJars(queue.client, queue.keys, self.crawler.stats, int(self.ttl * 1000))
 
     async def _process_request(self, jars: SharedJars, request: Request) -> None:
         key = request.meta.get("cookiejar")

@@ -33,6 +33,7 @@ from scrapy_ha.store.scripts import (
 from scrapy_ha.store.wire import (
     ORDERS,
     Counts,
+    Finished,
     Reclaimed,
     SyncResult,
     _s,
@@ -336,9 +337,10 @@ class RedisQueue:
         keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
         return Counts.from_reply(await self._counts(keys=keys))
 
-    async def finish(self, worker: str) -> bool:
-        """Clear a finished crawl's working keys if no other worker is alive."""
-        return bool(await self._finish(keys=self.keys.working(), args=[worker]))
+    async def finish(self, worker: str, *, keep: bool = False) -> Finished:
+        """End a finished crawl (finish.lua); *keep*: SCHEDULER_PERSIST."""
+        keys, args = self.keys.finish_keys(keep=keep), [worker, "keep" if keep else "clear"]
+        return Finished.from_reply(await self._finish(keys=keys, args=args))
 
     async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:
         """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store.shard_sync import ShardedSync, outside
-from scrapy_ha.store.wire import Counts, NewEntry, Reclaimed
+from scrapy_ha.store.wire import Counts, Finished, NewEntry, Reclaimed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -195,16 +195,19 @@ class ShardedQueue(ShardedSync):
             sum(c.fingerprints for c in parts),
         )
 
-    async def finish(self, worker: str) -> bool:
+    async def finish(self, worker: str, *, keep: bool = False) -> Finished:
         """Clear the working keys of every shard once all of them are empty and no other
-        worker lives (shard 0, where the heartbeats are, is cleared last)."""
+        worker lives (shard 0, where the heartbeats are, is cleared last); with *keep*, drop
+        the session cookies of the jars (on shard 0) alone."""
         counts = await self.counts()
         if counts.active or counts.workers:  # shard 0's heartbeats: this worker has left
-            return False
+            return Finished(False)
+        if keep:
+            return await self.shards[0].finish(worker, keep=True)
         for queue in [*self.shards[1:], self.shards[0]]:
             if not await queue.finish(worker):
-                return False
-        return True
+                return Finished(False)
+        return Finished(True)
 
     async def granted(self, worker: str) -> dict[bytes, bytes]:
         grant: dict[bytes, bytes] = {}

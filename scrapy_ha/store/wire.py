@@ -114,6 +114,25 @@ class Counts:
         }
 
 
+@dataclass(frozen=True)
+class Finished:
+    """What :meth:`RedisQueue.finish` did: true when the crawl was finished and this worker
+    ended it; *sessions*: the session cookies it dropped from the shared jars (a persisted
+    crawl keeps its jars, not the sessions of the run that ended)."""
+
+    done: bool
+    sessions: int = 0
+
+    @classmethod
+    def from_reply(cls, reply: Iterable[Any]) -> Finished:
+        """The reply of finish.lua: ``{done (1 or 0), session cookies dropped}``."""
+        done, sessions = (int(x) for x in reply)
+        return cls(bool(done), sessions)
+
+    def __bool__(self) -> bool:
+        return self.done
+
+
 @dataclass(eq=False)
 class Fresh:
     """A new request of this worker that its engine may have before Redis does.

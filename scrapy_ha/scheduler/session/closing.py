@@ -90,3 +90,18 @@ async def let_go(renewals: Renewals, ends: Ends, queue: RedisQueue | None) -> No
     with contextlib.suppress(TimeoutError):  # the exit closes what is left
         async with asyncio.timeout(TEARDOWN_TIMEOUT):
             await queue.client.aclose()
+
+
+async def end_crawl(queue: RedisQueue, worker: str, *, persist: bool) -> None:
+    """The crawl finished: its last worker ends it (``RedisQueue.finish``, finish.lua),
+    clearing its working keys (SCHEDULER_PERSIST=False) or dropping its session cookies
+    (True); one INFO line says what was done."""
+    ended = await queue.finish(worker, keep=persist)
+    if ended and not persist:
+        logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
+    elif ended.sessions:
+        logger.info(
+            "Crawl finished: dropped %d session cookie(s) from its shared cookie jars "
+            "(SCHEDULER_PERSIST=True keeps its queue, its dupefilter and lasting cookies)",
+            ended.sessions,
+        )

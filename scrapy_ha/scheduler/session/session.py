@@ -21,7 +21,7 @@ from scrapy_ha.config.scheduler import default_worker_id
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.remote import Remote
-from scrapy_ha.scheduler.session.closing import CloseClock, let_go, not_handed_back
+from scrapy_ha.scheduler.session.closing import CloseClock, end_crawl, let_go, not_handed_back
 from scrapy_ha.scheduler.session.connect import (
     StartReport,
     StartWait,
@@ -255,9 +255,8 @@ class Session:
         left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
         await self.renewals.stop_keeper(left)  # its thread waited for no longer than the close
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
-        if not self.config.persist and reason == "finished":
-            if await self.queue.finish(self.config.worker_id):
-                logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
+        if reason == "finished":
+            await end_crawl(self.queue, self.config.worker_id, persist=self.config.persist)
 
     async def _unread_grant(self, held: set[tuple[str, str]]) -> list[tuple[str, str]]:
         """Leases of a sync cancelled at close before its reply was read (the grant key

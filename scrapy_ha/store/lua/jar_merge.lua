@@ -1,0 +1,17 @@
+-- jar_merge: merge one worker's changes into one cookie jar of the crawl and bump the jar's
+-- version, atomically. A worker's change never erases another worker's cookies: only the
+-- cookies it set or dropped change; a jar that is not JSON is set aside (lib/jars) and the
+-- merge starts from an empty one.
+-- KEYS[1] the crawl's cookies hash
+-- ARGV[1] the jar's field  ARGV[2] its version field
+-- ARGV[3] JSON object {cookie id: cookie} to set  ARGV[4] JSON array of cookie ids to drop
+-- ARGV[5] the jars' TTL (ms; 0: none), set again at each merge
+-- Returns the jar's new version (an integer).
+--- @include "jars"
+local jar = jar_read(KEYS[1], ARGV[1])
+for id, cookie in pairs(cjson.decode(ARGV[3])) do jar[id] = cookie end
+for _, id in ipairs(cjson.decode(ARGV[4])) do jar[id] = nil end
+jar_write(KEYS[1], ARGV[1], jar)
+local version = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+return version
