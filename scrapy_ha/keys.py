@@ -43,6 +43,8 @@ key                        type         content
                                         was lost skips those it already handled, and a
                                         server behind a worker's newest kept child refuses
                                         its syncs until they are stored again)
+``ha:{books}:senders``     hash         worker id -> its nonce in ``sent``, then ``"<nonce>
+                                        <ms>"`` once seen gone: both go a day later
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
 ``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
                                         ``{"leases", "rate"}``: leases held, pages per second
@@ -97,13 +99,23 @@ stops every shard), ``workers`` and ``wstats`` (one heartbeat per worker; the ot
 are refreshed by the same renewals but only shard 0's are read), ``gates``, ``proxy_cd``,
 ``cookies`` and ``dlq_alert``. A task's ``cp:<task>`` and ``cpa:<task>`` live in the
 task's shard, beside the leases of its pages (checkpoint.lua checks the page's lease in
-the same call). One more key, outside any shard's tag:
+the same call).
+
+The crawl as a whole, under its own tag (read before the layout is known; a worker joins
+through them, ``join.lua``):
 
 =========================  ===========  ==================================================
-``ha:{books}:shards``      string       the crawl's shard count, written by its first
-                                        worker: a worker started with another count is
-                                        refused (it would look for requests in the wrong
-                                        shard)
+``ha:{books}:shards``      string       the layout: ``"<count>"`` (``HA_SHARDS``, by the
+                                        first worker; absent for one shard), or ``"<count>
+                                        <span>"``: shards ``count`` .. ``span - 1`` keep what
+                                        an earlier finished run kept there (read, never
+                                        placed in). Another count is refused unless the
+                                        crawl finished
+``ha:{books}:finish``      string       ``"prepare|commit <token> <deadline>"`` while a
+                                        sharded finish checks, then clears, the shards
+                                        (joins wait); ``"done"`` once a finish cleared the
+                                        crawl; deleted when a worker joins
+``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
 =========================  ===========  ==================================================
 """
 
@@ -141,7 +153,14 @@ class Keys:
     spider: str
     #: None: the crawl is not sharded (the tag is the spider's name alone)
     shard: int | None = None
-    shards: int = 1
+    shards: int = 1  # where new requests are placed (HA_SHARDS)
+    span: int = 0  # the shards the keys are on, when a finished run had more (0: shards)
+
+    def every_shard(self) -> list[Keys]:
+        """The keys of each shard the crawl's keys are on (itself when not sharded)."""
+        if self.shard is None:
+            return [self]
+        return [self.of_shard(i) for i in range(max(self.span, self.shards))]
 
     @property
     def tag(self) -> str:
@@ -153,12 +172,27 @@ class Keys:
 
     def of_shard(self, shard: int) -> Keys:
         """The keys of another shard of the same crawl."""
-        return Keys(self.prefix, self.spider, shard, self.shards)
+        return Keys(self.prefix, self.spider, shard, self.shards, self.span)
+
+    def _crawl_key(self, name: str) -> str:
+        """A key of the crawl as a whole: under the crawl's own tag, whatever the shard."""
+        return f"{self.prefix}:{{{self.spider}}}:{name}"
 
     @property
     def shard_count(self) -> str:
-        """The crawl's shard count (``HA_SHARDS``), under the unsharded tag."""
-        return f"{self.prefix}:{{{self.spider}}}:shards"
+        return self._crawl_key("shards")
+
+    @property
+    def finish_record(self) -> str:
+        return self._crawl_key("finish")
+
+    @property
+    def joins(self) -> str:
+        return self._crawl_key("joins")
+
+    def crawl_keys(self) -> list[str]:
+        """The keys of the crawl as a whole, for ``flush``."""
+        return [self.shard_count, self.finish_record, self.joins]
 
     def _task_key(self, name: str, task: str) -> str:
         if self.shard is None:
@@ -225,6 +259,10 @@ class Keys:
     def sent(self) -> str:
         """The number of each running worker's newest child stored (see sync.lua)."""
         return self._key("sent")
+
+    @property
+    def senders(self) -> str:
+        return self._key("senders")
 
     @property
     def workers(self) -> str:
@@ -324,29 +362,6 @@ class Keys:
         types[self.dupefilter] = "set"
         return types
 
-    def finish_keys(self, *, keep: bool) -> list[str]:
-        """finish.lua's KEYS: the keys it checks and the cookie jars, then (unless *keep*,
-        SCHEDULER_PERSIST) the working keys it deletes."""
-        checked = [self.pending, self.leased, self.delayed, self.workers, self.cookies]
-        return checked if keep else [*checked, *self.working()]
-
-    def working(self) -> list[str]:
-        """The keys ``finish.lua`` clears once a crawl is done (SCHEDULER_PERSIST=False),
-        besides the ones it checks and the cookie jars (seq and sent stay: a worker still
-        alive, stopped say, never sees them go back)."""
-        return [
-            self.dupefilter,
-            self.expiries,
-            self.lease_seq,
-            self.reclaim_guard,
-            self.gates,
-            self.delayed_score,
-            self.retried,
-            self.dlq_alert,
-            self.paused,
-            self.polite,
-        ]
-
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
         return [
@@ -365,6 +380,7 @@ class Keys:
             self.seq,
             self.lease_seq,
             self.sent,
+            self.senders,
             self.workers,
             self.worker_stats,
             self.paused,

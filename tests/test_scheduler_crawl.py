@@ -57,8 +57,9 @@ async def test_a_crawl_gets_every_item_once_and_leaves_redis_clean(redis_url, re
     assert stats["ha/enqueued"] == stats["ha/leased"] == stats["ha/acked"] == 55
     assert set(site.hits().values()) == {1}
     # SCHEDULER_PERSIST is False: the last worker clears the crawl's working keys; the
-    # counters stay for the operator
+    # counters stay for the operator, and the record that the crawl finished
     assert sorted(redis_client.keys("ha:{catalogue}:*")) == [
+        b"ha:{catalogue}:finish",
         b"ha:{catalogue}:seq",
         b"ha:{catalogue}:stats",
         b"ha:{catalogue}:stats:domain",

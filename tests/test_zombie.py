@@ -66,8 +66,14 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
         assert survivor.wait(timeout=120) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
         log = (tmp_path / "survivor.log").read_text()
         assert "'finish_reason': 'finished'" in log
-        # cleared: the entry counter and the stopped worker's child number stay (it is alive)
-        assert working_keys(redis_client) == {b"ha:{catalogue}:seq", b"ha:{catalogue}:sent"}
+        # cleared: the entry counter and the stopped worker's child number (and its entry in
+        # senders) stay: it is alive; the record that the crawl finished is there
+        assert working_keys(redis_client) == {
+            b"ha:{catalogue}:seq",
+            b"ha:{catalogue}:sent",
+            b"ha:{catalogue}:senders",
+            b"ha:{catalogue}:finish",
+        }
         hits_when_finished = site.hits()
         victim.send_signal(signal.SIGCONT)  # the list page's answer is there: it parses it
         assert victim.wait(timeout=60) == 0
@@ -86,5 +92,6 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
     held = {f"/item/{i}" for i in range(1, (SLOW_LIST - 1) * per_page + 1)}
     assert set(again) <= held, (again, zombie[-3000:])
     assert max(again.values(), default=0) <= 1, again
-    still_finished = {b"ha:{catalogue}:seq"}  # the resumed worker left: its number went
+    # the resumed worker left: its number went
+    still_finished = {b"ha:{catalogue}:seq", b"ha:{catalogue}:finish"}
     assert working_keys(redis_client) == still_finished

@@ -25,6 +25,7 @@ from scrapy_ha.dashboard._data import (
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.sharding import layout_keys
 
 if TYPE_CHECKING:
     from scrapy_ha.ops.stats import CrawlStats
@@ -44,8 +45,7 @@ async def crawl_keys(request: Request, spider: str) -> Keys:
     numbers are read from every shard: see :func:`scrapy_ha.stats.read_crawl_stats`)."""
     keys = Keys(request.app.state.prefix, spider)
     stored = await request.app.state.client.get(keys.shard_count)
-    shards = int(stored) if stored is not None and stored.isdigit() else 1
-    return keys if shards <= 1 else Keys(keys.prefix, spider, 0, shards)
+    return layout_keys(keys.prefix, spider, stored)
 
 
 def one_shard(keys: Keys) -> None:

@@ -161,7 +161,7 @@ async def _perform(request: Request, spider: str, action: Action, ids: list[str]
     keys = await crawl_keys(request, spider)
     if action.table is not None:
         one_shard(keys)
-    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards)
+    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards, span=keys.span)
     touched = await action.run(queue, ids)
     logger.info(
         "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
 from scrapy_ha.store.scripts import COUNTS_LUA
+from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
@@ -120,9 +121,10 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
-        *mine, shards = replies[5 * i : 5 * i + 5]
-        if shards is not None and int(shards) > 1:
-            numbers = _sharded_numbers(client, Keys(prefix, spider, 0, int(shards)))
+        *mine, layout = replies[5 * i : 5 * i + 5]
+        keys = layout_keys(prefix, spider, layout)
+        if keys.shard is not None:
+            numbers = _sharded_numbers(client, keys)
         else:
             numbers = _numbers(spider, *mine)
         if numbers.held:
@@ -141,11 +143,12 @@ def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
 def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
     """A sharded crawl's numbers: every shard's summed; gates and pause are shard 0's
     (each shard has the same)."""
+    shards = keys.every_shard()
     pipe = client.pipeline(transaction=False)
-    for i in range(keys.shards):
-        _crawl_reads(client, pipe, keys.of_shard(i))
+    for shard in shards:
+        _crawl_reads(client, pipe, shard)
     replies = pipe.execute()
-    parts = [_numbers(keys.spider, *replies[4 * i : 4 * i + 4]) for i in range(keys.shards)]
+    parts = [_numbers(keys.spider, *replies[4 * i : 4 * i + 4]) for i in range(len(shards))]
     total = merge_stats([p.stats for p in parts])
     return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused)
 

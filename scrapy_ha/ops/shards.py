@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.sharding import DEFAULT_SHARDS, make_queue
+from scrapy_ha.store.sharding import DEFAULT_SHARDS, make_queue, read_layout
 from scrapy_ha.store.shards import ShardedQueue
 
 if TYPE_CHECKING:
@@ -27,13 +27,13 @@ async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) 
     stored shard count), else as *given* (``--shards`` or ``HA_SHARDS``; None: not given).
     A count given that differs from the crawl's is refused."""
     stored = await client.get(Keys(prefix, spider).shard_count)
-    shards = int(stored) if stored is not None else (given or DEFAULT_SHARDS)
+    shards, span = read_layout(stored) if stored is not None else (given or DEFAULT_SHARDS, 0)
     if given is not None and given != shards:
         raise ConfigError(
             f"HA_SHARDS={given} but the crawl of {spider} is in Redis with HA_SHARDS={shards}: "
             f"give --shards {shards} (or none: the crawl's own count is read from Redis)"
         )
-    return make_queue(client, prefix, spider, shards)
+    return make_queue(client, prefix, spider, shards, span=span)
 
 
 #: Operator commands that read one shard's keys alone: refused on a sharded crawl rather

@@ -27,11 +27,14 @@ __all__ = [
 ]
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.keys import Keys
 from scrapy_ha.store.scripts import COUNTS_LUA
+from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts
+
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
 
 #: The counters of the ``stats`` hash, besides ``retried:<class>`` and ``dead:<class>``.
 COUNTERS = (
@@ -278,12 +281,9 @@ async def read_crawl_stats_async(client: Any, keys: Keys, *, domains: bool = Tru
 
 
 def _sharded(keys: Keys, stored: Any) -> list[Keys] | None:
-    """The keys of every shard when the crawl is sharded (its shard count is in Redis)."""
-    shards = int(stored) if stored is not None and _s(stored).isdigit() else 1
-    if shards <= 1:
-        return None
-    base = Keys(keys.prefix, keys.spider, 0, shards)
-    return [base.of_shard(i) for i in range(shards)]
+    """The keys of every shard when the crawl is sharded (its layout is in Redis)."""
+    base = layout_keys(keys.prefix, keys.spider, stored)
+    return None if base.shard is None else base.every_shard()
 
 
 def _per_shard(shards: list[Keys], replies: list[Any], domains: bool) -> list[CrawlStats]:

@@ -14,12 +14,12 @@ import redis
 
 from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
+from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.scripts import (
     CHECKPOINT_LUA,
     COUNTS_LUA,
     DEAD_LUA,
     FEED_LUA,
-    FINISH_LUA,
     GATE_LUA,
     PURGE_LUA,
     RECLAIM_LUA,
@@ -80,7 +80,6 @@ class RedisQueue:
         self._release = client.register_script(RELEASE_LUA)
         self._dead = client.register_script(DEAD_LUA)
         self._counts = client.register_script(COUNTS_LUA)
-        self._finish = client.register_script(FINISH_LUA)
         self._feed = client.register_script(FEED_LUA)
         self._retry = client.register_script(RETRY_LUA)
         self._gate = client.register_script(GATE_LUA)
@@ -338,9 +337,8 @@ class RedisQueue:
         return Counts.from_reply(await self._counts(keys=keys))
 
     async def finish(self, worker: str, *, keep: bool = False) -> Finished:
-        """End a finished crawl (finish.lua); *keep*: SCHEDULER_PERSIST."""
-        keys, args = self.keys.finish_keys(keep=keep), [worker, "keep" if keep else "clear"]
-        return Finished.from_reply(await self._finish(keys=keys, args=args))
+        """End a finished crawl if no other worker is alive (see :mod:`.finish`)."""
+        return await finish_one(self, worker, keep=keep)
 
     async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:
         """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of
@@ -396,7 +394,8 @@ class RedisQueue:
         await self.client.hdel(self.keys.worker_stats, worker)
         if sender is not None:
             await self.client.hdel(self.keys.sent, sender)
+            await self.client.hdel(self.keys.senders, worker)
 
     async def flush(self) -> None:
         """Delete every key of the crawl, dead-letter queue included."""
-        await self.client.delete(*self.keys.all())
+        await self.client.delete(*self.keys.all(), *self.keys.crawl_keys())

@@ -67,9 +67,10 @@ class ShardedSync(RedisQueue):
         heartbeat_ms: int = 60000,
     ) -> None:
         super().__init__(client, keys, order=order, start_order=start_order)
+        #: every shard the crawl's keys are on: the first ``keys.shards`` take new requests
         self.shards = [
-            RedisQueue(client, keys.of_shard(i), order=order, start_order=start_order)
-            for i in range(keys.shards)
+            RedisQueue(client, shard, order=order, start_order=start_order)
+            for shard in keys.every_shard()
         ]
         #: the keys under the crawl's own tag (``{<spider>}``): the start-URL feed's
         self._home = RedisQueue(client, Keys(keys.prefix, keys.spider), order=order)
@@ -80,13 +81,13 @@ class ShardedSync(RedisQueue):
         self._next = 0  # the shard the next round leases from first
         self._robin = itertools.count()  # placement of requests never filtered
         self._taken: dict[str, int] = {}  # worker-made entry id -> its shard
-        self._known: list[tuple[int, int, int]] = [(0, 0, 0)] * keys.shards
+        self._known: list[tuple[int, int, int]] = [(0, 0, 0)] * len(self.shards)
 
     # -- ids and placement ----------------------------------------------------------
 
     def place(self, entry: NewEntry) -> int:
-        """The shard of a new request."""
-        n = len(self.shards)
+        """The shard of a new request (one of the first ``keys.shards``)."""
+        n = self.keys.shards
         if entry.task:
             return task_shard(entry.task, n)
         if entry.fingerprint:

@@ -19,7 +19,10 @@ __all__ = [
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "check_shard_count",
+    "layout_keys",
     "make_queue",
+    "queue_in_redis",
+    "read_layout",
     "shard_setting",
     "shards_of",
 ]
@@ -29,6 +32,32 @@ DEFAULT_SHARDS = 1
 #: Most shards: one script call per shard per round when the crawl is idle; more shards
 #: than cluster masters (times a few, for rebalancing) buy nothing.
 MAX_SHARDS = 1024
+
+
+def read_layout(stored: bytes | str | None) -> tuple[int, int]:
+    """(count, span) of a crawl's stored layout (``ha:{S}:shards``): ``"<count>"`` or
+    ``"<count> <span>"`` (see :mod:`scrapy_ha.keys`); (1, 1) when there is none (or it
+    cannot be read)."""
+    text = stored.decode(errors="replace") if isinstance(stored, bytes) else stored or ""
+    words = text.split()
+    if not 1 <= len(words) <= 2 or not all(w.isdigit() for w in words):
+        return 1, 1
+    count = max(1, int(words[0]))
+    return count, max(count, int(words[-1]))
+
+
+def layout_keys(prefix: str, spider: str, stored: bytes | str | None) -> Keys:
+    """The crawl's keys (shard 0's when it is sharded) for its stored layout."""
+    count, span = read_layout(stored)
+    if count == 1:
+        return Keys(prefix, spider)
+    return Keys(prefix, spider, 0, count, span if span > count else 0)
+
+
+async def queue_in_redis(client: Any, prefix: str, spider: str) -> RedisQueue:
+    """The crawl's queue as the layout in Redis has it (one shard when there is none)."""
+    count, span = read_layout(await client.get(Keys(prefix, spider).shard_count))
+    return make_queue(client, prefix, spider, count, span=span)
 
 
 def shard_setting(settings: BaseSettings) -> int:
@@ -49,13 +78,15 @@ def make_queue(
     start_order: str = "",
     worker: str = "",
     heartbeat_ms: int = 60000,
+    span: int = 0,
 ) -> RedisQueue:
-    """The crawl's queue: a RedisQueue at one shard, a ShardedQueue beyond."""
+    """The crawl's queue: a RedisQueue at one shard, a ShardedQueue beyond (over *span*
+    shards when an earlier run of the crawl kept things on more than *shards*)."""
     if shards == 1:
         return RedisQueue(client, Keys(prefix, spider), order=order, start_order=start_order)
     return ShardedQueue(
         client,
-        Keys(prefix, spider, 0, shards),
+        Keys(prefix, spider, 0, shards, span if span > shards else 0),
         order=order,
         start_order=start_order,
         worker=worker,
@@ -69,8 +100,10 @@ def shards_of(queue: RedisQueue) -> list[RedisQueue]:
 
 
 async def check_shard_count(queue: RedisQueue) -> None:
-    """Refuse a worker whose ``HA_SHARDS`` differs from the crawl's in Redis (it would look
-    for requests in the wrong shards); the first worker of a sharded crawl writes it."""
+    """Refuse a writer whose ``HA_SHARDS`` differs from the crawl's in Redis (it would put
+    requests in the wrong shards); the first writer of a sharded crawl writes it. (A worker
+    joins instead, see :mod:`scrapy_ha.store.lifecycle`: a finished crawl may change its
+    count.)"""
     keys = queue.keys
     wanted = keys.shards
     stored = await queue.client.get(keys.shard_count)
@@ -87,7 +120,7 @@ async def check_shard_count(queue: RedisQueue) -> None:
             stored = await queue.client.get(keys.shard_count)
         else:
             return
-    have = int(stored)
+    have = read_layout(stored)[0]
     if have != wanted:
         raise ConfigError(
             f"HA_SHARDS={wanted} but the crawl of {keys.spider} is in Redis with "

@@ -20,7 +20,13 @@ that the session uses it unchanged and every script still touches one slot:
   the one the previous round started at, and goes on to the next ones only while it
   wants more (no shard is starved);
 - renewals, releases and reclaims go to each shard, counts are summed; what is crawl-wide
-  (pause, heartbeats and worker stats, cookies, proxy cool-downs) is read on shard 0.
+  (pause, heartbeats and worker stats, cookies, proxy cool-downs) is read on shard 0;
+- a crawl that finished with more shards than the run now (``"<count> <span>"`` in its
+  layout key) keeps its earlier shards: new requests are placed in the first ``count``,
+  every shard up to ``span`` is leased from, renewed, reclaimed, counted and flushed (its
+  dead letters, once requeued, are leased where they are);
+- the last worker's finish clears every shard or none (:meth:`ShardedQueue.finish`): the
+  finish record under the crawl's own tag fences the workers that join meanwhile.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
+from scrapy_ha.store.finish import finish_shards
 from scrapy_ha.store.shard_sync import ShardedSync, outside
 from scrapy_ha.store.wire import Counts, Finished, NewEntry, Reclaimed
 
@@ -197,17 +204,9 @@ class ShardedQueue(ShardedSync):
 
     async def finish(self, worker: str, *, keep: bool = False) -> Finished:
         """Clear the working keys of every shard once all of them are empty and no other
-        worker lives (shard 0, where the heartbeats are, is cleared last); with *keep*, drop
-        the session cookies of the jars (on shard 0) alone."""
-        counts = await self.counts()
-        if counts.active or counts.workers:  # shard 0's heartbeats: this worker has left
-            return Finished(False)
-        if keep:
-            return await self.shards[0].finish(worker, keep=True)
-        for queue in [*self.shards[1:], self.shards[0]]:
-            if not await queue.finish(worker):
-                return Finished(False)
-        return Finished(True)
+        worker lives, all or nothing (see :mod:`.finish`); with *keep*, drop the session
+        cookies of the jars (on shard 0) alone."""
+        return await finish_shards(self, worker, keep=keep)
 
     async def granted(self, worker: str) -> dict[bytes, bytes]:
         grant: dict[bytes, bytes] = {}
@@ -261,8 +260,8 @@ class ShardedQueue(ShardedSync):
     async def leave(self, worker: str, sender: str | None = None) -> None:
         for queue in self.shards:
             await queue.leave(worker, sender)
+        await self.client.zrem(self.keys.joins, worker)
 
     async def flush(self) -> None:
         for queue in [*self.shards, self._home]:
-            await queue.flush()
-        await self.client.delete(self.keys.shard_count)
+            await queue.flush()  # the crawl's own keys (layout, finish, joins) with each

@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from scrapy import Request
 
 
+#: Milliseconds a worker's number in ``sent`` is kept after a join or a finish first saw the
+#: worker gone (lib/senders.lua): a day, as the per-minute counters. A worker frozen (SIGSTOP,
+#: a paused VM) for less finds its number when it comes back; without it, it would store
+#: again the start requests it kept (those of its last 10 s), into a crawl that may have
+#: finished meanwhile. A killed worker's number costs a few dozen bytes for that day.
+SENT_GRACE_MS = 24 * 3600 * 1000
+
 #: Random bytes per call in lease tokens: 48 bits, so two calls share a nonce with odds
 #: ~1e-14 (and then their counters must match too).
 NONCE_BYTES = 6

@@ -29,7 +29,8 @@ from scrapy_ha.store.connection import (
     redis_from_settings,
 )
 from scrapy_ha.store.health import warn_once
-from scrapy_ha.store.sharding import check_shard_count, make_queue, shard_setting
+from scrapy_ha.store.join import join_crawl
+from scrapy_ha.store.sharding import make_queue, queue_in_redis, shard_setting
 from scrapy_ha.store.url import uses_cluster
 
 if TYPE_CHECKING:
@@ -119,10 +120,11 @@ async def _reachable_client(
 
 
 async def open_queue(
-    crawler: Crawler, config: SchedulerConfig, spider: Spider, redis_url: str, wait: StartWait
+    crawler: Crawler, config: SchedulerConfig, spider: Spider, wait: StartWait, sender: str = ""
 ) -> tuple[RedisQueue, str]:
-    """The crawl's queue on a reachable Redis, and the server's version (waited for as
-    *wait* says, then failing naming the URL); flushed first with
+    """The crawl's queue on a reachable Redis (*wait*'s URL, waited for as *wait* says, then
+    failing naming it), joined by this worker (*sender*: its nonce in ``sent``, see
+    :mod:`scrapy_ha.store.join`), and the server's version; flushed first with
     ``SCHEDULER_FLUSH_ON_START`` when no other worker lives."""
     settings = crawler.settings
     shards = shard_setting(settings)
@@ -130,9 +132,24 @@ async def open_queue(
     if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
         start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
         check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).pending)
+    redis_url = wait.redis_url
     client, server = await wait.run(lambda: _reachable_client(settings, config, redis_url))
+    prefix, heartbeat_ms = config.key_prefix, int(config.heartbeat_ttl * 1000)
     try:
         await warn_once(client, redis_url)
+        if config.flush_on_start:
+            await wait.run(lambda: _flush_on_start(client, prefix, spider.name))
+        joined = await wait.run(
+            lambda: join_crawl(
+                client,
+                prefix,
+                spider.name,
+                shards=shards,
+                worker=config.worker_id,
+                registration_ms=heartbeat_ms,
+                sender=sender,
+            )
+        )
     except BaseException:
         await client.aclose()
         raise
@@ -144,15 +161,9 @@ async def open_queue(
         order=config.order,
         start_order=config.start_order,
         worker=config.worker_id,
-        heartbeat_ms=int(config.heartbeat_ttl * 1000),
+        heartbeat_ms=heartbeat_ms,
+        span=joined.span,
     )
-    try:
-        if config.flush_on_start:
-            await wait.run(lambda: _flush_on_start(queue))
-        await wait.run(lambda: check_shard_count(queue))
-    except BaseException:
-        await client.aclose()
-        raise
     return queue, server
 
 
@@ -194,10 +205,11 @@ def _key_pattern(queue: RedisQueue) -> str:
     keys = queue.keys
     if keys.shard is None:
         return keys.pending.rsplit(":", 1)[0] + ":*"
-    return f"{keys.prefix}:{{{keys.spider}:0..{keys.shards - 1}}}:*"
+    return f"{keys.prefix}:{{{keys.spider}:0..{len(keys.every_shard()) - 1}}}:*"
 
 
-async def _flush_on_start(queue: RedisQueue) -> None:
+async def _flush_on_start(client: Any, prefix: str, spider: str) -> None:
+    queue = await queue_in_redis(client, prefix, spider)
     counts = await queue.counts()
     if counts.workers:
         logger.warning(

@@ -156,7 +156,7 @@ class Session:
             self.shell.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
         wait = StartWait(cfg, self.redis_url)  # Redis may be starting, or failing over
-        queue, server = await open_queue(self.crawler, cfg, spider, self.redis_url, wait)
+        queue, server = await open_queue(self.crawler, cfg, spider, wait, sender=self.outbox.nonce)
         self.queue = self.ends.queue = queue
         self.outbox.retained.enabled = queue.numbers_children
         # a sharded crawl's shards would each order by their own sequence

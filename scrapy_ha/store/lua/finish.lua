@@ -1,20 +1,30 @@
 -- finish: the last worker of a finished crawl ends it, only when nothing is pending, leased
 -- or delayed and no other worker is alive.
---   'clear' (SCHEDULER_PERSIST = False): the working keys go (KEYS[6..], the cookie jars
---   among them); the dead-letter queue (and the payloads of its entries) and the counters
---   are kept for the operator.
+--   'clear' (SCHEDULER_PERSIST = False): the working keys go (the heartbeats, the cookie
+--   jars and KEYS[9..]); the dead-letter queue (and the payloads of its entries) and the
+--   counters are kept for the operator.
 --   'keep' (SCHEDULER_PERSIST = True): everything stays but the session cookies of the
 --   shared jars: a session belongs to the run that opened it, and the next run of a
 --   finished crawl is another run (a stopped or killed crawl keeps them: it resumes).
+-- Either way 'seq' stays, and so do the numbers of 'sent' of workers gone less than a
+-- grace ago (lib/senders): a worker stopped meanwhile (SIGSTOP, a frozen VM), alive again,
+-- must not see its number go back (it would store again the start requests it keeps, into
+-- a crawl whose dupefilter is gone).
+-- 'clear' records the crawl finished ('done' in KEYS[8]): only then may a worker with
+-- another shard count take it over (join.lua). A sharded crawl is cleared shard by shard
+-- under fence.lua instead, with the same keys.
 -- KEYS[1] pending  KEYS[2] leased  KEYS[3] delayed  KEYS[4] workers  KEYS[5] cookies
--- KEYS[6..] keys to delete ('clear')
+-- KEYS[6] senders  KEYS[7] sent
+-- KEYS[8] finish record ('clear')  KEYS[9..] the other keys to delete ('clear')
 -- ARGV[1] this worker's id  ARGV[2] 'clear' or 'keep'
+-- ARGV[3] ms a worker's number in 'sent' is kept after it was seen gone (lib/senders)
 -- Returns {1, session cookies dropped ('keep'; 0 for 'clear')} when the crawl was ended,
 -- {0, 0} when it is still in use.
 --- @include "time"
+--- @include "senders"
 --- @include "jars"
-if ARGV[2] ~= 'clear' and ARGV[2] ~= 'keep' then
-  return redis.error_reply("ERR finish: the mode must be 'clear' or 'keep'")
+if (ARGV[2] ~= 'clear' and ARGV[2] ~= 'keep') or not tonumber(ARGV[3]) then
+  return redis.error_reply("ERR finish: the mode ('clear' or 'keep') and the grace")
 end
 local now = now_ms()
 if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) > 0 then
@@ -25,10 +35,13 @@ if redis.call('ZCOUNT', KEYS[4], now, '+inf') > 0 then
   return {0, 0}
 end
 
+prune_senders(KEYS[6], KEYS[7], KEYS[4], now, tonumber(ARGV[3]))
 if ARGV[2] == 'keep' then
   return {1, end_sessions(KEYS[5], math.floor(now / 1000))}
 end
-for i = 5, #KEYS do
+redis.call('DEL', KEYS[4], KEYS[5])
+for i = 9, #KEYS do
   redis.call('DEL', KEYS[i])
 end
+redis.call('SET', KEYS[8], 'done')
 return {1, 0}
