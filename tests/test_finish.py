@@ -12,6 +12,7 @@ import logging
 import re
 import signal
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,6 +22,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, dead_letters
 from scrapy_ha.store.sharding import check_shard_count, make_queue
 from scrapy_ha.store.wire import NewEntry
@@ -255,6 +257,27 @@ async def test_an_unsharded_crawl_goes_sharded_once_its_dead_letters_are_handled
     assert sync.get("ha:{catalogue}:shards") == b"3"
     assert not sync.exists("ha:{catalogue}:stats", "ha:{catalogue}:seq")
     sync.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawl_goes_unsharded_once_finished_without_dead_letters(redis_url):
+    """Several shards to one: refused while the finished run keeps a dead letter on a shard;
+    once it is purged, the worker takes the crawl over and the shards' counters go."""
+    from scrapy_ha.store.join import join_crawl  # noqa: PLC0415 (the module is the fix)
+
+    ids = await asyncio.to_thread(dead_letter_some, redis_url, ["gone-x"], 3)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "catalogue", 3)
+    assert await queue.finish("w0")
+    join = partial(join_crawl, client, "ha", "catalogue", shards=1, registration_ms=30_000)
+    with pytest.raises(ConfigError, match=r"finished with HA_SHARDS=3 and keeps 1 dead letter"):
+        await join(worker="w1")
+    assert await dead_letters(queue).purge(ids) == 1
+    joined = await join(worker="w1")
+    assert (joined.shards, joined.span, joined.replaced) == (1, 1, "3")
+    left = await client.keys("ha:{catalogue*")
+    assert sorted(left) == [b"ha:{catalogue}:workers"], left  # this worker's registration
+    await client.aclose()
 
 
 # -- issue 36 item 8: the `sent` fields of workers that are gone -------------------------------
