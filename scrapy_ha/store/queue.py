@@ -14,22 +14,8 @@ import redis
 
 from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
+from scrapy_ha.store import scripts
 from scrapy_ha.store.finish import finish_one
-from scrapy_ha.store.scripts import (
-    CHECKPOINT_LUA,
-    COUNTS_LUA,
-    DEAD_LUA,
-    FEED_LUA,
-    GATE_LUA,
-    PURGE_LUA,
-    RECLAIM_LUA,
-    RELEASE_LUA,
-    RENEW_LUA,
-    REQUEUE_LUA,
-    RETRY_LUA,
-    SET_ASIDE_LUA,
-    SYNC_LUA,
-)
 from scrapy_ha.store.wire import (
     ORDERS,
     Counts,
@@ -74,19 +60,19 @@ class RedisQueue:
         self.order = order
         #: the order of start requests in their own queue ("": they share the others')
         self.start_order = start_order
-        self._sync = client.register_script(SYNC_LUA)
-        self._renew = client.register_script(RENEW_LUA)
-        self._reclaim = client.register_script(RECLAIM_LUA)
-        self._release = client.register_script(RELEASE_LUA)
-        self._dead = client.register_script(DEAD_LUA)
-        self._counts = client.register_script(COUNTS_LUA)
-        self._feed = client.register_script(FEED_LUA)
-        self._retry = client.register_script(RETRY_LUA)
-        self._gate = client.register_script(GATE_LUA)
-        self._requeue = client.register_script(REQUEUE_LUA)
-        self._purge = client.register_script(PURGE_LUA)
-        self._checkpoint = client.register_script(CHECKPOINT_LUA)
-        self._set_aside = client.register_script(SET_ASIDE_LUA)
+        self._sync = client.register_script(scripts.SYNC_LUA)
+        self._renew = client.register_script(scripts.RENEW_LUA)
+        self._reclaim = client.register_script(scripts.RECLAIM_LUA)
+        self._release = client.register_script(scripts.RELEASE_LUA)
+        self._dead = client.register_script(scripts.DEAD_LUA)
+        self._counts = client.register_script(scripts.COUNTS_LUA)
+        self._feed = client.register_script(scripts.FEED_LUA)
+        self._retry = client.register_script(scripts.RETRY_LUA)
+        self._gate = client.register_script(scripts.GATE_LUA)
+        self._requeue = client.register_script(scripts.REQUEUE_LUA)
+        self._purge = client.register_script(scripts.PURGE_LUA)
+        self._checkpoint = client.register_script(scripts.CHECKPOINT_LUA)
+        self._set_aside = client.register_script(scripts.SET_ASIDE_LUA)
 
     async def sync(
         self,
