@@ -191,7 +191,7 @@ async def test_a_checkpoint_that_resumes_at_another_scheme_starts_over(
     ],
 )
 def test_push_refuses_another_scheme_and_pushes_nothing(redis_url, redis_client, request_, url):
-    result = scrapy_ha("push", "schemes", "http://a.example/", request_, "--redis-url", redis_url)
+    result = scrapy_ha("push", "schemes", "--create", "http://a.example/", request_, "--redis-url", redis_url)
     assert result.returncode == 1
     refused = [line for line in result.stderr.splitlines() if line.startswith("nothing pushed")]
     assert refused and refused[0].startswith(
@@ -205,13 +205,13 @@ def test_push_follows_the_projects_setting(redis_url, redis_client, tmp_path):
     (tmp_path / "schemes_settings.py").write_text('HA_ALLOWED_SCHEMES = ["https", "file"]\n')
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "SCRAPY_SETTINGS_MODULE": "schemes_settings"}
-    result = scrapy_ha("push", "schemes", ENVIRON, "--redis-url", redis_url, env=env)
+    result = scrapy_ha("push", "schemes", "--create", ENVIRON, "--redis-url", redis_url, env=env)
     assert result.returncode == 0, result.stderr
     assert redis_client.zcard(KEYS.pending) == 1
-    result = scrapy_ha("push", "schemes", "http://a.example/", "--redis-url", redis_url, env=env)
+    result = scrapy_ha("push", "schemes", "--create", "http://a.example/", "--redis-url", redis_url, env=env)
     assert result.returncode == 1
     assert "which HA_ALLOWED_SCHEMES (file, https) does not allow" in result.stderr
     (tmp_path / "schemes_settings.py").write_text('HA_ALLOWED_SCHEMES = ["file://"]\n')
-    result = scrapy_ha("push", "schemes", ENVIRON, "--redis-url", redis_url, env=env)
+    result = scrapy_ha("push", "schemes", "--create", ENVIRON, "--redis-url", redis_url, env=env)
     assert result.returncode == 2
     assert "HA_ALLOWED_SCHEMES=['file://']: 'file://' is not a URL scheme" in result.stderr

@@ -80,7 +80,8 @@ def test_status_of_a_spider_without_keys_says_no_such_crawl(redis_url):
     assert result.stdout == ""
 
 
-def test_dlq_list_of_an_empty_queue_says_empty(redis_url):
+def test_dlq_list_of_an_empty_queue_says_empty(redis_url, redis_client):
+    redis_client.hset("ha:{nobody}:stats", "acked", 1)  # a crawl with no dead letter
     result = scrapy_ha("--redis-url", redis_url, "dlq", "list", "nobody")
     assert result.returncode == 0
     assert result.stdout.strip() == "dead-letter queue of nobody: empty"

@@ -1,5 +1,5 @@
 """The ``scrapy-ha`` command line is dispatched by argparse: each subcommand's parser
-carries the function it runs, with the arguments it takes."""
+carries the function it runs (imported once parsed), with the arguments it takes."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from scrapy_ha.cli import checkpoints, delayed, pause, push, status, workers
-from scrapy_ha.cli import cmdline as cli
+from scrapy_ha.cli import checkpoints, delayed, dlq, flush, pause, push, status, workers
+from scrapy_ha.cli import grammar as cli
 
 if TYPE_CHECKING:
     import argparse
 
 COMMANDS = [
-    (["status", "books", "--json"], cli.status),
-    (["flush", "books", "--force"], cli.flush),
-    (["dlq", "list", "books", "--class", "gone", "--limit", "3"], cli.dlq_list),
-    (["dlq", "show", "books", "17"], cli.dlq_show),
-    (["dlq", "export", "books", "--domain", "example.com"], cli.dlq_export),
-    (["dlq", "requeue", "books", "1", "2"], cli.dlq_requeue),
-    (["dlq", "purge", "books", "--all"], cli.dlq_purge),
+    (["status", "books", "--json"], status.status),
+    (["flush", "books", "--force"], flush.flush),
+    (["dlq", "list", "books", "--class", "gone", "--limit", "3"], dlq.dlq_list),
+    (["dlq", "show", "books", "17"], dlq.dlq_show),
+    (["dlq", "export", "books", "--domain", "example.com"], dlq.dlq_export),
+    (["dlq", "requeue", "books", "1", "2"], dlq.dlq_requeue),
+    (["dlq", "purge", "books", "--all"], dlq.dlq_purge),
     (["checkpoints", "list", "books"], checkpoints.checkpoints_list),
     (["checkpoints", "show", "books", "shelf"], checkpoints.checkpoints_show),
     (["checkpoints", "reset", "books", "--all"], checkpoints.checkpoints_reset),
@@ -33,13 +33,13 @@ COMMANDS = [
     (["delayed", "list", "books", "--class", "server"], delayed.delayed_list),
     (["delayed", "retry-now", "books", "--all", "--dry-run"], delayed.delayed_retry_now),
 ]
-MODULES = (cli, status, workers, push, pause, delayed, checkpoints)
+MODULES = (flush, dlq, status, workers, push, pause, delayed, checkpoints)
 
 
 @pytest.mark.parametrize(("argv", "func"), COMMANDS, ids=lambda v: getattr(v, "__name__", ""))
 def test_each_subcommand_runs_its_own_function(argv, func):
     args = cli.build_parser().parse_args(["--prefix", "shop", *argv])
-    assert args.func is func
+    assert args.func.load() is func
     assert (args.spider, args.prefix) == ("books", "shop")
 
 

@@ -42,7 +42,7 @@ class PushedSpider(scrapy.Spider):
 
 def push(redis_url: str, *requests: str, stdin: str | None = None) -> Any:
     kwargs: dict[str, Any] = {"input": stdin, "stdin": None} if stdin is not None else {}
-    return scrapy_ha("push", "pushed", *requests, "--redis-url", redis_url, **kwargs)
+    return scrapy_ha("push", "pushed", *requests, "--create", "--redis-url", redis_url, **kwargs)
 
 
 @deferred_f_from_coro_f

@@ -71,7 +71,7 @@ def _project(tmp_path: Path) -> Path:
 
 
 def _push(project: Path, redis_url: str, spider: str, *requests: str) -> Any:
-    return scrapy_ha("push", spider, *requests, "--redis-url", redis_url, cwd=project)
+    return scrapy_ha("push", spider, *requests, "--create", "--redis-url", redis_url, cwd=project)
 
 
 def _crawl(project: Path, spider: str, site_url: str, redis_url: str, log: Path) -> None:
@@ -162,7 +162,7 @@ def test_push_reads_the_dupefilter_and_the_codec_settings_a_worker_reads(
 
 def test_push_outside_a_project_says_whose_settings_it_used(tmp_path, redis_url):
     pushed = scrapy_ha(
-        "push", "pushed", "http://a.example/", "--redis-url", redis_url, cwd=tmp_path
+        "push", "pushed", "http://a.example/", "--create", "--redis-url", redis_url, cwd=tmp_path
     )
     assert pushed.returncode == 0, pushed.stderr
     assert "not in a Scrapy project" in pushed.stderr

@@ -142,7 +142,7 @@ def codec_names_read(source: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["deadletters/dlq.py", "cli/cmdline.py"])
+@pytest.mark.parametrize("module", ["deadletters/dlq.py", "cli/dlq.py"])
 def test_only_the_codec_knows_the_stored_field_names(module):
     source = (ROOT / "scrapy_ha" / module).read_text()
     assert codec_names_read(source) == set(), f"{module} reads the codec's fields"

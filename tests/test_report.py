@@ -10,7 +10,7 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.cli.report import parse_window
+from scrapy_ha.cli.grammar import parse_window
 from tests.spiders import FaultSpider
 from tests.test_dlq import PATHS, cli
 from tests.test_retry_crawl import FAST_RETRIES

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
@@ -17,7 +17,6 @@ from scrapy_ha.deadletters.dlq import DeadLetterQueue
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
 
     from scrapy_ha.store.queue import RedisQueue
 
@@ -74,11 +73,3 @@ def unarchived_kept(spider: str, n: int) -> str:
         f"kept {n} entr{'y' if n == 1 else 'ies'} not archived yet (an SQL archive is "
         f"declared for {spider}): run `scrapy-ha dlq archive {spider}` first, then purge again"
     )
-
-
-def add_archive_command(dlq: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """``scrapy-ha dlq archive SPIDER [--url URL] [--table NAME] [--dry-run]``."""
-    parser = command(dlq, "archive", dlq_archive)
-    parser.add_argument("--url", help="SQLAlchemy URL (default: the project's HA_DLQ_ARCHIVE_URL)")
-    parser.add_argument("--table", help=f"table name (default: {DEFAULT_TABLE})")
-    parser.add_argument("--dry-run", action="store_true", help="count, copy nothing")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from scrapy_ha.cli.common import add_bulk_options, approve, command, group
+from scrapy_ha.cli.common import approve
 from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
@@ -50,14 +50,3 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     n = await checkpoints.delete_all() if args.all else await checkpoints.delete(args.tasks)
     print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
     return 0
-
-
-def register(sub: Any) -> None:
-    """``checkpoints list|show TASK|reset TASK...|--all``."""
-    cps = group(sub, "checkpoints", "pagination checkpoints")
-    command(cps, "list", checkpoints_list)
-    command(cps, "show", checkpoints_show).add_argument("task")
-    reset = command(cps, "reset", checkpoints_reset)
-    reset.add_argument("tasks", nargs="*", metavar="TASK")
-    reset.add_argument("--all", action="store_true")
-    add_bulk_options(reset)

@@ -1,4 +1,5 @@
-"""What every ``scrapy-ha`` subcommand shares: registration, time formats, confirmation.
+"""What every ``scrapy-ha`` subcommand shares: time formats, confirmation, plurals (the
+command line itself is :mod:`.grammar`).
 
 A bulk action (requeue, purge, retry-now, flush, reset) goes through :func:`approve`: with
 ``--dry-run`` it only says what it would touch; on a terminal it asks first unless
@@ -12,7 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_ha.ops.display import TIME_FORMAT
 
@@ -29,61 +30,6 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 #: Local date-time formats accepted by ``--since`` / ``--until`` (the first is what we print).
 TIME_FORMATS = (TIME_FORMAT, "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-
-
-def global_options() -> argparse.ArgumentParser:
-    """``--redis-url`` and ``--prefix`` for every subcommand's parser, so that they are
-    accepted after the subcommand too (``SUPPRESS``: a subparser never overwrites what
-    was given before the subcommand)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--redis-url",
-        default=argparse.SUPPRESS,
-        help="Redis URL (default: $REDIS_URL, else the project's REDIS_URL, else "
-        "redis://localhost:6379/0)",
-    )
-    common.add_argument(
-        "--prefix", default=argparse.SUPPRESS, help="key prefix (default: HA_KEY_PREFIX or ha)"
-    )
-    common.add_argument(
-        "--shards",
-        type=int,
-        default=argparse.SUPPRESS,
-        help="the crawl's HA_SHARDS (default: the count the crawl stored in Redis)",
-    )
-    return common
-
-
-#: Built once: every subcommand's parser has it as a parent.
-GLOBAL_OPTIONS = global_options()
-
-
-def command(sub: Any, name: str, func: Command, *, spider: bool = True) -> argparse.ArgumentParser:
-    """The subcommand *name*, which runs *func* (argparse dispatches: ``args.func``); its
-    help is *func*'s docstring, its first argument the spider."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name, help=func.__doc__, description=func.__doc__, parents=[GLOBAL_OPTIONS]
-    )
-    parser.set_defaults(func=func)
-    if spider:
-        parser.add_argument("spider")
-    return parser
-
-
-def group(sub: Any, name: str, help_: str) -> Any:
-    """A group of subcommands (``dlq``, ``delayed``, ...)."""
-    parser = sub.add_parser(name, help=help_, parents=[GLOBAL_OPTIONS])
-    return parser.add_subparsers(dest=name, required=True)
-
-
-def add_bulk_options(parser: argparse.ArgumentParser) -> None:
-    """``--dry-run`` and ``--yes`` of a bulk action."""
-    parser.add_argument(
-        "--dry-run", action="store_true", help="say what would be touched; touch nothing"
-    )
-    parser.add_argument(
-        "-y", "--yes", action="store_true", help="do not ask (needed when stdin is not a terminal)"
-    )
 
 
 def approve(args: argparse.Namespace, verb: str, what: str, items: list[str]) -> bool | None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha.cli.common import add_bulk_options, approve, command, group, plural
+from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
@@ -133,21 +133,3 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     changed = await operations.make_due(queue, [d.id for d in chosen])
     print(f"made {changed} of {what} due now: workers take them at their next sync")
     return 0
-
-
-def _filters(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--class", dest="failure_class", help="failure class: server, network...")
-    parser.add_argument("--domain", help="the request's host name")
-
-
-def register(sub: Any) -> None:
-    """``delayed list SPIDER`` and ``delayed retry-now SPIDER (ID...|--all|filters)``."""
-    delayed = group(sub, "delayed", "retries waiting for their time")
-    listing = command(delayed, "list", delayed_list)
-    _filters(listing)
-    listing.add_argument("--limit", type=int, help="at most this many")
-    retry = command(delayed, "retry-now", delayed_retry_now)
-    retry.add_argument("ids", nargs="*", metavar="ID", help="entry ids (see `delayed list`)")
-    retry.add_argument("--all", action="store_true", help="every delayed retry")
-    _filters(retry)
-    add_bulk_options(retry)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import getpass
 import json
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from scrapy_ha.cli.common import command
 from scrapy_ha.ops import operations
 from scrapy_ha.ops.display import local_time
 
@@ -55,9 +54,3 @@ async def paused_since(queue: RedisQueue) -> str | None:
         return f"{local_time(int(doc['at']))} (by {doc['by']})"
     except (ValueError, KeyError, TypeError):
         return "an unknown time"
-
-
-def register(sub: Any) -> None:
-    """``pause SPIDER`` and ``resume SPIDER``."""
-    command(sub, "pause", pause)
-    command(sub, "resume", resume)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from scrapy import Request
 
-from scrapy_ha.cli.common import command, plural
+from scrapy_ha.cli.common import plural
 from scrapy_ha.codec import CodecError, refused_scheme
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.config.scheduler import SchedulerConfig
@@ -228,10 +228,3 @@ def _span(wheres: list[str]) -> str:
         return first
     kind, _, n = first.rpartition(" ")
     return f"{_SOURCES[kind]} {n} to {last.rpartition(' ')[2]}"
-
-
-def register(sub: Any) -> None:
-    """``push SPIDER (URL|JSON)... | push SPIDER -``."""
-    command(sub, "push", push).add_argument(
-        "requests", nargs="+", metavar="REQUEST", help="a URL or a JSON object; - reads stdin"
-    )

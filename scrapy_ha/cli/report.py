@@ -9,42 +9,28 @@ the Redis server's clock, the one the workers stamp with.
 
 from __future__ import annotations
 
-__all__ = ["Report", "add_report_command", "build_report", "parse_window", "report"]
+__all__ = ["Report", "build_report", "report"]
 
-import argparse
 import json
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
+from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    import argparse
 
     from scrapy_ha.ops.stats import CrawlStats
     from scrapy_ha.store.queue import RedisQueue
 
 #: How many domains and reasons the report lists (the rest are summed as "others").
 TOP = 5
-#: Units of --since.
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: Events of the window, in the order shown (``dead`` from the dead-letter queue's times).
 EVENTS = ("enqueued", "acked", "retried", "dead")
-
-
-def parse_window(text: str) -> int:
-    """Seconds of a window written ``24h``, ``90m``, ``7d``, ``30s`` or ``3600``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(
-            f"--since {text!r}: write a duration such as 24h, 90m, 7d or 3600 (seconds)"
-        )
-    return int(float(match.group(1)) * UNITS[match.group(2) or "s"])
 
 
 @dataclass
@@ -52,7 +38,7 @@ class Report:
     """What ``scrapy-ha report`` prints."""
 
     spider: str
-    since: str  # the start of the window, ISO local time
+    since: str  # the start of the window, a local date-time as every command prints it
     until: str
     window_s: int
     states: dict[str, int]
@@ -141,8 +127,8 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     }
     return Report(
         spider=keys.spider,
-        since=_local(since_ms),
-        until=_local(stats.now_ms),
+        since=local_time(since_ms),
+        until=local_time(stats.now_ms),
         window_s=window_s,
         states=states,
         window=window,
@@ -153,10 +139,6 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
         top_reasons=reasons.most_common(TOP),
         workers_seen=sorted(w.decode() if isinstance(w, bytes) else w for w in workers),
     )
-
-
-def _local(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="seconds")
 
 
 def _n(value: int | None) -> str:
@@ -212,12 +194,3 @@ async def report(queue: RedisQueue, args: argparse.Namespace) -> int:
     else:
         print(as_text(r))
     return 0
-
-
-def add_report_command(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """``scrapy-ha report SPIDER [--since 24h] [--format text|json|markdown]``."""
-    parser = command(sub, "report", report)
-    parser.add_argument(
-        "--since", type=parse_window, default=parse_window("24h"), help="window (default 24h)"
-    )
-    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")

@@ -9,18 +9,19 @@ one object with the keys documented in docs/reference.md.
 
 from __future__ import annotations
 
-__all__ = ["add_status_arguments", "status"]
+__all__ = ["status"]
 
 import asyncio
 import contextlib
 import json
 import signal
 import sys
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
+from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.stats import (
     COUNTERS,
     DOMAIN_EVENTS,
@@ -29,7 +30,6 @@ from scrapy_ha.ops.stats import (
     read_crawl_stats_async,
 )
 from scrapy_ha.store.health import redis_health
-from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
     import argparse
@@ -41,47 +41,14 @@ RATE_WINDOWS = (1, 5, 60)
 #: The window of the ack rate the ETA divides by: long enough to smooth a slow page or a
 #: pause between batches, short enough to follow a crawl that speeds up or slows down.
 ETA_WINDOW = 5
-#: Seconds between two refreshes of ``--watch`` without a value: a terminal stays calm and a
-#: crawl of a few hundred pages per second still moves visibly.
-WATCH_SECONDS = 2.0
-#: Domains shown (``--domains``): a screenful with the rest of the status.
-TOP_DOMAINS = 10
 #: Terminal controls: cursor home, clear to the end of the line, clear the rest of the screen,
 #: clear the whole screen. Drawing over the last frame line by line (instead of clearing first)
 #: keeps the screen from flickering.
 HOME, CLEAR_LINE, CLEAR_BELOW, CLEAR_SCREEN = "\x1b[H", "\x1b[K", "\x1b[J", "\x1b[2J"
 
 
-def add_status_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``status``."""
-    parser.add_argument("--json", action="store_true", help="one JSON object (one per refresh)")
-    parser.add_argument(
-        "--watch",
-        nargs="?",
-        type=float,
-        const=WATCH_SECONDS,
-        metavar="SECONDS",
-        help=f"refresh every SECONDS (default {WATCH_SECONDS:g}) until Ctrl-C",
-    )
-    parser.add_argument(
-        "--domains",
-        type=int,
-        default=TOP_DOMAINS,
-        metavar="N",
-        help=f"the N domains with the most acks (default {TOP_DOMAINS}; 0: none)",
-    )
-
-
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """States, totals, retries and dead letters per class, rates, an ETA, top domains."""
-    if not await _crawl_exists(queue):
-        print(
-            f"no such crawl: no keys of spider {queue.keys.spider!r} under "
-            f"{queue.keys.pending.rsplit(':', 1)[0]}:* (check the spider name, --prefix and "
-            f"--redis-url)",
-            file=sys.stderr,
-        )
-        return 1
     if args.watch is not None and args.watch <= 0:
         print(
             f"--watch {args.watch:g}: the refresh must be a positive number of seconds",
@@ -174,13 +141,6 @@ def _draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:
     out.write("\n".join(lines) + "\n" + ("" if last else "\n"))
 
 
-async def _crawl_exists(queue: RedisQueue) -> bool:
-    """Whether any key of the crawl (checkpoints included) is in Redis."""
-    if await queue.exists():
-        return True
-    return await CheckpointStore(queue.client, queue.keys).exists()
-
-
 # -- JSON --------------------------------------------------------------------------------
 
 
@@ -220,9 +180,8 @@ def _rounded(value: float | None) -> float | None:
 
 def text(stats: CrawlStats, domains: int = TOP_DOMAINS) -> list[str]:
     """The status as lines of text, for a terminal."""
-    when = datetime.fromtimestamp(stats.now_ms / 1000).astimezone()
     lines = [
-        f"{stats.spider} at {when:%Y-%m-%d %H:%M:%S %Z}: {stats.workers} live worker(s)",
+        f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
         _row(
             "state",
             pending=stats.pending,
@@ -268,17 +227,7 @@ def _eta(stats: CrawlStats) -> str:
         return f"unknown: {stats.active:,} left, nothing acked in the last {ETA_WINDOW} minutes"
     if not stats.active:
         return "nothing left"
-    return f"{duration(eta)} ({stats.active:,} left at the ack rate of the last {ETA_WINDOW}m)"
-
-
-def duration(seconds: float) -> str:
-    """``1h 02m``, ``4m 05s``, ``12s``."""
-    s = round(seconds)
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m {s % 60:02d}s"
-    return f"{s}s"
+    return f"{humanize(eta)} ({stats.active:,} left at the ack rate of the last {ETA_WINDOW}m)"
 
 
 def _domains(stats: CrawlStats, n: int) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.cli.common import command
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.ops.display import humanize
 from scrapy_ha.ops.workers import live_workers
@@ -48,10 +47,3 @@ async def workers(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 def _num(value: Any) -> str:
     return "-" if value is None else f"{value:g}"
-
-
-def register(sub: Any) -> None:
-    """``workers SPIDER [--json]``."""
-    command(sub, "workers", workers).add_argument(
-        "--json", action="store_true", help="a JSON list, one object per worker"
-    )

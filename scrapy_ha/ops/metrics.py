@@ -1,4 +1,5 @@
-"""``scrapy-ha metrics``: a Prometheus exporter of every crawl under a key prefix.
+"""The Prometheus exporter of every crawl under a key prefix (``scrapy-ha metrics``, served
+by :mod:`scrapy_ha.cli.metrics`).
 
 Each scrape reads Redis afresh: the crawl-wide counters the workers' scripts keep in
 ``<prefix>:{<spider>}:stats`` and the live size of every state, so a crawl counts once however
@@ -9,44 +10,24 @@ timeout, and nothing is retried). The metrics are listed in docs/reference.md.
 
 from __future__ import annotations
 
-__all__ = ["CrawlCollector", "CrawlNumbers", "add_command", "read_crawls", "serve"]
+__all__ = ["CrawlCollector", "CrawlNumbers", "read_crawls"]
 
-import argparse
 import logging
-import signal
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from scrapy_ha.config.scheduler import key_prefix
-from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.crawls import CrawlNumbers, discover, read_crawls
-from scrapy_ha.store.connection import display_url, sync_redis_from_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from prometheus_client.core import Metric
-    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
-#: Port of the exporter: 9410 is unassigned in Prometheus's list of default exporter ports.
-DEFAULT_PORT = 9410
-#: Address it listens on: local only, unless the operator opens it on purpose.
-DEFAULT_ADDR = "127.0.0.1"
-#: Seconds one Redis call may take before the scrape gives up and answers ``redis_up 0``:
-#: well inside Prometheus's default scrape timeout of 10 s.
-DEFAULT_TIMEOUT = 3.0
-#: How long the list of crawls is reused before the key space is scanned again: a SCAN walks
-#: every key of the database (about 1.5 s for 200,000 keys on a loaded 2-core machine), so
-#: not on every scrape at the usual 15 s interval; a new crawl shows up within a minute.
-DISCOVERY_TTL = 60.0
 #: Counters of the stats hash exported one metric each: (field, metric, help).
 COUNTERS = (
     ("enqueued", "enqueued", "Requests added to the queue (duplicates not counted)."),
@@ -63,10 +44,10 @@ class CrawlCollector:
     """A Prometheus collector that reads every crawl under a prefix on each scrape.
 
     No state is kept between scrapes but the list of crawls (rescanned every
-    ``DISCOVERY_TTL`` seconds), so scrapes from several Prometheus servers, and any number
-    of workers, give the same numbers."""
+    *discovery_ttl* seconds: ``scrapy-ha metrics --rescan``), so scrapes from several
+    Prometheus servers, and any number of workers, give the same numbers."""
 
-    def __init__(self, client: Any, prefix: str, *, discovery_ttl: float = DISCOVERY_TTL):
+    def __init__(self, client: Any, prefix: str, *, discovery_ttl: float):
         self.client = client
         self.prefix = prefix
         self.discovery_ttl = discovery_ttl
@@ -218,87 +199,3 @@ def _outcomes(crawls: list[CrawlNumbers]) -> Metric:
         outcomes.add_metric([c.spider, "ok"], c.stats.retry_ok)
         outcomes.add_metric([c.spider, "dead"], c.stats.retry_dead)
     return outcomes
-
-
-def sync_client(settings: BaseSettings, *, timeout: float) -> Any:
-    """A blocking Redis client of the crawl's Redis, made the way every scrapy-ha tool makes
-    one (any URL form: TLS, Sentinel, Cluster...), whose every call gives up after *timeout*
-    seconds and is never retried: a scrape must answer, not wait for Redis."""
-    return sync_redis_from_settings(
-        settings, connect_timeout=timeout, socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
-    )
-
-
-def _positive(text: str) -> float:
-    """A number of seconds above 0 (argparse names the option when this fails)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return seconds
-
-
-def add_command(sub: Any) -> None:
-    """Register ``scrapy-ha metrics`` on the CLI's subparsers."""
-    parser = sub.add_parser("metrics", help="serve Prometheus metrics of every crawl")
-    parser.set_defaults(serve=serve)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="default: %(default)s")
-    parser.add_argument("--addr", default=DEFAULT_ADDR, help="listen address (%(default)s)")
-    parser.add_argument(
-        "--timeout",
-        type=_positive,
-        default=DEFAULT_TIMEOUT,
-        help="seconds a Redis call may take before a scrape reports redis_up 0 (%(default)s)",
-    )
-    parser.add_argument(
-        "--rescan",
-        type=_positive,
-        default=DISCOVERY_TTL,
-        help="seconds between two scans of the key space for new crawls (%(default)s)",
-    )
-    # also accepted after the subcommand, as in `scrapy-ha metrics --prefix ha`
-    parser.add_argument("--redis-url", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    parser.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-
-
-def serve(args: argparse.Namespace, settings: BaseSettings) -> int:
-    """Serve ``/metrics`` until SIGINT or SIGTERM; 2 if the port cannot be bound."""
-    try:
-        from prometheus_client import CollectorRegistry, start_http_server
-    except ImportError:
-        raise ConfigError(
-            "scrapy-ha metrics needs prometheus-client: pip install 'scrapy-ha[metrics]'"
-        ) from None
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    prefix = args.prefix or key_prefix(settings)
-    if args.redis_url:
-        settings.set("REDIS_URL", args.redis_url, priority="cmdline")
-    client = sync_client(settings, timeout=args.timeout)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(CrawlCollector(client, prefix, discovery_ttl=args.rescan))
-    try:
-        server, _ = start_http_server(args.port, addr=args.addr, registry=registry)
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot listen on {args.addr}:{args.port} ({exc}): pick another --port or --addr"
-        ) from None
-    print(
-        f"serving http://{args.addr}:{server.server_port}/metrics for the crawls under "
-        f"{prefix}:* at {display_url(settings)}",
-        flush=True,
-    )
-    _wait_for_signal()
-    server.shutdown()
-    client.close()
-    return 0
-
-
-def _wait_for_signal() -> None:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
-    print("stopped", file=sys.stderr)

@@ -1,0 +1,161 @@
+"""``scrapy-ha dlq list|show|export|requeue|purge SPIDER``: the dead-letter queue of a crawl
+(every shard of a sharded one), filtered by class, domain, HTTP status, reason and time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.cli.archive import unarchived_kept
+from scrapy_ha.cli.common import approve
+from scrapy_ha.codec import mask_url
+from scrapy_ha.ops.display import local_time
+from scrapy_ha.ops.operations import server_ms
+from scrapy_ha.ops.shards import dead_letters
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Awaitable, Callable
+
+    from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
+    from scrapy_ha.store.queue import RedisQueue
+
+
+async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[DeadEntry]:
+    if getattr(args, "ids", None):
+        found = [await dlq.get(i) for i in args.ids]
+        return [e for e in found if e is not None]
+    now = await server_ms(dlq.client) if (args.since or args.until) else 0
+    return await dlq.entries(
+        failure_class=args.failure_class,
+        domain=args.domain,
+        reason=args.reason,
+        status=args.status,
+        since_ms=args.since(now) if args.since else None,
+        until_ms=args.until(now) if args.until else None,
+        offset=getattr(args, "offset", 0),
+        limit=getattr(args, "limit", None),
+    )
+
+
+async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Dead-letter entries, oldest first: id, when, class, HTTP status, attempts, reason, URL,
+    then the total per class; filter by class, domain, status, reason and time; page with
+    --limit/--offset."""
+    entries = await _selected(dead_letters(queue), args)
+    if not entries:
+        print(
+            f"dead-letter queue of {queue.keys.spider}: empty"
+            + (" (for these filters)" if _filtered(args) or args.offset else "")
+        )
+        return 0
+    print(
+        f"{'ID':>10}  {'WHEN':<19}  {'CLASS':<12} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
+    )
+    for e in entries:
+        print(
+            f"{e.id:>10}  {local_time(e.dead_at)}  {e.failure_class:<12} "
+            f"{e.status or '-':>6} {e.attempts:>5}  {e.reason[:40]:<40}  {mask_url(e.url)}"
+        )
+    by_class: dict[str, int] = {}
+    for e in entries:
+        by_class[e.failure_class] = by_class.get(e.failure_class, 0) + 1
+    classes = ", ".join(f"{fclass} {n}" for fclass, n in sorted(by_class.items()))
+    print(f"{_entries(len(entries))} listed ({classes})")
+    return 0
+
+
+#: The options that select dead-letter entries by content or time.
+FILTERS = ("failure_class", "domain", "reason", "status", "since", "until")
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return any(getattr(args, name, None) is not None for name in (*FILTERS, "limit"))
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """One entry in full, as JSON (the request, class, reason, history); the body as text
+    (JSON bodies as JSON), other bytes escaped."""
+    entry = await dead_letters(queue).get(args.id)
+    if entry is None:
+        print(f"no dead-letter entry {args.id} in {queue.keys.spider}", file=sys.stderr)
+        return 1
+    kind, body = entry.body()
+    shown = {**entry.as_dict(), "request": entry.summary.printable()}
+    shown.update(_local_times(shown))
+    if kind != "none":
+        shown.update(body=body, body_format=kind)
+    print(json.dumps(shown, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _local_times(shown: dict[str, Any]) -> dict[str, Any]:
+    """``dead_at``, ``first``, ``last`` and each attempt's ``t`` as local date-times (the
+    stored ms stay in ``export``, for scripts)."""
+    times: dict[str, Any] = {
+        k: local_time(v) for k, v in shown.items() if k in _TIMES and isinstance(v, int)
+    }
+    history = shown.get("history")
+    if isinstance(history, list):
+        times["history"] = [
+            {**h, "t": local_time(h["t"])}
+            if isinstance(h, dict) and isinstance(h.get("t"), int)
+            else h
+            for h in history
+        ]
+    return times
+
+
+#: The fields of a dead-letter entry that hold a time (Redis ms).
+_TIMES = ("dead_at", "first", "last")
+
+
+async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Every matching entry as one JSON object per line (url, class, reason, attempts, ...)."""
+    for e in await _selected(dead_letters(queue), args):
+        print(json.dumps(e.as_dict()))
+    return 0
+
+
+async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
+    return await _bulk(queue, args, "requeued", dead_letters(queue).requeue)
+
+
+async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Delete entries for good (IDs, or --all, or filters); with an SQL archive, only those
+    archived already."""
+    dlq = dead_letters(queue)
+    code = await _bulk(queue, args, "purged", dlq.purge)
+    if dlq.kept_unarchived:
+        print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived))
+    return code
+
+
+async def _bulk(
+    queue: RedisQueue,
+    args: argparse.Namespace,
+    done: str,
+    action: Callable[[list[str]], Awaitable[int]],
+) -> int:
+    if not (args.ids or args.all or any(getattr(args, f) is not None for f in FILTERS)):
+        print(
+            "name entry IDs, a filter (--class, --domain, --status, --reason, --since, "
+            "--until) or --all",
+            file=sys.stderr,
+        )
+        return 1
+    entries = await _selected(dead_letters(queue), args)
+    verb = done.removesuffix("d")
+    what = f"{_entries(len(entries))} of {queue.keys.spider}"
+    verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])
+    if not verdict:
+        return 0 if verdict is None else 1
+    n = await action([e.id for e in entries])
+    print(f"{done} {n} of {_entries(len(entries))}")
+    return 0

@@ -1,0 +1,173 @@
+"""The pieces the ``scrapy-ha`` command line is built of (:mod:`.grammar`): the function a
+subcommand runs, the options every command takes, and the types of options checked at
+parse time. Like the grammar, it imports neither Scrapy nor redis."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CRAWL_OPTIONS",
+    "REDIS_URL_ENV",
+    "SERVER_OPTIONS",
+    "Target",
+    "at",
+    "bulk_options",
+    "command",
+    "create_option",
+    "group",
+    "parse_window",
+    "positive",
+    "when",
+]
+
+import argparse
+import importlib
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.cli.common import parse_when
+from scrapy_ha.keys import DEFAULT_PREFIX
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: The environment variable that gives the Redis URL when ``--redis-url`` is not given
+#: (the name scrapy-redis's own setting has, so one export serves both).
+REDIS_URL_ENV = "REDIS_URL"
+#: Units of ``report --since``, in seconds.
+WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The function a subcommand runs, by module and name, imported when it runs."""
+
+    module: str
+    name: str
+
+    @property
+    def __name__(self) -> str:  # what ``args.func.__name__`` says of a plain function
+        return self.name
+
+    def load(self) -> Callable[..., Any]:
+        func: Callable[..., Any] = getattr(importlib.import_module(self.module), self.name)
+        return func
+
+
+def at(module: str, name: str) -> Target:
+    """The function *name* of ``scrapy_ha.cli.<module>``."""
+    return Target(f"scrapy_ha.cli.{module}", name)
+
+
+# -- option types, checked at parse time --------------------------------------------------
+
+
+def parse_window(text: str) -> int:
+    """Seconds of a window written ``24h``, ``90m``, ``7d``, ``30s`` or ``3600``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(
+            f"--since {text!r}: write a duration such as 24h, 90m, 7d or 3600 (seconds)"
+        )
+    return int(float(match.group(1)) * WINDOW_UNITS[match.group(2) or "s"])
+
+
+def when(option: str) -> Callable[[str], Callable[[int], int]]:
+    """An argparse type: checks a time at parse time, resolves it against Redis's clock."""
+
+    def parse(text: str) -> Callable[[int], int]:
+        parse_when(text, 0, option=option)  # a bad value is a usage error, before connecting
+        return lambda now_ms: parse_when(text, now_ms, option=option)
+
+    return parse
+
+
+def positive(text: str) -> float:
+    """A number of seconds above 0 (argparse names the option when this fails)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return seconds
+
+
+# -- the options every command takes -------------------------------------------------------
+
+
+def _connection_options(*, shards: bool) -> argparse.ArgumentParser:
+    """``--redis-url`` and ``--prefix`` (and ``--shards`` for a command on one crawl), for
+    every subcommand's parser, so that they are accepted and listed after the subcommand
+    too (``SUPPRESS``: a subparser never overwrites what was given before it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("options of every command")
+    group.add_argument(
+        "--redis-url",
+        default=argparse.SUPPRESS,
+        help="redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL "
+        f"(default: ${REDIS_URL_ENV}, else the project's REDIS_URL, REDIS_SENTINELS or "
+        "REDIS_CLUSTER_NODES, else redis://localhost:6379/0)",
+    )
+    group.add_argument(
+        "--prefix",
+        default=argparse.SUPPRESS,
+        help=f"key prefix (default: the project's HA_KEY_PREFIX, else {DEFAULT_PREFIX})",
+    )
+    if shards:
+        group.add_argument(
+            "--shards",
+            type=int,
+            default=argparse.SUPPRESS,
+            help="the crawl's HA_SHARDS (default: the count the crawl stored in Redis)",
+        )
+    return common
+
+
+#: Built once: the parents of every subcommand's parser (on one crawl, or on all of them).
+CRAWL_OPTIONS = _connection_options(shards=True)
+SERVER_OPTIONS = _connection_options(shards=False)
+
+
+def command(
+    sub: Any, name: str, target: Target, help_: str, *, spider: bool = True
+) -> argparse.ArgumentParser:
+    """The subcommand *name*, which runs *target*; *help_* is its help, its first argument
+    the spider (for a command on one crawl)."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help_,
+        description=help_,
+        parents=[CRAWL_OPTIONS if spider else SERVER_OPTIONS],
+    )
+    parser.set_defaults(func=target, create_allowed=False)
+    if spider:
+        parser.add_argument("spider")
+    return parser
+
+
+def group(sub: Any, name: str, help_: str) -> Any:
+    """A group of subcommands (``dlq``, ``delayed``, ...)."""
+    parser = sub.add_parser(name, help=help_, description=help_, parents=[CRAWL_OPTIONS])
+    return parser.add_subparsers(dest=name, required=True, metavar="COMMAND")
+
+
+def bulk_options(parser: argparse.ArgumentParser) -> None:
+    """``--dry-run`` and ``--yes`` of a bulk action (see :func:`~.common.approve`)."""
+    parser.add_argument(
+        "--dry-run", action="store_true", help="say what would be touched; touch nothing"
+    )
+    parser.add_argument(
+        "-y", "--yes", action="store_true", help="do not ask (needed when stdin is not a terminal)"
+    )
+
+
+def create_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--create``: the command may make a crawl that is not in Redis yet (without it, a
+    spider name with a typo is "no such crawl", not a new crawl nobody runs)."""
+    parser.set_defaults(create_allowed=True)
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help=f"{what} even if the crawl is not in Redis yet (else: no such crawl)",
+    )

@@ -1,0 +1,166 @@
+"""How a parsed ``scrapy-ha`` command runs: its settings, its Redis, its crawl.
+
+Redis is found from ``--redis-url`` (before or after the subcommand), else ``$REDIS_URL``,
+else the Scrapy project's settings (``REDIS_URL``, ``REDIS_PARAMS``... when run inside a
+project), else ``redis://localhost:6379/0``. The settings of a command on one spider are
+those its workers have: the project's, the spider's ``custom_settings``, the add-ons'
+(:mod:`scrapy_ha.cli.project`). A command on a crawl that is not in Redis fails with "no
+such crawl" (exit code 1), unless it may make one and was told to (``--create``).
+"""
+
+from __future__ import annotations
+
+__all__ = ["run"]
+
+import asyncio
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+from scrapy.settings import Settings
+
+from scrapy_ha.cli.options import REDIS_URL_ENV
+from scrapy_ha.cli.project import worker_view
+from scrapy_ha.codec.masking import install_log_masking, masked_output
+from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
+from scrapy_ha.store.connection import (
+    REDIS_DOWN_ERRORS,
+    RedisUnavailable,
+    display_url,
+    redis_from_settings,
+)
+from scrapy_ha.store.sharding import check_shard_count, shard_setting
+from scrapy_ha.store.state import CheckpointStore
+from scrapy_ha.store.url import RedisConfigError
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_ha.cli.common import Command
+    from scrapy_ha.store.queue import RedisQueue
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command *args*, masked; errors the user can fix exit with code 2."""
+    install_log_masking()
+    with masked_output():
+        try:
+            if args.command == "metrics":  # a server of its own, not a command on one crawl
+                return int(args.func.load()(args, settings(args)))
+            return asyncio.run(_run(args))
+        except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The project's settings (Scrapy's defaults outside a project), the Redis URL given
+    on the command line or in ``$REDIS_URL`` first."""
+    try:
+        from scrapy.utils.project import get_project_settings
+
+        found = get_project_settings()
+    except Exception:  # not in a project: plain defaults
+        found = Settings()
+    url = args.redis_url or os.environ.get(REDIS_URL_ENV)
+    if url:
+        found.set("REDIS_URL", url, priority="cmdline")
+    return found
+
+
+async def _run(args: argparse.Namespace) -> int:
+    view = worker_view(settings(args), args.spider)
+    args.worker_view = view  # for push: the worker's fingerprints, shards and codec
+    config = view.crawler.settings
+    prefix = args.prefix or key_prefix(config)
+    url = display_url(config)
+    try:
+        client = redis_from_settings(config, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    except RedisConfigError:
+        raise  # names the URL and the fix already
+    except ValueError as exc:  # redis-py cannot parse the URL
+        raise ConfigError(
+            f"bad Redis URL {url}: {exc} (give --redis-url or {REDIS_URL_ENV} as "
+            f"redis://[:password@]host:port/db)"
+        ) from None
+    try:
+        await reachable(client, url)
+        func: Command = args.func.load()
+        queue = await crawl_queue(client, prefix, args.spider, _shards_given(args, config))
+        refuse_unaware(queue, func.__name__, _words(args))
+        if args.spider and not await _there_or_made(queue, args, url):
+            return 1
+        if func.__name__ == "push":  # the first writer of a crawl stores its shard count
+            await check_shard_count(queue)
+        return await func(queue, args)
+    finally:
+        await client.aclose()
+
+
+async def reachable(client: Any, url: str) -> None:
+    """PING Redis, or a RedisUnavailable that says what to do, phrased for a shell."""
+    try:
+        async with asyncio.timeout(DEFAULT_CONNECT_TIMEOUT):
+            await client.ping()
+    except redis.exceptions.AuthenticationError as exc:
+        raise RedisUnavailable(
+            f"Redis at {url} refused the credentials ({_sentence(exc, url)}): give the user "
+            f"name and password in --redis-url or ${REDIS_URL_ENV}"
+        ) from None
+    except redis.exceptions.InvalidResponse as exc:
+        raise RedisUnavailable(
+            f"{url} does not answer as a Redis server does ({_sentence(exc, url)}): check the "
+            f"host and port of --redis-url or ${REDIS_URL_ENV}"
+        ) from None
+    except REDIS_DOWN_ERRORS as exc:
+        raise RedisUnavailable(
+            f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
+            f"({_sentence(exc, url)}): is redis-server running there? Give its address with "
+            f"--redis-url or ${REDIS_URL_ENV}"
+        ) from None
+
+
+def _sentence(exc: BaseException, url: str) -> str:
+    """An error as a clause inside a sentence: its type and message, without the final
+    period redis-py ends some with, and never a URL with its password."""
+    text = (str(exc) or "timed out").strip().rstrip(".")
+    if "@" in text:
+        text = f"error connecting to {url}"
+    return f"{type(exc).__name__}: {text}"
+
+
+async def _there_or_made(queue: RedisQueue, args: argparse.Namespace, url: str) -> bool:
+    """Whether the command may go on: its crawl is in Redis, or it was told to make it."""
+    if getattr(args, "create", False) or await crawl_exists(queue):
+        return True
+    fix = "check the spider name, --prefix and --redis-url"
+    if args.create_allowed:
+        fix += "; to start a new crawl, pass --create"
+    print(
+        f"error: no such crawl: no key of spider {queue.keys.spider!r} under "
+        f"{queue.keys.prefix}:{{{queue.keys.spider}}}:* in {url} ({fix})",
+        file=sys.stderr,
+    )
+    return False
+
+
+async def crawl_exists(queue: RedisQueue) -> bool:
+    """Whether any key of the crawl (checkpoints included) is in Redis."""
+    if await queue.exists():
+        return True
+    return await CheckpointStore(queue.client, queue.keys).exists()
+
+
+def _shards_given(args: argparse.Namespace, config: Settings) -> int | None:
+    """``--shards``, else the project's ``HA_SHARDS`` if set (None: read from Redis)."""
+    if args.shards is not None:
+        config.set("HA_SHARDS", args.shards, priority="cmdline")
+    return shard_setting(config) if config.get("HA_SHARDS") is not None else None
+
+
+def _words(args: argparse.Namespace) -> str:
+    action = getattr(args, args.command, None)  # a group's subcommand (``dlq list``)
+    return f"{args.command} {action}" if isinstance(action, str) else args.command

@@ -1,0 +1,175 @@
+"""The ``scrapy-ha`` command line as a new user meets it: ``--version`` and ``--help`` at
+once, every subcommand's help naming the options every command takes, a typo in a spider
+name refused instead of making a crawl, errors written for a shell, one time format."""
+
+from __future__ import annotations
+
+import re
+import resource
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+
+from scrapy_ha.cli import grammar
+from scrapy_ha.deadletters.archive import DEFAULT_TABLE
+from scrapy_ha.ops.display import TIME_FORMAT
+from tests.cli_seed import ROOT, SCRAPY_HA, dead_letters, scrapy_ha
+
+if TYPE_CHECKING:
+    import argparse
+
+#: Modules a command line that only asks for help or the version must not import.
+HEAVY = ("scrapy", "twisted", "redis")
+#: CPU seconds ``--version`` may cost: the issue's budget (it cost 1.5 s with Scrapy).
+CPU_BUDGET = 0.3
+
+
+def _cpu_of(argv: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run the console script; its result and the CPU seconds it used (user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run(
+        [SCRAPY_HA, *argv], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result, used
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["--help"], ["dlq", "list", "--help"], ["metrics", "--help"], ["bogus"]],
+)
+def test_help_version_and_usage_errors_import_neither_scrapy_nor_redis(argv):
+    code = (
+        "import sys\n"
+        "from scrapy_ha.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print('LOADED', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "LOADED []" in result.stdout, result.stdout + result.stderr
+
+
+def test_version_answers_within_the_cpu_budget():
+    result, cpu = _cpu_of(["--version"])
+    assert result.returncode == 0 and result.stdout.startswith("scrapy-ha ")
+    assert cpu < CPU_BUDGET, f"--version used {cpu:.2f} s of CPU"
+    result, cpu = _cpu_of(["dlq", "purge", "--help"])
+    assert result.returncode == 0 and "--redis-url" in result.stdout
+    assert cpu < CPU_BUDGET, f"dlq purge --help used {cpu:.2f} s of CPU"
+
+
+def _leaves(parser: argparse.ArgumentParser, words: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every runnable command line's parser, by its words (``dlq list``, ``metrics``...)."""
+    found: dict[str, argparse.ArgumentParser] = {}
+    subs = parser._subparsers._group_actions if parser._subparsers else []
+    for action in subs:
+        for name, sub in action.choices.items():
+            found |= _leaves(sub, f"{words}{name} ") or {f"{words}{name}": sub}
+    return found
+
+
+@pytest.mark.parametrize("words", sorted(_leaves(grammar.build_parser())))
+def test_every_subcommand_help_lists_the_options_every_command_takes(words):
+    parser = _leaves(grammar.build_parser())[words]
+    text = parser.format_help()
+    assert "--redis-url" in text and "--prefix" in text, text
+    on_one_crawl = words not in ("metrics", "dashboard")
+    assert ("--shards" in text) == on_one_crawl, text
+
+
+def test_the_help_of_the_archive_names_its_real_default_table():
+    text = _leaves(grammar.build_parser())["dlq archive"].format_help()
+    assert DEFAULT_TABLE in text.replace("\n", "").replace(" ", "")
+
+
+#: Commands on one crawl, as a user with a typo in the spider name runs them.
+ON_A_CRAWL = [
+    ["pause", "nosuch"],
+    ["resume", "nosuch"],
+    ["workers", "nosuch"],
+    ["push", "nosuch", "http://a.example/"],
+    ["status", "nosuch"],
+    ["report", "nosuch"],
+    ["flush", "nosuch", "--yes"],
+    ["delayed", "list", "nosuch"],
+    ["delayed", "retry-now", "nosuch", "--all", "--yes"],
+    ["dlq", "list", "nosuch"],
+    ["dlq", "requeue", "nosuch", "--all", "--yes"],
+    ["checkpoints", "list", "nosuch"],
+]
+
+
+@pytest.mark.parametrize("argv", ON_A_CRAWL, ids=lambda a: " ".join(a[:2]))
+def test_a_command_on_a_crawl_that_does_not_exist_fails_and_makes_nothing(
+    argv, redis_url, redis_client
+):
+    dead_letters(redis_url, "books", [("http://a.example/gone", "gone", 404)])
+    before = sorted(redis_client.keys("*"))
+    result = scrapy_ha(*argv, "--redis-url", redis_url)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith("error: no such crawl: no key of spider 'nosuch'")
+    assert "check the spider name, --prefix and --redis-url" in result.stderr
+    assert ("pass --create" in result.stderr) == (argv[0] in ("pause", "push"))
+    assert sorted(redis_client.keys("*")) == before
+
+
+def test_create_makes_the_crawl_where_making_one_is_meant(redis_url, redis_client):
+    paused = scrapy_ha("pause", "later", "--create", "--redis-url", redis_url)
+    assert paused.returncode == 0, paused.stderr
+    assert redis_client.exists("ha:{later}:paused")
+    status = scrapy_ha("status", "later", "--redis-url", redis_url)
+    assert status.returncode == 0 and "paused" in status.stdout
+    pushed = scrapy_ha("push", "seeded", "http://a.example/", "--create", "--redis-url", redis_url)
+    assert pushed.returncode == 0, pushed.stderr
+    assert redis_client.zcard("ha:{seeded}:pending") == 1
+    again = scrapy_ha("push", "seeded", "http://a.example/2", "--redis-url", redis_url)
+    assert again.returncode == 0, again.stderr  # it exists now: no --create needed
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://127.0.0.1:1/0", "cannot reach Redis at redis://127.0.0.1:1/0 within 5 s"),
+        ("redis://:s3cret@127.0.0.1:1/0", "cannot reach Redis at redis://:***@127.0.0.1:1/0"),
+    ],
+)
+def test_an_unreachable_redis_is_explained_for_the_command_line(url, says):
+    result = scrapy_ha("workers", "books", "--redis-url", url)
+    assert result.returncode == 2
+    error = result.stderr.strip()
+    assert error.startswith(f"error: {says}"), error
+    assert "worker" not in error.replace("workers books", "")  # no "from this worker"
+    assert not re.search(r"\.\)|\.\.|\)\.", error), error  # no doubled punctuation
+    assert error.endswith("Give its address with --redis-url or $REDIS_URL")
+    assert "s3cret" not in error
+
+
+def test_a_server_that_is_not_redis_is_named_as_such(site):
+    url = site.url.replace("http://", "redis://")  # the demo site: HTTP, not Redis
+    result = scrapy_ha("workers", "books", "--redis-url", url)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "does not answer as a Redis server does" in result.stderr
+
+
+#: A local date-time as every command prints it (TIME_FORMAT).
+LOCAL_TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+assert TIME_FORMAT == "%Y-%m-%d %H:%M:%S"
+
+
+def test_every_command_prints_times_in_one_format(redis_url):
+    dead_letters(redis_url, "books", [("http://a.example/gone", "gone", 404)])
+    outputs = {
+        "status": scrapy_ha("status", "books", "--redis-url", redis_url).stdout,
+        "report": scrapy_ha("report", "books", "--redis-url", redis_url).stdout,
+        "dlq list": scrapy_ha("dlq", "list", "books", "--redis-url", redis_url).stdout,
+    }
+    for name, out in outputs.items():
+        assert LOCAL_TIME.search(out), (name, out)
+        # no ISO "T", no time zone name or offset after a time
+        assert not re.search(r"\d\dT\d\d|:\d\d[+-]\d\d:?\d\d|:\d\d [A-Z]{3,4}\b", out), (name, out)
