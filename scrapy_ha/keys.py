@@ -24,6 +24,9 @@ key                        type         content
                                         poison), and all of them
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
+``ha:{books}:held``        hash         delayed entry id -> why it waits without an attempt:
+                                        ``gate <domain>`` (its domain's gate was closed) or
+                                        ``limit <domain>`` (its domain's limits); until due
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
 ``ha:{books}:dead_arch``   hash         entry id -> ``"<dead-letter time (ms)> <sink id>
@@ -48,6 +51,8 @@ key                        type         content
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
 ``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
                                         ``{"leases", "rate"}``: leases held, pages per second
+``ha:{books}:seen``        sorted set   worker id -> its last heartbeat (ms), kept a week
+                                        (``scrapy-ha report`` names a window's workers)
 ``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:feed``        string       guard: the worker feeding start URLs into a sharded crawl
@@ -72,14 +77,16 @@ key                        type         content
                                         not finished (tells a retry that succeeded from a
                                         first try at the ack)
 ``ha:{books}:stats``       hash         crawl-wide counters (only ever increase): ``enqueued``,
-                                        ``filtered``, ``acked``, ``reclaimed``, ``poison``,
+                                        ``filtered``, ``start_duplicates``, ``acked``,
+                                        ``reclaimed``, ``poison``,
                                         ``retried``, ``retried:<class>``, ``dead``,
                                         ``dead:<class>``, ``retry_ok``, ``retry_dead``,
                                         ``requeued``, ``purged``
 ``ha:{books}:stats:min``   hash         ``<event>:<minute>`` -> count in that minute (server ms
                                         // 60000), event ``acked``, ``enqueued``, ``retried``,
-                                        ``dead``; kept for a day; ``<event>:last`` -> the
-                                        newest minute with a bucket (for the pruning)
+                                        ``dead``, ``requeued``, ``purged``, and
+                                        ``retried:<class>``, ``dead:<class>``; kept a day;
+                                        ``<name>:last`` -> its newest minute (pruning)
 ``ha:{books}:stats:domain`` hash       ``<domain>`` TAB ``<event>`` -> count, event
                                         ``enqueued``, ``acked``, ``retried``, ``dead``
 =========================  ===========  ==================================================
@@ -228,6 +235,11 @@ class Keys:
         return self._key("delayed_sc")
 
     @property
+    def held(self) -> str:
+        """Delayed entries waiting without an attempt: entry id -> ``gate|limit <domain>``."""
+        return self._key("held")
+
+    @property
     def dead(self) -> str:
         return self._key("dead")
 
@@ -271,6 +283,15 @@ class Keys:
     @property
     def worker_stats(self) -> str:
         return self._key("wstats")
+
+    @property
+    def seen(self) -> str:
+        """Workers seen lately: worker id -> last heartbeat (ms), kept a week."""
+        return self._key("seen")
+
+    def renew_keys(self) -> list[str]:
+        """The keys of renew.lua, in its KEYS order (the optional grant goes after)."""
+        return [self.leased, self.leases, self.workers, self.worker_stats, self.seen]
 
     @property
     def paused(self) -> str:
@@ -354,7 +375,7 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
-        zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers)
+        zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers, self.seen)
         strings = (self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.dlq_alert)
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
@@ -372,6 +393,7 @@ class Keys:
             self.expiries,
             self.delayed,
             self.delayed_score,
+            self.held,
             self.dead,
             self.dead_info,
             self.dead_archived,
@@ -383,6 +405,7 @@ class Keys:
             self.senders,
             self.workers,
             self.worker_stats,
+            self.seen,
             self.paused,
             self.reclaim_guard,
             self.feed_guard,

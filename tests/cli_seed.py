@@ -84,10 +84,10 @@ async def _delayed(url: str, spider: str, rows: list[tuple[str, int, str]]) -> l
         for _, _, fclass in rows
     ]
     leases = await _leased(queue, [u for u, _, _ in rows], metas)
-    delays = {u: d for u, d, _ in rows}
+    by_url = {u: (d, c) for u, d, c in rows}
     for lease in leases:
-        delay = delays[_url_of(lease.payload)]
-        await queue.retry_later(lease.id, lease.token, delay, lease.payload)
+        delay, fclass = by_url[_url_of(lease.payload)]
+        await queue.retry_later(lease.id, lease.token, delay, lease.payload, failure_class=fclass)
     await client.aclose()
     return [lease.id for lease in leases]
 

@@ -191,7 +191,9 @@ async def test_a_checkpoint_that_resumes_at_another_scheme_starts_over(
     ],
 )
 def test_push_refuses_another_scheme_and_pushes_nothing(redis_url, redis_client, request_, url):
-    result = scrapy_ha("push", "schemes", "--create", "http://a.example/", request_, "--redis-url", redis_url)
+    result = scrapy_ha(
+        "push", "schemes", "--create", "http://a.example/", request_, "--redis-url", redis_url
+    )
     assert result.returncode == 1
     refused = [line for line in result.stderr.splitlines() if line.startswith("nothing pushed")]
     assert refused and refused[0].startswith(
@@ -208,7 +210,9 @@ def test_push_follows_the_projects_setting(redis_url, redis_client, tmp_path):
     result = scrapy_ha("push", "schemes", "--create", ENVIRON, "--redis-url", redis_url, env=env)
     assert result.returncode == 0, result.stderr
     assert redis_client.zcard(KEYS.pending) == 1
-    result = scrapy_ha("push", "schemes", "--create", "http://a.example/", "--redis-url", redis_url, env=env)
+    result = scrapy_ha(
+        "push", "schemes", "--create", "http://a.example/", "--redis-url", redis_url, env=env
+    )
     assert result.returncode == 1
     assert "which HA_ALLOWED_SCHEMES (file, https) does not allow" in result.stderr
     (tmp_path / "schemes_settings.py").write_text('HA_ALLOWED_SCHEMES = ["file://"]\n')

@@ -290,7 +290,9 @@ async def delay_one(redis_url: str, url: str, delay_ms: int) -> str:
         await queue.enqueue([NewEntry(b"", 0, encode_request(scrapy.Request(url), None))])
         (lease,) = await queue.lease(1, 30_000)
         payload = encode_request(request, None)
-        assert await queue.retry_later(lease.id, lease.token, delay_ms, payload)
+        assert await queue.retry_later(
+            lease.id, lease.token, delay_ms, payload, failure_class="server"
+        )
         return lease.id
     finally:
         await client.aclose()

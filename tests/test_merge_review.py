@@ -57,7 +57,7 @@ async def test_a_paused_crawl_hands_out_nothing_from_memory(redis_url, site):
 def test_renew_checks_its_arguments_and_keys_before_its_first_write(redis_url):
     client = redis.Redis.from_url(redis_url)
     renew = client.register_script(RENEW_LUA)
-    keys = [KEYS.leased, KEYS.leases, KEYS.workers, KEYS.worker_stats]
+    keys = KEYS.renew_keys()
     with pytest.raises(redis.ResponseError, match="bad arguments"):
         renew(keys=keys, args=["", "w1", 1000, 0, "{}"])
     client.set(KEYS.worker_stats, "garbage")

@@ -59,7 +59,8 @@ COUNTED = [
     ("scrapy_ha_retry_outcomes_total", {"spider": "faults", "outcome": "ok"}, 1),
     ("scrapy_ha_retry_outcomes_total", {"spider": "faults", "outcome": "dead"}, 1),
     ("scrapy_ha_enqueued_total", {"spider": "live"}, 5),
-    ("scrapy_ha_filtered_total", {"spider": "live"}, 1),
+    ("scrapy_ha_filtered_total", {"spider": "live"}, 0),
+    ("scrapy_ha_start_duplicates_total", {"spider": "live"}, 1),
     ("scrapy_ha_retried_total", {"spider": "live", "class": "server"}, 1),
     ("scrapy_ha_dead_lettered_total", {"spider": "live", "class": "gone"}, 1),
     ("scrapy_ha_acked_total", {"spider": "live"}, 0),
@@ -195,7 +196,7 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
             assert value(samples, "scrapy_ha_requests", spider=spider, state=state) == held[state]
         assert value(samples, "scrapy_ha_workers", spider=spider) == held["workers"]
         assert value(samples, "scrapy_ha_fingerprints", spider=spider) == held["fingerprints"]
-        for counter in ("enqueued", "filtered", "acked", "reclaimed", "poison"):
+        for counter in ("enqueued", "filtered", "start_duplicates", "acked", "reclaimed", "poison"):
             exposed = value(samples, f"scrapy_ha_{counter}_total", spider=spider)
             assert exposed == held.get(f"stats:{counter}", 0), counter
         for field, n in held.items():  # every per-class counter Redis holds, as held
@@ -280,7 +281,7 @@ def test_two_real_workers_count_once_and_a_killed_one_shows_as_leases_lost(
     for name in ("enqueued", "acked"):
         assert value(done, f"scrapy_ha_{name}_total", spider="catalogue") == requests, name
     # the survivor's start request, and children of the pages the victim left unfinished
-    assert value(done, "scrapy_ha_filtered_total", spider="catalogue") >= 1
+    assert value(done, "scrapy_ha_start_duplicates_total", spider="catalogue") >= 1
     assert value(done, "scrapy_ha_reclaimed_total", spider="catalogue") > 0
     assert value(done, "scrapy_ha_workers", spider="catalogue") == 0
     for state in ("pending", "leased", "delayed", "dead"):

@@ -65,7 +65,8 @@ async def test_each_transition_counts_once_per_class_and_domain(redis_url):
     await q.ack([b2, a3])  # b2 was retried once: a retry that succeeded
 
     s = read_crawl_stats(redis.Redis.from_url(redis_url), KEYS)
-    assert (s.enqueued, s.filtered, s.acked, s.retried, s.dead_lettered) == (4, 1, 3, 1, 1)
+    assert (s.enqueued, s.filtered, s.acked, s.retried, s.dead_lettered) == (4, 0, 3, 1, 1)
+    assert s.start_duplicates == 1  # a request without a parent page: not a link filtered
     assert (s.retry_ok, s.retry_dead, s.retry_success_rate) == (1, 0, 1.0)
     assert s.retried_by_class == {"server": 1} and s.dead_by_class == {"gone": 1}
     assert s.domains == {
@@ -150,7 +151,8 @@ async def test_start_urls_fed_from_a_list_count_as_enqueued(redis_url):
     entries = [request(u.decode(), fp=b"same-fp") for u in urls]
     assert await q.feed(start, as_set=False, raw=urls, entries=entries) == 1
     s = await read_crawl_stats_async(q.client, KEYS)
-    assert (s.enqueued, s.filtered, s.domains) == (1, 1, {"e.example": {"enqueued": 1}})
+    assert (s.enqueued, s.start_duplicates, s.domains) == (1, 1, {"e.example": {"enqueued": 1}})
+    assert s.filtered == 0  # a start URL fed twice is a duplicate start request
     await q.client.aclose()
 
 

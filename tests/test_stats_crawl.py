@@ -83,6 +83,7 @@ async def test_counters_after_a_crawl_with_retries_and_dead_letters(redis_url, r
     assert shown["totals"] == {
         "enqueued": 7,
         "filtered": 0,
+        "start_duplicates": 0,
         "acked": 4,
         "reclaimed": 0,
         "poison": 0,
@@ -128,7 +129,7 @@ async def test_counters_after_a_catalogue_crawl_count_children(redis_url, redis_
     again = get_crawler(CatalogueSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
     await again.crawl_async(base_url=site.url)
     s = read_crawl_stats(redis_client, Keys("ha", "catalogue"))
-    assert (s.enqueued, s.acked, s.filtered) == (55, 55, 1)
+    assert (s.enqueued, s.acked, s.filtered, s.start_duplicates) == (55, 55, 0, 1)
 
 
 #: Seconds a ``--watch`` test waits for refreshes, then for the exit after Ctrl-C.

@@ -3,7 +3,8 @@
 What it reads: the live counts per state; the dead-letter queue's entries dead-lettered in
 the window (their times are in the dead sorted set), by class, domain and reason; the
 crawl-wide counters the workers keep in Redis (totals and per-minute buckets, kept for a
-day), when the crawl has them; the workers seen in the window (heartbeats). Times come from
+day), when the crawl has them; the workers seen in the window (their last heartbeats, kept a
+week whether they are alive or gone). Times come from
 the Redis server's clock, the one the workers stamp with.
 """
 
@@ -50,7 +51,9 @@ class Report:
     dead_by_class: dict[str, int]
     top_domains: list[tuple[str, int]]
     top_reasons: list[tuple[str, int]]
+    #: The workers whose last heartbeat is in the window (alive or gone), and when.
     workers_seen: list[str] = field(default_factory=list)
+    workers_last_seen: dict[str, str] = field(default_factory=dict)
 
 
 def _window_events(stats: CrawlStats, window_s: int) -> dict[str, int | None]:
@@ -116,8 +119,10 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     window = _window_events(stats, window_s)
     dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms)
     window["dead"] = dead  # the dead-letter queue's own times: right for any window
-    # heartbeats that had not expired by the window's start (a worker that left is gone)
-    workers = await client.zrangebyscore(keys.workers, since_ms, "+inf")
+    # every worker whose last heartbeat is in the window, gone or alive (renew.lua keeps
+    # them a week in ``seen``; a worker that left is no longer in ``workers``)
+    seen = await client.zrangebyscore(keys.seen, since_ms, "+inf", withscores=True)
+    last = {(w.decode() if isinstance(w, bytes) else w): int(t) for w, t in seen}
     states = {
         "pending": stats.pending,
         "leased": stats.leased,
@@ -137,7 +142,8 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
         dead_by_class=dict(by_class.most_common()),
         top_domains=domains.most_common(TOP),
         top_reasons=reasons.most_common(TOP),
-        workers_seen=sorted(w.decode() if isinstance(w, bytes) else w for w in workers),
+        workers_seen=sorted(last),
+        workers_last_seen={w: local_time(t) for w, t in sorted(last.items())},
     )
 
 
@@ -150,6 +156,10 @@ def _rate(report: Report) -> str:
     return "n/a" if rate is None else f"{rate:.0%}"
 
 
+def _last_seen(r: Report) -> str:
+    return ", ".join(f"{w} last seen {r.workers_last_seen.get(w, '?')}" for w in r.workers_seen)
+
+
 def as_text(r: Report) -> str:
     lines = [
         f"scrapy-ha report of {r.spider}: {r.since} .. {r.until}",
@@ -160,7 +170,7 @@ def as_text(r: Report) -> str:
         "top domains:   " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
         "top reasons:   " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
         f"workers seen:  {len(r.workers_seen)}"
-        + (f" ({', '.join(r.workers_seen)})" if r.workers_seen else ""),
+        + (f" ({_last_seen(r)})" if r.workers_seen else ""),
     ]
     return "\n".join(lines)
 
@@ -178,7 +188,7 @@ def as_markdown(r: Report) -> str:
     out += [f"| {k} | {v} |" for k, v in r.top_domains]
     out += ["", "| reason | dead |", "|---|---:|"]
     out += [f"| {k.replace('|', '/')} | {v} |" for k, v in r.top_reasons]
-    out += ["", f"Workers seen: {len(r.workers_seen)} " + ", ".join(r.workers_seen)]
+    out += ["", f"Workers seen: {len(r.workers_seen)} " + _last_seen(r)]
     return "\n".join(out)
 
 

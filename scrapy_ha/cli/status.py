@@ -41,6 +41,8 @@ RATE_WINDOWS = (1, 5, 60)
 #: The window of the ack rate the ETA divides by: long enough to smooth a slow page or a
 #: pause between batches, short enough to follow a crawl that speeds up or slows down.
 ETA_WINDOW = 5
+#: The counters of the ``totals`` line (the rest have lines of their own).
+TOTALS = ("enqueued", "filtered", "start_duplicates", "acked", "reclaimed", "poison")
 #: Terminal controls: cursor home, clear to the end of the line, clear the rest of the screen,
 #: clear the whole screen. Drawing over the last frame line by line (instead of clearing first)
 #: keeps the screen from flickering.
@@ -190,7 +192,7 @@ def text(stats: CrawlStats, domains: int = TOP_DOMAINS) -> list[str]:
             dead=stats.dead,
             fingerprints=stats.fingerprints,
         ),
-        _row("totals", **{name: stats.counter(name) for name in COUNTERS[:5]}),
+        _row("totals", **{name: stats.counter(name) for name in TOTALS}),
         _row("operator", requeued=stats.requeued, purged=stats.purged),
         _per_class("retried", stats.retried, stats.retried_by_class) + _success(stats),
         _per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),

@@ -31,7 +31,12 @@ logger = logging.getLogger(__name__)
 #: Counters of the stats hash exported one metric each: (field, metric, help).
 COUNTERS = (
     ("enqueued", "enqueued", "Requests added to the queue (duplicates not counted)."),
-    ("filtered", "filtered", "Requests refused at enqueue as duplicates."),
+    ("filtered", "filtered", "Links of pages refused at enqueue as duplicates."),
+    (
+        "start_duplicates",
+        "start_duplicates",
+        "Start (or pushed) requests the crawl had queued already: another worker's.",
+    ),
     ("acked", "acked", "Requests done: processed completely and removed from Redis."),
     ("reclaimed", "reclaimed", "Leases that expired and went back to pending (worker lost)."),
     ("poison", "poison", "Requests dead-lettered because too many of their leases expired."),

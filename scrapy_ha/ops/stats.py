@@ -7,7 +7,8 @@ are the Redis server's. The keys (see :mod:`scrapy_ha.keys`):
 
 - ``stats``: counters that only ever increase (``enqueued``, ``acked``, ``dead:<class>``...);
 - ``stats:min``: per-minute buckets ``<event>:<minute>`` of ``acked``, ``enqueued``,
-  ``retried`` and ``dead``, kept for a day, for rates;
+  ``retried``, ``dead``, ``requeued`` and ``purged``, and of ``retried:<class>`` and
+  ``dead:<class>``, kept for a day, for rates and charts;
 - ``stats:domain``: ``<domain>\\t<event>`` counts of ``enqueued``, ``acked``, ``retried``
   and ``dead``.
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 COUNTERS = (
     "enqueued",
     "filtered",
+    "start_duplicates",
     "acked",
     "reclaimed",
     "poison",
@@ -124,6 +126,12 @@ class CrawlStats(Counts):
     @property
     def filtered(self) -> int:
         return self.counter("filtered")
+
+    @property
+    def start_duplicates(self) -> int:
+        """Requests with no parent page (start requests, pushed ones) the crawl had queued
+        already: a second worker's start requests; ``filtered`` counts the links of pages."""
+        return self.counter("start_duplicates")
 
     @property
     def acked(self) -> int:

@@ -69,6 +69,7 @@ def working_keys(keys: Keys) -> list[str]:
         keys.reclaim_guard,
         keys.gates,
         keys.delayed_score,
+        keys.held,
         keys.retried,
         keys.dlq_alert,
         keys.paused,

@@ -130,6 +130,7 @@ class RedisQueue:
             k.sent,
             k.domain_limits,
             k.polite,
+            k.held,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
@@ -178,7 +179,7 @@ class RedisQueue:
             heartbeat_ms=heartbeat_ms,
             stats=worker_stats(len(pairs), rate),
         )
-        reply = await self._renew(keys=[k.leased, k.leases, k.workers, k.worker_stats], args=args)
+        reply = await self._renew(keys=k.renew_keys(), args=args)
         self.live_workers = live_workers(reply)
         return int(reply[1]), lost_pairs(reply)
 
@@ -277,7 +278,7 @@ class RedisQueue:
         """
         k = self.keys
         keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried]
-        keys += [*k.stats_keys(), k.polite]
+        keys += [*k.stats_keys(), k.polite, k.held]
         prio = "" if priority is None else clamp_priority(priority)
         args = [entry_id, token, delay_ms, payload, prio, failure_class]
         return int(await self._retry(keys=keys, args=args))

@@ -271,7 +271,7 @@ class LeaseKeeper:
             heartbeat_ms=self.heartbeat_ms,
             stats=worker_stats(len(self._held), self.rate),
         )
-        names = [keys.leased, keys.leases, keys.workers, keys.worker_stats]
+        names = keys.renew_keys()
         if grant:
             names.append(keys.grant(self.worker))
         return self._script(keys=names, args=args)

@@ -54,7 +54,7 @@ for i = 1, k do
       added = added + 1
       count('enqueued', 1, domain_of(ARGV[a + 2]))
     else
-      count('filtered', 1)
+      count('start_duplicates', 1) -- a start URL the crawl had queued already
     end
   end
 end

@@ -1,6 +1,7 @@
 -- renew: heartbeat of one worker and renewal of all its leases in one call.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] workers  KEYS[4] wstats (worker stats)
--- KEYS[5] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
+-- KEYS[5] seen (lib/seen): worker id -> its last heartbeat, for `scrapy-ha report`
+-- KEYS[6] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
 --         so that leases of a sync whose reply the worker has not read yet do not expire
 -- ARGV[1] lease length (ms)  ARGV[2] worker id  ARGV[3] heartbeat TTL (ms)
 -- ARGV[4] how many of the pairs that follow (the first ones) name requests the worker has
@@ -18,15 +19,17 @@
 --- @include "lease"
 --- @include "number"
 --- @include "types"
+--- @include "seen"
 local lease_ms, heartbeat_ms, n_handed = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if not (lease_ms and heartbeat_ms and n_handed) or #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR renew: bad arguments (lease and heartbeat ms, the count of '
     .. 'handed pairs, the stats, then pairs)')
 end
-local err = wrong_type('renew', KEYS, {'zset', 'hash', 'zset', 'hash'})
+local err = wrong_type('renew', KEYS, {'zset', 'hash', 'zset', 'hash', 'zset'})
 if err then return err end
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + heartbeat_ms, ARGV[2])
+seen_mark(KEYS[5], ARGV[2], now)
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
   redis.call('HDEL', KEYS[4], gone)
 end
@@ -56,11 +59,11 @@ for i = 6, #ARGV, 2 do
     out[#out + 1] = tok
   end
 end
-if KEYS[5] and redis.call('TYPE', KEYS[5])['ok'] == 'hash' then
-  local g = redis.call('HGETALL', KEYS[5])
+if KEYS[6] and redis.call('TYPE', KEYS[6])['ok'] == 'hash' then
+  local g = redis.call('HGETALL', KEYS[6])
   for i = 1, #g, 2 do
     if not (done[g[i]] and done[g[i]][g[i + 1]]) then renew(g[i], g[i + 1]) end
   end
-  redis.call('PEXPIRE', KEYS[5], lease_ms)
+  redis.call('PEXPIRE', KEYS[6], lease_ms)
 end
 return out

@@ -5,6 +5,7 @@
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] delayed  KEYS[4] delayed_sc  KEYS[5] payload
 -- KEYS[6] retried  KEYS[7] stats  KEYS[8] stats:min  KEYS[9] stats:domain (lib/stats)
 -- KEYS[10] polite (lib/polite: the lease's concurrency slot is freed)
+-- KEYS[11] held (lib/held): a deferral is marked as waiting for its domain's gate
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] delay (ms)  ARGV[4] new payload ('' = keep)
 -- ARGV[5] priority ('' = keep the original's), clamped (lib/priority)
 -- ARGV[6] failure class of the retry ('' = a deferral without an attempt: not a retry, not
@@ -17,12 +18,13 @@
 --- @include "number"
 --- @include "stats"
 --- @include "polite"
+--- @include "held"
 local delay, prio = tonumber(ARGV[3]), tonumber(ARGV[5] or '')
 if not delay or ((ARGV[5] or '') ~= '' and not prio) then
   return redis.error_reply('ERR retry: delay and priority must be numbers')
 end
 local err = wrong_type('retry', KEYS,
-  {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash'})
+  {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 local v = lease_current(KEYS[2], ARGV[1], ARGV[2])
 if not v then
@@ -46,6 +48,8 @@ local class = ARGV[6] or ''
 if class ~= '' then
   add(KEYS[6], ARGV[1], 1)
   count('retried', 1, lease_domain(v), class)
+else
+  held_mark(KEYS[11], ARGV[1], 'gate', lease_domain(v))
 end
 polite_write(KEYS[10])
 write_stats(KEYS[7], KEYS[8], KEYS[9], now)

@@ -18,7 +18,9 @@
 -- KEYS[18] paused (set by `scrapy-ha pause`: nothing is leased)
 -- KEYS[19] sent: a worker's nonce -> the number of its newest child stored (see below)
 -- KEYS[20] limits     KEYS[21] polite (lib/polite: per-domain limits and their state)
--- KEYS[22] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[22] held (lib/held): why a delayed entry waits without an attempt: an entry held
+--          back here for its domain's limits is marked, a promoted entry's mark goes
+-- KEYS[23] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
@@ -64,7 +66,8 @@
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
 --   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
 --   roots_seen: requests without a parent (start requests) the dupefilter had seen, so
---   that a worker joining a crawl can say how many of its start requests were not new;
+--   that a worker joining a crawl can say how many of its start requests were not new
+--   (counted as start_duplicates, apart from the links of pages, counted as filtered);
 --   payload '' when the entry has no payload: the worker dead-letters it as corrupt;
 --   expiries: how many of the entry's leases expired before, so the worker can run a
 --   suspect alone and only the request that kills workers is counted as poison;
@@ -85,6 +88,7 @@
 --- @include "stats"
 --- @include "polite"
 --- @include "release"
+--- @include "held"
 -- SCAN_FACTOR: pending entries looked at per lease wanted when limits are in force: a few
 -- limited requests at the head cost no lease, a queue full of them costs a bounded scan.
 local SCAN_FACTOR = 4
@@ -129,7 +133,8 @@ for i = 1, n_enq do
 end
 
 local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
-  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash'})
+  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
+  'hash'})
 if err then return err end
 if expect_id then
   local have = tonumber(redis.call('HGET', KEYS[19], expect_id)) or 0
@@ -180,9 +185,13 @@ if n_enq > 0 then
       added = added + 1
       count('enqueued', 1, domain_of(r.payload))
     else
-      count('filtered', 1)
       if r.tid then dropped[#dropped + 1] = r.tid end
-      if not r.pid then roots_seen = roots_seen + 1 end
+      if r.pid then
+        count('filtered', 1)
+      else
+        roots_seen = roots_seen + 1
+        count('start_duplicates', 1)
+      end
     end
   end
   local newest = {}
@@ -252,7 +261,7 @@ local function set_aside(m)
 end
 
 -- The grant: the pairs this call leases (taken requests included), for the lease keeper.
-local grant = (n_lease > 0 or #taken > 0) and KEYS[22] or nil
+local grant = (n_lease > 0 or #taken > 0) and KEYS[23] or nil
 if grant then
   redis.call('DEL', grant)
   for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end
@@ -265,6 +274,7 @@ if n_lease > 0 then
     back_to_pending(KEYS[1], KEYS[2], id, sc)
     redis.call('ZREM', KEYS[8], id)
     redis.call('HDEL', KEYS[9], id)
+    held_clear(KEYS[22], id)
   end
   local polite = polite_open(KEYS[20], KEYS[21], now, lease_ms)
   local scan = polite and n_lease * SCAN_FACTOR or n_lease
@@ -285,6 +295,7 @@ if n_lease > 0 then
         redis.call('HSET', KEYS[2], id, payload)
         redis.call('ZADD', KEYS[8], due, id)
         redis.call('HSET', KEYS[9], id, sc)
+        held_mark(KEYS[22], id, 'limit', domain)
         parked = parked + 1
       else
         tbase = tbase or take(KEYS[10], n_lease)

@@ -2,15 +2,23 @@
 -- extra round trip; the reader is scrapy_ha/ops/stats.py). A script tallies its events in memory
 -- with count() and writes them once, at its end, with write_stats(): one HINCRBY per counter
 -- that moved, however many requests the call handled.
---   stats   hash: counter -> total (enqueued, filtered, acked, reclaimed, poison, retried,
---           retried:<class>, dead, dead:<class>, retry_ok, retry_dead, requeued, purged)
+--   stats   hash: counter -> total (enqueued, filtered, start_duplicates, acked, reclaimed,
+--           poison, retried, retried:<class>, dead, dead:<class>, retry_ok, retry_dead,
+--           requeued, purged)
 --   minutes hash: '<event>:<minute>' -> count in that minute (minute = server ms // 60000)
---           for the events of MINUTE_EVENTS; '<event>:last' -> the newest such minute
+--           for the events of MINUTE_EVENTS, and '<event>:<class>:<minute>' for those of
+--           CLASS_MINUTE_EVENTS; '<name>:last' -> the newest minute of each
 --   domains hash: '<domain>\t<event>' -> count, for the events of DOMAIN_EVENTS
 --- @include "time"
 
--- MINUTE_EVENTS: the events with per-minute buckets (rates, an ETA).
-local MINUTE_EVENTS = {acked = true, enqueued = true, retried = true, dead = true}
+-- MINUTE_EVENTS: the events with per-minute buckets (rates, an ETA, the dashboard's charts;
+-- requeued and purged say what an operator did today).
+local MINUTE_EVENTS = {acked = true, enqueued = true, retried = true, dead = true,
+  requeued = true, purged = true}
+-- CLASS_MINUTE_EVENTS: events whose per-class counters have per-minute buckets too (the
+-- dashboard's retries and dead letters per minute by class): a bucket per class that
+-- occurred in a minute, a dozen classes at most.
+local CLASS_MINUTE_EVENTS = {retried = true, dead = true}
 -- DOMAIN_EVENTS: the events counted per domain.
 local DOMAIN_EVENTS = {acked = true, enqueued = true, retried = true, dead = true}
 -- MINUTES_KEPT: buckets are kept for a day, the longest rate window a reader asks for.
@@ -90,7 +98,8 @@ local function write_stats(stats, minutes, domains, now)
   local minute = math.floor(now / 60000)
   for name, n in pairs(TALLY) do
     add(stats, name, n)
-    if MINUTE_EVENTS[name] and add(minutes, name .. ':' .. minute, n) == n then
+    local bucketed = MINUTE_EVENTS[name] or CLASS_MINUTE_EVENTS[string.match(name, '^(%a+):')]
+    if bucketed and add(minutes, name .. ':' .. minute, n) == n then
       prune(minutes, name, minute)
     end
   end
