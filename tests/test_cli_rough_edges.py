@@ -4,6 +4,7 @@ name refused instead of making a crawl, errors written for a shell, one time for
 
 from __future__ import annotations
 
+import json
 import re
 import resource
 import subprocess
@@ -11,11 +12,17 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
+import redis.asyncio
+from scrapy import Request
 
 from scrapy_ha.cli import grammar
+from scrapy_ha.codec import encode_request
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE
+from scrapy_ha.keys import Keys
 from scrapy_ha.ops.display import TIME_FORMAT
-from tests.cli_seed import ROOT, SCRAPY_HA, dead_letters, scrapy_ha
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
+from tests.cli_seed import ROOT, SCRAPY_HA, _run, dead_letters, scrapy_ha
 
 if TYPE_CHECKING:
     import argparse
@@ -173,3 +180,33 @@ def test_every_command_prints_times_in_one_format(redis_url):
         assert LOCAL_TIME.search(out), (name, out)
         # no ISO "T", no time zone name or offset after a time
         assert not re.search(r"\d\dT\d\d|:\d\d[+-]\d\d:?\d\d|:\d\d [A-Z]{3,4}\b", out), (name, out)
+
+
+async def _gated(url: str) -> None:
+    """Spider ``shop``: 4 done now, 1 retry due in an hour, 3 requests deferred for the
+    closed gate of shop.example, due in 20 minutes."""
+    client = redis.asyncio.Redis.from_url(url)
+    queue = RedisQueue(client, Keys("ha", "shop"))
+    urls = [f"http://shop.example/{i}" for i in range(8)]
+    await queue.enqueue([NewEntry(u.encode(), 0, encode_request(Request(u), None)) for u in urls])
+    leases = await queue.lease(8, 600_000)
+    await queue.ack([(x.id, x.token) for x in leases[:4]])
+    await queue.retry_later(leases[4].id, leases[4].token, 3_600_000, b"", failure_class="server")
+    await queue.close_gate("shop.example", 1_200_000)
+    for x in leases[5:]:
+        await queue.retry_later(x.id, x.token, 1_200_000, b"")
+    await client.aclose()
+
+
+def test_status_and_delayed_list_say_what_waits_for_a_gate_and_count_it_in_the_eta(redis_url):
+    _run(_gated(redis_url))
+    status = scrapy_ha("status", "shop", "--redis-url", redis_url).stdout
+    assert "delayed  4: 1 retry, 3 waiting for a closed gate (shop.example 3)" in status
+    eta = next(line for line in status.splitlines() if line.strip().startswith("eta"))
+    assert re.search(r"eta  (5\dm|1h) ", eta), eta  # the retry due in an hour: not minutes
+    doc = json.loads(scrapy_ha("status", "shop", "--json", "--redis-url", redis_url).stdout)
+    assert doc["waiting"]["gate"] == {"shop.example": 3} and doc["waiting"]["retries"] == 1
+    assert doc["eta_seconds"] >= 3000
+    listed = scrapy_ha("delayed", "list", "shop", "--class", "gate", "--redis-url", redis_url)
+    rows = listed.stdout.splitlines()[1:-1]
+    assert len(rows) == 3 and all(row.split()[5] == "gate" for row in rows), listed.stdout

@@ -23,7 +23,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import encode_request
-from scrapy_ha.dashboard import _data
+from scrapy_ha.dashboard import _tables
 from scrapy_ha.dashboard._guard import CSRF_COOKIE
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys
@@ -349,8 +349,8 @@ async def test_retry_now_makes_a_delayed_retry_due_and_pause_resume_say_what_cha
 
 
 def test_a_rare_filter_stops_after_its_scan_limit_and_the_cursor_goes_on(redis_client, monkeypatch):
-    monkeypatch.setattr(_data, "SCAN_LIMIT", 1)  # one batch per page
-    monkeypatch.setattr(_data, "BATCH", 1000)
+    monkeypatch.setattr(_tables, "SCAN_LIMIT", 1)  # one batch per page
+    monkeypatch.setattr(_tables, "BATCH", 1000)
     seed_dead(redis_client, 3000)
     with dashboard(_url(redis_client)) as http:
         params = {"class": "rare", "size": 50}

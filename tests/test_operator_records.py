@@ -90,9 +90,7 @@ async def test_retries_dead_letters_and_operators_are_counted_per_minute_and_cla
 
 
 @deferred_f_from_coro_f
-async def test_the_report_names_the_workers_of_its_window_after_they_left(
-    redis_url, monkeypatch
-):
+async def test_the_report_names_the_workers_of_its_window_after_they_left(redis_url, monkeypatch):
     monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
     for _ in range(2):  # two workers, one after the other: both gone when the report runs
         crawler = get_crawler(CatalogueSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})

@@ -1,4 +1,5 @@
-"""``scrapy-ha delayed list`` / ``delayed retry-now``: retries waiting for their time.
+"""``scrapy-ha delayed list`` / ``delayed retry-now``: retries waiting for their time, and
+requests held back without an attempt (a closed domain gate, a domain's limits).
 
 A retry waits in the crawl's ``delayed`` sorted set (score: its due time, Redis ms) until a
 worker's sync promotes it to pending. ``retry-now`` sets the due time of the chosen entries
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Entries read per round trip.
 BATCH = 500
+#: Why a request waits in the delayed set without an attempt (its class in the listing).
+HELD = ("gate", "limit")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,9 @@ class Delayed:
         return urlsplit(self.url).hostname or ""
 
 
-def _parse(entry_id: str, due: float, payload: bytes | None) -> Delayed:
+def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None) -> Delayed:
+    """A delayed entry: a retry has the class of its last attempt, a request that waits
+    without an attempt ``gate`` or ``limit`` (why it waits: see ``store/lua/lib/held.lua``)."""
     summary = describe(payload)
     meta = summary.document.get(META)
     meta = meta if isinstance(meta, dict) else {}
@@ -58,6 +63,8 @@ def _parse(entry_id: str, due: float, payload: bytes | None) -> Delayed:
         sum(v for v in retries.values() if isinstance(v, int)) if isinstance(retries, dict) else 0
     )
     fclass = last.get("class") if isinstance(last, dict) else None
+    why = (held or b"").split(b" ", 1)[0].decode()
+    fclass = why if why in HELD else fclass
     return Delayed(entry_id, int(due), str(fclass or "-"), attempts, summary.url or "?")
 
 
@@ -81,7 +88,11 @@ async def _shard_entries(queue: RedisQueue) -> list[Delayed]:
             return found
         ids = [r[0].decode() if isinstance(r[0], bytes) else str(r[0]) for r in rows]
         payloads = await queue.client.hmget(queue.keys.payload, ids)
-        found += [_parse(i, score, p) for (_, score), i, p in zip(rows, ids, payloads, strict=True)]
+        marks = await queue.client.hmget(queue.keys.held, ids)
+        found += [
+            _parse(i, score, p, m)
+            for (_, score), i, p, m in zip(rows, ids, payloads, marks, strict=True)
+        ]
         start += len(rows)
 
 

@@ -169,8 +169,7 @@ def as_text(r: Report) -> str:
         "dead by class: " + (", ".join(f"{k} {v}" for k, v in r.dead_by_class.items()) or "-"),
         "top domains:   " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
         "top reasons:   " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
-        f"workers seen:  {len(r.workers_seen)}"
-        + (f" ({_last_seen(r)})" if r.workers_seen else ""),
+        f"workers seen:  {len(r.workers_seen)}" + (f" ({_last_seen(r)})" if r.workers_seen else ""),
     ]
     return "\n".join(lines)
 

@@ -18,6 +18,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from scrapy_ha.cli.common import plural
 from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
@@ -29,7 +30,9 @@ from scrapy_ha.ops.stats import (
     CrawlStats,
     read_crawl_stats_async,
 )
+from scrapy_ha.ops.waiting import ETA_WINDOW, Waiting, eta, read_waiting
 from scrapy_ha.store.health import redis_health
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     import argparse
@@ -38,9 +41,6 @@ if TYPE_CHECKING:
 
 #: The rate windows shown, in minutes: the last minute, a smoothed recent rate, the hour.
 RATE_WINDOWS = (1, 5, 60)
-#: The window of the ack rate the ETA divides by: long enough to smooth a slow page or a
-#: pause between batches, short enough to follow a crawl that speeds up or slows down.
-ETA_WINDOW = 5
 #: The counters of the ``totals`` line (the rest have lines of their own).
 TOTALS = ("enqueued", "filtered", "start_duplicates", "acked", "reclaimed", "poison")
 #: Terminal controls: cursor home, clear to the end of the line, clear the rest of the screen,
@@ -104,16 +104,17 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         out.write(CLEAR_SCREEN)
     while stop is None or not stop.is_set():
         stats = await read_crawl_stats_async(queue.client, queue.keys, domains=args.domains > 0)
+        waiting = await read_waiting(queue.client, [s.keys for s in shards_of(queue)])
         paused = await paused_since(queue)
         health = await redis_health(queue.client)
         limits, held = await _politeness(queue)
         if args.json:
-            doc = {**as_json(stats, args.domains), "paused": paused, "redis": health}
+            doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
             doc["domain_slots"] = held
             out.write(json.dumps(doc) + "\n")
         else:
-            lines = text(stats, args.domains)
+            lines = text(stats, waiting, args.domains)
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             if limits:
@@ -146,7 +147,7 @@ def _draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:
 # -- JSON --------------------------------------------------------------------------------
 
 
-def as_json(stats: CrawlStats, domains: int = TOP_DOMAINS) -> dict[str, Any]:
+def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> dict[str, Any]:
     """The status as one JSON object (stable keys: see docs/reference.md)."""
     return {
         "spider": stats.spider,
@@ -165,7 +166,13 @@ def as_json(stats: CrawlStats, domains: int = TOP_DOMAINS) -> dict[str, Any]:
             event: {f"{m}m": round(stats.rate(event, m), 2) for m in RATE_WINDOWS}
             for event in MINUTE_EVENTS
         },
-        "eta_seconds": _rounded(stats.eta_seconds(ETA_WINDOW)),
+        "eta_seconds": _rounded(eta(stats, waiting).seconds),
+        "waiting": {
+            "retries": waiting.retries,
+            "gate": waiting.held.get("gate", {}),
+            "limit": waiting.held.get("limit", {}),
+            "last_due": waiting.last_due_ms,
+        },
         "domains": [
             {"domain": d, **{e: counts.get(e, 0) for e in DOMAIN_EVENTS}}
             for d, counts in stats.top_domains(domains)
@@ -180,7 +187,7 @@ def _rounded(value: float | None) -> float | None:
 # -- text --------------------------------------------------------------------------------
 
 
-def text(stats: CrawlStats, domains: int = TOP_DOMAINS) -> list[str]:
+def text(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> list[str]:
     """The status as lines of text, for a terminal."""
     lines = [
         f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
@@ -197,7 +204,8 @@ def text(stats: CrawlStats, domains: int = TOP_DOMAINS) -> list[str]:
         _per_class("retried", stats.retried, stats.retried_by_class) + _success(stats),
         _per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),
         *(_rates(stats, event) for event in MINUTE_EVENTS),
-        f"{'eta':>13}  {_eta(stats)}",
+        *_waiting(waiting),
+        f"{'eta':>13}  {_eta(stats, waiting)}",
     ]
     return lines + _domains(stats, domains)
 
@@ -223,13 +231,29 @@ def _rates(stats: CrawlStats, event: str) -> str:
     return f"{event + '/min':>13}  {rates}"
 
 
-def _eta(stats: CrawlStats) -> str:
-    eta = stats.eta_seconds(ETA_WINDOW)
-    if eta is None:
-        return f"unknown: {stats.active:,} left, nothing acked in the last {ETA_WINDOW} minutes"
-    if not stats.active:
+def _waiting(waiting: Waiting) -> list[str]:
+    """What the delayed set holds, by why: retries, a closed gate, a domain's limits."""
+    if not waiting.delayed:
+        return []
+    parts = [plural(waiting.retries, "retry", "retries")]
+    for kind, why in (("gate", "waiting for a closed gate"), ("limit", "held by domain limits")):
+        if n := waiting.held_by(kind):
+            domains = ", ".join(f"{d} {c:,}" for d, c in sorted(waiting.held[kind].items()))
+            parts.append(f"{n:,} {why} ({domains})")
+    last = f"; the last due {local_time(waiting.last_due_ms)}" if waiting.last_due_ms else ""
+    return [f"{'delayed':>13}  {waiting.delayed:,}: " + ", ".join(parts) + last]
+
+
+def _eta(stats: CrawlStats, waiting: Waiting) -> str:
+    found = eta(stats, waiting)
+    if not found.left:
         return "nothing left"
-    return f"{humanize(eta)} ({stats.active:,} left at the ack rate of the last {ETA_WINDOW}m)"
+    if found.seconds is None:
+        return f"unknown: {found.left:,} left, nothing acked in the last {ETA_WINDOW} minutes"
+    return (
+        f"{humanize(found.seconds)} ({found.left:,} left at the ack rate of the last "
+        f"{ETA_WINDOW}m, delayed work not before it is due)"
+    )
 
 
 def _domains(stats: CrawlStats, n: int) -> list[str]:

@@ -18,8 +18,10 @@ from scrapy_ha.codec.document import (
     BODY,
     BYTES_TAG,
     CALLBACK,
+    CLASS,
     DICT_TAG,
     ERRBACK,
+    EXTRA,
     FIELDS,
     HEADERS,
     META,
@@ -61,6 +63,28 @@ class RequestSummary:
         """The stored document fit to print: secrets masked, the body left out (print
         :attr:`body` in a form a reader can read)."""
         shown: dict[str, Any] = mask_payload({k: v for k, v in self.document.items() if k != BODY})
+        return shown
+
+    def shown(self) -> dict[str, Any]:
+        """The request as an operator reads it, by Scrapy's attribute names (``method``,
+        ``url``, ``headers``, ``cookies``, ``meta``, ``cb_kwargs``, ``flags``,
+        ``dont_filter``, ``encoding``, ``class``...), secrets masked; only what differs
+        from Scrapy's defaults, the body left out (see :attr:`shown_body`). Values that
+        plain JSON cannot hold stay in their stored, tagged form."""
+        masked = self.printable()
+        shown: dict[str, Any] = {
+            "method": self.method,
+            "url": masked.get(URL),
+            "callback": self.callback,
+            "errback": self.errback,
+            "priority": self.priority,
+        }
+        for attr, key, _default in FIELDS:
+            if key in masked and attr not in shown and key != BODY:
+                shown[attr.removeprefix("_")] = masked[key]
+        for attr, key in (("headers", HEADERS), ("class", CLASS), ("attributes", EXTRA)):
+            if key in masked:
+                shown[attr] = masked[key]
         return shown
 
     @property

@@ -1,4 +1,5 @@
-"""What the dashboard's buttons do: the same functions the ``scrapy-ha`` commands call.
+"""What the dashboard's buttons do: the same functions the ``scrapy-ha`` commands call, on
+every shard of a sharded crawl (ids as workers show them: ``<shard>:<id>`` beyond shard 0).
 
 Each action names the table it acts on (``dead``, ``delayed`` or none for a whole crawl),
 the word that reports it ("requeued 3 of 3 entries") and the function that does it.
@@ -10,8 +11,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.ops import operations
+from scrapy_ha.ops.shards import dead_letters
 from scrapy_ha.store.queue import RedisQueue
 
 #: An action's work: the crawl's queue and the selected entry ids -> how many it touched.
@@ -43,11 +44,11 @@ async def _resume(queue: RedisQueue, ids: list[str]) -> int:
 
 
 async def _requeue(queue: RedisQueue, ids: list[str]) -> int:
-    return await DeadLetterQueue(queue).requeue(ids)
+    return await dead_letters(queue).requeue(ids)
 
 
 async def _purge(queue: RedisQueue, ids: list[str]) -> int:
-    return await DeadLetterQueue(queue).purge(ids)
+    return await dead_letters(queue).purge(ids)
 
 
 ACTIONS: dict[str, Action] = {

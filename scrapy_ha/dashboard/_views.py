@@ -1,8 +1,10 @@
-"""What the dashboard's pages and its ``/api/`` show: every crawl's summary, a crawl's
-numbers, a page of a table (dead letters, delayed retries) and one entry, read from Redis."""
+"""What the dashboard's pages and its ``/api/`` show: every crawl's summary (how far it
+is, how fast it goes, what waits and why), a crawl's numbers, a page of a table (dead
+letters, delayed entries) and one entry, read from Redis; a sharded crawl as one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -10,19 +12,11 @@ from fastapi import HTTPException, Request
 
 from scrapy_ha.codec import describe
 from scrapy_ha.codec.masking import mask_value
-from scrapy_ha.dashboard._chart import rate_chart
-from scrapy_ha.dashboard._data import (
-    CHART_MINUTES,
-    Filter,
-    Page,
-    Tables,
-    body_text,
-    crawl_names,
-    crawl_stats,
-    open_gates,
-    today_ms,
-)
+from scrapy_ha.dashboard._chart import WINDOWS, Window, rate_chart
+from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_gates, today_ms
+from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import layout_keys
@@ -36,32 +30,43 @@ PAGE_SIZE, MAX_PAGE_SIZE = 50, 500
 TOP_DOMAINS = 20
 #: Duration suffixes accepted by the time filters ("24h": the last 24 hours).
 DURATIONS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-#: The tables: which set they page, which end comes first.
-TABLES = {"dead": True, "delayed": False}  # newest dead letter first; soonest retry first
+#: The tables: which end comes first.
+TABLES = {"dead": True, "delayed": False}  # newest dead letter first; soonest delayed first
+#: Events counted "today" on a crawl page (from the per-minute buckets, kept a day).
+TODAY = ("acked", "retried", "dead", "requeued", "purged")
 
 
 async def crawl_keys(request: Request, spider: str) -> Keys:
     """The crawl's keys; a sharded crawl's are shard 0's, where its crawl-wide keys are (its
-    numbers are read from every shard: see :func:`scrapy_ha.stats.read_crawl_stats`)."""
+    numbers are read from every shard: see :func:`shard_keys`)."""
     keys = Keys(request.app.state.prefix, spider)
     stored = await request.app.state.client.get(keys.shard_count)
     return layout_keys(keys.prefix, spider, stored)
 
 
-def one_shard(keys: Keys) -> None:
-    """The dead and delayed tables read one shard: refused for a sharded crawl."""
-    if keys.shard is not None:
-        raise HTTPException(
-            409,
-            f"the dashboard's tables do not read sharded crawls yet ({keys.spider} has "
-            f"HA_SHARDS={keys.shards}): use `scrapy-ha dlq list {keys.spider}`",
-        )
+def shard_keys(keys: Keys) -> list[Keys]:
+    """The keys of every shard the crawl has keys on (itself when it is not sharded)."""
+    return keys.every_shard()
 
 
-# -- reading --------------------------------------------------------------------------------
+def window_of(request: Request) -> Window:
+    """The charts' window of the page (``?window=hour`` or ``day``)."""
+    name = request.query_params.get("window") or "hour"
+    if name not in WINDOWS:
+        raise HTTPException(400, f"window={name!r}: hour or day")
+    return WINDOWS[name]
 
 
-async def overview_rows(request: Request) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Summary:
+    """A crawl's summary: what the API answers (``data``) and what the charts read."""
+
+    data: dict[str, Any]
+    stats: CrawlStats
+    waiting: Waiting
+
+
+async def overview_rows(request: Request) -> list[Summary]:
     client = request.app.state.client
     crawls = []
     for spider in await crawl_names(client, request.app.state.prefix):
@@ -71,53 +76,70 @@ async def overview_rows(request: Request) -> list[dict[str, Any]]:
     return crawls
 
 
-async def is_paused(client: Any, keys: Keys) -> bool:
-    return bool(await client.exists(keys.paused))
-
-
-async def summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]:
-    chart = rate_chart(stats, CHART_MINUTES)
-    eta = stats.eta_seconds()
-    return {
+async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
+    """How far the crawl is, how fast it goes, what waits and why, and when it ends."""
+    chart = rate_chart(stats, WINDOWS["hour"])
+    waiting = await read_waiting(client, shard_keys(keys))
+    gates = await open_gates(client, keys, stats.now_ms)
+    done = eta(stats, waiting)
+    failed = stats.dead + stats.purged
+    left = stats.pending + stats.leased + waiting.delayed
+    data = {
         "spider": stats.spider,
+        "shards": keys.shards,
         "pending": stats.pending,
         "leased": stats.leased,
         "delayed": stats.delayed,
         "dead": stats.dead,
         "workers": stats.workers,
-        "paused": await is_paused(client, keys),
+        "paused": bool(await client.exists(keys.paused)),
         "pages_per_s": round(chart.last, 2),
-        "pages_per_s_last_hour": [round(v, 3) for v in chart.per_second],
-        "chart_points": chart.points,
-        "chart_peak": round(chart.peak, 2),
-        "eta_s": None if eta is None else round(eta),
+        "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
+        "progress": {
+            "done": stats.acked,
+            "dead": failed,
+            "left": left,
+            "known": stats.acked + failed + left,
+        },
+        "waiting": {
+            "retries": waiting.retries,
+            "gate": waiting.held.get("gate", {}),
+            "limit": waiting.held.get("limit", {}),
+            "last_due": waiting.last_due_ms,
+        },
+        "gates": gates,
+        "eta_s": None if done.seconds is None else round(done.seconds),
         "now": stats.now_ms,
     }
+    return Summary(data, stats, waiting)
 
 
-async def crawl_view(request: Request, spider: str) -> dict[str, Any]:
+async def crawl_view(request: Request, spider: str) -> Summary:
     client = request.app.state.client
     keys = await crawl_keys(request, spider)
     stats = await crawl_stats(client, keys, domains=True)
+    if not (stats.active or stats.dead or stats.counters or stats.workers):
+        if not await RedisQueue(client, keys).exists():
+            raise HTTPException(404, f"no such crawl: no key of spider {spider!r} in Redis")
     now, live = await live_workers(RedisQueue(client, keys))
     midnight_minute = today_ms(stats.now_ms) // 60_000
     today = {
         event: sum(n for m, n in stats.minutes.get(event, {}).items() if m >= midnight_minute)
-        for event in ("retried", "dead", "acked")
+        for event in TODAY
     }
     success = stats.retry_success_rate
-    return {
-        **await summary(client, keys, stats),
-        "pending_retries": stats.delayed,
-        "today": today,
-        "retry_success_rate": None if success is None else round(success, 4),
-        "counters": stats.counters,
-        "retried_by_class": stats.retried_by_class,
-        "dead_by_class": stats.dead_by_class,
-        "domains": dict(stats.top_domains(TOP_DOMAINS)),
-        "gates": await open_gates(client, keys, stats.now_ms),
-        "workers_live": [w.as_dict(now) for w in live],
-    }
+    found = await summary(client, keys, stats)
+    found.data.update(
+        pending_retries=found.waiting.retries,
+        today=today,
+        retry_success_rate=None if success is None else round(success, 4),
+        counters=stats.counters,
+        retried_by_class=stats.retried_by_class,
+        dead_by_class=stats.dead_by_class,
+        domains=dict(stats.top_domains(TOP_DOMAINS)),
+        workers_live=[w.as_dict(now) for w in live],
+    )
+    return found
 
 
 async def server_ms(client: Any) -> int:
@@ -162,35 +184,54 @@ async def filter_from(request: Request, params: Any) -> Filter:
     )
 
 
-def table_key(keys: Keys, table: str) -> str:
+def check_table(table: str) -> str:
     if table not in TABLES:
         raise HTTPException(404, f"no table {table!r}: dead or delayed")
-    return keys.dead if table == "dead" else keys.delayed
+    return table
+
+
+async def tables_of(request: Request, spider: str) -> ShardedTables:
+    keys = await crawl_keys(request, spider)
+    return ShardedTables(request.app.state.client, shard_keys(keys))
 
 
 async def table_page(request: Request, spider: str, table: str) -> tuple[Filter, Page]:
-    keys = await crawl_keys(request, spider)
-    one_shard(keys)
-    key = table_key(keys, table)
+    check_table(table)
+    tables = await tables_of(request, spider)
     q = request.query_params
     flt = await filter_from(request, q)
     size = min(int_param("size", q.get("size")) or PAGE_SIZE, MAX_PAGE_SIZE)
-    tables = Tables(request.app.state.client, keys)
-    cursor = int_param("cursor", q.get("cursor"))
-    return flt, await tables.page(key, flt, cursor=cursor, size=size, newest_first=TABLES[table])
+    cursor = q.get("cursor") or None
+    try:
+        page = await tables.page(table, flt, cursor=cursor, size=size, newest_first=TABLES[table])
+    except ValueError:
+        raise HTTPException(400, f"cursor={cursor!r} is not a page of this table") from None
+    return flt, page
 
 
 async def entry_view(request: Request, spider: str, table: str, entry_id: str) -> dict[str, Any]:
+    check_table(table)
     keys = await crawl_keys(request, spider)
-    one_shard(keys)
-    client = request.app.state.client
-    row = await Tables(client, keys).row(table_key(keys, table), entry_id)
+    row = await ShardedTables(request.app.state.client, shard_keys(keys)).row(table, entry_id)
     if row is None:
         raise HTTPException(404, f"no {table} entry {entry_id} in {spider}")
-    summary = describe(await client.hget(keys.payload, entry_id))
+    shard, local = route(entry_id) if keys.shard is not None else (0, entry_id)
+    payload = await request.app.state.client.hget(shard_keys(keys)[shard].payload, local)
+    stored = describe(payload)
     return {
         **row.as_dict(),
         "history": mask_value(row.history),
-        "request": summary.printable(),  # secrets masked, as in `dlq show`
-        "body": body_text(summary.shown_body),
+        "request": stored.printable(),  # the stored form, secrets masked, as in `dlq show`
+        "shown": stored.shown(),  # the same by Scrapy's names
+        "body": body_text(stored.shown_body),
     }
+
+
+async def urls_of(request: Request, spider: str, table: str, ids: list[str]) -> dict[str, str]:
+    """The URLs (masked) of entries *ids* of *table*, for a confirmation page."""
+    tables = await tables_of(request, spider)
+    found = {}
+    for entry_id in ids:
+        row = await tables.row(table, entry_id)
+        found[entry_id] = row.url if row is not None else "(gone meanwhile)"
+    return found

@@ -21,24 +21,25 @@ from fastapi.templating import Jinja2Templates
 
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action
-from scrapy_ha.dashboard._data import (
-    Filter,
-    Tables,
-    page_json,
-    report,
-)
+from scrapy_ha.dashboard._chart import class_chart, rate_chart
+from scrapy_ha.dashboard._data import report
+from scrapy_ha.dashboard._pages import setup_templates
+from scrapy_ha.dashboard._tables import HELD, Filter, page_json
+from scrapy_ha.dashboard._throttle import LoginThrottle
 from scrapy_ha.dashboard._views import (
     crawl_keys,
     crawl_view,
     entry_view,
     filter_from,
-    one_shard,
     overview_rows,
-    table_key,
     table_page,
+    tables_of,
+    urls_of,
+    window_of,
 )
-from scrapy_ha.ops.display import local_time
+from scrapy_ha.ops.labels import CLASSES
 from scrapy_ha.store.sharding import make_queue
+from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,6 +48,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
+#: Entries a confirmation page names by URL before it only counts the rest (a screenful).
+CONFIRM_LISTED = 20
+#: The classes a table's filter offers: what dead letters and delayed entries may have.
+TABLE_CLASSES = {
+    "dead": [c for c in CLASSES if c not in HELD],
+    "delayed": [c for c in CLASSES if c in (*RETRY_CLASSES, *HELD)],
+}
 
 
 def create_app(
@@ -67,9 +75,8 @@ def create_app(
     app.state.prefix = prefix
     app.state.token = token
     app.state.csrf_secret = _guard.new_secret()
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters["time"] = local_time
-    app.state.templates = templates
+    app.state.templates = setup_templates(Jinja2Templates(directory=str(HERE / "templates")))
+    app.state.login_throttle = LoginThrottle()
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.middleware("http")(_guard_request)
     _routes(app)
@@ -152,15 +159,11 @@ async def _selection(
         return ids
     if flt is None:
         raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
-    keys = await crawl_keys(request, spider)
-    one_shard(keys)
-    return await Tables(request.app.state.client, keys).all_ids(table_key(keys, action.table), flt)
+    return await (await tables_of(request, spider)).all_ids(action.table, flt)
 
 
 async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
     keys = await crawl_keys(request, spider)
-    if action.table is not None:
-        one_shard(keys)
     queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards, span=keys.span)
     touched = await action.run(queue, ids)
     logger.info(
@@ -202,13 +205,24 @@ async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse
     selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
     context = {"spider": spider, "action": action, "selected": selected, "form": form}
     if form.get("confirm") != "yes":
-        return _page(request, "confirm.html", **context)
+        shown = selected[:CONFIRM_LISTED]
+        urls = await urls_of(request, spider, action.table, shown) if action.table else {}
+        return _page(request, "confirm.html", urls=urls, **context)
     touched = await _perform(request, spider, action, selected)
     return _page(request, "done.html", report=report(action, touched, len(selected)), **context)
 
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _throttled(request: Request, target: str, wait: float) -> HTMLResponse:
+    """The login form again, refused: too many wrong tokens from this address lately."""
+    error = f"too many wrong tokens from this address: try again in {wait:.0f} s"
+    page = _page(request, "login.html", next=target, error=error)
+    page.status_code = 429
+    page.headers["Retry-After"] = str(max(1, round(wait)))
+    return page
 
 
 # -- routes ---------------------------------------------------------------------------------
@@ -223,16 +237,29 @@ def _routes(app: FastAPI) -> None:
 def _html_routes(app: FastAPI) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
-        return _page(request, "overview.html", crawls=await overview_rows(request))
+        crawls = await overview_rows(request)
+        charts = {c.data["spider"]: rate_chart(c.stats, window_of(request)) for c in crawls}
+        return _page(
+            request, "overview.html", crawls=[c.data for c in crawls], charts=charts, live=True
+        )
 
     @app.get("/crawls/{spider}", response_class=HTMLResponse)
     async def crawl(request: Request, spider: str) -> HTMLResponse:
+        found, window = await crawl_view(request, spider), window_of(request)
+        charts = [
+            rate_chart(found.stats, window),
+            class_chart(found.stats, "retried", window),
+            class_chart(found.stats, "dead", window),
+        ]
         return _page(
             request,
             "crawl.html",
             spider=spider,
-            crawl=await crawl_view(request, spider),
+            crawl=found.data,
+            charts=charts,
+            window=window,
             pause_actions=True,
+            live=True,
         )
 
     @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
@@ -247,6 +274,7 @@ def _html_routes(app: FastAPI) -> None:
             page=page,
             query=dict(request.query_params),
             actions=[a for a in ACTIONS.values() if a.table == table],
+            classes=TABLE_CLASSES[table],
         )
 
     @app.get("/crawls/{spider}/{table}/{entry_id}", response_class=HTMLResponse)
@@ -271,11 +299,12 @@ def _html_routes(app: FastAPI) -> None:
 def _api_routes(app: FastAPI) -> None:
     @app.get("/api/crawls")
     async def api_crawls(request: Request) -> dict[str, Any]:
-        return {"prefix": request.app.state.prefix, "crawls": await overview_rows(request)}
+        crawls = [c.data for c in await overview_rows(request)]
+        return {"prefix": request.app.state.prefix, "crawls": crawls}
 
     @app.get("/api/crawls/{spider}")
     async def api_crawl(request: Request, spider: str) -> dict[str, Any]:
-        return await crawl_view(request, spider)
+        return (await crawl_view(request, spider)).data
 
     @app.get("/api/crawls/{spider}/{table}")
     async def api_table(request: Request, spider: str, table: str) -> dict[str, Any]:
@@ -303,8 +332,14 @@ def _login_routes(app: FastAPI) -> None:
         target = _str(form.get("next")) or "/"
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
+        throttle: LoginThrottle = request.app.state.login_throttle
+        who = request.client.host if request.client else "?"
+        if wait := throttle.wait(who):  # the token is not even compared
+            return _throttled(request, target, wait)
         if token is None or not _guard.same(_str(form.get("token")), token):
+            throttle.failed(who)
             return _page(request, "login.html", next=target, error="wrong token")
+        throttle.passed(who)
         response = RedirectResponse(target, 303)
         response.set_cookie(
             _guard.SESSION_COOKIE, _guard.session_value(token), httponly=True, samesite="strict"
