@@ -35,7 +35,7 @@ PYTEST_WORKERS ?= 2
 #: `make test` leaves out the long versions of scenarios whose short version it runs.
 SHORT := -m 'not long'
 
-.PHONY: demo demo-deps lint test test-long test-oldest test-latest test-installed bench bench-static chaos deps venv constraints clean
+.PHONY: demo demo-deps lint test test-long test-oldest test-latest test-installed screenshots bench bench-static chaos deps venv constraints clean
 
 # apt_install PACKAGES: install those not installed yet (apt-get update first).
 define apt_install
@@ -101,6 +101,11 @@ test: deps venv
 # The long versions only (the 10,000-item crash), by hand or nightly.
 test-long: deps venv
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m long $(PYTEST_ARGS)
+
+# The dashboard's pictures in the README and docs/dashboard.md, taken by its browser test
+# from the pages of a real crawl (docs/img/dashboard-*.png).
+screenshots: deps venv
+	HA_DOCS_SCREENSHOTS=1 $(BIN)/python -m pytest -q -n 0 tests/test_dashboard_browser.py $(PYTEST_ARGS)
 
 # The oldest supported Scrapy, with everything else pinned as in constraints.txt.
 .venv-oldest/.ready: setup.cfg constraints.txt

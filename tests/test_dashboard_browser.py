@@ -1,11 +1,18 @@
 """The dashboard in a real browser: Debian's headless chromium, driven by Playwright, on a
-real `scrapy-ha dashboard` process over a real Redis holding a real crawl's dead letters.
+real `scrapy-ha dashboard` process over a real Redis holding a real crawl's dead letters,
+and over a live crawl whose site closed its gate with a 429.
 
-Screenshots of every page go to ``.artifacts/dashboard/`` (git-ignored; CI keeps them).
+Screenshots of every page go to ``.artifacts/dashboard/`` (git-ignored; CI keeps them);
+with ``HA_DOCS_SCREENSHOTS=1`` (``make screenshots``) the pages the README and
+docs/dashboard.md show are written to ``docs/img/`` too.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +37,15 @@ pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 #: Where the screenshots go.
 ARTIFACTS = Path(__file__).resolve().parent.parent / ".artifacts" / "dashboard"
+#: The screenshots the docs show, refreshed with HA_DOCS_SCREENSHOTS=1: name -> docs/img file.
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "img"
+FOR_DOCS = {
+    "live-overview": "dashboard-overview.png",
+    "live-crawl": "dashboard-crawl.png",
+    "live-delayed-gate": "dashboard-delayed-gate.png",
+    "dead-letters": "dashboard-dead-letters.png",
+    "entry": "dashboard-entry.png",
+}
 #: Seconds a page gets to load or a step to show its result (a loaded 2-core machine).
 STEP_TIMEOUT_MS = 30_000
 
@@ -82,7 +98,10 @@ def in_thread(func: Callable[[], Any]) -> None:
 
 def shot(page: Any, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("HA_DOCS_SCREENSHOTS") and name in FOR_DOCS:
+        shutil.copyfile(path, DOCS / FOR_DOCS[name])
 
 
 def drive(url: str) -> None:
@@ -95,9 +114,10 @@ def drive(url: str) -> None:
         expect.set_options(timeout=STEP_TIMEOUT_MS)
 
         page.goto(url + "/")
-        row = page.locator("tr[data-spider=faults]")
+        row = page.locator("[data-spider=faults]")
         expect(row).to_be_visible()
         expect(row.locator("svg polyline")).to_have_count(1)
+        expect(row.locator(".progress-text")).to_contain_text("4 of 4 requests finished")
         shot(page, "overview")
 
         row.get_by_role("link", name="faults").click()
@@ -111,7 +131,7 @@ def drive(url: str) -> None:
         page.get_by_role("button", name="Filter").click()
         rows = page.locator("tr[data-id]")
         expect(rows).to_have_count(2)
-        expect(rows.locator("td.cls")).to_have_text(["gone", "gone"])
+        expect(rows.locator("td.cls")).to_have_text(["Gone", "Gone"])
         shot(page, "dead-letters")
 
         chosen = rows.first.get_attribute("data-id")
@@ -132,10 +152,15 @@ def drive(url: str) -> None:
         page.goto(url + "/crawls/faults/dead?class=server")
         page.locator("td.url a").first.click()
         expect(page.locator("table.history tbody tr")).to_have_count(3)
+        expect(page.locator("h1")).to_contain_text("GET http://127.0.0.1")
+        expect(page.locator("#stored")).to_be_hidden()  # the stored form: behind a toggle
         shot(page, "entry")
+        page.get_by_text("The stored form").click()
+        expect(page.locator("#stored")).to_be_visible()
+        shot(page, "entry-stored")
 
         page.goto(url + "/crawls/faults/delayed")
-        expect(page.locator("h1")).to_contain_text("Delayed retries")
+        expect(page.locator("h1")).to_contain_text("Delayed")
         shot(page, "delayed")
         pause_and_see_it(page, url)
         read_without_javascript(browser, url)
@@ -152,7 +177,7 @@ def pause_and_see_it(page: Any, url: str) -> None:
     page.goto(url + "/crawls/faults")
     expect(page.locator("#state")).to_have_text("paused")
     page.goto(url + "/")
-    expect(page.locator("tr[data-spider=faults] .badge")).to_have_text("paused")
+    expect(page.locator("[data-spider=faults] [data-state]")).to_have_text("paused")
     shot(page, "overview-paused")
 
 
@@ -164,13 +189,86 @@ def read_without_javascript(browser: Any, url: str) -> None:
     page.goto(url + "/crawls/faults/dead")
     page.get_by_label("Class").fill("server")
     page.get_by_role("button", name="Filter").click()
-    expect(page.locator("tr[data-id] td.cls")).to_have_text(["server"])
+    expect(page.locator("tr[data-id] td.cls")).to_have_text(["Server error"])
+    page.goto(url + "/crawls/faults")  # a live page is a plain page that reloads itself
+    expect(page.locator("#pending")).to_have_text("1")  # the one requeued
+    assert 'http-equiv="refresh"' in page.content()
 
 
 @deferred_f_from_coro_f
 async def test_filter_requeue_and_see_it_pending_in_chromium(redis_url, site, dashboard_url):
     await crawl(redis_url, site, paths=PATHS)
     in_thread(lambda: drive(dashboard_url))
+
+
+#: A catalogue whose 25th item answers 429 with Retry-After 300 s once: the gate of
+#: 127.0.0.1 closes for every worker, and the requests behind it wait without an attempt
+#: (the crawl cannot end before it opens); every 7th item fails twice with a 503 first.
+GATED_SITE = ("--pages", "12", "--per-page", "10", "--delay", "0.05")
+GATED_FAULTS = ("--fault", "429:25:1:300", "--fault", "503:7:2")
+
+
+def gated(redis_client: Any) -> bool:
+    marks = redis_client.hvals("ha:{catalogue}:held")
+    return sum(1 for m in marks if m.startswith(b"gate ")) >= 5
+
+
+def read_live_crawl(url: str) -> None:
+    """The overview, the crawl page and the delayed table of a crawl held at a closed gate:
+    what waits and why, the ETA past the gate, the numbers refreshed in place."""
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        expect.set_options(timeout=STEP_TIMEOUT_MS)
+
+        page.goto(url + "/")
+        card = page.locator("[data-spider=catalogue]")
+        expect(card.locator("[data-state]")).to_have_text("running")
+        expect(card.locator("ul.why")).to_contain_text("waiting for the gate of 127.0.0.1")
+        expect(card.locator("[data-field=eta]")).to_contain_text("m")  # minutes: past the gate
+        expect(card.locator("svg.chart text.unit")).to_have_text("pages/s")
+        shot(page, "live-overview")
+
+        page.goto(url + "/crawls/catalogue")
+        expect(page.locator("table.waiting tr.gate")).to_have_count(1)  # the gate, once
+        expect(page.locator("table.waiting")).to_contain_text("gate closed (HTTP 429)")
+        expect(page.locator("#pending-retries")).not_to_have_text("")
+        expect(page.locator("figure.chart-box")).to_have_count(3)
+        # live: the sections are replaced in place, the page is not reloaded
+        page.evaluate("window.notReloaded = true")
+        old = page.locator("#summary").element_handle()
+        expect(page.locator("#live-text")).to_contain_text("live ·")
+        assert page.evaluate("window.notReloaded") is True
+        assert old is not None and page.evaluate("(el) => !el.isConnected", old)
+        shot(page, "live-crawl")
+
+        page.goto(url + "/crawls/catalogue/delayed?class=gate")
+        rows = page.locator("tr[data-id]")
+        expect(rows.first.locator("td.cls")).to_have_text("Waiting for a gate")
+        expect(rows.first).to_contain_text("its domain's gate is closed")
+        shot(page, "live-delayed-gate")
+        browser.close()
+
+
+def test_an_operator_reads_a_crawl_held_at_a_closed_gate(
+    redis_url, redis_client, site_factory, tmp_path: PathT, dashboard_url: str
+):
+    site = site_factory(*GATED_SITE, *GATED_FAULTS)
+    items, log = tmp_path / "items.jl", tmp_path / "worker.log"
+    live = worker(redis_url, site.url, items, log)
+    try:
+        harness.wait_for(lambda: gated(redis_client), "requests deferred for the gate", 120)
+        assert live.poll() is None, log.read_text()[-3000:]
+        in_thread(lambda: read_live_crawl(dashboard_url))
+    finally:
+        live.send_signal(signal.SIGINT)  # hands its leases back: the crawl stays as it is
+        try:
+            live.wait(60)
+        except subprocess.TimeoutExpired:
+            live.kill()
 
 
 def heartbeat(redis_client: Any) -> float:

@@ -235,7 +235,9 @@ async def test_charts_have_axes_units_and_classes_over_an_hour_or_a_day(redis_ur
         ]
         assert "Server error" in charts[1] and "Network" in charts[1] and "Gone" in charts[2]
         assert re.search(r"<title>\d\d:\d\d: [^<]*Server error 1[^<]*</title>", charts[1])
-        assert all("last hour" in c for c in charts)
+        # a crawl that began this minute: the hour charts span its life, 15 minutes
+        assert all("last 15 minutes" in c for c in charts)
+        assert re.search(r">\d\d:\d[05]</text>", charts[0])  # a time label every 5 minutes
         day = http.get("/crawls/charts", params={"window": "day"}).text
         assert day.count("last day") >= 3
         assert re.search(r"<title>\d\d:\d\d–\d\d:\d\d: ", day)  # 10-minute bins

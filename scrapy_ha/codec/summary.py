@@ -69,8 +69,9 @@ class RequestSummary:
         """The request as an operator reads it, by Scrapy's attribute names (``method``,
         ``url``, ``headers``, ``cookies``, ``meta``, ``cb_kwargs``, ``flags``,
         ``dont_filter``, ``encoding``, ``class``...), secrets masked; only what differs
-        from Scrapy's defaults, the body left out (see :attr:`shown_body`). Values that
-        plain JSON cannot hold stay in their stored, tagged form."""
+        from Scrapy's defaults, the body left out (see :attr:`shown_body`) and the history
+        of attempts left out of ``meta`` (a tool lists it apart). Values that plain JSON
+        cannot hold stay in their stored, tagged form."""
         masked = self.printable()
         shown: dict[str, Any] = {
             "method": self.method,
@@ -82,6 +83,9 @@ class RequestSummary:
         for attr, key, _default in FIELDS:
             if key in masked and attr not in shown and key != BODY:
                 shown[attr.removeprefix("_")] = masked[key]
+        meta = shown.get("meta")
+        if isinstance(meta, dict) and metakeys.HISTORY in meta:
+            shown["meta"] = {k: v for k, v in meta.items() if k != metakeys.HISTORY}
         for attr, key in (("headers", HEADERS), ("class", CLASS), ("attributes", EXTRA)):
             if key in masked:
                 shown[attr] = masked[key]

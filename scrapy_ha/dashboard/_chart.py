@@ -6,7 +6,7 @@ a minute) or the last day (a bin per 10 minutes)."""
 
 from __future__ import annotations
 
-__all__ = ["WINDOWS", "Chart", "Series", "Window", "class_chart", "rate_chart"]
+__all__ = ["WINDOWS", "Chart", "Series", "Window", "class_chart", "fit", "rate_chart"]
 
 import math
 import time
@@ -49,6 +49,25 @@ WINDOWS = {
     "hour": Window("hour", "last hour", 60, 1, 15),
     "day": Window("day", "last day", 144, 10, 240),
 }
+#: The fewest minutes the hour chart spans for a crawl younger than an hour: it spans the
+#: crawl's life, so that a crawl of one minute is not a spike at the edge of an hour.
+FIT_MINUTES = 15
+
+
+def fit(window: Window, stats: CrawlStats) -> Window:
+    """*window*, or for the hour chart of a crawl that began less than an hour ago, the
+    minutes since it began (at least :data:`FIT_MINUTES`, a label every 5 minutes)."""
+    if window.bin_minutes != 1:
+        return window
+    first = min(
+        (m for name in ("enqueued", "acked") for m in stats.minutes.get(name, {})), default=None
+    )
+    if first is None:
+        return window
+    minutes = max(FIT_MINUTES, stats.now_ms // MINUTE_MS - first + 2)
+    if minutes >= window.bins:
+        return window
+    return Window(window.name, f"last {minutes} minutes", minutes, 1, 5)
 
 
 @dataclass(frozen=True)
@@ -228,9 +247,11 @@ def _bins(stats: CrawlStats, name: str, window: Window) -> tuple[int, list[float
     return first_bin * window.bin_minutes * MINUTE_MS, counts
 
 
-def rate_chart(stats: CrawlStats, window: Window) -> Chart:
-    """Pages per second (acks) in each bin of *window*; the newest bin counts over the part
-    of it that has passed, so that a crawl that just began shows its pace at once."""
+def rate_chart(stats: CrawlStats, window: Window, *, fitted: bool = True) -> Chart:
+    """Pages per second (acks) in each bin of *window* (fitted to a young crawl: see
+    :func:`fit`); the newest bin counts over the part of it that has passed, so that a crawl
+    that just began shows its pace at once."""
+    window = fit(window, stats) if fitted else window
     start, counts = _bins(stats, "acked", window)
     bin_s = window.bin_minutes * 60
     values = [n / bin_s for n in counts]
@@ -243,6 +264,7 @@ def rate_chart(stats: CrawlStats, window: Window) -> Chart:
 def class_chart(stats: CrawlStats, event: str, window: Window) -> Chart:
     """*event* (``retried`` or ``dead``) per minute in each bin of *window*, a layer per
     failure class (the :data:`MOST_SERIES` most frequent, the rest summed)."""
+    window = fit(window, stats)
     prefix = f"{event}:"
     per_class = {}
     start = 0

@@ -78,7 +78,7 @@ async def overview_rows(request: Request) -> list[Summary]:
 
 async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     """How far the crawl is, how fast it goes, what waits and why, and when it ends."""
-    chart = rate_chart(stats, WINDOWS["hour"])
+    chart = rate_chart(stats, WINDOWS["hour"], fitted=False)  # the API's 60 minutes
     waiting = await read_waiting(client, shard_keys(keys))
     gates = await open_gates(client, keys, stats.now_ms)
     done = eta(stats, waiting)

@@ -17,6 +17,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.ops.stats import MINUTE_MS
+
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
     from scrapy_ha.ops.stats import CrawlStats
@@ -121,13 +123,17 @@ class Eta:
 
 def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
     """The time to finish, as one server processing at the ack rate of the last *minutes*
-    would: work available now starts now, work due later not before its due time, so the
-    end is the latest of ``t + (work due at t or after) / rate`` over now and each due
-    time. 0.0 when nothing is left."""
+    would (of the minutes since the first ack, for a crawl younger than that): work
+    available now starts now, work due later not before its due time, so the end is the
+    latest of ``t + (work due at t or after) / rate`` over now and each due time. 0.0 when
+    nothing is left."""
     left = stats.pending + stats.leased + waiting.delayed
     last = waiting.last_due_ms
     if not left:
         return Eta(0.0, last, 0)
+    first = min(stats.minutes.get("acked", {}), default=None)
+    if first is not None:
+        minutes = max(1, min(minutes, stats.now_ms // MINUTE_MS - first + 1))
     per_ms = stats.rate("acked", minutes) / 60_000
     if not per_ms:
         return Eta(None, last, left)
