@@ -252,7 +252,7 @@ def _eta(stats: CrawlStats, waiting: Waiting) -> str:
         return f"unknown: {found.left:,} left, nothing acked in the last {ETA_WINDOW} minutes"
     return (
         f"{humanize(found.seconds)} ({found.left:,} left at the ack rate of the last "
-        f"{ETA_WINDOW}m, delayed work not before it is due)"
+        f"{ETA_WINDOW}m or since the first ack, delayed work not before it is due)"
     )
 
 
