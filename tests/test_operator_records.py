@@ -28,7 +28,12 @@ def open_queue(url: str) -> RedisQueue:
 
 
 def held(client: redis.Redis) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in client.hgetall(KEYS.held).items()}
+    """The marks of ``held`` (checked against its counts: one per mark)."""
+    found = {k.decode(): v.decode() for k, v in client.hgetall(KEYS.held).items()}
+    marks = {k: v for k, v in found.items() if not k.startswith("#")}
+    counts = {k[1:]: int(v) for k, v in found.items() if k.startswith("#")}
+    assert counts == {m: list(marks.values()).count(m) for m in set(marks.values())}
+    return marks
 
 
 @deferred_f_from_coro_f

@@ -3,21 +3,22 @@
 by its due time.
 
 The delayed set may hold millions of entries: it is never read whole. Its due times are
-sampled by rank (:data:`SAMPLES` ranks per shard, one pipelined round trip), each sample
+sampled by rank (``store/lua/due.lua``: :data:`SAMPLES` buckets per shard), each sample
 standing for the entries of its bucket, at the bucket's latest due time: the ETA never
-comes before the last retry is due. Why entries wait is read from the crawl's ``held`` hash
-(``store/lua/lib/held.lua``), at most :data:`HELD_READ` marks per shard.
+comes before the last retry is due. Why entries wait is counted in the crawl's ``held`` hash
+(``store/lua/lib/held.lua`` keeps a count per why and domain beside the marks): its counts
+are read, never its marks.
 """
 
 from __future__ import annotations
 
 __all__ = ["Eta", "Waiting", "eta", "read_waiting"]
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.ops.stats import MINUTE_MS
+from scrapy_ha.store.scripts import DUE_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
 #: Due times read per shard: an ETA within 1/64 of the delayed set's work of the exact one,
 #: in one small round trip whatever the set's size.
 SAMPLES = 64
-#: Marks of ``held`` read to say why entries wait, per shard: a closed gate holds back the
-#: requests of one domain (hundreds); a crawl with more is shown by its total alone.
-HELD_READ = 20_000
+#: Fields of ``held`` an ``HSCAN`` step looks at for its counts: a hash of a few thousand
+#: marks in one step (Redis looks at them in C; only the counts come back).
+HELD_SCAN = 10_000
 #: The window of the ack rate the ETA divides by (minutes): long enough to smooth a slow
 #: page or a pause between batches, short enough to follow a crawl that speeds up.
 ETA_WINDOW = 5
@@ -46,7 +47,7 @@ class Waiting:
     due: list[tuple[int, int]] = field(default_factory=list)
     #: delayed entries waiting without an attempt: kind ('gate', 'limit') -> domain -> n
     held: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: marks in ``held``, read or not (HELD_READ caps what is read per shard)
+    #: delayed entries waiting without an attempt, whatever their why
     held_total: int = 0
 
     @property
@@ -67,46 +68,28 @@ class Waiting:
 
 
 async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
-    """The delayed sets of *shards* (every shard of a crawl): two pipelined round trips."""
+    """The delayed sets of *shards* (every shard of a crawl), in one pipelined round trip
+    (more only for a ``held`` hash larger than one ``HSCAN`` step): the due-time samples,
+    and the counts of ``held``, never its marks."""
     pipe = client.pipeline(transaction=False)
     for keys in shards:
-        pipe.zcard(keys.delayed)
-        pipe.hlen(keys.held)
-    sizes = await pipe.execute()
-    pipe = client.pipeline(transaction=False)
-    plan: list[list[int]] = []
-    for i, keys in enumerate(shards):
-        n, marks = int(sizes[2 * i]), int(sizes[2 * i + 1])
-        plan.append(_bucket_ends(n))
-        for rank in plan[-1]:
-            pipe.zrange(keys.delayed, rank, rank, withscores=True)
-        if 0 < marks <= HELD_READ:
-            pipe.hvals(keys.held)
-    replies = iter(await pipe.execute())
+        pipe.eval(DUE_LUA, 1, keys.delayed, SAMPLES)
+        pipe.hscan(keys.held, 0, match="#*", count=HELD_SCAN)
+    replies = await pipe.execute()
     due: list[tuple[int, int]] = []
-    held: dict[str, Counter[str]] = {}
-    for i, ends in enumerate(plan):
-        start = 0
-        for rank in ends:
-            rows = next(replies)
-            if rows:
-                due.append((int(rows[0][1]), rank + 1 - start))
-            start = rank + 1
-        marks = int(sizes[2 * i + 1])
-        if 0 < marks <= HELD_READ:
-            for mark in next(replies):
-                kind, _, domain = _s(mark).partition(" ")
-                held.setdefault(kind, Counter())[domain] += 1
-    total = sum(int(sizes[2 * i + 1]) for i in range(len(shards)))
-    return Waiting(sorted(due), {k: dict(v) for k, v in held.items()}, total)
-
-
-def _bucket_ends(n: int) -> list[int]:
-    """The last rank of each of (at most) SAMPLES buckets of a set of *n* members."""
-    if n <= SAMPLES:
-        return list(range(n))
-    step = -(-n // SAMPLES)
-    return [min(n, start + step) - 1 for start in range(0, n, step)]
+    held: dict[str, dict[str, int]] = {}
+    for keys, flat, (cursor, counts) in zip(shards, replies[::2], replies[1::2], strict=True):
+        due += [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+        while True:
+            for name, n in counts.items():
+                kind, _, domain = _s(name)[1:].partition(" ")
+                domains = held.setdefault(kind, {})
+                domains[domain] = domains.get(domain, 0) + int(n)
+            if not int(cursor):
+                break
+            cursor, counts = await client.hscan(keys.held, cursor, match="#*", count=HELD_SCAN)
+    total = sum(sum(d.values()) for d in held.values())
+    return Waiting(sorted(due), held, total)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,31 @@
 -- lib/held: why a delayed entry waits when it waits without an attempt, for the operator's
 -- tools (the crawl page, the delayed table, `scrapy-ha delayed list`); workers never read it.
---   held hash: entry id -> 'gate <domain>' (deferred while its domain's gate was closed, by a
---          429 with Retry-After) or 'limit <domain>' (held back for its domain's crawl-wide
---          limits, lib/polite); a retry (an attempt, with a failure class) has no mark
---
--- held_mark(held, id, why, domain)
---   KEYS: the held hash (the caller's KEYS[i])
---   Rule: an entry moved to the delayed set without an attempt is marked with why.
-local function held_mark(held, id, why, domain)
-  redis.call('HSET', held, id, why .. ' ' .. domain)
-end
+--   held hash: entry id -> '<why> <domain>': 'gate <domain>' (deferred while its domain's
+--          gate was closed, by a 429 with Retry-After) or 'limit <domain>' (held back for
+--          its domain's crawl-wide limits, lib/polite); a retry (an attempt, with a failure
+--          class) has no mark; and '#<why> <domain>' -> how many entries have that mark, so
+--          that a tool counts them without reading every mark (entry ids have no '#')
 
 -- held_clear(held, id)
+--   KEYS: the held hash (the caller's KEYS[i])
 --   Rule: the mark leaves with the wait: an entry promoted from the delayed set (due, or
---   made due by an operator) has none, so the hash holds delayed entries only.
+--   made due by an operator) has none, so the hash holds delayed entries only, and its
+--   counts are those of their marks.
 local function held_clear(held, id)
+  local mark = redis.call('HGET', held, id)
+  if not mark then return end
   redis.call('HDEL', held, id)
+  if redis.call('HINCRBY', held, '#' .. mark, -1) <= 0 then
+    redis.call('HDEL', held, '#' .. mark)
+  end
+end
+
+-- held_mark(held, id, why, domain)
+--   Rule: an entry moved to the delayed set without an attempt is marked with why, and
+--   counted under its mark.
+local function held_mark(held, id, why, domain)
+  held_clear(held, id)
+  local mark = why .. ' ' .. domain
+  redis.call('HSET', held, id, mark)
+  redis.call('HINCRBY', held, '#' .. mark, 1)
 end
