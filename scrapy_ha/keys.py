@@ -131,6 +131,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import overload
 
 __all__ = ["DEFAULT_PREFIX", "Keys", "shard_of", "task_shard"]
 
@@ -151,6 +152,21 @@ def shard_of(fingerprint: bytes, shards: int) -> int:
 def task_shard(task: str, shards: int) -> int:
     """The shard of a checkpointed task: its pages and its checkpoint keys."""
     return shard_of(hashlib.sha1(task.encode()).digest(), shards)  # noqa: S324 (placement)
+
+
+class _Key:
+    """A key of one crawl (of one shard of it), by its name: ``Keys.pending`` is
+    ``<prefix>:{<tag>}:pending`` (see :meth:`Keys._key`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, keys: None, owner: type[Keys]) -> _Key: ...
+    @overload
+    def __get__(self, keys: Keys, owner: type[Keys]) -> str: ...
+    def __get__(self, keys: Keys | None, owner: type[Keys]) -> str | _Key:
+        return self if keys is None else keys._key(self.name)
 
 
 @dataclass(frozen=True)
@@ -207,146 +223,52 @@ class Keys:
             return self._key(f"{name}:{task}")
         return f"{self.prefix}:{{{self.spider}:{task_shard(task, self.shards)}}}:{name}:{task}"
 
-    @property
-    def pending(self) -> str:
-        return self._key("pending")
-
-    @property
-    def payload(self) -> str:
-        return self._key("payload")
-
-    @property
-    def leased(self) -> str:
-        return self._key("leased")
-
-    @property
-    def leases(self) -> str:
-        return self._key("leases")
-
-    @property
-    def expiries(self) -> str:
-        return self._key("expiries")
-
-    @property
-    def delayed(self) -> str:
-        return self._key("delayed")
-
-    @property
-    def delayed_score(self) -> str:
-        return self._key("delayed_sc")
-
-    @property
-    def held(self) -> str:
-        """Delayed entries waiting without an attempt: entry id -> ``gate|limit <domain>``."""
-        return self._key("held")
-
-    @property
-    def dead(self) -> str:
-        return self._key("dead")
-
-    @property
-    def dead_info(self) -> str:
-        return self._key("dead_info")
-
-    @property
-    def dead_archived(self) -> str:
-        return self._key("dead_arch")
-
-    @property
-    def dlq_alert(self) -> str:
-        return self._key("dlq_alert")
-
-    @property
-    def dupefilter(self) -> str:
-        return self._key("dupefilter")
-
-    @property
-    def seq(self) -> str:
-        return self._key("seq")
-
-    @property
-    def lease_seq(self) -> str:
-        return self._key("lseq")
-
-    @property
-    def sent(self) -> str:
-        """The number of each running worker's newest child stored (see sync.lua)."""
-        return self._key("sent")
-
-    @property
-    def senders(self) -> str:
-        return self._key("senders")
-
-    @property
-    def workers(self) -> str:
-        return self._key("workers")
-
-    @property
-    def worker_stats(self) -> str:
-        return self._key("wstats")
-
-    @property
-    def seen(self) -> str:
-        """Workers seen lately: worker id -> last heartbeat (ms), kept a week."""
-        return self._key("seen")
+    pending = _Key("pending")
+    payload = _Key("payload")
+    leased = _Key("leased")
+    leases = _Key("leases")
+    expiries = _Key("expiries")
+    delayed = _Key("delayed")
+    delayed_score = _Key("delayed_sc")
+    #: Delayed entries waiting without an attempt: entry id -> ``gate|limit <domain>``.
+    held = _Key("held")
+    dead = _Key("dead")
+    dead_info = _Key("dead_info")
+    dead_archived = _Key("dead_arch")
+    dlq_alert = _Key("dlq_alert")
+    dupefilter = _Key("dupefilter")
+    seq = _Key("seq")
+    lease_seq = _Key("lseq")
+    #: The number of each running worker's newest child stored (see sync.lua).
+    sent = _Key("sent")
+    senders = _Key("senders")
+    workers = _Key("workers")
+    worker_stats = _Key("wstats")
+    #: Workers seen lately: worker id -> last heartbeat (ms), kept a week.
+    seen = _Key("seen")
 
     def renew_keys(self) -> list[str]:
         """The keys of renew.lua, in its KEYS order (the optional grant goes after)."""
         return [self.leased, self.leases, self.workers, self.worker_stats, self.seen]
 
-    @property
-    def paused(self) -> str:
-        return self._key("paused")
-
-    @property
-    def reclaim_guard(self) -> str:
-        return self._key("reclaim")
-
-    @property
-    def feed_guard(self) -> str:
-        """Set while one worker feeds start URLs into a sharded crawl (see _shards)."""
-        return self._key("feed")
-
-    @property
-    def gates(self) -> str:
-        return self._key("gates")
-
-    @property
-    def domain_limits(self) -> str:
-        """Crawl-wide per-domain limits (see :mod:`scrapy_ha.config.politeness`)."""
-        return self._key("limits")
-
-    @property
-    def polite(self) -> str:
-        """The state of the per-domain limits: slots held, next start times."""
-        return self._key("polite")
-
-    @property
-    def proxy_cooldowns(self) -> str:
-        return self._key("proxy_cd")
-
-    @property
-    def cookies(self) -> str:
-        return self._key("cookies")
-
-    @property
-    def retried(self) -> str:
-        return self._key("retried")
-
-    @property
-    def stats(self) -> str:
-        """Crawl-wide counters, kept by the scripts that make the transitions."""
-        return self._key("stats")
-
-    @property
-    def stats_minutes(self) -> str:
-        """Per-minute buckets of the counters that have rates (kept for a day)."""
-        return self._key("stats:min")
-
-    @property
-    def stats_domains(self) -> str:
-        """Per-domain counters."""
-        return self._key("stats:domain")
+    paused = _Key("paused")
+    reclaim_guard = _Key("reclaim")
+    #: Set while one worker feeds start URLs into a sharded crawl (see _shards).
+    feed_guard = _Key("feed")
+    gates = _Key("gates")
+    #: Crawl-wide per-domain limits (see :mod:`scrapy_ha.config.politeness`).
+    domain_limits = _Key("limits")
+    #: The state of the per-domain limits: slots held, next start times.
+    polite = _Key("polite")
+    proxy_cooldowns = _Key("proxy_cd")
+    cookies = _Key("cookies")
+    retried = _Key("retried")
+    #: Crawl-wide counters, kept by the scripts that make the transitions.
+    stats = _Key("stats")
+    #: Per-minute buckets of the counters that have rates (kept for a day).
+    stats_minutes = _Key("stats:min")
+    #: Per-domain counters.
+    stats_domains = _Key("stats:domain")
 
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
