@@ -17,11 +17,17 @@ from tests.test_dashboard_api import form_token as token_in
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
-#: The crawl the forms act on (pausing needs no crawl in Redis).
+#: The crawl the forms act on (its page answers 404 while the crawl has no key in Redis).
 PAUSED = Keys("ha", "shop").paused
 PAUSE = "/crawls/shop/actions/pause"
 #: Where the TestClient's requests go (the dashboard's own origin).
 OWN = "http://127.0.0.1"
+
+
+@pytest.fixture(autouse=True)
+def shop(redis_client: Any) -> None:
+    """The crawl ``shop``, as a worker's first enqueue leaves it."""
+    redis_client.hset(Keys("ha", "shop").stats, "enqueued", 1)
 
 
 def form_token(http: TestClient) -> str:
