@@ -138,6 +138,8 @@ def drive(url: str) -> None:
         rows.first.locator("input[name=ids]").check()
         page.get_by_role("button", name="Requeue selected").click()
         expect(page.locator("h1")).to_have_text("Requeue 1 entry of faults?")
+        expect(page.locator("ul.confirm-list")).to_contain_text("http://127.0.0.1")  # a URL
+        apart(page.locator("form.confirm .buttons > *"))
         shot(page, "confirm")
         page.locator("#confirm").click()
         expect(page.locator("#report")).to_have_text("Requeued 1 of 1 entry.")
@@ -154,6 +156,7 @@ def drive(url: str) -> None:
         expect(page.locator("table.history tbody tr")).to_have_count(3)
         expect(page.locator("h1")).to_contain_text("GET http://127.0.0.1")
         expect(page.locator("#stored")).to_be_hidden()  # the stored form: behind a toggle
+        apart(page.locator("form.actions button"))
         shot(page, "entry")
         page.get_by_text("The stored form").click()
         expect(page.locator("#stored")).to_be_visible()
@@ -165,6 +168,18 @@ def drive(url: str) -> None:
         pause_and_see_it(page, url)
         read_without_javascript(browser, url)
         browser.close()
+
+
+#: Pixels between two buttons side by side, at least: they must not touch.
+BUTTON_GAP = 4
+
+
+def apart(buttons: Any) -> None:
+    """The buttons of *buttons*, left to right, do not touch."""
+    boxes = sorted((b.bounding_box() for b in buttons.all()), key=lambda box: box["x"])
+    assert len(boxes) >= 2, boxes
+    for left, right in zip(boxes, boxes[1:], strict=False):
+        assert right["x"] - (left["x"] + left["width"]) >= BUTTON_GAP, (left, right)
 
 
 def pause_and_see_it(page: Any, url: str) -> None:

@@ -101,6 +101,7 @@ def test_the_cli_aggregates_or_refuses_a_sharded_crawl(redis_url):
         "3",
         "push",
         "books",
+        "--create",
         *(f"https://example.com/{i}" for i in range(30)),
     )
     assert pushed.returncode == 0, pushed.stderr

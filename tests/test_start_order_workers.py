@@ -65,7 +65,8 @@ def test_start_requests_are_enqueued_once_whatever_order_each_worker_yields_them
     project = write_project(tmp_path / "project", "unordered_project", SPIDER)
     keys = Keys("ha", "unordered")
     # paused: both workers seed the crawl while it is alive, whatever their start-up times
-    assert scrapy_ha("pause", "unordered", "--redis-url", redis_url).returncode == 0
+    paused = scrapy_ha("pause", "unordered", "--create", "--redis-url", redis_url)
+    assert paused.returncode == 0, paused.stderr
     logs = [tmp_path / f"worker{seed}.log" for seed in (1, 2)]
     workers = [
         crawl(

@@ -67,12 +67,14 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
         log = (tmp_path / "survivor.log").read_text()
         assert "'finish_reason': 'finished'" in log
         # cleared: the entry counter and the stopped worker's child number (and its entry in
-        # senders) stay: it is alive; the record that the crawl finished is there
+        # senders) stay: it is alive; the record that the crawl finished is there, and the
+        # workers seen (for `scrapy-ha report`)
         assert working_keys(redis_client) == {
             b"ha:{catalogue}:seq",
             b"ha:{catalogue}:sent",
             b"ha:{catalogue}:senders",
             b"ha:{catalogue}:finish",
+            b"ha:{catalogue}:seen",
         }
         hits_when_finished = site.hits()
         victim.send_signal(signal.SIGCONT)  # the list page's answer is there: it parses it
@@ -92,6 +94,6 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
     held = {f"/item/{i}" for i in range(1, (SLOW_LIST - 1) * per_page + 1)}
     assert set(again) <= held, (again, zombie[-3000:])
     assert max(again.values(), default=0) <= 1, again
-    # the resumed worker left: its number went
-    still_finished = {b"ha:{catalogue}:seq", b"ha:{catalogue}:finish"}
+    # the resumed worker left: its number went (the workers seen stay, for the report)
+    still_finished = {b"ha:{catalogue}:seq", b"ha:{catalogue}:finish", b"ha:{catalogue}:seen"}
     assert working_keys(redis_client) == still_finished
