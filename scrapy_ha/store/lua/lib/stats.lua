@@ -3,14 +3,15 @@
 -- with count() and writes them once, at its end, with write_stats(): one HINCRBY per counter
 -- that moved, however many requests the call handled.
 --   stats   hash: counter -> total (enqueued, filtered, acked, reclaimed, poison, retried,
---           retried:<class>, dead, dead:<class>, retry_ok, retry_dead, requeued, purged)
+--           retried:<class>, dead, dead:<class>, retry_ok, retry_dead, requeued, purged,
+--           items, items_refused, items_consumed, items_consumed:<group>)
 --   minutes hash: '<event>:<minute>' -> count in that minute (minute = server ms // 60000)
 --           for the events of MINUTE_EVENTS; '<event>:last' -> the newest such minute
 --   domains hash: '<domain>\t<event>' -> count, for the events of DOMAIN_EVENTS
 --- @include "time"
 
 -- MINUTE_EVENTS: the events with per-minute buckets (rates, an ETA).
-local MINUTE_EVENTS = {acked = true, enqueued = true, retried = true, dead = true}
+local MINUTE_EVENTS = {acked = true, enqueued = true, retried = true, dead = true, items = true}
 -- DOMAIN_EVENTS: the events counted per domain.
 local DOMAIN_EVENTS = {acked = true, enqueued = true, retried = true, dead = true}
 -- MINUTES_KEPT: buckets are kept for a day, the longest rate window a reader asks for.

@@ -1,0 +1,172 @@
+"""A crawl's item stream (``HA_ITEMS = "outbox"``), for every process that reads or writes it.
+
+Workers add a page's items in the script call that acks the page (``lua/lib/commit.lua``);
+items no page yielded go in on their own (:meth:`ItemStream.add`). Sinks read the stream
+with a consumer group each (:mod:`scrapy_ha.sinks`): an entry delivered to a consumer stays
+pending in its group until the consumer acknowledges it, which it does only once its sink
+has committed it; an entry leaves the stream once every group acknowledged it
+(``lua/lib/stream.lua``). A sharded crawl has one stream per shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA
+
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
+
+__all__ = ["Delivery", "GroupState", "ItemStream", "StreamState"]
+
+#: The field of a stream entry that holds the item (lib/commit.lua).
+ITEM_FIELD = b"i"
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One entry as a consumer got it: its id in the stream and the item (``None``: the
+    entry was deleted while it waited, which only ``scrapy-ha flush`` does)."""
+
+    id: str
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One consumer group of the stream: a sink."""
+
+    name: str
+    consumers: int
+    #: entries delivered to its consumers and not acknowledged yet
+    pending: int
+    #: entries not delivered yet (None: Redis before 7.0 cannot say)
+    lag: int | None
+    #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
+    consumed: int = 0
+
+    @property
+    def backlog(self) -> int:
+        """Entries its sink has not committed yet: pending, plus those not delivered."""
+        return self.pending + (self.lag or 0)
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """The item stream of a crawl (every shard's, summed) at one instant."""
+
+    #: entries in the stream now: not acknowledged by every group yet
+    length: int = 0
+    groups: list[GroupState] = field(default_factory=list)
+
+    @property
+    def backlog(self) -> int:
+        """The largest backlog of a group (the slowest sink); the stream's length when no
+        group reads it yet."""
+        return max((g.backlog for g in self.groups), default=self.length)
+
+
+class ItemStream:
+    """The item stream of one crawl (of one shard of it), on a ``redis.asyncio`` client."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+        self.key = keys.items
+        self._add = client.register_script(ITEMS_ADD_LUA)
+        self._ack = client.register_script(ITEMS_ACK_LUA)
+
+    async def add(self, items: list[bytes]) -> int:
+        """Add items no page yielded (no lease fences them); return how many."""
+        if not items:
+            return 0
+        return int(await self._add(keys=[self.key, *self.keys.stats_keys()], args=items))
+
+    async def state(self) -> StreamState:
+        """The stream's length and its groups (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xlen(self.key)
+        pipe.exists(self.key)
+        pipe.hgetall(self.keys.stats)
+        length, exists, counters = await pipe.execute()
+        if not exists:
+            return StreamState()
+        counts = {_s(k): _s(v) for k, v in counters.items()}
+        groups = [_group(info, counts) for info in await self.client.xinfo_groups(self.key)]
+        return StreamState(int(length), groups)
+
+    async def join(self, group: str) -> None:
+        """Create *group* (a new sink reads the stream from its first entry still in it)."""
+        try:
+            await self.client.xgroup_create(self.key, group, id="0", mkstream=True)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read(
+        self, group: str, consumer: str, count: int, *, own: bool = False, block_ms: int = 0
+    ) -> list[Delivery]:
+        """Up to *count* entries for *consumer*: new ones, or with *own* those delivered
+        to it before and not acknowledged (after a restart of its sink)."""
+        reply = await self.client.xreadgroup(
+            group,
+            consumer,
+            {self.key: "0" if own else ">"},
+            count=count,
+            block=None if own or not block_ms else block_ms,
+        )
+        return _deliveries(reply)
+
+    async def claim(self, group: str, consumer: str, idle_ms: int, count: int) -> list[Delivery]:
+        """Up to *count* entries other consumers of *group* were delivered and have not
+        acknowledged for *idle_ms*, now *consumer*'s (a consumer that died mid-batch)."""
+        reply = await self.client.xautoclaim(
+            self.key, group, consumer, idle_ms, start_id="0-0", count=count
+        )
+        return [Delivery(_s(i), _item(f)) for i, f in reply[1] if i is not None]
+
+    async def pending_of(self, group: str, consumer: str) -> int:
+        """Entries delivered to *consumer* and not acknowledged."""
+        rows = await self.client.xpending_range(
+            self.key, group, min="-", max="+", count=1_000_000, consumername=consumer
+        )
+        return len(rows)
+
+    async def ack(self, group: str, ids: list[str]) -> tuple[int, int]:
+        """Acknowledge entries *group*'s sink committed; return (acknowledged now, entries
+        trimmed: those every group has acknowledged)."""
+        keys = [self.key, *self.keys.stats_keys()]
+        acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
+        return int(acked), int(trimmed)
+
+
+def _group(info: dict[Any, Any], counters: dict[str, str]) -> GroupState:
+    info = {_s(k): v for k, v in info.items()}
+    name = _s(info["name"])
+    lag = info.get("lag")
+    return GroupState(
+        name,
+        int(info.get("consumers") or 0),
+        int(info.get("pending") or 0),
+        None if lag is None else int(lag),
+        int(counters.get(f"items_consumed:{name}", "0") or 0),
+    )
+
+
+def _item(fields: Any) -> bytes | None:
+    if not fields:
+        return None
+    value = fields.get(ITEM_FIELD, fields.get(_s(ITEM_FIELD)))
+    return value if isinstance(value, bytes) or value is None else str(value).encode()
+
+
+def _deliveries(reply: Any) -> list[Delivery]:
+    """XREADGROUP's reply (``[[stream, [(id, fields), ...]]]``) as deliveries."""
+    return [Delivery(_s(i), _item(f)) for _, entries in reply or [] for i, f in entries]
