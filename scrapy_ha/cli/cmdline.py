@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.settings import Settings
 
 from scrapy_ha._version import __version__
-from scrapy_ha.cli import checkpoints, dashboard, delayed, pause, push, workers
+from scrapy_ha.cli import checkpoints, dashboard, delayed, items, pause, push, workers
 from scrapy_ha.cli.archive import add_archive_command, unarchived_kept
 from scrapy_ha.cli.common import Command, add_bulk_options, approve, command, group, parse_when
 from scrapy_ha.cli.project import worker_view
@@ -345,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dlq(sub)
     checkpoints.register(sub)
     add_report_command(sub, _command)
+    items.register(sub)
     metrics.add_command(sub)
     dashboard.add_command(sub)
     return parser
@@ -379,6 +380,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         if args.command == "metrics":  # a server of its own, not a command on one crawl
             return int(args.serve(args, _settings(args)))
+        if args.command == "items":  # the project's pipelines may need Twisted's reactor
+            return items.in_loop(args, _run(args))
         return asyncio.run(_run(args))
     except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

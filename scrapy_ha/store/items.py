@@ -15,12 +15,23 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA
+from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA, ITEMS_STATE_LUA
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
+    from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["Delivery", "GroupState", "ItemStream", "StreamState"]
+__all__ = [
+    "Delivery",
+    "GroupState",
+    "ItemStream",
+    "StreamState",
+    "crawl_items",
+    "merged",
+    "state_reads",
+    "stream_state",
+]
 
 #: The field of a stream entry that holds the item (lib/commit.lua).
 ITEM_FIELD = b"i"
@@ -92,23 +103,25 @@ class ItemStream:
     async def state(self) -> StreamState:
         """The stream's length and its groups (one round trip)."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.xlen(self.key)
-        pipe.exists(self.key)
-        pipe.hgetall(self.keys.stats)
-        length, exists, counters = await pipe.execute()
-        if not exists:
-            return StreamState()
-        counts = {_s(k): _s(v) for k, v in counters.items()}
-        groups = [_group(info, counts) for info in await self.client.xinfo_groups(self.key)]
-        return StreamState(int(length), groups)
+        state_reads(pipe, self.keys)
+        reply, counters = await pipe.execute()
+        return stream_state(reply, counters)
 
-    async def join(self, group: str) -> None:
-        """Create *group* (a new sink reads the stream from its first entry still in it)."""
+    async def join(self, group: str) -> int | None:
+        """Create *group* if it is new: it reads the stream from its first entry still in
+        it. Returns None for a group that existed, else how many items were committed and
+        trimmed before it (other groups had consumed them: this sink misses them)."""
         try:
             await self.client.xgroup_create(self.key, group, id="0", mkstream=True)
         except redis.exceptions.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+            return None
+        committed, length = (
+            await self.client.hget(self.keys.stats, "items"),
+            await self.client.xlen(self.key),
+        )
+        return max(0, int(committed or 0) - int(length))
 
     async def read(
         self, group: str, consumer: str, count: int, *, own: bool = False, block_ms: int = 0
@@ -147,17 +160,53 @@ class ItemStream:
         return int(acked), int(trimmed)
 
 
-def _group(info: dict[Any, Any], counters: dict[str, str]) -> GroupState:
-    info = {_s(k): v for k, v in info.items()}
-    name = _s(info["name"])
-    lag = info.get("lag")
-    return GroupState(
-        name,
-        int(info.get("consumers") or 0),
-        int(info.get("pending") or 0),
-        None if lag is None else int(lag),
-        int(counters.get(f"items_consumed:{name}", "0") or 0),
-    )
+def state_reads(pipe: Any, keys: Keys) -> None:
+    """Queue on *pipe* (of a sync or an asyncio client) the two reads of
+    :func:`stream_state`."""
+    pipe.eval(ITEMS_STATE_LUA, 1, keys.items)
+    pipe.hgetall(keys.stats)
+
+
+def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
+    """items_state.lua's *reply* and the crawl's *counters* as a :class:`StreamState`."""
+    counts = {_s(k): _s(v) for k, v in counters.items()}
+    groups = []
+    for i in range(1, len(reply), 4):
+        name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
+        consumed = counts.get(f"items_consumed:{name}", "0")
+        groups.append(
+            GroupState(
+                name,
+                consumers,
+                pending,
+                None if lag < 0 else lag,
+                int(consumed) if consumed.isdigit() else 0,
+            )
+        )
+    return StreamState(int(reply[0]), groups)
+
+
+def merged(states: list[StreamState]) -> StreamState:
+    """The state of a sharded crawl's streams as one: lengths and groups summed."""
+    groups: dict[str, GroupState] = {}
+    for state in states:
+        for g in state.groups:
+            old = groups.get(g.name)
+            if old is not None:
+                lag = None if old.lag is None or g.lag is None else old.lag + g.lag
+                g = GroupState(
+                    g.name,
+                    max(old.consumers, g.consumers),
+                    old.pending + g.pending,
+                    lag,
+                    old.consumed + g.consumed,
+                )
+            groups[g.name] = g
+    return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))
+
+
+def _name(group: GroupState) -> str:
+    return group.name
 
 
 def _item(fields: Any) -> bytes | None:
@@ -170,3 +219,8 @@ def _item(fields: Any) -> bytes | None:
 def _deliveries(reply: Any) -> list[Delivery]:
     """XREADGROUP's reply (``[[stream, [(id, fields), ...]]]``) as deliveries."""
     return [Delivery(_s(i), _item(f)) for _, entries in reply or [] for i, f in entries]
+
+
+async def crawl_items(queue: RedisQueue) -> StreamState:
+    """The item streams of *queue*'s crawl (every shard's) as one."""
+    return merged([await ItemStream(q.client, q.keys).state() for q in shards_of(queue)])

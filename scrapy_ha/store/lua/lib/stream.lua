@@ -11,6 +11,15 @@ local function stream_id(id)
   return tonumber(ms) or 0, tonumber(seq) or 0
 end
 
+-- stream_fields(group)
+--   Returns the fields of one group as XINFO GROUPS lists them ({name, consumers, pending,
+--   last-delivered-id, entries-read, lag, ...}) as a table by name.
+local function stream_fields(group)
+  local f = {}
+  for j = 1, #group, 2 do f[group[j]] = group[j + 1] end
+  return f
+end
+
 -- stream_floor(stream)
 --   KEYS: stream (the caller's KEYS[i])
 --   Returns the id "<ms>-<seq>" below which every group has acknowledged every entry (the
@@ -20,8 +29,7 @@ local function stream_floor(stream)
   local groups = redis.call('XINFO', 'GROUPS', stream)
   local floor_ms, floor_seq
   for _, g in ipairs(groups) do
-    local f = {}
-    for j = 1, #g, 2 do f[g[j]] = g[j + 1] end
+    local f = stream_fields(g)
     local ms, seq
     if (tonumber(f['pending']) or 0) > 0 then
       ms, seq = stream_id(redis.call('XPENDING', stream, f['name'])[2])
