@@ -24,6 +24,7 @@ from scrapy_ha.dashboard._data import (
 )
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.workers import live_workers
+from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import layout_keys
 
@@ -75,9 +76,15 @@ async def is_paused(client: Any, keys: Keys) -> bool:
     return bool(await client.exists(keys.paused))
 
 
+async def item_stream(client: Any, keys: Keys) -> StreamState:
+    """The crawl's item stream (every shard's, for a sharded crawl)."""
+    return merged([await ItemStream(client, k).state() for k in keys.every_shard()])
+
+
 async def summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]:
     chart = rate_chart(stats, CHART_MINUTES)
     eta = stats.eta_seconds()
+    items = await item_stream(client, keys)
     return {
         "spider": stats.spider,
         "pending": stats.pending,
@@ -92,6 +99,14 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> dict[str, Any]:
         "chart_peak": round(chart.peak, 2),
         "eta_s": None if eta is None else round(eta),
         "now": stats.now_ms,
+        # the item outbox (None: the crawl has none): the slowest sink's backlog
+        "items_backlog": items.backlog if items.length or items.groups else None,
+        "items": {
+            "committed": stats.counter("items"),
+            "refused": stats.counter("items_refused"),
+            "in_stream": items.length,
+            "groups": [{**vars(g), "backlog": g.backlog} for g in items.groups],
+        },
     }
 
 
