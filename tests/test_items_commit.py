@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
 
+import pytest
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import ItemStream
+from scrapy_ha.store.join import join_crawl
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import Commit, NewEntry
 from tests.test_shards import lease_all, sharded
@@ -181,4 +185,24 @@ async def test_entries_pending_in_a_group_are_never_trimmed(redis_url):
     taken = await stream.claim("sql", "heir", 0, 10)
     assert [d.id for d in taken] == [got[0].id] and taken[0].data == items(1)[0]
     assert await stream.ack("sql", [got[0].id]) == (1, 3)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_finished_crawl_keeping_items_is_not_taken_over_by_another_layout(redis_url):
+    """Between one shard and several, a new layout reads other hash tags: a finished crawl
+    whose stream still holds items its sinks have not consumed keeps its layout until they
+    have (the take-over deletes what the old tags hold)."""
+    q = open_queue(redis_url)
+    stream = ItemStream(q.client, KEYS)
+    await stream.add(list(items(1, 2, 3)))
+    await q.finish("w0")
+    join = partial(join_crawl, q.client, "ha", "s", shards=3, registration_ms=30_000)
+    with pytest.raises(ConfigError, match=r"and 3 item\(s\) its sinks have not all consumed"):
+        await join(worker="w1")
+    await stream.join("sql")
+    got = await stream.read("sql", "c", 10)
+    await stream.ack("sql", [d.id for d in got])  # consumed: the stream is empty
+    joined = await join(worker="w1")
+    assert (joined.shards, joined.replaced) == (3, "1")
     await q.client.aclose()
