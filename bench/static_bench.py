@@ -67,6 +67,8 @@ SCHEDULERS: dict[str, dict[str, str]] = {
     },
     # a GET downloads while the round that stores it is on its way (off by default)
     "scrapy-ha-early": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_EARLY_DOWNLOAD": "True"},
+    # a page's items committed to the item stream with its ack (HA_ITEMS, off by default)
+    "scrapy-ha-items": {"SCHEDULER": "scrapy_ha.Scheduler", "HA_ITEMS": "outbox"},
     "scrapy-redis": {
         "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",

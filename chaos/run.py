@@ -2,7 +2,8 @@
 happen in production, each ending with a tally that must show nothing lost.
 
 ``python chaos/run.py [SCENARIO ...] [--short]`` (``make chaos``); scenarios: kill, freeze,
-redis-restart, network, slow-callback, poison, garbage (all by default). Each prints pages
+redis-restart, network, slow-callback, poison, garbage, items (all by default; items is
+chaos/items.py: the item outbox and its sinks, SQLite or ``CHAOS_SQL_URL``). Each prints pages
 expected, crawled, lost (must be 0), crawled more than once (and the bound it must stay
 under), dead-lettered by class, and time to recover. Exits non-zero if a scenario fails.
 """
@@ -147,15 +148,15 @@ class Cluster:
         log = self.dir / f"worker{n}-run{self.runs}.log"
         with log.open("wb") as out:
             proc = harness.spawn(
-                args,
-                cwd=self.dir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": _path()},
+                args, cwd=self.dir, stdout=out, stderr=subprocess.STDOUT, env=self.env()
             )
         self.workers[n] = proc
         self.procs.append(proc)
         return proc
+
+    def env(self) -> dict[str, str]:
+        """The environment of the processes it starts: the repository on the path."""
+        return {**os.environ, "PYTHONPATH": _path()}
 
     def items_count(self) -> int:
         return self.items.read_bytes().count(b"\n") if self.items.exists() else 0
@@ -391,6 +392,13 @@ def _hits(c: Cluster) -> dict[str, int]:
         return dict(json.load(r))
 
 
+def items(c: Cluster, short: bool) -> dict[str, Any]:
+    """The item outbox under worker kills, a freeze and sink kills (chaos/items.py)."""
+    from chaos.items import items as scenario
+
+    return scenario(c, short, os.environ.get("CHAOS_SQL_URL"))
+
+
 SCENARIOS = {
     "kill": kill,
     "freeze": freeze,
@@ -399,6 +407,7 @@ SCENARIOS = {
     "slow-callback": slow_callback,
     "poison": poison,
     "garbage": garbage,
+    "items": items,
 }
 
 

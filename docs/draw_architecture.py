@@ -25,6 +25,7 @@ BOXES = {
     "shared": "scheduler/engine.py, outbox.py, remote.py\nengine facts, the hand-offs",
     "scrapy_ha.middlewares": "middlewares/\nretry, proxy, checkpoint,\ncookies, user agent, parent",
     "scrapy_ha.deadletters": "deadletters/\nAPI, SQL archive, alerts",
+    "scrapy_ha.sinks": "sinks/\nthe item stream's consumers:\nJSON Lines, SQL, pipelines",
     "scrapy_ha.store": "store/\nqueue, shards, Lua, connections",
     "scrapy_ha.config": "config/\nevery setting, validated",
     "scrapy_ha.codec": "codec/\nrequests to JSON and back",
@@ -34,7 +35,7 @@ BOXES = {
     "scrapy_ha.demo": "demo/\ndemo site, proxy, harness",
     "names": "keys, metakeys,\nverdict, spiders",
     "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n"
-    ".cookies, .useragent, .parent, .dlq, .stats\n(the public paths)",
+    ".cookies, .useragent, .parent, .dlq, .stats, .items\n(the public paths)",
 }
 NAMES = set(LAYERS[0])
 FACES = set(LAYERS[-1])

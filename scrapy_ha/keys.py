@@ -90,6 +90,12 @@ key                        type         content
                                         ``<name>:last`` -> its newest minute (pruning)
 ``ha:{books}:stats:domain`` hash       ``<domain>`` TAB ``<event>`` -> count, event
                                         ``enqueued``, ``acked``, ``retried``, ``dead``
+``ha:{books}:items``       stream       with ``HA_ITEMS = "outbox"``: the items a page
+                                        yielded, added by the script call that acks the
+                                        page (never by a stale one): entry ``<ms>-<seq>``
+                                        -> field ``i``, the item as the codec's tagged JSON;
+                                        read by consumer groups (one per sink), an entry
+                                        deleted once every group acknowledged it
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -105,9 +111,10 @@ its task's shard, a request never filtered in the next shard in turn. What is cr
 stays on shard 0, whose keys every tool reads as the crawl's own: ``paused`` (one key
 stops every shard), ``workers`` and ``wstats`` (one heartbeat per worker; the other shards'
 are refreshed by the same renewals but only shard 0's are read), ``gates``, ``proxy_cd``,
-``cookies`` and ``dlq_alert``. A task's ``cp:<task>`` and ``cpa:<task>`` live in the
-task's shard, beside the leases of its pages (checkpoint.lua checks the page's lease in
-the same call).
+``cookies`` and ``dlq_alert``. Each shard has its own ``items`` stream (a page's items
+go where its ack goes); a sink reads every shard's. A task's ``cp:<task>`` and
+``cpa:<task>`` live in the task's shard, beside the leases of its pages (checkpoint.lua
+checks the page's lease in the same call).
 
 The crawl as a whole, under its own tag (read before the layout is known; a worker joins
 through them, ``join.lua``):
@@ -137,6 +144,13 @@ __all__ = ["DEFAULT_PREFIX", "Keys", "shard_of", "task_shard"]
 
 #: Default key prefix (setting ``HA_KEY_PREFIX``).
 DEFAULT_PREFIX = "ha"
+#: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
+SHARD_KEYS = (
+    "pending payload leased leases expiries delayed delayed_score held dead dead_info "
+    "dead_archived dlq_alert dupefilter seq lease_seq sent senders workers worker_stats seen "
+    "paused reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns cookies "
+    "retried stats stats_minutes stats_domains items"
+).split()
 
 
 #: Leading bytes of a fingerprint read as the shard number: 32 bits of a SHA-1 are uniform.
@@ -270,6 +284,9 @@ class Keys:
     #: Per-domain counters.
     stats_domains = _Key("stats:domain")
 
+    #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
+    items = _Key("items")
+
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
         return [self.stats, self.stats_minutes, self.stats_domains]
@@ -304,41 +321,9 @@ class Keys:
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
         types[self.dupefilter] = "set"
+        types[self.items] = "stream"
         return types
 
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
-        return [
-            self.pending,
-            self.payload,
-            self.leased,
-            self.leases,
-            self.expiries,
-            self.delayed,
-            self.delayed_score,
-            self.held,
-            self.dead,
-            self.dead_info,
-            self.dead_archived,
-            self.dlq_alert,
-            self.dupefilter,
-            self.seq,
-            self.lease_seq,
-            self.sent,
-            self.senders,
-            self.workers,
-            self.worker_stats,
-            self.seen,
-            self.paused,
-            self.reclaim_guard,
-            self.feed_guard,
-            self.gates,
-            self.domain_limits,
-            self.polite,
-            self.proxy_cooldowns,
-            self.cookies,
-            self.retried,
-            self.stats,
-            self.stats_minutes,
-            self.stats_domains,
-        ]
+        return [getattr(self, name) for name in SHARD_KEYS]

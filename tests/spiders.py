@@ -119,3 +119,19 @@ class FaultSpider(scrapy.Spider):
 
     def on_error(self, failure: Any) -> None:
         self.errors.append(failure.request.url.replace(self.base_url, ""))
+
+
+class ListItemsSpider(scrapy.Spider):
+    """The catalogue's list pages yield their items themselves (several items per page):
+    ``{"id": n}`` for each item linked, then the next list page."""
+
+    name = "list_items"
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [base_url + "/list/1"]
+
+    def parse(self, response: Any) -> Any:
+        for href in response.css("a.item::attr(href)").getall():
+            yield {"id": int(href.rstrip("/").rsplit("/", 1)[-1])}
+        yield from response.follow_all(css="a.next", callback=self.parse)

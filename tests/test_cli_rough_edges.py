@@ -95,6 +95,18 @@ def test_the_help_of_the_archive_names_its_real_default_table():
     assert DEFAULT_TABLE in text.replace("\n", "").replace(" ", "")
 
 
+def test_the_defaults_of_items_are_the_consumers_own():
+    from scrapy_ha.config import items as config
+    from scrapy_ha.sinks import sql
+
+    args = grammar.parse(["items", "books", "--to", "jsonl:out.jsonl"])
+    assert (args.table, args.batch, args.claim_idle) == (
+        sql.DEFAULT_TABLE,
+        config.DEFAULT_BATCH,
+        config.DEFAULT_CLAIM_IDLE,
+    )
+
+
 #: Commands on one crawl, as a user with a typo in the spider name runs them.
 ON_A_CRAWL = [
     ["pause", "nosuch"],
@@ -109,6 +121,7 @@ ON_A_CRAWL = [
     ["dlq", "list", "nosuch"],
     ["dlq", "requeue", "nosuch", "--all", "--yes"],
     ["checkpoints", "list", "nosuch"],
+    ["items", "nosuch", "--to", "jsonl:nosuch.jl", "--exit-idle", "1"],
 ]
 
 
@@ -122,7 +135,7 @@ def test_a_command_on_a_crawl_that_does_not_exist_fails_and_makes_nothing(
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.startswith("error: no such crawl: no key of spider 'nosuch'")
     assert "check the spider name, --prefix and --redis-url" in result.stderr
-    assert ("pass --create" in result.stderr) == (argv[0] in ("pause", "push"))
+    assert ("pass --create" in result.stderr) == (argv[0] in ("pause", "push", "items"))
     assert sorted(redis_client.keys("*")) == before
 
 
@@ -210,3 +223,10 @@ def test_status_and_delayed_list_say_what_waits_for_a_gate_and_count_it_in_the_e
     listed = scrapy_ha("delayed", "list", "shop", "--class", "gate", "--redis-url", redis_url)
     rows = listed.stdout.splitlines()[1:-1]
     assert len(rows) == 3 and all(row.split()[5] == "gate" for row in rows), listed.stdout
+
+
+def test_a_sink_may_be_declared_before_its_crawl(redis_url, redis_client, tmp_path):
+    to = f"jsonl:{tmp_path / 'items.jl'}"
+    declared = scrapy_ha("items", "later", "--to", to, "--declare", "--redis-url", redis_url)
+    assert declared.returncode == 0, declared.stderr
+    assert redis_client.xinfo_groups("ha:{later}:items")[0]["name"] == f"{to}".encode()

@@ -115,6 +115,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scrapy_ha.config",),  # every setting, validated
     ("scrapy_ha.store",),  # a crawl's data in Redis, for every process
     ("scrapy_ha.deadletters",),  # what becomes of dead letters
+    ("scrapy_ha.sinks",),  # the item stream's consumers and their sinks
     ("scrapy_ha.middlewares",),  # the downloader and spider middlewares
     ("scrapy_ha.scheduler",),  # the scheduler: the shell and its session
     ("scrapy_ha.ops",),  # what the operator's tools share
@@ -133,6 +134,7 @@ LAYERS: list[tuple[str, ...]] = [
         "scrapy_ha.useragent",
         "scrapy_ha.dlq",
         "scrapy_ha.stats",
+        "scrapy_ha.items",
     ),
 ]
 

@@ -13,6 +13,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha.scheduler.inflight import InFlight
 from scrapy_ha.scheduler.outbox import Outbox
+from scrapy_ha.scheduler.session.start_urls import peek_start_urls
 from scrapy_ha.store.wire import NewEntry
 from tests.test_shards import entry, lease_all, sharded
 
@@ -56,8 +57,8 @@ async def test_start_urls_read_by_two_workers_are_fed_once(redis_url):
     a, b = sharded(redis_url, shards=3, worker="a"), sharded(redis_url, shards=3, worker="b")
     raw = [f"https://example.com/{i}".encode() for i in range(6)]
     await a.client.rpush("s:start_urls", *raw)
-    peek_a = await a.peek_start_urls("s:start_urls", as_set=False, batch=10)
-    peek_b = await b.peek_start_urls("s:start_urls", as_set=False, batch=10)
+    peek_a = await peek_start_urls(a.client, "s:start_urls", as_set=False, batch=10)
+    peek_b = await peek_start_urls(b.client, "s:start_urls", as_set=False, batch=10)
 
     def entries(peeked: list[bytes]) -> list[NewEntry]:
         return [NewEntry(b"", 0, b"payload-" + u) for u in peeked]  # dont_filter
@@ -67,7 +68,7 @@ async def test_start_urls_read_by_two_workers_are_fed_once(redis_url):
     assert (await a.counts()).pending == 6
     await a.client.set(a._home.keys.feed_guard, "1")  # another worker is feeding now
     await a.client.rpush("s:start_urls", b"https://example.com/late")
-    late = await b.peek_start_urls("s:start_urls", as_set=False, batch=10)
+    late = await peek_start_urls(b.client, "s:start_urls", as_set=False, batch=10)
     assert await b.feed("s:start_urls", as_set=False, raw=late, entries=entries(late)) == -1
     assert (await a.counts()).pending == 6
     await a.client.aclose()

@@ -24,6 +24,7 @@ from scrapy_ha.ops import operations
 from scrapy_ha.ops.crawls import discover, read_crawls
 from scrapy_ha.ops.shards import dead_letters
 from scrapy_ha.scheduler.session.connect import _refuse_unsharded_features
+from scrapy_ha.scheduler.session.start_urls import peek_start_urls
 from scrapy_ha.store.sharding import check_shard_count, make_queue, shard_setting
 from scrapy_ha.store.shards import ShardedQueue
 from scrapy_ha.store.wire import Fresh, NewEntry
@@ -352,7 +353,7 @@ async def test_start_urls_are_fed_into_their_shards_and_leave_the_list(redis_url
     q = sharded(redis_url, shards=3)
     raw = [f"https://example.com/{i}".encode() for i in range(12)]
     await q.client.rpush("s:start_urls", *raw)
-    peeked = await q.peek_start_urls("s:start_urls", as_set=False, batch=20)
+    peeked = await peek_start_urls(q.client, "s:start_urls", as_set=False, batch=20)
     entries = [NewEntry(fp(u.decode()), 0, b"payload-" + u) for u in peeked]
     assert await q.feed("s:start_urls", as_set=False, raw=peeked, entries=entries) == 12
     assert await q.client.llen("s:start_urls") == 0

@@ -51,6 +51,17 @@ METRICS_RESCAN = 60.0
 DASHBOARD_PORT = 9411
 #: The SQL archive's table unless told (``scrapy_ha.deadletters.archive.DEFAULT_TABLE``).
 ARCHIVE_TABLE = "scrapy_ha_dead_letters"
+#: What ``items --to`` takes.
+ITEM_SINKS = (
+    "jsonl:PATH, a SQLAlchemy URL (sqlite:///items.db, postgresql+psycopg://...), or pipelines"
+)
+#: The SQL item sink's table unless told (``scrapy_ha.sinks.sql.DEFAULT_TABLE``).
+ITEMS_TABLE = "scrapy_ha_items"
+#: Entries an item consumer reads and commits at once (``scrapy_ha.config.items.DEFAULT_BATCH``).
+ITEMS_BATCH = 100
+#: Seconds before a consumer takes over another's pending entries
+#: (``scrapy_ha.config.items.DEFAULT_CLAIM_IDLE``).
+ITEMS_CLAIM_IDLE = 60.0
 
 
 # -- the subcommands -----------------------------------------------------------------------
@@ -250,6 +261,52 @@ def _report(sub: Any) -> None:
     parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
 
 
+def _items(sub: Any) -> None:
+    parser = command(
+        sub,
+        "items",
+        at("items", "items"),
+        'store the crawl\'s items (HA_ITEMS = "outbox") exactly once in a sink',
+    )
+    parser.add_argument("--to", required=True, help=f"the sink: {ITEM_SINKS}")
+    parser.add_argument("--table", default=ITEMS_TABLE, help="an SQL sink's table (%(default)s)")
+    parser.add_argument(
+        "--group", help="the consumer group (default: named after the sink: one per sink)"
+    )
+    parser.add_argument(
+        "--consumer",
+        help="this consumer's name in its group (default: host and path for jsonl, else "
+        "host:pid); started again under its name it finishes the batch it was killed in",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=ITEMS_BATCH,
+        help="entries per read and per commit (%(default)s)",
+    )
+    parser.add_argument(
+        "--claim-idle",
+        type=positive,
+        default=ITEMS_CLAIM_IDLE,
+        help="seconds an entry left pending by another consumer waits before this one takes "
+        "it over (SQL and pipelines sinks; %(default)s)",
+    )
+    parser.add_argument(
+        "--declare",
+        action="store_true",
+        help="only create the sink's consumer group and exit: a sink declared before the "
+        "crawl gets every item (entries leave the stream once every group has them)",
+    )
+    parser.add_argument(
+        "--exit-idle",
+        type=positive,
+        metavar="SECONDS",
+        help="exit once the crawl has ended (no live worker, nothing left to crawl) and the "
+        "sink has every item, for this many seconds",
+    )
+    create_option(parser, "consume (a sink started before its crawl's first worker)")
+
+
 def _servers(sub: Any) -> None:
     metrics = command(
         sub,
@@ -306,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _dlq(sub)
     _checkpoints(sub)
     _report(sub)
+    _items(sub)
     _servers(sub)
     return parser
 

@@ -50,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             if args.command == "metrics":  # a server of its own, not a command on one crawl
                 return int(args.func.load()(args, settings(args)))
+            if args.command == "items":  # the project's pipelines may need Twisted's reactor
+                from scrapy_ha.cli.items import in_loop
+
+                return in_loop(args, _run(args))
             return asyncio.run(_run(args))
         except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -134,7 +138,9 @@ def _sentence(exc: BaseException, url: str) -> str:
 
 async def _there_or_made(queue: RedisQueue, args: argparse.Namespace, url: str) -> bool:
     """Whether the command may go on: its crawl is in Redis, or it was told to make it."""
-    if getattr(args, "create", False) or await crawl_exists(queue):
+    if getattr(args, "create", False) or getattr(args, "declare", False):
+        return True  # told to make it (``items --declare`` makes its sink's group)
+    if await crawl_exists(queue):
         return True
     fix = "check the spider name, --prefix and --redis-url"
     if args.create_allowed:

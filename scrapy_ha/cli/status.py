@@ -32,11 +32,13 @@ from scrapy_ha.ops.stats import (
 )
 from scrapy_ha.ops.waiting import ETA_WINDOW, Waiting, eta, read_waiting
 from scrapy_ha.store.health import redis_health
+from scrapy_ha.store.items import crawl_items
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy_ha.store.items import StreamState
     from scrapy_ha.store.queue import RedisQueue
 
 #: The rate windows shown, in minutes: the last minute, a smoothed recent rate, the hour.
@@ -108,8 +110,10 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         paused = await paused_since(queue)
         health = await redis_health(queue.client)
         limits, held = await _politeness(queue)
+        items = await crawl_items(queue)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
+            doc["items"] = items_json(stats, items)
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
             doc["domain_slots"] = held
             out.write(json.dumps(doc) + "\n")
@@ -117,6 +121,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             lines = text(stats, waiting, args.domains)
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
+            lines += items_text(stats, items)
             if limits:
                 limited = stats.counter("domain_limited")
                 lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
@@ -180,6 +185,18 @@ def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> 
     }
 
 
+def items_json(stats: CrawlStats, items: StreamState) -> dict[str, Any]:
+    """The item stream (HA_ITEMS = "outbox"): committed, refused, in the stream, and
+    each sink's consumer group."""
+    return {
+        "committed": stats.counter("items"),
+        "refused": stats.counter("items_refused"),
+        "in_stream": items.length,
+        "backlog": items.backlog,
+        "groups": [{**vars(g), "backlog": g.backlog} for g in items.groups],
+    }
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
@@ -208,6 +225,26 @@ def text(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> lis
         f"{'eta':>13}  {_eta(stats, waiting)}",
     ]
     return lines + _domains(stats, domains)
+
+
+def items_text(stats: CrawlStats, items: StreamState) -> list[str]:
+    """The item stream's lines (none for a crawl without the item outbox)."""
+    committed = stats.counter("items")
+    if not (committed or items.length or items.groups):
+        return []
+    rate = stats.rate("items", ETA_WINDOW)
+    lines = [
+        _row("items", committed=committed, refused=stats.counter("items_refused"))
+        + f"  in stream {items.length:,}  {rate:,.1f}/min ({ETA_WINDOW}m)"
+    ]
+    if not items.groups:
+        lines.append(f"{'sinks':>13}  none yet: `scrapy-ha items {stats.spider} --to ...`")
+    for g in items.groups:
+        lines.append(
+            f"{'sink':>13}  {g.name}: backlog {g.backlog:,}, consumed {g.consumed:,}, "
+            f"{g.consumers} consumer(s)"
+        )
+    return lines
 
 
 def _row(title: str, **values: int) -> str:

@@ -9,6 +9,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from scrapy_ha.codec import ALLOWED_SCHEMES_SETTING, DEFAULT_ALLOWED_SCHEMES, mask_url
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.items import OUTBOX, items_mode
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
@@ -154,7 +155,9 @@ def allowed_schemes(settings: BaseSettings) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """Pagination checkpoints (HA_CHECKPOINTS); ``every_items=0`` saves at page ends only."""
+    """Pagination checkpoints (HA_CHECKPOINTS); ``every_items=0`` saves at page ends only
+    (always with the item outbox, ``HA_ITEMS = "outbox"``: a page's items are committed
+    with its ack, so a page redone must emit all of them again)."""
 
     enabled: bool = False
     every_items: int = DEFAULT_CHECKPOINT_ITEMS
@@ -171,11 +174,11 @@ class CheckpointConfig:
         not fail on a value it never uses)."""
         if not check.boolean(settings, "HA_CHECKPOINTS", False):
             return cls(enabled=False)
+        every = check.whole(settings, "HA_CHECKPOINT_ITEMS", DEFAULT_CHECKPOINT_ITEMS, minimum=0)
         return cls(
             enabled=True,
-            every_items=check.whole(
-                settings, "HA_CHECKPOINT_ITEMS", DEFAULT_CHECKPOINT_ITEMS, minimum=0
-            ),
+            # with the item outbox no item is out before its page's ack: nothing to skip
+            every_items=0 if items_mode(settings) == OUTBOX else every,
             max_bytes=check.whole(
                 settings, "HA_CHECKPOINT_MAX_BYTES", DEFAULT_CHECKPOINT_MAX_BYTES
             ),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.items import DEFAULT_ITEMS, items_mode
 from scrapy_ha.config.middlewares import allowed_schemes
 from scrapy_ha.config.politeness import Politeness
 from scrapy_ha.config.validate import ConfigError
@@ -159,6 +160,8 @@ class SchedulerConfig:
     timer_sweep: float = DEFAULT_TIMER_SWEEP
     #: a fresh GET may download before Redis's verdict (scrapy_ha.scheduler.gate.EarlyGuard)
     early_download: bool = False
+    #: HA_ITEMS: "outbox" commits a page's items with its ack (scrapy_ha.scheduler.items)
+    items: str = DEFAULT_ITEMS
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     start_timeout: float = DEFAULT_START_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
@@ -228,6 +231,7 @@ class SchedulerConfig:
             gc_freeze=check.boolean(settings, "HA_GC_FREEZE", True),
             timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
             early_download=check.boolean(settings, "HA_EARLY_DOWNLOAD", False),
+            items=items_mode(settings),
             connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
             # 0: one attempt, no waiting
             start_timeout=check.seconds(

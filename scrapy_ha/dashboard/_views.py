@@ -18,6 +18,7 @@ from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
+from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import layout_keys
 
@@ -76,6 +77,11 @@ async def overview_rows(request: Request) -> list[Summary]:
     return crawls
 
 
+async def item_stream(client: Any, keys: Keys) -> StreamState:
+    """The crawl's item stream (every shard's, for a sharded crawl)."""
+    return merged([await ItemStream(client, k).state() for k in keys.every_shard()])
+
+
 async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     """How far the crawl is, how fast it goes, what waits and why, and when it ends."""
     chart = rate_chart(stats, WINDOWS["hour"], fitted=False)  # the API's 60 minutes
@@ -84,6 +90,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     done = eta(stats, waiting)
     failed = stats.dead + stats.purged
     left = stats.pending + stats.leased + waiting.delayed
+    items = await item_stream(client, keys)
     data = {
         "spider": stats.spider,
         "shards": keys.shards,
@@ -110,6 +117,14 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "gates": gates,
         "eta_s": None if done.seconds is None else round(done.seconds),
         "now": stats.now_ms,
+        # the item outbox (None: the crawl has none): the slowest sink's backlog
+        "items_backlog": items.backlog if items.length or items.groups else None,
+        "items": {
+            "committed": stats.counter("items"),
+            "refused": stats.counter("items_refused"),
+            "in_stream": items.length,
+            "groups": [{**vars(g), "backlog": g.backlog} for g in items.groups],
+        },
     }
     return Summary(data, stats, waiting)
 

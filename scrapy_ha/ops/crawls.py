@@ -4,12 +4,13 @@ for ``scrapy-ha metrics`` and the dashboard."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
-from scrapy_ha.store.scripts import COUNTS_LUA
+from scrapy_ha.store.items import StreamState, merged, stream_state
+from scrapy_ha.store.scripts import COUNTS_LUA, ITEMS_STATE_LUA
 from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts
 
@@ -37,6 +38,8 @@ class CrawlNumbers:
     stats: CrawlStats
     gated_domains: int
     paused: bool = False
+    #: its item stream (``HA_ITEMS = "outbox"``): length and each sink's group
+    items: StreamState = field(default_factory=StreamState)
 
     @property
     def spider(self) -> str:
@@ -121,7 +124,7 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
-        *mine, layout = replies[5 * i : 5 * i + 5]
+        *mine, layout = replies[PER_CRAWL * i : PER_CRAWL * (i + 1)]
         keys = layout_keys(prefix, spider, layout)
         if keys.shard is not None:
             numbers = _sharded_numbers(client, keys)
@@ -133,11 +136,19 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
 
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
+    """The reads of one crawl (of one shard), READS replies."""
     keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
     client.register_script(COUNTS_LUA)(keys=keys, client=pipe)
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)
+    pipe.eval(ITEMS_STATE_LUA, 1, k.items)
+
+
+#: Replies of :func:`_crawl_reads`, and of a crawl's reads in :func:`read_crawls` (its
+#: shard count too).
+READS = 5
+PER_CRAWL = READS + 1
 
 
 def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
@@ -148,17 +159,25 @@ def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
     for shard in shards:
         _crawl_reads(client, pipe, shard)
     replies = pipe.execute()
-    parts = [_numbers(keys.spider, *replies[4 * i : 4 * i + 4]) for i in range(len(shards))]
+    parts = [
+        _numbers(keys.spider, *replies[READS * i : READS * (i + 1)]) for i in range(len(shards))
+    ]
     total = merge_stats([p.stats for p in parts])
-    return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused)
+    items = merged([p.items for p in parts])
+    return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused, items)
 
 
 def _numbers(
-    spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any], paused: int
+    spider: str,
+    counts: list[Any],
+    stats: dict[Any, Any],
+    gates: list[Any],
+    paused: int,
+    items: list[Any],
 ) -> CrawlNumbers:
     crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
-    return CrawlNumbers(crawl, closed, bool(paused))
+    return CrawlNumbers(crawl, closed, bool(paused), stream_state(items, stats))
 
 
 def _int_or_zero(value: Any) -> int:

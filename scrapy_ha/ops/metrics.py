@@ -42,6 +42,8 @@ COUNTERS = (
     ("poison", "poison", "Requests dead-lettered because too many of their leases expired."),
     ("requeued", "requeued", "Dead letters put back in the queue by an operator."),
     ("purged", "purged", "Dead letters deleted by an operator."),
+    ("items", "items_committed", "Items committed to the item stream with their page's ack."),
+    ("items_refused", "items_refused", "Items not committed: their page's lease had expired."),
 )
 
 
@@ -129,7 +131,30 @@ def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
 
 
 def _crawl_metrics(crawls: list[CrawlNumbers]) -> list[Metric]:
-    return [*_gauges(crawls), *_counters(crawls)]
+    return [*_gauges(crawls), *_counters(crawls), *_items(crawls)]
+
+
+def _items(crawls: list[CrawlNumbers]) -> list[Metric]:
+    """The item stream (HA_ITEMS = "outbox"): its length, and each sink's group."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    length = _gauge("scrapy_ha_items_in_stream", "Items in the stream: not consumed by every sink.")
+    backlog = GaugeMetricFamily(
+        "scrapy_ha_items_backlog",
+        "Items a sink (a consumer group) has not committed yet: pending plus not delivered.",
+        labels=["spider", "group"],
+    )
+    consumed = CounterMetricFamily(
+        "scrapy_ha_items_consumed",
+        "Items a sink (a consumer group) committed and acknowledged.",
+        labels=["spider", "group"],
+    )
+    for c in crawls:
+        length.add_metric([c.spider], c.items.length)
+        for g in c.items.groups:
+            backlog.add_metric([c.spider, g.name], g.backlog)
+            consumed.add_metric([c.spider, g.name], g.consumed)
+    return [length, backlog, consumed]
 
 
 def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:

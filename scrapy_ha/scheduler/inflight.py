@@ -4,7 +4,8 @@ Scrapy has no "request finished" signal: a request is finished when the engine h
 nowhere any more (:func:`scrapy_ha.scheduler.engine.busy_check`). Only then does its lease end: by
 an ack, or, when a middleware recorded another outcome in its meta, by a retry or a dead
 letter. Both go into the :class:`~scrapy_ha.scheduler.outbox.Outbox`, after the children the page
-yielded (they were queued while it ran).
+yielded (they were queued while it ran). With the item outbox (:mod:`.items`) an ack carries
+the items its page yielded, and the end of a page that is not acked drops them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
+from scrapy_ha.config.items import DEFAULT_ITEMS, OUTBOX
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.items import ItemHold
 from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp
 from scrapy_ha.verdict import Verdict
 
@@ -58,7 +61,7 @@ class Kin:
 class InFlight:
     """The unfinished requests of this worker, by entry id: (lease token, request)."""
 
-    def __init__(self, crawler: Crawler, outbox: Outbox) -> None:
+    def __init__(self, crawler: Crawler, outbox: Outbox, items: str = DEFAULT_ITEMS) -> None:
         self.crawler = crawler
         self.outbox = outbox
         self._held: dict[str, tuple[str, Request]] = {}
@@ -68,6 +71,8 @@ class InFlight:
         #: a retry copy of a request in flight taken in its place (the download gate
         #: forgets what it held for that request's early download)
         self.on_retry: Callable[[Request], None] | None = None
+        #: the items of the pages in flight, with HA_ITEMS = "outbox" (None: off)
+        self.items = ItemHold(crawler, outbox, self.request_of) if items == OUTBOX else None
 
     def __len__(self) -> int:
         return len(self._held)
@@ -95,6 +100,13 @@ class InFlight:
 
     def clear(self) -> None:
         self._held.clear()
+        if self.items is not None:
+            self.items.clear()
+
+    def request_of(self, pair: Pair) -> Request | None:
+        """The unfinished request of lease *pair* (None: none, or another lease of it)."""
+        held = self._held.get(pair[0])
+        return held[1] if held is not None and held[0] == pair[1] else None
 
     def at_cap(
         self, config: SchedulerConfig, waiting: Callable[[], bool], wake: Callable[[], None]
@@ -136,19 +148,34 @@ class InFlight:
         done = [i for i, (_, r) in self._held.items() if not busy(r)]
         for entry_id in done:
             token, request = self._held.pop(entry_id)
-            if verdict := Verdict.from_meta(request.meta):
-                if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
-                    self._checkpoint(entry_id, token, request)
-                self.end(EndOp(verdict.op, entry_id, token, request))
-                continue
-            self._checkpoint(entry_id, token, request)
-            self.outbox.acks.append((entry_id, token))
+            self._finished(entry_id, token, request)
 
-    def _checkpoint(self, entry_id: str, token: str, request: Request) -> None:
-        """The checkpoint a page saves as it ends (before its lease ends: it is fenced)."""
-        if metakeys.CHECKPOINT_SAVE in request.meta:
-            saved = request.meta.pop(metakeys.CHECKPOINT_SAVE)
-            self.outbox.checkpoints.append(CheckpointSave(entry_id, token, *saved))
+    def _finished(self, entry_id: str, token: str, request: Request) -> None:
+        items = self.items
+        if verdict := Verdict.from_meta(request.meta):
+            if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
+                self._checkpoint(entry_id, token, request)
+            if items is not None:
+                items.discard((entry_id, token), verdict)
+            self.end(EndOp(verdict.op, entry_id, token, request))
+            return
+        if items is None:
+            self._checkpoint(entry_id, token, request)
+        else:  # its checkpoint goes with its items, in the ack: never saved before them
+            items.commit((entry_id, token), self._checkpoint(entry_id, token, request, ack=True))
+        self.outbox.acks.append((entry_id, token))
+
+    def _checkpoint(
+        self, entry_id: str, token: str, request: Request, *, ack: bool = False
+    ) -> CheckpointSave | None:
+        """The checkpoint a page saves as it ends (before its lease ends: it is fenced),
+        queued; or, with *ack*, returned to go with the page's ack."""
+        if metakeys.CHECKPOINT_SAVE not in request.meta:
+            return None
+        save = CheckpointSave(entry_id, token, *request.meta.pop(metakeys.CHECKPOINT_SAVE))
+        if not ack:
+            self.outbox.checkpoints.append(save)
+        return save
 
     def end(self, op: EndOp) -> None:
         """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""

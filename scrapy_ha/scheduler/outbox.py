@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
 
-    from scrapy_ha.store.wire import NewEntry, Sender
+    from scrapy_ha.store.wire import Commit, NewEntry, Sender
 
 #: (entry id, lease token): one lease.
 Pair = tuple[str, str]
@@ -34,7 +34,10 @@ SENDER_NONCE_BYTES = 8
 #: - ``checkpoints`` after the children (a resumed task never starts past a child that was
 #:   not stored) and before the acks (a checkpoint is fenced by its page's lease, which the
 #:   ack ends);
-#: - ``acks``, then ``ends`` (retries, dead letters, deferrals) of the same round.
+#: - ``acks`` (each with what its page commits, ``commits``: its items, and with the item
+#:   outbox its task's checkpoint), then ``ends`` (retries, dead letters, deferrals) of the
+#:   same round.
+#: ``loose_items`` (items no page yielded) go before the rest of a sync, on their own.
 SEND_ORDER = ("gates", "releases", "children", "checkpoints", "acks", "ends")
 
 
@@ -165,7 +168,11 @@ class Outbox:
     children: list[NewEntry] = field(default_factory=list)
     checkpoints: list[CheckpointSave] = field(default_factory=list)
     acks: list[Pair] = field(default_factory=list)
+    #: what the page of an ack commits with it (HA_ITEMS = "outbox"), by its lease
+    commits: dict[Pair, Commit] = field(default_factory=dict)
     ends: list[EndOp] = field(default_factory=list)
+    #: items with no page to ride with (yielded by start()), committed as they come
+    loose_items: list[bytes] = field(default_factory=list)
     #: highest priority among ``children`` (None: none): a new request may outrank the buffer
     top: int | None = None
     #: the shell held a request back for an outranking child: the next sync wakes the engine
@@ -213,8 +220,9 @@ class Outbox:
         )
 
     def to_sync(self) -> bool:
-        """Anything for the sync script: children, checkpoints, acks or ends."""
-        return bool(self.children or self.checkpoints or self.acks or self.ends)
+        """Anything for a sync: children, checkpoints, acks, ends, or items."""
+        box = self
+        return bool(box.children or box.checkpoints or box.acks or box.ends or box.loose_items)
 
     def held_pairs(self) -> list[Pair]:
         """The leases named here: finished (acks, ends) or given back (releases)."""

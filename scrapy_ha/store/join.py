@@ -34,7 +34,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.finish import complete_finish
 from scrapy_ha.store.scripts import JOIN_LUA
-from scrapy_ha.store.sharding import layout_keys, make_queue, read_layout
+from scrapy_ha.store.sharding import layout_keys, make_queue, read_layout, shards_of
 from scrapy_ha.store.shards import ShardedQueue
 from scrapy_ha.store.wire import SENT_GRACE_MS, _s
 
@@ -118,10 +118,13 @@ def _old_queue(client: Any, keys: Keys, layout: str) -> RedisQueue:
     return make_queue(client, keys.prefix, keys.spider, count, span=span)
 
 
-async def _kept(client: Any, keys: Keys, layout: str) -> tuple[int, int]:
-    """(dead letters, requests to crawl) the crawl keeps under *layout*."""
-    counts = await _old_queue(client, keys, layout).counts()
-    return counts.dead, counts.active
+async def _kept(client: Any, keys: Keys, layout: str) -> tuple[int, int, int]:
+    """(dead letters, requests to crawl, items its sinks have not all consumed) the crawl
+    keeps under *layout*."""
+    queue = _old_queue(client, keys, layout)
+    counts = await queue.counts()
+    items = [await client.xlen(shard.keys.items) for shard in shards_of(queue)]
+    return counts.dead, counts.active, sum(items)
 
 
 async def _replaceable(client: Any, keys: Keys, stored: bytes | None, shards: int) -> str:
@@ -199,11 +202,13 @@ async def _refusal(client: Any, keys: Keys, shards: int, reply: list[Any]) -> st
             f"`scrapy-ha flush {spider}` first to start it again (dead letters and counters "
             "included)"
         )
-    dead, active = await _kept(client, keys, layout)
+    dead, active, items = await _kept(client, keys, layout)
     return (
         f"HA_SHARDS={shards} but the crawl of {spider} finished {where} and keeps {dead} "
-        f"dead letter(s) and {active} request(s) to crawl there, which a crawl with "
-        f"{'several shards' if shards > 1 else 'one'} would not read (other hash tags): run "
-        f"it with HA_SHARDS={have}, or archive and purge its dead letters first (`scrapy-ha "
-        f"dlq list {spider}`)"
+        f"dead letter(s) and {active} request(s) to crawl there"
+        + (f", and {items} item(s) its sinks have not all consumed" if items else "")
+        + f", which a crawl with {'several shards' if shards > 1 else 'one'} would not read "
+        f"(other hash tags): run it with HA_SHARDS={have}, or archive and purge its dead "
+        f"letters first (`scrapy-ha dlq list {spider}`)"
+        + (f" and consume its items (`scrapy-ha items {spider} --to ...`)" if items else "")
     )

@@ -29,6 +29,7 @@ from scrapy_ha.store.wire import (
     live_workers,
     lost_pairs,
     new_nonce,
+    packed_acks,
     packed_children,
     renew_args,
     sync_result,
@@ -36,10 +37,10 @@ from scrapy_ha.store.wire import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from scrapy_ha.keys import Keys
-    from scrapy_ha.store.wire import Lease, NewEntry, Sender
+    from scrapy_ha.store.wire import Commit, Lease, NewEntry, Sender
 
 
 class RedisQueue:
@@ -87,6 +88,7 @@ class RedisQueue:
         sender: Sender | None = None,
         numbers: Sequence[int] = (),
         expect: int = 0,
+        commits: Mapping[tuple[str, str], Commit] = {},  # noqa: B006 (never mutated)
     ) -> SyncResult:
         """Enqueue, then ack and give back (*release*), then lease: one script, one call.
 
@@ -95,6 +97,7 @@ class RedisQueue:
         *sender* (see :func:`packed_children`), children already handled by an earlier call
         whose reply was lost are skipped; with *expect* too, a server that lacks the
         sender's children up to that number refuses the whole call (:class:`ChildrenLost`).
+        A page's *commits* (items, checkpoint) go with its ack, under its lease.
         """
         k = self.keys
         args: list[Any] = [
@@ -109,7 +112,6 @@ class RedisQueue:
             len(release),
         ]
         args += packed_children(enqueue, sender, numbers)
-        args += [f"{entry_id} {token}" for entry_id, token in (*ack, *release)]
         keys = [
             k.pending,
             k.payload,
@@ -131,11 +133,14 @@ class RedisQueue:
             k.domain_limits,
             k.polite,
             k.held,
+            k.items,
         ]
         if worker is not None:
             keys.append(k.grant(worker))
+        acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
+        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
         try:
-            reply = await self._sync(keys=keys, args=args)
+            reply = await self._sync(keys=[*keys, *more], args=args)
         except redis.exceptions.ResponseError as exc:
             if lost := children_lost(exc):
                 raise lost from exc
@@ -327,13 +332,6 @@ class RedisQueue:
         """End a finished crawl if no other worker is alive (see :mod:`.finish`)."""
         return await finish_one(self, worker, keep=keep)
 
-    async def peek_start_urls(self, key: str, *, as_set: bool, batch: int) -> list[bytes]:
-        """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of
-        a set), left in place: :meth:`feed` moves them."""
-        if as_set:
-            return list(await self.client.srandmember(key, batch))
-        return list(await self.client.lrange(key, 0, batch - 1))
-
     async def granted(self, worker: str) -> dict[bytes, bytes]:
         """The leases the last sync of *worker* granted (the grant key: id -> token)."""
         return dict(await self.client.hgetall(self.keys.grant(worker)))
@@ -386,3 +384,8 @@ class RedisQueue:
     async def flush(self) -> None:
         """Delete every key of the crawl, dead-letter queue included."""
         await self.client.delete(*self.keys.all(), *self.keys.crawl_keys())
+
+
+def _task_keys(keys: Keys) -> Callable[[str], tuple[str, str]]:
+    """A task's checkpoint and ahead hash in *keys*' crawl (an ack that saves it names both)."""
+    return lambda task: (keys.checkpoint(task), keys.checkpoint_ahead(task))

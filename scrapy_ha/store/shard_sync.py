@@ -14,9 +14,9 @@ from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry, SyncResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-    from scrapy_ha.store.wire import Sender
+    from scrapy_ha.store.wire import Commit, Sender
 
 __all__ = ["Pair", "ShardedSync", "outside"]
 
@@ -126,9 +126,11 @@ class ShardedSync(RedisQueue):
         sender: Sender | None = None,
         numbers: Sequence[int] = (),
         expect: int = 0,
+        commits: Mapping[Pair, Commit] = {},  # noqa: B006 (never mutated)
     ) -> SyncResult:
-        """Children (each in its shard, fenced), then acks and leases given back (*release*)
-        with leases in rotation, each shard's in one call.
+        """Children (each in its shard, fenced), then acks (with what their pages commit:
+        a page's items go to its shard's stream) and leases given back (*release*) with
+        leases in rotation, each shard's in one call.
 
         *sender* (and with it *numbers* and *expect*) is not passed on: a shard skips the
         children numbered at or below the newest it stored, and a sharded round may send a
@@ -146,6 +148,7 @@ class ShardedSync(RedisQueue):
         for stage in _stages(placed, self.route):
             await self._store(stage, lease_ms, total)
         acks, backs = self.split(ack), self.split(release)
+        shard_commits = self._split_commits(ack, commits)
         remaining = lease
         first = self._next
         for step in range(len(self.shards)):
@@ -155,6 +158,7 @@ class ShardedSync(RedisQueue):
             result = await self.shards[shard].sync(
                 ack=acks.get(shard, []),
                 release=backs.get(shard, []),
+                commits=shard_commits.get(shard, {}),
                 lease=max(0, remaining),
                 lease_ms=lease_ms,
                 promote=promote,
@@ -217,6 +221,18 @@ class ShardedSync(RedisQueue):
             lost += self.theirs(shard, gone, parents)
         return lost
 
+    def _split_commits(
+        self, ack: list[Pair], commits: Mapping[Pair, Commit]
+    ) -> dict[int, dict[Pair, Commit]]:
+        """The commits of *ack* by shard, each keyed as its shard names the lease (a page's
+        task's checkpoint keys are in the page's shard: its task's)."""
+        by: dict[int, dict[Pair, Commit]] = {}
+        for pair in ack:
+            if (commit := commits.get(pair)) is not None:
+                shard, local = self.route(pair[0])
+                by.setdefault(shard, {})[local, pair[1]] = commit
+        return by
+
     def theirs(self, shard: int, local: list[Pair], given: Iterable[Pair]) -> list[Pair]:
         """The pairs of *given* that *local* (pairs of *shard* as it names them) stand for:
         a worker-made id has no shard prefix."""
@@ -236,6 +252,8 @@ class ShardedSync(RedisQueue):
         total.refused += result.refused
         total.set_aside += result.set_aside
         total.roots_seen += result.roots_seen
+        total.items += result.items
+        total.checkpoints += result.checkpoints
         total.paused = total.paused or result.paused
         for domain, until in result.gates.items():
             total.gates[domain] = max(until, total.gates.get(domain, 0))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from scrapy_ha.store.scripts import MAX_PRIORITY, PRIORITY_STEP
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from scrapy import Request
 
@@ -75,6 +75,10 @@ class SyncResult:
     #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
     dropped: set[str] = field(default_factory=set)
     leases: list[Lease] = field(default_factory=list)
+    #: items the accepted acks added to the crawl's item stream (see :class:`Commit`)
+    items: int = 0
+    #: checkpoints the accepted acks carried (saved, kept aside, or behind the task's)
+    checkpoints: int = 0
 
 
 class Reclaimed(NamedTuple):
@@ -185,6 +189,16 @@ class NewEntry:
         return self.fresh is not None and self.fresh.kept
 
 
+@dataclass(frozen=True)
+class Commit:
+    """What a page commits with its ack, in the same script call, under its lease
+    (``lib/commit.lua``): the items it yielded (each as the codec wrote it) and its task's
+    checkpoint, ``(task, document, time to live in ms)``."""
+
+    items: tuple[bytes, ...] = ()
+    checkpoint: tuple[str, bytes, int] | None = None
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -216,6 +230,34 @@ def packed_children(
     nonce, first = sender[0].encode(), sender[1]
     numbered = numbers or range(first, first + len(entries))
     return [_packed(e, b"%s.%d" % (nonce, n)) for n, e in zip(numbered, entries, strict=True)]
+
+
+def packed_acks(
+    acks: Sequence[tuple[str, str]],
+    commits: Mapping[tuple[str, str], Commit],
+    checkpoint_keys: Callable[[str], tuple[str, str]],
+    first_key: int,
+) -> tuple[list[bytes], list[str]]:
+    """The ack arguments of a sync call, each with what its page commits (see
+    ``lib/commit.lua``), and the checkpoint keys to add to the call's KEYS after its
+    *first_key* - 1 others (``checkpoint_keys(task)``: the task's key and ahead hash)."""
+    args: list[bytes] = []
+    keys: list[str] = []
+    for pair in acks:
+        head = b"%s %s" % (pair[0].encode(), pair[1].encode())
+        commit = commits.get(pair)
+        if commit is None:
+            args.append(head)
+            continue
+        c, tail = b"-", []
+        if commit.checkpoint is not None:
+            task, doc, ttl_ms = commit.checkpoint
+            c = b"%d/%d" % (first_key + len(keys), ttl_ms)
+            keys += checkpoint_keys(task)
+            tail = [doc]
+        records = [b"%d:%s" % (len(x), x) for x in (*commit.items, *tail)]
+        args.append(b"%s %d %s %s" % (head, len(commit.items), c, b"".join(records)))
+    return args, keys
 
 
 def expect_arg(sender: Sender | None, expect: int) -> str:
@@ -308,11 +350,15 @@ def _b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
 
+#: The fixed fields at the head of sync.lua's reply (the lists follow them).
+HEADER = 17
+
+
 def sync_result(reply: list[Any]) -> SyncResult:
     """The reply of ``sync.lua`` (see its header) as a :class:`SyncResult`."""
     n_gates, n_dropped = int(reply[11]), int(reply[12])
-    first = 15 + 2 * n_gates
-    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(15, first, 2)}
+    first = HEADER + 2 * n_gates
+    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(HEADER, first, 2)}
     dropped = {_s(x) for x in reply[first : first + n_dropped]}
     first += n_dropped
     leases = [
@@ -338,4 +384,6 @@ def sync_result(reply: list[Any]) -> SyncResult:
         gates=gates,
         leases=leases,
         dropped=dropped,
+        items=int(reply[15]),
+        checkpoints=int(reply[16]),
     )

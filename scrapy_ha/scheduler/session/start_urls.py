@@ -8,7 +8,7 @@ the spider cannot turn into a request is dropped with an ERROR, alone.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.codec import encode_request
 from scrapy_ha.spiders import RedisSpiderMixin
@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 logger = logging.getLogger(__name__)
+
+
+async def peek_start_urls(client: Any, key: str, *, as_set: bool, batch: int) -> list[bytes]:
+    """Up to *batch* entries of a scrapy-redis start-URL key (a list's head, or members of
+    a set), left in place: the queue's ``feed`` moves them."""
+    if as_set:
+        return list(await client.srandmember(key, batch))
+    return list(await client.lrange(key, 0, batch - 1))
 
 
 class StartUrls:
@@ -52,7 +60,7 @@ class StartUrls:
 
     async def feed(self, queue: RedisQueue, batch: int) -> None:
         assert self.key is not None and self.crawler.stats is not None
-        raw = await queue.peek_start_urls(self.key, as_set=self.as_set, batch=batch)
+        raw = await peek_start_urls(queue.client, self.key, as_set=self.as_set, batch=batch)
         if not raw:
             return
         entries = [self._entry(data) for data in raw]

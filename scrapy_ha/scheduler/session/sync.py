@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.scheduler.outbox import BATCH
 from scrapy_ha.scheduler.session.lost import fenced_sync
+from scrapy_ha.store.items import ItemStream
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -83,6 +84,8 @@ class Syncer:
         assert self.queue is not None
         box = self.outbox
         lease_ms = int(self.config.lease_time * 1000)
+        if box.loose_items:
+            await self._add_loose()
         n_acks, n_ends = len(box.acks), len(box.ends)
         while len(box.children) > BATCH or (box.children and box.checkpoints):
             await self.shell.handout.offer()  # then no await until seal: none slips past
@@ -112,11 +115,13 @@ class Syncer:
                 enqueue=enqueue,
                 ack=box.acks[:n_acks],
                 release=release,
+                commits=box.commits,
                 lease=lease,
                 lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
             )
+            self._committed(box.acks[:n_acks], result)
             del box.acks[:n_acks]
             if result.released:
                 self.stats.inc_value("ha/released", result.released)
@@ -165,6 +170,36 @@ class Syncer:
         self.renewals.acked += result.acked
         self.shell.admission.forget_refused(sent, result)
         self.starts.count(result, sent)
+
+    def _committed(self, acked: list[Pair], result: SyncResult) -> None:
+        """Count what the acked pages committed (their items, their checkpoints), and what
+        a stale ack refused: another worker has that page and commits its own run's."""
+        commits = [c for pair in acked if (c := self.outbox.commits.pop(pair, None))]
+        if not commits:
+            return
+        inc = self.stats.inc_value
+        sent, saves = sum(len(c.items) for c in commits), sum(1 for c in commits if c.checkpoint)
+        if result.items:
+            inc("ha/items/committed", result.items)
+        if result.checkpoints:
+            inc("ha/checkpoint/saved", result.checkpoints)
+        if sent > result.items:
+            inc("ha/items/refused", sent - result.items)
+            logger.warning(
+                "%d item(s) not committed: the lease of their page had expired (another "
+                "worker redoes the page and commits its own)",
+                sent - result.items,
+            )
+        if saves > result.checkpoints:
+            inc("ha/checkpoint/stale", saves - result.checkpoints)
+
+    async def _add_loose(self) -> None:
+        """Items no page yielded go to the stream on their own (no lease fences them)."""
+        assert self.queue is not None
+        items = self.outbox.loose_items[:]
+        added = await ItemStream(self.queue.client, self.queue.keys).add(items)
+        del self.outbox.loose_items[: len(items)]
+        self.stats.inc_value("ha/items/committed", added)
 
     def _take(self, lease: Lease) -> None:
         """Hand a leased request to the shell; an unreadable one waits in ``ends.corrupt``

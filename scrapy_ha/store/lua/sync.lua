@@ -20,7 +20,8 @@
 -- KEYS[20] limits     KEYS[21] polite (lib/polite: per-domain limits and their state)
 -- KEYS[22] held (lib/held): why a delayed entry waits without an attempt: an entry held
 --          back here for its domain's limits is marked, a promoted entry's mark goes
--- KEYS[23] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[23] items: the crawl's item stream (lib/commit: a page's items come with its ack)
+-- KEYS[24] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
@@ -52,14 +53,17 @@
 --   that nonce was stored (or filtered, or refused) by an earlier call whose reply was lost,
 --   and is skipped: a resent round enqueues and counts nothing twice; length 00 = never
 --   filtered; e.g. "-3 - - 9f3a.17 12<12 bytes>{...}"
--- then ARGV[2] acks, one argument each: "<entry id> <lease token>"
+-- then ARGV[2] acks, one argument each: "<entry id> <lease token>", followed by what the
+--   page commits with its ack, if anything: its items and its task's checkpoint (lib/commit;
+--   a checkpoint names its keys by their index in KEYS, after KEYS[23] or KEYS[24])
 -- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
 --   token gives nothing back; see lib/release)
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
 --          roots_seen, paused (1 or 0), n, d, head (the score of the first pending entry
 --          left, '' when none: the worker holds back a buffered request it outranks),
---          released (leases given back),
+--          released (leases given back), items (added to the stream by accepted acks),
+--          checkpoints (saved by them),
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
 --          id1, token1, payload1, expiries1, wait1, score1, ...}
@@ -89,6 +93,7 @@
 --- @include "polite"
 --- @include "release"
 --- @include "held"
+--- @include "commit"
 -- SCAN_FACTOR: pending entries looked at per lease wanted when limits are in force: a few
 -- limited requests at the head cost no lease, a queue full of them costs a bounded scan.
 local SCAN_FACTOR = 4
@@ -134,8 +139,10 @@ end
 
 local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
   'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
-  'hash'})
+  'hash', 'stream'})
 if err then return err end
+local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
+if bad then return bad end
 if expect_id then
   local have = tonumber(redis.call('HGET', KEYS[19], expect_id)) or 0
   if have < tonumber(expect_n) then
@@ -202,14 +209,17 @@ if n_enq > 0 then
   for sid, n in pairs(newest) do redis.call('HSET', KEYS[19], sid, n) end
 end
 
--- 2. acks: a malformed ack or an unreadable lease record is refused as stale
-local acked, stale = 0, 0
+-- 2. acks: a malformed ack or an unreadable lease record is refused as stale; an accepted
+-- ack commits what its page yielded (lib/commit), a stale one commits nothing
+local acked, stale, committed, cps = 0, 0, 0, 0
 local retrying = n_ack > 0 and redis.call('EXISTS', KEYS[17]) == 1 -- else no HDEL per ack
 local slots = n_ack > 0 and redis.call('EXISTS', KEYS[21]) == 1 -- leases may hold a slot
 for i = 1, n_ack do
-  local id, tok = string.match(ARGV[9 + n_enq + i], '^(%S+) (%S+)$')
+  local id, tok = acks[i].id, acks[i].tok
   local v = id and lease_current(KEYS[6], id, tok)
   if v then
+    local n_items, n_cp = commit_apply(KEYS[23], acks[i])
+    committed, cps = committed + n_items, cps + n_cp
     count('acked', 1, lease_domain(v))
     if retrying then count('retry_ok', redis.call('HDEL', KEYS[17], id)) end
     redis.call('ZREM', KEYS[5], id)
@@ -220,6 +230,7 @@ for i = 1, n_ack do
     acked = acked + 1
   else
     stale = stale + 1
+    commit_refuse(acks[i])
   end
 end
 
@@ -232,7 +243,7 @@ for i = 1, n_back do
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
-  released}
+  released, committed, cps}
 local NG = 12
 if redis.call('HLEN', KEYS[11]) > 0 then
   local gates = redis.call('HGETALL', KEYS[11])
@@ -261,7 +272,7 @@ local function set_aside(m)
 end
 
 -- The grant: the pairs this call leases (taken requests included), for the lease keeper.
-local grant = (n_lease > 0 or #taken > 0) and KEYS[23] or nil
+local grant = (n_lease > 0 or #taken > 0) and KEYS[24] or nil
 if grant then
   redis.call('DEL', grant)
   for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end

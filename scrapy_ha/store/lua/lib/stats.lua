@@ -4,7 +4,7 @@
 -- that moved, however many requests the call handled.
 --   stats   hash: counter -> total (enqueued, filtered, start_duplicates, acked, reclaimed,
 --           poison, retried, retried:<class>, dead, dead:<class>, retry_ok, retry_dead,
---           requeued, purged)
+--           requeued, purged, items, items_refused, items_consumed, items_consumed:<group>)
 --   minutes hash: '<event>:<minute>' -> count in that minute (minute = server ms // 60000)
 --           for the events of MINUTE_EVENTS, and '<event>:<class>:<minute>' for those of
 --           CLASS_MINUTE_EVENTS; '<name>:last' -> the newest minute of each
@@ -12,9 +12,9 @@
 --- @include "time"
 
 -- MINUTE_EVENTS: the events with per-minute buckets (rates, an ETA, the dashboard's charts;
--- requeued and purged say what an operator did today).
+-- requeued and purged say what an operator did today; items, the item stream's pace).
 local MINUTE_EVENTS = {acked = true, enqueued = true, retried = true, dead = true,
-  requeued = true, purged = true}
+  requeued = true, purged = true, items = true}
 -- CLASS_MINUTE_EVENTS: events whose per-class counters have per-minute buckets too (the
 -- dashboard's retries and dead letters per minute by class): a bucket per class that
 -- occurred in a minute, a dozen classes at most.

@@ -1,0 +1,103 @@
+"""``scrapy-ha items SPIDER --to SINK``: store the crawl's items exactly once (see
+:mod:`scrapy_ha.sinks`), from its item stream (``HA_ITEMS = "outbox"``).
+
+SINK is ``jsonl:PATH`` (a JSON Lines file, with its offset file ``PATH.offset``), a
+SQLAlchemy URL (``sqlite:///items.db``, ``postgresql+psycopg://user:pw@host/db``: the table
+``--table``), or ``pipelines`` (the project's ``HA_ITEMS_PIPELINES``, else its
+``ITEM_PIPELINES``; run it in the project's directory). Each sink is a consumer group of
+its own (``--group``; by default named after the sink, so that consumers of one database
+share the work and two files each get every item); start as many consumers of one group as
+you like. Declare every sink before the crawl (``--declare`` creates its group and exits): an
+entry leaves the stream once every group has it, so a group created later misses what was
+trimmed before. It runs until Ctrl-C or SIGTERM (the batch under way is finished), or with
+``--exit-idle`` once the crawl has ended and every item is in the sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.cli.grammar import ITEM_SINKS
+from scrapy_ha.codec import mask_url
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.sinks.consumer import ItemConsumer, default_consumer
+from scrapy_ha.sinks.jsonl import JsonLinesSink
+from scrapy_ha.sinks.pipelines import PipelinesSink
+from scrapy_ha.sinks.sql import SqlSink
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Coroutine
+
+    from scrapy_ha.sinks.consumer import Sink
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["in_loop", "items"]
+
+
+def _sink(args: argparse.Namespace, spider: str) -> tuple[Sink, str, str]:
+    """The sink ``--to`` names, its default group and its default consumer name."""
+    to: str = args.to
+    if to.startswith("jsonl:"):
+        jsonl = JsonLinesSink(to[len("jsonl:") :])
+        return jsonl, f"jsonl:{jsonl.path}", jsonl.consumer
+    if to == "pipelines":
+        view = args.worker_view
+        if view.caveat:
+            raise ConfigError(f"--to pipelines: {view.caveat}")
+        return PipelinesSink(view.crawler, view.spider), "pipelines", default_consumer()
+    if "://" in to:
+        sql = SqlSink(to, spider, args.table)
+        return sql, f"sql:{sql.display_url}#{args.table}", default_consumer()
+    raise ConfigError(f"--to {to!r}: give {ITEM_SINKS}")
+
+
+async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Store the crawl's items (HA_ITEMS = "outbox") exactly once in a sink."""
+    sink, group, consumer = _sink(args, queue.keys.spider)
+    group, consumer = args.group or group, args.consumer or consumer
+    runner = ItemConsumer(
+        queue, sink, group=group, consumer=consumer, batch=args.batch, claim_idle=args.claim_idle
+    )
+    if args.declare:
+        missed = await runner.join()
+        print(f"group {group} of {queue.keys.spider} is ready (items it misses: {missed})")
+        return 0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(
+        f"consuming the items of {queue.keys.spider} into {mask_url(args.to)} (group {group}, "
+        f"consumer {consumer})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        report = await runner.run(stop=stop, exit_idle=args.exit_idle)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    print(
+        f"consumed {report.consumed} item(s) in {report.batches} batch(es): "
+        f"{report.recovered} committed before a restart, {report.claimed} taken over from "
+        f"other consumers, {report.errors} batch(es) failed and delivered again",
+        flush=True,
+    )
+    return 0
+
+
+def in_loop(args: argparse.Namespace, main: Coroutine[Any, Any, int]) -> int:
+    """Run *main*: on the asyncio loop of Twisted's asyncio reactor for ``--to pipelines``
+    (a pipeline may return Deferreds or use the reactor), else on a loop of its own."""
+    if getattr(args, "to", None) != "pipelines":
+        return asyncio.run(main)
+    from scrapy.utils.reactor import install_reactor
+
+    with contextlib.suppress(Exception):  # a reactor installed already (tests): use its loop
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+    return asyncio.get_event_loop().run_until_complete(main)

@@ -1,0 +1,121 @@
+"""The item outbox (``HA_ITEMS = "outbox"``): a page's items are committed with its ack.
+
+The guarantee: **an item reaches the crawl's item stream once, from the run of its page
+that was acked.** A worker keeps the items each of its unfinished pages yielded, once they
+went through its item pipelines (Scrapy's ``item_scraped`` signal, sent before the scraper
+lets go of the page), keyed by the page's lease. When the page is finished its items go
+into the outbox with its ack (:class:`~scrapy_ha.store.wire.Commit`), and the script call
+that acks the page adds them to the stream, fenced by the lease token (``lib/commit.lua``):
+a page whose lease was lost (its worker frozen, killed or too slow) commits nothing, and
+the worker that redoes it commits the items of its own run. A page that ends otherwise
+than by an ack commits nothing either: a retried page yields its items again when it is
+redone, and a dead-lettered one when ``scrapy-ha dlq requeue`` puts it back
+(``ha/items/discarded``). Items that no page yielded (from ``start()``) have no lease to
+ride with: they go to the stream as they come, from every worker whose ``start()`` yields
+them (``ha/items/no_page``).
+
+An item the codec cannot store fails its page, as a child request that cannot be stored
+does: the page is dead-lettered (class ``unstorable``) when it finishes, never acked
+without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import CodecError
+from scrapy_ha.codec.items import encode_item
+from scrapy_ha.store.wire import Commit
+from scrapy_ha.verdict import FailureClass, Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha.scheduler.outbox import CheckpointSave, Outbox, Pair
+
+__all__ = ["ItemHold"]
+
+logger = logging.getLogger(__name__)
+
+
+class ItemHold:
+    """The items of this worker's unfinished pages, held until each page's lease ends."""
+
+    def __init__(
+        self, crawler: Crawler, outbox: Outbox, page_of: Callable[[Pair], Request | None]
+    ) -> None:
+        assert crawler.stats is not None
+        self.stats = crawler.stats
+        self.outbox = outbox
+        self._page_of = page_of  # the unfinished request of a lease (InFlight's)
+        self._held: dict[Pair, list[bytes]] = {}
+        crawler.signals.connect(self._scraped, signal=signals.item_scraped)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._held.values()))
+
+    def _scraped(self, item: Any, response: Any = None, spider: Any = None, **kw: Any) -> None:
+        """An item went through every pipeline: hold it with its page (*response* is the
+        page's response, or the failure its errback handled)."""
+        page = getattr(response, "request", None)
+        lease = page.meta.get(metakeys.LEASE) if page is not None else None
+        try:
+            data = encode_item(item, spider)
+        except CodecError as exc:
+            self._unstorable(item, lease, exc)
+            return
+        if lease is None:
+            self.outbox.loose_items.append(data)  # sent by the next round
+            self.stats.inc_value("ha/items/no_page")
+            return
+        self._held.setdefault((str(lease[0]), str(lease[1])), []).append(data)
+
+    def _unstorable(self, item: Any, lease: Any, exc: CodecError) -> None:
+        page = self._page_of((str(lease[0]), str(lease[1]))) if lease else None
+        self.stats.inc_value("ha/items/unstorable")
+        logger.error(
+            "Cannot store an item in the item stream (%s): %s; item %.200r",
+            exc,
+            f"the page {page} that yielded it will be dead-lettered"
+            if page is not None
+            else "the item is dropped",
+            item,
+        )
+        if page is not None and metakeys.OUTCOME not in page.meta:
+            page.meta[metakeys.OUTCOME] = Verdict.dead(FailureClass.UNSTORABLE, f"item: {exc}")
+
+    def commit(self, pair: Pair, checkpoint: CheckpointSave | None) -> None:
+        """The page of lease *pair* is acked: its items (and its task's checkpoint, which
+        must not be saved before them) go with the ack."""
+        items = self._held.pop(pair, None)
+        if items is None and checkpoint is None:
+            return
+        save = (checkpoint.task, checkpoint.doc, checkpoint.ttl_ms) if checkpoint else None
+        self.outbox.commits[pair] = Commit(tuple(items or ()), save)
+
+    def discard(self, pair: Pair, verdict: Verdict) -> None:
+        """The page of lease *pair* ends otherwise than by an ack: its items do not count
+        (a retry yields them again; a dead letter, when it is requeued)."""
+        items = self._held.pop(pair, None)
+        if items:
+            self.stats.inc_value("ha/items/discarded", len(items))
+            logger.info(
+                "%d item(s) of a page that ends as %s (%s) were not committed: %s",
+                len(items),
+                verdict.op,
+                verdict.failure_class,
+                "it yields them again when it is retried"
+                if verdict.is_retry
+                else "`scrapy-ha dlq requeue` crawls it again",
+            )
+
+    def clear(self) -> None:
+        """Forget every page's items (at close: the pages are redone, and yield them again)."""
+        self._held.clear()

@@ -1,0 +1,316 @@
+"""A consumer of the item stream: reads it in a consumer group, hands each batch to a sink,
+and acknowledges an entry only once the sink has committed it.
+
+The guarantee: **every item committed to the stream reaches the sink once**, whenever the
+consumer (or its sink) dies. An entry delivered to a consumer stays pending in its group
+until acknowledged; a consumer started again under its name reads its own pending entries
+first, and a sink that shares its work (an SQL table) lets another consumer of the group
+take over the entries a consumer left pending for ``claim_idle`` seconds. Either may hand
+the sink an entry it committed before the kill: a sink writes idempotently, keyed by the
+entry's id (see :class:`Sink`). Several consumers of one group share the work; each sink
+has its own group and gets every item. An entry leaves the stream once every group has
+acknowledged it (``lua/lib/stream.lua``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scrapy.settings import Settings
+
+from scrapy_ha.codec.items import decode_item, plain_item
+from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
+from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
+from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
+from scrapy_ha.store.items import ItemStream
+from scrapy_ha.store.sharding import make_queue, shards_of
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+    from scrapy_ha.store.items import Delivery
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["ConsumerReport", "Entry", "ItemConsumer", "Sink", "consume", "default_consumer"]
+
+logger = logging.getLogger(__name__)
+
+#: Longest wait between two tries while Redis is unreachable (the workers' own cap,
+#: ``HA_RECONNECT_MAX_DELAY``'s default).
+RECONNECT_MAX_DELAY = 10.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One item of the stream as a sink gets it."""
+
+    #: the entry's id, unique in the crawl: ``<ms>-<seq>``, or ``<shard>:<ms>-<seq>`` for
+    #: shards 1 and up of a sharded crawl. A sink keys its writes by it.
+    id: str
+    #: the item as the worker's codec stored it (see :mod:`scrapy_ha.codec.items`)
+    data: bytes
+
+    def plain(self) -> Any:
+        """The item as plain JSON data (no class is built)."""
+        return plain_item(self.data)
+
+    def item(self, spider: Spider | None) -> Any:
+        """The item, its class built if *spider*'s process trusts it."""
+        return decode_item(self.data, spider)
+
+    @property
+    def committed_ms(self) -> int:
+        """When the worker's ack committed it (the Redis server's clock, ms)."""
+        return int(self.id.rpartition(":")[2].partition("-")[0])
+
+
+class Sink(Protocol):
+    """Where a consumer puts items. ``write`` must commit durably before it returns, and
+    idempotently: an entry written again (after a kill between the commit and the
+    acknowledgement) must not be stored twice."""
+
+    #: a consumer may take over the entries another consumer of the group left pending
+    #: (the sink's idempotence holds across consumers: a shared table); False for a sink
+    #: whose idempotence is its own (a file): only a consumer started again under the
+    #: same name finishes what it left
+    shares: bool
+
+    async def open(self) -> list[str]:
+        """Get ready; return the ids of entries committed before a restart that may not
+        have been acknowledged (the consumer acknowledges them before anything else)."""
+
+    async def write(self, entries: list[Entry]) -> None:
+        """Commit *entries*; raise to have them delivered again later."""
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class ConsumerReport:
+    """What one run of a consumer did."""
+
+    consumed: int = 0  #: entries acknowledged after the sink committed them
+    recovered: int = 0  #: entries committed before a restart, acknowledged at start
+    claimed: int = 0  #: entries taken over from consumers that left them pending
+    batches: int = 0
+    errors: int = 0  #: batches the sink failed (delivered again)
+
+
+def default_consumer() -> str:
+    """``host:pid``: a consumer of its own per process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _route(entry_id: str) -> tuple[int, str]:
+    head, sep, tail = entry_id.partition(":")
+    return (int(head), tail) if sep else (0, entry_id)
+
+
+class ItemConsumer:
+    """Reads a crawl's item stream (every shard's) for one consumer of one group."""
+
+    def __init__(
+        self,
+        queue: RedisQueue,
+        sink: Sink,
+        *,
+        group: str,
+        consumer: str | None = None,
+        batch: int = DEFAULT_BATCH,
+        claim_idle: float = DEFAULT_CLAIM_IDLE,
+        block: float = DEFAULT_BLOCK,
+    ) -> None:
+        self.queue = queue
+        self.streams = [ItemStream(q.client, q.keys) for q in shards_of(queue)]
+        self.sink = sink
+        self.group = group
+        self.consumer = consumer or default_consumer()
+        self.batch = batch
+        self.claim_idle_ms = int(claim_idle * 1000)
+        self.block_ms = int(block * 1000)
+        self.report = ConsumerReport()
+        self._failed = False  # a batch failed: it waits among this consumer's own entries
+        #: per shard, the ids of a batch the sink committed and Redis did not acknowledge
+        #: (it went away meanwhile): acknowledged first when it answers, never written again
+        self._unacked: dict[int, list[str]] = {}
+
+    async def run(
+        self, *, stop: asyncio.Event | None = None, exit_idle: float | None = None
+    ) -> ConsumerReport:
+        """Consume until *stop* is set, or, with *exit_idle*, once the crawl has ended (no
+        live worker, nothing pending, leased or delayed) and the group's backlog stayed
+        empty for *exit_idle* seconds. The sink is closed at the end."""
+        stop = stop or asyncio.Event()
+        await self.join()
+        recovered = await self.sink.open()
+        try:
+            await self._acknowledge_recovered(recovered)
+            for shard in range(len(self.streams)):
+                await self._drain_own(shard, stop)
+            idle_since, delay = time.monotonic(), 0.0
+            while not stop.is_set():
+                try:
+                    worked = await self._round(stop)
+                    if not worked and exit_idle is not None:
+                        if time.monotonic() - idle_since >= exit_idle and await self._ended():
+                            break
+                except REDIS_DOWN_ERRORS as exc:  # a batch not acknowledged comes again
+                    delay = min(RECONNECT_MAX_DELAY, max(0.25, delay * 2))
+                    logger.warning("Redis unreachable (%s); retrying in %.2f s", exc, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                delay = 0.0
+                if worked or exit_idle is not None and time.monotonic() - idle_since >= exit_idle:
+                    idle_since = time.monotonic()
+        finally:
+            await self.sink.close()
+        return self.report
+
+    async def join(self) -> int:
+        """Create the group in every shard's stream if it is new (a sink declared before
+        the crawl gets every item); return how many items it missed: committed and trimmed
+        before it existed (a WARNING says so)."""
+        missed = 0
+        for stream in self.streams:
+            missed += await stream.join(self.group) or 0
+        if missed:
+            logger.warning(
+                "Consumer group %s is new: %d item(s) of the crawl were consumed by the other "
+                "groups and trimmed before it existed, and this sink misses them (declare "
+                "every sink before the crawl: scrapy-ha items SPIDER --to SINK --declare)",
+                self.group,
+                missed,
+            )
+        return missed
+
+    async def _acknowledge_recovered(self, ids: list[str]) -> None:
+        by: dict[int, list[str]] = {}
+        for entry_id in ids:
+            shard, local = _route(entry_id)
+            by.setdefault(shard, []).append(local)
+        for shard, local_ids in by.items():
+            acked, _ = await self.streams[shard].ack(self.group, local_ids)
+            self.report.recovered += acked
+
+    async def _drain_own(self, shard: int, stop: asyncio.Event) -> None:
+        """What this consumer was delivered before it stopped, and did not acknowledge."""
+        while not stop.is_set():
+            own = await self.streams[shard].read(self.group, self.consumer, self.batch, own=True)
+            if not own:
+                return
+            await self._commit(shard, own)
+
+    async def _round(self, stop: asyncio.Event) -> bool:
+        """One pass over the streams; True if anything was committed."""
+        await self._acknowledge_committed()
+        if self._failed:
+            self._failed = False
+            for shard in range(len(self.streams)):
+                await self._drain_own(shard, stop)
+        worked = False
+        many = len(self.streams) > 1
+        for shard, stream in enumerate(self.streams):
+            if self.sink.shares:
+                taken = await stream.claim(
+                    self.group, self.consumer, self.claim_idle_ms, self.batch
+                )
+                if taken:
+                    self.report.claimed += len(taken)
+                    worked = await self._commit(shard, taken) or worked
+            block = 0 if many or worked else self.block_ms
+            fresh = await stream.read(self.group, self.consumer, self.batch, block_ms=block)
+            if fresh:
+                worked = await self._commit(shard, fresh) or worked
+            if stop.is_set():
+                break
+        if many and not worked and not stop.is_set():
+            try:  # several streams cannot share one blocking read: wait between passes
+                async with asyncio.timeout(self.block_ms / 1000):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+        return worked
+
+    async def _commit(self, shard: int, deliveries: list[Delivery]) -> bool:
+        """The sink commits the batch, then its entries are acknowledged; a sink that fails
+        leaves them pending (delivered again after a pause)."""
+        entries = [
+            Entry(d.id if shard == 0 else f"{shard}:{d.id}", d.data)
+            for d in deliveries
+            if d.data is not None  # deleted while pending: nothing to write
+        ]
+        try:
+            if entries:
+                await self.sink.write(entries)
+        except Exception:
+            self.report.errors += 1
+            self._failed = True
+            logger.exception(
+                "The sink failed a batch of %d item(s); they stay pending and are delivered again",
+                len(entries),
+            )
+            await asyncio.sleep(min(5.0, 0.5 * self.report.errors))
+            return False
+        self._unacked[shard] = [d.id for d in deliveries]
+        await self._acknowledge_committed()
+        self.report.batches += 1
+        return True
+
+    async def _acknowledge_committed(self) -> None:
+        """Acknowledge what the sink committed (kept if Redis fails meanwhile)."""
+        for shard, ids in list(self._unacked.items()):
+            acked, _ = await self.streams[shard].ack(self.group, ids)
+            self.report.consumed += acked
+            del self._unacked[shard]
+
+    async def _ended(self) -> bool:
+        """The crawl ran and ended (no live worker, nothing left to crawl: a crawl that has
+        not started yet has not ended) and the group has nothing left to commit."""
+        counts = await self.queue.counts()
+        if counts.workers or counts.active or not await self._started():
+            return False
+        states = [await stream.state() for stream in self.streams]
+        return all(g.backlog == 0 for state in states for g in state.groups if g.name == self.group)
+
+    async def _started(self) -> bool:
+        """Whether the crawl ever queued a request or committed an item (its counters
+        survive its end)."""
+        for stream in self.streams:
+            counts = await stream.client.hmget(stream.keys.stats, ["enqueued", "items"])
+            if any(int(n or 0) for n in counts):
+                return True
+        return False
+
+
+async def consume(
+    url: str,
+    spider: str,
+    sink: Sink,
+    *,
+    group: str,
+    prefix: str = DEFAULT_PREFIX,
+    stop: asyncio.Event | None = None,
+    exit_idle: float | None = None,
+    **options: Any,
+) -> ConsumerReport:
+    """Consume *spider*'s item stream in the Redis at *url* (any URL ``REDIS_URL`` takes;
+    keys under *prefix*) into *sink*, as consumer group *group*; *options* are
+    :class:`ItemConsumer`'s (``consumer``, ``batch``, ``claim_idle``, ``block``). Runs until
+    *stop* is set, or, with *exit_idle*, until the crawl has ended and its items are in the
+    sink (see :meth:`ItemConsumer.run`)."""
+    settings = Settings({"REDIS_URL": url})
+    client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+    try:
+        stored = await client.get(Keys(prefix, spider).shard_count)
+        queue = make_queue(client, prefix, spider, int(stored) if stored is not None else 1)
+        consumer = ItemConsumer(queue, sink, group=group, **options)
+        return await consumer.run(stop=stop, exit_idle=exit_idle)
+    finally:
+        await client.aclose()

@@ -1,0 +1,131 @@
+"""A JSON Lines file that gets every item of the stream once, whenever its consumer dies.
+
+Each batch is appended to the file and made durable (``fsync``); then the offset file next
+to it (``<file>.offset``) is replaced, atomically and durably, by the file's new length and
+the ids of that batch; then the consumer acknowledges the batch in Redis. Started again
+after a kill, the sink cuts the file back to the length the offset file records (a batch
+written but not recorded is gone, and is delivered again), and the consumer acknowledges
+the ids the offset file lists (a batch recorded but maybe not acknowledged is in the file
+already). So the file holds each item once.
+
+The file's exactly-once rests on the file and its offset: only a consumer started again
+under the same name (by default, made of the host and the file's path) finishes the
+entries this one left pending; no other consumer of the group takes them over
+(``shares = False``). Several files in one group share the work, each with its consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrapy_ha.codec import CodecError
+
+if TYPE_CHECKING:
+    from scrapy_ha.sinks.consumer import Entry
+
+__all__ = ["JsonLinesSink"]
+
+logger = logging.getLogger(__name__)
+
+#: The offset file's name: the data file's, with this added.
+OFFSET_SUFFIX = ".offset"
+
+
+class JsonLinesSink:
+    """Appends each item as a JSON line (its plain form, see :mod:`scrapy_ha.codec.items`)."""
+
+    shares = False
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).absolute()
+        self.offset_path = self.path.with_name(self.path.name + OFFSET_SUFFIX)
+        self.length = 0
+        self.skipped = 0  #: entries that could not be read (not JSON): left out, logged
+        self._fd: int | None = None
+
+    @property
+    def consumer(self) -> str:
+        """The consumer name that finds this file's pending entries again after a kill."""
+        return f"{socket.gethostname()}:{self.path}"
+
+    async def open(self) -> list[str]:
+        return await asyncio.to_thread(self._open)
+
+    def _open(self) -> list[str]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        recorded = self._read_offset()
+        if recorded is None:  # a file of its own, or one this sink never wrote: append
+            self.length = size
+            return []
+        self.length, ids = recorded
+        if size > self.length:  # a batch written and not recorded: delivered again
+            os.ftruncate(self._fd, self.length)
+            os.fsync(self._fd)
+            logger.info(
+                "%s: cut back to %d bytes (a batch written after the last recorded one is "
+                "written again)",
+                self.path,
+                self.length,
+            )
+        elif size < self.length:
+            raise OSError(
+                f"{self.path} is {size} bytes, shorter than the {self.length} its offset file "
+                f"{self.offset_path} records: it was changed by hand; restore it, or move both "
+                f"away to start a new file"
+            )
+        return ids
+
+    def _read_offset(self) -> tuple[int, list[str]] | None:
+        try:
+            doc = json.loads(self.offset_path.read_text())
+        except FileNotFoundError:
+            return None
+        return int(doc["length"]), [str(i) for i in doc.get("batch", [])]
+
+    async def write(self, entries: list[Entry]) -> None:
+        await asyncio.to_thread(self._write, entries)
+
+    def _write(self, entries: list[Entry]) -> None:
+        assert self._fd is not None
+        lines = []
+        for entry in entries:
+            try:
+                plain = entry.plain()
+            except CodecError as exc:
+                self.skipped += 1
+                logger.error("Stream entry %s is not an item (%s): left out", entry.id, exc)
+                continue
+            lines.append(json.dumps(plain, ensure_ascii=False, separators=(",", ":")) + "\n")
+        data = "".join(lines).encode()
+        os.pwrite(self._fd, data, self.length)
+        os.fsync(self._fd)
+        self.length += len(data)
+        self._record([e.id for e in entries])
+
+    def _record(self, ids: list[str]) -> None:
+        """Replace the offset file, durably: the new name is in the directory before the
+        consumer acknowledges the batch."""
+        tmp = self.offset_path.with_name(self.offset_path.name + ".tmp")
+        with tmp.open("w") as out:
+            json.dump({"length": self.length, "batch": ids}, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.offset_path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+    async def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,226 @@
+"""A crawl's item stream (``HA_ITEMS = "outbox"``), for every process that reads or writes it.
+
+Workers add a page's items in the script call that acks the page (``lua/lib/commit.lua``);
+items no page yielded go in on their own (:meth:`ItemStream.add`). Sinks read the stream
+with a consumer group each (:mod:`scrapy_ha.sinks`): an entry delivered to a consumer stays
+pending in its group until the consumer acknowledges it, which it does only once its sink
+has committed it; an entry leaves the stream once every group acknowledged it
+(``lua/lib/stream.lua``). A sharded crawl has one stream per shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA, ITEMS_STATE_LUA
+from scrapy_ha.store.sharding import shards_of
+
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = [
+    "Delivery",
+    "GroupState",
+    "ItemStream",
+    "StreamState",
+    "crawl_items",
+    "merged",
+    "state_reads",
+    "stream_state",
+]
+
+#: The field of a stream entry that holds the item (lib/commit.lua).
+ITEM_FIELD = b"i"
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One entry as a consumer got it: its id in the stream and the item (``None``: the
+    entry was deleted while it waited, which only ``scrapy-ha flush`` does)."""
+
+    id: str
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class GroupState:
+    """One consumer group of the stream: a sink."""
+
+    name: str
+    consumers: int
+    #: entries delivered to its consumers and not acknowledged yet
+    pending: int
+    #: entries not delivered yet (None: Redis before 7.0 cannot say)
+    lag: int | None
+    #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
+    consumed: int = 0
+
+    @property
+    def backlog(self) -> int:
+        """Entries its sink has not committed yet: pending, plus those not delivered."""
+        return self.pending + (self.lag or 0)
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """The item stream of a crawl (every shard's, summed) at one instant."""
+
+    #: entries in the stream now: not acknowledged by every group yet
+    length: int = 0
+    groups: list[GroupState] = field(default_factory=list)
+
+    @property
+    def backlog(self) -> int:
+        """The largest backlog of a group (the slowest sink); the stream's length when no
+        group reads it yet."""
+        return max((g.backlog for g in self.groups), default=self.length)
+
+
+class ItemStream:
+    """The item stream of one crawl (of one shard of it), on a ``redis.asyncio`` client."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+        self.key = keys.items
+        self._add = client.register_script(ITEMS_ADD_LUA)
+        self._ack = client.register_script(ITEMS_ACK_LUA)
+
+    async def add(self, items: list[bytes]) -> int:
+        """Add items no page yielded (no lease fences them); return how many."""
+        if not items:
+            return 0
+        return int(await self._add(keys=[self.key, *self.keys.stats_keys()], args=items))
+
+    async def state(self) -> StreamState:
+        """The stream's length and its groups (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        state_reads(pipe, self.keys)
+        reply, counters = await pipe.execute()
+        return stream_state(reply, counters)
+
+    async def join(self, group: str) -> int | None:
+        """Create *group* if it is new: it reads the stream from its first entry still in
+        it. Returns None for a group that existed, else how many items were committed and
+        trimmed before it (other groups had consumed them: this sink misses them)."""
+        try:
+            await self.client.xgroup_create(self.key, group, id="0", mkstream=True)
+        except redis.exceptions.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+            return None
+        committed, length = (
+            await self.client.hget(self.keys.stats, "items"),
+            await self.client.xlen(self.key),
+        )
+        return max(0, int(committed or 0) - int(length))
+
+    async def read(
+        self, group: str, consumer: str, count: int, *, own: bool = False, block_ms: int = 0
+    ) -> list[Delivery]:
+        """Up to *count* entries for *consumer*: new ones, or with *own* those delivered
+        to it before and not acknowledged (after a restart of its sink)."""
+        reply = await self.client.xreadgroup(
+            group,
+            consumer,
+            {self.key: "0" if own else ">"},
+            count=count,
+            block=None if own or not block_ms else block_ms,
+        )
+        return _deliveries(reply)
+
+    async def claim(self, group: str, consumer: str, idle_ms: int, count: int) -> list[Delivery]:
+        """Up to *count* entries other consumers of *group* were delivered and have not
+        acknowledged for *idle_ms*, now *consumer*'s (a consumer that died mid-batch)."""
+        reply = await self.client.xautoclaim(
+            self.key, group, consumer, idle_ms, start_id="0-0", count=count
+        )
+        return [Delivery(_s(i), _item(f)) for i, f in reply[1] if i is not None]
+
+    async def pending_of(self, group: str, consumer: str) -> int:
+        """Entries delivered to *consumer* and not acknowledged."""
+        rows = await self.client.xpending_range(
+            self.key, group, min="-", max="+", count=1_000_000, consumername=consumer
+        )
+        return len(rows)
+
+    async def ack(self, group: str, ids: list[str]) -> tuple[int, int]:
+        """Acknowledge entries *group*'s sink committed; return (acknowledged now, entries
+        trimmed: those every group has acknowledged)."""
+        keys = [self.key, *self.keys.stats_keys()]
+        acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
+        return int(acked), int(trimmed)
+
+
+def state_reads(pipe: Any, keys: Keys) -> None:
+    """Queue on *pipe* (of a sync or an asyncio client) the two reads of
+    :func:`stream_state`."""
+    pipe.eval(ITEMS_STATE_LUA, 1, keys.items)
+    pipe.hgetall(keys.stats)
+
+
+def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
+    """items_state.lua's *reply* and the crawl's *counters* as a :class:`StreamState`."""
+    counts = {_s(k): _s(v) for k, v in counters.items()}
+    groups = []
+    for i in range(1, len(reply), 4):
+        name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
+        consumed = counts.get(f"items_consumed:{name}", "0")
+        groups.append(
+            GroupState(
+                name,
+                consumers,
+                pending,
+                None if lag < 0 else lag,
+                int(consumed) if consumed.isdigit() else 0,
+            )
+        )
+    return StreamState(int(reply[0]), groups)
+
+
+def merged(states: list[StreamState]) -> StreamState:
+    """The state of a sharded crawl's streams as one: lengths and groups summed."""
+    groups: dict[str, GroupState] = {}
+    for state in states:
+        for g in state.groups:
+            old = groups.get(g.name)
+            if old is not None:
+                lag = None if old.lag is None or g.lag is None else old.lag + g.lag
+                g = GroupState(
+                    g.name,
+                    max(old.consumers, g.consumers),
+                    old.pending + g.pending,
+                    lag,
+                    old.consumed + g.consumed,
+                )
+            groups[g.name] = g
+    return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))
+
+
+def _name(group: GroupState) -> str:
+    return group.name
+
+
+def _item(fields: Any) -> bytes | None:
+    if not fields:
+        return None
+    value = fields.get(ITEM_FIELD, fields.get(_s(ITEM_FIELD)))
+    return value if isinstance(value, bytes) or value is None else str(value).encode()
+
+
+def _deliveries(reply: Any) -> list[Delivery]:
+    """XREADGROUP's reply (``[[stream, [(id, fields), ...]]]``) as deliveries."""
+    return [Delivery(_s(i), _item(f)) for _, entries in reply or [] for i, f in entries]
+
+
+async def crawl_items(queue: RedisQueue) -> StreamState:
+    """The item streams of *queue*'s crawl (every shard's) as one."""
+    return merged([await ItemStream(q.client, q.keys).state() for q in shards_of(queue)])

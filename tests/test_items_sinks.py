@@ -1,0 +1,208 @@
+"""The sinks of the item stream: each item once in a JSON Lines file and in an SQL table
+(SQLite and PostgreSQL), whatever point their consumer is stopped at; consumer groups share
+the work within a sink and each sink gets every item; consumed entries leave the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.items import Entry, JsonLinesSink, SqlSink, consume
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.items import ItemStream
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+KEYS = Keys("ha", "s")
+
+
+async def fill(redis_url: str, ids: range) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    items = [json.dumps({"id": i, "when": {"__da": "2026-12-01"}}).encode() for i in ids]
+    await ItemStream(client, KEYS).add(items)
+    await client.aclose()
+
+
+def lines(path: Path) -> list[int]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+@deferred_f_from_coro_f
+async def test_a_json_lines_file_gets_every_item_once_and_the_stream_is_trimmed(
+    redis_url, tmp_path
+):
+    await fill(redis_url, range(1, 251))
+    sink = JsonLinesSink(tmp_path / "items.jl")
+    report = await consume(redis_url, "s", sink, group="jl", batch=100, exit_idle=0.2)
+    assert lines(tmp_path / "items.jl") == list(range(1, 251))
+    assert json.loads((tmp_path / "items.jl").read_text().splitlines()[0])["when"] == "2026-12-01"
+    assert (report.consumed, report.batches) == (250, 3)
+    client = redis.Redis.from_url(redis_url)
+    assert client.xlen(KEYS.items) == 0  # the one group acknowledged every entry
+    assert client.hget(KEYS.stats, "items_consumed:jl") == b"250"
+    client.close()
+
+
+class AckFailsOnce(Exception):
+    pass
+
+
+@deferred_f_from_coro_f
+async def test_a_batch_recorded_but_not_acknowledged_is_not_written_twice(
+    redis_url, tmp_path, monkeypatch
+):
+    """The consumer dies between the file's offset record and the acknowledgement."""
+    await fill(redis_url, range(1, 101))
+    real_ack = ItemStream.ack
+    calls = []
+
+    async def dies_once(self: ItemStream, group: str, ids: list[str]) -> Any:
+        calls.append(len(ids))
+        if len(calls) == 2:  # the second batch: written and recorded, then the process "dies"
+            raise AckFailsOnce
+        return await real_ack(self, group, ids)
+
+    monkeypatch.setattr(ItemStream, "ack", dies_once)
+    path = tmp_path / "items.jl"
+    with pytest.raises(AckFailsOnce):
+        await consume(redis_url, "s", JsonLinesSink(path), group="jl", batch=30, consumer="c")
+    assert lines(path) == list(range(1, 61))  # two batches in the file, one acknowledged
+    monkeypatch.setattr(ItemStream, "ack", real_ack)
+    report = await consume(
+        redis_url, "s", JsonLinesSink(path), group="jl", batch=30, consumer="c", exit_idle=0.2
+    )
+    assert lines(path) == list(range(1, 101))
+    assert report.recovered == 30 and report.consumed == 40
+
+
+@deferred_f_from_coro_f
+async def test_a_batch_written_but_not_recorded_is_cut_and_written_again(redis_url, tmp_path):
+    """The consumer dies between the append and the offset record: the tail is cut."""
+    await fill(redis_url, range(1, 41))
+    path = tmp_path / "items.jl"
+    client = redis.asyncio.Redis.from_url(redis_url)
+    stream = ItemStream(client, KEYS)
+    await stream.join("jl")
+    first = await stream.read("jl", "c", 20)  # delivered to c, then c dies mid-write:
+    half = "".join(json.dumps({"id": i, "pad": "x" * 200}) + "\n" for i in range(1, 20))
+    path.write_text(half + '{"id": 20, "pa')  # part of it in the file, longer than the rest
+    (tmp_path / "items.jl.offset").write_text(json.dumps({"length": 0, "batch": []}))
+    report = await consume(
+        redis_url, "s", JsonLinesSink(path), group="jl", consumer="c", exit_idle=0.2
+    )
+    assert lines(path) == list(range(1, 41))
+    assert report.consumed == 40 and len(first) == 20
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_sql_table_gets_every_item_once_even_written_twice(redis_url, archive_url):
+    await fill(redis_url, range(1, 151))
+    sink = SqlSink(archive_url, "s")
+    await consume(redis_url, "s", sink, group="sql", batch=40, exit_idle=0.2)
+    rows = await asyncio.to_thread(sink.rows)
+    await sink.close()
+    assert sorted(r["item"]["id"] for r in rows) == list(range(1, 151))
+    # a batch delivered again (its acknowledgement lost) is written over itself
+    again = SqlSink(archive_url, "s")
+    await again.open()
+    await again.write([Entry(r["entry_id"], json.dumps(r["item"]).encode()) for r in rows[:40]])
+    assert len(await asyncio.to_thread(again.rows)) == 150
+    await again.close()
+
+
+@deferred_f_from_coro_f
+async def test_consumers_of_a_group_share_the_work_and_each_group_gets_every_item(
+    redis_url, tmp_path
+):
+    await fill(redis_url, range(1, 301))
+    url = f"sqlite:///{tmp_path / 'items.db'}"
+    one, two = SqlSink(url, "s"), SqlSink(url, "s")
+    jl = JsonLinesSink(tmp_path / "items.jl")
+    reports = await asyncio.gather(
+        consume(redis_url, "s", one, group="sql", consumer="a", batch=25, exit_idle=0.3),
+        consume(redis_url, "s", two, group="sql", consumer="b", batch=25, exit_idle=0.3),
+        consume(redis_url, "s", jl, group="jl", batch=25, exit_idle=0.3),
+    )
+    assert reports[0].consumed + reports[1].consumed == 300
+    assert reports[0].consumed and reports[1].consumed  # both took a share
+    rows = await asyncio.to_thread(one.rows)
+    await one.close()
+    assert sorted(r["item"]["id"] for r in rows) == list(range(1, 301))
+    assert sorted(lines(tmp_path / "items.jl")) == list(range(1, 301))
+    client = redis.Redis.from_url(redis_url)
+    assert client.xlen(KEYS.items) == 0
+    client.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_consumer_takes_over_what_a_dead_one_left_pending(redis_url, tmp_path):
+    await fill(redis_url, range(1, 51))
+    client = redis.asyncio.Redis.from_url(redis_url)
+    stream = ItemStream(client, KEYS)
+    await stream.join("sql")
+    left = await stream.read("sql", "dead", 20)  # delivered to a consumer that then died
+    url = f"sqlite:///{tmp_path / 'items.db'}"
+    sink = SqlSink(url, "s")
+    report = await consume(
+        redis_url, "s", sink, group="sql", consumer="heir", claim_idle=0, exit_idle=0.3
+    )
+    assert report.claimed == len(left) == 20
+    rows = await asyncio.to_thread(sink.rows)
+    await sink.close()
+    assert sorted(r["item"]["id"] for r in rows) == list(range(1, 51))
+    assert await client.xlen(KEYS.items) == 0
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_consumer_started_before_the_crawl_waits_for_it_to_run_and_end(redis_url, tmp_path):
+    sink = JsonLinesSink(tmp_path / "items.jl")
+    early = asyncio.ensure_future(consume(redis_url, "s", sink, group="jl", exit_idle=0.1))
+    await asyncio.sleep(1.5)
+    assert not early.done()  # nothing queued nor committed: the crawl has not started
+    await fill(redis_url, range(1, 11))  # it ran (and ended: no worker, nothing queued)
+    report = await asyncio.wait_for(early, 30)
+    assert report.consumed == 10 and lines(tmp_path / "items.jl") == list(range(1, 11))
+
+
+@deferred_f_from_coro_f
+async def test_consumers_that_start_together_on_a_new_table_all_open(archive_url):
+    """Each creates the table if it is missing: the ones that lose the race use the winner's."""
+    sinks = [SqlSink(archive_url, "s") for _ in range(8)]
+    await asyncio.gather(*(sink.open() for sink in sinks))
+    await sinks[0].write([Entry("1-0", b'{"id": 1}')])
+    assert [r["item"] for r in await asyncio.to_thread(sinks[-1].rows)] == [{"id": 1}]
+    for sink in sinks:
+        await sink.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_consumer_rides_out_a_redis_restart(tmp_path):
+    from tests.conftest import RedisServer
+
+    server = RedisServer(tmp_path / "redis", appendonly=True)
+    server.start()
+    try:
+        url = server.url
+        await fill(url, range(1, 101))
+        sink = JsonLinesSink(tmp_path / "items.jl")
+        task = asyncio.ensure_future(consume(url, "s", sink, group="jl", batch=10, exit_idle=1))
+        await asyncio.sleep(0.3)
+        server.stop()  # gracefully: the AOF keeps the stream and the group
+        await asyncio.sleep(1.5)
+        assert not task.done()  # waiting for Redis, not failed
+        server.start()
+        await fill(url, range(101, 121))
+        report = await asyncio.wait_for(task, 60)
+        assert lines(tmp_path / "items.jl") == list(range(1, 121))
+        assert report.consumed == 120
+    finally:
+        server.stop()
