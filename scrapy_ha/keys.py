@@ -35,6 +35,8 @@ key                        type         content
                                         purge keep entries no archive holds yet
 ``ha:{books}:dlq_alert``   string       set when the dead-letter alert of this crawl was sent
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
+``ha:{books}:bloom``       hash         ``HA_DUPEFILTER = "bloom"``: the filter in place of the
+                                        set, its bitmaps ``bloom:<layer>:<part>`` (lib/seen)
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
@@ -248,6 +250,13 @@ class Keys:
         return self._key("dupefilter")
 
     @property
+    def bloom(self) -> str:
+        return self._key("bloom")
+
+    def bloom_part(self, layer: int, part: int) -> str:
+        return self._key(f"bloom:{layer}:{part}")
+
+    @property
     def seq(self) -> str:
         return self._key("seq")
 
@@ -352,16 +361,6 @@ class Keys:
         tag = self.spider if self.shard is None else f"{self.spider}:[0-9]*"
         return f"{self.prefix}:\\{{{tag}\\}}:cp:*"
 
-    def types(self) -> dict[str, str]:
-        """The Redis type each key must have (a key of another type is set aside)."""
-        zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers)
-        strings = (self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.dlq_alert)
-        types = {key: "hash" for key in self.all()}
-        types.update({key: "zset" for key in zsets})
-        types.update({key: "string" for key in strings})
-        types[self.dupefilter] = "set"
-        return types
-
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
         return [
@@ -377,6 +376,7 @@ class Keys:
             self.dead_archived,
             self.dlq_alert,
             self.dupefilter,
+            self.bloom,
             self.seq,
             self.lease_seq,
             self.sent,

@@ -30,6 +30,7 @@ from scrapy_ha.cli.report import add_report_command
 from scrapy_ha.cli.status import add_status_arguments, status
 from scrapy_ha.codec import mask_url
 from scrapy_ha.codec.masking import install_log_masking, masked_output
+from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
@@ -43,7 +44,7 @@ from scrapy_ha.store.connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha.store.sharding import check_shard_count, shard_setting
+from scrapy_ha.store.sharding import check_shard_count, set_dupefilter, shard_setting
 from scrapy_ha.store.url import RedisConfigError
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ async def _run(args: argparse.Namespace) -> int:
         refuse_unaware(queue, func.__name__, _words(args))
         if func.__name__ == "push":  # the first writer of a crawl stores its shard count
             await check_shard_count(queue)
+            await set_dupefilter(queue, MemoryConfig.from_settings(settings))
         return await func(queue, args)
     finally:
         await client.aclose()

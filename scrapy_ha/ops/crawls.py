@@ -11,7 +11,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
 from scrapy_ha.store.scripts import COUNTS_LUA
 from scrapy_ha.store.sharding import layout_keys
-from scrapy_ha.store.wire import Counts
+from scrapy_ha.store.wire import Counts, counts_keys
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -133,8 +133,7 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
 
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
-    keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
-    client.register_script(COUNTS_LUA)(keys=keys, client=pipe)
+    client.register_script(COUNTS_LUA)(keys=counts_keys(k), client=pipe)
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)

@@ -41,11 +41,10 @@ from scrapy_ha.store.connection import (
     error_text,
     jittered,
 )
+from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import ChildrenLost
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from scrapy import Spider
 
     from scrapy_ha.config.scheduler import SchedulerConfig
@@ -59,10 +58,6 @@ logger = logging.getLogger(__name__)
 #: TASK_RESTART_WINDOW seconds that close the spider; fewer start it again.
 TASK_RESTARTS = 3
 TASK_RESTART_WINDOW = 60.0
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Session:
@@ -161,7 +156,8 @@ class Session:
         self.outbox.retained.enabled = queue.numbers_children
         # a sharded crawl's shards would each order by their own sequence
         self.shell.precedence.keep.enabled &= queue.numbers_children
-        await wait.run(lambda: queue.set_domain_limits(cfg.politeness.as_hash()))
+        limits = cfg.politeness.as_hash()
+        await wait.run(lambda: set_domain_limits(queue.client, queue.keys, limits))
         await wait.run(lambda: self.renewals.renew(queue))
         self.renewals.start_keeper(queue)
         self.redis_ok = True
@@ -245,7 +241,7 @@ class Session:
         while self.outbox.to_sync() or self.ends.corrupt:
             await self._sync(lease=0)
         held = self.shell.local_leases() + self.outbox.releases
-        held += await self._unread_grant(set(held))
+        held += await self.renewals.unread_grant(self.queue, self.config.worker_id, set(held))
         released = await self.queue.release(held)
         self.shell.forget_local()
         self.stats.inc_value("ha/released", released)
@@ -257,16 +253,6 @@ class Session:
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if reason == "finished":
             await end_crawl(self.queue, self.config.worker_id, persist=self.config.persist)
-
-    async def _unread_grant(self, held: set[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Leases of a sync cancelled at close before its reply was read (the grant key
-        has them): released with the rest rather than left to expire."""
-        assert self.queue is not None
-        if self.renewals.watch is None:
-            return []  # no keeper: syncs write no grant
-        grant = await self.queue.granted(self.config.worker_id)
-        pairs = {(_str(i), _str(t)) for i, t in grant.items()}
-        return sorted(pairs - held)
 
     # -- the background loop ---------------------------------------------------------
 
