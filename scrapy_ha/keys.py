@@ -51,6 +51,7 @@ key                        type         content
 ``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
                                         ``{"leases", "rate"}``: leases held, pages per second
 ``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
+``ha:{books}:pressure``    string       (JSON, TTL) while memory is above HA_REDIS_MEMORY_HIGH
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:feed``        string       guard: the worker feeding start URLs into a sharded crawl
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
@@ -286,6 +287,10 @@ class Keys:
         return self._key("paused")
 
     @property
+    def pressure(self) -> str:
+        return self._key("pressure")
+
+    @property
     def reclaim_guard(self) -> str:
         return self._key("reclaim")
 
@@ -347,17 +352,13 @@ class Keys:
         """The checkpoints of a task's pages that completed before an earlier page did."""
         return self._task_key("cpa", task)
 
-    def checkpoint_task(self, key: str) -> str:
-        """The task of a key that :attr:`checkpoint_pattern` matched."""
-        return key.split("}:cp:", 1)[1]
-
     def grant(self, worker: str) -> str:
         """The leases of a worker's latest sync, for its lease keeper (expires on its own)."""
         return self._key(f"grant:{worker}")
 
     @property
     def checkpoint_pattern(self) -> str:
-        """A SCAN pattern of every checkpoint key of the crawl."""
+        """A SCAN pattern of every checkpoint key of the crawl (its task follows ``}:cp:``)."""
         tag = self.spider if self.shard is None else f"{self.spider}:[0-9]*"
         return f"{self.prefix}:\\{{{tag}\\}}:cp:*"
 
@@ -384,6 +385,7 @@ class Keys:
             self.workers,
             self.worker_stats,
             self.paused,
+            self.pressure,
             self.reclaim_guard,
             self.feed_guard,
             self.gates,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
+from scrapy_ha.store.bloom import BloomState, bloom_state
 from scrapy_ha.store.scripts import COUNTS_LUA
 from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts, counts_keys
@@ -37,6 +38,21 @@ class CrawlNumbers:
     stats: CrawlStats
     gated_domains: int
     paused: bool = False
+    #: Redis's memory is above the back-pressure mark: workers lease nothing new
+    backpressure: bool = False
+    #: the Bloom filter of each shard (none: the exact set)
+    blooms: tuple[BloomState, ...] = ()
+
+    @property
+    def dupefilter_error(self) -> float:
+        """The chance now that a new URL is taken for a seen one (never crawled): the
+        worst shard's; 0 for the exact set."""
+        return max((b.error_now for b in self.blooms), default=0.0)
+
+    @property
+    def false_positives(self) -> float:
+        """URLs the Bloom filter took for seen ones so far, as expected (an estimate)."""
+        return sum(b.expected_false_positives for b in self.blooms)
 
     @property
     def spider(self) -> str:
@@ -121,7 +137,7 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
     replies = pipe.execute()
     crawls = []
     for i, spider in enumerate(spiders):
-        *mine, layout = replies[5 * i : 5 * i + 5]
+        *mine, layout = replies[READS * i : READS * i + READS]
         keys = layout_keys(prefix, spider, layout)
         if keys.shard is not None:
             numbers = _sharded_numbers(client, keys)
@@ -137,6 +153,12 @@ def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)
+    pipe.exists(k.pressure)
+    pipe.hgetall(k.bloom)
+
+
+#: Replies of :func:`_crawl_reads` per crawl, and the shard count read after them.
+READS = 7
 
 
 def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
@@ -147,17 +169,28 @@ def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
     for shard in shards:
         _crawl_reads(client, pipe, shard)
     replies = pipe.execute()
-    parts = [_numbers(keys.spider, *replies[4 * i : 4 * i + 4]) for i in range(len(shards))]
+    n = READS - 1
+    parts = [_numbers(keys.spider, *replies[n * i : n * i + n]) for i in range(len(shards))]
     total = merge_stats([p.stats for p in parts])
-    return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused)
+    blooms = tuple(b for p in parts for b in p.blooms)
+    first = parts[0]
+    return CrawlNumbers(total, first.gated_domains, first.paused, first.backpressure, blooms)
 
 
 def _numbers(
-    spider: str, counts: list[Any], stats: dict[Any, Any], gates: list[Any], paused: int
+    spider: str,
+    counts: list[Any],
+    stats: dict[Any, Any],
+    gates: list[Any],
+    paused: int,
+    pressure: int,
+    bloom: dict[Any, Any],
 ) -> CrawlNumbers:
     crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
-    return CrawlNumbers(crawl, closed, bool(paused))
+    state = bloom_state(bloom)
+    blooms = (state,) if state is not None else ()
+    return CrawlNumbers(crawl, closed, bool(paused), bool(pressure), blooms)
 
 
 def _int_or_zero(value: Any) -> int:

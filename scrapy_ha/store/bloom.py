@@ -46,8 +46,11 @@ SDS_BYTES = 10
 #: The largest part of a filter: a Redis string holds at most 512 MB, and one of exactly
 #: 2^29 - 10 bytes is allocated 2^29 (one more byte would cost the next size class, 640 MB).
 MAX_PART_BYTES = 2**29 - SDS_BYTES
-#: A remainder of a layer this small is one part as it is (a few KB of rounding at most).
+#: A remainder of a layer this small is one part as it is (a few KB of rounding at most),
+#: and so is one of at most 1/TAIL of the layer (its rounding costs at most 0.4 %): a layer
+#: has few parts, so a call passes few keys.
 SMALL_PART_BYTES = 65536
+TAIL = 64
 #: Bits per URL per position: m / n = k / ln 2 sets half the bits of a layer at capacity.
 INV_LN2 = 1.4426950408889634
 #: Fingerprint bytes sent with a Bloom filter: 4 that place the request on a shard, then two
@@ -79,13 +82,13 @@ def _fitted(rest: int) -> int:
 def layer_sizes(capacity: int, k: int, part: int, layer: int) -> list[int]:
     """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``seen.lua``)."""
     bits = math.ceil(capacity * 2**layer * (k + layer) * INV_LN2)
-    rest = -(-bits // 8)
+    total = rest = -(-bits // 8)
     sizes = []
     while rest > 0:
         size = rest
         if rest >= part:
             size = part
-        elif rest > SMALL_PART_BYTES:
+        elif rest > SMALL_PART_BYTES and rest * TAIL > total:
             size = _fitted(rest)
         sizes.append(size)
         rest -= size
@@ -208,12 +211,13 @@ class BloomState:
 
     @property
     def error_now(self) -> float:
-        """The probability that a new URL is taken for a seen one now (never crawled)."""
-        clear = 1.0
+        """The probability that a new URL is taken for a seen one now (never crawled): the
+        sum of each layer's (a bound, exact to the first order, that never rounds to 0)."""
+        error = 0.0
         for i, (n, size) in enumerate(zip(self.added, self.layer_bytes, strict=True)):
             k, m = self.k + i, size * 8
-            clear *= 1 - (1 - math.exp(-k * n / m)) ** k
-        return 1 - clear
+            error += (-math.expm1(-k * n / m)) ** k
+        return error
 
 
 def bloom_state(meta: dict[Any, Any]) -> BloomState | None:

@@ -388,6 +388,6 @@ def key_types(keys: Keys) -> dict[str, str]:
     strings = (keys.seq, keys.lease_seq, keys.reclaim_guard, keys.paused, keys.dlq_alert)
     types = {key: "hash" for key in keys.all()}
     types.update({key: "zset" for key in zsets})
-    types.update({key: "string" for key in strings})
+    types.update({key: "string" for key in (*strings, keys.pressure)})
     types[keys.dupefilter] = "set"
     return types

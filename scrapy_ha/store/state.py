@@ -50,7 +50,7 @@ class CheckpointStore:
     async def tasks(self) -> list[str]:
         """Every task with a checkpoint, sorted."""
         found = {
-            self.keys.checkpoint_task(_text(key))
+            _text(key).split("}:cp:", 1)[1]  # the task, after the crawl's tag
             async for key in self.client.scan_iter(
                 match=self.keys.checkpoint_pattern, count=SCAN_COUNT
             )

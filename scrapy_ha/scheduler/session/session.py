@@ -31,6 +31,7 @@ from scrapy_ha.scheduler.session.connect import (
 )
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
+from scrapy_ha.scheduler.session.pressure import Pressure
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer
@@ -92,6 +93,7 @@ class Session:
         self.stopping = False
         self.redis_ok = False
         self.remote = Remote()  # what the shell reads of Redis (never a round trip)
+        self.pressure = Pressure(shell.config.memory, shell.stats, self.remote, self.redis_url)
         self._outage = False  # Redis failed a round: renew first when it answers again
         self._task_failures: list[float] = []  # when the background task died (see _ended)
         self.clock = CloseClock(shell.config.close_timeout)  # see close
@@ -168,6 +170,7 @@ class Session:
             self.remote.paused = True
             logger.info("crawl paused by operator")
         self.remote.counted(counts)
+        await self.pressure.check(self.queue)  # known before the engine asks for a request
         self.start_urls.setup(spider, cfg)
 
     def start(self) -> None:
@@ -324,6 +327,7 @@ class Session:
             self._outage = False  # every lease held, expired meanwhile: see Ends.hold_reclaim
             await self.renewals.renew(self.queue)
         await self.ends.reclaim_if_due(self.config, now)
+        await self.pressure.check(self.queue, now)
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:
@@ -338,7 +342,7 @@ class Session:
                 self.outbox.releases[:0] = to_release  # renewed meanwhile, released later
                 raise
             self.stats.inc_value("ha/released", released)
-        want = self.shell.want()
+        want = 0 if self.remote.held else self.shell.want()
         if not (self.outbox.to_sync() or want):
             return False
         await self._sync(lease=want, more=True)

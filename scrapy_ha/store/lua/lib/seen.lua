@@ -34,8 +34,9 @@
 
 -- SDS: the bytes Redis adds to a string of 64 KB .. 4 GB (header 9, terminator 1).
 local SDS = 10
--- SMALL: a remainder of a layer this small is one part as it is (a few KB of rounding).
-local SMALL = 65536
+-- SMALL, TAIL: a remainder of a layer of at most SMALL bytes, or at most 1/TAIL of the
+-- layer, is one part as it is (its rounding costs a few KB, or 0.4 % at most): few parts.
+local SMALL, TAIL = 65536, 64
 -- INV_LN2: bits per URL and per position (m / n = k / ln 2 makes half the bits set at
 -- capacity); the same literal in scrapy_ha/store/bloom.py.
 local INV_LN2 = 1.4426950408889634
@@ -71,12 +72,12 @@ local function bloom_layer(s, i)
   local scale = 1
   for _ = 1, i do scale = scale * 2 end
   local k = s.k + i
-  local rest = math.ceil(math.ceil(s.cap * scale * k * INV_LN2) / 8)
-  local sizes, m = {}, 0
+  local total = math.ceil(math.ceil(s.cap * scale * k * INV_LN2) / 8)
+  local rest, sizes, m = total, {}, 0
   while rest > 0 do
     local size = rest
     if rest >= s.part then size = s.part
-    elseif rest > SMALL then size = bloom_fitted(rest) end
+    elseif rest > SMALL and rest * TAIL > total then size = bloom_fitted(rest) end
     sizes[#sizes + 1] = size
     m = m + size * 8
     rest = rest - size
@@ -145,14 +146,15 @@ local function bloom_probe(L, h1, h2, write)
 end
 
 -- bloom_error(f)
---   Returns the probability that filter f takes a new URL for a seen one now.
+--   Returns the probability that filter f takes a new URL for a seen one now (the sum of
+--   its layers': a bound, exact to the first order).
 local function bloom_error(f)
-  local clear = 1
+  local error = 0
   for i = 0, f.layers - 1 do
     local L = f.L[i]
-    clear = clear * (1 - (1 - math.exp(-L.k * L.n / L.m)) ^ L.k)
+    error = error + (1 - math.exp(-L.k * L.n / L.m)) ^ L.k
   end
-  return 1 - clear
+  return error
 end
 
 -- bloom_grow(f)
