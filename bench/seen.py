@@ -8,7 +8,9 @@ about 95 characters), their fingerprints the SHA-1 of the URL (Scrapy's is a SHA
 canonical request: the same size, as uniform), enqueued by ``sync.lua`` in calls of
 ``--batch``. The pending set is deleted after each call, so that what stays is what a crawl
 keeps once its requests are acked: the dupefilter (and a few counters). Reported:
-``used_memory`` after minus before, per URL. The Bloom filter is sized to N
+``used_memory`` after minus before, per URL, and the script's Redis CPU per URL (``INFO
+commandstats``: what the enqueue costs Redis, the pending set's own part included). The
+Bloom filter is sized to N
 (``HA_DUPEFILTER_CAPACITY = N``: one layer, as docs/reference.md says to size it).
 
 The false-positive rate of a filter at capacity is measured on its bitmaps as stored: the
@@ -52,6 +54,8 @@ from scrapy_ha.store.wire import NewEntry  # noqa: E402
 from tests import redis_servers  # noqa: E402
 
 KEYS = Keys("ha", "seen")
+#: False positives the probe looks for (±5 %), when --probes allows it.
+PROBE_HITS = 400
 #: The dupefilters measured: (name, HA_DUPEFILTER_ERROR_RATE or None for the exact set).
 FILTERS = (("set", None), ("bloom 1e-3", 1e-3), ("bloom 1e-6", 1e-6))
 
@@ -82,8 +86,13 @@ async def fill(
     if error is not None:
         queue.dupefilter = BloomFilter(n, error)
     size = queue.dupefilter.fingerprint_bytes
+    # Redis's slow log keeps the last 128 calls slower than 10 ms (those of a busy
+    # machine) with their arguments: half a megabyte that is no URL's
+    await client.config_set("slowlog-log-slower-than", -1)
+    await client.slowlog_reset()
     await queue.sync()
     before = int((await client.info("memory"))["used_memory"])
+    await client.config_resetstat()
     added = 0
     for start in range(0, n, batch):
         stop = min(n, start + batch)
@@ -128,6 +137,9 @@ def layer_bits(client: redis.Redis, n: int, k: int) -> bytes:
 
 
 def probe(client: redis.Redis, n: int, k: int, probes: int, sample: int) -> dict[str, Any]:
+    """Look up a sample of the URLs added (all must be found) and random fingerprints
+    never added: enough for about PROBE_HITS false positives, at most *probes*."""
+    probes = min(probes, int(PROBE_HITS * 2**k))
     bits = layer_bits(client, n, k)
     step = max(1, n // sample)
     missing = sum(not has(bits, *hashes(fingerprint(i)), k) for i in range(0, n, step))
@@ -174,6 +186,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rows = []
     for n in args.sizes:
         for name, error in FILTERS:
+            if args.filters and name not in args.filters:
+                continue
             server = redis_servers.start(tmp / f"{name}-{n}".replace(" ", "-"))
             try:
                 client = server.client()
@@ -181,12 +195,14 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
                 added, before = asyncio.run(fill(server.port, error, n, args.batch))
                 seconds = time.monotonic() - started
                 after = used(client)
+                script = client.info("commandstats").get("cmdstat_evalsha", {})
                 row: dict[str, Any] = {
                     "dupefilter": name,
                     "urls": n,
                     "added": added,
                     "bytes_per_url": round((after - before) / n, 2),
                     "seconds": round(seconds, 1),
+                    "redis_us_per_url": round(script.get("usec", 0) / n, 2),
                 }
                 if error is not None:
                     k = BloomFilter(n, error).k
@@ -222,6 +238,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=100_000, help="added URLs looked up")
     parser.add_argument("--fresh", type=int, default=200_000)
     parser.add_argument("--exact-alternatives", action="store_true")
+    parser.add_argument("--filters", nargs="*", help="of: " + ", ".join(n for n, _ in FILTERS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = measure(args, Path(tmp))
