@@ -67,6 +67,9 @@ async def test_a_sharded_crawl_keeps_one_filter_per_shard(redis_url, site: Site)
     await crawler.crawl_async(base_url=site.url)
     assert_nothing_lost(crawler.spider, 50)
     assert all(n == 1 for n in site.hits().values())
+    stats = crawler.stats.get_stats()
+    assert stats["ha/dupefilter/urls"] == 55 and 0 < stats["ha/dupefilter/error_rate"] < 1e-6
+    assert stats["ha/dupefilter/false_positives"] < 1e-6
     client = redis.Redis.from_url(redis_url)
     states = [bloom_state(client.hgetall(f"ha:{{catalogue:{i}}}:bloom")) for i in range(3)]
     assert all(s is not None and s.urls > 0 for s in states)

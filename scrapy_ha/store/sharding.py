@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet
+from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
 
@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "check_shard_count",
+    "dupefilter_figures",
     "layout_keys",
     "make_queue",
     "queue_in_redis",
@@ -175,6 +176,21 @@ async def _dupefilter(queue: RedisQueue, config: MemoryConfig, *, warn: bool) ->
             config.error_rate,
         )
     return bloom
+
+
+async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
+    """The crawl's Bloom filter as worker stats (none for the exact set): URLs added, the
+    chance now that a new URL is taken for a seen one (the worst shard's), and the URLs
+    expected lost so far."""
+    states = [bloom_state(await q.client.hgetall(q.keys.bloom)) for q in shards_of(queue)]
+    found = [state for state in states if state is not None]
+    if not found:
+        return {}
+    return {
+        "ha/dupefilter/urls": sum(s.urls for s in found),
+        "ha/dupefilter/error_rate": max(s.error_now for s in found),
+        "ha/dupefilter/false_positives": sum(s.expected_false_positives for s in found),
+    }
 
 
 def _s(value: Any) -> str:

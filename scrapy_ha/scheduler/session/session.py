@@ -42,6 +42,7 @@ from scrapy_ha.store.connection import (
     error_text,
     jittered,
 )
+from scrapy_ha.store.sharding import dupefilter_figures
 from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import ChildrenLost
 
@@ -253,6 +254,8 @@ class Session:
         # before leaving: a late renewal would re-add the heartbeat of a worker that left
         left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
         await self.renewals.stop_keeper(left)  # its thread waited for no longer than the close
+        for name, value in (await dupefilter_figures(self.queue)).items():
+            self.stats.set_value(name, value)  # the filter's error, before a finish clears it
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if reason == "finished":
             await end_crawl(self.queue, self.config.worker_id, persist=self.config.persist)
