@@ -132,11 +132,11 @@ async def test_flush_and_finish_delete_the_whole_filter(redis_url):
     await add(queue, entries(range(300)))
     await queue.lease(1000, 30000)
     leased = await queue.client.zrange(KEYS.leased, 0, -1)
-    assert await queue.finish("w") == 0  # still leased
+    assert not (await queue.finish("w")).done  # still leased
     assert len(leased) == 300
     tokens = await queue.client.hgetall(KEYS.leases)
     await queue.ack([(i.decode(), tokens[i].split()[0].decode()) for i in leased])
-    assert await queue.finish("w")
+    assert (await queue.finish("w")).done
     assert [k async for k in queue.client.scan_iter(match="ha:{b}:bloom*")] == []
     await queue.client.aclose()
 
