@@ -35,7 +35,7 @@ PYTEST_WORKERS ?= 2
 #: `make test` leaves out the long versions of scenarios whose short version it runs.
 SHORT := -m 'not long'
 
-.PHONY: demo demo-deps lint test test-long test-oldest test-latest test-installed screenshots bench bench-static chaos deps venv constraints clean
+.PHONY: demo demo-deps lint test test-long test-bloom test-oldest test-latest test-installed screenshots bench bench-static chaos deps venv constraints clean
 
 # apt_install PACKAGES: install those not installed yet (apt-get update first).
 define apt_install
@@ -106,6 +106,12 @@ test-long: deps venv
 # from the pages of a real crawl (docs/img/dashboard-*.png).
 screenshots: deps venv
 	HA_DOCS_SCREENSHOTS=1 $(BIN)/python -m pytest -q -n 0 tests/test_dashboard_browser.py $(PYTEST_ARGS)
+
+# The kill, shard, failover and conformance suites with a Bloom-filter dupefilter
+# (HA_DUPEFILTER = "bloom", grown from its smallest capacity; tests/dupefilter.py).
+BLOOM_SUITES = tests/test_crash.py tests/test_shards_crawl.py tests/test_redis_failover.py tests/scrapy_conformance
+test-bloom: deps venv
+	HA_TEST_DUPEFILTER=bloom $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(SHORT) $(BLOOM_SUITES) $(PYTEST_ARGS)
 
 # The oldest supported Scrapy, with everything else pinned as in constraints.txt.
 .venv-oldest/.ready: setup.cfg constraints.txt

@@ -39,6 +39,8 @@ key                        type         content
                                         purge keep entries no archive holds yet
 ``ha:{books}:dlq_alert``   string       set when the dead-letter alert of this crawl was sent
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
+``ha:{books}:bloom``       hash         ``HA_DUPEFILTER = "bloom"``: the filter in place of the
+                                        set, its bitmaps ``bloom:<layer>:<part>`` (lib/seen)
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
@@ -55,6 +57,7 @@ key                        type         content
 ``ha:{books}:seen``        sorted set   worker id -> its last heartbeat (ms), kept a week
                                         (``scrapy-ha report`` names a window's workers)
 ``ha:{books}:paused``      string       set by ``scrapy-ha pause``: workers lease nothing new
+``ha:{books}:pressure``    string       (JSON, TTL) while memory is above HA_REDIS_MEMORY_HIGH
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:feed``        string       guard: the worker feeding start URLs into a sharded crawl
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
@@ -147,9 +150,9 @@ DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
     "pending payload leased leases expiries delayed delayed_score held dead dead_info "
-    "dead_archived dlq_alert dupefilter seq lease_seq sent senders workers worker_stats seen "
-    "paused reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns cookies "
-    "retried stats stats_minutes stats_domains items"
+    "dead_archived dlq_alert dupefilter bloom seq lease_seq sent senders workers "
+    "worker_stats seen paused pressure reclaim_guard feed_guard gates domain_limits polite "
+    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
 ).split()
 
 
@@ -251,6 +254,8 @@ class Keys:
     dead_archived = _Key("dead_arch")
     dlq_alert = _Key("dlq_alert")
     dupefilter = _Key("dupefilter")
+    #: ``HA_DUPEFILTER = "bloom"``: the filter's layers (its bitmaps: :meth:`bloom_part`).
+    bloom = _Key("bloom")
     seq = _Key("seq")
     lease_seq = _Key("lseq")
     #: The number of each running worker's newest child stored (see sync.lua).
@@ -266,6 +271,8 @@ class Keys:
         return [self.leased, self.leases, self.workers, self.worker_stats, self.seen]
 
     paused = _Key("paused")
+    #: Set (with a TTL) while Redis's memory is above the back-pressure mark.
+    pressure = _Key("pressure")
     reclaim_guard = _Key("reclaim")
     #: Set while one worker feeds start URLs into a sharded crawl (see _shards).
     feed_guard = _Key("feed")
@@ -287,6 +294,10 @@ class Keys:
     #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
     items = _Key("items")
 
+    def bloom_part(self, layer: int, part: int) -> str:
+        """One bitmap of the Bloom filter: part *part* of layer *layer*."""
+        return self._key(f"bloom:{layer}:{part}")
+
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
         return [self.stats, self.stats_minutes, self.stats_domains]
@@ -299,24 +310,27 @@ class Keys:
         """The checkpoints of a task's pages that completed before an earlier page did."""
         return self._task_key("cpa", task)
 
-    def checkpoint_task(self, key: str) -> str:
-        """The task of a key that :attr:`checkpoint_pattern` matched."""
-        return key.split("}:cp:", 1)[1]
-
     def grant(self, worker: str) -> str:
         """The leases of a worker's latest sync, for its lease keeper (expires on its own)."""
         return self._key(f"grant:{worker}")
 
     @property
     def checkpoint_pattern(self) -> str:
-        """A SCAN pattern of every checkpoint key of the crawl."""
+        """A SCAN pattern of every checkpoint key of the crawl (its task follows ``}:cp:``)."""
         tag = self.spider if self.shard is None else f"{self.spider}:[0-9]*"
         return f"{self.prefix}:\\{{{tag}\\}}:cp:*"
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
         zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers, self.seen)
-        strings = (self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.dlq_alert)
+        strings = (
+            self.seq,
+            self.lease_seq,
+            self.reclaim_guard,
+            self.paused,
+            self.pressure,
+            self.dlq_alert,
+        )
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.dupefilter import dupefilter_settings
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
 #: Short leases so that the surviving worker reclaims within seconds.
 FAST_LEASES = {
@@ -50,6 +52,7 @@ def worker(
         "ITEMS_FILE": str(items),
         "CONCURRENT_REQUESTS": str(CONCURRENCY),
         "LOG_LEVEL": "INFO",
+        **dupefilter_settings(),
         **extra,
     }
     args = [

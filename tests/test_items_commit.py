@@ -5,6 +5,7 @@ consumers' acknowledgements trim only what every group has acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from functools import partial
 
@@ -111,7 +112,7 @@ async def test_a_malformed_commit_is_refused_as_stale_and_applies_nothing(redis_
     (a,) = await q.lease(1, 30000)
     reply = await q._sync(
         keys=[*(await _sync_keys(q))],
-        args=[0, 1, 0, 30000, 0, "n0nce", "fifo", "-", 0, f"{a.id} {a.token} 2 - 3:abc9:short"],
+        args=[0, 1, 0, 30000, 0, "n0nce", "fifo", "-", 0, f"{a.id} {a.token} 2 - 3:abc9:short", "set"],
     )
     assert reply[2:4] == [0, 1]  # acked 0, stale 1
     assert await q.client.xlen(KEYS.items) == 0
@@ -123,7 +124,7 @@ async def _sync_keys(q: RedisQueue) -> list[str]:
     return [
         k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries, k.delayed,
         k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info, *k.stats_keys(), k.retried,
-        k.paused, k.sent, k.domain_limits, k.polite, k.items,
+        k.paused, k.sent, k.domain_limits, k.polite, k.held, k.items,
     ]  # fmt: skip
 
 
@@ -205,4 +206,38 @@ async def test_a_finished_crawl_keeping_items_is_not_taken_over_by_another_layou
     await stream.ack("sql", [d.id for d in got])  # consumed: the stream is empty
     joined = await join(worker="w1")
     assert (joined.shards, joined.replaced) == (3, "1")
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize("bloom", [False, True], ids=["set", "bloom"])
+@pytest.mark.parametrize("worker", [None, "w1"])
+@deferred_f_from_coro_f
+async def test_a_checkpoint_with_the_ack_is_never_taken_for_the_workers_grant(
+    redis_url, worker, bloom
+):
+    """The checkpoint keys an ack names follow the call's fixed keys, where a worker's
+    grant is when the call names a worker: the script tells them apart, whether the call
+    names a worker or not, and with the Bloom filter's bitmaps after them."""
+    from scrapy_ha.store.bloom import BloomFilter
+
+    q = open_queue(redis_url)
+    if bloom:
+        q.dupefilter = BloomFilter(1000, 1e-3)
+    fp = lambda name: hashlib.sha1(name).digest()  # noqa: E731 (the filter reads bytes 5-16)
+    await q.sync(enqueue=[NewEntry(fp(n), 0, b"page-" + n) for n in (b"a", b"b", b"c")])
+    (one,) = await q.lease(1, 30000)
+    doc = json.dumps({"task": "t", "of": 1, "page": 2, "items": 1, "done": False}).encode()
+    result = await q.sync(
+        ack=[(one.id, one.token)],
+        commits={(one.id, one.token): Commit(items(1), ("t", doc, 60_000))},
+        enqueue=[NewEntry(fp(b"d"), 0, b"page-d")],
+        lease=2,
+        worker=worker,
+    )
+    assert (result.added, result.acked, result.items, result.checkpoints) == (1, 1, 1, 1)
+    assert len(result.leases) == 2
+    assert json.loads(await q.client.get(KEYS.checkpoint("t")))["page"] == 2
+    assert await q.client.type(KEYS.checkpoint_ahead("t")) in (b"hash", b"none")
+    granted = await q.client.hgetall(KEYS.grant("w1"))
+    assert len(granted) == (2 if worker else 0)
     await q.client.aclose()

@@ -18,6 +18,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import NewEntry
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def domain(lease: Lease) -> str:
 async def limited_queue(url: str, **limits: DomainLimit) -> RedisQueue:
     q = RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
     politeness = Politeness(limits.pop("default", DomainLimit()), limits)
-    await q.set_domain_limits(politeness.as_hash())
+    await set_domain_limits(q.client, KEYS, politeness.as_hash())
     return q
 
 

@@ -27,6 +27,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.store.connection import jittered
 from tests import redis_servers
+from tests.dupefilter import dupefilter_settings
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
 
@@ -58,6 +59,7 @@ def crawl_settings(url: str, **extra: Any) -> dict[str, Any]:
         "HA_PREFETCH": IN_FLIGHT // 2,
         "CONCURRENT_REQUESTS": IN_FLIGHT // 2,
         "LOG_LEVEL": "INFO",
+        **dupefilter_settings(),
         **extra,
     }
 

@@ -23,6 +23,7 @@ from scrapy.settings import Settings
 from scrapy_ha.cli.options import REDIS_URL_ENV
 from scrapy_ha.cli.project import worker_view
 from scrapy_ha.codec.masking import install_log_masking, masked_output
+from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
@@ -32,7 +33,7 @@ from scrapy_ha.store.connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha.store.sharding import check_shard_count, shard_setting
+from scrapy_ha.store.sharding import check_shard_count, set_dupefilter, shard_setting
 from scrapy_ha.store.state import CheckpointStore
 from scrapy_ha.store.url import RedisConfigError
 
@@ -99,6 +100,7 @@ async def _run(args: argparse.Namespace) -> int:
             return 1
         if func.__name__ == "push":  # the first writer of a crawl stores its shard count
             await check_shard_count(queue)
+            await set_dupefilter(queue, MemoryConfig.from_settings(config))
         return await func(queue, args)
     finally:
         await client.aclose()

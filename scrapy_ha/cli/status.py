@@ -31,6 +31,7 @@ from scrapy_ha.ops.stats import (
     read_crawl_stats_async,
 )
 from scrapy_ha.ops.waiting import ETA_WINDOW, Waiting, eta, read_waiting
+from scrapy_ha.store.bloom import BloomState, bloom_state
 from scrapy_ha.store.health import redis_health
 from scrapy_ha.store.items import crawl_items
 from scrapy_ha.store.sharding import shards_of
@@ -111,9 +112,12 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         health = await redis_health(queue.client)
         limits, held = await _politeness(queue)
         items = await crawl_items(queue)
+        blooms, pressure = await _memory(queue)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
             doc["items"] = items_json(stats, items)
+            doc["dupefilter"] = _dupefilter_json(blooms)
+            doc["backpressure"] = pressure
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
             doc["domain_slots"] = held
             out.write(json.dumps(doc) + "\n")
@@ -125,6 +129,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             if limits:
                 limited = stats.counter("domain_limited")
                 lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
+            lines += [_dupefilter_line(b) for b in blooms[:1]] + _pressure_lines(pressure)
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
             _draw(out, lines, in_place=in_place, last=args.watch is None)
         out.flush()
@@ -140,6 +145,55 @@ async def _politeness(queue: RedisQueue) -> tuple[dict[str, DomainLimit], dict[s
     limits = limits_in_force(await queue.client.hgetall(queue.keys.domain_limits))
     held = held_slots(await queue.client.hgetall(queue.keys.polite)) if limits else {}
     return limits, held
+
+
+async def _memory(queue: RedisQueue) -> tuple[list[BloomState], dict[str, int] | None]:
+    """Each shard's Bloom filter (none: the exact set) and the back-pressure mark."""
+    blooms = []
+    for shard in shards_of(queue):
+        state = bloom_state(await queue.client.hgetall(shard.keys.bloom))
+        if state is not None:
+            blooms.append(state)
+    mark = await queue.client.get(queue.keys.pressure)
+    return blooms, json.loads(mark) if mark else None
+
+
+def _dupefilter_json(blooms: list[BloomState]) -> dict[str, Any]:
+    if not blooms:
+        return {"kind": "set"}
+    return {
+        "kind": "bloom",
+        "urls": sum(b.urls for b in blooms),
+        "layers": max(len(b.added) for b in blooms),
+        "bytes": sum(b.bytes for b in blooms),
+        "error_now": max(b.error_now for b in blooms),
+        "error_bound": blooms[0].bound,
+        "error_asked": blooms[0].asked,
+        "expected_false_positives": sum(b.expected_false_positives for b in blooms),
+    }
+
+
+def _dupefilter_line(bloom: BloomState) -> str:
+    """The Bloom filter (of shard 0 for a sharded crawl: each shard has one like it)."""
+    per_url = bloom.bytes / bloom.urls if bloom.urls else 0.0
+    return (
+        f"{'dupefilter':>13}  bloom: {bloom.urls:,} URLs in {len(bloom.added)} layer(s), "
+        f"{bloom.bytes / 2**20:,.1f} MB ({per_url:.1f} bytes a URL); error now "
+        f"{bloom.error_now:.1e}, at most {bloom.bound:.1e} (asked {bloom.asked:g}); about "
+        f"{bloom.expected_false_positives:,.1f} URL(s) never crawled (expected)"
+    )
+
+
+def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
+    if not mark:
+        return []
+    since = local_time(mark.get("since", 0))
+    mb = {k: f"{mark.get(k, 0) / 2**20:,.1f} MB" for k in ("used", "max", "high", "low")}
+    return [
+        f"{'back-pressure':>13}  since {since}: Redis uses {mb['used']} of "
+        f"{mb['max']} (HA_REDIS_MEMORY_HIGH {mb['high']}): workers lease nothing new until "
+        f"it falls below {mb['low']}; nothing is lost"
+    ]
 
 
 def _draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:

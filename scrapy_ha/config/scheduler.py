@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.items import DEFAULT_ITEMS, items_mode
+from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.middlewares import allowed_schemes
 from scrapy_ha.config.politeness import Politeness
 from scrapy_ha.config.validate import ConfigError
@@ -191,6 +192,8 @@ class SchedulerConfig:
     dead_letter: DeadLetterConfig = field(default_factory=lambda: DeadLetterConfig())
     #: crawl-wide per-domain limits (HA_DOMAIN_RATE, HA_DOMAIN_CONCURRENCY, HA_DOMAIN_LIMITS)
     politeness: Politeness = field(default_factory=lambda: Politeness())
+    #: the dupefilter (HA_DUPEFILTER*) and the back-pressure marks (HA_REDIS_MEMORY_*)
+    memory: MemoryConfig = field(default_factory=lambda: MemoryConfig())
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -252,6 +255,7 @@ class SchedulerConfig:
             feed_given=check.given(settings, "HA_FEED"),
             dead_letter=DeadLetterConfig.from_settings(settings),
             politeness=Politeness.from_settings(settings),
+            memory=MemoryConfig.from_settings(settings),
             unstorable=check.choice(
                 settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
             ),

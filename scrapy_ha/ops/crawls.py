@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
+from scrapy_ha.store.bloom import BloomState, bloom_state
 from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.scripts import COUNTS_LUA, ITEMS_STATE_LUA
 from scrapy_ha.store.sharding import layout_keys
-from scrapy_ha.store.wire import Counts
+from scrapy_ha.store.wire import Counts, counts_keys
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -40,6 +41,21 @@ class CrawlNumbers:
     paused: bool = False
     #: its item stream (``HA_ITEMS = "outbox"``): length and each sink's group
     items: StreamState = field(default_factory=StreamState)
+    #: Redis's memory is above the back-pressure mark: workers lease nothing new
+    backpressure: bool = False
+    #: the Bloom filter of each shard (none: the exact set)
+    blooms: tuple[BloomState, ...] = ()
+
+    @property
+    def dupefilter_error(self) -> float:
+        """The chance now that a new URL is taken for a seen one (never crawled): the
+        worst shard's; 0 for the exact set."""
+        return max((b.error_now for b in self.blooms), default=0.0)
+
+    @property
+    def false_positives(self) -> float:
+        """URLs the Bloom filter took for seen ones so far, as expected (an estimate)."""
+        return sum(b.expected_false_positives for b in self.blooms)
 
     @property
     def spider(self) -> str:
@@ -137,17 +153,18 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     """The reads of one crawl (of one shard), READS replies."""
-    keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
-    client.register_script(COUNTS_LUA)(keys=keys, client=pipe)
+    client.register_script(COUNTS_LUA)(keys=counts_keys(k), client=pipe)
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)
     pipe.eval(ITEMS_STATE_LUA, 1, k.items)
+    pipe.exists(k.pressure)
+    pipe.hgetall(k.bloom)
 
 
 #: Replies of :func:`_crawl_reads`, and of a crawl's reads in :func:`read_crawls` (its
 #: shard count too).
-READS = 5
+READS = 7
 PER_CRAWL = READS + 1
 
 
@@ -164,7 +181,9 @@ def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
     ]
     total = merge_stats([p.stats for p in parts])
     items = merged([p.items for p in parts])
-    return CrawlNumbers(total, parts[0].gated_domains, parts[0].paused, items)
+    blooms = tuple(b for p in parts for b in p.blooms)
+    first = parts[0]
+    return CrawlNumbers(total, first.gated_domains, first.paused, items, first.backpressure, blooms)
 
 
 def _numbers(
@@ -174,10 +193,15 @@ def _numbers(
     gates: list[Any],
     paused: int,
     items: list[Any],
+    pressure: int,
+    bloom: dict[Any, Any],
 ) -> CrawlNumbers:
     crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
-    return CrawlNumbers(crawl, closed, bool(paused), stream_state(items, stats))
+    state = bloom_state(bloom)
+    blooms = (state,) if state is not None else ()
+    items_state = stream_state(items, stats)
+    return CrawlNumbers(crawl, closed, bool(paused), items_state, bool(pressure), blooms)
 
 
 def _int_or_zero(value: Any) -> int:

@@ -170,6 +170,19 @@ def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:
     fingerprints = _gauge("scrapy_ha_fingerprints", "Request fingerprints in the dupefilter.")
     gated = _gauge("scrapy_ha_gated_domains", "Domains held by a gate (429, Retry-After) now.")
     paused = _gauge("scrapy_ha_paused", "1 while an operator paused the crawl (scrapy-ha pause).")
+    pressure = _gauge(
+        "scrapy_ha_backpressure",
+        "1 while Redis's memory is above HA_REDIS_MEMORY_HIGH: workers lease nothing new.",
+    )
+    error = _gauge(
+        "scrapy_ha_dupefilter_error_rate",
+        "Chance now that the Bloom filter takes a new URL for a seen one (never crawled); "
+        "0 for the exact set.",
+    )
+    lost = _gauge(
+        "scrapy_ha_dupefilter_false_positives",
+        "URLs the Bloom filter took for seen ones so far, never crawled (expected: an estimate).",
+    )
     for c in crawls:
         for state, n in c.states.items():
             requests.add_metric([c.spider, state], n)
@@ -177,7 +190,10 @@ def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:
         fingerprints.add_metric([c.spider], c.stats.fingerprints)
         gated.add_metric([c.spider], c.gated_domains)
         paused.add_metric([c.spider], int(c.paused))
-    return [requests, workers, fingerprints, gated, paused]
+        pressure.add_metric([c.spider], int(c.backpressure))
+        error.add_metric([c.spider], c.dupefilter_error)
+        lost.add_metric([c.spider], c.false_positives)
+    return [requests, workers, fingerprints, gated, paused, pressure, error, lost]
 
 
 def _gauge(name: str, documentation: str) -> Any:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.store.scripts import COUNTS_LUA
 from scrapy_ha.store.sharding import layout_keys
-from scrapy_ha.store.wire import Counts
+from scrapy_ha.store.wire import Counts, counts_keys
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -220,7 +220,7 @@ class CrawlStats(Counts):
 
 
 def _queue_reads(pipe: Any, keys: Keys, domains: bool) -> None:
-    states = [keys.pending, keys.leased, keys.delayed, keys.dead, keys.workers, keys.dupefilter]
+    states = counts_keys(keys)
     pipe.eval(COUNTS_LUA, len(states), *states)
     pipe.hgetall(keys.stats)
     pipe.hgetall(keys.stats_minutes)

@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 from scrapy_ha import metakeys
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, CodecError, encode_request, refused_scheme
 from scrapy_ha.scheduler import engine
+from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.scripts import MAX_PRIORITY
 from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -60,8 +61,11 @@ class Admission:
         unstorable: str,
         start_queue: bool = False,
         schemes: frozenset[str] = DEFAULT_ALLOWED_SCHEMES,
+        fingerprint_bytes: int = FINGERPRINT_BYTES,
     ) -> None:
         self.crawler = crawler
+        #: bytes of each fingerprint sent: more for a Bloom filter (see store/bloom.py)
+        self.fingerprint_bytes = fingerprint_bytes
         self.unstorable = unstorable  # HA_UNSTORABLE
         self.start_queue = start_queue  # start requests kept in their own queue
         self.schemes = schemes  # HA_ALLOWED_SCHEMES
@@ -86,6 +90,9 @@ class Admission:
             unstorable=config.unstorable,
             start_queue=bool(config.start_order),
             schemes=config.allowed_schemes,
+            fingerprint_bytes=BLOOM_FINGERPRINT_BYTES
+            if config.memory.dupefilter == "bloom"
+            else FINGERPRINT_BYTES,
         )
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
@@ -181,17 +188,17 @@ class Admission:
             self._starts.clear()  # start() is read to its end: no start request comes now
         if request.dont_filter or not self.dedupe:
             return b""
-        return self.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+        return self.crawler.request_fingerprinter.fingerprint(request)[: self.fingerprint_bytes]
 
     def _start_fingerprint(self, request: Request) -> bytes:
         """The fingerprint of the n-th ``dont_filter`` start request of this worker that is
         this request (n = 1, 2, ...): the same in every worker whose ``start()`` yields the
         same requests, in whatever order (a set's order differs per process)."""
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
-        key = fingerprint[:FINGERPRINT_BYTES]
+        key = fingerprint[: self.fingerprint_bytes]
         n = self._starts[key] = self._starts.get(key, 0) + 1
         occurrence = b"start %d " % n + fingerprint
-        return hashlib.sha1(occurrence).digest()[:FINGERPRINT_BYTES]  # noqa: S324 - not a secret
+        return hashlib.sha1(occurrence).digest()[: self.fingerprint_bytes]  # noqa: S324 - not a secret
 
     def _is_start(self, request: Request) -> bool:
         """A start request seen for the first time (a retry or redirect of one carries the

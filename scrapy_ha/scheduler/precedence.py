@@ -86,7 +86,7 @@ class Precedence:
         """This worker is the only live one, and leases (see :mod:`.keep`)."""
         session = self.session
         assert session is not None
-        if session.remote.paused or session.stopping or self._alone():
+        if session.remote.holding or session.stopping or self._alone():
             return False
         return session.renewals.workers <= 1
 
@@ -136,7 +136,7 @@ class Precedence:
         session = self.session
         assert session is not None
         head = session.remote.head
-        if session.remote.paused or self._alone() or not self.buffer.behind(head):
+        if session.remote.holding or self._alone() or not self.buffer.behind(head):
             return False
         if self.buffer[0].meta.get(metakeys.SUSPECT):
             return False  # first in line whatever its priority

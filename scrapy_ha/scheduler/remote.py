@@ -40,6 +40,8 @@ class Remote:
     head: tuple[int, int] | None = None
     #: ``scrapy-ha pause``: Redis leases nothing
     paused: bool = False
+    #: Redis's memory is above HA_REDIS_MEMORY_HIGH (not yet below _LOW): nothing is leased
+    held: bool = False
     #: other live workers when the crawl last looked finished
     peers: int = 0
     #: the Redis server's clock minus this machine's, in ms
@@ -48,6 +50,12 @@ class Remote:
     engine_view: tuple[bool, bool] | None = None
     #: see :func:`leasable_head`
     futile: Futile | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Nothing new is leased or handed out from memory: the operator paused the crawl,
+        or Redis's memory is high (see :mod:`.session.pressure`)."""
+        return self.paused or self.held
 
     def counted(self, counts: Counts) -> None:
         """The counts a worker reads when it joins the crawl."""

@@ -296,7 +296,7 @@ class Scheduler:
         signal. Not while Redis is down, the crawl is paused or closing, or a suspect runs
         alone: nothing comes then."""
         session = self.session
-        if not session.redis_ok or session.remote.paused or session.stopping or self.solo.running:
+        if not session.redis_ok or session.remote.holding or session.stopping or self.solo.running:
             return False
         if self.outbox.held_back or self._buffer:
             return True
@@ -310,7 +310,8 @@ class Scheduler:
         return len(self._buffer)
 
     def room_for_start_urls(self) -> bool:
-        return len(self.outbox.children) + len(self._buffer) < self._target()
+        held = self.session.remote.held  # Redis's memory is high: they would grow the frontier
+        return not held and len(self.outbox.children) + len(self._buffer) < self._target()
 
     def set_gates(self, gates: dict[str, float]) -> None:
         """The domains closed for every worker, as Redis said: domain -> monotonic time."""
@@ -354,7 +355,7 @@ class Scheduler:
         box, session = self.outbox, self.session
         local = bool(self._buffer or box.children or box.acks or box.ends or self.inflight)
         local = local or session.holds_unreadable()
-        remote = not session.redis_ok or session.remote.active != 0 or session.remote.paused
+        remote = not session.redis_ok or session.remote.active != 0 or session.remote.holding
         return bool(session.start_urls.feed_mode or local or remote)
 
     async def _open(self, spider: Spider) -> None:
@@ -379,7 +380,7 @@ class Scheduler:
         slot has room, and its domain is open; else it goes to Redis with the next round, and
         comes back by lease."""
         session = self.session
-        if not session.redis_ok or session.stopping or session.remote.paused or self.solo.running:
+        if not session.redis_ok or session.stopping or session.remote.holding or self.solo.running:
             return False
         if self._closed and self._closed.wait(request) > 0:
             return False

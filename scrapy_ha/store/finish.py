@@ -16,6 +16,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_ha.store.bloom import filter_keys
 from scrapy_ha.store.scripts import FENCE_LUA, FINISH_LUA
 from scrapy_ha.store.wire import SENT_GRACE_MS, Finished, _s
 
@@ -64,6 +65,7 @@ def working_keys(keys: Keys) -> list[str]:
     return [
         keys.worker_stats,
         keys.dupefilter,
+        keys.bloom,
         keys.expiries,
         keys.lease_seq,
         keys.reclaim_guard,
@@ -93,7 +95,10 @@ async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
     """End one shard's (or an unsharded crawl's) finished crawl in one script."""
     script = queue.client.register_script(FINISH_LUA)
     args = [worker, "keep" if keep else "clear", SENT_GRACE_MS]
-    return Finished.from_reply(await script(keys=finish_keys(queue.keys, keep=keep), args=args))
+    keys = finish_keys(queue.keys, keep=keep)
+    if not keep:  # a Bloom filter's bitmaps, as stored, go with its meta hash
+        keys += await filter_keys(queue.client, queue.keys)
+    return Finished.from_reply(await script(keys=keys, args=args))
 
 
 async def finish_shards(queue: Sharded, worker: str, *, keep: bool) -> Finished:
@@ -123,7 +128,8 @@ async def complete_finish(queue: Sharded, token: str) -> bool:
         if not record.startswith(f"commit {token} "):
             return False
         k = shard.keys
-        await shard.client.delete(k.workers, k.cookies, *working_keys(k))
+        filters = await filter_keys(shard.client, k)
+        await shard.client.delete(k.workers, k.cookies, *working_keys(k), *filters)
     return await _step(queue, "done", token)
 
 

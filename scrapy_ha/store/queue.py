@@ -15,6 +15,7 @@ import redis
 from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store import scripts
+from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.wire import (
     ORDERS,
@@ -25,6 +26,7 @@ from scrapy_ha.store.wire import (
     _s,
     children_lost,
     clamp_priority,
+    counts_keys,
     expect_arg,
     live_workers,
     lost_pairs,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from scrapy_ha.keys import Keys
+    from scrapy_ha.store.bloom import Dupefilter
     from scrapy_ha.store.wire import Commit, Lease, NewEntry, Sender
 
 
@@ -61,6 +64,8 @@ class RedisQueue:
         self.order = order
         #: the order of start requests in their own queue ("": they share the others')
         self.start_order = start_order
+        #: the exact set, or a Bloom filter (HA_DUPEFILTER, set by sharding.make_queue)
+        self.dupefilter: Dupefilter = ExactSet()
         self._sync = client.register_script(scripts.SYNC_LUA)
         self._renew = client.register_script(scripts.RENEW_LUA)
         self._reclaim = client.register_script(scripts.RECLAIM_LUA)
@@ -115,7 +120,7 @@ class RedisQueue:
         keys = [
             k.pending,
             k.payload,
-            k.dupefilter,
+            self.dupefilter.key(k),
             k.seq,
             k.leased,
             k.leases,
@@ -140,7 +145,9 @@ class RedisQueue:
         acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
         args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
         try:
-            reply = await self._sync(keys=[*keys, *more], args=args)
+            reply = await seen_call(
+                self._sync, self.dupefilter, k, call_keys=[*keys, *more], args=args
+            )
         except redis.exceptions.ResponseError as exc:
             if lost := children_lost(exc):
                 raise lost from exc
@@ -292,17 +299,6 @@ class RedisQueue:
         """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
         return int(await self._gate(keys=[self.keys.gates], args=[domain, ms]))
 
-    async def set_domain_limits(self, limits: dict[str, str]) -> None:
-        """Put this worker's per-domain limits in force for the crawl (``{}``: none), as
-        the limits hash holds them (see :mod:`scrapy_ha.config.politeness`): the last worker to
-        start sets them, so every worker of a crawl should have the same settings."""
-        key = self.keys.domain_limits
-        old = {_s(f) for f in await self.client.hkeys(key)} - set(limits)
-        if limits:  # new ones first: never a moment without the limits in force
-            await self.client.hset(key, mapping=limits)
-        if old:
-            await self.client.hdel(key, *old)
-
     async def requeue_dead(self, entries: list[tuple[str, int, bytes]]) -> int:
         """Move (id, priority, payload) dead-letter entries back to pending; return how many."""
         if not entries:
@@ -324,9 +320,7 @@ class RedisQueue:
 
     async def counts(self) -> Counts:
         """Size of every state, read atomically."""
-        k = self.keys
-        keys = [k.pending, k.leased, k.delayed, k.dead, k.workers, k.dupefilter]
-        return Counts.from_reply(await self._counts(keys=keys))
+        return Counts.from_reply(await self._counts(keys=counts_keys(self.keys)))
 
     async def finish(self, worker: str, *, keep: bool = False) -> Finished:
         """End a finished crawl if no other worker is alive (see :mod:`.finish`)."""
@@ -351,8 +345,8 @@ class RedisQueue:
         args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
         for e in entries:
             args += [e.fingerprint, clamp_priority(e.priority), e.payload]
-        keys = [key, k.pending, k.payload, k.dupefilter, k.seq, *k.stats_keys()]
-        return int(await self._feed(keys=keys, args=args))
+        keys = [key, k.pending, k.payload, self.dupefilter.key(k), k.seq, *k.stats_keys()]
+        return int(await seen_call(self._feed, self.dupefilter, k, call_keys=keys, args=args))
 
     async def save_checkpoint(
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
@@ -367,7 +361,7 @@ class RedisQueue:
 
         Returns the keys set aside (garbage written by hand must not stop the crawl).
         """
-        types = self.keys.types()
+        types = self.keys.types() | dict.fromkeys(self.dupefilter.extra_keys(self.keys), "string")
         reply = await self._set_aside(keys=list(types), args=list(types.values()))
         pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
         return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]
@@ -383,7 +377,8 @@ class RedisQueue:
 
     async def flush(self) -> None:
         """Delete every key of the crawl, dead-letter queue included."""
-        await self.client.delete(*self.keys.all(), *self.keys.crawl_keys())
+        filters = await filter_keys(self.client, self.keys)
+        await self.client.delete(*self.keys.all(), *self.keys.crawl_keys(), *filters)
 
 
 def _task_keys(keys: Keys) -> Callable[[str], tuple[str, str]]:

@@ -4,25 +4,33 @@ worker wrote in Redis, and the queue made from it (one :class:`RedisQueue`, or a
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+    from scrapy_ha.config.memory import MemoryConfig
+
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "check_shard_count",
+    "dupefilter_figures",
     "layout_keys",
     "make_queue",
     "queue_in_redis",
     "read_layout",
+    "set_dupefilter",
     "shard_setting",
     "shards_of",
 ]
@@ -127,3 +135,63 @@ async def check_shard_count(queue: RedisQueue) -> None:
             f"HA_SHARDS={have} (key {keys.shard_count}): run it with HA_SHARDS={have}, or "
             f"`scrapy-ha flush {keys.spider} --shards {have}` first to start it again"
         )
+
+
+async def set_dupefilter(queue: RedisQueue, config: MemoryConfig) -> None:
+    """Give every shard of *queue* the crawl's dupefilter (``HA_DUPEFILTER``): the exact
+    set, or the Bloom filter as stored (one made with other settings is kept, and said so
+    once). A kind the crawl in Redis does not have is refused: its dupefilter would be
+    empty, and every URL the crawl had seen crawled again."""
+    for i, shard in enumerate(shards_of(queue)):
+        shard.dupefilter = await _dupefilter(shard, config, warn=i == 0)
+
+
+async def _dupefilter(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupefilter:
+    keys, client = queue.keys, queue.client
+    meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
+    fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
+    if config.dupefilter == "set":
+        if meta:
+            raise ConfigError(
+                f"HA_DUPEFILTER='set' but the crawl of {keys.spider} in Redis has a Bloom "
+                f"filter ({keys.bloom}): run it with HA_DUPEFILTER='bloom', {fix}"
+            )
+        return ExactSet()
+    if seen := await client.scard(keys.dupefilter):
+        raise ConfigError(
+            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "
+            f"of {seen} fingerprints ({keys.dupefilter}): run it with HA_DUPEFILTER='set', {fix}"
+        )
+    bloom = BloomFilter(config.capacity, config.error_rate)
+    asked = (bloom.capacity, bloom.k)
+    if bloom.learn(meta) and (bloom.capacity, bloom.k) != asked and warn:
+        logger.warning(
+            "The Bloom filter of the crawl of %s was made with HA_DUPEFILTER_CAPACITY=%d and "
+            "HA_DUPEFILTER_ERROR_RATE=%g: it is kept as it is (this worker's settings, %d and "
+            "%g, apply to a new crawl)",
+            keys.spider,
+            bloom.capacity,
+            bloom.error_rate,
+            config.capacity,
+            config.error_rate,
+        )
+    return bloom
+
+
+async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
+    """The crawl's Bloom filter as worker stats (none for the exact set): URLs added, the
+    chance now that a new URL is taken for a seen one (the worst shard's), and the URLs
+    expected lost so far."""
+    states = [bloom_state(await q.client.hgetall(q.keys.bloom)) for q in shards_of(queue)]
+    found = [state for state in states if state is not None]
+    if not found:
+        return {}
+    return {
+        "ha/dupefilter/urls": sum(s.urls for s in found),
+        "ha/dupefilter/error_rate": max(s.error_now for s in found),
+        "ha/dupefilter/false_positives": sum(s.expected_false_positives for s in found),
+    }
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

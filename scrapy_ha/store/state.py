@@ -1,4 +1,5 @@
-"""The middlewares' state in Redis: task checkpoints and proxy cool-downs.
+"""The middlewares' state in Redis: task checkpoints, proxy cool-downs and the crawl-wide
+per-domain limits.
 
 Each store wraps a ``redis.asyncio`` client and the crawl's :class:`~scrapy_ha.keys.Keys`;
 it is the only code that knows how its data is laid out in Redis, for the middlewares and
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha.keys import Keys
 
-__all__ = ["CheckpointStore", "ProxyCooldowns", "StoredCheckpoint"]
+__all__ = ["CheckpointStore", "ProxyCooldowns", "StoredCheckpoint", "set_domain_limits"]
 
 #: Keys asked for per SCAN round trip: a few hundred checkpoints per call, without holding
 #: the server for long.
@@ -49,7 +50,7 @@ class CheckpointStore:
     async def tasks(self) -> list[str]:
         """Every task with a checkpoint, sorted."""
         found = {
-            self.keys.checkpoint_task(_text(key))
+            _text(key).split("}:cp:", 1)[1]  # the task, after the crawl's tag
             async for key in self.client.scan_iter(
                 match=self.keys.checkpoint_pattern, count=SCAN_COUNT
             )
@@ -111,6 +112,20 @@ class ProxyCooldowns:
             pipe.hset(self.key, proxy, server_ms + cooldown_ms)
             pipe.pexpire(self.key, cooldown_ms)
             await pipe.execute()
+
+
+async def set_domain_limits(
+    client: redis.asyncio.Redis, keys: Keys, limits: dict[str, str]
+) -> None:
+    """Put this worker's per-domain limits in force for the crawl (``{}``: none), as
+    the limits hash holds them (see :mod:`scrapy_ha.config.politeness`): the last worker to
+    start sets them, so every worker of a crawl should have the same settings."""
+    key = keys.domain_limits
+    old = {_text(f) for f in await client.hkeys(key)} - set(limits)
+    if limits:  # new ones first: never a moment without the limits in force
+        await client.hset(key, mapping=limits)  # type: ignore[arg-type]
+    if old:
+        await client.hdel(key, *old)
 
 
 def _decode(raw: bytes | str) -> dict[str, Any]:

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from scrapy import Request
 
+    from scrapy_ha.keys import Keys
+
 
 #: Milliseconds a worker's number in ``sent`` is kept after a join or a finish first saw the
 #: worker gone (lib/senders.lua): a day, as the per-minute counters. A worker frozen (SIGSTOP,
@@ -89,6 +91,12 @@ class Reclaimed(NamedTuple):
     set_aside: int = 0
     #: the script's time, the dead-letter time of what it set aside (None: several shards')
     now_ms: int | None = None
+
+
+def counts_keys(keys: Keys) -> list[str]:
+    """counts.lua's KEYS: the states, and both dupefilters (a crawl has one of the two)."""
+    states = [keys.pending, keys.leased, keys.delayed, keys.dead, keys.workers]
+    return [*states, keys.dupefilter, keys.bloom]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from packaging.version import Version
 from scrapy.core.engine import ExecutionEngine
 from scrapy.settings import default_settings
 
+from tests.dupefilter import dupefilter_settings
 from tests.scrapy_conformance.differences import NOT_APPLICABLE, TIMING_DEPENDENT, XFAIL
 from tests.scrapy_conformance.scheduler_under_test import BASELINE_ENV
 
@@ -66,7 +67,7 @@ SCRAPY_MARKERS = (
 @pytest.fixture(autouse=True)
 def scrapy_ha_scheduler(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Make scrapy-ha the default scheduler of every crawler, on a flushed Redis DB."""
-    settings = {**SCRAPY_HA_DEFAULTS, "REDIS_URL": redis_url}
+    settings = {**SCRAPY_HA_DEFAULTS, **dupefilter_settings(), "REDIS_URL": redis_url}
     if os.environ.get(BASELINE_ENV) == "1":  # Scrapy's own scheduler, to compare
         settings = {"REDIS_URL": redis_url}
     for name, value in settings.items():

@@ -30,7 +30,7 @@ from scrapy_ha.store.connection import (
 )
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.join import join_crawl
-from scrapy_ha.store.sharding import make_queue, queue_in_redis, shard_setting
+from scrapy_ha.store.sharding import make_queue, queue_in_redis, set_dupefilter, shard_setting
 from scrapy_ha.store.url import uses_cluster
 
 if TYPE_CHECKING:
@@ -164,6 +164,11 @@ async def open_queue(
         heartbeat_ms=heartbeat_ms,
         span=joined.span,
     )
+    try:  # the dupefilter as stored; one of the other kind is refused (join_crawl's span
+        await wait.run(lambda: set_dupefilter(queue, config.memory))  # is the crawl's)
+    except BaseException:
+        await client.aclose()
+        raise
     return queue, server
 
 

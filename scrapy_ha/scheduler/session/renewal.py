@@ -165,6 +165,17 @@ class Renewals:
         if lost and (real := set(lost) & set(self.held())):
             self.on_lost(real)
 
+    async def unread_grant(
+        self, queue: RedisQueue, worker: str, held: set[Pair]
+    ) -> list[tuple[str, str]]:
+        """Leases of a sync cancelled at close before its reply was read (the grant key
+        has them): released with the rest rather than left to expire."""
+        if self.watch is None:
+            return []  # no keeper: syncs write no grant
+        grant = await queue.granted(worker)
+        pairs = {(_str(i), _str(t)) for i, t in grant.items()}
+        return sorted(pairs - held)
+
     async def renew(self, queue: RedisQueue) -> None:
         """Renew from the event loop (at connect, and while no keeper thread runs)."""
         config = self.config()
@@ -194,3 +205,7 @@ class Renewals:
                 self.keeper.rate = self.rate
         self.acked = 0
         self._last_renew = now
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

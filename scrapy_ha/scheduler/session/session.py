@@ -31,6 +31,7 @@ from scrapy_ha.scheduler.session.connect import (
 )
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
+from scrapy_ha.scheduler.session.pressure import Pressure
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer
@@ -41,11 +42,11 @@ from scrapy_ha.store.connection import (
     error_text,
     jittered,
 )
+from scrapy_ha.store.sharding import dupefilter_figures
+from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import ChildrenLost
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from scrapy import Spider
 
     from scrapy_ha.config.scheduler import SchedulerConfig
@@ -59,10 +60,6 @@ logger = logging.getLogger(__name__)
 #: TASK_RESTART_WINDOW seconds that close the spider; fewer start it again.
 TASK_RESTARTS = 3
 TASK_RESTART_WINDOW = 60.0
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Session:
@@ -97,6 +94,7 @@ class Session:
         self.stopping = False
         self.redis_ok = False
         self.remote = Remote()  # what the shell reads of Redis (never a round trip)
+        self.pressure = Pressure(shell.config.memory, shell.stats, self.remote, self.redis_url)
         self._outage = False  # Redis failed a round: renew first when it answers again
         self._task_failures: list[float] = []  # when the background task died (see _ended)
         self.clock = CloseClock(shell.config.close_timeout)  # see close
@@ -161,7 +159,8 @@ class Session:
         self.outbox.retained.enabled = queue.numbers_children
         # a sharded crawl's shards would each order by their own sequence
         self.shell.precedence.keep.enabled &= queue.numbers_children
-        await wait.run(lambda: queue.set_domain_limits(cfg.politeness.as_hash()))
+        limits = cfg.politeness.as_hash()
+        await wait.run(lambda: set_domain_limits(queue.client, queue.keys, limits))
         await wait.run(lambda: self.renewals.renew(queue))
         self.renewals.start_keeper(queue)
         self.redis_ok = True
@@ -172,6 +171,7 @@ class Session:
             self.remote.paused = True
             logger.info("crawl paused by operator")
         self.remote.counted(counts)
+        await self.pressure.check(self.queue)  # known before the engine asks for a request
         self.start_urls.setup(spider, cfg)
 
     def start(self) -> None:
@@ -245,7 +245,7 @@ class Session:
         while self.outbox.to_sync() or self.ends.corrupt:
             await self._sync(lease=0)
         held = self.shell.local_leases() + self.outbox.releases
-        held += await self._unread_grant(set(held))
+        held += await self.renewals.unread_grant(self.queue, self.config.worker_id, set(held))
         released = await self.queue.release(held)
         self.shell.forget_local()
         self.stats.inc_value("ha/released", released)
@@ -254,19 +254,11 @@ class Session:
         # before leaving: a late renewal would re-add the heartbeat of a worker that left
         left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
         await self.renewals.stop_keeper(left)  # its thread waited for no longer than the close
+        for name, value in (await dupefilter_figures(self.queue)).items():
+            self.stats.set_value(name, value)  # the filter's error, before a finish clears it
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if reason == "finished":
             await end_crawl(self.queue, self.config.worker_id, persist=self.config.persist)
-
-    async def _unread_grant(self, held: set[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Leases of a sync cancelled at close before its reply was read (the grant key
-        has them): released with the rest rather than left to expire."""
-        assert self.queue is not None
-        if self.renewals.watch is None:
-            return []  # no keeper: syncs write no grant
-        grant = await self.queue.granted(self.config.worker_id)
-        pairs = {(_str(i), _str(t)) for i, t in grant.items()}
-        return sorted(pairs - held)
 
     # -- the background loop ---------------------------------------------------------
 
@@ -338,6 +330,7 @@ class Session:
             self._outage = False  # every lease held, expired meanwhile: see Ends.hold_reclaim
             await self.renewals.renew(self.queue)
         await self.ends.reclaim_if_due(self.config, now)
+        await self.pressure.check(self.queue, now)
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:
@@ -352,7 +345,7 @@ class Session:
                 self.outbox.releases[:0] = to_release  # renewed meanwhile, released later
                 raise
             self.stats.inc_value("ha/released", released)
-        want = self.shell.want()
+        want = 0 if self.remote.held else self.shell.want()
         if not (self.outbox.to_sync() or want):
             return False
         await self._sync(lease=want, more=True)

@@ -101,6 +101,8 @@ class Syncer:
         if more:
             # kept requests fill the buffer: what it wanted before may be too many now
             lease = self.shell.want() if kept else max(lease, self.shell.want())
+        if self.remote.held:
+            lease = 0  # Redis's memory is high: nothing new (see .pressure)
         # the grant (renewed before the reply is read, released at close if it is never
         # read) holds what this call leases: pending requests, and the kept new ones
         keeper = self.renewals.keeper if lease or any(e.kept for e in enqueue) else None

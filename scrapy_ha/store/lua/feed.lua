@@ -1,12 +1,14 @@
 -- feed: move start URLs from scrapy-redis's start list (or set) into the queue, atomically:
 -- an entry leaves the list only in the same step that enqueues its request. Every argument
 -- is checked before the first write; priorities are clamped (lib/priority).
--- KEYS[1] start URLs key  KEYS[2] pending  KEYS[3] payload  KEYS[4] dupefilter  KEYS[5] seq
--- KEYS[6] stats  KEYS[7] stats:min  KEYS[8] stats:domain (lib/stats)
+-- KEYS[1] start URLs key  KEYS[2] pending  KEYS[3] payload  KEYS[4] dupefilter (lib/seen)
+-- KEYS[5] seq  KEYS[6] stats  KEYS[7] stats:min  KEYS[8] stats:domain (lib/stats)
+-- then the bitmaps of the dupefilter, when it is a Bloom filter (lib/seen)
 -- ARGV[1] 'list' or 'set'  ARGV[2] k, the number of raw entries read
 -- ARGV[3] order within a priority: 'fifo' or 'lifo'
 -- ARGV[4 .. 3+k] the raw entries read (the head of the list, or set members)
 -- then k triples: fingerprint ('' = never filtered), priority, payload ('' = invalid: dropped)
+-- then the dupefilter's spec: 'set' or 'bloom ...' (lib/seen)
 -- Returns the number of requests added, or -1 when the list's head changed meanwhile
 -- (another worker took it first: read again).
 --- @include "priority"
@@ -14,9 +16,10 @@
 --- @include "counter"
 --- @include "types"
 --- @include "stats"
+--- @include "seen"
 local k = tonumber(ARGV[2])
 local lifo = ARGV[3] == 'lifo'
-if not k or #ARGV ~= 3 + 4 * k or not (lifo or ARGV[3] == 'fifo') then
+if not k or #ARGV ~= 4 + 4 * k or not (lifo or ARGV[3] == 'fifo') then
   return redis.error_reply('ERR feed: bad argument count or order')
 end
 local prios = {}
@@ -25,8 +28,11 @@ for i = 1, k do
   if not p then return redis.error_reply('ERR feed: priority ' .. i .. ' is not a number') end
   prios[i] = clamp_priority(p)
 end
-local err = wrong_type('feed', KEYS, {ARGV[1] == 'list' and 'list' or 'set', 'zset', 'hash', 'set',
+local err = wrong_type('feed', KEYS, {ARGV[1] == 'list' and 'list' or 'set', 'zset', 'hash', nil,
   nil, 'hash', 'hash', 'hash'})
+if err then return err end
+local seen
+seen, err = seen_open('feed', KEYS[4], ARGV[#ARGV], KEYS)
 if err then return err end
 local taken = {}
 if ARGV[1] == 'list' then
@@ -48,7 +54,7 @@ for i = 1, k do
   local a = 4 + k + (i - 1) * 3
   local fp = ARGV[a]
   if taken[i] and ARGV[a + 2] ~= '' then
-    if fp == '' or redis.call('SADD', KEYS[4], fp) == 1 then
+    if fp == '' or seen_add(seen, fp) then
       local seq = base + i
       push_pending(KEYS[2], int_str(seq), pending_score(prios[i], seq, lifo), ARGV[a + 2])
       added = added + 1
@@ -58,5 +64,6 @@ for i = 1, k do
     end
   end
 end
+seen_close(seen)
 write_stats(KEYS[6], KEYS[7], KEYS[8], now_ms())
 return added

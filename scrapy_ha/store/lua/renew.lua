@@ -1,6 +1,6 @@
 -- renew: heartbeat of one worker and renewal of all its leases in one call.
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] workers  KEYS[4] wstats (worker stats)
--- KEYS[5] seen (lib/seen): worker id -> its last heartbeat, for `scrapy-ha report`
+-- KEYS[5] seen (lib/lately): worker id -> its last heartbeat, for `scrapy-ha report`
 -- KEYS[6] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
 --         so that leases of a sync whose reply the worker has not read yet do not expire
 -- ARGV[1] lease length (ms)  ARGV[2] worker id  ARGV[3] heartbeat TTL (ms)
@@ -19,7 +19,7 @@
 --- @include "lease"
 --- @include "number"
 --- @include "types"
---- @include "seen"
+--- @include "lately"
 local lease_ms, heartbeat_ms, n_handed = tonumber(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if not (lease_ms and heartbeat_ms and n_handed) or #ARGV % 2 ~= 1 then
   return redis.error_reply('ERR renew: bad arguments (lease and heartbeat ms, the count of '

@@ -9,7 +9,7 @@
 -- restores at priority 0, a lease record that cannot be read refuses its ack (stale).
 -- A pending entry is one sorted-set member "<id> <payload>" (lib/member); leased, delayed
 -- and dead entries keep their payload in the payload hash under their id.
--- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter  KEYS[4] seq
+-- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter (lib/seen)  KEYS[4] seq
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
 -- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates      KEYS[12] dead
 -- KEYS[13] dead_info
@@ -24,6 +24,9 @@
 -- KEYS[24] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
+-- then the checkpoint keys the acks name (lib/commit), if any
+-- then the bitmaps of the dupefilter, when it is a Bloom filter (lib/seen; KEYS[3] is then
+--          its meta hash)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
 -- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
 -- ARGV[5] most delayed entries to promote
@@ -58,6 +61,7 @@
 --   a checkpoint names its keys by their index in KEYS, after KEYS[23] or KEYS[24])
 -- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
 --   token gives nothing back; see lib/release)
+-- then the dupefilter's spec: 'set' or 'bloom ...' (lib/seen)
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
 --          roots_seen, paused (1 or 0), n, d, head (the score of the first pending entry
@@ -94,6 +98,7 @@
 --- @include "release"
 --- @include "held"
 --- @include "commit"
+--- @include "seen"
 -- SCAN_FACTOR: pending entries looked at per lease wanted when limits are in force: a few
 -- limited requests at the head cost no lease, a queue full of them costs a bounded scan.
 local SCAN_FACTOR = 4
@@ -104,8 +109,9 @@ local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
 local order, start_order = string.match(ARGV[7] or '', '^(%a+) ?(%a*)$')
 local nonce, lifo, start_lifo = ARGV[6], order == 'lifo', start_order == 'lifo'
 local expect_id, expect_n = string.match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
+local seen_spec = ARGV[#ARGV]
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
-    or #ARGV ~= 9 + n_enq + n_ack + n_back
+    or #ARGV ~= 10 + n_enq + n_ack + n_back
     or not string.match(nonce or '', '^[%w]+$') or not (lifo or order == 'fifo')
     or not (start_order == '' or start_lifo or start_order == 'fifo')
     or not (expect_id or ARGV[8] == '-') then
@@ -137,12 +143,22 @@ for i = 1, n_enq do
     payload = string.sub(e, rest + 2 + fl)}
 end
 
-local err = wrong_type('sync', KEYS, {'zset', 'hash', 'set', nil, 'zset', 'hash', 'hash', 'zset',
+local err = wrong_type('sync', KEYS, {'zset', 'hash', nil, nil, 'zset', 'hash', 'hash', 'zset',
   'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
   'hash', 'stream'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
 if bad then return bad end
+local seen
+if n_enq > 0 then
+  seen, err = seen_open('sync', KEYS[3], seen_spec, KEYS)
+  if err then return err end
+end
+-- The grant, KEYS[24], is there when the caller names a worker: told apart by its name
+-- (<crawl>:grant:<worker>) from the checkpoint keys an ack may add after the fixed keys.
+local crawl_base = string.sub(KEYS[1], 1, #KEYS[1] - #'pending')
+local GRANT = KEYS[24] and string.sub(KEYS[24], 1, #crawl_base + 6) == crawl_base .. 'grant:'
+  and KEYS[24] or nil
 if expect_id then
   local have = tonumber(redis.call('HGET', KEYS[19], expect_id)) or 0
   if have < tonumber(expect_n) then
@@ -172,7 +188,7 @@ if n_enq > 0 then
     elseif r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
       refused = refused + 1
       if r.tid then dropped[#dropped + 1] = r.tid end
-    elseif r.fl == 0 or redis.call('SADD', KEYS[3], r.fp) == 1 then
+    elseif r.fl == 0 or seen_add(seen, r.fp) then
       local seq = base + i
       local score
       if r.start then score = pending_score(r.prio, seq, start_lifo, true)
@@ -207,6 +223,7 @@ if n_enq > 0 then
     if r.sid and r.sn > (newest[r.sid] or sent[r.sid]) then newest[r.sid] = r.sn end
   end
   for sid, n in pairs(newest) do redis.call('HSET', KEYS[19], sid, n) end
+  seen_close(seen)
 end
 
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale; an accepted
@@ -272,7 +289,7 @@ local function set_aside(m)
 end
 
 -- The grant: the pairs this call leases (taken requests included), for the lease keeper.
-local grant = (n_lease > 0 or #taken > 0) and KEYS[24] or nil
+local grant = (n_lease > 0 or #taken > 0) and GRANT or nil
 if grant then
   redis.call('DEL', grant)
   for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end

@@ -1,0 +1,133 @@
+"""Back-pressure before Redis is full: a worker reads Redis's memory every second, and while
+``used_memory`` is above ``HA_REDIS_MEMORY_HIGH`` (90 % of ``maxmemory`` by default) and
+until it falls below ``HA_REDIS_MEMORY_LOW`` (80 %), it holds back what would grow the
+frontier:
+
+- it leases no request (pending, or delayed and due), and hands none of its own new
+  requests to its engine from memory (they go to Redis pending, as while paused);
+- it feeds no start URL from a Redis list.
+
+Everything else goes on, so nothing is lost and nothing waits on a lease: the pages it
+holds finish, their children are stored (before their acks, as always), acks, retries and
+dead letters are sent, leases renewed and expired ones reclaimed. The frontier then stops
+growing once the pages in flight are done, and what was leased drains; pending requests
+stay queued, never evicted, and are leased again once memory is below the low mark. The
+worker says so in its log (a WARNING, then an INFO), counts it (``ha/backpressure/held``)
+and marks the crawl in Redis (the ``pressure`` key, with a TTL) for ``scrapy-ha status``
+and the exporter's ``scrapy_ha_backpressure`` gauge.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_ha.config.memory import MemoryConfig
+    from scrapy_ha.scheduler.remote import Remote
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["Pressure"]
+
+logger = logging.getLogger(__name__)
+
+#: Lifetime of the crawl's ``pressure`` mark: a few checks, so that it goes by itself when
+#: the workers that saw memory high are gone.
+PRESSURE_TTL_MS = int(5 * MEMORY_CHECK_INTERVAL * 1000)
+
+
+class Pressure:
+    """One worker's view of Redis's memory against the back-pressure marks."""
+
+    def __init__(
+        self, config: MemoryConfig, stats: StatsCollector, remote: Remote, redis_url: str
+    ) -> None:
+        self.config = config
+        self.stats = stats
+        self.remote = remote
+        self.redis_url = redis_url
+        self._next = 0.0
+        self._since_ms = 0
+
+    async def check(self, queue: RedisQueue, now: float | None = None) -> None:
+        """Read Redis's memory if a check is due, and hold back or go on (see the module)."""
+        now = time.monotonic() if now is None else now
+        if now < self._next or not self.config.high:
+            return
+        self._next = now + MEMORY_CHECK_INTERVAL
+        try:
+            info = await queue.client.info("memory")
+        except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
+            self._next = float("inf")
+            return
+        nodes = [_memory(node) for node in _nodes(info)]
+        above = [(used, most, self.config.marks(most)) for used, most in nodes]
+        high = [(u, m, mk) for u, m, mk in above if mk is not None and u >= mk[0]]
+        if high and not self.remote.held:
+            self._hold(*high[0])
+        elif self.remote.held and all(mk is None or u < mk[1] for u, _, mk in above):
+            await self._go_on(queue, nodes)
+        if self.remote.held:
+            await self._mark(queue, *(high or above)[0])
+
+    def _hold(self, used: int, most: int, marks: tuple[int, int] | None) -> None:
+        assert marks is not None
+        self.remote.held = True
+        self._since_ms = int(time.time() * 1000)
+        self.stats.inc_value("ha/backpressure/held")
+        logger.warning(
+            "Redis at %s uses %s of its %s (HA_REDIS_MEMORY_HIGH: %s): this worker leases "
+            "nothing new until it falls below %s (HA_REDIS_MEMORY_LOW); the pages it holds "
+            "finish and their requests are stored, nothing is lost",
+            self.redis_url,
+            _mb(used),
+            f"maxmemory {_mb(most)}" if most else "memory",
+            _mb(marks[0]),
+            _mb(marks[1]),
+        )
+
+    async def _go_on(self, queue: RedisQueue, nodes: list[tuple[int, int]]) -> None:
+        self.remote.held = False
+        logger.info(
+            "Redis at %s uses %s: below HA_REDIS_MEMORY_LOW, this worker leases again",
+            self.redis_url,
+            _mb(max(used for used, _ in nodes)),
+        )
+        await queue.client.delete(queue.keys.pressure)
+
+    async def _mark(
+        self, queue: RedisQueue, used: int, most: int, marks: tuple[int, int] | None
+    ) -> None:
+        """Mark the crawl as held back (for status and metrics); a Redis already full
+        refuses the write, which costs nothing here."""
+        high, low = marks or (0, 0)
+        doc = {"used": used, "max": most, "high": high, "low": low, "since": self._since_ms}
+        try:
+            await queue.client.set(queue.keys.pressure, json.dumps(doc), px=PRESSURE_TTL_MS)
+        except redis.exceptions.ResponseError:
+            pass
+
+
+def _nodes(info: Any) -> list[dict[str, Any]]:
+    """INFO memory of a server, or of every node of a cluster (a dict per node)."""
+    if isinstance(info, dict) and "used_memory" in info:
+        return [info]
+    if isinstance(info, dict):
+        return [v for v in info.values() if isinstance(v, dict) and "used_memory" in v]
+    return []
+
+
+def _memory(info: dict[str, Any]) -> tuple[int, int]:
+    return int(info.get("used_memory", 0) or 0), int(info.get("maxmemory", 0) or 0)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.1f} MB"

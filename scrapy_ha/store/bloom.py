@@ -1,0 +1,269 @@
+"""The crawl's dupefilter as the scripts that enqueue are told of it (``lua/lib/seen.lua``):
+the exact set, or a scalable Bloom filter in plain Redis bitmaps (``HA_DUPEFILTER``).
+
+A script learns the kind from a *spec*, its last argument, and finds a filter's bitmaps at
+the end of its ``KEYS``. A client knows the filter's layout (its parameters, and how many
+layers exist) and passes the bitmaps of every layer it knows and of the next one, so a
+full layer grows in the same call; a client that knows too few layers (another worker's
+call grew one) is refused before any write with ``BLOOMLAYOUT ...``, learns the filter as
+stored from the error and calls again (:meth:`BloomFilter.adopt`). The layout is computed
+here exactly as in ``seen.lua`` (integers and one multiplication of doubles, exact on every
+IEEE machine), so both name the same keys: ``tests/test_bloom.py`` checks they agree.
+
+A false positive of the filter is a URL never crawled: the crawl is told the rate asked
+(``HA_DUPEFILTER_ERROR_RATE``), the bound the layout keeps, and the rate it runs at now
+(:func:`bloom_state`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
+
+__all__ = [
+    "BLOOM_FINGERPRINT_BYTES",
+    "MAX_PART_BYTES",
+    "BloomFilter",
+    "BloomState",
+    "Dupefilter",
+    "ExactSet",
+    "bloom_k",
+    "bloom_state",
+    "filter_keys",
+    "layer_sizes",
+    "seen_call",
+]
+
+#: Bytes a string key of 64 KB .. 4 GB costs Redis beyond its content (header 9, end 1).
+SDS_BYTES = 10
+#: The largest part of a filter: a Redis string holds at most 512 MB, and one of exactly
+#: 2^29 - 10 bytes is allocated 2^29 (one more byte would cost the next size class, 640 MB).
+MAX_PART_BYTES = 2**29 - SDS_BYTES
+#: A remainder of a layer this small is one part as it is (a few KB of rounding at most),
+#: and so is one of at most 1/TAIL of the layer (its rounding costs at most 0.4 %): a layer
+#: has few parts, so a call passes few keys.
+SMALL_PART_BYTES = 65536
+TAIL = 64
+#: Bits per URL per position: m / n = k / ln 2 sets half the bits of a layer at capacity.
+INV_LN2 = 1.4426950408889634
+#: Fingerprint bytes sent with a Bloom filter: 4 that place the request on a shard, then two
+#: 48-bit hashes (each exact in a Lua number) that give its k bit positions.
+BLOOM_FINGERPRINT_BYTES = 16
+#: The scripts' refusal when the client's layout is not the stored one.
+LAYOUT_ERROR = re.compile(r"BLOOMLAYOUT (\d+) (\d+) (\d+) (\d+)")
+
+
+def bloom_k(error_rate: float) -> int:
+    """Bit positions per URL of the first layer: the least k whose layers all together err
+    at most *error_rate* (layer i errs 2^-(k+i) at capacity: the sum stays below 2^-(k-1))."""
+    return max(1, math.ceil(-math.log2(error_rate)) + 1)
+
+
+def _fitted(rest: int) -> int:
+    """The largest part of at most *rest* bytes whose allocation is a jemalloc size class
+    (four per doubling: 2^g, 1.25, 1.5, 1.75 times 2^g)."""
+    g = 1
+    while g * 2 <= rest + SDS_BYTES:
+        g *= 2
+    for j in (3, 2, 1):
+        c = g + j * (g // 4)
+        if c - SDS_BYTES <= rest:
+            return c - SDS_BYTES
+    return g - SDS_BYTES
+
+
+def layer_sizes(capacity: int, k: int, part: int, layer: int) -> list[int]:
+    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``seen.lua``)."""
+    bits = math.ceil(capacity * 2**layer * (k + layer) * INV_LN2)
+    total = rest = -(-bits // 8)
+    sizes = []
+    while rest > 0:
+        size = rest
+        if rest >= part:
+            size = part
+        elif rest > SMALL_PART_BYTES and rest * TAIL > total:
+            size = _fitted(rest)
+        sizes.append(size)
+        rest -= size
+    return sizes
+
+
+class Dupefilter:
+    """What the scripts that enqueue are told of the crawl's dupefilter."""
+
+    #: fingerprint bytes sent per request
+    fingerprint_bytes = 12
+
+    def key(self, keys: Keys) -> str:
+        """The dupefilter key the scripts take (the set, or the filter's meta hash)."""
+        return keys.dupefilter
+
+    def extra_keys(self, keys: Keys) -> list[str]:
+        """The keys the scripts take last (a filter's bitmaps)."""
+        return []
+
+    def spec(self) -> str:
+        """The scripts' last argument (see ``lua/lib/seen.lua``)."""
+        return "set"
+
+    def adopt(self, exc: Exception) -> bool:
+        """Learn the stored layout from a script's refusal; False: not such a refusal."""
+        return False
+
+
+class ExactSet(Dupefilter):
+    """The exact set of 12-byte fingerprints (``HA_DUPEFILTER = "set"``, the default)."""
+
+
+@dataclass
+class BloomFilter(Dupefilter):
+    """A scalable Bloom filter (``HA_DUPEFILTER = "bloom"``) as this client knows it."""
+
+    capacity: int
+    error_rate: float
+    k: int = 0
+    part: int = MAX_PART_BYTES
+    #: layers this client knows exist
+    layers: int = 0
+    fingerprint_bytes: int = field(default=BLOOM_FINGERPRINT_BYTES, init=False)
+
+    def __post_init__(self) -> None:
+        self.k = self.k or bloom_k(self.error_rate)
+
+    def key(self, keys: Keys) -> str:
+        return keys.bloom
+
+    def sizes(self, layer: int) -> list[int]:
+        return layer_sizes(self.capacity, self.k, self.part, layer)
+
+    @property
+    def passed(self) -> int:
+        """The last layer whose bitmaps a call passes: the first layer that does not exist
+        yet (at least layer 1, so that a new filter's first layer can grow in one call)."""
+        return max(self.layers, 1)
+
+    def extra_keys(self, keys: Keys) -> list[str]:
+        return self.all_keys(keys, self.passed + 1)
+
+    def all_keys(self, keys: Keys, layers: int) -> list[str]:
+        """The bitmaps of *layers* layers (for a flush or a finish)."""
+        return [
+            keys.bloom_part(layer, j)
+            for layer in range(layers)
+            for j in range(len(self.sizes(layer)))
+        ]
+
+    def spec(self) -> str:
+        rate = repr(self.error_rate)
+        return f"bloom {self.capacity} {self.k} {self.part} {self.passed} {rate}"
+
+    def adopt(self, exc: Exception) -> bool:
+        found = LAYOUT_ERROR.search(str(exc))
+        if not found:
+            return False
+        self.capacity, self.k, self.part, self.layers = (int(x) for x in found.groups())
+        return True
+
+    def learn(self, meta: dict[str, str]) -> bool:
+        """Take the layout of a filter read from Redis (its meta hash); False if none."""
+        if "capacity" not in meta:
+            return False
+        self.capacity, self.k = int(meta["capacity"]), int(meta["k"])
+        self.part, self.layers = int(meta["part"]), int(meta.get("layers", 0))
+        self.error_rate = float(meta.get("error", self.error_rate))
+        return True
+
+
+@dataclass(frozen=True)
+class BloomState:
+    """A Bloom filter as stored: what ``scrapy-ha status`` and the metrics show."""
+
+    capacity: int
+    k: int
+    #: the rate asked when it was made (HA_DUPEFILTER_ERROR_RATE)
+    asked: float
+    #: URLs added to each layer
+    added: tuple[int, ...]
+    #: bytes of each layer's bitmaps
+    layer_bytes: tuple[int, ...]
+    #: false positives to expect so far (URLs never crawled): an estimate
+    expected_false_positives: float
+
+    @property
+    def urls(self) -> int:
+        return sum(self.added)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.layer_bytes)
+
+    @property
+    def bound(self) -> float:
+        """The most the filter errs however far it grows: 2^-(k-1)."""
+        return float(2.0 ** -(self.k - 1))
+
+    @property
+    def error_now(self) -> float:
+        """The probability that a new URL is taken for a seen one now (never crawled): the
+        sum of each layer's (a bound, exact to the first order, that never rounds to 0)."""
+        error = 0.0
+        for i, (n, size) in enumerate(zip(self.added, self.layer_bytes, strict=True)):
+            k, m = self.k + i, size * 8
+            error += (-math.expm1(-k * n / m)) ** k
+        return error
+
+
+def bloom_state(meta: dict[Any, Any]) -> BloomState | None:
+    """The filter a meta hash (read with HGETALL) describes; None when it is not one."""
+    fields = {_s(k): _s(v) for k, v in meta.items()}
+    if "capacity" not in fields:
+        return None
+    capacity, k, part = int(fields["capacity"]), int(fields["k"]), int(fields["part"])
+    layers = int(fields.get("layers", 0))
+    return BloomState(
+        capacity,
+        k,
+        float(fields.get("error", 0.0)),
+        tuple(int(fields.get(f"n:{i}", 0)) for i in range(layers)),
+        tuple(sum(layer_sizes(capacity, k, part, i)) for i in range(layers)),
+        float(fields.get("fp", 0.0)),
+    )
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+#: Calls of one script a client makes at most while it learns the layout of the filter.
+LAYOUT_TRIES = 3
+
+
+async def seen_call(
+    script: Any, dupefilter: Dupefilter, keys: Keys, *, call_keys: list[str], args: list[Any]
+) -> Any:
+    """Run a script that enqueues (*script*: a registered script) with the dupefilter's
+    bitmaps after *call_keys* and its spec after *args*. A refusal because the filter grew
+    a layer this client did not know (the script wrote nothing) teaches it the layout, and
+    the call is made again."""
+    for attempt in range(LAYOUT_TRIES):
+        try:
+            extra = dupefilter.extra_keys(keys)
+            return await script(keys=[*call_keys, *extra], args=[*args, dupefilter.spec()])
+        except redis.exceptions.ResponseError as exc:
+            if attempt + 1 == LAYOUT_TRIES or not dupefilter.adopt(exc):
+                raise
+    raise AssertionError("not reached")
+
+
+async def filter_keys(client: Any, keys: Keys) -> list[str]:
+    """Every bitmap of the crawl's Bloom filter, as stored (none without a filter)."""
+    found = BloomFilter(1, 0.5)
+    meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
+    return found.all_keys(keys, found.layers) if found.learn(meta) else []

@@ -1,0 +1,175 @@
+"""Real crawls with the Bloom-filter dupefilter (``HA_DUPEFILTER = "bloom"``), and the
+back-pressure before Redis is full (``HA_REDIS_MEMORY_HIGH`` / ``_LOW``): a worker SIGKILLed
+loses nothing, a sharded crawl keeps one filter per shard, a worker of the other kind is
+refused, ``scrapy-ha status`` and the exporter say what the filter and the memory do, and a
+crawl held back by Redis's memory leases nothing until it falls below the low mark, then
+finishes with nothing lost. (``make test-bloom`` runs the whole kill, shard, failover and
+conformance suites with a Bloom filter too.)"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import TYPE_CHECKING
+
+import pytest
+import redis
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.demo import harness
+from scrapy_ha.ops.crawls import read_crawls
+from scrapy_ha.store.bloom import bloom_state
+from tests.dupefilter import BLOOM
+from tests.spiders import CatalogueSpider
+from tests.test_cli import scrapy_ha
+from tests.test_crash import PER_KILL, check_nothing_lost, count_lines, wait_for_items, worker
+from tests.test_redis_failover import assert_nothing_lost, crawl_settings
+from tests.test_shards_crawl import status
+
+if TYPE_CHECKING:
+    from tests.conftest import Site
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+#: Megabytes of ballast that put Redis above the back-pressure mark in the test.
+BALLAST_MB = 8
+
+
+def test_sigkill_one_of_two_workers_loses_nothing_with_a_bloom_filter(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    pages, per_page = 100, 20  # 2,100 URLs: the filter grows from 1,000 to a second layer
+    site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "5")
+    items = tmp_path / "items.jl"
+    victim = worker(redis_url, site.url, items, tmp_path / "victim.log", **BLOOM)
+    wait_for_items(items, 1, victim)
+    survivor = worker(redis_url, site.url, items, tmp_path / "survivor.log", **BLOOM)
+    wait_for_items(items, 700, victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    check_nothing_lost(items, pages * per_page, site.hits(), PER_KILL)
+    assert redis_client.exists("ha:{catalogue}:bloom") == 0  # finished: cleared whole
+    assert redis_client.keys("ha:{catalogue}:bloom*") == []
+    assert redis_client.exists("ha:{catalogue}:dupefilter") == 0
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawl_keeps_one_filter_per_shard(redis_url, site: Site):
+    settings = crawl_settings(redis_url, SCHEDULER_PERSIST=True, HA_SHARDS=3, **BLOOM)
+    crawler = get_crawler(CatalogueSpider, settings)
+    await crawler.crawl_async(base_url=site.url)
+    assert_nothing_lost(crawler.spider, 50)
+    assert all(n == 1 for n in site.hits().values())
+    stats = crawler.stats.get_stats()
+    assert stats["ha/dupefilter/urls"] == 55 and 0 < stats["ha/dupefilter/error_rate"] < 1e-6
+    assert stats["ha/dupefilter/false_positives"] < 1e-6
+    client = redis.Redis.from_url(redis_url)
+    states = [bloom_state(client.hgetall(f"ha:{{catalogue:{i}}}:bloom")) for i in range(3)]
+    assert all(s is not None and s.urls > 0 for s in states)
+    assert sum(s.urls for s in states if s) == 55 and client.keys("*:dupefilter") == []
+    doc = await asyncio.to_thread(status, redis_url, "catalogue")
+    assert doc["fingerprints"] == 55 and doc["dupefilter"]["kind"] == "bloom"
+    assert doc["dupefilter"]["urls"] == 55 and doc["dupefilter"]["error_asked"] == 1e-6
+    [numbers] = read_crawls(client, "ha", ["catalogue"])
+    assert len(numbers.blooms) == 3 and 0 < numbers.dupefilter_error < 1e-6
+    client.close()
+    again = get_crawler(CatalogueSpider, settings)  # the same crawl again: all seen
+    await again.crawl_async(base_url=site.url)
+    assert sum(site.hits().values()) == 55
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_of_the_other_kind_is_refused_at_open(redis_url, site: Site, caplog):
+    exact = get_crawler(CatalogueSpider, crawl_settings(redis_url, SCHEDULER_PERSIST=True))
+    await exact.crawl_async(base_url=site.url)
+    bloom = get_crawler(CatalogueSpider, crawl_settings(redis_url, SCHEDULER_PERSIST=True, **BLOOM))
+    await bloom.crawl_async(base_url=site.url)
+    assert "HA_DUPEFILTER='bloom' but the crawl of catalogue in Redis has an exact set" in (
+        caplog.text
+    )
+    assert sum(site.hits().values()) == 55  # the second crawled nothing
+
+
+@deferred_f_from_coro_f
+async def test_status_and_metrics_show_the_filter(redis_url, site: Site):
+    settings = crawl_settings(redis_url, SCHEDULER_PERSIST=True, HA_DUPEFILTER="bloom")
+    await get_crawler(CatalogueSpider, settings).crawl_async(base_url=site.url)
+    shown = await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, "status", "catalogue")
+    assert "dupefilter  bloom: 55 URLs in 1 layer(s), 36.1 MB" in shown.stdout, shown.stdout
+    assert "at most 9.5e-07 (asked 1e-06)" in shown.stdout
+    client = redis.Redis.from_url(redis_url)
+    [numbers] = read_crawls(client, "ha", ["catalogue"])
+    assert numbers.stats.fingerprints == 55 and 0 < numbers.dupefilter_error < 1e-20
+    assert client.memory_usage("ha:{catalogue}:bloom:0:0") < 36.2 * 2**20  # sized to a class
+    client.close()
+    # a tool (or worker) of the exact set is refused: it would crawl every URL again
+    refused = await asyncio.to_thread(
+        scrapy_ha, "--redis-url", redis_url, "push", "catalogue", f"{site.url}/x"
+    )
+    assert refused.returncode == 2 and "HA_DUPEFILTER='set' but" in refused.stderr
+
+
+def _used(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def test_a_crawl_held_back_by_redis_memory_goes_on_below_the_low_mark(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    pages, per_page = 10, 10
+    site = site_factory("--pages", str(pages), "--per-page", str(per_page))
+    base = _used(redis_client)
+    redis_client.setrange("ballast", BALLAST_MB * 2**20 - 1, b"\0")  # above the high mark
+    marks = {
+        "HA_REDIS_MEMORY_HIGH": str(base + 4 * 2**20),
+        "HA_REDIS_MEMORY_LOW": str(base + 2**21),
+    }
+    items, log = tmp_path / "items.jl", tmp_path / "worker.log"
+    live = worker(redis_url, site.url, items, log, **marks)
+    try:
+        harness.wait_for(lambda: "leases nothing new" in log.read_text(), "the warning", 60)
+        harness.wait_for(lambda: redis_client.zcard("ha:{catalogue}:pending") > 0, "seeds", 30)
+        heartbeat = redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
+        harness.wait_for(
+            lambda: (
+                redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
+                > heartbeat
+            ),
+            "a renewal",
+            30,
+        )
+        assert count_lines(items) == 0 and redis_client.zcard("ha:{catalogue}:leased") == 0
+        assert redis_client.exists("ha:{catalogue}:pressure")
+        shown = scrapy_ha("--redis-url", redis_url, "status", "catalogue").stdout
+        assert "back-pressure" in shown and "workers lease nothing new" in shown, shown
+        [numbers] = read_crawls(redis_client, "ha", ["catalogue"])
+        assert numbers.backpressure
+        redis_client.delete("ballast")  # memory falls below the low mark
+        assert live.wait(120) == 0
+    finally:
+        if live.poll() is None:
+            live.kill()
+    text = log.read_text()
+    assert "below HA_REDIS_MEMORY_LOW, this worker leases again" in text
+    assert "'ha/backpressure/held': 1" in text
+    check_nothing_lost(items, pages * per_page, site.hits(), 0)
+    assert redis_client.exists("ha:{catalogue}:pressure") == 0
+
+
+def test_no_maxmemory_and_fractions_mean_no_back_pressure(
+    redis_url, redis_client, site_factory, tmp_path
+):
+    site = site_factory("--pages", "3", "--per-page", "5")
+    assert redis_client.config_get("maxmemory")["maxmemory"] == "0"
+    items, log = tmp_path / "items.jl", tmp_path / "worker.log"
+    marks = {"HA_REDIS_MEMORY_HIGH": "0.000001", "HA_REDIS_MEMORY_LOW": "0.0000005"}
+    done = worker(redis_url, site.url, items, log, **marks)
+    assert done.wait(120) == 0
+    assert count_lines(items) == 15 and "leases nothing new" not in log.read_text()
