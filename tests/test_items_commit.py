@@ -112,7 +112,19 @@ async def test_a_malformed_commit_is_refused_as_stale_and_applies_nothing(redis_
     (a,) = await q.lease(1, 30000)
     reply = await q._sync(
         keys=[*(await _sync_keys(q))],
-        args=[0, 1, 0, 30000, 0, "n0nce", "fifo", "-", 0, f"{a.id} {a.token} 2 - 3:abc9:short", "set"],
+        args=[
+            0,
+            1,
+            0,
+            30000,
+            0,
+            "n0nce",
+            "fifo",
+            "-",
+            0,
+            f"{a.id} {a.token} 2 - 3:abc9:short",
+            "set",
+        ],
     )
     assert reply[2:4] == [0, 1]  # acked 0, stale 1
     assert await q.client.xlen(KEYS.items) == 0
