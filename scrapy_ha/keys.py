@@ -42,6 +42,11 @@ key                        type         content
 ``ha:{books}:bloom``       hash         ``HA_DUPEFILTER = "bloom"``: the filter in place of the
                                         set, its bitmaps ``bloom:<layer>:<part>`` (lib/seen)
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
+``ha:{books}:run``         hash         the crawl's runs (lua/run.lua): ``n`` (the run in
+                                        progress or the last one, 1, 2, ...), ``open`` (1
+                                        while it runs, 0 once a worker saw it finish),
+                                        ``started`` and ``ended`` (server ms); a run's
+                                        ``dont_filter`` start requests are seeded once
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
                                         child stored (a worker numbers the children it
@@ -150,7 +155,7 @@ DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
     "pending payload leased leases expiries delayed delayed_score held dead dead_info "
-    "dead_archived dlq_alert dupefilter bloom seq lease_seq sent senders workers "
+    "dead_archived dlq_alert dupefilter bloom seq run lease_seq sent senders workers "
     "worker_stats seen paused pressure reclaim_guard feed_guard gates domain_limits polite "
     "proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
 ).split()
@@ -257,6 +262,8 @@ class Keys:
     #: ``HA_DUPEFILTER = "bloom"``: the filter's layers (its bitmaps: :meth:`bloom_part`).
     bloom = _Key("bloom")
     seq = _Key("seq")
+    #: The crawl's runs: which one is in progress (see lua/run.lua).
+    run = _Key("run")
     lease_seq = _Key("lseq")
     #: The number of each running worker's newest child stored (see sync.lua).
     sent = _Key("sent")

@@ -330,14 +330,17 @@ async def test_a_worker_forgets_its_start_requests_once_start_is_read(redis_url,
 
 
 @deferred_f_from_coro_f
-async def test_a_persisted_finished_crawl_says_why_a_rerun_does_nothing(redis_url, site, caplog):
+async def test_a_persisted_finished_crawl_runs_again_from_its_start_requests(
+    redis_url, site, caplog
+):
     first = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
     await first.crawl_async(base_url=site.url)
     again = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
     with caplog.at_level(logging.INFO):
         await again.crawl_async(base_url=site.url)
-    assert again.spider.items == []
-    assert "ran before and finished" in caplog.text
+    assert site.hits()["/list/1"] == 2  # the start request, again
+    assert again.spider.items == []  # what it links to was seen in run 1
+    assert "Run 2 of the crawl of catalogue" in caplog.text
     assert "scrapy-ha flush catalogue" in caplog.text
 
 

@@ -1,4 +1,4 @@
-"""Start requests are enqueued once per crawl whatever order each worker's ``start()`` yields
+"""Start requests are enqueued once per run whatever order each worker's ``start()`` yields
 them in: two real ``scrapy crawl`` workers whose ``start_urls`` come from a set (its order
 is Python's hash order, which differs per process with ``PYTHONHASHSEED``)."""
 

@@ -74,6 +74,9 @@ class Admission:
         self.dedupe_start = dedupe_start
         self.debug = debug
         self.seen: set[bytes] = set()
+        #: the crawl's run this worker joined (store/runs.py): start requests are seeded
+        #: once per run
+        self.run = 1
         #: times each ``dont_filter`` start request was seen, until ``start()`` is read to
         #: its end (about 90 bytes a start request: 87 MB for a million, measured)
         self._starts: dict[bytes, int] = {}
@@ -177,9 +180,10 @@ class Admission:
         """The dupefilter fingerprint, or b"" for a request that is never filtered.
 
         A ``dont_filter`` start request is filtered only against the same request yielded
-        as often by another worker's ``start()`` (see :meth:`_start_fingerprint`): N
-        workers seed the crawl once, whatever order each ``start()`` yields in, and a start
-        request repeated on purpose is crawled as often as it is repeated.
+        as often by another worker's ``start()`` in the same run of the crawl (see
+        :meth:`_start_fingerprint`): N workers seed a run once, whatever order each
+        ``start()`` yields in, a start request repeated on purpose is crawled as often as
+        it is repeated, and the next run of a persisted crawl seeds it again.
         """
         if self._is_start(request):
             if request.dont_filter:
@@ -192,12 +196,13 @@ class Admission:
 
     def _start_fingerprint(self, request: Request) -> bytes:
         """The fingerprint of the n-th ``dont_filter`` start request of this worker that is
-        this request (n = 1, 2, ...): the same in every worker whose ``start()`` yields the
-        same requests, in whatever order (a set's order differs per process)."""
+        this request (n = 1, 2, ...) in this run of the crawl: the same in every worker of
+        the run whose ``start()`` yields the same requests, in whatever order (a set's order
+        differs per process), and another in the next run."""
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
         key = fingerprint[: self.fingerprint_bytes]
         n = self._starts[key] = self._starts.get(key, 0) + 1
-        occurrence = b"start %d " % n + fingerprint
+        occurrence = b"start %d.%d " % (self.run, n) + fingerprint
         return hashlib.sha1(occurrence).digest()[: self.fingerprint_bytes]  # noqa: S324 - not a secret
 
     def _is_start(self, request: Request) -> bool:

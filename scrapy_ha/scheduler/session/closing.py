@@ -17,9 +17,12 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy_ha.store.runs import end_run
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.session.ends import Ends
     from scrapy_ha.scheduler.session.renewal import Renewals
     from scrapy_ha.store.queue import RedisQueue
@@ -105,3 +108,11 @@ async def end_crawl(queue: RedisQueue, worker: str, *, persist: bool) -> None:
             "(SCHEDULER_PERSIST=True keeps its queue, its dupefilter and lasting cookies)",
             ended.sessions,
         )
+
+
+async def wind_up(queue: RedisQueue, run: int, config: SchedulerConfig) -> None:
+    """The crawl finished (the spider closed as ``finished``): its run ends if nothing is
+    pending, leased or delayed, and the last worker ends the crawl (:func:`end_crawl`)."""
+    if await end_run(queue):
+        logger.info("Run %d of the crawl finished", run)
+    await end_crawl(queue, config.worker_id, persist=config.persist)

@@ -30,6 +30,7 @@ from scrapy_ha.store.connection import (
 )
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.join import join_crawl
+from scrapy_ha.store.runs import open_run
 from scrapy_ha.store.sharding import make_queue, queue_in_redis, set_dupefilter, shard_setting
 from scrapy_ha.store.url import uses_cluster
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.outbox import Outbox
     from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.runs import Run
     from scrapy_ha.store.wire import Counts, NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
@@ -227,29 +229,39 @@ async def _flush_on_start(client: Any, prefix: str, spider: str) -> None:
     logger.info("Flushed the queue of %s (SCHEDULER_FLUSH_ON_START)", queue.keys.spider)
 
 
+async def join_run(queue: RedisQueue, config: SchedulerConfig) -> Run:
+    """The run of the crawl this worker joins (:mod:`scrapy_ha.store.runs`). It writes the
+    worker's heartbeat in the same call: of two workers starting together, the second finds
+    the first alive and joins its run, so call it before the first renewal."""
+    return await open_run(queue, config.worker_id, int(config.heartbeat_ttl * 1000))
+
+
 async def joined(
-    queue: RedisQueue, config: SchedulerConfig, spider: Spider, starts: StartReport
+    queue: RedisQueue, config: SchedulerConfig, spider: Spider, starts: StartReport, run: Run
 ) -> Counts:
     """The crawl's counts, read once so that ``len()`` and ``has_pending_requests()``
-    answer for it from the start; says so when joining a crawl already in Redis."""
+    answer for it from the start; says so when joining a crawl already in Redis, or when
+    starting the next run of one kept in Redis."""
     counts = await queue.counts()
     if counts.pending + counts.leased + counts.delayed or counts.dead:
         starts.joining = True
         logger.info(
             "Joining a crawl already in Redis: %d pending, %d leased, %d delayed, "
-            "%d dead-lettered, %d other live worker(s)",
+            "%d dead-lettered, %d other live worker(s) (run %d)",
             counts.pending,
             counts.leased,
             counts.delayed,
             counts.dead,
             max(0, counts.workers - 1),
+            run.number,
         )
-    elif counts.fingerprints and config.dedupe:
+    elif run.started and run.number > 1 and counts.fingerprints and config.dedupe:
         logger.info(
-            "The crawl of %s ran before and finished; its %d fingerprints are kept "
-            "(SCHEDULER_PERSIST=True), so every request seen before, start requests "
-            "included, is filtered and this run crawls only what is new. To crawl "
-            "again from scratch: `scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
+            "Run %d of the crawl of %s: its %d fingerprints are kept (SCHEDULER_PERSIST=True), "
+            "so its start requests are crawled again and every other request seen before "
+            "is filtered: this run crawls what is new. To crawl again from scratch: "
+            "`scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
+            run.number,
             spider.name,
             counts.fingerprints,
             spider.name,

@@ -21,10 +21,11 @@ from scrapy_ha.config.scheduler import default_worker_id
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.remote import Remote
-from scrapy_ha.scheduler.session.closing import CloseClock, end_crawl, let_go, not_handed_back
+from scrapy_ha.scheduler.session.closing import CloseClock, let_go, not_handed_back, wind_up
 from scrapy_ha.scheduler.session.connect import (
     StartReport,
     StartWait,
+    join_run,
     joined,
     log_connected,
     open_queue,
@@ -161,11 +162,13 @@ class Session:
         self.shell.precedence.keep.enabled &= queue.numbers_children
         limits = cfg.politeness.as_hash()
         await wait.run(lambda: set_domain_limits(queue.client, queue.keys, limits))
+        run = await wait.run(lambda: join_run(queue, cfg))  # before the first heartbeat
+        self.shell.admission.run = run.number
         await wait.run(lambda: self.renewals.renew(queue))
         self.renewals.start_keeper(queue)
         self.redis_ok = True
         log_connected(queue, server, self.redis_url, cfg.worker_id)
-        counts = await wait.run(lambda: joined(queue, cfg, spider, self.starts))
+        counts = await wait.run(lambda: joined(queue, cfg, spider, self.starts, run))
         if await wait.run(lambda: queue.client.exists(queue.keys.paused)):
             # known before the engine asks for a request: nothing is handed out from memory
             self.remote.paused = True
@@ -258,7 +261,7 @@ class Session:
             self.stats.set_value(name, value)  # the filter's error, before a finish clears it
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if reason == "finished":
-            await end_crawl(self.queue, self.config.worker_id, persist=self.config.persist)
+            await wind_up(self.queue, self.shell.admission.run, self.config)
 
     # -- the background loop ---------------------------------------------------------
 

@@ -1,0 +1,47 @@
+-- run: open or end a run of the crawl.
+-- Rule (a run): a run is the life of a crawl from a start on an empty crawl to the moment a
+-- worker sees it finished. A worker that joins a crawl with nothing pending, leased or
+-- delayed starts the next run when the last one ended (a worker saw it finish) or when no
+-- other worker is alive in it (its workers were all killed at the end); any other worker
+-- joins the run in progress. The worker's heartbeat is written in the same call, so of two
+-- workers starting together the second finds the first alive and joins its run. Start
+-- requests that are dont_filter are seeded once per run (the worker puts the run number in
+-- their dupefilter fingerprints, scheduler/admission.py); what was seen before stays seen.
+-- KEYS[1] run (hash: n, open, started, ended)  KEYS[2] workers
+-- KEYS[3] pending  KEYS[4] leased  KEYS[5] delayed
+-- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
+--         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded)
+--         Returns {the run's number, 1 when this call started it else 0}.
+-- ARGV[1] 'end': ARGV[2] requests held outside these keys, as above.
+--         Returns 1 when the run ended (nothing pending, leased or delayed), else 0.
+--- @include "time"
+--- @include "types"
+--- @include "number"
+local err = wrong_type('run', KEYS, {'hash', 'zset', 'zset', 'zset', 'zset'})
+if err then return err end
+local mode = ARGV[1]
+local elsewhere = tonumber(ARGV[mode == 'open' and 4 or 2] or '')
+if not (elsewhere and (mode == 'end' or (mode == 'open' and tonumber(ARGV[3] or '')))) then
+  return redis.error_reply('ERR run: bad arguments (mode, worker, heartbeat, elsewhere)')
+end
+local now = now_ms()
+local active = elsewhere + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
+  + redis.call('ZCARD', KEYS[5])
+if mode == 'end' then
+  if active > 0 then return 0 end
+  redis.call('HSET', KEYS[1], 'open', 0, 'ended', int_str(now))
+  return 1
+end
+local worker = ARGV[2]
+local mine = tonumber(redis.call('ZSCORE', KEYS[2], worker) or '')
+local others = redis.call('ZCOUNT', KEYS[2], '(' .. int_str(now), '+inf')
+if mine and mine > now then others = others - 1 end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), worker)
+local run = redis.call('HMGET', KEYS[1], 'n', 'open')
+local n = tonumber(run[1] or '') or 0
+if n > 0 and (active > 0 or (run[2] == '1' and others > 0)) then
+  return {n, 0}
+end
+redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now))
+-- a crawl that holds requests and no run yet (written before runs were kept) is in run 1
+return {n + 1, active > 0 and 0 or 1}

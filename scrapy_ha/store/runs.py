@@ -1,0 +1,56 @@
+"""The runs of a crawl (``lua/run.lua``): which run a worker joins, and when one ends.
+
+A run is the life of a crawl from a start on an empty crawl to the moment a worker sees it
+finished. The ``dont_filter`` start requests of a crawl are seeded once per run, however
+many workers start it; a crawl kept in Redis (``SCHEDULER_PERSIST = True``) and started
+again begins the next run: its start requests are crawled again and everything seen before
+stays seen, so the run crawls what is new (Scrapy's ``JOBDIR`` idiom, scrapy-redis's
+persist).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scrapy_ha.store.scripts import RUN_LUA
+from scrapy_ha.store.sharding import shards_of
+
+if TYPE_CHECKING:
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["Run", "end_run", "open_run"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """The run a worker joined: its number (1, 2, ...), and whether this worker started it."""
+
+    number: int
+    started: bool
+
+
+async def _elsewhere(queue: RedisQueue) -> int:
+    """Requests a sharded crawl holds outside shard 0 (whose keys the script reads)."""
+    others = shards_of(queue)[1:]
+    return sum([(await shard.counts()).active for shard in others])
+
+
+def _keys(queue: RedisQueue) -> list[str]:
+    k = queue.keys
+    return [k.run, k.workers, k.pending, k.leased, k.delayed]
+
+
+async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
+    """Join the crawl's run in progress, or start the next (see the module's docstring),
+    writing *worker*'s heartbeat in the same call."""
+    script = queue.client.register_script(RUN_LUA)
+    args = ["open", worker, heartbeat_ms, await _elsewhere(queue)]
+    number, started = await script(keys=_keys(queue), args=args)
+    return Run(int(number), bool(int(started)))
+
+
+async def end_run(queue: RedisQueue) -> bool:
+    """End the run if the crawl holds nothing pending, leased or delayed; True if it did."""
+    script = queue.client.register_script(RUN_LUA)
+    return bool(int(await script(keys=_keys(queue), args=["end", await _elsewhere(queue)])))

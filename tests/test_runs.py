@@ -1,0 +1,92 @@
+"""Runs of a crawl: a persisted crawl started again seeds its start requests again, once
+however many workers start it, and filters what it saw (store/runs.py, lua/run.lua)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import redis.asyncio
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.runs import Run, end_run, open_run
+from scrapy_ha.store.wire import NewEntry
+from tests.spiders import CatalogueSpider
+
+KEYS = Keys("ha", "s")
+HEARTBEAT_MS = 30_000
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def settings(redis_url: str, **extra):
+    return {
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "SCHEDULER_PERSIST": True,
+        "LOG_LEVEL": "INFO",
+        **extra,
+    }
+
+
+@deferred_f_from_coro_f
+async def test_a_run_starts_on_an_empty_crawl_whose_last_run_ended(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    assert await open_run(q, "a", HEARTBEAT_MS) == Run(1, True)
+    assert await open_run(q, "b", HEARTBEAT_MS) == Run(1, False)  # a is alive: its run
+    await q.enqueue([NewEntry(b"fp1", 0, b"payload")])
+    assert not await end_run(q)  # a request is pending: the run goes on
+    assert await open_run(q, "c", HEARTBEAT_MS) == Run(1, False)
+    (lease,) = await q.lease(1, 30_000)
+    assert await open_run(q, "d", HEARTBEAT_MS) == Run(1, False)  # leased: still run 1
+    await q.ack([(lease.id, lease.token)])
+    assert await end_run(q)
+    # a, b, c, d are alive, but run 1 ended: the next worker starts run 2, the others join it
+    assert await open_run(q, "e", HEARTBEAT_MS) == Run(2, True)
+    assert await open_run(q, "a", HEARTBEAT_MS) == Run(2, False)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_run_whose_workers_all_died_is_over_once_their_heartbeats_expire(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    assert await open_run(q, "a", 300) == Run(1, True)  # then killed: no end_run
+    assert await open_run(q, "b", HEARTBEAT_MS) == Run(1, False)  # a may still be seeding
+    await q.client.zrem(KEYS.workers, "b")  # b was killed too
+    await asyncio.sleep(0.4)  # a's heartbeat expired
+    assert await open_run(q, "c", HEARTBEAT_MS) == Run(2, True)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_written_before_runs_were_kept_is_in_run_1(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"fp1", 0, b"payload")])
+    assert await open_run(q, "a", HEARTBEAT_MS) == Run(1, False)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_two_workers_rerun_a_persisted_crawl_seeding_it_once(redis_url, site, caplog):
+    first = get_crawler(CatalogueSpider, settings(redis_url))
+    await first.crawl_async(base_url=site.url)
+    assert len(first.spider.items) > 0
+    assert site.hits()["/list/1"] == 1
+    crawlers = [get_crawler(CatalogueSpider, settings(redis_url)) for _ in range(2)]
+    with caplog.at_level(logging.INFO):
+        await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    assert site.hits()["/list/1"] == 2  # once more in run 2, by one of the two workers
+    assert [c.spider.items for c in crawlers] == [[], []]  # every item page was seen in run 1
+    assert "Run 2 of the crawl of catalogue" in caplog.text
+    third = get_crawler(CatalogueSpider, settings(redis_url))
+    await third.crawl_async(base_url=site.url)
+    assert site.hits()["/list/1"] == 3
