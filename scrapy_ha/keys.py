@@ -41,6 +41,14 @@ key                        type         content
 ``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
 ``ha:{books}:bloom``       hash         ``HA_DUPEFILTER = "bloom"``: the filter in place of the
                                         set, its bitmaps ``bloom:<layer>:<part>`` (lib/seen)
+``ha:{books}:aged``        hash         with ``HA_DUPEFILTER_TTL``, the dupefilter's time slices
+                                        instead (lua/lib/aged.lua): ``s<i>`` -> the start
+                                        (ms) of slot ``i``, ``period`` -> TTL / 8 (ms)
+``ha:{books}:aged:<i>``    set          the fingerprints first seen while slot ``i`` (0 to 8)
+                                        was the newest; dropped whole once it ended a TTL ago
+``ha:{books}:forget``      hash         ``scrapy-ha seen forget`` rules (store/forget.py):
+                                        ``d <domain>`` or ``p <glob>`` -> when it was made
+                                        (ms); ``v`` -> forgets so far
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:run``         hash         the crawl's runs (lua/run.lua): ``n`` (the run in
                                         progress or the last one, 1, 2, ...), ``open`` (1
@@ -155,11 +163,15 @@ DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
     "pending payload leased leases expiries delayed delayed_score held dead dead_info "
-    "dead_archived dlq_alert dupefilter bloom seq run lease_seq sent senders workers "
-    "worker_stats seen paused pressure reclaim_guard feed_guard gates domain_limits polite "
-    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
+    "dead_archived dlq_alert dupefilter bloom aged forget seq run lease_seq sent senders "
+    "workers worker_stats seen paused pressure reclaim_guard feed_guard gates domain_limits "
+    "polite proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
 ).split()
 
+
+#: Time slices that cover the dupefilter's age (``HA_DUPEFILTER_TTL``, lua/lib/aged.lua): 8
+#: keep a URL's age within an eighth of the TTL, for 9 set lookups per new request at most.
+SEEN_SLICES = 8
 
 #: Leading bytes of a fingerprint read as the shard number: 32 bits of a SHA-1 are uniform.
 PLACEMENT_BYTES = 4
@@ -261,6 +273,15 @@ class Keys:
     dupefilter = _Key("dupefilter")
     #: ``HA_DUPEFILTER = "bloom"``: the filter's layers (its bitmaps: :meth:`bloom_part`).
     bloom = _Key("bloom")
+    #: With HA_DUPEFILTER_TTL, the dupefilter's time slices: each slot's start (lua/lib/aged).
+    aged = _Key("aged")
+
+    def aged_slices(self) -> list[str]:
+        """The sets of the dupefilter's time slots, slot 0 first."""
+        return [self._key(f"aged:{i}") for i in range(SEEN_SLICES + 1)]
+
+    #: The ``seen forget`` rules (store/forget.py).
+    forget = _Key("forget")
     seq = _Key("seq")
     #: The crawl's runs: which one is in progress (see lua/run.lua).
     run = _Key("run")
@@ -343,8 +364,9 @@ class Keys:
         types.update({key: "string" for key in strings})
         types[self.dupefilter] = "set"
         types[self.items] = "stream"
+        types.update({key: "set" for key in self.aged_slices()})
         return types
 
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints, for ``flush``."""
-        return [getattr(self, name) for name in SHARD_KEYS]
+        return [*(getattr(self, name) for name in SHARD_KEYS), *self.aged_slices()]

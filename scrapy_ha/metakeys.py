@@ -25,6 +25,7 @@ __all__ = [
     "PROXY",
     "PROXY_SESSION",
     "RERUN",
+    "RECRAWL_AFTER",
     "RETRIES",
     "RETRY_TIMES",
     "STRIPPED",
@@ -45,6 +46,8 @@ NEXT_PAGE = "ha_next_page"
 RERUN = "ha_rerun"
 #: A per-request retry budget, for every failure class (overrides ``HA_RETRY_POLICIES``).
 RETRY_TIMES = "ha_retry_times"
+#: Seconds after which a request seen before is new again (at most ``HA_DUPEFILTER_TTL``).
+RECRAWL_AFTER = "ha_recrawl_after"
 
 # -- carried: set by scrapy-ha, stored with the request ---------------------------------
 #: The task's progress (pages done, items seen), carried along its chain of pages.

@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from scrapy_ha._version import __version__
+from scrapy_ha.cli.continuous import seen_commands
 from scrapy_ha.cli.options import (
     CRAWL_OPTIONS,
     at,
@@ -362,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     _delayed(sub)
     _dlq(sub)
     _checkpoints(sub)
+    seen_commands(sub)
     _report(sub)
     _items(sub)
     _servers(sub)
@@ -369,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Positional lists (``ID...``, ``TASK...``) that may also come after options.
-TRAILING_LISTS = ("ids", "tasks")
+TRAILING_LISTS = ("ids", "tasks", "urls")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -27,6 +27,7 @@ from scrapy_ha.codec import CodecError, refused_scheme
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.admission import Admission
+from scrapy_ha.store.forget import ForgetRules, read_rules
 from scrapy_ha.store.scripts import MAX_PRIORITY
 
 if TYPE_CHECKING:
@@ -165,10 +166,14 @@ def _lines(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(text, f"argument {n}") for n, text in enumerate(args.requests, 1)]
 
 
-def _entries(args: argparse.Namespace, view: WorkerView) -> list[tuple[NewEntry, str]]:
-    """Every line as an entry, with where it came from (``stdin line 3``)."""
+def _entries(
+    args: argparse.Namespace, view: WorkerView, rules: ForgetRules
+) -> list[tuple[NewEntry, str]]:
+    """Every line as an entry, with where it came from (``stdin line 3``), fingerprinted
+    under the crawl's forget *rules* as a worker does."""
     config = SchedulerConfig.from_settings(view.crawler.settings)
     admission = Admission.from_config(view.crawler, config)
+    admission.set_rules(rules)
     entries = []
     for line, where in _lines(args):
         request, callbacks = parse_line(line, where)
@@ -189,7 +194,7 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
     if view.caveat:
         print(f"note: {view.caveat}", file=sys.stderr)
     try:
-        entries = _entries(args, view)
+        entries = _entries(args, view, await read_rules(queue.client, queue.keys))
     except BadLine as exc:
         print(f"nothing pushed: {exc}", file=sys.stderr)
         return 1

@@ -23,6 +23,7 @@ from scrapy.settings import Settings
 from scrapy_ha.cli.options import REDIS_URL_ENV
 from scrapy_ha.cli.project import worker_view
 from scrapy_ha.codec.masking import install_log_masking, masked_output
+from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
@@ -100,7 +101,8 @@ async def _run(args: argparse.Namespace) -> int:
             return 1
         if func.__name__ == "push":  # the first writer of a crawl stores its shard count
             await check_shard_count(queue)
-            await set_dupefilter(queue, MemoryConfig.from_settings(config))
+            ttl = dupefilter_ttl(config)  # the dupefilter's kind and age, as workers have them
+            await set_dupefilter(queue, MemoryConfig.from_settings(config), ttl)
         return await func(queue, args)
     finally:
         await client.aclose()

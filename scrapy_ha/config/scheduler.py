@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.continuous import check_dupefilter_age, dupefilter_ttl
 from scrapy_ha.config.items import DEFAULT_ITEMS, items_mode
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.middlewares import allowed_schemes
@@ -176,6 +177,8 @@ class SchedulerConfig:
     #: schemes of the requests this worker fetches from Redis or queues (HA_ALLOWED_SCHEMES)
     allowed_schemes: frozenset[str] = DEFAULT_ALLOWED_SCHEMES
     dedupe: bool = True
+    #: seconds a seen URL stays seen (HA_DUPEFILTER_TTL; 0: for ever, lua/lib/aged.lua)
+    dupefilter_ttl: float = 0.0
     dupefilter_debug: bool = False
     order: str = QUEUE_ORDERS[0]
     #: SCHEDULER_PRIORITY_QUEUE is DownloaderAwarePriorityQueue: hand out from the least
@@ -261,6 +264,7 @@ class SchedulerConfig:
             ),
             allowed_schemes=allowed_schemes(settings),
             dedupe=_dedupe(settings),
+            dupefilter_ttl=dupefilter_ttl(settings),
             dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
             order=queue_order(settings),
             slot_fair=slot_fair(settings),
@@ -291,6 +295,7 @@ class SchedulerConfig:
                 f"each renewal"
             )
         _check_key_prefix(self.key_prefix)
+        check_dupefilter_age(self.dupefilter_ttl, self.memory.dupefilter)
 
 
 def key_prefix(settings: BaseSettings) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scrapy import signals
@@ -23,7 +24,9 @@ from twisted.python.failure import Failure
 from scrapy_ha import metakeys
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, CodecError, encode_request, refused_scheme
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
+from scrapy_ha.store.forget import ForgetRules
 from scrapy_ha.store.scripts import MAX_PRIORITY
 from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -43,8 +46,6 @@ logger = logging.getLogger(__name__)
 #: Bytes of the request fingerprint kept in the dupefilter: 12 bytes (96 bits) fit Redis's
 #: 16-byte allocation where 20 take 32, and two of a billion URLs collide with odds ~1e-11.
 FINGERPRINT_BYTES = 12
-#: Fingerprints remembered locally to drop obvious duplicates without a round trip.
-LOCAL_SEEN_LIMIT = 100_000
 
 
 class Admission:
@@ -62,6 +63,7 @@ class Admission:
         start_queue: bool = False,
         schemes: frozenset[str] = DEFAULT_ALLOWED_SCHEMES,
         fingerprint_bytes: int = FINGERPRINT_BYTES,
+        ttl: float = 0.0,
     ) -> None:
         self.crawler = crawler
         #: bytes of each fingerprint sent: more for a Bloom filter (see store/bloom.py)
@@ -73,7 +75,10 @@ class Admission:
         self.dedupe = dedupe
         self.dedupe_start = dedupe_start
         self.debug = debug
-        self.seen: set[bytes] = set()
+        #: the fingerprints this worker sent, and when (HA_DUPEFILTER_TTL is ``ttl``)
+        self.seen = LocalSeen(ttl)
+        #: ``scrapy-ha seen forget`` rules (store/forget.py), as read at the last renewal
+        self.rules = ForgetRules()
         #: the crawl's run this worker joined (store/runs.py): start requests are seeded
         #: once per run
         self.run = 1
@@ -96,6 +101,7 @@ class Admission:
             fingerprint_bytes=BLOOM_FINGERPRINT_BYTES
             if config.memory.dupefilter == "bloom"
             else FINGERPRINT_BYTES,
+            ttl=config.dupefilter_ttl,
         )
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
@@ -106,7 +112,8 @@ class Admission:
         if self.refuses_scheme(request):
             return None
         fingerprint = self.fingerprint(request)
-        if fingerprint and fingerprint in self.seen:
+        age = self.seen.age(request) if fingerprint else None
+        if fingerprint and self.seen.seen(fingerprint, age):
             self.log_duplicate(request)
             return None
         try:
@@ -118,7 +125,8 @@ class Admission:
         self.note_priority(request)
         if kin.late:
             self._log_late(request)
-        return self.entry(request, fingerprint, payload, parent=kin.fence, fresh=Fresh(request))
+        entry = self.entry(request, fingerprint, payload, parent=kin.fence, fresh=Fresh(request))
+        return entry if age is None else replace(entry, age_ms=int(age * 1000))
 
     def payload(self, request: Request, spider: Spider | None) -> bytes:
         """*request* as stored (:func:`~scrapy_ha.codec.encode_request` under
@@ -192,7 +200,19 @@ class Admission:
             self._starts.clear()  # start() is read to its end: no start request comes now
         if request.dont_filter or not self.dedupe:
             return b""
-        return self.crawler.request_fingerprinter.fingerprint(request)[: self.fingerprint_bytes]
+        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        fingerprint = fingerprint[: self.fingerprint_bytes]
+        if self.rules:  # forgotten by a rule: known by another fingerprint since
+            host = urlparse_cached(request).hostname or ""
+            return self.rules.fingerprint(fingerprint, request.url, host)
+        return fingerprint
+
+    def set_rules(self, rules: ForgetRules) -> None:
+        """The crawl's forget rules changed (``scrapy-ha seen forget``): what this worker
+        remembers of the fingerprints it sent may name URLs forgotten since."""
+        if rules.version != self.rules.version:
+            self.rules = rules
+            self.seen.clear()
 
     def _start_fingerprint(self, request: Request) -> bytes:
         """The fingerprint of the n-th ``dont_filter`` start request of this worker that is
@@ -214,10 +234,7 @@ class Admission:
         )
 
     def remember(self, fingerprint: bytes) -> None:
-        if fingerprint:
-            if len(self.seen) >= LOCAL_SEEN_LIMIT:
-                self.seen.clear()
-            self.seen.add(fingerprint)
+        self.seen.remember(fingerprint)
 
     def forget_refused(self, sent: list[NewEntry], result: SyncResult) -> None:
         """Children refused by the parent fence were never stored: forget their
@@ -225,7 +242,7 @@ class Admission:
         (Which children were refused is not reported: forgetting an accepted one only sends
         a later duplicate to Redis, whose dupefilter drops it.)"""
         if result.refused:
-            self.seen.difference_update(e.fingerprint for e in sent if e.parent)
+            self.seen.forget([e.fingerprint for e in sent if e.parent])
 
     def log_duplicate(self, request: Request) -> None:
         """As Scrapy's RFPDupeFilter: the first duplicate, or each with DUPEFILTER_DEBUG."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from importlib.resources import files
 
+from scrapy_ha.keys import SEEN_SLICES
+
 #: Score units per priority step: the sequence part of a pending score (entry ids up to
 #: 2^40, a trillion requests per crawl) stays below one step, so priority always dominates.
 PRIORITY_STEP = 2**40
@@ -26,7 +28,11 @@ PRIORITY_STEP = 2**40
 MAX_PRIORITY = 4095
 
 #: The values written for the ``{{NAME}}`` placeholders of the library.
-CONSTANTS: dict[str, int] = {"PRIORITY_STEP": PRIORITY_STEP, "MAX_PRIORITY": MAX_PRIORITY}
+CONSTANTS: dict[str, int] = {
+    "PRIORITY_STEP": PRIORITY_STEP,
+    "MAX_PRIORITY": MAX_PRIORITY,
+    "SEEN_SLICES": SEEN_SLICES,
+}
 
 #: An include line: ``--- @include "name"`` alone on its line.
 INCLUDE = re.compile(r'^--- @include "([a-z_]+)"[ \t]*$', re.MULTILINE)

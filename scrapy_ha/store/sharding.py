@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.aged import AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
@@ -137,16 +138,19 @@ async def check_shard_count(queue: RedisQueue) -> None:
         )
 
 
-async def set_dupefilter(queue: RedisQueue, config: MemoryConfig) -> None:
+async def set_dupefilter(queue: RedisQueue, config: MemoryConfig, ttl: float = 0.0) -> None:
     """Give every shard of *queue* the crawl's dupefilter (``HA_DUPEFILTER``): the exact
-    set, or the Bloom filter as stored (one made with other settings is kept, and said so
-    once). A kind the crawl in Redis does not have is refused: its dupefilter would be
-    empty, and every URL the crawl had seen crawled again."""
+    set (in time slices with ``HA_DUPEFILTER_TTL``, *ttl* seconds), or the Bloom filter as
+    stored (one made with other settings is kept, and said so once). A kind the crawl in
+    Redis does not have is refused: its dupefilter would be empty, and every URL the crawl
+    had seen crawled again."""
     for i, shard in enumerate(shards_of(queue)):
-        shard.dupefilter = await _dupefilter(shard, config, warn=i == 0)
+        shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl)
 
 
-async def _dupefilter(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupefilter:
+async def _dupefilter(
+    queue: RedisQueue, config: MemoryConfig, *, warn: bool, ttl: float = 0.0
+) -> Dupefilter:
     keys, client = queue.keys, queue.client
     meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
     fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
@@ -156,7 +160,13 @@ async def _dupefilter(queue: RedisQueue, config: MemoryConfig, *, warn: bool) ->
                 f"HA_DUPEFILTER='set' but the crawl of {keys.spider} in Redis has a Bloom "
                 f"filter ({keys.bloom}): run it with HA_DUPEFILTER='bloom', {fix}"
             )
-        return ExactSet()
+        return AgedSet(int(ttl * 1000)) if ttl else ExactSet()
+    if await client.exists(keys.aged):
+        raise ConfigError(
+            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis keeps its exact set "
+            f"in time slices ({keys.aged}, HA_DUPEFILTER_TTL): run it with HA_DUPEFILTER='set', "
+            f"{fix}"
+        )
     if seen := await client.scard(keys.dupefilter):
         raise ConfigError(
             f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "

@@ -94,9 +94,9 @@ class Reclaimed(NamedTuple):
 
 
 def counts_keys(keys: Keys) -> list[str]:
-    """counts.lua's KEYS: the states, and both dupefilters (a crawl has one of the two)."""
+    """counts.lua's KEYS: the states, both dupefilters (a crawl has one), the set's slices."""
     states = [keys.pending, keys.leased, keys.delayed, keys.dead, keys.workers]
-    return [*states, keys.dupefilter, keys.bloom]
+    return [*states, keys.dupefilter, keys.bloom, *keys.aged_slices()]
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,8 @@ class NewEntry:
     start: bool = False
     #: the checkpointed task of the request (``ha_task``): a sharded crawl places it by task
     task: str = ""
+    #: ``ha_recrawl_after`` in ms (0: the crawl's ``HA_DUPEFILTER_TTL``; lua/lib/aged.lua)
+    age_ms: int = 0
 
     @property
     def taken(self) -> tuple[str, str] | None:
@@ -295,9 +297,10 @@ def children_lost(exc: Exception) -> ChildrenLost | None:
 def _packed(e: NewEntry, sent: bytes) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    return b"%d%s %s %s %s %02d%s%s" % (
+    return b"%d%s%s %s %s %s %02d%s%s" % (
         clamp_priority(e.priority),
         b"s" if e.start else b"",
+        b"@%d" % e.age_ms if e.age_ms else b"",
         _pair(e.parent),
         b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
         sent,

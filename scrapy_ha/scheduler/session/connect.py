@@ -166,8 +166,9 @@ async def open_queue(
         heartbeat_ms=heartbeat_ms,
         span=joined.span,
     )
+    ttl = config.dupefilter_ttl
     try:  # the dupefilter as stored; one of the other kind is refused (join_crawl's span
-        await wait.run(lambda: set_dupefilter(queue, config.memory))  # is the crawl's)
+        await wait.run(lambda: set_dupefilter(queue, config.memory, ttl))  # is the crawl's)
     except BaseException:
         await client.aclose()
         raise

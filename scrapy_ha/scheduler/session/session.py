@@ -30,6 +30,12 @@ from scrapy_ha.scheduler.session.connect import (
     log_connected,
     open_queue,
 )
+from scrapy_ha.scheduler.session.control import (
+    TASK_RESTART_WINDOW,
+    TASK_RESTARTS,
+    Control,
+    Restarts,
+)
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
 from scrapy_ha.scheduler.session.pressure import Pressure
@@ -56,11 +62,6 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 logger = logging.getLogger(__name__)
-
-#: Deaths of the background task (a bug: an error it did not catch) within
-#: TASK_RESTART_WINDOW seconds that close the spider; fewer start it again.
-TASK_RESTARTS = 3
-TASK_RESTART_WINDOW = 60.0
 
 
 class Session:
@@ -97,7 +98,8 @@ class Session:
         self.remote = Remote()  # what the shell reads of Redis (never a round trip)
         self.pressure = Pressure(shell.config.memory, shell.stats, self.remote, self.redis_url)
         self._outage = False  # Redis failed a round: renew first when it answers again
-        self._task_failures: list[float] = []  # when the background task died (see _ended)
+        self.restarts = Restarts()  # when the background task died (see _ended)
+        self.control = Control(shell.admission, shell.config.renew_interval)
         self.clock = CloseClock(shell.config.close_timeout)  # see close
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
@@ -175,6 +177,7 @@ class Session:
             logger.info("crawl paused by operator")
         self.remote.counted(counts)
         await self.pressure.check(self.queue)  # known before the engine asks for a request
+        await wait.run(lambda: self.control.poll(queue))
         self.start_urls.setup(spider, cfg)
 
     def start(self) -> None:
@@ -195,10 +198,8 @@ class Session:
             return
         exc = task.exception()
         self.stats.inc_value("ha/task_failed")
-        now = time.monotonic()
-        self._task_failures = [t for t in self._task_failures if now - t < TASK_RESTART_WINDOW]
-        self._task_failures.append(now)
-        if len(self._task_failures) < TASK_RESTARTS:
+        deaths = self.restarts.died()
+        if deaths < TASK_RESTARTS:
             logger.critical(
                 "scrapy-ha's background task stopped on an error; starting it again", exc_info=exc
             )
@@ -207,7 +208,7 @@ class Session:
         logger.critical(
             "scrapy-ha's background task stopped on an error %d times within %g s: closing "
             "the spider (what this worker holds goes back to Redis)",
-            len(self._task_failures),
+            deaths,
             TASK_RESTART_WINDOW,
             exc_info=exc,
         )
@@ -334,6 +335,7 @@ class Session:
             await self.renewals.renew(self.queue)
         await self.ends.reclaim_if_due(self.config, now)
         await self.pressure.check(self.queue, now)
+        await self.control.poll(self.queue, now=now)
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:

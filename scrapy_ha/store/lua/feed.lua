@@ -8,7 +8,7 @@
 -- ARGV[3] order within a priority: 'fifo' or 'lifo'
 -- ARGV[4 .. 3+k] the raw entries read (the head of the list, or set members)
 -- then k triples: fingerprint ('' = never filtered), priority, payload ('' = invalid: dropped)
--- then the dupefilter's spec: 'set' or 'bloom ...' (lib/seen)
+-- then the dupefilter's spec: 'set', 'set <ttl ms>' or 'bloom ...' (lib/seen)
 -- Returns the number of requests added, or -1 when the list's head changed meanwhile
 -- (another worker took it first: read again).
 --- @include "priority"
@@ -32,7 +32,7 @@ local err = wrong_type('feed', KEYS, {ARGV[1] == 'list' and 'list' or 'set', 'zs
   nil, 'hash', 'hash', 'hash'})
 if err then return err end
 local seen
-seen, err = seen_open('feed', KEYS[4], ARGV[#ARGV], KEYS)
+seen, err = seen_open('feed', KEYS[4], ARGV[#ARGV], KEYS, now_ms())
 if err then return err end
 local taken = {}
 if ARGV[1] == 'list' then

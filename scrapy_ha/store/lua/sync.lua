@@ -26,7 +26,8 @@
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- then the checkpoint keys the acks name (lib/commit), if any
 -- then the bitmaps of the dupefilter, when it is a Bloom filter (lib/seen; KEYS[3] is then
---          its meta hash)
+--          its meta hash), or its time slices with HA_DUPEFILTER_TTL (their hash and their
+--          sets, lib/aged)
 -- ARGV[1] number of requests to enqueue  ARGV[2] number of acks
 -- ARGV[3] number of leases wanted        ARGV[4] lease length (ms)
 -- ARGV[5] most delayed entries to promote
@@ -44,8 +45,10 @@
 --         keeps crowded out (see scheduler/keep.py), given back in the call that stores
 --         those, so that Redis never holds both (a worker killed in between would leave
 --         both to redo)
--- then ARGV[1] requests, one argument each: "<priority>[s] <parent> <taken> <sent>
---   <fingerprint length (2 digits)><fingerprint><payload>": parent is '-' (none) or
+-- then ARGV[1] requests, one argument each: "<priority>[s][@<age>] <parent> <taken> <sent>
+--   <fingerprint length (2 digits)><fingerprint><payload>": age (ms) is how long ago the
+--   request may have been seen and still be a duplicate (meta ha_recrawl_after; none: the
+--   crawl's HA_DUPEFILTER_TTL, or for ever, lib/aged); parent is '-' (none) or
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
 --   token>" made by the worker, which already handed the request to its engine: stored
 --   LEASED to it under that id and token (not pending) and marked handed, its download
@@ -61,7 +64,7 @@
 --   a checkpoint names its keys by their index in KEYS, after KEYS[23] or KEYS[24])
 -- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
 --   token gives nothing back; see lib/release)
--- then the dupefilter's spec: 'set' or 'bloom ...' (lib/seen)
+-- then the dupefilter's spec: 'set', 'set <ttl ms>' or 'bloom ...' (lib/seen)
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
 --          roots_seen, paused (1 or 0), n, d, head (the score of the first pending entry
@@ -124,8 +127,8 @@ if paused == 1 then n_lease = 0 end
 local reqs = {}
 for i = 1, n_enq do
   local e = ARGV[9 + i]
-  local prio, start, pid, ptok, tid, ttok, sid, sn, rest =
-    string.match(e, '^(%-?%d+)(s?) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
+  local prio, start, age, pid, ptok, tid, ttok, sid, sn, rest =
+    string.match(e, '^(%-?%d+)(s?)@?(%d*) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
   local fl = rest and tonumber(string.sub(e, rest, rest + 1))
   if not (prio and fl and (pid == '-' or ptok ~= '')
       and (tid == '-' or (ttok ~= '' and tid ~= '=' and tid ~= '=-'))
@@ -135,6 +138,7 @@ for i = 1, n_enq do
   end
   reqs[i] = {
     prio = clamp_priority(tonumber(prio)), start = start == 's' and start_order ~= '',
+    age = tonumber(age),
     pid = pid ~= '-' and pid or nil, ptok = ptok,
     tid = tid ~= '-' and string.match(tid, '^=?(.*)$') or nil, ttok = ttok,
     kept = string.sub(tid, 1, 1) == '=',
@@ -151,7 +155,7 @@ local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
 if bad then return bad end
 local seen
 if n_enq > 0 then
-  seen, err = seen_open('sync', KEYS[3], seen_spec, KEYS)
+  seen, err = seen_open('sync', KEYS[3], seen_spec, KEYS, now)
   if err then return err end
 end
 -- The grant, KEYS[24], is there when the caller names a worker: told apart by its name
@@ -188,7 +192,7 @@ if n_enq > 0 then
     elseif r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
       refused = refused + 1
       if r.tid then dropped[#dropped + 1] = r.tid end
-    elseif r.fl == 0 or seen_add(seen, r.fp) then
+    elseif r.fl == 0 or seen_add(seen, r.fp, r.age) then
       local seq = base + i
       local score
       if r.start then score = pending_score(r.prio, seq, start_lifo, true)

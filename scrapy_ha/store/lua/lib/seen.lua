@@ -4,8 +4,10 @@
 --   'bloom'  a scalable Bloom filter (Almeida et al., 2007) in plain Redis bitmaps: a few
 --            bytes per URL, and a new URL is taken for one seen before (a false positive:
 --            that URL is never crawled) with at most the probability asked.
+-- and the exact set with an age (HA_DUPEFILTER_TTL): time slices of it, lib/aged.
 -- The caller names the kind with a spec, the script's last argument:
 --   'set'  the set is the caller's dupefilter key;
+--   'set <ttl>'  time slices (lib/aged): the slices' hash and sets are the last KEYS;
 --   'bloom <capacity> <k> <part> <layers> <error>'  the dupefilter key is the filter's meta
 --          hash, and the bitmaps of layers 0 .. <layers> are the last KEYS of the script,
 --          layer by layer, part by part (see the layout below); <layers> is at least the
@@ -31,6 +33,7 @@
 -- adds the filter's error at that time).
 --- @include "number"
 --- @include "types"
+--- @include "aged"
 
 -- SDS: the bytes Redis adds to a string of 64 KB .. 4 GB (header 9, terminator 1).
 local SDS = 10
@@ -88,6 +91,7 @@ end
 -- seen_key_count(spec)
 --   Returns how many of the script's last KEYS the filter of spec takes (0 for 'set').
 local function seen_key_count(spec)
+  if string.match(spec or '', '^set %d+$') then return aged_key_count(spec) end
   local s = bloom_spec(spec)
   if not s then return 0 end
   local n = 0
@@ -205,24 +209,28 @@ local function bloom_open(script, meta, spec, keys)
   return f
 end
 
--- seen_open(script, key, spec, keys)
+-- seen_open(script, key, spec, keys, now)
 --   key: the dupefilter (the set, or the filter's meta hash); spec: see above; keys: the
---   script's KEYS. Returns the dupefilter to pass to seen_add and seen_close, or nil and an
---   error reply (a bad spec, a key of the wrong type, BLOOMLAYOUT): call it before the
---   script's first write, so that a refusal leaves nothing half done.
-local function seen_open(script, key, spec, keys)
+--   script's KEYS; now: the server's time (ms; for the time slices). Returns the
+--   dupefilter to pass to seen_add and seen_close, or nil and an error reply (a bad spec, a
+--   key of the wrong type, BLOOMLAYOUT): call it before the script's first write, so that
+--   a refusal leaves nothing half done.
+local function seen_open(script, key, spec, keys, now)
   if spec == 'set' then
     local err = wrong_type(script, {key}, {'set'})
     if err then return nil, err end
     return {set = key}
   end
+  if string.match(spec or '', '^set ') then return aged_open(script, key, spec, keys, now) end
   return bloom_open(script, key, spec, keys)
 end
 
--- seen_add(d, fp)
---   Returns true when fingerprint fp is new (it is recorded now), false when seen before.
-local function seen_add(d, fp)
+-- seen_add(d, fp, age)
+--   Returns true when fingerprint fp is new (it is recorded now), false when seen before
+--   (with time slices: seen within age ms, the ttl when nil or longer; see lib/aged).
+local function seen_add(d, fp, age)
   if d.set then return redis.call('SADD', d.set, fp) == 1 end
+  if d.ring then return aged_add(d, fp, age) end
   local b = {string.byte(fp, 5, 16)}
   local h1, h2 = 0, 0
   for i = 1, 6 do
@@ -249,7 +257,7 @@ end
 -- seen_close(d)
 --   Writes what this call added (call it once, after the last seen_add).
 local function seen_close(d)
-  if d.set or not (d.grown or next(d.added)) then return end
+  if d.set or d.ring or not (d.grown or next(d.added)) then return end
   local s, meta, total = d.spec, d.meta, 0
   if d.fresh then
     redis.call('HSET', meta, 'capacity', s.cap, 'k', s.k, 'part', s.part, 'error', s.asked)

@@ -1,0 +1,126 @@
+"""``scrapy-ha seen check SPIDER URL...`` and ``scrapy-ha seen forget SPIDER URL...``: what
+the crawl's dupefilter holds of a URL, and letting it go.
+
+A URL is known to the dupefilter by its fingerprint, made as a worker of the spider makes
+it (the project's ``REQUEST_FINGERPRINTER_CLASS``; a GET of that URL, as a link followed
+is). ``forget`` removes it (:mod:`scrapy_ha.store.forget`): the next page that links to it
+gets it crawled again. ``--domain`` and ``--pattern`` forget every URL of a domain, or
+matching a pattern, seen until now: the dupefilter holds fingerprints, not URLs, so these
+are kept as rules that workers apply (within ``HA_LEASE_RENEW_INTERVAL``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy import Request
+
+from scrapy_ha.cli.common import approve, plural
+from scrapy_ha.config.continuous import dupefilter_ttl
+from scrapy_ha.keys import SEEN_SLICES
+from scrapy_ha.ops.display import local_time
+from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
+from scrapy_ha.store.forget import (
+    ForgetRules,
+    add_rule,
+    every_shard,
+    forget_fingerprints,
+    read_rules,
+    seen_where,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy_ha.cli.project import WorkerView
+    from scrapy_ha.store.queue import RedisQueue
+
+
+def fingerprints(view: WorkerView, rules: ForgetRules, url: str) -> tuple[bytes, bytes]:
+    """The fingerprint a worker gives a GET of *url*, and the one the dupefilter knows it by
+    now (another when a forget rule matches it)."""
+    request = Request(url)
+    own = view.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+    return own, rules.fingerprint(own, url, urlsplit(url).hostname or "")
+
+
+def _where(found: list[tuple[str, int]], ttl: float) -> str:
+    if not found:
+        return "not seen"
+    kind, start = max(found, key=lambda f: f[1])
+    if kind == "set":
+        return "seen (kept for ever)"
+    if not ttl:
+        return f"seen (in the time slice started {local_time(start)})"
+    new_at = start + int(ttl * 1000 * (1 + 1 / SEEN_SLICES))
+    return (
+        f"seen (in the time slice started {local_time(start)}); new again by {local_time(new_at)}"
+    )
+
+
+async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Is each URL seen (the crawl would filter a link to it)? Exit code 0 when every one
+    is, 1 when one is not."""
+    if await _bloom(queue, "a Bloom filter is not read URL by URL: nothing to check"):
+        return 2
+    view: WorkerView = args.worker_view
+    rules = await read_rules(queue.client, queue.keys)
+    ttl = dupefilter_ttl(view.crawler.settings)
+    missing = 0
+    for url in args.urls:
+        own, known = fingerprints(view, rules, url)
+        found = await seen_where(queue.client, queue.keys, known)
+        missing += not found
+        note = "" if known == own else " (a forget rule matches it: known by a new fingerprint)"
+        print(f"{url}: {_where(found, ttl)}{note}")
+    return 1 if missing else 0
+
+
+async def forget(queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Let URLs be crawled again the next time a page links to them: each URL given, every
+    URL of each ``--domain`` (its subdomains too), every URL matching each ``--pattern``
+    (``*`` and ``?`` as in the shell), seen until now."""
+    if not (args.urls or args.domain or args.pattern):
+        print("nothing to forget: give URLs, --domain or --pattern", file=sys.stderr)
+        return 2
+    if args.urls and await _bloom(
+        queue, "a Bloom filter cannot take a URL out: give it as --pattern"
+    ):
+        return 2
+    view: WorkerView = args.worker_view
+    rules = await read_rules(queue.client, queue.keys)
+    known = {url: fingerprints(view, rules, url) for url in args.urls}
+    items = []
+    for url, (_, now_known) in known.items():
+        found = await seen_where(queue.client, queue.keys, now_known)
+        items.append(f"{url} ({_where(found, 0)})")
+    items += [f"every URL of {d} and its subdomains" for d in args.domain]
+    items += [f"every URL matching {p}" for p in args.pattern]
+    ok = approve(args, "forget", f"{plural(len(items), 'item')} of {queue.keys.spider}", items)
+    if not ok:
+        return 0 if ok is None else 1
+    removed = await forget_fingerprints(
+        queue.client, queue.keys, sorted({f for pair in known.values() for f in pair})
+    )
+    shards = every_shard(queue.keys)
+    for domain in args.domain:
+        await add_rule(queue.client, shards, domain=domain)
+    for pattern in args.pattern:
+        await add_rule(queue.client, shards, glob=pattern)
+    print(
+        f"forgot {plural(len(known), 'URL')} ({removed} fingerprint(s) removed) and added "
+        f"{plural(len(args.domain) + len(args.pattern), 'rule')}: workers apply them within "
+        "HA_LEASE_RENEW_INTERVAL; a link to a forgotten URL gets it crawled again"
+    )
+    return 0
+
+
+async def _bloom(queue: RedisQueue, why: str) -> bool:
+    """Whether the crawl's dupefilter is a Bloom filter (``HA_DUPEFILTER = "bloom"``); if so,
+    says *why* the command cannot do what it was asked."""
+    if not await queue.client.exists(queue.keys.bloom):
+        return False
+    print(f"{queue.keys.spider} has a Bloom filter for a dupefilter: {why}", file=sys.stderr)
+    return True

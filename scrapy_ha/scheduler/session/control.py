@@ -1,0 +1,54 @@
+"""What the operator tells a running crawl, read by each worker every
+``HA_LEASE_RENEW_INTERVAL``: the ``scrapy-ha seen forget`` rules (:mod:`scrapy_ha.store.forget`).
+
+Also the background task's deaths: a task that dies on an error it did not catch (a bug) is
+started again, until :data:`TASK_RESTARTS` deaths within :data:`TASK_RESTART_WINDOW`
+seconds close the spider.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from scrapy_ha.store.forget import read_rules
+
+if TYPE_CHECKING:
+    from scrapy_ha.scheduler.admission import Admission
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["TASK_RESTARTS", "TASK_RESTART_WINDOW", "Control", "Restarts"]
+
+#: Deaths of the background task within TASK_RESTART_WINDOW seconds that close the spider;
+#: fewer start it again.
+TASK_RESTARTS = 3
+TASK_RESTART_WINDOW = 60.0
+
+
+class Control:
+    """Reads the operator's instructions for the crawl at most every *interval* seconds."""
+
+    def __init__(self, admission: Admission, interval: float) -> None:
+        self.admission = admission
+        self.interval = interval  # HA_LEASE_RENEW_INTERVAL
+        self._last = -interval
+
+    async def poll(self, queue: RedisQueue, *, now: float | None = None) -> None:
+        """Read them if they are due (always with *now* None: at connect)."""
+        if now is not None and now - self._last < self.interval:
+            return
+        self._last = time.monotonic() if now is None else now
+        self.admission.set_rules(await read_rules(queue.client, queue.keys))
+
+
+class Restarts:
+    """When the background task died (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._at: list[float] = []
+
+    def died(self) -> int:
+        """Count a death now; returns the deaths within the window, this one included."""
+        now = time.monotonic()
+        self._at = [t for t in self._at if now - t < TASK_RESTART_WINDOW] + [now]
+        return len(self._at)

@@ -1,0 +1,90 @@
+"""``scrapy-ha seen check`` and ``seen forget``: what the crawl's dupefilter holds of a URL,
+and letting URLs, domains and patterns be crawled again, against crawls of the demo site."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from tests.cli_seed import scrapy_ha
+from tests.spiders import CatalogueSpider
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def settings(redis_url: str, **extra) -> dict:
+    return {
+        **extra,
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "SCHEDULER_PERSIST": True,
+        "LOG_LEVEL": "INFO",
+    }
+
+
+async def crawl(redis_url: str, site, **extra) -> list[int]:
+    crawler = get_crawler(CatalogueSpider, settings(redis_url, **extra))
+    await crawler.crawl_async(base_url=site.url)
+    return sorted(item["id"] for item in crawler.spider.items)
+
+
+def seen(redis_url: str, *args: str):
+    return scrapy_ha("seen", *args, "--redis-url", redis_url)
+
+
+@deferred_f_from_coro_f
+async def test_check_then_forget_one_url(redis_url, site):
+    every = await crawl(redis_url, site)
+    item = f"{site.url}/item/{every[0]}"
+    checked = seen(redis_url, "check", "catalogue", item, f"{site.url}/nowhere")
+    assert checked.returncode == 1, checked.stderr  # one of the two is not seen
+    assert checked.stdout.splitlines() == [
+        f"{item}: seen (kept for ever)",
+        f"{site.url}/nowhere: not seen",
+    ]
+    dry = seen(redis_url, "forget", "catalogue", item, "--dry-run")
+    assert dry.returncode == 0 and "would forget 1 item of catalogue" in dry.stdout
+    assert seen(redis_url, "check", "catalogue", item).returncode == 0  # nothing changed
+    refused = seen(redis_url, "forget", "catalogue", item)  # stdin is no terminal
+    assert refused.returncode == 1 and "without --yes" in refused.stderr
+    done = seen(redis_url, "forget", "catalogue", item, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "forgot 1 URL (1 fingerprint(s) removed)" in done.stdout
+    assert seen(redis_url, "check", "catalogue", item).stdout == f"{item}: not seen\n"
+    assert await crawl(redis_url, site) == [every[0]]  # linked again: crawled again, alone
+
+
+@deferred_f_from_coro_f
+async def test_forget_a_domain_and_a_pattern(redis_url, site):
+    every = await crawl(redis_url, site)
+    pattern = f"{site.url}/item/?"  # items 1 to 9, linked from the start page
+    done = seen(redis_url, "forget", "catalogue", "--pattern", pattern, "--yes")
+    assert done.returncode == 0, done.stderr
+    checked = seen(redis_url, "check", "catalogue", f"{site.url}/item/2")
+    assert checked.returncode == 1
+    assert "a forget rule matches it" in checked.stdout
+    assert await crawl(redis_url, site) == list(range(1, 10))
+    assert await crawl(redis_url, site) == []  # forgotten once: seen again since
+    done = seen(redis_url, "forget", "catalogue", "--domain", "127.0.0.1", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert await crawl(redis_url, site) == every  # the list pages too: every item again
+
+
+@deferred_f_from_coro_f
+async def test_a_bloom_filter_forgets_by_rules_only(redis_url, site):
+    bloom = {"HA_DUPEFILTER": "bloom"}
+    every = await crawl(redis_url, site, **bloom)
+    item = f"{site.url}/item/{every[0]}"
+    checked = seen(redis_url, "check", "catalogue", item)
+    assert checked.returncode == 2 and "a Bloom filter is not read URL by URL" in checked.stderr
+    refused = seen(redis_url, "forget", "catalogue", item, "--yes")
+    assert refused.returncode == 2 and "give it as --pattern" in refused.stderr
+    done = seen(redis_url, "forget", "catalogue", "--pattern", f"{site.url}/item/?", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert await crawl(redis_url, site, **bloom) == list(range(1, 10))  # a rule: new again

@@ -1,0 +1,179 @@
+"""Seen with an age: HA_DUPEFILTER_TTL and meta["ha_recrawl_after"] against a real Redis
+(lua/lib/aged.lua: time slices dropped whole), and in crawls."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio
+from scrapy.core.engine import ExecutionEngine
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.config.continuous import dupefilter_ttl
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.keys import SEEN_SLICES, Keys
+from scrapy_ha.scheduler.seen import LocalSeen
+from scrapy_ha.store.aged import AgedSet
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
+from tests.spiders import CatalogueSpider
+
+KEYS = Keys("ha", "s")
+TTL_MS = 2000  # slices of 250 ms
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def queue(url: str, ttl_ms: int = TTL_MS) -> RedisQueue:
+    q = RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
+    if ttl_ms:
+        q.dupefilter = AgedSet(ttl_ms)
+    return q
+
+
+def entry(fp: bytes, age_ms: int = 0) -> NewEntry:
+    return NewEntry(fp, 0, b'{"v":1,"u":"http://a.example/' + fp + b'"}', age_ms=age_ms)
+
+
+async def added(q: RedisQueue, *entries: NewEntry) -> int:
+    return await q.enqueue(list(entries))
+
+
+@deferred_f_from_coro_f
+async def test_a_url_seen_longer_ago_than_the_ttl_is_new_again(redis_url):
+    q = queue(redis_url)
+    start = time.monotonic()
+    assert await added(q, entry(b"a")) == 1
+    await asyncio.sleep(1.0)
+    assert await added(q, entry(b"a"), entry(b"b")) == 1  # a: seen 1 s ago, within 2 s
+    ends = start + (TTL_MS + TTL_MS / SEEN_SLICES) / 1000 + 0.1  # the server's clock, later
+    await asyncio.sleep(max(0.0, ends - time.monotonic()))
+    assert await added(q, entry(b"a"), entry(b"b")) == 1  # a is new again; b is 1.25 s old
+    assert await added(q, entry(b"a")) == 0  # and seen from now on
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_request_asks_a_shorter_age_than_the_ttl(redis_url):
+    q = queue(redis_url)
+    assert await added(q, entry(b"a")) == 1
+    await asyncio.sleep(0.8)  # past 500 ms and the slice it ended in (250 ms)
+    assert await added(q, entry(b"a", age_ms=10 * TTL_MS)) == 0  # at most the TTL
+    assert await added(q, entry(b"a", age_ms=500)) == 1
+    assert await added(q, entry(b"a", age_ms=500)) == 0  # just seen again
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_slices_are_dropped_whole_and_stay_few(redis_url):
+    q = queue(redis_url)
+    for i in range(30):  # 3 s of new URLs: the ring holds 9 slots of 250 ms
+        await added(q, entry(b"u%02d" % i))
+        await asyncio.sleep(0.1)
+    client = q.client
+    live = [k for k in KEYS.aged_slices() if await client.exists(k)]
+    assert 1 <= len(live) <= SEEN_SLICES + 1
+    counts = await q.counts()
+    assert 15 <= counts.fingerprints < 30  # the first second's URLs were dropped with their slots
+    starts = await client.hgetall(KEYS.aged)
+    assert len([f for f in starts if f.startswith(b"s")]) == len(live)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_set_kept_for_ever_counts_as_seen_when_a_ttl_is_set(redis_url):
+    forever = queue(redis_url, ttl_ms=0)
+    assert await added(forever, entry(b"old")) == 1
+    assert (await forever.counts()).fingerprints == 1
+    aged = queue(redis_url)
+    assert await added(aged, entry(b"old"), entry(b"new")) == 1  # old: taken over, seen
+    assert not await aged.client.exists(KEYS.dupefilter)
+    assert (await aged.counts()).fingerprints == 2
+    await asyncio.sleep((TTL_MS + TTL_MS / SEEN_SLICES) / 1000 + 0.1)
+    assert await added(aged, entry(b"old")) == 1  # aged out from the switch on
+    await forever.client.aclose()
+    await aged.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_without_a_ttl_an_age_changes_nothing(redis_url):
+    q = queue(redis_url, ttl_ms=0)
+    assert await added(q, entry(b"a")) == 1
+    await asyncio.sleep(0.2)
+    assert await added(q, entry(b"a", age_ms=100)) == 0
+    assert not await q.client.exists(KEYS.aged)
+    await q.client.aclose()
+
+
+def test_the_local_memory_of_a_worker_ages_as_redis_does(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    forever, aged = LocalSeen(), LocalSeen(ttl=60)
+    for seen in (forever, aged):
+        seen.remember(b"fp")
+    now[0] += 30
+    assert forever.seen(b"fp", None) and aged.seen(b"fp", None)
+    assert not aged.seen(b"fp", 10)  # the request's own age
+    now[0] += 31
+    assert forever.seen(b"fp", None) and not aged.seen(b"fp", None)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, 0.0), (0, 0.0), (3600, 3600.0), ("86400", 86400.0)]
+)
+def test_the_ttl_setting(value, expected):
+    from scrapy.settings import Settings
+
+    assert dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": value})) == expected
+
+
+@pytest.mark.parametrize("value", [-1, 0.5, "x"])
+def test_a_bad_ttl_names_the_setting(value):
+    from scrapy.settings import Settings
+
+    with pytest.raises(ConfigError, match="HA_DUPEFILTER_TTL"):
+        dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": value}))
+
+
+def test_a_ttl_with_a_bloom_filter_is_refused_naming_both_settings():
+    from scrapy.settings import Settings
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+
+    settings = Settings({"HA_DUPEFILTER_TTL": 3600, "HA_DUPEFILTER": "bloom"})
+    with pytest.raises(
+        ConfigError, match="HA_DUPEFILTER_TTL=3600 cannot be used with HA_DUPEFILTER='bloom'"
+    ):
+        SchedulerConfig.from_settings(settings)
+    settings.set("HA_DUPEFILTER_TTL", 0)  # the Bloom filter alone, or the TTL with the set
+    assert SchedulerConfig.from_settings(settings).memory.dupefilter == "bloom"
+    settings.setdict({"HA_DUPEFILTER_TTL": 3600, "HA_DUPEFILTER": "set"})
+    assert SchedulerConfig.from_settings(settings).dupefilter_ttl == 3600
+
+
+@deferred_f_from_coro_f
+async def test_a_persisted_crawl_recrawls_what_it_saw_longer_ago_than_the_ttl(redis_url, site):
+    settings = {
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "SCHEDULER_PERSIST": True,
+        "HA_DUPEFILTER_TTL": 8,
+        "LOG_LEVEL": "INFO",
+    }
+    crawlers = [get_crawler(CatalogueSpider, settings) for _ in range(3)]
+    start = time.monotonic()
+    await crawlers[0].crawl_async(base_url=site.url)
+    first_seen = time.monotonic()
+    await crawlers[1].crawl_async(base_url=site.url)
+    assert time.monotonic() - start < 8, "too slow: the second run was not within the TTL"
+    await asyncio.sleep(max(0.0, first_seen + 8 + 1 + 0.2 - time.monotonic()))  # TTL + slice
+    await crawlers[2].crawl_async(base_url=site.url)
+    first, second, third = (sorted(i["id"] for i in c.spider.items) for c in crawlers)
+    assert first and second == [] and third == first
