@@ -49,12 +49,15 @@ key                        type         content
 ``ha:{books}:forget``      hash         ``scrapy-ha seen forget`` rules (store/forget.py):
                                         ``d <domain>`` or ``p <glob>`` -> when it was made
                                         (ms); ``v`` -> forgets so far
+``ha:{books}:revisits``    sorted set   entry id -> due time (ms) of a revisited request's next
+                                        visit (lua/revisit.lua; a day past it, pruned)
+``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
+                                        revisit per URL (lua/lib/revisit.lua)
+``ha:{books}:stop``        string       ``scrapy-ha stop``: the time (ms) before which a worker
+                                        that joined closes
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
-``ha:{books}:run``         hash         the crawl's runs (lua/run.lua): ``n`` (the run in
-                                        progress or the last one, 1, 2, ...), ``open`` (1
-                                        while it runs, 0 once a worker saw it finish),
-                                        ``started`` and ``ended`` (server ms); a run's
-                                        ``dont_filter`` start requests are seeded once
+``ha:{books}:run``         hash         the crawl's runs (lua/run.lua): ``n`` (1, 2, ...),
+                                        ``open`` (1 or 0), ``started``, ``ended`` (ms)
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
                                         child stored (a worker numbers the children it
@@ -163,9 +166,10 @@ DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
     "pending payload leased leases expiries delayed delayed_score held dead dead_info "
-    "dead_archived dlq_alert dupefilter bloom aged forget seq run lease_seq sent senders "
-    "workers worker_stats seen paused pressure reclaim_guard feed_guard gates domain_limits "
-    "polite proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
+    "dead_archived dlq_alert dupefilter bloom aged forget revisits revisit_urls stop seq run "
+    "lease_seq sent senders workers worker_stats seen paused pressure reclaim_guard "
+    "feed_guard gates domain_limits polite proxy_cooldowns cookies retried stats "
+    "stats_minutes stats_domains items"
 ).split()
 
 
@@ -173,6 +177,9 @@ SHARD_KEYS = (
 #: keep a URL's age within an eighth of the TTL, for 9 set lookups per new request at most.
 SEEN_SLICES = 8
 
+#: Bytes of the request fingerprint kept in the dupefilter: 12 bytes (96 bits) fit Redis's
+#: 16-byte allocation where 20 take 32, and two of a billion URLs collide with odds ~1e-11.
+FINGERPRINT_BYTES = 12
 #: Leading bytes of a fingerprint read as the shard number: 32 bits of a SHA-1 are uniform.
 PLACEMENT_BYTES = 4
 
@@ -282,6 +289,11 @@ class Keys:
 
     #: The ``seen forget`` rules (store/forget.py).
     forget = _Key("forget")
+    #: Revisits: each revisited entry's next due time, and the entry that revisits each URL.
+    revisits = _Key("revisits")
+    revisit_urls = _Key("revisit_urls")
+    #: ``scrapy-ha stop``: when the crawl was stopped.
+    stop = _Key("stop")
     seq = _Key("seq")
     #: The crawl's runs: which one is in progress (see lua/run.lua).
     run = _Key("run")
@@ -350,7 +362,15 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
-        zsets = (self.pending, self.leased, self.delayed, self.dead, self.workers, self.seen)
+        zsets = (
+            self.pending,
+            self.leased,
+            self.delayed,
+            self.dead,
+            self.workers,
+            self.seen,
+            self.revisits,
+        )
         strings = (
             self.seq,
             self.lease_seq,
@@ -358,6 +378,7 @@ class Keys:
             self.paused,
             self.pressure,
             self.dlq_alert,
+            self.stop,
         )
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})

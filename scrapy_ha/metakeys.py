@@ -28,6 +28,9 @@ __all__ = [
     "RECRAWL_AFTER",
     "RETRIES",
     "RETRY_TIMES",
+    "REVISIT",
+    "REVISIT_SEEN",
+    "REVISIT_STATE",
     "STRIPPED",
     "SUSPECT",
     "TASK",
@@ -48,6 +51,8 @@ RERUN = "ha_rerun"
 RETRY_TIMES = "ha_retry_times"
 #: Seconds after which a request seen before is new again (at most ``HA_DUPEFILTER_TTL``).
 RECRAWL_AFTER = "ha_recrawl_after"
+#: Seconds between two visits of a request (0, False, None: not revisited; see HA_REVISIT).
+REVISIT = "ha_revisit"
 
 # -- carried: set by scrapy-ha, stored with the request ---------------------------------
 #: The task's progress (pages done, items seen), carried along its chain of pages.
@@ -62,6 +67,8 @@ PROXY = "ha_proxy"
 PROXY_SESSION = "ha_proxy_session"
 #: The version of the shared cookie jar the request needs.
 COOKIES_VERSION = "ha_cookies_v"
+#: What is kept of a revisited URL between visits (``scrapy_ha.config.continuous.RevisitState``).
+REVISIT_STATE = "ha_revisit_state"
 
 # -- internal: one attempt only, stripped before storing --------------------------------
 #: The lease ``(entry id, token)`` of a request handed out by the scheduler; a new one per lease.
@@ -75,6 +82,8 @@ PARENT = "_ha_parent"
 CHECKPOINT_SAVE = "_ha_cp_save"
 #: How many leases of this request expired before (its worker died or stalled).
 SUSPECT = "_ha_suspect"
+#: What the revisit middleware found of this visit: ``(outcome, RevisitState of the answer)``.
+REVISIT_SEEN = "_ha_revisit_seen"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
@@ -90,6 +99,7 @@ STRIPPED = frozenset(
         CHECKPOINT_SAVE,
         SUSPECT,
         NOT_BEFORE,
+        REVISIT_SEEN,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

@@ -129,6 +129,13 @@ def _crawl_commands(sub: Any) -> None:
     )
     create_option(pause, "pause (so that workers started later wait)")
     command(sub, "resume", at("pause", "resume"), "workers lease again at their next sync")
+    command(
+        sub,
+        "stop",
+        at("stop", "stop"),
+        "every worker running now closes within HA_LEASE_RENEW_INTERVAL (finish reason "
+        "stopped), giving back what it holds; the crawl stays in Redis, workers started later run",
+    )
 
 
 def _delayed(sub: Any) -> None:

@@ -19,9 +19,8 @@ from scrapy import Request
 
 from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.config.continuous import dupefilter_ttl
-from scrapy_ha.keys import SEEN_SLICES
+from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES
 from scrapy_ha.ops.display import local_time
-from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
 from scrapy_ha.store.forget import (
     ForgetRules,
     add_rule,

@@ -3,15 +3,29 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.metakeys import REVISIT
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Self
+
     from scrapy.settings import BaseSettings
 
-__all__ = ["DEFAULT_DUPEFILTER_TTL", "MIN_DUPEFILTER_TTL", "check_dupefilter_age", "dupefilter_ttl"]
+__all__ = [
+    "DEFAULT_DUPEFILTER_TTL",
+    "MIN_DUPEFILTER_TTL",
+    "RevisitConfig",
+    "RevisitState",
+    "check_dupefilter_age",
+    "dupefilter_ttl",
+    "interval_bucket",
+]
 
 #: A URL seen once is seen for the life of the crawl, as with Scrapy's and scrapy-redis's
 #: dupefilters (0: no age).
@@ -42,3 +56,151 @@ def check_dupefilter_age(ttl: float, dupefilter: str) -> None:
             "HA_DUPEFILTER='set' (the exact set, kept in time slices with a TTL), or set "
             "HA_DUPEFILTER_TTL=0"
         )
+
+
+# -- revisits ----------------------------------------------------------------------------
+
+#: Nutch's AdaptiveFetchSchedule (db.fetch.schedule.adaptive.inc_rate and dec_rate): an
+#: unchanged page's interval grows by 40%, a changed page's shrinks by 20%.
+INC_RATE = 0.4
+DEC_RATE = 0.2
+#: The shortest adaptive interval: Nutch's min_interval, a minute (a page that changes at
+#: every look is not looked at more often than this).
+DEFAULT_REVISIT_MIN = 60.0
+#: The longest adaptive interval: 30 days, Nutch's db.fetch.interval.default (the interval it
+#: gives a page it knows nothing about): a page that never changes is still looked at monthly.
+DEFAULT_REVISIT_MAX = 30 * 86400.0
+#: Upper bounds (seconds) of the interval histogram (stats ``revisit_iv:<bound>`` and the
+#: metric ``scrapy_ha_revisit_interval_seconds``): a minute, 5 and 15 minutes, an hour, 6
+#: hours, a day, a week; longer ones count under ``inf``.
+INTERVAL_BUCKETS = (60, 300, 900, 3600, 21600, 86400, 604800)
+
+#: What a revisit found (the middleware's verdict; ``unknown`` when no
+#: ``scrapy_ha.revisit.RevisitMiddleware`` looked at the response).
+OUTCOMES = ("new", "changed", "unchanged", "not_modified", "unknown")
+
+
+@dataclass(frozen=True)
+class RevisitState:
+    """What is kept of a revisited URL between two visits, in its request's
+    ``meta["ha_revisit_state"]`` (stored with it in Redis): the interval, the validators of
+    the last full answer (``ETag``, ``Last-Modified``), the signature of its content, the
+    size of its body (what a 304 saves), and visits and changes so far."""
+
+    interval: float = 0.0
+    etag: str = ""
+    modified: str = ""
+    signature: str = ""
+    size: int = 0
+    visits: int = 0
+    changes: int = 0
+
+    @classmethod
+    def from_meta(cls, value: Any) -> RevisitState:
+        """The state a request carries (a fresh one for anything unreadable)."""
+        if not isinstance(value, dict):
+            return cls()
+        try:
+            return cls(
+                float(value.get("i", 0)),
+                str(value.get("e", "")),
+                str(value.get("m", "")),
+                str(value.get("h", "")),
+                int(value.get("b", 0)),
+                int(value.get("n", 0)),
+                int(value.get("c", 0)),
+            )
+        except (TypeError, ValueError):
+            return cls()
+
+    def as_meta(self) -> dict[str, Any]:
+        """As stored: short keys, empty fields left out (every byte is kept per URL)."""
+        doc: dict[str, Any] = {"i": round(self.interval, 3), "n": self.visits, "c": self.changes}
+        for key, value in (("e", self.etag), ("m", self.modified), ("h", self.signature)):
+            if value:
+                doc[key] = value
+        if self.size:
+            doc["b"] = self.size
+        return doc
+
+
+@dataclass(frozen=True)
+class RevisitConfig:
+    """``HA_REVISIT``, ``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX`` and
+    ``HA_REVISIT_SIGNATURE``."""
+
+    #: (compiled URL regex, seconds) in the setting's order: the first that matches wins
+    rules: tuple[tuple[re.Pattern[str], float], ...] = ()
+    adaptive: bool = False
+    minimum: float = DEFAULT_REVISIT_MIN
+    maximum: float = DEFAULT_REVISIT_MAX
+    #: ``f(response) -> str | bytes``: what the content of a page is (None: its body)
+    signature: Callable[..., Any] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> Self:
+        rules = []
+        for pattern, seconds in settings.getdict("HA_REVISIT").items():
+            try:
+                compiled = re.compile(str(pattern))
+            except re.error as exc:
+                msg = f"HA_REVISIT[{pattern!r}] is not a regular expression: {exc}"
+                raise ConfigError(msg) from None
+            rules.append((compiled, _interval(f"HA_REVISIT[{pattern!r}]", seconds)))
+        config = cls(
+            rules=tuple(rules),
+            adaptive=check.boolean(settings, "HA_REVISIT_ADAPTIVE", False),
+            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN),
+            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX),
+            signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
+        )
+        if config.minimum > config.maximum:
+            raise ConfigError(
+                f"HA_REVISIT_MIN={config.minimum:g} must not be longer than "
+                f"HA_REVISIT_MAX={config.maximum:g}"
+            )
+        return config
+
+    def interval_for(self, url: str, meta: Mapping[str, Any]) -> float | None:
+        """Seconds between two visits of a request with this *url* and *meta*: its
+        ``meta["ha_revisit"]``, else the first ``HA_REVISIT`` rule that matches the URL;
+        None: it is not revisited (``ha_revisit`` 0, False or None stops it). A bad meta
+        value raises :class:`ConfigError` naming it."""
+        if REVISIT in meta:
+            value = meta[REVISIT]
+            return None if not value else _interval(f"meta[{REVISIT!r}]", value)
+        for pattern, seconds in self.rules:
+            if pattern.search(url):
+                return seconds
+        return None
+
+    def next_interval(self, base: float, state: RevisitState, outcome: str) -> float:
+        """The interval until the next visit, after a visit that found *outcome*: *base*
+        (the configured one) with fixed revisits; adaptive, Nutch's rule from the last
+        interval (shrunk when the page changed, grown when not, within the bounds; the
+        first visit starts at *base*)."""
+        if not self.adaptive:
+            return base
+        interval = state.interval or base
+        if outcome == "changed":
+            interval *= 1 - DEC_RATE
+        elif outcome in ("unchanged", "not_modified"):
+            interval *= 1 + INC_RATE
+        return min(self.maximum, max(self.minimum, interval))
+
+
+def interval_bucket(seconds: float) -> str:
+    """The histogram bucket of an interval: the smallest bound it is not over, or ``inf``."""
+    return next((str(b) for b in INTERVAL_BUCKETS if seconds <= b), "inf")
+
+
+def _interval(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{name}={value!r} must be seconds, more than 0")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(f"{name}={value!r} must be seconds, more than 0")
+    return seconds

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
-from scrapy_ha.config.continuous import check_dupefilter_age, dupefilter_ttl
+from scrapy_ha.config.continuous import RevisitConfig, check_dupefilter_age, dupefilter_ttl
 from scrapy_ha.config.items import DEFAULT_ITEMS, items_mode
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.middlewares import allowed_schemes
@@ -197,6 +197,8 @@ class SchedulerConfig:
     politeness: Politeness = field(default_factory=lambda: Politeness())
     #: the dupefilter (HA_DUPEFILTER*) and the back-pressure marks (HA_REDIS_MEMORY_*)
     memory: MemoryConfig = field(default_factory=lambda: MemoryConfig())
+    #: revisits (HA_REVISIT, HA_REVISIT_ADAPTIVE, HA_REVISIT_MIN, HA_REVISIT_MAX)
+    revisit: RevisitConfig = field(default_factory=lambda: RevisitConfig())
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -259,6 +261,7 @@ class SchedulerConfig:
             dead_letter=DeadLetterConfig.from_settings(settings),
             politeness=Politeness.from_settings(settings),
             memory=MemoryConfig.from_settings(settings),
+            revisit=RevisitConfig.from_settings(settings),
             unstorable=check.choice(
                 settings, "HA_UNSTORABLE", DEFAULT_UNSTORABLE, UNSTORABLE_POLICIES
             ),

@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, CodecError, encode_request, refused_scheme
+from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
@@ -42,10 +43,6 @@ if TYPE_CHECKING:
     from scrapy_ha.store.wire import SyncResult
 
 logger = logging.getLogger(__name__)
-
-#: Bytes of the request fingerprint kept in the dupefilter: 12 bytes (96 bits) fit Redis's
-#: 16-byte allocation where 20 take 32, and two of a billion URLs collide with odds ~1e-11.
-FINGERPRINT_BYTES = 12
 
 
 class Admission:

@@ -19,6 +19,7 @@ from scrapy_ha.config.items import DEFAULT_ITEMS, OUTBOX
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.items import ItemHold
 from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp
+from scrapy_ha.scheduler.revisits import Revisits
 from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_ha.config.scheduler import SchedulerConfig
-    from scrapy_ha.scheduler.outbox import Outbox, Pair
+    from scrapy_ha.scheduler.outbox import Outbox, Pair, VisitEnd
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class Kin:
 class InFlight:
     """The unfinished requests of this worker, by entry id: (lease token, request)."""
 
-    def __init__(self, crawler: Crawler, outbox: Outbox, items: str = DEFAULT_ITEMS) -> None:
+    def __init__(
+        self, crawler: Crawler, outbox: Outbox, config: SchedulerConfig | None = None
+    ) -> None:
         self.crawler = crawler
         self.outbox = outbox
         self._held: dict[str, tuple[str, Request]] = {}
@@ -71,8 +74,13 @@ class InFlight:
         #: a retry copy of a request in flight taken in its place (the download gate
         #: forgets what it held for that request's early download)
         self.on_retry: Callable[[Request], None] | None = None
+        config_items = config.items if config is not None else DEFAULT_ITEMS
         #: the items of the pages in flight, with HA_ITEMS = "outbox" (None: off)
-        self.items = ItemHold(crawler, outbox, self.request_of) if items == OUTBOX else None
+        self.items = ItemHold(crawler, outbox, self.request_of) if config_items == OUTBOX else None
+        #: a finished request's revisit (None: acked; see scheduler/revisits.py)
+        self.revisit: Callable[[Request], VisitEnd | None] | None = None
+        if config is not None:
+            self.revisit = Revisits.from_config(crawler, config).visit_end
 
     def __len__(self) -> int:
         return len(self._held)
@@ -159,11 +167,17 @@ class InFlight:
                 items.discard((entry_id, token), verdict)
             self.end(EndOp(verdict.op, entry_id, token, request))
             return
+        pair = (entry_id, token)
         if items is None:
             self._checkpoint(entry_id, token, request)
         else:  # its checkpoint goes with its items, in the ack: never saved before them
-            items.commit((entry_id, token), self._checkpoint(entry_id, token, request, ack=True))
-        self.outbox.acks.append((entry_id, token))
+            items.commit(pair, self._checkpoint(entry_id, token, request, ack=True))
+        if self.revisit is not None and (visit := self.revisit(request)) is not None:
+            # its lease ends as a revisit, which commits what the ack would have
+            commit = self.outbox.commits.pop(pair, None)
+            self.end(EndOp("revisit", *pair, request, visit.interval, visit=visit, commit=commit))
+            return
+        self.outbox.acks.append(pair)
 
     def _checkpoint(
         self, entry_id: str, token: str, request: Request, *, ack: bool = False

@@ -132,15 +132,29 @@ def _slim(entry: NewEntry) -> NewEntry:
 
 
 @dataclass(frozen=True)
+class VisitEnd:
+    """A finished visit of a revisited request (see :mod:`scrapy_ha.scheduler.revisits`):
+    the interval to its next (seconds), its URL's fingerprint (b"": no deduplication), what
+    it found, the bytes a 304 saved."""
+
+    interval: float
+    fingerprint: bytes
+    found: str
+    saved: int = 0
+
+
+@dataclass(frozen=True)
 class EndOp:
     """A finished request whose lease ends otherwise than by an ack."""
 
-    kind: str  # "retry", "dead" or "defer" (a closed domain: wait without an attempt)
+    kind: str  # "retry", "dead", "defer" (a closed domain: wait without an attempt), "revisit"
     entry_id: str
     token: str
     request: Request
     delay: float = 0.0
     priority: int | None = None  # a retry's: its retry copy's (RETRY_PRIORITY_ADJUST)
+    visit: VisitEnd | None = None  # a revisit's: when, and what the visit found
+    commit: Commit | None = None  # a revisit's: what its page commits (HA_ITEMS="outbox")
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class Scheduler:
             may_keep=lambda request: not (config.politeness and self._limited(request)),
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
-        self.inflight = InFlight(crawler, self.outbox, config.items)
+        self.inflight = InFlight(crawler, self.outbox, config)
         #: new requests handed out from memory before Redis has them (see _fresh)
         self.handout = Handout(
             crawler,

@@ -69,6 +69,8 @@ def working_keys(keys: Keys) -> list[str]:
         keys.aged,
         *keys.aged_slices(),
         keys.forget,
+        keys.revisits,
+        keys.revisit_urls,
         keys.expiries,
         keys.lease_seq,
         keys.reclaim_guard,

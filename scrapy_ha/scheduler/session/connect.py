@@ -184,6 +184,7 @@ UNSHARDED_SETTINGS = {
     "HA_DOMAIN_RATE": "each shard would allow the whole limit (N times it in all)",
     "HA_DOMAIN_CONCURRENCY": "each shard would allow the whole limit (N times it in all)",
     "HA_DOMAIN_LIMITS": "each shard would allow the whole limit (N times it in all)",
+    "HA_REVISIT": "one revisit per URL is kept in the shard of the entry, not of the URL",
 }
 
 

@@ -1,5 +1,8 @@
 """What the operator tells a running crawl, read by each worker every
-``HA_LEASE_RENEW_INTERVAL``: the ``scrapy-ha seen forget`` rules (:mod:`scrapy_ha.store.forget`).
+``HA_LEASE_RENEW_INTERVAL``: the ``scrapy-ha seen forget`` rules (:mod:`scrapy_ha.store.forget`),
+and ``scrapy-ha stop``: a worker that joined the crawl before the stop's time closes its
+spider (finish reason ``stopped``), as Ctrl-C does (what it holds goes back to Redis); a
+worker that joins later runs.
 
 Also the background task's deaths: a task that dies on an error it did not catch (a bug) is
 started again, until :data:`TASK_RESTARTS` deaths within :data:`TASK_RESTART_WINDOW`
@@ -8,16 +11,25 @@ seconds close the spider.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
+from scrapy_ha.scheduler import engine
 from scrapy_ha.store.forget import read_rules
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
     from scrapy_ha.scheduler.admission import Admission
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["TASK_RESTARTS", "TASK_RESTART_WINDOW", "Control", "Restarts"]
+logger = logging.getLogger(__name__)
+
+#: The finish reason of a spider closed by ``scrapy-ha stop``.
+STOPPED = "stopped"
+
+__all__ = ["STOPPED", "TASK_RESTARTS", "TASK_RESTART_WINDOW", "Control", "Restarts"]
 
 #: Deaths of the background task within TASK_RESTART_WINDOW seconds that close the spider;
 #: fewer start it again.
@@ -28,17 +40,29 @@ TASK_RESTART_WINDOW = 60.0
 class Control:
     """Reads the operator's instructions for the crawl at most every *interval* seconds."""
 
-    def __init__(self, admission: Admission, interval: float) -> None:
+    def __init__(self, crawler: Crawler, admission: Admission, interval: float) -> None:
+        self.crawler = crawler
         self.admission = admission
         self.interval = interval  # HA_LEASE_RENEW_INTERVAL
         self._last = -interval
+        self.joined_ms = 0  # when this worker joined, by the server's clock
+        self.stopped = False
 
     async def poll(self, queue: RedisQueue, *, now: float | None = None) -> None:
         """Read them if they are due (always with *now* None: at connect)."""
         if now is not None and now - self._last < self.interval:
             return
         self._last = time.monotonic() if now is None else now
-        self.admission.set_rules(await read_rules(queue.client, queue.keys))
+        client = queue.client
+        if not self.joined_ms:
+            seconds, micros = await client.time()
+            self.joined_ms = int(seconds) * 1000 + int(micros) // 1000
+        self.admission.set_rules(await read_rules(client, queue.keys))
+        stop = await client.get(queue.keys.stop)
+        if stop is not None and int(stop) > self.joined_ms and not self.stopped:
+            self.stopped = True
+            logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
+            engine.close_spider(self.crawler, STOPPED)
 
 
 class Restarts:

@@ -20,6 +20,7 @@ from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
+from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.verdict import Verdict
 
@@ -143,6 +144,8 @@ class Ends:
             due = await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
             self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
             return
+        if op.kind == "revisit":
+            return await end_revisit(self.queue, self.spider, op, self.stats)
         payload = encode_request(op.request, self.spider)
         verdict = Verdict.from_meta(op.request.meta)
         if op.kind == "retry":

@@ -99,7 +99,7 @@ class Session:
         self.pressure = Pressure(shell.config.memory, shell.stats, self.remote, self.redis_url)
         self._outage = False  # Redis failed a round: renew first when it answers again
         self.restarts = Restarts()  # when the background task died (see _ended)
-        self.control = Control(shell.admission, shell.config.renew_interval)
+        self.control = Control(shell.crawler, shell.admission, shell.config.renew_interval)
         self.clock = CloseClock(shell.config.close_timeout)  # see close
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)

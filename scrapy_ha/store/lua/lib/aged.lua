@@ -1,6 +1,7 @@
 -- lib/aged: the dupefilter's memory of when a request was seen (HA_DUPEFILTER_TTL, and a
 -- request's meta["ha_recrawl_after"]): the exact set in time slices, one kind of lib/seen
--- (the scripts that enqueue reach it through lib/seen; a Bloom filter has no age).
+-- (the scripts that enqueue, and revisit, reach it through lib/seen; a Bloom filter has no
+-- age).
 -- The caller names the kind with a spec, an argument of its script:
 --   'set'        the one set of fingerprints (the caller's dupefilter key), kept for ever:
 --                a fingerprint seen once is seen for the life of the crawl;
@@ -33,9 +34,9 @@ end
 
 -- aged_open(script, set, spec, keys, now)
 --   set: the dupefilter set (the caller's KEYS[i]); spec: see above; keys: the script's KEYS;
---   now: the server's time (ms). Returns the dupefilter to pass to aged_add, or nil and
---   an error reply (a bad spec, a key of the wrong type): call it before the script's
---   first write. It writes nothing itself.
+--   now: the server's time (ms). Returns the dupefilter to pass to aged_add and aged_touch,
+--   or nil and an error reply (a bad spec, a key of the wrong type): call it before the
+--   script's first write. It writes nothing itself.
 local function aged_open(script, set, spec, keys, now)
   local err = wrong_type(script, {set}, {'set'})
   if err then return nil, err end
@@ -144,4 +145,13 @@ local function aged_add(d, fp, age)
   if aged_seen(d, fp, age) then return false end
   redis.call('SADD', d.ring[aged_newest(d)], fp)
   return true
+end
+-- aged_touch(d, fp)
+--   Records fingerprint fp as seen now, whether it was seen before or not.
+local function aged_touch(d, fp)
+  if d.set then
+    redis.call('SADD', d.set, fp)
+  else
+    redis.call('SADD', d.ring[aged_newest(d)], fp)
+  end
 end

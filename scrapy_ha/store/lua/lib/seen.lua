@@ -254,6 +254,14 @@ local function seen_add(d, fp, age)
   return true
 end
 
+-- seen_touch(d, fp)
+--   Records fingerprint fp as seen now, whether it was seen before or not (a time slice
+--   takes it again: its age starts now; the set and a Bloom filter keep it as it is).
+local function seen_touch(d, fp)
+  if d.ring then return aged_touch(d, fp) end
+  seen_add(d, fp)
+end
+
 -- seen_close(d)
 --   Writes what this call added (call it once, after the last seen_add).
 local function seen_close(d)

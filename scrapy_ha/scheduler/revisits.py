@@ -1,0 +1,92 @@
+"""Which finished requests are visited again, and when (``HA_REVISIT``, ``meta["ha_revisit"]``).
+
+A revisited request's lease does not end by an ack: its page done, it goes back to the
+delayed set, due again after its interval (:mod:`scrapy_ha.scheduler.session.revisit`), with
+its attempts reset (``ha_retries`` and ``ha_history`` dropped) and what is kept of the URL
+between visits in its ``meta["ha_revisit_state"]``: the interval, the validators and the
+signature of the last full answer (:class:`~scrapy_ha.config.continuous.RevisitState`), which
+``scrapy_ha.revisit.RevisitMiddleware`` reads to send conditional requests and to tell a
+changed page from an unchanged one. Fixed revisits keep their interval; adaptive ones
+(``HA_REVISIT_ADAPTIVE``) follow Nutch's AdaptiveFetchSchedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from scrapy_ha import metakeys
+from scrapy_ha.config.continuous import RevisitState
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.keys import FINGERPRINT_BYTES
+from scrapy_ha.scheduler.outbox import VisitEnd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_ha.config.continuous import RevisitConfig
+    from scrapy_ha.config.scheduler import SchedulerConfig
+
+__all__ = ["Revisits"]
+
+logger = logging.getLogger(__name__)
+
+
+class Revisits:
+    """Decides, when a request is finished, whether and when it is visited again."""
+
+    def __init__(self, config: RevisitConfig, fingerprint: Callable[[Request], bytes]) -> None:
+        self.config = config
+        self.fingerprint = fingerprint  # b"" when the crawl does not deduplicate
+
+    @classmethod
+    def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
+        def fingerprint(request: Request) -> bytes:
+            if not config.dedupe:
+                return b""
+            return crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+
+        return cls(config.revisit, fingerprint)
+
+    def visit_end(self, request: Request) -> VisitEnd | None:
+        """The end of *request*'s visit as a revisit (its meta updated for the next), or
+        None: it is acked (not revisited)."""
+        try:
+            base = self.config.interval_for(request.url, request.meta)
+        except ConfigError as exc:
+            _warn_once(str(exc), f"{exc} ({request}): it is not revisited")
+            return None
+        if base is None:
+            return None
+        meta = request.meta
+        state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
+        found, answer = meta.pop(metakeys.REVISIT_SEEN, None) or (
+            "unknown" if state.visits else "new",
+            state,
+        )
+        interval = self.config.next_interval(base, state, found)
+        meta[metakeys.REVISIT_STATE] = replace(
+            answer,
+            interval=interval,
+            visits=state.visits + 1,
+            changes=state.changes + (found == "changed"),
+        ).as_meta()
+        for key in (metakeys.RETRIES, metakeys.HISTORY):  # the next visit starts afresh
+            meta.pop(key, None)
+        saved = state.size if found == "not_modified" else 0
+        return VisitEnd(interval, self.fingerprint(request), found, saved)
+
+
+#: The warnings said once per process, by reason.
+_WARNED: set[str] = set()
+
+
+def _warn_once(reason: str, message: str) -> None:
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        logger.warning("%s (said once)", message)

@@ -1,0 +1,87 @@
+-- revisit: end a finished request's lease by sending it back to the delayed set, due again
+-- after its revisit interval, its attempts reset (never both, never neither), fenced by its
+-- token. The page is done: it counts as acked (and retry_ok if it had been retried), and it
+-- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint).
+-- The entry keeps its id, its priority and its place in the order; its payload is the new
+-- one (with what is kept of the URL between visits: validators, signature, interval).
+-- KEYS[1] leased  KEYS[2] leases  KEYS[3] delayed  KEYS[4] delayed_sc  KEYS[5] payload
+-- KEYS[6] retried  KEYS[7] expiries
+-- KEYS[8] stats  KEYS[9] stats:min  KEYS[10] stats:domain (lib/stats)
+-- KEYS[11] polite (lib/polite: the lease's concurrency slot is freed)
+-- KEYS[12] revisits  KEYS[13] revisit_urls (lib/revisit)
+-- KEYS[14] items: the crawl's item stream (lib/commit)
+-- KEYS[15] dupefilter (lib/seen: the set, or the Bloom filter's meta hash)
+-- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
+-- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
+-- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
+-- ARGV[2] interval (ms)  ARGV[3] new payload
+-- ARGV[4] the URL's fingerprint ('' for none: no one-revisit rule, not kept seen)
+-- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown
+-- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
+-- ARGV[8] the dupefilter's spec (lib/seen)
+-- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
+-- revisit_iv:<bucket>, items (lib/commit); a double (lib/revisit: another entry revisits the
+-- URL) counts acked and revisit_double, and ends like an ack (its items committed too); a
+-- stale token commits nothing (items_refused).
+-- Rule kept: a URL revisited stays seen (its fingerprint is recorded as seen now, lib/seen),
+-- so a link to it queues no second copy while it is revisited.
+-- Returns {the due time (server ms), items committed, checkpoints saved}: the due time is 0
+-- when the token is stale (nothing changes), -1 for a double (its lease ended as an ack).
+--- @include "time"
+--- @include "types"
+--- @include "lease"
+--- @include "number"
+--- @include "stats"
+--- @include "polite"
+--- @include "seen"
+--- @include "revisit"
+--- @include "commit"
+local interval, saved = tonumber(ARGV[2]), tonumber(ARGV[6])
+if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= '') then
+  return redis.error_reply('ERR revisit: interval, payload, outcome, saved and bucket')
+end
+local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
+  'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream'})
+if err then return err end
+local acks, bad = commit_acks(KEYS, ARGV, 0, 1)
+if bad then return bad end
+local a = acks[1]
+if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
+local now = now_ms()
+local seen
+seen, err = seen_open('revisit', KEYS[15], ARGV[8], KEYS, now)
+if err then return err end
+local id, fp = a.id, ARGV[4]
+local v = lease_current(KEYS[2], id, a.tok)
+if not v then
+  commit_refuse(a)
+  write_stats(KEYS[8], KEYS[9], KEYS[10], now)
+  return {0, 0, 0}
+end
+local n_items, n_cp = commit_apply(KEYS[14], a)
+local domain = lease_domain(v)
+count('acked', 1, domain)
+count('retry_ok', redis.call('HDEL', KEYS[6], id))
+redis.call('ZREM', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[7], id)
+polite_free(KEYS[11], id)
+local due = -1
+if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
+  due = now + interval
+  redis.call('ZADD', KEYS[3], int_str(due), id)
+  redis.call('HSET', KEYS[4], id, int_str(lease_score(v) or 0))
+  redis.call('HSET', KEYS[5], id, ARGV[3])
+  revisit_due(KEYS[12], id, due, now)
+  if fp ~= '' then seen_touch(seen, fp) end
+  count('revisited', 1, nil, ARGV[5])
+  count('revisit_saved', saved)
+  count('revisit_iv', 1, nil, ARGV[7])
+else
+  redis.call('HDEL', KEYS[5], id)
+  count('revisit_double', 1)
+end
+seen_close(seen)
+polite_write(KEYS[11])
+write_stats(KEYS[8], KEYS[9], KEYS[10], now)
+return {due, n_items, n_cp}

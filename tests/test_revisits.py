@@ -1,0 +1,214 @@
+"""Revisits: a finished request goes back to the delayed set, due after its interval, its
+attempts reset; one entry revisits a URL; the crawl never finishes by itself and stops
+with ``scrapy-ha stop`` (lua/revisit.lua, scheduler/revisits.py, against a real Redis and
+the demo site)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import redis.asyncio
+from scrapy.core.engine import ExecutionEngine
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.config.continuous import RevisitConfig, RevisitState
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.aged import AgedSet
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.revisits import DOUBLE, Revisit, read_revisits, revisit
+from scrapy_ha.store.wire import NewEntry
+from tests.cli_seed import scrapy_ha
+from tests.spiders import CatalogueSpider
+
+KEYS = Keys("ha", "s")
+
+
+@pytest.fixture(autouse=True)
+def fast_engine_heartbeat(monkeypatch):
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
+def entry(name: str, fp: bytes = b"") -> NewEntry:
+    return NewEntry(fp, 0, b'{"v":1,"u":"http://a.example/' + name.encode() + b'"}')
+
+
+def visit(lease: Any, fp: bytes, *, ms: int = 60_000, found: str = "changed") -> Revisit:
+    return Revisit(lease.id, lease.token, ms, lease.payload + b" ", fp, found, 0, "60")
+
+
+@deferred_f_from_coro_f
+async def test_a_revisit_ends_the_lease_in_the_delayed_set_with_its_attempts_reset(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    client = q.client
+    await q.enqueue([entry("a", b"fp-a")])
+    (lease,) = await q.lease(1, 30_000)
+    await client.hset(KEYS.retried, lease.id, 2)  # it had been retried
+    await client.hset(KEYS.expiries, lease.id, "1 1")
+    due = (await revisit(q, visit(lease, b"fp-a"))).due
+    now = (await q.counts()).now_ms
+    assert 59_000 < due - now <= 60_000
+    assert await client.zscore(KEYS.delayed, lease.id) == due
+    assert await client.hget(KEYS.payload, lease.id) == lease.payload + b" "
+    assert not await client.hexists(KEYS.expiries, lease.id)  # poison counting starts again
+    assert not await client.hexists(KEYS.retried, lease.id)
+    stats = await client.hgetall(KEYS.stats)
+    assert stats[b"acked"] == stats[b"retry_ok"] == stats[b"revisited:changed"] == b"1"
+    assert (await revisit(q, visit(lease, b"fp-a"))).due == 0  # its lease ended: stale
+    numbers = await read_revisits(client, KEYS, now)
+    assert (numbers.revisited, numbers.due_soon, numbers.found) == (1, 1, {"changed": 1})
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_one_entry_revisits_a_url(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    client = q.client
+    await q.enqueue([entry("a"), entry("b")])  # two copies of one URL (never filtered)
+    first, second = await q.lease(2, 30_000)
+    assert (await revisit(q, visit(first, b"fp", ms=0))).due > 0
+    assert (await revisit(q, visit(second, b"fp"))).due == DOUBLE  # first waits in the delayed set
+    assert await client.zcard(KEYS.delayed) == 1
+    assert not await client.hexists(KEYS.payload, second.id)
+    assert (await client.hgetall(KEYS.stats))[b"revisit_double"] == b"1"
+    # first is due at once: promoted, it is pending (not leased, not delayed): a third copy
+    # that ends meanwhile takes over, and first ends as the double when it finishes
+    await q.enqueue([NewEntry(b"", 1, entry("c").payload)])  # goes first: priority 1
+    (third,) = await q.lease(1, 30_000)  # first is promoted, and left pending
+    assert third.payload.endswith(b'/c"}')
+    assert (await revisit(q, visit(third, b"fp"))).due > 0
+    (again,) = await q.lease(1, 30_000)
+    assert again.id == first.id
+    assert (await revisit(q, visit(again, b"fp"))).due == DOUBLE
+    assert await client.zrange(KEYS.delayed, 0, -1) == [third.id.encode()]
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_revisited_url_stays_seen_with_a_ttl(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    q.dupefilter = AgedSet(1000)
+    await q.enqueue([entry("a", b"fp-a")])
+    (lease,) = await q.lease(1, 30_000)
+    await asyncio.sleep(1.3)  # the enqueue is older than the TTL and its slice
+    assert (await revisit(q, visit(lease, b"fp-a"))).due > 0
+    assert await q.enqueue([entry("a", b"fp-a")]) == 0  # a link to it: seen (the revisit)
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("settings", "url", "meta", "expected"),
+    [
+        ({}, "http://a/x", {}, None),
+        ({}, "http://a/x", {"ha_revisit": 30}, 30.0),
+        ({"HA_REVISIT": {r"/x$": 60, r"/": 600}}, "http://a/x", {}, 60.0),
+        ({"HA_REVISIT": {r"/x$": 60, r"/": 600}}, "http://a/y", {}, 600.0),
+        ({"HA_REVISIT": {r"/": 600}}, "http://a/y", {"ha_revisit": 0}, None),  # opted out
+        ({"HA_REVISIT": {r"/": 600}}, "http://a/y", {"ha_revisit": 5}, 5.0),
+    ],
+)
+def test_which_requests_are_revisited_and_how_often(settings, url, meta, expected):
+    config = RevisitConfig.from_settings(Settings(settings))
+    assert config.interval_for(url, meta) == expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"HA_REVISIT": {"(": 60}}, r"HA_REVISIT\['\('\] is not a regular expression"),
+        ({"HA_REVISIT": {"/": 0}}, r"HA_REVISIT\['/'\]=0 must be seconds"),
+        ({"HA_REVISIT_MIN": 600, "HA_REVISIT_MAX": 60}, "HA_REVISIT_MIN=600 must not be longer"),
+    ],
+)
+def test_a_bad_revisit_setting_names_it(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        RevisitConfig.from_settings(Settings(settings))
+
+
+def test_adaptive_intervals_shrink_on_change_and_grow_otherwise_within_bounds():
+    config = RevisitConfig(adaptive=True, minimum=60, maximum=1000)
+    assert config.next_interval(500, RevisitState(), "new") == 500
+    state = RevisitState(interval=500)
+    assert config.next_interval(500, state, "changed") == 400  # Nutch: -20%
+    assert config.next_interval(500, state, "unchanged") == 700  # +40%
+    assert config.next_interval(500, state, "not_modified") == 700
+    assert config.next_interval(500, RevisitState(interval=900), "unchanged") == 1000
+    assert config.next_interval(500, RevisitState(interval=70), "changed") == 60
+    fixed = RevisitConfig()
+    assert fixed.next_interval(500, state, "changed") == 500
+
+
+def visits(site) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = defaultdict(list)
+    for t, path, *_ in site.log():
+        times[path].append(t)
+    return times
+
+
+CONTINUOUS = {
+    "ADDONS": {"scrapy_ha.Addon": 0},
+    "HA_IDLE_TIMEOUT": 0.3,
+    "HA_LEASE_TIME": 3,
+    "HA_LEASE_RENEW_INTERVAL": 0.5,
+    "HA_HEARTBEAT_TTL": 3,
+    "LOG_LEVEL": "INFO",
+}
+
+
+@deferred_f_from_coro_f
+async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
+    redis_url, site, redis_client
+):
+    interval = 1.0
+    settings = {**CONTINUOUS, "REDIS_URL": redis_url, "HA_REVISIT": {r"/list/1$": interval}}
+    crawler = get_crawler(CatalogueSpider, settings)
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    deadline = time.monotonic() + 60
+    while len(visits(site)["/list/1"]) < 4:
+        assert not crawling.done(), "the crawl finished by itself"
+        assert time.monotonic() < deadline, visits(site)
+        await asyncio.sleep(0.2)
+    stopped = await asyncio.to_thread(scrapy_ha, "stop", "catalogue", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    await asyncio.wait_for(crawling, 30)
+    assert crawler.stats.get_value("finish_reason") == "stopped"
+    times = visits(site)
+    starts = times.pop("/list/1")
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= interval * 0.9, gaps  # never sooner than its interval: no double
+    assert max(len(t) for t in times.values()) == 1  # its links were seen: crawled once
+    assert crawler.stats.get_value("ha/revisit/scheduled") >= 3
+    # the crawl stays in Redis with its revisit: a worker started now resumes it
+    assert await asyncio.to_thread(redis_client.zcard, Keys("ha", "catalogue").delayed) == 1
+
+
+@deferred_f_from_coro_f
+async def test_revisits_lose_nothing_across_two_workers(redis_url, site, redis_client):
+    """Every item page revisited every 2 s by two workers: each URL at its interval (no
+    URL twice as often: no double), the crawl's queue holding one entry per URL."""
+    interval = 2.0
+    settings = {**CONTINUOUS, "REDIS_URL": redis_url, "HA_REVISIT": {r"/item/": interval}}
+    crawlers = [get_crawler(CatalogueSpider, settings) for _ in range(2)]
+    crawling = [asyncio.ensure_future(c.crawl_async(base_url=site.url)) for c in crawlers]
+    await asyncio.sleep(9)
+    assert not any(c.done() for c in crawling), "a worker finished by itself"
+    stopped = await asyncio.to_thread(scrapy_ha, "stop", "catalogue", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    await asyncio.wait_for(asyncio.gather(*crawling), 30)
+    items = {p: t for p, t in visits(site).items() if p.startswith("/item/")}
+    assert len(items) == 50  # the site's 5 list pages x 10
+    for path, times in items.items():
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert all(g >= interval * 0.9 for g in gaps), (path, gaps)
+    keys = Keys("ha", "catalogue")
+    queued = await asyncio.to_thread(redis_client.zcard, keys.delayed)
+    queued += await asyncio.to_thread(redis_client.zcard, keys.pending)
+    assert queued == 50  # one entry per item page, each waiting for its next visit
+    stats = await asyncio.to_thread(redis_client.hgetall, keys.stats)
+    assert b"revisit_double" not in stats
