@@ -5,6 +5,8 @@
 - sets ``SCHEDULER = "scrapy_ha.Scheduler"``;
 - replaces Scrapy's ``RetryMiddleware`` (550) with ``scrapy_ha.retry.RetryMiddleware`` and
   adds ``scrapy_ha.retry.ParseErrorMiddleware`` next to the spider;
+- adds ``scrapy_ha.revisit.RevisitMiddleware`` (580): conditional requests and change
+  detection for revisited requests (``HA_REVISIT``, ``meta["ha_revisit"]``);
 - adds ``scrapy_ha.proxy.ProxyMiddleware`` (740, before Scrapy's HttpProxyMiddleware) and
   ``scrapy_ha.useragent.UserAgentPoolMiddleware`` (400), which stay off until
   ``HA_PROXY_MODE`` / ``HA_USER_AGENTS`` are set;
@@ -47,6 +49,9 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy_ha.retry.RetryMiddleware": 550,
     "scrapy_ha.useragent.UserAgentPoolMiddleware": 400,  # only with HA_USER_AGENTS
     "scrapy_ha.proxy.ProxyMiddleware": 740,  # only with HA_PROXY_MODE
+    # revisits (HA_REVISIT, meta ha_revisit): after HttpCompressionMiddleware (590) on the
+    # way back, so that it sees decompressed bodies; before the retry middleware
+    "scrapy_ha.revisit.RevisitMiddleware": 580,
 }
 #: Spider middlewares: close to the spider, so that it sees callback exceptions first.
 SPIDER_MIDDLEWARES = {

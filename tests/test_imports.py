@@ -128,6 +128,7 @@ LAYERS: list[tuple[str, ...]] = [
         "scrapy_ha.addon",
         "scrapy_ha.parent",
         "scrapy_ha.retry",
+        "scrapy_ha.revisit",
         "scrapy_ha.proxy",
         "scrapy_ha.checkpoint",
         "scrapy_ha.cookies",

@@ -1,0 +1,128 @@
+"""Conditional revisits: ``RevisitMiddleware`` (a downloader middleware; the add-on puts it at
+580, after HttpCompressionMiddleware on the way back, so that it sees decompressed bodies).
+
+For a revisited request (``meta["ha_revisit"]`` or ``HA_REVISIT``) it sends the validators of
+the URL's last full answer (``If-None-Match`` with its ``ETag``, ``If-Modified-Since`` with
+its ``Last-Modified``; they replace the request's own, which a visit before may have left),
+and tells what the visit found:
+
+- a **304** to a conditional request: the page did not change (``not_modified``);
+- a 2xx whose signature (a SHA-1 of the body, or of what ``HA_REVISIT_SIGNATURE`` says the
+  content is) equals the last one: ``unchanged``;
+- another 2xx: ``changed`` (``new`` at the first visit).
+
+An unchanged page never reaches the spider's callback as a new page: the middleware raises
+:class:`NotModified` (an ``IgnoreRequest``), so the callback is not called and Scrapy logs
+nothing; the request's errback, if it has one, gets that failure, whose ``response`` is the
+answer received (the 304, or the unchanged page). A changed page goes on to the callback
+as usual. What it found travels to the scheduler in the request's meta, which keeps the
+answer's validators and signature for the next visit and, with ``HA_REVISIT_ADAPTIVE``,
+shrinks or grows the interval (:mod:`scrapy_ha.scheduler.revisits`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import IgnoreRequest
+
+from scrapy_ha import metakeys
+from scrapy_ha.config.continuous import RevisitConfig, RevisitState
+from scrapy_ha.config.validate import ConfigError
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+__all__ = ["NotModified", "RevisitMiddleware", "signature_of"]
+
+#: Hex digits of a SHA-1 kept as a page's signature: 64 bits, so two versions of one page
+#: share a signature with odds ~5e-20, in 16 bytes stored per URL.
+SIGNATURE_DIGITS = 16
+
+
+class NotModified(IgnoreRequest):
+    """A revisited page that did not change (a 304, or the same content): the callback is
+    not called; an errback gets it, ``response`` being the answer received."""
+
+    def __init__(self, response: Response, found: str) -> None:
+        super().__init__(f"{response.url}: {found.replace('_', ' ')} since the last visit")
+        self.response = response
+        self.found = found
+
+
+def signature_of(response: Response, custom: Any = None) -> str:
+    """The signature of a page: a SHA-1 of *custom*'s view of it (``HA_REVISIT_SIGNATURE``:
+    ``f(response) -> str | bytes``), else of its body."""
+    content = response.body if custom is None else custom(response)
+    data = content.encode() if isinstance(content, str) else bytes(content)
+    return hashlib.sha1(data).hexdigest()[:SIGNATURE_DIGITS]  # noqa: S324 - not a secret
+
+
+class RevisitMiddleware:
+    """Downloader middleware: conditional requests and change detection for revisits."""
+
+    def __init__(self, config: RevisitConfig) -> None:
+        self.config = config
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(RevisitConfig.from_settings(crawler.settings))
+
+    def _revisited(self, request: Request) -> bool:
+        if not self.config.rules and metakeys.REVISIT not in request.meta:
+            return False  # the usual case: nothing to match
+        try:
+            return self.config.interval_for(request.url, request.meta) is not None
+        except ConfigError:
+            return False  # the scheduler warns about it
+
+    def process_request(self, request: Request) -> None:
+        if not self._revisited(request):
+            return
+        state = RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
+        headers = request.headers  # stored with the request: those of the last visit are here
+        if state.etag:
+            headers[b"If-None-Match"] = state.etag
+        if state.modified:
+            headers[b"If-Modified-Since"] = state.modified
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if not (200 <= response.status < 300 or response.status == 304):
+            return response  # a failure: the retry middleware's
+        if not self._revisited(request):
+            return response
+        state = RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
+        if response.status == 304:
+            if not (state.etag or state.modified):
+                return response  # not an answer to our conditional request
+            etag, modified = _validators(response)
+            answer = replace(state, etag=etag or state.etag, modified=modified or state.modified)
+            self._found(request, "not_modified", answer)
+            raise NotModified(response, "not_modified")
+        etag, modified = _validators(response)
+        signature = signature_of(response, self.config.signature)
+        answer = RevisitState(
+            etag=etag, modified=modified, signature=signature, size=len(response.body)
+        )
+        if state.visits and state.signature == signature:
+            self._found(request, "unchanged", answer)
+            raise NotModified(response, "unchanged")
+        self._found(request, "changed" if state.visits else "new", answer)
+        return response
+
+    @staticmethod
+    def _found(request: Request, found: str, answer: RevisitState) -> None:
+        request.meta[metakeys.REVISIT_SEEN] = (found, answer)
+
+
+def _validators(response: Response) -> tuple[str, str]:
+    headers = response.headers
+    etag = headers.get(b"ETag") or b""
+    modified = headers.get(b"Last-Modified") or b""
+    return etag.decode("latin-1"), modified.decode("latin-1")
