@@ -6,6 +6,7 @@ the demo site)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import defaultdict
 from typing import Any
@@ -37,6 +38,10 @@ def fast_engine_heartbeat(monkeypatch):
 
 def entry(name: str, fp: bytes = b"") -> NewEntry:
     return NewEntry(fp, 0, b'{"v":1,"u":"http://a.example/' + name.encode() + b'"}')
+
+
+def name_of(lease: Any) -> str:
+    return json.loads(lease.payload)["u"].rsplit("/", 1)[1]
 
 
 def visit(lease: Any, fp: bytes, *, ms: int = 60_000, found: str = "changed") -> Revisit:
@@ -212,3 +217,17 @@ async def test_revisits_lose_nothing_across_two_workers(redis_url, site, redis_c
     assert queued == 50  # one entry per item page, each waiting for its next visit
     stats = await asyncio.to_thread(redis_client.hgetall, keys.stats)
     assert b"revisit_double" not in stats
+
+
+@deferred_f_from_coro_f
+async def test_due_revisits_go_in_the_order_they_are_due_after_new_requests(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS, order="lifo")
+    await q.enqueue([entry("a"), entry("b"), entry("c")])
+    leases = {name_of(x): x for x in await q.lease(3, 30_000)}
+    for name, ms in (("c", 2000), ("b", 1000), ("a", 0)):  # LIFO alone would give c, b, a
+        await revisit(q, visit(leases[name], name.encode(), ms=ms))
+    await asyncio.sleep(2.1)
+    await q.enqueue([entry("new")])  # a request the spider yielded: it goes first
+    order = [name_of(x) for x in await q.lease(4, 30_000)]
+    assert order == ["new", "a", "b", "c"]
+    await q.client.aclose()

@@ -2,8 +2,9 @@
 -- after its revisit interval, its attempts reset (never both, never neither), fenced by its
 -- token. The page is done: it counts as acked (and retry_ok if it had been retried), and it
 -- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint).
--- The entry keeps its id, its priority and its place in the order; its payload is the new
--- one (with what is kept of the URL between visits: validators, signature, interval).
+-- The entry keeps its id and its priority; once due it goes after the other requests of its
+-- priority, in the order revisits are due (lib/revisit: revisit_score); its payload is the
+-- new one (with what is kept of the URL between visits: validators, signature, interval).
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] delayed  KEYS[4] delayed_sc  KEYS[5] payload
 -- KEYS[6] retried  KEYS[7] expiries
 -- KEYS[8] stats  KEYS[9] stats:min  KEYS[10] stats:domain (lib/stats)
@@ -70,7 +71,7 @@ local due = -1
 if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
-  redis.call('HSET', KEYS[4], id, int_str(lease_score(v) or 0))
+  redis.call('HSET', KEYS[4], id, int_str(revisit_score(lease_score(v) or 0, due)))
   redis.call('HSET', KEYS[5], id, ARGV[3])
   revisit_due(KEYS[12], id, due, now)
   if fp ~= '' then seen_touch(seen, fp) end

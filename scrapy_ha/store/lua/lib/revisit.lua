@@ -2,6 +2,7 @@
 --   revisits      sorted set: entry id -> due time (ms) of its next visit (what is due soon)
 --   revisit_urls  hash: fingerprint -> the entry id that revisits it
 --- @include "number"
+--- @include "priority"
 
 -- DAY_MS: a revisit a day past its due time is no longer counted as due (its entry was
 -- dead-lettered, or left the queue): it leaves the revisits set.
@@ -34,4 +35,15 @@ end
 local function revisit_due(revisits, id, due, now)
   redis.call('ZADD', revisits, int_str(due), id)
   redis.call('ZREMRANGEBYSCORE', revisits, '-inf', '(' .. int_str(now - DAY_MS))
+end
+
+-- revisit_score(score, due)
+--   Returns the pending score a revisit due at due (ms) is promoted with, from its lease's
+--   score: its priority, and in the start queue's part of that priority (after every other
+--   request of the priority, as start requests), ordered by due time (second): when more
+--   revisits are due than the crawl can fetch, the longest overdue goes first, whatever the
+--   crawl's order (a LIFO order would starve the oldest entries).
+local function revisit_score(score, due)
+  local base = score - score % PRIORITY_STEP
+  return base + START_PART + math.floor(due / 1000)
 end
