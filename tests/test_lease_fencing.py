@@ -18,6 +18,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha import metakeys
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.outbox import EndOp
 from scrapy_ha.scheduler.session.keeper import LeaseKeeper
 from scrapy_ha.scheduler.shell import Scheduler
 from scrapy_ha.store.queue import RedisQueue
@@ -205,3 +206,18 @@ async def test_a_stale_deferral_is_not_counted_as_deferred(redis_url):
     assert s.stats.get_value("ha/deferred") is None
     assert s.stats.get_value("ha/stale_acks") == 1
     await q.client.aclose()
+
+
+def test_a_lease_whose_end_is_under_way_is_not_reported_lost():
+    """A renewal that ran after the script that ended a lease (an ack, a retry, a revisit)
+    but whose reply reaches the loop before that script's does finds the lease gone: it was
+    not lost, it ended."""
+    s = scheduler(None)
+    request = Request("http://a.test/page")
+    s.outbox.ends.append(EndOp("revisit", "7", "t7", request, 60.0))
+    s.outbox.acks.append(("8", "t8"))
+    s.outbox.releases.append(("9", "t9"))
+    s.drop_lost({("7", "t7"), ("8", "t8"), ("9", "t9")})
+    assert s.stats.get_value("ha/leases_lost") is None
+    s.drop_lost({("10", "t10")})
+    assert s.stats.get_value("ha/leases_lost") == 1

@@ -333,7 +333,7 @@ class Scheduler:
         """Drop the buffered requests of leases lost: by (id, token), since the same entry
         may be leased again by this worker under a new token, which is not lost."""
         dropped = self._buffer.drop(lost)
-        real = lost - set(self.outbox.acks)
+        real = lost - set(self.outbox.held_pairs())  # ended (acks, ends) or given back
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
             logger.warning(
