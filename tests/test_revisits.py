@@ -21,9 +21,10 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.config.continuous import RevisitConfig, RevisitState
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.store.aged import AgedSet
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.revisits import DOUBLE, Revisit, read_revisits, revisit
+from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
 from tests.cli_seed import scrapy_ha
 from tests.spiders import CatalogueSpider
@@ -189,8 +190,11 @@ async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
     assert min(gaps) >= interval * 0.9, gaps  # never sooner than its interval: no double
     assert max(len(t) for t in times.values()) == 1  # its links were seen: crawled once
     assert crawler.stats.get_value("ha/revisit/scheduled") >= 3
-    # the crawl stays in Redis with its revisit: a worker started now resumes it
-    assert await asyncio.to_thread(redis_client.zcard, Keys("ha", "catalogue").delayed) == 1
+    # the crawl stays in Redis with its revisit (waiting, or given back pending if the stop
+    # came during a visit): a worker started now resumes it
+    keys = Keys("ha", "catalogue")
+    waiting = [await asyncio.to_thread(redis_client.zcard, k) for k in (keys.delayed, keys.pending)]
+    assert sum(waiting) == 1 and not await asyncio.to_thread(redis_client.zcard, keys.leased)
 
 
 @deferred_f_from_coro_f

@@ -23,6 +23,7 @@ from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
 from scrapy_ha.ops.display import humanize, local_time
+from scrapy_ha.ops.revisits import read_revisits, status_lines
 from scrapy_ha.ops.stats import (
     COUNTERS,
     DOMAIN_EVENTS,
@@ -113,11 +114,13 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         limits, held = await _politeness(queue)
         items = await crawl_items(queue)
         blooms, pressure = await _memory(queue)
+        revisits = await read_revisits(queue.client, queue.keys, stats.now_ms)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
             doc["items"] = items_json(stats, items)
             doc["dupefilter"] = _dupefilter_json(blooms)
             doc["backpressure"] = pressure
+            doc["revisits"] = revisits.as_dict() if revisits else None
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
             doc["domain_slots"] = held
             out.write(json.dumps(doc) + "\n")
@@ -130,6 +133,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
                 limited = stats.counter("domain_limited")
                 lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
             lines += [_dupefilter_line(b) for b in blooms[:1]] + _pressure_lines(pressure)
+            lines += status_lines(revisits)  # a continuous crawl's
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
             _draw(out, lines, in_place=in_place, last=args.watch is None)
         out.flush()

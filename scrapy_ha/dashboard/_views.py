@@ -16,6 +16,7 @@ from scrapy_ha.dashboard._chart import WINDOWS, Window, rate_chart
 from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_gates, today_ms
 from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.items import ItemStream, StreamState, merged
@@ -153,6 +154,7 @@ async def crawl_view(request: Request, spider: str) -> Summary:
         dead_by_class=stats.dead_by_class,
         domains=dict(stats.top_domains(TOP_DOMAINS)),
         workers_live=[w.as_dict(now) for w in live],
+        revisits=(await read_revisits(client, keys, stats.now_ms)).as_dict(),
     )
     return found
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.ops.crawls import CrawlNumbers, discover, read_crawls
+from scrapy_ha.ops.revisits import revisit_metrics
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -97,7 +98,8 @@ class CrawlCollector:
     def _read(self) -> list[Metric]:
         info = {**self.client.info("memory"), **self.client.info("stats")}
         crawls = read_crawls(self.client, self.prefix, self._crawls())
-        return [*_redis_metrics(info, len(crawls)), *_crawl_metrics(crawls)]
+        continuous = revisit_metrics(self.client, self.prefix, crawls)
+        return [*_redis_metrics(info, len(crawls)), *_crawl_metrics(crawls), *continuous]
 
     def _crawls(self) -> list[str]:
         with self._lock:

@@ -21,9 +21,9 @@
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
 -- ARGV[8] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
--- revisit_iv:<bucket>, items (lib/commit); a double (lib/revisit: another entry revisits the
--- URL) counts acked and revisit_double, and ends like an ack (its items committed too); a
--- stale token commits nothing (items_refused).
+-- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
+-- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
+-- like an ack (its items committed too); a stale token commits nothing (items_refused).
 -- Rule kept: a URL revisited stays seen (its fingerprint is recorded as seen now, lib/seen),
 -- so a link to it queues no second copy while it is revisited.
 -- Returns {the due time (server ms), items committed, checkpoints saved}: the due time is 0
@@ -78,6 +78,7 @@ if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   count('revisited', 1, nil, ARGV[5])
   count('revisit_saved', saved)
   count('revisit_iv', 1, nil, ARGV[7])
+  count('revisit_iv_ms', interval)
 else
   redis.call('HDEL', KEYS[5], id)
   count('revisit_double', 1)

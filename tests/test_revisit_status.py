@@ -1,0 +1,86 @@
+"""A continuous crawl in ``scrapy-ha status``, the metrics and the dashboard: revisited URLs,
+those due in the next hour, what the visits found, the change rate, bytes 304s saved and
+the intervals, from what lua/revisit.lua wrote in a real Redis."""
+
+from __future__ import annotations
+
+import json
+
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.revisits import Revisit, revisit
+from scrapy_ha.store.wire import NewEntry
+from tests.cli_seed import scrapy_ha
+from tests.test_dashboard_api import dashboard
+from tests.test_metrics import exporter_factory, value  # noqa: F401, F811 (a fixture)
+
+KEYS = Keys("ha", "cont")
+#: (path, what the visit found, seconds to the next, bytes a 304 saved)
+VISITS = [("a", "new", 60, 0), ("b", "not_modified", 7200, 5000), ("c", "changed", 30, 0)]
+
+
+async def seed(redis_url: str) -> None:
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    payloads = {p: f'{{"v":1,"u":"http://a.example/{p}"}}'.encode() for p, *_ in VISITS}
+    await q.enqueue([NewEntry(f"fp-{p}".encode(), 0, payloads[p]) for p in payloads])
+    leases = await q.lease(3, 30_000)
+    by_path = {lease.payload.decode().rsplit("/", 1)[1][:-2]: lease for lease in leases}
+    for path, found, seconds, saved in VISITS:
+        lease = by_path[path]
+        bucket = "60" if seconds <= 60 else "21600"
+        fingerprint = f"fp-{path}".encode()
+        args = (seconds * 1000, lease.payload, fingerprint, found, saved, bucket)
+        assert (await revisit(q, Revisit(lease.id, lease.token, *args))).due > 0
+    await q.client.aclose()
+
+
+EXPECTED = {
+    "revisited": 3,
+    "due_next_hour": 2,
+    "found": {"new": 1, "not_modified": 1, "changed": 1},
+    "change_rate": 0.5,
+    "saved_bytes": 5000,
+    "doubles": 0,
+    "intervals": {"60": 2, "21600": 1},
+}
+
+
+@deferred_f_from_coro_f
+async def test_status_shows_a_continuous_crawl(redis_url):
+    await seed(redis_url)
+    shown = scrapy_ha("status", "cont", "--json", "--redis-url", redis_url)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["revisits"] == EXPECTED
+    text = scrapy_ha("status", "cont", "--redis-url", redis_url).stdout
+    found = "found new 1, changed 1, not_modified 1; changed at 50% of the revisits"
+    assert f"revisits  3 URLs, 2 due in the next hour; {found}" in text
+    assert "304s saved  4.9 KB" in text
+    assert "intervals  <=1m 2, <=6h 1" in text
+
+
+@deferred_f_from_coro_f
+async def test_the_dashboard_shows_a_continuous_crawl(redis_url):
+    await seed(redis_url)
+    with dashboard(redis_url) as http:
+        assert http.get("/api/crawls/cont").json()["revisits"] == EXPECTED
+        page = http.get("/crawls/cont").text
+    assert "Continuous crawl" in page and "bytes saved by 304s" in page
+
+
+@deferred_f_from_coro_f
+async def test_the_metrics_of_a_continuous_crawl(redis_url, exporter_factory):  # noqa: F811
+    await seed(redis_url)
+    samples = exporter_factory(redis_url).scrape()
+    spider = {"spider": "cont"}
+    assert value(samples, "scrapy_ha_revisited_urls", **spider) == 3
+    assert value(samples, "scrapy_ha_revisits_due_soon", **spider) == 2
+    assert value(samples, "scrapy_ha_revisits_total", **spider, found="not_modified") == 1
+    assert value(samples, "scrapy_ha_revisit_saved_bytes_total", **spider) == 5000
+    histogram = "scrapy_ha_revisit_interval_seconds"
+    assert value(samples, f"{histogram}_bucket", **spider, le="60.0") == 2
+    assert value(samples, f"{histogram}_bucket", **spider, le="21600.0") == 3
+    assert value(samples, f"{histogram}_bucket", **spider, le="+Inf") == 3
+    assert value(samples, f"{histogram}_sum", **spider) == 60 + 7200 + 30
