@@ -23,7 +23,9 @@ BOXES = {
     "scrapy_ha.scheduler.session": "scheduler/session/\nthe one task that talks to Redis",
     "scrapy_ha.scheduler": "scheduler/\nthe shell the engine calls\nand its helpers",
     "shared": "scheduler/engine.py, outbox.py, remote.py\nengine facts, the hand-offs",
-    "scrapy_ha.middlewares": "middlewares/\nretry, proxy, checkpoint,\ncookies, user agent, parent",
+    "scrapy_ha.middlewares": (
+        "middlewares/\nretry, proxy, checkpoint, revisit,\ncookies, user agent, parent"
+    ),
     "scrapy_ha.deadletters": "deadletters/\nAPI, SQL archive, alerts",
     "scrapy_ha.sinks": "sinks/\nthe item stream's consumers:\nJSON Lines, SQL, pipelines",
     "scrapy_ha.store": "store/\nqueue, shards, Lua, connections",
@@ -34,7 +36,7 @@ BOXES = {
     "scrapy_ha.cli": "cli/\nthe scrapy-ha command",
     "scrapy_ha.demo": "demo/\ndemo site, proxy, harness",
     "names": "keys, metakeys,\nverdict, spiders",
-    "faces": "scrapy_ha, .addon, .retry, .proxy, .checkpoint,\n"
+    "faces": "scrapy_ha, .addon, .retry, .revisit, .proxy, .checkpoint,\n"
     ".cookies, .useragent, .parent, .dlq, .stats, .items\n(the public paths)",
 }
 NAMES = set(LAYERS[0])
