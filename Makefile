@@ -35,7 +35,7 @@ PYTEST_WORKERS ?= 2
 #: `make test` leaves out the long versions of scenarios whose short version it runs.
 SHORT := -m 'not long'
 
-.PHONY: demo demo-deps lint test test-long test-bloom test-oldest test-latest test-installed screenshots bench bench-static chaos deps venv constraints clean
+.PHONY: demo demo-deps lint test test-long test-bloom test-oldest test-latest test-installed screenshots bench bench-static bench-freshness chaos deps venv constraints clean
 
 # apt_install PACKAGES: install those not installed yet (apt-get update first).
 define apt_install
@@ -81,6 +81,9 @@ bench: deps venv
 # The scheduler's own cost: nginx serves the catalogue, so the site is never the limit.
 bench-static: deps venv
 	$(BIN)/python bench/run.py --site static
+
+bench-freshness: deps venv
+	$(BIN)/python bench/freshness.py compare --out bench/results-freshness.json
 
 chaos: deps venv
 	$(BIN)/python chaos/run.py

@@ -195,6 +195,10 @@ async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
     keys = Keys("ha", "catalogue")
     waiting = [await asyncio.to_thread(redis_client.zcard, k) for k in (keys.delayed, keys.pending)]
     assert sum(waiting) == 1 and not await asyncio.to_thread(redis_client.zcard, keys.leased)
+    check = ("seen", "check", "catalogue", f"{site.url}/list/1", "--redis-url", redis_url)
+    checked = await asyncio.to_thread(scrapy_ha, *check)
+    assert checked.returncode == 0, checked.stderr  # a revisited URL stays seen
+    assert "seen (kept for ever); revisited (entry " in checked.stdout
 
 
 @deferred_f_from_coro_f

@@ -73,8 +73,19 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
         found = await seen_where(queue.client, queue.keys, known)
         missing += not found
         note = "" if known == own else " (a forget rule matches it: known by a new fingerprint)"
-        print(f"{url}: {_where(found, ttl)}{note}")
+        print(f"{url}: {_where(found, ttl)}{note}{await _revisited(queue, own)}")
     return 1 if missing else 0
+
+
+async def _revisited(queue: RedisQueue, fingerprint: bytes) -> str:
+    """``; revisited (entry N), next visit at T`` for a URL a revisit entry holds."""
+    client, keys = queue.client, queue.keys
+    entry = await client.hget(keys.revisit_urls, fingerprint)
+    if entry is None:
+        return ""
+    due = await client.zscore(keys.revisits, entry)
+    when = f", next visit {local_time(int(due))}" if due is not None else ""
+    return f"; revisited (entry {entry.decode()}){when}"
 
 
 async def forget(queue: RedisQueue, args: argparse.Namespace) -> int:
