@@ -13,6 +13,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.join import join_crawl
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.runs import Run, end_run, open_run
 from scrapy_ha.store.wire import NewEntry
@@ -64,6 +65,20 @@ async def test_a_run_whose_workers_all_died_is_over_once_their_heartbeats_expire
     await q.client.zrem(KEYS.workers, "b")  # b was killed too
     await asyncio.sleep(0.4)  # a's heartbeat expired
     assert await open_run(q, "c", HEARTBEAT_MS) == Run(2, True)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_two_workers_restarted_together_on_a_run_whose_workers_died_start_the_next(
+    redis_url,
+):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    assert await open_run(q, "a", 300) == Run(1, True)  # then killed at the run's end
+    await asyncio.sleep(0.4)  # its heartbeat expired
+    for worker in ("c", "d"):  # both join the crawl (registered, join.lua) before their run
+        await join_crawl(q.client, "ha", "s", shards=1, worker=worker, registration_ms=HEARTBEAT_MS)
+    assert await open_run(q, "c", HEARTBEAT_MS) == Run(2, True)  # d is alive, not of run 1
+    assert await open_run(q, "d", HEARTBEAT_MS) == Run(2, False)  # c is of run 2: its run
     await q.client.aclose()
 
 

@@ -2,13 +2,16 @@
 -- Rule (a run): a run is the life of a crawl from a start on an empty crawl to the moment a
 -- worker sees it finished. A worker that joins a crawl with nothing pending, leased or
 -- delayed starts the next run when the last one ended (a worker saw it finish) or when no
--- other worker is alive in it (its workers were all killed at the end); any other worker
--- joins the run in progress. The worker's heartbeat is written in the same call, so of two
--- workers starting together the second finds the first alive and joins its run. Start
--- requests that are dont_filter are seeded once per run (the worker puts the run number in
--- their dupefilter fingerprints, scheduler/admission.py); what was seen before stays seen.
--- KEYS[1] run (hash: n, open, started, ended)  KEYS[2] workers
--- KEYS[3] pending  KEYS[4] leased  KEYS[5] delayed
+-- other worker of that run is alive (its workers were all killed at the end); any other
+-- worker joins the run in progress. A run's workers are those that opened it or joined it
+-- here ('m:<worker id>' fields), not every heartbeat: a worker registers when it joins the
+-- crawl (join.lua) before it calls this, so two workers restarted together on a run whose
+-- workers all died would otherwise each find the other alive and both join the dead run.
+-- Start requests that are dont_filter are seeded once per run (the worker puts the run
+-- number in their dupefilter fingerprints, scheduler/admission.py); what was seen before
+-- stays seen.
+-- KEYS[1] run (hash: n, open, started, ended, m:<worker id> -> the run it opened or joined)
+-- KEYS[2] workers  KEYS[3] pending  KEYS[4] leased  KEYS[5] delayed
 -- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
 --         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded)
 --         Returns {the run's number, 1 when this call started it else 0}.
@@ -32,16 +35,37 @@ if mode == 'end' then
   redis.call('HSET', KEYS[1], 'open', 0, 'ended', int_str(now))
   return 1
 end
+
+-- The workers of run n alive now, other than this one; members gone (or of an earlier
+-- run) are dropped, so the hash holds no more members than live workers.
+local function others_alive(n, worker)
+  local fields = redis.call('HGETALL', KEYS[1])
+  local alive = 0
+  for i = 1, #fields, 2 do
+    local name, value = fields[i], fields[i + 1]
+    local member = string.match(name, '^m:(.+)$')
+    if member and member ~= worker then
+      local beat = tonumber(redis.call('ZSCORE', KEYS[2], member) or '')
+      if tonumber(value) == n and beat and beat > now then
+        alive = alive + 1
+      else
+        redis.call('HDEL', KEYS[1], name)
+      end
+    end
+  end
+  return alive
+end
+
 local worker = ARGV[2]
-local mine = tonumber(redis.call('ZSCORE', KEYS[2], worker) or '')
-local others = redis.call('ZCOUNT', KEYS[2], '(' .. int_str(now), '+inf')
-if mine and mine > now then others = others - 1 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), worker)
 local run = redis.call('HMGET', KEYS[1], 'n', 'open')
 local n = tonumber(run[1] or '') or 0
+local others = n > 0 and others_alive(n, worker) or 0
 if n > 0 and (active > 0 or (run[2] == '1' and others > 0)) then
+  redis.call('HSET', KEYS[1], 'm:' .. worker, n)
   return {n, 0}
 end
-redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now))
+if n > 0 then others_alive(n + 1, worker) end -- drops every member of the runs before
+redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now), 'm:' .. worker, n + 1)
 -- a crawl that holds requests and no run yet (written before runs were kept) is in run 1
 return {n + 1, active > 0 and 0 or 1}
