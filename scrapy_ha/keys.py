@@ -25,8 +25,9 @@ key                        type         content
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
 ``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
 ``ha:{books}:held``        hash         delayed entry id -> why it waits without an attempt:
-                                        ``gate <domain>`` (its domain's gate was closed) or
-                                        ``limit <domain>`` (its domain's limits); until due;
+                                        ``gate <domain>`` (its domain's gate was closed),
+                                        ``limit <domain>`` (its domain's limits) or
+                                        ``revisit <domain>`` (its next visit); until due;
                                         ``#<why> <domain>`` -> how many have that mark
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history

@@ -53,8 +53,14 @@ async def test_status_shows_a_continuous_crawl(redis_url):
     await seed(redis_url)
     shown = scrapy_ha("status", "cont", "--json", "--redis-url", redis_url)
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["revisits"] == EXPECTED
+    doc = json.loads(shown.stdout)
+    assert doc["revisits"] == EXPECTED
+    # revisits wait in the delayed set without an attempt: not retries, and no ETA
+    assert doc["waiting"]["revisit"] == {"a.example": 3} and doc["waiting"]["retries"] == 0
+    assert doc["eta_seconds"] is None
     text = scrapy_ha("status", "cont", "--redis-url", redis_url).stdout
+    assert "delayed  3: 0 retries, 3 revisits waiting for their next visit (a.example 3)" in text
+    assert "eta  none: a continuous crawl (revisits) ends only when stopped" in text
     found = "found new 1, changed 1, not_modified 1; changed at 50% of the revisits"
     assert f"revisits  3 URLs, 2 due in the next hour; {found}" in text
     assert "304s saved  4.9 KB" in text
@@ -65,9 +71,24 @@ async def test_status_shows_a_continuous_crawl(redis_url):
 async def test_the_dashboard_shows_a_continuous_crawl(redis_url):
     await seed(redis_url)
     with dashboard(redis_url) as http:
-        assert http.get("/api/crawls/cont").json()["revisits"] == EXPECTED
+        api = http.get("/api/crawls/cont").json()
         page = http.get("/crawls/cont").text
+        delayed = http.get("/api/crawls/cont/delayed").json()
+    assert api["revisits"] == EXPECTED
+    assert api["continuous"] and api["waiting"]["revisit"] == {"a.example": 3}
+    assert api["pending_retries"] == 0  # revisits are not retries
     assert "Continuous crawl" in page and "bytes saved by 304s" in page
+    assert "3 revisits waiting" in page and ">continuous<" in page
+    assert {row["class"] for row in delayed["entries"]} == {"revisit"}
+
+
+@deferred_f_from_coro_f
+async def test_delayed_list_says_a_revisit_waits_for_its_next_visit(redis_url):
+    await seed(redis_url)
+    shown = scrapy_ha("delayed", "list", "cont", "--redis-url", redis_url)
+    assert shown.returncode == 0, shown.stderr
+    rows = [line for line in shown.stdout.splitlines() if "a.example" in line]
+    assert len(rows) == 3 and all(" revisit " in row for row in rows), shown.stdout
 
 
 @deferred_f_from_coro_f

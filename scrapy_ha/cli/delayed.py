@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 #: Entries read per round trip.
 BATCH = 500
 #: Why a request waits in the delayed set without an attempt (its class in the listing).
-HELD = ("gate", "limit")
+HELD = ("gate", "limit", "revisit")
 
 
 @dataclass(frozen=True)

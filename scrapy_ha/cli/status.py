@@ -234,6 +234,7 @@ def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> 
             "retries": waiting.retries,
             "gate": waiting.held.get("gate", {}),
             "limit": waiting.held.get("limit", {}),
+            "revisit": waiting.held.get("revisit", {}),
             "last_due": waiting.last_due_ms,
         },
         "domains": [
@@ -326,12 +327,21 @@ def _rates(stats: CrawlStats, event: str) -> str:
     return f"{event + '/min':>13}  {rates}"
 
 
+#: Why a delayed entry waits without an attempt, as the ``delayed`` line says it.
+WAITS = (
+    ("gate", "waiting for a closed gate"),
+    ("limit", "held by domain limits"),
+    ("revisit", "revisits waiting for their next visit"),
+)
+
+
 def _waiting(waiting: Waiting) -> list[str]:
-    """What the delayed set holds, by why: retries, a closed gate, a domain's limits."""
+    """What the delayed set holds, by why: retries, a closed gate, a domain's limits, the
+    next visits of revisited pages."""
     if not waiting.delayed:
         return []
     parts = [plural(waiting.retries, "retry", "retries")]
-    for kind, why in (("gate", "waiting for a closed gate"), ("limit", "held by domain limits")):
+    for kind, why in WAITS:
         if n := waiting.held_by(kind):
             domains = ", ".join(f"{d} {c:,}" for d, c in sorted(waiting.held[kind].items()))
             parts.append(f"{n:,} {why} ({domains})")
@@ -341,6 +351,8 @@ def _waiting(waiting: Waiting) -> list[str]:
 
 def _eta(stats: CrawlStats, waiting: Waiting) -> str:
     found = eta(stats, waiting)
+    if found.continuous:
+        return "none: a continuous crawl (revisits) ends only when stopped (`scrapy-ha stop`)"
     if not found.left:
         return "nothing left"
     if found.seconds is None:

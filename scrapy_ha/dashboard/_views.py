@@ -113,10 +113,12 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
             "retries": waiting.retries,
             "gate": waiting.held.get("gate", {}),
             "limit": waiting.held.get("limit", {}),
+            "revisit": waiting.held.get("revisit", {}),
             "last_due": waiting.last_due_ms,
         },
         "gates": gates,
         "eta_s": None if done.seconds is None else round(done.seconds),
+        "continuous": done.continuous,
         "now": stats.now_ms,
         # the item outbox (None: the crawl has none): the slowest sink's backlog
         "items_backlog": items.backlog if items.length or items.groups else None,

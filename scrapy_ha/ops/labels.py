@@ -72,6 +72,11 @@ COUNTERS = {
         "Times a request waited because its domain was at its crawl-wide limit "
         "(HA_DOMAIN_CONCURRENCY, HA_DOMAIN_RATE).",
     ),
+    "revisit": Label(
+        "Revisit",
+        "A page revisited on a schedule (HA_REVISIT, meta ha_revisit), waiting for its next "
+        "visit: a continuous crawl, not a failure.",
+    ),
 }
 
 #: The failure classes (``scrapy_ha.verdict.FailureClass``) and the scheduler's own.
@@ -108,6 +113,11 @@ CLASSES = {
         "Held by a domain limit",
         "Held back without an attempt: its domain is at its crawl-wide limit "
         "(HA_DOMAIN_CONCURRENCY, HA_DOMAIN_RATE).",
+    ),
+    "revisit": Label(
+        "Revisit",
+        "A page revisited on a schedule (HA_REVISIT, meta ha_revisit), waiting for its next "
+        "visit: a continuous crawl, not a failure.",
     ),
     "unknown": Label("Unknown", "Counted in the total without a class (older data)."),
 }

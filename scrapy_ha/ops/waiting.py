@@ -1,6 +1,7 @@
 """What waits in a crawl, and when it can be done: the delayed set by due time and by why
-(a retry, a closed domain gate, a domain's limits), and an ETA that counts waiting work
-by its due time.
+(a retry, a closed domain gate, a domain's limits, a revisit's next visit), and an ETA
+that counts waiting work by its due time (none for a continuous crawl: it never ends by
+itself).
 
 The delayed set may hold millions of entries: it is never read whole. Its due times are
 sampled by rank (``store/lua/due.lua``: :data:`SAMPLES` buckets per shard), each sample
@@ -45,7 +46,8 @@ class Waiting:
 
     #: (due time in server ms, entries it stands for), soonest first
     due: list[tuple[int, int]] = field(default_factory=list)
-    #: delayed entries waiting without an attempt: kind ('gate', 'limit') -> domain -> n
+    #: delayed entries waiting without an attempt: kind ('gate', 'limit', 'revisit') ->
+    #: domain -> n
     held: dict[str, dict[str, int]] = field(default_factory=dict)
     #: delayed entries waiting without an attempt, whatever their why
     held_total: int = 0
@@ -61,6 +63,11 @@ class Waiting:
     def retries(self) -> int:
         """Delayed entries that are retries (an attempt failed), not held-back work."""
         return max(0, self.delayed - self.held_total)
+
+    @property
+    def revisits(self) -> int:
+        """Revisits waiting for their next visit: the crawl is continuous while there are."""
+        return self.held_by("revisit")
 
     @property
     def last_due_ms(self) -> int | None:
@@ -102,6 +109,8 @@ class Eta:
     last_due_ms: int | None = None
     #: work left: pending + leased + delayed
     left: int = 0
+    #: a continuous crawl (revisits wait for their next visit): it never ends by itself
+    continuous: bool = False
 
 
 def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
@@ -109,9 +118,11 @@ def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
     would (of the minutes since the first ack, for a crawl younger than that): work
     available now starts now, work due later not before its due time, so the end is the
     latest of ``t + (work due at t or after) / rate`` over now and each due time. 0.0 when
-    nothing is left."""
+    nothing is left; None with ``continuous`` for a crawl that revisits pages."""
     left = stats.pending + stats.leased + waiting.delayed
     last = waiting.last_due_ms
+    if waiting.revisits:
+        return Eta(None, last, left, continuous=True)
     if not left:
         return Eta(0.0, last, 0)
     first = min(stats.minutes.get("acked", {}), default=None)

@@ -58,7 +58,7 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     items and its task's checkpoint, with ``HA_ITEMS = "outbox"``) as an ack would."""
     k = queue.keys
     keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried, k.expiries]
-    keys += [*k.stats_keys(), k.polite, k.revisits, k.revisit_urls, k.items]
+    keys += [*k.stats_keys(), k.polite, k.revisits, k.revisit_urls, k.items, k.held]
     keys.append(queue.dupefilter.key(k))
     pair = (visit.entry_id, visit.token)
     commits = {pair: commit} if commit is not None else {}

@@ -11,7 +11,8 @@
 -- KEYS[11] polite (lib/polite: the lease's concurrency slot is freed)
 -- KEYS[12] revisits  KEYS[13] revisit_urls (lib/revisit)
 -- KEYS[14] items: the crawl's item stream (lib/commit)
--- KEYS[15] dupefilter (lib/seen: the set, or the Bloom filter's meta hash)
+-- KEYS[15] held (lib/held): a revisit waits without an attempt, marked 'revisit <domain>'
+-- KEYS[16] dupefilter (lib/seen: the set, or the Bloom filter's meta hash)
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
@@ -37,12 +38,14 @@
 --- @include "seen"
 --- @include "revisit"
 --- @include "commit"
+--- @include "held"
 local interval, saved = tonumber(ARGV[2]), tonumber(ARGV[6])
 if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= '') then
   return redis.error_reply('ERR revisit: interval, payload, outcome, saved and bucket')
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
-  'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream'})
+  'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
+  'hash'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 0, 1)
 if bad then return bad end
@@ -50,7 +53,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[15], ARGV[8], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[8], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -74,6 +77,7 @@ if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   redis.call('HSET', KEYS[4], id, int_str(revisit_score(lease_score(v) or 0, due)))
   redis.call('HSET', KEYS[5], id, ARGV[3])
   revisit_due(KEYS[12], id, due, now)
+  held_mark(KEYS[15], id, 'revisit', domain)
   if fp ~= '' then seen_touch(seen, fp) end
   count('revisited', 1, nil, ARGV[5])
   count('revisit_saved', saved)

@@ -1,10 +1,12 @@
 -- lib/held: why a delayed entry waits when it waits without an attempt, for the operator's
 -- tools (the crawl page, the delayed table, `scrapy-ha delayed list`); workers never read it.
 --   held hash: entry id -> '<why> <domain>': 'gate <domain>' (deferred while its domain's
---          gate was closed, by a 429 with Retry-After) or 'limit <domain>' (held back for
---          its domain's crawl-wide limits, lib/polite); a retry (an attempt, with a failure
---          class) has no mark; and '#<why> <domain>' -> how many entries have that mark, so
---          that a tool counts them without reading every mark (entry ids have no '#')
+--          gate was closed, by a 429 with Retry-After), 'limit <domain>' (held back for its
+--          domain's crawl-wide limits, lib/polite) or 'revisit <domain>' (a page revisited
+--          on a schedule, waiting for its next visit, revisit.lua); a retry (an attempt,
+--          with a failure class) has no mark; and '#<why> <domain>' -> how many entries have
+--          that mark, so that a tool counts them without reading every mark (entry ids have
+--          no '#')
 
 -- held_clear(held, id)
 --   KEYS: the held hash (the caller's KEYS[i])
