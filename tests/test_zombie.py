@@ -67,9 +67,10 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
         log = (tmp_path / "survivor.log").read_text()
         assert "'finish_reason': 'finished'" in log
         # cleared: the entry counter and the stopped worker's child number (and its entry in
-        # senders) stay: it is alive; the record that the crawl finished is there, and the
-        # workers seen (for `scrapy-ha report`)
+        # senders) stay: it is alive; the record that the crawl finished is there, the
+        # workers seen (for `scrapy-ha report`) and the crawl's runs
         assert working_keys(redis_client) == {
+            b"ha:{catalogue}:run",
             b"ha:{catalogue}:seq",
             b"ha:{catalogue}:sent",
             b"ha:{catalogue}:senders",
@@ -96,4 +97,5 @@ def test_a_worker_resumed_after_the_crawl_finished_adds_nothing(
     assert max(again.values(), default=0) <= 1, again
     # the resumed worker left: its number went (the workers seen stay, for the report)
     still_finished = {b"ha:{catalogue}:seq", b"ha:{catalogue}:finish", b"ha:{catalogue}:seen"}
+    still_finished.add(b"ha:{catalogue}:run")
     assert working_keys(redis_client) == still_finished
