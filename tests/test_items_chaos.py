@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from chaos.run import run_scenario  # noqa: E402
+from chaos.items import WORKER_EXTRA  # noqa: E402
+from chaos.run import Cluster, run_scenario  # noqa: E402
+
+STATS, STREAM = "ha:{chaos}:stats", "ha:{chaos}:items"
 
 
 @pytest.mark.long  # about 2 minutes here: `make test-long`
@@ -24,3 +28,27 @@ def test_every_item_once_in_every_sink_under_kills_a_freeze_and_sink_kills() -> 
     assert result["committed"] == 10_000 and result["left_in_stream"] == 0, result
     assert result["sink_kills_mid_batch"] == 2, result
     assert result["ok"], result
+
+
+def test_a_worker_restarted_after_the_crawl_finished_commits_no_item_again(
+    tmp_path: Path,
+) -> None:
+    """A kill timed after the short crawl's end restarts a worker into a finished crawl: it
+    must not crawl the site again (every item committed twice, the short scenario's tally
+    failing with 1,000 items twice in each sink)."""
+    c = Cluster(tmp_path, pages=5)
+    c.extra = dict(WORKER_EXTRA)
+    try:
+        c.start_redis()
+        c.start_site()
+        c.start_worker(0)
+        c.wait_workers()
+        client = redis.Redis(port=c.redis_port)
+        assert int(client.hget(STATS, "items") or 0) == 100
+        c.start_worker(1)
+        c.wait_workers()
+        assert int(client.hget(STATS, "items") or 0) == 100
+        assert client.xlen(STREAM) == 100
+        client.close()
+    finally:
+        c.stop_all()
