@@ -55,6 +55,7 @@ class Sinks:
         self.sql_url = sql_url or f"sqlite:///{c.dir / 'sink.db'}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.hits = 0  # consumer kills that landed while it held a batch
+        self.missed = 0  # consumer kills that landed just after it acknowledged its batch
         #: per consumer, what it held when it was killed (its next run finishes those first)
         self.left: dict[str, set[bytes]] = {"sql-a": set(), "sql-b": set()}
 
@@ -80,8 +81,18 @@ class Sinks:
 
     def kill_mid_batch(self, timeout: float = 60) -> None:
         """SIGKILL the first SQL consumer seen holding a batch of its own (not one a killed
-        consumer of its name left it, which it finishes first), then start it again."""
+        consumer of its name left it, which it finishes first), then start it again. A kill
+        that lands just after the consumer acknowledged its batch (it held nothing when it
+        died) is counted in `missed` and another is made, until one lands mid-batch."""
         client = redis.Redis.from_url(self.c.redis_url)
+        try:
+            while not self._kill_once(client, timeout):
+                self.missed += 1
+        finally:
+            client.close()
+
+    def _kill_once(self, client: redis.Redis, timeout: float) -> bool:
+        """One SIGKILL of a consumer seen holding a batch; whether it died holding one."""
 
         def holding() -> str | None:
             return next(
@@ -94,9 +105,10 @@ class Sinks:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         self.left[name] = _pending(client, GROUP_SQL, name)
-        self.hits += bool(self.left[name])  # it died holding entries not acknowledged
-        client.close()
         self.start(name)
+        hit = bool(self.left[name])  # it died holding entries not acknowledged
+        self.hits += hit
+        return hit
 
     def wait(self, timeout: float = 300) -> None:
         """The consumers exit once the crawl has ended and every item is in their sink."""
@@ -154,11 +166,12 @@ def _tally(c: Cluster, sinks: Sinks, faults: int) -> dict[str, Any]:
         "refused_items": refused,
         "left_in_stream": in_stream,
         "sink_kills_mid_batch": sinks.hits,
+        "sink_kills_missed": sinks.missed,
         "worker_pipeline_twice": sum(1 for n in worker_file.values() if n > 1),
         "reclaimed": c.stat("ha/reclaimed"),
         "stale_acks": c.stat("ha/stale_acks"),
         "sql": "sqlite" if sinks.sql_url.startswith("sqlite") else sinks.sql_url.split(":")[0],
-        "faults": faults,
+        "faults": faults + sinks.missed,
         "elapsed": round(time.monotonic() - c.started, 1),
         "ok_extra": committed == len(expected) and in_stream == 0,
     }
