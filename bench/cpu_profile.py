@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -134,13 +135,19 @@ def profile(name: str, site: static_site.StaticSite, redis_port: int, args: Any)
     raw: Path = args.out_dir / f"{name}.txt"
     out = args.workdir / f"{name}.json"
     settings = static_bench.crawl_settings(name, redis_port, args.concurrency, out)
-    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking"]
+    command = [_py_spy(), "record", "--nonblocking"]
     command += ["--rate", str(args.rate), "--format", "raw", "--full-filenames", "-o", str(raw)]
     command += ["--", *static_bench.crawl_command(site.url, settings)]
     timed = static_bench.run_timed(command, args.workdir)
     pages = json.loads(out.read_text())["pages"]
     print(f"  {name}: {pages} pages, {timed['wall']:.1f} s, cpu {timed['cpu']:.2f} s", flush=True)
     return raw
+
+
+def _py_spy() -> str:
+    """py-spy next to this Python (the ``bench`` extra), else the first on ``PATH``."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy") or str(beside)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
+import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT, ROOT / "bench"):
@@ -46,51 +50,102 @@ from scrapy_ha.store.queue import RedisQueue  # noqa: E402
 from tests.test_keep import send  # noqa: E402
 from tests.test_scheduler_shell import FakeEngine, shell  # noqa: E402
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 #: Requests per simulated list page: what one response yields before the engine takes them.
 PER_PAGE = 20
 #: Requests per round of the round benchmark.
 ROUND_SIZES = (1, 10, 30)
+#: Requests put through a part before it is measured (first calls, caches, lazy imports).
+WARM_UP = 400
+
+
+#: Numbers the URLs: every request a part sees is new (never a duplicate).
+_URL_NUMBERS = itertools.count()
 
 
 def _urls(n: int) -> list[str]:
-    return [f"http://127.0.0.1:8000/item/{i}" for i in range(n)]
+    return [f"http://127.0.0.1:8000/item/{next(_URL_NUMBERS)}" for _ in range(n)]
 
 
-def shell_cost(n: int) -> float:
-    """CPU seconds per request of scrapy-ha's shell: enqueue, hand out, round bookkeeping."""
+def shell_run() -> Callable[[int], None]:
+    """scrapy-ha's shell, built: a function that puts *n* requests through it (enqueue,
+    hand out, the round's bookkeeping, finished)."""
     s, _, engine = shell()
     s._slots.free = lambda crawler, request: True  # noqa: ARG005 (a free download slot)
     active = engine.downloader.active
-    urls = _urls(n)
-    started = time.process_time()
-    for i in range(0, n, PER_PAGE):
-        for url in urls[i : i + PER_PAGE]:
-            s.enqueue_request(Request(url))
-        while (request := s.next_request()) is not None:
-            active.add(request)
-        send(s)  # the round: seal, Redis stores all, settle
-        active.clear()  # downloaded and parsed: finished
-        s.inflight.collect_finished()
-        s.outbox.acks.clear()
-    return (time.process_time() - started) / n
+
+    def run(n: int) -> None:
+        urls = _urls(n)
+        for i in range(0, n, PER_PAGE):
+            for url in urls[i : i + PER_PAGE]:
+                s.enqueue_request(Request(url))
+            while (request := s.next_request()) is not None:
+                active.add(request)
+            send(s)  # the round: seal, Redis stores all, settle
+            active.clear()  # downloaded and parsed: finished
+            s.inflight.collect_finished()
+            s.outbox.acks.clear()
+
+    return run
 
 
-def scrapy_cost(n: int) -> float:
-    """CPU seconds per request of Scrapy's scheduler (memory queues): enqueue, next."""
+def scrapy_run() -> Callable[[int], None]:
+    """Scrapy's scheduler (memory queues), built: a function that puts *n* requests through
+    it (enqueue, next)."""
     crawler = get_crawler(Spider)
     crawler._apply_settings()
     crawler.engine = FakeEngine()  # type: ignore[assignment]
     crawler.stats.open_spider()
     scheduler = ScrapyScheduler.from_crawler(crawler)
     scheduler.open(Spider("bench"))
-    urls = _urls(n)
+
+    def run(n: int) -> None:
+        urls = _urls(n)
+        for i in range(0, n, PER_PAGE):
+            for url in urls[i : i + PER_PAGE]:
+                scheduler.enqueue_request(Request(url))
+            while scheduler.next_request() is not None:
+                pass
+
+    return run
+
+
+#: The parts ``--instructions`` and the timed run measure, by name.
+PARTS: dict[str, Callable[[], Callable[[int], None]]] = {"shell": shell_run, "scrapy": scrapy_run}
+
+
+def cpu_cost(part: str, n: int) -> float:
+    """CPU seconds per request of *part*, built and warmed up first (not timed)."""
+    run = PARTS[part]()
+    run(WARM_UP)
     started = time.process_time()
-    for i in range(0, n, PER_PAGE):
-        for url in urls[i : i + PER_PAGE]:
-            scheduler.enqueue_request(Request(url))
-        while scheduler.next_request() is not None:
-            pass
+    run(n)
     return (time.process_time() - started) / n
+
+
+def instructions(part: str, n: int) -> float:
+    """Instructions per request of *part* under valgrind's callgrind: only while the
+    requests go through it (``sys.call_tracing`` marks that span for ``--toggle-collect``),
+    built and warmed up before. Repeatable to a fraction of a percent, whatever else the
+    machine runs."""
+    command = ["valgrind", "--tool=callgrind", "--collect-atstart=no"]
+    command += ["--toggle-collect=_PyEval_CallTracing", "--callgrind-out-file=/dev/null"]
+    command += [sys.executable, __file__, "--count", part, "--requests", str(n)]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    collected = re.search(r"Collected : (\d+)", done.stderr)
+    if collected is None:
+        raise RuntimeError(f"no instruction count from callgrind:\n{done.stderr[-2000:]}")
+    return int(collected.group(1)) / n
+
+
+def _count(part: str, n: int) -> None:
+    """Run inside callgrind: build, warm up, then *n* requests inside ``sys.call_tracing``."""
+    run = PARTS[part]()
+    run(WARM_UP)
+    sys.call_tracing(run, (n,))
 
 
 async def round_cost(port: int, size: int, rounds: int) -> float:
@@ -118,6 +173,15 @@ def _line(points: list[tuple[int, float]]) -> tuple[float, float]:
     return intercept, slope
 
 
+def _instructions_result(counts: dict[str, float]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        f"{part}_instructions_per_request": round(n) for part, n in counts.items()
+    }
+    if "shell" in counts and "scrapy" in counts:
+        result["ratio"] = round(counts["shell"] / counts["scrapy"], 3)
+    return result
+
+
 def _parser() -> str:
     from redis.utils import HIREDIS_AVAILABLE
 
@@ -129,9 +193,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20_000, help="per shell run")
     parser.add_argument("--rounds", type=int, default=1_000, help="per round size")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count the shell's and Scrapy's instructions per request under callgrind "
+        "(valgrind) instead of timing them; no round",
+    )
+    parser.add_argument(
+        "--parts", default="shell,scrapy", help="with --instructions: which to count"
+    )
+    parser.add_argument("--count", choices=sorted(PARTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    ours = statistics.median(shell_cost(args.requests) for _ in range(args.repeats))
-    theirs = statistics.median(scrapy_cost(args.requests) for _ in range(args.repeats))
+    if args.count:
+        _count(args.count, args.requests)
+        return 0
+    if args.instructions:
+        counts = {part: instructions(part, args.requests) for part in args.parts.split(",")}
+        print(json.dumps(_instructions_result(counts), indent=1))
+        return 0
+    ours = statistics.median(cpu_cost("shell", args.requests) for _ in range(args.repeats))
+    theirs = statistics.median(cpu_cost("scrapy", args.requests) for _ in range(args.repeats))
     proc, port = harness.start_redis(Path(tempfile.mkdtemp()) / "redis")
     try:
         points = [
