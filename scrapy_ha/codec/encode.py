@@ -64,6 +64,24 @@ _CONTAINERS: frozenset[type] = frozenset((list, dict, tuple, set, frozenset))
 _DROPPED_WARNED: set[tuple[str, str, str]] = set()
 
 
+def _compact_json() -> Callable[[Any], str]:
+    """The stored JSON's form, built once: ``json.dumps(doc, separators=(",", ":"),
+    ensure_ascii=False)`` builds its encoder again for every request. No check for
+    reference cycles: a document is built afresh by :func:`tag`, which fails on a cycle
+    first (a RecursionError)."""
+    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: the pure-Python encoder, as json.dumps would use
+        return encoder.encode
+    basestring = json.encoder.encode_basestring
+    one_shot = make(None, encoder.default, basestring, None, ":", ",", False, False, True)
+    return lambda doc: "".join(one_shot(doc, 0))
+
+
+#: The stored JSON's form of a document (see _compact_json).
+_to_json = _compact_json()
+
+
 def encode_request(request: Request, spider: Spider | None, *, unstorable: str = "error") -> bytes:
     """Serialize *request*; raise :class:`CodecError` naming the URL, the field and the type.
 
@@ -71,7 +89,7 @@ def encode_request(request: Request, spider: Spider | None, *, unstorable: str =
     stored is left out instead (a WARNING once per key and type).
     """
     doc = {VERSION: FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
-    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+    text = _to_json(doc)
     try:
         payload = text.encode()
     except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot hold it, a JSON escape can
