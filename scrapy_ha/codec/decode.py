@@ -87,6 +87,12 @@ def decode_request(
 def refused_scheme(request: Request, schemes: Collection[str]) -> str | None:
     """Why *request* may not be fetched from Redis (None if its scheme is allowed): the
     scheme Scrapy's download handlers would pick, read from the URL as they read it."""
+    url = request.url
+    head = url[: max(0, url.find(":"))]
+    if head in schemes and head.isalnum() and head.islower() and head[0].isalpha():
+        # what urlsplit reads as the scheme of such a URL (an allowed scheme is the usual
+        # case): the URL is parsed by whoever needs its other parts
+        return None
     scheme = urlparse_cached(request).scheme
     if scheme in schemes:
         return None
