@@ -107,6 +107,8 @@ class Verdict(Mapping[str, Any]):
         verdict (the request is acked), a class of the user's own is kept as its name, a
         missing reason is empty and a missing delay is none."""
         value = meta.get(metakeys.OUTCOME)
+        if value is None:  # most requests: no verdict
+            return None
         if isinstance(value, cls):
             return value
         if not isinstance(value, Mapping) or value.get("op") not in (RETRY, DEAD):

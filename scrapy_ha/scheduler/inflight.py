@@ -37,11 +37,12 @@ logger = logging.getLogger(__name__)
 def fence_of(request: Request) -> tuple[str, str] | None:
     """The lease that fences *request*: its page's (a child), or its original's (a
     redirect, which carries the original's lease and is no retry); None for a root."""
-    parent = request.meta.get(metakeys.PARENT)
+    meta = request.meta
+    parent = meta.get(metakeys.PARENT)
     if parent is None:
-        verdict = Verdict.from_meta(request.meta)
+        verdict = Verdict.from_meta(meta) if metakeys.OUTCOME in meta else None
         if verdict is None or not verdict.is_retry:
-            parent = request.meta.get(metakeys.LEASE)
+            parent = meta.get(metakeys.LEASE)
     return (str(parent[0]), str(parent[1])) if parent else None
 
 
@@ -57,6 +58,12 @@ class Kin:
     fence: Pair | None = None
     #: it names, by copied meta, a page this worker already finished: queued as a root
     late: bool = False
+
+
+#: What a request that names no lease is to what is in flight: a root.
+_ROOT = Kin()
+#: The retry copy of a request in flight.
+_RETRY = Kin(retry=True)
 
 
 class InFlight:
@@ -203,10 +210,13 @@ class InFlight:
         unfinished request (recorded: the original's lease moves to the delayed set when it
         finishes, with the copy's priority, RETRY_PRIORITY_ADJUST applied), or the page
         that yielded it and the lease that fences it."""
+        meta = request.meta
+        if metakeys.PARENT not in meta and metakeys.LEASE not in meta:
+            return _ROOT  # most requests of a crawl without the add-on: nothing to look up
         if self._is_retry_of_one(request):
             if self.on_retry is not None:
                 self.on_retry(request)
-            return Kin(retry=True)
+            return _RETRY
         fence = fence_of(request)
         late = fence is not None and fence[0] not in self._held
         return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
