@@ -169,11 +169,16 @@ class Fresh:
     kept: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass
 class NewEntry:
     """A request to enqueue: fingerprint (``b""`` for never filtered), priority, payload,
     the lease ``(entry id, token)`` of the page that yielded it (None for a root), and, for
-    a request of this worker's own, its :class:`Fresh` state."""
+    a request of this worker's own, its :class:`Fresh` state.
+
+    Never changed once made (a changed copy is made with ``dataclasses.replace``), but not
+    frozen: one is made for every request a spider yields, and a frozen dataclass's
+    ``__init__`` costs four times a plain one's (11,700 instructions against 2,600 under
+    callgrind: 3% of the shell's cost per request)."""
 
     fingerprint: bytes
     priority: int
