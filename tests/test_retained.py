@@ -69,7 +69,7 @@ def test_a_crawled_and_ended_child_is_kept_without_its_request_object(monkeypatc
         ],
     )
     retained.prune(lambda: [PAGE, ("r1", "tr"), ("c1", "tc")])
-    assert [e.taken for _, e, _ in retained.entries] == [("r1", "tr"), ("c1", "tc")]
+    assert [e.taken for e in retained.children()] == [("r1", "tr"), ("c1", "tc")]
     retained.prune(lambda: [PAGE])  # both crawled, their acks confirmed
     del root, child
     gc.collect()
@@ -79,6 +79,23 @@ def test_a_crawled_and_ended_child_is_kept_without_its_request_object(monkeypatc
     assert numbers == [1, 2] and [c.taken for c in children] == [None, None]
 
 
+def test_kept_children_without_their_request_objects_are_not_tracked_by_the_collector(
+    monkeypatch,
+):
+    # Thousands of children are kept at a time (roots for ROOT_RETENTION): as objects, each
+    # pass of the garbage collector walked them again; as plain tuples of plain values the
+    # collector stops tracking them at its first pass.
+    monkeypatch.setattr(_outbox, "PRUNE_INTERVAL", 0.0)
+    handed = Fresh(scrapy.Request("http://x/h"), lease=("h1", "th"), sealed=True)
+    retained = Retained()
+    retained.keep(1, [_entry(1), _entry(2, parent=None, fresh=handed)])
+    retained.prune(lambda: [PAGE])  # 2 was crawled and ended
+    gc.collect()  # untracks the inner tuples (a child's fields)
+    gc.collect()  # then the outer ones (number, child, time): in a crawl, by the next pass
+    assert [gc.is_tracked(kept) for kept in retained.entries] == [False, False]
+    assert [c.fingerprint for c in retained.children()] == [b"fp1", b"fp2"]
+
+
 def test_what_is_stored_again_keeps_its_number_and_a_finished_one_goes_pending():
     handed = Fresh(scrapy.Request("http://x/h"), lease=("h1", "th"), sealed=True)
     done = Fresh(scrapy.Request("http://x/d"), lease=("d1", "td"), sealed=True)
@@ -86,7 +103,7 @@ def test_what_is_stored_again_keeps_its_number_and_a_finished_one_goes_pending()
     retained = Retained()
     retained.keep(4, [_entry(4), _entry(5, fresh=handed), _entry(6, fresh=done)])
     retained.keep(7, [_entry(7, fresh=sent)])
-    assert retained.entries[-1][1].fresh is None  # kept without its request object
+    assert retained.children()[-1].fresh is None  # kept without its request object
     numbers, children = retained.lost(4, [PAGE, ("h1", "th")])
     assert numbers == [5, 6, 7]
     assert [c.taken for c in children] == [("h1", "th"), None, None]
