@@ -194,7 +194,9 @@ def test_sigkill_one_of_two_workers_loses_nothing(kill_after, redis_url, site_fa
     ],
     ids=["2000-items", "10000-items", "2000-items-early-downloads"],
 )
-def test_sigkill_then_resume_a_crawl(pages, kill_at, early, redis_url, site_factory, tmp_path):
+def test_sigkill_then_resume_a_crawl(
+    pages, kill_at, early, redis_url, site_factory, tmp_path, record_property
+):
     """The first worker, alone (a LIFO worker alone keeps its new requests in its buffer),
     never holds more leases than the bound, at any instant, with or without early
     downloads: the kill may come at the worst one. With HA_EARLY_DOWNLOAD it downloaded
@@ -211,6 +213,7 @@ def test_sigkill_then_resume_a_crawl(pages, kill_at, early, redis_url, site_fact
         wait_for_items(items, kill_at, first)
         first.send_signal(signal.SIGKILL)
         first.wait()
+    record_property("max_held_leases", held.most)  # in --junitxml: the figure per run
     assert held.most <= PER_KILL, f"the worker held {held.most} leases at once"
     second = worker(redis_url, site.url, items, tmp_path / "second.log", **extra)
     assert finish(second, items) == 0, (tmp_path / "second.log").read_text()[-3000:]
