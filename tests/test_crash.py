@@ -205,7 +205,7 @@ def test_sigkill_then_resume_a_crawl(
     times, since it downloads nothing early while it redoes a page the first left
     unfinished."""
     per_page = 20
-    extra = {"HA_EARLY_DOWNLOAD": "True"} if early else {}
+    extra = {"HA_EARLY_DOWNLOAD": str(early)}
     site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "10")
     items = tmp_path / "items.jl"
     with LeaseWatch(redis_url) as held:
