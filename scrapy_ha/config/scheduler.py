@@ -76,10 +76,8 @@ DEFAULT_TICK = 0.25
 #: scrapy_ha.scheduler.session.heap):
 #: often enough that a second's cancelled download timeouts are all it ever holds.
 DEFAULT_TIMER_SWEEP = 1.0
-#: A fresh GET downloads while the round that stores it is on its way: the round trip
-#: overlaps the download instead of preceding it, and a killed worker holds no more leases
-#: than without (tests/test_crash.py: 64 at most in 20 runs, the bound); the guard
-#: (scheduler/gate.py) keeps every download waiting where Redis refuses new requests.
+#: A fresh GET downloads while the round that stores it is on its way (the round trip overlaps
+#: it): a killed worker holds no more leases than without (tests/test_crash.py, 40 runs).
 DEFAULT_EARLY_DOWNLOAD = True
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
