@@ -7,9 +7,23 @@ spider named ``books`` the keys are:
 =========================  ===========  ==================================================
 key                        type         content
 =========================  ===========  ==================================================
-``ha:{books}:pending``     sorted set   ``"<entry id> <serialized request>"`` -> score (priority
-                                        first, 2^40 per step, then the sequence: ``seq``
-                                        for FIFO, ``2^40 - seq`` for LIFO)
+``ha:{books}:q:<qid>``      list         a back queue: the pending requests of one host at one
+                                        priority in their order, qid ``<priority>:<host>``
+                                        (``<priority>s:<host>``: start requests in their own
+                                        queue), each ``"<entry id> <serialized request>"``
+                                        or, if it came back, ``"<id>@<place> <request>"``.
+                                        Scripts name them from the key ``ha:{books}:q:``
+                                        they are given: the crawl's hash tag comes first,
+                                        and Redis Cluster hashes the first ``{...}`` only
+``ha:{books}:ready``       sorted set   qid -> score of its head (priority first, 2^40 per
+                                        step, then the place: ``seq`` for FIFO, ``2^40 - seq``
+                                        for LIFO): the back queues that may be leased now
+``ha:{books}:waiting``     sorted set   qid -> time (ms) the back queue is looked at again: its
+                                        host behind a closed gate, or at its crawl-wide limits
+``ha:{books}:queued``      string       the number of requests in the back queues
+``ha:{books}:pending``     sorted set   (before the back queues) ``"<entry id> <serialized
+                                        request>"`` -> score: a crawl stored by an older
+                                        version; a worker converts it at start
 ``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
                                         leased, delayed or dead entry
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
@@ -23,10 +37,10 @@ key                        type         content
                                         the request once handed to an engine (toward
                                         poison), and all of them
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
-``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
+``ha:{books}:delayed_sc``  hash         entry id -> ``"<pending score> <host>"`` to restore on
+                                        promotion (its back queue, its place)
 ``ha:{books}:held``        hash         delayed entry id -> why it waits without an attempt:
-                                        ``gate <domain>`` (its domain's gate was closed),
-                                        ``limit <domain>`` (its domain's limits) or
+                                        ``gate <domain>`` (its domain's gate was closed) or
                                         ``revisit <domain>`` (its next visit); until due;
                                         ``#<why> <domain>`` -> how many have that mark
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
@@ -84,8 +98,9 @@ key                        type         content
                                         written by each worker at start
 ``ha:{books}:polite``      hash         the limits' state: ``n:<domain>`` -> leases holding a
                                         concurrency slot, ``t:<domain>`` -> time (ms) its
-                                        next request may start, ``p:<domain>`` -> time its
-                                        next held-back request comes back, ``<entry id>``
+                                        next request may start, ``w:<domain>`` -> the qids
+                                        of back queues waiting for one of its slots (woken
+                                        when a lease of the domain ends), ``<entry id>``
                                         -> domain of a lease holding a slot
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
@@ -167,11 +182,11 @@ __all__ = ["DEFAULT_PREFIX", "Keys", "shard_of", "task_shard"]
 DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
-    "pending payload leased leases expiries delayed delayed_score held dead dead_info "
-    "dead_archived dlq_alert dupefilter bloom aged forget revisits revisit_urls stop seq run "
-    "lease_seq sent senders workers worker_stats seen paused pressure reclaim_guard "
-    "feed_guard gates domain_limits polite proxy_cooldowns cookies retried stats "
-    "stats_minutes stats_domains items"
+    "ready waiting queued legacy_pending payload leased leases expiries delayed delayed_score "
+    "held dead dead_info dead_archived dlq_alert dupefilter bloom aged forget revisits "
+    "revisit_urls stop seq run lease_seq sent senders workers worker_stats seen paused "
+    "pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns cookies "
+    "retried stats stats_minutes stats_domains items"
 ).split()
 
 
@@ -266,14 +281,21 @@ class Keys:
             return self._key(f"{name}:{task}")
         return f"{self.prefix}:{{{self.spider}:{task_shard(task, self.shards)}}}:{name}:{task}"
 
-    pending = _Key("pending")
+    #: The back queues that may be leased now, scored by their head.
+    ready = _Key("ready")
+    #: The back queues that wait (a closed gate, a domain at its limits).
+    waiting = _Key("waiting")
+    #: The number of requests in the back queues.
+    queued = _Key("queued")
+    #: The pending sorted set of a crawl stored before the back queues (converted).
+    legacy_pending = _Key("pending")
     payload = _Key("payload")
     leased = _Key("leased")
     leases = _Key("leases")
     expiries = _Key("expiries")
     delayed = _Key("delayed")
     delayed_score = _Key("delayed_sc")
-    #: Delayed entries waiting without an attempt: entry id -> ``gate|limit <domain>``.
+    #: Delayed entries waiting without an attempt: entry id -> ``gate <domain>``.
     held = _Key("held")
     dead = _Key("dead")
     dead_info = _Key("dead_info")
@@ -308,6 +330,16 @@ class Keys:
     #: Workers seen lately: worker id -> last heartbeat (ms), kept a week.
     seen = _Key("seen")
 
+    @property
+    def queues(self) -> str:
+        """The prefix of the back queues' names (a key the scripts are given: it carries
+        the crawl's hash tag, so every back queue named from it is in the crawl's slot)."""
+        return self._key("q:")
+
+    def queue(self, qid: str) -> str:
+        """The back queue *qid* (``<priority>[s]:<host>``)."""
+        return self.queues + qid
+
     def renew_keys(self) -> list[str]:
         """The keys of renew.lua, in its KEYS order (the optional grant goes after)."""
         return [self.leased, self.leases, self.workers, self.worker_stats, self.seen]
@@ -336,13 +368,13 @@ class Keys:
     #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
     items = _Key("items")
 
-    def bloom_part(self, layer: int, part: int) -> str:
-        """One bitmap of the Bloom filter: part *part* of layer *layer*."""
-        return self._key(f"bloom:{layer}:{part}")
-
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
         return [self.stats, self.stats_minutes, self.stats_domains]
+
+    def bloom_part(self, layer: int, part: int) -> str:
+        """One bitmap of the Bloom filter: part *part* of layer *layer*."""
+        return self._key(f"bloom:{layer}:{part}")
 
     def checkpoint(self, task: str) -> str:
         """A task's checkpoint: in its task's shard when the crawl is sharded."""
@@ -365,7 +397,9 @@ class Keys:
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
         zsets = (
-            self.pending,
+            self.ready,
+            self.waiting,
+            self.legacy_pending,
             self.leased,
             self.delayed,
             self.dead,
@@ -381,6 +415,7 @@ class Keys:
             self.pressure,
             self.dlq_alert,
             self.stop,
+            self.queued,
         )
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
@@ -391,5 +426,6 @@ class Keys:
         return types
 
     def all(self) -> list[str]:
-        """Every key of the crawl but its checkpoints, for ``flush``."""
+        """Every key of the crawl but its checkpoints and its back queues (named by the
+        members of ready and waiting), for ``flush``."""
         return [*(getattr(self, name) for name in SHARD_KEYS), *self.aged_slices()]

@@ -29,7 +29,7 @@ from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.forget import ForgetRules
 from scrapy_ha.store.scripts import MAX_PRIORITY
-from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
+from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority, url_host
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -146,7 +146,8 @@ class Admission:
         start = self.start_queue and bool(request.meta.get("is_start_request"))
         task = request.meta.get(metakeys.TASK)
         task = task if isinstance(task, str) else ""
-        return NewEntry(fingerprint, request.priority, payload, parent, fresh, start, task)
+        host = url_host(request.url)
+        return NewEntry(fingerprint, request.priority, payload, parent, fresh, start, task, host)
 
     def _log_late(self, request: Request) -> None:
         """A request that names a page this worker finished was scheduled later with that

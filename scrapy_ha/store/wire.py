@@ -93,12 +93,6 @@ class Reclaimed(NamedTuple):
     now_ms: int | None = None
 
 
-def counts_keys(keys: Keys) -> list[str]:
-    """counts.lua's KEYS: the states, both dupefilters (a crawl has one), the set's slices."""
-    states = [keys.pending, keys.leased, keys.delayed, keys.dead, keys.workers]
-    return [*states, keys.dupefilter, keys.bloom, *keys.aged_slices()]
-
-
 @dataclass(frozen=True)
 class Counts:
     """Size of each state of the crawl at one instant."""
@@ -186,6 +180,9 @@ class NewEntry:
     task: str = ""
     #: ``ha_recrawl_after`` in ms (0: the crawl's ``HA_DUPEFILTER_TTL``; lua/lib/aged.lua)
     age_ms: int = 0
+    #: the host of its URL (:func:`url_host`): its back queue's, and its domain's for the
+    #: limits and the counters ("": read from the payload when it is packed)
+    host: str = ""
 
     @property
     def taken(self) -> tuple[str, str] | None:
@@ -297,17 +294,54 @@ def children_lost(exc: Exception) -> ChildrenLost | None:
 def _packed(e: NewEntry, sent: bytes) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    return b"%d%s%s %s %s %s %02d%s%s" % (
+    return b"%d%s%s %s %s %s %s %02d%s%s" % (
         clamp_priority(e.priority),
         b"s" if e.start else b"",
         b"@%d" % e.age_ms if e.age_ms else b"",
         _pair(e.parent),
         b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
         sent,
+        entry_host(e).encode(),
         len(e.fingerprint),
         e.fingerprint,
         e.payload,
     )
+
+
+#: A URL's scheme and authority, as the scripts read them from a payload (lua/lib/stats.lua
+#: domain_of): the authority ends at a path, a query, a fragment, or a JSON quote or escape.
+_AUTHORITY = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#\"\\]*)")
+#: The start of a stored request (the codec's document): its URL comes first.
+_PAYLOAD_URL = re.compile(rb'^\{"v":[0-9]+,"u":"([^"]*)')
+#: Lower case for ASCII letters only (as Lua's string.lower): a host's other characters
+#: stay as they are.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+#: Characters a host never holds; a URL whose authority has one has the host "-".
+_NOT_IN_HOST = re.compile(r"[\s{}]")
+
+
+def url_host(url: str) -> str:
+    """The host of *url*: its back queue's and its domain's (lower case, without user
+    info or port; an IPv6 literal keeps its brackets), or ``"-"`` when it has none."""
+    found = _AUTHORITY.match(url)
+    if not found or _NOT_IN_HOST.search(found[1]):
+        return "-"
+    host = found[1].rpartition("@")[2]
+    end = host.find("]") if host.startswith("[") else -1
+    host = host[: end + 1] if end >= 0 else host.partition(":")[0]
+    return host.translate(_ASCII_LOWER) if host else "-"
+
+
+def payload_host(payload: bytes) -> str:
+    """The host of a stored request's URL (:func:`url_host`), ``"-"`` for a payload that is
+    not the codec's document."""
+    found = _PAYLOAD_URL.match(payload)
+    return url_host(found[1].decode("utf-8", "replace")) if found else "-"
+
+
+def entry_host(entry: NewEntry) -> str:
+    """The host of a new entry: the one it carries, or its payload's."""
+    return entry.host or payload_host(entry.payload)
 
 
 def _pair(pair: tuple[str, str] | None) -> bytes:
