@@ -7,29 +7,25 @@ spider named ``books`` the keys are:
 =========================  ===========  ==================================================
 key                        type         content
 =========================  ===========  ==================================================
-``ha:{books}:q:<qid>``      list         a back queue: the pending requests of one host at one
-                                        priority in their order, qid ``<priority>:<host>``
-                                        (``<priority>s:<host>``: start requests in their own
-                                        queue), each ``"<entry id> <serialized request>"``
-                                        or, if it came back, ``"<id>@<place> <request>"``.
-                                        Scripts name them from the key ``ha:{books}:q:``
-                                        they are given: the crawl's hash tag comes first,
-                                        and Redis Cluster hashes the first ``{...}`` only
+``ha:{books}:q:<qid>``      list         a back queue: one host's pending requests at one
+                                        priority in order, qid ``<priority>[s]:<host>`` (s:
+                                        start requests), each ``"<id> <request>"`` or, come
+                                        back, ``"<id>@<place> <request>"``; scripts name it
+                                        from ``ha:{books}:q:`` (the tag first: one slot)
 ``ha:{books}:ready``       sorted set   qid -> score of its head (priority first, 2^40 per
                                         step, then the place: ``seq`` for FIFO, ``2^40 - seq``
                                         for LIFO): the back queues that may be leased now
 ``ha:{books}:waiting``     sorted set   qid -> time (ms) the back queue is looked at again: its
                                         host behind a closed gate, or at its crawl-wide limits
 ``ha:{books}:queued``      string       the number of requests in the back queues
-``ha:{books}:pending``     sorted set   (before the back queues) ``"<entry id> <serialized
-                                        request>"`` -> score: a crawl stored by an older
-                                        version; a worker converts it at start
-``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
-                                        leased, delayed or dead entry
+``ha:{books}:pending``     sorted set   a crawl stored before the back queues: ``"<id>
+                                        <request>"`` -> score; converted by a worker at start
+``ha:{books}:payload``     hash         entry id -> serialized request (``codec``, compacted or
+                                        not) of a leased, delayed or dead entry
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
 ``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``, then
                                         `` h`` once handed to the worker's engine; a token
-                                        is ``<random nonce>-<lseq>``: never given twice,
+                                        is ``<random nonce>-<lseq>.<n>``: never given twice,
                                         even after a flush or a failover (a request the
                                         worker handed out before Redis had it: id
                                         ``<worker nonce>.<n>``, token ``<worker nonce>-<n>``)
@@ -155,18 +151,9 @@ checks the page's lease in the same call).
 The crawl as a whole, under its own tag (read before the layout is known; a worker joins
 through them, ``join.lua``):
 
-=========================  ===========  ==================================================
-``ha:{books}:shards``      string       the layout: ``"<count>"`` (``HA_SHARDS``, by the
-                                        first worker; absent for one shard), or ``"<count>
-                                        <span>"``: shards ``count`` .. ``span - 1`` keep what
-                                        an earlier finished run kept there (read, never
-                                        placed in). Another count is refused unless the
-                                        crawl finished
-``ha:{books}:finish``      string       ``"prepare|commit <token> <deadline>"`` while a
-                                        sharded finish checks, then clears, the shards
-                                        (joins wait); ``"done"`` once a finish cleared the
-                                        crawl; deleted when a worker joins
-``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
+=========================  ===========  ===========================================``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary the crawl's
+                                        requests are compacted with (``codec.compact``),
+                                        written once by the first worker that trained it
 =========================  ===========  ==================================================
 """
 
@@ -274,7 +261,12 @@ class Keys:
 
     def crawl_keys(self) -> list[str]:
         """The keys of the crawl as a whole, for ``flush``."""
-        return [self.shard_count, self.finish_record, self.joins]
+        return [self.shard_count, self.finish_record, self.joins, self.dictionaries]
+
+    @property
+    def dictionaries(self) -> str:
+        """The crawl's compaction dictionaries (every shard's), under the unsharded tag."""
+        return f"{self.prefix}:{{{self.spider}}}:dict"
 
     def _task_key(self, name: str, task: str) -> str:
         if self.shard is None:

@@ -27,6 +27,7 @@ from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
+from scrapy_ha.store.dictionary import Compactor
 from scrapy_ha.store.forget import ForgetRules
 from scrapy_ha.store.scripts import MAX_PRIORITY
 from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority, url_host
@@ -84,10 +85,12 @@ class Admission:
         self._starts: dict[bytes, int] = {}
         self._dupes_logged = False
         self._clamp_warned = False
+        #: compacts new requests once the crawl has a dictionary (see :meth:`from_config`)
+        self.compactor = Compactor(enabled=False)
 
     @classmethod
     def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
-        return cls(
+        admission = cls(
             crawler,
             dedupe=config.dedupe,
             dedupe_start=config.dedupe_start_requests,
@@ -100,6 +103,8 @@ class Admission:
             else FINGERPRINT_BYTES,
             ttl=config.dupefilter_ttl,
         )
+        admission.compactor = Compactor(enabled=config.compact_payloads)
+        return admission
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
         """The entry to queue for *request*, or None if it is refused: a duplicate this
@@ -114,7 +119,7 @@ class Admission:
             self.log_duplicate(request)
             return None
         try:
-            payload = self.payload(request, spider)
+            payload = self.compactor.compact(self.payload(request, spider))
         except CodecError as exc:
             self.refuse_unstorable(request, exc, kin.parent, spider)
             return None

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.session.ends import Ends
     from scrapy_ha.scheduler.session.renewal import Renewals
     from scrapy_ha.scheduler.session.shell import Shell
+    from scrapy_ha.store.dictionary import Dictionaries
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.wire import Lease, NewEntry, SyncResult
 
@@ -63,6 +64,8 @@ class Syncer:
         self.starts = starts
         self._held_pairs = held_pairs
         self.redis_url = redis_url
+        #: the crawl's compaction dictionaries, once connected
+        self.dictionaries: Dictionaries | None = None
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -131,6 +134,8 @@ class Syncer:
             self._sent(result, enqueue)
             self._note_server(result)
             was_empty = not self.shell.buffered()
+            if self.dictionaries is not None:  # a compacted one's dictionary, read once
+                await self.dictionaries.ensure(lease_.payload for lease_ in result.leases)
             for lease_ in result.leases:
                 self._take(lease_)  # tracked (renewed, released) from here on
             if was_empty and result.leases:  # only new leases buffered: valid from the call
@@ -209,9 +214,10 @@ class Syncer:
         try:
             if not lease.payload:
                 raise CodecError("the payload is missing")
-            request = decode_request(
-                lease.payload, self.ends.spider, schemes=self.config.allowed_schemes
-            )
+            payload = lease.payload
+            if self.dictionaries is not None:
+                payload = self.dictionaries.expand(payload)
+            request = decode_request(payload, self.ends.spider, schemes=self.config.allowed_schemes)
         except Exception as exc:  # any failure to rebuild it is this entry's alone
             self.ends.unreadable(lease, exc)
             return
