@@ -173,3 +173,17 @@ async def test_a_back_queue_of_another_type_is_set_aside_and_the_lease_goes_on(r
     assert await q.client.zrange(KEYS.ready, 0, -1) == []
     assert (await q.counts()).pending == 0  # the count kept is corrected once nothing is left
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_one_call_over_thousands_of_hosts_and_leases_splits_its_commands(redis_url):
+    """Lua passes at most about 8,000 values to one command: a page whose 5,000 links each
+    open a host's queue, a lease of all of them and their acks are still one call each."""
+    q = open_queue(redis_url)
+    n = 5000
+    assert await q.enqueue([page(f"h{i}.test", i) for i in range(n)]) == n
+    leases = await q.lease(n, 60000)
+    assert len(leases) == n
+    assert await q.ack([(lease.id, lease.token) for lease in leases]) == (n, 0)
+    assert (await q.counts()).pending == 0
+    await q.client.aclose()

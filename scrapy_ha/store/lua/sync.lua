@@ -108,6 +108,7 @@
 --- @include "held"
 --- @include "commit"
 --- @include "seen"
+--- @include "batch"
 -- LOOK_FACTOR: back queues parked (or elements set aside) at most per lease wanted in one
 -- call: a crawl whose every host is at its limit costs a bounded call, the rest is looked
 -- at by the next one. Waiting queues woken per call are bounded the same way.
@@ -265,7 +266,7 @@ local acked, stale, committed, cps = 0, 0, 0, 0
 if n_ack > 0 then
   local ids, ended, once = {}, {}, {}
   for i = 1, n_ack do ids[i] = acks[i].id or '' end
-  local records = redis_call('HMGET', KEYS[6], unpack(ids))
+  local records = batched('HMGET', KEYS[6], ids, 1)
   for i = 1, n_ack do
     local v, id = records[i], ids[i]
     local token, domain = lease_parts(v)
@@ -282,12 +283,12 @@ if n_ack > 0 then
   end
   acked = #ended
   if acked > 0 then
-    redis_call('ZREM', KEYS[5], unpack(ended))
-    redis_call('HDEL', KEYS[6], unpack(ended))
-    redis_call('HDEL', KEYS[2], unpack(ended))
-    redis_call('HDEL', KEYS[7], unpack(ended))
+    batched('ZREM', KEYS[5], ended, 1)
+    batched('HDEL', KEYS[6], ended, 1)
+    batched('HDEL', KEYS[2], ended, 1)
+    batched('HDEL', KEYS[7], ended, 1)
     if redis_call('EXISTS', KEYS[17]) == 1 then
-      count('retry_ok', redis_call('HDEL', KEYS[17], unpack(ended)))
+      count('retry_ok', batched('HDEL', KEYS[17], ended, 1))
     end
     if redis_call('EXISTS', KEYS[21]) == 1 then
       polite_free(KEYS[21], ended)
@@ -342,17 +343,17 @@ end
 if n_lease > 0 then
   local due = redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5])
   if #due > 0 then
-    local restores = redis_call('HMGET', KEYS[9], unpack(due))
-    local payloads = redis_call('HMGET', KEYS[2], unpack(due))
+    local restores = batched('HMGET', KEYS[9], due, 1)
+    local payloads = batched('HMGET', KEYS[2], due, 1)
     for i, id in ipairs(due) do
       local score, host = restore_parts(restores[i])
       local qid, place = queue_of(score, host or domain_of(payloads[i]))
       frontier_return(qid, id, place, payloads[i] or '')
     end
-    redis_call('ZREM', KEYS[8], unpack(due))
+    batched('ZREM', KEYS[8], due, 1)
     for _, id in ipairs(due) do held_clear(KEYS[25], id) end
-    redis_call('HDEL', KEYS[9], unpack(due))
-    redis_call('HDEL', KEYS[2], unpack(due))
+    batched('HDEL', KEYS[9], due, 1)
+    batched('HDEL', KEYS[2], due, 1)
   end
   local most = n_lease * LOOK_FACTOR + 16
   frontier_due(now, most)
@@ -382,16 +383,16 @@ if n_lease > 0 then
   n_given = frontier_take(n_lease, admit, give, set_aside, most)
 end
 if #w_leased > 0 then
-  redis_call('ZADD', KEYS[5], unpack(w_leased))
-  redis_call('HSET', KEYS[6], unpack(w_records))
-  redis_call('HSET', KEYS[2], unpack(w_payloads))
+  batched('ZADD', KEYS[5], w_leased, 2)
+  batched('HSET', KEYS[6], w_records, 2)
+  batched('HSET', KEYS[2], w_payloads, 2)
 end
 -- The grant: the pairs this call leases (taken requests included), for the lease keeper.
 local grant = (n_lease > 0 or n_taken > 0) and GRANT or nil
 if grant then
   redis_call('DEL', grant)
   if #w_grant > 0 then
-    redis_call('HSET', grant, unpack(w_grant))
+    batched('HSET', grant, w_grant, 2)
     redis_call('PEXPIRE', grant, ARGV[4])
   end
 end

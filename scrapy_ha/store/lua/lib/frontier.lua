@@ -1,6 +1,7 @@
 --- @include "number"
 --- @include "priority"
 --- @include "heap"
+--- @include "batch"
 --- @include "types"
 -- lib/frontier: the pending requests, one back queue per host and priority (Mercator's
 -- back queues), a heap of the queues that may be leased now ordered by their head's place,
@@ -32,8 +33,6 @@ local RETURN_SCAN = 32
 -- the next (whose place is the queue's new score); later reads double, up to MOST_READ.
 local FIRST_READ = 2
 local MOST_READ = 64
--- MOST_ARGS: elements a single command carries (Lua's unpack takes at most about 8000).
-local MOST_ARGS = 4000
 
 -- The keys and the order of this call (frontier_open), and the requests it added to (+) or
 -- took from (-) the back queues, written once by frontier_close.
@@ -128,12 +127,7 @@ end
 --   Writes score, qid pairs to ready (opt: 'XX' 'LT' to only move queues there forward);
 --   a score is text (int_str: a Lua number passed to Redis keeps 14 digits only).
 local function ready_add(pairs, opt)
-  if #pairs == 0 then return end
-  if opt then
-    redis_call('ZADD', F.ready, 'XX', 'LT', unpack(pairs))
-  else
-    redis_call('ZADD', F.ready, unpack(pairs))
-  end
+  if #pairs > 0 then batched('ZADD', F.ready, pairs, 2, opt and {'XX', 'LT'}) end
 end
 
 -- pushes_of(qid, prio, start, lifo)
@@ -186,8 +180,8 @@ local function frontier_write()
     local t, key = PUSHES[qid], F.queues .. qid
     local n, lifo = t.n, t.lifo
     local len = 0
-    for i = 1, n, MOST_ARGS do
-      len = queue_call(lifo and 'LPUSH' or 'RPUSH', key, unpack(t, i, math_min(n, i + MOST_ARGS - 1)))
+    for i = 1, n, BATCH_ARGS do
+      len = queue_call(lifo and 'LPUSH' or 'RPUSH', key, unpack(t, i, math_min(n, i + BATCH_ARGS - 1)))
     end
     local into = (len == n and new) or (lifo and moved) or nil
     if into then -- the queue was empty, or has a new head
@@ -371,7 +365,7 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
     end
   end
   ready_add(back)
-  if #gone > 0 then redis_call('ZREM', F.ready, unpack(gone)) end
+  if #gone > 0 then batched('ZREM', F.ready, gone, 1) end
   return given
 end
 

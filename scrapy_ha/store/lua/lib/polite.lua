@@ -10,6 +10,7 @@
 --          '<entry id>' -> domain, for each lease holding a slot (freed when the lease ends,
 --          however it ends: ack, release, reclaim, retry, dead letter)
 --- @include "number"
+--- @include "batch"
 
 -- RATE_HORIZON_MS: a rate-limited request is leased at most this far ahead of its time
 -- (or one interval, if longer): a worker holds a second of a domain's requests, never a
@@ -145,7 +146,7 @@ end
 --   woken by the caller (polite_woken).
 local function polite_free(state, ids)
   if #ids == 0 then return end
-  local domains = redis_call('HMGET', state, unpack(ids))
+  local domains = batched('HMGET', state, ids, 1)
   local holders = {}
   for i, domain in ipairs(domains) do
     if domain then
@@ -155,7 +156,7 @@ local function polite_free(state, ids)
       FREED[domain] = true
     end
   end
-  if #holders > 0 then redis_call('HDEL', state, unpack(holders)) end
+  if #holders > 0 then batched('HDEL', state, holders, 1) end
 end
 
 -- polite_woken(state)
