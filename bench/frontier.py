@@ -18,9 +18,13 @@ enqueue, its lease and its ack); its inverse, the requests one Redis core carrie
 ``--trees A,B`` runs a mode once per tree and round, alternated (``PYTHONPATH=<tree>``), and
 prints each run and the medians: two versions compared under the same load.
 
-``hol``: see :mod:`frontier_hol` (the head-of-line crawls).
+Requests are stored as a worker of the tree measured stores them: compacted with a
+dictionary trained from the crawl's first requests when the tree compacts
+(``HA_COMPACT_PAYLOADS``), plain with ``--plain`` or in a tree before compaction. The
+head-of-line crawls are ``bench/frontier_hol.py``.
 
     python bench/frontier.py memory --pending 1000000,10000000
+    python bench/frontier.py memory --pending 1000000 --plain
     python bench/frontier.py cpu --batch 10 --trees /tmp/old,. --rounds 3
 """
 
@@ -94,22 +98,54 @@ class Encoder:
         return NewEntry(fingerprint, 0, payload, parent)
 
 
+try:  # the stored form of this tree: compacted with the crawl's dictionary, with its host
+    from scrapy_ha.codec.compact import Dictionary, train
+    from scrapy_ha.store.dictionary import SAMPLES
+except ImportError:  # a tree before the back queues and compaction: plain, no host
+    Dictionary = None  # type: ignore[assignment,misc]
+HOSTED = "host" in getattr(NewEntry, "__dataclass_fields__", {})
+
+
+def _document(u: str) -> bytes:
+    return b'{"v":1,"u":"%s","cb":"parse_item"}' % u.encode()
+
+
+class Stored:
+    """What a worker of the tree measured stores: the document, compacted with a dictionary
+    trained from the crawl's first requests when the tree compacts (and not ``--plain``)."""
+
+    def __init__(self, hosts: int, compact: bool = True) -> None:
+        self.hosts = hosts
+        self.dictionary = None
+        if compact and Dictionary is not None:
+            first = [_document(url(k % hosts, k)) for k in range(SAMPLES)]
+            self.dictionary = Dictionary(1, train(first))
+
+    def entries(self, start: int, n: int, parents: list[Any] | None = None) -> list[Any]:
+        """*n* entries as a worker makes them (its codec's payload, 12 bytes of a SHA-1 for
+        the fingerprint: Scrapy's is one too), from number *start* on."""
+        out = []
+        for i in range(n):
+            k = start + i
+            host = k % self.hosts
+            u = url(host, k)
+            payload = _document(u)
+            if self.dictionary is not None:
+                payload = self.dictionary.compact(payload)
+            fingerprint = hashlib.sha1(u.encode()).digest()[:12]  # noqa: S324
+            parent = parents[i] if parents else None
+            extra = {"host": f"www.example-shop-{host}.com"} if HOSTED else {}
+            out.append(NewEntry(fingerprint, 0, payload, parent, **extra))
+        return out
+
+
 def fast_entries(hosts: int, start: int, n: int, parents: list[Any] | None = None) -> list[Any]:
-    """*n* entries as :class:`Encoder` makes them, built faster (the payload's JSON written
-    directly, the fingerprint a SHA-1 of the URL): checked against the codec by
-    :func:`check_fast`."""
-    out = []
-    for i in range(n):
-        k = start + i
-        u = url(k % hosts, k)
-        payload = b'{"v":1,"u":"%s","cb":"parse_item"}' % u.encode()
-        fingerprint = hashlib.sha1(u.encode()).digest()[:12]  # noqa: S324
-        out.append(NewEntry(fingerprint, 0, payload, parents[i] if parents else None))
-    return out
+    """*n* plain entries (see :class:`Stored`)."""
+    return Stored(hosts, compact=False).entries(start, n, parents)
 
 
 def check_fast() -> None:
-    """The fast entries' payloads are the codec's, byte for byte."""
+    """The entries' documents are the codec's, byte for byte."""
     encoder = Encoder()
     for k in (0, 7, 123456):
         assert encoder.entry(k % 10, k).payload == fast_entries(10, k, 1)[0].payload
@@ -122,14 +158,15 @@ def start_redis(directory: Path) -> redis_servers.Server:
 # -- memory ------------------------------------------------------------------------------
 
 
-async def fill(port: int, n: int, hosts: int) -> dict[str, Any]:
+async def fill(port: int, n: int, hosts: int, compact: bool) -> dict[str, Any]:
     client = redis.asyncio.Redis(port=port)
     queue = RedisQueue(client, Keys("ha", SPIDER))
+    stored = Stored(hosts, compact)
     await client.flushall()
     before = (await client.info("memory"))["used_memory"]
     started = time.perf_counter()
     for start in range(0, n, FILL_BATCH):
-        result = await queue.sync(enqueue=fast_entries(hosts, start, min(FILL_BATCH, n - start)))
+        result = await queue.sync(enqueue=stored.entries(start, min(FILL_BATCH, n - start)))
         assert result.added == min(FILL_BATCH, n - start), result
     seconds = time.perf_counter() - started
     after = (await client.info("memory"))["used_memory"]
@@ -141,6 +178,7 @@ async def fill(port: int, n: int, hosts: int) -> dict[str, Any]:
     return {
         "pending": n,
         "hosts": hosts,
+        "compacted": stored.dictionary is not None,
         "bytes_per_pending_request": round(total / n, 1),
         "of_which_dupefilter_per_seen_url": round(dupefilter / n, 1),
         "bytes_per_pending_request_without_dupefilter": round((total - dupefilter) / n, 1),
@@ -156,7 +194,7 @@ def memory(args: argparse.Namespace) -> list[dict[str, Any]]:
         server = start_redis(Path(tmp))
         try:
             for n in (int(x) for x in args.pending.split(",")):
-                out.append(asyncio.run(fill(server.port, n, args.hosts)))
+                out.append(asyncio.run(fill(server.port, n, args.hosts, not args.plain)))
         finally:
             server.kill()
     return out
@@ -165,14 +203,15 @@ def memory(args: argparse.Namespace) -> list[dict[str, Any]]:
 # -- cpu ----------------------------------------------------------------------------------
 
 
-async def _work(port: int, me: int, hosts: int, batch: int, until: float) -> int:
+async def _work(port: int, me: int, hosts: int, batch: int, until: float, compact: bool) -> int:
     """Rounds until *until* (wall clock): each stores a child of every page it acks."""
+    stored = Stored(hosts, compact)
     client = redis.asyncio.Redis(port=port)
     queue = RedisQueue(client, Keys("ha", SPIDER))
     acks: list[tuple[str, str]] = []
     made, done = (me + 1) * 10**8, 0
     while time.time() < until:
-        children = fast_entries(hosts, made, len(acks), acks)
+        children = stored.entries(made, len(acks), acks)
         made += len(acks)
         result = await queue.sync(
             enqueue=children, ack=acks, lease=batch, lease_ms=60_000, worker=f"w{me}"
@@ -184,8 +223,10 @@ async def _work(port: int, me: int, hosts: int, batch: int, until: float) -> int
     return done
 
 
-def _worker(port: int, me: int, hosts: int, batch: int, until: float, out: Any) -> None:
-    out.put(asyncio.run(_work(port, me, hosts, batch, until)))
+def _worker(
+    port: int, me: int, hosts: int, batch: int, until: float, compact: bool, out: Any
+) -> None:
+    out.put(asyncio.run(_work(port, me, hosts, batch, until, compact)))
 
 
 def _redis_cpu(client: redis.Redis) -> float:
@@ -208,7 +249,7 @@ def cpu_once(args: argparse.Namespace) -> dict[str, Any]:
                 c = redis.asyncio.Redis(port=server.port)
                 q = RedisQueue(c, Keys("ha", SPIDER))
                 for start in range(0, args.frontier, 1000):
-                    await q.sync(enqueue=fast_entries(args.hosts, start, 1000))
+                    await q.sync(enqueue=Stored(args.hosts, not args.plain).entries(start, 1000))
                 await c.aclose()
 
             asyncio.run(prefill())
@@ -217,7 +258,8 @@ def cpu_once(args: argparse.Namespace) -> dict[str, Any]:
             until = start_at + args.seconds
             procs = [
                 multiprocessing.Process(
-                    target=_worker, args=(server.port, i, args.hosts, args.batch, until, results)
+                    target=_worker,
+                    args=(server.port, i, args.hosts, args.batch, until, not args.plain, results),
                 )
                 for i in range(args.workers)
             ]
@@ -295,6 +337,7 @@ def main() -> None:
     parser.add_argument("--frontier", type=int, default=20_000, help="cpu: requests queued")
     parser.add_argument("--trees", default="", help="compare these trees (comma-separated)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--plain", action="store_true", help="store plain documents")
     args = parser.parse_args()
     args.hosts = args.hosts or (10_000 if args.mode == "memory" else 50)
     if args.trees:
