@@ -135,8 +135,8 @@ Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
 Redis Cluster.
 
 Sharded crawls (``HA_SHARDS = N`` > 1, see docs/scaling.md): shard ``i`` has the whole
-key set above under the tag ``{<spider>:<i>}`` (``ha:{books:0}:pending`` ...
-``ha:{books:5}:pending``), so that the crawl spreads over N cluster slots while every
+key set above under the tag ``{<spider>:<i>}`` (``ha:{books:0}:ready`` ...
+``ha:{books:5}:ready``), so that the crawl spreads over N cluster slots while every
 script still touches one. A request lives in the shard of its fingerprint (each
 fingerprint is only ever checked in one dupefilter), a request of a checkpointed task in
 its task's shard, a request never filtered in the next shard in turn. What is crawl-wide
@@ -151,7 +151,19 @@ checks the page's lease in the same call).
 The crawl as a whole, under its own tag (read before the layout is known; a worker joins
 through them, ``join.lua``):
 
-=========================  ===========  ===========================================``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary the crawl's
+=========================  ===========  ==================================================
+``ha:{books}:shards``      string       the layout: ``"<count>"`` (``HA_SHARDS``, by the
+                                        first worker; absent for one shard), or ``"<count>
+                                        <span>"``: shards ``count`` .. ``span - 1`` keep what
+                                        an earlier finished run kept there (read, never
+                                        placed in). Another count is refused unless the
+                                        crawl finished
+``ha:{books}:finish``      string       ``"prepare|commit <token> <deadline>"`` while a
+                                        sharded finish checks, then clears, the shards
+                                        (joins wait); ``"done"`` once a finish cleared the
+                                        crawl; deleted when a worker joins
+``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
+``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary the crawl's
                                         requests are compacted with (``codec.compact``),
                                         written once by the first worker that trained it
 =========================  ===========  ==================================================

@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.dupefilter import dupefilter_settings
-
 from scrapy_ha.keys import Keys
 from tests import backqueues
+from tests.dupefilter import dupefilter_settings
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
 #: Short leases so that the surviving worker reclaims within seconds.

@@ -16,8 +16,10 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.keys import Keys
 from scrapy_ha.store import scripts
+from scrapy_ha.store.hosts import payload_host, url_host
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.wire import NewEntry, payload_host, url_host
+from scrapy_ha.store.state import set_domain_limits
+from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "fq")
 #: Seconds a poll of these tests waits before it fails (a shared, slow machine).
@@ -98,7 +100,7 @@ async def test_a_gated_host_waits_and_none_of_its_requests_is_read(redis_url):
 async def test_a_host_at_its_concurrency_limit_waits_until_one_of_its_leases_ends(redis_url):
     q = open_queue(redis_url)
     limits = Politeness(DomainLimit(), {"a.test": DomainLimit(concurrency=1)})
-    await q.set_domain_limits(limits.as_hash())
+    await set_domain_limits(q.client, KEYS, limits.as_hash())
     await q.enqueue([page("a.test", n) for n in range(3)] + [page("b.test", n) for n in range(3)])
     leases = await q.lease(10, 30000)
     assert sorted(name(lease.payload) for lease in leases) == [

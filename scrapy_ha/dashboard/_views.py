@@ -19,8 +19,8 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
-from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.dictionary import read_payloads
+from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import layout_keys
 

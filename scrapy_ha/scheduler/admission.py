@@ -29,8 +29,9 @@ from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.dictionary import Compactor
 from scrapy_ha.store.forget import ForgetRules
+from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.scripts import MAX_PRIORITY
-from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority, url_host
+from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:

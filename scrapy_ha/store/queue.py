@@ -18,6 +18,7 @@ from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.frontier import convert_old_form, flush_crawl
+from scrapy_ha.store.hosts import payload_host
 from scrapy_ha.store.script_keys import (
     counts_keys,
     dead_keys,
@@ -44,7 +45,6 @@ from scrapy_ha.store.wire import (
     new_nonce,
     packed_acks,
     packed_children,
-    payload_host,
     renew_args,
     sync_result,
     worker_stats,

@@ -134,10 +134,7 @@ class Syncer:
             self._sent(result, enqueue)
             self._note_server(result)
             was_empty = not self.shell.buffered()
-            if self.dictionaries is not None:  # a compacted one's dictionary, read once
-                await self.dictionaries.ensure(lease_.payload for lease_ in result.leases)
-            for lease_ in result.leases:
-                self._take(lease_)  # tracked (renewed, released) from here on
+            await self._take_all(result.leases)
             if was_empty and result.leases:  # only new leases buffered: valid from the call
                 renewals = self.renewals
                 renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
@@ -152,6 +149,14 @@ class Syncer:
         await self.ends.end_ops(box.ends, n_ends)
         self.remote.synced(result, asked=bool(lease))
         return was_empty and bool(self.shell.buffered())
+
+    async def _take_all(self, leases: list[Lease]) -> None:
+        """Track the leases of a reply (renewed, released from here on), the dictionary of a
+        compacted one read first (once per dictionary)."""
+        if self.dictionaries is not None:
+            await self.dictionaries.ensure(lease.payload for lease in leases)
+        for lease in leases:
+            self._take(lease)
 
     async def _call_sync(self, **call: Any) -> SyncResult:
         """The sync script, fenced against a Redis that lost children (see :mod:`.lost`)."""

@@ -120,7 +120,6 @@ local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
 local lifo, start_lifo, start_kept = order_flags(ARGV[7])
 local nonce = ARGV[6]
 local expect_id, expect_n = str_match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
-local seen_spec = ARGV[#ARGV]
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
     or #ARGV ~= 10 + n_enq + n_ack + n_back
     or not str_match(nonce or '', '^[%w]+$') or lifo == nil
@@ -132,8 +131,9 @@ if paused == 1 then n_lease = 0 end
 
 -- 1. read and check every request before any write: its fields by index (R_*), in a
 -- positional table
-local R_PRIO, R_PRIO_S, R_START, R_PID, R_PTOK, R_TID, R_TTOK, R_KEPT = 1, 2, 3, 4, 5, 6, 7, 8
-local R_SID, R_SN, R_HOST, R_FP, R_PAYLOAD, R_AGE = 9, 10, 11, 12, 13, 14
+-- (one table of the field indexes: a script's main function holds at most 200 locals)
+local R = {PRIO = 1, PRIO_S = 2, START = 3, PID = 4, PTOK = 5, TID = 6, TTOK = 7, KEPT = 8,
+  SID = 9, SN = 10, HOST = 11, FP = 12, PAYLOAD = 13, AGE = 14}
 local reqs = {}
 for i = 1, n_enq do
   local e = ARGV[9 + i]
@@ -168,14 +168,17 @@ local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
 if bad then return bad end
 local seen
 if n_enq > 0 then
-  seen, err = seen_open('sync', KEYS[3], seen_spec, KEYS, now)
+  seen, err = seen_open('sync', KEYS[3], ARGV[#ARGV], KEYS, now)
   if err then return err end
 end
 -- The grant, KEYS[27], is there when the caller names a worker: told apart by its name
 -- (<crawl>:grant:<worker>) from the checkpoint keys an ack may add after the fixed keys.
-local crawl_base = str_sub(KEYS[1], 1, #KEYS[1] - #'q:')
-local GRANT = KEYS[27] and str_sub(KEYS[27], 1, #crawl_base + 6) == crawl_base .. 'grant:'
-  and KEYS[27] or nil
+local GRANT
+do
+  local crawl_base = str_sub(KEYS[1], 1, #KEYS[1] - #'q:')
+  GRANT = KEYS[27] and str_sub(KEYS[27], 1, #crawl_base + 6) == crawl_base .. 'grant:'
+    and KEYS[27] or nil
+end
 if expect_id then
   local have = tonumber(redis_call('HGET', KEYS[19], expect_id)) or 0
   if have < tonumber(expect_n) then
@@ -203,40 +206,40 @@ end
 -- (reported added; a taken one whose lease is gone, dropped).
 local added, refused, roots_seen = 0, 0, 0
 local dropped, n_taken = {}, 0
-local sent = {} -- worker nonce -> its number in KEYS[19] before this call
-local parents = {} -- entry id of a parent -> the token of its current lease (false: none)
-if n_enq > 0 then
+local function enqueue_all()
+  local sent = {} -- worker nonce -> its number in KEYS[19] before this call
+  local parents = {} -- entry id of a parent -> the token of its current lease (false: none)
   local base = take_ids(KEYS[4], n_enq)
   for i = 1, n_enq do
     local r = reqs[i]
-    local sid, pid, tid = r[R_SID], r[R_PID], r[R_TID]
+    local sid, pid, tid = r[R.SID], r[R.PID], r[R.TID]
     if sid and not sent[sid] then sent[sid] = tonumber(redis_call('HGET', KEYS[19], sid)) or 0 end
     if pid and parents[pid] == nil then
       parents[pid] = lease_token(redis_call('HGET', KEYS[6], pid)) or false
     end
-    if tid and lease_current(KEYS[6], tid, r[R_TTOK]) then
+    if tid and lease_current(KEYS[6], tid, r[R.TTOK]) then
       added = added + 1 -- stored by an earlier call whose reply was lost: keep it granted
       n_taken = n_taken + 1
       local g = #w_grant
-      w_grant[g + 1], w_grant[g + 2] = tid, r[R_TTOK]
-    elseif sid and r[R_SN] <= sent[sid] then
+      w_grant[g + 1], w_grant[g + 2] = tid, r[R.TTOK]
+    elseif sid and r[R.SN] <= sent[sid] then
       if tid then dropped[#dropped + 1] = tid else added = added + 1 end
-    elseif pid and parents[pid] ~= r[R_PTOK] then
+    elseif pid and parents[pid] ~= r[R.PTOK] then
       refused = refused + 1
       if tid then dropped[#dropped + 1] = tid end
-    elseif r[R_FP] == '' or seen_add(seen, r[R_FP], r[R_AGE]) then
-      local host, start = r[R_HOST], r[R_START]
+    elseif r[R.FP] == '' or seen_add(seen, r[R.FP], r[R.AGE]) then
+      local host, start = r[R.HOST], r[R.START]
       if tid then
         -- marked handed: it is in the worker's engine already (its expiry counts to poison);
         -- a kept one is marked when the worker hands it out (renew.lua)
-        local score = pending_score(r[R_PRIO], base + i, start and start_lifo or lifo, start)
-        local record = lease_record(r[R_TTOK], int_str(score), host)
-        if not r[R_KEPT] then record = lease_mark_handed(record) end
-        write_lease(tid, r[R_TTOK], record, r[R_PAYLOAD])
+        local score = pending_score(r[R.PRIO], base + i, start and start_lifo or lifo, start)
+        local record = lease_record(r[R.TTOK], int_str(score), host)
+        if not r[R.KEPT] then record = lease_mark_handed(record) end
+        write_lease(tid, r[R.TTOK], record, r[R.PAYLOAD])
         n_taken = n_taken + 1
       else
-        frontier_push(queue_id(r[R_PRIO_S], start, host), r[R_PRIO], start, id_text(base + i),
-          r[R_PAYLOAD])
+        frontier_push(queue_id(r[R.PRIO_S], start, host), r[R.PRIO], start, id_text(base + i),
+          r[R.PAYLOAD])
       end
       added = added + 1
       count('enqueued', 1, host)
@@ -252,18 +255,20 @@ if n_enq > 0 then
   end
   local newest = {}
   for i = 1, n_enq do
-    local sid, sn = reqs[i][R_SID], reqs[i][R_SN]
+    local sid, sn = reqs[i][R.SID], reqs[i][R.SN]
     if sid and sn > (newest[sid] or sent[sid]) then newest[sid] = sn end
   end
   for sid, n in pairs(newest) do redis_call('HSET', KEYS[19], sid, int_str(n)) end
   frontier_write()
   seen_close(seen)
 end
+if n_enq > 0 then enqueue_all() end
 
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale; an accepted
 -- ack commits what its page yielded (lib/commit), a stale one commits nothing
+-- (a function of its own, as promote_and_lease below: the main function's locals are few)
 local acked, stale, committed, cps = 0, 0, 0, 0
-if n_ack > 0 then
+local function ack_all()
   local ids, ended, once = {}, {}, {}
   for i = 1, n_ack do ids[i] = acks[i].id or '' end
   local records = batched('HMGET', KEYS[6], ids, 1)
@@ -296,6 +301,7 @@ if n_ack > 0 then
     end
   end
 end
+if n_ack > 0 then ack_all() end
 
 local released = 0
 for i = 1, n_back do
@@ -311,7 +317,6 @@ end
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
   released, committed, cps}
 local n_given = 0
-local NG = 12
 local closed = {} -- domain -> the time its gate opens, for the domains gated now
 if redis_call('HLEN', KEYS[11]) > 0 then
   local gates = redis_call('HGETALL', KEYS[11])
@@ -323,7 +328,7 @@ if redis_call('HLEN', KEYS[11]) > 0 then
       closed[gates[i]] = open_at
       out[#out + 1] = gates[i]
       out[#out + 1] = gates[i + 1]
-      out[NG] = out[NG] + 1
+      out[12] = out[12] + 1 -- n, the number of closed gates
     end
   end
 end
@@ -340,7 +345,9 @@ local function set_aside(e, host)
   out[9] = out[9] + 1
 end
 
-if n_lease > 0 then
+-- 3. promote due delayed entries, then lease: a function of its own (a script's main
+-- function holds at most 200 locals, the libraries' included)
+local function promote_and_lease()
   local due = redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5])
   if #due > 0 then
     local restores = batched('HMGET', KEYS[9], due, 1)
@@ -380,8 +387,9 @@ if n_lease > 0 then
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
       id, tok, payload, expiries, wait, score
   end
-  n_given = frontier_take(n_lease, admit, give, set_aside, most)
+  return frontier_take(n_lease, admit, give, set_aside, most)
 end
+if n_lease > 0 then n_given = promote_and_lease() end
 if #w_leased > 0 then
   batched('ZADD', KEYS[5], w_leased, 2)
   batched('HSET', KEYS[6], w_records, 2)

@@ -20,25 +20,29 @@
 --   queued: string, the number of requests in the back queues
 -- Rule: a back queue that holds requests is in ready or in waiting, never both; a queue's
 -- elements are in their order (a request that comes back goes to its place among the first
--- RETURN_SCAN of its queue, behind them if its place is further); ready scores each queue
+-- FP.RETURN_SCAN of its queue, behind them if its place is further); ready scores each queue
 -- by its head. So the lease reads the heads of the best ready queues only, in Scrapy's
 -- order, and never a request of a queue that waits.
 
--- RETURN_SCAN: elements of a back queue read to put a request that comes back in its place:
+-- FP.RETURN_SCAN: elements of a back queue read to put a request that comes back in its place:
 -- a retry or a reclaimed lease goes back near the head of its queue (in FIFO order, at the
 -- head), where a short read finds its place; one that belongs further (an old request in a
 -- LIFO queue) goes right behind them, a bounded cost instead of a read of the whole queue.
-local RETURN_SCAN = 32
--- FIRST_READ: elements read of a ready queue when the lease first looks at it: its head and
--- the next (whose place is the queue's new score); later reads double, up to MOST_READ.
-local FIRST_READ = 2
-local MOST_READ = 64
+-- (the private names of this file are fields of one table, FP: a script's main function
+-- holds at most 200 locals, the libraries' included)
+local FP = {}
+FP.RETURN_SCAN = 32
+-- FP.FIRST_READ: elements read of a ready queue when the lease first looks at it: its head and
+-- the next (whose place is the queue's new score); later reads double, up to FP.MOST_READ.
+FP.FIRST_READ = 2
+FP.MOST_READ = 64
 
 -- The keys and the order of this call (frontier_open), and the requests it added to (+) or
 -- took from (-) the back queues, written once by frontier_close.
-local F, DELTA = {}, 0
+local F = {}
+FP.DELTA = 0
 -- Requests to push, by queue (frontier_push), and the queues in their first push's order.
-local PUSHES, PUSHED = {}, {}
+FP.PUSHES, FP.PUSHED = {}, {}
 
 -- order_flags(arg)
 --   Reads a crawl's order argument, 'fifo' or 'lifo', then optionally ' fifo' or ' lifo'
@@ -70,9 +74,9 @@ local function queue_id(prio, start, host)
   return prio .. (start and 's:' or ':') .. host
 end
 
--- queue_parts(qid)
+-- FP.queue_parts(qid)
 --   Returns prio, start, host of a qid (prio nil when the qid cannot be read).
-local function queue_parts(qid)
+function FP.queue_parts(qid)
   local prio, s, host = str_match(qid, '^(%-?%d+)(s?):(.+)$')
   return tonumber(prio), s == 's', host
 end
@@ -85,11 +89,11 @@ local function queue_of(score, host)
   return queue_id(prio, start, host), place
 end
 
--- queue_call(command, key, ...)
+-- FP.queue_call(command, key, ...)
 --   Runs a command on a back queue and returns its reply. A key that holds something else
 --   than a list (garbage written by hand) is renamed aside first (lib/types), so the call
 --   goes on instead of failing half-way.
-local function queue_call(command, key, ...)
+function FP.queue_call(command, key, ...)
   local reply = redis_pcall(command, key, ...)
   if type(reply) == 'table' and reply.err then
     if not str_find(reply.err, 'WRONGTYPE', 1, true) then error(reply) end
@@ -99,11 +103,11 @@ local function queue_call(command, key, ...)
   return reply
 end
 
--- element_head(e)
+-- FP.element_head(e)
 --   Returns id, place, payload_at of a back queue's element: place nil for a request as
 --   enqueued (its place follows from its id), payload_at the index its payload starts at;
 --   id '' when the element has no id (corrupt: it cannot be leased).
-local function element_head(e)
+function FP.element_head(e)
   local id, place, at = str_match(e, '^([^ @]*)@?(%d*) ()')
   if not id then return '', nil, 1 end
   return id, tonumber(place), at
@@ -116,29 +120,29 @@ local function valid_id(id)
   return id ~= '' and not str_find(id, '[ @]')
 end
 
--- element_score(prio, start, id, place)
+-- FP.element_score(prio, start, id, place)
 --   Returns the pending score of an element of the back queue (prio, start) (lib/priority).
-local function element_score(prio, start, id, place)
+function FP.element_score(prio, start, id, place)
   if place then return score_of(prio, place) end
   return pending_score(prio, tonumber(id) or 0, start and F.start_lifo or F.lifo, start)
 end
 
--- ready_add(pairs, opt)
+-- FP.ready_add(pairs, opt)
 --   Writes score, qid pairs to ready (opt: 'XX' 'LT' to only move queues there forward);
 --   a score is text (int_str: a Lua number passed to Redis keeps 14 digits only).
-local function ready_add(pairs, opt)
+function FP.ready_add(pairs, opt)
   if #pairs > 0 then batched('ZADD', F.ready, pairs, 2, opt and {'XX', 'LT'}) end
 end
 
--- pushes_of(qid, prio, start, lifo)
+-- FP.pushes_of(qid, prio, start, lifo)
 --   Returns the table of the requests to push to back queue qid (created empty, with its
 --   priority, start flag and push order).
-local function pushes_of(qid, prio, start, lifo)
-  local t = PUSHES[qid]
+function FP.pushes_of(qid, prio, start, lifo)
+  local t = FP.PUSHES[qid]
   if not t then
     t = {n = 0, prio = prio, start = start, lifo = lifo}
-    PUSHES[qid] = t
-    PUSHED[#PUSHED + 1] = qid
+    FP.PUSHES[qid] = t
+    FP.PUSHED[#FP.PUSHED + 1] = qid
   end
   return t
 end
@@ -148,7 +152,7 @@ end
 --   priority prio, a start queue if start) in the crawl's order (the tail for fifo, the head
 --   for lifo). Written by frontier_write, in one command per queue.
 local function frontier_push(qid, prio, start, id, payload)
-  local t = pushes_of(qid, prio, start, (start and F.start_lifo) or (not start and F.lifo))
+  local t = FP.pushes_of(qid, prio, start, (start and F.start_lifo) or (not start and F.lifo))
   local n = t.n + 1
   t.n, t[n] = n, id .. ' ' .. payload
 end
@@ -156,7 +160,7 @@ end
 -- queue_empty(qid)
 --   Returns true when the back queue qid holds no request.
 local function queue_empty(qid)
-  return queue_call('LLEN', F.queues .. qid) == 0
+  return FP.queue_call('LLEN', F.queues .. qid) == 0
 end
 
 -- frontier_append(qid, id, place, payload)
@@ -164,8 +168,8 @@ end
 --   for a caller that adds a queue's requests in their order to a queue that was empty
 --   (queue_empty): written by frontier_write, in one command per queue.
 local function frontier_append(qid, id, place, payload)
-  local prio, start = queue_parts(qid)
-  local t = pushes_of(qid, prio, start, false)
+  local prio, start = FP.queue_parts(qid)
+  local t = FP.pushes_of(qid, prio, start, false)
   local n = t.n + 1
   t.n, t[n] = n, id .. '@' .. int_str(place) .. ' ' .. payload
 end
@@ -176,57 +180,57 @@ end
 --   (if it is there).
 local function frontier_write()
   local new, moved = {}, {}
-  for _, qid in ipairs(PUSHED) do
-    local t, key = PUSHES[qid], F.queues .. qid
+  for _, qid in ipairs(FP.PUSHED) do
+    local t, key = FP.PUSHES[qid], F.queues .. qid
     local n, lifo = t.n, t.lifo
     local len = 0
     for i = 1, n, BATCH_ARGS do
-      len = queue_call(lifo and 'LPUSH' or 'RPUSH', key, unpack(t, i, math_min(n, i + BATCH_ARGS - 1)))
+      len = FP.queue_call(lifo and 'LPUSH' or 'RPUSH', key, unpack(t, i, math_min(n, i + BATCH_ARGS - 1)))
     end
     local into = (len == n and new) or (lifo and moved) or nil
     if into then -- the queue was empty, or has a new head
-      local score = element_score(t.prio, t.start, element_head(lifo and t[n] or t[1]))
+      local score = FP.element_score(t.prio, t.start, FP.element_head(lifo and t[n] or t[1]))
       into[#into + 1] = int_str(score)
       into[#into + 1] = qid
     end
-    DELTA = DELTA + n
+    FP.DELTA = FP.DELTA + n
   end
-  ready_add(new)
-  ready_add(moved, true)
-  PUSHES, PUSHED = {}, {}
+  FP.ready_add(new)
+  FP.ready_add(moved, true)
+  FP.PUSHES, FP.PUSHED = {}, {}
 end
 
 -- frontier_return(qid, id, place, payload)
 --   Puts a request that comes back (id, its place within its priority) into its back
---   queue at its place among the first RETURN_SCAN elements, or at the tail when its place
+--   queue at its place among the first FP.RETURN_SCAN elements, or at the tail when its place
 --   is there, else right behind them; and the queue in ready when it was empty (or
 --   forward, at its new head).
 local function frontier_return(qid, id, place, payload)
   local key = F.queues .. qid
-  local prio, start = queue_parts(qid)
+  local prio, start = FP.queue_parts(qid)
   local e = id .. '@' .. int_str(place) .. ' ' .. payload
-  local head = queue_call('LRANGE', key, '0', num_str(RETURN_SCAN - 1))
+  local head = FP.queue_call('LRANGE', key, '0', num_str(FP.RETURN_SCAN - 1))
   local at
   for i = 1, #head do
-    if element_score(prio, start, element_head(head[i])) > score_of(prio, place) then
+    if FP.element_score(prio, start, FP.element_head(head[i])) > score_of(prio, place) then
       at = i
       break
     end
   end
-  DELTA = DELTA + 1
+  FP.DELTA = FP.DELTA + 1
   if #head == 0 then
-    queue_call('RPUSH', key, e)
-    ready_add({int_str(score_of(prio, place)), qid})
+    FP.queue_call('RPUSH', key, e)
+    FP.ready_add({int_str(score_of(prio, place)), qid})
   elseif at == 1 then
-    queue_call('LPUSH', key, e)
-    ready_add({int_str(score_of(prio, place)), qid}, true)
+    FP.queue_call('LPUSH', key, e)
+    FP.ready_add({int_str(score_of(prio, place)), qid}, true)
   elseif at then
-    queue_call('LINSERT', key, 'BEFORE', head[at], e)
-  elseif #head < RETURN_SCAN or element_score(prio, start,
-      element_head(queue_call('LINDEX', key, '-1'))) <= score_of(prio, place) then
-    queue_call('RPUSH', key, e) -- its place is the tail (a requeued request, in fifo order)
+    FP.queue_call('LINSERT', key, 'BEFORE', head[at], e)
+  elseif #head < FP.RETURN_SCAN or FP.element_score(prio, start,
+      FP.element_head(FP.queue_call('LINDEX', key, '-1'))) <= score_of(prio, place) then
+    FP.queue_call('RPUSH', key, e) -- its place is the tail (a requeued request, in fifo order)
   else
-    queue_call('LINSERT', key, 'AFTER', head[#head], e)
+    FP.queue_call('LINSERT', key, 'AFTER', head[#head], e)
   end
 end
 
@@ -243,15 +247,15 @@ local function frontier_wake(qids)
   local back = {}
   for _, qid in ipairs(qids) do
     if redis_call('ZREM', F.waiting, qid) == 1 then
-      local e = queue_call('LINDEX', F.queues .. qid, '0')
-      local prio, start = queue_parts(qid)
+      local e = FP.queue_call('LINDEX', F.queues .. qid, '0')
+      local prio, start = FP.queue_parts(qid)
       if e and prio then
-        back[#back + 1] = int_str(element_score(prio, start, element_head(e)))
+        back[#back + 1] = int_str(FP.element_score(prio, start, FP.element_head(e)))
         back[#back + 1] = qid
       end
     end
   end
-  ready_add(back)
+  FP.ready_add(back)
 end
 
 -- frontier_due(now, most)
@@ -262,25 +266,25 @@ local function frontier_due(now, most)
   if #due > 0 then frontier_wake(due) end
 end
 
--- read_head(q)
+-- FP.read_head(q)
 --   Reads the element at the head of candidate queue q (a table of frontier_take: its
 --   elements read so far, from list index q.lo) into q.e, q.id, q.place, q.at (lib/frontier
---   element_head) and q.score, q.score_s (its score as text when it is its id: an element
+--   FP.element_head) and q.score, q.score_s (its score as text when it is its id: an element
 --   as enqueued at priority 0 of a fifo queue, else nil); q.e nil past the queue's end.
-local function read_head(q)
+function FP.read_head(q)
   local k = q.pos - q.lo + 1
   if k > #q.buf then
     q.e = nil
     if q.last then return end
-    q.buf = queue_call('LRANGE', q.key, num_str(q.pos), num_str(q.pos + q.size - 1))
+    q.buf = FP.queue_call('LRANGE', q.key, num_str(q.pos), num_str(q.pos + q.size - 1))
     q.lo, q.last, k = q.pos, #q.buf < q.size, 1
-    q.size = math_min(q.size * 2, MOST_READ)
+    q.size = math_min(q.size * 2, FP.MOST_READ)
   end
   local e = q.buf[k]
   q.e = e
   if not e then return end
-  q.id, q.place, q.at = element_head(e)
-  q.score = element_score(q.prio, q.start, q.id, q.place)
+  q.id, q.place, q.at = FP.element_head(e)
+  q.score = FP.element_score(q.prio, q.start, q.id, q.place)
   q.score_s = (q.plain and not q.place and q.id ~= '') and q.id or nil
 end
 
@@ -301,14 +305,14 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
   function read_ready(count)
     local r = redis_call('ZRANGE', F.ready, num_str(ranked), num_str(ranked + count - 1))
     for i = 1, #r do
-      local prio, start, host = queue_parts(r[i])
+      local prio, start, host = FP.queue_parts(r[i])
       local q = {qid = r[i], key = F.queues .. r[i], prio = prio or 0, start = start,
-        host = host or '-', pos = 0, lo = 0, buf = {}, last = false, size = FIRST_READ,
+        host = host or '-', pos = 0, lo = 0, buf = {}, last = false, size = FP.FIRST_READ,
         plain = prio == 0 and not start and not F.lifo}
       seen[#seen + 1] = q
-      read_head(q)
+      FP.read_head(q)
       if q.e then
-        heap_push(heap, q)
+        HEAP.push(heap, q)
       else
         q.empty = true -- ready named an empty queue: one more candidate takes its place
         count = count + 1
@@ -319,12 +323,12 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
   end
   local function advance(q)
     q.pos = q.pos + 1
-    read_head(q)
+    FP.read_head(q)
     if q.e then
-      heap_down(heap, 1)
+      HEAP.down(heap, 1)
     else
       q.empty = true
-      heap_pop(heap)
+      HEAP.pop(heap)
     end
   end
   read_ready(n)
@@ -334,7 +338,7 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
     if q.id == '' then
       corrupt(q.e, q.host)
       looks = looks + 1
-      DELTA = DELTA - 1
+      FP.DELTA = FP.DELTA - 1
       advance(q)
       read_ready(1)
     else
@@ -342,12 +346,12 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
       if wait then
         give(q.id, str_sub(q.e, q.at), q.score, q.score_s, q.host, q.place ~= nil, wait)
         given = given + 1
-        DELTA = DELTA - 1
+        FP.DELTA = FP.DELTA - 1
         advance(q)
       else
         q.parked = true
         frontier_park(q.qid, untl)
-        heap_pop(heap)
+        HEAP.pop(heap)
         looks = looks + 1
         ranked = ranked - 1
         read_ready(1)
@@ -356,7 +360,7 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
   end
   local back, gone = {}, {}
   for _, q in ipairs(seen) do
-    if q.pos > 0 then queue_call('LTRIM', q.key, num_str(q.pos), '-1') end
+    if q.pos > 0 then FP.queue_call('LTRIM', q.key, num_str(q.pos), '-1') end
     if q.empty then
       gone[#gone + 1] = q.qid
     elseif not q.parked then
@@ -364,7 +368,7 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
       back[#back + 1] = q.qid
     end
   end
-  ready_add(back)
+  FP.ready_add(back)
   if #gone > 0 then batched('ZREM', F.ready, gone, 1) end
   return given
 end
@@ -373,11 +377,11 @@ end
 --   Writes the change this call made to the count of queued requests (a count overwritten
 --   with garbage starts again; frontier_pending floors it). Call it once, at the end.
 local function frontier_close()
-  if DELTA == 0 then return end
-  if type(redis_pcall('INCRBY', F.queued, num_str(DELTA))) ~= 'number' then
-    redis_call('SET', F.queued, num_str(math_max(DELTA, 0)))
+  if FP.DELTA == 0 then return end
+  if type(redis_pcall('INCRBY', F.queued, num_str(FP.DELTA))) ~= 'number' then
+    redis_call('SET', F.queued, num_str(math_max(FP.DELTA, 0)))
   end
-  DELTA = 0
+  FP.DELTA = 0
 end
 
 -- frontier_pending(check, fix)
