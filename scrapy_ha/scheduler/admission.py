@@ -153,7 +153,9 @@ class Admission:
         task = request.meta.get(metakeys.TASK)
         task = task if isinstance(task, str) else ""
         host = url_host(request.url)
-        return NewEntry(fingerprint, request.priority, payload, parent, fresh, start, task, host)
+        return NewEntry(
+            fingerprint, request.priority, payload, parent, fresh, start, task, host=host
+        )
 
     def _log_late(self, request: Request) -> None:
         """A request that names a page this worker finished was scheduled later with that
