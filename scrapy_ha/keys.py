@@ -8,20 +8,12 @@ spider named ``books`` the keys are:
 key                        type         content
 =========================  ===========  ==================================================
 ``ha:{books}:q:<qid>``      list         a back queue: one host's pending requests at one
-                                        priority in order, qid ``<priority>[s]:<host>`` (s:
-                                        start requests), each ``"<id> <request>"`` or, come
-                                        back, ``"<id>@<place> <request>"``; scripts name it
-                                        from ``ha:{books}:q:`` (the tag first: one slot)
-``ha:{books}:ready``       sorted set   qid -> score of its head (priority first, 2^40 per
-                                        step, then the place: ``seq`` for FIFO, ``2^40 - seq``
-                                        for LIFO): the back queues that may be leased now
-``ha:{books}:waiting``     sorted set   qid -> time (ms) the back queue is looked at again: its
-                                        host behind a closed gate, or at its crawl-wide limits
+                                        priority, in order (lua/lib/frontier.lua)
+``ha:{books}:ready``       sorted set   qid -> score of its head: the back queues that may go
+``ha:{books}:waiting``     sorted set   qid -> time (ms) the back queue is looked at again
 ``ha:{books}:queued``      string       the number of requests in the back queues
-``ha:{books}:pending``     sorted set   a crawl stored before the back queues: ``"<id>
-                                        <request>"`` -> score; converted by a worker at start
-``ha:{books}:payload``     hash         entry id -> serialized request (``codec``, compacted or
-                                        not) of a leased, delayed or dead entry
+``ha:{books}:pending``     sorted set   (a crawl of an earlier version: converted at start)
+``ha:{books}:payload``     hash         entry id -> request (leased, delayed, dead: ``codec``)
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
 ``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``, then
                                         `` h`` once handed to the worker's engine; a token
@@ -33,8 +25,7 @@ key                        type         content
                                         the request once handed to an engine (toward
                                         poison), and all of them
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
-``ha:{books}:delayed_sc``  hash         entry id -> ``"<pending score> <host>"`` to restore on
-                                        promotion (its back queue, its place)
+``ha:{books}:delayed_sc``  hash         entry id -> ``"<score> <host>"``: its place, promoted
 ``ha:{books}:held``        hash         delayed entry id -> why it waits without an attempt:
                                         ``gate <domain>`` (its domain's gate was closed) or
                                         ``revisit <domain>`` (its next visit); until due;
@@ -94,10 +85,9 @@ key                        type         content
                                         written by each worker at start
 ``ha:{books}:polite``      hash         the limits' state: ``n:<domain>`` -> leases holding a
                                         concurrency slot, ``t:<domain>`` -> time (ms) its
-                                        next request may start, ``w:<domain>`` -> the qids
-                                        of back queues waiting for one of its slots (woken
-                                        when a lease of the domain ends), ``<entry id>``
-                                        -> domain of a lease holding a slot
+                                        next request may start, ``w:<domain>`` -> queues
+                                        waiting for a slot, ``<entry id>`` -> domain of a
+                                        lease holding a slot
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 ``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
@@ -163,9 +153,8 @@ through them, ``join.lua``):
                                         (joins wait); ``"done"`` once a finish cleared the
                                         crawl; deleted when a worker joins
 ``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
-``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary the crawl's
-                                        requests are compacted with (``codec.compact``),
-                                        written once by the first worker that trained it
+``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary requests
+                                        are compacted with (written once, HSETNX)
 =========================  ===========  ==================================================
 """
 
@@ -285,13 +274,8 @@ class Keys:
             return self._key(f"{name}:{task}")
         return f"{self.prefix}:{{{self.spider}:{task_shard(task, self.shards)}}}:{name}:{task}"
 
-    #: The back queues that may be leased now, scored by their head.
-    ready = _Key("ready")
-    #: The back queues that wait (a closed gate, a domain at its limits).
-    waiting = _Key("waiting")
-    #: The number of requests in the back queues.
-    queued = _Key("queued")
-    #: The pending sorted set of a crawl stored before the back queues (converted).
+    #: The back queues that may go, that wait, their requests' count (and the old pending set).
+    ready, waiting, queued = _Key("ready"), _Key("waiting"), _Key("queued")
     legacy_pending = _Key("pending")
     payload = _Key("payload")
     leased = _Key("leased")
@@ -299,7 +283,7 @@ class Keys:
     expiries = _Key("expiries")
     delayed = _Key("delayed")
     delayed_score = _Key("delayed_sc")
-    #: Delayed entries waiting without an attempt: entry id -> ``gate <domain>``.
+    #: Delayed entries waiting without an attempt: entry id -> ``gate|revisit <domain>``.
     held = _Key("held")
     dead = _Key("dead")
     dead_info = _Key("dead_info")
@@ -336,8 +320,7 @@ class Keys:
 
     @property
     def queues(self) -> str:
-        """The prefix of the back queues' names (a key the scripts are given: it carries
-        the crawl's hash tag, so every back queue named from it is in the crawl's slot)."""
+        """The prefix of the back queues' names, which carries the crawl's hash tag."""
         return self._key("q:")
 
     def queue(self, qid: str) -> str:
@@ -400,27 +383,10 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
-        zsets = (
-            self.ready,
-            self.waiting,
-            self.legacy_pending,
-            self.leased,
-            self.delayed,
-            self.dead,
-            self.workers,
-            self.seen,
-            self.revisits,
-        )
-        strings = (
-            self.seq,
-            self.lease_seq,
-            self.reclaim_guard,
-            self.paused,
-            self.pressure,
-            self.dlq_alert,
-            self.stop,
-            self.queued,
-        )
+        zsets = [self.ready, self.waiting, self.legacy_pending, self.leased, self.delayed]
+        zsets += [self.dead, self.workers, self.seen, self.revisits]
+        strings = [self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.pressure]
+        strings += [self.dlq_alert, self.stop, self.queued]
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
@@ -430,6 +396,5 @@ class Keys:
         return types
 
     def all(self) -> list[str]:
-        """Every key of the crawl but its checkpoints and its back queues (named by the
-        members of ready and waiting), for ``flush``."""
+        """Every key of the crawl but its checkpoints and its back queues, for ``flush``."""
         return [*(getattr(self, name) for name in SHARD_KEYS), *self.aged_slices()]

@@ -116,10 +116,11 @@ class Compactor:
             self.dictionary = dictionary
             self.samples = []
 
-    async def settle(self, dictionaries: Dictionaries) -> None:
+    async def settle(self, dictionaries: Dictionaries | None) -> None:
         """Train and publish the crawl's dictionary once enough requests were seen, or
-        adopt one another worker published (read by :meth:`Dictionaries.ensure`)."""
-        if not self.enabled or self.dictionary is not None:
+        adopt one another worker published (read by :meth:`Dictionaries.ensure`); nothing
+        while the worker is not connected (no *dictionaries*)."""
+        if not self.enabled or self.dictionary is not None or dictionaries is None:
             return
         if self.wants_dictionary:
             self.adopt(await dictionaries.publish(train(self.samples)))

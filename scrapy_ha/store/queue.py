@@ -38,7 +38,6 @@ from scrapy_ha.store.wire import (
     _s,
     children_lost,
     clamp_priority,
-    entry_host,
     expect_arg,
     live_workers,
     lost_pairs,
@@ -312,7 +311,8 @@ class RedisQueue:
         k = self.keys
         args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
         for e in entries:
-            args += [e.fingerprint, clamp_priority(e.priority), entry_host(e), e.payload]
+            host = e.host or payload_host(e.payload)
+            args += [e.fingerprint, clamp_priority(e.priority), host, e.payload]
         keys = feed_keys(k, key, self.dupefilter.key(k))
         return int(await seen_call(self._feed, self.dupefilter, k, call_keys=keys, args=args))
 

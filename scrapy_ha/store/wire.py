@@ -179,8 +179,7 @@ class NewEntry:
     task: str = ""
     #: ``ha_recrawl_after`` in ms (0: the crawl's ``HA_DUPEFILTER_TTL``; lua/lib/aged.lua)
     age_ms: int = 0
-    #: the host of its URL (:func:`url_host`): its back queue's, and its domain's for the
-    #: limits and the counters ("": read from the payload when it is packed)
+    #: the host of its URL (``store.hosts``): its back queue's and domain's ("": the payload's)
     host: str = ""
 
     @property
@@ -300,16 +299,11 @@ def _packed(e: NewEntry, sent: bytes) -> bytes:
         _pair(e.parent),
         b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
         sent,
-        entry_host(e).encode(),
+        (e.host or payload_host(e.payload)).encode(),
         len(e.fingerprint),
         e.fingerprint,
         e.payload,
     )
-
-
-def entry_host(entry: NewEntry) -> str:
-    """The host of a new entry: the one it carries, or its payload's."""
-    return entry.host or payload_host(entry.payload)
 
 
 def _pair(pair: tuple[str, str] | None) -> bytes:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.scheduler.outbox import BATCH
 from scrapy_ha.scheduler.session.lost import fenced_sync
+from scrapy_ha.store.dictionary import Dictionaries
 from scrapy_ha.store.items import ItemStream
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_ha.codec.compact import Dictionary
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.outbox import Pair
     from scrapy_ha.scheduler.remote import Remote
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.session.ends import Ends
     from scrapy_ha.scheduler.session.renewal import Renewals
     from scrapy_ha.scheduler.session.shell import Shell
-    from scrapy_ha.store.dictionary import Dictionaries
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.wire import Lease, NewEntry, SyncResult
 
@@ -149,6 +150,13 @@ class Syncer:
         await self.ends.end_ops(box.ends, n_ends)
         self.remote.synced(result, asked=bool(lease))
         return was_empty and bool(self.shell.buffered())
+
+    async def read_dictionaries(self) -> Dictionary | None:
+        """Read the crawl's compaction dictionaries (once connected); return the one new
+        requests are compacted with (None: none yet)."""
+        assert self.queue is not None
+        self.dictionaries = Dictionaries(self.queue.client, self.queue.keys)
+        return await self.dictionaries.load()
 
     async def _take_all(self, leases: list[Lease]) -> None:
         """Track the leases of a reply (renewed, released from here on), the dictionary of a
