@@ -81,7 +81,6 @@ DEFAULT_TIMER_SWEEP = 1.0
 DEFAULT_EARLY_DOWNLOAD = True
 #: Start URLs moved from the scrapy-redis list per round.
 DEFAULT_START_URLS_BATCH = 100
-DEFAULT_COMPACT = True  #: stored compacted (codec.compact): 21 bytes of 124, 4 µs of CPU
 #: A child that cannot be stored fails its parent: a loud error, never a silent loss.
 DEFAULT_UNSTORABLE = "error"
 #: DUPEFILTER_CLASS values that mean "filter duplicates" (done in Redis, by fingerprint).
@@ -168,7 +167,6 @@ class SchedulerConfig:
     early_download: bool = DEFAULT_EARLY_DOWNLOAD
     #: HA_ITEMS: "outbox" commits a page's items with its ack (scrapy_ha.scheduler.items)
     items: str = DEFAULT_ITEMS
-    compact_payloads: bool = DEFAULT_COMPACT  # scrapy_ha.store.dictionary
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     start_timeout: float = DEFAULT_START_TIMEOUT
     reconnect_max_delay: float = DEFAULT_RECONNECT_MAX_DELAY
@@ -245,7 +243,6 @@ class SchedulerConfig:
             timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
             early_download=check.boolean(settings, "HA_EARLY_DOWNLOAD", DEFAULT_EARLY_DOWNLOAD),
             items=items_mode(settings),
-            compact_payloads=check.boolean(settings, "HA_COMPACT_PAYLOADS", DEFAULT_COMPACT),
             connect_timeout=check.seconds(settings, "HA_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT),
             # 0: one attempt, no waiting
             start_timeout=check.seconds(

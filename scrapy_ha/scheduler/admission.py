@@ -104,7 +104,7 @@ class Admission:
             else FINGERPRINT_BYTES,
             ttl=config.dupefilter_ttl,
         )
-        admission.compactor = Compactor(enabled=config.compact_payloads)
+        admission.compactor = Compactor(enabled=config.memory.compact_payloads)
         return admission
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
