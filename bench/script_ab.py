@@ -22,6 +22,7 @@ from typing import Any
 import redis
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.store import script_keys
 from scrapy_ha.store.scripts import SYNC_LUA
 
 BATCH = 500
@@ -38,16 +39,23 @@ def old_sync(tree: str) -> str:
 
 
 def sync_keys(k: Keys, n_keys: int) -> list[str]:
-    """The first *n_keys* keys sync.lua takes (an older script takes fewer)."""
-    every = [k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries]
+    """The first *n_keys* keys sync.lua takes (an older script takes fewer; one with back
+    queues takes their prefix first and ready, waiting and queued last)."""
+    if n_keys == 24:
+        return script_keys.sync_keys(k)
+    every = [k.legacy_pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries]
     every += [k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]
-    every += [*k.stats_keys(), k.retried, k.paused, k.sent, k.domain_limits, k.polite]
+    every += [*script_keys.stats_keys(k), k.retried, k.paused, k.sent, k.domain_limits]
+    every += [k.polite]
     return every[:n_keys]
 
 
 def layout(text: str) -> tuple[int, bytes]:
     """The keys a version of sync.lua takes and the fields of a request before its
-    fingerprint length, as that version reads them (``-`` parent, taken, worker number)."""
+    fingerprint length, as that version reads them (``-`` parent, taken, worker number,
+    then the host for back queues)."""
+    if "KEYS[22] ready" in text:
+        return 24, b"- - %s books.example"
     if "KEYS[20] limits" in text:
         return 21, b"- - %s"
     if "KEYS[19] sent" in text:
@@ -76,7 +84,7 @@ class Variant:
         # fields per lease in the reply: a wait (per-domain rate) came with the domain limits,
         # the score with the pending head (a 14th header field)
         scored = "WITHSCORES')[2]" in text
-        self.per_lease = 6 if scored else 5 if n_keys >= 21 else 4
+        self.per_lease = 6 if scored or n_keys >= 24 else 5 if n_keys >= 21 else 4
         # leases given back (ARGV[9]) came with a 15th header field, how many were
         given_back = "ARGV[9]" in text
         self.header = 15 if given_back else 14 if scored else 13

@@ -350,10 +350,13 @@ def garbage(c: Cluster, short: bool) -> dict[str, Any]:
     c.wait_items(200)
     client = redis.Redis(port=c.redis_port)
     k = "ha:{chaos}:"
-    client.zadd(
-        k + "pending",
-        {"junk-without-payload": 0, "7777 {not json": 0, "7778 ": 0, "7779 \x80\x04pickle": 0},
-    )
+    # a back queue of junk (an element without an entry id, then three unreadable requests),
+    # a ready queue that holds nothing, and a back queue that is not a list
+    junk = ["junk-without-payload", "7777@1 {not json", "7778@2 ", "7779@3 \x80\x04pickle"]
+    client.rpush(k + "q:0:junk.example", *junk)
+    client.set(k + "q:0:notalist.example", "a string where a list belongs")
+    client.zadd(k + "ready", {"0:junk.example": 0, "0:ghost.example": 0, "0:notalist.example": 0})
+    client.incrby(k + "queued", len(junk))
     client.zadd(k + "leased", {"ghost-lease": 0})
     client.zadd(k + "delayed", {"ghost-delayed": 0})
     client.hset(k + "gates", "127.0.0.1", "not-a-time")
@@ -363,11 +366,11 @@ def garbage(c: Cluster, short: bool) -> dict[str, Any]:
     recover = c.time_to_progress()
     c.wait_workers()
     result = c.tally(faults=0)
-    set_aside = client.keys(k + "delayed_sc:corrupt:*")
+    set_aside = client.keys(k + "delayed_sc:corrupt:*") + client.keys(k + "q:0:notalist*:corrupt:*")
     return {
         **result,
         "recover_s": round(recover, 2),
-        "ok_extra": result["dead"].get("corrupt", 0) >= 5 and len(set_aside) == 1,
+        "ok_extra": result["dead"].get("corrupt", 0) >= 5 and len(set_aside) == 2,
     }
 
 

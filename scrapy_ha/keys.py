@@ -7,15 +7,17 @@ spider named ``books`` the keys are:
 =========================  ===========  ==================================================
 key                        type         content
 =========================  ===========  ==================================================
-``ha:{books}:pending``     sorted set   ``"<entry id> <serialized request>"`` -> score (priority
-                                        first, 2^40 per step, then the sequence: ``seq``
-                                        for FIFO, ``2^40 - seq`` for LIFO)
-``ha:{books}:payload``     hash         entry id -> serialized request (see ``codec``) of a
-                                        leased, delayed or dead entry
+``ha:{books}:q:<qid>``      list         a back queue: one host's pending requests at one
+                                        priority, in order (lua/lib/frontier.lua)
+``ha:{books}:ready``       sorted set   qid -> score of its head: the back queues that may go
+``ha:{books}:waiting``     sorted set   qid -> time (ms) the back queue is looked at again
+``ha:{books}:queued``      string       the number of requests in the back queues
+``ha:{books}:pending``     sorted set   (a crawl of an earlier version: converted at start)
+``ha:{books}:payload``     hash         entry id -> request (leased, delayed, dead: ``codec``)
 ``ha:{books}:leased``      sorted set   entry id -> lease expiry (Redis server time, ms)
 ``ha:{books}:leases``      hash         entry id -> ``"<token> <pending score> <domain>"``, then
                                         `` h`` once handed to the worker's engine; a token
-                                        is ``<random nonce>-<lseq>``: never given twice,
+                                        is ``<random nonce>-<lseq>.<n>``: never given twice,
                                         even after a flush or a failover (a request the
                                         worker handed out before Redis had it: id
                                         ``<worker nonce>.<n>``, token ``<worker nonce>-<n>``)
@@ -23,10 +25,9 @@ key                        type         content
                                         the request once handed to an engine (toward
                                         poison), and all of them
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
-``ha:{books}:delayed_sc``  hash         entry id -> pending score to restore on promotion
+``ha:{books}:delayed_sc``  hash         entry id -> ``"<score> <host>"``: its place, promoted
 ``ha:{books}:held``        hash         delayed entry id -> why it waits without an attempt:
-                                        ``gate <domain>`` (its domain's gate was closed),
-                                        ``limit <domain>`` (its domain's limits) or
+                                        ``gate <domain>`` (its domain's gate was closed) or
                                         ``revisit <domain>`` (its next visit); until due;
                                         ``#<why> <domain>`` -> how many have that mark
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
@@ -84,9 +85,9 @@ key                        type         content
                                         written by each worker at start
 ``ha:{books}:polite``      hash         the limits' state: ``n:<domain>`` -> leases holding a
                                         concurrency slot, ``t:<domain>`` -> time (ms) its
-                                        next request may start, ``p:<domain>`` -> time its
-                                        next held-back request comes back, ``<entry id>``
-                                        -> domain of a lease holding a slot
+                                        next request may start, ``w:<domain>`` -> queues
+                                        waiting for a slot, ``<entry id>`` -> domain of a
+                                        lease holding a slot
 ``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 ``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
@@ -124,8 +125,8 @@ Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
 Redis Cluster.
 
 Sharded crawls (``HA_SHARDS = N`` > 1, see docs/scaling.md): shard ``i`` has the whole
-key set above under the tag ``{<spider>:<i>}`` (``ha:{books:0}:pending`` ...
-``ha:{books:5}:pending``), so that the crawl spreads over N cluster slots while every
+key set above under the tag ``{<spider>:<i>}`` (``ha:{books:0}:ready`` ...
+``ha:{books:5}:ready``), so that the crawl spreads over N cluster slots while every
 script still touches one. A request lives in the shard of its fingerprint (each
 fingerprint is only ever checked in one dupefilter), a request of a checkpointed task in
 its task's shard, a request never filtered in the next shard in turn. What is crawl-wide
@@ -152,6 +153,8 @@ through them, ``join.lua``):
                                         (joins wait); ``"done"`` once a finish cleared the
                                         crawl; deleted when a worker joins
 ``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
+``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary requests
+                                        are compacted with (written once, HSETNX)
 =========================  ===========  ==================================================
 """
 
@@ -167,11 +170,11 @@ __all__ = ["DEFAULT_PREFIX", "Keys", "shard_of", "task_shard"]
 DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
-    "pending payload leased leases expiries delayed delayed_score held dead dead_info "
-    "dead_archived dlq_alert dupefilter bloom aged forget revisits revisit_urls stop seq run "
-    "lease_seq sent senders workers worker_stats seen paused pressure reclaim_guard "
-    "feed_guard gates domain_limits polite proxy_cooldowns cookies retried stats "
-    "stats_minutes stats_domains items"
+    "ready waiting queued legacy_pending payload leased leases expiries delayed delayed_score "
+    "held dead dead_info dead_archived dlq_alert dupefilter bloom aged forget revisits "
+    "revisit_urls stop seq run lease_seq sent senders workers worker_stats seen paused "
+    "pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns cookies "
+    "retried stats stats_minutes stats_domains items"
 ).split()
 
 
@@ -259,21 +262,28 @@ class Keys:
 
     def crawl_keys(self) -> list[str]:
         """The keys of the crawl as a whole, for ``flush``."""
-        return [self.shard_count, self.finish_record, self.joins]
+        return [self.shard_count, self.finish_record, self.joins, self.dictionaries]
+
+    @property
+    def dictionaries(self) -> str:
+        """The crawl's compaction dictionaries (every shard's), under the unsharded tag."""
+        return f"{self.prefix}:{{{self.spider}}}:dict"
 
     def _task_key(self, name: str, task: str) -> str:
         if self.shard is None:
             return self._key(f"{name}:{task}")
         return f"{self.prefix}:{{{self.spider}:{task_shard(task, self.shards)}}}:{name}:{task}"
 
-    pending = _Key("pending")
+    #: The back queues that may go, that wait, their requests' count (and the old pending set).
+    ready, waiting, queued = _Key("ready"), _Key("waiting"), _Key("queued")
+    legacy_pending = _Key("pending")
     payload = _Key("payload")
     leased = _Key("leased")
     leases = _Key("leases")
     expiries = _Key("expiries")
     delayed = _Key("delayed")
     delayed_score = _Key("delayed_sc")
-    #: Delayed entries waiting without an attempt: entry id -> ``gate|limit <domain>``.
+    #: Delayed entries waiting without an attempt: entry id -> ``gate|revisit <domain>``.
     held = _Key("held")
     dead = _Key("dead")
     dead_info = _Key("dead_info")
@@ -308,6 +318,15 @@ class Keys:
     #: Workers seen lately: worker id -> last heartbeat (ms), kept a week.
     seen = _Key("seen")
 
+    @property
+    def queues(self) -> str:
+        """The prefix of the back queues' names, which carries the crawl's hash tag."""
+        return self._key("q:")
+
+    def queue(self, qid: str) -> str:
+        """The back queue *qid* (``<priority>[s]:<host>``)."""
+        return self.queues + qid
+
     def renew_keys(self) -> list[str]:
         """The keys of renew.lua, in its KEYS order (the optional grant goes after)."""
         return [self.leased, self.leases, self.workers, self.worker_stats, self.seen]
@@ -336,13 +355,13 @@ class Keys:
     #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
     items = _Key("items")
 
-    def bloom_part(self, layer: int, part: int) -> str:
-        """One bitmap of the Bloom filter: part *part* of layer *layer*."""
-        return self._key(f"bloom:{layer}:{part}")
-
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
         return [self.stats, self.stats_minutes, self.stats_domains]
+
+    def bloom_part(self, layer: int, part: int) -> str:
+        """One bitmap of the Bloom filter: part *part* of layer *layer*."""
+        return self._key(f"bloom:{layer}:{part}")
 
     def checkpoint(self, task: str) -> str:
         """A task's checkpoint: in its task's shard when the crawl is sharded."""
@@ -364,24 +383,10 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
-        zsets = (
-            self.pending,
-            self.leased,
-            self.delayed,
-            self.dead,
-            self.workers,
-            self.seen,
-            self.revisits,
-        )
-        strings = (
-            self.seq,
-            self.lease_seq,
-            self.reclaim_guard,
-            self.paused,
-            self.pressure,
-            self.dlq_alert,
-            self.stop,
-        )
+        zsets = [self.ready, self.waiting, self.legacy_pending, self.leased, self.delayed]
+        zsets += [self.dead, self.workers, self.seen, self.revisits]
+        strings = [self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.pressure]
+        strings += [self.dlq_alert, self.stop, self.queued]
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
@@ -391,5 +396,5 @@ class Keys:
         return types
 
     def all(self) -> list[str]:
-        """Every key of the crawl but its checkpoints, for ``flush``."""
+        """Every key of the crawl but its checkpoints and its back queues, for ``flush``."""
         return [*(getattr(self, name) for name in SHARD_KEYS), *self.aged_slices()]

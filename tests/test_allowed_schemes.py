@@ -21,6 +21,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.codec import Refused, decode_request
 from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
 from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.cli_seed import scrapy_ha
 
 KEYS = Keys("ha", "schemes")
@@ -69,10 +70,8 @@ def stored(url: str) -> bytes:
 
 def plant(redis_client, urls: list[str]) -> dict[str, str]:
     """Pending entries for *urls*, by entry id."""
-    ids = {}
-    for n, url in enumerate(urls, 900):
-        redis_client.zadd(KEYS.pending, {f"{n} ".encode() + stored(url): n})
-        ids[str(n)] = url
+    ids = {str(n): url for n, url in enumerate(urls, 900)}
+    backqueues.plant(redis_client, KEYS, [(n, stored(url)) for n, url in ids.items()])
     return ids
 
 
@@ -209,7 +208,7 @@ def test_push_follows_the_projects_setting(redis_url, redis_client, tmp_path):
     env = {**os.environ, "PYTHONPATH": path, "SCRAPY_SETTINGS_MODULE": "schemes_settings"}
     result = scrapy_ha("push", "schemes", "--create", ENVIRON, "--redis-url", redis_url, env=env)
     assert result.returncode == 0, result.stderr
-    assert redis_client.zcard(KEYS.pending) == 1
+    assert len(backqueues.pending(redis_client, KEYS)) == 1
     result = scrapy_ha(
         "push", "schemes", "--create", "http://a.example/", "--redis-url", redis_url, env=env
     )

@@ -147,9 +147,9 @@ async def test_a_bitmap_of_the_wrong_type_fails_the_call_before_any_write(redis_
     await add(queue, entries(range(10)))
     await queue.client.delete(KEYS.bloom_part(0, 0))
     await queue.client.rpush(KEYS.bloom_part(0, 0), "garbage")
-    before = await queue.client.zcard(KEYS.pending)
+    before = (await queue.counts()).pending
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE sync"):
         await queue.enqueue(entries(range(10, 20)))
-    assert await queue.client.zcard(KEYS.pending) == before
+    assert (await queue.counts()).pending == before
     assert KEYS.bloom_part(0, 0) + " (list" in " ".join(await queue.set_aside_wrong_types())
     await queue.client.aclose()

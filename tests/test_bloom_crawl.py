@@ -19,8 +19,10 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.demo import harness
+from scrapy_ha.keys import Keys
 from scrapy_ha.ops.crawls import read_crawls
 from scrapy_ha.store.bloom import bloom_state
+from tests import backqueues
 from tests.dupefilter import BLOOM
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
@@ -135,7 +137,9 @@ def test_a_crawl_held_back_by_redis_memory_goes_on_below_the_low_mark(
     live = worker(redis_url, site.url, items, log, **marks)
     try:
         harness.wait_for(lambda: "leases nothing new" in log.read_text(), "the warning", 60)
-        harness.wait_for(lambda: redis_client.zcard("ha:{catalogue}:pending") > 0, "seeds", 30)
+        harness.wait_for(
+            lambda: backqueues.count(redis_client, Keys("ha", "catalogue")) > 0, "seeds", 30
+        )
         heartbeat = redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
         harness.wait_for(
             lambda: (

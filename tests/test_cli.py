@@ -20,6 +20,8 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.demo import harness
+from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_crash import wait_for_items, worker
 from tests.test_retry_crawl import FAST_RETRIES
@@ -145,7 +147,7 @@ async def test_the_python_api_needs_nothing_private(redis_url, redis_client, sit
         assert await dlq.get(server.id) is None
         assert await dlq.purge([gone[0].id]) == 1
         assert {e.id for e in await dlq.entries()} == {e.id for e in gone[1:]}
-    assert redis_client.zcard("ha:{faults}:pending") == 1  # the requeued one waits
+    assert backqueues.count(redis_client, Keys("ha", "faults")) == 1  # the requeued one waits
 
 
 @deferred_f_from_coro_f
@@ -173,7 +175,7 @@ async def test_requeue_and_purge_by_id_class_domain_and_limit(redis_url, redis_c
         "purged 1 of 1 entry"
     )
     assert redis_client.zcard("ha:{faults}:dead") == 0
-    assert redis_client.zcard("ha:{faults}:pending") == 2
+    assert backqueues.count(redis_client, Keys("ha", "faults")) == 2
 
 
 @deferred_f_from_coro_f
@@ -221,7 +223,7 @@ def test_flush_refuses_while_a_worker_lives(redis_url, redis_client, site_factor
     )
     done = scrapy_ha("--redis-url", redis_url, "flush", "catalogue", "--yes")
     assert done.returncode == 0 and done.stdout.strip() == "flushed catalogue"
-    assert not redis_client.exists("ha:{catalogue}:payload", "ha:{catalogue}:pending")
+    assert not redis_client.exists("ha:{catalogue}:payload", "ha:{catalogue}:ready")
 
 
 @deferred_f_from_coro_f

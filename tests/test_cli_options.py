@@ -12,6 +12,8 @@ import time
 import pytest
 
 from scrapy_ha._version import __version__
+from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.cli_seed import ROOT, SCRAPY_HA, dead_letters, scrapy_ha
 
 GONE = [(f"http://a.example/gone/{i}", "gone", 404) for i in range(3)]
@@ -87,7 +89,7 @@ def test_dry_run_says_what_it_would_touch_and_touches_nothing(dlq, redis_client)
     assert flush.stdout.startswith("would flush every key of books (dry run")
     assert "dead: 5" in flush.stdout
     assert redis_client.zcard("ha:{books}:dead") == 5
-    assert redis_client.zcard("ha:{books}:pending") == 0
+    assert backqueues.count(redis_client, Keys("ha", "books")) == 0
 
 
 def _on_a_terminal(argv: list[str], answer: bytes) -> tuple[int, str]:

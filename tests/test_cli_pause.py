@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from scrapy_ha.demo import harness
+from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.cli_seed import delayed, scrapy_ha, sync
 from tests.test_crash import count_lines, wait_for_items, worker
 
@@ -54,7 +56,7 @@ def test_pause_holds_a_live_crawl_and_resume_finishes_it(
         held = count_lines(items)
         _renewed_twice(redis_client, live)
         assert count_lines(items) == held  # nothing new leased meanwhile
-        assert redis_client.zcard("ha:{catalogue}:pending") > 0
+        assert backqueues.count(redis_client, Keys("ha", "catalogue")) > 0
         shown = scrapy_ha("workers", "catalogue", "--redis-url", redis_url).stdout
         assert "the crawl is paused since" in shown
         again = scrapy_ha("pause", "catalogue", "--redis-url", redis_url).stdout

@@ -13,6 +13,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.cli.push import BATCH, BadLine, parse_line
+from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.cli_seed import scrapy_ha
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -60,7 +62,7 @@ async def test_pushed_requests_are_crawled_with_their_callbacks_and_meta(
     )
     second = push(redis_url, "-", stdin=again + "\n")
     assert second.stdout.strip() == "pushed 3 requests to pushed: 1 added, 2 filtered (seen before)"
-    assert redis_client.zcard("ha:{pushed}:pending") == 4
+    assert backqueues.count(redis_client, Keys("ha", "pushed")) == 4
 
     crawler = get_crawler(PushedSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
     await crawler.crawl_async()
@@ -141,7 +143,7 @@ def test_a_wrongly_typed_field_names_its_line_and_pushes_nothing(redis_url, redi
         'nothing pushed: stdin line 3: "dont_filter" must be true or false, not the string "false"'
     )
     assert result.stdout == ""
-    assert not redis_client.exists("ha:{pushed}:pending", "ha:{pushed}:dupefilter")
+    assert not redis_client.exists("ha:{pushed}:ready", "ha:{pushed}:dupefilter")
 
 
 def test_a_bad_line_pushes_nothing(redis_url, redis_client):
@@ -149,7 +151,7 @@ def test_a_bad_line_pushes_nothing(redis_url, redis_client):
     assert result.returncode == 1
     said = result.stderr.splitlines()  # after a note that no project settings apply here
     assert said[-1].startswith('nothing pushed: argument 2: "callback" must be the name of a')
-    assert not redis_client.exists("ha:{pushed}:pending", "ha:{pushed}:dupefilter")
+    assert not redis_client.exists("ha:{pushed}:ready", "ha:{pushed}:dupefilter")
 
 
 def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_client):
@@ -176,4 +178,4 @@ def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_
         "; stdin lines 501 to 1200 were not pushed, or only in part: push them again (the "
         "dupefilter drops those already in; one with dont_filter would be queued twice)"
     ), said
-    assert redis_client.zcard("ha:{pushed}:pending") == BATCH
+    assert backqueues.count(redis_client, Keys("ha", "pushed")) == BATCH

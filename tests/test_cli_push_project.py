@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.codec import decode_request
 from scrapy_ha.keys import Keys, shard_of
+from tests import backqueues
 from tests.cli_seed import scrapy_ha
 from tests.scrapy_project import crawl, write_project
 
@@ -94,9 +95,8 @@ def _hits_by_path(hits: dict[str, int]) -> dict[str, int]:
     return paths
 
 
-def _pending_urls(redis_client: Any, key: str) -> set[str]:
-    members = redis_client.zrange(key, 0, -1)
-    return {decode_request(m.partition(b" ")[2], None).url for m in members}
+def _pending_urls(redis_client: Any, keys: Keys) -> set[str]:
+    return {decode_request(p, None).url for _, p in backqueues.pending(redis_client, keys)}
 
 
 def test_push_filters_with_the_projects_fingerprinter_and_the_worker_agrees(
@@ -130,7 +130,7 @@ def test_push_places_requests_in_the_shards_a_worker_of_the_spider_uses(
     for url in urls:
         path = re.sub(r"^http://[^/]+|\?.*$", "", url)
         expected[shard_of(hashlib.sha1(path.encode()).digest()[:12], 3)].add(url)
-    placed = {i: _pending_urls(redis_client, Keys("ha", "sharded", i, 3).pending) for i in range(3)}
+    placed = {i: _pending_urls(redis_client, Keys("ha", "sharded", i, 3)) for i in range(3)}
     assert placed == expected
     # the worker filters its /item/1 to /item/10 in the shards the pushed pages are in
     _crawl(project, "sharded", site.url, redis_url, tmp_path / "worker.log")
@@ -152,11 +152,11 @@ def test_push_reads_the_dupefilter_and_the_codec_settings_a_worker_reads(
         pushed.stdout.strip()
         == "pushed 2 requests to unfiltered: 2 added, 0 filtered (seen before)"
     )
-    members = redis_client.zrange(Keys("ha", "unfiltered").pending, 0, -1)
+    members = backqueues.pending(redis_client, Keys("ha", "unfiltered"))
     assert len(members) == 2
-    for member in members:
+    for _, member in members:
         # COOKIES_ENABLED = False: the Cookie header is the spider's own, no jar replaces it
-        request = decode_request(member.partition(b" ")[2], None)
+        request = decode_request(member, None)
         assert request.headers.get("Cookie") == b"sid=spiders-own"
 
 

@@ -22,6 +22,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.display import TIME_FORMAT
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
+from tests import backqueues
 from tests.cli_seed import ROOT, SCRAPY_HA, _run, dead_letters, scrapy_ha
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def test_create_makes_the_crawl_where_making_one_is_meant(redis_url, redis_clien
     assert status.returncode == 0 and "paused" in status.stdout
     pushed = scrapy_ha("push", "seeded", "http://a.example/", "--create", "--redis-url", redis_url)
     assert pushed.returncode == 0, pushed.stderr
-    assert redis_client.zcard("ha:{seeded}:pending") == 1
+    assert backqueues.count(redis_client, Keys("ha", "seeded")) == 1
     again = scrapy_ha("push", "seeded", "http://a.example/2", "--redis-url", redis_url)
     assert again.returncode == 0, again.stderr  # it exists now: no --create needed
 

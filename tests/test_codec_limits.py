@@ -15,6 +15,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.codec import CodecError, decode_request, encode_request
 from scrapy_ha.codec.document import MAX_DEPTH, MAX_PAYLOAD_BYTES, MAX_SHARED_HASH
 from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_codec import SPIDER
 
@@ -110,8 +111,7 @@ async def test_entries_over_a_limit_are_dead_lettered_alone(
         "902": payload(site.url + "/item/4", cb="parse", mt={"a": "x" * MAX_PAYLOAD_BYTES}),
         "903": payload(site.url + "/item/5", cb="parse", mt={"a": nested(MAX_DEPTH)}),
     }
-    for entry_id, raw in entries.items():
-        redis_client.zadd(keys.pending, {entry_id.encode() + b" " + raw: int(entry_id)})
+    backqueues.plant(redis_client, keys, list(entries.items()))
     settings = {
         "SCHEDULER": "scrapy_ha.Scheduler",
         "REDIS_URL": redis_url,

@@ -1,4 +1,4 @@
-"""Entries a script sets aside as corrupt (a pending member without an entry id, a leased
+"""Entries a script sets aside as corrupt (a pending request without an entry id, a leased
 entry without a readable lease record) are archived (HA_DLQ_ARCHIVE_URL) and alerted for
 (HA_DLQ_ALERT_WEBHOOK) as every other dead letter. Real crawls, a real redis-server, SQLite
 and a real PostgreSQL, a real local webhook receiver."""
@@ -37,9 +37,10 @@ def receiver() -> Iterator[Receiver]:
 
 
 def corrupt_the_queue(redis_client) -> None:
-    """A pending member without an entry id (sync.lua sets it aside when it comes up for a
+    """A pending request without an entry id (sync.lua sets it aside when it comes up for a
     lease) and an expired lease without a lease record (reclaim.lua sets it aside)."""
-    redis_client.zadd(KEYS.pending, {b" no entry id": 0})
+    redis_client.rpush(KEYS.queue("0:-"), b" no entry id")
+    redis_client.zadd(KEYS.ready, {"0:-": 0})
     redis_client.zadd(KEYS.leased, {b"9001": 0})
     redis_client.hset(KEYS.payload, b"9001", b"unreadable")
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.dupefilter import dupefilter_settings
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "example_project"
@@ -237,7 +239,7 @@ def test_sigint_releases_leases_at_once_and_a_second_run_finishes(
     log = (tmp_path / "first.log").read_text()
     assert "'finish_reason': 'shutdown'" in log and "Released" in log
     assert redis_client.zcard("ha:{catalogue}:leased") == 0  # nothing left to expire
-    assert redis_client.zcard("ha:{catalogue}:pending") > 0
+    assert backqueues.count(redis_client, Keys("ha", "catalogue")) > 0
     second = worker(redis_url, site.url, items, tmp_path / "second.log")
     assert finish(second, items) == 0
     assert reclaimed((tmp_path / "second.log").read_text()) == 0

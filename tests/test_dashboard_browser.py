@@ -24,6 +24,8 @@ from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.demo import harness
+from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.test_crash import count_lines, wait_for_items, worker
 from tests.test_dashboard_api import PATHS, SCRAPY_HA, crawl
 
@@ -329,7 +331,10 @@ def test_pause_from_the_dashboard_stops_a_live_worker_leasing(
             before = heartbeat(redis_client)
             harness.wait_for(lambda b=before: heartbeat(redis_client) > b, "a heartbeat", 30)
             assert live.poll() is None
-        assert count_lines(items) == held and redis_client.zcard("ha:{catalogue}:pending") > 0
+        assert (
+            count_lines(items) == held
+            and backqueues.count(redis_client, Keys("ha", "catalogue")) > 0
+        )
         in_thread(lambda: click_through(dashboard_url, "Resume this crawl", "Resumed."))
         assert live.wait(120) == 0
     finally:

@@ -15,6 +15,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -84,8 +85,7 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
         redis_url, "dlq", "requeue", "faults", "--reason", "http 503", "--yes"
     ).stdout.strip() == ("requeued 0 of 0 entries")  # idempotent
     keys = Keys("ha", "faults")
-    (pending,) = redis_client.zrange(keys.pending, 0, -1)
-    pending_id, payload = pending.split(b" ", 1)
+    ((pending_id, payload),) = backqueues.pending(redis_client, keys)
     payload = json.loads(payload)
     assert "ha_retries" not in json.dumps(payload)  # attempts reset
 

@@ -14,6 +14,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_retry_crawl import FAST_RETRIES
 
@@ -65,5 +66,5 @@ async def test_the_documented_example_lists_and_requeues_what_is_gone(
         ["GET", site.url + "/status/404?a"],
         ["GET", site.url + "/status/410"],
     ]
-    assert redis_client.zcard(keys.pending) == 2
+    assert backqueues.count(redis_client, keys) == 2
     assert redis_client.zcard(keys.dead) == 1  # the server error stays

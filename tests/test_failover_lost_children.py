@@ -23,7 +23,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import ChildrenLost, NewEntry
-from tests import redis_servers
+from tests import backqueues, redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_redis_failover import DEADLINE, IN_FLIGHT, caught_up, crawl_settings, until
 from tests.test_redis_failover import fast_engine_heartbeat as fast_engine_heartbeat
@@ -137,12 +137,12 @@ async def test_a_page_acked_on_a_replica_that_lacks_its_children_loses_none(
         spider.go_on.set()
         await spider.yielded.wait()
         # 10 items and the next list page, stored (pending or leased) on the old primary
-        await until(lambda: a.zcard(keys.pending) + a.zcard(keys.leased) >= 12, "the children")
+        await until(lambda: backqueues.count(a, keys) + a.zcard(keys.leased) >= 12, "the children")
         # and the worker has read the reply that confirms them (a reply still on its way
         # would be cut by the switch: the worker would then send them again, as new, to the
         # replica, and nothing would have been lost)
         await until(lambda: outbox.children_sent >= stored + 11, "the worker's confirmation")
-        assert b.zcard(keys.pending) == 0, "the children reached the replica"
+        assert backqueues.count(b, keys) == 0, "the children reached the replica"
         forwarder.switch(replica.port)  # the failover: the worker now reaches the replica
         primary.kill()
         spider.finish.set()  # the first page ends: its ack goes to the replica

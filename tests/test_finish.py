@@ -202,7 +202,7 @@ async def test_a_finished_sharded_crawl_runs_again_with_fewer_shards_its_dead_le
     await second.crawl_async(base_url=site.url)
     assert len(second.spider.items) == 50, "the second run was refused or filtered"
     assert sync.get("ha:{catalogue}:shards") == b"2 4"
-    assert all(sync.zcard(f"{SHARDS[i]}:pending") == 0 for i in range(4))
+    assert all(sync.zcard(f"{SHARDS[i]}:ready") == 0 for i in range(4))
     client = redis.asyncio.Redis.from_url(redis_url)
     queue = await crawl_queue(client, "ha", "catalogue", 2)
     listed = [e.id for e in await dead_letters(queue).entries()]

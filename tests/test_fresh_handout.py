@@ -25,6 +25,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.shell import Scheduler
+from tests import backqueues
 
 if TYPE_CHECKING:
     import redis
@@ -86,13 +87,13 @@ async def test_a_new_request_is_handed_out_at_once_and_stored_leased_to_this_wor
             return {(i.decode(), v.decode().split()[0]) for i, v in held.items()} == leases
 
         await poll(stored, "the handed-out requests are leased in Redis")
-        assert redis_client.zcard(keys.pending) == 0
+        assert backqueues.count(redis_client, keys) == 0
         assert redis_client.zcard(keys.leased) == len(urls)
         assert crawler.stats.get_value("ha/handed_fresh") == len(urls)
     finally:
         await maybe_deferred_to_future(scheduler.close("shutdown"))
     # never downloaded (no engine here): released at close, nothing lost
-    assert redis_client.zcard(keys.pending) == 5
+    assert backqueues.count(redis_client, keys) == 5
     assert redis_client.zcard(keys.leased) == 0
 
 

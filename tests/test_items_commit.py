@@ -18,6 +18,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.join import join_crawl
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.script_keys import sync_keys
 from scrapy_ha.store.wire import Commit, NewEntry
 from tests.test_shards import lease_all, sharded
 
@@ -132,12 +133,7 @@ async def test_a_malformed_commit_is_refused_as_stale_and_applies_nothing(redis_
 
 
 async def _sync_keys(q: RedisQueue) -> list[str]:
-    k = q.keys
-    return [
-        k.pending, k.payload, k.dupefilter, k.seq, k.leased, k.leases, k.expiries, k.delayed,
-        k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info, *k.stats_keys(), k.retried,
-        k.paused, k.sent, k.domain_limits, k.polite, k.held, k.items,
-    ]  # fmt: skip
+    return sync_keys(q.keys, q.keys.dupefilter)
 
 
 @deferred_f_from_coro_f

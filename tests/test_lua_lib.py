@@ -22,7 +22,7 @@ FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 
 #: Each rule of the library, and what a copy of it looks like in a script's code.
 COPIES = {
-    "time: the server clock": r"redis\.call\('TIME'\)",
+    "time: the server clock": r"redis_call\('TIME'\)",
     "lease: the token check": r"'\^\(%S\+\)'",
     "lease: the record's score": r"'\^%S\+ \(%S\+\)'|\.\. ' ' \.\. sc",
     "member: '<id> <payload>'": r"\.\. ' ' \.\.|string\.find\([^)]*' '",

@@ -18,6 +18,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.scripts import RENEW_LUA
 from scrapy_ha.store.wire import Fresh, NewEntry, renew_args, worker_stats
+from tests import backqueues
 from tests.spiders import CatalogueSpider
 
 KEYS = Keys("ha", "s")
@@ -50,7 +51,7 @@ async def test_a_paused_crawl_hands_out_nothing_from_memory(redis_url, site):
     await crawler.crawl_async(base_url=site.url)
     assert crawler.stats.get_value("downloader/request_count") is None
     assert crawler.stats.get_value("finish_reason") == "closespider_timeout"
-    assert client.zcard(keys.pending) == 1  # the start request, waiting for the resume
+    assert backqueues.count(client, keys) == 1  # the start request, waiting for the resume
     client.close()
 
 

@@ -96,10 +96,12 @@ async def test_rate_limited_leases_carry_not_before_times_one_interval_apart(red
     await q.enqueue([page("a.test", n) for n in range(20)] + [page("b.test", 0)])
     first = await q.sync(lease=30)
     waits = [lease.wait_ms for lease in first.leases if domain(lease) == "a.test"]
-    # one start every 100 ms, a second ahead at most: the rest wait in the delayed set
+    # one start every 100 ms, a second ahead at most: the rest wait pending, in their
+    # host's back queue (which waits until they may go: none of them is read meanwhile)
     assert waits == [100 * k for k in range(11)]
     assert [lease.wait_ms for lease in first.leases if domain(lease) == "b.test"] == [0]
-    assert (first.pending, first.delayed) == (0, 9)
+    assert (first.pending, first.delayed) == (9, 0)
+    assert await q.client.zrange(KEYS.waiting, 0, -1) == [b"0:a.test"]
     starts = [first.now_ms + w for w in waits]
     deadline = time.monotonic() + DEADLINE
     while len(starts) < 20:  # the held-back ones come back and go on from the last time

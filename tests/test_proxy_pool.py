@@ -16,6 +16,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_proxy import settings
 
@@ -170,5 +171,7 @@ async def test_with_no_usable_proxy_a_request_waits_and_is_never_sent_direct(
     assert stats["ha/proxy/unavailable"] >= 1
     assert "ha/proxy/direct" not in stats
     assert crawler.spider.ok == [] and crawler.spider.errors == []
-    kept = sum(redis_client.zcard(k) for k in (KEYS.pending, KEYS.leased, KEYS.delayed))
+    kept = backqueues.count(redis_client, KEYS) + sum(
+        redis_client.zcard(k) for k in (KEYS.leased, KEYS.delayed)
+    )
     assert kept == len(paths) and redis_client.zcard(KEYS.dead) == 0

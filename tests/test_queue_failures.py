@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
+from tests import backqueues
 from tests.spiders import CatalogueSpider, FaultSpider
 
 #: Short leases so that a leaked lease shows within the test (reclaimed, then poison).
@@ -62,7 +63,7 @@ async def test_a_payload_that_breaks_the_decoder_costs_that_entry_alone(
     (info,) = dead_info(redis_client, "catalogue")
     assert info["class"] == "corrupt"
     keys = Keys("ha", "catalogue")
-    assert (redis_client.zcard(keys.pending), redis_client.zcard(keys.leased)) == (0, 0)
+    assert (backqueues.pending(redis_client, keys), redis_client.zcard(keys.leased)) == ([], 0)
 
 
 class UnstorableMetaMiddleware:

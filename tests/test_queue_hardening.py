@@ -53,7 +53,9 @@ async def test_reclaim_sets_aside_an_unreadable_lease_record_and_keeps_its_paylo
 @deferred_f_from_coro_f
 async def test_sync_sets_aside_a_pending_member_without_id_and_applies_whole(redis_url):
     q = open_queue(redis_url)
-    await q.client.zadd(KEYS.pending, {b" garbage-without-id": -10})
+    # an element without an entry id at the head of the best back queue
+    await q.client.rpush(KEYS.queue("0:-"), b" garbage-without-id")
+    await q.client.zadd(KEYS.ready, {"0:-": -10})
     await q.enqueue([entry("a")])
     # a dont_filter child enqueued in the same call as the lease of the garbage
     result = await q.sync(enqueue=[entry("child", fp=b"")], lease=5, lease_ms=30000)
@@ -176,15 +178,20 @@ async def test_every_script_clamps_priorities(redis_url):
     (d,) = await q.lease(1, 30000)
     await q.dead_letter(d.id, d.token, {"class": "x"})
     assert await q.requeue_dead([(d.id, 9000, b"payload-d")]) == 1
-    score = await q.client.zscore(KEYS.pending, f"{d.id} payload-d")
-    assert score == -4095 * PRIO + int(await q.client.get(KEYS.seq))
+    # back in the queue of its host ("-": no URL) at the highest priority, at a new place
+    place = int(await q.client.get(KEYS.seq))
+    assert await q.client.lrange(KEYS.queue("4095:-"), 0, -1) == [
+        b"%s@%d payload-d" % (d.id.encode(), place)
+    ]
+    assert await q.client.zscore(KEYS.ready, "4095:-") == -4095 * PRIO + place
     await q.client.rpush("h:start_urls", b"u")
     added = await q.feed(
         "h:start_urls", as_set=False, raw=[b"u"], entries=[NewEntry(b"", -9000, b"payload-u")]
     )
     assert added == 1
-    (member, score), *_ = await q.client.zrange(KEYS.pending, -1, -1, withscores=True)
-    assert member.endswith(b"payload-u") and score == 4095 * PRIO + int(member.split()[0])
+    (element,) = await q.client.lrange(KEYS.queue("-4095:-"), 0, -1)
+    score = await q.client.zscore(KEYS.ready, "-4095:-")
+    assert element.endswith(b"payload-u") and score == 4095 * PRIO + int(element.split()[0])
     await q.client.aclose()
 
 

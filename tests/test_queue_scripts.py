@@ -273,9 +273,9 @@ async def test_garbage_in_counters_and_gates_does_not_stop_the_queue(redis_url):
 async def test_keys_of_the_wrong_type_are_set_aside(redis_url):
     q = open_queue(redis_url)
     await q.client.set(KEYS.delayed_score, "a string where a hash belongs")
-    await q.client.hset(KEYS.pending, "x", "a hash where a sorted set belongs")
+    await q.client.hset(KEYS.ready, "x", "a hash where a sorted set belongs")
     moved = await q.set_aside_wrong_types()
     assert len(moved) == 2 and any("expected zset" in m for m in moved)
-    assert len(await q.client.keys(KEYS.pending + ":corrupt:*")) == 1
+    assert len(await q.client.keys(KEYS.ready + ":corrupt:*")) == 1
     assert await q.enqueue([entry("a")]) == 1
     await q.client.aclose()

@@ -283,10 +283,10 @@ async def test_a_crawl_follows_a_cluster_failover_when_its_master_is_killed(clus
     crawler = get_crawler(CatalogueSpider, crawl_settings(cluster.url))
     crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     await until(lambda: crawler.spider is not None and len(crawler.spider.items) >= 5, "items")
-    owner = cluster.owner_of("ha:{catalogue}:pending")
+    owner = cluster.owner_of("ha:{catalogue}:ready")
     owner.kill()
     killed_at = len(crawler.spider.items)
-    promoted = lambda: cluster.owner_of("ha:{catalogue}:pending") not in (None, owner)  # noqa: E731
+    promoted = lambda: cluster.owner_of("ha:{catalogue}:ready") not in (None, owner)  # noqa: E731
     await until(promoted, "a replica promoted to master")
     await asyncio.wait_for(crawl, DEADLINE)
     assert killed_at < 50, "the crawl ended before its master was killed"

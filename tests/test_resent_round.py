@@ -21,6 +21,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
+from tests import backqueues
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -131,8 +132,8 @@ async def _lose_a_reply_then_resend(direct: RedisQueue, redis_url: str) -> None:
             await q.client.aclose()
     assert (result.added, result.roots_seen, result.refused) == (2, 0, 0)
     assert (result.acked, result.stale) == (0, 1)  # the lost call acked it
-    pending = await direct.client.zrange(keys.pending, 0, -1)
-    assert sorted(m.split(b" ", 1)[1] for m in pending) == [b"dont-filter-child", b"new-root"]
+    pending = await backqueues.pending_async(direct.client, keys)
+    assert sorted(payload for _, payload in pending) == [b"dont-filter-child", b"new-root"]
     stats = await direct.client.hgetall(keys.stats)
     assert stats.get(b"enqueued") == b"3"  # page, child, root: each once
     assert b"filtered" not in stats
@@ -140,7 +141,7 @@ async def _lose_a_reply_then_resend(direct: RedisQueue, redis_url: str) -> None:
     more = NewEntry(b"", 0, b"next-child")
     after = await direct.sync(enqueue=[child, more], sender=("c0ffee", 2))
     assert after.added == 2
-    assert await direct.client.zcard(keys.pending) == 3
+    assert len(await backqueues.pending_async(direct.client, keys)) == 3
 
 
 class CopiesSpider(scrapy.Spider):

@@ -26,6 +26,7 @@ from scrapy_ha.store.aged import AgedSet
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
+from tests import backqueues
 from tests.cli_seed import scrapy_ha
 from tests.spiders import CatalogueSpider
 
@@ -193,7 +194,10 @@ async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
     # the crawl stays in Redis with its revisit (waiting, or given back pending if the stop
     # came during a visit): a worker started now resumes it
     keys = Keys("ha", "catalogue")
-    waiting = [await asyncio.to_thread(redis_client.zcard, k) for k in (keys.delayed, keys.pending)]
+    waiting = [
+        await asyncio.to_thread(redis_client.zcard, keys.delayed),
+        await asyncio.to_thread(backqueues.count, redis_client, keys),
+    ]
     assert sum(waiting) == 1 and not await asyncio.to_thread(redis_client.zcard, keys.leased)
     check = ("seen", "check", "catalogue", f"{site.url}/list/1", "--redis-url", redis_url)
     checked = await asyncio.to_thread(scrapy_ha, *check)
@@ -221,7 +225,7 @@ async def test_revisits_lose_nothing_across_two_workers(redis_url, site, redis_c
         assert all(g >= interval * 0.9 for g in gaps), (path, gaps)
     keys = Keys("ha", "catalogue")
     queued = await asyncio.to_thread(redis_client.zcard, keys.delayed)
-    queued += await asyncio.to_thread(redis_client.zcard, keys.pending)
+    queued += await asyncio.to_thread(backqueues.count, redis_client, keys)
     assert queued == 50  # one entry per item page, each waiting for its next visit
     stats = await asyncio.to_thread(redis_client.hgetall, keys.stats)
     assert b"revisit_double" not in stats

@@ -15,6 +15,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.codec import encode_request
 from scrapy_ha.keys import Keys
+from tests import backqueues
 from tests.spiders import CatalogueSpider, PathsSpider
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def settings(redis_url: str, **extra):
 def state(client: redis.Redis, spider: str) -> dict[str, int]:
     keys = Keys("ha", spider)
     return {
-        "pending": client.zcard(keys.pending),
+        "pending": backqueues.count(client, keys),
         "leased": client.zcard(keys.leased),
         "delayed": client.zcard(keys.delayed),
         "dead": client.zcard(keys.dead),
@@ -170,9 +171,8 @@ async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
         and __import__("scrapy").Request(site.url + "/item/7", callback=spider.parse_item),
         spider,
     )
-    for entry_id, payload in (("900", b"\x80\x04garbage"), ("901", good), ("902", b'{"v":1}')):
-        redis_client.zadd(keys.pending, {entry_id.encode() + b" " + payload: int(entry_id)})
-    redis_client.zadd(keys.pending, {"903": 903})  # no payload at all
+    planted = [("900", b"\x80\x04garbage"), ("901", good), ("902", b'{"v":1}'), ("903", b"")]
+    backqueues.plant(redis_client, keys, planted)  # "903": no payload at all
     crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
     await crawler.crawl_async(base_url=site.url)
     items = crawler.spider.items

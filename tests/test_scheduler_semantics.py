@@ -18,6 +18,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.scheduler.shell import Scheduler
+from tests import backqueues
 from tests.spiders import CatalogueSpider
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ async def test_len_and_pending_answer_for_the_crawl_right_after_open(
         CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True, CLOSESPIDER_PAGECOUNT=1)
     )
     await seeded.crawl_async(base_url=site.url)  # the first list page: its children are left
-    left = redis_client.zcard(Keys("ha", "catalogue").pending)
+    left = backqueues.count(redis_client, Keys("ha", "catalogue"))
     assert left > 0
     crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=True))
     crawler.spider = crawler._create_spider(base_url=site.url)

@@ -68,8 +68,9 @@ def test_placement_is_by_fingerprint_and_stable():
 
 
 def test_one_shard_keeps_every_key_name_of_an_unsharded_crawl():
-    assert Keys("ha", "books").pending == "ha:{books}:pending"
-    assert Keys("ha", "books", 5, 6).pending == "ha:{books:5}:pending"
+    assert Keys("ha", "books").ready == "ha:{books}:ready"
+    assert Keys("ha", "books", 5, 6).ready == "ha:{books:5}:ready"
+    assert Keys("ha", "books", 5, 6).queue("0:a.test") == "ha:{books:5}:q:0:a.test"
     sharded_cp = Keys("ha", "books", 0, 6).checkpoint("t1")
     assert sharded_cp == f"ha:{{books:{task_shard('t1', 6)}}}:cp:t1"
     assert Keys("ha", "books").checkpoint("t1") == "ha:{books}:cp:t1"
@@ -88,7 +89,7 @@ async def test_requests_spread_over_the_shards_by_fingerprint(redis_url):
     assert (await q.sync(enqueue=[entry(n) for n in names])).added == 200
     raw = redis.asyncio.Redis.from_url(redis_url)
     for s in range(4):
-        members = await raw.zrange(f"ha:{{s:{s}}}:pending", 0, -1)
+        members = await raw.lrange(f"ha:{{s:{s}}}:q:0:-", 0, -1)  # priority 0, no host
         stored = {m.split(b" ", 1)[1].decode().removeprefix("payload-") for m in members}
         assert stored == {n for n in names if shard_of(fp(n), 4) == s}
         assert stored  # every shard has some
@@ -182,7 +183,7 @@ class Recording(redis.asyncio.Redis):
     async def evalsha(self, sha, numkeys, *keys_and_args):  # type: ignore[override]
         keys = keys_and_args[:numkeys]
         args = keys_and_args[numkeys:]
-        if numkeys >= 18 and str(keys[0]).endswith(":pending"):
+        if numkeys >= 18 and str(keys[0]).endswith(":q:"):
             self.calls.append((str(keys[0]), int(args[0]), int(args[1])))
         return await super().evalsha(sha, numkeys, *keys_and_args)
 
@@ -358,7 +359,7 @@ async def test_start_urls_are_fed_into_their_shards_and_leave_the_list(redis_url
     assert await q.feed("s:start_urls", as_set=False, raw=peeked, entries=entries) == 12
     assert await q.client.llen("s:start_urls") == 0
     assert (await q.counts()).pending == 12
-    assert all([await s.client.zcard(s.keys.pending) for s in q.shards])
+    assert all([await s.client.zcard(s.keys.ready) for s in q.shards])
     await q.client.aclose()
 
 

@@ -17,7 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys, task_shard
-from tests import redis_servers
+from tests import backqueues, redis_servers
 from tests.spiders import CatalogueSpider, FedSpider
 from tests.test_checkpoints import run_paged
 from tests.test_cli import scrapy_ha
@@ -109,7 +109,9 @@ def test_the_cli_aggregates_or_refuses_a_sharded_crawl(redis_url):
     assert client.get("ha:{books}:shards") == b"3"  # the first writer stored the count
     doc = status(redis_url, "books")
     assert doc["pending"] == 30 and doc["totals"]["enqueued"] == 30
-    assert all(client.zcard(f"ha:{{books:{i}}}:pending") for i in range(3))
+    assert all(
+        backqueues.count(client, Keys("ha", "books", shards=3).of_shard(i)) for i in range(3)
+    )
     listed = scrapy_ha("--redis-url", redis_url, "dlq", "list", "books")
     assert listed.returncode == 0 and "empty" in listed.stdout, listed.stderr
     delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books")

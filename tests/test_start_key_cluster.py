@@ -20,7 +20,7 @@ from scrapy_ha.scheduler.session.connect import CLUSTER_START_URLS_KEY, check_st
 from scrapy_ha.store.url import uses_cluster
 from tests.spiders import FedSpider
 
-CRAWL_KEY = Keys("ha", "books").pending
+CRAWL_KEY = Keys("ha", "books").ready
 CLUSTERS = [
     redis.RedisCluster,
     redis.asyncio.RedisCluster,

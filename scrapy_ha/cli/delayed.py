@@ -21,6 +21,7 @@ from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
 from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.operations import server_ms
+from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.shards import outside
 
@@ -87,7 +88,7 @@ async def _shard_entries(queue: RedisQueue) -> list[Delayed]:
         if not rows:
             return found
         ids = [r[0].decode() if isinstance(r[0], bytes) else str(r[0]) for r in rows]
-        payloads = await queue.client.hmget(queue.keys.payload, ids)
+        payloads = await read_payloads(queue.client, queue.keys, ids)
         marks = await queue.client.hmget(queue.keys.held, ids)
         found += [
             _parse(i, score, p, m)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
+from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ async def _dead_in_shard(
             return n
         ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
         infos = await client.hmget(keys.dead_info, ids)
-        payloads = await client.hmget(keys.payload, ids)
+        payloads = await read_payloads(client, keys, ids)
         for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
             entry = parse_entry(entry_id, score, info, payload)
             n += 1

@@ -33,7 +33,8 @@ Tools that read stored requests without running them (the dead-letter queue, the
 The implementation lives in :mod:`scrapy_ha.codec`: ``document`` (the stored document),
 ``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (what is never
 stored), ``masking`` (what is shown instead of a secret), ``summary`` (reading without
-rebuilding).
+rebuilding), ``compact`` (the document deflated with a crawl's dictionary, as a worker
+stores it: readers expand it first, see :mod:`scrapy_ha.store.dictionary`).
 """
 
 from __future__ import annotations

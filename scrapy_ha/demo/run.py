@@ -26,6 +26,7 @@ from urllib.request import urlopen
 
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.dictionary import read_payload_sync
 
 if TYPE_CHECKING:
     import subprocess
@@ -279,7 +280,8 @@ def _dead_letters(redis_url: str) -> list[tuple[str, str]]:
     keys = Keys("ha", "catalogue")
     out = []
     for entry_id, info in client.hgetall(keys.dead_info).items():
-        payload = client.hget(keys.payload, entry_id) or b"{}"
+        entry = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+        payload = read_payload_sync(client, keys, entry) or b"{}"
         out.append((json.loads(payload).get("u", "?"), json.loads(info).get("class", "?")))
     client.close()
     return out

@@ -11,9 +11,10 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
 from scrapy_ha.store.bloom import BloomState, bloom_state
 from scrapy_ha.store.items import StreamState, merged, stream_state
+from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.scripts import COUNTS_LUA, ITEMS_STATE_LUA
 from scrapy_ha.store.sharding import layout_keys
-from scrapy_ha.store.wire import Counts, counts_keys
+from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 SCAN_COUNT = 10_000
 #: Keys whose presence means a crawl exists (a finished crawl keeps its dead letters and
 #: counters; the other keys of a crawl go with these).
-CRAWL_KEYS = ("pending", "leased", "delayed", "dead", "workers", "stats")
+CRAWL_KEYS = ("ready", "waiting", "pending", "leased", "delayed", "dead", "workers", "stats")
 #: Request states, as the ``state`` label.
 STATES = ("pending", "leased", "delayed", "dead")
 #: The ``class`` label of retries or dead letters the total counts but no class does.

@@ -30,9 +30,10 @@ __all__ = [
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.scripts import COUNTS_LUA
 from scrapy_ha.store.sharding import layout_keys
-from scrapy_ha.store.wire import Counts, counts_keys
+from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys

@@ -27,7 +27,9 @@ from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
+from scrapy_ha.store.dictionary import Compactor
 from scrapy_ha.store.forget import ForgetRules
+from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.scripts import MAX_PRIORITY
 from scrapy_ha.store.wire import Fresh, NewEntry, clamp_priority
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -84,10 +86,12 @@ class Admission:
         self._starts: dict[bytes, int] = {}
         self._dupes_logged = False
         self._clamp_warned = False
+        #: compacts new requests once the crawl has a dictionary (see :meth:`from_config`)
+        self.compactor = Compactor(enabled=False)
 
     @classmethod
     def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
-        return cls(
+        admission = cls(
             crawler,
             dedupe=config.dedupe,
             dedupe_start=config.dedupe_start_requests,
@@ -100,6 +104,8 @@ class Admission:
             else FINGERPRINT_BYTES,
             ttl=config.dupefilter_ttl,
         )
+        admission.compactor = Compactor(enabled=config.memory.compact_payloads)
+        return admission
 
     def admit(self, request: Request, kin: Kin, spider: Spider | None) -> NewEntry | None:
         """The entry to queue for *request*, or None if it is refused: a duplicate this
@@ -114,7 +120,7 @@ class Admission:
             self.log_duplicate(request)
             return None
         try:
-            payload = self.payload(request, spider)
+            payload = self.compactor.compact(self.payload(request, spider))
         except CodecError as exc:
             self.refuse_unstorable(request, exc, kin.parent, spider)
             return None
@@ -146,7 +152,10 @@ class Admission:
         start = self.start_queue and bool(request.meta.get("is_start_request"))
         task = request.meta.get(metakeys.TASK)
         task = task if isinstance(task, str) else ""
-        return NewEntry(fingerprint, request.priority, payload, parent, fresh, start, task)
+        host = url_host(request.url)
+        return NewEntry(
+            fingerprint, request.priority, payload, parent, fresh, start, task, host=host
+        )
 
     def _log_late(self, request: Request) -> None:
         """A request that names a page this worker finished was scheduled later with that

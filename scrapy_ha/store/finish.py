@@ -64,6 +64,7 @@ def working_keys(keys: Keys) -> list[str]:
     again must not see its number go back (it goes a day after it was seen gone)."""
     return [
         keys.worker_stats,
+        keys.queued,
         keys.dupefilter,
         keys.bloom,
         keys.aged,
@@ -87,7 +88,7 @@ def working_keys(keys: Keys) -> list[str]:
 def finish_keys(keys: Keys, *, keep: bool) -> list[str]:
     """finish.lua's KEYS: those it checks, the cookie jars and the workers' numbers, then
     (unless *keep*) the finish record and the working keys."""
-    checked = [keys.pending, keys.leased, keys.delayed, keys.workers, keys.cookies]
+    checked = [keys.ready, keys.waiting, keys.leased, keys.delayed, keys.workers, keys.cookies]
     numbers = [keys.senders, keys.sent]
     return (
         [*checked, *numbers]

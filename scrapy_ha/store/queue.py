@@ -17,6 +17,18 @@ from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_E
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.finish import finish_one
+from scrapy_ha.store.frontier import convert_old_form, flush_crawl
+from scrapy_ha.store.hosts import payload_host
+from scrapy_ha.store.script_keys import (
+    counts_keys,
+    dead_keys,
+    feed_keys,
+    reclaim_keys,
+    release_keys,
+    requeue_keys,
+    retry_keys,
+    sync_keys,
+)
 from scrapy_ha.store.wire import (
     ORDERS,
     Counts,
@@ -26,7 +38,6 @@ from scrapy_ha.store.wire import (
     _s,
     children_lost,
     clamp_priority,
-    counts_keys,
     expect_arg,
     live_workers,
     lost_pairs,
@@ -66,6 +77,8 @@ class RedisQueue:
         self.start_order = start_order
         #: the exact set, or a Bloom filter (HA_DUPEFILTER, set by sharding.make_queue)
         self.dupefilter: Dupefilter = ExactSet()
+        #: the order as the scripts take it (lua/lib/frontier.lua order_flags)
+        self.order_arg = f"{order} {start_order}".strip()
         self._sync = client.register_script(scripts.SYNC_LUA)
         self._renew = client.register_script(scripts.RENEW_LUA)
         self._reclaim = client.register_script(scripts.RECLAIM_LUA)
@@ -79,6 +92,7 @@ class RedisQueue:
         self._purge = client.register_script(scripts.PURGE_LUA)
         self._checkpoint = client.register_script(scripts.CHECKPOINT_LUA)
         self._set_aside = client.register_script(scripts.SET_ASIDE_LUA)
+        self._convert = client.register_script(scripts.CONVERT_LUA)
 
     async def sync(
         self,
@@ -112,36 +126,12 @@ class RedisQueue:
             lease_ms,
             promote,
             new_nonce(),
-            f"{self.order} {self.start_order}".strip(),
+            self.order_arg,
             expect_arg(sender, expect),
             len(release),
         ]
         args += packed_children(enqueue, sender, numbers)
-        keys = [
-            k.pending,
-            k.payload,
-            self.dupefilter.key(k),
-            k.seq,
-            k.leased,
-            k.leases,
-            k.expiries,
-            k.delayed,
-            k.delayed_score,
-            k.lease_seq,
-            k.gates,
-            k.dead,
-            k.dead_info,
-            *k.stats_keys(),
-            k.retried,
-            k.paused,
-            k.sent,
-            k.domain_limits,
-            k.polite,
-            k.held,
-            k.items,
-        ]
-        if worker is not None:
-            keys.append(k.grant(worker))
+        keys = sync_keys(k, self.dupefilter.key(k), worker)
         acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
         args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
         try:
@@ -210,22 +200,8 @@ class RedisQueue:
         Returns (reclaimed to pending, ids dead-lettered as poison, entries set aside as
         corrupt); the dead-letter retention (*max_entries*, *max_age_ms*) applies.
         """
-        k = self.keys
-        keys = [
-            k.leased,
-            k.leases,
-            k.pending,
-            k.expiries,
-            k.dead,
-            k.dead_info,
-            k.reclaim_guard,
-            k.payload,
-            k.retried,
-            *k.stats_keys(),
-            k.dead_archived,
-            k.polite,
-        ]
-        args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms]
+        keys = reclaim_keys(self.keys)
+        args = [worker, interval_ms, batch, max_expiries, max_entries, max_age_ms, self.order_arg]
         reply = await self._reclaim(keys=keys, args=args)
         if int(reply[0]) < 0:
             return None
@@ -235,13 +211,8 @@ class RedisQueue:
         """Give leases back to pending at once; return how many were released."""
         if not pairs:
             return 0
-        k = self.keys
-        args = [x for pair in pairs for x in pair]
-        return int(
-            await self._release(
-                keys=[k.pending, k.leased, k.leases, k.payload, k.polite], args=args
-            )
-        )
+        args = [self.order_arg] + [x for pair in pairs for x in pair]
+        return int(await self._release(keys=release_keys(self.keys), args=args))
 
     async def dead_letter(
         self,
@@ -259,9 +230,6 @@ class RedisQueue:
 
         Returns the size of the dead-letter queue, or 0 if the lease is stale.
         """
-        k = self.keys
-        keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
-        keys += [*k.stats_keys(), k.dead_archived, k.polite]
         args = [
             entry_id,
             token,
@@ -269,8 +237,9 @@ class RedisQueue:
             max_entries,
             max_age_ms,
             payload,
+            self.order_arg,
         ]
-        done, size = await self._dead(keys=keys, args=args)
+        done, size = await self._dead(keys=dead_keys(self.keys), args=args)
         return int(size) if int(done) else 0
 
     async def retry_later(
@@ -288,25 +257,23 @@ class RedisQueue:
         its place in the order; without, with its original score. With *failure_class* it is
         a retry, counted (``retried:<class>``); without, a deferral that cost no attempt.
         """
-        k = self.keys
-        keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried]
-        keys += [*k.stats_keys(), k.polite, k.held]
         prio = "" if priority is None else clamp_priority(priority)
-        args = [entry_id, token, delay_ms, payload, prio, failure_class]
-        return int(await self._retry(keys=keys, args=args))
+        args = [entry_id, token, delay_ms, payload, prio, failure_class, self.order_arg]
+        return int(await self._retry(keys=retry_keys(self.keys), args=args))
 
     async def close_gate(self, domain: str, ms: int) -> int:
         """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
         return int(await self._gate(keys=[self.keys.gates], args=[domain, ms]))
 
     async def requeue_dead(self, entries: list[tuple[str, int, bytes]]) -> int:
-        """Move (id, priority, payload) dead-letter entries back to pending; return how many."""
+        """Move (id, priority, payload) dead-letter entries back to pending, each to the back
+        queue of its URL's host; return how many."""
         if not entries:
             return 0
-        k = self.keys
-        keys = [k.dead, k.dead_info, k.pending, k.payload, k.seq, k.expiries, *k.stats_keys()]
-        args = [self.order] + [x for e in entries for x in e]
-        return int(await self._requeue(keys=keys, args=args))
+        args: list[Any] = [self.order]
+        for entry_id, priority, payload in entries:
+            args += [entry_id, priority, payload_host(payload), payload]
+        return int(await self._requeue(keys=requeue_keys(self.keys), args=args))
 
     async def purge_dead(self, ids: list[str]) -> tuple[int, int]:
         """Delete dead-letter entries for good; return (deleted, kept because an SQL archive
@@ -344,8 +311,9 @@ class RedisQueue:
         k = self.keys
         args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
         for e in entries:
-            args += [e.fingerprint, clamp_priority(e.priority), e.payload]
-        keys = [key, k.pending, k.payload, self.dupefilter.key(k), k.seq, *k.stats_keys()]
+            host = e.host or payload_host(e.payload)
+            args += [e.fingerprint, clamp_priority(e.priority), host, e.payload]
+        keys = feed_keys(k, key, self.dupefilter.key(k))
         return int(await seen_call(self._feed, self.dupefilter, k, call_keys=keys, args=args))
 
     async def save_checkpoint(
@@ -375,10 +343,16 @@ class RedisQueue:
             await self.client.hdel(self.keys.sent, sender)
             await self.client.hdel(self.keys.senders, worker)
 
+    async def upgrade(self) -> int:
+        """Convert requests stored pending by a version before the back queues (see
+        :func:`~scrapy_ha.store.frontier.convert_old_form`); return how many."""
+        return await convert_old_form(self._convert, self.keys, self.order_arg)
+
     async def flush(self) -> None:
-        """Delete every key of the crawl, dead-letter queue included."""
+        """Delete every key of the crawl, dead-letter queue and back queues included."""
         filters = await filter_keys(self.client, self.keys)
-        await self.client.delete(*self.keys.all(), *self.keys.crawl_keys(), *filters)
+        await flush_crawl(self.client, self.keys)
+        await self.client.delete(*self.keys.crawl_keys(), *filters)
 
 
 def _task_keys(keys: Keys) -> Callable[[str], tuple[str, str]]:

@@ -38,7 +38,7 @@ async def _elsewhere(queue: RedisQueue) -> int:
 
 def _keys(queue: RedisQueue) -> list[str]:
     k = queue.keys
-    return [k.run, k.workers, k.pending, k.leased, k.delayed]
+    return [k.run, k.workers, k.ready, k.leased, k.delayed, k.waiting]
 
 
 async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:

@@ -1,13 +1,16 @@
 """The Lua scripts of the queue, assembled once at import from ``scrapy_ha/store/lua/``.
 
 Each rule of the data model that several scripts keep (the server clock, the lease-token
-check, the pending member ``"<id> <payload>"``, the priority scale, the dead-letter
-retention, ...) has one definition in ``scrapy_ha/store/lua/lib/<name>.lua``. A script pulls
-the ones it needs with a line ``--- @include "<name>"`` after its header; a library file
-may include others on its first lines. Each file is included once per script, before the
-code that uses it (Lua's ``local function`` must be defined before use), so the script
-Redis runs is one self-contained text: nothing is built inside Redis, every key still
-comes through ``KEYS``.
+check, the back queues and their elements ``"<id> <payload>"``, the priority scale, the
+dead-letter retention, ...) has one definition in ``scrapy_ha/store/lua/lib/<name>.lua``.
+A script pulls the ones it needs with a line ``--- @include "<name>"`` after its header; a
+library file may include others on its first lines. Each file is included once per script,
+before the code that uses it (Lua's ``local function`` must be defined before use), and
+``lib/prelude.lua`` comes first in every script: the script Redis runs is one
+self-contained text. Every key comes through ``KEYS``, but the back queues (one per host
+and priority), which a script names from the key of their prefix it is given: that
+prefix carries the crawl's hash tag, so the names it makes are in the slot of the call's
+other keys (``lib/frontier.lua``).
 
 The priority scale is written into ``lib/priority.lua`` from the constants below, so that
 the scripts and the worker clamp priorities the same way.
@@ -73,8 +76,12 @@ def _expand(text: str, where: str, seen: set[str]) -> str:
 
 
 def assemble(name: str) -> str:
-    """Script *name* as Redis runs it: includes resolved, constants written in."""
+    """Script *name* as Redis runs it: its header, ``lib/prelude.lua``, then its text with
+    the includes resolved and the constants written in."""
     text = _expand(read_lua(name), f"scrapy_ha/store/lua/{name}.lua", set())
+    lines = text.splitlines(keepends=True)
+    end = next((i for i, line in enumerate(lines) if not line.startswith("-- ")), len(lines))
+    text = "".join(lines[:end]) + read_lua("lib/prelude") + "".join(lines[end:])
     return PLACEHOLDER.sub(_constant, text)
 
 
@@ -104,3 +111,4 @@ ITEMS_ADD_LUA = assemble("items_add")
 ITEMS_STATE_LUA = assemble("items_state")
 RUN_LUA = assemble("run")
 REVISIT_LUA = assemble("revisit")
+CONVERT_LUA = assemble("convert")

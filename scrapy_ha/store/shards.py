@@ -262,6 +262,9 @@ class ShardedQueue(ShardedSync):
             await queue.leave(worker, sender)
         await self.client.zrem(self.keys.joins, worker)
 
+    async def upgrade(self) -> int:
+        return sum([await queue.upgrade() for queue in self.shards])
+
     async def flush(self) -> None:
         for queue in [*self.shards, self._home]:
             await queue.flush()  # the crawl's own keys (layout, finish, joins) with each

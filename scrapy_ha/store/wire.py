@@ -11,14 +11,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from scrapy_ha.store.hosts import payload_host
 from scrapy_ha.store.scripts import MAX_PRIORITY, PRIORITY_STEP
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from scrapy import Request
-
-    from scrapy_ha.keys import Keys
 
 
 #: Milliseconds a worker's number in ``sent`` is kept after a join or a finish first saw the
@@ -91,12 +90,6 @@ class Reclaimed(NamedTuple):
     set_aside: int = 0
     #: the script's time, the dead-letter time of what it set aside (None: several shards')
     now_ms: int | None = None
-
-
-def counts_keys(keys: Keys) -> list[str]:
-    """counts.lua's KEYS: the states, both dupefilters (a crawl has one), the set's slices."""
-    states = [keys.pending, keys.leased, keys.delayed, keys.dead, keys.workers]
-    return [*states, keys.dupefilter, keys.bloom, *keys.aged_slices()]
 
 
 @dataclass(frozen=True)
@@ -186,6 +179,8 @@ class NewEntry:
     task: str = ""
     #: ``ha_recrawl_after`` in ms (0: the crawl's ``HA_DUPEFILTER_TTL``; lua/lib/aged.lua)
     age_ms: int = 0
+    #: the host of its URL (``store.hosts``): its back queue's and domain's ("": the payload's)
+    host: str = ""
 
     @property
     def taken(self) -> tuple[str, str] | None:
@@ -297,13 +292,14 @@ def children_lost(exc: Exception) -> ChildrenLost | None:
 def _packed(e: NewEntry, sent: bytes) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
-    return b"%d%s%s %s %s %s %02d%s%s" % (
+    return b"%d%s%s %s %s %s %s %02d%s%s" % (
         clamp_priority(e.priority),
         b"s" if e.start else b"",
         b"@%d" % e.age_ms if e.age_ms else b"",
         _pair(e.parent),
         b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
         sent,
+        (e.host or payload_host(e.payload)).encode(),
         len(e.fingerprint),
         e.fingerprint,
         e.payload,

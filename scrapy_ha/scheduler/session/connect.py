@@ -133,7 +133,7 @@ async def open_queue(
     _refuse_unsharded_features(settings, shards)
     if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
         start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
-        check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).pending)
+        check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).ready)
     redis_url = wait.redis_url
     client, server = await wait.run(lambda: _reachable_client(settings, config, redis_url))
     prefix, heartbeat_ms = config.key_prefix, int(config.heartbeat_ttl * 1000)
@@ -169,6 +169,7 @@ async def open_queue(
     ttl = config.dupefilter_ttl
     try:  # the dupefilter as stored; one of the other kind is refused (join_crawl's span
         await wait.run(lambda: set_dupefilter(queue, config.memory, ttl))  # is the crawl's)
+        await queue.upgrade()  # a crawl stored before the back queues is converted
     except BaseException:
         await client.aclose()
         raise
@@ -213,7 +214,7 @@ def log_connected(queue: RedisQueue, server: str, redis_url: str, worker: str) -
 def _key_pattern(queue: RedisQueue) -> str:
     keys = queue.keys
     if keys.shard is None:
-        return keys.pending.rsplit(":", 1)[0] + ":*"
+        return keys.ready.rsplit(":", 1)[0] + ":*"
     return f"{keys.prefix}:{{{keys.spider}:0..{len(keys.every_shard()) - 1}}}:*"
 
 

@@ -160,6 +160,7 @@ class Session:
         queue, server = await open_queue(self.crawler, cfg, spider, wait, sender=self.outbox.nonce)
         self.queue = self.ends.queue = queue
         self.outbox.retained.enabled = queue.numbers_children
+        self.shell.admission.compactor.adopt(await self.syncer.read_dictionaries())
         # a sharded crawl's shards would each order by their own sequence
         self.shell.precedence.keep.enabled &= queue.numbers_children
         limits = cfg.politeness.as_hash()
@@ -329,6 +330,7 @@ class Session:
             # it take the new requests first (from memory) before this round sends them
             await asyncio.sleep(0)
         self.shell.inflight.collect_finished()
+        await self.shell.admission.compactor.settle(self.syncer.dictionaries)
         now = time.monotonic()
         if self.renewals.due(now) or self._outage:
             self._outage = False  # every lease held, expired meanwhile: see Ends.hold_reclaim

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.scheduler.outbox import BATCH
 from scrapy_ha.scheduler.session.lost import fenced_sync
+from scrapy_ha.store.dictionary import Dictionaries
 from scrapy_ha.store.items import ItemStream
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_ha.codec.compact import Dictionary
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.outbox import Pair
     from scrapy_ha.scheduler.remote import Remote
@@ -63,6 +65,8 @@ class Syncer:
         self.starts = starts
         self._held_pairs = held_pairs
         self.redis_url = redis_url
+        #: the crawl's compaction dictionaries, once connected
+        self.dictionaries: Dictionaries | None = None
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -131,8 +135,7 @@ class Syncer:
             self._sent(result, enqueue)
             self._note_server(result)
             was_empty = not self.shell.buffered()
-            for lease_ in result.leases:
-                self._take(lease_)  # tracked (renewed, released) from here on
+            await self._take_all(result.leases)
             if was_empty and result.leases:  # only new leases buffered: valid from the call
                 renewals = self.renewals
                 renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
@@ -147,6 +150,21 @@ class Syncer:
         await self.ends.end_ops(box.ends, n_ends)
         self.remote.synced(result, asked=bool(lease))
         return was_empty and bool(self.shell.buffered())
+
+    async def read_dictionaries(self) -> Dictionary | None:
+        """Read the crawl's compaction dictionaries (once connected); return the one new
+        requests are compacted with (None: none yet)."""
+        assert self.queue is not None
+        self.dictionaries = Dictionaries(self.queue.client, self.queue.keys)
+        return await self.dictionaries.load()
+
+    async def _take_all(self, leases: list[Lease]) -> None:
+        """Track the leases of a reply (renewed, released from here on), the dictionary of a
+        compacted one read first (once per dictionary)."""
+        if self.dictionaries is not None:
+            await self.dictionaries.ensure(lease.payload for lease in leases)
+        for lease in leases:
+            self._take(lease)
 
     async def _call_sync(self, **call: Any) -> SyncResult:
         """The sync script, fenced against a Redis that lost children (see :mod:`.lost`)."""
@@ -209,9 +227,10 @@ class Syncer:
         try:
             if not lease.payload:
                 raise CodecError("the payload is missing")
-            request = decode_request(
-                lease.payload, self.ends.spider, schemes=self.config.allowed_schemes
-            )
+            payload = lease.payload
+            if self.dictionaries is not None:
+                payload = self.dictionaries.expand(payload)
+            request = decode_request(payload, self.ends.spider, schemes=self.config.allowed_schemes)
         except Exception as exc:  # any failure to rebuild it is this entry's alone
             self.ends.unreadable(lease, exc)
             return

@@ -4,12 +4,12 @@
 -- KEYS[1] dead  KEYS[2] dlq_alert marker
 -- ARGV[1] threshold (entries)  ARGV[2] what the marker holds
 -- Returns the number of dead letters when this caller is to send the alert, else 0.
-local n = redis.call('ZCARD', KEYS[1])
+local n = redis_call('ZCARD', KEYS[1])
 if n < tonumber(ARGV[1]) then
-  redis.call('DEL', KEYS[2])
+  redis_call('DEL', KEYS[2])
   return 0
 end
-if redis.call('SET', KEYS[2], ARGV[2], 'NX') then
+if redis_call('SET', KEYS[2], ARGV[2], 'NX') then
   return n
 end
 return 0

@@ -1,14 +1,21 @@
--- counts: the size of every state of a crawl, read at one instant.
--- KEYS[1] pending  KEYS[2] leased  KEYS[3] delayed  KEYS[4] dead  KEYS[5] workers
--- KEYS[6] dupefilter (the exact set)  KEYS[7] the Bloom filter's meta hash (lib/seen): a
--- crawl has one of the two  KEYS[8..] the exact set's time slices (lib/aged), if any
+-- counts: the size of every state of a crawl, read at one instant (it writes nothing).
+-- KEYS[1] ready  KEYS[2] waiting  KEYS[3] queued (lib/frontier)  KEYS[4] leased
+-- KEYS[5] delayed  KEYS[6] dead  KEYS[7] workers
+-- KEYS[8] dupefilter (the exact set)  KEYS[9] the Bloom filter's meta hash (lib/seen): a
+-- crawl has one of the two
+-- KEYS[10] pending: requests in the form of before the back queues, not converted yet
+-- (convert.lua)  KEYS[11..] the exact set's time slices (lib/aged), if any
 -- Returns {now_ms, pending, leased, delayed, dead, live workers, fingerprints} (a
 -- fingerprint in two slices is counted twice).
 --- @include "time"
+--- @include "frontier"
 --- @include "seen"
 local now = now_ms()
-local fingerprints = seen_count(KEYS[6]) + seen_count(KEYS[7])
-for i = 8, #KEYS do fingerprints = fingerprints + redis.call('SCARD', KEYS[i]) end
-return {now, redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]),
-  redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]),
-  redis.call('ZCOUNT', KEYS[5], now, '+inf'), fingerprints}
+frontier_open(nil, KEYS[1], KEYS[2], KEYS[3], false, false)
+local ok, pending = pcall(frontier_pending, true, false)
+if not ok then pending = 0 end -- a counter of another type is set aside by the next sync
+local old = redis_call('TYPE', KEYS[10])['ok'] == 'zset' and redis_call('ZCARD', KEYS[10]) or 0
+local fingerprints = seen_count(KEYS[8]) + seen_count(KEYS[9])
+for i = 11, #KEYS do fingerprints = fingerprints + redis_call('SCARD', KEYS[i]) end
+return {now, pending + old, redis_call('ZCARD', KEYS[4]), redis_call('ZCARD', KEYS[5]),
+  redis_call('ZCARD', KEYS[6]), redis_call('ZCOUNT', KEYS[7], now, '+inf'), fingerprints}

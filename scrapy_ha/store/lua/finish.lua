@@ -1,7 +1,7 @@
 -- finish: the last worker of a finished crawl ends it, only when nothing is pending, leased
 -- or delayed and no other worker is alive.
 --   'clear' (SCHEDULER_PERSIST = False): the working keys go (the heartbeats, the cookie
---   jars and KEYS[9..]); the dead-letter queue (and the payloads of its entries) and the
+--   jars and KEYS[10..]); the dead-letter queue (and the payloads of its entries) and the
 --   counters are kept for the operator.
 --   'keep' (SCHEDULER_PERSIST = True): everything stays but the session cookies of the
 --   shared jars: a session belongs to the run that opened it, and the next run of a
@@ -10,12 +10,13 @@
 -- grace ago (lib/senders): a worker stopped meanwhile (SIGSTOP, a frozen VM), alive again,
 -- must not see its number go back (it would store again the start requests it keeps, into
 -- a crawl whose dupefilter is gone).
--- 'clear' records the crawl finished ('done' in KEYS[8]): only then may a worker with
+-- 'clear' records the crawl finished ('done' in KEYS[9]): only then may a worker with
 -- another shard count take it over (join.lua). A sharded crawl is cleared shard by shard
 -- under fence.lua instead, with the same keys.
--- KEYS[1] pending  KEYS[2] leased  KEYS[3] delayed  KEYS[4] workers  KEYS[5] cookies
--- KEYS[6] senders  KEYS[7] sent
--- KEYS[8] finish record ('clear')  KEYS[9..] the other keys to delete ('clear')
+-- KEYS[1] ready  KEYS[2] waiting (lib/frontier: a back queue holding requests is in one of
+-- them)  KEYS[3] leased  KEYS[4] delayed  KEYS[5] workers  KEYS[6] cookies
+-- KEYS[7] senders  KEYS[8] sent
+-- KEYS[9] finish record ('clear')  KEYS[10..] the other keys to delete ('clear')
 -- ARGV[1] this worker's id  ARGV[2] 'clear' or 'keep'
 -- ARGV[3] ms a worker's number in 'sent' is kept after it was seen gone (lib/senders)
 -- Returns {1, session cookies dropped ('keep'; 0 for 'clear')} when the crawl was ended,
@@ -27,21 +28,21 @@ if (ARGV[2] ~= 'clear' and ARGV[2] ~= 'keep') or not tonumber(ARGV[3]) then
   return redis.error_reply("ERR finish: the mode ('clear' or 'keep') and the grace")
 end
 local now = now_ms()
-if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3]) > 0 then
-  return {0, 0}
+for i = 1, 4 do
+  if redis.call('ZCARD', KEYS[i]) > 0 then return {0, 0} end
 end
-redis.call('ZREM', KEYS[4], ARGV[1])
-if redis.call('ZCOUNT', KEYS[4], now, '+inf') > 0 then
+redis.call('ZREM', KEYS[5], ARGV[1])
+if redis.call('ZCOUNT', KEYS[5], now, '+inf') > 0 then
   return {0, 0}
 end
 
-prune_senders(KEYS[6], KEYS[7], KEYS[4], now, tonumber(ARGV[3]))
+prune_senders(KEYS[7], KEYS[8], KEYS[5], now, tonumber(ARGV[3]))
 if ARGV[2] == 'keep' then
-  return {1, end_sessions(KEYS[5], math.floor(now / 1000))}
+  return {1, end_sessions(KEYS[6], math.floor(now / 1000))}
 end
-redis.call('DEL', KEYS[4], KEYS[5])
-for i = 9, #KEYS do
+redis.call('DEL', KEYS[5], KEYS[6])
+for i = 10, #KEYS do
   redis.call('DEL', KEYS[i])
 end
-redis.call('SET', KEYS[8], 'done')
+redis.call('SET', KEYS[9], 'done')
 return {1, 0}

@@ -5,9 +5,9 @@
 --- @include "time"
 --- @include "number"
 local untl = now_ms() + tonumber(ARGV[2])
-local old = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+local old = tonumber(redis_call('HGET', KEYS[1], ARGV[1]) or '0') or 0
 if old > untl then
   return old
 end
-redis.call('HSET', KEYS[1], ARGV[1], int_str(untl))
+redis_call('HSET', KEYS[1], ARGV[1], int_str(untl))
 return untl

@@ -11,12 +11,12 @@ local err = wrong_type('purge', KEYS, {nil, nil, nil, 'hash', 'hash', 'hash'})
 if err then return err end
 local n, kept = 0, 0
 for i = 1, #ARGV do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+  if redis_call('ZSCORE', KEYS[1], ARGV[i]) then
     if archived(KEYS[1], KEYS[7], ARGV[i]) then
-      redis.call('ZREM', KEYS[1], ARGV[i])
-      redis.call('HDEL', KEYS[2], ARGV[i])
-      redis.call('HDEL', KEYS[3], ARGV[i])
-      redis.call('HDEL', KEYS[7], ARGV[i])
+      redis_call('ZREM', KEYS[1], ARGV[i])
+      redis_call('HDEL', KEYS[2], ARGV[i])
+      redis_call('HDEL', KEYS[3], ARGV[i])
+      redis_call('HDEL', KEYS[7], ARGV[i])
       n = n + 1
     else
       kept = kept + 1

@@ -7,68 +7,77 @@
 -- Garbage never stops it half-way: an entry whose lease record cannot be read (no record,
 -- or a restore score that is not a number) is set aside in the dead-letter queue as
 -- 'corrupt' with its payload, and the dead-letter queue is kept within its retention
--- (count and age) on this path too.
--- KEYS[1] leased  KEYS[2] leases  KEYS[3] pending  KEYS[4] expiries
--- KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard  KEYS[8] payload
+-- (count and age) on this path too. A reclaimed entry goes back to its place in its back
+-- queue (lib/frontier: the host its lease record keeps, the priority of its score).
+-- KEYS[1] leased  KEYS[2] leases  KEYS[3] the back queues' prefix (lib/frontier)
+-- KEYS[4] expiries  KEYS[5] dead    KEYS[6] dead_info  KEYS[7] reclaim guard  KEYS[8] payload
 -- KEYS[9] retried KEYS[10] stats  KEYS[11] stats:min  KEYS[12] stats:domain (lib/stats)
 -- KEYS[13] dead_archived (retention keeps entries not archived yet)
 -- KEYS[14] polite (lib/polite: a reclaimed lease frees its domain's concurrency slot, so
 --          a dead worker's slots come back with its leases)
+-- KEYS[15] ready  KEYS[16] waiting  KEYS[17] queued (lib/frontier)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
+-- ARGV[7] the crawl's order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or
+--         ' lifo' for its start queue (the places of the back queues' elements follow from it)
 -- Returns {-1} when another worker holds the guard, else
 -- {now_ms, reclaimed, set_aside, poison_id1, ...}.
 --- @include "time"
 --- @include "types"
 --- @include "lease"
---- @include "member"
 --- @include "deadletter"
 --- @include "stats"
 --- @include "polite"
+--- @include "frontier"
 local interval, batch, max_exp = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_dead, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
-if not (interval and batch and max_exp and max_dead and max_age) then
-  return redis.error_reply('ERR reclaim: interval, batch, expiries and retention must be numbers')
+local lifo, start_lifo = order_flags(ARGV[7])
+if not (interval and batch and max_exp and max_dead and max_age) or lifo == nil then
+  return redis.error_reply('ERR reclaim: interval, batch, expiries and retention must be '
+    .. 'numbers, then the order')
 end
-local err = wrong_type('reclaim', KEYS,
-  {'zset', 'hash', 'zset', 'hash', 'zset', 'hash', nil, 'hash', 'hash', 'hash', 'hash', 'hash'})
+local err = wrong_type('reclaim', KEYS, {'zset', 'hash', nil, 'hash', 'zset', 'hash', nil,
+  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string'})
 if err then return err end
-if not redis.call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
+if not redis_call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
 end
+frontier_open(KEYS[3], KEYS[15], KEYS[16], KEYS[17], lifo, start_lifo)
 local now = now_ms()
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
+local ids = redis_call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
 local out = {now, 0, 0}
 
 for _, id in ipairs(ids) do
-  local v = redis.call('HGET', KEYS[2], id) or ''
+  local v = redis_call('HGET', KEYS[2], id) or ''
   local score = lease_score(v)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
-  polite_free(KEYS[14], id)
+  redis_call('ZREM', KEYS[1], id)
+  redis_call('HDEL', KEYS[2], id)
+  polite_free(KEYS[14], {id})
   if not score then
-    redis.call('HDEL', KEYS[4], id)
+    redis_call('HDEL', KEYS[4], id)
     local reason = 'corrupt queue entry: its lease record ' ..
-      string.format('%q', string.sub(v, 1, 60)) .. ' cannot be read'
+      str_format('%q', str_sub(v, 1, 60)) .. ' cannot be read'
     dead_letter(KEYS[5], KEYS[6], id, {class = 'corrupt', reason = reason}, now)
     count('dead', 1, lease_domain(v), 'corrupt')
-    count('retry_dead', redis.call('HDEL', KEYS[9], id))
+    count('retry_dead', redis_call('HDEL', KEYS[9], id))
     out[3] = out[3] + 1
   else
-    local counted, all = expiry_counts(redis.call('HGET', KEYS[4], id))
+    local counted, all = expiry_counts(redis_call('HGET', KEYS[4], id))
     local n = counted + (lease_handed(v) and 1 or 0)
-    redis.call('HSET', KEYS[4], id, expiry_value(n, all + 1))
+    redis_call('HSET', KEYS[4], id, expiry_value(n, all + 1))
     if n >= max_exp then
-      redis.call('HDEL', KEYS[4], id)
+      redis_call('HDEL', KEYS[4], id)
       local reason = 'lease expired ' .. n ..
         ' times while its request was running: its worker died or stalled processing it'
       dead_letter(KEYS[5], KEYS[6], id, {class = 'poison', expiries = n, reason = reason}, now)
       count('poison', 1)
       count('dead', 1, lease_domain(v), 'poison')
-      count('retry_dead', redis.call('HDEL', KEYS[9], id))
+      count('retry_dead', redis_call('HDEL', KEYS[9], id))
       out[#out + 1] = id
     else
-      back_to_pending(KEYS[3], KEYS[8], id, score)
+      local qid, place = queue_of(score, lease_domain(v))
+      frontier_return(qid, id, place, redis_call('HGET', KEYS[8], id) or '')
+      redis_call('HDEL', KEYS[8], id)
       count('reclaimed', 1)
       out[2] = out[2] + 1
     end
@@ -80,8 +89,10 @@ if #out > 3 or out[3] > 0 then
   trim_dead(KEYS[5], KEYS[6], KEYS[8], now, max_dead, max_age, KEYS[13])
 end
 if #ids >= batch then
-  redis.call('DEL', KEYS[7]) -- more are waiting: let the next tick continue
+  redis_call('DEL', KEYS[7]) -- more are waiting: let the next tick continue
 end
+frontier_wake(polite_woken(KEYS[14]))
 polite_write(KEYS[14])
+frontier_close()
 write_stats(KEYS[10], KEYS[11], KEYS[12], now)
 return out

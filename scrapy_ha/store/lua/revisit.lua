@@ -3,7 +3,8 @@
 -- token. The page is done: it counts as acked (and retry_ok if it had been retried), and it
 -- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint).
 -- The entry keeps its id and its priority; once due it goes after the other requests of its
--- priority, in the order revisits are due (lib/revisit: revisit_score); its payload is the
+-- priority, in the order revisits are due (lib/revisit: revisit_score), into its host's
+-- back queue (lib/frontier's restore record: the score and the host); its payload is the
 -- new one (with what is kept of the URL between visits: validators, signature, interval).
 -- KEYS[1] leased  KEYS[2] leases  KEYS[3] delayed  KEYS[4] delayed_sc  KEYS[5] payload
 -- KEYS[6] retried  KEYS[7] expiries
@@ -39,6 +40,7 @@
 --- @include "revisit"
 --- @include "commit"
 --- @include "held"
+--- @include "frontier"
 local interval, saved = tonumber(ARGV[2]), tonumber(ARGV[6])
 if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= '') then
   return redis.error_reply('ERR revisit: interval, payload, outcome, saved and bucket')
@@ -69,12 +71,12 @@ count('retry_ok', redis.call('HDEL', KEYS[6], id))
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[7], id)
-polite_free(KEYS[11], id)
+polite_free(KEYS[11], {id})
 local due = -1
 if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
-  redis.call('HSET', KEYS[4], id, int_str(revisit_score(lease_score(v) or 0, due)))
+  redis.call('HSET', KEYS[4], id, restore_value(revisit_score(lease_score(v) or 0, due), domain))
   redis.call('HSET', KEYS[5], id, ARGV[3])
   revisit_due(KEYS[12], id, due, now)
   held_mark(KEYS[15], id, 'revisit', domain)

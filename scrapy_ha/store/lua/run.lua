@@ -11,7 +11,8 @@
 -- number in their dupefilter fingerprints, scheduler/admission.py); what was seen before
 -- stays seen.
 -- KEYS[1] run (hash: n, open, started, ended, m:<worker id> -> the run it opened or joined)
--- KEYS[2] workers  KEYS[3] pending  KEYS[4] leased  KEYS[5] delayed
+-- KEYS[2] workers  KEYS[3] ready  KEYS[4] leased  KEYS[5] delayed  KEYS[6] waiting (lib/frontier:
+-- a back queue holding requests is in ready or in waiting)
 -- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
 --         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded)
 --         Returns {the run's number, 1 when this call started it else 0}.
@@ -20,7 +21,7 @@
 --- @include "time"
 --- @include "types"
 --- @include "number"
-local err = wrong_type('run', KEYS, {'hash', 'zset', 'zset', 'zset', 'zset'})
+local err = wrong_type('run', KEYS, {'hash', 'zset', 'zset', 'zset', 'zset', 'zset'})
 if err then return err end
 local mode = ARGV[1]
 local elsewhere = tonumber(ARGV[mode == 'open' and 4 or 2] or '')
@@ -29,7 +30,7 @@ if not (elsewhere and (mode == 'end' or (mode == 'open' and tonumber(ARGV[3] or 
 end
 local now = now_ms()
 local active = elsewhere + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
-  + redis.call('ZCARD', KEYS[5])
+  + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
 if mode == 'end' then
   if active > 0 then return 0 end
   redis.call('HSET', KEYS[1], 'open', 0, 'ended', int_str(now))

@@ -5,23 +5,17 @@
 -- KEYS[1], KEYS[2], ... the crawl's keys; ARGV[1], ARGV[2], ... the type each must have
 -- ('hash', 'zset', ...), in the same order
 -- Returns {key1, type1, ...}: each key renamed to "<key>:corrupt:<seconds>" (".<n>" added
--- if that name is taken: an earlier copy is never overwritten), and the type it had.
---- @include "time"
---- @include "number"
+-- if that name is taken: an earlier copy is never overwritten, lib/types), and the type it
+-- had.
+--- @include "types"
 if #KEYS ~= #ARGV then
   return redis.error_reply('ERR set_aside: one type per key')
 end
-local stamp = int_str(math.floor(now_ms() / 1000))
 local out = {}
 for i, key in ipairs(KEYS) do
-  local actual = redis.call('TYPE', key)['ok']
+  local actual = redis_call('TYPE', key)['ok']
   if actual ~= 'none' and actual ~= ARGV[i] then
-    local target, n = key .. ':corrupt:' .. stamp, 0
-    while redis.call('EXISTS', target) == 1 do
-      n = n + 1
-      target = key .. ':corrupt:' .. stamp .. '.' .. n
-    end
-    redis.call('RENAME', key, target)
+    redis_call('RENAME', key, aside_name(key))
     out[#out + 1] = key
     out[#out + 1] = actual
   end

@@ -1,15 +1,20 @@
 -- sync: one round trip of a worker's main loop, in this order:
---   1. enqueue new requests (parent fence + dupefilter check + push to pending),
+--   1. enqueue new requests (parent fence + dupefilter check + push to their back queue),
 --   2. ack finished leases (fenced by token; children of step 1 are already durable), and
---      give back the leases the worker no longer wants (to pending, at their place),
+--      give back the leases the worker no longer wants (to their back queue, at their place),
 --   3. promote due delayed entries, then lease up to n pending entries.
 -- The input is checked before the first write: the script applies whole or not at all.
--- Data read that is garbage never stops it half-way: a pending member without an entry id
--- is set aside in the dead-letter queue as 'corrupt', a restore score that is not a number
--- restores at priority 0, a lease record that cannot be read refuses its ack (stale).
--- A pending entry is one sorted-set member "<id> <payload>" (lib/member); leased, delayed
--- and dead entries keep their payload in the payload hash under their id.
--- KEYS[1] pending    KEYS[2] payload   KEYS[3] dupefilter (lib/seen)  KEYS[4] seq
+-- Data read that is garbage never stops it half-way: an element of a back queue without an
+-- entry id is set aside in the dead-letter queue as 'corrupt', a back queue that is not a
+-- list is renamed aside (lib/frontier), a restore score that is not a number restores at
+-- priority 0, a lease record that cannot be read refuses its ack (stale).
+-- Pending requests wait in one back queue per host and priority (lib/frontier): the lease
+-- takes the heads of the ready queues in Scrapy's order and never reads a request of a
+-- queue that waits (its host behind a closed gate or at its limits). Leased, delayed and
+-- dead entries keep their payload in the payload hash under their id.
+-- KEYS[1] the back queues' prefix '<prefix>:{<tag>}:q:': every back queue is named from
+--         it and so shares the tag of the other keys (its slot on a cluster; lib/frontier)
+-- KEYS[2] payload   KEYS[3] dupefilter (lib/seen)  KEYS[4] seq
 -- KEYS[5] leased     KEYS[6] leases    KEYS[7] expiries    KEYS[8] delayed
 -- KEYS[9] delayed_sc KEYS[10] lseq     KEYS[11] gates      KEYS[12] dead
 -- KEYS[13] dead_info
@@ -18,10 +23,11 @@
 -- KEYS[18] paused (set by `scrapy-ha pause`: nothing is leased)
 -- KEYS[19] sent: a worker's nonce -> the number of its newest child stored (see below)
 -- KEYS[20] limits     KEYS[21] polite (lib/polite: per-domain limits and their state)
--- KEYS[22] held (lib/held): why a delayed entry waits without an attempt: an entry held
---          back here for its domain's limits is marked, a promoted entry's mark goes
--- KEYS[23] items: the crawl's item stream (lib/commit: a page's items come with its ack)
--- KEYS[24] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[22] ready      KEYS[23] waiting  KEYS[24] queued (lib/frontier)
+-- KEYS[25] held (lib/held): why a delayed entry waits without an attempt; a promoted
+--          entry's mark goes
+-- KEYS[26] items: the crawl's item stream (lib/commit: a page's items come with its ack)
+-- KEYS[27] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua)
 -- then the checkpoint keys the acks name (lib/commit), if any
@@ -46,9 +52,9 @@
 --         those, so that Redis never holds both (a worker killed in between would leave
 --         both to redo)
 -- then ARGV[1] requests, one argument each: "<priority>[s][@<age>] <parent> <taken> <sent>
---   <fingerprint length (2 digits)><fingerprint><payload>": age (ms) is how long ago the
---   request may have been seen and still be a duplicate (meta ha_recrawl_after; none: the
---   crawl's HA_DUPEFILTER_TTL, or for ever, lib/aged); parent is '-' (none) or
+--   <host> <fingerprint length (2 digits)><fingerprint><payload>": age (ms) is how long ago
+--   the request may have been seen and still be a duplicate (meta ha_recrawl_after; none:
+--   the crawl's HA_DUPEFILTER_TTL, or for ever, lib/aged); parent is '-' (none) or
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
 --   token>" made by the worker, which already handed the request to its engine: stored
 --   LEASED to it under that id and token (not pending) and marked handed, its download
@@ -57,25 +63,26 @@
 --   sent is '-' or "<worker nonce>.<n>": the worker numbers its children 1, 2, ... in the
 --   order it sends them, so a request whose n is not above the number KEYS[19] holds for
 --   that nonce was stored (or filtered, or refused) by an earlier call whose reply was lost,
---   and is skipped: a resent round enqueues and counts nothing twice; length 00 = never
---   filtered; e.g. "-3 - - 9f3a.17 12<12 bytes>{...}"
+--   and is skipped: a resent round enqueues and counts nothing twice; host is the host of
+--   its URL ('-': none), its back queue's and its domain's for the limits and the counters;
+--   length 00 = never filtered; e.g. "-3 - - 9f3a.17 books.example 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>", followed by what the
 --   page commits with its ack, if anything: its items and its task's checkpoint (lib/commit;
---   a checkpoint names its keys by their index in KEYS, after KEYS[23] or KEYS[24])
+--   a checkpoint names its keys by their index in KEYS, after KEYS[26] or KEYS[27])
 -- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
 --   token gives nothing back; see lib/release)
 -- then the dupefilter's spec: 'set', 'set <ttl ms>' or 'bloom ...' (lib/seen)
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
---          roots_seen, paused (1 or 0), n, d, head (the score of the first pending entry
---          left, '' when none: the worker holds back a buffered request it outranks),
+--          roots_seen, paused (1 or 0), n, d, head (the score of the best ready queue's
+--          head, '' when none: the worker holds back a buffered request it outranks),
 --          released (leases given back), items (added to the stream by accepted acks),
 --          checkpoints (saved by them),
 --          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
 --          id1, token1, payload1, expiries1, wait1, score1, ...}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
---   dupefilter untouched; set_aside: pending members without an entry id, dead-lettered;
+--   dupefilter untouched; set_aside: elements without an entry id, dead-lettered;
 --   roots_seen: requests without a parent (start requests) the dupefilter had seen, so
 --   that a worker joining a crawl can say how many of its start requests were not new
 --   (counted as start_duplicates, apart from the links of pages, counted as filtered);
@@ -84,90 +91,112 @@
 --   suspect alone and only the request that kills workers is counted as poison;
 --   wait: ms before the request may start, for its domain's rate limit, lib/polite;
 --   score: its pending score, so that the worker's buffer keeps Redis's order across calls).
--- With limits in force, the lease step reads at most SCAN_FACTOR entries per lease wanted
--- (never the whole queue): a request of a domain at its limit is moved to the delayed set
--- until it may go (counted as domain_limited), so other domains' requests behind it are
--- leased at once and no domain starves behind a limited one.
+-- With limits in force or gates closed, a back queue whose host may not go now waits
+-- (counted as domain_limited when its host is at a limit) until it may: the lease reads at
+-- most LOOK_FACTOR such queues per lease wanted, and none of their requests.
 --- @include "time"
 --- @include "types"
 --- @include "lease"
---- @include "member"
 --- @include "number"
 --- @include "priority"
 --- @include "counter"
 --- @include "deadletter"
 --- @include "stats"
 --- @include "polite"
+--- @include "frontier"
 --- @include "release"
 --- @include "held"
 --- @include "commit"
 --- @include "seen"
--- SCAN_FACTOR: pending entries looked at per lease wanted when limits are in force: a few
--- limited requests at the head cost no lease, a queue full of them costs a bounded scan.
-local SCAN_FACTOR = 4
+--- @include "batch"
+-- LOOK_FACTOR: back queues parked (or elements set aside) at most per lease wanted in one
+-- call: a crawl whose every host is at its limit costs a bounded call, the rest is looked
+-- at by the next one. Waiting queues woken per call are bounded the same way.
+local LOOK_FACTOR = 4
 local now = now_ms()
 local n_enq, n_ack, n_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n_back = tonumber(ARGV[9])
 local lease_ms, n_promote = tonumber(ARGV[4]), tonumber(ARGV[5])
-local order, start_order = string.match(ARGV[7] or '', '^(%a+) ?(%a*)$')
-local nonce, lifo, start_lifo = ARGV[6], order == 'lifo', start_order == 'lifo'
-local expect_id, expect_n = string.match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
-local seen_spec = ARGV[#ARGV]
+local lifo, start_lifo, start_kept = order_flags(ARGV[7])
+local nonce = ARGV[6]
+local expect_id, expect_n = str_match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
     or #ARGV ~= 10 + n_enq + n_ack + n_back
-    or not string.match(nonce or '', '^[%w]+$') or not (lifo or order == 'fifo')
-    or not (start_order == '' or start_lifo or start_order == 'fifo')
+    or not str_match(nonce or '', '^[%w]+$') or lifo == nil
     or not (expect_id or ARGV[8] == '-') then
   return redis.error_reply('ERR sync: bad arguments (counts, nonce, order or expect)')
 end
-local paused = redis.call('EXISTS', KEYS[18])
+local paused = redis_call('EXISTS', KEYS[18])
 if paused == 1 then n_lease = 0 end
 
--- 1. read and check every request before any write
+-- 1. read and check every request before any write: its fields by index (R_*), in a
+-- positional table
+-- (one table of the field indexes: a script's main function holds at most 200 locals)
+local R = {PRIO = 1, PRIO_S = 2, START = 3, PID = 4, PTOK = 5, TID = 6, TTOK = 7, KEPT = 8,
+  SID = 9, SN = 10, HOST = 11, FP = 12, PAYLOAD = 13, AGE = 14}
 local reqs = {}
 for i = 1, n_enq do
   local e = ARGV[9 + i]
-  local prio, start, age, pid, ptok, tid, ttok, sid, sn, rest =
-    string.match(e, '^(%-?%d+)(s?)@?(%d*) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) ()')
-  local fl = rest and tonumber(string.sub(e, rest, rest + 1))
+  local prio, start, age, pid, ptok, tid, ttok, sid, sn, host, rest = str_match(e,
+    '^(%-?%d+)(s?)@?(%d*) ([^ /]+)/?(%S*) ([^ /]+)/?(%S*) ([^ .]+)%.?(%d*) (%S+) ()')
+  local d1, d2 = str_byte(e, rest or 1, (rest or 1) + 1)
+  local fl = rest and d1 and d2 and d1 >= 48 and d1 <= 57 and d2 >= 48 and d2 <= 57
+    and (d1 - 48) * 10 + d2 - 48
   if not (prio and fl and (pid == '-' or ptok ~= '')
       and (tid == '-' or (ttok ~= '' and tid ~= '=' and tid ~= '=-'))
       and (sid == '-' or sn ~= ''))
       or #e < rest + 1 + fl then
     return redis.error_reply('ERR sync: malformed request argument ' .. i)
   end
-  reqs[i] = {
-    prio = clamp_priority(tonumber(prio)), start = start == 's' and start_order ~= '',
-    age = tonumber(age),
-    pid = pid ~= '-' and pid or nil, ptok = ptok,
-    tid = tid ~= '-' and string.match(tid, '^=?(.*)$') or nil, ttok = ttok,
-    kept = string.sub(tid, 1, 1) == '=',
-    sid = sid ~= '-' and sid or nil, sn = tonumber(sn),
-    fp = string.sub(e, rest + 2, rest + 1 + fl), fl = fl,
-    payload = string.sub(e, rest + 2 + fl)}
+  local p = tonumber(prio)
+  if p > MAX_PRIORITY or p < -MAX_PRIORITY then
+    p = clamp_priority(p)
+    prio = int_str(p)
+  end
+  local kept = str_byte(tid) == 61 -- '=': a taken request kept, not handed out
+  reqs[i] = {p, prio, start == 's' and start_kept, pid ~= '-' and pid, ptok,
+    tid ~= '-' and (kept and str_sub(tid, 2) or tid), ttok, kept, sid ~= '-' and sid,
+    tonumber(sn), host, str_sub(e, rest + 2, rest + 1 + fl), str_sub(e, rest + 2 + fl),
+    tonumber(age)}
 end
 
-local err = wrong_type('sync', KEYS, {'zset', 'hash', nil, nil, 'zset', 'hash', 'hash', 'zset',
+local err = wrong_type('sync', KEYS, {nil, 'hash', nil, nil, 'zset', 'hash', 'hash', 'zset',
   'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
-  'hash', 'stream'})
+  'zset', 'zset', 'string', 'hash', 'stream'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
 if bad then return bad end
 local seen
 if n_enq > 0 then
-  seen, err = seen_open('sync', KEYS[3], seen_spec, KEYS, now)
+  seen, err = seen_open('sync', KEYS[3], ARGV[#ARGV], KEYS, now)
   if err then return err end
 end
--- The grant, KEYS[24], is there when the caller names a worker: told apart by its name
+-- The grant, KEYS[27], is there when the caller names a worker: told apart by its name
 -- (<crawl>:grant:<worker>) from the checkpoint keys an ack may add after the fixed keys.
-local crawl_base = string.sub(KEYS[1], 1, #KEYS[1] - #'pending')
-local GRANT = KEYS[24] and string.sub(KEYS[24], 1, #crawl_base + 6) == crawl_base .. 'grant:'
-  and KEYS[24] or nil
+local GRANT
+do
+  local crawl_base = str_sub(KEYS[1], 1, #KEYS[1] - #'q:')
+  GRANT = KEYS[27] and str_sub(KEYS[27], 1, #crawl_base + 6) == crawl_base .. 'grant:'
+    and KEYS[27] or nil
+end
 if expect_id then
-  local have = tonumber(redis.call('HGET', KEYS[19], expect_id)) or 0
+  local have = tonumber(redis_call('HGET', KEYS[19], expect_id)) or 0
   if have < tonumber(expect_n) then
-    return redis.error_reply(string.format('LOSTCHILDREN %s %s', int_str(have), expect_n))
+    return redis.error_reply(str_format('LOSTCHILDREN %s %s', int_str(have), expect_n))
   end
+end
+frontier_open(KEYS[1], KEYS[22], KEYS[23], KEYS[24], lifo, start_lifo)
+
+-- The leases this call writes (taken requests and leased ones), in one command each.
+local expiry = int_str(now + lease_ms)
+local w_leased, w_records, w_payloads, w_grant = {}, {}, {}, {}
+local function write_lease(id, tok, record, payload)
+  local n = #w_leased
+  w_leased[n + 1], w_leased[n + 2] = expiry, id
+  w_records[n + 1], w_records[n + 2] = id, record
+  w_payloads[n + 1], w_payloads[n + 2] = id, payload
+  local g = #w_grant
+  w_grant[g + 1], w_grant[g + 2] = id, tok
 end
 
 -- A taken request is stored leased to the worker that took it; the same argument sent again
@@ -176,44 +205,47 @@ end
 -- was handled by an earlier call whose reply was lost: it is not stored or counted again
 -- (reported added; a taken one whose lease is gone, dropped).
 local added, refused, roots_seen = 0, 0, 0
-local dropped, taken = {}, {}
-local sent = {} -- worker nonce -> its number in KEYS[19] before this call
-if n_enq > 0 then
-  local base = take(KEYS[4], n_enq)
+local dropped, n_taken = {}, 0
+local function enqueue_all()
+  local sent = {} -- worker nonce -> its number in KEYS[19] before this call
+  local parents = {} -- entry id of a parent -> the token of its current lease (false: none)
+  local base = take_ids(KEYS[4], n_enq)
   for i = 1, n_enq do
     local r = reqs[i]
-    local sid = r.sid
-    if sid and not sent[sid] then sent[sid] = tonumber(redis.call('HGET', KEYS[19], sid)) or 0 end
-    if r.tid and lease_current(KEYS[6], r.tid, r.ttok) then
+    local sid, pid, tid = r[R.SID], r[R.PID], r[R.TID]
+    if sid and not sent[sid] then sent[sid] = tonumber(redis_call('HGET', KEYS[19], sid)) or 0 end
+    if pid and parents[pid] == nil then
+      parents[pid] = lease_token(redis_call('HGET', KEYS[6], pid)) or false
+    end
+    if tid and lease_current(KEYS[6], tid, r[R.TTOK]) then
       added = added + 1 -- stored by an earlier call whose reply was lost: keep it granted
-      taken[#taken + 1] = r
-    elseif sid and r.sn <= sent[sid] then
-      if r.tid then dropped[#dropped + 1] = r.tid else added = added + 1 end
-    elseif r.pid and not lease_current(KEYS[6], r.pid, r.ptok) then
+      n_taken = n_taken + 1
+      local g = #w_grant
+      w_grant[g + 1], w_grant[g + 2] = tid, r[R.TTOK]
+    elseif sid and r[R.SN] <= sent[sid] then
+      if tid then dropped[#dropped + 1] = tid else added = added + 1 end
+    elseif pid and parents[pid] ~= r[R.PTOK] then
       refused = refused + 1
-      if r.tid then dropped[#dropped + 1] = r.tid end
-    elseif r.fl == 0 or seen_add(seen, r.fp, r.age) then
-      local seq = base + i
-      local score
-      if r.start then score = pending_score(r.prio, seq, start_lifo, true)
-      else score = pending_score(r.prio, seq, lifo) end
-      if r.tid then
-        redis.call('ZADD', KEYS[5], now + lease_ms, r.tid)
+      if tid then dropped[#dropped + 1] = tid end
+    elseif r[R.FP] == '' or seen_add(seen, r[R.FP], r[R.AGE]) then
+      local host, start = r[R.HOST], r[R.START]
+      if tid then
         -- marked handed: it is in the worker's engine already (its expiry counts to poison);
         -- a kept one is marked when the worker hands it out (renew.lua)
-        local record = lease_record(r.ttok, int_str(score), domain_of(r.payload))
-        if not r.kept then record = lease_mark_handed(record) end
-        redis.call('HSET', KEYS[6], r.tid, record)
-        redis.call('HSET', KEYS[2], r.tid, r.payload)
-        taken[#taken + 1] = r
+        local score = pending_score(r[R.PRIO], base + i, start and start_lifo or lifo, start)
+        local record = lease_record(r[R.TTOK], int_str(score), host)
+        if not r[R.KEPT] then record = lease_mark_handed(record) end
+        write_lease(tid, r[R.TTOK], record, r[R.PAYLOAD])
+        n_taken = n_taken + 1
       else
-        push_pending(KEYS[1], int_str(seq), score, r.payload)
+        frontier_push(queue_id(r[R.PRIO_S], start, host), r[R.PRIO], start, id_text(base + i),
+          r[R.PAYLOAD])
       end
       added = added + 1
-      count('enqueued', 1, domain_of(r.payload))
+      count('enqueued', 1, host)
     else
-      if r.tid then dropped[#dropped + 1] = r.tid end
-      if r.pid then
+      if tid then dropped[#dropped + 1] = tid end
+      if pid then
         count('filtered', 1)
       else
         roots_seen = roots_seen + 1
@@ -223,137 +255,160 @@ if n_enq > 0 then
   end
   local newest = {}
   for i = 1, n_enq do
-    local r = reqs[i]
-    if r.sid and r.sn > (newest[r.sid] or sent[r.sid]) then newest[r.sid] = r.sn end
+    local sid, sn = reqs[i][R.SID], reqs[i][R.SN]
+    if sid and sn > (newest[sid] or sent[sid]) then newest[sid] = sn end
   end
-  for sid, n in pairs(newest) do redis.call('HSET', KEYS[19], sid, n) end
+  for sid, n in pairs(newest) do redis_call('HSET', KEYS[19], sid, int_str(n)) end
+  frontier_write()
   seen_close(seen)
 end
+if n_enq > 0 then enqueue_all() end
 
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale; an accepted
 -- ack commits what its page yielded (lib/commit), a stale one commits nothing
+-- (a function of its own, as promote_and_lease below: the main function's locals are few)
 local acked, stale, committed, cps = 0, 0, 0, 0
-local retrying = n_ack > 0 and redis.call('EXISTS', KEYS[17]) == 1 -- else no HDEL per ack
-local slots = n_ack > 0 and redis.call('EXISTS', KEYS[21]) == 1 -- leases may hold a slot
-for i = 1, n_ack do
-  local id, tok = acks[i].id, acks[i].tok
-  local v = id and lease_current(KEYS[6], id, tok)
-  if v then
-    local n_items, n_cp = commit_apply(KEYS[23], acks[i])
-    committed, cps = committed + n_items, cps + n_cp
-    count('acked', 1, lease_domain(v))
-    if retrying then count('retry_ok', redis.call('HDEL', KEYS[17], id)) end
-    redis.call('ZREM', KEYS[5], id)
-    redis.call('HDEL', KEYS[6], id)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[7], id)
-    if slots then polite_free(KEYS[21], id) end
-    acked = acked + 1
-  else
-    stale = stale + 1
-    commit_refuse(acks[i])
+local function ack_all()
+  local ids, ended, once = {}, {}, {}
+  for i = 1, n_ack do ids[i] = acks[i].id or '' end
+  local records = batched('HMGET', KEYS[6], ids, 1)
+  for i = 1, n_ack do
+    local v, id = records[i], ids[i]
+    local token, domain = lease_parts(v)
+    if token and token == acks[i].tok and not once[id] then
+      once[id] = true
+      ended[#ended + 1] = id
+      local n_items, n_cp = commit_apply(KEYS[26], acks[i])
+      committed, cps = committed + n_items, cps + n_cp
+      count('acked', 1, domain)
+    else
+      stale = stale + 1
+      commit_refuse(acks[i])
+    end
+  end
+  acked = #ended
+  if acked > 0 then
+    batched('ZREM', KEYS[5], ended, 1)
+    batched('HDEL', KEYS[6], ended, 1)
+    batched('HDEL', KEYS[2], ended, 1)
+    batched('HDEL', KEYS[7], ended, 1)
+    if redis_call('EXISTS', KEYS[17]) == 1 then
+      count('retry_ok', batched('HDEL', KEYS[17], ended, 1))
+    end
+    if redis_call('EXISTS', KEYS[21]) == 1 then
+      polite_free(KEYS[21], ended)
+      frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
+    end
   end
 end
+if n_ack > 0 then ack_all() end
 
 local released = 0
 for i = 1, n_back do
-  local id, tok = string.match(ARGV[9 + n_enq + n_ack + i], '^(%S+) (%S+)$')
-  if id and release_lease(KEYS[1], KEYS[5], KEYS[6], KEYS[2], KEYS[21], id, tok) then
+  local id, tok = str_match(ARGV[9 + n_enq + n_ack + i], '^(%S+) (%S+)$')
+  if id and release_lease(KEYS[5], KEYS[6], KEYS[2], KEYS[21], id, tok) then
     released = released + 1
   end
+end
+if released > 0 and redis_call('EXISTS', KEYS[21]) == 1 then
+  frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
   released, committed, cps}
-local NG = 12
-if redis.call('HLEN', KEYS[11]) > 0 then
-  local gates = redis.call('HGETALL', KEYS[11])
+local n_given = 0
+local closed = {} -- domain -> the time its gate opens, for the domains gated now
+if redis_call('HLEN', KEYS[11]) > 0 then
+  local gates = redis_call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
     local open_at = tonumber(gates[i + 1])
     if not open_at or open_at <= now then
-      redis.call('HDEL', KEYS[11], gates[i])
+      redis_call('HDEL', KEYS[11], gates[i])
     else
+      closed[gates[i]] = open_at
       out[#out + 1] = gates[i]
       out[#out + 1] = gates[i + 1]
-      out[NG] = out[NG] + 1
+      out[12] = out[12] + 1 -- n, the number of closed gates
     end
   end
 end
 
 for _, id in ipairs(dropped) do out[#out + 1] = id end
 
--- A pending member that has no entry id cannot be leased, acked or renewed: set it aside.
-local function set_aside(m)
+-- An element without an entry id cannot be leased, acked or renewed: set it aside.
+local function set_aside(e, host)
   local id = int_str(take(KEYS[4], 1) + 1)
   dead_letter(KEYS[12], KEYS[13], id, {class = 'corrupt',
-    reason = 'corrupt queue entry: a pending member without an entry id'}, now)
-  count('dead', 1, '-', 'corrupt')
-  redis.call('HSET', KEYS[2], id, m)
+    reason = 'corrupt queue entry: a pending request without an entry id'}, now)
+  count('dead', 1, host, 'corrupt')
+  redis_call('HSET', KEYS[2], id, e)
   out[9] = out[9] + 1
 end
 
--- The grant: the pairs this call leases (taken requests included), for the lease keeper.
-local grant = (n_lease > 0 or #taken > 0) and GRANT or nil
-if grant then
-  redis.call('DEL', grant)
-  for _, r in ipairs(taken) do redis.call('HSET', grant, r.tid, r.ttok) end
-end
-
-if n_lease > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT', 0, n_promote)
-  for _, id in ipairs(due) do
-    local sc = tonumber(redis.call('HGET', KEYS[9], id) or '') or 0
-    back_to_pending(KEYS[1], KEYS[2], id, sc)
-    redis.call('ZREM', KEYS[8], id)
-    redis.call('HDEL', KEYS[9], id)
-    held_clear(KEYS[22], id)
-  end
-  local polite = polite_open(KEYS[20], KEYS[21], now, lease_ms)
-  local scan = polite and n_lease * SCAN_FACTOR or n_lease
-  local items = redis.call('ZRANGE', KEYS[1], 0, scan - 1, 'WITHSCORES')
-  local tbase, expiry, given, seen, parked = nil, now + lease_ms, 0, 0, 0
-  for i = 1, #items / 2 do
-    if given >= n_lease then break end
-    seen = i
-    local m, sc = items[i * 2 - 1], items[i * 2]
-    local id, payload = split_member(m)
-    if id == '' then
-      set_aside(m)
-    else
-      local domain = domain_of(payload)
-      local wait, due = 0, nil
-      if polite then wait, due = polite_admit(polite, id, domain) end
-      if due then -- its domain is at its limit: it waits in the delayed set, in its place
-        redis.call('HSET', KEYS[2], id, payload)
-        redis.call('ZADD', KEYS[8], due, id)
-        redis.call('HSET', KEYS[9], id, sc)
-        held_mark(KEYS[22], id, 'limit', domain)
-        parked = parked + 1
-      else
-        tbase = tbase or take(KEYS[10], n_lease)
-        given = given + 1
-        local tok = nonce .. '-' .. int_str(tbase + given)
-        redis.call('ZADD', KEYS[5], expiry, id)
-        redis.call('HSET', KEYS[6], id, lease_record(tok, sc, domain))
-        redis.call('HSET', KEYS[2], id, payload)
-        if grant then redis.call('HSET', grant, id, tok) end
-        out[#out + 1] = id
-        out[#out + 1] = tok
-        out[#out + 1] = payload
-        out[#out + 1] = select(2, expiry_counts(redis.call('HGET', KEYS[7], id)))
-        out[#out + 1] = wait
-        out[#out + 1] = sc
-      end
+-- 3. promote due delayed entries, then lease: a function of its own (a script's main
+-- function holds at most 200 locals, the libraries' included)
+local function promote_and_lease()
+  local due = redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5])
+  if #due > 0 then
+    local restores = batched('HMGET', KEYS[9], due, 1)
+    local payloads = batched('HMGET', KEYS[2], due, 1)
+    for i, id in ipairs(due) do
+      local score, host = restore_parts(restores[i])
+      local qid, place = queue_of(score, host or domain_of(payloads[i]))
+      frontier_return(qid, id, place, payloads[i] or '')
     end
+    batched('ZREM', KEYS[8], due, 1)
+    for _, id in ipairs(due) do held_clear(KEYS[25], id) end
+    batched('HDEL', KEYS[9], due, 1)
+    batched('HDEL', KEYS[2], due, 1)
   end
-  if seen > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, seen - 1) end
-  count('domain_limited', parked)
+  local most = n_lease * LOOK_FACTOR + 16
+  frontier_due(now, most)
+  local polite = polite_open(KEYS[20], KEYS[21], now, lease_ms)
+  local function admit(host, id, qid)
+    local open_at = closed[host]
+    if open_at then return nil, open_at end
+    if not polite then return 0 end
+    local wait, untl, slot = polite_admit(polite, id, host)
+    if wait then return wait end
+    count('domain_limited', 1)
+    if slot then polite_wait(polite, host, qid) end
+    return nil, untl
+  end
+  local tbase, given = nil, 0
+  local function give(id, payload, score, score_s, host, came_back, wait)
+    tbase = tbase or (nonce .. '-' .. int_str(take(KEYS[10], n_lease)) .. '.')
+    given = given + 1
+    local tok = tbase .. num_str(given)
+    write_lease(id, tok, lease_record(tok, score_s or int_str(score), host), payload)
+    local expiries = 0
+    if came_back then expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id))) end
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
+      id, tok, payload, expiries, wait, score
+  end
+  return frontier_take(n_lease, admit, give, set_aside, most)
 end
-if grant then redis.call('PEXPIRE', grant, lease_ms) end
+if n_lease > 0 then n_given = promote_and_lease() end
+if #w_leased > 0 then
+  batched('ZADD', KEYS[5], w_leased, 2)
+  batched('HSET', KEYS[6], w_records, 2)
+  batched('HSET', KEYS[2], w_payloads, 2)
+end
+-- The grant: the pairs this call leases (taken requests included), for the lease keeper.
+local grant = (n_lease > 0 or n_taken > 0) and GRANT or nil
+if grant then
+  redis_call('DEL', grant)
+  if #w_grant > 0 then
+    batched('HSET', grant, w_grant, 2)
+    redis_call('PEXPIRE', grant, ARGV[4])
+  end
+end
 polite_write(KEYS[21])
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
-out[5] = redis.call('ZCARD', KEYS[1])
-out[6] = redis.call('ZCARD', KEYS[5])
-out[7] = redis.call('ZCARD', KEYS[8])
-out[14] = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or ''
+frontier_close()
+out[5] = frontier_pending(n_lease > 0 and n_given == 0, true)
+out[6] = redis_call('ZCARD', KEYS[5])
+out[7] = redis_call('ZCARD', KEYS[8])
+out[14] = frontier_head()
 return out

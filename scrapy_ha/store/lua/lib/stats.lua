@@ -8,8 +8,10 @@
 --   minutes hash: '<event>:<minute>' -> count in that minute (minute = server ms // 60000)
 --           for the events of MINUTE_EVENTS, and '<event>:<class>:<minute>' for those of
 --           CLASS_MINUTE_EVENTS; '<name>:last' -> the newest minute of each
---   domains hash: '<domain>\t<event>' -> count, for the events of DOMAIN_EVENTS
+--   domains hash: '<domain>\t<event>' -> count, for the events of DOMAIN_EVENTS; field '~'
+--           holds ENCODING (see there)
 --- @include "time"
+--- @include "number"
 
 -- MINUTE_EVENTS: the events with per-minute buckets (rates, an ETA, the dashboard's charts;
 -- requeued and purged say what an operator did today; items, the item stream's pace).
@@ -25,6 +27,13 @@ local DOMAIN_EVENTS = {acked = true, enqueued = true, retried = true, dead = tru
 local MINUTES_KEPT = 1440
 -- PRUNE_CHUNK: fields per HDEL when a gap of hours leaves many buckets to drop at once.
 local PRUNE_CHUNK = 500
+-- ENCODING: the value of the domains hash's field '~', longer than Redis's
+-- hash-max-listpack-value (64 bytes by default): its presence keeps the hash a hash table.
+-- A call updates a field per domain it saw; in a listpack (a small hash's compact form,
+-- up to 128 fields) each update is a linear search, the largest cost of a call that touched
+-- 10 domains of 50 (measured: a twentieth of the sync script's work). A hash table costs
+-- about 60 bytes more per field: a few kilobytes per crawl.
+local ENCODING = 'kept by scrapy-ha: this field makes Redis keep the hash as a hash table'
 
 -- The tally of this script call: counter -> n, and event -> domain -> n.
 local TALLY, DOMAIN_TALLY = {}, {}
@@ -32,15 +41,17 @@ local TALLY, DOMAIN_TALLY = {}, {}
 -- domain_of(payload)
 --   Returns the host of a stored request's URL (lower case, without user info or port):
 --   the payload is the codec's JSON, which starts with {"v":<n>,"u":"<url>"; '-' when it
---   does not (a corrupt entry). Only the payload's first bytes are read.
+--   does not (a corrupt entry), or when the host holds a space or a brace. Only the
+--   payload's first bytes are read. Workers send the host of each new request (the same
+--   rule: scrapy_ha/store/wire.py url_host); this reads it for entries stored without it.
 local function domain_of(payload)
-  local auth = string.match(payload or '', '^{"v":%d+,"u":"%a[%w+.-]*://([^/?#"\\]*)')
-  if not auth then return '-' end
-  if auth ~= '' and not string.find(auth, '[@:%u]') then return auth end -- the usual host
-  local host = string.match(auth, '([^@]*)$')
-  host = string.match(host, '^(%[[^%]]*%])') or string.match(host, '^([^:]*)')
+  local auth = str_match(payload or '', '^{"v":%d+,"u":"%a[%w+.-]*://([^/?#"\\]*)')
+  if not auth or str_find(auth, '[%s{}]') then return '-' end
+  if auth ~= '' and not str_find(auth, '[@:%u]') then return auth end -- the usual host
+  local host = str_match(auth, '([^@]*)$')
+  host = str_match(host, '^(%[[^%]]*%])') or str_match(host, '^([^:]*)')
   if host == '' then return '-' end
-  return string.lower(host)
+  return str_lower(host)
 end
 
 -- count(event, n, domain, class)
@@ -62,9 +73,9 @@ end
 
 -- add(hash, field, n): HINCRBY that never fails: a value overwritten with garbage restarts.
 local function add(hash, field, n)
-  local ok, v = pcall(redis.call, 'HINCRBY', hash, field, n)
-  if ok then return v end
-  redis.call('HSET', hash, field, n)
+  local v = redis_pcall('HINCRBY', hash, field, num_str(n))
+  if type(v) == 'number' then return v end
+  redis_call('HSET', hash, field, num_str(n))
   return n
 end
 
@@ -73,19 +84,19 @@ end
 --   day since the newest one before it (event:last) are deleted, so none older than
 --   MINUTES_KEPT minutes stays, however long the crawl pauses.
 local function prune(minutes, event, minute)
-  local last = tonumber(redis.call('HGET', minutes, event .. ':last') or '')
+  local last = tonumber(redis_call('HGET', minutes, event .. ':last') or '')
   if last and last >= minute then return end
-  redis.call('HSET', minutes, event .. ':last', minute)
+  redis_call('HSET', minutes, event .. ':last', minute)
   local to = minute - MINUTES_KEPT - 1
   local from = to
   if last then
-    from, to = last - MINUTES_KEPT, math.min(last, to)
+    from, to = last - MINUTES_KEPT, math_min(last, to)
   end
   local fields = {}
   for m = from, to do
     fields[#fields + 1] = event .. ':' .. m
     if #fields == PRUNE_CHUNK or m == to then
-      redis.call('HDEL', minutes, unpack(fields))
+      redis_call('HDEL', minutes, unpack(fields))
       fields = {}
     end
   end
@@ -95,14 +106,17 @@ end
 --   KEYS: the stats, stats:min and stats:domain hashes (the caller's KEYS[i])
 --   Writes this call's tally at server time now (ms); call it once, after the last count().
 local function write_stats(stats, minutes, domains, now)
-  local minute = math.floor(now / 60000)
+  local minute = math_floor(now / 60000)
+  local minute_s
   for name, n in pairs(TALLY) do
     add(stats, name, n)
-    local bucketed = MINUTE_EVENTS[name] or CLASS_MINUTE_EVENTS[string.match(name, '^(%a+):')]
-    if bucketed and add(minutes, name .. ':' .. minute, n) == n then
-      prune(minutes, name, minute)
+    local bucketed = MINUTE_EVENTS[name] or CLASS_MINUTE_EVENTS[str_match(name, '^(%a+):')]
+    if bucketed then
+      minute_s = minute_s or int_str(minute)
+      if add(minutes, name .. ':' .. minute_s, n) == n then prune(minutes, name, minute) end
     end
   end
+  if next(DOMAIN_TALLY) then redis_call('HSETNX', domains, '~', ENCODING) end
   for event, t in pairs(DOMAIN_TALLY) do
     for domain, n in pairs(t) do add(domains, domain .. '\t' .. event, n) end
   end

@@ -7,6 +7,6 @@
 --   disagree still agree on every deadline. Redis 7 replicates a script by its effects,
 --   so a script may read TIME before it writes.
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local t = redis_call('TIME')
+  return tonumber(t[1]) * 1000 + math_floor(tonumber(t[2]) / 1000)
 end

@@ -1,0 +1,160 @@
+"""A crawl's compaction dictionary in Redis (``codec.compact``): trained once, by the first
+worker of the crawl that has seen enough of its requests, kept for the crawl's life.
+
+Until a dictionary exists a worker stores its requests as plain documents and keeps its
+first ``SAMPLES`` of them; then it trains a dictionary from them and writes it to
+``<prefix>:{<spider>}:dict`` under id 1 if no other worker did first (HSETNX), and every
+worker compacts with the one stored. A dictionary is never changed nor deleted but with
+the crawl (``flush``): a payload compacted with it is read back as long as the crawl
+exists, dead letters included. Whatever reads payloads (the worker, the dead-letter tools,
+the dashboard) reads them through :class:`Dictionaries`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.codec.compact import Dictionary, dictionary_id, expand, train
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from scrapy_ha.keys import Keys
+
+__all__ = [
+    "DICTIONARY_ID",
+    "SAMPLES",
+    "Compactor",
+    "Dictionaries",
+    "read_payload_sync",
+    "read_payloads",
+]
+
+#: The id of a crawl's dictionary: one per crawl (ids 2 to 255 are left for a dictionary
+#: trained again, should a crawl's requests change shape).
+DICTIONARY_ID = 1
+#: Requests a worker keeps before it trains the crawl's dictionary: enough to hold the
+#: crawl's URL shapes past its start requests (2 KB is 16 realistic requests: the dictionary
+#: keeps the last of them), few enough that the crawl compacts from its first seconds.
+SAMPLES = 128
+
+
+class Dictionaries:
+    """The dictionaries of one crawl, read from Redis as payloads need them."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.key = keys.dictionaries
+        #: id -> data of the dictionaries read so far
+        self.known: dict[int, bytes] = {}
+
+    async def load(self) -> Dictionary | None:
+        """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
+        for field, data in (await self.client.hgetall(self.key)).items():
+            try:
+                self.known[int(field)] = data
+            except ValueError:  # a field written by hand: not a dictionary
+                continue
+        return self.current()
+
+    def current(self) -> Dictionary | None:
+        """The dictionary new requests are compacted with (None: none is known yet)."""
+        data = self.known.get(DICTIONARY_ID)
+        return None if data is None else Dictionary(DICTIONARY_ID, data)
+
+    async def ensure(self, payloads: Iterable[bytes]) -> None:
+        """Read the dictionaries *payloads* were compacted with, those not known yet (one
+        call when some are missing, none otherwise)."""
+        missing = {dictionary_id(p) for p in payloads} - {None, *self.known}
+        for dict_id in sorted(i for i in missing if i is not None):
+            data = await self.client.hget(self.key, str(dict_id))
+            if data is not None:
+                self.known[dict_id] = data
+
+    def expand(self, stored: bytes) -> bytes:
+        """The document of a stored payload (see :func:`~scrapy_ha.codec.compact.expand`;
+        raises ``CodecError`` when its dictionary is not known after :meth:`ensure`)."""
+        return expand(stored, self.known)
+
+    async def publish(self, data: bytes) -> Dictionary:
+        """Store *data* as the crawl's dictionary unless one is stored already; return the
+        one stored (another worker's, if it was first)."""
+        await self.client.hsetnx(self.key, str(DICTIONARY_ID), data)
+        stored = await self.client.hget(self.key, str(DICTIONARY_ID))
+        self.known[DICTIONARY_ID] = stored if stored is not None else data
+        current = self.current()
+        assert current is not None
+        return current
+
+
+class Compactor:
+    """What a worker compacts its new requests with (:meth:`compact`, called as each is
+    admitted, with no I/O): nothing until the crawl has a dictionary, meanwhile its first
+    requests are kept to train one (:attr:`wants_dictionary`, for the session)."""
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.dictionary: Dictionary | None = None
+        self.samples: list[bytes] = []
+
+    def compact(self, payload: bytes) -> bytes:
+        """*payload* compacted, or as it is while no dictionary is known."""
+        if self.dictionary is not None:
+            return self.dictionary.compact(payload)
+        if self.enabled and len(self.samples) < SAMPLES:
+            self.samples.append(payload)
+        return payload
+
+    @property
+    def wants_dictionary(self) -> bool:
+        """Whether enough requests were seen to train the crawl's dictionary."""
+        return self.enabled and self.dictionary is None and len(self.samples) >= SAMPLES
+
+    def adopt(self, dictionary: Dictionary | None) -> None:
+        """Compact with *dictionary* from now on (when compaction is on)."""
+        if self.enabled and dictionary is not None:
+            self.dictionary = dictionary
+            self.samples = []
+
+    async def settle(self, dictionaries: Dictionaries | None) -> None:
+        """Train and publish the crawl's dictionary once enough requests were seen, or
+        adopt one another worker published (read by :meth:`Dictionaries.ensure`); nothing
+        while the worker is not connected (no *dictionaries*)."""
+        if not self.enabled or self.dictionary is not None or dictionaries is None:
+            return
+        if self.wants_dictionary:
+            self.adopt(await dictionaries.publish(train(self.samples)))
+        else:
+            self.adopt(dictionaries.current())
+
+
+async def read_payloads(client: Any, keys: Keys, ids: Sequence[str]) -> list[bytes | None]:
+    """The payloads of entries *ids* (leased, delayed or dead) as documents: expanded when
+    compacted (a frame whose dictionary is gone is returned as it is: readers that rebuild
+    or describe it report it unreadable)."""
+    if not ids:
+        return []
+    raw = await client.hmget(keys.payload, list(ids))
+    dictionaries = Dictionaries(client, keys)
+    await dictionaries.ensure(p for p in raw if p is not None)
+    return [None if p is None else _expanded(dictionaries, p) for p in raw]
+
+
+def _expanded(dictionaries: Dictionaries, payload: bytes) -> bytes:
+    try:
+        return dictionaries.expand(payload)
+    except ValueError:  # CodecError: unreadable, shown as such by whoever describes it
+        return payload
+
+
+def read_payload_sync(client: Any, keys: Keys, entry_id: str) -> bytes | None:
+    """:func:`read_payloads` of one entry with a synchronous client."""
+    payload: bytes | None = client.hget(keys.payload, entry_id)
+    dict_id = None if payload is None else dictionary_id(payload)
+    if payload is None or dict_id is None:
+        return payload
+    data = client.hget(keys.dictionaries, str(dict_id))
+    try:
+        return expand(payload, {} if data is None else {dict_id: data})
+    except ValueError:
+        return payload

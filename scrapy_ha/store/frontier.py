@@ -1,0 +1,71 @@
+"""The back queues of a crawl seen from Python (``lua/lib/frontier.lua`` keeps them): their
+removal with the crawl, and the conversion of a crawl stored before them.
+
+Before the back queues, every pending request was one member ``"<id> <payload>"`` of a
+sorted set ``<prefix>:{<spider>}:pending``. A worker of this version that finds such a set
+converts it at start (``convert.lua``, a batch per call, each request to the back queue of
+its host and priority, in its place): the crawl goes on where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.store.script_keys import convert_keys
+
+if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
+
+__all__ = ["CONVERT_BATCH", "convert_old_form", "flush_crawl"]
+
+logger = logging.getLogger(__name__)
+
+#: Requests converted per script call: a call holds Redis for a few milliseconds (about
+#: 5 µs a request), and a million pending requests take 1,000 calls.
+CONVERT_BATCH = 1000
+#: Keys deleted per DEL command when a crawl is flushed.
+DELETE_BATCH = 1000
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in "\\*?[]" else c for c in text)
+
+
+async def convert_old_form(script: Any, keys: Keys, order: str) -> int:
+    """Move the requests of *keys*' old pending sorted set into their back queues (*script*:
+    ``convert.lua`` registered on the crawl's client; *order*: the crawl's order argument);
+    return how many were moved. Several workers may run it at once: each call moves a batch
+    atomically, and the last finds nothing left."""
+    moved = 0
+    while True:
+        done, left = await script(keys=convert_keys(keys), args=[CONVERT_BATCH, order])
+        moved += int(done)
+        if not int(left) or not int(done):
+            break
+    if moved:
+        logger.info(
+            "Converted %d pending requests of %s stored by an older scrapy-ha (one sorted "
+            "set) into their per-host queues",
+            moved,
+            keys.spider,
+        )
+    return moved
+
+
+async def flush_crawl(client: Any, keys: Keys) -> None:
+    """Delete every key of the crawl *keys* names but its checkpoints: the keys of
+    :meth:`Keys.all`, and its back queues (those ready and waiting name, and any other key
+    under the back queues' prefix)."""
+    names = {keys.queue(_text(q)) for q in await client.zrange(keys.ready, 0, -1)}
+    names |= {keys.queue(_text(q)) for q in await client.zrange(keys.waiting, 0, -1)}
+    async for key in client.scan_iter(match=_glob_escape(keys.queues) + "*", count=10_000):
+        names.add(_text(key))
+    found = sorted(names)
+    for i in range(0, len(found), DELETE_BATCH):
+        await client.delete(*found[i : i + DELETE_BATCH])
+    await client.delete(*keys.all())

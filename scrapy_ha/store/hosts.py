@@ -1,0 +1,38 @@
+"""The host of a request, as the worker and the scripts read it alike (its back queue's
+and its domain's; lua/lib/stats.lua ``domain_of`` keeps the same rule)."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["payload_host", "url_host"]
+
+#: A URL's scheme and authority, as the scripts read them from a payload (lua/lib/stats.lua
+#: domain_of): the authority ends at a path, a query, a fragment, or a JSON quote or escape.
+_AUTHORITY = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#\"\\]*)")
+#: The start of a stored request (the codec's document): its URL comes first.
+_PAYLOAD_URL = re.compile(rb'^\{"v":[0-9]+,"u":"([^"]*)')
+#: Lower case for ASCII letters only (as Lua's string.lower): a host's other characters
+#: stay as they are.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+#: Characters a host never holds; a URL whose authority has one has the host "-".
+_NOT_IN_HOST = re.compile(r"[\s{}]")
+
+
+def url_host(url: str) -> str:
+    """The host of *url*: its back queue's and its domain's (lower case, without user
+    info or port; an IPv6 literal keeps its brackets), or ``"-"`` when it has none."""
+    found = _AUTHORITY.match(url)
+    if not found or _NOT_IN_HOST.search(found[1]):
+        return "-"
+    host = found[1].rpartition("@")[2]
+    end = host.find("]") if host.startswith("[") else -1
+    host = host[: end + 1] if end >= 0 else host.partition(":")[0]
+    return host.translate(_ASCII_LOWER) if host else "-"
+
+
+def payload_host(payload: bytes) -> str:
+    """The host of a stored request's URL (:func:`url_host`), ``"-"`` for a payload that is
+    not the codec's document."""
+    found = _PAYLOAD_URL.match(payload)
+    return url_host(found[1].decode("utf-8", "replace")) if found else "-"

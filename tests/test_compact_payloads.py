@@ -1,0 +1,135 @@
+"""Compacted payloads (codec/compact.py, store/dictionary.py): the crawl's dictionary is
+trained once from its first requests, new requests are stored as frames a sixth of their
+size, every reader (the worker, the dead-letter queue, the CLI) reads them back, and a frame
+that cannot be read is refused, never expanded without bound."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.codec import CodecError
+from scrapy_ha.codec.compact import WBITS, Dictionary, dictionary_id, expand, train
+from scrapy_ha.codec.document import MAX_PAYLOAD_BYTES
+from scrapy_ha.deadletters.dlq import DeadLetterQueue
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.dictionary import SAMPLES, Compactor, Dictionaries
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
+from tests import backqueues
+from tests.spiders import CatalogueSpider
+
+
+def shop(n: int) -> bytes:
+    """A realistic request (about 95 characters of URL), as the codec stores it."""
+    url = (
+        f"https://www.example-shop-{n % 997}.com/catalogue/category/books_{n % 50}/"
+        f"item-{n}/index.html?ref=list"
+    )
+    return json.dumps({"v": 1, "u": url, "cb": "parse_item"}, separators=(",", ":")).encode()
+
+
+def test_a_request_compacts_to_a_sixth_and_back():
+    dictionary = Dictionary(1, train(shop(n) for n in range(SAMPLES)))
+    sizes = []
+    for n in range(10_000, 10_200):
+        frame = dictionary.compact(shop(n))
+        assert dictionary_id(frame) == 1 and expand(frame, {1: dictionary.data}) == shop(n)
+        sizes.append(len(frame))
+    assert sum(sizes) / len(sizes) < len(shop(10_000)) / 5  # 124 bytes to about 21
+    # a document is read as it is; a frame no smaller than the request is not made
+    assert expand(shop(1), {}) == shop(1)
+    assert dictionary.compact(b"{}") == b"{}"
+
+
+def test_a_frame_that_cannot_be_read_is_refused_and_never_expands_past_the_limit():
+    data = train([shop(1)])
+    with pytest.raises(CodecError, match="dictionary 7, which is gone"):
+        expand(b"\x01\x07abc", {1: data})
+    with pytest.raises(CodecError, match="cannot be read"):
+        expand(b"\x01\x01not deflate data", {1: data})
+    deflate = zlib.compressobj(9, zlib.DEFLATED, WBITS, 8, zlib.Z_DEFAULT_STRATEGY, data)
+    bomb = b"\x01\x01" + deflate.compress(b"x" * (MAX_PAYLOAD_BYTES + 10)) + deflate.flush()
+    assert len(bomb) < 20_000
+    with pytest.raises(CodecError, match="expands past"):
+        expand(bomb, {1: data})
+
+
+@deferred_f_from_coro_f
+async def test_the_crawl_trains_one_dictionary_and_every_worker_compacts_with_it(redis_url):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "dict")
+    first, second = Compactor(), Compactor()
+    for n in range(SAMPLES):
+        assert first.compact(shop(n)) == shop(n)  # plain while the crawl has no dictionary
+        second.compact(shop(10_000 + n))
+    assert first.wants_dictionary and second.wants_dictionary
+    await first.settle(Dictionaries(client, keys))
+    await second.settle(Dictionaries(client, keys))  # the first one's is kept: one per crawl
+    assert first.dictionary is not None and second.dictionary is not None
+    assert (
+        first.dictionary.data == second.dictionary.data == await client.hget(keys.dictionaries, "1")
+    )
+    third = Compactor()
+    third.adopt(await Dictionaries(client, keys).load())  # a worker that joins later
+    assert third.compact(shop(5)) == first.compact(shop(5)) != shop(5)
+    off = Compactor(enabled=False)  # HA_COMPACT_PAYLOADS = False
+    off.adopt(await Dictionaries(client, keys).load())
+    assert off.compact(shop(5)) == shop(5) and not off.samples
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_stores_compacted_requests_and_reads_them_back(
+    redis_url, redis_client, site_factory
+):
+    site = site_factory("--pages", "20", "--per-page", "12")  # 260 requests: 128 train
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "SCHEDULER_PERSIST": True,
+        "CONCURRENT_REQUESTS": 2,
+        "LOG_LEVEL": "INFO",
+    }
+    keys = Keys("ha", "catalogue")
+    crawler = get_crawler(CatalogueSpider, settings)
+    await crawler.crawl_async(base_url=site.url)
+    # the requests after the first 128 were stored compacted, and read back by the worker
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 241))
+    assert b'"u":"' in (redis_client.hget(keys.dictionaries, "1") or b"")
+    assert not crawler.stats.get_value("ha/dead/corrupt")
+
+
+@deferred_f_from_coro_f
+async def test_compacted_requests_in_the_queue_and_the_dead_letter_queue_are_read(
+    redis_url, redis_client
+):
+    keys = Keys("ha", "cp")
+    dictionary = Dictionary(1, train(shop(n) for n in range(SAMPLES)))
+    redis_client.hset(keys.dictionaries, "1", dictionary.data)
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), keys)
+    frames = [dictionary.compact(shop(n)) for n in range(100, 103)]
+    await q.sync(enqueue=[shop_entry(n, f) for n, f in zip(range(100, 103), frames, strict=True)])
+    stored = [p for _, p in backqueues.pending(redis_client, keys)]
+    assert stored == frames  # pending as frames, 21 bytes or so each
+    # a frame that reaches the dead-letter queue as it was stored is read by its tools
+    (lease, *_) = await q.lease(3, 30000)
+    assert await q.dead_letter(lease.id, lease.token, {"class": "gone"}, payload=b"")
+    assert redis_client.hget(keys.payload, lease.id) == frames[0]
+    dlq = DeadLetterQueue(q)
+    entry = await dlq.get(lease.id)
+    assert entry is not None and entry.url == json.loads(shop(100))["u"]
+    assert await dlq.requeue([lease.id]) == 1  # its attempts reset: read, changed, requeued
+    requeued = [p for i, p in backqueues.pending(redis_client, keys) if i == lease.id.encode()]
+    assert requeued == [shop(100)]
+    await q.client.aclose()
+
+
+def shop_entry(n: int, payload: bytes) -> NewEntry:
+    return NewEntry(b"fp%d" % n, 0, payload, host=f"www.example-shop-{n % 997}.com")
