@@ -39,6 +39,7 @@ from urllib.request import urlopen
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from scrapy_ha.codec.compact import expand  # noqa: E402
 from scrapy_ha.demo import harness  # noqa: E402
 from scrapy_ha.keys import Keys  # noqa: E402
 
@@ -185,13 +186,18 @@ def soak(args: argparse.Namespace, workdir: Path, redis_port: int) -> dict[str, 
 def check_soak(client: Any, site: str, interval: float, args: argparse.Namespace, events: list):
     keys = Keys("ha", "freshness")
     urls: dict[str, int] = {}
+    known = {int(f): d for f, d in client.hgetall(keys.dictionaries).items() if f.isdigit()}
+
+    def count(stored: bytes) -> None:  # a payload as stored: compacted or plain
+        url = json.loads(expand(stored, known))["u"]
+        urls[url] = urls.get(url, 0) + 1
+
     payloads = client.hgetall(keys.payload)
     for entry_id in client.zrange(keys.delayed, 0, -1) + client.zrange(keys.leased, 0, -1):
-        url = json.loads(payloads[entry_id])["u"]
-        urls[url] = urls.get(url, 0) + 1
-    for member in client.zrange(keys.pending, 0, -1):
-        url = json.loads(member.split(b" ", 1)[1])["u"]
-        urls[url] = urls.get(url, 0) + 1
+        count(payloads[entry_id])
+    for qid in client.zrange(keys.ready, 0, -1) + client.zrange(keys.waiting, 0, -1):
+        for element in client.lrange(keys.queue(qid.decode()), 0, -1):
+            count(element.partition(b" ")[2])  # "<entry id>[@<place>] <payload>"
     stats = {k.decode(): int(v) for k, v in client.hgetall(keys.stats).items()}
     site_view = site_stats(site, 0)
     pages = site_view["pages"]

@@ -200,6 +200,7 @@ async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_e
 
 
 def test_a_bad_archive_url_is_named(redis_url, redis_client):
+    redis_client.hset("ha:{faults}:stats", "enqueued", 1)  # the crawl is there
     result = cli(redis_url, "dlq", "archive", "faults", "--url", "nosuchdb://u:secret@h/x")
     assert result.returncode == 2
     assert "HA_DLQ_ARCHIVE_URL='nosuchdb://u:***@h/x'" in result.stderr

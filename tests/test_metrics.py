@@ -25,6 +25,7 @@ from scrapy_ha.ops.crawls import UNKNOWN_CLASS, CrawlNumbers
 from scrapy_ha.ops.stats import CrawlStats
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
+from tests.backqueues import pending
 from tests.conftest import RedisServer
 from tests.spiders import FaultSpider
 from tests.test_cli import SCRAPY_HA, crawl
@@ -157,7 +158,7 @@ def redis_numbers(client: redis.Redis, spider: str) -> dict[str, int]:
     """What Redis holds, read directly: the state sizes and the stats hash."""
     k = Keys("ha", spider)
     now_ms = int(client.time()[0]) * 1000
-    found = {state: int(client.zcard(getattr(k, state))) for state in ("pending", "leased")}
+    found = {"pending": len(pending(client, k)), "leased": int(client.zcard(k.leased))}
     found.update(delayed=int(client.zcard(k.delayed)), dead=int(client.zcard(k.dead)))
     found["workers"] = int(client.zcount(k.workers, now_ms, "+inf"))
     found["fingerprints"] = int(client.scard(k.dupefilter))

@@ -14,7 +14,9 @@ from scrapy_ha.cli.report import build_report
 from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import read_crawl_stats
+from scrapy_ha.ops.waiting import read_waiting
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.state import set_domain_limits
 from tests.spiders import CatalogueSpider
 from tests.test_politeness_scripts import page
 from tests.test_retry_crawl import FAST_RETRIES
@@ -54,15 +56,18 @@ async def test_a_deferral_is_marked_as_waiting_for_its_gate_and_a_retry_is_not(r
 
 
 @deferred_f_from_coro_f
-async def test_a_request_held_back_for_its_domains_limit_is_marked_so(redis_url):
+async def test_requests_held_back_by_their_domains_limit_are_counted_so(redis_url):
     q = open_queue(redis_url)
-    await q.set_domain_limits(Politeness(DomainLimit(concurrency=1), {}).as_hash())
+    await set_domain_limits(q.client, KEYS, Politeness(DomainLimit(concurrency=1), {}).as_hash())
     await q.enqueue([page("a.test", n) for n in range(3)])
-    (first,) = await q.lease(3, 30_000)  # one slot: the other two wait in the delayed set
+    await q.enqueue([page("b.test", n) for n in range(2)])
+    await q.close_gate("b.test", 600_000)
+    (first,) = await q.lease(5, 30_000)  # one slot: a.test's other two wait in its queue
     client = redis.Redis.from_url(redis_url)
-    marks = held(client)
-    assert len(marks) == 2 and set(marks.values()) == {"limit a.test"}
-    assert set(marks) == {m.decode() for m in client.zrange(KEYS.delayed, 0, -1)}
+    assert held(client) == {}  # no delayed entry: they wait in their hosts' back queues
+    waiting = await read_waiting(q.client, [KEYS])
+    assert waiting.held == {"limit": {"a.test": 2}, "gate": {"b.test": 2}}
+    assert (waiting.retries, waiting.held_total) == (0, 0)
     await q.client.aclose()
 
 

@@ -8,7 +8,9 @@ sampled by rank (``store/lua/due.lua``: :data:`SAMPLES` buckets per shard), each
 standing for the entries of its bucket, at the bucket's latest due time: the ETA never
 comes before the last retry is due. Why entries wait is counted in the crawl's ``held`` hash
 (``store/lua/lib/held.lua`` keeps a count per why and domain beside the marks): its counts
-are read, never its marks.
+are read, never its marks. New requests of a host behind a closed gate or at its limits do
+not reach the delayed set: they wait in the host's back queue, parked in the crawl's
+``waiting`` set; those are counted too, by host (one ``LLEN`` per waiting queue).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ SAMPLES = 64
 #: Fields of ``held`` an ``HSCAN`` step looks at for its counts: a hash of a few thousand
 #: marks in one step (Redis looks at them in C; only the counts come back).
 HELD_SCAN = 10_000
+#: Waiting back queues whose requests are counted per shard: a host each, so a crawl with
+#: more hosts waiting at once than this shows the first ones (by the time they are due).
+WAITING_QUEUES = 10_000
 #: The window of the ack rate the ETA divides by (minutes): long enough to smooth a slow
 #: page or a pause between batches, short enough to follow a crawl that speeds up.
 ETA_WINDOW = 5
@@ -49,7 +54,8 @@ class Waiting:
     #: delayed entries waiting without an attempt: kind ('gate', 'limit', 'revisit') ->
     #: domain -> n
     held: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: delayed entries waiting without an attempt, whatever their why
+    #: delayed entries waiting without an attempt, whatever their why (the pending requests
+    #: of waiting back queues are in ``held`` but not here: they are not delayed entries)
     held_total: int = 0
 
     @property
@@ -96,7 +102,36 @@ async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
                 break
             cursor, counts = await client.hscan(keys.held, cursor, match="#*", count=HELD_SCAN)
     total = sum(sum(d.values()) for d in held.values())
+    for keys in shards:
+        await _waiting_queues(client, keys, held)
     return Waiting(sorted(due), held, total)
+
+
+async def _waiting_queues(client: Any, keys: Keys, held: dict[str, dict[str, int]]) -> None:
+    """Add to *held* the pending requests of the back queues parked in ``waiting``: behind
+    a closed gate ('gate') or at their domain's limits ('limit'), by host."""
+    qids = [_s(q) for q in await client.zrange(keys.waiting, 0, WAITING_QUEUES - 1)]
+    if not qids:
+        return
+    pipe = client.pipeline(transaction=False)
+    for qid in qids:
+        pipe.llen(keys.queue(qid))
+    pipe.hgetall(keys.gates)
+    pipe.time()
+    *lengths, gates, (seconds, micros) = await pipe.execute()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    closed = {_s(d) for d, until in gates.items() if _int(until) > now_ms}
+    for qid, n in zip(qids, lengths, strict=True):
+        host = qid.partition(":")[2]
+        domains = held.setdefault("gate" if host in closed else "limit", {})
+        domains[host] = domains.get(host, 0) + int(n)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
 
 
 @dataclass(frozen=True)
