@@ -153,7 +153,7 @@ class Archive:
         try:
             self.display_url = mask_url(url)  # a password in the query string too (libpq)
             self.engine: sqlalchemy.Engine = sa.create_engine(
-                url, connect_args=_connect_args(url), pool_pre_ping=True
+                url, connect_args=connect_args(url), pool_pre_ping=True
             )
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
             raise ConfigError(
@@ -179,7 +179,7 @@ class Archive:
         with self.engine.begin() as conn:
             dialect = self.engine.dialect.name
             if dialect in ("sqlite", "postgresql"):
-                insert = _dialect_insert(dialect)(self.table)
+                insert = dialect_insert(dialect)(self.table)
                 keys = ("spider", "entry_id")
                 changed = {c: insert.excluded[c] for c in rows[0] if c not in keys}
                 conn.execute(
@@ -207,7 +207,8 @@ class Archive:
         self.engine.dispose()
 
 
-def _dialect_insert(dialect: str) -> Any:
+def dialect_insert(dialect: str) -> Any:
+    """SQLAlchemy's ``insert`` of *dialect* (SQLite's, else PostgreSQL's: both upsert)."""
     if dialect == "sqlite":
         from sqlalchemy.dialects import sqlite
 
@@ -217,11 +218,12 @@ def _dialect_insert(dialect: str) -> Any:
     return postgresql.insert
 
 
-def _connect_args(url: str) -> dict[str, Any]:
+def connect_args(url: str, timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
+    """The driver's argument that bounds a connection attempt to *timeout* seconds."""
     if url.startswith("sqlite"):
-        return {"timeout": CONNECT_TIMEOUT}
+        return {"timeout": timeout}
     if url.startswith("postgresql"):
-        return {"connect_timeout": CONNECT_TIMEOUT}
+        return {"connect_timeout": timeout}
     return {}
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.masking import mask_text, mask_url
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.deadletters.archive import connect_args, dialect_insert
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -86,7 +87,7 @@ class SqlSink:
         self.display_url = mask_url(url)
         try:
             self.engine: sqlalchemy.Engine = sa.create_engine(
-                url, connect_args=_connect_args(url), pool_pre_ping=True
+                url, connect_args=connect_args(url, CONNECT_TIMEOUT), pool_pre_ping=True
             )
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
             raise ConfigError(
@@ -134,7 +135,7 @@ class SqlSink:
     def _upsert(self, conn: Any, rows: list[dict[str, Any]]) -> None:
         dialect = self.engine.dialect.name
         if dialect in ("sqlite", "postgresql"):
-            insert = _dialect_insert(dialect)(self.table)
+            insert = dialect_insert(dialect)(self.table)
             changed = {"item": insert.excluded.item, "committed_at": insert.excluded.committed_at}
             conn.execute(
                 insert.on_conflict_do_update(index_elements=["spider", "entry_id"], set_=changed),
@@ -155,21 +156,3 @@ class SqlSink:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.engine.dispose)
-
-
-def _dialect_insert(dialect: str) -> Any:
-    if dialect == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
-        return sqlite.insert
-    from sqlalchemy.dialects import postgresql
-
-    return postgresql.insert
-
-
-def _connect_args(url: str) -> dict[str, Any]:
-    if url.startswith("sqlite"):
-        return {"timeout": CONNECT_TIMEOUT}
-    if url.startswith("postgresql"):
-        return {"connect_timeout": CONNECT_TIMEOUT}
-    return {}
