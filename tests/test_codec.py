@@ -593,6 +593,14 @@ def test_a_lone_surrogate_in_a_string_round_trips():
     assert roundtrip(request).meta == {"s": "bad \ud800 text"}
 
 
+def test_an_item_with_a_lone_surrogate_is_stored_and_read_back():
+    from scrapy_ha.codec.items import decode_item, encode_item
+
+    data = encode_item({"s": "bad \ud800 text", "ok": "é"}, SPIDER)
+    assert b"\\ud800" in data  # a JSON escape: UTF-8 cannot hold it
+    assert decode_item(data, SPIDER) == {"s": "bad \ud800 text", "ok": "é"}
+
+
 def test_a_value_that_contains_itself_is_a_codec_error_or_a_dropped_key():
     loop: dict = {}
     loop["self"] = loop

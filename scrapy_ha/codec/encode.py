@@ -82,6 +82,15 @@ def _compact_json() -> Callable[[Any], str]:
 _to_json = _compact_json()
 
 
+def stored_bytes(doc: Any) -> bytes:
+    """*doc* as stored (a request's, an item's): compact JSON in UTF-8, where a lone
+    surrogate, which UTF-8 cannot hold, is written as a JSON escape."""
+    try:
+        return _to_json(doc).encode()
+    except UnicodeEncodeError:
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
 def encode_request(request: Request, spider: Spider | None, *, unstorable: str = "error") -> bytes:
     """Serialize *request*; raise :class:`CodecError` naming the URL, the field and the type.
 
@@ -89,11 +98,7 @@ def encode_request(request: Request, spider: Spider | None, *, unstorable: str =
     stored is left out instead (a WARNING once per key and type).
     """
     doc = {VERSION: FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
-    text = _to_json(doc)
-    try:
-        payload = text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot hold it, a JSON escape can
-        payload = json.dumps(doc, separators=(",", ":")).encode()
+    payload = stored_bytes(doc)
     too_much = oversize(payload) or overnested(payload)
     if too_much:  # no worker would read it back: refused here, loudly, not dead-lettered there
         raise CodecError(

@@ -30,7 +30,7 @@ from scrapy_ha.codec.document import (
     overnested,
     oversize,
 )
-from scrapy_ha.codec.encode import tag
+from scrapy_ha.codec.encode import stored_bytes, tag
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -48,11 +48,7 @@ def encode_item(item: Any, spider: Spider | None) -> bytes:
         doc = tag(item, spider)
     except Unstorable as exc:
         raise CodecError(f"cannot store the item: {exc}") from None
-    text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
-    try:
-        data = text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: UTF-8 cannot hold it, a JSON escape can
-        data = json.dumps(doc, separators=(",", ":")).encode()
+    data = stored_bytes(doc)
     too_much = oversize(data) or overnested(data)
     if too_much:
         raise CodecError(f"cannot store the item: {too_much}")
