@@ -102,6 +102,35 @@ async def test_a_batch_written_but_not_recorded_is_cut_and_written_again(redis_u
     await client.aclose()
 
 
+class DiesBeforeRecord(BaseException):  # not a sink error the consumer rides out
+    pass
+
+
+class DiesAfterFirstWrite(JsonLinesSink):
+    """Dies between a batch's append and its offset record."""
+
+    def _record(self, ids: list[str]) -> None:
+        if ids:
+            raise DiesBeforeRecord
+        super()._record(ids)
+
+
+@deferred_f_from_coro_f
+async def test_a_first_batch_written_but_not_recorded_is_cut_and_written_again(redis_url, tmp_path):
+    """The consumer of a new file dies between its first append and its first record: the
+    file's length before the first batch was recorded when it was opened."""
+    await fill(redis_url, range(1, 41))
+    path = tmp_path / "items.jl"
+    with pytest.raises(DiesBeforeRecord):
+        await consume(redis_url, "s", DiesAfterFirstWrite(path), group="jl", consumer="c")
+    assert lines(path) == list(range(1, 41))  # in the file, not recorded nor acknowledged
+    report = await consume(
+        redis_url, "s", JsonLinesSink(path), group="jl", consumer="c", exit_idle=0.2
+    )
+    assert lines(path) == list(range(1, 41))
+    assert report.consumed == 40
+
+
 @deferred_f_from_coro_f
 async def test_an_sql_table_gets_every_item_once_even_written_twice(redis_url, archive_url):
     await fill(redis_url, range(1, 151))

@@ -4,7 +4,8 @@ Each batch is appended to the file and made durable (``fsync``); then the offset
 to it (``<file>.offset``) is replaced, atomically and durably, by the file's new length and
 the ids of that batch; then the consumer acknowledges the batch in Redis. Started again
 after a kill, the sink cuts the file back to the length the offset file records (a batch
-written but not recorded is gone, and is delivered again), and the consumer acknowledges
+written but not recorded is gone, and is delivered again: the first batch too, as the offset
+file is written when the sink first opens the file), and the consumer acknowledges
 the ids the offset file lists (a batch recorded but maybe not acknowledged is in the file
 already). So the file holds each item once.
 
@@ -62,8 +63,9 @@ class JsonLinesSink:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self._fd).st_size
         recorded = self._read_offset()
-        if recorded is None:  # a file of its own, or one this sink never wrote: append
-            self.length = size
+        if recorded is None:  # a file of its own, or one this sink never wrote: append,
+            self.length = size  # from a length recorded before the first batch is written
+            self._record([])
             return []
         self.length, ids = recorded
         if size > self.length:  # a batch written and not recorded: delivered again
