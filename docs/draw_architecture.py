@@ -28,7 +28,7 @@ BOXES = {
     ),
     "scrapy_ha.deadletters": "deadletters/\nAPI, SQL archive, alerts",
     "scrapy_ha.sinks": "sinks/\nthe item stream's consumers:\nJSON Lines, SQL, pipelines",
-    "scrapy_ha.store": "store/\nqueue, shards, Lua, connections",
+    "scrapy_ha.store": "store/\nqueue, host queues, shards,\nLua, connections",
     "scrapy_ha.config": "config/\nevery setting, validated",
     "scrapy_ha.codec": "codec/\nrequests to JSON and back",
     "scrapy_ha.ops": "ops/\nwhat the tools share",
