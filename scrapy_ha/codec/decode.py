@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import datetime
 import enum
-import json
 import sys
 import uuid
 from decimal import Decimal
@@ -41,8 +40,7 @@ from scrapy_ha.codec.document import (
     CodecError,
     Refused,
     colliding,
-    overnested,
-    oversize,
+    read_document,
     type_name,
 )
 
@@ -65,18 +63,9 @@ def decode_request(
     :class:`Refused`. (A request nested in a value is checked when the spider yields it:
     the scheduler refuses it then.)
     """
-    too_large = oversize(payload)
-    if too_large:
-        raise CodecError(f"the request cannot be read: {too_large}")
-    try:
-        doc = json.loads(payload)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CodecError(f"payload is not JSON: {exc}") from None
+    doc = read_document(payload, "request")
     if not isinstance(doc, dict) or doc.get(VERSION) != FORMAT_VERSION or URL not in doc:
         raise CodecError(f"payload is not a scrapy-ha request of format {FORMAT_VERSION}")
-    too_deep = overnested(payload)
-    if too_deep:
-        raise CodecError(f"the request for {doc[URL]} cannot be read: {too_deep}")
     request = _decode_doc(doc, spider)
     refusal = refused_scheme(request, schemes)
     if refusal:

@@ -7,6 +7,7 @@ tags are written by :mod:`.encode` and read by :mod:`.decode`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from itertools import accumulate
@@ -171,6 +172,23 @@ def overnested(payload: bytes | str) -> str | None:
     if max(accumulate(map(_STEP.__getitem__, brackets)), default=0) <= MAX_DEPTH:
         return None
     return f"its payload is nested more than {MAX_DEPTH} levels deep (MAX_DEPTH)"
+
+
+def read_document(payload: bytes | str, what: str) -> Any:
+    """The JSON document of a stored *what* (``"request"``, ``"item"``), checked before
+    anything is built from it: not too large to read, JSON, not nested too deeply; raise
+    :class:`CodecError` naming *what* otherwise."""
+    too_large = oversize(payload)
+    if too_large:
+        raise CodecError(f"the {what} cannot be read: {too_large}")
+    try:
+        doc = json.loads(payload)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CodecError(f"the {what} is not JSON: {exc}") from None
+    too_deep = overnested(payload)
+    if too_deep:
+        raise CodecError(f"the {what} cannot be read: {too_deep}")
+    return doc
 
 
 def colliding(values: list[Any], what: str) -> str | None:

@@ -29,6 +29,7 @@ from scrapy_ha.codec.document import (
     Unstorable,
     overnested,
     oversize,
+    read_document,
 )
 from scrapy_ha.codec.encode import stored_bytes, tag
 
@@ -55,29 +56,15 @@ def encode_item(item: Any, spider: Spider | None) -> bytes:
     return data
 
 
-def _document(data: bytes | str) -> Any:
-    too_much = oversize(data)
-    if too_much:
-        raise CodecError(f"the item cannot be read: {too_much}")
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CodecError(f"the item is not JSON: {exc}") from None
-    too_deep = overnested(data)
-    if too_deep:
-        raise CodecError(f"the item cannot be read: {too_deep}")
-    return doc
-
-
 def decode_item(data: bytes | str, spider: Spider | None) -> Any:
     """The item :func:`encode_item` stored, its class built if *spider*'s process trusts
     it (see :mod:`scrapy_ha.codec.trust`); raise :class:`CodecError` otherwise."""
-    return untag(_document(data), spider)
+    return untag(read_document(data, "item"), spider)
 
 
 def plain_item(data: bytes | str) -> Any:
     """The item :func:`encode_item` stored, as plain JSON data (no class is built)."""
-    return _plain(_document(data))
+    return _plain(read_document(data, "item"))
 
 
 def _plain(value: Any) -> Any:
