@@ -13,12 +13,19 @@ requests alone), says what it cost them.
 
     python bench/frontier_hol.py --kinds none,slow,gate --rounds 2
     python bench/frontier_hol.py --kinds none,slow --trees /tmp/old,.   # two versions
+    python bench/frontier_hol.py --kinds none,slow,gate --rounds 3 --together
+
+``--together`` runs the kinds' crawls at the same time, each with its own Redis, site and
+workers, so that a machine whose load moves loads each alike; each kind's rate is counted
+over the window in which all of them were crawling.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import contextlib
 import hashlib
 import json
 import os
@@ -64,6 +71,7 @@ def serve(port: int, slow: float, gate: int) -> None:
     from twisted.web import resource, server
 
     stats = {"fast": 0, "first": 0.0, "last": 0.0, "other": 0}
+    times: list[float] = []  # each fast page's time, in order
 
     class Pages(resource.Resource):
         isLeaf = True
@@ -72,8 +80,13 @@ def serve(port: int, slow: float, gate: int) -> None:
             path = request.path.decode()
             if path == "/_stats":
                 return json.dumps(stats).encode()
+            if path == "/_count":  # the fast pages served in [from, to]
+                low, high = (float(request.args[k][0]) for k in (b"from", b"to"))
+                count = bisect.bisect_right(times, high) - bisect.bisect_left(times, low)
+                return json.dumps(count).encode()
             if path.startswith("/fast/"):
                 now = time.time()
+                times.append(now)
                 stats["fast"] += 1
                 stats["first"] = stats["first"] or now
                 stats["last"] = now
@@ -169,52 +182,97 @@ def _stats(port: int) -> dict[str, Any]:
         return json.loads(r.read())
 
 
-def crawl(args: argparse.Namespace, kind: str) -> dict[str, Any]:
-    from scrapy_ha.demo.harness import free_port
-    from tests import redis_servers
+class Crawl:
+    """One kind's crawl: its Redis, its site, its queue filled, its workers."""
 
-    with tempfile.TemporaryDirectory() as tmp:
+    def __init__(self, args: argparse.Namespace, kind: str, stack: contextlib.ExitStack) -> None:
+        from scrapy_ha.demo.harness import free_port
+        from tests import redis_servers
+
+        self.args, self.kind = args, kind
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
         redis_server = redis_servers.start(Path(tmp), "--appendonly", "no", "--save", "")
-        redis_url = f"redis://127.0.0.1:{redis_server.port}/0"
-        port = free_port()
-        me = [sys.executable, __file__]
+        stack.callback(redis_server.kill)
+        self.redis_url = f"redis://127.0.0.1:{redis_server.port}/0"
+        self.port = port = free_port()
         site = subprocess.Popen(
-            [*me, "serve", "--port", str(port), "--slow", str(args.slow), "--gate", str(args.gate)],
+            [*ME, "serve", "--port", str(port), "--slow", str(args.slow), "--gate", str(args.gate)],
             stdout=subprocess.PIPE,
             text=True,
         )
-        workers: list[subprocess.Popen[bytes]] = []
-        try:
-            assert site.stdout is not None and site.stdout.readline().startswith("LISTENING")
-            urls = _urls(kind, port, args.requests)
-            fast = sum(1 for h, _ in urls if h != OTHER)
-            asyncio.run(_fill(redis_url, urls))
-            started = time.time()
-            workers = [
-                subprocess.Popen(
-                    [*me, "work", "--redis-url", redis_url, "--concurrency", str(args.concurrency)]
-                )
-                for _ in range(args.workers)
-            ]
-            stats = _stats(port)
-            while stats["fast"] < fast and time.time() - started < args.timeout:
-                time.sleep(1.0)
-                stats = _stats(port)
-        finally:
-            for proc in workers:  # in this process's group: a bench stopped stops them too
-                proc.kill()
-                proc.wait()
-            site.kill()
-            site.wait()
-            redis_server.kill()
-    span = stats["last"] - stats["first"]
+        stack.callback(_end, site)
+        assert site.stdout is not None and site.stdout.readline().startswith("LISTENING")
+        urls = _urls(kind, port, args.requests)
+        self.fast = sum(1 for h, _ in urls if h != OTHER)
+        asyncio.run(_fill(self.redis_url, urls))
+        self.stack = stack
+
+    def start(self) -> None:
+        for _ in range(self.args.workers):  # in this process's group: stopped with the bench
+            argv = ["work", "--redis-url", self.redis_url, "--concurrency"]
+            self.stack.callback(_end, subprocess.Popen([*ME, *argv, str(self.args.concurrency)]))
+
+    def stats(self) -> dict[str, Any]:
+        return _stats(self.port)
+
+    def done(self) -> bool:
+        return bool(self.stats()["fast"] >= self.fast)
+
+    def count(self, low: float, high: float) -> int:
+        url = f"http://127.0.1.1:{self.port}/_count?from={low}&to={high}"
+        with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310
+            return int(json.loads(r.read()))
+
+    def result(self, stats: dict[str, Any]) -> dict[str, Any]:
+        span = stats["last"] - stats["first"]
+        return {
+            "kind": self.kind,
+            "fast_pages": stats["fast"],
+            "fast_expected": self.fast,
+            "other_hits": stats["other"],
+            "seconds": round(span, 1),
+            "fast_pages_per_s": round(stats["fast"] / span, 1) if span > 0 else 0.0,
+        }
+
+
+ME = [sys.executable, __file__]
+
+
+def _end(proc: subprocess.Popen[Any]) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def _wait(crawls: list[Crawl], timeout: float) -> None:
+    started = time.time()
+    while not all(c.done() for c in crawls) and time.time() - started < timeout:
+        time.sleep(1.0)
+
+
+def crawl(args: argparse.Namespace, kind: str) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        one = Crawl(args, kind, stack)
+        one.start()
+        _wait([one], args.timeout)
+        return one.result(one.stats())
+
+
+def together(args: argparse.Namespace, kinds: list[str]) -> dict[str, Any]:
+    """The kinds' crawls at the same time, so that whatever else loads the machine loads
+    each alike: each kind's fast pages per second over the window in which every kind was
+    crawling (from the last first fast page to the first last one)."""
+    with contextlib.ExitStack() as stack:
+        crawls = [Crawl(args, kind, stack) for kind in kinds]
+        for c in crawls:
+            c.start()
+        _wait(crawls, args.timeout)
+        stats = [c.stats() for c in crawls]
+        low, high = max(s["first"] for s in stats), min(s["last"] for s in stats)
+        window = {c.kind: c.count(low, high) for c in crawls}
     return {
-        "kind": kind,
-        "fast_pages": stats["fast"],
-        "fast_expected": fast,
-        "other_hits": stats["other"],
-        "seconds": round(span, 1),
-        "fast_pages_per_s": round(stats["fast"] / span, 1) if span > 0 else 0.0,
+        "window_seconds": round(high - low, 1),
+        "fast_pages_per_s": {k: round(n / (high - low), 1) for k, n in window.items()},
+        "runs": [c.result(s) for c, s in zip(crawls, stats, strict=True)],
     }
 
 
@@ -240,6 +298,27 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     return {"runs": runs, "median_fast_pages_per_s": medians}
 
 
+def rounds_together(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`together` per round; each kind's ratio to ``none`` per round, and medians."""
+    kinds = args.kinds.split(",")
+    rounds = []
+    for r in range(args.rounds):
+        found = together(args, kinds if r % 2 == 0 else kinds[::-1])
+        rates = found["fast_pages_per_s"]
+        if "none" in rates:
+            found["ratio_to_none"] = {k: round(v / rates["none"], 3) for k, v in rates.items()}
+        print(os.getloadavg()[0], json.dumps(found), file=sys.stderr, flush=True)
+        rounds.append(found)
+    ratios: dict[str, list[float]] = {}
+    for found in rounds:
+        for k, v in found.get("ratio_to_none", {}).items():
+            ratios.setdefault(k, []).append(v)
+    return {
+        "rounds": rounds,
+        "median_ratio_to_none": {k: statistics.median(v) for k, v in ratios.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", nargs="?", default="bench", choices=("bench", "serve", "work"))
@@ -254,11 +333,18 @@ def main() -> None:
     parser.add_argument("--trees", default="", help="compare these trees (comma-separated)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--redis-url", default="")
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="run the kinds at the same time, in each round, the start order alternated",
+    )
     args = parser.parse_args()
     if args.mode == "serve":
         serve(args.port, args.slow, args.gate)
     elif args.mode == "work":
         work(args.redis_url, args.concurrency)
+    elif args.together:
+        print(json.dumps(rounds_together(args)))
     elif args.rounds > 1 or args.trees or "," in args.kinds:
         print(json.dumps(compare(args)))
     else:
