@@ -13,7 +13,10 @@ hundred µs every 10 s per worker.
 
 Reported: the crawl-wide requests/s the workers got, the Redis CPU (user + sys) spent per
 request, the share of a core Redis used, and from these the requests/s one Redis core
-sustains and the number of 400-pages/s workers that is. On a machine with fewer cores than
+sustains and the number of 400-pages/s workers that is. ``top_commands``: the commands that took
+the most time (``INFO commandstats`` before and after the run), per request;
+``script_time``: the script calls' time per request split into the commands they ran and
+the Lua code itself. On a machine with fewer cores than
 Redis and the workers need, Redis does not reach 100 % of a core: the per-request CPU is
 what is measured, the rate one core sustains is that figure's inverse.
 
@@ -127,9 +130,9 @@ def command_usec(ports: list[int]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def top_commands(before: dict, after: dict, requests: int, n: int = 8) -> dict[str, Any]:
+def top_commands(before: dict, after: dict, requests: int, n: int = 12) -> dict[str, Any]:
     """The commands that took the most Redis time between the two readings: µs per request
-    and calls per request."""
+    and calls per request (``evalsha``'s time includes the commands its scripts ran)."""
     delta = {
         name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
         for name, (calls, usec) in after.items()
@@ -141,6 +144,26 @@ def top_commands(before: dict, after: dict, requests: int, n: int = 8) -> dict[s
             "calls_per_request": round(calls / requests, 3),
         }
         for name, (calls, usec) in ranked
+    }
+
+
+def lua_split(before: dict, after: dict, requests: int) -> dict[str, float]:
+    """The script calls' time per request split in two: the Redis commands the scripts ran
+    (every command but the script calls themselves, as only scripts run here) and the rest,
+    the Lua code itself."""
+    delta = {
+        name: usec - before.get(name, (0, 0))[1]
+        for name, (_, usec) in after.items()
+        if name.startswith("cmdstat_")
+    }
+    scripts = sum(v for k, v in delta.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+    commands = sum(
+        v for k, v in delta.items() if k not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_info")
+    )
+    return {
+        "scripts_us_per_request": round(scripts / requests, 2),
+        "commands_in_scripts_us_per_request": round(commands / requests, 2),
+        "lua_us_per_request": round((scripts - commands) / requests, 2),
     }
 
 
@@ -191,6 +214,7 @@ def measure(port: int, masters: list[int], *, cluster: bool, shards: int, args: 
         "requests_per_s_per_redis_core": round(per_core),
         "workers_at_400_pages_s": round(done / wall / (max(busy) / wall) / WORKER_RATE),
         "top_commands": top_commands(cmd0, cmd1, done),
+        "script_time": lua_split(cmd0, cmd1, done),
     }
 
 
