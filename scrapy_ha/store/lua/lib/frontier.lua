@@ -306,9 +306,13 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
     local r = redis_call('ZRANGE', F.ready, num_str(ranked), num_str(ranked + count - 1))
     for i = 1, #r do
       local prio, start, host = FP.queue_parts(r[i])
+      -- every field a candidate gets (FP.read_head's, empty, parked) is named here, so
+      -- that its table is made at its full size once instead of growing by rehashes
+      -- (measured: 1.5 % of a sync call's instructions at 10 leases)
       local q = {qid = r[i], key = F.queues .. r[i], prio = prio or 0, start = start,
         host = host or '-', pos = 0, lo = 0, buf = {}, last = false, size = FP.FIRST_READ,
-        plain = prio == 0 and not start and not F.lifo}
+        plain = prio == 0 and not start and not F.lifo, e = false, id = '', place = false,
+        at = 0, score = 0, score_s = false, empty = false, parked = false}
       seen[#seen + 1] = q
       FP.read_head(q)
       if q.e then
