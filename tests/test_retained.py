@@ -21,7 +21,7 @@ def _entry(n: int, parent=PAGE, fresh: Fresh | None = None) -> NewEntry:
 
 
 def _kept(retained: Retained) -> list[int]:
-    return [n for n, _, _ in retained.entries]
+    return [e[0] for e in retained.entries]
 
 
 def test_children_are_kept_until_their_page_is_no_longer_held(monkeypatch):
@@ -90,10 +90,39 @@ def test_kept_children_without_their_request_objects_are_not_tracked_by_the_coll
     retained = Retained()
     retained.keep(1, [_entry(1), _entry(2, parent=None, fresh=handed)])
     retained.prune(lambda: [PAGE])  # 2 was crawled and ended
-    gc.collect()  # untracks the inner tuples (a child's fields)
-    gc.collect()  # then the outer ones (number, child, time): in a crawl, by the next pass
+    gc.collect()  # untracks the tuples (a child's fields: the lease first)
+    gc.collect()  # in a crawl, by the next pass
     assert [gc.is_tracked(kept) for kept in retained.entries] == [False, False]
     assert [c.fingerprint for c in retained.children()] == [b"fp1", b"fp2"]
+
+
+def test_a_request_handed_out_is_not_kept_alive_by_its_round():
+    # Stored by its round, a request this worker handed out (or kept) is kept as its lease:
+    # its request object lives as long as the engine holds it, not until the next pruning
+    # (at most PRUNE_INTERVAL later, when a crawl hands out hundreds of requests a second).
+    handed = scrapy.Request("http://x/h")
+    kept = scrapy.Request("http://x/k")
+    refs = [weakref.ref(handed), weakref.ref(kept)]
+    retained = Retained()
+    retained.keep(
+        1,
+        [
+            _entry(1, fresh=Fresh(handed, lease=("h1", "th"), sealed=True)),
+            _entry(2, fresh=Fresh(kept, lease=("k1", "tk"), sealed=True, kept=True)),
+        ],
+    )
+    del handed, kept
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
+    assert [(c.taken, c.kept) for c in retained.children()] == [
+        (("h1", "th"), False),
+        (("k1", "tk"), True),
+    ]
+    numbers, children = retained.lost(0, [PAGE, ("h1", "th"), ("k1", "tk")])
+    assert numbers == [1, 2] and [(c.taken, c.kept) for c in children] == [
+        (("h1", "th"), False),
+        (("k1", "tk"), True),
+    ]
 
 
 def test_what_is_stored_again_keeps_its_number_and_a_finished_one_goes_pending():

@@ -13,20 +13,22 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scrapy_ha.store.wire import NewEntry
+from scrapy_ha.store.wire import Fresh, NewEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from scrapy import Request
 
-    from scrapy_ha.store.wire import Commit, Fresh, Sender
+    from scrapy_ha.store.wire import Commit, Sender
 
 #: (entry id, lease token): one lease.
 Pair = tuple[str, str]
-#: A child as a worker keeps it (:class:`Retained`): its :class:`NewEntry`'s fields in order,
-#: as a plain tuple.
-Stored = tuple[bytes, int, bytes, "Pair | None", "Fresh | None", bool, str]
+#: A child as a worker keeps it (:class:`Retained`), one flat tuple of plain values: its
+#: number, when Redis stored it, and its :class:`NewEntry`'s fields, with the lease it was
+#: handed out or kept under (``taken``) and whether it was kept instead of its
+#: :class:`Fresh` state, whose request object is not kept alive.
+Stored = tuple[int, float, bytes, int, bytes, "Pair | None", "Pair | None", bool, bool, str]
 #: Random bytes naming the children of one worker run in Redis (``<nonce>.<n>``): 64 bits,
 #: two runs share one with odds ~1e-19.
 SENDER_NONCE_BYTES = 8
@@ -69,19 +71,19 @@ class Retained:
     Every sync names the newest child kept (sync.lua's ``expect``); a server that lacks it
     refuses the call, and the worker stores them again first (:meth:`lost`).
 
-    What is kept is the child as sent, without its request object once this worker no
-    longer holds its lease (crawled and ended: stored again, it goes pending): a crawl at
-    500 pages/s keeps some 5,000 roots at a time, and each request object kept alive is a
-    dozen objects more for every pass of Python's garbage collector. And it is kept as plain
-    tuples of plain values (:data:`Stored`), not as :class:`NewEntry` objects: the collector
-    stops tracking such a tuple at its first pass over it, so thousands of kept children
-    cost its later passes nothing (as objects they were two tracked objects each, with their
-    request objects dropped: in ``bench/worker_cost.py`` the collector took 6-7 µs of the
-    shell's CPU per request with tuples, 10-13 µs with objects).
+    What is kept is the child as sent, never its request object: the lease it was handed out
+    or kept under, if any, is all a server that lost it needs (stored again leased to this
+    worker), and that lease is dropped once this worker no longer holds it (crawled and
+    ended: stored again, it goes pending). A crawl at 500 pages/s keeps some 5,000 roots at
+    a time: kept alive, each request object would be a dozen objects more for every pass of
+    Python's garbage collector, and the requests a round handed out would outlive their
+    download until the next pruning. Each child is one flat tuple of plain values
+    (:data:`Stored`), not a :class:`NewEntry`: the collector stops tracking such a tuple at
+    its first pass over it, so thousands of kept children cost its later passes nothing.
     """
 
-    #: (number, child, time stored) in number order
-    entries: list[tuple[int, Stored, float]] = field(default_factory=list)
+    #: (number, time stored, the child's fields), in number order
+    entries: list[Stored] = field(default_factory=list)
     #: off for a sharded crawl, whose shards do not number children
     enabled: bool = True
     _pruned: float = 0.0
@@ -89,7 +91,7 @@ class Retained:
     def keep(self, first: int, children: list[NewEntry]) -> None:
         if self.enabled and children:
             now = time.monotonic()
-            self.entries.extend((first + i, _slim(e), now) for i, e in enumerate(children))
+            self.entries.extend(_kept(first + i, now, e) for i, e in enumerate(children))
 
     def newest(self) -> int:
         """The number every server this worker syncs with must hold (0: none)."""
@@ -105,24 +107,23 @@ class Retained:
         self._pruned = now
         open_ = set(held())
         entries = []
-        for n, e, at in self.entries:
-            parent, fresh = e[3], e[4]
-            taken = fresh.lease if fresh is not None else None
+        for e in self.entries:
+            parent, taken = e[5], e[6]
             if parent is not None:
                 if parent not in open_:
                     continue
-            elif now - at >= ROOT_RETENTION and taken not in open_:
+            elif now - e[1] >= ROOT_RETENTION and taken not in open_:
                 continue
             if taken is not None and taken not in open_:
                 # not held any more (crawled and ended, refused, given back): stored again, it
                 # goes pending; a pair that left held() never comes back (see _held_pairs)
-                e = (*e[:4], None, *e[5:])
-            entries.append((n, e, at))
+                e = (*e[:6], None, False, *e[8:])
+            entries.append(e)
         self.entries = entries
 
     def children(self) -> list[NewEntry]:
         """The children kept, in number order."""
-        return [NewEntry(*e) for _, e, _ in self.entries]
+        return [_entry(e) for e in self.entries]
 
     def lost(self, have: int, held: Iterable[Pair]) -> tuple[list[int], list[NewEntry]]:
         """The children a server holding this worker's children up to number *have* lacks,
@@ -131,30 +132,47 @@ class Retained:
         with the children it yielded, which no one keeps any more."""
         open_ = set(held)
         numbers, children = [], []
-        for n, e, _ in self.entries:
-            if n > have:
-                numbers.append(n)
-                child = NewEntry(*e)
-                done = child.taken is not None and child.taken not in open_
-                children.append(NewEntry(*e[:4], None, *e[5:]) if done else child)
+        for e in self.entries:
+            if e[0] > have:
+                numbers.append(e[0])
+                done = e[6] is not None and e[6] not in open_
+                children.append(_entry((*e[:6], None, False, *e[8:]) if done else e))
         return numbers, children
 
 
-def _slim(entry: NewEntry) -> Stored:
-    """*entry* as kept: a new request sent without being handed out drops its request
-    object (stored again, it goes pending, as it went)."""
+def _kept(n: int, at: float, entry: NewEntry) -> Stored:
+    """*entry* as kept: its lease if it was handed out or kept, never its request object."""
     fresh = entry.fresh
-    if fresh is not None and fresh.lease is None:
-        fresh = None
+    taken, kept = (None, False) if fresh is None else (fresh.lease, fresh.kept)
     return (
+        n,
+        at,
         entry.fingerprint,
         entry.priority,
         entry.payload,
         entry.parent,
-        fresh,
+        taken,
+        kept,
         entry.start,
         entry.task,
     )
+
+
+def _entry(e: Stored) -> NewEntry:
+    """A kept child as it is stored again: under its lease, if it has one (see :func:`_leased`)."""
+    taken = e[6]
+    fresh = None if taken is None else _leased(taken, kept=e[7])
+    return NewEntry(e[2], e[3], e[4], e[5], fresh, e[8], e[9])
+
+
+def _leased(taken: Pair, *, kept: bool) -> Fresh:
+    """The :class:`Fresh` state of a child stored again under its lease *taken*: sealed, and
+    without its request object, which a store never reads (the child goes as it was sent,
+    its payload; the request, if this worker still crawls it, is the engine's). Reading it
+    fails (AttributeError): nothing may act on a request it does not hold."""
+    fresh = Fresh.__new__(Fresh)
+    fresh.lease, fresh.sealed, fresh.kept = taken, True, kept
+    return fresh
 
 
 @dataclass(frozen=True)
