@@ -31,6 +31,8 @@ from scrapy_ha.codec.document import (
     FORMAT_VERSION,
     HEADERS,
     KNOWN_ATTRIBUTES,
+    MAX_DEPTH,
+    MAX_PAYLOAD_BYTES,
     REQUEST_TAG,
     STORABLE,
     URL,
@@ -43,7 +45,7 @@ from scrapy_ha.codec.document import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from scrapy import Spider
 
@@ -64,29 +66,36 @@ _CONTAINERS: frozenset[type] = frozenset((list, dict, tuple, set, frozenset))
 _DROPPED_WARNED: set[tuple[str, str, str]] = set()
 
 
-def _compact_json() -> Callable[[Any], str]:
-    """The stored JSON's form, built once: ``json.dumps(doc, separators=(",", ":"),
-    ensure_ascii=False)`` builds its encoder again for every request. No check for
-    reference cycles: a document is built afresh by :func:`tag`, which fails on a cycle
-    first (a RecursionError)."""
-    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+#: The stored JSON's form, built once: ``json.dumps(doc, separators=(",", ":"),
+#: ensure_ascii=False)`` builds its encoder again for every request. No check for reference
+#: cycles: a document is built afresh by :func:`tag`, which fails on a cycle first (a
+#: RecursionError).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+
+
+def _one_shot() -> Callable[[Any, int], Sequence[str]] | None:
+    """``_ENCODER``'s C accelerator, called directly: the chunks of a document, which
+    ``_ENCODER.encode`` would join after two calls more (None: no accelerator)."""
     make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # no C accelerator: the pure-Python encoder, as json.dumps would use
-        return encoder.encode
+    if make is None:
+        return None
     basestring = json.encoder.encode_basestring
-    one_shot = make(None, encoder.default, basestring, None, ":", ",", False, False, True)
-    return lambda doc: "".join(one_shot(doc, 0))
+    encoder: Callable[[Any, int], Sequence[str]] = make(
+        None, _ENCODER.default, basestring, None, ":", ",", False, False, True
+    )
+    return encoder
 
 
-#: The stored JSON's form of a document (see _compact_json).
-_to_json = _compact_json()
+_ONE_SHOT = _one_shot()
 
 
 def stored_bytes(doc: Any) -> bytes:
     """*doc* as stored (a request's, an item's): compact JSON in UTF-8, where a lone
     surrogate, which UTF-8 cannot hold, is written as a JSON escape."""
     try:
-        return _to_json(doc).encode()
+        if _ONE_SHOT is not None:
+            return "".join(_ONE_SHOT(doc, 0)).encode()
+        return _ENCODER.encode(doc).encode()
     except UnicodeEncodeError:
         return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -99,6 +108,10 @@ def encode_request(request: Request, spider: Spider | None, *, unstorable: str =
     """
     doc = {VERSION: FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
     payload = stored_bytes(doc)
+    # the usual request is small and flat: both checks below pass (calls saved per request)
+    small = len(payload) <= MAX_PAYLOAD_BYTES
+    if small and payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH:
+        return payload
     too_much = oversize(payload) or overnested(payload)
     if too_much:  # no worker would read it back: refused here, loudly, not dead-lettered there
         raise CodecError(
