@@ -114,18 +114,22 @@ class Admission:
         outside ``HA_ALLOWED_SCHEMES``."""
         if self.refuses_scheme(request):
             return None
-        fingerprint = self.fingerprint(request)
-        age = self.seen.age(request) if fingerprint else None
-        if fingerprint and self.seen.seen(fingerprint, age):
+        fingerprint, seen = self.fingerprint(request), self.seen
+        age = seen.age(request) if fingerprint and metakeys.RECRAWL_AFTER in request.meta else None
+        if fingerprint and seen.seen(fingerprint, age):
             self.log_duplicate(request)
             return None
+        compactor = self.compactor
         try:
-            payload = self.compactor.compact(self.payload(request, spider))
+            payload = self.payload(request, spider)
+            if compactor.enabled or compactor.dictionary is not None:  # else it is a no-op
+                payload = compactor.compact(payload)
         except CodecError as exc:
             self.refuse_unstorable(request, exc, kin.parent, spider)
             return None
-        self.remember(fingerprint)
-        self.note_priority(request)
+        seen.remember(fingerprint)
+        if not -MAX_PRIORITY <= request.priority <= MAX_PRIORITY:
+            self.note_priority(request)
         if kin.late:
             self._log_late(request)
         entry = self.entry(request, fingerprint, payload, parent=kin.fence, fresh=Fresh(request))

@@ -277,14 +277,15 @@ class Handout:
         (its download goes on), or not (*dropped*: a duplicate, or its page's lease was
         lost): then it is cancelled and forgotten, never acked."""
         leased = handed = kept = 0
+        gate = self.gate
         for entry in batch:
-            pair = entry.taken
-            if pair is None:
+            fresh = entry.fresh  # (entry.taken and entry.kept, read once: per request)
+            if fresh is None or (pair := fresh.lease) is None:
                 continue
             stored = pair[0] not in dropped
-            if entry.kept:
-                assert self.queue.keep is not None and entry.fresh is not None
-                self.queue.keep.landed(entry.fresh, stored=stored)
+            if fresh.kept:
+                assert self.queue.keep is not None
+                self.queue.keep.landed(fresh, stored=stored)
                 kept += stored
                 continue
             handed += 1  # counted here, once per round, not at each hand-out (hot path)
@@ -293,8 +294,8 @@ class Handout:
                 leased += 1
             else:
                 self._inflight.discard(pair[0])
-            self.gate.settle(pair, stored=stored)
-        self.gate.guard.note(handed, leased)
+            gate.settle(pair, stored=stored)
+        gate.guard.note(handed, leased)
         stats = self.crawler.stats
         assert stats is not None
         if handed:

@@ -86,8 +86,12 @@ class InFlight:
         self.items = ItemHold(crawler, outbox, self.request_of) if config_items == OUTBOX else None
         #: a finished request's revisit (None: acked; see scheduler/revisits.py)
         self.revisit: Callable[[Request], VisitEnd | None] | None = None
+        #: HA_REVISIT has rules: any request may be revisited, not only one whose meta
+        #: asks it (``ha_revisit``), the one thing to look at per request without them
+        self._revisit_rules = True
         if config is not None:
             self.revisit = Revisits.from_config(crawler, config).visit_end
+            self._revisit_rules = bool(config.revisit.rules)
 
     def __len__(self) -> int:
         return len(self._held)
@@ -166,8 +170,8 @@ class InFlight:
             self._finished(entry_id, token, request)
 
     def _finished(self, entry_id: str, token: str, request: Request) -> None:
-        items = self.items
-        if verdict := Verdict.from_meta(request.meta):
+        items, meta = self.items, request.meta
+        if metakeys.OUTCOME in meta and (verdict := Verdict.from_meta(meta)):
             if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
                 self._checkpoint(entry_id, token, request)
             if items is not None:
@@ -176,10 +180,15 @@ class InFlight:
             return
         pair = (entry_id, token)
         if items is None:
-            self._checkpoint(entry_id, token, request)
+            if metakeys.CHECKPOINT_SAVE in meta:
+                self._checkpoint(entry_id, token, request)
         else:  # its checkpoint goes with its items, in the ack: never saved before them
             items.commit(pair, self._checkpoint(entry_id, token, request, ack=True))
-        if self.revisit is not None and (visit := self.revisit(request)) is not None:
+        revisit = self.revisit
+        if revisit is None or not (self._revisit_rules or metakeys.REVISIT in meta):
+            self.outbox.acks.append(pair)
+            return
+        if (visit := revisit(request)) is not None:
             # its lease ends as a revisit, which commits what the ack would have
             commit = self.outbox.commits.pop(pair, None)
             self.end(EndOp("revisit", *pair, request, visit.interval, visit=visit, commit=commit))

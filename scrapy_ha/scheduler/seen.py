@@ -24,6 +24,8 @@ __all__ = ["LOCAL_SEEN_LIMIT", "LocalSeen"]
 
 #: Fingerprints remembered locally to drop obvious duplicates without a round trip.
 LOCAL_SEEN_LIMIT = 100_000
+#: The time remembered for a fingerprint without a TTL (never read).
+_NO_TIME = 0.0
 
 
 class LocalSeen:
@@ -55,7 +57,8 @@ class LocalSeen:
         if fingerprint:
             if len(self._at) >= LOCAL_SEEN_LIMIT:
                 self._at.clear()
-            self._at[fingerprint] = time.monotonic()
+            # without a TTL the time is never read: no clock call, and one float for all
+            self._at[fingerprint] = time.monotonic() if self.ttl else _NO_TIME
 
     def forget(self, fingerprints: list[bytes]) -> None:
         for fingerprint in fingerprints:

@@ -74,6 +74,7 @@ class Scheduler:
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()
         self._slots = engine.SlotLoad()
+        self._polite = bool(config.politeness)  # crawl-wide domain limits: read once
         fair = SlotChooser(crawler, self._slots) if config.slot_fair else None
         self._buffer = LeaseBuffer() if fair is None else FairLeaseBuffer(fair)
         #: which requests go before the buffer's head (Scrapy's priority order)
@@ -83,7 +84,7 @@ class Scheduler:
             config,
             target=self._target,
             alone=lambda: self.solo.running,
-            may_keep=lambda request: not (config.politeness and self._limited(request)),
+            may_keep=lambda request: not (self._polite and self._limited(request)),
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
         self.inflight = InFlight(crawler, self.outbox, config)
@@ -382,10 +383,9 @@ class Scheduler:
         session = self.session
         if not session.redis_ok or session.stopping or session.remote.holding or self.solo.running:
             return False
-        if self._closed and self._closed.wait(request) > 0:
-            return False
-        if self.config.politeness and self._limited(request):
-            return False  # through Redis, which leases it within its domain's limits
+        closed = self._closed.until and self._closed.wait(request) > 0
+        if closed or (self._polite and self._limited(request)):
+            return False  # limited: through Redis, which leases it within its domain's limits
         return self._slots.free(self.crawler, request)
 
     def _limited(self, request: Request) -> bool:
