@@ -100,7 +100,7 @@ class FreshQueue:
 
     def push(self, fresh: Fresh) -> None:
         seq = next(self._seq)
-        start = _is_start(fresh.request)
+        start = bool(fresh.request.meta.get("is_start_request"))  # (_is_start, inlined: hot)
         lifo = self.start_lifo if start else self.lifo
         key = (-fresh.request.priority, start, -seq if lifo else seq, fresh)
         if self._fair is not None:

@@ -131,6 +131,9 @@ class InFlight:
         self, config: SchedulerConfig, waiting: Callable[[], bool], wake: Callable[[], None]
     ) -> bool:
         """No request may go out now (:meth:`full`, :meth:`waits_for_acks`)."""
+        held, box = len(self._held), self.outbox
+        if held < config.max_inflight and held + len(box.acks) + len(box.ends) < config.max_unacked:
+            return waiting() and self.full(config.max_inflight, waiting)  # below both caps
         if self.full(config.max_inflight, waiting):
             return True
         return self.waits_for_acks(config.max_unacked, wake)
