@@ -8,7 +8,8 @@ own, in CPU time of this process (``time.process_time``), medians of ``--repeats
   ``next_request`` (the request handed out before Redis has it), and the round's
   bookkeeping in the worker (seal, settle, collect the finished request), against Scrapy's
   own scheduler (``enqueue_request`` and ``next_request``, memory queues) on the same
-  requests. No Redis: the session is the shell tests' stand-in
+  requests; and of that, the garbage collector's part and how often it ran
+  (``gc.callbacks``). No Redis: the session is the shell tests' stand-in
   (``tests/test_scheduler_shell.py``).
 - ``round``: one ``sync.lua`` call (enqueue *k* new requests, ack *k*, lease *k*) against a
   local redis-server, for *k* = 1, 10 and 30; fixed cost per round and cost per request
@@ -60,6 +61,8 @@ PER_PAGE = 20
 ROUND_SIZES = (1, 10, 30)
 #: Requests put through a part before it is measured (first calls, caches, lazy imports).
 WARM_UP = 400
+#: Microseconds in a second.
+US = 1e6
 
 
 #: Numbers the URLs: every request a part sees is new (never a duplicate).
@@ -142,6 +145,30 @@ def cpu_cost(part: str, n: int) -> float:
         gc.unfreeze()
 
 
+def collector_cost(part: str, n: int) -> tuple[float, float]:
+    """Of *part*'s CPU per request, the garbage collector's (seconds), and its collections
+    per 1,000 requests (``gc.callbacks``, built first). What a part keeps alive from one
+    round to the next makes the collector run: Scrapy's scheduler keeps nothing alive but
+    its fingerprints, which are not tracked objects."""
+    run = built(part)
+    spent, collections, started = [0.0], [0], [0.0]
+
+    def timed(phase: str, info: dict[str, int]) -> None:  # noqa: ARG001 (the callback's)
+        if phase == "start":
+            started[0] = time.process_time()
+        else:
+            spent[0] += time.process_time() - started[0]
+            collections[0] += 1
+
+    gc.callbacks.append(timed)
+    try:
+        run(n)
+    finally:
+        gc.callbacks.remove(timed)
+        gc.unfreeze()
+    return spent[0] / n, collections[0] * 1000 / n
+
+
 def instructions(part: str, n: int) -> float:
     """Instructions per request of *part* under valgrind's callgrind: only while the
     requests go through it (``sys.call_tracing`` marks that span for ``--toggle-collect``),
@@ -207,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000, help="per shell run")
     parser.add_argument("--rounds", type=int, default=1_000, help="per round size")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="alternated pairs, rounds")
+    parser.add_argument("--no-round", action="store_true", help="time the shell only")
     parser.add_argument(
         "--instructions",
         action="store_true",
@@ -226,15 +254,39 @@ def main(argv: list[str] | None = None) -> int:
         counts = {part: instructions(part, args.requests) for part in args.parts.split(",")}
         print(json.dumps(_instructions_result(counts), indent=1))
         return 0
-    ours = statistics.median(cpu_cost("shell", args.requests) for _ in range(args.repeats))
-    theirs = statistics.median(cpu_cost("scrapy", args.requests) for _ in range(args.repeats))
+    # alternated, so that both see the same load; the ratio is the median of the pairs'
+    pairs = [
+        (cpu_cost("shell", args.requests), cpu_cost("scrapy", args.requests))
+        for _ in range(args.repeats)
+    ]
+    ours = statistics.median(shell for shell, _ in pairs)
+    theirs = statistics.median(scrapy for _, scrapy in pairs)
+    ratio = statistics.median(shell / scrapy for shell, scrapy in pairs)
+    collector = {part: collector_cost(part, args.requests) for part in PARTS}
+    result: dict[str, Any] = {
+        "shell_us_per_request": round(ours * US, 1),
+        "scrapy_scheduler_us_per_request": round(theirs * US, 1),
+        "shell_minus_scrapy_us": round((ours - theirs) * US, 1),
+        "ratio": round(ratio, 3),
+        "collector_us_per_request": {p: round(c[0] * US, 2) for p, c in collector.items()},
+        "collections_per_1000_requests": {p: round(c[1], 1) for p, c in collector.items()},
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+    if not args.no_round:
+        result.update(_rounds(args.repeats, args.rounds))
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def _rounds(repeats: int, rounds: int) -> dict[str, Any]:
+    """The round benchmark's figures (see the module docstring)."""
     proc, port = harness.start_redis(Path(tempfile.mkdtemp()) / "redis")
     try:
         points = [
             (
                 size,
                 statistics.median(
-                    asyncio.run(round_cost(port, size, args.rounds)) for _ in range(args.repeats)
+                    asyncio.run(round_cost(port, size, rounds)) for _ in range(repeats)
                 ),
             )
             for size in ROUND_SIZES
@@ -242,18 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         harness.stop(proc)
     fixed, per_request = _line(points)
-    us = 1e6
-    result: dict[str, Any] = {
-        "shell_us_per_request": round(ours * us, 1),
-        "scrapy_scheduler_us_per_request": round(theirs * us, 1),
-        "shell_minus_scrapy_us": round((ours - theirs) * us, 1),
-        "round_us": {str(size): round(cost * us) for size, cost in points},
-        "round_fixed_us": round(fixed * us),
-        "round_us_per_request": round(per_request * us, 1),
+    return {
+        "round_us": {str(size): round(cost * US) for size, cost in points},
+        "round_fixed_us": round(fixed * US),
+        "round_us_per_request": round(per_request * US, 1),
         "reply_parser": _parser(),
     }
-    print(json.dumps(result, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

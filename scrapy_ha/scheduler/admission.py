@@ -153,8 +153,9 @@ class Admission:
         requests have their own (``SCHEDULER_START_MEMORY_QUEUE``); a request of a
         checkpointed task (``ha_task``) placed by its task in a sharded crawl, any other by
         its *fingerprint* (see ``ShardedQueue.place``)."""
-        start = self.start_queue and bool(request.meta.get("is_start_request"))
-        task = request.meta.get(metakeys.TASK)
+        meta = request.meta
+        start = self.start_queue and bool(meta.get("is_start_request"))
+        task = meta.get(metakeys.TASK)
         task = task if isinstance(task, str) else ""
         host = url_host(request.url)
         return NewEntry(

@@ -225,11 +225,12 @@ class Handout:
         self.queue.pop()
         request = fresh.request
         pair = fresh.lease = self._make_lease()
-        request.meta[metakeys.LEASE] = pair
+        meta = request.meta
+        meta[metakeys.LEASE] = pair
         # It is its own page now, as a request leased from Redis is (the codec strips the
         # parent's lease): its redirects and retries are fenced by its lease, which it holds
         # until it is finished, not by the parent's, which may be acked before it downloads.
-        request.meta.pop(metakeys.PARENT, None)
+        meta.pop(metakeys.PARENT, None)
         self.unstored.add(pair)
         self.gate.expect(pair)
         self._inflight.add(pair[0], pair[1], request, stored=False)
