@@ -119,8 +119,11 @@ def start_exhausted(crawler: Crawler) -> bool:
     return engine is not None and getattr(engine, "_start", None) is None
 
 
-#: Hand-outs between two sweeps of :class:`SlotLoad` for slots no longer asked about.
-SLOT_SWEEP_EVERY = 1000
+#: Hand-outs between two sweeps of :class:`SlotLoad` for slots no longer asked about, at
+#: least (and at least as many as the last sweep kept, so that a sweep costs under two
+#: checks per hand-out): a finished request such a slot holds is kept alive until then,
+#: a dozen objects more for each pass of the garbage collector (it was 1,000 hand-outs).
+SLOT_SWEEP_EVERY = 200
 
 
 class SlotLoad:
@@ -142,6 +145,7 @@ class SlotLoad:
     def __init__(self) -> None:
         self._handed: dict[str, list[Request]] = {}
         self._since_sweep = 0
+        self._swept = 0  # requests the last sweep kept (still in the downloader)
 
     def free(self, crawler: Crawler, request: Request) -> bool:
         """Can the downloader start *request* now? True without an engine."""
@@ -189,13 +193,14 @@ class SlotLoad:
             return
         self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
         self._since_sweep += 1
-        if self._since_sweep >= SLOT_SWEEP_EVERY:  # slots no longer asked about keep nothing
-            self._since_sweep = 0
+        if self._since_sweep >= max(SLOT_SWEEP_EVERY, self._swept):
+            self._since_sweep = 0  # slots no longer asked about keep nothing finished
             active = downloader.active
             for key, handed in list(self._handed.items()):
                 handed[:] = [r for r in handed if r in active]
                 if not handed:
                     del self._handed[key]
+            self._swept = sum(map(len, self._handed.values()))
 
 
 def capacity(crawler: Crawler, enough: int) -> int:
