@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 import redis.asyncio
@@ -15,6 +16,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import SEEN_SLICES, Keys
+from scrapy_ha.scheduler.outbox import Retained
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.aged import AgedSet
 from scrapy_ha.store.queue import RedisQueue
@@ -177,3 +179,20 @@ async def test_a_persisted_crawl_recrawls_what_it_saw_longer_ago_than_the_ttl(re
     await crawlers[2].crawl_async(base_url=site.url)
     first, second, third = (sorted(i["id"] for i in c.spider.items) for c in crawlers)
     assert first and second == [] and third == first
+
+
+@deferred_f_from_coro_f
+async def test_a_child_stored_again_after_a_failover_keeps_its_age_and_host(redis_url):
+    """A child a worker keeps for a failover is stored again as it was sent: with its
+    ``ha_recrawl_after`` (else the crawl's TTL filters it on the server that lost it) and
+    its host (else it goes to the back queue of no domain)."""
+    q = queue(redis_url)
+    assert await added(q, entry(b"a")) == 1  # seen: on the new primary too
+    await asyncio.sleep(0.8)
+    child = NewEntry(b"a", 0, entry(b"a").payload, ("p1", "tp"), age_ms=500, host="a.example")
+    retained = Retained()
+    retained.keep(1, [child])
+    numbers, again = retained.lost(0, [("p1", "tp")])  # the server lost what it stored
+    assert numbers == [1] and [(c.age_ms, c.host) for c in again] == [(500, "a.example")]
+    assert await added(q, *[replace(c, parent=None) for c in again]) == 1
+    await q.client.aclose()

@@ -25,10 +25,13 @@ if TYPE_CHECKING:
 #: (entry id, lease token): one lease.
 Pair = tuple[str, str]
 #: A child as a worker keeps it (:class:`Retained`), one flat tuple of plain values: its
-#: number, when Redis stored it, and its :class:`NewEntry`'s fields, with the lease it was
+#: number, when Redis stored it, and its :class:`NewEntry`'s fields (its age and host too: a
+#: child stored again is filtered and queued as it was the first time), with the lease it was
 #: handed out or kept under (``taken``) and whether it was kept instead of its
 #: :class:`Fresh` state, whose request object is not kept alive.
-Stored = tuple[int, float, bytes, int, bytes, "Pair | None", "Pair | None", bool, bool, str]
+Stored = tuple[
+    int, float, bytes, int, bytes, "Pair | None", "Pair | None", bool, bool, str, int, str
+]
 #: Random bytes naming the children of one worker run in Redis (``<nonce>.<n>``): 64 bits,
 #: two runs share one with odds ~1e-19.
 SENDER_NONCE_BYTES = 8
@@ -155,6 +158,8 @@ def _kept(n: int, at: float, entry: NewEntry) -> Stored:
         kept,
         entry.start,
         entry.task,
+        entry.age_ms,
+        entry.host,
     )
 
 
@@ -162,7 +167,7 @@ def _entry(e: Stored) -> NewEntry:
     """A kept child as it is stored again: under its lease, if it has one (see :func:`_leased`)."""
     taken = e[6]
     fresh = None if taken is None else _leased(taken, kept=e[7])
-    return NewEntry(e[2], e[3], e[4], e[5], fresh, e[8], e[9])
+    return NewEntry(e[2], e[3], e[4], e[5], fresh, e[8], e[9], e[10], e[11])
 
 
 def _leased(taken: Pair, *, kept: bool) -> Fresh:
