@@ -53,3 +53,17 @@ def test_a_sweep_waits_for_as_many_hand_outs_as_it_kept_requests():
     gc.collect()
     assert ref() is None
     assert load.load(crawler, "b") == 300
+
+
+def test_a_sweep_keeps_the_request_being_handed_out():
+    # the engine puts a request in the downloader's active set after the hand-out: the
+    # sweep that hand-out sets off must still count it on its way to its slot
+    load, crawler, engine = _load()
+    for n in range(199):
+        request = Request(f"http://b.test/{n}", meta={"slot": "b"})
+        load.handed(crawler, request)
+        engine.downloader.active.add(request)
+    on_its_way = Request("http://a.test/", meta={"slot": "a"})
+    load.handed(crawler, on_its_way)  # the 200th: the sweep
+    engine.downloader.active.add(on_its_way)
+    assert load.load(crawler, "a") == 1

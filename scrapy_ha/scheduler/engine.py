@@ -191,9 +191,10 @@ class SlotLoad:
         downloader = getattr(_engine(crawler), "downloader", None)
         if downloader is None:
             return
-        self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
         self._since_sweep += 1
         if self._since_sweep >= max(SLOT_SWEEP_EVERY, self._swept):
+            # before *request* is counted: it reaches the downloader's active set only
+            # after this call, and a sweep must not take it for finished
             self._since_sweep = 0  # slots no longer asked about keep nothing finished
             active = downloader.active
             for key, handed in list(self._handed.items()):
@@ -201,6 +202,7 @@ class SlotLoad:
                 if not handed:
                     del self._handed[key]
             self._swept = sum(map(len, self._handed.values()))
+        self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
 
 
 def capacity(crawler: Crawler, enough: int) -> int:
