@@ -6,8 +6,9 @@ fresh ``bench/freshness_site.py`` (1,000 pages changing as Poisson processes, ra
 evenly on a log scale from once a minute to once a day, time compressed ``--compress``
 times; run *k* draws its changes from seed *k* for both policies); crawls it with one
 worker for ``--seconds`` at ``HA_DOMAIN_RATE = --rate`` (the whole crawl's bandwidth),
-each page revisited every ``pages / rate`` seconds (fixed), or from there adaptively
-(``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX`` at 1/8 and 16 times that), the two
+each page revisited every ``pages / rate`` seconds (fixed), or adaptively
+(``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX`` at 1/8 and 16 times that; the budget,
+``HA_REVISIT_BUDGET``'s default, is what the fixed intervals spend: ``rate``), the two
 alternated ``--runs`` times; and reads the site's log after ``--warmup`` seconds:
 freshness (the time-averaged fraction of pages whose last crawled copy is the live page),
 requests per second, and the share of the fetches of unchanged pages answered 304. It

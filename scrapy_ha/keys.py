@@ -55,6 +55,9 @@ key                        type         content
                                         visit (lua/revisit.lua; a day past it, pruned)
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua)
+``ha:{books}:revisit_alloc`` hash       adaptive revisits (lua/lib/revisit.lua): ``load``,
+                                        ``base`` -> the sums of ``1 / interval`` (scheduled,
+                                        configured), ``mu`` -> the multiplier (seconds)
 ``ha:{books}:stop``        string       ``scrapy-ha stop``: the time (ms) before which a worker
                                         that joined closes
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
@@ -172,9 +175,9 @@ DEFAULT_PREFIX = "ha"
 SHARD_KEYS = (
     "ready waiting queued legacy_pending payload leased leases expiries delayed delayed_score "
     "held dead dead_info dead_archived dlq_alert dupefilter bloom aged forget revisits "
-    "revisit_urls stop seq run lease_seq sent senders workers worker_stats seen paused "
-    "pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns cookies "
-    "retried stats stats_minutes stats_domains items"
+    "revisit_urls revisit_alloc stop seq run lease_seq sent senders workers worker_stats seen "
+    "paused pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns "
+    "cookies retried stats stats_minutes stats_domains items"
 ).split()
 
 
@@ -304,6 +307,8 @@ class Keys:
     #: Revisits: each revisited entry's next due time, and the entry that revisits each URL.
     revisits = _Key("revisits")
     revisit_urls = _Key("revisit_urls")
+    #: Adaptive revisits: the intervals' load, the configured intervals', the multiplier.
+    revisit_alloc = _Key("revisit_alloc")
     #: ``scrapy-ha stop``: when the crawl was stopped.
     stop = _Key("stop")
     seq = _Key("seq")

@@ -18,7 +18,7 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config.continuous import RevisitConfig, RevisitState
+from scrapy_ha.config.continuous import RevisitConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
@@ -136,19 +136,6 @@ def test_which_requests_are_revisited_and_how_often(settings, url, meta, expecte
 def test_a_bad_revisit_setting_names_it(settings, message):
     with pytest.raises(ConfigError, match=message):
         RevisitConfig.from_settings(Settings(settings))
-
-
-def test_adaptive_intervals_shrink_on_change_and_grow_otherwise_within_bounds():
-    config = RevisitConfig(adaptive=True, minimum=60, maximum=1000)
-    assert config.next_interval(500, RevisitState(), "new") == 500
-    state = RevisitState(interval=500)
-    assert config.next_interval(500, state, "changed") == 400  # Nutch: -20%
-    assert config.next_interval(500, state, "unchanged") == 700  # +40%
-    assert config.next_interval(500, state, "not_modified") == 700
-    assert config.next_interval(500, RevisitState(interval=900), "unchanged") == 1000
-    assert config.next_interval(500, RevisitState(interval=70), "changed") == 60
-    fixed = RevisitConfig()
-    assert fixed.next_interval(500, state, "changed") == 500
 
 
 def visits(site) -> dict[str, list[float]]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.freshness import expected_interval, posterior
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.metakeys import REVISIT
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DUPEFILTER_TTL",
+    "FIRST_MULTIPLIER",
     "MIN_DUPEFILTER_TTL",
     "RevisitConfig",
     "RevisitState",
@@ -60,16 +62,20 @@ def check_dupefilter_age(ttl: float, dupefilter: str) -> None:
 
 # -- revisits ----------------------------------------------------------------------------
 
-#: Nutch's AdaptiveFetchSchedule (db.fetch.schedule.adaptive.inc_rate and dec_rate): an
-#: unchanged page's interval grows by 40%, a changed page's shrinks by 20%.
-INC_RATE = 0.4
-DEC_RATE = 0.2
 #: The shortest adaptive interval: Nutch's min_interval, a minute (a page that changes at
 #: every look is not looked at more often than this).
 DEFAULT_REVISIT_MIN = 60.0
 #: The longest adaptive interval: 30 days, Nutch's db.fetch.interval.default (the interval it
 #: gives a page it knows nothing about): a page that never changes is still looked at monthly.
 DEFAULT_REVISIT_MAX = 30 * 86400.0
+#: ``HA_REVISIT_BUDGET``: 0, the visits a second the configured intervals would make (the sum
+#: of ``1 / interval`` over the URLs revisited), so that adaptive revisits spend what fixed
+#: ones of the same rules would, and a crawl switching to them keeps its bandwidth.
+DEFAULT_REVISIT_BUDGET = 0.0
+#: The crawl's first multiplier, times the configured interval: the marginal gain of a page
+#: that changes once per configured interval, visited at it (``1 - 2/e``, 0.264); Redis
+#: nudges it from there (lua/lib/revisit.lua).
+FIRST_MULTIPLIER = 0.264
 #: Upper bounds (seconds) of the interval histogram (stats ``revisit_iv:<bound>`` and the
 #: metric ``scrapy_ha_revisit_interval_seconds``): a minute, 5 and 15 minutes, an hour, 6
 #: hours, a day, a week; longer ones count under ``inf``.
@@ -85,7 +91,12 @@ class RevisitState:
     """What is kept of a revisited URL between two visits, in its request's
     ``meta["ha_revisit_state"]`` (stored with it in Redis): the interval, the validators of
     the last full answer (``ETag``, ``Last-Modified``), the signature of its content, the
-    size of its body (what a 304 saves), and visits and changes so far."""
+    size of its body (what a 304 saves), and visits and changes so far; for adaptive
+    revisits, the change rate's evidence (:mod:`scrapy_ha.config.freshness`): the intervals
+    after which the page was found changed (``changed``, and the seconds they spanned,
+    ``changed_for``), the seconds spanned by those after which it was not
+    (``unchanged_for``), and when the last visit ended (``last``: the worker's clock,
+    seconds since the epoch)."""
 
     interval: float = 0.0
     etag: str = ""
@@ -94,6 +105,10 @@ class RevisitState:
     size: int = 0
     visits: int = 0
     changes: int = 0
+    changed: int = 0
+    changed_for: float = 0.0
+    unchanged_for: float = 0.0
+    last: float = 0.0
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
@@ -109,6 +124,10 @@ class RevisitState:
                 int(value.get("b", 0)),
                 int(value.get("n", 0)),
                 int(value.get("c", 0)),
+                int(value.get("x", 0)),
+                float(value.get("s", 0)),
+                float(value.get("u", 0)),
+                float(value.get("t", 0)),
             )
         except (TypeError, ValueError):
             return cls()
@@ -121,13 +140,16 @@ class RevisitState:
                 doc[key] = value
         if self.size:
             doc["b"] = self.size
+        if self.last:
+            doc.update(x=self.changed, s=round(self.changed_for, 3))
+            doc.update(u=round(self.unchanged_for, 3), t=round(self.last, 3))
         return doc
 
 
 @dataclass(frozen=True)
 class RevisitConfig:
     """``HA_REVISIT``, ``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX`` and
-    ``HA_REVISIT_SIGNATURE``."""
+    ``HA_REVISIT_SIGNATURE``, ``HA_REVISIT_BUDGET``."""
 
     #: (compiled URL regex, seconds) in the setting's order: the first that matches wins
     rules: tuple[tuple[re.Pattern[str], float], ...] = ()
@@ -136,6 +158,9 @@ class RevisitConfig:
     maximum: float = DEFAULT_REVISIT_MAX
     #: ``f(response) -> str | bytes``: what the content of a page is (None: its body)
     signature: Callable[..., Any] | None = None
+    #: visits a second adaptive revisits spend, all workers together (0: what the
+    #: configured intervals would)
+    budget: float = DEFAULT_REVISIT_BUDGET
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -153,6 +178,7 @@ class RevisitConfig:
             minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN),
             maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX),
             signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
+            budget=check.non_negative(settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET),
         )
         if config.minimum > config.maximum:
             raise ConfigError(
@@ -174,19 +200,21 @@ class RevisitConfig:
                 return seconds
         return None
 
-    def next_interval(self, base: float, state: RevisitState, outcome: str) -> float:
-        """The interval until the next visit, after a visit that found *outcome*: *base*
-        (the configured one) with fixed revisits; adaptive, Nutch's rule from the last
-        interval (shrunk when the page changed, grown when not, within the bounds; the
-        first visit starts at *base*)."""
+    def next_interval(self, base: float, evidence: RevisitState, multiplier: float) -> float:
+        """The interval until the next visit: *base* (the configured one) with fixed
+        revisits; adaptive, the one where a visit a second more gains the crawl's
+        *multiplier* in freshness, expected over what *evidence* says of the page's change
+        rate, within ``HA_REVISIT_MIN``/``MAX`` (:mod:`scrapy_ha.config.freshness`)."""
         if not self.adaptive:
             return base
-        interval = state.interval or base
-        if outcome == "changed":
-            interval *= 1 - DEC_RATE
-        elif outcome in ("unchanged", "not_modified"):
-            interval *= 1 + INC_RATE
-        return min(self.maximum, max(self.minimum, interval))
+        post = posterior(
+            evidence.changed,
+            evidence.changed_for,
+            evidence.unchanged_for,
+            self.minimum,
+            self.maximum,
+        )
+        return expected_interval(post, multiplier, self.minimum, self.maximum)
 
 
 def interval_bucket(seconds: float) -> str:

@@ -190,6 +190,31 @@ class VisitEnd:
     fingerprint: bytes
     found: str
     saved: int = 0
+    #: adaptive revisits: the crawl's budget (None: fixed revisits) and what this visit
+    #: changes of the intervals' load
+    allocation: Allocation | None = None
+    load: Load | None = None
+
+
+@dataclass
+class Allocation:
+    """What adaptive revisits share with Redis: the crawl's multiplier (the marginal gain a
+    visit a second must buy; :mod:`scrapy_ha.config.freshness`), as the last revisit of
+    this worker read it (0: none yet), and the budget (visits a second; 0: what the
+    configured intervals would make)."""
+
+    budget: float
+    multiplier: float = 0.0
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one revisit changes of the crawl's sums (visits a second): its new interval's
+    ``1 / interval`` less its last's, and the configured interval's at its first visit."""
+
+    load: float
+    base: float
+    first_multiplier: float
 
 
 @dataclass(frozen=True)

@@ -7,20 +7,23 @@ between visits in its ``meta["ha_revisit_state"]``: the interval, the validators
 signature of the last full answer (:class:`~scrapy_ha.config.continuous.RevisitState`), which
 ``scrapy_ha.revisit.RevisitMiddleware`` reads to send conditional requests and to tell a
 changed page from an unchanged one. Fixed revisits keep their interval; adaptive ones
-(``HA_REVISIT_ADAPTIVE``) follow Nutch's AdaptiveFetchSchedule.
+(``HA_REVISIT_ADAPTIVE``) get the freshness-optimal interval of the change rate their
+visits show, at the crawl's multiplier (:mod:`scrapy_ha.config.freshness`), which Redis
+nudges so that the intervals spend ``HA_REVISIT_BUDGET``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.continuous import RevisitState
+from scrapy_ha.config.continuous import FIRST_MULTIPLIER, RevisitState
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES
-from scrapy_ha.scheduler.outbox import VisitEnd
+from scrapy_ha.scheduler.outbox import Allocation, Load, VisitEnd
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,9 +43,16 @@ logger = logging.getLogger(__name__)
 class Revisits:
     """Decides, when a request is finished, whether and when it is visited again."""
 
-    def __init__(self, config: RevisitConfig, fingerprint: Callable[[Request], bytes]) -> None:
+    def __init__(
+        self,
+        config: RevisitConfig,
+        fingerprint: Callable[[Request], bytes],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self.fingerprint = fingerprint  # b"" when the crawl does not deduplicate
+        self.clock = clock
+        self.allocation = Allocation(config.budget) if config.adaptive else None
 
     @classmethod
     def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
@@ -69,17 +79,53 @@ class Revisits:
             "unknown" if state.visits else "new",
             state,
         )
-        interval = self.config.next_interval(base, state, found)
+        evidence = self._evidence(state, found)
+        interval = self.config.next_interval(base, evidence, self._multiplier(base))
         meta[metakeys.REVISIT_STATE] = replace(
             answer,
             interval=interval,
             visits=state.visits + 1,
             changes=state.changes + (found == "changed"),
+            changed=evidence.changed,
+            changed_for=evidence.changed_for,
+            unchanged_for=evidence.unchanged_for,
+            last=evidence.last,
         ).as_meta()
+        load = None
+        if self.allocation is not None:
+            first = not state.interval
+            load = Load(
+                1 / interval - (0 if first else 1 / state.interval),
+                1 / base if first else 0.0,
+                FIRST_MULTIPLIER * base,
+            )
         for key in (metakeys.RETRIES, metakeys.HISTORY):  # the next visit starts afresh
             meta.pop(key, None)
         saved = state.size if found == "not_modified" else 0
-        return VisitEnd(interval, self.fingerprint(request), found, saved)
+        fp = self.fingerprint(request)
+        return VisitEnd(interval, fp, found, saved, self.allocation, load)
+
+    def _multiplier(self, base: float) -> float:
+        if self.allocation is None:
+            return 0.0
+        return self.allocation.multiplier or FIRST_MULTIPLIER * base
+
+    def _evidence(self, state: RevisitState, found: str) -> RevisitState:
+        """The state with this visit counted in the change rate's evidence: one more
+        interval observed, of the seconds since the last visit, changed or not (a first
+        visit, or a visit whose verdict is unknown, only starts the clock)."""
+        now = self.clock()
+        if found not in ("changed", "unchanged", "not_modified") or not state.last:
+            return replace(state, last=now)
+        spanned = max(0.0, now - state.last)
+        if found == "changed":
+            return replace(
+                state,
+                changed=state.changed + 1,
+                changed_for=state.changed_for + spanned,
+                last=now,
+            )
+        return replace(state, unchanged_for=state.unchanged_for + spanned, last=now)
 
 
 #: The warnings said once per process, by reason.

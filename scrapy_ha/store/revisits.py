@@ -41,16 +41,23 @@ class Revisit:
     found: str
     saved: int
     bucket: str
+    #: adaptive revisits (:mod:`scrapy_ha.config.freshness`): what the visit changes of the
+    #: crawl's sums (visits a second: its ``1 / interval`` less its last's; the configured
+    #: interval's at its first visit), the budget (0: that configured sum), the multiplier
+    #: to start from; None: fixed revisits, nothing kept
+    allocation: tuple[float, float, float, float] | None = None
 
 
 @dataclass(frozen=True)
 class Revisited:
     """What a revisit did: the due time of the next visit (server ms; 0: the token was
-    stale, nothing changed; :data:`DOUBLE`), and what the page committed with it."""
+    stale, nothing changed; :data:`DOUBLE`), what the page committed with it, and the
+    crawl's multiplier after it (0.0: fixed revisits, or nothing changed)."""
 
     due: int
     items: int = 0
     checkpoints: int = 0
+    multiplier: float = 0.0
 
 
 async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = None) -> Revisited:
@@ -59,13 +66,21 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     k = queue.keys
     keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried, k.expiries]
     keys += [*k.stats_keys(), k.polite, k.revisits, k.revisit_urls, k.items, k.held]
-    keys.append(queue.dupefilter.key(k))
+    keys += [queue.dupefilter.key(k), k.revisit_alloc]
     pair = (visit.entry_id, visit.token)
     commits = {pair: commit} if commit is not None else {}
     task_keys = lambda task: (k.checkpoint(task), k.checkpoint_ahead(task))  # noqa: E731
     (ack,), more = packed_acks([pair], commits, task_keys, len(keys) + 1)
     args = [ack, visit.interval_ms, visit.payload, visit.fingerprint, visit.found]
-    args += [visit.saved, visit.bucket]
+    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
     script = queue.client.register_script(REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)
-    return Revisited(*(int(x) for x in reply))
+    due, items, checkpoints = (int(x) for x in reply[:3])
+    multiplier = float(reply[3]) if len(reply) > 3 and reply[3] else 0.0
+    return Revisited(due, items, checkpoints, multiplier)
+
+
+def _allocation_args(allocation: tuple[float, float, float, float] | None) -> list[str]:
+    if allocation is None:
+        return ["", "", "", ""]
+    return [repr(float(x)) for x in allocation]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_ha.scheduler.outbox import EndOp
+    from scrapy_ha.scheduler.outbox import EndOp, VisitEnd
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = ["end_revisit"]
@@ -54,9 +54,12 @@ async def end_revisit(
             visit.found,
             visit.saved,
             interval_bucket(visit.interval),
+            _allocation(visit),
         ),
         op.commit,
     )
+    if done.multiplier and visit.allocation is not None:
+        visit.allocation.multiplier = done.multiplier
     _count_commit(op, done, stats)
     if done.due == DOUBLE:
         stats.inc_value("ha/revisit/double")
@@ -66,6 +69,14 @@ async def end_revisit(
         stats.inc_value(f"ha/revisit/{visit.found}")
     else:
         stats.inc_value("ha/stale_acks")
+
+
+def _allocation(visit: VisitEnd) -> tuple[float, float, float, float] | None:
+    """What an adaptive revisit tells Redis of the crawl's budget (None: fixed revisits)."""
+    if visit.allocation is None or visit.load is None:
+        return None
+    load = visit.load
+    return (load.load, load.base, visit.allocation.budget, load.first_multiplier)
 
 
 def _count_commit(op: EndOp, done: Revisited, stats: StatsCollector) -> None:

@@ -14,6 +14,7 @@
 -- KEYS[14] items: the crawl's item stream (lib/commit)
 -- KEYS[15] held (lib/held): a revisit waits without an attempt, marked 'revisit <domain>'
 -- KEYS[16] dupefilter (lib/seen: the set, or the Bloom filter's meta hash)
+-- KEYS[17] revisit_alloc (lib/revisit: adaptive revisits' budget)
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
@@ -21,15 +22,21 @@
 -- ARGV[4] the URL's fingerprint ('' for none: no one-revisit rule, not kept seen)
 -- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
--- ARGV[8] the dupefilter's spec (lib/seen)
+-- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
+-- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
+-- sum)  ARGV[11] the multiplier to start from; all four '' for fixed revisits
+-- ARGV[12] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
 -- like an ack (its items committed too); a stale token commits nothing (items_refused).
 -- Rule kept: a URL revisited stays seen (its fingerprint is recorded as seen now, lib/seen),
 -- so a link to it queues no second copy while it is revisited.
--- Returns {the due time (server ms), items committed, checkpoints saved}: the due time is 0
--- when the token is stale (nothing changes), -1 for a double (its lease ended as an ack).
+-- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
+-- a revisit once, when it is scheduled.
+-- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
+-- (a string; '' for fixed revisits, a stale token or a double)}: the due time is 0 when
+-- the token is stale (nothing changes), -1 for a double (its lease ended as an ack).
 --- @include "time"
 --- @include "types"
 --- @include "lease"
@@ -45,9 +52,15 @@ local interval, saved = tonumber(ARGV[2]), tonumber(ARGV[6])
 if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= '') then
   return redis.error_reply('ERR revisit: interval, payload, outcome, saved and bucket')
 end
+local adaptive = ARGV[8] ~= ''
+local d_load, d_base, budget, first = tonumber(ARGV[8]), tonumber(ARGV[9]),
+  tonumber(ARGV[10]), tonumber(ARGV[11])
+if adaptive and not (d_load and d_base and budget and first) then
+  return redis.error_reply('ERR revisit: load, base, budget and multiplier')
+end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
-  'hash'})
+  'hash', nil, 'hash'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 0, 1)
 if bad then return bad end
@@ -55,14 +68,14 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[8], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[12], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
 if not v then
   commit_refuse(a)
   write_stats(KEYS[8], KEYS[9], KEYS[10], now)
-  return {0, 0, 0}
+  return {0, 0, 0, ''}
 end
 local n_items, n_cp = commit_apply(KEYS[14], a)
 local domain = lease_domain(v)
@@ -72,7 +85,7 @@ redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[7], id)
 polite_free(KEYS[11], {id})
-local due = -1
+local due, mu = -1, ''
 if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
@@ -85,6 +98,10 @@ if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   count('revisit_saved', saved)
   count('revisit_iv', 1, nil, ARGV[7])
   count('revisit_iv_ms', interval)
+  if adaptive then
+    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], d_load, d_base, budget,
+      first))
+  end
 else
   redis.call('HDEL', KEYS[5], id)
   count('revisit_double', 1)
@@ -92,4 +109,4 @@ end
 seen_close(seen)
 polite_write(KEYS[11])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
-return {due, n_items, n_cp}
+return {due, n_items, n_cp, mu}

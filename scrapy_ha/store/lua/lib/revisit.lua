@@ -1,6 +1,7 @@
 -- lib/revisit: a revisited request's rules, kept by revisit.lua.
 --   revisits      sorted set: entry id -> due time (ms) of its next visit (what is due soon)
 --   revisit_urls  hash: fingerprint -> the entry id that revisits it
+--   revisit_alloc hash: load, base (visits a second), mu (the multiplier, seconds)
 --- @include "number"
 --- @include "priority"
 
@@ -46,4 +47,35 @@ end
 local function revisit_score(score, due)
   local base = score - score % PRIORITY_STEP
   return base + START_PART + math.floor(due / 1000)
+end
+
+-- ALLOC_GAIN: how far the multiplier moves per cycle of revisits, in log terms, for a load
+-- twice the budget (x 1.65): each revisit moves it by (load / budget) ^ (ALLOC_GAIN / n)
+-- for n revisited URLs, so the whole crawl's revisits (one cycle, when the load reflects
+-- the multiplier) move it about once: faster oscillates (the load answers a cycle late).
+local ALLOC_GAIN = 0.5
+-- ALLOC_STEP: the most one revisit moves it (10%), for a crawl of a few URLs.
+local ALLOC_STEP = 0.1
+
+-- revisit_allocate(alloc, revisits, d_load, d_base, budget, first)
+--   KEYS: alloc (revisit_alloc), revisits (the caller's KEYS[i])
+--   Rule (the budget): adaptive revisits spend what the crawl can fetch. The sums of
+--   1 / interval over the revisited URLs (load) and of their configured intervals (base)
+--   move by what this revisit changed (d_load, d_base); the multiplier (the marginal gain
+--   of freshness a visit a second must buy; scrapy_ha/config/freshness.py) grows while the
+--   load is over the budget (budget > 0, else base), so the next intervals are longer, and
+--   shrinks while under it. It starts at first.
+--   Returns the multiplier.
+local function revisit_allocate(alloc, revisits, d_load, d_base, budget, first)
+  local load = tonumber(redis.call('HINCRBYFLOAT', alloc, 'load', d_load))
+  local base = tonumber(redis.call('HINCRBYFLOAT', alloc, 'base', d_base))
+  local mu = tonumber(redis.call('HGET', alloc, 'mu')) or first
+  local target = budget > 0 and budget or base
+  if target > 0 and load > 0 then
+    local n = math.max(redis.call('ZCARD', revisits), 1)
+    local step = (load / target) ^ (ALLOC_GAIN / n)
+    mu = mu * math.min(1 + ALLOC_STEP, math.max(1 - ALLOC_STEP, step))
+  end
+  redis.call('HSET', alloc, 'mu', string.format('%.17g', mu))
+  return mu
 end
