@@ -55,9 +55,8 @@ key                        type         content
                                         visit (lua/revisit.lua; a day past it, pruned)
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua)
-``ha:{books}:revisit_alloc`` hash       adaptive revisits (lua/lib/revisit.lua): ``load``,
-                                        ``base`` -> the sums of ``1 / interval`` (scheduled,
-                                        configured), ``mu`` -> the multiplier (seconds)
+``ha:{books}:revisit_alloc`` hash       adaptive revisits: ``load``, ``base``, ``mu`` (the
+                                        sums of ``1/interval``, the multiplier; lib/revisit)
 ``ha:{books}:stop``        string       ``scrapy-ha stop``: the time (ms) before which a worker
                                         that joined closes
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
@@ -288,9 +287,7 @@ class Keys:
     delayed_score = _Key("delayed_sc")
     #: Delayed entries waiting without an attempt: entry id -> ``gate|revisit <domain>``.
     held = _Key("held")
-    dead = _Key("dead")
-    dead_info = _Key("dead_info")
-    dead_archived = _Key("dead_arch")
+    dead, dead_info, dead_archived = _Key("dead"), _Key("dead_info"), _Key("dead_arch")
     dlq_alert = _Key("dlq_alert")
     dupefilter = _Key("dupefilter")
     #: ``HA_DUPEFILTER = "bloom"``: the filter's layers (its bitmaps: :meth:`bloom_part`).
@@ -304,10 +301,9 @@ class Keys:
 
     #: The ``seen forget`` rules (store/forget.py).
     forget = _Key("forget")
-    #: Revisits: each revisited entry's next due time, and the entry that revisits each URL.
-    revisits = _Key("revisits")
-    revisit_urls = _Key("revisit_urls")
-    #: Adaptive revisits: the intervals' load, the configured intervals', the multiplier.
+    #: Revisits: each revisited entry's next due time, the entry that revisits each URL,
+    #: adaptive revisits' budget (lua/lib/revisit.lua).
+    revisits, revisit_urls = _Key("revisits"), _Key("revisit_urls")
     revisit_alloc = _Key("revisit_alloc")
     #: ``scrapy-ha stop``: when the crawl was stopped.
     stop = _Key("stop")
@@ -318,8 +314,7 @@ class Keys:
     #: The number of each running worker's newest child stored (see sync.lua).
     sent = _Key("sent")
     senders = _Key("senders")
-    workers = _Key("workers")
-    worker_stats = _Key("wstats")
+    workers, worker_stats = _Key("workers"), _Key("wstats")
     #: Workers seen lately: worker id -> last heartbeat (ms), kept a week.
     seen = _Key("seen")
 

@@ -5,6 +5,7 @@ multiplier nudged in Redis until the intervals spend the budget
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -28,8 +29,9 @@ from scrapy_ha.config.freshness import (
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.revisits import Revisits
+from scrapy_ha.scheduler.session.revisit import _allocation
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.revisits import Revisit, revisit
+from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "s")
@@ -178,7 +180,7 @@ async def _visit(q: RedisQueue, name: str, load: float, budget: float) -> float:
         [NewEntry(name.encode(), 0, b'{"v":1,"u":"http://a.example/' + name.encode() + b'"}')]
     )
     (lease,) = await q.lease(1, 30_000)
-    allocation = (load, 1 / 50, budget, 13.2)
+    allocation = (load, 1 / 50, budget, 13.2, 0.0, 0.0)
     end = Revisit(
         lease.id, lease.token, 50_000, lease.payload, name.encode(), "new", 0, "60", allocation
     )
@@ -208,4 +210,57 @@ async def test_fixed_revisits_keep_no_budget(redis_url):
     )
     assert done.due > 0 and done.multiplier == 0.0
     assert not await q.client.exists(KEYS.revisit_alloc)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_double_takes_its_load_out_of_the_budget(redis_url):
+    # A URL revisited by two entries (a re-seeded start request, say): the first gives way
+    # while it is pending (its worker closed and released it), the second claims the URL,
+    # then the first comes back and ends as a double. The URL must count once in the
+    # intervals' load, not its two entries' intervals.
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    config = RevisitConfig(adaptive=True, minimum=LOW, maximum=HIGH)
+    revisits = Revisits(config, lambda r: b"fp")
+    url = "http://a.example/p/1"
+
+    async def end(lease, request, interval_ms: int) -> int:
+        visit = revisits.visit_end(request)
+        assert visit is not None
+        done = await revisit(
+            q,
+            Revisit(
+                lease.id,
+                lease.token,
+                interval_ms,
+                lease.payload,
+                visit.fingerprint,
+                visit.found,
+                0,
+                "60",
+                _allocation(visit),
+            ),
+        )
+        return done.due
+
+    first = Request(url, meta={metakeys.REVISIT: 50})
+    await q.enqueue([NewEntry(b"e1", 0, b'{"v":1,"u":"' + url.encode() + b'"}')])
+    (lease,) = await q.lease(1, 30_000)
+    assert await end(lease, first, 1) > 0  # scheduled, due at once
+    await asyncio.sleep(0.05)
+    (again,) = await q.lease(1, 30_000)
+    assert again.id == lease.id
+    await q.enqueue([NewEntry(b"e2", 0, b'{"v":1,"u":"' + url.encode() + b'"}')])
+    (other,) = await q.lease(1, 30_000)
+    assert other.id != lease.id
+    assert await q.release([(again.id, again.token)]) == 1  # the first entry is pending
+    second = Request(url, meta={metakeys.REVISIT: 50})
+    assert await end(other, second, 50_000) > 0  # it claims the URL
+    (back,) = await q.lease(1, 30_000)
+    assert back.id == lease.id
+    assert await end(back, first, 50_000) == DOUBLE
+    alloc = {k.decode(): float(v) for k, v in (await q.client.hgetall(KEYS.revisit_alloc)).items()}
+    state = RevisitState.from_meta(second.meta[metakeys.REVISIT_STATE])
+    assert alloc["load"] == pytest.approx(1 / state.interval, rel=1e-3)
+    assert alloc["base"] == pytest.approx(1 / 50)
     await q.client.aclose()

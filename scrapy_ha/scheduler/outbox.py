@@ -210,11 +210,16 @@ class Allocation:
 @dataclass(frozen=True)
 class Load:
     """What one revisit changes of the crawl's sums (visits a second): its new interval's
-    ``1 / interval`` less its last's, and the configured interval's at its first visit."""
+    ``1 / interval`` less its last's, and the configured interval's at its first visit;
+    and what its entry holds in them (its last interval's and the configured one's; 0 at
+    its first visit), taken out if it turns out a double (another entry revisits the URL).
+    """
 
     load: float
     base: float
     first_multiplier: float
+    held: float = 0.0
+    held_base: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,13 @@ class Revisits:
         load = None
         if self.allocation is not None:
             first = not state.interval
+            held = 0.0 if first else 1 / state.interval
             load = Load(
-                1 / interval - (0 if first else 1 / state.interval),
+                1 / interval - held,
                 1 / base if first else 0.0,
                 FIRST_MULTIPLIER * base,
+                held,
+                0.0 if first else 1 / base,
             )
         for key in (metakeys.RETRIES, metakeys.HISTORY):  # the next visit starts afresh
             meta.pop(key, None)

@@ -44,8 +44,9 @@ class Revisit:
     #: adaptive revisits (:mod:`scrapy_ha.config.freshness`): what the visit changes of the
     #: crawl's sums (visits a second: its ``1 / interval`` less its last's; the configured
     #: interval's at its first visit), the budget (0: that configured sum), the multiplier
-    #: to start from; None: fixed revisits, nothing kept
-    allocation: tuple[float, float, float, float] | None = None
+    #: to start from, and what the entry holds in the two sums (taken out of them if it is
+    #: a double); None: fixed revisits, nothing kept
+    allocation: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     return Revisited(due, items, checkpoints, multiplier)
 
 
-def _allocation_args(allocation: tuple[float, float, float, float] | None) -> list[str]:
+def _allocation_args(allocation: tuple[float, ...] | None) -> list[str]:
     if allocation is None:
-        return ["", "", "", ""]
+        return [""] * 6
     return [repr(float(x)) for x in allocation]

@@ -71,12 +71,13 @@ async def end_revisit(
         stats.inc_value("ha/stale_acks")
 
 
-def _allocation(visit: VisitEnd) -> tuple[float, float, float, float] | None:
+def _allocation(visit: VisitEnd) -> tuple[float, ...] | None:
     """What an adaptive revisit tells Redis of the crawl's budget (None: fixed revisits)."""
     if visit.allocation is None or visit.load is None:
         return None
     load = visit.load
-    return (load.load, load.base, visit.allocation.budget, load.first_multiplier)
+    budget = visit.allocation.budget
+    return (load.load, load.base, budget, load.first_multiplier, load.held, load.held_base)
 
 
 def _count_commit(op: EndOp, done: Revisited, stats: StatsCollector) -> None:

@@ -24,8 +24,9 @@
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
--- sum)  ARGV[11] the multiplier to start from; all four '' for fixed revisits
--- ARGV[12] the dupefilter's spec (lib/seen)
+-- sum)  ARGV[11] the multiplier to start from  ARGV[12], ARGV[13] what the entry holds in
+-- the load and the configured sum (taken out if it is a double); all six '' for fixed ones
+-- ARGV[14] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
@@ -33,7 +34,8 @@
 -- Rule kept: a URL revisited stays seen (its fingerprint is recorded as seen now, lib/seen),
 -- so a link to it queues no second copy while it is revisited.
 -- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
--- a revisit once, when it is scheduled.
+-- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
+-- held (lib/revisit: revisit_withdraw).
 -- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
 -- (a string; '' for fixed revisits, a stale token or a double)}: the due time is 0 when
 -- the token is stale (nothing changes), -1 for a double (its lease ended as an ack).
@@ -55,8 +57,9 @@ end
 local adaptive = ARGV[8] ~= ''
 local d_load, d_base, budget, first = tonumber(ARGV[8]), tonumber(ARGV[9]),
   tonumber(ARGV[10]), tonumber(ARGV[11])
-if adaptive and not (d_load and d_base and budget and first) then
-  return redis.error_reply('ERR revisit: load, base, budget and multiplier')
+local held, held_base = tonumber(ARGV[12]), tonumber(ARGV[13])
+if adaptive and not (d_load and d_base and budget and first and held and held_base) then
+  return redis.error_reply('ERR revisit: load, base, budget, multiplier and held load')
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
@@ -68,7 +71,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[12], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[14], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -105,6 +108,7 @@ if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
 else
   redis.call('HDEL', KEYS[5], id)
   count('revisit_double', 1)
+  if adaptive then revisit_withdraw(KEYS[17], held, held_base) end
 end
 seen_close(seen)
 polite_write(KEYS[11])

@@ -79,3 +79,14 @@ local function revisit_allocate(alloc, revisits, d_load, d_base, budget, first)
   redis.call('HSET', alloc, 'mu', string.format('%.17g', mu))
   return mu
 end
+
+-- revisit_withdraw(alloc, held, held_base)
+--   KEYS: alloc (revisit_alloc)
+--   Rule (a URL counts once in the budget): an entry that ends as a double (another entry
+--   revisits its URL, and counted its own interval when it claimed it) takes what it held
+--   out of the sums, its last interval's 1 / interval (held) and its configured one's
+--   (held_base), both 0 if it was never scheduled.
+local function revisit_withdraw(alloc, held, held_base)
+  if held ~= 0 then redis.call('HINCRBYFLOAT', alloc, 'load', -held) end
+  if held_base ~= 0 then redis.call('HINCRBYFLOAT', alloc, 'base', -held_base) end
+end
