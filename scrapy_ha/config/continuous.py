@@ -95,8 +95,10 @@ class RevisitState:
     revisits, the change rate's evidence (:mod:`scrapy_ha.config.freshness`): the intervals
     after which the page was found changed (``changed``, and the seconds they spanned,
     ``changed_for``), the seconds spanned by those after which it was not
-    (``unchanged_for``), and when the last visit ended (``last``: the worker's clock,
-    seconds since the epoch)."""
+    (``unchanged_for``; with the seconds a changed page had been unchanged when answered,
+    its age), the changes whose time its ``Last-Modified`` told (``dated``), and when the
+    last visit ended (``last``: the worker's clock, seconds since the epoch). ``age`` is
+    the answer's, not stored: ``Date`` less ``Last-Modified`` (-1: not known)."""
 
     interval: float = 0.0
     etag: str = ""
@@ -109,6 +111,8 @@ class RevisitState:
     changed_for: float = 0.0
     unchanged_for: float = 0.0
     last: float = 0.0
+    dated: int = 0
+    age: float = -1.0
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
@@ -128,6 +132,7 @@ class RevisitState:
                 float(value.get("s", 0)),
                 float(value.get("u", 0)),
                 float(value.get("t", 0)),
+                int(value.get("y", 0)),
             )
         except (TypeError, ValueError):
             return cls()
@@ -143,6 +148,8 @@ class RevisitState:
         if self.last:
             doc.update(x=self.changed, s=round(self.changed_for, 3))
             doc.update(u=round(self.unchanged_for, 3), t=round(self.last, 3))
+        if self.dated:
+            doc["y"] = self.dated
         return doc
 
 
@@ -213,6 +220,7 @@ class RevisitConfig:
             evidence.unchanged_for,
             self.minimum,
             self.maximum,
+            evidence.dated,
         )
         return expected_interval(post, multiplier, self.minimum, self.maximum)
 

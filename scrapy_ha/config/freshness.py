@@ -89,19 +89,26 @@ def cho_estimate(visits: int, changes: int, interval: float) -> float:
 
 
 def posterior(
-    changes: float, changed_for: float, unchanged_for: float, low: float, high: float
+    changes: float,
+    changed_for: float,
+    unchanged_for: float,
+    low: float,
+    high: float,
+    dated: float = 0,
 ) -> list[tuple[float, float]]:
     """The change rate of a page found changed *changes* times over intervals totalling
-    *changed_for* seconds, and unchanged over intervals totalling *unchanged_for*:
-    ``(rate, probability)`` on a log-spaced grid, the prior log-uniform around the bounds
-    *low* and *high* (``HA_REVISIT_MIN``/``MAX``). The likelihood is exact for the unchanged
-    intervals (``exp(-l U)``) and takes the changed ones at their mean (``(1 - exp(-l C /
-    X))^X``)."""
+    *changed_for* seconds, unchanged for *unchanged_for* seconds, and seen to change at a
+    known time (its ``Last-Modified``) *dated* times: ``(rate, probability)`` on a
+    log-spaced grid, the prior log-uniform around the bounds *low* and *high*
+    (``HA_REVISIT_MIN``/``MAX``). The likelihood is exact for the unchanged seconds
+    (``exp(-l U)``) and the dated changes (``l^Y``: a change at that time, none since, the
+    seconds since counted in U), and takes the changes of unknown time at their intervals'
+    mean (``(1 - exp(-l C / X))^X``)."""
     lo, hi = 1 / (high * PRIOR_MARGIN), PRIOR_MARGIN / low
     step = math.log(hi / lo) / (GRID_POINTS - 1)
     rates = [lo * math.exp(i * step) for i in range(GRID_POINTS)]
     mean = changed_for / changes if changes > 0 else 0.0
-    logs = [_log_likelihood(r, changes, mean, unchanged_for) for r in rates]
+    logs = [dated * math.log(r) + _log_likelihood(r, changes, mean, unchanged_for) for r in rates]
     top = max(logs)
     weights = [math.exp(w - top) for w in logs]
     total = sum(weights)

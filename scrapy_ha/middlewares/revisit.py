@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = ["NotModified", "RevisitMiddleware", "signature_of"]
+__all__ = ["NotModified", "RevisitMiddleware", "page_age", "signature_of"]
 
 #: Hex digits of a SHA-1 kept as a page's signature: 64 bits, so two versions of one page
 #: share a signature with odds ~5e-20, in 16 bytes stored per URL.
@@ -108,7 +109,11 @@ class RevisitMiddleware:
         etag, modified = _validators(response)
         signature = signature_of(response, self.config.signature)
         answer = RevisitState(
-            etag=etag, modified=modified, signature=signature, size=len(response.body)
+            etag=etag,
+            modified=modified,
+            signature=signature,
+            size=len(response.body),
+            age=page_age(response, modified),
         )
         if state.visits and state.signature == signature:
             self._found(request, "unchanged", answer)
@@ -119,6 +124,21 @@ class RevisitMiddleware:
     @staticmethod
     def _found(request: Request, found: str, answer: RevisitState) -> None:
         request.meta[metakeys.REVISIT_SEEN] = (found, answer)
+
+
+def page_age(response: Response, modified: str) -> float:
+    """Seconds the page had been unchanged when answered: its ``Date`` less its
+    ``Last-Modified``, both the server's clock (-1: either missing or unreadable, or the
+    page modified after its date)."""
+    date = response.headers.get(b"Date")
+    if not (modified and date):
+        return -1.0
+    try:
+        answered = parsedate_to_datetime(date.decode("latin-1")).timestamp()
+        changed = parsedate_to_datetime(modified).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return -1.0
+    return answered - changed if answered >= changed else -1.0
 
 
 def _validators(response: Response) -> tuple[str, str]:

@@ -79,7 +79,7 @@ class Revisits:
             "unknown" if state.visits else "new",
             state,
         )
-        evidence = self._evidence(state, found)
+        evidence = self._evidence(state, found, answer.age)
         interval = self.config.next_interval(base, evidence, self._multiplier(base))
         meta[metakeys.REVISIT_STATE] = replace(
             answer,
@@ -90,6 +90,7 @@ class Revisits:
             changed_for=evidence.changed_for,
             unchanged_for=evidence.unchanged_for,
             last=evidence.last,
+            dated=evidence.dated,
         ).as_meta()
         load = None
         if self.allocation is not None:
@@ -113,14 +114,23 @@ class Revisits:
             return 0.0
         return self.allocation.multiplier or FIRST_MULTIPLIER * base
 
-    def _evidence(self, state: RevisitState, found: str) -> RevisitState:
+    def _evidence(self, state: RevisitState, found: str, age: float) -> RevisitState:
         """The state with this visit counted in the change rate's evidence: one more
-        interval observed, of the seconds since the last visit, changed or not (a first
-        visit, or a visit whose verdict is unknown, only starts the clock)."""
+        interval observed, of the seconds since the last visit, changed or not. A changed
+        page whose age (``Date`` less ``Last-Modified``) falls within that interval changed
+        then and not since: a dated change and its age unchanged, which say more than the
+        interval (Cho and Garcia-Molina's last-modified estimator). A first visit counts
+        its age as unchanged (what came before it is not known); one whose verdict is
+        unknown only starts the clock."""
         now = self.clock()
+        if found == "new" and not state.last and age >= 0:
+            return replace(state, unchanged_for=state.unchanged_for + age, last=now)
         if found not in ("changed", "unchanged", "not_modified") or not state.last:
             return replace(state, last=now)
         spanned = max(0.0, now - state.last)
+        if found == "changed" and 0 <= age <= spanned + AGE_SLACK:
+            unchanged = state.unchanged_for + min(age, spanned)
+            return replace(state, dated=state.dated + 1, unchanged_for=unchanged, last=now)
         if found == "changed":
             return replace(
                 state,
@@ -130,6 +140,10 @@ class Revisits:
             )
         return replace(state, unchanged_for=state.unchanged_for + spanned, last=now)
 
+
+#: Seconds an age may exceed the interval it is read in and still date the change within
+#: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval the worker's clock.
+AGE_SLACK = 1.0
 
 #: The warnings said once per process, by reason.
 _WARNED: set[str] = set()
