@@ -12,6 +12,7 @@ import random
 import pytest
 import redis.asyncio
 from scrapy import Request
+from scrapy.http import HtmlResponse
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
@@ -28,6 +29,7 @@ from scrapy_ha.config.freshness import (
 )
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.revisit import page_age
 from scrapy_ha.scheduler.revisits import Revisits
 from scrapy_ha.scheduler.session.revisit import _allocation
 from scrapy_ha.store.queue import RedisQueue
@@ -264,3 +266,53 @@ async def test_a_double_takes_its_load_out_of_the_budget(redis_url):
     assert alloc["load"] == pytest.approx(1 / state.interval, rel=1e-3)
     assert alloc["base"] == pytest.approx(1 / 50)
     await q.client.aclose()
+
+
+def test_a_page_s_age_is_its_date_less_its_last_modified():
+    def answer(**headers: str) -> HtmlResponse:
+        return HtmlResponse("http://a.example/p/1", headers=headers, body=b"x")
+
+    date, modified = "Wed, 02 Dec 2026 04:40:56 GMT", "Wed, 02 Dec 2026 04:40:26 GMT"
+    assert page_age(answer(Date=date), modified) == 30.0
+    assert page_age(answer(), modified) == -1  # no Date: not known
+    assert page_age(answer(Date=date), "") == -1  # no Last-Modified
+    assert page_age(answer(Date=modified), date) == -1  # modified after its date
+    assert page_age(answer(Date="yesterday"), modified) == -1
+
+
+def test_a_changed_page_s_age_dates_its_change():
+    now = [1000.0]
+    config = RevisitConfig(rules=(), adaptive=True, minimum=LOW, maximum=HIGH)
+    revisits = Revisits(config, lambda r: b"fp", clock=lambda: now[0])
+    request = Request("http://a.example/p/1", meta={metakeys.REVISIT: 50})
+    visits = (
+        ("new", 1000.0, 100.0),  # unchanged for 100 s before the first visit
+        ("changed", 1050.0, 20.0),  # changed 20 s ago, within the 50 s since: dated
+        ("changed", 1100.0, 80.0),  # "changed" 80 s ago, before the last visit: not dated
+        ("changed", 1150.0, -1.0),  # no Last-Modified: the interval's evidence
+        ("not_modified", 1200.0, -1.0),
+    )
+    for found, at, age in visits:
+        now[0] = at
+        request.meta[metakeys.REVISIT_SEEN] = (found, RevisitState(age=age))
+        assert revisits.visit_end(request) is not None
+    state = RevisitState.from_meta(request.meta[metakeys.REVISIT_STATE])
+    assert state.dated == 1 and state.changed == 2 and state.changed_for == 100.0
+    assert state.unchanged_for == 100.0 + 20.0 + 50.0
+    assert state.age == -1  # the answer's, not kept
+
+
+def test_a_few_dated_changes_tell_a_fast_page_from_a_slower_one():
+    # two pages found changed at each of 3 visits 50 s apart: the intervals alone cannot
+    # tell them apart; their ages (20 s and 2 s each time) can, and the faster one, which
+    # changes faster than the budget can follow (rate * multiplier > 1), is given up
+    config = RevisitConfig(adaptive=True, minimum=LOW, maximum=HIGH)
+    blind = [RevisitState(changed=3, changed_for=150.0) for _ in range(2)]
+    assert config.next_interval(50, blind[0], 5.6) == config.next_interval(50, blind[1], 5.6)
+    slow, fast = (RevisitState(dated=3, unchanged_for=3 * age) for age in (20.0, 2.0))
+    for state, rate in ((slow, 0.05), (fast, 0.5)):
+        post = posterior(0, 0, state.unchanged_for, LOW, HIGH, state.dated)
+        estimate = math.exp(sum(p * math.log(r) for r, p in post))  # its geometric mean
+        assert estimate == pytest.approx(rate, rel=0.4)
+    assert config.next_interval(50, slow, 5.6) < HIGH
+    assert config.next_interval(50, fast, 5.6) == HIGH

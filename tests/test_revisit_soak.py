@@ -45,6 +45,12 @@ def test_a_killed_worker_loses_and_doubles_no_revisit(tmp_path: Path) -> None:
     check(soak(tmp_path, seconds=75, rate=50))
 
 
+#: The ten-minute soak's own bound (its run, then up to 600 s to stop: soak's wait) and a
+#: minute to stop what is left and check: past pytest's 300 s default (setup.cfg).
+LONG_TIMEOUT = 600 + 600 + 60
+
+
 @pytest.mark.long
+@pytest.mark.timeout(LONG_TIMEOUT)
 def test_a_killed_worker_loses_and_doubles_no_revisit_over_ten_minutes(tmp_path: Path) -> None:
     check(soak(tmp_path, seconds=600, rate=20))
