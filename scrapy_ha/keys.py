@@ -40,7 +40,9 @@ key                        type         content
                                         URL declared last, password hidden): retention and
                                         purge keep entries no archive holds yet
 ``ha:{books}:dlq_alert``   string       set when the dead-letter alert of this crawl was sent
-``ha:{books}:dupefilter``  set          request fingerprints (first 12 raw bytes) already seen
+``ha:{books}:buckets``     hash         the exact dupefilter's ``buckets``, ``gen``, ``n``; its
+                                        intsets ``buckets:<gen>:<i>`` (store/buckets.py)
+``ha:{books}:dupefilter``  set          a crawl made before the buckets: fingerprints seen
 ``ha:{books}:bloom``       hash         ``HA_DUPEFILTER = "bloom"``: the filter in place of the
                                         set, its bitmaps ``bloom:<layer>:<part>`` (lib/seen)
 ``ha:{books}:aged``        hash         with ``HA_DUPEFILTER_TTL``, the dupefilter's time slices
@@ -123,8 +125,7 @@ key                        type         content
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
-``REDIS_START_URLS_KEY``), which is outside the hash tag: see the README for
-Redis Cluster.
+``REDIS_START_URLS_KEY``), which is outside the hash tag: see the README for Redis Cluster.
 
 Sharded crawls (``HA_SHARDS = N`` > 1, see docs/scaling.md): shard ``i`` has the whole
 key set above under the tag ``{<spider>:<i>}`` (``ha:{books:0}:ready`` ...
@@ -173,7 +174,7 @@ DEFAULT_PREFIX = "ha"
 #: The keys of a crawl (of one shard of it) but its checkpoints, by property name.
 SHARD_KEYS = (
     "ready waiting queued legacy_pending payload leased leases expiries delayed delayed_score "
-    "held dead dead_info dead_archived dlq_alert dupefilter bloom aged forget revisits "
+    "held dead dead_info dead_archived dlq_alert dupefilter buckets bloom aged forget revisits "
     "revisit_urls revisit_alloc stop seq run lease_seq sent senders workers worker_stats seen "
     "paused pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns "
     "cookies retried stats stats_minutes stats_domains items"
@@ -184,8 +185,8 @@ SHARD_KEYS = (
 #: keep a URL's age within an eighth of the TTL, for 9 set lookups per new request at most.
 SEEN_SLICES = 8
 
-#: Bytes of the request fingerprint kept in the dupefilter: 12 bytes (96 bits) fit Redis's
-#: 16-byte allocation where 20 take 32, and two of a billion URLs collide with odds ~1e-11.
+#: Bytes of the request fingerprint the dupefilter is sent: 12 (96 bits), of which its buckets
+#: keep 64 + log2(buckets) >= 76 bits (store/buckets.py: odds ~1e-8 at a billion URLs).
 FINGERPRINT_BYTES = 12
 #: Leading bytes of a fingerprint read as the shard number: 32 bits of a SHA-1 are uniform.
 PLACEMENT_BYTES = 4
@@ -290,6 +291,7 @@ class Keys:
     dead, dead_info, dead_archived = _Key("dead"), _Key("dead_info"), _Key("dead_arch")
     dlq_alert = _Key("dlq_alert")
     dupefilter = _Key("dupefilter")
+    buckets = _Key("buckets")  # the exact dupefilter's buckets (store/buckets.py)
     #: ``HA_DUPEFILTER = "bloom"``: the filter's layers (its bitmaps: :meth:`bloom_part`).
     bloom = _Key("bloom")
     #: With HA_DUPEFILTER_TTL, the dupefilter's time slices: each slot's start (lua/lib/aged).
@@ -299,8 +301,7 @@ class Keys:
         """The sets of the dupefilter's time slots, slot 0 first."""
         return [self._key(f"aged:{i}") for i in range(SEEN_SLICES + 1)]
 
-    #: The ``seen forget`` rules (store/forget.py).
-    forget = _Key("forget")
+    forget = _Key("forget")  # the ``seen forget`` rules (store/forget.py)
     #: Revisits: each revisited entry's next due time, the entry that revisits each URL,
     #: adaptive revisits' budget (lua/lib/revisit.lua).
     revisits, revisit_urls = _Key("revisits"), _Key("revisit_urls")
@@ -349,8 +350,7 @@ class Keys:
     stats = _Key("stats")
     #: Per-minute buckets of the counters that have rates (kept for a day).
     stats_minutes = _Key("stats:min")
-    #: Per-domain counters.
-    stats_domains = _Key("stats:domain")
+    stats_domains = _Key("stats:domain")  # per-domain counters
 
     #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
     items = _Key("items")

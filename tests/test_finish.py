@@ -58,7 +58,7 @@ class Hooked(redis.asyncio.Redis):
 
 
 def fingerprints(client: redis.Redis, shards: int = 4) -> list[int]:
-    return [int(client.scard(f"{SHARDS[i]}:dupefilter")) for i in range(shards)]
+    return [int(client.hget(f"{SHARDS[i]}:buckets", "n") or 0) for i in range(shards)]
 
 
 async def waiting_for(check: Any, what: str) -> None:
@@ -146,7 +146,7 @@ async def test_a_finish_whose_worker_died_while_clearing_is_completed_by_the_nex
     await first.crawl_async(base_url=site.url)
     sync = redis.Redis.from_url(redis_url)
     sync.set("ha:{catalogue}:finish", f"commit dead0token {int(time.time() * 1000) - 1}")
-    sync.delete(*(f"{SHARDS[i]}:{name}" for i in (0, 1) for name in ("dupefilter", "lseq")))
+    sync.delete(*(f"{SHARDS[i]}:{name}" for i in (0, 1) for name in ("buckets", "lseq")))
     assert fingerprints(sync)[:2] == [0, 0] and all(fingerprints(sync)[2:])
     second = get_crawler(CatalogueSpider, crawl_settings(redis_url, HA_SHARDS=4))
     with caplog.at_level(logging.WARNING, logger="scrapy_ha.store.join"):

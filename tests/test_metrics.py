@@ -161,7 +161,8 @@ def redis_numbers(client: redis.Redis, spider: str) -> dict[str, int]:
     found = {"pending": len(pending(client, k)), "leased": int(client.zcard(k.leased))}
     found.update(delayed=int(client.zcard(k.delayed)), dead=int(client.zcard(k.dead)))
     found["workers"] = int(client.zcount(k.workers, now_ms, "+inf"))
-    found["fingerprints"] = int(client.scard(k.dupefilter))
+    # the exact set in buckets (a worker's crawl), or as one set (a queue made by hand)
+    found["fingerprints"] = int(client.hget(k.buckets, "n") or 0) + int(client.scard(k.dupefilter))
     stats = client.hgetall(k.stats)
     found.update({f"stats:{f.decode()}": int(v) for f, v in stats.items()})
     return found

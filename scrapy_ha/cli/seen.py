@@ -21,6 +21,7 @@ from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES
 from scrapy_ha.ops.display import local_time
+from scrapy_ha.store.buckets import read_buckets, wire_fingerprint
 from scrapy_ha.store.forget import (
     ForgetRules,
     add_rule,
@@ -80,6 +81,8 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
 async def _revisited(queue: RedisQueue, fingerprint: bytes) -> str:
     """``; revisited (entry N), next visit at T`` for a URL a revisit entry holds."""
     client, keys = queue.client, queue.keys
+    if await read_buckets(client, keys):  # the scripts know it in the buckets' form
+        fingerprint = wire_fingerprint(fingerprint)
     entry = await client.hget(keys.revisit_urls, fingerprint)
     if entry is None:
         return ""

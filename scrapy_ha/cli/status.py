@@ -23,6 +23,7 @@ from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
 from scrapy_ha.ops.display import humanize, local_time
+from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
 from scrapy_ha.ops.revisits import read_revisits, status_lines
 from scrapy_ha.ops.stats import (
     COUNTERS,
@@ -33,6 +34,7 @@ from scrapy_ha.ops.stats import (
 )
 from scrapy_ha.ops.waiting import ETA_WINDOW, Waiting, eta, read_waiting
 from scrapy_ha.store.bloom import BloomState, bloom_state
+from scrapy_ha.store.buckets import BucketState, bucket_state
 from scrapy_ha.store.health import redis_health
 from scrapy_ha.store.items import crawl_items
 from scrapy_ha.store.sharding import shards_of
@@ -113,12 +115,12 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         health = await redis_health(queue.client)
         limits, held = await _politeness(queue)
         items = await crawl_items(queue)
-        blooms, pressure = await _memory(queue)
+        blooms, buckets, pressure = await _memory(queue)
         revisits = await read_revisits(queue.client, queue.keys, stats.now_ms)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
             doc["items"] = items_json(stats, items)
-            doc["dupefilter"] = _dupefilter_json(blooms)
+            doc["dupefilter"] = dupefilter_json(blooms, buckets)
             doc["backpressure"] = pressure
             doc["revisits"] = revisits.as_dict() if revisits else None
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
@@ -132,7 +134,8 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             if limits:
                 limited = stats.counter("domain_limited")
                 lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
-            lines += [_dupefilter_line(b) for b in blooms[:1]] + _pressure_lines(pressure)
+            lines += [dupefilter_line(b) for b in blooms[:1]] + buckets_lines(buckets)
+            lines += _pressure_lines(pressure)
             lines += status_lines(revisits)  # a continuous crawl's
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
             _draw(out, lines, in_place=in_place, last=args.watch is None)
@@ -151,41 +154,20 @@ async def _politeness(queue: RedisQueue) -> tuple[dict[str, DomainLimit], dict[s
     return limits, held
 
 
-async def _memory(queue: RedisQueue) -> tuple[list[BloomState], dict[str, int] | None]:
-    """Each shard's Bloom filter (none: the exact set) and the back-pressure mark."""
-    blooms = []
+async def _memory(
+    queue: RedisQueue,
+) -> tuple[list[BloomState], list[BucketState], dict[str, int] | None]:
+    """Each shard's Bloom filter or buckets of the exact set, and the back-pressure mark."""
+    blooms, buckets = [], []
     for shard in shards_of(queue):
         state = bloom_state(await queue.client.hgetall(shard.keys.bloom))
         if state is not None:
             blooms.append(state)
+        held = bucket_state(await queue.client.hgetall(shard.keys.buckets))
+        if held is not None:
+            buckets.append(held)
     mark = await queue.client.get(queue.keys.pressure)
-    return blooms, json.loads(mark) if mark else None
-
-
-def _dupefilter_json(blooms: list[BloomState]) -> dict[str, Any]:
-    if not blooms:
-        return {"kind": "set"}
-    return {
-        "kind": "bloom",
-        "urls": sum(b.urls for b in blooms),
-        "layers": max(len(b.added) for b in blooms),
-        "bytes": sum(b.bytes for b in blooms),
-        "error_now": max(b.error_now for b in blooms),
-        "error_bound": blooms[0].bound,
-        "error_asked": blooms[0].asked,
-        "expected_false_positives": sum(b.expected_false_positives for b in blooms),
-    }
-
-
-def _dupefilter_line(bloom: BloomState) -> str:
-    """The Bloom filter (of shard 0 for a sharded crawl: each shard has one like it)."""
-    per_url = bloom.bytes / bloom.urls if bloom.urls else 0.0
-    return (
-        f"{'dupefilter':>13}  bloom: {bloom.urls:,} URLs in {len(bloom.added)} layer(s), "
-        f"{bloom.bytes / 2**20:,.1f} MB ({per_url:.1f} bytes a URL); error now "
-        f"{bloom.error_now:.1e}, at most {bloom.bound:.1e} (asked {bloom.asked:g}); about "
-        f"{bloom.expected_false_positives:,.1f} URL(s) never crawled (expected)"
-    )
+    return blooms, buckets, json.loads(mark) if mark else None
 
 
 def _pressure_lines(mark: dict[str, int] | None) -> list[str]:

@@ -113,13 +113,18 @@ class Dupefilter:
         """The scripts' last argument (see ``lua/lib/seen.lua``)."""
         return "set"
 
+    def wire(self, fingerprint: bytes) -> bytes:
+        """A fingerprint as the scripts take it (the buckets take another form)."""
+        return fingerprint
+
     def adopt(self, exc: Exception) -> bool:
         """Learn the stored layout from a script's refusal; False: not such a refusal."""
         return False
 
 
 class ExactSet(Dupefilter):
-    """The exact set of 12-byte fingerprints (``HA_DUPEFILTER = "set"``, the default)."""
+    """The exact set as one set of 12-byte fingerprints: a crawl made before the buckets
+    (:mod:`scrapy_ha.store.buckets`) keeps it."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_ha.store.bloom import filter_keys
+from scrapy_ha.store.buckets import delete_buckets, read_buckets
 from scrapy_ha.store.scripts import FENCE_LUA, FINISH_LUA
 from scrapy_ha.store.wire import SENT_GRACE_MS, Finished, _s
 
@@ -66,6 +67,7 @@ def working_keys(keys: Keys) -> list[str]:
         keys.worker_stats,
         keys.queued,
         keys.dupefilter,
+        keys.buckets,
         keys.bloom,
         keys.aged,
         *keys.aged_slices(),
@@ -102,9 +104,14 @@ async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
     script = queue.client.register_script(FINISH_LUA)
     args = [worker, "keep" if keep else "clear", SENT_GRACE_MS]
     keys = finish_keys(queue.keys, keep=keep)
+    buckets = None
     if not keep:  # a Bloom filter's bitmaps, as stored, go with its meta hash
         keys += await filter_keys(queue.client, queue.keys)
-    return Finished.from_reply(await script(keys=keys, args=args))
+        buckets = await read_buckets(queue.client, queue.keys)
+    finished = Finished.from_reply(await script(keys=keys, args=args))
+    if finished:  # the buckets' meta hash went with the script: their sets go in batches
+        await delete_buckets(queue.client, buckets, queue.keys)
+    return finished
 
 
 async def finish_shards(queue: Sharded, worker: str, *, keep: bool) -> Finished:
@@ -135,7 +142,9 @@ async def complete_finish(queue: Sharded, token: str) -> bool:
             return False
         k = shard.keys
         filters = await filter_keys(shard.client, k)
+        buckets = await read_buckets(shard.client, k)
         await shard.client.delete(k.workers, k.cookies, *working_keys(k), *filters)
+        await delete_buckets(shard.client, buckets, k)
     return await _step(queue, "done", token)
 
 

@@ -1,8 +1,9 @@
 """Forgetting seen URLs (``scrapy-ha seen forget``): a URL forgotten may be crawled again
 the next time a page links to it.
 
-- One URL: its fingerprint leaves the dupefilter (the set kept for ever, or every time slice
-  of ``HA_DUPEFILTER_TTL``), in the shard that holds it.
+- One URL: its fingerprint leaves the dupefilter (the buckets, or the single set of a crawl
+  made before them, or every time slice of ``HA_DUPEFILTER_TTL``), in the shard that holds
+  it.
 - Every URL of a domain, or every URL matching a pattern: no set can be searched by domain
   (it holds fingerprints, not URLs), so a *rule* is kept instead in ``ha:{S}:forget``: the
   domain or the pattern, and when it was made. A request that matches rules is checked
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import shard_of
+from scrapy_ha.store.buckets import bucket_of, member_of, read_buckets, wire_fingerprint
+from scrapy_ha.store.scripts import FORGET_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -125,17 +128,25 @@ async def forget_fingerprints(client: Any, keys: Keys, fingerprints: list[bytes]
         shard = keys if keys.shard is None else keys.of_shard(shard_of(fingerprint, keys.shards))
         for key in (shard.dupefilter, *shard.aged_slices()):
             removed += int(await client.srem(key, fingerprint))
+        wired = wire_fingerprint(fingerprint)
+        removed += int(await client.eval(FORGET_LUA, 1, shard.buckets, wired))
     for shard_keys in every_shard(keys):
         await client.hincrby(shard_keys.forget, VERSION, 1)
     return removed
 
 
 async def seen_where(client: Any, keys: Keys, fingerprint: bytes) -> list[tuple[str, int]]:
-    """Where the dupefilter holds *fingerprint*: ``[("set", 0)]`` for the set kept for ever,
-    ``[("slice", <its start, ms>)]`` for each time slice that holds it."""
+    """Where the dupefilter holds *fingerprint*: ``[("set", 0)]`` for the set kept for ever
+    (its buckets, or the single set of a crawl made before them), ``[("slice", <its start,
+    ms>)]`` for each time slice that holds it."""
     shard = keys if keys.shard is None else keys.of_shard(shard_of(fingerprint, keys.shards))
     found: list[tuple[str, int]] = []
-    if await client.sismember(shard.dupefilter, fingerprint):
+    buckets = await read_buckets(client, shard)
+    if buckets is not None:
+        key = buckets.key(shard, bucket_of(fingerprint, buckets.buckets))
+        if await client.sismember(key, member_of(fingerprint)):
+            found.append(("set", 0))
+    elif await client.sismember(shard.dupefilter, fingerprint):
         found.append(("set", 0))
     starts = await client.hgetall(shard.aged)
     for i, key in enumerate(shard.aged_slices()):

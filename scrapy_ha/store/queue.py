@@ -16,6 +16,7 @@ from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
+from scrapy_ha.store.buckets import delete_buckets
 from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.frontier import convert_old_form, flush_crawl
 from scrapy_ha.store.hosts import payload_host
@@ -130,7 +131,7 @@ class RedisQueue:
             expect_arg(sender, expect),
             len(release),
         ]
-        args += packed_children(enqueue, sender, numbers)
+        args += packed_children(enqueue, sender, numbers, self.dupefilter.wire)
         keys = sync_keys(k, self.dupefilter.key(k), worker)
         acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
         args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
@@ -312,7 +313,12 @@ class RedisQueue:
         args: list[Any] = ["set" if as_set else "list", len(raw), self.order, *raw]
         for e in entries:
             host = e.host or payload_host(e.payload)
-            args += [e.fingerprint, clamp_priority(e.priority), host, e.payload]
+            args += [
+                self.dupefilter.wire(e.fingerprint),
+                clamp_priority(e.priority),
+                host,
+                e.payload,
+            ]
         keys = feed_keys(k, key, self.dupefilter.key(k))
         return int(await seen_call(self._feed, self.dupefilter, k, call_keys=keys, args=args))
 
@@ -353,6 +359,7 @@ class RedisQueue:
         filters = await filter_keys(self.client, self.keys)
         await flush_crawl(self.client, self.keys)
         await self.client.delete(*self.keys.crawl_keys(), *filters)
+        await delete_buckets(self.client, None, self.keys, every=True)
 
 
 def _task_keys(keys: Keys) -> Callable[[str], tuple[str, str]]:

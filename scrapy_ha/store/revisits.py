@@ -72,7 +72,8 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     commits = {pair: commit} if commit is not None else {}
     task_keys = lambda task: (k.checkpoint(task), k.checkpoint_ahead(task))  # noqa: E731
     (ack,), more = packed_acks([pair], commits, task_keys, len(keys) + 1)
-    args = [ack, visit.interval_ms, visit.payload, visit.fingerprint, visit.found]
+    fingerprint = queue.dupefilter.wire(visit.fingerprint)
+    args = [ack, visit.interval_ms, visit.payload, fingerprint, visit.found]
     args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
     script = queue.client.register_script(REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)

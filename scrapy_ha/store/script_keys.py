@@ -72,10 +72,10 @@ def feed_keys(k: Keys, start_key: str, dupefilter: str) -> list[str]:
 
 
 def counts_keys(k: Keys) -> list[str]:
-    """``counts.lua``: the size of every state, both dupefilters (a crawl has one of the
-    two), the old pending sorted set, then the exact set's time slices."""
+    """``counts.lua``: the size of every state, the dupefilters (a crawl has one of them),
+    the old pending sorted set, then the exact set's time slices."""
     keys = [k.ready, k.waiting, k.queued, k.leased, k.delayed, k.dead, k.workers]
-    return [*keys, k.dupefilter, k.bloom, k.legacy_pending, *k.aged_slices()]
+    return [*keys, k.dupefilter, k.bloom, k.legacy_pending, k.buckets, *k.aged_slices()]
 
 
 def convert_keys(k: Keys) -> list[str]:

@@ -8,9 +8,9 @@ library file may include others on its first lines. Each file is included once p
 before the code that uses it (Lua's ``local function`` must be defined before use), and
 ``lib/prelude.lua`` comes first in every script: the script Redis runs is one
 self-contained text. Every key comes through ``KEYS``, but the back queues (one per host
-and priority), which a script names from the key of their prefix it is given: that
-prefix carries the crawl's hash tag, so the names it makes are in the slot of the call's
-other keys (``lib/frontier.lua``).
+and priority) and the exact dupefilter's buckets, which a script names from the key of
+their prefix it is given: that prefix carries the crawl's hash tag, so the names it makes
+are in the slot of the call's other keys (``lib/frontier.lua``, ``lib/seen.lua``).
 
 The priority scale is written into ``lib/priority.lua`` from the constants below, so that
 the scripts and the worker clamp priorities the same way.
@@ -112,3 +112,4 @@ ITEMS_STATE_LUA = assemble("items_state")
 RUN_LUA = assemble("run")
 REVISIT_LUA = assemble("revisit")
 CONVERT_LUA = assemble("convert")
+FORGET_LUA = assemble("forget")

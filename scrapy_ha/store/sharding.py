@@ -12,6 +12,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.aged import AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
+from scrapy_ha.store.buckets import BucketSet, bucket_count, read_buckets
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
 
@@ -154,18 +155,26 @@ async def _dupefilter(
     keys, client = queue.keys, queue.client
     meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
     fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
+    buckets = await read_buckets(client, keys)
     if config.dupefilter == "set":
         if meta:
             raise ConfigError(
                 f"HA_DUPEFILTER='set' but the crawl of {keys.spider} in Redis has a Bloom "
                 f"filter ({keys.bloom}): run it with HA_DUPEFILTER='bloom', {fix}"
             )
-        return AgedSet(int(ttl * 1000)) if ttl else ExactSet()
-    if await client.exists(keys.aged):
+        if ttl and buckets:
+            raise ConfigError(
+                f"HA_DUPEFILTER_TTL={ttl:g} but the crawl of {keys.spider} in Redis keeps its "
+                f"exact set in buckets ({keys.buckets}), which keep no time: run it without "
+                f"HA_DUPEFILTER_TTL, {fix}"
+            )
+        if ttl:
+            return AgedSet(int(ttl * 1000))
+        return await _exact(queue, config, warn=warn)
+    if buckets or await client.exists(keys.aged):
         raise ConfigError(
-            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis keeps its exact set "
-            f"in time slices ({keys.aged}, HA_DUPEFILTER_TTL): run it with HA_DUPEFILTER='set', "
-            f"{fix}"
+            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis keeps an exact set "
+            f"({keys.buckets if buckets else keys.aged}): run it with HA_DUPEFILTER='set', {fix}"
         )
     if seen := await client.scard(keys.dupefilter):
         raise ConfigError(
@@ -188,14 +197,51 @@ async def _dupefilter(
     return bloom
 
 
+async def _exact(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupefilter:
+    """The exact set: in buckets, their count as stored (or from HA_DUPEFILTER_CAPACITY for
+    a crawl made now); the single set for a crawl made before the buckets that has one."""
+    keys, client = queue.keys, queue.client
+    wanted = bucket_count(config.capacity)
+    stored = await read_buckets(client, keys)
+    if stored is None and await client.exists(keys.dupefilter):
+        if warn:
+            logger.info(
+                "The crawl of %s keeps its dupefilter in one set (%s, made before the buckets): "
+                "it is kept as it is (a crawl made now keeps it in buckets, 8 bytes a URL)",
+                keys.spider,
+                keys.dupefilter,
+            )
+        return ExactSet()
+    if stored is not None and stored.buckets != wanted and warn:
+        logger.warning(
+            "The dupefilter of the crawl of %s has %d buckets (made for %d URLs): they are kept "
+            "as they are (this worker's HA_DUPEFILTER_CAPACITY=%d, %d buckets, applies to a "
+            "new crawl)",
+            keys.spider,
+            stored.buckets,
+            stored.capacity,
+            config.capacity,
+            wanted,
+        )
+    return BucketSet(stored.buckets if stored else wanted)
+
+
 async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
-    """The crawl's Bloom filter as worker stats (none for the exact set): URLs added, the
-    chance now that a new URL is taken for a seen one (the worst shard's), and the URLs
-    expected lost so far."""
+    """The crawl's Bloom filter as worker stats: URLs added, the chance now that a new URL
+    is taken for a seen one (the worst shard's), and the URLs expected lost so far; or the
+    exact set's buckets: URLs held, and 1 in ``ha/dupefilter/over_capacity`` once a shard
+    holds more than its buckets were made for."""
     states = [bloom_state(await q.client.hgetall(q.keys.bloom)) for q in shards_of(queue)]
     found = [state for state in states if state is not None]
     if not found:
-        return {}
+        held = [await read_buckets(q.client, q.keys) for q in shards_of(queue)]
+        buckets = [b for b in held if b is not None]
+        if not buckets:
+            return {}
+        return {
+            "ha/dupefilter/urls": sum(b.urls for b in buckets),
+            "ha/dupefilter/over_capacity": int(any(b.over for b in buckets)),
+        }
     return {
         "ha/dupefilter/urls": sum(s.urls for s in found),
         "ha/dupefilter/error_rate": max(s.error_now for s in found),

@@ -223,18 +223,21 @@ def clamp_priority(priority: int) -> int:
 
 
 def packed_children(
-    entries: list[NewEntry], sender: Sender | None = None, numbers: Sequence[int] = ()
+    entries: list[NewEntry],
+    sender: Sender | None = None,
+    numbers: Sequence[int] = (),
+    wire: Callable[[bytes], bytes] | None = None,
 ) -> list[bytes]:
     """The requests of a sync call, one argument each. With *sender* (a worker's nonce and
     the number of its first child here), each carries its number in its worker's order, so
     that a call sent again after its reply was lost stores and counts none of them twice.
     *numbers*, when given, are the children's own numbers (children stored again after a
-    failover lost them keep the numbers they were first sent with)."""
-    if sender is None:
-        return [_packed(e, b"-") for e in entries]
-    nonce, first = sender[0].encode(), sender[1]
+    failover lost them keep the numbers they were first sent with). *wire*: a fingerprint
+    as the dupefilter takes it (store/buckets.py)."""
+    nonce, first = (sender[0].encode(), sender[1]) if sender else (b"", 0)
     numbered = numbers or range(first, first + len(entries))
-    return [_packed(e, b"%s.%d" % (nonce, n)) for n, e in zip(numbered, entries, strict=True)]
+    sent = (b"%s.%d" % (nonce, n) if sender else b"-" for n in numbered)
+    return [_packed(e, s, wire) for s, e in zip(sent, entries, strict=bool(sender))]
 
 
 def packed_acks(
@@ -289,9 +292,10 @@ def children_lost(exc: Exception) -> ChildrenLost | None:
     return ChildrenLost(int(found[1]), int(found[2])) if found else None
 
 
-def _packed(e: NewEntry, sent: bytes) -> bytes:
+def _packed(e: NewEntry, sent: bytes, wire: Callable[[bytes], bytes] | None) -> bytes:
     """One request as one script argument: fewer arguments to pack is most of the client's
     cost per request (see docs/benchmarks.md)."""
+    fingerprint = wire(e.fingerprint) if wire else e.fingerprint
     return b"%d%s%s %s %s %s %s %02d%s%s" % (
         clamp_priority(e.priority),
         b"s" if e.start else b"",
@@ -300,8 +304,8 @@ def _packed(e: NewEntry, sent: bytes) -> bytes:
         b"=" + _pair(e.taken) if e.kept else _pair(e.taken),
         sent,
         (e.host or payload_host(e.payload)).encode(),
-        len(e.fingerprint),
-        e.fingerprint,
+        len(fingerprint),
+        fingerprint,
         e.payload,
     )
 

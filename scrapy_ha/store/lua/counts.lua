@@ -1,10 +1,11 @@
 -- counts: the size of every state of a crawl, read at one instant (it writes nothing).
 -- KEYS[1] ready  KEYS[2] waiting  KEYS[3] queued (lib/frontier)  KEYS[4] leased
 -- KEYS[5] delayed  KEYS[6] dead  KEYS[7] workers
--- KEYS[8] dupefilter (the exact set)  KEYS[9] the Bloom filter's meta hash (lib/seen): a
--- crawl has one of the two
+-- KEYS[8] dupefilter (the exact set made before the buckets)  KEYS[9] the Bloom filter's
+-- meta hash (lib/seen)  KEYS[11] the exact set's buckets' meta hash (lib/seen: it counts
+-- them): a crawl has one of the three
 -- KEYS[10] pending: requests in the form of before the back queues, not converted yet
--- (convert.lua)  KEYS[11..] the exact set's time slices (lib/aged), if any
+-- (convert.lua)  KEYS[12..] the exact set's time slices (lib/aged), if any
 -- Returns {now_ms, pending, leased, delayed, dead, live workers, fingerprints} (a
 -- fingerprint in two slices is counted twice).
 --- @include "time"
@@ -15,7 +16,7 @@ frontier_open(nil, KEYS[1], KEYS[2], KEYS[3], false, false)
 local ok, pending = pcall(frontier_pending, true, false)
 if not ok then pending = 0 end -- a counter of another type is set aside by the next sync
 local old = redis_call('TYPE', KEYS[10])['ok'] == 'zset' and redis_call('ZCARD', KEYS[10]) or 0
-local fingerprints = seen_count(KEYS[8]) + seen_count(KEYS[9])
-for i = 11, #KEYS do fingerprints = fingerprints + redis_call('SCARD', KEYS[i]) end
+local fingerprints = seen_count(KEYS[8]) + seen_count(KEYS[9]) + seen_count(KEYS[11])
+for i = 12, #KEYS do fingerprints = fingerprints + redis_call('SCARD', KEYS[i]) end
 return {now, pending + old, redis_call('ZCARD', KEYS[4]), redis_call('ZCARD', KEYS[5]),
   redis_call('ZCARD', KEYS[6]), redis_call('ZCOUNT', KEYS[7], now, '+inf'), fingerprints}

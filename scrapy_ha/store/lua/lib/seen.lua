@@ -1,12 +1,15 @@
 -- lib/seen: the crawl's dupefilter, one interface over its two kinds (HA_DUPEFILTER), used
 -- by every script that enqueues (sync, feed) and by counts:
---   'set'    the exact set of fingerprints (12 bytes each): never wrong;
+--   'set'    the exact set: never wrong. A crawl keeps it in buckets (below) or, made by a
+--            version before them, as one set of 12-byte fingerprints;
 --   'bloom'  a scalable Bloom filter (Almeida et al., 2007) in plain Redis bitmaps: a few
 --            bytes per URL, and a new URL is taken for one seen before (a false positive:
 --            that URL is never crawled) with at most the probability asked.
 -- and the exact set with an age (HA_DUPEFILTER_TTL): time slices of it, lib/aged.
 -- The caller names the kind with a spec, the script's last argument:
---   'set'  the set is the caller's dupefilter key;
+--   'buckets <count>'  the exact set in buckets: the dupefilter key is their meta hash;
+--          <count> is the number of buckets of a crawl made now (a stored one is kept);
+--   'set'  one set, the caller's dupefilter key (a crawl made before the buckets);
 --   'set <ttl>'  time slices (lib/aged): the slices' hash and sets are the last KEYS;
 --   'bloom <capacity> <k> <part> <layers> <error>'  the dupefilter key is the filter's meta
 --          hash, and the bitmaps of layers 0 .. <layers> are the last KEYS of the script,
@@ -31,6 +34,15 @@
 -- The meta hash: capacity, k, part, error (as created); layers; n (URLs added in all);
 -- n:<i> (URLs added to layer i); fp (the false positives to expect so far: each URL added
 -- adds the filter's error at that time).
+-- Rule (buckets): the exact set is split into <count> sets (a power of two, 4096 or more)
+-- named '<meta>:<gen>:<i>'; a fingerprint's bucket is its bytes 9-12 (an unsigned 32-bit
+-- integer) modulo the count, its member bytes 1-8 as a signed 64-bit integer, in decimal
+-- (Lua 5.1 has no 64-bit integers: the worker sends bytes 9-12 raw, then the decimal; see
+-- scrapy_ha/store/buckets.py). 64 bits + log2(count) >= 76 bits tell URLs apart. A bucket
+-- of at most 512 members (set-max-intset-entries) is an intset: 8 bytes a URL. The meta
+-- hash: buckets (the count), gen (the server's ms when it was made: a crawl made again
+-- after a finish or flush never meets buckets of the one before, deleted in batches after
+-- it), n (fingerprints held, kept by every script that adds or removes one).
 --- @include "number"
 --- @include "types"
 --- @include "aged"
@@ -209,6 +221,24 @@ local function bloom_open(script, meta, spec, keys)
   return f
 end
 
+-- buckets_open(script, meta, spec, now)
+--   Returns the exact set in buckets (meta hash meta), or nil and an error reply; the
+--   count stored is kept, the spec's is that of a crawl made now.
+local function buckets_open(script, meta, spec, now)
+  local want = tonumber(string.match(spec, '^buckets (%d+)$'))
+  if not want or want < 1 then
+    return nil, redis.error_reply('ERR ' .. script .. ': bad dupefilter spec')
+  end
+  local err = wrong_type(script, {meta}, {'hash'})
+  if err then return nil, err end
+  local stored = redis.call('HMGET', meta, 'buckets', 'gen')
+  local count, gen = tonumber(stored[1]), stored[2]
+  local fresh = not (count and gen)
+  if fresh then count, gen = want, int_str(now) end
+  return {meta = meta, buckets = count, gen = gen, prefix = meta .. ':' .. gen .. ':',
+    added = 0, fresh = fresh}
+end
+
 -- seen_open(script, key, spec, keys, now)
 --   key: the dupefilter (the set, or the filter's meta hash); spec: see above; keys: the
 --   script's KEYS; now: the server's time (ms; for the time slices). Returns the
@@ -222,6 +252,7 @@ local function seen_open(script, key, spec, keys, now)
     return {set = key}
   end
   if string.match(spec or '', '^set ') then return aged_open(script, key, spec, keys, now) end
+  if string.match(spec or '', '^buckets ') then return buckets_open(script, key, spec, now) end
   return bloom_open(script, key, spec, keys)
 end
 
@@ -229,6 +260,13 @@ end
 --   Returns true when fingerprint fp is new (it is recorded now), false when seen before
 --   (with time slices: seen within age ms, the ttl when nil or longer; see lib/aged).
 local function seen_add(d, fp, age)
+  if d.prefix then
+    local a, b, c, e = string.byte(fp, 1, 4)
+    local bucket = (((a * 256 + b) * 256 + c) * 256 + e) % d.buckets
+    if redis.call('SADD', d.prefix .. bucket, string.sub(fp, 5)) == 0 then return false end
+    d.added = d.added + 1
+    return true
+  end
   if d.set then return redis.call('SADD', d.set, fp) == 1 end
   if d.ring then return aged_add(d, fp, age) end
   local b = {string.byte(fp, 5, 16)}
@@ -265,6 +303,12 @@ end
 -- seen_close(d)
 --   Writes what this call added (call it once, after the last seen_add).
 local function seen_close(d)
+  if d.prefix then
+    if d.added == 0 then return end
+    if d.fresh then redis.call('HSET', d.meta, 'buckets', d.buckets, 'gen', d.gen) end
+    redis.call('HINCRBY', d.meta, 'n', d.added)
+    return
+  end
   if d.set or d.ring or not (d.grown or next(d.added)) then return end
   local s, meta, total = d.spec, d.meta, 0
   if d.fresh then
@@ -279,9 +323,21 @@ local function seen_close(d)
   redis.call('HINCRBYFLOAT', meta, 'fp', string.format('%.17g', bloom_error(d) * total))
 end
 
+-- seen_remove(d, fp)
+--   Removes fingerprint fp from the exact set's buckets d (scrapy-ha seen forget); returns
+--   whether it was held. Call seen_close after the last.
+local function seen_remove(d, fp)
+  local a, b, c, e = string.byte(fp, 1, 4)
+  if not e then return false end
+  local bucket = (((a * 256 + b) * 256 + c) * 256 + e) % d.buckets
+  if redis.call('SREM', d.prefix .. bucket, string.sub(fp, 5)) == 0 then return false end
+  d.added = d.added - 1
+  return true
+end
+
 -- seen_count(key)
 --   Returns the URLs the dupefilter at key holds (the set's size, or the URLs a filter
---   added).
+--   or the buckets added: their meta hash's n).
 local function seen_count(key)
   if redis.call('TYPE', key)['ok'] == 'hash' then
     return tonumber(redis.call('HGET', key, 'n')) or 0

@@ -1,0 +1,15 @@
+-- forget: remove fingerprints from the exact set's buckets (`scrapy-ha seen forget <url>`).
+-- Rule kept: the buckets' meta hash counts the fingerprints they hold (lib/seen).
+-- KEYS[1] the buckets' meta hash (lib/seen; the buckets are named from it)
+-- ARGV[1..] fingerprints, each as the buckets take it (store/buckets.py: wire_fingerprint)
+-- Returns how many of them the buckets held (0 when the crawl has no buckets).
+--- @include "seen"
+local d, err = seen_open('forget', KEYS[1], 'buckets 1', KEYS, 0)
+if err then return err end
+if d.fresh then return 0 end
+local removed = 0
+for i = 1, #ARGV do
+  if seen_remove(d, ARGV[i]) then removed = removed + 1 end
+end
+seen_close(d)
+return removed
