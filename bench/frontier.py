@@ -5,7 +5,9 @@ Redis's CPU from enqueue to ack, and whether a slow or gated host holds back the
 <host>.com/catalogue/category/books_<m>/item-<k>/index.html?ref=list``, about 95
 characters, over ``--hosts`` hosts) enqueued as a worker enqueues them (the codec's payload,
 Scrapy's fingerprint), ``used_memory`` before and after: bytes per pending request, and of
-that the dupefilter's (``MEMORY USAGE``, per seen URL).
+that the dupefilter's (``MEMORY USAGE``, per seen URL): the exact set in buckets as a worker
+with the default ``HA_DUPEFILTER_CAPACITY`` makes them, or with ``--single-set`` the single
+set of a crawl made before the buckets (or of a tree before them).
 
 ``cpu``: a fresh redis-server with ``--frontier`` requests queued, then ``--workers``
 processes that do what a busy worker's rounds do, as fast as they can, for ``--seconds``:
@@ -53,6 +55,12 @@ if str(ROOT) not in sys.path:
 
 from scrapy_ha.keys import Keys  # noqa: E402
 from scrapy_ha.store.queue import RedisQueue  # noqa: E402
+
+try:  # a tree before the exact set's buckets has none
+    from scrapy_ha.config.memory import DEFAULT_DUPEFILTER_CAPACITY
+    from scrapy_ha.store.buckets import BucketSet, bucket_count
+except ImportError:  # pragma: no cover
+    BucketSet = None
 from scrapy_ha.store.wire import NewEntry  # noqa: E402
 from tests import redis_servers  # noqa: E402
 
@@ -158,9 +166,11 @@ def start_redis(directory: Path) -> redis_servers.Server:
 # -- memory ------------------------------------------------------------------------------
 
 
-async def fill(port: int, n: int, hosts: int, compact: bool) -> dict[str, Any]:
+async def fill(port: int, n: int, hosts: int, compact: bool, single: bool) -> dict[str, Any]:
     client = redis.asyncio.Redis(port=port)
     queue = RedisQueue(client, Keys("ha", SPIDER))
+    if BucketSet is not None and not single:
+        queue.dupefilter = BucketSet(bucket_count(DEFAULT_DUPEFILTER_CAPACITY))
     stored = Stored(hosts, compact)
     await client.flushall()
     before = (await client.info("memory"))["used_memory"]
@@ -174,6 +184,15 @@ async def fill(port: int, n: int, hosts: int, compact: bool) -> dict[str, Any]:
     # client waits), sampled above
     samples = 0 if n <= 2_000_000 else 10_000
     dupefilter = int(await client.memory_usage(queue.keys.dupefilter, samples=samples) or 0)
+    if BucketSet is not None and not single:  # the buckets and their meta hash, all counted
+        names = [queue.keys.buckets] + [
+            k async for k in client.scan_iter(match=queue.keys.buckets + ":*", count=10_000)
+        ]
+        for i in range(0, len(names), 1000):
+            pipe = client.pipeline(transaction=False)
+            for name in names[i : i + 1000]:
+                pipe.memory_usage(name, samples=0)
+            dupefilter += sum(int(x or 0) for x in await pipe.execute())
     counts = await queue.counts()
     await client.aclose()
     assert counts.pending == n, counts
@@ -182,6 +201,7 @@ async def fill(port: int, n: int, hosts: int, compact: bool) -> dict[str, Any]:
         "pending": n,
         "hosts": hosts,
         "compacted": stored.dictionary is not None,
+        "dupefilter": "single set" if single or BucketSet is None else "buckets",
         "bytes_per_pending_request": round(total / n, 1),
         "of_which_dupefilter_per_seen_url": round(dupefilter / n, 1),
         "bytes_per_pending_request_without_dupefilter": round((total - dupefilter) / n, 1),
@@ -197,7 +217,9 @@ def memory(args: argparse.Namespace) -> list[dict[str, Any]]:
         server = start_redis(Path(tmp))
         try:
             for n in (int(x) for x in args.pending.split(",")):
-                out.append(asyncio.run(fill(server.port, n, args.hosts, not args.plain)))
+                out.append(
+                    asyncio.run(fill(server.port, n, args.hosts, not args.plain, args.single_set))
+                )
         finally:
             server.kill()
     return out
@@ -341,6 +363,7 @@ def main() -> None:
     parser.add_argument("--trees", default="", help="compare these trees (comma-separated)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--plain", action="store_true", help="store plain documents")
+    parser.add_argument("--single-set", action="store_true", help="the dupefilter's old form")
     args = parser.parse_args()
     args.hosts = args.hosts or (10_000 if args.mode == "memory" else 50)
     if args.trees:

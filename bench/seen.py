@@ -6,12 +6,17 @@ For each dupefilter and each size N, a fresh redis-server gets N URLs of the iss
 (``https://www.example-shop-<n>.com/catalogue/category/books_<m>/item-<k>/index.html?ref=list``,
 about 95 characters), their fingerprints the SHA-1 of the URL (Scrapy's is a SHA-1 of the
 canonical request: the same size, as uniform), enqueued by ``sync.lua`` in calls of
-``--batch``. The pending set is deleted after each call, so that what stays is what a crawl
-keeps once its requests are acked: the dupefilter (and a few counters). Reported:
+``--batch``. The pending requests (their back queue) are deleted after each call, so that
+what stays is what a crawl keeps once its requests are acked: the dupefilter (and a few
+counters). Reported:
 ``used_memory`` after minus before, per URL, and the script's Redis CPU per URL (``INFO
-commandstats``: what the enqueue costs Redis, the pending set's own part included). The
-Bloom filter is sized to N
-(``HA_DUPEFILTER_CAPACITY = N``: one layer, as docs/reference.md says to size it).
+commandstats``: what the enqueue costs Redis, the pending requests' own part included). The
+Bloom filter and the exact set's buckets are sized to N (``HA_DUPEFILTER_CAPACITY = N``:
+one layer, or N / 384 buckets rounded up to a power of two, as docs/reference.md says to
+size them). The exact set is measured in both layouts: its buckets (a crawl made now) and
+the single set of 12-byte fingerprints (a crawl made before them). ``--repeat`` runs every
+dupefilter that many times, alternated (set, buckets, set, buckets...), so that their Redis
+CPU is compared under the same load: take the medians.
 
 The false-positive rate of a filter at capacity is measured on its bitmaps as stored: the
 bitmaps are read (GET), and ``--probes`` random fingerprints never added are looked up with
@@ -49,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from scrapy_ha.keys import Keys  # noqa: E402
 from scrapy_ha.store.bloom import BloomFilter, layer_sizes  # noqa: E402
+from scrapy_ha.store.buckets import BucketSet, bucket_count  # noqa: E402
 from scrapy_ha.store.queue import RedisQueue  # noqa: E402
 from scrapy_ha.store.wire import NewEntry  # noqa: E402
 from tests import redis_servers  # noqa: E402
@@ -56,8 +62,9 @@ from tests import redis_servers  # noqa: E402
 KEYS = Keys("ha", "seen")
 #: False positives the probe looks for (±5 %), when --probes allows it.
 PROBE_HITS = 400
-#: The dupefilters measured: (name, HA_DUPEFILTER_ERROR_RATE or None for the exact set).
-FILTERS = (("set", None), ("bloom 1e-3", 1e-3), ("bloom 1e-6", 1e-6))
+#: The dupefilters measured: (name, HA_DUPEFILTER_ERROR_RATE, or None for the exact set in
+#: buckets, 0 for the single set of a crawl made before them).
+FILTERS = (("set", 0), ("buckets", None), ("bloom 1e-3", 1e-3), ("bloom 1e-6", 1e-6))
 
 
 def url(i: int) -> bytes:
@@ -83,9 +90,12 @@ async def fill(
     script was loaded (by a call that enqueues nothing), before the first URL."""
     client = redis.asyncio.Redis(port=port)
     queue = RedisQueue(client, KEYS)
-    if error is not None:
+    if error is None:
+        queue.dupefilter = BucketSet(bucket_count(n))
+    elif error:
         queue.dupefilter = BloomFilter(n, error)
     size = queue.dupefilter.fingerprint_bytes
+    pending = [KEYS.ready, KEYS.queued, KEYS.payload, KEYS.queue("0:-")]
     # Redis's slow log keeps the last 128 calls slower than 10 ms (those of a busy
     # machine) with their arguments: half a megabyte that is no URL's
     await client.config_set("slowlog-log-slower-than", -1)
@@ -98,7 +108,7 @@ async def fill(
         stop = min(n, start + batch)
         entries = [NewEntry(fingerprint(i, salt)[:size], 0, b"") for i in range(start, stop)]
         added += await queue.enqueue(entries)
-        await client.delete(KEYS.pending)
+        await client.delete(*pending)
     await client.aclose()
     return added, before
 
@@ -185,10 +195,10 @@ def bucketed(port: int, n: int, layout: str, batch: int) -> int:
 def measure(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rows = []
     for n in args.sizes:
-        for name, error in FILTERS:
+        for run, (name, error) in enumerate(FILTERS * args.repeat):
             if args.filters and name not in args.filters:
                 continue
-            server = redis_servers.start(tmp / f"{name}-{n}".replace(" ", "-"))
+            server = redis_servers.start(tmp / f"{name}-{n}-{run}".replace(" ", "-"))
             try:
                 client = server.client()
                 started = time.monotonic()
@@ -204,7 +214,14 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
                     "seconds": round(seconds, 1),
                     "redis_us_per_url": round(script.get("usec", 0) / n, 2),
                 }
-                if error is not None:
+                if error is None:
+                    buckets = bucket_count(n)
+                    first = next(client.scan_iter(match=f"{KEYS.buckets}:*", count=1000))
+                    row |= {
+                        "buckets": buckets,
+                        "encoding": client.object("encoding", first).decode(),
+                    }
+                if error:
                     k = BloomFilter(n, error).k
                     row["probe"] = probe(client, n, k, args.probes, args.sample)
                     fresh, _ = asyncio.run(
@@ -238,6 +255,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=100_000, help="added URLs looked up")
     parser.add_argument("--fresh", type=int, default=200_000)
     parser.add_argument("--exact-alternatives", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each, alternated")
     parser.add_argument("--filters", nargs="*", help="of: " + ", ".join(n for n, _ in FILTERS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
