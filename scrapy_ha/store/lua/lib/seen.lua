@@ -239,6 +239,15 @@ local function buckets_open(script, meta, spec, now)
     added = 0, fresh = fresh}
 end
 
+-- bucket_of(d, fp)
+--   Returns the bucket key and the member of fingerprint fp (in the form the worker sends:
+--   bytes 9-12 raw, then the member in decimal) in the buckets d.
+local function bucket_of(d, fp)
+  local a, b, c, e = string.byte(fp, 1, 4)
+  local bucket = (((a * 256 + b) * 256 + c) * 256 + e) % d.buckets
+  return d.prefix .. bucket, string.sub(fp, 5)
+end
+
 -- seen_open(script, key, spec, keys, now)
 --   key: the dupefilter (the set, or the filter's meta hash); spec: see above; keys: the
 --   script's KEYS; now: the server's time (ms; for the time slices). Returns the
@@ -261,9 +270,8 @@ end
 --   (with time slices: seen within age ms, the ttl when nil or longer; see lib/aged).
 local function seen_add(d, fp, age)
   if d.prefix then
-    local a, b, c, e = string.byte(fp, 1, 4)
-    local bucket = (((a * 256 + b) * 256 + c) * 256 + e) % d.buckets
-    if redis.call('SADD', d.prefix .. bucket, string.sub(fp, 5)) == 0 then return false end
+    local key, member = bucket_of(d, fp)
+    if redis.call('SADD', key, member) == 0 then return false end
     d.added = d.added + 1
     return true
   end
@@ -327,10 +335,9 @@ end
 --   Removes fingerprint fp from the exact set's buckets d (scrapy-ha seen forget); returns
 --   whether it was held. Call seen_close after the last.
 local function seen_remove(d, fp)
-  local a, b, c, e = string.byte(fp, 1, 4)
-  if not e then return false end
-  local bucket = (((a * 256 + b) * 256 + c) * 256 + e) % d.buckets
-  if redis.call('SREM', d.prefix .. bucket, string.sub(fp, 5)) == 0 then return false end
+  if #fp < 5 then return false end
+  local key, member = bucket_of(d, fp)
+  if redis.call('SREM', key, member) == 0 then return false end
   d.added = d.added - 1
   return true
 end
