@@ -171,10 +171,17 @@ async def _dupefilter(
         if ttl:
             return AgedSet(int(ttl * 1000))
         return await _exact(queue, config, warn=warn)
-    if buckets or await client.exists(keys.aged):
+    if buckets:
         raise ConfigError(
-            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis keeps an exact set "
-            f"({keys.buckets if buckets else keys.aged}): run it with HA_DUPEFILTER='set', {fix}"
+            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "
+            f"of {buckets.urls} fingerprints in buckets ({keys.buckets}): run it with "
+            f"HA_DUPEFILTER='set', {fix}"
+        )
+    if await client.exists(keys.aged):
+        raise ConfigError(
+            f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis keeps its exact set "
+            f"in time slices ({keys.aged}, HA_DUPEFILTER_TTL): run it with HA_DUPEFILTER='set', "
+            f"{fix}"
         )
     if seen := await client.scard(keys.dupefilter):
         raise ConfigError(
