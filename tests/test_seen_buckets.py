@@ -215,3 +215,43 @@ def test_a_crawl_past_its_capacity_says_so(redis_url):
     (line,) = buckets_lines([over])
     assert "past the 1,572,864 its buckets were made for" in line
     assert dupefilter_json([], [over])["over_capacity"] is True
+
+
+SHORT = [
+    (1234567890123456789).to_bytes(8, "big", signed=True),  # 8 bytes: the same last digits
+    (2234567890123456789).to_bytes(8, "big", signed=True),
+    bytes(range(1, 9)) + b"\x00",  # 9 bytes, told apart by the ninth
+    bytes(range(1, 9)) + b"\xff",
+    b"\x00\x00\x00\x00\x07\x5b\xcd\x15",  # 8 and 4 bytes of one integer
+    b"\x07\x5b\xcd\x15",
+    b"\x05",  # one byte
+]
+
+
+@deferred_f_from_coro_f
+async def test_fingerprints_shorter_than_twelve_bytes_are_told_apart(redis_url):
+    """A project's fingerprinter may make them shorter than the 12 bytes a bucket and its
+    member are read from: each is still its own, and `seen check` finds it where the
+    scripts put it."""
+    queue = await joined(redis_url)
+    assert isinstance(queue.dupefilter, BucketSet)
+    for i, fp in enumerate(SHORT):
+        assert await add(queue, [NewEntry(fp, 0, b'{"v":1,"u":"http://a/%d"}' % i)]) == 1, fp
+        assert await seen_where(queue.client, KEYS, fp) == [("set", 0)], fp
+    assert await add(queue, [NewEntry(fp, 0, b'{"v":1,"u":"http://a/x"}') for fp in SHORT]) == 0
+    await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_single_set_beside_the_buckets_is_said(redis_url, caplog):
+    """A worker of a version before the buckets that joined a crawl in buckets writes the
+    single set: the two versions do not see each other's URLs, and a worker says so."""
+    queue = await joined(redis_url)
+    assert await add(queue, entries(range(1))) == 1
+    await queue.client.sadd(KEYS.dupefilter, fingerprint(2))  # what the older version writes
+    with caplog.at_level(logging.WARNING, logger="scrapy_ha.store.sharding"):
+        again = await joined(redis_url)
+    assert isinstance(again.dupefilter, BucketSet)
+    assert "a single set" in caplog.text and "one version" in caplog.text
+    for q in (queue, again):
+        await q.client.aclose()

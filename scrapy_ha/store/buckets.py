@@ -22,9 +22,11 @@ A crawl whose dupefilter is the single set of a version before the buckets keeps
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.store.bloom import Dupefilter
 
 if TYPE_CHECKING:
@@ -64,22 +66,34 @@ def bucket_count(capacity: int) -> int:
     return count
 
 
+def twelve(fingerprint: bytes) -> bytes:
+    """The 12 bytes a bucket and its member are read from: a fingerprint's first 12 (as a
+    worker cuts it), or, for a shorter one (a project's ``REQUEST_FINGERPRINTER_CLASS``),
+    the first 12 of its SHA-1, so that two fingerprints of any length are told apart."""
+    if len(fingerprint) >= FINGERPRINT_BYTES:
+        return fingerprint[:FINGERPRINT_BYTES]
+    return hashlib.sha1(fingerprint).digest()[:FINGERPRINT_BYTES]  # noqa: S324 (not a secret)
+
+
 def bucket_of(fingerprint: bytes, buckets: int) -> int:
-    """The bucket of a 12-byte fingerprint: its bytes 9-12 modulo the count (bytes 1-4 place
-    it on a shard, so they would fill a shard's buckets unevenly)."""
-    return int.from_bytes(fingerprint[8:12], "big") % buckets
+    """The bucket of a fingerprint: bytes 9-12 of :func:`twelve` modulo the count (bytes
+    1-4 place it on a shard, so they would fill a shard's buckets unevenly)."""
+    return int.from_bytes(twelve(fingerprint)[8:12], "big") % buckets
 
 
 def member_of(fingerprint: bytes) -> int:
-    """The member of a fingerprint in its bucket: its bytes 1-8, a signed 64-bit integer."""
-    return int.from_bytes(fingerprint[:8], "big", signed=True)
+    """The member of a fingerprint in its bucket: bytes 1-8 of :func:`twelve`, a signed
+    64-bit integer."""
+    return int.from_bytes(twelve(fingerprint)[:8], "big", signed=True)
 
 
 def wire_fingerprint(fingerprint: bytes) -> bytes:
-    """A fingerprint as the scripts take it: bytes 9-12 raw, then the member in decimal."""
+    """A fingerprint as the scripts take it: bytes 9-12 of :func:`twelve` raw, then the
+    member in decimal (at least 5 bytes)."""
     if not fingerprint:
         return fingerprint
-    return fingerprint[8:12] + b"%d" % member_of(fingerprint)
+    whole = twelve(fingerprint)
+    return whole[8:12] + b"%d" % member_of(whole)
 
 
 @dataclass

@@ -219,6 +219,16 @@ async def _exact(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupe
                 keys.dupefilter,
             )
         return ExactSet()
+    if stored is not None and warn and await client.exists(keys.dupefilter):
+        logger.warning(
+            "The crawl of %s has its dupefilter in buckets (%s) and a single set (%s) too: a "
+            "worker of a version before the buckets joined it and keeps the set, so the two "
+            "versions do not see each other's URLs (some are crawled twice); run every worker "
+            "of this crawl on one version",
+            keys.spider,
+            keys.buckets,
+            keys.dupefilter,
+        )
     if stored is not None and stored.buckets != wanted and warn:
         logger.warning(
             "The dupefilter of the crawl of %s has %d buckets (made for %d URLs): they are kept "
