@@ -232,10 +232,10 @@ local function buckets_open(script, meta, spec, now)
   local err = wrong_type(script, {meta}, {'hash'})
   if err then return nil, err end
   local stored = redis.call('HMGET', meta, 'buckets', 'gen')
-  local count, gen = tonumber(stored[1]), stored[2]
-  local fresh = not (count and gen)
-  if fresh then count, gen = want, int_str(now) end
-  return {meta = meta, buckets = count, gen = gen, prefix = meta .. ':' .. gen .. ':',
+  local buckets, gen = tonumber(stored[1]), stored[2]
+  local fresh = not (buckets and gen)
+  if fresh then buckets, gen = want, int_str(now) end
+  return {meta = meta, buckets = buckets, gen = gen, prefix = meta .. ':' .. gen .. ':',
     added = 0, fresh = fresh}
 end
 
