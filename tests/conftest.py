@@ -100,6 +100,15 @@ def _stop_leftover_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             harness.stop(proc)
 
 
+@pytest.fixture
+def fast_engine_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scrapy's engine asks the scheduler for requests every 0.2 s instead of 5 s when idle:
+    a crawl's test waits for it less (a test file asks for it with ``pytestmark``)."""
+    from scrapy.core.engine import ExecutionEngine
+
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path_factory.mktemp("redis"))

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -34,9 +33,8 @@ if TYPE_CHECKING:
     from tests.conftest import Site
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 #: Megabytes of ballast that put Redis above the back-pressure mark in the test.

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import scrapy
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -30,9 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRAPY_HA = str(Path(sys.executable).parent / "scrapy-ha")
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def scrapy_ha(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -4,17 +4,14 @@ and letting URLs, domains and patterns be crawled again, against crawls of the d
 from __future__ import annotations
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from tests.cli_seed import scrapy_ha
 from tests.spiders import CatalogueSpider
 
-
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def settings(redis_url: str, **extra) -> dict:

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -22,9 +21,8 @@ from tests.test_retry_crawl import FAST_RETRIES
 PATHS = ("/status/404", "/status/410", "/flaky/2?fail=9&status=503", "/item/5")
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 #: The console script installed with the package (what users run).

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 import redis.asyncio
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -41,9 +40,8 @@ SHARDS = [f"ha:{{catalogue:{i}}}" for i in range(4)]
 PATIENCE = 60.0
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 class Hooked(redis.asyncio.Redis):

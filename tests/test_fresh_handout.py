@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import scrapy
 from scrapy import Request, Spider, signals
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f, maybe_deferred_to_future
 from scrapy.utils.test import get_crawler
 
@@ -34,9 +33,8 @@ if TYPE_CHECKING:
 DEADLINE = 30.0
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def settings(redis_url: str, **extra: Any) -> dict[str, Any]:

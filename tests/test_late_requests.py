@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import scrapy
 from scrapy import signals
-from scrapy.core.engine import ExecutionEngine
 from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -28,9 +27,8 @@ from scrapy_ha.keys import Keys
 SECOND_PASS = (3, 7, 11)
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 class SecondPassSpider(scrapy.Spider):

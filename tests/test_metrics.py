@@ -16,7 +16,6 @@ from urllib.request import urlopen
 import pytest
 import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.demo import harness
@@ -71,9 +70,8 @@ COUNTED = [
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 class Exporter:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import scrapy
-from scrapy.core.engine import ExecutionEngine
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import Rule
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -17,10 +16,8 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.spiders import RedisCrawlSpider
 from tests.test_retry_crawl import FAST_RETRIES
 
-
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 class MetaSpider(scrapy.Spider):

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import redis
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -20,9 +19,8 @@ SECRET = "s3cret-pw"
 EXITS = {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def settings(redis_url: str, **extra):

@@ -9,7 +9,6 @@ import time
 import pytest
 from scrapy import Request
 from scrapy.core.downloader.handlers.http11 import TunnelError
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError, DNSLookupError
@@ -20,10 +19,8 @@ from scrapy_ha.middlewares.proxy_sources import ProxyPool
 from tests.spiders import FaultSpider
 from tests.test_proxy import settings
 
-
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def tunnel_error(port: int, status: int) -> TunnelError:

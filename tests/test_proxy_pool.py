@@ -11,7 +11,6 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -33,9 +32,8 @@ DEADLINE = 60
 KEYS = Keys("ha", "faults")
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 @pytest.fixture

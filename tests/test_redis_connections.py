@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis.asyncio
-from scrapy.core.engine import ExecutionEngine
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -29,9 +28,8 @@ if TYPE_CHECKING:
 ACL_USER = ["crawler", "on", ">s3cret", "~ha:*", "&*", "+@all"]
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def crawl_settings(**extra):

@@ -21,7 +21,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -42,9 +41,8 @@ LEASE_TIME = 4
 DEADLINE = 120.0
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def crawl_settings(url: str, **extra: Any) -> dict[str, Any]:

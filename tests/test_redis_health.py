@@ -7,7 +7,6 @@ import logging
 from typing import TYPE_CHECKING
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -22,9 +21,8 @@ if TYPE_CHECKING:
 SAFE = {"redis_version": "7.0.15", "maxmemory": 0, "maxmemory_policy": "noeviction"}
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -15,10 +14,8 @@ from tests.spiders import FaultSpider
 from tests.test_dlq import PATHS, cli
 from tests.test_retry_crawl import FAST_RETRIES
 
-
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 @deferred_f_from_coro_f

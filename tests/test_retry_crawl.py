@@ -9,7 +9,6 @@ from collections import defaultdict
 from urllib.request import urlopen
 
 import pytest
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -30,9 +29,8 @@ FAST_RETRIES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def hit_log(site) -> dict[str, list[float]]:

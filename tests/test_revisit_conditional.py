@@ -15,7 +15,6 @@ from urllib.request import urlopen
 
 import pytest
 import scrapy
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -27,9 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 KEYS = Keys("ha", "pages")
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import time
 
 import pytest
 import redis.asyncio
-from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -27,9 +26,8 @@ from tests.test_revisits import CONTINUOUS, visits
 KEYS = Keys("ha", "s")
 
 
-@pytest.fixture(autouse=True)
-def fast_engine_heartbeat(monkeypatch):
-    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 def visit(lease, found: str = "new") -> Revisit:
