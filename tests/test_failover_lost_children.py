@@ -26,10 +26,11 @@ from scrapy_ha.store.wire import ChildrenLost, NewEntry
 from tests import backqueues, redis_servers
 from tests.spiders import CatalogueSpider
 from tests.test_redis_failover import DEADLINE, IN_FLIGHT, caught_up, crawl_settings, until
-from tests.test_redis_failover import fast_engine_heartbeat as fast_engine_heartbeat
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
 class Forwarder:
