@@ -20,13 +20,16 @@ from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json
 from scrapy_ha.store.bloom import ExactSet
 from scrapy_ha.store.buckets import (
     BUCKET_FILL,
+    DELETE_BATCH,
     MIN_BUCKETS,
     BucketSet,
     BucketState,
     bucket_count,
     bucket_of,
     bucket_state,
+    delete_buckets,
     member_of,
+    read_buckets,
     wire_fingerprint,
 )
 from scrapy_ha.store.forget import forget_fingerprints, seen_where
@@ -190,6 +193,30 @@ async def test_flush_deletes_every_bucket_and_a_new_crawl_starts_empty(redis_url
     assert await add(again, entries(range(3000))) == 3000
     await queue.client.aclose()
     await again.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url):
+    """The worker sends a generation and a range a call (lua/drop_buckets.lua), not the
+    name of every bucket: a crawl sized for a billion URLs has 4 M of them."""
+    queue = await joined(redis_url)
+    await add(queue, entries(range(3000)))
+    client = queue.client
+    state = await read_buckets(client, KEYS)
+    assert state is not None and state.buckets > DELETE_BATCH
+    older = BucketState(state.buckets, "1", 0)  # another generation: not this finish's
+    await client.sadd(older.key(KEYS, 0), 1)
+    await client.sadd(state.key(KEYS, state.buckets - 1), 1)  # the last bucket goes too
+    await delete_buckets(client, BucketState(1, "0", 0), KEYS)  # the script loaded before
+    sent = (await client.info("stats"))["total_net_input_bytes"]
+    await delete_buckets(client, state, KEYS)
+    sent = (await client.info("stats"))["total_net_input_bytes"] - sent
+    assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == [
+        older.key(KEYS, 0).encode()
+    ]
+    assert sent < 4096, sent  # names: some 30 bytes a bucket, 120 KB for these 4096
+    await client.delete(older.key(KEYS, 0))
+    await client.aclose()
 
 
 @deferred_f_from_coro_f

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.store.bloom import Dupefilter
+from scrapy_ha.store.scripts import DROP_BUCKETS_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -38,7 +39,6 @@ __all__ = [
     "BucketSet",
     "BucketState",
     "bucket_count",
-    "bucket_keys",
     "bucket_of",
     "bucket_state",
     "delete_buckets",
@@ -53,8 +53,9 @@ __all__ = [
 BUCKET_FILL = 384
 #: The fewest buckets: 2^12, so that a fingerprint keeps 64 + 12 = 76 bits.
 MIN_BUCKETS = 4096
-#: Buckets a flush or a finish deletes per call (UNLINK: freed in the background).
-DELETE_BATCH = 1000
+#: Buckets a flush or a finish deletes per call (UNLINK: freed in the background): about
+#: 3 ms of Redis's time a call when they hold fingerprints.
+DELETE_BATCH = 2048
 
 
 def bucket_count(capacity: int) -> int:
@@ -147,11 +148,6 @@ async def read_buckets(client: Any, keys: Keys) -> BucketState | None:
     return bucket_state(await client.hgetall(keys.buckets))
 
 
-def bucket_keys(state: BucketState | None, keys: Keys) -> list[str]:
-    """Every bucket of *state* (none for None)."""
-    return [state.key(keys, i) for i in range(state.buckets)] if state else []
-
-
 async def delete_buckets(
     client: Any, state: BucketState | None, keys: Keys, *, every: bool = False
 ) -> None:
@@ -159,12 +155,16 @@ async def delete_buckets(
     gone, or goes, by other means: a crawl made again has another ``gen``). With *every*
     (a flush), also any other bucket under the crawl's prefix, found by SCAN: those of a
     finish that stopped before it deleted them."""
-    names = bucket_keys(state, keys)
+    if state:  # named in Redis (lua/drop_buckets.lua): a billion-URL crawl has 4 M of them
+        drop = client.register_script(DROP_BUCKETS_LUA)
+        for first in range(0, state.buckets, DELETE_BATCH):
+            last = min(first + DELETE_BATCH, state.buckets) - 1
+            await drop(keys=[keys.buckets], args=[state.gen, first, last])
     if every:
         pattern = "".join(f"\\{c}" if c in "\\*?[]" else c for c in keys.buckets) + ":*"
-        names += [_s(key) async for key in client.scan_iter(match=pattern, count=10_000)]
-    for i in range(0, len(names), DELETE_BATCH):
-        await client.unlink(*names[i : i + DELETE_BATCH])
+        names = [_s(key) async for key in client.scan_iter(match=pattern, count=10_000)]
+        for i in range(0, len(names), DELETE_BATCH):
+            await client.unlink(*names[i : i + DELETE_BATCH])
 
 
 def _s(value: Any) -> str:

@@ -221,6 +221,13 @@ local function bloom_open(script, meta, spec, keys)
   return f
 end
 
+-- buckets_prefix(meta, gen)
+--   Returns what the name of every bucket of generation gen of meta hash meta starts with
+--   (its number follows).
+local function buckets_prefix(meta, gen)
+  return meta .. ':' .. gen .. ':'
+end
+
 -- buckets_open(script, meta, spec, now)
 --   Returns the exact set in buckets (meta hash meta), or nil and an error reply; the
 --   count stored is kept, the spec's is that of a crawl made now.
@@ -235,7 +242,7 @@ local function buckets_open(script, meta, spec, now)
   local buckets, gen = tonumber(stored[1]), stored[2]
   local fresh = not (buckets and gen)
   if fresh then buckets, gen = want, int_str(now) end
-  return {meta = meta, buckets = buckets, gen = gen, prefix = meta .. ':' .. gen .. ':',
+  return {meta = meta, buckets = buckets, gen = gen, prefix = buckets_prefix(meta, gen),
     added = 0, fresh = fresh}
 end
 

@@ -1,0 +1,18 @@
+-- drop_buckets: delete a range of the buckets of one generation of the exact set (lib/seen),
+-- those of a crawl finished or made again (store/buckets.py: delete_buckets), so that the
+-- worker sends three numbers a batch instead of every bucket's name.
+-- Rule kept: a bucket is named as lib/seen names it (buckets_prefix).
+-- KEYS[1] the buckets' meta hash (the buckets are named from it; not read)
+-- ARGV[1] gen  ARGV[2] the first bucket  ARGV[3] the last bucket (both deleted)
+-- Returns how many of those buckets existed.
+--- @include "seen"
+local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not (first and last) then
+  return redis.error_reply('ERR drop_buckets: bad range')
+end
+local prefix = buckets_prefix(KEYS[1], ARGV[1])
+local dropped = 0
+for i = first, last do
+  dropped = dropped + redis.call('UNLINK', prefix .. i)
+end
+return dropped
