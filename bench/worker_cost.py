@@ -63,6 +63,12 @@ ROUND_SIZES = (1, 10, 30)
 WARM_UP = 400
 #: Microseconds in a second.
 US = 1e6
+#: Requests a second of the worker whose pace the shell's clock keeps (the pruning of the
+#: children it keeps for a failover, every second, of those older than 10 s): a crawl at
+#: 500 pages/s (scrapy_ha.scheduler.outbox.Retained). On the real clock the pruning ran once
+#: per second of however long the run took, so more often per request under callgrind's
+#: slowdown or a loaded machine, and the instruction count moved with the machine's load.
+WORKER_RATE = 500.0
 
 
 #: Numbers the URLs: every request a part sees is new (never a duplicate).
@@ -79,10 +85,13 @@ def shell_run() -> Callable[[int], None]:
     s, _, engine = shell()
     s._slots.free = lambda crawler, request: True  # noqa: ARG005 (a free download slot)
     active = engine.downloader.active
+    clock = [0.0]  # seconds, at the worker's pace (WORKER_RATE)
+    s.outbox.retained.clock = lambda: clock[0]
 
     def run(n: int) -> None:
         urls = _urls(n)
         for i in range(0, n, PER_PAGE):
+            clock[0] += PER_PAGE / WORKER_RATE
             for url in urls[i : i + PER_PAGE]:
                 s.enqueue_request(Request(url))
             while (request := s.next_request()) is not None:

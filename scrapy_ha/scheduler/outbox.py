@@ -89,11 +89,14 @@ class Retained:
     entries: list[Stored] = field(default_factory=list)
     #: off for a sharded crawl, whose shards do not number children
     enabled: bool = True
+    #: the clock of the times kept and of the prunings (``bench/worker_cost.py`` gives one
+    #: that runs at a worker's pace: its counts then do not depend on how fast it runs)
+    clock: Callable[[], float] = time.monotonic
     _pruned: float = 0.0
 
     def keep(self, first: int, children: list[NewEntry]) -> None:
         if self.enabled and children:
-            now = time.monotonic()
+            now = self.clock()
             self.entries.extend(_kept(first + i, now, e) for i, e in enumerate(children))
 
     def newest(self) -> int:
@@ -104,7 +107,7 @@ class Retained:
         """Forget the children no failover can lose any more (at most every
         :data:`PRUNE_INTERVAL`): a parent no longer *held* has had its end confirmed; a root
         is kept for :data:`ROOT_RETENTION`, and while this worker crawls it."""
-        now = time.monotonic()
+        now = self.clock()
         if not self.entries or now - self._pruned < PRUNE_INTERVAL:
             return
         self._pruned = now
