@@ -17,11 +17,36 @@ _PAYLOAD_URL = re.compile(rb'^\{"v":[0-9]+,"u":"([^"]*)')
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 #: Characters a host never holds; a URL whose authority has one has the host "-".
 _NOT_IN_HOST = re.compile(r"[\s{}]")
+#: The first part of a web URL split at its slashes: ``"http:"`` of ``http://host/path``.
+_WEB = frozenset(("http:", "https:"))
+#: Hosts of web URLs already read, by the part of the URL between its second and third
+#: slash (its authority, and whatever follows it up to the path): reading a host costs
+#: about 12,000 instructions, looking it up here about 3,000 (docs/benchmarks.md).
+_HOSTS: dict[str, str] = {}
+#: Most hosts remembered in ``_HOSTS`` (a few hundred KB); a crawl of more hosts than that
+#: forgets them all and reads them again.
+HOSTS_REMEMBERED = 4096
 
 
 def url_host(url: str) -> str:
     """The host of *url*: its back queue's and its domain's (lower case, without user
     info or port; an IPv6 literal keeps its brackets), or ``"-"`` when it has none."""
+    parts = url.split("/", 3)
+    if len(parts) > 2 and not parts[1] and parts[0] in _WEB:
+        # http://<authority...>[/path]: the host is read from <authority...> alone, which
+        # holds no slash (the authority ends at the first), whatever the web scheme
+        segment = parts[2]
+        host = _HOSTS.get(segment)
+        if host is None:
+            if len(_HOSTS) >= HOSTS_REMEMBERED:
+                _HOSTS.clear()
+            host = _HOSTS[segment] = _read_host("http://" + segment)
+        return host
+    return _read_host(url)
+
+
+def _read_host(url: str) -> str:
+    """:func:`url_host`, read with the regular expressions."""
     found = _AUTHORITY.match(url)
     if not found or _NOT_IN_HOST.search(found[1]):
         return "-"
