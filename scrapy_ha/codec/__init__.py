@@ -34,7 +34,8 @@ The implementation lives in :mod:`scrapy_ha.codec`: ``document`` (the stored doc
 ``encode``, ``decode``, ``trust`` (classes and callbacks), ``credentials`` (what is never
 stored), ``masking`` (what is shown instead of a secret), ``summary`` (reading without
 rebuilding), ``compact`` (the document deflated with a crawl's dictionary, as a worker
-stores it: readers expand it first, see :mod:`scrapy_ha.store.dictionary`).
+stores it: readers expand it first, see :mod:`scrapy_ha.store.dictionary`), ``flat`` (a
+flat request's document written directly, byte for byte what ``encode`` writes).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from scrapy_ha.codec.document import (
     oversize,
     type_name,
 )
+from scrapy_ha.codec.flat import flat_payload
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -106,11 +107,14 @@ def encode_request(request: Request, spider: Spider | None, *, unstorable: str =
     With ``unstorable="drop-key"`` a ``meta`` or ``cb_kwargs`` key whose value cannot be
     stored is left out instead (a WARNING once per key and type).
     """
-    doc = {VERSION: FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
-    payload = stored_bytes(doc)
+    payload = flat_payload(request, spider)  # most requests: written directly
+    flat = payload is not None  # then nested FLAT_DEPTH levels at most, far below MAX_DEPTH
+    if payload is None:
+        doc = {VERSION: FORMAT_VERSION, **_encode_doc(request, spider, unstorable)}
+        payload = stored_bytes(doc)
     # the usual request is small and flat: both checks below pass (calls saved per request)
     small = len(payload) <= MAX_PAYLOAD_BYTES
-    if small and payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH:
+    if small and (flat or payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH):
         return payload
     too_much = oversize(payload) or overnested(payload)
     if too_much:  # no worker would read it back: refused here, loudly, not dead-lettered there

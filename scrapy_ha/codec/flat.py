@@ -1,0 +1,176 @@
+"""A flat request's stored form, written without building its document.
+
+Most requests a spider yields are flat: a plain ``scrapy.Request`` with a callback of the
+spider, perhaps a Referer header, and meta and cb_kwargs of strings, numbers, booleans and
+None under string keys (``depth``, a page number). :func:`flat_payload` writes their JSON
+text directly, byte for byte what :mod:`.encode` stores (which builds a document field by
+field, then walks it with the JSON encoder: 35,600 instructions for a ``Request(url)``,
+docs/benchmarks.md), and reads the fields Scrapy makes on first read without making them.
+Anything else is None, and :func:`.encode.encode_request` builds its document;
+``tests/test_codec_flat.py`` compares the two on a corpus of requests.
+"""
+
+from __future__ import annotations
+
+import math
+from binascii import b2a_base64
+from json.encoder import encode_basestring
+from typing import TYPE_CHECKING, Any
+
+from scrapy.http import Request
+
+from scrapy_ha.codec import trust
+from scrapy_ha.codec.credentials import clean_headers, clean_meta
+from scrapy_ha.codec.document import (
+    BODY,
+    BYTES_TAG,
+    CALLBACKS,
+    DICT_TAG,
+    FIELDS,
+    FORMAT_VERSION,
+    HEADERS,
+    META,
+    METHOD,
+    PRIORITY,
+    URL,
+    VERSION,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from scrapy import Spider
+
+#: What the stored JSON writes a string as (``ensure_ascii=False``, the encoder's own).
+_string: Callable[[str], str] = encode_basestring
+#: The fields Scrapy 2.19 makes on first read: each slot (``_headers``...) holds None until
+#: then, which stands for the field's default. Where a Scrapy does not (a plain attribute),
+#: the fields are read as they are.
+_LAZY_FIELDS = ("headers", "cookies", "meta", "flags", "cb_kwargs")
+_LAZY = all(
+    isinstance(vars(Request).get(name), property) and f"_{name}" in Request.__slots__
+    for name in _LAZY_FIELDS
+)
+#: How the JSON encoder writes the values it writes without a call.
+_CONSTANTS: dict[Any, str] = {None: "null", True: "true", False: "false"}
+_HEAD = f'{{"{VERSION}":{FORMAT_VERSION},"{URL}":'
+#: How deep a flat payload is nested at most: the document, its headers' tagged dict, the
+#: list of pairs, a pair, its list of values, a value's bytes tag. The encoder checks no
+#: deeper (document.MAX_DEPTH is far above).
+FLAT_DEPTH = 6
+#: The document's key of each field, by the request's attribute.
+_KEY = {attr: key for attr, key, _ in FIELDS}
+
+
+def flat_payload(request: Request, spider: Spider | None) -> bytes | None:
+    """*request* as :func:`~scrapy_ha.codec.encode_request` stores it, if it is flat
+    (see the module docstring); else None. Never raises: whatever is not flat, or fails
+    here, is left to the document's encoder, which raises what it raises."""
+    if type(request) is not Request:
+        return None
+    try:
+        text = _flat_text(request, spider)
+        return None if text is None else text.encode()
+    except Exception:  # noqa: BLE001 - unusual values go the general way, which decides
+        return None  # (a string that UTF-8 cannot hold: the document's encoder escapes it)
+
+
+def _flat_text(request: Request, spider: Spider | None) -> str | None:
+    headers, cookies, meta, flags, cb_kwargs = _fields(request)
+    if (cookies is not None and cookies != {}) or (flags is not None and flags != []):
+        return None
+    priority, dont_filter = request.priority, request.dont_filter
+    if type(priority) is not int or type(dont_filter) is not bool:
+        return None
+    parts = [_HEAD, _string(request.url)]
+    _callbacks(parts, request, spider)
+    if headers and (clean := clean_headers(request, spider)):
+        parts += (f',"{HEADERS}":', _headers(clean))
+    if request.method != "GET":
+        parts += (f',"{METHOD}":', _string(request.method))
+    if body := request.body:
+        parts += (f',"{BODY}":', _bytes(body))
+    if meta and (kept := clean_meta(request, meta)):
+        parts += (f',"{META}":', _flat_dict(kept))
+    if request.encoding != "utf-8":
+        parts += (f',"{_KEY["_encoding"]}":', _string(request.encoding))
+    if priority:
+        parts.append(f',"{PRIORITY}":{int.__repr__(priority)}')
+    if dont_filter:
+        parts.append(f',"{_KEY["dont_filter"]}":true')
+    if cb_kwargs:
+        parts += (f',"{_KEY["cb_kwargs"]}":', _flat_dict(cb_kwargs))
+    parts.append("}")
+    return "".join(parts)
+
+
+def _callbacks(parts: list[str], request: Request, spider: Spider | None) -> None:
+    """The callback's and the errback's names (see encode._put_callbacks)."""
+    for attr, key in CALLBACKS:
+        func = getattr(request, attr)
+        if func is not None:
+            name = (
+                func
+                if isinstance(func, str)
+                else trust.callback_name(spider, func, request.url, attr)
+            )
+            parts += (f',"{key}":', _string(name))
+
+
+def _fields(request: Request) -> tuple[Any, Any, Any, Any, Any]:
+    """headers, cookies, meta, flags and cb_kwargs, None where Scrapy has not made one."""
+    if _LAZY:
+        return (
+            request._headers,
+            request._cookies,
+            request._meta,
+            request._flags,
+            request._cb_kwargs,
+        )
+    return request.headers, request.cookies, request.meta, request.flags, request.cb_kwargs
+
+
+class _NotFlat(Exception):
+    """A value the document's encoder writes otherwise than as plain JSON."""
+
+
+def _flat_dict(value: Mapping[Any, Any]) -> str:
+    """A dict of plain values under string keys, as the JSON encoder writes it."""
+    if type(value) is not dict:
+        raise _NotFlat
+    items = []
+    for k, v in value.items():
+        if type(k) is not str or k[:2] == "__":
+            raise _NotFlat  # a tagged dict (see encode._tag_dict)
+        items.append(f"{_string(k)}:{_scalar(v)}")
+    return "{" + ",".join(items) + "}"
+
+
+def _scalar(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        if math.isfinite(value):
+            return float.__repr__(value)
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if kind is bool or value is None:
+        return _CONSTANTS[value]
+    raise _NotFlat
+
+
+def _bytes(value: bytes) -> str:
+    """Bytes as tagged: base64 text, which JSON writes as it is."""
+    return f'{{"{BYTES_TAG}":"{b2a_base64(value, newline=False).decode()}"}}'
+
+
+def _headers(headers: dict[bytes, list[bytes]]) -> str:
+    """Headers as tagged: a dict of bytes keys, ``{"__d": [[name, [values]], ...]}``."""
+    pairs = []
+    for name, values in headers.items():
+        if type(name) is not bytes or any(type(v) is not bytes for v in values):
+            raise _NotFlat
+        pairs.append(f"[{_bytes(name)},[{','.join(map(_bytes, values))}]]")
+    return f'{{"{DICT_TAG}":[{",".join(pairs)}]}}'
