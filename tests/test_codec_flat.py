@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy.http import FormRequest, JsonRequest
 
-from scrapy_ha.codec import CodecError, encode_request
+from scrapy_ha.codec import CodecError, encode_request, flat
 from scrapy_ha.codec.document import FORMAT_VERSION, MAX_DEPTH, MAX_PAYLOAD_BYTES, VERSION
 from scrapy_ha.codec.encode import _encode_doc, stored_bytes
 from scrapy_ha.codec.flat import _LAZY, FLAT_DEPTH, flat_payload
@@ -183,6 +183,28 @@ def test_a_callback_that_is_not_a_spider_method_fails_as_before():
     assert flat_payload(request, SPIDER) is None
     with pytest.raises(CodecError, match="is not a method of the spider"):
         encode_request(request, SPIDER)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"meta": {"item": {"a": 1}}},
+        {"meta": {"redirect_urls": ["http://h.example/"]}},
+        {"cb_kwargs": {"pages": [1, 2]}},
+    ],
+    ids=["item-in-meta", "list-in-meta", "list-in-cb-kwargs"],
+)
+def test_a_request_not_flat_is_given_up_before_its_callbacks_and_headers(monkeypatch, fields):
+    """The document's encoder reads them again: a request that is not flat pays for them
+    once, as before the flat path."""
+    read: list[str] = []
+    monkeypatch.setattr(flat, "_callbacks", lambda *args: read.append("callbacks"))
+    monkeypatch.setattr(flat, "clean_headers", lambda *args: read.append("headers"))
+    request = scrapy.Request(
+        "http://h.example/", callback=SPIDER.parse_item, headers={"Referer": "x"}, **fields
+    )
+    assert flat_payload(request, SPIDER) is None
+    assert read == []
 
 
 @pytest.mark.skipif(not _LAZY, reason="this Scrapy makes a request's fields at once")

@@ -143,3 +143,18 @@ def test_the_hosts_remembered_are_bounded(monkeypatch):
     for n in range(100):
         assert url_host(f"https://U{n}@Host{n}.Example:{n}/x") == f"host{n}.example"
         assert len(hosts._HOSTS) <= 8
+
+
+def test_a_url_with_no_path_or_with_user_info_is_read_not_remembered():
+    """An authority alone is a key: a URL kept verbatim may have no path, and its query
+    would make every URL a key of its own, as long as the URL (a cache of URLs, not of
+    hosts); user info stays out of the process's memory too."""
+    hosts._HOSTS.clear()
+    for n in range(50):
+        assert url_host(f"http://Shop.example?id={n}&pad=" + "x" * 1000) == "shop.example"
+        assert url_host(f"https://shop.example#part{n}") == "shop.example"
+        assert url_host(f"https://alice:s3cret{n}@shop.example/") == "shop.example"
+        assert url_host(f"http://{'a' * 300}{n}.example/") == f"{'a' * 300}{n}.example"
+    assert hosts._HOSTS == {}
+    assert url_host("http://shop.example/a?b") == "shop.example"
+    assert hosts._HOSTS == {"shop.example": "shop.example"}

@@ -82,6 +82,8 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
     priority, dont_filter = request.priority, request.dont_filter
     if type(priority) is not int or type(dont_filter) is not bool:
         return None
+    if (meta and not _plain(meta)) or (cb_kwargs and not _plain(cb_kwargs)):
+        return None  # before the callbacks and headers are read: the encoder reads them too
     parts = [_HEAD, _string(request.url)]
     _callbacks(parts, request, spider)
     if headers and (clean := clean_headers(request, spider)):
@@ -128,6 +130,16 @@ def _fields(request: Request) -> tuple[Any, Any, Any, Any, Any]:
             request._cb_kwargs,
         )
     return request.headers, request.cookies, request.meta, request.flags, request.cb_kwargs
+
+
+#: The types of the values :func:`_scalar` writes.
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def _plain(value: Any) -> bool:
+    """Whether *value* is a dict of values of :data:`_SCALARS` (its keys are checked as it
+    is written)."""
+    return type(value) is dict and all(type(v) in _SCALARS for v in value.values())
 
 
 class _NotFlat(Exception):

@@ -26,6 +26,9 @@ _HOSTS: dict[str, str] = {}
 #: Most hosts remembered in ``_HOSTS`` (a few hundred KB); a crawl of more hosts than that
 #: forgets them all and reads them again.
 HOSTS_REMEMBERED = 4096
+#: The longest authority remembered: a DNS name is at most 253 characters, and a port adds
+#: six.
+MAX_AUTHORITY = 260
 
 
 def url_host(url: str) -> str:
@@ -38,11 +41,20 @@ def url_host(url: str) -> str:
         segment = parts[2]
         host = _HOSTS.get(segment)
         if host is None:
-            if len(_HOSTS) >= HOSTS_REMEMBERED:
-                _HOSTS.clear()
-            host = _HOSTS[segment] = _read_host("http://" + segment)
+            host = _read_host("http://" + segment)
+            if _rememberable(segment):
+                if len(_HOSTS) >= HOSTS_REMEMBERED:
+                    _HOSTS.clear()
+                _HOSTS[segment] = host
         return host
     return _read_host(url)
+
+
+def _rememberable(segment: str) -> bool:
+    """Whether the host of *segment* is remembered: an authority alone, without user info
+    (a URL kept verbatim may have no path, so its query or fragment would follow: every
+    such URL would be a key of its own, each as long as the URL)."""
+    return len(segment) <= MAX_AUTHORITY and not any(c in segment for c in "?#@")
 
 
 def _read_host(url: str) -> str:
