@@ -251,6 +251,8 @@ class LibraryScript:
         """Load (or load again) this version's library; False if the server runs none."""
         try:
             await self.client.function_load(self.library[1], replace=True)
+        except redis.exceptions.OutOfMemoryError:
+            return False  # over maxmemory: this call runs with EVALSHA, a later one loads it
         except redis.exceptions.ResponseError as exc:
             if not _unsupported(exc):
                 raise
