@@ -196,25 +196,112 @@ async def test_an_ack_over_maxmemory_still_frees_memory(tmp_path):
         server.kill()
 
 
+class Squeezed(redis.asyncio.Redis):
+    """A worker whose load of the library takes Redis over maxmemory (the library's size,
+    or other clients' writes meanwhile)."""
+
+    async def function_load(self, code, replace=False):  # type: ignore[override]
+        loaded = await super().function_load(code, replace)
+        used = int((await self.info("memory"))["used_memory"])
+        await self.config_set("maxmemory", used - 1_000_000)
+        return loaded
+
+
 @deferred_f_from_coro_f
-async def test_every_master_of_a_cluster_gets_the_library(tmp_path):
+async def test_a_call_refused_over_maxmemory_right_after_the_load_runs_with_evalsha(server):
+    # the library loads, and Redis is over maxmemory: the FCALL that follows is refused,
+    # and the call runs as a script (an ack alone frees memory)
+    q = RedisQueue(Squeezed(port=server.port), KEYS)
+    with server.client() as c:
+        c.function_load(functions.LIBRARY_CODE)
+        await q.enqueue(entries("abcd"))
+        leases = await q.lease(4, 30000)
+        for i in range(20):
+            c.set(f"filler:{i}", b"x" * 100_000)
+        c.function_flush()  # a restart without persistence, a failover
+        assert await q.ack([(x.id, x.token) for x in leases[:2]]) == (2, 0)
+        assert libraries(c) == {LIBRARY_NAME: [function_name("sync")]}  # it was loaded
+        assert calls(c, "evalsha") >= 1  # the FCALL after the load refused: a script ran
+        c.config_set("maxmemory", 0)
+    assert await q.ack([(x.id, x.token) for x in leases[2:]]) == (2, 0)
+    assert q._sync.functions
+    await q.client.aclose()
+
+
+class Racing(redis.asyncio.Redis):
+    """A worker whose call finds the library missing while another worker loads it."""
+
+    other: RedisQueue
+
+    async def fcall(self, function, numkeys, *keys_and_args):  # type: ignore[override]
+        try:
+            return await super().fcall(function, numkeys, *keys_and_args)
+        except redis.exceptions.ResponseError:
+            await self.other.enqueue(entries("z"))  # it loads the library first
+            raise
+
+
+@deferred_f_from_coro_f
+async def test_workers_that_find_the_library_missing_at_once_load_it_once(server):
+    first = queue(server.port)
+    late = RedisQueue(Racing(port=server.port), KEYS)
+    late.client.other = first  # type: ignore[attr-defined]
+    assert await late.enqueue(entries("ab")) == 2
+    with server.client() as c:
+        load = c.info("commandstats")["cmdstat_function|load"]
+        # two loads sent, one run (and replicated): the second is told the library exists
+        assert (int(load["calls"]), int(load["failed_calls"])) == (2, 1)
+        assert libraries(c) == {LIBRARY_NAME: [function_name("sync")]}
+    assert late._sync.functions and (await first.counts()).pending == 3
+    for q in (first, late):
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_cluster_routes_each_call_by_its_keys_and_loads_where_it_runs(tmp_path):
     cluster = redis_servers.start_cluster(tmp_path, masters=3, replicas=0)
     client = async_client(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
     q = make_queue(client, "ha", "fn", 3, worker="w1")  # 3 shards, one slot each
     try:
         await q.sync(enqueue=entries("abcdefghijkl"))
-        masters = cluster.masters()
-        for port in masters:
+        owners = {cluster.owner_of(shard.keys.queues).port for shard in q.shards}
+        for port in cluster.masters():  # the library where a shard is, and nowhere else
             with redis.Redis(port=port) as c:
-                assert libraries(c) == {LIBRARY_NAME: [function_name("sync")]}, port
-        with redis.Redis(port=masters[0]) as c:
+                assert libraries(c) == (
+                    {LIBRARY_NAME: [function_name("sync")]} if port in owners else {}
+                ), port
+        owner = sorted(owners)[0]
+        with redis.Redis(port=owner) as c:
             c.function_flush()  # one master lost it (a new, empty master): loaded again
         leased = []
         for _ in range(10):  # a round leases from the shards in turn
             leased += await q.lease(12 - len(leased), 30000)
         assert len(leased) == 12
-        with redis.Redis(port=masters[0]) as c:
-            assert LIBRARY_NAME in libraries(c)
+        for port in cluster.masters():
+            with redis.Redis(port=port) as c:
+                assert LIBRARY_NAME in libraries(c) or port not in owners
+                # the keys of FCALL read from its arguments, as EVALSHA's: no server asked
+                assert calls(c, "command|getkeys") == 0, port
+    finally:
+        await client.aclose()
+        cluster.stop()
+
+
+@deferred_f_from_coro_f
+async def test_a_cluster_without_functions_runs_the_script_with_evalsha(tmp_path):
+    # a Redis 6.2 cluster: no FCALL, no FUNCTION
+    renamed = ("--rename-command", "FCALL", "", "--rename-command", "FUNCTION", "")
+    cluster = redis_servers.start_cluster(tmp_path, masters=3, replicas=0, args=renamed)
+    client = async_client(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+    q = make_queue(client, "ha", "fn", 3, worker="w1")
+    try:
+        for name in "abcdef":
+            await q.sync(enqueue=entries(name))
+        assert not any(shard._sync.functions for shard in q.shards)
+        leased = []
+        for _ in range(10):
+            leased += await q.lease(6 - len(leased), 30000)
+        assert len(leased) == 6
     finally:
         await client.aclose()
         cluster.stop()
