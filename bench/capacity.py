@@ -51,6 +51,8 @@ from tests import redis_servers  # noqa: E402
 
 #: Requests queued before the workers start: the frontier every round draws from.
 FRONTIER = 20_000
+#: The commands that run a script: EVALSHA, or FCALL of the library (Redis 7+).
+SCRIPT_CALLS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
 #: A worker that reaches this many pages/s is the "400-pages/s worker" of the sizing.
 WORKER_RATE = 400
 
@@ -132,7 +134,8 @@ def command_usec(ports: list[int]) -> dict[str, tuple[int, int]]:
 
 def top_commands(before: dict, after: dict, requests: int, n: int = 12) -> dict[str, Any]:
     """The commands that took the most Redis time between the two readings: µs per request
-    and calls per request (``evalsha``'s time includes the commands its scripts ran)."""
+    and calls per request (``fcall``'s or ``evalsha``'s time includes the commands its
+    scripts ran)."""
     delta = {
         name: (calls - before.get(name, (0, 0))[0], usec - before.get(name, (0, 0))[1])
         for name, (calls, usec) in after.items()
@@ -156,10 +159,8 @@ def lua_split(before: dict, after: dict, requests: int) -> dict[str, float]:
         for name, (_, usec) in after.items()
         if name.startswith("cmdstat_")
     }
-    scripts = sum(v for k, v in delta.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
-    commands = sum(
-        v for k, v in delta.items() if k not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_info")
-    )
+    scripts = sum(v for k, v in delta.items() if k in SCRIPT_CALLS)
+    commands = sum(v for k, v in delta.items() if k not in (*SCRIPT_CALLS, "cmdstat_info"))
     return {
         "scripts_us_per_request": round(scripts / requests, 2),
         "commands_in_scripts_us_per_request": round(commands / requests, 2),

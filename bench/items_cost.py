@@ -87,7 +87,7 @@ async def measure(port: int, shape: str, pages: int, with_items: bool) -> dict[s
     scripts = sum(
         int(v["calls"])
         for k, v in (await client.info("commandstats")).items()
-        if k in ("cmdstat_evalsha", "cmdstat_eval")
+        if k in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")
     )
     n = await client.xlen(stream)
     await client.aclose()

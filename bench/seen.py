@@ -205,7 +205,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
                 added, before = asyncio.run(fill(server.port, error, n, args.batch))
                 seconds = time.monotonic() - started
                 after = used(client)
-                script = client.info("commandstats").get("cmdstat_evalsha", {})
+                stats = client.info("commandstats")  # the sync script: FCALL on Redis 7+
+                script = stats.get("cmdstat_fcall") or stats.get("cmdstat_evalsha", {})
                 row: dict[str, Any] = {
                     "dupefilter": name,
                     "urls": n,

@@ -11,6 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.crc import key_slot
@@ -29,6 +30,23 @@ DOWN_AFTER_MS = 1000
 CLUSTER_BUS_OFFSET = 10000
 #: The name the sentinels know the primary by.
 SERVICE = "crawlmaster"
+#: The two ways a worker runs the sync script on Redis 7: as a Redis function (``FCALL``),
+#: or with ``EVALSHA`` as on Redis 6.2 (the user the ACL denies ``FCALL``, as
+#: docs/reference.md's "The function library" tells an operator)
+SCRIPT_PATHS = ("fcall", "evalsha")
+NO_FCALL_USER = "no-fcall"
+
+
+def script_path_url(url: str, path: str) -> str:
+    """*url* as a worker whose sync script runs by *path* (of :data:`SCRIPT_PATHS`)."""
+    if path == "fcall":
+        return url
+    with redis.Redis.from_url(url) as client:
+        acl = ("on", f">{NO_FCALL_USER}", "~*", "&*", "+@all", "-fcall")
+        client.execute_command("ACL", "SETUSER", NO_FCALL_USER, *acl)
+    parts = urlsplit(url)
+    netloc = f"{NO_FCALL_USER}:{NO_FCALL_USER}@{parts.netloc}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _base_args(directory: Path, port: int) -> list[str]:
@@ -252,8 +270,11 @@ def _serving_master(fields: list[str]) -> bool:
     return "master" in flags and "fail" not in flags and len(fields) > 8
 
 
-def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Cluster:
-    """*masters* masters with *replicas* replica each, created with ``redis-cli --cluster``."""
+def start_cluster(
+    directory: Path, masters: int = 3, replicas: int = 1, args: tuple[str, ...] = ()
+) -> Cluster:
+    """*masters* masters with *replicas* replica each, created with ``redis-cli --cluster``,
+    each server started with *args* too."""
     cluster = Cluster()
     for i in range(masters * (1 + replicas)):
         d = directory / f"node{i}"
@@ -268,6 +289,7 @@ def start_cluster(directory: Path, masters: int = 3, replicas: int = 1) -> Clust
                 "3000",
                 "--repl-diskless-sync-delay",  # a replica's first sync at once, not after 5 s
                 "0",
+                *args,
                 port=_cluster_port(),
             )
         )

@@ -35,5 +35,5 @@ def test_capacity_bench_runs(mode: tuple[str, ...], tmp_path: Path) -> None:
     result = json.loads(text.strip().splitlines()[-1])
     assert result["servers"] == (3 if mode else 1) and result["shards"] == result["servers"]
     assert result["requests"] > 0 and result["redis_cpu_us_per_request"] > 0
-    assert "evalsha" in result["top_commands"]
+    assert "fcall" in result["top_commands"]  # the sync script, as a function
     assert len(result["redis_core_share"]) == result["servers"]

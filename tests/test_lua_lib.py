@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from scrapy_ha.store import functions as _functions
 from scrapy_ha.store import scripts as _scripts
 from scrapy_ha.store.wire import clamp_priority
 
@@ -134,3 +135,24 @@ def test_every_script_compiles_on_redis(redis_client: redis.Redis, name):
     text = _scripts.assemble(name)
     sha = redis_client.script_load(text)
     assert redis_client.script_exists(sha) == [True]
+
+
+@pytest.mark.parametrize("lib", ["prelude", *LIBS])
+def test_what_a_library_file_keeps_between_calls_is_set_again_by_each(lib):
+    # as a Redis function the library is defined once (scrapy_ha/store/functions.py): its
+    # top-level data (constants, a call's tallies) must be statements each call runs again
+    text = _functions._constants(_scripts.INCLUDE.sub("", _scripts.read_lua(f"lib/{lib}")))
+    namespaces = set(_functions._NAMESPACE.findall(text))
+    fields = "|".join(namespaces) or "-"
+    for kind, body in _functions._statements(text):
+        if kind == "data":
+            statement = code(body).strip()
+            assert re.match(rf"local [\w, ]+(=|$)|({fields})\.\w+", statement), (lib, statement)
+
+
+def test_the_function_library_loads_and_lists_its_function(redis_client: redis.Redis):
+    loaded = redis_client.function_load(_functions.LIBRARY_CODE, replace=True)
+    assert loaded == _functions.LIBRARY_NAME.encode()
+    (library,) = redis_client.function_list(library=_functions.LIBRARY_NAME)
+    assert _functions.function_name("sync").encode() in str(library).encode()
+    assert _functions.LIBRARY_NAME.startswith("scrapy_ha_") and len(_functions.LIBRARY_NAME) == 26

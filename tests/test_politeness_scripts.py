@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
@@ -20,11 +21,20 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import NewEntry
+from tests import redis_servers
 
 if TYPE_CHECKING:
     from scrapy_ha.store.wire import Lease
 
 KEYS = Keys("ha", "polite")
+
+
+@pytest.fixture(params=redis_servers.SCRIPT_PATHS)
+def redis_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """Each test twice: the sync script as a Redis function, and with EVALSHA."""
+    return redis_servers.script_path_url(redis_url, request.param)
+
+
 #: Seconds any poll of these tests waits before it fails (the machine is shared and slow).
 DEADLINE = 30.0
 

@@ -13,8 +13,17 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
+from tests import redis_servers
 
 KEYS = Keys("ha", "wt")
+
+
+@pytest.fixture(params=redis_servers.SCRIPT_PATHS)
+def redis_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """Each test twice: the sync script as a Redis function, and with EVALSHA."""
+    return redis_servers.script_path_url(redis_url, request.param)
+
+
 PAGE = b'{"v":1,"u":"http://a.test/1"}'
 RETENTION = {"max_entries": 100, "max_age_ms": 10**9}
 

@@ -25,6 +25,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.store.connection import jittered
+from scrapy_ha.store.functions import LIBRARY_NAME
 from tests import redis_servers
 from tests.dupefilter import dupefilter_settings
 from tests.spiders import CatalogueSpider
@@ -203,6 +204,8 @@ async def crawl_through_failover(found: redis_servers.SentinelSet, site: Any, to
     # stored is not lost: tests/test_failover_lost_children.py)
     with found.primary.client() as primary:
         await until(caught_up(primary), "the replica to catch up", timeout=10)
+    with found.replica.client() as replica:  # the sync function came by replication too
+        assert LIBRARY_NAME in str(replica.function_list())
     found.primary.kill()
     killed, killed_at = time.monotonic(), len(scraped(crawlers))
 

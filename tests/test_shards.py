@@ -180,12 +180,19 @@ class Recording(redis.asyncio.Redis):
 
     calls: list[tuple[str, int, int]]
 
-    async def evalsha(self, sha, numkeys, *keys_and_args):  # type: ignore[override]
+    def _record(self, numkeys, keys_and_args):
         keys = keys_and_args[:numkeys]
         args = keys_and_args[numkeys:]
         if numkeys >= 18 and str(keys[0]).endswith(":q:"):
             self.calls.append((str(keys[0]), int(args[0]), int(args[1])))
+
+    async def evalsha(self, sha, numkeys, *keys_and_args):  # type: ignore[override]
+        self._record(numkeys, keys_and_args)
         return await super().evalsha(sha, numkeys, *keys_and_args)
+
+    async def fcall(self, function, numkeys, *keys_and_args):  # type: ignore[override]
+        self._record(numkeys, keys_and_args)  # the sync script as a function (Redis 7+)
+        return await super().fcall(function, numkeys, *keys_and_args)
 
 
 @deferred_f_from_coro_f

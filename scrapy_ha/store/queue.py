@@ -19,6 +19,7 @@ from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.buckets import delete_buckets
 from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.frontier import convert_old_form, flush_crawl
+from scrapy_ha.store.functions import LibraryScript
 from scrapy_ha.store.hosts import payload_host
 from scrapy_ha.store.script_keys import (
     counts_keys,
@@ -80,7 +81,8 @@ class RedisQueue:
         self.dupefilter: Dupefilter = ExactSet()
         #: the order as the scripts take it (lua/lib/frontier.lua order_flags)
         self.order_arg = f"{order} {start_order}".strip()
-        self._sync = client.register_script(scripts.SYNC_LUA)
+        #: FCALL of the library's function (Redis 7+), EVALSHA where functions are not run
+        self._sync = LibraryScript(client, "sync")
         self._renew = client.register_script(scripts.RENEW_LUA)
         self._reclaim = client.register_script(scripts.RECLAIM_LUA)
         self._release = client.register_script(scripts.RELEASE_LUA)

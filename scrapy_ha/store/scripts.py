@@ -14,6 +14,12 @@ are in the slot of the call's other keys (``lib/frontier.lua``, ``lib/seen.lua``
 
 The priority scale is written into ``lib/priority.lua`` from the constants below, so that
 the scripts and the worker clamp priorities the same way.
+
+On Redis 7+ the sync script runs as a function of a library built from the same files
+(:mod:`.functions`), defined once: a library file's top-level statements other than its
+functions (``local NAME = ...``, or a field of a table of its functions) run again at the
+start of every call, so what a call keeps there (a tally) starts anew each time, as in a
+script.
 """
 
 from __future__ import annotations
