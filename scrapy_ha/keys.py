@@ -44,7 +44,8 @@ key                        type         content
                                         intsets ``buckets:<gen>:<i>`` (store/buckets.py)
 ``ha:{books}:dupefilter``  set          a crawl made before the buckets: fingerprints seen
 ``ha:{books}:bloom``       hash         ``HA_DUPEFILTER = "bloom"``: the filter in place of the
-                                        set, its bitmaps ``bloom:<layer>:<part>`` (lib/seen)
+                                        set, its bitmaps ``bloom:<layer>:<part>`` (lib/bloom);
+                                        with a TTL, its time slices' ``bloom:s<i>:<l>:<p>``
 ``ha:{books}:aged``        hash         with ``HA_DUPEFILTER_TTL``, the dupefilter's time slices
                                         instead (lua/lib/aged.lua): ``s<i>`` -> the start
                                         (ms) of slot ``i``, ``period`` -> TTL / 8 (ms)
@@ -292,8 +293,7 @@ class Keys:
     dlq_alert = _Key("dlq_alert")
     dupefilter = _Key("dupefilter")
     buckets = _Key("buckets")  # the exact dupefilter's buckets (store/buckets.py)
-    #: ``HA_DUPEFILTER = "bloom"``: the filter's layers (its bitmaps: :meth:`bloom_part`).
-    bloom = _Key("bloom")
+    bloom = _Key("bloom")  # HA_DUPEFILTER = "bloom": the filter (its bitmaps: bloom_part)
     #: With HA_DUPEFILTER_TTL, the dupefilter's time slices: each slot's start (lua/lib/aged).
     aged = _Key("aged")
 

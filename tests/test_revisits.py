@@ -6,6 +6,7 @@ the demo site)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections import defaultdict
@@ -21,7 +22,7 @@ from scrapy_ha.config.continuous import RevisitConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
-from scrapy_ha.store.aged import AgedSet
+from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
@@ -95,15 +96,17 @@ async def test_one_entry_revisits_a_url(redis_url):
     await client.aclose()
 
 
+@pytest.mark.parametrize("kind", ["set", "bloom"])
 @deferred_f_from_coro_f
-async def test_a_revisited_url_stays_seen_with_a_ttl(redis_url):
+async def test_a_revisited_url_stays_seen_with_a_ttl(redis_url, kind):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
-    q.dupefilter = AgedSet(1000)
-    await q.enqueue([entry("a", b"fp-a")])
+    q.dupefilter = AgedSet(1000) if kind == "set" else AgedBloom(1000, 1e-3, 1000)
+    fp = hashlib.sha1(b"a").digest()[:16]  # noqa: S324
+    await q.enqueue([entry("a", fp)])
     (lease,) = await q.lease(1, 30_000)
     await asyncio.sleep(1.3)  # the enqueue is older than the TTL and its slice
-    assert (await revisit(q, visit(lease, b"fp-a"))).due > 0
-    assert await q.enqueue([entry("a", b"fp-a")]) == 0  # a link to it: seen (the revisit)
+    assert (await revisit(q, visit(lease, fp))).due > 0
+    assert await q.enqueue([entry("a", fp)]) == 0  # a link to it: seen (the revisit)
     await q.client.aclose()
 
 

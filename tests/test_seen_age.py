@@ -141,20 +141,15 @@ def test_a_bad_ttl_names_the_setting(value):
         dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": value}))
 
 
-def test_a_ttl_with_a_bloom_filter_is_refused_naming_both_settings():
+def test_a_ttl_is_taken_with_either_dupefilter():
     from scrapy.settings import Settings
 
     from scrapy_ha.config.scheduler import SchedulerConfig
 
-    settings = Settings({"HA_DUPEFILTER_TTL": 3600, "HA_DUPEFILTER": "bloom"})
-    with pytest.raises(
-        ConfigError, match="HA_DUPEFILTER_TTL=3600 cannot be used with HA_DUPEFILTER='bloom'"
-    ):
-        SchedulerConfig.from_settings(settings)
-    settings.set("HA_DUPEFILTER_TTL", 0)  # the Bloom filter alone, or the TTL with the set
-    assert SchedulerConfig.from_settings(settings).memory.dupefilter == "bloom"
-    settings.setdict({"HA_DUPEFILTER_TTL": 3600, "HA_DUPEFILTER": "set"})
-    assert SchedulerConfig.from_settings(settings).dupefilter_ttl == 3600
+    for kind in ("set", "bloom"):  # the Bloom filter in time slices: test_seen_age_bloom.py
+        settings = Settings({"HA_DUPEFILTER_TTL": 3600, "HA_DUPEFILTER": kind})
+        config = SchedulerConfig.from_settings(settings)
+        assert (config.dupefilter_ttl, config.memory.dupefilter) == (3600, kind)
 
 
 @deferred_f_from_coro_f

@@ -19,8 +19,10 @@ from scrapy import Request
 
 from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.config.continuous import dupefilter_ttl
-from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES
+from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES, shard_of
 from scrapy_ha.ops.display import local_time
+from scrapy_ha.store.aged import slices_where
+from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.buckets import read_buckets, wire_fingerprint
 from scrapy_ha.store.forget import (
     ForgetRules,
@@ -38,11 +40,14 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 
-def fingerprints(view: WorkerView, rules: ForgetRules, url: str) -> tuple[bytes, bytes]:
-    """The fingerprint a worker gives a GET of *url*, and the one the dupefilter knows it by
-    now (another when a forget rule matches it)."""
+def fingerprints(
+    view: WorkerView, rules: ForgetRules, url: str, size: int = FINGERPRINT_BYTES
+) -> tuple[bytes, bytes]:
+    """The fingerprint a worker gives a GET of *url* (its first *size* bytes, as a worker
+    sends them), and the one the dupefilter knows it by now (another when a forget rule
+    matches it)."""
     request = Request(url)
-    own = view.crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+    own = view.crawler.request_fingerprinter.fingerprint(request)[:size]
     return own, rules.fingerprint(own, url, urlsplit(url).hostname or "")
 
 
@@ -52,30 +57,56 @@ def _where(found: list[tuple[str, int]], ttl: float) -> str:
     kind, start = max(found, key=lambda f: f[1])
     if kind == "set":
         return "seen (kept for ever)"
+    where = f"in the time slice started {local_time(start)}"
+    if kind == "bloom":
+        where += ", or a false positive of its Bloom filter"
     if not ttl:
-        return f"seen (in the time slice started {local_time(start)})"
+        return f"seen ({where})"
     new_at = start + int(ttl * 1000 * (1 + 1 / SEEN_SLICES))
-    return (
-        f"seen (in the time slice started {local_time(start)}); new again by {local_time(new_at)}"
-    )
+    return f"seen ({where}); new again by {local_time(new_at)}"
 
 
 async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Is each URL seen (the crawl would filter a link to it)? Exit code 0 when every one
-    is, 1 when one is not."""
-    if await _bloom(queue, "a Bloom filter is not read URL by URL: nothing to check"):
+    is, 1 when one is not; 2 for a Bloom filter kept for ever, which cannot be read URL by
+    URL (in time slices, with ``HA_DUPEFILTER_TTL``, it can: a URL it holds may be a false
+    positive)."""
+    sliced = await _sliced(queue)
+    kept = (
+        "a Bloom filter is not read URL by URL when kept for ever (in time slices, with "
+        "HA_DUPEFILTER_TTL, it is): nothing to check"
+    )
+    if not sliced and await _bloom(queue, kept):
         return 2
     view: WorkerView = args.worker_view
     rules = await read_rules(queue.client, queue.keys)
     ttl = dupefilter_ttl(view.crawler.settings)
+    size = BLOOM_FINGERPRINT_BYTES if sliced else FINGERPRINT_BYTES
     missing = 0
     for url in args.urls:
-        own, known = fingerprints(view, rules, url)
-        found = await seen_where(queue.client, queue.keys, known)
+        own, known = fingerprints(view, rules, url, size)
+        if sliced:
+            found = await _in_slices(queue, known)
+        else:
+            found = await seen_where(queue.client, queue.keys, known)
         missing += not found
         note = "" if known == own else " (a forget rule matches it: known by a new fingerprint)"
         print(f"{url}: {_where(found, ttl)}{note}{await _revisited(queue, own)}")
     return 1 if missing else 0
+
+
+async def _sliced(queue: RedisQueue) -> bool:
+    """Whether the crawl keeps a Bloom filter in time slices (``HA_DUPEFILTER_TTL``)."""
+    return bool(await queue.client.hexists(queue.keys.bloom, "period"))
+
+
+async def _in_slices(queue: RedisQueue, fingerprint: bytes) -> list[tuple[str, int]]:
+    """``[("bloom", <start of the newest slice that holds it>)]``, or [] (its shard's)."""
+    keys = queue.keys
+    if keys.shard is not None:
+        keys = keys.of_shard(shard_of(fingerprint, keys.shards))
+    (start,) = await slices_where(queue.client, keys, [fingerprint]) or [0]
+    return [("bloom", start)] if start else []
 
 
 async def _revisited(queue: RedisQueue, fingerprint: bytes) -> str:
@@ -98,9 +129,7 @@ async def forget(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not (args.urls or args.domain or args.pattern):
         print("nothing to forget: give URLs, --domain or --pattern", file=sys.stderr)
         return 2
-    if args.urls and await _bloom(
-        queue, "a Bloom filter cannot take a URL out: give it as --pattern"
-    ):
+    if args.urls and await _bloom(queue, FORGET_BLOOM):
         return 2
     view: WorkerView = args.worker_view
     rules = await read_rules(queue.client, queue.keys)
@@ -128,6 +157,14 @@ async def forget(queue: RedisQueue, args: argparse.Namespace) -> int:
         "HA_LEASE_RENEW_INTERVAL; a link to a forgotten URL gets it crawled again"
     )
     return 0
+
+
+#: Why ``seen forget URL`` cannot work with a Bloom filter, and what works instead.
+FORGET_BLOOM = (
+    "a Bloom filter cannot take a URL out: give it as --pattern (a rule, which forgets "
+    "it); with HA_DUPEFILTER_TTL it is new again by itself once its time slice is dropped, "
+    "a TTL (to within an eighth of it) after it was seen"
+)
 
 
 async def _bloom(queue: RedisQueue, why: str) -> bool:

@@ -1,5 +1,5 @@
 """The settings of continuous crawling: how long a seen URL stays seen
-(``HA_DUPEFILTER_TTL``), and revisits (``HA_REVISIT``...)."""
+(``HA_DUPEFILTER_TTL``, with either dupefilter), and revisits (``HA_REVISIT``...)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ __all__ = [
     "MIN_DUPEFILTER_TTL",
     "RevisitConfig",
     "RevisitState",
-    "check_dupefilter_age",
     "dupefilter_ttl",
     "interval_bucket",
 ]
@@ -47,17 +46,6 @@ def dupefilter_ttl(settings: BaseSettings) -> float:
             "second or more"
         )
     return ttl
-
-
-def check_dupefilter_age(ttl: float, dupefilter: str) -> None:
-    """A TTL needs the exact set: a Bloom filter cannot forget a URL (``HA_DUPEFILTER``)."""
-    if ttl and dupefilter == "bloom":
-        raise ConfigError(
-            f"HA_DUPEFILTER_TTL={ttl:g} cannot be used with HA_DUPEFILTER='bloom': a Bloom "
-            "filter cannot forget a URL, so none would be new again after the TTL; keep "
-            "HA_DUPEFILTER='set' (the exact set, kept in time slices with a TTL), or set "
-            "HA_DUPEFILTER_TTL=0"
-        )
 
 
 # -- revisits ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
-from scrapy_ha.config.continuous import RevisitConfig, check_dupefilter_age, dupefilter_ttl
+from scrapy_ha.config.continuous import RevisitConfig, dupefilter_ttl
 from scrapy_ha.config.items import DEFAULT_ITEMS, items_mode
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.middlewares import allowed_schemes
@@ -301,7 +301,6 @@ class SchedulerConfig:
                 f"each renewal"
             )
         _check_key_prefix(self.key_prefix)
-        check_dupefilter_age(self.dupefilter_ttl, self.memory.dupefilter)
 
 
 def key_prefix(settings: BaseSettings) -> str:

@@ -19,6 +19,7 @@ def dupefilter_json(blooms: list[BloomState], buckets: list[BucketState]) -> dic
         "kind": "bloom",
         "urls": sum(b.urls for b in blooms),
         "layers": max(len(b.added) for b in blooms),
+        "slices": max(b.slices for b in blooms),
         "bytes": sum(b.bytes for b in blooms),
         "error_now": max(b.error_now for b in blooms),
         "error_bound": blooms[0].bound,
@@ -28,10 +29,14 @@ def dupefilter_json(blooms: list[BloomState], buckets: list[BucketState]) -> dic
 
 
 def dupefilter_line(bloom: BloomState) -> str:
-    """The Bloom filter (of shard 0 for a sharded crawl: each shard has one like it)."""
+    """The Bloom filter (of shard 0 for a sharded crawl: each shard has one like it), or
+    its time slices (``HA_DUPEFILTER_TTL``)."""
     per_url = bloom.bytes / bloom.urls if bloom.urls else 0.0
+    layers = f"{len(bloom.added)} layer(s)"
+    if bloom.slices:  # HA_DUPEFILTER_TTL: the URLs the live time slices hold
+        layers += f" of {bloom.slices} time slice(s)"
     return (
-        f"{'dupefilter':>13}  bloom: {bloom.urls:,} URLs in {len(bloom.added)} layer(s), "
+        f"{'dupefilter':>13}  bloom: {bloom.urls:,} URLs in {layers}, "
         f"{bloom.bytes / 2**20:,.1f} MB ({per_url:.1f} bytes a URL); error now "
         f"{bloom.error_now:.1e}, at most {bloom.bound:.1e} (asked {bloom.asked:g}); about "
         f"{bloom.expected_false_positives:,.1f} URL(s) never crawled (expected)"

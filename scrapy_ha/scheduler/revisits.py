@@ -24,6 +24,7 @@ from scrapy_ha.config.continuous import FIRST_MULTIPLIER, RevisitState
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.outbox import Allocation, Load, VisitEnd
+from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,10 +57,13 @@ class Revisits:
 
     @classmethod
     def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
+        # as the worker sends it to the dupefilter (Admission): a revisit keeps its URL seen
+        size = BLOOM_FINGERPRINT_BYTES if config.memory.dupefilter == "bloom" else FINGERPRINT_BYTES
+
         def fingerprint(request: Request) -> bytes:
             if not config.dedupe:
                 return b""
-            return crawler.request_fingerprinter.fingerprint(request)[:FINGERPRINT_BYTES]
+            return crawler.request_fingerprinter.fingerprint(request)[:size]
 
         return cls(config.revisit, fingerprint)
 

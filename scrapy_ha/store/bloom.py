@@ -7,8 +7,9 @@ layers exist) and passes the bitmaps of every layer it knows and of the next one
 full layer grows in the same call; a client that knows too few layers (another worker's
 call grew one) is refused before any write with ``BLOOMLAYOUT ...``, learns the filter as
 stored from the error and calls again (:meth:`BloomFilter.adopt`). The layout is computed
-here exactly as in ``seen.lua`` (integers and one multiplication of doubles, exact on every
-IEEE machine), so both name the same keys: ``tests/test_bloom.py`` checks they agree.
+here exactly as in ``lua/lib/bloom.lua`` (integers and one multiplication of doubles, exact
+on every IEEE machine), so both name the same keys: ``tests/test_bloom.py`` checks they
+agree.
 
 A false positive of the filter is a URL never crawled: the crawl is told the rate asked
 (``HA_DUPEFILTER_ERROR_RATE``), the bound the layout keeps, and the rate it runs at now
@@ -23,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
+
+from scrapy_ha.keys import SEEN_SLICES
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -39,6 +42,7 @@ __all__ = [
     "filter_keys",
     "layer_sizes",
     "seen_call",
+    "slice_keys",
 ]
 
 #: Bytes a string key of 64 KB .. 4 GB costs Redis beyond its content (header 9, end 1).
@@ -80,7 +84,7 @@ def _fitted(rest: int) -> int:
 
 
 def layer_sizes(capacity: int, k: int, part: int, layer: int) -> list[int]:
-    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``seen.lua``)."""
+    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``lib/bloom.lua``)."""
     bits = math.ceil(capacity * 2**layer * (k + layer) * INV_LN2)
     total = rest = -(-bits // 8)
     sizes = []
@@ -188,18 +192,24 @@ class BloomFilter(Dupefilter):
 
 @dataclass(frozen=True)
 class BloomState:
-    """A Bloom filter as stored: what ``scrapy-ha status`` and the metrics show."""
+    """A Bloom filter as stored: what ``scrapy-ha status`` and the metrics show. With
+    ``HA_DUPEFILTER_TTL`` it is the time slices' (``lua/lib/aged.lua``): the layers of every
+    live slice, the bound that of the slices a check reads together."""
 
     capacity: int
     k: int
     #: the rate asked when it was made (HA_DUPEFILTER_ERROR_RATE)
     asked: float
-    #: URLs added to each layer
+    #: URLs added to each layer (held by each layer of the live slices)
     added: tuple[int, ...]
     #: bytes of each layer's bitmaps
     layer_bytes: tuple[int, ...]
     #: false positives to expect so far (URLs never crawled): an estimate
     expected_false_positives: float
+    #: time slices: the live ones (0: a filter kept for ever), and the bit positions of each
+    #: layer (else k + its index)
+    slices: int = 0
+    positions: tuple[int, ...] = ()
 
     @property
     def urls(self) -> int:
@@ -211,8 +221,10 @@ class BloomState:
 
     @property
     def bound(self) -> float:
-        """The most the filter errs however far it grows: 2^-(k-1)."""
-        return float(2.0 ** -(self.k - 1))
+        """The most the filter errs however far it grows: 2^-(k-1), times the slices a
+        check reads at most."""
+        checked = SEEN_SLICES + 1 if self.slices else 1
+        return float(checked * 2.0 ** -(self.k - 1))
 
     @property
     def error_now(self) -> float:
@@ -220,7 +232,7 @@ class BloomState:
         sum of each layer's (a bound, exact to the first order, that never rounds to 0)."""
         error = 0.0
         for i, (n, size) in enumerate(zip(self.added, self.layer_bytes, strict=True)):
-            k, m = self.k + i, size * 8
+            k, m = (self.positions[i] if self.positions else self.k + i), size * 8
             error += (-math.expm1(-k * n / m)) ** k
         return error
 
@@ -231,14 +243,33 @@ def bloom_state(meta: dict[Any, Any]) -> BloomState | None:
     if "capacity" not in fields:
         return None
     capacity, k, part = int(fields["capacity"]), int(fields["k"]), int(fields["part"])
+    asked, fp = float(fields.get("error", 0.0)), float(fields.get("fp", 0.0))
+    if "period" in fields:
+        return _slices_state(fields, capacity, k, part)
     layers = int(fields.get("layers", 0))
     return BloomState(
         capacity,
         k,
-        float(fields.get("error", 0.0)),
+        asked,
         tuple(int(fields.get(f"n:{i}", 0)) for i in range(layers)),
         tuple(sum(layer_sizes(capacity, k, part, i)) for i in range(layers)),
+        fp,
+    )
+
+
+def _slices_state(fields: dict[str, str], capacity: int, k: int, part: int) -> BloomState:
+    """The time slices of Bloom filters a meta hash describes (``lua/lib/aged.lua``)."""
+    live = [i for i in range(SEEN_SLICES + 1) if f"s{i}" in fields]
+    layers = [(i, j) for i in live for j in range(int(fields.get(f"l{i}", 0)))]
+    return BloomState(
+        capacity,
+        k,
+        float(fields.get("error", 0.0)),
+        tuple(int(fields.get(f"n{i}:{j}", 0)) for i, j in layers),
+        tuple(sum(layer_sizes(capacity, k, part, j)) for _, j in layers),
         float(fields.get("fp", 0.0)),
+        slices=len(live),
+        positions=tuple(k + j for _, j in layers),
     )
 
 
@@ -268,7 +299,22 @@ async def seen_call(
 
 
 async def filter_keys(client: Any, keys: Keys) -> list[str]:
-    """Every bitmap of the crawl's Bloom filter, as stored (none without a filter)."""
+    """Every bitmap of the crawl's Bloom filter, as stored (none without a filter): its
+    layers', or those of each of its time slices (``lua/lib/aged.lua`` names them from the
+    meta hash: ``<meta>:s<slice>:<layer>:<part>``)."""
     found = BloomFilter(1, 0.5)
     meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
+    if "period" in meta:
+        return slice_keys(keys, meta)
     return found.all_keys(keys, found.layers) if found.learn(meta) else []
+
+
+def slice_keys(keys: Keys, meta: dict[str, str]) -> list[str]:
+    """The bitmaps of every layer of each time slice a meta hash (decoded) holds."""
+    capacity, k, part = int(meta["capacity"]), int(meta["k"]), int(meta["part"])
+    names = []
+    for i in range(SEEN_SLICES + 1):
+        for j in range(int(meta.get(f"l{i}", 0))):
+            parts = len(layer_sizes(capacity, k, part, j))
+            names += [f"{keys.bloom}:s{i}:{j}:{p}" for p in range(parts)]
+    return names

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.aged import AgedSet
+from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
 from scrapy_ha.store.buckets import BucketSet, bucket_count, read_buckets
 from scrapy_ha.store.queue import RedisQueue
@@ -188,6 +188,8 @@ async def _dupefilter(
             f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "
             f"of {seen} fingerprints ({keys.dupefilter}): run it with HA_DUPEFILTER='set', {fix}"
         )
+    if ttl or "period" in meta:
+        return _aged_bloom(keys, config, meta, ttl, warn=warn)
     bloom = BloomFilter(config.capacity, config.error_rate)
     asked = (bloom.capacity, bloom.k)
     if bloom.learn(meta) and (bloom.capacity, bloom.k) != asked and warn:
@@ -202,6 +204,45 @@ async def _dupefilter(
             config.error_rate,
         )
     return bloom
+
+
+def _aged_bloom(
+    keys: Keys, config: MemoryConfig, meta: dict[str, str], ttl: float, *, warn: bool
+) -> Dupefilter:
+    """The Bloom filter in time slices (HA_DUPEFILTER_TTL), as stored: a crawl keeps its
+    filter for ever or in slices, and a worker of the other kind is refused."""
+    fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
+    stored = AgedBloom.stored(meta)
+    if not ttl:
+        raise ConfigError(
+            f"HA_DUPEFILTER='bloom' without HA_DUPEFILTER_TTL, but the crawl of {keys.spider} "
+            f"in Redis keeps its Bloom filter in time slices ({keys.bloom}): run it with "
+            f"HA_DUPEFILTER_TTL (every worker of a crawl with the same), {fix}"
+        )
+    if meta and stored is None:
+        raise ConfigError(
+            f"HA_DUPEFILTER_TTL={ttl:g} but the crawl of {keys.spider} in Redis keeps its "
+            f"Bloom filter for ever ({keys.bloom}), and a Bloom filter cannot take a URL out: "
+            f"run it without HA_DUPEFILTER_TTL, {fix}"
+        )
+    slices = AgedBloom.for_crawl(config.capacity, config.error_rate, int(ttl * 1000))
+    if stored is None:
+        return slices
+    if (stored.capacity, stored.k) != (slices.capacity, slices.k) and warn:
+        logger.warning(
+            "The Bloom filter in time slices of the crawl of %s was made with other "
+            "HA_DUPEFILTER_CAPACITY or HA_DUPEFILTER_ERROR_RATE (slices of %d URLs, %d bit "
+            "positions, at most %g): it is kept as it is (this worker's, %d and %g, apply to a "
+            "new crawl)",
+            keys.spider,
+            stored.capacity,
+            stored.k,
+            stored.error_rate,
+            config.capacity,
+            config.error_rate,
+        )
+    stored.ttl_ms = slices.ttl_ms  # the layout as stored, the TTL as set now
+    return stored
 
 
 async def _exact(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupefilter:

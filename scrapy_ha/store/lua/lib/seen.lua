@@ -2,10 +2,11 @@
 -- by every script that enqueues (sync, feed) and by counts:
 --   'set'    the exact set: never wrong. A crawl keeps it in buckets (below) or, made by a
 --            version before them, as one set of 12-byte fingerprints;
---   'bloom'  a scalable Bloom filter (Almeida et al., 2007) in plain Redis bitmaps: a few
---            bytes per URL, and a new URL is taken for one seen before (a false positive:
---            that URL is never crawled) with at most the probability asked.
--- and the exact set with an age (HA_DUPEFILTER_TTL): time slices of it, lib/aged.
+--   'bloom'  a scalable Bloom filter (Almeida et al., 2007) in plain Redis bitmaps (lib/bloom:
+--            its layout, positions and growth): a few bytes per URL, and a new URL is taken
+--            for one seen before (a false positive: that URL is never crawled) with at most
+--            the probability asked.
+-- and either with an age (HA_DUPEFILTER_TTL): time slices of it, lib/aged.
 -- The caller names the kind with a spec, the script's last argument:
 --   'buckets <count>'  the exact set in buckets: the dupefilter key is their meta hash;
 --          <count> is the number of buckets of a crawl made now (a stored one is kept);
@@ -13,24 +14,14 @@
 --   'set <ttl>'  time slices (lib/aged): the slices' hash and sets are the last KEYS;
 --   'bloom <capacity> <k> <part> <layers> <error>'  the dupefilter key is the filter's meta
 --          hash, and the bitmaps of layers 0 .. <layers> are the last KEYS of the script,
---          layer by layer, part by part (see the layout below); <layers> is at least the
+--          layer by layer, part by part (lib/bloom); <layers> is at least the
 --          number of layers that exist (and 1), so the caller passes one more: the layer
---          that takes the new URLs once the last one is full.
--- Rule (the layout): layer i holds capacity * 2^i URLs with k + i bit positions each, in
--- ceil(capacity * 2^i * (k + i) / ln 2) bits or a few more: the bits are split into parts
--- (one string key each) whose sizes are allocation classes of Redis's allocator (jemalloc:
--- four per doubling), so that no byte of a part is allocated unused, each at most <part>
--- bytes (a Redis string holds 512 MB). At capacity half the bits of a layer are set and it
--- errs with probability 2^-(k+i); every layer together, below 2^-(k-1). The worker picks
--- k so that 2^-(k-1) <= the rate asked; scrapy_ha/store/bloom.py computes the same layout.
--- Rule (positions): h1 and h2 are bytes 5-10 and 11-16 of the fingerprint (bytes 1-4 place
--- the request on a shard), 48 bits each, exact in a Lua number; the k positions of a layer
--- of m bits are enhanced double hashing: x = h1 mod m, y = h2 mod m, then x += y, y += i.
--- Rule (growth): a URL not in any layer is added to the newest; once that layer holds its
--- capacity, the next layer is created (its parts allocated whole, zeroed) and takes the new
--- URLs. A filter whose keys the caller does not have all of is refused before any write
--- with 'BLOOMLAYOUT <capacity> <k> <part> <layers>': the caller learns the filter as stored
--- and calls again.
+--          that takes the new URLs once the last one is full. A filter whose keys the
+--          caller does not have all of is refused before any write with 'BLOOMLAYOUT
+--          <capacity> <k> <part> <layers>': the caller learns the filter as stored and
+--          calls again.
+--   'bloom-ttl <ttl> <capacity> <k> <part> <error>'  time slices of Bloom filters (lib/aged):
+--          the dupefilter key is their meta hash, which names their bitmaps.
 -- The meta hash: capacity, k, part, error (as created); layers; n (URLs added in all);
 -- n:<i> (URLs added to layer i); fp (the false positives to expect so far: each URL added
 -- adds the filter's error at that time).
@@ -45,144 +36,18 @@
 -- it), n (fingerprints held, kept by every script that adds or removes one).
 --- @include "number"
 --- @include "types"
+--- @include "bloom"
 --- @include "aged"
-
--- SDS: the bytes Redis adds to a string of 64 KB .. 4 GB (header 9, terminator 1).
-local SDS = 10
--- SMALL, TAIL: a remainder of a layer of at most SMALL bytes, or at most 1/TAIL of the
--- layer, is one part as it is (its rounding costs a few KB, or 0.4 % at most): few parts.
-local SMALL, TAIL = 65536, 64
--- INV_LN2: bits per URL and per position (m / n = k / ln 2 makes half the bits set at
--- capacity); the same literal in scrapy_ha/store/bloom.py.
-local INV_LN2 = 1.4426950408889634
-
--- bloom_spec(spec)
---   Returns the fields of a 'bloom ...' spec as a table, or nil when it is not one.
-local function bloom_spec(spec)
-  local cap, k, part, known, asked = string.match(spec or '',
-    '^bloom (%d+) (%d+) (%d+) (%d+) (%S+)$')
-  cap, k, part, known = tonumber(cap), tonumber(k), tonumber(part), tonumber(known)
-  if not (cap and k and part and known and tonumber(asked)) or cap < 1 or k < 1 or k > 60
-      or part < 1 or known > 64 then
-    return nil
-  end
-  return {cap = cap, k = k, part = part, known = known, asked = asked}
-end
-
--- bloom_fitted(rest)
---   Returns the largest part of at most rest bytes whose allocation is a size class.
-local function bloom_fitted(rest)
-  local g = 1
-  while g * 2 <= rest + SDS do g = g * 2 end
-  for j = 3, 1, -1 do
-    local c = g + j * (g / 4)
-    if c - SDS <= rest then return c - SDS end
-  end
-  return g - SDS
-end
-
--- bloom_layer(s, i)
---   Returns layer i of the filter of spec s: {m = bits, k, cap, sizes = {bytes of each part}}.
-local function bloom_layer(s, i)
-  local scale = 1
-  for _ = 1, i do scale = scale * 2 end
-  local k = s.k + i
-  local total = math.ceil(math.ceil(s.cap * scale * k * INV_LN2) / 8)
-  local rest, sizes, m = total, {}, 0
-  while rest > 0 do
-    local size = rest
-    if rest >= s.part then size = s.part
-    elseif rest > SMALL and rest * TAIL > total then size = bloom_fitted(rest) end
-    sizes[#sizes + 1] = size
-    m = m + size * 8
-    rest = rest - size
-  end
-  return {m = m, k = k, cap = s.cap * scale, sizes = sizes}
-end
 
 -- seen_key_count(spec)
 --   Returns how many of the script's last KEYS the filter of spec takes (0 for 'set').
 local function seen_key_count(spec)
-  if string.match(spec or '', '^set %d+$') then return aged_key_count(spec) end
+  if string.match(spec or '', '^set %d+$') then return SLICES + 2 end -- lib/aged
   local s = bloom_spec(spec)
   if not s then return 0 end
   local n = 0
   for i = 0, s.known do n = n + #bloom_layer(s, i).sizes end
   return n
-end
-
--- bloom_bit(L, p)
---   Returns the part (its index in L.keys) and the offset in it of bit p of layer L.
-local function bloom_bit(L, p)
-  local sizes = L.sizes
-  for j = 1, #sizes do
-    local bits = sizes[j] * 8
-    if p < bits then return j, p end
-    p = p - bits
-  end
-  return #sizes, p -- not reached: p < m
-end
-
--- bloom_probe(L, h1, h2, write)
---   Reads (write false) or sets (write true) the k bits of the URL (h1, h2) in layer L, one
---   BITFIELD call per part they fall in (BITFIELD's k operations are most of the cost of a
---   URL). Returns whether every one of them was set before.
-local function bloom_probe(L, h1, h2, write)
-  local m, step = L.m, write and 4 or 3
-  local x, y = h1 % m, h2 % m
-  local ops = {}
-  for i = 1, L.k do
-    local j, off = bloom_bit(L, x)
-    local a = ops[j]
-    if not a then
-      a = {n = 0}
-      ops[j] = a
-    end
-    local at = a.n
-    a[at + 1], a[at + 2], a[at + 3] = write and 'SET' or 'GET', 'u1', off
-    if write then a[at + 4] = 1 end
-    a.n = at + step
-    x = x + y
-    if x >= m then x = x % m end
-    y = y + i
-    if y >= m then y = y % m end
-  end
-  local all = true
-  for j, a in pairs(ops) do
-    local old = redis.call(write and 'BITFIELD' or 'BITFIELD_RO', L.keys[j], unpack(a, 1, a.n))
-    for _, bit in ipairs(old) do
-      if bit == 0 then
-        all = false
-        break
-      end
-    end
-    if not (all or write) then return false end
-  end
-  return all
-end
-
--- bloom_error(f)
---   Returns the probability that filter f takes a new URL for a seen one now (the sum of
---   its layers': a bound, exact to the first order).
-local function bloom_error(f)
-  local error = 0
-  for i = 0, f.layers - 1 do
-    local L = f.L[i]
-    error = error + (1 - math.exp(-L.k * L.n / L.m)) ^ L.k
-  end
-  return error
-end
-
--- bloom_grow(f)
---   Creates layer f.layers of filter f (its parts allocated whole, zeroed).
-local function bloom_grow(f)
-  local L = f.L[f.layers]
-  for j = 1, #L.sizes do
-    redis.call('DEL', L.keys[j]) -- a part left over from a filter deleted whole before
-    redis.call('SETBIT', L.keys[j], L.sizes[j] * 8 - 1, 0)
-  end
-  f.layers = f.layers + 1
-  f.grown = true
 end
 
 -- bloom_open(script, meta, spec, keys)
@@ -269,6 +134,9 @@ local function seen_open(script, key, spec, keys, now)
   end
   if string.match(spec or '', '^set ') then return aged_open(script, key, spec, keys, now) end
   if string.match(spec or '', '^buckets ') then return buckets_open(script, key, spec, now) end
+  if string.match(spec or '', '^bloom%-ttl ') then
+    return aged_bloom_open(script, key, spec, now)
+  end
   return bloom_open(script, key, spec, keys)
 end
 
@@ -284,34 +152,17 @@ local function seen_add(d, fp, age)
   end
   if d.set then return redis.call('SADD', d.set, fp) == 1 end
   if d.ring then return aged_add(d, fp, age) end
-  local b = {string.byte(fp, 5, 16)}
-  local h1, h2 = 0, 0
-  for i = 1, 6 do
-    h1 = h1 * 256 + (b[i] or 0)
-    h2 = h2 * 256 + (b[i + 6] or 0)
-  end
   for i = d.layers - 2, 0, -1 do -- the full layers: read
-    if bloom_probe(d.L[i], h1, h2, false) then return false end
+    if bloom_probe(d.L[i], fp, false) then return false end
   end
-  local last = d.L[d.layers - 1]
-  if not last or (last.n >= last.cap and d.L[d.layers]) then -- the first, or a full one
-    if last and bloom_probe(last, h1, h2, false) then return false end
-    bloom_grow(d)
-  end
-  local top = d.layers - 1
-  local L = d.L[top]
-  -- set in the newest layer: if every bit was set already, nothing changed and it is seen
-  if bloom_probe(L, h1, h2, true) then return false end
-  L.n = L.n + 1
-  d.added[top] = (d.added[top] or 0) + 1
-  return true
+  return bloom_insert(d, fp)
 end
 
 -- seen_touch(d, fp)
---   Records fingerprint fp as seen now, whether it was seen before or not (a time slice
---   takes it again: its age starts now; the set and a Bloom filter keep it as it is).
+--   Records fingerprint fp as seen now, whether it was seen before or not (the newest time
+--   slice takes it again: its age starts now; the set and a Bloom filter keep it as it is).
 local function seen_touch(d, fp)
-  if d.ring then return aged_touch(d, fp) end
+  if d.ring then return aged_add(d, fp, nil, true) end
   seen_add(d, fp)
 end
 
@@ -324,7 +175,8 @@ local function seen_close(d)
     redis.call('HINCRBY', d.meta, 'n', d.added)
     return
   end
-  if d.set or d.ring or not (d.grown or next(d.added)) then return end
+  if d.ring then return aged_close(d) end
+  if d.set or not (d.grown or next(d.added)) then return end
   local s, meta, total = d.spec, d.meta, 0
   if d.fresh then
     redis.call('HSET', meta, 'capacity', s.cap, 'k', s.k, 'part', s.part, 'error', s.asked)
