@@ -233,6 +233,12 @@ async def test_seen_check_reads_the_slices_and_forget_says_why_it_cannot(redis_u
     assert found.startswith(f"{item}: seen (in the time slice started ")
     assert "or a false positive of its Bloom filter" in found
     assert missing == f"{site.url}/nowhere: not seen"
+    status = scrapy_ha("status", "catalogue", "--redis-url", redis_url)
+    assert status.returncode == 0, status.stderr
+    assert "layer(s) of 1 time slice(s)" in status.stdout  # one slot: the crawl took < TTL/8
+    stats = crawler.stats.get_stats()
+    assert stats["ha/dupefilter/urls"] > len(crawler.spider.items)  # and the list pages
+    assert 0 < stats["ha/dupefilter/error_rate"] < 1e-6
     refused = scrapy_ha("seen", "forget", "catalogue", item, "--yes", "--redis-url", redis_url)
     assert refused.returncode == 2
     assert "cannot take a URL out: give it as --pattern" in refused.stderr
