@@ -177,6 +177,13 @@ def test_the_visits_evidence_travels_in_the_request_s_meta():
     assert state.interval == pytest.approx(end.interval, abs=0.001)  # stored to the ms
 
 
+async def sums(client) -> dict[str, float]:
+    """The budget's sums and multiplier (``ha:{S}:revisit_alloc``; its ``e:<id>`` fields say
+    what each entry holds in them)."""
+    raw = await client.hgetall(KEYS.revisit_alloc)
+    return {k.decode(): float(v) for k, v in raw.items() if not k.startswith(b"e:")}
+
+
 async def _visit(q: RedisQueue, name: str, load: float, budget: float) -> float:
     await q.enqueue(
         [NewEntry(name.encode(), 0, b'{"v":1,"u":"http://a.example/' + name.encode() + b'"}')]
@@ -195,7 +202,7 @@ async def test_redis_nudges_the_multiplier_until_the_load_is_the_budget(redis_ur
     client = q.client
     over = [await _visit(q, f"a{i}", 1 / 10, 0) for i in range(5)]  # 0.5/s against 0.1/s
     assert over == sorted(over) and over[0] > 13.2  # the intervals are too short: it grows
-    alloc = {k.decode(): float(v) for k, v in (await client.hgetall(KEYS.revisit_alloc)).items()}
+    alloc = await sums(client)
     assert alloc["load"] == pytest.approx(0.5) and alloc["base"] == pytest.approx(0.1)
     under = [await _visit(q, f"b{i}", -1 / 10 + 1 / 1000, 10.0) for i in range(4)]
     assert under == sorted(under, reverse=True) and under[-1] < over[-1]  # under 10/s: shrinks
@@ -261,8 +268,10 @@ async def test_a_double_takes_its_load_out_of_the_budget(redis_url):
     (back,) = await q.lease(1, 30_000)
     assert back.id == lease.id
     assert await end(back, first, 50_000) == DOUBLE
-    alloc = {k.decode(): float(v) for k, v in (await q.client.hgetall(KEYS.revisit_alloc)).items()}
+    alloc = await sums(q.client)
     state = RevisitState.from_meta(second.meta[metakeys.REVISIT_STATE])
+    held = await q.client.hgetall(KEYS.revisit_alloc)
+    assert f"e:{other.id}".encode() in held and f"e:{lease.id}".encode() not in held
     assert alloc["load"] == pytest.approx(1 / state.interval, rel=1e-3)
     assert alloc["base"] == pytest.approx(1 / 50)
     await q.client.aclose()

@@ -51,7 +51,7 @@ def release_keys(k: Keys) -> list[str]:
 
 def dead_keys(k: Keys) -> list[str]:
     keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
-    return [*keys, *k.stats_keys(), k.dead_archived, k.polite, *frontier_keys(k)]
+    return [*keys, *k.stats_keys(), k.dead_archived, k.polite, *frontier_keys(k), k.revisit_alloc]
 
 
 def retry_keys(k: Keys) -> list[str]:
@@ -61,7 +61,7 @@ def retry_keys(k: Keys) -> list[str]:
 
 def requeue_keys(k: Keys) -> list[str]:
     keys = [k.dead, k.dead_info, k.queues, k.payload, k.seq, k.expiries, *k.stats_keys()]
-    return [*keys, k.ready, k.waiting, k.queued]
+    return [*keys, k.ready, k.waiting, k.queued, k.revisit_alloc]
 
 
 def feed_keys(k: Keys, start_key: str, dupefilter: str) -> list[str]:

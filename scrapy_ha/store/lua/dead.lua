@@ -7,6 +7,8 @@
 -- KEYS[12] polite (lib/polite: the lease's concurrency slot is freed)
 -- KEYS[13] the back queues' prefix  KEYS[14] ready  KEYS[15] waiting  KEYS[16] queued
 --          (lib/frontier: a back queue waiting for the freed slot goes back to ready)
+-- KEYS[17] revisit_alloc (lib/revisit: an adaptive revisit entry leaves the budget's sums;
+--          what it held goes in its record, "revisit": [load, base], for a requeue)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- ARGV[7] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
@@ -20,6 +22,7 @@
 --- @include "stats"
 --- @include "polite"
 --- @include "frontier"
+--- @include "revisit"
 local max_dead, max_age = tonumber(ARGV[4]), tonumber(ARGV[5])
 local ok, info = pcall(cjson.decode, ARGV[3])
 if not (max_dead and max_age and ok and type(info) == 'table') then
@@ -27,7 +30,7 @@ if not (max_dead and max_age and ok and type(info) == 'table') then
 end
 local err = wrong_type('dead', KEYS,
   {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash',
-  nil, 'zset', 'zset', 'string'})
+  nil, 'zset', 'zset', 'string', 'hash'})
 if err then return err end
 local v = lease_current(KEYS[2], ARGV[1], ARGV[2])
 if not v then
@@ -41,6 +44,7 @@ redis_call('ZREM', KEYS[1], ARGV[1])
 redis_call('HDEL', KEYS[2], ARGV[1])
 polite_free(KEYS[12], {ARGV[1]})
 redis_call('HDEL', KEYS[5], ARGV[1])
+if KEYS[17] then info['revisit'] = revisit_release(KEYS[17], ARGV[1]) end
 dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis_call('HSET', KEYS[6], ARGV[1], ARGV[6])

@@ -6,6 +6,8 @@
 -- KEYS[4] payload  KEYS[5] seq  KEYS[6] expiries
 -- KEYS[7] stats  KEYS[8] stats:min  KEYS[9] stats:domain (lib/stats)
 -- KEYS[10] ready  KEYS[11] waiting  KEYS[12] queued (lib/frontier)
+-- KEYS[13] revisit_alloc (lib/revisit: a revisit entry dead-lettered takes back its share
+--          of the budget's sums, from its record)
 -- ARGV[1] order within a priority: 'fifo' or 'lifo'
 -- then quadruples: entry id, priority, host of its URL ('-': none), payload with its
 -- attempt counters reset
@@ -15,6 +17,7 @@
 --- @include "types"
 --- @include "stats"
 --- @include "frontier"
+--- @include "revisit"
 local lifo = ARGV[1] == 'lifo'
 if not (lifo or ARGV[1] == 'fifo') or (#ARGV - 1) % 4 ~= 0 then
   return redis.error_reply('ERR requeue: order, then (id, priority, host, payload) quadruples')
@@ -29,7 +32,8 @@ for i = 2, #ARGV, 4 do
   prios[i] = clamp_priority(p)
 end
 local err = wrong_type('requeue', KEYS,
-  {'zset', 'hash', nil, 'hash', nil, 'hash', 'hash', 'hash', 'hash', 'zset', 'zset', 'string'})
+  {'zset', 'hash', nil, 'hash', nil, 'hash', 'hash', 'hash', 'hash', 'zset', 'zset', 'string',
+  'hash'})
 if err then return err end
 frontier_open(KEYS[3], KEYS[10], KEYS[11], KEYS[12], lifo, false)
 local n = 0
@@ -37,6 +41,10 @@ for i = 2, #ARGV, 4 do
   local id = ARGV[i]
   if redis_call('ZREM', KEYS[1], id) == 1 then
     local place = place_of(take(KEYS[5], 1) + 1, lifo, false)
+    local ok, info = pcall(cjson.decode, redis_call('HGET', KEYS[2], id) or '')
+    if KEYS[13] and ok and type(info) == 'table' and type(info['revisit']) == 'table' then
+      revisit_restore(KEYS[13], id, info['revisit'])
+    end
     redis_call('HDEL', KEYS[2], id)
     redis_call('HDEL', KEYS[6], id)
     redis_call('HDEL', KEYS[4], id)

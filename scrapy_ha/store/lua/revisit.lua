@@ -35,7 +35,8 @@
 -- so a link to it queues no second copy while it is revisited.
 -- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
--- held (lib/revisit: revisit_withdraw).
+-- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
+-- for a dead letter to take out (dead.lua) and a requeue to put back (requeue.lua).
 -- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
 -- (a string; '' for fixed revisits, a stale token or a double)}: the due time is 0 when
 -- the token is stale (nothing changes), -1 for a double (its lease ended as an ack).
@@ -104,11 +105,15 @@ if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   if adaptive then
     mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], d_load, d_base, budget,
       first))
+    revisit_hold(KEYS[17], id, 1000 / interval, d_base)
   end
 else
   redis.call('HDEL', KEYS[5], id)
   count('revisit_double', 1)
-  if adaptive then revisit_withdraw(KEYS[17], held, held_base) end
+  if adaptive then
+    revisit_withdraw(KEYS[17], held, held_base)
+    redis.call('HDEL', KEYS[17], 'e:' .. id)
+  end
 end
 seen_close(seen)
 polite_write(KEYS[11])

@@ -1,7 +1,8 @@
 -- lib/revisit: a revisited request's rules, kept by revisit.lua.
 --   revisits      sorted set: entry id -> due time (ms) of its next visit (what is due soon)
 --   revisit_urls  hash: fingerprint -> the entry id that revisits it
---   revisit_alloc hash: load, base (visits a second), mu (the multiplier, seconds)
+--   revisit_alloc hash: load, base (visits a second), mu (the multiplier, seconds); e:<id>
+--                 -> "<load> <base>": what an adaptive revisit entry holds in them
 --- @include "number"
 --- @include "priority"
 
@@ -89,4 +90,42 @@ end
 local function revisit_withdraw(alloc, held, held_base)
   if held ~= 0 then redis.call('HINCRBYFLOAT', alloc, 'load', -held) end
   if held_base ~= 0 then redis.call('HINCRBYFLOAT', alloc, 'base', -held_base) end
+end
+
+-- revisit_hold(alloc, id, load, d_base)
+--   KEYS: alloc (revisit_alloc)
+--   Rule (what an entry holds): the sums hold, for each entry revisited adaptively, 1 / its
+--   interval (load, visits a second) and 1 / its configured one, recorded as 'e:<id>' when
+--   it is scheduled (d_base: what this revisit added to the configured sum), so that a
+--   dead letter takes them out of the sums (revisit_release) and a requeue puts them back
+--   (revisit_restore).
+local function revisit_hold(alloc, id, load, d_base)
+  local before = redis.call('HGET', alloc, 'e:' .. id)
+  local base = d_base + (tonumber(before and string.match(before, ' (%S+)$') or '') or 0)
+  redis.call('HSET', alloc, 'e:' .. id, string.format('%.17g %.17g', load, base))
+end
+
+-- revisit_release(alloc, id)
+--   KEYS: alloc (revisit_alloc)
+--   Takes what entry id holds (revisit_hold) out of the sums, as it leaves the revisits
+--   (a dead letter). Returns {load, base} taken out, or nil when it held nothing.
+local function revisit_release(alloc, id)
+  local held = redis.call('HGET', alloc, 'e:' .. id)
+  local load, base = string.match(held or '', '^(%S+) (%S+)$')
+  redis.call('HDEL', alloc, 'e:' .. id)
+  if not (tonumber(load) and tonumber(base)) then return nil end
+  revisit_withdraw(alloc, tonumber(load), tonumber(base))
+  return {tonumber(load), tonumber(base)}
+end
+
+-- revisit_restore(alloc, id, held)
+--   KEYS: alloc (revisit_alloc)
+--   Puts back in the sums what entry id held when it was dead-lettered (held: {load, base}
+--   from its dead-letter record, revisit_release), as it is requeued: its next visit
+--   counts from there, as if it had not left.
+local function revisit_restore(alloc, id, held)
+  local load, base = tonumber(held[1]), tonumber(held[2])
+  if not (load and base) then return end
+  revisit_withdraw(alloc, -load, -base)
+  redis.call('HSET', alloc, 'e:' .. id, string.format('%.17g %.17g', load, base))
 end

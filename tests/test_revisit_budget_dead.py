@@ -1,0 +1,58 @@
+"""Adaptive revisits' budget (``ha:{S}:revisit_alloc``, lua/lib/revisit.lua) and dead letters:
+a revisit entry dead-lettered (a page gone for good) leaves the sums of the intervals' load,
+so the crawl's other revisits are not slowed by a URL no longer visited, and a requeue of
+the dead letter brings it back into them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.revisits import Revisit, revisit
+from scrapy_ha.store.wire import NewEntry
+
+KEYS = Keys("ha", "s")
+
+
+async def scheduled(q: RedisQueue, name: str, interval_ms: int) -> str:
+    """An entry leased, then revisited adaptively every *interval_ms* (its first visit)."""
+    url = b'{"v":1,"u":"http://a.example/' + name.encode() + b'"}'
+    await q.enqueue([NewEntry(name.encode(), 0, url)])
+    (lease,) = await q.lease(1, 30_000)
+    load = 1000 / interval_ms  # visits a second: what the worker adds at a first visit
+    allocation = (load, 1 / 50, 0.0, 13.2, 0.0, 0.0)
+    end = Revisit(
+        lease.id, lease.token, interval_ms, lease.payload, name.encode(), "new", 0, "60", allocation
+    )
+    assert (await revisit(q, end)).due > 0
+    return lease.id
+
+
+async def sums(q: RedisQueue) -> tuple[float, float]:
+    load, base = await q.client.hmget(KEYS.revisit_alloc, "load", "base")
+    return float(load), float(base)
+
+
+@deferred_f_from_coro_f
+async def test_a_dead_lettered_revisit_leaves_the_budget_and_a_requeue_brings_it_back(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await scheduled(q, "stays", 50_000)  # 0.02 visits a second
+    gone = await scheduled(q, "gone", 10)  # 100 a second, due at once
+    assert await sums(q) == pytest.approx((100.02, 0.04))
+    await asyncio.sleep(0.05)
+    (lease,) = await q.lease(1, 30_000)
+    assert lease.id == gone
+    info = {"class": "gone", "reason": "HTTP 404"}
+    assert await q.dead_letter(lease.id, lease.token, info, payload=lease.payload) == 1
+    assert await sums(q) == pytest.approx((0.02, 0.02))  # the other URL's alone
+    record = json.loads(await q.client.hget(KEYS.dead_info, gone))
+    assert record["revisit"] == pytest.approx([100.0, 0.02])
+    assert await q.requeue_dead([(gone, 0, lease.payload)]) == 1
+    assert await sums(q) == pytest.approx((100.02, 0.04))  # back, as if it had not left
+    await q.client.aclose()
