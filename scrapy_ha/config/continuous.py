@@ -86,7 +86,9 @@ class RevisitState:
     (``unchanged_for``; with the seconds a changed page had been unchanged when answered,
     its age), the changes whose time its ``Last-Modified`` told (``dated``), and when the
     last visit ended (``last``: the worker's clock, seconds since the epoch). ``age`` is
-    the answer's, not stored: ``Date`` less ``Last-Modified`` (-1: not known)."""
+    the answer's, not stored: ``Date`` less ``Last-Modified`` (-1: not known). ``undated``:
+    the page's ``Last-Modified`` is its ``Date`` whether it changed or not (found on an
+    unchanged page): it is ignored from then on, and the body's signature alone tells."""
 
     interval: float = 0.0
     etag: str = ""
@@ -101,6 +103,7 @@ class RevisitState:
     last: float = 0.0
     dated: int = 0
     age: float = -1.0
+    undated: bool = False
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
@@ -121,6 +124,7 @@ class RevisitState:
                 float(value.get("u", 0)),
                 float(value.get("t", 0)),
                 int(value.get("y", 0)),
+                undated=bool(value.get("z", 0)),
             )
         except (TypeError, ValueError):
             return cls()
@@ -138,6 +142,8 @@ class RevisitState:
             doc.update(u=round(self.unchanged_for, 3), t=round(self.last, 3))
         if self.dated:
             doc["y"] = self.dated
+        if self.undated:
+            doc["z"] = 1
         return doc
 
 

@@ -11,6 +11,12 @@ and tells what the visit found:
   content is) equals the last one: ``unchanged``;
 - another 2xx: ``changed`` (``new`` at the first visit).
 
+A page whose ``Last-Modified`` is its ``Date`` (within a second) on an answer whose content
+did not change is served by a server that stamps every answer "now": its ``Last-Modified``
+is ignored from then on (no ``If-Modified-Since``, no change dated by it, which would make
+the page look as if it changed at the instant of every visit), and its signature alone
+tells (``undated`` in its state).
+
 An unchanged page never reaches the spider's callback as a new page: the middleware raises
 :class:`NotModified` (an ``IgnoreRequest``), so the callback is not called and Scrapy logs
 nothing; the request's errback, if it has one, gets that failure, whose ``response`` is the
@@ -92,6 +98,8 @@ class RevisitMiddleware:
             headers[b"If-None-Match"] = state.etag
         if state.modified:
             headers[b"If-Modified-Since"] = state.modified
+        elif state.undated:  # the last visit's, stored with the request: it means nothing
+            headers.pop(b"If-Modified-Since", None)
 
     def process_response(self, request: Request, response: Response) -> Response:
         if not (200 <= response.status < 300 or response.status == 304):
@@ -103,19 +111,25 @@ class RevisitMiddleware:
             if not (state.etag or state.modified):
                 return response  # not an answer to our conditional request
             etag, modified = _validators(response)
-            answer = replace(state, etag=etag or state.etag, modified=modified or state.modified)
+            modified = "" if state.undated else modified or state.modified
+            answer = replace(state, etag=etag or state.etag, modified=modified)
             self._found(request, "not_modified", answer)
             raise NotModified(response, "not_modified")
         etag, modified = _validators(response)
         signature = signature_of(response, self.config.signature)
+        same = bool(state.visits) and state.signature == signature
+        undated = state.undated or (same and _modified_now(response, modified))
+        if undated:
+            modified = ""
         answer = RevisitState(
             etag=etag,
             modified=modified,
             signature=signature,
             size=len(response.body),
             age=page_age(response, modified),
+            undated=undated,
         )
-        if state.visits and state.signature == signature:
+        if same:
             self._found(request, "unchanged", answer)
             raise NotModified(response, "unchanged")
         self._found(request, "changed" if state.visits else "new", answer)
@@ -130,15 +144,33 @@ def page_age(response: Response, modified: str) -> float:
     """Seconds the page had been unchanged when answered: its ``Date`` less its
     ``Last-Modified``, both the server's clock (-1: either missing or unreadable, or the
     page modified after its date)."""
+    lag = _lag(response, modified)
+    return lag if lag is not None and lag >= 0 else -1.0
+
+
+#: How near its ``Date`` a ``Last-Modified`` is taken for "now": both are whole seconds,
+#: stamped as the answer is made, so one second apart at most.
+MODIFIED_NOW = 1.0
+
+
+def _modified_now(response: Response, modified: str) -> bool:
+    """Whether the answer's ``Last-Modified`` is its ``Date``: on a page that did not change,
+    a server that stamps every answer so (a dynamic page), not the page's last change."""
+    lag = _lag(response, modified)
+    return lag is not None and abs(lag) <= MODIFIED_NOW
+
+
+def _lag(response: Response, modified: str) -> float | None:
+    """``Date`` less ``Last-Modified`` in seconds (None: either missing or unreadable)."""
     date = response.headers.get(b"Date")
     if not (modified and date):
-        return -1.0
+        return None
     try:
         answered = parsedate_to_datetime(date.decode("latin-1")).timestamp()
         changed = parsedate_to_datetime(modified).timestamp()
     except (TypeError, ValueError, IndexError, OverflowError):
-        return -1.0
-    return answered - changed if answered >= changed else -1.0
+        return None
+    return answered - changed
 
 
 def _validators(response: Response) -> tuple[str, str]:
