@@ -13,12 +13,14 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.config.continuous import dupefilter_ttl
+from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import SEEN_SLICES, Keys
 from scrapy_ha.scheduler.outbox import Retained
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.aged import AgedSet
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.sharding import set_dupefilter
 from scrapy_ha.store.wire import NewEntry
 from tests.spiders import CatalogueSpider
 
@@ -99,6 +101,23 @@ async def test_the_set_kept_for_ever_counts_as_seen_when_a_ttl_is_set(redis_url)
     assert await added(aged, entry(b"old")) == 1  # aged out from the switch on
     await forever.client.aclose()
     await aged.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_in_slices_restarted_without_the_ttl_is_refused(redis_url):
+    """A set crawl kept in time slices, started again without HA_DUPEFILTER_TTL, would get
+    fresh buckets that know none of its URLs (every one crawled again): it is refused at
+    start, naming the setting, the key and the fix, and the slices are left as they are."""
+    aged = queue(redis_url)
+    await set_dupefilter(aged, MemoryConfig(), TTL_MS / 1000)
+    assert await added(aged, entry(b"a")) == 1
+    again = queue(redis_url, ttl_ms=0)
+    with pytest.raises(ConfigError, match=r"without HA_DUPEFILTER_TTL.*ha:\{s\}:aged.*flush s"):
+        await set_dupefilter(again, MemoryConfig(), 0)
+    assert await aged.client.exists(KEYS.aged)
+    assert await added(aged, entry(b"a")) == 0  # the slices still hold it
+    await aged.client.aclose()
+    await again.client.aclose()
 
 
 @deferred_f_from_coro_f

@@ -170,6 +170,12 @@ async def _dupefilter(
             )
         if ttl:
             return AgedSet(int(ttl * 1000))
+        if await client.exists(keys.aged):
+            raise ConfigError(
+                f"HA_DUPEFILTER='set' without HA_DUPEFILTER_TTL, but the crawl of {keys.spider} "
+                f"in Redis keeps its exact set in time slices ({keys.aged}): run it with "
+                f"HA_DUPEFILTER_TTL (every worker of a crawl with the same), {fix}"
+            )
         return await _exact(queue, config, warn=warn)
     if buckets:
         raise ConfigError(
