@@ -182,6 +182,29 @@ async def test_a_crawl_kept_for_ever_and_one_in_slices_do_not_switch(redis_url):
     await sliced.client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_worker_without_the_ttl_does_not_join_slices_made_at_the_same_moment(
+    redis_url,
+):
+    """Two workers start an empty crawl together, one with HA_DUPEFILTER_TTL and one
+    without (neither saw a meta hash at start): the plain filter's script refuses the
+    hash of time slices, naming the setting, and writes nothing, instead of keeping a
+    second filter in it that knows none of the slices' URLs (every URL crawled twice)."""
+    sliced = queue(redis_url)
+    assert await added(sliced, entry(b"a")) == 1
+    before = await meta(sliced)
+    plain = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    plain.dupefilter = BloomFilter(1000, 1e-3)
+    for name in (b"a", b"b"):
+        with pytest.raises(redis.ResponseError, match=r"time slices \(HA_DUPEFILTER_TTL\)"):
+            await added(plain, entry(name))
+    assert await meta(sliced) == before
+    assert sorted(await plain.client.keys(f"{KEYS.bloom}:0:*")) == []
+    assert await added(sliced, entry(b"b")) == 1
+    await sliced.client.aclose()
+    await plain.client.aclose()
+
+
 def settings(redis_url: str, **extra) -> dict:
     return {
         "ADDONS": {"scrapy_ha.Addon": 0},

@@ -19,7 +19,8 @@
 --          that takes the new URLs once the last one is full. A filter whose keys the
 --          caller does not have all of is refused before any write with 'BLOOMLAYOUT
 --          <capacity> <k> <part> <layers>': the caller learns the filter as stored and
---          calls again.
+--          calls again. A meta hash of time slices (lib/aged: it has a period) is
+--          refused with an error naming HA_DUPEFILTER_TTL, before any write.
 --   'bloom-ttl <ttl> <capacity> <k> <part> <error>'  time slices of Bloom filters (lib/aged):
 --          the dupefilter key is their meta hash, which names their bitmaps.
 -- The meta hash: capacity, k, part, error (as created); layers; n (URLs added in all);
@@ -58,7 +59,12 @@ local function bloom_open(script, meta, spec, keys)
   if not s then return nil, redis.error_reply('ERR ' .. script .. ': bad dupefilter spec') end
   local err = wrong_type(script, {meta}, {'hash'})
   if err then return nil, err end
-  local stored = redis.call('HMGET', meta, 'capacity', 'k', 'part', 'layers')
+  local stored = redis.call('HMGET', meta, 'capacity', 'k', 'part', 'layers', 'period')
+  if stored[5] then -- lib/aged's slices: a second filter in the hash would know none of theirs
+    return nil, redis.error_reply('ERR ' .. script .. ': ' .. meta .. ' keeps the Bloom '
+      .. 'filter in time slices (HA_DUPEFILTER_TTL): run every worker of the crawl with the '
+      .. 'same HA_DUPEFILTER_TTL, or scrapy-ha flush the crawl first')
+  end
   local layers = tonumber(stored[4]) or 0
   if stored[1] and (tonumber(stored[1]) ~= s.cap or tonumber(stored[2]) ~= s.k
       or tonumber(stored[3]) ~= s.part or layers > s.known) then
