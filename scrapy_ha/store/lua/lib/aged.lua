@@ -83,8 +83,8 @@ local function aged_bloom_open(script, meta, spec, now)
     return nil, redis.error_reply('ERR ' .. script .. ': ' .. meta
       .. ' is a Bloom filter kept for ever, not in time slices')
   end
-  local d = {meta = meta, ring = {}, filters = {}, taken_over = true, fresh = not stored[1],
-    bloom = {cap = cap, k = k, part = part, asked = asked}}
+  local d = {meta = meta, ring = {}, filters = {}, layouts = {}, taken_over = true,
+    fresh = not stored[1], bloom = {cap = cap, k = k, part = part, asked = asked}}
   if stored[1] then
     d.bloom.cap, d.bloom.k, d.bloom.part = tonumber(stored[1]), tonumber(stored[2]),
       tonumber(stored[3])
@@ -96,7 +96,8 @@ end
 -- aged_filter(d, i)
 --   Returns slot i of the Bloom slices d as a filter (lib/bloom): its layers as stored, and
 --   the next one, which a full newest layer grows into (called again after it grew, it
---   adds the next). A layer's parts are named from the meta hash.
+--   adds the next). A layer's parts are named from the meta hash; its layout is every
+--   slot's (d.layouts), so that a URL's positions in it are computed once (lib/bloom).
 local function aged_filter(d, i)
   local f = d.filters[i]
   if not f then
@@ -105,8 +106,10 @@ local function aged_filter(d, i)
   end
   for j = 0, f.layers do
     if not f.L[j] then
-      local L = bloom_layer(d.bloom, j)
-      L.keys, L.n = {}, 0
+      local shape = d.layouts[j] or bloom_layer(d.bloom, j)
+      d.layouts[j] = shape -- one per layer: its URL's positions are the slots' (pos)
+      local L = {m = shape.m, k = shape.k, cap = shape.cap, sizes = shape.sizes,
+        pos = shape.pos, keys = {}, n = 0}
       for p = 1, #L.sizes do L.keys[p] = d.meta .. ':s' .. i .. ':' .. j .. ':' .. (p - 1) end
       if j < f.layers then
         L.n = tonumber(redis.call('HGET', d.meta, 'n' .. i .. ':' .. j)) or 0

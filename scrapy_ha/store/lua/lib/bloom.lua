@@ -39,7 +39,8 @@ local function bloom_spec(spec)
 end
 
 -- bloom_layer(s, i)
---   Returns layer i of the filter of spec s: {m = bits, k, cap, sizes = {bytes of each part}}.
+--   Returns layer i of the filter of spec s: {m = bits, k, cap, sizes = {bytes of each part},
+--   pos = the positions of the URL last probed (bloom_positions)}.
 --   A remainder that is not one part as it is gets the largest part of at most its bytes
 --   whose allocation is a size class (four per doubling: 2^g, 1.25, 1.5, 1.75 times 2^g).
 local function bloom_layer(s, i)
@@ -67,55 +68,75 @@ local function bloom_layer(s, i)
     m = m + size * 8
     rest = rest - size
   end
-  return {m = m, k = k, cap = s.cap * scale, sizes = sizes}
+  return {m = m, k = k, cap = s.cap * scale, sizes = sizes, pos = {}}
 end
 
--- bloom_bit(L, p)
---   Returns the part (its index in L.keys) and the offset in it of bit p of layer L.
-local function bloom_bit(L, p)
-  local sizes = L.sizes
-  for j = 1, #sizes do
-    local bits = sizes[j] * 8
-    if p < bits then return j, p end
-    p = p - bits
-  end
-  return #sizes, p -- not reached: p < m
-end
-
--- bloom_probe(L, fp, write)
---   Reads (write false) or sets (write true) the k bits of the URL of fingerprint fp in
---   layer L (its two hashes h1, h2: the rule of the positions), one BITFIELD call per part
---   they fall in (BITFIELD's k operations are most of the cost of a URL). Returns whether
---   every one of them was set before.
-local function bloom_probe(L, fp, write)
+-- bloom_positions(L, fp)
+--   Returns the k bit positions of the URL of fingerprint fp in layer L (its two hashes h1,
+--   h2: the rule of the positions) by part: {fp = fp, parts = {[j] = {offset in part j,
+--   ...}}}, j the part's index in L.keys. They are kept in L.pos, which every layer of one
+--   layout shares (lib/aged's slots: a URL's positions are computed once per layer and
+--   call, however many slots are read), until another fingerprint's are asked.
+local function bloom_positions(L, fp)
+  local pos = L.pos
+  if pos.fp == fp then return pos end
   local b = {string.byte(fp, 5, 16)}
   local h1, h2 = 0, 0
   for i = 1, 6 do
     h1 = h1 * 256 + (b[i] or 0)
     h2 = h2 * 256 + (b[i + 6] or 0)
   end
-  local m, step = L.m, write and 4 or 3
+  local m, sizes, parts = L.m, L.sizes, {}
   local x, y = h1 % m, h2 % m
-  local ops = {}
   for i = 1, L.k do
-    local j, off = bloom_bit(L, x)
-    local a = ops[j]
-    if not a then
-      a = {n = 0}
-      ops[j] = a
+    local j, off = 1, x
+    while j < #sizes and off >= sizes[j] * 8 do
+      off = off - sizes[j] * 8
+      j = j + 1
     end
-    local at = a.n
-    a[at + 1], a[at + 2], a[at + 3] = write and 'SET' or 'GET', 'u1', off
-    if write then a[at + 4] = 1 end
-    a.n = at + step
+    local offsets = parts[j]
+    if not offsets then
+      offsets = {}
+      parts[j] = offsets
+    end
+    offsets[#offsets + 1] = off
     x = x + y
     if x >= m then x = x % m end
     y = y + i
     if y >= m then y = y % m end
   end
+  pos.fp, pos.parts, pos.GET, pos.SET = fp, parts, nil, nil
+  return pos
+end
+
+-- bloom_probe(L, fp, write)
+--   Reads (write false) or sets (write true) the k bits of the URL of fingerprint fp in
+--   layer L, one BITFIELD call per part they fall in (BITFIELD's k operations are most of
+--   the cost of a URL; their arguments are kept with the positions). Returns whether every
+--   one of them was set before.
+local function bloom_probe(L, fp, write)
+  local pos = bloom_positions(L, fp)
+  local op = write and 'SET' or 'GET'
+  local ops = pos[op]
+  if not ops then
+    ops = {}
+    for j, offsets in pairs(pos.parts) do
+      local a, n = {}, 0
+      for _, off in ipairs(offsets) do
+        a[n + 1], a[n + 2], a[n + 3] = op, 'u1', off
+        n = n + 3
+        if write then
+          a[n + 1] = 1
+          n = n + 1
+        end
+      end
+      ops[j] = a
+    end
+    pos[op] = ops
+  end
   local all = true
   for j, a in pairs(ops) do
-    local old = redis.call(write and 'BITFIELD' or 'BITFIELD_RO', L.keys[j], unpack(a, 1, a.n))
+    local old = redis.call(write and 'BITFIELD' or 'BITFIELD_RO', L.keys[j], unpack(a))
     for _, bit in ipairs(old) do
       if bit == 0 then
         all = false
