@@ -112,10 +112,16 @@ end
 -- bloom_probe(L, fp, write)
 --   Reads (write false) or sets (write true) the k bits of the URL of fingerprint fp in
 --   layer L, one BITFIELD call per part they fall in (BITFIELD's k operations are most of
---   the cost of a URL; their arguments are kept with the positions). Returns whether every
---   one of them was set before.
+--   the cost of a URL; their arguments are kept with the positions). A read first looks
+--   at one bit with GETBIT: at capacity half the bits are set, so a URL the layer does not
+--   hold is told half the time or more without the k operations (a check of a new URL
+--   reads every slot's layers). Returns whether every one of them was set before.
 local function bloom_probe(L, fp, write)
   local pos = bloom_positions(L, fp)
+  if not write then -- a new URL finds its first bit clear half the time or more: one GETBIT
+    local j, off = next(pos.parts)
+    if redis.call('GETBIT', L.keys[j], off[1]) == 0 then return false end
+  end
   local op = write and 'SET' or 'GET'
   local ops = pos[op]
   if not ops then
