@@ -59,7 +59,9 @@ key                        type         content
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua)
 ``ha:{books}:revisit_alloc`` hash       adaptive revisits: ``load``, ``base``, ``mu`` (the
-                                        sums of ``1/interval``, the multiplier; lib/revisit)
+                                        sums of ``1/interval``, the multiplier; lib/revisit),
+                                        ``e:<id>`` -> ``"<load> <base>"``: what revisit entry
+                                        ``<id>`` holds in the sums (out while it is dead)
 ``ha:{books}:stop``        string       ``scrapy-ha stop``: the time (ms) before which a worker
                                         that joined closes
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order

@@ -8,9 +8,10 @@ library file may include others on its first lines. Each file is included once p
 before the code that uses it (Lua's ``local function`` must be defined before use), and
 ``lib/prelude.lua`` comes first in every script: the script Redis runs is one
 self-contained text. Every key comes through ``KEYS``, but the back queues (one per host
-and priority) and the exact dupefilter's buckets, which a script names from the key of
-their prefix it is given: that prefix carries the crawl's hash tag, so the names it makes
-are in the slot of the call's other keys (``lib/frontier.lua``, ``lib/seen.lua``).
+and priority), the exact dupefilter's buckets and the bitmaps of the Bloom filter's time
+slices, which a script names from the key of their prefix it is given: that prefix
+carries the crawl's hash tag, so the names it makes are in the slot of the call's other
+keys (``lib/frontier.lua``, ``lib/seen.lua``, ``lib/aged.lua``).
 
 The priority scale is written into ``lib/priority.lua`` from the constants below, so that
 the scripts and the worker clamp priorities the same way.
