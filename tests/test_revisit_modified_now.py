@@ -67,3 +67,16 @@ def test_an_honest_last_modified_still_dates_a_change():
     third = page.visit(200, b"B", modified=150)  # changed 50 s before the visit
     assert (third.changed, third.dated, third.unchanged_for) == (0, 1, 500 + 100 + 50)
     assert page.sent[2] == http_date(T0 - 500).encode()
+
+
+def test_a_last_modified_found_honest_again_is_used_again():
+    """``undated`` is not for ever: the server starts sending the page's own Last-Modified
+    (more than a second before Date, on an unchanged page): it is kept and sent again."""
+    page = Page()
+    page.visit(0, b"A", modified=0)
+    assert page.visit(100, b"A", modified=100).undated  # found out
+    assert page.visit(200, b"B", modified=200).undated  # a changed page tells nothing
+    honest = page.visit(300, b"B", modified=150)  # unchanged, and modified 150 s before
+    assert not honest.undated and honest.modified == http_date(T0 + 150)
+    page.visit(400, b"B", modified=150)
+    assert page.sent[4] == http_date(T0 + 150).encode()  # If-Modified-Since again

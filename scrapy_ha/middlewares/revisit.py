@@ -15,7 +15,8 @@ A page whose ``Last-Modified`` is its ``Date`` (within a second) on an answer wh
 did not change is served by a server that stamps every answer "now": its ``Last-Modified``
 is ignored from then on (no ``If-Modified-Since``, no change dated by it, which would make
 the page look as if it changed at the instant of every visit), and its signature alone
-tells (``undated`` in its state).
+tells (``undated`` in its state), until an answer whose content did not change carries a
+``Last-Modified`` more than a second before its ``Date``: it is used again from then on.
 
 An unchanged page never reaches the spider's callback as a new page: the middleware raises
 :class:`NotModified` (an ``IgnoreRequest``), so the callback is not called and Scrapy logs
@@ -118,7 +119,7 @@ class RevisitMiddleware:
         etag, modified = _validators(response)
         signature = signature_of(response, self.config.signature)
         same = bool(state.visits) and state.signature == signature
-        undated = state.undated or (same and _modified_now(response, modified))
+        undated = _undated(state.undated, same, _lag(response, modified))
         if undated:
             modified = ""
         answer = RevisitState(
@@ -153,11 +154,18 @@ def page_age(response: Response, modified: str) -> float:
 MODIFIED_NOW = 1.0
 
 
-def _modified_now(response: Response, modified: str) -> bool:
-    """Whether the answer's ``Last-Modified`` is its ``Date``: on a page that did not change,
-    a server that stamps every answer so (a dynamic page), not the page's last change."""
-    lag = _lag(response, modified)
-    return lag is not None and abs(lag) <= MODIFIED_NOW
+def _undated(was: bool, same: bool, lag: float | None) -> bool:
+    """Whether the page's ``Last-Modified`` is ignored from this answer on (*was*: so far),
+    *lag* its ``Date`` less its ``Last-Modified`` (None: either missing). An answer whose
+    content did not change (*same*) tells: a ``Last-Modified`` that is its ``Date`` is a
+    server that stamps every answer "now" (a dynamic page), not the page's last change;
+    one more than a second before it is the page's own again (the server changed), and is
+    used from then on. A changed answer, or one without both headers, tells nothing."""
+    if not same or lag is None:
+        return was
+    if lag > MODIFIED_NOW:
+        return False
+    return was or abs(lag) <= MODIFIED_NOW
 
 
 def _lag(response: Response, modified: str) -> float | None:
