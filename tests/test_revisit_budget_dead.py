@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 import redis.asyncio
+from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.config.continuous import RevisitConfig, RevisitState
 from scrapy_ha.keys import Keys
+from scrapy_ha.metakeys import REVISIT_STATE
+from scrapy_ha.scheduler.revisits import Revisits
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.revisits import Revisit, revisit
+from scrapy_ha.store.revisits import LEFT, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "s")
@@ -56,3 +61,37 @@ async def test_a_dead_lettered_revisit_leaves_the_budget_and_a_requeue_brings_it
     assert await q.requeue_dead([(gone, 0, lease.payload)]) == 1
     assert await sums(q) == pytest.approx((100.02, 0.04))  # back, as if it had not left
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_entry_no_longer_revisited_leaves_the_budget_and_its_record(redis_url):
+    """A page revisited adaptively that no rule of HA_REVISIT matches any more ends as an
+    ack with an interval of 0: its entry leaves the revisits, the sums and its ``e:<id>``
+    record (which would otherwise stay for the life of the crawl)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await scheduled(q, "stays", 50_000)
+    gone = await scheduled(q, "gone", 10)
+    assert await q.client.hexists(KEYS.revisit_alloc, f"e:{gone}")
+    await asyncio.sleep(0.05)
+    (lease,) = await q.lease(1, 30_000)
+    assert lease.id == gone
+    allocation = (0.0, 0.0, 13.2, 0.0, 0.0, 0.0)
+    end = Revisit(lease.id, lease.token, 0, lease.payload, b"gone", "left", 0, "60", allocation)
+    assert (await revisit(q, end)).due == LEFT
+    assert not await q.client.hexists(KEYS.revisit_alloc, f"e:{gone}")
+    assert await sums(q) == pytest.approx((0.02, 0.02))  # the other URL's alone
+    assert await q.client.zscore(KEYS.revisits, gone) is None
+    assert await q.client.zscore(KEYS.delayed, gone) is None
+    assert not await q.client.hexists(KEYS.payload, gone)
+    await q.client.aclose()
+
+
+def test_a_request_no_rule_matches_any_more_ends_with_an_interval_of_0():
+    config = RevisitConfig(adaptive=True, rules=((re.compile("/kept"), 100.0),))
+    revisits = Revisits(config, lambda r: b"fp")
+    held = RevisitState(interval=100.0, visits=1).as_meta()
+    left = revisits.visit_end(Request("http://a.example/other", meta={REVISIT_STATE: held}))
+    assert left is not None and (left.interval, left.found) == (0.0, "left")
+    assert revisits.visit_end(Request("http://a.example/new")) is None  # it held nothing
+    fixed = Revisits(RevisitConfig(rules=config.rules), lambda r: b"fp")
+    assert fixed.visit_end(Request("http://a.example/other", meta={REVISIT_STATE: held})) is None

@@ -75,10 +75,10 @@ class Revisits:
         except ConfigError as exc:
             _warn_once(str(exc), f"{exc} ({request}): it is not revisited")
             return None
-        if base is None:
-            return None
         meta = request.meta
         state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
+        if base is None:
+            return self._leaving(request, state)
         found, answer = meta.pop(metakeys.REVISIT_SEEN, None) or (
             "unknown" if state.visits else "new",
             state,
@@ -112,6 +112,16 @@ class Revisits:
         saved = state.size if found == "not_modified" else 0
         fp = self.fingerprint(request)
         return VisitEnd(interval, fp, found, saved, self.allocation, load)
+
+    def _leaving(self, request: Request, state: RevisitState) -> VisitEnd | None:
+        """The end of a request revisited adaptively before and no longer now (no rule of
+        ``HA_REVISIT`` matches it): an interval of 0, so that its entry leaves the revisits
+        and the budget's sums with its lease (:data:`scrapy_ha.store.revisits.LEFT`); None
+        (a plain ack) when it holds nothing there."""
+        if self.allocation is None or not state.interval:
+            return None
+        load = Load(0.0, 0.0, FIRST_MULTIPLIER * state.interval, 0.0, 0.0)
+        return VisitEnd(0.0, self.fingerprint(request), "left", 0, self.allocation, load)
 
     def _multiplier(self, base: float) -> float:
         if self.allocation is None:

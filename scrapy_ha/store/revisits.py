@@ -22,11 +22,14 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.wire import Commit
 
-__all__ = ["DOUBLE", "Revisit", "Revisited", "revisit"]
+__all__ = ["DOUBLE", "LEFT", "Revisit", "Revisited", "revisit"]
 
 #: What :func:`revisit` returns for a double: another entry revisits the URL (this one's
 #: lease ended as an ack).
 DOUBLE = -1
+#: What :func:`revisit` returns for an entry that leaves the revisits (an interval of 0:
+#: no longer revisited; its lease ended as an ack, its share of the budget taken out).
+LEFT = -2
 
 
 @dataclass(frozen=True)

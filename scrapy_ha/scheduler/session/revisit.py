@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import encode_request
 from scrapy_ha.config.continuous import interval_bucket
-from scrapy_ha.store.revisits import DOUBLE, Revisit, Revisited, revisit
+from scrapy_ha.store.revisits import DOUBLE, LEFT, Revisit, Revisited, revisit
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -64,6 +64,8 @@ async def end_revisit(
     if done.due == DOUBLE:
         stats.inc_value("ha/revisit/double")
         logger.info("%s is revisited by another entry of the crawl: this one ends", op.request)
+    elif done.due == LEFT:
+        stats.inc_value("ha/revisit/left")
     elif done.due:
         stats.inc_value("ha/revisit/scheduled")
         stats.inc_value(f"ha/revisit/{visit.found}")

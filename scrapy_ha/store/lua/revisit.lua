@@ -18,7 +18,8 @@
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
--- ARGV[2] interval (ms)  ARGV[3] new payload
+-- ARGV[2] interval (ms; 0: the entry is no longer revisited, it leaves, below)
+-- ARGV[3] new payload
 -- ARGV[4] the URL's fingerprint ('' for none: no one-revisit rule, not kept seen)
 -- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
@@ -37,9 +38,13 @@
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
 -- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
 -- for a dead letter to take out (dead.lua) and a requeue to put back (requeue.lua).
+-- Rule kept: an entry that leaves the revisits (interval 0: a page no longer matched by
+-- HA_REVISIT, its lease ended as an ack) leaves the revisits set and the budget, its
+-- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left.
 -- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
 -- (a string; '' for fixed revisits, a stale token or a double)}: the due time is 0 when
--- the token is stale (nothing changes), -1 for a double (its lease ended as an ack).
+-- the token is stale (nothing changes), -1 for a double (its lease ended as an ack), -2
+-- for an entry that left (its lease ended as an ack).
 --- @include "time"
 --- @include "types"
 --- @include "lease"
@@ -90,7 +95,14 @@ redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[7], id)
 polite_free(KEYS[11], {id})
 local due, mu = -1, ''
-if revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
+local leaves = interval == 0 -- no longer revisited: it ends as an ack, out of the revisits
+if leaves then
+  due = -2
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('ZREM', KEYS[12], id)
+  count('revisit_left', 1)
+  if adaptive then revisit_release(KEYS[17], id) end
+elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
   redis.call('HSET', KEYS[4], id, restore_value(revisit_score(lease_score(v) or 0, due), domain))
