@@ -130,6 +130,25 @@ async def test_slices_are_dropped_whole_and_memory_stays_that_of_the_live_ones(r
 
 
 @deferred_f_from_coro_f
+async def test_figures_skip_the_slices_a_check_no_longer_reads(redis_url):
+    """Slices that ended a TTL ago are held until the next write drops them, but a check no
+    longer reads them: the status and the stats do not count them meanwhile."""
+    q = queue(redis_url)
+    assert await added(q, entry(b"a"), entry(b"b")) == 2
+    held = await q.client.hgetall(KEYS.bloom)
+    state = bloom_state(held, await server_ms(q))
+    assert state is not None and (state.slices, state.urls) == (1, 2)
+    await asyncio.sleep((TTL_MS + TTL_MS / SEEN_SLICES) / 1000 + 0.1)  # no write since
+    assert await q.client.hgetall(KEYS.bloom) == held  # still held
+    state = bloom_state(held, await server_ms(q))
+    assert state is not None and (state.slices, state.urls, state.error_now) == (0, 0, 0.0)
+    figures = await dupefilter_figures(q)
+    assert (figures["ha/dupefilter/urls"], figures["ha/dupefilter/error_rate"]) == (0, 0.0)
+    assert await added(q, entry(b"a")) == 1  # as the check says: new again
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_the_error_the_crawl_reports_is_the_one_a_check_runs_at(redis_url):
     """Nine slices filled to their capacity: new URLs checked against every one of them are
     taken for seen at the rate the stats say (error_now), and under the rate asked."""

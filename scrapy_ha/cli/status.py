@@ -24,6 +24,7 @@ from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
 from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
+from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.revisits import read_revisits, status_lines
 from scrapy_ha.ops.stats import (
     COUNTERS,
@@ -159,8 +160,9 @@ async def _memory(
 ) -> tuple[list[BloomState], list[BucketState], dict[str, int] | None]:
     """Each shard's Bloom filter or buckets of the exact set, and the back-pressure mark."""
     blooms, buckets = [], []
+    now_ms = await server_ms(queue.client)
     for shard in shards_of(queue):
-        state = bloom_state(await queue.client.hgetall(shard.keys.bloom))
+        state = bloom_state(await queue.client.hgetall(shard.keys.bloom), now_ms)
         if state is not None:
             blooms.append(state)
         held = bucket_state(await queue.client.hgetall(shard.keys.buckets))

@@ -199,7 +199,7 @@ def _numbers(
 ) -> CrawlNumbers:
     crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
-    state = bloom_state(bloom)
+    state = bloom_state(bloom, crawl.now_ms)
     blooms = (state,) if state is not None else ()
     items_state = stream_state(items, stats)
     return CrawlNumbers(crawl, closed, bool(paused), items_state, bool(pressure), blooms)

@@ -237,15 +237,16 @@ class BloomState:
         return error
 
 
-def bloom_state(meta: dict[Any, Any]) -> BloomState | None:
-    """The filter a meta hash (read with HGETALL) describes; None when it is not one."""
+def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
+    """The filter a meta hash (read with HGETALL) describes; None when it is not one. Time
+    slices are those a check reads at *now_ms* (the server's time; 0: every slot held)."""
     fields = {_s(k): _s(v) for k, v in meta.items()}
     if "capacity" not in fields:
         return None
     capacity, k, part = int(fields["capacity"]), int(fields["k"]), int(fields["part"])
     asked, fp = float(fields.get("error", 0.0)), float(fields.get("fp", 0.0))
     if "period" in fields:
-        return _slices_state(fields, capacity, k, part)
+        return _slices_state(fields, capacity, k, part, now_ms)
     layers = int(fields.get("layers", 0))
     return BloomState(
         capacity,
@@ -257,9 +258,13 @@ def bloom_state(meta: dict[Any, Any]) -> BloomState | None:
     )
 
 
-def _slices_state(fields: dict[str, str], capacity: int, k: int, part: int) -> BloomState:
+def _slices_state(
+    fields: dict[str, str], capacity: int, k: int, part: int, now_ms: int
+) -> BloomState:
     """The time slices of Bloom filters a meta hash describes (``lua/lib/aged.lua``)."""
     live = [i for i in range(SEEN_SLICES + 1) if f"s{i}" in fields]
+    if now_ms:
+        live = _unexpired(fields, live, now_ms)
     layers = [(i, j) for i in live for j in range(int(fields.get(f"l{i}", 0)))]
     return BloomState(
         capacity,
@@ -271,6 +276,23 @@ def _slices_state(fields: dict[str, str], capacity: int, k: int, part: int) -> B
         slices=len(live),
         positions=tuple(k + j for _, j in layers),
     )
+
+
+def _unexpired(fields: dict[str, str], live: list[int], now_ms: int) -> list[int]:
+    """The slots of *live* a check reads at *now_ms*: a slot ends a period after its start,
+    or where the next newer one starts if that is sooner, and one that ended a TTL ago (8
+    periods: the TTL less its remainder, a few ms) is no longer read, though it is held
+    until the next write drops it (``lua/lib/aged.lua``: aged_order, aged_newest)."""
+    period = int(fields["period"])
+    newest_first = sorted(live, key=lambda i: int(fields[f"s{i}"]), reverse=True)
+    kept, newer = [], 0
+    for i in newest_first:
+        start = int(fields[f"s{i}"])
+        end = min(start + period, newer) if newer else start + period
+        if end > now_ms - period * SEEN_SLICES:
+            kept.append(i)
+        newer = start
+    return kept
 
 
 def _s(value: Any) -> str:

@@ -295,7 +295,9 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
     is taken for a seen one (the worst shard's), and the URLs expected lost so far; or the
     exact set's buckets: URLs held, and 1 in ``ha/dupefilter/over_capacity`` once a shard
     holds more than its buckets were made for."""
-    states = [bloom_state(await q.client.hgetall(q.keys.bloom)) for q in shards_of(queue)]
+    seconds, micros = await queue.client.time()  # the slices a check reads now
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    states = [bloom_state(await q.client.hgetall(q.keys.bloom), now_ms) for q in shards_of(queue)]
     found = [state for state in states if state is not None]
     if not found:
         held = [await read_buckets(q.client, q.keys) for q in shards_of(queue)]
