@@ -66,7 +66,7 @@ async def test_a_dead_lettered_revisit_leaves_the_budget_and_a_requeue_brings_it
 @deferred_f_from_coro_f
 async def test_an_entry_no_longer_revisited_leaves_the_budget_and_its_record(redis_url):
     """A page revisited adaptively that no rule of HA_REVISIT matches any more ends as an
-    ack with an interval of 0: its entry leaves the revisits, the sums and its ``e:<id>``
+    ack with a negative interval: its entry leaves the revisits, the sums and its ``e:<id>``
     record (which would otherwise stay for the life of the crawl)."""
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     await scheduled(q, "stays", 50_000)
@@ -76,7 +76,7 @@ async def test_an_entry_no_longer_revisited_leaves_the_budget_and_its_record(red
     (lease,) = await q.lease(1, 30_000)
     assert lease.id == gone
     allocation = (0.0, 0.0, 13.2, 0.0, 0.0, 0.0)
-    end = Revisit(lease.id, lease.token, 0, lease.payload, b"gone", "left", 0, "60", allocation)
+    end = Revisit(lease.id, lease.token, -1, lease.payload, b"gone", "left", 0, "60", allocation)
     assert (await revisit(q, end)).due == LEFT
     assert not await q.client.hexists(KEYS.revisit_alloc, f"e:{gone}")
     assert await sums(q) == pytest.approx((0.02, 0.02))  # the other URL's alone
@@ -86,12 +86,12 @@ async def test_an_entry_no_longer_revisited_leaves_the_budget_and_its_record(red
     await q.client.aclose()
 
 
-def test_a_request_no_rule_matches_any_more_ends_with_an_interval_of_0():
+def test_a_request_no_rule_matches_any_more_ends_with_a_negative_interval():
     config = RevisitConfig(adaptive=True, rules=((re.compile("/kept"), 100.0),))
     revisits = Revisits(config, lambda r: b"fp")
     held = RevisitState(interval=100.0, visits=1).as_meta()
     left = revisits.visit_end(Request("http://a.example/other", meta={REVISIT_STATE: held}))
-    assert left is not None and (left.interval, left.found) == (0.0, "left")
+    assert left is not None and (left.interval, left.found) == (-1.0, "left")
     assert revisits.visit_end(Request("http://a.example/new")) is None  # it held nothing
     fixed = Revisits(RevisitConfig(rules=config.rules), lambda r: b"fp")
     assert fixed.visit_end(Request("http://a.example/other", meta={REVISIT_STATE: held})) is None

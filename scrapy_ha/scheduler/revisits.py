@@ -115,13 +115,13 @@ class Revisits:
 
     def _leaving(self, request: Request, state: RevisitState) -> VisitEnd | None:
         """The end of a request revisited adaptively before and no longer now (no rule of
-        ``HA_REVISIT`` matches it): an interval of 0, so that its entry leaves the revisits
+        ``HA_REVISIT`` matches it): an interval of -1, so that its entry leaves the revisits
         and the budget's sums with its lease (:data:`scrapy_ha.store.revisits.LEFT`); None
         (a plain ack) when it holds nothing there."""
         if self.allocation is None or not state.interval:
             return None
         load = Load(0.0, 0.0, FIRST_MULTIPLIER * state.interval, 0.0, 0.0)
-        return VisitEnd(0.0, self.fingerprint(request), "left", 0, self.allocation, load)
+        return VisitEnd(-1.0, self.fingerprint(request), "left", 0, self.allocation, load)
 
     def _multiplier(self, base: float) -> float:
         if self.allocation is None:

@@ -27,8 +27,8 @@ __all__ = ["DOUBLE", "LEFT", "Revisit", "Revisited", "revisit"]
 #: What :func:`revisit` returns for a double: another entry revisits the URL (this one's
 #: lease ended as an ack).
 DOUBLE = -1
-#: What :func:`revisit` returns for an entry that leaves the revisits (an interval of 0:
-#: no longer revisited; its lease ended as an ack, its share of the budget taken out).
+#: What :func:`revisit` returns for an entry that leaves the revisits (a negative
+#: interval: no longer revisited; its lease ended as an ack, its share of the budget out).
 LEFT = -2
 
 

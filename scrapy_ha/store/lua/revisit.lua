@@ -18,7 +18,7 @@
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
--- ARGV[2] interval (ms; 0: the entry is no longer revisited, it leaves, below)
+-- ARGV[2] interval (ms; below 0: the entry is no longer revisited, it leaves, below)
 -- ARGV[3] new payload
 -- ARGV[4] the URL's fingerprint ('' for none: no one-revisit rule, not kept seen)
 -- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown
@@ -38,7 +38,7 @@
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
 -- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
 -- for a dead letter to take out (dead.lua) and a requeue to put back (requeue.lua).
--- Rule kept: an entry that leaves the revisits (interval 0: a page no longer matched by
+-- Rule kept: an entry that leaves the revisits (interval < 0: a page no longer matched by
 -- HA_REVISIT, its lease ended as an ack) leaves the revisits set and the budget, its
 -- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left.
 -- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
@@ -95,7 +95,7 @@ redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[7], id)
 polite_free(KEYS[11], {id})
 local due, mu = -1, ''
-local leaves = interval == 0 -- no longer revisited: it ends as an ack, out of the revisits
+local leaves = interval < 0 -- no longer revisited: it ends as an ack, out of the revisits
 if leaves then
   due = -2
   redis.call('HDEL', KEYS[5], id)
