@@ -58,10 +58,9 @@ key                        type         content
                                         visit (lua/revisit.lua; a day past it, pruned)
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua)
-``ha:{books}:revisit_alloc`` hash       adaptive revisits: ``load``, ``base``, ``mu`` (the
-                                        sums of ``1/interval``, the multiplier; lib/revisit),
-                                        ``e:<id>`` -> ``"<load> <base>"``: what revisit entry
-                                        ``<id>`` holds in the sums (out while it is dead)
+``ha:{books}:revisit_alloc`` hash       adaptive revisits (lib/revisit): sums ``load``,
+                                        ``base``, multiplier ``mu``; ``e:<id>``: what
+                                        revisit entry ``<id>`` holds in the sums
 ``ha:{books}:stop``        string       ``scrapy-ha stop``: the time (ms) before which a worker
                                         that joined closes
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
@@ -182,7 +181,6 @@ SHARD_KEYS = (
     "paused pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns "
     "cookies retried stats stats_minutes stats_domains items"
 ).split()
-
 
 #: Time slices that cover the dupefilter's age (``HA_DUPEFILTER_TTL``, lua/lib/aged.lua): 8
 #: keep a URL's age within an eighth of the TTL, for 9 set lookups per new request at most.
