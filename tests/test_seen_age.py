@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
 import redis.asyncio
@@ -23,6 +24,9 @@ from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import set_dupefilter
 from scrapy_ha.store.wire import NewEntry
 from tests.spiders import CatalogueSpider
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 KEYS = Keys("ha", "s")
 TTL_MS = 2000  # slices of 250 ms
@@ -47,11 +51,12 @@ async def added(q: RedisQueue, *entries: NewEntry) -> int:
     return await q.enqueue(list(entries))
 
 
-@deferred_f_from_coro_f
-async def test_a_url_seen_longer_ago_than_the_ttl_is_new_again(redis_url):
-    q = queue(redis_url)
+async def ages_out(q: RedisQueue, entry: Callable[..., NewEntry]) -> None:
+    """A URL seen longer ago than the TTL (*q*'s, :data:`TTL_MS`) is new again, one seen
+    within it is not: the exact set's slices and the Bloom filter's alike."""
     start = time.monotonic()
     assert await added(q, entry(b"a")) == 1
+    assert await added(q, entry(b"a")) == 0
     await asyncio.sleep(1.0)
     assert await added(q, entry(b"a"), entry(b"b")) == 1  # a: seen 1 s ago, within 2 s
     ends = start + (TTL_MS + TTL_MS / SEEN_SLICES) / 1000 + 0.1  # the server's clock, later
@@ -61,15 +66,25 @@ async def test_a_url_seen_longer_ago_than_the_ttl_is_new_again(redis_url):
     await q.client.aclose()
 
 
-@deferred_f_from_coro_f
-async def test_a_request_asks_a_shorter_age_than_the_ttl(redis_url):
-    q = queue(redis_url)
+async def asks_a_shorter_age(q: RedisQueue, entry: Callable[..., NewEntry]) -> None:
+    """A request's own age (``ha_recrawl_after``) shorter than the TTL is honoured, a longer
+    one is cut to the TTL."""
     assert await added(q, entry(b"a")) == 1
     await asyncio.sleep(0.8)  # past 500 ms and the slice it ended in (250 ms)
     assert await added(q, entry(b"a", age_ms=10 * TTL_MS)) == 0  # at most the TTL
     assert await added(q, entry(b"a", age_ms=500)) == 1
     assert await added(q, entry(b"a", age_ms=500)) == 0  # just seen again
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_url_seen_longer_ago_than_the_ttl_is_new_again(redis_url):
+    await ages_out(queue(redis_url), entry)
+
+
+@deferred_f_from_coro_f
+async def test_a_request_asks_a_shorter_age_than_the_ttl(redis_url):
+    await asks_a_shorter_age(queue(redis_url), entry)
 
 
 @deferred_f_from_coro_f

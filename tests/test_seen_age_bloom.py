@@ -26,6 +26,7 @@ from scrapy_ha.store.sharding import dupefilter_figures, set_dupefilter
 from scrapy_ha.store.wire import NewEntry
 from tests.cli_seed import scrapy_ha
 from tests.spiders import CatalogueSpider
+from tests.test_seen_age import ages_out, asks_a_shorter_age
 
 KEYS = Keys("ha", "s")
 TTL_MS = 2000  # slices of 250 ms
@@ -79,28 +80,12 @@ def test_each_slice_is_sized_so_that_a_check_of_every_slice_errs_the_rate_asked(
 
 @deferred_f_from_coro_f
 async def test_a_url_seen_longer_ago_than_the_ttl_is_new_again(redis_url):
-    q = queue(redis_url)
-    start = time.monotonic()
-    assert await added(q, entry(b"a")) == 1
-    assert await added(q, entry(b"a")) == 0
-    await asyncio.sleep(1.0)
-    assert await added(q, entry(b"a"), entry(b"b")) == 1  # a: seen 1 s ago, within 2 s
-    ends = start + (TTL_MS + TTL_MS / SEEN_SLICES) / 1000 + 0.1  # the server's clock, later
-    await asyncio.sleep(max(0.0, ends - time.monotonic()))
-    assert await added(q, entry(b"a"), entry(b"b")) == 1  # a is new again; b is 1.25 s old
-    assert await added(q, entry(b"a")) == 0  # and seen from now on
-    await q.client.aclose()
+    await ages_out(queue(redis_url), entry)
 
 
 @deferred_f_from_coro_f
 async def test_a_request_asks_a_shorter_age_than_the_ttl(redis_url):
-    q = queue(redis_url)
-    assert await added(q, entry(b"a")) == 1
-    await asyncio.sleep(0.8)  # past 500 ms and the slice it ended in (250 ms)
-    assert await added(q, entry(b"a", age_ms=10 * TTL_MS)) == 0  # at most the TTL
-    assert await added(q, entry(b"a", age_ms=500)) == 1
-    assert await added(q, entry(b"a", age_ms=500)) == 0  # just seen again
-    await q.client.aclose()
+    await asks_a_shorter_age(queue(redis_url), entry)
 
 
 @deferred_f_from_coro_f
