@@ -12,7 +12,11 @@ million instructions per call.
 
 ``--tree`` measures another checkout's package with this file (``git worktree add /tmp/old
 main``); ``--sync-file`` replaces the sync script by a file's text (an experiment: a piece
-of the script taken out says what it costs). Needs valgrind (``callgrind_control``).
+of the script taken out says what it costs); ``--config`` sets a redis-server setting for the
+run (``zset-max-listpack-entries=0``: what the compact encodings cost); ``--keep`` keeps
+callgrind's dump for ``callgrind_annotate``, and ``--server`` runs another redis-server
+binary (one built from Redis's source names the Lua interpreter's functions, which
+Debian's stripped binary does not). Needs valgrind (``callgrind_control``).
 
     python bench/script_cost.py --rounds 300 --batch 10
     python bench/script_cost.py --rounds 300 --batch 10 --tree /tmp/old
@@ -95,13 +99,24 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10, help="requests per round")
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument("--sync-file", help="run this text as the sync script")
+    parser.add_argument("--keep", help="copy callgrind's dump here (for callgrind_annotate)")
+    parser.add_argument(
+        "--server", help="this redis-server binary (one built with symbols names Lua's parts)"
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a redis-server setting for the run (e.g. zset-max-listpack-entries=0), repeatable",
+    )
     args = parser.parse_args()
     sys.path[:0] = [args.tree, str(Path(__file__).resolve().parent)]
     from scrapy_ha.store import scripts  # noqa: PLC0415
 
     if args.sync_file:
         scripts.SYNC_LUA = Path(args.sync_file).read_text()
-    server = shutil.which("redis-server") or "redis-server"
+    server = args.server or shutil.which("redis-server") or "redis-server"
     with tempfile.TemporaryDirectory() as tmp:
         port = _free_port()
         proc = subprocess.Popen(
@@ -118,6 +133,11 @@ def main() -> None:
                 "no",
                 "--dir",
                 tmp,
+                *(
+                    part
+                    for item in args.config
+                    for part in ("--" + item.split("=", 1)[0], item.split("=", 1)[1])
+                ),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -134,6 +154,9 @@ def main() -> None:
             done = asyncio.run(_rounds(port, proc.pid, args))
             time.sleep(0.5)
             total = _instructions(tmp)
+            if args.keep:
+                for path in glob.glob(f"{tmp}/cg.*.1"):
+                    shutil.copy(path, args.keep)
         finally:
             proc.terminate()
             proc.wait()

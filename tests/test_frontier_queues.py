@@ -189,3 +189,18 @@ async def test_one_call_over_thousands_of_hosts_and_leases_splits_its_commands(r
     assert await q.ack([(lease.id, lease.token) for lease in leases]) == (n, 0)
     assert (await q.counts()).pending == 0
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_ready_set_of_a_few_hosts_is_a_skip_list_and_keeps_the_order(redis_url):
+    # a small sorted set is a listpack, which each of a call's updates searches and moves
+    # whole; the sync call converts the ready set (lib/types keep_skiplist) without a trace
+    q = open_queue(redis_url)
+    await q.enqueue([page(host, n) for n in (1, 2) for host in "abc"])
+    assert await q.client.object("encoding", KEYS.ready) == b"skiplist"
+    assert await q.client.zrange(KEYS.ready, 0, -1) == [b"0:a", b"0:b", b"0:c"]
+    assert await lease_one_by_one(q, 6) == ["a/1", "b/1", "c/1", "a/2", "b/2", "c/2"]
+    assert not await q.client.exists(KEYS.ready)  # emptied: deleted, as before
+    await q.enqueue([page("d", 1)])
+    assert await q.client.object("encoding", KEYS.ready) == b"skiplist"  # made again
+    await q.client.aclose()

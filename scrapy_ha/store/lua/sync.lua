@@ -404,6 +404,7 @@ if grant then
     redis_call('PEXPIRE', grant, ARGV[4])
   end
 end
+keep_skiplist(KEYS[22]) -- ready: written at every call (lib/types)
 polite_write(KEYS[21])
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 frontier_close()
