@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import glob
 import json
 import shutil
@@ -41,6 +42,8 @@ from typing import Any
 WARM_ROUNDS = 30
 #: Requests queued before the rounds: the frontier every round draws from (capacity.py's).
 FRONTIER = 20_000
+#: Lease length (ms): longer than a run, so no lease expires while it is held.
+LEASE_MS = 3_600_000
 
 
 def _free_port() -> int:
@@ -61,6 +64,11 @@ async def _rounds(port: int, pid: int, args: Any) -> int:
         await q.sync(enqueue=capacity.entries(-1, start, 1000))
     acks: list[tuple[str, str]] = []
     made = 0
+    # the leases held between rounds (--inflight): the oldest are acked first
+    held: collections.deque[tuple[str, str]] = collections.deque()
+    if args.inflight:
+        result = await q.sync(lease=args.inflight, lease_ms=LEASE_MS, worker="w0")
+        held.extend((lease.id, lease.token) for lease in result.leases)
 
     async def rounds(n: int) -> int:
         nonlocal acks, made
@@ -69,10 +77,11 @@ async def _rounds(port: int, pid: int, args: Any) -> int:
             children = capacity.entries(0, made, len(acks), acks)
             made += len(acks)
             result = await q.sync(
-                enqueue=children, ack=acks, lease=args.batch, lease_ms=60_000, worker="w0"
+                enqueue=children, ack=acks, lease=args.batch, lease_ms=LEASE_MS, worker="w0"
             )
             done += result.acked
-            acks = [(lease.id, lease.token) for lease in result.leases]
+            held.extend((lease.id, lease.token) for lease in result.leases)
+            acks = [held.popleft() for _ in range(min(args.batch, len(held) - args.inflight))]
         return done
 
     await rounds(WARM_ROUNDS)
@@ -83,10 +92,47 @@ async def _rounds(port: int, pid: int, args: Any) -> int:
     return done
 
 
-def _instructions(directory: str) -> int:
-    """The instructions of the dump callgrind_control -d wrote (the part after zeroing)."""
+def start_server(server: str, port: int, directory: str, config: list[str]) -> Any:
+    """A redis-server on *port* under callgrind, its dumps in *directory*, with the
+    ``NAME=VALUE`` settings of *config*; returns its process once it answers."""
+    import redis  # noqa: PLC0415
+
+    settings = [
+        part for item in config for part in ("--" + item.split("=", 1)[0], item.split("=", 1)[1])
+    ]
+    proc = subprocess.Popen(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={directory}/cg.%p",
+            server,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            directory,
+            *settings,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(300):
+        try:
+            redis.Redis(port=port).ping()
+            break
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.1)
+    return proc
+
+
+def _instructions(directory: str, dump: int = 1) -> int:
+    """The instructions of the *dump*-th dump callgrind_control -d wrote (the part after
+    zeroing)."""
     total = 0
-    for path in glob.glob(f"{directory}/cg.*.1"):
+    for path in glob.glob(f"{directory}/cg.*.{dump}"):
         for line in Path(path).read_text().splitlines():
             if line.startswith("summary:"):
                 total = int(line.split()[1])
@@ -97,6 +143,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--batch", type=int, default=10, help="requests per round")
+    parser.add_argument(
+        "--inflight",
+        type=int,
+        default=0,
+        help="leases held between rounds besides a round's own (the crawl's requests in "
+        "flight, all workers together; 0: a round acks the leases of the round before)",
+    )
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument("--sync-file", help="run this text as the sync script")
     parser.add_argument("--keep", help="copy callgrind's dump here (for callgrind_annotate)")
@@ -119,38 +172,8 @@ def main() -> None:
     server = args.server or shutil.which("redis-server") or "redis-server"
     with tempfile.TemporaryDirectory() as tmp:
         port = _free_port()
-        proc = subprocess.Popen(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={tmp}/cg.%p",
-                server,
-                "--port",
-                str(port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                tmp,
-                *(
-                    part
-                    for item in args.config
-                    for part in ("--" + item.split("=", 1)[0], item.split("=", 1)[1])
-                ),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = start_server(server, port, tmp, args.config)
         try:
-            import redis  # noqa: PLC0415
-
-            for _ in range(300):
-                try:
-                    redis.Redis(port=port).ping()
-                    break
-                except redis.exceptions.ConnectionError:
-                    time.sleep(0.1)
             done = asyncio.run(_rounds(port, proc.pid, args))
             time.sleep(0.5)
             total = _instructions(tmp)
@@ -165,6 +188,7 @@ def main() -> None:
             {
                 "tree": args.tree,
                 "batch": args.batch,
+                "inflight": args.inflight,
                 "requests": done,
                 "instructions_per_request": round(total / done) if done else None,
                 "instructions_per_call": round(total / args.rounds),

@@ -194,7 +194,7 @@ async def test_one_call_over_thousands_of_hosts_and_leases_splits_its_commands(r
 @deferred_f_from_coro_f
 async def test_the_ready_set_of_a_few_hosts_is_a_skip_list_and_keeps_the_order(redis_url):
     # a small sorted set is a listpack, which each of a call's updates searches and moves
-    # whole; the sync call converts the ready set (lib/types keep_skiplist) without a trace
+    # whole; the sync call converts the ready set (lib/types keep_wide) without a trace
     q = open_queue(redis_url)
     await q.enqueue([page(host, n) for n in (1, 2) for host in "abc"])
     assert await q.client.object("encoding", KEYS.ready) == b"skiplist"
@@ -203,4 +203,46 @@ async def test_the_ready_set_of_a_few_hosts_is_a_skip_list_and_keeps_the_order(r
     assert not await q.client.exists(KEYS.ready)  # emptied: deleted, as before
     await q.enqueue([page("d", 1)])
     assert await q.client.object("encoding", KEYS.ready) == b"skiplist"  # made again
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_leases_in_flight_are_kept_out_of_listpacks_from_32_on(redis_url):
+    # a listpack is searched end to end at each write and lookup: with 64 leases in flight
+    # that was a tenth of a sync call; below 32 a lone worker would pay the conversion at
+    # every call (its leases acked each round, the keys made again)
+    q = open_queue(redis_url)
+    await q.enqueue([page("s", n) for n in range(40)])  # payloads under 64 bytes
+    few = await q.lease(31, 30000)
+    for key in (KEYS.leased, KEYS.leases, KEYS.payload):
+        assert await q.client.object("encoding", key) == b"listpack"
+    more = await q.lease(1, 30000)
+    assert await q.client.object("encoding", KEYS.leased) == b"skiplist"
+    assert await q.client.object("encoding", KEYS.leases) == b"hashtable"
+    assert await q.client.object("encoding", KEYS.payload) == b"hashtable"
+    assert await q.client.zcard(KEYS.leased) == await q.client.hlen(KEYS.leases) == 32
+    assert await q.client.hlen(KEYS.payload) == 32  # nothing left behind
+    await q.ack([(lease.id, lease.token) for lease in few + more])
+    assert not await q.client.exists(KEYS.leased, KEYS.leases, KEYS.payload)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_call_that_writes_nothing_over_maxmemory_leaves_the_encoding_and_succeeds(
+    redis_url,
+):
+    # a script's first write that may grow memory is refused over maxmemory: the
+    # conversion of a call that wrote nothing before must not fail the call
+    q = open_queue(redis_url)
+    await q.enqueue([page("a", 1)])
+    score = await q.client.zscore(KEYS.ready, "0:a")
+    await q.client.delete(KEYS.ready)
+    await q.client.zadd(KEYS.ready, {"0:a": score})  # as reloaded from disk: a listpack
+    await q.client.config_set("maxmemory", "1")
+    try:
+        await q.sync()  # refused as a function, run as a script: nothing to write
+        assert await q.client.object("encoding", KEYS.ready) == b"listpack"
+    finally:
+        await q.client.config_set("maxmemory", "0")
+    assert [name(lease.payload) for lease in await q.lease(1, 30000)] == ["a/1"]
     await q.client.aclose()

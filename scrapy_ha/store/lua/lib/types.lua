@@ -35,28 +35,42 @@ local function aside_name(key)
   return target
 end
 
--- WIDE_BYTES: the length of a member longer than any zset-max-listpack-value an operator
--- sets (64 bytes by default): added to a sorted set, it converts the set to a skip list,
--- which it stays until the key is deleted (Redis never converts one back while it lives).
+-- WIDE_BYTES: the length of a member or field longer than any zset-max-listpack-value or
+-- hash-max-listpack-value an operator sets (64 bytes by default): added to a sorted set or
+-- a hash, it converts it to a skip list or a hash table, which it stays until the key is
+-- deleted (Redis never converts one back while it lives).
 local WIDE_BYTES = 1024
+-- WIDE_AT: leases in flight from which a sync call converts the leased set and the leases
+-- hash (keep_wide): a listpack costs a search of its entries per write and read, about 70
+-- instructions each, against a skip list's or a hash table's one or two thousand; with 64
+-- leases in flight the listpacks cost a tenth of a call (bench/script_cost.py --inflight),
+-- below 32 the conversion would cost a lone worker more than it saves (its leases acked
+-- every round, the keys deleted and made again each time).
+local WIDE_AT = 32
 
--- keep_skiplist(key)
---   Makes the sorted set key a skip list if it is a small one kept as a listpack (ziplist
---   on Redis 6.2): a member added and taken away in the same call, so nobody sees it.
---   Rule: for the frontier's ready set (a member per back queue), which a sync call
---   updates at several places and which stays under zset-max-listpack-entries (128) in a
---   crawl of few hosts: a listpack is a flat array that an insert or an update searches
---   and moves from end to end, a skip list a few levels of pointers (measured with 50
---   hosts: 1.5 % of a sync call of 10 requests, 3 % at 30, bench/script_cost.py). The skip
---   list's extra bytes per member are a few kilobytes for 128 queues. A set made again
---   (deleted when it emptied, or reloaded from disk as a listpack) is converted by the
---   next call. Not for the leased set: emptied and made again by every call of a lone
---   worker, it would pay the conversion each time.
-local function keep_skiplist(key)
+-- keep_wide(key, kind)
+--   Makes key, a sorted set (kind 'zset') or a hash ('hash'), a skip list or a hash table if
+--   it is a small one kept as a listpack (ziplist on Redis 6.2): a member added and taken
+--   away in the same call, so nobody sees it.
+--   Rule: for the keys a sync call writes and reads at many places that stay under the
+--   listpack limits (128 entries) in most crawls: the frontier's ready set (a member per
+--   back queue), the leased set, the leases hash and the payloads (an entry per lease in
+--   flight; payloads shorter than 64 bytes keep the payload hash a listpack too). A
+--   listpack is a flat array that a write or a lookup searches, and a write moves, from
+--   end to end; a skip list or a hash table costs a few pointers. Their extra bytes per
+--   entry are a few kilobytes for 128 entries. A key made again (deleted when it emptied,
+--   or reloaded from disk as a listpack) is converted by the next call that checks it.
+local function keep_wide(key, kind)
   local enc = redis_call('OBJECT', 'ENCODING', key)
-  if enc == 'listpack' or enc == 'ziplist' then
-    local wide = string.rep('~', WIDE_BYTES)
-    redis_call('ZADD', key, '0', wide)
-    redis_call('ZREM', key, wide)
+  if enc ~= 'listpack' and enc ~= 'ziplist' then return end
+  local wide = string.rep('~', WIDE_BYTES)
+  -- refused over maxmemory in a call that wrote nothing before (a script's first write
+  -- that may grow memory is refused): the key stays as it is, the call goes on
+  if kind == 'zset' then
+    if type(redis_pcall('ZADD', key, '0', wide)) == 'number' then
+      redis_call('ZREM', key, wide)
+    end
+  elseif type(redis_pcall('HSET', key, wide, '')) == 'number' then
+    redis_call('HDEL', key, wide)
   end
 end
