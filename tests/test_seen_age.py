@@ -136,6 +136,20 @@ async def test_a_crawl_in_slices_restarted_without_the_ttl_is_refused(redis_url)
 
 
 @deferred_f_from_coro_f
+async def test_setting_wrong_types_aside_keeps_the_time_slices(redis_url):
+    """A key of the wrong type found in a round is set aside: the time slices' hash and
+    sets are of the right type and stay (taken for bitmaps, they were renamed aside and
+    every URL of the crawl was new again)."""
+    aged = queue(redis_url)
+    assert await added(aged, entry(b"a")) == 1
+    await aged.client.set(KEYS.leases, "garbage")  # a key of the crawl written by hand
+    assert await aged.set_aside_wrong_types() == [f"{KEYS.leases} (string, expected hash)"]
+    assert await aged.client.exists(KEYS.aged, KEYS.aged_slices()[0]) == 2
+    assert await added(aged, entry(b"a")) == 0
+    await aged.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_without_a_ttl_an_age_changes_nothing(redis_url):
     q = queue(redis_url, ttl_ms=0)
     assert await added(q, entry(b"a")) == 1
