@@ -20,6 +20,7 @@ from scrapy_ha.keys import SEEN_SLICES, Keys
 from scrapy_ha.scheduler.outbox import Retained
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.aged import AgedSet
+from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import set_dupefilter
 from scrapy_ha.store.wire import NewEntry
@@ -133,6 +134,45 @@ async def test_a_crawl_in_slices_restarted_without_the_ttl_is_refused(redis_url)
     assert await added(aged, entry(b"a")) == 0  # the slices still hold it
     await aged.client.aclose()
     await again.client.aclose()
+
+
+@pytest.mark.parametrize("first", ["ttl", "forever"])
+@deferred_f_from_coro_f
+async def test_workers_with_and_without_the_ttl_starting_together_keep_one_dupefilter(
+    redis_url, first
+):
+    """A worker with HA_DUPEFILTER_TTL and one without start an empty crawl at once: both
+    pass the check at start (nothing in Redis yet), then their first calls interleave.
+    Whichever kind is written first is the crawl's; the other worker's sync is refused
+    before any write, naming HA_DUPEFILTER_TTL and flush, instead of keeping a second
+    dupefilter (time slices beside buckets) that knows none of the first one's URLs."""
+    sliced, plain = queue(redis_url), queue(redis_url, ttl_ms=0)
+    await set_dupefilter(sliced, MemoryConfig(), TTL_MS / 1000)
+    await set_dupefilter(plain, MemoryConfig(), 0)  # both started: neither kind is there
+    winner, loser = (sliced, plain) if first == "ttl" else (plain, sliced)
+    assert await added(winner, entry(b"a")) == 1
+    before = sorted(await winner.client.keys("ha:{s}:*"))
+    for name in (b"a", b"b"):
+        with pytest.raises(DupefilterRefused, match=r"HA_DUPEFILTER_TTL.*flush"):
+            await added(loser, entry(name))
+    assert sorted(await winner.client.keys("ha:{s}:*")) == before  # the refusal wrote nothing
+    assert await added(winner, entry(b"a"), entry(b"b")) == 1  # one dupefilter: a is seen
+    await sliced.client.aclose()
+    await plain.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_setting_wrong_types_aside_keeps_the_time_slices(redis_url):
+    """A key of the wrong type found in a round is set aside: the time slices' hash and
+    sets are of the right type and stay (taken for bitmaps, they were renamed aside and
+    every URL of the crawl was new again)."""
+    aged = queue(redis_url)
+    assert await added(aged, entry(b"a")) == 1
+    await aged.client.set(KEYS.leases, "garbage")  # a key of the crawl written by hand
+    assert await aged.set_aside_wrong_types() == [f"{KEYS.leases} (string, expected hash)"]
+    assert await aged.client.exists(KEYS.aged, KEYS.aged_slices()[0]) == 2
+    assert await added(aged, entry(b"a")) == 0
+    await aged.client.aclose()
 
 
 @deferred_f_from_coro_f

@@ -20,7 +20,13 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import SEEN_SLICES, Keys
 from scrapy_ha.store.aged import AgedBloom, slice_capacity, slices_where
-from scrapy_ha.store.bloom import BloomFilter, bloom_k, bloom_state, filter_keys
+from scrapy_ha.store.bloom import (
+    BloomFilter,
+    DupefilterRefused,
+    bloom_k,
+    bloom_state,
+    filter_keys,
+)
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import dupefilter_figures, set_dupefilter
 from scrapy_ha.store.wire import NewEntry
@@ -200,7 +206,7 @@ async def test_a_worker_without_the_ttl_does_not_join_slices_made_at_the_same_mo
     plain = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     plain.dupefilter = BloomFilter(1000, 1e-3)
     for name in (b"a", b"b"):
-        with pytest.raises(redis.ResponseError, match=r"time slices \(HA_DUPEFILTER_TTL\)"):
+        with pytest.raises(DupefilterRefused, match=r"time slices \(HA_DUPEFILTER_TTL\)"):
             await added(plain, entry(name))
     assert await meta(sliced) == before
     assert sorted(await plain.client.keys(f"{KEYS.bloom}:0:*")) == []

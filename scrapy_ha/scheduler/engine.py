@@ -221,27 +221,43 @@ def capacity(crawler: Crawler, enough: int) -> int:
     return total
 
 
-class StartRefusal:
+#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting, settings
+#: the crawl in Redis refused).
+START_FAILED = "ha_start_failed"
+
+
+class FailedExit:
+    """Make ``scrapy crawl`` exit non-zero once the spider closed: Scrapy marks a crawl whose
+    crawler has no spider as failed. ``crawler.spider`` is forgotten after ``spider_closed``,
+    on 2.16 only after ``engine_stopped``: start requests may still be scheduled after
+    ``spider_closed`` there, and components assert ``crawler.spider``. Keep the object:
+    signal handlers are held weakly."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        forget_at = (
+            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
+        )
+        crawler.signals.connect(self._forget_spider, signal=forget_at)
+
+    def _forget_spider(self) -> None:
+        self.crawler.spider = None
+
+
+class StartRefusal(FailedExit):
     """Close the spider as soon as it opens, with *reason*, and make ``scrapy crawl`` exit
-    non-zero: Scrapy marks a crawl whose crawler has no spider as failed.
+    non-zero (:class:`FailedExit`).
 
     ``CloseSpider`` is raised from ``spider_opened``, not from the scheduler's ``open()``:
     raised there it would skip opening the scraper, whose close then fails with a
     traceback. Scrapy 2.19 honours it; 2.16 ignores it, so the spider is closed right after
-    the handlers (``engine.close_spider_async``). ``crawler.spider`` is forgotten after
-    ``spider_closed``, on 2.16 only after ``engine_stopped``: start requests may still be
-    scheduled after ``spider_closed`` there, and components assert ``crawler.spider``.
-    Keep the object: signal handlers are held weakly.
+    the handlers (``engine.close_spider_async``).
     """
 
     def __init__(self, crawler: Crawler, reason: str) -> None:
-        self.crawler = crawler
+        super().__init__(crawler)
         self.reason = reason
-        forget_at = (
-            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
-        )
         crawler.signals.connect(self._refuse, signal=signals.spider_opened)
-        crawler.signals.connect(self._forget_spider, signal=forget_at)
 
     def _refuse(self) -> None:
         if CLOSE_SPIDER_FROM_SPIDER_OPENED:
@@ -251,9 +267,6 @@ class StartRefusal:
         asyncio.get_running_loop().call_soon(
             lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason))
         )
-
-    def _forget_spider(self) -> None:
-        self.crawler.spider = None
 
 
 def on_closing(crawler: Crawler, callback: Callable[[], None]) -> bool:

@@ -55,7 +55,7 @@ __all__ = ["START_FAILED", "Scheduler"]
 logger = logging.getLogger(__name__)
 
 #: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
-START_FAILED = "ha_start_failed"
+START_FAILED = engine.START_FAILED
 
 
 class Scheduler:

@@ -46,10 +46,15 @@ class AgedSet(Dupefilter):
     ttl_ms: int
 
     def extra_keys(self, keys: Keys) -> list[str]:
-        return [keys.aged, *keys.aged_slices()]
+        # the buckets' meta hash first: read only, so that slices are never made beside
+        # buckets another worker made (lua/lib/seen.lua's rule, one kind)
+        return [keys.buckets, keys.aged, *keys.aged_slices()]
 
     def spec(self) -> str:
         return f"set {self.ttl_ms}"
+
+    def settings(self) -> str:
+        return f"HA_DUPEFILTER='set' with HA_DUPEFILTER_TTL={self.ttl_ms / 1000:g}"
 
 
 def slice_capacity(capacity: int) -> int:
@@ -92,6 +97,9 @@ class AgedBloom(Dupefilter):
 
     def key(self, keys: Keys) -> str:
         return keys.bloom
+
+    def settings(self) -> str:
+        return f"HA_DUPEFILTER='bloom' with HA_DUPEFILTER_TTL={self.ttl_ms / 1000:g}"
 
     def spec(self) -> str:
         rate = repr(self.error_rate)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import SEEN_SLICES
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ __all__ = [
     "BloomFilter",
     "BloomState",
     "Dupefilter",
+    "DupefilterRefused",
     "ExactSet",
     "bloom_k",
     "bloom_state",
@@ -62,6 +64,9 @@ INV_LN2 = 1.4426950408889634
 BLOOM_FINGERPRINT_BYTES = 16
 #: The scripts' refusal when the client's layout is not the stored one.
 LAYOUT_ERROR = re.compile(r"BLOOMLAYOUT (\d+) (\d+) (\d+) (\d+)")
+#: The scripts' refusal of a dupefilter of another kind than the crawl's (lua/lib/seen.lua's
+#: rule, one kind): "SEENKIND <script>: <what the crawl keeps, and where>".
+KIND_ERROR = re.compile(r"SEENKIND \S+: (.*)")
 
 
 def bloom_k(error_rate: float) -> int:
@@ -125,6 +130,10 @@ class Dupefilter:
         """Learn the stored layout from a script's refusal; False: not such a refusal."""
         return False
 
+    def settings(self) -> str:
+        """The settings that chose this kind, for an error that names them."""
+        return "HA_DUPEFILTER='set' without HA_DUPEFILTER_TTL"
+
 
 class ExactSet(Dupefilter):
     """The exact set as one set of 12-byte fingerprints: a crawl made before the buckets
@@ -172,6 +181,9 @@ class BloomFilter(Dupefilter):
     def spec(self) -> str:
         rate = repr(self.error_rate)
         return f"bloom {self.capacity} {self.k} {self.part} {self.passed} {rate}"
+
+    def settings(self) -> str:
+        return "HA_DUPEFILTER='bloom' without HA_DUPEFILTER_TTL"
 
     def adopt(self, exc: Exception) -> bool:
         found = LAYOUT_ERROR.search(str(exc))
@@ -303,18 +315,43 @@ def _s(value: Any) -> str:
 LAYOUT_TRIES = 3
 
 
+class DupefilterRefused(ConfigError):
+    """The crawl in Redis keeps another kind of dupefilter than this worker's settings ask
+    for (a worker with ``HA_DUPEFILTER_TTL`` and one without started the crawl together,
+    both before either wrote one): the script refused the call before any write. A
+    settings mismatch: no retry can fix it, the worker stops (the message names the
+    settings, what the crawl keeps, and the fix)."""
+
+    @classmethod
+    def of(cls, exc: Exception, dupefilter: Dupefilter, keys: Keys) -> DupefilterRefused | None:
+        """The refusal a script's error *exc* means for a worker of *dupefilter*; None if
+        it is another error."""
+        found = KIND_ERROR.search(str(exc))
+        if not found:
+            return None
+        return cls(
+            f"this worker's {dupefilter.settings()} does not fit the crawl of {keys.spider} in "
+            f"Redis: {found[1]} (another worker of the crawl started with other settings and "
+            "wrote first): run every worker of the crawl with the same HA_DUPEFILTER and "
+            f"HA_DUPEFILTER_TTL, or `scrapy-ha flush {keys.spider}` first to start it again"
+        )
+
+
 async def seen_call(
     script: Any, dupefilter: Dupefilter, keys: Keys, *, call_keys: list[str], args: list[Any]
 ) -> Any:
     """Run a script that enqueues (*script*: a registered script) with the dupefilter's
     bitmaps after *call_keys* and its spec after *args*. A refusal because the filter grew
     a layer this client did not know (the script wrote nothing) teaches it the layout, and
-    the call is made again."""
+    the call is made again. A dupefilter of another kind than the crawl's raises
+    :class:`DupefilterRefused` (the script wrote nothing)."""
     for attempt in range(LAYOUT_TRIES):
         try:
             extra = dupefilter.extra_keys(keys)
             return await script(keys=[*call_keys, *extra], args=[*args, dupefilter.spec()])
         except redis.exceptions.ResponseError as exc:
+            if refused := DupefilterRefused.of(exc, dupefilter, keys):
+                raise refused from exc
             if attempt + 1 == LAYOUT_TRIES or not dupefilter.adopt(exc):
                 raise
     raise AssertionError("not reached")

@@ -106,6 +106,11 @@ class BucketSet(Dupefilter):
     def key(self, keys: Keys) -> str:
         return keys.buckets
 
+    def extra_keys(self, keys: Keys) -> list[str]:
+        # read only, so that buckets are never made beside time slices another worker made
+        # (lua/lib/seen.lua's rule, one kind)
+        return [keys.aged]
+
     def spec(self) -> str:
         return f"buckets {self.buckets}"
 

@@ -337,7 +337,9 @@ class RedisQueue:
 
         Returns the keys set aside (garbage written by hand must not stop the crawl).
         """
-        types = self.keys.types() | dict.fromkeys(self.dupefilter.extra_keys(self.keys), "string")
+        # the dupefilter's extra keys are a Bloom filter's bitmaps (strings), or keys the
+        # crawl's table types (the time slices' hash and sets, the buckets' meta hash)
+        types = dict.fromkeys(self.dupefilter.extra_keys(self.keys), "string") | self.keys.types()
         reply = await self._set_aside(keys=list(types), args=list(types.values()))
         pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
         return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]

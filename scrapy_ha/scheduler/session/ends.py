@@ -21,6 +21,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
 from scrapy_ha.scheduler.session.revisit import end_revisit
+from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.verdict import Verdict
 
@@ -48,8 +49,11 @@ class _Retention(TypedDict):
 
 def kept(exc: Exception) -> bool:
     """After these an operation is kept and retried (Redis away, or a key of the wrong type
-    that the loop sets aside first); any other error costs the entry alone."""
-    return isinstance(exc, REDIS_DOWN_ERRORS) or "WRONGTYPE" in str(exc)
+    that the loop sets aside first), or given back as the worker stops (settings Redis
+    refused: see .refusal); any other error costs the entry alone."""
+    if isinstance(exc, (*REDIS_DOWN_ERRORS, DupefilterRefused)):
+        return True
+    return "WRONGTYPE" in str(exc)
 
 
 def _str(value: Any) -> str:

@@ -39,9 +39,11 @@ from scrapy_ha.scheduler.session.control import (
 from scrapy_ha.scheduler.session.ends import Ends
 from scrapy_ha.scheduler.session.heap import FrozenHeap, TimerSweep
 from scrapy_ha.scheduler.session.pressure import Pressure
+from scrapy_ha.scheduler.session.refusal import Refusal
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer
+from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -103,6 +105,7 @@ class Session:
         self.clock = CloseClock(shell.config.close_timeout)  # see close
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
+        self.refusal = Refusal(shell.crawler, shell.handout, shell.outbox)  # settings refused
         self.syncer = Syncer(
             shell,
             ends=self.ends,
@@ -233,7 +236,7 @@ class Session:
                     await asyncio.wait([self._task])  # its last round
                 if self.queue is not None:
                     await self._final_flush(reason, bound.when())
-        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost) as exc:
+        except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost, ConfigError) as exc:
             held = len(self.shell.local_leases()) + len(self.outbox.acks)
             why = self.clock.silence() if bound.expired() else error_text(exc)
             not_handed_back(held, self.redis_url, why, self.config.lease_time)
@@ -246,10 +249,11 @@ class Session:
         assert self.queue is not None
         self.shell.inflight.collect_finished()
         if self.outbox.gates:
-            await self._send_gates()
-        while self.outbox.to_sync() or self.ends.corrupt:
+            await self.syncer.send_gates()
+        while not self.refusal.error and (self.outbox.to_sync() or self.ends.corrupt):
             await self._sync(lease=0)
         held = self.shell.local_leases() + self.outbox.releases
+        held += self.refusal.unfinished(self.ends)
         held += await self.renewals.unread_grant(self.queue, self.config.worker_id, set(held))
         released = await self.queue.release(held)
         self.shell.forget_local()
@@ -280,6 +284,9 @@ class Session:
                     logger.info("Redis at %s is reachable", self.redis_url)
                     self.ends.hold_reclaim(self.config.lease_time)
                 self.redis_ok, delay = True, 0.0
+            except DupefilterRefused as exc:  # settings no retry can fix: stop (see .refusal)
+                self.stopping = self.refusal.stop(exc)
+                return
             except REDIS_DOWN_ERRORS as exc:
                 delay = min(self.config.reconnect_max_delay, max(0.25, delay * 2))
                 wait = jittered(delay)  # workers that lost Redis together come back apart
@@ -341,7 +348,7 @@ class Session:
         if self.start_urls.key is not None and self.shell.room_for_start_urls():
             await self.start_urls.feed(self.queue, self.config.start_urls_batch)
         if self.outbox.gates:
-            await self._send_gates()
+            await self.syncer.send_gates()
         self.shell.make_room()
         if self.outbox.releases:
             # swapped out first: a lease added during the await is released next round
@@ -362,16 +369,6 @@ class Session:
         """One sync (see :meth:`Syncer.sync`), then the engine told what changed."""
         new_work = await self.syncer.sync(lease=lease, more=more)
         await self._after_sync(new_work=new_work)
-
-    async def _send_gates(self) -> None:
-        assert self.queue is not None
-        gates = self.outbox.gates
-        for domain, seconds in list(gates.items()):
-            await self.queue.close_gate(domain, int(seconds * 1000))
-            del gates[domain]
-            logger.info(
-                "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
-            )
 
     async def _after_sync(self, *, new_work: bool) -> None:
         """Let the engine look when there is new work or when the crawl's state changed

@@ -151,6 +151,17 @@ class Syncer:
         self.remote.synced(result, asked=bool(lease))
         return was_empty and bool(self.shell.buffered())
 
+    async def send_gates(self) -> None:
+        """Close the domains this worker was told to close for every worker (a 429)."""
+        assert self.queue is not None
+        gates = self.outbox.gates
+        for domain, seconds in list(gates.items()):
+            await self.queue.close_gate(domain, int(seconds * 1000))
+            del gates[domain]
+            logger.info(
+                "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
+            )
+
     async def read_dictionaries(self) -> Dictionary | None:
         """Read the crawl's compaction dictionaries (once connected); return the one new
         requests are compacted with (None: none yet)."""

@@ -4,7 +4,7 @@
 -- ARGV[1..] fingerprints, each as the buckets take it (store/buckets.py: wire_fingerprint)
 -- Returns how many of them the buckets held (0 when the crawl has no buckets).
 --- @include "seen"
-local d, err = seen_open('forget', KEYS[1], 'buckets 1', KEYS, 0)
+local d, err = buckets_open('forget', KEYS[1], 'buckets 1', 0) -- removes: any kind goes
 if err then return err end
 if d.fresh then return 0 end
 local removed = 0

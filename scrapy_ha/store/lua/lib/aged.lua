@@ -8,7 +8,9 @@
 --   'bloom-ttl <ttl> <capacity> <k> <part> <error>'  time slices of Bloom filters (below).
 -- Rule (slices): the fingerprints are kept in a ring of SLICES + 1 slots (for the set, the
 -- last SLICES + 1 KEYS of the script, after the slices' hash: the hash is
--- KEYS[#KEYS - SLICES - 1]), each holding those first seen while it was the newest. The
+-- KEYS[#KEYS - SLICES - 1], and the buckets' meta hash the one before it, read only to
+-- refuse a second kind of dupefilter: lib/seen's rule, one kind), each holding those first
+-- seen while it was the newest. The
 -- hash holds each slot's start (server ms, field 's<i>'). A new fingerprint goes to the
 -- newest slot; once that is ttl / SLICES old, the next fingerprint opens a new slot (an
 -- empty one, else the oldest, dropped whole): a slot ends ttl / SLICES after its start. A
@@ -40,17 +42,19 @@ local SLICES = {{SEEN_SLICES}}
 -- aged_open(script, set, spec, keys, now)
 --   set: the dupefilter set (the caller's KEYS[i]); spec: see above; keys: the script's KEYS;
 --   now: the server's time (ms). Returns the dupefilter to pass to aged_add,
---   or nil and an error reply (a bad spec, a key of the wrong type): call it before the
---   script's first write. It writes nothing itself.
+--   or nil and an error reply (a bad spec, a key of the wrong type; SEENKIND when no slice
+--   was written yet and the exact set's buckets were: lib/seen's rule, one kind): call it
+--   before the script's first write. It writes nothing itself.
 local function aged_open(script, set, spec, keys, now)
   local err = wrong_type(script, {set}, {'set'})
   if err then return nil, err end
   if spec == 'set' then return {set = set} end
   local ttl = tonumber(string.match(spec or '', '^set (%d+)$') or '')
-  if not ttl or ttl < SLICES or #keys < SLICES + 2 then
+  if not ttl or ttl < SLICES or #keys < SLICES + 3 then
     return nil, redis.error_reply('ERR ' .. script .. ': bad dupefilter spec')
   end
   local first = #keys - SLICES - 1
+  local buckets = keys[first - 1] -- the buckets' meta hash: the crawl's, if written first
   local d = {legacy = set, meta = keys[first], ring = {}}
   local want = {'hash'}
   for i = 0, SLICES do
@@ -59,6 +63,10 @@ local function aged_open(script, set, spec, keys, now)
   end
   err = wrong_type(script, {d.meta, unpack(d.ring, 0, SLICES)}, want)
   if err then return nil, err end
+  if redis.call('EXISTS', d.meta) == 0 and redis.call('EXISTS', buckets) == 1 then
+    return nil, redis.error_reply('SEENKIND ' .. script .. ': ' .. buckets .. ' keeps the '
+      .. 'exact set for ever (no HA_DUPEFILTER_TTL)')
+  end
   d.taken_over = redis.call('EXISTS', set) == 0 -- else taken over at the first write
   d.ttl, d.period, d.now = ttl, math.floor(ttl / SLICES), now
   return d
@@ -80,8 +88,8 @@ local function aged_bloom_open(script, meta, spec, now)
   if err then return nil, err end
   local stored = redis.call('HMGET', meta, 'capacity', 'k', 'part', 'period')
   if stored[1] and not stored[4] then
-    return nil, redis.error_reply('ERR ' .. script .. ': ' .. meta
-      .. ' is a Bloom filter kept for ever, not in time slices')
+    return nil, redis.error_reply('SEENKIND ' .. script .. ': ' .. meta .. ' is a Bloom '
+      .. 'filter kept for ever, not in time slices (no HA_DUPEFILTER_TTL)')
   end
   local d = {meta = meta, ring = {}, filters = {}, layouts = {}, taken_over = true,
     fresh = not stored[1], bloom = {cap = cap, k = k, part = part, asked = asked}}

@@ -10,8 +10,10 @@
 -- The caller names the kind with a spec, the script's last argument:
 --   'buckets <count>'  the exact set in buckets: the dupefilter key is their meta hash;
 --          <count> is the number of buckets of a crawl made now (a stored one is kept);
+--          the last KEYS is the hash of the exact set's time slices (lib/aged);
 --   'set'  one set, the caller's dupefilter key (a crawl made before the buckets);
---   'set <ttl>'  time slices (lib/aged): the slices' hash and sets are the last KEYS;
+--   'set <ttl>'  time slices (lib/aged): the buckets' meta hash, then the slices' hash and
+--          sets are the last KEYS;
 --   'bloom <capacity> <k> <part> <layers> <error>'  the dupefilter key is the filter's meta
 --          hash, and the bitmaps of layers 0 .. <layers> are the last KEYS of the script,
 --          layer by layer, part by part (lib/bloom); <layers> is at least the
@@ -20,9 +22,17 @@
 --          caller does not have all of is refused before any write with 'BLOOMLAYOUT
 --          <capacity> <k> <part> <layers>': the caller learns the filter as stored and
 --          calls again. A meta hash of time slices (lib/aged: it has a period) is
---          refused with an error naming HA_DUPEFILTER_TTL, before any write.
+--          refused with 'SEENKIND ...' (below), before any write.
 --   'bloom-ttl <ttl> <capacity> <k> <part> <error>'  time slices of Bloom filters (lib/aged):
 --          the dupefilter key is their meta hash, which names their bitmaps.
+-- Rule (one kind): a crawl keeps its URLs in one kind of dupefilter, that of the first
+-- call that wrote one; a call whose spec names another kind is refused before any write
+-- with 'SEENKIND <script>: <what the crawl keeps, and where>' (the worker adds its
+-- settings and the fix): a second dupefilter beside the first would know none of its
+-- URLs, and every URL would be crawled again. The worker checks at start
+-- (scrapy_ha/store/sharding.py); this catches workers that started an empty crawl
+-- together, with and without HA_DUPEFILTER_TTL, and stops the one refused (no retry
+-- can help it: scrapy_ha/store/bloom.py seen_call, DupefilterRefused).
 -- The meta hash: capacity, k, part, error (as created); layers; n (URLs added in all);
 -- n:<i> (URLs added to layer i); fp (the false positives to expect so far: each URL added
 -- adds the filter's error at that time).
@@ -43,7 +53,8 @@
 -- seen_key_count(spec)
 --   Returns how many of the script's last KEYS the filter of spec takes (0 for 'set').
 local function seen_key_count(spec)
-  if string.match(spec or '', '^set %d+$') then return SLICES + 2 end -- lib/aged
+  if string.match(spec or '', '^set %d+$') then return SLICES + 3 end -- lib/aged
+  if string.match(spec or '', '^buckets %d+$') then return 1 end -- the slices' hash
   local s = bloom_spec(spec)
   if not s then return 0 end
   local n = 0
@@ -61,9 +72,8 @@ local function bloom_open(script, meta, spec, keys)
   if err then return nil, err end
   local stored = redis.call('HMGET', meta, 'capacity', 'k', 'part', 'layers', 'period')
   if stored[5] then -- lib/aged's slices: a second filter in the hash would know none of theirs
-    return nil, redis.error_reply('ERR ' .. script .. ': ' .. meta .. ' keeps the Bloom '
-      .. 'filter in time slices (HA_DUPEFILTER_TTL): run every worker of the crawl with the '
-      .. 'same HA_DUPEFILTER_TTL, or scrapy-ha flush the crawl first')
+    return nil, redis.error_reply('SEENKIND ' .. script .. ': ' .. meta .. ' keeps the '
+      .. 'Bloom filter in time slices (HA_DUPEFILTER_TTL)')
   end
   local layers = tonumber(stored[4]) or 0
   if stored[1] and (tonumber(stored[1]) ~= s.cap or tonumber(stored[2]) ~= s.k
@@ -99,10 +109,11 @@ local function buckets_prefix(meta, gen)
   return meta .. ':' .. gen .. ':'
 end
 
--- buckets_open(script, meta, spec, now)
+-- buckets_open(script, meta, spec, now, aged)
 --   Returns the exact set in buckets (meta hash meta), or nil and an error reply; the
---   count stored is kept, the spec's is that of a crawl made now.
-local function buckets_open(script, meta, spec, now)
+--   count stored is kept, the spec's is that of a crawl made now. Buckets not made yet
+--   are refused (SEENKIND) when the hash aged of the exact set's time slices exists.
+local function buckets_open(script, meta, spec, now, aged)
   local want = tonumber(string.match(spec, '^buckets (%d+)$'))
   if not want or want < 1 then
     return nil, redis.error_reply('ERR ' .. script .. ': bad dupefilter spec')
@@ -112,6 +123,10 @@ local function buckets_open(script, meta, spec, now)
   local stored = redis.call('HMGET', meta, 'buckets', 'gen')
   local buckets, gen = tonumber(stored[1]), stored[2]
   local fresh = not (buckets and gen)
+  if fresh and aged and redis.call('EXISTS', aged) == 1 then
+    return nil, redis.error_reply('SEENKIND ' .. script .. ': ' .. aged .. ' keeps the '
+      .. 'exact set in time slices (HA_DUPEFILTER_TTL)')
+  end
   if fresh then buckets, gen = want, int_str(now) end
   return {meta = meta, buckets = buckets, gen = gen, prefix = buckets_prefix(meta, gen),
     added = 0, fresh = fresh}
@@ -130,16 +145,20 @@ end
 --   key: the dupefilter (the set, or the filter's meta hash); spec: see above; keys: the
 --   script's KEYS; now: the server's time (ms; for the time slices). Returns the
 --   dupefilter to pass to seen_add and seen_close, or nil and an error reply (a bad spec, a
---   key of the wrong type, BLOOMLAYOUT): call it before the script's first write, so that
---   a refusal leaves nothing half done.
+--   key of the wrong type, BLOOMLAYOUT, SEENKIND): call it before the script's first write,
+--   so that a refusal leaves nothing half done.
 local function seen_open(script, key, spec, keys, now)
   if spec == 'set' then
     local err = wrong_type(script, {key}, {'set'})
     if err then return nil, err end
     return {set = key}
   end
-  if string.match(spec or '', '^set ') then return aged_open(script, key, spec, keys, now) end
-  if string.match(spec or '', '^buckets ') then return buckets_open(script, key, spec, now) end
+  if string.match(spec or '', '^set ') then
+    return aged_open(script, key, spec, keys, now)
+  end
+  if string.match(spec or '', '^buckets ') then
+    return buckets_open(script, key, spec, now, keys[#keys])
+  end
   if string.match(spec or '', '^bloom%-ttl ') then
     return aged_bloom_open(script, key, spec, now)
   end
