@@ -138,8 +138,10 @@ class SlotLoad:
     while ``downloader.active`` holds it from the moment the engine took it (the engine's
     ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
     its ``active`` set plus what this worker handed to it that is still in
-    ``downloader.active``, still keyed to the slot and not yet in it: O(slot concurrency) per
-    call.
+    ``downloader.active``, still keyed to the slot and has not reached it yet. A request
+    that reached it is forgotten: it leaves ``slot.active`` before ``downloader.active``
+    (its response goes back through the downloader middlewares in between; 2.19), and it
+    no longer holds a place of the slot then. O(requests on their way) per call.
     """
 
     def __init__(self) -> None:
@@ -167,12 +169,17 @@ class SlotLoad:
             return True
         handed = self._handed.get(key)
         if handed:
-            # gone from the downloader, or moved to another slot by a downloader middleware
-            # (``meta["download_slot"]``, e.g. one slot per proxy): no longer this slot's load
+            # in the slot now (``running`` counts it until it is finished: it never comes
+            # back on its way), gone from the downloader, or moved to another slot by a
+            # downloader middleware (``meta["download_slot"]``, e.g. one slot per proxy): no
+            # longer on its way to this slot. The slot's own set is looked at first: most
+            # reach it within a turn of the loop, and the slot key, the dear test (a URL
+            # parsed, a few calls), is then asked only of those still on their way
             active, slot_key = downloader.active, downloader.get_slot_key
-            handed[:] = [r for r in handed if r in active and slot_key(r) == key]
-        on_the_way = sum(1 for r in handed or () if r not in running)
-        return bool(len(running) + on_the_way < limit)
+            handed[:] = [
+                r for r in handed if r not in running and r in active and slot_key(r) == key
+            ]
+        return bool(len(running) + len(handed or ()) < limit)
 
     def load(self, crawler: Crawler, key: str) -> int:
         """Requests download slot *key* runs or queues, plus those this worker handed to it
@@ -183,8 +190,10 @@ class SlotLoad:
         slot = downloader.slots.get(key)
         running: Any = () if slot is None else slot.active
         active = getattr(downloader, "active", ())
-        handed = self._handed.get(key, ())
-        return len(running) + sum(1 for r in handed if r in active and r not in running)
+        handed = self._handed.get(key)
+        if handed:  # forgotten once in the slot or gone, as in free()
+            handed[:] = [r for r in handed if r not in running and r in active]
+        return len(running) + len(handed or ())
 
     def handed(self, crawler: Crawler, request: Request) -> None:
         """*request* goes to the engine now."""
