@@ -99,16 +99,17 @@ def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
     active = getattr(getattr(engine, "downloader", None), "active", None)
     if engine is None or not isinstance(active, set):  # no engine, or a stand-in
         return lambda r: True  # nothing it holds is known to be finished: released at close
-    sets: list[set[Request]] = [active]
     queued: set[int] = set()
+    scraping: set[Request] = set()
     slot = engine.scraper.slot
     if slot is not None:
-        sets.append(slot.active)
+        scraping = slot.active
         queued = {id(r) for _, r, _ in slot.queue}
     engine_slot = getattr(engine, "_slot", None)
-    if engine_slot is not None:
-        sets.append(engine_slot.inprogress)
-    return lambda r: id(r) in queued or any(r in s for s in sets)
+    starting: set[Request] = set() if engine_slot is None else engine_slot.inprogress
+    # the sets named one by one, not a generator over a list of them: asked of every
+    # request held, at every look for finished ones, a few times per page
+    return lambda r: r in active or r in scraping or r in starting or id(r) in queued
 
 
 def start_exhausted(crawler: Crawler) -> bool:
