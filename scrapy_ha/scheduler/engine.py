@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import scrapy
 from scrapy import signals
+from scrapy.core.downloader import Downloader
 from scrapy.exceptions import CloseSpider
 from scrapy.utils.defer import deferred_from_coro
 
@@ -173,13 +174,9 @@ class SlotLoad:
             # in the slot now (``running`` counts it until it is finished: it never comes
             # back on its way), gone from the downloader, or moved to another slot by a
             # downloader middleware (``meta["download_slot"]``, e.g. one slot per proxy): no
-            # longer on its way to this slot. The slot's own set is looked at first: most
-            # reach it within a turn of the loop, and the slot key, the dear test (a URL
-            # parsed, a few calls), is then asked only of those still on their way
-            active, slot_key = downloader.active, downloader.get_slot_key
-            handed[:] = [
-                r for r in handed if r not in running and r in active and slot_key(r) == key
-            ]
+            # longer on its way to this slot
+            active, keyed = downloader.active, _keyed_to(downloader, key)
+            handed[:] = [r for r in handed if r not in running and r in active and keyed(r)]
         return bool(len(running) + len(handed or ()) < limit)
 
     def load(self, crawler: Crawler, key: str) -> int:
@@ -213,6 +210,26 @@ class SlotLoad:
                     del self._handed[key]
             self._swept = sum(map(len, self._handed.values()))
         self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
+
+
+def _keyed_to(downloader: Any, key: str) -> Callable[[Request], bool]:
+    """A test: is a request handed out for slot *key* (its ``get_slot_key`` then) keyed to it
+    still? Scrapy's ``Downloader.get_slot_key`` is the request's ``meta["download_slot"]``
+    when set (by a downloader middleware, or by the downloader as it queues the request),
+    else its URL's host, which a request never changes, or with per-IP slots
+    (``CONCURRENT_REQUESTS_PER_IP``) the host's address once resolved (2.16, 2.19). So
+    without per-IP slots the meta alone tells, and the URL is not looked up and its host
+    parsed again for each request on its way at every hand-out (ten times a page in a crawl
+    of one site); with them, or with a downloader whose ``get_slot_key`` is its own, the
+    downloader is asked."""
+    own = "get_slot_key" in vars(downloader) or (
+        getattr(type(downloader), "get_slot_key", None) is not Downloader.get_slot_key
+    )
+    if own or downloader.ip_concurrency:  # a stand-in is "own": never read here
+        slot_key = downloader.get_slot_key
+        return lambda r: bool(slot_key(r) == key)
+    meta_key = Downloader.DOWNLOAD_SLOT
+    return lambda r: bool(r.meta.get(meta_key, key) == key)
 
 
 def capacity(crawler: Crawler, enough: int) -> int:
