@@ -52,10 +52,10 @@ def wake(crawler: Crawler) -> None:
 
 
 def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
-    """Put *gate*'s ``process_request`` first in the downloader middleware chain, and its
-    ``process_response`` and ``process_exception`` nearest the downloader (called before
-    every other middleware's); False if there is no chain (no engine, or a stand-in engine
-    with no downloader middlewares, which downloads nothing).
+    """Put *gate*'s ``process_request`` first in the downloader middleware chain, and, if it
+    ``holds_results``, its ``process_response`` and ``process_exception`` nearest the
+    downloader (called before every other middleware's); False if there is no chain (no
+    engine, or a stand-in engine with no downloader middlewares, which downloads nothing).
 
     ``engine.downloader.middleware.methods`` maps each name to the deque of the
     middlewares' methods in the order ``download_async`` calls them, with keyword arguments
@@ -68,7 +68,10 @@ def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
     methods = getattr(middleware, "methods", None)
     if not isinstance(methods, dict) or "process_request" not in methods:
         return False
-    for name in ("process_request", "process_response", "process_exception"):
+    names = ["process_request"]
+    if gate.holds_results:  # else its other two return their input: two calls per page saved
+        names += ["process_response", "process_exception"]
+    for name in names:
         chain = methods.setdefault(name, deque())  # absent while no middleware has one
         method = getattr(gate, name)
         if method not in chain:
@@ -77,7 +80,11 @@ def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
 
 
 class Gate(Protocol):
-    """What :func:`gate_downloads` installs (:class:`scrapy_ha.scheduler.gate.DownloadGate`)."""
+    """What :func:`gate_downloads` installs (:class:`scrapy_ha.scheduler.gate.DownloadGate`);
+    its ``process_response`` and ``process_exception`` only if it ``holds_results``."""
+
+    @property
+    def holds_results(self) -> bool: ...
 
     def process_request(self, request: Request) -> Any: ...
 
