@@ -35,7 +35,15 @@ CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:
 
 def _engine(crawler: Crawler) -> ExecutionEngine | None:
     """``crawler.engine``, or None before the crawl starts: Scrapy 2.19 raises
-    RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None."""
+    RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None.
+
+    Read a few times per page: on 2.19 the value is read where the late attribute keeps it,
+    ``crawler._engine`` (its descriptor's documented store, set by ``crawler.engine = ...``
+    too), without the descriptor's call; anything else (2.16, a stand-in crawler) reads
+    ``crawler.engine``."""
+    engine: ExecutionEngine | None = getattr(crawler, "_engine", None)
+    if engine is not None:
+        return engine
     try:
         return crawler.engine
     except RuntimeError:
