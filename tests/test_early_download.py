@@ -407,3 +407,18 @@ def test_no_early_download_while_the_worker_redoes_a_page_another_left_unfinishe
     assert not gate.guard.allows()
     held.clear()  # acked, released or lost: no longer this worker's
     assert gate.guard.allows()
+
+
+def test_without_early_downloads_only_the_gates_process_request_is_installed():
+    """Without HA_EARLY_DOWNLOAD no response or error waits for its verdict: the gate's
+    process_response and process_exception would give back their input, a middleware call
+    of Scrapy's per page each for nothing."""
+    crawler = get_crawler(Spider)
+    manager = DownloaderMiddlewareManager(OnlyRequests(), crawler=crawler)
+    crawler.engine = SimpleNamespace(downloader=SimpleNamespace(middleware=manager))
+    gate = gate_module.DownloadGate(MemoryStatsCollector(crawler), early=False)
+    assert not gate.holds_results
+    assert gate_downloads(crawler, gate)
+    assert manager.methods["process_request"][0] == gate.process_request
+    assert gate.process_response not in manager.methods.get("process_response", ())
+    assert gate.process_exception not in manager.methods.get("process_exception", ())

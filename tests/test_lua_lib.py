@@ -48,9 +48,7 @@ def header(text: str) -> str:
 
 
 def test_the_scripts_are_the_ones_the_queue_loads():
-    assert SCRIPTS == sorted(
-        name[: -len("_LUA")].lower() for name in dir(_scripts) if name.endswith("_LUA")
-    )
+    assert sorted(_scripts.SCRIPTS) == SCRIPTS
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

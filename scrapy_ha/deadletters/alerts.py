@@ -27,7 +27,7 @@ from w3lib.http import basic_auth_header
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.store.scripts import ALERT_LUA
+from scrapy_ha.store import scripts
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -99,7 +99,9 @@ class DeadLetterAlert:
         keys = queue.keys
         marker = json.dumps({"worker": self.worker, "t": int(time.time())})
         dead = int(
-            await queue.client.eval(ALERT_LUA, 2, keys.dead, keys.dlq_alert, self.threshold, marker)
+            await queue.client.eval(
+                scripts.ALERT_LUA, 2, keys.dead, keys.dlq_alert, self.threshold, marker
+            )
         )
         if dead:
             task = asyncio.get_running_loop().create_task(self._send(keys.spider, dead))

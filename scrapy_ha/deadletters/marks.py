@@ -30,7 +30,7 @@ import os
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
-from scrapy_ha.store.scripts import ARCHIVED_LUA
+from scrapy_ha.store import scripts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -127,7 +127,7 @@ async def mark(client: Redis, keys: Keys, sink: str, entries: list[DeadEntry]) -
     worker and the command may mark the same entry for two sinks at once)."""
     if entries:
         pairs = [str(x) for e in entries for x in (e.id, e.dead_at)]
-        await client.eval(ARCHIVED_LUA, 1, keys.dead_archived, sink, *pairs)
+        await client.eval(scripts.ARCHIVED_LUA, 1, keys.dead_archived, sink, *pairs)
 
 
 async def forget_gone(client: Redis, keys: Keys) -> int:

@@ -42,8 +42,8 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL, CookiesConfig
 from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.store import scripts
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
-from scrapy_ha.store.scripts import JAR_MERGE_LUA, JAR_SET_ASIDE_LUA
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Hashable
@@ -146,7 +146,7 @@ class SharedJars:
     async def store(self, key: Hashable, changed: dict[str, Any], dropped: list[str]) -> int:
         """Merge a change of this worker into Redis; return the jar's new version."""
         if self.merge is None:
-            self.merge = self.client.register_script(JAR_MERGE_LUA)
+            self.merge = self.client.register_script(scripts.JAR_MERGE_LUA)
         name = jar_field(key)
         args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped), self.ttl_ms]
         version = int(await self.merge(keys=[self.keys.cookies], args=args))
@@ -190,7 +190,7 @@ class SharedJars:
     async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
         """One bad jar costs that jar alone: move it aside, go on with an empty one."""
         if self.set_aside is None:
-            self.set_aside = self.client.register_script(JAR_SET_ASIDE_LUA)
+            self.set_aside = self.client.register_script(scripts.JAR_SET_ASIDE_LUA)
         field_name = f"jar:{name}"
         moved = await self.set_aside(keys=[self.keys.cookies], args=[field_name, raw])
         if moved:

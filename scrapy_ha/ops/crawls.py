@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
+from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import BloomState, bloom_state
 from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.script_keys import counts_keys
-from scrapy_ha.store.scripts import COUNTS_LUA, ITEMS_STATE_LUA
 from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts
 
@@ -154,11 +154,11 @@ def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlN
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     """The reads of one crawl (of one shard), READS replies."""
-    client.register_script(COUNTS_LUA)(keys=counts_keys(k), client=pipe)
+    client.register_script(scripts.COUNTS_LUA)(keys=counts_keys(k), client=pipe)
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)
-    pipe.eval(ITEMS_STATE_LUA, 1, k.items)
+    pipe.eval(scripts.ITEMS_STATE_LUA, 1, k.items)
     pipe.exists(k.pressure)
     pipe.hgetall(k.bloom)
 

@@ -30,8 +30,8 @@ __all__ = [
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.store import scripts
 from scrapy_ha.store.script_keys import counts_keys
-from scrapy_ha.store.scripts import COUNTS_LUA
 from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts
 
@@ -222,7 +222,7 @@ class CrawlStats(Counts):
 
 def _queue_reads(pipe: Any, keys: Keys, domains: bool) -> None:
     states = counts_keys(keys)
-    pipe.eval(COUNTS_LUA, len(states), *states)
+    pipe.eval(scripts.COUNTS_LUA, len(states), *states)
     pipe.hgetall(keys.stats)
     pipe.hgetall(keys.stats_minutes)
     if domains:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.ops.stats import MINUTE_MS
-from scrapy_ha.store.scripts import DUE_LUA
+from scrapy_ha.store import scripts
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -86,7 +86,7 @@ async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
     and the counts of ``held``, never its marks."""
     pipe = client.pipeline(transaction=False)
     for keys in shards:
-        pipe.eval(DUE_LUA, 1, keys.delayed, SAMPLES)
+        pipe.eval(scripts.DUE_LUA, 1, keys.delayed, SAMPLES)
         pipe.hscan(keys.held, 0, match="#*", count=HELD_SCAN)
     replies = await pipe.execute()
     due: list[tuple[int, int]] = []

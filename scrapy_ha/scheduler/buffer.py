@@ -231,6 +231,8 @@ class FairHeap(Generic[E]):
 
     def slots(self) -> list[str]:
         """The slots that hold entries, least busy first."""
+        if len(self._heaps) <= 1:  # nothing to compare: no slot's load asked
+            return list(self._heaps)
         load = self.chooser.load
         return sorted(self._heaps, key=lambda key: (load(key), key))
 
@@ -238,8 +240,10 @@ class FairHeap(Generic[E]):
         return len(self._heaps)
 
     def head_slot(self) -> str | None:
-        if not self._heaps:
-            return None
+        if len(self._heaps) <= 1:
+            # one slot is the head whatever its load: a crawl of one site asks none (the
+            # load is the slot's requests on their way, looked at twice or more a page)
+            return next(iter(self._heaps), None)
         load = self.chooser.load
         return min(self._heaps, key=lambda key: (load(key), key))
 

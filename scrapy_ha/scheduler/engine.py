@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import scrapy
 from scrapy import signals
+from scrapy.core.downloader import Downloader
 from scrapy.exceptions import CloseSpider
 from scrapy.utils.defer import deferred_from_coro
 
@@ -34,7 +35,15 @@ CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:
 
 def _engine(crawler: Crawler) -> ExecutionEngine | None:
     """``crawler.engine``, or None before the crawl starts: Scrapy 2.19 raises
-    RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None."""
+    RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None.
+
+    Read a few times per page: on 2.19 the value is read where the late attribute keeps it,
+    ``crawler._engine`` (its descriptor's documented store, set by ``crawler.engine = ...``
+    too), without the descriptor's call; anything else (2.16, a stand-in crawler) reads
+    ``crawler.engine``."""
+    engine: ExecutionEngine | None = getattr(crawler, "_engine", None)
+    if engine is not None:
+        return engine
     try:
         return crawler.engine
     except RuntimeError:
@@ -51,10 +60,10 @@ def wake(crawler: Crawler) -> None:
 
 
 def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
-    """Put *gate*'s ``process_request`` first in the downloader middleware chain, and its
-    ``process_response`` and ``process_exception`` nearest the downloader (called before
-    every other middleware's); False if there is no chain (no engine, or a stand-in engine
-    with no downloader middlewares, which downloads nothing).
+    """Put *gate*'s ``process_request`` first in the downloader middleware chain, and, if it
+    ``holds_results``, its ``process_response`` and ``process_exception`` nearest the
+    downloader (called before every other middleware's); False if there is no chain (no
+    engine, or a stand-in engine with no downloader middlewares, which downloads nothing).
 
     ``engine.downloader.middleware.methods`` maps each name to the deque of the
     middlewares' methods in the order ``download_async`` calls them, with keyword arguments
@@ -67,7 +76,10 @@ def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
     methods = getattr(middleware, "methods", None)
     if not isinstance(methods, dict) or "process_request" not in methods:
         return False
-    for name in ("process_request", "process_response", "process_exception"):
+    names = ["process_request"]
+    if gate.holds_results:  # else its other two return their input: two calls per page saved
+        names += ["process_response", "process_exception"]
+    for name in names:
         chain = methods.setdefault(name, deque())  # absent while no middleware has one
         method = getattr(gate, name)
         if method not in chain:
@@ -76,7 +88,11 @@ def gate_downloads(crawler: Crawler, gate: Gate) -> bool:
 
 
 class Gate(Protocol):
-    """What :func:`gate_downloads` installs (:class:`scrapy_ha.scheduler.gate.DownloadGate`)."""
+    """What :func:`gate_downloads` installs (:class:`scrapy_ha.scheduler.gate.DownloadGate`);
+    its ``process_response`` and ``process_exception`` only if it ``holds_results``."""
+
+    @property
+    def holds_results(self) -> bool: ...
 
     def process_request(self, request: Request) -> Any: ...
 
@@ -99,16 +115,17 @@ def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
     active = getattr(getattr(engine, "downloader", None), "active", None)
     if engine is None or not isinstance(active, set):  # no engine, or a stand-in
         return lambda r: True  # nothing it holds is known to be finished: released at close
-    sets: list[set[Request]] = [active]
     queued: set[int] = set()
+    scraping: set[Request] = set()
     slot = engine.scraper.slot
     if slot is not None:
-        sets.append(slot.active)
+        scraping = slot.active
         queued = {id(r) for _, r, _ in slot.queue}
     engine_slot = getattr(engine, "_slot", None)
-    if engine_slot is not None:
-        sets.append(engine_slot.inprogress)
-    return lambda r: id(r) in queued or any(r in s for s in sets)
+    starting: set[Request] = set() if engine_slot is None else engine_slot.inprogress
+    # the sets named one by one, not a generator over a list of them: asked of every
+    # request held, at every look for finished ones, a few times per page
+    return lambda r: r in active or r in scraping or r in starting or id(r) in queued
 
 
 def start_exhausted(crawler: Crawler) -> bool:
@@ -138,8 +155,10 @@ class SlotLoad:
     while ``downloader.active`` holds it from the moment the engine took it (the engine's
     ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
     its ``active`` set plus what this worker handed to it that is still in
-    ``downloader.active``, still keyed to the slot and not yet in it: O(slot concurrency) per
-    call.
+    ``downloader.active``, still keyed to the slot and has not reached it yet. A request
+    that reached it is forgotten: it leaves ``slot.active`` before ``downloader.active``
+    (its response goes back through the downloader middlewares in between; 2.19), and it
+    no longer holds a place of the slot then. O(requests on their way) per call.
     """
 
     def __init__(self) -> None:
@@ -167,12 +186,13 @@ class SlotLoad:
             return True
         handed = self._handed.get(key)
         if handed:
-            # gone from the downloader, or moved to another slot by a downloader middleware
-            # (``meta["download_slot"]``, e.g. one slot per proxy): no longer this slot's load
-            active, slot_key = downloader.active, downloader.get_slot_key
-            handed[:] = [r for r in handed if r in active and slot_key(r) == key]
-        on_the_way = sum(1 for r in handed or () if r not in running)
-        return bool(len(running) + on_the_way < limit)
+            # in the slot now (``running`` counts it until it is finished: it never comes
+            # back on its way), gone from the downloader, or moved to another slot by a
+            # downloader middleware (``meta["download_slot"]``, e.g. one slot per proxy): no
+            # longer on its way to this slot
+            active, keyed = downloader.active, _keyed_to(downloader, key)
+            handed[:] = [r for r in handed if r not in running and r in active and keyed(r)]
+        return bool(len(running) + len(handed or ()) < limit)
 
     def load(self, crawler: Crawler, key: str) -> int:
         """Requests download slot *key* runs or queues, plus those this worker handed to it
@@ -183,8 +203,10 @@ class SlotLoad:
         slot = downloader.slots.get(key)
         running: Any = () if slot is None else slot.active
         active = getattr(downloader, "active", ())
-        handed = self._handed.get(key, ())
-        return len(running) + sum(1 for r in handed if r in active and r not in running)
+        handed = self._handed.get(key)
+        if handed:  # forgotten once in the slot or gone, as in free()
+            handed[:] = [r for r in handed if r not in running and r in active]
+        return len(running) + len(handed or ())
 
     def handed(self, crawler: Crawler, request: Request) -> None:
         """*request* goes to the engine now."""
@@ -203,6 +225,26 @@ class SlotLoad:
                     del self._handed[key]
             self._swept = sum(map(len, self._handed.values()))
         self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
+
+
+def _keyed_to(downloader: Any, key: str) -> Callable[[Request], bool]:
+    """A test: is a request handed out for slot *key* (its ``get_slot_key`` then) keyed to it
+    still? Scrapy's ``Downloader.get_slot_key`` is the request's ``meta["download_slot"]``
+    when set (by a downloader middleware, or by the downloader as it queues the request),
+    else its URL's host, which a request never changes, or with per-IP slots
+    (``CONCURRENT_REQUESTS_PER_IP``) the host's address once resolved (2.16, 2.19). So
+    without per-IP slots the meta alone tells, and the URL is not looked up and its host
+    parsed again for each request on its way at every hand-out (ten times a page in a crawl
+    of one site); with them, or with a downloader whose ``get_slot_key`` is its own, the
+    downloader is asked."""
+    own = "get_slot_key" in vars(downloader) or (
+        getattr(type(downloader), "get_slot_key", None) is not Downloader.get_slot_key
+    )
+    if own or downloader.ip_concurrency:  # a stand-in is "own": never read here
+        slot_key = downloader.get_slot_key
+        return lambda r: bool(slot_key(r) == key)
+    meta_key = Downloader.DOWNLOAD_SLOT
+    return lambda r: bool(r.meta.get(meta_key, key) == key)
 
 
 def capacity(crawler: Crawler, enough: int) -> int:

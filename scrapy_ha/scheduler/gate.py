@@ -115,6 +115,14 @@ class DownloadGate:
         self._refused: set[Pair] = set()
         self._dropping: dict[int, Request] = {}
 
+    @property
+    def holds_results(self) -> bool:
+        """Whether a response or an error may have to wait for its verdict: only that of a
+        download started early (``HA_EARLY_DOWNLOAD``). Without early downloads
+        :meth:`process_response` and :meth:`process_exception` give back their input, and
+        are not installed (each a middleware call of Scrapy's per page)."""
+        return self.guard.enabled
+
     def expect(self, pair: Pair) -> None:
         if self.installed:
             self._waiting[pair] = None

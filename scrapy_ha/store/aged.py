@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import SEEN_SLICES
+from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import (
     BLOOM_FINGERPRINT_BYTES,
     MAX_PART_BYTES,
     Dupefilter,
     bloom_k,
 )
-from scrapy_ha.store.scripts import SEEN_CHECK_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -114,7 +114,7 @@ async def slices_where(client: Any, keys: Keys, fingerprints: list[bytes]) -> li
     slices = AgedBloom.stored(meta)
     if slices is None:
         return []
-    script = client.register_script(SEEN_CHECK_LUA)
+    script = client.register_script(scripts.SEEN_CHECK_LUA)
     reply = await script(keys=[keys.bloom], args=[slices.spec(), *fingerprints])
     return [int(x) for x in reply[:-1]]
 

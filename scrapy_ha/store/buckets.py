@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import FINGERPRINT_BYTES
+from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import Dupefilter
-from scrapy_ha.store.scripts import DROP_BUCKETS_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -161,7 +161,7 @@ async def delete_buckets(
     (a flush), also any other bucket under the crawl's prefix, found by SCAN: those of a
     finish that stopped before it deleted them."""
     if state:  # named in Redis (lua/drop_buckets.lua): a billion-URL crawl has 4 M of them
-        drop = client.register_script(DROP_BUCKETS_LUA)
+        drop = client.register_script(scripts.DROP_BUCKETS_LUA)
         for first in range(0, state.buckets, DELETE_BATCH):
             last = min(first + DELETE_BATCH, state.buckets) - 1
             await drop(keys=[keys.buckets], args=[state.gen, first, last])

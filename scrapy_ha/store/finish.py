@@ -16,9 +16,9 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import filter_keys
 from scrapy_ha.store.buckets import delete_buckets, read_buckets
-from scrapy_ha.store.scripts import FENCE_LUA, FINISH_LUA
 from scrapy_ha.store.wire import SENT_GRACE_MS, Finished, _s
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def finish_keys(keys: Keys, *, keep: bool) -> list[str]:
 
 async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
     """End one shard's (or an unsharded crawl's) finished crawl in one script."""
-    script = queue.client.register_script(FINISH_LUA)
+    script = queue.client.register_script(scripts.FINISH_LUA)
     args = [worker, "keep" if keep else "clear", SENT_GRACE_MS]
     keys = finish_keys(queue.keys, keep=keep)
     buckets = None
@@ -155,6 +155,6 @@ async def _finished(queue: Sharded) -> bool:
 
 
 async def _step(queue: Sharded, step: str, token: str) -> bool:
-    fence = queue.client.register_script(FENCE_LUA)
+    fence = queue.client.register_script(scripts.FENCE_LUA)
     keys = [queue.keys.finish_record, queue.keys.joins]
     return bool(await fence(keys=keys, args=[step, token, FINISH_STEP_MS]))

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import shard_of
+from scrapy_ha.store import scripts
 from scrapy_ha.store.buckets import bucket_of, member_of, read_buckets, wire_fingerprint
-from scrapy_ha.store.scripts import FORGET_LUA
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -129,7 +129,7 @@ async def forget_fingerprints(client: Any, keys: Keys, fingerprints: list[bytes]
         for key in (shard.dupefilter, *shard.aged_slices()):
             removed += int(await client.srem(key, fingerprint))
         wired = wire_fingerprint(fingerprint)
-        removed += int(await client.eval(FORGET_LUA, 1, shard.buckets, wired))
+        removed += int(await client.eval(scripts.FORGET_LUA, 1, shard.buckets, wired))
     for shard_keys in every_shard(keys):
         await client.hincrby(shard_keys.forget, VERSION, 1)
     return removed

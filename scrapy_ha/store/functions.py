@@ -281,7 +281,7 @@ class LibraryScript:
         #: (name, code) of the library (another version's in a test of a rolling upgrade)
         self.library = library or (LIBRARY_NAME, LIBRARY_CODE)
         self.function = f"{self.library[0]}_{script}"
-        self.evalsha = client.register_script(getattr(scripts, f"{script.upper()}_LUA"))
+        self.evalsha = scripts.Registered(client, script)  # its text assembled on first use
         #: a Redis Cluster client: FCALL routed by its keys, the library loaded by node
         self.cluster = isinstance(client, redis.asyncio.RedisCluster)
         if self.cluster:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA, ITEMS_STATE_LUA
+from scrapy_ha.store import scripts
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ class ItemStream:
         self.client = client
         self.keys = keys
         self.key = keys.items
-        self._add = client.register_script(ITEMS_ADD_LUA)
-        self._ack = client.register_script(ITEMS_ACK_LUA)
+        self._add = client.register_script(scripts.ITEMS_ADD_LUA)
+        self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
 
     async def add(self, items: list[bytes]) -> int:
         """Add items no page yielded (no lease fences them); return how many."""
@@ -163,7 +163,7 @@ class ItemStream:
 def state_reads(pipe: Any, keys: Keys) -> None:
     """Queue on *pipe* (of a sync or an asyncio client) the two reads of
     :func:`stream_state`."""
-    pipe.eval(ITEMS_STATE_LUA, 1, keys.items)
+    pipe.eval(scripts.ITEMS_STATE_LUA, 1, keys.items)
     pipe.hgetall(keys.stats)
 
 

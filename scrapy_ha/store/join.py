@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
+from scrapy_ha.store import scripts
 from scrapy_ha.store.finish import complete_finish
-from scrapy_ha.store.scripts import JOIN_LUA
 from scrapy_ha.store.sharding import layout_keys, make_queue, read_layout, shards_of
 from scrapy_ha.store.shards import ShardedQueue
 from scrapy_ha.store.wire import SENT_GRACE_MS, _s
@@ -82,7 +82,7 @@ async def join_crawl(
     *sent_grace_ms*: how long the number of a worker gone is kept.
     A crawl this worker may not join raises :class:`ConfigError`, naming what to do."""
     keys = Keys(prefix, spider)
-    script = client.register_script(JOIN_LUA)
+    script = client.register_script(scripts.JOIN_LUA)
     where = keys.workers if shards == 1 else keys.joins
     names = [keys.shard_count, keys.finish_record, where, keys.senders, keys.sent, *keys.all()]
     waiting = False

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import seen_call
-from scrapy_ha.store.scripts import REVISIT_LUA
 from scrapy_ha.store.wire import packed_acks
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     fingerprint = queue.dupefilter.wire(visit.fingerprint)
     args = [ack, visit.interval_ms, visit.payload, fingerprint, visit.found]
     args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
-    script = queue.client.register_script(REVISIT_LUA)
+    script = queue.client.register_script(scripts.REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)
     due, items, checkpoints = (int(x) for x in reply[:3])
     multiplier = float(reply[3]) if len(reply) > 3 and reply[3] else 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scrapy_ha.store.scripts import RUN_LUA
+from scrapy_ha.store import scripts
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _keys(queue: RedisQueue) -> list[str]:
 async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
     """Join the crawl's run in progress, or start the next (see the module's docstring),
     writing *worker*'s heartbeat in the same call."""
-    script = queue.client.register_script(RUN_LUA)
+    script = queue.client.register_script(scripts.RUN_LUA)
     args = ["open", worker, heartbeat_ms, await _elsewhere(queue)]
     number, started = await script(keys=_keys(queue), args=args)
     return Run(int(number), bool(int(started)))
@@ -52,5 +52,5 @@ async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
 
 async def end_run(queue: RedisQueue) -> bool:
     """End the run if the crawl holds nothing pending, leased or delayed; True if it did."""
-    script = queue.client.register_script(RUN_LUA)
+    script = queue.client.register_script(scripts.RUN_LUA)
     return bool(int(await script(keys=_keys(queue), args=["end", await _elsewhere(queue)])))

@@ -1,4 +1,6 @@
-"""The Lua scripts of the queue, assembled once at import from ``scrapy_ha/store/lua/``.
+"""The Lua scripts of the queue, assembled from ``scrapy_ha/store/lua/``, each once, on first
+use (``scripts.SYNC_LUA``): a worker runs a handful of the 30, and assembling them all at
+import cost every process about 130 million instructions (``bench/crawl_instructions.py``).
 
 Each rule of the data model that several scripts keep (the server clock, the lease-token
 check, the back queues and their elements ``"<id> <payload>"``, the priority scale, the
@@ -25,8 +27,10 @@ script.
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib.resources import files
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import SEEN_SLICES
 
@@ -50,8 +54,11 @@ INCLUDE = re.compile(r'^--- @include "([a-z_]+)"[ \t]*$', re.MULTILINE)
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
+@functools.cache
 def read_lua(path: str) -> str:
-    """The text of ``scrapy_ha/store/lua/<path>.lua`` as stored (includes not resolved)."""
+    """The text of ``scrapy_ha/store/lua/<path>.lua`` as stored (includes not resolved); read
+    once per process (a library file is included by most scripts and by the functions'
+    library: read each time, the reads were half of the assembly's cost)."""
     return files("scrapy_ha.store").joinpath("lua", f"{path}.lua").read_text(encoding="utf-8")
 
 
@@ -92,33 +99,108 @@ def assemble(name: str) -> str:
     return PLACEHOLDER.sub(_constant, text)
 
 
-SYNC_LUA = assemble("sync")
-RENEW_LUA = assemble("renew")
-RECLAIM_LUA = assemble("reclaim")
-RELEASE_LUA = assemble("release")
-DEAD_LUA = assemble("dead")
-COUNTS_LUA = assemble("counts")
-FINISH_LUA = assemble("finish")
-JOIN_LUA = assemble("join")
-FENCE_LUA = assemble("fence")
-FEED_LUA = assemble("feed")
-RETRY_LUA = assemble("retry")
-GATE_LUA = assemble("gate")
-REQUEUE_LUA = assemble("requeue")
-PURGE_LUA = assemble("purge")
-CHECKPOINT_LUA = assemble("checkpoint")
-ALERT_LUA = assemble("alert")
-ARCHIVED_LUA = assemble("archived")
-SET_ASIDE_LUA = assemble("set_aside")
-JAR_MERGE_LUA = assemble("jar_merge")
-JAR_SET_ASIDE_LUA = assemble("jar_set_aside")
-DUE_LUA = assemble("due")
-ITEMS_ACK_LUA = assemble("items_ack")
-ITEMS_ADD_LUA = assemble("items_add")
-ITEMS_STATE_LUA = assemble("items_state")
-RUN_LUA = assemble("run")
-REVISIT_LUA = assemble("revisit")
-CONVERT_LUA = assemble("convert")
-FORGET_LUA = assemble("forget")
-DROP_BUCKETS_LUA = assemble("drop_buckets")
-SEEN_CHECK_LUA = assemble("seen_check")
+#: The scripts of ``scrapy_ha/store/lua/``, each read as ``<NAME>_LUA`` (``SYNC_LUA``).
+SCRIPTS = (
+    "sync",
+    "renew",
+    "reclaim",
+    "release",
+    "dead",
+    "counts",
+    "finish",
+    "join",
+    "fence",
+    "feed",
+    "retry",
+    "gate",
+    "requeue",
+    "purge",
+    "checkpoint",
+    "alert",
+    "archived",
+    "set_aside",
+    "jar_merge",
+    "jar_set_aside",
+    "due",
+    "items_ack",
+    "items_add",
+    "items_state",
+    "run",
+    "revisit",
+    "convert",
+    "forget",
+    "drop_buckets",
+    "seen_check",
+)
+
+if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
+    SYNC_LUA: str
+    RENEW_LUA: str
+    RECLAIM_LUA: str
+    RELEASE_LUA: str
+    DEAD_LUA: str
+    COUNTS_LUA: str
+    FINISH_LUA: str
+    JOIN_LUA: str
+    FENCE_LUA: str
+    FEED_LUA: str
+    RETRY_LUA: str
+    GATE_LUA: str
+    REQUEUE_LUA: str
+    PURGE_LUA: str
+    CHECKPOINT_LUA: str
+    ALERT_LUA: str
+    ARCHIVED_LUA: str
+    SET_ASIDE_LUA: str
+    JAR_MERGE_LUA: str
+    JAR_SET_ASIDE_LUA: str
+    DUE_LUA: str
+    ITEMS_ACK_LUA: str
+    ITEMS_ADD_LUA: str
+    ITEMS_STATE_LUA: str
+    RUN_LUA: str
+    REVISIT_LUA: str
+    CONVERT_LUA: str
+    FORGET_LUA: str
+    DROP_BUCKETS_LUA: str
+    SEEN_CHECK_LUA: str
+
+
+def script_text(script: str) -> str:
+    """Script *script* of :data:`SCRIPTS` as Redis runs it, assembled at its first use and
+    kept (the module's ``<SCRIPT>_LUA`` from then on, never assembled again)."""
+    name = f"{script.upper()}_LUA"
+    text: str | None = globals().get(name)
+    if text is None:
+        if script not in SCRIPTS:
+            raise ValueError(f"no script {script!r} in scrapy_ha/store/lua/ ({', '.join(SCRIPTS)})")
+        text = globals()[name] = assemble(script)
+    return text
+
+
+def __getattr__(name: str) -> str:
+    """``<NAME>_LUA``: :func:`script_text` of ``<name>``."""
+    script = name.removesuffix("_LUA").lower()
+    if not name.endswith("_LUA") or script not in SCRIPTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return script_text(script)
+
+
+class Registered:
+    """Script *script* of :data:`SCRIPTS` registered with *client* (``register_script``, a
+    hash of its text) at its first call, not before: a queue holds a dozen scripts, and a
+    worker calls few of them. Called as redis-py's registered scripts are."""
+
+    __slots__ = ("_client", "_script", "_registered")
+
+    def __init__(self, client: Any, script: str) -> None:
+        if script not in SCRIPTS:
+            raise ValueError(f"no script {script!r} in scrapy_ha/store/lua/ ({', '.join(SCRIPTS)})")
+        self._client = client
+        self._script = script
+        self._registered: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._registered is None:
+            self._registered = self._client.register_script(script_text(self._script))
+        return self._registered(*args, **kwargs)
