@@ -36,11 +36,9 @@ CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:
 def _engine(crawler: Crawler) -> ExecutionEngine | None:
     """``crawler.engine``, or None before the crawl starts: Scrapy 2.19 raises
     RuntimeError when it is read before it is set (a "late attribute"), 2.16 returns None.
-
-    Read a few times per page: on 2.19 the value is read where the late attribute keeps it,
-    ``crawler._engine`` (its descriptor's documented store, set by ``crawler.engine = ...``
-    too), without the descriptor's call; anything else (2.16, a stand-in crawler) reads
-    ``crawler.engine``."""
+    Read a few times per page, so on 2.19 from where the late attribute keeps it,
+    ``crawler._engine`` (set by ``crawler.engine = ...`` too), without the descriptor's
+    call; anything else (2.16, a stand-in crawler) reads ``crawler.engine``."""
     engine: ExecutionEngine | None = getattr(crawler, "_engine", None)
     if engine is not None:
         return engine
@@ -123,8 +121,7 @@ def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
         queued = {id(r) for _, r, _ in slot.queue}
     engine_slot = getattr(engine, "_slot", None)
     starting: set[Request] = set() if engine_slot is None else engine_slot.inprogress
-    # the sets named one by one, not a generator over a list of them: asked of every
-    # request held, at every look for finished ones, a few times per page
+    # the sets named one by one, no generator: asked of every request held, a few times a page
     return lambda r: r in active or r in scraping or r in starting or id(r) in queued
 
 
@@ -149,16 +146,14 @@ class SlotLoad:
     ``downloader.slots`` maps ``downloader.get_slot_key(request)`` to a slot whose ``active``
     set holds the requests it runs or queues and whose ``concurrency`` is its limit (0: none);
     an absent slot is a new one, whose limit is its ``DOWNLOAD_SLOTS`` concurrency
-    (``downloader.per_slot_settings``), else ``ip_concurrency``, else ``domain_concurrency``
-    (2.16, 2.19). A request enters ``slot.active`` only once the
-    downloader middlewares ran, a turn of the event loop or more after the engine took it,
-    while ``downloader.active`` holds it from the moment the engine took it (the engine's
-    ``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a slot's load is
-    its ``active`` set plus what this worker handed to it that is still in
-    ``downloader.active``, still keyed to the slot and has not reached it yet. A request
-    that reached it is forgotten: it leaves ``slot.active`` before ``downloader.active``
-    (its response goes back through the downloader middlewares in between; 2.19), and it
-    no longer holds a place of the slot then. O(requests on their way) per call.
+    (``downloader.per_slot_settings``), else ``ip_concurrency``, else ``domain_concurrency``.
+    A request enters ``slot.active`` once the downloader middlewares ran, a turn of the
+    event loop or more after the engine took it, while ``downloader.active`` holds it from
+    then on (``_download`` calls ``downloader.fetch`` synchronously; 2.16, 2.19). So a
+    slot's load is its ``active`` set plus what this worker handed to it that is still in
+    ``downloader.active``, keyed to the slot, and not in it yet. One that reached it is
+    forgotten: it leaves ``slot.active`` before ``downloader.active`` (its response goes
+    back through the middlewares; 2.19) and holds no place then. O(requests on their way).
     """
 
     def __init__(self) -> None:
@@ -228,15 +223,12 @@ class SlotLoad:
 
 
 def _keyed_to(downloader: Any, key: str) -> Callable[[Request], bool]:
-    """A test: is a request handed out for slot *key* (its ``get_slot_key`` then) keyed to it
-    still? Scrapy's ``Downloader.get_slot_key`` is the request's ``meta["download_slot"]``
-    when set (by a downloader middleware, or by the downloader as it queues the request),
-    else its URL's host, which a request never changes, or with per-IP slots
-    (``CONCURRENT_REQUESTS_PER_IP``) the host's address once resolved (2.16, 2.19). So
-    without per-IP slots the meta alone tells, and the URL is not looked up and its host
-    parsed again for each request on its way at every hand-out (ten times a page in a crawl
-    of one site); with them, or with a downloader whose ``get_slot_key`` is its own, the
-    downloader is asked."""
+    """A test: is a request handed out for slot *key* keyed to it still? Scrapy's
+    ``get_slot_key`` is ``meta["download_slot"]`` when set (by a middleware, or by the
+    downloader as it queues the request), else the URL's host, which never changes, or with
+    per-IP slots the host's resolved address (2.16, 2.19). So without per-IP slots the meta
+    alone tells (no host parsed again per request on its way at every hand-out: ten a page
+    in a crawl of one site); with them, or an own ``get_slot_key``, the downloader tells."""
     own = "get_slot_key" in vars(downloader) or (
         getattr(type(downloader), "get_slot_key", None) is not Downloader.get_slot_key
     )
