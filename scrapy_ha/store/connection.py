@@ -32,7 +32,6 @@ __all__ = [
     "display_url",
     "error_text",
     "jittered",
-    "raw_reply",
     "redis_from_settings",
     "sync_redis_from_settings",
 ]
@@ -189,34 +188,6 @@ async def check_reachable(client: Any, url: str, timeout: float) -> str:
             reason,
         ) from None
     return str(info.get("redis_version", "?"))
-
-
-async def raw_reply(client: Any, *args: Any) -> Any:
-    """The reply to command *args* as the server sent it, without redis-py's parsing of it
-    (its response callback), on a connection of the client's pool with its retry policy,
-    as ``execute_command`` sends a command; None for a client whose commands go elsewhere
-    (a cluster's nodes, a client holding a single connection): ask it the usual way.
-
-    For a reply of which the caller reads a field or two: redis-py's parsing of ``INFO``
-    (every line split, every value converted) costs more than its round trip (about
-    425,000 instructions of 750,000, callgrind, ``INFO memory``). The connection closes
-    itself on an error it raises (redis-py 5.0 to 8.1), and is back in the pool after."""
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or getattr(client, "connection", None) is not None:
-        return None
-    conn = await pool.get_connection()
-
-    async def send() -> Any:
-        await conn.send_command(*args)
-        return await conn.read_response()
-
-    async def failed(error: Exception) -> None:
-        await conn.disconnect()
-
-    try:
-        return await conn.retry.call_with_retry(send, failed)
-    finally:
-        await pool.release(conn)
 
 
 #: What to check when Redis cannot be reached.

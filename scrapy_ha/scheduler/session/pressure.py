@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL
-from scrapy_ha.store.connection import raw_reply
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -66,10 +64,11 @@ class Pressure:
             return
         self._next = now + MEMORY_CHECK_INTERVAL
         try:
-            nodes = await _read(queue.client)
+            info = await queue.client.info("memory")
         except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
             self._next = float("inf")
             return
+        nodes = [_memory(node) for node in _nodes(info)]
         above = [(used, most, self.config.marks(most)) for used, most in nodes]
         high = [(u, m, mk) for u, m, mk in above if mk is not None and u >= mk[0]]
         if high and not self.remote.held:
@@ -115,23 +114,6 @@ class Pressure:
             await queue.client.set(queue.keys.pressure, json.dumps(doc), px=PRESSURE_TTL_MS)
         except redis.exceptions.ResponseError:
             pass
-
-
-async def _read(client: Any) -> list[tuple[int, int]]:
-    """(used_memory, maxmemory) of the server, or of each node of a cluster: the two fields
-    read from ``INFO memory`` as sent, not the whole reply parsed by redis-py (a check a
-    second costs a worker about a twentieth of the instructions then)."""
-    raw = await raw_reply(client, "INFO", "memory")
-    if raw is None:
-        return [_memory(node) for node in _nodes(await client.info("memory"))]
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    return [(_field(text, "used_memory"), _field(text, "maxmemory"))]
-
-
-def _field(info: str, name: str) -> int:
-    """The integer field *name* of an INFO reply's text (0 if absent)."""
-    found = re.search(rf"^{name}:(\d+)\r?$", info, re.MULTILINE)
-    return int(found[1]) if found else 0
 
 
 def _nodes(info: Any) -> list[dict[str, Any]]:
