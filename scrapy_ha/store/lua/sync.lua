@@ -410,11 +410,9 @@ write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 frontier_close()
 out[5] = frontier_pending(n_lease > 0 and n_given == 0, true)
 out[6] = redis_call('ZCARD', KEYS[5])
-if out[6] >= WIDE_AT then -- the leases in flight (lib/types)
-  keep_wide(KEYS[5], 'zset')
-  keep_wide(KEYS[6], 'hash')
-  keep_wide(KEYS[2], 'hash') -- the payloads: a listpack too where they are short
-end
+keep_wide(KEYS[5], 'zset', out[6]) -- from 32 leases in flight (lib/types)
+keep_wide(KEYS[6], 'hash', out[6])
+keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they are short
 out[7] = redis_call('ZCARD', KEYS[8])
 out[14] = frontier_head()
 return out

@@ -35,35 +35,32 @@ local function aside_name(key)
   return target
 end
 
--- WIDE_BYTES: the length of a member or field longer than any zset-max-listpack-value or
--- hash-max-listpack-value an operator sets (64 bytes by default): added to a sorted set or
--- a hash, it converts it to a skip list or a hash table, which it stays until the key is
--- deleted (Redis never converts one back while it lives).
-local WIDE_BYTES = 1024
--- WIDE_AT: leases in flight from which a sync call converts the leased set and the leases
--- hash (keep_wide): a listpack costs a search of its entries per write and read, about 70
--- instructions each, against a skip list's or a hash table's one or two thousand; with 64
--- leases in flight the listpacks cost a tenth of a call (bench/script_cost.py --inflight),
--- below 32 the conversion would cost a lone worker more than it saves (its leases acked
--- every round, the keys deleted and made again each time).
-local WIDE_AT = 32
-
--- keep_wide(key, kind)
+-- keep_wide(key, kind, count)
 --   Makes key, a sorted set (kind 'zset') or a hash ('hash'), a skip list or a hash table if
---   it is a small one kept as a listpack (ziplist on Redis 6.2): a member added and taken
---   away in the same call, so nobody sees it.
+--   it is a small one kept as a listpack (ziplist on Redis 6.2), when count (the entries
+--   the caller knows it holds) is nil or at least 32: a member or field of 1,024 bytes,
+--   longer than zset-max-listpack-value and hash-max-listpack-value (64 bytes by default),
+--   added and taken away in the same call, so nobody sees it; the key stays converted
+--   until it is deleted (Redis never converts one back while it lives). Above 1,024 set by
+--   an operator, nothing is converted, and a call pays the two commands.
 --   Rule: for the keys a sync call writes and reads at many places that stay under the
 --   listpack limits (128 entries) in most crawls: the frontier's ready set (a member per
 --   back queue), the leased set, the leases hash and the payloads (an entry per lease in
 --   flight; payloads shorter than 64 bytes keep the payload hash a listpack too). A
 --   listpack is a flat array that a write or a lookup searches, and a write moves, from
---   end to end; a skip list or a hash table costs a few pointers. Their extra bytes per
---   entry are a few kilobytes for 128 entries. A key made again (deleted when it emptied,
---   or reloaded from disk as a listpack) is converted by the next call that checks it.
-local function keep_wide(key, kind)
+--   end to end (about 70 instructions an entry); a skip list or a hash table costs a few
+--   pointers. With 64 leases in flight the listpacks cost a tenth of a call
+--   (bench/script_cost.py --inflight); below 32 leases the conversion would cost a lone
+--   worker more than it saves (its leases acked every round, the keys deleted and made
+--   again each time). Their extra bytes per entry are a few kilobytes for 128 entries. A
+--   key made again (deleted when it emptied, or reloaded from disk as a listpack) is
+--   converted by the next call. (Its figures are in its body: the sync script's main
+--   function holds at most 200 locals in its EVAL form, the libraries' included.)
+local function keep_wide(key, kind, count)
+  if count and count < 32 then return end
   local enc = redis_call('OBJECT', 'ENCODING', key)
   if enc ~= 'listpack' and enc ~= 'ziplist' then return end
-  local wide = string.rep('~', WIDE_BYTES)
+  local wide = string.rep('~', 1024)
   -- refused over maxmemory in a call that wrote nothing before (a script's first write
   -- that may grow memory is refused): the key stays as it is, the call goes on
   if kind == 'zset' then
