@@ -25,8 +25,11 @@
 --          refused with 'SEENKIND ...' (below), before any write.
 --   'bloom-ttl <ttl> <capacity> <k> <part> <error>'  time slices of Bloom filters (lib/aged):
 --          the dupefilter key is their meta hash, which names their bitmaps.
--- Rule (one kind): a crawl keeps its URLs in one kind of dupefilter, that of the first
--- call that wrote one; a call whose spec names another kind is refused before any write
+-- Rule (one kind, as far as checked here): of the exact set's two forms (buckets, time
+-- slices) and of the Bloom filter's two (kept for ever, time slices), a crawl keeps the
+-- one of the first call that wrote one; a call whose spec names the other is refused
+-- before any write (the exact set against the Bloom filter is compared at start only;
+-- each shard of a sharded crawl judges its own keys)
 -- with 'SEENKIND <script>: <what the crawl keeps, and where>' (the worker adds its
 -- settings and the fix): a second dupefilter beside the first would know none of its
 -- URLs, and every URL would be crawled again. The worker checks at start
