@@ -100,6 +100,17 @@ def _stop_leftover_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             harness.stop(proc)
 
 
+@pytest.fixture(autouse=True)
+def _thaw_after_the_test() -> Iterator[None]:
+    """A crawl's close leaves its frozen heap to a thaw a few seconds later
+    (scrapy_ha.scheduler.session.heap): done when the test ends, so that no freeze of one
+    test is found by the next one."""
+    yield
+    from scrapy_ha.scheduler.session.heap import thaw_pending  # noqa: PLC0415
+
+    thaw_pending()
+
+
 @pytest.fixture
 def fast_engine_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scrapy's engine asks the scheduler for requests every 0.2 s instead of 5 s when idle:

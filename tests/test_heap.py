@@ -1,6 +1,7 @@
 """With HA_GC_FREEZE (scrapy_ha.scheduler.session.heap) a worker's start-up heap is out of the
-garbage collector's passes while it crawls, and back in them once the crawl closes; with
-HA_TIMER_SWEEP the asyncio reactor drops cancelled timers while it crawls."""
+garbage collector's passes while it crawls, and back in them a few seconds after the crawl
+closes (unless the process stops its reactor first, to exit); with HA_TIMER_SWEEP the asyncio
+reactor drops cancelled timers while it crawls."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import gc
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.scheduler.session import heap
 from scrapy_ha.scheduler.session.heap import TimerSweep
 from tests.spiders import CatalogueSpider
 from tests.test_scheduler_crawl import settings
@@ -29,6 +32,7 @@ class FreezeSeenSpider(CatalogueSpider):
 
     def parse_item(self, response: Any) -> Any:
         self.frozen.append(gc.get_freeze_count())
+        self.owner = self.crawler.engine._slot.scheduler.session.heap.frozen
         return super().parse_item(response)
 
 
@@ -47,7 +51,66 @@ async def test_the_start_up_heap_is_frozen_while_crawling_and_thawed_at_close(
         assert min(spider.frozen) > 10_000
     else:
         assert set(spider.frozen) == {0}
-    assert gc.get_freeze_count() == 0  # a later crawl in this process frees this one's
+    # the reactor runs on: the thaw waits for THAW_DELAY, in case the process exits first
+    assert heap.thaw_pending() is freeze
+    assert gc.get_freeze_count() == 0
+
+
+@deferred_f_from_coro_f
+async def test_the_thaw_comes_after_its_delay_while_the_reactor_runs(redis_url, site, monkeypatch):
+    monkeypatch.setattr(heap, "THAW_DELAY", 0.2)
+    crawler = get_crawler(FreezeSeenSpider, settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    assert min(crawler.spider.frozen) > 10_000
+    for _ in range(200):  # progress, not a clock: until the reactor ran the delayed call
+        if not gc.get_freeze_count():
+            break
+        await asyncio.sleep(0.05)
+    assert gc.get_freeze_count() == 0
+    assert not heap.thaw_pending()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_that_opens_before_the_thaw_takes_the_freeze_over(
+    redis_url, redis_client, site
+):
+    # before: the second crawl found the first's freeze, left it to its owner, and crawled
+    # with its own start-up heap walked by every pass (then thawed under it)
+    first = get_crawler(FreezeSeenSpider, settings(redis_url))
+    await first.crawl_async(base_url=site.url)
+    assert first.spider.owner > 10_000
+    redis_client.flushdb()  # a crawl of its own again
+    second = get_crawler(FreezeSeenSpider, settings(redis_url))
+    await second.crawl_async(base_url=site.url)
+    assert len(second.spider.items) == 50
+    assert second.spider.owner > 10_000  # this crawl froze the heap itself
+    assert heap.thaw_pending()  # and its own thaw is the one pending
+
+
+def test_a_process_that_stops_its_reactor_after_the_crawl_exits_frozen(redis_url, site):
+    """`scrapy crawl`: the reactor stops right after the last crawl. Before, the close
+    unfroze the heap, and Python's collection at exit walked all of it once more."""
+    code = (
+        "import atexit, gc, sys\n"
+        "from scrapy.crawler import CrawlerProcess\n"
+        "from tests.spiders import CatalogueSpider\n"
+        "from tests.test_scheduler_crawl import settings\n"
+        "atexit.register(lambda: print('frozen at exit', gc.get_freeze_count()))\n"
+        "process = CrawlerProcess(settings(sys.argv[1], TWISTED_REACTOR="
+        "'twisted.internet.asyncioreactor.AsyncioSelectorReactor'))\n"
+        "process.crawl(CatalogueSpider, base_url=sys.argv[2])\n"
+        "process.start()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, redis_url, site.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    frozen = int(done.stdout.split("frozen at exit")[-1])
+    assert frozen > 10_000
 
 
 @deferred_f_from_coro_f

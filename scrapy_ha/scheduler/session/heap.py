@@ -11,8 +11,13 @@ the worker's CPU, half of it walking that start-up heap again and again.
 So once the worker is connected, the scheduler collects once and freezes what is alive
 (``gc.freeze()``): those objects are never walked again, but still freed by reference
 counting; only a reference cycle among them that becomes garbage during the crawl stays
-until the crawl closes, when the scheduler unfreezes them (``gc.unfreeze()``), so a process
-that runs several crawls frees each one's start-up objects after it. Freezing is the whole
+until the crawl closes. The scheduler unfreezes them (``gc.unfreeze()``) ``THAW_DELAY``
+seconds after its close, so that a process that runs several crawls frees each one's
+start-up objects after it (at once when the next crawl opens first), while a process that
+stops its reactor right after the crawl (``scrapy crawl``, a scrapyd job) exits without
+that last pass of the collector over its whole heap: unfrozen, Python's own collection at
+exit walks every object again (some 176 M instructions, more than a second of a worker's
+start-up in the static-site benchmark, docs/benchmarks.md). Freezing is the whole
 process's: a crawler that finds something frozen already (another crawler of the process,
 or the host application) leaves it to whoever froze it. The same freeze saves a crawl with
 Scrapy's own scheduler as much: it is not scrapy-ha's cost it removes.
@@ -34,10 +39,52 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from typing import Any
 
 from twisted.internet import task
 
 logger = logging.getLogger(__name__)
+
+#: Seconds from a crawl's close to its heap's thaw, while the reactor runs.
+THAW_DELAY = 5.0
+
+
+class _Thaw:
+    """The process's one pending thaw: a crawl closed, its freeze not yet undone."""
+
+    call: Any = None  # the reactor's delayed call
+    trigger: Any = None  # the shutdown trigger that drops it
+
+    @classmethod
+    def later(cls, reactor: Any) -> None:
+        cls.call = reactor.callLater(THAW_DELAY, thaw_pending)
+        # a reactor that stops never runs the call; one whose shutdown outlasts the delay
+        # is stopping too: the thaw is dropped at its start
+        cls.trigger = reactor.addSystemEventTrigger("before", "shutdown", cls.drop, False)
+
+    @classmethod
+    def drop(cls, remove_trigger: bool = True) -> bool:
+        """Forgets a pending thaw (the freeze stays): whether there was one. The trigger
+        itself passes False: Twisted warns when a trigger that ran is removed."""
+        call, trigger = cls.call, cls.trigger
+        if call is None:
+            return False
+        cls.call = cls.trigger = None
+        if call.active():
+            call.cancel()
+        reactor = sys.modules.get("twisted.internet.reactor")
+        if remove_trigger and reactor is not None:
+            reactor.removeSystemEventTrigger(trigger)
+        return True
+
+
+def thaw_pending() -> bool:
+    """Thaws now what a closed crawl left frozen for later: whether it did (its delayed
+    call, a new crawl's freeze, tests, a host application that wants its heap back)."""
+    if not _Thaw.drop():
+        return False
+    gc.unfreeze()
+    return True
 
 
 class FrozenHeap:
@@ -49,8 +96,12 @@ class FrozenHeap:
 
     def freeze(self) -> None:
         """Unless something froze already (another crawler of this process, or the host
-        application's own ``gc.freeze()``, which its owner undoes, not this one)."""
-        if not self.enabled or self.frozen or gc.get_freeze_count():
+        application's own ``gc.freeze()``, which its owner undoes, not this one). A freeze
+        that an earlier crawl of this process left for its delayed thaw is this one's now:
+        thawed first, so that the collection frees that crawl's start-up objects."""
+        if not self.enabled or self.frozen:
+            return
+        if not thaw_pending() and gc.get_freeze_count():
             return
         gc.collect()  # garbage made at start-up is freed now, not frozen with the rest
         gc.freeze()
@@ -58,9 +109,15 @@ class FrozenHeap:
         logger.debug("Froze %d start-up objects out of the garbage collector's passes", self.frozen)
 
     def thaw(self) -> None:
-        if self.frozen:
+        """At close: ``THAW_DELAY`` seconds later while the reactor runs, else at once."""
+        if not self.frozen:
+            return
+        self.frozen = 0
+        reactor = sys.modules.get("twisted.internet.reactor")
+        if reactor is None or not getattr(reactor, "running", False):
             gc.unfreeze()
-            self.frozen = 0
+        elif _Thaw.call is None:
+            _Thaw.later(reactor)
 
 
 class TimerSweep:
