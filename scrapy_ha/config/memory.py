@@ -44,6 +44,9 @@ DEFAULT_MEMORY_LOW = 0.8
 #: Seconds between two reads of Redis's memory by a worker: INFO costs the server
 #: microseconds, and a worker stores at most a second of children past the mark.
 MEMORY_CHECK_INTERVAL = 1.0
+#: Seconds between two reads while no mark applies (the marks are fractions and no server
+#: has a maxmemory): the read then only watches for a maxmemory set during the crawl.
+MEMORY_UNBOUNDED_INTERVAL = 30.0
 #: New requests stored compacted with the crawl's dictionary (codec.compact): a realistic
 #: request takes 21 bytes of Redis instead of 124, for 4 µs of a worker's CPU.
 DEFAULT_COMPACT_PAYLOADS = True

@@ -1,4 +1,5 @@
-"""Back-pressure before Redis is full: a worker reads Redis's memory every second, and while
+"""Back-pressure before Redis is full: a worker reads Redis's memory every second (every 30
+while no mark applies: fractions of a maxmemory that no server has), and while
 ``used_memory`` is above ``HA_REDIS_MEMORY_HIGH`` (90 % of ``maxmemory`` by default) and
 until it falls below ``HA_REDIS_MEMORY_LOW`` (80 %), it holds back what would grow the
 frontier:
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL
+from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL, MEMORY_UNBOUNDED_INTERVAL
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -70,6 +71,8 @@ class Pressure:
             return
         nodes = [_memory(node) for node in _nodes(info)]
         above = [(used, most, self.config.marks(most)) for used, most in nodes]
+        if all(marks is None for _, _, marks in above):
+            self._next = now + MEMORY_UNBOUNDED_INTERVAL
         high = [(u, m, mk) for u, m, mk in above if mk is not None and u >= mk[0]]
         if high and not self.remote.held:
             self._hold(*high[0])

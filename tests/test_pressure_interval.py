@@ -1,0 +1,79 @@
+"""How often a worker reads Redis's memory for back-pressure (scheduler/session/pressure.py):
+every second while a mark applies, every 30 s while none can (the marks are fractions and
+the server has no maxmemory), so that a maxmemory set during the crawl is still seen."""
+
+from __future__ import annotations
+
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.config.memory import (
+    MEMORY_CHECK_INTERVAL,
+    MEMORY_UNBOUNDED_INTERVAL,
+    MemoryConfig,
+)
+from scrapy_ha.scheduler.remote import Remote
+from scrapy_ha.scheduler.session.pressure import Pressure
+from scrapy_ha.store.sharding import make_queue
+
+
+def _reads(client) -> int:
+    stats = client.info("commandstats").get("cmdstat_info", {})
+    return int(stats.get("calls", 0))
+
+
+async def _checks(redis_url: str, times: list[float]) -> None:
+    """A worker's checks at *times* (seconds), with the default marks."""
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        pressure = Pressure(MemoryConfig(), get_crawler().stats, Remote(), redis_url)
+        for now in times:
+            await pressure.check(queue, now=now)
+    finally:
+        await aclient.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_without_maxmemory_the_memory_is_read_every_30_s(redis_url, redis_client):
+    # before: every second, for marks that cannot apply
+    assert redis_client.config_get("maxmemory")["maxmemory"] == "0"
+    redis_client.config_resetstat()
+    times = [i * MEMORY_CHECK_INTERVAL for i in range(int(MEMORY_UNBOUNDED_INTERVAL) + 1)]
+    await _checks(redis_url, times)
+    assert _reads(redis_client) == 2  # at 0 and at 30
+
+
+@deferred_f_from_coro_f
+async def test_with_maxmemory_the_memory_is_read_every_second(redis_url, redis_client):
+    most = redis_client.config_get("maxmemory")["maxmemory"]
+    redis_client.config_set("maxmemory", str(1 << 30))
+    try:
+        redis_client.config_resetstat()
+        await _checks(redis_url, [0.0, 1.0, 2.0, 3.0])
+        assert _reads(redis_client) == 4
+    finally:
+        redis_client.config_set("maxmemory", most)
+
+
+@deferred_f_from_coro_f
+async def test_a_maxmemory_set_during_the_crawl_holds_it_back_at_the_next_read(
+    redis_url, redis_client
+):
+    most = redis_client.config_get("maxmemory")["maxmemory"]
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        remote = Remote()
+        pressure = Pressure(MemoryConfig(), get_crawler().stats, remote, redis_url)
+        await pressure.check(queue, now=0.0)
+        used = int(redis_client.info("memory")["used_memory"])
+        redis_client.config_set("maxmemory", str(used + 1))  # far above the 90 % mark
+        await pressure.check(queue, now=1.0)
+        assert not remote.held  # not read again yet
+        await pressure.check(queue, now=MEMORY_UNBOUNDED_INTERVAL)
+        assert remote.held
+    finally:
+        redis_client.config_set("maxmemory", most)
+        await aclient.aclose()
