@@ -363,25 +363,35 @@ def _b(value: Any) -> bytes:
 
 #: The fixed fields at the head of sync.lua's reply (the lists follow them).
 HEADER = 17
+#: The fields of a lease in sync.lua's reply, its payload apart.
+LEASE_FIELDS = 5
 
 
 def sync_result(reply: list[Any]) -> SyncResult:
-    """The reply of ``sync.lua`` (see its header) as a :class:`SyncResult`."""
+    """The reply of ``sync.lua`` (see its header and its end: the 17 numbers, the lists'
+    fields in one element, space-separated, then one payload per lease) as a
+    :class:`SyncResult`."""
+    lists, payloads = reply[HEADER], reply[HEADER + 1 :]
+    fields = lists.split(b" ") if lists else []
     n_gates, n_dropped = int(reply[11]), int(reply[12])
-    first = HEADER + 2 * n_gates
-    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(HEADER, first, 2)}
-    dropped = {_s(x) for x in reply[first : first + n_dropped]}
+    first = 2 * n_gates
+    gates = {_s(fields[i]): int(fields[i + 1]) for i in range(0, first, 2)}
+    dropped = {_s(x) for x in fields[first : first + n_dropped]}
     first += n_dropped
+    if len(fields) - first != LEASE_FIELDS * len(payloads):
+        raise ValueError(
+            f"sync reply: {len(fields) - first} lease fields for {len(payloads)} payloads"
+        )
     leases = [
         Lease(
-            _s(reply[i]),
-            _s(reply[i + 1]),
-            _b(reply[i + 2]),
-            int(reply[i + 3]),
-            int(reply[i + 4]),
-            place=score_key(reply[i + 5]),
+            _s(fields[i]),
+            _s(fields[i + 1]),
+            _b(payload),
+            int(fields[i + 2]),
+            int(fields[i + 3]),
+            place=score_key(fields[i + 4]),
         )
-        for i in range(first, len(reply), 6)
+        for i, payload in zip(range(first, len(fields), LEASE_FIELDS), payloads, strict=True)
     ]
     now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
         int, reply[:11]

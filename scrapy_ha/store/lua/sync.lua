@@ -78,9 +78,11 @@
 --          head, '' when none: the worker holds back a buffered request it outranks),
 --          released (leases given back), items (added to the stream by accepted acks),
 --          checkpoints (saved by them),
---          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
---          dropped_id1, ... (d taken requests not stored: duplicates, or refused),
---          id1, token1, payload1, expiries1, wait1, score1, ...}
+--          lists: one string, its fields separated by spaces (see the end of the script):
+--            domain1 open_at1 ... (n closed domain gates; expired ones are deleted)
+--            dropped_id1 ... (d taken requests not stored: duplicates, or refused)
+--            id1 token1 expiries1 wait1 score1 ... (the leases),
+--          payload1, ... (each lease's, in the same order)}
 --   (refused: children whose parent's lease is no longer current: not enqueued, the
 --   dupefilter untouched; set_aside: elements without an entry id, dead-lettered;
 --   roots_seen: requests without a parent (start requests) the dupefilter had seen, so
@@ -164,8 +166,9 @@ local err = wrong_type('sync', KEYS, {nil, 'hash', nil, nil, 'zset', 'hash', 'ha
   'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
   'zset', 'zset', 'string', 'hash', 'stream'})
 if err then return err end
-local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
-if bad then return bad end
+local acks
+acks, err = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
+if err then return err end
 local seen
 if n_enq > 0 then
   seen, err = seen_open('sync', KEYS[3], ARGV[#ARGV], KEYS, now)
@@ -315,7 +318,9 @@ if released > 0 and redis_call('EXISTS', KEYS[21]) == 1 then
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
-  released, committed, cps}
+  released, committed, cps, ''}
+-- The lists' fields (gates, dropped ids, leases), sent in out[18] (see the end)
+local lists = {}
 local n_given = 0
 local closed = {} -- domain -> the time its gate opens, for the domains gated now
 if redis_call('HLEN', KEYS[11]) > 0 then
@@ -326,14 +331,14 @@ if redis_call('HLEN', KEYS[11]) > 0 then
       redis_call('HDEL', KEYS[11], gates[i])
     else
       closed[gates[i]] = open_at
-      out[#out + 1] = gates[i]
-      out[#out + 1] = gates[i + 1]
+      lists[#lists + 1] = gates[i]
+      lists[#lists + 1] = gates[i + 1]
       out[12] = out[12] + 1 -- n, the number of closed gates
     end
   end
 end
 
-for _, id in ipairs(dropped) do out[#out + 1] = id end
+for _, id in ipairs(dropped) do lists[#lists + 1] = id end
 
 -- An element without an entry id cannot be leased, acked or renewed: set it aside.
 local function set_aside(e, host)
@@ -380,12 +385,14 @@ local function promote_and_lease()
     tbase = tbase or (nonce .. '-' .. int_str(take(KEYS[10], n_lease)) .. '.')
     given = given + 1
     local tok = tbase .. num_str(given)
-    write_lease(id, tok, lease_record(tok, score_s or int_str(score), host), payload)
-    local expiries = 0
+    score_s = score_s or int_str(score) -- the reply's too: exact where a number is not
+    write_lease(id, tok, lease_record(tok, score_s, host), payload)
+    local expiries = '0' -- a string: a number would cost table.concat a sprintf
     if came_back then expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id))) end
-    local o = #out
-    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
-      id, tok, payload, expiries, wait, score
+    local o = #lists
+    lists[o + 1], lists[o + 2], lists[o + 3], lists[o + 4], lists[o + 5] =
+      id, tok, expiries, wait == 0 and '0' or wait, score_s
+    out[#out + 1] = payload
   end
   return frontier_take(n_lease, admit, give, set_aside, most)
 end
@@ -415,4 +422,11 @@ keep_wide(KEYS[6], 'hash', out[6])
 keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they are short
 out[7] = redis_call('ZCARD', KEYS[8])
 out[14] = frontier_head()
+
+-- The reply as sent: the 17 numbers, then the lists' fields in one element, separated by
+-- spaces (none holds one: hosts, whole numbers, entry ids, tokens, scores), then each
+-- lease's payload, binary, an element of its own. One element per field cost the worker's
+-- client a fifth more CPU per call at 10 leases (redis-py parses each element apart;
+-- docs/benchmarks.md).
+out[18] = table.concat(lists, ' ')
 return out
