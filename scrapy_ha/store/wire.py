@@ -5,7 +5,6 @@ into script arguments and read back from a reply. :mod:`scrapy_ha.store.queue` m
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -320,43 +319,6 @@ def new_nonce() -> str:
     return secrets.token_hex(NONCE_BYTES)
 
 
-def renew_args(
-    pairs: Iterable[tuple[str, str]],
-    handed: Iterable[tuple[str, str]],
-    *,
-    worker: str,
-    lease_ms: int,
-    heartbeat_ms: int,
-    stats: str,
-) -> list[Any]:
-    """The ARGV of renew.lua: the *handed* pairs (requests given to the engine: only their
-    expiry counts toward poison) first, counted, then the worker's *stats* (see
-    worker_stats), then the rest of *pairs*."""
-    first = list(dict.fromkeys(handed))
-    seen = set(first)  # built once: a renewal carries every held pair
-    rest = [pair for pair in dict.fromkeys(pairs) if pair not in seen]
-    args: list[Any] = [lease_ms, worker, heartbeat_ms, len(first), stats]
-    for entry_id, token in first + rest:
-        args += [entry_id, token]
-    return args
-
-
-def lost_pairs(reply: list[Any]) -> list[tuple[str, str]]:
-    """The (entry id, token) pairs a renew.lua reply reports lost."""
-    return [(_s(reply[i]), _s(reply[i + 1])) for i in range(3, len(reply) - 1, 2)]
-
-
-def live_workers(reply: list[Any]) -> int:
-    """The live workers a renew.lua reply counts (the renewing one included)."""
-    return int(reply[2])
-
-
-def worker_stats(leases: int, rate: float) -> str:
-    """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
-    time in front): leases held and pages done per second."""
-    return json.dumps({"leases": leases, "rate": round(rate, 2)})
-
-
 def _b(value: Any) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
 
@@ -368,16 +330,16 @@ LEASE_FIELDS = 5
 
 
 def sync_result(reply: list[Any]) -> SyncResult:
-    """The reply of ``sync.lua`` (see its header and its end: the 17 numbers, the lists'
-    fields in one element, space-separated, then one payload per lease) as a
-    :class:`SyncResult`."""
-    lists, payloads = reply[HEADER], reply[HEADER + 1 :]
-    fields = lists.split(b" ") if lists else []
+    """The reply of ``sync.lua`` (see its header and its end: the 17 numbers, the gates'
+    pairs, the fields of the dropped ids and the leases in one element, space-separated,
+    then one payload per lease) as a :class:`SyncResult`."""
     n_gates, n_dropped = int(reply[11]), int(reply[12])
-    first = 2 * n_gates
-    gates = {_s(fields[i]): int(fields[i + 1]) for i in range(0, first, 2)}
-    dropped = {_s(x) for x in fields[first : first + n_dropped]}
-    first += n_dropped
+    at = HEADER + 2 * n_gates
+    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(HEADER, at, 2)}
+    lists, payloads = reply[at], reply[at + 1 :]
+    fields = lists.split(b" ") if lists else []
+    dropped = {_s(x) for x in fields[:n_dropped]}
+    first = n_dropped
     if len(fields) - first != LEASE_FIELDS * len(payloads):
         raise ValueError(
             f"sync reply: {len(fields) - first} lease fields for {len(payloads)} payloads"

@@ -78,8 +78,8 @@
 --          head, '' when none: the worker holds back a buffered request it outranks),
 --          released (leases given back), items (added to the stream by accepted acks),
 --          checkpoints (saved by them),
+--          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
 --          lists: one string, its fields separated by spaces (see the end of the script):
---            domain1 open_at1 ... (n closed domain gates; expired ones are deleted)
 --            dropped_id1 ... (d taken requests not stored: duplicates, or refused)
 --            id1 token1 expiries1 wait1 score1 ... (the leases),
 --          payload1, ... (each lease's, in the same order)}
@@ -318,8 +318,8 @@ if released > 0 and redis_call('EXISTS', KEYS[21]) == 1 then
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
-  released, committed, cps, ''}
--- The lists' fields (gates, dropped ids, leases), sent in out[18] (see the end)
+  released, committed, cps}
+-- The fields of the dropped ids and the leases, sent as one element (see the end)
 local lists = {}
 local n_given = 0
 local closed = {} -- domain -> the time its gate opens, for the domains gated now
@@ -331,13 +331,14 @@ if redis_call('HLEN', KEYS[11]) > 0 then
       redis_call('HDEL', KEYS[11], gates[i])
     else
       closed[gates[i]] = open_at
-      lists[#lists + 1] = gates[i]
-      lists[#lists + 1] = gates[i + 1]
+      out[#out + 1] = gates[i]
+      out[#out + 1] = gates[i + 1]
       out[12] = out[12] + 1 -- n, the number of closed gates
     end
   end
 end
 
+out[#out + 1] = '' -- the lists' element, written at the end
 for _, id in ipairs(dropped) do lists[#lists + 1] = id end
 
 -- An element without an entry id cannot be leased, acked or renewed: set it aside.
@@ -391,7 +392,8 @@ local function promote_and_lease()
     if came_back then expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id))) end
     local o = #lists
     lists[o + 1], lists[o + 2], lists[o + 3], lists[o + 4], lists[o + 5] =
-      id, tok, expiries, wait == 0 and '0' or wait, score_s
+      id, tok, expiries, wait == 0 and '0' or wait,
+      str_find(score_s, '^%-?%d+$') and score_s or '0' -- an element id's text may be garbage
     out[#out + 1] = payload
   end
   return frontier_take(n_lease, admit, give, set_aside, most)
@@ -423,10 +425,10 @@ keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they ar
 out[7] = redis_call('ZCARD', KEYS[8])
 out[14] = frontier_head()
 
--- The reply as sent: the 17 numbers, then the lists' fields in one element, separated by
--- spaces (none holds one: hosts, whole numbers, entry ids, tokens, scores), then each
--- lease's payload, binary, an element of its own. One element per field cost the worker's
--- client a fifth more CPU per call at 10 leases (redis-py parses each element apart;
--- docs/benchmarks.md).
-out[18] = table.concat(lists, ' ')
+-- The reply as sent: the 17 numbers and the gates' pairs, one element each, then the
+-- fields of the dropped ids and the leases in one element, separated by spaces (none holds
+-- one: entry ids, tokens, whole numbers), then each lease's payload, binary, an element of
+-- its own. One element per field cost the worker's client a fifth more CPU per call at 10
+-- leases (redis-py parses each element apart; docs/benchmarks.md).
+out[18 + 2 * out[12]] = table.concat(lists, ' ')
 return out
