@@ -18,8 +18,9 @@ import redis.asyncio
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.renew_wire import renew_args, worker_stats
 from scrapy_ha.store.scripts import RENEW_LUA
-from scrapy_ha.store.wire import NewEntry, renew_args, worker_stats
+from scrapy_ha.store.wire import NewEntry
 
 KEYS = Keys("ha", "renewbench")
 #: Long enough that no lease expires while the benchmark runs.

@@ -15,8 +15,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.renew_wire import renew_args, worker_stats
 from scrapy_ha.store.scripts import RENEW_LUA
-from scrapy_ha.store.wire import Fresh, NewEntry, renew_args, worker_stats
+from scrapy_ha.store.wire import Fresh, NewEntry
 from tests import backqueues
 from tests.spiders import CatalogueSpider
 

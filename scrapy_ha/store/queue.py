@@ -21,6 +21,7 @@ from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.frontier import convert_old_form, flush_crawl
 from scrapy_ha.store.functions import LibraryScript
 from scrapy_ha.store.hosts import payload_host
+from scrapy_ha.store.renew_wire import live_workers, lost_pairs, renew_args, worker_stats
 from scrapy_ha.store.script_keys import (
     counts_keys,
     dead_keys,
@@ -41,14 +42,10 @@ from scrapy_ha.store.wire import (
     children_lost,
     clamp_priority,
     expect_arg,
-    live_workers,
-    lost_pairs,
     new_nonce,
     packed_acks,
     packed_children,
-    renew_args,
     sync_result,
-    worker_stats,
 )
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.renew_wire import live_workers, lost_pairs, renew_args, worker_stats
 from scrapy_ha.store.scripts import RENEW_LUA
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT
-from scrapy_ha.store.wire import live_workers, lost_pairs, renew_args, worker_stats
 
 if TYPE_CHECKING:
     import asyncio
