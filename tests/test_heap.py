@@ -72,10 +72,11 @@ async def test_the_thaw_comes_after_its_delay_while_the_reactor_runs(redis_url, 
 
 @deferred_f_from_coro_f
 async def test_a_crawl_that_opens_before_the_thaw_takes_the_freeze_over(
-    redis_url, redis_client, site
+    redis_url, redis_client, site, monkeypatch
 ):
-    # before: the second crawl found the first's freeze, left it to its owner, and crawled
-    # with its own start-up heap walked by every pass (then thawed under it)
+    # without the take-over the second crawl finds the first's freeze, leaves it to its
+    # owner, and crawls with its own start-up heap walked by every pass
+    monkeypatch.setattr(heap, "THAW_DELAY", 600.0)  # the first's thaw cannot come between
     first = get_crawler(FreezeSeenSpider, settings(redis_url))
     await first.crawl_async(base_url=site.url)
     assert first.spider.owner > 10_000

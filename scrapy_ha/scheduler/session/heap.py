@@ -12,12 +12,13 @@ So once the worker is connected, the scheduler collects once and freezes what is
 (``gc.freeze()``): those objects are never walked again, but still freed by reference
 counting; only a reference cycle among them that becomes garbage during the crawl stays
 until the crawl closes. The scheduler unfreezes them (``gc.unfreeze()``) ``THAW_DELAY``
-seconds after its close, so that a process that runs several crawls frees each one's
-start-up objects after it (at once when the next crawl opens first), while a process that
-stops its reactor right after the crawl (``scrapy crawl``, a scrapyd job) exits without
-that last pass of the collector over its whole heap: unfrozen, Python's own collection at
-exit walks every object again (some 176 M instructions, more than a second of a worker's
-start-up in the static-site benchmark, docs/benchmarks.md). Freezing is the whole
+seconds after its close (at once without a Twisted reactor), so that a process that runs
+several crawls frees each one's start-up objects after it (at once when the next crawl
+opens first), while a process that stops its reactor right after the crawl (``scrapy
+crawl``, a scrapyd job) exits without that last pass of the collector over its whole heap:
+unfrozen, Python's own collection at exit walks every object again (about 0.2 G
+instructions, 5 % of a worker's start-up and close in the static-site benchmark,
+docs/benchmarks.md). Freezing is the whole
 process's: a crawler that finds something frozen already (another crawler of the process,
 or the host application) leaves it to whoever froze it. The same freeze saves a crawl with
 Scrapy's own scheduler as much: it is not scrapy-ha's cost it removes.

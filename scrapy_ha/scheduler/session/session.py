@@ -227,7 +227,6 @@ class Session:
     async def close(self, reason: str) -> None:
         """Flush, ack, release what this worker holds, unregister it (:mod:`.closing`)."""
         self.stopping = True
-        self.heap.thaw()
         self.sweep.stop()
         self._wake.set()
         try:
@@ -243,7 +242,10 @@ class Session:
         finally:
             if self._task is not None:
                 self._task.cancel()
-            await let_go(self.renewals, self.ends, self.queue)
+            try:
+                await let_go(self.renewals, self.ends, self.queue)
+            finally:
+                self.heap.thaw()  # last: its delay runs from the end of the flush
 
     async def _final_flush(self, reason: str, deadline: float | None = None) -> None:
         assert self.queue is not None
