@@ -351,7 +351,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
             _b(payload),
             int(fields[i + 2]),
             int(fields[i + 3]),
-            place=score_key(fields[i + 4]),
+            place=_place(fields[i + 4]),
         )
         for i, payload in zip(range(first, len(fields), LEASE_FIELDS), payloads, strict=True)
     ]
@@ -370,3 +370,12 @@ def sync_result(reply: list[Any]) -> SyncResult:
         items=int(reply[15]),
         checkpoints=int(reply[16]),
     )
+
+
+def _place(score: bytes) -> tuple[int, int] | None:
+    """A lease's place from the reply: none (unknown) where the score is not a number (an
+    element id of a corrupt back queue, which stands for its score in a plain queue)."""
+    try:
+        return score_key(score)
+    except (ValueError, OverflowError):
+        return None

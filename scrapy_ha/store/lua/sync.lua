@@ -392,8 +392,7 @@ local function promote_and_lease()
     if came_back then expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id))) end
     local o = #lists
     lists[o + 1], lists[o + 2], lists[o + 3], lists[o + 4], lists[o + 5] =
-      id, tok, expiries, wait == 0 and '0' or wait,
-      str_find(score_s, '^%-?%d+$') and score_s or '0' -- an element id's text may be garbage
+      id, tok, expiries, wait == 0 and '0' or wait, score_s
     out[#out + 1] = payload
   end
   return frontier_take(n_lease, admit, give, set_aside, most)
@@ -427,7 +426,8 @@ out[14] = frontier_head()
 
 -- The reply as sent: the 17 numbers and the gates' pairs, one element each, then the
 -- fields of the dropped ids and the leases in one element, separated by spaces (none holds
--- one: entry ids, tokens, whole numbers), then each lease's payload, binary, an element of
+-- one: entry ids, tokens, whole numbers, scores; a score is an element's id text where the
+-- id is its score, garbage in a corrupt element: the worker reads it as no place), then each lease's payload, binary, an element of
 -- its own. One element per field cost the worker's client a fifth more CPU per call at 10
 -- leases (redis-py parses each element apart; docs/benchmarks.md).
 out[18 + 2 * out[12]] = table.concat(lists, ' ')
