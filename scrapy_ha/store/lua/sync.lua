@@ -160,9 +160,23 @@ for i = 1, n_enq do
     tonumber(age)}
 end
 
-local err = wrong_type('sync', KEYS, {nil, 'hash', nil, nil, 'zset', 'hash', 'hash', 'zset',
-  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
-  'zset', 'zset', 'string', 'hash', 'stream'})
+-- The keys this call may touch, known from its arguments, are checked (a key it cannot
+-- touch is checked by the next call that may, before its first write): every call reads
+-- leased, delayed, gates, ready, waiting and queued; one with something to do writes the
+-- payloads, the leases and the stats; acks, leases and leases given back touch the rest.
+-- The types read (TY[i], 'none': KEYS[i] does not exist) spare the reads of keys that do
+-- not exist and that this script never makes (delayed, gates, limits, retried, expiries).
+local err, TY
+do
+  local any, ack, lease = n_enq + n_ack + n_lease + n_back > 0, n_ack > 0, n_lease > 0
+  local function check(on, ty) return on and ty or nil end
+  err, TY = wrong_type('sync', KEYS, {nil, check(any, 'hash'), nil, nil, 'zset',
+    check(any, 'hash'), check(ack or lease, 'hash'), 'zset', check(lease, 'hash'), nil, 'hash',
+    check(lease, 'zset'), check(lease, 'hash'), check(any, 'hash'), check(any, 'hash'),
+    check(any, 'hash'), check(ack, 'hash'), nil, check(n_enq > 0 or expect_id, 'hash'),
+    check(lease, 'hash'), check(ack or lease or n_back > 0, 'hash'),
+    'zset', 'zset', 'string', check(lease, 'hash'), check(ack, 'stream')})
+end
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
 if bad then return bad end
@@ -291,11 +305,12 @@ local function ack_all()
     batched('ZREM', KEYS[5], ended, 1)
     batched('HDEL', KEYS[6], ended, 1)
     batched('HDEL', KEYS[2], ended, 1)
-    batched('HDEL', KEYS[7], ended, 1)
-    if redis_call('EXISTS', KEYS[17]) == 1 then
+    -- (expiries, retried and polite exist as they did when checked: nothing before makes them)
+    if TY[7] ~= 'none' then batched('HDEL', KEYS[7], ended, 1) end
+    if TY[17] ~= 'none' then
       count('retry_ok', batched('HDEL', KEYS[17], ended, 1))
     end
-    if redis_call('EXISTS', KEYS[21]) == 1 then
+    if TY[21] ~= 'none' then
       polite_free(KEYS[21], ended)
       frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
     end
@@ -318,7 +333,7 @@ local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 
   released, committed, cps}
 local n_given = 0
 local closed = {} -- domain -> the time its gate opens, for the domains gated now
-if redis_call('HLEN', KEYS[11]) > 0 then
+if TY[11] ~= 'none' then -- the gates exist (the script never makes them)
   local gates = redis_call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
     local open_at = tonumber(gates[i + 1])
@@ -348,7 +363,9 @@ end
 -- 3. promote due delayed entries, then lease: a function of its own (a script's main
 -- function holds at most 200 locals, the libraries' included)
 local function promote_and_lease()
-  local due = redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5])
+  -- (the delayed set, waiting set and limits: read when they exist; this call made none)
+  local due = TY[8] ~= 'none'
+    and redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5]) or {}
   if #due > 0 then
     local restores = batched('HMGET', KEYS[9], due, 1)
     local payloads = batched('HMGET', KEYS[2], due, 1)
@@ -363,8 +380,9 @@ local function promote_and_lease()
     batched('HDEL', KEYS[2], due, 1)
   end
   local most = n_lease * LOOK_FACTOR + 16
-  frontier_due(now, most)
-  local polite = polite_open(KEYS[20], KEYS[21], now, lease_ms)
+  if TY[23] ~= 'none' then frontier_due(now, most) end
+  local polite = TY[20] ~= 'none' and polite_open(KEYS[20], KEYS[21], now, lease_ms,
+    TY[20] == 'hash')
   local function admit(host, id, qid)
     local open_at = closed[host]
     if open_at then return nil, open_at end
@@ -382,7 +400,9 @@ local function promote_and_lease()
     local tok = tbase .. num_str(given)
     write_lease(id, tok, lease_record(tok, score_s or int_str(score), host), payload)
     local expiries = 0
-    if came_back then expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id))) end
+    if came_back and TY[7] ~= 'none' then
+      expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id)))
+    end
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
       id, tok, payload, expiries, wait, score
@@ -404,15 +424,19 @@ if grant then
     redis_call('PEXPIRE', grant, ARGV[4])
   end
 end
-keep_wide(KEYS[22], 'zset') -- ready, written at every call (lib/types)
+-- the keys kept wide (lib/types) by a call that may write them: ready, by every call with
+-- something to do; a call with nothing to do writes none of them
+if n_enq + n_ack + n_lease + n_back > 0 then keep_wide(KEYS[22], 'zset') end
 polite_write(KEYS[21])
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 frontier_close()
 out[5] = frontier_pending(n_lease > 0 and n_given == 0, true)
 out[6] = redis_call('ZCARD', KEYS[5])
-keep_wide(KEYS[5], 'zset', out[6]) -- from 32 leases in flight (lib/types)
-keep_wide(KEYS[6], 'hash', out[6])
-keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they are short
-out[7] = redis_call('ZCARD', KEYS[8])
+if n_enq + n_ack + n_lease + n_back > 0 then
+  keep_wide(KEYS[5], 'zset', out[6]) -- from 32 leases in flight (lib/types)
+  keep_wide(KEYS[6], 'hash', out[6])
+  keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they are short
+end
+out[7] = TY[8] ~= 'none' and redis_call('ZCARD', KEYS[8]) or 0
 out[14] = frontier_head()
 return out
