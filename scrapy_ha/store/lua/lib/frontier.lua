@@ -110,6 +110,7 @@ end
 function FP.element_head(e)
   local id, place, at = str_match(e, '^([^ @]*)@?(%d*) ()')
   if not id then return '', nil, 1 end
+  if place == '' then return id, nil, at end -- as enqueued: no place written
   return id, tonumber(place), at
 end
 
@@ -283,9 +284,16 @@ function FP.read_head(q)
   local e = q.buf[k]
   q.e = e
   if not e then return end
-  q.id, q.place, q.at = FP.element_head(e)
-  q.score = FP.element_score(q.prio, q.start, q.id, q.place)
-  q.score_s = (q.plain and not q.place and q.id ~= '') and q.id or nil
+  local id, place, at = FP.element_head(e)
+  q.id, q.place, q.at = id, place, at
+  -- FP.element_score written out (called for every element the lease reads)
+  if place then
+    q.score, q.score_s = score_of(q.prio, place), nil
+  else
+    q.score = pending_score(q.prio, tonumber(id) or 0, q.start and F.start_lifo or F.lifo,
+      q.start)
+    q.score_s = (q.plain and id ~= '') and id or nil
+  end
 end
 
 -- frontier_take(n, admit, give, corrupt, most_looks)
