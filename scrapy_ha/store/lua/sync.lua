@@ -162,9 +162,24 @@ for i = 1, n_enq do
     tonumber(age)}
 end
 
-local err = wrong_type('sync', KEYS, {nil, 'hash', nil, nil, 'zset', 'hash', 'hash', 'zset',
-  'hash', nil, 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'hash', 'hash',
-  'zset', 'zset', 'string', 'hash', 'stream'})
+-- The keys this call may touch, known from its arguments, are checked (a key it cannot
+-- touch is checked by the next call that may, before its first write): every call reads
+-- leased, delayed, gates, ready, waiting and queued; one with something to do writes the
+-- payloads, the leases and the stats; acks, leases and leases given back touch the rest.
+-- The types read (TY[i], 'none': KEYS[i] does not exist) spare the reads of keys that do
+-- not exist and that this script never makes (delayed, gates, limits, retried, expiries).
+local err, TY
+do
+  local any, ack, lease = n_enq + n_ack + n_lease + n_back > 0, n_ack > 0, n_lease > 0
+  -- (each a type, or nil when the call cannot touch the key)
+  local any_h, ack_h, lease_h = any and 'hash' or nil, ack and 'hash' or nil,
+    lease and 'hash' or nil
+  err, TY = wrong_type('sync', KEYS, {nil, any_h, nil, nil, 'zset', any_h,
+    (ack or lease) and 'hash' or nil, 'zset', lease_h, nil, 'hash', lease and 'zset' or nil,
+    lease_h, any_h, any_h, any_h, ack_h, nil, (n_enq > 0 or expect_id) and 'hash' or nil,
+    lease_h, (ack or lease or n_back > 0) and 'hash' or nil, 'zset', 'zset', 'string', lease_h,
+    ack and 'stream' or nil})
+end
 if err then return err end
 local acks
 acks, err = commit_acks(KEYS, ARGV, 9 + n_enq, n_ack)
@@ -193,7 +208,7 @@ frontier_open(KEYS[1], KEYS[22], KEYS[23], KEYS[24], lifo, start_lifo)
 -- The leases this call writes (taken requests and leased ones), in one command each.
 local expiry = int_str(now + lease_ms)
 local w_leased, w_records, w_payloads, w_grant = {}, {}, {}, {}
-local function write_lease(id, tok, record, payload)
+local write_lease = (n_enq > 0 or n_lease > 0) and function(id, tok, record, payload)
   local n = #w_leased
   w_leased[n + 1], w_leased[n + 2] = expiry, id
   w_records[n + 1], w_records[n + 2] = id, record
@@ -207,9 +222,12 @@ end
 -- A request numbered by its worker (sent) and not above that worker's number in KEYS[19]
 -- was handled by an earlier call whose reply was lost: it is not stored or counted again
 -- (reported added; a taken one whose lease is gone, dropped).
+-- (each step's function is made only when the call has that step to do: a closure made
+-- by the main function looks up each of its upvalues in the list of those open, about
+-- 10,000 instructions a function, a sixth of a call with nothing to do)
 local added, refused, roots_seen = 0, 0, 0
 local dropped, n_taken = {}, 0
-local function enqueue_all()
+local enqueue_all = n_enq > 0 and function()
   local sent = {} -- worker nonce -> its number in KEYS[19] before this call
   local parents = {} -- entry id of a parent -> the token of its current lease (false: none)
   local base = take_ids(KEYS[4], n_enq)
@@ -271,7 +289,7 @@ if n_enq > 0 then enqueue_all() end
 -- ack commits what its page yielded (lib/commit), a stale one commits nothing
 -- (a function of its own, as promote_and_lease below: the main function's locals are few)
 local acked, stale, committed, cps = 0, 0, 0, 0
-local function ack_all()
+local ack_all = n_ack > 0 and function()
   local ids, ended, once = {}, {}, {}
   for i = 1, n_ack do ids[i] = acks[i].id or '' end
   local records = batched('HMGET', KEYS[6], ids, 1)
@@ -294,11 +312,12 @@ local function ack_all()
     batched('ZREM', KEYS[5], ended, 1)
     batched('HDEL', KEYS[6], ended, 1)
     batched('HDEL', KEYS[2], ended, 1)
-    batched('HDEL', KEYS[7], ended, 1)
-    if redis_call('EXISTS', KEYS[17]) == 1 then
+    -- (expiries, retried and polite exist as they did when checked: nothing before makes them)
+    if TY[7] ~= 'none' then batched('HDEL', KEYS[7], ended, 1) end
+    if TY[17] ~= 'none' then
       count('retry_ok', batched('HDEL', KEYS[17], ended, 1))
     end
-    if redis_call('EXISTS', KEYS[21]) == 1 then
+    if TY[21] ~= 'none' then
       polite_free(KEYS[21], ended)
       frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
     end
@@ -323,7 +342,7 @@ local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 
 local lists = {}
 local n_given = 0
 local closed = {} -- domain -> the time its gate opens, for the domains gated now
-if redis_call('HLEN', KEYS[11]) > 0 then
+if TY[11] ~= 'none' then -- the gates exist (the script never makes them)
   local gates = redis_call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
     local open_at = tonumber(gates[i + 1])
@@ -341,20 +360,12 @@ end
 out[#out + 1] = '' -- the lists' element, written at the end
 for _, id in ipairs(dropped) do lists[#lists + 1] = id end
 
--- An element without an entry id cannot be leased, acked or renewed: set it aside.
-local function set_aside(e, host)
-  local id = int_str(take(KEYS[4], 1) + 1)
-  dead_letter(KEYS[12], KEYS[13], id, {class = 'corrupt',
-    reason = 'corrupt queue entry: a pending request without an entry id'}, now)
-  count('dead', 1, host, 'corrupt')
-  redis_call('HSET', KEYS[2], id, e)
-  out[9] = out[9] + 1
-end
-
 -- 3. promote due delayed entries, then lease: a function of its own (a script's main
 -- function holds at most 200 locals, the libraries' included)
-local function promote_and_lease()
-  local due = redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5])
+local promote_and_lease = n_lease > 0 and function()
+  -- (the delayed set, waiting set and limits: read when they exist; this call made none)
+  local due = TY[8] ~= 'none'
+    and redis_call('ZRANGEBYSCORE', KEYS[8], '-inf', int_str(now), 'LIMIT', '0', ARGV[5]) or {}
   if #due > 0 then
     local restores = batched('HMGET', KEYS[9], due, 1)
     local payloads = batched('HMGET', KEYS[2], due, 1)
@@ -369,8 +380,18 @@ local function promote_and_lease()
     batched('HDEL', KEYS[2], due, 1)
   end
   local most = n_lease * LOOK_FACTOR + 16
-  frontier_due(now, most)
-  local polite = polite_open(KEYS[20], KEYS[21], now, lease_ms)
+  if TY[23] ~= 'none' then frontier_due(now, most) end
+  local polite = TY[20] ~= 'none' and polite_open(KEYS[20], KEYS[21], now, lease_ms,
+    TY[20] == 'hash')
+  -- An element without an entry id cannot be leased, acked or renewed: set it aside.
+  local function set_aside(e, host)
+    local id = int_str(take(KEYS[4], 1) + 1)
+    dead_letter(KEYS[12], KEYS[13], id, {class = 'corrupt',
+      reason = 'corrupt queue entry: a pending request without an entry id'}, now)
+    count('dead', 1, host, 'corrupt')
+    redis_call('HSET', KEYS[2], id, e)
+    out[9] = out[9] + 1
+  end
   local function admit(host, id, qid)
     local open_at = closed[host]
     if open_at then return nil, open_at end
@@ -389,7 +410,9 @@ local function promote_and_lease()
     score_s = score_s or int_str(score) -- the reply's too: exact where a number is not
     write_lease(id, tok, lease_record(tok, score_s, host), payload)
     local expiries = '0' -- a string: a number would cost table.concat a sprintf
-    if came_back then expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id))) end
+    if came_back and TY[7] ~= 'none' then
+      expiries = select(2, expiry_counts(redis_call('HGET', KEYS[7], id)))
+    end
     local o = #lists
     lists[o + 1], lists[o + 2], lists[o + 3], lists[o + 4], lists[o + 5] =
       id, tok, expiries, wait == 0 and '0' or wait, score_s
@@ -412,23 +435,28 @@ if grant then
     redis_call('PEXPIRE', grant, ARGV[4])
   end
 end
-keep_wide(KEYS[22], 'zset') -- ready, written at every call (lib/types)
+-- the keys kept wide (lib/types) by a call that may write them: ready, by every call with
+-- something to do; a call with nothing to do writes none of them
+if n_enq + n_ack + n_lease + n_back > 0 then keep_wide(KEYS[22], 'zset') end
 polite_write(KEYS[21])
 write_stats(KEYS[14], KEYS[15], KEYS[16], now)
 frontier_close()
 out[5] = frontier_pending(n_lease > 0 and n_given == 0, true)
 out[6] = redis_call('ZCARD', KEYS[5])
-keep_wide(KEYS[5], 'zset', out[6]) -- from 32 leases in flight (lib/types)
-keep_wide(KEYS[6], 'hash', out[6])
-keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they are short
-out[7] = redis_call('ZCARD', KEYS[8])
+if n_enq + n_ack + n_lease + n_back > 0 then
+  keep_wide(KEYS[5], 'zset', out[6]) -- from 32 leases in flight (lib/types)
+  keep_wide(KEYS[6], 'hash', out[6])
+  keep_wide(KEYS[2], 'hash', out[6]) -- the payloads: a listpack too where they are short
+end
+out[7] = TY[8] ~= 'none' and redis_call('ZCARD', KEYS[8]) or 0
 out[14] = frontier_head()
 
 -- The reply as sent: the 17 numbers and the gates' pairs, one element each, then the
 -- fields of the dropped ids and the leases in one element, separated by spaces (none holds
 -- one: entry ids, tokens, whole numbers, scores; a score is an element's id text where the
--- id is its score, garbage in a corrupt element: the worker reads it as no place), then each lease's payload, binary, an element of
--- its own. One element per field cost the worker's client a fifth more CPU per call at 10
--- leases (redis-py parses each element apart; docs/benchmarks.md).
+-- id is its score, garbage in a corrupt element: the worker reads it as no place), then
+-- each lease's payload, binary, an element of its own. One element per field cost the
+-- worker's client a fifth more CPU per call at 10 leases (redis-py parses each element
+-- apart; docs/benchmarks.md).
 out[18 + 2 * out[12]] = table.concat(lists, ' ')
 return out

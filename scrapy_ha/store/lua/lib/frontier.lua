@@ -110,6 +110,7 @@ end
 function FP.element_head(e)
   local id, place, at = str_match(e, '^([^ @]*)@?(%d*) ()')
   if not id then return '', nil, 1 end
+  if place == '' then return id, nil, at end -- as enqueued: no place written
   return id, tonumber(place), at
 end
 
@@ -270,22 +271,31 @@ end
 --   Reads the element at the head of candidate queue q (a table of frontier_take: its
 --   elements read so far, from list index q.lo) into q.e, q.id, q.place, q.at (lib/frontier
 --   FP.element_head) and q.score, q.score_s (its score as text when it is its id: an element
---   as enqueued at priority 0 of a fifo queue, else nil); q.e nil past the queue's end.
+--   as enqueued at priority 0 of a fifo queue, else nil); q.e nil past the queue's end. The
+--   next read takes q.size elements (0: the last read reached the queue's end).
 function FP.read_head(q)
   local k = q.pos - q.lo + 1
   if k > #q.buf then
     q.e = nil
-    if q.last then return end
-    q.buf = FP.queue_call('LRANGE', q.key, num_str(q.pos), num_str(q.pos + q.size - 1))
-    q.lo, q.last, k = q.pos, #q.buf < q.size, 1
-    q.size = math_min(q.size * 2, FP.MOST_READ)
+    if q.size == 0 then return end
+    q.buf = FP.queue_call('LRANGE', F.queues .. q.qid, num_str(q.pos),
+      num_str(q.pos + q.size - 1))
+    q.lo, k = q.pos, 1
+    q.size = #q.buf < q.size and 0 or math_min(q.size * 2, FP.MOST_READ)
   end
   local e = q.buf[k]
   q.e = e
   if not e then return end
-  q.id, q.place, q.at = FP.element_head(e)
-  q.score = FP.element_score(q.prio, q.start, q.id, q.place)
-  q.score_s = (q.plain and not q.place and q.id ~= '') and q.id or nil
+  local id, place, at = FP.element_head(e)
+  q.id, q.place, q.at = id, place, at
+  -- FP.element_score written out (called for every element the lease reads)
+  if place then
+    q.score, q.score_s = score_of(q.prio, place), nil
+  else
+    q.score = pending_score(q.prio, tonumber(id) or 0, q.start and F.start_lifo or F.lifo,
+      q.start)
+    q.score_s = (q.plain and id ~= '') and id or nil
+  end
 end
 
 -- frontier_take(n, admit, give, corrupt, most_looks)
@@ -306,19 +316,19 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
     local r = redis_call('ZRANGE', F.ready, num_str(ranked), num_str(ranked + count - 1))
     for i = 1, #r do
       local prio, start, host = FP.queue_parts(r[i])
-      -- every field a candidate gets (FP.read_head's, empty, parked) is named here, so
-      -- that its table is made at its full size once instead of growing by rehashes
-      -- (measured: 1.5 % of a sync call's instructions at 10 leases)
-      local q = {qid = r[i], key = F.queues .. r[i], prio = prio or 0, start = start,
-        host = host or '-', pos = 0, lo = 0, buf = {}, last = false, size = FP.FIRST_READ,
-        plain = prio == 0 and not start and not F.lifo, e = false, id = '', place = false,
-        at = 0, score = 0, score_s = false, empty = false, parked = false}
+      -- every field a candidate gets (FP.read_head's, ended) is named here, so that its
+      -- table is made at its full size once instead of growing by rehashes (measured: 1.5 %
+      -- of a sync call's instructions at 10 leases); 16 fields at most, the size of its
+      -- hash part (17 would double it: more memory made and collected per queue read)
+      local q = {qid = r[i], prio = prio or 0, start = start, host = host or '-', pos = 0,
+        lo = 0, buf = {}, size = FP.FIRST_READ, plain = prio == 0 and not start and not F.lifo,
+        e = false, id = '', place = false, at = 0, score = 0, score_s = false, ended = false}
       seen[#seen + 1] = q
       FP.read_head(q)
       if q.e then
         HEAP.push(heap, q)
       else
-        q.empty = true -- ready named an empty queue: one more candidate takes its place
+        q.ended = 'empty' -- ready named an empty queue: one more candidate takes its place
         count = count + 1
       end
     end
@@ -331,7 +341,7 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
     if q.e then
       HEAP.down(heap, 1)
     else
-      q.empty = true
+      q.ended = 'empty'
       HEAP.pop(heap)
     end
   end
@@ -353,7 +363,7 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
         FP.DELTA = FP.DELTA - 1
         advance(q)
       else
-        q.parked = true
+        q.ended = 'parked'
         frontier_park(q.qid, untl)
         HEAP.pop(heap)
         looks = looks + 1
@@ -364,10 +374,10 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
   end
   local back, gone = {}, {}
   for _, q in ipairs(seen) do
-    if q.pos > 0 then FP.queue_call('LTRIM', q.key, num_str(q.pos), '-1') end
-    if q.empty then
+    if q.pos > 0 then FP.queue_call('LTRIM', F.queues .. q.qid, num_str(q.pos), '-1') end
+    if q.ended == 'empty' then
       gone[#gone + 1] = q.qid
-    elseif not q.parked then
+    elseif not q.ended then
       back[#back + 1] = q.score_s or int_str(q.score)
       back[#back + 1] = q.qid
     end

@@ -6,37 +6,45 @@
 -- 200 locals, the libraries' included)
 local HEAP = {}
 
--- HEAP.before(a, b)
---   Returns true when a goes before b.
-function HEAP.before(a, b)
-  return a.score < b.score or (a.score == b.score and a.qid < b.qid)
-end
-
 -- HEAP.down(h, i)
 --   Moves h[i] down to its place (after its score grew, or after it replaced the top).
+--   (a goes before b when a.score < b.score, or a.score == b.score and a.qid < b.qid:
+--   written out in both functions, not called, as the lease moves a queue down for every
+--   request it takes)
 function HEAP.down(h, i)
   local n = #h
+  local x = h[i]
+  local xs, xq = x.score, x.qid
   while true do
-    local l, best = i * 2, i
-    if l <= n and HEAP.before(h[l], h[best]) then best = l end
-    if l + 1 <= n and HEAP.before(h[l + 1], h[best]) then best = l + 1 end
-    if best == i then return end
-    h[i], h[best] = h[best], h[i]
-    i = best
+    local l = i * 2
+    if l > n then break end
+    local c = h[l]
+    if l < n then
+      local r = h[l + 1]
+      if r.score < c.score or (r.score == c.score and r.qid < c.qid) then
+        l, c = l + 1, r
+      end
+    end
+    if not (c.score < xs or (c.score == xs and c.qid < xq)) then break end
+    h[i] = c
+    i = l
   end
+  h[i] = x
 end
 
 -- HEAP.push(h, x)
 --   Adds x to h at its place.
 function HEAP.push(h, x)
   local i = #h + 1
-  h[i] = x
+  local xs, xq = x.score, x.qid
   while i > 1 do
     local up = math_floor(i / 2)
-    if not HEAP.before(h[i], h[up]) then return end
-    h[i], h[up] = h[up], h[i]
+    local p = h[up]
+    if not (xs < p.score or (xs == p.score and xq < p.qid)) then break end
+    h[i] = p
     i = up
   end
+  h[i] = x
 end
 
 -- HEAP.pop(h)

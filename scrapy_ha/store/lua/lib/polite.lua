@@ -73,12 +73,13 @@ local function parse_limit(value)
   return {rate = r, conc = c}
 end
 
--- polite_open(limits, state, now, lease_ms)
+-- polite_open(limits, state, now, lease_ms, exists)
 --   KEYS: the limits and polite hashes (the caller's KEYS[i])
 --   Returns the politeness of this call, or nil when no limit is in force (the caller then
---   leases as before, without a read per request).
-local function polite_open(limits, state, now, lease_ms)
-  if redis_call('EXISTS', limits) == 0 then return nil end
+--   leases as before, without a read per request). exists: the caller knows the limits
+--   hash exists (not read again).
+local function polite_open(limits, state, now, lease_ms, exists)
+  if not exists and redis_call('EXISTS', limits) == 0 then return nil end
   return {limits = limits, state = state, now = now, lease_ms = lease_ms, cache = {},
     default = parse_limit(redis_call('HGET', limits, '*'))}
 end

@@ -39,9 +39,12 @@ end
 
 -- pending_score(prio, seq, lifo, start)
 --   Returns the score of a pending entry of (clamped) priority prio and sequence number seq
---   (see place_of and score_of).
+--   (see place_of and score_of: written out here, not called, as the lease and the enqueue
+--   compute it for every element they read or write).
 local function pending_score(prio, seq, lifo, start)
-  return score_of(prio, place_of(seq, lifo, start))
+  local part = lifo and (START_PART - seq) or seq
+  if start then part = part + START_PART end
+  return -prio * PRIORITY_STEP + part
 end
 
 -- score_parts(score)

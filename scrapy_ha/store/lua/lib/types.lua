@@ -5,10 +5,13 @@
 -- wrong_type(script, keys, types)
 --   keys: the script's KEYS; types[i]: the Redis type keys[i] must have (nil: not checked).
 --   Returns an error reply 'WRONGTYPE <script>: <key> holds a <type>' for the first key of
---   another type (a missing key is fine), or nil.
+--   another type (a missing key is fine), or nil and the types read (found[i]: keys[i]'s
+--   type, 'none' when it does not exist; nil when not checked), which tell a caller the
+--   keys it need not read (a key that does not exist, and that the call does not make).
 --   Rule: a key of the wrong type fails the call before any write, so the entry stays
 --   where it was; the worker sets the key aside and retries the call.
 local function wrong_type(script, keys, types)
+  local found = {}
   for i = 1, #keys do
     local want = types[i]
     if want then
@@ -16,9 +19,10 @@ local function wrong_type(script, keys, types)
       if ty ~= 'none' and ty ~= want then
         return redis.error_reply('WRONGTYPE ' .. script .. ': ' .. keys[i] .. ' holds a ' .. ty)
       end
+      found[i] = ty
     end
   end
-  return nil
+  return nil, found
 end
 
 -- aside_name(key)
@@ -54,7 +58,8 @@ end
 --   worker more than it saves (its leases acked every round, the keys deleted and made
 --   again each time). Their extra bytes per entry are a few kilobytes for 128 entries. A
 --   key made again (deleted when it emptied, or reloaded from disk as a listpack) is
---   converted by the next call. (Its figures are in its body: the sync script's main
+--   converted by the next call that has something to do (one with nothing to do writes
+--   none of them, and leaves them as they are). (Its figures are in its body: the sync script's main
 --   function holds at most 200 locals in its EVAL form, the libraries' included.)
 local function keep_wide(key, kind, count)
   if count and count < 32 then return end
