@@ -37,3 +37,19 @@ def test_capacity_bench_runs(mode: tuple[str, ...], tmp_path: Path) -> None:
     assert result["requests"] > 0 and result["redis_cpu_us_per_request"] > 0
     assert "fcall" in result["top_commands"]  # the sync script, as a function
     assert len(result["redis_core_share"]) == result["servers"]
+
+
+def test_a_tree_put_first_on_the_path_is_the_package_capacity_measures(tmp_path: Path) -> None:
+    """``script_cost.py --tree`` and ``script_phases.py --tree`` put another checkout first on
+    the path, then import this module: before, it put its own checkout in front again, and
+    script_phases measured the wrong tree."""
+    import shutil
+
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "scrapy_ha", tmp_path / "scrapy_ha")
+    code = (
+        f"import sys; sys.path[:0] = [{str(tmp_path)!r}, {str(root / 'bench')!r}]; "
+        "import capacity, scrapy_ha; print(scrapy_ha.__file__)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().startswith(str(tmp_path)), done.stdout
