@@ -253,7 +253,8 @@ local enqueue_all = n_enq > 0 and function()
       if tid then
         -- marked handed: it is in the worker's engine already (its expiry counts to poison);
         -- a kept one is marked when the worker hands it out (renew.lua)
-        local score = pending_score(r[R.PRIO], base + i, start and start_lifo or lifo, start)
+        local score = pending_score(r[R.PRIO], base + i, (start and start_lifo) or
+          (not start and lifo), start)
         local record = lease_record(r[R.TTOK], int_str(score), host)
         if not r[R.KEPT] then record = lease_mark_handed(record) end
         write_lease(tid, r[R.TTOK], record, r[R.PAYLOAD])

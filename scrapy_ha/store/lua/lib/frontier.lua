@@ -125,7 +125,8 @@ end
 --   Returns the pending score of an element of the back queue (prio, start) (lib/priority).
 function FP.element_score(prio, start, id, place)
   if place then return score_of(prio, place) end
-  return pending_score(prio, tonumber(id) or 0, start and F.start_lifo or F.lifo, start)
+  local lifo = (start and F.start_lifo) or (not start and F.lifo)
+  return pending_score(prio, tonumber(id) or 0, lifo, start)
 end
 
 -- FP.ready_add(pairs, opt)
@@ -292,8 +293,9 @@ function FP.read_head(q)
   if place then
     q.score, q.score_s = score_of(q.prio, place), nil
   else
-    q.score = pending_score(q.prio, tonumber(id) or 0, q.start and F.start_lifo or F.lifo,
-      q.start)
+    -- (not start and F.lifo): a start queue's own order, also where it is FIFO in a LIFO crawl
+    q.score = pending_score(q.prio, tonumber(id) or 0,
+      (q.start and F.start_lifo) or (not q.start and F.lifo), q.start)
     q.score_s = (q.plain and id ~= '') and id or nil
   end
 end
