@@ -106,11 +106,16 @@ end
 -- FP.element_head(e)
 --   Returns id, place, payload_at of a back queue's element: place nil for a request as
 --   enqueued (its place follows from its id), payload_at the index its payload starts at;
---   id '' when the element has no id (corrupt: it cannot be leased).
+--   id '' when the element has no id (corrupt: it cannot be leased), or an id that is not
+--   a whole number where its place follows from it (enqueued ids are: any other text, 'abc'
+--   or 'nan', would give a score that no ZADD takes, the call failing half-way).
 function FP.element_head(e)
   local id, place, at = str_match(e, '^([^ @]*)@?(%d*) ()')
   if not id then return '', nil, 1 end
-  if place == '' then return id, nil, at end -- as enqueued: no place written
+  if place == '' then -- as enqueued: no place written
+    if str_find(id, '%D') then return '', nil, at end
+    return id, nil, at
+  end
   return id, tonumber(place), at
 end
 
