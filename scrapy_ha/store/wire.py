@@ -373,8 +373,8 @@ def sync_result(reply: list[Any]) -> SyncResult:
 
 
 def _place(score: bytes) -> tuple[int, int] | None:
-    """A lease's place from the reply: none (unknown) where the score is not a number (an
-    element id of a corrupt back queue, which stands for its score in a plain queue)."""
+    """A lease's place from the reply: none (unknown) where the score is not a number (the
+    script sets aside the elements whose id text would give one: a guard, not a path)."""
     try:
         return score_key(score)
     except (ValueError, OverflowError):

@@ -1,5 +1,5 @@
-"""Back-pressure before Redis is full: a worker reads Redis's memory every second (every 30
-while no mark applies: fractions of a maxmemory that no server has), and while
+"""Back-pressure before Redis is full: a worker reads Redis's memory every second (every 30 s
+while no mark can apply: fractions of a maxmemory that no server has), and while
 ``used_memory`` is above ``HA_REDIS_MEMORY_HIGH`` (90 % of ``maxmemory`` by default) and
 until it falls below ``HA_REDIS_MEMORY_LOW`` (80 %), it holds back what would grow the
 frontier:
