@@ -20,8 +20,8 @@ unfrozen, Python's own collection at exit walks every object again (about 0.2 G
 instructions, 5 % of a worker's start-up and close in the static-site benchmark,
 docs/benchmarks.md). Freezing is the whole process's: a crawler that finds something
 frozen already (another crawler of the process, or the host application) leaves it to
-whoever froze it. The same freeze saves a crawl with
-Scrapy's own scheduler as much: it is not scrapy-ha's cost it removes.
+whoever froze it. The same freeze saves a crawl with Scrapy's own scheduler as much: it is
+not scrapy-ha's cost it removes.
 
 Every download arms a Twisted timer for its ``DOWNLOAD_TIMEOUT`` (180 s) and cancels it when
 the response arrives, and every connection put back in the pool one for its idle timeout
