@@ -339,10 +339,9 @@ def sync_result(reply: list[Any]) -> SyncResult:
     lists, payloads = reply[at], reply[at + 1 :]
     fields = lists.split(b" ") if lists else []
     dropped = {_s(x) for x in fields[:n_dropped]}
-    first = n_dropped
-    if len(fields) - first != LEASE_FIELDS * len(payloads):
+    if len(fields) - n_dropped != LEASE_FIELDS * len(payloads):
         raise ValueError(
-            f"sync reply: {len(fields) - first} lease fields for {len(payloads)} payloads"
+            f"sync reply: {len(fields) - n_dropped} lease fields for {len(payloads)} payloads"
         )
     leases = [
         Lease(
@@ -353,7 +352,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
             int(fields[i + 3]),
             place=_place(fields[i + 4]),
         )
-        for i, payload in zip(range(first, len(fields), LEASE_FIELDS), payloads, strict=True)
+        for i, payload in zip(range(n_dropped, len(fields), LEASE_FIELDS), payloads, strict=True)
     ]
     now, added, acked, stale, pending, leased, delayed, refused, aside, roots, paused = map(
         int, reply[:11]
