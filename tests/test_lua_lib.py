@@ -4,6 +4,8 @@ assembled scripts compile on the real redis-server."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
@@ -154,3 +156,28 @@ def test_the_function_library_loads_and_lists_its_function(redis_client: redis.R
     (library,) = redis_client.function_list(library=_functions.LIBRARY_NAME)
     assert _functions.function_name("sync").encode() in str(library).encode()
     assert _functions.LIBRARY_NAME.startswith("scrapy_ha_") and len(_functions.LIBRARY_NAME) == 26
+
+
+def test_a_worker_start_names_the_library_without_assembling_it():
+    # the code (regular expressions over every library file) is made when a server lacks
+    # it, not at every import: a worker's start-up paid about 50 million instructions
+    code = (
+        "import scrapy_ha.scheduler, scrapy_ha.store.functions as f; "
+        "print('LIBRARY_CODE' in vars(f), f._library_code.cache_info().currsize)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "0"]
+
+
+def test_the_library_name_follows_every_file_its_code_is_made_from(monkeypatch):
+    name, code = _functions.library_code()
+    assert name == _functions.LIBRARY_NAME and code.startswith(f"#!lua name={name}\n")
+    read = _scripts.read_lua
+    for changed in ("sync", "lib/prelude", "lib/stats", "lib/number"):
+        monkeypatch.setattr(_scripts, "read_lua", lambda p, c=changed: read(p) + ("\n" * (p == c)))
+        assert _functions.library_name() != name, changed
+    monkeypatch.setattr(_scripts, "read_lua", read)
+    monkeypatch.setitem(_scripts.CONSTANTS, "MAX_PRIORITY", 1)
+    assert _functions.library_name() != name
+    monkeypatch.undo()
+    assert _functions.library_name() == name

@@ -19,7 +19,8 @@ script of :data:`FUNCTION_SCRIPTS`, inside a ``do ... end`` block of its own:
   and the library functions it calls (a Lua function reaches at most 60 upvalues; it may
   hold 200 locals, parameters included).
 
-Its name carries the hash of its code, ``scrapy_ha_<hash>``, and so does each function's,
+Its name carries a hash, ``scrapy_ha_<hash>``, of what its code is made from (so it changes
+with the code, which is assembled only when a server lacks it), and so does each function's,
 ``scrapy_ha_<hash>_<script>`` (function names are unique across a server's libraries): two
 versions of scrapy-ha on one Redis, during a rolling upgrade, each load and call their own
 library and never replace the other's; a worker loads it without ``REPLACE``, so of
@@ -39,9 +40,11 @@ redis-py that stops asking the parser fails it, not a crawl).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -56,11 +59,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "FUNCTION_SCRIPTS",
-    "LIBRARY_CODE",
     "LIBRARY_NAME",
     "LibraryScript",
     "function_name",
     "library_code",
+    "library_name",
     "route_by_keys",
 ]
 
@@ -83,6 +86,9 @@ _DEFINITION = re.compile(r"^(?:local )?function ([\w.]+)")
 _NAMESPACE = re.compile(r"^function (\w+)\.", re.MULTILINE)
 _LOCAL = re.compile(r"^local ([\w, ]+?)\s*(=|$)", re.DOTALL)
 _WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+#: A whole name that is not a field (``x.name``): what :func:`_globals` may rewrite (one
+#: pattern for all names: a pattern per name cost a compile each at every import).
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 
 
 def _code(text: str) -> str:
@@ -137,9 +143,8 @@ def _globals(assignment: str) -> str:
     prelude's way to read a global once) read from ``_G``: in a function the name is the
     library's local, declared when the library loaded."""
     lhs, rhs = assignment.split("=", 1)
-    for name in (n.strip() for n in lhs.split(",")):
-        if name.isidentifier():
-            rhs = re.sub(rf"(?<![\w.]){name}\b", f"_G.{name}", rhs)
+    names = {n.strip() for n in lhs.split(",")}
+    rhs = _NAME.sub(lambda m: f"_G.{m[0]}" if m[0] in names else m[0], rhs)
     return f"{lhs}={rhs}"
 
 
@@ -188,20 +193,52 @@ def _block(name: str) -> str:
     return "".join(parts)
 
 
+def library_name(names: Sequence[str] = FUNCTION_SCRIPTS) -> str:
+    """The name of the library of scripts *names*, without its code: the hash of what the
+    code is made from (each script's file and its libraries', the constants written in, and
+    the two modules that assemble it, this one and :mod:`.scripts`). The same files give the
+    same code, so the name still changes with the code; the code itself (regular expressions
+    over every library file, about 50 million instructions) is made only when a server lacks
+    the library (:func:`library_code`), not at every worker's start."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    for path in (__file__, scripts.__file__):
+        digest.update(Path(path).read_bytes())
+    digest.update(repr(sorted(scripts.CONSTANTS.items())).encode())
+    for name in names:
+        for path in (
+            name,
+            *(f"lib/{lib}" for lib in ("prelude", *_lib_order(scripts.read_lua(name), set()))),
+        ):
+            digest.update(f"\0{path}\0{scripts.read_lua(path)}".encode())
+    return f"{LIBRARY_PREFIX}{digest.hexdigest()[:HASH_DIGITS]}"
+
+
 def library_code(names: Sequence[str] = FUNCTION_SCRIPTS) -> tuple[str, str]:
     """(name, code) of the library of scripts *names*: ``FUNCTION LOAD``'s argument."""
-    template = "".join(_block(name) for name in names)
-    digest = hashlib.sha1(template.encode(), usedforsecurity=False).hexdigest()
-    library = f"{LIBRARY_PREFIX}{digest[:HASH_DIGITS]}"
+    library = library_name(names)
     head = (
         f"#!lua name={library}\n"
         "-- scrapy-ha's crawl scripts as functions (scrapy_ha/store/functions.py), named\n"
         f"-- {library}_<script>; remove with FUNCTION DELETE {library}\n"
     )
+    template = "".join(_block(name) for name in names)
     return library, head + template.replace(NAME_SLOT, library)
 
 
-LIBRARY_NAME, LIBRARY_CODE = library_code()
+#: This version's library's name (its code: :data:`LIBRARY_CODE`, made on first read).
+LIBRARY_NAME = library_name()
+
+
+@functools.cache
+def _library_code() -> str:
+    return library_code()[1]
+
+
+def __getattr__(name: str) -> str:
+    """``LIBRARY_CODE``: this version's library's code, assembled on first read."""
+    if name == "LIBRARY_CODE":
+        return _library_code()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def function_name(script: str) -> str:
@@ -278,9 +315,11 @@ class LibraryScript:
         if script not in FUNCTION_SCRIPTS:
             raise ValueError(f"{script!r} is not in the library ({', '.join(FUNCTION_SCRIPTS)})")
         self.client = client
-        #: (name, code) of the library (another version's in a test of a rolling upgrade)
-        self.library = library or (LIBRARY_NAME, LIBRARY_CODE)
-        self.function = f"{self.library[0]}_{script}"
+        #: (name, code) of the library (another version's in a test of a rolling upgrade);
+        #: this version's code is assembled only if a server lacks the library
+        self.library = library
+        self.name = library[0] if library else LIBRARY_NAME
+        self.function = f"{self.name}_{script}"
         self.evalsha = scripts.Registered(client, script)  # its text assembled on first use
         #: a Redis Cluster client: FCALL routed by its keys, the library loaded by node
         self.cluster = isinstance(client, redis.asyncio.RedisCluster)
@@ -325,19 +364,18 @@ class LibraryScript:
         keys only: a sync never waits on another node). Without ``REPLACE``: workers that
         find it missing at once load it once, and a library is never compiled and
         replicated again for nothing."""
+        code = self.library[1] if self.library else _library_code()
         try:
             if self.cluster and keys:
                 node = self.client.get_node_from_key(keys[0])
-                await self.client.execute_command(
-                    "FUNCTION LOAD", self.library[1], target_nodes=node
-                )
+                await self.client.execute_command("FUNCTION LOAD", code, target_nodes=node)
             else:
-                await self.client.function_load(self.library[1])
+                await self.client.function_load(code)
         except redis.exceptions.ResponseError as exc:
             if not _exists(exc):
                 raise
             return
-        logger.info("Loaded the function library %s into Redis", self.library[0])
+        logger.info("Loaded the function library %s into Redis", self.name)
 
     def _give_up(self, exc: Exception) -> None:
         self.functions = False
