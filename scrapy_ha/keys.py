@@ -160,6 +160,9 @@ through them, ``join.lua``):
 ``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
 ``ha:{books}:dict``        hash         dictionary id (1) -> the zlib dictionary requests
                                         are compacted with (written once, HSETNX)
+``ha:{books}:filter``      string       the dupefilter's kind (``set``, ``bloom``, either with
+                                        `` sliced`` for ``HA_DUPEFILTER_TTL``): set by the
+                                        first worker (NX); a worker of another kind is refused
 =========================  ===========  ==================================================
 """
 
@@ -208,15 +211,20 @@ class _Key:
     """A key of one crawl (of one shard of it), by its name: ``Keys.pending`` is
     ``<prefix>:{<tag>}:pending`` (see :meth:`Keys._key`)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, crawl: bool = False) -> None:
         self.name = name
+        self.crawl = crawl  # a key of the crawl as a whole: its own tag, whatever the shard
 
     @overload
     def __get__(self, keys: None, owner: type[Keys]) -> _Key: ...
     @overload
     def __get__(self, keys: Keys, owner: type[Keys]) -> str: ...
     def __get__(self, keys: Keys | None, owner: type[Keys]) -> str | _Key:
-        return self if keys is None else keys._key(self.name)
+        if keys is None:
+            return self
+        return (
+            f"{keys.prefix}:{{{keys.spider}}}:{self.name}" if self.crawl else keys._key(self.name)
+        )
 
 
 @dataclass(frozen=True)
@@ -248,30 +256,20 @@ class Keys:
         """The keys of another shard of the same crawl."""
         return Keys(self.prefix, self.spider, shard, self.shards, self.span)
 
-    def _crawl_key(self, name: str) -> str:
-        """A key of the crawl as a whole: under the crawl's own tag, whatever the shard."""
-        return f"{self.prefix}:{{{self.spider}}}:{name}"
-
-    @property
-    def shard_count(self) -> str:
-        return self._crawl_key("shards")
-
-    @property
-    def finish_record(self) -> str:
-        return self._crawl_key("finish")
-
-    @property
-    def joins(self) -> str:
-        return self._crawl_key("joins")
+    #: The keys of the crawl as a whole (see the second table above).
+    shard_count, finish_record, joins = (_Key(n, crawl=True) for n in ("shards", "finish", "joins"))
+    dictionaries = _Key("dict", crawl=True)  # every shard's compaction dictionaries
+    filter_kind = _Key("filter", crawl=True)  # the dupefilter's kind, claimed by the first worker
 
     def crawl_keys(self) -> list[str]:
         """The keys of the crawl as a whole, for ``flush``."""
-        return [self.shard_count, self.finish_record, self.joins, self.dictionaries]
-
-    @property
-    def dictionaries(self) -> str:
-        """The crawl's compaction dictionaries (every shard's), under the unsharded tag."""
-        return f"{self.prefix}:{{{self.spider}}}:dict"
+        return [
+            self.shard_count,
+            self.finish_record,
+            self.joins,
+            self.dictionaries,
+            self.filter_kind,
+        ]
 
     def _task_key(self, name: str, task: str) -> str:
         if self.shard is None:

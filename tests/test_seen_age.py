@@ -145,9 +145,12 @@ async def test_workers_with_and_without_the_ttl_starting_together_keep_one_dupef
     pass the check at start (nothing in Redis yet), then their first calls interleave.
     Whichever kind is written first is the crawl's; the other worker's sync is refused
     before any write, naming HA_DUPEFILTER_TTL and flush, instead of keeping a second
-    dupefilter (time slices beside buckets) that knows none of the first one's URLs."""
+    dupefilter (time slices beside buckets) that knows none of the first one's URLs. (Two
+    workers of this version are told apart at start, by the kind the first one claims:
+    tests/test_seen_kind_claim.py; the second here claims none, as an earlier version.)"""
     sliced, plain = queue(redis_url), queue(redis_url, ttl_ms=0)
     await set_dupefilter(sliced, MemoryConfig(), TTL_MS / 1000)
+    await sliced.client.delete(KEYS.filter_kind)  # no claim: a worker of an earlier version
     await set_dupefilter(plain, MemoryConfig(), 0)  # both started: neither kind is there
     winner, loser = (sliced, plain) if first == "ttl" else (plain, sliced)
     assert await added(winner, entry(b"a")) == 1

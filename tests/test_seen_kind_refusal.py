@@ -88,7 +88,8 @@ async def test_a_worker_refused_for_its_dupefilter_stops_and_gives_its_page_back
     try:
         # started (nothing in Redis refused its settings), holding the page's lease
         await wait_for((marks / "parsing").exists, proc, "page leased and parsed")
-        plain = RedisQueue(client, keys)  # a worker without the TTL, started with it
+        plain = RedisQueue(client, keys)  # a worker without the TTL, started with it, of
+        await client.delete(keys.filter_kind)  # an earlier version, which claims no kind
         await set_dupefilter(plain, MemoryConfig(), 0)
         url = site.url + "/list/9"
         assert await plain.enqueue([NewEntry(b"x" * 12, 0, encode_request(Request(url), None))])

@@ -107,6 +107,8 @@ async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
     buckets = None
     if not keep:  # a Bloom filter's bitmaps, as stored, go with its meta hash
         keys += await filter_keys(queue.client, queue.keys)
+        if queue.keys.shard is None:  # the crawl's own tag: the dupefilter's kind goes too
+            keys.append(queue.keys.filter_kind)
         buckets = await read_buckets(queue.client, queue.keys)
     finished = Finished.from_reply(await script(keys=keys, args=args))
     if finished:  # the buckets' meta hash went with the script: their sets go in batches
@@ -145,6 +147,7 @@ async def complete_finish(queue: Sharded, token: str) -> bool:
         buckets = await read_buckets(shard.client, k)
         await shard.client.delete(k.workers, k.cookies, *working_keys(k), *filters)
         await delete_buckets(shard.client, buckets, k)
+    await queue.client.delete(queue.keys.filter_kind)  # every shard's dupefilter has gone
     return await _step(queue, "done", token)
 
 

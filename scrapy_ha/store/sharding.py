@@ -147,6 +147,34 @@ async def set_dupefilter(queue: RedisQueue, config: MemoryConfig, ttl: float = 0
     had seen crawled again."""
     for i, shard in enumerate(shards_of(queue)):
         shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl)
+    await _claim_kind(queue, config, ttl)
+
+
+async def _claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float) -> None:
+    """Record the crawl's dupefilter kind, or refuse a worker of another kind. The checks
+    above read what is stored, and a crawl is empty until a worker's first round: two
+    workers of different kinds starting together both passed them, and each then kept its
+    own filter (every URL one saw was new to the other). The first to get here claims the
+    kind (``SET NX``), in Redis as long as the dupefilter itself."""
+    kind = config.dupefilter + (" sliced" if ttl else "")
+    key = queue.keys.filter_kind
+    if await queue.client.set(key, kind, nx=True):
+        return
+    stored = _s(await queue.client.get(key) or b"")
+    if stored and stored != kind:
+        raise ConfigError(
+            f"{_kind_setting(kind)} but the crawl of {queue.keys.spider} in Redis has a "
+            f"dupefilter of another kind, {_kind_setting(stored)} (key {key}, set by the "
+            f"first worker): run every worker of the crawl with the same, or `scrapy-ha "
+            f"flush {queue.keys.spider}` first to start it again"
+        )
+
+
+def _kind_setting(kind: str) -> str:
+    """The settings of a dupefilter kind as stored: ``bloom sliced`` is
+    ``HA_DUPEFILTER='bloom' with HA_DUPEFILTER_TTL``."""
+    name, _, sliced = kind.partition(" ")
+    return f"HA_DUPEFILTER={name!r}" + (" with HA_DUPEFILTER_TTL" if sliced else "")
 
 
 async def _dupefilter(

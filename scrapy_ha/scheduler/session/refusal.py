@@ -2,8 +2,9 @@
 
 The scripts that enqueue refuse, before any write, a dupefilter of another kind than the
 crawl's (``lua/lib/seen.lua``'s rule, one kind): a worker with ``HA_DUPEFILTER_TTL`` and one
-without that started an empty crawl together both passed the check at start, and the one
-that wrote second is refused (:class:`~scrapy_ha.store.bloom.DupefilterRefused`). No retry
+without that started an empty crawl together both passed the check at start (one of them
+of an earlier version, which claims no kind there: ``ha:{S}:filter``), and the one that
+wrote second is refused (:class:`~scrapy_ha.store.bloom.DupefilterRefused`). No retry
 can fix a setting, so the worker logs one ERROR that names its settings, what the crawl
 keeps and the fix, and closes the spider as a worker that could not start does
 (``ha_start_failed``, ``scrapy crawl`` exits with 1), instead of retrying for ever.

@@ -28,14 +28,16 @@
 -- Rule (one kind, as far as checked here): of the exact set's two forms (buckets, time
 -- slices) and of the Bloom filter's two (kept for ever, time slices), a crawl keeps the
 -- one of the first call that wrote one; a call whose spec names the other is refused
--- before any write (the exact set against the Bloom filter is compared at start only;
--- each shard of a sharded crawl judges its own keys)
+-- before any write (the exact set against the Bloom filter is compared at start only, where
+-- the first worker also claims the crawl's kind: scrapy_ha/store/sharding.py; each shard of
+-- a sharded crawl judges its own keys)
 -- with 'SEENKIND <script>: <what the crawl keeps, and where>' (the worker adds its
 -- settings and the fix): a second dupefilter beside the first would know none of its
 -- URLs, and every URL would be crawled again. The worker checks at start
 -- (scrapy_ha/store/sharding.py); this catches workers that started an empty crawl
--- together, with and without HA_DUPEFILTER_TTL, and stops the one refused (no retry
--- can help it: scrapy_ha/store/bloom.py seen_call, DupefilterRefused).
+-- together, with and without HA_DUPEFILTER_TTL, where the start's claim did not (a worker
+-- of an earlier version claims none), and stops the one refused (no retry can help it:
+-- scrapy_ha/store/bloom.py seen_call, DupefilterRefused).
 -- The meta hash: capacity, k, part, error (as created); layers; n (URLs added in all);
 -- n:<i> (URLs added to layer i); fp (the false positives to expect so far: each URL added
 -- adds the filter's error at that time).

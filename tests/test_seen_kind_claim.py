@@ -1,0 +1,78 @@
+"""The crawl's dupefilter kind, claimed by its first worker (``ha:{S}:filter``): workers of
+two kinds that start an empty crawl together are not both let in (the checks at start read
+what is stored, and an empty crawl stores nothing until a worker's first round); the claim
+is crawl-wide over the shards, and it goes exactly when the dupefilter goes (a finish that
+clears, a flush), so the next run may choose another kind. Real redis-server, real crawls."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+import redis
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.config.memory import MemoryConfig
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.store.sharding import make_queue, set_dupefilter
+from tests.dupefilter import BLOOM
+from tests.spiders import CatalogueSpider
+from tests.test_redis_failover import crawl_settings
+
+if TYPE_CHECKING:
+    from tests.conftest import Site
+
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
+
+SET = {"HA_DUPEFILTER": "set"}
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@deferred_f_from_coro_f
+async def test_two_kinds_starting_an_empty_crawl_together_are_not_both_let_in(
+    redis_url: str, shards: int
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        exact, bloom = (make_queue(client, "ha", "k", shards) for _ in range(2))
+        await set_dupefilter(exact, MemoryConfig())  # both find the crawl empty: no data to read
+        with pytest.raises(ConfigError) as refused:
+            await set_dupefilter(bloom, MemoryConfig(dupefilter="bloom"))
+        assert str(refused.value) == (
+            "HA_DUPEFILTER='bloom' but the crawl of k in Redis has a dupefilter of another kind, "
+            "HA_DUPEFILTER='set' (key ha:{k}:filter, set by the first worker): run every worker "
+            "of the crawl with the same, or `scrapy-ha flush k` first to start it again"
+        )
+        with pytest.raises(ConfigError, match="TTL but .*HA_DUPEFILTER='set' \\(key"):
+            await set_dupefilter(bloom, MemoryConfig(), ttl=60.0)
+        await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig())  # the same kind
+        assert await client.get("ha:{k}:filter") == b"set"
+        await exact.flush()
+        assert not await client.exists("ha:{k}:filter")
+        await set_dupefilter(bloom, MemoryConfig(dupefilter="bloom"), ttl=60.0)  # a new crawl
+        assert await client.get("ha:{k}:filter") == b"bloom sliced"
+        await bloom.flush()
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@deferred_f_from_coro_f
+async def test_the_claim_goes_with_the_dupefilter_at_a_finish(
+    redis_url: str, site: Site, shards: int
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    kept = crawl_settings(redis_url, SCHEDULER_PERSIST=True, HA_SHARDS=shards, **BLOOM)
+    await get_crawler(CatalogueSpider, kept).crawl_async(base_url=site.url)
+    assert client.get("ha:{catalogue}:filter") == b"bloom"  # kept with the filter it names
+    cleared = crawl_settings(redis_url, HA_SHARDS=shards, **BLOOM)
+    await get_crawler(CatalogueSpider, cleared).crawl_async(base_url=site.url)
+    assert not client.exists("ha:{catalogue}:filter")  # cleared with the filter
+    exact = get_crawler(CatalogueSpider, crawl_settings(redis_url, HA_SHARDS=shards, **SET))
+    await exact.crawl_async(base_url=site.url)  # the next run chooses the exact set
+    assert len(exact.spider.items) == 50
+    assert not client.exists("ha:{catalogue}:filter")
+    client.close()
