@@ -12,6 +12,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.script_keys import sync_keys
 from scrapy_ha.store.wire import NewEntry
 from tests import redis_servers
 
@@ -287,3 +288,13 @@ async def test_keys_of_the_wrong_type_are_set_aside(redis_url):
     assert len(await q.client.keys(KEYS.ready + ":corrupt:*")) == 1
     assert await q.enqueue([entry("a")]) == 1
     await q.client.aclose()
+
+
+def test_the_sync_keys_are_built_once_and_handed_out_as_a_new_list():
+    keys = Keys("ha", "built", 2, 4)
+    first = sync_keys(keys, keys.buckets, "w1")
+    assert first[0] == "ha:{built:2}:q:" and first[-1] == keys.grant("w1") and len(first) == 27
+    first.append("a checkpoint key")  # what a caller adds is its own
+    again = sync_keys(keys, keys.buckets, "w1")
+    assert again == first[:-1] and again is not first
+    assert sync_keys(keys, keys.buckets) == first[:-2]  # without a worker: no grant key

@@ -4,6 +4,7 @@ pass a script the same keys. Every name comes from :class:`~scrapy_ha.keys.Keys`
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,12 +32,18 @@ def frontier_keys(k: Keys) -> list[str]:
 def sync_keys(k: Keys, dupefilter: str, worker: str | None = None) -> list[str]:
     """``sync.lua``'s fixed keys (*dupefilter*: the exact set or the Bloom filter's meta
     hash): with *worker*, its grant key last. The checkpoint keys its acks name and the
-    Bloom filter's bitmaps follow them."""
+    Bloom filter's bitmaps follow them. Built once per crawl and worker, not per round (26
+    names, each a formatted string)."""
+    return list(_sync_keys(k, dupefilter, worker))
+
+
+@functools.lru_cache(maxsize=64)
+def _sync_keys(k: Keys, dupefilter: str, worker: str | None) -> tuple[str, ...]:
     keys = [k.queues, k.payload, dupefilter, k.seq, k.leased, k.leases, k.expiries]
     keys += [k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]
     keys += [*k.stats_keys(), k.retried, k.paused, k.sent, k.domain_limits, k.polite]
     keys += [k.ready, k.waiting, k.queued, k.held, k.items]
-    return keys if worker is None else [*keys, k.grant(worker)]
+    return tuple(keys if worker is None else [*keys, k.grant(worker)])
 
 
 def reclaim_keys(k: Keys) -> list[str]:
