@@ -57,3 +57,19 @@ async def test_an_element_id_that_is_not_a_number_leaves_the_reply_whole(
         assert result.set_aside == 1
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_numbers_come_whole_in_their_one_element(redis_url, redis_client):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        seconds, micros = redis_client.time()
+        empty = await q.sync(lease=1)
+        assert empty.head is None and empty.pending == 0 and empty.leases == []
+        assert 0 <= empty.now_ms - (seconds * 1000 + micros // 1000) < 60_000  # 13 digits, exact
+        await q.enqueue([page("a.test", n) for n in range(3)])
+        result = await q.sync(lease=1)
+        assert (result.pending, result.leased, len(result.leases)) == (2, 1, 1)
+        assert result.head is not None and result.head > result.leases[0].place
+    finally:
+        await q.client.aclose()
