@@ -6,6 +6,7 @@ clears, a flush), so the next run may choose another kind. Real redis-server, re
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,6 +20,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.sharding import make_queue, set_dupefilter
 from tests.dupefilter import BLOOM
 from tests.spiders import CatalogueSpider
+from tests.test_cli import scrapy_ha
 from tests.test_redis_failover import crawl_settings
 
 if TYPE_CHECKING:
@@ -76,3 +78,20 @@ async def test_the_claim_goes_with_the_dupefilter_at_a_finish(
     assert len(exact.spider.items) == 50
     assert not client.exists("ha:{catalogue}:filter")
     client.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_push_claims_the_kind_only_when_it_pushes(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        bad = await asyncio.to_thread(
+            scrapy_ha, "--redis-url", redis_url, "push", "k", "--create", "ftp://a.example/x"
+        )
+        assert bad.returncode == 1 and not client.exists("ha:{k}:filter")  # nothing pushed
+        good = await asyncio.to_thread(
+            scrapy_ha, "--redis-url", redis_url, "push", "k", "--create", "https://a.example/x"
+        )
+        assert good.returncode == 0, good.stderr
+        assert client.get("ha:{k}:filter") == b"set"  # scrapy-ha's default, as a worker's
+    finally:
+        client.close()

@@ -198,6 +198,8 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
     except BadLine as exc:
         print(f"nothing pushed: {exc}", file=sys.stderr)
         return 1
+    if entries and (claim := getattr(args, "claim_kind", None)):
+        await claim()  # the crawl's dupefilter kind, before its first write
     added = done = 0
     try:
         for start in range(0, len(entries), BATCH):

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = ["run"]
 
 import asyncio
+import functools
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from scrapy_ha.store.connection import (
     display_url,
     redis_from_settings,
 )
-from scrapy_ha.store.sharding import check_shard_count, set_dupefilter, shard_setting
+from scrapy_ha.store.sharding import check_shard_count, claim_kind, set_dupefilter, shard_setting
 from scrapy_ha.store.state import CheckpointStore
 from scrapy_ha.store.url import RedisConfigError
 
@@ -102,7 +103,9 @@ async def _run(args: argparse.Namespace) -> int:
         if func.__name__ == "push":  # the first writer of a crawl stores its shard count
             await check_shard_count(queue)
             ttl = dupefilter_ttl(config)  # the dupefilter's kind and age, as workers have them
-            await set_dupefilter(queue, MemoryConfig.from_settings(config), ttl)
+            memory = MemoryConfig.from_settings(config)
+            await set_dupefilter(queue, memory, ttl, claim=False)  # claimed if it pushes
+            args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
         return await func(queue, args)
     finally:
         await client.aclose()

@@ -32,6 +32,7 @@ __all__ = [
     "make_queue",
     "queue_in_redis",
     "read_layout",
+    "claim_kind",
     "set_dupefilter",
     "shard_setting",
     "shards_of",
@@ -139,18 +140,22 @@ async def check_shard_count(queue: RedisQueue) -> None:
         )
 
 
-async def set_dupefilter(queue: RedisQueue, config: MemoryConfig, ttl: float = 0.0) -> None:
+async def set_dupefilter(
+    queue: RedisQueue, config: MemoryConfig, ttl: float = 0.0, *, claim: bool = True
+) -> None:
     """Give every shard of *queue* the crawl's dupefilter (``HA_DUPEFILTER``): the exact
     set (in time slices with ``HA_DUPEFILTER_TTL``, *ttl* seconds), or the Bloom filter as
     stored (one made with other settings is kept, and said so once). A kind the crawl in
     Redis does not have is refused: its dupefilter would be empty, and every URL the crawl
-    had seen crawled again."""
+    had seen crawled again. With *claim*, the kind is claimed too (:func:`claim_kind`);
+    without, the caller claims it before its first write."""
     for i, shard in enumerate(shards_of(queue)):
         shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl)
-    await _claim_kind(queue, config, ttl)
+    if claim:
+        await claim_kind(queue, config, ttl)
 
 
-async def _claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float) -> None:
+async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float) -> None:
     """Record the crawl's dupefilter kind, or refuse a worker of another kind. The checks
     above read what is stored, and a crawl is empty until a worker's first round: two
     workers of different kinds starting together both passed them, and each then kept its
