@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio
+from scrapy.settings import Settings
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
 
@@ -122,7 +123,9 @@ async def main() -> None:
     parser.add_argument("--memory-sizes", default="100000,1000000")
     parser.add_argument("--site", required=True)
     args = parser.parse_args()
-    client = redis.asyncio.Redis(port=args.redis_port)
+    # built as a worker builds its client (scrapy_ha.store.connection: hiredis packs)
+    url = f"redis://127.0.0.1:{args.redis_port}/0"
+    client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=5)
     q = RedisQueue(client, Keys("ha", "bench"))
     result: dict[str, Any] = {"throughput": await throughput(q, args.n)}
     sizes = [int(x) for x in args.memory_sizes.split(",")]

@@ -41,13 +41,14 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 import queue_micro  # noqa: E402
-import redis.asyncio  # noqa: E402
 from scrapy import Request, Spider  # noqa: E402
 from scrapy.core.scheduler import Scheduler as ScrapyScheduler  # noqa: E402
+from scrapy.settings import Settings  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
 from scrapy_ha.demo import harness  # noqa: E402
 from scrapy_ha.keys import Keys  # noqa: E402
+from scrapy_ha.store.connection import redis_from_settings  # noqa: E402
 from scrapy_ha.store.queue import RedisQueue  # noqa: E402
 from tests.test_keep import send  # noqa: E402
 from tests.test_scheduler_shell import FakeEngine, shell  # noqa: E402
@@ -201,7 +202,9 @@ def _count(part: str, n: int) -> None:
 
 async def round_cost(port: int, size: int, rounds: int) -> float:
     """CPU seconds per sync round that enqueues, acks and leases *size* requests each."""
-    client = redis.asyncio.Redis(port=port)
+    # built as a worker builds its client (scrapy_ha.store.connection: hiredis packs)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=5)
     await client.flushall()
     queue = RedisQueue(client, Keys("ha", "bench"))
     await queue.sync(enqueue=queue_micro.entries(0, size), lease=size)  # warm: the script is loaded
