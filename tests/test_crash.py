@@ -151,19 +151,30 @@ class LeaseWatch:
 
 
 def reclaimed(log: str) -> int:
-    match = re.search(r"'ha/reclaimed': (\d+)", log)
+    return stat(log, "ha/reclaimed")
+
+
+def stat(log: str, name: str) -> int:
+    """A counter of the crawl's final stats in its log (0 when absent)."""
+    match = re.search(rf"'{name}': (\d+)", log)
     return int(match.group(1)) if match else 0
 
 
-def check_nothing_lost(items: Path, expected: int, hits: dict[str, int], bound: int) -> None:
+def check_nothing_lost(
+    items: Path, expected: int, hits: dict[str, int], bound: int, thrice: int = 0
+) -> None:
     """Every item stored; at most *bound* pages crawled twice (by the site's count) and at
-    most *bound* items stored twice, none three times."""
+    most *bound* items stored twice; no page crawled three times but at most *thrice*, of
+    the pages whose lease was reclaimed: a killed worker held one, and before its lease came
+    back a worker met its link and downloaded it early as a new request (Redis refused it
+    as a duplicate, ``ha/early_dropped``), then the redo downloaded it again."""
     ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
     assert sorted(set(ids)) == list(range(1, expected + 1)), (
         f"lost {expected - len(set(ids))} item(s)"
     )
     twice = {path: n for path, n in hits.items() if n > 1}
-    assert all(n == 2 for n in twice.values()), {p: n for p, n in twice.items() if n > 2}
+    more = {path: n for path, n in twice.items() if n > 2}
+    assert all(n == 3 for n in more.values()) and len(more) <= thrice, (more, thrice)
     assert len(twice) <= bound, f"{len(twice)} pages crawled twice, bound {bound}"
     assert len(ids) - len(set(ids)) <= bound, f"{len(ids) - len(set(ids))} items stored twice"
 
@@ -187,7 +198,8 @@ def test_sigkill_one_of_two_workers_loses_nothing(kill_after, redis_url, site_fa
     # The victim held its prefetch buffer (HA_PREFETCH = CONCURRENCY), at most HA_MAX_INFLIGHT
     # (2 x CONCURRENCY) unfinished requests, and the acks of one round trip.
     assert reclaimed(log) <= PER_KILL
-    check_nothing_lost(items, pages * per_page, site.hits(), bound=PER_KILL)
+    # a third download only of a page whose lease came back (see check_nothing_lost)
+    check_nothing_lost(items, pages * per_page, site.hits(), PER_KILL, thrice=reclaimed(log))
 
 
 @pytest.mark.parametrize(
