@@ -66,3 +66,12 @@ async def test_every_type_comes_back_from_redis_as_sent(redis_url):
         ]
     finally:
         await client.aclose()
+
+
+def test_encoding_errors_other_than_strict_keep_redis_py_packing():
+    settings = Settings({"REDIS_URL": "redis://127.0.0.1:1/0"})
+    client = redis_from_settings(settings, connect_timeout=1)
+    ours = client.connection_pool.connection_class(encoding_errors="surrogateescape")
+    assert packed(ours, ("SET", "k", "\udcff")) == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n\xff\r\n"
+    utf8 = client.connection_pool.connection_class(encoding="UTF8")  # another spelling
+    assert packed(utf8, ("SET", "k", "é")) == packed(Connection(), ("SET", "k", "é"))

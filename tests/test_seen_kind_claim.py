@@ -17,10 +17,12 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.store.finish import complete_finish
 from scrapy_ha.store.sharding import make_queue, set_dupefilter
 from tests.dupefilter import BLOOM
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
+from tests.test_finish import Hooked
 from tests.test_redis_failover import crawl_settings
 
 if TYPE_CHECKING:
@@ -30,6 +32,15 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 SET = {"HA_DUPEFILTER": "set"}
+BLOOM_MEMORY = MemoryConfig(dupefilter="bloom")
+
+
+async def register(client: redis.asyncio.Redis, shards: int, worker: str) -> None:
+    """*worker* registered as join.lua registers it: a heartbeat of an unsharded crawl, a
+    join of a sharded one (for a minute)."""
+    seconds, _ = await client.time()
+    where = "ha:{k}:workers" if shards == 1 else "ha:{k}:joins"
+    await client.zadd(where, {worker: (seconds + 60) * 1000})
 
 
 @pytest.mark.parametrize("shards", [1, 3])
@@ -40,16 +51,17 @@ async def test_two_kinds_starting_an_empty_crawl_together_are_not_both_let_in(
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
         exact, bloom = (make_queue(client, "ha", "k", shards) for _ in range(2))
-        await set_dupefilter(exact, MemoryConfig())  # both find the crawl empty: no data to read
+        await register(client, shards, "w1")  # a worker registers (join.lua), then claims
+        await set_dupefilter(exact, MemoryConfig(), worker="w1")  # both find the crawl empty
         with pytest.raises(ConfigError) as refused:
-            await set_dupefilter(bloom, MemoryConfig(dupefilter="bloom"))
+            await set_dupefilter(bloom, MemoryConfig(dupefilter="bloom"), worker="w2")
         assert str(refused.value) == (
             "HA_DUPEFILTER='bloom' but the crawl of k in Redis has a dupefilter of another kind, "
             "HA_DUPEFILTER='set' (key ha:{k}:filter, set by the first worker): run every worker "
             "of the crawl with the same, or `scrapy-ha flush k` first to start it again"
         )
         with pytest.raises(ConfigError, match="TTL but .*HA_DUPEFILTER='set' \\(key"):
-            await set_dupefilter(bloom, MemoryConfig(), ttl=60.0)
+            await set_dupefilter(bloom, MemoryConfig(), ttl=60.0, worker="w2")
         await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig())  # the same kind
         assert await client.get("ha:{k}:filter") == b"set"
         await exact.flush()
@@ -57,6 +69,25 @@ async def test_two_kinds_starting_an_empty_crawl_together_are_not_both_let_in(
         await set_dupefilter(bloom, MemoryConfig(dupefilter="bloom"), ttl=60.0)  # a new crawl
         assert await client.get("ha:{k}:filter") == b"bloom sliced"
         await bloom.flush()
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@deferred_f_from_coro_f
+async def test_a_claim_no_live_worker_made_gives_way(redis_url: str, shards: int) -> None:
+    """A claim outlives its crawl when an earlier version's finish or flush (which knows no
+    claim) clears the crawl: with no worker alive but this one and nothing stored, the
+    crawl is empty, and this worker's kind becomes the crawl's."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.set("ha:{k}:filter", "set")  # left by such a finish
+        await register(client, shards, "w2")  # this worker itself: not another
+        await set_dupefilter(make_queue(client, "ha", "k", shards), BLOOM_MEMORY, worker="w2")
+        assert await client.get("ha:{k}:filter") == b"bloom"
+        await register(client, shards, "w3")  # alive, and maybe about to write its bloom
+        with pytest.raises(ConfigError, match="'set' but .*HA_DUPEFILTER='bloom' \\(key"):
+            await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig(), worker="w4")
     finally:
         await client.aclose()
 
@@ -95,3 +126,32 @@ async def test_a_push_claims_the_kind_only_when_it_pushes(redis_url: str) -> Non
         assert client.get("ha:{k}:filter") == b"set"  # scrapy-ha's default, as a worker's
     finally:
         client.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_finish_overtaken_by_a_join_leaves_the_new_claim(redis_url: str) -> None:
+    """The finish's worker was slow: past its deadline a joining worker completed the
+    finish, joined and claimed its kind. The slow finish, done with its last shard, must
+    not delete that new claim (it checks its record first, as before each shard)."""
+    client = Hooked.from_url(redis_url)
+    plain = redis.asyncio.Redis.from_url(redis_url)
+    seen = {"last": False}
+
+    async def overtaken(args: tuple) -> None:
+        if seen["last"]:  # the first command after the last shard was cleared
+            seen["last"] = False
+            await plain.set("ha:{c}:finish", "done")  # completed by the joiner...
+            await plain.set("ha:{c}:filter", "bloom")  # ...which then claimed its kind
+        if args[0] == "DEL" and "ha:{c:1}:workers" in args:
+            seen["last"] = True
+
+    try:
+        queue = make_queue(client, "ha", "c", 2)
+        await plain.set("ha:{c}:finish", "commit T 99999999999999")
+        await plain.set("ha:{c}:filter", "set")
+        client.hook = overtaken
+        assert not await complete_finish(queue, "T")  # the record moved on
+        assert await plain.get("ha:{c}:filter") == b"bloom"
+    finally:
+        await client.aclose()
+        await plain.aclose()

@@ -198,10 +198,10 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
     except BadLine as exc:
         print(f"nothing pushed: {exc}", file=sys.stderr)
         return 1
-    if entries and (claim := getattr(args, "claim_kind", None)):
-        await claim()  # the crawl's dupefilter kind, before its first write
     added = done = 0
     try:
+        if entries and (claim := getattr(args, "claim_kind", None)):
+            await claim()  # the crawl's dupefilter kind, before its first write
         for start in range(0, len(entries), BATCH):
             batch = [entry for entry, _ in entries[start : start + BATCH]]
             added += await queue.enqueue(batch)

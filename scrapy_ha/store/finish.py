@@ -147,7 +147,9 @@ async def complete_finish(queue: Sharded, token: str) -> bool:
         buckets = await read_buckets(shard.client, k)
         await shard.client.delete(k.workers, k.cookies, *working_keys(k), *filters)
         await delete_buckets(shard.client, buckets, k)
-    await queue.client.delete(queue.keys.filter_kind)  # every shard's dupefilter has gone
+    record = _s(await queue.client.get(queue.keys.finish_record) or b"")
+    if record.startswith(f"commit {token} "):  # still this finish's: no worker joined since
+        await queue.client.delete(queue.keys.filter_kind)  # every shard's dupefilter went
     return await _step(queue, "done", token)
 
 

@@ -141,21 +141,26 @@ async def check_shard_count(queue: RedisQueue) -> None:
 
 
 async def set_dupefilter(
-    queue: RedisQueue, config: MemoryConfig, ttl: float = 0.0, *, claim: bool = True
+    queue: RedisQueue,
+    config: MemoryConfig,
+    ttl: float = 0.0,
+    *,
+    claim: bool = True,
+    worker: str = "",
 ) -> None:
     """Give every shard of *queue* the crawl's dupefilter (``HA_DUPEFILTER``): the exact
     set (in time slices with ``HA_DUPEFILTER_TTL``, *ttl* seconds), or the Bloom filter as
     stored (one made with other settings is kept, and said so once). A kind the crawl in
     Redis does not have is refused: its dupefilter would be empty, and every URL the crawl
-    had seen crawled again. With *claim*, the kind is claimed too (:func:`claim_kind`);
-    without, the caller claims it before its first write."""
+    had seen crawled again. With *claim*, the kind is claimed too (:func:`claim_kind`, by
+    *worker*); without, the caller claims it before its first write."""
     for i, shard in enumerate(shards_of(queue)):
         shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl)
     if claim:
-        await claim_kind(queue, config, ttl)
+        await claim_kind(queue, config, ttl, worker)
 
 
-async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float) -> None:
+async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker: str = "") -> None:
     """Record the crawl's dupefilter kind, or refuse a worker of another kind. The checks
     above read what is stored, and a crawl is empty until a worker's first round: two
     workers of different kinds starting together both passed them, and each then kept its
@@ -166,6 +171,14 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float) -> Non
     if await queue.client.set(key, kind, nx=True):
         return
     stored = _s(await queue.client.get(key) or b"")
+    if stored and stored != kind and not await _others_alive(queue, worker):
+        # the claim outlived its crawl: an earlier version's finish or flush (which knows
+        # no claim) cleared the crawl, and no worker that could have made it is alive (a
+        # worker registers before it claims); the crawl's stored data passed the checks
+        await queue.client.delete(key)
+        if await queue.client.set(key, kind, nx=True):
+            return
+        stored = _s(await queue.client.get(key) or b"")  # another worker claimed meanwhile
     if stored and stored != kind:
         raise ConfigError(
             f"{_kind_setting(kind)} but the crawl of {queue.keys.spider} in Redis has a "
@@ -173,6 +186,19 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float) -> Non
             f"first worker): run every worker of the crawl with the same, or `scrapy-ha "
             f"flush {queue.keys.spider}` first to start it again"
         )
+
+
+async def _others_alive(queue: RedisQueue, worker: str) -> bool:
+    """Whether a worker but *worker* is registered with the crawl now: its heartbeat (shard
+    0's) or, in a sharded crawl, its join not expired."""
+    keys, client = queue.keys, queue.client
+    seconds, micros = await client.time()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    for where in (keys.workers, keys.joins):
+        alive = {_s(m) for m in await client.zrangebyscore(where, now, "+inf")}
+        if alive - {worker}:
+            return True
+    return False
 
 
 def _kind_setting(kind: str) -> str:

@@ -168,7 +168,9 @@ async def open_queue(
     )
     ttl = config.dupefilter_ttl
     try:  # the dupefilter as stored; one of the other kind is refused (join_crawl's span
-        await wait.run(lambda: set_dupefilter(queue, config.memory, ttl))  # is the crawl's)
+        await wait.run(  # is the crawl's)
+            lambda: set_dupefilter(queue, config.memory, ttl, worker=config.worker_id)
+        )
         await queue.upgrade()  # a crawl stored before the back queues is converted
     except BaseException:
         await client.aclose()
