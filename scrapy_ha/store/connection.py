@@ -79,9 +79,9 @@ def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **ove
     """Return an asyncio Redis client (create it on the running event loop); *overrides*
     are redis-py client arguments that win over ``REDIS_PARAMS``."""
     client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
-    _follow_failover(client, _AsyncFailoverAware)
+    _mix_in(client, _AsyncFailoverAware)
     if HIREDIS_AVAILABLE:
-        _follow_failover(client, _AsyncHiredisPacking)
+        _mix_in(client, _AsyncHiredisPacking)
     return client
 
 
@@ -91,7 +91,7 @@ def sync_redis_from_settings(
     """A blocking Redis client of the same Redis (for a thread, or synchronous tools such
     as a metrics exporter); *overrides* as for :func:`redis_from_settings`."""
     client = _redis_url.sync_client(settings, connect_timeout=connect_timeout, **overrides)
-    _follow_failover(client, _SyncFailoverAware)
+    _mix_in(client, _SyncFailoverAware)
     return client
 
 
@@ -116,15 +116,18 @@ def display_url(settings: BaseSettings) -> str:
         return mask_url(str(settings.get("REDIS_URL") or _redis_url.DEFAULT_URL))
 
 
-def _follow_failover(client: Any, mixin: type) -> None:
-    """Make the client's connections take a failover for Redis being away.
+def _mix_in(client: Any, mixin: type) -> None:
+    """Make the client's connections of a class with *mixin* first (a cluster client's
+    are left as they are).
 
-    A READONLY reply (the connection reaches a primary demoted to a replica) closes the
-    connection: a plain URL whose name moves to the new primary (a managed service's
-    failover) is resolved again by the next one, a Sentinel client asks the sentinels
-    (redis-py does that itself), a cluster client follows MOVED replies instead. A
-    NOREPLICAS reply (``min-replicas-to-write`` not met: the primary lost its replicas)
-    is waited out the same way: it is not bad data."""
+    :class:`_AsyncFailoverAware` (and ``_SyncFailoverAware``) make them take a failover for
+    Redis being away: a READONLY reply (the connection reaches a primary demoted to a
+    replica) closes the connection: a plain URL whose name moves to the new primary (a
+    managed service's failover) is resolved again by the next one, a Sentinel client asks
+    the sentinels (redis-py does that itself), a cluster client follows MOVED replies
+    instead. A NOREPLICAS reply (``min-replicas-to-write`` not met: the primary lost its
+    replicas) is waited out the same way: it is not bad data. :class:`_AsyncHiredisPacking`
+    packs their commands with hiredis."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:
         return
