@@ -211,9 +211,10 @@ async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url):
     sent = (await client.info("stats"))["total_net_input_bytes"]
     await delete_buckets(client, state, KEYS)
     sent = (await client.info("stats"))["total_net_input_bytes"] - sent
-    assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == [
+    # a set: SCAN may name a key twice while Redis rehashes the table it shrinks
+    assert {k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")} == {
         older.key(KEYS, 0).encode()
-    ]
+    }
     assert sent < 4096, sent  # names: some 30 bytes a bucket, 120 KB for these 4096
     await client.delete(older.key(KEYS, 0))
     await client.aclose()
