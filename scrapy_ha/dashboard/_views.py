@@ -19,6 +19,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
+from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
@@ -160,11 +161,6 @@ async def crawl_view(request: Request, spider: str) -> Summary:
         revisits=(await read_revisits(client, keys, stats.now_ms)).as_dict(),
     )
     return found
-
-
-async def server_ms(client: Any) -> int:
-    seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def time_param(name: str, value: str | None, now_ms: int) -> int | None:

@@ -7,7 +7,9 @@ means the same thing whichever tool was used. Times are Redis's clock.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from scrapy_ha.store.connection import server_ms
 
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
@@ -17,12 +19,6 @@ __all__ = ["make_due", "pause", "resume", "server_ms"]
 #: Entries changed per Redis call by a bulk action: large enough to be quick, small enough
 #: not to hold Redis for long on a million-entry table.
 BATCH = 500
-
-
-async def server_ms(client: Any) -> int:
-    """Redis's clock in ms (every stored time is Redis time)."""
-    sec, usec = await client.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 async def make_due(queue: RedisQueue, ids: list[str]) -> int:

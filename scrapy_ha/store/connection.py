@@ -251,3 +251,9 @@ def down_reason(exc: BaseException, url: str) -> str:
 def _mask_in(exc: BaseException, url: str) -> str:
     text = str(exc) or "timed out"
     return text if "@" not in text else f"error connecting to {url}"
+
+
+async def server_ms(client: Any) -> int:
+    """Redis's clock in ms (every stored time is Redis time)."""
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000

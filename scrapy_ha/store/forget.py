@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import shard_of
 from scrapy_ha.store import scripts
 from scrapy_ha.store.buckets import bucket_of, member_of, read_buckets, wire_fingerprint
+from scrapy_ha.store.connection import server_ms
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -110,8 +111,7 @@ async def read_rules(client: Any, keys: Keys) -> ForgetRules:
 async def add_rule(client: Any, all_keys: list[Keys], *, domain: str = "", glob: str = "") -> int:
     """Forget every URL of *domain* (and its subdomains), or matching *glob*, seen until now,
     in every shard; returns the rule's time (the server's, ms)."""
-    seconds, micros = await client.time()
-    at = int(seconds) * 1000 + int(micros) // 1000
+    at = await server_ms(client)
     field_ = DOMAIN + domain.lower() if domain else PATTERN + glob
     for keys in all_keys:
         await client.hset(keys.forget, field_, at)

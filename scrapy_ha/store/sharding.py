@@ -13,6 +13,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
 from scrapy_ha.store.buckets import BucketSet, bucket_count, read_buckets
+from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
 
@@ -192,8 +193,7 @@ async def _others_alive(queue: RedisQueue, worker: str) -> bool:
     """Whether a worker but *worker* is registered with the crawl now: its heartbeat (shard
     0's) or, in a sharded crawl, its join not expired."""
     keys, client = queue.keys, queue.client
-    seconds, micros = await client.time()
-    now = int(seconds) * 1000 + int(micros) // 1000
+    now = await server_ms(client)
     for where in (keys.workers, keys.joins):
         alive = {_s(m) for m in await client.zrangebyscore(where, now, "+inf")}
         if alive - {worker}:
@@ -354,8 +354,7 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
     is taken for a seen one (the worst shard's), and the URLs expected lost so far; or the
     exact set's buckets: URLs held, and 1 in ``ha/dupefilter/over_capacity`` once a shard
     holds more than its buckets were made for."""
-    seconds, micros = await queue.client.time()  # the slices a check reads now
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    now_ms = await server_ms(queue.client)  # the slices a check reads now
     states = [bloom_state(await q.client.hgetall(q.keys.bloom), now_ms) for q in shards_of(queue)]
     found = [state for state in states if state is not None]
     if not found:
