@@ -154,7 +154,18 @@ def run_timed(args: list[str], cwd: Path, timeout: float = CRAWL_TIMEOUT) -> dic
     if proc.returncode != 0:
         log = (cwd / "crawl.log").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"crawl exited with {proc.returncode}: {args}\n{log}")
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime}
+    return {
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        # the split, and what can make the same instructions cost more time: the process
+        # made to wait (involuntary switches: another process took its core, and its caches)
+        "user": usage.ru_utime,
+        "sys": usage.ru_stime,
+        "voluntary_switches": usage.ru_nvcsw,
+        "involuntary_switches": usage.ru_nivcsw,
+        "minor_faults": usage.ru_minflt,
+        "max_rss_kb": usage.ru_maxrss,
+    }
 
 
 def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -> dict[str, Any]:
@@ -216,7 +227,8 @@ def series(args: Any, site: static_site.StaticSite, redis_port: int, label: str)
             runs[name].append(result)
             print(
                 f"  [{label}] run {run + 1} {name:<16} wall {result['wall']:6.2f} s  "
-                f"cpu {result['cpu']:6.2f} s (gc {result['gc_cpu']:5.2f} s)  "
+                f"cpu {result['cpu']:6.2f} s (gc {result['gc_cpu']:5.2f} s, "
+                f"{result['involuntary_switches']} preempted)  "
                 f"{result['rate']:7.1f} pages/s  "
                 f"({result['pages']} pages, nginx {result['nginx_cpu']:.2f} s cpu, "
                 f"Redis: {result['redis_commands_per_page']:.2f} commands, "

@@ -80,6 +80,8 @@ def test_static_bench_quick(tmp_path):
         for name, (run,) in runs.items():
             assert run["pages"] == QUICK_PAGES, (placement, name, run)
             assert run["wall"] > 0 and run["cpu"] > 0 and run["nginx_cpu"] >= 0
+            assert run["user"] + run["sys"] == pytest.approx(run["cpu"])
+            assert run["max_rss_kb"] > 0 and run["involuntary_switches"] >= 0
         assert results[placement]["ratio"]["memory"]["wall"] == 1.0
     assert results["latency"]["rtt_ms"] == 2.4
     has_matplotlib = importlib.util.find_spec("matplotlib") is not None
@@ -109,4 +111,35 @@ def test_profile_summary_counts_scrapy_ha_inclusively(tmp_path):
         "_round (scrapy_ha/scheduler/shell.py)": 30.0,
         "execute (redis/client.py)": 30.0,
         "next_request (scrapy_ha/scheduler/shell.py)": 10.0,
+    }
+
+
+#: The end of cachegrind's report on stderr (valgrind 3.19, ``--cache-sim=yes --branch-sim=yes``).
+CACHEGRIND_SUMMARY = """\
+==7626== I   refs:      39,360,841
+==7626== I1  misses:       145,062
+==7626== LLi misses:        11,448
+==7626== I1  miss rate:       0.37%
+==7626==
+==7626== D   refs:      16,403,296  (10,949,168 rd   + 5,454,128 wr)
+==7626== D1  misses:       543,793  (   483,286 rd   +    60,507 wr)
+==7626== LLd misses:        58,666  (    22,020 rd   +    36,646 wr)
+==7626== LL refs:          688,855  (   628,348 rd   +    60,507 wr)
+==7626== Branches:       7,034,131  ( 6,142,513 cond +   891,618 ind)
+==7626== Mispredicts:      609,223  (   398,615 cond +   210,608 ind)
+==7626== Mispred rate:         8.7% (       6.5%     +      23.6%   )
+"""
+
+
+def test_crawl_instructions_reads_cachegrinds_totals():
+    import crawl_instructions
+
+    assert crawl_instructions.cache_events("--7626-- warning: L3\n" + CACHEGRIND_SUMMARY) == {
+        "instructions": 39_360_841,
+        "i1_misses": 145_062,
+        "lli_misses": 11_448,
+        "data_refs": 16_403_296,
+        "d1_misses": 543_793,
+        "lld_misses": 58_666,
+        "mispredicts": 609_223,
     }
