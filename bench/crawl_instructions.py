@@ -110,6 +110,32 @@ def count(
     return {"instructions": int(collected.group(1)), "pages": pages}
 
 
+def summarise(counts: dict[str, list[dict[str, Any]]], names: list[str]) -> dict[str, Any]:
+    """Per scheduler, from its two crawls (the smaller first): each event's count a page
+    (the difference between the two over the pages between them), the fixed part of the
+    instructions, and ratios to the first of *names*."""
+    summary: dict[str, Any] = {}
+    for name, (small, large) in counts.items():
+        pages = large["pages"] - small["pages"]
+        per_page = (large["instructions"] - small["instructions"]) / pages
+        summary[name] = {
+            "runs": [small, large],
+            "per_page": round(per_page),
+            "fixed": round(small["instructions"] - per_page * small["pages"]),
+        }
+        for event in small:
+            if event not in ("pages", "instructions"):
+                summary[name][f"{event}_per_page"] = round((large[event] - small[event]) / pages)
+    base = summary[names[0]]
+    for name in names:
+        for key in [k for k in summary[name] if k == "per_page" or k.endswith("_per_page")]:
+            label = "per_page_ratio" if key == "per_page" else key.replace("per_page", "ratio")
+            # (None: the first scheduler had none of these a page, e.g. last-level misses)
+            summary[name][label] = round(summary[name][key] / base[key], 4) if base[key] else None
+        summary[name]["fixed_ratio"] = round(summary[name]["fixed"] / base["fixed"], 4)
+    return summary
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", default="20,60", help="two sizes, list pages (x20 items)")
@@ -151,27 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         for proc in procs:
             harness.stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
-    summary: dict[str, Any] = {}
-    for name, (small, large) in counts.items():
-        per_page = (large["instructions"] - small["instructions"]) / (
-            large["pages"] - small["pages"]
-        )
-        summary[name] = {
-            "runs": [small, large],
-            "per_page": round(per_page),
-            "fixed": round(small["instructions"] - per_page * small["pages"]),
-        }
-        for event in small:
-            if event not in ("pages", "instructions"):
-                pages = large["pages"] - small["pages"]
-                summary[name][f"{event}_per_page"] = round((large[event] - small[event]) / pages)
-    base = summary[names[0]]
-    for name in names:
-        for key in [k for k in summary[name] if k == "per_page" or k.endswith("_per_page")]:
-            ratio = summary[name][key] / base[key] if base[key] else float("nan")
-            label = "per_page_ratio" if key == "per_page" else key.replace("per_page", "ratio")
-            summary[name][label] = round(ratio, 4)
-        summary[name]["fixed_ratio"] = round(summary[name]["fixed"] / base["fixed"], 4)
+    summary = summarise(counts, names)
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -143,3 +143,20 @@ def test_crawl_instructions_reads_cachegrinds_totals():
         "lld_misses": 58_666,
         "mispredicts": 609_223,
     }
+
+
+def test_crawl_instructions_counts_a_page_between_two_sizes():
+    import crawl_instructions
+
+    def run(pages: int, per_page: int, fixed: int, misses: int) -> dict[str, int]:
+        return {"instructions": fixed + per_page * pages, "lld_misses": misses, "pages": pages}
+
+    counts = {
+        "a": [run(100, 1000, 50_000, 7), run(300, 1000, 50_000, 7)],
+        "b": [run(100, 1100, 60_000, 7), run(300, 1100, 60_000, 27)],
+    }
+    summary = crawl_instructions.summarise(counts, ["a", "b"])
+    assert summary["a"]["per_page"] == 1000 and summary["a"]["fixed"] == 50_000
+    assert summary["b"]["per_page_ratio"] == 1.1 and summary["b"]["fixed_ratio"] == 1.2
+    assert summary["b"]["lld_misses_per_page"] == 0  # 20 over 200 pages rounds to 0
+    assert summary["a"]["lld_misses_ratio"] is None  # none a page: no ratio
