@@ -9,6 +9,7 @@ import asyncio
 import gc
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,54 @@ def test_the_sweep_never_installs_a_reactor():
         "assert s._call is None; assert 'twisted.internet.reactor' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+class _Node:
+    """An object that can sit in a reference cycle and be watched by a weak reference."""
+
+    me: _Node
+
+
+def _freeze_watching_passes() -> tuple[list[int], weakref.ref[_Node]]:
+    """A young reference cycle dropped, then the start-up freeze: the generations the
+    collector walked during the freeze, and a weak reference to the cycle's object."""
+    node = _Node()
+    node.me = node
+    gone = weakref.ref(node)
+    del node
+    passes: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    frozen = heap.FrozenHeap(True)
+    gc.callbacks.append(note)
+    try:
+        frozen.freeze()
+    finally:
+        gc.callbacks.remove(note)
+        assert frozen.frozen > 0
+        gc.unfreeze()
+    return passes, gone
+
+
+def test_the_freeze_walks_no_old_objects_a_full_collection_just_walked():
+    gc.collect()  # as Python's own, while Scrapy built the engine: all old objects walked
+    passes, gone = _freeze_watching_passes()
+    # the young generations only (another thread may set off a pass of the youngest too):
+    # the old objects, some 100,000 in a worker, are not walked again
+    assert 1 in passes and 2 not in passes
+    assert gone() is None  # the young garbage freed, not frozen
+
+
+def test_the_freeze_walks_everything_when_objects_grew_old_since_the_last_full_pass():
+    gc.collect()
+    old = _Node()
+    old.me = old
+    gone_old = weakref.ref(old)
+    gc.collect(1)  # it reaches the oldest generation alive
+    del old  # and becomes garbage there
+    passes, gone = _freeze_watching_passes()
+    assert 2 in passes
+    assert gone() is None and gone_old() is None
