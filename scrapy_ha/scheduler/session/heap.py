@@ -8,20 +8,21 @@ as long as the crawl. A crawl allocates fast enough to trigger such a collection
 seconds, and on the static-site benchmark (docs/benchmarks.md) the collector took 22-30% of
 the worker's CPU, half of it walking that start-up heap again and again.
 
-So once the worker is connected, the scheduler collects once and freezes what is alive
-(``gc.freeze()``): those objects are never walked again, but still freed by reference
-counting; only a reference cycle among them that becomes garbage during the crawl stays
-until the crawl closes. The scheduler unfreezes them (``gc.unfreeze()``) ``THAW_DELAY``
-seconds after its close (at once without a Twisted reactor), so that a process that runs
-several crawls frees each one's start-up objects after it (at once when the next crawl
-opens first), while a process that stops its reactor right after the crawl (``scrapy
-crawl``, a scrapyd job) exits without that last pass of the collector over its whole heap:
-unfrozen, Python's own collection at exit walks every object again (about 0.2 G
+So once the worker is connected, the scheduler collects once (the young generations only
+when Python's own full collection just walked the rest, see :meth:`FrozenHeap.freeze`) and
+freezes what is alive (``gc.freeze()``): those objects are never walked again, but still
+freed by reference counting; only a reference cycle among them that becomes garbage during
+the crawl stays until the crawl closes. The scheduler unfreezes them (``gc.unfreeze()``)
+``THAW_DELAY`` seconds after its close (at once without a Twisted reactor), so that a
+process that runs several crawls frees each one's start-up objects after it (at once when
+the next crawl opens first), while a process that stops its reactor right after the crawl
+(``scrapy crawl``, a scrapyd job) exits without that last pass of the collector over its
+whole heap: unfrozen, Python's own collection at exit walks every object again (about 0.2 G
 instructions, 5 % of a worker's start-up and close in the static-site benchmark,
-docs/benchmarks.md). Freezing is the whole process's: a crawler that finds something
-frozen already (another crawler of the process, or the host application) leaves it to
-whoever froze it. The same freeze saves a crawl with Scrapy's own scheduler as much: it is
-not scrapy-ha's cost it removes.
+docs/benchmarks.md). Freezing is the whole process's: a crawler that finds something frozen
+already (another crawler of the process, or the host application) leaves it to whoever froze
+it. The same freeze saves a crawl with Scrapy's own scheduler as much: it is not scrapy-ha's
+cost it removes.
 
 Every download arms a Twisted timer for its ``DOWNLOAD_TIMEOUT`` (180 s) and cancels it when
 the response arrives, and every connection put back in the pool one for its idle timeout
