@@ -249,6 +249,7 @@ def _freeze_watching_passes() -> tuple[list[int], weakref.ref[_Node]]:
     return passes, gone
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 14), reason="an incremental collector: always full")
 def test_the_freeze_walks_no_old_objects_a_full_collection_just_walked():
     gc.collect()  # as Python's own, while Scrapy built the engine: all old objects walked
     passes, gone = _freeze_watching_passes()

@@ -89,6 +89,14 @@ def thaw_pending() -> bool:
     return True
 
 
+def _young_garbage_only(thawed: bool) -> bool:
+    """Whether all garbage is young now: a full collection ran, no collection of the middle
+    generation since (nothing reached the oldest after it) and nothing was thawed into it."""
+    if thawed or sys.version_info >= (3, 14):
+        return False
+    return gc.get_count()[2] == 0 and gc.get_stats()[2]["collections"] > 0
+
+
 class FrozenHeap:
     """Freezes the heap once at open, unfreezes it at close."""
 
@@ -111,11 +119,12 @@ class FrozenHeap:
         # moments ago, while Scrapy built the engine. When nothing reached the oldest
         # generation since (no collection of the middle one: its count is 0) and nothing
         # was thawed into it, what the oldest holds was found alive by that walk, and the
-        # garbage made since is in the younger two: collected alone.
-        if thawed or gc.get_count()[2] or not gc.get_stats()[2]["collections"]:
-            gc.collect()
-        else:
+        # garbage made since is in the younger two: collected alone. (Python 3.11 to 3.13:
+        # 3.14's incremental collector gives the counts and generation 1 other meanings.)
+        if _young_garbage_only(thawed):
             gc.collect(1)
+        else:
+            gc.collect()
         gc.freeze()
         self.frozen = gc.get_freeze_count()
         logger.debug("Froze %d start-up objects out of the garbage collector's passes", self.frozen)
