@@ -8,21 +8,20 @@ as long as the crawl. A crawl allocates fast enough to trigger such a collection
 seconds, and on the static-site benchmark (docs/benchmarks.md) the collector took 22-30% of
 the worker's CPU, half of it walking that start-up heap again and again.
 
-So once the worker is connected, the scheduler collects once (the young generations only
-when Python's own full collection just walked the rest, see :meth:`FrozenHeap.freeze`) and
-freezes what is alive (``gc.freeze()``): those objects are never walked again, but still
-freed by reference counting; only a reference cycle among them that becomes garbage during
-the crawl stays until the crawl closes. The scheduler unfreezes them (``gc.unfreeze()``)
-``THAW_DELAY`` seconds after its close (at once without a Twisted reactor), so that a
-process that runs several crawls frees each one's start-up objects after it (at once when
-the next crawl opens first), while a process that stops its reactor right after the crawl
-(``scrapy crawl``, a scrapyd job) exits without that last pass of the collector over its
-whole heap: unfrozen, Python's own collection at exit walks every object again (about 0.2 G
+So once the worker is connected, the scheduler collects once and freezes what is alive
+(``gc.freeze()``): those objects are never walked again, but still freed by reference
+counting; only a reference cycle among them that becomes garbage during the crawl stays
+until the crawl closes. The scheduler unfreezes them (``gc.unfreeze()``) ``THAW_DELAY``
+seconds after its close (at once without a Twisted reactor), so that a process that runs
+several crawls frees each one's start-up objects after it (at once when the next crawl
+opens first), while a process that stops its reactor right after the crawl (``scrapy
+crawl``, a scrapyd job) exits without that last pass of the collector over its whole heap:
+unfrozen, Python's own collection at exit walks every object again (about 0.2 G
 instructions, 5 % of a worker's start-up and close in the static-site benchmark,
-docs/benchmarks.md). Freezing is the whole process's: a crawler that finds something frozen
-already (another crawler of the process, or the host application) leaves it to whoever froze
-it. The same freeze saves a crawl with Scrapy's own scheduler as much: it is not scrapy-ha's
-cost it removes.
+docs/benchmarks.md). Freezing is the whole process's: a crawler that finds something
+frozen already (another crawler of the process, or the host application) leaves it to
+whoever froze it. The same freeze saves a crawl with Scrapy's own scheduler as much: it is
+not scrapy-ha's cost it removes.
 
 Every download arms a Twisted timer for its ``DOWNLOAD_TIMEOUT`` (180 s) and cancels it when
 the response arrives, and every connection put back in the pool one for its idle timeout
@@ -49,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 #: Seconds from a crawl's close to its heap's thaw, while the reactor runs.
 THAW_DELAY = 5.0
+#: Objects Python itself keeps frozen: Python 3.12 puts its immortal objects in the
+#: permanent generation (some 400, there from start-up), so that a count of frozen objects
+#: up to this one is nobody's ``gc.freeze()``. A host application that froze before this
+#: module was imported is not told apart: its objects are thawed with the crawl's.
+PYTHON_FROZEN = gc.get_freeze_count() if sys.version_info[:2] == (3, 12) else 0
 
 
 class _Thaw:
@@ -89,14 +93,6 @@ def thaw_pending() -> bool:
     return True
 
 
-def _young_garbage_only(thawed: bool) -> bool:
-    """Whether all garbage is young now: a full collection ran, no collection of the middle
-    generation since (nothing reached the oldest after it) and nothing was thawed into it."""
-    if thawed or sys.version_info >= (3, 14):
-        return False
-    return gc.get_count()[2] == 0 and gc.get_stats()[2]["collections"] > 0
-
-
 class FrozenHeap:
     """Freezes the heap once at open, unfreezes it at close."""
 
@@ -111,20 +107,9 @@ class FrozenHeap:
         thawed first, so that the collection frees that crawl's start-up objects."""
         if not self.enabled or self.frozen:
             return
-        thawed = thaw_pending()
-        if not thawed and gc.get_freeze_count():
+        if not thaw_pending() and gc.get_freeze_count() > PYTHON_FROZEN:
             return
-        # Garbage made at start-up is freed now, not frozen with the rest. A full collection
-        # walks the whole heap (some 100,000 objects, about 50 ms); Python often ran one
-        # moments ago, while Scrapy built the engine. When nothing reached the oldest
-        # generation since (no collection of the middle one: its count is 0) and nothing
-        # was thawed into it, what the oldest holds was found alive by that walk, and the
-        # garbage made since is in the younger two: collected alone. (Python 3.11 to 3.13:
-        # 3.14's incremental collector gives the counts and generation 1 other meanings.)
-        if _young_garbage_only(thawed):
-            gc.collect(1)
-        else:
-            gc.collect()
+        gc.collect()  # garbage made at start-up is freed now, not frozen with the rest
         gc.freeze()
         self.frozen = gc.get_freeze_count()
         logger.debug("Froze %d start-up objects out of the garbage collector's passes", self.frozen)
