@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -120,10 +121,18 @@ class TlsFiles:
     client_key: Path
 
 
-def make_tls_files(directory: Path) -> TlsFiles:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
+def make_tls_files(directory: Path, *, strict_ca: bool = True) -> TlsFiles:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl).
+    *strict_ca* False: a CA without the extensions strict verification asks for (Python
+    3.13's default, ``VERIFY_X509_STRICT``), as CAs made by hand often are."""
     directory.mkdir(parents=True, exist_ok=True)
     ca, ca_key = directory / "ca.crt", directory / "ca.key"
+    strict = [
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]
     _openssl(
         "req",
         "-x509",
@@ -135,6 +144,7 @@ def make_tls_files(directory: Path) -> TlsFiles:
         "2",
         "-subj",
         "/CN=scrapy-ha test CA",
+        *(strict if strict_ca else []),
         "-keyout",
         ca_key,
         "-out",
@@ -206,6 +216,7 @@ def start_tls(directory: Path, tls: TlsFiles, *extra: str) -> Server:
     server = Server(proc, port, directory)
     server.wait_ready(
         ssl=True,
+        ssl_exclude_verify_flags=[ssl.VERIFY_X509_STRICT],  # up is up, whatever the CA
         ssl_ca_certs=str(tls.ca),
         ssl_certfile=str(tls.client_cert),
         ssl_keyfile=str(tls.client_key),

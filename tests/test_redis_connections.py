@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from typing import TYPE_CHECKING
 
 import pytest
@@ -225,3 +226,97 @@ async def test_a_client_class_of_the_users_own_is_kept(redis_url, redis_cls, exp
         assert await client.ping()
     finally:
         await client.aclose()
+
+
+# -- certificates the client does not trust -----------------------------------------------
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@deferred_f_from_coro_f
+async def test_a_server_certificate_not_trusted_fails_the_start_at_once_saying_why(
+    tmp_path, site, caplog, strict
+):
+    """Waiting does not change a certificate: the worker does not try again for
+    HA_START_TIMEOUT, and the one ERROR names the check that failed and what to look at.
+    *strict*: a hand-made CA under strict checking (Python 3.13's default, asked for here so
+    that every Python checks it) gets the way out named."""
+    files = redis_servers.make_tls_files(tmp_path / "tls", strict_ca=not strict)
+    other = redis_servers.make_tls_files(tmp_path / "other")
+    server = redis_servers.start_tls(tmp_path / "redis", files)
+    params = {"ssl_include_verify_flags": [ssl.VERIFY_X509_STRICT]} if strict else {}
+    try:
+        crawler = get_crawler(
+            CatalogueSpider,
+            crawl_settings(
+                REDIS_URL=f"rediss://127.0.0.1:{server.port}/0",
+                REDIS_TLS_CA_FILE=str(files.ca if strict else other.ca),
+                REDIS_TLS_CERT_FILE=str(files.client_cert),
+                REDIS_TLS_KEY_FILE=str(files.client_key),
+                REDIS_PARAMS=params,
+                HA_START_TIMEOUT=600,
+            ),
+        )
+        with caplog.at_level(logging.WARNING):
+            await crawler.crawl_async(base_url=site.url)
+    finally:
+        server.kill()
+    assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert f"Redis at rediss://127.0.0.1:{server.port}/0 presented a certificate" in error
+    assert "REDIS_TLS_CA_FILE" in error
+    assert not [r for r in caplog.records if "unreachable at start" in r.getMessage()]
+    if strict:
+        assert "key usage" in error and '"ssl_exclude_verify_flags"' in error
+    else:
+        assert "(self-signed certificate in certificate chain)" in error
+        assert "ssl_exclude_verify_flags" not in error
+
+
+@deferred_f_from_coro_f
+async def test_the_way_out_of_strict_checking_the_error_names_works(tmp_path, site):
+    """REDIS_PARAMS's ssl_exclude_verify_flags, as the error above says, lets a hand-made CA
+    through strict checking (asked for as Python 3.13 does by default)."""
+    files = redis_servers.make_tls_files(tmp_path / "tls", strict_ca=False)
+    server = redis_servers.start_tls(tmp_path / "redis", files)
+    try:
+        crawler = get_crawler(
+            CatalogueSpider,
+            crawl_settings(
+                REDIS_URL=f"rediss://127.0.0.1:{server.port}/0",
+                REDIS_TLS_CA_FILE=str(files.ca),
+                REDIS_TLS_CERT_FILE=str(files.client_cert),
+                REDIS_TLS_KEY_FILE=str(files.client_key),
+                REDIS_PARAMS={
+                    "ssl_include_verify_flags": [ssl.VERIFY_X509_STRICT],
+                    "ssl_exclude_verify_flags": [ssl.VERIFY_X509_STRICT],
+                },
+            ),
+        )
+        await crawler.crawl_async(base_url=site.url)
+    finally:
+        server.kill()
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
+
+
+def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
+    files = redis_servers.make_tls_files(tmp_path / "tls")
+    other = redis_servers.make_tls_files(tmp_path / "other")
+    server = redis_servers.start_tls(tmp_path / "redis", files)
+    project = tmp_path / "project"
+    (project / "tlsproject").mkdir(parents=True)
+    (project / "scrapy.cfg").write_text("[settings]\ndefault = tlsproject.settings\n")
+    (project / "tlsproject" / "__init__.py").write_text("")
+    (project / "tlsproject" / "settings.py").write_text(
+        f"REDIS_TLS_CA_FILE = {str(other.ca)!r}\n"
+        f"REDIS_TLS_CERT_FILE = {str(files.client_cert)!r}\n"
+        f"REDIS_TLS_KEY_FILE = {str(files.client_key)!r}\n"
+    )
+    try:
+        url = f"rediss://127.0.0.1:{server.port}/0"
+        result = scrapy_ha("--redis-url", url, "status", "books", cwd=project)
+    finally:
+        server.kill()
+    assert result.returncode != 0
+    assert f"Redis at {url} presented a certificate this client does not trust" in result.stderr
+    assert "the project's REDIS_TLS_CA_FILE" in result.stderr
+    assert "Traceback" not in result.stderr

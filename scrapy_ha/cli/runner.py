@@ -34,6 +34,7 @@ from scrapy_ha.store.connection import (
     RedisUnavailable,
     display_url,
     redis_from_settings,
+    untrusted_certificate,
 )
 from scrapy_ha.store.sharding import check_shard_count, claim_kind, set_dupefilter, shard_setting
 from scrapy_ha.store.state import CheckpointStore
@@ -127,6 +128,9 @@ async def reachable(client: Any, url: str) -> None:
             f"host and port of --redis-url or ${REDIS_URL_ENV}"
         ) from None
     except REDIS_DOWN_ERRORS as exc:
+        untrusted = untrusted_certificate(exc, url, "the project's REDIS_TLS_CA_FILE")
+        if untrusted:
+            raise RedisUnavailable(untrusted) from None
         raise RedisUnavailable(
             f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
             f"({_sentence(exc, url)}): is redis-server running there? Give its address with "

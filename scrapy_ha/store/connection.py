@@ -13,6 +13,7 @@ import asyncio
 import codecs
 import functools
 import random
+import ssl
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -40,6 +41,7 @@ __all__ = [
     "jittered",
     "redis_from_settings",
     "sync_redis_from_settings",
+    "untrusted_certificate",
 ]
 
 #: Errors that mean "Redis is unreachable right now": retried with backoff. A cluster
@@ -228,6 +230,9 @@ async def check_reachable(client: Any, url: str, timeout: float) -> str:
             f"in REDIS_URL (or REDIS_PARAMS)"
         ) from None
     except REDIS_DOWN_ERRORS as exc:
+        untrusted = untrusted_certificate(exc, url, "REDIS_TLS_CA_FILE")
+        if untrusted:  # waiting will not change the certificate: fail at once
+            raise RedisUnavailable(untrusted) from None
         reason = down_reason(exc, url)
         raise RedisDown(
             f"scrapy-ha cannot reach Redis at {url} within {timeout:g} s ({reason}). {CHECK_REDIS}",
@@ -241,6 +246,37 @@ CHECK_REDIS = (
     "Check REDIS_URL and that redis-server (or the sentinels, or the cluster nodes, it "
     "names) is running and reachable from this worker."
 )
+
+
+#: Words of OpenSSL's errors that only strict verification (``VERIFY_X509_STRICT``, on by
+#: default from Python 3.13) reports: a CA certificate made without the extensions it asks.
+_STRICT_ONLY = ("key usage", "key identifier", "marked critical", "basic constraints")
+
+
+def untrusted_certificate(exc: BaseException, url: str, ca_setting: str) -> str | None:
+    """If *exc* (redis-py wraps the SSL error it met) is a server certificate this client
+    does not trust, a sentence that says so and what to check (*ca_setting* names the CA
+    file); None for any other error."""
+    cause: BaseException | None = exc
+    for _ in range(4):  # redis-py's ConnectionError, raised while handling the SSL error
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            break
+        cause = None if cause is None else (cause.__cause__ or cause.__context__)
+    else:
+        return None
+    why = cause.verify_message or cause.reason or str(cause)
+    text = (
+        f"Redis at {url} presented a certificate this client does not trust ({why}): "
+        f"check that {ca_setting} names the CA that signed the server's certificate"
+    )
+    if any(word in why.lower() for word in _STRICT_ONLY):
+        text += (
+            ". Python 3.13 and later verify strictly (ssl.VERIFY_X509_STRICT): reissue the CA "
+            "certificate with the extensions it lacks, or relax the check for this Redis alone "
+            "(redis-py 7 and later) with REDIS_PARAMS = "
+            '{"ssl_exclude_verify_flags": [ssl.VERIFY_X509_STRICT]}'
+        )
+    return text
 
 
 def down_reason(exc: BaseException, url: str) -> str:

@@ -62,7 +62,8 @@ class StartWait:
     (drawn between half and the whole of it), with a WARNING each time, until
     ``HA_START_TIMEOUT`` has passed since the worker began to connect; then
     :class:`RedisUnavailable` says so. Each attempt is bounded by ``HA_CONNECT_TIMEOUT``
-    (so the last may end that much later). Refused credentials are not tried again."""
+    (so the last may end that much later). Refused credentials, and a server certificate
+    the worker does not trust, are not tried again."""
 
     def __init__(self, config: SchedulerConfig, redis_url: str) -> None:
         self.config = config
