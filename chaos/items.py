@@ -14,6 +14,7 @@ what the items would have been without the outbox.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -119,7 +120,8 @@ class Sinks:
 
     def sql_ids(self) -> list[int]:
         if self.sql_url.startswith("sqlite:///"):
-            with sqlite3.connect(self.sql_url[len("sqlite:///") :]) as db:
+            # closing(): a connection's own `with` ends a transaction and leaves it open
+            with contextlib.closing(sqlite3.connect(self.sql_url[len("sqlite:///") :])) as db:
                 rows = db.execute("SELECT item FROM scrapy_ha_items").fetchall()
             return [json.loads(r[0])["id"] for r in rows]
         import sqlalchemy
