@@ -133,8 +133,11 @@ test-latest: deps
 
 # The suite on another Python than the venv's (setup.cfg lists 3.11 to 3.13; CI runs the
 # machine's python3): `make test-python PYTHON=python3.13`, pinned as `make test` is.
-OTHER_VENV = .venv-python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-test-python: deps
+OTHER_VERSION = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+OTHER_VENV = .venv-python$(OTHER_VERSION)
+test-python:
+	@test -n "$(OTHER_VERSION)" || { echo "PYTHON=$(PYTHON): no such Python (give its path)"; exit 2; }
+	$(MAKE) deps
 	$(call make_venv,$(OTHER_VENV),-c constraints.txt -e '.[test]')
 	$(OTHER_VENV)/bin/python -m pytest -q -n $(PYTEST_WORKERS) $(SHORT) $(PYTEST_ARGS)
 
@@ -149,4 +152,4 @@ constraints: venv
 	  $(BIN)/pip freeze --exclude-editable | grep -vi '^scrapy-ha=='; } > constraints.txt
 
 clean:
-	rm -rf $(VENV) .venv-oldest .venv-latest .demo build dist *.egg-info
+	rm -rf $(VENV) .venv-oldest .venv-latest .venv-python* .demo build dist *.egg-info

@@ -231,7 +231,7 @@ async def check_reachable(client: Any, url: str, timeout: float) -> str:
         ) from None
     except REDIS_DOWN_ERRORS as exc:
         untrusted = untrusted_certificate(exc, url, "REDIS_TLS_CA_FILE")
-        if untrusted:  # waiting will not change the certificate: fail at once
+        if untrusted:  # waiting does not mend it: fail at once
             raise RedisUnavailable(untrusted) from None
         reason = down_reason(exc, url)
         raise RedisDown(
@@ -248,35 +248,48 @@ CHECK_REDIS = (
 )
 
 
-#: Words of OpenSSL's errors that only strict verification (``VERIFY_X509_STRICT``, on by
-#: default from Python 3.13) reports: a CA certificate made without the extensions it asks.
-_STRICT_ONLY = ("key usage", "key identifier", "marked critical", "basic constraints")
+#: OpenSSL's verification errors (``x509_vfy.h``) that waiting does not mend: no CA the
+#: client knows signed the server's certificate (2, 18 to 21) ...
+_UNKNOWN_ISSUER = frozenset({2, 18, 19, 20, 21})
+#: ... the certificate is for another host than the one named (62, 64) ...
+_OTHER_HOST = frozenset({62, 64})
+#: ... and what only strict verification (``VERIFY_X509_STRICT``, Python 3.13's default)
+#: reports: extensions a CA or a server's certificate lacks (78, 80 to 94; not 79, which
+#: OpenSSL reports without it too). An expired certificate, or one not valid yet (a clock
+#: behind), can be mended while the worker waits: those are tried again, as before.
+_STRICT_ONLY = frozenset({78, *range(80, 95)})
 
 
 def untrusted_certificate(exc: BaseException, url: str, ca_setting: str) -> str | None:
     """If *exc* (redis-py wraps the SSL error it met) is a server certificate this client
-    does not trust, a sentence that says so and what to check (*ca_setting* names the CA
-    file); None for any other error."""
+    refuses for a reason that waiting does not mend, a sentence that says so and what to
+    check (*ca_setting* names the CA file); None for any other error."""
     cause: BaseException | None = exc
-    for _ in range(4):  # redis-py's ConnectionError, raised while handling the SSL error
-        if isinstance(cause, ssl.SSLCertVerificationError):
+    for _ in range(8):  # redis-py's errors, raised while handling the SSL error
+        if cause is None or isinstance(cause, ssl.SSLCertVerificationError):
             break
-        cause = None if cause is None else (cause.__cause__ or cause.__context__)
-    else:
+        cause = cause.__cause__ or cause.__context__
+    if not isinstance(cause, ssl.SSLCertVerificationError):
         return None
-    why = cause.verify_message or cause.reason or str(cause)
-    text = (
-        f"Redis at {url} presented a certificate this client does not trust ({why}): "
-        f"check that {ca_setting} names the CA that signed the server's certificate"
-    )
-    if any(word in why.lower() for word in _STRICT_ONLY):
-        text += (
-            ". Python 3.13 and later verify strictly (ssl.VERIFY_X509_STRICT): reissue the CA "
-            "certificate with the extensions it lacks, or relax the check for this Redis alone "
-            "(redis-py 7 and later) with REDIS_PARAMS = "
+    code = cause.verify_code
+    if code in _UNKNOWN_ISSUER:
+        advice = f"check that {ca_setting} names the CA that signed the server's certificate"
+    elif code in _OTHER_HOST:
+        advice = (
+            "the certificate is not for the host the URL names: reach Redis by a name or "
+            "address its certificate lists (subjectAltName)"
+        )
+    elif code in _STRICT_ONLY:
+        advice = (
+            "Python 3.13 and later verify strictly (ssl.VERIFY_X509_STRICT), and a certificate "
+            "of the chain lacks what that asks for: reissue it, or relax the check for this "
+            "Redis alone (redis-py 7 and later) with REDIS_PARAMS = "
             '{"ssl_exclude_verify_flags": [ssl.VERIFY_X509_STRICT]}'
         )
-    return text
+    else:
+        return None
+    why = (cause.verify_message or str(cause)).rstrip(".")
+    return f"Redis at {url} presented a certificate this client does not accept ({why}): {advice}"
 
 
 def down_reason(exc: BaseException, url: str) -> str:

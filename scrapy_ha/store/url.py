@@ -345,13 +345,18 @@ def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, node:
     return cls(startup_nodes=nodes, **kwargs)
 
 
+#: redis-py arguments of how a certificate is checked: given in REDIS_PARAMS for the
+#: primary, they hold for the sentinels too (over TLS they present certificates as well).
+_TLS_CHECKS = ("ssl_include_verify_flags", "ssl_exclude_verify_flags", "ssl_check_hostname")
+
+
 def _sentinel_client(
     target: RedisTarget, params: dict[str, Any], sentinel_cls: Any, primary_cls: type
 ) -> Any:
     """The primary's client; the sentinels are asked for it on every new connection."""
     params = dict(params)
     params.pop("redis_cls", None)  # the primary's client is the sentinel-managed one
-    tls = {arg: params[arg] for arg in TLS_SETTINGS.values() if arg in params}
+    tls = {arg: params[arg] for arg in (*TLS_SETTINGS.values(), *_TLS_CHECKS) if arg in params}
     asking: dict[str, Any] = {
         "socket_connect_timeout": params["socket_connect_timeout"],
         "socket_timeout": params["socket_connect_timeout"],

@@ -63,7 +63,7 @@ class StartWait:
     ``HA_START_TIMEOUT`` has passed since the worker began to connect; then
     :class:`RedisUnavailable` says so. Each attempt is bounded by ``HA_CONNECT_TIMEOUT``
     (so the last may end that much later). Refused credentials, and a server certificate
-    the worker does not trust, are not tried again."""
+    refused for a reason waiting does not mend, are not tried again."""
 
     def __init__(self, config: SchedulerConfig, redis_url: str) -> None:
         self.config = config
