@@ -80,6 +80,14 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         ({"REDIS_URL": "redis+sentinel://u:hunter2@h:1"}, "/<service>"),
         ({"REDIS_SENTINELS": "h:1"}, "REDIS_SENTINEL_SERVICE"),
         ({"REDIS_URL": "redis://u:hunter2@h/0", "REDIS_TLS_CA_FILE": "/ca"}, "rediss://"),
+        (
+            {"REDIS_URL": "rediss://u:hunter2@h/0", "REDIS_TLS_CA_FILE": "/no/ca.pem"},
+            "REDIS_TLS_CA_FILE='/no/ca.pem': no such file (for Redis at rediss://u:***@h/0)",
+        ),
+        (
+            {"REDIS_URL": "rediss+sentinel://h/s/0", "REDIS_TLS_KEY_FILE": "/etc"},
+            "REDIS_TLS_KEY_FILE='/etc': no such file",
+        ),
     ],
 )
 def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):

@@ -22,6 +22,7 @@ never printed: :attr:`RedisTarget.display` masks it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -259,6 +260,10 @@ def _tls_params(settings: BaseSettings, target: RedisTarget) -> dict[str, Any]:
             f"{names} set, but Redis at {target.display} is not reached over TLS: use a "
             f"rediss:// URL (rediss+sentinel://, rediss+cluster://), or drop {names}"
         )
+    for name, arg in TLS_SETTINGS.items():  # read at each connection: missing, it would be
+        path = given.get(arg)  # taken for a Redis that does not answer, again and again
+        if path and not os.path.isfile(path):
+            raise RedisConfigError(f"{name}={path!r}: no such file (for Redis at {target.display})")
     return given
 
 
