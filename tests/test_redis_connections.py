@@ -27,6 +27,8 @@ from tests.test_cli import scrapy_ha
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from scrapy.crawler import Crawler
+
 #: The ACL user the crawl runs as: every command, but only the crawl's keys.
 ACL_USER = ["crawler", "on", ">s3cret", "~ha:*", "&*", "+@all"]
 
@@ -241,6 +243,29 @@ async def test_a_client_class_of_the_users_own_is_kept(redis_url, redis_cls, exp
 # -- certificates the client refuses -----------------------------------------------------
 
 
+async def _crawl_over_tls(
+    tmp_path: Path, site, files: redis_servers.TlsFiles, ca: Path | None = None, **extra
+) -> tuple[Crawler, int]:
+    """A crawl of *site* through a TLS redis-server of *files* (the client trusting *ca*,
+    the server's CA by default), with the settings *extra*; the crawler and the port."""
+    server = redis_servers.start_tls(tmp_path / "redis", files)
+    try:
+        crawler = get_crawler(
+            CatalogueSpider,
+            crawl_settings(
+                REDIS_URL=f"rediss://127.0.0.1:{server.port}/0",
+                REDIS_TLS_CA_FILE=str(ca or files.ca),
+                REDIS_TLS_CERT_FILE=str(files.client_cert),
+                REDIS_TLS_KEY_FILE=str(files.client_key),
+                **extra,
+            ),
+        )
+        await crawler.crawl_async(base_url=site.url)
+    finally:
+        server.kill()
+    return crawler, server.port
+
+
 @pytest.mark.parametrize(
     ("case", "advice"),
     [
@@ -263,28 +288,19 @@ async def test_a_server_certificate_refused_fails_the_start_at_once_saying_why(
         server_san="DNS:redis.example" if case == "another host" else "IP:127.0.0.1",
     )
     other = redis_servers.make_tls_files(tmp_path / "other")
-    server = redis_servers.start_tls(tmp_path / "redis", files)
-    try:
-        crawler = get_crawler(
-            CatalogueSpider,
-            crawl_settings(
-                REDIS_URL=f"rediss://127.0.0.1:{server.port}/0",
-                REDIS_TLS_CA_FILE=str(other.ca if case == "another CA" else files.ca),
-                REDIS_TLS_CERT_FILE=str(files.client_cert),
-                REDIS_TLS_KEY_FILE=str(files.client_key),
-                REDIS_PARAMS={"ssl_include_verify_flags": [ssl.VERIFY_X509_STRICT]}
-                if case == "strict"
-                else {},
-                HA_START_TIMEOUT=30,
-            ),
+    strict = {"ssl_include_verify_flags": [ssl.VERIFY_X509_STRICT]} if case == "strict" else {}
+    with caplog.at_level(logging.WARNING):
+        crawler, port = await _crawl_over_tls(
+            tmp_path,
+            site,
+            files,
+            ca=other.ca if case == "another CA" else None,
+            REDIS_PARAMS=strict,
+            HA_START_TIMEOUT=30,
         )
-        with caplog.at_level(logging.WARNING):
-            await crawler.crawl_async(base_url=site.url)
-    finally:
-        server.kill()
     assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
     (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert error.startswith(f"Redis at rediss://127.0.0.1:{server.port}/0 presented a certif")
+    assert error.startswith(f"Redis at rediss://127.0.0.1:{port}/0 presented a certificate")
     assert advice in error
     assert not [r for r in caplog.records if "unreachable at start" in r.getMessage()]
 
@@ -331,22 +347,8 @@ async def test_an_expired_server_certificate_is_tried_again_until_the_start_time
     too): the worker tries again, and says why each time."""
     files = redis_servers.make_tls_files(tmp_path / "tls")
     _expired_server_certificate(files)
-    server = redis_servers.start_tls(tmp_path / "redis", files)
-    try:
-        crawler = get_crawler(
-            CatalogueSpider,
-            crawl_settings(
-                REDIS_URL=f"rediss://127.0.0.1:{server.port}/0",
-                REDIS_TLS_CA_FILE=str(files.ca),
-                REDIS_TLS_CERT_FILE=str(files.client_cert),
-                REDIS_TLS_KEY_FILE=str(files.client_key),
-                HA_START_TIMEOUT=1,
-            ),
-        )
-        with caplog.at_level(logging.WARNING):
-            await crawler.crawl_async(base_url=site.url)
-    finally:
-        server.kill()
+    with caplog.at_level(logging.WARNING):
+        crawler, _ = await _crawl_over_tls(tmp_path, site, files, HA_START_TIMEOUT=1)
     assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
     retries = [r.getMessage() for r in caplog.records if "unreachable at start" in r.getMessage()]
     assert retries and all("certificate has expired" in m for m in retries)
@@ -376,24 +378,13 @@ async def test_the_way_out_of_strict_checking_the_error_names_works(tmp_path, si
     """REDIS_PARAMS's ssl_exclude_verify_flags, as the error above says, lets a hand-made CA
     through strict checking (asked for as Python 3.13 does by default)."""
     files = redis_servers.make_tls_files(tmp_path / "tls", strict_ca=False)
-    server = redis_servers.start_tls(tmp_path / "redis", files)
-    try:
-        crawler = get_crawler(
-            CatalogueSpider,
-            crawl_settings(
-                REDIS_URL=f"rediss://127.0.0.1:{server.port}/0",
-                REDIS_TLS_CA_FILE=str(files.ca),
-                REDIS_TLS_CERT_FILE=str(files.client_cert),
-                REDIS_TLS_KEY_FILE=str(files.client_key),
-                REDIS_PARAMS={
-                    "ssl_include_verify_flags": [ssl.VERIFY_X509_STRICT],
-                    "ssl_exclude_verify_flags": [ssl.VERIFY_X509_STRICT],
-                },
-            ),
-        )
-        await crawler.crawl_async(base_url=site.url)
-    finally:
-        server.kill()
+    flags = [ssl.VERIFY_X509_STRICT]
+    crawler, _ = await _crawl_over_tls(
+        tmp_path,
+        site,
+        files,
+        REDIS_PARAMS={"ssl_include_verify_flags": flags, "ssl_exclude_verify_flags": flags},
+    )
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 51))
 
 
