@@ -21,6 +21,7 @@ from scrapy_ha.demo.harness import free_port
 from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
 from scrapy_ha.store.url import RedisConfigError, parse_url, target_from_settings, uses_cluster
 from tests import redis_servers
+from tests.scrapy_project import write_project
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
 
@@ -392,14 +393,13 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
     files = redis_servers.make_tls_files(tmp_path / "tls")
     other = redis_servers.make_tls_files(tmp_path / "other")
     server = redis_servers.start_tls(tmp_path / "redis", files)
-    project = tmp_path / "project"
-    (project / "tlsproject").mkdir(parents=True)
-    (project / "scrapy.cfg").write_text("[settings]\ndefault = tlsproject.settings\n")
-    (project / "tlsproject" / "__init__.py").write_text("")
-    (project / "tlsproject" / "settings.py").write_text(
+    project = write_project(
+        tmp_path / "project",
+        "tlsproject",
+        "",
         f"REDIS_TLS_CA_FILE = {str(other.ca)!r}\n"
         f"REDIS_TLS_CERT_FILE = {str(files.client_cert)!r}\n"
-        f"REDIS_TLS_KEY_FILE = {str(files.client_key)!r}\n"
+        f"REDIS_TLS_KEY_FILE = {str(files.client_key)!r}\n",
     )
     try:
         url = f"rediss://127.0.0.1:{server.port}/0"

@@ -171,6 +171,9 @@ async def test_the_error_the_crawl_reports_is_the_one_a_check_runs_at(redis_url)
     assert before is not None and after is not None
     assert figures["ha/dupefilter/error_rate"] in (before.error_now, after.error_now)
     assert figures["ha/dupefilter/urls"] in (before.urls, after.urls)
+    if after.slices == state.slices:  # no slice aged out: the figures are the state's
+        assert figures["ha/dupefilter/error_rate"] == state.error_now
+        assert figures["ha/dupefilter/urls"] == total
     await q.client.aclose()
 
 
