@@ -53,6 +53,8 @@ DEMO_SETTINGS = {
 #: of EVERY fail their first TIMES hits. 404s never recover: they end in the dead-letter queue.
 FAULTS = ["404:97:99", "503:7:1", "500:11:2", "429:131:1:1", "timeout:211:1", "broken:53:1"]
 GONE_EVERY = 97
+#: The fewest leases worker 1 holds when it is killed.
+MIN_HELD = 4
 BANNED_EXIT = "127.0.0.2"
 
 
@@ -151,19 +153,25 @@ def _count_items(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _leases_of(redis_url: str, pid: int) -> int:
+def _leases_of(redis_url: str, pid: int, fresh_ms: int = 150) -> int:
     """The leases the worker of process *pid* held at its last renewal (its ``wstats``
-    entry: ``"<ms> {"leases": n, ...}"``, under an id ``host:pid[:job]:random``)."""
+    entry: ``"<ms> {"leases": n, ...}"``, under an id ``host:pid[:job]:random``), if that
+    renewal is at most *fresh_ms* old by Redis's clock, else 0: a worker acks a renewal
+    interval's worth of pages, so an older count may be leases it no longer holds."""
     import redis
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         stats: dict[str, str] = client.hgetall(Keys("ha", "catalogue").worker_stats)  # type: ignore[assignment]
+        seconds, micros = client.time()  # type: ignore[misc]
     finally:
         client.close()
+    now_ms = seconds * 1000 + micros // 1000
     for worker, value in stats.items():
         if worker.split(":")[1:2] == [str(pid)]:
-            _, _, doc = value.partition(" ")
+            at, _, doc = value.partition(" ")
+            if now_ms - int(at) > fresh_ms:
+                return 0
             return int(json.loads(doc).get("leases", 0))
     return 0
 
@@ -186,13 +194,18 @@ def run(demo: Demo, kill_at: int) -> int:
     started = time.monotonic()
     workers = [demo.worker(n) for n in (1, 2, 3)]
     victim = workers[0]
+
     # mid-crawl, and holding leases (a worker slow to start may hold none when the others
-    # have stored kill_at items): those are what the others must reclaim
-    held = _wait_for(
-        lambda: _count_items(demo.items) >= kill_at and _leases_of(demo.redis_url, victim.pid),
-        f"{kill_at} items and worker 1 holding leases",
-        timeout=300,
-    )
+    # have stored kill_at items), counted at a renewal just made (the count of a second ago
+    # may be all acked since) and more than a page or two (acked in the next instant):
+    # those are what the others must reclaim
+    def holding() -> int:
+        if _count_items(demo.items) < kill_at:
+            return 0
+        held = _leases_of(demo.redis_url, victim.pid)
+        return held if held >= MIN_HELD else 0
+
+    held = _wait_for(holding, f"{kill_at} items and worker 1 holding leases", timeout=300)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     print(
