@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -72,17 +71,23 @@ def test_the_demo_reports_nothing_lost(tmp_path: Path) -> None:
     assert "proxy password in any log             no" in out
 
 
-def test_the_kill_waits_for_a_count_of_leases_just_renewed(
+def test_the_kill_counts_the_leases_redis_still_holds_for_the_worker(
     redis_client: redis.Redis, redis_url: str
 ) -> None:
-    """A worker acks a renewal interval's worth of pages: a count of leases a second old
-    may be leases it no longer holds, and a kill then reclaims nothing (the report's
-    'leases reclaimed' row was 0 once in CI)."""
-    key = Keys("ha", "catalogue").worker_stats
-    seconds, micros = redis_client.time()
-    now_ms = seconds * 1000 + micros // 1000
-    redis_client.hset(key, "host:4242:ab12", f"{now_ms - 1000} " + json.dumps({"leases": 37}))
-    assert demo_run._leases_of(redis_url, 4242) == 0
-    redis_client.hset(key, "host:4242:ab12", f"{now_ms} " + json.dumps({"leases": 37}))
-    assert demo_run._leases_of(redis_url, 4242) == 37
-    assert demo_run._leases_of(redis_url, 4243) == 0
+    """The demo kills worker 1 only when Redis holds leases of its last round for it: a count
+    it published earlier may be leases all acked since, and the kill then reclaims nothing
+    (the report's 'leases reclaimed' row was 0 once in CI)."""
+    keys = Keys("ha", "catalogue")
+    grant = keys.grant("host:4242:job:ab12")
+    redis_client.hset(grant, mapping={"1": "n-7.1", "2": "n-7.2", "3": "n-7.3", "4": "n-7.4"})
+    # 1 and 2 still held, 3 acked (no record), 4 reclaimed and leased to another worker
+    redis_client.hset(
+        keys.leases, mapping={"1": "n-7.1 5 example.com", "2": "n-7.2 5 -", "4": "m-9.1 5 -"}
+    )
+    redis_client.hset(keys.grant("host:4243:cd34"), mapping={"5": "n-8.1"})
+    redis_client.hset(keys.leases, "5", "n-8.1 5 -")
+    assert demo_run._granted_to(redis_url, 4242) == 2
+    assert demo_run._granted_to(redis_url, 4243) == 1
+    assert demo_run._granted_to(redis_url, 4244) == 0
+    redis_client.hdel(keys.leases, "1", "2")
+    assert demo_run._granted_to(redis_url, 4242) == 0

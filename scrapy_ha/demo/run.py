@@ -53,8 +53,8 @@ DEMO_SETTINGS = {
 #: of EVERY fail their first TIMES hits. 404s never recover: they end in the dead-letter queue.
 FAULTS = ["404:97:99", "503:7:1", "500:11:2", "429:131:1:1", "timeout:211:1", "broken:53:1"]
 GONE_EVERY = 97
-#: The fewest leases worker 1 holds when it is killed.
-MIN_HELD = 4
+#: Seconds worker 1 stays stopped before its leases are counted (its calls in flight end).
+SETTLE = 0.3
 BANNED_EXIT = "127.0.0.2"
 
 
@@ -153,26 +153,31 @@ def _count_items(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _leases_of(redis_url: str, pid: int, fresh_ms: int = 150) -> int:
-    """The leases the worker of process *pid* held at its last renewal (its ``wstats``
-    entry: ``"<ms> {"leases": n, ...}"``, under an id ``host:pid[:job]:random``), if that
-    renewal is at most *fresh_ms* old by Redis's clock, else 0: a worker acks a renewal
-    interval's worth of pages, so an older count may be leases it no longer holds."""
+def _granted_to(redis_url: str, pid: int) -> int:
+    """Of the leases the latest round of the worker of process *pid* took (its grant:
+    ``"<id>" -> "<token>"``, under an id ``host:pid[:job]:random``), those Redis still holds
+    under the same token: not acked, not lost to another worker. Call it while the worker
+    is stopped, and they are leases it holds and can no longer give back."""
     import redis
 
+    keys = Keys("ha", "catalogue")
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        stats: dict[str, str] = client.hgetall(Keys("ha", "catalogue").worker_stats)  # type: ignore[assignment]
-        seconds, micros = client.time()  # type: ignore[misc]
+        for key in client.scan_iter(match=keys.grant("*"), count=1000):
+            worker = key[len(keys.grant("")) :]
+            if worker.split(":")[1:2] != [str(pid)]:
+                continue
+            granted: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
+            if not granted:
+                return 0
+            records: list[str | None] = client.hmget(keys.leases, list(granted))  # type: ignore[assignment]
+            return sum(
+                1
+                for token, record in zip(granted.values(), records, strict=True)
+                if record is not None and record.split(" ", 1)[0] == token
+            )
     finally:
         client.close()
-    now_ms = seconds * 1000 + micros // 1000
-    for worker, value in stats.items():
-        if worker.split(":")[1:2] == [str(pid)]:
-            at, _, doc = value.partition(" ")
-            if now_ms - int(at) > fresh_ms:
-                return 0
-            return int(json.loads(doc).get("leases", 0))
     return 0
 
 
@@ -196,21 +201,26 @@ def run(demo: Demo, kill_at: int) -> int:
     victim = workers[0]
 
     # mid-crawl, and holding leases (a worker slow to start may hold none when the others
-    # have stored kill_at items), counted at a renewal just made (the count of a second ago
-    # may be all acked since) and more than a page or two (acked in the next instant):
-    # those are what the others must reclaim
+    # have stored kill_at items; a count it published a moment ago may be all acked since):
+    # worker 1 is stopped, its last round's calls given time to end in Redis, and killed if
+    # Redis still holds leases of that round for it, else let go on and looked at again
     def holding() -> int:
         if _count_items(demo.items) < kill_at:
             return 0
-        held = _leases_of(demo.redis_url, victim.pid)
-        return held if held >= MIN_HELD else 0
+        victim.send_signal(signal.SIGSTOP)
+        time.sleep(SETTLE)
+        held = _granted_to(demo.redis_url, victim.pid)
+        if not held:
+            victim.send_signal(signal.SIGCONT)
+            time.sleep(SETTLE)  # a round to take leases before the next look
+        return held
 
     held = _wait_for(holding, f"{kill_at} items and worker 1 holding leases", timeout=300)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     print(
-        f"SIGKILLed worker 1 after {_count_items(demo.items)} items, holding {held} lease(s); "
-        "workers 2 and 3 go on"
+        f"SIGKILLed worker 1 after {_count_items(demo.items)} items, holding {held} lease(s) "
+        "or more; workers 2 and 3 go on"
     )
     for proc in workers[1:]:
         proc.wait(timeout=600)
