@@ -82,6 +82,7 @@ def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **ove
     are redis-py client arguments that win over ``REDIS_PARAMS``."""
     client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
     _mix_in(client, _AsyncFailoverAware)
+    _mix_in(client, _AsyncTimedWrites)
     if HIREDIS_AVAILABLE:
         _mix_in(client, _AsyncHiredisPacking)
     return client
@@ -186,6 +187,52 @@ class _AsyncFailoverAware:
         except redis.exceptions.ResponseError as exc:
             if str(exc).startswith(NO_REPLICAS):
                 raise redis.exceptions.ConnectionError(_noreplicas_text(exc)) from exc
+            raise
+
+
+class _AsyncTimedWrites:
+    """A connection that bounds a write by ``socket_timeout`` with ``asyncio.timeout``.
+
+    redis-py's asyncio client writes a command under ``asyncio.wait_for``, which on Python
+    3.11 wraps the write in a task of its own: a task made, scheduled and awaited, and a
+    timer, two more turns of the event loop per command, for a write that nearly always
+    ends at once (the socket takes it: ``drain`` then returns without waiting). Here the
+    write of a connected connection with no health check due is the same write, and the
+    same errors, without the task; anything else goes to redis-py's own path."""
+
+    socket_timeout: float | None
+    health_check_interval: float
+    next_health_check: float
+    _writer: Any
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        timeout = self.socket_timeout
+        if (
+            not timeout
+            or not isinstance(command, list)
+            or not self.is_connected  # type: ignore[attr-defined]
+            or (
+                check_health
+                and self.health_check_interval
+                and asyncio.get_running_loop().time() > self.next_health_check
+            )
+        ):
+            return await super().send_packed_command(command, check_health)  # type: ignore[misc,no-any-return]
+        try:
+            self._writer.writelines(command)
+            async with asyncio.timeout(timeout):
+                await self._writer.drain()
+        except TimeoutError:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            number, text = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+            raise redis.exceptions.ConnectionError(
+                f"Error {number} while writing to socket. {text}."
+            ) from exc
+        except BaseException:  # cancelled half-way: what was sent of it is unknown
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise
 
 
