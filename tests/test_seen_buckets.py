@@ -17,6 +17,7 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES, Keys
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json
+from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet
 from scrapy_ha.store.buckets import (
     BUCKET_FILL,
@@ -217,6 +218,31 @@ async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url):
     }
     assert sent < 4096, sent  # names: some 30 bytes a bucket, 120 KB for these 4096
     await client.delete(older.key(KEYS, 0))
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_drop_unlinks_a_thousand_buckets_a_command_and_counts_those_there(redis_url):
+    """A crawl's finish drops every bucket its count names (32,768 for the default
+    capacity), most of them never made in a small crawl: one UNLINK of many names, not one
+    a bucket."""
+    queue = await joined(redis_url)
+    await add(queue, entries(range(3000)))
+    client = queue.client
+    state = await read_buckets(client, KEYS)
+    assert state is not None and state.buckets == 4096
+    made = len([k async for k in client.scan_iter(match=f"{KEYS.buckets}:*", count=10_000)])
+    drop = client.register_script(scripts.DROP_BUCKETS_LUA)
+
+    def unlinks(stats: dict) -> int:
+        return int(stats.get("cmdstat_unlink", {}).get("calls", 0))
+
+    before = unlinks(await client.info("commandstats"))
+    dropped = await drop(keys=[KEYS.buckets], args=[state.gen, 0, 2047])
+    dropped += await drop(keys=[KEYS.buckets], args=[state.gen, 2048, 4095])
+    assert dropped == made
+    assert unlinks(await client.info("commandstats")) - before == 6  # 1000 + 1000 + 48, twice
+    assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == []
     await client.aclose()
 
 
