@@ -1,7 +1,9 @@
 """The worker's asyncio connections write a command without a task of its own (redis-py's
 ``asyncio.wait_for`` makes one per command on Python 3.11), and keep what that path gave:
 a write Redis does not take within ``socket_timeout`` fails and drops the connection, and a
-health check that is due still runs first. Real redis-server."""
+health check that is due still runs first. Real redis-server. The behaviour is checked on
+every Python; the task counted only where the connections are changed (3.11.3 to 3.11.x:
+``TIMED_WRITES``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import redis
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha.store.connection import redis_from_settings
+from scrapy_ha.store.connection import TIMED_WRITES, redis_from_settings
 from tests import redis_servers
 
 if TYPE_CHECKING:
@@ -27,6 +29,7 @@ def _client(url: str, **params: Any) -> Any:
     )
 
 
+@pytest.mark.skipif(not TIMED_WRITES, reason="redis-py's own writes make no task here")
 @deferred_f_from_coro_f
 async def test_a_command_is_written_without_a_task_of_its_own(redis_url):
     loop = asyncio.get_running_loop()
@@ -61,17 +64,18 @@ async def test_a_write_redis_does_not_take_times_out_and_drops_the_connection(tm
     server = redis_servers.start(tmp_path / "redis")
     client = _client(f"redis://127.0.0.1:{server.port}/0", socket_timeout=0.5)
     try:
-        conn = await client.connection_pool.get_connection()
+        conn = client.connection_pool.make_connection()
+        await conn.connect()
         await conn.send_command("PING")
         assert await conn.read_response() in (b"PONG", "PONG", True)
         server.proc.send_signal(signal.SIGSTOP)  # it reads nothing: the socket's buffers fill
         try:
             with pytest.raises(redis.exceptions.TimeoutError, match="Timeout writing to socket"):
-                await conn.send_command("SET", "k", b"x" * (64 << 20))
+                await conn.send_command("SET", "k", b"x" * (16 << 20))
             assert not conn.is_connected
         finally:
             server.proc.send_signal(signal.SIGCONT)
-        assert await client.ping()  # a new connection
+        assert await client.ping()
     finally:
         await client.aclose()
         server.kill()
@@ -86,7 +90,8 @@ async def test_a_health_check_that_is_due_still_runs_before_the_write(redis_url)
         def pings() -> int:
             return int(stats.info("commandstats").get("cmdstat_ping", {}).get("calls", 0))
 
-        conn = await client.connection_pool.get_connection()
+        conn = client.connection_pool.make_connection()
+        await conn.connect()
         await conn.send_command("ECHO", "a")
         await conn.read_response()
         before = pings()
@@ -97,6 +102,7 @@ async def test_a_health_check_that_is_due_still_runs_before_the_write(redis_url)
         await conn.send_command("ECHO", "c")
         assert await conn.read_response() == b"c"
         assert pings() == before + 1
+        await conn.disconnect()
     finally:
         stats.close()
         await client.aclose()

@@ -14,6 +14,7 @@ import codecs
 import functools
 import random
 import ssl
+import sys
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -62,6 +63,8 @@ REDIS_DOWN_ERRORS = (
 
 #: The error Redis answers a write with while ``min-replicas-to-write`` is not met.
 NO_REPLICAS = "NOREPLICAS"
+#: Whether the worker's connections write under ``asyncio.timeout`` (:class:`_AsyncTimedWrites`).
+TIMED_WRITES = (3, 11, 3) <= sys.version_info[:3] < (3, 12, 0)
 
 
 class RedisUnavailable(RuntimeError):
@@ -82,7 +85,8 @@ def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **ove
     are redis-py client arguments that win over ``REDIS_PARAMS``."""
     client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
     _mix_in(client, _AsyncFailoverAware)
-    _mix_in(client, _AsyncTimedWrites)
+    if TIMED_WRITES:
+        _mix_in(client, _AsyncTimedWrites)
     if HIREDIS_AVAILABLE:
         _mix_in(client, _AsyncHiredisPacking)
     return client
@@ -196,32 +200,24 @@ class _AsyncTimedWrites:
     redis-py's asyncio client writes a command under ``asyncio.wait_for``, which on Python
     3.11 wraps the write in a task of its own: a task made, scheduled and awaited, and a
     timer, two more turns of the event loop per command, for a write that nearly always
-    ends at once (the socket takes it: ``drain`` then returns without waiting). Here the
-    write of a connected connection with no health check due is the same write, and the
-    same errors, without the task; anything else goes to redis-py's own path."""
+    ends at once (the socket takes it: ``drain`` then returns without waiting). Here a
+    connected connection runs the same steps (its health check, then the write), with the
+    same errors, without the task; anything else goes to redis-py's own path. Mixed in on
+    Python 3.11.3 to 3.11.x only (:data:`TIMED_WRITES`): from 3.12 ``wait_for`` makes no
+    task, and before 3.11.3 ``asyncio.timeout`` could give a cancelled task's timeout as
+    a cancellation (CPython gh-102780), which redis-py itself avoids there."""
 
     socket_timeout: float | None
-    health_check_interval: float
-    next_health_check: float
-    _writer: Any
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         timeout = self.socket_timeout
-        if (
-            not timeout
-            or not isinstance(command, list)
-            or not self.is_connected  # type: ignore[attr-defined]
-            or (
-                check_health
-                and self.health_check_interval
-                and asyncio.get_running_loop().time() > self.next_health_check
-            )
-        ):
+        if not timeout or not isinstance(command, list) or not self.is_connected:  # type: ignore[attr-defined]
             return await super().send_packed_command(command, check_health)  # type: ignore[misc,no-any-return]
+        if check_health:
+            await self.check_health()  # type: ignore[attr-defined]
         try:
-            self._writer.writelines(command)
             async with asyncio.timeout(timeout):
-                await self._writer.drain()
+                await self._send_packed_command(command)  # type: ignore[attr-defined]
         except TimeoutError:
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]
             raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
