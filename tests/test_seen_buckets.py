@@ -17,11 +17,11 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES, Keys
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json
+from scrapy_ha.store import buckets as buckets_module
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet
 from scrapy_ha.store.buckets import (
     BUCKET_FILL,
-    DELETE_BATCH,
     MIN_BUCKETS,
     BucketSet,
     BucketState,
@@ -197,14 +197,15 @@ async def test_flush_deletes_every_bucket_and_a_new_crawl_starts_empty(redis_url
 
 
 @deferred_f_from_coro_f
-async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url):
+async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url, monkeypatch):
     """The worker sends a generation and a range a call (lua/drop_buckets.lua), not the
     name of every bucket: a crawl sized for a billion URLs has 4 M of them."""
+    monkeypatch.setattr(buckets_module, "DELETE_BATCH", 1024)  # several calls for 4,096
     queue = await joined(redis_url)
     await add(queue, entries(range(3000)))
     client = queue.client
     state = await read_buckets(client, KEYS)
-    assert state is not None and state.buckets > DELETE_BATCH
+    assert state is not None and state.buckets > buckets_module.DELETE_BATCH
     older = BucketState(state.buckets, "1", 0)  # another generation: not this finish's
     await client.sadd(older.key(KEYS, 0), 1)
     await client.sadd(state.key(KEYS, state.buckets - 1), 1)  # the last bucket goes too
@@ -218,6 +219,24 @@ async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url):
     }
     assert sent < 4096, sent  # names: some 30 bytes a bucket, 120 KB for these 4096
     await client.delete(older.key(KEYS, 0))
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_default_capacitys_buckets_go_in_four_calls(redis_url):
+    """32,768 buckets (HA_DUPEFILTER_CAPACITY's default): a call each 8,192, not 2,048 (a
+    finish waited for 16 round trips; a call costs Redis about 3.5 ms)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    state = BucketState(bucket_count(10_000_000), "5", 0)
+    assert state.buckets == 32768
+    await client.sadd(state.key(KEYS, 0), 1)
+    await client.sadd(state.key(KEYS, 32767), 2)
+    await delete_buckets(client, BucketState(1, "0", 0), KEYS)  # the script loaded before
+    before = await client.info("commandstats")
+    await delete_buckets(client, state, KEYS)
+    after = await client.info("commandstats")
+    assert after["cmdstat_evalsha"]["calls"] - before["cmdstat_evalsha"]["calls"] == 4
+    assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == []
     await client.aclose()
 
 
