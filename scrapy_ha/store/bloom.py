@@ -39,9 +39,11 @@ __all__ = [
     "Dupefilter",
     "DupefilterRefused",
     "ExactSet",
+    "bitmap_keys",
     "bloom_k",
     "bloom_state",
     "filter_keys",
+    "filter_metas",
     "layer_sizes",
     "seen_call",
     "slice_keys",
@@ -361,11 +363,26 @@ async def filter_keys(client: Any, keys: Keys) -> list[str]:
     """Every bitmap of the crawl's Bloom filter, as stored (none without a filter): its
     layers', or those of each of its time slices (``lua/lib/aged.lua`` names them from the
     meta hash: ``<meta>:s<slice>:<layer>:<part>``)."""
+    return bitmap_keys(keys, await client.hgetall(keys.bloom))
+
+
+def bitmap_keys(keys: Keys, raw_meta: dict[Any, Any]) -> list[str]:
+    """:func:`filter_keys` of the filter's meta hash as read (HGETALL)."""
     found = BloomFilter(1, 0.5)
-    meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
+    meta = {_s(k): _s(v) for k, v in raw_meta.items()}
     if "period" in meta:
         return slice_keys(keys, meta)
     return found.all_keys(keys, found.layers) if found.learn(meta) else []
+
+
+async def filter_metas(client: Any, keys: Keys) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    """The meta hashes of the crawl's Bloom filter and of its exact set's buckets, as read
+    (HGETALL), in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.bloom)
+    pipe.hgetall(keys.buckets)
+    bloom, buckets = await pipe.execute()
+    return bloom, buckets
 
 
 def slice_keys(keys: Keys, meta: dict[str, str]) -> list[str]:

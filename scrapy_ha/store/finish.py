@@ -17,8 +17,8 @@ import secrets
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_ha.store import scripts
-from scrapy_ha.store.bloom import filter_keys
-from scrapy_ha.store.buckets import delete_buckets, read_buckets
+from scrapy_ha.store.bloom import bitmap_keys, filter_metas
+from scrapy_ha.store.buckets import bucket_state, delete_buckets
 from scrapy_ha.store.wire import SENT_GRACE_MS, Finished, _s
 
 if TYPE_CHECKING:
@@ -106,10 +106,11 @@ async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
     keys = finish_keys(queue.keys, keep=keep)
     buckets = None
     if not keep:  # a Bloom filter's bitmaps, as stored, go with its meta hash
-        keys += await filter_keys(queue.client, queue.keys)
+        bloom, stored = await filter_metas(queue.client, queue.keys)
+        keys += bitmap_keys(queue.keys, bloom)
         if queue.keys.shard is None:  # the crawl's own tag: the dupefilter's kind goes too
             keys.append(queue.keys.filter_kind)
-        buckets = await read_buckets(queue.client, queue.keys)
+        buckets = bucket_state(stored)
     finished = Finished.from_reply(await script(keys=keys, args=args))
     if finished:  # the buckets' meta hash went with the script: their sets go in batches
         await delete_buckets(queue.client, buckets, queue.keys)
@@ -143,8 +144,8 @@ async def complete_finish(queue: Sharded, token: str) -> bool:
         if not record.startswith(f"commit {token} "):
             return False
         k = shard.keys
-        filters = await filter_keys(shard.client, k)
-        buckets = await read_buckets(shard.client, k)
+        bloom, stored = await filter_metas(shard.client, k)
+        filters, buckets = bitmap_keys(k, bloom), bucket_state(stored)
         await shard.client.delete(k.workers, k.cookies, *working_keys(k), *filters)
         await delete_buckets(shard.client, buckets, k)
     record = _s(await queue.client.get(queue.keys.finish_record) or b"")

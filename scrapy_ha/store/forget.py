@@ -42,6 +42,7 @@ __all__ = [
     "every_shard",
     "forget_fingerprints",
     "read_rules",
+    "rules_of",
     "seen_fingerprint",
     "seen_where",
 ]
@@ -100,7 +101,12 @@ def _s(value: Any) -> str:
 
 async def read_rules(client: Any, keys: Keys) -> ForgetRules:
     """The crawl's rules as stored (shard 0's copy: each shard holds the same)."""
-    raw = {_s(k): _s(v) for k, v in (await client.hgetall(keys.forget)).items()}
+    return rules_of(await client.hgetall(keys.forget))
+
+
+def rules_of(stored: dict[Any, Any]) -> ForgetRules:
+    """:func:`read_rules` of the rules' hash as read (HGETALL)."""
+    raw = {_s(k): _s(v) for k, v in stored.items()}
     domains = {k[len(DOMAIN) :]: int(v) for k, v in raw.items() if k.startswith(DOMAIN)}
     patterns = tuple(
         (glob_pattern(k[len(PATTERN) :]), int(v)) for k, v in raw.items() if k.startswith(PATTERN)

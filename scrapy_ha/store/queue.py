@@ -344,11 +344,13 @@ class RedisQueue:
     async def leave(self, worker: str, sender: str | None = None) -> None:
         """Unregister a worker that stops (and forget its *sender* nonce's number: every
         call of it has had its reply)."""
-        await self.client.zrem(self.keys.workers, worker)
-        await self.client.hdel(self.keys.worker_stats, worker)
+        pipe = self.client.pipeline(transaction=False)  # one round trip, not four
+        pipe.zrem(self.keys.workers, worker)
+        pipe.hdel(self.keys.worker_stats, worker)
         if sender is not None:
-            await self.client.hdel(self.keys.sent, sender)
-            await self.client.hdel(self.keys.senders, worker)
+            pipe.hdel(self.keys.sent, sender)
+            pipe.hdel(self.keys.senders, worker)
+        await pipe.execute()
 
     async def upgrade(self) -> int:
         """Convert requests stored pending by a version before the back queues (see

@@ -11,8 +11,8 @@ from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.aged import AgedBloom, AgedSet
-from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state
-from scrapy_ha.store.buckets import BucketSet, bucket_count, read_buckets
+from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state, filter_metas
+from scrapy_ha.store.buckets import BucketSet, BucketState, bucket_count, bucket_state
 from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
@@ -212,9 +212,16 @@ async def _dupefilter(
     queue: RedisQueue, config: MemoryConfig, *, warn: bool, ttl: float = 0.0
 ) -> Dupefilter:
     keys, client = queue.keys, queue.client
-    meta = {_s(k): _s(v) for k, v in (await client.hgetall(keys.bloom)).items()}
+    # what is stored, read in one round trip (a worker's start waits for each)
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.bloom)
+    pipe.hgetall(keys.buckets)
+    pipe.exists(keys.aged)
+    pipe.exists(keys.dupefilter)
+    raw_meta, raw_buckets, aged, single = await pipe.execute()
+    meta = {_s(k): _s(v) for k, v in raw_meta.items()}
     fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
-    buckets = await read_buckets(client, keys)
+    buckets = bucket_state(raw_buckets)
     if config.dupefilter == "set":
         if meta:
             raise ConfigError(
@@ -229,26 +236,26 @@ async def _dupefilter(
             )
         if ttl:
             return AgedSet(int(ttl * 1000))
-        if await client.exists(keys.aged):
+        if aged:
             raise ConfigError(
                 f"HA_DUPEFILTER='set' without HA_DUPEFILTER_TTL, but the crawl of {keys.spider} "
                 f"in Redis keeps its exact set in time slices ({keys.aged}): run it with "
                 f"HA_DUPEFILTER_TTL (every worker of a crawl with the same), {fix}"
             )
-        return await _exact(queue, config, warn=warn)
+        return _exact(keys, config, buckets, bool(single), warn=warn)
     if buckets:
         raise ConfigError(
             f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "
             f"of {buckets.urls} fingerprints in buckets ({keys.buckets}): run it with "
             f"HA_DUPEFILTER='set', {fix}"
         )
-    if await client.exists(keys.aged):
+    if aged:
         raise ConfigError(
             f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis keeps its exact set "
             f"in time slices ({keys.aged}, HA_DUPEFILTER_TTL): run it with HA_DUPEFILTER='set', "
             f"{fix}"
         )
-    if seen := await client.scard(keys.dupefilter):
+    if single and (seen := await client.scard(keys.dupefilter)):
         raise ConfigError(
             f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "
             f"of {seen} fingerprints ({keys.dupefilter}): run it with HA_DUPEFILTER='set', {fix}"
@@ -310,13 +317,14 @@ def _aged_bloom(
     return stored
 
 
-async def _exact(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupefilter:
-    """The exact set: in buckets, their count as stored (or from HA_DUPEFILTER_CAPACITY for
-    a crawl made now); the single set for a crawl made before the buckets that has one."""
-    keys, client = queue.keys, queue.client
+def _exact(
+    keys: Keys, config: MemoryConfig, stored: BucketState | None, single: bool, *, warn: bool
+) -> Dupefilter:
+    """The exact set: in buckets, their count as *stored* (or from HA_DUPEFILTER_CAPACITY
+    for a crawl made now); the *single* set for a crawl made before the buckets that has
+    one."""
     wanted = bucket_count(config.capacity)
-    stored = await read_buckets(client, keys)
-    if stored is None and await client.exists(keys.dupefilter):
+    if stored is None and single:
         if warn:
             logger.info(
                 "The crawl of %s keeps its dupefilter in one set (%s, made before the buckets): "
@@ -325,7 +333,7 @@ async def _exact(queue: RedisQueue, config: MemoryConfig, *, warn: bool) -> Dupe
                 keys.dupefilter,
             )
         return ExactSet()
-    if stored is not None and warn and await client.exists(keys.dupefilter):
+    if stored is not None and warn and single:
         logger.warning(
             "The crawl of %s has its dupefilter in buckets (%s) and a single set (%s) too: a "
             "worker of a version before the buckets joined it and keeps the set, so the two "
@@ -355,10 +363,11 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
     exact set's buckets: URLs held, and 1 in ``ha/dupefilter/over_capacity`` once a shard
     holds more than its buckets were made for."""
     now_ms = await server_ms(queue.client)  # the slices a check reads now
-    states = [bloom_state(await q.client.hgetall(q.keys.bloom), now_ms) for q in shards_of(queue)]
+    metas = [await filter_metas(q.client, q.keys) for q in shards_of(queue)]
+    states = [bloom_state(bloom, now_ms) for bloom, _ in metas]
     found = [state for state in states if state is not None]
     if not found:
-        held = [await read_buckets(q.client, q.keys) for q in shards_of(queue)]
+        held = [bucket_state(stored) for _, stored in metas]
         buckets = [b for b in held if b is not None]
         if not buckets:
             return {}

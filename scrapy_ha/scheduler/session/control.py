@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy_ha.scheduler import engine
-from scrapy_ha.store.forget import read_rules
+from scrapy_ha.store.forget import rules_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -57,8 +57,11 @@ class Control:
         if not self.joined_ms:
             seconds, micros = await client.time()
             self.joined_ms = int(seconds) * 1000 + int(micros) // 1000
-        self.admission.set_rules(await read_rules(client, queue.keys))
-        stop = await client.get(queue.keys.stop)
+        pipe = client.pipeline(transaction=False)  # one round trip
+        pipe.hgetall(queue.keys.forget)
+        pipe.get(queue.keys.stop)
+        rules, stop = await pipe.execute()
+        self.admission.set_rules(rules_of(rules))
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
