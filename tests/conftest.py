@@ -139,6 +139,23 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
 
 
 @pytest.fixture
+def redis_writes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every write of a command or of a pipeline (one write: one round trip) by redis-py's
+    own asyncio connections (not the worker's, whose classes write their own way)."""
+    from redis.asyncio.connection import Connection
+
+    sent: list[Any] = []
+    own = Connection.send_packed_command
+
+    async def counted(self: Connection, command: Any, check_health: bool = True) -> None:
+        sent.append(command)
+        await own(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counted)
+    return sent
+
+
+@pytest.fixture
 def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client

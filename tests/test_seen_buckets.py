@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from typing import Any
 
 import pytest
+import redis
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
@@ -37,6 +39,7 @@ from scrapy_ha.store.forget import forget_fingerprints, seen_where
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import dupefilter_figures, make_queue, set_dupefilter
 from scrapy_ha.store.wire import NewEntry
+from tests import redis_servers
 
 KEYS = Keys("ha", "bk")
 
@@ -196,8 +199,14 @@ async def test_flush_deletes_every_bucket_and_a_new_crawl_starts_empty(redis_url
     await again.client.aclose()
 
 
+def _drop_calls(writes: list[Any]) -> int:
+    return sum(1 for w in writes if b"EVALSHA" in b"".join(bytes(c) for c in w)[:40])
+
+
 @deferred_f_from_coro_f
-async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url, monkeypatch):
+async def test_a_finish_deletes_its_buckets_by_range_not_by_name(
+    redis_url, monkeypatch, redis_writes
+):
     """The worker sends a generation and a range a call (lua/drop_buckets.lua), not the
     name of every bucket: a crawl sized for a billion URLs has 4 M of them."""
     monkeypatch.setattr(buckets_module, "DELETE_BATCH", 1024)  # several calls for 4,096
@@ -205,14 +214,19 @@ async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url, monk
     await add(queue, entries(range(3000)))
     client = queue.client
     state = await read_buckets(client, KEYS)
-    assert state is not None and state.buckets > buckets_module.DELETE_BATCH
+    assert state is not None and state.buckets == 4096
     older = BucketState(state.buckets, "1", 0)  # another generation: not this finish's
     await client.sadd(older.key(KEYS, 0), 1)
-    await client.sadd(state.key(KEYS, state.buckets - 1), 1)  # the last bucket goes too
+    for edge in range(0, state.buckets + 1, 1024):  # both sides of every call's range
+        for bucket in (edge - 1, edge):
+            if 0 <= bucket < state.buckets:
+                await client.sadd(state.key(KEYS, bucket), 1)
     await delete_buckets(client, BucketState(1, "0", 0), KEYS)  # the script loaded before
+    redis_writes.clear()
     sent = (await client.info("stats"))["total_net_input_bytes"]
     await delete_buckets(client, state, KEYS)
     sent = (await client.info("stats"))["total_net_input_bytes"] - sent
+    assert _drop_calls(redis_writes) == 4
     # a set: SCAN may name a key twice while Redis rehashes the table it shrinks
     assert {k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")} == {
         older.key(KEYS, 0).encode()
@@ -223,7 +237,7 @@ async def test_a_finish_deletes_its_buckets_by_range_not_by_name(redis_url, monk
 
 
 @deferred_f_from_coro_f
-async def test_the_default_capacitys_buckets_go_in_four_calls(redis_url):
+async def test_the_default_capacitys_buckets_go_in_four_calls(redis_url, redis_writes):
     """32,768 buckets (HA_DUPEFILTER_CAPACITY's default): a call each 8,192, not 2,048 (a
     finish waited for 16 round trips; a call costs Redis about 3.5 ms)."""
     client = redis.asyncio.Redis.from_url(redis_url)
@@ -232,37 +246,43 @@ async def test_the_default_capacitys_buckets_go_in_four_calls(redis_url):
     await client.sadd(state.key(KEYS, 0), 1)
     await client.sadd(state.key(KEYS, 32767), 2)
     await delete_buckets(client, BucketState(1, "0", 0), KEYS)  # the script loaded before
-    before = await client.info("commandstats")
+    redis_writes.clear()
     await delete_buckets(client, state, KEYS)
-    after = await client.info("commandstats")
-    assert after["cmdstat_evalsha"]["calls"] - before["cmdstat_evalsha"]["calls"] == 4
+    assert _drop_calls(redis_writes) == 4
     assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == []
     await client.aclose()
 
 
 @deferred_f_from_coro_f
-async def test_a_drop_unlinks_a_thousand_buckets_a_command_and_counts_those_there(redis_url):
+async def test_a_drop_unlinks_a_thousand_buckets_a_command_and_counts_those_there(tmp_path):
     """A crawl's finish drops every bucket its count names (32,768 for the default
     capacity), most of them never made in a small crawl: one UNLINK of many names, not one
-    a bucket."""
-    queue = await joined(redis_url)
-    await add(queue, entries(range(3000)))
+    a bucket. A server of its own: its count of UNLINKs is this test's alone."""
+    server = redis_servers.start(tmp_path / "redis")
+    queue = await joined(f"redis://127.0.0.1:{server.port}/0")
     client = queue.client
-    state = await read_buckets(client, KEYS)
-    assert state is not None and state.buckets == 4096
-    made = len([k async for k in client.scan_iter(match=f"{KEYS.buckets}:*", count=10_000)])
-    drop = client.register_script(scripts.DROP_BUCKETS_LUA)
+    try:
+        await add(queue, entries(range(3000)))
+        state = await read_buckets(client, KEYS)
+        assert state is not None and state.buckets == 4096
+        made = {k async for k in client.scan_iter(match=f"{KEYS.buckets}:*", count=10_000)}
+        drop = client.register_script(scripts.DROP_BUCKETS_LUA)
+        with pytest.raises(redis.exceptions.ResponseError, match="bad range"):
+            await drop(keys=[KEYS.buckets], args=[state.gen, 0, 2.5])
 
-    def unlinks(stats: dict) -> int:
-        return int(stats.get("cmdstat_unlink", {}).get("calls", 0))
+        def unlinks(stats: dict) -> int:
+            return int(stats.get("cmdstat_unlink", {}).get("calls", 0))
 
-    before = unlinks(await client.info("commandstats"))
-    dropped = await drop(keys=[KEYS.buckets], args=[state.gen, 0, 2047])
-    dropped += await drop(keys=[KEYS.buckets], args=[state.gen, 2048, 4095])
-    assert dropped == made
-    assert unlinks(await client.info("commandstats")) - before == 6  # 1000 + 1000 + 48, twice
-    assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == []
-    await client.aclose()
+        before = unlinks(await client.info("commandstats"))
+        dropped = await drop(keys=[KEYS.buckets], args=[state.gen, 0, 2047])
+        dropped += await drop(keys=[KEYS.buckets], args=[state.gen, 2048, 4095])
+        assert dropped == len(made)
+        after = unlinks(await client.info("commandstats"))
+        assert after - before == 6  # 1000 + 1000 + 48, twice
+        assert [k async for k in client.scan_iter(match=f"{KEYS.buckets}:*")] == []
+    finally:
+        await client.aclose()
+        server.kill()
 
 
 @deferred_f_from_coro_f

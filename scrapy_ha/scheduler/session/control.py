@@ -61,11 +61,12 @@ class Control:
         pipe.hgetall(queue.keys.forget)
         pipe.get(queue.keys.stop)
         rules, stop = await pipe.execute()
-        self.admission.set_rules(rules_of(rules))
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
             engine.close_spider(self.crawler, STOPPED)
+        # after the stop: a rule that cannot be read must not keep a stop unseen
+        self.admission.set_rules(rules_of(rules))
 
 
 class Restarts:

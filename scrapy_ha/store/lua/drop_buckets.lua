@@ -7,7 +7,7 @@
 -- Returns how many of those buckets existed.
 --- @include "seen"
 local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
-if not (first and last) then
+if not (first and last) or first ~= math.floor(first) or last ~= math.floor(last) then
   return redis.error_reply('ERR drop_buckets: bad range')
 end
 local prefix = buckets_prefix(KEYS[1], ARGV[1])
@@ -18,9 +18,12 @@ local UNLINK_KEYS = 1000
 local dropped, names = 0, {}
 for i = first, last do
   names[#names + 1] = prefix .. i
-  if #names == UNLINK_KEYS or i == last then
+  if #names == UNLINK_KEYS then
     dropped = dropped + redis.call('UNLINK', unpack(names))
     names = {}
   end
+end
+if #names > 0 then
+  dropped = dropped + redis.call('UNLINK', unpack(names))
 end
 return dropped
