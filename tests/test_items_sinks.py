@@ -147,13 +147,30 @@ async def test_an_sql_table_gets_every_item_once_even_written_twice(redis_url, a
     await again.close()
 
 
+class PairedSink(SqlSink):
+    """An SQL sink whose first write waits (at most 30 s) until its pair has a batch too."""
+
+    def __init__(self, url: str, spider: str, mine: asyncio.Event, other: asyncio.Event) -> None:
+        super().__init__(url, spider)
+        self.mine, self.other = mine, other
+
+    async def write(self, entries: list[Entry]) -> None:
+        self.mine.set()
+        async with asyncio.timeout(30):
+            await self.other.wait()
+        await super().write(entries)
+
+
 @deferred_f_from_coro_f
 async def test_consumers_of_a_group_share_the_work_and_each_group_gets_every_item(
     redis_url, tmp_path
 ):
     await fill(redis_url, range(1, 301))
     url = f"sqlite:///{tmp_path / 'items.db'}"
-    one, two = SqlSink(url, "s"), SqlSink(url, "s")
+    took = asyncio.Event(), asyncio.Event()
+    # each holds its first batch until the other has one: the first consumer to read could
+    # otherwise take all 300 before the other one's first read (it did on a busy machine)
+    one, two = PairedSink(url, "s", took[0], took[1]), PairedSink(url, "s", took[1], took[0])
     jl = JsonLinesSink(tmp_path / "items.jl")
     reports = await asyncio.gather(
         consume(redis_url, "s", one, group="sql", consumer="a", batch=25, exit_idle=0.3),
