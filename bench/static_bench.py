@@ -7,8 +7,11 @@ it, and crawls the site with each scheduler in turn, whole ``scrapy runspider`` 
 ``--runs`` rounds (the order reversed every other round), first with Redis on loopback, then
 ``2 x --delay-ms`` away. For each crawl it records the wall time from start to exit, the
 worker's CPU (user + system, from ``wait4``), the pages/s in the middle of the crawl and
-nginx's CPU; it prints medians and their ratios to the memory scheduler of the same series,
-writes everything as JSON to ``--out`` and, with matplotlib installed, a chart to ``--chart``.
+nginx's CPU, and the wall time outside the crawl (before its first response and after its
+last: start-up and close); it prints medians and their ratios to Scrapy's scheduler of the
+same series (``memory``, else the first ``memory-*`` in it, as ``memory-freeze-tick``: the
+like-for-like baseline), each the median of the rounds' pairs, writes everything as JSON to
+``--out`` and, with matplotlib installed, a chart to ``--chart``.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ COMMON_SETTINGS = {
 MEASURES = ("wall", "cpu", "rate")
 #: Measures that get a median only.
 EXTRA_MEDIANS = (
+    "outside",
     "nginx_cpu",
     "nginx_core_at_1000",
     "gc_cpu",
@@ -192,6 +196,7 @@ def crawl(name: str, site: static_site.StaticSite, redis_port: int, args: Any) -
         "rate": result["middle_rate"],
         # first to last response: the rest of the wall time is start-up and close
         "crawl_seconds": result["seconds"],
+        "outside": timed["wall"] - result["seconds"],
         "pages": result["pages"],
         "nginx_cpu": nginx,
         "gc_cpu": result["gc"]["seconds"],
@@ -239,17 +244,48 @@ def series(args: Any, site: static_site.StaticSite, redis_port: int, label: str)
 
 
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians per scheduler, and ratios to the base (:func:`base_of`): of the medians
+    (``ratio``), and the median of each round's pair (``pair_ratio``: the rounds alternate
+    the order, so a pair ran side by side)."""
     median = {
-        name: {m: statistics.median(r[m] for r in results) for m in (*MEASURES, *EXTRA_MEDIANS)}
+        name: {
+            m: statistics.median(r[m] for r in results if m in r)
+            for m in (*MEASURES, *EXTRA_MEDIANS)
+            if any(m in r for r in results)
+        }
         for name, results in runs.items()
     }
-    base = median.get("memory")
-    ratio = (
-        {name: {m: med[m] / base[m] for m in MEASURES if base[m]} for name, med in median.items()}
-        if base
-        else {}
-    )
-    return {"runs": runs, "median": median, "ratio": ratio}
+    base = base_of(list(runs))
+    if base is None:
+        return {"runs": runs, "median": median, "ratio": {}, "pair_ratio": {}, "base": None}
+    ratio = {
+        name: {m: med[m] / median[base][m] for m in MEASURES if median[base][m]}
+        for name, med in median.items()
+    }
+    pair_ratio = {
+        name: {
+            m: statistics.median(r[m] / b[m] for r, b in zip(results, runs[base], strict=False))
+            for m in MEASURES
+            if all(b[m] for b in runs[base])
+        }
+        for name, results in runs.items()
+    }
+    return {
+        "runs": runs,
+        "median": median,
+        "ratio": ratio,
+        "pair_ratio": pair_ratio,
+        "base": base,
+    }
+
+
+def base_of(names: list[str]) -> str | None:
+    """The scheduler the others are compared with: Scrapy's own with its defaults
+    (``memory``) when the series has it, else the first of Scrapy's in the series (the
+    issue's like for like, ``memory-freeze-tick``), else none."""
+    if "memory" in names:
+        return "memory"
+    return next((name for name in names if name.startswith("memory")), None)
 
 
 def machine() -> dict[str, Any]:
@@ -283,24 +319,31 @@ def _hiredis_version() -> str | None:
 
 
 def table(results: dict[str, Any]) -> str:
-    """The medians and ratios as a Markdown table."""
+    """The medians, and the ratios to the base as medians of the rounds' pairs, as a
+    Markdown table; "outside" is the wall time before the first response and after the
+    last (start-up and close)."""
     lines = [
         "| Redis | scheduler | wall s | wall ratio | worker CPU s | CPU ratio "
-        "| pages/s (middle) | rate ratio | nginx CPU s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| pages/s (middle) | rate ratio | outside the crawl s | nginx CPU s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    bases = set()
     for placement in ("loopback", "latency"):
         if placement not in results:
             continue
         part = results[placement]
+        bases.add(part.get("base") or "memory")
         where = "loopback" if placement == "loopback" else _rtt_label(part)
+        ratios = part.get("pair_ratio") or part["ratio"]  # results of before the pairs
         for name, med in part["median"].items():
-            ratio = part["ratio"].get(name, {})
+            ratio = ratios.get(name, {})
+            outside = f"{med['outside']:.2f}" if "outside" in med else "-"
             lines.append(
                 f"| {where} | {name} | {med['wall']:.2f} | {ratio.get('wall', 0):.3f}x "
                 f"| {med['cpu']:.2f} | {ratio.get('cpu', 0):.3f}x | {med['rate']:.0f} "
-                f"| {ratio.get('rate', 0):.3f} | {med['nginx_cpu']:.2f} |"
+                f"| {ratio.get('rate', 0):.3f} | {outside} | {med['nginx_cpu']:.2f} |"
             )
+    lines.append(f"\nRatios: to {', '.join(sorted(bases))}, the median of the rounds' pairs.")
     return "\n".join(lines)
 
 

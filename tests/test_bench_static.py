@@ -20,6 +20,7 @@ from scrapy_ha.demo.site import Catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+import static_bench  # noqa: E402
 import static_site  # noqa: E402
 from static_spider import middle_rate  # noqa: E402
 
@@ -60,6 +61,28 @@ def test_middle_rate_leaves_out_start_and_end():
     times = [0.0, 10.0] + [10.0 + 0.5 * i for i in range(1, 7)] + [40.0, 90.0]
     assert middle_rate(times) == pytest.approx(2.0)
     assert middle_rate([1.0, 2.0]) == 0.0
+
+
+def test_ratios_are_to_scrapys_scheduler_and_medians_of_the_rounds_pairs():
+    def run(wall: float, cpu: float, outside: float) -> dict:
+        return {"wall": wall, "cpu": cpu, "rate": 100.0, "outside": outside, "nginx_cpu": 0.1}
+
+    extra = dict.fromkeys(static_bench.EXTRA_MEDIANS[2:], 0.0)
+    runs = {
+        "memory-freeze-tick": [{**run(5.0, 5.0, 0.5), **extra}, {**run(6.0, 6.0, 0.5), **extra}],
+        "scrapy-ha": [{**run(5.5, 5.5, 0.8), **extra}, {**run(6.6, 6.0, 0.6), **extra}],
+    }
+    summary = static_bench.summarise(runs)
+    assert summary["base"] == "memory-freeze-tick"  # no "memory" in the series
+    pairs = summary["pair_ratio"]["scrapy-ha"]
+    assert pairs["wall"] == pytest.approx(1.1) and pairs["cpu"] == pytest.approx(1.05)
+    assert summary["ratio"]["scrapy-ha"]["wall"] == pytest.approx(6.05 / 5.5)
+    assert summary["median"]["scrapy-ha"]["outside"] == pytest.approx(0.7)
+    text = static_bench.table({"loopback": summary})
+    assert "| loopback | scrapy-ha | 6.05 | 1.100x | 5.75 | 1.050x |" in text
+    assert "| 0.70 |" in text and "to memory-freeze-tick, the median of the rounds' pairs" in text
+    assert static_bench.base_of(["scrapy-ha", "memory", "memory-tick"]) == "memory"
+    assert static_bench.base_of(["scrapy-ha"]) is None
 
 
 def test_static_bench_quick(tmp_path):
