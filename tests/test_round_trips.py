@@ -15,6 +15,8 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.session.control import STOPPED, Control
+from scrapy_ha.store.connection import check_reachable, server_version
+from scrapy_ha.store.health import redis_health, warn_once
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import dupefilter_figures, set_dupefilter
 
@@ -100,4 +102,20 @@ async def test_a_stop_is_seen_in_the_same_trip_as_the_rules_even_when_a_rule_can
     await queue.client.delete(KEYS.forget)
     await control.poll(queue)
     assert rules and rules[-1].version == 0
+    await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_server_is_checked_in_two_trips(redis_url, redis_writes):
+    # its INFO, read once for both the version and the checks of scrapy_ha.store.health
+    # (three trips before: PING, INFO server, INFO), then CONFIG GET save
+    queue = await _queue(redis_url)
+    redis_writes.clear()
+    info = await check_reachable(queue.client, redis_url, 5)
+    assert len(redis_writes) == 1
+    assert server_version(info) == (await queue.client.info("server"))["redis_version"]
+    redis_writes.clear()
+    problems = await warn_once(queue.client, f"{redis_url}#trips", info)
+    assert len(redis_writes) == 1
+    assert problems == await redis_health(queue.client)  # the same as from INFO read again
     await queue.client.aclose()

@@ -261,12 +261,12 @@ def _readonly_text(exc: Exception) -> str:
     )
 
 
-async def check_reachable(client: Any, url: str, timeout: float) -> str:
-    """PING Redis within *timeout*; return the server version or raise RedisUnavailable."""
+async def check_reachable(client: Any, url: str, timeout: float) -> dict[str, Any]:
+    """Redis's ``INFO`` (its version, and what :mod:`.health` checks) within *timeout*, in
+    one round trip; raise RedisUnavailable (RedisDown while it may come back)."""
     try:
         async with asyncio.timeout(timeout):
-            await client.ping()
-            info = await client.info("server")
+            info: dict[str, Any] = await client.info()
     except redis.exceptions.AuthenticationError as exc:
         raise RedisUnavailable(
             f"Redis at {url} refused the credentials ({exc}): check the user name and password "
@@ -281,6 +281,11 @@ async def check_reachable(client: Any, url: str, timeout: float) -> str:
             f"scrapy-ha cannot reach Redis at {url} within {timeout:g} s ({reason}). {CHECK_REDIS}",
             reason,
         ) from None
+    return info
+
+
+def server_version(info: dict[str, Any]) -> str:
+    """The version ``INFO`` gives (``"?"`` for a cluster's, one per node)."""
     return str(info.get("redis_version", "?"))
 
 

@@ -34,15 +34,17 @@ MIN_VERSION = (6, 2)
 SAFE_POLICY = "noeviction"
 
 
-async def redis_health(client: Any) -> list[str]:
-    """One sentence per problem of the Redis *client* talks to (none: an empty list).
+async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[str]:
+    """One sentence per problem of the Redis *client* talks to (none: an empty list), from
+    its ``INFO`` (*info*, read now if not given).
 
     Each sentence names the setting of Redis and the fix. On a Redis Cluster every node is
     checked and a problem is said once."""
-    try:
-        info = await client.info()
-    except redis.exceptions.ResponseError:  # INFO not allowed to this user
-        return []
+    if info is None:
+        try:
+            info = await client.info()
+        except redis.exceptions.ResponseError:  # INFO not allowed to this user
+            return []
     saves = await _config_get(client, "save")
     problems: list[str] = []
     for node_info in _per_node(info):
@@ -52,14 +54,15 @@ async def redis_health(client: Any) -> list[str]:
     return problems
 
 
-async def warn_once(client: Any, url: str) -> list[str]:
+async def warn_once(client: Any, url: str, info: dict[str, Any] | None = None) -> list[str]:
     """Log each problem of the Redis at *url* at WARNING, the first time this process
-    connects to it; return them (a check that fails is skipped, never fatal)."""
+    connects to it (its ``INFO``: *info*, read now if not given); return them (a check
+    that fails is skipped, never fatal)."""
     if url in _WARNED:
         return []
     _WARNED.add(url)
     try:
-        problems = await redis_health(client)
+        problems = await redis_health(client, info)
     except (redis.exceptions.RedisError, OSError) as exc:
         logger.debug("Could not check the Redis at %s: %s", url, exc)
         return []

@@ -27,6 +27,7 @@ from scrapy_ha.store.connection import (
     down_reason,
     jittered,
     redis_from_settings,
+    server_version,
 )
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.join import join_crawl
@@ -111,8 +112,8 @@ class StartWait:
 
 async def _reachable_client(
     settings: BaseSettings, config: SchedulerConfig, redis_url: str
-) -> tuple[Any, str]:
-    """A new client of a Redis that answered, and its version (a client per attempt: a
+) -> tuple[Any, dict[str, Any]]:
+    """A new client of a Redis that answered, and its ``INFO`` (a client per attempt: a
     Sentinel or cluster client that failed at its first command starts afresh)."""
     client = redis_from_settings(settings, connect_timeout=config.connect_timeout)
     try:
@@ -136,10 +137,11 @@ async def open_queue(
         start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
         check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).ready)
     redis_url = wait.redis_url
-    client, server = await wait.run(lambda: _reachable_client(settings, config, redis_url))
+    client, info = await wait.run(lambda: _reachable_client(settings, config, redis_url))
+    server = server_version(info)
     prefix, heartbeat_ms = config.key_prefix, int(config.heartbeat_ttl * 1000)
     try:
-        await warn_once(client, redis_url)
+        await warn_once(client, redis_url, info)
         if config.flush_on_start:
             await wait.run(lambda: _flush_on_start(client, prefix, spider.name))
         joined = await wait.run(
