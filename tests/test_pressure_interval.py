@@ -77,3 +77,22 @@ async def test_a_maxmemory_set_during_the_crawl_holds_it_back_at_the_next_read(
     finally:
         redis_client.config_set("maxmemory", most)
         await aclient.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_at_connect_the_memory_is_the_info_read_there(redis_url, redis_client):
+    # the worker's start reads INFO once (store/connection.check_reachable): back-pressure
+    # judges from it, with no read of its own (a round trip less at start)
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        remote = Remote()
+        pressure = Pressure(MemoryConfig(), get_crawler().stats, remote, redis_url)
+        info = await aclient.info()
+        info["maxmemory"] = int(info["used_memory"]) + 1  # far above the 90 % mark
+        redis_client.config_resetstat()
+        await pressure.check(queue, now=0.0, info=info)
+        assert _reads(redis_client) == 0
+        assert remote.held
+    finally:
+        await aclient.aclose()

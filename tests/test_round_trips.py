@@ -119,3 +119,21 @@ async def test_the_server_is_checked_in_two_trips(redis_url, redis_writes):
     assert len(redis_writes) == 1
     assert problems == await redis_health(queue.client)  # the same as from INFO read again
     await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_pause_is_read_in_the_controls_trip_at_connect(redis_url, redis_writes):
+    # (before: an EXISTS of its own, a round trip more before the engine's first request)
+    admission = SimpleNamespace(set_rules=lambda rules: None)
+    queue = await _queue(redis_url)
+    control = Control(SimpleNamespace(), admission, interval=10)  # type: ignore[arg-type]
+    control.joined_ms = 1
+    redis_writes.clear()
+    assert await control.poll(queue, paused=True) is False
+    assert len(redis_writes) == 1
+    await queue.client.set(KEYS.paused, 1)
+    redis_writes.clear()
+    assert await control.poll(queue, paused=True) is True
+    assert await control.poll(queue) is False  # not asked
+    assert len(redis_writes) == 2
+    await queue.client.aclose()

@@ -27,7 +27,6 @@ from scrapy_ha.store.connection import (
     down_reason,
     jittered,
     redis_from_settings,
-    server_version,
 )
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.join import join_crawl
@@ -125,10 +124,10 @@ async def _reachable_client(
 
 async def open_queue(
     crawler: Crawler, config: SchedulerConfig, spider: Spider, wait: StartWait, sender: str = ""
-) -> tuple[RedisQueue, str]:
+) -> tuple[RedisQueue, dict[str, Any]]:
     """The crawl's queue on a reachable Redis (*wait*'s URL, waited for as *wait* says, then
     failing naming it), joined by this worker (*sender*: its nonce in ``sent``, see
-    :mod:`scrapy_ha.store.join`), and the server's version; flushed first with
+    :mod:`scrapy_ha.store.join`), and the server's ``INFO`` as read then; flushed first with
     ``SCHEDULER_FLUSH_ON_START`` when no other worker lives."""
     settings = crawler.settings
     shards = shard_setting(settings)
@@ -138,7 +137,6 @@ async def open_queue(
         check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).ready)
     redis_url = wait.redis_url
     client, info = await wait.run(lambda: _reachable_client(settings, config, redis_url))
-    server = server_version(info)
     prefix, heartbeat_ms = config.key_prefix, int(config.heartbeat_ttl * 1000)
     try:
         await warn_once(client, redis_url, info)
@@ -178,7 +176,7 @@ async def open_queue(
     except BaseException:
         await client.aclose()
         raise
-    return queue, server
+    return queue, info
 
 
 #: What would act on one shard alone: refused with HA_SHARDS > 1 rather than half working.

@@ -48,10 +48,14 @@ class Control:
         self.joined_ms = 0  # when this worker joined, by the server's clock
         self.stopped = False
 
-    async def poll(self, queue: RedisQueue, *, now: float | None = None) -> None:
-        """Read them if they are due (always with *now* None: at connect)."""
+    async def poll(
+        self, queue: RedisQueue, *, now: float | None = None, paused: bool = False
+    ) -> bool:
+        """Read them if they are due (always with *now* None: at connect); with *paused*,
+        in the same round trip, whether an operator paused the crawl (returned; else
+        False)."""
         if now is not None and now - self._last < self.interval:
-            return
+            return False
         self._last = time.monotonic() if now is None else now
         client = queue.client
         if not self.joined_ms:
@@ -60,13 +64,16 @@ class Control:
         pipe = client.pipeline(transaction=False)  # one round trip
         pipe.hgetall(queue.keys.forget)
         pipe.get(queue.keys.stop)
-        rules, stop = await pipe.execute()
+        if paused:
+            pipe.exists(queue.keys.paused)
+        rules, stop, *held = await pipe.execute()
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
             engine.close_spider(self.crawler, STOPPED)
         # after the stop: a rule that cannot be read must not keep a stop unseen
         self.admission.set_rules(rules_of(rules))
+        return bool(held and held[0])
 
 
 class Restarts:

@@ -58,17 +58,21 @@ class Pressure:
         self._next = 0.0
         self._since_ms = 0
 
-    async def check(self, queue: RedisQueue, now: float | None = None) -> None:
-        """Read Redis's memory if a check is due, and hold back or go on (see the module)."""
+    async def check(
+        self, queue: RedisQueue, now: float | None = None, info: dict[str, Any] | None = None
+    ) -> None:
+        """Read Redis's memory if a check is due (its ``INFO`` read just before: *info*),
+        and hold back or go on (see the module)."""
         now = time.monotonic() if now is None else now
         if now < self._next or not self.config.high:
             return
         self._next = now + MEMORY_CHECK_INTERVAL
-        try:
-            info = await queue.client.info("memory")
-        except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
-            self._next = float("inf")
-            return
+        if info is None:
+            try:
+                info = await queue.client.info("memory")
+            except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
+                self._next = float("inf")
+                return
         nodes = [_memory(node) for node in _nodes(info)]
         above = [(used, most, self.config.marks(most)) for used, most in nodes]
         if all(marks is None for _, _, marks in above):

@@ -50,6 +50,7 @@ from scrapy_ha.store.connection import (
     display_url,
     error_text,
     jittered,
+    server_version,
 )
 from scrapy_ha.store.sharding import dupefilter_figures
 from scrapy_ha.store.state import set_domain_limits
@@ -160,7 +161,7 @@ class Session:
             self.shell.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
         wait = StartWait(cfg, self.redis_url)  # Redis may be starting, or failing over
-        queue, server = await open_queue(self.crawler, cfg, spider, wait, sender=self.outbox.nonce)
+        queue, info = await open_queue(self.crawler, cfg, spider, wait, sender=self.outbox.nonce)
         self.queue = self.ends.queue = queue
         self.outbox.retained.enabled = queue.numbers_children
         self.shell.admission.compactor.adopt(await self.syncer.read_dictionaries())
@@ -173,15 +174,15 @@ class Session:
         await wait.run(lambda: self.renewals.renew(queue))
         self.renewals.start_keeper(queue)
         self.redis_ok = True
-        log_connected(queue, server, self.redis_url, cfg.worker_id)
+        log_connected(queue, server_version(info), self.redis_url, cfg.worker_id)
         counts = await wait.run(lambda: joined(queue, cfg, spider, self.starts, run))
-        if await wait.run(lambda: queue.client.exists(queue.keys.paused)):
-            # known before the engine asks for a request: nothing is handed out from memory
+        self.remote.counted(counts)
+        # known before the engine asks for a request: Redis's memory (from the INFO read at
+        # connect), and whether the crawl is paused (then nothing is handed out from memory)
+        await self.pressure.check(self.queue, info=info)
+        if await wait.run(lambda: self.control.poll(queue, paused=True)):
             self.remote.paused = True
             logger.info("crawl paused by operator")
-        self.remote.counted(counts)
-        await self.pressure.check(self.queue)  # known before the engine asks for a request
-        await wait.run(lambda: self.control.poll(queue))
         self.start_urls.setup(spider, cfg)
 
     def start(self) -> None:
