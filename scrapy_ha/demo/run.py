@@ -55,6 +55,9 @@ FAULTS = ["404:97:99", "503:7:1", "500:11:2", "429:131:1:1", "timeout:211:1", "b
 GONE_EVERY = 97
 #: Seconds worker 1 stays stopped before its leases are counted (its calls in flight end).
 SETTLE = 0.3
+#: Seconds with worker 1 stopped in which the others renew every lease of theirs (twice
+#: their renewal interval, and shorter than the lease time less one: see `_unrenewed`).
+QUIET = 2 * float(DEMO_SETTINGS["HA_LEASE_RENEW_INTERVAL"])
 BANNED_EXIT = "127.0.0.2"
 
 
@@ -153,50 +156,55 @@ def _count_items(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _held_by(redis_url: str, pid: int) -> int:
-    """At least how many leases the worker of process *pid* (id ``host:pid[:job]:random``)
-    holds: call it while the worker is stopped, and they are leases it can no longer give
-    back. Two exact counts, the larger is returned:
+def _granted_to(redis_url: str, pid: int) -> int:
+    """Of the leases the latest round of the worker of process *pid* took (its grant:
+    ``"<id>" -> "<token>"``, under an id ``host:pid[:job]:random``), those Redis still holds
+    under the same token: not acked, not lost to another worker. Call it while the worker
+    is stopped, and they are leases it holds and can no longer give back. (A round that
+    leases nothing deletes the grant: then this says 0 whatever the worker holds.)"""
+    import redis
 
-    - the leases its latest renewal renewed (its ``wstats`` entry is ``"<now> <JSON>"``, and
-      renew.lua gives each lease it renews the expiry now + the lease time) that still have
-      that expiry: not acked, released or reclaimed since (0 if another worker's latest
-      renewal ran in the same millisecond: the count would not be this worker's alone);
-    - those of its latest round's (its grant: ``"<id>" -> "<token>"``) that Redis still
-      holds under the same token. A round that leases nothing deletes the grant, so this
-      alone misses leases of earlier rounds (a crawl whose domain is closed by a 429 can
-      show no grant for seconds: CI timed out looking for one)."""
+    keys = Keys("ha", "catalogue")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        for key in client.scan_iter(match=keys.grant("*"), count=1000):
+            if key[len(keys.grant("")) :].split(":")[1:2] != [str(pid)]:
+                continue
+            granted: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
+            if not granted:
+                return 0
+            records: list[str | None] = client.hmget(keys.leases, list(granted))  # type: ignore[assignment]
+            return sum(
+                1
+                for token, record in zip(granted.values(), records, strict=True)
+                if record is not None and record.split(" ", 1)[0] == token
+            )
+    finally:
+        client.close()
+    return 0
+
+
+def _unrenewed(redis_url: str, quiet: float) -> int:
+    """The leases nobody renews for *quiet* seconds from now (Redis's clock): call it with
+    worker 1 stopped (its calls in flight ended) and *quiet* longer than the others'
+    renewal interval, and they are worker 1's. Every lease's expiry in ``leased`` is its
+    last renewal's (or its grant's) time + the lease time; the live workers renew all
+    theirs each ``HA_LEASE_RENEW_INTERVAL`` and lease new ones later than now, so after
+    *quiet* only the stopped worker's still expire by now + the lease time. None has
+    expired yet (the lease time is longer than *quiet* + a renewal interval): none was
+    reclaimed."""
     import redis
 
     keys = Keys("ha", "catalogue")
     lease_ms = int(DEMO_SETTINGS["HA_LEASE_TIME"]) * 1000
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = redis.Redis.from_url(redis_url)
     try:
-        stats: dict[str, str] = client.hgetall(keys.worker_stats)  # type: ignore[assignment]
-        ids = [worker for worker in stats if worker.split(":")[1:2] == [str(pid)]]
-        renewed = 0
-        if ids:
-            at = stats[ids[0]].partition(" ")[0]
-            others = [v.partition(" ")[0] for w, v in stats.items() if w != ids[0]]
-            if at not in others:
-                expiry = int(at) + lease_ms
-                renewed = int(client.zcount(keys.leased, expiry, expiry))
-        granted = 0
-        for key in client.scan_iter(match=keys.grant("*"), count=1000):
-            if key[len(keys.grant("")) :].split(":")[1:2] != [str(pid)]:
-                continue
-            grant: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
-            if grant:
-                records: list[str | None] = client.hmget(keys.leases, list(grant))  # type: ignore[assignment]
-                granted = sum(
-                    1
-                    for token, record in zip(grant.values(), records, strict=True)
-                    if record is not None and record.split(" ", 1)[0] == token
-                )
-            break
+        seconds, micros = client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        time.sleep(quiet)
+        return int(client.zcount(keys.leased, "-inf", now_ms + lease_ms))
     finally:
         client.close()
-    return max(renewed, granted)
 
 
 def _stat(log: str, name: str) -> int:
@@ -221,13 +229,14 @@ def run(demo: Demo, kill_at: int) -> int:
     # mid-crawl, and holding leases (a worker slow to start may hold none when the others
     # have stored kill_at items; a count it published a moment ago may be all acked since):
     # worker 1 is stopped, its calls in flight given time to end in Redis, and killed if
-    # Redis still holds leases for it (`_held_by`), else let go on and looked at again
+    # Redis still holds leases for it (those of its latest round, else those nobody renews
+    # while it is stopped), else let go on and looked at again
     def holding() -> int:
         if _count_items(demo.items) < kill_at:
             return 0
         victim.send_signal(signal.SIGSTOP)
         time.sleep(SETTLE)
-        held = _held_by(demo.redis_url, victim.pid)
+        held = _granted_to(demo.redis_url, victim.pid) or _unrenewed(demo.redis_url, QUIET)
         if not held:
             victim.send_signal(signal.SIGCONT)
             time.sleep(SETTLE)  # a round to take leases before the next look
