@@ -14,12 +14,13 @@ import gc
 # moments before the freeze's own (heap.py), which finds the same objects alive. Left as
 # the import found it, whatever it was.
 _COLLECTING = gc.isenabled()
-gc.disable()
 try:
+    gc.disable()
     from scrapy_ha.middlewares.registry import scheduler_for
     from scrapy_ha.scheduler.shell import START_FAILED, Scheduler
 finally:
     if _COLLECTING:
         gc.enable()
+del _COLLECTING
 
 __all__ = ["START_FAILED", "Scheduler", "scheduler_for"]
