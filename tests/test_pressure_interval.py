@@ -96,3 +96,23 @@ async def test_at_connect_the_memory_is_the_info_read_there(redis_url, redis_cli
         assert remote.held
     finally:
         await aclient.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_info_read_while_redis_was_loading_is_read_again(redis_url, redis_client):
+    # INFO answers while Redis loads its data (PING does not): its used_memory then is not
+    # the crawl's
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        remote = Remote()
+        pressure = Pressure(MemoryConfig(), get_crawler().stats, remote, redis_url)
+        info = await aclient.info()
+        info["maxmemory"] = int(info["used_memory"]) + 1
+        info["loading"] = 1
+        redis_client.config_resetstat()
+        await pressure.check(queue, now=0.0, info=info)
+        assert _reads(redis_client) == 1
+        assert not remote.held  # the server's own figures: no maxmemory
+    finally:
+        await aclient.aclose()

@@ -61,12 +61,15 @@ class Pressure:
     async def check(
         self, queue: RedisQueue, now: float | None = None, info: dict[str, Any] | None = None
     ) -> None:
-        """Read Redis's memory if a check is due (its ``INFO`` read just before: *info*),
-        and hold back or go on (see the module)."""
+        """Read Redis's memory if a check is due (its ``INFO`` read just before: *info*,
+        unless read while Redis was still loading its data), and hold back or go on (see
+        the module)."""
         now = time.monotonic() if now is None else now
         if now < self._next or not self.config.high:
             return
         self._next = now + MEMORY_CHECK_INTERVAL
+        if info is not None and any(node.get("loading") for node in _nodes(info)):
+            info = None
         if info is None:
             try:
                 info = await queue.client.info("memory")

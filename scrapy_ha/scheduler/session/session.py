@@ -177,9 +177,9 @@ class Session:
         log_connected(queue, server_version(info), self.redis_url, cfg.worker_id)
         counts = await wait.run(lambda: joined(queue, cfg, spider, self.starts, run))
         self.remote.counted(counts)
-        # known before the engine asks for a request: Redis's memory (from the INFO read at
-        # connect), and whether the crawl is paused (then nothing is handed out from memory)
-        await self.pressure.check(self.queue, info=info)
+        # known before the engine asks for a request: Redis's memory (the INFO of connect,
+        # unless flushed since), and whether the crawl is paused (nothing handed out then)
+        await self.pressure.check(self.queue, info=None if cfg.flush_on_start else info)
         if await wait.run(lambda: self.control.poll(queue, paused=True)):
             self.remote.paused = True
             logger.info("crawl paused by operator")
