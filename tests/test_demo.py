@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
-import threading
 from typing import TYPE_CHECKING
 
 from scrapy_ha.demo import harness
@@ -75,11 +75,19 @@ def test_the_demo_reports_nothing_lost(tmp_path: Path) -> None:
 
 
 def _renew(client: redis.Redis, worker: str, pairs: list[tuple[str, str]]) -> None:
-    """One renew.lua call of *worker* with the demo's lease time."""
+    """One renew.lua call of *worker* with the demo's lease time; returns once Redis's clock
+    is past its millisecond (a count from then on sees it as done before)."""
     args = renew_args(
         pairs, pairs, worker=worker, lease_ms=5000, heartbeat_ms=5000, stats='{"leases": 1}'
     )
-    Registered(client, "renew")(keys=Keys("ha", "catalogue").renew_keys(), args=args)
+    reply = Registered(client, "renew")(keys=Keys("ha", "catalogue").renew_keys(), args=args)
+    while _ms(client) <= int(reply[0]):
+        pass
+
+
+def _ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def test_the_kill_counts_the_leases_redis_still_holds_for_the_worker(
@@ -118,13 +126,10 @@ def test_without_a_grant_the_kill_counts_the_leases_nobody_renews(
     redis_client.zadd(keys.leased, {i: 0 for i in records})
     _renew(redis_client, "host:4242:ab12", [("1", "n-7.1"), ("2", "n-7.2")])  # then stopped
     _renew(redis_client, "host:4243:cd34", [("5", "n-8.1")])
-    assert demo_run._unrenewed(redis_url, 0) == 3  # no time for the other to renew
+    assert demo_run._unrenewed(redis_url, lambda: None) == 3  # the other renewed nothing
     # the other renews its lease while the first is stopped
-    later = threading.Timer(0.2, _renew, (redis_client, "host:4243:cd34", [("5", "n-8.1")]))
-    later.start()
-    try:
-        assert demo_run._unrenewed(redis_url, 0.6) == 2
-    finally:
-        later.join()
-    redis_client.zrem(keys.leased, "1", "2")  # acked: only the other's, with no quiet time
-    assert demo_run._unrenewed(redis_url, 0) == 1
+    renewing = functools.partial(_renew, redis_client, "host:4243:cd34", [("5", "n-8.1")])
+    assert demo_run._unrenewed(redis_url, renewing) == 2
+    redis_client.zrem(keys.leased, "1", "2")  # acked
+    assert demo_run._unrenewed(redis_url, lambda: None) == 1  # the other's, not renewed since
+    assert demo_run._unrenewed(redis_url, renewing) == 0

@@ -30,6 +30,7 @@ from scrapy_ha.store.dictionary import read_payload_sync
 
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The example project of a source checkout (an installed package takes ``--project``).
@@ -184,15 +185,14 @@ def _granted_to(redis_url: str, pid: int) -> int:
     return 0
 
 
-def _unrenewed(redis_url: str, quiet: float) -> int:
-    """The leases nobody renews for *quiet* seconds from now (Redis's clock): call it with
-    worker 1 stopped (its calls in flight ended) and *quiet* longer than the others'
-    renewal interval, and they are worker 1's. Every lease's expiry in ``leased`` is its
-    last renewal's (or its grant's) time + the lease time; the live workers renew all
-    theirs each ``HA_LEASE_RENEW_INTERVAL`` and lease new ones later than now, so after
-    *quiet* only the stopped worker's still expire by now + the lease time. None has
-    expired yet (the lease time is longer than *quiet* + a renewal interval): none was
-    reclaimed."""
+def _unrenewed(redis_url: str, quiet: Callable[[], object]) -> int:
+    """The leases nobody renews from now (Redis's clock) to the end of *quiet()* (a sleep of
+    ``QUIET`` seconds): call it with worker 1 stopped (its calls in flight ended), and they
+    are worker 1's. Every lease's expiry in ``leased`` is its last renewal's (or its
+    grant's) time + the lease time; the live workers renew all theirs each
+    ``HA_LEASE_RENEW_INTERVAL`` and lease new ones later than now, so after twice that only
+    the stopped worker's still expire by now + the lease time. None has expired yet (the
+    lease time is longer than ``QUIET`` + a renewal interval): none was reclaimed."""
     import redis
 
     keys = Keys("ha", "catalogue")
@@ -201,8 +201,9 @@ def _unrenewed(redis_url: str, quiet: float) -> int:
     try:
         seconds, micros = client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
-        time.sleep(quiet)
-        return int(client.zcount(keys.leased, "-inf", now_ms + lease_ms))
+        quiet()
+        # before now + the lease time: a renewal in the same millisecond is a live one
+        return int(client.zcount(keys.leased, "-inf", f"({now_ms + lease_ms}"))
     finally:
         client.close()
 
@@ -236,7 +237,9 @@ def run(demo: Demo, kill_at: int) -> int:
             return 0
         victim.send_signal(signal.SIGSTOP)
         time.sleep(SETTLE)
-        held = _granted_to(demo.redis_url, victim.pid) or _unrenewed(demo.redis_url, QUIET)
+        held = _granted_to(demo.redis_url, victim.pid) or _unrenewed(
+            demo.redis_url, lambda: time.sleep(QUIET)
+        )
         if not held:
             victim.send_signal(signal.SIGCONT)
             time.sleep(SETTLE)  # a round to take leases before the next look
