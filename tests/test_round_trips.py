@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.session.control import STOPPED, Control
-from scrapy_ha.store.connection import check_reachable, server_version
+from scrapy_ha.store.connection import check_reachable, redis_from_settings, server_version
 from scrapy_ha.store.health import redis_health, warn_once
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import dupefilter_figures, set_dupefilter
@@ -137,3 +138,61 @@ async def test_the_pause_is_read_in_the_controls_trip_at_connect(redis_url, redi
     assert await control.poll(queue) is False  # not asked
     assert len(redis_writes) == 2
     await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_clock_a_worker_joins_at_is_read_in_the_controls_trip(redis_url, redis_writes):
+    """The server's time at connect (a ``scrapy-ha stop`` asked before it is not for this
+    worker) is read in the same pipeline as the stop flag, before it (before: a TIME of its
+    own, a round trip more before the engine's first request)."""
+    closed: list[str] = []
+    crawler = SimpleNamespace(_engine=SimpleNamespace(close_spider_async=_closing(closed)))
+    admission = SimpleNamespace(set_rules=lambda rules: None)
+    queue = await _queue(redis_url)
+    await queue.client.set(KEYS.stop, 1)  # an old stop, long before this worker joined
+    control = Control(crawler, admission, interval=10)  # type: ignore[arg-type]
+    redis_writes.clear()
+    before = await queue.client.time()
+    redis_writes.clear()
+    assert await control.poll(queue, paused=True) is False
+    assert len(redis_writes) == 1
+    seconds, micros = before
+    assert control.joined_ms >= int(seconds) * 1000 + int(micros) // 1000
+    assert not control.stopped
+    await queue.client.set(KEYS.stop, control.joined_ms + 1)  # asked after it joined
+    await control.poll(queue)
+    await asyncio.sleep(0)  # the close is scheduled on the loop
+    assert control.stopped and closed == [STOPPED]
+    await queue.client.delete(KEYS.stop)
+    await queue.client.aclose()
+
+
+def _closing(closed: list[str]) -> Any:
+    async def close_spider_async(reason: str) -> None:
+        closed.append(reason)
+
+    return close_spider_async
+
+
+def _pings(client: Any) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+
+
+@deferred_f_from_coro_f
+async def test_a_new_connection_is_not_pinged_before_its_handshake(redis_url, redis_client):
+    """redis-py PINGs a connection before a command when ``health_check_interval`` (30 s
+    for a worker) passed since its last reply, and a new one never had a reply: every
+    connection a worker opened sent a PING before its HELLO, a round trip. An idle one is
+    still checked."""
+    settings = Settings({"REDIS_URL": redis_url, "REDIS_PARAMS": {"health_check_interval": 1}})
+    client = redis_from_settings(settings, connect_timeout=5)
+    redis_client.config_resetstat()
+    await check_reachable(client, redis_url, 5)  # connects: HELLO, then INFO
+    assert _pings(redis_client) == 0
+    pool = client.connection_pool
+    (connection,) = pool._available_connections
+    connection.next_health_check = asyncio.get_running_loop().time() - 1  # idle for long
+    await client.get("x")
+    assert _pings(redis_client) == 1
+    await client.aclose()

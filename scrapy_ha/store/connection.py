@@ -85,6 +85,7 @@ def redis_from_settings(settings: BaseSettings, *, connect_timeout: float, **ove
     are redis-py client arguments that win over ``REDIS_PARAMS``."""
     client = _redis_url.async_client(settings, connect_timeout=connect_timeout, **overrides)
     _mix_in(client, _AsyncFailoverAware)
+    _mix_in(client, _AsyncCheckedByHandshake)
     if TIMED_WRITES:
         _mix_in(client, _AsyncTimedWrites)
     if HIREDIS_AVAILABLE:
@@ -176,6 +177,25 @@ class _AsyncHiredisPacking:
             return [hiredis.pack_command(args)]
         except TypeError as exc:  # a bool, None, another object: as redis-py's encoder says
             raise redis.exceptions.DataError(f"{exc} (a command's argument)") from exc
+
+
+class _AsyncCheckedByHandshake:
+    """A connection just made is not PINGed before its handshake.
+
+    With ``health_check_interval`` set (the worker sets 30 s), redis-py PINGs a connection
+    before a command once the interval has passed since its last reply, and a new
+    connection has had none: every connection the worker opened (at start, and after each
+    reconnection) sent a PING, one round trip, before its ``HELLO``. The handshake's reply
+    (or, without one, the first command's) tells as much; a connection that sat idle for
+    the interval is still PINGed before use."""
+
+    health_check_interval: float
+    next_health_check: float
+
+    async def _connect(self) -> None:
+        await super()._connect()  # type: ignore[misc]
+        if self.health_check_interval:
+            self.next_health_check = asyncio.get_running_loop().time() + self.health_check_interval
 
 
 class _AsyncFailoverAware:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio
 
 from scrapy_ha.scheduler import engine
 from scrapy_ha.store.forget import rules_of
@@ -57,16 +59,21 @@ class Control:
         if now is not None and now - self._last < self.interval:
             return False
         self._last = time.monotonic() if now is None else now
-        client = queue.client
-        if not self.joined_ms:
-            seconds, micros = await client.time()
-            self.joined_ms = int(seconds) * 1000 + int(micros) // 1000
+        client, joining = queue.client, not self.joined_ms
+        if joining and isinstance(client, redis.asyncio.RedisCluster):  # no TIME in its pipelines
+            self.joined_ms = _ms(await client.time())
+            joining = False
         pipe = client.pipeline(transaction=False)  # one round trip
+        if joining:  # the server's clock, read before the stop flag (a pipeline keeps order)
+            pipe.time()
         pipe.hgetall(queue.keys.forget)
         pipe.get(queue.keys.stop)
         if paused:
             pipe.exists(queue.keys.paused)
-        rules, stop, *held = await pipe.execute()
+        replies = await pipe.execute()
+        if joining:
+            self.joined_ms = _ms(replies.pop(0))
+        rules, stop, *held = replies
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
@@ -74,6 +81,12 @@ class Control:
         # after the stop: a rule that cannot be read must not keep a stop unseen
         self.admission.set_rules(rules_of(rules))
         return bool(held and held[0])
+
+
+def _ms(time_reply: Any) -> int:
+    """Milliseconds of a ``TIME`` reply (seconds, microseconds)."""
+    seconds, micros = time_reply
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class Restarts:
