@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import redis.asyncio
+
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
@@ -362,8 +364,7 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
     is taken for a seen one (the worst shard's), and the URLs expected lost so far; or the
     exact set's buckets: URLs held, and 1 in ``ha/dupefilter/over_capacity`` once a shard
     holds more than its buckets were made for."""
-    now_ms = await server_ms(queue.client)  # the slices a check reads now
-    metas = [await filter_metas(q.client, q.keys) for q in shards_of(queue)]
+    now_ms, metas = await _clock_and_metas(queue)
     states = [bloom_state(bloom, now_ms) for bloom, _ in metas]
     found = [state for state in states if state is not None]
     if not found:
@@ -380,6 +381,23 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
         "ha/dupefilter/error_rate": max(s.error_now for s in found),
         "ha/dupefilter/false_positives": sum(s.expected_false_positives for s in found),
     }
+
+
+async def _clock_and_metas(queue: RedisQueue) -> tuple[int, list[tuple[dict[Any, Any], ...]]]:
+    """Redis's clock (the slices a check reads now) and each shard's filter metas
+    (:func:`filter_metas`): one round trip for a crawl of one shard on one server (a
+    cluster's pipelines take no ``TIME``)."""
+    shards = shards_of(queue)
+    client = queue.client
+    if len(shards) > 1 or isinstance(client, redis.asyncio.RedisCluster):
+        now_ms = await server_ms(client)
+        return now_ms, [await filter_metas(q.client, q.keys) for q in shards]
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.hgetall(queue.keys.bloom)
+    pipe.hgetall(queue.keys.buckets)
+    (seconds, micros), bloom, buckets = await pipe.execute()
+    return int(seconds) * 1000 + int(micros) // 1000, [(bloom, buckets)]
 
 
 def _s(value: Any) -> str:
