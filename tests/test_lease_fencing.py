@@ -7,6 +7,7 @@ late renewal."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import redis
@@ -221,3 +222,38 @@ def test_a_lease_whose_end_is_under_way_is_not_reported_lost():
     assert s.stats.get_value("ha/leases_lost") is None
     s.drop_lost({("10", "t10")})
     assert s.stats.get_value("ha/leases_lost") == 1
+
+
+@deferred_f_from_coro_f
+async def test_the_close_reads_the_grant_only_after_a_sync_cut_short(redis_url):
+    """A sync that names the worker writes its grant (the leases it gives); the close reads
+    the grant to release what such a sync leased if its reply was never read. Once a
+    sync's reply is read and its leases taken, the grant names nothing the worker lacks,
+    and the close skips that round trip."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")])
+    s = scheduler(q)
+    k = keeper(redis_url, "w")
+    s.session.renewals.keeper = k
+    syncer = s.session.syncer
+    assert not syncer.grant_unread
+    await syncer.sync(lease=1)
+    assert len(s._buffer) == 1 and not syncer.grant_unread  # read, and its lease taken
+    assert await q.client.hlen(KEYS.grant("w")) == 1
+    pauser = redis.asyncio.Redis.from_url(redis_url)
+    await pauser.client_pause(10_000, all=False)  # writes wait: the sync's reply never comes
+    cut = asyncio.ensure_future(syncer.sync(lease=1))
+    for _ in range(500):
+        if syncer.grant_unread:  # the call is made (its reply cannot come while paused)
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert not cut.done()
+    cut.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await cut
+    assert syncer.grant_unread
+    await pauser.client_unpause()
+    await pauser.aclose()
+    k.client.close()
+    await q.client.aclose()

@@ -257,7 +257,8 @@ class Session:
             await self._sync(lease=0)
         held = self.shell.local_leases() + self.outbox.releases
         held += self.refusal.unfinished(self.ends)
-        held += await self.renewals.unread_grant(self.queue, self.config.worker_id, set(held))
+        if self.syncer.grant_unread:  # else every lease the grant names was taken: no read
+            held += await self.renewals.unread_grant(self.queue, self.config.worker_id, set(held))
         released = await self.queue.release(held)
         self.shell.forget_local()
         self.stats.inc_value("ha/released", released)

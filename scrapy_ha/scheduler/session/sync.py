@@ -67,6 +67,10 @@ class Syncer:
         self.redis_url = redis_url
         #: the crawl's compaction dictionaries, once connected
         self.dictionaries: Dictionaries | None = None
+        #: whether the latest call that wrote this worker's grant may have leased what this
+        #: worker never took (it ended before its reply was read and its leases taken): then
+        #: the close reads the grant and releases them (:meth:`Renewals.unread_grant`)
+        self.grant_unread = False
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -116,6 +120,7 @@ class Syncer:
         started = time.monotonic()
         if keeper is not None:
             keeper.syncing(True)  # renews this sync's leases even before we read the reply
+            self.grant_unread = True
         try:
             result = await self._call_sync(
                 enqueue=enqueue,
@@ -136,6 +141,8 @@ class Syncer:
             self._note_server(result)
             was_empty = not self.shell.buffered()
             await self._take_all(result.leases)
+            if keeper is not None:
+                self.grant_unread = False  # every lease it granted is this worker's now
             if was_empty and result.leases:  # only new leases buffered: valid from the call
                 renewals = self.renewals
                 renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
