@@ -76,7 +76,30 @@ def test_the_slot_key_is_asked_only_of_requests_still_on_their_way():
     new = Request("http://a.test/new")
     for _ in range(3):  # as the engine asks, once per request it may start
         assert load.free(crawler, new)
-    assert [r for r in asked if r is not new] == [requests[0]] * 3
+    # at the first check: 2 in the slot and 3 handed out would fill it, so the handed ones
+    # are looked through; then 2 and 1 do not: nobody is asked again
+    assert [r for r in asked if r is not new] == [requests[0]]
+
+
+def test_the_requests_handed_out_are_looked_through_only_when_the_slot_may_be_full():
+    # a free() per hand-out rebuilt the list of those on their way (ten a page at loopback)
+    load, crawler, engine, asked = _load()
+    requests = _hand(load, crawler, engine, LIMIT - 1)
+    asked.clear()
+    new = Request("http://a.test/new")
+    assert load.free(crawler, new)  # 0 in the slot and 3 on their way: not full, however keyed
+    assert [r for r in asked if r is not new] == []
+    slot = engine.downloader.slots["s"]
+    slot.active.update(requests[:2])  # the first two reached it: forgotten from the head
+    assert load.free(crawler, new)
+    assert load._handed["s"] == [requests[2]]
+    (last,) = _hand(load, crawler, engine, 1)
+    slot.active.add(last)  # reached it before requests[2] did
+    slot.active.add(Request("http://a.test/other"))  # another worker's, say: 4 in the slot
+    asked.clear()
+    assert not load.free(crawler, new)  # 4 in the slot: full, requests[2] still on its way
+    assert [r for r in asked if r is not new] == [requests[2]]
+    assert load._handed["s"] == [requests[2]]
 
 
 def _scrapy_downloader(monkeypatch: pytest.MonkeyPatch, **attrs: Any) -> tuple[Any, list[Any]]:
@@ -132,7 +155,7 @@ def test_with_per_ip_slots_scrapys_downloader_is_asked(monkeypatch: pytest.Monke
     # the host's slot becomes its address's once resolved: only the downloader knows
     downloader, parsed = _scrapy_downloader(monkeypatch, ip_concurrency=LIMIT)
     crawler, load = SimpleNamespace(engine=SimpleNamespace(downloader=downloader)), SlotLoad()
-    requests = _on_their_way(load, crawler, LIMIT - 1)
+    requests = _on_their_way(load, crawler, LIMIT)  # the slot may be full: looked through
     parsed.clear()
-    assert load.free(crawler, Request("http://a.test/new"))
+    assert not load.free(crawler, Request("http://a.test/new"))
     assert set(requests) <= set(parsed)
