@@ -19,6 +19,7 @@ from scrapy_ha.scheduler.outbox import BATCH
 from scrapy_ha.scheduler.session.lost import fenced_sync
 from scrapy_ha.store.dictionary import Dictionaries
 from scrapy_ha.store.items import ItemStream
+from scrapy_ha.store.shards import ShardedQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,9 +68,13 @@ class Syncer:
         self.redis_url = redis_url
         #: the crawl's compaction dictionaries, once connected
         self.dictionaries: Dictionaries | None = None
-        #: whether the latest call that wrote this worker's grant may have leased what this
-        #: worker never took (it ended before its reply was read and its leases taken): then
-        #: the close reads the grant and releases them (:meth:`Renewals.unread_grant`)
+        #: whether this worker's grant may name leases it never took (a call that wrote it
+        #: ended before its reply was read and its leases taken): then the close reads the
+        #: grant and releases them (:meth:`Renewals.unread_grant`). Cleared only by a call
+        #: that wrote the grant anew, all of whose leases were taken: sync.lua writes it
+        #: when the call leases or stores taken requests (a paused crawl's call leases
+        #: nothing and leaves it as it was), and a sharded crawl's call may skip the shards
+        #: whose grant is older (so there it is never cleared).
         self.grant_unread = False
 
     @property
@@ -141,8 +146,8 @@ class Syncer:
             self._note_server(result)
             was_empty = not self.shell.buffered()
             await self._take_all(result.leases)
-            if keeper is not None:
-                self.grant_unread = False  # every lease it granted is this worker's now
+            if keeper is not None and result.leases and not isinstance(self.queue, ShardedQueue):
+                self.grant_unread = False  # the grant holds these leases alone, all taken
             if was_empty and result.leases:  # only new leases buffered: valid from the call
                 renewals = self.renewals
                 renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)

@@ -1,0 +1,120 @@
+"""The close reads a worker's grant (the leases of its latest leasing round, see sync.lua)
+only when a round that wrote it may have leased what the worker never took: then it
+releases them, else they would wait out their lease. Real redis-server; a reply lost for
+real (a TCP relay drops it after Redis ran the call, ``tests.test_resent_round``)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.shell import Scheduler
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.sharding import make_queue
+from scrapy_ha.store.wire import NewEntry
+from tests.test_resent_round import dropping
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+KEYS = Keys("ha", "grant")
+PAGE = b'{"v":1,"u":"http://a.test/list1"}'
+
+
+@contextlib.asynccontextmanager
+async def _worker(url: str) -> AsyncIterator[tuple[Scheduler, RedisQueue]]:
+    """A scheduler on the queue at *url*, its lease keeper (a thread) running, as after
+    its open; its client never sends a call again by itself (the round's own code does)."""
+    client = redis.asyncio.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+    queue = RedisQueue(client, KEYS)
+    crawler = get_crawler(settings_dict={"REDIS_URL": url})
+    crawler._apply_settings()
+    s = Scheduler(crawler, SchedulerConfig(worker_id="w"))
+    s.session.queue = s.session.ends.queue = queue
+    s.session.renewals.start_keeper(queue)
+    try:
+        yield s, queue
+    finally:
+        await s.session.renewals.stop_keeper(5)
+        await client.aclose()
+
+
+async def _state(client: Any) -> tuple[int, int]:
+    """Leases held, and requests pending, in the crawl."""
+    leased = await client.zcard(KEYS.leased)
+    counts = await RedisQueue(client, KEYS).counts()
+    return leased, counts.pending
+
+
+@deferred_f_from_coro_f
+async def test_a_round_cut_short_then_a_paused_round_leave_its_leases_to_the_close(redis_url):
+    """The reply of a leasing round is lost; the operator pauses the crawl (the next round
+    leases nothing and leaves the grant as it was); the worker is stopped: the close reads
+    the grant and gives the lease back, pending at once."""
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+        async with _worker(relay.url) as (s, queue):
+            syncer = s.session.syncer
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await syncer.sync(lease=1)  # Redis leased the page; the reply never came
+            assert relay.dropped == 1 and syncer.grant_unread
+            assert await _state(direct) == (1, 0) and not s._buffer
+            await direct.set(KEYS.paused, 1)  # scrapy-ha pause
+            await syncer.sync(lease=1)  # leases nothing: the grant stays
+            assert await direct.hlen(KEYS.grant("w")) == 1
+            assert syncer.grant_unread
+            await s.session._final_flush("shutdown")
+            assert s.stats.get_value("ha/released") == 1
+    assert await _state(direct) == (0, 1)  # pending again, not left to expire
+    await direct.flushdb()
+    await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_after_a_round_read_whole_the_close_does_not_read_the_grant(redis_url, redis_writes):
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    async with _worker(redis_url) as (s, _):
+        syncer = s.session.syncer
+        await syncer.sync(lease=1)
+        assert len(s._buffer) == 1 and not syncer.grant_unread
+        redis_writes.clear()
+        await s.session._final_flush("shutdown")
+        assert s.stats.get_value("ha/released") == 1  # the buffered lease, given back
+        assert not [w for w in redis_writes if b":grant:w" in b"".join(w)]
+    assert await _state(direct) == (0, 1)
+    await direct.flushdb()
+    await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawls_close_always_reads_the_grants(redis_url):
+    """A sharded crawl's round calls only the shards it needs: a grant an older round wrote
+    in another shard stays, so no round read whole says there is nothing to read."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "grant", 2, worker="w")
+    for shard in queue.shards:
+        await shard.sync(enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")])
+    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url})
+    crawler._apply_settings()
+    s = Scheduler(crawler, SchedulerConfig(worker_id="w"))
+    s.session.queue = s.session.ends.queue = queue
+    s.session.renewals.start_keeper(queue)
+    try:
+        await s.session.syncer.sync(lease=1)
+        assert len(s._buffer) == 1
+        assert s.session.syncer.grant_unread
+    finally:
+        await s.session.renewals.stop_keeper(5)
+        await client.flushdb()
+        await client.aclose()
