@@ -184,10 +184,11 @@ class _AsyncCheckedByHandshake:
 
     With ``health_check_interval`` set (the worker sets 30 s), redis-py PINGs a connection
     before a command once the interval has passed since its last reply, and a new
-    connection has had none: every connection the worker opened (at start, and after each
-    reconnection) sent a PING, one round trip, before its ``HELLO``. The handshake's reply
-    (or, without one, the first command's) tells as much; a connection that sat idle for
-    the interval is still PINGed before use."""
+    connection has had none: every connection the worker opened without credentials (at
+    start, and after each reconnection) sent a PING, one round trip, before its ``HELLO``
+    (with credentials, redis-py sends ``AUTH`` or ``HELLO ... AUTH`` unchecked). The
+    handshake's reply (or, without one, the first command's) tells as much; a connection
+    that sat idle for the interval is still PINGed before use."""
 
     health_check_interval: float
     next_health_check: float
