@@ -384,19 +384,15 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
 
 
 async def _clock_and_metas(queue: RedisQueue) -> tuple[int, list[tuple[dict[Any, Any], ...]]]:
-    """Redis's clock (the slices a check reads now) and each shard's filter metas
-    (:func:`filter_metas`): one round trip for a crawl of one shard on one server (a
-    cluster's pipelines take no ``TIME``)."""
-    shards = shards_of(queue)
+    """Redis's clock and each shard's :func:`filter_metas`: in one round trip for one shard
+    on one server (a cluster's pipelines take no ``TIME``)."""
     client = queue.client
-    if len(shards) > 1 or isinstance(client, redis.asyncio.RedisCluster):
-        now_ms = await server_ms(client)
-        return now_ms, [await filter_metas(q.client, q.keys) for q in shards]
-    pipe = client.pipeline(transaction=False)
-    pipe.time()
-    pipe.hgetall(queue.keys.bloom)
-    pipe.hgetall(queue.keys.buckets)
-    (seconds, micros), bloom, buckets = await pipe.execute()
+    if len(shards_of(queue)) > 1 or isinstance(client, redis.asyncio.RedisCluster):
+        return await server_ms(client), [
+            await filter_metas(q.client, q.keys) for q in shards_of(queue)
+        ]
+    pipe = client.pipeline(transaction=False).time().hgetall(queue.keys.bloom)
+    (seconds, micros), bloom, buckets = await pipe.hgetall(queue.keys.buckets).execute()
     return int(seconds) * 1000 + int(micros) // 1000, [(bloom, buckets)]
 
 
