@@ -22,7 +22,7 @@ OUT = ROOT / "docs" / "img" / "architecture.png"
 BOXES = {
     "scrapy_ha.scheduler.session": "scheduler/session/\nthe one task that talks to Redis",
     "scrapy_ha.scheduler": "scheduler/\nthe shell the engine calls\nand its helpers",
-    "shared": "scheduler/engine.py, outbox.py, remote.py\nengine facts, the hand-offs",
+    "shared": "scheduler/engine/, outbox.py, remote.py\nengine facts, the hand-offs",
     "scrapy_ha.middlewares": (
         "middlewares/\nretry, proxy, checkpoint, revisit,\ncookies, user agent, parent"
     ),
@@ -51,7 +51,7 @@ def box(module: str) -> str:
         return "names"
     if module in FACES:
         return "faces"
-    if module in SHARED:
+    if module in SHARED or module.startswith("scrapy_ha.scheduler.engine."):
         return "shared"
     return max((b for b in BOXES if module == b or module.startswith(b + ".")), key=len)
 

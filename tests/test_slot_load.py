@@ -1,4 +1,4 @@
-"""What a download slot holds (scheduler.engine.SlotLoad): a request this worker handed out
+"""What a download slot holds (scheduler.engine.slots.SlotLoad): a request this worker handed out
 counts against its slot while it is on its way there, and once in the slot through the
 slot's own ``active`` set, never twice and never after it left the slot."""
 
@@ -12,7 +12,7 @@ from scrapy import Request
 from scrapy.core.downloader import Downloader
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_ha.scheduler.engine import SlotLoad
+from scrapy_ha.scheduler.engine.slots import SlotLoad
 from tests.test_scheduler_shell import FakeEngine
 
 if TYPE_CHECKING:

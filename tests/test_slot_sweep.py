@@ -1,4 +1,4 @@
-"""What the scheduler counts per download slot (scheduler.engine.SlotLoad) keeps no finished
+"""What the scheduler counts per download slot (scheduler.engine.slots.SlotLoad) keeps no finished
 request alive for long: a slot no longer asked about is swept every SLOT_SWEEP_EVERY
 hand-outs, or as many as the last sweep kept, whichever is more."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from scrapy import Request
 
-from scrapy_ha.scheduler.engine import SlotLoad
+from scrapy_ha.scheduler.engine.slots import SlotLoad
 from tests.test_scheduler_shell import FakeEngine
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from scrapy_ha import metakeys
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.engine.slots import capacity
 from scrapy_ha.store.scripts import PRIORITY_STEP
 from scrapy_ha.store.wire import clamp_priority
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.engine.slots import SlotLoad
     from scrapy_ha.store.wire import NewEntry
 
 #: A heap entry: a sort key whose last element carries the request.
@@ -40,7 +42,7 @@ def prefetch_target(crawler: Crawler, config: SchedulerConfig, rate: float) -> i
     ``HA_PREFETCH``, and no more than this worker acks (*rate* per second) in half a lease
     period, so that none waits in the buffer until its lease expires."""
     enough = config.prefetch
-    cap = min(enough, PER_SLOT_PREFETCH * engine.capacity(crawler, enough))
+    cap = min(enough, PER_SLOT_PREFETCH * capacity(crawler, enough))
     if rate > 0:
         cap = min(cap, max(1, int(rate * config.lease_time / 2)))
     return cap
@@ -201,7 +203,7 @@ class SlotChooser:
     """Download slots as DownloaderAwarePriorityQueue sees them: a request's slot key, and
     how busy a slot is (what it runs plus what this worker handed to it)."""
 
-    def __init__(self, crawler: Crawler, load: engine.SlotLoad) -> None:
+    def __init__(self, crawler: Crawler, load: SlotLoad) -> None:
         self._crawler = crawler
         self._load = load
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_ha.scheduler.buffer import SlotChooser
+    from scrapy_ha.scheduler.engine.slots import SlotLoad
     from scrapy_ha.scheduler.inflight import InFlight
     from scrapy_ha.scheduler.keep import Keep
     from scrapy_ha.scheduler.outbox import Outbox, Pair
@@ -178,7 +179,7 @@ class Handout:
         crawler: Crawler,
         outbox: Outbox,
         inflight: InFlight,
-        slots: engine.SlotLoad,
+        slots: SlotLoad,
         wake: Callable[[], None],
         *,
         queue: FreshQueue,

@@ -5,9 +5,8 @@ download, the callback or errback, every request it yielded (durable in Redis
 first) and every item through the pipelines. A worker killed at any instant
 leaves its leases to expire; any other worker puts them back in the queue.
 
-This is the shell the engine calls, answering from memory; what Redis must learn goes
-into an :class:`~scrapy_ha.scheduler.outbox.Outbox`, drained by one background task, the
-:class:`~scrapy_ha.scheduler.session.session.Session`, which hands leased requests back (``take``).
+This is the shell the engine calls, answering from memory; what Redis must learn goes into
+an :class:`~.outbox.Outbox`, drained by the :class:`~.session.session.Session` (one task).
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.admission import Admission
 from scrapy_ha.scheduler.buffer import FairLeaseBuffer, LeaseBuffer, SlotChooser, prefetch_target
 from scrapy_ha.scheduler.domains import ClosedDomains, StartTimes
+from scrapy_ha.scheduler.engine.slots import SlotLoad
 from scrapy_ha.scheduler.fresh import FreshQueue, Handout
 from scrapy_ha.scheduler.idle import IdleClose
 from scrapy_ha.scheduler.inflight import InFlight
@@ -73,7 +73,7 @@ class Scheduler:
         self.spider: Spider | None = None
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()
-        self._slots = engine.SlotLoad()
+        self._slots = SlotLoad()
         self._polite = bool(config.politeness)  # crawl-wide domain limits: read once
         fair = SlotChooser(crawler, self._slots) if config.slot_fair else None
         self._buffer = LeaseBuffer() if fair is None else FairLeaseBuffer(fair)
