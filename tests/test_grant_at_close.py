@@ -36,16 +36,22 @@ async def _worker(url: str) -> AsyncIterator[tuple[Scheduler, RedisQueue]]:
     its open; its client never sends a call again by itself (the round's own code does)."""
     client = redis.asyncio.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
     queue = RedisQueue(client, KEYS)
-    crawler = get_crawler(settings_dict={"REDIS_URL": url})
-    crawler._apply_settings()
-    s = Scheduler(crawler, SchedulerConfig(worker_id="w"))
-    s.session.queue = s.session.ends.queue = queue
-    s.session.renewals.start_keeper(queue)
+    s = _scheduler(url, queue)
     try:
         yield s, queue
     finally:
         await s.session.renewals.stop_keeper(5)
         await client.aclose()
+
+
+def _scheduler(url: str, queue: RedisQueue) -> Scheduler:
+    """Worker "w"'s scheduler on *queue*, with its lease keeper running, as after its open."""
+    crawler = get_crawler(settings_dict={"REDIS_URL": url})
+    crawler._apply_settings()
+    s = Scheduler(crawler, SchedulerConfig(worker_id="w"))
+    s.session.queue = s.session.ends.queue = queue
+    s.session.renewals.start_keeper(queue)
+    return s
 
 
 async def _state(client: Any) -> tuple[int, int]:
@@ -105,11 +111,7 @@ async def test_a_sharded_crawls_close_always_reads_the_grants(redis_url):
     queue = make_queue(client, "ha", "grant", 2, worker="w")
     for shard in queue.shards:
         await shard.sync(enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")])
-    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url})
-    crawler._apply_settings()
-    s = Scheduler(crawler, SchedulerConfig(worker_id="w"))
-    s.session.queue = s.session.ends.queue = queue
-    s.session.renewals.start_keeper(queue)
+    s = _scheduler(redis_url, queue)
     try:
         await s.session.syncer.sync(lease=1)
         assert len(s._buffer) == 1
