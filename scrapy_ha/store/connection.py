@@ -373,5 +373,10 @@ def _mask_in(exc: BaseException, url: str) -> str:
 
 async def server_ms(client: Any) -> int:
     """Redis's clock in ms (every stored time is Redis time)."""
-    seconds, micros = await client.time()
+    return time_ms(await client.time())
+
+
+def time_ms(reply: Any) -> int:
+    """Milliseconds of a ``TIME`` reply (seconds, microseconds), as read in a pipeline."""
+    seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000

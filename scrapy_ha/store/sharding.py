@@ -15,7 +15,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, bloom_state, filter_metas
 from scrapy_ha.store.buckets import BucketSet, BucketState, bucket_count, bucket_state
-from scrapy_ha.store.connection import server_ms
+from scrapy_ha.store.connection import server_ms, time_ms
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
 
@@ -392,8 +392,8 @@ async def _clock_and_metas(queue: RedisQueue) -> tuple[int, list[tuple[dict[Any,
             await filter_metas(q.client, q.keys) for q in shards_of(queue)
         ]
     pipe = client.pipeline(transaction=False).time().hgetall(queue.keys.bloom)
-    (seconds, micros), bloom, buckets = await pipe.hgetall(queue.keys.buckets).execute()
-    return int(seconds) * 1000 + int(micros) // 1000, [(bloom, buckets)]
+    clock, bloom, buckets = await pipe.hgetall(queue.keys.buckets).execute()
+    return time_ms(clock), [(bloom, buckets)]
 
 
 def _s(value: Any) -> str:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis.asyncio
 
 from scrapy_ha.scheduler import engine
+from scrapy_ha.store.connection import server_ms, time_ms
 from scrapy_ha.store.forget import rules_of
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ class Control:
         self._last = time.monotonic() if now is None else now
         client, joining = queue.client, not self.joined_ms
         if joining and isinstance(client, redis.asyncio.RedisCluster):  # no TIME in its pipelines
-            self.joined_ms = _ms(await client.time())
+            self.joined_ms = await server_ms(client)
             joining = False
         pipe = client.pipeline(transaction=False)  # one round trip
         if joining:  # the server's clock, read before the stop flag (a pipeline keeps order)
@@ -72,7 +73,7 @@ class Control:
             pipe.exists(queue.keys.paused)
         replies = await pipe.execute()
         if joining:
-            self.joined_ms = _ms(replies.pop(0))
+            self.joined_ms = time_ms(replies.pop(0))
         rules, stop, *held = replies
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
@@ -81,12 +82,6 @@ class Control:
         # after the stop: a rule that cannot be read must not keep a stop unseen
         self.admission.set_rules(rules_of(rules))
         return bool(held and held[0])
-
-
-def _ms(time_reply: Any) -> int:
-    """Milliseconds of a ``TIME`` reply (seconds, microseconds)."""
-    seconds, micros = time_reply
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class Restarts:
