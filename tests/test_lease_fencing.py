@@ -225,7 +225,7 @@ def test_a_lease_whose_end_is_under_way_is_not_reported_lost():
 
 
 @deferred_f_from_coro_f
-async def test_the_close_reads_the_grant_only_after_a_sync_cut_short(redis_url):
+async def test_a_sync_cut_short_leaves_its_grant_marked_unread(redis_url):
     """A sync that names the worker writes its grant (the leases it gives); the close reads
     the grant to release what such a sync leased if its reply was never read. Once a
     sync's reply is read and its leases taken, the grant names nothing the worker lacks,
