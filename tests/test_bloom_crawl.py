@@ -9,6 +9,7 @@ conformance suites with a Bloom filter too.)"""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from typing import TYPE_CHECKING
 
@@ -53,8 +54,13 @@ def test_sigkill_one_of_two_workers_loses_nothing_with_a_bloom_filter(
     wait_for_items(items, 700, victim)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    assert survivor.wait(timeout=180) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
-    check_nothing_lost(items, pages * per_page, site.hits(), PER_KILL)
+    log = tmp_path / "survivor.log"
+    assert survivor.wait(timeout=180) == 0, log.read_text()[-3000:]
+    logs = (tmp_path / "victim.log", log)
+    check_nothing_lost(items, pages * per_page, site.hits(), PER_KILL, logs=logs)
+    # what the filter itself expects to have lost: far below one URL (tests/dupefilter.py)
+    [expected] = re.findall(r"'ha/dupefilter/false_positives': ([0-9.e+-]+)", log.read_text())
+    assert 0 < float(expected) < 1e-6
     assert redis_client.exists("ha:{catalogue}:bloom") == 0  # finished: cleared whole
     assert redis_client.keys("ha:{catalogue}:bloom*") == []
     assert redis_client.exists("ha:{catalogue}:dupefilter") == 0
@@ -76,7 +82,7 @@ async def test_a_sharded_crawl_keeps_one_filter_per_shard(redis_url, site: Site)
     assert sum(s.urls for s in states if s) == 55 and client.keys("*:dupefilter") == []
     doc = await asyncio.to_thread(status, redis_url, "catalogue")
     assert doc["fingerprints"] == 55 and doc["dupefilter"]["kind"] == "bloom"
-    assert doc["dupefilter"]["urls"] == 55 and doc["dupefilter"]["error_asked"] == 1e-6
+    assert doc["dupefilter"]["urls"] == 55 and doc["dupefilter"]["error_asked"] == 1e-12
     [numbers] = read_crawls(client, "ha", ["catalogue"])
     assert len(numbers.blooms) == 3 and 0 < numbers.dupefilter_error < 1e-6
     client.close()

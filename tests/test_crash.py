@@ -161,22 +161,41 @@ def stat(log: str, name: str) -> int:
 
 
 def check_nothing_lost(
-    items: Path, expected: int, hits: dict[str, int], bound: int, thrice: int = 0
+    items: Path,
+    expected: int,
+    hits: dict[str, int],
+    bound: int,
+    thrice: int = 0,
+    logs: tuple[Path, ...] = (),
 ) -> None:
     """Every item stored; at most *bound* pages crawled twice (by the site's count) and at
     most *bound* items stored twice; no page crawled three times but at most *thrice*, of
     the pages whose lease was reclaimed: a killed worker held one, and before its lease came
     back a worker met its link and downloaded it early as a new request (Redis refused it
-    as a duplicate, ``ha/early_dropped``), then the redo downloaded it again."""
+    as a duplicate, ``ha/early_dropped``), then the redo downloaded it again. A loss is told
+    with what tells its cause apart: whether the site served the lost items' pages, and the
+    scheduler's figures in the workers' *logs*."""
     ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
-    assert sorted(set(ids)) == list(range(1, expected + 1)), (
-        f"lost {expected - len(set(ids))} item(s)"
+    assert sorted(set(ids)) == list(range(1, expected + 1)), lost_report(
+        set(range(1, expected + 1)) - set(ids), hits, logs
     )
     twice = {path: n for path, n in hits.items() if n > 1}
     more = {path: n for path, n in twice.items() if n > 2}
     assert all(n == 3 for n in more.values()) and len(more) <= thrice, (more, thrice)
     assert len(twice) <= bound, f"{len(twice)} pages crawled twice, bound {bound}"
     assert len(ids) - len(set(ids)) <= bound, f"{len(ids) - len(set(ids))} items stored twice"
+
+
+def lost_report(lost: set[int], hits: dict[str, int], logs: tuple[Path, ...]) -> str:
+    """ "lost N item(s)", then each lost item's page and how often the site served it (never:
+    no worker downloaded it), and the ``ha/`` figures of each log's stats dump."""
+    served = ", ".join(f"/item/{n} served {hits.get(f'/item/{n}', 0)}x" for n in sorted(lost))
+    figures = [
+        f"{log.name}: " + " ".join(re.findall(r"'ha/[^']*': [^,}]+", log.read_text()))
+        for log in logs
+        if log.exists()
+    ]
+    return "\n".join([f"lost {len(lost)} item(s): {served[:2000]}", *figures])
 
 
 @pytest.mark.parametrize("kill_after", [1, 700, 1900])
@@ -199,7 +218,10 @@ def test_sigkill_one_of_two_workers_loses_nothing(kill_after, redis_url, site_fa
     # (2 x CONCURRENCY) unfinished requests, and the acks of one round trip.
     assert reclaimed(log) <= PER_KILL
     # a third download only of a page whose lease came back (see check_nothing_lost)
-    check_nothing_lost(items, pages * per_page, site.hits(), PER_KILL, thrice=reclaimed(log))
+    logs = (tmp_path / "victim.log", tmp_path / "survivor.log")
+    check_nothing_lost(
+        items, pages * per_page, site.hits(), PER_KILL, thrice=reclaimed(log), logs=logs
+    )
 
 
 @pytest.mark.parametrize(
