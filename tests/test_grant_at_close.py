@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -21,6 +22,7 @@ from scrapy_ha.scheduler.shell import Scheduler
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import make_queue
 from scrapy_ha.store.wire import NewEntry
+from tests.test_keep import engine_busy
 from tests.test_resent_round import dropping
 
 if TYPE_CHECKING:
@@ -44,11 +46,11 @@ async def _worker(url: str) -> AsyncIterator[tuple[Scheduler, RedisQueue]]:
         await client.aclose()
 
 
-def _scheduler(url: str, queue: RedisQueue) -> Scheduler:
+def _scheduler(url: str, queue: RedisQueue, order: str = "priority") -> Scheduler:
     """Worker "w"'s scheduler on *queue*, with its lease keeper running, as after its open."""
     crawler = get_crawler(settings_dict={"REDIS_URL": url})
     crawler._apply_settings()
-    s = Scheduler(crawler, SchedulerConfig(worker_id="w"))
+    s = Scheduler(crawler, SchedulerConfig(worker_id="w", order=order))
     s.session.queue = s.session.ends.queue = queue
     s.session.renewals.start_keeper(queue)
     return s
@@ -120,3 +122,34 @@ async def test_a_sharded_crawls_close_always_reads_the_grants(redis_url):
         await s.session.renewals.stop_keeper(5)
         await client.flushdb()
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_round_cut_short_with_a_kept_child_leaves_its_leases_to_the_close(redis_url):
+    """The lost round leased a page and stored a new request kept in the worker's buffer.
+    The close sends that request again, and the call names the worker (it holds a kept
+    request): sync.lua writes the grant anew with that request alone. The close reads the
+    grant before that, so the page the lost round leased is given back too, pending at once,
+    not left to wait out its lease."""
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS, order="lifo").sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+        client = redis.asyncio.Redis.from_url(relay.url, retry=Retry(NoBackoff(), 0))
+        queue = RedisQueue(client, KEYS, order="lifo")
+        s = _scheduler(relay.url, queue, order="lifo")
+        try:
+            engine_busy(s)  # the new request waits for the round, which keeps it
+            assert s.enqueue_request(Request("http://a.test/new"))
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await s.session.syncer.sync(lease=1)  # the page leased, the request stored
+            assert relay.dropped == 1 and s.session.syncer.grant_unread
+            assert [e.kept for e in s.outbox.children] == [True]  # sent again at close
+            assert await direct.hlen(KEYS.grant("w")) == 2
+            await s.session._final_flush("shutdown")
+        finally:
+            await s.session.renewals.stop_keeper(5)
+            await client.aclose()
+    # the kept request (never downloaded here) and the page: both pending, none leased
+    assert await _state(direct) == (0, 2)
+    await direct.flushdb()
+    await direct.aclose()

@@ -165,16 +165,14 @@ class Renewals:
         if lost and (real := set(lost) & set(self.held())):
             self.on_lost(real)
 
-    async def unread_grant(
-        self, queue: RedisQueue, worker: str, held: set[Pair]
-    ) -> list[tuple[str, str]]:
-        """Leases of a sync cancelled at close before its reply was read (the grant key
-        has them): released with the rest rather than left to expire."""
+    async def unread_grant(self, queue: RedisQueue, worker: str) -> list[Pair]:
+        """The leases the grant key names (the worker's latest leasing call): those of a call
+        whose reply was never read are released at close with the rest rather than left to
+        expire."""
         if self.watch is None:
             return []  # no keeper: syncs write no grant
         grant = await queue.granted(worker)
-        pairs = {(_str(i), _str(t)) for i, t in grant.items()}
-        return sorted(pairs - held)
+        return [(_str(i), _str(t)) for i, t in grant.items()]
 
     async def renew(self, queue: RedisQueue) -> None:
         """Renew from the event loop (at connect, and while no keeper thread runs)."""

@@ -174,6 +174,24 @@ class Syncer:
                 "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
             )
 
+    async def grant_before_resend(self) -> set[Pair]:
+        """At close, before the outbox's children go again: the leases the grant names when
+        a call that wrote it may have leased what this worker never took. A call that stores
+        a kept child writes the grant anew, with the kept children alone."""
+        if not (self.grant_unread and self.outbox.children):
+            return set()
+        assert self.queue is not None
+        return set(await self.renewals.unread_grant(self.queue, self.config.worker_id))
+
+    async def never_taken(self, held: list[Pair], early: set[Pair]) -> list[Pair]:
+        """At close, after the last calls: the leases of the grant (read again only if a call
+        may have left it unread) and of its *early* read that this worker does not hold."""
+        assert self.queue is not None
+        granted = set(early)
+        if self.grant_unread:  # else every lease the grant names was taken: no read
+            granted.update(await self.renewals.unread_grant(self.queue, self.config.worker_id))
+        return sorted(granted - set(held))
+
     async def read_dictionaries(self) -> Dictionary | None:
         """Read the crawl's compaction dictionaries (once connected); return the one new
         requests are compacted with (None: none yet)."""
