@@ -1,7 +1,8 @@
-"""The close reads a worker's grant (the leases of its latest leasing round, see sync.lua)
-only when a round that wrote it may have leased what the worker never took: then it
-releases them, else they would wait out their lease. Real redis-server; a reply lost for
-real (a TCP relay drops it after Redis ran the call, ``tests.test_resent_round``)."""
+"""A worker's grant (the leases of its latest call that named it, see sync.lua) is read
+only after a call whose reply was lost: the next call, or the close, releases the leases it
+names that the worker never took, else they would wait out their lease. Real redis-server;
+a reply lost for real (a TCP relay drops it after Redis ran the call,
+``tests.test_resent_round``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha import metakeys
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.shell import Scheduler
@@ -64,10 +66,10 @@ async def _state(client: Any) -> tuple[int, int]:
 
 
 @deferred_f_from_coro_f
-async def test_a_round_cut_short_then_a_paused_round_leave_its_leases_to_the_close(redis_url):
+async def test_the_round_after_a_lost_reply_gives_its_leases_back_first_even_paused(redis_url):
     """The reply of a leasing round is lost; the operator pauses the crawl (the next round
-    leases nothing and leaves the grant as it was); the worker is stopped: the close reads
-    the grant and gives the lease back, pending at once."""
+    leases nothing and leaves the grant as it was): that round reads the grant first and
+    gives the lease back, pending at once, and the close reads nothing more."""
     direct = redis.asyncio.Redis.from_url(redis_url)
     await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
     async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
@@ -78,12 +80,60 @@ async def test_a_round_cut_short_then_a_paused_round_leave_its_leases_to_the_clo
             assert relay.dropped == 1 and syncer.grant_unread
             assert await _state(direct) == (1, 0) and not s._buffer
             await direct.set(KEYS.paused, 1)  # scrapy-ha pause
-            await syncer.sync(lease=1)  # leases nothing: the grant stays
-            assert await direct.hlen(KEYS.grant("w")) == 1
-            assert syncer.grant_unread
+            await syncer.sync(lease=1)  # leases nothing, after giving the page back
+            assert await _state(direct) == (0, 1)
+            assert s.stats.get_value("ha/released") == 1 and not syncer.grant_unread
             await s.session._final_flush("shutdown")
             assert s.stats.get_value("ha/released") == 1
-    assert await _state(direct) == (0, 1)  # pending again, not left to expire
+    assert await _state(direct) == (0, 1)
+    await direct.flushdb()
+    await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_later_round_does_not_leave_a_lost_rounds_leases_to_expire(redis_url):
+    """The next call that names the worker writes its grant anew (here a leasing round on a
+    drained queue): the lost round's lease is given back before it, not left to expire."""
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+        async with _worker(relay.url) as (s, queue):
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await s.session.syncer.sync(lease=1)
+            await direct.set(KEYS.paused, 1)  # the page given back stays pending
+            await s.session.syncer.sync(lease=1)
+            await direct.delete(KEYS.paused)
+            assert await _state(direct) == (0, 1)
+            await s.session.syncer.sync(lease=1)  # takes the page again: its own lease
+            assert len(s._buffer) == 1 and await _state(direct) == (1, 0)
+            await s.session._final_flush("shutdown")
+    assert await _state(direct) == (0, 1)
+    await direct.flushdb()
+    await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_lost_rounds_request_in_flight_is_not_given_back(redis_url):
+    """The lost round stored a new request the worker had handed to its engine already (its
+    lease is in the grant, and the worker never learnt it was stored): the next round gives
+    back the page the lost round leased, not that request, which is being downloaded."""
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+        async with _worker(relay.url) as (s, queue):
+            s.session.redis_ok = True  # connected: new requests may go out before the round
+            s._slots.free = lambda crawler, request: True  # noqa: ARG005
+            assert s.enqueue_request(Request("http://a.test/new"))
+            handed = s.next_request()  # to the engine before Redis has it
+            assert handed is not None and handed.url == "http://a.test/new"
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await s.session.syncer.sync(lease=1)  # the page leased, the request stored
+            assert await direct.hlen(KEYS.grant("w")) == 2
+            await s.session.syncer.sync(lease=0)
+            assert s.stats.get_value("ha/released") == 1  # the page alone
+            assert await _state(direct) == (1, 1)  # the request in flight keeps its lease
+            assert handed.meta[metakeys.LEASE] in s.local_leases()  # stored now
+            s.inflight.clear()
     await direct.flushdb()
     await direct.aclose()
 

@@ -253,12 +253,11 @@ class Session:
         self.shell.inflight.collect_finished()
         if self.outbox.gates:
             await self.syncer.send_gates()
-        early = await self.syncer.grant_before_resend()  # else the children's call rewrites it
         while not self.refusal.error and (self.outbox.to_sync() or self.ends.corrupt):
             await self._sync(lease=0)
         held = self.shell.local_leases() + self.outbox.releases
         held += self.refusal.unfinished(self.ends)
-        held += await self.syncer.never_taken(held, early)
+        held += await self.syncer.never_taken(held)
         released = await self.queue.release(held)
         self.shell.forget_local()
         self.stats.inc_value("ha/released", released)

@@ -68,13 +68,12 @@ class Syncer:
         self.redis_url = redis_url
         #: the crawl's compaction dictionaries, once connected
         self.dictionaries: Dictionaries | None = None
-        #: whether this worker's grant may name leases it never took (a call that wrote it
-        #: ended before its reply was read and its leases taken): then the close reads the
-        #: grant and releases them (:meth:`Renewals.unread_grant`). Cleared only by a call
-        #: that wrote the grant anew, all of whose leases were taken: sync.lua writes it
-        #: when the call leases or stores taken requests (a paused crawl's call leases
-        #: nothing and leaves it as it was), and a sharded crawl's call may skip the shards
-        #: whose grant is older (so there it is never cleared).
+        #: whether this worker's grant may name leases it never took (a call that named the
+        #: worker ended before its reply was read and its leases taken): then the next call
+        #: (:meth:`give_back_unread`) or the close (:meth:`never_taken`) reads the grant and
+        #: releases them. Cleared once a call's reply is read and its leases taken (sync.lua
+        #: wrote the grant anew with them, or left it as it was), or by that release; never
+        #: in a sharded crawl, whose call may skip the shards whose grant is older.
         self.grant_unread = False
 
     @property
@@ -97,6 +96,7 @@ class Syncer:
         assert self.queue is not None
         box = self.outbox
         lease_ms = int(self.config.lease_time * 1000)
+        await self.give_back_unread()
         if box.loose_items:
             await self._add_loose()
         n_acks, n_ends = len(box.acks), len(box.ends)
@@ -146,8 +146,10 @@ class Syncer:
             self._note_server(result)
             was_empty = not self.shell.buffered()
             await self._take_all(result.leases)
-            if keeper is not None and result.leases and not isinstance(self.queue, ShardedQueue):
-                self.grant_unread = False  # the grant holds these leases alone, all taken
+            if not isinstance(self.queue, ShardedQueue):
+                # the grant holds this call's leases, all taken, or (a paused crawl's call,
+                # or one that named no worker) is as it was, its unread leases given back
+                self.grant_unread = False
             if was_empty and result.leases:  # only new leases buffered: valid from the call
                 renewals = self.renewals
                 renewals.valid_until = max(renewals.valid_until, started + self.config.lease_time)
@@ -174,23 +176,34 @@ class Syncer:
                 "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
             )
 
-    async def grant_before_resend(self) -> set[Pair]:
-        """At close, before the outbox's children go again: the leases the grant names when
-        a call that wrote it may have leased what this worker never took. A call that stores
-        a kept child writes the grant anew, with the kept children alone."""
-        if not (self.grant_unread and self.outbox.children):
-            return set()
+    async def give_back_unread(self) -> None:
+        """After a call that named this worker and whose reply never came (the connection
+        reset after Redis ran it): the leases the grant names that this worker does not
+        have go back to pending at once. Else they wait out their lease: the next call that
+        names the worker writes the grant anew. Done before any other call (the grant
+        holds the lost call's leases still); in a sharded crawl the close does it."""
+        if not self.grant_unread or isinstance(self.queue, ShardedQueue):
+            return
         assert self.queue is not None
-        return set(await self.renewals.unread_grant(self.queue, self.config.worker_id))
+        granted = await self.renewals.unread_grant(self.queue, self.config.worker_id)
+        # what the worker has: buffered, in flight (stored or not), to end, kept to send
+        mine = {*self.shell.inflight.pairs(), *self._held_pairs()}
+        mine.update(e.taken for e in self.outbox.children if e.taken)
+        released = await self.queue.release([pair for pair in granted if pair not in mine])
+        self.grant_unread = False
+        if released:
+            self.stats.inc_value("ha/released", released)
+            logger.info("Released %d lease(s) of a round whose reply was lost", released)
 
-    async def never_taken(self, held: list[Pair], early: set[Pair]) -> list[Pair]:
-        """At close, after the last calls: the leases of the grant (read again only if a call
-        may have left it unread) and of its *early* read that this worker does not hold."""
+    async def never_taken(self, held: list[Pair]) -> list[Pair]:
+        """At close: the leases the grant names that are not *held*, if a call that wrote it
+        may have left it unread (a sharded crawl's call may skip the shards whose grant is
+        older: there it is always read)."""
+        if not self.grant_unread:  # else every lease the grant names was taken: no read
+            return []
         assert self.queue is not None
-        granted = set(early)
-        if self.grant_unread:  # else every lease the grant names was taken: no read
-            granted.update(await self.renewals.unread_grant(self.queue, self.config.worker_id))
-        return sorted(granted - set(held))
+        granted = await self.renewals.unread_grant(self.queue, self.config.worker_id)
+        return sorted(set(granted) - set(held))
 
     async def read_dictionaries(self) -> Dictionary | None:
         """Read the crawl's compaction dictionaries (once connected); return the one new
