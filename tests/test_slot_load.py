@@ -76,9 +76,9 @@ def test_the_slot_key_is_asked_only_of_requests_still_on_their_way():
     new = Request("http://a.test/new")
     for _ in range(3):  # as the engine asks, once per request it may start
         assert load.free(crawler, new)
-    # at the first check: 2 in the slot and 3 handed out would fill it, so the handed ones
-    # are looked through; then 2 and 1 do not: nobody is asked again
-    assert [r for r in asked if r is not new] == [requests[0]]
+    # those in the slot are forgotten at the first check: 2 in it and 1 on its way do not
+    # fill it, so nobody's slot key is asked
+    assert [r for r in asked if r is not new] == []
 
 
 def test_the_requests_handed_out_are_looked_through_only_when_the_slot_may_be_full():
@@ -90,7 +90,7 @@ def test_the_requests_handed_out_are_looked_through_only_when_the_slot_may_be_fu
     assert load.free(crawler, new)  # 0 in the slot and 3 on their way: not full, however keyed
     assert [r for r in asked if r is not new] == []
     slot = engine.downloader.slots["s"]
-    slot.active.update(requests[:2])  # the first two reached it: forgotten from the head
+    slot.active.update(requests[:2])  # the first two reached it: forgotten
     assert load.free(crawler, new)
     assert load._handed["s"] == [requests[2]]
     (last,) = _hand(load, crawler, engine, 1)
@@ -100,6 +100,21 @@ def test_the_requests_handed_out_are_looked_through_only_when_the_slot_may_be_fu
     assert not load.free(crawler, new)  # 4 in the slot: full, requests[2] still on its way
     assert [r for r in asked if r is not new] == [requests[2]]
     assert load._handed["s"] == [requests[2]]
+
+
+def test_a_request_that_reached_its_slot_out_of_order_is_not_counted_again_once_it_left():
+    # A waits in a downloader middleware while R overtakes it into the slot; R's response
+    # then goes back through the middlewares (out of the slot, still in downloader.active)
+    load, crawler, engine, _ = _load()
+    a, r = _hand(load, crawler, engine, 2)
+    slot = engine.downloader.slots["s"]
+    slot.active.add(r)
+    new = Request("http://a.test/new")
+    assert load.free(crawler, new)  # 1 in the slot, A on its way
+    slot.active.discard(r)
+    slot.active.update({Request("http://a.test/o1"), Request("http://a.test/o2")})
+    assert load.free(crawler, new)  # 2 in the slot and A on its way: 3 of 4
+    assert load.load(crawler, "s") == 3
 
 
 def _scrapy_downloader(monkeypatch: pytest.MonkeyPatch, **attrs: Any) -> tuple[Any, list[Any]]:

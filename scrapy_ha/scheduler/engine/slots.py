@@ -65,23 +65,17 @@ class SlotLoad:
             return True
         handed = self._handed.get(key)
         if handed:
-            # in the slot now (``running`` counts it until it is finished: it never comes
-            # back on its way), gone from the downloader, or moved to another slot by a
-            # downloader middleware (``meta["download_slot"]``, e.g. one slot per proxy): no
-            # longer on its way to this slot. They reach it about in the order they were
-            # handed out: those at the head are forgotten here, and the rest is looked
-            # through only when the slot would be full with all of them counted.
+            # in the slot now or gone from the downloader: no longer on its way (one that
+            # reached the slot out of order is dropped here, while the slot holds it: once
+            # it left the slot, its response back in the middlewares, it would look on its
+            # way again). Moved to another slot by a downloader middleware
+            # (``meta["download_slot"]``, e.g. one slot per proxy): looked up only when the
+            # slot would be full with all of them counted (a slot key per request is dear).
             active = downloader.active
-            reached = 0
-            for r in handed:
-                if r in running or r not in active:
-                    reached += 1
-                else:
-                    break
-            del handed[:reached]
+            handed[:] = [r for r in handed if r not in running and r in active]
             if len(running) + len(handed) >= limit:
                 keyed = _keyed_to(downloader, key)
-                handed[:] = [r for r in handed if r not in running and r in active and keyed(r)]
+                handed[:] = [r for r in handed if keyed(r)]
         return bool(len(running) + len(handed or ()) < limit)
 
     def load(self, crawler: Crawler, key: str) -> int:
