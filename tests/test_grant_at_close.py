@@ -203,3 +203,40 @@ async def test_a_round_cut_short_with_a_kept_child_leaves_its_leases_to_the_clos
     assert await _state(direct) == (0, 2)
     await direct.flushdb()
     await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_another_process_of_the_same_worker_id_keeps_its_lease(redis_url):
+    """Two processes given the same HA_WORKER_ID write the same grant key: after its lost
+    reply, worker A finds B's lease in the grant, and leaves it (only the leases whose
+    token the lost call made are given back)."""
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS).sync(
+        enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")]
+    )
+    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+        async with _worker(relay.url) as (a, _), _worker(redis_url) as (b, _):
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await a.session.syncer.sync(lease=1)  # A's lease, its reply lost
+            await b.session.syncer.sync(lease=1)  # B's: the grant names it alone now
+            assert len(b._buffer) == 1 and await _state(direct) == (2, 0)
+            await a.session.syncer.sync(lease=0)
+            assert await _state(direct) == (2, 0)  # B's lease still B's
+            assert not a.session.syncer.grant_unread
+    await direct.flushdb()
+    await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_grant_that_is_not_a_hash_does_not_stop_the_worker(redis_url, caplog):
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    async with _worker(redis_url) as (s, _):
+        await direct.set(KEYS.grant("w"), "garbage")
+        s.session.syncer.grant_unread = True  # as after a lost reply
+        await s.session.syncer.sync(lease=1)  # sync.lua writes the grant anew
+        assert len(s._buffer) == 1 and not s.session.syncer.grant_unread
+        assert await direct.type(KEYS.grant("w")) == b"hash"
+    assert "The lease grant of worker w is not a hash" in caplog.text
+    await direct.flushdb()
+    await direct.aclose()

@@ -108,11 +108,14 @@ class RedisQueue:
         numbers: Sequence[int] = (),
         expect: int = 0,
         commits: Mapping[tuple[str, str], Commit] = {},  # noqa: B006 (never mutated)
+        nonce: str | None = None,
     ) -> SyncResult:
         """Enqueue, then ack and give back (*release*), then lease: one script, one call.
 
         With *worker*, the leases it gives are also written to the worker's grant key, so
-        that its lease keeper renews them before the worker has read this reply. With
+        that its lease keeper renews them before the worker has read this reply. Each token
+        it gives starts with ``<nonce>-`` (a new one if not given): the leases of a call
+        whose reply was lost are known by it in the grant. With
         *sender* (see :func:`packed_children`), children already handled by an earlier call
         whose reply was lost are skipped; with *expect* too, a server that lacks the
         sender's children up to that number refuses the whole call (:class:`ChildrenLost`).
@@ -125,7 +128,7 @@ class RedisQueue:
             lease,
             lease_ms,
             promote,
-            new_nonce(),
+            nonce or new_nonce(),
             self.order_arg,
             expect_arg(sender, expect),
             len(release),

@@ -127,6 +127,7 @@ class ShardedSync(RedisQueue):
         numbers: Sequence[int] = (),
         expect: int = 0,
         commits: Mapping[Pair, Commit] = {},  # noqa: B006 (never mutated)
+        nonce: str | None = None,  # noqa: ARG002 (each shard's call makes its own)
     ) -> SyncResult:
         """Children (each in its shard, fenced), then acks (with what their pages commit:
         a page's items go to its shard's stream) and leases given back (*release*) with

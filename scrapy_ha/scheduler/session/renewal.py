@@ -21,8 +21,11 @@ counted from then on.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING
+
+import redis
 
 from scrapy_ha.scheduler.session.keeper import LeaseKeeper, LoopWatch
 from scrapy_ha.store.connection import sync_redis_from_settings
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.outbox import Pair
     from scrapy_ha.scheduler.session.keeper import Pairs
     from scrapy_ha.store.queue import RedisQueue
+
+logger = logging.getLogger(__name__)
 
 
 class Renewals:
@@ -171,7 +176,15 @@ class Renewals:
         expire."""
         if self.watch is None:
             return []  # no keeper: syncs write no grant
-        grant = await queue.granted(worker)
+        try:
+            grant = await queue.granted(worker)
+        except redis.exceptions.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            # not a hash (written by something else): the next call names none of this
+            # worker's leases in it, and sync.lua writes it anew; nothing to give back
+            logger.warning("The lease grant of worker %s is not a hash: %s", worker, exc)
+            return []
         return [(_str(i), _str(t)) for i, t in grant.items()]
 
     async def renew(self, queue: RedisQueue) -> None:

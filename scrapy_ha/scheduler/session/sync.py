@@ -20,6 +20,7 @@ from scrapy_ha.scheduler.session.lost import fenced_sync
 from scrapy_ha.store.dictionary import Dictionaries
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.shards import ShardedQueue
+from scrapy_ha.store.wire import new_nonce
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.remote import Remote
     from scrapy_ha.scheduler.session.connect import StartReport
     from scrapy_ha.scheduler.session.ends import Ends
+    from scrapy_ha.scheduler.session.keeper import LeaseKeeper
     from scrapy_ha.scheduler.session.renewal import Renewals
     from scrapy_ha.scheduler.session.shell import Shell
     from scrapy_ha.store.queue import RedisQueue
@@ -75,6 +77,10 @@ class Syncer:
         #: wrote the grant anew with them, or left it as it was), or by that release; never
         #: in a sharded crawl, whose call may skip the shards whose grant is older.
         self.grant_unread = False
+        #: the nonce of the latest call that named this worker (not sharded): the tokens of
+        #: the leases it gave start with it, and only those are given back (another process
+        #: given the same HA_WORKER_ID writes the same grant key)
+        self._unread_call: str | None = None
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -123,9 +129,7 @@ class Syncer:
         # those: Redis never holds both (see scrapy_ha.scheduler.keep)
         release, box.releases = box.releases, []
         started = time.monotonic()
-        if keeper is not None:
-            keeper.syncing(True)  # renews this sync's leases even before we read the reply
-            self.grant_unread = True
+        named = self._naming(keeper)
         try:
             result = await self._call_sync(
                 enqueue=enqueue,
@@ -136,6 +140,7 @@ class Syncer:
                 lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
+                **named,
             )
             self._committed(box.acks[:n_acks], result)
             del box.acks[:n_acks]
@@ -176,6 +181,19 @@ class Syncer:
                 "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
             )
 
+    def _naming(self, keeper: LeaseKeeper | None) -> dict[str, str]:
+        """Before a call that names this worker (*keeper* set): the keeper renews its leases
+        even before the reply is read, and its grant counts as unread until then; the call's
+        nonce, where the grant may be read before the close (not sharded)."""
+        if keeper is None:
+            return {}
+        keeper.syncing(True)
+        self.grant_unread = True
+        if isinstance(self.queue, ShardedQueue):
+            return {}
+        self._unread_call = new_nonce()
+        return {"nonce": self._unread_call}
+
     async def give_back_unread(self) -> None:
         """After a call that named this worker and whose reply never came (the connection
         reset after Redis ran it): the leases the grant names that this worker does not
@@ -185,7 +203,7 @@ class Syncer:
         if not self.grant_unread or isinstance(self.queue, ShardedQueue):
             return
         assert self.queue is not None
-        granted = await self.renewals.unread_grant(self.queue, self.config.worker_id)
+        granted = await self._lost_calls_leases()
         # what the worker has: buffered, in flight (stored or not), to end, kept to send
         mine = {*self.shell.inflight.pairs(), *self._held_pairs()}
         mine.update(e.taken for e in self.outbox.children if e.taken)
@@ -201,9 +219,17 @@ class Syncer:
         older: there it is always read)."""
         if not self.grant_unread:  # else every lease the grant names was taken: no read
             return []
+        return sorted(set(await self._lost_calls_leases()) - set(held))
+
+    async def _lost_calls_leases(self) -> list[Pair]:
+        """The leases the grant names, of the latest call that named this worker where its
+        nonce is known (not sharded), else all."""
         assert self.queue is not None
         granted = await self.renewals.unread_grant(self.queue, self.config.worker_id)
-        return sorted(set(granted) - set(held))
+        if self._unread_call is None or isinstance(self.queue, ShardedQueue):
+            return granted
+        mark = self._unread_call + "-"
+        return [pair for pair in granted if pair[1].startswith(mark)]
 
     async def read_dictionaries(self) -> Dictionary | None:
         """Read the crawl's compaction dictionaries (once connected); return the one new
