@@ -171,9 +171,9 @@ class Renewals:
             self.on_lost(real)
 
     async def unread_grant(self, queue: RedisQueue, worker: str) -> list[Pair]:
-        """The leases the grant key names (the worker's latest leasing call): those of a call
-        whose reply was never read are released at close with the rest rather than left to
-        expire."""
+        """The leases the grant key names (those of the worker's latest call that named it):
+        a call whose reply was never read has its leases released by the next call or the
+        close (:class:`~scrapy_ha.scheduler.session.sync.Syncer`) rather than left to expire."""
         if self.watch is None:
             return []  # no keeper: syncs write no grant
         try:
