@@ -58,6 +58,19 @@ def _scheduler(url: str, queue: RedisQueue, order: str = "priority") -> Schedule
     return s
 
 
+@contextlib.asynccontextmanager
+async def _crawl(redis_url: str, pages: int = 1, order: str = "fifo") -> AsyncIterator[Any]:
+    """A client of the crawl's Redis, *pages* pending in it; flushed after."""
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    entries = [NewEntry(b"", 0, PAGE + b" " * n) for n in range(pages)]
+    await RedisQueue(direct, KEYS, order=order).sync(enqueue=entries)
+    try:
+        yield direct
+    finally:
+        await direct.flushdb()
+        await direct.aclose()
+
+
 async def _state(client: Any) -> tuple[int, int]:
     """Leases held, and requests pending, in the crawl."""
     leased = await client.zcard(KEYS.leased)
@@ -70,46 +83,40 @@ async def test_the_round_after_a_lost_reply_gives_its_leases_back_first_even_pau
     """The reply of a leasing round is lost; the operator pauses the crawl (the next round
     leases nothing and leaves the grant as it was): that round reads the grant first and
     gives the lease back, pending at once, and the close reads nothing more."""
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
-        async with _worker(relay.url) as (s, queue):
-            syncer = s.session.syncer
-            with pytest.raises(redis.exceptions.ConnectionError):
-                await syncer.sync(lease=1)  # Redis leased the page; the reply never came
-            assert relay.dropped == 1 and syncer.grant_unread
-            assert await _state(direct) == (1, 0) and not s._buffer
-            await direct.set(KEYS.paused, 1)  # scrapy-ha pause
-            await syncer.sync(lease=1)  # leases nothing, after giving the page back
-            assert await _state(direct) == (0, 1)
-            assert s.stats.get_value("ha/released") == 1 and not syncer.grant_unread
-            await s.session._final_flush("shutdown")
-            assert s.stats.get_value("ha/released") == 1
-    assert await _state(direct) == (0, 1)
-    await direct.flushdb()
-    await direct.aclose()
+    async with _crawl(redis_url) as direct:
+        async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+            async with _worker(relay.url) as (s, queue):
+                syncer = s.session.syncer
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await syncer.sync(lease=1)  # Redis leased the page; the reply never came
+                assert relay.dropped == 1 and syncer.grant_unread
+                assert await _state(direct) == (1, 0) and not s._buffer
+                await direct.set(KEYS.paused, 1)  # scrapy-ha pause
+                await syncer.sync(lease=1)  # leases nothing, after giving the page back
+                assert await _state(direct) == (0, 1)
+                assert s.stats.get_value("ha/released") == 1 and not syncer.grant_unread
+                await s.session._final_flush("shutdown")
+                assert s.stats.get_value("ha/released") == 1
+        assert await _state(direct) == (0, 1)
 
 
 @deferred_f_from_coro_f
 async def test_a_later_round_does_not_leave_a_lost_rounds_leases_to_expire(redis_url):
     """The next call that names the worker writes its grant anew (here a leasing round on a
     drained queue): the lost round's lease is given back before it, not left to expire."""
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
-        async with _worker(relay.url) as (s, queue):
-            with pytest.raises(redis.exceptions.ConnectionError):
+    async with _crawl(redis_url) as direct:
+        async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+            async with _worker(relay.url) as (s, queue):
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await s.session.syncer.sync(lease=1)
+                await direct.set(KEYS.paused, 1)  # the page given back stays pending
                 await s.session.syncer.sync(lease=1)
-            await direct.set(KEYS.paused, 1)  # the page given back stays pending
-            await s.session.syncer.sync(lease=1)
-            await direct.delete(KEYS.paused)
-            assert await _state(direct) == (0, 1)
-            await s.session.syncer.sync(lease=1)  # takes the page again: its own lease
-            assert len(s._buffer) == 1 and await _state(direct) == (1, 0)
-            await s.session._final_flush("shutdown")
-    assert await _state(direct) == (0, 1)
-    await direct.flushdb()
-    await direct.aclose()
+                await direct.delete(KEYS.paused)
+                assert await _state(direct) == (0, 1)
+                await s.session.syncer.sync(lease=1)  # takes the page again: its own lease
+                assert len(s._buffer) == 1 and await _state(direct) == (1, 0)
+                await s.session._final_flush("shutdown")
+        assert await _state(direct) == (0, 1)
 
 
 @deferred_f_from_coro_f
@@ -117,42 +124,36 @@ async def test_a_lost_rounds_request_in_flight_is_not_given_back(redis_url):
     """The lost round stored a new request the worker had handed to its engine already (its
     lease is in the grant, and the worker never learnt it was stored): the next round gives
     back the page the lost round leased, not that request, which is being downloaded."""
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
-        async with _worker(relay.url) as (s, queue):
-            s.session.redis_ok = True  # connected: new requests may go out before the round
-            s._slots.free = lambda crawler, request: True  # noqa: ARG005
-            assert s.enqueue_request(Request("http://a.test/new"))
-            handed = s.next_request()  # to the engine before Redis has it
-            assert handed is not None and handed.url == "http://a.test/new"
-            with pytest.raises(redis.exceptions.ConnectionError):
-                await s.session.syncer.sync(lease=1)  # the page leased, the request stored
-            assert await direct.hlen(KEYS.grant("w")) == 2
-            await s.session.syncer.sync(lease=0)
-            assert s.stats.get_value("ha/released") == 1  # the page alone
-            assert await _state(direct) == (1, 1)  # the request in flight keeps its lease
-            assert handed.meta[metakeys.LEASE] in s.local_leases()  # stored now
-            s.inflight.clear()
-    await direct.flushdb()
-    await direct.aclose()
+    async with _crawl(redis_url) as direct:
+        async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+            async with _worker(relay.url) as (s, queue):
+                s.session.redis_ok = True  # connected: new requests may go out before the round
+                s._slots.free = lambda crawler, request: True  # noqa: ARG005
+                assert s.enqueue_request(Request("http://a.test/new"))
+                handed = s.next_request()  # to the engine before Redis has it
+                assert handed is not None and handed.url == "http://a.test/new"
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await s.session.syncer.sync(lease=1)  # the page leased, the request stored
+                assert await direct.hlen(KEYS.grant("w")) == 2
+                await s.session.syncer.sync(lease=0)
+                assert s.stats.get_value("ha/released") == 1  # the page alone
+                assert await _state(direct) == (1, 1)  # the request in flight keeps its lease
+                assert handed.meta[metakeys.LEASE] in s.local_leases()  # stored now
+                s.inflight.clear()
 
 
 @deferred_f_from_coro_f
 async def test_after_a_round_read_whole_the_close_does_not_read_the_grant(redis_url, redis_writes):
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    async with _worker(redis_url) as (s, _):
-        syncer = s.session.syncer
-        await syncer.sync(lease=1)
-        assert len(s._buffer) == 1 and not syncer.grant_unread
-        redis_writes.clear()
-        await s.session._final_flush("shutdown")
-        assert s.stats.get_value("ha/released") == 1  # the buffered lease, given back
-        assert not [w for w in redis_writes if b":grant:w" in b"".join(w)]
-    assert await _state(direct) == (0, 1)
-    await direct.flushdb()
-    await direct.aclose()
+    async with _crawl(redis_url) as direct:
+        async with _worker(redis_url) as (s, _):
+            syncer = s.session.syncer
+            await syncer.sync(lease=1)
+            assert len(s._buffer) == 1 and not syncer.grant_unread
+            redis_writes.clear()
+            await s.session._final_flush("shutdown")
+            assert s.stats.get_value("ha/released") == 1  # the buffered lease, given back
+            assert not [w for w in redis_writes if b":grant:w" in b"".join(w)]
+        assert await _state(direct) == (0, 1)
 
 
 @deferred_f_from_coro_f
@@ -181,28 +182,25 @@ async def test_a_round_cut_short_with_a_kept_child_leaves_its_leases_to_the_clos
     request): sync.lua writes the grant anew with that request alone. The close reads the
     grant before that, so the page the lost round leased is given back too, pending at once,
     not left to wait out its lease."""
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS, order="lifo").sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
-        client = redis.asyncio.Redis.from_url(relay.url, retry=Retry(NoBackoff(), 0))
-        queue = RedisQueue(client, KEYS, order="lifo")
-        s = _scheduler(relay.url, queue, order="lifo")
-        try:
-            engine_busy(s)  # the new request waits for the round, which keeps it
-            assert s.enqueue_request(Request("http://a.test/new"))
-            with pytest.raises(redis.exceptions.ConnectionError):
-                await s.session.syncer.sync(lease=1)  # the page leased, the request stored
-            assert relay.dropped == 1 and s.session.syncer.grant_unread
-            assert [e.kept for e in s.outbox.children] == [True]  # sent again at close
-            assert await direct.hlen(KEYS.grant("w")) == 2
-            await s.session._final_flush("shutdown")
-        finally:
-            await s.session.renewals.stop_keeper(5)
-            await client.aclose()
-    # the kept request (never downloaded here) and the page: both pending, none leased
-    assert await _state(direct) == (0, 2)
-    await direct.flushdb()
-    await direct.aclose()
+    async with _crawl(redis_url, order="lifo") as direct:
+        async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+            client = redis.asyncio.Redis.from_url(relay.url, retry=Retry(NoBackoff(), 0))
+            queue = RedisQueue(client, KEYS, order="lifo")
+            s = _scheduler(relay.url, queue, order="lifo")
+            try:
+                engine_busy(s)  # the new request waits for the round, which keeps it
+                assert s.enqueue_request(Request("http://a.test/new"))
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await s.session.syncer.sync(lease=1)  # the page leased, the request stored
+                assert relay.dropped == 1 and s.session.syncer.grant_unread
+                assert [e.kept for e in s.outbox.children] == [True]  # sent again at close
+                assert await direct.hlen(KEYS.grant("w")) == 2
+                await s.session._final_flush("shutdown")
+            finally:
+                await s.session.renewals.stop_keeper(5)
+                await client.aclose()
+        # the kept request (never downloaded here) and the page: both pending, none leased
+        assert await _state(direct) == (0, 2)
 
 
 @deferred_f_from_coro_f
@@ -210,33 +208,25 @@ async def test_another_process_of_the_same_worker_id_keeps_its_lease(redis_url):
     """Two processes given the same HA_WORKER_ID write the same grant key: after its lost
     reply, worker A finds B's lease in the grant, and leaves it (only the leases whose
     token the lost call made are given back)."""
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS).sync(
-        enqueue=[NewEntry(b"", 0, PAGE), NewEntry(b"", 0, PAGE + b" ")]
-    )
-    async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
-        async with _worker(relay.url) as (a, _), _worker(redis_url) as (b, _):
-            with pytest.raises(redis.exceptions.ConnectionError):
-                await a.session.syncer.sync(lease=1)  # A's lease, its reply lost
-            await b.session.syncer.sync(lease=1)  # B's: the grant names it alone now
-            assert len(b._buffer) == 1 and await _state(direct) == (2, 0)
-            await a.session.syncer.sync(lease=0)
-            assert await _state(direct) == (2, 0)  # B's lease still B's
-            assert not a.session.syncer.grant_unread
-    await direct.flushdb()
-    await direct.aclose()
+    async with _crawl(redis_url, 2) as direct:
+        async with dropping(redis_url, KEYS.grant("w").encode()) as relay:
+            async with _worker(relay.url) as (a, _), _worker(redis_url) as (b, _):
+                with pytest.raises(redis.exceptions.ConnectionError):
+                    await a.session.syncer.sync(lease=1)  # A's lease, its reply lost
+                await b.session.syncer.sync(lease=1)  # B's: the grant names it alone now
+                assert len(b._buffer) == 1 and await _state(direct) == (2, 0)
+                await a.session.syncer.sync(lease=0)
+                assert await _state(direct) == (2, 0)  # B's lease still B's
+                assert not a.session.syncer.grant_unread
 
 
 @deferred_f_from_coro_f
 async def test_a_grant_that_is_not_a_hash_does_not_stop_the_worker(redis_url, caplog):
-    direct = redis.asyncio.Redis.from_url(redis_url)
-    await RedisQueue(direct, KEYS).sync(enqueue=[NewEntry(b"", 0, PAGE)])
-    async with _worker(redis_url) as (s, _):
-        await direct.set(KEYS.grant("w"), "garbage")
-        s.session.syncer.grant_unread = True  # as after a lost reply
-        await s.session.syncer.sync(lease=1)  # sync.lua writes the grant anew
-        assert len(s._buffer) == 1 and not s.session.syncer.grant_unread
-        assert await direct.type(KEYS.grant("w")) == b"hash"
-    assert "The lease grant of worker w is not a hash" in caplog.text
-    await direct.flushdb()
-    await direct.aclose()
+    async with _crawl(redis_url) as direct:
+        async with _worker(redis_url) as (s, _):
+            await direct.set(KEYS.grant("w"), "garbage")
+            s.session.syncer.grant_unread = True  # as after a lost reply
+            await s.session.syncer.sync(lease=1)  # sync.lua writes the grant anew
+            assert len(s._buffer) == 1 and not s.session.syncer.grant_unread
+            assert await direct.type(KEYS.grant("w")) == b"hash"
+        assert "The lease grant of worker w is not a hash" in caplog.text
