@@ -187,7 +187,7 @@ def check_nothing_lost(
 
 
 def lost_report(lost: set[int], hits: dict[str, int], logs: tuple[Path, ...]) -> str:
-    """ "lost N item(s)", then each lost item's page and how often the site served it (never:
+    """How many items were lost, each one's page and how often the site served it (never:
     no worker downloaded it), and the ``ha/`` figures of each log's stats dump."""
     served = ", ".join(f"/item/{n} served {hits.get(f'/item/{n}', 0)}x" for n in sorted(lost))
     figures = [
