@@ -157,6 +157,19 @@ async def test_after_a_round_read_whole_the_close_does_not_read_the_grant(redis_
 
 
 @deferred_f_from_coro_f
+async def test_after_a_round_that_leased_nothing_the_close_does_not_read_the_grant(
+    redis_url, redis_writes
+):
+    async with _crawl(redis_url, 0), _worker(redis_url) as (s, _):
+        await s.session.syncer.sync(lease=1)  # a drained queue: the grant written empty
+        assert not s._buffer and not s.session.syncer.grant_unread
+        redis_writes.clear()
+        await s.session._final_flush("shutdown")
+        assert redis_writes  # the close's own calls were seen
+        assert not [w for w in redis_writes if b":grant:w" in b"".join(w)]
+
+
+@deferred_f_from_coro_f
 async def test_a_sharded_crawls_close_always_reads_the_grants(redis_url):
     """A sharded crawl's round calls only the shards it needs: a grant an older round wrote
     in another shard stays, so no round read whole says there is nothing to read."""
