@@ -134,7 +134,7 @@ async def test_a_lost_rounds_request_in_flight_is_not_given_back(redis_url):
                 assert handed is not None and handed.url == "http://a.test/new"
                 with pytest.raises(redis.exceptions.ConnectionError):
                     await s.session.syncer.sync(lease=1)  # the page leased, the request stored
-                assert await direct.hlen(KEYS.grant("w")) == 2
+                assert len(await RedisQueue(direct, KEYS).granted("w")) == 2
                 await s.session.syncer.sync(lease=0)
                 assert s.stats.get_value("ha/released") == 1  # the page alone
                 assert await _state(direct) == (1, 1)  # the request in flight keeps its lease
@@ -207,7 +207,7 @@ async def test_a_round_cut_short_with_a_kept_child_leaves_its_leases_to_the_clos
                     await s.session.syncer.sync(lease=1)  # the page leased, the request stored
                 assert relay.dropped == 1 and s.session.syncer.grant_unread
                 assert [e.kept for e in s.outbox.children] == [True]  # sent again at close
-                assert await direct.hlen(KEYS.grant("w")) == 2
+                assert len(await RedisQueue(direct, KEYS).granted("w")) == 2
                 await s.session._final_flush("shutdown")
             finally:
                 await s.session.renewals.stop_keeper(5)

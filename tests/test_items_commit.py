@@ -246,6 +246,6 @@ async def test_a_checkpoint_with_the_ack_is_never_taken_for_the_workers_grant(
     assert len(result.leases) == 2
     assert json.loads(await q.client.get(KEYS.checkpoint("t")))["page"] == 2
     assert await q.client.type(KEYS.checkpoint_ahead("t")) in (b"hash", b"none")
-    granted = await q.client.hgetall(KEYS.grant("w1"))
+    granted = await q.granted("w1")
     assert len(granted) == (2 if worker else 0)
     await q.client.aclose()

@@ -79,10 +79,10 @@ async def test_a_resent_round_keeps_its_taken_request_in_the_grant(redis_url):
         b"fp-a", 0, b"payload-a", fresh=Fresh(Request("http://a.example/"), ("ffff.1", "ffff-1"))
     )
     await q.sync(enqueue=[taken], lease=0, worker="w1")
-    assert await q.client.hgetall(KEYS.grant("w1")) == {b"ffff.1": b"ffff-1"}
+    assert await q.granted("w1") == {b"ffff.1": b"ffff-1"}
     result = await q.sync(enqueue=[taken], lease=4, worker="w1")  # the same call again
     assert result.dropped == set()
-    assert await q.client.hgetall(KEYS.grant("w1")) == {b"ffff.1": b"ffff-1"}
+    assert await q.granted("w1") == {b"ffff.1": b"ffff-1"}
     await q.client.aclose()
 
 

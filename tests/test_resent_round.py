@@ -14,6 +14,9 @@ import pytest
 import redis
 import redis.asyncio
 import scrapy
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError
 from scrapy.core.engine import ExecutionEngine
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -193,3 +196,62 @@ async def test_a_crawl_whose_round_reply_is_lost_crawls_each_copy_once(
     assert crawler.stats.get_value("finish_reason") == "finished"
     stats = redis.Redis.from_url(redis_url).hgetall(Keys("ha", "copies").stats)
     assert stats[b"enqueued"] == str(COPIES + 1).encode()
+
+
+async def _leased_and_pending(client: Any, keys: Keys) -> tuple[int, int]:
+    counts = await RedisQueue(client, keys).counts()
+    return await client.zcard(keys.leased), counts.pending
+
+
+@deferred_f_from_coro_f
+async def test_a_leasing_call_run_twice_gives_its_leases_once(redis_url):
+    """The same call run again (the client resent it, its first reply lost): the leases the
+    first run gave go back first and are given again, so Redis holds only the leases of the
+    reply the worker reads; a later call of the worker (another nonce) gives back none."""
+    keys = Keys("ha", "twice")
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = RedisQueue(client, keys)
+    try:
+        await q.sync(enqueue=[NewEntry(b"", 0, b"page-%d" % i) for i in range(4)])
+        first = await q.sync(lease=2, worker="w", nonce="a1b2c3")
+        second = await q.sync(lease=2, worker="w", nonce="a1b2c3")
+        assert [lease.id for lease in second.leases] == [lease.id for lease in first.leases]
+        assert second.released == 2
+        assert await _leased_and_pending(client, keys) == (2, 2)
+        grant = await client.hgetall(keys.grant("w"))
+        pairs = {lease.id.encode(): lease.token.encode() for lease in second.leases}
+        assert grant == {**pairs, b"=": b"a1b2c3"}
+        assert await q.granted("w") == pairs
+        third = await q.sync(lease=1, worker="w", nonce="d4e5f6")
+        assert (len(third.leases), third.released) == (1, 0)
+        assert await _leased_and_pending(client, keys) == (3, 1)
+    finally:
+        await client.flushdb()
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_leasing_call_redis_py_resends_leaves_no_lease_unseen(redis_url):
+    """A client that resends a command after a connection error (the Redis Cluster
+    client does; a plain one given ``retry_on_error`` in ``REDIS_PARAMS``): the worker
+    reads the second run's reply only, and Redis holds those leases only; before, the
+    first run's waited out their lease."""
+    keys = Keys("ha", "resent")
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        pages = [NewEntry(b"", 0, b"p0"), NewEntry(b"", 0, b"p1")]
+        await RedisQueue(direct, keys).sync(enqueue=pages)
+        async with dropping(redis_url, b"grant:w") as relay:
+            client = redis.asyncio.Redis.from_url(
+                relay.url, retry=Retry(NoBackoff(), 1), retry_on_error=[ConnectionError]
+            )
+            try:
+                result = await RedisQueue(client, keys).sync(lease=1, worker="w")
+            finally:
+                await client.aclose()
+        assert relay.dropped == 1
+        assert len(result.leases) == 1
+        assert await _leased_and_pending(direct, keys) == (1, 1)
+    finally:
+        await direct.flushdb()
+        await direct.aclose()

@@ -297,8 +297,11 @@ class RedisQueue:
         return await finish_one(self, worker, keep=keep)
 
     async def granted(self, worker: str) -> dict[bytes, bytes]:
-        """The leases the last sync of *worker* granted (the grant key: id -> token)."""
-        return dict(await self.client.hgetall(self.keys.grant(worker)))
+        """The leases the last sync of *worker* granted (the grant key: id -> token; its
+        field ``=``, the nonce of the call that wrote it, left out)."""
+        grant = await self.client.hgetall(self.keys.grant(worker))
+        grant.pop(b"=", None)
+        return dict(grant)
 
     async def exists(self) -> bool:
         """Whether any key of the crawl but its checkpoints is in Redis."""

@@ -3,6 +3,7 @@
 -- KEYS[5] seen (lib/lately): worker id -> its last heartbeat, for `scrapy-ha report`
 -- KEYS[6] (optional) the worker's grant (written by sync.lua): its pairs are renewed too,
 --         so that leases of a sync whose reply the worker has not read yet do not expire
+--         (its field '=' names the call that wrote it, not a lease)
 -- ARGV[1] lease length (ms)  ARGV[2] worker id  ARGV[3] heartbeat TTL (ms)
 -- ARGV[4] how many of the pairs that follow (the first ones) name requests the worker has
 --         handed to its engine: their lease records are marked so (lib/lease), and only
@@ -62,7 +63,8 @@ end
 if KEYS[6] and redis.call('TYPE', KEYS[6])['ok'] == 'hash' then
   local g = redis.call('HGETALL', KEYS[6])
   for i = 1, #g, 2 do
-    if not (done[g[i]] and done[g[i]][g[i + 1]]) then renew(g[i], g[i + 1]) end
+    local id, tok = g[i], g[i + 1]
+    if id ~= '=' and not (done[id] and done[id][tok]) then renew(id, tok) end
   end
   redis.call('PEXPIRE', KEYS[6], lease_ms)
 end

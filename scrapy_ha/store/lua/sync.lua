@@ -29,7 +29,8 @@
 -- KEYS[26] items: the crawl's item stream (lib/commit: a page's items come with its ack)
 -- KEYS[27] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
---          event loop is blocked before it reads this reply (see renew.lua)
+--          event loop is blocked before it reads this reply (see renew.lua), and the
+--          field '=', this call's nonce (a call run twice finds its first run's leases)
 -- then the checkpoint keys the acks name (lib/commit), if any
 -- then the bitmaps of the dupefilter, when it is a Bloom filter (lib/seen; KEYS[3] is then
 --          its meta hash), or its time slices with HA_DUPEFILTER_TTL (their hash and their
@@ -327,6 +328,21 @@ end
 if n_ack > 0 then ack_all() end
 
 local released = 0
+-- A call run twice: the client sent it again after a connection error took its reply
+-- (the Redis Cluster client resends a command by itself), so the worker reads this run's
+-- reply only. The grant, written by the first run under this call's nonce (its field '='),
+-- still names the leases the first run gave (their tokens start with the nonce): given
+-- back here, at their place, the lease below gives them again, instead of leaving them to
+-- wait out their lease unseen. (A grant that is not a hash is left to the DEL below.)
+if GRANT and tonumber(ARGV[3]) > 0 and redis.pcall('HGET', GRANT, '=') == nonce then
+  local g, mark = redis_call('HGETALL', GRANT), nonce .. '-'
+  for i = 1, #g, 2 do
+    if str_sub(g[i + 1], 1, #mark) == mark
+        and release_lease(KEYS[5], KEYS[6], KEYS[2], KEYS[21], g[i], g[i + 1]) then
+      released = released + 1
+    end
+  end
+end
 for i = 1, n_back do
   local id, tok = str_match(ARGV[9 + n_enq + n_ack + i], '^(%S+) (%S+)$')
   if id and release_lease(KEYS[5], KEYS[6], KEYS[2], KEYS[21], id, tok) then
@@ -432,6 +448,7 @@ local grant = (n_lease > 0 or n_taken > 0) and GRANT or nil
 if grant then
   redis_call('DEL', grant)
   if #w_grant > 0 then
+    w_grant[#w_grant + 1], w_grant[#w_grant + 2] = '=', nonce -- the call (see above)
     batched('HSET', grant, w_grant, 2)
     redis_call('PEXPIRE', grant, ARGV[4])
   end
