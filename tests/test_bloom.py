@@ -153,3 +153,34 @@ async def test_a_bitmap_of_the_wrong_type_fails_the_call_before_any_write(redis_
     assert (await queue.counts()).pending == before
     assert KEYS.bloom_part(0, 0) + " (list" in " ".join(await queue.set_aside_wrong_types())
     await queue.client.aclose()
+
+
+class ShortFingerprinter:
+    """A project's fingerprinter of 8 bytes (BLAKE2b), shorter than the Bloom filter's 16."""
+
+    def fingerprint(self, request) -> bytes:
+        return hashlib.blake2b(request.url.encode(), digest_size=8).digest()
+
+
+@deferred_f_from_coro_f
+async def test_a_fingerprint_shorter_than_16_bytes_keeps_its_error_rate(redis_url):
+    """Its bytes 5-16 make the filter's positions: a short one left them 0 or repeated, and
+    most new URLs were taken for seen (with 8 bytes, about 3 in 5 at capacity)."""
+    from scrapy import Request
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.admission import Admission
+
+    crawler = get_crawler(settings_dict={"HA_DUPEFILTER": "bloom"})
+    crawler.request_fingerprinter = ShortFingerprinter()
+    admission = Admission.from_config(crawler, SchedulerConfig.from_settings(crawler.settings))
+    fingerprints = [admission.fingerprint(Request(f"http://a.test/{i}")) for i in range(4000)]
+    assert {len(f) for f in fingerprints} == {16}
+    queue = bloom_queue(redis_url, 2000, 1e-6)  # about 1e-3 new URLs lost in 4,000
+    payload = b'{"v":1,"u":"http://a.test/%d"}'
+    items = [NewEntry(f, 0, payload % i) for i, f in enumerate(fingerprints)]
+    assert await add(queue, items) == 4000
+    assert await add(queue, items) == 0  # every one seen, as ever
+    await queue.client.flushdb()
+    await queue.client.aclose()

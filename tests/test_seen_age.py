@@ -266,3 +266,30 @@ async def test_a_child_stored_again_after_a_failover_keeps_its_age_and_host(redi
     assert numbers == [1] and [(c.age_ms, c.host) for c in again] == [(500, "a.example")]
     assert await added(q, *[replace(c, parent=None) for c in again]) == 1
     await q.client.aclose()
+
+
+@pytest.mark.parametrize("recrawl_after", [0, 0.0004])
+@deferred_f_from_coro_f
+async def test_a_request_new_again_at_once_is_new_again_with_the_next_slice(
+    redis_url, recrawl_after
+):
+    """``meta["ha_recrawl_after"] = 0`` (or under a millisecond) is new again once the time
+    slice that saw it is not the newest (TTL/8): it was sent as no age, and the whole TTL
+    applied."""
+    from scrapy import Request
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.admission import Admission
+    from scrapy_ha.scheduler.inflight import Kin
+
+    crawler = get_crawler(CatalogueSpider, {"HA_DUPEFILTER_TTL": TTL_MS / 1000})
+    admission = Admission.from_config(crawler, SchedulerConfig.from_settings(crawler.settings))
+    q = queue(redis_url)
+    url = "http://a.example/listing"
+    first = admission.admit(Request(url), Kin(), None)
+    assert first is not None and await added(q, first) == 1
+    await asyncio.sleep(TTL_MS / 8 / 1000 + 0.05)  # the next slice
+    again = admission.admit(Request(url, meta={"ha_recrawl_after": recrawl_after}), Kin(), None)
+    assert again is not None and await added(q, again) == 1
+    await q.client.flushdb()
+    await q.client.aclose()

@@ -23,7 +23,7 @@ from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES, shard_of
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.store.aged import slices_where
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
-from scrapy_ha.store.buckets import read_buckets, wire_fingerprint
+from scrapy_ha.store.buckets import read_buckets, sized, wire_fingerprint
 from scrapy_ha.store.forget import (
     ForgetRules,
     add_rule,
@@ -47,7 +47,7 @@ def fingerprints(
     sends them), and the one the dupefilter knows it by now (another when a forget rule
     matches it)."""
     request = Request(url)
-    own = view.crawler.request_fingerprinter.fingerprint(request)[:size]
+    own = sized(view.crawler.request_fingerprinter.fingerprint(request), size)
     return own, rules.fingerprint(own, url, urlsplit(url).hostname or "")
 
 

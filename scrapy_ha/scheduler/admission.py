@@ -27,6 +27,7 @@ from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.seen import LocalSeen
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
+from scrapy_ha.store.buckets import sized
 from scrapy_ha.store.dictionary import Compactor
 from scrapy_ha.store.forget import ForgetRules
 from scrapy_ha.store.hosts import url_host
@@ -133,7 +134,8 @@ class Admission:
         if kin.late:
             self._log_late(request)
         entry = self.entry(request, fingerprint, payload, parent=kin.fence, fresh=Fresh(request))
-        return entry if age is None else replace(entry, age_ms=int(age * 1000))
+        # (an age under 1 ms, 0 included, is sent as 1 ms: 0 on the wire means the TTL)
+        return entry if age is None else replace(entry, age_ms=max(1, int(age * 1000)))
 
     def payload(self, request: Request, spider: Spider | None) -> bytes:
         """*request* as stored (:func:`~scrapy_ha.codec.encode_request` under
@@ -212,7 +214,7 @@ class Admission:
         if request.dont_filter or not self.dedupe:
             return b""
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
-        fingerprint = fingerprint[: self.fingerprint_bytes]
+        fingerprint = sized(fingerprint, self.fingerprint_bytes)
         if self.rules:  # forgotten by a rule: known by another fingerprint since
             host = urlparse_cached(request).hostname or ""
             return self.rules.fingerprint(fingerprint, request.url, host)

@@ -25,6 +25,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.outbox import Allocation, Load, VisitEnd
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
+from scrapy_ha.store.buckets import sized
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,7 +64,7 @@ class Revisits:
         def fingerprint(request: Request) -> bytes:
             if not config.dedupe:
                 return b""
-            return crawler.request_fingerprinter.fingerprint(request)[:size]
+            return sized(crawler.request_fingerprinter.fingerprint(request), size)
 
         return cls(config.revisit, fingerprint)
 

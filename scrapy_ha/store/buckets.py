@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.store import scripts
-from scrapy_ha.store.bloom import Dupefilter
+from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES, Dupefilter
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -67,6 +67,18 @@ def bucket_count(capacity: int) -> int:
     while count * BUCKET_FILL < capacity:
         count *= 2
     return count
+
+
+def sized(fingerprint: bytes, size: int) -> bytes:
+    """A request's fingerprint as the dupefilter is sent it: its first *size* bytes; for a
+    Bloom filter, a fingerprint shorter than its 16 (a project's
+    ``REQUEST_FINGERPRINTER_CLASS``) is replaced by the first 16 of its SHA-1, so that both
+    48-bit hashes its positions are made of are random (a short one left them 0 or
+    repeated: most new URLs taken for seen). The exact set does the same with its 12
+    (:func:`twelve`), where the scripts read it."""
+    if size != BLOOM_FINGERPRINT_BYTES or len(fingerprint) >= size:
+        return fingerprint[:size]
+    return hashlib.sha1(fingerprint).digest()[:size]  # noqa: S324 (not a secret)
 
 
 def twelve(fingerprint: bytes) -> bytes:
