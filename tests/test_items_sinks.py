@@ -13,6 +13,7 @@ import redis
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.items import Entry, JsonLinesSink, SqlSink, consume
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import ItemStream
@@ -252,3 +253,23 @@ async def test_a_consumer_rides_out_a_redis_restart(tmp_path):
         assert report.consumed == 120
     finally:
         server.stop()
+
+
+@deferred_f_from_coro_f
+async def test_a_second_consumer_of_one_json_lines_file_fails_at_once_naming_it(
+    redis_url, tmp_path
+):
+    """Two consumers appending to one file overwrite each other's lines: the first holds the
+    file's lock for its life, the second fails at start, before it reads anything."""
+    await fill(redis_url, range(1, 21))
+    path = tmp_path / "items.jl"
+    first = JsonLinesSink(path)
+    await first.open()
+    with pytest.raises(ConfigError, match=rf"{path}.*in use by another consumer"):
+        await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
+    client = redis.Redis.from_url(redis_url)
+    assert client.xinfo_groups(KEYS.items)[0]["pending"] == 0  # nothing delivered to it
+    client.close()
+    await first.close()  # the lock goes with the file (and with a killed process)
+    report = await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
+    assert report.consumed == 20 and lines(path) == list(range(1, 21))

@@ -13,11 +13,14 @@ The file's exactly-once rests on the file and its offset: only a consumer starte
 under the same name (by default, made of the host and the file's path) finishes the
 entries this one left pending; no other consumer of the group takes them over
 (``shares = False``). Several files in one group share the work, each with its consumer.
+A consumer holds an exclusive lock on its file (``flock``) from its start to its end: a
+second consumer of the same file fails at start, with an error that names the file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import CodecError
+from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
     from scrapy_ha.sinks.consumer import Entry
@@ -61,6 +65,7 @@ class JsonLinesSink:
     def _open(self) -> list[str]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock()
         size = os.fstat(self._fd).st_size
         recorded = self._read_offset()
         if recorded is None:  # a file of its own, or one this sink never wrote: append,
@@ -84,6 +89,22 @@ class JsonLinesSink:
                 f"away to start a new file"
             )
         return ids
+
+    def _lock(self) -> None:
+        """Hold the file's exclusive lock until :meth:`close` (the system lets go of it when
+        the process dies): two consumers appending to one file would overwrite each other's
+        lines and offsets."""
+        assert self._fd is not None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise ConfigError(
+                f"{self.path} is in use by another consumer (it holds the file's lock): one "
+                f"consumer per JSON Lines file; stop that one, or give this one a file of its "
+                f"own (several files may share a group with --group)"
+            ) from None
 
     def _read_offset(self) -> tuple[int, list[str]] | None:
         try:
