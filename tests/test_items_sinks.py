@@ -273,3 +273,23 @@ async def test_a_second_consumer_of_one_json_lines_file_fails_at_once_naming_it(
     await first.close()  # the lock goes with the file (and with a killed process)
     report = await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
     assert report.consumed == 20 and lines(path) == list(range(1, 21))
+
+
+@deferred_f_from_coro_f
+async def test_a_json_lines_consumer_started_again_by_default_finishes_the_killed_batch(
+    redis_url, tmp_path
+):
+    """Without a consumer name the consumer takes the sink's own (host and path): the same
+    after a restart, so it reads again the batch its killed run was delivered."""
+    await fill(redis_url, range(1, 41))
+    path = tmp_path / "items.jl"
+    client = redis.asyncio.Redis.from_url(redis_url)
+    stream = ItemStream(client, KEYS)
+    await stream.join("jl")
+    killed = await stream.read("jl", JsonLinesSink(path).consumer, 10)  # then SIGKILLed
+    assert len(killed) == 10
+    sink = JsonLinesSink(path)
+    report = await asyncio.wait_for(consume(redis_url, "s", sink, group="jl", exit_idle=0.2), 20)
+    assert report.consumed == 40 and sorted(lines(path)) == list(range(1, 41))
+    assert await client.xlen(KEYS.items) == 0
+    await client.aclose()

@@ -74,7 +74,10 @@ class Entry:
 class Sink(Protocol):
     """Where a consumer puts items. ``write`` must commit durably before it returns, and
     idempotently: an entry written again (after a kill between the commit and the
-    acknowledgement) must not be stored twice."""
+    acknowledgement) must not be stored twice. A sink whose idempotence is its own
+    (``shares = False``) may have a ``consumer`` attribute: the name a consumer started
+    again must take to find the entries it left pending (:class:`JsonLinesSink`'s: host and
+    path); :class:`ItemConsumer` takes it when it is given no name."""
 
     #: a consumer may take over the entries another consumer of the group left pending
     #: (the sink's idempotence holds across consumers: a shared table); False for a sink
@@ -108,6 +111,14 @@ def default_consumer() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def sink_consumer(sink: Sink) -> str:
+    """The consumer name of *sink* when none is given: the sink's own ``consumer`` if it has
+    one (a file's: the same after a restart, so that it finds its pending entries again),
+    else :func:`default_consumer`."""
+    own = getattr(sink, "consumer", None)
+    return str(own) if own else default_consumer()
+
+
 def _route(entry_id: str) -> tuple[int, str]:
     head, sep, tail = entry_id.partition(":")
     return (int(head), tail) if sep else (0, entry_id)
@@ -131,7 +142,7 @@ class ItemConsumer:
         self.streams = [ItemStream(q.client, q.keys) for q in shards_of(queue)]
         self.sink = sink
         self.group = group
-        self.consumer = consumer or default_consumer()
+        self.consumer = consumer or sink_consumer(sink)
         self.batch = batch
         self.claim_idle_ms = int(claim_idle * 1000)
         self.block_ms = int(block * 1000)

@@ -56,7 +56,11 @@ class JsonLinesSink:
 
     @property
     def consumer(self) -> str:
-        """The consumer name that finds this file's pending entries again after a kill."""
+        """The consumer name that finds this file's pending entries again after a kill:
+        the host and the file's absolute path. The host stays in it: files at the same path
+        on two machines share the default group (``jsonl:<path>``), one consumer each. A
+        container whose hostname changes at each start passes a stable name instead
+        (``--consumer``)."""
         return f"{socket.gethostname()}:{self.path}"
 
     async def open(self) -> list[str]:
