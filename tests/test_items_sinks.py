@@ -293,3 +293,20 @@ async def test_a_json_lines_consumer_started_again_by_default_finishes_the_kille
     assert report.consumed == 40 and sorted(lines(path)) == list(range(1, 41))
     assert await client.xlen(KEYS.items) == 0
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_read_whose_reply_was_lost_is_read_again_from_the_consumers_own(
+    redis_url, tmp_path
+):
+    """Redis ran an XREADGROUP and the connection dropped before its reply: the entries are
+    pending to this consumer, which reads its own pending entries before new ones."""
+    from tests.test_resent_round import dropping
+
+    await fill(redis_url, range(1, 41))
+    path = tmp_path / "items.jl"
+    async with dropping(redis_url, b"$1\r\n>\r\n") as relay:
+        job = consume(relay.url, "s", JsonLinesSink(path), group="jl", batch=10, exit_idle=0.5)
+        report = await asyncio.wait_for(job, 20)
+    assert relay.dropped == 1
+    assert lines(path) == list(range(1, 41)) and report.consumed == 40

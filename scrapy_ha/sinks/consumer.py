@@ -152,7 +152,9 @@ class ItemConsumer:
         self.claim_idle_ms = int(claim_idle * 1000)
         self.block_ms = int(block * 1000)
         self.report = ConsumerReport()
-        self._failed = False  # a batch failed: it waits among this consumer's own entries
+        #: a batch failed, or a read's reply was lost: its entries wait among this
+        #: consumer's own (pending to it), read again (ID 0) before new ones
+        self._failed = False
         self.triage = Triage(sink)
         #: per shard, the ids of a batch the sink committed and Redis did not acknowledge
         #: (it went away meanwhile): acknowledged first when it answers, never written again
@@ -179,6 +181,7 @@ class ItemConsumer:
                         if time.monotonic() - idle_since >= exit_idle and await self._ended():
                             break
                 except REDIS_DOWN_ERRORS as exc:  # a batch not acknowledged comes again
+                    self._failed = True  # a read whose reply was lost: its entries are ours
                     delay = min(RECONNECT_MAX_DELAY, max(0.25, delay * 2))
                     logger.warning("Redis unreachable (%s); retrying in %.2f s", exc, delay)
                     await asyncio.sleep(delay)
