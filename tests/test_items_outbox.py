@@ -92,23 +92,39 @@ async def test_a_retried_page_commits_its_items_once_from_the_run_that_is_acked(
     assert stats["ha/items/committed"] == 50
 
 
+def _circular() -> dict[str, Any]:
+    item: dict[str, Any] = {"tags": []}
+    item["tags"].append(item)  # a back-reference: RecursionError, not a CodecError
+    return item
+
+
+#: Items the codec cannot store, and what encoding them raises.
+UNSTORABLE = {
+    "object": lambda: {"handle": object()},  # no faithful form: CodecError
+    "circular": _circular,  # RecursionError
+    "huge_int": lambda: {"big": 7**6000},  # ValueError: over Python's 4,300 digits
+}
+
+
 class Unstorable(scrapy.Spider):
     name = "unstorable_items"
 
-    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+    def __init__(self, base_url: str = "", kind: str = "object", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_urls = [base_url + "/list/1", base_url + "/list/2"]
+        self.kind = kind
 
     def parse(self, response: Any) -> Any:
         yield {"page": response.url, "n": 1}
         if response.url.endswith("/list/2"):
-            yield {"page": response.url, "n": 2, "handle": object()}  # no faithful form
+            yield {"page": response.url, "n": 2, **UNSTORABLE[self.kind]()}
 
 
+@pytest.mark.parametrize("kind", sorted(UNSTORABLE))
 @deferred_f_from_coro_f
-async def test_an_item_that_cannot_be_stored_fails_its_page(redis_url, site):
+async def test_an_item_that_cannot_be_stored_fails_its_page(redis_url, site, kind):
     crawler = get_crawler(Unstorable, {**SETTINGS, "REDIS_URL": redis_url})
-    await crawler.crawl_async(base_url=site.url)
+    await crawler.crawl_async(base_url=site.url, kind=kind)
     items = stream(redis_url, "unstorable_items")
     assert items == [{"page": f"{site.url}/list/1", "n": 1}]  # nothing of page 2
     stats = crawler.stats.get_stats()

@@ -13,6 +13,7 @@ import redis
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.items import Entry, JsonLinesSink, SqlSink, consume
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import ItemStream
@@ -252,3 +253,60 @@ async def test_a_consumer_rides_out_a_redis_restart(tmp_path):
         assert report.consumed == 120
     finally:
         server.stop()
+
+
+@deferred_f_from_coro_f
+async def test_a_second_consumer_of_one_json_lines_file_fails_at_once_naming_it(
+    redis_url, tmp_path
+):
+    """Two consumers appending to one file overwrite each other's lines: the first holds the
+    file's lock for its life, the second fails at start, before it reads anything."""
+    await fill(redis_url, range(1, 21))
+    path = tmp_path / "items.jl"
+    first = JsonLinesSink(path)
+    await first.open()
+    with pytest.raises(ConfigError, match=rf"{path}.*in use by another consumer"):
+        await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
+    client = redis.Redis.from_url(redis_url)
+    assert client.xinfo_groups(KEYS.items)[0]["pending"] == 0  # nothing delivered to it
+    client.close()
+    await first.close()  # the lock goes with the file (and with a killed process)
+    report = await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
+    assert report.consumed == 20 and lines(path) == list(range(1, 21))
+
+
+@deferred_f_from_coro_f
+async def test_a_json_lines_consumer_started_again_by_default_finishes_the_killed_batch(
+    redis_url, tmp_path
+):
+    """Without a consumer name the consumer takes the sink's own (host and path): the same
+    after a restart, so it reads again the batch its killed run was delivered."""
+    await fill(redis_url, range(1, 41))
+    path = tmp_path / "items.jl"
+    client = redis.asyncio.Redis.from_url(redis_url)
+    stream = ItemStream(client, KEYS)
+    await stream.join("jl")
+    killed = await stream.read("jl", JsonLinesSink(path).consumer, 10)  # then SIGKILLed
+    assert len(killed) == 10
+    sink = JsonLinesSink(path)
+    report = await asyncio.wait_for(consume(redis_url, "s", sink, group="jl", exit_idle=0.2), 20)
+    assert report.consumed == 40 and sorted(lines(path)) == list(range(1, 41))
+    assert await client.xlen(KEYS.items) == 0
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_read_whose_reply_was_lost_is_read_again_from_the_consumers_own(
+    redis_url, tmp_path
+):
+    """Redis ran an XREADGROUP and the connection dropped before its reply: the entries are
+    pending to this consumer, which reads its own pending entries before new ones."""
+    from tests.test_resent_round import dropping
+
+    await fill(redis_url, range(1, 41))
+    path = tmp_path / "items.jl"
+    async with dropping(redis_url, b"$1\r\n>\r\n") as relay:
+        job = consume(relay.url, "s", JsonLinesSink(path), group="jl", batch=10, exit_idle=0.5)
+        report = await asyncio.wait_for(job, 20)
+    assert relay.dropped == 1
+    assert lines(path) == list(range(1, 41)) and report.consumed == 40

@@ -16,7 +16,9 @@ them (``ha/items/no_page``).
 
 An item the codec cannot store fails its page, as a child request that cannot be stored
 does: the page is dead-lettered (class ``unstorable``) when it finishes, never acked
-without it.
+without it. Whatever encoding the item raises counts (a ``CodecError``, and also a
+``RecursionError`` for an item that contains itself or a ``ValueError`` for an int of more
+than 4,300 digits).
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ __all__ = ["ItemHold"]
 logger = logging.getLogger(__name__)
 
 
+def _shown(item: Any) -> str:
+    """*item*'s repr for a log line, or its type where even that fails (an int of more than
+    4,300 digits raises ValueError in repr)."""
+    try:
+        return repr(item)
+    except Exception:  # noqa: BLE001 - a log line must not fail on the item it shows
+        return f"<{type(item).__name__} that cannot be shown>"
+
+
 class ItemHold:
     """The items of this worker's unfinished pages, held until each page's lease ends."""
 
@@ -68,7 +79,10 @@ class ItemHold:
         lease = page.meta.get(metakeys.LEASE) if page is not None else None
         try:
             data = encode_item(item, spider)
-        except CodecError as exc:
+        except Exception as exc:  # noqa: BLE001 - a cycle (RecursionError), an int over
+            # 4,300 digits (ValueError) or any other failure of the codec is an item it
+            # cannot store, as a CodecError is: raised here, Scrapy's signal would swallow
+            # it and the page would be acked without the item
             self._unstorable(item, lease, exc)
             return
         if lease is None:
@@ -77,19 +91,20 @@ class ItemHold:
             return
         self._held.setdefault((str(lease[0]), str(lease[1])), []).append(data)
 
-    def _unstorable(self, item: Any, lease: Any, exc: CodecError) -> None:
+    def _unstorable(self, item: Any, lease: Any, exc: Exception) -> None:
         page = self._page_of((str(lease[0]), str(lease[1]))) if lease else None
+        why = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
         self.stats.inc_value("ha/items/unstorable")
         logger.error(
-            "Cannot store an item in the item stream (%s): %s; item %.200r",
-            exc,
+            "Cannot store an item in the item stream (%s): %s; item %.200s",
+            why,
             f"the page {page} that yielded it will be dead-lettered"
             if page is not None
             else "the item is dropped",
-            item,
+            _shown(item),
         )
         if page is not None and metakeys.OUTCOME not in page.meta:
-            page.meta[metakeys.OUTCOME] = Verdict.dead(FailureClass.UNSTORABLE, f"item: {exc}")
+            page.meta[metakeys.OUTCOME] = Verdict.dead(FailureClass.UNSTORABLE, f"item: {why}")
 
     def commit(self, pair: Pair, checkpoint: CheckpointSave | None) -> None:
         """The page of lease *pair* is acked: its items (and its task's checkpoint, which

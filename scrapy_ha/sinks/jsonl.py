@@ -13,11 +13,14 @@ The file's exactly-once rests on the file and its offset: only a consumer starte
 under the same name (by default, made of the host and the file's path) finishes the
 entries this one left pending; no other consumer of the group takes them over
 (``shares = False``). Several files in one group share the work, each with its consumer.
+A consumer holds an exclusive lock on its file (``flock``) from its start to its end: a
+second consumer of the same file fails at start, with an error that names the file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrapy_ha.codec import CodecError
+from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
     from scrapy_ha.sinks.consumer import Entry
@@ -52,7 +56,11 @@ class JsonLinesSink:
 
     @property
     def consumer(self) -> str:
-        """The consumer name that finds this file's pending entries again after a kill."""
+        """The consumer name that finds this file's pending entries again after a kill:
+        the host and the file's absolute path. The host stays in it: files at the same path
+        on two machines share the default group (``jsonl:<path>``), one consumer each. A
+        container whose hostname changes at each start passes a stable name instead
+        (``--consumer``)."""
         return f"{socket.gethostname()}:{self.path}"
 
     async def open(self) -> list[str]:
@@ -61,6 +69,7 @@ class JsonLinesSink:
     def _open(self) -> list[str]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock()
         size = os.fstat(self._fd).st_size
         recorded = self._read_offset()
         if recorded is None:  # a file of its own, or one this sink never wrote: append,
@@ -85,6 +94,22 @@ class JsonLinesSink:
             )
         return ids
 
+    def _lock(self) -> None:
+        """Hold the file's exclusive lock until :meth:`close` (the system lets go of it when
+        the process dies): two consumers appending to one file would overwrite each other's
+        lines and offsets."""
+        assert self._fd is not None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise ConfigError(
+                f"{self.path} is in use by another consumer (it holds the file's lock): one "
+                f"consumer per JSON Lines file; stop that one, or give this one a file of its "
+                f"own (several files may share a group with --group)"
+            ) from None
+
     def _read_offset(self) -> tuple[int, list[str]] | None:
         try:
             doc = json.loads(self.offset_path.read_text())
@@ -106,9 +131,13 @@ class JsonLinesSink:
                 logger.error("Stream entry %s is not an item (%s): left out", entry.id, exc)
                 continue
             lines.append(json.dumps(plain, ensure_ascii=False, separators=(",", ":")) + "\n")
-        data = "".join(lines).encode()
-        os.pwrite(self._fd, data, self.length)
-        os.fsync(self._fd)
+        data = "".join(lines).encode()  # an unpaired surrogate fails here: nothing written
+        try:
+            os.pwrite(self._fd, data, self.length)
+            os.fsync(self._fd)
+        except OSError:  # a disk full: no part of the batch stays past the recorded length
+            os.ftruncate(self._fd, self.length)
+            raise
         self.length += len(data)
         self._record([e.id for e in entries])
 
