@@ -255,3 +255,30 @@ async def test_a_leasing_call_redis_py_resends_leaves_no_lease_unseen(redis_url)
     finally:
         await direct.flushdb()
         await direct.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_call_run_again_while_the_crawl_is_paused_gives_back_and_leases_nothing(
+    redis_url,
+):
+    """The crawl paused between the two runs: the run again leases nothing and gives the
+    first run's leases back (its keys checked as for a lease: a wrong type refuses it
+    before any write)."""
+    keys = Keys("ha", "paused")
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = RedisQueue(client, keys)
+    try:
+        await q.sync(enqueue=[NewEntry(b"", 0, b"page-%d" % i) for i in range(2)])
+        await q.sync(lease=2, worker="w", nonce="a1b2c3")
+        await client.set(keys.paused, "1")
+        await client.set(keys.polite, "garbage")
+        with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+            await q.sync(lease=2, worker="w", nonce="a1b2c3")
+        assert await _leased_and_pending(client, keys) == (2, 0)
+        await client.delete(keys.polite)
+        second = await q.sync(lease=2, worker="w", nonce="a1b2c3")
+        assert (second.leases, second.released) == ([], 2)
+        assert await _leased_and_pending(client, keys) == (0, 2)
+    finally:
+        await client.flushdb()
+        await client.aclose()
