@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 from bench.seen import KEYS, fingerprint  # noqa: E402
 from scrapy_ha.keys import SEEN_SLICES  # noqa: E402
 from scrapy_ha.store.aged import AgedBloom, AgedSet, slices_where  # noqa: E402
-from scrapy_ha.store.bloom import bloom_state, filter_keys  # noqa: E402
+from scrapy_ha.store.bloom import filter_keys  # noqa: E402
+from scrapy_ha.store.bloom_state import bloom_state  # noqa: E402
 from scrapy_ha.store.queue import RedisQueue  # noqa: E402
 from scrapy_ha.store.wire import NewEntry  # noqa: E402
 from tests import redis_servers  # noqa: E402

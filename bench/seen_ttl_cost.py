@@ -65,7 +65,7 @@ class Calls:
             return [META]
         return [META] + [
             f"{META}:{layer}:{j}"
-            for layer in range(found.passed + 1)
+            for layer in range(found.passed() + 1)
             for j in range(len(found.sizes(layer)))
         ]
 

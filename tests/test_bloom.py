@@ -19,9 +19,9 @@ from scrapy_ha.store.bloom import (
     SDS_BYTES,
     BloomFilter,
     bloom_k,
-    bloom_state,
     layer_sizes,
 )
+from scrapy_ha.store.bloom_state import bloom_state
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
 
@@ -182,5 +182,23 @@ async def test_a_fingerprint_shorter_than_16_bytes_keeps_its_error_rate(redis_ur
     items = [NewEntry(f, 0, payload % i) for i, f in enumerate(fingerprints)]
     assert await add(queue, items) == 4000
     assert await add(queue, items) == 0  # every one seen, as ever
+    await queue.client.flushdb()
+    await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_one_call_of_more_urls_than_a_layer_holds_fills_no_layer_past_it(redis_url):
+    """A call of 5,000 new URLs (a start URL feed's batch may be that large) into a filter
+    of capacity 1,000: each layer holds at most its capacity (1,000, 2,000, 4,000, ...), so
+    the filter's bound holds; before, the one new layer a call could make took the rest
+    (4,000 in a layer of 2,000)."""
+    queue = bloom_queue(redis_url, 1000, 1e-6)
+    assert await queue.enqueue(entries(range(5000))) == 5000
+    state = bloom_state(await queue.client.hgetall(KEYS.bloom))
+    assert state is not None and sum(state.added) == 5000
+    assert all(n <= 1000 << i for i, n in enumerate(state.added)), state.added
+    assert await queue.enqueue(entries(range(5000, 12000))) == 7000  # and the next call
+    state = bloom_state(await queue.client.hgetall(KEYS.bloom))
+    assert all(n <= 1000 << i for i, n in enumerate(state.added)), state.added
     await queue.client.flushdb()
     await queue.client.aclose()

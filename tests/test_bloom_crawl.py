@@ -21,7 +21,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.crawls import read_crawls
-from scrapy_ha.store.bloom import bloom_state
+from scrapy_ha.store.bloom_state import bloom_state
 from tests import backqueues
 from tests.dupefilter import BLOOM
 from tests.spiders import CatalogueSpider

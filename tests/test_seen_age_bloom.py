@@ -24,9 +24,9 @@ from scrapy_ha.store.bloom import (
     BloomFilter,
     DupefilterRefused,
     bloom_k,
-    bloom_state,
     filter_keys,
 )
+from scrapy_ha.store.bloom_state import bloom_state
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import dupefilter_figures, set_dupefilter
 from scrapy_ha.store.wire import NewEntry

@@ -34,7 +34,7 @@ from scrapy_ha.ops.stats import (
     read_crawl_stats_async,
 )
 from scrapy_ha.ops.waiting import ETA_WINDOW, Waiting, eta, read_waiting
-from scrapy_ha.store.bloom import BloomState, bloom_state
+from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.buckets import BucketState, bucket_state
 from scrapy_ha.store.health import redis_health
 from scrapy_ha.store.items import crawl_items

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
 from scrapy_ha.store import scripts
-from scrapy_ha.store.bloom import BloomState, bloom_state
+from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_keys

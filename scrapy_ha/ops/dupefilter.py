@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from scrapy_ha.store.bloom import BloomState
+    from scrapy_ha.store.bloom_state import BloomState
     from scrapy_ha.store.buckets import BucketState
 
 __all__ = ["buckets_lines", "dupefilter_json", "dupefilter_line"]

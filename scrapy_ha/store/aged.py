@@ -45,12 +45,12 @@ class AgedSet(Dupefilter):
 
     ttl_ms: int
 
-    def extra_keys(self, keys: Keys) -> list[str]:
+    def extra_keys(self, keys: Keys, new: int = 0) -> list[str]:  # noqa: ARG002
         # the buckets' meta hash first: read only, so that slices are never made beside
         # buckets another worker made (lua/lib/seen.lua's rule, one kind)
         return [keys.buckets, keys.aged, *keys.aged_slices()]
 
-    def spec(self) -> str:
+    def spec(self, new: int = 0) -> str:  # noqa: ARG002
         return f"set {self.ttl_ms}"
 
     def settings(self) -> str:
@@ -101,7 +101,7 @@ class AgedBloom(Dupefilter):
     def settings(self) -> str:
         return f"HA_DUPEFILTER='bloom' with HA_DUPEFILTER_TTL={self.ttl_ms / 1000:g}"
 
-    def spec(self) -> str:
+    def spec(self, new: int = 0) -> str:  # noqa: ARG002
         rate = repr(self.error_rate)
         return f"bloom-ttl {self.ttl_ms} {self.capacity} {self.k} {self.part} {rate}"
 

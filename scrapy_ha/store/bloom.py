@@ -35,13 +35,11 @@ __all__ = [
     "BLOOM_FINGERPRINT_BYTES",
     "MAX_PART_BYTES",
     "BloomFilter",
-    "BloomState",
     "Dupefilter",
     "DupefilterRefused",
     "ExactSet",
     "bitmap_keys",
     "bloom_k",
-    "bloom_state",
     "filter_keys",
     "filter_metas",
     "layer_sizes",
@@ -116,12 +114,14 @@ class Dupefilter:
         """The dupefilter key the scripts take (the set, or the filter's meta hash)."""
         return keys.dupefilter
 
-    def extra_keys(self, keys: Keys) -> list[str]:
-        """The keys the scripts take last (a filter's bitmaps)."""
+    def extra_keys(self, keys: Keys, new: int = 0) -> list[str]:  # noqa: ARG002
+        """The keys the scripts take last (a filter's bitmaps), for a call of up to *new*
+        new URLs."""
         return []
 
-    def spec(self) -> str:
-        """The scripts' last argument (see ``lua/lib/seen.lua``)."""
+    def spec(self, new: int = 0) -> str:  # noqa: ARG002
+        """The scripts' last argument (see ``lua/lib/seen.lua``), for a call of up to *new*
+        new URLs."""
         return "set"
 
     def wire(self, fingerprint: bytes) -> bytes:
@@ -163,14 +163,21 @@ class BloomFilter(Dupefilter):
     def sizes(self, layer: int) -> list[int]:
         return layer_sizes(self.capacity, self.k, self.part, layer)
 
-    @property
-    def passed(self) -> int:
-        """The last layer whose bitmaps a call passes: the first layer that does not exist
-        yet (at least layer 1, so that a new filter's first layer can grow in one call)."""
-        return max(self.layers, 1)
+    def passed(self, new: int = 0) -> int:
+        """The last layer whose bitmaps a call of up to *new* new URLs passes: the first
+        layer that does not exist yet (at least layer 1, so that a new filter's first layer
+        can grow in one call), and past it as many as *new* URLs could fill once the last
+        that exists is full (each layer holds twice the one before): a call never fills a
+        layer past its capacity for want of the next one's keys."""
+        last = max(self.layers, 1)
+        room = self.capacity << last
+        while room < new:
+            last += 1
+            room += self.capacity << last
+        return last
 
-    def extra_keys(self, keys: Keys) -> list[str]:
-        return self.all_keys(keys, self.passed + 1)
+    def extra_keys(self, keys: Keys, new: int = 0) -> list[str]:
+        return self.all_keys(keys, self.passed(new) + 1)
 
     def all_keys(self, keys: Keys, layers: int) -> list[str]:
         """The bitmaps of *layers* layers (for a flush or a finish)."""
@@ -180,9 +187,9 @@ class BloomFilter(Dupefilter):
             for j in range(len(self.sizes(layer)))
         ]
 
-    def spec(self) -> str:
+    def spec(self, new: int = 0) -> str:
         rate = repr(self.error_rate)
-        return f"bloom {self.capacity} {self.k} {self.part} {self.passed} {rate}"
+        return f"bloom {self.capacity} {self.k} {self.part} {self.passed(new)} {rate}"
 
     def settings(self) -> str:
         return "HA_DUPEFILTER='bloom' without HA_DUPEFILTER_TTL"
@@ -202,111 +209,6 @@ class BloomFilter(Dupefilter):
         self.part, self.layers = int(meta["part"]), int(meta.get("layers", 0))
         self.error_rate = float(meta.get("error", self.error_rate))
         return True
-
-
-@dataclass(frozen=True)
-class BloomState:
-    """A Bloom filter as stored: what ``scrapy-ha status`` and the metrics show. With
-    ``HA_DUPEFILTER_TTL`` it is the time slices' (``lua/lib/aged.lua``): the layers of every
-    live slice, the bound that of the slices a check reads together."""
-
-    capacity: int
-    k: int
-    #: the rate asked when it was made (HA_DUPEFILTER_ERROR_RATE)
-    asked: float
-    #: URLs added to each layer (held by each layer of the live slices)
-    added: tuple[int, ...]
-    #: bytes of each layer's bitmaps
-    layer_bytes: tuple[int, ...]
-    #: false positives to expect so far (URLs never crawled): an estimate
-    expected_false_positives: float
-    #: time slices: the live ones (0: a filter kept for ever), and the bit positions of each
-    #: layer (else k + its index)
-    slices: int = 0
-    positions: tuple[int, ...] = ()
-
-    @property
-    def urls(self) -> int:
-        return sum(self.added)
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.layer_bytes)
-
-    @property
-    def bound(self) -> float:
-        """The most the filter errs however far it grows: 2^-(k-1), times the slices a
-        check reads at most."""
-        checked = SEEN_SLICES + 1 if self.slices else 1
-        return float(checked * 2.0 ** -(self.k - 1))
-
-    @property
-    def error_now(self) -> float:
-        """The probability that a new URL is taken for a seen one now (never crawled): the
-        sum of each layer's (a bound, exact to the first order, that never rounds to 0)."""
-        error = 0.0
-        for i, (n, size) in enumerate(zip(self.added, self.layer_bytes, strict=True)):
-            k, m = (self.positions[i] if self.positions else self.k + i), size * 8
-            error += (-math.expm1(-k * n / m)) ** k
-        return error
-
-
-def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
-    """The filter a meta hash (read with HGETALL) describes; None when it is not one. Time
-    slices are those a check reads at *now_ms* (the server's time; 0: every slot held)."""
-    fields = {_s(k): _s(v) for k, v in meta.items()}
-    if "capacity" not in fields:
-        return None
-    capacity, k, part = int(fields["capacity"]), int(fields["k"]), int(fields["part"])
-    asked, fp = float(fields.get("error", 0.0)), float(fields.get("fp", 0.0))
-    if "period" in fields:
-        return _slices_state(fields, capacity, k, part, now_ms)
-    layers = int(fields.get("layers", 0))
-    return BloomState(
-        capacity,
-        k,
-        asked,
-        tuple(int(fields.get(f"n:{i}", 0)) for i in range(layers)),
-        tuple(sum(layer_sizes(capacity, k, part, i)) for i in range(layers)),
-        fp,
-    )
-
-
-def _slices_state(
-    fields: dict[str, str], capacity: int, k: int, part: int, now_ms: int
-) -> BloomState:
-    """The time slices of Bloom filters a meta hash describes (``lua/lib/aged.lua``)."""
-    live = [i for i in range(SEEN_SLICES + 1) if f"s{i}" in fields]
-    if now_ms:
-        live = _unexpired(fields, live, now_ms)
-    layers = [(i, j) for i in live for j in range(int(fields.get(f"l{i}", 0)))]
-    return BloomState(
-        capacity,
-        k,
-        float(fields.get("error", 0.0)),
-        tuple(int(fields.get(f"n{i}:{j}", 0)) for i, j in layers),
-        tuple(sum(layer_sizes(capacity, k, part, j)) for _, j in layers),
-        float(fields.get("fp", 0.0)),
-        slices=len(live),
-        positions=tuple(k + j for _, j in layers),
-    )
-
-
-def _unexpired(fields: dict[str, str], live: list[int], now_ms: int) -> list[int]:
-    """The slots of *live* a check reads at *now_ms*: a slot ends a period after its start,
-    or where the next newer one starts if that is sooner, and one that ended a TTL ago (8
-    periods: the TTL less its remainder, a few ms) is no longer read, though it is held
-    until the next write drops it (``lua/lib/aged.lua``: aged_order, aged_newest)."""
-    period = int(fields["period"])
-    newest_first = sorted(live, key=lambda i: int(fields[f"s{i}"]), reverse=True)
-    kept, newer = [], 0
-    for i in newest_first:
-        start = int(fields[f"s{i}"])
-        end = min(start + period, newer) if newer else start + period
-        if end > now_ms - period * SEEN_SLICES:
-            kept.append(i)
-        newer = start
-    return kept
 
 
 def _s(value: Any) -> str:
@@ -340,17 +242,23 @@ class DupefilterRefused(ConfigError):
 
 
 async def seen_call(
-    script: Any, dupefilter: Dupefilter, keys: Keys, *, call_keys: list[str], args: list[Any]
+    script: Any,
+    dupefilter: Dupefilter,
+    keys: Keys,
+    *,
+    call_keys: list[str],
+    args: list[Any],
+    new: int = 0,
 ) -> Any:
-    """Run a script that enqueues (*script*: a registered script) with the dupefilter's
-    bitmaps after *call_keys* and its spec after *args*. A refusal because the filter grew
-    a layer this client did not know (the script wrote nothing) teaches it the layout, and
-    the call is made again. A dupefilter of another kind than the crawl's raises
+    """Run a script that enqueues up to *new* URLs (*script*: a registered script) with the
+    dupefilter's bitmaps after *call_keys* and its spec after *args*. A refusal because the
+    filter grew a layer this client did not know (the script wrote nothing) teaches it the
+    layout, and the call is made again. A dupefilter of another kind than the crawl's raises
     :class:`DupefilterRefused` (the script wrote nothing)."""
     for attempt in range(LAYOUT_TRIES):
         try:
-            extra = dupefilter.extra_keys(keys)
-            return await script(keys=[*call_keys, *extra], args=[*args, dupefilter.spec()])
+            extra = dupefilter.extra_keys(keys, new)
+            return await script(keys=[*call_keys, *extra], args=[*args, dupefilter.spec(new)])
         except redis.exceptions.ResponseError as exc:
             if refused := DupefilterRefused.of(exc, dupefilter, keys):
                 raise refused from exc

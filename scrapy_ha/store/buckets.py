@@ -120,12 +120,12 @@ class BucketSet(Dupefilter):
     def key(self, keys: Keys) -> str:
         return keys.buckets
 
-    def extra_keys(self, keys: Keys) -> list[str]:
+    def extra_keys(self, keys: Keys, new: int = 0) -> list[str]:  # noqa: ARG002
         # read only, so that buckets are never made beside time slices another worker made
         # (lua/lib/seen.lua's rule, one kind)
         return [keys.aged]
 
-    def spec(self) -> str:
+    def spec(self, new: int = 0) -> str:  # noqa: ARG002
         return f"buckets {self.buckets}"
 
     def wire(self, fingerprint: bytes) -> bytes:

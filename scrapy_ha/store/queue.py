@@ -139,7 +139,12 @@ class RedisQueue:
         args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
         try:
             reply = await seen_call(
-                self._sync, self.dupefilter, k, call_keys=[*keys, *more], args=args
+                self._sync,
+                self.dupefilter,
+                k,
+                call_keys=[*keys, *more],
+                args=args,
+                new=len(enqueue),
             )
         except redis.exceptions.ResponseError as exc:
             if lost := children_lost(exc):
@@ -325,7 +330,10 @@ class RedisQueue:
                 e.payload,
             ]
         keys = feed_keys(k, key, self.dupefilter.key(k))
-        return int(await seen_call(self._feed, self.dupefilter, k, call_keys=keys, args=args))
+        new = len(entries)
+        return int(
+            await seen_call(self._feed, self.dupefilter, k, call_keys=keys, args=args, new=new)
+        )
 
     async def save_checkpoint(
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
