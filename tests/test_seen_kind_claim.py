@@ -60,16 +60,54 @@ async def test_two_kinds_starting_an_empty_crawl_together_are_not_both_let_in(
             "HA_DUPEFILTER='set' (key ha:{k}:filter, set by the first worker): run every worker "
             "of the crawl with the same, or `scrapy-ha flush k` first to start it again"
         )
-        with pytest.raises(ConfigError, match="TTL but .*HA_DUPEFILTER='set' \\(key"):
+        with pytest.raises(ConfigError, match="TTL=60 but .*HA_DUPEFILTER='set' \\(key"):
             await set_dupefilter(bloom, MemoryConfig(), ttl=60.0, worker="w2")
         await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig())  # the same kind
         assert await client.get("ha:{k}:filter") == b"set"
         await exact.flush()
         assert not await client.exists("ha:{k}:filter")
         await set_dupefilter(bloom, MemoryConfig(dupefilter="bloom"), ttl=60.0)  # a new crawl
-        assert await client.get("ha:{k}:filter") == b"bloom sliced"
+        assert await client.get("ha:{k}:filter") == b"bloom sliced 60"
         await bloom.flush()
     finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@deferred_f_from_coro_f
+async def test_a_worker_of_another_ttl_is_refused_while_the_crawl_runs(
+    redis_url: str, shards: int
+) -> None:
+    """Workers of two HA_DUPEFILTER_TTL would each drop the time slices the other keeps (the
+    shortest TTL wins for every worker, at once): the second is refused at start, naming
+    both; once no other worker is alive, a worker of a new TTL takes the crawl over; an
+    earlier version's claim, which names no TTL, takes any."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await register(client, shards, "w1")
+        await set_dupefilter(
+            make_queue(client, "ha", "k", shards), MemoryConfig(), 3600, worker="w1"
+        )
+        assert await client.get("ha:{k}:filter") == b"set sliced 3600"
+        with pytest.raises(ConfigError) as refused:
+            await set_dupefilter(
+                make_queue(client, "ha", "k", shards), MemoryConfig(), 1, worker="w2"
+            )
+        assert str(refused.value).startswith(
+            "HA_DUPEFILTER='set' with HA_DUPEFILTER_TTL=1 but the crawl of k in Redis has a "
+            "dupefilter of another kind, HA_DUPEFILTER='set' with HA_DUPEFILTER_TTL=3600 "
+        )
+        await set_dupefilter(
+            make_queue(client, "ha", "k", shards), MemoryConfig(), 3600, worker="w3"
+        )
+        await client.set("ha:{k}:filter", "set sliced")  # an earlier version's claim
+        await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig(), 1, worker="w4")
+        await client.delete("ha:{k}:workers", "ha:{k}:joins")  # every other worker gone
+        await client.set("ha:{k}:filter", "set sliced 3600")
+        await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig(), 1, worker="w5")
+        assert await client.get("ha:{k}:filter") == b"set sliced 1"
+    finally:
+        await client.flushdb()
         await client.aclose()
 
 

@@ -29,6 +29,7 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
+from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -36,7 +37,7 @@ from scrapy_ha.store.connection import (
     redis_from_settings,
     untrusted_certificate,
 )
-from scrapy_ha.store.sharding import check_shard_count, claim_kind, set_dupefilter, shard_setting
+from scrapy_ha.store.sharding import check_shard_count, set_dupefilter, shard_setting
 from scrapy_ha.store.state import CheckpointStore
 from scrapy_ha.store.url import RedisConfigError
 

@@ -16,6 +16,7 @@ from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, filter_metas
 from scrapy_ha.store.bloom_state import bloom_state
 from scrapy_ha.store.buckets import BucketSet, BucketState, bucket_count, bucket_state
+from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import server_ms, time_ms
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
@@ -162,53 +163,6 @@ async def set_dupefilter(
         shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl)
     if claim:
         await claim_kind(queue, config, ttl, worker)
-
-
-async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker: str = "") -> None:
-    """Record the crawl's dupefilter kind, or refuse a worker of another kind. The checks
-    above read what is stored, and a crawl is empty until a worker's first round: two
-    workers of different kinds starting together both passed them, and each then kept its
-    own filter (every URL one saw was new to the other). The first to get here claims the
-    kind (``SET NX``), in Redis as long as the dupefilter itself."""
-    kind = config.dupefilter + (" sliced" if ttl else "")
-    key = queue.keys.filter_kind
-    if await queue.client.set(key, kind, nx=True):
-        return
-    stored = _s(await queue.client.get(key) or b"")
-    if stored and stored != kind and not await _others_alive(queue, worker):
-        # the claim outlived its crawl: an earlier version's finish or flush (which knows
-        # no claim) cleared the crawl, and no worker that could have made it is alive (a
-        # worker registers before it claims); the crawl's stored data passed the checks
-        await queue.client.delete(key)
-        if await queue.client.set(key, kind, nx=True):
-            return
-        stored = _s(await queue.client.get(key) or b"")  # another worker claimed meanwhile
-    if stored and stored != kind:
-        raise ConfigError(
-            f"{_kind_setting(kind)} but the crawl of {queue.keys.spider} in Redis has a "
-            f"dupefilter of another kind, {_kind_setting(stored)} (key {key}, set by the "
-            f"first worker): run every worker of the crawl with the same, or `scrapy-ha "
-            f"flush {queue.keys.spider}` first to start it again"
-        )
-
-
-async def _others_alive(queue: RedisQueue, worker: str) -> bool:
-    """Whether a worker but *worker* is registered with the crawl now: its heartbeat (shard
-    0's) or, in a sharded crawl, its join not expired."""
-    keys, client = queue.keys, queue.client
-    now = await server_ms(client)
-    for where in (keys.workers, keys.joins):
-        alive = {_s(m) for m in await client.zrangebyscore(where, now, "+inf")}
-        if alive - {worker}:
-            return True
-    return False
-
-
-def _kind_setting(kind: str) -> str:
-    """The settings of a dupefilter kind as stored: ``bloom sliced`` is
-    ``HA_DUPEFILTER='bloom' with HA_DUPEFILTER_TTL``."""
-    name, _, sliced = kind.partition(" ")
-    return f"HA_DUPEFILTER={name!r}" + (" with HA_DUPEFILTER_TTL" if sliced else "")
 
 
 async def _dupefilter(

@@ -1,0 +1,87 @@
+"""The crawl's dupefilter kind, claimed by its first worker (``ha:{S}:filter``): the checks
+at start read what is stored, and a crawl is empty until a worker's first round, so two
+workers of different kinds (or of different ``HA_DUPEFILTER_TTL``) starting together would
+both pass them; the first to claim makes the crawl's, the other is refused at start."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.store.connection import server_ms
+
+if TYPE_CHECKING:
+    from scrapy_ha.config.memory import MemoryConfig
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["claim_kind", "dupefilter_kind"]
+
+
+def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
+    """The kind a worker claims: ``set``, ``bloom``, or either in time slices with its TTL
+    (``set sliced 3600``): workers of two TTLs would each drop the slices the other keeps
+    (the shortest TTL would win for every worker, at once)."""
+    return config.dupefilter + (f" sliced {ttl:g}" if ttl else "")
+
+
+async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker: str = "") -> None:
+    """Record the crawl's dupefilter kind, or refuse a worker of another kind. The checks
+    read what is stored, and a crawl is empty until a worker's first round: two workers of
+    different kinds starting together both passed them, and each then kept its own filter
+    (every URL one saw was new to the other). The first to get here claims the kind
+    (``SET NX``), in Redis as long as the dupefilter itself."""
+    kind = dupefilter_kind(config, ttl)
+    key = queue.keys.filter_kind
+    if await queue.client.set(key, kind, nx=True):
+        return
+    stored = _s(await queue.client.get(key) or b"")
+    if not _agrees(stored, kind) and not await _others_alive(queue, worker):
+        # the claim outlived its crawl (an earlier version's finish or flush, which knows
+        # no claim, cleared the crawl), or every worker of the crawl stopped and this one
+        # comes with another TTL: no worker that could have made it is alive (a worker
+        # registers before it claims); the crawl's stored data passed the checks
+        await queue.client.delete(key)
+        if await queue.client.set(key, kind, nx=True):
+            return
+        stored = _s(await queue.client.get(key) or b"")  # another worker claimed meanwhile
+    if not _agrees(stored, kind):
+        raise ConfigError(
+            f"{_kind_setting(kind)} but the crawl of {queue.keys.spider} in Redis has a "
+            f"dupefilter of another kind, {_kind_setting(stored)} (key {key}, set by the "
+            f"first worker): run every worker of the crawl with the same, or `scrapy-ha "
+            f"flush {queue.keys.spider}` first to start it again"
+        )
+
+
+def _agrees(stored: str, kind: str) -> bool:
+    """Whether a worker of *kind* may join a crawl that claimed *stored* (nothing claimed,
+    the same, or time slices claimed without their TTL by an earlier version)."""
+    return not stored or stored == kind or (stored.endswith(" sliced") and kind.startswith(stored))
+
+
+async def _others_alive(queue: RedisQueue, worker: str) -> bool:
+    """Whether a worker but *worker* is registered with the crawl now: its heartbeat (shard
+    0's) or, in a sharded crawl, its join not expired."""
+    keys, client = queue.keys, queue.client
+    now = await server_ms(client)
+    for where in (keys.workers, keys.joins):
+        alive = {_s(m) for m in await client.zrangebyscore(where, now, "+inf")}
+        if alive - {worker}:
+            return True
+    return False
+
+
+def _kind_setting(kind: str) -> str:
+    """The settings of a dupefilter kind as stored: ``bloom sliced 3600`` is
+    ``HA_DUPEFILTER='bloom' with HA_DUPEFILTER_TTL=3600`` (an earlier version's claim names
+    no TTL)."""
+    name, _, rest = kind.partition(" ")
+    setting = f"HA_DUPEFILTER={name!r}"
+    if not rest:
+        return setting
+    ttl = rest.removeprefix("sliced").strip()
+    return setting + " with HA_DUPEFILTER_TTL" + (f"={ttl}" if ttl else "")
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
