@@ -28,7 +28,6 @@ from scrapy_ha.codec.items import decode_item, plain_item
 from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
-from scrapy_ha.sinks.triage import Triage, reason
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.sharding import make_queue, shards_of
@@ -91,10 +90,7 @@ class Sink(Protocol):
         have been acknowledged (the consumer acknowledges them before anything else)."""
 
     async def write(self, entries: list[Entry]) -> None:
-        """Commit *entries*; raise if any fails: the consumer writes them again one by
-        one, and sets aside one that keeps failing while others commit (see
-        :mod:`scrapy_ha.sinks.triage`; raise ``PartialWrite(n)`` from the error if the *n*
-        entries before the failing one are committed)."""
+        """Commit *entries*; raise to have them delivered again later."""
 
     async def close(self) -> None: ...
 
@@ -107,8 +103,7 @@ class ConsumerReport:
     recovered: int = 0  #: entries committed before a restart, acknowledged at start
     claimed: int = 0  #: entries taken over from consumers that left them pending
     batches: int = 0
-    errors: int = 0  #: batches the sink failed (written again one by one)
-    set_aside: int = 0  #: entries the sink could not write, set aside (``items_aside``)
+    errors: int = 0  #: batches the sink failed (delivered again)
 
 
 def default_consumer() -> str:
@@ -155,7 +150,6 @@ class ItemConsumer:
         #: a batch failed, or a read's reply was lost: its entries wait among this
         #: consumer's own (pending to it), read again (ID 0) before new ones
         self._failed = False
-        self.triage = Triage(sink)
         #: per shard, the ids of a batch the sink committed and Redis did not acknowledge
         #: (it went away meanwhile): acknowledged first when it answers, never written again
         self._unacked: dict[int, list[str]] = {}
@@ -225,10 +219,7 @@ class ItemConsumer:
             own = await self.streams[shard].read(self.group, self.consumer, self.batch, own=True)
             if not own:
                 return
-            self._failed = False
             await self._commit(shard, own)
-            if self._failed:  # some wait (the sink fails them): new entries first, then again
-                return
 
     async def _round(self, stop: asyncio.Event) -> bool:
         """One pass over the streams; True if anything was committed."""
@@ -263,7 +254,7 @@ class ItemConsumer:
 
     async def _commit(self, shard: int, deliveries: list[Delivery]) -> bool:
         """The sink commits the batch, then its entries are acknowledged; a sink that fails
-        hands them to :meth:`_sort`."""
+        leaves them pending (delivered again after a pause)."""
         entries = [
             Entry(d.id if shard == 0 else f"{shard}:{d.id}", d.data)
             for d in deliveries
@@ -272,54 +263,19 @@ class ItemConsumer:
         try:
             if entries:
                 await self.sink.write(entries)
-        except Exception as exc:  # noqa: BLE001 - whatever the sink raises, the batch failed
-            return await self._sort(shard, deliveries, entries, exc)
-        self.triage.forget(entries)
+        except Exception:
+            self.report.errors += 1
+            self._failed = True
+            logger.exception(
+                "The sink failed a batch of %d item(s); they stay pending and are delivered again",
+                len(entries),
+            )
+            await asyncio.sleep(min(5.0, 0.5 * self.report.errors))
+            return False
         self._unacked[shard] = [d.id for d in deliveries]
         await self._acknowledge_committed()
         self.report.batches += 1
         return True
-
-    async def _sort(
-        self, shard: int, deliveries: list[Delivery], entries: list[Entry], exc: Exception
-    ) -> bool:
-        """The sink failed a batch: its entries written one by one, those it commits
-        acknowledged, those it cannot write set aside (:mod:`.triage`); the rest stay
-        pending and are delivered again after a pause. True if any entry left."""
-        self.report.errors += 1
-        logger.warning(
-            "The sink failed a batch of %d item(s) (%s); writing them one by one",
-            len(entries),
-            reason(exc),
-        )
-        out = await self.triage.sort(entries, exc)
-        gone = [d.id for d in deliveries if d.data is None]
-        self._unacked[shard] = gone + [_route(e.id)[1] for e in out.committed]
-        await self._acknowledge_committed()
-        for entry, why in out.poison:
-            await self._set_aside(shard, entry, why)
-        if out.waiting:
-            self._failed = True
-            logger.error(
-                "%d item(s) stay pending and are delivered again: the sink fails them, and "
-                "has committed no other entry since (is it down?)",
-                out.waiting,
-            )
-            await asyncio.sleep(min(5.0, 0.5 * self.report.errors))
-        return bool(out.committed or out.poison)
-
-    async def _set_aside(self, shard: int, entry: Entry, why: str) -> None:
-        """Park *entry*, which the sink cannot write, with *why* (and acknowledge it)."""
-        stream = self.streams[shard]
-        if await stream.set_aside(self.group, self.consumer, _route(entry.id)[1], why):
-            self.report.set_aside += 1
-            logger.error(
-                "Stream entry %s set aside in %s: the sink cannot write it (%s); the other "
-                "entries go on",
-                entry.id,
-                stream.keys.items_aside,
-                why,
-            )
 
     async def _acknowledge_committed(self) -> None:
         """Acknowledge what the sink committed (kept if Redis fails meanwhile)."""

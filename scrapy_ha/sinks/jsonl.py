@@ -131,13 +131,9 @@ class JsonLinesSink:
                 logger.error("Stream entry %s is not an item (%s): left out", entry.id, exc)
                 continue
             lines.append(json.dumps(plain, ensure_ascii=False, separators=(",", ":")) + "\n")
-        data = "".join(lines).encode()  # an unpaired surrogate fails here: nothing written
-        try:
-            os.pwrite(self._fd, data, self.length)
-            os.fsync(self._fd)
-        except OSError:  # a disk full: no part of the batch stays past the recorded length
-            os.ftruncate(self._fd, self.length)
-            raise
+        data = "".join(lines).encode()
+        os.pwrite(self._fd, data, self.length)
+        os.fsync(self._fd)
         self.length += len(data)
         self._record([e.id for e in entries])
 

@@ -4,9 +4,7 @@ Each item is rebuilt with its class (an item class of the spider's package, or o
 ``HA_CODEC_CLASSES``) and handed to the pipelines of ``HA_ITEMS_PIPELINES`` (else
 ``ITEM_PIPELINES``), one after the other, in the stream's order; a batch is acknowledged
 once every item of it went through them (``DropItem`` counts as through). A pipeline that
-raises for one item leaves that item and those after it pending; the consumer hands them
-to the pipelines one by one, and sets aside an item they keep failing while they accept
-others (:mod:`.triage`); when they fail every item, all wait and come again after a pause.
+raises leaves the batch pending: it is delivered again after a pause.
 
 Exactly once, here, is the pipelines' part: an item is handed to them until they accept
 it, so a consumer killed after a pipeline wrote an item and before the batch was
@@ -27,7 +25,6 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_ha.config.items import consumer_pipelines
-from scrapy_ha.sinks.triage import PartialWrite
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -77,25 +74,16 @@ class PipelinesSink:
         return []
 
     async def write(self, entries: list[Entry]) -> None:
-        """Hand each entry to the pipelines; one that fails raises :class:`PartialWrite`
-        with the number of those before it, which the pipelines accepted (not handed to
-        them again)."""
-        for done, entry in enumerate(entries):
+        for entry in entries:
+            item = entry.item(self.spider)
+            token = _ENTRY.set(entry.id)
             try:
-                await self._write_one(entry)
-            except Exception as exc:
-                raise PartialWrite(done) from exc
-
-    async def _write_one(self, entry: Entry) -> None:
-        item = entry.item(self.spider)
-        token = _ENTRY.set(entry.id)
-        try:
-            await self._process(item)
-        except DropItem as exc:
-            self.dropped += 1
-            logger.info("Item of stream entry %s dropped: %s", entry.id, exc)
-        finally:
-            _ENTRY.reset(token)
+                await self._process(item)
+            except DropItem as exc:
+                self.dropped += 1
+                logger.info("Item of stream entry %s dropped: %s", entry.id, exc)
+            finally:
+                _ENTRY.reset(token)
 
     async def _process(self, item: Any) -> Any:
         process = getattr(self.manager, "process_item_async", None)

@@ -62,8 +62,6 @@ class GroupState:
     lag: int | None
     #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
     consumed: int = 0
-    #: entries its sink could not write, set aside (the counter ``items_aside:<group>``)
-    set_aside: int = 0
 
     @property
     def backlog(self) -> int:
@@ -95,7 +93,6 @@ class ItemStream:
         self.key = keys.items
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
-        self._aside = client.register_script(scripts.ITEMS_ASIDE_LUA)
 
     async def add(self, items: list[bytes]) -> int:
         """Add items no page yielded (no lease fences them); return how many."""
@@ -162,13 +159,6 @@ class ItemStream:
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
 
-    async def set_aside(self, group: str, consumer: str, entry_id: str, reason: str) -> bool:
-        """Copy entry *entry_id* with *reason* to the set-aside stream and acknowledge it in
-        *group*, in one call (its sink cannot write it); False if it was not pending."""
-        keys = [self.key, self.keys.items_aside, *self.keys.stats_keys()]
-        done, _ = await self._aside(keys=keys, args=[group, consumer, entry_id, reason])
-        return bool(int(done))
-
 
 def state_reads(pipe: Any, keys: Keys) -> None:
     """Queue on *pipe* (of a sync or an asyncio client) the two reads of
@@ -184,7 +174,6 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
     for i in range(1, len(reply), 4):
         name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
         consumed = counts.get(f"items_consumed:{name}", "0")
-        aside = counts.get(f"items_aside:{name}", "0")
         groups.append(
             GroupState(
                 name,
@@ -192,7 +181,6 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
                 pending,
                 None if lag < 0 else lag,
                 int(consumed) if consumed.isdigit() else 0,
-                int(aside) if aside.isdigit() else 0,
             )
         )
     return StreamState(int(reply[0]), groups)
@@ -212,7 +200,6 @@ def merged(states: list[StreamState]) -> StreamState:
                     old.pending + g.pending,
                     lag,
                     old.consumed + g.consumed,
-                    old.set_aside + g.set_aside,
                 )
             groups[g.name] = g
     return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))

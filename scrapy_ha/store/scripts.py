@@ -124,7 +124,6 @@ SCRIPTS = (
     "due",
     "items_ack",
     "items_add",
-    "items_aside",
     "items_state",
     "run",
     "revisit",
@@ -157,7 +156,6 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     JAR_SET_ASIDE_LUA: str
     DUE_LUA: str
     ITEMS_ACK_LUA: str
-    ITEMS_ASIDE_LUA: str
     ITEMS_ADD_LUA: str
     ITEMS_STATE_LUA: str
     RUN_LUA: str
