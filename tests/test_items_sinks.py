@@ -310,3 +310,80 @@ async def test_a_read_whose_reply_was_lost_is_read_again_from_the_consumers_own(
         report = await asyncio.wait_for(job, 20)
     assert relay.dropped == 1
     assert lines(path) == list(range(1, 41)) and report.consumed == 40
+
+
+@deferred_f_from_coro_f
+async def test_an_item_with_a_lone_surrogate_is_written_escaped(tmp_path):
+    """Half an emoji cut by an API (a lone surrogate) cannot be UTF-8: its line is written
+    with its non-ASCII characters escaped, as JSON allows; before, its batch failed for
+    ever and the sink stalled."""
+    from scrapy_ha.codec.items import encode_item
+
+    path = tmp_path / "items.jl"
+    sink = JsonLinesSink(path)
+    await sink.open()
+    cut = encode_item({"name": "café \ud83d"}, None)
+    await sink.write([Entry("1-0", cut), Entry("2-0", b'{"id": 2}')])
+    await sink.close()
+    first, second = path.read_bytes().splitlines()
+    assert json.loads(first) == {"name": "café \ud83d"} and json.loads(second) == {"id": 2}
+
+
+#: A batch written by a consumer whose file may grow by 40 bytes only (a disk nearly full):
+#: pwrite writes part of it and says so only by its count.
+SHORT_WRITE = """
+import asyncio, json, resource, signal, sys
+from scrapy_ha.items import Entry, JsonLinesSink
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+path = sys.argv[1]
+
+async def main():
+    sink = JsonLinesSink(path)
+    await sink.open()
+    await sink.write([Entry("1-0", b'{"id": 1}')])
+    size = len(open(path, "rb").read())
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 40, resource.RLIM_INFINITY))
+    big = [Entry(f"{i}-0", json.dumps({"id": i, "pad": "x" * 30}).encode()) for i in (2, 3)]
+    try:
+        await sink.write(big)
+    except OSError as exc:
+        print("refused:", exc)
+    await sink.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_batch_written_in_part_is_not_recorded(tmp_path):
+    """Only part of a batch fits (a disk nearly full): the write fails and the file holds
+    what its offset file records, whole lines; before, the cut batch was recorded as
+    written (and acknowledged: its last item lost, cut in two)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "items.jl"
+    done = subprocess.run(
+        [sys.executable, "-c", SHORT_WRITE, str(path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout
+    recorded = json.loads((tmp_path / "items.jl.offset").read_text())
+    assert recorded["length"] == path.stat().st_size
+    assert [json.loads(line)["id"] for line in path.read_bytes().splitlines()] == [1]
+
+
+@deferred_f_from_coro_f
+async def test_a_consumer_that_failed_to_open_lets_go_of_the_file(tmp_path):
+    """An offset file the file disagrees with refuses the open; once the operator mends it,
+    the next open in the same process takes the file (before, the failed open kept the
+    lock: "in use by another consumer")."""
+    path = tmp_path / "items.jl"
+    path.write_text('{"id": 1}\n')
+    offset = tmp_path / "items.jl.offset"
+    offset.write_text(json.dumps({"length": 99, "batch": []}))
+    with pytest.raises(OSError, match="shorter than the 99"):
+        await JsonLinesSink(path).open()
+    offset.write_text(json.dumps({"length": path.stat().st_size, "batch": []}))
+    sink = JsonLinesSink(path)
+    assert await sink.open() == []
+    await sink.close()

@@ -26,7 +26,7 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.codec import CodecError
 from scrapy_ha.config.validate import ConfigError
@@ -70,6 +70,17 @@ class JsonLinesSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self._lock()
+        try:
+            return self._resume()
+        except BaseException:
+            os.close(self._fd)  # and its lock: a consumer started again may take the file
+            self._fd = None
+            raise
+
+    def _resume(self) -> list[str]:
+        """The file as its offset file records it: cut back to the recorded length (a
+        batch written after it is delivered again); the ids of the batch recorded last."""
+        assert self._fd is not None
         size = os.fstat(self._fd).st_size
         recorded = self._read_offset()
         if recorded is None:  # a file of its own, or one this sink never wrote: append,
@@ -130,19 +141,23 @@ class JsonLinesSink:
                 self.skipped += 1
                 logger.error("Stream entry %s is not an item (%s): left out", entry.id, exc)
                 continue
-            lines.append(json.dumps(plain, ensure_ascii=False, separators=(",", ":")) + "\n")
-        data = "".join(lines).encode()
-        os.pwrite(self._fd, data, self.length)
-        os.fsync(self._fd)
+            lines.append(_line(plain))
+        data = b"".join(lines)
+        try:
+            _write_all(self._fd, data, self.length)
+            os.fsync(self._fd)
+            self._record([e.id for e in entries], self.length + len(data))
+        except BaseException:
+            os.ftruncate(self._fd, self.length)  # no part of the batch stays in the file
+            raise
         self.length += len(data)
-        self._record([e.id for e in entries])
 
-    def _record(self, ids: list[str]) -> None:
+    def _record(self, ids: list[str], length: int | None = None) -> None:
         """Replace the offset file, durably: the new name is in the directory before the
         consumer acknowledges the batch."""
         tmp = self.offset_path.with_name(self.offset_path.name + ".tmp")
         with tmp.open("w") as out:
-            json.dump({"length": self.length, "batch": ids}, out)
+            json.dump({"length": self.length if length is None else length, "batch": ids}, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.offset_path)
@@ -156,3 +171,25 @@ class JsonLinesSink:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _line(plain: Any) -> bytes:
+    """One item as a line of UTF-8 JSON; a string holding a lone surrogate (half an emoji
+    cut by an API) has its non-ASCII characters escaped (``\\ud83d``), as JSON allows,
+    instead of failing its batch for ever."""
+    text = json.dumps(plain, ensure_ascii=False, separators=(",", ":")) + "\n"
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return (json.dumps(plain, separators=(",", ":")) + "\n").encode()
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    """Write *data* at *offset*, all of it: ``pwrite`` may write part (a disk nearly full,
+    a file size limit) and say so only by its count."""
+    done = 0
+    while done < len(data):
+        n = os.pwrite(fd, data[done:], offset + done)
+        if n <= 0:
+            raise OSError(f"wrote {done} of {len(data)} bytes")
+        done += n
