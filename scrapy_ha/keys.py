@@ -69,9 +69,9 @@ key                        type         content
                                         ``m:<worker>`` -> the run a live worker is in
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
-                                        child stored (a worker numbers the children it
-                                        sends 1, 2, ...: a round sent again after its reply
-                                        was lost skips those it already handled, and a
+                                        child stored, ``<nonce>:i`` its newest loose item
+                                        (numbered 1, 2, ... as sent: a call sent again after
+                                        its reply was lost skips those already handled; a
                                         server behind a worker's newest kept child refuses
                                         its syncs until they are stored again)
 ``ha:{books}:senders``     hash         worker id -> its nonce in ``sent``, then ``"<nonce>

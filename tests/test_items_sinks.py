@@ -110,10 +110,10 @@ class DiesBeforeRecord(BaseException):  # not a sink error the consumer rides ou
 class DiesAfterFirstWrite(JsonLinesSink):
     """Dies between a batch's append and its offset record."""
 
-    def _record(self, ids: list[str]) -> None:
+    def _record(self, ids: list[str], length: int | None = None) -> None:
         if ids:
             raise DiesBeforeRecord
-        super()._record(ids)
+        super()._record(ids, length)
 
 
 @deferred_f_from_coro_f

@@ -282,3 +282,32 @@ async def test_a_call_run_again_while_the_crawl_is_paused_gives_back_and_leases_
     finally:
         await client.flushdb()
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_loose_items_sent_again_after_a_lost_reply_are_added_once(redis_url):
+    """Items start() yields go to the stream on their own, numbered under the worker's
+    nonce: the same call sent again after its reply was lost adds none twice (before, the
+    stream held the item twice)."""
+    from scrapy_ha.store.items import ItemStream
+
+    keys = Keys("ha", "loose")
+    direct = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        assert await ItemStream(direct, keys).add([b'{"n": 0}'], ("c0ffee", 1)) == 1  # loaded
+        async with dropping(redis_url, b"start-item") as relay:
+            client = redis.asyncio.Redis.from_url(relay.url)
+            try:
+                with contextlib.suppress(redis.exceptions.ConnectionError):
+                    await ItemStream(client, keys).add([b'{"n": "start-item"}'], ("c0ffee", 2))
+            finally:
+                await client.aclose()
+        assert relay.dropped == 1
+        assert await ItemStream(direct, keys).add([b'{"n": "start-item"}'], ("c0ffee", 2)) == 1
+        assert await direct.xlen(keys.items) == 2
+        assert await direct.hget(keys.stats, "items") == b"2"
+        assert await ItemStream(direct, keys).add([b'{"n": 3}'], ("c0ffee", 3)) == 1
+        assert await direct.xlen(keys.items) == 3
+    finally:
+        await direct.flushdb()
+        await direct.aclose()

@@ -277,6 +277,8 @@ class Outbox:
     nonce: str = field(default_factory=lambda: secrets.token_hex(SENDER_NONCE_BYTES))
     #: children Redis has had (removed from the head of ``children``)
     children_sent: int = 0
+    #: loose items Redis has had, numbered as children are (items_add.lua)
+    loose_sent: int = 0
     #: children Redis has had that a failover could still lose
     retained: Retained = field(default_factory=Retained)
 

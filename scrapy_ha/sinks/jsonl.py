@@ -147,7 +147,7 @@ class JsonLinesSink:
             _write_all(self._fd, data, self.length)
             os.fsync(self._fd)
             self._record([e.id for e in entries], self.length + len(data))
-        except BaseException:
+        except Exception:
             os.ftruncate(self._fd, self.length)  # no part of the batch stays in the file
             raise
         self.length += len(data)

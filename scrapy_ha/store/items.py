@@ -94,11 +94,15 @@ class ItemStream:
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
 
-    async def add(self, items: list[bytes]) -> int:
-        """Add items no page yielded (no lease fences them); return how many."""
+    async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
+        """Add items no page yielded (no lease fences them); return how many the stream
+        holds now. With *sender* (the worker's nonce, the number of ``items[0]``), items an
+        earlier call whose reply was lost added are not added again."""
         if not items:
             return 0
-        return int(await self._add(keys=[self.key, *self.keys.stats_keys()], args=items))
+        keys = [self.key, *self.keys.stats_keys(), self.keys.sent]
+        head = f"{sender[0]} {sender[1]}" if sender else "-"
+        return int(await self._add(keys=keys, args=[head, *items]))
 
     async def state(self) -> StreamState:
         """The stream's length and its groups (one round trip)."""

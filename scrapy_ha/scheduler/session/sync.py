@@ -296,9 +296,12 @@ class Syncer:
     async def _add_loose(self) -> None:
         """Items no page yielded go to the stream on their own (no lease fences them)."""
         assert self.queue is not None
-        items = self.outbox.loose_items[:]
-        added = await ItemStream(self.queue.client, self.queue.keys).add(items)
-        del self.outbox.loose_items[: len(items)]
+        box = self.outbox
+        items = box.loose_items[:]
+        stream = ItemStream(self.queue.client, self.queue.keys)
+        added = await stream.add(items, (box.nonce, box.loose_sent + 1))
+        del box.loose_items[: len(items)]
+        box.loose_sent += len(items)
         self.stats.inc_value("ha/items/committed", added)
 
     def _take(self, lease: Lease) -> None:

@@ -10,7 +10,7 @@ end
 
 -- prune_senders(senders, sent, workers, now, grace)
 --   KEYS: senders (worker id -> "<nonce>", or "<nonce> <ms it was first seen gone>"), sent
---   (nonce -> its newest child stored), workers (heartbeats) of one crawl (the caller's KEYS)
+--   (nonce -> its newest child stored; "<nonce>:i" -> its newest loose item), workers (heartbeats) of one crawl (the caller's KEYS)
 --   Marks each worker whose heartbeat expired gone (from now), unmarks one alive again, and
 --   deletes the fields (in both hashes) of those gone for grace ms or more.
 --   Rule: 'sent' is read only by its own worker's calls (a round sent again skips the
@@ -31,7 +31,7 @@ local function prune_senders(senders, sent, workers, now, grace)
     elseif since == '' then
       redis.call('HSET', senders, all[i], nonce .. ' ' .. string.format('%d', now))
     elseif now - tonumber(since) >= grace then
-      redis.call('HDEL', sent, nonce)
+      redis.call('HDEL', sent, nonce, nonce .. ':i') -- its children's and loose items'
       redis.call('HDEL', senders, all[i])
     end
   end
