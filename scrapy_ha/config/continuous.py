@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,11 +108,12 @@ class RevisitState:
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
-        """The state a request carries (a fresh one for anything unreadable)."""
+        """The state a request carries (a fresh one for anything unreadable, such as a
+        number that is not finite: ``"i": "nan"`` would make every sum it enters NaN)."""
         if not isinstance(value, dict):
             return cls()
         try:
-            return cls(
+            state = cls(
                 float(value.get("i", 0)),
                 str(value.get("e", "")),
                 str(value.get("m", "")),
@@ -126,8 +128,10 @@ class RevisitState:
                 int(value.get("y", 0)),
                 undated=bool(value.get("z", 0)),
             )
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return cls()
+        numbers = (state.interval, state.changed_for, state.unchanged_for, state.last)
+        return state if all(math.isfinite(x) for x in numbers) else cls()
 
     def as_meta(self) -> dict[str, Any]:
         """As stored: short keys, empty fields left out (every byte is kept per URL)."""

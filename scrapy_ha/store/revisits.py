@@ -30,6 +30,8 @@ DOUBLE = -1
 #: What :func:`revisit` returns for an entry that leaves the revisits (a negative
 #: interval: no longer revisited; its lease ended as an ack, its share of the budget out).
 LEFT = -2
+#: The numbers of :attr:`Revisit.allocation` (``lua/revisit.lua``'s ARGV[8] to ARGV[13]).
+ALLOCATION_ARGS = 6
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ class Revisit:
     #: adaptive revisits (:mod:`scrapy_ha.config.freshness`): what the visit changes of the
     #: crawl's sums (visits a second: its ``1 / interval`` less its last's; the configured
     #: interval's at its first visit), the budget (0: that configured sum), the multiplier
-    #: to start from, and what the entry holds in the two sums (taken out of them if it is
-    #: a double); None: fixed revisits, nothing kept
+    #: to start from, what the entry holds in the two sums (taken out of them if it is a
+    #: double); every one finite (Redis refuses the revisit otherwise, before it changes
+    #: anything); None: fixed revisits, nothing kept
     allocation: tuple[float, ...] | None = None
 
 
@@ -87,5 +90,5 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
 
 def _allocation_args(allocation: tuple[float, ...] | None) -> list[str]:
     if allocation is None:
-        return [""] * 6
+        return [""] * ALLOCATION_ARGS
     return [repr(float(x)) for x in allocation]

@@ -26,7 +26,8 @@
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
 -- sum)  ARGV[11] the multiplier to start from  ARGV[12], ARGV[13] what the entry holds in
--- the load and the configured sum (taken out if it is a double); all six '' for fixed ones
+-- the load and the configured sum (taken out if it is a double); all six '' for fixed ones.
+-- Every number must be finite: a NaN or an infinity is refused before any write.
 -- ARGV[14] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
@@ -41,6 +42,9 @@
 -- Rule kept: an entry that leaves the revisits (interval < 0: a page no longer matched by
 -- HA_REVISIT, its lease ended as an ack) leaves the revisits set and the budget, its
 -- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left.
+-- Rule kept: the script reads and checks what it needs before its first write, and fails
+-- after it on nothing it reads (lib/revisit: garbage in the budget is repaired), so that a
+-- lease never ends half way (its domain's slot freed and never counted back).
 -- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
 -- (a string; '' for fixed revisits, a stale token or a double)}: the due time is 0 when
 -- the token is stale (nothing changes), -1 for a double (its lease ended as an ack), -2
@@ -56,16 +60,19 @@
 --- @include "commit"
 --- @include "held"
 --- @include "frontier"
-local interval, saved = tonumber(ARGV[2]), tonumber(ARGV[6])
+local interval, saved = finite(tonumber(ARGV[2])), finite(tonumber(ARGV[6]))
 if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= '') then
   return redis.error_reply('ERR revisit: interval, payload, outcome, saved and bucket')
 end
 local adaptive = ARGV[8] ~= ''
-local d_load, d_base, budget, first = tonumber(ARGV[8]), tonumber(ARGV[9]),
-  tonumber(ARGV[10]), tonumber(ARGV[11])
-local held, held_base = tonumber(ARGV[12]), tonumber(ARGV[13])
-if adaptive and not (d_load and d_base and budget and first and held and held_base) then
-  return redis.error_reply('ERR revisit: load, base, budget, multiplier and held load')
+local alloc = {}
+for i, name in ipairs({'load', 'base', 'budget', 'first', 'held', 'held_base'}) do
+  alloc[name] = finite(tonumber(ARGV[7 + i]))
+end
+if adaptive and not (alloc.load and alloc.base and alloc.budget and alloc.first and alloc.held
+    and alloc.held_base) then
+  return redis.error_reply('ERR revisit: load, base, budget, multiplier and held load must '
+    .. 'be finite numbers')
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
@@ -115,15 +122,14 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   count('revisit_iv', 1, nil, ARGV[7])
   count('revisit_iv_ms', interval)
   if adaptive then
-    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], d_load, d_base, budget,
-      first))
-    revisit_hold(KEYS[17], id, 1000 / interval, d_base)
+    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first))
+    revisit_hold(KEYS[17], id, finite(1000 / interval) or 0, alloc.base)
   end
 else
   redis.call('HDEL', KEYS[5], id)
   count('revisit_double', 1)
   if adaptive then
-    revisit_withdraw(KEYS[17], held, held_base)
+    revisit_withdraw(KEYS[17], alloc.held, alloc.held_base)
     redis.call('HDEL', KEYS[17], 'e:' .. id)
   end
 end
