@@ -180,10 +180,12 @@ class RevisitConfig:
         config = cls(
             rules=tuple(rules),
             adaptive=check.boolean(settings, "HA_REVISIT_ADAPTIVE", False),
-            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN),
-            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX),
+            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN, finite=True),
+            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX, finite=True),
             signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
-            budget=check.non_negative(settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET),
+            budget=check.non_negative(
+                settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET, finite=True
+            ),
         )
         if config.minimum > config.maximum:
             raise ConfigError(
@@ -229,12 +231,15 @@ def interval_bucket(seconds: float) -> str:
 
 
 def _interval(name: str, value: Any) -> float:
+    """Seconds, more than 0 and finite (``inf`` would be a revisit never due, ``nan`` one
+    whose every sum is NaN)."""
+    message = f"{name}={value!r} must be seconds, a finite number more than 0"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{name}={value!r} must be seconds, more than 0")
+        raise ConfigError(message)
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0:
-        raise ConfigError(f"{name}={value!r} must be seconds, more than 0")
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ConfigError(message)
     return seconds
