@@ -30,8 +30,8 @@ DOUBLE = -1
 #: What :func:`revisit` returns for an entry that leaves the revisits (a negative
 #: interval: no longer revisited; its lease ended as an ack, its share of the budget out).
 LEFT = -2
-#: The numbers of :attr:`Revisit.allocation` (``lua/revisit.lua``'s ARGV[8] to ARGV[13]).
-ALLOCATION_ARGS = 6
+#: The numbers of :attr:`Revisit.allocation` (``lua/revisit.lua``'s ARGV[8] to ARGV[15]).
+ALLOCATION_ARGS = 8
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ class Revisit:
     #: crawl's sums (visits a second: its ``1 / interval`` less its last's; the configured
     #: interval's at its first visit), the budget (0: that configured sum), the multiplier
     #: to start from, what the entry holds in the two sums (taken out of them if it is a
-    #: double); every one finite (Redis refuses the revisit otherwise, before it changes
-    #: anything); None: fixed revisits, nothing kept
+    #: double), and the range the multiplier is kept in (``multiplier_range``); every one
+    #: finite (Redis refuses the revisit otherwise, before it changes anything); None:
+    #: fixed revisits, nothing kept
     allocation: tuple[float, ...] | None = None
 
 

@@ -26,9 +26,10 @@
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
 -- sum)  ARGV[11] the multiplier to start from  ARGV[12], ARGV[13] what the entry holds in
--- the load and the configured sum (taken out if it is a double); all six '' for fixed ones.
--- Every number must be finite: a NaN or an infinity is refused before any write.
--- ARGV[14] the dupefilter's spec (lib/seen)
+-- the load and the configured sum (taken out if it is a double)  ARGV[14], ARGV[15] the
+-- range the multiplier is kept in (lib/revisit: revisit_allocate); all eight '' for fixed
+-- ones. Every number must be finite: a NaN or an infinity is refused before any write.
+-- ARGV[16] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
@@ -66,13 +67,15 @@ if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= ''
 end
 local adaptive = ARGV[8] ~= ''
 local alloc = {}
-for i, name in ipairs({'load', 'base', 'budget', 'first', 'held', 'held_base'}) do
+for i, name in ipairs({'load', 'base', 'budget', 'first', 'held', 'held_base', 'lowest',
+    'highest'}) do
   alloc[name] = finite(tonumber(ARGV[7 + i]))
 end
 if adaptive and not (alloc.load and alloc.base and alloc.budget and alloc.first and alloc.held
-    and alloc.held_base) then
-  return redis.error_reply('ERR revisit: load, base, budget, multiplier and held load must '
-    .. 'be finite numbers')
+    and alloc.held_base and alloc.lowest and alloc.highest and alloc.lowest > 0
+    and alloc.lowest <= alloc.highest) then
+  return redis.error_reply('ERR revisit: load, base, budget, multiplier, held load and the '
+    .. "multiplier's range must be finite numbers")
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
@@ -84,7 +87,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[14], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[16], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -122,7 +125,8 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   count('revisit_iv', 1, nil, ARGV[7])
   count('revisit_iv_ms', interval)
   if adaptive then
-    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first))
+    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first,
+      alloc.lowest, alloc.highest))
     revisit_hold(KEYS[17], id, finite(1000 / interval) or 0, alloc.base)
   end
 else

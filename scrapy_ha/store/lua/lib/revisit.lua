@@ -76,7 +76,7 @@ local function alloc_add(alloc, field, delta)
   return v
 end
 
--- revisit_allocate(alloc, revisits, d, first)
+-- revisit_allocate(alloc, revisits, d, first, lowest, highest)
 --   KEYS: alloc (revisit_alloc), revisits (the caller's KEYS[i])
 --   Rule (the budget): adaptive revisits spend what the crawl can fetch. The sums of
 --   1 / interval over the revisited URLs (load) and of their configured intervals (base)
@@ -84,8 +84,13 @@ end
 --   of freshness a visit a second must buy; scrapy_ha/config/freshness.py) grows while the
 --   load is over the budget (d.budget > 0, else base), so the next intervals are longer,
 --   and shrinks while under it. It starts at first.
+--   Rule (no wind-up): the multiplier stays within lowest .. highest, the range where it
+--   moves an interval (freshness.py multiplier_range: at highest every page is given the
+--   longest interval, HA_REVISIT_MAX, at lowest the shortest, HA_REVISIT_MIN). A budget
+--   the bounds cannot meet would push it further for as long as it lasts, moving nothing,
+--   and then take as long to come back (to infinity and never, before this rule).
 --   Returns the multiplier.
-local function revisit_allocate(alloc, revisits, d, first)
+local function revisit_allocate(alloc, revisits, d, first, lowest, highest)
   local load = alloc_add(alloc, 'load', d.load)
   local base = alloc_add(alloc, 'base', d.base)
   local stored = redis.call('HGET', alloc, 'mu')
@@ -98,6 +103,7 @@ local function revisit_allocate(alloc, revisits, d, first)
     local step = (load / target) ^ (ALLOC_GAIN / n)
     mu = mu * math.min(1 + ALLOC_STEP, math.max(1 - ALLOC_STEP, step))
   end
+  mu = math.min(highest, math.max(lowest, mu))
   redis.call('HSET', alloc, 'mu', string.format('%.17g', mu))
   return mu
 end
