@@ -139,3 +139,20 @@ async def test_a_failed_end_whose_lease_had_ended_is_a_warning(redis_url, caplog
     assert "nor dead-letter it: its lease had ended" in record.getMessage()
     assert await q.client.zscore(KEYS.leased, lease.id) is not None  # untouched
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_revisit_wakes_the_domain_s_waiting_queue(redis_url):
+    # the domain's next page waits for its one slot (its back queue parked, rechecked at
+    # most a second later): the end of the lease holding it wakes the queue at once, as
+    # an ack does; a revisit did not (a continuous crawl of one domain waited ~1 s a page)
+    q = await one_slot_domain(redis_url)
+    (lease,) = await q.lease(1, 30_000)
+    for end in ("revisit", "ack"):
+        assert await next_of_domain(q) == []  # parked: the slot is taken
+        if end == "revisit":
+            assert (await revisit(q, adaptive_end(lease))).due > 0
+        else:
+            await q.ack([(lease.id, lease.token)])
+        (lease,) = await next_of_domain(q)  # at once, not a second later
+    await q.client.aclose()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import seen_call
+from scrapy_ha.store.script_keys import frontier_keys
 from scrapy_ha.store.wire import packed_acks
 
 if TYPE_CHECKING:
@@ -74,14 +75,14 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     k = queue.keys
     keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried, k.expiries]
     keys += [*k.stats_keys(), k.polite, k.revisits, k.revisit_urls, k.items, k.held]
-    keys += [queue.dupefilter.key(k), k.revisit_alloc]
+    keys += [queue.dupefilter.key(k), k.revisit_alloc, *frontier_keys(k)]
     pair = (visit.entry_id, visit.token)
     commits = {pair: commit} if commit is not None else {}
     task_keys = lambda task: (k.checkpoint(task), k.checkpoint_ahead(task))  # noqa: E731
     (ack,), more = packed_acks([pair], commits, task_keys, len(keys) + 1)
     fingerprint = queue.dupefilter.wire(visit.fingerprint)
     args = [ack, visit.interval_ms, visit.payload, fingerprint, visit.found]
-    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
+    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation), queue.order_arg]
     script = queue.client.register_script(scripts.REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)
     due, items, checkpoints = (int(x) for x in reply[:3])

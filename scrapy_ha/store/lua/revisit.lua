@@ -15,6 +15,8 @@
 -- KEYS[15] held (lib/held): a revisit waits without an attempt, marked 'revisit <domain>'
 -- KEYS[16] dupefilter (lib/seen: the set, or the Bloom filter's meta hash)
 -- KEYS[17] revisit_alloc (lib/revisit: adaptive revisits' budget)
+-- KEYS[18] the back queues' prefix  KEYS[19] ready  KEYS[20] waiting  KEYS[21] queued
+--          (lib/frontier: a back queue waiting for the freed slot goes back to ready)
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
@@ -29,7 +31,9 @@
 -- the load and the configured sum (taken out if it is a double)  ARGV[14], ARGV[15] the
 -- range the multiplier is kept in (lib/revisit: revisit_allocate); all eight '' for fixed
 -- ones. Every number must be finite: a NaN or an infinity is refused before any write.
--- ARGV[16] the dupefilter's spec (lib/seen)
+-- ARGV[16] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
+--          its start queue): the score of a back queue woken here follows from it
+-- ARGV[17] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
@@ -79,7 +83,7 @@ if adaptive and not (alloc.load and alloc.base and alloc.budget and alloc.first 
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
-  'hash', nil, 'hash'})
+  'hash', nil, 'hash', nil, 'zset', 'zset', 'string'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 0, 1)
 if bad then return bad end
@@ -87,7 +91,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[16], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[17], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -138,6 +142,9 @@ else
   end
 end
 seen_close(seen)
+local lifo, start_lifo = order_flags(ARGV[16])
+frontier_open(KEYS[18], KEYS[19], KEYS[20], KEYS[21], lifo, start_lifo)
+frontier_wake(polite_woken(KEYS[11]))
 polite_write(KEYS[11])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {due, n_items, n_cp, mu}
