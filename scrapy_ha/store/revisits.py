@@ -3,8 +3,10 @@ back to the delayed set, due again after its interval, instead of an ack (what t
 operator's tools read of them: :mod:`scrapy_ha.ops.revisits`).
 
 A revisited request keeps its entry id and its place in the order for the life of the
-crawl; one entry revisits a URL (``lua/lib/revisit.lua``), and a URL revisited stays seen,
-so a page that links to it queues no second copy. The crawl then always holds a request
+crawl; one entry revisits a URL (``lua/lib/revisit.lua``), and a URL revisited is seen
+again at each visit, so a page that links to it queues no second copy (with
+``HA_DUPEFILTER_TTL``, while the last visit is not older than the TTL; a copy queued later
+is fetched and ends as a double). The crawl then always holds a request
 in the delayed set: it never finishes by itself (``scrapy-ha stop``, ``pause`` or a signal
 end it).
 """

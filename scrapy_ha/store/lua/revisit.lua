@@ -38,8 +38,10 @@
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
 -- like an ack (its items committed too); a stale token commits nothing (items_refused).
--- Rule kept: a URL revisited stays seen (its fingerprint is recorded as seen now, lib/seen),
--- so a link to it queues no second copy while it is revisited.
+-- Rule kept: a URL revisited is seen again (its fingerprint is recorded as seen now,
+-- lib/seen): with a dupefilter's age (HA_DUPEFILTER_TTL) it stays seen for that age after
+-- each visit, so a link to it queues no second copy if the age is not shorter than the
+-- interval (a copy queued later ends as a double, above).
 -- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
 -- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
