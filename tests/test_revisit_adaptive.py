@@ -24,6 +24,7 @@ from scrapy_ha.config.freshness import (
     expected_interval,
     freshness,
     marginal_gain,
+    multiplier_range,
     optimal_interval,
     posterior,
 )
@@ -189,7 +190,7 @@ async def _visit(q: RedisQueue, name: str, load: float, budget: float) -> float:
         [NewEntry(name.encode(), 0, b'{"v":1,"u":"http://a.example/' + name.encode() + b'"}')]
     )
     (lease,) = await q.lease(1, 30_000)
-    allocation = (load, 1 / 50, budget, 13.2, 0.0, 0.0)
+    allocation = (load, 1 / 50, budget, 13.2, 0.0, 0.0, *multiplier_range(LOW, HIGH))
     end = Revisit(
         lease.id, lease.token, 50_000, lease.payload, name.encode(), "new", 0, "60", allocation
     )
@@ -325,3 +326,45 @@ def test_a_few_dated_changes_tell_a_fast_page_from_a_slower_one():
         assert estimate == pytest.approx(rate, rel=0.4)
     assert config.next_interval(50, slow, 5.6) < HIGH
     assert config.next_interval(50, fast, 5.6) == HIGH
+
+
+def test_the_multiplier_s_range_is_where_it_moves_an_interval():
+    lowest, highest = multiplier_range(LOW, HIGH)
+    config = RevisitConfig(adaptive=True, minimum=LOW, maximum=HIGH)
+    rng = random.Random(3)
+    for _ in range(50):  # whatever the visits said: every page at its bounds there
+        state = RevisitState(
+            changed=rng.randint(0, 20),
+            changed_for=rng.uniform(0, 5000),
+            unchanged_for=rng.uniform(0, 50000),
+            dated=rng.randint(0, 5),
+        )
+        assert config.next_interval(50, state, highest) == HIGH
+        assert config.next_interval(50, state, lowest) == LOW
+
+
+@deferred_f_from_coro_f
+async def test_a_budget_the_bounds_cannot_meet_does_not_wind_the_multiplier_up(redis_url):
+    # one URL whose interval cannot grow past HA_REVISIT_MAX against a budget it can never
+    # meet: the multiplier grew 10% a revisit, to inf, and never came down (mu * step)
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    request = Request("http://a.example/p", meta={metakeys.REVISIT: 50})
+    await q.enqueue([NewEntry(b"p", 0, b'{"v":1,"u":"http://a.example/p"}')])
+
+    async def cycle(budget: float, times: int) -> float:
+        config = RevisitConfig(adaptive=True, minimum=LOW, maximum=HIGH, budget=budget)
+        revisits = Revisits(config, lambda r: b"")
+        mu = 0.0
+        for _ in range(times):
+            (lease,) = await q.lease(1, 30_000)
+            visit = revisits.visit_end(request)
+            assert visit is not None
+            args = (lease.id, lease.token, 0, lease.payload, b"", visit.found, 0, "60")
+            mu = (await revisit(q, Revisit(*args, _allocation(visit)))).multiplier
+        return mu
+
+    lowest, highest = multiplier_range(LOW, HIGH)
+    assert await cycle(1e-6, 300) == highest  # 13.2 x 1.1^300 before
+    assert await cycle(10.0, 60) == pytest.approx(highest * 0.9**60)  # it comes back at once
+    assert await cycle(10.0, 1000) == lowest  # and down no further than that
+    await q.client.aclose()

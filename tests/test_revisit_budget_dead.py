@@ -15,6 +15,7 @@ from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.config.continuous import RevisitConfig, RevisitState
+from scrapy_ha.config.freshness import multiplier_range
 from scrapy_ha.keys import Keys
 from scrapy_ha.metakeys import REVISIT_STATE
 from scrapy_ha.scheduler.revisits import Revisits
@@ -31,7 +32,7 @@ async def scheduled(q: RedisQueue, name: str, interval_ms: int) -> str:
     await q.enqueue([NewEntry(name.encode(), 0, url)])
     (lease,) = await q.lease(1, 30_000)
     load = 1000 / interval_ms  # visits a second: what the worker adds at a first visit
-    allocation = (load, 1 / 50, 0.0, 13.2, 0.0, 0.0)
+    allocation = (load, 1 / 50, 0.0, 13.2, 0.0, 0.0, *multiplier_range(60, 3600))
     end = Revisit(
         lease.id, lease.token, interval_ms, lease.payload, name.encode(), "new", 0, "60", allocation
     )
@@ -75,7 +76,7 @@ async def test_an_entry_no_longer_revisited_leaves_the_budget_and_its_record(red
     await asyncio.sleep(0.05)
     (lease,) = await q.lease(1, 30_000)
     assert lease.id == gone
-    allocation = (0.0, 0.0, 13.2, 0.0, 0.0, 0.0)
+    allocation = (0.0, 0.0, 13.2, 0.0, 0.0, 0.0, *multiplier_range(60, 3600))
     end = Revisit(lease.id, lease.token, -1, lease.payload, b"gone", "left", 0, "60", allocation)
     assert (await revisit(q, end)).due == LEFT
     assert not await q.client.hexists(KEYS.revisit_alloc, f"e:{gone}")

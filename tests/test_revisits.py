@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio
+from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -22,6 +23,7 @@ from scrapy_ha.config.continuous import RevisitConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
+from scrapy_ha.scheduler.revisits import Revisits
 from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
@@ -126,12 +128,28 @@ def test_which_requests_are_revisited_and_how_often(settings, url, meta, expecte
     assert config.interval_for(url, meta) == expected
 
 
+@pytest.mark.parametrize("value", [float("inf"), "nan", "-inf"])
+def test_a_request_whose_ha_revisit_is_not_finite_is_not_revisited(value, caplog):
+    config = RevisitConfig.from_settings(Settings({"HA_REVISIT_ADAPTIVE": True}))
+    with pytest.raises(ConfigError, match="meta\\['ha_revisit'\\]=.* must be seconds"):
+        config.interval_for("http://a/x", {"ha_revisit": value})
+    revisits = Revisits(config, lambda r: b"")
+    assert revisits.visit_end(Request("http://a/x", meta={"ha_revisit": value})) is None
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
         ({"HA_REVISIT": {"(": 60}}, r"HA_REVISIT\['\('\] is not a regular expression"),
         ({"HA_REVISIT": {"/": 0}}, r"HA_REVISIT\['/'\]=0 must be seconds"),
         ({"HA_REVISIT_MIN": 600, "HA_REVISIT_MAX": 60}, "HA_REVISIT_MIN=600 must not be longer"),
+        # not finite: HA_REVISIT_MAX = inf divided by zero in every revisit's end
+        ({"HA_REVISIT": {"/": "inf"}}, r"HA_REVISIT\['/'\]='inf' must be seconds, a finite"),
+        ({"HA_REVISIT": {"/": float("nan")}}, r"HA_REVISIT\['/'\]=nan must be seconds"),
+        ({"HA_REVISIT_MAX": float("inf")}, "HA_REVISIT_MAX=inf must be a finite number"),
+        ({"HA_REVISIT_MAX": "nan"}, "HA_REVISIT_MAX='nan' must be a finite number"),
+        ({"HA_REVISIT_MIN": "nan"}, "HA_REVISIT_MIN='nan' must be a finite number"),
+        ({"HA_REVISIT_BUDGET": "nan"}, "HA_REVISIT_BUDGET='nan' must be a finite number"),
     ],
 )
 def test_a_bad_revisit_setting_names_it(settings, message):

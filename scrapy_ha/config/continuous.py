@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -107,11 +108,12 @@ class RevisitState:
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
-        """The state a request carries (a fresh one for anything unreadable)."""
+        """The state a request carries (a fresh one for anything unreadable, such as a
+        number that is not finite: ``"i": "nan"`` would make every sum it enters NaN)."""
         if not isinstance(value, dict):
             return cls()
         try:
-            return cls(
+            state = cls(
                 float(value.get("i", 0)),
                 str(value.get("e", "")),
                 str(value.get("m", "")),
@@ -126,8 +128,10 @@ class RevisitState:
                 int(value.get("y", 0)),
                 undated=bool(value.get("z", 0)),
             )
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return cls()
+        numbers = (state.interval, state.changed_for, state.unchanged_for, state.last)
+        return state if all(math.isfinite(x) for x in numbers) else cls()
 
     def as_meta(self) -> dict[str, Any]:
         """As stored: short keys, empty fields left out (every byte is kept per URL)."""
@@ -176,10 +180,12 @@ class RevisitConfig:
         config = cls(
             rules=tuple(rules),
             adaptive=check.boolean(settings, "HA_REVISIT_ADAPTIVE", False),
-            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN),
-            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX),
+            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN, finite=True),
+            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX, finite=True),
             signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
-            budget=check.non_negative(settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET),
+            budget=check.non_negative(
+                settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET, finite=True
+            ),
         )
         if config.minimum > config.maximum:
             raise ConfigError(
@@ -225,12 +231,15 @@ def interval_bucket(seconds: float) -> str:
 
 
 def _interval(name: str, value: Any) -> float:
+    """Seconds, more than 0 and finite (``inf`` would be a revisit never due, ``nan`` one
+    whose every sum is NaN)."""
+    message = f"{name}={value!r} must be seconds, a finite number more than 0"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{name}={value!r} must be seconds, more than 0")
+        raise ConfigError(message)
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0:
-        raise ConfigError(f"{name}={value!r} must be seconds, more than 0")
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ConfigError(message)
     return seconds

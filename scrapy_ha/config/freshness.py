@@ -37,6 +37,7 @@ __all__ = [
     "cho_estimate",
     "freshness",
     "marginal_gain",
+    "multiplier_range",
     "optimal_interval",
 ]
 
@@ -81,6 +82,19 @@ def optimal_interval(rate: float, multiplier: float, low: float, high: float) ->
         else:
             hi = mid
     return min(high, max(low, (lo + hi) / 2 / rate))
+
+
+def multiplier_range(low: float, high: float) -> tuple[float, float]:
+    """The multipliers that move an interval within the bounds *low* and *high*
+    (``HA_REVISIT_MIN``/``MAX``), whatever a page's visits say: at the highest, *high*,
+    every page gets the longest interval (a visit a second more gains at most the interval,
+    ``g(x) / l <= I``); at the lowest or less, every page gets the shortest (the least a
+    rate of the prior's range gains at *low*: ``g(x) / x`` rises then falls, so over the
+    range it is least at one end). Redis keeps the crawl's multiplier within them
+    (lua/lib/revisit.lua): a budget the bounds cannot meet would push it further for as
+    long as it lasts, moving no interval, and it would take as long to come back."""
+    rates = (1 / (high * PRIOR_MARGIN), PRIOR_MARGIN / low)
+    return min(marginal_gain(rate * low) / rate for rate in rates), high
 
 
 def cho_estimate(visits: int, changes: int, interval: float) -> float:

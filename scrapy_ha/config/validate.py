@@ -7,6 +7,7 @@ other module reads an ``HA_*`` setting.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import TYPE_CHECKING, Any, cast
@@ -52,16 +53,23 @@ def choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, 
     return str(value)
 
 
-def number(settings: BaseSettings, name: str, default: float) -> float:
+def number(settings: BaseSettings, name: str, default: float, *, finite: bool = False) -> float:
+    """A number; with *finite*, not ``inf`` nor ``nan`` (which every comparison lets
+    through: ``nan < 0`` is false)."""
     value = raw(settings, name, default)
     try:
-        return float(value)
+        result = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name}={value!r} is not a number") from None
+    if finite and not math.isfinite(result):
+        raise ConfigError(f"{name}={value!r} must be a finite number")
+    return result
 
 
-def non_negative(settings: BaseSettings, name: str, default: float) -> float:
-    value = number(settings, name, default)
+def non_negative(
+    settings: BaseSettings, name: str, default: float, *, finite: bool = False
+) -> float:
+    value = number(settings, name, default, finite=finite)
     if value < 0:
         raise ConfigError(f"{name}={raw(settings, name, default)!r} must be 0 or more")
     return value
@@ -74,8 +82,10 @@ def fraction(settings: BaseSettings, name: str, default: float) -> float:
     return value
 
 
-def seconds(settings: BaseSettings, name: str, default: float, *, zero: bool = False) -> float:
-    value = number(settings, name, default)
+def seconds(
+    settings: BaseSettings, name: str, default: float, *, zero: bool = False, finite: bool = False
+) -> float:
+    value = number(settings, name, default, finite=finite)
     if value < 0 or (value == 0 and not zero):
         limit = "0 or more" if zero else "more than 0"
         raise ConfigError(f"{name}={raw(settings, name, default)!r} must be {limit} seconds")

@@ -170,7 +170,17 @@ class InFlight:
         done = [i for i, (_, r) in self._held.items() if not busy(r)]
         for entry_id in done:
             token, request = self._held.pop(entry_id)
-            self._finished(entry_id, token, request)
+            try:
+                self._finished(entry_id, token, request)
+            except Exception:  # a bug, or a value nobody checked: this request alone pays
+                assert self.crawler.stats is not None
+                self.crawler.stats.inc_value("ha/op_errors")
+                logger.exception(
+                    "scrapy-ha could not end %s: its lease is left to expire (it is "
+                    "reclaimed and fetched again; dead-lettered as poison if it fails so "
+                    "every time)",
+                    request,
+                )
 
     def _finished(self, entry_id: str, token: str, request: Request) -> None:
         items, meta = self.items, request.meta

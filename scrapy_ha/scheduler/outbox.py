@@ -203,11 +203,14 @@ class VisitEnd:
 class Allocation:
     """What adaptive revisits share with Redis: the crawl's multiplier (the marginal gain a
     visit a second must buy; :mod:`scrapy_ha.config.freshness`), as the last revisit of
-    this worker read it (0: none yet), and the budget (visits a second; 0: what the
-    configured intervals would make)."""
+    this worker read it (0: none yet), the budget (visits a second; 0: what the
+    configured intervals would make), and the range Redis keeps the multiplier in
+    (:func:`~scrapy_ha.config.freshness.multiplier_range`)."""
 
     budget: float
     multiplier: float = 0.0
+    lowest: float = 0.0
+    highest: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.continuous import FIRST_MULTIPLIER, RevisitState
+from scrapy_ha.config.freshness import multiplier_range
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.outbox import Allocation, Load, VisitEnd
@@ -54,7 +55,10 @@ class Revisits:
         self.config = config
         self.fingerprint = fingerprint  # b"" when the crawl does not deduplicate
         self.clock = clock
-        self.allocation = Allocation(config.budget) if config.adaptive else None
+        self.allocation = None
+        if config.adaptive:
+            lowest, highest = multiplier_range(config.minimum, config.maximum)
+            self.allocation = Allocation(config.budget, lowest=lowest, highest=highest)
 
     @classmethod
     def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:

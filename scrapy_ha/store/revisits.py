@@ -3,8 +3,10 @@ back to the delayed set, due again after its interval, instead of an ack (what t
 operator's tools read of them: :mod:`scrapy_ha.ops.revisits`).
 
 A revisited request keeps its entry id and its place in the order for the life of the
-crawl; one entry revisits a URL (``lua/lib/revisit.lua``), and a URL revisited stays seen,
-so a page that links to it queues no second copy. The crawl then always holds a request
+crawl; one entry revisits a URL (``lua/lib/revisit.lua``), and a URL revisited is seen
+again at each visit, so a page that links to it queues no second copy (with
+``HA_DUPEFILTER_TTL``, while the last visit is not older than the TTL; a copy queued later
+is fetched and ends as a double). The crawl then always holds a request
 in the delayed set: it never finishes by itself (``scrapy-ha stop``, ``pause`` or a signal
 end it).
 """
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import seen_call
+from scrapy_ha.store.script_keys import frontier_keys
 from scrapy_ha.store.wire import packed_acks
 
 if TYPE_CHECKING:
@@ -30,6 +33,8 @@ DOUBLE = -1
 #: What :func:`revisit` returns for an entry that leaves the revisits (a negative
 #: interval: no longer revisited; its lease ended as an ack, its share of the budget out).
 LEFT = -2
+#: The numbers of :attr:`Revisit.allocation` (``lua/revisit.lua``'s ARGV[8] to ARGV[15]).
+ALLOCATION_ARGS = 8
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,10 @@ class Revisit:
     #: adaptive revisits (:mod:`scrapy_ha.config.freshness`): what the visit changes of the
     #: crawl's sums (visits a second: its ``1 / interval`` less its last's; the configured
     #: interval's at its first visit), the budget (0: that configured sum), the multiplier
-    #: to start from, and what the entry holds in the two sums (taken out of them if it is
-    #: a double); None: fixed revisits, nothing kept
+    #: to start from, what the entry holds in the two sums (taken out of them if it is a
+    #: double), and the range the multiplier is kept in (``multiplier_range``); every one
+    #: finite (Redis refuses the revisit otherwise, before it changes anything); None:
+    #: fixed revisits, nothing kept
     allocation: tuple[float, ...] | None = None
 
 
@@ -70,14 +77,14 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     k = queue.keys
     keys = [k.leased, k.leases, k.delayed, k.delayed_score, k.payload, k.retried, k.expiries]
     keys += [*k.stats_keys(), k.polite, k.revisits, k.revisit_urls, k.items, k.held]
-    keys += [queue.dupefilter.key(k), k.revisit_alloc]
+    keys += [queue.dupefilter.key(k), k.revisit_alloc, *frontier_keys(k)]
     pair = (visit.entry_id, visit.token)
     commits = {pair: commit} if commit is not None else {}
     task_keys = lambda task: (k.checkpoint(task), k.checkpoint_ahead(task))  # noqa: E731
     (ack,), more = packed_acks([pair], commits, task_keys, len(keys) + 1)
     fingerprint = queue.dupefilter.wire(visit.fingerprint)
     args = [ack, visit.interval_ms, visit.payload, fingerprint, visit.found]
-    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
+    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation), queue.order_arg]
     script = queue.client.register_script(scripts.REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)
     due, items, checkpoints = (int(x) for x in reply[:3])
@@ -87,5 +94,5 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
 
 def _allocation_args(allocation: tuple[float, ...] | None) -> list[str]:
     if allocation is None:
-        return [""] * 6
+        return [""] * ALLOCATION_ARGS
     return [repr(float(x)) for x in allocation]

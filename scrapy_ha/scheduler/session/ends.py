@@ -118,6 +118,7 @@ class Ends:
         """Dead-letter an entry whose retry or dead-letter failed, with the reason."""
         assert self.queue is not None
         reason = f"scrapy-ha could not {op.kind} it: {type(exc).__name__}: {exc}"
+        what = (op.kind, op.request, reason)
         self.stats.inc_value("ha/op_errors")
         info = {"class": "error", "reason": reason}
         try:
@@ -127,19 +128,16 @@ class Ends:
         except Exception as exc2:
             if kept(exc2):
                 raise
-            logger.error(
-                "Could not %s %s (%s) nor dead-letter it (%s): its lease is left to expire",
-                op.kind,
-                op.request,
-                reason,
-                exc2,
-            )
+            msg = "Could not %s %s (%s) nor dead-letter it (%s): its lease is left to expire"
+            logger.error(msg, *what, exc2)
             return
-        if size:
-            self.stats.inc_value("ha/dead/error")
-            logger.error("Dead-lettered %s (class error): %s", op.request, reason)
-            self._check_dlq_size(size)
-            await self._dead_lettered([op.entry_id])
+        if not size:  # expired (another worker redoes it), or ended by the attempt that failed
+            logger.warning("Could not %s %s (%s) nor dead-letter it: its lease had ended", *what)
+            return
+        self.stats.inc_value("ha/dead/error")
+        logger.error("Dead-lettered %s (class error): %s", op.request, reason)
+        self._check_dlq_size(size)
+        await self._dead_lettered([op.entry_id])
 
     async def end(self, op: EndOp) -> None:
         """A lease that ends in the delayed set or the dead-letter queue (fenced)."""

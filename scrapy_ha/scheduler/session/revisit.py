@@ -77,9 +77,11 @@ def _allocation(visit: VisitEnd) -> tuple[float, ...] | None:
     """What an adaptive revisit tells Redis of the crawl's budget (None: fixed revisits)."""
     if visit.allocation is None or visit.load is None:
         return None
-    load = visit.load
-    budget = visit.allocation.budget
-    return (load.load, load.base, budget, load.first_multiplier, load.held, load.held_base)
+    load, share = visit.load, visit.allocation
+    return (
+        *(load.load, load.base, share.budget, load.first_multiplier, load.held, load.held_base),
+        *(share.lowest, share.highest),
+    )
 
 
 def _count_commit(op: EndOp, done: Revisited, stats: StatsCollector) -> None:

@@ -15,6 +15,8 @@
 -- KEYS[15] held (lib/held): a revisit waits without an attempt, marked 'revisit <domain>'
 -- KEYS[16] dupefilter (lib/seen: the set, or the Bloom filter's meta hash)
 -- KEYS[17] revisit_alloc (lib/revisit: adaptive revisits' budget)
+-- KEYS[18] the back queues' prefix  KEYS[19] ready  KEYS[20] waiting  KEYS[21] queued
+--          (lib/frontier: a back queue waiting for the freed slot goes back to ready)
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
@@ -26,14 +28,20 @@
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
 -- sum)  ARGV[11] the multiplier to start from  ARGV[12], ARGV[13] what the entry holds in
--- the load and the configured sum (taken out if it is a double); all six '' for fixed ones
--- ARGV[14] the dupefilter's spec (lib/seen)
+-- the load and the configured sum (taken out if it is a double)  ARGV[14], ARGV[15] the
+-- range the multiplier is kept in (lib/revisit: revisit_allocate); all eight '' for fixed
+-- ones. Every number must be finite: a NaN or an infinity is refused before any write.
+-- ARGV[16] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
+--          its start queue): the score of a back queue woken here follows from it
+-- ARGV[17] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
 -- like an ack (its items committed too); a stale token commits nothing (items_refused).
--- Rule kept: a URL revisited stays seen (its fingerprint is recorded as seen now, lib/seen),
--- so a link to it queues no second copy while it is revisited.
+-- Rule kept: a URL revisited is seen again (its fingerprint is recorded as seen now,
+-- lib/seen): with a dupefilter's age (HA_DUPEFILTER_TTL) it stays seen for that age after
+-- each visit, so a link to it queues no second copy if the age is not shorter than the
+-- interval (a copy queued later ends as a double, above).
 -- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
 -- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
@@ -41,6 +49,9 @@
 -- Rule kept: an entry that leaves the revisits (interval < 0: a page no longer matched by
 -- HA_REVISIT, its lease ended as an ack) leaves the revisits set and the budget, its
 -- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left.
+-- Rule kept: the script reads and checks what it needs before its first write, and fails
+-- after it on nothing it reads (lib/revisit: garbage in the budget is repaired), so that a
+-- lease never ends half way (its domain's slot freed and never counted back).
 -- Returns {the due time (server ms), items committed, checkpoints saved, the multiplier
 -- (a string; '' for fixed revisits, a stale token or a double)}: the due time is 0 when
 -- the token is stale (nothing changes), -1 for a double (its lease ended as an ack), -2
@@ -56,20 +67,25 @@
 --- @include "commit"
 --- @include "held"
 --- @include "frontier"
-local interval, saved = tonumber(ARGV[2]), tonumber(ARGV[6])
+local interval, saved = finite(tonumber(ARGV[2])), finite(tonumber(ARGV[6]))
 if not (interval and saved and ARGV[3] ~= '' and ARGV[5] ~= '' and ARGV[7] ~= '') then
   return redis.error_reply('ERR revisit: interval, payload, outcome, saved and bucket')
 end
 local adaptive = ARGV[8] ~= ''
-local d_load, d_base, budget, first = tonumber(ARGV[8]), tonumber(ARGV[9]),
-  tonumber(ARGV[10]), tonumber(ARGV[11])
-local held, held_base = tonumber(ARGV[12]), tonumber(ARGV[13])
-if adaptive and not (d_load and d_base and budget and first and held and held_base) then
-  return redis.error_reply('ERR revisit: load, base, budget, multiplier and held load')
+local alloc = {}
+for i, name in ipairs({'load', 'base', 'budget', 'first', 'held', 'held_base', 'lowest',
+    'highest'}) do
+  alloc[name] = finite(tonumber(ARGV[7 + i]))
+end
+if adaptive and not (alloc.load and alloc.base and alloc.budget and alloc.first and alloc.held
+    and alloc.held_base and alloc.lowest and alloc.highest and alloc.lowest > 0
+    and alloc.lowest <= alloc.highest) then
+  return redis.error_reply('ERR revisit: load, base, budget, multiplier, held load and the '
+    .. "multiplier's range must be finite numbers")
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
-  'hash', nil, 'hash'})
+  'hash', nil, 'hash', nil, 'zset', 'zset', 'string'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 0, 1)
 if bad then return bad end
@@ -77,7 +93,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[14], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[17], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -115,19 +131,22 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   count('revisit_iv', 1, nil, ARGV[7])
   count('revisit_iv_ms', interval)
   if adaptive then
-    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], d_load, d_base, budget,
-      first))
-    revisit_hold(KEYS[17], id, 1000 / interval, d_base)
+    mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first,
+      alloc.lowest, alloc.highest))
+    revisit_hold(KEYS[17], id, finite(1000 / interval) or 0, alloc.base)
   end
 else
   redis.call('HDEL', KEYS[5], id)
   count('revisit_double', 1)
   if adaptive then
-    revisit_withdraw(KEYS[17], held, held_base)
+    revisit_withdraw(KEYS[17], alloc.held, alloc.held_base)
     redis.call('HDEL', KEYS[17], 'e:' .. id)
   end
 end
 seen_close(seen)
+local lifo, start_lifo = order_flags(ARGV[16])
+frontier_open(KEYS[18], KEYS[19], KEYS[20], KEYS[21], lifo, start_lifo)
+frontier_wake(polite_woken(KEYS[11]))
 polite_write(KEYS[11])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {due, n_items, n_cp, mu}

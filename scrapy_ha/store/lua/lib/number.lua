@@ -27,3 +27,12 @@ local function num_str(x)
   if x >= 0 and x < 10 then return str_sub(DIGITS, 2 * x + 2, 2 * x + 2) end
   return int_str(x)
 end
+
+-- finite(x)
+--   Returns the number x when it is finite, else nil (x nil, NaN or infinite). Lua's
+--   tonumber reads 'nan', 'inf' and '1e400' as numbers, which Redis refuses to store in a
+--   float (HINCRBYFLOAT) and which spread through every sum they enter.
+local function finite(x)
+  if x and x == x and x > -math.huge and x < math.huge then return x end
+  return nil
+end

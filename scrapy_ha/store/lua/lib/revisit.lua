@@ -3,8 +3,14 @@
 --   revisit_urls  hash: fingerprint -> the entry id that revisits it
 --   revisit_alloc hash: load, base (visits a second), mu (the multiplier, seconds); e:<id>
 --                 -> "<load> <base>": what an adaptive revisit entry holds in them
+-- Rule (the budget never stops a script): its numbers are read as text and written whole
+-- (HSET), never with HINCRBYFLOAT, which fails on a field that holds garbage after the
+-- script already wrote (a lease ended, its domain's slot freed: left half done). A sum that
+-- holds garbage (not a finite number: written by hand, or by a bug) counts as 0 and is
+-- overwritten, counted as revisit_repaired; a multiplier that does starts again.
 --- @include "number"
 --- @include "priority"
+--- @include "stats"
 
 -- DAY_MS: a revisit a day past its due time is no longer counted as due (its entry was
 -- dead-lettered, or left the queue): it leaves the revisits set.
@@ -58,25 +64,46 @@ local ALLOC_GAIN = 0.5
 -- ALLOC_STEP: the most one revisit moves it (10%), for a crawl of a few URLs.
 local ALLOC_STEP = 0.1
 
--- revisit_allocate(alloc, revisits, d_load, d_base, budget, first)
+-- alloc_add(alloc, field, delta)
+--   KEYS: alloc (revisit_alloc)
+--   Adds delta to the sum in field (see the rule above: garbage counts as 0, counted as
+--   revisit_repaired; a delta that is not a finite number adds nothing). Returns the sum.
+local function alloc_add(alloc, field, delta)
+  local v = finite(tonumber(redis.call('HGET', alloc, field) or '0'))
+  if not v then count('revisit_repaired', 1) end
+  v = finite((v or 0) + (finite(delta) or 0)) or 0
+  redis.call('HSET', alloc, field, string.format('%.17g', v))
+  return v
+end
+
+-- revisit_allocate(alloc, revisits, d, first, lowest, highest)
 --   KEYS: alloc (revisit_alloc), revisits (the caller's KEYS[i])
 --   Rule (the budget): adaptive revisits spend what the crawl can fetch. The sums of
 --   1 / interval over the revisited URLs (load) and of their configured intervals (base)
---   move by what this revisit changed (d_load, d_base); the multiplier (the marginal gain
+--   move by what this revisit changed (d.load, d.base); the multiplier (the marginal gain
 --   of freshness a visit a second must buy; scrapy_ha/config/freshness.py) grows while the
---   load is over the budget (budget > 0, else base), so the next intervals are longer, and
---   shrinks while under it. It starts at first.
+--   load is over the budget (d.budget > 0, else base), so the next intervals are longer,
+--   and shrinks while under it. It starts at first.
+--   Rule (no wind-up): the multiplier stays within lowest .. highest, the range where it
+--   moves an interval (freshness.py multiplier_range: at highest every page is given the
+--   longest interval, HA_REVISIT_MAX, at lowest the shortest, HA_REVISIT_MIN). A budget
+--   the bounds cannot meet would push it further for as long as it lasts, moving nothing,
+--   and then take as long to come back (to infinity and never, before this rule).
 --   Returns the multiplier.
-local function revisit_allocate(alloc, revisits, d_load, d_base, budget, first)
-  local load = tonumber(redis.call('HINCRBYFLOAT', alloc, 'load', d_load))
-  local base = tonumber(redis.call('HINCRBYFLOAT', alloc, 'base', d_base))
-  local mu = tonumber(redis.call('HGET', alloc, 'mu')) or first
-  local target = budget > 0 and budget or base
+local function revisit_allocate(alloc, revisits, d, first, lowest, highest)
+  local load = alloc_add(alloc, 'load', d.load)
+  local base = alloc_add(alloc, 'base', d.base)
+  local stored = redis.call('HGET', alloc, 'mu')
+  local mu = finite(tonumber(stored or ''))
+  if stored and not mu then count('revisit_repaired', 1) end
+  mu = mu or first
+  local target = d.budget > 0 and d.budget or base
   if target > 0 and load > 0 then
     local n = math.max(redis.call('ZCARD', revisits), 1)
     local step = (load / target) ^ (ALLOC_GAIN / n)
     mu = mu * math.min(1 + ALLOC_STEP, math.max(1 - ALLOC_STEP, step))
   end
+  mu = math.min(highest, math.max(lowest, mu))
   redis.call('HSET', alloc, 'mu', string.format('%.17g', mu))
   return mu
 end
@@ -88,8 +115,8 @@ end
 --   out of the sums, its last interval's 1 / interval (held) and its configured one's
 --   (held_base), both 0 if it was never scheduled.
 local function revisit_withdraw(alloc, held, held_base)
-  if held ~= 0 then redis.call('HINCRBYFLOAT', alloc, 'load', -held) end
-  if held_base ~= 0 then redis.call('HINCRBYFLOAT', alloc, 'base', -held_base) end
+  if held ~= 0 then alloc_add(alloc, 'load', -held) end
+  if held_base ~= 0 then alloc_add(alloc, 'base', -held_base) end
 end
 
 -- revisit_hold(alloc, id, load, d_base)
@@ -101,7 +128,8 @@ end
 --   (revisit_restore).
 local function revisit_hold(alloc, id, load, d_base)
   local before = redis.call('HGET', alloc, 'e:' .. id)
-  local base = d_base + (tonumber(before and string.match(before, ' (%S+)$') or '') or 0)
+  local base = d_base + (finite(tonumber(before and string.match(before, ' (%S+)$') or ''))
+    or 0)
   redis.call('HSET', alloc, 'e:' .. id, string.format('%.17g %.17g', load, base))
 end
 
@@ -112,10 +140,11 @@ end
 local function revisit_release(alloc, id)
   local held = redis.call('HGET', alloc, 'e:' .. id)
   local load, base = string.match(held or '', '^(%S+) (%S+)$')
+  load, base = finite(tonumber(load)), finite(tonumber(base))
   redis.call('HDEL', alloc, 'e:' .. id)
-  if not (tonumber(load) and tonumber(base)) then return nil end
-  revisit_withdraw(alloc, tonumber(load), tonumber(base))
-  return {tonumber(load), tonumber(base)}
+  if not (load and base) then return nil end
+  revisit_withdraw(alloc, load, base)
+  return {load, base}
 end
 
 -- revisit_restore(alloc, id, held)
@@ -124,7 +153,7 @@ end
 --   from its dead-letter record, revisit_release), as it is requeued: its next visit
 --   counts from there, as if it had not left.
 local function revisit_restore(alloc, id, held)
-  local load, base = tonumber(held[1]), tonumber(held[2])
+  local load, base = finite(tonumber(held[1])), finite(tonumber(held[2]))
   if not (load and base) then return end
   revisit_withdraw(alloc, -load, -base)
   redis.call('HSET', alloc, 'e:' .. id, string.format('%.17g %.17g', load, base))
