@@ -27,3 +27,15 @@ local function num_str(x)
   if x >= 0 and x < 10 then return str_sub(DIGITS, 2 * x + 2, 2 * x + 2) end
   return int_str(x)
 end
+
+-- finite(v)
+--   Returns the number the text (or number) v holds when it is finite, else nil (v missing,
+--   not a number, or garbage Lua's tonumber reads as one: 'inf', '-inf', 'nan', '1e999').
+--   Rule: every time, count or score a script reads from data (not from its own
+--   arguments) goes through it: an infinite time parks a queue for ever, a NaN compares
+--   false with everything (a limit that holds nothing, a gate no ZADD takes).
+local function finite(v)
+  local x = tonumber(v)
+  if x and x - x == 0 then return x end -- inf - inf and NaN - NaN are NaN
+  return nil
+end

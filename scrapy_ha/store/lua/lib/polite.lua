@@ -25,16 +25,20 @@ local SLOT_RECHECK_MS = 1000
 -- The fields of the polite hash this call read or changed (field -> number), written once
 -- by polite_write at its end: a call that leases or acks many requests of one domain reads
 -- and writes the domain's count and times once.
-local FIELDS, DIRTY = {}, {}
--- The domains whose slots this call freed (polite_free), for polite_woken.
-local FREED = {}
+local FIELDS = {}
+-- (the other private names are fields of one table, PL: a script's main function holds at
+-- most 200 locals, the libraries' included)
+-- (PL.FREED: the domains whose slots this call freed, polite_free, for polite_woken)
+local PL = {DIRTY = {}, FREED = {}}
 
 -- field_get(state, field)
---   Returns the number a field of the polite hash holds (0 when missing or garbage).
+--   Returns the number a field of the polite hash holds (0 when missing or garbage, 'nan'
+--   and 'inf' included: lib/number finite; a count or a time that is garbage starts again,
+--   and is written over when the call changes it).
 local function field_get(state, field)
   local v = FIELDS[field]
   if v == nil then
-    v = tonumber(redis_call('HGET', state, field) or '') or 0
+    v = finite(redis_call('HGET', state, field)) or 0
     FIELDS[field] = v
   end
   return v
@@ -44,7 +48,7 @@ end
 --   Sets a field of the polite hash for this call (written by polite_write).
 local function field_set(field, value)
   FIELDS[field] = value
-  DIRTY[field] = true
+  PL.DIRTY[field] = true
 end
 
 -- polite_write(state)
@@ -52,7 +56,7 @@ end
 --   Writes the fields this call changed (a slot count down to 0 is deleted). Call it once,
 --   after the last polite_admit or polite_free.
 local function polite_write(state)
-  for f in pairs(DIRTY) do
+  for f in pairs(PL.DIRTY) do
     local v = FIELDS[f]
     if v <= 0 and str_sub(f, 1, 2) == 'n:' then
       redis_call('HDEL', state, f)
@@ -60,7 +64,7 @@ local function polite_write(state)
       redis_call('HSET', state, f, int_str(math_ceil(v)))
     end
   end
-  DIRTY = {}
+  PL.DIRTY = {}
 end
 
 -- parse_limit(value)
@@ -68,7 +72,7 @@ end
 --   limit nobody can read is no limit, the crawl goes on).
 local function parse_limit(value)
   local r, c = str_match(value or '', '^(%S+) (%S+)$')
-  r, c = tonumber(r), tonumber(c)
+  r, c = finite(r), finite(c)
   if not (r and c) or (r <= 0 and c < 1) then return nil end
   return {rate = r, conc = c}
 end
@@ -154,7 +158,7 @@ local function polite_free(state, ids)
       holders[#holders + 1] = ids[i]
       local field = 'n:' .. domain
       field_set(field, math_max(0, field_get(state, field) - 1))
-      FREED[domain] = true
+      PL.FREED[domain] = true
     end
   end
   if #holders > 0 then batched('HDEL', state, holders, 1) end
@@ -166,7 +170,7 @@ end
 --   of, forgotten there: the caller moves them back to ready (lib/frontier).
 local function polite_woken(state)
   local qids = {}
-  for domain in pairs(FREED) do
+  for domain in pairs(PL.FREED) do
     local field = 'w:' .. domain
     local v = redis_call('HGET', state, field)
     if v then
@@ -174,6 +178,6 @@ local function polite_woken(state)
       for qid in str_gmatch(v, '%S+') do qids[#qids + 1] = qid end
     end
   end
-  FREED = {}
+  PL.FREED = {}
   return qids
 end
