@@ -322,7 +322,7 @@ local ack_all = n_ack > 0 and function()
     end
     if TY[21] ~= 'none' then
       polite_free(KEYS[21], ended)
-      frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
+      polite_woken(KEYS[21], frontier_wake_one) -- queues that waited for a slot freed here
     end
   end
 end
@@ -353,7 +353,7 @@ for i = 1, n_back do
   end
 end
 if released > 0 and redis_call('EXISTS', KEYS[21]) == 1 then
-  frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
+  polite_woken(KEYS[21], frontier_wake_one) -- queues that waited for a slot freed here
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',

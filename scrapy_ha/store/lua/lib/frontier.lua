@@ -254,20 +254,27 @@ local function frontier_park(qid, untl)
   redis_call('ZADD', F.waiting, int_str(untl), qid)
 end
 
--- frontier_wake(qids)
---   Moves the queues of qids that are waiting back to ready, scored by their head.
-local function frontier_wake(qids)
+-- frontier_wake_one(qid, back)
+--   Moves the queue qid back to ready, scored by its head, if it waits; returns true when it
+--   did (false: it did not wait, or holds nothing any more and is forgotten). With back (a
+--   table), its score, qid pair is added there for the caller's ZADD instead.
+local function frontier_wake_one(qid, back)
+  if redis_call('ZREM', F.waiting, qid) == 0 then return false end
+  local e = FP.queue_call('LINDEX', F.queues .. qid, '0')
+  local prio, start = FP.queue_parts(qid)
+  if not (e and prio) then return false end
+  local pair = back or {}
+  pair[#pair + 1] = int_str(FP.element_score(prio, start, FP.element_head(e)))
+  pair[#pair + 1] = qid
+  if not back then FP.ready_add(pair) end
+  return true
+end
+
+-- FP.wake(qids)
+--   Moves the queues of qids that are waiting back to ready (frontier_wake_one), in one ZADD.
+function FP.wake(qids)
   local back = {}
-  for _, qid in ipairs(qids) do
-    if redis_call('ZREM', F.waiting, qid) == 1 then
-      local e = FP.queue_call('LINDEX', F.queues .. qid, '0')
-      local prio, start = FP.queue_parts(qid)
-      if e and prio then
-        back[#back + 1] = int_str(FP.element_score(prio, start, FP.element_head(e)))
-        back[#back + 1] = qid
-      end
-    end
-  end
+  for _, qid in ipairs(qids) do frontier_wake_one(qid, back) end
   FP.ready_add(back)
 end
 
@@ -276,7 +283,7 @@ end
 local function frontier_due(now, most)
   local due = redis_call('ZRANGEBYSCORE', F.waiting, '-inf', int_str(now), 'LIMIT', '0',
     num_str(most))
-  if #due > 0 then frontier_wake(due) end
+  if #due > 0 then FP.wake(due) end
 end
 
 -- FP.read_head(q)
