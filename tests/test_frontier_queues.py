@@ -11,10 +11,12 @@ import time
 
 import pytest
 import redis.asyncio
+from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.domains import ClosedDomains
 from scrapy_ha.store import scripts
 from scrapy_ha.store.hosts import payload_host, url_host
 from scrapy_ha.store.queue import RedisQueue
@@ -93,6 +95,21 @@ async def test_a_gated_host_waits_and_none_of_its_requests_is_read(redis_url):
         assert time.monotonic() < deadline, "the gated host never came back"
         await asyncio.sleep(0.05)
     assert [name(lease.payload) for lease in again] == [f"gated.test/{n}" for n in range(10)]
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize("url", ["http://[::1]:8080/a", "http://Example.COM:81/a"])
+@deferred_f_from_coro_f
+async def test_a_gate_the_worker_closes_holds_its_hosts_back_queue(redis_url, url):
+    """The worker names a gate by the host its back queue has. Before, an IPv6 host was
+    gated as '::1' (urlparse's hostname) and queued as '[::1]': never held back."""
+    gate = ClosedDomains().close(Request(url), 60)
+    assert gate == url_host(url)
+    q = open_queue(redis_url)
+    await q.enqueue([page(url_host(url), n) for n in range(3)])
+    await q.close_gate(gate, 60000)
+    assert (await q.sync(lease=10)).leases == []
+    assert await q.client.zrange(KEYS.waiting, 0, -1) == [f"0:{gate}".encode()]
     await q.client.aclose()
 
 

@@ -183,6 +183,35 @@ async def test_other_domains_are_not_starved_behind_a_limited_one(redis_url):
 
 
 @deferred_f_from_coro_f
+async def test_a_freed_slot_wakes_the_best_waiting_queue_of_its_domain_only(redis_url):
+    """A domain at its concurrency limit whose requests span many priorities: one back queue
+    each, all waiting for its slot. Before, every lease's end woke all of them into ready,
+    ahead of other hosts, and the next lease spent its look budget parking them again:
+    with 100 priorities and 4 leases a call, the other host got none."""
+    q = await limited_queue(redis_url, **{"d.test": DomainLimit(concurrency=1)})
+    await q.enqueue([NewEntry(b"d/%d" % p, p, page("d.test", p).payload) for p in range(1, 101)])
+    await q.enqueue([page("e.test", n) for n in range(100)])
+    held, d_order, e_got = None, [], 0
+    for _ in range(30):
+        result = await q.sync(ack=[held] if held else [], lease=4)
+        held = None
+        for lease in result.leases:
+            if domain(lease) == "d.test":
+                held = (lease.id, lease.token)
+                d_order.append(int(lease.payload.rsplit(b"/", 1)[1].rstrip(b'"}')))
+            else:
+                e_got += 1
+    # the domain's slot goes to its best queue each time, in Scrapy's order
+    assert d_order == list(range(100, 70, -1))
+    # the other host takes the rest of each call (a few calls may go to the parks of the
+    # domain's queues whose 1 s recheck came, on a slow machine)
+    assert e_got >= 60, e_got
+    waiting = await q.client.hget(KEYS.polite, "w:d.test")
+    assert waiting.split() == [b"%d:d.test" % p for p in range(70, 0, -1)]  # best first
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_without_limits_nothing_is_held_back_or_counted(redis_url):
     q = await limited_queue(redis_url)
     await q.enqueue([page("a.test", n) for n in range(10)])

@@ -67,6 +67,11 @@ COUNTERS = {
         "Requeued", "Dead letters an operator put back in the queue (attempts reset)."
     ),
     "purged": Label("Purged", "Dead letters an operator deleted for good."),
+    "queues_gone": Label(
+        "Deleted queues dropped",
+        "Entries of the ready set whose back queue had been deleted behind it (by hand, an "
+        "eviction, a flush while workers ran): dropped, at most 256 per lease call.",
+    ),
     "domain_limited": Label(
         "Held back by domain limits",
         "Times a request waited because its domain was at its crawl-wide limit "

@@ -8,9 +8,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from scrapy.utils.httpobj import urlparse_cached
-
 from scrapy_ha import metakeys
+from scrapy_ha.store.hosts import url_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +48,9 @@ class StartTimes:
 
 class ClosedDomains:
     """Domains closed for every worker, by Redis's word or this worker's: domain ->
-    ``time.monotonic()`` when it opens."""
+    ``time.monotonic()`` when it opens. A domain is a request's host as its back queue
+    names it (:func:`~scrapy_ha.store.hosts.url_host`: an IPv6 literal keeps its brackets),
+    so that the gate Redis keeps holds that queue back."""
 
     def __init__(self) -> None:
         self.until: dict[str, float] = {}
@@ -60,7 +61,7 @@ class ClosedDomains:
     def close(self, request: Request, seconds: float) -> str | None:
         """Close *request*'s domain for *seconds*; its domain if that closes it for longer
         than it was (Redis must learn it), else None."""
-        domain = urlparse_cached(request).hostname or ""
+        domain = url_host(request.url)
         until = time.monotonic() + seconds
         if until <= self.until.get(domain, 0):
             return None
@@ -69,4 +70,4 @@ class ClosedDomains:
 
     def wait(self, request: Request) -> float:
         """Seconds until *request*'s domain opens (<= 0: open)."""
-        return self.until.get(urlparse_cached(request).hostname or "", 0.0) - time.monotonic()
+        return self.until.get(url_host(request.url), 0.0) - time.monotonic()

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from scrapy import Request, signals
 from scrapy.utils.defer import deferred_from_coro
-from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec.masking import install_log_masking
@@ -37,6 +36,7 @@ from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp, Outbox
 from scrapy_ha.scheduler.precedence import Precedence
 from scrapy_ha.scheduler.session.session import Session
 from scrapy_ha.scheduler.solo import Solo
+from scrapy_ha.store.hosts import url_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -389,7 +389,7 @@ class Scheduler:
         return self._slots.free(self.crawler, request)
 
     def _limited(self, request: Request) -> bool:
-        return self.config.politeness.limited(urlparse_cached(request).hostname or "")
+        return self.config.politeness.limited(url_host(request.url))  # as the scripts read it
 
     def _ready(self, request: Request) -> bool:
         """Can a buffered request go now: its domain's crawl-wide rate lets it start (else a

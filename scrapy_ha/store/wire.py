@@ -335,7 +335,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
     then one payload per lease) as a :class:`SyncResult`."""
     n_gates, n_dropped = int(reply[11]), int(reply[12])
     at = HEADER + 2 * n_gates
-    gates = {_s(reply[i]): int(reply[i + 1]) for i in range(HEADER, at, 2)}
+    gates = {_s(reply[i]): t for i in range(HEADER, at, 2) if (t := _gate_time(reply[i + 1]))}
     lists, payloads = reply[at], reply[at + 1 :]
     fields = lists.split(b" ") if lists else []
     dropped = {_s(x) for x in fields[:n_dropped]}
@@ -369,6 +369,15 @@ def sync_result(reply: list[Any]) -> SyncResult:
         items=int(reply[15]),
         checkpoints=int(reply[16]),
     )
+
+
+def _gate_time(value: Any) -> int | None:
+    """A gate's opening time from the reply (whole ms, as sync.lua writes it); None for
+    garbage (an older script passed the hash's text on: 'nan' or '1e999'), which opens it."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def _place(score: bytes) -> tuple[int, int] | None:

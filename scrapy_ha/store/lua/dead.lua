@@ -52,7 +52,7 @@ end
 trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age, KEYS[11])
 local lifo, start_lifo = order_flags(ARGV[7])
 frontier_open(KEYS[13], KEYS[14], KEYS[15], KEYS[16], lifo, start_lifo)
-frontier_wake(polite_woken(KEYS[12]))
+polite_woken(KEYS[12], frontier_wake_one)
 polite_write(KEYS[12])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {1, redis_call('ZCARD', KEYS[3])}

@@ -5,7 +5,7 @@
 --- @include "time"
 --- @include "number"
 local untl = now_ms() + tonumber(ARGV[2])
-local old = tonumber(redis_call('HGET', KEYS[1], ARGV[1]) or '0') or 0
+local old = finite(redis_call('HGET', KEYS[1], ARGV[1])) or 0 -- garbage: written over
 if old > untl then
   return old
 end

@@ -91,7 +91,7 @@ end
 if #ids >= batch then
   redis_call('DEL', KEYS[7]) -- more are waiting: let the next tick continue
 end
-frontier_wake(polite_woken(KEYS[14]))
+polite_woken(KEYS[14], frontier_wake_one)
 polite_write(KEYS[14])
 frontier_close()
 write_stats(KEYS[10], KEYS[11], KEYS[12], now)

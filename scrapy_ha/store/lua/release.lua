@@ -21,7 +21,7 @@ for i = 2, #ARGV, 2 do
     n = n + 1
   end
 end
-frontier_wake(polite_woken(KEYS[5]))
+polite_woken(KEYS[5], frontier_wake_one)
 polite_write(KEYS[5])
 frontier_close()
 return n

@@ -61,7 +61,7 @@ else
 end
 local lifo, start_lifo = order_flags(ARGV[7])
 frontier_open(KEYS[11], KEYS[12], KEYS[13], KEYS[14], lifo, start_lifo)
-frontier_wake(polite_woken(KEYS[10]))
+polite_woken(KEYS[10], frontier_wake_one)
 polite_write(KEYS[10])
 write_stats(KEYS[7], KEYS[8], KEYS[9], now)
 return due

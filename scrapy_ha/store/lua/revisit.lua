@@ -146,7 +146,7 @@ end
 seen_close(seen)
 local lifo, start_lifo = order_flags(ARGV[16])
 frontier_open(KEYS[18], KEYS[19], KEYS[20], KEYS[21], lifo, start_lifo)
-frontier_wake(polite_woken(KEYS[11]))
+polite_woken(KEYS[11], frontier_wake_one)
 polite_write(KEYS[11])
 write_stats(KEYS[8], KEYS[9], KEYS[10], now)
 return {due, n_items, n_cp, mu}

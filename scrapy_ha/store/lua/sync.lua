@@ -322,7 +322,7 @@ local ack_all = n_ack > 0 and function()
     end
     if TY[21] ~= 'none' then
       polite_free(KEYS[21], ended)
-      frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
+      polite_woken(KEYS[21], frontier_wake_one) -- queues that waited for a slot freed here
     end
   end
 end
@@ -353,7 +353,7 @@ for i = 1, n_back do
   end
 end
 if released > 0 and redis_call('EXISTS', KEYS[21]) == 1 then
-  frontier_wake(polite_woken(KEYS[21])) -- queues that waited for a slot freed here
+  polite_woken(KEYS[21], frontier_wake_one) -- queues that waited for a slot freed here
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
@@ -365,13 +365,14 @@ local closed = {} -- domain -> the time its gate opens, for the domains gated no
 if TY[11] ~= 'none' then -- the gates exist (the script never makes them)
   local gates = redis_call('HGETALL', KEYS[11])
   for i = 1, #gates, 2 do
-    local open_at = tonumber(gates[i + 1])
+    local open_at = finite(gates[i + 1]) -- garbage ('nan', 'inf' too) opens the gate
     if not open_at or open_at <= now then
       redis_call('HDEL', KEYS[11], gates[i])
     else
+      open_at = math_ceil(open_at)
       closed[gates[i]] = open_at
       out[#out + 1] = gates[i]
-      out[#out + 1] = gates[i + 1]
+      out[#out + 1] = int_str(open_at) -- a whole number, as the worker reads it
       out[12] = out[12] + 1 -- n, the number of closed gates
     end
   end
@@ -438,7 +439,9 @@ local promote_and_lease = n_lease > 0 and function()
       id, tok, expiries, wait == 0 and '0' or wait, score_s
     out[#out + 1] = payload
   end
-  return frontier_take(n_lease, admit, give, set_aside, most)
+  local taken = frontier_take(n_lease, admit, give, set_aside, most)
+  count('queues_gone', FP.GONE) -- entries of ready that named an empty queue, dropped
+  return taken
 end
 if n_lease > 0 then n_given = promote_and_lease() end
 if #w_leased > 0 then

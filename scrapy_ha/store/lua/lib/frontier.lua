@@ -36,6 +36,12 @@ FP.RETURN_SCAN = 32
 -- the next (whose place is the queue's new score); later reads double, up to FP.MOST_READ.
 FP.FIRST_READ = 2
 FP.MOST_READ = 64
+-- FP.MOST_GONE: entries of ready naming a back queue that holds nothing, dropped at most in
+-- one call (FP.GONE: those dropped by this call, counted by the caller as queues_gone);
+-- about 6 us of Redis each, so garbage left by a flush or an eviction costs a call 1.5 ms
+-- at most, and the next calls drop the rest, whatever its size.
+FP.MOST_GONE = 256
+FP.GONE = 0
 
 -- The keys and the order of this call (frontier_open), and the requests it added to (+) or
 -- took from (-) the back queues, written once by frontier_close.
@@ -248,20 +254,27 @@ local function frontier_park(qid, untl)
   redis_call('ZADD', F.waiting, int_str(untl), qid)
 end
 
--- frontier_wake(qids)
---   Moves the queues of qids that are waiting back to ready, scored by their head.
-local function frontier_wake(qids)
+-- frontier_wake_one(qid, back)
+--   Moves the queue qid back to ready, scored by its head, if it waits; returns true when it
+--   did (false: it did not wait, or holds nothing any more and is forgotten). With back (a
+--   table), its score, qid pair is added there for the caller's ZADD instead.
+local function frontier_wake_one(qid, back)
+  if redis_call('ZREM', F.waiting, qid) == 0 then return false end
+  local e = FP.queue_call('LINDEX', F.queues .. qid, '0')
+  local prio, start = FP.queue_parts(qid)
+  if not (e and prio) then return false end
+  local pair = back or {}
+  pair[#pair + 1] = int_str(FP.element_score(prio, start, FP.element_head(e)))
+  pair[#pair + 1] = qid
+  if not back then FP.ready_add(pair) end
+  return true
+end
+
+-- FP.wake(qids)
+--   Moves the queues of qids that are waiting back to ready (frontier_wake_one), in one ZADD.
+function FP.wake(qids)
   local back = {}
-  for _, qid in ipairs(qids) do
-    if redis_call('ZREM', F.waiting, qid) == 1 then
-      local e = FP.queue_call('LINDEX', F.queues .. qid, '0')
-      local prio, start = FP.queue_parts(qid)
-      if e and prio then
-        back[#back + 1] = int_str(FP.element_score(prio, start, FP.element_head(e)))
-        back[#back + 1] = qid
-      end
-    end
-  end
+  for _, qid in ipairs(qids) do frontier_wake_one(qid, back) end
   FP.ready_add(back)
 end
 
@@ -270,7 +283,7 @@ end
 local function frontier_due(now, most)
   local due = redis_call('ZRANGEBYSCORE', F.waiting, '-inf', int_str(now), 'LIMIT', '0',
     num_str(most))
-  if #due > 0 then frontier_wake(due) end
+  if #due > 0 then FP.wake(due) end
 end
 
 -- FP.read_head(q)
@@ -318,29 +331,39 @@ end
 --   queue takes its place among the candidates.
 local function frontier_take(n, admit, give, corrupt, most_looks)
   local heap, seen, ranked = {}, {}, 0
-  local read_ready
-  function read_ready(count)
-    local r = redis_call('ZRANGE', F.ready, num_str(ranked), num_str(ranked + count - 1))
-    for i = 1, #r do
-      local prio, start, host = FP.queue_parts(r[i])
-      -- every field a candidate gets (FP.read_head's, ended) is named here, so that its
-      -- table is made at its full size once instead of growing by rehashes (measured: 1.5 %
-      -- of a sync call's instructions at 10 leases); 16 fields at most, the size of its
-      -- hash part (17 would double it: more memory made and collected per queue read)
-      local q = {qid = r[i], prio = prio or 0, start = start, host = host or '-', pos = 0,
-        lo = 0, buf = {}, size = FP.FIRST_READ, plain = prio == 0 and not start and not F.lifo,
-        e = false, id = '', place = false, at = 0, score = 0, score_s = false, ended = false}
-      seen[#seen + 1] = q
-      FP.read_head(q)
-      if q.e then
-        HEAP.push(heap, q)
-      else
-        q.ended = 'empty' -- ready named an empty queue: one more candidate takes its place
-        count = count + 1
+  -- read_ready(count): makes the next count queues of ready that hold requests candidates
+  -- (fewer at ready's end). A queue ready names that holds nothing (its list deleted behind
+  -- the index: by hand, an eviction, a flush while workers run) is dropped from ready at
+  -- the call's end and the next one is read in its place: at most FP.MOST_GONE such
+  -- entries in one call (FP.GONE), the rest by the next calls (a loop, not a recursion per
+  -- batch: Lua's C stack overflowed past about 20,000 levels, failing the call after its
+  -- first writes, and every call after it).
+  local function read_ready(count)
+    while count > 0 and FP.GONE < FP.MOST_GONE do
+      local r = redis_call('ZRANGE', F.ready, num_str(ranked), num_str(ranked + count - 1))
+      ranked = ranked + #r
+      local asked = count
+      for i = 1, #r do
+        local prio, start, host = FP.queue_parts(r[i])
+        -- every field a candidate gets (FP.read_head's, ended) is named here, so that its
+        -- table is made at its full size once instead of growing by rehashes (measured: 1.5 %
+        -- of a sync call's instructions at 10 leases); 16 fields at most, the size of its
+        -- hash part (17 would double it: more memory made and collected per queue read)
+        local q = {qid = r[i], prio = prio or 0, start = start, host = host or '-', pos = 0,
+          lo = 0, buf = {}, size = FP.FIRST_READ, plain = prio == 0 and not start and not F.lifo,
+          e = false, id = '', place = false, at = 0, score = 0, score_s = false, ended = false}
+        seen[#seen + 1] = q
+        FP.read_head(q)
+        if q.e then
+          HEAP.push(heap, q)
+          count = count - 1
+        else
+          q.ended = 'empty' -- dropped from ready at the end; one more candidate is read
+          FP.GONE = FP.GONE + 1
+        end
       end
+      if #r < asked then break end -- the end of ready
     end
-    ranked = ranked + #r
-    if #r > 0 and count > #r then read_ready(count - #r) end
   end
   local function advance(q)
     q.pos = q.pos + 1
@@ -412,7 +435,7 @@ end
 --   left over then is reset). A sync checks when it leased nothing (the count decides
 --   whether the crawl is over); a read-only caller checks and does not fix.
 local function frontier_pending(check, fix)
-  local n = tonumber(redis_call('GET', F.queued) or '') or 0
+  local n = finite(redis_call('GET', F.queued)) or 0
   if n > 0 and not check then return n end
   local queues = redis_call('ZCARD', F.ready) + redis_call('ZCARD', F.waiting)
   if queues == 0 then
@@ -441,6 +464,6 @@ end
 --   the payload, lib/stats domain_of).
 local function restore_parts(v)
   local score, host = str_match(v or '', '^(%S+) (%S+)$')
-  if score then return tonumber(score) or 0, host end
-  return tonumber(v or '') or 0, nil
+  if score then return finite(score) or 0, host end
+  return finite(v) or 0, nil
 end

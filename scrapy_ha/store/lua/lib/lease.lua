@@ -1,3 +1,4 @@
+--- @include "number"
 -- lib/lease: the lease record, kept in the leases hash under the entry id as
 -- "<token> <pending score> <domain>" (the score the entry goes back to pending with; the
 -- host of its URL, so that the script that ends the lease counts it per domain without
@@ -34,7 +35,7 @@ end
 --   Returns the pending score a record keeps, or nil when the record cannot be read
 --   (missing, or a score that is not a number).
 local function lease_score(record)
-  return tonumber(str_match(record or '', '^%S+ (%S+)') or '')
+  return finite(str_match(record or '', '^%S+ (%S+)'))
 end
 
 -- lease_token(record)

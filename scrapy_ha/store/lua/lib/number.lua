@@ -28,11 +28,16 @@ local function num_str(x)
   return int_str(x)
 end
 
--- finite(x)
---   Returns the number x when it is finite, else nil (x nil, NaN or infinite). Lua's
---   tonumber reads 'nan', 'inf' and '1e400' as numbers, which Redis refuses to store in a
---   float (HINCRBYFLOAT) and which spread through every sum they enter.
-local function finite(x)
-  if x and x == x and x > -math.huge and x < math.huge then return x end
+-- finite(v)
+--   Returns the number the text (or number) v holds when it is finite, else nil (v nil or
+--   false, not a number, or garbage Lua's tonumber reads as one: 'inf', '-inf', 'nan',
+--   '1e999').
+--   Rule: every time, count or score a script reads from data (not from its own
+--   arguments) goes through it: an infinite time parks a queue for ever, a NaN compares
+--   false with everything (a limit that holds nothing, a gate no ZADD takes), and Redis
+--   refuses either in a float (HINCRBYFLOAT); they spread through every sum they enter.
+local function finite(v)
+  local x = v and tonumber(v)
+  if x and x - x == 0 then return x end -- inf - inf and NaN - NaN are NaN
   return nil
 end

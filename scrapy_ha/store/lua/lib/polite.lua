@@ -6,7 +6,9 @@
 --   polite hash: 'n:<domain>' -> leases of the domain holding a concurrency slot;
 --          't:<domain>' -> server time (ms) before which its next request may not start;
 --          'w:<domain>' -> the back queues (lib/frontier, qids separated by spaces) that
---          wait for one of the domain's slots: the end of a lease holding one wakes them;
+--          wait for one of the domain's slots, best first (by priority, then a start
+--          queue after the other: the order of their heads, the only ways the queues of
+--          one domain differ); each slot a lease's end frees wakes the first of them;
 --          '<entry id>' -> domain, for each lease holding a slot (freed when the lease ends,
 --          however it ends: ack, release, reclaim, retry, dead letter)
 --- @include "number"
@@ -18,23 +20,34 @@
 -- Further ahead, the domain's back queue waits until it may go.
 local RATE_HORIZON_MS = 1000
 -- SLOT_RECHECK_MS: a back queue whose domain is at its concurrency limit waits until one of
--- the domain's leases ends (that end wakes it, polite_woken), and at most this long: a
--- wake-up missed (a slot count written by hand) costs a second, never the domain's requests.
+-- the domain's leases ends (that end wakes it, if it is the best of the queues waiting for
+-- the slot: polite_woken), and at most this long: a wake-up missed (a slot count written by
+-- hand) costs a second, never the domain's requests.
 local SLOT_RECHECK_MS = 1000
 
 -- The fields of the polite hash this call read or changed (field -> number), written once
 -- by polite_write at its end: a call that leases or acks many requests of one domain reads
 -- and writes the domain's count and times once.
-local FIELDS, DIRTY = {}, {}
--- The domains whose slots this call freed (polite_free), for polite_woken.
-local FREED = {}
+local FIELDS = {}
+-- (the other private names are fields of one table, PL: a script's main function holds at
+-- most 200 locals, the libraries' included)
+local PL = {}
+PL.DIRTY = {}
+-- The back queues this call parked for a slot (polite_wait): domain -> qids, written by
+-- polite_write.
+PL.WAITS = {}
+-- The domains whose slots this call freed (polite_free): domain -> slots freed, for
+-- polite_woken.
+PL.FREED = {}
 
 -- field_get(state, field)
---   Returns the number a field of the polite hash holds (0 when missing or garbage).
+--   Returns the number a field of the polite hash holds (0 when missing or garbage, 'nan'
+--   and 'inf' included: lib/number finite; a count or a time that is garbage starts again,
+--   and is written over when the call changes it).
 local function field_get(state, field)
   local v = FIELDS[field]
   if v == nil then
-    v = tonumber(redis_call('HGET', state, field) or '') or 0
+    v = finite(redis_call('HGET', state, field)) or 0
     FIELDS[field] = v
   end
   return v
@@ -44,15 +57,58 @@ end
 --   Sets a field of the polite hash for this call (written by polite_write).
 local function field_set(field, value)
   FIELDS[field] = value
-  DIRTY[field] = true
+  PL.DIRTY[field] = true
+end
+
+-- PL.wait_rank(qid)
+--   Returns the rank of a back queue among those of its domain waiting for a slot (lower
+--   goes first): its priority, then a start queue after the other queue of that priority,
+--   which is the order of their heads' scores (lib/priority: the queues of one domain
+--   differ in nothing else). A qid that cannot be read ranks last.
+function PL.wait_rank(qid)
+  local prio, s = str_match(qid, '^(%-?%d+)(s?):')
+  if not prio then return math.huge end
+  return -2 * tonumber(prio) + (s == 's' and 1 or 0)
+end
+
+-- PL.waits_write(state)
+--   Adds the queues of polite_wait to their domains' 'w:' fields, each once, in their order
+--   (PL.wait_rank): one read and one write per domain and call, however many it parked.
+function PL.waits_write(state)
+  for domain, new in pairs(PL.WAITS) do
+    local field = 'w:' .. domain
+    local v = redis_call('HGET', state, field) or ''
+    local have, adds, once = ' ' .. v .. ' ', {}, {}
+    for _, qid in ipairs(new) do
+      if not (once[qid] or str_find(have, ' ' .. qid .. ' ', 1, true)) then
+        once[qid] = true
+        adds[#adds + 1] = qid
+      end
+    end
+    if #adds > 0 then
+      local function before(a, b) return PL.wait_rank(a) < PL.wait_rank(b) end
+      table.sort(adds, before)
+      -- (the lease parks a domain's queues in their order: they mostly go after the others)
+      local last = str_match(v, '^.* (%S+)$') or v
+      if v ~= '' and before(adds[1], last) then -- a merge: every qid read
+        for qid in str_gmatch(v, '%S+') do adds[#adds + 1] = qid end
+        table.sort(adds, before)
+        v = ''
+      end
+      redis_call('HSET', state, field, (v ~= '' and (v .. ' ') or '') .. table.concat(adds, ' '))
+    end
+  end
+  PL.WAITS = {}
 end
 
 -- polite_write(state)
 --   KEYS: the polite hash (the caller's KEYS[i])
---   Writes the fields this call changed (a slot count down to 0 is deleted). Call it once,
---   after the last polite_admit or polite_free.
+--   Writes the fields this call changed (a slot count down to 0 is deleted) and the queues
+--   it parked for a slot (PL.waits_write). Call it once, after the last polite_admit,
+--   polite_wait or polite_free.
 local function polite_write(state)
-  for f in pairs(DIRTY) do
+  if next(PL.WAITS) then PL.waits_write(state) end
+  for f in pairs(PL.DIRTY) do
     local v = FIELDS[f]
     if v <= 0 and str_sub(f, 1, 2) == 'n:' then
       redis_call('HDEL', state, f)
@@ -60,7 +116,7 @@ local function polite_write(state)
       redis_call('HSET', state, f, int_str(math_ceil(v)))
     end
   end
-  DIRTY = {}
+  PL.DIRTY = {}
 end
 
 -- parse_limit(value)
@@ -68,7 +124,7 @@ end
 --   limit nobody can read is no limit, the crawl goes on).
 local function parse_limit(value)
   local r, c = str_match(value or '', '^(%S+) (%S+)$')
-  r, c = tonumber(r), tonumber(c)
+  r, c = finite(r), finite(c)
   if not (r and c) or (r <= 0 and c < 1) then return nil end
   return {rate = r, conc = c}
 end
@@ -128,16 +184,16 @@ local function polite_admit(p, id, domain)
 end
 
 -- polite_wait(p, domain, qid)
---   Notes that back queue qid waits for a slot of domain (the end of a lease of the domain
---   wakes it: polite_woken).
+--   Notes that back queue qid waits for a slot of domain (written by polite_write, at its
+--   place among those waiting there: the end of a lease of the domain wakes the first of
+--   them, polite_woken).
 local function polite_wait(p, domain, qid)
-  local field = 'w:' .. domain
-  local v = redis_call('HGET', p.state, field)
-  if not v then
-    redis_call('HSET', p.state, field, qid)
-  elseif not str_find(' ' .. v .. ' ', ' ' .. qid .. ' ', 1, true) then
-    redis_call('HSET', p.state, field, v .. ' ' .. qid)
+  local w = PL.WAITS[domain]
+  if not w then
+    w = {}
+    PL.WAITS[domain] = w
   end
+  w[#w + 1] = qid
 end
 
 -- polite_free(state, ids)
@@ -154,26 +210,44 @@ local function polite_free(state, ids)
       holders[#holders + 1] = ids[i]
       local field = 'n:' .. domain
       field_set(field, math_max(0, field_get(state, field) - 1))
-      FREED[domain] = true
+      PL.FREED[domain] = (PL.FREED[domain] or 0) + 1
     end
   end
   if #holders > 0 then batched('HDEL', state, holders, 1) end
 end
 
--- polite_woken(state)
+-- polite_woken(state, wake)
 --   KEYS: the polite hash (the caller's KEYS[i])
---   Returns the back queues (qids) that waited for a slot of a domain this call freed one
---   of, forgotten there: the caller moves them back to ready (lib/frontier).
-local function polite_woken(state)
-  local qids = {}
-  for domain in pairs(FREED) do
+--   Wakes, for each domain this call freed slots of, as many of the back queues waiting
+--   for one as slots freed, the first first (polite_wait's order: Scrapy's); wake(qid)
+--   moves a waiting queue back to ready and returns true, or false when it does not wait
+--   any more (its recheck woke it since): the next one is taken in its place. The queues
+--   woken, or found not waiting, are forgotten there; the others wait for the next slot
+--   freed, or their recheck (SLOT_RECHECK_MS).
+--   Rule: a slot wakes one queue, not all: a domain at its limit with many priorities
+--   (one back queue each) would otherwise put them all back in ready at every lease's
+--   end, ahead of other hosts, and the next lease would spend its look budget parking
+--   them again instead of leasing other hosts' requests. Each qid skipped is dropped for
+--   good, so skipping costs a call no more than the parks that wrote them.
+local function polite_woken(state, wake)
+  for domain, freed in pairs(PL.FREED) do
     local field = 'w:' .. domain
     local v = redis_call('HGET', state, field)
     if v then
-      redis_call('HDEL', state, field)
-      for qid in str_gmatch(v, '%S+') do qids[#qids + 1] = qid end
+      local rest = ''
+      for pos, qid in str_gmatch(v, '()(%S+)') do
+        if freed == 0 then
+          rest = str_sub(v, pos)
+          break
+        end
+        if wake(qid) then freed = freed - 1 end
+      end
+      if rest == '' then
+        redis_call('HDEL', state, field)
+      else
+        redis_call('HSET', state, field, rest)
+      end
     end
   end
-  FREED = {}
-  return qids
+  PL.FREED = {}
 end
