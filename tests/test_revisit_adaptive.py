@@ -328,6 +328,14 @@ def test_a_few_dated_changes_tell_a_fast_page_from_a_slower_one():
     assert config.next_interval(50, fast, 5.6) == HIGH
 
 
+@pytest.mark.parametrize(("low", "high"), [(1.0, 1e16), (60.0, 6e17), (1.0, 1e300)])
+def test_the_multiplier_s_range_stays_positive_for_bounds_far_apart(low, high):
+    """Bounds 1e16 or more apart made the lowest multiplier 0.0, and Redis refused every
+    adaptive revisit of the crawl (a range that must be positive, finite numbers)."""
+    lowest, highest = multiplier_range(low, high)
+    assert 0 < lowest < highest and math.isfinite(lowest)
+
+
 def test_the_multiplier_s_range_is_where_it_moves_an_interval():
     lowest, highest = multiplier_range(LOW, HIGH)
     config = RevisitConfig(adaptive=True, minimum=LOW, maximum=HIGH)

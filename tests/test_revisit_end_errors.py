@@ -40,9 +40,13 @@ async def test_a_request_whose_end_fails_costs_itself_alone(redis_url, site, cap
     caplog.set_level(logging.INFO)
     settings = {**CONTINUOUS, "REDIS_URL": redis_url, "HA_REVISIT": {r"/item/": 600}}
     settings["REQUEST_FINGERPRINTER_CLASS"] = f"{__name__}.FailsAtTheEndOfItem3"
+    settings["HA_ITEMS"] = "outbox"
     crawler = get_crawler(CatalogueSpider, settings)
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     await asyncio.sleep(6)
+    # what the failed end left to go with it is forgotten (its items were kept for ever)
+    outbox = crawler.engine._slot.scheduler.outbox
+    assert not [pair for pair in outbox.commits if pair not in outbox.acks], outbox.commits
     stopped = await asyncio.to_thread(scrapy_ha, "stop", "catalogue", "--redis-url", redis_url)
     assert stopped.returncode == 0, stopped.stderr
     await asyncio.wait_for(crawling, 30)

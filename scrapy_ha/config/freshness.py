@@ -31,6 +31,7 @@ jump to the longest.
 from __future__ import annotations
 
 import math
+import sys
 
 __all__ = [
     "change_rate",
@@ -94,7 +95,10 @@ def multiplier_range(low: float, high: float) -> tuple[float, float]:
     (lua/lib/revisit.lua): a budget the bounds cannot meet would push it further for as
     long as it lasts, moving no interval, and it would take as long to come back."""
     rates = (1 / (high * PRIOR_MARGIN), PRIOR_MARGIN / low)
-    return min(marginal_gain(rate * low) / rate for rate in rates), high
+    lowest = min(marginal_gain(rate * low) / rate for rate in rates)
+    # (bounds 1e16 or more apart make it 0.0 in floats, which Redis would refuse: the
+    # least positive float moves no interval either)
+    return max(lowest, sys.float_info.min), high
 
 
 def cho_estimate(visits: int, changes: int, interval: float) -> float:

@@ -173,6 +173,7 @@ class InFlight:
             try:
                 self._finished(entry_id, token, request)
             except Exception:  # a bug, or a value nobody checked: this request alone pays
+                self._forget(entry_id, token)
                 assert self.crawler.stats is not None
                 self.crawler.stats.inc_value("ha/op_errors")
                 logger.exception(
@@ -181,6 +182,14 @@ class InFlight:
                     "every time)",
                     request,
                 )
+
+    def _forget(self, entry_id: str, token: str) -> None:
+        """A request whose end failed: what it left to go with its end goes too (its items
+        are yielded again by whoever redoes its page)."""
+        self.outbox.commits.pop((entry_id, token), None)
+        self._retry_priority.pop(entry_id, None)
+        if self.items is not None:
+            self.items.forget((entry_id, token))
 
     def _finished(self, entry_id: str, token: str, request: Request) -> None:
         items, meta = self.items, request.meta

@@ -131,6 +131,11 @@ class ItemHold:
                 else "`scrapy-ha dlq requeue` crawls it again",
             )
 
+    def forget(self, pair: Pair) -> None:
+        """The page of lease *pair* could not be ended: its lease expires, and whoever
+        redoes the page yields its items again."""
+        self._held.pop(pair, None)
+
     def clear(self) -> None:
         """Forget every page's items (at close: the pages are redone, and yield them again)."""
         self._held.clear()
