@@ -103,6 +103,7 @@ async def test_a_gate_that_is_not_a_finite_number_is_deleted(redis_url, redis_cl
         ("n:d.test", "inf", DomainLimit(concurrency=2), 2),  # before: parked for ever
         ("n:d.test", "nan", DomainLimit(concurrency=1), 1),  # before: no limit (3 leased)
         ("n:d.test", "-inf", DomainLimit(concurrency=1), 1),  # before: no limit (3 leased)
+        ("n:d.test", "-5", DomainLimit(concurrency=1), 1),  # before: 3 leased (6 allowed)
     ],
 )
 @deferred_f_from_coro_f

@@ -41,13 +41,14 @@ PL.WAITS = {}
 PL.FREED = {}
 
 -- field_get(state, field)
---   Returns the number a field of the polite hash holds (0 when missing or garbage, 'nan'
---   and 'inf' included: lib/number finite; a count or a time that is garbage starts again,
---   and is written over when the call changes it).
+--   Returns the number a field of the polite hash holds (0 when missing or garbage, 'nan',
+--   'inf' and a negative number included: lib/number finite; a count or a time that is
+--   garbage starts again, and is written over when the call changes it; a negative count
+--   would let more requests go than the limit).
 local function field_get(state, field)
   local v = FIELDS[field]
   if v == nil then
-    v = finite(redis_call('HGET', state, field)) or 0
+    v = math_max(finite(redis_call('HGET', state, field)) or 0, 0)
     FIELDS[field] = v
   end
   return v
