@@ -130,8 +130,7 @@ if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
   return redis.error_reply('ERR sync: bad arguments (counts, nonce, order or expect)')
 end
 local paused = redis_call('EXISTS', KEYS[18])
-local asked = n_lease -- leases the call asks for: its keys are checked for them even paused
-if paused == 1 then n_lease = 0 end
+if paused == 1 then n_lease = 0 end -- (ARGV[3], the leases asked: checked for even paused)
 
 -- 1. read and check every request before any write: its fields by index (R_*), in a
 -- positional table
@@ -172,6 +171,7 @@ end
 -- not exist and that this script never makes (delayed, gates, limits, retried, expiries).
 local err, TY
 do
+  local asked = tonumber(ARGV[3])
   local any, ack, lease = n_enq + n_ack + asked + n_back > 0, n_ack > 0, asked > 0
   -- (each a type, or nil when the call cannot touch the key)
   local any_h, ack_h, lease_h = any and 'hash' or nil, ack and 'hash' or nil,
@@ -337,7 +337,7 @@ local released = 0
 -- wait out their lease unseen; so does a run that leases nothing, the crawl paused since
 -- (the keys are checked as for a lease: see the type checks). (A grant that is not a hash
 -- is left to the DEL below.)
-if GRANT and asked > 0 and redis.pcall('HGET', GRANT, '=') == nonce then
+if GRANT and tonumber(ARGV[3]) > 0 and redis.pcall('HGET', GRANT, '=') == nonce then
   local g, mark = redis_call('HGETALL', GRANT), nonce .. '-'
   for i = 1, #g, 2 do
     if str_sub(g[i + 1], 1, #mark) == mark
