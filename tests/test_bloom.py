@@ -177,7 +177,7 @@ async def test_a_fingerprint_shorter_than_16_bytes_keeps_its_error_rate(redis_ur
     admission = Admission.from_config(crawler, SchedulerConfig.from_settings(crawler.settings))
     fingerprints = [admission.fingerprint(Request(f"http://a.test/{i}")) for i in range(4000)]
     assert {len(f) for f in fingerprints} == {16}
-    queue = bloom_queue(redis_url, 2000, 1e-6)  # about 1e-3 new URLs lost in 4,000
+    queue = bloom_queue(redis_url, 2000, 1e-12)  # a new URL lost: at most 4e-9 a run
     payload = b'{"v":1,"u":"http://a.test/%d"}'
     items = [NewEntry(f, 0, payload % i) for i, f in enumerate(fingerprints)]
     assert await add(queue, items) == 4000
@@ -192,7 +192,7 @@ async def test_one_call_of_more_urls_than_a_layer_holds_fills_no_layer_past_it(r
     of capacity 1,000: each layer holds at most its capacity (1,000, 2,000, 4,000, ...), so
     the filter's bound holds; before, the one new layer a call could make took the rest
     (4,000 in a layer of 2,000)."""
-    queue = bloom_queue(redis_url, 1000, 1e-6)
+    queue = bloom_queue(redis_url, 1000, 1e-12)  # a new URL lost: at most 1.2e-8 a run
     assert await queue.enqueue(entries(range(5000))) == 5000
     state = bloom_state(await queue.client.hgetall(KEYS.bloom))
     assert state is not None and sum(state.added) == 5000
