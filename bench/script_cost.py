@@ -13,10 +13,12 @@ million instructions per call.
 ``--tree`` measures another checkout's package with this file (``git worktree add /tmp/old
 main``); ``--sync-file`` replaces the sync script by a file's text (an experiment: a piece
 of the script taken out says what it costs); ``--config`` sets a redis-server setting for the
-run (``zset-max-listpack-entries=0``: what the compact encodings cost); ``--keep`` keeps
-callgrind's dump for ``callgrind_annotate``, and ``--server`` runs another redis-server
-binary (one built from Redis's source names the Lua interpreter's functions, which
-Debian's stripped binary does not). Needs valgrind (``callgrind_control``).
+run (``zset-max-listpack-entries=0``: what the compact encodings cost); ``--gates N``
+closes N other domains' gates for the run (what a crawl that many sites hold back with a
+429 costs a round); ``--keep`` keeps callgrind's dump for ``callgrind_annotate``, and
+``--server`` runs another redis-server binary (one built from Redis's source names the Lua
+interpreter's functions, which Debian's stripped binary does not). Needs valgrind
+(``callgrind_control``).
 
     python bench/script_cost.py --rounds 300 --batch 10
     python bench/script_cost.py --rounds 300 --batch 10 --tree /tmp/old
@@ -62,6 +64,8 @@ async def _rounds(port: int, pid: int, args: Any) -> int:
     q = make_queue(client, "ha", "cap", 1, worker="w0")
     for start in range(0, FRONTIER, 1000):
         await q.sync(enqueue=capacity.entries(-1, start, 1000))
+    for n in range(args.gates):  # hosts of no request here, behind a 429's gate
+        await q.close_gate(f"gated-{n}.test", LEASE_MS)
     acks: list[tuple[str, str]] = []
     made = 0
     # the leases held between rounds (--inflight): the oldest are acked first
@@ -149,6 +153,9 @@ def main() -> None:
         default=0,
         help="leases held between rounds besides a round's own (the crawl's requests in "
         "flight, all workers together; 0: a round acks the leases of the round before)",
+    )
+    parser.add_argument(
+        "--gates", type=int, default=0, help="domains closed (a 429's gate) during the rounds"
     )
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument("--sync-file", help="run this text as the sync script")

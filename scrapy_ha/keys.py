@@ -86,6 +86,7 @@ key                        type         content
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:feed``        string       guard: the worker feeding start URLs into a sharded crawl
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
+``ha:{books}:gate_log``    sorted set   domain -> number of its gate's last change; ``=``: the last
 ``ha:{books}:limits``      hash         crawl-wide per-domain limits: ``*`` (every domain) or a
                                         domain -> ``"<rate> <concurrency>"`` (0 = none),
                                         written by each worker at start
@@ -181,8 +182,8 @@ SHARD_KEYS = (
     "ready waiting queued legacy_pending payload leased leases expiries delayed delayed_score "
     "held dead dead_info dead_archived dlq_alert dupefilter buckets bloom aged forget revisits "
     "revisit_urls revisit_alloc stop seq run lease_seq sent senders workers worker_stats seen "
-    "paused pressure reclaim_guard feed_guard gates domain_limits polite proxy_cooldowns "
-    "cookies retried stats stats_minutes stats_domains items"
+    "paused pressure reclaim_guard feed_guard gates gate_log domain_limits polite "
+    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
 ).split()
 
 #: Time slices that cover the dupefilter's age (``HA_DUPEFILTER_TTL``, lua/lib/aged.lua): 8
@@ -337,6 +338,7 @@ class Keys:
     #: Set while one worker feeds start URLs into a sharded crawl (see _shards).
     feed_guard = _Key("feed")
     gates = _Key("gates")
+    gate_log = _Key("gate_log")  # a sync returns the gates changed since its worker's number
     #: Crawl-wide per-domain limits (see :mod:`scrapy_ha.config.politeness`).
     domain_limits = _Key("limits")
     #: The state of the per-domain limits: slots held, next start times.

@@ -52,8 +52,28 @@ class ClosedDomains:
     names it (:func:`~scrapy_ha.store.hosts.url_host`: an IPv6 literal keeps its brackets),
     so that the gate Redis keeps holds that queue back."""
 
+    #: Seconds between two sweeps of the gates that opened (a check per request costs
+    #: nothing while none is known; one sweep a second costs nothing at 50,000)
+    SWEEP_S = 1.0
+
     def __init__(self) -> None:
         self.until: dict[str, float] = {}
+        self._swept = 0.0
+
+    def learn(self, gates: dict[str, float], *, every: bool) -> None:
+        """Close the domains of *gates* as Redis said (with *every*, only those: the log
+        Redis kept was lost, and the others' gates with it)."""
+        until = self.until
+        if every:
+            until.clear()
+        for domain, opens in gates.items():
+            if opens > until.get(domain, 0):
+                until[domain] = opens
+        now = time.monotonic()
+        if until and now >= self._swept + self.SWEEP_S:
+            self._swept = now
+            for domain in [d for d, opens in until.items() if opens <= now]:
+                del until[domain]
 
     def __bool__(self) -> bool:
         return bool(self.until)

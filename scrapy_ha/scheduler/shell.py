@@ -314,9 +314,9 @@ class Scheduler:
         held = self.session.remote.held  # Redis's memory is high: they would grow the frontier
         return not held and len(self.outbox.children) + len(self._buffer) < self._target()
 
-    def set_gates(self, gates: dict[str, float]) -> None:
-        """The domains closed for every worker, as Redis said: domain -> monotonic time."""
-        self._closed.until = gates
+    def set_gates(self, gates: dict[str, float], *, every: bool) -> None:
+        """Domains closed for every worker, as Redis said (:meth:`ClosedDomains.learn`)."""
+        self._closed.learn(gates, every=every)
 
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight (at close: given back to Redis)."""

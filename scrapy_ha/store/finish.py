@@ -78,6 +78,7 @@ def working_keys(keys: Keys) -> list[str]:
         keys.lease_seq,
         keys.reclaim_guard,
         keys.gates,
+        keys.gate_log,
         keys.delayed_score,
         keys.held,
         keys.retried,

@@ -20,6 +20,7 @@ from scrapy_ha.store.buckets import delete_buckets
 from scrapy_ha.store.finish import finish_one
 from scrapy_ha.store.frontier import convert_old_form, flush_crawl
 from scrapy_ha.store.functions import LibraryScript
+from scrapy_ha.store.gate_log import GateLog
 from scrapy_ha.store.hosts import payload_host
 from scrapy_ha.store.renew_wire import live_workers, lost_pairs, renew_args, worker_stats
 from scrapy_ha.store.script_keys import (
@@ -78,6 +79,8 @@ class RedisQueue:
         self.dupefilter: Dupefilter = ExactSet()
         #: the order as the scripts take it (lua/lib/frontier.lua order_flags)
         self.order_arg = f"{order} {start_order}".strip()
+        #: the gates changed since the last take (:meth:`take_gates`), and their number
+        self.gate_log = GateLog()
         #: FCALL of the library's function (Redis 7+), EVALSHA where functions are not run
         self._sync = LibraryScript(client, "sync")
         self._renew = scripts.Registered(client, "renew")
@@ -136,7 +139,8 @@ class RedisQueue:
         args += packed_children(enqueue, sender, numbers, self.dupefilter.wire)
         keys = sync_keys(k, self.dupefilter.key(k), worker)
         acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
-        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
+        since = self.gate_log.number
+        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release), since]
         try:
             reply = await seen_call(
                 self._sync,
@@ -150,7 +154,14 @@ class RedisQueue:
             if lost := children_lost(exc):
                 raise lost from exc
             raise
-        return sync_result(reply)
+        result = sync_result(reply)
+        self.gate_log.note(since, result)
+        return result
+
+    def take_gates(self) -> tuple[dict[str, int], bool]:
+        """The gates closed now that the syncs since the last take learnt (domain -> server
+        ms it opens), and whether they are every gate (see :class:`GateLog`)."""
+        return self.gate_log.take()
 
     async def enqueue(self, entries: list[NewEntry]) -> int:
         """Add requests (dupefilter applied); return how many were added."""
@@ -271,7 +282,8 @@ class RedisQueue:
 
     async def close_gate(self, domain: str, ms: int) -> int:
         """Close *domain* for every worker for *ms*; return when it opens (server ms)."""
-        return int(await self._gate(keys=[self.keys.gates], args=[domain, ms]))
+        keys = [self.keys.gates, self.keys.gate_log]
+        return int(await self._gate(keys=keys, args=[domain, ms]))
 
     async def requeue_dead(self, entries: list[tuple[str, int, bytes]]) -> int:
         """Move (id, priority, payload) dead-letter entries back to pending, each to the back

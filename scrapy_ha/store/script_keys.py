@@ -32,7 +32,7 @@ def frontier_keys(k: Keys) -> list[str]:
 def sync_keys(k: Keys, dupefilter: str, worker: str | None = None) -> list[str]:
     """``sync.lua``'s fixed keys (*dupefilter*: the exact set or the Bloom filter's meta
     hash): with *worker*, its grant key last. The checkpoint keys its acks name and the
-    Bloom filter's bitmaps follow them. Built once per crawl and worker, not per round (26
+    Bloom filter's bitmaps follow them. Built once per crawl and worker, not per round (27
     names, each a formatted string)."""
     return list(_sync_keys(k, dupefilter, worker))
 
@@ -42,7 +42,7 @@ def _sync_keys(k: Keys, dupefilter: str, worker: str | None) -> tuple[str, ...]:
     keys = [k.queues, k.payload, dupefilter, k.seq, k.leased, k.leases, k.expiries]
     keys += [k.delayed, k.delayed_score, k.lease_seq, k.gates, k.dead, k.dead_info]
     keys += [*k.stats_keys(), k.retried, k.paused, k.sent, k.domain_limits, k.polite]
-    keys += [k.ready, k.waiting, k.queued, k.held, k.items]
+    keys += [k.ready, k.waiting, k.queued, k.held, k.items, k.gate_log]
     return tuple(keys if worker is None else [*keys, k.grant(worker)])
 
 

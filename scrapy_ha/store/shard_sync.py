@@ -244,6 +244,18 @@ class ShardedSync(RedisQueue):
                 by_local[inner, token] = (entry_id, token)
         return [by_local.get(pair, (self.outside(shard, pair[0]), pair[1])) for pair in local]
 
+    def take_gates(self) -> tuple[dict[str, int], bool]:
+        """Every shard's gates learnt since the last take (a gate is closed in every shard,
+        shards.close_gate); every gate when a shard lost its log."""
+        gates: dict[str, int] = {}
+        every = False
+        for queue in self.shards:
+            news, lost = queue.take_gates()
+            every = every or lost
+            for domain, until in news.items():
+                gates[domain] = max(until, gates.get(domain, 0))
+        return gates, every
+
     def _merge(self, total: SyncResult, shard: int, result: SyncResult) -> None:
         total.now_ms = max(total.now_ms, result.now_ms)
         total.added += result.added

@@ -71,7 +71,11 @@ class SyncResult:
     #: it) (None: none is pending): a buffered request it goes before waits for it
     head: tuple[int, int] | None = None
     released: int = 0  # leases given back to pending
+    #: the gates closed now (domain -> server ms it opens) that changed after the gate
+    #: number the call gave (every closed gate when *gates_all*, see :class:`GateLog`)
     gates: dict[str, int] = field(default_factory=dict)
+    #: the number of the crawl's last gate change (0: none yet)
+    gate_number: int = 0
     #: entry ids of taken requests (see :class:`Fresh`) not stored: duplicates, or refused
     dropped: set[str] = field(default_factory=set)
     leases: list[Lease] = field(default_factory=list)
@@ -324,13 +328,13 @@ def _b(value: Any) -> bytes:
 
 
 #: The fixed fields at the head of sync.lua's reply (the lists follow them).
-HEADER = 17
+HEADER = 18
 #: The fields of a lease in sync.lua's reply, its payload apart.
 LEASE_FIELDS = 5
 
 
 def sync_result(reply: list[Any]) -> SyncResult:
-    """The reply of ``sync.lua`` (see its header and its end: the 17 numbers, the gates'
+    """The reply of ``sync.lua`` (see its header and its end: the 18 numbers, the gates'
     pairs, the fields of the dropped ids and the leases in one element, space-separated,
     then one payload per lease) as a :class:`SyncResult`."""
     n_gates, n_dropped = int(reply[11]), int(reply[12])
@@ -368,6 +372,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
         dropped=dropped,
         items=int(reply[15]),
         checkpoints=int(reply[16]),
+        gate_number=int(reply[17]),
     )
 
 

@@ -42,8 +42,9 @@ class Shell(Protocol):
     def drop_lost(self, lost: set[Pair]) -> None:
         """Forget the buffered requests of leases Redis says were lost."""
 
-    def set_gates(self, gates: dict[str, float]) -> None:
-        """The domains closed for every worker: domain -> monotonic time it opens."""
+    def set_gates(self, gates: dict[str, float], *, every: bool) -> None:
+        """Domains closed for every worker: domain -> monotonic time it opens (with
+        *every*, all of them: the others known before are open)."""
 
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight."""

@@ -340,5 +340,8 @@ class Syncer:
     def _note_server(self, result: SyncResult) -> None:
         now = time.monotonic()
         self.remote.clock(result)
-        gates = {d: now + (until - result.now_ms) / 1000 for d, until in result.gates.items()}
-        self.shell.set_gates(gates)
+        assert self.queue is not None
+        news, every = self.queue.take_gates()
+        if news or every:
+            gates = {d: now + (until - result.now_ms) / 1000 for d, until in news.items()}
+            self.shell.set_gates(gates, every=every)

@@ -27,7 +27,8 @@
 -- KEYS[25] held (lib/held): why a delayed entry waits without an attempt; a promoted
 --          entry's mark goes
 -- KEYS[26] items: the crawl's item stream (lib/commit: a page's items come with its ack)
--- KEYS[27] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
+-- KEYS[27] gate log (gate.lua): the call returns the gates changed since ARGV's gate number
+-- KEYS[28] (optional) this worker's grant: the "<id> <token>" pairs this call leases, kept
 --          for the worker's lease keeper so that it renews them even when the worker's
 --          event loop is blocked before it reads this reply (see renew.lua), and the
 --          field '=', this call's nonce (a call run twice finds its first run's leases)
@@ -69,17 +70,20 @@
 --   length 00 = never filtered; e.g. "-3 - - 9f3a.17 books.example 12<12 bytes>{...}"
 -- then ARGV[2] acks, one argument each: "<entry id> <lease token>", followed by what the
 --   page commits with its ack, if anything: its items and its task's checkpoint (lib/commit;
---   a checkpoint names its keys by their index in KEYS, after KEYS[26] or KEYS[27])
+--   a checkpoint names its keys by their index in KEYS, after KEYS[27] or KEYS[28])
 -- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
 --   token gives nothing back; see lib/release)
+-- then the gate number: the log's '=' as the worker last saw it (0: none), see the reply
 -- then the dupefilter's spec: 'set', 'set <ttl ms>' or 'bloom ...' (lib/seen)
 -- Priorities are clamped (lib/priority).
 -- Returns {now_ms, added, acked, stale, pending, leased, delayed, refused, set_aside,
 --          roots_seen, paused (1 or 0), n, d, head (the score of the best ready queue's
 --          head, '' when none: the worker holds back a buffered request it outranks),
 --          released (leases given back), items (added to the stream by accepted acks),
---          checkpoints (saved by them),
---          domain1, open_at1, ... (n closed domain gates; expired ones are deleted),
+--          checkpoints (saved by them), gate number (the log's '=', 0: no log),
+--          domain1, open_at1, ... (n gates closed now and changed after the number the
+--            worker gave; every closed gate when its number is above the log's: a log lost
+--            with its Redis),
 --          lists: one string, its fields separated by spaces (see the end of the script):
 --            dropped_id1 ... (d taken requests not stored: duplicates, or refused)
 --            id1 token1 expiries1 wait1 score1 ... (the leases),
@@ -124,7 +128,7 @@ local lifo, start_lifo, start_kept = order_flags(ARGV[7])
 local nonce = ARGV[6]
 local expect_id, expect_n = str_match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
-    or #ARGV ~= 10 + n_enq + n_ack + n_back
+    or #ARGV ~= 11 + n_enq + n_ack + n_back
     or not str_match(nonce or '', '^[%w]+$') or lifo == nil
     or not (expect_id or ARGV[8] == '-') then
   return redis.error_reply('ERR sync: bad arguments (counts, nonce, order or expect)')
@@ -180,7 +184,7 @@ do
     (ack or lease) and 'hash' or nil, 'zset', lease_h, nil, 'hash', lease and 'zset' or nil,
     lease_h, any_h, any_h, any_h, ack_h, nil, (n_enq > 0 or expect_id) and 'hash' or nil,
     lease_h, (ack or lease or n_back > 0) and 'hash' or nil, 'zset', 'zset', 'string', lease_h,
-    ack and 'stream' or nil})
+    ack and 'stream' or nil, 'zset'})
 end
 if err then return err end
 local acks
@@ -191,13 +195,13 @@ if n_enq > 0 then
   seen, err = seen_open('sync', KEYS[3], ARGV[#ARGV], KEYS, now)
   if err then return err end
 end
--- The grant, KEYS[27], is there when the caller names a worker: told apart by its name
+-- The grant, KEYS[28], is there when the caller names a worker: told apart by its name
 -- (<crawl>:grant:<worker>) from the checkpoint keys an ack may add after the fixed keys.
 local GRANT
 do
   local crawl_base = str_sub(KEYS[1], 1, #KEYS[1] - #'q:')
-  GRANT = KEYS[27] and str_sub(KEYS[27], 1, #crawl_base + 6) == crawl_base .. 'grant:'
-    and KEYS[27] or nil
+  GRANT = KEYS[28] and str_sub(KEYS[28], 1, #crawl_base + 6) == crawl_base .. 'grant:'
+    and KEYS[28] or nil
 end
 if expect_id then
   local have = tonumber(redis_call('HGET', KEYS[19], expect_id)) or 0
@@ -357,27 +361,35 @@ if released > 0 and redis_call('EXISTS', KEYS[21]) == 1 then
 end
 
 local out = {now, added, acked, stale, 0, 0, 0, refused, 0, roots_seen, paused, 0, #dropped, '',
-  released, committed, cps}
+  released, committed, cps, 0}
 -- The fields of the dropped ids and the leases, sent as one element (see the end)
 local lists = {}
 local n_given = 0
-local closed = {} -- domain -> the time its gate opens, for the domains gated now
-if TY[11] ~= 'none' then -- the gates exist (the script never makes them)
-  local gates = redis_call('HGETALL', KEYS[11])
-  for i = 1, #gates, 2 do
-    local open_at = finite(gates[i + 1]) -- garbage ('nan', 'inf' too) opens the gate
-    if not open_at or open_at <= now then
-      redis_call('HDEL', KEYS[11], gates[i])
-    else
-      open_at = math_ceil(open_at)
-      closed[gates[i]] = open_at
-      out[#out + 1] = gates[i]
-      out[#out + 1] = int_str(open_at) -- a whole number, as the worker reads it
-      out[12] = out[12] + 1 -- n, the number of closed gates
+-- domain -> the time its gate opens (false: open), read for the hosts the lease meets
+local closed = {}
+if TY[27] ~= 'none' then -- the gates changed since the worker's number (gate.lua writes them)
+  -- (a function: its locals are its own, the script's main function holds at most 200)
+  local read_gates = function()
+    local since = tonumber(ARGV[#ARGV - 1]) or 0
+    local last = finite(redis_call('ZSCORE', KEYS[27], '='))
+    out[18] = last and int_str(last) or 0
+    if not last or since == last then return end
+    local from = since < last and '(' .. int_str(since) or '-inf' -- above: a log lost
+    local changed = redis_call('ZRANGEBYSCORE', KEYS[27], from, '+inf')
+    local times = TY[11] ~= 'none' and batched('HMGET', KEYS[11], changed, 1) or {}
+    for i, domain in ipairs(changed) do
+      local open_at = finite(times[i]) -- garbage ('nan', 'inf' too) opens the gate
+      if open_at and open_at > now and domain ~= '=' then
+        open_at = math_ceil(open_at)
+        closed[domain] = open_at
+        out[#out + 1] = domain
+        out[#out + 1] = int_str(open_at) -- a whole number, as the worker reads it
+        out[12] = out[12] + 1 -- n, the number of gates returned
+      end
     end
   end
+  read_gates()
 end
-
 out[#out + 1] = '' -- the lists' element, written at the end
 for _, id in ipairs(dropped) do lists[#lists + 1] = id end
 
@@ -415,6 +427,13 @@ local promote_and_lease = n_lease > 0 and function()
   end
   local function admit(host, id, qid)
     local open_at = closed[host]
+    if open_at == nil and TY[11] ~= 'none' then -- (a gate's text is the crawl's data)
+      local text = redis_call('HGET', KEYS[11], host)
+      open_at = finite(text)
+      open_at = open_at and open_at > now and math_ceil(open_at)
+      if text and not open_at then redis_call('HDEL', KEYS[11], host) end -- expired, garbage
+      closed[host] = open_at or false
+    end
     if open_at then return nil, open_at end
     if not polite then return 0 end
     local wait, untl, slot = polite_admit(polite, id, host)
@@ -475,12 +494,12 @@ end
 out[7] = TY[8] ~= 'none' and redis_call('ZCARD', KEYS[8]) or 0
 out[14] = frontier_head()
 
--- The reply as sent: the 17 numbers and the gates' pairs, one element each, then the
+-- The reply as sent: the 18 numbers and the gates' pairs, one element each, then the
 -- fields of the dropped ids and the leases in one element, separated by spaces (none holds
 -- one: entry ids, tokens, whole numbers, scores; a score is an element's id text where the
 -- id is its score, garbage in a corrupt element: the worker reads it as no place), then
 -- each lease's payload, binary, an element of its own. One element per field cost the
 -- worker's client a fifth more CPU per call at 10 leases (redis-py parses each element
 -- apart; docs/benchmarks.md).
-out[18 + 2 * out[12]] = table.concat(lists, ' ')
+out[19 + 2 * out[12]] = table.concat(lists, ' ')
 return out

@@ -1,0 +1,143 @@
+"""The gates a sync returns (gate.lua's log, sync.lua's KEYS[27], store/gate_log.py): only
+those changed since the number the worker last saw. Before, every call read the whole
+gates hash and returned every closed gate: at 1,000 closed gates a round cost Redis 5.8
+times its instructions without them (bench/script_cost.py --gates 1000), every round of
+every worker."""
+
+from __future__ import annotations
+
+import time
+
+import redis.asyncio
+from scrapy import Request
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.domains import ClosedDomains
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.sharding import make_queue
+from scrapy_ha.store.wire import NewEntry
+
+KEYS = Keys("ha", "glog")
+
+
+def page(host: str, n: int) -> NewEntry:
+    payload = b'{"v":1,"u":"http://%s/%d"}' % (host.encode(), n)
+    return NewEntry(b"%s/%d" % (host.encode(), n), 0, payload, host=host)
+
+
+def open_queue(url: str) -> RedisQueue:
+    return RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
+
+
+@deferred_f_from_coro_f
+async def test_a_sync_returns_the_gates_changed_since_the_workers_last_call(redis_url):
+    q = open_queue(redis_url)
+    other = open_queue(redis_url)  # another worker, which closes the gates
+    try:
+        for n in range(3):
+            await other.close_gate(f"g{n}.test", 600_000)
+        first = await q.sync()
+        assert set(first.gates) == {"g0.test", "g1.test", "g2.test"}
+        assert (await q.sync()).gates == {}  # before: the three again, every call
+        await other.close_gate("g1.test", 900_000)  # longer: a change
+        await other.close_gate("g2.test", 1_000)  # shorter: no change (never shortened)
+        await other.close_gate("g3.test", 600_000)
+        third = await q.sync()
+        assert set(third.gates) == {"g1.test", "g3.test"}
+        assert third.gates["g1.test"] > first.gates["g1.test"]
+        # what the worker's round takes: every change since its last take, once
+        news, every = q.take_gates()
+        assert set(news) == {"g0.test", "g1.test", "g2.test", "g3.test"} and not every
+        assert q.take_gates() == ({}, False)
+        # a new worker learns every gate closed now
+        new = open_queue(redis_url)
+        assert set((await new.sync()).gates) == set(news)
+        await new.client.aclose()
+    finally:
+        await q.client.aclose()
+        await other.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_log_lost_with_its_redis_gives_every_gate_again(redis_url, redis_client):
+    q = open_queue(redis_url)
+    try:
+        await q.close_gate("old.test", 600_000)
+        await q.sync()
+        q.take_gates()
+        # Redis restarted without its data; its clock is behind (a replica's), so the new
+        # log's numbers are below the one the worker holds
+        redis_client.delete(KEYS.gates, KEYS.gate_log)
+        await q.close_gate("new.test", 600_000)
+        redis_client.zadd(KEYS.gate_log, {"=": 5, "new.test": 5})
+        result = await q.sync()
+        assert set(result.gates) == {"new.test"}
+        assert q.take_gates() == (result.gates, True)  # every gate: old.test is gone
+        assert (await q.sync()).gates == {}  # and from then on, the changes again
+        # a log lost and started again later than the worker's number: its changes
+        redis_client.delete(KEYS.gates, KEYS.gate_log)
+        await q.close_gate("later.test", 600_000)
+        assert set((await q.sync()).gates) == {"later.test"}
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_gates_that_opened_leave_the_hash_and_the_log(redis_url, redis_client):
+    q = open_queue(redis_url)
+    try:
+        for n in range(20):
+            await q.close_gate(f"short{n}.test", 1)
+        await q.close_gate("long.test", 600_000)
+        time.sleep(0.01)
+        await q.close_gate("next.test", 600_000)  # each close sweeps the log's oldest 16
+        await q.close_gate("last.test", 600_000)
+        gates = {k.decode() for k in redis_client.hkeys(KEYS.gates)}
+        logged = {m.decode() for m in redis_client.zrange(KEYS.gate_log, 0, -1)}
+        assert gates == {"long.test", "next.test", "last.test"}
+        assert logged == gates | {"="}
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_gated_host_is_held_back_without_the_gates_in_the_reply(redis_url):
+    q = open_queue(redis_url)
+    try:
+        await q.close_gate("gated.test", 600_000)
+        await q.sync()  # the worker's number: the gate is not in the next replies
+        await q.enqueue([page("gated.test", n) for n in range(3)] + [page("free.test", 1)])
+        result = await q.sync(lease=10)
+        assert result.gates == {}
+        assert [lease.payload for lease in result.leases] == [b'{"v":1,"u":"http://free.test/1"}']
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawl_takes_each_shards_changes(redis_url):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = make_queue(client, "ha", "glogs", 3, worker="w1")
+    try:
+        await q.close_gate("a.test", 600_000)
+        await q.sync(lease=1)
+        news, every = q.take_gates()
+        assert set(news) == {"a.test"} and not every
+        await q.sync(lease=1)
+        assert q.take_gates() == ({}, False)
+    finally:
+        await client.aclose()
+
+
+def test_the_worker_merges_the_changes_and_forgets_the_gates_that_opened():
+    closed = ClosedDomains()
+    now = time.monotonic()
+    closed.learn({"a.test": now + 60, "b.test": now - 1}, every=False)
+    closed.learn({"c.test": now + 60}, every=False)  # before: a reply replaced the map
+    assert set(closed.until) == {"a.test", "c.test"}  # b.test had opened: swept
+    assert closed.wait(Request("http://a.test/x")) > 0
+    closed.learn({"c.test": now + 30}, every=False)  # an older word never shortens one
+    assert closed.until["c.test"] == now + 60
+    closed.learn({"d.test": now + 60}, every=True)  # Redis lost its log: only its gates
+    assert set(closed.until) == {"d.test"}
