@@ -23,6 +23,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request
+from scrapy_ha.config.continuous import RevisitConfig, RevisitState
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler import gate as gate_module
 from scrapy_ha.scheduler.outbox import EndOp
@@ -381,3 +382,16 @@ def test_a_request_moved_to_another_slot_no_longer_counts_against_its_first():
     assert s.next_request() is None  # the host's slot is full
     first.meta["download_slot"] = "proxy-1"  # moved by a middleware
     assert s.next_request() is not None
+
+
+def test_a_worker_times_the_visits_by_redis_clock_not_its_own():
+    """Before, each worker timed a URL's visits by its own clock: a worker whose clock ran
+    an hour behind another's counted a visit an hour apart as none (``max(0, ...)``), and
+    one an hour ahead counted an hour more, unchanged, and stretched the interval."""
+    config = RevisitConfig(rules=(), adaptive=True, minimum=1.0, maximum=86400.0)
+    s, session, _ = shell(revisit=config)
+    session.remote.server_offset_ms = 3_600_000.0  # Redis's clock an hour ahead of this one
+    request = Request("http://a.example/p/1", meta={metakeys.REVISIT: 50})
+    assert s.inflight.revisit is not None and s.inflight.revisit(request) is not None
+    state = RevisitState.from_meta(request.meta[metakeys.REVISIT_STATE])
+    assert state.last == pytest.approx(time.time() + 3600, abs=60)

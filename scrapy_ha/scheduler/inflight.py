@@ -11,6 +11,7 @@ the items its page yielded, and the end of a page that is not acked drops them.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,11 @@ class InFlight:
     """The unfinished requests of this worker, by entry id: (lease token, request)."""
 
     def __init__(
-        self, crawler: Crawler, outbox: Outbox, config: SchedulerConfig | None = None
+        self,
+        crawler: Crawler,
+        outbox: Outbox,
+        config: SchedulerConfig | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.crawler = crawler
         self.outbox = outbox
@@ -90,7 +95,8 @@ class InFlight:
         #: asks it (``ha_revisit``), the one thing to look at per request without them
         self._revisit_rules = True
         if config is not None:
-            self.revisit = Revisits.from_config(crawler, config).visit_end
+            # (*clock*: Redis's, so that every worker times a URL's visits by one clock)
+            self.revisit = Revisits.from_config(crawler, config, clock).visit_end
             self._revisit_rules = bool(config.revisit.rules)
 
     def __len__(self) -> int:

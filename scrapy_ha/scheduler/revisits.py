@@ -61,7 +61,9 @@ class Revisits:
             self.allocation = Allocation(config.budget, lowest=lowest, highest=highest)
 
     @classmethod
-    def from_config(cls, crawler: Crawler, config: SchedulerConfig) -> Self:
+    def from_config(
+        cls, crawler: Crawler, config: SchedulerConfig, clock: Callable[[], float] = time.time
+    ) -> Self:
         # as the worker sends it to the dupefilter (Admission): a revisit keeps its URL seen
         size = BLOOM_FINGERPRINT_BYTES if config.memory.dupefilter == "bloom" else FINGERPRINT_BYTES
 
@@ -70,7 +72,7 @@ class Revisits:
                 return b""
             return sized(crawler.request_fingerprinter.fingerprint(request), size)
 
-        return cls(config.revisit, fingerprint)
+        return cls(config.revisit, fingerprint, clock)
 
     def visit_end(self, request: Request) -> VisitEnd | None:
         """The end of *request*'s visit as a revisit (its meta updated for the next), or

@@ -87,7 +87,7 @@ class Scheduler:
             may_keep=lambda request: not (self._polite and self._limited(request)),
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
-        self.inflight = InFlight(crawler, self.outbox, config)
+        self.inflight = InFlight(crawler, self.outbox, config, lambda: self.server_time_ms() / 1e3)
         #: new requests handed out from memory before Redis has them (see _fresh)
         self.handout = Handout(
             crawler,
