@@ -384,7 +384,7 @@ class Keys:
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
         zsets = [self.ready, self.waiting, self.legacy_pending, self.leased, self.delayed]
-        zsets += [self.dead, self.workers, self.seen, self.revisits]
+        zsets += [self.dead, self.workers, self.seen, self.revisits, self.gate_log]
         strings = [self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.pressure]
         strings += [self.dlq_alert, self.stop, self.queued]
         types = {key: "hash" for key in self.all()}

@@ -141,3 +141,21 @@ def test_the_worker_merges_the_changes_and_forgets_the_gates_that_opened():
     assert closed.until["c.test"] == now + 60
     closed.learn({"d.test": now + 60}, every=True)  # Redis lost its log: only its gates
     assert set(closed.until) == {"d.test"}
+
+
+@deferred_f_from_coro_f
+async def test_the_log_is_of_its_type_and_one_of_another_is_set_aside(redis_url, redis_client):
+    q = open_queue(redis_url)
+    try:
+        await q.close_gate("a.test", 600_000)
+        assert await q.set_aside_wrong_types() == []  # before: the log renamed aside
+        assert redis_client.exists(KEYS.gate_log)
+        redis_client.delete(KEYS.gate_log)
+        redis_client.set(KEYS.gate_log, "garbage")
+        await q.close_gate("c.test", 600_000)  # before: WRONGTYPE, after the gate's write
+        assert redis_client.hexists(KEYS.gates, "c.test")
+        assert [m.split()[0] for m in await q.set_aside_wrong_types()] == [KEYS.gate_log]
+        await q.close_gate("b.test", 600_000)
+        assert "b.test" in (await q.sync()).gates
+    finally:
+        await q.client.aclose()
