@@ -1,16 +1,16 @@
 """A paginated catalogue served on loopback: / -> list pages -> detail pages.
 
-``python -m scrapy_ha.demo.site --pages 500 --per-page 20`` prints
-``LISTENING <port>`` once it accepts connections. ``/list/<n>`` links to the
-detail pages of its items and to the next list page; ``/item/<id>`` holds one
-item; ``/`` links to the first list page of each of ``--chains`` pagination
-chains. ``/status/<code>`` answers with that status, ``/redirect/<id>`` redirects
-to ``/item/<id>``. ``/flaky/<id>?fail=N&status=S[&retry_after=R]`` fails its first N
-hits with status S (a number, ``timeout`` or ``broken`` for a page the parser cannot
-read), then serves item <id>. ``/_hits`` returns how many times each path was served and
-``/_log`` every hit as [time, path, client address] (JSON), for tests. ``--ban-exit IP``
-answers 403 to one client address (a proxy exit); ``--tls`` serves HTTPS;
-``/proxies.json`` serves ``--proxy-list`` as a proxy extraction API.
+``python -m scrapy_ha.demo.site --pages 500 --per-page 20`` prints ``LISTENING <port>``
+once it accepts connections. ``/list/<n>`` links to the detail pages of its items and to
+the next list page; ``/item/<id>`` holds one item; ``/`` links to the first list page of
+each of ``--chains`` pagination chains. ``/status/<code>`` answers with that status,
+``/redirect/<id>`` redirects to ``/item/<id>`` (302; ``/moved/<id>``: 301).
+``/flaky/<id>?fail=N&status=S[&retry_after=R]`` fails its first N hits with status S (a
+number, ``timeout`` or ``broken`` for a page the parser cannot read), then serves item
+<id>. ``/_hits`` returns how many times each path was served and ``/_log`` every hit as
+[time, path, client address] (JSON), for tests. ``--ban-exit IP`` answers 403 to one
+client address (a proxy exit); ``--tls`` serves HTTPS; ``/proxies.json`` serves
+``--proxy-list`` as a proxy extraction API.
 """
 
 from __future__ import annotations
@@ -113,8 +113,9 @@ class Catalogue(resource.Resource):
                 if fault.retry_after:
                     request.args[b"retry_after"] = [str(fault.retry_after).encode()]
                 return self.fault(request)
-        if path.startswith("/redirect/"):
+        if path.startswith(("/redirect/", "/moved/")):  # a 302, or a 301: moved for good
             request.redirect(b"/item/" + path.rsplit("/", 1)[1].encode())
+            request.setResponseCode(301 if path.startswith("/moved/") else 302)
             return b""
         status, body = self.page(path)
         request.setResponseCode(status)

@@ -89,14 +89,17 @@ class InFlight:
         config_items = config.items if config is not None else DEFAULT_ITEMS
         #: the items of the pages in flight, with HA_ITEMS = "outbox" (None: off)
         self.items = ItemHold(crawler, outbox, self.request_of) if config_items == OUTBOX else None
-        #: a finished request's revisit (None: acked; see scheduler/revisits.py)
+        #: a finished request's revisit (None: acked; see scheduler/revisits.py), and what
+        #: a redirect of a revisited one is (Revisits.redirected)
         self.revisit: Callable[[Request], VisitEnd | None] | None = None
+        self._redirected: Callable[[Request, Request], None] | None = None
         #: HA_REVISIT has rules: any request may be revisited, not only one whose meta
         #: asks it (``ha_revisit``), the one thing to look at per request without them
         self._revisit_rules = True
         if config is not None:
             # (*clock*: Redis's, so that every worker times a URL's visits by one clock)
-            self.revisit = Revisits.from_config(crawler, config, clock).visit_end
+            revisits = Revisits.from_config(crawler, config, clock)
+            self.revisit, self._redirected = revisits.visit_end, revisits.redirected
             self._revisit_rules = bool(config.revisit.rules)
 
     def __len__(self) -> int:
@@ -256,6 +259,9 @@ class InFlight:
             return _RETRY
         fence = fence_of(request)
         late = fence is not None and fence[0] not in self._held
+        redirect = metakeys.PARENT not in meta and "redirect_urls" in meta
+        if redirect and fence is not None and not late and self._redirected is not None:
+            self._redirected(self._held[fence[0]][1], request)  # of a request in flight here
         return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
 
     def _is_retry_of_one(self, request: Request) -> bool:

@@ -74,6 +74,29 @@ class Revisits:
 
         return cls(config.revisit, fingerprint, clock)
 
+    def redirected(self, original: Request, redirect: Request) -> None:
+        """*redirect*, RedirectMiddleware's copy of *original* (its meta copied), revisited
+        or not as the redirect says: a permanent one (301, 308) moves the revisits to its
+        target (the original leaves them when it ends, the target starts afresh at the
+        original's interval); a temporary one leaves them with the original, and its target
+        is fetched at each of the original's visits (never filtered) without a revisit of its
+        own. Before, the target kept the original's ``ha_revisit`` and got its own revisit
+        entry: fetched twice a period, or filtered as seen at the original's next visits."""
+        try:
+            base = self.config.interval_for(original.url, original.meta)
+        except ConfigError:
+            return  # (said when the original ends)
+        if base is None:
+            return
+        meta = redirect.meta
+        meta.pop(metakeys.REVISIT_STATE, None)  # the original's validators and evidence
+        if (meta.get("redirect_reasons") or [None])[-1] in PERMANENT_REDIRECTS:
+            original.meta[metakeys.REVISIT_MOVED] = True
+            meta[metakeys.REVISIT] = base
+        else:
+            meta[metakeys.REVISIT] = False
+            redirect.dont_filter = True
+
     def visit_end(self, request: Request) -> VisitEnd | None:
         """The end of *request*'s visit as a revisit (its meta updated for the next), or
         None: it is acked (not revisited)."""
@@ -84,6 +107,9 @@ class Revisits:
             return None
         meta = request.meta
         state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
+        if meta.pop(metakeys.REVISIT_MOVED, False):  # its target is revisited instead
+            left = self._leaving(request, state)
+            return left or VisitEnd(-1.0, self.fingerprint(request), "left")
         if base is None:
             return self._leaving(request, state)
         found, answer = meta.pop(metakeys.REVISIT_SEEN, None) or (
@@ -161,6 +187,9 @@ class Revisits:
             )
         return replace(state, unchanged_for=state.unchanged_for + spanned, last=now)
 
+
+#: Redirects that move a page for good: its revisits go to the target.
+PERMANENT_REDIRECTS = (301, 308)
 
 #: Seconds an age may exceed the interval it is read in and still date the change within
 #: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval the worker's clock.
