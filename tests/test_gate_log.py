@@ -14,9 +14,10 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.domains import ClosedDomains
+from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import make_queue
-from scrapy_ha.store.wire import NewEntry
+from scrapy_ha.store.wire import NewEntry, SyncResult
 
 KEYS = Keys("ha", "glog")
 
@@ -73,7 +74,8 @@ async def test_a_log_lost_with_its_redis_gives_every_gate_again(redis_url, redis
         redis_client.zadd(KEYS.gate_log, {"=": 5, "new.test": 5})
         result = await q.sync()
         assert set(result.gates) == {"new.test"}
-        assert q.take_gates() == (result.gates, True)  # every gate: old.test is gone
+        news, every = q.take_gates()
+        assert set(news) == {"new.test"} and every  # every gate: old.test is gone
         assert (await q.sync()).gates == {}  # and from then on, the changes again
         # a log lost and started again later than the worker's number: its changes
         redis_client.delete(KEYS.gates, KEYS.gate_log)
@@ -159,3 +161,70 @@ async def test_the_log_is_of_its_type_and_one_of_another_is_set_aside(redis_url,
         assert "b.test" in (await q.sync()).gates
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_log_restored_from_an_older_copy_reuses_no_number(redis_url, redis_client):
+    """A restart from the last snapshot, or a failover to a replica behind the primary,
+    restores a log whose last number is below the one a worker holds. Before, the next
+    closes took the numbers the worker had already seen, and no sync returned them."""
+    q = open_queue(redis_url)
+    try:
+        await q.close_gate("g1.test", 600_000)
+        await q.sync()
+        held = q.gate_log.number
+        redis_client.zadd(KEYS.gate_log, {"=": held - 2})  # the copy the server came back with
+        await q.close_gate("g4.test", 600_000)
+        await q.close_gate("g5.test", 600_000)
+        assert {"g4.test", "g5.test"} <= set((await q.sync()).gates)
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_garbage_last_number_does_not_freeze_the_log(redis_url, redis_client):
+    q = open_queue(redis_url)
+    try:
+        redis_client.zadd(KEYS.gate_log, {"=": 2**60})  # + 1 adds nothing to it
+        await q.sync()
+        await q.close_gate("new0.test", 600_000)
+        assert set((await q.sync()).gates) == {"new0.test"}  # before: nothing, for ever
+        await q.close_gate("new1.test", 600_000)
+        assert set((await q.sync()).gates) == {"new1.test"}
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_one_shard_losing_its_log_does_not_open_the_others_gates(redis_url, redis_client):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = make_queue(client, "ha", "glost", 2, worker="w1")
+    try:
+        await q.close_gate("x.test", 600_000)  # closed in both shards
+        await q.sync(lease=1)
+        await q.sync(lease=1)  # (each round leases from the next shard)
+        assert set(q.take_gates()[0]) == {"x.test"}
+        one = Keys("ha", "glost", 1, 2)
+        redis_client.delete(one.gates, one.gate_log)  # shard 1's data lost
+        await q.sync(lease=1)
+        await q.sync(lease=1)
+        news, every = q.take_gates()
+        # before: every gate (shard 1's none), and the worker forgot x.test, still closed
+        # in shard 0, for good; now every shard is asked for its gates again
+        assert not every
+        await q.sync(lease=1)
+        await q.sync(lease=1)
+        assert "x.test" in {**news, **q.take_gates()[0]}
+    finally:
+        await client.aclose()
+
+
+def test_a_reply_without_a_clock_leaves_the_servers_clock_as_it_was():
+    """A sharded round that called no shard replies now_ms 0. Before, the worker then took
+    Redis's clock for 1970 (server_time_ms near 0: revisits timed by it), and the gates the
+    round's earlier calls brought opened 57 years late."""
+    remote = Remote()
+    remote.clock(SyncResult(1_800_000_000_000, 0, 0, 0, 0, 0, 0))
+    offset = remote.server_offset_ms
+    remote.clock(SyncResult(0, 0, 0, 0, 0, 0, 0))
+    assert remote.server_offset_ms == offset

@@ -64,8 +64,10 @@ class Remote:
         self.active = counts.pending + counts.leased + counts.delayed
 
     def clock(self, result: SyncResult) -> None:
-        """A sync's reply, as soon as it comes: the server's clock and the active count."""
-        self.server_offset_ms = result.now_ms - time.time() * 1000
+        """A sync's reply, as soon as it comes: the server's clock and the active count (a
+        sharded round that called no shard has no clock: now_ms 0)."""
+        if result.now_ms:
+            self.server_offset_ms = result.now_ms - time.time() * 1000
         self.active = result.pending + result.leased + result.delayed
 
     def synced(self, result: SyncResult, *, asked: bool) -> None:

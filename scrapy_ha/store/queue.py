@@ -158,9 +158,9 @@ class RedisQueue:
         self.gate_log.note(since, result)
         return result
 
-    def take_gates(self) -> tuple[dict[str, int], bool]:
-        """The gates closed now that the syncs since the last take learnt (domain -> server
-        ms it opens), and whether they are every gate (see :class:`GateLog`)."""
+    def take_gates(self) -> tuple[dict[str, float], bool]:
+        """The gates closed now that the syncs since the last take learnt (domain ->
+        ``time.monotonic()`` it opens), and whether they are every gate (:class:`GateLog`)."""
         return self.gate_log.take()
 
     async def enqueue(self, entries: list[NewEntry]) -> int:

@@ -244,17 +244,21 @@ class ShardedSync(RedisQueue):
                 by_local[inner, token] = (entry_id, token)
         return [by_local.get(pair, (self.outside(shard, pair[0]), pair[1])) for pair in local]
 
-    def take_gates(self) -> tuple[dict[str, int], bool]:
+    def take_gates(self) -> tuple[dict[str, float], bool]:
         """Every shard's gates learnt since the last take (a gate is closed in every shard,
-        shards.close_gate); every gate when a shard lost its log."""
-        gates: dict[str, int] = {}
-        every = False
+        shards.close_gate). A shard that lost its log does not make the worker forget the
+        others' gates: every shard is asked for all of its gates again instead."""
+        gates: dict[str, float] = {}
+        lost = False
         for queue in self.shards:
-            news, lost = queue.take_gates()
-            every = every or lost
+            news, every = queue.take_gates()
+            lost = lost or every
             for domain, until in news.items():
                 gates[domain] = max(until, gates.get(domain, 0))
-        return gates, every
+        if lost:
+            for queue in self.shards:
+                queue.gate_log.number = 0
+        return gates, False
 
     def _merge(self, total: SyncResult, shard: int, result: SyncResult) -> None:
         total.now_ms = max(total.now_ms, result.now_ms)

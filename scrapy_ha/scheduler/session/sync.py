@@ -338,10 +338,8 @@ class Syncer:
                 )
 
     def _note_server(self, result: SyncResult) -> None:
-        now = time.monotonic()
         self.remote.clock(result)
         assert self.queue is not None
         news, every = self.queue.take_gates()
         if news or every:
-            gates = {d: now + (until - result.now_ms) / 1000 for d, until in news.items()}
-            self.shell.set_gates(gates, every=every)
+            self.shell.set_gates(news, every=every)

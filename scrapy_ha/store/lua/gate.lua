@@ -21,10 +21,13 @@ if KEYS[2] and redis_call('TYPE', KEYS[2])['ok'] ~= 'zset' and redis_call('EXIST
   return untl
 end
 if KEYS[2] then
-  -- numbers start at the server's time in µs: a log lost with its Redis starts again above
-  -- the number a worker holds, which then reads every change since
+  -- numbers are at least the server's time in µs: a log lost with its Redis, or restored
+  -- from an older copy (a restart from its last snapshot, a failover to a replica behind
+  -- it), goes on above the number a worker holds, which then reads every change since;
+  -- garbage ('=' not below 2^53, where + 1 adds nothing) starts again at that time
   local last = finite(redis_call('ZSCORE', KEYS[2], '='))
-  local n = int_str(last and last + 1 or now * 1000)
+  if last and (last >= 2 ^ 53 or last + 1 <= last) then last = nil end
+  local n = int_str(math_max(last and last + 1 or 0, now * 1000))
   redis_call('ZADD', KEYS[2], n, '=', n, ARGV[1])
   local oldest = redis_call('ZRANGE', KEYS[2], 0, SWEEP - 1)
   for _, domain in ipairs(oldest) do
