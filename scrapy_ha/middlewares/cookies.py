@@ -36,6 +36,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL, CookiesConfig
+from scrapy_ha.middlewares.cookie_changes import deletions
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.jars import (
@@ -48,7 +49,7 @@ from scrapy_ha.store.jars import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Hashable
+    from collections.abc import Coroutine, Hashable, Iterable
     from typing import Self
 
     from scrapy import Request, Spider
@@ -166,19 +167,28 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         self, jars: SharedJars, request: Request, response: Response
     ) -> Response:
         key = request.meta.get("cookiejar")
+        deleted = deletions(request, response)
         async with jars.lock(key):
             before = snapshot(self.jars[key])
             super().process_response(request, response)
-            await self._publish(jars, key, before, request)
+            await self._publish(jars, key, before, request, deleted)
         return response
 
     async def _publish(
-        self, jars: SharedJars, key: Hashable, before: dict[str, Any], request: Request
+        self,
+        jars: SharedJars,
+        key: Hashable,
+        before: dict[str, Any],
+        request: Request,
+        deleted: Iterable[str] = (),
     ) -> None:
-        """Store what changed in the jar (under its lock) and stamp the new version."""
+        """Store what changed in the jar (under its lock) and stamp the new version; the
+        cookies in *deleted* (the response deleted them) are dropped from the shared jar
+        whether or not this worker had them."""
         after = snapshot(self.jars[key])
         changed = {i: c for i, c in after.items() if before.get(i) != c}
         dropped = [i for i in before if i not in after]
+        dropped += [i for i in deleted if i not in after and i not in before]
         if not changed and not dropped:
             return
         known = jars.version(key)

@@ -1,0 +1,94 @@
+"""What one worker's cookie changes do to the jar every worker shares: the middleware of two
+workers against a real Redis, with the responses a site sends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis.asyncio
+from scrapy import Request
+from scrapy.http import HtmlResponse
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware, SharedJars
+
+LOGOUT = "session=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+
+    def inc_value(self, key: str, count: int = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + count
+
+
+async def _request(mw: SharedCookiesMiddleware, request: Request) -> Request:
+    done = mw.process_request(request)
+    if done is not None:
+        await done
+    return request
+
+
+async def _respond(mw: SharedCookiesMiddleware, request: Request, set_cookie: str) -> Request:
+    await _request(mw, request)
+    response = HtmlResponse(request.url, request=request, headers={"Set-Cookie": set_cookie})
+    done: Any = mw.process_response(request, response)
+    if asyncio.iscoroutine(done):
+        await done
+    return request
+
+
+class Workers:
+    """Middlewares of workers of one crawl, each with its own Redis connection."""
+
+    def __init__(self, redis_url: str, keys: Keys) -> None:
+        self.redis_url = redis_url
+        self.keys = keys
+        self.clients: list[redis.asyncio.Redis] = []
+
+    def new(self, stats: Stats | None = None) -> SharedCookiesMiddleware:
+        client = redis.asyncio.Redis.from_url(self.redis_url)
+        self.clients.append(client)
+        mw = SharedCookiesMiddleware(shared=True)
+        mw._jars = SharedJars(client, self.keys, stats)
+        return mw
+
+    async def close(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_deletion_by_a_worker_without_the_cookie_reaches_every_worker(redis_url):
+    """Worker A logs in; worker B, which never loaded the jar, gets the logout's response
+    (Set-Cookie with a past Expires): the next request of either sends no session (B dropped
+    the deletion: the session stayed in Redis and every worker kept sending it)."""
+    workers = Workers(redis_url, Keys("ha", "deletion"))
+    try:
+        a, b = workers.new(), workers.new()
+        await _respond(a, Request("http://shop.test/login"), "session=abc; Path=/")
+        logout = await _respond(b, Request("http://shop.test/logout"), LOGOUT)
+        stamp = logout.meta.get("ha_cookies_v")
+        assert stamp == 2, "the deletion did not change the shared jar"
+        for mw in (a, b, workers.new()):
+            sent = await _request(mw, Request("http://shop.test/next", meta={"ha_cookies_v": 2}))
+            assert sent.headers.get("Cookie") is None
+    finally:
+        await workers.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_max_age_zero_deletes_the_cookie_of_its_domain_and_path(redis_url):
+    workers = Workers(redis_url, Keys("ha", "maxage"))
+    try:
+        a, b = workers.new(), workers.new()
+        await _respond(a, Request("http://shop.test/a/login"), "sid=1; Path=/a")
+        await _respond(a, Request("http://shop.test/login"), "sid=2; Path=/")
+        await _respond(b, Request("http://shop.test/a/x"), "sid=; Path=/a; Max-Age=0")
+        sent = await _request(a, Request("http://shop.test/a/y", meta={"ha_cookies_v": 3}))
+        assert sent.headers.get("Cookie") == b"sid=2"  # only /a's went
+    finally:
+        await workers.close()
