@@ -92,3 +92,38 @@ async def test_a_max_age_zero_deletes_the_cookie_of_its_domain_and_path(redis_ur
         assert sent.headers.get("Cookie") == b"sid=2"  # only /a's went
     finally:
         await workers.close()
+
+
+@deferred_f_from_coro_f
+async def test_stamps_older_than_a_lost_jar_cost_one_load_not_one_per_request(
+    redis_url, redis_client
+):
+    """The cookies hash expired while the crawl was stopped (HA_COOKIES_TTL) and its
+    versions start again at 1: the requests still queued with the old stamp (57) cost the
+    worker one load of the jar, not one before each of them."""
+    keys = Keys("ha", "lost")
+    redis_client.hset(keys.cookies, "v:null", 57)  # the jar before the stop ...
+    redis_client.delete(keys.cookies)  # ... gone with the TTL
+    workers = Workers(redis_url, keys)
+    try:
+        stats = Stats()
+        a = workers.new(stats)
+        await _respond(a, Request("http://shop.test/login"), "session=new; Path=/")
+        for n in range(20):
+            request = Request(f"http://shop.test/order/{n}", meta={"ha_cookies_v": 57})
+            assert (await _request(a, request)).headers.get("Cookie") == b"session=new"
+        assert stats.values.get("ha/cookies/loaded") == 1
+        # the next change lifts the jar's version past the old stamps, without a load
+        cart = await _respond(a, Request("http://shop.test/cart"), "cart=1; Path=/")
+        assert cart.meta["ha_cookies_v"] == 58
+        assert stats.values.get("ha/cookies/loaded") == 1
+        # another worker, behind, catches up once to a request stamped 58
+        b_stats = Stats()
+        b = workers.new(b_stats)
+        for n in range(5):
+            request = Request(f"http://shop.test/pay/{n}", meta={"ha_cookies_v": 58})
+            sent = (await _request(b, request)).headers.get("Cookie", b"").split(b"; ")
+            assert sorted(sent) == [b"cart=1", b"session=new"]
+        assert b_stats.values.get("ha/cookies/loaded") == 1
+    finally:
+        await workers.close()

@@ -156,8 +156,9 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     async def _process_request(self, jars: SharedJars, request: Request) -> None:
         key = request.meta.get("cookiejar")
         async with jars.lock(key):
-            if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key):
-                await self._catch_up(jars, key)
+            stamp = request.meta.get(metakeys.COOKIES_VERSION, 0)
+            if stamp > jars.version(key):
+                await self._catch_up(jars, key, stamp)
             before = snapshot(self.jars[key]) if request.cookies else None
             super().process_request(request)
             if before is not None:
@@ -191,9 +192,9 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         dropped += [i for i in deleted if i not in after and i not in before]
         if not changed and not dropped:
             return
-        known = jars.version(key)
+        known = jars.synced.get(jar_field(key), 0)
         try:
-            version = await jars.store(key, changed, dropped)
+            before_version, version = await jars.store(key, changed, dropped)
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not share the cookies of jar %s with the other workers (%s); this "
@@ -202,13 +203,19 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                 type(exc).__name__,
             )
             return
-        if version != known + 1:  # another worker changed the jar meanwhile: take it all
-            await self._catch_up(jars, key)
-        jars.versions[jar_field(key)] = max(version, jars.version(key))
-        request.meta[metakeys.COOKIES_VERSION] = jars.version(key)
+        if before_version == known:
+            jars.in_step(key, version)
+        else:  # another worker changed the jar meanwhile (or Redis lost it): take it all
+            await self._catch_up(jars, key, version)
+        request.meta[metakeys.COOKIES_VERSION] = max(version, jars.version(key))
 
-    async def _catch_up(self, jars: SharedJars, key: Hashable) -> None:
-        """Replace this worker's copy of the jar with Redis's (called under the jar's lock)."""
+    async def _catch_up(self, jars: SharedJars, key: Hashable, stamp: int = 0) -> None:
+        """Replace this worker's copy of the jar with Redis's (called under the jar's lock).
+
+        The copy then meets *stamp* (the version a request asked for) even when Redis's
+        version is below it: Redis lost the jar's history (its TTL passed while the crawl was
+        stopped, a flush) and has nothing newer to give, so the requests stamped before cost
+        one load, not one each. The next merge lifts Redis's version past it."""
         try:
             cookies, version = await jars.load(key)
         except REDIS_DOWN_ERRORS as exc:
@@ -222,7 +229,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         for cookie in cookies:
             jar.jar.set_cookie(cookie)
         self.jars[key] = jar
-        jars.versions[jar_field(key)] = max(version, jars.version(key))
+        jars.in_step(key, version, stamp)
 
 
 def _forget_cookie_header(request: Request) -> None:
