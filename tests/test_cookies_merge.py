@@ -4,6 +4,9 @@ workers against a real Redis, with the responses a site sends."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from http.cookiejar import Cookie
 from typing import Any
 
 import redis.asyncio
@@ -16,6 +19,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.demo.harness import free_port
 from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware, SharedJars
+from scrapy_ha.store import jars as jars_module
 
 LOGOUT = "session=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
 
@@ -158,5 +162,69 @@ async def test_cookies_a_failed_merge_kept_survive_the_next_catch_up(redis_url):
             b"lang=en",
             b"session=a",
         ]
+    finally:
+        await workers.close()
+
+
+def _stored(name: str, expires: int | None) -> tuple[str, dict[str, Any]]:
+    cookie = {"name": name, "value": "v", "domain": "shop.test", "path": "/", "rest": {}}
+    cookie["expires"] = expires
+    cookie["discard"] = expires is None
+    return f"shop.test\t/\t{name}", cookie
+
+
+@deferred_f_from_coro_f
+async def test_expired_cookies_leave_the_shared_jar_at_the_next_merge_and_load(
+    redis_url, redis_client
+):
+    """A broad crawl's jar grew for ever: expired cookies went only at the crawl's finish.
+    A merge drops them from Redis, and a load never hands them out."""
+    keys = Keys("ha", "expired")
+    now = int(time.time())
+    jar = dict([_stored("old", 1000), _stored("soon", now - 1), _stored("live", now + 3600)])
+    jar.update([_stored("session", None)])
+    redis_client.hset(keys.cookies, mapping={"jar:null": json.dumps(jar), "v:null": 4})
+    workers = Workers(redis_url, keys)
+    try:
+        a = workers.new()
+        assert a._jars is not None
+        cookies, _ = await a._jars.load(None)
+        assert sorted(c.name for c in cookies) == ["live", "session"]
+        await _respond(a, Request("http://shop.test/cart"), "cart=1; Path=/")
+    finally:
+        await workers.close()
+    stored = json.loads(redis_client.hget(keys.cookies, "jar:null"))
+    assert sorted(c["name"] for c in stored.values()) == ["cart", "live", "session"]
+
+
+def _foreign(n: int) -> Cookie:
+    domain = f".site{n}.example"
+    return Cookie(0, "_ga", "x", None, False, domain, True, True, "/", True, False, None, True,
+                  None, None, {}, False)  # fmt: skip
+
+
+@deferred_f_from_coro_f
+async def test_a_response_reads_only_the_cookies_of_its_own_domains(redis_url, monkeypatch):
+    """A jar of a broad crawl holds thousands of sites' cookies: a Set-Cookie of one site
+    costs the cookies of that site's domains, not two copies of the whole jar."""
+    workers = Workers(redis_url, Keys("ha", "domains"))
+    try:
+        a = workers.new()
+        await _respond(a, Request("http://site1.test/"), "id=1; Path=/")
+        for n in range(2000):
+            a.jars[None].jar.set_cookie(_foreign(n))
+        converted: list[object] = []
+        real = jars_module.cookie_to_dict
+
+        def counted(cookie: Cookie) -> dict[str, Any]:
+            converted.append(cookie)
+            return real(cookie)
+
+        monkeypatch.setattr(jars_module, "cookie_to_dict", counted)
+        await _respond(a, Request("http://www.site1.test/x"), "lang=en; Path=/; Domain=site1.test")
+        assert len(converted) == 3, len(converted)  # id=1 before, id=1 and lang after
+        request = Request("http://site1.test/", meta={"ha_cookies_v": 2})
+        sent = await _request(workers.new(), request)
+        assert sorted(sent.headers["Cookie"].split(b"; ")) == [b"id=1", b"lang=en"]
     finally:
         await workers.close()

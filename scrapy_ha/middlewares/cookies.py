@@ -36,7 +36,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL, CookiesConfig
-from scrapy_ha.middlewares.cookie_changes import deletions
+from scrapy_ha.middlewares.cookie_changes import deletions, request_domains
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.jars import (
@@ -46,6 +46,7 @@ from scrapy_ha.store.jars import (
     cookie_to_dict,
     jar_field,
     snapshot,
+    snapshot_domains,
 )
 
 if TYPE_CHECKING:
@@ -159,34 +160,38 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             stamp = request.meta.get(metakeys.COOKIES_VERSION, 0)
             if stamp > jars.version(key):
                 await self._catch_up(jars, key, stamp)
-            before = snapshot(self.jars[key]) if request.cookies else None
+            domains = request_domains(request)
+            before = snapshot_domains(self.jars[key], domains) if request.cookies else None
             super().process_request(request)
             if before is not None:
-                await self._publish(jars, key, before, request)
+                await self._publish(jars, key, (domains, before), request)
 
     async def _process_response(
         self, jars: SharedJars, request: Request, response: Response
     ) -> Response:
         key = request.meta.get("cookiejar")
         deleted = deletions(request, response)
+        domains = request_domains(request)
         async with jars.lock(key):
-            before = snapshot(self.jars[key])
+            before = snapshot_domains(self.jars[key], domains)
             super().process_response(request, response)
-            await self._publish(jars, key, before, request, deleted)
+            await self._publish(jars, key, (domains, before), request, deleted)
         return response
 
     async def _publish(
         self,
         jars: SharedJars,
         key: Hashable,
-        before: dict[str, Any],
+        seen: tuple[set[str], dict[str, Any]],
         request: Request,
         deleted: Iterable[str] = (),
     ) -> None:
-        """Store what changed in the jar (under its lock) and stamp the new version; the
-        cookies in *deleted* (the response deleted them) are dropped from the shared jar
-        whether or not this worker had them."""
-        after = snapshot(self.jars[key])
+        """Store what changed in the jar (under its lock) and stamp the new version. *seen*
+        is the domains the request can change and their cookies before it did; the cookies
+        in *deleted* (the response deleted them) are dropped from the shared jar whether or
+        not this worker had them."""
+        domains, before = seen
+        after = snapshot_domains(self.jars[key], domains)
         changed = {i: c for i, c in after.items() if before.get(i) != c}
         dropped = [i for i in before if i not in after]
         dropped += [i for i in deleted if i not in after and i not in before]

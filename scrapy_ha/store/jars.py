@@ -20,7 +20,7 @@ from scrapy_ha.store import scripts
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Hashable, Iterable
 
     from scrapy.http.cookies import CookieJar
 
@@ -36,6 +36,7 @@ __all__ = [
     "cookie_to_dict",
     "jar_field",
     "snapshot",
+    "snapshot_domains",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,18 @@ def cookie_from_dict(data: dict[str, Any]) -> Cookie:
 def snapshot(jar: CookieJar) -> dict[str, dict[str, Any]]:
     """Every cookie of *jar* by id, as JSON-ready dicts."""
     return {cookie_id(c): cookie_to_dict(c) for c in jar.jar}
+
+
+def snapshot_domains(jar: CookieJar, domains: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The cookies of *jar* whose domain is one of *domains*, by id, as JSON-ready dicts:
+    what one response can change, read without going through the whole jar."""
+    by_domain: dict[str, dict[str, dict[str, Cookie]]] = getattr(jar.jar, "_cookies", {})
+    return {
+        cookie_id(c): cookie_to_dict(c)
+        for domain in domains
+        for names in by_domain.get(domain, {}).values()
+        for c in names.values()
+    }
 
 
 def jar_field(key: Hashable) -> str:
@@ -242,6 +255,11 @@ class SharedJars:
             self.stats.inc_value(stat)
 
 
+def _expired(cookie: dict[str, Any], now: float) -> bool:
+    expires = cookie.get("expires")
+    return isinstance(expires, (int, float)) and expires <= now
+
+
 def _parse_jar(raw: bytes | str) -> list[Cookie]:
     """The cookies of a stored jar; :class:`BadJar` says what is wrong with it."""
     try:
@@ -250,7 +268,8 @@ def _parse_jar(raw: bytes | str) -> list[Cookie]:
         raise BadJar(f"not JSON: {exc}") from None
     if not isinstance(stored, dict) or not all(isinstance(c, dict) for c in stored.values()):
         raise BadJar("not a JSON object of cookie objects")
+    now = time.time()
     try:
-        return [cookie_from_dict(c) for c in stored.values()]
+        return [cookie_from_dict(c) for c in stored.values() if not _expired(c, now)]
     except (TypeError, ValueError, AttributeError) as exc:
         raise BadJar(f"a cookie cannot be rebuilt: {exc}") from None
