@@ -19,19 +19,14 @@ the same order 700) keeps each jar in Redis too, and is exact without a round tr
 Cookie values are secrets: they live in their own Redis key (``keys.Keys.cookies``) and
 nowhere else. The ``Cookie`` header the jar adds is taken off the request again once it
 has been sent, so a retry or a dead-letter entry never stores it; versions, not values, travel
-with requests; logs and stats count, never show.
+with requests; logs and stats count, never show. How a jar is stored in Redis is
+:mod:`scrapy_ha.store.jars`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
-import math
-import time
 import weakref
-from dataclasses import dataclass, field
-from http.cookiejar import Cookie
 from typing import TYPE_CHECKING, Any
 
 from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
@@ -41,186 +36,40 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL, CookiesConfig
+from scrapy_ha.middlewares.cookie_changes import deletions, request_domains
 from scrapy_ha.middlewares.registry import scheduler_for
-from scrapy_ha.store import scripts
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.jars import (
+    SharedJars,
+    cookie_from_dict,
+    cookie_id,
+    cookie_to_dict,
+    jar_field,
+    snapshot,
+    snapshot_domains,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Hashable
+    from collections.abc import Coroutine, Hashable, Iterable
     from typing import Self
 
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from scrapy_ha.keys import Keys
-
-__all__ = ["CookieVersionMiddleware", "SharedCookiesMiddleware"]
+__all__ = [
+    "CookieVersionMiddleware",
+    "SharedCookiesMiddleware",
+    # the Redis side, re-exported for the code that imported it from here
+    "SharedJars",
+    "cookie_from_dict",
+    "cookie_id",
+    "cookie_to_dict",
+    "jar_field",
+    "snapshot",
+]
 
 logger = logging.getLogger(__name__)
-
-
-#: The attributes of ``http.cookiejar.Cookie``, in the order its constructor takes them.
-COOKIE_FIELDS = (
-    "version",
-    "name",
-    "value",
-    "port",
-    "port_specified",
-    "domain",
-    "domain_specified",
-    "domain_initial_dot",
-    "path",
-    "path_specified",
-    "secure",
-    "expires",
-    "discard",
-    "comment",
-    "comment_url",
-    "rest",
-    "rfc2109",
-)
-
-#: Prefix of the field a malformed jar is moved to (kept for a look, never read again).
-BAD_JAR_PREFIX = "bad-"
-
-
-class BadJar(ValueError):
-    """A jar in Redis that is not a JSON object of cookies."""
-
-
-def cookie_id(cookie: Cookie) -> str:
-    """What identifies a cookie in a jar: domain, path and name (as in ``http.cookiejar``)."""
-    return f"{cookie.domain}\t{cookie.path}\t{cookie.name}"
-
-
-def cookie_to_dict(cookie: Cookie) -> dict[str, Any]:
-    data = {name: getattr(cookie, name) for name in COOKIE_FIELDS if name != "rest"}
-    data["rest"] = dict(cookie._rest)  # type: ignore[attr-defined]
-    return data
-
-
-def cookie_from_dict(data: dict[str, Any]) -> Cookie:
-    values: dict[str, Any] = {name: data.get(name) for name in COOKIE_FIELDS}
-    values["rest"] = dict(values["rest"] or {})
-    return Cookie(**values)
-
-
-def snapshot(jar: CookieJar) -> dict[str, dict[str, Any]]:
-    """Every cookie of *jar* by id, as JSON-ready dicts."""
-    return {cookie_id(c): cookie_to_dict(c) for c in jar.jar}
-
-
-def jar_field(key: Hashable) -> str:
-    """The field of a jar in the cookies hash: its ``cookiejar`` meta key, JSON-encoded
-    (the default jar is ``null``; ``1`` and ``"1"`` stay two jars, as in Scrapy)."""
-    try:
-        return json.dumps(key, sort_keys=True)
-    except TypeError:
-        return json.dumps(repr(key))
-
-
-@dataclass
-class SharedJars:
-    """The jars of one worker and their versions, kept in step with Redis."""
-
-    client: Any
-    keys: Keys
-    stats: Any = None
-    #: how long the jars live in Redis unused (ms; 0: for ever): see HA_COOKIES_TTL
-    ttl_ms: int = 0
-    versions: dict[str, int] = field(default_factory=dict)
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    merge: Any = None
-    set_aside: Any = None
-    #: when this worker last set the jars' TTL (monotonic seconds)
-    refreshed: float = -math.inf
-    _refreshing: asyncio.Task[None] | None = None
-
-    def lock(self, key: Hashable) -> asyncio.Lock:
-        return self.locks.setdefault(jar_field(key), asyncio.Lock())
-
-    def version(self, key: Hashable) -> int:
-        return self.versions.get(jar_field(key), 0)
-
-    async def store(self, key: Hashable, changed: dict[str, Any], dropped: list[str]) -> int:
-        """Merge a change of this worker into Redis; return the jar's new version."""
-        if self.merge is None:
-            self.merge = self.client.register_script(scripts.JAR_MERGE_LUA)
-        name = jar_field(key)
-        args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped), self.ttl_ms]
-        version = int(await self.merge(keys=[self.keys.cookies], args=args))
-        self.refreshed = time.monotonic()
-        self._count("ha/cookies/stored")
-        return version
-
-    def refresh(self) -> None:
-        """This worker uses the jars: set their TTL again once a quarter of it has passed
-        (in the background: the request never waits for it), so that jars in use never
-        expire while every worker has them in memory and none changes them."""
-        now = time.monotonic()
-        if not self.ttl_ms or now - self.refreshed < self.ttl_ms / 4000:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a test without a crawl): nothing to refresh
-            return
-        self.refreshed = now
-        self._refreshing = loop.create_task(self._refresh())
-
-    async def _refresh(self) -> None:
-        try:
-            await self.client.pexpire(self.keys.cookies, self.ttl_ms)
-        except REDIS_DOWN_ERRORS as exc:
-            self.refreshed = -math.inf  # the next request tries again
-            logger.debug("Could not refresh the TTL of %s (%s)", self.keys.cookies, exc)
-
-    async def load(self, key: Hashable) -> tuple[list[Cookie], int]:
-        """The jar as Redis has it, and its version."""
-        name = jar_field(key)
-        raw, version = await self.client.hmget(self.keys.cookies, [f"jar:{name}", f"v:{name}"])
-        try:
-            cookies = _parse_jar(raw) if raw else []
-        except BadJar as exc:
-            await self._set_aside(name, raw, exc)
-            cookies = []
-        self._count("ha/cookies/loaded")
-        return cookies, int(version or 0)
-
-    async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
-        """One bad jar costs that jar alone: move it aside, go on with an empty one."""
-        if self.set_aside is None:
-            self.set_aside = self.client.register_script(scripts.JAR_SET_ASIDE_LUA)
-        field_name = f"jar:{name}"
-        moved = await self.set_aside(keys=[self.keys.cookies], args=[field_name, raw])
-        if moved:
-            self._count("ha/cookies/bad_jar")
-            logger.error(
-                "The shared cookie jar %s in %s is malformed (%s): moved it to the field %s "
-                "and started this jar from empty; the next login fills it again",
-                name,
-                self.keys.cookies,
-                exc,
-                BAD_JAR_PREFIX + field_name,
-            )
-
-    def _count(self, stat: str) -> None:
-        if self.stats is not None:
-            self.stats.inc_value(stat)
-
-
-def _parse_jar(raw: bytes | str) -> list[Cookie]:
-    """The cookies of a stored jar; :class:`BadJar` says what is wrong with it."""
-    try:
-        stored = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadJar(f"not JSON: {exc}") from None
-    if not isinstance(stored, dict) or not all(isinstance(c, dict) for c in stored.values()):
-        raise BadJar("not a JSON object of cookie objects")
-    try:
-        return [cookie_from_dict(c) for c in stored.values()]
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise BadJar(f"a cookie cannot be rebuilt: {exc}") from None
 
 
 _SHARED: weakref.WeakKeyDictionary[Crawler, SharedCookiesMiddleware] = weakref.WeakKeyDictionary()
@@ -308,50 +157,70 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     async def _process_request(self, jars: SharedJars, request: Request) -> None:
         key = request.meta.get("cookiejar")
         async with jars.lock(key):
-            if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key):
-                await self._catch_up(jars, key)
-            before = snapshot(self.jars[key]) if request.cookies else None
+            stamp = request.meta.get(metakeys.COOKIES_VERSION, 0)
+            if stamp > jars.version(key):
+                await self._catch_up(jars, key, stamp)
+            domains = request_domains(request)
+            before = snapshot_domains(self.jars[key], domains) if request.cookies else None
             super().process_request(request)
             if before is not None:
-                await self._publish(jars, key, before, request)
+                await self._publish(jars, key, (domains, before), request)
 
     async def _process_response(
         self, jars: SharedJars, request: Request, response: Response
     ) -> Response:
         key = request.meta.get("cookiejar")
+        deleted = deletions(request, response)
+        domains = request_domains(request)
         async with jars.lock(key):
-            before = snapshot(self.jars[key])
+            before = snapshot_domains(self.jars[key], domains)
             super().process_response(request, response)
-            await self._publish(jars, key, before, request)
+            await self._publish(jars, key, (domains, before), request, deleted)
         return response
 
     async def _publish(
-        self, jars: SharedJars, key: Hashable, before: dict[str, Any], request: Request
+        self,
+        jars: SharedJars,
+        key: Hashable,
+        seen: tuple[set[str], dict[str, Any]],
+        request: Request,
+        deleted: Iterable[str] = (),
     ) -> None:
-        """Store what changed in the jar (under its lock) and stamp the new version."""
-        after = snapshot(self.jars[key])
+        """Store what changed in the jar (under its lock) and stamp the new version. *seen*
+        is the domains the request can change and their cookies before it did; the cookies
+        in *deleted* (the response deleted them) are dropped from the shared jar whether or
+        not this worker had them."""
+        domains, before = seen
+        after = snapshot_domains(self.jars[key], domains)
         changed = {i: c for i, c in after.items() if before.get(i) != c}
         dropped = [i for i in before if i not in after]
+        dropped += [i for i in deleted if i not in after and i not in before]
         if not changed and not dropped:
             return
-        known = jars.version(key)
+        known = jars.synced.get(jar_field(key), 0)
         try:
-            version = await jars.store(key, changed, dropped)
+            before_version, version = await jars.store(key, changed, dropped)
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not share the cookies of jar %s with the other workers (%s); this "
-                "worker keeps them",
+                "worker keeps them and sends them with its next change",
                 jar_field(key),
                 type(exc).__name__,
             )
             return
-        if version != known + 1:  # another worker changed the jar meanwhile: take it all
-            await self._catch_up(jars, key)
-        jars.versions[jar_field(key)] = max(version, jars.version(key))
-        request.meta[metakeys.COOKIES_VERSION] = jars.version(key)
+        if before_version == known:
+            jars.in_step(key, version)
+        else:  # another worker changed the jar meanwhile (or Redis lost it): take it all
+            await self._catch_up(jars, key, version)
+        request.meta[metakeys.COOKIES_VERSION] = max(version, jars.version(key))
 
-    async def _catch_up(self, jars: SharedJars, key: Hashable) -> None:
-        """Replace this worker's copy of the jar with Redis's (called under the jar's lock)."""
+    async def _catch_up(self, jars: SharedJars, key: Hashable, stamp: int = 0) -> None:
+        """Replace this worker's copy of the jar with Redis's (called under the jar's lock).
+
+        The copy then meets *stamp* (the version a request asked for) even when Redis's
+        version is below it: Redis lost the jar's history (its TTL passed while the crawl was
+        stopped, a flush) and has nothing newer to give, so the requests stamped before cost
+        one load, not one each. The next merge lifts Redis's version past it."""
         try:
             cookies, version = await jars.load(key)
         except REDIS_DOWN_ERRORS as exc:
@@ -364,8 +233,11 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         jar = CookieJar()
         for cookie in cookies:
             jar.jar.set_cookie(cookie)
+        unsaved = jars.unsaved.get(jar_field(key))
+        if unsaved is not None:  # this worker's changes Redis does not have yet
+            unsaved.lay_over(jar)
         self.jars[key] = jar
-        jars.versions[jar_field(key)] = max(version, jars.version(key))
+        jars.in_step(key, version, stamp)
 
 
 def _forget_cookie_header(request: Request) -> None:

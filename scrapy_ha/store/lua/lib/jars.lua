@@ -1,4 +1,4 @@
--- lib/jars: the shared cookie jars of a crawl, one hash (scrapy_ha/middlewares/cookies.py):
+-- lib/jars: the shared cookie jars of a crawl, one hash (scrapy_ha/store/jars.py):
 -- 'jar:<key>' -> JSON {cookie id: cookie}, 'v:<key>' -> the jar's version, and
 -- 'bad-jar:<key>' -> a jar that was not JSON, set aside (kept for a look, never read again).
 --
@@ -23,6 +23,17 @@ local function jar_write(cookies, field, jar)
     redis.call('HDEL', cookies, field)
   else
     redis.call('HSET', cookies, field, cjson.encode(jar))
+  end
+end
+
+-- drop_expired(jar, now_s)
+--   Drops from jar (a table) the cookies that expired (expires <= now_s, in seconds).
+--   Rule: a cookie past its expiry is never sent again: no jar keeps it (a broad crawl's
+--   default jar would otherwise grow for ever).
+local function drop_expired(jar, now_s)
+  for id, c in pairs(jar) do
+    local expires = type(c) == 'table' and tonumber(c.expires) or nil
+    if expires and expires <= now_s then jar[id] = nil end
   end
 end
 

@@ -1,0 +1,275 @@
+"""The shared cookie jars of a crawl as Redis holds them (``lua/lib/jars.lua``): how a cookie
+is stored, merged and read back, for :mod:`scrapy_ha.middlewares.cookies`.
+
+A change one worker merges never erases another worker's cookies: only the cookies it set or
+dropped change. Cookie values are secrets: they live in the crawl's cookies key and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from http.cookiejar import Cookie
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.store import scripts
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+
+if TYPE_CHECKING:
+    from collections.abc import Hashable, Iterable
+
+    from scrapy.http.cookies import CookieJar
+
+    from scrapy_ha.keys import Keys
+
+__all__ = [
+    "BAD_JAR_PREFIX",
+    "Unsaved",
+    "BadJar",
+    "SharedJars",
+    "cookie_from_dict",
+    "cookie_id",
+    "cookie_to_dict",
+    "jar_field",
+    "snapshot",
+    "snapshot_domains",
+]
+
+logger = logging.getLogger(__name__)
+
+
+#: The attributes of ``http.cookiejar.Cookie``, in the order its constructor takes them.
+COOKIE_FIELDS = (
+    "version",
+    "name",
+    "value",
+    "port",
+    "port_specified",
+    "domain",
+    "domain_specified",
+    "domain_initial_dot",
+    "path",
+    "path_specified",
+    "secure",
+    "expires",
+    "discard",
+    "comment",
+    "comment_url",
+    "rest",
+    "rfc2109",
+)
+
+#: Prefix of the field a malformed jar is moved to (kept for a look, never read again).
+BAD_JAR_PREFIX = "bad-"
+
+
+class BadJar(ValueError):
+    """A jar in Redis that is not a JSON object of cookies."""
+
+
+def cookie_id(cookie: Cookie) -> str:
+    """What identifies a cookie in a jar: domain, path and name (as in ``http.cookiejar``)."""
+    return f"{cookie.domain}\t{cookie.path}\t{cookie.name}"
+
+
+def cookie_to_dict(cookie: Cookie) -> dict[str, Any]:
+    data = {name: getattr(cookie, name) for name in COOKIE_FIELDS if name != "rest"}
+    data["rest"] = dict(cookie._rest)  # type: ignore[attr-defined]
+    return data
+
+
+def cookie_from_dict(data: dict[str, Any]) -> Cookie:
+    values: dict[str, Any] = {name: data.get(name) for name in COOKIE_FIELDS}
+    values["rest"] = dict(values["rest"] or {})
+    return Cookie(**values)
+
+
+def snapshot(jar: CookieJar) -> dict[str, dict[str, Any]]:
+    """Every cookie of *jar* by id, as JSON-ready dicts."""
+    return {cookie_id(c): cookie_to_dict(c) for c in jar.jar}
+
+
+def snapshot_domains(jar: CookieJar, domains: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The cookies of *jar* whose domain is one of *domains*, by id, as JSON-ready dicts:
+    what one response can change, read without going through the whole jar."""
+    by_domain: dict[str, dict[str, dict[str, Cookie]]] = getattr(jar.jar, "_cookies", {})
+    return {
+        cookie_id(c): cookie_to_dict(c)
+        for domain in domains
+        for names in by_domain.get(domain, {}).values()
+        for c in names.values()
+    }
+
+
+def jar_field(key: Hashable) -> str:
+    """The field of a jar in the cookies hash: its ``cookiejar`` meta key, JSON-encoded
+    (the default jar is ``null``; ``1`` and ``"1"`` stay two jars, as in Scrapy)."""
+    try:
+        return json.dumps(key, sort_keys=True)
+    except TypeError:
+        return json.dumps(repr(key))
+
+
+@dataclass
+class Unsaved:
+    """Changes of one jar this worker made but could not store yet."""
+
+    #: cookie id -> cookie (as stored)
+    changed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)
+
+    def add(self, changed: dict[str, Any], dropped: list[str]) -> None:
+        """Newer changes win: a cookie set again is no longer dropped, and the reverse."""
+        self.dropped.difference_update(changed)
+        self.dropped.update(dropped)
+        self.changed.update(changed)
+        for cookie in dropped:
+            self.changed.pop(cookie, None)
+
+    def lay_over(self, jar: CookieJar) -> None:
+        """Apply these changes to *jar* (a copy just loaded from Redis)."""
+        for cookie in self.changed.values():
+            jar.jar.set_cookie(cookie_from_dict(cookie))
+        for gone in self.dropped:
+            domain, path, name = (gone.split("\t", 2) + ["", ""])[:3]
+            try:
+                jar.jar.clear(domain, path, name)
+            except KeyError:
+                pass
+
+
+@dataclass
+class SharedJars:
+    """The jars of one worker and their versions, kept in step with Redis."""
+
+    client: Any
+    keys: Keys
+    stats: Any = None
+    #: how long the jars live in Redis unused (ms; 0: for ever): see HA_COOKIES_TTL
+    ttl_ms: int = 0
+    #: the version each jar's copy meets (what requests are stamped with and compared to)
+    versions: dict[str, int] = field(default_factory=dict)
+    #: the version Redis had when this worker's copy was last in step with it: below
+    #: ``versions`` when requests asked for a version Redis lost (_catch_up)
+    synced: dict[str, int] = field(default_factory=dict)
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    #: changes a merge could not store (Redis was down), by jar: sent again with the next
+    #: merge, and laid again over the jar a catch-up loads
+    unsaved: dict[str, Unsaved] = field(default_factory=dict)
+    merge: Any = None
+    set_aside: Any = None
+    #: when this worker last set the jars' TTL (monotonic seconds)
+    refreshed: float = -math.inf
+    _refreshing: asyncio.Task[None] | None = None
+
+    def lock(self, key: Hashable) -> asyncio.Lock:
+        return self.locks.setdefault(jar_field(key), asyncio.Lock())
+
+    def version(self, key: Hashable) -> int:
+        return self.versions.get(jar_field(key), 0)
+
+    def in_step(self, key: Hashable, version: int, stamp: int = 0) -> None:
+        """This worker's copy of the jar is Redis's at *version*, and meets *stamp*."""
+        name = jar_field(key)
+        self.synced[name] = version
+        self.versions[name] = max(version, self.versions.get(name, 0), stamp)
+
+    async def store(
+        self, key: Hashable, changed: dict[str, Any], dropped: list[str]
+    ) -> tuple[int, int]:
+        """Merge a change of this worker into Redis, with the changes no merge could store
+        before; return the jar's version before the merge and its new one (past every
+        version this worker knows: see jar_merge.lua). A Redis error keeps the change for
+        the next merge, and raises."""
+        if self.merge is None:
+            self.merge = self.client.register_script(scripts.JAR_MERGE_LUA)
+        name = jar_field(key)
+        unsaved = self.unsaved.pop(name, Unsaved())
+        unsaved.add(changed, dropped)
+        changed, dropped = unsaved.changed, sorted(unsaved.dropped)
+        self.unsaved[name] = unsaved
+        args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped)]
+        args += [str(self.ttl_ms), str(self.version(key))]
+        before, version = await self.merge(keys=[self.keys.cookies], args=args)
+        del self.unsaved[name]
+        self.refreshed = time.monotonic()
+        self._count("ha/cookies/stored")
+        return int(before), int(version)
+
+    def refresh(self) -> None:
+        """This worker uses the jars: set their TTL again once a quarter of it has passed
+        (in the background: the request never waits for it), so that jars in use never
+        expire while every worker has them in memory and none changes them."""
+        now = time.monotonic()
+        if not self.ttl_ms or now - self.refreshed < self.ttl_ms / 4000:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a test without a crawl): nothing to refresh
+            return
+        self.refreshed = now
+        self._refreshing = loop.create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            await self.client.pexpire(self.keys.cookies, self.ttl_ms)
+        except REDIS_DOWN_ERRORS as exc:
+            self.refreshed = -math.inf  # the next request tries again
+            logger.debug("Could not refresh the TTL of %s (%s)", self.keys.cookies, exc)
+
+    async def load(self, key: Hashable) -> tuple[list[Cookie], int]:
+        """The jar as Redis has it, and its version."""
+        name = jar_field(key)
+        raw, version = await self.client.hmget(self.keys.cookies, [f"jar:{name}", f"v:{name}"])
+        try:
+            cookies = _parse_jar(raw) if raw else []
+        except BadJar as exc:
+            await self._set_aside(name, raw, exc)
+            cookies = []
+        self._count("ha/cookies/loaded")
+        return cookies, int(version or 0)
+
+    async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
+        """One bad jar costs that jar alone: move it aside, go on with an empty one."""
+        if self.set_aside is None:
+            self.set_aside = self.client.register_script(scripts.JAR_SET_ASIDE_LUA)
+        field_name = f"jar:{name}"
+        moved = await self.set_aside(keys=[self.keys.cookies], args=[field_name, raw])
+        if moved:
+            self._count("ha/cookies/bad_jar")
+            logger.error(
+                "The shared cookie jar %s in %s is malformed (%s): moved it to the field %s "
+                "and started this jar from empty; the next login fills it again",
+                name,
+                self.keys.cookies,
+                exc,
+                BAD_JAR_PREFIX + field_name,
+            )
+
+    def _count(self, stat: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(stat)
+
+
+def _expired(cookie: dict[str, Any], now: float) -> bool:
+    expires = cookie.get("expires")
+    return isinstance(expires, (int, float)) and expires <= now
+
+
+def _parse_jar(raw: bytes | str) -> list[Cookie]:
+    """The cookies of a stored jar; :class:`BadJar` says what is wrong with it."""
+    try:
+        stored = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadJar(f"not JSON: {exc}") from None
+    if not isinstance(stored, dict) or not all(isinstance(c, dict) for c in stored.values()):
+        raise BadJar("not a JSON object of cookie objects")
+    now = time.time()
+    try:
+        return [cookie_from_dict(c) for c in stored.values() if not _expired(c, now)]
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise BadJar(f"a cookie cannot be rebuilt: {exc}") from None
