@@ -29,7 +29,6 @@ __all__ = [
     "RETRIES",
     "RETRY_TIMES",
     "REVISIT",
-    "REVISIT_MOVED",
     "REVISIT_SEEN",
     "REVISIT_STATE",
     "STRIPPED",
@@ -85,8 +84,6 @@ CHECKPOINT_SAVE = "_ha_cp_save"
 SUSPECT = "_ha_suspect"
 #: What the revisit middleware found of this visit: ``(outcome, RevisitState of the answer)``.
 REVISIT_SEEN = "_ha_revisit_seen"
-#: A revisited request redirected for good (301, 308): its target is revisited in its place.
-REVISIT_MOVED = "_ha_revisit_moved"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
@@ -103,7 +100,6 @@ STRIPPED = frozenset(
         SUSPECT,
         NOT_BEFORE,
         REVISIT_SEEN,
-        REVISIT_MOVED,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

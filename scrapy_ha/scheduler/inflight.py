@@ -47,6 +47,18 @@ def fence_of(request: Request) -> tuple[str, str] | None:
     return (str(parent[0]), str(parent[1])) if parent else None
 
 
+def _redirect_of(request: Request, held: Request) -> bool:
+    """Whether *request* is RedirectMiddleware's copy of *held*: one redirect more, from its
+    URL (a child yielded with its page's meta copied names the page's own redirects)."""
+    meta = request.meta
+    urls = meta.get("redirect_urls") or [None]
+    return (
+        metakeys.PARENT not in meta
+        and urls[-1] == held.url
+        and meta.get("redirect_times") == held.meta.get("redirect_times", 0) + 1
+    )
+
+
 @dataclass(frozen=True)
 class Kin:
     """What this worker's requests in flight say of a new request (:meth:`InFlight.kin`)."""
@@ -259,9 +271,10 @@ class InFlight:
             return _RETRY
         fence = fence_of(request)
         late = fence is not None and fence[0] not in self._held
-        redirect = metakeys.PARENT not in meta and "redirect_urls" in meta
-        if redirect and fence is not None and not late and self._redirected is not None:
-            self._redirected(self._held[fence[0]][1], request)  # of a request in flight here
+        if fence is not None and not late and self._redirected is not None:
+            held = self._held[fence[0]][1]
+            if _redirect_of(request, held):
+                self._redirected(held, request)
         return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
 
     def _is_retry_of_one(self, request: Request) -> bool:

@@ -58,7 +58,10 @@ class Remote:
         return self.paused or self.held
 
     def counted(self, counts: Counts) -> None:
-        """The counts a worker reads when it joins the crawl."""
+        """The counts a worker reads when it joins the crawl (and Redis's clock, before
+        its first sync: a visit may end before it)."""
+        if counts.now_ms:
+            self.server_offset_ms = counts.now_ms - time.time() * 1000
         self.waiting = counts.pending + counts.delayed
         self.pending = counts.pending
         self.active = counts.pending + counts.leased + counts.delayed

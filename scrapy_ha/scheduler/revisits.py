@@ -75,13 +75,13 @@ class Revisits:
         return cls(config.revisit, fingerprint, clock)
 
     def redirected(self, original: Request, redirect: Request) -> None:
-        """*redirect*, RedirectMiddleware's copy of *original* (its meta copied), revisited
-        or not as the redirect says: a permanent one (301, 308) moves the revisits to its
-        target (the original leaves them when it ends, the target starts afresh at the
-        original's interval); a temporary one leaves them with the original, and its target
-        is fetched at each of the original's visits (never filtered) without a revisit of its
-        own. Before, the target kept the original's ``ha_revisit`` and got its own revisit
-        entry: fetched twice a period, or filtered as seen at the original's next visits."""
+        """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
+        copied): the revisits stay with the original, and the target is fetched at each of
+        its visits, in full (never filtered as seen, without the original's validators),
+        and is not revisited on its own. A permanent redirect (301, 308) is said once: the
+        target revisited instead would cost one request less a visit. Before, the target
+        kept the original's ``ha_revisit`` and got a revisit entry of its own: fetched twice
+        a period, or filtered as seen at the original's next visits."""
         try:
             base = self.config.interval_for(original.url, original.meta)
         except ConfigError:
@@ -90,12 +90,16 @@ class Revisits:
             return
         meta = redirect.meta
         meta.pop(metakeys.REVISIT_STATE, None)  # the original's validators and evidence
+        meta[metakeys.REVISIT] = False
+        redirect.dont_filter = True
+        for header in CONDITIONAL_HEADERS:  # the original's: a 304 would drop the page
+            redirect.headers.pop(header, None)
         if (meta.get("redirect_reasons") or [None])[-1] in PERMANENT_REDIRECTS:
-            original.meta[metakeys.REVISIT_MOVED] = True
-            meta[metakeys.REVISIT] = base
-        else:
-            meta[metakeys.REVISIT] = False
-            redirect.dont_filter = True
+            _warn_once(
+                f"moved {original.url}",
+                f"{original.url} is revisited, and redirected for good to {redirect.url}: "
+                "each visit fetches both; revisit the target instead",
+            )
 
     def visit_end(self, request: Request) -> VisitEnd | None:
         """The end of *request*'s visit as a revisit (its meta updated for the next), or
@@ -107,9 +111,6 @@ class Revisits:
             return None
         meta = request.meta
         state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
-        if meta.pop(metakeys.REVISIT_MOVED, False):  # its target is revisited instead
-            left = self._leaving(request, state)
-            return left or VisitEnd(-1.0, self.fingerprint(request), "left")
         if base is None:
             return self._leaving(request, state)
         found, answer = meta.pop(metakeys.REVISIT_SEEN, None) or (
@@ -188,8 +189,10 @@ class Revisits:
         return replace(state, unchanged_for=state.unchanged_for + spanned, last=now)
 
 
-#: Redirects that move a page for good: its revisits go to the target.
+#: Redirects that move a page for good (said once: its target is worth revisiting instead).
 PERMANENT_REDIRECTS = (301, 308)
+#: The validators a revisit sends (RevisitMiddleware), which a redirect copies.
+CONDITIONAL_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 #: Seconds an age may exceed the interval it is read in and still date the change within
 #: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval the worker's clock.
