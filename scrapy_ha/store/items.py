@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = [
+    "Aside",
     "Delivery",
     "GroupState",
     "ItemStream",
@@ -62,6 +63,8 @@ class GroupState:
     lag: int | None
     #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
     consumed: int = 0
+    #: entries its sink could not write, set aside (the counter ``items_aside:<group>``)
+    set_aside: int = 0
 
     @property
     def backlog(self) -> int:
@@ -93,6 +96,7 @@ class ItemStream:
         self.key = keys.items
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
+        self._aside = client.register_script(scripts.ITEMS_ASIDE_LUA)
 
     async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
         """Add items no page yielded (no lease fences them); return how many the stream
@@ -163,6 +167,24 @@ class ItemStream:
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
 
+    async def set_aside(self, group: str, consumer: str, entry_id: str, why: Aside) -> int:
+        """Copy entry *entry_id* with *why* to the set-aside stream and acknowledge it in
+        *group*, in one call (``lua/items_aside.lua``): 1 when done, 0 when it was not
+        pending in the group, -1 when it is pending to another consumer (taken over)."""
+        keys = [self.key, self.keys.items_aside, *self.keys.stats_keys()]
+        args = [group, consumer, entry_id, why.sink, why.reason, why.failures]
+        done, _ = await self._aside(keys=keys, args=args)
+        return int(done)
+
+
+@dataclass(frozen=True)
+class Aside:
+    """Why a sink's consumer sets an entry aside."""
+
+    sink: str  #: the sink's name (``jsonl:<path>``, ``sql:<url>#<table>``, ``pipelines``)
+    reason: str  #: the sink's error, credentials masked, cut short
+    failures: int  #: the times it failed alone
+
 
 def state_reads(pipe: Any, keys: Keys) -> None:
     """Queue on *pipe* (of a sync or an asyncio client) the two reads of
@@ -178,6 +200,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
     for i in range(1, len(reply), 4):
         name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
         consumed = counts.get(f"items_consumed:{name}", "0")
+        aside = counts.get(f"items_aside:{name}", "0")
         groups.append(
             GroupState(
                 name,
@@ -185,6 +208,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
                 pending,
                 None if lag < 0 else lag,
                 int(consumed) if consumed.isdigit() else 0,
+                int(aside) if aside.isdigit() else 0,
             )
         )
     return StreamState(int(reply[0]), groups)
@@ -204,6 +228,7 @@ def merged(states: list[StreamState]) -> StreamState:
                     old.pending + g.pending,
                     lag,
                     old.consumed + g.consumed,
+                    old.set_aside + g.set_aside,
                 )
             groups[g.name] = g
     return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))
