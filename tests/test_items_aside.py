@@ -221,3 +221,35 @@ async def test_an_entry_that_fails_alone_fewer_times_than_the_limit_is_written(r
     await client.aclose()
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == list(range(1, 11))
     assert report.set_aside == 0 and aside(redis_url) == []
+
+
+@deferred_f_from_coro_f
+async def test_items_set_aside_are_listed_and_put_back_for_their_sink_alone(redis_url, tmp_path):
+    """`scrapy-ha aside list` shows them; `aside put-back` adds them to the stream again for
+    the group that set them aside: that sink, fixed, writes them; the others skip them."""
+    await fill(redis_url, 12, {4, 9})
+    bad_path, ok_path = tmp_path / "bad.jl", tmp_path / "ok.jl"
+    client = redis.asyncio.Redis.from_url(redis_url)
+    for group in ("jl", "ok"):  # both sinks declared before either consumes
+        await ItemStream(client, KEYS).join(group)
+    await client.aclose()
+    for sink, group in ((Refusing(bad_path), "jl"), (JsonLinesSink(ok_path), "ok")):
+        await asyncio.wait_for(
+            consume(redis_url, "s", sink, group=group, alone_pause=0, exit_idle=0.2), 60
+        )
+    shown = scrapy_ha("aside", "list", "s", "--redis-url", redis_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "group jl" in shown.stdout and "2 item(s) set aside" in shown.stdout
+    back = scrapy_ha("aside", "put-back", "s", "--all", "--yes", "--redis-url", redis_url)
+    assert back.returncode == 0 and "put back 2 item(s)" in back.stdout, back.stderr
+    assert aside(redis_url) == []
+    for sink, group in ((JsonLinesSink(bad_path), "jl"), (JsonLinesSink(ok_path), "ok")):
+        report = await asyncio.wait_for(
+            consume(redis_url, "s", sink, group=group, exit_idle=0.2), 60
+        )
+        assert report.consumed == 2  # acknowledged by both, written by jl alone
+    ids = [json.loads(line)["id"] for line in bad_path.read_text().splitlines()]
+    assert ids == [1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 4, 9]
+    assert [json.loads(line)["id"] for line in ok_path.read_text().splitlines()] == list(
+        range(1, 13)
+    )

@@ -277,12 +277,13 @@ class ItemConsumer:
             Entry(d.id if shard == 0 else f"{shard}:{d.id}", d.data)
             for d in deliveries
             if d.data is not None  # deleted while pending: nothing to write
+            and d.group in (None, self.group)  # put back for another sink: not this one's
         ]
         try:
             if entries:
                 await self.sink.write(entries)
         except Exception as exc:  # noqa: BLE001 - whatever the sink raises, the batch failed
-            gone = [d.id for d in deliveries if d.data is None]
+            gone = [d.id for d in deliveries if d.data is None or d.group not in (None, self.group)]
             return await self._settle(shard, gone, entries, exc)
         self._unacked[shard] = [d.id for d in deliveries]
         await self._acknowledge_committed()

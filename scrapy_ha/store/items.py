@@ -34,8 +34,9 @@ __all__ = [
     "stream_state",
 ]
 
-#: The field of a stream entry that holds the item (lib/commit.lua).
-ITEM_FIELD = b"i"
+#: The field of a stream entry that holds the item (lib/commit.lua), and of one put back
+#: for one group alone (items_put_back.lua): the other groups skip it.
+ITEM_FIELD, GROUP_FIELD = b"i", b"g"
 
 
 def _s(value: Any) -> str:
@@ -49,6 +50,8 @@ class Delivery:
 
     id: str
     data: bytes | None
+    #: put back for this group alone (``scrapy-ha aside put-back``); None: for every group
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class ItemStream:
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
         self._aside = client.register_script(scripts.ITEMS_ASIDE_LUA)
+        self._put_back = client.register_script(scripts.ITEMS_PUT_BACK_LUA)
 
     async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
         """Add items no page yielded (no lease fences them); return how many the stream
@@ -151,7 +155,7 @@ class ItemStream:
         reply = await self.client.xautoclaim(
             self.key, group, consumer, idle_ms, start_id="0-0", count=count
         )
-        return [Delivery(_s(i), _item(f)) for i, f in reply[1] if i is not None]
+        return [_delivery(i, f) for i, f in reply[1] if i is not None]
 
     async def pending_of(self, group: str, consumer: str) -> int:
         """Entries delivered to *consumer* and not acknowledged."""
@@ -175,6 +179,17 @@ class ItemStream:
         args = [group, consumer, entry_id, why.sink, why.reason, why.failures]
         done, _ = await self._aside(keys=keys, args=args)
         return int(done)
+
+    async def put_back(self, ids: list[str]) -> int:
+        """Add set-aside entries *ids* to the stream again, each for its group alone, and
+        take them out of the set-aside stream (``lua/items_put_back.lua``); how many."""
+        keys = [self.key, self.keys.items_aside, *self.keys.stats_keys()]
+        return int(await self._put_back(keys=keys, args=ids)) if ids else 0
+
+    async def set_aside_entries(self, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
+        """The first *count* entries set aside: (id in items_aside, fields)."""
+        rows = await self.client.xrange(self.keys.items_aside, count=count)
+        return [(_s(i), {_s(k): _s(v) for k, v in f.items()}) for i, f in rows]
 
 
 @dataclass(frozen=True)
@@ -247,7 +262,12 @@ def _item(fields: Any) -> bytes | None:
 
 def _deliveries(reply: Any) -> list[Delivery]:
     """XREADGROUP's reply (``[[stream, [(id, fields), ...]]]``) as deliveries."""
-    return [Delivery(_s(i), _item(f)) for _, entries in reply or [] for i, f in entries]
+    return [_delivery(i, f) for _, entries in reply or [] for i, f in entries]
+
+
+def _delivery(entry_id: Any, fields: Any) -> Delivery:
+    group = (fields or {}).get(GROUP_FIELD, (fields or {}).get(_s(GROUP_FIELD)))
+    return Delivery(_s(entry_id), _item(fields), None if group is None else _s(group))
 
 
 async def crawl_items(queue: RedisQueue) -> StreamState:
