@@ -31,13 +31,20 @@ SETTINGS = {
 }
 
 
-def run_paged(redis_url: str, site_url: str, items: Path, log: Path, **extra: str):
+def run_paged(
+    redis_url: str,
+    site_url: str,
+    items: Path,
+    log: Path,
+    spider_file: str = "paged_spider.py",
+    **extra: str,
+):
     args = [
         sys.executable,
         "-m",
         "scrapy.cmdline",
         "runspider",
-        str(ROOT / "tests" / "paged_spider.py"),
+        str(ROOT / "tests" / spider_file),
         "-a",
         f"base_url={site_url}",
         "-s",

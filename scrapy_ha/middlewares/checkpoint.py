@@ -35,7 +35,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec import CodecError, decode_request, encode_request
+from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.middlewares.tasks import (
@@ -44,6 +44,7 @@ from scrapy_ha.middlewares.tasks import (
     is_mid_page_of,
     is_new_root,
     item_id,
+    resume_state,
     same_method,
     task_id,
     without_progress,
@@ -108,17 +109,7 @@ class CheckpointMiddleware:
 
     async def _resume(self, root: Request) -> Request | None:
         task = task_id(root, self.crawler)
-        try:
-            doc = await self._load(task)
-        except (NotConfigured, CodecError):
-            raise
-        except Exception as exc:  # a Redis error: the root goes on, its task from the queue
-            logger.warning(
-                "Could not read the checkpoint of task %s (%s): starting it from its root request",
-                task,
-                exc,
-            )
-            doc = None
+        doc = await self._read(task)
         root.meta[metakeys.TASK] = task
         root.meta.setdefault(metakeys.TASK_STATE, {"page": 1, "items": 0})
         if doc is None:
@@ -133,20 +124,47 @@ class CheckpointMiddleware:
         if doc.get("done") or not doc.get("next"):
             return root
         try:
-            request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
-        except CodecError as exc:  # a scheme HA_ALLOWED_SCHEMES refuses too
-            logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
+            request = self._resumed(task, doc)
+        except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
+            self.stats.inc_value("ha/checkpoint/unreadable")
+            logger.warning(
+                "Checkpoint of task %s is unreadable (%s): starting it from its root request",
+                task,
+                exc,
+            )
             return root
-        request.meta[metakeys.TASK] = task
-        request.meta[metakeys.TASK_STATE] = {
-            k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc
-        }
-        request.meta[metakeys.CHECKPOINT] = doc.get("fields", {})
-        request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
         self.stats.inc_value("ha/checkpoint/resumed")
         logger.info(
             "Resuming task %s at page %s (%s items done)", task, doc.get("page"), doc.get("items")
         )
+        return request
+
+    async def _read(self, task: str) -> dict[str, Any] | None:
+        """The task's checkpoint; None (with a warning) where it cannot be read."""
+        try:
+            return await self._load(task)
+        except NotConfigured:
+            raise
+        except Exception as exc:  # Redis, or garbage: the root goes on, its task from the queue
+            logger.warning(
+                "Could not read the checkpoint of task %s (%s): starting it from its root request",
+                task,
+                exc,
+            )
+            return None
+
+    def _resumed(self, task: str, doc: dict[str, Any]) -> Request:
+        """The request a checkpoint resumes its task with: its next page, with its progress
+        (any exception: a checkpoint of another shape, a scheme HA_ALLOWED_SCHEMES refuses)."""
+        state = resume_state(doc)
+        request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
+        fields = doc.get("fields", {})
+        if not isinstance(fields, dict):
+            raise ValueError(f'"fields" must be an object: {fields!r}')
+        request.meta[metakeys.TASK] = task
+        request.meta[metakeys.TASK_STATE] = state
+        request.meta[metakeys.CHECKPOINT] = fields
+        request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
         return request
 
     async def _load(self, task: str) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ __all__ = [
     "is_mid_page_of",
     "is_new_root",
     "item_id",
+    "resume_state",
     "same_method",
     "task_id",
     "without_progress",
@@ -83,15 +84,30 @@ class Progress:
 
 
 def is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, Any]) -> bool:
-    """True if *doc* is a mid-page checkpoint of this very page, further than *state*."""
+    """True if *doc* is a mid-page checkpoint of this very page, further than *state*
+    (False for a document of another shape: garbage is never this page's progress)."""
     if not doc or doc.get("done") or "skip" not in doc or not doc.get("next"):
         return False
-    if doc.get("page") != state.get("page", 1) or int(doc["skip"]) <= int(state.get("skip", 0)):
-        return False
     try:
+        resume_state(doc)
+        if doc.get("page") != state.get("page", 1) or doc["skip"] <= int(state.get("skip", 0)):
+            return False
         return bool(json.loads(doc["next"]).get("u") == page.url)
     except (ValueError, TypeError, AttributeError):
         return False
+
+
+def resume_state(doc: dict[str, Any]) -> dict[str, Any]:
+    """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
+    shape checked: ValueError for a document a bug or a hand wrote otherwise."""
+    state = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
+    for name, least in (("page", 1), ("items", 0), ("skip", 0)):
+        value = state.get(name, least)
+        if type(value) is not int or value < least:
+            raise ValueError(f'"{name}" must be a whole number of {least} or more: {value!r}')
+    if not isinstance(doc.get("next"), str):
+        raise ValueError(f'"next" must be a stored request (text): {doc.get("next")!r}')
+    return state
 
 
 def same_method(a: Any, b: Any) -> bool:
