@@ -254,8 +254,8 @@ class ShardedQueue(ShardedSync):
         head = await self.client.lrange(key, 0, len(raw) - 1)
         return [bytes(x) for x in head] == [bytes(x) for x in raw]
 
-    async def set_aside_wrong_types(self) -> list[str]:
-        return [m for queue in self.shards for m in await queue.set_aside_wrong_types()]
+    async def set_aside_wrong_types(self, error: str = "") -> list[str]:
+        return [m for queue in self.shards for m in await queue.set_aside_wrong_types(error)]
 
     async def leave(self, worker: str, sender: str | None = None) -> None:
         for queue in self.shards:

@@ -11,6 +11,7 @@ this store reads and deletes them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,11 @@ __all__ = [
     "StoredCheckpoint",
     "UnreadableCheckpoint",
     "set_domain_limits",
+    "wrong_task_keys",
 ]
+
+#: The key a scrapy-ha script's WRONGTYPE error names (lib/types, lib/checkpoint).
+_WRONGTYPE_KEY = re.compile(r"WRONGTYPE \w+: (.+?) holds a ")
 
 #: Keys asked for per SCAN round trip: a few hundred checkpoints per call, without holding
 #: the server for long.
@@ -157,6 +162,20 @@ async def set_domain_limits(
         await client.hset(key, mapping=limits)  # type: ignore[arg-type]
     if old:
         await client.hdel(key, *old)
+
+
+def wrong_task_keys(keys: Keys, message: str) -> dict[str, str]:
+    """The task keys of *keys*' shard (a checkpoint: a string, its ahead hash: a hash) that
+    a WRONGTYPE error *message* names, with the type each must have: named by their task,
+    they are not in the crawl's table of keys, so the error names them to be set aside."""
+    head = f"{keys.prefix}:{{{keys.tag}}}:"
+    kinds = {head + "cp:": "string", head + "cpa:": "hash"}
+    return {
+        key: want
+        for key in _WRONGTYPE_KEY.findall(message)
+        for start, want in kinds.items()
+        if key.startswith(start)
+    }
 
 
 def _decode(raw: bytes | str) -> dict[str, Any]:

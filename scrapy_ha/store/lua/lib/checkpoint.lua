@@ -9,11 +9,14 @@
 -- back. Mid-page progress ("skip") is kept for the first page not completed only.
 -- A checkpoint without "of" (not written by the middleware) is saved as given.
 
--- checkpoint_doc(doc, ttl)
---   doc: the checkpoint (JSON text); ttl: its time to live in ms (a number or its text).
---   Returns the decoded checkpoint and the ttl as a number, or nil and an error reply for
---   input that cannot be saved (call it before the script's first write).
-local function checkpoint_doc(doc, ttl)
+-- checkpoint_doc(doc, ttl, cp, ahead)
+--   doc: the checkpoint (JSON text); ttl: its time to live in ms (a number or its text);
+--   cp, ahead: the task's checkpoint key and ahead hash.
+--   Returns the decoded checkpoint and the ttl as a number; nil and an error reply for
+--   input that cannot be saved; false and an error reply 'WRONGTYPE checkpoint: <key> holds
+--   a <type>' when cp is not a string or ahead not a hash (garbage: the worker sets the key
+--   it names aside, lib/types). Call it before the script's first write.
+local function checkpoint_doc(doc, ttl, cp, ahead)
   ttl = tonumber(ttl)
   if not ttl or ttl <= 0 then
     return nil, redis.error_reply('ERR checkpoint: the time to live must be a positive number')
@@ -25,6 +28,12 @@ local function checkpoint_doc(doc, ttl)
   local of = new['of']
   if of ~= nil and (type(of) ~= 'number' or type(new['page']) ~= 'number') then
     return nil, redis.error_reply('ERR checkpoint: "of" and "page" must be page numbers')
+  end
+  for key, want in pairs({[cp] = 'string', [ahead] = 'hash'}) do
+    local ty = redis.call('TYPE', key)['ok']
+    if ty ~= 'none' and ty ~= want then
+      return false, redis.error_reply('WRONGTYPE checkpoint: ' .. key .. ' holds a ' .. ty)
+    end
   end
   return new, ttl
 end

@@ -31,20 +31,19 @@ end
 
 -- commit_checkpoint(keys, a, c, arg, at)
 --   Reads the checkpoint of ack a ("<k>/<ttl>" then its record at position at) into a.
---   Returns the position after it; nil when malformed; or false and an error reply when its
---   ahead hash holds another type (the call fails before any write, see lib/types).
+--   Returns the position after it; nil when malformed; or false and an error reply when the
+--   task's checkpoint key or its ahead hash holds another type (the call fails before any
+--   write, its reply naming the key: the worker sets it aside and sends the call again, see
+--   lib/types; a call that wrote the items first would add them again each time).
 local function commit_checkpoint(keys, a, c, arg, at)
   local k, ttl = string.match(c, '^(%d+)/(%d+)$')
   k = tonumber(k)
   if not (k and keys[k] and keys[k + 1]) then return nil end
   local doc, after = commit_records(arg, at, 1)
   if not doc then return nil end
-  local new = checkpoint_doc(doc[1], ttl)
+  local new, err = checkpoint_doc(doc[1], ttl, keys[k], keys[k + 1])
+  if new == false then return false, err end
   if not new then return nil end
-  local ty = redis.call('TYPE', keys[k + 1])['ok']
-  if ty ~= 'none' and ty ~= 'hash' then
-    return false, redis.error_reply('WRONGTYPE sync: ' .. keys[k + 1] .. ' holds a ' .. ty)
-  end
   a.cp, a.cpa, a.doc, a.new, a.ttl = keys[k], keys[k + 1], doc[1], new, tonumber(ttl)
   return after
 end
