@@ -68,9 +68,9 @@ class CheckpointStore:
         raw = await self._raw(task)
         return _decode(raw) if raw else None
 
-    async def _raw(self, task: str) -> bytes | None:
+    async def _raw(self, task: str) -> bytes | str | None:
         try:
-            raw: bytes | None = await self.client.get(self.keys.checkpoint(task))
+            raw: bytes | str | None = await self.client.get(self.keys.checkpoint(task))
         except ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise

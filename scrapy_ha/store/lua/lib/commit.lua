@@ -30,7 +30,10 @@ local function commit_records(arg, at, n)
 end
 
 -- commit_checkpoint(keys, a, c, arg, at)
---   Reads the checkpoint of ack a ("<k>/<ttl>" then its record at position at) into a.
+--   Reads the checkpoint of ack a ("<k>/<ttl>" then its record at position at) into a; a
+--   checkpoint that cannot be saved (not a JSON object cjson reads, a bad time to live) is
+--   dropped (a.dropped), the ack goes on without it (refusing the ack would refuse it at
+--   every try, as stale, until the page is dead-lettered as poison).
 --   Returns the position after it; nil when malformed; or false and an error reply when the
 --   task's checkpoint key or its ahead hash holds another type (the call fails before any
 --   write, its reply naming the key: the worker sets it aside and sends the call again, see
@@ -43,7 +46,10 @@ local function commit_checkpoint(keys, a, c, arg, at)
   if not doc then return nil end
   local new, err = checkpoint_doc(doc[1], ttl, keys[k], keys[k + 1])
   if new == false then return false, err end
-  if not new then return nil end
+  if not new then
+    a.dropped = true
+    return after
+  end
   a.cp, a.cpa, a.doc, a.new, a.ttl = keys[k], keys[k + 1], doc[1], new, tonumber(ttl)
   return after
 end
@@ -85,12 +91,14 @@ end
 --   KEYS: stream, the crawl's item stream (the caller's KEYS[i])
 --   Adds ack a's items to the stream and saves its checkpoint; call it while a's lease is
 --   current, before the ack ends it. Returns the items added, and 1 when it carried a
---   checkpoint (saved, kept aside, or behind the task's: lib/checkpoint), else 0.
+--   checkpoint (saved, kept aside, or behind the task's: lib/checkpoint), else 0 (a
+--   checkpoint dropped as unreadable is counted as checkpoints_dropped).
 local function commit_apply(stream, a)
   for _, item in ipairs(a.items) do
     redis.call('XADD', stream, '*', 'i', item)
   end
   count('items', #a.items)
+  if a.dropped then count('checkpoints_dropped', 1) end
   if a.doc then
     checkpoint_save(a.cp, a.cpa, a.doc, a.new, a.ttl)
     return #a.items, 1
