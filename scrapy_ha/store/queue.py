@@ -350,10 +350,11 @@ class RedisQueue:
 
     async def save_checkpoint(
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
-    ) -> bool:
-        """Save a task's checkpoint if the page's lease is current; False if it is stale."""
+    ) -> int:
+        """Save a task's checkpoint if the page's lease is current: 1 saved (or kept aside),
+        0 the lease is stale, 2 the page is behind the task's checkpoint (not saved)."""
         keys = [self.keys.leases, self.keys.checkpoint(task), self.keys.checkpoint_ahead(task)]
-        return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
+        return int(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
     async def set_aside_wrong_types(self, error: str = "") -> list[str]:
         """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<seconds>``,

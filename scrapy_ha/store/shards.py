@@ -181,7 +181,7 @@ class ShardedQueue(ShardedSync):
 
     async def save_checkpoint(
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
-    ) -> bool:
+    ) -> int:
         """In the page's shard, which is its task's (checkpoint keys included)."""
         shard, local = self.route(entry_id)
         return await self.shards[shard].save_checkpoint(local, token, task, doc, ttl_ms)

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["Syncer"]
 
 logger = logging.getLogger(__name__)
+#: What the checkpoint script's status says (1, the rest: saved, or kept aside), as a stat.
+SAVE_STATUS = {0: "stale", 2: "behind"}
 
 
 class Syncer:
@@ -340,7 +342,7 @@ class Syncer:
                 logger.error("Checkpoint of task %s refused by Redis (%s): dropped", cp.task, exc)
                 continue
             saves.pop(0)
-            self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
+            self.stats.inc_value(f"ha/checkpoint/{SAVE_STATUS.get(saved, 'saved')}")
             if not saved:
                 logger.warning(
                     "Checkpoint of task %s refused: this worker's lease on the page "

@@ -6,7 +6,8 @@
 -- (it finished while an earlier page was still running, or waits to retry) is kept aside
 -- in the task's ahead hash; when the earlier page completes, the checkpoint moves over
 -- every page completed ahead of it, in order. A page behind it (run again) never moves it
--- back. Mid-page progress ("skip") is kept for the first page not completed only.
+-- back. Mid-page progress ("skip") is kept for the first page not completed only. A task
+-- whose checkpoint is missing takes the page that comes as its checkpoint (see below).
 -- A checkpoint without "of" (not written by the middleware) is saved as given.
 
 -- checkpoint_doc(doc, ttl, cp, ahead)
@@ -49,12 +50,18 @@ local function checkpoint_save(cp, ahead, doc, new, ttl)
     redis.call('SET', cp, doc, 'PX', ttl)
     return 1
   end
-  -- the first page of the chain not completed: 1 when the task has no checkpoint yet, or a
-  -- finished one (it runs again); an unreadable checkpoint is replaced
-  local first = 1
+  -- the first page of the chain not completed: 1 when the task has a finished checkpoint
+  -- (it runs again); an unreadable checkpoint is replaced. A task without one is at page 1,
+  -- or lost it mid-chain (its TTL ran out while the crawl was paused, evicted, reset by an
+  -- operator): a page after the first then becomes the checkpoint (else every later page
+  -- would wait in the ahead hash for ever, done included). The price: a page 2 that
+  -- completes before page 1 of a new chain moves it past page 1, whose items a restart
+  -- from the checkpoint alone (the queue lost as well, in that window) would not redo.
+  local first = of
   local cur = redis.call('GET', cp)
   if cur then
     local ok, old = pcall(cjson.decode, cur)
+    first = 1
     if ok and type(old) == 'table' and not old['done'] and type(old['page']) == 'number' then
       first = old['page']
     elseif ok and type(old) == 'table' and old['done'] then
