@@ -127,6 +127,7 @@ class CheckpointMiddleware:
             return root
         try:
             request = self._resumed(task, doc)
+            request.meta[metakeys.START_OF] = self._fingerprint(root)
         except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
             self.stats.inc_value("ha/checkpoint/unreadable")
             logger.warning(
@@ -140,6 +141,13 @@ class CheckpointMiddleware:
             "Resuming task %s at page %s (%s items done)", task, doc.get("page"), doc.get("items")
         )
         return request
+
+    def _fingerprint(self, root: Request) -> bytes:
+        """The root's fingerprint: the scheduler seeds the resumed request by it, so a run
+        seeds the task once (a worker that joins the run, or restarts into it after a kill
+        with the queue intact, finds it seeded and leaves the chain to the queue)."""
+        assert self.crawler.request_fingerprinter is not None
+        return bytes(self.crawler.request_fingerprinter.fingerprint(root))
 
     async def _read(self, task: str) -> dict[str, Any] | None:
         """The task's checkpoint; None (with a warning) where it cannot be read."""
@@ -166,7 +174,9 @@ class CheckpointMiddleware:
         request.meta[metakeys.TASK] = task
         request.meta[metakeys.TASK_STATE] = state
         request.meta[metakeys.CHECKPOINT] = fields
-        request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
+        # its own fingerprint is in the dupefilter from the last run; the run's start
+        # deduplication takes its root's instead (see _fingerprint)
+        request.dont_filter = True
         return request
 
     async def _load(self, task: str) -> dict[str, Any] | None:

@@ -45,6 +45,7 @@ def without_progress(page: Request) -> Request:
         metakeys.TASK_STATE,
         metakeys.CHECKPOINT,
         metakeys.TASK,
+        metakeys.START_OF,
     )  # stored beside it in the checkpoint
     meta = {k: v for k, v in page.meta.items() if k not in drop}
     return page.replace(meta=meta)
