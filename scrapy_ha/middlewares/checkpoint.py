@@ -27,7 +27,6 @@ The spider reads and adds its own fields through ``response.meta["ha_checkpoint"
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +37,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
+from scrapy_ha.middlewares.storable import checkpoint_payload, drop_unstorable
 from scrapy_ha.middlewares.tasks import (
     Counter,
     Progress,
@@ -46,9 +46,7 @@ from scrapy_ha.middlewares.tasks import (
     item_id,
     resume_state,
     same_method,
-    storable_problem,
     task_id,
-    unstorable_fields,
     without_progress,
 )
 from scrapy_ha.store.state import CheckpointStore
@@ -231,13 +229,13 @@ class CheckpointMiddleware:
             # the callback failed after yielding its next page: Scrapy would have crawled
             # it, so it still goes out (the page itself is retried as a parse error); the
             # page's checkpoint is saved only if it ends dead-lettered, not retried
-            self._clean_fields(task, fields)
+            drop_unstorable(task, fields, self.stats)
             for request in self._chain(next_pages, task, state, fields):
                 yield request
             if next_pages:
                 self._page_done(page, task, state, fields, next_pages[0])
             raise
-        self._clean_fields(task, fields)
+        drop_unstorable(task, fields, self.stats)
         for request in self._chain(next_pages, task, state, fields):
             yield request
         self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
@@ -318,43 +316,8 @@ class CheckpointMiddleware:
         if payload is not None:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=True)
 
-    def _clean_fields(self, task: str, fields: Any) -> None:
-        """Drop the spider's fields a checkpoint cannot store, with a warning: the page's
-        checkpoint and the next pages' go on without them."""
-        for name, problem in unstorable_fields(fields):
-            self.stats.inc_value("ha/checkpoint/fields_dropped")
-            logger.warning(
-                "Field %r of the checkpoint of task %s cannot be stored (%s): dropped",
-                name,
-                task,
-                problem,
-            )
-
     def _checked(self, task: str, doc: dict[str, Any]) -> bytes | None:
-        """The checkpoint's JSON, strict (what Redis's cjson reads back), None if it cannot
-        be saved: too large, or not storable (counted, with a warning; the task goes on)."""
-        self._clean_fields(task, doc.get("fields"))
-        problem = storable_problem(doc)
-        if problem is None:
-            try:
-                payload = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
-            except (TypeError, ValueError, RecursionError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-        if problem is not None:
-            self.stats.inc_value("ha/checkpoint/unencodable")
-            logger.warning("Checkpoint of task %s cannot be stored (%s): not saved", task, problem)
-            return None
-        if len(payload) > self.max_bytes:
-            self.stats.inc_value("ha/checkpoint/too_large")
-            logger.warning(
-                "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
-                "not saved (keep custom fields small)",
-                task,
-                len(payload),
-                self.max_bytes,
-            )
-            return None
-        return payload
+        return checkpoint_payload(task, doc, max_bytes=self.max_bytes, stats=self.stats)
 
     def _track(self, item: Any, progress: Progress, index: int) -> None:
         if len(self._pending) >= PENDING_LIMIT:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
 from scrapy_ha import metakeys
+from scrapy_ha.middlewares.storable import storable_problem
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -24,9 +24,7 @@ __all__ = [
     "item_id",
     "resume_state",
     "same_method",
-    "storable_problem",
     "task_id",
-    "unstorable_fields",
     "without_progress",
 ]
 
@@ -114,18 +112,6 @@ def resume_state(doc: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def unstorable_fields(fields: Any) -> list[tuple[str, str]]:
-    """Drop from *fields* (the spider's, ``meta["ha_checkpoint"]``) those a checkpoint
-    cannot store; returns each dropped name with why (see :func:`storable_problem`)."""
-    dropped = []
-    for name in list(fields) if isinstance(fields, dict) else ():
-        problem = storable_problem({name: fields[name]}, depth=2)  # doc > fields > field
-        if problem is not None:
-            del fields[name]
-            dropped.append((str(name), problem))
-    return dropped
-
-
 def same_method(a: Any, b: Any) -> bool:
     return getattr(a, "__func__", a) is getattr(b, "__func__", b)
 
@@ -139,40 +125,6 @@ def item_id(item: Any, field: str, default: Any) -> Any:
     if not isinstance(value, (str, int, float)) or storable_problem(value):
         return default
     return value
-
-
-#: The deepest nesting of a checkpoint Redis reads: lua-cjson's ``decode_max_depth``
-#: (1000 in Redis), the document itself at depth 1.
-MAX_DEPTH = 1000
-_SCALARS = (int, float, bool, type(None))
-
-
-def storable_problem(value: Any, depth: int = 1) -> str | None:
-    """Why *value* (at nesting *depth* of its checkpoint) cannot be stored as JSON that
-    Redis's cjson reads back, None if it can: a type json.dumps cannot encode, NaN or
-    infinity, a string that is not valid Unicode (a lone surrogate, half an emoji cut by an
-    API), or deeper than :data:`MAX_DEPTH` (Python encodes them; the script refuses them)."""
-    stack = [(value, depth)]
-    while stack:
-        x, level = stack.pop()
-        if isinstance(x, str):
-            try:
-                x.encode("utf-8")
-            except UnicodeEncodeError:
-                return f"a string that is not valid Unicode: {x!r}"
-        elif isinstance(x, float) and not math.isfinite(x):
-            return f"the number {x!r}"
-        elif isinstance(x, (dict, list, tuple)):
-            if level > MAX_DEPTH:
-                return f"nested deeper than {MAX_DEPTH}"
-            pairs = x.items() if isinstance(x, dict) else enumerate(x)
-            for k, v in pairs:
-                if isinstance(x, dict) and not isinstance(k, (str, *_SCALARS)):
-                    return f"a key of type {type(k).__name__}"
-                stack += [(k, level + 1), (v, level + 1)]
-        elif not isinstance(x, _SCALARS):
-            return f"a {type(x).__name__}, not JSON"
-    return None
 
 
 def task_id(root: Request, crawler: Crawler) -> str:
