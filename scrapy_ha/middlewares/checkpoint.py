@@ -84,6 +84,7 @@ class CheckpointMiddleware:
         self.id_field = config.id_field
         # id(item) -> (its page's progress, its index in the page)
         self._pending: dict[int, tuple[Progress, int]] = {}
+        self._branched: set[str] = set()  # tasks warned of as branching
         crawler.signals.connect(self._item_done, signal=signals.item_scraped)
         crawler.signals.connect(self._item_done, signal=signals.item_dropped)
         crawler.signals.connect(self._item_failed, signal=signals.item_error)
@@ -230,15 +231,33 @@ class CheckpointMiddleware:
             # it, so it still goes out (the page itself is retried as a parse error); the
             # page's checkpoint is saved only if it ends dead-lettered, not retried
             drop_unstorable(task, fields, self.stats)
+            self._branches(task, state, next_pages)
             for request in self._chain(next_pages, task, state, fields):
                 yield request
             if next_pages:
                 self._page_done(page, task, state, fields, next_pages[0])
             raise
         drop_unstorable(task, fields, self.stats)
+        self._branches(task, state, next_pages)
         for request in self._chain(next_pages, task, state, fields):
             yield request
         self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+
+    def _branches(self, task: str, state: dict[str, Any], next_pages: list[Request]) -> None:
+        """A page that yields several next pages branches its task: one checkpoint cannot
+        say where each branch is, so the task's stays at this page (a restart from it
+        crawls every branch again) and is never marked done by the first branch to end."""
+        if len(next_pages) > 1 and not state.get("branched"):
+            state["branched"] = True  # carried by every page after this one
+            if task not in self._branched:
+                self._branched.add(task)
+                self.stats.inc_value("ha/checkpoint/branched")
+                logger.warning(
+                    "Task %s branches (a page yielded %d next pages): its checkpoint stays "
+                    "at that page and is not moved by the branches",
+                    task,
+                    len(next_pages),
+                )
 
     def _tracks(self, page: Request) -> bool:
         return bool(self.every and metakeys.LEASE in page.meta)
@@ -295,6 +314,8 @@ class CheckpointMiddleware:
         fields: dict[str, Any],
         nxt: Request | None,
     ) -> None:
+        if state.get("branched"):
+            return  # see _branches
         doc: dict[str, Any] = {
             "task": task,
             "of": state.get("page", 1),  # the page it is about: see checkpoint.lua
@@ -342,6 +363,8 @@ class CheckpointMiddleware:
         """Redo this page later, skipping the items already through the pipelines."""
         page, done = progress.page, progress.prefix
         task = page.meta[metakeys.TASK]
+        if (page.meta.get(metakeys.TASK_STATE) or {}).get("branched"):
+            return  # a page after its task branched: see _branches
         doc = {
             "task": task,
             "of": progress.page_no,
