@@ -84,6 +84,10 @@ CHECKPOINT_SAVE = "_ha_cp_save"
 SUSPECT = "_ha_suspect"
 #: What the revisit middleware found of this visit: ``(outcome, RevisitState of the answer)``.
 REVISIT_SEEN = "_ha_revisit_seen"
+#: On a start request resumed from its task's checkpoint: the fingerprint of the task's
+#: root request, which the scheduler deduplicates it by (a run seeds the task once, from
+#: whichever worker, resumed or not: see scheduler/admission.py).
+START_OF = "_ha_start_of"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
@@ -99,6 +103,7 @@ STRIPPED = frozenset(
         CHECKPOINT_SAVE,
         SUSPECT,
         NOT_BEFORE,
+        START_OF,
         REVISIT_SEEN,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took

@@ -61,6 +61,21 @@ class PagedSpider(scrapy.Spider):
     def parse(self, response: Any) -> Any:
         fields = response.meta.get("ha_checkpoint", {})
         fields["pages_seen"] = fields.get("pages_seen", 0) + 1
+        if response.url.endswith(self.settings.get("BAD_FIELDS_AT") or "-"):
+            fields["title"] = "caf\ud83d"  # half an emoji: Python encodes it, Redis refuses it
+            fields["seen"] = {1, 2}  # not JSON
+            fields["deep"] = deep = []  # nested deeper than Redis's cjson reads
+            for _ in range(1000):
+                deep.append([])
+                deep = deep[0]
+        if response.url.endswith(self.settings.get("RAW_BAD_CHECKPOINT_AT") or "-"):
+            # a checkpoint saved by hand that Redis's cjson refuses (a lone surrogate)
+            from scrapy_ha.middlewares.registry import scheduler_for  # noqa: PLC0415
+
+            scheduler = scheduler_for(self.crawler)
+            assert scheduler is not None
+            bad = b'{"task":"raw","page":2,"title":"caf\\ud83d"}'
+            scheduler.save_checkpoint(response.request, "raw", bad, 60_000, at_finish=False)
         for href in response.css("a.item::attr(href)").getall():
             yield {"id": int(href.rsplit("/", 1)[1])}
         next_page = response.css("a.next::attr(href)").get()

@@ -37,9 +37,11 @@ async def test_a_later_page_never_moves_the_checkpoint_past_an_earlier_one(redis
         raw = await q.client.get(q.keys.checkpoint("t"))
         return json.loads(raw) if raw else {}
 
-    # page 2 (yielded by page 1) completes while page 1 is still running or waiting to retry
+    # page 1 has a mid-page checkpoint; page 2 (yielded by page 1) completes while page 1 is
+    # still running or waiting to retry
+    assert await q.save_checkpoint(*save, doc(1, 1, skip=40, next="/list/1"), TTL)
     assert await q.save_checkpoint(*save, doc(2, 3, next="/list/3"), TTL)
-    assert await saved() == {}  # a restart begins at page 1, which has not completed
+    assert (await saved())["of"] == 1  # a restart begins at page 1, which has not completed
     assert await q.save_checkpoint(*save, doc(1, 1, skip=50, next="/list/1"), TTL)
     assert (await saved())["skip"] == 50  # page 1's own progress still counts
     assert await q.save_checkpoint(*save, doc(3, 4, next="/list/4", mid=0, skip=5), TTL)
@@ -56,6 +58,27 @@ async def test_a_later_page_never_moves_the_checkpoint_past_an_earlier_one(redis
     # a finished task run again starts its chain at page 1
     assert await q.save_checkpoint(*save, doc(1, 2, next="/list/2"), TTL)
     assert (await saved())["page"] == 2
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_task_whose_checkpoint_went_mid_chain_takes_the_next_page_as_it(redis_url):
+    """The checkpoint expired, was evicted or reset while the chain ran: the next page that
+    completes becomes the checkpoint (it waited in the ahead hash for ever, done included,
+    each counted as saved), and a page behind it says so (2, never counted as saved)."""
+    q = open_queue(redis_url)
+    await q.enqueue([NewEntry(b"", 0, b"page")])
+    (lease,) = await q.lease(1, 30000)
+    save = lease.id, lease.token, "t"
+    for n in (1, 2, 3):
+        assert await q.save_checkpoint(*save, doc(n, n + 1, next=f"/list/{n + 1}"), TTL) == 1
+    await q.client.delete(q.keys.checkpoint("t"))  # `checkpoints reset t`, a TTL, eviction
+    assert await q.save_checkpoint(*save, doc(5, 6, next="/list/6"), TTL) == 1
+    assert json.loads(await q.client.get(q.keys.checkpoint("t")))["page"] == 6
+    assert await q.save_checkpoint(*save, doc(4, 5, next="/list/5"), TTL) == 2  # behind
+    assert await q.save_checkpoint(*save, doc(6, 6, done=True), TTL) == 1
+    assert json.loads(await q.client.get(q.keys.checkpoint("t")))["done"] is True
+    assert not await q.client.exists(q.keys.checkpoint_ahead("t"))
     await q.client.aclose()
 
 

@@ -31,13 +31,20 @@ SETTINGS = {
 }
 
 
-def run_paged(redis_url: str, site_url: str, items: Path, log: Path, **extra: str):
+def run_paged(
+    redis_url: str,
+    site_url: str,
+    items: Path,
+    log: Path,
+    spider_file: str = "paged_spider.py",
+    **extra: str,
+):
     args = [
         sys.executable,
         "-m",
         "scrapy.cmdline",
         "runspider",
-        str(ROOT / "tests" / "paged_spider.py"),
+        str(ROOT / "tests" / spider_file),
         "-a",
         f"base_url={site_url}",
         "-s",
@@ -182,6 +189,26 @@ def test_checkpoints_cli(redis_url, redis_client):
         cli(redis_url, "checkpoints", "reset", "paged", "--all", "--yes").stdout.strip()
         == "reset 1 checkpoint"
     )
+    assert redis_client.keys("ha:{paged}:cp:*") == []
+
+
+def test_checkpoints_cli_reports_an_unreadable_checkpoint_and_resets_it(redis_url, redis_client):
+    from tests.test_dlq import cli
+
+    redis_client.set("ha:{paged}:cp:good", json.dumps({"task": "good", "page": 3, "items": 10}))
+    redis_client.set("ha:{paged}:cp:text", "not json")
+    redis_client.hset("ha:{paged}:cp:hash", "a", "b")
+    listed = cli(redis_url, "checkpoints", "list", "paged")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:2] for line in listed.stdout.splitlines()] == [
+        ["good", "page"],
+        ["hash", "unreadable"],
+        ["text", "unreadable"],
+    ]
+    shown = cli(redis_url, "checkpoints", "show", "paged", "hash")
+    assert shown.returncode == 1 and "unreadable" in shown.stderr
+    reset = cli(redis_url, "checkpoints", "reset", "paged", "--all", "--yes")
+    assert reset.stdout.strip() == "reset 3 checkpoints", reset.stderr
     assert redis_client.keys("ha:{paged}:cp:*") == []
 
 

@@ -48,6 +48,8 @@ BAD = [
     (CheckpointConfig, {**ON, "HA_CHECKPOINT_MAX_BYTES": -1}, "HA_CHECKPOINT_MAX_BYTES=-1"),
     (CheckpointConfig, {**ON, "HA_CHECKPOINT_TTL": -1}, "HA_CHECKPOINT_TTL=-1 must be more than 0"),
     (CheckpointConfig, {**ON, "HA_CHECKPOINT_TTL": "week"}, "HA_CHECKPOINT_TTL='week' is not a"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_TTL": "inf"}, "HA_CHECKPOINT_TTL='inf' must be a fin"),
+    (CheckpointConfig, {**ON, "HA_CHECKPOINT_TTL": 0.0004}, "HA_CHECKPOINT_TTL=0.0004 must be at"),
     (CheckpointConfig, {**ON, "HA_CHECKPOINT_RERUN": "perhaps"}, "HA_CHECKPOINT_RERUN='perhaps'"),
     (
         CheckpointConfig,

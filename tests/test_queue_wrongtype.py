@@ -5,6 +5,7 @@ aside, the same call succeeds (it is not refused as a stale lease)."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import redis.asyncio
@@ -12,7 +13,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.wire import NewEntry
+from scrapy_ha.store.wire import Commit, NewEntry
 from tests import redis_servers
 
 KEYS = Keys("ha", "wt")
@@ -113,4 +114,52 @@ async def test_a_dead_entry_stays_dead_until_requeue_can_run(redis_url):
     await q.set_aside_wrong_types()
     assert await call() == 1
     assert (await q.counts()).pending == 1
+    await q.client.aclose()
+
+
+DOC = json.dumps({"task": "T", "of": 1, "page": 2, "items": 1, "done": False}).encode()
+
+
+@pytest.mark.parametrize("bad", ["cp", "cpa"])
+@deferred_f_from_coro_f
+async def test_a_checkpoint_key_of_another_type_fails_the_ack_before_its_items(redis_url, bad):
+    """The ack that carries the task's checkpoint fails before it adds its page's items,
+    and the error names the key, which the worker sets aside: the call sent again adds
+    the items once (it added them at every try, for ever, when it failed after them)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    lease = await leased(q)
+    pair = (lease.id, lease.token)
+    key = KEYS.checkpoint("T") if bad == "cp" else KEYS.checkpoint_ahead("T")
+    await q.client.sadd(key, "garbage")
+    commits = {pair: Commit(items=(b"item-1", b"item-2"), checkpoint=("T", DOC, 60_000))}
+    for _ in range(2):
+        with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE") as info:
+            await q.sync(ack=[pair], commits=commits)
+        assert await q.client.xlen(KEYS.items) == 0  # nothing written
+    assert await q.set_aside_wrong_types(str(info.value)) == [
+        f"{key} (set, expected " + ("string)" if bad == "cp" else "hash)")
+    ]
+    result = await q.sync(ack=[pair], commits=commits)
+    assert (result.acked, result.items, result.checkpoints) == (1, 2, 1)
+    assert await q.client.xlen(KEYS.items) == 2
+    assert json.loads(await q.client.get(KEYS.checkpoint("T")))["page"] == 2
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_checkpoint_key_of_another_type_is_set_aside_for_a_mid_page_save(redis_url):
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    lease = await leased(q)
+
+    async def call():
+        return await q.save_checkpoint(lease.id, lease.token, "T", DOC, 60_000)
+
+    await q.client.hset(KEYS.checkpoint("T"), "x", "y")
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE") as info:
+        await call()
+    assert await q.set_aside_wrong_types(str(info.value)) == [
+        f"{KEYS.checkpoint('T')} (hash, expected string)"
+    ]
+    assert await call()
+    assert json.loads(await q.client.get(KEYS.checkpoint("T")))["page"] == 2
     await q.client.aclose()

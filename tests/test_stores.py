@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.state import CheckpointStore, ProxyCooldowns, StoredCheckpoint
+from scrapy_ha.store.state import (
+    CheckpointStore,
+    ProxyCooldowns,
+    StoredCheckpoint,
+    UnreadableCheckpoint,
+)
 
 KEYS = Keys("ha", "books")
 OTHER = Keys("ha", "books2")  # a crawl whose name starts like ours: none of its keys are ours
@@ -57,5 +63,29 @@ async def test_cooldowns_are_marked_by_the_server_clock_and_pruned(redis_url, re
         assert await store.load(now_ms) == {"live:3": now_ms + 5, "new:4": now_ms + 60_000}
         assert set(redis_client.hgetall(key)) == {b"live:3", b"new:4"}  # over and garbage gone
         assert await store.load(now_ms + 10) == {"new:4": now_ms + 60_000}
+    finally:
+        await store.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_unreadable_checkpoint_is_listed_as_such_and_stops_no_other(
+    redis_url, redis_client
+):
+    good = put(redis_client, KEYS, "good", {"task": "good", "page": 3})
+    redis_client.set(KEYS.checkpoint("text"), b"not json")
+    redis_client.set(KEYS.checkpoint("list"), b"[1, 2]")
+    redis_client.hset(KEYS.checkpoint("hash"), "a", "b")
+    store = CheckpointStore(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        assert await store.entries() == [
+            StoredCheckpoint("good", json.loads(good), len(good)),
+            StoredCheckpoint("hash", None, 0, "its key holds a hash, not a string"),
+            StoredCheckpoint("list", None, 6, "it is not a JSON object"),
+            StoredCheckpoint("text", None, 8, "it is not a JSON object"),
+        ]
+        with pytest.raises(UnreadableCheckpoint):
+            await store.get("hash")
+        assert await store.delete_all() == 4
+        assert redis_client.keys("*") == []
     finally:
         await store.client.aclose()

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from scrapy_ha.cli.common import approve
-from scrapy_ha.store.state import CheckpointStore
+from scrapy_ha.store.state import CheckpointStore, UnreadableCheckpoint
 
 if TYPE_CHECKING:
     import argparse
@@ -20,8 +20,12 @@ def store(queue: RedisQueue) -> CheckpointStore:
 
 
 async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """One line per task: task, page, items, done, size in bytes."""
+    """One line per task: task, page, items, done, size in bytes (or why it is unreadable:
+    ``checkpoints reset`` removes it)."""
     for cp in await store(queue).entries():
+        if cp.doc is None:
+            print(f"{cp.task:<20} unreadable ({cp.problem})")
+            continue
         state = "done" if cp.doc.get("done") else f"page {cp.doc.get('page')}"
         print(f"{cp.task:<20} {state:<10} items={cp.doc.get('items', 0):<8} {cp.size} bytes")
     return 0
@@ -29,7 +33,11 @@ async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One task's checkpoint (JSON)."""
-    doc = await store(queue).get(args.task)
+    try:
+        doc = await store(queue).get(args.task)
+    except UnreadableCheckpoint as exc:
+        print(f"the checkpoint of task {args.task} is unreadable: {exc}", file=sys.stderr)
+        return 1
     if doc is None:
         print(f"no checkpoint for task {args.task} of {queue.keys.spider}", file=sys.stderr)
         return 1
@@ -43,7 +51,7 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
         print("name TASKs or --all", file=sys.stderr)
         return 1
     checkpoints = store(queue)
-    tasks = [cp.task for cp in await checkpoints.entries()] if args.all else args.tasks
+    tasks = await checkpoints.tasks() if args.all else args.tasks  # names: garbage too
     verdict = approve(args, "reset", f"{len(tasks)} checkpoint(s) of {queue.keys.spider}", tasks)
     if not verdict:
         return 0 if verdict is None else 1

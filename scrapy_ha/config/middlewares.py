@@ -143,6 +143,9 @@ DEFAULT_CHECKPOINT_ITEMS = 50
 DEFAULT_CHECKPOINT_MAX_BYTES = 2048
 #: Checkpoints expire after a week without a save: long enough for a weekly re-crawl.
 DEFAULT_CHECKPOINT_TTL = 7 * 24 * 3600.0
+#: The shortest checkpoint TTL: one millisecond, the unit Redis keeps it in (``PX``); a
+#: shorter one rounds to 0 ms, which Redis refuses.
+MIN_CHECKPOINT_TTL = 0.001
 #: The item field whose last value a checkpoint records.
 DEFAULT_CHECKPOINT_ID_FIELD = "id"
 
@@ -182,7 +185,7 @@ class CheckpointConfig:
             max_bytes=check.whole(
                 settings, "HA_CHECKPOINT_MAX_BYTES", DEFAULT_CHECKPOINT_MAX_BYTES
             ),
-            ttl=check.seconds(settings, "HA_CHECKPOINT_TTL", DEFAULT_CHECKPOINT_TTL),
+            ttl=_checkpoint_ttl(settings),
             rerun=check.boolean(settings, "HA_CHECKPOINT_RERUN", False),
             id_field=check.text(settings, "HA_CHECKPOINT_ID_FIELD", DEFAULT_CHECKPOINT_ID_FIELD),
             schemes=allowed_schemes(settings),
@@ -191,6 +194,17 @@ class CheckpointConfig:
     @property
     def ttl_ms(self) -> int:
         return int(self.ttl * 1000)
+
+
+def _checkpoint_ttl(settings: BaseSettings) -> float:
+    """HA_CHECKPOINT_TTL: finite (``inf`` overflows the milliseconds), at least 1 ms."""
+    ttl = check.seconds(settings, "HA_CHECKPOINT_TTL", DEFAULT_CHECKPOINT_TTL, finite=True)
+    if ttl < MIN_CHECKPOINT_TTL:
+        raise ConfigError(
+            f"HA_CHECKPOINT_TTL={settings.get('HA_CHECKPOINT_TTL')!r} must be at least "
+            f"{MIN_CHECKPOINT_TTL:g} seconds (Redis keeps a TTL in whole milliseconds)"
+        )
+    return ttl
 
 
 #: Seconds a crawl's shared cookie jars live in Redis without a worker using them: a week,

@@ -27,7 +27,6 @@ The spider reads and adds its own fields through ``response.meta["ha_checkpoint"
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -35,15 +34,17 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec import CodecError, decode_request, encode_request
+from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
+from scrapy_ha.middlewares.storable import checkpoint_payload, drop_unstorable
 from scrapy_ha.middlewares.tasks import (
     Counter,
     Progress,
     is_mid_page_of,
     is_new_root,
     item_id,
+    resume_state,
     same_method,
     task_id,
     without_progress,
@@ -83,6 +84,7 @@ class CheckpointMiddleware:
         self.id_field = config.id_field
         # id(item) -> (its page's progress, its index in the page)
         self._pending: dict[int, tuple[Progress, int]] = {}
+        self._branched: set[str] = set()  # tasks warned of as branching
         crawler.signals.connect(self._item_done, signal=signals.item_scraped)
         crawler.signals.connect(self._item_done, signal=signals.item_dropped)
         crawler.signals.connect(self._item_failed, signal=signals.item_error)
@@ -108,17 +110,7 @@ class CheckpointMiddleware:
 
     async def _resume(self, root: Request) -> Request | None:
         task = task_id(root, self.crawler)
-        try:
-            doc = await self._load(task)
-        except (NotConfigured, CodecError):
-            raise
-        except Exception as exc:  # a Redis error: the root goes on, its task from the queue
-            logger.warning(
-                "Could not read the checkpoint of task %s (%s): starting it from its root request",
-                task,
-                exc,
-            )
-            doc = None
+        doc = await self._read(task)
         root.meta[metakeys.TASK] = task
         root.meta.setdefault(metakeys.TASK_STATE, {"page": 1, "items": 0})
         if doc is None:
@@ -133,20 +125,57 @@ class CheckpointMiddleware:
         if doc.get("done") or not doc.get("next"):
             return root
         try:
-            request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
-        except CodecError as exc:  # a scheme HA_ALLOWED_SCHEMES refuses too
-            logger.warning("Checkpoint of task %s is unreadable (%s): starting over", task, exc)
+            request = self._resumed(task, doc)
+            request.meta[metakeys.START_OF] = self._fingerprint(root)
+        except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
+            self.stats.inc_value("ha/checkpoint/unreadable")
+            logger.warning(
+                "Checkpoint of task %s is unreadable (%s): starting it from its root request",
+                task,
+                exc,
+            )
             return root
-        request.meta[metakeys.TASK] = task
-        request.meta[metakeys.TASK_STATE] = {
-            k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc
-        }
-        request.meta[metakeys.CHECKPOINT] = doc.get("fields", {})
-        request.dont_filter = True  # its fingerprint is in the dupefilter from the last run
         self.stats.inc_value("ha/checkpoint/resumed")
         logger.info(
             "Resuming task %s at page %s (%s items done)", task, doc.get("page"), doc.get("items")
         )
+        return request
+
+    def _fingerprint(self, root: Request) -> bytes:
+        """The root's fingerprint: the scheduler seeds the resumed request by it, so a run
+        seeds the task once (a worker that joins the run, or restarts into it after a kill
+        with the queue intact, finds it seeded and leaves the chain to the queue)."""
+        assert self.crawler.request_fingerprinter is not None
+        return bytes(self.crawler.request_fingerprinter.fingerprint(root))
+
+    async def _read(self, task: str) -> dict[str, Any] | None:
+        """The task's checkpoint; None (with a warning) where it cannot be read."""
+        try:
+            return await self._load(task)
+        except NotConfigured:
+            raise
+        except Exception as exc:  # Redis, or garbage: the root goes on, its task from the queue
+            logger.warning(
+                "Could not read the checkpoint of task %s (%s): starting it from its root request",
+                task,
+                exc,
+            )
+            return None
+
+    def _resumed(self, task: str, doc: dict[str, Any]) -> Request:
+        """The request a checkpoint resumes its task with: its next page, with its progress
+        (any exception: a checkpoint of another shape, a scheme HA_ALLOWED_SCHEMES refuses)."""
+        state = resume_state(doc)
+        request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
+        fields = doc.get("fields", {})
+        if not isinstance(fields, dict):
+            raise ValueError(f'"fields" must be an object: {fields!r}')
+        request.meta[metakeys.TASK] = task
+        request.meta[metakeys.TASK_STATE] = state
+        request.meta[metakeys.CHECKPOINT] = fields
+        # its own fingerprint is in the dupefilter from the last run; the run's start
+        # deduplication takes its root's instead (see _fingerprint)
+        request.dont_filter = True
         return request
 
     async def _load(self, task: str) -> dict[str, Any] | None:
@@ -201,14 +230,34 @@ class CheckpointMiddleware:
             # the callback failed after yielding its next page: Scrapy would have crawled
             # it, so it still goes out (the page itself is retried as a parse error); the
             # page's checkpoint is saved only if it ends dead-lettered, not retried
+            drop_unstorable(task, fields, self.stats)
+            self._branches(task, state, next_pages)
             for request in self._chain(next_pages, task, state, fields):
                 yield request
             if next_pages:
                 self._page_done(page, task, state, fields, next_pages[0])
             raise
+        drop_unstorable(task, fields, self.stats)
+        self._branches(task, state, next_pages)
         for request in self._chain(next_pages, task, state, fields):
             yield request
         self._page_done(page, task, state, fields, next_pages[0] if next_pages else None)
+
+    def _branches(self, task: str, state: dict[str, Any], next_pages: list[Request]) -> None:
+        """A page that yields several next pages branches its task: one checkpoint cannot
+        say where each branch is, so the task's stays at this page (a restart from it
+        crawls every branch again) and is never marked done by the first branch to end."""
+        if len(next_pages) > 1 and not state.get("branched"):
+            state["branched"] = True  # carried by every page after this one
+            if task not in self._branched:
+                self._branched.add(task)
+                self.stats.inc_value("ha/checkpoint/branched")
+                logger.warning(
+                    "Task %s branches (a page yielded %d next pages): its checkpoint stays "
+                    "at that page and is not moved by the branches",
+                    task,
+                    len(next_pages),
+                )
 
     def _tracks(self, page: Request) -> bool:
         return bool(self.every and metakeys.LEASE in page.meta)
@@ -265,6 +314,8 @@ class CheckpointMiddleware:
         fields: dict[str, Any],
         nxt: Request | None,
     ) -> None:
+        if state.get("branched"):
+            return  # see _branches
         doc: dict[str, Any] = {
             "task": task,
             "of": state.get("page", 1),  # the page it is about: see checkpoint.lua
@@ -287,18 +338,7 @@ class CheckpointMiddleware:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=True)
 
     def _checked(self, task: str, doc: dict[str, Any]) -> bytes | None:
-        payload = json.dumps(doc, separators=(",", ":")).encode()
-        if len(payload) > self.max_bytes:
-            self.stats.inc_value("ha/checkpoint/too_large")
-            logger.warning(
-                "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
-                "not saved (keep custom fields small)",
-                task,
-                len(payload),
-                self.max_bytes,
-            )
-            return None
-        return payload
+        return checkpoint_payload(task, doc, max_bytes=self.max_bytes, stats=self.stats)
 
     def _track(self, item: Any, progress: Progress, index: int) -> None:
         if len(self._pending) >= PENDING_LIMIT:
@@ -323,6 +363,8 @@ class CheckpointMiddleware:
         """Redo this page later, skipping the items already through the pipelines."""
         page, done = progress.page, progress.prefix
         task = page.meta[metakeys.TASK]
+        if (page.meta.get(metakeys.TASK_STATE) or {}).get("branched"):
+            return  # a page after its task branched: see _branches
         doc = {
             "task": task,
             "of": progress.page_no,

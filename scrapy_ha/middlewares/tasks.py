@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_ha import metakeys
+from scrapy_ha.middlewares.storable import storable_problem
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -21,6 +22,7 @@ __all__ = [
     "is_mid_page_of",
     "is_new_root",
     "item_id",
+    "resume_state",
     "same_method",
     "task_id",
     "without_progress",
@@ -41,6 +43,7 @@ def without_progress(page: Request) -> Request:
         metakeys.TASK_STATE,
         metakeys.CHECKPOINT,
         metakeys.TASK,
+        metakeys.START_OF,
     )  # stored beside it in the checkpoint
     meta = {k: v for k, v in page.meta.items() if k not in drop}
     return page.replace(meta=meta)
@@ -83,15 +86,30 @@ class Progress:
 
 
 def is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, Any]) -> bool:
-    """True if *doc* is a mid-page checkpoint of this very page, further than *state*."""
+    """True if *doc* is a mid-page checkpoint of this very page, further than *state*
+    (False for a document of another shape: garbage is never this page's progress)."""
     if not doc or doc.get("done") or "skip" not in doc or not doc.get("next"):
         return False
-    if doc.get("page") != state.get("page", 1) or int(doc["skip"]) <= int(state.get("skip", 0)):
-        return False
     try:
+        resume_state(doc)
+        if doc.get("page") != state.get("page", 1) or doc["skip"] <= int(state.get("skip", 0)):
+            return False
         return bool(json.loads(doc["next"]).get("u") == page.url)
     except (ValueError, TypeError, AttributeError):
         return False
+
+
+def resume_state(doc: dict[str, Any]) -> dict[str, Any]:
+    """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
+    shape checked: ValueError for a document a bug or a hand wrote otherwise."""
+    state: dict[str, Any] = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
+    for name, least in (("page", 1), ("items", 0), ("skip", 0)):
+        value = state.get(name, least)
+        if type(value) is not int or value < least:
+            raise ValueError(f'"{name}" must be a whole number of {least} or more: {value!r}')
+    if not isinstance(doc.get("next"), str):
+        raise ValueError(f'"next" must be a stored request (text): {doc.get("next")!r}')
+    return state
 
 
 def same_method(a: Any, b: Any) -> bool:
@@ -99,11 +117,14 @@ def same_method(a: Any, b: Any) -> bool:
 
 
 def item_id(item: Any, field: str, default: Any) -> Any:
+    """The item's id field, where a checkpoint can store it (else *default*, the last)."""
     try:
         value = item[field]
     except (KeyError, TypeError, IndexError):
         return default
-    return value if isinstance(value, (str, int, float)) else default
+    if not isinstance(value, (str, int, float)) or storable_problem(value):
+        return default
+    return value
 
 
 def task_id(root: Request, crawler: Crawler) -> str:

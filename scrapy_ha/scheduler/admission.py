@@ -231,8 +231,13 @@ class Admission:
         """The fingerprint of the n-th ``dont_filter`` start request of this worker that is
         this request (n = 1, 2, ...) in this run of the crawl: the same in every worker of
         the run whose ``start()`` yields the same requests, in whatever order (a set's order
-        differs per process), and another in the next run."""
-        fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        differs per process), and another in the next run. A request resumed from its
+        task's checkpoint counts as its task's root request (``meta["_ha_start_of"]``): a
+        worker that joins the run, or restarts into it, resumes a task another worker
+        seeded already (its pages in the queue) and is filtered, as its root would be."""
+        fingerprint = request.meta.get(
+            metakeys.START_OF
+        ) or self.crawler.request_fingerprinter.fingerprint(request)
         key = fingerprint[: self.fingerprint_bytes]
         n = self._starts[key] = self._starts.get(key, 0) + 1
         occurrence = b"start %d.%d " % (self.run, n) + fingerprint

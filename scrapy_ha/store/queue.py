@@ -33,6 +33,7 @@ from scrapy_ha.store.script_keys import (
     retry_keys,
     sync_keys,
 )
+from scrapy_ha.store.state import wrong_task_keys
 from scrapy_ha.store.wire import (
     ORDERS,
     Counts,
@@ -349,20 +350,22 @@ class RedisQueue:
 
     async def save_checkpoint(
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
-    ) -> bool:
-        """Save a task's checkpoint if the page's lease is current; False if it is stale."""
+    ) -> int:
+        """Save a task's checkpoint if the page's lease is current: 1 saved (or kept aside),
+        0 the lease is stale, 2 the page is behind the task's checkpoint (not saved)."""
         keys = [self.keys.leases, self.keys.checkpoint(task), self.keys.checkpoint_ahead(task)]
-        return bool(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
+        return int(await self._checkpoint(keys=keys, args=[entry_id, token, doc, ttl_ms]))
 
-    async def set_aside_wrong_types(self) -> list[str]:
+    async def set_aside_wrong_types(self, error: str = "") -> list[str]:
         """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<seconds>``,
-        in one script (workers that find the same key at once rename it once).
-
-        Returns the keys set aside (garbage written by hand must not stop the crawl).
+        in one script (workers that find the same key at once rename it once), and the task
+        keys (checkpoints) that the WRONGTYPE *error* names. Returns the keys set aside
+        (garbage written by hand must not stop the crawl).
         """
         # the dupefilter's extra keys are a Bloom filter's bitmaps (strings), or keys the
         # crawl's table types (the time slices' hash and sets, the buckets' meta hash)
         types = dict.fromkeys(self.dupefilter.extra_keys(self.keys), "string") | self.keys.types()
+        types |= wrong_task_keys(self.keys, error)
         reply = await self._set_aside(keys=list(types), args=list(types.values()))
         pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
         return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]

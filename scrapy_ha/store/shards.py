@@ -181,7 +181,7 @@ class ShardedQueue(ShardedSync):
 
     async def save_checkpoint(
         self, entry_id: str, token: str, task: str, doc: bytes, ttl_ms: int
-    ) -> bool:
+    ) -> int:
         """In the page's shard, which is its task's (checkpoint keys included)."""
         shard, local = self.route(entry_id)
         return await self.shards[shard].save_checkpoint(local, token, task, doc, ttl_ms)
@@ -254,8 +254,8 @@ class ShardedQueue(ShardedSync):
         head = await self.client.lrange(key, 0, len(raw) - 1)
         return [bytes(x) for x in head] == [bytes(x) for x in raw]
 
-    async def set_aside_wrong_types(self) -> list[str]:
-        return [m for queue in self.shards for m in await queue.set_aside_wrong_types()]
+    async def set_aside_wrong_types(self, error: str = "") -> list[str]:
+        return [m for queue in self.shards for m in await queue.set_aside_wrong_types(error)]
 
     async def leave(self, worker: str, sender: str | None = None) -> None:
         for queue in self.shards:

@@ -11,28 +11,48 @@ this store reads and deletes them.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
     import redis.asyncio
 
     from scrapy_ha.keys import Keys
 
-__all__ = ["CheckpointStore", "ProxyCooldowns", "StoredCheckpoint", "set_domain_limits"]
+__all__ = [
+    "CheckpointStore",
+    "ProxyCooldowns",
+    "StoredCheckpoint",
+    "UnreadableCheckpoint",
+    "set_domain_limits",
+    "wrong_task_keys",
+]
+
+#: The key a scrapy-ha script's WRONGTYPE error names (lib/types, lib/checkpoint).
+_WRONGTYPE_KEY = re.compile(r"WRONGTYPE \w+: (.+?) holds a ")
 
 #: Keys asked for per SCAN round trip: a few hundred checkpoints per call, without holding
 #: the server for long.
 SCAN_COUNT = 500
 
 
+class UnreadableCheckpoint(ValueError):
+    """A task's checkpoint key holds something that is not a checkpoint (not a JSON object,
+    or not a string at all): garbage, which only ``checkpoints reset`` removes."""
+
+
 @dataclass(frozen=True)
 class StoredCheckpoint:
-    """One task's checkpoint as stored: the task, the document, its size in bytes."""
+    """One task's checkpoint as stored: the task, the document, its size in bytes; an
+    unreadable one has no document (``doc`` None) and says why in ``problem``."""
 
     task: str
-    doc: dict[str, Any]
+    doc: dict[str, Any] | None
     size: int
+    problem: str = ""
 
 
 class CheckpointStore:
@@ -43,9 +63,20 @@ class CheckpointStore:
         self.keys = keys
 
     async def get(self, task: str) -> dict[str, Any] | None:
-        """The checkpoint of *task*, None if it has none (never saved, expired or reset)."""
-        raw = await self.client.get(self.keys.checkpoint(task))
+        """The checkpoint of *task*, None if it has none (never saved, expired or reset).
+        Raises :class:`UnreadableCheckpoint` if its key holds garbage."""
+        raw = await self._raw(task)
         return _decode(raw) if raw else None
+
+    async def _raw(self, task: str) -> bytes | str | None:
+        try:
+            raw: bytes | str | None = await self.client.get(self.keys.checkpoint(task))
+        except ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            kind = _text(await self.client.type(self.keys.checkpoint(task)))
+            raise UnreadableCheckpoint(f"its key holds a {kind}, not a string") from None
+        return raw
 
     async def tasks(self) -> list[str]:
         """Every task with a checkpoint, sorted."""
@@ -58,12 +89,17 @@ class CheckpointStore:
         return sorted(found)
 
     async def entries(self) -> list[StoredCheckpoint]:
-        """Every checkpoint, by task (one expiring between the scan and the read is left out)."""
+        """Every checkpoint, by task (one expiring between the scan and the read is left
+        out); an unreadable one is listed with its problem, never stops the others."""
         found = []
         for task in await self.tasks():
-            raw = await self.client.get(self.keys.checkpoint(task))
-            if raw is not None:
-                found.append(StoredCheckpoint(task, _decode(raw), len(raw)))
+            raw = None
+            try:
+                raw = await self._raw(task)
+                if raw is not None:
+                    found.append(StoredCheckpoint(task, _decode(raw), len(raw)))
+            except UnreadableCheckpoint as exc:
+                found.append(StoredCheckpoint(task, None, len(raw or b""), str(exc)))
         return found
 
     async def exists(self) -> bool:
@@ -128,9 +164,28 @@ async def set_domain_limits(
         await client.hdel(key, *old)
 
 
+def wrong_task_keys(keys: Keys, message: str) -> dict[str, str]:
+    """The task keys of *keys*' shard (a checkpoint: a string, its ahead hash: a hash) that
+    a WRONGTYPE error *message* names, with the type each must have: named by their task,
+    they are not in the crawl's table of keys, so the error names them to be set aside."""
+    head = f"{keys.prefix}:{{{keys.tag}}}:"
+    kinds = {head + "cp:": "string", head + "cpa:": "hash"}
+    return {
+        key: want
+        for key in _WRONGTYPE_KEY.findall(message)
+        for start, want in kinds.items()
+        if key.startswith(start)
+    }
+
+
 def _decode(raw: bytes | str) -> dict[str, Any]:
-    doc = json.loads(raw)
-    return doc if isinstance(doc, dict) else {}
+    try:
+        doc = json.loads(raw)
+    except ValueError:  # not JSON, or not UTF-8
+        doc = None
+    if not isinstance(doc, dict):
+        raise UnreadableCheckpoint("it is not a JSON object")
+    return doc
 
 
 def _text(value: bytes | str) -> str:

@@ -234,7 +234,7 @@ class Ends:
         """Redis refused a command of the session's round: a key of the crawl that holds
         garbage is set aside with the reason, and the round goes on (after 1 s otherwise)."""
         assert self.queue is not None
-        moved = await self.queue.set_aside_wrong_types() if "WRONGTYPE" in str(exc) else []
+        moved = await self.queue.set_aside_wrong_types(str(exc)) if "WRONGTYPE" in str(exc) else []
         if moved:
             self.stats.inc_value("ha/corrupt_keys", len(moved))
             logger.error(

@@ -14,8 +14,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from redis.exceptions import ResponseError
+
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.scheduler.outbox import BATCH
+from scrapy_ha.scheduler.session.ends import kept
 from scrapy_ha.scheduler.session.lost import fenced_sync
 from scrapy_ha.store.dictionary import Dictionaries
 from scrapy_ha.store.items import ItemStream
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["Syncer"]
 
 logger = logging.getLogger(__name__)
+#: What the checkpoint script's status says (1, the rest: saved, or kept aside), as a stat.
+SAVE_STATUS = {0: "stale", 2: "behind"}
 
 
 class Syncer:
@@ -325,11 +330,19 @@ class Syncer:
         saves = self.outbox.checkpoints
         while saves:
             cp = saves[0]
-            saved = await self.queue.save_checkpoint(
-                cp.entry_id, cp.token, cp.task, cp.doc, cp.ttl_ms
-            )
+            try:
+                saved = await self.queue.save_checkpoint(
+                    cp.entry_id, cp.token, cp.task, cp.doc, cp.ttl_ms
+                )
+            except ResponseError as exc:
+                if kept(exc):  # a key set aside first (WRONGTYPE): sent again
+                    raise
+                saves.pop(0)  # refused as it is: sent again, refused again, for ever
+                self.stats.inc_value("ha/checkpoint/failed")
+                logger.error("Checkpoint of task %s refused by Redis (%s): dropped", cp.task, exc)
+                continue
             saves.pop(0)
-            self.stats.inc_value("ha/checkpoint/saved" if saved else "ha/checkpoint/stale")
+            self.stats.inc_value(f"ha/checkpoint/{SAVE_STATUS.get(saved, 'saved')}")
             if not saved:
                 logger.warning(
                     "Checkpoint of task %s refused: this worker's lease on the page "

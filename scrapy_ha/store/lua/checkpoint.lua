@@ -6,10 +6,11 @@
 -- ARGV[1] entry id of the page  ARGV[2] its lease token  ARGV[3] checkpoint (JSON)
 -- ARGV[4] time to live (ms)
 -- Returns 1 when saved (or kept aside), 0 when the lease is stale, 2 when the page is
--- behind the checkpoint (not saved).
+-- behind the checkpoint (not saved); an error reply, before any write, for a checkpoint
+-- that cannot be saved or a task key of another type ('WRONGTYPE checkpoint: <key> ...').
 --- @include "lease"
 --- @include "checkpoint"
-local new, ttl = checkpoint_doc(ARGV[3], ARGV[4])
+local new, ttl = checkpoint_doc(ARGV[3], ARGV[4], KEYS[2], KEYS[3])
 if not new then return ttl end
 if not lease_current(KEYS[1], ARGV[1], ARGV[2]) then
   return 0

@@ -6,14 +6,18 @@
 -- (it finished while an earlier page was still running, or waits to retry) is kept aside
 -- in the task's ahead hash; when the earlier page completes, the checkpoint moves over
 -- every page completed ahead of it, in order. A page behind it (run again) never moves it
--- back. Mid-page progress ("skip") is kept for the first page not completed only.
+-- back. Mid-page progress ("skip") is kept for the first page not completed only. A task
+-- whose checkpoint is missing takes the page that comes as its checkpoint (see below).
 -- A checkpoint without "of" (not written by the middleware) is saved as given.
 
--- checkpoint_doc(doc, ttl)
---   doc: the checkpoint (JSON text); ttl: its time to live in ms (a number or its text).
---   Returns the decoded checkpoint and the ttl as a number, or nil and an error reply for
---   input that cannot be saved (call it before the script's first write).
-local function checkpoint_doc(doc, ttl)
+-- checkpoint_doc(doc, ttl, cp, ahead)
+--   doc: the checkpoint (JSON text); ttl: its time to live in ms (a number or its text);
+--   cp, ahead: the task's checkpoint key and ahead hash.
+--   Returns the decoded checkpoint and the ttl as a number; nil and an error reply for
+--   input that cannot be saved; false and an error reply 'WRONGTYPE checkpoint: <key> holds
+--   a <type>' when cp is not a string or ahead not a hash (garbage: the worker sets the key
+--   it names aside, lib/types). Call it before the script's first write.
+local function checkpoint_doc(doc, ttl, cp, ahead)
   ttl = tonumber(ttl)
   if not ttl or ttl <= 0 then
     return nil, redis.error_reply('ERR checkpoint: the time to live must be a positive number')
@@ -25,6 +29,12 @@ local function checkpoint_doc(doc, ttl)
   local of = new['of']
   if of ~= nil and (type(of) ~= 'number' or type(new['page']) ~= 'number') then
     return nil, redis.error_reply('ERR checkpoint: "of" and "page" must be page numbers')
+  end
+  for key, want in pairs({[cp] = 'string', [ahead] = 'hash'}) do
+    local ty = redis.call('TYPE', key)['ok']
+    if ty ~= 'none' and ty ~= want then
+      return false, redis.error_reply('WRONGTYPE checkpoint: ' .. key .. ' holds a ' .. ty)
+    end
   end
   return new, ttl
 end
@@ -40,12 +50,18 @@ local function checkpoint_save(cp, ahead, doc, new, ttl)
     redis.call('SET', cp, doc, 'PX', ttl)
     return 1
   end
-  -- the first page of the chain not completed: 1 when the task has no checkpoint yet, or a
-  -- finished one (it runs again); an unreadable checkpoint is replaced
-  local first = 1
+  -- the first page of the chain not completed: 1 when the task has a finished checkpoint
+  -- (it runs again); an unreadable checkpoint is replaced. A task without one is at page 1,
+  -- or lost it mid-chain (its TTL ran out while the crawl was paused, evicted, reset by an
+  -- operator): a page after the first then becomes the checkpoint (else every later page
+  -- would wait in the ahead hash for ever, done included). The price: a page 2 that
+  -- completes before page 1 of a new chain moves it past page 1, whose items a restart
+  -- from the checkpoint alone (the queue lost as well, in that window) would not redo.
+  local first = of
   local cur = redis.call('GET', cp)
   if cur then
     local ok, old = pcall(cjson.decode, cur)
+    first = 1
     if ok and type(old) == 'table' and not old['done'] and type(old['page']) == 'number' then
       first = old['page']
     elseif ok and type(old) == 'table' and old['done'] then

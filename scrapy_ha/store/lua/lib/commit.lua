@@ -30,20 +30,25 @@ local function commit_records(arg, at, n)
 end
 
 -- commit_checkpoint(keys, a, c, arg, at)
---   Reads the checkpoint of ack a ("<k>/<ttl>" then its record at position at) into a.
---   Returns the position after it; nil when malformed; or false and an error reply when its
---   ahead hash holds another type (the call fails before any write, see lib/types).
+--   Reads the checkpoint of ack a ("<k>/<ttl>" then its record at position at) into a; a
+--   checkpoint that cannot be saved (not a JSON object cjson reads, a bad time to live) is
+--   dropped (a.dropped), the ack goes on without it (refusing the ack would refuse it at
+--   every try, as stale, until the page is dead-lettered as poison).
+--   Returns the position after it; nil when malformed; or false and an error reply when the
+--   task's checkpoint key or its ahead hash holds another type (the call fails before any
+--   write, its reply naming the key: the worker sets it aside and sends the call again, see
+--   lib/types; a call that wrote the items first would add them again each time).
 local function commit_checkpoint(keys, a, c, arg, at)
   local k, ttl = string.match(c, '^(%d+)/(%d+)$')
   k = tonumber(k)
   if not (k and keys[k] and keys[k + 1]) then return nil end
   local doc, after = commit_records(arg, at, 1)
   if not doc then return nil end
-  local new = checkpoint_doc(doc[1], ttl)
-  if not new then return nil end
-  local ty = redis.call('TYPE', keys[k + 1])['ok']
-  if ty ~= 'none' and ty ~= 'hash' then
-    return false, redis.error_reply('WRONGTYPE sync: ' .. keys[k + 1] .. ' holds a ' .. ty)
+  local new, err = checkpoint_doc(doc[1], ttl, keys[k], keys[k + 1])
+  if new == false then return false, err end
+  if not new then
+    a.dropped = true
+    return after
   end
   a.cp, a.cpa, a.doc, a.new, a.ttl = keys[k], keys[k + 1], doc[1], new, tonumber(ttl)
   return after
@@ -86,12 +91,14 @@ end
 --   KEYS: stream, the crawl's item stream (the caller's KEYS[i])
 --   Adds ack a's items to the stream and saves its checkpoint; call it while a's lease is
 --   current, before the ack ends it. Returns the items added, and 1 when it carried a
---   checkpoint (saved, kept aside, or behind the task's: lib/checkpoint), else 0.
+--   checkpoint (saved, kept aside, or behind the task's: lib/checkpoint), else 0 (a
+--   checkpoint dropped as unreadable is counted as checkpoints_dropped).
 local function commit_apply(stream, a)
   for _, item in ipairs(a.items) do
     redis.call('XADD', stream, '*', 'i', item)
   end
   count('items', #a.items)
+  if a.dropped then count('checkpoints_dropped', 1) end
   if a.doc then
     checkpoint_save(a.cp, a.cpa, a.doc, a.new, a.ttl)
     return #a.items, 1

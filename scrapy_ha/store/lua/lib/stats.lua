@@ -4,7 +4,8 @@
 -- that moved, however many requests the call handled.
 --   stats   hash: counter -> total (enqueued, filtered, start_duplicates, acked, reclaimed,
 --           poison, retried, retried:<class>, dead, dead:<class>, retry_ok, retry_dead,
---           requeued, purged, items, items_refused, items_consumed, items_consumed:<group>)
+--           requeued, purged, items, items_refused, items_consumed, items_consumed:<group>,
+--           checkpoints_dropped)
 --   minutes hash: '<event>:<minute>' -> count in that minute (minute = server ms // 60000)
 --           for the events of MINUTE_EVENTS, and '<event>:<class>:<minute>' for those of
 --           CLASS_MINUTE_EVENTS; '<name>:last' -> the newest minute of each

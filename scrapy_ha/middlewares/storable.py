@@ -1,0 +1,105 @@
+"""What a checkpoint can hold: JSON that Redis's cjson reads back (the scripts decode every
+checkpoint they save). Python's json encodes more (a lone surrogate, any depth): such a
+field of the spider's is dropped, such a checkpoint skipped, each with a warning, and the
+task goes on without it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+__all__ = ["MAX_DEPTH", "checkpoint_payload", "drop_unstorable", "storable_problem"]
+
+logger = logging.getLogger(__name__)
+
+#: The deepest nesting of a checkpoint Redis reads: lua-cjson's ``decode_max_depth``
+#: (1000 in Redis), the document itself at depth 1.
+MAX_DEPTH = 1000
+_SCALARS = (int, float, bool, type(None))
+
+
+def storable_problem(value: Any, depth: int = 1) -> str | None:
+    """Why *value* (at nesting *depth* of its checkpoint) cannot be stored as JSON that
+    Redis's cjson reads back, None if it can: a type json.dumps cannot encode, NaN or
+    infinity, a string that is not valid Unicode (a lone surrogate, half an emoji cut by an
+    API), or deeper than :data:`MAX_DEPTH` (Python encodes them; the script refuses them)."""
+    stack = [(value, depth)]
+    while stack:
+        x, level = stack.pop()
+        if isinstance(x, str):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"a string that is not valid Unicode: {x!r}"
+        elif isinstance(x, float) and not math.isfinite(x):
+            return f"the number {x!r}"
+        elif isinstance(x, (dict, list, tuple)):
+            if level > MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH}"
+            pairs = x.items() if isinstance(x, dict) else enumerate(x)
+            for k, v in pairs:
+                if isinstance(x, dict) and not isinstance(k, (str, *_SCALARS)):
+                    return f"a key of type {type(k).__name__}"
+                stack += [(k, level + 1), (v, level + 1)]
+        elif not isinstance(x, _SCALARS):
+            return f"a {type(x).__name__}, not JSON"
+    return None
+
+
+def unstorable_fields(fields: Any) -> list[tuple[str, str]]:
+    """Drop from *fields* (the spider's, ``meta["ha_checkpoint"]``) those a checkpoint
+    cannot store; returns each dropped name with why (see :func:`storable_problem`)."""
+    dropped = []
+    for name in list(fields) if isinstance(fields, dict) else ():
+        problem = storable_problem({name: fields[name]}, depth=2)  # doc > fields > field
+        if problem is not None:
+            del fields[name]
+            dropped.append((str(name), problem))
+    return dropped
+
+
+def drop_unstorable(task: str, fields: Any, stats: StatsCollector) -> None:
+    """Drop the spider's *fields* a checkpoint cannot store, with a warning: the page's
+    checkpoint and the next pages' go on without them."""
+    for name, problem in unstorable_fields(fields):
+        stats.inc_value("ha/checkpoint/fields_dropped")
+        logger.warning(
+            "Field %r of the checkpoint of task %s cannot be stored (%s): dropped",
+            name,
+            task,
+            problem,
+        )
+
+
+def checkpoint_payload(
+    task: str, doc: dict[str, Any], *, max_bytes: int, stats: StatsCollector
+) -> bytes | None:
+    """The checkpoint's JSON, strict (what Redis's cjson reads back), None if it cannot be
+    saved: too large, or not storable (counted, with a warning; the task goes on)."""
+    drop_unstorable(task, doc.get("fields"), stats)
+    problem = storable_problem(doc)
+    if problem is None:
+        try:
+            payload = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+    if problem is not None:
+        stats.inc_value("ha/checkpoint/unencodable")
+        logger.warning("Checkpoint of task %s cannot be stored (%s): not saved", task, problem)
+        return None
+    if len(payload) > max_bytes:
+        stats.inc_value("ha/checkpoint/too_large")
+        logger.warning(
+            "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+            "not saved (keep custom fields small)",
+            task,
+            len(payload),
+            max_bytes,
+        )
+        return None
+    return payload
