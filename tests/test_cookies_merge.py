@@ -10,13 +10,10 @@ from http.cookiejar import Cookie
 from typing import Any
 
 import redis.asyncio
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from scrapy import Request
 from scrapy.http import HtmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha.demo.harness import free_port
 from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware, SharedJars
 from scrapy_ha.store import jars as jars_module
@@ -132,36 +129,6 @@ async def test_stamps_older_than_a_lost_jar_cost_one_load_not_one_per_request(
             sent = (await _request(b, request)).headers.get("Cookie", b"").split(b"; ")
             assert sorted(sent) == [b"cart=1", b"session=new"]
         assert b_stats.values.get("ha/cookies/loaded") == 1
-    finally:
-        await workers.close()
-
-
-@deferred_f_from_coro_f
-async def test_cookies_a_failed_merge_kept_survive_the_next_catch_up(redis_url):
-    """Redis is unreachable when worker A's response sets a cookie: A keeps it (and says
-    so); a catch-up to another worker's change must not throw it away, and A's next merge
-    shares it with the others."""
-    workers = Workers(redis_url, Keys("ha", "unsaved"))
-    try:
-        a, b = workers.new(), workers.new()
-        assert a._jars is not None
-        live = a._jars.client
-        a._jars.client = redis.asyncio.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))
-        workers.clients.append(a._jars.client)
-        await _respond(a, Request("http://shop.test/login"), "session=a; Path=/")  # lost
-        a._jars.client, a._jars.merge = live, None  # Redis is back
-        await _respond(b, Request("http://shop.test/lang"), "lang=en; Path=/")  # v1
-        sent = await _request(a, Request("http://shop.test/x", meta={"ha_cookies_v": 1}))
-        assert sorted(sent.headers["Cookie"].split(b"; ")) == [b"lang=en", b"session=a"]
-        cart = await _respond(a, Request("http://shop.test/cart"), "cart=1; Path=/")
-        other = workers.new()
-        stamp = cart.meta["ha_cookies_v"]
-        sent = await _request(other, Request("http://shop.test/y", meta={"ha_cookies_v": stamp}))
-        assert sorted(sent.headers["Cookie"].split(b"; ")) == [
-            b"cart=1",
-            b"lang=en",
-            b"session=a",
-        ]
     finally:
         await workers.close()
 

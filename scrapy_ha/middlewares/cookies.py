@@ -203,7 +203,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not share the cookies of jar %s with the other workers (%s); this "
-                "worker keeps them and sends them with its next change",
+                "worker keeps them",
                 jar_field(key),
                 type(exc).__name__,
             )
@@ -233,9 +233,6 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         jar = CookieJar()
         for cookie in cookies:
             jar.jar.set_cookie(cookie)
-        unsaved = jars.unsaved.get(jar_field(key))
-        if unsaved is not None:  # this worker's changes Redis does not have yet
-            unsaved.lay_over(jar)
         self.jars[key] = jar
         jars.in_step(key, version, stamp)
 

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BAD_JAR_PREFIX",
-    "Unsaved",
     "BadJar",
     "SharedJars",
     "cookie_from_dict",
@@ -115,34 +114,6 @@ def jar_field(key: Hashable) -> str:
 
 
 @dataclass
-class Unsaved:
-    """Changes of one jar this worker made but could not store yet."""
-
-    #: cookie id -> cookie (as stored)
-    changed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    dropped: set[str] = field(default_factory=set)
-
-    def add(self, changed: dict[str, Any], dropped: list[str]) -> None:
-        """Newer changes win: a cookie set again is no longer dropped, and the reverse."""
-        self.dropped.difference_update(changed)
-        self.dropped.update(dropped)
-        self.changed.update(changed)
-        for cookie in dropped:
-            self.changed.pop(cookie, None)
-
-    def lay_over(self, jar: CookieJar) -> None:
-        """Apply these changes to *jar* (a copy just loaded from Redis)."""
-        for cookie in self.changed.values():
-            jar.jar.set_cookie(cookie_from_dict(cookie))
-        for gone in self.dropped:
-            domain, path, name = (gone.split("\t", 2) + ["", ""])[:3]
-            try:
-                jar.jar.clear(domain, path, name)
-            except KeyError:
-                pass
-
-
-@dataclass
 class SharedJars:
     """The jars of one worker and their versions, kept in step with Redis."""
 
@@ -157,9 +128,6 @@ class SharedJars:
     #: ``versions`` when requests asked for a version Redis lost (_catch_up)
     synced: dict[str, int] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    #: changes a merge could not store (Redis was down), by jar: sent again with the next
-    #: merge, and laid again over the jar a catch-up loads
-    unsaved: dict[str, Unsaved] = field(default_factory=dict)
     merge: Any = None
     set_aside: Any = None
     #: when this worker last set the jars' TTL (monotonic seconds)
@@ -181,21 +149,14 @@ class SharedJars:
     async def store(
         self, key: Hashable, changed: dict[str, Any], dropped: list[str]
     ) -> tuple[int, int]:
-        """Merge a change of this worker into Redis, with the changes no merge could store
-        before; return the jar's version before the merge and its new one (past every
-        version this worker knows: see jar_merge.lua). A Redis error keeps the change for
-        the next merge, and raises."""
+        """Merge a change of this worker into Redis; return the jar's version before the
+        merge and its new one (past every version this worker knows: see jar_merge.lua)."""
         if self.merge is None:
             self.merge = self.client.register_script(scripts.JAR_MERGE_LUA)
         name = jar_field(key)
-        unsaved = self.unsaved.pop(name, Unsaved())
-        unsaved.add(changed, dropped)
-        changed, dropped = unsaved.changed, sorted(unsaved.dropped)
-        self.unsaved[name] = unsaved
         args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped)]
         args += [str(self.ttl_ms), str(self.version(key))]
         before, version = await self.merge(keys=[self.keys.cookies], args=args)
-        del self.unsaved[name]
         self.refreshed = time.monotonic()
         self._count("ha/cookies/stored")
         return int(before), int(version)
