@@ -98,41 +98,6 @@ async def test_a_max_age_zero_deletes_the_cookie_of_its_domain_and_path(redis_ur
         await workers.close()
 
 
-@deferred_f_from_coro_f
-async def test_stamps_older_than_a_lost_jar_cost_one_load_not_one_per_request(
-    redis_url, redis_client
-):
-    """The cookies hash expired while the crawl was stopped (HA_COOKIES_TTL) and its
-    versions start again at 1: the requests still queued with the old stamp (57) cost the
-    worker one load of the jar, not one before each of them."""
-    keys = Keys("ha", "lost")
-    redis_client.hset(keys.cookies, "v:null", 57)  # the jar before the stop ...
-    redis_client.delete(keys.cookies)  # ... gone with the TTL
-    workers = Workers(redis_url, keys)
-    try:
-        stats = Stats()
-        a = workers.new(stats)
-        await _respond(a, Request("http://shop.test/login"), "session=new; Path=/")
-        for n in range(20):
-            request = Request(f"http://shop.test/order/{n}", meta={"ha_cookies_v": 57})
-            assert (await _request(a, request)).headers.get("Cookie") == b"session=new"
-        assert stats.values.get("ha/cookies/loaded") == 1
-        # the next change lifts the jar's version past the old stamps, without a load
-        cart = await _respond(a, Request("http://shop.test/cart"), "cart=1; Path=/")
-        assert cart.meta["ha_cookies_v"] == 58
-        assert stats.values.get("ha/cookies/loaded") == 1
-        # another worker, behind, catches up once to a request stamped 58
-        b_stats = Stats()
-        b = workers.new(b_stats)
-        for n in range(5):
-            request = Request(f"http://shop.test/pay/{n}", meta={"ha_cookies_v": 58})
-            sent = (await _request(b, request)).headers.get("Cookie", b"").split(b"; ")
-            assert sorted(sent) == [b"cart=1", b"session=new"]
-        assert b_stats.values.get("ha/cookies/loaded") == 1
-    finally:
-        await workers.close()
-
-
 def _stored(name: str, expires: int | None) -> tuple[str, dict[str, Any]]:
     cookie = {"name": name, "value": "v", "domain": "shop.test", "path": "/", "rest": {}}
     cookie["expires"] = expires
@@ -161,7 +126,28 @@ async def test_expired_cookies_leave_the_shared_jar_at_the_next_merge_and_load(
     finally:
         await workers.close()
     stored = json.loads(redis_client.hget(keys.cookies, "jar:null"))
-    assert sorted(c["name"] for c in stored.values()) == ["cart", "live", "session"]
+    # "soon" expired a second ago by this clock: within the hour's grace a worker's clock
+    # behind the server's may still hold it (a review: Max-Age=60 on workers 120 s behind
+    # was dropped at once); it is never sent
+    assert sorted(c["name"] for c in stored.values()) == ["cart", "live", "session", "soon"]
+
+
+@deferred_f_from_coro_f
+async def test_a_deletion_of_a_cookie_no_jar_holds_changes_no_version(redis_url, redis_client):
+    """A page that clears a cookie at every answer (``x=; Max-Age=0``) merged at each
+    answer and bumped the jar's version: every other worker then loaded the whole jar for
+    that page's requests (a review: 100 loads for 100 pages)."""
+    keys = Keys("ha", "noop")
+    workers = Workers(redis_url, keys)
+    try:
+        a = workers.new()
+        await _respond(a, Request("http://shop.test/"), "id=1; Path=/")
+        version = redis_client.hget(keys.cookies, "v:null")
+        for n in range(3):
+            await _respond(a, Request(f"http://shop.test/{n}"), "x=; Path=/; Max-Age=0")
+        assert redis_client.hget(keys.cookies, "v:null") == version
+    finally:
+        await workers.close()
 
 
 def _foreign(n: int) -> Cookie:

@@ -157,9 +157,8 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     async def _process_request(self, jars: SharedJars, request: Request) -> None:
         key = request.meta.get("cookiejar")
         async with jars.lock(key):
-            stamp = request.meta.get(metakeys.COOKIES_VERSION, 0)
-            if stamp > jars.version(key):
-                await self._catch_up(jars, key, stamp)
+            if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key):
+                await self._catch_up(jars, key)
             domains = request_domains(request)
             before = snapshot_domains(self.jars[key], domains) if request.cookies else None
             super().process_request(request)
@@ -197,9 +196,9 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         dropped += [i for i in deleted if i not in after and i not in before]
         if not changed and not dropped:
             return
-        known = jars.synced.get(jar_field(key), 0)
+        known = jars.version(key)
         try:
-            before_version, version = await jars.store(key, changed, dropped)
+            version = await jars.store(key, changed, dropped)
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not share the cookies of jar %s with the other workers (%s); this "
@@ -208,19 +207,15 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                 type(exc).__name__,
             )
             return
-        if before_version == known:
-            jars.in_step(key, version)
-        else:  # another worker changed the jar meanwhile (or Redis lost it): take it all
-            await self._catch_up(jars, key, version)
-        request.meta[metakeys.COOKIES_VERSION] = max(version, jars.version(key))
+        if not version:  # it changed nothing in Redis (a deletion of a cookie none had)
+            return
+        if version != known + 1:  # another worker changed the jar meanwhile: take it all
+            await self._catch_up(jars, key)
+        jars.versions[jar_field(key)] = max(version, jars.version(key))
+        request.meta[metakeys.COOKIES_VERSION] = jars.version(key)
 
-    async def _catch_up(self, jars: SharedJars, key: Hashable, stamp: int = 0) -> None:
-        """Replace this worker's copy of the jar with Redis's (called under the jar's lock).
-
-        The copy then meets *stamp* (the version a request asked for) even when Redis's
-        version is below it: Redis lost the jar's history (its TTL passed while the crawl was
-        stopped, a flush) and has nothing newer to give, so the requests stamped before cost
-        one load, not one each. The next merge lifts Redis's version past it."""
+    async def _catch_up(self, jars: SharedJars, key: Hashable) -> None:
+        """Replace this worker's copy of the jar with Redis's (called under the jar's lock)."""
         try:
             cookies, version = await jars.load(key)
         except REDIS_DOWN_ERRORS as exc:
@@ -234,7 +229,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         for cookie in cookies:
             jar.jar.set_cookie(cookie)
         self.jars[key] = jar
-        jars.in_step(key, version, stamp)
+        jars.versions[jar_field(key)] = max(version, jars.version(key))
 
 
 def _forget_cookie_header(request: Request) -> None:

@@ -122,11 +122,7 @@ class SharedJars:
     stats: Any = None
     #: how long the jars live in Redis unused (ms; 0: for ever): see HA_COOKIES_TTL
     ttl_ms: int = 0
-    #: the version each jar's copy meets (what requests are stamped with and compared to)
     versions: dict[str, int] = field(default_factory=dict)
-    #: the version Redis had when this worker's copy was last in step with it: below
-    #: ``versions`` when requests asked for a version Redis lost (_catch_up)
-    synced: dict[str, int] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     merge: Any = None
     set_aside: Any = None
@@ -140,26 +136,17 @@ class SharedJars:
     def version(self, key: Hashable) -> int:
         return self.versions.get(jar_field(key), 0)
 
-    def in_step(self, key: Hashable, version: int, stamp: int = 0) -> None:
-        """This worker's copy of the jar is Redis's at *version*, and meets *stamp*."""
-        name = jar_field(key)
-        self.synced[name] = version
-        self.versions[name] = max(version, self.versions.get(name, 0), stamp)
-
-    async def store(
-        self, key: Hashable, changed: dict[str, Any], dropped: list[str]
-    ) -> tuple[int, int]:
-        """Merge a change of this worker into Redis; return the jar's version before the
-        merge and its new one (past every version this worker knows: see jar_merge.lua)."""
+    async def store(self, key: Hashable, changed: dict[str, Any], dropped: list[str]) -> int:
+        """Merge a change of this worker into Redis; return the jar's new version (0: the
+        change changed nothing there, and its version stays)."""
         if self.merge is None:
             self.merge = self.client.register_script(scripts.JAR_MERGE_LUA)
         name = jar_field(key)
-        args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped)]
-        args += [str(self.ttl_ms), str(self.version(key))]
-        before, version = await self.merge(keys=[self.keys.cookies], args=args)
+        args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped), self.ttl_ms]
+        version = int(await self.merge(keys=[self.keys.cookies], args=args))
         self.refreshed = time.monotonic()
         self._count("ha/cookies/stored")
-        return int(before), int(version)
+        return version
 
     def refresh(self) -> None:
         """This worker uses the jars: set their TTL again once a quarter of it has passed

@@ -6,19 +6,30 @@
 -- ARGV[1] the jar's field  ARGV[2] its version field
 -- ARGV[3] JSON object {cookie id: cookie} to set  ARGV[4] JSON array of cookie ids to drop
 -- ARGV[5] the jars' TTL (ms; 0: none), set again at each merge
--- ARGV[6] the version of the jar the worker knows
--- Returns {the jar's version before the merge, its new version}. The new one is past both
--- the stored version and ARGV[6]: a jar whose hash was lost (TTL, flush) starts again above
--- the versions stamped on the requests still queued, instead of at 1 below them.
+-- Returns the jar's new version (an integer), or 0 when nothing changed (a deletion of a
+-- cookie the jar does not hold: a page that clears a cookie at every answer): nothing is
+-- written and the version stays, so the other workers load nothing.
 --- @include "time"
 --- @include "jars"
+-- EXPIRY_GRACE_S: a cookie's expiry is in a worker's clock (Max-Age), the drop in the
+-- server's: one expired this long ago is dropped, one the workers' clocks may still hold
+-- is left to them (http.cookiejar never sends an expired one)
+local EXPIRY_GRACE_S = 3600
 local jar = jar_read(KEYS[1], ARGV[1])
-for id, cookie in pairs(cjson.decode(ARGV[3])) do jar[id] = cookie end
-for _, id in ipairs(cjson.decode(ARGV[4])) do jar[id] = nil end
-drop_expired(jar, math_floor(now_ms() / 1000))
+local changed = false
+for id, cookie in pairs(cjson.decode(ARGV[3])) do
+  jar[id] = cookie
+  changed = true
+end
+for _, id in ipairs(cjson.decode(ARGV[4])) do
+  if jar[id] ~= nil then
+    jar[id] = nil
+    changed = true
+  end
+end
+if drop_expired(jar, math_floor(now_ms() / 1000) - EXPIRY_GRACE_S) > 0 then changed = true end
+if not changed then return 0 end
 jar_write(KEYS[1], ARGV[1], jar)
-local before = tonumber(redis.call('HGET', KEYS[1], ARGV[2])) or 0
-local version = math_max(before, tonumber(ARGV[6]) or 0) + 1
-redis.call('HSET', KEYS[1], ARGV[2], version)
+local version = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
-return {before, version}
+return version

@@ -28,13 +28,19 @@ end
 
 -- drop_expired(jar, now_s)
 --   Drops from jar (a table) the cookies that expired (expires <= now_s, in seconds).
+--   Returns how many it dropped.
 --   Rule: a cookie past its expiry is never sent again: no jar keeps it (a broad crawl's
 --   default jar would otherwise grow for ever).
 local function drop_expired(jar, now_s)
+  local n = 0
   for id, c in pairs(jar) do
     local expires = type(c) == 'table' and tonumber(c.expires) or nil
-    if expires and expires <= now_s then jar[id] = nil end
+    if expires and expires <= now_s then
+      jar[id] = nil
+      n = n + 1
+    end
   end
+  return n
 end
 
 -- end_sessions(cookies, now_s)
