@@ -12,10 +12,10 @@
   HTTP request after a ban.
 - **pool** (``HA_PROXY_MODE = "pool"``): proxies fetched from ``HA_PROXY_POOL_URL`` (a JSON
   list of ``{"ip", "port"}`` or ``"ip:port"``, or ``HA_PROXY_POOL_PARSER``), cached for
-  ``HA_PROXY_POOL_TTL``, used in turn; a proxy that was banned or failed is out of rotation
-  for ``HA_PROXY_COOLDOWN`` on every worker (shared through Redis); an exhausted pool is
-  fetched again; when none is usable the request waits in Redis (or goes direct with
-  ``HA_PROXY_ALLOW_DIRECT``).
+  ``HA_PROXY_POOL_TTL`` (one fetch at a time, in the background), used in turn; a proxy
+  that was banned or failed is out of rotation for ``HA_PROXY_COOLDOWN`` on every worker
+  (shared through Redis); when none is usable the request waits in Redis (or goes direct
+  with ``HA_PROXY_ALLOW_DIRECT``) and the list is kept until its TTL is over.
 
 Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
 ``network`` errors through the proxy. A 407 from the proxy is a configuration error: one
@@ -82,8 +82,9 @@ class ProxyMiddleware:
         self.retry_config = retry_config
         self.stats = crawler.stats
         self.tunnel = TunnelProxy(config) if config.mode == "tunnel" else None
-        self.pool = ProxyPool(config) if config.mode == "pool" else None
+        self.pool = ProxyPool(config, crawler.stats) if config.mode == "pool" else None
         self._auth_failed = False
+        self._warned_unavailable = False
         self._warned_header = False
         self._warned_redis = False
         self._stat_ids: set[str] = set()
@@ -112,6 +113,7 @@ class ProxyMiddleware:
             return _wait(request, PROXY_ERROR_DELAY, FailureClass.PROXY_ERROR, reason)
         if url is None:
             return self._no_proxy(request)
+        self._warned_unavailable = False  # the next run of requests without one is told
         pid = proxy_id(url)
         request.meta["proxy"] = url
         request.meta[metakeys.PROXY] = pid
@@ -202,13 +204,20 @@ class ProxyMiddleware:
                 request.meta.pop(key, None)
             self.stats.inc_value("ha/proxy/direct")
             return None
+        if self.pool is not None and not self.pool.loaded:  # the API never answered yet
+            self.stats.inc_value("ha/proxy/errors")
+            delay = max(PROXY_ERROR_DELAY, self.pool.retry_in())
+            reason = f"no proxy list yet ({self.pool.error})"
+            return _wait(request, delay, FailureClass.PROXY_ERROR, reason)
         self.stats.inc_value("ha/proxy/unavailable")
-        logger.error(
-            "No usable proxy for %s (pool empty or all cooling down): it waits %.0f s "
-            "in the queue (HA_PROXY_ALLOW_DIRECT=False)",
-            request,
-            NO_PROXY_DELAY,
-        )
+        if not self._warned_unavailable:  # once until a proxy is usable again
+            self._warned_unavailable = True
+            logger.error(
+                "No usable proxy for %s (pool empty or all cooling down): requests wait "
+                "%.0f s in the queue until one is (HA_PROXY_ALLOW_DIRECT=False)",
+                request,
+                NO_PROXY_DELAY,
+            )
         return _wait(request, NO_PROXY_DELAY, FailureClass.NO_PROXY, "no usable proxy")
 
     def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
