@@ -18,8 +18,10 @@
   with ``HA_PROXY_ALLOW_DIRECT``) and the list is kept until its TTL is over.
 
 Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
-``network`` errors through the proxy. A 407 from the proxy is a configuration error: one
-ERROR naming the proxy (password masked), and the crawl stops (the request is kept).
+``network`` errors through the proxy. A 407 from the tunnel proxy is a configuration error: one
+ERROR naming the proxy (password masked), and the crawl stops (the request is kept). A 407
+from a pool proxy cools that proxy down and sends the request back for another; the crawl
+stops only when every proxy of the list answered 407.
 Credentials never reach Redis, logs, stats or the dead-letter queue.
 """
 
@@ -85,6 +87,7 @@ class ProxyMiddleware:
         self.pool = ProxyPool(config, crawler.stats) if config.mode == "pool" else None
         self._auth_failed = False
         self._warned_unavailable = False
+        self._refused: set[str] = set()  # pool proxies that answered 407
         self._warned_header = False
         self._warned_redis = False
         self._stat_ids: set[str] = set()
@@ -221,6 +224,8 @@ class ProxyMiddleware:
         return _wait(request, NO_PROXY_DELAY, FailureClass.NO_PROXY, "no usable proxy")
 
     def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
+        if self.pool is not None:
+            return self._pool_proxy_refused(request, detail)
         if not self._auth_failed:
             self._auth_failed = True
             shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[metakeys.PROXY]
@@ -231,12 +236,44 @@ class ProxyMiddleware:
                 shown,
                 detail,
             )
-            self.stats.set_value("ha/proxy/auth_failed", 1)
-            engine = self.crawler.engine
-            if engine is not None:
-                asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
+            self._stop_crawl()
         reason = "the proxy rejected its credentials (407)"
         return _wait(request, PROXY_AUTH_DELAY, FailureClass.PROXY_AUTH, reason)
+
+    def _pool_proxy_refused(self, request: Request, detail: str) -> Request:
+        """A pool proxy answered 407 (a dead or foreign proxy in the list): it cools down
+        and the request goes back at once for another; the crawl stops only when every
+        proxy of the list did so."""
+        assert self.pool is not None
+        pid = request.meta[metakeys.PROXY]
+        self._stat(pid, "auth_failures")
+        self._refused.add(pid)
+        listed = {proxy_id(p) for p in self.pool.proxies}
+        self._refused &= listed | {pid}  # bounded by the list
+        if listed and listed <= self._refused:
+            if not self._auth_failed:
+                self._auth_failed = True
+                logger.error(
+                    "Every proxy of the pool from %s rejected its credentials (%s, the "
+                    "last from %s): the list's proxies want credentials it does not give "
+                    "(give them as http://user:password@host:port with "
+                    "HA_PROXY_POOL_PARSER, or fix HA_PROXY_POOL_URL). Stopping the crawl; "
+                    "queued requests are kept.",
+                    self.pool.api.shown,
+                    detail,
+                    pid,
+                )
+                self._stop_crawl()
+            reason = "every pool proxy rejected its credentials (407)"
+            return _wait(request, PROXY_AUTH_DELAY, FailureClass.PROXY_AUTH, reason)
+        self._rotate(request, pid, f"rejecting its credentials ({detail})")
+        return _wait(request, 0.0, FailureClass.PROXY_AUTH, f"the proxy {pid} answered 407")
+
+    def _stop_crawl(self) -> None:
+        self.stats.set_value("ha/proxy/auth_failed", 1)
+        engine = self.crawler.engine
+        if engine is not None:
+            asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
 
     async def _shared_cooldowns(self) -> dict[str, float]:
         """Other workers' cool-downs (until, on this worker's clock); expired ones are
