@@ -11,10 +11,14 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from scrapy import Request
+from scrapy.http import HtmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
+from twisted.internet.error import ConnectionRefusedError
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.proxy import ProxyMiddleware
 from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_proxy import settings
@@ -229,3 +233,33 @@ async def test_the_crawl_stops_when_every_pool_proxy_answers_407(
     assert caplog.text.count("Every proxy of the pool") == 1
     assert "HA_PROXY_POOL_URL" in caplog.text and "HA_PROXY_USER" not in caplog.text
     assert item_hits(site) == [] and redis_client.zcard(KEYS.dead) == 0
+
+
+@deferred_f_from_coro_f
+async def test_max_failures_counts_failures_in_a_row(site_factory):
+    """HA_PROXY_MAX_FAILURES=2: two failures with 98 successes between them are no two
+    failures in a row (the middleware's hooks, called as the downloader calls them)."""
+    site = site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222")
+    crawler = get_crawler(
+        FaultSpider,
+        {
+            "HA_PROXY_MODE": "pool",
+            "HA_PROXY_POOL_URL": site.url + "/proxies.json",
+            "HA_PROXY_MAX_FAILURES": 2,
+        },
+    )
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    used = []
+    for n in range(200):
+        request = Request(f"http://shop.example/{n}")
+        assert await mw.process_request(request) is None
+        used.append(request.meta["ha_proxy"])
+        if request.meta["ha_proxy"] == "127.0.0.1:1111" and n in (0, 100):
+            mw.process_exception(request, ConnectionRefusedError())
+        else:
+            ok = HtmlResponse(request.url, status=200, body=b"ok", request=request)
+            mw.process_response(request, ok)
+    assert mw.pool.cooling == {}  # before: 1111 cooled down at its second failure
+    assert set(used[-20:]) == {"127.0.0.1:1111", "127.0.0.1:2222"}
+    assert crawler.stats.get_value("ha/proxy/rotations") is None

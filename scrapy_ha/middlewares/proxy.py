@@ -137,6 +137,8 @@ class ProxyMiddleware:
     def process_response(self, request: Request, response: Response) -> Request | Response:
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
+        if self.pool is not None and metakeys.PROXY in request.meta:
+            self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
         fclass = self.retry_config.classify_response(response)
         if fclass in BAN_CLASSES:
             self._ban(request, fclass)
