@@ -28,6 +28,7 @@ __all__ = [
     "RECRAWL_AFTER",
     "RETRIES",
     "RETRY_TIMES",
+    "ROTATE_HEADER",
     "REVISIT",
     "REVISIT_SEEN",
     "REVISIT_STATE",
@@ -88,6 +89,10 @@ REVISIT_SEEN = "_ha_revisit_seen"
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
 
+#: True while this attempt carries the proxy's rotation header (HA_PROXY_ROTATE_HEADER): the
+#: proxy middleware takes the header off again when the attempt ends.
+ROTATE_HEADER = "_ha_rotate_header"
+
 #: Keys the codec drops before storing: they describe one attempt and would be stale, or
 #: secret, on the next (the next attempt sets them again). Scrapy's own per-attempt keys are
 #: listed beside them.
@@ -100,6 +105,7 @@ STRIPPED = frozenset(
         SUSPECT,
         NOT_BEFORE,
         REVISIT_SEEN,
+        ROTATE_HEADER,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

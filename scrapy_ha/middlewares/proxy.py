@@ -9,7 +9,8 @@
   a ban puts a new session token in the user name: the exit changes, and since Scrapy keys
   its CONNECT tunnels by the proxy's credentials, HTTPS gets a fresh tunnel instead of the
   kept-alive one. ``HA_PROXY_ROTATE_HEADER`` (``"Name: value"``) is sent with the next plain
-  HTTP request after a ban.
+  HTTP request after a ban (that attempt only). Without a template an HTTPS ban cannot
+  change the exit: one WARNING, and no rotation is counted.
 - **pool** (``HA_PROXY_MODE = "pool"``): proxies fetched from ``HA_PROXY_POOL_URL`` (a JSON
   list of ``{"ip", "port"}`` or ``"ip:port"``, or ``HA_PROXY_POOL_PARSER``), cached for
   ``HA_PROXY_POOL_TTL`` (one fetch at a time, in the background), used in turn; a proxy
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import mask_url
@@ -88,7 +90,7 @@ class ProxyMiddleware:
         self._auth_failed = False
         self._warned_unavailable = False
         self._refused: set[str] = set()  # pool proxies that answered 407
-        self._warned_header = False
+        self._warned_https = False
         self._warned_redis = False
         self._stat_ids: set[str] = set()
 
@@ -135,6 +137,7 @@ class ProxyMiddleware:
         self.stats.inc_value(f"ha/proxy/{pid}/{what}")
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
+        self._drop_rotation_header(request)
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
         if self.pool is not None and metakeys.PROXY in request.meta:
@@ -145,6 +148,7 @@ class ProxyMiddleware:
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        self._drop_rotation_header(request)
         if metakeys.PROXY not in request.meta:
             return None
         if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
@@ -158,22 +162,41 @@ class ProxyMiddleware:
         return await self.pool.choose(self._shared_cooldowns)
 
     def _rotation_header(self, request: Request) -> None:
+        """After a ban, HA_PROXY_ROTATE_HEADER goes with the next plain-HTTP request (only
+        there can the proxy read it: inside an HTTPS tunnel the site would) and only with
+        this attempt: :meth:`_drop_rotation_header` takes it off before a retry is made."""
         assert self.tunnel is not None
         if not (self.tunnel.rotate_next and self.config.rotate_header):
             return
+        if urlparse_cached(request).scheme != "http":
+            return  # the next plain-HTTP request carries it
         self.tunnel.rotate_next = False
         name, value = self.config.rotate_header
         request.headers[name] = value
-        if (
-            request.url.startswith("https")
-            and not self._warned_header
-            and not (self.config.session_template)
-        ):
-            self._warned_header = True
-            logger.warning(
-                "HA_PROXY_ROTATE_HEADER cannot reach the proxy inside an HTTPS "
-                "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits"
-            )
+        request.meta[metakeys.ROTATE_HEADER] = True
+
+    def _drop_rotation_header(self, request: Request) -> None:
+        if request.meta.pop(metakeys.ROTATE_HEADER, False) and self.config.rotate_header:
+            request.headers.pop(self.config.rotate_header[0], None)
+
+    def _tunnel_can_rotate(self, request: Request) -> bool:
+        """Can a new session change this request's exit? With a session template, yes;
+        over HTTPS without one, no (one kept-alive CONNECT tunnel keeps its exit: one
+        WARNING); over plain HTTP, with a rotation header."""
+        if self.config.session_template:
+            return True
+        if urlparse_cached(request).scheme == "https":
+            if not self._warned_https:
+                self._warned_https = True
+                logger.warning(
+                    "A ban on %s cannot change the tunnel proxy's exit: HTTPS requests "
+                    "share one kept-alive CONNECT tunnel. Set HA_PROXY_SESSION_TEMPLATE "
+                    "(e.g. '{user}-session-{session}') so that a ban starts a new session; "
+                    "until then HTTPS bans are retried through the same exit",
+                    request,
+                )
+            return False
+        return self.config.rotate_header is not None
 
     def _ban(self, request: Request, fclass: FailureClass) -> None:
         pid = request.meta.get(metakeys.PROXY)
@@ -193,6 +216,8 @@ class ProxyMiddleware:
 
     def _rotate(self, request: Request, pid: str, why: str) -> None:
         if self.tunnel is not None:
+            if not self._tunnel_can_rotate(request):
+                return  # nothing would change: no rotation to count or log
             if self.tunnel.rotate(request.meta.get(metakeys.PROXY_SESSION)):
                 self.stats.inc_value("ha/proxy/rotations")
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
