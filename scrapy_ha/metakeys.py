@@ -36,6 +36,7 @@ __all__ = [
     "SUSPECT",
     "TASK",
     "TASK_STATE",
+    "USER_AGENT",
     "CHECKPOINT_SAVE",
 ]
 
@@ -68,6 +69,9 @@ PROXY = "ha_proxy"
 PROXY_SESSION = "ha_proxy_session"
 #: The version of the shared cookie jar the request needs.
 COOKIES_VERSION = "ha_cookies_v"
+#: The User-Agent the pool (HA_USER_AGENTS) put on the request's last attempt: the next
+#: attempt picks again (a header of the spider's own differs, and is kept).
+USER_AGENT = "ha_user_agent"
 #: What is kept of a revisited URL between visits (``scrapy_ha.config.continuous.RevisitState``).
 REVISIT_STATE = "ha_revisit_state"
 

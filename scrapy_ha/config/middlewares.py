@@ -3,6 +3,8 @@ retry middlewares' are in :mod:`scrapy_ha.config.retry`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
@@ -270,6 +272,11 @@ class CookiesConfig:
         )
 
 
+#: In one line of HA_USER_AGENTS given as text, a comma that seems to start another agent
+#: (``a,b``, or ``, Mozilla/5.0``): real agents hold commas only as ``KHTML, like Gecko``.
+_AGENT_LIST_COMMA = re.compile(r",(?=\S)|,\s*[A-Za-z][\w.\-]*/[0-9]")
+
+
 @dataclass(frozen=True)
 class UserAgentConfig:
     """The User-Agent pool (HA_USER_AGENTS); empty means off."""
@@ -278,7 +285,33 @@ class UserAgentConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        agents = settings.getlist("HA_USER_AGENTS")
+        """A list, or text (``-s``, scrapyd): a JSON list, or one agent per line. Text
+        that could be one agent or several split at commas is refused."""
+        value = settings.get("HA_USER_AGENTS")
+        agents = (
+            _agents_from_text(value)
+            if isinstance(value, str)
+            else settings.getlist("HA_USER_AGENTS")
+        )
         if not all(isinstance(a, str) and a.strip() for a in agents):
             raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
         return cls(tuple(agents))
+
+
+def _agents_from_text(text: str) -> list[Any]:
+    if text.lstrip().startswith("["):
+        try:
+            agents = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"HA_USER_AGENTS={text!r} is no JSON list ({exc})") from exc
+        if not isinstance(agents, list):
+            raise ConfigError(f"HA_USER_AGENTS={text!r} must be a JSON list of strings")
+        return agents
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any(_AGENT_LIST_COMMA.search(line) for line in lines):
+        raise ConfigError(
+            f"HA_USER_AGENTS={text!r} is ambiguous: one User-Agent holding commas, or "
+            f'several separated by commas? Give a JSON list (\'["agent 1", "agent 2"]\') '
+            f"or one agent per line"
+        )
+    return lines
