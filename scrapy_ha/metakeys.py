@@ -28,6 +28,7 @@ __all__ = [
     "RECRAWL_AFTER",
     "RETRIES",
     "RETRY_TIMES",
+    "ROTATE_HEADER",
     "REVISIT",
     "REVISIT_SEEN",
     "REVISIT_STATE",
@@ -35,6 +36,7 @@ __all__ = [
     "SUSPECT",
     "TASK",
     "TASK_STATE",
+    "USER_AGENT",
     "CHECKPOINT_SAVE",
 ]
 
@@ -67,6 +69,9 @@ PROXY = "ha_proxy"
 PROXY_SESSION = "ha_proxy_session"
 #: The version of the shared cookie jar the request needs.
 COOKIES_VERSION = "ha_cookies_v"
+#: The User-Agent the pool (HA_USER_AGENTS) put on the request's last attempt: the next
+#: attempt picks again (a header of the spider's own differs, and is kept).
+USER_AGENT = "ha_user_agent"
 #: What is kept of a revisited URL between visits (``scrapy_ha.config.continuous.RevisitState``).
 REVISIT_STATE = "ha_revisit_state"
 
@@ -92,6 +97,10 @@ START_OF = "_ha_start_of"
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
 
+#: True while this attempt carries the proxy's rotation header (HA_PROXY_ROTATE_HEADER): the
+#: proxy middleware takes the header off again when the attempt ends.
+ROTATE_HEADER = "_ha_rotate_header"
+
 #: Keys the codec drops before storing: they describe one attempt and would be stale, or
 #: secret, on the next (the next attempt sets them again). Scrapy's own per-attempt keys are
 #: listed beside them.
@@ -105,6 +114,7 @@ STRIPPED = frozenset(
         NOT_BEFORE,
         START_OF,
         REVISIT_SEEN,
+        ROTATE_HEADER,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

@@ -6,12 +6,13 @@ import base64
 import json
 from typing import Any
 
+import pytest
 import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 from w3lib.http import basic_auth_header
 
-from scrapy_ha.codec import decode_request, encode_request, mask_payload
+from scrapy_ha.codec import decode_request, encode_request, mask_payload, strip_credentials
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from tests.spiders import FaultSpider
 from tests.test_cli import crawl, scrapy_ha
@@ -163,3 +164,19 @@ def test_httpauth_settings_are_read_as_the_middleware_reads_them():
     )
     kept = scrapy.Request("https://example.com/", headers=added)
     assert "Authorization" in stored_headers(kept, off)
+
+
+@pytest.mark.parametrize(
+    ("proxy", "stored"),
+    [
+        ("http://user:pw@10.0.0.1:8080", "http://10.0.0.1:8080"),
+        ("http://user:pa/s3cret@10.0.0.1:8080", "http://10.0.0.1:8080"),
+        ("http://user:Ab?Cd#s3cret@10.0.0.1:8080", "http://10.0.0.1:8080"),
+        ("http://10.0.0.1:8080", "http://10.0.0.1:8080"),
+    ],
+)
+def test_a_proxy_password_never_reaches_redis_whatever_its_characters(proxy, stored):
+    spider = FaultSpider()
+    request = scrapy.Request("http://shop.example/", meta={"proxy": proxy})
+    assert strip_credentials(proxy) == stored
+    assert decode_request(encode_request(request, spider), spider).meta["proxy"] == stored

@@ -40,6 +40,11 @@ POOL = {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": "http://api.example/list"}
 ON = {"HA_CHECKPOINTS": True}
 TUNNEL = {"HA_PROXY_MODE": "tunnel", "HA_PROXY_URL": "http://u:secret@proxy.example:8000"}
 
+
+def HOST_PORT(host: str, port: str) -> dict[str, str]:  # noqa: N802 - reads as the tables
+    return {"HA_PROXY_MODE": "tunnel", "HA_PROXY_HOST": host, "HA_PROXY_PORT": port}
+
+
 BAD = [
     # (config class, settings, text the error must hold)
     (CheckpointConfig, {**ON, "HA_CHECKPOINT_ITEMS": -5}, "HA_CHECKPOINT_ITEMS=-5 must be a whole"),
@@ -81,6 +86,14 @@ BAD = [
     (ProxyConfig, {**POOL, "HA_PROXY_ALLOW_DIRECT": "maybe"}, "HA_PROXY_ALLOW_DIRECT='maybe'"),
     (ProxyConfig, {"HA_PROXY_MODE": "tunnel"}, "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "http://u:pw@h:port"}, "needs a host and a port"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "http://u:pw@h:99999"}, "needs a host and a port"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "socks5://u:pw@h:1080"}, "must be an http:// or"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "ftp://u:pw@h:21"}, "no ftp://"),
+    (ProxyConfig, HOST_PORT("h", "80a"), "HA_PROXY_PORT='80a' must be a port number from 1"),
+    (ProxyConfig, HOST_PORT("h", "99999"), "HA_PROXY_PORT='99999' must be a port number"),
+    (ProxyConfig, HOST_PORT("h", "0"), "HA_PROXY_PORT='0' must be a port number"),
+    (ProxyConfig, HOST_PORT("http://h", "80"), "HA_PROXY_HOST='http://h' must be a host"),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_URL": "ftp://a/x"}, "http://, https:// or file://"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_SESSION_TEMPLATE": "{user}"}, "must contain {session}"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_SESSION_TEMPLATE": "{x}{session}"}, "TEMPLATE='{x}"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_ROTATE_HEADER": "X-Rotate"}, "must look like 'Name: v"),
@@ -96,10 +109,23 @@ def test_a_bad_setting_names_itself_and_its_value(config, values, message, monke
     assert message in str(info.value)
 
 
-def test_no_error_shows_a_proxy_password():
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://u:pw@h:x",
+        "http://crawler:Xk/9#s3cret@proxy.example:8000",
+        "http://crawler:Ab?Cd#s3cret@proxy.example:8000",
+        "http://crawler:pa#s3cret@proxy.example:8000",
+        "socks5://crawler:s3cret@proxy.example:1080",
+    ],
+)
+def test_no_error_shows_a_proxy_password(url, monkeypatch):
+    for name in ("HA_PROXY_USER", "HA_PROXY_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigError) as info:
-        ProxyConfig.from_settings(settings(HA_PROXY_MODE="tunnel", HA_PROXY_URL="http://u:pw@h:x"))
-    assert "pw" not in str(info.value)
+        ProxyConfig.from_settings(settings(HA_PROXY_MODE="tunnel", HA_PROXY_URL=url))
+    assert "HA_PROXY_URL=" in str(info.value)
+    assert "pw" not in str(info.value) and "s3cret" not in str(info.value)
 
 
 GOOD = [
@@ -130,6 +156,13 @@ GOOD = [
     (ProxyConfig, POOL, {"mode": "pool", "pool_ttl": 30.0, "cooldown": 300.0, "max_failures": 2}),
     (ProxyConfig, {**POOL, "HA_PROXY_POOL_TTL": 0, "HA_PROXY_ALLOW_DIRECT": "1"}, {"pool_ttl": 0}),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_ROTATE_HEADER": "X-R: 1"}, {"rotate_header": ("X-R", "1")}),
+    (ProxyConfig, HOST_PORT("proxy.example", "65535"), {"url": "http://proxy.example:65535"}),
+    (
+        ProxyConfig,
+        {**TUNNEL, "HA_PROXY_URL": "https://p.example:443"},
+        {"url": "https://p.example:443"},
+    ),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_URL": "file:///etc/p.json"}, {"mode": "pool"}),
     (ProxyConfig, TUNNEL, {"url": "http://u:secret@proxy.example:8000", "session_template": ""}),
     (SchedulerConfig, {}, {"worker_id_given": False, "feed_given": False, "feed": False}),
     (SchedulerConfig, {"HA_WORKER_ID": "w1"}, {"worker_id": "w1", "worker_id_given": True}),

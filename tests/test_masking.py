@@ -46,6 +46,25 @@ FORMS = [
         "http://bob-session-x:***@proxy.example:8000",
     ),
     ("url", "https://u:p@ss@hooks.example/x", "https://u:***@hooks.example/x"),
+    # a password holding '/', '?' or '#' unencoded (generated passwords often do)
+    (
+        "url",
+        "http://crawler:Xk/9#s3cret@proxy.example:8000",
+        "http://crawler:***@proxy.example:8000",
+    ),
+    (
+        "url",
+        "http://crawler:Ab?Cd#s3cret@proxy.example:8000",
+        "http://crawler:***@proxy.example:8000",
+    ),
+    ("url", "http://crawler:pa#s3cret@10.0.0.1:8080/x", "http://crawler:***@10.0.0.1:8080/x"),
+    # ...but an '@' after a port, in a path or in a query is no password
+    (
+        "url",
+        "http://shop.example:8080/p?mail=a@b.example",
+        "http://shop.example:8080/p?mail=a@b.example",
+    ),
+    ("url", "https://medium.example/@writer", "https://medium.example/@writer"),
     # archive URLs: libpq takes the password in the query string too
     (
         "url",

@@ -191,7 +191,7 @@ async def test_the_api_pool_drops_a_banned_proxy_for_every_worker(
 
 
 @deferred_f_from_coro_f
-async def test_an_exhausted_pool_is_refetched_then_falls_back_only_if_allowed(
+async def test_an_exhausted_pool_is_kept_until_its_ttl_and_falls_back_only_if_allowed(
     redis_url, redis_client, site_factory, proxy_factory
 ):
     proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
@@ -211,4 +211,68 @@ async def test_an_exhausted_pool_is_refetched_then_falls_back_only_if_allowed(
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert crawler.stats.get_value("ha/proxy/direct") >= 1
     fetches = [path for _, path, _ in site.log() if path == "/proxies.json"]
-    assert len(fetches) >= 2  # fetched again when every proxy was cooling down
+    assert len(fetches) == 1  # not fetched again before its TTL (30 s): the API is spared
+
+
+@deferred_f_from_coro_f
+async def test_without_a_session_template_an_https_ban_is_no_rotation(
+    redis_url, site_factory, proxy_factory, caplog
+):
+    site = site_factory("--tls", "--ban-exit", "127.0.0.2")
+    proxy = proxy_factory("--user", "crawler", "--password", SECRET, "--exits", "3")
+    paths = ("/item/1", "/item/2")
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="tunnel",
+            HA_PROXY_URL=f"http://crawler:{SECRET}@127.0.0.1:{proxy.port}",
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert {client for _, _, client in site.log()} == {"127.0.0.2"}  # one tunnel, one exit
+    stats = crawler.stats.get_stats()
+    assert stats[f"ha/proxy/127.0.0.1:{proxy.port}/bans"] >= len(paths)
+    assert "ha/proxy/rotations" not in stats  # before: one per ban, nothing had changed
+    assert "Rotating" not in caplog.text
+    assert caplog.text.count("Set HA_PROXY_SESSION_TEMPLATE") == 1
+
+
+@deferred_f_from_coro_f
+async def test_the_rotation_header_goes_with_one_plain_http_attempt_only():
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    from scrapy_ha.codec import decode_request, encode_request
+    from scrapy_ha.middlewares.proxy import ProxyMiddleware
+
+    crawler = get_crawler(
+        FaultSpider,
+        {
+            "HA_PROXY_MODE": "tunnel",
+            "HA_PROXY_URL": "http://u:pw@127.0.0.1:3128",
+            "HA_PROXY_SESSION_TEMPLATE": "{user}-session-{session}",
+            "HA_PROXY_ROTATE_HEADER": "X-Rotate-Exit: 1",
+        },
+    )
+    crawler.stats.open_spider()
+    spider = FaultSpider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+
+    async def attempt(url: str) -> Request:
+        request = Request(url, callback=spider.parse)
+        assert await mw.process_request(request) is None
+        return request
+
+    banned = await attempt("http://shop.example/a")
+    mw.process_response(banned, HtmlResponse(banned.url, status=403, request=banned))
+    https = await attempt("https://shop.example/b")
+    assert b"X-Rotate-Exit" not in https.headers  # the site, not the proxy, would read it
+    plain = await attempt("http://shop.example/c")
+    assert plain.headers[b"X-Rotate-Exit"] == b"1"  # the rotation waited for plain HTTP
+    mw.process_response(plain, HtmlResponse(plain.url, status=500, request=plain))
+    stored = decode_request(encode_request(plain.replace(), spider), spider)  # its retry
+    assert b"X-Rotate-Exit" not in stored.headers
+    assert await mw.process_request(stored) is None
+    assert b"X-Rotate-Exit" not in stored.headers  # one rotation, one header

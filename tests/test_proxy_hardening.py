@@ -182,3 +182,34 @@ async def test_redis_stopped_while_the_pool_chooses_proxies_loses_nothing(
         server.stop()
     assert crawler.stats.get_value("ha/proxy/redis_errors", 0) >= 1
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 101))
+
+
+@deferred_f_from_coro_f
+async def test_a_cool_down_written_while_another_worker_loads_is_kept(redis_url, redis_client):
+    """Worker A reads the cool-downs while worker B cools the same proxy down again: A must
+    not delete B's fresh cool-down as the expired one it read."""
+    import redis.asyncio
+
+    from scrapy_ha.store.state import ProxyCooldowns
+
+    keys = Keys("ha", "faults")
+    server_ms = int(redis_client.time()[0] * 1000)
+    redis_client.hset(keys.proxy_cooldowns, "10.0.0.1:80", server_ms - 1000)  # over
+
+    class WorkerA(redis.asyncio.Redis):
+        async def hgetall(self, name):  # B writes right after A's read (real Redis, both)
+            read = await super().hgetall(name)
+            redis_client.hset(keys.proxy_cooldowns, "10.0.0.1:80", server_ms + 60_000)
+            return read
+
+        async def evalsha(self, sha, numkeys, *args):  # the same instant, before one script
+            redis_client.hset(keys.proxy_cooldowns, "10.0.0.1:80", server_ms + 60_000)
+            return await super().evalsha(sha, numkeys, *args)
+
+    client = WorkerA.from_url(redis_url)
+    try:
+        await ProxyCooldowns(client, keys).load(server_ms)
+    finally:
+        await client.aclose()
+    # before: A's HDEL of what it read deleted B's fresh cool-down
+    assert int(redis_client.hget(keys.proxy_cooldowns, "10.0.0.1:80")) == server_ms + 60_000

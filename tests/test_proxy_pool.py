@@ -11,10 +11,14 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+from scrapy import Request
+from scrapy.http import HtmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
+from twisted.internet.error import ConnectionRefusedError
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.proxy import ProxyMiddleware
 from tests import backqueues
 from tests.spiders import FaultSpider
 from tests.test_proxy import settings
@@ -173,3 +177,89 @@ async def test_with_no_usable_proxy_a_request_waits_and_is_never_sent_direct(
         redis_client.zcard(k) for k in (KEYS.leased, KEYS.delayed)
     )
     assert kept == len(paths) and redis_client.zcard(KEYS.dead) == 0
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+@deferred_f_from_coro_f
+async def test_a_pool_proxy_answering_407_is_cooled_down_and_the_crawl_goes_on(
+    tls, redis_url, redis_client, site_factory, proxy_factory, caplog
+):
+    foreign = proxy_factory("--user", "someone", "--password", "else", "--first-exit", "2")
+    good = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    pool = f"127.0.0.1:{foreign.port},127.0.0.1:{good.port}"
+    api = site_factory("--proxy-list", pool)
+    site = site_factory("--tls") if tls else api
+    paths = tuple(f"/item/{i}" for i in range(1, 11))
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=api.url + "/proxies.json",
+            HA_PROXY_COOLDOWN=COOLDOWN,
+            CONCURRENT_REQUESTS=2,
+        ),
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    stats = crawler.stats.get_stats()
+    assert stats["finish_reason"] == "finished"  # before: proxy_auth_failed, 1 item of 10
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    assert stats[f"ha/proxy/127.0.0.1:{foreign.port}/auth_failures"] >= 1
+    assert "ha/proxy/auth_failed" not in stats and "ha/dead/count" not in stats
+    assert set(item_hits(site)) == {"127.0.0.3"}
+    shared = redis_client.hgetall(KEYS.proxy_cooldowns)
+    assert list(shared) == [f"127.0.0.1:{foreign.port}".encode()]
+    assert "HA_PROXY_USER" not in caplog.text and "HA_PROXY_URL" not in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_the_crawl_stops_when_every_pool_proxy_answers_407(
+    redis_url, redis_client, site_factory, proxy_factory, caplog
+):
+    foreign = [proxy_factory("--user", "someone", "--password", "else") for _ in range(2)]
+    site = site_factory("--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in foreign))
+    paths = tuple(f"/item/{i}" for i in range(1, 11))
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert crawler.stats.get_value("finish_reason") == "proxy_auth_failed"
+    assert caplog.text.count("Every proxy of the pool") == 1
+    assert "HA_PROXY_POOL_URL" in caplog.text and "HA_PROXY_USER" not in caplog.text
+    assert item_hits(site) == [] and redis_client.zcard(KEYS.dead) == 0
+
+
+@deferred_f_from_coro_f
+async def test_max_failures_counts_failures_in_a_row(site_factory):
+    """HA_PROXY_MAX_FAILURES=2: two failures with 98 successes between them are no two
+    failures in a row (the middleware's hooks, called as the downloader calls them)."""
+    site = site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222")
+    crawler = get_crawler(
+        FaultSpider,
+        {
+            "HA_PROXY_MODE": "pool",
+            "HA_PROXY_POOL_URL": site.url + "/proxies.json",
+            "HA_PROXY_MAX_FAILURES": 2,
+        },
+    )
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    used = []
+    for n in range(200):
+        request = Request(f"http://shop.example/{n}")
+        assert await mw.process_request(request) is None
+        used.append(request.meta["ha_proxy"])
+        if request.meta["ha_proxy"] == "127.0.0.1:1111" and n in (0, 100):
+            mw.process_exception(request, ConnectionRefusedError())
+        else:
+            ok = HtmlResponse(request.url, status=200, body=b"ok", request=request)
+            mw.process_response(request, ok)
+    assert mw.pool.cooling == {}  # before: 1111 cooled down at its second failure
+    assert set(used[-20:]) == {"127.0.0.1:1111", "127.0.0.1:2222"}
+    assert crawler.stats.get_value("ha/proxy/rotations") is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from scrapy import Request
 from scrapy.exceptions import NotConfigured
@@ -36,3 +38,48 @@ def test_a_bad_list_names_the_setting():
         UserAgentPoolMiddleware.from_crawler(
             get_crawler(settings_dict={"HA_USER_AGENTS": ["", "x"]})
         )
+
+
+def test_every_attempt_picks_again_even_through_redis():
+    from scrapy_ha.codec import decode_request, encode_request
+    from tests.spiders import FaultSpider
+
+    agents = [f"Agent-{n}" for n in range(10)]
+    crawler = get_crawler(FaultSpider, settings_dict={"HA_USER_AGENTS": agents})
+    spider = FaultSpider()
+    spider.crawler = crawler
+    mw = UserAgentPoolMiddleware.from_crawler(crawler)
+    request = Request("https://example.com", callback=spider.parse)
+    seen = set()
+    for _ in range(40):  # each retry stored in Redis and read back, as a worker does
+        mw.process_request(request)
+        seen.add(request.headers[b"User-Agent"].decode())
+        request = decode_request(encode_request(request.replace(), spider), spider)
+    assert len(seen) > 1  # before: the first pick, for every retry
+    own = Request("https://example.com", headers={"User-Agent": "mine"}, callback=spider.parse)
+    own = decode_request(encode_request(own, spider), spider)
+    mw.process_request(own)
+    assert own.headers[b"User-Agent"] == b"mine"
+
+
+UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0"
+
+
+@pytest.mark.parametrize(
+    ("given", "agents"),
+    [
+        (UA, [UA]),
+        (f"{UA}\nAgent B\n\n", [UA, "Agent B"]),
+        (json.dumps([UA, "Agent B"]), [UA, "Agent B"]),
+    ],
+    ids=["one-with-a-comma", "one-per-line", "json"],
+)
+def test_agents_given_as_text_are_never_split_at_commas(given, agents):
+    mw = UserAgentPoolMiddleware.from_crawler(get_crawler(settings_dict={"HA_USER_AGENTS": given}))
+    assert mw.agents == agents
+
+
+@pytest.mark.parametrize("given", ["Agent A,Agent B", f"{UA}, Mozilla/5.0 (Mac)", "[not json"])
+def test_ambiguous_text_is_refused_naming_the_setting(given):
+    with pytest.raises(ConfigError, match="HA_USER_AGENTS"):
+        UserAgentPoolMiddleware.from_crawler(get_crawler(settings_dict={"HA_USER_AGENTS": given}))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import weakref
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from scrapy.downloadermiddlewares.httpauth import HttpAuthMiddleware
 from scrapy.utils.conf import build_component_list
@@ -24,6 +23,7 @@ from scrapy.utils.url import url_is_from_any_domain
 from w3lib.http import basic_auth_header
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec.masking import split_userinfo
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -168,8 +168,10 @@ def _is_default_slot(request: Request, slot: Any) -> bool:
 
 
 def strip_credentials(url: str) -> str:
-    """``http://user:pass@host:port`` -> ``http://host:port``."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
+    """``http://user:pass@host:port`` -> ``http://host:port`` (a password holding ``/``,
+    ``?`` or ``#`` unencoded too: :func:`~scrapy_ha.codec.masking.split_userinfo`)."""
+    split = split_userinfo(url)
+    if split is None:
         return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    scheme, _, host, rest = split
+    return f"{scheme}{host}{rest}"

@@ -48,6 +48,7 @@ __all__ = [
     "mask_value",
     "masked_output",
     "secret_name",
+    "split_userinfo",
 ]
 
 #: What is shown instead of a secret.
@@ -178,6 +179,39 @@ def _mask_pairs(text: str) -> str:
     return _PAIR.sub(_mask_pair, text) if "=" in text else text
 
 
+#: A URL whose password holds ``/``, ``?`` or ``#`` unencoded (generated passwords often
+#: do): the user info runs up to the last ``@`` that a host (and port) follows, then the
+#: end, a path, a query or a fragment. ``_URL`` alone would end the authority at the first
+#: ``/``, ``?`` or ``#`` and find no password to mask.
+_LOOSE_USERINFO = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@:\s]*:\S*)"
+    r"@(?P<host>(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?)(?=[/?#]|$)",
+    re.S,
+)
+
+
+def split_userinfo(url: str) -> tuple[str, str, str, str] | None:
+    """``(scheme://, userinfo, host[:port], rest)`` of a URL with user info, else None.
+
+    The user info ends at the last ``@`` of the authority; when the authority (up to the
+    first ``/``, ``?`` or ``#``) holds no ``@`` but reads ``user:text`` and an ``@`` and a
+    host follow later, the password is taken to hold ``/``, ``?`` or ``#`` unencoded
+    (``http://u:Xk/9#s@proxy:8000``). ``http://host:8080/p?mail=a@b`` is no such URL: what
+    follows the colon there is a port.
+    """
+    parts = _URL.match(url)
+    if parts is None:
+        return None
+    netloc = parts["netloc"]
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        return parts["scheme"], userinfo, host, parts["rest"]
+    loose = _LOOSE_USERINFO.match(url)
+    if loose is None or netloc.partition(":")[2].isdigit():
+        return None
+    return loose["scheme"], loose["userinfo"], loose["host"], url[loose.end() :]
+
+
 def mask_url(url: str) -> str:
     """*url* fit to print: the password of its user info and the values of its secret
     parameters (query, fragment, path parameters) become ``***``.
@@ -186,15 +220,16 @@ def mask_url(url: str) -> str:
     ``postgresql+psycopg://u@h/db?password=pw`` -> ``...?password=***``;
     ``https://api.example/?accessToken=t&page=2`` -> ``...?accessToken=***&page=2``.
     """
+    split = split_userinfo(url)
+    if split is not None:
+        scheme, userinfo, host, rest = split
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if colon else f"{userinfo}@{host}"
+        return f"{scheme}{netloc}{_mask_pairs(rest)}"
     parts = _URL.match(url)
     if parts is None:
         return _mask_pairs(url)
-    netloc = parts["netloc"]
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}:{MASK}@{host}" if colon else netloc
-    return f"{parts['scheme']}{netloc}{_mask_pairs(parts['rest'])}"
+    return f"{parts['scheme']}{parts['netloc']}{_mask_pairs(parts['rest'])}"
 
 
 def _mask_quoted_pair(match: re.Match[str]) -> str:

@@ -3,6 +3,8 @@ retry middlewares' are in :mod:`scrapy_ha.config.retry`)."""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
@@ -15,6 +17,7 @@ from scrapy_ha.config.validate import ConfigError
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Self
+    from urllib.parse import SplitResult
 
     from scrapy.settings import BaseSettings
 
@@ -29,8 +32,12 @@ DEFAULT_COOLDOWN = 300.0
 DEFAULT_MAX_FAILURES = 2
 #: The proxy modes (HA_PROXY_MODE).
 PROXY_MODES = ("tunnel", "pool")
-#: URL schemes a proxy list can be fetched from (``urlopen``).
+#: URL schemes a proxy list can be fetched from (``urlopen``): an API, or a file on disk.
 POOL_URL_SCHEMES = ("http", "https", "file")
+#: Proxy schemes Scrapy's HttpProxyMiddleware speaks (no SOCKS).
+PROXY_SCHEMES = ("http", "https")
+#: The highest TCP port.
+MAX_PORT = 65535
 
 
 @dataclass(frozen=True)
@@ -72,28 +79,69 @@ class ProxyConfig:
 
 def _tunnel_url(settings: BaseSettings) -> str:
     """The tunnel proxy from HA_PROXY_URL, or HA_PROXY_HOST/PORT/USER/PASSWORD (settings or
-    environment variables of the same names)."""
+    environment variables of the same names); an error names the setting the user set."""
     url = check.raw_or_env(settings, "HA_PROXY_URL")
-    if not url:
-        host = check.raw_or_env(settings, "HA_PROXY_HOST")
-        port = check.raw_or_env(settings, "HA_PROXY_PORT")
-        if not (host and port):
+    if url:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        scheme, host, port = parts.scheme, parts.hostname, _url_port(parts)
+        _check_proxy_scheme(scheme, "HA_PROXY_URL", url)
+        if not host or port is None:
             raise ConfigError(
-                "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL or HA_PROXY_HOST and HA_PROXY_PORT "
-                "(settings or environment variables)"
+                f"HA_PROXY_URL={mask_url(url)!r} needs a host and a port (1 to {MAX_PORT}); "
+                f"percent-encode '/', '?', '#' and '@' in the password, or give it in "
+                f"HA_PROXY_PASSWORD"
             )
-        url = f"http://{host}:{port}"
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    try:
-        port_number = parts.port
-    except ValueError:
-        port_number = None
-    if not parts.hostname or not port_number:
-        raise ConfigError(f"HA_PROXY_URL={mask_url(url)!r} needs a host and a port")
-    user = check.raw_or_env(settings, "HA_PROXY_USER") or unquote(parts.username or "")
-    password = check.raw_or_env(settings, "HA_PROXY_PASSWORD") or unquote(parts.password or "")
+        url_user, url_password = unquote(parts.username or ""), unquote(parts.password or "")
+    else:
+        scheme, host, port = "http", _proxy_host(settings), _proxy_port(settings)
+        url_user = url_password = ""
+    user = check.raw_or_env(settings, "HA_PROXY_USER") or url_user
+    password = check.raw_or_env(settings, "HA_PROXY_PASSWORD") or url_password
     auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
-    return f"{parts.scheme}://{auth}{parts.hostname}:{port_number}"
+    return f"{scheme}://{auth}{host}:{port}"
+
+
+def _url_port(parts: SplitResult) -> int | None:
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        return None
+    return port if port and 0 < port <= MAX_PORT else None
+
+
+def _check_proxy_scheme(scheme: str, name: str, url: str) -> None:
+    if scheme not in PROXY_SCHEMES:
+        raise ConfigError(
+            f"{name}={mask_url(url)!r}: the proxy must be an http:// or https:// proxy "
+            f"(Scrapy's HttpProxyMiddleware speaks no {scheme}://)"
+        )
+
+
+def _proxy_host(settings: BaseSettings) -> str:
+    host = check.raw_or_env(settings, "HA_PROXY_HOST")
+    port = check.raw_or_env(settings, "HA_PROXY_PORT")
+    if not (host and port):
+        raise ConfigError(
+            "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL or HA_PROXY_HOST and HA_PROXY_PORT "
+            "(settings or environment variables)"
+        )
+    host = str(host).strip()
+    bracketed = host.startswith("[") and host.endswith("]")  # an IPv6 address
+    if not host or any(c in host for c in "/?#@ ") or (":" in host and not bracketed):
+        raise ConfigError(
+            f"HA_PROXY_HOST={mask_url(host)!r} must be a host name or an IP address alone "
+            f"(no scheme, port or credentials: those are HA_PROXY_PORT, HA_PROXY_USER and "
+            f"HA_PROXY_PASSWORD)"
+        )
+    return host
+
+
+def _proxy_port(settings: BaseSettings) -> int:
+    port = check.raw_or_env(settings, "HA_PROXY_PORT")
+    text = str(port).strip()
+    if not text.isdigit() or not 0 < int(text) <= MAX_PORT:
+        raise ConfigError(f"HA_PROXY_PORT={port!r} must be a port number from 1 to {MAX_PORT}")
+    return int(text)
 
 
 def _session_template(settings: BaseSettings) -> str:
@@ -127,8 +175,8 @@ def _pool_url(settings: BaseSettings, mode: str) -> str:
         raise ConfigError("HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL (the proxy list API)")
     if url and urlsplit(url).scheme not in POOL_URL_SCHEMES:
         raise ConfigError(
-            f"HA_PROXY_POOL_URL={mask_url(url)!r} must be an http:// or https:// URL "
-            f"(the API that lists the proxies)"
+            f"HA_PROXY_POOL_URL={mask_url(url)!r} must be an http://, https:// or file:// "
+            f"URL (the API, or the file, that lists the proxies)"
         )
     return url
 
@@ -238,6 +286,11 @@ class CookiesConfig:
         )
 
 
+#: In one line of HA_USER_AGENTS given as text, a comma that seems to start another agent
+#: (``a,b``, or ``, Mozilla/5.0``): real agents hold commas only as ``KHTML, like Gecko``.
+_AGENT_LIST_COMMA = re.compile(r",(?=\S)|,\s*[A-Za-z][\w.\-]*/[0-9]")
+
+
 @dataclass(frozen=True)
 class UserAgentConfig:
     """The User-Agent pool (HA_USER_AGENTS); empty means off."""
@@ -246,7 +299,33 @@ class UserAgentConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        agents = settings.getlist("HA_USER_AGENTS")
+        """A list, or text (``-s``, scrapyd): a JSON list, or one agent per line. Text
+        that could be one agent or several split at commas is refused."""
+        value = settings.get("HA_USER_AGENTS")
+        agents = (
+            _agents_from_text(value)
+            if isinstance(value, str)
+            else settings.getlist("HA_USER_AGENTS")
+        )
         if not all(isinstance(a, str) and a.strip() for a in agents):
             raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
         return cls(tuple(agents))
+
+
+def _agents_from_text(text: str) -> list[Any]:
+    if text.lstrip().startswith("["):
+        try:
+            agents = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"HA_USER_AGENTS={text!r} is no JSON list ({exc})") from exc
+        if not isinstance(agents, list):
+            raise ConfigError(f"HA_USER_AGENTS={text!r} must be a JSON list of strings")
+        return agents
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if any(_AGENT_LIST_COMMA.search(line) for line in lines):
+        raise ConfigError(
+            f"HA_USER_AGENTS={text!r} is ambiguous: one User-Agent holding commas, or "
+            f'several separated by commas? Give a JSON list (\'["agent 1", "agent 2"]\') '
+            f"or one agent per line"
+        )
+    return lines

@@ -16,6 +16,7 @@ client address (a proxy exit); ``--tls`` serves HTTPS; ``/proxies.json`` serves
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import time
@@ -77,6 +78,9 @@ class Catalogue(resource.Resource):
         self.faults = faults or []
         self.banned_exits: set[str] = set()
         self.proxy_list: list[str] = []
+        self.proxy_json: str | None = None
+        self.proxy_api_auth: str | None = None
+        self.proxy_api_hang_after: int | None = None
         self.slow: dict[str, float] = {}  # path -> seconds before its first answer
         self.pages = pages
         self.chain_length = max(1, -(-pages // max(1, chains)))
@@ -98,10 +102,7 @@ class Catalogue(resource.Resource):
             reactor.callLater(self.slow[path], _finish, request, self.page(path)[1])
             return server.NOT_DONE_YET
         if path == "/proxies.json":  # a proxy extraction API for the pool mode
-            request.setHeader(b"content-type", b"application/json")
-            return json.dumps(
-                [{"ip": p.split(":")[0], "port": int(p.split(":")[1])} for p in self.proxy_list]
-            ).encode()
+            return self.proxy_api(request, self.hits[key])
         if client in self.banned_exits:
             request.setResponseCode(403)
             return b"<html><body>banned</body></html>"
@@ -124,6 +125,25 @@ class Catalogue(resource.Resource):
             return body
         reactor.callLater(self.delay, _finish, request, body)
         return server.NOT_DONE_YET
+
+    def proxy_api(self, request: Any, hit: int) -> bytes | int:
+        """``/proxies.json``: ``--proxy-list`` as ``{"ip", "port"}`` objects, or
+        ``--proxy-json`` as it is; Basic auth if ``--proxy-api-auth``; no answer at all
+        after ``--proxy-api-hang-after`` answers (a hung API)."""
+        if self.proxy_api_hang_after is not None and hit > self.proxy_api_hang_after:
+            reactor.callLater(3600, _finish, request, b"")
+            return server.NOT_DONE_YET
+        if self.proxy_api_auth is not None:
+            expected = b"Basic " + base64.b64encode(self.proxy_api_auth.encode())
+            if request.getHeader(b"authorization") != expected:
+                request.setResponseCode(401)
+                return b"unauthorized"
+        request.setHeader(b"content-type", b"application/json")
+        if self.proxy_json is not None:
+            return self.proxy_json.encode()
+        return json.dumps(
+            [{"ip": p.split(":")[0], "port": int(p.split(":")[1])} for p in self.proxy_list]
+        ).encode()
 
     def fault_of(self, path: str) -> Fault | None:
         n = int(path.rsplit("/", 1)[1]) if path.rsplit("/", 1)[1].isdigit() else 0
@@ -258,10 +278,23 @@ def main(argv: list[str] | None = None) -> None:
         metavar="IP:PORT,...",
         help="what /proxies.json serves (a proxy pool API)",
     )
+    parser.add_argument("--proxy-json", help="what /proxies.json serves, as it is")
+    parser.add_argument(
+        "--proxy-api-auth", metavar="USER:PASSWORD", help="/proxies.json wants this Basic auth"
+    )
+    parser.add_argument(
+        "--proxy-api-hang-after",
+        type=int,
+        metavar="N",
+        help="/proxies.json answers N times, then never again (a hung API)",
+    )
     args = parser.parse_args(argv)
     catalogue = Catalogue(args.pages, args.per_page, args.delay, args.chains, args.fault)
     catalogue.banned_exits = set(args.ban_exit)
     catalogue.proxy_list = [p for p in args.proxy_list.split(",") if p]
+    catalogue.proxy_json = args.proxy_json
+    catalogue.proxy_api_auth = args.proxy_api_auth
+    catalogue.proxy_api_hang_after = args.proxy_api_hang_after
     catalogue.slow = {f"/list/{n}": float(t) for n, t in (x.split(":") for x in args.slow_list)}
     site = server.Site(catalogue)  # type: ignore[no-untyped-call]  # Twisted's Site is unannotated
     site.noisy = False

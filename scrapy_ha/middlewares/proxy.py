@@ -9,17 +9,20 @@
   a ban puts a new session token in the user name: the exit changes, and since Scrapy keys
   its CONNECT tunnels by the proxy's credentials, HTTPS gets a fresh tunnel instead of the
   kept-alive one. ``HA_PROXY_ROTATE_HEADER`` (``"Name: value"``) is sent with the next plain
-  HTTP request after a ban.
+  HTTP request after a ban (that attempt only). Without a template an HTTPS ban cannot
+  change the exit: one WARNING, and no rotation is counted.
 - **pool** (``HA_PROXY_MODE = "pool"``): proxies fetched from ``HA_PROXY_POOL_URL`` (a JSON
   list of ``{"ip", "port"}`` or ``"ip:port"``, or ``HA_PROXY_POOL_PARSER``), cached for
-  ``HA_PROXY_POOL_TTL``, used in turn; a proxy that was banned or failed is out of rotation
-  for ``HA_PROXY_COOLDOWN`` on every worker (shared through Redis); an exhausted pool is
-  fetched again; when none is usable the request waits in Redis (or goes direct with
-  ``HA_PROXY_ALLOW_DIRECT``).
+  ``HA_PROXY_POOL_TTL`` (one fetch at a time, in the background), used in turn; a proxy
+  that was banned or failed is out of rotation for ``HA_PROXY_COOLDOWN`` on every worker
+  (shared through Redis); when none is usable the request waits in Redis (or goes direct
+  with ``HA_PROXY_ALLOW_DIRECT``) and the list is kept until its TTL is over.
 
 Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
-``network`` errors through the proxy. A 407 from the proxy is a configuration error: one
-ERROR naming the proxy (password masked), and the crawl stops (the request is kept).
+``network`` errors through the proxy. A 407 from the tunnel proxy is a configuration error: one
+ERROR naming the proxy (password masked), and the crawl stops (the request is kept). A 407
+from a pool proxy cools that proxy down and sends the request back for another; the crawl
+stops only when every proxy of the list answered 407.
 Credentials never reach Redis, logs, stats or the dead-letter queue.
 """
 
@@ -33,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import mask_url
@@ -82,9 +86,11 @@ class ProxyMiddleware:
         self.retry_config = retry_config
         self.stats = crawler.stats
         self.tunnel = TunnelProxy(config) if config.mode == "tunnel" else None
-        self.pool = ProxyPool(config) if config.mode == "pool" else None
+        self.pool = ProxyPool(config, crawler.stats) if config.mode == "pool" else None
         self._auth_failed = False
-        self._warned_header = False
+        self._warned_unavailable = False
+        self._refused: set[str] = set()  # pool proxies that answered 407
+        self._warned_https = False
         self._warned_redis = False
         self._stat_ids: set[str] = set()
 
@@ -112,6 +118,7 @@ class ProxyMiddleware:
             return _wait(request, PROXY_ERROR_DELAY, FailureClass.PROXY_ERROR, reason)
         if url is None:
             return self._no_proxy(request)
+        self._warned_unavailable = False  # the next run of requests without one is told
         pid = proxy_id(url)
         request.meta["proxy"] = url
         request.meta[metakeys.PROXY] = pid
@@ -130,14 +137,18 @@ class ProxyMiddleware:
         self.stats.inc_value(f"ha/proxy/{pid}/{what}")
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
+        self._drop_rotation_header(request)
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
+        if self.pool is not None and metakeys.PROXY in request.meta:
+            self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
         fclass = self.retry_config.classify_response(response)
         if fclass in BAN_CLASSES:
             self._ban(request, fclass)
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        self._drop_rotation_header(request)
         if metakeys.PROXY not in request.meta:
             return None
         if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
@@ -151,22 +162,41 @@ class ProxyMiddleware:
         return await self.pool.choose(self._shared_cooldowns)
 
     def _rotation_header(self, request: Request) -> None:
+        """After a ban, HA_PROXY_ROTATE_HEADER goes with the next plain-HTTP request (only
+        there can the proxy read it: inside an HTTPS tunnel the site would) and only with
+        this attempt: :meth:`_drop_rotation_header` takes it off before a retry is made."""
         assert self.tunnel is not None
         if not (self.tunnel.rotate_next and self.config.rotate_header):
             return
+        if urlparse_cached(request).scheme != "http":
+            return  # the next plain-HTTP request carries it
         self.tunnel.rotate_next = False
         name, value = self.config.rotate_header
         request.headers[name] = value
-        if (
-            request.url.startswith("https")
-            and not self._warned_header
-            and not (self.config.session_template)
-        ):
-            self._warned_header = True
-            logger.warning(
-                "HA_PROXY_ROTATE_HEADER cannot reach the proxy inside an HTTPS "
-                "tunnel: set HA_PROXY_SESSION_TEMPLATE to rotate HTTPS exits"
-            )
+        request.meta[metakeys.ROTATE_HEADER] = True
+
+    def _drop_rotation_header(self, request: Request) -> None:
+        if request.meta.pop(metakeys.ROTATE_HEADER, False) and self.config.rotate_header:
+            request.headers.pop(self.config.rotate_header[0], None)
+
+    def _tunnel_can_rotate(self, request: Request) -> bool:
+        """Can a new session change this request's exit? With a session template, yes;
+        over HTTPS without one, no (one kept-alive CONNECT tunnel keeps its exit: one
+        WARNING); over plain HTTP, with a rotation header."""
+        if self.config.session_template:
+            return True
+        if urlparse_cached(request).scheme == "https":
+            if not self._warned_https:
+                self._warned_https = True
+                logger.warning(
+                    "A ban on %s cannot change the tunnel proxy's exit: HTTPS requests "
+                    "share one kept-alive CONNECT tunnel. Set HA_PROXY_SESSION_TEMPLATE "
+                    "(e.g. '{user}-session-{session}') so that a ban starts a new session; "
+                    "until then HTTPS bans are retried through the same exit",
+                    request,
+                )
+            return False
+        return self.config.rotate_header is not None
 
     def _ban(self, request: Request, fclass: FailureClass) -> None:
         pid = request.meta.get(metakeys.PROXY)
@@ -186,6 +216,8 @@ class ProxyMiddleware:
 
     def _rotate(self, request: Request, pid: str, why: str) -> None:
         if self.tunnel is not None:
+            if not self._tunnel_can_rotate(request):
+                return  # nothing would change: no rotation to count or log
             if self.tunnel.rotate(request.meta.get(metakeys.PROXY_SESSION)):
                 self.stats.inc_value("ha/proxy/rotations")
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
@@ -202,16 +234,25 @@ class ProxyMiddleware:
                 request.meta.pop(key, None)
             self.stats.inc_value("ha/proxy/direct")
             return None
+        if self.pool is not None and not self.pool.loaded:  # the API never answered yet
+            self.stats.inc_value("ha/proxy/errors")
+            delay = max(PROXY_ERROR_DELAY, self.pool.retry_in())
+            reason = f"no proxy list yet ({self.pool.error})"
+            return _wait(request, delay, FailureClass.PROXY_ERROR, reason)
         self.stats.inc_value("ha/proxy/unavailable")
-        logger.error(
-            "No usable proxy for %s (pool empty or all cooling down): it waits %.0f s "
-            "in the queue (HA_PROXY_ALLOW_DIRECT=False)",
-            request,
-            NO_PROXY_DELAY,
-        )
+        if not self._warned_unavailable:  # once until a proxy is usable again
+            self._warned_unavailable = True
+            logger.error(
+                "No usable proxy for %s (pool empty or all cooling down): requests wait "
+                "%.0f s in the queue until one is (HA_PROXY_ALLOW_DIRECT=False)",
+                request,
+                NO_PROXY_DELAY,
+            )
         return _wait(request, NO_PROXY_DELAY, FailureClass.NO_PROXY, "no usable proxy")
 
     def _proxy_auth_failed(self, request: Request, detail: str) -> Request:
+        if self.pool is not None:
+            return self._pool_proxy_refused(request, detail)
         if not self._auth_failed:
             self._auth_failed = True
             shown = mask_url(self.tunnel.url()) if self.tunnel else request.meta[metakeys.PROXY]
@@ -222,12 +263,44 @@ class ProxyMiddleware:
                 shown,
                 detail,
             )
-            self.stats.set_value("ha/proxy/auth_failed", 1)
-            engine = self.crawler.engine
-            if engine is not None:
-                asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
+            self._stop_crawl()
         reason = "the proxy rejected its credentials (407)"
         return _wait(request, PROXY_AUTH_DELAY, FailureClass.PROXY_AUTH, reason)
+
+    def _pool_proxy_refused(self, request: Request, detail: str) -> Request:
+        """A pool proxy answered 407 (a dead or foreign proxy in the list): it cools down
+        and the request goes back at once for another; the crawl stops only when every
+        proxy of the list did so."""
+        assert self.pool is not None
+        pid = request.meta[metakeys.PROXY]
+        self._stat(pid, "auth_failures")
+        self._refused.add(pid)
+        listed = {proxy_id(p) for p in self.pool.proxies}
+        self._refused &= listed | {pid}  # bounded by the list
+        if listed and listed <= self._refused:
+            if not self._auth_failed:
+                self._auth_failed = True
+                logger.error(
+                    "Every proxy of the pool from %s rejected its credentials (%s, the "
+                    "last from %s): the list's proxies want credentials it does not give "
+                    "(give them as http://user:password@host:port with "
+                    "HA_PROXY_POOL_PARSER, or fix HA_PROXY_POOL_URL). Stopping the crawl; "
+                    "queued requests are kept.",
+                    self.pool.api.shown,
+                    detail,
+                    pid,
+                )
+                self._stop_crawl()
+            reason = "every pool proxy rejected its credentials (407)"
+            return _wait(request, PROXY_AUTH_DELAY, FailureClass.PROXY_AUTH, reason)
+        self._rotate(request, pid, f"rejecting its credentials ({detail})")
+        return _wait(request, 0.0, FailureClass.PROXY_AUTH, f"the proxy {pid} answered 407")
+
+    def _stop_crawl(self) -> None:
+        self.stats.set_value("ha/proxy/auth_failed", 1)
+        engine = self.crawler.engine
+        if engine is not None:
+            asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
 
     async def _shared_cooldowns(self) -> dict[str, float]:
         """Other workers' cool-downs (until, on this worker's clock); expired ones are

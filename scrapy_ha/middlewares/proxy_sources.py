@@ -8,21 +8,34 @@ import json
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
-from scrapy_ha.codec import mask_url
+from w3lib.http import basic_auth_header
+
+from scrapy_ha.codec.masking import MASK, mask_text, mask_url, split_userinfo
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from scrapy.statscollectors import StatsCollector
+
     from scrapy_ha.config.middlewares import ProxyConfig
+
+    #: The other workers' cool-downs (proxy id -> until, on this worker's clock).
+    Shared = Callable[[], Awaitable[dict[str, float]]]
 
 logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the proxy list API: long enough for a slow API, short next to a lease.
 POOL_FETCH_TIMEOUT = 10
+#: Seconds before the list is fetched again after a failed fetch, doubled with each failure
+#: in a row: the first retry as soon as a request waiting for a proxy comes back
+#: (PROXY_ERROR_DELAY), never hammering an API that is down.
+POOL_RETRY_MIN = 5.0
+#: The longest wait between two fetches while they fail (the retry backoff's cap).
+POOL_RETRY_MAX = 120.0
 #: Characters of a tunnel session token: enough that two workers never pick the same one.
 SESSION_CHARS = 10
 
@@ -34,17 +47,32 @@ def proxy_id(url: str) -> str:
 
 
 def parse_pool(body: bytes) -> list[str]:
-    """Default pool format: a JSON list of ``{"ip": ..., "port": ...}`` or ``"ip:port"``."""
+    """Default pool format: a JSON list of ``{"ip": ..., "port": ...}`` or ``"ip:port"``
+    (or of ``scheme://host:port`` URLs). An entry that is no proxy comes out as a URL that
+    :func:`valid_proxy` refuses, so that it costs itself alone."""
     doc = json.loads(body)
     if isinstance(doc, dict):
         doc = doc.get("data") or doc.get("proxies") or []
-    proxies = []
-    for entry in doc:
-        if isinstance(entry, dict):
-            proxies.append(f"http://{entry['ip']}:{entry['port']}")
-        else:
-            proxies.append(entry if "://" in str(entry) else f"http://{entry}")
-    return proxies
+    return [_entry_url(entry) for entry in doc]
+
+
+def _entry_url(entry: Any) -> str:
+    if isinstance(entry, dict):
+        return f"http://{entry.get('ip', '')}:{entry.get('port', '')}"
+    return entry if "://" in str(entry) else f"http://{entry}"
+
+
+def valid_proxy(entry: Any) -> bool:
+    """Is *entry* an ``http://`` or ``https://`` proxy URL with a host and a port (1 to
+    65535)? A list's other entries are dropped one by one."""
+    if not isinstance(entry, str):
+        return False
+    try:
+        parts = urlsplit(entry)
+        port = parts.port
+    except ValueError:  # a port that is no number, or out of range
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and bool(port)
 
 
 class TunnelProxy:
@@ -78,24 +106,42 @@ class TunnelProxy:
 
 
 class ProxyPool:
-    """Proxies from an extraction API, used in turn, with shared cool-downs."""
+    """Proxies from an extraction API, used in turn, with shared cool-downs.
 
-    def __init__(self, config: ProxyConfig) -> None:
+    The list is fetched once per ``HA_PROXY_POOL_TTL``, by one fetch at a time, in the
+    background: requests are served from the list at hand (however old) while it runs;
+    only a pool that never had a list waits for it. A list that is empty, or whose
+    proxies all cool down, is kept until its TTL is over. A fetch that fails keeps the
+    list at hand and is tried again after ``POOL_RETRY_MIN`` seconds, doubled with each
+    failure in a row up to ``POOL_RETRY_MAX``; one ERROR per run of failures.
+    """
+
+    def __init__(self, config: ProxyConfig, stats: StatsCollector | None = None) -> None:
         self.config = config
+        self.stats = stats
+        self.api = PoolApi(config.pool_url)
         self.proxies: list[str] = []
-        self.fetched_at = 0.0
+        self.loaded = False  # a list was fetched at least once
+        self.next_fetch = 0.0  # time.monotonic() before which no fetch starts
+        self.error: str | None = None  # the last fetch's error (masked) while they fail
+        self.failed_in_row = 0
         self.index = 0
         self.cooling: dict[str, float] = {}  # proxy id -> until (time.time())
         self.failures: dict[str, int] = {}
+        self._fetching: asyncio.Future[None] | None = None
+        self._warned_entries = False
 
-    async def choose(self, shared: Callable[[], Awaitable[dict[str, float]]] | None) -> str | None:
-        if time.monotonic() - self.fetched_at > self.config.pool_ttl or not self.proxies:
-            await self.fetch(shared)
-        proxy = self._next_healthy()
-        if proxy is None:
-            await self.fetch(shared)  # exhausted: the provider may have new ones
-            proxy = self._next_healthy()
-        return proxy
+    async def choose(self, shared: Shared | None) -> str | None:
+        """The next proxy not cooling down; None if there is none (yet)."""
+        if self._fetching is None and time.monotonic() >= self.next_fetch:
+            self._fetching = asyncio.ensure_future(self.fetch(shared))
+        if not self.loaded and self._fetching is not None:
+            await asyncio.shield(self._fetching)  # nothing to serve yet: wait for the list
+        return self._next_healthy()
+
+    def retry_in(self) -> float:
+        """Seconds until the next fetch may start."""
+        return max(0.0, self.next_fetch - time.monotonic())
 
     def _prune(self) -> None:
         """Forget cool-downs that are over and failures of proxies the list no longer has."""
@@ -113,27 +159,72 @@ class ProxyPool:
                 return proxy
         return None
 
-    async def fetch(self, shared: Callable[[], Awaitable[dict[str, float]]] | None) -> None:
+    async def fetch(self, shared: Shared | None) -> None:
+        """Fetch the list (never raises: a failure keeps the list at hand), then merge the
+        other workers' cool-downs."""
         try:
-            body = await asyncio.to_thread(_get, self.config.pool_url)
-            parse = self.config.pool_parser or parse_pool
-            self.proxies = list(parse(body))
-        except Exception as exc:
-            shown = mask_url(self.config.pool_url)
-            logger.error(
-                "Could not fetch the proxy list from %s: %s",
-                shown,
-                str(exc).replace(self.config.pool_url, shown),
-            )
-        self.fetched_at = time.monotonic()
-        self._prune()
-        if shared is not None:
-            self.cooling.update(await shared())
+            try:
+                body = await asyncio.to_thread(self.api.get)
+                self._fetched(list((self.config.pool_parser or parse_pool)(body)))
+            except Exception as exc:
+                self._failed(exc)
+            self._prune()
+            if shared is not None:
+                self.cooling.update(await shared())
+        finally:
+            self._fetching = None
         logger.debug(
             "Proxy pool: %d proxies, %d cooling down",
             len(self.proxies),
             sum(1 for t in self.cooling.values() if t > time.time()),
         )
+
+    def _fetched(self, entries: list[Any]) -> None:
+        proxies = [entry for entry in entries if valid_proxy(entry)]
+        if len(proxies) < len(entries):
+            self._bad_entries([e for e in entries if not valid_proxy(e)])
+        if self.failed_in_row:
+            logger.info(
+                "The proxy list API %s answers again (after %d failed fetches)",
+                self.api.shown,
+                self.failed_in_row,
+            )
+        self.proxies, self.loaded, self.error, self.failed_in_row = proxies, True, None, 0
+        self.next_fetch = time.monotonic() + self.config.pool_ttl
+        self._count("ha/proxy/pool_fetches")
+
+    def _bad_entries(self, bad: list[Any]) -> None:
+        self._count("ha/proxy/pool_bad_entries", len(bad))
+        log = logger.debug if self._warned_entries else logger.warning
+        self._warned_entries = True
+        log(
+            "Dropped %d of the proxy list's entries from %s that are no http(s)://host:port "
+            "proxy (the first: %s); the others are used",
+            len(bad),
+            self.api.shown,
+            self.api.mask(repr(bad[0])[:200]),
+        )
+
+    def _failed(self, exc: Exception) -> None:
+        self.failed_in_row += 1
+        wait = min(POOL_RETRY_MIN * 2 ** (self.failed_in_row - 1), POOL_RETRY_MAX)
+        self.next_fetch = time.monotonic() + wait
+        self.error = self.api.mask(f"{type(exc).__name__}: {exc}")
+        self._count("ha/proxy/pool_errors")
+        log = logger.error if self.failed_in_row == 1 else logger.debug
+        log(
+            "Could not fetch the proxy list from %s (%s): %s; tried again in %.0f s "
+            "(doubling while it fails, up to %.0f s)",
+            self.api.shown,
+            self.error,
+            "the last list is used meanwhile" if self.loaded else "requests wait in Redis",
+            wait,
+            POOL_RETRY_MAX,
+        )
+
+    def _count(self, key: str, n: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key, n)
 
     def cool_down(self, pid: str) -> float:
         until = time.time() + self.config.cooldown
@@ -142,6 +233,35 @@ class ProxyPool:
         return until
 
 
-def _get(url: str) -> bytes:
-    with urlopen(url, timeout=POOL_FETCH_TIMEOUT) as response:  # noqa: S310 (the user's own API)
+class PoolApi:
+    """``HA_PROXY_POOL_URL`` as it is fetched: a ``user:password`` in it is sent as Basic
+    auth (``urlopen`` would take it for the host), and never shown."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.shown = mask_url(url)
+        self.headers: dict[str, str] = {}
+        self.secrets = [url]
+        split = split_userinfo(url)
+        if split is not None:
+            scheme, userinfo, host, rest = split
+            user, _, password = userinfo.partition(":")
+            self.url = f"{scheme}{host}{rest}"
+            auth = basic_auth_header(unquote(user), unquote(password))
+            self.headers["Authorization"] = auth.decode("latin-1")
+            self.secrets = [url, userinfo, password, unquote(password), auth.decode("latin-1")]
+
+    def get(self) -> bytes:
+        """The list's body (blocking: run it in a thread)."""
+        return _get(Request(self.url, headers=self.headers))
+
+    def mask(self, text: str) -> str:
+        """*text* (an error, an entry) fit to print: the URL masked, the password gone."""
+        for secret in sorted(filter(None, self.secrets), key=len, reverse=True):
+            text = text.replace(secret, self.shown if secret == self.secrets[0] else MASK)
+        return mask_text(text)
+
+
+def _get(request: Request) -> bytes:
+    with urlopen(request, timeout=POOL_FETCH_TIMEOUT) as response:  # noqa: S310 (the user's own API)
         return response.read()  # type: ignore[no-any-return]

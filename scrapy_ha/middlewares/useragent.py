@@ -1,8 +1,9 @@
 """An optional User-Agent pool (some sites ban one agent seen too often): off by default.
 
-``HA_USER_AGENTS = ["Mozilla/5.0 ...", ...]`` picks one at random for every request that
-has no User-Agent of its own. For pacing, use Scrapy's own AutoThrottle
-(``AUTOTHROTTLE_ENABLED``) and ``RANDOMIZE_DOWNLOAD_DELAY`` rather than another middleware.
+``HA_USER_AGENTS = ["Mozilla/5.0 ...", ...]`` picks one at random for every attempt of a
+request that has no User-Agent of its own (a retry gets a new pick). For pacing, use
+Scrapy's own AutoThrottle (``AUTOTHROTTLE_ENABLED``) and ``RANDOMIZE_DOWNLOAD_DELAY`` rather
+than another middleware.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
+from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import UserAgentConfig
 
 if TYPE_CHECKING:
@@ -38,5 +40,13 @@ class UserAgentPoolMiddleware:
         return cls(config.agents)
 
     def process_request(self, request: Request) -> None:
-        if b"User-Agent" not in request.headers:
-            request.headers[b"User-Agent"] = random.choice(self.agents)
+        """Pick an agent for every attempt of a request without one of its own: a retry
+        (stored with its last agent) gets a new pick, ``meta["ha_user_agent"]`` says which
+        agent the pool put there."""
+        current = request.headers.get(b"User-Agent")
+        picked = request.meta.get(metakeys.USER_AGENT)
+        if current is not None and current.decode("latin-1") != picked:
+            return  # the request's own
+        agent = random.choice(self.agents)
+        request.headers[b"User-Agent"] = agent
+        request.meta[metakeys.USER_AGENT] = agent

@@ -133,6 +133,7 @@ SCRIPTS = (
     "forget",
     "drop_buckets",
     "seen_check",
+    "proxy_cd_load",
 )
 
 if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
@@ -168,6 +169,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     FORGET_LUA: str
     DROP_BUCKETS_LUA: str
     SEEN_CHECK_LUA: str
+    PROXY_CD_LOAD_LUA: str
 
 
 def script_text(script: str) -> str:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from scrapy_ha.store.scripts import Registered
+
 if TYPE_CHECKING:
     import redis.asyncio
 
@@ -135,12 +137,10 @@ class ProxyCooldowns:
 
     async def load(self, server_ms: int) -> dict[str, int]:
         """Cool-downs still running at *server_ms* (proxy id -> until, server ms); those
-        over, or unreadable, are deleted."""
-        raw = await self.client.hgetall(self.key)
-        expired = [k for k, v in raw.items() if _ms(v) <= server_ms]
-        if expired:
-            await self.client.hdel(self.key, *expired)
-        return {_text(k): _ms(v) for k, v in raw.items() if _ms(v) > server_ms}
+        over, or unreadable, are deleted in the same script (a fresh one another worker
+        writes meanwhile is never deleted as the expired one read before)."""
+        flat = await Registered(self.client, "proxy_cd_load")(keys=[self.key], args=[server_ms])
+        return {_text(k): _ms(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
 
     async def mark(self, proxy: str, server_ms: int, cooldown_ms: int) -> None:
         """Put *proxy* out of rotation for *cooldown_ms* from *server_ms*."""
