@@ -1,0 +1,56 @@
+"""The dashboard's actions touch exactly the entries asked for: an id of a shard the crawl
+does not have is not found (not a 500). FastAPI's TestClient over a real Redis written
+by the queue's own scripts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.store.sharding import check_shard_count, make_queue
+from tests.test_dashboard_api import dashboard
+from tests.test_dashboard_pages import entry
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+
+async def dead_letters(url: str, spider: str, n: int, shards: int = 1, **info: Any) -> None:
+    """*n* dead letters of *spider* (class ``gone`` unless *info* says otherwise)."""
+    client = redis.asyncio.Redis.from_url(url)
+    q = make_queue(client, "ha", spider, shards)
+    await check_shard_count(q)
+    await q.sync(enqueue=[entry(f"http://{spider}.example/{spider}/{i}") for i in range(n)])
+    for x in (await q.sync(lease=n, lease_ms=600_000)).leases:
+        await q.dead_letter(x.id, x.token, {"class": "gone", "reason": "HTTP 404", **info})
+    await client.aclose()
+
+
+def dead_ids(http: TestClient, spider: str) -> set[str]:
+    page = http.get(f"/api/crawls/{spider}/dead", params={"size": 500}).json()
+    assert page["next_cursor"] is None
+    return {e["id"] for e in page["entries"]}
+
+
+@deferred_f_from_coro_f
+async def test_an_id_of_a_shard_the_crawl_does_not_have_is_not_found(redis_url):
+    await dead_letters(redis_url, "wide", 12, shards=3)
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "wide")
+        for action in ("purge", "requeue"):
+            done = http.post(f"/api/crawls/wide/actions/{action}", json={"ids": ["9:1"]})
+            assert done.status_code == 200, done.text
+            assert done.json()["touched"] == 0
+        assert http.get("/crawls/wide/dead/9:1").status_code == 404
+        assert dead_ids(http, "wide") == before
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+def _drive(redis_url: str, check: Any) -> None:
+    with dashboard(redis_url) as http:
+        check(http)
