@@ -1,5 +1,7 @@
-"""The dashboard's actions touch exactly the entries asked for: an id of a shard the crawl
-does not have is not found (not a 500). FastAPI's TestClient over a real Redis written
+"""The dashboard's actions touch exactly the entries asked for: the JSON API takes ids as a
+list of strings and refuses anything else, an id of a shard the crawl does not have is not
+found (not a 500), and a form action over a filter touches the entries its confirmation
+page listed, not those that matched later. FastAPI's TestClient over a real Redis written
 by the queue's own scripts."""
 
 from __future__ import annotations
@@ -33,6 +35,27 @@ def dead_ids(http: TestClient, spider: str) -> set[str]:
     page = http.get(f"/api/crawls/{spider}/dead", params={"size": 500}).json()
     assert page["next_cursor"] is None
     return {e["id"] for e in page["entries"]}
+
+
+@deferred_f_from_coro_f
+async def test_the_api_takes_ids_as_a_list_of_strings_and_refuses_anything_else(redis_url):
+    await dead_letters(redis_url, "wide", 30, shards=3)
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "wide")
+        one = sorted(i for i in before if i.startswith("1:"))[0]  # an entry of shard 1
+        assert {"1", one.partition(":")[2]} <= before  # its characters name other entries
+        url = "/api/crawls/wide/actions/requeue"
+        for body in ({"ids": one}, {"ids": [int(one[2:])]}, {"ids": {"a": one}}, [one]):
+            refused = http.post(url, json=body)
+            assert refused.status_code == 400, body
+            assert "ids" in refused.json()["detail"] or "object" in refused.json()["detail"]
+        assert http.post(url, json={"filter": "gone"}).status_code == 400
+        assert dead_ids(http, "wide") == before  # nothing was touched
+        done = http.post(url, json={"ids": [one]}).json()
+        assert done["touched"] == 1 and dead_ids(http, "wide") == before - {one}
+
+    await asyncio.to_thread(_drive, redis_url, check)
 
 
 @deferred_f_from_coro_f

@@ -174,14 +174,9 @@ async def _perform(request: Request, spider: str, action: Action, ids: list[str]
 
 async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
     action = _action(name)
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        raise HTTPException(400, "the body is not JSON") from None
-    ids = [str(i) for i in body.get("ids") or []]
-    flt = (
-        await filter_from(request, body["filter"]) if isinstance(body.get("filter"), dict) else None
-    )
+    body = _json_object(await request.body())
+    ids = _ids_of(body)
+    flt = await filter_from(request, body["filter"]) if body.get("filter") is not None else None
     selected = await _selection(request, spider, action, ids, flt)
     if body.get("dry_run"):
         return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
@@ -192,6 +187,30 @@ async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any
         "touched": touched,
         "report": report(action, touched, len(selected)),
     }
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The body of an action's POST: a JSON object, else a 400 that says what to send."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise HTTPException(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise HTTPException(400, 'the body is a JSON object: {"ids": [...]} or {"filter": {...}}')
+    if body.get("filter") is not None and not isinstance(body["filter"], dict):
+        raise HTTPException(400, '"filter" is an object: {"class": "gone", "domain": ...}')
+    return body
+
+
+def _ids_of(body: dict[str, Any]) -> list[str]:
+    """The ``ids`` of an action's body: a list of strings (a string is refused, not read
+    as its characters; a number is refused, not taken for an id of another form)."""
+    ids = body.get("ids")
+    if ids is None:
+        return []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise HTTPException(400, '"ids" is a list of entry ids as strings: ["12", "1:7"]')
+    return ids
 
 
 async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse:
