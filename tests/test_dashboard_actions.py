@@ -7,25 +7,31 @@ by the queue's own scripts."""
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.store.sharding import check_shard_count, make_queue
-from tests.test_dashboard_api import dashboard
+from tests.test_dashboard_api import dashboard, form_token
 from tests.test_dashboard_pages import entry
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
 
-async def dead_letters(url: str, spider: str, n: int, shards: int = 1, **info: Any) -> None:
-    """*n* dead letters of *spider* (class ``gone`` unless *info* says otherwise)."""
+async def dead_letters(
+    url: str, spider: str, n: int, shards: int = 1, first: int = 0, **info: Any
+) -> None:
+    """*n* dead letters of *spider*, its URLs numbered from *first* (class ``gone`` unless
+    *info* says otherwise)."""
     client = redis.asyncio.Redis.from_url(url)
     q = make_queue(client, "ha", spider, shards)
     await check_shard_count(q)
-    await q.sync(enqueue=[entry(f"http://{spider}.example/{spider}/{i}") for i in range(n)])
+    urls = [f"http://{spider}.example/{spider}/{i}" for i in range(first, first + n)]
+    await q.sync(enqueue=[entry(u) for u in urls])
     for x in (await q.sync(lease=n, lease_ms=600_000)).leases:
         await q.dead_letter(x.id, x.token, {"class": "gone", "reason": "HTTP 404", **info})
     await client.aclose()
@@ -70,6 +76,40 @@ async def test_an_id_of_a_shard_the_crawl_does_not_have_is_not_found(redis_url):
             assert done.json()["touched"] == 0
         assert http.get("/crawls/wide/dead/9:1").status_code == 404
         assert dead_ids(http, "wide") == before
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+def confirm_form(page: str) -> dict[str, str | list[str]]:
+    """The fields the confirmation page's form posts (its hidden inputs), as a browser
+    would post them."""
+    form = re.search(r'<form method="post"[^>]*class="confirm">(.*?)</form>', page, re.S)
+    assert form is not None, page
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1)):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return {k: v[0] if len(v) == 1 else v for k, v in fields.items()}
+
+
+@deferred_f_from_coro_f
+async def test_a_filter_action_touches_the_entries_its_confirmation_listed(redis_url):
+    await dead_letters(redis_url, "shop", 3, shards=2, **{"class": "banned"})
+
+    def check(http: TestClient) -> None:
+        listed = dead_ids(http, "shop")
+        csrf = form_token(http.get("/crawls/shop/dead").text)
+        form = {"csrf": csrf, "scope": "filter", "class": "banned"}
+        confirm = http.post("/crawls/shop/actions/purge", data=form)
+        assert "Purge 3 entries of shop?" in confirm.text
+        # meanwhile a worker dead-letters two more banned requests
+        asyncio.run(dead_letters(redis_url, "shop", 2, shards=2, first=3, **{"class": "banned"}))
+        assert len(dead_ids(http, "shop")) == 5
+        done = http.post("/crawls/shop/actions/purge", data=confirm_form(confirm.text))
+        assert "Purged 3 of 3 entries." in done.text, done.text
+        assert not dead_ids(http, "shop") & listed and len(dead_ids(http, "shop")) == 2
+        # a confirmation that names no entries (a filter alone) is refused, not recomputed
+        again = http.post("/crawls/shop/actions/purge", data={**form, "confirm": "yes"})
+        assert again.status_code == 400 and len(dead_ids(http, "shop")) == 2
 
     await asyncio.to_thread(_drive, redis_url, check)
 

@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 #: Entries a confirmation page names by URL before it only counts the rest (a screenful).
 CONFIRM_LISTED = 20
+#: The largest field of an action's form: a confirmation carries the ids it listed in one
+#: field (Starlette's default, 1 MB, holds some 100,000 ids of 10 bytes; this, 3 million).
+SELECTION_BYTES = 32 * 1024 * 1024
 #: The classes a table's filter offers: what dead letters and delayed entries may have.
 TABLE_CLASSES = {
     "dead": [c for c in CLASSES if c not in HELD],
@@ -215,20 +218,47 @@ def _ids_of(body: dict[str, Any]) -> list[str]:
 
 async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse:
     action = _action(name)
-    form = await request.form()
+    form = await _read_form(request)
     if not _guard.same(_str(form.get(_guard.CSRF_FIELD)), request.state.csrf):
         raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
+    if form.get("confirm") == "yes":
+        selected = _confirmed(action, form)
+        touched = await _perform(request, spider, action, selected)
+        done = report(action, touched, len(selected))
+        return _page(request, "done.html", report=done, spider=spider, action=action)
     ids = [_str(i) or "" for i in form.getlist("ids")]
     scope_filter = form.get("scope") == "filter"
     flt = await filter_from(request, form) if scope_filter else None
     selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
-    context = {"spider": spider, "action": action, "selected": selected, "form": form}
-    if form.get("confirm") != "yes":
-        shown = selected[:CONFIRM_LISTED]
-        urls = await urls_of(request, spider, action.table, shown) if action.table else {}
-        return _page(request, "confirm.html", urls=urls, **context)
-    touched = await _perform(request, spider, action, selected)
-    return _page(request, "done.html", report=report(action, touched, len(selected)), **context)
+    shown = selected[:CONFIRM_LISTED]
+    urls = await urls_of(request, spider, action.table, shown) if action.table else {}
+    context = {"spider": spider, "action": action, "selected": selected}
+    return _page(request, "confirm.html", urls=urls, **context)
+
+
+async def _read_form(request: Request) -> Any:
+    try:
+        reading = request.form(max_part_size=SELECTION_BYTES)
+    except TypeError:  # Starlette before 0.40 has no limit to lift
+        reading = request.form()
+    return await reading
+
+
+def _confirmed(action: Action, form: Any) -> list[str]:
+    """The entries a confirmed form acts on: those its confirmation page listed (its
+    ``selection``) or the ``ids`` it names, never a filter matched again (entries that
+    arrived since were not confirmed)."""
+    if action.table is None:
+        return []
+    selection = _str(form.get("selection"))
+    if selection is not None:
+        return selection.split()
+    ids = [i for i in form.getlist("ids") if isinstance(i, str)]
+    if not ids:
+        raise HTTPException(
+            400, "this confirmation names no entries: go back to the table and act again"
+        )
+    return ids
 
 
 def _str(value: Any) -> str | None:
