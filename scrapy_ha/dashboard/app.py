@@ -14,31 +14,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from scrapy_ha.dashboard import _guard
-from scrapy_ha.dashboard._actions import ACTIONS, Action
+from scrapy_ha.dashboard._acting import api_action, form_action, text_of
+from scrapy_ha.dashboard._actions import ACTIONS
 from scrapy_ha.dashboard._chart import class_chart, rate_chart
-from scrapy_ha.dashboard._data import report
-from scrapy_ha.dashboard._pages import setup_templates
-from scrapy_ha.dashboard._tables import HELD, Filter, page_json
+from scrapy_ha.dashboard._pages import render, setup_templates
+from scrapy_ha.dashboard._tables import HELD, page_json
 from scrapy_ha.dashboard._throttle import LoginThrottle
 from scrapy_ha.dashboard._views import (
-    crawl_keys,
     crawl_view,
     entry_view,
-    filter_from,
     overview_rows,
     table_page,
-    tables_of,
-    urls_of,
     window_of,
 )
 from scrapy_ha.ops.labels import CLASSES
-from scrapy_ha.store.sharding import make_queue
 from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
@@ -48,11 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
-#: Entries a confirmation page names by URL before it only counts the rest (a screenful).
-CONFIRM_LISTED = 20
-#: The largest field of an action's form: a confirmation carries the ids it listed in one
-#: field (Starlette's default, 1 MB, holds some 100,000 ids of 10 bytes; this, 3 million).
-SELECTION_BYTES = 32 * 1024 * 1024
 #: The classes a table's filter offers: what dead letters and delayed entries may have.
 TABLE_CLASSES = {
     "dead": [c for c in CLASSES if c not in HELD],
@@ -137,138 +127,10 @@ def _authorised(request: Request, token: str) -> bool:
     )
 
 
-def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
-    templates: Jinja2Templates = request.app.state.templates
-    context.update(csrf=request.state.csrf, prefix=request.app.state.prefix)
-    return templates.TemplateResponse(request, template, context)
-
-
-# -- acting ---------------------------------------------------------------------------------
-
-
-def _action(name: str) -> Action:
-    if name not in ACTIONS:
-        raise HTTPException(404, f"no action {name!r}: one of {', '.join(sorted(ACTIONS))}")
-    return ACTIONS[name]
-
-
-async def _selection(
-    request: Request, spider: str, action: Action, ids: list[str], flt: Filter | None
-) -> list[str]:
-    """The entries *action* takes: the ids given, else every one matching *flt*."""
-    if action.table is None:
-        return []
-    if ids:
-        return ids
-    if flt is None:
-        raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
-    return await (await tables_of(request, spider)).all_ids(action.table, flt)
-
-
-async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
-    keys = await crawl_keys(request, spider)
-    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards, span=keys.span)
-    touched = await action.run(queue, ids)
-    logger.info(
-        "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name
-    )
-    return touched
-
-
-async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
-    action = _action(name)
-    body = _json_object(await request.body())
-    ids = _ids_of(body)
-    flt = await filter_from(request, body["filter"]) if body.get("filter") is not None else None
-    selected = await _selection(request, spider, action, ids, flt)
-    if body.get("dry_run"):
-        return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
-    touched = await _perform(request, spider, action, selected)
-    return {
-        "action": name,
-        "selected": len(selected),
-        "touched": touched,
-        "report": report(action, touched, len(selected)),
-    }
-
-
-def _json_object(raw: bytes) -> dict[str, Any]:
-    """The body of an action's POST: a JSON object, else a 400 that says what to send."""
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        raise HTTPException(400, "the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise HTTPException(400, 'the body is a JSON object: {"ids": [...]} or {"filter": {...}}')
-    if body.get("filter") is not None and not isinstance(body["filter"], dict):
-        raise HTTPException(400, '"filter" is an object: {"class": "gone", "domain": ...}')
-    return body
-
-
-def _ids_of(body: dict[str, Any]) -> list[str]:
-    """The ``ids`` of an action's body: a list of strings (a string is refused, not read
-    as its characters; a number is refused, not taken for an id of another form)."""
-    ids = body.get("ids")
-    if ids is None:
-        return []
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise HTTPException(400, '"ids" is a list of entry ids as strings: ["12", "1:7"]')
-    return ids
-
-
-async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse:
-    action = _action(name)
-    form = await _read_form(request)
-    if not _guard.same(_str(form.get(_guard.CSRF_FIELD)), request.state.csrf):
-        raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
-    if form.get("confirm") == "yes":
-        selected = _confirmed(action, form)
-        touched = await _perform(request, spider, action, selected)
-        done = report(action, touched, len(selected))
-        return _page(request, "done.html", report=done, spider=spider, action=action)
-    ids = [_str(i) or "" for i in form.getlist("ids")]
-    scope_filter = form.get("scope") == "filter"
-    flt = await filter_from(request, form) if scope_filter else None
-    selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
-    shown = selected[:CONFIRM_LISTED]
-    urls = await urls_of(request, spider, action.table, shown) if action.table else {}
-    context = {"spider": spider, "action": action, "selected": selected}
-    return _page(request, "confirm.html", urls=urls, **context)
-
-
-async def _read_form(request: Request) -> Any:
-    try:
-        reading = request.form(max_part_size=SELECTION_BYTES)
-    except TypeError:  # Starlette before 0.40 has no limit to lift
-        reading = request.form()
-    return await reading
-
-
-def _confirmed(action: Action, form: Any) -> list[str]:
-    """The entries a confirmed form acts on: those its confirmation page listed (its
-    ``selection``) or the ``ids`` it names, never a filter matched again (entries that
-    arrived since were not confirmed)."""
-    if action.table is None:
-        return []
-    selection = _str(form.get("selection"))
-    if selection is not None:
-        return selection.split()
-    ids = [i for i in form.getlist("ids") if isinstance(i, str)]
-    if not ids:
-        raise HTTPException(
-            400, "this confirmation names no entries: go back to the table and act again"
-        )
-    return ids
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _throttled(request: Request, target: str, wait: float) -> HTMLResponse:
     """The login form again, refused: too many wrong tokens from this address lately."""
     error = f"too many wrong tokens from this address: try again in {wait:.0f} s"
-    page = _page(request, "login.html", next=target, error=error)
+    page = render(request, "login.html", next=target, error=error)
     page.status_code = 429
     page.headers["Retry-After"] = str(max(1, round(wait)))
     return page
@@ -288,7 +150,7 @@ def _html_routes(app: FastAPI) -> None:
     async def overview(request: Request) -> HTMLResponse:
         crawls = await overview_rows(request)
         charts = {c.data["spider"]: rate_chart(c.stats, window_of(request)) for c in crawls}
-        return _page(
+        return render(
             request, "overview.html", crawls=[c.data for c in crawls], charts=charts, live=True
         )
 
@@ -300,7 +162,7 @@ def _html_routes(app: FastAPI) -> None:
             class_chart(found.stats, "retried", window),
             class_chart(found.stats, "dead", window),
         ]
-        return _page(
+        return render(
             request,
             "crawl.html",
             spider=spider,
@@ -314,7 +176,7 @@ def _html_routes(app: FastAPI) -> None:
     @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
     async def table(request: Request, spider: str, table: str) -> HTMLResponse:
         flt, page = await table_page(request, spider, table)
-        return _page(
+        return render(
             request,
             "table.html",
             spider=spider,
@@ -330,7 +192,7 @@ def _html_routes(app: FastAPI) -> None:
     async def entry(request: Request, spider: str, table: str, entry_id: str) -> HTMLResponse:
         data = await entry_view(request, spider, table, entry_id)
         shown = json.dumps(data["request"], indent=2, ensure_ascii=False)
-        return _page(
+        return render(
             request,
             "entry.html",
             spider=spider,
@@ -342,7 +204,7 @@ def _html_routes(app: FastAPI) -> None:
 
     @app.post("/crawls/{spider}/actions/{name}", response_class=HTMLResponse)
     async def act(request: Request, spider: str, name: str) -> HTMLResponse:
-        return await _form_action(request, spider, name)
+        return await form_action(request, spider, name)
 
 
 def _api_routes(app: FastAPI) -> None:
@@ -366,28 +228,28 @@ def _api_routes(app: FastAPI) -> None:
 
     @app.post("/api/crawls/{spider}/actions/{name}")
     async def api_act(request: Request, spider: str, name: str) -> dict[str, Any]:
-        return await _api_action(request, spider, name)
+        return await api_action(request, spider, name)
 
 
 def _login_routes(app: FastAPI) -> None:
     @app.get("/login", response_class=HTMLResponse)
     async def login_form(request: Request) -> HTMLResponse:
-        return _page(request, "login.html", next=request.query_params.get("next", "/"))
+        return render(request, "login.html", next=request.query_params.get("next", "/"))
 
     @app.post("/login")
     async def login(request: Request) -> Response:
         form = await request.form()
         token: str | None = request.app.state.token
-        target = _str(form.get("next")) or "/"
+        target = text_of(form.get("next")) or "/"
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
         throttle: LoginThrottle = request.app.state.login_throttle
         who = request.client.host if request.client else "?"
         if wait := throttle.wait(who):  # the token is not even compared
             return _throttled(request, target, wait)
-        if token is None or not _guard.same(_str(form.get("token")), token):
+        if token is None or not _guard.same(text_of(form.get("token")), token):
             throttle.failed(who)
-            return _page(request, "login.html", next=target, error="wrong token")
+            return render(request, "login.html", next=target, error="wrong token")
         throttle.passed(who)
         response = RedirectResponse(target, 303)
         response.set_cookie(
