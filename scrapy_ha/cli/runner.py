@@ -29,6 +29,7 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
+from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
 from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
                 return in_loop(args, _run(args))
             return asyncio.run(_run(args))
-        except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
+        except (RedisUnavailable, RedisConfigError, ConfigError, CrawlUnreadable) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
 
@@ -108,9 +109,20 @@ async def _run(args: argparse.Namespace) -> int:
             memory = MemoryConfig.from_settings(config)
             await set_dupefilter(queue, memory, ttl, claim=False)  # claimed if it pushes
             args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
-        return await func(queue, args)
+        return await _on_crawl(func, queue, args)
     finally:
         await client.aclose()
+
+
+async def _on_crawl(func: Command, queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Run *func*; a key of the crawl of another type than scrapy-ha writes is named
+    (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback."""
+    try:
+        return await func(queue, args)
+    except redis.exceptions.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc) or not args.spider:
+            raise
+        raise await explain(queue.client, queue.keys.prefix, args.spider, exc) from None
 
 
 async def reachable(client: Any, url: str) -> None:

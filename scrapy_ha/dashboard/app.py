@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -34,6 +40,7 @@ from scrapy_ha.dashboard._views import (
     window_of,
 )
 from scrapy_ha.ops.labels import CLASSES
+from scrapy_ha.ops.unreadable import CrawlUnreadable
 from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
@@ -72,6 +79,7 @@ def create_app(
     app.state.login_throttle = LoginThrottle()
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.middleware("http")(_guard_request)
+    app.exception_handler(CrawlUnreadable)(_unreadable)
     _routes(app)
     return app
 
@@ -117,6 +125,14 @@ def _refuse_post(request: Request) -> Response | None:
     return None
 
 
+async def _unreadable(request: Request, exc: Exception) -> Response:
+    """A crawl that cannot be read (a key of another type): a 500 that names the key."""
+    error = f"cannot read the crawl: {exc}"
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": error}, 500)
+    return PlainTextResponse(f"error: {error}\n", 500)
+
+
 def _authorised(request: Request, token: str) -> bool:
     bearer = request.headers.get("authorization", "")
     given = bearer[7:] if bearer.lower().startswith("bearer ") else None
@@ -148,10 +164,11 @@ def _routes(app: FastAPI) -> None:
 def _html_routes(app: FastAPI) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
-        crawls = await overview_rows(request)
+        crawls, unreadable = await overview_rows(request)
         charts = {c.data["spider"]: rate_chart(c.stats, window_of(request)) for c in crawls}
+        rows = [c.data for c in crawls]
         return render(
-            request, "overview.html", crawls=[c.data for c in crawls], charts=charts, live=True
+            request, "overview.html", crawls=rows, unreadable=unreadable, charts=charts, live=True
         )
 
     @app.get("/crawls/{spider}", response_class=HTMLResponse)
@@ -210,8 +227,9 @@ def _html_routes(app: FastAPI) -> None:
 def _api_routes(app: FastAPI) -> None:
     @app.get("/api/crawls")
     async def api_crawls(request: Request) -> dict[str, Any]:
-        crawls = [c.data for c in await overview_rows(request)]
-        return {"prefix": request.app.state.prefix, "crawls": crawls}
+        crawls, unreadable = await overview_rows(request)
+        rows = [c.data for c in crawls]
+        return {"prefix": request.app.state.prefix, "crawls": rows, "unreadable": unreadable}
 
     @app.get("/api/crawls/{spider}")
     async def api_crawl(request: Request, spider: str) -> dict[str, Any]:
