@@ -83,6 +83,10 @@ async def test_a_sharded_crawl_keeps_one_filter_per_shard(redis_url, site: Site)
     doc = await asyncio.to_thread(status, redis_url, "catalogue")
     assert doc["fingerprints"] == 55 and doc["dupefilter"]["kind"] == "bloom"
     assert doc["dupefilter"]["urls"] == 55 and doc["dupefilter"]["error_asked"] == 1e-12
+    # the text line says what the JSON says: every shard's filter, not shard 0's alone
+    shown = await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, "status", "catalogue")
+    mb = f"{doc['dupefilter']['bytes'] / 2**20:,.1f} MB"
+    assert f"bloom: 55 URLs in 3 shards of at most 1 layer(s), {mb}" in shown.stdout
     [numbers] = read_crawls(client, "ha", ["catalogue"])
     assert len(numbers.blooms) == 3 and 0 < numbers.dupefilter_error < 1e-6
     client.close()
