@@ -98,7 +98,8 @@ def _crawl_commands(sub: Any) -> None:
         sub,
         "flush",
         at("flush", "flush"),
-        "delete every key of the crawl, dead-letter queue included (refused while workers live)",
+        "delete every key of the crawl but its checkpoints, dead-letter queue included "
+        "(`checkpoints reset SPIDER --all` deletes those); refused while workers live",
     )
     flush.add_argument("--force", action="store_true", help="even while workers are alive")
     bulk_options(flush)

@@ -1,0 +1,31 @@
+"""Small things the ``scrapy-ha`` commands say and check, run as users run them (the console
+script in a subprocess, a real redis-server): ``flush`` says it keeps the checkpoints, a
+database index Redis does not have is named, numeric options are checked and named."""
+
+from __future__ import annotations
+
+import redis
+
+from tests.test_cli import scrapy_ha
+
+
+def test_flush_says_the_checkpoints_are_kept_and_how_to_delete_them(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    assert (
+        scrapy_ha(
+            "--redis-url", redis_url, "push", "books", "--create", "https://a.example/"
+        ).returncode
+        == 0
+    )
+    assert "but its checkpoints" in scrapy_ha("flush", "--help").stdout.replace("\n", " ")
+    dry = scrapy_ha("--redis-url", redis_url, "flush", "books", "--dry-run")
+    assert dry.stdout.startswith("would flush every key of books but its checkpoints"), dry.stdout
+    client.set("ha:{books}:cp:cat1", '{"page": 7}')
+    done = scrapy_ha("--redis-url", redis_url, "flush", "books", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "flushed books; its checkpoints are kept (a new crawl resumes its tasks from them): "
+        "`scrapy-ha checkpoints reset books --all` deletes them"
+    )
+    assert client.keys("*") == [b"ha:{books}:cp:cat1"]
+    client.close()
