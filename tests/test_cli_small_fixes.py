@@ -29,3 +29,14 @@ def test_flush_says_the_checkpoints_are_kept_and_how_to_delete_them(redis_url):
     )
     assert client.keys("*") == [b"ha:{books}:cp:cat1"]
     client.close()
+
+
+def test_a_database_redis_does_not_have_is_named_not_a_traceback(redis_url):
+    base = redis_url.rsplit("/", 1)[0]
+    done = scrapy_ha("--redis-url", f"{base}/99", "status", "books")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"error: Redis at {base}/99 refused the connection to database 99 (ResponseError: "
+        "DB index is out of range): give a database it has"
+    ), done.stderr
+    assert "Traceback" not in done.stderr

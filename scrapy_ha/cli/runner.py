@@ -170,6 +170,15 @@ async def reachable(client: Any, url: str) -> None:
             f"({_sentence(exc, url)}): is redis-server running there? Give its address with "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
+    except (
+        redis.exceptions.ResponseError
+    ) as exc:  # SELECT of a database it has not (not a busy or cluster state: above)
+        db = client.connection_pool.connection_kwargs.get("db", 0)
+        raise RedisUnavailable(
+            f"Redis at {url} refused the connection to database {db} ({_sentence(exc, url)}): "
+            f"give a database it has (CONFIG GET databases: 16 by default, 0 to 15) in "
+            f"--redis-url or ${REDIS_URL_ENV}"
+        ) from None
 
 
 def _sentence(exc: BaseException, url: str) -> str:
