@@ -15,7 +15,7 @@ import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.store.sharding import check_shard_count, make_queue
-from tests.test_dashboard_api import dashboard, form_token
+from tests.test_dashboard_api import dashboard, form_token, seed_dead
 from tests.test_dashboard_pages import entry
 
 if TYPE_CHECKING:
@@ -112,6 +112,22 @@ async def test_a_filter_action_touches_the_entries_its_confirmation_listed(redis
         assert again.status_code == 400 and len(dead_ids(http, "shop")) == 2
 
     await asyncio.to_thread(_drive, redis_url, check)
+
+
+def test_a_page_size_below_1_reads_one_row_and_its_cursor_moves_on(redis_client):
+    seed_dead(redis_client, 3, spider="few")
+    kw = redis_client.connection_pool.connection_kwargs
+    with dashboard(f"redis://{kw['host']}:{kw['port']}/{kw['db']}") as http:
+        seen, cursor = [], None
+        for _ in range(5):
+            params = {"size": -5, **({"cursor": cursor} if cursor is not None else {})}
+            page = http.get("/api/crawls/few/dead", params=params).json()
+            assert len(page["entries"]) == 1, page
+            seen += [e["id"] for e in page["entries"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == ["2", "1", "0"]
 
 
 def _drive(redis_url: str, check: Any) -> None:
