@@ -86,7 +86,7 @@ def test_dry_run_says_what_it_would_touch_and_touches_nothing(dlq, redis_client)
     assert lines[0] == "would requeue 2 entries of books (dry run: nothing changed)"
     assert {line.split()[-1] for line in lines[1:]} == {u for u, _, _ in SERVER}
     flush = scrapy_ha("flush", "books", "--dry-run", "--redis-url", dlq)
-    assert flush.stdout.startswith("would flush every key of books (dry run")
+    assert flush.stdout.startswith("would flush every key of books but its checkpoints (dry run")
     assert "dead: 5" in flush.stdout
     assert redis_client.zcard("ha:{books}:dead") == 5
     assert backqueues.count(redis_client, Keys("ha", "books")) == 0

@@ -322,8 +322,10 @@ async def test_requeue_all_that_match_the_tables_filter_from_the_form(redis_url,
         form = {"csrf": csrf, "scope": "filter", "class": "gone"}
         confirm = http.post("/crawls/faults/actions/requeue", data=form)
         assert "Requeue 2 entries of faults?" in confirm.text
-        assert 'name="class" value="gone"' in confirm.text  # the confirmation keeps the filter
-        done = http.post("/crawls/faults/actions/requeue", data={**form, "confirm": "yes"})
+        listed = re.search(r'name="selection" value="([^"]*)"', confirm.text)
+        assert listed is not None and len(listed.group(1).split()) == 2  # what it will take
+        confirmed = {"csrf": csrf, "selection": listed.group(1), "confirm": "yes"}
+        done = http.post("/crawls/faults/actions/requeue", data=confirmed)
         assert "Requeued 2 of 2 entries." in done.text
         left = http.get("/api/crawls/faults/dead").json()["entries"]
         assert [e["class"] for e in left] == ["server"]

@@ -18,7 +18,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.finish import complete_finish
-from scrapy_ha.store.sharding import make_queue, set_dupefilter
+from scrapy_ha.store.sharding import check_shard_count, make_queue, set_dupefilter
 from tests.dupefilter import BLOOM
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
@@ -193,3 +193,32 @@ async def test_a_sharded_finish_overtaken_by_a_join_leaves_the_new_claim(redis_u
     finally:
         await client.aclose()
         await plain.aclose()
+
+
+@pytest.mark.parametrize(("shards", "ttl"), [(4, 0.0), (1, 3600.0)])
+@deferred_f_from_coro_f
+async def test_a_push_from_outside_the_project_takes_the_kind_the_crawl_claimed(
+    redis_url: str, shards: int, ttl: float
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "k", shards)
+    await check_shard_count(queue)
+    await set_dupefilter(queue, BLOOM_MEMORY, ttl)  # claims "bloom" or "bloom sliced 3600"
+    push = ("--redis-url", redis_url, "push", "k", "--create")  # no project: "set" by default
+    first = await asyncio.to_thread(scrapy_ha, *push, "https://a.example/x", "https://b.example/")
+    assert first.returncode == 0, first.stderr
+    assert "2 added, 0 filtered" in first.stdout, first.stdout
+    again = await asyncio.to_thread(scrapy_ha, *push, "https://a.example/x")
+    assert again.returncode == 0 and "0 added, 1 filtered" in again.stdout  # by the Bloom filter
+    blooms = [f"ha:{{k:{i}}}:bloom" for i in range(shards)] if shards > 1 else ["ha:{k}:bloom"]
+    assert any([await client.exists(b) for b in blooms])
+    assert not await client.exists("ha:{k}:dupefilter") and not await client.keys("*:seen:*")
+    # an earlier version's crawl, without a claim: the settings decide, and a refusal says
+    # how to fix it from the command line, never `flush` (it would delete the crawl)
+    await client.delete("ha:{k}:filter")
+    refused = await asyncio.to_thread(scrapy_ha, *push, "https://c.example/")
+    assert refused.returncode == 2 and "run the command in the crawl's Scrapy project" in (
+        refused.stderr
+    )
+    assert "flush" not in refused.stderr
+    await client.aclose()

@@ -20,6 +20,7 @@ from scrapy_ha.cli.aside import aside_commands
 from scrapy_ha.cli.continuous import seen_commands
 from scrapy_ha.cli.options import (
     CRAWL_OPTIONS,
+    PORT,
     at,
     bulk_options,
     command,
@@ -28,6 +29,7 @@ from scrapy_ha.cli.options import (
     parse_window,
     positive,
     when,
+    whole,
 )
 from scrapy_ha.dashboard._guard import TOKEN_ENV
 
@@ -87,7 +89,7 @@ def _status(sub: Any) -> None:
     )
     parser.add_argument(
         "--domains",
-        type=int,
+        type=whole(0),
         default=TOP_DOMAINS,
         metavar="N",
         help=f"the N domains with the most acks (default {TOP_DOMAINS}; 0: none)",
@@ -99,7 +101,8 @@ def _crawl_commands(sub: Any) -> None:
         sub,
         "flush",
         at("flush", "flush"),
-        "delete every key of the crawl, dead-letter queue included (refused while workers live)",
+        "delete every key of the crawl but its checkpoints, dead-letter queue included "
+        "(`checkpoints reset SPIDER --all` deletes those); refused while workers live",
     )
     flush.add_argument("--force", action="store_true", help="even while workers are alive")
     bulk_options(flush)
@@ -149,7 +152,7 @@ def _delayed(sub: Any) -> None:
         "gate), attempts so far, URL",
     )
     _delayed_filters(listing)
-    listing.add_argument("--limit", type=int, help="at most this many")
+    listing.add_argument("--limit", type=whole(0), help="at most this many")
     retry = command(
         delayed,
         "retry-now",
@@ -185,8 +188,8 @@ def _dlq_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool =
         "--until", type=when("--until"), help="dead-lettered until: 1h, or 2026-11-30 17:05"
     )
     if limit:
-        p.add_argument("--limit", type=int, help="at most this many")
-        p.add_argument("--offset", type=int, default=0, help="skip this many matches first")
+        p.add_argument("--limit", type=whole(0), help="at most this many")
+        p.add_argument("--offset", type=whole(0), default=0, help="skip this many matches first")
 
 
 def _dlq(sub: Any) -> None:
@@ -289,7 +292,7 @@ def _items(sub: Any) -> None:
     )
     parser.add_argument(
         "--batch",
-        type=int,
+        type=whole(1),
         default=ITEMS_BATCH,
         help="entries per read and per commit (%(default)s)",
     )
@@ -324,7 +327,7 @@ def _servers(sub: Any) -> None:
         "serve Prometheus metrics of every crawl under the prefix",
         spider=False,
     )
-    metrics.add_argument("--port", type=int, default=METRICS_PORT, help="default: %(default)s")
+    metrics.add_argument("--port", type=PORT, default=METRICS_PORT, help="default: %(default)s")
     metrics.add_argument("--addr", default=LOOPBACK, help="listen address (%(default)s)")
     metrics.add_argument(
         "--timeout",
@@ -349,7 +352,7 @@ def _servers(sub: Any) -> None:
     dashboard.set_defaults(spider="")  # no crawl of its own: it shows every crawl
     dashboard.add_argument("--host", default=LOOPBACK, help=f"address to bind ({LOOPBACK})")
     dashboard.add_argument(
-        "--port", type=int, default=DASHBOARD_PORT, help=f"port to listen on ({DASHBOARD_PORT})"
+        "--port", type=PORT, default=DASHBOARD_PORT, help=f"port to listen on ({DASHBOARD_PORT})"
     )
     dashboard.add_argument(
         "--token",

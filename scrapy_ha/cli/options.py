@@ -6,6 +6,7 @@ from __future__ import annotations
 
 __all__ = [
     "CRAWL_OPTIONS",
+    "PORT",
     "REDIS_URL_ENV",
     "SERVER_OPTIONS",
     "Target",
@@ -16,6 +17,7 @@ __all__ = [
     "group",
     "parse_window",
     "positive",
+    "whole",
     "when",
 ]
 
@@ -91,6 +93,27 @@ def positive(text: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return seconds
+
+
+def whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from *low* (up to *high*); argparse names the
+    option when it fails (``argument --limit: '-1' is not a whole number of 0 or more``)."""
+
+    def parse(text: str) -> int:
+        try:
+            n: int | None = int(text)
+        except ValueError:
+            n = None
+        if n is None or n < low or (high is not None and n > high):
+            span = f"from {low} to {high}" if high is not None else f"of {low} or more"
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number {span}")
+        return n
+
+    return parse
+
+
+#: A TCP port to listen on (0: any free one, the system's choice).
+PORT = whole(0, 65535)
 
 
 # -- the options every command takes -------------------------------------------------------

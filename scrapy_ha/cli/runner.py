@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = ["run"]
 
 import asyncio
+import dataclasses
 import functools
 import os
 import sys
@@ -29,7 +30,8 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
-from scrapy_ha.store.claims import claim_kind
+from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
+from scrapy_ha.store.claims import claim_kind, claimed_kind
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
                 return in_loop(args, _run(args))
             return asyncio.run(_run(args))
-        except (RedisUnavailable, RedisConfigError, ConfigError) as exc:
+        except (RedisUnavailable, RedisConfigError, ConfigError, CrawlUnreadable) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
 
@@ -104,13 +106,44 @@ async def _run(args: argparse.Namespace) -> int:
             return 1
         if func.__name__ == "push":  # the first writer of a crawl stores its shard count
             await check_shard_count(queue)
-            ttl = dupefilter_ttl(config)  # the dupefilter's kind and age, as workers have them
-            memory = MemoryConfig.from_settings(config)
-            await set_dupefilter(queue, memory, ttl, claim=False)  # claimed if it pushes
+            memory, ttl = await _crawl_dupefilter(queue, config)
+            fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
+            await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
             args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
-        return await func(queue, args)
+        return await _on_crawl(func, queue, args)
     finally:
         await client.aclose()
+
+
+async def _on_crawl(func: Command, queue: RedisQueue, args: argparse.Namespace) -> int:
+    """Run *func*; a key of the crawl of another type than scrapy-ha writes is named
+    (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback."""
+    try:
+        return await func(queue, args)
+    except redis.exceptions.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc) or not args.spider:
+            raise
+        raise await explain(queue.client, queue.keys.prefix, args.spider, exc) from None
+
+
+#: How a refused operator's command ends: never `flush` (it would delete the crawl).
+OPERATOR_FIX = (
+    "or run the command in the crawl's Scrapy project (its directory, or "
+    "SCRAPY_SETTINGS_MODULE), whose settings its workers have: the crawl of {spider} has no "
+    "claim of its kind ({key}) to read it from"
+)
+
+
+async def _crawl_dupefilter(queue: RedisQueue, config: Settings) -> tuple[MemoryConfig, float]:
+    """The dupefilter's kind and age as the crawl's workers have them: as its claim says
+    (``ha:{S}:filter``: a command may run outside the crawl's project), else as the
+    project's settings say."""
+    memory = MemoryConfig.from_settings(config)
+    claimed = await claimed_kind(queue)
+    if claimed is None:
+        return memory, dupefilter_ttl(config)
+    kind, ttl = claimed
+    return dataclasses.replace(memory, dupefilter=kind), ttl
 
 
 async def reachable(client: Any, url: str) -> None:
@@ -135,6 +168,15 @@ async def reachable(client: Any, url: str) -> None:
         raise RedisUnavailable(
             f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
             f"({_sentence(exc, url)}): is redis-server running there? Give its address with "
+            f"--redis-url or ${REDIS_URL_ENV}"
+        ) from None
+    except (
+        redis.exceptions.ResponseError
+    ) as exc:  # SELECT of a database it has not (not a busy or cluster state: above)
+        db = client.connection_pool.connection_kwargs.get("db", 0)
+        raise RedisUnavailable(
+            f"Redis at {url} refused the connection to database {db} ({_sentence(exc, url)}): "
+            f"give a database it has (CONFIG GET databases: 16 by default, 0 to 15) in "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
 

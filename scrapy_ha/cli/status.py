@@ -135,7 +135,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             if limits:
                 limited = stats.counter("domain_limited")
                 lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
-            lines += [dupefilter_line(b) for b in blooms[:1]] + buckets_lines(buckets)
+            lines += ([dupefilter_line(blooms)] if blooms else []) + buckets_lines(buckets)
             lines += _pressure_lines(pressure)
             lines += status_lines(revisits)  # a continuous crawl's
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")

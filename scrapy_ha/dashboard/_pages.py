@@ -12,6 +12,8 @@ from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.labels import STATES, class_label, counter_label
 
 if TYPE_CHECKING:
+    from fastapi import Request
+    from fastapi.responses import HTMLResponse
     from fastapi.templating import Jinja2Templates
 
 #: Seconds between two refreshes of a live page (overview, crawl) in a browser with
@@ -76,3 +78,10 @@ def setup_templates(templates: Jinja2Templates) -> Jinja2Templates:
         PLAIN_SECONDS=PLAIN_SECONDS,
     )
     return templates
+
+
+def render(request: Request, template: str, **context: Any) -> HTMLResponse:
+    """*template* drawn for *request*, with the form token and the prefix every page shows."""
+    templates: Jinja2Templates = request.app.state.templates
+    context.update(csrf=request.state.csrf, prefix=request.app.state.prefix)
+    return templates.TemplateResponse(request, template, context)

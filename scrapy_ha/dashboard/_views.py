@@ -17,6 +17,7 @@ from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_
 from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
+from scrapy_ha.ops.unreadable import UNREADABLE, explain
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.connection import server_ms
@@ -70,14 +71,24 @@ class Summary:
     waiting: Waiting
 
 
-async def overview_rows(request: Request) -> list[Summary]:
+async def overview_rows(request: Request) -> tuple[list[Summary], dict[str, str]]:
+    """Every crawl's summary, and why each crawl that cannot be read cannot (spider ->
+    ``<key> holds a <type>``): one such crawl costs itself alone."""
+    client, prefix = request.app.state.client, request.app.state.prefix
+    crawls, unreadable = [], {}
+    for spider in await crawl_names(client, prefix):
+        try:
+            crawls.append(await _overview_row(request, spider))
+        except UNREADABLE as exc:
+            unreadable[spider] = (await explain(client, prefix, spider, exc)).reason
+    return crawls, unreadable
+
+
+async def _overview_row(request: Request, spider: str) -> Summary:
     client = request.app.state.client
-    crawls = []
-    for spider in await crawl_names(client, request.app.state.prefix):
-        keys = await crawl_keys(request, spider)
-        stats = await crawl_stats(client, keys, domains=False)
-        crawls.append(await summary(client, keys, stats))
-    return crawls
+    keys = await crawl_keys(request, spider)
+    stats = await crawl_stats(client, keys, domains=False)
+    return await summary(client, keys, stats)
 
 
 async def item_stream(client: Any, keys: Keys) -> StreamState:
@@ -135,6 +146,16 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
 
 
 async def crawl_view(request: Request, spider: str) -> Summary:
+    """A crawl's page; a crawl that cannot be read raises
+    :class:`~scrapy_ha.ops.unreadable.CrawlUnreadable` (naming the key)."""
+    try:
+        return await _crawl_view(request, spider)
+    except UNREADABLE as exc:
+        client, prefix = request.app.state.client, request.app.state.prefix
+        raise await explain(client, prefix, spider, exc) from None
+
+
+async def _crawl_view(request: Request, spider: str) -> Summary:
     client = request.app.state.client
     keys = await crawl_keys(request, spider)
     stats = await crawl_stats(client, keys, domains=True)
@@ -216,7 +237,8 @@ async def table_page(request: Request, spider: str, table: str) -> tuple[Filter,
     tables = await tables_of(request, spider)
     q = request.query_params
     flt = await filter_from(request, q)
-    size = min(int_param("size", q.get("size")) or PAGE_SIZE, MAX_PAGE_SIZE)
+    # 1 to MAX_PAGE_SIZE rows: a size below 1 read nothing and gave a cursor that never moved
+    size = max(1, min(int_param("size", q.get("size")) or PAGE_SIZE, MAX_PAGE_SIZE))
     cursor = q.get("cursor") or None
     try:
         page = await tables.page(table, flt, cursor=cursor, size=size, newest_first=TABLES[table])

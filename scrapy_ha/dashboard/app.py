@@ -14,31 +14,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi import FastAPI, Request
+from fastapi.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from scrapy_ha.dashboard import _guard
-from scrapy_ha.dashboard._actions import ACTIONS, Action
+from scrapy_ha.dashboard._acting import api_action, form_action, text_of
+from scrapy_ha.dashboard._actions import ACTIONS
 from scrapy_ha.dashboard._chart import class_chart, rate_chart
-from scrapy_ha.dashboard._data import report
-from scrapy_ha.dashboard._pages import setup_templates
-from scrapy_ha.dashboard._tables import HELD, Filter, page_json
+from scrapy_ha.dashboard._pages import render, setup_templates
+from scrapy_ha.dashboard._tables import HELD, page_json
 from scrapy_ha.dashboard._throttle import LoginThrottle
 from scrapy_ha.dashboard._views import (
-    crawl_keys,
     crawl_view,
     entry_view,
-    filter_from,
     overview_rows,
     table_page,
-    tables_of,
-    urls_of,
     window_of,
 )
 from scrapy_ha.ops.labels import CLASSES
-from scrapy_ha.store.sharding import make_queue
+from scrapy_ha.ops.unreadable import CrawlUnreadable
 from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
@@ -48,8 +50,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
-#: Entries a confirmation page names by URL before it only counts the rest (a screenful).
-CONFIRM_LISTED = 20
 #: The classes a table's filter offers: what dead letters and delayed entries may have.
 TABLE_CLASSES = {
     "dead": [c for c in CLASSES if c not in HELD],
@@ -79,6 +79,7 @@ def create_app(
     app.state.login_throttle = LoginThrottle()
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.middleware("http")(_guard_request)
+    app.exception_handler(CrawlUnreadable)(_unreadable)
     _routes(app)
     return app
 
@@ -124,6 +125,14 @@ def _refuse_post(request: Request) -> Response | None:
     return None
 
 
+async def _unreadable(request: Request, exc: Exception) -> Response:
+    """A crawl that cannot be read (a key of another type): a 500 that names the key."""
+    error = f"cannot read the crawl: {exc}"
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": error}, 500)
+    return PlainTextResponse(f"error: {error}\n", 500)
+
+
 def _authorised(request: Request, token: str) -> bool:
     bearer = request.headers.get("authorization", "")
     given = bearer[7:] if bearer.lower().startswith("bearer ") else None
@@ -134,92 +143,10 @@ def _authorised(request: Request, token: str) -> bool:
     )
 
 
-def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
-    templates: Jinja2Templates = request.app.state.templates
-    context.update(csrf=request.state.csrf, prefix=request.app.state.prefix)
-    return templates.TemplateResponse(request, template, context)
-
-
-# -- acting ---------------------------------------------------------------------------------
-
-
-def _action(name: str) -> Action:
-    if name not in ACTIONS:
-        raise HTTPException(404, f"no action {name!r}: one of {', '.join(sorted(ACTIONS))}")
-    return ACTIONS[name]
-
-
-async def _selection(
-    request: Request, spider: str, action: Action, ids: list[str], flt: Filter | None
-) -> list[str]:
-    """The entries *action* takes: the ids given, else every one matching *flt*."""
-    if action.table is None:
-        return []
-    if ids:
-        return ids
-    if flt is None:
-        raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
-    return await (await tables_of(request, spider)).all_ids(action.table, flt)
-
-
-async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
-    keys = await crawl_keys(request, spider)
-    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards, span=keys.span)
-    touched = await action.run(queue, ids)
-    logger.info(
-        "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name
-    )
-    return touched
-
-
-async def _api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
-    action = _action(name)
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        raise HTTPException(400, "the body is not JSON") from None
-    ids = [str(i) for i in body.get("ids") or []]
-    flt = (
-        await filter_from(request, body["filter"]) if isinstance(body.get("filter"), dict) else None
-    )
-    selected = await _selection(request, spider, action, ids, flt)
-    if body.get("dry_run"):
-        return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
-    touched = await _perform(request, spider, action, selected)
-    return {
-        "action": name,
-        "selected": len(selected),
-        "touched": touched,
-        "report": report(action, touched, len(selected)),
-    }
-
-
-async def _form_action(request: Request, spider: str, name: str) -> HTMLResponse:
-    action = _action(name)
-    form = await request.form()
-    if not _guard.same(_str(form.get(_guard.CSRF_FIELD)), request.state.csrf):
-        raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
-    ids = [_str(i) or "" for i in form.getlist("ids")]
-    scope_filter = form.get("scope") == "filter"
-    flt = await filter_from(request, form) if scope_filter else None
-    selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
-    context = {"spider": spider, "action": action, "selected": selected, "form": form}
-    if form.get("confirm") != "yes":
-        shown = selected[:CONFIRM_LISTED]
-        urls = await urls_of(request, spider, action.table, shown) if action.table else {}
-        return _page(request, "confirm.html", urls=urls, **context)
-    touched = await _perform(request, spider, action, selected)
-    return _page(request, "done.html", report=report(action, touched, len(selected)), **context)
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _throttled(request: Request, target: str, wait: float) -> HTMLResponse:
     """The login form again, refused: too many wrong tokens from this address lately."""
     error = f"too many wrong tokens from this address: try again in {wait:.0f} s"
-    page = _page(request, "login.html", next=target, error=error)
+    page = render(request, "login.html", next=target, error=error)
     page.status_code = 429
     page.headers["Retry-After"] = str(max(1, round(wait)))
     return page
@@ -237,10 +164,11 @@ def _routes(app: FastAPI) -> None:
 def _html_routes(app: FastAPI) -> None:
     @app.get("/", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
-        crawls = await overview_rows(request)
+        crawls, unreadable = await overview_rows(request)
         charts = {c.data["spider"]: rate_chart(c.stats, window_of(request)) for c in crawls}
-        return _page(
-            request, "overview.html", crawls=[c.data for c in crawls], charts=charts, live=True
+        rows = [c.data for c in crawls]
+        return render(
+            request, "overview.html", crawls=rows, unreadable=unreadable, charts=charts, live=True
         )
 
     @app.get("/crawls/{spider}", response_class=HTMLResponse)
@@ -251,7 +179,7 @@ def _html_routes(app: FastAPI) -> None:
             class_chart(found.stats, "retried", window),
             class_chart(found.stats, "dead", window),
         ]
-        return _page(
+        return render(
             request,
             "crawl.html",
             spider=spider,
@@ -265,7 +193,7 @@ def _html_routes(app: FastAPI) -> None:
     @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
     async def table(request: Request, spider: str, table: str) -> HTMLResponse:
         flt, page = await table_page(request, spider, table)
-        return _page(
+        return render(
             request,
             "table.html",
             spider=spider,
@@ -281,7 +209,7 @@ def _html_routes(app: FastAPI) -> None:
     async def entry(request: Request, spider: str, table: str, entry_id: str) -> HTMLResponse:
         data = await entry_view(request, spider, table, entry_id)
         shown = json.dumps(data["request"], indent=2, ensure_ascii=False)
-        return _page(
+        return render(
             request,
             "entry.html",
             spider=spider,
@@ -293,14 +221,15 @@ def _html_routes(app: FastAPI) -> None:
 
     @app.post("/crawls/{spider}/actions/{name}", response_class=HTMLResponse)
     async def act(request: Request, spider: str, name: str) -> HTMLResponse:
-        return await _form_action(request, spider, name)
+        return await form_action(request, spider, name)
 
 
 def _api_routes(app: FastAPI) -> None:
     @app.get("/api/crawls")
     async def api_crawls(request: Request) -> dict[str, Any]:
-        crawls = [c.data for c in await overview_rows(request)]
-        return {"prefix": request.app.state.prefix, "crawls": crawls}
+        crawls, unreadable = await overview_rows(request)
+        rows = [c.data for c in crawls]
+        return {"prefix": request.app.state.prefix, "crawls": rows, "unreadable": unreadable}
 
     @app.get("/api/crawls/{spider}")
     async def api_crawl(request: Request, spider: str) -> dict[str, Any]:
@@ -317,28 +246,28 @@ def _api_routes(app: FastAPI) -> None:
 
     @app.post("/api/crawls/{spider}/actions/{name}")
     async def api_act(request: Request, spider: str, name: str) -> dict[str, Any]:
-        return await _api_action(request, spider, name)
+        return await api_action(request, spider, name)
 
 
 def _login_routes(app: FastAPI) -> None:
     @app.get("/login", response_class=HTMLResponse)
     async def login_form(request: Request) -> HTMLResponse:
-        return _page(request, "login.html", next=request.query_params.get("next", "/"))
+        return render(request, "login.html", next=request.query_params.get("next", "/"))
 
     @app.post("/login")
     async def login(request: Request) -> Response:
         form = await request.form()
         token: str | None = request.app.state.token
-        target = _str(form.get("next")) or "/"
+        target = text_of(form.get("next")) or "/"
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
         throttle: LoginThrottle = request.app.state.login_throttle
         who = request.client.host if request.client else "?"
         if wait := throttle.wait(who):  # the token is not even compared
             return _throttled(request, target, wait)
-        if token is None or not _guard.same(_str(form.get("token")), token):
+        if token is None or not _guard.same(text_of(form.get("token")), token):
             throttle.failed(who)
-            return _page(request, "login.html", next=target, error="wrong token")
+            return render(request, "login.html", next=target, error="wrong token")
         throttle.passed(who)
         response = RedirectResponse(target, 303)
         response.set_cookie(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
+from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, raise_first
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.items import StreamState, merged, stream_state
@@ -129,27 +130,53 @@ def unsharded(tags: Iterable[str]) -> list[str]:
     return sorted(t for t in tags if t.rpartition(":")[0] not in sharded)
 
 
+@dataclass
+class Reading:
+    """What one read of every crawl found: the numbers of those it read, and why each
+    other one could not be read (spider -> reason: a key of another type)."""
+
+    crawls: list[CrawlNumbers] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
 def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlNumbers]:
+    """Every crawl's numbers (see :func:`read_every_crawl`); those that cannot be read are
+    left out."""
+    return read_every_crawl(client, prefix, spiders).crawls
+
+
+def read_every_crawl(client: Any, prefix: str, spiders: Iterable[str]) -> Reading:
     """Every crawl's numbers in one round trip, one more for sharded crawls (their shards
-    summed); crawls whose keys are all gone left out."""
+    summed); crawls whose keys are all gone left out. A crawl that cannot be read (a key
+    of it of another type) costs itself alone: it is named with the reason, the others
+    are read (a connection error still ends the read: it concerns them all)."""
     spiders = list(spiders)
     pipe = client.pipeline(transaction=False)
     for spider in spiders:
         k = Keys(prefix, spider)
         _crawl_reads(client, pipe, k)
         pipe.get(k.shard_count)
-    replies = pipe.execute()
-    crawls = []
+    replies = pipe.execute(raise_on_error=False)
+    reading = Reading()
     for i, spider in enumerate(spiders):
-        *mine, layout = replies[PER_CRAWL * i : PER_CRAWL * (i + 1)]
-        keys = layout_keys(prefix, spider, layout)
-        if keys.shard is not None:
-            numbers = _sharded_numbers(client, keys)
-        else:
-            numbers = _numbers(spider, *mine)
+        mine = replies[PER_CRAWL * i : PER_CRAWL * (i + 1)]
+        try:
+            numbers = _crawl_numbers(client, prefix, spider, mine)
+        except UNREADABLE as exc:
+            reading.unreadable[spider] = explain_sync(client, prefix, spider, exc).reason
+            continue
         if numbers.held:
-            crawls.append(numbers)
-    return crawls
+            reading.crawls.append(numbers)
+    return reading
+
+
+def _crawl_numbers(client: Any, prefix: str, spider: str, replies: list[Any]) -> CrawlNumbers:
+    raise_first(replies)
+    *mine, layout = replies
+    keys = layout_keys(prefix, spider, layout)
+    if keys.shard is not None:
+        return _sharded_numbers(client, keys)
+    return _numbers(spider, *mine)
 
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:

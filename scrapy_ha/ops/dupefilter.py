@@ -28,18 +28,22 @@ def dupefilter_json(blooms: list[BloomState], buckets: list[BucketState]) -> dic
     }
 
 
-def dupefilter_line(bloom: BloomState) -> str:
-    """The Bloom filter (of shard 0 for a sharded crawl: each shard has one like it), or
-    its time slices (``HA_DUPEFILTER_TTL``)."""
-    per_url = bloom.bytes / bloom.urls if bloom.urls else 0.0
-    layers = f"{len(bloom.added)} layer(s)"
-    if bloom.slices:  # HA_DUPEFILTER_TTL: the URLs the live time slices hold
-        layers += f" of {bloom.slices} time slice(s)"
+def dupefilter_line(blooms: list[BloomState]) -> str:
+    """The Bloom filter of the crawl, every shard's summed as :func:`dupefilter_json` sums
+    them (the URLs, the bytes, the URLs expected lost; the worst error and layer count),
+    and its time slices (``HA_DUPEFILTER_TTL``)."""
+    d = dupefilter_json(blooms, [])
+    per_url = d["bytes"] / d["urls"] if d["urls"] else 0.0
+    layers = f"{d['layers']} layer(s)"
+    if len(blooms) > 1:
+        layers = f"{len(blooms)} shards of at most {layers}"
+    if d["slices"]:  # HA_DUPEFILTER_TTL: the URLs the live time slices hold
+        layers += f" of {d['slices']} time slice(s)"
     return (
-        f"{'dupefilter':>13}  bloom: {bloom.urls:,} URLs in {layers}, "
-        f"{bloom.bytes / 2**20:,.1f} MB ({per_url:.1f} bytes a URL); error now "
-        f"{bloom.error_now:.1e}, at most {bloom.bound:.1e} (asked {bloom.asked:g}); about "
-        f"{bloom.expected_false_positives:,.1f} URL(s) never crawled (expected)"
+        f"{'dupefilter':>13}  bloom: {d['urls']:,} URLs in {layers}, "
+        f"{d['bytes'] / 2**20:,.1f} MB ({per_url:.1f} bytes a URL); error now "
+        f"{d['error_now']:.1e}, at most {d['error_bound']:.1e} (asked {d['error_asked']:g}); "
+        f"about {d['expected_false_positives']:,.1f} URL(s) never crawled (expected)"
     )
 
 

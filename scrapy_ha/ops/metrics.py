@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.ops.crawls import CrawlNumbers, discover, read_crawls
+from scrapy_ha.ops.crawls import CrawlNumbers, discover, read_crawls, read_every_crawl
 from scrapy_ha.ops.revisits import revisit_metrics
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class CrawlCollector:
         self._spiders: list[str] = []
         self._found_at = float("-inf")
         self._up = True  # logged when it changes, not on every scrape
+        self._unreadable: dict[str, str] = {}  # the same, crawl by crawl
 
     def describe(self) -> list[Metric]:
         """Nothing: the metrics depend on what Redis holds, so registering reads nothing."""
@@ -97,9 +98,32 @@ class CrawlCollector:
 
     def _read(self) -> list[Metric]:
         info = {**self.client.info("memory"), **self.client.info("stats")}
-        crawls = read_crawls(self.client, self.prefix, self._crawls())
-        continuous = revisit_metrics(self.client, self.prefix, crawls)
-        return [*_redis_metrics(info, len(crawls)), *_crawl_metrics(crawls), *continuous]
+        reading = read_every_crawl(self.client, self.prefix, self._crawls())
+        continuous = revisit_metrics(self.client, self.prefix, reading)
+        crawls = [c for c in reading.crawls if c.spider not in reading.unreadable]
+        self._log_unreadable(reading.unreadable)
+        found = len(crawls) + len(reading.unreadable)
+        return [
+            *_redis_metrics(info, found),
+            _read_errors(crawls, reading.unreadable),
+            *_crawl_metrics(crawls),
+            *continuous,
+        ]
+
+    def _log_unreadable(self, unreadable: dict[str, str]) -> None:
+        """Log a crawl that could not be read when it first could not (with why), and when
+        it reads again: not on every scrape."""
+        for spider, reason in sorted(unreadable.items()):
+            if self._unreadable.get(spider) != reason:
+                logger.warning(
+                    "cannot read the crawl %s, its series are left out "
+                    "(scrapy_ha_crawl_read_error 1): %s",
+                    spider,
+                    reason,
+                )
+        for spider in sorted(set(self._unreadable) - set(unreadable)):
+            logger.info("the crawl %s reads again", spider)
+        self._unreadable = dict(unreadable)
 
     def _crawls(self) -> list[str]:
         with self._lock:
@@ -130,6 +154,20 @@ def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
         ),
         GaugeMetricFamily("scrapy_ha_crawls", "Crawls found under the key prefix.", value=crawls),
     ]
+
+
+def _read_errors(crawls: list[CrawlNumbers], unreadable: dict[str, str]) -> Metric:
+    errors = _gauge(
+        "scrapy_ha_crawl_read_error",
+        "1 if a key of the crawl could not be read at this scrape (another type than "
+        "scrapy-ha writes: the exporter's log names it), its other series left out; else 0.",
+    )
+    for c in crawls:
+        errors.add_metric([c.spider], 0)
+    for spider in sorted(unreadable):
+        errors.add_metric([spider], 1)
+    family: Metric = errors
+    return family
 
 
 def _crawl_metrics(crawls: list[CrawlNumbers]) -> list[Metric]:

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.continuous import INTERVAL_BUCKETS
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from scrapy_ha.ops.crawls import CrawlNumbers
+    from scrapy_ha.ops.crawls import Reading
 
 __all__ = ["DUE_WINDOW", "RevisitNumbers", "read_revisits", "read_revisits_sync", "status_lines"]
 
@@ -158,10 +159,11 @@ def _size(n: int) -> str:
     return f"{size:,.1f} {unit}"
 
 
-def revisit_metrics(client: Any, prefix: str, crawls: list[CrawlNumbers]) -> list[Any]:
-    """The Prometheus metrics of the continuous crawls among *crawls* (those with revisit
-    counters; one more pipelined read each for what is due): revisited URLs, due within the
-    hour, visits by what they found, bytes 304s saved, the histogram of intervals."""
+def revisit_metrics(client: Any, prefix: str, reading: Reading) -> list[Any]:
+    """The Prometheus metrics of the continuous crawls among those *reading* read (those
+    with revisit counters; one more pipelined read each for what is due): revisited URLs,
+    due within the hour, visits by what they found, bytes 304s saved, the histogram of
+    intervals. A crawl whose revisits cannot be read is added to ``reading.unreadable``."""
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
@@ -190,10 +192,14 @@ def revisit_metrics(client: Any, prefix: str, crawls: list[CrawlNumbers]) -> lis
         "Intervals scheduled between two visits (adaptive ones shrink on change).",
         labels=["spider"],
     )
-    for c in crawls:
+    for c in reading.crawls:
         if not any(k.startswith("revisit") for k in c.stats.counters):
             continue  # not a continuous crawl (a sharded one keeps no revisits)
-        numbers = read_revisits_sync(client, Keys(prefix, c.spider), c.stats.now_ms)
+        try:
+            numbers = read_revisits_sync(client, Keys(prefix, c.spider), c.stats.now_ms)
+        except UNREADABLE as exc:
+            reading.unreadable[c.spider] = explain_sync(client, prefix, c.spider, exc).reason
+            continue
         urls.add_metric([c.spider], numbers.revisited)
         due.add_metric([c.spider], numbers.due_soon)
         for found, n in sorted(numbers.found.items()):

@@ -115,10 +115,13 @@ class ShardedDeadLetters(DeadLetterQueue):
         return None if entry is None else self._outside(shard, entry)
 
     def _by_shard(self, ids: list[str]) -> dict[int, list[str]]:
+        """*ids* by shard; an id of a shard the crawl does not have is left out (not found,
+        as an id no shard holds)."""
         by: dict[int, list[str]] = {}
         for entry_id in ids:
             shard, local = self.sharded.route(entry_id)
-            by.setdefault(shard, []).append(local)
+            if shard < len(self.parts):
+                by.setdefault(shard, []).append(local)
         return by
 
     async def requeue(self, ids: list[str]) -> int:

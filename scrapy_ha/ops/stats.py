@@ -30,6 +30,7 @@ __all__ = [
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.ops.unreadable import UNREADABLE, explain, explain_sync
 from scrapy_ha.store import scripts
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_keys
@@ -260,7 +261,16 @@ def read_crawl_stats(client: Any, keys: Keys, *, domains: bool = True) -> CrawlS
     """The numbers of one crawl, with a sync ``redis.Redis`` client (one round trip; one
     more for a sharded crawl, whose shards are summed: see :func:`merge_stats`).
 
-    *domains* False skips the per-domain counts (large for a broad crawl)."""
+    *domains* False skips the per-domain counts (large for a broad crawl). A key of the
+    crawl of another type raises :class:`~scrapy_ha.ops.unreadable.CrawlUnreadable`,
+    which names it."""
+    try:
+        return _read_crawl_stats(client, keys, domains)
+    except UNREADABLE as exc:
+        raise explain_sync(client, keys.prefix, keys.spider, exc) from None
+
+
+def _read_crawl_stats(client: Any, keys: Keys, domains: bool) -> CrawlStats:
     pipe = client.pipeline(transaction=False)
     _queue_reads(pipe, keys, domains)
     pipe.get(keys.shard_count)
@@ -276,6 +286,13 @@ def read_crawl_stats(client: Any, keys: Keys, *, domains: bool = True) -> CrawlS
 
 async def read_crawl_stats_async(client: Any, keys: Keys, *, domains: bool = True) -> CrawlStats:
     """:func:`read_crawl_stats` with a ``redis.asyncio.Redis`` client."""
+    try:
+        return await _read_crawl_stats_async(client, keys, domains)
+    except UNREADABLE as exc:
+        raise await explain(client, keys.prefix, keys.spider, exc) from None
+
+
+async def _read_crawl_stats_async(client: Any, keys: Keys, domains: bool) -> CrawlStats:
     pipe = client.pipeline(transaction=False)
     _queue_reads(pipe, keys, domains)
     pipe.get(keys.shard_count)

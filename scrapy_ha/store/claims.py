@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from scrapy_ha.config.memory import MemoryConfig
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["claim_kind", "dupefilter_kind"]
+__all__ = ["claim_kind", "claimed_kind", "dupefilter_kind"]
 
 
 def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
@@ -22,6 +22,23 @@ def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
     (``set sliced 3600``): workers of two TTLs would each drop the slices the other keeps
     (the shortest TTL would win for every worker, at once)."""
     return config.dupefilter + (f" sliced {ttl:g}" if ttl else "")
+
+
+async def claimed_kind(queue: RedisQueue) -> tuple[str, float] | None:
+    """The kind and TTL (0: kept for ever) the crawl's claim names, for an operator's tool
+    that may run outside the crawl's project (its settings unknown); None when the crawl
+    has no claim, or one of an earlier version (time slices without their TTL)."""
+    from scrapy_ha.config.memory import DUPEFILTERS
+
+    stored = _s(await queue.client.get(queue.keys.filter_kind) or b"")
+    name, _, rest = stored.partition(" ")
+    ttl = rest.removeprefix("sliced").strip()
+    if name not in DUPEFILTERS or (rest and not ttl):
+        return None
+    try:
+        return name, float(ttl or 0)
+    except ValueError:
+        return None
 
 
 async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker: str = "") -> None:

@@ -152,21 +152,27 @@ async def set_dupefilter(
     *,
     claim: bool = True,
     worker: str = "",
+    fix: str | None = None,
 ) -> None:
     """Give every shard of *queue* the crawl's dupefilter (``HA_DUPEFILTER``): the exact
     set (in time slices with ``HA_DUPEFILTER_TTL``, *ttl* seconds), or the Bloom filter as
     stored (one made with other settings is kept, and said so once). A kind the crawl in
     Redis does not have is refused: its dupefilter would be empty, and every URL the crawl
     had seen crawled again. With *claim*, the kind is claimed too (:func:`claim_kind`, by
-    *worker*); without, the caller claims it before its first write."""
+    *worker*); without, the caller claims it before its first write. *fix* ends a refusal
+    (by default: the same settings, or ``scrapy-ha flush`` first)."""
     for i, shard in enumerate(shards_of(queue)):
-        shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl)
+        shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl, fix=fix)
     if claim:
         await claim_kind(queue, config, ttl, worker)
 
 
+#: How a worker's refusal ends: the same settings as the crawl's, or a new crawl.
+_FLUSH_FIX = "or `scrapy-ha flush {spider}` first to start it again"
+
+
 async def _dupefilter(
-    queue: RedisQueue, config: MemoryConfig, *, warn: bool, ttl: float = 0.0
+    queue: RedisQueue, config: MemoryConfig, *, warn: bool, ttl: float = 0.0, fix: str | None
 ) -> Dupefilter:
     keys, client = queue.keys, queue.client
     # what is stored, read in one round trip (a worker's start waits for each)
@@ -177,7 +183,7 @@ async def _dupefilter(
     pipe.exists(keys.dupefilter)
     raw_meta, raw_buckets, aged, single = await pipe.execute()
     meta = {_s(k): _s(v) for k, v in raw_meta.items()}
-    fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
+    fix = fix or _FLUSH_FIX.format(spider=keys.spider)
     buckets = bucket_state(raw_buckets)
     if config.dupefilter == "set":
         if meta:
@@ -218,7 +224,7 @@ async def _dupefilter(
             f"of {seen} fingerprints ({keys.dupefilter}): run it with HA_DUPEFILTER='set', {fix}"
         )
     if ttl or "period" in meta:
-        return _aged_bloom(keys, config, meta, ttl, warn=warn)
+        return _aged_bloom(keys, config, meta, ttl, warn=warn, fix=fix)
     bloom = BloomFilter(config.capacity, config.error_rate)
     asked = (bloom.capacity, bloom.k)
     if bloom.learn(meta) and (bloom.capacity, bloom.k) != asked and warn:
@@ -236,11 +242,10 @@ async def _dupefilter(
 
 
 def _aged_bloom(
-    keys: Keys, config: MemoryConfig, meta: dict[str, str], ttl: float, *, warn: bool
+    keys: Keys, config: MemoryConfig, meta: dict[str, str], ttl: float, *, warn: bool, fix: str
 ) -> Dupefilter:
     """The Bloom filter in time slices (HA_DUPEFILTER_TTL), as stored: a crawl keeps its
     filter for ever or in slices, and a worker of the other kind is refused."""
-    fix = f"or `scrapy-ha flush {keys.spider}` first to start it again"
     stored = AgedBloom.stored(meta)
     if not ttl:
         raise ConfigError(

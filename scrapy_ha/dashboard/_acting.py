@@ -1,0 +1,162 @@
+"""The dashboard's actions as its pages and its API take them: which entries an action
+takes (the ids named, or all that match a filter), its confirmation, and its report.
+
+A form action is confirmed on a page of its own, which says how many entries it would
+touch and carries their ids: the confirmed action takes those ids, never a filter matched
+again (what arrived since was not confirmed), as ``scrapy-ha dlq`` acts on the ids it
+listed. The JSON API acts at once (``dry_run`` counts first).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastapi import HTTPException
+
+from scrapy_ha.dashboard import _guard
+from scrapy_ha.dashboard._actions import ACTIONS, Action
+from scrapy_ha.dashboard._data import report
+from scrapy_ha.dashboard._pages import render
+from scrapy_ha.dashboard._views import crawl_keys, filter_from, tables_of, urls_of
+from scrapy_ha.store.sharding import make_queue
+
+if TYPE_CHECKING:
+    from fastapi import Request
+    from fastapi.responses import HTMLResponse
+
+    from scrapy_ha.dashboard._tables import Filter
+
+logger = logging.getLogger(__name__)
+
+#: Entries a confirmation page names by URL before it only counts the rest (a screenful).
+CONFIRM_LISTED = 20
+#: The largest field of an action's form: a confirmation carries the ids it listed in one
+#: field (Starlette's default, 1 MB, holds some 100,000 ids of 10 bytes; this, 3 million).
+SELECTION_BYTES = 32 * 1024 * 1024
+
+
+def _action_named(name: str) -> Action:
+    if name not in ACTIONS:
+        raise HTTPException(404, f"no action {name!r}: one of {', '.join(sorted(ACTIONS))}")
+    return ACTIONS[name]
+
+
+async def _selection(
+    request: Request, spider: str, action: Action, ids: list[str], flt: Filter | None
+) -> list[str]:
+    """The entries *action* takes: the ids given, else every one matching *flt*."""
+    if action.table is None:
+        return []
+    if ids:
+        return ids
+    if flt is None:
+        raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
+    return await (await tables_of(request, spider)).all_ids(action.table, flt)
+
+
+async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
+    keys = await crawl_keys(request, spider)
+    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards, span=keys.span)
+    touched = await action.run(queue, ids)
+    logger.info(
+        "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name
+    )
+    return touched
+
+
+async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
+    """``POST /api/crawls/SPIDER/actions/NAME``: run it at once (or count, ``dry_run``)."""
+    action = _action_named(name)
+    body = _json_object(await request.body())
+    ids = _ids_of(body)
+    flt = await filter_from(request, body["filter"]) if body.get("filter") is not None else None
+    selected = await _selection(request, spider, action, ids, flt)
+    if body.get("dry_run"):
+        return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
+    touched = await _perform(request, spider, action, selected)
+    return {
+        "action": name,
+        "selected": len(selected),
+        "touched": touched,
+        "report": report(action, touched, len(selected)),
+    }
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The body of an action's POST: a JSON object, else a 400 that says what to send."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        raise HTTPException(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise HTTPException(400, 'the body is a JSON object: {"ids": [...]} or {"filter": {...}}')
+    if body.get("filter") is not None and not isinstance(body["filter"], dict):
+        raise HTTPException(400, '"filter" is an object: {"class": "gone", "domain": ...}')
+    return body
+
+
+def _ids_of(body: dict[str, Any]) -> list[str]:
+    """The ``ids`` of an action's body: a list of strings (a string is refused, not read
+    as its characters; a number is refused, not taken for an id of another form)."""
+    ids = body.get("ids")
+    if ids is None:
+        return []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise HTTPException(400, '"ids" is a list of entry ids as strings: ["12", "1:7"]')
+    return ids
+
+
+async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
+    """``POST /crawls/SPIDER/actions/NAME``: its confirmation page, or once confirmed,
+    its report."""
+    action = _action_named(name)
+    form = await _read_form(request)
+    if not _guard.same(text_of(form.get(_guard.CSRF_FIELD)), request.state.csrf):
+        raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
+    if form.get("confirm") == "yes":
+        selected = _confirmed(action, form)
+        touched = await _perform(request, spider, action, selected)
+        done = report(action, touched, len(selected))
+        return render(request, "done.html", report=done, spider=spider, action=action)
+    ids = [text_of(i) or "" for i in form.getlist("ids")]
+    scope_filter = form.get("scope") == "filter"
+    flt = await filter_from(request, form) if scope_filter else None
+    selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
+    shown = selected[:CONFIRM_LISTED]
+    urls = await urls_of(request, spider, action.table, shown) if action.table else {}
+    context = {"spider": spider, "action": action, "selected": selected}
+    return render(request, "confirm.html", urls=urls, **context)
+
+
+async def _read_form(request: Request) -> Any:
+    try:
+        reading = request.form(max_part_size=SELECTION_BYTES)
+    except TypeError:  # Starlette before 0.40 has no limit to lift
+        reading = request.form()
+    return await reading
+
+
+def _confirmed(action: Action, form: Any) -> list[str]:
+    """The entries a confirmed form acts on: those its confirmation page listed (its
+    ``selection``) or the ``ids`` it names, never a filter matched again (entries that
+    arrived since were not confirmed)."""
+    if action.table is None:
+        return []
+    selection = text_of(form.get("selection"))
+    if selection is not None:
+        return selection.split()
+    ids = [i for i in form.getlist("ids") if isinstance(i, str)]
+    if not ids:
+        raise HTTPException(
+            400, "this confirmation names no entries: go back to the table and act again"
+        )
+    return ids
+
+
+def text_of(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+__all__ = ["api_action", "form_action", "text_of"]

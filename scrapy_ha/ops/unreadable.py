@@ -1,0 +1,113 @@
+"""A crawl the operator's tools cannot read, and why: one key of another type than scrapy-ha
+writes (``SET ha:{S}:stats x`` by hand, or another program under the same prefix).
+
+Such a key costs its crawl alone: the exporter leaves that crawl's series out and sets its
+``scrapy_ha_crawl_read_error`` to 1, the dashboard's overview lists it apart with the
+reason, and a command on it says ``error: <key> holds a <type>`` and exits with code 2,
+while every other crawl reads as before. Workers set such a key aside themselves
+(``<key>:corrupt:<seconds>``, :meth:`~scrapy_ha.store.queue.RedisQueue.set_aside_wrong_types`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNREADABLE", "CrawlUnreadable", "explain", "explain_sync", "raise_first"]
+
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.sharding import layout_keys
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+
+class CrawlUnreadable(Exception):
+    """The keys of crawl *spider* cannot be read; *reason* says which key and what it holds
+    (``ha:{S}:stats holds a string (...)``) when one has the wrong type."""
+
+    def __init__(self, spider: str, reason: str) -> None:
+        super().__init__(reason)
+        self.spider = spider
+        self.reason = reason
+
+
+#: What reading one crawl may raise when a key of it is not what scrapy-ha wrote: Redis's
+#: WRONGTYPE (or a script's error), a reply that does not parse, or a reader's own
+#: CrawlUnreadable. A connection error is not one of them: it concerns every crawl (the
+#: exporter's ``scrapy_ha_redis_up 0``).
+UNREADABLE: tuple[type[Exception], ...] = (
+    CrawlUnreadable,
+    redis.exceptions.ResponseError,
+    ValueError,
+    TypeError,
+)
+
+
+def raise_first(replies: Iterable[Any]) -> None:
+    """Raise the first error among the replies of a pipeline run with
+    ``raise_on_error=False`` (nothing when there is none)."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _expected(keys: Iterable[Keys]) -> dict[str, str]:
+    """The type each key of the crawl must have, shard by shard."""
+    types: dict[str, str] = {}
+    for k in keys:
+        types |= k.types()
+        types[k.shard_count] = "string"
+    return types
+
+
+def _reason(spider: str, error: BaseException, expected: dict[str, str], found: list[Any]) -> str:
+    for (key, want), got in zip(expected.items(), found, strict=True):
+        kind = _text(got)
+        if kind not in ("none", want):
+            return f"{key} holds a {kind} (scrapy-ha keeps a {want} there): rename or delete it"
+    return f"cannot read the crawl {spider}: {error}"
+
+
+def _layout(replies: list[Any]) -> Any:
+    """The crawl's stored layout from a pipeline's (TYPE, GET) of its shard count."""
+    kind, stored = replies
+    return stored if _text(kind) == "string" and not isinstance(stored, Exception) else None
+
+
+def explain_sync(client: Any, prefix: str, spider: str, error: BaseException) -> CrawlUnreadable:
+    """Why crawl *spider* could not be read (*error* raised reading it): the first of its
+    keys of a wrong type, found with a blocking client (two round trips)."""
+    if isinstance(error, CrawlUnreadable):
+        return error
+    base = Keys(prefix, spider)
+    pipe = client.pipeline(transaction=False)
+    pipe.type(base.shard_count)
+    pipe.get(base.shard_count)
+    layout = _layout(pipe.execute(raise_on_error=False))
+    expected = _expected([base, *layout_keys(prefix, spider, layout).every_shard()])
+    pipe = client.pipeline(transaction=False)
+    for key in expected:
+        pipe.type(key)
+    return CrawlUnreadable(spider, _reason(spider, error, expected, pipe.execute()))
+
+
+async def explain(client: Any, prefix: str, spider: str, error: BaseException) -> CrawlUnreadable:
+    """:func:`explain_sync` with a ``redis.asyncio`` client."""
+    if isinstance(error, CrawlUnreadable):
+        return error
+    base = Keys(prefix, spider)
+    pipe = client.pipeline(transaction=False)
+    pipe.type(base.shard_count)
+    pipe.get(base.shard_count)
+    layout = _layout(await pipe.execute(raise_on_error=False))
+    expected = _expected([base, *layout_keys(prefix, spider, layout).every_shard()])
+    pipe = client.pipeline(transaction=False)
+    for key in expected:
+        pipe.type(key)
+    return CrawlUnreadable(spider, _reason(spider, error, expected, await pipe.execute()))

@@ -1,0 +1,89 @@
+"""Small things the ``scrapy-ha`` commands say and check, run as users run them (the console
+script in a subprocess, a real redis-server): ``flush`` says it keeps the checkpoints, a
+database index Redis does not have is named, numeric options are checked and named."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from tests.test_cli import scrapy_ha
+from tests.test_dashboard_api import seed_dead
+
+
+def test_flush_says_the_checkpoints_are_kept_and_how_to_delete_them(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    assert (
+        scrapy_ha(
+            "--redis-url", redis_url, "push", "books", "--create", "https://a.example/"
+        ).returncode
+        == 0
+    )
+    assert "but its checkpoints" in scrapy_ha("flush", "--help").stdout.replace("\n", " ")
+    dry = scrapy_ha("--redis-url", redis_url, "flush", "books", "--dry-run")
+    assert dry.stdout.startswith("would flush every key of books but its checkpoints"), dry.stdout
+    client.set("ha:{books}:cp:cat1", '{"page": 7}')
+    done = scrapy_ha("--redis-url", redis_url, "flush", "books", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "flushed books; its checkpoints are kept (a new crawl resumes its tasks from them): "
+        "`scrapy-ha checkpoints reset books --all` deletes them"
+    )
+    assert client.keys("*") == [b"ha:{books}:cp:cat1"]
+    client.close()
+
+
+def test_a_database_redis_does_not_have_is_named_not_a_traceback(redis_url):
+    base = redis_url.rsplit("/", 1)[0]
+    done = scrapy_ha("--redis-url", f"{base}/99", "status", "books")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"error: Redis at {base}/99 refused the connection to database 99 (ResponseError: "
+        "DB index is out of range): give a database it has"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["dlq", "list", "books", "--limit", "-1"],
+            "argument --limit: '-1' is not a whole number of 0 or more",
+        ),
+        (
+            ["dlq", "list", "books", "--offset", "-3"],
+            "argument --offset: '-3' is not a whole number of 0 or more",
+        ),
+        (
+            ["dlq", "purge", "books", "--all", "--limit", "-1", "--dry-run"],
+            "argument --limit: '-1'",
+        ),
+        (["delayed", "list", "books", "--limit", "-2"], "argument --limit: '-2'"),
+        (
+            ["items", "books", "--to", "jsonl:/tmp/x.jl", "--batch", "0"],
+            "argument --batch: '0' is not a whole number of 1 or more",
+        ),
+        (
+            ["dashboard", "--port", "99999"],
+            "argument --port: '99999' is not a whole number from 0 to 65535",
+        ),
+        (
+            ["metrics", "--port", "-1"],
+            "argument --port: '-1' is not a whole number from 0 to 65535",
+        ),
+        (["status", "books", "--domains", "x"], "argument --domains: 'x' is not a whole number"),
+    ],
+)
+def test_numeric_options_are_checked_and_named(args, says):
+    done = scrapy_ha(*args, "--redis-url", "redis://127.0.0.1:1/0")  # never reached
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_limit_and_an_offset_in_range_still_page(redis_url, redis_client):
+    seed_dead(redis_client, 10, spider="books")
+    listed = scrapy_ha(
+        "--redis-url", redis_url, "dlq", "list", "books", "--limit", "3", "--offset", "8"
+    )
+    assert listed.returncode == 0 and "2 entries listed" in listed.stdout, listed.stdout

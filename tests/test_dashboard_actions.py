@@ -1,0 +1,135 @@
+"""The dashboard's actions touch exactly the entries asked for: the JSON API takes ids as a
+list of strings and refuses anything else, an id of a shard the crawl does not have is not
+found (not a 500), and a form action over a filter touches the entries its confirmation
+page listed, not those that matched later. FastAPI's TestClient over a real Redis written
+by the queue's own scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import re
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.store.sharding import check_shard_count, make_queue
+from tests.test_dashboard_api import dashboard, form_token, seed_dead
+from tests.test_dashboard_pages import entry
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+
+async def dead_letters(
+    url: str, spider: str, n: int, shards: int = 1, first: int = 0, **info: Any
+) -> None:
+    """*n* dead letters of *spider*, its URLs numbered from *first* (class ``gone`` unless
+    *info* says otherwise)."""
+    client = redis.asyncio.Redis.from_url(url)
+    q = make_queue(client, "ha", spider, shards)
+    await check_shard_count(q)
+    urls = [f"http://{spider}.example/{spider}/{i}" for i in range(first, first + n)]
+    await q.sync(enqueue=[entry(u) for u in urls])
+    for x in (await q.sync(lease=n, lease_ms=600_000)).leases:
+        await q.dead_letter(x.id, x.token, {"class": "gone", "reason": "HTTP 404", **info})
+    await client.aclose()
+
+
+def dead_ids(http: TestClient, spider: str) -> set[str]:
+    page = http.get(f"/api/crawls/{spider}/dead", params={"size": 500}).json()
+    assert page["next_cursor"] is None
+    return {e["id"] for e in page["entries"]}
+
+
+@deferred_f_from_coro_f
+async def test_the_api_takes_ids_as_a_list_of_strings_and_refuses_anything_else(redis_url):
+    await dead_letters(redis_url, "wide", 30, shards=3)
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "wide")
+        one = sorted(i for i in before if i.startswith("1:"))[0]  # an entry of shard 1
+        assert {"1", one.partition(":")[2]} <= before  # its characters name other entries
+        url = "/api/crawls/wide/actions/requeue"
+        for body in ({"ids": one}, {"ids": [int(one[2:])]}, {"ids": {"a": one}}, [one]):
+            refused = http.post(url, json=body)
+            assert refused.status_code == 400, body
+            assert "ids" in refused.json()["detail"] or "object" in refused.json()["detail"]
+        assert http.post(url, json={"filter": "gone"}).status_code == 400
+        assert dead_ids(http, "wide") == before  # nothing was touched
+        done = http.post(url, json={"ids": [one]}).json()
+        assert done["touched"] == 1 and dead_ids(http, "wide") == before - {one}
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+@deferred_f_from_coro_f
+async def test_an_id_of_a_shard_the_crawl_does_not_have_is_not_found(redis_url):
+    await dead_letters(redis_url, "wide", 12, shards=3)
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "wide")
+        for action in ("purge", "requeue"):
+            done = http.post(f"/api/crawls/wide/actions/{action}", json={"ids": ["9:1"]})
+            assert done.status_code == 200, done.text
+            assert done.json()["touched"] == 0
+        assert http.get("/crawls/wide/dead/9:1").status_code == 404
+        assert dead_ids(http, "wide") == before
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+def confirm_form(page: str) -> dict[str, str | list[str]]:
+    """The fields the confirmation page's form posts (its hidden inputs), as a browser
+    would post them."""
+    form = re.search(r'<form method="post"[^>]*class="confirm">(.*?)</form>', page, re.S)
+    assert form is not None, page
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'name="([^"]+)" value="([^"]*)"', form.group(1)):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return {k: v[0] if len(v) == 1 else v for k, v in fields.items()}
+
+
+@deferred_f_from_coro_f
+async def test_a_filter_action_touches_the_entries_its_confirmation_listed(redis_url):
+    await dead_letters(redis_url, "shop", 3, shards=2, **{"class": "banned"})
+
+    def check(http: TestClient) -> None:
+        listed = dead_ids(http, "shop")
+        csrf = form_token(http.get("/crawls/shop/dead").text)
+        form = {"csrf": csrf, "scope": "filter", "class": "banned"}
+        confirm = http.post("/crawls/shop/actions/purge", data=form)
+        assert "Purge 3 entries of shop?" in confirm.text
+        # meanwhile a worker dead-letters two more banned requests
+        asyncio.run(dead_letters(redis_url, "shop", 2, shards=2, first=3, **{"class": "banned"}))
+        assert len(dead_ids(http, "shop")) == 5
+        done = http.post("/crawls/shop/actions/purge", data=confirm_form(confirm.text))
+        assert "Purged 3 of 3 entries." in done.text, done.text
+        assert not dead_ids(http, "shop") & listed and len(dead_ids(http, "shop")) == 2
+        # a confirmation that names no entries (a filter alone) is refused, not recomputed
+        again = http.post("/crawls/shop/actions/purge", data={**form, "confirm": "yes"})
+        assert again.status_code == 400 and len(dead_ids(http, "shop")) == 2
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+def test_a_page_size_below_1_reads_one_row_and_its_cursor_moves_on(redis_client):
+    seed_dead(redis_client, 3, spider="few")
+    kw = redis_client.connection_pool.connection_kwargs
+    with dashboard(f"redis://{kw['host']}:{kw['port']}/{kw['db']}") as http:
+        seen, cursor = [], None
+        for _ in range(5):
+            params = {"size": -5, **({"cursor": cursor} if cursor is not None else {})}
+            page = http.get("/api/crawls/few/dead", params=params).json()
+            assert len(page["entries"]) == 1, page
+            seen += [e["id"] for e in page["entries"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert seen == ["2", "1", "0"]
+
+
+def _drive(redis_url: str, check: Any) -> None:
+    with dashboard(redis_url) as http:
+        check(http)
