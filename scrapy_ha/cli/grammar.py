@@ -56,15 +56,12 @@ DASHBOARD_PORT = 9411
 #: The SQL archive's table unless told (``scrapy_ha.deadletters.archive.DEFAULT_TABLE``).
 ARCHIVE_TABLE = "scrapy_ha_dead_letters"
 #: What ``items --to`` takes.
-ITEM_SINKS = (
-    "jsonl:PATH, a SQLAlchemy URL (sqlite:///items.db, postgresql+psycopg://...), or pipelines"
-)
+ITEM_SINKS = "jsonl:PATH, a SQLAlchemy URL (sqlite:///x.db, postgresql+psycopg://...), or pipelines"
 #: The SQL item sink's table unless told (``scrapy_ha.sinks.sql.DEFAULT_TABLE``).
 ITEMS_TABLE = "scrapy_ha_items"
 #: Entries an item consumer reads and commits at once (``scrapy_ha.config.items.DEFAULT_BATCH``).
 ITEMS_BATCH = 100
-#: Seconds before a consumer takes over another's pending entries
-#: (``scrapy_ha.config.items.DEFAULT_CLAIM_IDLE``).
+#: Seconds before a consumer takes over another's (``config.items.DEFAULT_CLAIM_IDLE``).
 ITEMS_CLAIM_IDLE = 60.0
 
 
