@@ -288,3 +288,16 @@ def test_every_log_record_is_masked_when_written(caplog):
     assert "pw1" not in caplog.text and "pw2" not in caplog.text
     assert "t3" not in caplog.text and "pw4" not in caplog.text
     assert "redis://:***@h:6379/0" in caplog.text and "password=***" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1]:8080/p?mail=a@b.com",
+        "http://[2001:db8::1]/p?mail=a@b.com",
+        "http://host:/p?mail=a@b.com",
+    ],
+)
+def test_an_at_in_the_path_of_an_ipv6_or_portless_url_is_no_password(url):
+    """Review: ``http://[::1]:8080/p?mail=a@b.com`` was shown as ``http://[:***@b.com``."""
+    assert mask_url(url) == url

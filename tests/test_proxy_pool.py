@@ -263,3 +263,32 @@ async def test_max_failures_counts_failures_in_a_row(site_factory):
     assert mw.pool.cooling == {}  # before: 1111 cooled down at its second failure
     assert set(used[-20:]) == {"127.0.0.1:1111", "127.0.0.1:2222"}
     assert crawler.stats.get_value("ha/proxy/rotations") is None
+
+
+@deferred_f_from_coro_f
+async def test_a_407_a_proxy_got_over_does_not_count_towards_stopping_the_crawl(site_factory):
+    """Review of the pool's 407 rule: a proxy that answered 407 once and served pages since
+    stayed refused for the crawl's life, so one passing 407 per proxy, over a long crawl,
+    stopped it (the middleware's hooks, called as the downloader calls them)."""
+    site = site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222")
+    settings_ = {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": site.url + "/proxies.json"}
+    crawler = get_crawler(FaultSpider, {**settings_, "HA_PROXY_COOLDOWN": 0.001})
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    mw._stop_crawl = lambda: pytest.fail("the crawl was stopped")  # type: ignore[method-assign]
+    # 1111 answers 407 once, then serves pages; only then does 2222 answer its one 407
+    refused, served = [], set()
+    for n in range(200):
+        request = Request(f"http://shop.example/{n}")
+        assert await mw.process_request(request) is None
+        pid = request.meta["ha_proxy"]
+        turn = "127.0.0.1:1111" if not refused else "127.0.0.1:2222"
+        once = pid == turn and pid not in refused and (not refused or refused[0] in served)
+        if once:
+            refused.append(pid)
+        elif pid in refused:
+            served.add(pid)
+        status = 407 if once else 200
+        mw.process_response(request, HtmlResponse(request.url, status=status, request=request))
+        await asyncio.sleep(0.002)  # past the cool-down
+    assert refused == ["127.0.0.1:1111", "127.0.0.1:2222"]

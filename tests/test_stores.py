@@ -54,14 +54,17 @@ async def test_checkpoints_are_read_listed_and_deleted_by_task(redis_url, redis_
 async def test_cooldowns_are_marked_by_the_server_clock_and_pruned(redis_url, redis_client):
     key = KEYS.proxy_cooldowns
     now_ms = int(redis_client.time()[0] * 1000)
-    redis_client.hset(key, mapping={"old:1": now_ms - 1, "bad:2": "garbage", "live:3": now_ms + 5})
+    garbage = {"bad:2": "garbage", "inf:5": "inf", "big:6": "1e400", "hex:7": "0x1FFFFFFFFFFF"}
+    redis_client.hset(key, mapping={"old:1": now_ms - 1, "live:3": now_ms + 5, **garbage})
     store = ProxyCooldowns(redis.asyncio.Redis.from_url(redis_url), KEYS)
     try:
         await store.mark("new:4", now_ms, 60_000)
         assert int(redis_client.hget(key, "new:4")) == now_ms + 60_000
         assert 0 < redis_client.pttl(key) <= 60_000  # the hash goes with its newest cool-down
         assert await store.load(now_ms) == {"live:3": now_ms + 5, "new:4": now_ms + 60_000}
-        assert set(redis_client.hgetall(key)) == {b"live:3", b"new:4"}  # over and garbage gone
+        # over and garbage gone (before: 'inf' and '1e400' kept, and every load failed on
+        # them with an OverflowError, for good)
+        assert set(redis_client.hgetall(key)) == {b"live:3", b"new:4"}
         assert await store.load(now_ms + 10) == {"new:4": now_ms + 60_000}
     finally:
         await store.client.aclose()

@@ -83,3 +83,16 @@ def test_agents_given_as_text_are_never_split_at_commas(given, agents):
 def test_ambiguous_text_is_refused_naming_the_setting(given):
     with pytest.raises(ConfigError, match="HA_USER_AGENTS"):
         UserAgentPoolMiddleware.from_crawler(get_crawler(settings_dict={"HA_USER_AGENTS": given}))
+
+
+def test_an_agent_of_the_pool_beyond_latin_1_is_picked_again_at_each_attempt():
+    """Review: the header (UTF-8 bytes) read as Latin-1 never equalled the pool's pick, so
+    such an agent was taken for the request's own and kept for every retry."""
+    agents = [f"Agent/{n} ü" for n in range(8)]
+    mw = UserAgentPoolMiddleware.from_crawler(get_crawler(settings_dict={"HA_USER_AGENTS": agents}))
+    request = Request("https://example.com")
+    seen = set()
+    for _ in range(40):
+        mw.process_request(request)  # each attempt of the same request (its retries)
+        seen.add(request.headers[b"User-Agent"])
+    assert len(seen) > 1

@@ -184,10 +184,11 @@ def _mask_pairs(text: str) -> str:
 #: end, a path, a query or a fragment. ``_URL`` alone would end the authority at the first
 #: ``/``, ``?`` or ``#`` and find no password to mask.
 _LOOSE_USERINFO = re.compile(
-    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@:\s]*:\S*)"
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@:\s\[\]]*:\S*)"
     r"@(?P<host>(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?)(?=[/?#]|$)",
     re.S,
 )
+LOOSE_USERINFO = _LOOSE_USERINFO  # (the config refuses a URL it matches: see split_userinfo)
 
 
 def split_userinfo(url: str) -> tuple[str, str, str, str] | None:
@@ -207,7 +208,7 @@ def split_userinfo(url: str) -> tuple[str, str, str, str] | None:
         userinfo, host = netloc.rsplit("@", 1)
         return parts["scheme"], userinfo, host, parts["rest"]
     loose = _LOOSE_USERINFO.match(url)
-    if loose is None or netloc.partition(":")[2].isdigit():
+    if loose is None or netloc.partition(":")[2].isdigit() or netloc.endswith(":"):
         return None
     return loose["scheme"], loose["userinfo"], loose["host"], url[loose.end() :]
 

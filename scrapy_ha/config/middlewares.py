@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from scrapy_ha.codec import ALLOWED_SCHEMES_SETTING, DEFAULT_ALLOWED_SCHEMES, mask_url
+from scrapy_ha.codec.masking import LOOSE_USERINFO
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.items import OUTBOX, items_mode
 from scrapy_ha.config.validate import ConfigError
@@ -82,8 +83,9 @@ def _tunnel_url(settings: BaseSettings) -> str:
     environment variables of the same names); an error names the setting the user set."""
     url = check.raw_or_env(settings, "HA_PROXY_URL")
     if url:
+        _unencoded_password("HA_PROXY_URL", url if "://" in url else f"http://{url}")
         parts = urlsplit(url if "://" in url else f"http://{url}")
-        scheme, host, port = parts.scheme, parts.hostname, _url_port(parts)
+        scheme, host, port = parts.scheme, _bracketed(parts.hostname), _url_port(parts)
         _check_proxy_scheme(scheme, "HA_PROXY_URL", url)
         if not host or port is None:
             raise ConfigError(
@@ -99,6 +101,19 @@ def _tunnel_url(settings: BaseSettings) -> str:
     password = check.raw_or_env(settings, "HA_PROXY_PASSWORD") or url_password
     auth = f"{quote(user, safe='')}:{quote(password, safe='')}@" if user else ""
     return f"{scheme}://{auth}{host}:{port}"
+
+
+def _unencoded_password(setting: str, url: str) -> None:
+    """Refuse a URL whose host is followed by ``text@host``: a password that holds ``/``,
+    ``?`` or ``#`` unencoded (``http://u:1234/56@proxy:8000`` reads as the host ``u``, port
+    1234, the password a path), which no masking can tell from a port and a path. The
+    error shows nothing of the URL."""
+    if "@" not in urlsplit(url).netloc and LOOSE_USERINFO.match(url) is not None:
+        raise ConfigError(
+            f"{setting} has an '@' after its host: a password holding '/', '?' or '#' must "
+            f"be percent-encoded (%2F, %3F, %23; '@' as %40)"
+            + (", or given in HA_PROXY_PASSWORD" if setting == "HA_PROXY_URL" else "")
+        )
 
 
 def _url_port(parts: SplitResult) -> int | None:
@@ -125,15 +140,20 @@ def _proxy_host(settings: BaseSettings) -> str:
             "HA_PROXY_MODE='tunnel' needs HA_PROXY_URL or HA_PROXY_HOST and HA_PROXY_PORT "
             "(settings or environment variables)"
         )
-    host = str(host).strip()
-    bracketed = host.startswith("[") and host.endswith("]")  # an IPv6 address
-    if not host or any(c in host for c in "/?#@ ") or (":" in host and not bracketed):
+    given = str(host).strip()
+    host = _bracketed(given.removeprefix("[").removesuffix("]")) or ""
+    if not given or any(c in host for c in "/?#@ ") or host.count(":") == 1:
         raise ConfigError(
-            f"HA_PROXY_HOST={mask_url(host)!r} must be a host name or an IP address alone "
+            f"HA_PROXY_HOST={mask_url(given)!r} must be a host name or an IP address alone "
             f"(no scheme, port or credentials: those are HA_PROXY_PORT, HA_PROXY_USER and "
             f"HA_PROXY_PASSWORD)"
         )
     return host
+
+
+def _bracketed(host: str | None) -> str | None:
+    """*host* as a URL writes it: an IPv6 address in brackets (``[::1]``)."""
+    return f"[{host}]" if host and ":" in host and not host.startswith("[") else host
 
 
 def _proxy_port(settings: BaseSettings) -> int:
@@ -173,6 +193,8 @@ def _pool_url(settings: BaseSettings, mode: str) -> str:
     url = check.raw_or_env(settings, "HA_PROXY_POOL_URL")
     if mode == "pool" and not url:
         raise ConfigError("HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL (the proxy list API)")
+    if url:
+        _unencoded_password("HA_PROXY_POOL_URL", url)
     if url and urlsplit(url).scheme not in POOL_URL_SCHEMES:
         raise ConfigError(
             f"HA_PROXY_POOL_URL={mask_url(url)!r} must be an http://, https:// or file:// "

@@ -142,6 +142,7 @@ class ProxyMiddleware:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
         if self.pool is not None and metakeys.PROXY in request.meta:
             self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
+            self._refused.discard(request.meta[metakeys.PROXY])  # its 407 was passing
         fclass = self.retry_config.classify_response(response)
         if fclass in BAN_CLASSES:
             self._ban(request, fclass)

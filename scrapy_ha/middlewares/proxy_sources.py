@@ -83,7 +83,8 @@ class TunnelProxy:
         parts = urlsplit(config.url)
         self.user = unquote(parts.username or "")
         self.password = unquote(parts.password or "")
-        self.host = f"{parts.hostname}:{parts.port}"
+        host = parts.hostname or ""
+        self.host = f"[{host}]:{parts.port}" if ":" in host else f"{host}:{parts.port}"
         self.scheme = parts.scheme
         self.session = uuid.uuid4().hex[:SESSION_CHARS]
         self.rotate_next = False

@@ -45,7 +45,7 @@ class UserAgentPoolMiddleware:
         agent the pool put there."""
         current = request.headers.get(b"User-Agent")
         picked = request.meta.get(metakeys.USER_AGENT)
-        if current is not None and current.decode("latin-1") != picked:
+        if current is not None and (picked is None or current != picked.encode()):
             return  # the request's own
         agent = random.choice(self.agents)
         request.headers[b"User-Agent"] = agent

@@ -195,5 +195,5 @@ def _text(value: bytes | str) -> str:
 def _ms(value: bytes | str) -> int:
     try:
         return int(float(value))
-    except ValueError:
+    except (ValueError, OverflowError):
         return 0  # garbage: treated as expired, and deleted

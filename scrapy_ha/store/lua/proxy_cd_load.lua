@@ -7,8 +7,9 @@ local now = tonumber(ARGV[1])
 local flat = redis.call('HGETALL', KEYS[1])
 local running = {}
 for i = 1, #flat, 2 do
-  local ends = tonumber(flat[i + 1])
-  if ends and ends > now then
+  -- (plain decimal digits only: 'inf', '1e400' or '0x1F' are garbage, deleted)
+  local ends = string.match(flat[i + 1], '^%d+%.?%d*$') and tonumber(flat[i + 1])
+  if ends and ends > now and ends < 2 ^ 53 then
     running[#running + 1] = flat[i]
     running[#running + 1] = flat[i + 1]
   else
