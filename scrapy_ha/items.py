@@ -4,14 +4,11 @@ With ``HA_ITEMS = "outbox"`` workers commit each page's items to the crawl's ite
 with the page's ack; :func:`consume` (or ``scrapy-ha items SPIDER --to ...``) reads the
 stream into a sink that stores each item once: :class:`JsonLinesSink`, :class:`SqlSink`,
 :class:`PipelinesSink` (the project's own pipelines; they key their writes by
-:func:`current_entry`), or a class of your own that follows :class:`Sink`. An entry a sink
-never writes is set aside (:mod:`scrapy_ha.sinks.aside`); a sink says "not now" by raising
-:class:`RetryLater`.
+:func:`current_entry`), or a class of your own that follows :class:`Sink`.
 
 The documented import path; the implementation is in :mod:`scrapy_ha.sinks`.
 """
 
-from scrapy_ha.sinks.aside import PartialWrite, RetryLater
 from scrapy_ha.sinks.consumer import (
     ConsumerReport,
     Entry,
@@ -29,9 +26,7 @@ __all__ = [
     "Entry",
     "ItemConsumer",
     "JsonLinesSink",
-    "PartialWrite",
     "PipelinesSink",
-    "RetryLater",
     "Sink",
     "SqlSink",
     "consume",

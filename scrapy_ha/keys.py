@@ -125,8 +125,6 @@ key                        type         content
                                         -> field ``i``, the item as the codec's tagged JSON;
                                         read by consumer groups (one per sink), an entry
                                         deleted once every group acknowledged it
-``ha:{books}:items_aside`` stream       entries a sink cannot write, set aside with their
-                                        reason by the call that acks them (items_aside.lua)
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -185,7 +183,7 @@ SHARD_KEYS = (
     "held dead dead_info dead_archived dlq_alert dupefilter buckets bloom aged forget revisits "
     "revisit_urls revisit_alloc stop seq run lease_seq sent senders workers worker_stats seen "
     "paused pressure reclaim_guard feed_guard gates gate_log domain_limits polite "
-    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items items_aside"
+    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
 ).split()
 
 #: Time slices that cover the dupefilter's age (``HA_DUPEFILTER_TTL``, lua/lib/aged.lua): 8
@@ -266,8 +264,13 @@ class Keys:
 
     def crawl_keys(self) -> list[str]:
         """The keys of the crawl as a whole, for ``flush``."""
-        crawl = [self.shard_count, self.finish_record, self.joins, self.dictionaries]
-        return [*crawl, self.filter_kind]
+        return [
+            self.shard_count,
+            self.finish_record,
+            self.joins,
+            self.dictionaries,
+            self.filter_kind,
+        ]
 
     def _task_key(self, name: str, task: str) -> str:
         if self.shard is None:
@@ -351,7 +354,6 @@ class Keys:
 
     #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
     items = _Key("items")
-    items_aside = _Key("items_aside")  # the entries a sink cannot write (items_aside.lua)
 
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
@@ -389,7 +391,7 @@ class Keys:
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
         types[self.dupefilter] = "set"
-        types.update(dict.fromkeys((self.items, self.items_aside), "stream"))
+        types[self.items] = "stream"
         types.update({key: "set" for key in self.aged_slices()})
         return types
 

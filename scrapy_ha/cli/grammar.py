@@ -16,7 +16,6 @@ import argparse
 from typing import Any
 
 from scrapy_ha._version import __version__
-from scrapy_ha.cli.aside import aside_commands
 from scrapy_ha.cli.continuous import seen_commands
 from scrapy_ha.cli.options import (
     CRAWL_OPTIONS,
@@ -374,7 +373,6 @@ def build_parser() -> argparse.ArgumentParser:
     seen_commands(sub)
     _report(sub)
     _items(sub)
-    aside_commands(sub)
     _servers(sub)
     return parser
 

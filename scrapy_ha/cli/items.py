@@ -85,9 +85,7 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     print(
         f"consumed {report.consumed} item(s) in {report.batches} batch(es): "
         f"{report.recovered} committed before a restart, {report.claimed} taken over from "
-        f"other consumers, {report.errors} batch(es) failed (cut in halves or delivered "
-        f"again), {report.set_aside} set aside (the sink cannot write them: "
-        f"{queue.keys.items_aside})",
+        f"other consumers, {report.errors} batch(es) failed and delivered again",
         flush=True,
     )
     return 0

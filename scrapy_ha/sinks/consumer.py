@@ -28,9 +28,8 @@ from scrapy_ha.codec.items import decode_item, plain_item
 from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
-from scrapy_ha.sinks.aside import DEFAULT_ALONE_PAUSE, DEFAULT_ASIDE_AFTER, Triage, reason
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
-from scrapy_ha.store.items import Aside, ItemStream
+from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.sharding import make_queue, shards_of
 
 if TYPE_CHECKING:
@@ -46,9 +45,6 @@ logger = logging.getLogger(__name__)
 #: Longest wait between two tries while Redis is unreachable (the workers' own cap,
 #: ``HA_RECONNECT_MAX_DELAY``'s default).
 RECONNECT_MAX_DELAY = 10.0
-#: Seconds a batch the sink cannot write now waits, times the batches failed in a row so
-#: far, and at most (the pause the consumer always had, now reset by a commit).
-RETRY_PAUSE, RETRY_MAX_PAUSE = 0.5, 5.0
 
 
 @dataclass(frozen=True)
@@ -94,11 +90,7 @@ class Sink(Protocol):
         have been acknowledged (the consumer acknowledges them before anything else)."""
 
     async def write(self, entries: list[Entry]) -> None:
-        """Commit *entries*, all or none; raise if any fails. A retryable error (``OSError``,
-        ``RetryLater``, or one the sink's optional ``retryable(exc) -> bool`` accepts)
-        leaves them pending; any other has the batch cut in halves, each committed like a
-        batch, and an entry that fails alone 3 times set aside (:mod:`.aside`). A sink that
-        commits entry by entry raises ``PartialWrite(n) from exc``: the first *n* are in."""
+        """Commit *entries*; raise to have them delivered again later."""
 
     async def close(self) -> None: ...
 
@@ -111,8 +103,7 @@ class ConsumerReport:
     recovered: int = 0  #: entries committed before a restart, acknowledged at start
     claimed: int = 0  #: entries taken over from consumers that left them pending
     batches: int = 0
-    errors: int = 0  #: batches the sink failed (cut in halves, or delivered again)
-    set_aside: int = 0  #: entries the sink could not write, set aside (``items_aside``)
+    errors: int = 0  #: batches the sink failed (delivered again)
 
 
 def default_consumer() -> str:
@@ -146,9 +137,6 @@ class ItemConsumer:
         batch: int = DEFAULT_BATCH,
         claim_idle: float = DEFAULT_CLAIM_IDLE,
         block: float = DEFAULT_BLOCK,
-        aside_after: int = DEFAULT_ASIDE_AFTER,
-        alone_pause: float = DEFAULT_ALONE_PAUSE,
-        retry_pause: float = RETRY_PAUSE,
     ) -> None:
         self.queue = queue
         self.streams = [ItemStream(q.client, q.keys) for q in shards_of(queue)]
@@ -159,12 +147,6 @@ class ItemConsumer:
         self.claim_idle_ms = int(claim_idle * 1000)
         self.block_ms = int(block * 1000)
         self.report = ConsumerReport()
-        self.retry_pause = retry_pause
-        self._failures = 0  # batches failed in a row, with a retryable error (the pause)
-        self.sink_name = str(getattr(sink, "name", "") or type(sink).__name__)
-        self.triage = Triage(
-            sink, self._acked, self._set_aside, after=aside_after, pause=alone_pause
-        )
         #: a batch failed, or a read's reply was lost: its entries wait among this
         #: consumer's own (pending to it), read again (ID 0) before new ones
         self._failed = False
@@ -271,76 +253,29 @@ class ItemConsumer:
         return worked
 
     async def _commit(self, shard: int, deliveries: list[Delivery]) -> bool:
-        """The sink commits the batch, then its entries are acknowledged; a batch the sink
-        fails is settled (:meth:`_settle`)."""
+        """The sink commits the batch, then its entries are acknowledged; a sink that fails
+        leaves them pending (delivered again after a pause)."""
         entries = [
             Entry(d.id if shard == 0 else f"{shard}:{d.id}", d.data)
             for d in deliveries
             if d.data is not None  # deleted while pending: nothing to write
-            and d.group in (None, self.group)  # put back for another sink: not this one's
         ]
         try:
             if entries:
                 await self.sink.write(entries)
-        except Exception as exc:  # noqa: BLE001 - whatever the sink raises, the batch failed
-            gone = [d.id for d in deliveries if d.data is None or d.group not in (None, self.group)]
-            return await self._settle(shard, gone, entries, exc)
+        except Exception:
+            self.report.errors += 1
+            self._failed = True
+            logger.exception(
+                "The sink failed a batch of %d item(s); they stay pending and are delivered again",
+                len(entries),
+            )
+            await asyncio.sleep(min(5.0, 0.5 * self.report.errors))
+            return False
         self._unacked[shard] = [d.id for d in deliveries]
         await self._acknowledge_committed()
         self.report.batches += 1
-        self._failures = 0
         return True
-
-    async def _settle(
-        self, shard: int, gone: list[str], entries: list[Entry], exc: Exception
-    ) -> bool:
-        """The sink failed a batch with *exc*: cut in halves, each committed like a batch,
-        an entry it never writes set aside (:mod:`.aside`); on a retryable error the rest
-        stays pending, delivered again after a pause."""
-        self.report.errors += 1
-        logger.warning("The sink failed a batch of %d item(s): %s", len(entries), reason(exc))
-        if gone:
-            self._unacked[shard] = gone
-            await self._acknowledge_committed()
-        if await self.triage.settle(entries, exc):
-            return True
-        self._failed = True
-        logger.error(
-            "The sink cannot write now (%s): the rest of its batch stays pending and is "
-            "delivered again",
-            reason(exc),
-        )
-        self._failures += 1
-        await asyncio.sleep(min(RETRY_MAX_PAUSE, self.retry_pause * self._failures))
-        return False
-
-    async def _acked(self, entries: list[Entry]) -> None:
-        """*entries* (of one batch: one shard) are committed: acknowledge them now, before
-        the sink writes anything else (its record holds only its last batch)."""
-        if entries:
-            shard = _route(entries[0].id)[0]
-            self._unacked[shard] = [_route(e.id)[1] for e in entries]
-            await self._acknowledge_committed()
-            self.report.batches += 1
-            self._failures = 0
-
-    async def _set_aside(self, entry: Entry, why: str, failures: int) -> None:
-        """Set *entry*, which the sink cannot write, aside with *why* (and acknowledge it)."""
-        shard, local = _route(entry.id)
-        stream = self.streams[shard]
-        aside = Aside(self.sink_name, why, failures)
-        done = await stream.set_aside(self.group, self.consumer, local, aside)
-        if done == 1:
-            self.report.set_aside += 1
-            logger.error(
-                "Stream entry %s set aside in %s after failing alone %d times: %s",
-                entry.id,
-                stream.keys.items_aside,
-                failures,
-                why,
-            )
-        else:
-            logger.warning("Stream entry %s not set aside: no longer pending to us", entry.id)
 
     async def _acknowledge_committed(self) -> None:
         """Acknowledge what the sink committed (kept if Redis fails meanwhile)."""

@@ -55,11 +55,6 @@ class JsonLinesSink:
         self._fd: int | None = None
 
     @property
-    def name(self) -> str:
-        """The sink's name (its default consumer group): ``jsonl:<absolute path>``."""
-        return f"jsonl:{self.path}"
-
-    @property
     def consumer(self) -> str:
         """The consumer name that finds this file's pending entries again after a kill:
         the host and the file's absolute path. The host stays in it: files at the same path

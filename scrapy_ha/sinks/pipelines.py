@@ -4,10 +4,7 @@ Each item is rebuilt with its class (an item class of the spider's package, or o
 ``HA_CODEC_CLASSES``) and handed to the pipelines of ``HA_ITEMS_PIPELINES`` (else
 ``ITEM_PIPELINES``), one after the other, in the stream's order; a batch is acknowledged
 once every item of it went through them (``DropItem`` counts as through). A pipeline that
-raises :class:`~scrapy_ha.sinks.aside.RetryLater` ("not now": an API answering 429) leaves
-the item and those after it pending, delivered again after a pause; one that raises
-anything else on an item has the items before it acknowledged, and the item tried alone
-again: after 3 failures it is set aside (:mod:`scrapy_ha.sinks.aside`).
+raises leaves the batch pending: it is delivered again after a pause.
 
 Exactly once, here, is the pipelines' part: an item is handed to them until they accept
 it, so a consumer killed after a pipeline wrote an item and before the batch was
@@ -28,7 +25,6 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_ha.config.items import consumer_pipelines
-from scrapy_ha.sinks.aside import PartialWrite
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -60,7 +56,6 @@ class PipelinesSink:
     """Runs *crawler*'s consumer pipelines (see :func:`consumer_pipelines`) for *spider*."""
 
     shares = True  # the pipelines' idempotence (by current_entry()) holds for any consumer
-    name = "pipelines"  # its default consumer group
 
     def __init__(self, crawler: Crawler, spider: Spider) -> None:
         self.crawler = crawler
@@ -79,24 +74,16 @@ class PipelinesSink:
         return []
 
     async def write(self, entries: list[Entry]) -> None:
-        """Hand each item to the pipelines; raise ``PartialWrite(n)`` from the error of the
-        item at *n* (those before it went through: not handed again)."""
-        for done, entry in enumerate(entries):
+        for entry in entries:
+            item = entry.item(self.spider)
+            token = _ENTRY.set(entry.id)
             try:
-                await self._write_one(entry)
-            except Exception as exc:
-                raise PartialWrite(done) from exc
-
-    async def _write_one(self, entry: Entry) -> None:
-        item = entry.item(self.spider)
-        token = _ENTRY.set(entry.id)
-        try:
-            await self._process(item)
-        except DropItem as exc:
-            self.dropped += 1
-            logger.info("Item of stream entry %s dropped: %s", entry.id, exc)
-        finally:
-            _ENTRY.reset(token)
+                await self._process(item)
+            except DropItem as exc:
+                self.dropped += 1
+                logger.info("Item of stream entry %s dropped: %s", entry.id, exc)
+            finally:
+                _ENTRY.reset(token)
 
     async def _process(self, item: Any) -> Any:
         process = getattr(self.manager, "process_item_async", None)

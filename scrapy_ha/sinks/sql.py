@@ -95,7 +95,6 @@ class SqlSink:
                 f"such as sqlite:///items.db or postgresql+psycopg://user:pw@host/db)"
             ) from None
         self.table = items_table(sa, table)
-        self.name = f"sql:{self.display_url}#{table}"  #: its default consumer group
         self.skipped = 0  #: entries that could not be read (not JSON): left out, logged
 
     async def open(self) -> list[str]:
@@ -112,16 +111,6 @@ class SqlSink:
             except self._sa.exc.DBAPIError:
                 if attempt == CREATE_ATTEMPTS - 1:
                     raise
-
-    def retryable(self, exc: BaseException) -> bool:
-        """The database cannot take the batch now (unreachable, restarting, locked, out of
-        connections): the entries wait. Other errors (a value a column refuses, a
-        constraint) are the entry's, and set it aside once it fails alone."""
-        exc_ = self._sa.exc
-        if isinstance(exc, exc_.DBAPIError) and exc.connection_invalidated:
-            return True
-        transient = (exc_.OperationalError, exc_.InterfaceError, exc_.DisconnectionError)
-        return isinstance(exc, (*transient, exc_.TimeoutError))
 
     async def write(self, entries: list[Entry]) -> None:
         await asyncio.to_thread(self._write, entries)

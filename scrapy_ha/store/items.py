@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = [
-    "Aside",
     "Delivery",
     "GroupState",
     "ItemStream",
@@ -34,9 +33,8 @@ __all__ = [
     "stream_state",
 ]
 
-#: The field of a stream entry that holds the item (lib/commit.lua), and of one put back
-#: for one group alone (items_put_back.lua): the other groups skip it.
-ITEM_FIELD, GROUP_FIELD = b"i", b"g"
+#: The field of a stream entry that holds the item (lib/commit.lua).
+ITEM_FIELD = b"i"
 
 
 def _s(value: Any) -> str:
@@ -50,8 +48,6 @@ class Delivery:
 
     id: str
     data: bytes | None
-    #: put back for this group alone (``scrapy-ha aside put-back``); None: for every group
-    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,8 +62,6 @@ class GroupState:
     lag: int | None
     #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
     consumed: int = 0
-    #: entries its sink could not write, set aside (the counter ``items_aside:<group>``)
-    set_aside: int = 0
 
     @property
     def backlog(self) -> int:
@@ -99,8 +93,6 @@ class ItemStream:
         self.key = keys.items
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
-        self._aside = client.register_script(scripts.ITEMS_ASIDE_LUA)
-        self._put_back = client.register_script(scripts.ITEMS_PUT_BACK_LUA)
 
     async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
         """Add items no page yielded (no lease fences them); return how many the stream
@@ -155,7 +147,7 @@ class ItemStream:
         reply = await self.client.xautoclaim(
             self.key, group, consumer, idle_ms, start_id="0-0", count=count
         )
-        return [_delivery(i, f) for i, f in reply[1] if i is not None]
+        return [Delivery(_s(i), _item(f)) for i, f in reply[1] if i is not None]
 
     async def pending_of(self, group: str, consumer: str) -> int:
         """Entries delivered to *consumer* and not acknowledged."""
@@ -170,35 +162,6 @@ class ItemStream:
         keys = [self.key, *self.keys.stats_keys()]
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
-
-    async def set_aside(self, group: str, consumer: str, entry_id: str, why: Aside) -> int:
-        """Copy entry *entry_id* with *why* to the set-aside stream and acknowledge it in
-        *group*, in one call (``lua/items_aside.lua``): 1 when done, 0 when it was not
-        pending in the group, -1 when it is pending to another consumer (taken over)."""
-        keys = [self.key, self.keys.items_aside, *self.keys.stats_keys()]
-        args = [group, consumer, entry_id, why.sink, why.reason, why.failures]
-        done, _ = await self._aside(keys=keys, args=args)
-        return int(done)
-
-    async def put_back(self, ids: list[str]) -> int:
-        """Add set-aside entries *ids* to the stream again, each for its group alone, and
-        take them out of the set-aside stream (``lua/items_put_back.lua``); how many."""
-        keys = [self.key, self.keys.items_aside, *self.keys.stats_keys()]
-        return int(await self._put_back(keys=keys, args=ids)) if ids else 0
-
-    async def set_aside_entries(self, count: int = 1000) -> list[tuple[str, dict[str, str]]]:
-        """The first *count* entries set aside: (id in items_aside, fields)."""
-        rows = await self.client.xrange(self.keys.items_aside, count=count)
-        return [(_s(i), {_s(k): _s(v) for k, v in f.items()}) for i, f in rows]
-
-
-@dataclass(frozen=True)
-class Aside:
-    """Why a sink's consumer sets an entry aside."""
-
-    sink: str  #: the sink's name (``jsonl:<path>``, ``sql:<url>#<table>``, ``pipelines``)
-    reason: str  #: the sink's error, credentials masked, cut short
-    failures: int  #: the times it failed alone
 
 
 def state_reads(pipe: Any, keys: Keys) -> None:
@@ -215,7 +178,6 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
     for i in range(1, len(reply), 4):
         name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
         consumed = counts.get(f"items_consumed:{name}", "0")
-        aside = counts.get(f"items_aside:{name}", "0")
         groups.append(
             GroupState(
                 name,
@@ -223,7 +185,6 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
                 pending,
                 None if lag < 0 else lag,
                 int(consumed) if consumed.isdigit() else 0,
-                int(aside) if aside.isdigit() else 0,
             )
         )
     return StreamState(int(reply[0]), groups)
@@ -243,7 +204,6 @@ def merged(states: list[StreamState]) -> StreamState:
                     old.pending + g.pending,
                     lag,
                     old.consumed + g.consumed,
-                    old.set_aside + g.set_aside,
                 )
             groups[g.name] = g
     return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))
@@ -262,12 +222,7 @@ def _item(fields: Any) -> bytes | None:
 
 def _deliveries(reply: Any) -> list[Delivery]:
     """XREADGROUP's reply (``[[stream, [(id, fields), ...]]]``) as deliveries."""
-    return [_delivery(i, f) for _, entries in reply or [] for i, f in entries]
-
-
-def _delivery(entry_id: Any, fields: Any) -> Delivery:
-    group = (fields or {}).get(GROUP_FIELD, (fields or {}).get(_s(GROUP_FIELD)))
-    return Delivery(_s(entry_id), _item(fields), None if group is None else _s(group))
+    return [Delivery(_s(i), _item(f)) for _, entries in reply or [] for i, f in entries]
 
 
 async def crawl_items(queue: RedisQueue) -> StreamState:
