@@ -203,3 +203,30 @@ def test_each_retry_adjusts_the_priority_as_scrapy_does(settings, priorities):
     assert seen == priorities
     decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)  # dead: unchanged
     assert request.priority == priorities[-1]
+
+
+@pytest.mark.parametrize("value", [b"\xb9", b"\xb2", b"\xb3", b"Fri, 31 Dec 99999 23:59:59 GMT"])
+def test_an_unreadable_retry_after_is_none(value):
+    """Before: latin-1 '¹' '²' '³' passed str.isdigit() and float() raised ValueError."""
+    assert retry_after_seconds(response(429, {"Retry-After": value})) is None
+
+
+@pytest.mark.parametrize("garbage", [7, "x", ["a"]])
+def test_a_failure_the_policy_cannot_judge_is_dead_class_error_never_acked(garbage):
+    """A bug or garbage in the policy's handling (here meta ha_retries that is not a
+    mapping of counts). Before: the exception left the middleware, no verdict was set, and
+    the scheduler acked the request: lost, without a dead letter."""
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict={}))
+    request = Request("https://example.com/x", meta={"ha_retries": garbage})
+    assert middleware.process_response(request, response(500)).status == 500
+    verdict = request.meta["ha_outcome"]
+    assert (verdict["op"], verdict["class"]) == ("dead", "error")
+    assert verdict["reason"].startswith("could not judge the failure: ")
+    request = Request("https://example.com/x", meta={"ha_retries": garbage})
+    assert middleware.process_exception(request, TimeoutError()) is None
+    assert request.meta["ha_outcome"]["class"] == "error"
+    assert middleware.stats.get_value("ha/retry/gave_up/error") == 2

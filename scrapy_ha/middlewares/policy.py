@@ -18,7 +18,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
 from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config.retry import Policy
-from scrapy_ha.verdict import FailureClass, Verdict
+from scrapy_ha.verdict import DEAD, FailureClass, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -33,6 +33,11 @@ HISTORY_LIMIT = 10
 #: Share of the Retry-After wait added at random (up to 10 % with full jitter): workers told
 #: the same Retry-After do not all come back in the same second.
 RETRY_AFTER_SPREAD = 0.1
+#: The class of a request whose failure could not be judged (as the scheduler's own class of
+#: a verdict it could not carry out, scrapy_ha.scheduler.session.ends).
+ERROR_CLASS = "error"
+#: Longest reason kept for an exception (its message can be huge).
+REASON_LIMIT = 300
 
 
 @dataclass(frozen=True)
@@ -121,15 +126,30 @@ def retry_after_seconds(response: Response) -> float | None:
     if not value:
         return None
     text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return float(text)
+    if text.isascii() and text.isdigit():  # not "¹" (b"\xb9"), which str.isdigit() accepts
+        return float(text)  # a huge number is inf: capped by HA_RETRY_AFTER_MAX
     try:
         when = parsedate_to_datetime(text).timestamp()
-    except (TypeError, ValueError):
+    except _UNREADABLE:
         return None
     date = response.headers.get(b"Date")
     try:
         now = parsedate_to_datetime(date.decode("latin-1")).timestamp() if date else time.time()
-    except (TypeError, ValueError):
+    except _UNREADABLE:
         now = time.time()
     return max(0.0, when - now)
+
+
+def error_verdict(request: Request, error: Exception) -> Verdict:
+    """Set and return the verdict on a request whose failure could not be judged (an
+    unexpected exception in the retry policy's handling): dead, class ``error``, with the
+    exception as its reason. Never an ack: the request reaches the dead-letter queue, where
+    it can be requeued once the cause is fixed."""
+    reason = mask_text(f"could not judge the failure: {type(error).__name__}: {error}")
+    verdict = Verdict(DEAD, ERROR_CLASS, reason[:REASON_LIMIT])
+    request.meta[metakeys.OUTCOME] = verdict
+    return verdict
+
+
+#: What reading an HTTP date can raise on garbage (a year past 9999, an out-of-range time).
+_UNREADABLE = (TypeError, ValueError, OverflowError, OSError, IndexError)
