@@ -160,3 +160,27 @@ async def test_an_unreadable_retry_after_is_a_backoff_not_a_lost_request(
     dead = dead_letters(redis_client, "faults")
     assert {p: d["class"] for p, d in dead.items()} == {paths[1][1:]: "rate_limited"}
     assert len(hit_log(site)[paths[1]]) == 3  # the budget (2 retries) spent, then dead
+
+
+@deferred_f_from_coro_f
+async def test_dead_letters_without_an_age_limit_are_made_and_the_crawl_closes(
+    redis_url, redis_client, site
+):
+    """HA_DLQ_MAX_AGE = inf: keep dead letters whatever their age. Before: int(inf * 1000)
+    failed every dead letter and every reclaim in the background loop; the 404 was neither
+    acked nor dead-lettered and the crawl never closed."""
+    settings = {**FAST_RETRIES, "REDIS_URL": redis_url, "HA_DLQ_MAX_AGE": float("inf")}
+    crawler = get_crawler(FaultSpider, settings)
+    crawling = asyncio.ensure_future(
+        crawler.crawl_async(base_url=site.url, paths=("/status/404", "/item/1"))
+    )
+    try:
+        await asyncio.wait_for(asyncio.shield(crawling), 30)
+    finally:
+        if not crawling.done():
+            await crawler.stop_async()
+            await crawling
+    assert crawler.spider.ok == ["/item/1"]
+    assert {p: d["class"] for p, d in dead_letters(redis_client, "faults").items()} == {
+        "status/404": "gone"
+    }
