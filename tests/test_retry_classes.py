@@ -174,6 +174,18 @@ def test_permanent_classes_and_per_request_budget():
         ({"HA_RETRY_STATUS_CLASSES": {404: "lost"}}, "HA_RETRY_STATUS_CLASSES[404]='lost'"),
         ({"HA_RETRY_PERMANENT_EXCEPTIONS": ["no.such.Error"]}, "'no.such.Error'"),
         ({"HA_BAN_CHECK": "no.such.check"}, "HA_BAN_CHECK='no.such.check'"),
+        # before, each of these passed, and failed (or misbehaved) at the first retry
+        ({"HA_RETRY_POLICIES": {"server": {"times": 2.5}}}, "['server']['times']=2.5 must be"),
+        ({"HA_RETRY_POLICIES": {"server": {"times": -1}}}, "['server']['times']=-1 must be"),
+        ({"HA_RETRY_POLICIES": {"server": {"base": "x"}}}, "['server']['base']='x' is not a"),
+        ({"HA_RETRY_POLICIES": {"server": {"max": -10}}}, "['server']['max']=-10 must be 0"),
+        ({"HA_RETRY_POLICIES": {"parse": {"base": float("nan")}}}, "['parse']['base']=nan must"),
+        ({"HA_RETRY_POLICIES": {"gone": {"multiplier": "inf"}}}, "['multiplier']='inf' must be"),
+        ({"HA_RETRY_BACKOFF_BASE": "inf"}, "HA_RETRY_BACKOFF_BASE='inf' must be a finite"),
+        ({"HA_RETRY_BACKOFF_MULTIPLIER": "nan"}, "HA_RETRY_BACKOFF_MULTIPLIER='nan' must be"),
+        ({"HA_RETRY_BACKOFF_MAX": float("inf")}, "HA_RETRY_BACKOFF_MAX=inf must be a finite"),
+        ({"HA_RETRY_AFTER_MAX": "nan"}, "HA_RETRY_AFTER_MAX='nan' must be a finite"),
+        ({"RETRY_PRIORITY_ADJUST": "x"}, "RETRY_PRIORITY_ADJUST='x' must be a whole number"),
     ],
 )
 def test_bad_retry_settings_name_themselves(settings, message):
@@ -230,3 +242,34 @@ def test_a_failure_the_policy_cannot_judge_is_dead_class_error_never_acked(garba
     assert middleware.process_exception(request, TimeoutError()) is None
     assert request.meta["ha_outcome"]["class"] == "error"
     assert middleware.stats.get_value("ha/retry/gave_up/error") == 2
+
+
+def test_policy_fields_are_read_as_their_settings_are():
+    """{"times": "5"} is 5, as HA_RETRY_TIMES="5" is (before: a str, and every 500 raised
+    TypeError in the middleware)."""
+    c = config(HA_RETRY_POLICIES={"server": {"times": "5", "base": "2"}})
+    assert c.policies["server"] == Policy(times=5, base=2.0, multiplier=2.0, max=120.0)
+    assert c.policies["network"].base == 1.0  # the other classes keep their defaults
+
+
+@pytest.mark.parametrize(("multiplier", "attempt"), [(2, 1100), (10, 400), (1e300, 2)])
+def test_backoff_past_a_float_is_the_cap(multiplier, attempt):
+    """Before: 2.0 ** 1100 raised OverflowError in decide(), after the attempt was counted."""
+    c = config(HA_RETRY_TIMES=5000, HA_RETRY_JITTER=0, HA_RETRY_BACKOFF_MULTIPLIER=multiplier)
+    request = Request("https://example.com/x", meta={"ha_retries": {"server": attempt}})
+    verdict = decide(request, Failure("server", "HTTP 500"), c, worker="w", now_ms=0)
+    assert (verdict["op"], verdict["delay"]) == ("retry", 120.0)
+    assert Policy(base=0.0, multiplier=2).ceiling(1100) == 0.0
+
+
+@pytest.mark.parametrize("garbage", ["3", 2.5, -1, True, [3]])
+def test_a_bad_per_request_budget_warns_and_the_class_budget_applies(garbage, caplog):
+    """Before: meta ha_retry_times "3" raised TypeError in decide() (no verdict: acked)."""
+    c = config(HA_RETRY_TIMES=1)
+    request = Request("https://example.com/x", meta={"ha_retry_times": garbage})
+    ops = [
+        decide(request, Failure("server", "HTTP 500"), c, worker="w", now_ms=0)["op"]
+        for _ in range(2)
+    ]
+    assert ops == ["retry", "dead"]
+    assert f"meta['ha_retry_times']={garbage!r} is not a whole number" in caplog.text

@@ -8,6 +8,7 @@ call (:meth:`RetryConfig.classify_response <scrapy_ha.config.retry.RetryConfig>`
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from scrapy_ha.config.retry import RetryConfig
+
+logger = logging.getLogger(__name__)
 
 #: Attempts kept in a request's history (bounds its size in Redis).
 HISTORY_LIMIT = 10
@@ -78,7 +81,7 @@ def decide(
     retries: dict[str, int] = dict(meta.get(metakeys.RETRIES) or {})
     attempt = retries.get(fclass, 0)
     policy = config.policies.get(fclass, Policy(times=0))
-    budget = meta.get(metakeys.RETRY_TIMES, policy.times)
+    budget = _budget(meta, policy)
     retries[fclass.value] = attempt + 1
     meta[metakeys.RETRIES] = retries
     meta[metakeys.HISTORY] = _history(meta, failure, worker, now_ms)
@@ -109,6 +112,23 @@ def _history(
         }
     )
     return history
+
+
+def _budget(meta: dict[str, Any], policy: Policy) -> int:
+    """The retries the request may make in its class: ``ha_retry_times`` when it is a whole
+    number of 0 or more, else (a WARNING) the class's budget."""
+    given = meta.get(metakeys.RETRY_TIMES)
+    if given is None:
+        return policy.times
+    if isinstance(given, int) and not isinstance(given, bool) and given >= 0:
+        return given
+    logger.warning(
+        "meta[%r]=%r is not a whole number of 0 or more: the class's budget (%d) applies",
+        metakeys.RETRY_TIMES,
+        given,
+        policy.times,
+    )
+    return policy.times
 
 
 def _delay(
