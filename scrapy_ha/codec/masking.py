@@ -46,6 +46,7 @@ __all__ = [
     "mask_text",
     "mask_url",
     "mask_value",
+    "masked_json",
     "masked_output",
     "secret_name",
 ]
@@ -234,6 +235,37 @@ def mask_value(value: Any) -> Any:
     if isinstance(value, str):
         return mask_text(value)
     return value
+
+
+def masked_json(record: dict[str, Any]) -> str:
+    """*record* masked (:func:`mask_value`) as compact JSON that every reader takes: strict
+    JSON, which Redis's cjson can encode again (it refuses NaN and infinities, which
+    ``json.dumps`` writes by default). A value JSON cannot hold (NaN or an infinity in a
+    user's verdict mapping, an object) becomes null; a record that still cannot be written
+    keeps its class and reason only."""
+    shown = mask_value(record)
+    try:
+        return json.dumps(shown, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return json.dumps(_plain(shown), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        kept = {k: str(shown.get(k, "")) for k in ("class", "reason")}
+        return json.dumps({**kept, "record": "unreadable"}, separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    """*value* with what strict JSON cannot hold as null (keys as text)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value - value != 0:  # NaN, inf, -inf
+        return None
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return None
 
 
 def mask_headers(headers: Any) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+"""Garbage in a dead-letter record, or in the dead-letter queue's keys, never fails a call
+half-way: a script checks what it will write before its first write, and a reader falls
+back on what it can read. A real redis-server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.config.politeness import DomainLimit, Politeness
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.script_keys import dead_keys
+from scrapy_ha.store.state import set_domain_limits
+from scrapy_ha.store.wire import NewEntry
+
+KEYS = Keys("ha", "dlqgarbage")
+LEASE_MS = 30_000
+
+
+def page(n: int) -> NewEntry:
+    return NewEntry(b"a.example/%d" % n, 0, b'{"v":1,"u":"http://a.example/%d"}' % n)
+
+
+async def one_slot_leased(q: RedisQueue):
+    """a.example limited to one request at a time, two pages queued, the first leased."""
+    await set_domain_limits(q.client, KEYS, Politeness(DomainLimit(concurrency=1), {}).as_hash())
+    await q.enqueue([page(1), page(2)])
+    (lease,) = await q.lease(5, LEASE_MS)
+    return lease
+
+
+@pytest.mark.parametrize("garbage", [float("nan"), float("inf"), -float("inf"), object()])
+@deferred_f_from_coro_f
+async def test_a_record_json_cannot_hold_is_stored_with_null(redis_url, garbage):
+    """A user's verdict mapping with NaN (json.dumps writes it, cjson decodes it and refuses
+    to encode it). Before: dead.lua failed after its first writes: the entry in the DLQ
+    without a record, and a.example's concurrency slot taken for good."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        lease = await one_slot_leased(q)
+        info = {"class": "mine", "reason": "x", "status": garbage, "history": [{"t": garbage}]}
+        assert await q.dead_letter(lease.id, lease.token, info) == 1
+        record = json.loads(await q.client.hget(KEYS.dead_info, lease.id))
+        assert (record["class"], record["status"], record["history"]) == (
+            "mine",
+            None,
+            [{"t": None}],
+        )
+        assert [x.payload for x in await q.lease(5, LEASE_MS)] == [page(2).payload]
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_dead_refuses_a_record_it_cannot_encode_before_writing(redis_url, redis_client):
+    """The script's own check, for a caller that sends NaN anyway (an older worker)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        lease = await one_slot_leased(q)
+        polite = redis_client.hgetall(KEYS.polite)
+        args = [lease.id, lease.token, '{"class":"x","status":NaN}', 10, 10**9, b"", q.order_arg]
+        with pytest.raises(redis.ResponseError, match="no NaN nor Inf"):
+            await q._dead(keys=dead_keys(KEYS), args=args)
+        assert redis_client.zcard(KEYS.dead) == 0
+        assert redis_client.zscore(KEYS.leased, lease.id) is not None
+        assert redis_client.hgetall(KEYS.polite) == polite
+        # the worker's fallback (a dead letter of class error) still holds the lease
+        assert await q.dead_letter(lease.id, lease.token, {"class": "error", "reason": "r"}) == 1
+    finally:
+        await q.client.aclose()
