@@ -57,19 +57,20 @@ async def test_a_record_json_cannot_hold_is_stored_with_null(redis_url, garbage)
 
 
 @deferred_f_from_coro_f
-async def test_dead_refuses_a_record_it_cannot_encode_before_writing(redis_url, redis_client):
-    """The script's own check, for a caller that sends NaN anyway (an older worker)."""
+async def test_dead_stores_a_record_it_cannot_encode_as_its_class_and_reason(
+    redis_url, redis_client
+):
+    """The script's own rule, for a caller that sends NaN anyway (an older worker): the
+    record is stored as its class and reason, the lease ends, the slot is given back."""
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     try:
         lease = await one_slot_leased(q)
-        polite = redis_client.hgetall(KEYS.polite)
-        args = [lease.id, lease.token, '{"class":"x","status":NaN}', 10, 10**9, b"", q.order_arg]
-        with pytest.raises(redis.ResponseError, match="no NaN nor Inf"):
-            await q._dead(keys=dead_keys(KEYS), args=args)
-        assert redis_client.zcard(KEYS.dead) == 0
-        assert redis_client.zscore(KEYS.leased, lease.id) is not None
-        assert redis_client.hgetall(KEYS.polite) == polite
-        # the worker's fallback (a dead letter of class error) still holds the lease
-        assert await q.dead_letter(lease.id, lease.token, {"class": "error", "reason": "r"}) == 1
+        record = '{"class":"x","reason":"r","status":NaN}'
+        args = [lease.id, lease.token, record, 10, 10**9, b"", q.order_arg]
+        assert (await q._dead(keys=dead_keys(KEYS), args=args))[0] == 1
+        stored = json.loads(redis_client.hget(KEYS.dead_info, lease.id))
+        assert (stored["class"], stored["reason"], stored["record"]) == ("x", "r", "unreadable")
+        assert redis_client.zscore(KEYS.leased, lease.id) is None
+        assert [x.payload for x in await q.lease(5, LEASE_MS)] == [page(2).payload]
     finally:
         await q.client.aclose()
