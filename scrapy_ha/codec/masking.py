@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MASK",
     "install_log_masking",
+    "json_safe",
     "mask_body",
     "mask_headers",
     "mask_text",
@@ -249,18 +250,19 @@ def masked_json(record: dict[str, Any]) -> str:
     except (TypeError, ValueError):
         pass
     try:
-        return json.dumps(_plain(shown), separators=(",", ":"), allow_nan=False)
+        return json.dumps(json_safe(shown), separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError):
         kept = {k: str(shown.get(k, "")) for k in ("class", "reason")}
         return json.dumps({**kept, "record": "unreadable"}, separators=(",", ":"))
 
 
-def _plain(value: Any) -> Any:
-    """*value* with what strict JSON cannot hold as null (keys as text)."""
+def json_safe(value: Any) -> Any:
+    """*value* (a JSON-like value) with what strict JSON cannot hold as null (NaN, infinities,
+    objects; keys as text)."""
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
     if isinstance(value, float) and value - value != 0:  # NaN, inf, -inf
         return None
     if value is None or isinstance(value, (str, int, float)):
