@@ -17,6 +17,8 @@ from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.script_keys import dead_keys
 from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import NewEntry
+from scrapy_ha.verdict import Verdict
+from tests.test_dlq import cli
 
 KEYS = Keys("ha", "dlqgarbage")
 LEASE_MS = 30_000
@@ -74,3 +76,33 @@ async def test_dead_stores_a_record_it_cannot_encode_as_its_class_and_reason(
         assert [x.payload for x in await q.lease(5, LEASE_MS)] == [page(2).payload]
     finally:
         await q.client.aclose()
+
+
+@pytest.mark.parametrize("garbage", ['"3x"', "[1]", "{}", "1e999", '"inf"', "2.5"])
+def test_attempts_that_are_not_a_number_hide_no_entry_of_the_listing(
+    redis_url, redis_client, garbage
+):
+    """A record's attempts (a user's verdict mapping kept them). Before: int() raised in
+    DeadEntry.attempts, and `dlq list` / `dlq export` ended in a traceback: one entry hid
+    every other."""
+    for entry_id, attempts in (("1", "2"), ("2", garbage)):
+        redis_client.zadd(KEYS.dead, {entry_id: int(entry_id)})
+        record = f'{{"class":"mine","reason":"r","attempts":{attempts},"history":[{{}}]}}'
+        redis_client.hset(KEYS.dead_info, entry_id, record)
+        redis_client.hset(KEYS.payload, entry_id, f'{{"v":1,"u":"http://a.example/{entry_id}"}}')
+    listed = cli(redis_url, "dlq", "list", KEYS.spider)
+    assert listed.returncode == 0, listed.stderr
+    exported = cli(redis_url, "dlq", "export", KEYS.spider)
+    assert exported.returncode == 0, exported.stderr
+    attempts = {e["id"]: e["attempts"] for e in map(json.loads, exported.stdout.splitlines())}
+    assert attempts == {"1": 2, "2": 1 if garbage != "2.5" else 2}  # its history's 1
+
+
+def test_a_verdict_mapping_keeps_status_and_attempts_only_when_whole_numbers():
+    """Before: Verdict.from_meta kept "3" and 2.5, and every reader of the dead letter
+    failed on them."""
+    meta = {"ha_outcome": {"op": "dead", "class": "mine", "attempts": "3", "status": 2.5}}
+    verdict = Verdict.from_meta(meta)
+    assert verdict is not None and (verdict.attempts, verdict.status) == (None, None)
+    meta = {"ha_outcome": {"op": "dead", "class": "mine", "attempts": 3, "status": 500}}
+    assert Verdict.from_meta(meta)["attempts"] == 3
