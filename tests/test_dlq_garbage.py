@@ -106,3 +106,22 @@ def test_a_verdict_mapping_keeps_status_and_attempts_only_when_whole_numbers():
     assert verdict is not None and (verdict.attempts, verdict.status) == (None, None)
     meta = {"ha_outcome": {"op": "dead", "class": "mine", "attempts": 3, "status": 500}}
     assert Verdict.from_meta(meta)["attempts"] == 3
+
+
+@pytest.mark.parametrize("key", ["dead_info", "payload", "dead_archived"])
+@deferred_f_from_coro_f
+async def test_purge_checks_every_key_before_its_first_write(redis_url, redis_client, key):
+    """Before: a dead_info (payload, dead_archived) of another type failed purge.lua after
+    its first ZREM: the entry had left the DLQ, its payload was orphaned."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        redis_client.zadd(KEYS.dead, {"1": 1000, "2": 1001})
+        redis_client.hset(KEYS.payload, mapping={"1": "p1", "2": "p2"})
+        redis_client.hset(KEYS.dead_info, mapping={"1": "{}", "2": "{}"})
+        redis_client.delete(getattr(KEYS, key))
+        redis_client.set(getattr(KEYS, key), "garbage")  # another type
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE purge"):
+            await q.purge_dead(["1", "2"])
+        assert redis_client.zrange(KEYS.dead, 0, -1) == [b"1", b"2"]  # nothing written
+    finally:
+        await q.client.aclose()
