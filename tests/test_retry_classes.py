@@ -273,3 +273,50 @@ def test_a_bad_per_request_budget_warns_and_the_class_budget_applies(garbage, ca
     ]
     assert ops == ["retry", "dead"]
     assert f"meta['ha_retry_times']={garbage!r} is not a whole number" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("failure", "ops"),
+    [
+        (Failure("gone", "HTTP 404", 404), ["dead"]),
+        (Failure("client", "HTTP 400", 400), ["dead"]),
+        (Failure("permanent", "PermanentError: never"), ["dead"]),
+        (Failure("server", "HTTP 500", 500), ["retry", "retry", "dead"]),  # even at times 0
+    ],
+)
+def test_a_per_request_budget_never_retries_a_permanent_failure(failure, ops):
+    """DESIGN.md: 404, 410 gone, no retry; user-marked permanent errors: no retry.
+    Before: meta ha_retry_times=2 retried a PermanentError and a 404 twice."""
+    c = config(HA_RETRY_TIMES=0)
+    request = Request("https://example.com/x", meta={"ha_retry_times": 2})
+    got = [decide(request, failure, c, worker="w", now_ms=0)["op"] for _ in ops]
+    assert got == ops
+
+
+def test_a_per_request_budget_lowers_a_permanent_class_it_was_given():
+    c = config(HA_RETRY_POLICIES={"client": {"times": 3}})
+    request = Request("https://example.com/x", meta={"ha_retry_times": 1})
+    failure = Failure("client", "HTTP 400", 400)
+    ops = [decide(request, failure, c, worker="w", now_ms=0)["op"] for _ in range(2)]
+    assert ops == ["retry", "dead"]
+
+
+def test_an_alert_threshold_past_the_kept_entries_warns_at_start(caplog):
+    """Before: HA_DLQ_ALERT_THRESHOLD 100 with HA_DLQ_MAX_ENTRIES 50 said nothing, and the
+    alert could never fire."""
+    from scrapy.settings import Settings  # noqa: PLC0415
+    from scrapy.statscollectors import MemoryStatsCollector  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.config.scheduler import DeadLetterConfig  # noqa: PLC0415
+    from scrapy_ha.scheduler.session.ends import Ends  # noqa: PLC0415
+
+    stats = MemoryStatsCollector(get_crawler())
+    for entries, warned in ((50, True), (100, False)):
+        caplog.clear()
+        settings = Settings(
+            {"HA_DLQ_ALERT_WEBHOOK": "http://127.0.0.1:9/hook", "HA_DLQ_MAX_ENTRIES": entries}
+        )
+        Ends(stats, DeadLetterConfig.from_settings(settings), settings)
+        text = "HA_DLQ_ALERT_THRESHOLD=100 is more than HA_DLQ_MAX_ENTRIES=50"
+        assert (text in caplog.text) is warned

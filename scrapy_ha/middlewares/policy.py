@@ -36,6 +36,9 @@ HISTORY_LIMIT = 10
 #: Share of the Retry-After wait added at random (up to 10 % with full jitter): workers told
 #: the same Retry-After do not all come back in the same second.
 RETRY_AFTER_SPREAD = 0.1
+#: The classes no retry can fix (DESIGN: 404 and 410 gone, other 4xx, user-marked permanent
+#: errors): meta ha_retry_times never gives them retries their policy does not.
+PERMANENT_CLASSES = frozenset({FailureClass.GONE, FailureClass.CLIENT, FailureClass.PERMANENT})
 #: The class of a request whose failure could not be judged (as the scheduler's own class of
 #: a verdict it could not carry out, scrapy_ha.scheduler.session.ends).
 ERROR_CLASS = "error"
@@ -81,7 +84,7 @@ def decide(
     retries: dict[str, int] = dict(meta.get(metakeys.RETRIES) or {})
     attempt = retries.get(fclass, 0)
     policy = config.policies.get(fclass, Policy(times=0))
-    budget = _budget(meta, policy)
+    budget = _budget(meta, policy, fclass)
     retries[fclass.value] = attempt + 1
     meta[metakeys.RETRIES] = retries
     meta[metakeys.HISTORY] = _history(meta, failure, worker, now_ms)
@@ -114,21 +117,24 @@ def _history(
     return history
 
 
-def _budget(meta: dict[str, Any], policy: Policy) -> int:
+def _budget(meta: dict[str, Any], policy: Policy, fclass: FailureClass) -> int:
     """The retries the request may make in its class: ``ha_retry_times`` when it is a whole
-    number of 0 or more, else (a WARNING) the class's budget."""
+    number of 0 or more (else a WARNING and the class's budget). In the classes that are
+    permanent by nature (gone, client, permanent) it can lower the budget, never raise it:
+    a permanent failure stays permanent, as :class:`~scrapy_ha.verdict.PermanentError`
+    promises."""
     given = meta.get(metakeys.RETRY_TIMES)
     if given is None:
         return policy.times
-    if isinstance(given, int) and not isinstance(given, bool) and given >= 0:
-        return given
-    logger.warning(
-        "meta[%r]=%r is not a whole number of 0 or more: the class's budget (%d) applies",
-        metakeys.RETRY_TIMES,
-        given,
-        policy.times,
-    )
-    return policy.times
+    if not isinstance(given, int) or isinstance(given, bool) or given < 0:
+        logger.warning(
+            "meta[%r]=%r is not a whole number of 0 or more: the class's budget (%d) applies",
+            metakeys.RETRY_TIMES,
+            given,
+            policy.times,
+        )
+        return policy.times
+    return min(given, policy.times) if fclass in PERMANENT_CLASSES else given
 
 
 def _delay(
