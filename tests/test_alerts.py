@@ -106,8 +106,9 @@ async def test_an_unreachable_webhook_costs_the_crawl_nothing(redis_url, site, c
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert crawler.stats.get_value("item_scraped_count") == 1
     assert crawler.stats.get_value("ha/dead/gone") == 2
-    # each dead letter past the threshold tries again while the receiver is down
-    assert crawler.stats.get_value("ha/alert/errors") == 2
+    # a dead letter past the threshold tries again once the failed POST took its marker
+    # back (one that came while the POST was under way does not): 1 or 2
+    assert crawler.stats.get_value("ha/alert/errors") in (1, 2)
     assert "Could not send the dead-letter alert of faults" in caplog.text
     assert "secret-token" not in caplog.text  # a webhook's path is its secret
 
