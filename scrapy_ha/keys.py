@@ -39,7 +39,7 @@ key                        type         content
                                         names, without credentials; field ``~archive`` (the
                                         URL declared last, password hidden): retention and
                                         purge keep entries no archive holds yet
-``ha:{books}:dlq_alert``   string       set when the dead-letter alert of this crawl was sent
+``ha:{books}:dlq_alert``   string       the dead-letter alert of this crawl: pending (TTL), sent
 ``ha:{books}:buckets``     hash         the exact dupefilter's ``buckets``, ``gen``, ``n``; its
                                         intsets ``buckets:<gen>:<i>`` (store/buckets.py)
 ``ha:{books}:dupefilter``  set          a crawl made before the buckets: fingerprints seen

@@ -105,7 +105,8 @@ class Verdict(Mapping[str, Any]):
         (:meth:`as_dict`, which a middleware of the user's may set) is read as leniently as
         the scheduler always read it: an ``op`` other than ``"retry"`` or ``"dead"`` is no
         verdict (the request is acked), a class of the user's own is kept as its name, a
-        missing reason is empty and a missing delay is none."""
+        missing reason is empty and a missing delay is none; a status or attempts that is
+        not a whole number is left out (every reader of a dead letter counts on ints)."""
         value = meta.get(metakeys.OUTCOME)
         if value is None:  # most requests: no verdict
             return None
@@ -125,8 +126,8 @@ class Verdict(Mapping[str, Any]):
             failure_class=fclass,
             reason=str(value.get("reason", "")),
             delay=float(delay) if isinstance(delay, int | float) else None,
-            status=value.get("status"),
-            attempts=value.get("attempts"),
+            status=_whole(value.get("status")),
+            attempts=_whole(value.get("attempts")),
             errback=bool(value.get("errback", False)),
         )
 
@@ -158,3 +159,8 @@ class Verdict(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.as_dict())
+
+
+def _whole(value: Any) -> int | None:
+    """*value* if it is an int (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -4,6 +4,7 @@ a good one lands in the component's frozen config."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from scrapy.exceptions import NotConfigured
@@ -65,6 +66,7 @@ BAD = [
     (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": -1}, "HA_DLQ_MAX_ENTRIES=-1 must be a whole"),
     (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": "lots"}, "HA_DLQ_MAX_ENTRIES='lots'"),
     (DeadLetterConfig, {"HA_DLQ_MAX_AGE": -3}, "HA_DLQ_MAX_AGE=-3 must be 0 or more"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": "nan"}, "HA_DLQ_MAX_AGE='nan' is not a number of"),
     (DeadLetterConfig, {"HA_DLQ_WARN_THRESHOLD": 1.5}, "HA_DLQ_WARN_THRESHOLD=1.5"),
     (CookiesConfig, {"HA_SHARED_COOKIES": "yes please"}, "HA_SHARED_COOKIES='yes please'"),
     (UserAgentConfig, {"HA_USER_AGENTS": ["", "x"]}, "HA_USER_AGENTS=['', 'x'] must be a list"),
@@ -145,6 +147,9 @@ GOOD = [
     (DeadLetterConfig, {}, {"max_entries": 100_000, "max_age": 30 * 86400.0}),
     (DeadLetterConfig, {"HA_DLQ_MAX_AGE": 60, "HA_DLQ_WARN_THRESHOLD": "5"}, {"warn_threshold": 5}),
     (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": 0, "HA_DLQ_MAX_AGE": 0}, {"max_entries": 0}),
+    # inf: no age limit (before: int(inf * 1000) failed every dead letter and reclaim)
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": "inf"}, {"max_age": math.inf, "max_age_ms": 2**53}),
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": 1e306}, {"max_age": 1e306, "max_age_ms": 2**53}),
     (SchedulerConfig, {"CONCURRENT_REQUESTS": 0}, {"prefetch": 16}),  # 0: no limit in Scrapy
     (CookiesConfig, {}, {"enabled": True, "debug": False, "shared": True}),
     (CookiesConfig, {"HA_SHARED_COOKIES": False, "COOKIES_DEBUG": True}, {"shared": False}),

@@ -174,6 +174,18 @@ def test_permanent_classes_and_per_request_budget():
         ({"HA_RETRY_STATUS_CLASSES": {404: "lost"}}, "HA_RETRY_STATUS_CLASSES[404]='lost'"),
         ({"HA_RETRY_PERMANENT_EXCEPTIONS": ["no.such.Error"]}, "'no.such.Error'"),
         ({"HA_BAN_CHECK": "no.such.check"}, "HA_BAN_CHECK='no.such.check'"),
+        # before, each of these passed, and failed (or misbehaved) at the first retry
+        ({"HA_RETRY_POLICIES": {"server": {"times": 2.5}}}, "['server']['times']=2.5 must be"),
+        ({"HA_RETRY_POLICIES": {"server": {"times": -1}}}, "['server']['times']=-1 must be"),
+        ({"HA_RETRY_POLICIES": {"server": {"base": "x"}}}, "['server']['base']='x' is not a"),
+        ({"HA_RETRY_POLICIES": {"server": {"max": -10}}}, "['server']['max']=-10 must be 0"),
+        ({"HA_RETRY_POLICIES": {"parse": {"base": float("nan")}}}, "['parse']['base']=nan must"),
+        ({"HA_RETRY_POLICIES": {"gone": {"multiplier": "inf"}}}, "['multiplier']='inf' must be"),
+        ({"HA_RETRY_BACKOFF_BASE": "inf"}, "HA_RETRY_BACKOFF_BASE='inf' must be a finite"),
+        ({"HA_RETRY_BACKOFF_MULTIPLIER": "nan"}, "HA_RETRY_BACKOFF_MULTIPLIER='nan' must be"),
+        ({"HA_RETRY_BACKOFF_MAX": float("inf")}, "HA_RETRY_BACKOFF_MAX=inf must be a finite"),
+        ({"HA_RETRY_AFTER_MAX": "nan"}, "HA_RETRY_AFTER_MAX='nan' must be a finite"),
+        ({"RETRY_PRIORITY_ADJUST": "x"}, "RETRY_PRIORITY_ADJUST='x' must be a whole number"),
     ],
 )
 def test_bad_retry_settings_name_themselves(settings, message):
@@ -203,3 +215,108 @@ def test_each_retry_adjusts_the_priority_as_scrapy_does(settings, priorities):
     assert seen == priorities
     decide(request, Failure("server", "HTTP 500"), cfg, worker="w", now_ms=0)  # dead: unchanged
     assert request.priority == priorities[-1]
+
+
+@pytest.mark.parametrize("value", [b"\xb9", b"\xb2", b"\xb3", b"Fri, 31 Dec 99999 23:59:59 GMT"])
+def test_an_unreadable_retry_after_is_none(value):
+    """Before: latin-1 '¹' '²' '³' passed str.isdigit() and float() raised ValueError."""
+    assert retry_after_seconds(response(429, {"Retry-After": value})) is None
+
+
+@pytest.mark.parametrize("garbage", [7, "x", ["a"]])
+def test_a_failure_the_policy_cannot_judge_is_dead_class_error_never_acked(garbage):
+    """A bug or garbage in the policy's handling (here meta ha_retries that is not a
+    mapping of counts). Before: the exception left the middleware, no verdict was set, and
+    the scheduler acked the request: lost, without a dead letter."""
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict={}))
+    request = Request("https://example.com/x", meta={"ha_retries": garbage})
+    assert middleware.process_response(request, response(500)).status == 500
+    verdict = request.meta["ha_outcome"]
+    assert (verdict["op"], verdict["class"]) == ("dead", "error")
+    assert verdict["reason"].startswith("could not judge the failure: ")
+    request = Request("https://example.com/x", meta={"ha_retries": garbage})
+    assert middleware.process_exception(request, TimeoutError()) is None
+    assert request.meta["ha_outcome"]["class"] == "error"
+    assert middleware.stats.get_value("ha/retry/gave_up/error") == 2
+
+
+def test_policy_fields_are_read_as_their_settings_are():
+    """{"times": "5"} is 5, as HA_RETRY_TIMES="5" is (before: a str, and every 500 raised
+    TypeError in the middleware)."""
+    c = config(HA_RETRY_POLICIES={"server": {"times": "5", "base": "2"}})
+    assert c.policies["server"] == Policy(times=5, base=2.0, multiplier=2.0, max=120.0)
+    assert c.policies["network"].base == 1.0  # the other classes keep their defaults
+
+
+@pytest.mark.parametrize(("multiplier", "attempt"), [(2, 1100), (10, 400), (1e300, 2)])
+def test_backoff_past_a_float_is_the_cap(multiplier, attempt):
+    """Before: 2.0 ** 1100 raised OverflowError in decide(), after the attempt was counted."""
+    c = config(HA_RETRY_TIMES=5000, HA_RETRY_JITTER=0, HA_RETRY_BACKOFF_MULTIPLIER=multiplier)
+    request = Request("https://example.com/x", meta={"ha_retries": {"server": attempt}})
+    verdict = decide(request, Failure("server", "HTTP 500"), c, worker="w", now_ms=0)
+    assert (verdict["op"], verdict["delay"]) == ("retry", 120.0)
+    assert Policy(base=0.0, multiplier=2).ceiling(1100) == 0.0
+
+
+@pytest.mark.parametrize("garbage", ["3", 2.5, -1, True, [3]])
+def test_a_bad_per_request_budget_warns_and_the_class_budget_applies(garbage, caplog):
+    """Before: meta ha_retry_times "3" raised TypeError in decide() (no verdict: acked)."""
+    c = config(HA_RETRY_TIMES=1)
+    request = Request("https://example.com/x", meta={"ha_retry_times": garbage})
+    ops = [
+        decide(request, Failure("server", "HTTP 500"), c, worker="w", now_ms=0)["op"]
+        for _ in range(2)
+    ]
+    assert ops == ["retry", "dead"]
+    assert f"meta['ha_retry_times']={garbage!r} is not a whole number" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("failure", "ops"),
+    [
+        (Failure("gone", "HTTP 404", 404), ["dead"]),
+        (Failure("client", "HTTP 400", 400), ["dead"]),
+        (Failure("permanent", "PermanentError: never"), ["dead"]),
+        (Failure("server", "HTTP 500", 500), ["retry", "retry", "dead"]),  # even at times 0
+    ],
+)
+def test_a_per_request_budget_never_retries_a_permanent_failure(failure, ops):
+    """DESIGN.md: 404, 410 gone, no retry; user-marked permanent errors: no retry.
+    Before: meta ha_retry_times=2 retried a PermanentError and a 404 twice."""
+    c = config(HA_RETRY_TIMES=0)
+    request = Request("https://example.com/x", meta={"ha_retry_times": 2})
+    got = [decide(request, failure, c, worker="w", now_ms=0)["op"] for _ in ops]
+    assert got == ops
+
+
+def test_a_per_request_budget_lowers_a_permanent_class_it_was_given():
+    c = config(HA_RETRY_POLICIES={"client": {"times": 3}})
+    request = Request("https://example.com/x", meta={"ha_retry_times": 1})
+    failure = Failure("client", "HTTP 400", 400)
+    ops = [decide(request, failure, c, worker="w", now_ms=0)["op"] for _ in range(2)]
+    assert ops == ["retry", "dead"]
+
+
+def test_an_alert_threshold_past_the_kept_entries_warns_at_start(caplog):
+    """Before: HA_DLQ_ALERT_THRESHOLD 100 with HA_DLQ_MAX_ENTRIES 50 said nothing, and the
+    alert could never fire."""
+    from scrapy.settings import Settings  # noqa: PLC0415
+    from scrapy.statscollectors import MemoryStatsCollector  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.config.scheduler import DeadLetterConfig  # noqa: PLC0415
+    from scrapy_ha.scheduler.session.ends import Ends  # noqa: PLC0415
+
+    stats = MemoryStatsCollector(get_crawler())
+    for entries, warned in ((50, True), (100, False)):
+        caplog.clear()
+        settings = Settings(
+            {"HA_DLQ_ALERT_WEBHOOK": "http://127.0.0.1:9/hook", "HA_DLQ_MAX_ENTRIES": entries}
+        )
+        Ends(stats, DeadLetterConfig.from_settings(settings), settings)
+        text = "HA_DLQ_ALERT_THRESHOLD=100 is more than HA_DLQ_MAX_ENTRIES=50"
+        assert (text in caplog.text) is warned

@@ -141,3 +141,46 @@ async def test_a_429_closes_the_domain_for_every_worker_until_retry_after(
     during = [t for ts in log.values() for t in ts if known_at < t < open_at]
     assert len(during) <= len(crawlers), (during, known_at, open_at)
     assert sum(c.stats.get_value("ha/deferred", 0) for c in crawlers) > 0
+
+
+@deferred_f_from_coro_f
+async def test_an_unreadable_retry_after_is_a_backoff_not_a_lost_request(
+    redis_url, redis_client, site
+):
+    """A Retry-After of b'\\xb9' (latin-1 '¹', which str.isdigit() accepts). Before:
+    float('¹') raised in the middleware, Scrapy logged an error, and the request was acked:
+    neither retried nor dead-lettered."""
+    paths = (
+        "/flaky/1?fail=1&status=429&retry_after=%B9",
+        "/flaky/2?fail=9&status=429&retry_after=%B2",
+    )
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert crawler.spider.ok == [paths[0]]  # retried after the class's backoff
+    dead = dead_letters(redis_client, "faults")
+    assert {p: d["class"] for p, d in dead.items()} == {paths[1][1:]: "rate_limited"}
+    assert len(hit_log(site)[paths[1]]) == 3  # the budget (2 retries) spent, then dead
+
+
+@deferred_f_from_coro_f
+async def test_dead_letters_without_an_age_limit_are_made_and_the_crawl_closes(
+    redis_url, redis_client, site
+):
+    """HA_DLQ_MAX_AGE = inf: keep dead letters whatever their age. Before: int(inf * 1000)
+    failed every dead letter and every reclaim in the background loop; the 404 was neither
+    acked nor dead-lettered and the crawl never closed."""
+    settings = {**FAST_RETRIES, "REDIS_URL": redis_url, "HA_DLQ_MAX_AGE": float("inf")}
+    crawler = get_crawler(FaultSpider, settings)
+    crawling = asyncio.ensure_future(
+        crawler.crawl_async(base_url=site.url, paths=("/status/404", "/item/1"))
+    )
+    try:
+        await asyncio.wait_for(asyncio.shield(crawling), 30)
+    finally:
+        if not crawling.done():
+            await crawler.stop_async()
+            await crawling
+    assert crawler.spider.ok == ["/item/1"]
+    assert {p: d["class"] for p, d in dead_letters(redis_client, "faults").items()} == {
+        "status/404": "gone"
+    }

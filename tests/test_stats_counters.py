@@ -305,3 +305,28 @@ async def test_a_dead_letter_without_a_class_counts_as_unknown(redis_url):
     assert await q.dead_letter(*two, {"class": None, "reason": "a null class"})
     assert (await read_crawl_stats_async(q.client, KEYS)).dead_by_class == {"unknown": 2}
     await q.client.aclose()
+
+
+@pytest.mark.parametrize("garbage", ["-inf", "-1e300", "-9007199254740993", "1e300", "nan", "-5"])
+@deferred_f_from_coro_f
+async def test_a_garbage_last_minute_is_read_as_missing_never_loops(tmp_path, garbage):
+    """'<event>:last' is data. Before: -inf or a minute below -2^53 made prune's loop endless
+    (m + 1 == m) after the script had written: Redis BUSY and SCRIPT KILL refused. A Redis of
+    the test's own, killed at the end, and a client that gives up: a failure cannot hang the
+    suite's Redis."""
+    from tests.conftest import RedisServer  # noqa: PLC0415
+
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    q = RedisQueue(redis.asyncio.Redis.from_url(server.url, socket_timeout=5), KEYS)
+    try:
+        await q.enqueue([request("http://k.example/1")])
+        (lease,) = await q.lease(1, LEASE_MS)
+        await q.client.hset(KEYS.stats_minutes, "retried:last", garbage)
+        assert await q.retry_later(lease.id, lease.token, 0, b"", failure_class="server")
+        last = await q.client.hget(KEYS.stats_minutes, "retried:last")
+        assert int(last) == minute_of(redis.Redis.from_url(server.url))
+        assert await q.client.ping()
+    finally:
+        server.stop(kill=True)
+        await q.client.aclose()

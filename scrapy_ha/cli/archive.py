@@ -10,6 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive, archive_crawl
@@ -49,10 +50,11 @@ async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         run = await archive_crawl(DeadLetterQueue(queue), archive, dry_run=args.dry_run)
-    except Exception as exc:
-        if isinstance(exc, ConfigError) or not type(exc).__module__.startswith("sqlalchemy"):
-            raise
-        print(f"error: archive {archive.display_url}: {exc}", file=sys.stderr)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - said plainly, without a traceback
+        message = mask_text(f"{type(exc).__name__}: {exc}")
+        print(f"error: archive {archive.display_url}: {message}", file=sys.stderr)
         return 2
     finally:
         await asyncio.to_thread(archive.close)
@@ -64,7 +66,27 @@ async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
         + (f" ({classes})" if classes else "")
         + ("" if args.dry_run else f" in {time.monotonic() - started:.1f}s")
     )
-    return 0
+    return _report_errors(run.errors)
+
+
+#: Refused entries listed by ``dlq archive`` (the rest are counted).
+ERRORS_SHOWN = 10
+
+
+def _report_errors(errors: list[tuple[str, str]]) -> int:
+    """Print the entries the database refused (they stay in Redis); 2 if there were any."""
+    if not errors:
+        return 0
+    print(
+        f"error: the database refused {len(errors)} dead letter(s); they stay in Redis, "
+        f"kept by retention until an archive holds them:",
+        file=sys.stderr,
+    )
+    for entry_id, error in errors[:ERRORS_SHOWN]:
+        print(f"  {entry_id}: {error}", file=sys.stderr)
+    if len(errors) > ERRORS_SHOWN:
+        print(f"  ... and {len(errors) - ERRORS_SHOWN} more", file=sys.stderr)
+    return 2
 
 
 def unarchived_kept(spider: str, n: int) -> str:

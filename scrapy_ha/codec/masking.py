@@ -28,24 +28,20 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
-import sys
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import unquote_plus
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 __all__ = [
     "MASK",
     "install_log_masking",
+    "json_safe",
     "mask_body",
     "mask_headers",
     "mask_text",
     "mask_url",
     "mask_value",
+    "masked_json",
     "masked_output",
     "secret_name",
     "split_userinfo",
@@ -272,6 +268,38 @@ def mask_value(value: Any) -> Any:
     return value
 
 
+def masked_json(record: dict[str, Any]) -> str:
+    """*record* masked (:func:`mask_value`) as compact JSON that every reader takes: strict
+    JSON, which Redis's cjson can encode again (it refuses NaN and infinities, which
+    ``json.dumps`` writes by default). A value JSON cannot hold (NaN or an infinity in a
+    user's verdict mapping, an object) becomes null; a record that still cannot be written
+    keeps its class and reason only."""
+    shown = mask_value(record)
+    try:
+        return json.dumps(shown, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return json.dumps(json_safe(shown), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        kept = {k: str(shown.get(k, "")) for k in ("class", "reason")}
+        return json.dumps({**kept, "record": "unreadable"}, separators=(",", ":"))
+
+
+def json_safe(value: Any) -> Any:
+    """*value* (a JSON-like value) with what strict JSON cannot hold as null (NaN, infinities,
+    objects; keys as text)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and value - value != 0:  # NaN, inf, -inf
+        return None
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return None
+
+
 def mask_headers(headers: Any) -> dict[str, Any]:
     """Headers (a mapping of names to values or lists of values, str or bytes) as text,
     the values of secret headers ``***``."""
@@ -326,70 +354,5 @@ def _mask_part(match: re.Match[str]) -> str:
     return f"{match['head']}{MASK}" if secret_name(match["name"]) else match[0]
 
 
-# -------------------------------------------------------------------------- log lines
-
-
-class _MaskedRecord(logging.LogRecord):
-    """A log record whose message and traceback are masked when a handler formats them."""
-
-    def getMessage(self) -> str:  # noqa: N802 - logging's name
-        return mask_text(super().getMessage())
-
-    @property
-    def exc_text(self) -> str | None:
-        text: str | None = self.__dict__.get("_masked_exc_text")
-        return text
-
-    @exc_text.setter
-    def exc_text(self, text: str | None) -> None:
-        self.__dict__["_masked_exc_text"] = None if text is None else mask_text(text)
-
-
-def _masking_factory(previous: Any) -> Any:
-    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record: logging.LogRecord = previous(*args, **kwargs)
-        if type(record) is logging.LogRecord:
-            record.__class__ = _MaskedRecord
-        return record
-
-    factory.masks_secrets = True  # type: ignore[attr-defined]
-    return factory
-
-
-def install_log_masking() -> None:
-    """Mask every log line of this process from now on (scrapy-ha's, Scrapy's, the
-    project's, a library's): a record's message and traceback are masked as
-    :func:`mask_text` masks text, when a handler formats it (a record no handler writes
-    costs nothing). Idempotent; the add-on calls it before Scrapy logs its settings."""
-    current = logging.getLogRecordFactory()
-    if not getattr(current, "masks_secrets", False):
-        logging.setLogRecordFactory(_masking_factory(current))
-
-
-# -------------------------------------------------------------------------- printed output
-
-
-class _MaskedStream:
-    """A text stream whose writes are masked as :func:`mask_text` masks text."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def write(self, text: str) -> int:
-        self._stream.write(mask_text(text))
-        return len(text)
-
-    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding...
-        return getattr(self._stream, name)
-
-
-@contextmanager
-def masked_output() -> Iterator[None]:
-    """Mask what is printed to stdout and stderr within the block (the CLI's output: every
-    command's, a subcommand of the future's too)."""
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _MaskedStream(sys.stdout), _MaskedStream(sys.stderr)
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
+# (the log lines and printed output: scrapy_ha.codec.log_masking, imported at the end)
+from scrapy_ha.codec.log_masking import install_log_masking, masked_output  # noqa: E402

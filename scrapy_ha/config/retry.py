@@ -3,15 +3,18 @@ which statuses and exceptions fall in which class, Retry-After's cap and the jit
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
+
+from scrapy.settings import Settings
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.verdict import RETRY_CLASSES, FailureClass, PermanentError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
     from typing import Self
 
     from scrapy.http import Response
@@ -39,8 +42,16 @@ class Policy:
     max: float = DEFAULT_BACKOFF_MAX
 
     def backoff(self, attempt: int, jitter: float, rand: Callable[[], float]) -> float:
-        cap = min(self.max, self.base * self.multiplier**attempt)
-        return cap * (1 - jitter * rand())
+        return self.ceiling(attempt) * (1 - jitter * rand())
+
+    def ceiling(self, attempt: int) -> float:
+        """base × multiplier^attempt, capped at max, for any attempt: a power too large for
+        a float (2.0 ** 1100 raises OverflowError) is past the cap."""
+        try:
+            grown = self.base * self.multiplier**attempt
+        except OverflowError:
+            grown = math.inf if self.base else 0.0
+        return min(self.max, grown)
 
 
 #: How each class differs from the global policy (HA_RETRY_TIMES, HA_RETRY_BACKOFF_*).
@@ -105,14 +116,7 @@ class RetryConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
-        base = Policy(
-            times=check.whole(settings, "HA_RETRY_TIMES", Policy.times, minimum=0),
-            base=check.non_negative(settings, "HA_RETRY_BACKOFF_BASE", Policy.base),
-            multiplier=check.non_negative(
-                settings, "HA_RETRY_BACKOFF_MULTIPLIER", Policy.multiplier
-            ),
-            max=check.non_negative(settings, "HA_RETRY_BACKOFF_MAX", Policy.max),
-        )
+        base = _policy(settings, _SETTINGS, Policy())
         return cls(
             enabled=check.boolean(settings, "HA_RETRY_ENABLED", True),
             policies=_policies(settings, base),
@@ -124,10 +128,12 @@ class RetryConfig:
             ),
             ban_check=check.optional_callable(settings, "HA_BAN_CHECK"),
             retry_after_max=check.non_negative(
-                settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX
+                settings, "HA_RETRY_AFTER_MAX", DEFAULT_RETRY_AFTER_MAX, finite=True
             ),
             jitter=check.fraction(settings, "HA_RETRY_JITTER", DEFAULT_JITTER),
-            priority_adjust=settings.getint("RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST),
+            priority_adjust=check.integer(
+                settings, "RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST
+            ),
             allowed_codes=tuple(int(x) for x in settings.getlist("HTTPERROR_ALLOWED_CODES")),
         )
 
@@ -155,18 +161,40 @@ class RetryConfig:
         return None
 
 
+#: Each Policy field and the setting that gives its value for every class.
+_SETTINGS = {
+    "times": "HA_RETRY_TIMES",
+    "base": "HA_RETRY_BACKOFF_BASE",
+    "multiplier": "HA_RETRY_BACKOFF_MULTIPLIER",
+    "max": "HA_RETRY_BACKOFF_MAX",
+}
+
+
+def _policy(settings: BaseSettings, names: Mapping[str, str], default: Policy) -> Policy:
+    """*default* with each field of *names* read from *settings* under names[field] and
+    checked as the HA_RETRY_* setting of that field is: times a whole number of 0 or more,
+    the others finite numbers of 0 or more (the error names names[field] and the value)."""
+    read: dict[str, Any] = {}
+    if "times" in names:
+        read["times"] = check.whole(settings, names["times"], default.times, minimum=0)
+    for name in ("base", "multiplier", "max"):
+        if name in names:
+            value = check.non_negative(settings, names[name], getattr(default, name), finite=True)
+            read[name] = value
+    return replace(default, **read)
+
+
 def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy]:
     policies = _class_policies(base)
     for name, fields in settings.getdict("HA_RETRY_POLICIES").items():
-        if name not in RETRY_CLASSES or not isinstance(fields, dict):
+        if name not in RETRY_CLASSES or not isinstance(fields, dict) or set(fields) - {*_SETTINGS}:
             raise ConfigError(
                 f"HA_RETRY_POLICIES[{name!r}]={fields!r}: the classes are {', '.join(policies)} "
                 f"and each takes a dict of times, base, multiplier, max"
             )
-        try:
-            policies[FailureClass(name)] = replace(policies[FailureClass(name)], **fields)
-        except TypeError as exc:
-            raise ConfigError(f"HA_RETRY_POLICIES[{name!r}]={fields!r}: {exc}") from None
+        names = {f: f"HA_RETRY_POLICIES[{name!r}][{f!r}]" for f in fields}
+        given = Settings({names[f]: v for f, v in fields.items()}, priority="project")
+        policies[FailureClass(name)] = _policy(given, names, policies[FailureClass(name)])
     return policies
 
 

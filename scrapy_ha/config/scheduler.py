@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING
 from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.continuous import RevisitConfig, dupefilter_ttl
+from scrapy_ha.config.deadletters import (  # the dead-letter queue's settings, re-exported
+    DEFAULT_DLQ_MAX_AGE_MS,
+    DEFAULT_DLQ_MAX_ENTRIES,
+    DEFAULT_DLQ_WARN_THRESHOLD,
+    DeadLetterConfig,
+)
 from scrapy_ha.config.items import DEFAULT_ITEMS, items_mode
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.middlewares import allowed_schemes
@@ -29,7 +35,13 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
-__all__ = ["DeadLetterConfig", "SchedulerConfig"]
+__all__ = [
+    "DEFAULT_DLQ_MAX_AGE_MS",
+    "DEFAULT_DLQ_MAX_ENTRIES",
+    "DEFAULT_DLQ_WARN_THRESHOLD",
+    "DeadLetterConfig",
+    "SchedulerConfig",
+]
 
 #: Lease length: a slow page and its pipelines fit; a dead worker's requests come back within
 #: a minute (BullMQ locks jobs for 30 s too).
@@ -94,44 +106,6 @@ DEFAULT_START_URLS_KEY = "%(name)s:start_urls"
 DEFAULT_WATCHDOG_LEASE_PERIODS = 10
 #: Orders within one priority (``HA_QUEUE_ORDER``); Scrapy's default queues are LIFO.
 QUEUE_ORDERS = ("lifo", "fifo")
-
-
-# -- the dead-letter queue ------------------------------------------------------------------
-
-#: Dead-letter retention: entries kept at most, and for at most this long (30 days).
-DEFAULT_DLQ_MAX_ENTRIES = 100_000
-DEFAULT_DLQ_MAX_AGE_MS = 30 * 24 * 3600 * 1000
-#: Warn once when the dead-letter queue passes this many entries: a crawl that dead-letters
-#: this much has a cause worth a look (a ban, a site change).
-DEFAULT_DLQ_WARN_THRESHOLD = 1000
-
-
-@dataclass(frozen=True)
-class DeadLetterConfig:
-    """Retention of the dead-letter queue (trimmed at each dead letter) and its warning."""
-
-    max_entries: int = DEFAULT_DLQ_MAX_ENTRIES
-    max_age: float = DEFAULT_DLQ_MAX_AGE_MS / 1000
-    warn_threshold: int = DEFAULT_DLQ_WARN_THRESHOLD
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Self:
-        return cls(
-            # 0 entries or 0 seconds: keep no dead letter (each is trimmed as it arrives)
-            max_entries=check.whole(
-                settings, "HA_DLQ_MAX_ENTRIES", DEFAULT_DLQ_MAX_ENTRIES, minimum=0
-            ),
-            max_age=check.seconds(
-                settings, "HA_DLQ_MAX_AGE", DEFAULT_DLQ_MAX_AGE_MS / 1000, zero=True
-            ),
-            warn_threshold=check.whole(
-                settings, "HA_DLQ_WARN_THRESHOLD", DEFAULT_DLQ_WARN_THRESHOLD, minimum=0
-            ),
-        )
-
-    @property
-    def max_age_ms(self) -> int:
-        return int(self.max_age * 1000)
 
 
 @dataclass(frozen=True)

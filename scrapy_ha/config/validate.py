@@ -104,6 +104,18 @@ def whole(settings: BaseSettings, name: str, default: int, *, minimum: int = 1) 
     return result
 
 
+def integer(settings: BaseSettings, name: str, default: int) -> int:
+    """A whole number, negative or not (``"-1"`` is fine, ``"x"`` and ``2.5`` are not)."""
+    value = raw(settings, name, default)
+    try:
+        result = int(value)
+    except (TypeError, ValueError):
+        result = None
+    if result is None or str(result) != str(value).strip():
+        raise ConfigError(f"{name}={value!r} must be a whole number")
+    return result
+
+
 def boolean(settings: BaseSettings, name: str, default: bool) -> bool:
     try:
         return settings.getbool(name, default)

@@ -4,25 +4,36 @@
 ``HA_DLQ_ALERT_THRESHOLD`` per crawl: ``{"text": ..., "spider": ..., "dead": N, ...}``. The
 ``text`` field is what Slack-, Feishu- and DingTalk-style incoming webhooks display; the other
 fields are for a receiver of one's own. Which worker sends it is decided in Redis (a marker set
-with NX), so that any number of workers send it once; once the queue is back below the
-threshold (a purge, a requeue), the next crossing alerts again. The POST runs in a thread with
-a timeout: an unreachable receiver costs the crawl nothing (``ha/alert/errors``).
+with NX, "pending" until the receiver answered 2xx, then "sent"), so that any number of
+workers send it once; once the queue is back below the threshold (a purge, a requeue), the
+next crossing alerts again. The POST runs in a thread with a timeout: an unreachable receiver
+costs the crawl nothing (``ha/alert/errors``), and the alert is not lost: a failed POST
+takes its marker back (if it is still this worker's), and a worker killed before the answer
+leaves a pending marker that expires after :data:`PENDING_TTL`; the next dead letter past the
+threshold sends it again.
 """
 
 from __future__ import annotations
 
-__all__ = ["ALERT_TIMEOUT", "DEFAULT_ALERT_THRESHOLD", "DeadLetterAlert", "post_json"]
+__all__ = [
+    "ALERT_TIMEOUT",
+    "DEFAULT_ALERT_THRESHOLD",
+    "PENDING_TTL",
+    "DeadLetterAlert",
+    "post_json",
+]
 
 import asyncio
 import json
 import logging
 import socket
 import time
-import urllib.error
 import urllib.request
+import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+import redis
 from w3lib.http import basic_auth_header
 
 from scrapy_ha.config import validate as check
@@ -42,6 +53,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_ALERT_THRESHOLD = 100
 #: Seconds the receiver has to answer: a slow receiver must not hold a thread for long.
 ALERT_TIMEOUT = 10.0
+#: Seconds a pending marker lives when its worker never said how the POST went (killed, or
+#: Redis unreachable then): several times the POST's timeout (which applies to each socket
+#: operation, name resolution aside), short enough that the alert comes a minute late at most.
+PENDING_TTL = 60.0
 
 
 def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
@@ -93,20 +108,40 @@ class DeadLetterAlert:
         threshold = check.whole(settings, "HA_DLQ_ALERT_THRESHOLD", DEFAULT_ALERT_THRESHOLD)
         return cls(url, threshold, stats, check.text(settings, "HA_WORKER_ID", ""))
 
+    def warn_if_unreachable(self, max_entries: int) -> None:
+        """A WARNING at start when the dead-letter queue can never reach the threshold."""
+        if self.threshold > max_entries:
+            logger.warning(
+                "HA_DLQ_ALERT_THRESHOLD=%d is more than HA_DLQ_MAX_ENTRIES=%d: the dead-letter "
+                "queue never holds that many, so the alert can never be sent; lower the "
+                "threshold or keep more entries",
+                self.threshold,
+                max_entries,
+            )
+
     async def check(self, queue: RedisQueue) -> None:
         """After a dead letter: send the alert if this worker is the one to (Redis errors are
         raised to the caller, like the dead letter's own)."""
-        keys = queue.keys
-        marker = json.dumps({"worker": self.worker, "t": int(time.time())})
+        marker = self._marker("pending")
         dead = int(
-            await queue.client.eval(
-                scripts.ALERT_LUA, 2, keys.dead, keys.dlq_alert, self.threshold, marker
+            await self._alert_script(
+                queue, "check", self.threshold, marker, int(PENDING_TTL * 1000)
             )
         )
         if dead:
-            task = asyncio.get_running_loop().create_task(self._send(keys.spider, dead))
+            task = asyncio.get_running_loop().create_task(self._send(queue, dead, marker))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _marker(self, state: str) -> str:
+        """What the marker holds: unique to this worker and this call (compared, never parsed)."""
+        doc = {"state": state, "worker": self.worker, "t": int(time.time())}
+        return json.dumps({**doc, "id": uuid.uuid4().hex})
+
+    @staticmethod
+    async def _alert_script(queue: RedisQueue, *args: Any) -> Any:
+        keys = queue.keys
+        return await queue.client.eval(scripts.ALERT_LUA, 2, keys.dead, keys.dlq_alert, *args)
 
     def document(self, spider: str, dead: int) -> dict[str, Any]:
         """The JSON the webhook receives."""
@@ -122,18 +157,22 @@ class DeadLetterAlert:
             "command": f"scrapy-ha dlq list {spider}",
         }
 
-    async def _send(self, spider: str, dead: int) -> None:
+    async def _send(self, queue: RedisQueue, dead: int, marker: str) -> None:
+        spider = queue.keys.spider
         try:
             status = await asyncio.to_thread(post_json, self.url, self.document(spider, dead))
-        except (OSError, ValueError, urllib.error.URLError) as exc:
+        except Exception as exc:  # noqa: BLE001 - an alert that failed costs the crawl nothing
             self.stats.inc_value("ha/alert/errors")
             logger.warning(
-                "Could not send the dead-letter alert of %s to HA_DLQ_ALERT_WEBHOOK (%s): %s",
+                "Could not send the dead-letter alert of %s to HA_DLQ_ALERT_WEBHOOK (%s): %s; "
+                "the next dead letter past the threshold sends it again",
                 spider,
                 _where(self.url),
                 exc,
             )
+            await self._settle(queue, "failed", marker)
             return
+        await self._settle(queue, "sent", marker, self._marker("sent"))
         self.stats.inc_value("ha/alert/sent")
         logger.warning(
             "The dead-letter queue of %s holds %d requests (HA_DLQ_ALERT_THRESHOLD=%d): "
@@ -143,6 +182,18 @@ class DeadLetterAlert:
             self.threshold,
             status,
         )
+
+    async def _settle(self, queue: RedisQueue, *args: str) -> None:
+        """Tell Redis how the POST went (a Redis error: the pending marker expires)."""
+        try:
+            await self._alert_script(queue, *args)
+        except (redis.RedisError, OSError) as exc:
+            logger.warning(
+                "Could not record the dead-letter alert's outcome in Redis (%s): its marker "
+                "expires in %d s",
+                exc,
+                PENDING_TTL,
+            )
 
     async def close(self) -> None:
         """Wait for an alert under way (at most its timeout)."""

@@ -27,23 +27,23 @@ __all__ = [
     "Archive",
     "ArchiveRun",
     "Archiver",
+    "Written",
     "archive_crawl",
     "declare",
+    "row",
     "sink_id",
     "unarchived",
 ]
 
 import asyncio
-import json
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
-from scrapy_ha.codec.summary import mask_payload
+from scrapy_ha.codec.masking import mask_text, mask_url
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
@@ -57,6 +57,7 @@ from scrapy_ha.deadletters.marks import (
     sink_name,
     unarchived,
 )
+from scrapy_ha.deadletters.rows import row
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -114,35 +115,6 @@ def _table(sa: Any, name: str) -> sqlalchemy.Table:
     return table
 
 
-def _time(ms: Any) -> datetime:
-    return datetime.fromtimestamp(float(ms) / 1000, UTC)
-
-
-def _status(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def row(spider: str, entry: DeadEntry, now: datetime) -> dict[str, Any]:
-    """The table row of one dead letter, masked as every display masks it."""
-    info = entry.info
-    document = mask_payload(entry.summary.document)
-    return {
-        "spider": spider,
-        "entry_id": entry.id,
-        "url": mask_url(entry.url),
-        "method": entry.summary.method,
-        "failure_class": entry.failure_class,
-        "reason": mask_text(entry.reason),
-        "status": _status(info.get("status")),
-        "attempts": entry.attempts,
-        "history": mask_value(info.get("history") or []),
-        "first_failure": _time(info.get("first") or entry.dead_at),
-        "last_failure": _time(info.get("last") or entry.dead_at),
-        "payload": json.dumps(document, separators=(",", ":")) if document else None,
-        "archived_at": now,
-    }
-
-
 class Archive:
     """The archive table in the database at *url*; blocking calls (run them in a thread)."""
 
@@ -170,12 +142,34 @@ class Archive:
         """Create the table if it is not there."""
         self.table.metadata.create_all(self.engine)
 
-    def write(self, spider: str, entries: list[DeadEntry]) -> int:
-        """Insert or update (by spider and entry id) the rows of *entries*; return how many."""
+    def write(self, spider: str, entries: list[DeadEntry]) -> Written:
+        """Insert or update (by spider and entry id) the rows of *entries*, in one
+        transaction; when the database refuses that batch for its data (not for its
+        connection), each row in a transaction of its own, so that one row it refuses costs
+        that entry alone. Returns the entries written and the errors of the others."""
+        done = Written([], [])
         if not entries:
-            return 0
+            return done
         now = datetime.now(UTC)
         rows = [row(spider, e, now) for e in entries]
+        try:
+            self._upsert(spider, rows)
+            done.entries += entries
+            return done
+        except self._sa.exc.SQLAlchemyError as exc:
+            if _connection_error(self._sa, exc) or len(rows) == 1:
+                raise
+        for entry, one in zip(entries, rows, strict=True):
+            try:
+                self._upsert(spider, [one])
+                done.entries.append(entry)
+            except self._sa.exc.SQLAlchemyError as exc:
+                if _connection_error(self._sa, exc):
+                    raise
+                done.errors.append((entry.id, mask_text(f"{type(exc).__name__}: {exc}")))
+        return done
+
+    def _upsert(self, spider: str, rows: list[dict[str, Any]]) -> None:
         with self.engine.begin() as conn:
             dialect = self.engine.dialect.name
             if dialect in ("sqlite", "postgresql"):
@@ -192,7 +186,6 @@ class Archive:
                         t.delete().where(t.c.spider == spider, t.c.entry_id == r["entry_id"])
                     )
                 conn.execute(t.insert(), rows)
-        return len(rows)
 
     def rows(self, spider: str | None = None) -> list[dict[str, Any]]:
         """Every row (of *spider*), ordered by spider and last failure."""
@@ -205,6 +198,22 @@ class Archive:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+@dataclass
+class Written:
+    """What :meth:`Archive.write` did: the entries written, and (entry id, error) for each
+    entry the database refused (it stays in Redis, kept by retention)."""
+
+    entries: list[DeadEntry]
+    errors: list[tuple[str, str]]
+
+
+def _connection_error(sa: Any, exc: Exception) -> bool:
+    """Whether *exc* says the database cannot be reached (every row would fail the same)."""
+    return isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)) or bool(
+        getattr(exc, "connection_invalidated", False)
+    )
 
 
 def dialect_insert(dialect: str) -> Any:
@@ -234,6 +243,8 @@ class ArchiveRun:
     dead: int = 0  # entries in the dead-letter queue
     copied: int = 0  # copied now (or that would be, with dry_run)
     by_class: dict[str, int] | None = None
+    #: (entry id, error) of each entry the database refused: it stays in Redis
+    errors: list[tuple[str, str]] = field(default_factory=list)
 
 
 async def archive_crawl(
@@ -253,8 +264,10 @@ async def archive_crawl(
         if not batch:
             continue
         if not dry_run:
-            await asyncio.to_thread(archive.write, dlq.keys.spider, batch)
-            await mark(dlq.client, dlq.keys, archive.sink, batch)
+            written = await asyncio.to_thread(archive.write, dlq.keys.spider, batch)
+            await mark(dlq.client, dlq.keys, archive.sink, written.entries)
+            run.errors += written.errors
+            batch = written.entries
         run.copied += len(batch)
         for e in batch:
             run.by_class[e.failure_class] = run.by_class.get(e.failure_class, 0) + 1
@@ -331,9 +344,20 @@ class Archiver:
         if not self._created:
             await loop.run_in_executor(self._executor, self.archive.create)
             self._created = True
-        await loop.run_in_executor(self._executor, self.archive.write, queue.keys.spider, entries)
-        await mark(queue.client, queue.keys, self.archive.sink, entries)
-        self.stats.inc_value("ha/archive/archived", len(entries))
+        written = await loop.run_in_executor(
+            self._executor, self.archive.write, queue.keys.spider, entries
+        )
+        await mark(queue.client, queue.keys, self.archive.sink, written.entries)
+        self.stats.inc_value("ha/archive/archived", len(written.entries))
+        for entry_id, error in written.errors:
+            self.stats.inc_value("ha/archive/errors")
+            logger.warning(
+                "Could not archive dead letter %s of %s in %s: %s (it stays in Redis)",
+                entry_id,
+                queue.keys.spider,
+                self.archive.display_url,
+                error,
+            )
 
     async def close(self) -> None:
         """Wait (a bounded time) for the copies under way, then let the database go."""

@@ -75,7 +75,14 @@ class DeadEntry:
 
     @property
     def attempts(self) -> int:
-        return int(self.info.get("attempts") or len(self.info.get("history") or []) or 1)
+        """Attempts made: the record's, else one per attempt of its history, else 1 (a
+        record's garbage, a count that is not a whole number, falls back the same way)."""
+        history = self.info.get("history")
+        counted = len(history) if isinstance(history, list) else 0
+        try:
+            return int(self.info.get("attempts") or counted or 1)
+        except (TypeError, ValueError, OverflowError):
+            return counted or 1
 
     def as_dict(self) -> dict[str, Any]:
         """What ``scrapy-ha dlq export`` prints for this entry (secrets masked)."""

@@ -8,6 +8,7 @@ call (:meth:`RetryConfig.classify_response <scrapy_ha.config.retry.RetryConfig>`
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
 from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config.retry import Policy
-from scrapy_ha.verdict import FailureClass, Verdict
+from scrapy_ha.verdict import DEAD, FailureClass, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,11 +29,21 @@ if TYPE_CHECKING:
 
     from scrapy_ha.config.retry import RetryConfig
 
+logger = logging.getLogger(__name__)
+
 #: Attempts kept in a request's history (bounds its size in Redis).
 HISTORY_LIMIT = 10
 #: Share of the Retry-After wait added at random (up to 10 % with full jitter): workers told
 #: the same Retry-After do not all come back in the same second.
 RETRY_AFTER_SPREAD = 0.1
+#: The classes no retry can fix (DESIGN: 404 and 410 gone, other 4xx, user-marked permanent
+#: errors): meta ha_retry_times never gives them retries their policy does not.
+PERMANENT_CLASSES = frozenset({FailureClass.GONE, FailureClass.CLIENT, FailureClass.PERMANENT})
+#: The class of a request whose failure could not be judged (as the scheduler's own class of
+#: a verdict it could not carry out, scrapy_ha.scheduler.session.ends).
+ERROR_CLASS = "error"
+#: Longest reason kept for an exception (its message can be huge).
+REASON_LIMIT = 300
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ def decide(
     retries: dict[str, int] = dict(meta.get(metakeys.RETRIES) or {})
     attempt = retries.get(fclass, 0)
     policy = config.policies.get(fclass, Policy(times=0))
-    budget = meta.get(metakeys.RETRY_TIMES, policy.times)
+    budget = _budget(meta, policy, fclass)
     retries[fclass.value] = attempt + 1
     meta[metakeys.RETRIES] = retries
     meta[metakeys.HISTORY] = _history(meta, failure, worker, now_ms)
@@ -106,6 +117,26 @@ def _history(
     return history
 
 
+def _budget(meta: dict[str, Any], policy: Policy, fclass: FailureClass) -> int:
+    """The retries the request may make in its class: ``ha_retry_times`` when it is a whole
+    number of 0 or more (else a WARNING and the class's budget). In the classes that are
+    permanent by nature (gone, client, permanent) it can lower the budget, never raise it:
+    a permanent failure stays permanent, as :class:`~scrapy_ha.verdict.PermanentError`
+    promises."""
+    given = meta.get(metakeys.RETRY_TIMES)
+    if given is None:
+        return policy.times
+    if not isinstance(given, int) or isinstance(given, bool) or given < 0:
+        logger.warning(
+            "meta[%r]=%r is not a whole number of 0 or more: the class's budget (%d) applies",
+            metakeys.RETRY_TIMES,
+            given,
+            policy.times,
+        )
+        return policy.times
+    return min(given, policy.times) if fclass in PERMANENT_CLASSES else given
+
+
 def _delay(
     failure: Failure, policy: Policy, attempt: int, config: RetryConfig, rand: Callable[[], float]
 ) -> float:
@@ -121,15 +152,30 @@ def retry_after_seconds(response: Response) -> float | None:
     if not value:
         return None
     text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return float(text)
+    if text.isascii() and text.isdigit():  # not "¹" (b"\xb9"), which str.isdigit() accepts
+        return float(text)  # a huge number is inf: capped by HA_RETRY_AFTER_MAX
     try:
         when = parsedate_to_datetime(text).timestamp()
-    except (TypeError, ValueError):
+    except _UNREADABLE:
         return None
     date = response.headers.get(b"Date")
     try:
         now = parsedate_to_datetime(date.decode("latin-1")).timestamp() if date else time.time()
-    except (TypeError, ValueError):
+    except _UNREADABLE:
         now = time.time()
     return max(0.0, when - now)
+
+
+def error_verdict(request: Request, error: Exception) -> Verdict:
+    """Set and return the verdict on a request whose failure could not be judged (an
+    unexpected exception in the retry policy's handling): dead, class ``error``, with the
+    exception as its reason. Never an ack: the request reaches the dead-letter queue, where
+    it can be requeued once the cause is fixed."""
+    reason = mask_text(f"could not judge the failure: {type(error).__name__}: {error}")
+    verdict = Verdict(DEAD, ERROR_CLASS, reason[:REASON_LIMIT])
+    request.meta[metakeys.OUTCOME] = verdict
+    return verdict
+
+
+#: What reading an HTTP date can raise on garbage (a year past 9999, an out-of-range time).
+_UNREADABLE = (TypeError, ValueError, OverflowError, OSError, IndexError)

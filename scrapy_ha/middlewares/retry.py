@@ -43,7 +43,13 @@ from twisted.python.failure import Failure as TwistedFailure
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.retry import RetryConfig
-from scrapy_ha.middlewares.policy import Failure, decide, retry_after_seconds
+from scrapy_ha.middlewares.policy import (
+    REASON_LIMIT,
+    Failure,
+    decide,
+    error_verdict,
+    retry_after_seconds,
+)
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.verdict import FailureClass, Verdict
 
@@ -58,8 +64,6 @@ __all__ = ["ParseErrorMiddleware", "RetryMiddleware"]
 
 logger = logging.getLogger(__name__)
 
-#: Longest reason kept for an exception from a callback or a pipeline (its message can be huge).
-REASON_LIMIT = 300
 #: Characters of an item shown in a warning (items can be large).
 SHORT_ITEM = 200
 
@@ -88,6 +92,22 @@ class RetryMiddleware:
     def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_retry"):
             return response
+        try:
+            return self._judge_response(request, response)
+        except Exception as exc:  # noqa: BLE001 - a bug or garbage costs this request alone
+            _judged_in_error(self.crawler, request, exc)
+            return response
+
+    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        if request.meta.get("dont_retry"):
+            return None
+        try:
+            return self._judge_exception(request, exception)
+        except Exception as exc:  # noqa: BLE001 - a bug or garbage costs this request alone
+            _judged_in_error(self.crawler, request, exc)
+            return None
+
+    def _judge_response(self, request: Request, response: Response) -> Request | Response:
         fclass = self.config.classify_response(response)
         if fclass is None or self._allowed_status(request, response):
             return response
@@ -99,9 +119,7 @@ class RetryMiddleware:
         )
         return self._handle(request, failure) or response
 
-    def process_exception(self, request: Request, exception: Exception) -> Request | None:
-        if request.meta.get("dont_retry"):
-            return None
+    def _judge_exception(self, request: Request, exception: Exception) -> Request | None:
         fclass = self.config.classify_exception(exception)
         if fclass is None:
             return None
@@ -205,6 +223,12 @@ class ParseErrorMiddleware:
         self._judge(request, FailureClass.PIPELINE, exception)
 
     def _judge(self, request: Request, fclass: FailureClass, exception: BaseException) -> None:
+        try:
+            self._decide(request, fclass, exception)
+        except Exception as exc:  # noqa: BLE001 - a bug or garbage costs this request alone
+            _judged_in_error(self.crawler, request, exc)
+
+    def _decide(self, request: Request, fclass: FailureClass, exception: BaseException) -> None:
         worker, now_ms = _who_and_when(self.crawler)
         reason = f"{global_object_name(type(exception))}: {exception}"[:REASON_LIMIT]
         failure = Failure(fclass, reason)
@@ -252,6 +276,13 @@ def _who_and_when(crawler: Crawler) -> tuple[str, int]:
     if scheduler is None:
         return "", int(time.time() * 1000)
     return scheduler.config.worker_id, scheduler.server_time_ms()
+
+
+def _judged_in_error(crawler: Crawler, request: Request, error: Exception) -> None:
+    """A failure the policy could not judge: dead-lettered (class ``error``), logged, counted."""
+    verdict = error_verdict(request, error)
+    crawler.stats.inc_value(f"ha/retry/gave_up/{verdict.failure_class}")
+    logger.error("Could not judge the failure of %s: %s", request, verdict.reason, exc_info=error)
 
 
 def _short(item: Any) -> str:

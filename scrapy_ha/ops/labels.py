@@ -108,7 +108,9 @@ CLASSES = {
     "refused": Label(
         "Refused", "A URL scheme outside HA_ALLOWED_SCHEMES: never fetched from Redis."
     ),
-    "error": Label("Error", "The worker could not carry out the verdict on the request."),
+    "error": Label(
+        "Error", "The worker could not judge the failure or carry out the verdict on it."
+    ),
     # Delayed without an attempt: why a request waits, not a failure.
     "gate": Label(
         "Waiting for a gate",

@@ -7,12 +7,11 @@ KEYS, ARGV and the reply), assembled with the rules it shares with the others by
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.codec.masking import mask_value
+from scrapy_ha.codec.masking import masked_json
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
@@ -253,7 +252,7 @@ class RedisQueue:
         args = [
             entry_id,
             token,
-            json.dumps(mask_value(info), separators=(",", ":")),
+            masked_json(info),
             max_entries,
             max_age_ms,
             payload,

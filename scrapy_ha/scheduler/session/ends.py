@@ -91,6 +91,8 @@ class Ends:
                 self.alert = DeadLetterAlert.from_settings(settings, stats)
             except ConfigError as exc:
                 self.setup_error = exc
+        if self.alert is not None:
+            self.alert.warn_if_unreachable(config.max_entries)
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
         #: leased and unreadable (or refused), to dead-letter: (lease, reason, class)

@@ -1,15 +1,39 @@
 -- alert: decide, once for all workers, that the dead-letter queue crossed the alert
--- threshold: the first caller that sees it at or above the threshold sets the marker and
--- sends the alert; once it is back below, the marker goes and the next crossing alerts again.
+-- threshold, and keep that decision until the alert was delivered.
+--   'check': the first caller that sees the queue at or above the threshold sets the marker
+--     "pending" (its own value, with a TTL) and sends the alert; once the queue is back below,
+--     the marker goes and the next crossing alerts again.
+--   'sent': the POST succeeded: the marker, if it still holds the caller's pending value,
+--     becomes "sent" (no TTL): no other alert until the queue goes below the threshold.
+--   'failed': the POST failed: the marker goes if it still holds the caller's pending value,
+--     so that a later check (this worker's or another's) sends the alert again.
+--   Rule: the alert of a crossing is never lost: a pending marker lives until 'sent' or
+--   'failed', or its TTL (a worker killed between the check and the POST's answer).
 -- KEYS[1] dead  KEYS[2] dlq_alert marker
--- ARGV[1] threshold (entries)  ARGV[2] what the marker holds
--- Returns the number of dead letters when this caller is to send the alert, else 0.
+-- ARGV[1] 'check'  ARGV[2] threshold (entries)  ARGV[3] the pending marker  ARGV[4] its TTL (ms)
+-- ARGV[1] 'sent'   ARGV[2] the caller's pending marker  ARGV[3] the sent marker
+-- ARGV[1] 'failed' ARGV[2] the caller's pending marker
+-- Returns, for 'check', the number of dead letters when this caller is to send the alert,
+-- else 0; for 'sent' and 'failed', 1 when the marker held the caller's value, else 0.
+--- @include "types"
+local err = wrong_type('alert', KEYS, {'zset', 'string'})
+if err then return err end
+local op = ARGV[1]
+if op == 'sent' or op == 'failed' then
+  if redis_call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+  if op == 'sent' then
+    redis_call('SET', KEYS[2], ARGV[3])
+  else
+    redis_call('DEL', KEYS[2])
+  end
+  return 1
+end
 local n = redis_call('ZCARD', KEYS[1])
-if n < tonumber(ARGV[1]) then
+if n < tonumber(ARGV[2]) then
   redis_call('DEL', KEYS[2])
   return 0
 end
-if redis_call('SET', KEYS[2], ARGV[2], 'NX') then
+if redis_call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
   return n
 end
 return 0

@@ -7,7 +7,7 @@
 --- @include "types"
 --- @include "stats"
 --- @include "deadletter"
-local err = wrong_type('purge', KEYS, {nil, nil, nil, 'hash', 'hash', 'hash'})
+local err = wrong_type('purge', KEYS, {'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash'})
 if err then return err end
 local n, kept = 0, 0
 for i = 1, #ARGV do

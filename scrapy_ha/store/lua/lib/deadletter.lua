@@ -6,11 +6,22 @@
 --   Records entry id as dead at time now; info (a table: class, reason, ...) is stored as
 --   JSON with "last" = now and "first" = now unless it has one already (a request
 --   dead-lettered before, then requeued by the operator, keeps its first time).
+--   Rule: it never fails (its callers wrote before it): a record cjson cannot encode (NaN
+--   or Inf, which cjson decodes from a caller's JSON and refuses to encode) is stored as its
+--   class and reason, with "record": "unreadable".
 local function dead_letter(dead, dead_info, id, info, now)
   info['last'] = now
   if not info['first'] then info['first'] = now end
+  local ok, record = pcall(cjson.encode, info)
+  if not ok then
+    local class, reason = info['class'], info['reason']
+    record = cjson.encode({
+      class = type(class) == 'string' and class or 'unknown',
+      reason = type(reason) == 'string' and reason or '',
+      first = now, last = now, record = 'unreadable'})
+  end
   redis.call('ZADD', dead, now, id)
-  redis.call('HSET', dead_info, id, cjson.encode(info))
+  redis.call('HSET', dead_info, id, record)
 end
 
 -- Rule: an entry's field in dead_archived is "<dead-letter time> <sink id> [<sink id> ...]":

@@ -84,16 +84,23 @@ end
 --   Rule: a day of buckets. When bucket minute of event is new, the buckets that left the
 --   day since the newest one before it (event:last) are deleted, so none older than
 --   MINUTES_KEPT minutes stays, however long the crawl pauses.
+--   event:last is data: one that is not a finite number, or not a minute of the past
+--   (below 0 or after minute), counts as missing; and the loop runs MINUTES_KEPT + 1 times
+--   at most. Before, '-inf' or -1e300 made the loop endless (m + 1 == m past 2^53), after
+--   the script had written: Redis BUSY, and SCRIPT KILL refused.
 local function prune(minutes, event, minute)
-  local last = tonumber(redis_call('HGET', minutes, event .. ':last') or '')
-  if last and last >= minute then return end
+  local last = finite(redis_call('HGET', minutes, event .. ':last'))
+  if last and (last < 0 or last > minute) then last = nil end
+  if last == minute then return end
   redis_call('HSET', minutes, event .. ':last', minute)
   local to = minute - MINUTES_KEPT - 1
   local from = to
   if last then
+    last = math_floor(last)
     from, to = last - MINUTES_KEPT, math_min(last, to)
   end
   local fields = {}
+  to = math_min(to, from + MINUTES_KEPT)
   for m = from, to do
     fields[#fields + 1] = event .. ':' .. m
     if #fields == PRUNE_CHUNK or m == to then

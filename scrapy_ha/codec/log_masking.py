@@ -1,0 +1,86 @@
+"""Masked log lines and printed output: every log record of the process, and what the CLI
+prints, go through :func:`scrapy_ha.codec.masking.mask_text` (moved out of
+:mod:`scrapy_ha.codec.masking`, which re-exports both functions)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha.codec.masking import mask_text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["install_log_masking", "masked_output"]
+
+
+# -------------------------------------------------------------------------- log lines
+
+
+class _MaskedRecord(logging.LogRecord):
+    """A log record whose message and traceback are masked when a handler formats them."""
+
+    def getMessage(self) -> str:  # noqa: N802 - logging's name
+        return mask_text(super().getMessage())
+
+    @property
+    def exc_text(self) -> str | None:
+        text: str | None = self.__dict__.get("_masked_exc_text")
+        return text
+
+    @exc_text.setter
+    def exc_text(self, text: str | None) -> None:
+        self.__dict__["_masked_exc_text"] = None if text is None else mask_text(text)
+
+
+def _masking_factory(previous: Any) -> Any:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record: logging.LogRecord = previous(*args, **kwargs)
+        if type(record) is logging.LogRecord:
+            record.__class__ = _MaskedRecord
+        return record
+
+    factory.masks_secrets = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install_log_masking() -> None:
+    """Mask every log line of this process from now on (scrapy-ha's, Scrapy's, the
+    project's, a library's): a record's message and traceback are masked as
+    :func:`mask_text` masks text, when a handler formats it (a record no handler writes
+    costs nothing). Idempotent; the add-on calls it before Scrapy logs its settings."""
+    current = logging.getLogRecordFactory()
+    if not getattr(current, "masks_secrets", False):
+        logging.setLogRecordFactory(_masking_factory(current))
+
+
+# -------------------------------------------------------------------------- printed output
+
+
+class _MaskedStream:
+    """A text stream whose writes are masked as :func:`mask_text` masks text."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(mask_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding...
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def masked_output() -> Iterator[None]:
+    """Mask what is printed to stdout and stderr within the block (the CLI's output: every
+    command's, a subcommand of the future's too)."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _MaskedStream(sys.stdout), _MaskedStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
