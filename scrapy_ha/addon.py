@@ -20,7 +20,7 @@
 - switches off Scrapy's remote-control server on workers;
 - masks every log line of the worker from the start, Scrapy's "Overridden settings" line
   included (a password in ``REDIS_URL``, ``HTTPAUTH_PASS``, a webhook URL...): see
-  :func:`scrapy_ha.codec.masking.install_log_masking`.
+  :func:`scrapy_ha.codec.log_masking.install_log_masking`.
 
 A setting or middleware order the project set itself is left alone.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_ha.codec.masking import install_log_masking
+from scrapy_ha.codec.log_masking import install_log_masking
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -13,8 +13,8 @@ from scrapy.http import FormRequest, JsonRequest
 
 from scrapy_ha import codec
 from scrapy_ha.codec import encode_request
+from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.codec.masking import (
-    install_log_masking,
     mask_body,
     mask_headers,
     mask_text,

@@ -24,7 +24,7 @@ from scrapy.settings import Settings
 
 from scrapy_ha.cli.options import REDIS_URL_ENV
 from scrapy_ha.cli.project import worker_view
-from scrapy_ha.codec.masking import install_log_masking, masked_output
+from scrapy_ha.codec.log_masking import install_log_masking, masked_output
 from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix

@@ -1,6 +1,6 @@
 """Masked log lines and printed output: every log record of the process, and what the CLI
 prints, go through :func:`scrapy_ha.codec.masking.mask_text` (moved out of
-:mod:`scrapy_ha.codec.masking`, which re-exports both functions)."""
+:mod:`scrapy_ha.codec.masking`)."""
 
 from __future__ import annotations
 

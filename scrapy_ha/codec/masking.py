@@ -34,7 +34,6 @@ from urllib.parse import unquote_plus
 
 __all__ = [
     "MASK",
-    "install_log_masking",
     "json_safe",
     "mask_body",
     "mask_headers",
@@ -42,7 +41,6 @@ __all__ = [
     "mask_url",
     "mask_value",
     "masked_json",
-    "masked_output",
     "secret_name",
     "split_userinfo",
 ]
@@ -352,7 +350,3 @@ def mask_body(raw: bytes) -> bytes:
 
 def _mask_part(match: re.Match[str]) -> str:
     return f"{match['head']}{MASK}" if secret_name(match["name"]) else match[0]
-
-
-# (the log lines and printed output: scrapy_ha.codec.log_masking, imported at the end)
-from scrapy_ha.codec.log_masking import install_log_masking, masked_output  # noqa: E402

@@ -20,7 +20,7 @@ from scrapy import Request, signals
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec.masking import install_log_masking
+from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
