@@ -162,5 +162,8 @@ class Verdict(Mapping[str, Any]):
 
 
 def _whole(value: Any) -> int | None:
-    """*value* if it is an int (not a bool), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """*value* if it is an int (not a bool) of 0 .. 2^31 - 1, else None (Redis's cjson reads
+    a longer one as infinity, which it cannot write back: the record would lose its
+    history)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+    return value if ok else None

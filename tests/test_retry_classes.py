@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.settings import Settings
 from twisted.internet.error import DNSLookupError, TimeoutError
@@ -234,7 +235,10 @@ def test_a_failure_the_policy_cannot_judge_is_dead_class_error_never_acked(garba
 
     middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict={}))
     request = Request("https://example.com/x", meta={"ha_retries": garbage})
-    assert middleware.process_response(request, response(500)).status == 500
+    # the answer goes no further: its callback does not run on a page dead-lettered (a
+    # review: it ran, then a requeue did the page twice)
+    with pytest.raises(IgnoreRequest):
+        middleware.process_response(request, response(500))
     verdict = request.meta["ha_outcome"]
     assert (verdict["op"], verdict["class"]) == ("dead", "error")
     assert verdict["reason"].startswith("could not judge the failure: ")
@@ -320,3 +324,28 @@ def test_an_alert_threshold_past_the_kept_entries_warns_at_start(caplog):
         Ends(stats, DeadLetterConfig.from_settings(settings), settings)
         text = "HA_DLQ_ALERT_THRESHOLD=100 is more than HA_DLQ_MAX_ENTRIES=50"
         assert (text in caplog.text) is warned
+
+
+def test_an_error_whose_text_raises_is_still_dead_lettered():
+    """Review: an exception whose ``__str__`` raised made the safety net raise in its turn,
+    and the request was acked and lost."""
+    from scrapy_ha.middlewares.policy import error_verdict  # noqa: PLC0415
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    request = Request("https://example.com/x")
+    verdict = error_verdict(request, Unprintable())
+    assert (verdict.op, verdict.failure_class) == ("dead", "error")
+    assert "Unprintable" in verdict.reason and request.meta["ha_outcome"]["class"] == "error"
+
+
+def test_a_verdict_keeps_status_and_attempts_only_as_counts_cjson_reads_back():
+    """Review: a status of 10**400 passed, Redis's cjson read it as infinity and could not
+    write the record back, which then lost its history."""
+    from scrapy_ha.verdict import Verdict  # noqa: PLC0415
+
+    meta = {"ha_outcome": {"op": "dead", "class": "mine", "reason": "quota", "status": 10**400}}
+    verdict = Verdict.from_meta(meta)
+    assert verdict is not None and verdict.status is None

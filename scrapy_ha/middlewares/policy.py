@@ -171,7 +171,11 @@ def error_verdict(request: Request, error: Exception) -> Verdict:
     unexpected exception in the retry policy's handling): dead, class ``error``, with the
     exception as its reason. Never an ack: the request reaches the dead-letter queue, where
     it can be requeued once the cause is fixed."""
-    reason = mask_text(f"could not judge the failure: {type(error).__name__}: {error}")
+    try:
+        text = str(error)
+    except Exception:  # noqa: BLE001 - an exception whose text raises: its type says enough
+        text = "(its text could not be read)"
+    reason = mask_text(f"could not judge the failure: {type(error).__name__}: {text}")
     verdict = Verdict(DEAD, ERROR_CLASS, reason[:REASON_LIMIT])
     request.meta[metakeys.OUTCOME] = verdict
     return verdict

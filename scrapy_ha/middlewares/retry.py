@@ -96,7 +96,10 @@ class RetryMiddleware:
             return self._judge_response(request, response)
         except Exception as exc:  # noqa: BLE001 - a bug or garbage costs this request alone
             _judged_in_error(self.crawler, request, exc)
-            return response
+            # dead-lettered: the callback must not run too (a requeue would do it twice)
+            raise IgnoreRequest(
+                f"{request}: dead-lettered, its answer could not be judged"
+            ) from exc
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
         if request.meta.get("dont_retry"):
