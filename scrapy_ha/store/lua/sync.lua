@@ -82,8 +82,8 @@
 --          released (leases given back), items (added to the stream by accepted acks),
 --          checkpoints (saved by them), gate number (the log's '=', 0: no log),
 --          domain1, open_at1, ... (n gates closed now and changed after the number the
---            worker gave; every closed gate when its number is above the log's: a log lost
---            with its Redis),
+--            worker gave; every closed gate when its number is above the log's: garbage,
+--            or a server clock set back; a log lost goes on above it, gate.lua),
 --          lists: one string, its fields separated by spaces (see the end of the script):
 --            dropped_id1 ... (d taken requests not stored: duplicates, or refused)
 --            id1 token1 expiries1 wait1 score1 ... (the leases),
@@ -374,7 +374,7 @@ if TY[27] ~= 'none' then -- the gates changed since the worker's number (gate.lu
     local last = finite(redis_call('ZSCORE', KEYS[27], '='))
     out[18] = last and int_str(last) or 0
     if not last or since == last then return end
-    local from = since < last and '(' .. int_str(since) or '-inf' -- above: a log lost
+    local from = since < last and '(' .. int_str(since) or '-inf' -- above the log's: all
     local changed = redis_call('ZRANGEBYSCORE', KEYS[27], from, '+inf')
     local times = TY[11] ~= 'none' and batched('HMGET', KEYS[11], changed, 1) or {}
     for i, domain in ipairs(changed) do
