@@ -248,3 +248,17 @@ def test_an_ipv6_tunnel_proxy_keeps_its_brackets(proxy, monkeypatch):
     config = ProxyConfig.from_settings(settings(HA_PROXY_MODE="tunnel", **proxy))
     assert config is not None
     assert TunnelProxy(config).url().endswith("[::1]:8080")
+
+
+def test_a_pool_url_whose_password_reads_as_a_port_is_refused_unshown(monkeypatch):
+    """Review: ``http://apiuser:1234/Zq@host/list`` connected to the host ``apiuser`` and
+    logged the URL, password and all (masking reads ``1234`` as a port). A password the
+    masking reads (``pa/ss``) is taken: it is sent as Basic auth."""
+    monkeypatch.delenv("HA_PROXY_POOL_URL", raising=False)
+    url = "http://apiuser:1234/Zq@127.0.0.1:9/list"
+    with pytest.raises(ConfigError, match="HA_PROXY_POOL_URL has an '@' after its host") as info:
+        ProxyConfig.from_settings(settings(HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=url))
+    assert "1234" not in str(info.value) and "Zq" not in str(info.value)
+    good = "http://apiuser:pa/ss@127.0.0.1:9/list"
+    config = ProxyConfig.from_settings(settings(HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=good))
+    assert config is not None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from scrapy_ha.codec import ALLOWED_SCHEMES_SETTING, DEFAULT_ALLOWED_SCHEMES, mask_url
-from scrapy_ha.codec.masking import LOOSE_USERINFO
+from scrapy_ha.codec.masking import LOOSE_USERINFO, split_userinfo
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.items import OUTBOX, items_mode
 from scrapy_ha.config.validate import ConfigError
@@ -107,8 +107,11 @@ def _unencoded_password(setting: str, url: str) -> None:
     """Refuse a URL whose host is followed by ``text@host``: a password that holds ``/``,
     ``?`` or ``#`` unencoded (``http://u:1234/56@proxy:8000`` reads as the host ``u``, port
     1234, the password a path), which no masking can tell from a port and a path. The
-    error shows nothing of the URL."""
-    if "@" not in urlsplit(url).netloc and LOOSE_USERINFO.match(url) is not None:
+    error shows nothing of the URL. The pool's URL takes one the masking reads
+    (``http://u:pa/ss@api/list``: sent as Basic auth), the tunnel's none."""
+    if "@" in urlsplit(url).netloc or LOOSE_USERINFO.match(url) is None:
+        return
+    if setting == "HA_PROXY_URL" or split_userinfo(url) is None:
         raise ConfigError(
             f"{setting} has an '@' after its host: a password holding '/', '?' or '#' must "
             f"be percent-encoded (%2F, %3F, %23; '@' as %40)"
