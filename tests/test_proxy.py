@@ -36,6 +36,12 @@ def settings(redis_url: str, **extra):
     }
 
 
+def pool_crawler(redis_url: str, site: Any, **more: Any) -> Any:
+    """A crawler of FaultSpider through the pool the demo site's ``/proxies.json`` lists."""
+    pool = {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": site.url + "/proxies.json"}
+    return get_crawler(FaultSpider, settings(redis_url, **pool, **more))
+
+
 def everything_in_redis(url: str) -> bytes:
     client = redis.Redis.from_url(url)
     dump = b""
@@ -171,15 +177,7 @@ async def test_the_api_pool_drops_a_banned_proxy_for_every_worker(
         "--ban-exit", "127.0.0.2", "--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in proxies)
     )
     paths = tuple(f"/item/{i}" for i in range(1, 16))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            CONCURRENT_REQUESTS=1,
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, CONCURRENT_REQUESTS=1)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     clients = [client for _, path, client in site.log() if path.startswith("/item/")]
@@ -197,16 +195,7 @@ async def test_an_exhausted_pool_is_kept_until_its_ttl_and_falls_back_only_if_al
     proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
     site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", f"127.0.0.1:{proxy.port}")
     paths = ("/item/1", "/item/2")
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_ALLOW_DIRECT=True,
-            CONCURRENT_REQUESTS=1,
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, HA_PROXY_ALLOW_DIRECT=True, CONCURRENT_REQUESTS=1)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert crawler.stats.get_value("ha/proxy/direct") >= 1

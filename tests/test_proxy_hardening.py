@@ -17,7 +17,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.proxy import MAX_PROXY_STATS, ProxyMiddleware, tunnel_status
 from scrapy_ha.middlewares.proxy_sources import ProxyPool
 from tests.spiders import FaultSpider
-from tests.test_proxy import settings
+from tests.test_proxy import pool_crawler, settings
 
 #: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
@@ -71,16 +71,7 @@ async def test_a_redis_error_in_the_proxy_pool_keeps_every_request(
     # the shared cool-downs are unreadable (a Redis error on every read): WRONGTYPE
     redis_client.set(Keys("ha", "faults").proxy_cooldowns, "not a hash")
     paths = tuple(f"/item/{i}" for i in range(1, 11))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_POOL_TTL=0,
-            LOG_LEVEL="INFO",
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, HA_PROXY_POOL_TTL=0, LOG_LEVEL="INFO")
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert crawler.stats.get_value("ha/proxy/redis_errors") >= 1
@@ -88,15 +79,7 @@ async def test_a_redis_error_in_the_proxy_pool_keeps_every_request(
 
 @deferred_f_from_coro_f
 async def test_shared_cooldowns_use_the_server_clock_and_are_pruned(redis_url, redis_client, site):
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_COOLDOWN=60,
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, HA_PROXY_COOLDOWN=60)
     await crawler.crawl_async(base_url=site.url, paths=())  # opens the scheduler, then closes
     from scrapy_ha.scheduler.shell import Scheduler
 

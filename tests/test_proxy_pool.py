@@ -21,7 +21,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.proxy import ProxyMiddleware
 from tests import backqueues
 from tests.spiders import FaultSpider
-from tests.test_proxy import settings
+from tests.test_proxy import pool_crawler, settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -71,16 +71,8 @@ async def test_a_proxy_that_keeps_failing_is_taken_out_of_rotation(
     live = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
     site = site_factory("--proxy-list", f"{dead_proxy},127.0.0.1:{live.port}")
     paths = tuple(f"/item/{i}" for i in range(1, 11))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_MAX_FAILURES=2,
-            HA_PROXY_COOLDOWN=COOLDOWN,
-            CONCURRENT_REQUESTS=1,
-        ),
+    crawler = pool_crawler(
+        redis_url, site, HA_PROXY_MAX_FAILURES=2, HA_PROXY_COOLDOWN=COOLDOWN, CONCURRENT_REQUESTS=1
     )
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
@@ -104,16 +96,7 @@ async def test_a_second_worker_skips_a_proxy_the_first_cooled_down(
     site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", pool)
 
     def worker():
-        return get_crawler(
-            FaultSpider,
-            settings(
-                redis_url,
-                HA_PROXY_MODE="pool",
-                HA_PROXY_POOL_URL=site.url + "/proxies.json",
-                HA_PROXY_COOLDOWN=COOLDOWN,
-                CONCURRENT_REQUESTS=1,
-            ),
-        )
+        return pool_crawler(redis_url, site, HA_PROXY_COOLDOWN=COOLDOWN, CONCURRENT_REQUESTS=1)
 
     first = worker()
     await first.crawl_async(base_url=site.url, paths=("/item/1", "/item/2"))
@@ -219,15 +202,7 @@ async def test_the_crawl_stops_when_every_pool_proxy_answers_407(
     foreign = [proxy_factory("--user", "someone", "--password", "else") for _ in range(2)]
     site = site_factory("--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in foreign))
     paths = tuple(f"/item/{i}" for i in range(1, 11))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            CONCURRENT_REQUESTS=1,
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, CONCURRENT_REQUESTS=1)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert crawler.stats.get_value("finish_reason") == "proxy_auth_failed"
     assert caplog.text.count("Every proxy of the pool") == 1

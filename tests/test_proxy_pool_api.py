@@ -20,7 +20,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.middlewares.proxy import ProxyMiddleware
 from scrapy_ha.middlewares.proxy_sources import POOL_FETCH_TIMEOUT
 from tests.spiders import FaultSpider
-from tests.test_proxy import settings
+from tests.test_proxy import pool_crawler, settings
 from tests.test_proxy_pool import poll
 
 #: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
@@ -53,16 +53,8 @@ async def test_the_list_is_fetched_once_per_ttl_when_no_proxy_is_usable(
     plist = f"127.0.0.1:{proxy.port}" if listed == "banned" else ""
     site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", plist)
     paths = tuple(f"/item/{i}" for i in range(1, 31))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_POOL_TTL=600,
-            CONCURRENT_REQUESTS=4,
-            LOG_LEVEL="INFO",
-        ),
+    crawler = pool_crawler(
+        redis_url, site, HA_PROXY_POOL_TTL=600, CONCURRENT_REQUESTS=4, LOG_LEVEL="INFO"
     )
     await crawl_until(
         crawler,
@@ -123,16 +115,7 @@ async def test_a_hung_api_stalls_no_request_once_a_list_is_at_hand(
         "1",  # the first answer, then never again
     )
     paths = tuple(f"/item/{i}" for i in range(1, 201))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_POOL_TTL=0.2,
-            CONCURRENT_REQUESTS=16,
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, HA_PROXY_POOL_TTL=0.2, CONCURRENT_REQUESTS=16)
     started = time.monotonic()
     await crawler.crawl_async(base_url=site.url, paths=paths)
     took = time.monotonic() - started
@@ -149,16 +132,7 @@ async def test_a_malformed_entry_costs_itself_alone(redis_url, site_factory, pro
     entries = [{"ip": "10.0.0.9"}, "127.0.0.1:80a", {"ip": "127.0.0.1", "port": proxy.port}]
     site = site_factory("--proxy-json", json.dumps(entries))
     paths = tuple(f"/item/{i}" for i in range(1, 7))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            CONCURRENT_REQUESTS=1,
-            LOG_LEVEL="INFO",
-        ),
-    )
+    crawler = pool_crawler(redis_url, site, CONCURRENT_REQUESTS=1, LOG_LEVEL="INFO")
     with caplog.at_level(logging.INFO):
         await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)  # before: no proxy, or every 3rd waited
