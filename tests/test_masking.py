@@ -58,7 +58,23 @@ FORMS = [
         "http://crawler:***@proxy.example:8000",
     ),
     ("url", "http://crawler:pa#s3cret@10.0.0.1:8080/x", "http://crawler:***@10.0.0.1:8080/x"),
+    # ...also one that starts with digits, so that it reads as a port (a spider's own
+    # meta["proxy"]: the settings refuse such a URL, the log masks it)
+    ("url", "http://user:123/abc@proxy:8080", "http://user:***@proxy:8080"),
+    ("url", "http://user:12/ab#c@10.0.0.1:3128", "http://user:***@10.0.0.1:3128"),
+    ("url", "http://u:9?x@[::1]:80", "http://u:***@[::1]:80"),
+    (
+        "text",
+        "proxy http://user:123/abc@proxy:8080 failed",
+        "proxy http://user:***@proxy:8080 failed",
+    ),
     # ...but an '@' after a port, in a path or in a query is no password
+    ("url", "http://shop.example:8080/u/@writer", "http://shop.example:8080/u/@writer"),
+    (
+        "url",
+        "http://shop.example:8080/p?to=a@b.example",
+        "http://shop.example:8080/p?to=a@b.example",
+    ),
     (
         "url",
         "http://shop.example:8080/p?mail=a@b.example",

@@ -207,6 +207,18 @@ def split_userinfo(url: str) -> tuple[str, str, str, str] | None:
     return loose["scheme"], loose["userinfo"], loose["host"], url[loose.end() :]
 
 
+def _port_like_password(url: str) -> tuple[str, str, str, str] | None:
+    """A URL :func:`split_userinfo` reads as a host and a port, whose whole rest is a path
+    that ends at ``@host:port`` (``http://user:123/abc@proxy:8080``): a proxy URL whose
+    password starts with digits then ``/``, ``?`` or ``#``. Masked as one, though another
+    reading exists (a host, a port and a path holding ``@``): a URL masked too much is
+    a log line less exact, one masked too little is a password in the log."""
+    loose = _LOOSE_USERINFO.match(url)
+    if loose is None or ":" not in loose["host"].rpartition("]")[2] or url[loose.end() :]:
+        return None
+    return loose["scheme"], loose["userinfo"], loose["host"], ""
+
+
 def mask_url(url: str) -> str:
     """*url* fit to print: the password of its user info and the values of its secret
     parameters (query, fragment, path parameters) become ``***``.
@@ -215,7 +227,7 @@ def mask_url(url: str) -> str:
     ``postgresql+psycopg://u@h/db?password=pw`` -> ``...?password=***``;
     ``https://api.example/?accessToken=t&page=2`` -> ``...?accessToken=***&page=2``.
     """
-    split = split_userinfo(url)
+    split = split_userinfo(url) or _port_like_password(url)
     if split is not None:
         scheme, userinfo, host, rest = split
         user, colon, _ = userinfo.partition(":")
