@@ -65,6 +65,30 @@ async def test_the_api_takes_ids_as_a_list_of_strings_and_refuses_anything_else(
 
 
 @deferred_f_from_coro_f
+async def test_a_filter_the_api_cannot_read_is_refused_not_taken_for_every_entry(redis_url):
+    await dead_letters(redis_url, "mixed", 4)
+    await dead_letters(redis_url, "mixed", 3, first=4, **{"class": "server"})
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "mixed")
+        url = "/api/crawls/mixed/actions/purge"
+        for body in (
+            {"filter": {"failure_class": "gone"}},  # the attribute's name, not the field's
+            {"filter": {"class": "gone", "klass": "x"}},
+            {"filter": {"since": 5}},
+            {"filter": {"domain": 5}},
+            {"filter": {"class": "gone"}, "dry_run": "no"},
+        ):
+            refused = http.post(url, json=body)
+            assert refused.status_code == 400, (body, refused.text)
+        assert dead_ids(http, "mixed") == before  # nothing was touched
+        dry = http.post(url, json={"filter": {"class": "gone"}, "dry_run": True}).json()
+        assert dry["selected"] == 4 and dead_ids(http, "mixed") == before
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+@deferred_f_from_coro_f
 async def test_an_id_of_a_shard_the_crawl_does_not_have_is_not_found(redis_url):
     await dead_letters(redis_url, "wide", 12, shards=3)
 

@@ -92,9 +92,21 @@ def _json_object(raw: bytes) -> dict[str, Any]:
         raise HTTPException(400, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise HTTPException(400, 'the body is a JSON object: {"ids": [...]} or {"filter": {...}}')
-    if body.get("filter") is not None and not isinstance(body["filter"], dict):
+    flt = body.get("filter")
+    if flt is not None and not isinstance(flt, dict):
         raise HTTPException(400, '"filter" is an object: {"class": "gone", "domain": ...}')
+    if flt and (unknown := sorted(set(flt) - FILTER_FIELDS)):
+        # an unknown field is not a filter that matches everything: refused
+        raise HTTPException(400, f'"filter" has no field {unknown[0]!r}: {sorted(FILTER_FIELDS)}')
+    if flt and any(not isinstance(v, (str, type(None))) for v in flt.values()):
+        raise HTTPException(400, '"filter" values are strings: {"status": "503"}')
+    if not isinstance(body.get("dry_run", False), bool):
+        raise HTTPException(400, '"dry_run" is true or false')
     return body
+
+
+#: The fields of an action's "filter" (``filter_from``).
+FILTER_FIELDS = frozenset({"class", "domain", "status", "since", "until"})
 
 
 def _ids_of(body: dict[str, Any]) -> list[str]:
