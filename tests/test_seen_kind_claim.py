@@ -222,3 +222,26 @@ async def test_a_push_from_outside_the_project_takes_the_kind_the_crawl_claimed(
     )
     assert "flush" not in refused.stderr
     await client.aclose()
+
+
+@pytest.mark.parametrize(("kind", "shards"), [("set", 1), ("set", 3)])
+@deferred_f_from_coro_f
+async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claimed(
+    redis_url: str, kind: str, shards: int
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "k", shards)
+    await check_shard_count(queue)
+    await set_dupefilter(queue, MemoryConfig(dupefilter=kind), 3600)  # "set sliced 3600"
+    url = "https://a.example/x"
+    push = ("--redis-url", redis_url, "push", "k", "--create", url)
+    pushed = await asyncio.to_thread(scrapy_ha, *push)
+    assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+    # no project here: HA_DUPEFILTER_TTL is 0 by the settings, 3600 by the crawl's claim
+    check = ("--redis-url", redis_url, "seen", "check", "k", url)
+    checked = await asyncio.to_thread(scrapy_ha, *check)
+    assert checked.returncode == 0, checked.stderr
+    line = checked.stdout.strip()
+    assert line.startswith(f"{url}: seen (in the time slice started "), line
+    assert "; new again by " in line, line  # a TTL after it was seen, not "kept for ever"
+    await client.aclose()

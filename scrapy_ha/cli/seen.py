@@ -19,11 +19,13 @@ from scrapy import Request
 
 from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.config.continuous import dupefilter_ttl
+from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES, shard_of
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.store.aged import slices_where
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.buckets import read_buckets, sized, wire_fingerprint
+from scrapy_ha.store.claims import crawl_dupefilter
 from scrapy_ha.store.forget import (
     ForgetRules,
     add_rule,
@@ -80,7 +82,7 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 2
     view: WorkerView = args.worker_view
     rules = await read_rules(queue.client, queue.keys)
-    ttl = dupefilter_ttl(view.crawler.settings)
+    ttl = await _crawl_ttl(queue, view)
     size = BLOOM_FINGERPRINT_BYTES if sliced else FINGERPRINT_BYTES
     missing = 0
     for url in args.urls:
@@ -93,6 +95,15 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
         note = "" if known == own else " (a forget rule matches it: known by a new fingerprint)"
         print(f"{url}: {_where(found, ttl)}{note}{await _revisited(queue, own)}")
     return 1 if missing else 0
+
+
+async def _crawl_ttl(queue: RedisQueue, view: WorkerView) -> float:
+    """The dupefilter's TTL as the crawl's claim says (this may run outside its project),
+    else as the project's ``HA_DUPEFILTER_TTL`` says."""
+    settings = view.crawler.settings
+    memory = MemoryConfig.from_settings(settings)
+    _, ttl = await crawl_dupefilter(queue, memory, dupefilter_ttl(settings))
+    return ttl
 
 
 async def _sliced(queue: RedisQueue) -> bool:
