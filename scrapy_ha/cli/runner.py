@@ -111,6 +111,7 @@ async def _run(args: argparse.Namespace) -> int:
             fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
             await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
             args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
+            args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
         return await _on_crawl(func, queue, args)
     finally:
         await client.aclose()
