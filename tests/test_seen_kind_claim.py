@@ -227,7 +227,7 @@ async def test_a_push_from_outside_the_project_takes_the_kind_the_crawl_claimed(
     await client.aclose()
 
 
-@pytest.mark.parametrize(("kind", "shards"), [("set", 1), ("set", 3)])
+@pytest.mark.parametrize(("kind", "shards"), [("set", 1), ("set", 3), ("bloom", 1), ("bloom", 3)])
 @deferred_f_from_coro_f
 async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claimed(
     redis_url: str, kind: str, shards: int
@@ -235,7 +235,7 @@ async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claim
     client = redis.asyncio.Redis.from_url(redis_url)
     queue = make_queue(client, "ha", "k", shards)
     await check_shard_count(queue)
-    await set_dupefilter(queue, MemoryConfig(dupefilter=kind), 3600)  # "set sliced 3600"
+    await set_dupefilter(queue, MemoryConfig(dupefilter=kind), 3600)  # "<kind> sliced 3600"
     url = "https://a.example/x"
     push = ("--redis-url", redis_url, "push", "k", "--create", url)
     pushed = await asyncio.to_thread(scrapy_ha, *push)
@@ -269,4 +269,26 @@ async def test_a_push_from_outside_the_project_fingerprints_as_the_bloom_crawl_s
     inside = await asyncio.to_thread(scrapy_ha, *push, cwd=project)  # as a worker has it
     assert inside.returncode == 0, inside.stderr
     assert "0 added, 1 filtered" in inside.stdout, inside.stdout  # the same URL, seen
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_seen_forget_refuses_a_sharded_bloom_filter_whose_shard_0_is_empty(
+    redis_url: str,
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "k", 3)
+    await check_shard_count(queue)
+    await set_dupefilter(queue, BLOOM_MEMORY)  # a shard gets its filter with its first URL
+    url = "https://a.example/x"  # placed in shard 1 (not 0) by its fingerprint
+    push = ("--redis-url", redis_url, "push", "k", "--create", url)
+    assert (await asyncio.to_thread(scrapy_ha, *push)).returncode == 0
+    assert not await client.exists("ha:{k:0}:bloom") and await client.exists("ha:{k:1}:bloom")
+    forget = ("--redis-url", redis_url, "seen", "forget", "k", url, "--yes")
+    refused = await asyncio.to_thread(scrapy_ha, *forget)
+    assert refused.returncode == 2, refused.stdout
+    assert "k has a Bloom filter for a dupefilter: a Bloom filter cannot take" in refused.stderr
+    check = ("--redis-url", redis_url, "seen", "check", "k", url)
+    kept = await asyncio.to_thread(scrapy_ha, *check)  # kept for ever: not read URL by URL
+    assert kept.returncode == 2 and "nothing to check" in kept.stderr, kept.stdout
     await client.aclose()

@@ -107,8 +107,12 @@ async def _crawl_ttl(queue: RedisQueue, view: WorkerView) -> float:
 
 
 async def _sliced(queue: RedisQueue) -> bool:
-    """Whether the crawl keeps a Bloom filter in time slices (``HA_DUPEFILTER_TTL``)."""
-    return bool(await queue.client.hexists(queue.keys.bloom, "period"))
+    """Whether the crawl keeps a Bloom filter in time slices (``HA_DUPEFILTER_TTL``): any
+    shard's says so (a shard gets its filter with its first URL: shard 0 may have none)."""
+    for keys in every_shard(queue.keys):
+        if await queue.client.hexists(keys.bloom, "period"):
+            return True
+    return False
 
 
 async def _in_slices(queue: RedisQueue, fingerprint: bytes) -> list[tuple[str, int]]:
@@ -180,8 +184,9 @@ FORGET_BLOOM = (
 
 async def _bloom(queue: RedisQueue, why: str) -> bool:
     """Whether the crawl's dupefilter is a Bloom filter (``HA_DUPEFILTER = "bloom"``); if so,
-    says *why* the command cannot do what it was asked."""
-    if not await queue.client.exists(queue.keys.bloom):
-        return False
-    print(f"{queue.keys.spider} has a Bloom filter for a dupefilter: {why}", file=sys.stderr)
-    return True
+    says *why* the command cannot do what it was asked (any shard's: each its own slot)."""
+    for keys in every_shard(queue.keys):
+        if await queue.client.exists(keys.bloom):
+            print(f"{keys.spider} has a Bloom filter for a dupefilter: {why}", file=sys.stderr)
+            return True
+    return False
