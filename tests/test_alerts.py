@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socketserver
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,7 +18,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.deadletters.alerts import PENDING_TTL, DeadLetterAlert
+from scrapy_ha.deadletters.alerts import ALERT_TIMEOUT, PENDING_TTL, DeadLetterAlert
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from tests.spiders import FaultSpider
@@ -197,6 +198,70 @@ async def test_a_pending_alert_expires_and_only_its_worker_takes_it_back(redis_u
         await alert.close()  # the POST failed: the marker is not this worker's any more
         assert await q.client.get(key) == b"another worker's marker"
         assert stats.get_value("ha/alert/errors") == 1
+    finally:
+        receiver.close()
+        await q.client.aclose()
+
+
+class TricklingReceiver:
+    """Reads each POST whole, then answers one byte a second: each byte well within a
+    socket timeout, the answer past the alert's time."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                length = 0
+                while line := self.rfile.readline():
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                    if line == b"\r\n":
+                        break
+                receiver.posts.append(json.loads(self.rfile.read(length)))
+                for byte in receiver.ANSWER:
+                    try:
+                        self.wfile.write(bytes([byte]))
+                    except OSError:
+                        return  # the client gave up
+                    time.sleep(1.0)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/secret-token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@deferred_f_from_coro_f
+async def test_an_answer_trickled_past_the_alert_s_time_ends_the_post_and_is_not_sent_again(
+    redis_url, caplog
+):
+    """Before: the 10 s timeout held each socket operation, and an answer trickled a byte a
+    second kept the POST going for 38 s, its marker pending (a slower one outlived the
+    marker's 60 s, and the alert went again); now the POST ends at ALERT_TIMEOUT, and one
+    sent whole is taken as maybe delivered: recorded as sent, not sent again."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    receiver = TricklingReceiver()
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert(receiver.url, 1, stats, "w1")
+    try:
+        started = time.monotonic()
+        await dead_letters_one_by_one(alert, q, 1)
+        assert time.monotonic() - started < ALERT_TIMEOUT + 3
+        assert stats.get_value("ha/alert/unconfirmed") == 1
+        assert stats.get_value("ha/alert/errors") is None
+        assert json.loads(await q.client.get(q.keys.dlq_alert))["state"] == "sent"
+        assert "may have been delivered, and is not sent again" in caplog.text
+        assert "secret-token" not in caplog.text
+        await dead_letters_one_by_one(alert, q, 2, first=2)  # past the threshold still
+        assert len(receiver.posts) == 1
     finally:
         receiver.close()
         await q.client.aclose()

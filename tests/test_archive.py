@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
 import pytest
+import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.deadletters.archive import ARCHIVE_MARK, Archive
+from scrapy_ha.deadletters.archive import ARCHIVE_MARK, Archive, Archiver
+from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.demo.harness import free_port
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
 from tests.reveal import readable
 from tests.spiders import FaultSpider
 from tests.test_codec_credentials import LEAKS, EveryCredentialSpider
@@ -250,3 +254,33 @@ async def test_the_archive_keeps_what_every_display_masks(
     assert payload["h"]["Authorization"] == "***" and payload["c"] == {"jar": "***"}
     assert payload["mt"]["http_pass"] == "***" and payload["mt"]["http_user"] == "alice"
     assert row["url"].endswith("?api_key=***&page=2") and payload["u"] == row["url"]
+
+
+@deferred_f_from_coro_f
+async def test_a_dead_letter_archived_again_counts_once(redis_client, redis_url, archive_url):
+    """The same dead letters submitted again (a retry, or a copy made again after a kill
+    before its mark) are upserted over their rows: ``ha/archive/archived`` counts the
+    records newly stored, each once."""
+    for entry_id in ("1", "2", "3"):
+        redis_client.zadd(KEYS.dead, {entry_id: 5000 + int(entry_id)})
+        info = {"class": "gone", "reason": "HTTP 404", "status": 404, "first": 1, "last": 2}
+        redis_client.hset(KEYS.dead_info, entry_id, json.dumps(info))
+        redis_client.hset(KEYS.payload, entry_id, json.dumps({"v": 1, "u": f"http://x/{entry_id}"}))
+    stats = get_crawler().stats
+    archiver = Archiver(Archive(archive_url), stats)
+    queue = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    archiver.submit(queue, ["1", "2", "3"])
+    archiver.submit(queue, ["2", "3"])  # again, before the first copy is done
+    await archiver.close()  # waits for the copies
+    assert stats.get_value("ha/archive/errors") is None
+    assert stats.get_value("ha/archive/archived") == 3
+    assert sorted(rows(archive_url)) == ["1", "2", "3"]
+    # a copy made again (the worker killed before its mark): one record, already stored
+    archive = Archive(archive_url)
+    try:
+        entries = await DeadLetterQueue(queue).entries()
+        again = await asyncio.to_thread(archive.write, "faults", entries)
+    finally:
+        archive.close()
+    assert (len(again.entries), again.new) == (3, 0)
+    await queue.client.aclose()

@@ -20,12 +20,15 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.finish import complete_finish
 from scrapy_ha.store.sharding import check_shard_count, make_queue, set_dupefilter
 from tests.dupefilter import BLOOM
+from tests.scrapy_project import write_project
 from tests.spiders import CatalogueSpider
 from tests.test_cli import scrapy_ha
 from tests.test_finish import Hooked
 from tests.test_redis_failover import crawl_settings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.conftest import Site
 
 #: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
@@ -221,4 +224,71 @@ async def test_a_push_from_outside_the_project_takes_the_kind_the_crawl_claimed(
         refused.stderr
     )
     assert "flush" not in refused.stderr
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("kind", "shards"), [("set", 1), ("set", 3), ("bloom", 1), ("bloom", 3)])
+@deferred_f_from_coro_f
+async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claimed(
+    redis_url: str, kind: str, shards: int
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "k", shards)
+    await check_shard_count(queue)
+    await set_dupefilter(queue, MemoryConfig(dupefilter=kind), 3600)  # "<kind> sliced 3600"
+    url = "https://a.example/x"
+    push = ("--redis-url", redis_url, "push", "k", "--create", url)
+    pushed = await asyncio.to_thread(scrapy_ha, *push)
+    assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+    # no project here: HA_DUPEFILTER_TTL is 0 by the settings, 3600 by the crawl's claim
+    check = ("--redis-url", redis_url, "seen", "check", "k", url)
+    checked = await asyncio.to_thread(scrapy_ha, *check)
+    assert checked.returncode == 0, checked.stderr
+    line = checked.stdout.strip()
+    assert line.startswith(f"{url}: seen (in the time slice started "), line
+    assert "; new again by " in line, line  # a TTL after it was seen, not "kept for ever"
+    await client.aclose()
+
+
+#: A project whose workers keep a Bloom filter: they fingerprint by 16 bytes, not 12.
+BLOOM_PROJECT = 'import scrapy\n\n\nclass K(scrapy.Spider):\n    name = "k"\n'
+
+
+@pytest.mark.parametrize("ttl", [0.0, 3600.0])
+@deferred_f_from_coro_f
+async def test_a_push_from_outside_the_project_fingerprints_as_the_bloom_crawl_s_workers(
+    redis_url: str, tmp_path: Path, ttl: float
+) -> None:
+    setting = f"HA_DUPEFILTER = 'bloom'\nHA_DUPEFILTER_TTL = {ttl}\n"
+    project = write_project(tmp_path / "project", "bloomproj", BLOOM_PROJECT, setting)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await set_dupefilter(make_queue(client, "ha", "k", 1), BLOOM_MEMORY, ttl)
+    push = ("--redis-url", redis_url, "push", "k", "--create", "https://a.example/x")
+    outside = await asyncio.to_thread(scrapy_ha, *push)  # no project: "set" by the settings
+    assert outside.returncode == 0 and "1 added" in outside.stdout, outside.stderr
+    inside = await asyncio.to_thread(scrapy_ha, *push, cwd=project)  # as a worker has it
+    assert inside.returncode == 0, inside.stderr
+    assert "0 added, 1 filtered" in inside.stdout, inside.stdout  # the same URL, seen
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_seen_forget_refuses_a_sharded_bloom_filter_whose_shard_0_is_empty(
+    redis_url: str,
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "k", 3)
+    await check_shard_count(queue)
+    await set_dupefilter(queue, BLOOM_MEMORY)  # a shard gets its filter with its first URL
+    url = "https://a.example/x"  # placed in shard 1 (not 0) by its fingerprint
+    push = ("--redis-url", redis_url, "push", "k", "--create", url)
+    assert (await asyncio.to_thread(scrapy_ha, *push)).returncode == 0
+    assert not await client.exists("ha:{k:0}:bloom") and await client.exists("ha:{k:1}:bloom")
+    forget = ("--redis-url", redis_url, "seen", "forget", "k", url, "--yes")
+    refused = await asyncio.to_thread(scrapy_ha, *forget)
+    assert refused.returncode == 2, refused.stdout
+    assert "k has a Bloom filter for a dupefilter: a Bloom filter cannot take" in refused.stderr
+    check = ("--redis-url", redis_url, "seen", "check", "k", url)
+    kept = await asyncio.to_thread(scrapy_ha, *check)  # kept for ever: not read URL by URL
+    assert kept.returncode == 2 and "nothing to check" in kept.stderr, kept.stdout
     await client.aclose()

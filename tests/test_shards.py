@@ -343,6 +343,29 @@ async def test_the_dashboard_shows_a_sharded_crawl_once_and_pauses_every_shard(r
     client.close()
 
 
+@deferred_f_from_coro_f
+async def test_a_sharded_crawl_whose_shard_0_is_empty_is_listed_once(redis_url):
+    q = sharded(redis_url, shards=3)
+    await check_shard_count(q)
+    names = [n for n in (f"u{i}" for i in range(60)) if shard_of(fp(n), 3) == 1][:5]
+    await q.sync(enqueue=[entry(n) for n in names])  # every one in shard 1, none in 0
+    client = redis.Redis.from_url(redis_url)
+    assert not client.keys("ha:{s:0}:*") and client.keys("ha:{s:1}:*")
+    assert discover(client, "ha") == ["s"]  # not ["s", "s:1"]
+    (numbers,) = read_crawls(client, "ha", ["s"])
+    assert numbers.states["pending"] == 5
+    client.close()
+    await q.client.aclose()
+    crawls = await asyncio.to_thread(_dashboard_crawls, redis_url)  # its own loop
+    assert [(c["spider"], c["pending"]) for c in crawls] == [("s", 5)]
+
+
+def _dashboard_crawls(redis_url: str) -> list[dict]:
+    app = create_app(redis.asyncio.Redis.from_url(redis_url), "ha", close_client=True)
+    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as http:
+        return http.get("/api/crawls").json()["crawls"]
+
+
 def _drive_dashboard(redis_url: str) -> None:
     app = create_app(redis.asyncio.Redis.from_url(redis_url), "ha", close_client=True)
     with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as http:

@@ -14,6 +14,7 @@ https by default) is a bad line: workers would dead-letter it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -170,8 +171,12 @@ def _entries(
     args: argparse.Namespace, view: WorkerView, rules: ForgetRules
 ) -> list[tuple[NewEntry, str]]:
     """Every line as an entry, with where it came from (``stdin line 3``), fingerprinted
-    under the crawl's forget *rules* as a worker does."""
+    under the crawl's forget *rules* and for its dupefilter (``args.dupefilter``: the kind
+    and TTL its claim names) as a worker does."""
     config = SchedulerConfig.from_settings(view.crawler.settings)
+    if dupefilter := getattr(args, "dupefilter", None):
+        memory, ttl = dupefilter
+        config = dataclasses.replace(config, memory=memory, dupefilter_ttl=ttl)
     admission = Admission.from_config(view.crawler, config)
     admission.set_rules(rules)
     entries = []

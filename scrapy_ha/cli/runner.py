@@ -13,7 +13,6 @@ from __future__ import annotations
 __all__ = ["run"]
 
 import asyncio
-import dataclasses
 import functools
 import os
 import sys
@@ -31,7 +30,7 @@ from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
-from scrapy_ha.store.claims import claim_kind, claimed_kind
+from scrapy_ha.store.claims import claim_kind, crawl_dupefilter
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -106,10 +105,13 @@ async def _run(args: argparse.Namespace) -> int:
             return 1
         if func.__name__ == "push":  # the first writer of a crawl stores its shard count
             await check_shard_count(queue)
-            memory, ttl = await _crawl_dupefilter(queue, config)
+            memory, ttl = await crawl_dupefilter(
+                queue, MemoryConfig.from_settings(config), dupefilter_ttl(config)
+            )
             fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
             await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
             args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
+            args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
         return await _on_crawl(func, queue, args)
     finally:
         await client.aclose()
@@ -132,18 +134,6 @@ OPERATOR_FIX = (
     "SCRAPY_SETTINGS_MODULE), whose settings its workers have: the crawl of {spider} has no "
     "claim of its kind ({key}) to read it from"
 )
-
-
-async def _crawl_dupefilter(queue: RedisQueue, config: Settings) -> tuple[MemoryConfig, float]:
-    """The dupefilter's kind and age as the crawl's workers have them: as its claim says
-    (``ha:{S}:filter``: a command may run outside the crawl's project), else as the
-    project's settings say."""
-    memory = MemoryConfig.from_settings(config)
-    claimed = await claimed_kind(queue)
-    if claimed is None:
-        return memory, dupefilter_ttl(config)
-    kind, ttl = claimed
-    return dataclasses.replace(memory, dupefilter=kind), ttl
 
 
 async def reachable(client: Any, url: str) -> None:

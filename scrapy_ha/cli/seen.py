@@ -19,11 +19,13 @@ from scrapy import Request
 
 from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.config.continuous import dupefilter_ttl
+from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES, shard_of
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.store.aged import slices_where
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.buckets import read_buckets, sized, wire_fingerprint
+from scrapy_ha.store.claims import crawl_dupefilter
 from scrapy_ha.store.forget import (
     ForgetRules,
     add_rule,
@@ -80,7 +82,7 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 2
     view: WorkerView = args.worker_view
     rules = await read_rules(queue.client, queue.keys)
-    ttl = dupefilter_ttl(view.crawler.settings)
+    ttl = await _crawl_ttl(queue, view)
     size = BLOOM_FINGERPRINT_BYTES if sliced else FINGERPRINT_BYTES
     missing = 0
     for url in args.urls:
@@ -95,9 +97,22 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
+async def _crawl_ttl(queue: RedisQueue, view: WorkerView) -> float:
+    """The dupefilter's TTL as the crawl's claim says (this may run outside its project),
+    else as the project's ``HA_DUPEFILTER_TTL`` says."""
+    settings = view.crawler.settings
+    memory = MemoryConfig.from_settings(settings)
+    _, ttl = await crawl_dupefilter(queue, memory, dupefilter_ttl(settings))
+    return ttl
+
+
 async def _sliced(queue: RedisQueue) -> bool:
-    """Whether the crawl keeps a Bloom filter in time slices (``HA_DUPEFILTER_TTL``)."""
-    return bool(await queue.client.hexists(queue.keys.bloom, "period"))
+    """Whether the crawl keeps a Bloom filter in time slices (``HA_DUPEFILTER_TTL``): any
+    shard's says so (a shard gets its filter with its first URL: shard 0 may have none)."""
+    for keys in every_shard(queue.keys):
+        if await queue.client.hexists(keys.bloom, "period"):
+            return True
+    return False
 
 
 async def _in_slices(queue: RedisQueue, fingerprint: bytes) -> list[tuple[str, int]]:
@@ -169,8 +184,9 @@ FORGET_BLOOM = (
 
 async def _bloom(queue: RedisQueue, why: str) -> bool:
     """Whether the crawl's dupefilter is a Bloom filter (``HA_DUPEFILTER = "bloom"``); if so,
-    says *why* the command cannot do what it was asked."""
-    if not await queue.client.exists(queue.keys.bloom):
-        return False
-    print(f"{queue.keys.spider} has a Bloom filter for a dupefilter: {why}", file=sys.stderr)
-    return True
+    says *why* the command cannot do what it was asked (any shard's: each its own slot)."""
+    for keys in every_shard(queue.keys):
+        if await queue.client.exists(keys.bloom):
+            print(f"{keys.spider} has a Bloom filter for a dupefilter: {why}", file=sys.stderr)
+            return True
+    return False

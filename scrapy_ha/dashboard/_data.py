@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.ops.crawls import unsharded
+from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
@@ -31,12 +31,15 @@ async def crawl_names(client: Any, prefix: str) -> list[str]:
     """The spiders that have keys under *prefix* (``<prefix>:{<spider>}:*``)."""
     head = f"{prefix}:{{"
     names: set[str] = set()
+    sharded: set[str] = set()  # those with a shard count (``<prefix>:{<spider>}:shards``)
     async for key in client.scan_iter(match=_glob_escape(head) + "*", count=KEY_SCAN_COUNT):
         rest = _s(key)[len(head) :]
         end = rest.find("}:")
         if end > 0:
             names.add(rest[:end])
-    return unsharded(names)  # a sharded crawl's shards are one crawl
+            if rest.endswith(SHARD_COUNT_TAIL) and len(rest) == end + len(SHARD_COUNT_TAIL):
+                sharded.add(rest[:end])
+    return unsharded(names, sharded)  # a sharded crawl's shards are one crawl
 
 
 async def open_gates(client: Any, keys: Keys, now_ms: int) -> dict[str, int]:

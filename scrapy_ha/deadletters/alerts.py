@@ -6,11 +6,13 @@
 fields are for a receiver of one's own. Which worker sends it is decided in Redis (a marker set
 with NX, "pending" until the receiver answered 2xx, then "sent"), so that any number of
 workers send it once; once the queue is back below the threshold (a purge, a requeue), the
-next crossing alerts again. The POST runs in a thread with a timeout: an unreachable receiver
-costs the crawl nothing (``ha/alert/errors``), and the alert is not lost: a failed POST
-takes its marker back (if it is still this worker's), and a worker killed before the answer
-leaves a pending marker that expires after :data:`PENDING_TTL`; the next dead letter past the
-threshold sends it again.
+next crossing alerts again. The POST runs in a thread, bounded as a whole by
+:data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing (``ha/alert/errors``),
+and the alert is not lost: a failed POST takes its marker back (if it is still this
+worker's), and a worker killed before the answer leaves a pending marker that expires after
+:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST sent
+whole whose answer did not come in time may have been delivered: it is recorded as sent,
+never sent again (``ha/alert/unconfirmed``, a WARNING).
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ __all__ = [
     "DEFAULT_ALERT_THRESHOLD",
     "PENDING_TTL",
     "DeadLetterAlert",
+    "Unconfirmed",
     "post_json",
 ]
 
 import asyncio
+import functools
+import http.client
 import json
 import logging
 import socket
+import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -51,18 +58,103 @@ logger = logging.getLogger(__name__)
 #: Dead letters that trigger the alert: a few gone pages are routine in a crawl, a hundred
 #: dead requests are a pattern (a ban, a site change) worth a look while the crawl runs.
 DEFAULT_ALERT_THRESHOLD = 100
-#: Seconds the receiver has to answer: a slow receiver must not hold a thread for long.
+#: Seconds the whole POST has (connection, request, answer; name resolution aside): a slow
+#: receiver must not hold a thread for long, nor outlive the marker (:data:`PENDING_TTL`).
 ALERT_TIMEOUT = 10.0
 #: Seconds a pending marker lives when its worker never said how the POST went (killed, or
-#: Redis unreachable then): several times the POST's timeout (which applies to each socket
-#: operation, name resolution aside), short enough that the alert comes a minute late at most.
+#: Redis unreachable then): several times the POST's, short enough that the alert comes a
+#: minute late at most.
 PENDING_TTL = 60.0
 
 
+class Unconfirmed(TimeoutError):
+    """The request went out whole but its answer did not come within the POST's time: the
+    receiver may have it (it must not be sent again)."""
+
+
+class _Deadline:
+    """The time of one POST: when it ends, the connection's socket is shut, whatever it
+    waits for (a receiver that trickles its answer, each byte within a socket timeout,
+    holds no thread past it)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
+        #: the request went out whole (its answer was awaited): it may have been delivered
+        self.sent = False
+        self._timers: list[threading.Timer] = []
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut *sock* when the time is up (now, before anything is sent, if it is)."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("connected too late: nothing was sent")
+        timer = threading.Timer(left, _shut, (sock,))
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def cancel(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    """End the connection under the thread reading it (its read returns at once); the plain
+    socket's shutdown, for TLS too: it leaves the TLS object to the reading thread."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile
+
+
+class _TimedHTTP(http.client.HTTPConnection):
+    """A connection under a :class:`_Deadline`: watched from its connection on, its request
+    counted as sent once its answer is awaited."""
+
+    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self.deadline.watch(self.sock)
+
+    def getresponse(self) -> http.client.HTTPResponse:
+        self.deadline.sent = True
+        return super().getresponse()
+
+
+class _TimedHTTPS(_TimedHTTP, http.client.HTTPSConnection):
+    """The same over TLS (the socket watched is the TLS one)."""
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_TimedHTTP, deadline=self.deadline), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_TimedHTTPS, deadline=self.deadline), req)
+
+
 def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
-    """POST *doc* as JSON to *url*; return the HTTP status (blocking: run it in a thread).
-    A ``user:password@`` in *url* is sent as Basic authentication (urllib would take it
-    for a part of the host name)."""
+    """POST *doc* as JSON to *url* within *timeout* seconds in all; return the HTTP status
+    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when the request
+    went out whole (it may have been delivered), another error when it did not. A
+    ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
+    a part of the host name); proxies are urllib's (``https_proxy``...)."""
     headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
     parts = urlsplit(url)
     if "@" in parts.netloc:
@@ -73,8 +165,19 @@ def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> 
     request = urllib.request.Request(
         url, data=json.dumps(doc).encode(), headers=headers, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) checked)
-        return int(response.status)
+    deadline = _Deadline(timeout)
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError:
+        raise  # an answer came: not delivered (4xx, 5xx)
+    except (OSError, http.client.HTTPException) as exc:
+        if deadline.passed() and deadline.sent:
+            raise Unconfirmed(f"no answer within {timeout:g} s to the request sent") from exc
+        raise
+    finally:
+        deadline.cancel()
 
 
 def _where(url: str) -> str:
@@ -161,6 +264,9 @@ class DeadLetterAlert:
         spider = queue.keys.spider
         try:
             status = await asyncio.to_thread(post_json, self.url, self.document(spider, dead))
+        except Unconfirmed:
+            await self._unconfirmed(queue, dead, marker)
+            return
         except Exception as exc:  # noqa: BLE001 - an alert that failed costs the crawl nothing
             self.stats.inc_value("ha/alert/errors")
             logger.warning(
@@ -181,6 +287,22 @@ class DeadLetterAlert:
             dead,
             self.threshold,
             status,
+        )
+
+    async def _unconfirmed(self, queue: RedisQueue, dead: int, marker: str) -> None:
+        """The POST went out whole, its answer did not come in time: the receiver may have
+        the alert, so it is recorded as sent (never sent again for this crossing)."""
+        await self._settle(queue, "sent", marker, self._marker("sent"))
+        self.stats.inc_value("ha/alert/unconfirmed")
+        logger.warning(
+            "The dead-letter alert of %s (%d requests) went to HA_DLQ_ALERT_WEBHOOK (%s) but "
+            "no answer came within %g s: it may have been delivered, and is not sent again "
+            "until the queue goes below HA_DLQ_ALERT_THRESHOLD=%d",
+            queue.keys.spider,
+            dead,
+            _where(self.url),
+            ALERT_TIMEOUT,
+            self.threshold,
         )
 
     async def _settle(self, queue: RedisQueue, *args: str) -> None:

@@ -146,14 +146,15 @@ class Archive:
         """Insert or update (by spider and entry id) the rows of *entries*, in one
         transaction; when the database refuses that batch for its data (not for its
         connection), each row in a transaction of its own, so that one row it refuses costs
-        that entry alone. Returns the entries written and the errors of the others."""
+        that entry alone. Returns the entries written, how many of them are new rows, and
+        the errors of the others."""
         done = Written([], [])
         if not entries:
             return done
         now = datetime.now(UTC)
         rows = [row(spider, e, now) for e in entries]
         try:
-            self._upsert(spider, rows)
+            done.new = self._upsert(spider, rows)
             done.entries += entries
             return done
         except self._sa.exc.SQLAlchemyError as exc:
@@ -161,7 +162,7 @@ class Archive:
                 raise
         for entry, one in zip(entries, rows, strict=True):
             try:
-                self._upsert(spider, [one])
+                done.new += self._upsert(spider, [one])
                 done.entries.append(entry)
             except self._sa.exc.SQLAlchemyError as exc:
                 if _connection_error(self._sa, exc):
@@ -169,23 +170,32 @@ class Archive:
                 done.errors.append((entry.id, mask_text(f"{type(exc).__name__}: {exc}")))
         return done
 
-    def _upsert(self, spider: str, rows: list[dict[str, Any]]) -> None:
+    def _upsert(self, spider: str, rows: list[dict[str, Any]]) -> int:
+        """Store *rows* (the last of each entry id), over those the table holds; returns
+        how many were not in it (an entry copied again after a kill or a retry is not)."""
+        rows = list({r["entry_id"]: r for r in rows}.values())
+        t = self.table
         with self.engine.begin() as conn:
             dialect = self.engine.dialect.name
-            if dialect in ("sqlite", "postgresql"):
-                insert = dialect_insert(dialect)(self.table)
-                keys = ("spider", "entry_id")
-                changed = {c: insert.excluded[c] for c in rows[0] if c not in keys}
-                conn.execute(
-                    insert.on_conflict_do_update(index_elements=list(keys), set_=changed), rows
-                )
-            else:  # any other database: delete and insert, in one transaction
-                t = self.table
+            if dialect not in ("sqlite", "postgresql"):  # delete and insert
+                new = 0
                 for r in rows:
-                    conn.execute(
-                        t.delete().where(t.c.spider == spider, t.c.entry_id == r["entry_id"])
-                    )
+                    where = (t.c.spider == spider, t.c.entry_id == r["entry_id"])
+                    new += conn.execute(t.delete().where(*where)).rowcount == 0
                 conn.execute(t.insert(), rows)
+                return new
+            # new rows first: what ON CONFLICT DO NOTHING returns is what was not there
+            insert = dialect_insert(dialect)(t)
+            keys = ["spider", "entry_id"]
+            added = conn.execute(
+                insert.on_conflict_do_nothing(index_elements=keys).returning(t.c.entry_id), rows
+            )
+            inserted = {r.entry_id for r in added}
+            held = [r for r in rows if r["entry_id"] not in inserted]
+            if held:  # then the others, over their rows
+                changed = {c: insert.excluded[c] for c in held[0] if c not in keys}
+                conn.execute(insert.on_conflict_do_update(index_elements=keys, set_=changed), held)
+            return len(inserted)
 
     def rows(self, spider: str | None = None) -> list[dict[str, Any]]:
         """Every row (of *spider*), ordered by spider and last failure."""
@@ -207,6 +217,8 @@ class Written:
 
     entries: list[DeadEntry]
     errors: list[tuple[str, str]]
+    #: rows of :attr:`entries` the table did not hold before (the others were updated)
+    new: int = 0
 
 
 def _connection_error(sa: Any, exc: Exception) -> bool:
@@ -348,7 +360,7 @@ class Archiver:
             self._executor, self.archive.write, queue.keys.spider, entries
         )
         await mark(queue.client, queue.keys, self.archive.sink, written.entries)
-        self.stats.inc_value("ha/archive/archived", len(written.entries))
+        self.stats.inc_value("ha/archive/archived", written.new)  # each record once
         for entry_id, error in written.errors:
             self.stats.inc_value("ha/archive/errors")
             logger.warning(

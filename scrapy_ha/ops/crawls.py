@@ -108,7 +108,7 @@ def _glob_escape(text: str) -> str:
 def discover(client: Any, prefix: str) -> list[str]:
     """The spiders of every crawl under *prefix* (one SCAN of the key space), sorted."""
     head = f"{prefix}:{{"
-    spiders = set()
+    spiders, sharded = set(), set()
     for raw in client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
         key = _text(raw)
         if not key.startswith(head):  # SCAN's MATCH is a glob: checked again, as text
@@ -117,17 +117,29 @@ def discover(client: Any, prefix: str) -> list[str]:
             tail = f"}}:{name}"
             if key.endswith(tail) and len(key) > len(head) + len(tail):
                 spiders.add(key[len(head) : -len(tail)])
-        if key.endswith("}:shards"):
-            spiders.add(key[len(head) : -len("}:shards")])
-    return unsharded(spiders)
+        if key.endswith(SHARD_COUNT_TAIL):
+            sharded.add(key[len(head) : -len(SHARD_COUNT_TAIL)])
+    return unsharded(spiders | sharded, sharded)
 
 
-def unsharded(tags: Iterable[str]) -> list[str]:
-    """The crawls of these hash tags, sorted: a sharded crawl's (``books``, which has its
-    shard count) stands for its shards' (``books:0``, ``books:1``, ...)."""
+#: How the key of a sharded crawl's shard count ends (``ha:{books}:shards``): an
+#: unsharded crawl has none.
+SHARD_COUNT_TAIL = "}:shards"
+
+
+def unsharded(tags: Iterable[str], sharded: Iterable[str] = ()) -> list[str]:
+    """The crawls of these hash tags, sorted: a sharded crawl (one of *sharded*, whose shard
+    count is in Redis, or one whose shard 0 has keys) stands for its shards' (``books:0``,
+    ``books:1``, ...), whichever have keys: shard 0 may have none (no request placed in it
+    yet), and shard 1 is then no crawl of its own."""
     tags = set(tags)
-    sharded = {t for t in tags if f"{t}:0" in tags}
-    return sorted(t for t in tags if t.rpartition(":")[0] not in sharded)
+    crawls = set(sharded) | {t for t in tags if f"{t}:0" in tags}
+    return sorted(t for t in tags if not _is_shard(t, crawls))
+
+
+def _is_shard(tag: str, sharded: set[str]) -> bool:
+    crawl, _, shard = tag.rpartition(":")
+    return crawl in sharded and shard.isdigit()
 
 
 @dataclass

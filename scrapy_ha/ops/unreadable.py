@@ -80,34 +80,46 @@ def _layout(replies: list[Any]) -> Any:
     return stored if _text(kind) == "string" and not isinstance(stored, Exception) else None
 
 
+# An explanation takes two round trips: the crawl's layout (its shard count), then the TYPE
+# of each of its keys. The pipelines are built here once; each client runs them its way.
+
+
+def _layout_pipe(client: Any, prefix: str, spider: str) -> Any:
+    """A pipeline of the TYPE and GET of the crawl's shard count (not run)."""
+    pipe = client.pipeline(transaction=False)
+    base = Keys(prefix, spider)
+    pipe.type(base.shard_count)
+    pipe.get(base.shard_count)
+    return pipe
+
+
+def _types_pipe(
+    client: Any, prefix: str, spider: str, replies: list[Any]
+) -> tuple[dict[str, str], Any]:
+    """The type each key of the crawl must have (shard by shard, as the *replies* of
+    :func:`_layout_pipe` say), and a pipeline of the TYPE of each (not run)."""
+    shards = layout_keys(prefix, spider, _layout(replies)).every_shard()
+    expected = _expected([Keys(prefix, spider), *shards])
+    pipe = client.pipeline(transaction=False)
+    for key in expected:
+        pipe.type(key)
+    return expected, pipe
+
+
 def explain_sync(client: Any, prefix: str, spider: str, error: BaseException) -> CrawlUnreadable:
     """Why crawl *spider* could not be read (*error* raised reading it): the first of its
     keys of a wrong type, found with a blocking client (two round trips)."""
     if isinstance(error, CrawlUnreadable):
         return error
-    base = Keys(prefix, spider)
-    pipe = client.pipeline(transaction=False)
-    pipe.type(base.shard_count)
-    pipe.get(base.shard_count)
-    layout = _layout(pipe.execute(raise_on_error=False))
-    expected = _expected([base, *layout_keys(prefix, spider, layout).every_shard()])
-    pipe = client.pipeline(transaction=False)
-    for key in expected:
-        pipe.type(key)
-    return CrawlUnreadable(spider, _reason(spider, error, expected, pipe.execute()))
+    layout = _layout_pipe(client, prefix, spider).execute(raise_on_error=False)
+    expected, types = _types_pipe(client, prefix, spider, layout)
+    return CrawlUnreadable(spider, _reason(spider, error, expected, types.execute()))
 
 
 async def explain(client: Any, prefix: str, spider: str, error: BaseException) -> CrawlUnreadable:
     """:func:`explain_sync` with a ``redis.asyncio`` client."""
     if isinstance(error, CrawlUnreadable):
         return error
-    base = Keys(prefix, spider)
-    pipe = client.pipeline(transaction=False)
-    pipe.type(base.shard_count)
-    pipe.get(base.shard_count)
-    layout = _layout(await pipe.execute(raise_on_error=False))
-    expected = _expected([base, *layout_keys(prefix, spider, layout).every_shard()])
-    pipe = client.pipeline(transaction=False)
-    for key in expected:
-        pipe.type(key)
-    return CrawlUnreadable(spider, _reason(spider, error, expected, await pipe.execute()))
+    layout = await _layout_pipe(client, prefix, spider).execute(raise_on_error=False)
+    expected, types = _types_pipe(client, prefix, spider, layout)
+    return CrawlUnreadable(spider, _reason(spider, error, expected, await types.execute()))

@@ -5,6 +5,7 @@ both pass them; the first to claim makes the crawl's, the other is refused at st
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.validate import ConfigError
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from scrapy_ha.config.memory import MemoryConfig
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["claim_kind", "claimed_kind", "dupefilter_kind"]
+__all__ = ["claim_kind", "claimed_kind", "crawl_dupefilter", "dupefilter_kind"]
 
 
 def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
@@ -39,6 +40,20 @@ async def claimed_kind(queue: RedisQueue) -> tuple[str, float] | None:
         return name, float(ttl or 0)
     except ValueError:
         return None
+
+
+async def crawl_dupefilter(
+    queue: RedisQueue, config: MemoryConfig, ttl: float
+) -> tuple[MemoryConfig, float]:
+    """The dupefilter's kind and TTL as the crawl's workers have them, for an operator's
+    tool: as its claim says (``ha:{S}:filter``: the tool may run outside the crawl's
+    project), else *config* and *ttl* (the project's ``HA_DUPEFILTER`` and
+    ``HA_DUPEFILTER_TTL``)."""
+    claimed = await claimed_kind(queue)
+    if claimed is None:
+        return config, ttl
+    kind, claimed_ttl = claimed
+    return dataclasses.replace(config, dupefilter=kind), claimed_ttl
 
 
 async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker: str = "") -> None:
