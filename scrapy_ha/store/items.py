@@ -93,6 +93,7 @@ class ItemStream:
         self.key = keys.items
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
+        self._aside = scripts.Registered(client, "items_aside")
 
     async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
         """Add items no page yielded (no lease fences them); return how many the stream
@@ -128,14 +129,22 @@ class ItemStream:
         return max(0, int(committed or 0) - int(length))
 
     async def read(
-        self, group: str, consumer: str, count: int, *, own: bool = False, block_ms: int = 0
+        self,
+        group: str,
+        consumer: str,
+        count: int,
+        *,
+        own: bool = False,
+        after: str = "0",
+        block_ms: int = 0,
     ) -> list[Delivery]:
         """Up to *count* entries for *consumer*: new ones, or with *own* those delivered
-        to it before and not acknowledged (after a restart of its sink)."""
+        to it before and not acknowledged (after a restart of its sink), from the first
+        after id *after*."""
         reply = await self.client.xreadgroup(
             group,
             consumer,
-            {self.key: "0" if own else ">"},
+            {self.key: after if own else ">"},
             count=count,
             block=None if own or not block_ms else block_ms,
         )
@@ -162,6 +171,39 @@ class ItemStream:
         keys = [self.key, *self.keys.stats_keys()]
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
+
+    async def begin_single(self, group: str, entry_id: str) -> int:
+        """Count one more single write of *entry_id* begun by *group*'s consumers (kept
+        until :meth:`end_single`: a count left there is a consumer that died writing it);
+        return the count."""
+        return int(await self.client.hincrby(self.keys.items_tries, _try_field(group, entry_id)))
+
+    async def end_single(self, group: str, entry_id: str) -> None:
+        """The single write of *entry_id* returned (committed or raised): not a death."""
+        await self.client.hdel(self.keys.items_tries, _try_field(group, entry_id))
+
+    async def set_aside(self, group: str, consumer: str, entry_id: str, reason: str) -> int:
+        """Copy *entry_id* with *reason* to the set-aside stream and acknowledge it in
+        *group*, in one call (items_aside.lua); return 1 if set aside, 0 if it was not
+        pending in the group any more, -1 if it is pending to another consumer."""
+        keys = [self.key, self.keys.items_aside, self.keys.items_tries, *self.keys.stats_keys()]
+        args = [group, consumer, entry_id, reason_text(reason), _try_field(group, entry_id)]
+        done, _ = await self._aside(keys=keys, args=args)
+        return int(done)
+
+
+#: Longest reason kept with an entry set aside, in characters (a traceback's last lines).
+REASON_CHARS = 1000
+
+
+def reason_text(reason: str) -> bytes:
+    """*reason* as UTF-8 that any reader decodes: cut to :data:`REASON_CHARS` characters,
+    a lone surrogate escaped."""
+    return reason[:REASON_CHARS].encode("utf-8", "backslashreplace")
+
+
+def _try_field(group: str, entry_id: str) -> str:
+    return f"{entry_id} {group}"
 
 
 def state_reads(pipe: Any, keys: Keys) -> None:
