@@ -118,7 +118,7 @@ class ItemConsumer:
         await self.join()
         recovered = await self.sink.open()
         try:
-            await self._acknowledge_recovered(recovered)
+            await self.acknowledge_recovered(recovered)
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop, restart=True)
             idle_since, delay = time.monotonic(), 0.0
@@ -158,7 +158,7 @@ class ItemConsumer:
             )
         return missed
 
-    async def _acknowledge_recovered(self, ids: list[str]) -> None:
+    async def acknowledge_recovered(self, ids: list[str]) -> None:
         by: dict[int, list[str]] = {}
         for entry_id in ids:
             shard, local = route(entry_id)
