@@ -241,3 +241,62 @@ async def test_a_flapping_sink_sets_nothing_aside(redis_url, tmp_path):
     assert aside(redis_url) == []
     assert sink.writes > 10
     await client.aclose()
+
+
+def read_only(url: str, on: bool) -> None:
+    """Make the PostgreSQL database read-only (or writable again) as a failover does: new
+    sessions default to read-only transactions; the open ones are cut."""
+    engine = sqlalchemy.create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        db = conn.execute(sqlalchemy.text("SELECT current_database()")).scalar()
+        flag = "on" if on else "off"
+        conn.execute(sqlalchemy.text("SET default_transaction_read_only = off"))  # this one
+        conn.execute(
+            sqlalchemy.text(f'ALTER DATABASE "{db}" SET default_transaction_read_only = {flag}')
+        )
+        conn.execute(
+            sqlalchemy.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    engine.dispose()
+
+
+def most_deliveries(client: redis.Redis, group: str) -> int:
+    if not any(g["name"].decode() == group for g in client.xinfo_groups(KEYS.items)):
+        return 0
+    rows = client.xpending_range(KEYS.items, group, "-", "+", 100)
+    return max((row["times_delivered"] for row in rows), default=0)
+
+
+@deferred_f_from_coro_f
+async def test_a_read_only_postgresql_sets_nothing_aside_and_gets_everything_back(
+    redis_url, postgres_url
+):
+    """SQLSTATE 25006 (a read-only transaction: a replica promoted in a failover) is
+    transient: the batch waits, pending, and is written once the database is writable."""
+    sink = SqlSink(postgres_url, "s")
+    await sink.open()  # the table exists before the failover
+    client = redis.asyncio.Redis.from_url(redis_url)
+    sync = redis.Redis.from_url(redis_url)
+    await fill(client, list(range(1, 21)))
+    read_only(postgres_url, True)
+
+    async def work() -> None:
+        while most_deliveries(sync, "sql") < 4:  # tried again and again, read-only
+            await asyncio.sleep(0.05)
+        assert await client.xlen(ASIDE) == 0
+        read_only(postgres_url, False)
+        count = consumed("sql")
+        while await count(client) < 20:
+            await asyncio.sleep(0.02)
+
+    try:
+        await run(redis_url, sink, "sql", work)
+    finally:
+        read_only(postgres_url, False)
+    assert stored(sink) == list(range(1, 21))
+    assert aside(redis_url) == []
+    sync.close()
+    await client.aclose()
