@@ -89,7 +89,8 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     print(
         f"consumed {report.consumed} item(s) in {report.batches} batch(es): "
         f"{report.recovered} committed before a restart, {report.claimed} taken over from "
-        f"other consumers, {report.errors} batch(es) failed and delivered again",
+        f"other consumers, {report.errors} write(s) failed and delivered again "
+        f"({report.lone_failures} of an entry alone), {report.set_aside} set aside",
         flush=True,
     )
     return 0
