@@ -125,6 +125,9 @@ key                        type         content
                                         -> field ``i``, the item as the codec's tagged JSON;
                                         read by consumer groups (one per sink), an entry
                                         deleted once every group acknowledged it
+``ha:{books}:items_aside`` stream       entries a sink cannot write: ``e`` id, ``g`` group,
+                                        ``r`` reason, ``t`` ms, ``i`` item (items_aside.lua)
+``ha:{books}:items_tries`` hash         ``<entry id> <group>`` -> single writes begun
 =========================  ===========  ==================================================
 
 Start URLs are read from scrapy-redis's ``<spider>:start_urls`` list (setting
@@ -183,7 +186,8 @@ SHARD_KEYS = (
     "held dead dead_info dead_archived dlq_alert dupefilter buckets bloom aged forget revisits "
     "revisit_urls revisit_alloc stop seq run lease_seq sent senders workers worker_stats seen "
     "paused pressure reclaim_guard feed_guard gates gate_log domain_limits polite "
-    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items"
+    "proxy_cooldowns cookies retried stats stats_minutes stats_domains items items_aside "
+    "items_tries"
 ).split()
 
 #: Time slices that cover the dupefilter's age (``HA_DUPEFILTER_TTL``, lua/lib/aged.lua): 8
@@ -264,13 +268,8 @@ class Keys:
 
     def crawl_keys(self) -> list[str]:
         """The keys of the crawl as a whole, for ``flush``."""
-        return [
-            self.shard_count,
-            self.finish_record,
-            self.joins,
-            self.dictionaries,
-            self.filter_kind,
-        ]
+        crawl = [self.shard_count, self.finish_record, self.joins, self.dictionaries]
+        return [*crawl, self.filter_kind]
 
     def _task_key(self, name: str, task: str) -> str:
         if self.shard is None:
@@ -352,8 +351,8 @@ class Keys:
     stats_minutes = _Key("stats:min")
     stats_domains = _Key("stats:domain")  # per-domain counters
 
-    #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``).
-    items = _Key("items")
+    #: The items committed with their pages' acks (``HA_ITEMS = "outbox"``), those set aside.
+    items, items_aside, items_tries = _Key("items"), _Key("items_aside"), _Key("items_tries")
 
     def stats_keys(self) -> list[str]:
         """The three hashes of the crawl-wide counters, in the order the scripts take them."""
@@ -391,7 +390,7 @@ class Keys:
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})
         types[self.dupefilter] = "set"
-        types[self.items] = "stream"
+        types.update(dict.fromkeys((self.items, self.items_aside), "stream"))
         types.update({key: "set" for key in self.aged_slices()})
         return types
 

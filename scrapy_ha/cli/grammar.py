@@ -25,6 +25,7 @@ from scrapy_ha.cli.options import (
     command,
     create_option,
     group,
+    item_actions,
     parse_window,
     positive,
     when,
@@ -299,12 +300,7 @@ def _items(sub: Any) -> None:
         help="seconds an entry left pending by another consumer waits before this one takes "
         "it over (SQL and pipelines sinks; %(default)s)",
     )
-    parser.add_argument(
-        "--declare",
-        action="store_true",
-        help="only create the sink's consumer group and exit: a sink declared before the "
-        "crawl gets every item (entries leave the stream once every group has them)",
-    )
+    item_actions(parser)
     parser.add_argument(
         "--exit-idle",
         type=positive,

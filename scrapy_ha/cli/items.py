@@ -63,6 +63,10 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     runner = ItemConsumer(
         queue, sink, group=group, consumer=consumer, batch=args.batch, claim_idle=args.claim_idle
     )
+    if args.aside or args.retry_aside:
+        from scrapy_ha.cli.aside import list_aside, retry_aside
+
+        return await (retry_aside(queue, runner) if args.retry_aside else list_aside(queue, group))
     if args.declare:
         missed = await runner.join()
         print(f"group {group} of {queue.keys.spider} is ready (items it misses: {missed})")
@@ -85,7 +89,8 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     print(
         f"consumed {report.consumed} item(s) in {report.batches} batch(es): "
         f"{report.recovered} committed before a restart, {report.claimed} taken over from "
-        f"other consumers, {report.errors} batch(es) failed and delivered again",
+        f"other consumers, {report.errors} write(s) failed and delivered again "
+        f"({report.lone_failures} of an entry alone), {report.set_aside} set aside",
         flush=True,
     )
     return 0

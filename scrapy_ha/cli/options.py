@@ -194,3 +194,25 @@ def create_option(parser: argparse.ArgumentParser, what: str) -> None:
         action="store_true",
         help=f"{what} even if the crawl is not in Redis yet (else: no such crawl)",
     )
+
+
+def item_actions(parser: argparse.ArgumentParser) -> None:
+    """``scrapy-ha items``' options that do something else than consume, one at a time."""
+    actions = parser.add_mutually_exclusive_group()
+    actions.add_argument(
+        "--declare",
+        action="store_true",
+        help="only create the sink's consumer group and exit: a sink declared before the "
+        "crawl gets every item (entries leave the stream once every group has them)",
+    )
+    actions.add_argument(
+        "--aside",
+        action="store_true",
+        help="list the entries the group set aside (id, when, reason) and exit",
+    )
+    actions.add_argument(
+        "--retry-aside",
+        action="store_true",
+        help="write the group's set-aside entries to the sink (keyed by their entry id), "
+        "each removed from aside once committed, and exit",
+    )

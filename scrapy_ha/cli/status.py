@@ -283,9 +283,10 @@ def items_text(stats: CrawlStats, items: StreamState) -> list[str]:
     if not items.groups:
         lines.append(f"{'sinks':>13}  none yet: `scrapy-ha items {stats.spider} --to ...`")
     for g in items.groups:
+        aside = f", set aside {g.set_aside:,}" if g.set_aside else ""
         lines.append(
-            f"{'sink':>13}  {g.name}: backlog {g.backlog:,}, consumed {g.consumed:,}, "
-            f"{g.consumers} consumer(s)"
+            f"{'sink':>13}  {g.name}: backlog {g.backlog:,}, consumed {g.consumed:,}"
+            f"{aside}, {g.consumers} consumer(s)"
         )
     return lines
 

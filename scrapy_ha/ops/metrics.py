@@ -189,12 +189,18 @@ def _items(crawls: list[CrawlNumbers]) -> list[Metric]:
         "Items a sink (a consumer group) committed and acknowledged.",
         labels=["spider", "group"],
     )
+    aside = CounterMetricFamily(
+        "scrapy_ha_items_aside",
+        "Items a sink (a consumer group) could not write, set aside in ha:{S}:items_aside.",
+        labels=["spider", "group"],
+    )
     for c in crawls:
         length.add_metric([c.spider], c.items.length)
         for g in c.items.groups:
             backlog.add_metric([c.spider, g.name], g.backlog)
             consumed.add_metric([c.spider, g.name], g.consumed)
-    return [length, backlog, consumed]
+            aside.add_metric([c.spider, g.name], g.set_aside)
+    return [length, backlog, consumed, aside]
 
 
 def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:

@@ -19,23 +19,19 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.settings import Settings
 
-from scrapy_ha.codec.items import decode_item, plain_item
 from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.sinks.batches import BatchWriter, ConsumerReport, Entry, route
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.sharding import make_queue, shards_of
 
 if TYPE_CHECKING:
-    from scrapy import Spider
-
-    from scrapy_ha.store.items import Delivery
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = ["ConsumerReport", "Entry", "ItemConsumer", "Sink", "consume", "default_consumer"]
@@ -45,30 +41,6 @@ logger = logging.getLogger(__name__)
 #: Longest wait between two tries while Redis is unreachable (the workers' own cap,
 #: ``HA_RECONNECT_MAX_DELAY``'s default).
 RECONNECT_MAX_DELAY = 10.0
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One item of the stream as a sink gets it."""
-
-    #: the entry's id, unique in the crawl: ``<ms>-<seq>``, or ``<shard>:<ms>-<seq>`` for
-    #: shards 1 and up of a sharded crawl. A sink keys its writes by it.
-    id: str
-    #: the item as the worker's codec stored it (see :mod:`scrapy_ha.codec.items`)
-    data: bytes
-
-    def plain(self) -> Any:
-        """The item as plain JSON data (no class is built)."""
-        return plain_item(self.data)
-
-    def item(self, spider: Spider | None) -> Any:
-        """The item, its class built if *spider*'s process trusts it."""
-        return decode_item(self.data, spider)
-
-    @property
-    def committed_ms(self) -> int:
-        """When the worker's ack committed it (the Redis server's clock, ms)."""
-        return int(self.id.rpartition(":")[2].partition("-")[0])
 
 
 class Sink(Protocol):
@@ -95,17 +67,6 @@ class Sink(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass
-class ConsumerReport:
-    """What one run of a consumer did."""
-
-    consumed: int = 0  #: entries acknowledged after the sink committed them
-    recovered: int = 0  #: entries committed before a restart, acknowledged at start
-    claimed: int = 0  #: entries taken over from consumers that left them pending
-    batches: int = 0
-    errors: int = 0  #: batches the sink failed (delivered again)
-
-
 def default_consumer() -> str:
     """``host:pid``: a consumer of its own per process."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -117,11 +78,6 @@ def sink_consumer(sink: Sink) -> str:
     else :func:`default_consumer`."""
     own = getattr(sink, "consumer", None)
     return str(own) if own else default_consumer()
-
-
-def _route(entry_id: str) -> tuple[int, str]:
-    head, sep, tail = entry_id.partition(":")
-    return (int(head), tail) if sep else (0, entry_id)
 
 
 class ItemConsumer:
@@ -147,12 +103,10 @@ class ItemConsumer:
         self.claim_idle_ms = int(claim_idle * 1000)
         self.block_ms = int(block * 1000)
         self.report = ConsumerReport()
-        #: a batch failed, or a read's reply was lost: its entries wait among this
-        #: consumer's own (pending to it), read again (ID 0) before new ones
-        self._failed = False
-        #: per shard, the ids of a batch the sink committed and Redis did not acknowledge
-        #: (it went away meanwhile): acknowledged first when it answers, never written again
-        self._unacked: dict[int, list[str]] = {}
+        #: writes each batch, acknowledges what the sink committed; its ``failed``: a batch
+        #: failed, or a read's reply was lost: its entries wait among this consumer's own
+        #: (pending to it), read again before new ones
+        self.writer = BatchWriter(sink, self.streams, group, self.consumer, self.report)
 
     async def run(
         self, *, stop: asyncio.Event | None = None, exit_idle: float | None = None
@@ -164,9 +118,9 @@ class ItemConsumer:
         await self.join()
         recovered = await self.sink.open()
         try:
-            await self._acknowledge_recovered(recovered)
+            await self.acknowledge_recovered(recovered)
             for shard in range(len(self.streams)):
-                await self._drain_own(shard, stop)
+                await self._drain_own(shard, stop, restart=True)
             idle_since, delay = time.monotonic(), 0.0
             while not stop.is_set():
                 try:
@@ -175,7 +129,7 @@ class ItemConsumer:
                         if time.monotonic() - idle_since >= exit_idle and await self._ended():
                             break
                 except REDIS_DOWN_ERRORS as exc:  # a batch not acknowledged comes again
-                    self._failed = True  # a read whose reply was lost: its entries are ours
+                    self.writer.failed = True  # a read whose reply was lost: its entries are ours
                     delay = min(RECONNECT_MAX_DELAY, max(0.25, delay * 2))
                     logger.warning("Redis unreachable (%s); retrying in %.2f s", exc, delay)
                     await asyncio.sleep(delay)
@@ -204,28 +158,33 @@ class ItemConsumer:
             )
         return missed
 
-    async def _acknowledge_recovered(self, ids: list[str]) -> None:
+    async def acknowledge_recovered(self, ids: list[str]) -> None:
         by: dict[int, list[str]] = {}
         for entry_id in ids:
-            shard, local = _route(entry_id)
+            shard, local = route(entry_id)
             by.setdefault(shard, []).append(local)
         for shard, local_ids in by.items():
             acked, _ = await self.streams[shard].ack(self.group, local_ids)
             self.report.recovered += acked
 
-    async def _drain_own(self, shard: int, stop: asyncio.Event) -> None:
-        """What this consumer was delivered before it stopped, and did not acknowledge."""
+    async def _drain_own(self, shard: int, stop: asyncio.Event, *, restart: bool = False) -> None:
+        """What this consumer was delivered before and did not acknowledge, each entry
+        once (a suspect stays pending); with *restart* (what a consumer that died left),
+        one entry at a time, each single write counted (see :meth:`_single`)."""
+        after = "0"
         while not stop.is_set():
-            own = await self.streams[shard].read(self.group, self.consumer, self.batch, own=True)
+            stream = self.streams[shard]
+            own = await stream.read(self.group, self.consumer, self.batch, own=True, after=after)
             if not own:
                 return
-            await self._commit(shard, own)
+            after = own[-1].id
+            await self.writer.commit(shard, own, restart=restart)
 
     async def _round(self, stop: asyncio.Event) -> bool:
         """One pass over the streams; True if anything was committed."""
-        await self._acknowledge_committed()
-        if self._failed:
-            self._failed = False
+        await self.writer.acknowledge_committed()
+        if self.writer.failed or self.writer.suspects:
+            self.writer.failed = False
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop)
         worked = False
@@ -237,11 +196,11 @@ class ItemConsumer:
                 )
                 if taken:
                     self.report.claimed += len(taken)
-                    worked = await self._commit(shard, taken) or worked
+                    worked = await self.writer.commit(shard, taken, restart=True) or worked
             block = 0 if many or worked else self.block_ms
             fresh = await stream.read(self.group, self.consumer, self.batch, block_ms=block)
             if fresh:
-                worked = await self._commit(shard, fresh) or worked
+                worked = await self.writer.commit(shard, fresh) or worked
             if stop.is_set():
                 break
         if many and not worked and not stop.is_set():
@@ -251,38 +210,6 @@ class ItemConsumer:
             except TimeoutError:
                 pass
         return worked
-
-    async def _commit(self, shard: int, deliveries: list[Delivery]) -> bool:
-        """The sink commits the batch, then its entries are acknowledged; a sink that fails
-        leaves them pending (delivered again after a pause)."""
-        entries = [
-            Entry(d.id if shard == 0 else f"{shard}:{d.id}", d.data)
-            for d in deliveries
-            if d.data is not None  # deleted while pending: nothing to write
-        ]
-        try:
-            if entries:
-                await self.sink.write(entries)
-        except Exception:
-            self.report.errors += 1
-            self._failed = True
-            logger.exception(
-                "The sink failed a batch of %d item(s); they stay pending and are delivered again",
-                len(entries),
-            )
-            await asyncio.sleep(min(5.0, 0.5 * self.report.errors))
-            return False
-        self._unacked[shard] = [d.id for d in deliveries]
-        await self._acknowledge_committed()
-        self.report.batches += 1
-        return True
-
-    async def _acknowledge_committed(self) -> None:
-        """Acknowledge what the sink committed (kept if Redis fails meanwhile)."""
-        for shard, ids in list(self._unacked.items()):
-            acked, _ = await self.streams[shard].ack(self.group, ids)
-            self.report.consumed += acked
-            del self._unacked[shard]
 
     async def _ended(self) -> bool:
         """The crawl ran and ended (no live worker, nothing left to crawl: a crawl that has

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = [
+    "Aside",
     "Delivery",
     "GroupState",
     "ItemStream",
@@ -62,6 +63,8 @@ class GroupState:
     lag: int | None
     #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
     consumed: int = 0
+    #: entries it set aside (``items_aside:<group>``; ``--retry-aside`` does not lower it)
+    set_aside: int = 0
 
     @property
     def backlog(self) -> int:
@@ -93,6 +96,7 @@ class ItemStream:
         self.key = keys.items
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
+        self._aside = scripts.Registered(client, "items_aside")
 
     async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
         """Add items no page yielded (no lease fences them); return how many the stream
@@ -128,14 +132,22 @@ class ItemStream:
         return max(0, int(committed or 0) - int(length))
 
     async def read(
-        self, group: str, consumer: str, count: int, *, own: bool = False, block_ms: int = 0
+        self,
+        group: str,
+        consumer: str,
+        count: int,
+        *,
+        own: bool = False,
+        after: str = "0",
+        block_ms: int = 0,
     ) -> list[Delivery]:
         """Up to *count* entries for *consumer*: new ones, or with *own* those delivered
-        to it before and not acknowledged (after a restart of its sink)."""
+        to it before and not acknowledged (after a restart of its sink), from the first
+        after id *after*."""
         reply = await self.client.xreadgroup(
             group,
             consumer,
-            {self.key: "0" if own else ">"},
+            {self.key: after if own else ">"},
             count=count,
             block=None if own or not block_ms else block_ms,
         )
@@ -163,6 +175,89 @@ class ItemStream:
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
 
+    async def begin_single(self, group: str, entry_id: str) -> int:
+        """Count one more single write of *entry_id* begun by *group*'s consumers (kept
+        until :meth:`end_single`: a count left there is a consumer that died writing it);
+        return the count."""
+        return int(await self.client.hincrby(self.keys.items_tries, _try_field(group, entry_id)))
+
+    async def end_single(self, group: str, entry_id: str) -> None:
+        """The single write of *entry_id* returned (committed or raised): not a death."""
+        await self.client.hdel(self.keys.items_tries, _try_field(group, entry_id))
+
+    async def set_aside(self, group: str, consumer: str, entry_id: str, reason: str) -> int:
+        """Copy *entry_id* with *reason* to the set-aside stream and acknowledge it in
+        *group*, in one call (items_aside.lua); return 1 if set aside, 0 if it was not
+        pending in the group any more, -1 if it is pending to another consumer."""
+        keys = [self.key, self.keys.items_aside, self.keys.items_tries, *self.keys.stats_keys()]
+        args = [group, consumer, entry_id, reason_text(reason), _try_field(group, entry_id)]
+        done, _ = await self._aside(keys=keys, args=args)
+        return int(done)
+
+    async def aside(self, group: str) -> list[Aside]:
+        """The records *group* set aside in this stream, oldest first (fields as stored:
+        bytes; a record without one of them is kept as it is, for the operator)."""
+        rows = await self.client.xrange(self.keys.items_aside)
+        wanted = group.encode()
+        return [Aside(_s(rid), fields) for rid, fields in rows if _field(fields, "g") == wanted]
+
+    async def has_group(self, group: str) -> bool:
+        """Whether consumer group *group* reads this stream."""
+        if not await self.client.exists(self.key):
+            return False
+        infos = await self.client.xinfo_groups(self.key)
+        return any(_s(info["name"]) == group for info in infos)
+
+    async def drop_aside(self, record_id: str) -> int:
+        """Delete one set-aside record (once its entry is in the sink)."""
+        return int(await self.client.xdel(self.keys.items_aside, record_id))
+
+
+@dataclass(frozen=True)
+class Aside:
+    """One record of the set-aside stream: an entry a group's sink could not write."""
+
+    record_id: str
+    fields: dict[Any, Any]
+
+    @property
+    def entry_id(self) -> str | None:
+        value = _field(self.fields, "e")
+        return value.decode("utf-8", "replace") if value is not None else None
+
+    @property
+    def item(self) -> bytes | None:
+        """The item as the stream held it, byte for byte."""
+        return _field(self.fields, "i")
+
+    @property
+    def reason(self) -> str:
+        return (_field(self.fields, "r") or b"").decode("utf-8", "replace")
+
+    @property
+    def when_ms(self) -> int:
+        value = (_field(self.fields, "t") or b"").decode("ascii", "replace")
+        return int(value) if value.isdigit() else 0
+
+
+def _field(fields: dict[Any, Any], name: str) -> bytes | None:
+    value = fields.get(name.encode(), fields.get(name))
+    return value if isinstance(value, bytes) or value is None else str(value).encode()
+
+
+#: Longest reason kept with an entry set aside, in characters (a traceback's last lines).
+REASON_CHARS = 1000
+
+
+def reason_text(reason: str) -> bytes:
+    """*reason* as UTF-8 that any reader decodes: cut to :data:`REASON_CHARS` characters,
+    a lone surrogate escaped."""
+    return reason[:REASON_CHARS].encode("utf-8", "backslashreplace")
+
+
+def _try_field(group: str, entry_id: str) -> str:
+    return f"{entry_id} {group}"
+
 
 def state_reads(pipe: Any, keys: Keys) -> None:
     """Queue on *pipe* (of a sync or an asyncio client) the two reads of
@@ -178,6 +273,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
     for i in range(1, len(reply), 4):
         name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
         consumed = counts.get(f"items_consumed:{name}", "0")
+        aside = counts.get(f"items_aside:{name}", "0")
         groups.append(
             GroupState(
                 name,
@@ -185,6 +281,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
                 pending,
                 None if lag < 0 else lag,
                 int(consumed) if consumed.isdigit() else 0,
+                int(aside) if aside.isdigit() else 0,
             )
         )
     return StreamState(int(reply[0]), groups)
@@ -204,6 +301,7 @@ def merged(states: list[StreamState]) -> StreamState:
                     old.pending + g.pending,
                     lag,
                     old.consumed + g.consumed,
+                    old.set_aside + g.set_aside,
                 )
             groups[g.name] = g
     return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))

@@ -124,6 +124,7 @@ SCRIPTS = (
     "due",
     "items_ack",
     "items_add",
+    "items_aside",
     "items_state",
     "run",
     "revisit",
@@ -158,6 +159,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     DUE_LUA: str
     ITEMS_ACK_LUA: str
     ITEMS_ADD_LUA: str
+    ITEMS_ASIDE_LUA: str
     ITEMS_STATE_LUA: str
     RUN_LUA: str
     REVISIT_LUA: str

@@ -1,0 +1,89 @@
+"""``scrapy-ha items SPIDER --to SINK --aside`` and ``--retry-aside``: the entries a sink's
+group set aside (``ha:{S}:items_aside``, see :mod:`scrapy_ha.sinks.batches`), listed, and
+written to the sink once it (or the item) is fixed.
+
+``--retry-aside`` writes each record's item to the sink under its original entry id (an
+idempotent sink never stores it twice) and deletes the record only after the sink
+committed it. A record it cannot use is reported and kept, never deleted: the group no
+longer reads the stream, the record lacks its id or its item, or the sink left the item
+out (not an item it can read).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from scrapy_ha.sinks.batches import Entry, global_id
+from scrapy_ha.store.items import ItemStream
+from scrapy_ha.store.sharding import shards_of
+
+if TYPE_CHECKING:
+    from scrapy_ha.sinks.consumer import ItemConsumer, Sink
+    from scrapy_ha.store.items import Aside
+    from scrapy_ha.store.queue import RedisQueue
+
+__all__ = ["list_aside", "retry_aside"]
+
+
+def _streams(queue: RedisQueue) -> list[ItemStream]:
+    return [ItemStream(q.client, q.keys) for q in shards_of(queue)]
+
+
+def _when(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000)) if ms else "?"
+
+
+async def list_aside(queue: RedisQueue, group: str) -> int:
+    """Print what *group* set aside: id, when (UTC), reason."""
+    shown = 0
+    for shard, stream in enumerate(_streams(queue)):
+        for record in await stream.aside(group):
+            entry = record.entry_id
+            entry = global_id(shard, entry) if entry else f"? (record {record.record_id})"
+            print(f"{entry}  {_when(record.when_ms)}  {record.reason}")
+            shown += 1
+    print(f"{shown} entr{'y' if shown == 1 else 'ies'} set aside by group {group}")
+    return 0
+
+
+async def retry_aside(queue: RedisQueue, runner: ItemConsumer) -> int:
+    """Write *runner*'s group's set-aside entries to its sink; exit 1 if any is kept."""
+    sink, group = runner.sink, runner.group
+    await runner.acknowledge_recovered(await sink.open())
+    done = kept = 0
+    try:
+        for shard, stream in enumerate(_streams(queue)):
+            records = await stream.aside(group)
+            if records and not await stream.has_group(group):
+                print(f"group {group} no longer reads {stream.key}: {len(records)} kept")
+                kept += len(records)
+                continue
+            for record in records:
+                problem = await _retry_one(sink, stream, shard, record)
+                if problem:
+                    print(f"{record.entry_id or record.record_id}: {problem}: kept")
+                    kept += 1
+                else:
+                    done += 1
+    finally:
+        await sink.close()
+    print(f"{done} set-aside entr{'y' if done == 1 else 'ies'} written, {kept} kept")
+    return 1 if kept else 0
+
+
+async def _retry_one(sink: Sink, stream: ItemStream, shard: int, record: Aside) -> str | None:
+    """Write one record's item; delete the record once committed. What went wrong, else
+    None."""
+    entry_id, item = record.entry_id, record.item
+    if entry_id is None or item is None:
+        return "the record has no entry id or no item"
+    skipped = getattr(sink, "skipped", 0)
+    try:
+        await sink.write([Entry(global_id(shard, entry_id), item)])
+    except Exception as exc:
+        return f"the sink failed it ({type(exc).__name__}: {exc})"
+    if getattr(sink, "skipped", 0) != skipped:
+        return "the sink cannot read it as an item (left out)"
+    await stream.drop_aside(record.record_id)
+    return None
