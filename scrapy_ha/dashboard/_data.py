@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, unsharded
+from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, KeyNames, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
@@ -27,18 +27,25 @@ def _glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in "*?[]\\{}" else c for c in text)
 
 
-async def crawl_names(client: Any, prefix: str) -> list[str]:
-    """The spiders that have keys under *prefix* (``<prefix>:{<spider>}:*``)."""
+async def crawl_names(client: Any, prefix: str, texts: KeyNames | None = None) -> list[str]:
+    """The spiders that have keys under *prefix* (``<prefix>:{<spider>}:*``); a key name
+    that is not UTF-8 is skipped (*texts*: logged once for all its SCANs)."""
     head = f"{prefix}:{{"
     names: set[str] = set()
     sharded: set[str] = set()  # those with a shard count (``<prefix>:{<spider>}:shards``)
+    texts = texts or KeyNames(prefix)
+    texts.scan()
     async for key in client.scan_iter(match=_glob_escape(head) + "*", count=KEY_SCAN_COUNT):
-        rest = _s(key)[len(head) :]
+        text = texts.text(key)
+        if text is None:
+            continue
+        rest = text[len(head) :]
         end = rest.find("}:")
         if end > 0:
             names.add(rest[:end])
             if rest.endswith(SHARD_COUNT_TAIL) and len(rest) == end + len(SHARD_COUNT_TAIL):
                 sharded.add(rest[:end])
+    texts.log()
     return unsharded(names, sharded)  # a sharded crawl's shards are one crawl
 
 

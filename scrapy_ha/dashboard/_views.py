@@ -76,7 +76,7 @@ async def overview_rows(request: Request) -> tuple[list[Summary], dict[str, str]
     ``<key> holds a <type>``): one such crawl costs itself alone."""
     client, prefix = request.app.state.client, request.app.state.prefix
     crawls, unreadable = [], {}
-    for spider in await crawl_names(client, prefix):
+    for spider in await crawl_names(client, prefix, request.app.state.key_names):
         try:
             crawls.append(await _overview_row(request, spider))
         except UNREADABLE as exc:

@@ -39,6 +39,7 @@ from scrapy_ha.dashboard._views import (
     table_page,
     window_of,
 )
+from scrapy_ha.ops.crawls import KeyNames
 from scrapy_ha.ops.labels import CLASSES
 from scrapy_ha.ops.unreadable import CrawlUnreadable
 from scrapy_ha.verdict import RETRY_CLASSES
@@ -77,6 +78,7 @@ def create_app(
     app.state.csrf_secret = _guard.new_secret()
     app.state.templates = setup_templates(Jinja2Templates(directory=str(HERE / "templates")))
     app.state.login_throttle = LoginThrottle()
+    app.state.key_names = KeyNames(prefix)  # a key name that is not UTF-8: logged once
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.middleware("http")(_guard_request)
     app.exception_handler(CrawlUnreadable)(_unreadable)

@@ -4,14 +4,16 @@ for ``scrapy-ha metrics`` and the dashboard."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
-from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, raise_first
+from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, raise_first, unforeseen
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom_state import BloomState, bloom_state
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_keys
@@ -19,6 +21,8 @@ from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+logger = logging.getLogger(__name__)
 
 #: Keys a SCAN step asks for: few round trips on a big database, and each step still takes
 #: Redis only a few milliseconds.
@@ -105,13 +109,53 @@ def _glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in "\\*?[]" else c for c in text)
 
 
-def discover(client: Any, prefix: str) -> list[str]:
-    """The spiders of every crawl under *prefix* (one SCAN of the key space), sorted."""
+class KeyNames:
+    """Key names as text, for the SCANs that find crawls: a name that is not UTF-8 (no
+    scrapy-ha key: another program's) is skipped and counted, and logged the first time
+    one is (an exporter or a dashboard keeps one of these: not on every scrape or page),
+    so that it never fails the read of every crawl."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.skipped: list[bytes] = []
+        self.logged = False
+
+    def scan(self) -> None:
+        """Start a new SCAN: nothing skipped yet."""
+        self.skipped = []
+
+    def text(self, raw: Any) -> str | None:
+        """*raw* as text; None (and counted) when it is not UTF-8."""
+        try:
+            return _text(raw)
+        except UnicodeDecodeError:
+            self.skipped.append(raw)
+            return None
+
+    def log(self) -> None:
+        """Say what the SCAN skipped, the first time one skipped any."""
+        if not self.skipped or self.logged:
+            return
+        self.logged = True
+        logger.warning(
+            "skipped %d key name(s) under %s: that are not UTF-8 (no crawl of scrapy-ha has "
+            "one; another program's?), the first %r: every other crawl is read as before",
+            len(self.skipped),
+            self.prefix,
+            self.skipped[0],
+        )
+
+
+def discover(client: Any, prefix: str, names: KeyNames | None = None) -> list[str]:
+    """The spiders of every crawl under *prefix* (one SCAN of the key space), sorted; a
+    key name that is not UTF-8 is skipped (*names*: logged once for all its SCANs)."""
     head = f"{prefix}:{{"
     spiders, sharded = set(), set()
+    names = names or KeyNames(prefix)
+    names.scan()
     for raw in client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
-        key = _text(raw)
-        if not key.startswith(head):  # SCAN's MATCH is a glob: checked again, as text
+        key = names.text(raw)
+        if key is None or not key.startswith(head):  # SCAN's MATCH is a glob: checked again
             continue
         for name in CRAWL_KEYS:
             tail = f"}}:{name}"
@@ -119,6 +163,7 @@ def discover(client: Any, prefix: str) -> list[str]:
                 spiders.add(key[len(head) : -len(tail)])
         if key.endswith(SHARD_COUNT_TAIL):
             sharded.add(key[len(head) : -len(SHARD_COUNT_TAIL)])
+    names.log()
     return unsharded(spiders | sharded, sharded)
 
 
@@ -172,14 +217,27 @@ def read_every_crawl(client: Any, prefix: str, spiders: Iterable[str]) -> Readin
     reading = Reading()
     for i, spider in enumerate(spiders):
         mine = replies[PER_CRAWL * i : PER_CRAWL * (i + 1)]
-        try:
-            numbers = _crawl_numbers(client, prefix, spider, mine)
-        except UNREADABLE as exc:
-            reading.unreadable[spider] = explain_sync(client, prefix, spider, exc).reason
-            continue
-        if numbers.held:
+        numbers = _one_crawl(client, prefix, spider, mine, reading)
+        if numbers is not None and numbers.held:
             reading.crawls.append(numbers)
     return reading
+
+
+def _one_crawl(
+    client: Any, prefix: str, spider: str, replies: list[Any], reading: Reading
+) -> CrawlNumbers | None:
+    """The numbers of one crawl, or None with the reason it cannot be read in *reading*:
+    anything but Redis being down costs that crawl alone (an error no reader foresaw is
+    named with its type, and logged with its traceback)."""
+    try:
+        return _crawl_numbers(client, prefix, spider, replies)
+    except UNREADABLE as exc:
+        reading.unreadable[spider] = explain_sync(client, prefix, spider, exc).reason
+    except REDIS_DOWN_ERRORS:
+        raise
+    except Exception as exc:
+        reading.unreadable[spider] = unforeseen(spider, exc)
+    return None
 
 
 def _crawl_numbers(client: Any, prefix: str, spider: str, replies: list[Any]) -> CrawlNumbers:

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.ops.crawls import CrawlNumbers, discover, read_crawls, read_every_crawl
+from scrapy_ha.ops.crawls import (
+    CrawlNumbers,
+    KeyNames,
+    discover,
+    read_crawls,
+    read_every_crawl,
+)
 from scrapy_ha.ops.revisits import revisit_metrics
 
 if TYPE_CHECKING:
@@ -64,6 +70,7 @@ class CrawlCollector:
         self._found_at = float("-inf")
         self._up = True  # logged when it changes, not on every scrape
         self._unreadable: dict[str, str] = {}  # the same, crawl by crawl
+        self._names = KeyNames(prefix)  # a key name that is not UTF-8: logged once
 
     def describe(self) -> list[Metric]:
         """Nothing: the metrics depend on what Redis holds, so registering reads nothing."""
@@ -128,7 +135,7 @@ class CrawlCollector:
     def _crawls(self) -> list[str]:
         with self._lock:
             if time.monotonic() - self._found_at > self.discovery_ttl:
-                self._spiders = discover(self.client, self.prefix)
+                self._spiders = discover(self.client, self.prefix, self._names)
                 self._found_at = time.monotonic()
             return list(self._spiders)
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.continuous import INTERVAL_BUCKETS
 from scrapy_ha.keys import Keys
-from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync
+from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, unforeseen
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -199,6 +200,11 @@ def revisit_metrics(client: Any, prefix: str, reading: Reading) -> list[Any]:
             numbers = read_revisits_sync(client, Keys(prefix, c.spider), c.stats.now_ms)
         except UNREADABLE as exc:
             reading.unreadable[c.spider] = explain_sync(client, prefix, c.spider, exc).reason
+            continue
+        except REDIS_DOWN_ERRORS:
+            raise
+        except Exception as exc:
+            reading.unreadable[c.spider] = unforeseen(c.spider, exc)
             continue
         urls.add_metric([c.spider], numbers.revisited)
         due.add_metric([c.spider], numbers.due_soon)

@@ -10,8 +10,16 @@ while every other crawl reads as before. Workers set such a key aside themselves
 
 from __future__ import annotations
 
-__all__ = ["UNREADABLE", "CrawlUnreadable", "explain", "explain_sync", "raise_first"]
+__all__ = [
+    "UNREADABLE",
+    "CrawlUnreadable",
+    "explain",
+    "explain_sync",
+    "raise_first",
+    "unforeseen",
+]
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
@@ -21,6 +29,8 @@ from scrapy_ha.store.sharding import layout_keys
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+logger = logging.getLogger(__name__)
 
 
 class CrawlUnreadable(Exception):
@@ -43,6 +53,14 @@ UNREADABLE: tuple[type[Exception], ...] = (
     ValueError,
     TypeError,
 )
+
+
+def unforeseen(spider: str, error: Exception) -> str:
+    """Why crawl *spider* could not be read when reading it raised an error no reader
+    foresaw (logged with its traceback at DEBUG): its type and message. The caller leaves
+    that crawl alone out, and lets Redis being down (it concerns every crawl) through."""
+    logger.debug("cannot read the crawl %s", spider, exc_info=error)
+    return f"cannot read the crawl {spider}: {type(error).__name__}: {error}"
 
 
 def raise_first(replies: Iterable[Any]) -> None:
