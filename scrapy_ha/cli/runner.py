@@ -30,6 +30,7 @@ from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
+from scrapy_ha.store.bloom import BloomMetaError
 from scrapy_ha.store.claims import claim_kind, crawl_dupefilter
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
@@ -103,29 +104,42 @@ async def _run(args: argparse.Namespace) -> int:
         refuse_unaware(queue, func.__name__, _words(args))
         if args.spider and not await _there_or_made(queue, args, url):
             return 1
-        if func.__name__ == "push":  # the first writer of a crawl stores its shard count
-            await check_shard_count(queue)
-            memory, ttl = await crawl_dupefilter(
-                queue, MemoryConfig.from_settings(config), dupefilter_ttl(config)
-            )
-            fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
-            await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
-            args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
-            args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
-        return await _on_crawl(func, queue, args)
+        return await _on_crawl(func, queue, args, config)
     finally:
         await client.aclose()
 
 
-async def _on_crawl(func: Command, queue: RedisQueue, args: argparse.Namespace) -> int:
+async def _on_crawl(
+    func: Command, queue: RedisQueue, args: argparse.Namespace, config: Settings
+) -> int:
     """Run *func*; a key of the crawl of another type than scrapy-ha writes is named
-    (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback."""
+    (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback, and so is a
+    Bloom filter's meta hash scrapy-ha cannot have written."""
     try:
+        if func.__name__ == "push":
+            await _prepare_push(queue, args, config)
         return await func(queue, args)
-    except redis.exceptions.ResponseError as exc:
-        if "WRONGTYPE" not in str(exc) or not args.spider:
+    except (redis.exceptions.ResponseError, BloomMetaError) as exc:
+        if not args.spider or not _unreadable(exc):
             raise
         raise await explain(queue.client, queue.keys.prefix, args.spider, exc) from None
+
+
+def _unreadable(exc: Exception) -> bool:
+    return isinstance(exc, BloomMetaError) or "WRONGTYPE" in str(exc)
+
+
+async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: Settings) -> None:
+    """The first writer of a crawl stores its shard count; ``push`` takes the crawl's
+    dupefilter (its claim's kind) and claims it if the crawl has none."""
+    await check_shard_count(queue)
+    memory, ttl = await crawl_dupefilter(
+        queue, MemoryConfig.from_settings(config), dupefilter_ttl(config)
+    )
+    fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
+    await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
+    args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
+    args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
 
 
 #: How a refused operator's command ends: never `flush` (it would delete the crawl).

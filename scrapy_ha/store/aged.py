@@ -28,6 +28,8 @@ from scrapy_ha.store.bloom import (
     MAX_PART_BYTES,
     Dupefilter,
     bloom_k,
+    meta_count,
+    meta_layout,
 )
 
 if TYPE_CHECKING:
@@ -91,8 +93,8 @@ class AgedBloom(Dupefilter):
         """The slices a meta hash describes (read with HGETALL, decoded); None if not such."""
         if "period" not in meta or "capacity" not in meta:
             return None
-        capacity, k, part = int(meta["capacity"]), int(meta["k"]), int(meta["part"])
-        ttl_ms = int(meta["period"]) * SEEN_SLICES
+        capacity, k, part = meta_layout(meta)
+        ttl_ms = meta_count(meta, "period", low=1) * SEEN_SLICES
         return cls(capacity, float(meta.get("error", 0.5)), ttl_ms, k, part)
 
     def key(self, keys: Keys) -> str:

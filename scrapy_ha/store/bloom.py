@@ -35,6 +35,7 @@ __all__ = [
     "BLOOM_FINGERPRINT_BYTES",
     "MAX_PART_BYTES",
     "BloomFilter",
+    "BloomMetaError",
     "Dupefilter",
     "DupefilterRefused",
     "ExactSet",
@@ -43,6 +44,9 @@ __all__ = [
     "filter_keys",
     "filter_metas",
     "layer_sizes",
+    "meta_count",
+    "meta_layers",
+    "meta_layout",
     "seen_call",
     "slice_keys",
 ]
@@ -69,6 +73,53 @@ LAYOUT_ERROR = re.compile(r"BLOOMLAYOUT (\d+) (\d+) (\d+) (\d+)")
 KIND_ERROR = re.compile(r"SEENKIND \S+: (.*)")
 
 
+#: The most layers a filter may have: layer i holds capacity * 2^i URLs, so the 64th would
+#: hold more than any Redis could (a larger count in a meta hash is no filter's).
+MAX_LAYERS = 64
+#: The fields of a filter's meta hash that give its layout, each a whole number from 1.
+LAYOUT_FIELDS = ("capacity", "k", "part")
+
+
+class BloomMetaError(ValueError):
+    """A Bloom filter's meta hash (``ha:{S}:bloom``) scrapy-ha cannot have written: a
+    layout field missing, not a whole number, or 0 (a part of 0 bytes would never end a
+    layer). The operator's tools treat it as any unreadable state of a crawl: the
+    exporter's ``scrapy_ha_crawl_read_error 1``, the dashboard's reason, a command's
+    ``error:`` and exit code 2."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            f"unreadable Bloom filter meta: {why} (the hash ha:{{S}}:bloom holds whole numbers "
+            "capacity, k and part from 1): restore or delete it"
+        )
+
+
+def meta_count(meta: dict[str, str], name: str, *, low: int = 0, high: int | None = None) -> int:
+    """Field *name* of a filter's meta hash (decoded), a whole number from *low* to *high*;
+    a BloomMetaError that names it if it is not."""
+    text = meta.get(name)
+    if text is None:
+        raise BloomMetaError(f"no field {name!r}")
+    if not (text.isascii() and text.isdecimal()) or int(text) < low:
+        raise BloomMetaError(f"{name} is {text!r}, not a whole number of {low} or more")
+    if high is not None and int(text) > high:
+        raise BloomMetaError(f"{name} is {text}, more than {high}")
+    return int(text)
+
+
+def meta_layout(meta: dict[str, str]) -> tuple[int, int, int]:
+    """(capacity, k, part) of a filter's meta hash (decoded), checked (:class:`BloomMetaError`)."""
+    capacity, k, part = (meta_count(meta, name, low=1) for name in LAYOUT_FIELDS)
+    return capacity, k, part
+
+
+def meta_layers(meta: dict[str, str], name: str) -> int:
+    """A count of layers in a filter's meta hash (``layers``, or a slice's ``l<i>``): 0 when
+    absent, at most MAX_LAYERS (a BloomMetaError beyond: no loop over a number no filter
+    has)."""
+    return meta_count(meta, name, high=MAX_LAYERS) if name in meta else 0
+
+
 def bloom_k(error_rate: float) -> int:
     """Bit positions per URL of the first layer: the least k whose layers all together err
     at most *error_rate* (layer i errs 2^-(k+i) at capacity: the sum stays below 2^-(k-1))."""
@@ -89,7 +140,10 @@ def _fitted(rest: int) -> int:
 
 
 def layer_sizes(capacity: int, k: int, part: int, layer: int) -> list[int]:
-    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``lib/bloom.lua``)."""
+    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``lib/bloom.lua``); a
+    BloomMetaError for a layout no filter has (a part of 0 bytes would never end)."""
+    if min(capacity, k, part) < 1 or not 0 <= layer <= MAX_LAYERS:
+        raise BloomMetaError(f"capacity {capacity}, k {k}, part {part}, layer {layer}")
     bits = math.ceil(capacity * 2**layer * (k + layer) * INV_LN2)
     total = rest = -(-bits // 8)
     sizes = []
@@ -205,8 +259,8 @@ class BloomFilter(Dupefilter):
         """Take the layout of a filter read from Redis (its meta hash); False if none."""
         if "capacity" not in meta:
             return False
-        self.capacity, self.k = int(meta["capacity"]), int(meta["k"])
-        self.part, self.layers = int(meta["part"]), int(meta.get("layers", 0))
+        self.capacity, self.k, self.part = meta_layout(meta)
+        self.layers = meta_layers(meta, "layers")
         self.error_rate = float(meta.get("error", self.error_rate))
         return True
 
@@ -295,10 +349,10 @@ async def filter_metas(client: Any, keys: Keys) -> tuple[dict[Any, Any], dict[An
 
 def slice_keys(keys: Keys, meta: dict[str, str]) -> list[str]:
     """The bitmaps of every layer of each time slice a meta hash (decoded) holds."""
-    capacity, k, part = int(meta["capacity"]), int(meta["k"]), int(meta["part"])
+    capacity, k, part = meta_layout(meta)
     names = []
     for i in range(SEEN_SLICES + 1):
-        for j in range(int(meta.get(f"l{i}", 0))):
+        for j in range(meta_layers(meta, f"l{i}")):
             parts = len(layer_sizes(capacity, k, part, j))
             names += [f"{keys.bloom}:s{i}:{j}:{p}" for p in range(parts)]
     return names

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_ha.keys import SEEN_SLICES
-from scrapy_ha.store.bloom import _s, layer_sizes
+from scrapy_ha.store.bloom import _s, layer_sizes, meta_count, meta_layers, meta_layout
 
 __all__ = ["BloomState", "bloom_state"]
 
@@ -62,15 +62,16 @@ class BloomState:
 
 def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
     """The filter a meta hash (read with HGETALL) describes; None when it is not one. Time
-    slices are those a check reads at *now_ms* (the server's time; 0: every slot held)."""
+    slices are those a check reads at *now_ms* (the server's time; 0: every slot held). A
+    hash scrapy-ha cannot have written raises :class:`~scrapy_ha.store.bloom.BloomMetaError`."""
     fields = {_s(k): _s(v) for k, v in meta.items()}
     if "capacity" not in fields:
         return None
-    capacity, k, part = int(fields["capacity"]), int(fields["k"]), int(fields["part"])
+    capacity, k, part = meta_layout(fields)
     asked, fp = float(fields.get("error", 0.0)), float(fields.get("fp", 0.0))
     if "period" in fields:
         return _slices_state(fields, capacity, k, part, now_ms)
-    layers = int(fields.get("layers", 0))
+    layers = meta_layers(fields, "layers")
     return BloomState(
         capacity,
         k,
@@ -88,7 +89,7 @@ def _slices_state(
     live = [i for i in range(SEEN_SLICES + 1) if f"s{i}" in fields]
     if now_ms:
         live = _unexpired(fields, live, now_ms)
-    layers = [(i, j) for i in live for j in range(int(fields.get(f"l{i}", 0)))]
+    layers = [(i, j) for i in live for j in range(meta_layers(fields, f"l{i}"))]
     return BloomState(
         capacity,
         k,
@@ -106,7 +107,7 @@ def _unexpired(fields: dict[str, str], live: list[int], now_ms: int) -> list[int
     or where the next newer one starts if that is sooner, and one that ended a TTL ago (8
     periods: the TTL less its remainder, a few ms) is no longer read, though it is held
     until the next write drops it (``lua/lib/aged.lua``: aged_order, aged_newest)."""
-    period = int(fields["period"])
+    period = meta_count(fields, "period", low=1)
     newest_first = sorted(live, key=lambda i: int(fields[f"s{i}"]), reverse=True)
     kept, newer = [], 0
     for i in newest_first:
