@@ -304,7 +304,7 @@ def route(entry_id: str) -> tuple[int, str]:
     """The shard and the id in it of an id as workers and commands show it
     (:func:`~scrapy_ha.store.shard_sync.outside`: ``<shard>:<id>`` beyond shard 0)."""
     shard, sep, local = entry_id.partition(":")
-    return (int(shard), local) if sep and shard.isdigit() else (0, entry_id)
+    return (int(shard), local) if sep and shard.isascii() and shard.isdecimal() else (0, entry_id)
 
 
 class ShardedTables:

@@ -184,7 +184,7 @@ def unsharded(tags: Iterable[str], sharded: Iterable[str] = ()) -> list[str]:
 
 def _is_shard(tag: str, sharded: set[str]) -> bool:
     crawl, _, shard = tag.rpartition(":")
-    return crawl in sharded and shard.isdigit()
+    return crawl in sharded and shard.isascii() and shard.isdecimal()
 
 
 @dataclass

