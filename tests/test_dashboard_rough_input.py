@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests.test_dashboard_actions import _drive, dead_ids, dead_letters
+from tests.test_dashboard_actions import _drive, confirm_form, dead_ids, dead_letters
+from tests.test_dashboard_api import dashboard, form_token, seed_dead
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -29,3 +30,19 @@ async def test_a_shard_written_in_unicode_digits_is_no_shard_not_a_500(redis_url
         assert dead_ids(http, "wide") == before
 
     await asyncio.to_thread(_drive, redis_url, check)
+
+
+def test_an_id_holding_a_space_is_refused_before_its_confirmation(redis_client):
+    seed_dead(redis_client, 2, spider="few")
+    redis_client.zadd("ha:{few}:dead", {"0 1": 1_700_000_000_100})  # written by hand
+    kw = redis_client.connection_pool.connection_kwargs
+    with dashboard(f"redis://{kw['host']}:{kw['port']}/{kw['db']}") as http:
+        csrf = form_token(http.get("/crawls/few/dead").text)
+        asked = http.post("/crawls/few/actions/purge", data={"csrf": csrf, "ids": ["0 1"]})
+        assert asked.status_code == 400 and "holds whitespace" in asked.text, asked.text
+        every = http.post("/crawls/few/actions/purge", data={"csrf": csrf, "scope": "filter"})
+        assert every.status_code == 400 and "'0 1'" in every.text
+        assert redis_client.zcard("ha:{few}:dead") == 3  # nothing purged, "0" and "1" kept
+        fine = http.post("/crawls/few/actions/purge", data={"csrf": csrf, "ids": ["1"]})
+        done = http.post("/crawls/few/actions/purge", data=confirm_form(fine.text))
+        assert "Purged 1 of 1 entry." in done.text, done.text
