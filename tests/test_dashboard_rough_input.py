@@ -46,3 +46,11 @@ def test_an_id_holding_a_space_is_refused_before_its_confirmation(redis_client):
         fine = http.post("/crawls/few/actions/purge", data={"csrf": csrf, "ids": ["1"]})
         done = http.post("/crawls/few/actions/purge", data=confirm_form(fine.text))
         assert "Purged 1 of 1 entry." in done.text, done.text
+
+
+def test_a_page_size_of_0_reads_one_row(redis_client):
+    seed_dead(redis_client, 3, spider="few")
+    kw = redis_client.connection_pool.connection_kwargs
+    with dashboard(f"redis://{kw['host']}:{kw['port']}/{kw['db']}") as http:
+        page = http.get("/api/crawls/few/dead", params={"size": 0}).json()
+        assert [e["id"] for e in page["entries"]] == ["2"], page

@@ -238,7 +238,8 @@ async def table_page(request: Request, spider: str, table: str) -> tuple[Filter,
     q = request.query_params
     flt = await filter_from(request, q)
     # 1 to MAX_PAGE_SIZE rows: a size below 1 read nothing and gave a cursor that never moved
-    size = max(1, min(int_param("size", q.get("size")) or PAGE_SIZE, MAX_PAGE_SIZE))
+    asked = int_param("size", q.get("size"))
+    size = max(1, min(PAGE_SIZE if asked is None else asked, MAX_PAGE_SIZE))
     cursor = q.get("cursor") or None
     try:
         page = await tables.page(table, flt, cursor=cursor, size=size, newest_first=TABLES[table])
