@@ -5,12 +5,14 @@ Each is answered with a 4xx that says why, never a 500. A real redis-server, the
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import redis
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests.test_dashboard_actions import _drive, confirm_form, dead_ids, dead_letters
 from tests.test_dashboard_api import dashboard, form_token, seed_dead
+from tests.test_unreadable_crawl import SHARD_HELD, broken_crawls
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -54,3 +56,25 @@ def test_a_page_size_of_0_reads_one_row(redis_client):
     with dashboard(f"redis://{kw['host']}:{kw['port']}/{kw['db']}") as http:
         page = http.get("/api/crawls/few/dead", params={"size": 0}).json()
         assert [e["id"] for e in page["entries"]] == ["2"], page
+
+
+@deferred_f_from_coro_f
+async def test_the_table_entry_and_action_of_an_unreadable_crawl_name_the_key(redis_url):
+    await broken_crawls(redis_url)  # ha:{wide:1}:dead holds a string
+
+    def check(http: TestClient) -> None:
+        csrf = form_token(http.get("/crawls/live").text)
+        answers: list[Any] = [
+            http.get("/crawls/wide/dead"),
+            http.get("/api/crawls/wide/dead"),
+            http.get("/api/crawls/wide/dead/1:1"),
+            http.get("/crawls/wide"),
+            http.post("/api/crawls/wide/actions/purge", json={"filter": {}}),
+            http.post("/crawls/wide/actions/purge", data={"csrf": csrf, "scope": "filter"}),
+        ]
+        for answer in answers:
+            assert answer.status_code == 409, (answer.request.url, answer.text)
+            assert SHARD_HELD in answer.text
+
+    await asyncio.to_thread(_drive, redis_url, check)
+    assert redis.Redis.from_url(redis_url).get("ha:{wide:1}:dead") == b"x"

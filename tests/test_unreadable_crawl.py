@@ -94,10 +94,10 @@ async def test_the_dashboard_lists_the_unreadable_crawl_apart(redis_url):
             page = http.get("/")
             assert page.status_code == 200 and "ha:{other}:stats holds a string" in page.text
             one = http.get("/api/crawls/other")
-            assert one.status_code == 500 and STATS_HELD in one.json()["error"]
+            assert one.status_code == 409 and STATS_HELD in one.json()["error"]
             for spider, held in (("other", STATS_HELD), ("wide", SHARD_HELD)):
                 page = http.get(f"/crawls/{spider}")
-                assert page.status_code == 500 and held in page.text
+                assert page.status_code == 409 and held in page.text
             assert http.get("/api/crawls/live").status_code == 200
 
     await asyncio.to_thread(check)

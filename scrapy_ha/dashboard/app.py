@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import (
     HTMLResponse,
@@ -41,7 +42,7 @@ from scrapy_ha.dashboard._views import (
 )
 from scrapy_ha.ops.crawls import KeyNames
 from scrapy_ha.ops.labels import CLASSES
-from scrapy_ha.ops.unreadable import CrawlUnreadable
+from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
 from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def create_app(
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.middleware("http")(_guard_request)
     app.exception_handler(CrawlUnreadable)(_unreadable)
+    app.exception_handler(redis.exceptions.ResponseError)(_wrong_type)
     _routes(app)
     return app
 
@@ -128,11 +130,27 @@ def _refuse_post(request: Request) -> Response | None:
 
 
 async def _unreadable(request: Request, exc: Exception) -> Response:
-    """A crawl that cannot be read (a key of another type): a 500 that names the key."""
+    """A crawl that cannot be read (a key of another type): a 409 that names the key (the
+    state in Redis is at fault, not the dashboard)."""
     error = f"cannot read the crawl: {exc}"
     if request.url.path.startswith("/api/"):
-        return JSONResponse({"error": error}, 500)
-    return PlainTextResponse(f"error: {error}\n", 500)
+        return JSONResponse({"error": error}, UNREADABLE_STATUS)
+    return PlainTextResponse(f"error: {error}\n", UNREADABLE_STATUS)
+
+
+#: The answer of a page or an action on a crawl that cannot be read: 409 Conflict, the
+#: state in Redis conflicts with what scrapy-ha writes (the reason names the key).
+UNREADABLE_STATUS = 409
+
+
+async def _wrong_type(request: Request, exc: Exception) -> Response:
+    """Redis's WRONGTYPE out of any page or action of a crawl (a table, an entry, an
+    action): explained as :func:`_unreadable` does, naming the key."""
+    spider = request.path_params.get("spider")
+    if "WRONGTYPE" not in str(exc) or not spider:
+        raise exc
+    client, prefix = request.app.state.client, request.app.state.prefix
+    return await _unreadable(request, await explain(client, prefix, spider, exc))
 
 
 def _authorised(request: Request, token: str) -> bool:
