@@ -99,30 +99,31 @@ async def _run(args: argparse.Namespace) -> int:
         ) from None
     try:
         await reachable(client, url)
-        func: Command = args.func.load()
-        queue = await crawl_queue(client, prefix, args.spider, _shards_given(args, config))
-        refuse_unaware(queue, func.__name__, _words(args))
-        if args.spider and not await _there_or_made(queue, args, url):
-            return 1
-        return await _on_crawl(func, queue, args, config)
+        return await _on_crawl(client, prefix, args, config, url)
     finally:
         await client.aclose()
 
 
 async def _on_crawl(
-    func: Command, queue: RedisQueue, args: argparse.Namespace, config: Settings
+    client: Any, prefix: str, args: argparse.Namespace, config: Settings, url: str
 ) -> int:
-    """Run *func*; a key of the crawl of another type than scrapy-ha writes is named
-    (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback, and so is a
-    Bloom filter's meta hash scrapy-ha cannot have written."""
+    """Run the command on its crawl; a key of the crawl of another type than scrapy-ha
+    writes is named (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback,
+    from the first read of the crawl (its shard count) on, and so is a Bloom filter's meta
+    hash scrapy-ha cannot have written."""
+    func: Command = args.func.load()
     try:
+        queue = await crawl_queue(client, prefix, args.spider, _shards_given(args, config))
+        refuse_unaware(queue, func.__name__, _words(args))
+        if args.spider and not await _there_or_made(queue, args, url):
+            return 1
         if func.__name__ == "push":
             await _prepare_push(queue, args, config)
         return await func(queue, args)
     except (redis.exceptions.ResponseError, BloomMetaError) as exc:
         if not args.spider or not _unreadable(exc):
             raise
-        raise await explain(queue.client, queue.keys.prefix, args.spider, exc) from None
+        raise await explain(client, prefix, args.spider, exc) from None
 
 
 def _unreadable(exc: Exception) -> bool:
@@ -172,6 +173,12 @@ async def reachable(client: Any, url: str) -> None:
         raise RedisUnavailable(
             f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
             f"({_sentence(exc, url)}): is redis-server running there? Give its address with "
+            f"--redis-url or ${REDIS_URL_ENV}"
+        ) from None
+    except redis.exceptions.NoPermissionError as exc:  # the ACL denies the user SELECT or PING
+        raise RedisUnavailable(
+            f"Redis at {url} refused a command to the user of the URL ({_sentence(exc, url)}): "
+            f"give a user its ACL allows (ACL SETUSER ... +@all, or the commands named) in "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
     except (

@@ -81,6 +81,7 @@ def _expected(keys: Iterable[Keys]) -> dict[str, str]:
     for k in keys:
         types |= k.types()
         types[k.shard_count] = "string"
+        types[k.filter_kind] = "string"
     return types
 
 

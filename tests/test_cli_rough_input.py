@@ -1,0 +1,45 @@
+"""What the ``scrapy-ha`` commands are given that they must refuse with a sentence, never a
+traceback or a loop: a crawl key of the wrong type read first, a user the ACL denies PING,
+``status --watch nan``; and ``dashboard --port 0`` says the port it got. The console
+script in a subprocess, a real redis-server."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from tests.test_cli import scrapy_ha
+
+
+@pytest.mark.parametrize(
+    ("key", "command"),
+    [
+        ("ha:{books}:shards", ["status", "books"]),
+        ("ha:{books}:shards", ["push", "books", "https://a.example/"]),
+        ("ha:{books}:filter", ["push", "books", "https://a.example/"]),
+    ],
+)
+def test_a_crawl_key_of_the_wrong_type_read_first_is_named(redis_url, redis_client, key, command):
+    redis_client.hset("ha:{books}:stats", "acked", 1)
+    redis_client.hset(key, "x", 1)
+    done = scrapy_ha("--redis-url", redis_url, *command)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {key} holds a hash (scrapy-ha keeps a string there)")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_user_the_acl_denies_ping_is_named_not_the_database(redis_url, redis_client):
+    user = "ops3-no-ping"
+    acl = ("on", ">s3cret", "~*", "&*", "+@all", "-ping")
+    redis_client.execute_command("ACL", "SETUSER", user, *acl)
+    try:
+        parts = urlsplit(redis_url)
+        url = urlunsplit(parts._replace(netloc=f"{user}:s3cret@{parts.netloc}"))
+        done = scrapy_ha("--redis-url", url, "status", "books")
+    finally:
+        redis_client.execute_command("ACL", "DELUSER", user)
+    assert done.returncode == 2, done.stderr
+    assert "refused a command to the user of the URL (NoPermissionError" in done.stderr
+    assert "database" not in done.stderr and "s3cret" not in done.stderr
+    assert "Traceback" not in done.stderr
