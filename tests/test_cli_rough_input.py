@@ -43,3 +43,13 @@ def test_a_user_the_acl_denies_ping_is_named_not_the_database(redis_url, redis_c
     assert "refused a command to the user of the URL (NoPermissionError" in done.stderr
     assert "database" not in done.stderr and "s3cret" not in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("watch", ["nan", "inf", "-1"])
+def test_status_watch_refuses_a_refresh_that_is_not_a_positive_finite_number(
+    redis_url, redis_client, watch
+):
+    redis_client.hset("ha:{books}:stats", "acked", 1)
+    done = scrapy_ha("--redis-url", redis_url, "status", "books", "--watch", watch)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: --watch {watch}: the refresh must be a positive")

@@ -14,6 +14,7 @@ __all__ = ["status"]
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
@@ -58,9 +59,10 @@ HOME, CLEAR_LINE, CLEAR_BELOW, CLEAR_SCREEN = "\x1b[H", "\x1b[K", "\x1b[J", "\x1
 
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """States, totals, retries and dead letters per class, rates, an ETA, top domains."""
-    if args.watch is not None and args.watch <= 0:
+    if args.watch is not None and not 0 < args.watch < math.inf:  # nan compares false
         print(
-            f"--watch {args.watch:g}: the refresh must be a positive number of seconds",
+            f"error: --watch {args.watch:g}: the refresh must be a positive, finite number "
+            "of seconds",
             file=sys.stderr,
         )
         return 2
