@@ -5,11 +5,16 @@ script in a subprocess, a real redis-server."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from urllib.parse import urlsplit, urlunsplit
+from urllib.request import urlopen
 
 import pytest
 
-from tests.test_cli import scrapy_ha
+from scrapy_ha.demo import harness
+from tests.test_cli import SCRAPY_HA, scrapy_ha
+from tests.test_metrics import START_TIMEOUT, _first_line
 
 
 @pytest.mark.parametrize(
@@ -53,3 +58,16 @@ def test_status_watch_refuses_a_refresh_that_is_not_a_positive_finite_number(
     done = scrapy_ha("--redis-url", redis_url, "status", "books", "--watch", watch)
     assert done.returncode == 2
     assert done.stderr.startswith(f"error: --watch {watch}: the refresh must be a positive")
+
+
+def test_dashboard_port_0_prints_the_port_it_listens_on(redis_url):
+    command = [SCRAPY_HA, "--redis-url", redis_url, "dashboard", "--port", "0"]
+    proc = harness.spawn(command, stdout=subprocess.PIPE)
+    try:
+        line = _first_line(proc, START_TIMEOUT)
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert found and found.group(1) != "0", line
+        with urlopen(found.group(0) + "api/crawls", timeout=START_TIMEOUT) as answer:
+            assert answer.status == 200
+    finally:
+        harness.stop(proc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = ["dashboard"]
 
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
     import argparse
 
     from scrapy_ha.store.queue import RedisQueue
+
+
+#: Connections waiting to be accepted: uvicorn's own default.
+BACKLOG = 2048
 
 
 async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
@@ -46,6 +51,20 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 2
     app = create_app(queue.client, queue.keys.prefix, token=token)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
-    print(f"scrapy-ha dashboard on http://{args.host}:{args.port}/", flush=True)
-    await uvicorn.Server(config).serve()
+    sock = _bound(args.host, args.port)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"scrapy-ha dashboard on http://{host}:{sock.getsockname()[1]}/", flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])
     return 0
+
+
+def _bound(host: str, port: int) -> socket.socket:
+    """A socket bound to *host* and *port* and listening, so that the port printed is the
+    one bound (``--port 0``: one the system chose), and a browser opened at once waits in
+    its backlog until the server accepts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(BACKLOG)
+    return sock
