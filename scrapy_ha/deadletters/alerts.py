@@ -58,7 +58,8 @@ logger = logging.getLogger(__name__)
 #: Dead letters that trigger the alert: a few gone pages are routine in a crawl, a hundred
 #: dead requests are a pattern (a ban, a site change) worth a look while the crawl runs.
 DEFAULT_ALERT_THRESHOLD = 100
-#: Seconds the whole POST has (connection, request, answer; name resolution aside): a slow
+#: Seconds the whole POST has (the connection, to each address in turn, a proxy's tunnel,
+#: TLS, the request, the answer; name resolution aside): a slow
 #: receiver must not hold a thread for long, nor outlive the marker (:data:`PENDING_TTL`).
 ALERT_TIMEOUT = 10.0
 #: Seconds a pending marker lives when its worker never said how the POST went (killed, or
@@ -73,25 +74,58 @@ class Unconfirmed(TimeoutError):
 
 
 class _Deadline:
-    """The time of one POST: when it ends, the connection's socket is shut, whatever it
-    waits for (a receiver that trickles its answer, each byte within a socket timeout,
-    holds no thread past it)."""
+    """The time of one POST: its connection is made within it (each address resolved gets
+    a share, so that one that never answers leaves time to the next), and its socket is
+    shut when it ends, from its creation on (a proxy's tunnel, TLS, the request, a receiver
+    that trickles its answer: each byte within a socket timeout holds no thread past it)."""
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
         #: the request went out whole (its answer was awaited): it may have been delivered
         self.sent = False
         self._timers: list[threading.Timer] = []
+        self._watched: list[socket.socket] = []
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
 
     def passed(self) -> bool:
-        return time.monotonic() >= self.at
+        return self.left() <= 0
+
+    def connect(
+        self, address: tuple[str, int], timeout: Any = None, source: Any = None
+    ) -> socket.socket:
+        """A socket connected to *address* within the time left, then watched (as
+        :func:`socket.create_connection`, whose place it takes: *timeout* is each later
+        operation's): the address tried *i*-th of *n* has ``1/(n - i)`` of the time left,
+        the last all of it."""
+        found = socket.getaddrinfo(*address, 0, socket.SOCK_STREAM)
+        error: OSError = OSError(f"no address found for {address[0]}")
+        for tried, (family, kind, proto, _, where) in enumerate(found):
+            left = self.left()
+            if left <= 0:
+                raise TimeoutError("no time left to connect: nothing was sent") from error
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(left / (len(found) - tried))
+                if source:
+                    sock.bind(source)
+                sock.connect(where)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            sock.settimeout(timeout)
+            self.watch(sock)
+            return sock
+        raise error
 
     def watch(self, sock: socket.socket) -> None:
-        """Shut *sock* when the time is up (now, before anything is sent, if it is)."""
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("connected too late: nothing was sent")
-        timer = threading.Timer(left, _shut, (sock,))
+        """Shut *sock* when the time is up (a duplicate of it, shut in its place: TLS takes
+        the socket object over, shutting the connection all the same)."""
+        watched = sock.dup()
+        self._watched.append(watched)
+        timer = threading.Timer(max(self.left(), 0), _shut, (watched,))
         timer.daemon = True
         timer.start()
         self._timers.append(timer)
@@ -99,28 +133,26 @@ class _Deadline:
     def cancel(self) -> None:
         for timer in self._timers:
             timer.cancel()
+        for sock in self._watched:
+            sock.close()
 
 
 def _shut(sock: socket.socket) -> None:
-    """End the connection under the thread reading it (its read returns at once); the plain
-    socket's shutdown, for TLS too: it leaves the TLS object to the reading thread."""
+    """End the connection under the thread reading it (its read returns at once)."""
     try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass  # closed meanwhile
 
 
 class _TimedHTTP(http.client.HTTPConnection):
-    """A connection under a :class:`_Deadline`: watched from its connection on, its request
+    """A connection under a :class:`_Deadline`: made and watched by it, its request
     counted as sent once its answer is awaited."""
 
     def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.deadline = deadline
-
-    def connect(self) -> None:
-        super().connect()
-        self.deadline.watch(self.sock)
+        self._create_connection = deadline.connect
 
     def getresponse(self) -> http.client.HTTPResponse:
         self.deadline.sent = True
@@ -128,7 +160,7 @@ class _TimedHTTP(http.client.HTTPConnection):
 
 
 class _TimedHTTPS(_TimedHTTP, http.client.HTTPSConnection):
-    """The same over TLS (the socket watched is the TLS one)."""
+    """The same over TLS (the socket watched is the one TLS runs over)."""
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
