@@ -1,5 +1,5 @@
 """The dead-letter alert's POST against receivers that fail in the network: an address that
-never answers, a proxy that trickles its tunnel. Real sockets;
+never answers, a proxy that trickles its tunnel, a receiver that never reads. Real sockets;
 name resolution and the POST's 10 s are shortened where the test says so."""
 
 from __future__ import annotations
@@ -11,9 +11,17 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis.asyncio
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
 
-from scrapy_ha.deadletters.alerts import Unconfirmed, post_json
-from tests.test_alerts import Receiver
+from scrapy_ha.deadletters import alerts
+from scrapy_ha.deadletters.alerts import DeadLetterAlert, Unconfirmed, post_json
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from tests.spiders import FaultSpider
+from tests.test_alerts import Receiver, dead_letters_one_by_one
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -120,3 +128,41 @@ def test_the_post_s_time_holds_through_a_proxy_s_tunnel(monkeypatch, listeners):
         post_json("https://hook.test/hook/token", {"text": "hi"}, timeout=TIMEOUT)
     assert not isinstance(raised.value, Unconfirmed)  # a proxy's bytes are no answer
     assert 0 < len(written) < 40  # its answer was cut (all of it: 58 bytes)
+
+
+def deaf(conn: socket.socket) -> None:
+    """A receiver that takes the connection and never reads from it."""
+
+
+@deferred_f_from_coro_f
+async def test_a_receiver_that_never_reads_gets_the_alert_again(redis_url, monkeypatch, listeners):
+    """Before: the request fit the kernel's buffers, "sent whole", and the alert was
+    recorded as sent (unconfirmed) though the receiver never read it: never sent again.
+    Now no byte of an answer is a failure: the next dead letter sends it again."""
+    monkeypatch.setattr(alerts, "post_json", functools.partial(post_json, timeout=TIMEOUT))
+    receiver = Listener(deaf)
+    listeners.append(receiver)
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert(f"http://127.0.0.1:{receiver.port}/hook/token", 1, stats, "w1")
+    try:
+        await dead_letters_one_by_one(alert, q, 2)
+        assert len(receiver.accepted) == 2  # sent again
+        assert stats.get_value("ha/alert/unconfirmed") is None
+        assert stats.get_value("ha/alert/errors") == 2
+        assert await q.client.get(q.keys.dlq_alert) is None  # no marker: the next one sends
+    finally:
+        await q.client.aclose()
+
+
+def test_the_answer_s_first_byte_makes_it_unconfirmed(monkeypatch, listeners):
+    """A receiver that read the request and began its answer may have acted on it."""
+
+    def half_answer(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.")  # then nothing: the answer cut
+
+    receiver = Listener(half_answer)
+    listeners.append(receiver)
+    with pytest.raises(Unconfirmed):
+        post_json(f"http://127.0.0.1:{receiver.port}/hook", {"text": "hi"}, timeout=TIMEOUT)

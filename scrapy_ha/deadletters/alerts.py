@@ -10,9 +10,11 @@ next crossing alerts again. The POST runs in a thread, bounded as a whole by
 :data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing (``ha/alert/errors``),
 and the alert is not lost: a failed POST takes its marker back (if it is still this
 worker's), and a worker killed before the answer leaves a pending marker that expires after
-:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST sent
-whole whose answer did not come in time may have been delivered: it is recorded as sent,
-never sent again (``ha/alert/unconfirmed``, a WARNING).
+:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST whose
+answer began (a byte of it came) but did not end in time may have been delivered: it is
+recorded as sent, never sent again (``ha/alert/unconfirmed``, a WARNING); one that got no
+byte of an answer (a receiver that takes the request and never reads it: "sent whole"
+only says that it fit the kernel's buffers) is a failure, sent again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
 import asyncio
 import functools
 import http.client
+import io
 import json
 import logging
 import socket
@@ -37,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
@@ -69,8 +72,8 @@ PENDING_TTL = 60.0
 
 
 class Unconfirmed(TimeoutError):
-    """The request went out whole but its answer did not come within the POST's time: the
-    receiver may have it (it must not be sent again)."""
+    """The answer began (the receiver had the request) but did not end within the POST's
+    time: the receiver may have acted on it (it must not be sent again)."""
 
 
 class _Deadline:
@@ -81,8 +84,8 @@ class _Deadline:
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
-        #: the request went out whole (its answer was awaited): it may have been delivered
-        self.sent = False
+        #: a byte of the answer came: the receiver has the request (it may have acted on it)
+        self.answered = False
         self._timers: list[threading.Timer] = []
         self._watched: list[socket.socket] = []
 
@@ -145,9 +148,39 @@ def _shut(sock: socket.socket) -> None:
         pass  # closed meanwhile
 
 
+class _Noticing(io.RawIOBase):
+    """The bytes of an answer as they come, noting the first on the deadline."""
+
+    def __init__(self, raw: Any, deadline: _Deadline) -> None:
+        super().__init__()
+        self.raw = raw
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        got: int | None = self.raw.readinto(buffer)
+        if got:
+            self.deadline.answered = True
+        return got
+
+    def close(self) -> None:
+        if not self.closed:
+            self.raw.close()
+        super().close()
+
+
+class _Answer(http.client.HTTPResponse):
+    """The receiver's answer, its first byte noted (a proxy's answer to CONNECT is not)."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: _Deadline, **kw: Any) -> None:
+        super().__init__(sock, *args, **kw)
+        self.fp = io.BufferedReader(_Noticing(self.fp.detach(), deadline))
+
+
 class _TimedHTTP(http.client.HTTPConnection):
-    """A connection under a :class:`_Deadline`: made and watched by it, its request
-    counted as sent once its answer is awaited."""
+    """A connection under a :class:`_Deadline`: made and watched by it, its answer noted."""
 
     def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -155,7 +188,8 @@ class _TimedHTTP(http.client.HTTPConnection):
         self._create_connection = deadline.connect
 
     def getresponse(self) -> http.client.HTTPResponse:
-        self.deadline.sent = True
+        answer = functools.partial(_Answer, deadline=self.deadline)
+        self.response_class = cast("type[http.client.HTTPResponse]", answer)
         return super().getresponse()
 
 
@@ -183,8 +217,8 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
     """POST *doc* as JSON to *url* within *timeout* seconds in all; return the HTTP status
-    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when the request
-    went out whole (it may have been delivered), another error when it did not. A
+    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when a byte of the
+    answer came (it may have been delivered), another error when none did. A
     ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
     a part of the host name); proxies are urllib's (``https_proxy``...)."""
     headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
@@ -205,8 +239,8 @@ def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> 
     except urllib.error.HTTPError:
         raise  # an answer came: not delivered (4xx, 5xx)
     except (OSError, http.client.HTTPException) as exc:
-        if deadline.passed() and deadline.sent:
-            raise Unconfirmed(f"no answer within {timeout:g} s to the request sent") from exc
+        if deadline.passed() and deadline.answered:
+            raise Unconfirmed(f"the answer begun did not end within {timeout:g} s") from exc
         raise
     finally:
         deadline.cancel()
@@ -322,13 +356,13 @@ class DeadLetterAlert:
         )
 
     async def _unconfirmed(self, queue: RedisQueue, dead: int, marker: str) -> None:
-        """The POST went out whole, its answer did not come in time: the receiver may have
+        """The answer to the POST began, and did not end in time: the receiver may have
         the alert, so it is recorded as sent (never sent again for this crossing)."""
         await self._settle(queue, "sent", marker, self._marker("sent"))
         self.stats.inc_value("ha/alert/unconfirmed")
         logger.warning(
             "The dead-letter alert of %s (%d requests) went to HA_DLQ_ALERT_WEBHOOK (%s) but "
-            "no answer came within %g s: it may have been delivered, and is not sent again "
+            "its answer did not end within %g s: it may have been delivered, and is not sent again "
             "until the queue goes below HA_DLQ_ALERT_THRESHOLD=%d",
             queue.keys.spider,
             dead,
