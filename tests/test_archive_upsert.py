@@ -1,9 +1,10 @@
-"""How the archive's upsert counts: on a SQLite without ``INSERT ... RETURNING`` (before
-3.35)."""
+"""How the archive's upsert counts and locks: on a SQLite without ``INSERT ... RETURNING``
+(before 3.35), and with two writers of the same entries on a real PostgreSQL."""
 
 from __future__ import annotations
 
 import sqlite3
+import threading
 from typing import Any
 
 from sqlalchemy import event
@@ -47,3 +48,55 @@ def test_a_sqlite_without_returning_archives_and_counts_the_new_rows(monkeypatch
     assert reasons == {"a": "HTTP 404", "b": "HTTP 410", "c": "HTTP 410", "d": "HTTP 404"} | {
         "e": "HTTP 404"
     }
+
+
+#: Entries each writer archives: more than one statement's worth (SQLAlchemy sends 1,000
+#: rows a statement), so that the writers' statements overlap.
+ENTRIES = 3000
+#: Times the two writers race (each a new spider's rows)
+ROUNDS = 3
+
+
+def test_two_writers_of_the_same_entries_in_opposite_orders_do_not_deadlock(postgres_url):
+    """Before: each writer locked the rows it inserted in its own order, each waited for a
+    row the other held, and PostgreSQL ended one (DeadlockDetected, reported as the
+    database being down); the rows are now written in entry id order."""
+    archives = [Archive(postgres_url), Archive(postgres_url)]
+    archives[0].create()
+    try:
+        for spider in (f"race{n}" for n in range(ROUNDS)):
+            entries = [entry(f"{i:05d}") for i in range(ENTRIES)]
+            news = race(archives, spider, [entries, entries[::-1]])
+            assert sum(news) == ENTRIES  # each row new to one of them
+            assert len(archives[0].rows(spider)) == ENTRIES
+    finally:
+        for archive in archives:
+            archive.close()
+
+
+def race(archives: list[Archive], spider: str, batches: list[list[DeadEntry]]) -> list[int]:
+    """Each archive writes its batch in a thread of its own, both starting together: how
+    many rows each found new (an error is raised)."""
+    start = threading.Barrier(len(archives))
+    news: list[int] = []
+    errors: list[BaseException] = []
+
+    def write(archive: Archive, batch: list[DeadEntry]) -> None:
+        start.wait()
+        try:
+            written = archive.write(spider, batch)
+            assert not written.errors, written.errors
+            news.append(written.new)
+        except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=write, args=pair) for pair in zip(archives, batches, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    if errors:
+        raise errors[0]
+    return news

@@ -172,8 +172,10 @@ class Archive:
 
     def _upsert(self, spider: str, rows: list[dict[str, Any]]) -> int:
         """Store *rows* (the last of each entry id), over those the table holds; returns
-        how many were not in it (an entry copied again after a kill or a retry is not)."""
-        rows = list({r["entry_id"]: r for r in rows}.values())
+        how many were not in it (an entry copied again after a kill or a retry is not).
+        In entry id order: writers of the same entries lock their rows in the same order
+        (in opposite orders, each waited for the other: a deadlock)."""
+        rows = sorted({r["entry_id"]: r for r in rows}.values(), key=lambda r: r["entry_id"])
         t = self.table
         with self.engine.begin() as conn:
             dialect = self.engine.dialect.name
