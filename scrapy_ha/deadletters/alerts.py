@@ -10,9 +10,11 @@ next crossing alerts again. The POST runs in a thread, bounded as a whole by
 :data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing (``ha/alert/errors``),
 and the alert is not lost: a failed POST takes its marker back (if it is still this
 worker's), and a worker killed before the answer leaves a pending marker that expires after
-:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST sent
-whole whose answer did not come in time may have been delivered: it is recorded as sent,
-never sent again (``ha/alert/unconfirmed``, a WARNING).
+:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST whose
+answer began (a byte of it came) but did not end in time may have been delivered: it is
+recorded as sent, never sent again (``ha/alert/unconfirmed``, a WARNING); one that got no
+byte of an answer (a receiver that takes the request and never reads it: "sent whole"
+only says that it fit the kernel's buffers) is a failure, sent again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
 import asyncio
 import functools
 import http.client
+import io
 import json
 import logging
 import socket
@@ -37,7 +40,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
@@ -58,7 +61,8 @@ logger = logging.getLogger(__name__)
 #: Dead letters that trigger the alert: a few gone pages are routine in a crawl, a hundred
 #: dead requests are a pattern (a ban, a site change) worth a look while the crawl runs.
 DEFAULT_ALERT_THRESHOLD = 100
-#: Seconds the whole POST has (connection, request, answer; name resolution aside): a slow
+#: Seconds the whole POST has (the connection, to each address in turn, a proxy's tunnel,
+#: TLS, the request, the answer; name resolution aside): a slow
 #: receiver must not hold a thread for long, nor outlive the marker (:data:`PENDING_TTL`).
 ALERT_TIMEOUT = 10.0
 #: Seconds a pending marker lives when its worker never said how the POST went (killed, or
@@ -68,30 +72,63 @@ PENDING_TTL = 60.0
 
 
 class Unconfirmed(TimeoutError):
-    """The request went out whole but its answer did not come within the POST's time: the
-    receiver may have it (it must not be sent again)."""
+    """The answer began (the receiver had the request) but did not end within the POST's
+    time: the receiver may have acted on it (it must not be sent again)."""
 
 
 class _Deadline:
-    """The time of one POST: when it ends, the connection's socket is shut, whatever it
-    waits for (a receiver that trickles its answer, each byte within a socket timeout,
-    holds no thread past it)."""
+    """The time of one POST: its connection is made within it (each address resolved gets
+    a share, so that one that never answers leaves time to the next), and its socket is
+    shut when it ends, from its creation on (a proxy's tunnel, TLS, the request, a receiver
+    that trickles its answer: each byte within a socket timeout holds no thread past it)."""
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
-        #: the request went out whole (its answer was awaited): it may have been delivered
-        self.sent = False
+        #: a byte of the answer came: the receiver has the request (it may have acted on it)
+        self.answered = False
         self._timers: list[threading.Timer] = []
+        self._watched: list[socket.socket] = []
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
 
     def passed(self) -> bool:
-        return time.monotonic() >= self.at
+        return self.left() <= 0
+
+    def connect(
+        self, address: tuple[str, int], timeout: Any = None, source: Any = None
+    ) -> socket.socket:
+        """A socket connected to *address* within the time left, then watched (as
+        :func:`socket.create_connection`, whose place it takes: *timeout* is each later
+        operation's): the address tried *i*-th of *n* has ``1/(n - i)`` of the time left,
+        the last all of it."""
+        found = socket.getaddrinfo(*address, 0, socket.SOCK_STREAM)
+        error: OSError = OSError(f"no address found for {address[0]}")
+        for tried, (family, kind, proto, _, where) in enumerate(found):
+            left = self.left()
+            if left <= 0:
+                raise TimeoutError("no time left to connect: nothing was sent") from error
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(left / (len(found) - tried))
+                if source:
+                    sock.bind(source)
+                sock.connect(where)
+            except OSError as exc:
+                sock.close()
+                error = exc
+                continue
+            sock.settimeout(timeout)
+            self.watch(sock)
+            return sock
+        raise error
 
     def watch(self, sock: socket.socket) -> None:
-        """Shut *sock* when the time is up (now, before anything is sent, if it is)."""
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("connected too late: nothing was sent")
-        timer = threading.Timer(left, _shut, (sock,))
+        """Shut *sock* when the time is up (a duplicate of it, shut in its place: TLS takes
+        the socket object over, shutting the connection all the same)."""
+        watched = sock.dup()
+        self._watched.append(watched)
+        timer = threading.Timer(max(self.left(), 0), _shut, (watched,))
         timer.daemon = True
         timer.start()
         self._timers.append(timer)
@@ -99,36 +136,65 @@ class _Deadline:
     def cancel(self) -> None:
         for timer in self._timers:
             timer.cancel()
+        for sock in self._watched:
+            sock.close()
 
 
 def _shut(sock: socket.socket) -> None:
-    """End the connection under the thread reading it (its read returns at once); the plain
-    socket's shutdown, for TLS too: it leaves the TLS object to the reading thread."""
+    """End the connection under the thread reading it (its read returns at once)."""
     try:
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass  # closed meanwhile
 
 
+class _Noticing(io.RawIOBase):
+    """The bytes of an answer as they come, noting the first on the deadline."""
+
+    def __init__(self, raw: Any, deadline: _Deadline) -> None:
+        super().__init__()
+        self.raw = raw
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        got: int | None = self.raw.readinto(buffer)
+        if got:
+            self.deadline.answered = True
+        return got
+
+    def close(self) -> None:
+        if not self.closed:
+            self.raw.close()
+        super().close()
+
+
+class _Answer(http.client.HTTPResponse):
+    """The receiver's answer, its first byte noted (a proxy's answer to CONNECT is not)."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: _Deadline, **kw: Any) -> None:
+        super().__init__(sock, *args, **kw)
+        self.fp = io.BufferedReader(_Noticing(self.fp.detach(), deadline))
+
+
 class _TimedHTTP(http.client.HTTPConnection):
-    """A connection under a :class:`_Deadline`: watched from its connection on, its request
-    counted as sent once its answer is awaited."""
+    """A connection under a :class:`_Deadline`: made and watched by it, its answer noted."""
 
     def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.deadline = deadline
-
-    def connect(self) -> None:
-        super().connect()
-        self.deadline.watch(self.sock)
+        self._create_connection = deadline.connect
 
     def getresponse(self) -> http.client.HTTPResponse:
-        self.deadline.sent = True
+        answer = functools.partial(_Answer, deadline=self.deadline)
+        self.response_class = cast("type[http.client.HTTPResponse]", answer)
         return super().getresponse()
 
 
 class _TimedHTTPS(_TimedHTTP, http.client.HTTPSConnection):
-    """The same over TLS (the socket watched is the TLS one)."""
+    """The same over TLS (the socket watched is the one TLS runs over)."""
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
@@ -151,8 +217,8 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
     """POST *doc* as JSON to *url* within *timeout* seconds in all; return the HTTP status
-    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when the request
-    went out whole (it may have been delivered), another error when it did not. A
+    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when a byte of the
+    answer came (it may have been delivered), another error when none did. A
     ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
     a part of the host name); proxies are urllib's (``https_proxy``...)."""
     headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
@@ -173,8 +239,8 @@ def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> 
     except urllib.error.HTTPError:
         raise  # an answer came: not delivered (4xx, 5xx)
     except (OSError, http.client.HTTPException) as exc:
-        if deadline.passed() and deadline.sent:
-            raise Unconfirmed(f"no answer within {timeout:g} s to the request sent") from exc
+        if deadline.passed() and deadline.answered:
+            raise Unconfirmed(f"the answer begun did not end within {timeout:g} s") from exc
         raise
     finally:
         deadline.cancel()
@@ -290,13 +356,13 @@ class DeadLetterAlert:
         )
 
     async def _unconfirmed(self, queue: RedisQueue, dead: int, marker: str) -> None:
-        """The POST went out whole, its answer did not come in time: the receiver may have
+        """The answer to the POST began, and did not end in time: the receiver may have
         the alert, so it is recorded as sent (never sent again for this crossing)."""
         await self._settle(queue, "sent", marker, self._marker("sent"))
         self.stats.inc_value("ha/alert/unconfirmed")
         logger.warning(
             "The dead-letter alert of %s (%d requests) went to HA_DLQ_ALERT_WEBHOOK (%s) but "
-            "no answer came within %g s: it may have been delivered, and is not sent again "
+            "its answer did not end within %g s: it may have been delivered, and is not sent again "
             "until the queue goes below HA_DLQ_ALERT_THRESHOLD=%d",
             queue.keys.spider,
             dead,

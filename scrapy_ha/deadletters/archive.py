@@ -172,8 +172,10 @@ class Archive:
 
     def _upsert(self, spider: str, rows: list[dict[str, Any]]) -> int:
         """Store *rows* (the last of each entry id), over those the table holds; returns
-        how many were not in it (an entry copied again after a kill or a retry is not)."""
-        rows = list({r["entry_id"]: r for r in rows}.values())
+        how many were not in it (an entry copied again after a kill or a retry is not).
+        In entry id order: writers of the same entries lock their rows in the same order
+        (in opposite orders, each waited for the other: a deadlock)."""
+        rows = sorted({r["entry_id"]: r for r in rows}.values(), key=lambda r: r["entry_id"])
         t = self.table
         with self.engine.begin() as conn:
             dialect = self.engine.dialect.name
@@ -184,9 +186,11 @@ class Archive:
                     new += conn.execute(t.delete().where(*where)).rowcount == 0
                 conn.execute(t.insert(), rows)
                 return new
-            # new rows first: what ON CONFLICT DO NOTHING returns is what was not there
             insert = dialect_insert(dialect)(t)
             keys = ["spider", "entry_id"]
+            if not self.engine.dialect.insert_returning:  # SQLite before 3.35
+                return _upsert_counted(conn, insert, rows)
+            # new rows first: what ON CONFLICT DO NOTHING returns is what was not there
             added = conn.execute(
                 insert.on_conflict_do_nothing(index_elements=keys).returning(t.c.entry_id), rows
             )
@@ -219,6 +223,18 @@ class Written:
     errors: list[tuple[str, str]]
     #: rows of :attr:`entries` the table did not hold before (the others were updated)
     new: int = 0
+
+
+def _upsert_counted(conn: sqlalchemy.Connection, insert: Any, rows: list[dict[str, Any]]) -> int:
+    """The upsert without ``INSERT ... RETURNING`` (SQLite 3.24 to 3.34): the rows ``ON
+    CONFLICT DO NOTHING`` inserts are counted by the statement's changes (the first
+    write of the transaction, so no other writer comes between it and the update), then
+    every row is written over what the table holds (the new ones with the same values)."""
+    keys = ["spider", "entry_id"]
+    new: int = conn.execute(insert.on_conflict_do_nothing(index_elements=keys), rows).rowcount
+    changed = {c: insert.excluded[c] for c in rows[0] if c not in keys}
+    conn.execute(insert.on_conflict_do_update(index_elements=keys, set_=changed), rows)
+    return new
 
 
 def _connection_error(sa: Any, exc: Exception) -> bool:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
+
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.connection import server_ms
 
@@ -15,7 +17,23 @@ if TYPE_CHECKING:
     from scrapy_ha.config.memory import MemoryConfig
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["claim_kind", "claimed_kind", "crawl_dupefilter", "dupefilter_kind"]
+__all__ = [
+    "MAX_CLAIMED_TTL",
+    "ClaimUnreadable",
+    "claim_kind",
+    "claimed_kind",
+    "crawl_dupefilter",
+    "dupefilter_kind",
+]
+
+#: The longest TTL a claim may name: about 317 years, within what a time slice's start
+#: (milliseconds) and a date shown can hold; more is no TTL a worker wrote.
+MAX_CLAIMED_TTL = 1e10
+
+
+class ClaimUnreadable(ConfigError):
+    """The crawl's claim (``ha:{S}:filter``) holds what no worker wrote: the message names
+    the key and what is wrong (the CLI exits with code 2)."""
 
 
 def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
@@ -28,18 +46,54 @@ def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
 async def claimed_kind(queue: RedisQueue) -> tuple[str, float] | None:
     """The kind and TTL (0: kept for ever) the crawl's claim names, for an operator's tool
     that may run outside the crawl's project (its settings unknown); None when the crawl
-    has no claim, or one of an earlier version (time slices without their TTL)."""
-    from scrapy_ha.config.memory import DUPEFILTERS
-
-    stored = _s(await queue.client.get(queue.keys.filter_kind) or b"")
-    name, _, rest = stored.partition(" ")
-    ttl = rest.removeprefix("sliced").strip()
-    if name not in DUPEFILTERS or (rest and not ttl):
+    has no claim, or one of an earlier version (time slices without their TTL).
+    :class:`ClaimUnreadable` when the claim is there but cannot be read."""
+    key = queue.keys.filter_kind
+    stored = await _stored(queue)
+    if stored is None:
         return None
     try:
-        return name, float(ttl or 0)
+        return _read_claim(stored)
+    except ValueError as exc:
+        raise ClaimUnreadable(f"the crawl's claim {key} is unreadable: {exc}") from None
+
+
+def _read_claim(stored: str) -> tuple[str, float] | None:
+    """``set``, ``bloom sliced 3600``: the kind and TTL; a ValueError says what is wrong."""
+    from scrapy_ha.config.continuous import MIN_DUPEFILTER_TTL
+    from scrapy_ha.config.memory import DUPEFILTERS
+
+    name, *rest = stored.split(" ")
+    if name not in DUPEFILTERS or rest[:1] not in ([], ["sliced"]) or len(rest) > 2:
+        kinds = " or ".join(DUPEFILTERS)
+        raise ValueError(f"{stored!r} is no dupefilter kind ({kinds}, then 'sliced' and a TTL)")
+    if rest == ["sliced"]:
+        return None  # an earlier version's: the TTL is the project's
+    try:
+        ttl = float(rest[1]) if rest else 0.0
     except ValueError:
-        return None
+        raise ValueError(f"its TTL {rest[1]!r} is no number") from None
+    if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_CLAIMED_TTL:  # NaN and inf too
+        raise ValueError(
+            f"its TTL {rest[1]!r} is not 0 nor {MIN_DUPEFILTER_TTL:g} to {MAX_CLAIMED_TTL:g} s"
+        )
+    return name, ttl
+
+
+async def _stored(queue: RedisQueue) -> str | None:
+    """The claim as stored (bytes that are not UTF-8 replaced), None when there is none;
+    :class:`ClaimUnreadable` when the key holds another type than a string."""
+    key = queue.keys.filter_kind
+    try:
+        stored = await queue.client.get(key)
+    except redis.exceptions.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        held = _s(await queue.client.type(key))
+        raise ClaimUnreadable(
+            f"the crawl's claim {key} is unreadable: it holds a {held}, not a string"
+        ) from None
+    return None if stored is None else _s(stored)
 
 
 async def crawl_dupefilter(
@@ -66,7 +120,7 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker
     key = queue.keys.filter_kind
     if await queue.client.set(key, kind, nx=True):
         return
-    stored = _s(await queue.client.get(key) or b"")
+    stored = await _stored(queue) or ""
     if not _agrees(stored, kind) and not await _others_alive(queue, worker):
         # the claim outlived its crawl (an earlier version's finish or flush, which knows
         # no claim, cleared the crawl), or every worker of the crawl stopped and this one
@@ -75,7 +129,7 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker
         await queue.client.delete(key)
         if await queue.client.set(key, kind, nx=True):
             return
-        stored = _s(await queue.client.get(key) or b"")  # another worker claimed meanwhile
+        stored = await _stored(queue) or ""  # another worker claimed meanwhile
     if not _agrees(stored, kind):
         raise ConfigError(
             f"{_kind_setting(kind)} but the crawl of {queue.keys.spider} in Redis has a "
@@ -116,4 +170,4 @@ def _kind_setting(kind: str) -> str:
 
 
 def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

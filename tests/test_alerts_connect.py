@@ -1,0 +1,168 @@
+"""The dead-letter alert's POST against receivers that fail in the network: an address that
+never answers, a proxy that trickles its tunnel, a receiver that never reads. Real sockets;
+name resolution and the POST's 10 s are shortened where the test says so."""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis.asyncio
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.deadletters import alerts
+from scrapy_ha.deadletters.alerts import DeadLetterAlert, Unconfirmed, post_json
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from tests.spiders import FaultSpider
+from tests.test_alerts import Receiver, dead_letters_one_by_one
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Seconds the POST has in these tests (ALERT_TIMEOUT's 10 s, shortened)
+TIMEOUT = 3.0
+
+
+class Listener:
+    """A TCP listener; *serve* runs on each connection accepted, in a thread of its own."""
+
+    def __init__(self, serve: Any = None, backlog: int = 16) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=backlog)
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self.done = threading.Event()
+        if serve is not None:
+            threading.Thread(target=self._accept, args=(serve,), daemon=True).start()
+
+    def _accept(self, serve: Any) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            self.accepted.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    def close(self) -> None:
+        for conn in self.accepted:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def listeners() -> Iterator[list[Listener]]:
+    made: list[Listener] = []
+    yield made
+    for listener in made:
+        listener.close()
+
+
+def black_hole() -> Listener:
+    """A listener whose accept queue is full (nobody accepts): a connection to it gets no
+    answer at all (the kernel drops its SYN), as a host that black-holes the port."""
+    hole = Listener(backlog=0)
+    filler = socket.create_connection(("127.0.0.1", hole.port), timeout=TIMEOUT)
+    hole.accepted.append(filler)  # the queue's one place, taken
+    return hole
+
+
+def resolve_to(monkeypatch, host: str, *ports: int) -> None:
+    """*host* resolves to 127.0.0.1 at each of *ports*, in that order."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(name: Any, *args: Any, **kwargs: Any) -> Any:
+        if name != host:
+            return real(name, *args, **kwargs)
+        tcp = (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "")
+        return [(*tcp, ("127.0.0.1", port)) for port in ports]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def test_an_address_that_never_answers_leaves_time_to_the_next(monkeypatch, listeners):
+    """Before: the first address (black-holed) took the whole time, the second connected,
+    and the POST was refused unsent ("connected too late"): every alert, every time."""
+    hole = black_hole()
+    listeners.append(hole)
+    receiver = Receiver()
+    try:
+        resolve_to(monkeypatch, "hook.test", hole.port, receiver.server.server_address[1])
+        status = post_json("http://hook.test/hook/token", {"text": "hi"}, timeout=TIMEOUT)
+        assert status == 200 and receiver.posts == [{"text": "hi"}]
+    finally:
+        receiver.close()
+
+
+def trickle_connect_answer(written: list[int], conn: socket.socket) -> None:
+    """A proxy that reads a CONNECT and answers it a byte at a time, each well within a
+    socket timeout, counting the bytes it could write."""
+    conn.recv(65536)
+    for byte in b"HTTP/1.1 200 Connection established\r\nProxy-Agent: slow\r\n\r\n":
+        try:
+            conn.sendall(bytes([byte]))
+        except OSError:
+            return  # the client gave up
+        written.append(byte)
+        threading.Event().wait(TIMEOUT / 6)
+    conn.close()
+
+
+def test_the_post_s_time_holds_through_a_proxy_s_tunnel(monkeypatch, listeners):
+    """Before: the deadline watched the socket after the tunnel was made, so a proxy that
+    trickled its answer to CONNECT held the POST for as long as it pleased (here the whole
+    answer, 10 s); now the POST ends at its time, the proxy's answer cut."""
+    written: list[int] = []
+    proxy = Listener(functools.partial(trickle_connect_answer, written))
+    listeners.append(proxy)
+    monkeypatch.setenv("https_proxy", f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    with pytest.raises((OSError, http.client.HTTPException)) as raised:
+        post_json("https://hook.test/hook/token", {"text": "hi"}, timeout=TIMEOUT)
+    assert not isinstance(raised.value, Unconfirmed)  # a proxy's bytes are no answer
+    assert 0 < len(written) < 40  # its answer was cut (all of it: 58 bytes)
+
+
+def deaf(conn: socket.socket) -> None:
+    """A receiver that takes the connection and never reads from it."""
+
+
+@deferred_f_from_coro_f
+async def test_a_receiver_that_never_reads_gets_the_alert_again(redis_url, monkeypatch, listeners):
+    """Before: the request fit the kernel's buffers, "sent whole", and the alert was
+    recorded as sent (unconfirmed) though the receiver never read it: never sent again.
+    Now no byte of an answer is a failure: the next dead letter sends it again."""
+    monkeypatch.setattr(alerts, "post_json", functools.partial(post_json, timeout=TIMEOUT))
+    receiver = Listener(deaf)
+    listeners.append(receiver)
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert(f"http://127.0.0.1:{receiver.port}/hook/token", 1, stats, "w1")
+    try:
+        await dead_letters_one_by_one(alert, q, 2)
+        assert len(receiver.accepted) == 2  # sent again
+        assert stats.get_value("ha/alert/unconfirmed") is None
+        assert stats.get_value("ha/alert/errors") == 2
+        assert await q.client.get(q.keys.dlq_alert) is None  # no marker: the next one sends
+    finally:
+        await q.client.aclose()
+
+
+def test_the_answer_s_first_byte_makes_it_unconfirmed(monkeypatch, listeners):
+    """A receiver that read the request and began its answer may have acted on it."""
+
+    def half_answer(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.")  # then nothing: the answer cut
+
+    receiver = Listener(half_answer)
+    listeners.append(receiver)
+    with pytest.raises(Unconfirmed):
+        post_json(f"http://127.0.0.1:{receiver.port}/hook", {"text": "hi"}, timeout=TIMEOUT)
