@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 __all__ = [
+    "CONDITIONAL_HEADERS",
     "DEFAULT_DUPEFILTER_TTL",
     "FIRST_MULTIPLIER",
     "MIN_DUPEFILTER_TTL",
@@ -73,6 +74,11 @@ INTERVAL_BUCKETS = (60, 300, 900, 3600, 21600, 86400, 604800)
 #: What a revisit found (the middleware's verdict; ``unknown`` when no
 #: ``scrapy_ha.revisit.RevisitMiddleware`` looked at the response).
 OUTCOMES = ("new", "changed", "unchanged", "not_modified", "unknown")
+#: The validators a revisit sends (``scrapy_ha.revisit.RevisitMiddleware``): those of the
+#: URL's last full answer and no others (a visit before left its own in the stored request:
+#: a site that stopped sending ``ETag`` or ``Last-Modified`` was asked with them for ever);
+#: a redirect of a revisit copies them, and they are dropped there.
+CONDITIONAL_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import IgnoreRequest
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.continuous import RevisitConfig, RevisitState
+from scrapy_ha.config.continuous import CONDITIONAL_HEADERS, RevisitConfig, RevisitState
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
@@ -95,12 +95,12 @@ class RevisitMiddleware:
             return
         state = RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
         headers = request.headers  # stored with the request: those of the last visit are here
+        for header in CONDITIONAL_HEADERS:  # the stored state's alone, or none
+            headers.pop(header, None)
         if state.etag:
             headers[b"If-None-Match"] = state.etag
         if state.modified:
             headers[b"If-Modified-Since"] = state.modified
-        elif state.undated:  # the last visit's, stored with the request: it means nothing
-            headers.pop(b"If-Modified-Since", None)
 
     def process_response(self, request: Request, response: Response) -> Response:
         if not (200 <= response.status < 300 or response.status == 304):

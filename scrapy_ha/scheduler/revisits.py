@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.continuous import FIRST_MULTIPLIER, RevisitState
+from scrapy_ha.config.continuous import CONDITIONAL_HEADERS, FIRST_MULTIPLIER, RevisitState
 from scrapy_ha.config.freshness import multiplier_range
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES
@@ -191,8 +191,6 @@ class Revisits:
 
 #: Redirects that move a page for good (said once: its target is worth revisiting instead).
 PERMANENT_REDIRECTS = (301, 308)
-#: The validators a revisit sends (RevisitMiddleware), which a redirect copies.
-CONDITIONAL_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 #: Seconds an age may exceed the interval it is read in and still date the change within
 #: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval the worker's clock.
