@@ -58,6 +58,13 @@ DEFAULT_REVISIT_MIN = 60.0
 #: The longest adaptive interval: 30 days, Nutch's db.fetch.interval.default (the interval it
 #: gives a page it knows nothing about): a page that never changes is still looked at monthly.
 DEFAULT_REVISIT_MAX = 30 * 86400.0
+#: The shortest interval any revisit setting or ``meta["ha_revisit"]`` may give: a second.
+#: A shorter one hot-loops (the page back in the delayed set due before its lease ended),
+#: and the times kept are whole milliseconds of the server's clock.
+MIN_REVISIT_INTERVAL = 1.0
+#: The longest: 1e12 s (some 31,700 years, "never" in practice). Longer ones (1.7e308)
+#: overflow the sums of adaptive revisits (a ZeroDivisionError at every revisit's end).
+MAX_REVISIT_INTERVAL = 1e12
 #: ``HA_REVISIT_BUDGET``: 0, the visits a second the configured intervals would make (the sum
 #: of ``1 / interval`` over the URLs revisited), so that adaptive revisits spend what fixed
 #: ones of the same rules would, and a crawl switching to them keeps its bandwidth.
@@ -186,8 +193,8 @@ class RevisitConfig:
         config = cls(
             rules=tuple(rules),
             adaptive=check.boolean(settings, "HA_REVISIT_ADAPTIVE", False),
-            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN, finite=True),
-            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX, finite=True),
+            minimum=_bound(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN),
+            maximum=_bound(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX),
             signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
             budget=check.non_negative(
                 settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET, finite=True
@@ -237,15 +244,24 @@ def interval_bucket(seconds: float) -> str:
 
 
 def _interval(name: str, value: Any) -> float:
-    """Seconds, more than 0 and finite (``inf`` would be a revisit never due, ``nan`` one
-    whose every sum is NaN)."""
-    message = f"{name}={value!r} must be seconds, a finite number more than 0"
+    """Seconds, finite and within :data:`MIN_REVISIT_INTERVAL` ..
+    :data:`MAX_REVISIT_INTERVAL` (``inf`` would be a revisit never due, ``nan`` one whose
+    every sum is NaN, 0.01 a page fetched in a loop)."""
+    message = (
+        f"{name}={value!r} must be seconds, a finite number from {MIN_REVISIT_INTERVAL:g} "
+        f"to {MAX_REVISIT_INTERVAL:g}"
+    )
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(message)
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not (seconds > 0 and math.isfinite(seconds)):
+    if not (MIN_REVISIT_INTERVAL <= seconds <= MAX_REVISIT_INTERVAL):  # (nan is neither)
         raise ConfigError(message)
     return seconds
+
+
+def _bound(settings: BaseSettings, name: str, default: float) -> float:
+    """``HA_REVISIT_MIN`` or ``MAX``: an interval (see :func:`_interval`)."""
+    return _interval(name, check.seconds(settings, name, default, finite=True))
