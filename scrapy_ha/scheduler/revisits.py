@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
 
     from scrapy_ha.config.continuous import RevisitConfig
     from scrapy_ha.config.scheduler import SchedulerConfig
@@ -51,10 +52,14 @@ class Revisits:
         config: RevisitConfig,
         fingerprint: Callable[[Request], bytes],
         clock: Callable[[], float] = time.time,
+        stats: StatsCollector | None = None,
     ) -> None:
         self.config = config
         self.fingerprint = fingerprint  # b"" when the crawl does not deduplicate
         self.clock = clock
+        self.stats = stats
+        #: a permanent redirect of a revisited URL was said (a WARNING once per crawl)
+        self._moved_said = False
         self.allocation = None
         if config.adaptive:
             lowest, highest = multiplier_range(config.minimum, config.maximum)
@@ -72,14 +77,15 @@ class Revisits:
                 return b""
             return sized(crawler.request_fingerprinter.fingerprint(request), size)
 
-        return cls(config.revisit, fingerprint, clock)
+        return cls(config.revisit, fingerprint, clock, crawler.stats)
 
     def redirected(self, original: Request, redirect: Request) -> None:
         """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
         copied): the revisits stay with the original, and the target is fetched at each of
         its visits, in full (never filtered as seen, without the original's validators),
-        and is not revisited on its own. A permanent redirect (301, 308) is said once: the
-        target revisited instead would cost one request less a visit. Before, the target
+        and is not revisited on its own. A permanent redirect (301, 308) is counted
+        (``ha/revisit/moved``) and said in a WARNING once per crawl (the others at DEBUG):
+        the target revisited instead would cost one request less a visit. Before, the target
         kept the original's ``ha_revisit`` and got a revisit entry of its own: fetched twice
         a period, or filtered as seen at the original's next visits."""
         try:
@@ -95,11 +101,23 @@ class Revisits:
         for header in CONDITIONAL_HEADERS:  # the original's: a 304 would drop the page
             redirect.headers.pop(header, None)
         if (meta.get("redirect_reasons") or [None])[-1] in PERMANENT_REDIRECTS:
-            _warn_once(
-                f"moved {original.url}",
-                f"{original.url} is revisited, and redirected for good to {redirect.url}: "
-                "each visit fetches both; revisit the target instead",
-            )
+            self._moved(original, redirect)
+
+    def _moved(self, original: Request, redirect: Request) -> None:
+        """Count a revisited URL redirected for good; say the first in a WARNING (one a
+        URL, kept for ever, was a line and a key per URL for the life of the process)."""
+        if self.stats is not None:
+            self.stats.inc_value("ha/revisit/moved")
+        level = logging.DEBUG if self._moved_said else logging.WARNING
+        self._moved_said = True
+        logger.log(
+            level,
+            "%s is revisited, and redirected for good to %s: each visit fetches both; "
+            "revisit the target instead (said once at WARNING; ha/revisit/moved counts "
+            "every such URL)",
+            original.url,
+            redirect.url,
+        )
 
     def visit_end(self, request: Request) -> VisitEnd | None:
         """The end of *request*'s visit as a revisit (its meta updated for the next), or
