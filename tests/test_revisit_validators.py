@@ -67,3 +67,34 @@ def test_a_validator_of_the_request_s_own_is_replaced_by_the_stored_state():
     page.request.headers[b"If-None-Match"] = b'"mine"'  # set by the spider, or a visit before
     page.visit(0, b"A")
     assert page.sent[0] == {b"If-None-Match": None, b"If-Modified-Since": None}
+
+
+def test_a_last_modified_of_1970_is_no_evidence_of_a_page_unchanged_for_decades():
+    """Before, a first answer's ``Last-Modified: Thu, 01 Jan 1970`` (what a server sends for
+    a file without a date) counted 1.7e9 s unchanged: the page's interval stayed near the
+    longest whatever its visits found later."""
+    config = RevisitConfig(adaptive=True)
+    bogus, none = Page(config), Page(config)
+    first = bogus.visit(0, b"A", **{"Last-Modified": http_date(0)})
+    assert first.unchanged_for == 0
+    assert first.interval == none.visit(0, b"A").interval  # as without a Last-Modified
+
+
+def test_a_first_visit_counts_its_age_up_to_the_longest_interval():
+    """A page unchanged for five years is given what one unchanged for HA_REVISIT_MAX is:
+    one look does not outweigh what the visits after it find."""
+    config = RevisitConfig(adaptive=True)
+    old, month = Page(config), Page(config)
+    first = old.visit(0, b"A", **{"Last-Modified": http_date(T0 - 5 * 365 * 86400)})
+    assert first.unchanged_for == config.maximum
+    assert (
+        first.interval
+        == month.visit(0, b"A", **{"Last-Modified": http_date(T0 - config.maximum)}).interval
+    )
+    # then found changed at each visit (dated by its Last-Modified): its interval falls
+    at, intervals = 0.0, [first.interval]
+    for version in range(5):
+        at += intervals[-1]
+        changed = {"Last-Modified": http_date(T0 + at - 10)}
+        intervals.append(old.visit(at, b"B%d" % version, **changed).interval)
+    assert intervals[-1] < intervals[0] / 3, intervals

@@ -186,10 +186,13 @@ class Revisits:
         page whose age (``Date`` less ``Last-Modified``) falls within that interval changed
         then and not since: a dated change and its age unchanged, which say more than the
         interval (Cho and Garcia-Molina's last-modified estimator). A first visit counts
-        its age as unchanged (what came before it is not known); one whose verdict is
-        unknown only starts the clock."""
+        its age as unchanged (what came before it is not known), up to ``HA_REVISIT_MAX``:
+        one look does not outweigh the visits after it (a page unchanged for years, then
+        changed at each visit, kept the longest interval for visits on end); one whose
+        verdict is unknown only starts the clock."""
         now = self.clock()
         if found == "new" and not state.last and age >= 0:
+            age = min(age, self.config.maximum)
             return replace(state, unchanged_for=state.unchanged_for + age, last=now)
         if found not in ("changed", "unchanged", "not_modified") or not state.last:
             return replace(state, last=now)
