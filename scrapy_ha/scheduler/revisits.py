@@ -53,9 +53,14 @@ class Revisits:
         fingerprint: Callable[[Request], bytes],
         clock: Callable[[], float] = time.time,
         stats: StatsCollector | None = None,
+        *,
+        seen: bool = True,
     ) -> None:
         self.config = config
-        self.fingerprint = fingerprint  # b"" when the crawl does not deduplicate
+        self.fingerprint = fingerprint
+        #: the crawl deduplicates: a revisited URL is seen again at each visit (without,
+        #: its fingerprint still keeps one revisit entry per URL, and nothing is kept seen)
+        self.seen = seen
         self.clock = clock
         self.stats = stats
         #: a permanent redirect of a revisited URL was said (a WARNING once per crawl)
@@ -69,15 +74,15 @@ class Revisits:
     def from_config(
         cls, crawler: Crawler, config: SchedulerConfig, clock: Callable[[], float] = time.time
     ) -> Self:
-        # as the worker sends it to the dupefilter (Admission): a revisit keeps its URL seen
+        # as the worker sends it to the dupefilter (Admission): a revisit keeps its URL seen.
+        # Computed without a dupefilter too (BaseDupeFilter): one URL, one revisit entry
+        # (before, none was sent there, and each copy of a URL linked again was revisited)
         size = BLOOM_FINGERPRINT_BYTES if config.memory.dupefilter == "bloom" else FINGERPRINT_BYTES
 
         def fingerprint(request: Request) -> bytes:
-            if not config.dedupe:
-                return b""
             return sized(crawler.request_fingerprinter.fingerprint(request), size)
 
-        return cls(config.revisit, fingerprint, clock, crawler.stats)
+        return cls(config.revisit, fingerprint, clock, crawler.stats, seen=config.dedupe)
 
     def redirected(self, original: Request, redirect: Request) -> None:
         """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
@@ -163,7 +168,7 @@ class Revisits:
             meta.pop(key, None)
         saved = state.size if found == "not_modified" else 0
         fp = self.fingerprint(request)
-        return VisitEnd(interval, fp, found, saved, self.allocation, load)
+        return VisitEnd(interval, fp, found, saved, self.allocation, load, seen=self.seen)
 
     def _leaving(self, request: Request, state: RevisitState) -> VisitEnd | None:
         """The end of a request revisited adaptively before and no longer now (no rule of
@@ -173,7 +178,8 @@ class Revisits:
         if self.allocation is None or not state.interval:
             return None
         load = Load(0.0, 0.0, FIRST_MULTIPLIER * state.interval, 0.0, 0.0)
-        return VisitEnd(-1.0, self.fingerprint(request), "left", 0, self.allocation, load)
+        fp = self.fingerprint(request)
+        return VisitEnd(-1.0, fp, "left", 0, self.allocation, load, seen=self.seen)
 
     def _multiplier(self, base: float) -> float:
         if self.allocation is None:

@@ -55,6 +55,7 @@ async def end_revisit(
             visit.saved,
             interval_bucket(visit.interval),
             _allocation(visit),
+            seen=visit.seen,
         ),
         op.commit,
     )
