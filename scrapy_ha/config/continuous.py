@@ -65,6 +65,10 @@ MIN_REVISIT_INTERVAL = 1.0
 #: The longest: 1e12 s (some 31,700 years, "never" in practice). Longer ones (1.7e308)
 #: overflow the sums of adaptive revisits (a ZeroDivisionError at every revisit's end).
 MAX_REVISIT_INTERVAL = 1e12
+#: ``HA_REVISIT_MAX_FAILURES``: failed visits in a row after which a revisited URL is
+#: dead-lettered (5: each is a request's whole retry budget spent, or a 404, an interval
+#: apart; a page down for a day at an hourly interval is still given up within hours).
+DEFAULT_REVISIT_MAX_FAILURES = 5
 #: ``HA_REVISIT_BUDGET``: 0, the visits a second the configured intervals would make (the sum
 #: of ``1 / interval`` over the URLs revisited), so that adaptive revisits spend what fixed
 #: ones of the same rules would, and a crawl switching to them keeps its bandwidth.
@@ -79,8 +83,9 @@ FIRST_MULTIPLIER = 0.264
 INTERVAL_BUCKETS = (60, 300, 900, 3600, 21600, 86400, 604800)
 
 #: What a revisit found (the middleware's verdict; ``unknown`` when no
-#: ``scrapy_ha.revisit.RevisitMiddleware`` looked at the response).
-OUTCOMES = ("new", "changed", "unchanged", "not_modified", "unknown")
+#: ``scrapy_ha.revisit.RevisitMiddleware`` looked at the response; ``failed``: the visit
+#: failed, its retries spent, and the URL goes on being revisited).
+OUTCOMES = ("new", "changed", "unchanged", "not_modified", "unknown", "failed")
 #: The validators a revisit sends (``scrapy_ha.revisit.RevisitMiddleware``): those of the
 #: URL's last full answer and no others (a visit before left its own in the stored request:
 #: a site that stopped sending ``ETag`` or ``Last-Modified`` was asked with them for ever);
@@ -102,7 +107,9 @@ class RevisitState:
     last visit ended (``last``: the worker's clock, seconds since the epoch). ``age`` is
     the answer's, not stored: ``Date`` less ``Last-Modified`` (-1: not known). ``undated``:
     the page's ``Last-Modified`` is its ``Date`` whether it changed or not (found on an
-    unchanged page): it is ignored from then on, and the body's signature alone tells."""
+    unchanged page): it is ignored from then on, and the body's signature alone tells.
+    ``failures``: the visits that failed since the last that did not
+    (``HA_REVISIT_MAX_FAILURES``)."""
 
     interval: float = 0.0
     etag: str = ""
@@ -118,6 +125,7 @@ class RevisitState:
     dated: int = 0
     age: float = -1.0
     undated: bool = False
+    failures: int = 0
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
@@ -140,6 +148,7 @@ class RevisitState:
                 float(value.get("t", 0)),
                 int(value.get("y", 0)),
                 undated=bool(value.get("z", 0)),
+                failures=int(value.get("f", 0)),
             )
         except (TypeError, ValueError, OverflowError):
             return cls()
@@ -161,13 +170,15 @@ class RevisitState:
             doc["y"] = self.dated
         if self.undated:
             doc["z"] = 1
+        if self.failures:
+            doc["f"] = self.failures
         return doc
 
 
 @dataclass(frozen=True)
 class RevisitConfig:
-    """``HA_REVISIT``, ``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX`` and
-    ``HA_REVISIT_SIGNATURE``, ``HA_REVISIT_BUDGET``."""
+    """``HA_REVISIT``, ``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX``,
+    ``HA_REVISIT_SIGNATURE``, ``HA_REVISIT_BUDGET`` and ``HA_REVISIT_MAX_FAILURES``."""
 
     #: (compiled URL regex, seconds) in the setting's order: the first that matches wins
     rules: tuple[tuple[re.Pattern[str], float], ...] = ()
@@ -179,6 +190,8 @@ class RevisitConfig:
     #: visits a second adaptive revisits spend, all workers together (0: what the
     #: configured intervals would)
     budget: float = DEFAULT_REVISIT_BUDGET
+    #: failed visits in a row after which a revisited URL is dead-lettered
+    max_failures: int = DEFAULT_REVISIT_MAX_FAILURES
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -198,6 +211,9 @@ class RevisitConfig:
             signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
             budget=check.non_negative(
                 settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET, finite=True
+            ),
+            max_failures=check.whole(
+                settings, "HA_REVISIT_MAX_FAILURES", DEFAULT_REVISIT_MAX_FAILURES
             ),
         )
         if config.minimum > config.maximum:

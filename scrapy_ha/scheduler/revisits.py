@@ -27,6 +27,7 @@ from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.outbox import Allocation, Load, VisitEnd
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.buckets import sized
+from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -152,6 +153,7 @@ class Revisits:
             unchanged_for=evidence.unchanged_for,
             last=evidence.last,
             dated=evidence.dated,
+            failures=0,  # a visit that did not fail starts the count again
         ).as_meta()
         load = None
         if self.allocation is not None:
@@ -169,6 +171,41 @@ class Revisits:
         saved = state.size if found == "not_modified" else 0
         fp = self.fingerprint(request)
         return VisitEnd(interval, fp, found, saved, self.allocation, load, seen=self.seen)
+
+    def failed_visit(self, request: Request) -> VisitEnd | None:
+        """The end of a revisited request whose visit failed (its verdict: dead-letter it,
+        its retries spent or its failure permanent) as a revisit at its interval, counted
+        in its state's ``failures`` (its meta updated for the next visit); None: it is
+        dead-lettered, as a URL whose first visit failed (never found: a broken link is
+        said at once) or whose ``HA_REVISIT_MAX_FAILURES``-th visit in a row did (its
+        verdict's reason says so, and its count starts again for a requeue). Before, one
+        failed visit dead-lettered the URL's revisits for good."""
+        try:
+            base = self.config.interval_for(request.url, request.meta)
+        except ConfigError:
+            return None
+        meta = request.meta
+        state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
+        if base is None or not state.visits:
+            return None
+        failures = state.failures + 1
+        if failures >= self.config.max_failures:
+            verdict = Verdict.from_meta(meta)
+            if verdict is not None:
+                reason = f"{verdict.reason} ({failures} failed visits in a row)"
+                meta[metakeys.OUTCOME] = replace(verdict, reason=reason)
+            meta[metakeys.REVISIT_STATE] = replace(state, failures=0).as_meta()
+            return None
+        meta[metakeys.REVISIT_STATE] = replace(state, failures=failures).as_meta()
+        for key in (metakeys.OUTCOME, metakeys.RETRIES, metakeys.HISTORY, metakeys.REVISIT_SEEN):
+            meta.pop(key, None)  # the next visit starts afresh
+        interval = state.interval if self.config.adaptive and state.interval else base
+        load = None
+        if self.allocation is not None:  # its interval is kept: the sums do not move
+            held = 1 / interval
+            load = Load(0.0, 0.0, FIRST_MULTIPLIER * base, held, 1 / base)
+        fp = self.fingerprint(request)
+        return VisitEnd(interval, fp, "failed", 0, self.allocation, load, seen=self.seen)
 
     def _leaving(self, request: Request, state: RevisitState) -> VisitEnd | None:
         """The end of a request revisited adaptively before and no longer now (no rule of

@@ -1,7 +1,8 @@
 -- revisit: end a finished request's lease by sending it back to the delayed set, due again
 -- after its revisit interval, its attempts reset (never both, never neither), fenced by its
 -- token. The page is done: it counts as acked (and retry_ok if it had been retried), and it
--- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint).
+-- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint); or
+-- its visit failed (ARGV[5] 'failed', its retries spent): no ack, the URL revisited still.
 -- The entry keeps its id and its priority; once due it goes after the other requests of its
 -- priority, in the order revisits are due (lib/revisit: revisit_score), into its host's
 -- back queue (lib/frontier's restore record: the score and the host); its payload is the
@@ -23,7 +24,8 @@
 -- ARGV[2] interval (ms; below 0: the entry is no longer revisited, it leaves, below)
 -- ARGV[3] new payload
 -- ARGV[4] the URL's fingerprint ('' for none: no one-revisit rule, not kept seen)
--- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown
+-- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown; or
+--         failed (its retries spent: it goes on being revisited, and counts no ack)
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
@@ -107,8 +109,11 @@ if not v then
 end
 local n_items, n_cp = commit_apply(KEYS[14], a)
 local domain = lease_domain(v)
-count('acked', 1, domain)
-count('retry_ok', redis.call('HDEL', KEYS[6], id))
+local retried = redis.call('HDEL', KEYS[6], id)
+if ARGV[5] ~= 'failed' then -- a failed visit is no ack (its retries were spent)
+  count('acked', 1, domain)
+  count('retry_ok', retried)
+end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[7], id)
