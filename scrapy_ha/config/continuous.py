@@ -104,8 +104,9 @@ class RevisitState:
     ``changed_for``), the seconds spanned by those after which it was not
     (``unchanged_for``; with the seconds a changed page had been unchanged when answered,
     its age), the changes whose time its ``Last-Modified`` told (``dated``), and when the
-    last visit ended (``last``: the worker's clock, seconds since the epoch). ``age`` is
-    the answer's, not stored: ``Date`` less ``Last-Modified`` (-1: not known). ``undated``:
+    last visit ended (``last``: the Redis server's clock as the worker estimates it,
+    seconds since the epoch). ``age`` is the answer's, not stored: ``Date`` less
+    ``Last-Modified`` (-1: not known). ``undated``:
     the page's ``Last-Modified`` is its ``Date`` whether it changed or not (found on an
     unchanged page): it is ignored from then on, and the body's signature alone tells.
     ``failures``: the visits that failed since the last that did not

@@ -257,7 +257,8 @@ class Revisits:
 PERMANENT_REDIRECTS = (301, 308)
 
 #: Seconds an age may exceed the interval it is read in and still date the change within
-#: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval the worker's clock.
+#: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval Redis's clock
+#: (as the worker estimates it from its last round trip).
 AGE_SLACK = 1.0
 
 #: The warnings said once per process, by reason.
