@@ -9,7 +9,8 @@ for ``--horizon`` real seconds after the start. A page answers with its version 
 an ``ETag`` (``"<page>-<version>"``) and a ``Last-Modified`` (its last change), and honours
 conditional requests: ``If-None-Match`` first, else ``If-Modified-Since`` (RFC 9110): 304
 without a body (``--no-conditional`` answers 200 always). ``--static`` pages change only when
-``/_change?page=<i>`` asks (for tests).
+``/_change?page=<i>`` asks (for tests); ``/_fail?page=<i>&status=<code>`` makes a page
+answer that status from then on (``status=0``: as before).
 
 ``/_stats?since=<t>&until=<t>`` (real seconds since the start, ``until`` default now) reads
 the fetch log: ``freshness``, the time-averaged fraction of pages whose last fetched copy
@@ -61,6 +62,8 @@ class ChangingSite(resource.Resource):
                     t += rng.expovariate(rate)
         #: (t, page, status, version, bytes)
         self.log: list[tuple[float, int, int, int, int]] = []
+        #: page -> the status it answers instead of itself (/_fail)
+        self.failing: dict[int, int] = {}
 
     def now(self) -> float:
         return time.time() - self.start
@@ -79,6 +82,10 @@ class ChangingSite(resource.Resource):
             page = int(request.args[b"page"][0])
             self.changes[page].append(self.now())
             return b"changed"
+        if path == "/_fail":
+            page, status = (int(request.args[name][0]) for name in (b"page", b"status"))
+            self.failing[page] = status
+            return b"failing" if status else b"as before"
         if path == "/_log":
             return json.dumps([x[:4] for x in self.log]).encode()
         if path == "/_stats":
@@ -91,6 +98,10 @@ class ChangingSite(resource.Resource):
     def page(self, request: Any, page: int) -> bytes:
         t = self.now()
         version = self.version(page, t)
+        if self.failing.get(page):
+            request.setResponseCode(self.failing[page])
+            self.log.append((t, page, self.failing[page], version, 0))
+            return b"failing"
         changed = self.changes[page][version - 1] if version else 0.0
         etag = f'"{page}-{version}"'
         modified = formatdate(self.start + changed, usegmt=True)

@@ -162,7 +162,7 @@ async def test_adaptive_intervals_grow_while_a_page_does_not_change(
     redis_url, redis_client, changing_site
 ):
     base = changing_site("--static")
-    extra = {"HA_REVISIT_ADAPTIVE": True, "HA_REVISIT_MIN": 0.5, "HA_REVISIT": {"/p/": 0.6}}
+    extra = {"HA_REVISIT_ADAPTIVE": True, "HA_REVISIT_MIN": 1, "HA_REVISIT": {"/p/": 1.2}}
     crawler = get_crawler(PagesSpider, settings(redis_url, **extra))
     await crawl_until(crawler, base, redis_client, visits=5)
     times = [t for t, page, _, _ in get(f"{base}/_log") if page == 0]
@@ -171,19 +171,19 @@ async def test_adaptive_intervals_grow_while_a_page_does_not_change(
     # a page never found changed: its first visit's age (unchanged since the site started,
     # seconds ago) already puts it well past the configured interval, and its change
     # rate's estimate falls visit after visit, so the gaps do not come back under the
-    # first; the budget (the configured intervals', 3 pages every 0.6 s) lowers the
+    # first; the budget (the configured intervals', 3 pages every 1.2 s) lowers the
     # multiplier meanwhile, which holds them back
-    assert min(gaps) > 0.6 * 4 and max(gaps[1:]) > gaps[0], gaps
+    assert min(gaps) > 1.2 * 4 and max(gaps[1:]) > gaps[0], gaps
     state = [json.loads(p) for p in redis_client.hvals(KEYS.payload)]
     intervals = sorted(doc["mt"]["ha_revisit_state"]["i"] for doc in state)
-    assert all(i > 0.6 * 1.4**2 * 0.99 for i in intervals), intervals
+    assert all(i > 1.2 * 1.4**2 * 0.99 for i in intervals), intervals
     # the crawl's budget: the load of the intervals scheduled, under the configured
-    # intervals' (3 pages every 0.6 s), so the multiplier fell from its start
+    # intervals' (3 pages every 1.2 s), so the multiplier fell from its start
     raw = redis_client.hgetall(KEYS.revisit_alloc)  # the sums, and e:<id>: what each holds
     alloc = {k.decode(): float(v) for k, v in raw.items() if not k.startswith(b"e:")}
-    assert alloc["base"] == pytest.approx(3 / 0.6)
+    assert alloc["base"] == pytest.approx(3 / 1.2)
     assert 0 < alloc["load"] < alloc["base"]
-    assert 0 < alloc["mu"] < 0.264 * 0.6
+    assert 0 < alloc["mu"] < 0.264 * 1.2
 
 
 @deferred_f_from_coro_f
@@ -191,7 +191,7 @@ async def test_a_changed_page_s_last_modified_dates_its_change(
     redis_url, redis_client, changing_site
 ):
     base = changing_site("--static")
-    extra = {"HA_REVISIT_ADAPTIVE": True, "HA_REVISIT_MIN": 0.5, "HA_REVISIT": {"/p/": 0.6}}
+    extra = {"HA_REVISIT_ADAPTIVE": True, "HA_REVISIT_MIN": 1, "HA_REVISIT": {"/p/": 1.2}}
     crawler = get_crawler(PagesSpider, settings(redis_url, **extra))
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=base))
     await until(lambda: fetches(base, 1) >= 2, "a revisit of page 1", crawling)

@@ -8,6 +8,7 @@ ending as a double."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -123,3 +124,24 @@ def test_a_child_with_its_pages_meta_copied_is_no_redirect_of_the_page():
     redirect = page.replace(url="http://a.test/newer")
     redirect.meta.update(redirect_urls=[*page.meta["redirect_urls"], page.url], redirect_times=2)
     assert not _redirect_of(child, page) and _redirect_of(redirect, page)
+
+
+def test_permanent_redirects_are_said_once_and_counted(caplog):
+    """Before: a WARNING for each revisited URL redirected for good, and a key per URL kept
+    for the life of the process (the set of what was said)."""
+    from scrapy_ha.scheduler import revisits as module
+
+    crawler = get_crawler(scrapy.Spider)
+    revisits = Revisits(RevisitConfig(rules=()), lambda r: b"fp", stats=crawler.stats)
+    said = len(module._WARNED)
+    caplog.set_level(logging.DEBUG, logger=module.__name__)
+    for i in range(100):
+        original = scrapy.Request(f"http://a.test/old/{i}", meta={"ha_revisit": 60})
+        target = original.replace(url=f"http://a.test/new/{i}")
+        target.meta.update(redirect_urls=[original.url], redirect_times=1, redirect_reasons=[301])
+        revisits.redirected(original, target)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "/old/0 is revisited" in warnings[0].getMessage()
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 99
+    assert len(module._WARNED) <= said + 1
+    assert crawler.stats.get_value("ha/revisit/moved") == 100

@@ -128,8 +128,8 @@ def test_which_requests_are_revisited_and_how_often(settings, url, meta, expecte
     assert config.interval_for(url, meta) == expected
 
 
-@pytest.mark.parametrize("value", [float("inf"), "nan", "-inf"])
-def test_a_request_whose_ha_revisit_is_not_finite_is_not_revisited(value, caplog):
+@pytest.mark.parametrize("value", [float("inf"), "nan", "-inf", 0.01, 0.999, 1.7e308, 2e12])
+def test_a_request_whose_ha_revisit_is_out_of_bounds_is_not_revisited(value, caplog):
     config = RevisitConfig.from_settings(Settings({"HA_REVISIT_ADAPTIVE": True}))
     with pytest.raises(ConfigError, match="meta\\['ha_revisit'\\]=.* must be seconds"):
         config.interval_for("http://a/x", {"ha_revisit": value})
@@ -150,6 +150,12 @@ def test_a_request_whose_ha_revisit_is_not_finite_is_not_revisited(value, caplog
         ({"HA_REVISIT_MAX": "nan"}, "HA_REVISIT_MAX='nan' must be a finite number"),
         ({"HA_REVISIT_MIN": "nan"}, "HA_REVISIT_MIN='nan' must be a finite number"),
         ({"HA_REVISIT_BUDGET": "nan"}, "HA_REVISIT_BUDGET='nan' must be a finite number"),
+        # under a second: a page fetched in a loop; past 1e12 s: 1.7e308 overflowed the
+        # adaptive sums (ZeroDivisionError at every revisit's end)
+        ({"HA_REVISIT": {"/": 0.2}}, r"HA_REVISIT\['/'\]=0.2 must be seconds, .* from 1 to 1e\+12"),
+        ({"HA_REVISIT_MIN": 0.5}, r"HA_REVISIT_MIN=0.5 must be seconds, .* from 1 to 1e\+12"),
+        ({"HA_REVISIT_MAX": 1.7e308}, r"HA_REVISIT_MAX=1.7e\+308 must be seconds, .* from 1"),
+        ({"HA_REVISIT_MAX": 2e12}, r"HA_REVISIT_MAX=2000000000000.0 must be seconds"),
     ],
 )
 def test_a_bad_revisit_setting_names_it(settings, message):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 __all__ = [
+    "CONDITIONAL_HEADERS",
     "DEFAULT_DUPEFILTER_TTL",
     "FIRST_MULTIPLIER",
     "MIN_DUPEFILTER_TTL",
@@ -57,6 +58,17 @@ DEFAULT_REVISIT_MIN = 60.0
 #: The longest adaptive interval: 30 days, Nutch's db.fetch.interval.default (the interval it
 #: gives a page it knows nothing about): a page that never changes is still looked at monthly.
 DEFAULT_REVISIT_MAX = 30 * 86400.0
+#: The shortest interval any revisit setting or ``meta["ha_revisit"]`` may give: a second.
+#: A shorter one hot-loops (the page back in the delayed set due before its lease ended),
+#: and the times kept are whole milliseconds of the server's clock.
+MIN_REVISIT_INTERVAL = 1.0
+#: The longest: 1e12 s (some 31,700 years, "never" in practice). Longer ones (1.7e308)
+#: overflow the sums of adaptive revisits (a ZeroDivisionError at every revisit's end).
+MAX_REVISIT_INTERVAL = 1e12
+#: ``HA_REVISIT_MAX_FAILURES``: failed visits in a row after which a revisited URL is
+#: dead-lettered (5: each is a request's whole retry budget spent, or a 404, an interval
+#: apart; a page down for a day at an hourly interval is still given up within hours).
+DEFAULT_REVISIT_MAX_FAILURES = 5
 #: ``HA_REVISIT_BUDGET``: 0, the visits a second the configured intervals would make (the sum
 #: of ``1 / interval`` over the URLs revisited), so that adaptive revisits spend what fixed
 #: ones of the same rules would, and a crawl switching to them keeps its bandwidth.
@@ -71,8 +83,14 @@ FIRST_MULTIPLIER = 0.264
 INTERVAL_BUCKETS = (60, 300, 900, 3600, 21600, 86400, 604800)
 
 #: What a revisit found (the middleware's verdict; ``unknown`` when no
-#: ``scrapy_ha.revisit.RevisitMiddleware`` looked at the response).
-OUTCOMES = ("new", "changed", "unchanged", "not_modified", "unknown")
+#: ``scrapy_ha.revisit.RevisitMiddleware`` looked at the response; ``failed``: the visit
+#: failed, its retries spent, and the URL goes on being revisited).
+OUTCOMES = ("new", "changed", "unchanged", "not_modified", "unknown", "failed")
+#: The validators a revisit sends (``scrapy_ha.revisit.RevisitMiddleware``): those of the
+#: URL's last full answer and no others (a visit before left its own in the stored request:
+#: a site that stopped sending ``ETag`` or ``Last-Modified`` was asked with them for ever);
+#: a redirect of a revisit copies them, and they are dropped there.
+CONDITIONAL_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 
 @dataclass(frozen=True)
@@ -86,10 +104,13 @@ class RevisitState:
     ``changed_for``), the seconds spanned by those after which it was not
     (``unchanged_for``; with the seconds a changed page had been unchanged when answered,
     its age), the changes whose time its ``Last-Modified`` told (``dated``), and when the
-    last visit ended (``last``: the worker's clock, seconds since the epoch). ``age`` is
-    the answer's, not stored: ``Date`` less ``Last-Modified`` (-1: not known). ``undated``:
+    last visit ended (``last``: the Redis server's clock as the worker estimates it,
+    seconds since the epoch). ``age`` is the answer's, not stored: ``Date`` less
+    ``Last-Modified`` (-1: not known). ``undated``:
     the page's ``Last-Modified`` is its ``Date`` whether it changed or not (found on an
-    unchanged page): it is ignored from then on, and the body's signature alone tells."""
+    unchanged page): it is ignored from then on, and the body's signature alone tells.
+    ``failures``: the visits that failed since the last that did not
+    (``HA_REVISIT_MAX_FAILURES``)."""
 
     interval: float = 0.0
     etag: str = ""
@@ -105,6 +126,7 @@ class RevisitState:
     dated: int = 0
     age: float = -1.0
     undated: bool = False
+    failures: int = 0
 
     @classmethod
     def from_meta(cls, value: Any) -> RevisitState:
@@ -127,6 +149,7 @@ class RevisitState:
                 float(value.get("t", 0)),
                 int(value.get("y", 0)),
                 undated=bool(value.get("z", 0)),
+                failures=int(value.get("f", 0)),
             )
         except (TypeError, ValueError, OverflowError):
             return cls()
@@ -148,13 +171,15 @@ class RevisitState:
             doc["y"] = self.dated
         if self.undated:
             doc["z"] = 1
+        if self.failures:
+            doc["f"] = self.failures
         return doc
 
 
 @dataclass(frozen=True)
 class RevisitConfig:
-    """``HA_REVISIT``, ``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX`` and
-    ``HA_REVISIT_SIGNATURE``, ``HA_REVISIT_BUDGET``."""
+    """``HA_REVISIT``, ``HA_REVISIT_ADAPTIVE``, ``HA_REVISIT_MIN``/``MAX``,
+    ``HA_REVISIT_SIGNATURE``, ``HA_REVISIT_BUDGET`` and ``HA_REVISIT_MAX_FAILURES``."""
 
     #: (compiled URL regex, seconds) in the setting's order: the first that matches wins
     rules: tuple[tuple[re.Pattern[str], float], ...] = ()
@@ -166,6 +191,8 @@ class RevisitConfig:
     #: visits a second adaptive revisits spend, all workers together (0: what the
     #: configured intervals would)
     budget: float = DEFAULT_REVISIT_BUDGET
+    #: failed visits in a row after which a revisited URL is dead-lettered
+    max_failures: int = DEFAULT_REVISIT_MAX_FAILURES
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
@@ -180,11 +207,14 @@ class RevisitConfig:
         config = cls(
             rules=tuple(rules),
             adaptive=check.boolean(settings, "HA_REVISIT_ADAPTIVE", False),
-            minimum=check.seconds(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN, finite=True),
-            maximum=check.seconds(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX, finite=True),
+            minimum=_bound(settings, "HA_REVISIT_MIN", DEFAULT_REVISIT_MIN),
+            maximum=_bound(settings, "HA_REVISIT_MAX", DEFAULT_REVISIT_MAX),
             signature=check.optional_callable(settings, "HA_REVISIT_SIGNATURE"),
             budget=check.non_negative(
                 settings, "HA_REVISIT_BUDGET", DEFAULT_REVISIT_BUDGET, finite=True
+            ),
+            max_failures=check.whole(
+                settings, "HA_REVISIT_MAX_FAILURES", DEFAULT_REVISIT_MAX_FAILURES
             ),
         )
         if config.minimum > config.maximum:
@@ -231,15 +261,24 @@ def interval_bucket(seconds: float) -> str:
 
 
 def _interval(name: str, value: Any) -> float:
-    """Seconds, more than 0 and finite (``inf`` would be a revisit never due, ``nan`` one
-    whose every sum is NaN)."""
-    message = f"{name}={value!r} must be seconds, a finite number more than 0"
+    """Seconds, finite and within :data:`MIN_REVISIT_INTERVAL` ..
+    :data:`MAX_REVISIT_INTERVAL` (``inf`` would be a revisit never due, ``nan`` one whose
+    every sum is NaN, 0.01 a page fetched in a loop)."""
+    message = (
+        f"{name}={value!r} must be seconds, a finite number from {MIN_REVISIT_INTERVAL:g} "
+        f"to {MAX_REVISIT_INTERVAL:g}"
+    )
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(message)
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not (seconds > 0 and math.isfinite(seconds)):
+    if not (MIN_REVISIT_INTERVAL <= seconds <= MAX_REVISIT_INTERVAL):  # (nan is neither)
         raise ConfigError(message)
     return seconds
+
+
+def _bound(settings: BaseSettings, name: str, default: float) -> float:
+    """``HA_REVISIT_MIN`` or ``MAX``: an interval (see :func:`_interval`)."""
+    return _interval(name, check.seconds(settings, name, default, finite=True))

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import IgnoreRequest
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.continuous import RevisitConfig, RevisitState
+from scrapy_ha.config.continuous import CONDITIONAL_HEADERS, RevisitConfig, RevisitState
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
@@ -95,12 +95,12 @@ class RevisitMiddleware:
             return
         state = RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
         headers = request.headers  # stored with the request: those of the last visit are here
+        for header in CONDITIONAL_HEADERS:  # the stored state's alone, or none
+            headers.pop(header, None)
         if state.etag:
             headers[b"If-None-Match"] = state.etag
         if state.modified:
             headers[b"If-Modified-Since"] = state.modified
-        elif state.undated:  # the last visit's, stored with the request: it means nothing
-            headers.pop(b"If-Modified-Since", None)
 
     def process_response(self, request: Request, response: Response) -> Response:
         if not (200 <= response.status < 300 or response.status == 304):
@@ -143,8 +143,8 @@ class RevisitMiddleware:
 
 def page_age(response: Response, modified: str) -> float:
     """Seconds the page had been unchanged when answered: its ``Date`` less its
-    ``Last-Modified``, both the server's clock (-1: either missing or unreadable, or the
-    page modified after its date)."""
+    ``Last-Modified``, both the server's clock (-1: either missing or unreadable, the page
+    modified after its date, or a ``Last-Modified`` before 1995: a placeholder)."""
     lag = _lag(response, modified)
     return lag if lag is not None and lag >= 0 else -1.0
 
@@ -168,8 +168,15 @@ def _undated(was: bool, same: bool, lag: float | None) -> bool:
     return was or abs(lag) <= MODIFIED_NOW
 
 
+#: The earliest ``Last-Modified`` taken for a date (1995-01-01, before HTTP/1.0): an
+#: earlier one is a server's placeholder (the epoch, 1970, for a file without a date),
+#: which would count decades unchanged and hold the page at the longest interval.
+MODIFIED_FLOOR = 788_918_400.0
+
+
 def _lag(response: Response, modified: str) -> float | None:
-    """``Date`` less ``Last-Modified`` in seconds (None: either missing or unreadable)."""
+    """``Date`` less ``Last-Modified`` in seconds (None: either missing or unreadable, or a
+    ``Last-Modified`` before :data:`MODIFIED_FLOOR`)."""
     date = response.headers.get(b"Date")
     if not (modified and date):
         return None
@@ -178,7 +185,7 @@ def _lag(response: Response, modified: str) -> float | None:
         changed = parsedate_to_datetime(modified).timestamp()
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
-    return answered - changed
+    return answered - changed if changed >= MODIFIED_FLOOR else None
 
 
 def _validators(response: Response) -> tuple[str, str]:

@@ -24,7 +24,7 @@ __all__ = ["DUE_WINDOW", "RevisitNumbers", "read_revisits", "read_revisits_sync"
 #: Seconds ahead that "due soon" counts: the next hour.
 DUE_WINDOW = 3600
 #: What a visit found, in the order shown.
-FOUND = ("new", "changed", "unchanged", "not_modified", "unknown")
+FOUND = ("new", "changed", "unchanged", "not_modified", "unknown", "failed")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class RevisitNumbers:
     #: within DUE_WINDOW seconds
     revisited: int = 0
     due_soon: int = 0
-    #: visits by what they found (new, changed, unchanged, not_modified, unknown)
+    #: visits by what they found (new, changed, unchanged, not_modified, unknown; failed:
+    #: a visit that failed, its URL revisited still)
     found: dict[str, int] = field(default_factory=dict)
     #: bytes of the bodies 304 answers did not send again
     saved_bytes: int = 0
@@ -180,7 +181,7 @@ def revisit_metrics(client: Any, prefix: str, reading: Reading) -> list[Any]:
     visits = CounterMetricFamily(
         "scrapy_ha_revisits",
         "Visits of revisited URLs, by what they found: new (first), changed, unchanged (same "
-        "content), not_modified (a 304), unknown.",
+        "content), not_modified (a 304), unknown, failed (retries spent; revisited still).",
         labels=["spider", "found"],
     )
     saved = CounterMetricFamily(

@@ -104,6 +104,8 @@ class InFlight:
         #: a finished request's revisit (None: acked; see scheduler/revisits.py), and what
         #: a redirect of a revisited one is (Revisits.redirected)
         self.revisit: Callable[[Request], VisitEnd | None] | None = None
+        #: a revisited request whose visit failed: its revisit (None: dead-lettered)
+        self._failed_visit: Callable[[Request], VisitEnd | None] | None = None
         self._redirected: Callable[[Request, Request], None] | None = None
         #: HA_REVISIT has rules: any request may be revisited, not only one whose meta
         #: asks it (``ha_revisit``), the one thing to look at per request without them
@@ -112,6 +114,7 @@ class InFlight:
             # (*clock*: Redis's, so that every worker times a URL's visits by one clock)
             revisits = Revisits.from_config(crawler, config, clock)
             self.revisit, self._redirected = revisits.visit_end, revisits.redirected
+            self._failed_visit = revisits.failed_visit
             self._revisit_rules = bool(config.revisit.rules)
 
     def __len__(self) -> int:
@@ -215,11 +218,7 @@ class InFlight:
     def _finished(self, entry_id: str, token: str, request: Request) -> None:
         items, meta = self.items, request.meta
         if metakeys.OUTCOME in meta and (verdict := Verdict.from_meta(meta)):
-            if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
-                self._checkpoint(entry_id, token, request)
-            if items is not None:
-                items.discard((entry_id, token), verdict)
-            self.end(EndOp(verdict.op, entry_id, token, request))
+            self._judged(entry_id, token, request, verdict)
             return
         pair = (entry_id, token)
         if items is None:
@@ -237,6 +236,25 @@ class InFlight:
             self.end(EndOp("revisit", *pair, request, visit.interval, visit=visit, commit=commit))
             return
         self.outbox.acks.append(pair)
+
+    def _judged(self, entry_id: str, token: str, request: Request, verdict: Verdict) -> None:
+        """End a request a middleware judged: a retry, or a dead letter; a revisited URL's
+        failed visit goes back to its revisits instead (:meth:`Revisits.failed_visit`)."""
+        if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
+            self._checkpoint(entry_id, token, request)
+        if self.items is not None:
+            self.items.discard((entry_id, token), verdict)
+        if not verdict.is_retry and (visit := self._failed(request)) is not None:
+            self.end(EndOp("revisit", entry_id, token, request, visit.interval, visit=visit))
+            return
+        self.end(EndOp(verdict.op, entry_id, token, request))
+
+    def _failed(self, request: Request) -> VisitEnd | None:
+        if self._failed_visit is None:
+            return None
+        if not (self._revisit_rules or metakeys.REVISIT in request.meta):
+            return None
+        return self._failed_visit(request)
 
     def _checkpoint(
         self, entry_id: str, token: str, request: Request, *, ack: bool = False

@@ -186,8 +186,8 @@ def _leased(taken: Pair, *, kept: bool) -> Fresh:
 @dataclass(frozen=True)
 class VisitEnd:
     """A finished visit of a revisited request (see :mod:`scrapy_ha.scheduler.revisits`):
-    the interval to its next (seconds), its URL's fingerprint (b"": no deduplication), what
-    it found, the bytes a 304 saved."""
+    the interval to its next (seconds), its URL's fingerprint (one revisit entry per URL),
+    what it found, the bytes a 304 saved."""
 
     interval: float
     fingerprint: bytes
@@ -197,6 +197,8 @@ class VisitEnd:
     #: changes of the intervals' load
     allocation: Allocation | None = None
     load: Load | None = None
+    #: the URL is recorded as seen again (False: the crawl does not deduplicate)
+    seen: bool = True
 
 
 @dataclass

@@ -20,13 +20,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
-from scrapy_ha.config.continuous import FIRST_MULTIPLIER, RevisitState
+from scrapy_ha.config.continuous import CONDITIONAL_HEADERS, FIRST_MULTIPLIER, RevisitState
 from scrapy_ha.config.freshness import multiplier_range
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.outbox import Allocation, Load, VisitEnd
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES
 from scrapy_ha.store.buckets import sized
+from scrapy_ha.verdict import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
 
     from scrapy_ha.config.continuous import RevisitConfig
     from scrapy_ha.config.scheduler import SchedulerConfig
@@ -51,10 +53,19 @@ class Revisits:
         config: RevisitConfig,
         fingerprint: Callable[[Request], bytes],
         clock: Callable[[], float] = time.time,
+        stats: StatsCollector | None = None,
+        *,
+        seen: bool = True,
     ) -> None:
         self.config = config
-        self.fingerprint = fingerprint  # b"" when the crawl does not deduplicate
+        self.fingerprint = fingerprint
+        #: the crawl deduplicates: a revisited URL is seen again at each visit (without,
+        #: its fingerprint still keeps one revisit entry per URL, and nothing is kept seen)
+        self.seen = seen
         self.clock = clock
+        self.stats = stats
+        #: a permanent redirect of a revisited URL was said (a WARNING once per crawl)
+        self._moved_said = False
         self.allocation = None
         if config.adaptive:
             lowest, highest = multiplier_range(config.minimum, config.maximum)
@@ -64,22 +75,23 @@ class Revisits:
     def from_config(
         cls, crawler: Crawler, config: SchedulerConfig, clock: Callable[[], float] = time.time
     ) -> Self:
-        # as the worker sends it to the dupefilter (Admission): a revisit keeps its URL seen
+        # as the worker sends it to the dupefilter (Admission): a revisit keeps its URL seen.
+        # Computed without a dupefilter too (BaseDupeFilter): one URL, one revisit entry
+        # (before, none was sent there, and each copy of a URL linked again was revisited)
         size = BLOOM_FINGERPRINT_BYTES if config.memory.dupefilter == "bloom" else FINGERPRINT_BYTES
 
         def fingerprint(request: Request) -> bytes:
-            if not config.dedupe:
-                return b""
             return sized(crawler.request_fingerprinter.fingerprint(request), size)
 
-        return cls(config.revisit, fingerprint, clock)
+        return cls(config.revisit, fingerprint, clock, crawler.stats, seen=config.dedupe)
 
     def redirected(self, original: Request, redirect: Request) -> None:
         """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
         copied): the revisits stay with the original, and the target is fetched at each of
         its visits, in full (never filtered as seen, without the original's validators),
-        and is not revisited on its own. A permanent redirect (301, 308) is said once: the
-        target revisited instead would cost one request less a visit. Before, the target
+        and is not revisited on its own. A permanent redirect (301, 308) is counted
+        (``ha/revisit/moved``) and said in a WARNING once per crawl (the others at DEBUG):
+        the target revisited instead would cost one request less a visit. Before, the target
         kept the original's ``ha_revisit`` and got a revisit entry of its own: fetched twice
         a period, or filtered as seen at the original's next visits."""
         try:
@@ -95,11 +107,23 @@ class Revisits:
         for header in CONDITIONAL_HEADERS:  # the original's: a 304 would drop the page
             redirect.headers.pop(header, None)
         if (meta.get("redirect_reasons") or [None])[-1] in PERMANENT_REDIRECTS:
-            _warn_once(
-                f"moved {original.url}",
-                f"{original.url} is revisited, and redirected for good to {redirect.url}: "
-                "each visit fetches both; revisit the target instead",
-            )
+            self._moved(original, redirect)
+
+    def _moved(self, original: Request, redirect: Request) -> None:
+        """Count a revisited URL redirected for good; say the first in a WARNING (one a
+        URL, kept for ever, was a line and a key per URL for the life of the process)."""
+        if self.stats is not None:
+            self.stats.inc_value("ha/revisit/moved")
+        level = logging.DEBUG if self._moved_said else logging.WARNING
+        self._moved_said = True
+        logger.log(
+            level,
+            "%s is revisited, and redirected for good to %s: each visit fetches both; "
+            "revisit the target instead (said once at WARNING; ha/revisit/moved counts "
+            "every such URL)",
+            original.url,
+            redirect.url,
+        )
 
     def visit_end(self, request: Request) -> VisitEnd | None:
         """The end of *request*'s visit as a revisit (its meta updated for the next), or
@@ -129,6 +153,7 @@ class Revisits:
             unchanged_for=evidence.unchanged_for,
             last=evidence.last,
             dated=evidence.dated,
+            failures=0,  # a visit that did not fail starts the count again
         ).as_meta()
         load = None
         if self.allocation is not None:
@@ -145,7 +170,42 @@ class Revisits:
             meta.pop(key, None)
         saved = state.size if found == "not_modified" else 0
         fp = self.fingerprint(request)
-        return VisitEnd(interval, fp, found, saved, self.allocation, load)
+        return VisitEnd(interval, fp, found, saved, self.allocation, load, seen=self.seen)
+
+    def failed_visit(self, request: Request) -> VisitEnd | None:
+        """The end of a revisited request whose visit failed (its verdict: dead-letter it,
+        its retries spent or its failure permanent) as a revisit at its interval, counted
+        in its state's ``failures`` (its meta updated for the next visit); None: it is
+        dead-lettered, as a URL whose first visit failed (never found: a broken link is
+        said at once) or whose ``HA_REVISIT_MAX_FAILURES``-th visit in a row did (its
+        verdict's reason says so, and its count starts again for a requeue). Before, one
+        failed visit dead-lettered the URL's revisits for good."""
+        try:
+            base = self.config.interval_for(request.url, request.meta)
+        except ConfigError:
+            return None
+        meta = request.meta
+        state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
+        if base is None or not state.visits:
+            return None
+        failures = state.failures + 1
+        if failures >= self.config.max_failures:
+            verdict = Verdict.from_meta(meta)
+            if verdict is not None:
+                reason = f"{verdict.reason} ({failures} failed visits in a row)"
+                meta[metakeys.OUTCOME] = replace(verdict, reason=reason)
+            meta[metakeys.REVISIT_STATE] = replace(state, failures=0).as_meta()
+            return None
+        meta[metakeys.REVISIT_STATE] = replace(state, failures=failures).as_meta()
+        for key in (metakeys.OUTCOME, metakeys.RETRIES, metakeys.HISTORY, metakeys.REVISIT_SEEN):
+            meta.pop(key, None)  # the next visit starts afresh
+        interval = state.interval if self.config.adaptive and state.interval else base
+        load = None
+        if self.allocation is not None:  # its interval is kept: the sums do not move
+            held = 1 / interval
+            load = Load(0.0, 0.0, FIRST_MULTIPLIER * base, held, 1 / base)
+        fp = self.fingerprint(request)
+        return VisitEnd(interval, fp, "failed", 0, self.allocation, load, seen=self.seen)
 
     def _leaving(self, request: Request, state: RevisitState) -> VisitEnd | None:
         """The end of a request revisited adaptively before and no longer now (no rule of
@@ -155,7 +215,8 @@ class Revisits:
         if self.allocation is None or not state.interval:
             return None
         load = Load(0.0, 0.0, FIRST_MULTIPLIER * state.interval, 0.0, 0.0)
-        return VisitEnd(-1.0, self.fingerprint(request), "left", 0, self.allocation, load)
+        fp = self.fingerprint(request)
+        return VisitEnd(-1.0, fp, "left", 0, self.allocation, load, seen=self.seen)
 
     def _multiplier(self, base: float) -> float:
         if self.allocation is None:
@@ -168,10 +229,13 @@ class Revisits:
         page whose age (``Date`` less ``Last-Modified``) falls within that interval changed
         then and not since: a dated change and its age unchanged, which say more than the
         interval (Cho and Garcia-Molina's last-modified estimator). A first visit counts
-        its age as unchanged (what came before it is not known); one whose verdict is
-        unknown only starts the clock."""
+        its age as unchanged (what came before it is not known), up to ``HA_REVISIT_MAX``:
+        one look does not outweigh the visits after it (a page unchanged for years, then
+        changed at each visit, kept the longest interval for visits on end); one whose
+        verdict is unknown only starts the clock."""
         now = self.clock()
         if found == "new" and not state.last and age >= 0:
+            age = min(age, self.config.maximum)
             return replace(state, unchanged_for=state.unchanged_for + age, last=now)
         if found not in ("changed", "unchanged", "not_modified") or not state.last:
             return replace(state, last=now)
@@ -191,11 +255,10 @@ class Revisits:
 
 #: Redirects that move a page for good (said once: its target is worth revisiting instead).
 PERMANENT_REDIRECTS = (301, 308)
-#: The validators a revisit sends (RevisitMiddleware), which a redirect copies.
-CONDITIONAL_HEADERS = (b"If-None-Match", b"If-Modified-Since")
 
 #: Seconds an age may exceed the interval it is read in and still date the change within
-#: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval the worker's clock.
+#: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval Redis's clock
+#: (as the worker estimates it from its last round trip).
 AGE_SLACK = 1.0
 
 #: The warnings said once per process, by reason.

@@ -57,6 +57,9 @@ class Revisit:
     #: finite (Redis refuses the revisit otherwise, before it changes anything); None:
     #: fixed revisits, nothing kept
     allocation: tuple[float, ...] | None = None
+    #: the URL is recorded as seen again in the dupefilter (False: the crawl does not
+    #: deduplicate; its fingerprint still keeps one revisit entry per URL)
+    seen: bool = True
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     (ack,), more = packed_acks([pair], commits, task_keys, len(keys) + 1)
     fingerprint = queue.dupefilter.wire(visit.fingerprint)
     args = [ack, visit.interval_ms, visit.payload, fingerprint, visit.found]
-    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation), queue.order_arg]
+    args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
+    args += ["1" if visit.seen else "0", queue.order_arg]
     script = queue.client.register_script(scripts.REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)
     due, items, checkpoints = (int(x) for x in reply[:3])

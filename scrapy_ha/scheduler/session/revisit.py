@@ -55,6 +55,7 @@ async def end_revisit(
             visit.saved,
             interval_bucket(visit.interval),
             _allocation(visit),
+            seen=visit.seen,
         ),
         op.commit,
     )
@@ -66,6 +67,14 @@ async def end_revisit(
         logger.info("%s is revisited by another entry of the crawl: this one ends", op.request)
     elif done.due == LEFT:
         stats.inc_value("ha/revisit/left")
+    elif done.due and visit.found == "failed":
+        stats.inc_value("ha/revisit/failed_visits")
+        logger.info(
+            "%s: its visit failed; it is revisited in %g s (dead-lettered after "
+            "HA_REVISIT_MAX_FAILURES failed visits in a row)",
+            op.request,
+            visit.interval,
+        )
     elif done.due:
         stats.inc_value("ha/revisit/scheduled")
         stats.inc_value(f"ha/revisit/{visit.found}")

@@ -1,7 +1,8 @@
 -- revisit: end a finished request's lease by sending it back to the delayed set, due again
 -- after its revisit interval, its attempts reset (never both, never neither), fenced by its
 -- token. The page is done: it counts as acked (and retry_ok if it had been retried), and it
--- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint).
+-- commits what an ack would (lib/commit: the items it yielded, its task's checkpoint); or
+-- its visit failed (ARGV[5] 'failed', its retries spent): no ack, the URL revisited still.
 -- The entry keeps its id and its priority; once due it goes after the other requests of its
 -- priority, in the order revisits are due (lib/revisit: revisit_score), into its host's
 -- back queue (lib/frontier's restore record: the score and the host); its payload is the
@@ -23,7 +24,8 @@
 -- ARGV[2] interval (ms; below 0: the entry is no longer revisited, it leaves, below)
 -- ARGV[3] new payload
 -- ARGV[4] the URL's fingerprint ('' for none: no one-revisit rule, not kept seen)
--- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown
+-- ARGV[5] what the visit found: new, changed, unchanged, not_modified or unknown; or
+--         failed (its retries spent: it goes on being revisited, and counts no ack)
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
@@ -31,17 +33,20 @@
 -- the load and the configured sum (taken out if it is a double)  ARGV[14], ARGV[15] the
 -- range the multiplier is kept in (lib/revisit: revisit_allocate); all eight '' for fixed
 -- ones. Every number must be finite: a NaN or an infinity is refused before any write.
--- ARGV[16] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
+-- ARGV[16] '1': the URL is recorded as seen again (below); '0': the crawl does not
+--          deduplicate (BaseDupeFilter): its fingerprint still keeps one revisit per URL
+-- ARGV[17] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
 --          its start queue): the score of a back queue woken here follows from it
--- ARGV[17] the dupefilter's spec (lib/seen)
+-- ARGV[18] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
 -- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
 -- like an ack (its items committed too); a stale token commits nothing (items_refused).
 -- Rule kept: a URL revisited is seen again (its fingerprint is recorded as seen now,
--- lib/seen): with a dupefilter's age (HA_DUPEFILTER_TTL) it stays seen for that age after
--- each visit, so a link to it queues no second copy if the age is not shorter than the
--- interval (a copy queued later ends as a double, above).
+-- lib/seen; not in a crawl without a dupefilter, ARGV[16] '0'): with a dupefilter's age
+-- (HA_DUPEFILTER_TTL) it stays seen for that age after each visit, so a link to it queues
+-- no second copy if the age is not shorter than the interval (a copy queued later ends as
+-- a double, above, and leaves the revisits set if it was one of them).
 -- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
 -- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
@@ -93,7 +98,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[17], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[18], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -104,8 +109,11 @@ if not v then
 end
 local n_items, n_cp = commit_apply(KEYS[14], a)
 local domain = lease_domain(v)
-count('acked', 1, domain)
-count('retry_ok', redis.call('HDEL', KEYS[6], id))
+local retried = redis.call('HDEL', KEYS[6], id)
+if ARGV[5] ~= 'failed' then -- a failed visit is no ack (its retries were spent)
+  count('acked', 1, domain)
+  count('retry_ok', retried)
+end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[7], id)
@@ -125,7 +133,7 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   redis.call('HSET', KEYS[5], id, ARGV[3])
   revisit_due(KEYS[12], id, due, now)
   held_mark(KEYS[15], id, 'revisit', domain)
-  if fp ~= '' then seen_touch(seen, fp) end
+  if fp ~= '' and ARGV[16] ~= '0' then seen_touch(seen, fp) end
   count('revisited', 1, nil, ARGV[5])
   count('revisit_saved', saved)
   count('revisit_iv', 1, nil, ARGV[7])
@@ -137,6 +145,7 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
   end
 else
   redis.call('HDEL', KEYS[5], id)
+  redis.call('ZREM', KEYS[12], id) -- (a revisit before: no longer one of the revisits)
   count('revisit_double', 1)
   if adaptive then
     revisit_withdraw(KEYS[17], alloc.held, alloc.held_base)
@@ -144,7 +153,7 @@ else
   end
 end
 seen_close(seen)
-local lifo, start_lifo = order_flags(ARGV[16])
+local lifo, start_lifo = order_flags(ARGV[17])
 frontier_open(KEYS[18], KEYS[19], KEYS[20], KEYS[21], lifo, start_lifo)
 polite_woken(KEYS[11], frontier_wake_one)
 polite_write(KEYS[11])
