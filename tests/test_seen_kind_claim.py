@@ -201,12 +201,13 @@ async def test_a_sharded_finish_overtaken_by_a_join_leaves_the_new_claim(redis_u
 @pytest.mark.parametrize(("shards", "ttl"), [(4, 0.0), (1, 3600.0)])
 @deferred_f_from_coro_f
 async def test_a_push_from_outside_the_project_takes_the_kind_the_crawl_claimed(
-    redis_url: str, shards: int, ttl: float
+    redis_url: str, tmp_path: Path, shards: int, ttl: float
 ) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)
     queue = make_queue(client, "ha", "k", shards)
     await check_shard_count(queue)
     await set_dupefilter(queue, BLOOM_MEMORY, ttl)  # claims "bloom" or "bloom sliced 3600"
+    await seed_filter(redis_url, tmp_path, shards, ttl)  # the filter's layout: the workers'
     push = ("--redis-url", redis_url, "push", "k", "--create")  # no project: "set" by default
     first = await asyncio.to_thread(scrapy_ha, *push, "https://a.example/x", "https://b.example/")
     assert first.returncode == 0, first.stderr
@@ -230,12 +231,14 @@ async def test_a_push_from_outside_the_project_takes_the_kind_the_crawl_claimed(
 @pytest.mark.parametrize(("kind", "shards"), [("set", 1), ("set", 3), ("bloom", 1), ("bloom", 3)])
 @deferred_f_from_coro_f
 async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claimed(
-    redis_url: str, kind: str, shards: int
+    redis_url: str, tmp_path: Path, kind: str, shards: int
 ) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)
     queue = make_queue(client, "ha", "k", shards)
     await check_shard_count(queue)
     await set_dupefilter(queue, MemoryConfig(dupefilter=kind), 3600)  # "<kind> sliced 3600"
+    if kind == "bloom":
+        await seed_filter(redis_url, tmp_path, shards, 3600)
     url = "https://a.example/x"
     push = ("--redis-url", redis_url, "push", "k", "--create", url)
     pushed = await asyncio.to_thread(scrapy_ha, *push)
@@ -254,27 +257,44 @@ async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claim
 BLOOM_PROJECT = 'import scrapy\n\n\nclass K(scrapy.Spider):\n    name = "k"\n'
 
 
+def bloom_project(tmp_path: Path, shards: int = 1, ttl: float = 0.0) -> Path:
+    """A project of spider k whose workers keep a Bloom filter (of *shards*, *ttl*)."""
+    setting = (
+        f"HA_DUPEFILTER = 'bloom'\nHA_DUPEFILTER_TTL = {ttl}\nHA_SHARDS = {shards}\n"
+        "HA_DUPEFILTER_CAPACITY = 1000\n"
+    )
+    return write_project(tmp_path / "project", "bloomproj", BLOOM_PROJECT, setting)
+
+
+async def seed_filter(redis_url: str, tmp_path: Path, shards: int, ttl: float) -> None:
+    """A Bloom filter in one shard of crawl k, made as its workers make it (a shard's with
+    its first URL): a push from outside the project takes its layout from it, and refuses
+    to guess one before any shard has a filter (tests/test_push_bloom_layout.py)."""
+    push = ("--redis-url", redis_url, "push", "k", "--create", "https://seed.example/")
+    seeded = await asyncio.to_thread(scrapy_ha, *push, cwd=bloom_project(tmp_path, shards, ttl))
+    assert seeded.returncode == 0 and "1 added" in seeded.stdout, seeded.stderr
+
+
 @pytest.mark.parametrize("ttl", [0.0, 3600.0])
 @deferred_f_from_coro_f
 async def test_a_push_from_outside_the_project_fingerprints_as_the_bloom_crawl_s_workers(
     redis_url: str, tmp_path: Path, ttl: float
 ) -> None:
-    setting = f"HA_DUPEFILTER = 'bloom'\nHA_DUPEFILTER_TTL = {ttl}\n"
-    project = write_project(tmp_path / "project", "bloomproj", BLOOM_PROJECT, setting)
+    project = bloom_project(tmp_path, ttl=ttl)
     client = redis.asyncio.Redis.from_url(redis_url)
     await set_dupefilter(make_queue(client, "ha", "k", 1), BLOOM_MEMORY, ttl)
     push = ("--redis-url", redis_url, "push", "k", "--create", "https://a.example/x")
-    outside = await asyncio.to_thread(scrapy_ha, *push)  # no project: "set" by the settings
-    assert outside.returncode == 0 and "1 added" in outside.stdout, outside.stderr
     inside = await asyncio.to_thread(scrapy_ha, *push, cwd=project)  # as a worker has it
-    assert inside.returncode == 0, inside.stderr
-    assert "0 added, 1 filtered" in inside.stdout, inside.stdout  # the same URL, seen
+    assert inside.returncode == 0 and "1 added" in inside.stdout, inside.stderr
+    outside = await asyncio.to_thread(scrapy_ha, *push)  # no project: "set" by the settings
+    assert outside.returncode == 0, outside.stderr
+    assert "0 added, 1 filtered" in outside.stdout, outside.stdout  # the same URL, seen
     await client.aclose()
 
 
 @deferred_f_from_coro_f
 async def test_seen_forget_refuses_a_sharded_bloom_filter_whose_shard_0_is_empty(
-    redis_url: str,
+    redis_url: str, tmp_path: Path
 ) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)
     queue = make_queue(client, "ha", "k", 3)
@@ -282,7 +302,8 @@ async def test_seen_forget_refuses_a_sharded_bloom_filter_whose_shard_0_is_empty
     await set_dupefilter(queue, BLOOM_MEMORY)  # a shard gets its filter with its first URL
     url = "https://a.example/x"  # placed in shard 1 (not 0) by its fingerprint
     push = ("--redis-url", redis_url, "push", "k", "--create", url)
-    assert (await asyncio.to_thread(scrapy_ha, *push)).returncode == 0
+    pushed = await asyncio.to_thread(scrapy_ha, *push, cwd=bloom_project(tmp_path, 3))
+    assert pushed.returncode == 0, pushed.stderr
     assert not await client.exists("ha:{k:0}:bloom") and await client.exists("ha:{k:1}:bloom")
     forget = ("--redis-url", redis_url, "seen", "forget", "k", url, "--yes")
     refused = await asyncio.to_thread(scrapy_ha, *forget)

@@ -28,10 +28,11 @@ from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.ops.filter_layout import borrow_layout
 from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
 from scrapy_ha.store.bloom import BloomMetaError
-from scrapy_ha.store.claims import claim_kind, crawl_dupefilter
+from scrapy_ha.store.claims import claim_kind, crawl_dupefilter, dupefilter_kind
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
     RedisUnavailable,
@@ -132,13 +133,16 @@ def _unreadable(exc: Exception) -> bool:
 
 async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: Settings) -> None:
     """The first writer of a crawl stores its shard count; ``push`` takes the crawl's
-    dupefilter (its claim's kind) and claims it if the crawl has none."""
+    dupefilter (its claim's kind) and claims it if the crawl has none. Settings of another
+    kind than the claim's are not the workers': a Bloom filter a shard lacks is then made
+    as another shard's was (:mod:`scrapy_ha.ops.filter_layout`)."""
     await check_shard_count(queue)
-    memory, ttl = await crawl_dupefilter(
-        queue, MemoryConfig.from_settings(config), dupefilter_ttl(config)
-    )
+    local = MemoryConfig.from_settings(config), dupefilter_ttl(config)
+    memory, ttl = await crawl_dupefilter(queue, *local)
     fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
     await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
+    crawl = dupefilter_kind(memory, ttl)
+    await borrow_layout(queue, local=dupefilter_kind(*local), crawl=crawl)
     args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
     args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.keys import Keys
 from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, KeyNames, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
     from scrapy_ha.dashboard._actions import Action
-    from scrapy_ha.keys import Keys
 
 #: Keys per SCAN call while looking for crawls: few calls, none of them long.
 KEY_SCAN_COUNT = 1000
@@ -46,7 +46,11 @@ async def crawl_names(client: Any, prefix: str, texts: KeyNames | None = None) -
             if rest.endswith(SHARD_COUNT_TAIL) and len(rest) == end + len(SHARD_COUNT_TAIL):
                 sharded.add(rest[:end])
     texts.log()
-    return unsharded(names, sharded)  # a sharded crawl's shards are one crawl
+    pipe = client.pipeline(transaction=False)
+    for crawl in sorted(sharded):
+        pipe.get(Keys(prefix, crawl).shard_count)
+    layouts = zip(sorted(sharded), await pipe.execute(raise_on_error=False), strict=True)
+    return unsharded(names, dict(layouts))  # a sharded crawl's shards are one crawl
 
 
 async def open_gates(client: Any, keys: Keys, now_ms: int) -> dict[str, int]:

@@ -17,14 +17,13 @@ from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_
 from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
-from scrapy_ha.ops.unreadable import UNREADABLE, explain
+from scrapy_ha.ops.unreadable import UNREADABLE, explain, read_layout_keys
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.sharding import layout_keys
 
 if TYPE_CHECKING:
     from scrapy_ha.ops.stats import CrawlStats
@@ -46,7 +45,7 @@ async def crawl_keys(request: Request, spider: str) -> Keys:
     numbers are read from every shard: see :func:`shard_keys`)."""
     keys = Keys(request.app.state.prefix, spider)
     stored = await request.app.state.client.get(keys.shard_count)
-    return layout_keys(keys.prefix, spider, stored)
+    return read_layout_keys(keys.prefix, spider, stored)
 
 
 def shard_keys(keys: Keys) -> list[Keys]:

@@ -10,17 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, merge_stats
-from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, raise_first, unforeseen
+from scrapy_ha.ops.unreadable import (
+    UNREADABLE,
+    explain_sync,
+    raise_first,
+    read_layout_keys,
+    unforeseen,
+)
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.script_keys import counts_keys
-from scrapy_ha.store.sharding import layout_keys
+from scrapy_ha.store.sharding import layout_problem, read_layout
 from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +170,11 @@ def discover(client: Any, prefix: str, names: KeyNames | None = None) -> list[st
         if key.endswith(SHARD_COUNT_TAIL):
             sharded.add(key[len(head) : -len(SHARD_COUNT_TAIL)])
     names.log()
-    return unsharded(spiders | sharded, sharded)
+    pipe = client.pipeline(transaction=False)
+    for crawl in sorted(sharded):
+        pipe.get(Keys(prefix, crawl).shard_count)
+    layouts = zip(sorted(sharded), pipe.execute(raise_on_error=False), strict=True)
+    return unsharded(spiders | sharded, dict(layouts))
 
 
 #: How the key of a sharded crawl's shard count ends (``ha:{books}:shards``): an
@@ -172,19 +182,39 @@ def discover(client: Any, prefix: str, names: KeyNames | None = None) -> list[st
 SHARD_COUNT_TAIL = "}:shards"
 
 
-def unsharded(tags: Iterable[str], sharded: Iterable[str] = ()) -> list[str]:
-    """The crawls of these hash tags, sorted: a sharded crawl (one of *sharded*, whose shard
-    count is in Redis, or one whose shard 0 has keys) stands for its shards' (``books:0``,
-    ``books:1``, ...), whichever have keys: shard 0 may have none (no request placed in it
-    yet), and shard 1 is then no crawl of its own."""
+def unsharded(tags: Iterable[str], layouts: Mapping[str, Any] | None = None) -> list[str]:
+    """The crawls of these hash tags, sorted: a sharded crawl (one of *layouts*, whose shard
+    count is in Redis: crawl -> that count as read, or one whose shard 0 has keys) stands
+    for its shards' (``books:0``, ``books:1``, ...), whichever have keys: shard 0 may have
+    none (no request placed in it yet), and shard 1 is then no crawl of its own. Only the
+    shards its layout spans are its: beside ``books`` of 3 shards, ``books:7`` is a crawl
+    of its own (of a crawl whose count is unreadable or not in Redis, every ``books:<N>``
+    is taken for a shard: its span is not known)."""
     tags = set(tags)
-    crawls = set(sharded) | {t for t in tags if f"{t}:0" in tags}
-    return sorted(t for t in tags if not _is_shard(t, crawls))
+    spans = {crawl: _span(stored) for crawl, stored in (layouts or {}).items()}
+    for tag in tags:
+        if f"{tag}:0" in tags:
+            spans.setdefault(tag, None)
+    return sorted(t for t in tags if not _is_shard(t, spans))
 
 
-def _is_shard(tag: str, sharded: set[str]) -> bool:
+def _span(stored: Any) -> int | None:
+    """The shards a stored layout spans; None when it cannot be read."""
+    if isinstance(stored, Exception) or stored is None or layout_problem(stored):
+        return None
+    return read_layout(stored)[1]
+
+
+def _is_shard(tag: str, spans: dict[str, int | None]) -> bool:
+    """Whether *tag* is a shard's (``<crawl>:<N>``, N as a shard is named: ASCII digits,
+    no leading 0) of a crawl of *spans* (crawl -> shards its layout spans, None: unknown)."""
     crawl, _, shard = tag.rpartition(":")
-    return crawl in sharded and shard.isascii() and shard.isdecimal()
+    if crawl not in spans or not (shard.isascii() and shard.isdecimal()):
+        return False
+    span = spans[crawl]
+    if span is None:
+        return True
+    return (shard == "0" or not shard.startswith("0")) and len(shard) < 6 and int(shard) < span
 
 
 @dataclass
@@ -243,7 +273,7 @@ def _one_crawl(
 def _crawl_numbers(client: Any, prefix: str, spider: str, replies: list[Any]) -> CrawlNumbers:
     raise_first(replies)
     *mine, layout = replies
-    keys = layout_keys(prefix, spider, layout)
+    keys = read_layout_keys(prefix, spider, layout)
     if keys.shard is not None:
         return _sharded_numbers(client, keys)
     return _numbers(spider, *mine)

@@ -15,6 +15,7 @@ __all__ = [
     "CrawlUnreadable",
     "explain",
     "explain_sync",
+    "read_layout_keys",
     "raise_first",
     "unforeseen",
 ]
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.sharding import layout_keys
+from scrapy_ha.store.sharding import layout_keys, layout_problem
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -53,6 +54,17 @@ UNREADABLE: tuple[type[Exception], ...] = (
     ValueError,
     TypeError,
 )
+
+
+def read_layout_keys(prefix: str, spider: str, stored: Any) -> Keys:
+    """The crawl's keys for its stored layout (*stored*: its shard count as read, None when
+    absent), as :func:`~scrapy_ha.store.sharding.layout_keys` has them; a CrawlUnreadable
+    that names the key when the layout is none scrapy-ha writes (read as one shard, the
+    crawl would look empty, and be left out of every listing without a word)."""
+    if stored is not None and (problem := layout_problem(stored)):
+        key = Keys(prefix, spider).shard_count
+        raise CrawlUnreadable(spider, f"{key} {problem}: set it to the crawl's HA_SHARDS")
+    return layout_keys(prefix, spider, stored)
 
 
 def unforeseen(spider: str, error: Exception) -> str:

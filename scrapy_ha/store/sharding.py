@@ -34,6 +34,7 @@ __all__ = [
     "check_shard_count",
     "dupefilter_figures",
     "layout_keys",
+    "layout_problem",
     "make_queue",
     "queue_in_redis",
     "read_layout",
@@ -60,6 +61,23 @@ def read_layout(stored: bytes | str | None) -> tuple[int, int]:
         return 1, 1
     count = max(1, int(words[0]))
     return count, max(count, int(words[-1]))
+
+
+def layout_problem(stored: bytes | str) -> str | None:
+    """What is wrong with a crawl's stored layout (``ha:{S}:shards``), as a clause after
+    the key's name; None when it is one scrapy-ha writes: ``"<count>"`` or ``"<count>
+    <span>"`` in ASCII digits, 2 <= count <= span <= MAX_SHARDS (one shard writes none).
+    :func:`read_layout` takes any other for one shard, whose keys the crawl has none on."""
+    text = stored.decode(errors="replace") if isinstance(stored, bytes) else stored
+    words = text.split(" ")
+    if 1 <= len(words) <= 2 and all(w.isascii() and w.isdecimal() and len(w) < 6 for w in words):
+        count, span = int(words[0]), int(words[-1])
+        if 2 <= count <= span <= MAX_SHARDS:
+            return None
+    return (
+        f"holds {text[:40]!r}, not a shard count ('<count>' or '<count> <span>', whole "
+        f"numbers from 2 to {MAX_SHARDS}, as the first worker writes it)"
+    )
 
 
 def layout_keys(prefix: str, spider: str, stored: bytes | str | None) -> Keys:
