@@ -218,6 +218,31 @@ async def test_a_finished_crawl_keeping_items_is_not_taken_over_by_another_layou
     await q.client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_finished_crawl_keeping_set_aside_items_is_not_taken_over_by_another_layout(
+    redis_url,
+):
+    """The set-aside records are among what a take-over deletes: a finished crawl whose
+    only leftover is an item a sink set aside keeps its layout (it was taken over and the
+    record deleted)."""
+    q = open_queue(redis_url)
+    stream = ItemStream(q.client, KEYS)
+    await stream.join("sql")
+    await stream.add(list(items(1)))
+    (got,) = await stream.read("sql", "c", 10)
+    assert await stream.set_aside("sql", "c", got.id, "IntegrityError: CHECK") == 1
+    await q.finish("w0")
+    assert await q.client.xlen(KEYS.items) == 0
+    join = partial(join_crawl, q.client, "ha", "s", shards=3, registration_ms=30_000)
+    with pytest.raises(ConfigError, match=r"and 1 item\(s\) a sink set aside.*--retry-aside"):
+        await join(worker="w1")
+    assert await q.client.xlen(KEYS.items_aside) == 1
+    await stream.drop_aside((await stream.aside("sql"))[0].record_id)  # written at last
+    joined = await join(worker="w1")
+    assert (joined.shards, joined.replaced) == (3, "1")
+    await q.client.aclose()
+
+
 @pytest.mark.parametrize("bloom", [False, True], ids=["set", "bloom"])
 @pytest.mark.parametrize("worker", [None, "w1"])
 @deferred_f_from_coro_f
