@@ -16,10 +16,10 @@ from scrapy_ha.items import SqlSink, consume
 class Killer(SqlSink):
     killer = 0
 
-    def _write(self, entries: list[Any]) -> None:
+    def _write(self, entries: list[Any]) -> int:
         if any(e.plain().get("id") == self.killer for e in entries):
             os._exit(3)
-        super()._write(entries)
+        return super()._write(entries)
 
 
 def main() -> None:

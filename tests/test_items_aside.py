@@ -15,6 +15,7 @@ import redis
 import redis.asyncio
 import sqlalchemy
 from scrapy import Spider
+from scrapy.exceptions import DropItem
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -217,11 +218,11 @@ class Flapping(SqlSink):
 
     writes = 0
 
-    def _write(self, entries: list[Any]) -> None:
+    def _write(self, entries: list[Any]) -> int:
         self.writes += 1
         if self.writes % 2:
             raise ConnectionResetError("server closed the connection")
-        super()._write(entries)
+        return super()._write(entries)
 
 
 @deferred_f_from_coro_f
@@ -299,4 +300,37 @@ async def test_a_read_only_postgresql_sets_nothing_aside_and_gets_everything_bac
     assert stored(sink) == list(range(1, 21))
     assert aside(redis_url) == []
     sync.close()
+    await client.aclose()
+
+
+class AutoReconnect(Exception):  # noqa: N818 (pymongo's name: one faults.py does not know)
+    pass
+
+
+def dedupe_then_store(item: Any) -> BaseException | None:
+    """A dedupe pipeline drops every third item; the storage behind it is down."""
+    if item["id"] % 3 == 0:
+        return DropItem("duplicate")
+    return AutoReconnect("connection refused")
+
+
+@deferred_f_from_coro_f
+async def test_items_a_pipeline_drops_are_no_proof_that_a_down_sink_works(redis_url):
+    """A write whose items were all dropped stored nothing: the storage is down for every
+    other item, so none of them is set aside, however often they fail alone."""
+    sink = pipelines_sink()
+    Store.refuse = staticmethod(dedupe_then_store)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    count = consumed("p")
+
+    async def work() -> None:
+        for first in range(1, 60, 6):
+            await fill(client, list(range(first, first + 6)))
+            calls = Store.calls
+            while await count(client) < (first + 5) // 3 or Store.calls < calls + 12:
+                await asyncio.sleep(0.02)  # the dropped ones went through, the others failed
+            assert await client.xlen(ASIDE) == 0
+
+    await run(redis_url, sink, "p", work)
+    assert aside(redis_url) == [] and Store.items == {}
     await client.aclose()

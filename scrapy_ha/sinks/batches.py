@@ -91,7 +91,7 @@ def route(entry_id: str) -> tuple[int, str]:
 class Writes(Protocol):
     """What :class:`BatchWriter` needs of a sink (:class:`~.consumer.Sink`'s ``write``)."""
 
-    async def write(self, entries: list[Entry]) -> None: ...
+    async def write(self, entries: list[Entry]) -> int | None: ...
 
 
 class BatchWriter:
@@ -200,7 +200,7 @@ class BatchWriter:
     ) -> Exception | None:
         """One write of the sink, acknowledged once committed; its error, if it failed."""
         try:
-            await self.sink.write(entries)
+            stored = await self.sink.write(entries)
         except Exception as exc:
             self.report.errors += 1
             self.failed = True
@@ -210,8 +210,10 @@ class BatchWriter:
                 await self.streams[shard].end_single(self.group, route(entries[0].id)[1])
         await self._acknowledge(shard, [route(e.id)[1] for e in entries])
         self.report.batches += 1
-        self._streak = 0
-        for entry_id, suspect in self.suspects.committed([e.id for e in entries]):
+        proof = stored is None or stored > 0  # a write that stored nothing proves nothing
+        if proof:
+            self._streak = 0
+        for entry_id, suspect in self.suspects.committed([e.id for e in entries], proof=proof):
             await self._set_aside(suspect.shard, entry_id, suspect.reason, suspect.proven)
         return None
 

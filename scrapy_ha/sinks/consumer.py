@@ -61,8 +61,10 @@ class Sink(Protocol):
         """Get ready; return the ids of entries committed before a restart that may not
         have been acknowledged (the consumer acknowledges them before anything else)."""
 
-    async def write(self, entries: list[Entry]) -> None:
-        """Commit *entries*; raise to have them delivered again later."""
+    async def write(self, entries: list[Entry]) -> int | None:
+        """Commit *entries*; raise to have them delivered again later. Return how many it
+        stored (not dropped or left out): a write that stored none is no proof that the
+        sink works (:mod:`.isolate`); None counts as all of them."""
 
     async def close(self) -> None: ...
 

@@ -4,7 +4,9 @@ An entry is a suspect once it failed alone (a batch that failed is written in ha
 to single entries, so that every entry the sink can write commits and is acknowledged). A
 suspect is set aside only after it failed alone :data:`PROVEN_FAILURES` times with an error
 that is not transient (:mod:`.faults`), **each failure followed by another entry committing
-in the same sink**: the sink demonstrably works while this entry fails. A sink down for
+in the same sink**: the sink demonstrably works while this entry fails. Only a write that
+stored an entry is proof: one whose entries were all dropped (``DropItem``) or left out is
+not (a sink's ``write`` returns how many it stored). A sink down for
 everything, or a stream with nothing else left to write, proves nothing: its suspects stay
 pending (a WARNING says so, at most every :data:`WARN_EVERY` seconds per entry) and are
 written once the sink takes them.
@@ -65,12 +67,16 @@ class Suspects:
         suspect.awaiting = True
         return suspect
 
-    def committed(self, entry_ids: list[str]) -> list[tuple[str, Suspect]]:
-        """*entry_ids* committed: each other suspect that failed since gets its proof;
-        return those proven :data:`PROVEN_FAILURES` times (to set aside)."""
+    def committed(self, entry_ids: list[str], *, proof: bool = True) -> list[tuple[str, Suspect]]:
+        """*entry_ids* committed: with *proof* (the sink stored at least one of them: a
+        write whose entries were all dropped or left out proves nothing), each other suspect
+        that failed since gets its proof; return those proven :data:`PROVEN_FAILURES` times
+        (to set aside)."""
         for entry_id in entry_ids:
             self._by_id.pop(entry_id, None)  # it went in after all
-        ready = []
+        ready: list[tuple[str, Suspect]] = []
+        if not proof:
+            return ready
         for entry_id, suspect in self._by_id.items():
             if suspect.awaiting:
                 suspect.awaiting = False

@@ -128,10 +128,10 @@ class JsonLinesSink:
             return None
         return int(doc["length"]), [str(i) for i in doc.get("batch", [])]
 
-    async def write(self, entries: list[Entry]) -> None:
-        await asyncio.to_thread(self._write, entries)
+    async def write(self, entries: list[Entry]) -> int:
+        return await asyncio.to_thread(self._write, entries)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> int:
         assert self._fd is not None
         lines = []
         for entry in entries:
@@ -151,6 +151,7 @@ class JsonLinesSink:
             os.ftruncate(self._fd, self.length)  # no part of the batch stays in the file
             raise
         self.length += len(data)
+        return len(lines)
 
     def _record(self, ids: list[str], length: int | None = None) -> None:
         """Replace the offset file, durably: the new name is in the directory before the

@@ -112,10 +112,10 @@ class SqlSink:
                 if attempt == CREATE_ATTEMPTS - 1:
                     raise
 
-    async def write(self, entries: list[Entry]) -> None:
-        await asyncio.to_thread(self._write, entries)
+    async def write(self, entries: list[Entry]) -> int:
+        return await asyncio.to_thread(self._write, entries)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> int:
         rows = []
         for entry in entries:
             try:
@@ -131,6 +131,7 @@ class SqlSink:
         if rows:
             with self.engine.begin() as conn:
                 self._upsert(conn, rows)
+        return len(rows)
 
     def _upsert(self, conn: Any, rows: list[dict[str, Any]]) -> None:
         dialect = self.engine.dialect.name
