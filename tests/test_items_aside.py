@@ -21,6 +21,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.items import SqlSink, consume
 from scrapy_ha.keys import Keys
+from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.sinks.pipelines import PipelinesSink, current_entry
 from scrapy_ha.store.items import ItemStream
 
@@ -333,4 +334,30 @@ async def test_items_a_pipeline_drops_are_no_proof_that_a_down_sink_works(redis_
 
     await run(redis_url, sink, "p", work)
     assert aside(redis_url) == [] and Store.items == {}
+    await client.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sql", "jsonl"])
+@deferred_f_from_coro_f
+async def test_an_entry_that_is_not_an_item_is_set_aside_not_dropped(redis_url, tmp_path, kind):
+    """Bytes that are not UTF-8, or not JSON, are no item any sink can read: set aside at
+    once with the decoding error, byte for byte, never acknowledged and lost."""
+    bad = [b'{"name": "caf\xe9"}', b"{not json"]
+    sink: Sink = (
+        SqlSink(f"sqlite:///{tmp_path / 'items.db'}", "s")
+        if kind == "sql"
+        else JsonLinesSink(tmp_path / "items.jsonl")
+    )
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await ItemStream(client, KEYS).add([b'{"id": 1}', *bad, b'{"id": 3}'])
+
+    async def work() -> None:
+        while await client.xlen(KEYS.items):  # every entry acknowledged (or set aside)
+            await asyncio.sleep(0.02)
+
+    report = await run(redis_url, sink, kind, work)
+    rows = aside(redis_url)
+    assert [row[b"i"] for row in rows] == bad and report.set_aside == 2
+    assert all(row[b"r"].startswith(b"CodecError: the item is not JSON") for row in rows)
+    assert report.consumed == 2
     await client.aclose()

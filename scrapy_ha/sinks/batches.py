@@ -8,6 +8,7 @@ entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. En
 consumer that died left pending (its own after a restart, or those it takes over) are
 written one at a time, each single write counted in Redis before it begins
 (``items_tries``): an entry :data:`DEATHS` consumers died writing is set aside too.
+An entry that is not an item (not UTF-8, not JSON) is set aside at once, never written.
 Set-aside is one script call (``items_aside.lua``) that copies and acknowledges: the entry
 is pending or aside, never both, never neither.
 """
@@ -19,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.items import decode_item, plain_item
 from scrapy_ha.sinks.faults import Fault, classify
 from scrapy_ha.sinks.isolate import PROVEN_FAILURES, Suspects
@@ -131,6 +133,7 @@ class BatchWriter:
         gone = [d.id for d in deliveries if d.data is None]  # deleted while pending
         if gone:
             await self._acknowledge(shard, gone)
+        entries = await self._readable(shard, entries)
         errors, committed, self._streak = self.report.errors, False, 0
         if restart:
             for entry in entries:
@@ -147,6 +150,19 @@ class BatchWriter:
             self._failed_rounds += 1
             await asyncio.sleep(min(FAILED_MAX_DELAY, 0.5 * self._failed_rounds))
         return committed
+
+    async def _readable(self, shard: int, entries: list[Entry]) -> list[Entry]:
+        """*entries* but those that are not an item (not UTF-8, not JSON: no sink can ever
+        read them), which are set aside at once with the decoding error."""
+        readable = []
+        for entry in entries:
+            try:
+                entry.plain()
+            except CodecError as exc:
+                await self._set_aside(shard, entry.id, f"CodecError: {exc}", 0)
+                continue
+            readable.append(entry)
+        return readable
 
     async def _pieces(self, shard: int, entries: list[Entry]) -> bool:
         """Write *entries*; if they fail with an error that is not transient, write each
@@ -248,10 +264,10 @@ class BatchWriter:
             return
         self.report.set_aside += 1
         logger.error(
-            "Stream entry %s set aside in %s after failing alone %d time(s): %s",
+            "Stream entry %s set aside in %s %s: %s",
             entry_id,
             self.streams[shard].keys.items_aside,
-            times,
+            f"after failing alone {times} time(s)" if times else "unwritten",
             reason,
         )
 

@@ -51,7 +51,9 @@ class JsonLinesSink:
         self.path = Path(path).absolute()
         self.offset_path = self.path.with_name(self.path.name + OFFSET_SUFFIX)
         self.length = 0
-        self.skipped = 0  #: entries that could not be read (not JSON): left out, logged
+        #: entries that could not be read (not JSON): left out, logged (a consumer sets such an
+        #: entry aside before any write: only ``--retry-aside`` hands one here)
+        self.skipped = 0
         self._fd: int | None = None
 
     @property

@@ -95,7 +95,9 @@ class SqlSink:
                 f"such as sqlite:///items.db or postgresql+psycopg://user:pw@host/db)"
             ) from None
         self.table = items_table(sa, table)
-        self.skipped = 0  #: entries that could not be read (not JSON): left out, logged
+        #: entries that could not be read (not JSON): left out, logged (a consumer sets such an
+        #: entry aside before any write: only ``--retry-aside`` hands one here)
+        self.skipped = 0
 
     async def open(self) -> list[str]:
         await asyncio.to_thread(self._create)
