@@ -275,3 +275,21 @@ async def test_a_checkpoint_with_the_ack_is_never_taken_for_the_workers_grant(
     granted = await q.granted("w1")
     assert len(granted) == (2 if worker else 0)
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_acknowledged_entry_leaves_no_single_write_count_behind(redis_url):
+    """A consumer killed after its sink committed a counted single write (its offset file
+    acknowledged at the next start), or an entry deleted while pending: the ack deletes the
+    entry's count in items_tries, which nothing else would."""
+    q = open_queue(redis_url)
+    stream = ItemStream(q.client, KEYS)
+    await stream.join("j")
+    await stream.add(list(items(1, 2)))
+    got = await stream.read("j", "c", 10)
+    for d in got:
+        assert await stream.begin_single("j", d.id) == 1  # then the consumer died
+    assert await q.client.hlen(KEYS.items_tries) == 2
+    assert await stream.ack("j", [d.id for d in got]) == (2, 2)
+    assert await q.client.exists(KEYS.items_tries) == 0
+    await q.client.aclose()

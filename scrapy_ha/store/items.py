@@ -171,7 +171,7 @@ class ItemStream:
     async def ack(self, group: str, ids: list[str]) -> tuple[int, int]:
         """Acknowledge entries *group*'s sink committed; return (acknowledged now, entries
         trimmed: those every group has acknowledged)."""
-        keys = [self.key, *self.keys.stats_keys()]
+        keys = [self.key, *self.keys.stats_keys(), self.keys.items_tries]
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
 
