@@ -361,3 +361,41 @@ async def test_an_entry_that_is_not_an_item_is_set_aside_not_dropped(redis_url, 
     assert all(row[b"r"].startswith(b"CodecError: the item is not JSON") for row in rows)
     assert report.consumed == 2
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_crawls_last_item_the_table_refuses_is_set_aside_and_exit_idle_exits(
+    redis_url, tmp_path
+):
+    """Nothing commits after the last item: with a constraint of the table (the entry's own
+    fault) failing it alone 3 times and nothing else pending, it is set aside without that
+    proof, and the consumer started with --exit-idle exits."""
+    url = f"sqlite:///{tmp_path / 'items.db'}"
+    refusing_table(url)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, POISON + 1)))  # the poison is the crawl's last item
+    sink = SqlSink(url, "s")
+    async with asyncio.timeout(120):  # a guard: it never exited before
+        report = await consume(redis_url, "s", sink, group="sql", block=0.1, exit_idle=0.2)
+    assert stored(sink) == list(range(1, POISON))
+    (row,) = aside(redis_url)
+    assert json.loads(row[b"i"]) == {"id": POISON} and b"IntegrityError" in row[b"r"]
+    assert report.set_aside == 1 and await client.xlen(KEYS.items) == 0
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_exit_idle_exits_when_only_unproven_items_stay_pending(redis_url, caplog):
+    """A last item a pipeline fails alone with its own exception (not the entry's fault for
+    sure: no set-aside without proof) stays pending, and --exit-idle exits saying so."""
+    sink = pipelines_sink()
+    Store.refuse = staticmethod(refuse_poison)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, POISON + 1)))
+    async with asyncio.timeout(120):  # a guard: it never exited before
+        report = await consume(redis_url, "s", sink, group="p", block=0.1, exit_idle=0.2)
+    assert sorted(item["id"] for item in Store.items.values()) == list(range(1, POISON))
+    assert aside(redis_url) == [] and report.set_aside == 0
+    assert (await client.xpending(KEYS.items, "p"))["pending"] == 1
+    assert "1 item(s) stay pending in group p" in caplog.text
+    await client.aclose()

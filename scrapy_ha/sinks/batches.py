@@ -237,13 +237,13 @@ class BatchWriter:
         """*entry* failed alone: a suspect, unless the error is transient."""
         self._streak += 1
         self.report.lone_failures += 1
-        reason = f"{type(exc).__name__}: {exc}"
-        if classify(exc) is Fault.TRANSIENT:
+        reason, fault = f"{type(exc).__name__}: {exc}", classify(exc)
+        if fault is Fault.TRANSIENT:
             logger.warning(
                 "Stream entry %s failed (%s, transient): it stays pending", entry.id, reason
             )
             return
-        suspect = self.suspects.failed(entry.id, shard, reason)
+        suspect = self.suspects.failed(entry.id, shard, reason, entry_fault=fault is Fault.ENTRY)
         if suspect.warn_due():
             logger.warning(
                 "Stream entry %s failed alone %d time(s), %d of them while the sink committed "
@@ -254,6 +254,13 @@ class BatchWriter:
                 PROVEN_FAILURES,
                 reason,
             )
+
+    async def settle(self, shard: int, pending: int) -> None:
+        """No new entry came in *shard* and *pending* entries are pending to this consumer
+        there: if they are all suspects, nothing is left to prove the sink works; set aside
+        those that failed alone with the entry's own fault (:meth:`.Suspects.unprovable`)."""
+        for entry_id, suspect in self.suspects.unprovable(shard, pending):
+            await self._set_aside(shard, entry_id, suspect.reason, suspect.failures)
 
     async def _set_aside(self, shard: int, entry_id: str, reason: str, times: int) -> None:
         """Set *entry_id* aside with *reason* (items_aside.lua): copied, then acknowledged."""

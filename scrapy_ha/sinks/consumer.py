@@ -189,7 +189,7 @@ class ItemConsumer:
             self.writer.failed = False
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop)
-        worked = False
+        worked, quiet = False, []
         many = len(self.streams) > 1
         for shard, stream in enumerate(self.streams):
             if self.sink.shares:
@@ -203,8 +203,12 @@ class ItemConsumer:
             fresh = await stream.read(self.group, self.consumer, self.batch, block_ms=block)
             if fresh:
                 worked = await self.writer.commit(shard, fresh) or worked
+            else:
+                quiet.append(shard)
             if stop.is_set():
                 break
+        if not worked and self.writer.suspects:
+            await self._settle(quiet)
         if many and not worked and not stop.is_set():
             try:  # several streams cannot share one blocking read: wait between passes
                 async with asyncio.timeout(self.block_ms / 1000):
@@ -213,14 +217,42 @@ class ItemConsumer:
                 pass
         return worked
 
+    async def _settle(self, shards: list[int]) -> None:
+        """No new entry came in *shards*: suspects that are all this consumer has pending
+        there may be set aside without proof (:meth:`BatchWriter.settle`)."""
+        for shard in shards:
+            pending = await self.streams[shard].pending_of(self.group, self.consumer)
+            await self.writer.settle(shard, pending)
+
     async def _ended(self) -> bool:
         """The crawl ran and ended (no live worker, nothing left to crawl: a crawl that has
-        not started yet has not ended) and the group has nothing left to commit."""
+        not started yet has not ended) and the group has nothing left to commit, but
+        entries that failed alone here with no other entry left to prove the sink works
+        (stuck: a WARNING names how many; they stay pending)."""
         counts = await self.queue.counts()
         if counts.workers or counts.active or not await self._started():
             return False
         states = [await stream.state() for stream in self.streams]
-        return all(g.backlog == 0 for state in states for g in state.groups if g.name == self.group)
+        backlog = sum(g.backlog for s in states for g in s.groups if g.name == self.group)
+        if not backlog:
+            return True
+        if not self.writer.suspects or backlog > await self._pending_here():
+            return False
+        logger.warning(
+            "The crawl ended; %d item(s) stay pending in group %s: each failed alone and no "
+            "other entry was left to prove the sink works (see the WARNINGs naming them); "
+            "run the consumer again once the sink or the items are fixed",
+            backlog,
+            self.group,
+        )
+        return True
+
+    async def _pending_here(self) -> int:
+        """Entries pending to this consumer that are its suspects (failed alone here)."""
+        pending = 0
+        for stream in self.streams:
+            pending += await stream.pending_of(self.group, self.consumer)
+        return pending if pending <= len(self.writer.suspects) else -1
 
     async def _started(self) -> bool:
         """Whether the crawl ever queued a request or committed an item (its counters

@@ -9,7 +9,10 @@ stored an entry is proof: one whose entries were all dropped (``DropItem``) or l
 not (a sink's ``write`` returns how many it stored). A sink down for
 everything, or a stream with nothing else left to write, proves nothing: its suspects stay
 pending (a WARNING says so, at most every :data:`WARN_EVERY` seconds per entry) and are
-written once the sink takes them.
+written once the sink takes them. One exception: when nothing but suspects is pending to the
+consumer and no new entry comes (the crawl's last items), a suspect that failed alone
+:data:`PROVEN_FAILURES` times with the entry's own fault (SQLSTATE 22 or 23, an
+``IntegrityError`` or ``DataError``: :mod:`.faults`) is set aside without that proof.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Suspect:
     shard: int
     reason: str  #: its latest error
     failures: int = 0  #: failures alone that were not transient
+    entry_faults: int = 0  #: those the entry's own fault (a constraint, a value: .faults)
     proven: int = 0  #: those followed by another entry's commit
     awaiting: bool = False  #: failed alone since the last commit of another entry
     warned: float = float("-inf")  #: when the last WARNING about it was logged (monotonic)
@@ -56,14 +60,21 @@ class Suspects:
     def __contains__(self, entry_id: object) -> bool:
         return entry_id in self._by_id
 
+    def __len__(self) -> int:
+        return len(self._by_id)
+
     def __bool__(self) -> bool:
         return bool(self._by_id)
 
-    def failed(self, entry_id: str, shard: int, reason: str) -> Suspect:
-        """*entry_id* failed alone, not transiently: counted, waiting for proof."""
+    def failed(
+        self, entry_id: str, shard: int, reason: str, *, entry_fault: bool = False
+    ) -> Suspect:
+        """*entry_id* failed alone, not transiently (*entry_fault*: with an error that is the
+        entry's own, :data:`.faults.Fault.ENTRY`): counted, waiting for proof."""
         suspect = self._by_id.setdefault(entry_id, Suspect(shard, reason))
         suspect.reason = reason
         suspect.failures += 1
+        suspect.entry_faults += entry_fault
         suspect.awaiting = True
         return suspect
 
@@ -84,6 +95,16 @@ class Suspects:
                 if suspect.proven >= PROVEN_FAILURES:
                     ready.append((entry_id, suspect))
         return ready
+
+    def unprovable(self, shard: int, pending: int) -> list[tuple[str, Suspect]]:
+        """The suspects of *shard* to set aside without proof, when *pending* entries are
+        pending to this consumer there and no new one comes: if they are all suspects (no
+        other entry is left to prove the sink works), those that failed alone
+        :data:`PROVEN_FAILURES` times with the entry's own fault."""
+        mine = [(i, s) for i, s in self._by_id.items() if s.shard == shard]
+        if not mine or len(mine) < pending:
+            return []
+        return [(i, s) for i, s in mine if s.entry_faults >= PROVEN_FAILURES]
 
     def forget(self, entry_id: str) -> None:
         """*entry_id* is set aside, or no longer this consumer's."""
