@@ -5,6 +5,9 @@ item; a record the sink cannot read (not UTF-8) or whose group is gone is kept."
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 
 import redis
 import sqlalchemy
@@ -75,4 +78,45 @@ def test_retry_aside_keeps_the_records_of_a_group_that_no_longer_exists(redis_ur
     assert retried.returncode == 1
     assert "group gone no longer reads ha:{s}:items: 2 kept" in retried.stdout
     assert client.xlen(ASIDE) == 2
+    client.close()
+
+
+KILLED_RETRY = """
+import os, signal, sys
+from scrapy_ha.cli import main
+from scrapy_ha.store.items import ItemStream
+
+async def killed(self, record_id):  # SIGKILL once the sink committed, before the deletion
+    os.kill(os.getpid(), signal.SIGKILL)
+
+ItemStream.drop_aside = killed
+sys.argv = ["scrapy-ha", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_retry_aside_into_a_file_killed_before_the_deletion_writes_nothing_twice(
+    redis_url, tmp_path
+):
+    """A JSON Lines file's offset file names the batch it committed last: a --retry-aside
+    killed between the commit and the record's deletion deletes the record at the next
+    run, and does not append the item again."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    set_aside(client, "g", "OSError: disk full")
+    path = tmp_path / "items.jsonl"
+    args = ["items", "s", "--to", f"jsonl:{path}", "--group", "g", "--redis-url", redis_url]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RETRY, *args, "--retry-aside"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}]
+    again = scrapy_ha(*args, "--retry-aside")
+    assert again.returncode == 0, again.stderr
+    assert "2 set-aside entries written, 0 kept" in again.stdout
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [{"id": 2}, {"id": 3}] and client.xlen(ASIDE) == 0
     client.close()
