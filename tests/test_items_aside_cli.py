@@ -120,3 +120,24 @@ def test_retry_aside_into_a_file_killed_before_the_deletion_writes_nothing_twice
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines == [{"id": 2}, {"id": 3}] and client.xlen(ASIDE) == 0
     client.close()
+
+
+def test_retry_aside_with_id_writes_only_those_and_skips_a_record_that_blocks(redis_url, tmp_path):
+    """A record the sink keeps failing (or cannot read) need not block the others:
+    ``--id`` retries only the entries named; an id not set aside is said and exits 1."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(KEYS.items, {"i": NOT_UTF8})
+    good, bad = set_aside(client, "g", "IntegrityError: no")
+    db = f"sqlite:///{tmp_path / 'items.db'}"
+    args = ["items", "s", "--to", db, "--group", "g", "--redis-url", redis_url]
+    retried = scrapy_ha(*args, "--retry-aside", "--id", good)
+    assert retried.returncode == 0, retried.stderr
+    assert "1 set-aside entry written, 0 kept" in retried.stdout
+    ((_, kept),) = client.xrange(ASIDE)
+    assert kept[b"e"].decode() == bad
+    unknown = scrapy_ha(*args, "--retry-aside", "--id", "1-1")
+    assert unknown.returncode == 1
+    assert "1-1: no such entry set aside by group g" in unknown.stdout
+    assert client.xlen(ASIDE) == 1
+    client.close()

@@ -50,8 +50,11 @@ async def list_aside(queue: RedisQueue, group: str) -> int:
     return 0
 
 
-async def retry_aside(queue: RedisQueue, runner: ItemConsumer) -> int:
-    """Write *runner*'s group's set-aside entries to its sink; exit 1 if any is kept."""
+async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | None = None) -> int:
+    """Write *runner*'s group's set-aside entries (with *ids*, only those entries: an
+    operator skips one the sink keeps failing) to its sink; exit 1 if any is kept or an id
+    is not found."""
+    wanted = set(ids) if ids else None
     sink, group = runner.sink, runner.group
     recovered = await sink.open()
     await runner.acknowledge_recovered(recovered)
@@ -59,7 +62,13 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer) -> int:
     done = kept = 0
     try:
         for shard, stream in enumerate(_streams(queue)):
-            records = await stream.aside(group)
+            records = [
+                r
+                for r in await stream.aside(group)
+                if wanted is None or global_id(shard, r.entry_id or "") in wanted
+            ]
+            if wanted is not None:
+                wanted -= {global_id(shard, r.entry_id or "") for r in records}
             if records and not await stream.has_group(group):
                 print(f"group {group} no longer reads {stream.key}: {len(records)} kept")
                 kept += len(records)
@@ -73,8 +82,10 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer) -> int:
                     done += 1
     finally:
         await sink.close()
+    for missing in sorted(wanted or ()):
+        print(f"{missing}: no such entry set aside by group {group}")
     print(f"{done} set-aside entr{'y' if done == 1 else 'ies'} written, {kept} kept")
-    return 1 if kept else 0
+    return 1 if kept or wanted else 0
 
 
 async def _retry_one(
