@@ -399,3 +399,35 @@ async def test_exit_idle_exits_when_only_unproven_items_stay_pending(redis_url, 
     assert (await client.xpending(KEYS.items, "p"))["pending"] == 1
     assert "1 item(s) stay pending in group p" in caplog.text
     await client.aclose()
+
+
+def refuse_poison_transiently(item: Any) -> BaseException | None:
+    return ConnectionResetError("the API drops this one") if item["id"] == POISON else None
+
+
+@deferred_f_from_coro_f
+async def test_a_pipelines_transient_error_on_one_item_holds_back_no_other(redis_url):
+    """A pipeline that fails one item with a transient error (an API that cuts the
+    connection on it): after 3 failed batches in a row the batch is written in halves
+    anyway, so every other item goes through; that item is never set aside."""
+    sink = pipelines_sink()
+    Store.refuse = staticmethod(refuse_poison_transiently)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, 11)))
+    count = consumed("p")
+
+    async def work() -> None:
+        async with asyncio.timeout(STEP * 2):  # a guard: nothing went through before
+            while await count(client) < 9:
+                await asyncio.sleep(0.02)
+        calls = Store.calls
+        while Store.calls < calls + 3:  # the poison, tried again and again alone
+            await asyncio.sleep(0.02)
+
+    await run(redis_url, sink, "p", work)
+    assert sorted(item["id"] for item in Store.items.values()) == sorted(
+        set(range(1, 11)) - {POISON}
+    )
+    assert aside(redis_url) == []
+    assert (await client.xpending(KEYS.items, "p"))["pending"] == 1
+    await client.aclose()

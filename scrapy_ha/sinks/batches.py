@@ -2,7 +2,8 @@
 when it must be.
 
 A batch the sink commits is acknowledged whole. A batch it fails with an error that is not
-transient (:mod:`.faults`) is written in halves, each committed and acknowledged exactly as
+transient (:mod:`.faults`), or with a transient one :data:`TRANSIENT_HALVE_AFTER` times in
+a row, is written in halves, each committed and acknowledged exactly as
 a batch is, down to single entries: every entry the sink can write reaches it, and only an
 entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. Entries a
 consumer that died left pending (its own after a restart, or those it takes over) are
@@ -40,6 +41,11 @@ DEATHS = 3
 #: Entries failing alone in a row, none committed between them, after which a consumer
 #: stops cutting a batch for this round: the sink looks down (the rest stays pending).
 LONE_STREAK = 2
+#: Batches failed in a row with a transient error, none committed between them, after which
+#: a batch is written in halves anyway: a pipeline's transient error may be one item's (an
+#: API that drops the connection on it), and must not hold back the rest for ever. A lone
+#: entry's transient failure still never counts against it.
+TRANSIENT_HALVE_AFTER = 3
 #: Longest pause after a round in which the sink committed nothing and failed.
 FAILED_MAX_DELAY = 5.0
 
@@ -120,6 +126,7 @@ class BatchWriter:
         self.unacked: dict[int, list[str]] = {}
         self.suspects = Suspects()
         self._streak = 0  #: entries failed alone since the last commit
+        self._transients = 0  #: batches failed transiently since the last commit
         self._failed_rounds = 0  #: writes in a row that committed nothing and failed
 
     async def commit(
@@ -177,14 +184,16 @@ class BatchWriter:
             self._lone_failure(entries[0], shard, exc)
             return False
         if classify(exc) is Fault.TRANSIENT:
-            logger.warning(
-                "The sink failed a batch of %d item(s) (%s: %s, transient); they stay pending "
-                "and are delivered again",
-                len(entries),
-                type(exc).__name__,
-                exc,
-            )
-            return False
+            self._transients += 1
+            if self._transients < TRANSIENT_HALVE_AFTER:
+                logger.warning(
+                    "The sink failed a batch of %d item(s) (%s: %s, transient); they stay "
+                    "pending and are delivered again",
+                    len(entries),
+                    type(exc).__name__,
+                    exc,
+                )
+                return False
         logger.info(
             "The sink failed a batch of %d item(s) (%s: %s); writing it in halves",
             len(entries),
@@ -228,7 +237,7 @@ class BatchWriter:
         self.report.batches += 1
         proof = stored is None or stored > 0  # a write that stored nothing proves nothing
         if proof:
-            self._streak = 0
+            self._streak = self._transients = 0
         for entry_id, suspect in self.suspects.committed([e.id for e in entries], proof=proof):
             await self._set_aside(suspect.shard, entry_id, suspect.reason, suspect.proven)
         return None
