@@ -50,11 +50,14 @@ def test_aside_lists_and_retry_aside_writes_and_keeps_what_it_cannot(redis_url, 
     assert "2 entries set aside by group g" in shown.stdout
     assert client.xrange(ASIDE)[1][1][b"i"] == NOT_UTF8  # byte for byte
     status = scrapy_ha("status", "s", "--redis-url", redis_url)
-    assert "sink  g: backlog 2, consumed 0, set aside 2, 1 consumer(s)" in status.stdout
+    assert "sink  g: backlog 2, consumed 0, set aside 2 in all, 1 consumer(s)" in status.stdout
+    assert "aside 2 (`--aside` lists them)" in status.stdout
     retried = scrapy_ha(*args, "--retry-aside")
     assert retried.returncode == 1, retried.stderr
     assert "1 set-aside entry written, 1 kept" in retried.stdout
     assert f"{bad}: the sink cannot read it" in retried.stdout
+    status = scrapy_ha("status", "s", "--redis-url", redis_url)  # the records still waiting
+    assert "aside 1 (`--aside` lists them)" in status.stdout, status.stdout
     engine = sqlalchemy.create_engine(db)
     with engine.connect() as conn:
         rows = conn.execute(sqlalchemy.text("SELECT entry_id, item FROM scrapy_ha_items")).all()
