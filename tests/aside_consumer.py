@@ -26,7 +26,9 @@ def main() -> None:
     redis_url, db_url, killer = sys.argv[1:4]
     sink = Killer(db_url, "s")
     sink.killer = int(killer)
-    asyncio.run(consume(redis_url, "s", sink, group="sql", consumer="c", batch=40, exit_idle=0.3))
+    asyncio.run(
+        consume(redis_url, "s", sink, group="sql", consumer="c", batch=40, exit_idle=0.3, deaths=3)
+    )
 
 
 if __name__ == "__main__":

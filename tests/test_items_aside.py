@@ -431,3 +431,64 @@ async def test_a_pipelines_transient_error_on_one_item_holds_back_no_other(redis
     assert aside(redis_url) == []
     assert (await client.xpending(KEYS.items, "p"))["pending"] == 1
     await client.aclose()
+
+
+class StallingTable:
+    """A shared table whose writes wait on a lock (a partitioned database), then commit."""
+
+    shares = True
+    released: asyncio.Event
+    rows: dict[str, Any]
+
+    async def open(self) -> list[str]:
+        return []
+
+    async def write(self, entries: list[Any]) -> int:
+        await StallingTable.released.wait()
+        StallingTable.rows.update((e.id, e.plain()) for e in entries)
+        return len(entries)
+
+    async def close(self) -> None:
+        pass
+
+
+@deferred_f_from_coro_f
+async def test_consumers_taking_over_a_hung_write_set_nothing_aside(redis_url):
+    """Five live consumers of a stalled table take each other's entries over (--claim-idle)
+    again and again: nobody died, and the hung writes commit every entry in the end, so
+    none may be set aside (it was, 'the consumer died writing it', and was in the table
+    too). The death rule is off unless asked for (--deaths)."""
+    StallingTable.released, StallingTable.rows = asyncio.Event(), {}
+    client = redis.asyncio.Redis.from_url(redis_url)
+    sync = redis.Redis.from_url(redis_url)
+    await fill(client, list(range(10)))
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.ensure_future(
+            consume(
+                redis_url,
+                "s",
+                StallingTable(),
+                group="sql",
+                consumer=f"c{n}",
+                batch=100,
+                block=0.05,
+                claim_idle=0.3,
+                stop=stop,
+            )  # fmt: skip
+        )
+        for n in range(5)
+    ]
+    try:
+        while most_deliveries(sync, "sql") < 5 and not await client.xlen(ASIDE):
+            await asyncio.sleep(0.05)  # taken over by each of the 4 others (3 set it aside)
+        StallingTable.released.set()
+        while await client.xlen(KEYS.items):
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert aside(redis_url) == []
+    assert sorted(v["id"] for v in StallingTable.rows.values()) == list(range(10))
+    sync.close()
+    await client.aclose()

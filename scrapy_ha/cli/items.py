@@ -61,7 +61,13 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     sink, group, consumer = _sink(args, queue.keys.spider)
     group, consumer = args.group or group, args.consumer or consumer
     runner = ItemConsumer(
-        queue, sink, group=group, consumer=consumer, batch=args.batch, claim_idle=args.claim_idle
+        queue,
+        sink,
+        group=group,
+        consumer=consumer,
+        batch=args.batch,
+        claim_idle=args.claim_idle,
+        deaths=args.deaths,
     )
     if getattr(args, "ids", None) and not args.retry_aside:
         raise ConfigError("--id goes with --retry-aside")

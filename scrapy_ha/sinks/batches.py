@@ -5,10 +5,14 @@ A batch the sink commits is acknowledged whole. A batch it fails with an error t
 transient (:mod:`.faults`), or with a transient one :data:`TRANSIENT_HALVE_AFTER` times in
 a row, is written in halves, each committed and acknowledged exactly as
 a batch is, down to single entries: every entry the sink can write reaches it, and only an
-entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. Entries a
-consumer that died left pending (its own after a restart, or those it takes over) are
-written one at a time, each single write counted in Redis before it begins
-(``items_tries``): an entry :data:`DEATHS` consumers died writing is set aside too.
+entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. With the
+death rule (``deaths``, off by default), entries a consumer that died left pending (its own
+after a restart, or those it takes over) are written one at a time, each single write
+counted in Redis before it begins (``items_tries``): an entry ``deaths`` consumers died
+writing is set aside too. Off by default because nothing proves a death: an entry taken
+over from a consumer whose write hangs (``--claim-idle``) counts as one, and so does a
+consumer a supervisor kills while the sink hangs, and the hung write may still commit the
+entry it set aside (in the sink and aside).
 An entry that is not an item (not UTF-8, not JSON) is set aside at once, never written.
 Set-aside is one script call (``items_aside.lua``) that copies and acknowledges: the entry
 is pending or aside, never both, never neither.
@@ -36,7 +40,8 @@ __all__ = ["DEATHS", "BatchWriter", "ConsumerReport", "Entry"]
 logger = logging.getLogger(__name__)
 
 #: Single writes of one entry a consumer may die in (killed, or its process exiting) before
-#: the entry is set aside: the requests' poison rule (3 lease expiries).
+#: the entry is set aside, when the death rule is asked for (``--deaths``; off by default,
+#: see the module): the requests' poison rule (3 lease expiries).
 DEATHS = 3
 #: Entries failing alone in a row, none committed between them, after which a consumer
 #: stops cutting a batch for this round: the sink looks down (the rest stays pending).
@@ -113,8 +118,11 @@ class BatchWriter:
         group: str,
         consumer: str,
         report: ConsumerReport,
+        deaths: int = 0,
     ) -> None:
         self.sink = sink
+        #: consumer deaths in single writes of an entry that set it aside (0: never)
+        self.deaths = deaths
         self.streams = streams
         self.group = group
         self.consumer = consumer
@@ -135,14 +143,15 @@ class BatchWriter:
         """The sink commits the entries, then they are acknowledged; a batch that fails is
         cut in halves (:meth:`_pieces`), a suspect is written alone. Entries the sink
         failed stay pending (delivered again after a pause). With *restart* (entries a
-        consumer that died left), one entry at a time. True if anything was committed."""
+        consumer that died left) and the death rule, one entry at a time. True if anything
+        was committed."""
         entries = [Entry(global_id(shard, d.id), d.data) for d in deliveries if d.data is not None]
         gone = [d.id for d in deliveries if d.data is None]  # deleted while pending
         if gone:
             await self._acknowledge(shard, gone)
         entries = await self._readable(shard, entries)
         errors, committed, self._streak = self.report.errors, False, 0
-        if restart:
+        if restart and self.deaths:
             for entry in entries:
                 if self._streak >= LONE_STREAK:  # the sink looks down: the rest waits
                     break
@@ -207,11 +216,11 @@ class BatchWriter:
     async def _single(self, shard: int, entry: Entry, *, counted: bool = False) -> bool:
         """Write *entry* alone. *counted*: the write is counted in Redis before it begins
         and uncounted once it returns, so a count left is a consumer that died in it; an
-        entry :data:`DEATHS` consumers died writing is set aside instead."""
+        entry ``deaths`` consumers died writing is set aside instead."""
         stream, local = self.streams[shard], route(entry.id)[1]
         if counted:
             begun = await stream.begin_single(self.group, local)
-            if begun > DEATHS:
+            if begun > self.deaths:
                 await self._set_aside(shard, entry.id, "the consumer died writing it", begun - 1)
                 return False
         exc = await self._write(shard, [entry], counted=counted)

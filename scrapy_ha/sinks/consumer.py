@@ -95,6 +95,7 @@ class ItemConsumer:
         batch: int = DEFAULT_BATCH,
         claim_idle: float = DEFAULT_CLAIM_IDLE,
         block: float = DEFAULT_BLOCK,
+        deaths: int = 0,
     ) -> None:
         self.queue = queue
         self.streams = [ItemStream(q.client, q.keys) for q in shards_of(queue)]
@@ -108,7 +109,9 @@ class ItemConsumer:
         #: writes each batch, acknowledges what the sink committed; its ``failed``: a batch
         #: failed, or a read's reply was lost: its entries wait among this consumer's own
         #: (pending to it), read again before new ones
-        self.writer = BatchWriter(sink, self.streams, group, self.consumer, self.report)
+        #: *deaths*: set an entry aside once that many consumers died writing it alone (0:
+        #: never; see :mod:`.batches` for why it is off by default)
+        self.writer = BatchWriter(sink, self.streams, group, self.consumer, self.report, deaths)
 
     async def run(
         self, *, stop: asyncio.Event | None = None, exit_idle: float | None = None
@@ -277,9 +280,9 @@ async def consume(
 ) -> ConsumerReport:
     """Consume *spider*'s item stream in the Redis at *url* (any URL ``REDIS_URL`` takes;
     keys under *prefix*) into *sink*, as consumer group *group*; *options* are
-    :class:`ItemConsumer`'s (``consumer``, ``batch``, ``claim_idle``, ``block``). Runs until
-    *stop* is set, or, with *exit_idle*, until the crawl has ended and its items are in the
-    sink (see :meth:`ItemConsumer.run`)."""
+    :class:`ItemConsumer`'s (``consumer``, ``batch``, ``claim_idle``, ``block``,
+    ``deaths``). Runs until *stop* is set, or, with *exit_idle*, until the crawl has
+    ended and its items are in the sink (see :meth:`ItemConsumer.run`)."""
     settings = Settings({"REDIS_URL": url})
     client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     try:
