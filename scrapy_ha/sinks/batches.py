@@ -292,7 +292,7 @@ class BatchWriter:
             "Stream entry %s set aside in %s %s: %s",
             entry_id,
             self.streams[shard].keys.items_aside,
-            f"after failing alone {times} time(s)" if times else "unwritten",
+            f"after failing alone {times} time(s)" if times else "before any write",
             reason,
         )
 
