@@ -16,17 +16,19 @@ from scrapy_ha.items import SqlSink, consume
 class Killer(SqlSink):
     killer = 0
 
-    def _write(self, entries: list[Any]) -> None:
+    def _write(self, entries: list[Any]) -> int:
         if any(e.plain().get("id") == self.killer for e in entries):
             os._exit(3)
-        super()._write(entries)
+        return super()._write(entries)
 
 
 def main() -> None:
     redis_url, db_url, killer = sys.argv[1:4]
     sink = Killer(db_url, "s")
     sink.killer = int(killer)
-    asyncio.run(consume(redis_url, "s", sink, group="sql", consumer="c", batch=40, exit_idle=0.3))
+    asyncio.run(
+        consume(redis_url, "s", sink, group="sql", consumer="c", batch=40, exit_idle=0.3, deaths=3)
+    )
 
 
 if __name__ == "__main__":

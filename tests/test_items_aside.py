@@ -15,11 +15,13 @@ import redis
 import redis.asyncio
 import sqlalchemy
 from scrapy import Spider
+from scrapy.exceptions import DropItem
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.items import SqlSink, consume
 from scrapy_ha.keys import Keys
+from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.sinks.pipelines import PipelinesSink, current_entry
 from scrapy_ha.store.items import ItemStream
 
@@ -217,11 +219,11 @@ class Flapping(SqlSink):
 
     writes = 0
 
-    def _write(self, entries: list[Any]) -> None:
+    def _write(self, entries: list[Any]) -> int:
         self.writes += 1
         if self.writes % 2:
             raise ConnectionResetError("server closed the connection")
-        super()._write(entries)
+        return super()._write(entries)
 
 
 @deferred_f_from_coro_f
@@ -298,5 +300,195 @@ async def test_a_read_only_postgresql_sets_nothing_aside_and_gets_everything_bac
         read_only(postgres_url, False)
     assert stored(sink) == list(range(1, 21))
     assert aside(redis_url) == []
+    sync.close()
+    await client.aclose()
+
+
+class AutoReconnect(Exception):  # noqa: N818 (pymongo's name: one faults.py does not know)
+    pass
+
+
+def dedupe_then_store(item: Any) -> BaseException | None:
+    """A dedupe pipeline drops every third item; the storage behind it is down."""
+    if item["id"] % 3 == 0:
+        return DropItem("duplicate")
+    return AutoReconnect("connection refused")
+
+
+@deferred_f_from_coro_f
+async def test_items_a_pipeline_drops_are_no_proof_that_a_down_sink_works(redis_url):
+    """A write whose items were all dropped stored nothing: the storage is down for every
+    other item, so none of them is set aside, however often they fail alone."""
+    sink = pipelines_sink()
+    Store.refuse = staticmethod(dedupe_then_store)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    count = consumed("p")
+
+    async def work() -> None:
+        for first in range(1, 60, 6):
+            await fill(client, list(range(first, first + 6)))
+            calls = Store.calls
+            while await count(client) < (first + 5) // 3 or Store.calls < calls + 12:
+                await asyncio.sleep(0.02)  # the dropped ones went through, the others failed
+            assert await client.xlen(ASIDE) == 0
+
+    await run(redis_url, sink, "p", work)
+    assert aside(redis_url) == [] and Store.items == {}
+    await client.aclose()
+
+
+@pytest.mark.parametrize("kind", ["sql", "jsonl"])
+@deferred_f_from_coro_f
+async def test_an_entry_that_is_not_an_item_is_set_aside_not_dropped(redis_url, tmp_path, kind):
+    """Bytes that are not UTF-8, or not JSON, are no item any sink can read: set aside at
+    once with the decoding error, byte for byte, never acknowledged and lost."""
+    bad = [b'{"name": "caf\xe9"}', b"{not json"]
+    sink: Sink = (
+        SqlSink(f"sqlite:///{tmp_path / 'items.db'}", "s")
+        if kind == "sql"
+        else JsonLinesSink(tmp_path / "items.jsonl")
+    )
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await ItemStream(client, KEYS).add([b'{"id": 1}', *bad, b'{"id": 3}'])
+
+    async def work() -> None:
+        while await client.xlen(KEYS.items):  # every entry acknowledged (or set aside)
+            await asyncio.sleep(0.02)
+
+    report = await run(redis_url, sink, kind, work)
+    rows = aside(redis_url)
+    assert [row[b"i"] for row in rows] == bad and report.set_aside == 2
+    assert all(row[b"r"].startswith(b"CodecError: the item is not JSON") for row in rows)
+    assert report.consumed == 2
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_crawls_last_item_the_table_refuses_is_set_aside_and_exit_idle_exits(
+    redis_url, tmp_path
+):
+    """Nothing commits after the last item: with a constraint of the table (the entry's own
+    fault) failing it alone 3 times and nothing else pending, it is set aside without that
+    proof, and the consumer started with --exit-idle exits."""
+    url = f"sqlite:///{tmp_path / 'items.db'}"
+    refusing_table(url)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, POISON + 1)))  # the poison is the crawl's last item
+    sink = SqlSink(url, "s")
+    async with asyncio.timeout(120):  # a guard: it never exited before
+        report = await consume(redis_url, "s", sink, group="sql", block=0.1, exit_idle=0.2)
+    assert stored(sink) == list(range(1, POISON))
+    (row,) = aside(redis_url)
+    assert json.loads(row[b"i"]) == {"id": POISON} and b"IntegrityError" in row[b"r"]
+    assert report.set_aside == 1 and await client.xlen(KEYS.items) == 0
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_exit_idle_exits_when_only_unproven_items_stay_pending(redis_url, caplog):
+    """A last item a pipeline fails alone with its own exception (not the entry's fault for
+    sure: no set-aside without proof) stays pending, and --exit-idle exits saying so."""
+    sink = pipelines_sink()
+    Store.refuse = staticmethod(refuse_poison)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, POISON + 1)))
+    async with asyncio.timeout(120):  # a guard: it never exited before
+        report = await consume(redis_url, "s", sink, group="p", block=0.1, exit_idle=0.2)
+    assert sorted(item["id"] for item in Store.items.values()) == list(range(1, POISON))
+    assert aside(redis_url) == [] and report.set_aside == 0
+    assert (await client.xpending(KEYS.items, "p"))["pending"] == 1
+    assert "1 item(s) stay pending in group p" in caplog.text
+    await client.aclose()
+
+
+def refuse_poison_transiently(item: Any) -> BaseException | None:
+    return ConnectionResetError("the API drops this one") if item["id"] == POISON else None
+
+
+@deferred_f_from_coro_f
+async def test_a_pipelines_transient_error_on_one_item_holds_back_no_other(redis_url):
+    """A pipeline that fails one item with a transient error (an API that cuts the
+    connection on it): after 3 failed batches in a row the batch is written in halves
+    anyway, so every other item goes through; that item is never set aside."""
+    sink = pipelines_sink()
+    Store.refuse = staticmethod(refuse_poison_transiently)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, 11)))
+    count = consumed("p")
+
+    async def work() -> None:
+        async with asyncio.timeout(STEP * 2):  # a guard: nothing went through before
+            while await count(client) < 9:
+                await asyncio.sleep(0.02)
+        calls = Store.calls
+        while Store.calls < calls + 3:  # the poison, tried again and again alone
+            await asyncio.sleep(0.02)
+
+    await run(redis_url, sink, "p", work)
+    assert sorted(item["id"] for item in Store.items.values()) == sorted(
+        set(range(1, 11)) - {POISON}
+    )
+    assert aside(redis_url) == []
+    assert (await client.xpending(KEYS.items, "p"))["pending"] == 1
+    await client.aclose()
+
+
+class StallingTable:
+    """A shared table whose writes wait on a lock (a partitioned database), then commit."""
+
+    shares = True
+    released: asyncio.Event
+    rows: dict[str, Any]
+
+    async def open(self) -> list[str]:
+        return []
+
+    async def write(self, entries: list[Any]) -> int:
+        await StallingTable.released.wait()
+        StallingTable.rows.update((e.id, e.plain()) for e in entries)
+        return len(entries)
+
+    async def close(self) -> None:
+        pass
+
+
+@deferred_f_from_coro_f
+async def test_consumers_taking_over_a_hung_write_set_nothing_aside(redis_url):
+    """Five live consumers of a stalled table take each other's entries over (--claim-idle)
+    again and again: nobody died, and the hung writes commit every entry in the end, so
+    none may be set aside (it was, 'the consumer died writing it', and was in the table
+    too). The death rule is off unless asked for (--deaths)."""
+    StallingTable.released, StallingTable.rows = asyncio.Event(), {}
+    client = redis.asyncio.Redis.from_url(redis_url)
+    sync = redis.Redis.from_url(redis_url)
+    await fill(client, list(range(10)))
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.ensure_future(
+            consume(
+                redis_url,
+                "s",
+                StallingTable(),
+                group="sql",
+                consumer=f"c{n}",
+                batch=100,
+                block=0.05,
+                claim_idle=0.3,
+                stop=stop,
+            )  # fmt: skip
+        )
+        for n in range(5)
+    ]
+    try:
+        while most_deliveries(sync, "sql") < 5 and not await client.xlen(ASIDE):
+            await asyncio.sleep(0.05)  # taken over by each of the 4 others (3 set it aside)
+        StallingTable.released.set()
+        while await client.xlen(KEYS.items):
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert aside(redis_url) == []
+    assert sorted(v["id"] for v in StallingTable.rows.values()) == list(range(10))
     sync.close()
     await client.aclose()

@@ -5,6 +5,9 @@ item; a record the sink cannot read (not UTF-8) or whose group is gone is kept."
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 
 import redis
 import sqlalchemy
@@ -47,11 +50,14 @@ def test_aside_lists_and_retry_aside_writes_and_keeps_what_it_cannot(redis_url, 
     assert "2 entries set aside by group g" in shown.stdout
     assert client.xrange(ASIDE)[1][1][b"i"] == NOT_UTF8  # byte for byte
     status = scrapy_ha("status", "s", "--redis-url", redis_url)
-    assert "sink  g: backlog 2, consumed 0, set aside 2, 1 consumer(s)" in status.stdout
+    assert "sink  g: backlog 2, consumed 0, set aside 2 in all, 1 consumer(s)" in status.stdout
+    assert "aside 2 (`--aside` lists them)" in status.stdout
     retried = scrapy_ha(*args, "--retry-aside")
     assert retried.returncode == 1, retried.stderr
     assert "1 set-aside entry written, 1 kept" in retried.stdout
     assert f"{bad}: the sink cannot read it" in retried.stdout
+    status = scrapy_ha("status", "s", "--redis-url", redis_url)  # the records still waiting
+    assert "aside 1 (`--aside` lists them)" in status.stdout, status.stdout
     engine = sqlalchemy.create_engine(db)
     with engine.connect() as conn:
         rows = conn.execute(sqlalchemy.text("SELECT entry_id, item FROM scrapy_ha_items")).all()
@@ -75,4 +81,66 @@ def test_retry_aside_keeps_the_records_of_a_group_that_no_longer_exists(redis_ur
     assert retried.returncode == 1
     assert "group gone no longer reads ha:{s}:items: 2 kept" in retried.stdout
     assert client.xlen(ASIDE) == 2
+    client.close()
+
+
+KILLED_RETRY = """
+import os, signal, sys
+from scrapy_ha.cli import main
+from scrapy_ha.store.items import ItemStream
+
+async def killed(self, record_id):  # SIGKILL once the sink committed, before the deletion
+    os.kill(os.getpid(), signal.SIGKILL)
+
+ItemStream.drop_aside = killed
+sys.argv = ["scrapy-ha", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def test_retry_aside_into_a_file_killed_before_the_deletion_writes_nothing_twice(
+    redis_url, tmp_path
+):
+    """A JSON Lines file's offset file names the batch it committed last: a --retry-aside
+    killed between the commit and the record's deletion deletes the record at the next
+    run, and does not append the item again."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    set_aside(client, "g", "OSError: disk full")
+    path = tmp_path / "items.jsonl"
+    args = ["items", "s", "--to", f"jsonl:{path}", "--group", "g", "--redis-url", redis_url]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RETRY, *args, "--retry-aside"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}]
+    again = scrapy_ha(*args, "--retry-aside")
+    assert again.returncode == 0, again.stderr
+    assert "2 set-aside entries written, 0 kept" in again.stdout
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [{"id": 2}, {"id": 3}] and client.xlen(ASIDE) == 0
+    client.close()
+
+
+def test_retry_aside_with_id_writes_only_those_and_skips_a_record_that_blocks(redis_url, tmp_path):
+    """A record the sink keeps failing (or cannot read) need not block the others:
+    ``--id`` retries only the entries named; an id not set aside is said and exits 1."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(KEYS.items, {"i": NOT_UTF8})
+    good, bad = set_aside(client, "g", "IntegrityError: no")
+    db = f"sqlite:///{tmp_path / 'items.db'}"
+    args = ["items", "s", "--to", db, "--group", "g", "--redis-url", redis_url]
+    retried = scrapy_ha(*args, "--retry-aside", "--id", good)
+    assert retried.returncode == 0, retried.stderr
+    assert "1 set-aside entry written, 0 kept" in retried.stdout
+    ((_, kept),) = client.xrange(ASIDE)
+    assert kept[b"e"].decode() == bad
+    unknown = scrapy_ha(*args, "--retry-aside", "--id", "1-1")
+    assert unknown.returncode == 1
+    assert "1-1: no such entry set aside by group g" in unknown.stdout
+    assert client.xlen(ASIDE) == 1
     client.close()

@@ -218,6 +218,31 @@ async def test_a_finished_crawl_keeping_items_is_not_taken_over_by_another_layou
     await q.client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_finished_crawl_keeping_set_aside_items_is_not_taken_over_by_another_layout(
+    redis_url,
+):
+    """The set-aside records are among what a take-over deletes: a finished crawl whose
+    only leftover is an item a sink set aside keeps its layout (it was taken over and the
+    record deleted)."""
+    q = open_queue(redis_url)
+    stream = ItemStream(q.client, KEYS)
+    await stream.join("sql")
+    await stream.add(list(items(1)))
+    (got,) = await stream.read("sql", "c", 10)
+    assert await stream.set_aside("sql", "c", got.id, "IntegrityError: CHECK") == 1
+    await q.finish("w0")
+    assert await q.client.xlen(KEYS.items) == 0
+    join = partial(join_crawl, q.client, "ha", "s", shards=3, registration_ms=30_000)
+    with pytest.raises(ConfigError, match=r"and 1 item\(s\) a sink set aside.*--retry-aside"):
+        await join(worker="w1")
+    assert await q.client.xlen(KEYS.items_aside) == 1
+    await stream.drop_aside((await stream.aside("sql"))[0].record_id)  # written at last
+    joined = await join(worker="w1")
+    assert (joined.shards, joined.replaced) == (3, "1")
+    await q.client.aclose()
+
+
 @pytest.mark.parametrize("bloom", [False, True], ids=["set", "bloom"])
 @pytest.mark.parametrize("worker", [None, "w1"])
 @deferred_f_from_coro_f
@@ -249,4 +274,22 @@ async def test_a_checkpoint_with_the_ack_is_never_taken_for_the_workers_grant(
     assert await q.client.type(KEYS.checkpoint_ahead("t")) in (b"hash", b"none")
     granted = await q.granted("w1")
     assert len(granted) == (2 if worker else 0)
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_acknowledged_entry_leaves_no_single_write_count_behind(redis_url):
+    """A consumer killed after its sink committed a counted single write (its offset file
+    acknowledged at the next start), or an entry deleted while pending: the ack deletes the
+    entry's count in items_tries, which nothing else would."""
+    q = open_queue(redis_url)
+    stream = ItemStream(q.client, KEYS)
+    await stream.join("j")
+    await stream.add(list(items(1, 2)))
+    got = await stream.read("j", "c", 10)
+    for d in got:
+        assert await stream.begin_single("j", d.id) == 1  # then the consumer died
+    assert await q.client.hlen(KEYS.items_tries) == 2
+    assert await stream.ack("j", [d.id for d in got]) == (2, 2)
+    assert await q.client.exists(KEYS.items_tries) == 0
     await q.client.aclose()

@@ -17,6 +17,15 @@ def wrapped(orig: Exception) -> Exception:
     return sqlalchemy.exc.DBAPIError.instance("INSERT", {}, orig, psycopg.Error)
 
 
+def named(*names: str) -> Exception:
+    """An exception whose classes have *names* (the first its own, the others its bases),
+    as a library's (aiohttp, Twisted, urllib3) that the test does not import."""
+    base: type[Exception] = Exception
+    for name in reversed(names):
+        base = type(name, (base,), {})
+    return base("network down")
+
+
 @pytest.mark.parametrize(
     ("error", "fault"),
     [
@@ -38,6 +47,16 @@ def wrapped(orig: Exception) -> Exception:
         (OSError(28, "No space left on device"), Fault.TRANSIENT),
         (UnicodeEncodeError("utf-8", "\ud83d", 0, 1, "surrogates not allowed"), Fault.ENTRY),
         (RuntimeError("a pipeline's own"), Fault.UNKNOWN),
+        (wrapped(psycopg.errors.LockNotAvailable()), Fault.TRANSIENT),  # 55P03
+        (wrapped(psycopg.errors.ObjectInUse()), Fault.TRANSIENT),  # 55006
+        (wrapped(psycopg.errors.ConfigFileError()), Fault.TRANSIENT),  # F0000, Operational
+        (wrapped(psycopg.errors.DataCorrupted()), Fault.UNKNOWN),  # XX001, InternalError
+        (named("ServerDisconnectedError", "ClientConnectionError", "ClientError"), Fault.TRANSIENT),
+        (named("ConnectionRefusedError", "ConnectError"), Fault.TRANSIENT),  # twisted's
+        (named("ConnectionLost"), Fault.TRANSIENT),
+        (named("ResponseNeverReceived", "_WrapperException"), Fault.TRANSIENT),
+        (named("MaxRetryError", "RequestError", "PoolError", "HTTPError"), Fault.TRANSIENT),
+        (named("ProtocolError", "HTTPError"), Fault.TRANSIENT),
     ],
 )
 def test_whose_fault(error, fault):

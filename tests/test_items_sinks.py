@@ -155,11 +155,11 @@ class PairedSink(SqlSink):
         super().__init__(url, spider)
         self.mine, self.other = mine, other
 
-    async def write(self, entries: list[Entry]) -> None:
+    async def write(self, entries: list[Entry]) -> int:
         self.mine.set()
         async with asyncio.timeout(30):
             await self.other.wait()
-        await super().write(entries)
+        return await super().write(entries)
 
 
 @deferred_f_from_coro_f

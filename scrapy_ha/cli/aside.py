@@ -4,7 +4,10 @@ written to the sink once it (or the item) is fixed.
 
 ``--retry-aside`` writes each record's item to the sink under its original entry id (an
 idempotent sink never stores it twice) and deletes the record only after the sink
-committed it. A record it cannot use is reported and kept, never deleted: the group no
+committed it. A sink whose idempotence is its own (a JSON Lines file: ``shares = False``)
+names at open what it committed last (the offset file's batch): a record among them was
+written by a ``--retry-aside`` killed before it deleted the record, and is deleted, not
+written again. A record it cannot use is reported and kept, never deleted: the group no
 longer reads the stream, the record lacks its id or its item, or the sink left the item
 out (not an item it can read).
 """
@@ -47,20 +50,31 @@ async def list_aside(queue: RedisQueue, group: str) -> int:
     return 0
 
 
-async def retry_aside(queue: RedisQueue, runner: ItemConsumer) -> int:
-    """Write *runner*'s group's set-aside entries to its sink; exit 1 if any is kept."""
+async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | None = None) -> int:
+    """Write *runner*'s group's set-aside entries (with *ids*, only those entries: an
+    operator skips one the sink keeps failing) to its sink; exit 1 if any is kept or an id
+    is not found."""
+    wanted = set(ids) if ids else None
     sink, group = runner.sink, runner.group
-    await runner.acknowledge_recovered(await sink.open())
+    recovered = await sink.open()
+    await runner.acknowledge_recovered(recovered)
+    committed = set(recovered)  # a file's last batch: in the file already
     done = kept = 0
     try:
         for shard, stream in enumerate(_streams(queue)):
-            records = await stream.aside(group)
+            records = [
+                r
+                for r in await stream.aside(group)
+                if wanted is None or global_id(shard, r.entry_id or "") in wanted
+            ]
+            if wanted is not None:
+                wanted -= {global_id(shard, r.entry_id or "") for r in records}
             if records and not await stream.has_group(group):
                 print(f"group {group} no longer reads {stream.key}: {len(records)} kept")
                 kept += len(records)
                 continue
             for record in records:
-                problem = await _retry_one(sink, stream, shard, record)
+                problem = await _retry_one(sink, stream, shard, record, committed)
                 if problem:
                     print(f"{record.entry_id or record.record_id}: {problem}: kept")
                     kept += 1
@@ -68,16 +82,23 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer) -> int:
                     done += 1
     finally:
         await sink.close()
+    for missing in sorted(wanted or ()):
+        print(f"{missing}: no such entry set aside by group {group}")
     print(f"{done} set-aside entr{'y' if done == 1 else 'ies'} written, {kept} kept")
-    return 1 if kept else 0
+    return 1 if kept or wanted else 0
 
 
-async def _retry_one(sink: Sink, stream: ItemStream, shard: int, record: Aside) -> str | None:
-    """Write one record's item; delete the record once committed. What went wrong, else
-    None."""
+async def _retry_one(
+    sink: Sink, stream: ItemStream, shard: int, record: Aside, committed: set[str]
+) -> str | None:
+    """Write one record's item (unless the sink has *committed* it already); delete the
+    record once committed. What went wrong, else None."""
     entry_id, item = record.entry_id, record.item
     if entry_id is None or item is None:
         return "the record has no entry id or no item"
+    if global_id(shard, entry_id) in committed:
+        await stream.drop_aside(record.record_id)
+        return None
     skipped = getattr(sink, "skipped", 0)
     try:
         await sink.write([Entry(global_id(shard, entry_id), item)])

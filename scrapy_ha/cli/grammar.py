@@ -300,6 +300,13 @@ def _items(sub: Any) -> None:
         help="seconds an entry left pending by another consumer waits before this one takes "
         "it over (SQL and pipelines sinks; %(default)s)",
     )
+    parser.add_argument(
+        "--deaths",
+        type=whole(0),
+        default=0,
+        help="set an entry aside once this many consumers died writing it alone (default 0: "
+        "never; see reliability.md: a hung write may commit it all the same)",
+    )
     item_actions(parser)
     parser.add_argument(
         "--exit-idle",

@@ -61,12 +61,22 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     sink, group, consumer = _sink(args, queue.keys.spider)
     group, consumer = args.group or group, args.consumer or consumer
     runner = ItemConsumer(
-        queue, sink, group=group, consumer=consumer, batch=args.batch, claim_idle=args.claim_idle
+        queue,
+        sink,
+        group=group,
+        consumer=consumer,
+        batch=args.batch,
+        claim_idle=args.claim_idle,
+        deaths=args.deaths,
     )
+    if getattr(args, "ids", None) and not args.retry_aside:
+        raise ConfigError("--id goes with --retry-aside")
     if args.aside or args.retry_aside:
         from scrapy_ha.cli.aside import list_aside, retry_aside
 
-        return await (retry_aside(queue, runner) if args.retry_aside else list_aside(queue, group))
+        if args.retry_aside:
+            return await retry_aside(queue, runner, args.ids)
+        return await list_aside(queue, group)
     if args.declare:
         missed = await runner.join()
         print(f"group {group} of {queue.keys.spider} is ready (items it misses: {missed})")

@@ -216,3 +216,10 @@ def item_actions(parser: argparse.ArgumentParser) -> None:
         help="write the group's set-aside entries to the sink (keyed by their entry id), "
         "each removed from aside once committed, and exit",
     )
+    parser.add_argument(
+        "--id",
+        action="append",
+        dest="ids",
+        metavar="ID",
+        help="with --retry-aside: only this entry (as --aside lists it; repeat for several)",
+    )

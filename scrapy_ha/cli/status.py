@@ -237,6 +237,7 @@ def items_json(stats: CrawlStats, items: StreamState) -> dict[str, Any]:
         "committed": stats.counter("items"),
         "refused": stats.counter("items_refused"),
         "in_stream": items.length,
+        "aside": items.aside,
         "backlog": items.backlog,
         "groups": [{**vars(g), "backlog": g.backlog} for g in items.groups],
     }
@@ -281,11 +282,12 @@ def items_text(stats: CrawlStats, items: StreamState) -> list[str]:
     lines = [
         _row("items", committed=committed, refused=stats.counter("items_refused"))
         + f"  in stream {items.length:,}  {rate:,.1f}/min ({ETA_WINDOW}m)"
+        + (f"  aside {items.aside:,} (`--aside` lists them)" if items.aside else "")
     ]
     if not items.groups:
         lines.append(f"{'sinks':>13}  none yet: `scrapy-ha items {stats.spider} --to ...`")
     for g in items.groups:
-        aside = f", set aside {g.set_aside:,}" if g.set_aside else ""
+        aside = f", set aside {g.set_aside:,} in all" if g.set_aside else ""
         lines.append(
             f"{'sink':>13}  {g.name}: backlog {g.backlog:,}, consumed {g.consumed:,}"
             f"{aside}, {g.consumers} consumer(s)"

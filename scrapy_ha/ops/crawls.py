@@ -285,7 +285,7 @@ def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)
-    pipe.eval(scripts.ITEMS_STATE_LUA, 1, k.items)
+    pipe.eval(scripts.ITEMS_STATE_LUA, 2, k.items, k.items_aside)
     pipe.exists(k.pressure)
     pipe.hgetall(k.bloom)
 

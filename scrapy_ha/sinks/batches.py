@@ -2,12 +2,18 @@
 when it must be.
 
 A batch the sink commits is acknowledged whole. A batch it fails with an error that is not
-transient (:mod:`.faults`) is written in halves, each committed and acknowledged exactly as
+transient (:mod:`.faults`), or with a transient one :data:`TRANSIENT_HALVE_AFTER` times in
+a row, is written in halves, each committed and acknowledged exactly as
 a batch is, down to single entries: every entry the sink can write reaches it, and only an
-entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. Entries a
-consumer that died left pending (its own after a restart, or those it takes over) are
-written one at a time, each single write counted in Redis before it begins
-(``items_tries``): an entry :data:`DEATHS` consumers died writing is set aside too.
+entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. With the
+death rule (``deaths``, off by default), entries a consumer that died left pending (its own
+after a restart, or those it takes over) are written one at a time, each single write
+counted in Redis before it begins (``items_tries``): an entry ``deaths`` consumers died
+writing is set aside too. Off by default because nothing proves a death: an entry taken
+over from a consumer whose write hangs (``--claim-idle``) counts as one, and so does a
+consumer a supervisor kills while the sink hangs, and the hung write may still commit the
+entry it set aside (in the sink and aside).
+An entry that is not an item (not UTF-8, not JSON) is set aside at once, never written.
 Set-aside is one script call (``items_aside.lua``) that copies and acknowledges: the entry
 is pending or aside, never both, never neither.
 """
@@ -19,6 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.items import decode_item, plain_item
 from scrapy_ha.sinks.faults import Fault, classify
 from scrapy_ha.sinks.isolate import PROVEN_FAILURES, Suspects
@@ -33,11 +40,17 @@ __all__ = ["DEATHS", "BatchWriter", "ConsumerReport", "Entry"]
 logger = logging.getLogger(__name__)
 
 #: Single writes of one entry a consumer may die in (killed, or its process exiting) before
-#: the entry is set aside: the requests' poison rule (3 lease expiries).
+#: the entry is set aside, when the death rule is asked for (``--deaths``; off by default,
+#: see the module): the requests' poison rule (3 lease expiries).
 DEATHS = 3
 #: Entries failing alone in a row, none committed between them, after which a consumer
 #: stops cutting a batch for this round: the sink looks down (the rest stays pending).
 LONE_STREAK = 2
+#: Batches failed in a row with a transient error, none committed between them, after which
+#: a batch is written in halves anyway: a pipeline's transient error may be one item's (an
+#: API that drops the connection on it), and must not hold back the rest for ever. A lone
+#: entry's transient failure still never counts against it.
+TRANSIENT_HALVE_AFTER = 3
 #: Longest pause after a round in which the sink committed nothing and failed.
 FAILED_MAX_DELAY = 5.0
 
@@ -91,7 +104,7 @@ def route(entry_id: str) -> tuple[int, str]:
 class Writes(Protocol):
     """What :class:`BatchWriter` needs of a sink (:class:`~.consumer.Sink`'s ``write``)."""
 
-    async def write(self, entries: list[Entry]) -> None: ...
+    async def write(self, entries: list[Entry]) -> int | None: ...
 
 
 class BatchWriter:
@@ -105,8 +118,11 @@ class BatchWriter:
         group: str,
         consumer: str,
         report: ConsumerReport,
+        deaths: int = 0,
     ) -> None:
         self.sink = sink
+        #: consumer deaths in single writes of an entry that set it aside (0: never)
+        self.deaths = deaths
         self.streams = streams
         self.group = group
         self.consumer = consumer
@@ -118,6 +134,7 @@ class BatchWriter:
         self.unacked: dict[int, list[str]] = {}
         self.suspects = Suspects()
         self._streak = 0  #: entries failed alone since the last commit
+        self._transients = 0  #: batches failed transiently since the last commit
         self._failed_rounds = 0  #: writes in a row that committed nothing and failed
 
     async def commit(
@@ -126,13 +143,15 @@ class BatchWriter:
         """The sink commits the entries, then they are acknowledged; a batch that fails is
         cut in halves (:meth:`_pieces`), a suspect is written alone. Entries the sink
         failed stay pending (delivered again after a pause). With *restart* (entries a
-        consumer that died left), one entry at a time. True if anything was committed."""
+        consumer that died left) and the death rule, one entry at a time. True if anything
+        was committed."""
         entries = [Entry(global_id(shard, d.id), d.data) for d in deliveries if d.data is not None]
         gone = [d.id for d in deliveries if d.data is None]  # deleted while pending
         if gone:
             await self._acknowledge(shard, gone)
+        entries = await self._readable(shard, entries)
         errors, committed, self._streak = self.report.errors, False, 0
-        if restart:
+        if restart and self.deaths:
             for entry in entries:
                 if self._streak >= LONE_STREAK:  # the sink looks down: the rest waits
                     break
@@ -148,6 +167,19 @@ class BatchWriter:
             await asyncio.sleep(min(FAILED_MAX_DELAY, 0.5 * self._failed_rounds))
         return committed
 
+    async def _readable(self, shard: int, entries: list[Entry]) -> list[Entry]:
+        """*entries* but those that are not an item (not UTF-8, not JSON: no sink can ever
+        read them), which are set aside at once with the decoding error."""
+        readable = []
+        for entry in entries:
+            try:
+                entry.plain()
+            except CodecError as exc:
+                await self._set_aside(shard, entry.id, f"CodecError: {exc}", 0)
+                continue
+            readable.append(entry)
+        return readable
+
     async def _pieces(self, shard: int, entries: list[Entry]) -> bool:
         """Write *entries*; if they fail with an error that is not transient, write each
         half the same way, so that every entry the sink can write commits. Stops cutting
@@ -161,14 +193,16 @@ class BatchWriter:
             self._lone_failure(entries[0], shard, exc)
             return False
         if classify(exc) is Fault.TRANSIENT:
-            logger.warning(
-                "The sink failed a batch of %d item(s) (%s: %s, transient); they stay pending "
-                "and are delivered again",
-                len(entries),
-                type(exc).__name__,
-                exc,
-            )
-            return False
+            self._transients += 1
+            if self._transients < TRANSIENT_HALVE_AFTER:
+                logger.warning(
+                    "The sink failed a batch of %d item(s) (%s: %s, transient); they stay "
+                    "pending and are delivered again",
+                    len(entries),
+                    type(exc).__name__,
+                    exc,
+                )
+                return False
         logger.info(
             "The sink failed a batch of %d item(s) (%s: %s); writing it in halves",
             len(entries),
@@ -182,11 +216,11 @@ class BatchWriter:
     async def _single(self, shard: int, entry: Entry, *, counted: bool = False) -> bool:
         """Write *entry* alone. *counted*: the write is counted in Redis before it begins
         and uncounted once it returns, so a count left is a consumer that died in it; an
-        entry :data:`DEATHS` consumers died writing is set aside instead."""
+        entry ``deaths`` consumers died writing is set aside instead."""
         stream, local = self.streams[shard], route(entry.id)[1]
         if counted:
             begun = await stream.begin_single(self.group, local)
-            if begun > DEATHS:
+            if begun > self.deaths:
                 await self._set_aside(shard, entry.id, "the consumer died writing it", begun - 1)
                 return False
         exc = await self._write(shard, [entry], counted=counted)
@@ -200,7 +234,7 @@ class BatchWriter:
     ) -> Exception | None:
         """One write of the sink, acknowledged once committed; its error, if it failed."""
         try:
-            await self.sink.write(entries)
+            stored = await self.sink.write(entries)
         except Exception as exc:
             self.report.errors += 1
             self.failed = True
@@ -210,8 +244,10 @@ class BatchWriter:
                 await self.streams[shard].end_single(self.group, route(entries[0].id)[1])
         await self._acknowledge(shard, [route(e.id)[1] for e in entries])
         self.report.batches += 1
-        self._streak = 0
-        for entry_id, suspect in self.suspects.committed([e.id for e in entries]):
+        proof = stored is None or stored > 0  # a write that stored nothing proves nothing
+        if proof:
+            self._streak = self._transients = 0
+        for entry_id, suspect in self.suspects.committed([e.id for e in entries], proof=proof):
             await self._set_aside(suspect.shard, entry_id, suspect.reason, suspect.proven)
         return None
 
@@ -219,13 +255,13 @@ class BatchWriter:
         """*entry* failed alone: a suspect, unless the error is transient."""
         self._streak += 1
         self.report.lone_failures += 1
-        reason = f"{type(exc).__name__}: {exc}"
-        if classify(exc) is Fault.TRANSIENT:
+        reason, fault = f"{type(exc).__name__}: {exc}", classify(exc)
+        if fault is Fault.TRANSIENT:
             logger.warning(
                 "Stream entry %s failed (%s, transient): it stays pending", entry.id, reason
             )
             return
-        suspect = self.suspects.failed(entry.id, shard, reason)
+        suspect = self.suspects.failed(entry.id, shard, reason, entry_fault=fault is Fault.ENTRY)
         if suspect.warn_due():
             logger.warning(
                 "Stream entry %s failed alone %d time(s), %d of them while the sink committed "
@@ -237,6 +273,13 @@ class BatchWriter:
                 reason,
             )
 
+    async def settle(self, shard: int, pending: int) -> None:
+        """No new entry came in *shard* and *pending* entries are pending to this consumer
+        there: if they are all suspects, nothing is left to prove the sink works; set aside
+        those that failed alone with the entry's own fault (:meth:`.Suspects.unprovable`)."""
+        for entry_id, suspect in self.suspects.unprovable(shard, pending):
+            await self._set_aside(shard, entry_id, suspect.reason, suspect.failures)
+
     async def _set_aside(self, shard: int, entry_id: str, reason: str, times: int) -> None:
         """Set *entry_id* aside with *reason* (items_aside.lua): copied, then acknowledged."""
         self.suspects.forget(entry_id)
@@ -246,10 +289,10 @@ class BatchWriter:
             return
         self.report.set_aside += 1
         logger.error(
-            "Stream entry %s set aside in %s after failing alone %d time(s): %s",
+            "Stream entry %s set aside in %s %s: %s",
             entry_id,
             self.streams[shard].keys.items_aside,
-            times,
+            f"after failing alone {times} time(s)" if times else "before any write",
             reason,
         )
 

@@ -61,8 +61,10 @@ class Sink(Protocol):
         """Get ready; return the ids of entries committed before a restart that may not
         have been acknowledged (the consumer acknowledges them before anything else)."""
 
-    async def write(self, entries: list[Entry]) -> None:
-        """Commit *entries*; raise to have them delivered again later."""
+    async def write(self, entries: list[Entry]) -> int | None:
+        """Commit *entries*; raise to have them delivered again later. Return how many it
+        stored (not dropped or left out): a write that stored none is no proof that the
+        sink works (:mod:`.isolate`); None counts as all of them."""
 
     async def close(self) -> None: ...
 
@@ -93,6 +95,7 @@ class ItemConsumer:
         batch: int = DEFAULT_BATCH,
         claim_idle: float = DEFAULT_CLAIM_IDLE,
         block: float = DEFAULT_BLOCK,
+        deaths: int = 0,
     ) -> None:
         self.queue = queue
         self.streams = [ItemStream(q.client, q.keys) for q in shards_of(queue)]
@@ -106,7 +109,9 @@ class ItemConsumer:
         #: writes each batch, acknowledges what the sink committed; its ``failed``: a batch
         #: failed, or a read's reply was lost: its entries wait among this consumer's own
         #: (pending to it), read again before new ones
-        self.writer = BatchWriter(sink, self.streams, group, self.consumer, self.report)
+        #: *deaths*: set an entry aside once that many consumers died writing it alone (0:
+        #: never; see :mod:`.batches` for why it is off by default)
+        self.writer = BatchWriter(sink, self.streams, group, self.consumer, self.report, deaths)
 
     async def run(
         self, *, stop: asyncio.Event | None = None, exit_idle: float | None = None
@@ -187,7 +192,7 @@ class ItemConsumer:
             self.writer.failed = False
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop)
-        worked = False
+        worked, quiet = False, []
         many = len(self.streams) > 1
         for shard, stream in enumerate(self.streams):
             if self.sink.shares:
@@ -201,8 +206,12 @@ class ItemConsumer:
             fresh = await stream.read(self.group, self.consumer, self.batch, block_ms=block)
             if fresh:
                 worked = await self.writer.commit(shard, fresh) or worked
+            else:
+                quiet.append(shard)
             if stop.is_set():
                 break
+        if not worked and self.writer.suspects:
+            await self._settle(quiet)
         if many and not worked and not stop.is_set():
             try:  # several streams cannot share one blocking read: wait between passes
                 async with asyncio.timeout(self.block_ms / 1000):
@@ -211,14 +220,42 @@ class ItemConsumer:
                 pass
         return worked
 
+    async def _settle(self, shards: list[int]) -> None:
+        """No new entry came in *shards*: suspects that are all this consumer has pending
+        there may be set aside without proof (:meth:`BatchWriter.settle`)."""
+        for shard in shards:
+            pending = await self.streams[shard].pending_of(self.group, self.consumer)
+            await self.writer.settle(shard, pending)
+
     async def _ended(self) -> bool:
         """The crawl ran and ended (no live worker, nothing left to crawl: a crawl that has
-        not started yet has not ended) and the group has nothing left to commit."""
+        not started yet has not ended) and the group has nothing left to commit, but
+        entries that failed alone here with no other entry left to prove the sink works
+        (stuck: a WARNING names how many; they stay pending)."""
         counts = await self.queue.counts()
         if counts.workers or counts.active or not await self._started():
             return False
         states = [await stream.state() for stream in self.streams]
-        return all(g.backlog == 0 for state in states for g in state.groups if g.name == self.group)
+        backlog = sum(g.backlog for s in states for g in s.groups if g.name == self.group)
+        if not backlog:
+            return True
+        if not self.writer.suspects or backlog > await self._pending_here():
+            return False
+        logger.warning(
+            "The crawl ended; %d item(s) stay pending in group %s: each failed alone and no "
+            "other entry was left to prove the sink works (see the WARNINGs naming them); "
+            "run the consumer again once the sink or the items are fixed",
+            backlog,
+            self.group,
+        )
+        return True
+
+    async def _pending_here(self) -> int:
+        """Entries pending to this consumer that are its suspects (failed alone here)."""
+        pending = 0
+        for stream in self.streams:
+            pending += await stream.pending_of(self.group, self.consumer)
+        return pending if pending <= len(self.writer.suspects) else -1
 
     async def _started(self) -> bool:
         """Whether the crawl ever queued a request or committed an item (its counters
@@ -243,9 +280,9 @@ async def consume(
 ) -> ConsumerReport:
     """Consume *spider*'s item stream in the Redis at *url* (any URL ``REDIS_URL`` takes;
     keys under *prefix*) into *sink*, as consumer group *group*; *options* are
-    :class:`ItemConsumer`'s (``consumer``, ``batch``, ``claim_idle``, ``block``). Runs until
-    *stop* is set, or, with *exit_idle*, until the crawl has ended and its items are in the
-    sink (see :meth:`ItemConsumer.run`)."""
+    :class:`ItemConsumer`'s (``consumer``, ``batch``, ``claim_idle``, ``block``,
+    ``deaths``). Runs until *stop* is set, or, with *exit_idle*, until the crawl has
+    ended and its items are in the sink (see :meth:`ItemConsumer.run`)."""
     settings = Settings({"REDIS_URL": url})
     client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     try:

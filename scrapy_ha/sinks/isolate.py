@@ -4,10 +4,15 @@ An entry is a suspect once it failed alone (a batch that failed is written in ha
 to single entries, so that every entry the sink can write commits and is acknowledged). A
 suspect is set aside only after it failed alone :data:`PROVEN_FAILURES` times with an error
 that is not transient (:mod:`.faults`), **each failure followed by another entry committing
-in the same sink**: the sink demonstrably works while this entry fails. A sink down for
+in the same sink**: the sink demonstrably works while this entry fails. Only a write that
+stored an entry is proof: one whose entries were all dropped (``DropItem``) or left out is
+not (a sink's ``write`` returns how many it stored). A sink down for
 everything, or a stream with nothing else left to write, proves nothing: its suspects stay
 pending (a WARNING says so, at most every :data:`WARN_EVERY` seconds per entry) and are
-written once the sink takes them.
+written once the sink takes them. One exception: when nothing but suspects is pending to the
+consumer and no new entry comes (the crawl's last items), a suspect that failed alone
+:data:`PROVEN_FAILURES` times with the entry's own fault (SQLSTATE 22 or 23, an
+``IntegrityError`` or ``DataError``: :mod:`.faults`) is set aside without that proof.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Suspect:
     shard: int
     reason: str  #: its latest error
     failures: int = 0  #: failures alone that were not transient
+    entry_faults: int = 0  #: those the entry's own fault (a constraint, a value: .faults)
     proven: int = 0  #: those followed by another entry's commit
     awaiting: bool = False  #: failed alone since the last commit of another entry
     warned: float = float("-inf")  #: when the last WARNING about it was logged (monotonic)
@@ -54,23 +60,34 @@ class Suspects:
     def __contains__(self, entry_id: object) -> bool:
         return entry_id in self._by_id
 
+    def __len__(self) -> int:
+        return len(self._by_id)
+
     def __bool__(self) -> bool:
         return bool(self._by_id)
 
-    def failed(self, entry_id: str, shard: int, reason: str) -> Suspect:
-        """*entry_id* failed alone, not transiently: counted, waiting for proof."""
+    def failed(
+        self, entry_id: str, shard: int, reason: str, *, entry_fault: bool = False
+    ) -> Suspect:
+        """*entry_id* failed alone, not transiently (*entry_fault*: with an error that is the
+        entry's own, :data:`.faults.Fault.ENTRY`): counted, waiting for proof."""
         suspect = self._by_id.setdefault(entry_id, Suspect(shard, reason))
         suspect.reason = reason
         suspect.failures += 1
+        suspect.entry_faults += entry_fault
         suspect.awaiting = True
         return suspect
 
-    def committed(self, entry_ids: list[str]) -> list[tuple[str, Suspect]]:
-        """*entry_ids* committed: each other suspect that failed since gets its proof;
-        return those proven :data:`PROVEN_FAILURES` times (to set aside)."""
+    def committed(self, entry_ids: list[str], *, proof: bool = True) -> list[tuple[str, Suspect]]:
+        """*entry_ids* committed: with *proof* (the sink stored at least one of them: a
+        write whose entries were all dropped or left out proves nothing), each other suspect
+        that failed since gets its proof; return those proven :data:`PROVEN_FAILURES` times
+        (to set aside)."""
         for entry_id in entry_ids:
             self._by_id.pop(entry_id, None)  # it went in after all
-        ready = []
+        ready: list[tuple[str, Suspect]] = []
+        if not proof:
+            return ready
         for entry_id, suspect in self._by_id.items():
             if suspect.awaiting:
                 suspect.awaiting = False
@@ -78,6 +95,16 @@ class Suspects:
                 if suspect.proven >= PROVEN_FAILURES:
                     ready.append((entry_id, suspect))
         return ready
+
+    def unprovable(self, shard: int, pending: int) -> list[tuple[str, Suspect]]:
+        """The suspects of *shard* to set aside without proof, when *pending* entries are
+        pending to this consumer there and no new one comes: if they are all suspects (no
+        other entry is left to prove the sink works), those that failed alone
+        :data:`PROVEN_FAILURES` times with the entry's own fault."""
+        mine = [(i, s) for i, s in self._by_id.items() if s.shard == shard]
+        if not mine or len(mine) < pending:
+            return []
+        return [(i, s) for i, s in mine if s.entry_faults >= PROVEN_FAILURES]
 
     def forget(self, entry_id: str) -> None:
         """*entry_id* is set aside, or no longer this consumer's."""

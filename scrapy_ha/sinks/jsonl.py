@@ -51,7 +51,9 @@ class JsonLinesSink:
         self.path = Path(path).absolute()
         self.offset_path = self.path.with_name(self.path.name + OFFSET_SUFFIX)
         self.length = 0
-        self.skipped = 0  #: entries that could not be read (not JSON): left out, logged
+        #: entries that could not be read (not JSON): left out, logged (a consumer sets such an
+        #: entry aside before any write: only ``--retry-aside`` hands one here)
+        self.skipped = 0
         self._fd: int | None = None
 
     @property
@@ -128,10 +130,10 @@ class JsonLinesSink:
             return None
         return int(doc["length"]), [str(i) for i in doc.get("batch", [])]
 
-    async def write(self, entries: list[Entry]) -> None:
-        await asyncio.to_thread(self._write, entries)
+    async def write(self, entries: list[Entry]) -> int:
+        return await asyncio.to_thread(self._write, entries)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> int:
         assert self._fd is not None
         lines = []
         for entry in entries:
@@ -151,6 +153,7 @@ class JsonLinesSink:
             os.ftruncate(self._fd, self.length)  # no part of the batch stays in the file
             raise
         self.length += len(data)
+        return len(lines)
 
     def _record(self, ids: list[str], length: int | None = None) -> None:
         """Replace the offset file, durably: the new name is in the directory before the

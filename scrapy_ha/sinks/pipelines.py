@@ -73,17 +73,22 @@ class PipelinesSink:
         await self._call("open_spider")
         return []
 
-    async def write(self, entries: list[Entry]) -> None:
+    async def write(self, entries: list[Entry]) -> int:
+        """Hand each entry's item to the pipelines; return how many went through (not
+        dropped)."""
+        stored = 0
         for entry in entries:
             item = entry.item(self.spider)
             token = _ENTRY.set(entry.id)
             try:
                 await self._process(item)
+                stored += 1
             except DropItem as exc:
                 self.dropped += 1
                 logger.info("Item of stream entry %s dropped: %s", entry.id, exc)
             finally:
                 _ENTRY.reset(token)
+        return stored
 
     async def _process(self, item: Any) -> Any:
         process = getattr(self.manager, "process_item_async", None)

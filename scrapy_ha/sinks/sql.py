@@ -95,7 +95,9 @@ class SqlSink:
                 f"such as sqlite:///items.db or postgresql+psycopg://user:pw@host/db)"
             ) from None
         self.table = items_table(sa, table)
-        self.skipped = 0  #: entries that could not be read (not JSON): left out, logged
+        #: entries that could not be read (not JSON): left out, logged (a consumer sets such an
+        #: entry aside before any write: only ``--retry-aside`` hands one here)
+        self.skipped = 0
 
     async def open(self) -> list[str]:
         await asyncio.to_thread(self._create)
@@ -112,10 +114,10 @@ class SqlSink:
                 if attempt == CREATE_ATTEMPTS - 1:
                     raise
 
-    async def write(self, entries: list[Entry]) -> None:
-        await asyncio.to_thread(self._write, entries)
+    async def write(self, entries: list[Entry]) -> int:
+        return await asyncio.to_thread(self._write, entries)
 
-    def _write(self, entries: list[Entry]) -> None:
+    def _write(self, entries: list[Entry]) -> int:
         rows = []
         for entry in entries:
             try:
@@ -131,6 +133,7 @@ class SqlSink:
         if rows:
             with self.engine.begin() as conn:
                 self._upsert(conn, rows)
+        return len(rows)
 
     def _upsert(self, conn: Any, rows: list[dict[str, Any]]) -> None:
         dialect = self.engine.dialect.name

@@ -63,7 +63,8 @@ class GroupState:
     lag: int | None
     #: entries it acknowledged (the crawl-wide counter ``items_consumed:<group>``)
     consumed: int = 0
-    #: entries it set aside (``items_aside:<group>``; ``--retry-aside`` does not lower it)
+    #: entries it ever set aside (the counter ``items_aside:<group>``; ``--retry-aside``
+    #: does not lower it: :attr:`StreamState.aside` holds the records still waiting)
     set_aside: int = 0
 
     @property
@@ -79,6 +80,9 @@ class StreamState:
     #: entries in the stream now: not acknowledged by every group yet
     length: int = 0
     groups: list[GroupState] = field(default_factory=list)
+    #: records in the set-aside stream now, every group's (``--retry-aside`` deletes those
+    #: it wrote; the groups' ``set_aside`` counters never go down)
+    aside: int = 0
 
     @property
     def backlog(self) -> int:
@@ -171,7 +175,7 @@ class ItemStream:
     async def ack(self, group: str, ids: list[str]) -> tuple[int, int]:
         """Acknowledge entries *group*'s sink committed; return (acknowledged now, entries
         trimmed: those every group has acknowledged)."""
-        keys = [self.key, *self.keys.stats_keys()]
+        keys = [self.key, *self.keys.stats_keys(), self.keys.items_tries]
         acked, trimmed = await self._ack(keys=keys, args=[group, *ids])
         return int(acked), int(trimmed)
 
@@ -262,7 +266,7 @@ def _try_field(group: str, entry_id: str) -> str:
 def state_reads(pipe: Any, keys: Keys) -> None:
     """Queue on *pipe* (of a sync or an asyncio client) the two reads of
     :func:`stream_state`."""
-    pipe.eval(scripts.ITEMS_STATE_LUA, 1, keys.items)
+    pipe.eval(scripts.ITEMS_STATE_LUA, 2, keys.items, keys.items_aside)
     pipe.hgetall(keys.stats)
 
 
@@ -270,7 +274,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
     """items_state.lua's *reply* and the crawl's *counters* as a :class:`StreamState`."""
     counts = {_s(k): _s(v) for k, v in counters.items()}
     groups = []
-    for i in range(1, len(reply), 4):
+    for i in range(2, len(reply), 4):
         name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
         consumed = counts.get(f"items_consumed:{name}", "0")
         aside = counts.get(f"items_aside:{name}", "0")
@@ -284,7 +288,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
                 int(aside) if aside.isdigit() else 0,
             )
         )
-    return StreamState(int(reply[0]), groups)
+    return StreamState(int(reply[0]), groups, int(reply[1]) if len(reply) > 1 else 0)
 
 
 def merged(states: list[StreamState]) -> StreamState:
@@ -304,7 +308,11 @@ def merged(states: list[StreamState]) -> StreamState:
                     old.set_aside + g.set_aside,
                 )
             groups[g.name] = g
-    return StreamState(sum(s.length for s in states), sorted(groups.values(), key=_name))
+    return StreamState(
+        sum(s.length for s in states),
+        sorted(groups.values(), key=_name),
+        sum(s.aside for s in states),
+    )
 
 
 def _name(group: GroupState) -> str:

@@ -15,8 +15,9 @@ A worker joins before its first heartbeat, in one script under the crawl's own t
     run kept there (dead letters, counters) is read with the new shards, by the workers and
     by every tool;
   - between one shard and several, the hash tags differ: what the finished run keeps would
-    be out of reach, so the worker is refused while it keeps dead letters (or requests
-    pushed or requeued since it finished; the error says what to do); else its counters, the
+    be out of reach, so the worker is refused while it keeps dead letters, items its sinks
+    have not all consumed or set aside (or requests pushed or requeued since it finished;
+    the error says what to do); else its counters, the
     only thing left under those tags, are deleted (INFO);
 
 - the number in ``sent`` of a worker whose heartbeat expired is deleted once it has been
@@ -118,20 +119,21 @@ def _old_queue(client: Any, keys: Keys, layout: str) -> RedisQueue:
     return make_queue(client, keys.prefix, keys.spider, count, span=span)
 
 
-async def _kept(client: Any, keys: Keys, layout: str) -> tuple[int, int, int]:
-    """(dead letters, requests to crawl, items its sinks have not all consumed) the crawl
-    keeps under *layout*."""
+async def _kept(client: Any, keys: Keys, layout: str) -> tuple[int, int, int, int]:
+    """(dead letters, requests to crawl, items its sinks have not all consumed, items a sink
+    set aside) the crawl keeps under *layout*."""
     queue = _old_queue(client, keys, layout)
     counts = await queue.counts()
     items = [await client.xlen(shard.keys.items) for shard in shards_of(queue)]
-    return counts.dead, counts.active, sum(items)
+    aside = [await client.xlen(shard.keys.items_aside) for shard in shards_of(queue)]
+    return counts.dead, counts.active, sum(items), sum(aside)
 
 
 async def _replaceable(client: Any, keys: Keys, stored: bytes | None, shards: int) -> str:
     """The layout in Redis if this worker may take it over once the crawl finished, else
     '-': from several shards to several always; between one and several only while the
-    other layout keeps no dead letter and no request (its tags are not read by the new
-    one)."""
+    other layout keeps no dead letter, no request, no item left to consume and no item set
+    aside (its tags are not read by the new one)."""
     layout = _layout_name(stored)
     count = read_layout(layout)[0]
     if count == shards:
@@ -202,13 +204,19 @@ async def _refusal(client: Any, keys: Keys, shards: int, reply: list[Any]) -> st
             f"`scrapy-ha flush {spider}` first to start it again (dead letters and counters "
             "included)"
         )
-    dead, active, items = await _kept(client, keys, layout)
+    dead, active, items, aside = await _kept(client, keys, layout)
     return (
         f"HA_SHARDS={shards} but the crawl of {spider} finished {where} and keeps {dead} "
         f"dead letter(s) and {active} request(s) to crawl there"
         + (f", and {items} item(s) its sinks have not all consumed" if items else "")
+        + (f", and {aside} item(s) a sink set aside" if aside else "")
         + f", which a crawl with {'several shards' if shards > 1 else 'one'} would not read "
         f"(other hash tags): run it with HA_SHARDS={have}, or archive and purge its dead "
         f"letters first (`scrapy-ha dlq list {spider}`)"
         + (f" and consume its items (`scrapy-ha items {spider} --to ...`)" if items else "")
+        + (
+            f" and write its set-aside items (`scrapy-ha items {spider} --to ... --retry-aside`)"
+            if aside
+            else ""
+        )
     )

@@ -2,7 +2,7 @@
 -- alone while the sink committed other entries, or the consumer died writing it: see
 -- sinks/isolate.py): the entry is copied, byte for byte, with the group and why, to the
 -- crawl's set-aside stream, and acknowledged in the group, in one call: a kill at any
--- instant leaves it pending or aside, never both, never neither. Fenced: only the consumer
+-- instant leaves it pending or aside in Redis, never both, never neither. Fenced: only the consumer
 -- the entry is pending to may set it aside (an entry acknowledged meanwhile by a consumer
 -- that committed it, or taken over by another, is not set aside).
 -- Rule: lib/stream (an entry leaves the stream only once every group acknowledged it).
