@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_ha.keys import SEEN_SLICES
-from scrapy_ha.store.bloom import _s, layer_sizes, meta_count, meta_layers, meta_layout
+from scrapy_ha.store.bloom import _s, layer_bytes, meta_count, meta_layers, meta_layout
 
 __all__ = ["BloomState", "bloom_state"]
 
@@ -77,7 +77,7 @@ def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
         k,
         asked,
         tuple(int(fields.get(f"n:{i}", 0)) for i in range(layers)),
-        tuple(sum(layer_sizes(capacity, k, part, i)) for i in range(layers)),
+        tuple(layer_bytes(capacity, k, part, i) for i in range(layers)),
         fp,
     )
 
@@ -95,7 +95,7 @@ def _slices_state(
         k,
         float(fields.get("error", 0.0)),
         tuple(int(fields.get(f"n{i}:{j}", 0)) for i, j in layers),
-        tuple(sum(layer_sizes(capacity, k, part, j)) for _, j in layers),
+        tuple(layer_bytes(capacity, k, part, j) for _, j in layers),
         float(fields.get("fp", 0.0)),
         slices=len(live),
         positions=tuple(k + j for _, j in layers),
