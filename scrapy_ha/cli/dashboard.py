@@ -51,8 +51,12 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 2
     app = create_app(queue.client, queue.keys.prefix, token=token)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
-    sock = _bound(args.host, args.port)
     host = f"[{args.host}]" if ":" in args.host else args.host
+    try:
+        sock = _bound(args.host, args.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {host}:{args.port} ({_reason(exc)})", file=sys.stderr)
+        return 2
     print(f"scrapy-ha dashboard on http://{host}:{sock.getsockname()[1]}/", flush=True)
     await uvicorn.Server(config).serve(sockets=[sock])
     return 0
@@ -64,7 +68,16 @@ def _bound(host: str, port: int) -> socket.socket:
     its backlog until the server accepts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(BACKLOG)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
     return sock
+
+
+def _reason(exc: OSError) -> str:
+    """What the system said of a bind that failed ("Address already in use")."""
+    return exc.strerror or str(exc)
