@@ -55,12 +55,33 @@ UNREADABLE: tuple[type[Exception], ...] = (
 )
 
 
+#: The (crawl, error type) pairs whose unforeseen error this process logged: each once, not
+#: at every scrape. Forgotten past MAX_LOGGED (then logged again), so the set stays small.
+_LOGGED: set[tuple[str, str]] = set()
+MAX_LOGGED = 1024
+
+
 def unforeseen(spider: str, error: Exception) -> str:
     """Why crawl *spider* could not be read when reading it raised an error no reader
-    foresaw (logged with its traceback at DEBUG): its type and message. The caller leaves
-    that crawl alone out, and lets Redis being down (it concerns every crawl) through."""
-    logger.debug("cannot read the crawl %s", spider, exc_info=error)
-    return f"cannot read the crawl {spider}: {type(error).__name__}: {error}"
+    foresaw: a bug in scrapy-ha rather than in the crawl's state, so it is logged at ERROR
+    with its traceback, the first time per crawl and error type. The caller leaves that
+    crawl alone out (its read-error gauge 1), and lets Redis being down (it concerns every
+    crawl) through."""
+    seen = (spider, f"{type(error).__module__}.{type(error).__qualname__}")
+    if seen not in _LOGGED:
+        if len(_LOGGED) >= MAX_LOGGED:
+            _LOGGED.clear()
+        _LOGGED.add(seen)
+        logger.error(
+            "unexpected error reading the crawl %s: a bug in scrapy-ha, not in the crawl's "
+            "state (please report it with this traceback; logged once per crawl and type)",
+            spider,
+            exc_info=error,
+        )
+    return (
+        f"cannot read the crawl {spider}: unexpected {type(error).__name__}: {error} "
+        "(a bug in scrapy-ha, its traceback logged at ERROR)"
+    )
 
 
 def raise_first(replies: Iterable[Any]) -> None:
