@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "UNREADABLE",
     "CrawlUnreadable",
+    "check_types",
     "explain",
     "explain_sync",
     "raise_first",
@@ -106,12 +107,17 @@ def _expected(keys: Iterable[Keys]) -> dict[str, str]:
     return types
 
 
-def _reason(spider: str, error: BaseException, expected: dict[str, str], found: list[Any]) -> str:
+def _wrong(expected: dict[str, str], found: list[Any]) -> str | None:
+    """The first key of another type than scrapy-ha keeps there, named; None if none."""
     for (key, want), got in zip(expected.items(), found, strict=True):
         kind = _text(got)
         if kind not in ("none", want):
             return f"{key} holds a {kind} (scrapy-ha keeps a {want} there): rename or delete it"
-    return f"cannot read the crawl {spider}: {error}"
+    return None
+
+
+def _reason(spider: str, error: BaseException, expected: dict[str, str], found: list[Any]) -> str:
+    return _wrong(expected, found) or f"cannot read the crawl {spider}: {error}"
 
 
 def _layout(replies: list[Any]) -> Any:
@@ -163,3 +169,15 @@ async def explain(client: Any, prefix: str, spider: str, error: BaseException) -
     layout = await _layout_pipe(client, prefix, spider).execute(raise_on_error=False)
     expected, types = _types_pipe(client, prefix, spider, layout)
     return CrawlUnreadable(spider, _reason(spider, error, expected, await types.execute()))
+
+
+async def check_types(client: Any, prefix: str, spider: str) -> None:
+    """Raise :class:`CrawlUnreadable` naming the first key of crawl *spider* (of any shard)
+    of another type than scrapy-ha writes (two round trips, ``redis.asyncio``): called
+    before an action that writes, so that a refusal means nothing was done (an action that
+    met such a key in its third shard had already changed the first two)."""
+    layout = await _layout_pipe(client, prefix, spider).execute(raise_on_error=False)
+    expected, types = _types_pipe(client, prefix, spider, layout)
+    wrong = _wrong(expected, await types.execute())
+    if wrong is not None:
+        raise CrawlUnreadable(spider, wrong)
