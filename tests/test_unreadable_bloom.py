@@ -62,3 +62,41 @@ async def test_a_bloom_layout_of_too_many_bytes_or_parts_is_refused_not_counted(
     assert samples[("scrapy_ha_requests", ("live", "pending"))] == 2
     assert samples[("scrapy_ha_crawl_read_error", ("huge",))] == 1
     client.close()
+
+
+#: A filter of one layer, as scrapy-ha writes it, that each case below spoils by one field.
+ONE_LAYER = {"capacity": 1000, "k": 8, "part": 4096, "layers": 1, "n:0": 3, "error": 0.01}
+#: Its time slices (HA_DUPEFILTER_TTL): slot 0 started at 1 ms, one layer.
+SLICED = {"capacity": 1000, "k": 8, "part": 4096, "period": 10**12, "s0": 1, "l0": 1}
+SPOILT = [
+    ({**ONE_LAYER, "error": "abc"}, "error is 'abc', not a finite number of 0 or more"),
+    ({**ONE_LAYER, "fp": "x"}, "fp is 'x', not a finite number of 0 or more"),
+    ({**ONE_LAYER, "fp": "nan"}, "fp is 'nan', not a finite number of 0 or more"),
+    ({**ONE_LAYER, "n:0": "x"}, "n:0 is 'x', not a whole number of 0 or more"),
+    ({**SLICED, "s0": "x"}, "s0 is 'x', not a whole number of 0 or more"),
+    ({**SLICED, "n0:0": "-1"}, "n0:0 is '-1', not a whole number of 0 or more"),
+]
+
+
+@pytest.mark.parametrize(("meta", "why"), SPOILT)
+@deferred_f_from_coro_f
+async def test_every_field_of_a_bloom_meta_is_read_through_a_check(redis_url, meta, why):
+    client = redis.Redis.from_url(redis_url)
+    client.hset("ha:{spoilt}:stats", "acked", 1)
+    client.hset("ha:{spoilt}:bloom", mapping=meta)
+    done = _status(redis_url, "spoilt")
+    assert done.returncode == 2, done.stderr
+    reason = f"cannot read the crawl spoilt: unreadable Bloom filter meta: {why}"
+    assert done.stderr == f"error: {reason}{FIX}\n"
+    samples = _samples(CrawlCollector(client, "ha", discovery_ttl=0))
+    assert samples[("scrapy_ha_crawl_read_error", ("spoilt",))] == 1
+    client.close()
+
+
+@pytest.mark.parametrize("meta", [ONE_LAYER, SLICED])
+def test_the_unspoilt_filters_read(redis_url, redis_client, meta):
+    redis_client.hset("ha:{fine}:stats", "acked", 1)
+    redis_client.hset("ha:{fine}:bloom", mapping=meta)
+    done = _status(redis_url, "fine")
+    assert done.returncode == 0, done.stderr
+    assert "Bloom" in done.stdout or "bloom" in done.stdout, done.stdout

@@ -27,6 +27,14 @@ import redis
 
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import SEEN_SLICES
+from scrapy_ha.store.bloom_meta import (
+    MAX_LAYERS,
+    BloomMetaError,
+    meta_count,
+    meta_layers,
+    meta_layout,
+    meta_rate,
+)
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -75,57 +83,12 @@ LAYOUT_ERROR = re.compile(r"BLOOMLAYOUT (\d+) (\d+) (\d+) (\d+)")
 KIND_ERROR = re.compile(r"SEENKIND \S+: (.*)")
 
 
-#: The most layers a filter may have: layer i holds capacity * 2^i URLs, so the 64th would
-#: hold more than any Redis could (a larger count in a meta hash is no filter's).
-MAX_LAYERS = 64
-#: The fields of a filter's meta hash that give its layout, each a whole number from 1.
-LAYOUT_FIELDS = ("capacity", "k", "part")
 #: The most bytes a layer may hold: 1 TiB, more than any Redis server's memory (a larger
 #: layer in a meta hash is no filter's: its parts would be counted for ever).
 MAX_LAYER_BYTES = 2**40
 #: The most parts a layer may have: one of 1 TiB in parts of 512 MB has 2,048 (a meta hash
 #: of tiny parts asking more would have a reader list billions of keys).
 MAX_LAYER_PARTS = 2**16
-
-
-class BloomMetaError(ValueError):
-    """A Bloom filter's meta hash (``ha:{S}:bloom``) scrapy-ha cannot have written: a
-    layout field missing, not a whole number, or 0 (a part of 0 bytes would never end a
-    layer). The operator's tools treat it as any unreadable state of a crawl: the
-    exporter's ``scrapy_ha_crawl_read_error 1``, the dashboard's reason, a command's
-    ``error:`` and exit code 2."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(
-            f"unreadable Bloom filter meta: {why} (the hash ha:{{S}}:bloom holds whole numbers "
-            "capacity, k and part from 1): restore or delete it"
-        )
-
-
-def meta_count(meta: dict[str, str], name: str, *, low: int = 0, high: int | None = None) -> int:
-    """Field *name* of a filter's meta hash (decoded), a whole number from *low* to *high*;
-    a BloomMetaError that names it if it is not."""
-    text = meta.get(name)
-    if text is None:
-        raise BloomMetaError(f"no field {name!r}")
-    if not (text.isascii() and text.isdecimal()) or int(text) < low:
-        raise BloomMetaError(f"{name} is {text!r}, not a whole number of {low} or more")
-    if high is not None and int(text) > high:
-        raise BloomMetaError(f"{name} is {text}, more than {high}")
-    return int(text)
-
-
-def meta_layout(meta: dict[str, str]) -> tuple[int, int, int]:
-    """(capacity, k, part) of a filter's meta hash (decoded), checked (:class:`BloomMetaError`)."""
-    capacity, k, part = (meta_count(meta, name, low=1) for name in LAYOUT_FIELDS)
-    return capacity, k, part
-
-
-def meta_layers(meta: dict[str, str], name: str) -> int:
-    """A count of layers in a filter's meta hash (``layers``, or a slice's ``l<i>``): 0 when
-    absent, at most MAX_LAYERS (a BloomMetaError beyond: no loop over a number no filter
-    has)."""
-    return meta_count(meta, name, high=MAX_LAYERS) if name in meta else 0
 
 
 def bloom_k(error_rate: float) -> int:
@@ -296,7 +259,7 @@ class BloomFilter(Dupefilter):
             return False
         self.capacity, self.k, self.part = meta_layout(meta)
         self.layers = meta_layers(meta, "layers")
-        self.error_rate = float(meta.get("error", self.error_rate))
+        self.error_rate = meta_rate(meta, "error", self.error_rate)
         return True
 
 
