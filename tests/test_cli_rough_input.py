@@ -50,14 +50,17 @@ def test_a_user_the_acl_denies_ping_is_named_not_the_database(redis_url, redis_c
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("watch", ["nan", "inf", "-1"])
-def test_status_watch_refuses_a_refresh_that_is_not_a_positive_finite_number(
-    redis_url, redis_client, watch
-):
-    redis_client.hset("ha:{books}:stats", "acked", 1)
-    done = scrapy_ha("--redis-url", redis_url, "status", "books", "--watch", watch)
+#: A Redis no one listens on: a --watch refused is refused before any connection.
+NOWHERE = "redis://127.0.0.1:1/0"
+
+
+@pytest.mark.parametrize("watch", ["nan", "inf", "-1", "0", "1e-300", "0.05", "x"])
+def test_status_watch_refuses_a_refresh_below_a_tenth_of_a_second_before_redis(watch):
+    done = scrapy_ha("--redis-url", NOWHERE, "status", "books", "--watch", watch)
     assert done.returncode == 2
-    assert done.stderr.startswith(f"error: --watch {watch}: the refresh must be a positive")
+    assert done.stderr.endswith(
+        f"error: argument --watch: {watch!r} is not a finite number of seconds of 0.1 or more\n"
+    ), done.stderr
 
 
 def test_dashboard_port_0_prints_the_port_it_listens_on(redis_url):

@@ -34,7 +34,7 @@ class Screen(io.StringIO):
         self.refreshes += text.count("totals")
         if self.refreshes >= 2 and not self.sent.is_set():
             self.sent.set()
-            delay = random.uniform(0, 0.01)  # anywhere in a refresh, or between two
+            delay = random.uniform(0, 0.11)  # anywhere in a refresh (0.1 s, the least), or between
             threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
         return super().write(text)
 
@@ -46,7 +46,7 @@ def main(redis_url: str, spider: str, runs: int) -> None:
         sys.stdout = screen
         faulthandler.dump_traceback_later(DEADLINE, exit=True, file=sys.__stderr__)
         try:
-            code = cli.main(["--redis-url", redis_url, "status", spider, "--watch", "0.002"])
+            code = cli.main(["--redis-url", redis_url, "status", spider, "--watch", "0.1"])
         except KeyboardInterrupt:
             code = 0  # the Ctrl-C landed outside the command's loop: it ended too
         finally:

@@ -13,7 +13,7 @@ __all__ = ["dashboard"]
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.grammar import LOOPBACK
 from scrapy_ha.dashboard._guard import TOKEN_ENV, is_loopback_bind
@@ -51,20 +51,63 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 2
     app = create_app(queue.client, queue.keys.prefix, token=token)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
-    sock = _bound(args.host, args.port)
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"scrapy-ha dashboard on http://{host}:{sock.getsockname()[1]}/", flush=True)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    try:
+        socks = _listening(args.host, args.port)
+    except OSError as exc:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"error: cannot listen on {host}:{args.port} ({_reason(exc)})", file=sys.stderr)
+        return 2
+    urls = " and ".join(_url(sock) for sock in socks)
+    print(f"scrapy-ha dashboard on {urls}", flush=True)
+    await uvicorn.Server(config).serve(sockets=socks)
     return 0
 
 
-def _bound(host: str, port: int) -> socket.socket:
-    """A socket bound to *host* and *port* and listening, so that the port printed is the
-    one bound (``--port 0``: one the system chose), and a browser opened at once waits in
-    its backlog until the server accepts."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+def _listening(host: str, port: int) -> list[socket.socket]:
+    """Sockets listening on *host* and *port*, bound by the CLI so that the port printed is
+    the one bound (``--port 0``: one the system chose, the same for every address) and a
+    browser opened at once waits in the backlog until the server accepts. As uvicorn's own
+    server binds: every address *host* resolves to (``localhost``: 127.0.0.1 and ::1 where
+    both are), an IPv6 one with IPV6_V6ONLY (``::`` is IPv6 alone; ``0.0.0.0`` IPv4
+    alone). A host that does not resolve is an OSError that says so."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"cannot resolve {host}: {exc.strerror}") from exc
+    socks: list[socket.socket] = []
+    try:
+        for family, address in dict.fromkeys((f[0], f[4]) for f in found):
+            chosen = socks[0].getsockname()[1] if socks else port
+            socks.append(_bound(family, (address[0], chosen, *address[2:])))
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _bound(family: int, address: tuple[Any, ...]) -> socket.socket:
+    """A socket of *family* bound to *address* and listening."""
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(BACKLOG)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError:
+        sock.close()
+        raise
     return sock
+
+
+def _url(sock: socket.socket) -> str:
+    """The dashboard's address on *sock* (``http://[::1]:9411/``)."""
+    address, port = sock.getsockname()[:2]
+    host = f"[{address}]" if sock.family == socket.AF_INET6 else address
+    return f"http://{host}:{port}/"
+
+
+def _reason(exc: OSError) -> str:
+    """What the system said of a bind that failed ("Address already in use")."""
+    return exc.strerror or str(exc)

@@ -28,6 +28,7 @@ from scrapy_ha.cli.options import (
     item_actions,
     parse_window,
     positive,
+    seconds_from,
     when,
     whole,
 )
@@ -36,6 +37,8 @@ from scrapy_ha.dashboard._guard import TOKEN_ENV
 #: Seconds between two refreshes of ``status --watch`` without a value: a terminal stays
 #: calm and a crawl of a few hundred pages per second still moves visibly.
 WATCH_SECONDS = 2.0
+#: The shortest refresh of ``status --watch``: ten a second, each a few Redis round trips.
+WATCH_MIN_SECONDS = 0.1
 #: Domains ``status`` shows (``--domains``): a screenful with the rest of the status.
 TOP_DOMAINS = 10
 #: The window of ``report`` unless told: the day a daily check looks back on.
@@ -79,10 +82,11 @@ def _status(sub: Any) -> None:
     parser.add_argument(
         "--watch",
         nargs="?",
-        type=float,
+        type=seconds_from(WATCH_MIN_SECONDS),
         const=WATCH_SECONDS,
         metavar="SECONDS",
-        help=f"refresh every SECONDS (default {WATCH_SECONDS:g}) until Ctrl-C",
+        help=f"refresh every SECONDS (default {WATCH_SECONDS:g}, at least "
+        f"{WATCH_MIN_SECONDS:g}) until Ctrl-C",
     )
     parser.add_argument(
         "--domains",

@@ -23,6 +23,7 @@ __all__ = [
 
 import argparse
 import importlib
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,25 @@ def positive(text: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return seconds
+
+
+def seconds_from(low: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds of *low* or more; argparse names the
+    option when it fails (``argument --watch: '1e-300' is not a finite number of seconds
+    of 0.1 or more``), before the command reaches Redis."""
+
+    def parse(text: str) -> float:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+        if not low <= seconds < math.inf:  # nan compares false
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a finite number of seconds of {low:g} or more"
+            )
+        return seconds
+
+    return parse
 
 
 def whole(low: int, high: int | None = None) -> Callable[[str], int]:

@@ -14,7 +14,6 @@ __all__ = ["status"]
 import asyncio
 import contextlib
 import json
-import math
 import signal
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
@@ -59,13 +58,6 @@ HOME, CLEAR_LINE, CLEAR_BELOW, CLEAR_SCREEN = "\x1b[H", "\x1b[K", "\x1b[J", "\x1
 
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """States, totals, retries and dead letters per class, rates, an ETA, top domains."""
-    if args.watch is not None and not 0 < args.watch < math.inf:  # nan compares false
-        print(
-            f"error: --watch {args.watch:g}: the refresh must be a positive, finite number "
-            "of seconds",
-            file=sys.stderr,
-        )
-        return 2
     stop = _stop_on_ctrl_c() if args.watch is not None else None
     try:
         await _show(queue, args, stop)

@@ -20,6 +20,7 @@ from scrapy_ha.dashboard._actions import ACTIONS, Action
 from scrapy_ha.dashboard._data import report
 from scrapy_ha.dashboard._pages import render
 from scrapy_ha.dashboard._views import crawl_keys, filter_from, tables_of, urls_of
+from scrapy_ha.ops.unreadable import check_types
 from scrapy_ha.store.sharding import make_queue
 
 if TYPE_CHECKING:
@@ -57,13 +58,35 @@ async def _selection(
 
 
 async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
+    """Run *action* once every key of the crawl has the type scrapy-ha writes (else a 409
+    and nothing done), and log what it did, or that it failed part way."""
+    client = request.app.state.client
+    await check_types(client, request.app.state.prefix, spider)
     keys = await crawl_keys(request, spider)
-    queue = make_queue(request.app.state.client, keys.prefix, spider, keys.shards, span=keys.span)
-    touched = await action.run(queue, ids)
-    logger.info(
-        "dashboard: %s %d of %d (%s, %s)", action.done, touched, len(ids), spider, action.name
-    )
+    queue = make_queue(client, keys.prefix, spider, keys.shards, span=keys.span)
+    touched: int | None = None
+    try:
+        touched = await action.run(queue, ids)
+    finally:
+        _audit(spider, action, touched, len(ids))
     return touched
+
+
+def _audit(spider: str, action: Action, touched: int | None, selected: int) -> None:
+    """The log line of an action: how many entries it touched, or (None) that it failed
+    part way, having perhaps touched some (the crawl's tables say which)."""
+    if touched is None:
+        logger.warning(
+            "dashboard: %s failed part way, some of %d may be %s (%s)",
+            action.name,
+            selected,
+            action.done,
+            spider,
+        )
+        return
+    logger.info(
+        "dashboard: %s %d of %d (%s, %s)", action.done, touched, selected, spider, action.name
+    )
 
 
 async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "UNREADABLE",
     "CrawlUnreadable",
+    "check_types",
     "explain",
     "explain_sync",
     "read_layout_keys",
@@ -67,12 +68,33 @@ def read_layout_keys(prefix: str, spider: str, stored: Any) -> Keys:
     return layout_keys(prefix, spider, stored)
 
 
+#: The (crawl, error type) pairs whose unforeseen error this process logged: each once, not
+#: at every scrape. Forgotten past MAX_LOGGED (then logged again), so the set stays small.
+_LOGGED: set[tuple[str, str]] = set()
+MAX_LOGGED = 1024
+
+
 def unforeseen(spider: str, error: Exception) -> str:
     """Why crawl *spider* could not be read when reading it raised an error no reader
-    foresaw (logged with its traceback at DEBUG): its type and message. The caller leaves
-    that crawl alone out, and lets Redis being down (it concerns every crawl) through."""
-    logger.debug("cannot read the crawl %s", spider, exc_info=error)
-    return f"cannot read the crawl {spider}: {type(error).__name__}: {error}"
+    foresaw: a bug in scrapy-ha rather than in the crawl's state, so it is logged at ERROR
+    with its traceback, the first time per crawl and error type. The caller leaves that
+    crawl alone out (its read-error gauge 1), and lets Redis being down (it concerns every
+    crawl) through."""
+    seen = (spider, f"{type(error).__module__}.{type(error).__qualname__}")
+    if seen not in _LOGGED:
+        if len(_LOGGED) >= MAX_LOGGED:
+            _LOGGED.clear()
+        _LOGGED.add(seen)
+        logger.error(
+            "unexpected error reading the crawl %s: a bug in scrapy-ha, not in the crawl's "
+            "state (please report it with this traceback; logged once per crawl and type)",
+            spider,
+            exc_info=error,
+        )
+    return (
+        f"cannot read the crawl {spider}: unexpected {type(error).__name__}: {error} "
+        "(a bug in scrapy-ha, its traceback logged at ERROR)"
+    )
 
 
 def raise_first(replies: Iterable[Any]) -> None:
@@ -97,12 +119,17 @@ def _expected(keys: Iterable[Keys]) -> dict[str, str]:
     return types
 
 
-def _reason(spider: str, error: BaseException, expected: dict[str, str], found: list[Any]) -> str:
+def _wrong(expected: dict[str, str], found: list[Any]) -> str | None:
+    """The first key of another type than scrapy-ha keeps there, named; None if none."""
     for (key, want), got in zip(expected.items(), found, strict=True):
         kind = _text(got)
         if kind not in ("none", want):
             return f"{key} holds a {kind} (scrapy-ha keeps a {want} there): rename or delete it"
-    return f"cannot read the crawl {spider}: {error}"
+    return None
+
+
+def _reason(spider: str, error: BaseException, expected: dict[str, str], found: list[Any]) -> str:
+    return _wrong(expected, found) or f"cannot read the crawl {spider}: {error}"
 
 
 def _layout(replies: list[Any]) -> Any:
@@ -154,3 +181,15 @@ async def explain(client: Any, prefix: str, spider: str, error: BaseException) -
     layout = await _layout_pipe(client, prefix, spider).execute(raise_on_error=False)
     expected, types = _types_pipe(client, prefix, spider, layout)
     return CrawlUnreadable(spider, _reason(spider, error, expected, await types.execute()))
+
+
+async def check_types(client: Any, prefix: str, spider: str) -> None:
+    """Raise :class:`CrawlUnreadable` naming the first key of crawl *spider* (of any shard)
+    of another type than scrapy-ha writes (two round trips, ``redis.asyncio``): called
+    before an action that writes, so that a refusal means nothing was done (an action that
+    met such a key in its third shard had already changed the first two)."""
+    layout = await _layout_pipe(client, prefix, spider).execute(raise_on_error=False)
+    expected, types = _types_pipe(client, prefix, spider, layout)
+    wrong = _wrong(expected, await types.execute())
+    if wrong is not None:
+        raise CrawlUnreadable(spider, wrong)

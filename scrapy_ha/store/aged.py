@@ -31,6 +31,7 @@ from scrapy_ha.store.bloom import (
     meta_count,
     meta_layout,
 )
+from scrapy_ha.store.bloom_meta import meta_rate
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -95,7 +96,7 @@ class AgedBloom(Dupefilter):
             return None
         capacity, k, part = meta_layout(meta)
         ttl_ms = meta_count(meta, "period", low=1) * SEEN_SLICES
-        return cls(capacity, float(meta.get("error", 0.5)), ttl_ms, k, part)
+        return cls(capacity, meta_rate(meta, "error", 0.5), ttl_ms, k, part)
 
     def key(self, keys: Keys) -> str:
         return keys.bloom

@@ -27,6 +27,14 @@ import redis
 
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import SEEN_SLICES
+from scrapy_ha.store.bloom_meta import (
+    MAX_LAYERS,
+    BloomMetaError,
+    meta_count,
+    meta_layers,
+    meta_layout,
+    meta_rate,
+)
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -43,6 +51,8 @@ __all__ = [
     "bloom_k",
     "filter_keys",
     "filter_metas",
+    "layer_bytes",
+    "layer_parts",
     "layer_sizes",
     "meta_count",
     "meta_layers",
@@ -73,51 +83,12 @@ LAYOUT_ERROR = re.compile(r"BLOOMLAYOUT (\d+) (\d+) (\d+) (\d+)")
 KIND_ERROR = re.compile(r"SEENKIND \S+: (.*)")
 
 
-#: The most layers a filter may have: layer i holds capacity * 2^i URLs, so the 64th would
-#: hold more than any Redis could (a larger count in a meta hash is no filter's).
-MAX_LAYERS = 64
-#: The fields of a filter's meta hash that give its layout, each a whole number from 1.
-LAYOUT_FIELDS = ("capacity", "k", "part")
-
-
-class BloomMetaError(ValueError):
-    """A Bloom filter's meta hash (``ha:{S}:bloom``) scrapy-ha cannot have written: a
-    layout field missing, not a whole number, or 0 (a part of 0 bytes would never end a
-    layer). The operator's tools treat it as any unreadable state of a crawl: the
-    exporter's ``scrapy_ha_crawl_read_error 1``, the dashboard's reason, a command's
-    ``error:`` and exit code 2."""
-
-    def __init__(self, why: str) -> None:
-        super().__init__(
-            f"unreadable Bloom filter meta: {why} (the hash ha:{{S}}:bloom holds whole numbers "
-            "capacity, k and part from 1): restore or delete it"
-        )
-
-
-def meta_count(meta: dict[str, str], name: str, *, low: int = 0, high: int | None = None) -> int:
-    """Field *name* of a filter's meta hash (decoded), a whole number from *low* to *high*;
-    a BloomMetaError that names it if it is not."""
-    text = meta.get(name)
-    if text is None:
-        raise BloomMetaError(f"no field {name!r}")
-    if not (text.isascii() and text.isdecimal()) or int(text) < low:
-        raise BloomMetaError(f"{name} is {text!r}, not a whole number of {low} or more")
-    if high is not None and int(text) > high:
-        raise BloomMetaError(f"{name} is {text}, more than {high}")
-    return int(text)
-
-
-def meta_layout(meta: dict[str, str]) -> tuple[int, int, int]:
-    """(capacity, k, part) of a filter's meta hash (decoded), checked (:class:`BloomMetaError`)."""
-    capacity, k, part = (meta_count(meta, name, low=1) for name in LAYOUT_FIELDS)
-    return capacity, k, part
-
-
-def meta_layers(meta: dict[str, str], name: str) -> int:
-    """A count of layers in a filter's meta hash (``layers``, or a slice's ``l<i>``): 0 when
-    absent, at most MAX_LAYERS (a BloomMetaError beyond: no loop over a number no filter
-    has)."""
-    return meta_count(meta, name, high=MAX_LAYERS) if name in meta else 0
+#: The most bytes a layer may hold: 1 TiB, more than any Redis server's memory (a larger
+#: layer in a meta hash is no filter's: its parts would be counted for ever).
+MAX_LAYER_BYTES = 2**40
+#: The most parts a layer may have: one of 1 TiB in parts of 512 MB has 2,048 (a meta hash
+#: of tiny parts asking more would have a reader list billions of keys).
+MAX_LAYER_PARTS = 2**16
 
 
 def bloom_k(error_rate: float) -> int:
@@ -139,23 +110,50 @@ def _fitted(rest: int) -> int:
     return g - SDS_BYTES
 
 
-def layer_sizes(capacity: int, k: int, part: int, layer: int) -> list[int]:
-    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``lib/bloom.lua``); a
-    BloomMetaError for a layout no filter has (a part of 0 bytes would never end)."""
+def layer_bytes(capacity: int, k: int, part: int, layer: int) -> int:
+    """The bytes of *layer* (the sum of its parts' sizes), computed without listing them; a
+    BloomMetaError for a layout no filter has: a field below 1, a layer beyond MAX_LAYERS,
+    more than MAX_LAYER_BYTES or more than MAX_LAYER_PARTS parts (what a reader would
+    otherwise list, one item per part, for as long as it takes)."""
     if min(capacity, k, part) < 1 or not 0 <= layer <= MAX_LAYERS:
         raise BloomMetaError(f"capacity {capacity}, k {k}, part {part}, layer {layer}")
-    bits = math.ceil(capacity * 2**layer * (k + layer) * INV_LN2)
-    total = rest = -(-bits // 8)
+    positions = (capacity << layer) * (k + layer)  # bits >= positions: checked before floats
+    total = -(-math.ceil(positions * INV_LN2) // 8) if positions <= MAX_LAYER_BYTES * 8 else 0
+    if not 0 < total <= MAX_LAYER_BYTES:
+        raise BloomMetaError(
+            f"layer {layer} of capacity {capacity} and k {k} would hold more than "
+            f"{MAX_LAYER_BYTES} bytes"
+        )
+    if total // part > MAX_LAYER_PARTS:
+        raise BloomMetaError(
+            f"layer {layer} would have more than {MAX_LAYER_PARTS} parts of {part} bytes"
+        )
+    return total
+
+
+def _tail(rest: int, total: int) -> list[int]:
+    """The sizes of the parts of the last *rest* bytes of a layer of *total*, less than a
+    part: one part as it is, or a few of sizes that are size classes (each at least 4/5 of
+    what is left, so a handful)."""
     sizes = []
     while rest > 0:
-        size = rest
-        if rest >= part:
-            size = part
-        elif rest > SMALL_PART_BYTES and rest * TAIL > total:
-            size = _fitted(rest)
+        size = _fitted(rest) if rest > SMALL_PART_BYTES and rest * TAIL > total else rest
         sizes.append(size)
         rest -= size
     return sizes
+
+
+def layer_sizes(capacity: int, k: int, part: int, layer: int) -> list[int]:
+    """The byte sizes of the parts of *layer* (as ``bloom_layer`` in ``lib/bloom.lua``); a
+    BloomMetaError for a layout no filter has (:func:`layer_bytes`)."""
+    total = layer_bytes(capacity, k, part, layer)
+    return [part] * (total // part) + _tail(total % part, total)
+
+
+def layer_parts(capacity: int, k: int, part: int, layer: int) -> int:
+    """How many parts *layer* has (``len(layer_sizes(...))``, without listing the whole ones)."""
+    total = layer_bytes(capacity, k, part, layer)
+    return total // part + len(_tail(total % part, total))
 
 
 class Dupefilter:
@@ -238,7 +236,7 @@ class BloomFilter(Dupefilter):
         return [
             keys.bloom_part(layer, j)
             for layer in range(layers)
-            for j in range(len(self.sizes(layer)))
+            for j in range(layer_parts(self.capacity, self.k, self.part, layer))
         ]
 
     def spec(self, new: int = 0) -> str:
@@ -261,7 +259,7 @@ class BloomFilter(Dupefilter):
             return False
         self.capacity, self.k, self.part = meta_layout(meta)
         self.layers = meta_layers(meta, "layers")
-        self.error_rate = float(meta.get("error", self.error_rate))
+        self.error_rate = meta_rate(meta, "error", self.error_rate)
         return True
 
 
@@ -353,6 +351,6 @@ def slice_keys(keys: Keys, meta: dict[str, str]) -> list[str]:
     names = []
     for i in range(SEEN_SLICES + 1):
         for j in range(meta_layers(meta, f"l{i}")):
-            parts = len(layer_sizes(capacity, k, part, j))
+            parts = layer_parts(capacity, k, part, j)
             names += [f"{keys.bloom}:s{i}:{j}:{p}" for p in range(parts)]
     return names

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_ha.keys import SEEN_SLICES
-from scrapy_ha.store.bloom import _s, layer_sizes, meta_count, meta_layers, meta_layout
+from scrapy_ha.store.bloom import _s, layer_bytes
+from scrapy_ha.store.bloom_meta import meta_count, meta_layers, meta_layout, meta_rate
 
 __all__ = ["BloomState", "bloom_state"]
 
@@ -68,7 +69,7 @@ def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
     if "capacity" not in fields:
         return None
     capacity, k, part = meta_layout(fields)
-    asked, fp = float(fields.get("error", 0.0)), float(fields.get("fp", 0.0))
+    asked, fp = meta_rate(fields, "error", 0.0), meta_rate(fields, "fp", 0.0)
     if "period" in fields:
         return _slices_state(fields, capacity, k, part, now_ms)
     layers = meta_layers(fields, "layers")
@@ -76,8 +77,8 @@ def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
         capacity,
         k,
         asked,
-        tuple(int(fields.get(f"n:{i}", 0)) for i in range(layers)),
-        tuple(sum(layer_sizes(capacity, k, part, i)) for i in range(layers)),
+        tuple(meta_count(fields, f"n:{i}", missing=0) for i in range(layers)),
+        tuple(layer_bytes(capacity, k, part, i) for i in range(layers)),
         fp,
     )
 
@@ -93,10 +94,10 @@ def _slices_state(
     return BloomState(
         capacity,
         k,
-        float(fields.get("error", 0.0)),
-        tuple(int(fields.get(f"n{i}:{j}", 0)) for i, j in layers),
-        tuple(sum(layer_sizes(capacity, k, part, j)) for _, j in layers),
-        float(fields.get("fp", 0.0)),
+        meta_rate(fields, "error", 0.0),
+        tuple(meta_count(fields, f"n{i}:{j}", missing=0) for i, j in layers),
+        tuple(layer_bytes(capacity, k, part, j) for _, j in layers),
+        meta_rate(fields, "fp", 0.0),
         slices=len(live),
         positions=tuple(k + j for _, j in layers),
     )
@@ -108,10 +109,11 @@ def _unexpired(fields: dict[str, str], live: list[int], now_ms: int) -> list[int
     periods: the TTL less its remainder, a few ms) is no longer read, though it is held
     until the next write drops it (``lua/lib/aged.lua``: aged_order, aged_newest)."""
     period = meta_count(fields, "period", low=1)
-    newest_first = sorted(live, key=lambda i: int(fields[f"s{i}"]), reverse=True)
+    starts = {i: meta_count(fields, f"s{i}") for i in live}
+    newest_first = sorted(live, key=starts.__getitem__, reverse=True)
     kept, newer = [], 0
     for i in newest_first:
-        start = int(fields[f"s{i}"])
+        start = starts[i]
         end = min(start + period, newer) if newer else start + period
         if end > now_ms - period * SEEN_SLICES:
             kept.append(i)

@@ -28,8 +28,9 @@ CONVERT_BATCH = 1000
 DELETE_BATCH = 1000
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _raw(value: Any) -> bytes:
+    """A key name or member as Redis holds it (bytes; a ``str`` from a decoding client)."""
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _glob_escape(text: str) -> str:
@@ -60,11 +61,13 @@ async def convert_old_form(script: Any, keys: Keys, order: str) -> int:
 async def flush_crawl(client: Any, keys: Keys) -> None:
     """Delete every key of the crawl *keys* names but its checkpoints: the keys of
     :meth:`Keys.all`, and its back queues (those ready and waiting name, and any other key
-    under the back queues' prefix)."""
-    names = {keys.queue(_text(q)) for q in await client.zrange(keys.ready, 0, -1)}
-    names |= {keys.queue(_text(q)) for q in await client.zrange(keys.waiting, 0, -1)}
+    under the back queues' prefix). Names are taken as bytes, never decoded: one that is not
+    UTF-8 (written by hand, or another program's) is deleted with the rest."""
+    prefix = keys.queues.encode()
+    names = {prefix + _raw(q) for q in await client.zrange(keys.ready, 0, -1)}
+    names |= {prefix + _raw(q) for q in await client.zrange(keys.waiting, 0, -1)}
     async for key in client.scan_iter(match=_glob_escape(keys.queues) + "*", count=10_000):
-        names.add(_text(key))
+        names.add(_raw(key))
     found = sorted(names)
     for i in range(0, len(found), DELETE_BATCH):
         await client.delete(*found[i : i + DELETE_BATCH])
