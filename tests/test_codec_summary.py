@@ -102,6 +102,17 @@ def test_reset_attempts_forgets_past_attempts_and_keeps_the_rest(meta):
     assert describe(reset).priority == 4
 
 
+@pytest.mark.parametrize("other", [{"depth": 2}, {"depth": 2, 7: "seven"}])
+def test_reset_attempts_gives_a_revisited_url_its_failed_visits_again(other):
+    # a dead letter written by a path that did not reset it (a poison lease, an older
+    # worker): a requeue that kept "f" would dead-letter it again at its first failure
+    state = {"i": 60, "n": 4, "c": 1, "e": '"v1"', "f": 3}
+    request = scrapy.Request("http://shop.test/", meta={**other, metakeys.REVISIT_STATE: state})
+    again = decode_request(reset_attempts(encode_request(request, SPIDER)), SPIDER)
+    kept = {k: v for k, v in state.items() if k != "f"}
+    assert again.meta == {**other, metakeys.REVISIT_STATE: kept}
+
+
 def test_reset_attempts_drops_an_emptied_meta_and_keeps_what_it_cannot_read():
     request = scrapy.Request("http://shop.test/", meta={metakeys.RETRIES: {"gone": 1}})
     reset = reset_attempts(encode_request(request, SPIDER))

@@ -145,3 +145,12 @@ def test_permanent_redirects_are_said_once_and_counted(caplog):
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 99
     assert len(module._WARNED) <= said + 1
     assert crawler.stats.get_value("ha/revisit/moved") == 100
+    # the message says what is counted and how often it is said (before: "every such URL",
+    # "said once at WARNING", when a URL counts at each visit and each worker says it)
+    message = warnings[0].getMessage()
+    assert "per visit" in message and "once per worker" in message, message
+    again = scrapy.Request("http://a.test/old/0", meta={"ha_revisit": 60})
+    target = again.replace(url="http://a.test/new/0")
+    target.meta.update(redirect_urls=[again.url], redirect_times=1, redirect_reasons=[301])
+    revisits.redirected(again, target)  # the same URL's next visit
+    assert crawler.stats.get_value("ha/revisit/moved") == 101

@@ -117,7 +117,9 @@ def describe(payload: bytes | str | None) -> RequestSummary:
 
 
 def reset_attempts(payload: bytes) -> bytes:
-    """*payload* without the attempt counters, history and verdict in its meta.
+    """*payload* without the attempt counters, history and verdict in its meta, nor the
+    count of a revisited URL's failed visits in a row (``ha_revisit_state``'s ``f``): put
+    back, it has ``HA_REVISIT_MAX_FAILURES`` visits again, whoever dead-lettered it.
 
     A payload that cannot be read is returned as it is (it is dead-lettered again as corrupt
     when a worker leases it).
@@ -128,12 +130,28 @@ def reset_attempts(payload: bytes) -> bytes:
     meta = doc.get(META)
     if isinstance(meta, dict) and isinstance(meta.get(DICT_TAG), list):  # non-string keys
         meta[DICT_TAG] = [pair for pair in meta[DICT_TAG] if not _attempt_pair(pair)]
+        for pair in meta[DICT_TAG]:
+            if isinstance(pair, list) and len(pair) == 2 and pair[0] == metakeys.REVISIT_STATE:
+                _reset_failures(pair[1])
     elif isinstance(meta, dict):
         for key in ATTEMPT_META:
             meta.pop(key, None)
+        _reset_failures(meta.get(metakeys.REVISIT_STATE))
         if not meta:
             del doc[META]
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _reset_failures(state: Any) -> None:
+    """A revisited URL's state without its failed visits in a row (the rest is its history:
+    validators, interval, evidence)."""
+    if isinstance(state, dict):
+        state.pop(REVISIT_FAILURES, None)
+
+
+#: The field of ``ha_revisit_state`` that counts a URL's failed visits in a row
+#: (:class:`scrapy_ha.config.continuous.RevisitState`).
+REVISIT_FAILURES = "f"
 
 
 def _attempt_pair(pair: Any) -> bool:

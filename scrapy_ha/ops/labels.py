@@ -62,7 +62,11 @@ COUNTERS = {
         "purged ones included).",
     ),
     "retry_ok": Label("Retries that succeeded", "Requests done after at least one retry."),
-    "retry_dead": Label("Retries that failed", "Requests dead-lettered after at least one retry."),
+    "retry_dead": Label(
+        "Retries that failed",
+        "Requests dead-lettered after at least one retry, and revisits whose "
+        "visit failed after one.",
+    ),
     "requeued": Label(
         "Requeued", "Dead letters an operator put back in the queue (attempts reset)."
     ),

@@ -291,7 +291,8 @@ def _outcomes(crawls: list[CrawlNumbers]) -> Metric:
 
     outcomes = CounterMetricFamily(
         "scrapy_ha_retry_outcomes",
-        "How retried requests ended: ok (acked after a retry) or dead (dead-lettered after one).",
+        "How retried requests ended: ok (acked after a retry) or dead (dead-lettered "
+        "after one, or a revisit's visit that failed after one).",
         labels=["spider", "outcome"],
     )
     for c in crawls:

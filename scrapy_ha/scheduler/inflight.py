@@ -242,9 +242,10 @@ class InFlight:
         failed visit goes back to its revisits instead (:meth:`Revisits.failed_visit`)."""
         if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
             self._checkpoint(entry_id, token, request)
+        visit = None if verdict.is_retry else self._failed(request)
         if self.items is not None:
-            self.items.discard((entry_id, token), verdict)
-        if not verdict.is_retry and (visit := self._failed(request)) is not None:
+            self.items.discard((entry_id, token), verdict, revisited=visit is not None)
+        if visit is not None:
             self.end(EndOp("revisit", entry_id, token, request, visit.interval, visit=visit))
             return
         self.end(EndOp(verdict.op, entry_id, token, request))

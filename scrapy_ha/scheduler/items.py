@@ -115,20 +115,19 @@ class ItemHold:
         save = (checkpoint.task, checkpoint.doc, checkpoint.ttl_ms) if checkpoint else None
         self.outbox.commits[pair] = Commit(tuple(items or ()), save)
 
-    def discard(self, pair: Pair, verdict: Verdict) -> None:
+    def discard(self, pair: Pair, verdict: Verdict, *, revisited: bool = False) -> None:
         """The page of lease *pair* ends otherwise than by an ack: its items do not count
-        (a retry yields them again; a dead letter, when it is requeued)."""
+        (a retry yields them again; a failed visit that goes back to its revisits
+        (*revisited*), at its next visit; a dead letter, when it is requeued)."""
         items = self._held.pop(pair, None)
         if items:
             self.stats.inc_value("ha/items/discarded", len(items))
             logger.info(
                 "%d item(s) of a page that ends as %s (%s) were not committed: %s",
                 len(items),
-                verdict.op,
+                "a failed visit" if revisited else verdict.op,
                 verdict.failure_class,
-                "it yields them again when it is retried"
-                if verdict.is_retry
-                else "`scrapy-ha dlq requeue` crawls it again",
+                _again(verdict, revisited=revisited),
             )
 
     def forget(self, pair: Pair) -> None:
@@ -139,3 +138,12 @@ class ItemHold:
     def clear(self) -> None:
         """Forget every page's items (at close: the pages are redone, and yield them again)."""
         self._held.clear()
+
+
+def _again(verdict: Verdict, *, revisited: bool) -> str:
+    """When the items of a page not acked are yielded again."""
+    if verdict.is_retry:
+        return "it yields them again when it is retried"
+    if revisited:
+        return "it yields them again at its next visit (it goes back to its revisits)"
+    return "`scrapy-ha dlq requeue` crawls it again"

@@ -64,7 +64,7 @@ class Revisits:
         self.seen = seen
         self.clock = clock
         self.stats = stats
-        #: a permanent redirect of a revisited URL was said (a WARNING once per crawl)
+        #: a permanent redirect of a revisited URL was said (a WARNING once per worker)
         self._moved_said = False
         self.allocation = None
         if config.adaptive:
@@ -90,7 +90,8 @@ class Revisits:
         copied): the revisits stay with the original, and the target is fetched at each of
         its visits, in full (never filtered as seen, without the original's validators),
         and is not revisited on its own. A permanent redirect (301, 308) is counted
-        (``ha/revisit/moved``) and said in a WARNING once per crawl (the others at DEBUG):
+        (``ha/revisit/moved``, per visit) and said in a WARNING once per worker process (the
+        others at DEBUG):
         the target revisited instead would cost one request less a visit. Before, the target
         kept the original's ``ha_revisit`` and got a revisit entry of its own: fetched twice
         a period, or filtered as seen at the original's next visits."""
@@ -110,7 +111,8 @@ class Revisits:
             self._moved(original, redirect)
 
     def _moved(self, original: Request, redirect: Request) -> None:
-        """Count a revisited URL redirected for good; say the first in a WARNING (one a
+        """Count a visit of a revisited URL redirected for good; say the first in a WARNING
+        (once per worker process; one a
         URL, kept for ever, was a line and a key per URL for the life of the process)."""
         if self.stats is not None:
             self.stats.inc_value("ha/revisit/moved")
@@ -119,8 +121,8 @@ class Revisits:
         logger.log(
             level,
             "%s is revisited, and redirected for good to %s: each visit fetches both; "
-            "revisit the target instead (said once at WARNING; ha/revisit/moved counts "
-            "every such URL)",
+            "revisit the target instead (said once per worker at WARNING; ha/revisit/moved "
+            "counts such redirects, per visit)",
             original.url,
             redirect.url,
         )

@@ -58,7 +58,8 @@ def release_keys(k: Keys) -> list[str]:
 
 def dead_keys(k: Keys) -> list[str]:
     keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
-    return [*keys, *k.stats_keys(), k.dead_archived, k.polite, *frontier_keys(k), k.revisit_alloc]
+    tail = [k.dead_archived, k.polite, *frontier_keys(k), k.revisit_alloc, k.revisits]
+    return [*keys, *k.stats_keys(), *tail]
 
 
 def retry_keys(k: Keys) -> list[str]:

@@ -9,6 +9,9 @@
 --          (lib/frontier: a back queue waiting for the freed slot goes back to ready)
 -- KEYS[17] revisit_alloc (lib/revisit: an adaptive revisit entry leaves the budget's sums;
 --          what it held goes in its record, "revisit": [load, base], for a requeue)
+-- KEYS[18] revisits (lib/revisit: a dead-lettered entry leaves the revisits set at once,
+--          which status and the dashboard count as the revisited URLs; before, it stayed
+--          there up to a day)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- ARGV[7] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
@@ -30,7 +33,7 @@ if not (max_dead and max_age and ok and type(info) == 'table') then
 end
 local err = wrong_type('dead', KEYS,
   {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash',
-  nil, 'zset', 'zset', 'string', 'hash'})
+  nil, 'zset', 'zset', 'string', 'hash', 'zset'})
 if err then return err end
 local v = lease_current(KEYS[2], ARGV[1], ARGV[2])
 if not v then
@@ -45,6 +48,7 @@ redis_call('HDEL', KEYS[2], ARGV[1])
 polite_free(KEYS[12], {ARGV[1]})
 redis_call('HDEL', KEYS[5], ARGV[1])
 if KEYS[17] then info['revisit'] = revisit_release(KEYS[17], ARGV[1]) end
+if KEYS[18] then redis_call('ZREM', KEYS[18], ARGV[1]) end
 dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis_call('HSET', KEYS[6], ARGV[1], ARGV[6])

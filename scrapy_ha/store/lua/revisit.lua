@@ -38,10 +38,13 @@
 -- ARGV[17] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
 --          its start queue): the score of a back queue woken here follows from it
 -- ARGV[18] the dupefilter's spec (lib/seen)
--- Counts acked (per domain), retry_ok, revisited and revisited:<found>, revisit_saved (bytes),
+-- Counts acked (per domain) and retry_ok if it had been retried, or for a failed visit
+-- neither but retry_dead if it had been (its retries failed: every retried request that
+-- ends counts one of the two); revisited and revisited:<found>, revisit_saved (bytes),
 -- revisit_iv:<bucket> and revisit_iv_ms (the intervals' sum), items (lib/commit); a double
--- (lib/revisit: another entry revisits the URL) counts acked and revisit_double, and ends
--- like an ack (its items committed too); a stale token commits nothing (items_refused).
+-- (lib/revisit: another entry revisits the URL) counts revisit_double, and acked as above
+-- (not for a failed visit), and ends like an ack (its items committed too); a stale token
+-- commits nothing (items_refused).
 -- Rule kept: a URL revisited is seen again (its fingerprint is recorded as seen now,
 -- lib/seen; not in a crawl without a dupefilter, ARGV[16] '0'): with a dupefilter's age
 -- (HA_DUPEFILTER_TTL) it stays seen for that age after each visit, so a link to it queues
@@ -110,9 +113,11 @@ end
 local n_items, n_cp = commit_apply(KEYS[14], a)
 local domain = lease_domain(v)
 local retried = redis.call('HDEL', KEYS[6], id)
-if ARGV[5] ~= 'failed' then -- a failed visit is no ack (its retries were spent)
+if ARGV[5] ~= 'failed' then
   count('acked', 1, domain)
   count('retry_ok', retried)
+else -- a failed visit is no ack: its retries were spent, and failed (retry_dead)
+  count('retry_dead', retried)
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
