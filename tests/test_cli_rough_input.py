@@ -17,20 +17,28 @@ from tests.test_cli import SCRAPY_HA, scrapy_ha
 from tests.test_metrics import START_TIMEOUT, _first_line
 
 
+#: How the CLI names a key of the wrong type: the crawl's claim of its dupefilter is read
+#: by the one reader of claims (scrapy_ha.store.claims), the other keys by the crawl's.
+SHARDS_NAMED = "error: ha:{books}:shards holds a hash (scrapy-ha keeps a string there)"
+CLAIM_NAMED = "error: the crawl's claim ha:{books}:filter is unreadable: it holds a hash"
+
+
 @pytest.mark.parametrize(
-    ("key", "command"),
+    ("key", "command", "named"),
     [
-        ("ha:{books}:shards", ["status", "books"]),
-        ("ha:{books}:shards", ["push", "books", "https://a.example/"]),
-        ("ha:{books}:filter", ["push", "books", "https://a.example/"]),
+        ("ha:{books}:shards", ["status", "books"], SHARDS_NAMED),
+        ("ha:{books}:shards", ["push", "books", "https://a.example/"], SHARDS_NAMED),
+        ("ha:{books}:filter", ["push", "books", "https://a.example/"], CLAIM_NAMED),
     ],
 )
-def test_a_crawl_key_of_the_wrong_type_read_first_is_named(redis_url, redis_client, key, command):
+def test_a_crawl_key_of_the_wrong_type_read_first_is_named(
+    redis_url, redis_client, key, command, named
+):
     redis_client.hset("ha:{books}:stats", "acked", 1)
     redis_client.hset(key, "x", 1)
     done = scrapy_ha("--redis-url", redis_url, *command)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith(f"error: {key} holds a hash (scrapy-ha keeps a string there)")
+    assert done.stderr.startswith(named), done.stderr
     assert "Traceback" not in done.stderr
 
 
