@@ -5,7 +5,7 @@ How it ended tells the alert whether the receiver may have the alert
 
 from __future__ import annotations
 
-__all__ = ["ALERT_TIMEOUT", "Unconfirmed", "post_json"]
+__all__ = ["ALERT_TIMEOUT", "Unanswered", "Unconfirmed", "post_json"]
 
 import functools
 import http.client
@@ -33,6 +33,13 @@ class Unconfirmed(TimeoutError):
     time: the receiver may have acted on it (it must not be sent again)."""
 
 
+class Unanswered(OSError):
+    """The connection to the receiver was made (and TLS) and the request went out on it,
+    but no whole answer came: neither confirmed nor refused. The receiver may have read it
+    (a slow one answers after the POST's time), or not (one that never reads: the request
+    fit the kernel's buffers): it is not known."""
+
+
 class _Deadline:
     """The time of one POST: its connection is made within it (each address resolved gets
     a share, so that one that never answers leaves time to the next), and its socket is
@@ -41,6 +48,9 @@ class _Deadline:
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
+        #: the connection to the receiver was made (a proxy's tunnel and TLS too): from
+        #: then on the request may reach it
+        self.connected = False
         #: a byte of the answer came: the receiver has the request (it may have acted on it)
         self.answered = False
         self._timers: list[threading.Timer] = []
@@ -144,6 +154,10 @@ class _TimedHTTP(http.client.HTTPConnection):
         self.deadline = deadline
         self._create_connection = deadline.connect
 
+    def connect(self) -> None:
+        super().connect()
+        self.deadline.connected = True
+
     def getresponse(self) -> http.client.HTTPResponse:
         answer = functools.partial(_Answer, deadline=self.deadline)
         self.response_class = cast("type[http.client.HTTPResponse]", answer)
@@ -174,8 +188,11 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
     """POST *doc* as JSON to *url* within *timeout* seconds in all; return the HTTP status
-    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when a byte of the
-    answer came (it may have been delivered), another error when none did. A
+    (blocking: run it in a thread). :class:`Unconfirmed` when a byte of the answer came
+    but the time ended before the rest (it may have been delivered); :class:`Unanswered`
+    when the request went out on a connection made but no whole answer came (it may have
+    been read, or not); an :class:`urllib.error.HTTPError` when the receiver refused it
+    (4xx, 5xx); another error when nothing was sent (no connection made). A
     ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
     a part of the host name); proxies are urllib's (``https_proxy``...)."""
     headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
@@ -198,6 +215,8 @@ def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> 
     except (OSError, http.client.HTTPException) as exc:
         if deadline.passed() and deadline.answered:
             raise Unconfirmed(f"the answer begun did not end within {timeout:g} s") from exc
+        if deadline.connected:
+            raise Unanswered(f"no whole answer within {timeout:g} s: {exc}") from exc
         raise
     finally:
         deadline.cancel()

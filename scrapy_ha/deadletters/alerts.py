@@ -7,14 +7,23 @@ fields are for a receiver of one's own. Which worker sends it is decided in Redi
 with NX, "pending" until the receiver answered 2xx, then "sent"), so that any number of
 workers send it once; once the queue is back below the threshold (a purge, a requeue), the
 next crossing alerts again. The POST runs in a thread, bounded as a whole by
-:data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing (``ha/alert/errors``),
-and the alert is not lost: a failed POST takes its marker back (if it is still this
-worker's), and a worker killed before the answer leaves a pending marker that expires after
-:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST whose
-answer began (a byte of it came) but did not end in time may have been delivered: it is
-recorded as sent, never sent again (``ha/alert/unconfirmed``, a WARNING); one that got no
-byte of an answer (a receiver that takes the request and never reads it: "sent whole"
-only says that it fit the kernel's buffers) is a failure, sent again.
+:data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing, and the alert is
+not lost. How the POST ended decides when it goes again:
+
+- refused (4xx, 5xx), or nothing sent (no connection made): a failure
+  (``ha/alert/errors``); the marker is taken back at once (if it is still this worker's),
+  and the next dead letter past the threshold sends it again;
+- the request went out but no whole answer came (a receiver that reads it and answers
+  late, or one that never reads: the request fit the kernel's buffers, nothing more is
+  known): ``ha/alert/unanswered``; the pending marker is left to expire after
+  :data:`PENDING_TTL`, so that the alert goes again at most once in that time (a slow
+  receiver gets a duplicate a minute at most, not one at every dead letter);
+- the answer began (a byte of it came) but did not end in time: it may have been
+  delivered; recorded as sent, never sent again for this crossing
+  (``ha/alert/unconfirmed``, a WARNING).
+
+A worker killed before the answer leaves a pending marker that expires after
+:data:`PENDING_TTL` too.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ __all__ = [
     "DEFAULT_ALERT_THRESHOLD",
     "PENDING_TTL",
     "DeadLetterAlert",
+    "Unanswered",
     "Unconfirmed",
     "post_json",
 ]
@@ -41,7 +51,7 @@ import redis
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.deadletters._post import ALERT_TIMEOUT, Unconfirmed, post_json
+from scrapy_ha.deadletters._post import ALERT_TIMEOUT, Unanswered, Unconfirmed, post_json
 from scrapy_ha.store import scripts
 
 if TYPE_CHECKING:
@@ -148,6 +158,9 @@ class DeadLetterAlert:
         except Unconfirmed:
             await self._unconfirmed(queue, dead, marker)
             return
+        except Unanswered as exc:
+            self._unanswered(spider, dead, exc)
+            return
         except Exception as exc:  # noqa: BLE001 - an alert that failed costs the crawl nothing
             self.stats.inc_value("ha/alert/errors")
             logger.warning(
@@ -184,6 +197,23 @@ class DeadLetterAlert:
             _where(self.url),
             ALERT_TIMEOUT,
             self.threshold,
+        )
+
+    def _unanswered(self, spider: str, dead: int, exc: Unanswered) -> None:
+        """The request went out but no answer came: the receiver may be reading it (a slow
+        one), or never will (one that does not read). Its pending marker is left to expire
+        (:data:`PENDING_TTL`): the alert goes again, at most once in that time."""
+        self.stats.inc_value("ha/alert/unanswered")
+        logger.warning(
+            "The dead-letter alert of %s (%d requests) went to HA_DLQ_ALERT_WEBHOOK (%s) but "
+            "no answer came (%s): it may have been delivered; the first dead letter past "
+            "HA_DLQ_ALERT_THRESHOLD=%d once %g s have passed sends it again",
+            spider,
+            dead,
+            _where(self.url),
+            exc,
+            self.threshold,
+            PENDING_TTL,
         )
 
     async def _settle(self, queue: RedisQueue, *args: str) -> None:
