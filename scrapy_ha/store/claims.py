@@ -18,17 +18,12 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = [
-    "MAX_CLAIMED_TTL",
     "ClaimUnreadable",
     "claim_kind",
     "claimed_kind",
     "crawl_dupefilter",
     "dupefilter_kind",
 ]
-
-#: The longest TTL a claim may name: about 317 years, within what a time slice's start
-#: (milliseconds) and a date shown can hold; more is no TTL a worker wrote.
-MAX_CLAIMED_TTL = 1e10
 
 
 class ClaimUnreadable(ConfigError):
@@ -60,7 +55,7 @@ async def claimed_kind(queue: RedisQueue) -> tuple[str, float] | None:
 
 def _read_claim(stored: str) -> tuple[str, float] | None:
     """``set``, ``bloom sliced 3600``: the kind and TTL; a ValueError says what is wrong."""
-    from scrapy_ha.config.continuous import MIN_DUPEFILTER_TTL
+    from scrapy_ha.config.continuous import MAX_DUPEFILTER_TTL, MIN_DUPEFILTER_TTL
     from scrapy_ha.config.memory import DUPEFILTERS
 
     name, *rest = stored.split(" ")
@@ -73,9 +68,9 @@ def _read_claim(stored: str) -> tuple[str, float] | None:
         ttl = float(rest[1]) if rest else 0.0
     except ValueError:
         raise ValueError(f"its TTL {rest[1]!r} is no number") from None
-    if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_CLAIMED_TTL:  # NaN and inf too
+    if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_DUPEFILTER_TTL:  # NaN and inf too
         raise ValueError(
-            f"its TTL {rest[1]!r} is not 0 nor {MIN_DUPEFILTER_TTL:g} to {MAX_CLAIMED_TTL:g} s"
+            f"its TTL {rest[1]!r} is not 0 nor {MIN_DUPEFILTER_TTL:g} to {MAX_DUPEFILTER_TTL:g} s"
         )
     return name, ttl
 
