@@ -226,6 +226,34 @@ async def test_a_receiver_that_never_reads_gets_the_alert_again(redis_url, liste
         await q.client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_resolver_that_hangs_ends_the_post_at_its_time(redis_url, monkeypatch, short_alert):
+    """Before: the POST's time did not bound name resolution: a resolver that hung held the
+    POST's thread past close()'s wait (ALERT_TIMEOUT + 1), the alert still under way. Now
+    the lookup has the POST's time: the POST fails, nothing sent, its marker taken back."""
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def hanging(name: Any, *args: Any, **kwargs: Any) -> Any:
+        if name != "hook.test":
+            return real(name, *args, **kwargs)
+        release.wait()
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    monkeypatch.setattr(alerts, "ALERT_TIMEOUT", TIMEOUT)  # close() waits a second more
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert("http://hook.test/hook/token", 1, stats, "w1")
+    try:
+        await dead_letters_one_by_one(alert, q, 1)  # close() returned
+        assert stats.get_value("ha/alert/errors") == 1  # the POST ended, a failure
+        assert await q.client.get(q.keys.dlq_alert) is None  # nothing sent: taken back
+    finally:
+        release.set()
+        await q.client.aclose()
+
+
 def test_the_answer_s_first_byte_makes_it_unconfirmed(monkeypatch, listeners):
     """A receiver that read the request and began its answer may have acted on it."""
 

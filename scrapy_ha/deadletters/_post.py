@@ -21,8 +21,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from w3lib.http import basic_auth_header
 
-#: Seconds the whole POST has (the connection, to each address in turn, a proxy's tunnel,
-#: TLS, the request, the answer; name resolution aside): a slow
+#: Seconds the whole POST has (name resolution, the connection, to each address in turn, a
+#: proxy's tunnel, TLS, the request, the answer): a slow
 #: receiver must not hold a thread for long, nor outlive the pending marker (``PENDING_TTL``
 #: of :mod:`scrapy_ha.deadletters.alerts`).
 ALERT_TIMEOUT = 10.0
@@ -69,7 +69,7 @@ class _Deadline:
         :func:`socket.create_connection`, whose place it takes: *timeout* is each later
         operation's): the address tried *i*-th of *n* has ``1/(n - i)`` of the time left,
         the last all of it."""
-        found = socket.getaddrinfo(*address, 0, socket.SOCK_STREAM)
+        found = self.resolve(*address)
         error: OSError = OSError(f"no address found for {address[0]}")
         for tried, (family, kind, proto, _, where) in enumerate(found):
             left = self.left()
@@ -89,6 +89,28 @@ class _Deadline:
             self.watch(sock)
             return sock
         raise error
+
+    def resolve(self, host: str, port: int) -> list[Any]:
+        """The addresses of *host* (:func:`socket.getaddrinfo`) within the time left: looked
+        up in a thread of its own, waited for no longer (a resolver that hangs holds the
+        POST no longer; its thread ends with the lookup, or with the process)."""
+        found: list[Any] = []
+        failed: list[OSError] = []
+
+        def lookup() -> None:
+            try:
+                found.extend(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            except OSError as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=lookup, name="scrapy-ha alert resolver", daemon=True)
+        thread.start()
+        thread.join(max(self.left(), 0))
+        if thread.is_alive():
+            raise TimeoutError(f"{host} was not resolved in time: nothing was sent")
+        if failed:
+            raise failed[0]
+        return found
 
     def watch(self, sock: socket.socket) -> None:
         """Shut *sock* when the time is up (a duplicate of it, shut in its place: TLS takes
