@@ -11,6 +11,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -251,6 +252,39 @@ async def test_a_resolver_that_hangs_ends_the_post_at_its_time(redis_url, monkey
         assert await q.client.get(q.keys.dlq_alert) is None  # nothing sent: taken back
     finally:
         release.set()
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_post_s_time_starts_at_the_check_not_in_its_thread(redis_url, short_alert):
+    """Before: the POST's time started when its thread did, the pending marker's at the
+    check: behind a busy executor the POST began late with its whole time, and could end
+    after its marker (another worker's POST then under way too). Now a POST whose thread
+    starts once its time, counted from the check, is spent sends nothing."""
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    # more tasks than the default executor has threads (32 at most): the POST waits behind
+    busy = [loop.run_in_executor(None, gate.wait) for _ in range(64)]
+    receiver = Receiver()
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert(receiver.url, 1, stats, "w1")
+    try:
+        await q.client.zadd(q.keys.dead, {"1": 1})
+        checked = time.monotonic()
+        await alert.check(q)
+        while time.monotonic() < checked + TIMEOUT:  # the POST's time, from the check
+            await asyncio.sleep(0.1)
+        assert stats.get_value("ha/alert/errors") is None  # the POST has not begun
+        gate.set()
+        await asyncio.gather(*busy)
+        await alert.close()
+        assert receiver.posts == []  # nothing sent, too late
+        assert stats.get_value("ha/alert/errors") == 1
+        assert await q.client.get(q.keys.dlq_alert) is None  # taken back at once
+    finally:
+        gate.set()
+        receiver.close()
         await q.client.aclose()
 
 

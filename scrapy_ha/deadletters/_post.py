@@ -46,8 +46,8 @@ class _Deadline:
     shut when it ends, from its creation on (a proxy's tunnel, TLS, the request, a receiver
     that trickles its answer: each byte within a socket timeout holds no thread past it)."""
 
-    def __init__(self, seconds: float) -> None:
-        self.at = time.monotonic() + seconds
+    def __init__(self, seconds: float, start: float | None = None) -> None:
+        self.at = (time.monotonic() if start is None else start) + seconds
         #: the connection to the receiver was made (a proxy's tunnel and TLS too): from
         #: then on the request may reach it
         self.connected = False
@@ -208,13 +208,17 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(functools.partial(_TimedHTTPS, deadline=self.deadline), req)
 
 
-def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
-    """POST *doc* as JSON to *url* within *timeout* seconds in all; return the HTTP status
-    (blocking: run it in a thread). :class:`Unconfirmed` when a byte of the answer came
-    but the time ended before the rest (it may have been delivered); :class:`Unanswered`
-    when the request went out on a connection made but no whole answer came (it may have
-    been read, or not); an :class:`urllib.error.HTTPError` when the receiver refused it
-    (4xx, 5xx); another error when nothing was sent (no connection made). A
+def post_json(
+    url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT, *, start: float | None = None
+) -> int:
+    """POST *doc* as JSON to *url* within *timeout* seconds in all, counted from *start* (a
+    :func:`time.monotonic`; by default, now); return the HTTP status (blocking: run it in a
+    thread, and pass the time the POST was decided: a thread that starts late has less).
+    :class:`Unconfirmed` when a byte of the answer came but the time ended before the rest
+    (it may have been delivered); :class:`Unanswered` when the request went out on a
+    connection made but no whole answer came (it may have been read, or not); an
+    :class:`urllib.error.HTTPError` when the receiver refused it (4xx, 5xx); another error
+    when nothing was sent (no connection made). A
     ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
     a part of the host name); proxies are urllib's (``https_proxy``...)."""
     headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
@@ -227,7 +231,7 @@ def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> 
     request = urllib.request.Request(
         url, data=json.dumps(doc).encode(), headers=headers, method="POST"
     )
-    deadline = _Deadline(timeout)
+    deadline = _Deadline(timeout, start)
     opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
     try:
         with opener.open(request, timeout=timeout) as response:

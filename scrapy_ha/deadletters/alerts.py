@@ -115,7 +115,9 @@ class DeadLetterAlert:
 
     async def check(self, queue: RedisQueue) -> None:
         """After a dead letter: send the alert if this worker is the one to (Redis errors are
-        raised to the caller, like the dead letter's own)."""
+        raised to the caller, like the dead letter's own). The POST's time starts here, as
+        the pending marker's does: a thread that starts late (a busy executor) has less."""
+        start = time.monotonic()
         marker = self._marker("pending")
         dead = int(
             await self._alert_script(
@@ -123,7 +125,8 @@ class DeadLetterAlert:
             )
         )
         if dead:
-            task = asyncio.get_running_loop().create_task(self._send(queue, dead, marker))
+            sending = self._send(queue, dead, marker, start)
+            task = asyncio.get_running_loop().create_task(sending)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -151,10 +154,11 @@ class DeadLetterAlert:
             "command": f"scrapy-ha dlq list {spider}",
         }
 
-    async def _send(self, queue: RedisQueue, dead: int, marker: str) -> None:
+    async def _send(self, queue: RedisQueue, dead: int, marker: str, start: float) -> None:
         spider = queue.keys.spider
+        doc = self.document(spider, dead)
         try:
-            status = await asyncio.to_thread(post_json, self.url, self.document(spider, dead))
+            status = await asyncio.to_thread(post_json, self.url, doc, start=start)
         except Unconfirmed:
             await self._unconfirmed(queue, dead, marker)
             return
