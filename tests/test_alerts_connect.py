@@ -1,13 +1,17 @@
 """The dead-letter alert's POST against receivers that fail in the network: an address that
-never answers, a proxy that trickles its tunnel, a receiver that never reads. Real sockets;
+never answers, a proxy that trickles its tunnel, a receiver that never reads or answers
+late. Real sockets;
 name resolution and the POST's 10 s are shortened where the test says so."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import http.client
+import json
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
 
 #: Seconds the POST has in these tests (ALERT_TIMEOUT's 10 s, shortened)
 TIMEOUT = 3.0
+#: Seconds a pending marker lives in these tests (PENDING_TTL's 60 s, shortened)
+PENDING = TIMEOUT + 2
 
 
 class Listener:
@@ -134,12 +140,75 @@ def deaf(conn: socket.socket) -> None:
     """A receiver that takes the connection and never reads from it."""
 
 
+class Late:
+    """A receiver that reads each request whole and records it, then answers only once the
+    client gave up (its POST's time ended): an answer after the deadline."""
+
+    def __init__(self) -> None:
+        self.posts: list[dict[str, Any]] = []
+
+    def __call__(self, conn: socket.socket) -> None:
+        with conn.makefile("rb") as request:
+            length = 0
+            while (line := request.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            self.posts.append(json.loads(request.read(length)))
+        while conn.recv(1024):  # until the client hangs up
+            pass
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        except OSError:
+            pass  # too late: nobody reads it
+
+
+async def wait_expired(q: RedisQueue) -> None:
+    """Until the alert's pending marker expired (PENDING after its check)."""
+    while await q.client.exists(q.keys.dlq_alert):
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def short_alert(monkeypatch) -> None:
+    """The POST's 10 s and the pending marker's 60 s shortened."""
+    monkeypatch.setattr(alerts, "post_json", functools.partial(post_json, timeout=TIMEOUT))
+    monkeypatch.setattr(alerts, "PENDING_TTL", PENDING)
+
+
 @deferred_f_from_coro_f
-async def test_a_receiver_that_never_reads_gets_the_alert_again(redis_url, monkeypatch, listeners):
+async def test_a_receiver_that_answers_late_gets_the_alert_once_per_pending_marker(
+    redis_url, listeners, short_alert
+):
+    """Before: a POST sent whole with no answer byte was a failure and took its marker
+    back: a receiver that reads the alert and answers after the POST's 10 s got it again at
+    every dead letter (one duplicate every 10 s during a ban). Now its pending marker is
+    left to expire: the dead letters meanwhile send nothing, the first after it sends again."""
+    late = Late()
+    receiver = Listener(late)
+    listeners.append(receiver)
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert(f"http://127.0.0.1:{receiver.port}/hook/token", 1, stats, "w1")
+    try:
+        await dead_letters_one_by_one(alert, q, 3)
+        assert [post["dead"] for post in late.posts] == [1]  # dead letters 2 and 3: no POST
+        assert stats.get_value("ha/alert/unanswered") == 1
+        assert stats.get_value("ha/alert/errors") is None
+        assert json.loads(await q.client.get(q.keys.dlq_alert))["state"] == "pending"
+        await wait_expired(q)
+        await dead_letters_one_by_one(alert, q, 1, first=4)
+        assert [post["dead"] for post in late.posts] == [1, 4]
+        assert stats.get_value("ha/alert/unanswered") == 2
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_receiver_that_never_reads_gets_the_alert_again(redis_url, listeners, short_alert):
     """Before: the request fit the kernel's buffers, "sent whole", and the alert was
     recorded as sent (unconfirmed) though the receiver never read it: never sent again.
-    Now no byte of an answer is a failure: the next dead letter sends it again."""
-    monkeypatch.setattr(alerts, "post_json", functools.partial(post_json, timeout=TIMEOUT))
+    No byte of an answer is no confirmation: once its pending marker expired, the next dead
+    letter sends it again (not at every dead letter: the receiver may be a slow one)."""
     receiver = Listener(deaf)
     listeners.append(receiver)
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
@@ -147,11 +216,75 @@ async def test_a_receiver_that_never_reads_gets_the_alert_again(redis_url, monke
     alert = DeadLetterAlert(f"http://127.0.0.1:{receiver.port}/hook/token", 1, stats, "w1")
     try:
         await dead_letters_one_by_one(alert, q, 2)
+        assert len(receiver.accepted) == 1
+        await wait_expired(q)
+        await dead_letters_one_by_one(alert, q, 1, first=3)
         assert len(receiver.accepted) == 2  # sent again
         assert stats.get_value("ha/alert/unconfirmed") is None
-        assert stats.get_value("ha/alert/errors") == 2
-        assert await q.client.get(q.keys.dlq_alert) is None  # no marker: the next one sends
+        assert stats.get_value("ha/alert/errors") is None
+        assert stats.get_value("ha/alert/unanswered") == 2
     finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_resolver_that_hangs_ends_the_post_at_its_time(redis_url, monkeypatch, short_alert):
+    """Before: the POST's time did not bound name resolution: a resolver that hung held the
+    POST's thread past close()'s wait (ALERT_TIMEOUT + 1), the alert still under way. Now
+    the lookup has the POST's time: the POST fails, nothing sent, its marker taken back."""
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def hanging(name: Any, *args: Any, **kwargs: Any) -> Any:
+        if name != "hook.test":
+            return real(name, *args, **kwargs)
+        release.wait()
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    monkeypatch.setattr(alerts, "ALERT_TIMEOUT", TIMEOUT)  # close() waits a second more
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert("http://hook.test/hook/token", 1, stats, "w1")
+    try:
+        await dead_letters_one_by_one(alert, q, 1)  # close() returned
+        assert stats.get_value("ha/alert/errors") == 1  # the POST ended, a failure
+        assert await q.client.get(q.keys.dlq_alert) is None  # nothing sent: taken back
+    finally:
+        release.set()
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_post_s_time_starts_at_the_check_not_in_its_thread(redis_url, short_alert):
+    """Before: the POST's time started when its thread did, the pending marker's at the
+    check: behind a busy executor the POST began late with its whole time, and could end
+    after its marker (another worker's POST then under way too). Now a POST whose thread
+    starts once its time, counted from the check, is spent sends nothing."""
+    loop = asyncio.get_running_loop()
+    gate = threading.Event()
+    # more tasks than the default executor has threads (32 at most): the POST waits behind
+    busy = [loop.run_in_executor(None, gate.wait) for _ in range(64)]
+    receiver = Receiver()
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "alerted"))
+    stats = MemoryStatsCollector(get_crawler(FaultSpider))
+    alert = DeadLetterAlert(receiver.url, 1, stats, "w1")
+    try:
+        await q.client.zadd(q.keys.dead, {"1": 1})
+        checked = time.monotonic()
+        await alert.check(q)
+        while time.monotonic() < checked + TIMEOUT:  # the POST's time, from the check
+            await asyncio.sleep(0.1)
+        assert stats.get_value("ha/alert/errors") is None  # the POST has not begun
+        gate.set()
+        await asyncio.gather(*busy)
+        await alert.close()
+        assert receiver.posts == []  # nothing sent, too late
+        assert stats.get_value("ha/alert/errors") == 1
+        assert await q.client.get(q.keys.dlq_alert) is None  # taken back at once
+    finally:
+        gate.set()
+        receiver.close()
         await q.client.aclose()
 
 

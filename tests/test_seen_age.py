@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -216,6 +217,24 @@ def test_a_bad_ttl_names_the_setting(value):
 
     with pytest.raises(ConfigError, match="HA_DUPEFILTER_TTL"):
         dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": value}))
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(2e10, "20000000000.0"), (1e10 + 1, "10000000001.0"), ("inf", "'inf'"), ("nan", "'nan'")],
+)
+def test_a_ttl_past_the_claim_s_bound_is_refused_at_start(value, shown):
+    """Before: a worker took 2e10 (its claim, ``set sliced 2e+10``, was then unreadable to
+    ``push`` and ``seen check``, whose remedy is a flush) and inf (an OverflowError at
+    start, a traceback). Now the setting is refused as the claim's TTL would be."""
+    from scrapy.settings import Settings
+
+    from scrapy_ha.config.scheduler import SchedulerConfig
+
+    settings = Settings({"HA_DUPEFILTER_TTL": value})
+    with pytest.raises(ConfigError, match=rf"^HA_DUPEFILTER_TTL={re.escape(shown)} must be"):
+        SchedulerConfig.from_settings(settings)
+    assert dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": 1e10})) == 1e10  # the bound itself
 
 
 def test_a_ttl_is_taken_with_either_dupefilter():

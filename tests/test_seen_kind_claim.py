@@ -7,6 +7,7 @@ clears, a flush), so the next run may choose another kind. Real redis-server, re
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +18,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.store.claims import claimed_kind
 from scrapy_ha.store.finish import complete_finish
 from scrapy_ha.store.sharding import check_shard_count, make_queue, set_dupefilter
 from tests.dupefilter import BLOOM
@@ -109,6 +111,34 @@ async def test_a_worker_of_another_ttl_is_refused_while_the_crawl_runs(
         await client.set("ha:{k}:filter", "set sliced 3600")
         await set_dupefilter(make_queue(client, "ha", "k", shards), MemoryConfig(), 1, worker="w5")
         assert await client.get("ha:{k}:filter") == b"set sliced 1"
+    finally:
+        await client.flushdb()
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_ttls_that_differ_past_6_digits_are_two_kinds(redis_url: str) -> None:
+    """Before: the claim kept the TTL to 6 significant digits: workers of 1234567 and
+    1234568 both claimed ``set sliced 1.23457e+06`` and were let in together, and tools
+    read 1234570. Now it is kept exactly; a claim of an earlier version still takes a
+    worker of its TTL."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = functools.partial(make_queue, client, "ha", "k", 1)
+    try:
+        await register(client, 1, "w1")
+        await set_dupefilter(queue(), MemoryConfig(), 1234567.0, worker="w1")
+        assert await client.get("ha:{k}:filter") == b"set sliced 1234567"
+        assert await claimed_kind(queue()) == ("set", 1234567.0)
+        with pytest.raises(ConfigError, match=r"TTL=1234568 but .* HA_DUPEFILTER_TTL=1234567 "):
+            await set_dupefilter(queue(), MemoryConfig(), 1234568.0, worker="w2")
+        await client.set("ha:{k}:filter", "set sliced 1.23457e+06")  # an earlier version's
+        await set_dupefilter(queue(), MemoryConfig(), 1234567.0, worker="w3")  # its TTL
+        with pytest.raises(ConfigError, match=r"TTL=7654321 but .*TTL=1\.23457e\+06 "):
+            await set_dupefilter(queue(), MemoryConfig(), 7654321.0, worker="w4")
+        await client.delete("ha:{k}:filter")
+        await set_dupefilter(queue(), MemoryConfig(), 1234567.25, worker="w1")
+        assert await client.get("ha:{k}:filter") == b"set sliced 1234567.25"
+        assert await claimed_kind(queue()) == ("set", 1234567.25)
     finally:
         await client.flushdb()
         await client.aclose()

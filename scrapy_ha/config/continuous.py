@@ -23,6 +23,7 @@ __all__ = [
     "CONDITIONAL_HEADERS",
     "DEFAULT_DUPEFILTER_TTL",
     "FIRST_MULTIPLIER",
+    "MAX_DUPEFILTER_TTL",
     "MIN_DUPEFILTER_TTL",
     "RevisitConfig",
     "RevisitState",
@@ -36,16 +37,21 @@ DEFAULT_DUPEFILTER_TTL = 0.0
 #: The shortest age: a second. The time slices of lua/lib/aged.lua last an eighth of it,
 #: and the server's clock is read in milliseconds.
 MIN_DUPEFILTER_TTL = 1.0
+#: The longest age: 1e10 s, about 317 years, within what a time slice's start (milliseconds)
+#: and a date shown can hold (``inf`` overflowed the slices' arithmetic at start). The
+#: crawl's claim (``ha:{S}:filter``) names it, and a claim with a longer one is unreadable.
+MAX_DUPEFILTER_TTL = 1e10
 
 
 def dupefilter_ttl(settings: BaseSettings) -> float:
     """``HA_DUPEFILTER_TTL``: seconds after which a URL seen before may be crawled again
     when linked again (0: never)."""
-    ttl = check.seconds(settings, "HA_DUPEFILTER_TTL", DEFAULT_DUPEFILTER_TTL, zero=True)
-    if 0 < ttl < MIN_DUPEFILTER_TTL:
+    name, default = "HA_DUPEFILTER_TTL", DEFAULT_DUPEFILTER_TTL
+    ttl = check.seconds(settings, name, default, zero=True, finite=True)
+    if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_DUPEFILTER_TTL:
         raise ConfigError(
-            f"HA_DUPEFILTER_TTL={ttl!r} must be 0 (seen for ever) or {MIN_DUPEFILTER_TTL:g} "
-            "second or more"
+            f"{name}={check.raw(settings, name, default)!r} must be 0 (seen for ever) or "
+            f"{MIN_DUPEFILTER_TTL:g} to {MAX_DUPEFILTER_TTL:g} seconds (about 317 years)"
         )
     return ttl
 

@@ -7,14 +7,23 @@ fields are for a receiver of one's own. Which worker sends it is decided in Redi
 with NX, "pending" until the receiver answered 2xx, then "sent"), so that any number of
 workers send it once; once the queue is back below the threshold (a purge, a requeue), the
 next crossing alerts again. The POST runs in a thread, bounded as a whole by
-:data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing (``ha/alert/errors``),
-and the alert is not lost: a failed POST takes its marker back (if it is still this
-worker's), and a worker killed before the answer leaves a pending marker that expires after
-:data:`PENDING_TTL`; the next dead letter past the threshold sends it again. A POST whose
-answer began (a byte of it came) but did not end in time may have been delivered: it is
-recorded as sent, never sent again (``ha/alert/unconfirmed``, a WARNING); one that got no
-byte of an answer (a receiver that takes the request and never reads it: "sent whole"
-only says that it fit the kernel's buffers) is a failure, sent again.
+:data:`ALERT_TIMEOUT`: an unreachable receiver costs the crawl nothing, and the alert is
+not lost. How the POST ended decides when it goes again:
+
+- refused (4xx, 5xx), or nothing sent (no connection made): a failure
+  (``ha/alert/errors``); the marker is taken back at once (if it is still this worker's),
+  and the next dead letter past the threshold sends it again;
+- the request went out but no whole answer came (a receiver that reads it and answers
+  late, or one that never reads: the request fit the kernel's buffers, nothing more is
+  known): ``ha/alert/unanswered``; the pending marker is left to expire after
+  :data:`PENDING_TTL`, so that the alert goes again at most once in that time (a slow
+  receiver gets a duplicate a minute at most, not one at every dead letter);
+- the answer began (a byte of it came) but did not end in time: it may have been
+  delivered; recorded as sent, never sent again for this crossing
+  (``ha/alert/unconfirmed``, a WARNING).
+
+A worker killed before the answer leaves a pending marker that expires after
+:data:`PENDING_TTL` too.
 """
 
 from __future__ import annotations
@@ -24,30 +33,25 @@ __all__ = [
     "DEFAULT_ALERT_THRESHOLD",
     "PENDING_TTL",
     "DeadLetterAlert",
+    "Unanswered",
     "Unconfirmed",
     "post_json",
 ]
 
 import asyncio
-import functools
-import http.client
-import io
 import json
 import logging
 import socket
-import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
-from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import redis
-from w3lib.http import basic_auth_header
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.deadletters._post import ALERT_TIMEOUT, Unanswered, Unconfirmed, post_json
 from scrapy_ha.store import scripts
 
 if TYPE_CHECKING:
@@ -61,189 +65,10 @@ logger = logging.getLogger(__name__)
 #: Dead letters that trigger the alert: a few gone pages are routine in a crawl, a hundred
 #: dead requests are a pattern (a ban, a site change) worth a look while the crawl runs.
 DEFAULT_ALERT_THRESHOLD = 100
-#: Seconds the whole POST has (the connection, to each address in turn, a proxy's tunnel,
-#: TLS, the request, the answer; name resolution aside): a slow
-#: receiver must not hold a thread for long, nor outlive the marker (:data:`PENDING_TTL`).
-ALERT_TIMEOUT = 10.0
 #: Seconds a pending marker lives when its worker never said how the POST went (killed, or
 #: Redis unreachable then): several times the POST's, short enough that the alert comes a
 #: minute late at most.
 PENDING_TTL = 60.0
-
-
-class Unconfirmed(TimeoutError):
-    """The answer began (the receiver had the request) but did not end within the POST's
-    time: the receiver may have acted on it (it must not be sent again)."""
-
-
-class _Deadline:
-    """The time of one POST: its connection is made within it (each address resolved gets
-    a share, so that one that never answers leaves time to the next), and its socket is
-    shut when it ends, from its creation on (a proxy's tunnel, TLS, the request, a receiver
-    that trickles its answer: each byte within a socket timeout holds no thread past it)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.at = time.monotonic() + seconds
-        #: a byte of the answer came: the receiver has the request (it may have acted on it)
-        self.answered = False
-        self._timers: list[threading.Timer] = []
-        self._watched: list[socket.socket] = []
-
-    def left(self) -> float:
-        return self.at - time.monotonic()
-
-    def passed(self) -> bool:
-        return self.left() <= 0
-
-    def connect(
-        self, address: tuple[str, int], timeout: Any = None, source: Any = None
-    ) -> socket.socket:
-        """A socket connected to *address* within the time left, then watched (as
-        :func:`socket.create_connection`, whose place it takes: *timeout* is each later
-        operation's): the address tried *i*-th of *n* has ``1/(n - i)`` of the time left,
-        the last all of it."""
-        found = socket.getaddrinfo(*address, 0, socket.SOCK_STREAM)
-        error: OSError = OSError(f"no address found for {address[0]}")
-        for tried, (family, kind, proto, _, where) in enumerate(found):
-            left = self.left()
-            if left <= 0:
-                raise TimeoutError("no time left to connect: nothing was sent") from error
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.settimeout(left / (len(found) - tried))
-                if source:
-                    sock.bind(source)
-                sock.connect(where)
-            except OSError as exc:
-                sock.close()
-                error = exc
-                continue
-            sock.settimeout(timeout)
-            self.watch(sock)
-            return sock
-        raise error
-
-    def watch(self, sock: socket.socket) -> None:
-        """Shut *sock* when the time is up (a duplicate of it, shut in its place: TLS takes
-        the socket object over, shutting the connection all the same)."""
-        watched = sock.dup()
-        self._watched.append(watched)
-        timer = threading.Timer(max(self.left(), 0), _shut, (watched,))
-        timer.daemon = True
-        timer.start()
-        self._timers.append(timer)
-
-    def cancel(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        for sock in self._watched:
-            sock.close()
-
-
-def _shut(sock: socket.socket) -> None:
-    """End the connection under the thread reading it (its read returns at once)."""
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # closed meanwhile
-
-
-class _Noticing(io.RawIOBase):
-    """The bytes of an answer as they come, noting the first on the deadline."""
-
-    def __init__(self, raw: Any, deadline: _Deadline) -> None:
-        super().__init__()
-        self.raw = raw
-        self.deadline = deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int | None:
-        got: int | None = self.raw.readinto(buffer)
-        if got:
-            self.deadline.answered = True
-        return got
-
-    def close(self) -> None:
-        if not self.closed:
-            self.raw.close()
-        super().close()
-
-
-class _Answer(http.client.HTTPResponse):
-    """The receiver's answer, its first byte noted (a proxy's answer to CONNECT is not)."""
-
-    def __init__(self, sock: socket.socket, *args: Any, deadline: _Deadline, **kw: Any) -> None:
-        super().__init__(sock, *args, **kw)
-        self.fp = io.BufferedReader(_Noticing(self.fp.detach(), deadline))
-
-
-class _TimedHTTP(http.client.HTTPConnection):
-    """A connection under a :class:`_Deadline`: made and watched by it, its answer noted."""
-
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.deadline = deadline
-        self._create_connection = deadline.connect
-
-    def getresponse(self) -> http.client.HTTPResponse:
-        answer = functools.partial(_Answer, deadline=self.deadline)
-        self.response_class = cast("type[http.client.HTTPResponse]", answer)
-        return super().getresponse()
-
-
-class _TimedHTTPS(_TimedHTTP, http.client.HTTPSConnection):
-    """The same over TLS (the socket watched is the one TLS runs over)."""
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_TimedHTTP, deadline=self.deadline), req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self.deadline = deadline
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_TimedHTTPS, deadline=self.deadline), req)
-
-
-def post_json(url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT) -> int:
-    """POST *doc* as JSON to *url* within *timeout* seconds in all; return the HTTP status
-    (blocking: run it in a thread). Past the time, :class:`Unconfirmed` when a byte of the
-    answer came (it may have been delivered), another error when none did. A
-    ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
-    a part of the host name); proxies are urllib's (``https_proxy``...)."""
-    headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
-    parts = urlsplit(url)
-    if "@" in parts.netloc:
-        userinfo, host = parts.netloc.rsplit("@", 1)
-        user, _, password = userinfo.partition(":")
-        headers["Authorization"] = basic_auth_header(unquote(user), unquote(password)).decode()
-        url = urlunsplit(parts._replace(netloc=host))
-    request = urllib.request.Request(
-        url, data=json.dumps(doc).encode(), headers=headers, method="POST"
-    )
-    deadline = _Deadline(timeout)
-    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            return int(response.status)
-    except urllib.error.HTTPError:
-        raise  # an answer came: not delivered (4xx, 5xx)
-    except (OSError, http.client.HTTPException) as exc:
-        if deadline.passed() and deadline.answered:
-            raise Unconfirmed(f"the answer begun did not end within {timeout:g} s") from exc
-        raise
-    finally:
-        deadline.cancel()
 
 
 def _where(url: str) -> str:
@@ -290,7 +115,9 @@ class DeadLetterAlert:
 
     async def check(self, queue: RedisQueue) -> None:
         """After a dead letter: send the alert if this worker is the one to (Redis errors are
-        raised to the caller, like the dead letter's own)."""
+        raised to the caller, like the dead letter's own). The POST's time starts here, as
+        the pending marker's does: a thread that starts late (a busy executor) has less."""
+        start = time.monotonic()
         marker = self._marker("pending")
         dead = int(
             await self._alert_script(
@@ -298,7 +125,8 @@ class DeadLetterAlert:
             )
         )
         if dead:
-            task = asyncio.get_running_loop().create_task(self._send(queue, dead, marker))
+            sending = self._send(queue, dead, marker, start)
+            task = asyncio.get_running_loop().create_task(sending)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -326,12 +154,16 @@ class DeadLetterAlert:
             "command": f"scrapy-ha dlq list {spider}",
         }
 
-    async def _send(self, queue: RedisQueue, dead: int, marker: str) -> None:
+    async def _send(self, queue: RedisQueue, dead: int, marker: str, start: float) -> None:
         spider = queue.keys.spider
+        doc = self.document(spider, dead)
         try:
-            status = await asyncio.to_thread(post_json, self.url, self.document(spider, dead))
+            status = await asyncio.to_thread(post_json, self.url, doc, start=start)
         except Unconfirmed:
             await self._unconfirmed(queue, dead, marker)
+            return
+        except Unanswered as exc:
+            self._unanswered(spider, dead, exc)
             return
         except Exception as exc:  # noqa: BLE001 - an alert that failed costs the crawl nothing
             self.stats.inc_value("ha/alert/errors")
@@ -369,6 +201,23 @@ class DeadLetterAlert:
             _where(self.url),
             ALERT_TIMEOUT,
             self.threshold,
+        )
+
+    def _unanswered(self, spider: str, dead: int, exc: Unanswered) -> None:
+        """The request went out but no answer came: the receiver may be reading it (a slow
+        one), or never will (one that does not read). Its pending marker is left to expire
+        (:data:`PENDING_TTL`): the alert goes again, at most once in that time."""
+        self.stats.inc_value("ha/alert/unanswered")
+        logger.warning(
+            "The dead-letter alert of %s (%d requests) went to HA_DLQ_ALERT_WEBHOOK (%s) but "
+            "no answer came (%s): it may have been delivered; the first dead letter past "
+            "HA_DLQ_ALERT_THRESHOLD=%d once %g s have passed sends it again",
+            spider,
+            dead,
+            _where(self.url),
+            exc,
+            self.threshold,
+            PENDING_TTL,
         )
 
     async def _settle(self, queue: RedisQueue, *args: str) -> None:

@@ -18,17 +18,12 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = [
-    "MAX_CLAIMED_TTL",
     "ClaimUnreadable",
     "claim_kind",
     "claimed_kind",
     "crawl_dupefilter",
     "dupefilter_kind",
 ]
-
-#: The longest TTL a claim may name: about 317 years, within what a time slice's start
-#: (milliseconds) and a date shown can hold; more is no TTL a worker wrote.
-MAX_CLAIMED_TTL = 1e10
 
 
 class ClaimUnreadable(ConfigError):
@@ -39,8 +34,15 @@ class ClaimUnreadable(ConfigError):
 def dupefilter_kind(config: MemoryConfig, ttl: float) -> str:
     """The kind a worker claims: ``set``, ``bloom``, or either in time slices with its TTL
     (``set sliced 3600``): workers of two TTLs would each drop the slices the other keeps
-    (the shortest TTL would win for every worker, at once)."""
-    return config.dupefilter + (f" sliced {ttl:g}" if ttl else "")
+    (the shortest TTL would win for every worker, at once). The TTL is written exactly (a
+    whole number as one, else as Python reads it back), so that two TTLs always differ."""
+    return config.dupefilter + (f" sliced {_exact(ttl)}" if ttl else "")
+
+
+def _exact(ttl: float) -> str:
+    """``3600``, ``1234567``, ``0.1`` (never ``1.23457e+06``: 6 digits made 1234567 and
+    1234568 one TTL)."""
+    return str(int(ttl)) if ttl == int(ttl) else repr(float(ttl))
 
 
 async def claimed_kind(queue: RedisQueue) -> tuple[str, float] | None:
@@ -60,7 +62,7 @@ async def claimed_kind(queue: RedisQueue) -> tuple[str, float] | None:
 
 def _read_claim(stored: str) -> tuple[str, float] | None:
     """``set``, ``bloom sliced 3600``: the kind and TTL; a ValueError says what is wrong."""
-    from scrapy_ha.config.continuous import MIN_DUPEFILTER_TTL
+    from scrapy_ha.config.continuous import MAX_DUPEFILTER_TTL, MIN_DUPEFILTER_TTL
     from scrapy_ha.config.memory import DUPEFILTERS
 
     name, *rest = stored.split(" ")
@@ -73,9 +75,9 @@ def _read_claim(stored: str) -> tuple[str, float] | None:
         ttl = float(rest[1]) if rest else 0.0
     except ValueError:
         raise ValueError(f"its TTL {rest[1]!r} is no number") from None
-    if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_CLAIMED_TTL:  # NaN and inf too
+    if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_DUPEFILTER_TTL:  # NaN and inf too
         raise ValueError(
-            f"its TTL {rest[1]!r} is not 0 nor {MIN_DUPEFILTER_TTL:g} to {MAX_CLAIMED_TTL:g} s"
+            f"its TTL {rest[1]!r} is not 0 nor {MIN_DUPEFILTER_TTL:g} to {MAX_DUPEFILTER_TTL:g} s"
         )
     return name, ttl
 
@@ -121,7 +123,7 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker
     if await queue.client.set(key, kind, nx=True):
         return
     stored = await _stored(queue) or ""
-    if not _agrees(stored, kind) and not await _others_alive(queue, worker):
+    if not _agrees(stored, config, ttl) and not await _others_alive(queue, worker):
         # the claim outlived its crawl (an earlier version's finish or flush, which knows
         # no claim, cleared the crawl), or every worker of the crawl stopped and this one
         # comes with another TTL: no worker that could have made it is alive (a worker
@@ -130,7 +132,7 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker
         if await queue.client.set(key, kind, nx=True):
             return
         stored = await _stored(queue) or ""  # another worker claimed meanwhile
-    if not _agrees(stored, kind):
+    if not _agrees(stored, config, ttl):
         raise ConfigError(
             f"{_kind_setting(kind)} but the crawl of {queue.keys.spider} in Redis has a "
             f"dupefilter of another kind, {_kind_setting(stored)} (key {key}, set by the "
@@ -139,10 +141,16 @@ async def claim_kind(queue: RedisQueue, config: MemoryConfig, ttl: float, worker
         )
 
 
-def _agrees(stored: str, kind: str) -> bool:
-    """Whether a worker of *kind* may join a crawl that claimed *stored* (nothing claimed,
-    the same, or time slices claimed without their TTL by an earlier version)."""
-    return not stored or stored == kind or (stored.endswith(" sliced") and kind.startswith(stored))
+def _agrees(stored: str, config: MemoryConfig, ttl: float) -> bool:
+    """Whether a worker of *config* and *ttl* may join a crawl that claimed *stored*:
+    nothing claimed, the same, or the same as an earlier version wrote it (time slices
+    without their TTL; the TTL to 6 significant digits, ``1.23457e+06``, which it cannot
+    tell from a TTL of the same 6 digits)."""
+    kind = dupefilter_kind(config, ttl)
+    earlier = config.dupefilter + (f" sliced {ttl:g}" if ttl else "")
+    if stored.endswith(" sliced"):
+        return kind.startswith(stored)
+    return stored in ("", kind, earlier)
 
 
 async def _others_alive(queue: RedisQueue, worker: str) -> bool:
