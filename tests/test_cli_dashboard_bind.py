@@ -51,3 +51,38 @@ def test_the_ipv6_any_address_listens_on_ipv6_alone(redis_url):
             ipv4.connect(("127.0.0.1", port))  # IPV6_V6ONLY: not IPv4 too
     finally:
         harness.stop(proc)
+
+
+def test_an_address_of_the_host_this_machine_lacks_is_left_out(monkeypatch):
+    """``localhost`` resolving to an IPv6 address the machine does not have (a container
+    without IPv6 keeps ``::1 localhost`` in /etc/hosts): the dashboard listens on the
+    addresses it has instead of refusing to start."""
+    from scrapy_ha.cli.dashboard import _listening
+
+    real = socket.getaddrinfo
+
+    def resolved(host, port, *args, **kwargs):
+        found = real("127.0.0.1", port, *args, **kwargs)
+        absent = (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::2", port, 0, 0))
+        return [absent, *found]  # ::2: no interface of this machine has it
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolved)
+    socks = _listening("localhost", 0)
+    try:
+        assert [s.family for s in socks] == [socket.AF_INET]
+        with socket.create_connection(socks[0].getsockname()[:2], timeout=START_TIMEOUT):
+            pass
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_host_whose_every_address_is_absent_is_refused(monkeypatch):
+    from scrapy_ha.cli.dashboard import _listening
+
+    def resolved(host, port, *args, **kwargs):
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::2", port, 0, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolved)
+    with pytest.raises(OSError, match="assign requested address"):
+        _listening("localhost", 0)

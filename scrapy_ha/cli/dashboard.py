@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = ["dashboard"]
 
+import errno
 import os
 import socket
 import sys
@@ -69,21 +70,37 @@ def _listening(host: str, port: int) -> list[socket.socket]:
     browser opened at once waits in the backlog until the server accepts. As uvicorn's own
     server binds: every address *host* resolves to (``localhost``: 127.0.0.1 and ::1 where
     both are), an IPv6 one with IPV6_V6ONLY (``::`` is IPv6 alone; ``0.0.0.0`` IPv4
-    alone). A host that does not resolve is an OSError that says so."""
+    alone). An address this machine does not have (``::1`` of ``localhost`` in a container
+    without IPv6) is left out while another binds; a port in use is never left out. A host
+    that does not resolve is an OSError that says so."""
+    flags = socket.AI_PASSIVE | socket.AI_ADDRCONFIG
     try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=flags)
     except socket.gaierror as exc:
         raise OSError(f"cannot resolve {host}: {exc.strerror}") from exc
     socks: list[socket.socket] = []
+    missing: OSError | None = None
     try:
         for family, address in dict.fromkeys((f[0], f[4]) for f in found):
             chosen = socks[0].getsockname()[1] if socks else port
-            socks.append(_bound(family, (address[0], chosen, *address[2:])))
+            try:
+                socks.append(_bound(family, (address[0], chosen, *address[2:])))
+            except OSError as exc:
+                if exc.errno not in ABSENT:
+                    raise
+                missing = missing or exc
     except OSError:
         for sock in socks:
             sock.close()
         raise
+    if not socks and missing is not None:
+        raise missing
     return socks
+
+
+#: Why an address of the host cannot be bound because this machine lacks it, not because
+#: something else holds it: such an address is left out when another binds.
+ABSENT = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
 
 
 def _bound(family: int, address: tuple[Any, ...]) -> socket.socket:
