@@ -10,8 +10,10 @@ import hashlib
 
 import pytest
 import redis.asyncio
+from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import (
@@ -202,3 +204,19 @@ async def test_one_call_of_more_urls_than_a_layer_holds_fills_no_layer_past_it(r
     assert all(n <= 1000 << i for i, n in enumerate(state.added)), state.added
     await queue.client.flushdb()
     await queue.client.aclose()
+
+
+def test_the_largest_capacity_the_settings_take_makes_a_layout_readers_accept():
+    """A capacity the settings accept makes a filter whose first two layers (the second is
+    asked for with the first URL) every reader accepts, at the tightest error rate; one
+    above it is refused at start, naming the setting, not at the first URL as a filter no
+    worker could have written."""
+    from scrapy_ha.config.memory import ERROR_RATE_RANGE, MAX_DUPEFILTER_CAPACITY, MemoryConfig
+    from scrapy_ha.store.bloom import MAX_PART_BYTES, bloom_k, layer_bytes
+
+    for error in ERROR_RATE_RANGE:
+        for layer in (0, 1):
+            assert layer_bytes(MAX_DUPEFILTER_CAPACITY, bloom_k(error), MAX_PART_BYTES, layer)
+    over = {"HA_DUPEFILTER": "bloom", "HA_DUPEFILTER_CAPACITY": MAX_DUPEFILTER_CAPACITY + 1}
+    with pytest.raises(ConfigError, match="HA_DUPEFILTER_CAPACITY=50000000001"):
+        MemoryConfig.from_settings(Settings(over))

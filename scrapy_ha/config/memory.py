@@ -29,8 +29,11 @@ DEFAULT_DUPEFILTER_ERROR_RATE = 1e-6
 #: The range of rates allowed: below 1e-12 a filter costs more than the exact set (12-byte
 #: fingerprints); above 0.1 it loses more than it saves.
 ERROR_RATE_RANGE = (1e-12, 0.1)
-#: The largest first layer: positions stay exact in a Lua number as the filter grows.
-MAX_DUPEFILTER_CAPACITY = 10**12
+#: The largest first layer: its second, which a worker asks for with its first URL, stays
+#: under the largest layer any reader accepts (store.bloom.MAX_LAYER_BYTES, 2^40 bytes) at
+#: the tightest error rate (1e-12: 0.76 TB); and positions stay exact in a Lua number.
+#: Above it, 10^12 failed at the first URL as a filter "no worker can have written".
+MAX_DUPEFILTER_CAPACITY = 5 * 10**10
 #: The smallest first layer: a sync call's 500 new requests then never fill more than the
 #: one layer it may add (a call knows the bitmaps of one layer ahead).
 MIN_DUPEFILTER_CAPACITY = 1000
