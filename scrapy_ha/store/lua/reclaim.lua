@@ -16,6 +16,9 @@
 -- KEYS[14] polite (lib/polite: a reclaimed lease frees its domain's concurrency slot, so
 --          a dead worker's slots come back with its leases)
 -- KEYS[15] ready  KEYS[16] waiting  KEYS[17] queued (lib/frontier)
+-- KEYS[18] revisits: an entry dead-lettered (poison, corrupt) leaves the revisits set at
+--          once, as in dead.lua (lib/revisit: it no longer holds its URL; before, it stayed
+--          there up to a day, counted by status and the dashboard as a revisited URL)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- ARGV[7] the crawl's order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or
@@ -37,7 +40,7 @@ if not (interval and batch and max_exp and max_dead and max_age) or lifo == nil 
     .. 'numbers, then the order')
 end
 local err = wrong_type('reclaim', KEYS, {'zset', 'hash', nil, 'hash', 'zset', 'hash', nil,
-  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string'})
+  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string', 'zset'})
 if err then return err end
 if not redis_call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
@@ -58,6 +61,7 @@ for _, id in ipairs(ids) do
     local reason = 'corrupt queue entry: its lease record ' ..
       str_format('%q', str_sub(v, 1, 60)) .. ' cannot be read'
     dead_letter(KEYS[5], KEYS[6], id, {class = 'corrupt', reason = reason}, now)
+    if KEYS[18] then redis_call('ZREM', KEYS[18], id) end
     count('dead', 1, lease_domain(v), 'corrupt')
     count('retry_dead', redis_call('HDEL', KEYS[9], id))
     out[3] = out[3] + 1
@@ -70,6 +74,7 @@ for _, id in ipairs(ids) do
       local reason = 'lease expired ' .. n ..
         ' times while its request was running: its worker died or stalled processing it'
       dead_letter(KEYS[5], KEYS[6], id, {class = 'poison', expiries = n, reason = reason}, now)
+      if KEYS[18] then redis_call('ZREM', KEYS[18], id) end
       count('poison', 1)
       count('dead', 1, lease_domain(v), 'poison')
       count('retry_dead', redis_call('HDEL', KEYS[9], id))

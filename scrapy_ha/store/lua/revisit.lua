@@ -18,6 +18,7 @@
 -- KEYS[17] revisit_alloc (lib/revisit: adaptive revisits' budget)
 -- KEYS[18] the back queues' prefix  KEYS[19] ready  KEYS[20] waiting  KEYS[21] queued
 --          (lib/frontier: a back queue waiting for the freed slot goes back to ready)
+-- KEYS[22] dead (lib/revisit: an entry dead-lettered does not hold its URL)
 -- then the checkpoint keys the ack names (lib/commit), if any, then the dupefilter's own
 -- (a Bloom filter's bitmaps, or the set's time slices; lib/seen)
 -- ARGV[1] the ack: "<entry id> <lease token>", and what the page commits (lib/commit)
@@ -93,7 +94,7 @@ if adaptive and not (alloc.load and alloc.base and alloc.budget and alloc.first 
 end
 local err = wrong_type('revisit', KEYS, {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash',
   'hash', 'hash', 'hash', 'hash', 'zset', 'hash', 'stream',
-  'hash', nil, 'hash', nil, 'zset', 'zset', 'string'})
+  'hash', nil, 'hash', nil, 'zset', 'zset', 'string', 'zset'})
 if err then return err end
 local acks, bad = commit_acks(KEYS, ARGV, 0, 1)
 if bad then return bad end
@@ -131,7 +132,7 @@ if leaves then
   redis.call('ZREM', KEYS[12], id)
   count('revisit_left', 1)
   if adaptive then revisit_release(KEYS[17], id) end
-elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], id, fp) then
+elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
   redis.call('HSET', KEYS[4], id, restore_value(revisit_score(lease_score(v) or 0, due), domain))

@@ -16,21 +16,28 @@
 -- dead-lettered, or left the queue): it leaves the revisits set.
 local DAY_MS = 86400000
 
--- revisit_claim(urls, leased, delayed, id, fp)
---   KEYS: urls (revisit_urls), leased, delayed (the caller's KEYS[i])
+-- revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
+--   KEYS: urls (revisit_urls), leased, delayed, revisits, dead (the caller's KEYS[i])
 --   Rule (one revisit per URL): a URL is revisited by one entry. The entry id that last
 --   revisited fingerprint fp is kept; another entry that finishes a visit of fp while that
---   one is alive (leased, or waiting in the delayed set) is a double: it ends as an ack
---   instead of a revisit. An entry found neither leased nor delayed (pending, or gone:
---   dead-lettered, acked) gives way: if it was pending, it finds this one alive when it
---   finishes and ends then, so a URL is never revisited twice for more than one round,
---   and never left without its revisit.
+--   one is alive is a double: it ends as an ack instead of a revisit. Alive: leased, waiting
+--   in the delayed set, or pending (due, promoted to its back queue, not leased yet): one of
+--   the revisits (the revisits set) that is not dead-lettered (the dead set: an entry
+--   dead-lettered leaves the revisits set, dead.lua and reclaim.lua, but one dead-lettered
+--   as poison before reclaim.lua did stays there up to a day past its due time). Before,
+--   a pending entry gave way: a copy of its URL that finished first (a crawl without a
+--   dupefilter) took the URL, and the established entry then ended as the double, its
+--   visit count, validators and evidence lost. An entry found in none of them (gone:
+--   dead-lettered, acked, left, or pending more than a day past its due time) gives way: if
+--   it is pending still, it finds this one alive when it finishes and ends then, so a URL is
+--   never revisited twice for more than one round, and never left without its revisit.
 --   Returns true when entry id revisits fp (recorded), false when it is a double.
-local function revisit_claim(urls, leased, delayed, id, fp)
+local function revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
   if fp == '' then return true end
   local other = redis.call('HGET', urls, fp)
   if other and other ~= id and (redis.call('ZSCORE', leased, other)
-      or redis.call('ZSCORE', delayed, other)) then
+      or redis.call('ZSCORE', delayed, other)
+      or (redis.call('ZSCORE', revisits, other) and not redis.call('ZSCORE', dead, other))) then
     return false
   end
   if other ~= id then redis.call('HSET', urls, fp, id) end

@@ -1,0 +1,135 @@
+"""One revisit entry per URL (lua/lib/revisit.lua: revisit_claim) keeps the established
+entry: a copy of its URL (a crawl without a dupefilter queues one per link) that finishes
+while the established entry is due, promoted to its back queue and not leased yet, ends as
+the double, not the established entry with its history (visit count, validators,
+evidence). And an entry dead-lettered as poison by reclaim.lua leaves ``ha:{S}:revisits``
+at once, as one dead-lettered by a worker does (dead.lua). Against a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
+from scrapy_ha.store.wire import NewEntry
+
+KEYS = Keys("ha", "claim")
+URL = "http://a.test/page"
+#: what the established entry's payload keeps of its URL's history (RevisitState's meta)
+HISTORY = {"n": 40, "f": 2, "etag": '"v40"'}
+
+
+def payload(history: dict[str, Any] | None = None) -> bytes:
+    request: dict[str, Any] = {"v": 1, "u": URL}
+    if history is not None:
+        request["m"] = {"revisit": history}
+    return json.dumps(request).encode()
+
+
+def end(lease: Any, body: bytes, ms: int) -> Revisit:
+    """The visit of *lease* ends as a revisit in *ms*, the URL's fingerprint sent (as it is
+    without a dupefilter: kept seen by no one, ``seen=False``)."""
+    return Revisit(lease.id, lease.token, ms, body, b"fp-page", "unchanged", 0, "60", seen=False)
+
+
+async def lease_when_due(q: RedisQueue) -> Any:
+    for _ in range(500):
+        leased = await q.lease(1, 30_000)
+        if leased:
+            return leased[0]
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing came due")
+
+
+async def until_due(q: RedisQueue, entry_id: str) -> None:
+    """Waits until Redis's clock reaches the due time of *entry_id* in the delayed set."""
+    due = await q.client.zscore(KEYS.delayed, entry_id)
+    for _ in range(500):
+        seconds, micros = await q.client.time()
+        if seconds * 1000 + micros // 1000 >= due:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the entry never came due")
+
+
+@deferred_f_from_coro_f
+async def test_a_copy_finishing_while_the_revisit_is_pending_ends_as_the_double(redis_url):
+    """Before, the copy claimed the URL (the pending entry was neither leased nor delayed,
+    so it "gave way"), and the established entry ended as the double: ``due == -1``, and
+    what was left was the copy's fresh history (``n: 1``)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0  # established
+    await until_due(q, first.id)
+    # A second link to the URL is queued (nothing filters it), and the same call promotes
+    # the due entry to its back queue and leases the copy first (a revisit goes after the
+    # other requests of its priority).
+    copy = NewEntry(b"copy", 0, payload())
+    (copy_lease,) = (await q.sync(enqueue=[copy], lease=1, lease_ms=30_000, promote=10)).leases
+    assert copy_lease.id != first.id
+    assert await q.client.zscore(KEYS.delayed, first.id) is None  # pending, not leased
+    assert await q.client.zscore(KEYS.leased, first.id) is None
+    fresh = {"n": 1, "f": 0}
+    assert (await revisit(q, end(copy_lease, payload(fresh), 20))).due == DOUBLE
+    again = await lease_when_due(q)
+    assert again.id == first.id
+    kept = {**HISTORY, "n": 41}
+    assert (await revisit(q, end(again, payload(kept), 20))).due > 0  # not the double
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
+    assert await q.client.zrange(KEYS.revisits, 0, -1) == [first.id.encode()]
+    assert await q.client.hget(KEYS.payload, first.id) == payload(kept)
+    stats = await q.client.hgetall(KEYS.stats)
+    assert stats[b"revisit_double"] == b"1"
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_dead_lettered_claimant_gives_way_to_a_copy(redis_url):
+    """The rule's other side: an established entry dead-lettered (a page gone) holds its
+    URL no more, even while it is still in the revisits set (as one dead-lettered as poison
+    before reclaim.lua took it out): a copy that finishes revisits the URL."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
+    gone = await lease_when_due(q)
+    assert gone.id == first.id
+    info = {"class": "gone", "reason": "HTTP 404"}
+    assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
+    await q.client.zadd(KEYS.revisits, {first.id: 0})  # as an older reclaim.lua left it
+    await q.enqueue([NewEntry(b"copy", 0, payload())])
+    copy = await lease_when_due(q)
+    assert (await revisit(q, end(copy, payload(), 20))).due > 0
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == copy.id.encode()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_revisit_dead_lettered_as_poison_leaves_the_revisits_set(redis_url):
+    """Before, reclaim.lua dead-lettered it and left its due time in ``ha:{S}:revisits``
+    (counted as a revisited URL by status and the dashboard) up to a day."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 10))).due > 0
+    assert await q.client.zscore(KEYS.revisits, first.id) is not None
+    poison: list[str] = []
+    while not poison:
+        leases = (await q.sync(lease=1, lease_ms=20, promote=10)).leases
+        if leases:  # its worker dies while running it: handed to its engine, never renewed
+            pair = (leases[0].id, leases[0].token)
+            await q.renew([pair], handed=[pair], worker="w", lease_ms=20, heartbeat_ms=1000)
+        await asyncio.sleep(0.03)
+        reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=1)
+        poison = reclaimed.poison if reclaimed is not None else []
+    assert poison == [first.id]
+    assert await q.client.zscore(KEYS.dead, first.id) is not None
+    assert await q.client.zscore(KEYS.revisits, first.id) is None
+    await q.client.aclose()
