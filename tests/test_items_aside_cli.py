@@ -144,3 +144,27 @@ def test_retry_aside_with_id_writes_only_those_and_skips_a_record_that_blocks(re
     assert "1-1: no such entry set aside by group g" in unknown.stdout
     assert client.xlen(ASIDE) == 1
     client.close()
+
+
+def test_retry_aside_into_a_file_keeps_a_record_it_could_not_write_at_every_run(
+    redis_url, tmp_path
+):
+    """A record the file cannot hold (not UTF-8) is left out and kept; the offset file
+    names only the lines written, so the next --retry-aside keeps it again (it deleted it,
+    taking it for one a killed run had written: in neither place)."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(KEYS.items, {"i": NOT_UTF8})
+    good, bad = set_aside(client, "g", "OSError: disk full")
+    path = tmp_path / "items.jsonl"
+    args = ["items", "s", "--to", f"jsonl:{path}", "--group", "g", "--redis-url", redis_url]
+    for written in (1, 0):
+        retried = scrapy_ha(*args, "--retry-aside")
+        assert retried.returncode == 1, retried.stderr
+        assert f"{written} set-aside entr" in retried.stdout, retried.stdout
+        assert f"{bad}: the sink cannot read it as an item" in retried.stdout
+        ((_, kept),) = client.xrange(ASIDE)
+        assert kept[b"e"].decode() == bad and kept[b"i"] == NOT_UTF8
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}]
+    assert json.loads(path.with_name("items.jsonl.offset").read_text())["batch"] == [good]
+    client.close()

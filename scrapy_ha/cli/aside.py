@@ -7,9 +7,11 @@ idempotent sink never stores it twice) and deletes the record only after the sin
 committed it. A sink whose idempotence is its own (a JSON Lines file: ``shares = False``)
 names at open what it committed last (the offset file's batch): a record among them was
 written by a ``--retry-aside`` killed before it deleted the record, and is deleted, not
-written again. A record it cannot use is reported and kept, never deleted: the group no
-longer reads the stream, the record lacks its id or its item, or the sink left the item
-out (not an item it can read).
+written again (the batch names only lines the file holds). A record it cannot use is
+reported and kept, never deleted: the group no longer reads the stream, the record lacks its
+id or its item, or the sink stored nothing of it (``write`` returned 0: not an item it can
+read, or a pipeline dropped it). "N set-aside entries written" counts records the sink
+stored (or had stored before a kill).
 """
 
 from __future__ import annotations
@@ -101,10 +103,12 @@ async def _retry_one(
         return None
     skipped = getattr(sink, "skipped", 0)
     try:
-        await sink.write([Entry(global_id(shard, entry_id), item)])
+        stored = await sink.write([Entry(global_id(shard, entry_id), item)])
     except Exception as exc:
         return f"the sink failed it ({type(exc).__name__}: {exc})"
     if getattr(sink, "skipped", 0) != skipped:
         return "the sink cannot read it as an item (left out)"
+    if stored == 0:  # not written (a pipeline dropped it): kept, never deleted
+        return "the sink stored nothing of it"
     await stream.drop_aside(record.record_id)
     return None

@@ -135,7 +135,7 @@ class JsonLinesSink:
 
     def _write(self, entries: list[Entry]) -> int:
         assert self._fd is not None
-        lines = []
+        lines, written = [], []
         for entry in entries:
             try:
                 plain = entry.plain()
@@ -144,11 +144,15 @@ class JsonLinesSink:
                 logger.error("Stream entry %s is not an item (%s): left out", entry.id, exc)
                 continue
             lines.append(_line(plain))
+            written.append(entry.id)
+        if not lines:  # nothing written: the offset file keeps the batch it names
+            return 0
         data = b"".join(lines)
         try:
             _write_all(self._fd, data, self.length)
             os.fsync(self._fd)
-            self._record([e.id for e in entries], self.length + len(data))
+            # only the ids of lines written: --retry-aside deletes a record the batch names
+            self._record(written, self.length + len(data))
         except Exception:
             os.ftruncate(self._fd, self.length)  # no part of the batch stays in the file
             raise
