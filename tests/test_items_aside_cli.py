@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -167,4 +168,29 @@ def test_retry_aside_into_a_file_keeps_a_record_it_could_not_write_at_every_run(
         assert kept[b"e"].decode() == bad and kept[b"i"] == NOT_UTF8
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}]
     assert json.loads(path.with_name("items.jsonl.offset").read_text())["batch"] == [good]
+    client.close()
+
+
+def test_a_table_that_refuses_everything_sets_nothing_aside_and_exit_idle_exits_1(
+    redis_url, tmp_path
+):
+    """A table whose every write fails with SQLSTATE 23 (a CHECK no row passes, as a broken
+    trigger): the sink's fault, not the entries'. Nothing was ever stored, so the no-proof
+    rule of the crawl's last item does not apply: every item stays pending, --exit-idle
+    exits 1 with its WARNING (every item was set aside before, exit 0)."""
+    fill(redis_url, 5)
+    db = tmp_path / "items.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TABLE scrapy_ha_items (spider VARCHAR(200) NOT NULL, entry_id VARCHAR(64) "
+            "NOT NULL, item JSON NOT NULL, committed_at TIMESTAMP NOT NULL, PRIMARY KEY "
+            "(spider, entry_id), CHECK (json_extract(item, '$.id') < 0))"
+        )
+    args = ["items", "s", "--to", f"sqlite:///{db}", "--group", "g", "--redis-url", redis_url]
+    ran = scrapy_ha(*args, "--exit-idle", "0.2")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "5 item(s) stay pending in group g" in ran.stderr
+    assert "0 set aside" in ran.stdout
+    client = redis.Redis.from_url(redis_url)
+    assert client.xlen(ASIDE) == 0 and client.xpending(KEYS.items, "g")["pending"] == 5
     client.close()

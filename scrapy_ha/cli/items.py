@@ -103,7 +103,7 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         f"({report.lone_failures} of an entry alone), {report.set_aside} set aside",
         flush=True,
     )
-    return 0
+    return 1 if report.stuck else 0  # --exit-idle left entries pending (its WARNING)
 
 
 def in_loop(args: argparse.Namespace, main: Coroutine[Any, Any, int]) -> int:

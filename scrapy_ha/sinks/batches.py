@@ -90,6 +90,7 @@ class ConsumerReport:
     errors: int = 0  #: writes the sink failed (delivered again, or cut in halves)
     lone_failures: int = 0  #: failures of an entry written alone (suspects, see .isolate)
     set_aside: int = 0  #: entries set aside (items_aside.lua)
+    stuck: int = 0  #: entries left pending when --exit-idle exited (failed alone, unproven)
 
 
 def global_id(shard: int, local_id: str) -> str:
@@ -136,6 +137,8 @@ class BatchWriter:
         self._streak = 0  #: entries failed alone since the last commit
         self._transients = 0  #: batches failed transiently since the last commit
         self._failed_rounds = 0  #: writes in a row that committed nothing and failed
+        #: a write stored an entry since this consumer started (the no-proof rule's condition)
+        self.stored_any = False
 
     async def commit(
         self, shard: int, deliveries: list[Delivery], *, restart: bool = False
@@ -247,6 +250,7 @@ class BatchWriter:
         proof = stored is None or stored > 0  # a write that stored nothing proves nothing
         if proof:
             self._streak = self._transients = 0
+            self.stored_any = True
         for entry_id, suspect in self.suspects.committed([e.id for e in entries], proof=proof):
             await self._set_aside(suspect.shard, entry_id, suspect.reason, suspect.proven)
         return None
@@ -275,9 +279,11 @@ class BatchWriter:
 
     async def settle(self, shard: int, pending: int) -> None:
         """No new entry came in *shard* and *pending* entries are pending to this consumer
-        there: if they are all suspects, nothing is left to prove the sink works; set aside
-        those that failed alone with the entry's own fault (:meth:`.Suspects.unprovable`)."""
-        for entry_id, suspect in self.suspects.unprovable(shard, pending):
+        there: if it is the one suspect left and the sink stored an entry since this consumer
+        started, set it aside once it failed alone with the entry's own fault
+        (:meth:`.Suspects.unprovable`)."""
+        unprovable = self.suspects.unprovable(shard, pending, stored=self.stored_any)
+        for entry_id, suspect in unprovable:
             await self._set_aside(shard, entry_id, suspect.reason, suspect.failures)
 
     async def _set_aside(self, shard: int, entry_id: str, reason: str, times: int) -> None:

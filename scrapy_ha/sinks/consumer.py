@@ -241,6 +241,7 @@ class ItemConsumer:
             return True
         if not self.writer.suspects or backlog > await self._pending_here():
             return False
+        self.report.stuck = backlog
         logger.warning(
             "The crawl ended; %d item(s) stay pending in group %s: each failed alone and no "
             "other entry was left to prove the sink works (see the WARNINGs naming them); "
