@@ -188,6 +188,7 @@ class ItemConsumer:
     async def _round(self, stop: asyncio.Event) -> bool:
         """One pass over the streams; True if anything was committed."""
         await self.writer.acknowledge_committed()
+        self.writer.new_round()
         if self.writer.failed or self.writer.suspects:
             self.writer.failed = False
             for shard in range(len(self.streams)):
