@@ -15,7 +15,7 @@ import sqlalchemy
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import reason_text
-from scrapy_ha.store.scripts import ITEMS_ASIDE_LUA
+from scrapy_ha.store.scripts import ITEMS_ADD_LUA, ITEMS_ASIDE_LUA
 from tests.cli_seed import scrapy_ha
 from tests.test_items_sink_kills import fill
 
@@ -193,4 +193,36 @@ def test_a_table_that_refuses_everything_sets_nothing_aside_and_exit_idle_exits_
     assert "0 set aside" in ran.stdout
     client = redis.Redis.from_url(redis_url)
     assert client.xlen(ASIDE) == 0 and client.xpending(KEYS.items, "g")["pending"] == 5
+    client.close()
+
+
+def test_retry_aside_killed_then_the_files_consumer_then_retry_again_writes_nothing_twice(
+    redis_url, tmp_path
+):
+    """A --retry-aside killed between the file's commit and the record's deletion, then the
+    file's consumer writing a batch of its own (the offset file's last batch is then its),
+    then --retry-aside again: the offset file's 'retried' names the record's entry, carried
+    over by the consumer's batch, so it is deleted, not appended a second time."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    good, _ = set_aside(client, "g", "OSError: disk full")
+    client.xack(KEYS.items, "g", client.xrange(KEYS.items)[0][0])  # item 1: in another file
+    client.register_script(ITEMS_ADD_LUA)(keys=[KEYS.items, *KEYS.stats_keys()], args=['{"id": 4}'])
+    path = tmp_path / "items.jsonl"
+    args = ["items", "s", "--to", f"jsonl:{path}", "--group", "g", "--redis-url", redis_url]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RETRY, *args, "--retry-aside", "--id", good],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    consumed = scrapy_ha(*args, "--exit-idle", "0.2")
+    assert consumed.returncode == 0, consumed.stderr
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [2, 4]
+    again = scrapy_ha(*args, "--retry-aside")
+    assert again.returncode == 0, again.stderr
+    assert "2 set-aside entries written, 0 kept" in again.stdout
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [2, 4, 3]
+    assert client.xlen(ASIDE) == 0
     client.close()
