@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.cli.grammar import ITEM_SINKS
+from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.sinks.consumer import ItemConsumer, default_consumer
