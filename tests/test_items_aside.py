@@ -226,6 +226,38 @@ class Flapping(SqlSink):
         return super()._write(entries)
 
 
+class Down(SqlSink):
+    """A database that refuses every connection (as its server down): the batch sizes it
+    was handed, one per write."""
+
+    sizes: list[int]
+
+    def _write(self, entries: list[Any]) -> int:
+        self.sizes.append(len(entries))
+        raise ConnectionRefusedError("connection refused")
+
+
+@deferred_f_from_coro_f
+async def test_a_table_that_is_down_gets_one_write_of_the_whole_batch_per_round(
+    redis_url, tmp_path
+):
+    """A transient error is the table's: the batch is not cut in halves, so a down database
+    (each write a connect timeout) gets one write per round, not 9 (5, 2, 1 ...)."""
+    sink = Down(f"sqlite:///{tmp_path / 'items.db'}", "s")
+    sink.sizes = []
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await fill(client, list(range(1, 11)))
+
+    async def work() -> None:
+        while len(sink.sizes) < 5:  # past TRANSIENT_HALVE_AFTER (3) failed rounds
+            await asyncio.sleep(0.02)
+
+    report = await run(redis_url, sink, "sql", work)
+    assert set(sink.sizes) == {10}, sink.sizes
+    assert report.lone_failures == 0 and aside(redis_url) == []
+    await client.aclose()
+
+
 @deferred_f_from_coro_f
 async def test_a_flapping_sink_sets_nothing_aside(redis_url, tmp_path):
     sink = Flapping(f"sqlite:///{tmp_path / 'items.db'}", "s")

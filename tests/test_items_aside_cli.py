@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import sqlalchemy
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import reason_text
-from scrapy_ha.store.scripts import ITEMS_ASIDE_LUA
+from scrapy_ha.store.scripts import ITEMS_ADD_LUA, ITEMS_ASIDE_LUA
 from tests.cli_seed import scrapy_ha
 from tests.test_items_sink_kills import fill
 
@@ -143,4 +144,85 @@ def test_retry_aside_with_id_writes_only_those_and_skips_a_record_that_blocks(re
     assert unknown.returncode == 1
     assert "1-1: no such entry set aside by group g" in unknown.stdout
     assert client.xlen(ASIDE) == 1
+    client.close()
+
+
+def test_retry_aside_into_a_file_keeps_a_record_it_could_not_write_at_every_run(
+    redis_url, tmp_path
+):
+    """A record the file cannot hold (not UTF-8) is left out and kept; the offset file
+    names only the lines written, so the next --retry-aside keeps it again (it deleted it,
+    taking it for one a killed run had written: in neither place)."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(KEYS.items, {"i": NOT_UTF8})
+    good, bad = set_aside(client, "g", "OSError: disk full")
+    path = tmp_path / "items.jsonl"
+    args = ["items", "s", "--to", f"jsonl:{path}", "--group", "g", "--redis-url", redis_url]
+    for written in (1, 0):
+        retried = scrapy_ha(*args, "--retry-aside")
+        assert retried.returncode == 1, retried.stderr
+        assert f"{written} set-aside entr" in retried.stdout, retried.stdout
+        assert f"{bad}: the sink cannot read it as an item" in retried.stdout
+        ((_, kept),) = client.xrange(ASIDE)
+        assert kept[b"e"].decode() == bad and kept[b"i"] == NOT_UTF8
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}]
+    assert json.loads(path.with_name("items.jsonl.offset").read_text())["batch"] == [good]
+    client.close()
+
+
+def test_a_table_that_refuses_everything_sets_nothing_aside_and_exit_idle_exits_1(
+    redis_url, tmp_path
+):
+    """A table whose every write fails with SQLSTATE 23 (a CHECK no row passes, as a broken
+    trigger): the sink's fault, not the entries'. Nothing was ever stored, so the no-proof
+    rule of the crawl's last item does not apply: every item stays pending, --exit-idle
+    exits 1 with its WARNING (every item was set aside before, exit 0)."""
+    fill(redis_url, 5)
+    db = tmp_path / "items.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TABLE scrapy_ha_items (spider VARCHAR(200) NOT NULL, entry_id VARCHAR(64) "
+            "NOT NULL, item JSON NOT NULL, committed_at TIMESTAMP NOT NULL, PRIMARY KEY "
+            "(spider, entry_id), CHECK (json_extract(item, '$.id') < 0))"
+        )
+    args = ["items", "s", "--to", f"sqlite:///{db}", "--group", "g", "--redis-url", redis_url]
+    ran = scrapy_ha(*args, "--exit-idle", "0.2")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "5 item(s) stay pending in group g" in ran.stderr
+    assert "0 set aside" in ran.stdout
+    client = redis.Redis.from_url(redis_url)
+    assert client.xlen(ASIDE) == 0 and client.xpending(KEYS.items, "g")["pending"] == 5
+    client.close()
+
+
+def test_retry_aside_killed_then_the_files_consumer_then_retry_again_writes_nothing_twice(
+    redis_url, tmp_path
+):
+    """A --retry-aside killed between the file's commit and the record's deletion, then the
+    file's consumer writing a batch of its own (the offset file's last batch is then its),
+    then --retry-aside again: the offset file's 'retried' names the record's entry, carried
+    over by the consumer's batch, so it is deleted, not appended a second time."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    good, _ = set_aside(client, "g", "OSError: disk full")
+    client.xack(KEYS.items, "g", client.xrange(KEYS.items)[0][0])  # item 1: in another file
+    client.register_script(ITEMS_ADD_LUA)(keys=[KEYS.items, *KEYS.stats_keys()], args=['{"id": 4}'])
+    path = tmp_path / "items.jsonl"
+    args = ["items", "s", "--to", f"jsonl:{path}", "--group", "g", "--redis-url", redis_url]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RETRY, *args, "--retry-aside", "--id", good],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    consumed = scrapy_ha(*args, "--exit-idle", "0.2")
+    assert consumed.returncode == 0, consumed.stderr
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [2, 4]
+    again = scrapy_ha(*args, "--retry-aside")
+    assert again.returncode == 0, again.stderr
+    assert "2 set-aside entries written, 0 kept" in again.stdout
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [2, 4, 3]
+    assert client.xlen(ASIDE) == 0
     client.close()

@@ -293,3 +293,31 @@ async def test_an_acknowledged_entry_leaves_no_single_write_count_behind(redis_u
     assert await stream.ack("j", [d.id for d in got]) == (2, 2)
     assert await q.client.exists(KEYS.items_tries) == 0
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_consume_reads_every_shard_a_shrunk_crawls_layout_spans(redis_url, tmp_path):
+    """A crawl run at 3 shards, then at 2 (layout "2 3": the third shard's items stay in
+    the layout): consume() reads the layout as the workers do and gets all three shards'
+    items (it parsed the layout as a whole number and crashed)."""
+    from scrapy_ha.items import consume
+    from scrapy_ha.sinks.jsonl import JsonLinesSink
+    from scrapy_ha.store.sharding import make_queue, shards_of
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    for n, shard in enumerate(shards_of(make_queue(client, "ha", "s", 2, span=3))):
+        await ItemStream(client, shard.keys).add(list(items(n)))
+    await client.set(KEYS.shard_count, "2 3")
+    path = tmp_path / "items.jsonl"
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(
+        consume(redis_url, "s", JsonLinesSink(path), group="jsonl", block=0.1, stop=stop)
+    )
+    while not path.exists() or len(path.read_text().splitlines()) < 3:
+        if task.done():
+            task.result()  # its error, if it crashed
+        await asyncio.sleep(0.02)
+    stop.set()
+    await task
+    assert sorted(json.loads(line)["id"] for line in path.read_text().splitlines()) == [0, 1, 2]
+    await client.aclose()

@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from scrapy_ha.dashboard.app import create_app
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA
+from scrapy_ha.store.items import reason_text
+from scrapy_ha.store.scripts import ITEMS_ACK_LUA, ITEMS_ADD_LUA, ITEMS_ASIDE_LUA
 from tests.cli_seed import scrapy_ha
 from tests.test_metrics import Exporter, value
 
@@ -67,6 +68,28 @@ def test_the_exporter_exposes_the_backlog_per_sink(redis_url, redis_client):
     assert value(samples, "scrapy_ha_items_backlog", spider="books", group="sql") == 50
     assert value(samples, "scrapy_ha_items_backlog", spider="books", group="jsonl") == 120
     assert value(samples, "scrapy_ha_items_consumed_total", spider="books", group="sql") == 70
+
+
+def test_the_exporter_shows_the_set_aside_records_waiting_apart_from_those_ever_set_aside(
+    redis_url, redis_client
+):
+    """Two entries set aside by sink "sql" (its consumers' own script), one written back by
+    --retry-aside (its record deleted): the counter says 2 ever, the gauge 1 waiting."""
+    sinks_behind(redis_client)
+    pending = redis_client.xreadgroup("sql", "a", {KEYS.items: "0"}, count=2)[0][1]
+    script = redis_client.register_script(ITEMS_ASIDE_LUA)
+    keys = [KEYS.items, KEYS.items_aside, KEYS.items_tries, *KEYS.stats_keys()]
+    for entry, _ in pending:
+        reason = reason_text("IntegrityError: no")
+        assert script(keys=keys, args=["sql", "a", entry, reason, f"{entry!r} sql"])[0] == 1
+    redis_client.xdel(KEYS.items_aside, redis_client.xrange(KEYS.items_aside)[0][0])
+    exporter = Exporter(redis_url)
+    try:
+        samples = exporter.scrape()
+    finally:
+        exporter.stop()
+    assert value(samples, "scrapy_ha_items_aside_total", spider="books", group="sql") == 2
+    assert value(samples, "scrapy_ha_items_aside_waiting", spider="books") == 1
 
 
 def test_the_dashboard_shows_the_slowest_sinks_backlog(redis_url, redis_client):

@@ -5,11 +5,15 @@ written to the sink once it (or the item) is fixed.
 ``--retry-aside`` writes each record's item to the sink under its original entry id (an
 idempotent sink never stores it twice) and deletes the record only after the sink
 committed it. A sink whose idempotence is its own (a JSON Lines file: ``shares = False``)
-names at open what it committed last (the offset file's batch): a record among them was
-written by a ``--retry-aside`` killed before it deleted the record, and is deleted, not
-written again. A record it cannot use is reported and kept, never deleted: the group no
-longer reads the stream, the record lacks its id or its item, or the sink left the item
-out (not an item it can read).
+names at open what it committed last (the offset file's batch) and, for a file, what
+``--retry-aside`` wrote to it (the offset file's ``retried``, carried over by the file's
+consumer's batches: :mod:`scrapy_ha.sinks.jsonl`): a record among them was written by a
+``--retry-aside`` killed before it deleted the record, and is deleted, not written again
+(the batch names only lines the file holds). A record it cannot use is
+reported and kept, never deleted: the group no longer reads the stream, the record lacks its
+id or its item, or the sink stored nothing of it (``write`` returned 0: not an item it can
+read, or a pipeline dropped it). "N set-aside entries written" counts records the sink
+stored (or had stored before a kill).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy_ha.sinks.batches import Entry, global_id
+from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.sharding import shards_of
 
@@ -58,7 +63,7 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | 
     sink, group = runner.sink, runner.group
     recovered = await sink.open()
     await runner.acknowledge_recovered(recovered)
-    committed = set(recovered)  # a file's last batch: in the file already
+    committed = set(recovered) | await _journal(sink, queue, group)  # in the file already
     done = kept = 0
     try:
         for shard, stream in enumerate(_streams(queue)):
@@ -88,6 +93,20 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | 
     return 1 if kept or wanted else 0
 
 
+async def _journal(sink: Sink, queue: RedisQueue, group: str) -> set[str]:
+    """What --retry-aside wrote to a JSON Lines file before (its offset file's ``retried``),
+    but the ids whose records are deleted (they never come back: the list stays short);
+    the sink then adds the ids this run writes."""
+    if not isinstance(sink, JsonLinesSink):
+        return set()
+    sink.journal = True
+    waiting = set()
+    for shard, stream in enumerate(_streams(queue)):
+        waiting |= {global_id(shard, r.entry_id) for r in await stream.aside(group) if r.entry_id}
+    sink.retried = [i for i in sink.retried if i in waiting]
+    return set(sink.retried)
+
+
 async def _retry_one(
     sink: Sink, stream: ItemStream, shard: int, record: Aside, committed: set[str]
 ) -> str | None:
@@ -101,10 +120,12 @@ async def _retry_one(
         return None
     skipped = getattr(sink, "skipped", 0)
     try:
-        await sink.write([Entry(global_id(shard, entry_id), item)])
+        stored = await sink.write([Entry(global_id(shard, entry_id), item)])
     except Exception as exc:
         return f"the sink failed it ({type(exc).__name__}: {exc})"
     if getattr(sink, "skipped", 0) != skipped:
         return "the sink cannot read it as an item (left out)"
+    if stored == 0:  # not written (a pipeline dropped it): kept, never deleted
+        return "the sink stored nothing of it"
     await stream.drop_aside(record.record_id)
     return None

@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.cli.grammar import ITEM_SINKS
+from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.sinks.consumer import ItemConsumer, default_consumer
@@ -103,7 +103,7 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         f"({report.lone_failures} of an entry alone), {report.set_aside} set aside",
         flush=True,
     )
-    return 0
+    return 1 if report.stuck else 0  # --exit-idle left entries pending (its WARNING)
 
 
 def in_loop(args: argparse.Namespace, main: Coroutine[Any, Any, int]) -> int:

@@ -198,16 +198,23 @@ def _items(crawls: list[CrawlNumbers]) -> list[Metric]:
     )
     aside = CounterMetricFamily(
         "scrapy_ha_items_aside",
-        "Items a sink (a consumer group) could not write, set aside in ha:{S}:items_aside.",
+        "Items a sink (a consumer group) ever set aside in ha:{S}:items_aside (--retry-aside "
+        "does not lower it; scrapy_ha_items_aside_waiting: the records there now).",
         labels=["spider", "group"],
+    )
+    waiting = _gauge(
+        "scrapy_ha_items_aside_waiting",
+        "Set-aside records waiting in ha:{S}:items_aside, every sink's (--retry-aside deletes "
+        "those it wrote).",
     )
     for c in crawls:
         length.add_metric([c.spider], c.items.length)
+        waiting.add_metric([c.spider], c.items.aside)
         for g in c.items.groups:
             backlog.add_metric([c.spider, g.name], g.backlog)
             consumed.add_metric([c.spider, g.name], g.consumed)
             aside.add_metric([c.spider, g.name], g.set_aside)
-    return [length, backlog, consumed, aside]
+    return [length, backlog, consumed, aside, waiting]
 
 
 def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:

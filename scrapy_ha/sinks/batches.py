@@ -2,9 +2,12 @@
 when it must be.
 
 A batch the sink commits is acknowledged whole. A batch it fails with an error that is not
-transient (:mod:`.faults`), or with a transient one :data:`TRANSIENT_HALVE_AFTER` times in
-a row, is written in halves, each committed and acknowledged exactly as
-a batch is, down to single entries: every entry the sink can write reaches it, and only an
+transient (:mod:`.faults`) is written in halves, each committed and acknowledged exactly as
+a batch is, down to single entries. A transient error is the sink's (down: one write per
+round), but for a sink whose ``halves_transient`` is true (the pipelines', where one item's
+network error is plausible): there a batch failed transiently :data:`TRANSIENT_HALVE_AFTER`
+times in a row is halved, one level per round, and not in a round that already had a lone
+transient failure. So every entry the sink can write reaches it in the end, and only an
 entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. With the
 death rule (``deaths``, off by default), entries a consumer that died left pending (its own
 after a restart, or those it takes over) are written one at a time, each single write
@@ -47,9 +50,11 @@ DEATHS = 3
 #: stops cutting a batch for this round: the sink looks down (the rest stays pending).
 LONE_STREAK = 2
 #: Batches failed in a row with a transient error, none committed between them, after which
-#: a batch is written in halves anyway: a pipeline's transient error may be one item's (an
-#: API that drops the connection on it), and must not hold back the rest for ever. A lone
-#: entry's transient failure still never counts against it.
+#: a sink with ``halves_transient`` (the pipelines') has a batch written in halves anyway,
+#: one level per round: a pipeline's transient error may be one item's (an API that drops
+#: the connection on it), and must not hold back the rest for ever. A lone entry's
+#: transient failure still never counts against it. Other sinks (a file, a table) are down
+#: for all when a write fails transiently: halving would only multiply the failed writes.
 TRANSIENT_HALVE_AFTER = 3
 #: Longest pause after a round in which the sink committed nothing and failed.
 FAILED_MAX_DELAY = 5.0
@@ -90,6 +95,7 @@ class ConsumerReport:
     errors: int = 0  #: writes the sink failed (delivered again, or cut in halves)
     lone_failures: int = 0  #: failures of an entry written alone (suspects, see .isolate)
     set_aside: int = 0  #: entries set aside (items_aside.lua)
+    stuck: int = 0  #: entries left pending when --exit-idle exited (failed alone, unproven)
 
 
 def global_id(shard: int, local_id: str) -> str:
@@ -136,6 +142,15 @@ class BatchWriter:
         self._streak = 0  #: entries failed alone since the last commit
         self._transients = 0  #: batches failed transiently since the last commit
         self._failed_rounds = 0  #: writes in a row that committed nothing and failed
+        #: a write stored an entry since this consumer started (the no-proof rule's condition)
+        self.stored_any = False
+        self.halves_transient = bool(getattr(sink, "halves_transient", False))
+        self._halved = False  #: a batch was halved on a transient error this round
+        self._lone_transient = False  #: an entry failed alone, transiently, this round
+
+    def new_round(self) -> None:
+        """A consumer's round begins: a transient error may halve one batch level again."""
+        self._halved = self._lone_transient = False
 
     async def commit(
         self, shard: int, deliveries: list[Delivery], *, restart: bool = False
@@ -194,7 +209,7 @@ class BatchWriter:
             return False
         if classify(exc) is Fault.TRANSIENT:
             self._transients += 1
-            if self._transients < TRANSIENT_HALVE_AFTER:
+            if not self._halves_now():
                 logger.warning(
                     "The sink failed a batch of %d item(s) (%s: %s, transient); they stay "
                     "pending and are delivered again",
@@ -203,6 +218,7 @@ class BatchWriter:
                     exc,
                 )
                 return False
+            self._halved = True
         logger.info(
             "The sink failed a batch of %d item(s) (%s: %s); writing it in halves",
             len(entries),
@@ -212,6 +228,17 @@ class BatchWriter:
         mid = len(entries) // 2
         first = await self._pieces(shard, entries[:mid])
         return await self._pieces(shard, entries[mid:]) or first
+
+    def _halves_now(self) -> bool:
+        """Whether a batch failed transiently is halved now: only for a sink whose
+        transient errors may be one item's, after :data:`TRANSIENT_HALVE_AFTER` in a row,
+        one level per round, and not in a round an entry already failed alone transiently."""
+        return (
+            self.halves_transient
+            and self._transients >= TRANSIENT_HALVE_AFTER
+            and not self._halved
+            and not self._lone_transient
+        )
 
     async def _single(self, shard: int, entry: Entry, *, counted: bool = False) -> bool:
         """Write *entry* alone. *counted*: the write is counted in Redis before it begins
@@ -247,6 +274,7 @@ class BatchWriter:
         proof = stored is None or stored > 0  # a write that stored nothing proves nothing
         if proof:
             self._streak = self._transients = 0
+            self.stored_any = True
         for entry_id, suspect in self.suspects.committed([e.id for e in entries], proof=proof):
             await self._set_aside(suspect.shard, entry_id, suspect.reason, suspect.proven)
         return None
@@ -257,6 +285,7 @@ class BatchWriter:
         self.report.lone_failures += 1
         reason, fault = f"{type(exc).__name__}: {exc}", classify(exc)
         if fault is Fault.TRANSIENT:
+            self._lone_transient = True
             logger.warning(
                 "Stream entry %s failed (%s, transient): it stays pending", entry.id, reason
             )
@@ -275,9 +304,11 @@ class BatchWriter:
 
     async def settle(self, shard: int, pending: int) -> None:
         """No new entry came in *shard* and *pending* entries are pending to this consumer
-        there: if they are all suspects, nothing is left to prove the sink works; set aside
-        those that failed alone with the entry's own fault (:meth:`.Suspects.unprovable`)."""
-        for entry_id, suspect in self.suspects.unprovable(shard, pending):
+        there: if it is the one suspect left and the sink stored an entry since this consumer
+        started, set it aside once it failed alone with the entry's own fault
+        (:meth:`.Suspects.unprovable`)."""
+        unprovable = self.suspects.unprovable(shard, pending, stored=self.stored_any)
+        for entry_id, suspect in unprovable:
             await self._set_aside(shard, entry_id, suspect.reason, suspect.failures)
 
     async def _set_aside(self, shard: int, entry_id: str, reason: str, times: int) -> None:

@@ -25,11 +25,11 @@ from scrapy.settings import Settings
 
 from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
-from scrapy_ha.keys import DEFAULT_PREFIX, Keys
+from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.sinks.batches import BatchWriter, ConsumerReport, Entry, route
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
 from scrapy_ha.store.items import ItemStream
-from scrapy_ha.store.sharding import make_queue, shards_of
+from scrapy_ha.store.sharding import queue_in_redis, shards_of
 
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
@@ -188,6 +188,7 @@ class ItemConsumer:
     async def _round(self, stop: asyncio.Event) -> bool:
         """One pass over the streams; True if anything was committed."""
         await self.writer.acknowledge_committed()
+        self.writer.new_round()
         if self.writer.failed or self.writer.suspects:
             self.writer.failed = False
             for shard in range(len(self.streams)):
@@ -241,6 +242,7 @@ class ItemConsumer:
             return True
         if not self.writer.suspects or backlog > await self._pending_here():
             return False
+        self.report.stuck = backlog
         logger.warning(
             "The crawl ended; %d item(s) stay pending in group %s: each failed alone and no "
             "other entry was left to prove the sink works (see the WARNINGs naming them); "
@@ -286,8 +288,7 @@ async def consume(
     settings = Settings({"REDIS_URL": url})
     client = redis_from_settings(settings, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
     try:
-        stored = await client.get(Keys(prefix, spider).shard_count)
-        queue = make_queue(client, prefix, spider, int(stored) if stored is not None else 1)
+        queue = await queue_in_redis(client, prefix, spider)  # every shard the layout spans
         consumer = ItemConsumer(queue, sink, group=group, **options)
         return await consumer.run(stop=stop, exit_idle=exit_idle)
     finally:

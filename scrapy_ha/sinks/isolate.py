@@ -9,10 +9,13 @@ stored an entry is proof: one whose entries were all dropped (``DropItem``) or l
 not (a sink's ``write`` returns how many it stored). A sink down for
 everything, or a stream with nothing else left to write, proves nothing: its suspects stay
 pending (a WARNING says so, at most every :data:`WARN_EVERY` seconds per entry) and are
-written once the sink takes them. One exception: when nothing but suspects is pending to the
-consumer and no new entry comes (the crawl's last items), a suspect that failed alone
-:data:`PROVEN_FAILURES` times with the entry's own fault (SQLSTATE 22 or 23, an
-``IntegrityError`` or ``DataError``: :mod:`.faults`) is set aside without that proof.
+written once the sink takes them. One exception, the crawl's last item: when this consumer
+has committed a stored write since its start, exactly one suspect is left, it is all that is
+pending to the consumer and no new entry comes, it is set aside without that proof once it
+failed alone :data:`PROVEN_FAILURES` times with the entry's own fault (SQLSTATE 22 or 23, an
+``IntegrityError`` or ``DataError``: :mod:`.faults`). Never when every entry this consumer
+saw failed: a table that refuses everything (a broken trigger raising SQLSTATE 23) is the
+sink's fault, and its entries stay pending.
 """
 
 from __future__ import annotations
@@ -96,14 +99,15 @@ class Suspects:
                     ready.append((entry_id, suspect))
         return ready
 
-    def unprovable(self, shard: int, pending: int) -> list[tuple[str, Suspect]]:
-        """The suspects of *shard* to set aside without proof, when *pending* entries are
-        pending to this consumer there and no new one comes: if they are all suspects (no
-        other entry is left to prove the sink works), those that failed alone
-        :data:`PROVEN_FAILURES` times with the entry's own fault."""
-        mine = [(i, s) for i, s in self._by_id.items() if s.shard == shard]
-        if not mine or len(mine) < pending:
+    def unprovable(self, shard: int, pending: int, *, stored: bool) -> list[tuple[str, Suspect]]:
+        """The suspect of *shard* to set aside without proof, when *pending* entries are
+        pending to this consumer there and no new one comes: only if the consumer *stored*
+        an entry since its start, and the one suspect left is all that is pending (the
+        crawl's last item), once it failed alone :data:`PROVEN_FAILURES` times with the
+        entry's own fault."""
+        if not stored or pending != 1 or len(self._by_id) != 1:
             return []
+        mine = [(i, s) for i, s in self._by_id.items() if s.shard == shard]
         return [(i, s) for i, s in mine if s.entry_faults >= PROVEN_FAILURES]
 
     def forget(self, entry_id: str) -> None:

@@ -15,6 +15,13 @@ entries this one left pending; no other consumer of the group takes them over
 (``shares = False``). Several files in one group share the work, each with its consumer.
 A consumer holds an exclusive lock on its file (``flock``) from its start to its end: a
 second consumer of the same file fails at start, with an error that names the file.
+
+``--retry-aside`` writes with :attr:`JsonLinesSink.journal` on: the ids it writes are also
+added to the offset file's ``retried`` list, in the same atomic replacement that records the
+new length, and every later batch (the file's consumer's too) carries the list over. A
+``--retry-aside`` killed between the write and the set-aside record's deletion finds the id
+there at its next run, however many batches the consumer wrote meanwhile, and deletes the
+record without writing the item again.
 """
 
 from __future__ import annotations
@@ -54,6 +61,11 @@ class JsonLinesSink:
         #: entries that could not be read (not JSON): left out, logged (a consumer sets such an
         #: entry aside before any write: only ``--retry-aside`` hands one here)
         self.skipped = 0
+        #: ids ``--retry-aside`` wrote to the file (the offset file's ``retried``), carried
+        #: over by every batch until ``--retry-aside`` leaves out those it deleted the record of
+        self.retried: list[str] = []
+        #: ``--retry-aside`` writes: each id written is added to :attr:`retried`
+        self.journal = False
         self._fd: int | None = None
 
     @property
@@ -89,7 +101,7 @@ class JsonLinesSink:
             self.length = size  # from a length recorded before the first batch is written
             self._record([])
             return []
-        self.length, ids = recorded
+        self.length, ids, self.retried = recorded
         if size > self.length:  # a batch written and not recorded: delivered again
             os.ftruncate(self._fd, self.length)
             os.fsync(self._fd)
@@ -123,19 +135,20 @@ class JsonLinesSink:
                 f"own (several files may share a group with --group)"
             ) from None
 
-    def _read_offset(self) -> tuple[int, list[str]] | None:
+    def _read_offset(self) -> tuple[int, list[str], list[str]] | None:
         try:
             doc = json.loads(self.offset_path.read_text())
         except FileNotFoundError:
             return None
-        return int(doc["length"]), [str(i) for i in doc.get("batch", [])]
+        retried = [str(i) for i in doc.get("retried", [])]
+        return int(doc["length"]), [str(i) for i in doc.get("batch", [])], retried
 
     async def write(self, entries: list[Entry]) -> int:
         return await asyncio.to_thread(self._write, entries)
 
     def _write(self, entries: list[Entry]) -> int:
         assert self._fd is not None
-        lines = []
+        lines, written = [], []
         for entry in entries:
             try:
                 plain = entry.plain()
@@ -144,13 +157,20 @@ class JsonLinesSink:
                 logger.error("Stream entry %s is not an item (%s): left out", entry.id, exc)
                 continue
             lines.append(_line(plain))
-        data = b"".join(lines)
+            written.append(entry.id)
+        if not lines:  # nothing written: the offset file keeps the batch it names
+            return 0
+        data, before = b"".join(lines), self.retried
+        if self.journal:  # recorded with the new length, in one replacement
+            self.retried = before + written
         try:
             _write_all(self._fd, data, self.length)
             os.fsync(self._fd)
-            self._record([e.id for e in entries], self.length + len(data))
+            # only the ids of lines written: --retry-aside deletes a record the batch names
+            self._record(written, self.length + len(data))
         except Exception:
             os.ftruncate(self._fd, self.length)  # no part of the batch stays in the file
+            self.retried = before
             raise
         self.length += len(data)
         return len(lines)
@@ -159,8 +179,10 @@ class JsonLinesSink:
         """Replace the offset file, durably: the new name is in the directory before the
         consumer acknowledges the batch."""
         tmp = self.offset_path.with_name(self.offset_path.name + ".tmp")
+        length = self.length if length is None else length
+        doc = {"length": length, "batch": ids, "retried": self.retried}
         with tmp.open("w") as out:
-            json.dump({"length": self.length if length is None else length, "batch": ids}, out)
+            json.dump(doc, out)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.offset_path)
