@@ -16,7 +16,6 @@ from scrapy_ha.demo import harness
 from tests.test_cli import SCRAPY_HA, scrapy_ha
 from tests.test_metrics import START_TIMEOUT, _first_line
 
-
 #: How the CLI names a key of the wrong type: the crawl's claim of its dupefilter is read
 #: by the one reader of claims (scrapy_ha.store.claims), the other keys by the crawl's.
 SHARDS_NAMED = "error: ha:{books}:shards holds a hash (scrapy-ha keeps a string there)"

@@ -21,7 +21,7 @@ if #ARGV > 1 then
   acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
 end
 if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 1 then
-  for i = 2, #ARGV do redis.call('HDEL', KEYS[5], ARGV[i] .. ' ' .. ARGV[1]) end
+  for i = 2, #ARGV do redis.call('HDEL', KEYS[5], stream_try_field(ARGV[i], ARGV[1])) end
 end
 count('items_consumed', acked, nil, ARGV[1])
 local trimmed = 0

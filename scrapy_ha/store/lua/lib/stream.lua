@@ -11,6 +11,13 @@ local function stream_id(id)
   return tonumber(ms) or 0, tonumber(seq) or 0
 end
 
+-- stream_try_field(id, group)
+--   Returns the field of entry *id* of *group* in the consumers' single-write attempts
+--   (items_tries): '<entry id> <group>', as the queue's _try_field writes it.
+local function stream_try_field(id, group)
+  return id .. ' ' .. group
+end
+
 -- stream_fields(group)
 --   Returns the fields of one group as XINFO GROUPS lists them ({name, consumers, pending,
 --   last-delivered-id, entries-read, lag, ...}) as a table by name.
