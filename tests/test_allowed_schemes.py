@@ -17,9 +17,10 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.codec import Refused, decode_request
+from scrapy_ha.codec import Refused, decode_request, refused_scheme
 from scrapy_ha.config.scheduler import ConfigError, SchedulerConfig
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.admission import Admission
 from tests import backqueues
 from tests.cli_seed import scrapy_ha
 
@@ -134,6 +135,37 @@ async def test_requests_of_other_schemes_in_redis_are_dead_lettered_unread(
 
 
 # -- what the spider queues ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schemes", [frozenset({"http", "https"}), frozenset({"http", "file", "git+ssh", "S3", ""})]
+)
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://a.test/x",
+        "https://a.test/x",
+        "HTTP://a.test/x",
+        "http:/a.test",
+        "file:///etc/passwd",
+        "git+ssh://a.test/r",
+        "s3://bucket/key",
+        "S3://bucket/key",
+        "data:,http://a.test/",
+        "httpx://a.test/",
+        ENVIRON,
+    ],
+)
+def test_the_admissions_quick_test_of_a_scheme_answers_as_the_codecs_rule(schemes, url):
+    """The scheduler allows a URL that starts with an allowed scheme and a colon without
+    parsing it (per request); whatever the URL, it answers as ``refused_scheme``."""
+    crawler = get_crawler(scrapy.Spider)
+    crawler.stats.open_spider()
+    admission = Admission(
+        crawler, dedupe=True, dedupe_start=True, debug=False, unstorable="error", schemes=schemes
+    )
+    request = scrapy.Request(url)
+    assert admission.refuses_scheme(request) == (refused_scheme(request, schemes) is not None)
 
 
 @deferred_f_from_coro_f
