@@ -96,3 +96,35 @@ def test_a_request_no_rule_matches_any_more_ends_with_a_negative_interval():
     assert revisits.visit_end(Request("http://a.example/new")) is None  # it held nothing
     fixed = Revisits(RevisitConfig(rules=config.rules), lambda r: b"fp")
     assert fixed.visit_end(Request("http://a.example/other", meta={REVISIT_STATE: held})) is None
+
+
+@pytest.mark.parametrize("how", ["poison", "corrupt"])
+@deferred_f_from_coro_f
+async def test_a_revisit_reclaim_dead_letters_leaves_the_budget_and_a_requeue_brings_it_back(
+    redis_url, how
+):
+    """reclaim.lua dead-letters an entry whose worker died running it (poison) or whose
+    lease record cannot be read (corrupt). Before, it kept the entry's share in the sums:
+    counted twice once a copy of its URL claimed it, and for ever if the dead letter was
+    purged."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await scheduled(q, "stays", 50_000)
+    gone = await scheduled(q, "gone", 10)
+    await asyncio.sleep(0.05)
+    (lease,) = await q.lease(1, 20)
+    assert lease.id == gone
+    pair = (lease.id, lease.token)
+    if how == "poison":  # handed to its engine, then its worker dies: never renewed again
+        await q.renew([pair], handed=[pair], worker="w", lease_ms=20, heartbeat_ms=1000)
+    else:
+        await q.client.hset(KEYS.leases, gone, "garbage")
+    await asyncio.sleep(0.05)
+    reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=1)
+    assert reclaimed is not None
+    assert (reclaimed.poison, reclaimed.set_aside) == (([gone], 0) if how == "poison" else ([], 1))
+    assert await sums(q) == pytest.approx((0.02, 0.02))  # the other URL's alone
+    record = json.loads(await q.client.hget(KEYS.dead_info, gone))
+    assert (record["class"], record["revisit"]) == (how, pytest.approx([100.0, 0.02]))
+    assert await q.requeue_dead([(gone, 0, lease.payload)]) == 1
+    assert await sums(q) == pytest.approx((100.02, 0.04))  # back, as if it had not left
+    await q.client.aclose()

@@ -19,6 +19,10 @@
 -- KEYS[18] revisits: an entry dead-lettered (poison, corrupt) leaves the revisits set at
 --          once, as in dead.lua (lib/revisit: it no longer holds its URL; before, it stayed
 --          there up to a day, counted by status and the dashboard as a revisited URL)
+-- KEYS[19] revisit_alloc (lib/revisit: an adaptive revisit entry dead-lettered here leaves
+--          the budget's sums, as in dead.lua; what it held goes in its record, "revisit":
+--          [load, base], for a requeue. Before, the sums kept it: counted twice once a copy
+--          of its URL claimed it, and for ever if its dead letter was purged)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- ARGV[7] the crawl's order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or
@@ -32,6 +36,7 @@
 --- @include "stats"
 --- @include "polite"
 --- @include "frontier"
+--- @include "revisit"
 local interval, batch, max_exp = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_dead, max_age = tonumber(ARGV[5]), tonumber(ARGV[6])
 local lifo, start_lifo = order_flags(ARGV[7])
@@ -40,7 +45,7 @@ if not (interval and batch and max_exp and max_dead and max_age) or lifo == nil 
     .. 'numbers, then the order')
 end
 local err = wrong_type('reclaim', KEYS, {'zset', 'hash', nil, 'hash', 'zset', 'hash', nil,
-  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string', 'zset'})
+  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string', 'zset', 'hash'})
 if err then return err end
 if not redis_call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
@@ -49,6 +54,16 @@ frontier_open(KEYS[3], KEYS[15], KEYS[16], KEYS[17], lifo, start_lifo)
 local now = now_ms()
 local ids = redis_call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
 local out = {now, 0, 0}
+
+-- set_dead(id, info, v, now): dead-letters entry id (lease record v) as dead.lua does: it
+-- leaves the revisits set and, revisited adaptively, the budget's sums (kept in its record)
+local function set_dead(id, info, v, now)
+  if KEYS[19] then info['revisit'] = revisit_release(KEYS[19], id) end
+  if KEYS[18] then redis_call('ZREM', KEYS[18], id) end
+  dead_letter(KEYS[5], KEYS[6], id, info, now)
+  count('dead', 1, lease_domain(v), info['class'])
+  count('retry_dead', redis_call('HDEL', KEYS[9], id))
+end
 
 for _, id in ipairs(ids) do
   local v = redis_call('HGET', KEYS[2], id) or ''
@@ -60,10 +75,7 @@ for _, id in ipairs(ids) do
     redis_call('HDEL', KEYS[4], id)
     local reason = 'corrupt queue entry: its lease record ' ..
       str_format('%q', str_sub(v, 1, 60)) .. ' cannot be read'
-    dead_letter(KEYS[5], KEYS[6], id, {class = 'corrupt', reason = reason}, now)
-    if KEYS[18] then redis_call('ZREM', KEYS[18], id) end
-    count('dead', 1, lease_domain(v), 'corrupt')
-    count('retry_dead', redis_call('HDEL', KEYS[9], id))
+    set_dead(id, {class = 'corrupt', reason = reason}, v, now)
     out[3] = out[3] + 1
   else
     local counted, all = expiry_counts(redis_call('HGET', KEYS[4], id))
@@ -73,11 +85,8 @@ for _, id in ipairs(ids) do
       redis_call('HDEL', KEYS[4], id)
       local reason = 'lease expired ' .. n ..
         ' times while its request was running: its worker died or stalled processing it'
-      dead_letter(KEYS[5], KEYS[6], id, {class = 'poison', expiries = n, reason = reason}, now)
-      if KEYS[18] then redis_call('ZREM', KEYS[18], id) end
       count('poison', 1)
-      count('dead', 1, lease_domain(v), 'poison')
-      count('retry_dead', redis_call('HDEL', KEYS[9], id))
+      set_dead(id, {class = 'poison', expiries = n, reason = reason}, v, now)
       out[#out + 1] = id
     else
       local qid, place = queue_of(score, lease_domain(v))
