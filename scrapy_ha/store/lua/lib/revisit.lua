@@ -30,7 +30,8 @@ local DAY_MS = 86400000
 --   visit count, validators and evidence lost. An entry found in none of them (gone:
 --   dead-lettered, acked, left, or pending more than a day past its due time) gives way: if
 --   it is pending still, it finds this one alive when it finishes and ends then, so a URL is
---   never revisited twice for more than one round, and never left without its revisit.
+--   never revisited twice for more than one round. (A double is gone: if the entry it gave
+--   way to is then dead-lettered, nothing revisits the URL until a dlq requeue.)
 --   Returns true when entry id revisits fp (recorded), false when it is a double.
 local function revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
   if fp == '' then return true end
