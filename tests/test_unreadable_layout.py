@@ -15,6 +15,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.ops.crawls import discover, read_every_crawl
 from scrapy_ha.store.sharding import check_shard_count, make_queue
+from tests.test_cli import scrapy_ha
 from tests.test_dashboard_api import dashboard
 from tests.test_dashboard_pages import entry
 from tests.test_metrics import exporter_factory as exporter_factory  # a fixture
@@ -95,3 +96,27 @@ async def test_an_unreadable_shard_count_lists_the_crawl_with_the_reason(
             assert page.status_code == 409 and "ha:{k3}:shards holds" in page.text
 
     await asyncio.to_thread(listed_apart)
+
+
+@pytest.mark.parametrize(
+    "command", [["status", "k3"], ["dlq", "list", "k3"], ["flush", "k3", "--yes"]]
+)
+@deferred_f_from_coro_f
+async def test_a_command_on_a_crawl_whose_shard_count_is_unreadable_names_the_key(
+    redis_url, command: list[str]
+):
+    """The command names the key and what it holds, as the listings do. Before, it read
+    the crawl as one shard, whose keys a sharded crawl has none of, and said the crawl had
+    no key at all (check the spider name, --prefix and --redis-url), exit code 1."""
+    await two_crawls(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set("ha:{k3}:shards", "abc")
+        keys = sorted(client.keys("ha:{k3:*"))
+        done = await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, *command)
+        assert done.returncode == 2, done
+        assert "ha:{k3}:shards holds 'abc', not a shard count" in done.stderr, done.stderr
+        assert "set it to the crawl's HA_SHARDS" in done.stderr
+        assert sorted(client.keys("ha:{k3:*")) == keys and keys  # nothing flushed
+    finally:
+        client.close()

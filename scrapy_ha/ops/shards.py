@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.unreadable import read_layout_keys
 from scrapy_ha.store.sharding import DEFAULT_SHARDS, make_queue, read_layout
 from scrapy_ha.store.shards import ShardedQueue
 
@@ -25,8 +26,11 @@ __all__ = ["ShardedDeadLetters", "crawl_queue", "dead_letters", "refuse_unaware"
 async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) -> RedisQueue:
     """The queue of a crawl for an operator's tool: sharded as the crawl in Redis is (its
     stored shard count), else as *given* (``--shards`` or ``HA_SHARDS``; None: not given).
-    A count given that differs from the crawl's is refused."""
+    A count given that differs from the crawl's is refused, and a stored count scrapy-ha
+    does not write is a CrawlUnreadable naming the key, as in the listings: read as one
+    shard, a command would act on shard 0 alone (``flush`` would leave the others)."""
     stored = await client.get(Keys(prefix, spider).shard_count)
+    read_layout_keys(prefix, spider, stored)  # (raises for a layout it cannot read)
     shards, span = read_layout(stored) if stored is not None else (given or DEFAULT_SHARDS, 0)
     if given is not None and given != shards:
         raise ConfigError(
