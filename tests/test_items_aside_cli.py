@@ -22,6 +22,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.cli.aside import retry_aside
 from scrapy_ha.keys import Keys
 from scrapy_ha.sinks.consumer import ItemConsumer
+from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.sinks.pipelines import PipelinesSink, current_entry
 from scrapy_ha.store.items import reason_text
 from scrapy_ha.store.queue import RedisQueue
@@ -269,5 +270,25 @@ async def test_retry_aside_deletes_a_record_whose_item_a_pipeline_drops(redis_ur
     assert code == 0, out
     assert "1 set-aside entry written, 1 dropped by the pipelines (deleted), 0 kept" in out
     assert sync.xlen(ASIDE) == 0 and Dedupe.seen == set(ids)
+    await client.aclose()
+    sync.close()
+
+
+@deferred_f_from_coro_f
+async def test_retry_aside_into_a_file_keeps_its_journal_short_within_a_run(redis_url, tmp_path):
+    """Each record deleted leaves the offset file's ``retried`` list at the next write: the
+    list no longer grows with every record of a run (each write rewrote and fsynced it all:
+    4,000 records took 11.5 s)."""
+    fill(redis_url, 3)
+    sync = redis.Redis.from_url(redis_url)
+    ids = set_aside(sync, "g", "OSError: disk full")
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = RedisQueue(client, KEYS)
+    path = tmp_path / "items.jsonl"
+    code = await retry_aside(queue, ItemConsumer(queue, JsonLinesSink(path), group="g"))
+    assert code == 0 and sync.xlen(ASIDE) == 0
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}, {"id": 3}]
+    offset = json.loads((tmp_path / "items.jsonl.offset").read_text())
+    assert offset["retried"] == [ids[-1]]  # the first record's id left at the second write
     await client.aclose()
     sync.close()

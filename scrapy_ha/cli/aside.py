@@ -103,8 +103,9 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | 
 
 async def _journal(sink: Sink, queue: RedisQueue, group: str) -> set[str]:
     """What --retry-aside wrote to a JSON Lines file before (its offset file's ``retried``),
-    but the ids whose records are deleted (they never come back: the list stays short);
-    the sink then adds the ids this run writes."""
+    but the ids whose records are deleted (they never come back); the sink then adds each
+    id this run writes, and drops it again once its record is deleted (:func:`_drop`): the
+    list holds what a killed run left, never every id a run wrote."""
     if not isinstance(sink, JsonLinesSink):
         return set()
     sink.journal = True
@@ -124,7 +125,7 @@ async def _retry_one(
     if entry_id is None or item is None:
         return "the record has no entry id or no item"
     if global_id(shard, entry_id) in committed:
-        await stream.drop_aside(record.record_id)
+        await _drop(sink, stream, shard, record)
         return None
     skipped, dropped = getattr(sink, "skipped", 0), getattr(sink, "dropped", 0)
     try:
@@ -135,5 +136,12 @@ async def _retry_one(
         return "the sink cannot read it as an item (left out)"
     if stored == 0 and getattr(sink, "dropped", 0) == dropped:  # kept, never deleted
         return "the sink stored nothing of it"
-    await stream.drop_aside(record.record_id)
+    await _drop(sink, stream, shard, record)
     return None
+
+
+async def _drop(sink: Sink, stream: ItemStream, shard: int, record: Aside) -> None:
+    """Delete *record*, its item in the sink; a file's journal forgets its id."""
+    await stream.drop_aside(record.record_id)
+    if isinstance(sink, JsonLinesSink) and record.entry_id:
+        sink.forget_retried(global_id(shard, record.entry_id))
