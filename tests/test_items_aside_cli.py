@@ -9,12 +9,23 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from typing import Any
 
 import redis
+import redis.asyncio
 import sqlalchemy
+from scrapy import Spider
+from scrapy.exceptions import DropItem
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
 
+from scrapy_ha.cli.aside import retry_aside
 from scrapy_ha.keys import Keys
+from scrapy_ha.sinks.consumer import ItemConsumer
+from scrapy_ha.sinks.jsonl import JsonLinesSink
+from scrapy_ha.sinks.pipelines import PipelinesSink, current_entry
 from scrapy_ha.store.items import reason_text
+from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.scripts import ITEMS_ADD_LUA, ITEMS_ASIDE_LUA
 from tests.cli_seed import scrapy_ha
 from tests.test_items_sink_kills import fill
@@ -226,3 +237,58 @@ def test_retry_aside_killed_then_the_files_consumer_then_retry_again_writes_noth
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [2, 4, 3]
     assert client.xlen(ASIDE) == 0
     client.close()
+
+
+class Dedupe:
+    """An idempotent pipeline: drops an item it stored before under the same entry (a
+    --retry-aside killed between the write and the record's deletion)."""
+
+    seen: set[str] = set()
+
+    def process_item(self, item: Any) -> Any:
+        entry = str(current_entry())
+        if entry in Dedupe.seen:
+            raise DropItem("already stored under this entry")
+        Dedupe.seen.add(entry)
+        return item
+
+
+@deferred_f_from_coro_f
+async def test_retry_aside_deletes_a_record_whose_item_a_pipeline_drops(redis_url, capsys):
+    """A dropped item is through, as the consumer acknowledges it: its record is deleted
+    and counted apart, and the run exits 0 (it was kept, exit 1 at every run)."""
+    fill(redis_url, 3)
+    sync = redis.Redis.from_url(redis_url)
+    ids = set_aside(sync, "p", "ValueError: pipeline bug")
+    Dedupe.seen = {ids[0]}  # stored before the kill; the other record is written now
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = RedisQueue(client, KEYS)
+    crawler = get_crawler(Spider, {"ITEM_PIPELINES": {f"{__name__}.Dedupe": 100}})
+    runner = ItemConsumer(queue, PipelinesSink(crawler, Spider("s")), group="p")
+    code = await retry_aside(queue, runner)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1 set-aside entry written, 1 dropped by the pipelines (deleted), 0 kept" in out
+    assert sync.xlen(ASIDE) == 0 and Dedupe.seen == set(ids)
+    await client.aclose()
+    sync.close()
+
+
+@deferred_f_from_coro_f
+async def test_retry_aside_into_a_file_keeps_its_journal_short_within_a_run(redis_url, tmp_path):
+    """Each record deleted leaves the offset file's ``retried`` list at the next write: the
+    list no longer grows with every record of a run (each write rewrote and fsynced it all:
+    4,000 records took 11.5 s)."""
+    fill(redis_url, 3)
+    sync = redis.Redis.from_url(redis_url)
+    ids = set_aside(sync, "g", "OSError: disk full")
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = RedisQueue(client, KEYS)
+    path = tmp_path / "items.jsonl"
+    code = await retry_aside(queue, ItemConsumer(queue, JsonLinesSink(path), group="g"))
+    assert code == 0 and sync.xlen(ASIDE) == 0
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"id": 2}, {"id": 3}]
+    offset = json.loads((tmp_path / "items.jsonl.offset").read_text())
+    assert offset["retried"] == [ids[-1]]  # the first record's id left at the second write
+    await client.aclose()
+    sync.close()

@@ -12,8 +12,10 @@ consumer's batches: :mod:`scrapy_ha.sinks.jsonl`): a record among them was writt
 (the batch names only lines the file holds). A record it cannot use is
 reported and kept, never deleted: the group no longer reads the stream, the record lacks its
 id or its item, or the sink stored nothing of it (``write`` returned 0: not an item it can
-read, or a pipeline dropped it). "N set-aside entries written" counts records the sink
-stored (or had stored before a kill).
+read). A record whose item a pipeline dropped (``DropItem``: the consumer acknowledges such
+an entry too; an idempotent pipeline drops what it stored before a kill) is through:
+deleted, and counted apart ("M dropped by the pipelines"). "N set-aside entries written"
+counts records the sink stored (or had stored before a kill).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | 
     await runner.acknowledge_recovered(recovered)
     committed = set(recovered) | await _journal(sink, queue, group)  # in the file already
     done = kept = 0
+    dropped = getattr(sink, "dropped", 0)
     try:
         for shard, stream in enumerate(_streams(queue)):
             records = [
@@ -89,14 +92,20 @@ async def retry_aside(queue: RedisQueue, runner: ItemConsumer, ids: list[str] | 
         await sink.close()
     for missing in sorted(wanted or ()):
         print(f"{missing}: no such entry set aside by group {group}")
-    print(f"{done} set-aside entr{'y' if done == 1 else 'ies'} written, {kept} kept")
+    dropped = getattr(sink, "dropped", 0) - dropped
+    done -= dropped
+    written = f"{done} set-aside entr{'y' if done == 1 else 'ies'} written"
+    if dropped:
+        written += f", {dropped} dropped by the pipelines (deleted)"
+    print(f"{written}, {kept} kept")
     return 1 if kept or wanted else 0
 
 
 async def _journal(sink: Sink, queue: RedisQueue, group: str) -> set[str]:
     """What --retry-aside wrote to a JSON Lines file before (its offset file's ``retried``),
-    but the ids whose records are deleted (they never come back: the list stays short);
-    the sink then adds the ids this run writes."""
+    but the ids whose records are deleted (they never come back); the sink then adds each
+    id this run writes, and drops it again once its record is deleted (:func:`_drop`): the
+    list holds what a killed run left, never every id a run wrote."""
     if not isinstance(sink, JsonLinesSink):
         return set()
     sink.journal = True
@@ -116,16 +125,23 @@ async def _retry_one(
     if entry_id is None or item is None:
         return "the record has no entry id or no item"
     if global_id(shard, entry_id) in committed:
-        await stream.drop_aside(record.record_id)
+        await _drop(sink, stream, shard, record)
         return None
-    skipped = getattr(sink, "skipped", 0)
+    skipped, dropped = getattr(sink, "skipped", 0), getattr(sink, "dropped", 0)
     try:
         stored = await sink.write([Entry(global_id(shard, entry_id), item)])
     except Exception as exc:
         return f"the sink failed it ({type(exc).__name__}: {exc})"
     if getattr(sink, "skipped", 0) != skipped:
         return "the sink cannot read it as an item (left out)"
-    if stored == 0:  # not written (a pipeline dropped it): kept, never deleted
+    if stored == 0 and getattr(sink, "dropped", 0) == dropped:  # kept, never deleted
         return "the sink stored nothing of it"
-    await stream.drop_aside(record.record_id)
+    await _drop(sink, stream, shard, record)
     return None
+
+
+async def _drop(sink: Sink, stream: ItemStream, shard: int, record: Aside) -> None:
+    """Delete *record*, its item in the sink; a file's journal forgets its id."""
+    await stream.drop_aside(record.record_id)
+    if isinstance(sink, JsonLinesSink) and record.entry_id:
+        sink.forget_retried(global_id(shard, record.entry_id))

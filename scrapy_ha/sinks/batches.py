@@ -3,11 +3,13 @@ when it must be.
 
 A batch the sink commits is acknowledged whole. A batch it fails with an error that is not
 transient (:mod:`.faults`) is written in halves, each committed and acknowledged exactly as
-a batch is, down to single entries. A transient error is the sink's (down: one write per
-round), but for a sink whose ``halves_transient`` is true (the pipelines', where one item's
-network error is plausible): there a batch failed transiently :data:`TRANSIENT_HALVE_AFTER`
-times in a row is halved, one level per round, and not in a round that already had a lone
-transient failure. So every entry the sink can write reaches it in the end, and only an
+a batch is, down to single entries. A transient error is first the sink's (down: one write
+per round), but it may be one item's (an API that drops the connection on it, a CHECK that
+overflows): a batch failed transiently in :data:`TRANSIENT_HALVE_AFTER` rounds in a row
+(whatever else committed meanwhile) is halved, one level per round, and not in a round that
+already had a lone transient failure. The half written first alternates by round, and the
+other is not written when nothing committed in the round: a sink down for all gets at most
+two writes a round. So every entry the sink can write reaches it in the end, and only an
 entry that fails alone is a suspect (:mod:`.isolate`), set aside once proven. With the
 death rule (``deaths``, off by default), entries a consumer that died left pending (its own
 after a restart, or those it takes over) are written one at a time, each single write
@@ -49,12 +51,12 @@ DEATHS = 3
 #: Entries failing alone in a row, none committed between them, after which a consumer
 #: stops cutting a batch for this round: the sink looks down (the rest stays pending).
 LONE_STREAK = 2
-#: Batches failed in a row with a transient error, none committed between them, after which
-#: a sink with ``halves_transient`` (the pipelines') has a batch written in halves anyway,
-#: one level per round: a pipeline's transient error may be one item's (an API that drops
-#: the connection on it), and must not hold back the rest for ever. A lone entry's
-#: transient failure still never counts against it. Other sinks (a file, a table) are down
-#: for all when a write fails transiently: halving would only multiply the failed writes.
+#: Rounds in a row in which a batch failed with a transient error (other entries may have
+#: committed in them), after which a failing batch is written in halves anyway, one level
+#: per round: a transient error may be one item's (an API that drops the connection on it,
+#: a table's CHECK raising an overflow), and must not hold back the rest for ever. A lone
+#: entry's transient failure still never counts against it. Not at once: a sink down for
+#: all fails transiently too, and each halving round costs it a second write.
 TRANSIENT_HALVE_AFTER = 3
 #: Longest pause after a round in which the sink committed nothing and failed.
 FAILED_MAX_DELAY = 5.0
@@ -140,17 +142,24 @@ class BatchWriter:
         self.unacked: dict[int, list[str]] = {}
         self.suspects = Suspects()
         self._streak = 0  #: entries failed alone since the last commit
-        self._transients = 0  #: batches failed transiently since the last commit
+        self._transients = 0  #: rounds in a row in which a batch failed transiently
         self._failed_rounds = 0  #: writes in a row that committed nothing and failed
         #: a write stored an entry since this consumer started (the no-proof rule's condition)
         self.stored_any = False
-        self.halves_transient = bool(getattr(sink, "halves_transient", False))
+        self._rounds = 0
         self._halved = False  #: a batch was halved on a transient error this round
         self._lone_transient = False  #: an entry failed alone, transiently, this round
+        self._transient_round = False  #: a batch failed transiently this round
+        self._proven_round = False  #: a write stored an entry this round
 
     def new_round(self) -> None:
-        """A consumer's round begins: a transient error may halve one batch level again."""
+        """A consumer's round begins: a transient error may halve one batch level again;
+        the count of transient rounds restarts after a round with none."""
+        if not self._transient_round:
+            self._transients = 0
+        self._rounds += 1
         self._halved = self._lone_transient = False
+        self._transient_round = self._proven_round = False
 
     async def commit(
         self, shard: int, deliveries: list[Delivery], *, restart: bool = False
@@ -208,17 +217,7 @@ class BatchWriter:
             self._lone_failure(entries[0], shard, exc)
             return False
         if classify(exc) is Fault.TRANSIENT:
-            self._transients += 1
-            if not self._halves_now():
-                logger.warning(
-                    "The sink failed a batch of %d item(s) (%s: %s, transient); they stay "
-                    "pending and are delivered again",
-                    len(entries),
-                    type(exc).__name__,
-                    exc,
-                )
-                return False
-            self._halved = True
+            return await self._transient_failure(shard, entries, exc)
         logger.info(
             "The sink failed a batch of %d item(s) (%s: %s); writing it in halves",
             len(entries),
@@ -229,16 +228,39 @@ class BatchWriter:
         first = await self._pieces(shard, entries[:mid])
         return await self._pieces(shard, entries[mid:]) or first
 
-    def _halves_now(self) -> bool:
-        """Whether a batch failed transiently is halved now: only for a sink whose
-        transient errors may be one item's, after :data:`TRANSIENT_HALVE_AFTER` in a row,
-        one level per round, and not in a round an entry already failed alone transiently."""
-        return (
-            self.halves_transient
-            and self._transients >= TRANSIENT_HALVE_AFTER
-            and not self._halved
-            and not self._lone_transient
+    async def _transient_failure(self, shard: int, entries: list[Entry], exc: Exception) -> bool:
+        """*entries* failed transiently: they stay pending, or, once batches failed so in
+        :data:`TRANSIENT_HALVE_AFTER` rounds in a row, are written in halves (one level
+        per round, none in a round an entry already failed alone transiently). The half
+        written first alternates by round; the other waits for the next round if nothing
+        committed in this one (the sink may be down for all)."""
+        if not self._transient_round:
+            self._transient_round = True
+            self._transients += 1
+        if self._transients < TRANSIENT_HALVE_AFTER or self._halved or self._lone_transient:
+            logger.warning(
+                "The sink failed a batch of %d item(s) (%s: %s, transient); they stay "
+                "pending and are delivered again",
+                len(entries),
+                type(exc).__name__,
+                exc,
+            )
+            return False
+        self._halved = True
+        logger.info(
+            "The sink failed a batch of %d item(s) (%s: %s, transient) in %d rounds in a "
+            "row; writing it in halves",
+            len(entries),
+            type(exc).__name__,
+            exc,
+            self._transients,
         )
+        mid = len(entries) // 2
+        halves = [entries[:mid], entries[mid:]][:: -1 if self._rounds % 2 else 1]
+        first = await self._pieces(shard, halves[0])
+        if not self._proven_round:  # nothing committed: the sink may be down for all
+            return first
+        return await self._pieces(shard, halves[1]) or first
 
     async def _single(self, shard: int, entry: Entry, *, counted: bool = False) -> bool:
         """Write *entry* alone. *counted*: the write is counted in Redis before it begins
@@ -272,9 +294,9 @@ class BatchWriter:
         await self._acknowledge(shard, [route(e.id)[1] for e in entries])
         self.report.batches += 1
         proof = stored is None or stored > 0  # a write that stored nothing proves nothing
-        if proof:
-            self._streak = self._transients = 0
-            self.stored_any = True
+        if proof:  # the sink works; a batch failing transiently keeps its count of rounds
+            self._streak = 0
+            self.stored_any = self._proven_round = True
         for entry_id, suspect in self.suspects.committed([e.id for e in entries], proof=proof):
             await self._set_aside(suspect.shard, entry_id, suspect.reason, suspect.proven)
         return None

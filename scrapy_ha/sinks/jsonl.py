@@ -62,7 +62,8 @@ class JsonLinesSink:
         #: entry aside before any write: only ``--retry-aside`` hands one here)
         self.skipped = 0
         #: ids ``--retry-aside`` wrote to the file (the offset file's ``retried``), carried
-        #: over by every batch until ``--retry-aside`` leaves out those it deleted the record of
+        #: over by every batch until ``--retry-aside`` deletes the id's record
+        #: (:meth:`forget_retried`: the next write records the list without it)
         self.retried: list[str] = []
         #: ``--retry-aside`` writes: each id written is added to :attr:`retried`
         self.journal = False
@@ -145,6 +146,13 @@ class JsonLinesSink:
 
     async def write(self, entries: list[Entry]) -> int:
         return await asyncio.to_thread(self._write, entries)
+
+    def forget_retried(self, entry_id: str) -> None:
+        """``--retry-aside`` deleted *entry_id*'s record: it never comes back, and the next
+        write records :attr:`retried` without it (the list stays short, and each write's
+        offset file small)."""
+        if entry_id in self.retried:
+            self.retried = [i for i in self.retried if i != entry_id]
 
     def _write(self, entries: list[Entry]) -> int:
         assert self._fd is not None

@@ -56,9 +56,6 @@ class PipelinesSink:
     """Runs *crawler*'s consumer pipelines (see :func:`consumer_pipelines`) for *spider*."""
 
     shares = True  # the pipelines' idempotence (by current_entry()) holds for any consumer
-    #: a transient error may be one item's (an API that drops the connection on it): a
-    #: batch that keeps failing transiently is halved (see :mod:`.batches`)
-    halves_transient = True
 
     def __init__(self, crawler: Crawler, spider: Spider) -> None:
         self.crawler = crawler
