@@ -10,7 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +30,7 @@ from scrapy_ha.scheduler.revisits import Revisits
 from tests import backqueues
 from tests import test_revisit_conditional as conditional
 from tests.cli_seed import scrapy_ha
+from tests.test_items_outbox import stream
 from tests.test_revisit_conditional import KEYS, PagesSpider, settings, stop, until
 from tests.test_revisit_failures import dead_ids, fail, statuses
 from tests.test_revisits import CONTINUOUS, visits
@@ -34,6 +40,7 @@ pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 changing_site = conditional.changing_site  # the fixture
 
 INTERVAL = 1.0
+ROOT = Path(__file__).parent
 
 
 class RedirectedSpider(scrapy.Spider):
@@ -266,3 +273,82 @@ async def test_a_target_counts_its_retries_against_its_page(redis_url, site_fact
     record = json.loads(await asyncio.to_thread(redis_client.hget, keys.dead_info, entry))
     assert record["class"] == "server" and "503" in record["reason"], record
     assert len(record["history"]) == 2  # both attempts, of the target
+
+
+@deferred_f_from_coro_f
+async def test_a_carried_targets_items_commit_with_its_pages_visit(redis_url, site):
+    """HA_ITEMS = "outbox": the target's item is held under the page's lease and committed
+    with the end of the page's visit, once a visit (none lost, none twice)."""
+    settings = {**CONTINUOUS, "REDIS_URL": redis_url, "HA_ITEMS": "outbox"}
+    crawler = get_crawler(RedirectedSpider, settings)
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    deadline = time.monotonic() + 60
+    while len(visits(site)["/item/3"]) < 3:
+        assert not crawling.done(), "the crawl finished by itself"
+        assert time.monotonic() < deadline, visits(site)
+        await asyncio.sleep(0.2)
+    stopped = await asyncio.to_thread(scrapy_ha, "stop", "redirected", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    await asyncio.wait_for(crawling, 30)
+    ids = [item["id"] for item in await asyncio.to_thread(stream, redis_url, "redirected")]
+    for target, n in (("/item/3", 3), ("/item/4", 4)):
+        fetched = len(visits(site)[target])
+        assert ids.count(n) in (fetched, fetched - 1), (ids, visits(site))  # (one cut short)
+    assert crawler.stats.get_value("ha/items/committed") == len(ids)
+
+
+def _worker(redis_url: str, site_url: str, log: Path, *, hang: bool) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "carried_spider.py")]
+    args += [
+        "-a",
+        f"base_url={site_url}",
+        "-a",
+        f"hang={int(hang)}",
+        "-s",
+        f"REDIS_URL={redis_url}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            args, cwd=ROOT.parent, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def test_a_worker_killed_with_a_carried_target_in_flight_loses_nothing(
+    redis_url, site, redis_client, tmp_path
+):
+    """The target is nowhere in Redis: the page's lease alone holds the visit. Killed while
+    the target's callback runs, the worker leaves that lease to expire; the next worker
+    reclaims the page and visits it again, redirect and all, and the revisits go on."""
+    victim = _worker(redis_url, site.url, tmp_path / "victim.log", hang=True)
+    deadline = time.monotonic() + 60
+    try:
+        while b"TARGET IN FLIGHT" not in (tmp_path / "victim.log").read_bytes():
+            assert victim.poll() is None, (tmp_path / "victim.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, visits(site)
+            time.sleep(0.05)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    keys = Keys("ha", "carried")
+    assert redis_client.hget(keys.stats, "enqueued") == b"1"  # the page: no target stored
+    killed_at = len(visits(site)["/redirect/3"])
+    survivor = _worker(redis_url, site.url, tmp_path / "survivor.log", hang=False)
+    try:
+        while len(visits(site)["/redirect/3"]) < killed_at + 2:  # reclaimed, then revisited
+            assert survivor.poll() is None, (tmp_path / "survivor.log").read_text()[-3000:]
+            assert time.monotonic() < deadline + 30, visits(site)
+            time.sleep(0.1)
+        stopped = scrapy_ha("stop", "carried", "--redis-url", redis_url)
+        assert stopped.returncode == 0, stopped.stderr
+        assert survivor.wait(30) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    finally:
+        if survivor.poll() is None:
+            survivor.kill()
+    assert len(visits(site)["/item/3"]) >= killed_at + 1  # its target fetched again
+    entries = redis_client.zcard(keys.delayed) + backqueues.count(redis_client, keys)
+    assert entries == 1 and not redis_client.hlen(keys.dead_info)
+    assert redis_client.hget(keys.stats, "enqueued") == b"1"
+    assert int(redis_client.hget(keys.stats, "reclaimed") or 0) == 1, redis_client.hgetall(
+        keys.stats
+    )
