@@ -472,3 +472,20 @@ async def test_close_drops_a_carried_target_not_handed_out_and_releases_its_page
     assert session.closed is not None
     assert session.closed["acks"] == [] and session.closed["released"] == [("1", "t-1")]
     assert not s.has_pending_requests() and len(s) == 0
+
+
+def test_a_carried_target_goes_out_at_the_in_flight_cap():
+    """Its original holds the cap's place and finishes only with it: held back at the cap
+    (HA_MAX_INFLIGHT), every request in flight could wait for its target, for ever."""
+    s, session, engine = shell(revisit=RevisitConfig(rules=()), max_inflight=1, max_unacked=2)
+    page = session.hand("http://a.test/old", "1")
+    page.meta[metakeys.REVISIT] = 60
+    session.hand("http://a.test/other", "2")
+    assert s.next_request() is page
+    target = _redirect(page, "http://a.test/new")
+    assert s.enqueue_request(target)
+    assert s.next_request() is target  # (before: None, the page at the cap, for ever)
+    engine.downloader.active.add(target)
+    assert s.next_request() is None  # the cap holds for the rest
+    engine.downloader.active.clear()
+    assert s.next_request() is not None and s.outbox.ends[0].entry_id == "1"

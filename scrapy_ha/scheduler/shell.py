@@ -189,17 +189,18 @@ class Scheduler:
         Redis yet (whichever comes first in Scrapy's order); None when there is neither.
 
         The redirect of a revisited request carried under its lease (:mod:`.carry`) goes
-        first. None at the in-flight caps (``HA_MAX_INFLIGHT`` unfinished, or more handed out
-        still holding a lease: :meth:`InFlight.at_cap`), or while this worker's leases may
-        have expired (Redis unreachable for a lease period).
+        first, caps or not (its original counts in them, and waits for it). Else None at the
+        in-flight caps (``HA_MAX_INFLIGHT`` unfinished, or more handed out still holding a
+        lease: :meth:`InFlight.at_cap`), or while this worker's leases may have expired
+        (Redis unreachable for a lease period).
         """
         self.handout.looked()
-        if self.inflight.at_cap(self.config, self.solo.isolating, self.session.wake):
-            return None
         valid = time.monotonic() <= self.session.renewals.valid_until
         if valid and (target := self.inflight.carried.take()) is not None:
             self._slots.handed(self.crawler, target)
             return target
+        if self.inflight.at_cap(self.config, self.solo.isolating, self.session.wake):
+            return None
         while True:
             usable = bool(self._buffer) and time.monotonic() <= self.session.renewals.valid_until
             head = self._buffer[0] if usable else None
