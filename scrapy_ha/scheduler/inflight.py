@@ -5,7 +5,9 @@ nowhere any more (:func:`scrapy_ha.scheduler.engine.busy_check`). Only then does
 an ack, or, when a middleware recorded another outcome in its meta, by a retry or a dead
 letter. Both go into the :class:`~scrapy_ha.scheduler.outbox.Outbox`, after the children the page
 yielded (they were queued while it ran). With the item outbox (:mod:`.items`) an ack carries
-the items its page yielded, and the end of a page that is not acked drops them.
+the items its page yielded, and the end of a page that is not acked drops them. A revisited
+request that is redirected finishes with its target, which is carried under its lease and
+decides how it ends (:mod:`.carry`).
 """
 
 from __future__ import annotations
