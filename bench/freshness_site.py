@@ -10,7 +10,8 @@ an ``ETag`` (``"<page>-<version>"``) and a ``Last-Modified`` (its last change), 
 conditional requests: ``If-None-Match`` first, else ``If-Modified-Since`` (RFC 9110): 304
 without a body (``--no-conditional`` answers 200 always). ``--static`` pages change only when
 ``/_change?page=<i>`` asks (for tests); ``/_fail?page=<i>&status=<code>`` makes a page
-answer that status from then on (``status=0``: as before).
+answer that status from then on (``status=0``: as before; a 3xx redirects to ``/gone/<i>``,
+a page that answers 404: a page removed).
 
 ``/_stats?since=<t>&until=<t>`` (real seconds since the start, ``until`` default now) reads
 the fetch log: ``freshness``, the time-averaged fraction of pages whose last fetched copy
@@ -100,6 +101,8 @@ class ChangingSite(resource.Resource):
         version = self.version(page, t)
         if self.failing.get(page):
             request.setResponseCode(self.failing[page])
+            if 300 <= self.failing[page] < 400:
+                request.setHeader(b"Location", f"/gone/{page}".encode())
             self.log.append((t, page, self.failing[page], version, 0))
             return b"failing"
         changed = self.changes[page][version - 1] if version else 0.0

@@ -8,8 +8,14 @@ ending as a double."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,12 +28,19 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.inflight import _redirect_of
 from scrapy_ha.scheduler.revisits import Revisits
 from tests import backqueues
+from tests import test_revisit_conditional as conditional
 from tests.cli_seed import scrapy_ha
+from tests.test_items_outbox import stream
+from tests.test_revisit_conditional import KEYS, PagesSpider, settings, stop, until
+from tests.test_revisit_failures import dead_ids, fail, statuses
 from tests.test_revisits import CONTINUOUS, visits
 
 pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
+changing_site = conditional.changing_site  # the fixture
+
 INTERVAL = 1.0
+ROOT = Path(__file__).parent
 
 
 class RedirectedSpider(scrapy.Spider):
@@ -154,3 +167,188 @@ def test_permanent_redirects_are_said_once_and_counted(caplog):
     target.meta.update(redirect_urls=[again.url], redirect_times=1, redirect_reasons=[301])
     revisits.redirected(again, target)  # the same URL's next visit
     assert crawler.stats.get_value("ha/revisit/moved") == 101
+
+
+@deferred_f_from_coro_f
+async def test_a_revisit_redirected_to_a_missing_page_is_dead_lettered_once(
+    redis_url, redis_client, changing_site
+):
+    """A revisited page removed, and redirected (302) to a page that answers 404: the target
+    is carried under the page's lease (scheduler/carry.py), and each visit ends as a failed
+    visit of the page, dead-lettered once at its ``HA_REVISIT_MAX_FAILURES``-th. Before,
+    the target was stored as a child at each visit and dead-lettered at once (one dead
+    letter a visit, for ever), and the page's visit ended as one that did not fail."""
+    base = changing_site("--static")
+    crawler = get_crawler(PagesSpider, settings(redis_url, HA_REVISIT_MAX_FAILURES=3))
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=base))
+    await until(lambda: len(statuses(base, 0)) >= 2, "a revisit of page 0", crawling)
+    await fail(base, 0, 302)
+    await until(lambda: dead_ids(redis_client), "a dead letter", crawling)
+    await asyncio.sleep(2 * INTERVAL)  # no other dead letter follows
+    await stop(crawling, redis_client)
+    assert statuses(base, 0).count(302) == 3  # (before: 1, and a dead letter of /gone/0)
+    (entry,) = dead_ids(redis_client)
+    assert json.loads(redis_client.hget(KEYS.payload, entry))["u"] == f"{base}/p/0"
+    record = json.loads(redis_client.hget(KEYS.dead_info, entry))
+    assert record["class"] == "gone", record
+    assert "404" in record["reason"] and "3 failed visits in a row" in record["reason"], record
+    assert redis_client.hlen(KEYS.payload) == 3  # the three pages: no child stored
+    assert crawler.stats.get_value("ha/revisit/failed_visits") == 2
+
+
+@deferred_f_from_coro_f
+async def test_a_revisit_redirected_to_a_page_stores_no_child(redis_url, site, redis_client):
+    """The target of a revisited page's redirect is fetched at each visit under the page's
+    lease: nothing of it reaches Redis (before, a child entry stored and acked a visit)."""
+    settings = {**CONTINUOUS, "REDIS_URL": redis_url}
+    crawler = get_crawler(RedirectedSpider, settings)
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    deadline = time.monotonic() + 60
+    while len(visits(site)["/redirect/3"]) < 3:
+        assert not crawling.done(), "the crawl finished by itself"
+        assert time.monotonic() < deadline, visits(site)
+        await asyncio.sleep(0.2)
+    stopped = await asyncio.to_thread(scrapy_ha, "stop", "redirected", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    await asyncio.wait_for(crawling, 30)
+    stats = await asyncio.to_thread(redis_client.hgetall, Keys("ha", "redirected").stats)
+    assert stats[b"enqueued"] == b"2", stats  # the two start pages: no child (before: one a visit)
+    assert crawler.stats.get_value("ha/revisit/scheduled") >= 4
+    assert len(visits(site)["/item/3"]) >= 3
+
+
+class FlakyTargetSpider(RedirectedSpider):
+    """A revisited page redirected to a page that answers 503 to its first two hits."""
+
+    name = "flakytarget"
+
+    async def start(self) -> Any:
+        meta = {"ha_revisit": INTERVAL}
+        yield scrapy.Request(self.base_url + "/redirect/7", meta=meta, dont_filter=True)
+
+
+async def _crawl_flaky_target(redis_url, site, **extra: Any) -> Any:
+    """Crawl FlakyTargetSpider until /redirect/7 was fetched 4 times, or dead-lettered."""
+    keys = Keys("ha", "flakytarget")
+    settings = {**CONTINUOUS, "REDIS_URL": redis_url, "HA_RETRY_BACKOFF_BASE": 0.2, **extra}
+    crawler = get_crawler(FlakyTargetSpider, settings)
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    deadline = time.monotonic() + 60
+    while len(visits(site)["/redirect/7"]) < 4 and not crawler.stats.get_value("ha/dead/server"):
+        assert not crawling.done(), "the crawl finished by itself"
+        assert time.monotonic() < deadline, visits(site)
+        await asyncio.sleep(0.2)
+    stopped = await asyncio.to_thread(scrapy_ha, "stop", "flakytarget", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    await asyncio.wait_for(crawling, 30)
+    return crawler, keys
+
+
+@deferred_f_from_coro_f
+async def test_a_retried_target_retries_its_revisited_page(redis_url, site_factory, redis_client):
+    """The target's 503s are retries of the page (its entry to the delayed set, its URL the
+    page's), then the visits go on. Before, the target was a child of its own, retried."""
+    site = site_factory("--pages", "5", "--per-page", "10", "--fault", "503:7:2")
+    crawler, keys = await _crawl_flaky_target(redis_url, site)
+    assert len(visits(site)["/item/7"]) == len(visits(site)["/redirect/7"])  # one each visit
+    assert crawler.stats.get_value("ha/retry/delayed") == 2
+    assert crawler.stats.get_value("ha/revisit/scheduled") >= 1
+    stats = await asyncio.to_thread(redis_client.hgetall, keys.stats)
+    assert stats[b"enqueued"] == b"1", stats  # the page alone (before: the target too)
+    (payload,) = await asyncio.to_thread(redis_client.hvals, keys.payload)
+    assert json.loads(payload)["u"] == site.url + "/redirect/7"
+    assert not await asyncio.to_thread(redis_client.hlen, keys.dead_info)
+
+
+@deferred_f_from_coro_f
+async def test_a_target_counts_its_retries_against_its_page(redis_url, site_factory, redis_client):
+    """One retry allowed: the target's second 503 spends the page's budget, and its first
+    visit failing, the page is dead-lettered (a broken link), with the target's reason."""
+    site = site_factory("--pages", "5", "--per-page", "10", "--fault", "503:7:2")
+    crawler, keys = await _crawl_flaky_target(redis_url, site, HA_RETRY_TIMES=1)
+    assert len(visits(site)["/item/7"]) == len(visits(site)["/redirect/7"]) == 2
+    (entry,) = await asyncio.to_thread(redis_client.hkeys, keys.dead_info)
+    payload = await asyncio.to_thread(redis_client.hget, keys.payload, entry)
+    assert json.loads(payload)["u"] == site.url + "/redirect/7"
+    record = json.loads(await asyncio.to_thread(redis_client.hget, keys.dead_info, entry))
+    assert record["class"] == "server" and "503" in record["reason"], record
+    assert len(record["history"]) == 2  # both attempts, of the target
+
+
+@deferred_f_from_coro_f
+async def test_a_carried_targets_items_commit_with_its_pages_visit(redis_url, site):
+    """HA_ITEMS = "outbox": the target's item is held under the page's lease and committed
+    with the end of the page's visit, once a visit (none lost, none twice)."""
+    settings = {**CONTINUOUS, "REDIS_URL": redis_url, "HA_ITEMS": "outbox"}
+    crawler = get_crawler(RedirectedSpider, settings)
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    deadline = time.monotonic() + 60
+    while len(visits(site)["/item/3"]) < 3:
+        assert not crawling.done(), "the crawl finished by itself"
+        assert time.monotonic() < deadline, visits(site)
+        await asyncio.sleep(0.2)
+    stopped = await asyncio.to_thread(scrapy_ha, "stop", "redirected", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    await asyncio.wait_for(crawling, 30)
+    ids = [item["id"] for item in await asyncio.to_thread(stream, redis_url, "redirected")]
+    for target, n in (("/item/3", 3), ("/item/4", 4)):
+        fetched = len(visits(site)[target])
+        assert ids.count(n) in (fetched, fetched - 1), (ids, visits(site))  # (one cut short)
+    assert crawler.stats.get_value("ha/items/committed") == len(ids)
+
+
+def _worker(redis_url: str, site_url: str, log: Path, *, hang: bool) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(ROOT / "carried_spider.py")]
+    args += [
+        "-a",
+        f"base_url={site_url}",
+        "-a",
+        f"hang={int(hang)}",
+        "-s",
+        f"REDIS_URL={redis_url}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            args, cwd=ROOT.parent, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def test_a_worker_killed_with_a_carried_target_in_flight_loses_nothing(
+    redis_url, site, redis_client, tmp_path
+):
+    """The target is nowhere in Redis: the page's lease alone holds the visit. Killed while
+    the target's callback runs, the worker leaves that lease to expire; the next worker
+    reclaims the page and visits it again, redirect and all, and the revisits go on."""
+    victim = _worker(redis_url, site.url, tmp_path / "victim.log", hang=True)
+    deadline = time.monotonic() + 60
+    try:
+        while b"TARGET IN FLIGHT" not in (tmp_path / "victim.log").read_bytes():
+            assert victim.poll() is None, (tmp_path / "victim.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, visits(site)
+            time.sleep(0.05)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    keys = Keys("ha", "carried")
+    assert redis_client.hget(keys.stats, "enqueued") == b"1"  # the page: no target stored
+    killed_at = len(visits(site)["/redirect/3"])
+    survivor = _worker(redis_url, site.url, tmp_path / "survivor.log", hang=False)
+    try:
+        while len(visits(site)["/redirect/3"]) < killed_at + 2:  # reclaimed, then revisited
+            assert survivor.poll() is None, (tmp_path / "survivor.log").read_text()[-3000:]
+            assert time.monotonic() < deadline + 30, visits(site)
+            time.sleep(0.1)
+        stopped = scrapy_ha("stop", "carried", "--redis-url", redis_url)
+        assert stopped.returncode == 0, stopped.stderr
+        assert survivor.wait(30) == 0, (tmp_path / "survivor.log").read_text()[-3000:]
+    finally:
+        if survivor.poll() is None:
+            survivor.kill()
+    assert len(visits(site)["/item/3"]) >= killed_at + 1  # its target fetched again
+    entries = redis_client.zcard(keys.delayed) + backqueues.count(redis_client, keys)
+    assert entries == 1 and not redis_client.hlen(keys.dead_info)
+    assert redis_client.hget(keys.stats, "enqueued") == b"1"
+    assert int(redis_client.hget(keys.stats, "reclaimed") or 0) == 1, redis_client.hgetall(
+        keys.stats
+    )

@@ -395,3 +395,97 @@ def test_a_worker_times_the_visits_by_redis_clock_not_its_own():
     assert s.inflight.revisit is not None and s.inflight.revisit(request) is not None
     state = RevisitState.from_meta(request.meta[metakeys.REVISIT_STATE])
     assert state.last == pytest.approx(time.time() + 3600, abs=60)
+
+
+def _redirect(original: Request, url: str) -> Request:
+    """RedirectMiddleware's copy of *original* (its meta, and so its lease, copied)."""
+    target = original.replace(url=url)
+    urls = [*original.meta.get("redirect_urls", []), original.url]
+    target.meta.update(redirect_urls=urls, redirect_times=len(urls), redirect_reasons=[302])
+    return target
+
+
+def test_a_revisited_requests_redirect_is_carried_in_memory_and_ends_its_visit():
+    """scheduler/carry.py: not stored, handed out first, counted as pending; the original
+    finishes with its target, and ends by the target's verdict (a failed visit here)."""
+    s, session, engine = shell(revisit=RevisitConfig(rules=()))
+    state = RevisitState(interval=60.0, visits=2).as_meta()
+    page = session.hand("http://a.test/old", "1")
+    page.meta.update({metakeys.REVISIT: 60, metakeys.REVISIT_STATE: state})
+    other = session.hand("http://a.test/other", "2")
+    assert s.next_request() is page
+    target = _redirect(page, "http://a.test/new")
+    assert s.enqueue_request(target)
+    assert s.outbox.children == [] and target.meta[metakeys.REVISIT] is False
+    assert s.has_pending_requests() and len(s) == 2  # the target and the other lease
+    session.renewals.valid_until = time.monotonic() - 1
+    assert s.next_request() is None  # not while the page's lease may have expired
+    session.renewals.valid_until = math.inf
+    s.inflight.collect_finished()
+    assert s.outbox.ends == [] and s.outbox.acks == []  # its target not handed out yet
+    assert s.next_request() is target and s.next_request() is other
+    engine.downloader.active.add(target)
+    s.inflight.collect_finished()
+    assert s.outbox.ends == [] and s.outbox.acks == [("2", "t-2")]  # the target runs
+    target.meta[metakeys.OUTCOME] = Verdict.dead(FailureClass.GONE, "HTTP 404", status=404)
+    engine.downloader.active.clear()
+    s.inflight.collect_finished()
+    (end,) = s.outbox.ends
+    assert (end.kind, end.entry_id, end.request) == ("revisit", "1", page)
+    assert end.visit is not None and end.visit.found == "failed"
+    assert RevisitState.from_meta(page.meta[metakeys.REVISIT_STATE]).failures == 1
+
+
+def test_a_carried_targets_retry_and_chain_end_its_original():
+    s, session, engine = shell(revisit=RevisitConfig(rules=()))
+    page = session.hand("http://a.test/old", "1")
+    page.meta[metakeys.REVISIT] = 60
+    assert s.next_request() is page
+    first = _redirect(page, "http://a.test/new")
+    assert s.enqueue_request(first) and s.next_request() is first
+    second = _redirect(first, "http://a.test/newer")  # a chain: takes the first's place
+    assert s.enqueue_request(second) and s.outbox.children == []
+    s.inflight.collect_finished()
+    assert s.outbox.ends == []  # the second waits
+    assert s.next_request() is second
+    engine.downloader.active.add(second)
+    second.meta[metakeys.OUTCOME] = Verdict.retry(FailureClass.SERVER, "HTTP 503", delay=2)
+    second.meta[metakeys.RETRIES] = {"server": 1}
+    assert s.enqueue_request(second.replace(priority=-1))  # its retry copy: not queued
+    engine.downloader.active.clear()
+    s.inflight.collect_finished()
+    # the page's lease ends as a retry, its payload the page's URL, its retries counted
+    assert s.outbox.ends == [EndOp("retry", "1", "t-1", page, 0.0, -1)]
+    assert page.meta[metakeys.RETRIES] == {"server": 1}
+    verdict = Verdict.from_meta(page.meta)  # what Ends.end reads the retry's delay from
+    assert verdict is not None and verdict.is_retry and verdict.delay == 2
+
+
+@deferred_f_from_coro_f
+async def test_close_drops_a_carried_target_not_handed_out_and_releases_its_page():
+    s, session, _ = shell(revisit=RevisitConfig(rules=()))
+    page = session.hand("http://a.test/old", "1")
+    page.meta[metakeys.REVISIT] = 60
+    assert s.next_request() is page
+    assert s.enqueue_request(_redirect(page, "http://a.test/new"))
+    await maybe_deferred_to_future(s.close("shutdown"))
+    assert session.closed is not None
+    assert session.closed["acks"] == [] and session.closed["released"] == [("1", "t-1")]
+    assert not s.has_pending_requests() and len(s) == 0
+
+
+def test_a_carried_target_goes_out_at_the_in_flight_cap():
+    """Its original holds the cap's place and finishes only with it: held back at the cap
+    (HA_MAX_INFLIGHT), every request in flight could wait for its target, for ever."""
+    s, session, engine = shell(revisit=RevisitConfig(rules=()), max_inflight=1, max_unacked=2)
+    page = session.hand("http://a.test/old", "1")
+    page.meta[metakeys.REVISIT] = 60
+    session.hand("http://a.test/other", "2")
+    assert s.next_request() is page
+    target = _redirect(page, "http://a.test/new")
+    assert s.enqueue_request(target)
+    assert s.next_request() is target  # (before: None, the page at the cap, for ever)
+    engine.downloader.active.add(target)
+    assert s.next_request() is None  # the cap holds for the rest
+    engine.downloader.active.clear()
+    assert s.next_request() is not None and s.outbox.ends[0].entry_id == "1"

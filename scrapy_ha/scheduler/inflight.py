@@ -5,7 +5,9 @@ nowhere any more (:func:`scrapy_ha.scheduler.engine.busy_check`). Only then does
 an ack, or, when a middleware recorded another outcome in its meta, by a retry or a dead
 letter. Both go into the :class:`~scrapy_ha.scheduler.outbox.Outbox`, after the children the page
 yielded (they were queued while it ran). With the item outbox (:mod:`.items`) an ack carries
-the items its page yielded, and the end of a page that is not acked drops them.
+the items its page yielded, and the end of a page that is not acked drops them. A revisited
+request that is redirected finishes with its target, which is carried under its lease and
+decides how it ends (:mod:`.carry`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 from scrapy_ha import metakeys
 from scrapy_ha.config.items import DEFAULT_ITEMS, OUTBOX
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.carry import Carried, outcome_of
 from scrapy_ha.scheduler.items import ItemHold
 from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp
 from scrapy_ha.scheduler.revisits import Revisits
@@ -71,12 +74,17 @@ class Kin:
     fence: Pair | None = None
     #: it names, by copied meta, a page this worker already finished: queued as a root
     late: bool = False
+    #: the redirect of a revisited request in flight: carried under its lease, in memory
+    #: (:mod:`.carry`), never stored
+    carried: bool = False
 
 
 #: What a request that names no lease is to what is in flight: a root.
 _ROOT = Kin()
 #: The retry copy of a request in flight.
 _RETRY = Kin(retry=True)
+#: The redirect of a revisited request in flight.
+_CARRIED = Kin(carried=True)
 
 
 class InFlight:
@@ -106,7 +114,11 @@ class InFlight:
         self.revisit: Callable[[Request], VisitEnd | None] | None = None
         #: a revisited request whose visit failed: its revisit (None: dead-lettered)
         self._failed_visit: Callable[[Request], VisitEnd | None] | None = None
-        self._redirected: Callable[[Request, Request], None] | None = None
+        self._redirected: Callable[[Request, Request], bool] | None = None
+        #: the redirects of revisited requests in flight, carried under their lease
+        self.carried = Carried()
+        #: off in a sharded crawl (set once connected), which keeps no revisits
+        self.carries = True
         #: HA_REVISIT has rules: any request may be revisited, not only one whose meta
         #: asks it (``ha_revisit``), the one thing to look at per request without them
         self._revisit_rules = True
@@ -137,12 +149,14 @@ class InFlight:
         """Forget a request whose lease never existed (see :meth:`Scheduler.settle`)."""
         self._held.pop(entry_id, None)
         self._retry_priority.pop(entry_id, None)  # a retry of it accepted before: moot
+        self.carried.pop(entry_id)
 
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]
 
     def clear(self) -> None:
         self._held.clear()
+        self.carried.clear()
         if self.items is not None:
             self.items.clear()
 
@@ -187,11 +201,12 @@ class InFlight:
         return True
 
     def collect_finished(self) -> None:
-        """Move requests the engine is done with to the outbox: acks, or ends."""
+        """Move requests the engine is done with to the outbox: acks, or ends. A request
+        whose redirect is carried (:mod:`.carry`) is done once its target is done too."""
         if not self._held:
             return
-        busy = engine.busy_check(self.crawler)
-        done = [i for i, (_, r) in self._held.items() if not busy(r)]
+        busy, carried = engine.busy_check(self.crawler), self.carried
+        done = [i for i, (_, r) in self._held.items() if not busy(r) and carried.finished(i, busy)]
         for entry_id in done:
             token, request = self._held.pop(entry_id)
             try:
@@ -212,10 +227,13 @@ class InFlight:
         are yielded again by whoever redoes its page)."""
         self.outbox.commits.pop((entry_id, token), None)
         self._retry_priority.pop(entry_id, None)
+        self.carried.pop(entry_id)
         if self.items is not None:
             self.items.forget((entry_id, token))
 
     def _finished(self, entry_id: str, token: str, request: Request) -> None:
+        if (target := self.carried.pop(entry_id)) is not None:
+            outcome_of(request, target)  # its lease ends by its target's outcome
         items, meta = self.items, request.meta
         if metakeys.OUTCOME in meta and (verdict := Verdict.from_meta(meta)):
             self._judged(entry_id, token, request, verdict)
@@ -269,6 +287,20 @@ class InFlight:
             self.outbox.checkpoints.append(save)
         return save
 
+    def save_checkpoint(
+        self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool
+    ) -> bool:
+        """Save *task*'s checkpoint under *page*'s lease (a carried target's: its
+        original's): queued now (True: to send), or kept in its meta until the page ends."""
+        lease = page.meta.get(metakeys.LEASE)
+        if lease is None:
+            return False
+        if at_finish:
+            page.meta[metakeys.CHECKPOINT_SAVE] = (task, doc, ttl_ms)
+            return False
+        self.outbox.checkpoints.append(CheckpointSave(lease[0], lease[1], task, doc, ttl_ms))
+        return True
+
     def end(self, op: EndOp) -> None:
         """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""
         priority = self._retry_priority.pop(op.entry_id, None)
@@ -290,11 +322,25 @@ class InFlight:
             return _RETRY
         fence = fence_of(request)
         late = fence is not None and fence[0] not in self._held
-        if fence is not None and not late and self._redirected is not None:
-            held = self._held[fence[0]][1]
-            if _redirect_of(request, held):
-                self._redirected(held, request)
+        if fence is not None and not late and self._carries(fence[0], request):
+            return _CARRIED
         return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
+
+    def _carries(self, entry_id: str, request: Request) -> bool:
+        """Whether *request*, a redirect of the request in flight *entry_id* (or of its
+        carried target: a chain), is carried under its lease (:mod:`.carry`): when that
+        request is revisited (:meth:`Revisits.redirected`), in a crawl that keeps revisits."""
+        if self._redirected is None:
+            return False
+        held = self._held[entry_id][1]
+        target = self.carried.target_of(entry_id)
+        # a redirect of the target copies what was stripped of it (Revisits.redirected)
+        chained = target is not None and _redirect_of(request, target)
+        revisited = not chained and _redirect_of(request, held) and self._redirected(held, request)
+        if not (chained or (revisited and self.carries)):
+            return False
+        self.carried.carry(entry_id, request)
+        return True
 
     def _is_retry_of_one(self, request: Request) -> bool:
         if metakeys.OUTCOME not in request.meta:  # most requests: no verdict to read

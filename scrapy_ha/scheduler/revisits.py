@@ -85,7 +85,7 @@ class Revisits:
 
         return cls(config.revisit, fingerprint, clock, crawler.stats, seen=config.dedupe)
 
-    def redirected(self, original: Request, redirect: Request) -> None:
+    def redirected(self, original: Request, redirect: Request) -> bool:
         """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
         copied): the revisits stay with the original, and the target is fetched at each of
         its visits, in full (never filtered as seen, without the original's validators),
@@ -94,13 +94,16 @@ class Revisits:
         others at DEBUG):
         the target revisited instead would cost one request less a visit. Before, the target
         kept the original's ``ha_revisit`` and got a revisit entry of its own: fetched twice
-        a period, or filtered as seen at the original's next visits."""
+        a period, or filtered as seen at the original's next visits.
+
+        Returns True when *original* is revisited: its visit ends by the target's outcome,
+        the target carried under its lease (:mod:`scrapy_ha.scheduler.carry`)."""
         try:
             base = self.config.interval_for(original.url, original.meta)
         except ConfigError:
-            return  # (said when the original ends)
+            return False  # (said when the original ends)
         if base is None:
-            return
+            return False
         meta = redirect.meta
         meta.pop(metakeys.REVISIT_STATE, None)  # the original's validators and evidence
         meta[metakeys.REVISIT] = False
@@ -109,6 +112,7 @@ class Revisits:
             redirect.headers.pop(header, None)
         if (meta.get("redirect_reasons") or [None])[-1] in PERMANENT_REDIRECTS:
             self._moved(original, redirect)
+        return True
 
     def _moved(self, original: Request, redirect: Request) -> None:
         """Count a visit of a revisited URL redirected for good; say the first in a WARNING

@@ -32,7 +32,7 @@ from scrapy_ha.scheduler.engine.slots import SlotLoad
 from scrapy_ha.scheduler.fresh import FreshQueue, Handout
 from scrapy_ha.scheduler.idle import IdleClose
 from scrapy_ha.scheduler.inflight import InFlight
-from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp, Outbox
+from scrapy_ha.scheduler.outbox import EndOp, Outbox
 from scrapy_ha.scheduler.precedence import Precedence
 from scrapy_ha.scheduler.session.session import Session
 from scrapy_ha.scheduler.solo import Solo
@@ -150,10 +150,10 @@ class Scheduler:
         return deferred_from_coro(self.session.close(reason))
 
     def has_pending_requests(self) -> bool:
-        """True while the crawl has requests waiting: in this worker's buffer or outbox, or
-        pending or delayed in Redis at the last sync (no round trip: the background task
-        fetches these counts anyway)."""
-        waiting = len(self.outbox.children) > len(self.handout.unstored)
+        """True while the crawl has requests waiting: in this worker's buffer or outbox (or
+        carried redirects: :mod:`.carry`), or pending or delayed in Redis at the last sync (no
+        round trip: the background task fetches these counts anyway)."""
+        waiting = len(self.outbox.children) > len(self.handout.unstored) or self.inflight.carried
         return bool(self._buffer or waiting or self.session.remote.waiting > 0)
 
     def enqueue_request(self, request: Request) -> bool:
@@ -173,8 +173,8 @@ class Scheduler:
         if self.handout.gate.dropped(request):
             return False  # a fresh request Redis found a duplicate of (already counted)
         kin = self.inflight.kin(request)
-        if kin.retry:
-            return True  # the original's lease moves to the delayed set when it finishes
+        if kin.retry or kin.carried:  # a retry: the original's lease moves to the delayed set
+            return True  # when it finishes; a carried redirect goes out first (.carry)
         entry = self.admission.admit(request, kin, self.spider)
         if entry is None:
             return False
@@ -188,11 +188,17 @@ class Scheduler:
         """The next request, from memory: leased, or new from this worker and not sent to
         Redis yet (whichever comes first in Scrapy's order); None when there is neither.
 
-        Also None at the in-flight caps (``HA_MAX_INFLIGHT`` unfinished, or more handed out
-        still holding a lease: :meth:`InFlight.at_cap`), or while this worker's leases may
-        have expired (Redis unreachable for a lease period).
+        The redirect of a revisited request carried under its lease (:mod:`.carry`) goes
+        first, caps or not (its original counts in them, and waits for it). Else None at the
+        in-flight caps (``HA_MAX_INFLIGHT`` unfinished, or more handed out still holding a
+        lease: :meth:`InFlight.at_cap`), or while this worker's leases may have expired
+        (Redis unreachable for a lease period).
         """
         self.handout.looked()
+        valid = time.monotonic() <= self.session.renewals.valid_until
+        if valid and (target := self.inflight.carried.take()) is not None:
+            self._slots.handed(self.crawler, target)
+            return target
         if self.inflight.at_cap(self.config, self.solo.isolating, self.session.wake):
             return None
         while True:
@@ -236,10 +242,10 @@ class Scheduler:
         return True
 
     def __len__(self) -> int:
-        """Requests waiting in the crawl: this worker's buffer and outbox, plus what Redis
-        held pending or delayed at the last sync."""
-        waiting = len(self.outbox.children) - len(self.handout.unstored)
-        return len(self._buffer) + waiting + max(0, self.session.remote.waiting)
+        """Requests waiting in the crawl: this worker's buffer and outbox (and carried
+        redirects), plus what Redis held pending or delayed at the last sync."""
+        waiting = len(self.outbox.children) - len(self.handout.unstored) + len(self._buffer)
+        return waiting + len(self.inflight.carried) + max(0, self.session.remote.waiting)
 
     # -- for the middlewares -----------------------------------------------------------
 
@@ -257,13 +263,7 @@ class Scheduler:
         self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool
     ) -> None:
         """Save *task*'s checkpoint under *page*'s lease: now, or when the page is acked."""
-        lease = page.meta.get(metakeys.LEASE)
-        if lease is None:
-            return
-        if at_finish:
-            page.meta[metakeys.CHECKPOINT_SAVE] = (task, doc, ttl_ms)
-        else:
-            self.outbox.checkpoints.append(CheckpointSave(lease[0], lease[1], task, doc, ttl_ms))
+        if self.inflight.save_checkpoint(page, task, doc, ttl_ms, at_finish=at_finish):
             self.session.wake()
 
     # -- for the session ---------------------------------------------------------------

@@ -167,6 +167,7 @@ class Session:
         self.shell.admission.compactor.adopt(await self.syncer.read_dictionaries())
         # a sharded crawl's shards would each order by their own sequence
         self.shell.precedence.keep.enabled &= queue.numbers_children
+        self.shell.inflight.carries = queue.numbers_children  # (a sharded crawl: no revisits)
         limits = cfg.politeness.as_hash()
         await wait.run(lambda: set_domain_limits(queue.client, queue.keys, limits))
         run = await wait.run(lambda: join_run(queue, cfg))  # before the first heartbeat
