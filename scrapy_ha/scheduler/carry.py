@@ -36,44 +36,41 @@ class Carried:
 
     def __init__(self) -> None:
         #: entry id -> its target (the last of a chain of redirects)
-        self._targets: dict[str, Request] = {}
+        self.targets: dict[str, Request] = {}
         #: the targets not handed to the engine yet, in the order they came
-        self._waiting: dict[str, Request] = {}
+        self.waiting: dict[str, Request] = {}
 
     def __len__(self) -> int:
         """Targets waiting for the engine (counted as pending: the spider stays open)."""
-        return len(self._waiting)
+        return len(self.waiting)
 
     def target_of(self, entry_id: str) -> Request | None:
-        return self._targets.get(entry_id)
+        return self.targets.get(entry_id)
 
     def carry(self, entry_id: str, target: Request) -> None:
         """*target* goes to the engine under *entry_id*'s lease (a redirect of the target
         handed out before takes its place)."""
-        self._targets[entry_id] = target
-        self._waiting[entry_id] = target
+        self.targets[entry_id] = target
+        self.waiting[entry_id] = target
 
-    def take(self) -> Request | None:
-        """The first target waiting, now handed to the engine (None: none)."""
-        if not self._waiting:
-            return None
-        entry_id = next(iter(self._waiting))
-        return self._waiting.pop(entry_id)
+    def take(self) -> Request:
+        """The first target waiting (the caller saw one), now handed to the engine."""
+        return self.waiting.pop(next(iter(self.waiting)))
 
     def finished(self, entry_id: str, busy: Callable[[Request], bool]) -> bool:
         """Whether *entry_id*'s target (if any) was handed out and the engine is done with it."""
-        target = self._targets.get(entry_id)
-        return target is None or (entry_id not in self._waiting and not busy(target))
+        target = self.targets.get(entry_id)
+        return target is None or (entry_id not in self.waiting and not busy(target))
 
     def pop(self, entry_id: str) -> Request | None:
         """Forget *entry_id*'s target: its original ends (a target still waiting is dropped:
         the original's lease is released or expires, and it is visited again)."""
-        self._waiting.pop(entry_id, None)
-        return self._targets.pop(entry_id, None)
+        self.waiting.pop(entry_id, None)
+        return self.targets.pop(entry_id, None)
 
     def clear(self) -> None:
-        self._targets.clear()
-        self._waiting.clear()
+        self.targets.clear()
+        self.waiting.clear()
 
 
 def outcome_of(original: Request, target: Request) -> None:

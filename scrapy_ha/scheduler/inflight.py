@@ -206,7 +206,9 @@ class InFlight:
         if not self._held:
             return
         busy, carried = engine.busy_check(self.crawler), self.carried
-        done = [i for i, (_, r) in self._held.items() if not busy(r) and carried.finished(i, busy)]
+        done = [i for i, (_, r) in self._held.items() if not busy(r)]
+        if carried.targets:  # (most rounds: nothing carried, no call per request)
+            done = [i for i in done if carried.finished(i, busy)]
         for entry_id in done:
             token, request = self._held.pop(entry_id)
             try:
@@ -232,7 +234,7 @@ class InFlight:
             self.items.forget((entry_id, token))
 
     def _finished(self, entry_id: str, token: str, request: Request) -> None:
-        if (target := self.carried.pop(entry_id)) is not None:
+        if self.carried.targets and (target := self.carried.pop(entry_id)) is not None:
             outcome_of(request, target)  # its lease ends by its target's outcome
         items, meta = self.items, request.meta
         if metakeys.OUTCOME in meta and (verdict := Verdict.from_meta(meta)):

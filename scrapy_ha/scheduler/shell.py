@@ -195,9 +195,9 @@ class Scheduler:
         (Redis unreachable for a lease period).
         """
         self.handout.looked()
-        valid = time.monotonic() <= self.session.renewals.valid_until
-        if valid and (target := self.inflight.carried.take()) is not None:
-            self._slots.handed(self.crawler, target)
+        carried = self.inflight.carried  # (most calls: none waits, no clock read)
+        if carried.waiting and time.monotonic() <= self.session.renewals.valid_until:
+            self._slots.handed(self.crawler, target := carried.take())
             return target
         if self.inflight.at_cap(self.config, self.solo.isolating, self.session.wake):
             return None
