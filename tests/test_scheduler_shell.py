@@ -489,3 +489,43 @@ def test_a_carried_target_goes_out_at_the_in_flight_cap():
     assert s.next_request() is None  # the cap holds for the rest
     engine.downloader.active.clear()
     assert s.next_request() is not None and s.outbox.ends[0].entry_id == "1"
+
+
+@pytest.mark.parametrize("target_url", ["http://b.test/new", "ftp://b.test/new"])
+def test_a_redirect_to_a_closed_domain_or_another_scheme_is_not_carried(target_url):
+    """A carried target goes out at once, past the domain's 429 gate (and the crawl-wide
+    limits Redis keeps) and past HA_ALLOWED_SCHEMES: such a redirect goes the way of any
+    child instead, stored and leased within them (or refused)."""
+    s, session, _ = shell(revisit=RevisitConfig(rules=()))
+    s.close_gate(Request("http://b.test/429"), 600)
+    page = session.hand("http://a.test/old", "1")
+    page.meta[metakeys.REVISIT] = 60
+    assert s.next_request() is page
+    target = _redirect(page, target_url)
+    stored = s.enqueue_request(target)
+    assert not s.inflight.carried.waiting and s.next_request() is not target  # (before: carried)
+    if target_url.startswith("ftp"):
+        assert not stored and s.outbox.children == []  # refused, as a child of that scheme is
+    else:
+        assert stored and [e.fresh.request for e in s.outbox.children if e.fresh] == [target]
+
+
+def test_a_new_lease_of_an_entry_is_not_ended_by_the_target_of_its_lost_lease():
+    """The page's lease lost while its target waits, and the entry leased to this worker
+    again: the target is dropped, and the new lease ends by its own visit. Before, the old
+    target went out under the lost lease, and the new lease ended by its 404."""
+    s, session, engine = shell(revisit=RevisitConfig(rules=()))
+    page = session.hand("http://a.test/old", "1")
+    page.meta[metakeys.REVISIT] = 60
+    assert s.next_request() is page
+    target = _redirect(page, "http://a.test/gone")
+    assert s.enqueue_request(target)
+    s.drop_lost({("1", "t-1")})
+    assert not s.inflight.carried.waiting and s.next_request() is None
+    again = Request("http://a.test/old", meta={metakeys.REVISIT: 60})
+    s.take(again, Lease("1", "t-1b", b"", 1))
+    assert s.next_request() is again
+    target.meta[metakeys.OUTCOME] = Verdict.dead(FailureClass.GONE, "HTTP 404", status=404)
+    s.inflight.collect_finished()
+    ends = [(e.kind, e.token, e.visit.found if e.visit else None) for e in s.outbox.ends]
+    assert ends == [("revisit", "t-1b", ends[0][2])] and ends[0][2] != "failed", ends

@@ -119,6 +119,9 @@ class InFlight:
         self.carried = Carried()
         #: off in a sharded crawl (set once connected), which keeps no revisits
         self.carries = True
+        #: whether a redirect may be carried (the shell's: its domain open and without
+        #: crawl-wide limits, its scheme allowed); else it is stored, as any child
+        self.may_carry: Callable[[Request], bool] = lambda request: True  # noqa: ARG005
         #: HA_REVISIT has rules: any request may be revisited, not only one whose meta
         #: asks it (``ha_revisit``), the one thing to look at per request without them
         self._revisit_rules = True
@@ -142,6 +145,8 @@ class InFlight:
         """*request* was handed to the engine; a lease not *stored* in Redis yet (a fresh
         request) needs no report: the round that stores it marks it handed."""
         self._held[entry_id] = (token, request)
+        if self.carried.targets:  # the entry leased again: a target of its lost lease is moot
+            self.carried.pop(entry_id)
         if stored and self.on_add is not None:
             self.on_add((entry_id, token))
 
@@ -150,6 +155,12 @@ class InFlight:
         self._held.pop(entry_id, None)
         self._retry_priority.pop(entry_id, None)  # a retry of it accepted before: moot
         self.carried.pop(entry_id)
+
+    def drop_waiting(self, lost: set[Pair]) -> int:
+        """Drop the carried targets not handed out yet of the requests in flight whose lease
+        is *lost*: their originals end (refused by Redis), and are visited again."""
+        gone = [pair[0] for pair in lost if self.request_of(pair) is not None]
+        return sum(self.carried.waiting.pop(entry_id, None) is not None for entry_id in gone)
 
     def pairs(self) -> list[Pair]:
         return [(i, t) for i, (t, _) in self._held.items()]
@@ -339,7 +350,7 @@ class InFlight:
         # a redirect of the target copies what was stripped of it (Revisits.redirected)
         chained = target is not None and _redirect_of(request, target)
         revisited = not chained and _redirect_of(request, held) and self._redirected(held, request)
-        if not (chained or (revisited and self.carries)):
+        if not (chained or (revisited and self.carries)) or not self.may_carry(request):
             return False
         self.carried.carry(entry_id, request)
         return True

@@ -20,6 +20,7 @@ from scrapy import Request, signals
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec import refused_scheme
 from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
@@ -105,6 +106,8 @@ class Scheduler:
         )
         self.handout.gate.guard.held = self.local_leases
         self.inflight.on_retry = self.handout.gate.replaced
+        schemes = self.admission.schemes
+        self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
         self._closed = ClosedDomains()  # domains closed for every worker (429)
         self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
@@ -188,11 +191,10 @@ class Scheduler:
         """The next request, from memory: leased, or new from this worker and not sent to
         Redis yet (whichever comes first in Scrapy's order); None when there is neither.
 
-        The redirect of a revisited request carried under its lease (:mod:`.carry`) goes
-        first, caps or not (its original counts in them, and waits for it). Else None at the
-        in-flight caps (``HA_MAX_INFLIGHT`` unfinished, or more handed out still holding a
-        lease: :meth:`InFlight.at_cap`), or while this worker's leases may have expired
-        (Redis unreachable for a lease period).
+        A revisit's redirect carried under its lease (:mod:`.carry`) goes first, caps or not
+        (its original counts in them, and waits for it). Else None at the in-flight caps
+        (``HA_MAX_INFLIGHT`` unfinished, or more handed out still holding a lease:
+        :meth:`InFlight.at_cap`), or while this worker's leases may have expired.
         """
         self.handout.looked()
         carried = self.inflight.carried  # (most calls: none waits, no clock read)
@@ -279,23 +281,19 @@ class Scheduler:
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
             # its last chance before the dead-letter queue: run it alone (see .solo)
             request.meta[metakeys.SUSPECT] = lease.expiries
-        # one with a start time keeps its lease order, which is its domain's start order: a
-        # slot hands out from its head only, so one placed before an earlier start would
-        # hold the others back until its own, and they would all start at once
+        # one with a start time keeps its lease order (its domain's start order): placed before
+        # an earlier start, it would hold its slot's others back, and all would start at once
         self._buffer.append(request, None if lease.wait_ms > 0 else lease.place)
 
     def empty_on_the_way(self) -> bool:
         """``next_request()`` returned None, but this worker holds requests or they are on
-        their way to it: buffered ones (held back by a cap, a busy download slot or their
-        domain's start time), new ones going to Redis that the next round leases back,
-        pending ones Redis held at the last sync, or one that outranks the buffer (held back
-        for one round trip). Then ``scheduler_empty`` is not sent (see
-        :func:`.engine.quiet_empty`): Scrapy's own scheduler sends it only when it
-        holds nothing, and a spider feeding its start requests lazily from it would be fed
-        while work is waiting; the engine looks again when a request finishes, at a start
-        time, or after the next sync (``held_back``), and gets a request or sends the
-        signal. Not while Redis is down, the crawl is paused or closing, or a suspect runs
-        alone: nothing comes then."""
+        their way: buffered (held back by a cap, a busy slot or a start time), new ones the
+        next round leases back, pending ones in Redis at the last sync, or one that outranks
+        the buffer. Then ``scheduler_empty`` is not sent (:func:`.engine.quiet_empty`): as
+        with Scrapy's scheduler, which sends it only when it holds nothing, a spider feeding
+        its start requests lazily is not fed while work waits; the engine looks again when a
+        request finishes, at a start time or after the next sync (``held_back``). Not while
+        Redis is down, the crawl is paused or closing, or a suspect runs alone."""
         session = self.session
         if not session.redis_ok or session.remote.holding or session.stopping or self.solo.running:
             return False
@@ -333,7 +331,7 @@ class Scheduler:
     def drop_lost(self, lost: set[Pair]) -> None:
         """Drop the buffered requests of leases lost: by (id, token), since the same entry
         may be leased again by this worker under a new token, which is not lost."""
-        dropped = self._buffer.drop(lost)
+        dropped = self._buffer.drop(lost) + self.inflight.drop_waiting(lost)
         real = lost - set(self.outbox.held_pairs())  # ended (acks, ends) or given back
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
@@ -383,10 +381,12 @@ class Scheduler:
         session = self.session
         if not session.redis_ok or session.stopping or session.remote.holding or self.solo.running:
             return False
+        return self._domain_free(request) and self._slots.free(self.crawler, request)
+
+    def _domain_free(self, request: Request) -> bool:
+        """Its domain is open (no 429 gate), without crawl-wide limits (else: through Redis)."""
         closed = self._closed.until and self._closed.wait(request) > 0
-        if closed or (self._polite and self._limited(request)):
-            return False  # limited: through Redis, which leases it within its domain's limits
-        return self._slots.free(self.crawler, request)
+        return not closed and not (self._polite and self._limited(request))
 
     def _limited(self, request: Request) -> bool:
         return self.config.politeness.limited(url_host(request.url))  # as the scripts read it
