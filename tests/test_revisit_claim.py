@@ -18,6 +18,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.revisits import DOUBLE, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
+from tests.test_revisit_figures import lease_when_due
 
 KEYS = Keys("ha", "claim")
 URL = "http://a.test/page"
@@ -36,15 +37,6 @@ def end(lease: Any, body: bytes, ms: int) -> Revisit:
     """The visit of *lease* ends as a revisit in *ms*, the URL's fingerprint sent (as it is
     without a dupefilter: kept seen by no one, ``seen=False``)."""
     return Revisit(lease.id, lease.token, ms, body, b"fp-page", "unchanged", 0, "60", seen=False)
-
-
-async def lease_when_due(q: RedisQueue) -> Any:
-    for _ in range(500):
-        leased = await q.lease(1, 30_000)
-        if leased:
-            return leased[0]
-        await asyncio.sleep(0.01)
-    raise AssertionError("nothing came due")
 
 
 async def until_due(q: RedisQueue, entry_id: str) -> None:
