@@ -55,7 +55,8 @@ key                        type         content
                                         ``d <domain>`` or ``p <glob>`` -> when it was made
                                         (ms); ``v`` -> forgets so far
 ``ha:{books}:revisits``    sorted set   entry id -> due time (ms) of a revisited request's next
-                                        visit (lua/revisit.lua; a day past it, pruned)
+                                        visit (lua/revisit.lua; a day past it, pruned;
+                                        left when dead-lettered, back at a requeue)
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua)
 ``ha:{books}:revisit_alloc`` hash       adaptive revisits (lib/revisit): sums ``load``,

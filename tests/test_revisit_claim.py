@@ -11,6 +11,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
@@ -112,6 +113,68 @@ async def test_a_revisit_dead_lettered_as_poison_leaves_the_revisits_set(redis_u
     first = await lease_when_due(q)
     assert (await revisit(q, end(first, payload(HISTORY), 10))).due > 0
     assert await q.client.zscore(KEYS.revisits, first.id) is not None
+    assert await poisoned(q) == [first.id]
+    assert await q.client.zscore(KEYS.dead, first.id) is not None
+    assert await q.client.zscore(KEYS.revisits, first.id) is None
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize("how", ["dead", "poison"])
+@deferred_f_from_coro_f
+async def test_a_requeued_revisit_holds_its_url_while_pending(redis_url, how):
+    """An established entry dead-lettered (by its worker, dead.lua, or as poison, reclaim.lua)
+    and then requeued (``scrapy-ha dlq requeue``) is pending again: a copy of its URL that
+    finishes before it is leased ends as the double. Before, the requeue left it out of
+    ``ha:{S}:revisits`` (not alive for the rule): the copy took the URL, and the requeued
+    entry ended as the double at its next visit, its history lost."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
+    if how == "dead":
+        gone = await lease_when_due(q)
+        info = {"class": "transient", "reason": "HTTP 503 (5 failed visits in a row)"}
+        assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
+    else:
+        assert await poisoned(q) == [first.id]
+    record = json.loads(await q.client.hget(KEYS.dead_info, first.id))
+    assert record["revisits"] is True  # it was one of the revisits
+    assert await q.client.zscore(KEYS.revisits, first.id) is None
+    assert await q.requeue_dead([(first.id, 0, payload(HISTORY))]) == 1
+    assert await q.client.zscore(KEYS.revisits, first.id) is not None
+    # a copy of the URL, of a higher priority, is leased and finishes first
+    await q.enqueue([NewEntry(b"copy", 10, payload())])
+    copy = await lease_when_due(q)
+    assert copy.id != first.id
+    assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due == DOUBLE
+    again = await lease_when_due(q)
+    assert again.id == first.id
+    assert (await revisit(q, end(again, payload({**HISTORY, "n": 41}), 20))).due > 0
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
+    assert await q.client.zrange(KEYS.revisits, 0, -1) == [first.id.encode()]
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_requeued_request_that_was_never_revisited_stays_out_of_the_revisits(
+    redis_url,
+):
+    """A dead letter whose entry was not one of the revisits (its first visit failed, or a
+    request not revisited at all) is requeued as before: nothing is added to the set."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    info = {"class": "gone", "reason": "HTTP 404", "revisits": True}  # (a worker's own is ignored)
+    assert await q.dead_letter(first.id, first.token, info, payload=first.payload) == 1
+    assert "revisits" not in json.loads(await q.client.hget(KEYS.dead_info, first.id))
+    assert await q.requeue_dead([(first.id, 0, payload())]) == 1
+    assert await q.client.zcard(KEYS.revisits) == 0
+    await q.client.aclose()
+
+
+async def poisoned(q: RedisQueue) -> list[str]:
+    """Leases the due entry, hands it to its engine and lets its worker die: reclaim.lua
+    dead-letters it as poison. Returns the poison ids."""
     poison: list[str] = []
     while not poison:
         leases = (await q.sync(lease=1, lease_ms=20, promote=10)).leases
@@ -121,7 +184,4 @@ async def test_a_revisit_dead_lettered_as_poison_leaves_the_revisits_set(redis_u
         await asyncio.sleep(0.03)
         reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=1)
         poison = reclaimed.poison if reclaimed is not None else []
-    assert poison == [first.id]
-    assert await q.client.zscore(KEYS.dead, first.id) is not None
-    assert await q.client.zscore(KEYS.revisits, first.id) is None
-    await q.client.aclose()
+    return poison

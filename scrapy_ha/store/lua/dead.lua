@@ -11,7 +11,7 @@
 --          what it held goes in its record, "revisit": [load, base], for a requeue)
 -- KEYS[18] revisits (lib/revisit: a dead-lettered entry leaves the revisits set at once,
 --          which status and the dashboard count as the revisited URLs; before, it stayed
---          there up to a day)
+--          there up to a day; its record says it was there, "revisits": true, for a requeue)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- ARGV[7] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
@@ -47,8 +47,8 @@ redis_call('ZREM', KEYS[1], ARGV[1])
 redis_call('HDEL', KEYS[2], ARGV[1])
 polite_free(KEYS[12], {ARGV[1]})
 redis_call('HDEL', KEYS[5], ARGV[1])
-if KEYS[17] then info['revisit'] = revisit_release(KEYS[17], ARGV[1]) end
-if KEYS[18] then redis_call('ZREM', KEYS[18], ARGV[1]) end
+info['revisit'] = revisit_release(KEYS[17], ARGV[1])
+revisit_leave(KEYS[18], ARGV[1], info)
 dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis_call('HSET', KEYS[6], ARGV[1], ARGV[6])

@@ -58,8 +58,8 @@ local out = {now, 0, 0}
 -- set_dead(id, info, v, now): dead-letters entry id (lease record v) as dead.lua does: it
 -- leaves the revisits set and, revisited adaptively, the budget's sums (kept in its record)
 local function set_dead(id, info, v, now)
-  if KEYS[19] then info['revisit'] = revisit_release(KEYS[19], id) end
-  if KEYS[18] then redis_call('ZREM', KEYS[18], id) end
+  info['revisit'] = revisit_release(KEYS[19], id)
+  revisit_leave(KEYS[18], id, info)
   dead_letter(KEYS[5], KEYS[6], id, info, now)
   count('dead', 1, lease_domain(v), info['class'])
   count('retry_dead', redis_call('HDEL', KEYS[9], id))

@@ -8,6 +8,8 @@
 -- KEYS[10] ready  KEYS[11] waiting  KEYS[12] queued (lib/frontier)
 -- KEYS[13] revisit_alloc (lib/revisit: a revisit entry dead-lettered takes back its share
 --          of the budget's sums, from its record)
+-- KEYS[14] revisits (lib/revisit: a revisit entry goes back to the revisits set, due now,
+--          so that it holds its URL while pending; its record says it left it)
 -- ARGV[1] order within a priority: 'fifo' or 'lifo'
 -- then quadruples: entry id, priority, host of its URL ('-': none), payload with its
 -- attempt counters reset
@@ -33,8 +35,9 @@ for i = 2, #ARGV, 4 do
 end
 local err = wrong_type('requeue', KEYS,
   {'zset', 'hash', nil, 'hash', nil, 'hash', 'hash', 'hash', 'hash', 'zset', 'zset', 'string',
-  'hash'})
+  'hash', 'zset'})
 if err then return err end
+local now = now_ms()
 frontier_open(KEYS[3], KEYS[10], KEYS[11], KEYS[12], lifo, false)
 local n = 0
 for i = 2, #ARGV, 4 do
@@ -42,8 +45,9 @@ for i = 2, #ARGV, 4 do
   if redis_call('ZREM', KEYS[1], id) == 1 then
     local place = place_of(take(KEYS[5], 1) + 1, lifo, false)
     local ok, info = pcall(cjson.decode, redis_call('HGET', KEYS[2], id) or '')
-    if KEYS[13] and ok and type(info) == 'table' and type(info['revisit']) == 'table' then
-      revisit_restore(KEYS[13], id, info['revisit'])
+    if ok and type(info) == 'table' then
+      if type(info['revisit']) == 'table' then revisit_restore(KEYS[13], id, info['revisit']) end
+      revisit_rejoin(KEYS[14], id, info, now)
     end
     redis_call('HDEL', KEYS[2], id)
     redis_call('HDEL', KEYS[6], id)
@@ -54,5 +58,5 @@ for i = 2, #ARGV, 4 do
 end
 frontier_close()
 count('requeued', n)
-write_stats(KEYS[7], KEYS[8], KEYS[9], now_ms())
+write_stats(KEYS[7], KEYS[8], KEYS[9], now)
 return n
