@@ -128,3 +128,31 @@ async def test_a_revisit_reclaim_dead_letters_leaves_the_budget_and_a_requeue_br
     assert await q.requeue_dead([(gone, 0, lease.payload)]) == 1
     assert await sums(q) == pytest.approx((100.02, 0.04))  # back, as if it had not left
     await q.client.aclose()
+
+
+@pytest.mark.parametrize("record", ["pruned", "older"])
+@deferred_f_from_coro_f
+async def test_a_requeue_puts_an_adaptive_entry_back_in_the_revisits_by_its_record(
+    redis_url, record
+):
+    """The dead letter's ``revisits`` flag decides: an entry already pruned from the set
+    (more than a day past its due time) when it was dead-lettered stays out of it at the
+    requeue; a record written before the flag existed puts an adaptive entry back (its share
+    of the budget says it was one of the revisits)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    gone = await scheduled(q, "gone", 10)
+    await asyncio.sleep(0.05)
+    (lease,) = await q.lease(1, 30_000)
+    if record == "pruned":  # as revisit_due prunes one a day past its due time
+        await q.client.zrem(KEYS.revisits, gone)
+    info = {"class": "gone", "reason": "HTTP 404"}
+    assert await q.dead_letter(lease.id, lease.token, info, payload=lease.payload) == 1
+    kept = json.loads(await q.client.hget(KEYS.dead_info, gone))
+    assert kept["revisits"] is (record == "older")
+    if record == "older":
+        del kept["revisits"]
+        await q.client.hset(KEYS.dead_info, gone, json.dumps(kept))
+    assert await q.requeue_dead([(gone, 0, lease.payload)]) == 1
+    rejoined = await q.client.zscore(KEYS.revisits, gone) is not None
+    assert rejoined is (record == "older")
+    await q.client.aclose()

@@ -57,22 +57,28 @@ end
 --   KEYS: revisits (the caller's KEYS[i])
 --   Entry id is dead-lettered: it leaves the revisits set at once (status and the
 --   dashboard count that set as the revisited URLs), and its dead letter's record (info)
---   says it was there ("revisits": true), so that a requeue puts it back (revisit_rejoin).
+--   says whether it was there ("revisits": true or false), so that a requeue puts it back
+--   (revisit_rejoin).
 local function revisit_leave(revisits, id, info)
-  info['revisits'] = redis.call('ZREM', revisits, id) == 1 or nil
+  info['revisits'] = redis.call('ZREM', revisits, id) == 1
 end
 
 -- revisit_rejoin(revisits, id, info, now)
 --   KEYS: revisits (the caller's KEYS[i])
 --   Rule (a requeued revisit holds its URL): entry id, requeued from the dead-letter queue
 --   with its record info, goes back to the revisits set, due now, if it left it when it was
---   dead-lettered (revisit_leave; or it held a share of the adaptive budget, "revisit", as
---   a record written before revisit_leave did): pending, it is alive for revisit_claim, so
---   a copy of its URL that finishes before it is leased ends as the double, not the
---   requeued entry with its history. Before, the requeued entry was pending outside the
---   set: a copy took the URL, and the requeued entry ended as the double at its next visit.
+--   dead-lettered (revisit_leave; a record written before revisit_leave, without the flag:
+--   if it held a share of the adaptive budget, "revisit"): pending, it is alive for
+--   revisit_claim, so a copy of its URL that finishes before it is leased ends as the
+--   double, not the requeued entry with its history. Before, the requeued entry was pending
+--   outside the set: a copy took the URL, and the requeued entry ended as the double at its
+--   next visit. Where it falls short: a copy that took the URL while the entry was
+--   dead-lettered (it held it no more) keeps it; the requeued entry, which cannot know
+--   (its fingerprint is not in its record), is in the set until its next visit ends it as
+--   the double.
 local function revisit_rejoin(revisits, id, info, now)
-  if info['revisits'] == true or type(info['revisit']) == 'table' then
+  local was = info['revisits']
+  if was == true or (was == nil and type(info['revisit']) == 'table') then
     revisit_due(revisits, id, now, now)
   end
 end
