@@ -58,7 +58,9 @@ key                        type         content
                                         visit (lua/revisit.lua; a day past it, pruned;
                                         left when dead-lettered, back at a requeue)
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
-                                        revisit per URL (lua/lib/revisit.lua)
+                                        revisit per URL (lua/lib/revisit.lua); ``x:<id>``
+                                        -> the fingerprint a copy took from dead-lettered
+                                        entry ``<id>``, given back if it is requeued
 ``ha:{books}:revisit_alloc`` hash       adaptive revisits (lib/revisit): sums ``load``,
                                         ``base``, multiplier ``mu``; ``e:<id>``: what
                                         revisit entry ``<id>`` holds in the sums

@@ -185,3 +185,35 @@ async def poisoned(q: RedisQueue) -> list[str]:
         reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=1)
         poison = reclaimed.poison if reclaimed is not None else []
     return poison
+
+
+@deferred_f_from_coro_f
+async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_dead(redis_url):
+    """A copy that finished while the established entry was in the dead-letter queue took
+    its URL (the entry was not alive); the operator's requeue of the entry gives the URL
+    back to it, and the copy ends as the double at its next finish. Before, the copy kept
+    the URL and the requeued entry, with the URL's history, ended as the double."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
+    gone = await lease_when_due(q)
+    info = {"class": "transient", "reason": "HTTP 503 (5 failed visits in a row)"}
+    assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
+    await q.enqueue([NewEntry(b"copy", 0, payload())])
+    copy = await lease_when_due(q)
+    assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == copy.id.encode()
+    assert await q.requeue_dead([(first.id, 0, payload(HISTORY))]) == 1
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
+    assert await q.client.hkeys(KEYS.revisit_urls) == [b"fp-page"]  # the "x:" field gone
+    ends = {}
+    while len(ends) < 2:  # both finish once, in whichever order they come due
+        lease = await lease_when_due(q)
+        history = HISTORY if lease.id == first.id else {"n": 1, "f": 0}
+        ends[lease.id] = (await revisit(q, end(lease, payload(history), 20))).due
+    assert ends[copy.id] == DOUBLE
+    assert ends[first.id] > 0
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
+    assert await q.client.zrange(KEYS.revisits, 0, -1) == [first.id.encode()]
+    await q.client.aclose()

@@ -69,7 +69,7 @@ def retry_keys(k: Keys) -> list[str]:
 
 def requeue_keys(k: Keys) -> list[str]:
     keys = [k.dead, k.dead_info, k.queues, k.payload, k.seq, k.expiries, *k.stats_keys()]
-    return [*keys, k.ready, k.waiting, k.queued, k.revisit_alloc, k.revisits]
+    return [*keys, k.ready, k.waiting, k.queued, k.revisit_alloc, k.revisits, k.revisit_urls]
 
 
 def feed_keys(k: Keys, start_key: str, dupefilter: str) -> list[str]:

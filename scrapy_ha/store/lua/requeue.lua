@@ -10,6 +10,8 @@
 --          of the budget's sums, from its record)
 -- KEYS[14] revisits (lib/revisit: a revisit entry goes back to the revisits set, due now,
 --          so that it holds its URL while pending; its record says it left it)
+-- KEYS[15] revisit_urls (lib/revisit: a URL a copy took from it while it was dead-lettered
+--          comes back to it)
 -- ARGV[1] order within a priority: 'fifo' or 'lifo'
 -- then quadruples: entry id, priority, host of its URL ('-': none), payload with its
 -- attempt counters reset
@@ -35,7 +37,7 @@ for i = 2, #ARGV, 4 do
 end
 local err = wrong_type('requeue', KEYS,
   {'zset', 'hash', nil, 'hash', nil, 'hash', 'hash', 'hash', 'hash', 'zset', 'zset', 'string',
-  'hash', 'zset'})
+  'hash', 'zset', 'hash'})
 if err then return err end
 local now = now_ms()
 frontier_open(KEYS[3], KEYS[10], KEYS[11], KEYS[12], lifo, false)
@@ -47,7 +49,7 @@ for i = 2, #ARGV, 4 do
     local ok, info = pcall(cjson.decode, redis_call('HGET', KEYS[2], id) or '')
     if ok and type(info) == 'table' then
       if type(info['revisit']) == 'table' then revisit_restore(KEYS[13], id, info['revisit']) end
-      revisit_rejoin(KEYS[14], id, info, now)
+      revisit_rejoin(KEYS[14], KEYS[15], id, info, now)
     end
     redis_call('HDEL', KEYS[2], id)
     redis_call('HDEL', KEYS[6], id)

@@ -31,7 +31,9 @@ local DAY_MS = 86400000
 --   dead-lettered, acked, left, or pending more than a day past its due time) gives way: if
 --   it is pending still, it finds this one alive when it finishes and ends then, so a URL is
 --   never revisited twice for more than one round. (A double is gone: if the entry it gave
---   way to is then dead-lettered, nothing revisits the URL until a dlq requeue.)
+--   way to is then dead-lettered, nothing revisits the URL until a dlq requeue.) One found
+--   dead-lettered leaves fp in urls under "x:<its id>", which a requeue of it takes back
+--   (revisit_rejoin).
 --   Returns true when entry id revisits fp (recorded), false when it is a double.
 local function revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
   if fp == '' then return true end
@@ -41,7 +43,12 @@ local function revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
       or (redis.call('ZSCORE', revisits, other) and not redis.call('ZSCORE', dead, other))) then
     return false
   end
-  if other ~= id then redis.call('HSET', urls, fp, id) end
+  if other ~= id then
+    redis.call('HSET', urls, fp, id)
+    if other and redis.call('ZSCORE', dead, other) then
+      redis.call('HSET', urls, 'x:' .. other, fp) -- what a requeue takes back (revisit_rejoin)
+    end
+  end
   return true
 end
 
@@ -72,14 +79,18 @@ end
 --   revisit_claim, so a copy of its URL that finishes before it is leased ends as the
 --   double, not the requeued entry with its history. Before, the requeued entry was pending
 --   outside the set: a copy took the URL, and the requeued entry ended as the double at its
---   next visit. Where it falls short: a copy that took the URL while the entry was
---   dead-lettered (it held it no more) keeps it; the requeued entry, which cannot know
---   (its fingerprint is not in its record), is in the set until its next visit ends it as
---   the double.
-local function revisit_rejoin(revisits, id, info, now)
+--   next visit. A copy that took the URL while the entry was dead-lettered (it held it no
+--   more: revisit_claim kept the URL's fingerprint in urls, field "x:<id>") gives it back:
+--   the requeued entry holds it again, and the copy ends as the double at its next finish
+--   (the operator brought back the entry with the history). The field goes at the requeue
+--   either way (one of a dead letter purged or trimmed stays until the crawl's finish).
+local function revisit_rejoin(revisits, urls, id, info, now)
   local was = info['revisits']
+  local fp = redis.call('HGET', urls, 'x:' .. id)
+  if fp then redis.call('HDEL', urls, 'x:' .. id) end
   if was == true or (was == nil and type(info['revisit']) == 'table') then
     revisit_due(revisits, id, now, now)
+    if fp then redis.call('HSET', urls, fp, id) end
   end
 end
 
