@@ -55,12 +55,10 @@ key                        type         content
                                         ``d <domain>`` or ``p <glob>`` -> when it was made
                                         (ms); ``v`` -> forgets so far
 ``ha:{books}:revisits``    sorted set   entry id -> due time (ms) of a revisited request's next
-                                        visit (lua/revisit.lua; a day past it, pruned;
-                                        left when dead-lettered, back at a requeue)
+                                        visit (lua/revisit.lua; pruned a day past it; left if dead)
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua); ``x:<id>``
-                                        -> the fingerprint a copy took from dead-lettered
-                                        entry ``<id>``, given back if it is requeued
+                                        -> one a copy took from dead-lettered entry ``<id>``
 ``ha:{books}:revisit_alloc`` hash       adaptive revisits (lib/revisit): sums ``load``,
                                         ``base``, multiplier ``mu``; ``e:<id>``: what
                                         revisit entry ``<id>`` holds in the sums
