@@ -187,12 +187,17 @@ async def poisoned(q: RedisQueue) -> list[str]:
     return poison
 
 
+@pytest.mark.parametrize("record", ["flagged", "older"])
 @deferred_f_from_coro_f
-async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_dead(redis_url):
+async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_dead(
+    redis_url, record
+):
     """A copy that finished while the established entry was in the dead-letter queue took
     its URL (the entry was not alive); the operator's requeue of the entry gives the URL
     back to it, and the copy ends as the double at its next finish. Before, the copy kept
-    the URL and the requeued entry, with the URL's history, ended as the double."""
+    the URL and the requeued entry, with the URL's history, ended as the double. The URL
+    taken says the entry was one of the revisits even where its record does not (written
+    by an older version: no flag, and a fixed interval holds no share of the budget)."""
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     await q.enqueue([NewEntry(b"page", 0, payload())])
     first = await lease_when_due(q)
@@ -204,6 +209,10 @@ async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_de
     copy = await lease_when_due(q)
     assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
     assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == copy.id.encode()
+    if record == "older":
+        kept = json.loads(await q.client.hget(KEYS.dead_info, first.id))
+        del kept["revisits"]
+        await q.client.hset(KEYS.dead_info, first.id, json.dumps(kept))
     assert await q.requeue_dead([(first.id, 0, payload(HISTORY))]) == 1
     assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
     assert await q.client.hkeys(KEYS.revisit_urls) == [b"fp-page"]  # the "x:" field gone
@@ -216,4 +225,41 @@ async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_de
     assert ends[first.id] > 0
     assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
     assert await q.client.zrange(KEYS.revisits, 0, -1) == [first.id.encode()]
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize("order", ["oldest first", "newest first"])
+@deferred_f_from_coro_f
+async def test_in_a_chain_of_dead_letters_the_oldest_entry_takes_back_its_url(redis_url, order):
+    """The entry dead-lettered, a copy takes its URL and is dead-lettered in turn (it
+    fetches the same failing page), a second copy takes it: the operator requeues both dead
+    letters. A review found the first version gave the URL to whichever was requeued last
+    (the copy, with ``dlq requeue`` going oldest first), and the entry with the history
+    ended as the double."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
+    info = {"class": "transient", "reason": "HTTP 503 (5 failed visits in a row)"}
+    dead = [first.id]
+    for name in (b"copy-1", b"copy-2"):
+        holder = await lease_when_due(q)  # the URL's holder comes due: its visit fails
+        assert holder.id == dead[-1]
+        in_queue = await q.dead_letter(holder.id, holder.token, info, payload=holder.payload)
+        assert in_queue == len(dead)
+        await q.enqueue([NewEntry(name, 0, payload())])
+        copy = await lease_when_due(q)
+        assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
+        dead.append(copy.id)
+    requeued = dead[:2] if order == "oldest first" else dead[1::-1]
+    for entry_id in requeued:
+        assert await q.requeue_dead([(entry_id, 0, payload())]) == 1
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
+    assert await q.client.hkeys(KEYS.revisit_urls) == [b"fp-page"]
+    ends: dict[str, int] = {}
+    while len(ends) < 3:  # each finishes once, in whichever order they come due
+        lease = await lease_when_due(q)
+        ends.setdefault(lease.id, (await revisit(q, end(lease, payload(HISTORY), 20))).due)
+    assert ends[first.id] > 0
+    assert ends[dead[1]] == ends[dead[2]] == DOUBLE
     await q.client.aclose()

@@ -70,27 +70,33 @@ local function revisit_leave(revisits, id, info)
   info['revisits'] = redis.call('ZREM', revisits, id) == 1
 end
 
--- revisit_rejoin(revisits, id, info, now)
---   KEYS: revisits (the caller's KEYS[i])
+-- revisit_rejoin(revisits, urls, id, info, now)
+--   KEYS: revisits, urls (revisit_urls; the caller's KEYS[i])
 --   Rule (a requeued revisit holds its URL): entry id, requeued from the dead-letter queue
---   with its record info, goes back to the revisits set, due now, if it left it when it was
---   dead-lettered (revisit_leave; a record written before revisit_leave, without the flag:
---   if it held a share of the adaptive budget, "revisit"): pending, it is alive for
---   revisit_claim, so a copy of its URL that finishes before it is leased ends as the
---   double, not the requeued entry with its history. Before, the requeued entry was pending
---   outside the set: a copy took the URL, and the requeued entry ended as the double at its
---   next visit. A copy that took the URL while the entry was dead-lettered (it held it no
---   more: revisit_claim kept the URL's fingerprint in urls, field "x:<id>") gives it back:
---   the requeued entry holds it again, and the copy ends as the double at its next finish
---   (the operator brought back the entry with the history). The field goes at the requeue
---   either way (one of a dead letter purged or trimmed stays until the crawl's finish).
+--   with its record info, goes back to the revisits set, due now, if it was one of the
+--   revisits when it was dead-lettered (revisit_leave; a record written before the flag:
+--   if it held a share of the adaptive budget, "revisit") or a copy took its URL meanwhile
+--   (revisit_claim kept the fingerprint under "x:<id>"): pending, it is alive for
+--   revisit_claim, so a copy that finishes before it is leased ends as the double, not the
+--   requeued entry with its history. A URL a copy took meanwhile comes back to it, unless
+--   an older entry (a smaller id: the copies of a URL come after the entry that first
+--   revisited it) holds it now: in a chain of dead letters (a copy that took the URL
+--   dead-lettered in turn) the oldest keeps it, in whichever order they are requeued. The
+--   entry that gives the URL up ends as the double at its next finish. Before, the requeued
+--   entry was pending outside the set: a copy took the URL, and the requeued entry ended as
+--   the double at its next visit. The "x:" field goes at the requeue (one of a dead letter
+--   purged or trimmed stays until the crawl's keys are deleted).
 local function revisit_rejoin(revisits, urls, id, info, now)
   local was = info['revisits']
   local fp = redis.call('HGET', urls, 'x:' .. id)
   if fp then redis.call('HDEL', urls, 'x:' .. id) end
-  if was == true or (was == nil and type(info['revisit']) == 'table') then
-    revisit_due(revisits, id, now, now)
-    if fp then redis.call('HSET', urls, fp, id) end
+  if not (fp or was == true or (was == nil and type(info['revisit']) == 'table')) then
+    return
+  end
+  revisit_due(revisits, id, now, now)
+  if fp then
+    local holder = tonumber(redis.call('HGET', urls, fp))
+    if not holder or tonumber(id) < holder then redis.call('HSET', urls, fp, id) end
   end
 end
 
