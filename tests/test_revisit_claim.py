@@ -263,3 +263,22 @@ async def test_in_a_chain_of_dead_letters_the_oldest_entry_takes_back_its_url(re
     assert ends[first.id] > 0
     assert ends[dead[1]] == ends[dead[2]] == DOUBLE
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_requeue_of_a_worker_made_id_gives_the_url_back_without_an_error(redis_url):
+    """An entry a worker stored under its own id (``<hex>.<n>``, not a number) that a copy
+    displaced while it was dead-lettered. A review found the first version compared the
+    ids as numbers: the script failed half-way, the entry out of the dead-letter queue and
+    in no queue (lost), the rest of the batch not counted."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    own = "0123456789abcdef.3"
+    await q.client.zadd(KEYS.dead, {own: 1})
+    await q.client.hset(KEYS.dead_info, own, json.dumps({"class": "gone", "revisits": True}))
+    await q.client.hset(KEYS.revisit_urls, mapping={"fp-page": "5", f"x:{own}": "fp-page"})
+    assert await q.requeue_dead([(own, 0, payload(HISTORY))]) == 1
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == own.encode()
+    assert await q.client.zscore(KEYS.revisits, own) is not None
+    (lease,) = await q.lease(1, 30_000)
+    assert lease.id == own  # pending again, in its back queue
+    await q.client.aclose()

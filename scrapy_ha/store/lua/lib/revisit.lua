@@ -79,13 +79,15 @@ end
 --   (revisit_claim kept the fingerprint under "x:<id>"): pending, it is alive for
 --   revisit_claim, so a copy that finishes before it is leased ends as the double, not the
 --   requeued entry with its history. A URL a copy took meanwhile comes back to it, unless
---   an older entry (a smaller id: the copies of a URL come after the entry that first
---   revisited it) holds it now: in a chain of dead letters (a copy that took the URL
---   dead-lettered in turn) the oldest keeps it, in whichever order they are requeued. The
+--   an entry of a smaller number holds it now (both ids Redis's numbers, which grow as
+--   requests are enqueued): in a chain of dead letters (a copy that took the URL
+--   dead-lettered in turn) the first enqueued keeps it, in whichever order they are
+--   requeued. (Enqueued first is not always the entry with the history: a copy queued
+--   before it and leased later, then requeued with it, keeps the URL.) The
 --   entry that gives the URL up ends as the double at its next finish. Before, the requeued
 --   entry was pending outside the set: a copy took the URL, and the requeued entry ended as
 --   the double at its next visit. The "x:" field goes at the requeue (one of a dead letter
---   purged or trimmed stays until the crawl's keys are deleted).
+--   purged or trimmed stays until the crawl's finish or flush deletes the key).
 local function revisit_rejoin(revisits, urls, id, info, now)
   local was = info['revisits']
   local fp = redis.call('HGET', urls, 'x:' .. id)
@@ -95,8 +97,9 @@ local function revisit_rejoin(revisits, urls, id, info, now)
   end
   revisit_due(revisits, id, now, now)
   if fp then
-    local holder = tonumber(redis.call('HGET', urls, fp))
-    if not holder or tonumber(id) < holder then redis.call('HSET', urls, fp, id) end
+    -- a worker's own ids ("<hex>.<n>") are not numbers: never compared, the URL comes back
+    local holder, mine = tonumber(redis.call('HGET', urls, fp)), tonumber(id)
+    if not (holder and mine and holder < mine) then redis.call('HSET', urls, fp, id) end
   end
 end
 
