@@ -142,3 +142,25 @@ def test_a_sharded_crawl_keeps_nothing():
     retained = Retained(enabled=False)
     retained.keep(1, [_entry(1)])
     assert retained.entries == [] and retained.newest() == 0
+
+
+def test_roots_crawled_past_their_time_keep_the_number_order(monkeypatch):
+    # A pass looks only at the roots whose time is up; one this worker still crawls is kept
+    # apart from the younger ones, and what is stored again still comes in number order.
+    monkeypatch.setattr(_outbox, "PRUNE_INTERVAL", 0.0)
+    now = [0.0]
+    retained = Retained(clock=lambda: now[0])
+    crawled = Fresh(scrapy.Request("http://x/a"), lease=("f1", "t1"), sealed=True)
+    retained.keep(1, [_entry(1, parent=None, fresh=crawled), _entry(2, parent=None)])
+    now[0] = 5.0
+    retained.keep(3, [_entry(3, parent=None), _entry(4)])
+    now[0] = _outbox.ROOT_RETENTION + 1.0  # 1 and 2 are old, 3 is not
+    retained.prune(lambda: [PAGE, ("f1", "t1")])
+    assert _kept(retained) == [1, 3, 4] and retained.newest() == 4
+    numbers, children = retained.lost(0, [("f1", "t1")])
+    assert numbers == [1, 3, 4] and [c.taken for c in children] == [("f1", "t1"), None, None]
+    now[0] = 100.0
+    retained.prune(lambda: [PAGE])  # 1 ended, 3 is old now
+    assert _kept(retained) == [4] and retained.newest() == 4
+    retained.prune(list)
+    assert _kept(retained) == [] and retained.newest() == 0

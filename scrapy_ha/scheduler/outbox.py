@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,8 +86,12 @@ class Retained:
     its first pass over it, so thousands of kept children cost its later passes nothing.
     """
 
-    #: (number, time stored, the child's fields), in number order
-    entries: list[Stored] = field(default_factory=list)
+    #: children of a page (the child's number, time stored, its fields), in number order
+    parented: list[Stored] = field(default_factory=list)
+    #: roots (children of no page), in number order: the order they were stored in
+    roots: deque[Stored] = field(default_factory=deque)
+    #: roots past :data:`ROOT_RETENTION` this worker still crawls, in number order
+    crawled_roots: list[Stored] = field(default_factory=list)
     #: off for a sharded crawl, whose shards do not number children
     enabled: bool = True
     #: the clock of the times kept and of the prunings (``bench/worker_cost.py`` gives one
@@ -94,38 +99,47 @@ class Retained:
     clock: Callable[[], float] = time.monotonic
     _pruned: float = 0.0
 
+    @property
+    def entries(self) -> list[Stored]:
+        """Every child kept, in number order."""
+        return sorted([*self.parented, *self.crawled_roots, *self.roots], key=_number)
+
     def keep(self, first: int, children: list[NewEntry]) -> None:
         if self.enabled and children:
             now = self.clock()
-            self.entries.extend(_kept(first + i, now, e) for i, e in enumerate(children))
+            for i, e in enumerate(children):
+                (self.roots if e.parent is None else self.parented).append(_kept(first + i, now, e))
 
     def newest(self) -> int:
         """The number every server this worker syncs with must hold (0: none)."""
-        return self.entries[-1][0] if self.entries else 0
+        parts = (self.parented, self.roots, self.crawled_roots)
+        return max((part[-1][0] for part in parts if part), default=0)
 
     def prune(self, held: Callable[[], Iterable[Pair]]) -> None:
         """Forget the children no failover can lose any more (at most every
         :data:`PRUNE_INTERVAL`): a parent no longer *held* has had its end confirmed; a root
-        is kept for :data:`ROOT_RETENTION`, and while this worker crawls it."""
+        is kept for :data:`ROOT_RETENTION`, and while this worker crawls it.
+
+        A pass looks at the children of pages and at the roots whose time is up, not at the
+        younger roots (a crawl fed start URLs at 500 a second keeps some 5,000 of them: a
+        pass over all, every second, cost each root ten looks). A lease this worker no longer
+        holds never comes back (see ``_held_pairs``): :meth:`lost` reads whether it still
+        holds a child's when it stores the child again."""
         now = self.clock()
-        if not self.entries or now - self._pruned < PRUNE_INTERVAL:
+        if not (self.parented or self.roots or self.crawled_roots):
+            return
+        if now - self._pruned < PRUNE_INTERVAL:
             return
         self._pruned = now
         open_ = set(held())
-        entries = []
-        for e in self.entries:
-            parent, taken = e[5], e[6]
-            if parent is not None:
-                if parent not in open_:
-                    continue
-            elif now - e[1] >= ROOT_RETENTION and taken not in open_:
-                continue
-            if taken is not None and taken not in open_:
-                # not held any more (crawled and ended, refused, given back): stored again, it
-                # goes pending; a pair that left held() never comes back (see _held_pairs)
-                e = (*e[:6], None, False, *e[8:])
-            entries.append(e)
-        self.entries = entries
+        self.parented = [e for e in self.parented if e[5] in open_]
+        crawled = [e for e in self.crawled_roots if e[6] in open_]
+        roots = self.roots
+        while roots and now - roots[0][1] >= ROOT_RETENTION:
+            e = roots.popleft()
+            if e[6] in open_:  # (None, a root not handed out, is never in it)
+                crawled.append(e)
+        self.crawled_roots = crawled
 
     def children(self) -> list[NewEntry]:
         """The children kept, in number order."""
@@ -144,6 +158,10 @@ class Retained:
                 done = e[6] is not None and e[6] not in open_
                 children.append(_entry((*e[:6], None, False, *e[8:]) if done else e))
         return numbers, children
+
+
+def _number(e: Stored) -> int:
+    return e[0]
 
 
 def _kept(n: int, at: float, entry: NewEntry) -> Stored:
