@@ -77,8 +77,8 @@ class Retained:
 
     What is kept is the child as sent, never its request object: the lease it was handed out
     or kept under, if any, is all a server that lost it needs (stored again leased to this
-    worker), and that lease is dropped once this worker no longer holds it (crawled and
-    ended: stored again, it goes pending). A crawl at 500 pages/s keeps some 5,000 roots at
+    worker, while this worker still holds that lease; crawled and ended, it goes pending:
+    :meth:`lost` reads which). A crawl at 500 pages/s keeps some 5,000 roots at
     a time: kept alive, each request object would be a dozen objects more for every pass of
     Python's garbage collector, and the requests a round handed out would outlive their
     download until the next pruning. Each child is one flat tuple of plain values
@@ -142,7 +142,8 @@ class Retained:
         self.crawled_roots = crawled
 
     def children(self) -> list[NewEntry]:
-        """The children kept, in number order."""
+        """The children kept, in number order, each under the lease it was kept with (held
+        or not: :meth:`lost` gives what a server that lost them gets)."""
         return [_entry(e) for e in self.entries]
 
     def lost(self, have: int, held: Iterable[Pair]) -> tuple[list[int], list[NewEntry]]:
