@@ -15,6 +15,11 @@ own, in CPU time of this process (``time.process_time``), medians of ``--repeats
   local redis-server, for *k* = 1, 10 and 30; fixed cost per round and cost per request
   (a least-squares line), with the reply parser redis-py uses (hiredis if installed).
 
+With ``--shape crawl`` the requests are shaped as a spider's links are: a Referer header
+and ``depth`` in meta (what Scrapy's RefererMiddleware and DepthMiddleware add), and the
+shell compacts them with a dictionary trained from the first of them, as a crawl does once
+it has one. The default, ``bare``, is ``Request(url)``.
+
 ``python bench/worker_cost.py`` prints one JSON object.
 """
 
@@ -46,9 +51,12 @@ from scrapy.core.scheduler import Scheduler as ScrapyScheduler  # noqa: E402
 from scrapy.settings import Settings  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
+from scrapy_ha.codec.compact import Dictionary, train  # noqa: E402
+from scrapy_ha.codec.encode import encode_request  # noqa: E402
 from scrapy_ha.demo import harness  # noqa: E402
 from scrapy_ha.keys import Keys  # noqa: E402
 from scrapy_ha.store.connection import redis_from_settings  # noqa: E402
+from scrapy_ha.store.dictionary import DICTIONARY_ID, SAMPLES  # noqa: E402
 from scrapy_ha.store.queue import RedisQueue  # noqa: E402
 from tests.test_keep import send  # noqa: E402
 from tests.test_scheduler_shell import FakeEngine, shell  # noqa: E402
@@ -74,6 +82,25 @@ WORKER_RATE = 500.0
 
 #: Numbers the URLs: every request a part sees is new (never a duplicate).
 _URL_NUMBERS = itertools.count()
+#: The requests' shape (``--shape``): ``bare`` or ``crawl``.
+SHAPES = ("bare", "crawl")
+_SHAPE = ["bare"]
+#: The page a crawl-shaped request was linked from.
+REFERER = "http://127.0.0.1:8000/list/3.html"
+
+
+def _request(url: str) -> Request:
+    """A request of the chosen shape (see the module docstring)."""
+    if _SHAPE[0] == "bare":
+        return Request(url)
+    return Request(url, headers={"Referer": REFERER}, meta={"depth": 1})
+
+
+def _compacting(s: Any) -> None:
+    """With ``--shape crawl``: the shell compacts with a dictionary of such requests."""
+    if _SHAPE[0] == "crawl":
+        samples = [encode_request(_request(url), s.spider) for url in _urls(SAMPLES)]
+        s.admission.compactor.adopt(Dictionary(DICTIONARY_ID, train(samples)))
 
 
 def _urls(n: int) -> list[str]:
@@ -88,13 +115,14 @@ def shell_run() -> Callable[[int], None]:
     active = engine.downloader.active
     clock = [0.0]  # seconds, at the worker's pace (WORKER_RATE)
     s.outbox.retained.clock = lambda: clock[0]
+    _compacting(s)
 
     def run(n: int) -> None:
         urls = _urls(n)
         for i in range(0, n, PER_PAGE):
             clock[0] += PER_PAGE / WORKER_RATE
             for url in urls[i : i + PER_PAGE]:
-                s.enqueue_request(Request(url))
+                s.enqueue_request(_request(url))
             while (request := s.next_request()) is not None:
                 active.add(request)
             send(s)  # the round: seal, Redis stores all, settle
@@ -121,7 +149,7 @@ def scrapy_run() -> Callable[[int], None]:
         urls = _urls(n)
         for i in range(0, n, PER_PAGE):
             for url in urls[i : i + PER_PAGE]:
-                scheduler.enqueue_request(Request(url))
+                scheduler.enqueue_request(_request(url))
             while scheduler.next_request() is not None:
                 pass
 
@@ -187,6 +215,7 @@ def instructions(part: str, n: int) -> float:
     command = ["valgrind", "--tool=callgrind", "--collect-atstart=no"]
     command += ["--toggle-collect=_PyEval_CallTracing", "--callgrind-out-file=/dev/null"]
     command += [sys.executable, __file__, "--count", part, "--requests", str(n)]
+    command += ["--shape", _SHAPE[0]]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     collected = re.search(r"Collected : (\d+)", done.stderr)
@@ -257,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts", default="shell,scrapy", help="with --instructions: which to count"
     )
+    parser.add_argument("--shape", choices=SHAPES, default="bare", help="the requests'")
     parser.add_argument("--count", choices=sorted(PARTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    _SHAPE[0] = args.shape
     if args.count:
         _count(args.count, args.requests)
         return 0
@@ -283,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "collector_us_per_request": {p: round(c[0] * US, 2) for p, c in collector.items()},
         "collections_per_1000_requests": {p: round(c[1], 1) for p, c in collector.items()},
         "load_average": round(os.getloadavg()[0], 1),
+        "shape": args.shape,
     }
     if not args.no_round:
         result.update(_rounds(args.repeats, args.rounds))
