@@ -43,7 +43,6 @@ from scrapy_ha.scheduler.session.refusal import Refusal
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer
-from scrapy_ha.scheduler.session.wake import between_rounds
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
@@ -310,7 +309,7 @@ class Session:
                 await asyncio.sleep(1)
                 continue
             if not more:
-                await between_rounds(self._wake, self.config.tick)
+                await self._sleep()
 
     def _redis_down(self, exc: BaseException, delay: float) -> None:
         self.stats.inc_value("ha/redis_errors")
@@ -325,6 +324,14 @@ class Session:
             exc,
             delay,
         )
+
+    async def _sleep(self) -> None:
+        """Wait for a wake (at once if one came during the round) or the tick."""
+        try:
+            async with asyncio.timeout(self.config.tick):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
 
     async def _round(self) -> bool:
         """One round of Redis work; True if there is more to do at once."""
