@@ -286,3 +286,27 @@ def test_a_flat_request_too_large_to_store_is_refused_as_before():
     assert flat_payload(request, SPIDER) is not None
     with pytest.raises(CodecError, match="MAX_PAYLOAD_BYTES"):
         encode_request(request, SPIDER)
+
+
+def test_header_names_and_values_met_again_are_written_as_the_first_time(monkeypatch):
+    monkeypatch.setattr(flat, "_TAGGED", {})
+    monkeypatch.setattr(flat, "TAGGED_REMEMBERED", 3)
+    values = [b"Referer", b"http://a.test/list", b"x" * (flat.TAGGED_MAX_BYTES + 1)]
+    assert [flat._tagged(v) for v in values] == [flat._bytes(v) for v in values]
+    assert [flat._tagged(v) for v in values] == [flat._bytes(v) for v in values]  # again
+    assert set(flat._TAGGED) == set(values[:2])  # the long one is not remembered
+    for n in range(3):
+        flat._tagged(b"v%d" % n)
+    assert len(flat._TAGGED) <= 3  # full: forgotten, and filled again
+
+
+def test_scrapys_headers_are_read_as_their_items_give_them():
+    from scrapy_ha.codec.credentials import clean_headers
+
+    request = scrapy.Request(
+        "http://a.test/",
+        headers={"x-custom": ["a", "b"], "REFERER": "http://a.test/l", "Proxy-Authorization": "x"},
+    )
+    expected = {k: v for k, v in request.headers.items() if k != b"Proxy-Authorization"}
+    assert clean_headers(request, None) == expected
+    assert list(expected) == [b"X-Custom", b"Referer"]

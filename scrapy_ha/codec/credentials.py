@@ -16,6 +16,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy.downloadermiddlewares.httpauth import HttpAuthMiddleware
+from scrapy.http.headers import Headers
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import load_object
@@ -46,7 +47,10 @@ def clean_headers(request: Request, spider: Spider | None) -> dict[bytes, list[b
     if not headers:
         return {}
     clean = {}
-    for name, values in headers.items():
+    # Scrapy's Headers holds each name normalized, with its list of values: read as a dict,
+    # not through its items(), which normalizes every name again (calls per header)
+    pairs = dict.items(headers) if type(headers) is Headers else headers.items()
+    for name, values in pairs:
         if name == _PROXY_AUTH:
             continue
         if name == b"Authorization" and _auth_added_by_middleware(request, spider, values):

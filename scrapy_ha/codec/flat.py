@@ -178,11 +178,32 @@ def _bytes(value: bytes) -> str:
     return f'{{"{BYTES_TAG}":"{b2a_base64(value, newline=False).decode()}"}}'
 
 
+#: Header names and values written lately, as tagged: a page's links share their Referer,
+#: and a crawl's requests their few header names.
+_TAGGED: dict[bytes, str] = {}
+#: Most of them remembered (the longest 256 bytes: some 400 KB at most); a crawl of more
+#: forgets them all and writes them again.
+TAGGED_REMEMBERED = 1024
+TAGGED_MAX_BYTES = 256
+
+
+def _tagged(value: bytes) -> str:
+    """:func:`_bytes`, remembered for the header names and values met again."""
+    text = _TAGGED.get(value)
+    if text is None:
+        text = _bytes(value)
+        if len(value) <= TAGGED_MAX_BYTES:
+            if len(_TAGGED) >= TAGGED_REMEMBERED:
+                _TAGGED.clear()
+            _TAGGED[value] = text
+    return text
+
+
 def _headers(headers: dict[bytes, list[bytes]]) -> str:
     """Headers as tagged: a dict of bytes keys, ``{"__d": [[name, [values]], ...]}``."""
     pairs = []
     for name, values in headers.items():
         if type(name) is not bytes or any(type(v) is not bytes for v in values):
             raise _NotFlat
-        pairs.append(f"[{_bytes(name)},[{','.join(map(_bytes, values))}]]")
+        pairs.append(f"[{_tagged(name)},[{','.join(map(_tagged, values))}]]")
     return f'{{"{DICT_TAG}":[{",".join(pairs)}]}}'
