@@ -310,3 +310,17 @@ def test_scrapys_headers_are_read_as_their_items_give_them():
     expected = {k: v for k, v in request.headers.items() if k != b"Proxy-Authorization"}
     assert clean_headers(request, None) == expected
     assert list(expected) == [b"X-Custom", b"Referer"]
+    # names items() looks up otherwise than stored: it gives them no values, nor does this
+    odd = scrapy.Request("http://a.test/", headers={"X-Straße": "v", "Referer": "r"})
+    odd.headers |= {"x-a": "val"}
+    assert clean_headers(odd, None) == dict(odd.headers.items())
+    assert clean_headers(odd, None)[b"X-Stra\xc3\x9fe"] == []
+
+
+def test_only_header_names_and_referers_are_remembered(monkeypatch):
+    monkeypatch.setattr(flat, "_TAGGED", {})
+    request = scrapy.Request(
+        "http://a.test/", headers={"Referer": "http://a.test/l", "X-Api-Key": "secret"}
+    )
+    assert flat_payload(request, None) is not None
+    assert set(flat._TAGGED) == {b"Referer", b"http://a.test/l", b"X-Api-Key"}

@@ -47,10 +47,7 @@ def clean_headers(request: Request, spider: Spider | None) -> dict[bytes, list[b
     if not headers:
         return {}
     clean = {}
-    # Scrapy's Headers holds each name normalized, with its list of values: read as a dict,
-    # not through its items(), which normalizes every name again (calls per header)
-    pairs = dict.items(headers) if type(headers) is Headers else headers.items()
-    for name, values in pairs:
+    for name, values in _header_items(headers):
         if name == _PROXY_AUTH:
             continue
         if name == b"Authorization" and _auth_added_by_middleware(request, spider, values):
@@ -59,6 +56,19 @@ def clean_headers(request: Request, spider: Spider | None) -> dict[bytes, list[b
             continue
         clean[name] = list(values)
     return clean
+
+
+def _header_items(headers: Any) -> Any:
+    """``headers.items()``: read as the dict it is when it is Scrapy's own ``Headers`` whose
+    names are all as ``items()`` looks them up again (each name title-cased: ``items()``
+    gives ``getlist(name)``, which normalizes the name again, a call per header); else
+    through ``items()``, whose lookup of a name stored otherwise (a non-ASCII one, or one
+    put in with ``|=``) gives no values."""
+    if type(headers) is Headers and all(
+        type(name) is bytes and name.title() == name for name in dict.keys(headers)
+    ):
+        return dict.items(headers)
+    return headers.items()
 
 
 def _auth_added_by_middleware(request: Request, spider: Spider | None, values: Any) -> bool:

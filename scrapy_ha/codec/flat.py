@@ -178,17 +178,19 @@ def _bytes(value: bytes) -> str:
     return f'{{"{BYTES_TAG}":"{b2a_base64(value, newline=False).decode()}"}}'
 
 
-#: Header names and values written lately, as tagged: a page's links share their Referer,
-#: and a crawl's requests their few header names.
+#: Header names and Referer values written lately, as tagged: a crawl's requests share
+#: their few header names, and a page's links their Referer. No other value: a header a
+#: spider sets may hold a credential, which is kept only where the request is.
 _TAGGED: dict[bytes, str] = {}
-#: Most of them remembered (the longest 256 bytes: some 400 KB at most); a crawl of more
+#: Most of them remembered (the longest 256 bytes: some 750 KB at most); a crawl of more
 #: forgets them all and writes them again.
 TAGGED_REMEMBERED = 1024
 TAGGED_MAX_BYTES = 256
+_REFERER = b"Referer"
 
 
 def _tagged(value: bytes) -> str:
-    """:func:`_bytes`, remembered for the header names and values met again."""
+    """:func:`_bytes`, remembered for the header names and Referers met again."""
     text = _TAGGED.get(value)
     if text is None:
         text = _bytes(value)
@@ -205,5 +207,6 @@ def _headers(headers: dict[bytes, list[bytes]]) -> str:
     for name, values in headers.items():
         if type(name) is not bytes or any(type(v) is not bytes for v in values):
             raise _NotFlat
-        pairs.append(f"[{_tagged(name)},[{','.join(map(_tagged, values))}]]")
+        tag = _tagged if name == _REFERER else _bytes
+        pairs.append(f"[{_tagged(name)},[{','.join(map(tag, values))}]]")
     return f'{{"{DICT_TAG}":[{",".join(pairs)}]}}'
