@@ -286,7 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts", default="shell,scrapy", help="with --instructions: which to count"
     )
-    parser.add_argument("--shape", choices=SHAPES, default="bare", help="the requests'")
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="bare",
+        help="the requests: bare Request(url), or as a crawl's (a Referer, depth, compacted)",
+    )
     parser.add_argument("--count", choices=sorted(PARTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     _SHAPE[0] = args.shape
