@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy.http import FormRequest, JsonRequest
 
+from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, encode_request, flat
 from scrapy_ha.codec.document import FORMAT_VERSION, MAX_DEPTH, MAX_PAYLOAD_BYTES, VERSION
 from scrapy_ha.codec.encode import _encode_doc, stored_bytes
@@ -116,6 +117,12 @@ FLAT = {
     "per-attempt keys": lambda url: scrapy.Request(
         url, meta={"_auth_proxy": "x", "retry_times": 2, "depth": 1}
     ),
+    # the add-on's ParentLeaseMiddleware: a page's child carries the page's lease (a tuple,
+    # never stored); a leased request its own
+    "a page's child": lambda url: scrapy.Request(
+        url, meta={"depth": 1, metakeys.PARENT: ("17", "9f3a")}
+    ),
+    "leased": lambda url: scrapy.Request(url, meta={metakeys.LEASE: ("17", "9f3a"), "d": 1}),
     "everything": lambda url: scrapy.Request(
         url,
         callback=SPIDER.parse_item,

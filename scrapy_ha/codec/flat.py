@@ -82,7 +82,10 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
     priority, dont_filter = request.priority, request.dont_filter
     if type(priority) is not int or type(dont_filter) is not bool:
         return None
-    if (meta and not _plain(meta)) or (cb_kwargs and not _plain(cb_kwargs)):
+    # what is stored of the meta: a page's child carries its page's lease (the add-on's
+    # ParentLeaseMiddleware), a tuple never stored, which must not make it look not flat
+    kept = clean_meta(request, meta) if meta else None
+    if (kept and not _plain(kept)) or (cb_kwargs and not _plain(cb_kwargs)):
         return None  # before the callbacks and headers are read: the encoder reads them too
     parts = [_HEAD, _string(request.url)]
     _callbacks(parts, request, spider)
@@ -92,7 +95,7 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
         parts += (f',"{METHOD}":', _string(request.method))
     if body := request.body:
         parts += (f',"{BODY}":', _bytes(body))
-    if meta and (kept := clean_meta(request, meta)):
+    if kept:
         parts += (f',"{META}":', _flat_dict(kept))
     if request.encoding != "utf-8":
         parts += (f',"{_KEY["_encoding"]}":', _string(request.encoding))
