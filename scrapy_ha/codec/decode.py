@@ -34,6 +34,7 @@ from scrapy_ha.codec.document import (
     FORMAT_VERSION,
     HEADERS,
     KNOWN_ATTRIBUTES,
+    MAX_SHARED_HASH,
     REQUEST_TAG,
     URL,
     VERSION,
@@ -119,7 +120,7 @@ def _request_kwargs(
                 raise CodecError(f"its {attr.lstrip('_')} is a {type(value).__name__}")
             kwargs[attr.lstrip("_")] = value
     if HEADERS in doc:
-        kwargs["headers"] = untag(doc[HEADERS], spider)
+        kwargs["headers"] = _headers(doc[HEADERS], spider)
     kwargs.update(_extras(cls, doc.get(EXTRA, {}), spider))
     for attr, key in CALLBACKS:
         if key in doc:
@@ -149,11 +150,15 @@ def _request_class(name: Any, spider: Spider | None) -> type[Request]:
 # --------------------------------------------------------------------------- values
 
 
+#: What JSON reads that stands for itself (no call of :func:`untag` for it).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
 def untag(value: Any, spider: Spider | None) -> Any:
     """The value a tagged JSON value stands for; raise :class:`CodecError` if malformed."""
     cls = type(value)
     if cls is list:
-        return [untag(v, spider) for v in value]
+        return [v if type(v) in _SCALARS else untag(v, spider) for v in value]
     if cls is not dict:
         return value
     if len(value) == 1:
@@ -163,7 +168,63 @@ def untag(value: Any, spider: Spider | None) -> Any:
             if decoder is None:
                 raise CodecError(f"unknown tag {key!r}")
             return decoder(inner, spider)
-    return {k: untag(v, spider) for k, v in value.items()}
+    return {k: v if type(v) in _SCALARS else untag(v, spider) for k, v in value.items()}
+
+
+#: Header names and Referer values read lately, by their stored (base64) text: a crawl's
+#: requests share their few header names, and a page's links their Referer (as the
+#: writer's ``flat._TAGGED``; no other value: a header a spider sets may hold a credential).
+_UNTAGGED: dict[str, bytes] = {}
+#: Most of them remembered, of up to 344 characters (256 bytes), as the writer's.
+UNTAGGED_REMEMBERED = 1024
+UNTAGGED_MAX_CHARS = 344
+_REFERER = b"Referer"
+
+
+def _headers(value: Any, spider: Spider | None) -> Any:
+    """:func:`untag` of a request's stored headers, read directly when they are what the
+    writer writes (a tagged dict of a few byte-string names, each with a list of byte
+    strings), header names and Referers remembered; anything else through :func:`untag`,
+    which reads or refuses it as it does every value."""
+    pairs = value.get(DICT_TAG) if type(value) is dict and len(value) == 1 else None
+    if type(pairs) is not list or len(pairs) > MAX_SHARED_HASH:
+        return untag(value, spider)
+    headers = {}
+    for pair in pairs:
+        if type(pair) is not list or len(pair) != 2 or type(pair[1]) is not list:
+            return untag(value, spider)
+        name = _remembered(pair[0])
+        if name is None:
+            return untag(value, spider)
+        values = [_remembered(v) if name == _REFERER else _bytes_tag(v) for v in pair[1]]
+        if None in values:
+            return untag(value, spider)
+        headers[name] = values
+    return headers
+
+
+def _bytes_tag(value: Any) -> bytes | None:
+    """The bytes a ``{"__b": text}`` tag stands for, or None for anything else (invalid
+    base64 raises, as :func:`untag` does)."""
+    if type(value) is not dict or len(value) != 1:
+        return None
+    text = value.get(BYTES_TAG)
+    return None if type(text) is not str else base64.b64decode(text, validate=True)
+
+
+def _remembered(value: Any) -> bytes | None:
+    """:func:`_bytes_tag`, remembered for the header names and Referers met again."""
+    text = value.get(BYTES_TAG) if type(value) is dict and len(value) == 1 else None
+    if type(text) is not str:
+        return None
+    data = _UNTAGGED.get(text)
+    if data is None:
+        data = base64.b64decode(text, validate=True)
+        if len(text) <= UNTAGGED_MAX_CHARS:
+            if len(_UNTAGGED) >= UNTAGGED_REMEMBERED:
+                _UNTAGGED.clear()
+            _UNTAGGED[text] = data
+    return data
 
 
 def _list(value: Any, spider: Spider | None) -> list[Any]:
