@@ -279,6 +279,21 @@ def callback_name(spider: Spider | None, func: Callable[..., Any], url: str, att
     )
 
 
+def _static_lookup(cls: type, name: str) -> Any:
+    """``inspect.getattr_static(cls, name)``, read directly where every class of *cls*'s
+    MRO is made by ``type`` itself (a spider's, unless a metaclass of its own): that
+    function then returns the first hit in the class namespaces in MRO order (no metaclass
+    can shadow ``__dict__``), at half its cost on Python 3.11. A name none of them holds
+    is looked up by it (it looks in the metaclass then)."""
+    mro = type.__dict__["__mro__"].__get__(cls)
+    if all(type(klass) is type for klass in mro):
+        for klass in mro:
+            namespace = vars(klass)
+            if name in namespace:
+                return namespace[name]
+    return inspect.getattr_static(cls, name)
+
+
 def _callable_name(spider: Spider, name: str) -> bool:
     """A callback name a payload may use: a method the spider's own code defines (public
     or private, never a dunder), or one of Scrapy's own callbacks (see above); found in the
@@ -302,7 +317,7 @@ def callback_method(spider: Spider | None, name: Any) -> Callable[..., Any]:
     """
     ok = isinstance(name, str) and spider is not None and _callable_name(spider, name)
     try:
-        func = inspect.getattr_static(type(spider), name) if ok else None
+        func = _static_lookup(type(spider), name) if ok else None
     except AttributeError:
         func = None
     if not isinstance(func, FunctionType):
