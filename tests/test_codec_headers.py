@@ -73,6 +73,10 @@ MALFORMED = {
     "nine names": {"__d": [[tag(b"N%d" % i), [tag(b"v")]] for i in range(9)]},
     "a name twice": {"__d": [[tag(b"A"), [tag(b"1")]], [tag(b"A"), [tag(b"2")]]]},
     "plain dict": {"Accept": ["x"]},
+    # untag stops at the first value it cannot read: its error, not a later value's
+    "an unknown tag then bad base64": {"__d": [[tag(b"A"), [{"__zz": 1}, {"__b": "a"}]]]},
+    "a string then bad base64": {"__d": [[tag(b"Referer"), ["x", {"__b": "a"}]]]},
+    "a bad date then bad base64": {"__d": [[tag(b"A"), [{"__dt": 5}, {"__b": "a"}]]]},
 }
 
 

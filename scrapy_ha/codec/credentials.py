@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from scrapy.http import Request
     from scrapy.settings import BaseSettings
 
-#: Meta keys that make :func:`clean_meta` look closer (the cheap test for a plain request).
-_SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy"}
+#: Meta keys that make :func:`clean_meta` look closer (the cheap test for a plain request);
+#: it never changes the value of another key.
+SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy"}
 #: Always dropped: proxy credentials never reach Redis (DESIGN, guarantee 7).
 _PROXY_AUTH = b"Proxy-Authorization"
 
@@ -155,7 +156,7 @@ def _cookies_from_jar(request: Request, spider: Spider | None) -> bool:
 
 def clean_meta(request: Request, meta: dict[str, Any]) -> dict[str, Any]:
     """The meta to store: without per-attempt keys, proxy credentials and Scrapy's own slot."""
-    if _SPECIAL_META.isdisjoint(meta):
+    if SPECIAL_META.isdisjoint(meta):
         return meta
     clean = {k: v for k, v in meta.items() if k not in metakeys.STRIPPED}
     if clean.pop("_scheme_proxy", False):

@@ -196,9 +196,13 @@ def _headers(value: Any, spider: Spider | None) -> Any:
         name = _remembered(pair[0])
         if name is None:
             return untag(value, spider)
-        values = [_remembered(v) if name == _REFERER else _bytes_tag(v) for v in pair[1]]
-        if None in values:
-            return untag(value, spider)
+        read = _remembered if name == _REFERER else _bytes_tag
+        values = []
+        for tagged in pair[1]:  # one at a time: the first value it cannot read is untag's
+            data = read(tagged)
+            if data is None:
+                return untag(value, spider)
+            values.append(data)
         headers[name] = values
     return headers
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.http import Request
 
 from scrapy_ha.codec import trust
-from scrapy_ha.codec.credentials import clean_headers, clean_meta
+from scrapy_ha.codec.credentials import SPECIAL_META, clean_headers, clean_meta
 from scrapy_ha.codec.document import (
     BODY,
     BYTES_TAG,
@@ -82,10 +82,8 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
     priority, dont_filter = request.priority, request.dont_filter
     if type(priority) is not int or type(dont_filter) is not bool:
         return None
-    # what is stored of the meta: a page's child carries its page's lease (the add-on's
-    # ParentLeaseMiddleware), a tuple never stored, which must not make it look not flat
-    kept = clean_meta(request, meta) if meta else None
-    if (kept and not _plain(kept)) or (cb_kwargs and not _plain(cb_kwargs)):
+    kept = _kept_meta(request, meta)  # (raises _NotFlat)
+    if cb_kwargs and not _plain(cb_kwargs):
         return None  # before the callbacks and headers are read: the encoder reads them too
     parts = [_HEAD, _string(request.url)]
     _callbacks(parts, request, spider)
@@ -107,6 +105,23 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
         parts += (f',"{_KEY["cb_kwargs"]}":', _flat_dict(cb_kwargs))
     parts.append("}")
     return "".join(parts)
+
+
+def _kept_meta(request: Request, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The meta as stored (``clean_meta``), if every value of it is plain; else raise
+    :class:`_NotFlat` (before the callbacks and headers are read: the encoder reads them
+    too). A page's child carries its page's lease (the add-on's ParentLeaseMiddleware), a
+    tuple never stored, which must not make it look not flat; a value ``clean_meta`` keeps
+    as it is (under any other key) is looked at first, so that a request that is not flat
+    anyway is given up before its meta is cleaned twice."""
+    if not meta:
+        return None
+    if not all(type(v) in _SCALARS or k in SPECIAL_META for k, v in meta.items()):
+        raise _NotFlat
+    kept = clean_meta(request, meta)
+    if kept and not _plain(kept):
+        raise _NotFlat
+    return kept
 
 
 def _callbacks(parts: list[str], request: Request, spider: Spider | None) -> None:
