@@ -174,3 +174,18 @@ def test_with_per_ip_slots_scrapys_downloader_is_asked(monkeypatch: pytest.Monke
     parsed.clear()
     assert not load.free(crawler, Request("http://a.test/new"))
     assert set(requests) <= set(parsed)
+
+
+def test_a_request_handed_out_right_after_its_check_has_its_slot_key_asked_once():
+    load, crawler, engine, asked = _load()
+    request = Request("http://a.test/1")
+    assert load.free(crawler, request)
+    load.handed(crawler, request)  # the same call of the engine: the key just asked
+    assert asked == [request]
+    other = Request("http://a.test/2")
+    assert load.free(crawler, other)
+    load.handed(crawler, request)  # not the one just checked: asked again
+    assert asked == [request, other, request]
+    load.handed(crawler, other)  # a check serves one hand-out only
+    assert asked == [request, other, request, other]
+    assert load.load(crawler, "s") == 0  # none of them reached the downloader here

@@ -44,6 +44,9 @@ class SlotLoad:
         self._handed: dict[str, list[Request]] = {}
         self._since_sweep = 0
         self._swept = 0  # requests the last sweep kept (still in the downloader)
+        #: the request :meth:`free` looked at last and its slot key: the one handed out
+        #: next, in the same call of the engine (a slot key costs a parse of the host)
+        self._asked: tuple[Request | None, str] = (None, "")
 
     def free(self, crawler: Crawler, request: Request) -> bool:
         """Can the downloader start *request* now? True without an engine."""
@@ -51,6 +54,7 @@ class SlotLoad:
         if downloader is None:
             return True
         key = downloader.get_slot_key(request)
+        self._asked = (request, key)
         slot = downloader.slots.get(key)
         if slot is None:  # as the downloader will make it (DOWNLOAD_SLOTS may set its own)
             default = getattr(downloader, "ip_concurrency", 0) or getattr(
@@ -108,7 +112,11 @@ class SlotLoad:
                 if not handed:
                     del self._handed[key]
             self._swept = sum(map(len, self._handed.values()))
-        self._handed.setdefault(downloader.get_slot_key(request), []).append(request)
+        asked, key = self._asked
+        self._asked = (None, "")  # asked for this hand-out only: nothing kept alive
+        if asked is not request:
+            key = downloader.get_slot_key(request)
+        self._handed.setdefault(key, []).append(request)
 
 
 def _keyed_to(downloader: Any, key: str) -> Callable[[Request], bool]:
