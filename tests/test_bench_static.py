@@ -88,7 +88,8 @@ def test_ratios_are_to_scrapys_scheduler_and_medians_of_the_rounds_pairs():
 def test_static_bench_quick(tmp_path):
     out, chart, log = tmp_path / "static.json", tmp_path / "static.png", tmp_path / "bench.out"
     command = [sys.executable, str(ROOT / "bench" / "run.py"), "--site", "static", "--quick"]
-    command += ["--schedulers", "memory,scrapy-ha-idle0", "--out", str(out), "--chart", str(chart)]
+    schedulers = "memory,scrapy-ha-idle0,scrapy-ha-addon"  # the add-on as the README sets it up
+    command += ["--schedulers", schedulers, "--out", str(out), "--chart", str(chart)]
     with log.open("wb") as stdout:
         proc = harness.spawn(command, stdout=stdout, stderr=subprocess.STDOUT)
     try:
@@ -99,7 +100,7 @@ def test_static_bench_quick(tmp_path):
     results = json.loads(out.read_text())
     for placement in ("loopback", "latency"):
         runs = results[placement]["runs"]
-        assert set(runs) == {"memory", "scrapy-ha-idle0"}
+        assert set(runs) == {"memory", "scrapy-ha-idle0", "scrapy-ha-addon"}
         for name, (run,) in runs.items():
             assert run["pages"] == QUICK_PAGES, (placement, name, run)
             assert run["wall"] > 0 and run["cpu"] > 0 and run["nginx_cpu"] >= 0
