@@ -18,7 +18,10 @@ own, in CPU time of this process (``time.process_time``), medians of ``--repeats
 With ``--shape crawl`` the requests are shaped as a spider's links are: a Referer header
 and ``depth`` in meta (what Scrapy's RefererMiddleware and DepthMiddleware add), and the
 shell compacts them with a dictionary trained from the first of them, as a crawl does once
-it has one. The default, ``bare``, is ``Request(url)``.
+it has one. ``--shape addon`` adds what the add-on's ParentLeaseMiddleware writes: each
+request names the page that yielded it (``meta["_ha_parent"]``, its lease), a page the
+shell holds until its round, then finishes (acked), as a worker does. The default,
+``bare``, is ``Request(url)``.
 
 ``python bench/worker_cost.py`` prints one JSON object.
 """
@@ -51,6 +54,7 @@ from scrapy.core.scheduler import Scheduler as ScrapyScheduler  # noqa: E402
 from scrapy.settings import Settings  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
+from scrapy_ha import metakeys  # noqa: E402
 from scrapy_ha.codec.compact import Dictionary, train  # noqa: E402
 from scrapy_ha.codec.encode import encode_request  # noqa: E402
 from scrapy_ha.demo import harness  # noqa: E402
@@ -82,23 +86,28 @@ WORKER_RATE = 500.0
 
 #: Numbers the URLs: every request a part sees is new (never a duplicate).
 _URL_NUMBERS = itertools.count()
-#: The requests' shape (``--shape``): ``bare`` or ``crawl``.
-SHAPES = ("bare", "crawl")
+#: The requests' shape (``--shape``): ``bare``, ``crawl`` or ``addon``.
+SHAPES = ("bare", "crawl", "addon")
 _SHAPE = ["bare"]
 #: The page a crawl-shaped request was linked from.
 REFERER = "http://127.0.0.1:8000/list/3.html"
 
 
-def _request(url: str) -> Request:
-    """A request of the chosen shape (see the module docstring)."""
+def _request(url: str, parent: tuple[str, str] | None = None) -> Request:
+    """A request of the chosen shape (see the module docstring), yielded by the page
+    holding the lease *parent* (``addon``)."""
     if _SHAPE[0] == "bare":
         return Request(url)
-    return Request(url, headers={"Referer": REFERER}, meta={"depth": 1})
+    meta: dict[str, Any] = {"depth": 1}
+    if _SHAPE[0] == "addon":
+        meta[metakeys.PARENT] = parent or ("0", "page")
+    return Request(url, headers={"Referer": REFERER}, meta=meta)
 
 
 def _compacting(s: Any) -> None:
-    """With ``--shape crawl``: the shell compacts with a dictionary of such requests."""
-    if _SHAPE[0] == "crawl":
+    """With ``--shape crawl`` or ``addon``: the shell compacts with a dictionary of such
+    requests."""
+    if _SHAPE[0] != "bare":
         samples = [encode_request(_request(url), s.spider) for url in _urls(SAMPLES)]
         s.admission.compactor.adopt(Dictionary(DICTIONARY_ID, train(samples)))
 
@@ -121,8 +130,12 @@ def shell_run() -> Callable[[int], None]:
         urls = _urls(n)
         for i in range(0, n, PER_PAGE):
             clock[0] += PER_PAGE / WORKER_RATE
+            parent = None
+            if _SHAPE[0] == "addon":  # the page that yields them, held until its round
+                parent = (f"p{next(_URL_NUMBERS)}", "page")
+                s.inflight.add(*parent, Request(REFERER), stored=False)
             for url in urls[i : i + PER_PAGE]:
-                s.enqueue_request(_request(url))
+                s.enqueue_request(_request(url, parent))
             while (request := s.next_request()) is not None:
                 active.add(request)
             send(s)  # the round: seal, Redis stores all, settle
