@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.http import Request
 
+from scrapy_ha import metakeys
 from scrapy_ha.codec import trust
 from scrapy_ha.codec.credentials import SPECIAL_META, clean_headers, clean_meta
 from scrapy_ha.codec.document import (
@@ -116,9 +117,19 @@ def _kept_meta(request: Request, meta: dict[str, Any] | None) -> dict[str, Any] 
     anyway is given up before its meta is cleaned twice."""
     if not meta:
         return None
-    if not all(type(v) in _SCALARS or k in SPECIAL_META for k, v in meta.items()):
-        raise _NotFlat
-    kept = clean_meta(request, meta)
+    kept, special = {}, False
+    for k, v in meta.items():
+        if k in SPECIAL_META:
+            special = True
+        elif type(v) in _SCALARS:
+            kept[k] = v
+        else:
+            raise _NotFlat
+    if not special:
+        return meta  # (clean_meta's answer then: the meta itself)
+    if metakeys.STRIPPED.issuperset(k for k in meta if k in SPECIAL_META):
+        return kept  # only keys clean_meta drops: what it keeps is the rest, in order
+    kept = clean_meta(request, meta)  # a proxy, a download slot: it looks closer
     if kept and not _plain(kept):
         raise _NotFlat
     return kept
