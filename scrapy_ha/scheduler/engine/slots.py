@@ -45,7 +45,8 @@ class SlotLoad:
         self._since_sweep = 0
         self._swept = 0  # requests the last sweep kept (still in the downloader)
         #: the request :meth:`free` looked at last and its slot key: the one handed out
-        #: next, in the same call of the engine (a slot key costs a parse of the host)
+        #: next, in the same call of the engine (a slot key costs a parse of the host); one
+        #: checked and not handed out stays referenced here until the next check
         self._asked: tuple[Request | None, str] = (None, "")
 
     def free(self, crawler: Crawler, request: Request) -> bool:
@@ -113,7 +114,7 @@ class SlotLoad:
                     del self._handed[key]
             self._swept = sum(map(len, self._handed.values()))
         asked, key = self._asked
-        self._asked = (None, "")  # asked for this hand-out only: nothing kept alive
+        self._asked = (None, "")  # a check serves one hand-out only
         if asked is not request:
             key = downloader.get_slot_key(request)
         self._handed.setdefault(key, []).append(request)
