@@ -107,8 +107,8 @@ def wire_fingerprint(fingerprint: bytes) -> bytes:
     member in decimal (at least 5 bytes)."""
     if not fingerprint:
         return fingerprint
-    whole = twelve(fingerprint)
-    return whole[8:12] + b"%d" % member_of(whole)
+    whole = twelve(fingerprint)  # (member_of's bytes, cut once: a call per stored request)
+    return whole[8:12] + b"%d" % int.from_bytes(whole[:8], "big", signed=True)
 
 
 @dataclass
