@@ -35,6 +35,8 @@ from scrapy_ha.codec.document import (
     HEADERS,
     KNOWN_ATTRIBUTES,
     MAX_SHARED_HASH,
+    PLAIN_TYPES,
+    REFERER,
     REQUEST_TAG,
     URL,
     VERSION,
@@ -150,15 +152,11 @@ def _request_class(name: Any, spider: Spider | None) -> type[Request]:
 # --------------------------------------------------------------------------- values
 
 
-#: What JSON reads that stands for itself (no call of :func:`untag` for it).
-_SCALARS = frozenset((str, int, float, bool, type(None)))
-
-
 def untag(value: Any, spider: Spider | None) -> Any:
     """The value a tagged JSON value stands for; raise :class:`CodecError` if malformed."""
     cls = type(value)
     if cls is list:
-        return [v if type(v) in _SCALARS else untag(v, spider) for v in value]
+        return [v if type(v) in PLAIN_TYPES else untag(v, spider) for v in value]
     if cls is not dict:
         return value
     if len(value) == 1:
@@ -168,7 +166,7 @@ def untag(value: Any, spider: Spider | None) -> Any:
             if decoder is None:
                 raise CodecError(f"unknown tag {key!r}")
             return decoder(inner, spider)
-    return {k: v if type(v) in _SCALARS else untag(v, spider) for k, v in value.items()}
+    return {k: v if type(v) in PLAIN_TYPES else untag(v, spider) for k, v in value.items()}
 
 
 #: Header names and Referer values read lately, by their stored (base64) text: a crawl's
@@ -178,7 +176,6 @@ _UNTAGGED: dict[str, bytes] = {}
 #: Most of them remembered, of up to 344 characters (256 bytes), as the writer's.
 UNTAGGED_REMEMBERED = 1024
 UNTAGGED_MAX_CHARS = 344
-_REFERER = b"Referer"
 
 
 def _headers(value: Any, spider: Spider | None) -> Any:
@@ -196,7 +193,7 @@ def _headers(value: Any, spider: Spider | None) -> Any:
         name = _remembered(pair[0])
         if name is None:
             return untag(value, spider)
-        read = _remembered if name == _REFERER else _bytes_tag
+        read = _remembered if name == REFERER else _bytes_tag
         values = []
         for tagged in pair[1]:  # one at a time: the first value it cannot read is untag's
             data = read(tagged)

@@ -67,6 +67,12 @@ KNOWN_ATTRIBUTES = frozenset(
     )
 )
 
+#: The types JSON reads and writes as themselves: a stored value of one of them is
+#: neither tagged nor untagged.
+PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
+#: The header whose values a crawl's requests share most (a page's links): the codec
+#: remembers the stored form of its values, as of header names, and of no other value.
+REFERER = b"Referer"
 #: The tag of bytes (base64 text).
 BYTES_TAG = "__b"
 #: The tag of a dict whose keys are not all plain strings (a list of ``[key, value]`` pairs).

@@ -32,7 +32,9 @@ from scrapy_ha.codec.document import (
     HEADERS,
     META,
     METHOD,
+    PLAIN_TYPES,
     PRIORITY,
+    REFERER,
     URL,
     VERSION,
 )
@@ -121,7 +123,7 @@ def _kept_meta(request: Request, meta: dict[str, Any] | None) -> dict[str, Any] 
     for k, v in meta.items():
         if k in SPECIAL_META:
             special = True
-        elif type(v) in _SCALARS:
+        elif type(v) in PLAIN_TYPES:
             kept[k] = v
         else:
             raise _NotFlat
@@ -161,14 +163,10 @@ def _fields(request: Request) -> tuple[Any, Any, Any, Any, Any]:
     return request.headers, request.cookies, request.meta, request.flags, request.cb_kwargs
 
 
-#: The types of the values :func:`_scalar` writes.
-_SCALARS = frozenset((str, int, float, bool, type(None)))
-
-
 def _plain(value: Any) -> bool:
-    """Whether *value* is a dict of values of :data:`_SCALARS` (its keys are checked as it
+    """Whether *value* is a dict of values of ``PLAIN_TYPES`` (its keys are checked as it
     is written)."""
-    return type(value) is dict and all(type(v) in _SCALARS for v in value.values())
+    return type(value) is dict and all(type(v) in PLAIN_TYPES for v in value.values())
 
 
 class _NotFlat(Exception):
@@ -215,7 +213,6 @@ _TAGGED: dict[bytes, str] = {}
 #: forgets them all and writes them again.
 TAGGED_REMEMBERED = 1024
 TAGGED_MAX_BYTES = 256
-_REFERER = b"Referer"
 
 
 def _tagged(value: bytes) -> str:
@@ -236,6 +233,6 @@ def _headers(headers: dict[bytes, list[bytes]]) -> str:
     for name, values in headers.items():
         if type(name) is not bytes or any(type(v) is not bytes for v in values):
             raise _NotFlat
-        tag = _tagged if name == _REFERER else _bytes
+        tag = _tagged if name == REFERER else _bytes
         pairs.append(f"[{_tagged(name)},[{','.join(map(tag, values))}]]")
     return f'{{"{DICT_TAG}":[{",".join(pairs)}]}}'
