@@ -44,6 +44,7 @@ from scrapy_ha.codec.document import (
     Refused,
     colliding,
     read_document,
+    remember,
     type_name,
 )
 
@@ -204,27 +205,29 @@ def _headers(value: Any, spider: Spider | None) -> Any:
     return headers
 
 
+def _tag_text(value: Any) -> str | None:
+    """The text of a ``{"__b": text}`` tag, or None for anything else."""
+    text = value.get(BYTES_TAG) if type(value) is dict and len(value) == 1 else None
+    return text if type(text) is str else None
+
+
 def _bytes_tag(value: Any) -> bytes | None:
     """The bytes a ``{"__b": text}`` tag stands for, or None for anything else (invalid
     base64 raises, as :func:`untag` does)."""
-    if type(value) is not dict or len(value) != 1:
-        return None
-    text = value.get(BYTES_TAG)
-    return None if type(text) is not str else base64.b64decode(text, validate=True)
+    text = _tag_text(value)
+    return None if text is None else base64.b64decode(text, validate=True)
 
 
 def _remembered(value: Any) -> bytes | None:
     """:func:`_bytes_tag`, remembered for the header names and Referers met again."""
-    text = value.get(BYTES_TAG) if type(value) is dict and len(value) == 1 else None
-    if type(text) is not str:
+    text = _tag_text(value)
+    if text is None:
         return None
     data = _UNTAGGED.get(text)
     if data is None:
         data = base64.b64decode(text, validate=True)
         if len(text) <= UNTAGGED_MAX_CHARS:
-            if len(_UNTAGGED) >= UNTAGGED_REMEMBERED:
-                _UNTAGGED.clear()
-            _UNTAGGED[text] = data
+            remember(_UNTAGGED, text, data, UNTAGGED_REMEMBERED)
     return data
 
 

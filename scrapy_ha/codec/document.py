@@ -75,6 +75,17 @@ PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
 REFERER = b"Referer"
 #: The tag of bytes (base64 text).
 BYTES_TAG = "__b"
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """Keep *key* -> *value* in *cache*, a memo of the stored form of header names and
+    Referers (the writer's and the reader's), emptied first when it holds *limit* entries:
+    a crawl of more forgets them all and makes them again."""
+    if len(cache) >= limit:
+        cache.clear()
+    cache[key] = value
+
+
 #: The tag of a dict whose keys are not all plain strings (a list of ``[key, value]`` pairs).
 DICT_TAG = "__d"
 #: The tag of a Request nested in a value (its own document).

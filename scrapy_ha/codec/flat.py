@@ -37,6 +37,7 @@ from scrapy_ha.codec.document import (
     REFERER,
     URL,
     VERSION,
+    remember,
 )
 
 if TYPE_CHECKING:
@@ -221,9 +222,7 @@ def _tagged(value: bytes) -> str:
     if text is None:
         text = _bytes(value)
         if len(value) <= TAGGED_MAX_BYTES:
-            if len(_TAGGED) >= TAGGED_REMEMBERED:
-                _TAGGED.clear()
-            _TAGGED[value] = text
+            remember(_TAGGED, value, text, TAGGED_REMEMBERED)
     return text
 
 
