@@ -59,6 +59,7 @@ key                        type         content
 ``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
                                         revisit per URL (lua/lib/revisit.lua); ``x:<id>``
                                         -> one a copy took from dead-lettered entry ``<id>``
+                                        (goes with the requeue, purge or trim of it)
 ``ha:{books}:revisit_alloc`` hash       adaptive revisits (lib/revisit): sums ``load``,
                                         ``base``, multiplier ``mu``; ``e:<id>``: what
                                         revisit entry ``<id>`` holds in the sums

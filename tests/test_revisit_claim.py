@@ -172,9 +172,10 @@ async def test_a_requeued_request_that_was_never_revisited_stays_out_of_the_revi
     await q.client.aclose()
 
 
-async def poisoned(q: RedisQueue) -> list[str]:
+async def poisoned(q: RedisQueue, **retention: int) -> list[str]:
     """Leases the due entry, hands it to its engine and lets its worker die: reclaim.lua
-    dead-letters it as poison. Returns the poison ids."""
+    dead-letters it as poison (*retention*: the dead-letter queue's, as ``max_entries``).
+    Returns the poison ids."""
     poison: list[str] = []
     while not poison:
         leases = (await q.sync(lease=1, lease_ms=20, promote=10)).leases
@@ -182,7 +183,9 @@ async def poisoned(q: RedisQueue) -> list[str]:
             pair = (leases[0].id, leases[0].token)
             await q.renew([pair], handed=[pair], worker="w", lease_ms=20, heartbeat_ms=1000)
         await asyncio.sleep(0.03)
-        reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=1)
+        reclaimed = await q.reclaim(
+            worker="w", interval_ms=1, batch=10, max_expiries=1, **retention
+        )
         poison = reclaimed.poison if reclaimed is not None else []
     return poison
 
@@ -225,6 +228,40 @@ async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_de
     assert ends[first.id] > 0
     assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == first.id.encode()
     assert await q.client.zrange(KEYS.revisits, 0, -1) == [first.id.encode()]
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize("how", ["purged", "trimmed", "trimmed by the reclaim"])
+@deferred_f_from_coro_f
+async def test_a_dead_letter_dropped_takes_the_url_a_copy_took_from_it_along(redis_url, how):
+    """The fingerprint a copy took from a dead-lettered entry is kept for the entry's
+    requeue (``x:<id>`` in ``ha:{S}:revisit_urls``); when the dead letter goes for good
+    instead (``dlq purge``, or the retention of the dead-letter queue as a worker or the
+    reclaim dead-letters another entry), the field goes with it. Before, it stayed until
+    the crawl's finish or ``flush``: a field per such dead letter, for the life of a
+    continuous crawl."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
+    gone = await lease_when_due(q)
+    info = {"class": "gone", "reason": "HTTP 404"}
+    assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
+    await q.enqueue([NewEntry(b"copy", 0, payload())])
+    copy = await lease_when_due(q)
+    assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
+    assert await q.client.hget(KEYS.revisit_urls, f"x:{first.id}") == b"fp-page"
+    if how == "purged":
+        assert await q.purge_dead([first.id]) == (1, 0)
+    elif how == "trimmed":  # another entry dead-lettered, one dead letter kept
+        await q.enqueue([NewEntry(b"other", 0, payload())])
+        other = await lease_when_due(q)
+        await q.dead_letter(other.id, other.token, info, payload=other.payload, max_entries=1)
+    else:
+        assert len(await poisoned(q, max_entries=1)) == 1
+    assert await q.client.zscore(KEYS.dead, first.id) is None  # the oldest went
+    assert await q.client.hkeys(KEYS.revisit_urls) == [b"fp-page"]
+    assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == copy.id.encode()
     await q.client.aclose()
 
 

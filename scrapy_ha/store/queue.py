@@ -302,7 +302,7 @@ class RedisQueue:
             return 0, 0
         k = self.keys
         keys = [k.dead, k.dead_info, k.payload, *k.stats_keys(), k.dead_archived]
-        deleted, kept = await self._purge(keys=keys, args=ids)
+        deleted, kept = await self._purge(keys=[*keys, k.revisit_urls], args=ids)
         return int(deleted), int(kept)
 
     async def counts(self) -> Counts:

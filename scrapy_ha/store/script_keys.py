@@ -49,7 +49,7 @@ def _sync_keys(k: Keys, dupefilter: str, worker: str | None) -> tuple[str, ...]:
 def reclaim_keys(k: Keys) -> list[str]:
     keys = [k.leased, k.leases, k.queues, k.expiries, k.dead, k.dead_info, k.reclaim_guard]
     keys += [k.payload, k.retried, *k.stats_keys(), k.dead_archived, k.polite]
-    return [*keys, k.ready, k.waiting, k.queued, k.revisits, k.revisit_alloc]
+    return [*keys, k.ready, k.waiting, k.queued, k.revisits, k.revisit_alloc, k.revisit_urls]
 
 
 def release_keys(k: Keys) -> list[str]:
@@ -59,7 +59,7 @@ def release_keys(k: Keys) -> list[str]:
 def dead_keys(k: Keys) -> list[str]:
     keys = [k.leased, k.leases, k.dead, k.dead_info, k.expiries, k.payload, k.retried]
     tail = [k.dead_archived, k.polite, *frontier_keys(k), k.revisit_alloc, k.revisits]
-    return [*keys, *k.stats_keys(), *tail]
+    return [*keys, *k.stats_keys(), *tail, k.revisit_urls]
 
 
 def retry_keys(k: Keys) -> list[str]:

@@ -12,6 +12,8 @@
 -- KEYS[18] revisits (lib/revisit: a dead-lettered entry leaves the revisits set at once,
 --          which status and the dashboard count as the revisited URLs; before, it stayed
 --          there up to a day; its record says it was there, "revisits": true, for a requeue)
+-- KEYS[19] revisit_urls (lib/deadletter: a dead letter the retention drops leaves no "x:"
+--          field there)
 -- ARGV[1] entry id  ARGV[2] lease token  ARGV[3] JSON object describing why
 -- ARGV[4] most entries kept  ARGV[5] oldest entry kept (age, ms)  ARGV[6] new payload ('' = keep)
 -- ARGV[7] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
@@ -33,7 +35,7 @@ if not (max_dead and max_age and ok and type(info) == 'table') then
 end
 local err = wrong_type('dead', KEYS,
   {'zset', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash',
-  nil, 'zset', 'zset', 'string', 'hash', 'zset'})
+  nil, 'zset', 'zset', 'string', 'hash', 'zset', 'hash'})
 if err then return err end
 local v = lease_current(KEYS[2], ARGV[1], ARGV[2])
 if not v then
@@ -53,7 +55,7 @@ dead_letter(KEYS[3], KEYS[4], ARGV[1], info, now)
 if ARGV[6] ~= '' then
   redis_call('HSET', KEYS[6], ARGV[1], ARGV[6])
 end
-trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age, KEYS[11])
+trim_dead(KEYS[3], KEYS[4], KEYS[6], now, max_dead, max_age, KEYS[11], KEYS[19])
 local lifo, start_lifo = order_flags(ARGV[7])
 frontier_open(KEYS[13], KEYS[14], KEYS[15], KEYS[16], lifo, start_lifo)
 polite_woken(KEYS[12], frontier_wake_one)

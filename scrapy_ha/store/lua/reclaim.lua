@@ -23,6 +23,8 @@
 --          the budget's sums, as in dead.lua; what it held goes in its record, "revisit":
 --          [load, base], for a requeue. Before, the sums kept it: counted twice once a copy
 --          of its URL claimed it, and for ever if its dead letter was purged)
+-- KEYS[20] revisit_urls (lib/deadletter: a dead letter the retention drops leaves no "x:"
+--          field there)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- ARGV[7] the crawl's order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or
@@ -45,7 +47,8 @@ if not (interval and batch and max_exp and max_dead and max_age) or lifo == nil 
     .. 'numbers, then the order')
 end
 local err = wrong_type('reclaim', KEYS, {'zset', 'hash', nil, 'hash', 'zset', 'hash', nil,
-  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string', 'zset', 'hash'})
+  'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string', 'zset', 'hash',
+  'hash'})
 if err then return err end
 if not redis_call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
@@ -100,7 +103,7 @@ end
 
 -- retention of the dead-letter queue, when this call dead-lettered some
 if #out > 3 or out[3] > 0 then
-  trim_dead(KEYS[5], KEYS[6], KEYS[8], now, max_dead, max_age, KEYS[13])
+  trim_dead(KEYS[5], KEYS[6], KEYS[8], now, max_dead, max_age, KEYS[13], KEYS[20])
 end
 if #ids >= batch then
   redis_call('DEL', KEYS[7]) -- more are waiting: let the next tick continue

@@ -66,13 +66,27 @@ local function archived(dead, dead_archived, id)
   return at ~= nil and at == tonumber(redis.call('ZSCORE', dead, id))
 end
 
--- trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived)
---   KEYS: dead, dead_info, payload, dead_archived (the caller's KEYS[i])
+-- drop_dead(dead, dead_info, payload, dead_archived, urls, id)
+--   KEYS: dead, dead_info, payload, dead_archived, urls (revisit_urls; the caller's KEYS[i])
+--   Dead letter id goes for good: its entry, record, payload and archive mark, and the
+--   fingerprint a copy of its URL left it under "x:<id>" in urls for a requeue (lib/revisit:
+--   revisit_claim), which nothing else would take away before the crawl's finish.
+local function drop_dead(dead, dead_info, payload, dead_archived, urls, id)
+  redis.call('ZREM', dead, id)
+  redis.call('HDEL', dead_info, id)
+  redis.call('HDEL', payload, id)
+  redis.call('HDEL', dead_archived, id)
+  redis.call('HDEL', urls, 'x:' .. id)
+end
+
+-- trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived, urls)
+--   KEYS: dead, dead_info, payload, dead_archived, urls (revisit_urls; the caller's KEYS[i])
 --   Rule: retention. The dead-letter queue keeps at most max_entries entries, none older
 --   than max_age_ms: the oldest go for good (info and payload too), at most 100 of each
 --   kind per call so that one call stays short; later calls continue. With an archive
 --   declared, an entry not archived yet stays (the archive catches up, then it goes).
-local function trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived)
+local function trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms, dead_archived,
+                         urls)
   local old = redis.call('ZRANGEBYSCORE', dead, '-inf', now - max_age_ms, 'LIMIT', 0, 100)
   local excess = redis.call('ZCARD', dead) - #old - max_entries
   if excess > 0 then
@@ -81,10 +95,7 @@ local function trim_dead(dead, dead_info, payload, now, max_entries, max_age_ms,
   end
   for _, id in ipairs(old) do
     if archived(dead, dead_archived, id) then
-      redis.call('ZREM', dead, id)
-      redis.call('HDEL', dead_info, id)
-      redis.call('HDEL', payload, id)
-      redis.call('HDEL', dead_archived, id)
+      drop_dead(dead, dead_info, payload, dead_archived, urls, id)
     end
   end
 end

@@ -86,8 +86,8 @@ end
 --   before it and leased later, then requeued with it, keeps the URL.) The
 --   entry that gives the URL up ends as the double at its next finish. Before, the requeued
 --   entry was pending outside the set: a copy took the URL, and the requeued entry ended as
---   the double at its next visit. The "x:" field goes at the requeue (one of a dead letter
---   purged or trimmed stays until the crawl's finish or flush deletes the key).
+--   the double at its next visit. The "x:" field goes at the requeue, or with the dead
+--   letter when it is purged or trimmed (lib/deadletter: drop_dead).
 local function revisit_rejoin(revisits, urls, id, info, now)
   local was = info['revisits']
   local fp = redis.call('HGET', urls, 'x:' .. id)
