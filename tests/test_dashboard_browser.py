@@ -44,7 +44,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "img"
 FOR_DOCS = {
     "live-overview": "dashboard-overview.png",
     "live-crawl": "dashboard-crawl.png",
-    "live-delayed-gate": "dashboard-delayed-gate.png",
+    "live-delayed-retry": "dashboard-delayed-retry.png",
     "dead-letters": "dashboard-dead-letters.png",
     "entry": "dashboard-entry.png",
 }
@@ -220,19 +220,27 @@ async def test_filter_requeue_and_see_it_pending_in_chromium(redis_url, site, da
 
 #: A catalogue whose 25th item answers 429 with Retry-After 300 s once: the gate of
 #: 127.0.0.1 closes for every worker, and the requests behind it wait without an attempt
-#: (the crawl cannot end before it opens); every 7th item fails twice with a 503 first.
+#: in the host's queue in Redis (the crawl cannot end before it opens); every 7th item fails
+#: twice with a 503 first.
 GATED_SITE = ("--pages", "12", "--per-page", "10", "--delay", "0.05")
 GATED_FAULTS = ("--fault", "429:25:1:300", "--fault", "503:7:2")
 
 
 def gated(redis_client: Any) -> bool:
-    marks = redis_client.hvals("ha:{catalogue}:held")
-    return sum(1 for m in marks if m.startswith(b"gate ")) >= 5
+    """Requests wait behind the gate in their host's queue in Redis (parked in ``waiting``
+    until it opens), the worker holds no lease (none kept in its buffer for the host), and
+    the 503s' retries have come due and joined them: what is delayed is the 429's retry."""
+    keys = Keys("ha", "catalogue")
+    qids = [q.decode() for q in redis_client.zrange(keys.waiting, 0, -1)]
+    behind = sum(redis_client.llen(keys.queue(q)) for q in qids if q.endswith(":127.0.0.1"))
+    settled = redis_client.zcard(keys.leased) == 0 and redis_client.zcard(keys.delayed) == 1
+    return behind >= 5 and settled
 
 
 def read_live_crawl(url: str) -> None:
     """The overview, the crawl page and the delayed table of a crawl held at a closed gate:
-    what waits and why, the ETA past the gate, the numbers refreshed in place."""
+    what waits and why, the ETA past the gate, the numbers refreshed in place, and the
+    request the site answered with the 429, due when the gate opens."""
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as pw:
@@ -262,11 +270,11 @@ def read_live_crawl(url: str) -> None:
         assert old is not None and page.evaluate("(el) => !el.isConnected", old)
         shot(page, "live-crawl")
 
-        page.goto(url + "/crawls/catalogue/delayed?class=gate")
+        page.goto(url + "/crawls/catalogue/delayed?class=rate_limited")
         rows = page.locator("tr[data-id]")
-        expect(rows.first.locator("td.cls")).to_have_text("Waiting for a gate")
-        expect(rows.first).to_contain_text("its domain's gate is closed")
-        shot(page, "live-delayed-gate")
+        expect(rows.first.locator("td.cls")).to_have_text("Rate-limited")
+        expect(rows.first).to_contain_text("HTTP 429")
+        shot(page, "live-delayed-retry")
         browser.close()
 
 
@@ -277,7 +285,7 @@ def test_an_operator_reads_a_crawl_held_at_a_closed_gate(
     items, log = tmp_path / "items.jl", tmp_path / "worker.log"
     live = worker(redis_url, site.url, items, log)
     try:
-        harness.wait_for(lambda: gated(redis_client), "requests deferred for the gate", 120)
+        harness.wait_for(lambda: gated(redis_client), "requests waiting behind the gate", 120)
         assert live.poll() is None, log.read_text()[-3000:]
         in_thread(lambda: read_live_crawl(dashboard_url))
     finally:

@@ -174,6 +174,25 @@ def test_nothing_is_kept_in_fifo_for_start_requests_or_limited_domains_or_when_p
     assert s.handout.seal(batch) == 1 and batch[0].taken is None
 
 
+def test_a_request_of_a_domain_behind_a_closed_gate_is_not_kept():
+    """A domain that answered 429 with a Retry-After waits behind its gate: its new
+    requests go pending, where Redis's frontier holds its queue until the gate opens,
+    instead of filling the buffer with leases renewed for as long as the gate stays
+    closed, room other hosts' requests then wait for. Before, the keep checked the
+    crawl-wide limits alone."""
+    s, _, _ = shell()
+    engine_busy(s)
+    s.close_gate(Request("http://gated.test/page"), 60)
+    s.enqueue_request(Request("http://gated.test/1"))
+    s.enqueue_request(Request("http://a.test/free"))
+    batch = s.outbox.children[:]
+    assert s.handout.seal(batch) == 1
+    assert batch[0].taken is None and batch[1].taken is not None
+    s.set_gates({}, every=True)  # the gate open again (Redis says so): kept as before
+    s.enqueue_request(Request("http://gated.test/2"))
+    assert s.handout.seal(s.outbox.children[2:]) == 1
+
+
 @deferred_f_from_coro_f
 async def test_sync_stores_a_kept_request_leased_not_handed_and_refuses_a_duplicate(redis_url):
     client = redis.asyncio.Redis.from_url(redis_url)

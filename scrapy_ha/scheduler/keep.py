@@ -27,7 +27,8 @@ the crawl goes deeper, where the others cannot have them; so then they go first 
 priority, and new requests go pending (within a priority the order then differs by up to the
 prefetch target). Only in LIFO (in FIFO a new request comes after those pending of its
 priority, which the buffer's order already gives), never for a start request (its own queue)
-or a request of a domain with crawl-wide limits (Redis leases it within them), not in a
+or a request of a domain with crawl-wide limits (Redis leases it within them) or behind a
+closed 429 gate (Redis's frontier holds its queue until the gate opens), not in a
 sharded crawl (each shard orders by its own sequence), nor while the crawl is paused or
 stopping or a suspect runs alone (nothing is leased then).
 """
@@ -77,7 +78,7 @@ class Keep:
         self.enabled = enabled
         self._active = active  # alone, and leasing (not paused, stopping, running a suspect)
         self._room = room  # leases the buffer may take now for new requests
-        self._may_keep = may_keep  # the request's domain has no crawl-wide limits
+        self._may_keep = may_keep  # its domain: no crawl-wide limits, no closed 429 gate
         self._places = itertools.count(KEPT_PLACE, -1)
         #: kept requests sent, not stored yet: their places in the buffer
         self._flying: dict[Fresh, tuple[int, int]] = {}

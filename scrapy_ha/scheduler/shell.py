@@ -85,7 +85,7 @@ class Scheduler:
             config,
             target=self._target,
             alone=lambda: self.solo.running,
-            may_keep=lambda request: not (self._polite and self._limited(request)),
+            may_keep=self._domain_free,
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
         self.inflight = InFlight(crawler, self.outbox, config, lambda: self.server_time_ms() / 1e3)
