@@ -55,11 +55,10 @@ key                        type         content
                                         ``d <domain>`` or ``p <glob>`` -> when it was made
                                         (ms); ``v`` -> forgets so far
 ``ha:{books}:revisits``    sorted set   entry id -> due time (ms) of a revisited request's next
-                                        visit (lua/revisit.lua; pruned a day past it; left if dead)
-``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it: one
-                                        revisit per URL (lua/lib/revisit.lua); ``x:<id>``
-                                        -> one a copy took from dead-lettered entry ``<id>``
-                                        (goes with the requeue, purge or trim of it)
+                                        visit (lua/revisit.lua; pruned a day past it)
+``ha:{books}:revisit_urls`` hash        fingerprint -> the entry id that revisits it (one per
+                                        URL, lua/lib/revisit.lua); ``x:<id>`` -> one a copy took
+                                        from dead letter ``<id>`` (gone with it, or requeued)
 ``ha:{books}:revisit_alloc`` hash       adaptive revisits (lib/revisit): sums ``load``,
                                         ``base``, multiplier ``mu``; ``e:<id>``: what
                                         revisit entry ``<id>`` holds in the sums
