@@ -263,3 +263,41 @@ async def test_a_call_that_writes_nothing_over_maxmemory_leaves_the_encoding_and
         await q.client.config_set("maxmemory", "0")
     assert [name(lease.payload) for lease in await q.lease(1, 30000)] == ["a/1"]
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_lease_passes_over_the_hosts_a_worker_skips_and_leaves_them_ready(redis_url):
+    """A worker whose downloads of a host are full (its buffer holds that host's next
+    requests) names it: its lease takes the other hosts' requests in Scrapy's order, the
+    head it is told of is another host's, and the skipped host's queue stays ready, in its
+    place, for the next call (or another worker). Before, nothing passed a host over: a
+    worker whose buffer filled with a slow host's requests leased only more of them."""
+    q = open_queue(redis_url)
+    await q.enqueue([page("slow", 1), page("slow", 2), page("a", 1), page("b", 1)])
+    await q.enqueue([page("a", 2)])
+    result = await q.sync(lease=2, skip={"slow": 0})
+    assert [name(lease.payload) for lease in result.leases] == ["a/1", "b/1"]
+    passed_over, first = (await q.sync(lease=0, skip={"slow": 0})).head, (await q.sync()).head
+    assert passed_over and first and passed_over != first  # a/2's, and slow/1's
+    assert await q.client.zscore(KEYS.ready, "0:slow") is not None
+    assert await lease_one_by_one(q, 1) == ["slow/1"]  # first in order, once not skipped
+    assert [name(x.payload) for x in (await q.sync(lease=5, skip={"slow": 0})).leases] == ["a/2"]
+    assert not (await q.sync(lease=0, skip={"slow": 0})).head  # only the skipped host's left
+    assert await lease_one_by_one(q, 1) == ["slow/2"]
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_skipped_hosts_request_of_a_higher_priority_is_leased_in_its_order(redis_url):
+    """The worker skips a host up to the priority it holds of it: a request of the host of a
+    higher priority (a page's urgent link) is named the head and leased first, as Scrapy's
+    priority order wants; only the host's queues at that priority and below are passed
+    over."""
+    q = open_queue(redis_url)
+    await q.enqueue([page("slow", 1), page("a", 1), page("slow", 9, 5)])
+    head = (await q.sync(skip={"slow": 0})).head
+    assert head is not None and head[0] == -5
+    leased = (await q.sync(lease=2, skip={"slow": 0})).leases
+    assert [name(lease.payload) for lease in leased] == ["slow/9", "a/1"]
+    assert not (await q.sync(lease=0, skip={"slow": 0})).head
+    await q.client.aclose()

@@ -124,6 +124,7 @@ async def test_a_malformed_commit_is_refused_as_stale_and_applies_nothing(redis_
             "-",
             0,
             f"{a.id} {a.token} 2 - 3:abc9:short",
+            "",
             0,
             "set",
         ],

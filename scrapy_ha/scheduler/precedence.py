@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from scrapy_ha import metakeys
+from scrapy_ha.scheduler.blocked import Blocked
 from scrapy_ha.scheduler.keep import Keep
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Precedence:
         target: Callable[[], int],
         alone: Callable[[], bool],
         may_keep: Callable[[Request], bool],
+        slot_free: Callable[[Request], bool],
     ) -> None:
         self.buffer = buffer
         self.outbox = outbox
@@ -72,6 +74,8 @@ class Precedence:
         self._target = target  # the prefetch target now (it follows the measured rate)
         self._alone = alone  # a suspect runs alone: nothing is leased meanwhile
         self.session: RedisView | None = None  # the scheduler's session, once made
+        #: the hosts whose full download slots hold their buffered requests (see :mod:`.blocked`)
+        self.blocked = Blocked(buffer, slot_free)
         #: the new requests a LIFO worker keeps in its buffer (see :mod:`.keep`)
         self.keep = Keep(
             buffer,
@@ -109,7 +113,9 @@ class Precedence:
             return 0
         target, buffer = self._target(), self.buffer
         held = len(buffer) + self.keep.flying  # kept requests on their way join the buffer
-        refill = target - held if held <= target // 2 else 0
+        # a skipped host's requests wait for its slot: others are leased, within the target
+        ready = held - self.blocked.held if self.blocked.others(self.session.remote.head) else held
+        refill = max(0, target - held) if ready <= target // 2 else 0
         room = self.room_ahead()
         if room <= 0:
             return refill
@@ -153,11 +159,14 @@ class Precedence:
         return queued and self.session.redis_ok
 
     def make_room(self) -> None:
-        """Before a round: if :meth:`behind` and the buffer is full, give its last request of
+        """Before a round: the hosts its lease passes over, and what of theirs goes back
+        (:mod:`.blocked`); if :meth:`behind` and the buffer is full, give its last request of
         a lower priority back, so that the round leases the other one. One per round."""
-        if self.room_ahead() != 0 or not self.behind():
-            return
         assert self.session is not None
-        request = self.buffer.give_back(self.session.remote.head)
-        if request is not None:
-            self.outbox.releases.append(request.meta[metakeys.LEASE])
+        half = self._target() // 2
+        self.blocked.look(half)
+        head = self.session.remote.head
+        gone = self.blocked.give_back(half) if self.blocked.others(head) else []
+        if self.room_ahead() == 0 and self.behind() and (last := self.buffer.give_back(head)):
+            gone.append(last)
+        self.outbox.releases += (request.meta[metakeys.LEASE] for request in gone)

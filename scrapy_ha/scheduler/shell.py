@@ -86,6 +86,7 @@ class Scheduler:
             target=self._target,
             alone=lambda: self.solo.running,
             may_keep=self._domain_free,
+            slot_free=lambda request: self._slots.free(crawler, request),
         )
         start_queue = str(crawler.settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
         self.inflight = InFlight(crawler, self.outbox, config, lambda: self.server_time_ms() / 1e3)
@@ -374,10 +375,9 @@ class Scheduler:
         return prefetch_target(self.crawler, self.config, self.session.renewals.rate)
 
     def _can_hand_fresh(self, request: Request) -> bool:
-        """A fresh request goes out now only while Redis answers (its download waits for
-        the round that stores it), the crawl is not paused by its operator, its download
-        slot has room, and its domain is open; else it goes to Redis with the next round, and
-        comes back by lease."""
+        """A fresh request goes out now only while Redis answers (its download waits for the
+        round that stores it), the crawl is not paused by its operator, its download slot has
+        room, and its domain is open; else it goes to Redis with the next round, and comes back."""
         session = self.session
         if not session.redis_ok or session.stopping or session.remote.holding or self.solo.running:
             return False

@@ -112,6 +112,7 @@ class RedisQueue:
         expect: int = 0,
         commits: Mapping[tuple[str, str], Commit] = {},  # noqa: B006 (never mutated)
         nonce: str | None = None,
+        skip: Mapping[str, int] = {},  # noqa: B006 (never mutated)
     ) -> SyncResult:
         """Enqueue, then ack and give back (*release*), then lease: one script, one call.
 
@@ -122,7 +123,9 @@ class RedisQueue:
         *sender* (see :func:`packed_children`), children already handled by an earlier call
         whose reply was lost are skipped; with *expect* too, a server that lacks the
         sender's children up to that number refuses the whole call (:class:`ChildrenLost`).
-        A page's *commits* (items, checkpoint) go with its ack, under its lease.
+        A page's *commits* (items, checkpoint) go with its ack, under its lease. The lease
+        passes over the queues of the hosts in *skip* (this worker's downloads of them are
+        full) up to the priority given for each, which stay ready for the other workers.
         """
         k = self.keys
         args: list[Any] = [
@@ -140,7 +143,8 @@ class RedisQueue:
         keys = sync_keys(k, self.dupefilter.key(k), worker)
         acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
         since = self.gate_log.number
-        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release), since]
+        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
+        args += [" ".join(f"{host}={top}" for host, top in skip.items()), since]
         try:
             reply = await seen_call(
                 self._sync,

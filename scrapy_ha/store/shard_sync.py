@@ -128,6 +128,7 @@ class ShardedSync(RedisQueue):
         expect: int = 0,
         commits: Mapping[Pair, Commit] = {},  # noqa: B006 (never mutated)
         nonce: str | None = None,  # noqa: ARG002 (each shard's call makes its own)
+        skip: Mapping[str, int] = {},  # noqa: B006 (never mutated)
     ) -> SyncResult:
         """Children (each in its shard, fenced), then acks (with what their pages commit:
         a page's items go to its shard's stream) and leases given back (*release*) with
@@ -164,6 +165,7 @@ class ShardedSync(RedisQueue):
                 lease_ms=lease_ms,
                 promote=promote,
                 worker=worker,
+                skip=skip,
             )
             remaining -= len(result.leases)
             self._merge(total, shard, result)

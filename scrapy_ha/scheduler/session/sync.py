@@ -133,6 +133,7 @@ class Syncer:
         # the buffered requests that kept ones crowded out go back in the call that stores
         # those: Redis never holds both (see scrapy_ha.scheduler.keep)
         release, box.releases = box.releases, []
+        skip = self.shell.precedence.blocked.skip  # (see scrapy_ha.scheduler.blocked)
         started = time.monotonic()
         named = self._naming(keeper)
         try:
@@ -145,8 +146,10 @@ class Syncer:
                 lease_ms=lease_ms,
                 promote=BATCH,
                 worker=self.config.worker_id if keeper is not None else None,
+                skip=skip,
                 **named,
             )
+            self.shell.precedence.blocked.sent = skip
             self._committed(box.acks[:n_acks], result)
             del box.acks[:n_acks]
             if result.released:
@@ -173,7 +176,9 @@ class Syncer:
         await self.ends.settle_corrupt()
         await self.ends.end_ops(box.ends, n_ends)
         self.remote.synced(result, asked=bool(lease))
-        return was_empty and bool(self.shell.buffered())
+        # new work for the engine: a buffer that was empty, or held only what waits for a
+        # full download slot (the engine looks at it again only as downloads end)
+        return (was_empty or bool(skip and result.leases)) and bool(self.shell.buffered())
 
     async def send_gates(self) -> None:
         """Close the domains this worker was told to close for every worker (a 429)."""

@@ -73,6 +73,10 @@
 --   a checkpoint names its keys by their index in KEYS, after KEYS[27] or KEYS[28])
 -- then ARGV[9] leases to give back, one argument each: "<entry id> <lease token>" (a stale
 --   token gives nothing back; see lib/release)
+-- then the hosts the lease passes over, "<host>=<priority>" separated by spaces ('' none):
+--   the worker's downloads of them are full and its buffer holds their next requests, up
+--   to that priority (lib/frontier: frontier_open's skip; their queues stay ready for the
+--   other workers)
 -- then the gate number: the log's '=' as the worker last saw it (0: none), see the reply
 -- then the dupefilter's spec: 'set', 'set <ttl ms>' or 'bloom ...' (lib/seen)
 -- Priorities are clamped (lib/priority).
@@ -128,7 +132,7 @@ local lifo, start_lifo, start_kept = order_flags(ARGV[7])
 local nonce = ARGV[6]
 local expect_id, expect_n = str_match(ARGV[8] or '', '^([%w]+)%.(%d+)$')
 if not (n_enq and n_ack and n_lease and lease_ms and n_promote and n_back)
-    or #ARGV ~= 11 + n_enq + n_ack + n_back
+    or #ARGV ~= 12 + n_enq + n_ack + n_back
     or not str_match(nonce or '', '^[%w]+$') or lifo == nil
     or not (expect_id or ARGV[8] == '-') then
   return redis.error_reply('ERR sync: bad arguments (counts, nonce, order or expect)')
@@ -209,7 +213,7 @@ if expect_id then
     return redis.error_reply(str_format('LOSTCHILDREN %s %s', int_str(have), expect_n))
   end
 end
-frontier_open(KEYS[1], KEYS[22], KEYS[23], KEYS[24], lifo, start_lifo)
+frontier_open(KEYS[1], KEYS[22], KEYS[23], KEYS[24], lifo, start_lifo, ARGV[#ARGV - 2])
 
 -- The leases this call writes (taken requests and leased ones), in one command each.
 local expiry = int_str(now + lease_ms)

@@ -49,6 +49,9 @@ local F = {}
 FP.DELTA = 0
 -- Requests to push, by queue (frontier_push), and the queues in their first push's order.
 FP.PUSHES, FP.PUSHED = {}, {}
+-- FP.SKIP: host -> the priority up to which this call's lease passes over its queues
+-- (frontier_open's skip: the caller's downloads of the host are full); FP.N_SKIP: how many.
+FP.SKIP, FP.N_SKIP = {}, 0
 
 -- order_flags(arg)
 --   Reads a crawl's order argument, 'fifo' or 'lifo', then optionally ' fifo' or ' lifo'
@@ -63,13 +66,31 @@ local function order_flags(arg)
   return order == 'lifo', start == 'lifo', start ~= ''
 end
 
--- frontier_open(queues, ready, waiting, queued, lifo, start_lifo)
+-- frontier_open(queues, ready, waiting, queued, lifo, start_lifo, skip)
 --   KEYS: queues (the prefix of the back queues' names), ready, waiting, queued (the
 --   caller's KEYS[i]); lifo and start_lifo: the crawl's order within a priority and that of
---   its start queue (the places of enqueued elements follow from them). Call it first.
-local function frontier_open(queues, ready, waiting, queued, lifo, start_lifo)
+--   its start queue (the places of enqueued elements follow from them); skip (optional):
+--   "<host>=<priority>" separated by spaces: frontier_take passes over the host's queues of
+--   that priority and below, and frontier_head does not name them (the caller's downloads
+--   of the host are full, and it holds requests of the host of that priority). Call it first.
+--   Rule (a host the caller cannot download now holds nothing back): a skipped queue stays
+--   ready, untouched (its place, its score, its requests), for other callers and later calls;
+--   it is not parked, which would hold it back from every worker. Rule (Scrapy's priority
+--   order): a queue of a higher priority than the caller holds of the host is not skipped.
+local function frontier_open(queues, ready, waiting, queued, lifo, start_lifo, skip)
   F = {queues = queues, ready = ready, waiting = waiting, queued = queued, lifo = lifo,
     start_lifo = start_lifo}
+  for host, top in string.gmatch(skip or '', '(%S+)=(%-?%d+)') do
+    if not FP.SKIP[host] then FP.N_SKIP = FP.N_SKIP + 1 end
+    FP.SKIP[host] = tonumber(top)
+  end
+end
+
+-- FP.skipped(prio, host)
+--   Whether the queue of host at priority prio is passed over (frontier_open's skip).
+function FP.skipped(prio, host)
+  local top = FP.SKIP[host]
+  return top ~= nil and (prio or 0) <= top
 end
 
 -- queue_id(prio, start, host)
@@ -385,6 +406,11 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
       FP.DELTA = FP.DELTA - 1
       advance(q)
       read_ready(1)
+    elseif FP.N_SKIP > 0 and FP.skipped(q.prio, q.host) then
+      q.ended = 'skipped' -- before anything was taken from it (its host never changes)
+      HEAP.pop(heap)
+      looks = looks + 1
+      read_ready(1) -- (it stays in ready: ranked counts it)
     else
       local wait, untl = admit(q.host, q.id, q.qid)
       if wait then
@@ -446,9 +472,17 @@ local function frontier_pending(check, fix)
 end
 
 -- frontier_head()
---   Returns the score of the best ready queue's head ('' when none may be leased now).
+--   Returns the score of the best ready queue's head ('' when none may be leased now), of
+--   the hosts not skipped (frontier_open): among the first FP.N_SKIP + 1 ready queues
+--   ('' when they are all skipped hosts' queues: the caller holds nothing back for them).
 local function frontier_head()
-  return redis_call('ZRANGE', F.ready, '0', '0', 'WITHSCORES')[2] or ''
+  if FP.N_SKIP == 0 then return redis_call('ZRANGE', F.ready, '0', '0', 'WITHSCORES')[2] or '' end
+  local r = redis_call('ZRANGE', F.ready, '0', num_str(FP.N_SKIP), 'WITHSCORES')
+  for i = 1, #r, 2 do
+    local prio, _, host = FP.queue_parts(r[i])
+    if not FP.skipped(prio, host or '-') then return r[i + 1] end
+  end
+  return ''
 end
 
 -- restore_value(score, host)

@@ -1,0 +1,99 @@
+"""Hosts a worker cannot download now while it holds their next requests: its lease passes
+them over.
+
+A request whose download slot is full (a slow host: its pages take seconds, as many at once
+as ``CONCURRENT_REQUESTS_PER_DOMAIN`` lets it) waits in the lease buffer, not in the
+downloader, where other workers could not have it. It counted as held like any other: once
+a slow host's requests filled half the prefetch target, the worker leased nothing more until
+they drained, and its other hosts' requests waited in Redis (docs/benchmarks.md, "Head of
+line": one host whose pages take 3 s, among 50 fast ones, cut the fast hosts' pages per
+second to 0.18 of their rate, one worker and no crawl-wide limits).
+
+So before each round, a host whose slot is full and of which the buffer holds half the
+target or more is *skipped*: the round's lease passes its queues over (they stay ready in
+Redis, in their place, for the other workers and the rounds after: ``lua/lib/frontier.lua``).
+While Redis has other hosts' requests (the reply to a round that skipped the same hosts
+named a head), the skipped hosts' buffered requests past half the target, the last in line,
+go back to Redis (at their place: another worker, or this one once the slot has room, leases
+them), and those left do not count towards the half that stops a refill: the round leases
+the other hosts' requests, the buffer within its target (what a killed worker leaves to
+redo is bounded as before). A crawl of one host has no other requests: nothing goes back.
+Scrapy's priority order holds: the lease passes over a skipped host's queues of the
+priorities the worker holds of it and below only, so a request of a higher priority is
+leased (and named the head) as before; and a lone LIFO worker still keeps the host's new
+requests (:mod:`.keep`: the newest first), the older ones going back. A round that leases
+while such hosts are skipped wakes the engine (it looked at the buffer last as a download
+ended: ``session/sync.py``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy_ha.store.hosts import url_host
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+
+    from scrapy_ha.scheduler.buffer import Entry, LeaseBuffer
+
+__all__ = ["Blocked"]
+
+#: Below every priority (none skipped).
+MINUS = -(2**63)
+
+
+class Blocked:
+    """The hosts the next round's lease passes over (see the module docstring)."""
+
+    def __init__(self, buffer: LeaseBuffer, slot_free: Callable[[Request], bool]) -> None:
+        self.buffer = buffer
+        self._slot_free = slot_free  # the request's download slot has room now
+        #: the hosts skipped (slot full, half the target or more of them buffered) -> the
+        #: highest priority buffered of each: the lease passes over their queues up to it
+        self.skip: dict[str, int] = {}
+        #: their buffered requests
+        self.held = 0
+        #: what the last sync skipped, whose reply's head (None: none) was not of it
+        self.sent: dict[str, int] = {}
+        self._entries: list[Entry] = []  # the skipped hosts' buffered requests
+
+    def look(self, half: int) -> None:
+        """Before a round: which hosts to skip, *half* being half the prefetch target."""
+        self._entries = []
+        if half <= 0 or len(self.buffer) < half:
+            self.skip, self.held = {}, 0  # (most rounds: nothing to look at)
+            return
+        by_host: dict[str, list[Entry]] = {}
+        for entry in self.buffer.movable():
+            request = entry[-1]
+            if not self._slot_free(request):  # its host, as the scripts name its back queue
+                by_host.setdefault(url_host(request.url), []).append(entry)
+        self.skip = {}
+        for host, entries in by_host.items():
+            if len(entries) >= half:
+                self.skip[host] = -min(entries)[0]  # (an entry: minus its priority first)
+                self._entries += entries
+        self.held = len(self._entries)
+
+    def others(self, head: tuple[int, int] | None) -> bool:
+        """Redis has other hosts' requests to lease: the last sync skipped the hosts skipped
+        now (or more), and its reply named a *head*."""
+        sent = self.sent
+        return (
+            head is not None
+            and bool(self.skip)
+            and all(sent.get(host, MINUS) >= top for host, top in self.skip.items())
+        )
+
+    def give_back(self, half: int) -> list[Request]:
+        """The skipped hosts' buffered requests past the first *half* in line, taken out of
+        the buffer (for their leases to go back to Redis)."""
+        if self.held <= half:
+            return []
+        self._entries.sort()
+        gone, self._entries = self._entries[half:], self._entries[:half]
+        self.held = half
+        return self.buffer.remove(gone)
