@@ -46,3 +46,14 @@ def test_the_head_of_line_bench_crawls_every_fast_page() -> None:
     result = bench("frontier_hol.py", *args)
     assert result["fast_pages"] == result["fast_expected"] == 500
     assert result["other_hits"] >= 1 and result["fast_pages_per_s"] > 0
+
+
+def test_one_worker_without_limits_crawls_the_fast_hosts_while_a_slow_one_waits() -> None:
+    """The defaults (no crawl-wide limits), one worker: the slow host's requests (pages
+    of 60 s, 8 at once, 40 of them) fill half the worker's buffer. Before, the worker then
+    leased little more until they drained: the fast hosts' 2,000 pages took 63 to 68 s
+    on a quiet machine, and this run timed out. Now the worker's leases pass the slow host
+    over: 3 to 5 s on a quiet machine."""
+    args = ("--kinds", "slow", "--requests", "2040", "--slow", "60", "--timeout", "40")
+    result = bench("frontier_hol.py", *args, "--workers", "1", "--concurrency", "0")
+    assert result["fast_pages"] == result["fast_expected"] == 2000
