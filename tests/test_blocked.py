@@ -58,15 +58,47 @@ def test_a_crawl_of_one_busy_host_gives_nothing_back():
     assert not s.outbox.releases and len(s._buffer) == target and s.want() == 0
 
 
-def test_a_skip_another_round_did_not_send_gives_nothing_back():
+def test_a_round_that_skipped_nothing_gives_nothing_back():
     """The head a round reports passes over the hosts that round skipped only: one that
-    did not skip the host may have named the host's own queue."""
+    skipped nothing may have named the host's own queue."""
     s, session, _ = shell()
     slow_buffer(s, s._target())
-    s.precedence.blocked.sent = {SLOW: -1}  # (a lower priority: its head may be the host's)
+    s.precedence.blocked.sent = {}
     session.remote.head = (0, 7)
     s.make_room()
     assert not s.outbox.releases
+
+
+def test_a_host_given_back_stays_skipped_while_its_slot_is_full():
+    """A review found that once one of its downloads ended (half the target less one
+    buffered), the host was no longer skipped: the round leased back what had just gone
+    back, and the next gave it back again, a round trip per slow download."""
+    s, session, _ = shell()
+    target, half = s._target(), s._target() // 2
+    slow_buffer(s, target)
+    s.precedence.blocked.sent = {SLOW: 0}
+    session.remote.head = (0, 7)
+    s.make_room()
+    assert len(s._buffer) == half
+    s._slots.free = lambda crawler, request: True
+    assert s.next_request() is not None  # one download ends, one more starts
+    s._slots.free = lambda crawler, request: SLOW not in request.url
+    s.outbox.releases.clear()
+    s.make_room()
+    assert s.precedence.blocked.skip == {SLOW: 0}  # still passed over
+    assert not s.outbox.releases and s.want() == target - (half - 1)
+
+
+def test_a_crawl_of_one_busy_host_at_half_its_target_asks_redis_for_nothing():
+    """A review found a lease call every tick (it could bring nothing: the only host is
+    skipped) while the buffer held exactly half the target."""
+    s, session, _ = shell()
+    slow_buffer(s, s._target() // 2)
+    s.precedence.blocked.sent = {SLOW: 0}
+    session.remote.head = None
+    s.make_room()
+    assert s.precedence.blocked.skip == {SLOW: 0}
+    assert s.want() == 0
 
 
 def test_a_host_with_room_or_few_requests_buffered_is_not_skipped():

@@ -301,3 +301,20 @@ async def test_a_skipped_hosts_request_of_a_higher_priority_is_leased_in_its_ord
     assert [name(lease.payload) for lease in leased] == ["slow/9", "a/1"]
     assert not (await q.sync(lease=0, skip={"slow": 0})).head
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_host_skipped_at_many_priorities_hides_neither_the_head_nor_the_others(
+    redis_url,
+):
+    """A review found that the head named none when two queues of the skipped host (two
+    priorities) led ready, and that a host skipped at 30 priorities used up the lease's
+    looks: calls that leased nothing while another host's request waited."""
+    q = open_queue(redis_url)
+    await q.enqueue([page("slow", 1), page("slow", 2, -1), page("b", 1, -2)])
+    head = (await q.sync(skip={"slow": 0})).head
+    assert head is not None and head[0] == 2  # b/1's (minus its priority)
+    await q.enqueue([page("slow", 10 + n, -3 - n) for n in range(30)] + [page("fast", 1, -40)])
+    leased = (await q.sync(lease=2, skip={"slow": 0})).leases
+    assert [name(lease.payload) for lease in leased] == ["b/1", "fast/1"]
+    await q.client.aclose()

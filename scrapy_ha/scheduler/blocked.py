@@ -23,7 +23,10 @@ priorities the worker holds of it and below only, so a request of a higher prior
 leased (and named the head) as before; and a lone LIFO worker still keeps the host's new
 requests (:mod:`.keep`: the newest first), the older ones going back. A round that leases
 while such hosts are skipped wakes the engine (it looked at the buffer last as a download
-ended: ``session/sync.py``).
+ended: ``session/sync.py``). A host skipped while others wait stays skipped while its slot
+is full and the buffer holds any of it (else each of its downloads would lease back what
+went back). Not in a sharded crawl: its leases carry no place in Redis's order, and none is
+given back (:meth:`LeaseBuffer.movable`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Blocked"]
 
-#: Below every priority (none skipped).
-MINUS = -(2**63)
-
 
 class Blocked:
     """The hosts the next round's lease passes over (see the module docstring)."""
@@ -51,20 +51,28 @@ class Blocked:
     def __init__(self, buffer: LeaseBuffer, slot_free: Callable[[Request], bool]) -> None:
         self.buffer = buffer
         self._slot_free = slot_free  # the request's download slot has room now
-        #: the hosts skipped (slot full, half the target or more of them buffered) -> the
-        #: highest priority buffered of each: the lease passes over their queues up to it
+        #: the hosts skipped -> the highest priority buffered of each: the lease passes over
+        #: their queues up to it
         self.skip: dict[str, int] = {}
-        #: their buffered requests
-        self.held = 0
-        #: what the last sync skipped, whose reply's head (None: none) was not of it
+        #: what the last sync skipped (its reply's head is none of theirs)
         self.sent: dict[str, int] = {}
-        self._entries: list[Entry] = []  # the skipped hosts' buffered requests
+        #: Redis has other hosts' requests: the reply to the last sync that skipped some
+        #: named a head
+        self.others = False
+        #: the buffered requests of the hosts skipped by that sync too (see give_back)
+        self.held = 0
+        self._entries: list[Entry] = []
 
-    def look(self, half: int) -> None:
-        """Before a round: which hosts to skip, *half* being half the prefetch target."""
-        self._entries = []
-        if half <= 0 or len(self.buffer) < half:
-            self.skip, self.held = {}, 0  # (most rounds: nothing to look at)
+    def look(self, half: int, head: tuple[int, int] | None) -> None:
+        """Before a round: which hosts to skip, *half* being half the prefetch target and
+        *head* what the last reply named. A host skipped while others wait stays skipped
+        as long as its slot is full and the buffer holds any of it: else, once one of its
+        downloads ended, the round would lease back what was given back, and give it back
+        again at the next."""
+        self.others = others = head is not None and bool(self.sent)
+        self._entries, self.held = [], 0
+        if half <= 0 or (len(self.buffer) < half and not others):
+            self.skip = {}  # (most rounds: nothing to look at)
             return
         by_host: dict[str, list[Entry]] = {}
         for entry in self.buffer.movable():
@@ -73,25 +81,25 @@ class Blocked:
                 by_host.setdefault(url_host(request.url), []).append(entry)
         self.skip = {}
         for host, entries in by_host.items():
-            if len(entries) >= half:
+            if len(entries) >= half or (others and host in self.sent):
                 self.skip[host] = -min(entries)[0]  # (an entry: minus its priority first)
-                self._entries += entries
+                if others and host in self.sent:
+                    self._entries += entries
         self.held = len(self._entries)
 
-    def others(self, head: tuple[int, int] | None) -> bool:
-        """Redis has other hosts' requests to lease: the last sync skipped the hosts skipped
-        now (or more), and its reply named a *head*."""
+    def futile(self) -> bool:
+        """A lease would bring nothing: Redis had only the skipped hosts' requests at the
+        last sync, which skipped them already (its reply named no head)."""
         sent = self.sent
         return (
-            head is not None
-            and bool(self.skip)
-            and all(sent.get(host, MINUS) >= top for host, top in self.skip.items())
+            bool(self.skip) and not self.others and bool(sent) and self.skip.keys() <= sent.keys()
         )
 
     def give_back(self, half: int) -> list[Request]:
         """The skipped hosts' buffered requests past the first *half* in line, taken out of
-        the buffer (for their leases to go back to Redis)."""
-        if self.held <= half:
+        the buffer (for their leases to go back to Redis), while other hosts' requests wait
+        in Redis."""
+        if not self.others or self.held <= half:
             return []
         self._entries.sort()
         gone, self._entries = self._entries[half:], self._entries[:half]

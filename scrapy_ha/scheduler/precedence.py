@@ -114,8 +114,10 @@ class Precedence:
         target, buffer = self._target(), self.buffer
         held = len(buffer) + self.keep.flying  # kept requests on their way join the buffer
         # a skipped host's requests wait for its slot: others are leased, within the target
-        ready = held - self.blocked.held if self.blocked.others(self.session.remote.head) else held
+        ready = held - self.blocked.held
         refill = max(0, target - held) if ready <= target // 2 else 0
+        if self.blocked.futile():
+            refill = 0  # Redis holds only what this worker skips
         room = self.room_ahead()
         if room <= 0:
             return refill
@@ -163,10 +165,9 @@ class Precedence:
         (:mod:`.blocked`); if :meth:`behind` and the buffer is full, give its last request of
         a lower priority back, so that the round leases the other one. One per round."""
         assert self.session is not None
-        half = self._target() // 2
-        self.blocked.look(half)
-        head = self.session.remote.head
-        gone = self.blocked.give_back(half) if self.blocked.others(head) else []
+        half, head = self._target() // 2, self.session.remote.head
+        self.blocked.look(half, head)
+        gone = self.blocked.give_back(half)
         if self.room_ahead() == 0 and self.behind() and (last := self.buffer.give_back(head)):
             gone.append(last)
         self.outbox.releases += (request.meta[metakeys.LEASE] for request in gone)

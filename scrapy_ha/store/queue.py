@@ -124,8 +124,7 @@ class RedisQueue:
         whose reply was lost are skipped; with *expect* too, a server that lacks the
         sender's children up to that number refuses the whole call (:class:`ChildrenLost`).
         A page's *commits* (items, checkpoint) go with its ack, under its lease. The lease
-        passes over the queues of the hosts in *skip* (this worker's downloads of them are
-        full) up to the priority given for each, which stay ready for the other workers.
+        passes over the queues of the hosts in *skip* up to the priority given (lib/frontier).
         """
         k = self.keys
         args: list[Any] = [
@@ -142,9 +141,8 @@ class RedisQueue:
         args += packed_children(enqueue, sender, numbers, self.dupefilter.wire)
         keys = sync_keys(k, self.dupefilter.key(k), worker)
         acks, more = packed_acks(ack, commits, _task_keys(k), len(keys) + 1)
-        since = self.gate_log.number
-        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release)]
-        args += [" ".join(f"{host}={top}" for host, top in skip.items()), since]
+        since, skipped = self.gate_log.number, " ".join(f"{h}={top}" for h, top in skip.items())
+        args += [*acks, *(f"{entry_id} {token}" for entry_id, token in release), skipped, since]
         try:
             reply = await seen_call(
                 self._sync,

@@ -51,7 +51,9 @@ FP.DELTA = 0
 FP.PUSHES, FP.PUSHED = {}, {}
 -- FP.SKIP: host -> the priority up to which this call's lease passes over its queues
 -- (frontier_open's skip: the caller's downloads of the host are full); FP.N_SKIP: how many.
-FP.SKIP, FP.N_SKIP = {}, 0
+-- FP.MOST_PASSED: ready entries passed over so at most in one call (FP.PASSED: so far), and
+-- read at most by frontier_head: a host of many priorities costs a bounded call.
+FP.SKIP, FP.N_SKIP, FP.PASSED, FP.MOST_PASSED = {}, 0, 0, 256
 
 -- order_flags(arg)
 --   Reads a crawl's order argument, 'fifo' or 'lifo', then optionally ' fifo' or ' lifo'
@@ -360,27 +362,32 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
   -- batch: Lua's C stack overflowed past about 20,000 levels, failing the call after its
   -- first writes, and every call after it).
   local function read_ready(count)
-    while count > 0 and FP.GONE < FP.MOST_GONE do
+    while count > 0 and FP.GONE < FP.MOST_GONE and FP.PASSED < FP.MOST_PASSED do
       local r = redis_call('ZRANGE', F.ready, num_str(ranked), num_str(ranked + count - 1))
       ranked = ranked + #r
       local asked = count
       for i = 1, #r do
         local prio, start, host = FP.queue_parts(r[i])
-        -- every field a candidate gets (FP.read_head's, ended) is named here, so that its
-        -- table is made at its full size once instead of growing by rehashes (measured: 1.5 %
-        -- of a sync call's instructions at 10 leases); 16 fields at most, the size of its
-        -- hash part (17 would double it: more memory made and collected per queue read)
-        local q = {qid = r[i], prio = prio or 0, start = start, host = host or '-', pos = 0,
-          lo = 0, buf = {}, size = FP.FIRST_READ, plain = prio == 0 and not start and not F.lifo,
-          e = false, id = '', place = false, at = 0, score = 0, score_s = false, ended = false}
-        seen[#seen + 1] = q
-        FP.read_head(q)
-        if q.e then
-          HEAP.push(heap, q)
-          count = count - 1
+        if FP.N_SKIP > 0 and FP.skipped(prio, host or '-') then
+          -- passed over: not a candidate, not read, left as it is (it stays in ready)
+          FP.PASSED = FP.PASSED + 1
         else
-          q.ended = 'empty' -- dropped from ready at the end; one more candidate is read
-          FP.GONE = FP.GONE + 1
+          -- every field a candidate gets (FP.read_head's, ended) is named here, so that its
+          -- table is made at its full size once instead of growing by rehashes (measured: 1.5 %
+          -- of a sync call's instructions at 10 leases); 16 fields at most, the size of its
+          -- hash part (17 would double it: more memory made and collected per queue read)
+          local q = {qid = r[i], prio = prio or 0, start = start, host = host or '-', pos = 0,
+            lo = 0, buf = {}, size = FP.FIRST_READ, plain = prio == 0 and not start and not F.lifo,
+            e = false, id = '', place = false, at = 0, score = 0, score_s = false, ended = false}
+          seen[#seen + 1] = q
+          FP.read_head(q)
+          if q.e then
+            HEAP.push(heap, q)
+            count = count - 1
+          else
+            q.ended = 'empty' -- dropped from ready at the end; one more candidate is read
+            FP.GONE = FP.GONE + 1
+          end
         end
       end
       if #r < asked then break end -- the end of ready
@@ -406,11 +413,6 @@ local function frontier_take(n, admit, give, corrupt, most_looks)
       FP.DELTA = FP.DELTA - 1
       advance(q)
       read_ready(1)
-    elseif FP.N_SKIP > 0 and FP.skipped(q.prio, q.host) then
-      q.ended = 'skipped' -- before anything was taken from it (its host never changes)
-      HEAP.pop(heap)
-      looks = looks + 1
-      read_ready(1) -- (it stays in ready: ranked counts it)
     else
       local wait, untl = admit(q.host, q.id, q.qid)
       if wait then
@@ -473,11 +475,11 @@ end
 
 -- frontier_head()
 --   Returns the score of the best ready queue's head ('' when none may be leased now), of
---   the hosts not skipped (frontier_open): among the first FP.N_SKIP + 1 ready queues
---   ('' when they are all skipped hosts' queues: the caller holds nothing back for them).
+--   the queues not skipped (frontier_open): among the first FP.MOST_PASSED ready queues
+--   ('' when they are all skipped: the caller holds nothing back for them).
 local function frontier_head()
   if FP.N_SKIP == 0 then return redis_call('ZRANGE', F.ready, '0', '0', 'WITHSCORES')[2] or '' end
-  local r = redis_call('ZRANGE', F.ready, '0', num_str(FP.N_SKIP), 'WITHSCORES')
+  local r = redis_call('ZRANGE', F.ready, '0', num_str(FP.MOST_PASSED - 1), 'WITHSCORES')
   for i = 1, #r, 2 do
     local prio, _, host = FP.queue_parts(r[i])
     if not FP.skipped(prio, host or '-') then return r[i + 1] end
