@@ -35,8 +35,7 @@ def test_a_buffer_full_of_a_busy_hosts_requests_leases_the_others():
     assert s.precedence.blocked.skip == {SLOW: 0}  # up to the priority it holds
     assert not s.outbox.releases and s.want() == 0  # Redis's other requests not known yet
     # the round skipped the host, and Redis named a head: another host's requests wait
-    s.precedence.blocked.sent = s.precedence.blocked.skip
-    session.remote.head = (0, 7)
+    s.precedence.blocked.synced(s.precedence.blocked.skip, (0, 7))
     s.make_room()
     half = target // 2
     released = {pair[0] for pair in s.outbox.releases}
@@ -51,8 +50,7 @@ def test_a_crawl_of_one_busy_host_gives_nothing_back():
     s, session, _ = shell()
     target = s._target()
     slow_buffer(s, target)
-    s.precedence.blocked.sent = {SLOW: 0}
-    session.remote.head = None
+    s.precedence.blocked.synced({SLOW: 0}, None)
     s.make_room()
     assert s.precedence.blocked.skip == {SLOW: 0}
     assert not s.outbox.releases and len(s._buffer) == target and s.want() == 0
@@ -63,8 +61,7 @@ def test_a_round_that_skipped_nothing_gives_nothing_back():
     skipped nothing may have named the host's own queue."""
     s, session, _ = shell()
     slow_buffer(s, s._target())
-    s.precedence.blocked.sent = {}
-    session.remote.head = (0, 7)
+    s.precedence.blocked.synced({}, (0, 7))
     s.make_room()
     assert not s.outbox.releases
 
@@ -76,8 +73,7 @@ def test_a_host_given_back_stays_skipped_while_its_slot_is_full():
     s, session, _ = shell()
     target, half = s._target(), s._target() // 2
     slow_buffer(s, target)
-    s.precedence.blocked.sent = {SLOW: 0}
-    session.remote.head = (0, 7)
+    s.precedence.blocked.synced({SLOW: 0}, (0, 7))
     s.make_room()
     assert len(s._buffer) == half
     s._slots.free = lambda crawler, request: True
@@ -94,8 +90,7 @@ def test_a_crawl_of_one_busy_host_at_half_its_target_asks_redis_for_nothing():
     skipped) while the buffer held exactly half the target."""
     s, session, _ = shell()
     slow_buffer(s, s._target() // 2)
-    s.precedence.blocked.sent = {SLOW: 0}
-    session.remote.head = None
+    s.precedence.blocked.synced({SLOW: 0}, None)
     s.make_room()
     assert s.precedence.blocked.skip == {SLOW: 0}
     assert s.want() == 0
@@ -124,8 +119,7 @@ def test_a_lone_lifo_worker_still_keeps_a_skipped_hosts_newest_request_first():
     s._slots.free = lambda crawler, request: SLOW not in request.url
     s.enqueue_request(Request(f"http://{SLOW}/new"))
     assert send(s) == 1  # kept, in the place of the last buffered one of its slot
-    s.precedence.blocked.sent = {SLOW: 0}
-    session.remote.head = (0, 7)
+    s.precedence.blocked.synced({SLOW: 0}, (0, 7))
     s.make_room()
     s._slots.free = lambda crawler, request: True
     handed = []
@@ -140,9 +134,23 @@ def test_the_requests_given_back_are_the_leases_buffered():
     target = s._target()
     slow_buffer(s, target)
     leases = {tuple(r.meta[metakeys.LEASE]) for r in s._buffer}
-    s.precedence.blocked.sent = {SLOW: 0}
-    session.remote.head = (0, 7)
+    s.precedence.blocked.synced({SLOW: 0}, (0, 7))
     s.make_room()
     kept = {tuple(r.meta[metakeys.LEASE]) for r in s._buffer}
     assert kept | {tuple(p) for p in s.outbox.releases} == leases
     assert not kept & {tuple(p) for p in s.outbox.releases}
+
+
+def test_a_head_the_session_does_not_wait_for_still_says_others_wait():
+    """The session may hold back from waiting for a head Redis named (a lease that brought
+    nothing of its priority: ``remote.leasable_head``), and then reports none; Redis still
+    has other hosts' requests. A review found the worker then leased nothing until the
+    slow host's next download ended (its ack made a sync), the engine idle meanwhile."""
+    s, session, _ = shell()
+    target = s._target()
+    slow_buffer(s, target)
+    s.precedence.blocked.synced({SLOW: 0}, (0, 7))  # Redis named a head...
+    session.remote.head = None  # ... which the session does not wait for
+    s.make_room()
+    assert len(s.outbox.releases) == target - target // 2
+    assert s.want() == target - target // 2

@@ -56,6 +56,9 @@ class Blocked:
         self.skip: dict[str, int] = {}
         #: what the last sync skipped (its reply's head is none of theirs)
         self.sent: dict[str, int] = {}
+        #: that sync's reply named a head, as Redis sent it (the session may hold back
+        #: from waiting for a head it reports: ``remote.leasable_head``)
+        self.named = False
         #: Redis has other hosts' requests: the reply to the last sync that skipped some
         #: named a head
         self.others = False
@@ -63,13 +66,16 @@ class Blocked:
         self.held = 0
         self._entries: list[Entry] = []
 
-    def look(self, half: int, head: tuple[int, int] | None) -> None:
-        """Before a round: which hosts to skip, *half* being half the prefetch target and
-        *head* what the last reply named. A host skipped while others wait stays skipped
-        as long as its slot is full and the buffer holds any of it: else, once one of its
-        downloads ended, the round would lease back what was given back, and give it back
-        again at the next."""
-        self.others = others = head is not None and bool(self.sent)
+    def synced(self, skip: dict[str, int], head: tuple[int, int] | None) -> None:
+        """A sync that skipped *skip* has replied, naming *head* (None: none)."""
+        self.sent, self.named = skip, head is not None
+
+    def look(self, half: int) -> None:
+        """Before a round: which hosts to skip, *half* being half the prefetch target. A
+        host skipped while others wait stays skipped as long as its slot is full and the
+        buffer holds any of it: else, once one of its downloads ended, the round would
+        lease back what was given back, and give it back again at the next."""
+        self.others = others = self.named and bool(self.sent)
         self._entries, self.held = [], 0
         if half <= 0 or (len(self.buffer) < half and not others):
             self.skip = {}  # (most rounds: nothing to look at)

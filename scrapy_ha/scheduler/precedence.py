@@ -166,7 +166,7 @@ class Precedence:
         a lower priority back, so that the round leases the other one. One per round."""
         assert self.session is not None
         half, head = self._target() // 2, self.session.remote.head
-        self.blocked.look(half, head)
+        self.blocked.look(half)
         gone = self.blocked.give_back(half)
         if self.room_ahead() == 0 and self.behind() and (last := self.buffer.give_back(head)):
             gone.append(last)

@@ -149,7 +149,7 @@ class Syncer:
                 skip=skip,
                 **named,
             )
-            self.shell.precedence.blocked.sent = skip
+            self.shell.precedence.blocked.synced(skip, result.head)  # (before remote.synced)
             self._committed(box.acks[:n_acks], result)
             del box.acks[:n_acks]
             if result.released:
