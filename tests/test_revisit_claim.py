@@ -172,6 +172,20 @@ async def test_a_requeued_request_that_was_never_revisited_stays_out_of_the_revi
     await q.client.aclose()
 
 
+async def a_copy_took_the_url(q: RedisQueue, info: dict[str, str]) -> tuple[Any, Any]:
+    """An established revisit entry dead-lettered (its record *info*), then a copy of its
+    URL that finishes and takes the URL (the entry is not alive). Returns (entry, copy)."""
+    await q.enqueue([NewEntry(b"page", 0, payload())])
+    first = await lease_when_due(q)
+    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
+    gone = await lease_when_due(q)
+    assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
+    await q.enqueue([NewEntry(b"copy", 0, payload())])
+    copy = await lease_when_due(q)
+    assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
+    return first, copy
+
+
 async def poisoned(q: RedisQueue, **retention: int) -> list[str]:
     """Leases the due entry, hands it to its engine and lets its worker die: reclaim.lua
     dead-letters it as poison (*retention*: the dead-letter queue's, as ``max_entries``).
@@ -202,15 +216,8 @@ async def test_a_requeued_revisit_takes_back_the_url_a_copy_took_while_it_was_de
     taken says the entry was one of the revisits even where its record does not (written
     by an older version: no flag, and a fixed interval holds no share of the budget)."""
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
-    await q.enqueue([NewEntry(b"page", 0, payload())])
-    first = await lease_when_due(q)
-    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
-    gone = await lease_when_due(q)
     info = {"class": "transient", "reason": "HTTP 503 (5 failed visits in a row)"}
-    assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
-    await q.enqueue([NewEntry(b"copy", 0, payload())])
-    copy = await lease_when_due(q)
-    assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
+    first, copy = await a_copy_took_the_url(q, info)
     assert await q.client.hget(KEYS.revisit_urls, b"fp-page") == copy.id.encode()
     if record == "older":
         kept = json.loads(await q.client.hget(KEYS.dead_info, first.id))
@@ -241,15 +248,8 @@ async def test_a_dead_letter_dropped_takes_the_url_a_copy_took_from_it_along(red
     the crawl's finish or ``flush``: a field per such dead letter, for the life of a
     continuous crawl."""
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
-    await q.enqueue([NewEntry(b"page", 0, payload())])
-    first = await lease_when_due(q)
-    assert (await revisit(q, end(first, payload(HISTORY), 20))).due > 0
-    gone = await lease_when_due(q)
     info = {"class": "gone", "reason": "HTTP 404"}
-    assert await q.dead_letter(gone.id, gone.token, info, payload=gone.payload) == 1
-    await q.enqueue([NewEntry(b"copy", 0, payload())])
-    copy = await lease_when_due(q)
-    assert (await revisit(q, end(copy, payload({"n": 1, "f": 0}), 20))).due > 0  # took it
+    first, copy = await a_copy_took_the_url(q, info)
     assert await q.client.hget(KEYS.revisit_urls, f"x:{first.id}") == b"fp-page"
     if how == "purged":
         assert await q.purge_dead([first.id]) == (1, 0)
