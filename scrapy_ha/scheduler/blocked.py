@@ -87,9 +87,10 @@ class Blocked:
                 by_host.setdefault(url_host(request.url), []).append(entry)
         self.skip = {}
         for host, entries in by_host.items():
-            if len(entries) >= half or (others and host in self.sent):
+            kept_skipped = others and host in self.sent  # (its requests may go back)
+            if kept_skipped or len(entries) >= half:
                 self.skip[host] = -min(entries)[0]  # (an entry: minus its priority first)
-                if others and host in self.sent:
+                if kept_skipped:
                     self._entries += entries
         self.held = len(self._entries)
 

@@ -51,8 +51,8 @@ FP.DELTA = 0
 FP.PUSHES, FP.PUSHED = {}, {}
 -- FP.SKIP: host -> the priority up to which this call's lease passes over its queues
 -- (frontier_open's skip: the caller's downloads of the host are full); FP.N_SKIP: how many.
--- FP.MOST_PASSED: ready entries passed over so at most in one call (FP.PASSED: so far), and
--- read at most by frontier_head: a host of many priorities costs a bounded call.
+-- FP.MOST_PASSED: the most ready entries passed over in one call (FP.PASSED: those so far),
+-- and the most frontier_head reads: a skipped host of many priorities costs a bounded call.
 FP.SKIP, FP.N_SKIP, FP.PASSED, FP.MOST_PASSED = {}, 0, 0, 256
 
 -- order_flags(arg)
@@ -348,7 +348,8 @@ end
 --   score_s, host, came_back, wait) takes a request (score_s: its score as text, or nil;
 --   came_back: it was leased before). corrupt(e, host) takes an element without an id (it
 --   cannot be leased). At most most_looks queues are parked or elements set aside in one
---   call. Returns the number given.
+--   call. The queues frontier_open's skip names are passed over unread (FP.MOST_PASSED).
+--   Returns the number given.
 --   Rule: only the n first ready queues can hold the n first requests; a queue that must
 --   wait leaves ready (its requests are not read again until it may go) and the next ready
 --   queue takes its place among the candidates.
