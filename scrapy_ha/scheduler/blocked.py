@@ -59,12 +59,15 @@ class Blocked:
         #: that sync's reply named a head, as Redis sent it (the session may hold back
         #: from waiting for a head it reports: ``remote.leasable_head``)
         self.named = False
-        #: Redis has other hosts' requests: the reply to the last sync that skipped some
-        #: named a head
-        self.others = False
         #: the buffered requests of the hosts skipped by that sync too (see give_back)
         self.held = 0
         self._entries: list[Entry] = []
+
+    @property
+    def others(self) -> bool:
+        """Redis has other hosts' requests: the reply to the last sync that skipped some
+        named a head."""
+        return self.named and bool(self.sent)
 
     def synced(self, skip: dict[str, int], head: tuple[int, int] | None) -> None:
         """A sync that skipped *skip* has replied, naming *head* (None: none)."""
@@ -75,7 +78,7 @@ class Blocked:
         host skipped while others wait stays skipped as long as its slot is full and the
         buffer holds any of it: else, once one of its downloads ended, the round would
         lease back what was given back, and give it back again at the next."""
-        self.others = others = self.named and bool(self.sent)
+        others = self.others
         self._entries, self.held = [], 0
         if half <= 0 or (len(self.buffer) < half and not others):
             self.skip = {}  # (most rounds: nothing to look at)
@@ -97,10 +100,7 @@ class Blocked:
     def futile(self) -> bool:
         """A lease would bring nothing: Redis had only the skipped hosts' requests at the
         last sync, which skipped them already (its reply named no head)."""
-        sent = self.sent
-        return (
-            bool(self.skip) and not self.others and bool(sent) and self.skip.keys() <= sent.keys()
-        )
+        return bool(self.skip) and not self.named and self.skip.keys() <= self.sent.keys()
 
     def give_back(self, half: int) -> list[Request]:
         """The skipped hosts' buffered requests past the first *half* in line, taken out of
