@@ -241,8 +241,8 @@ def test_sigkill_then_resume_a_crawl(
     downloads: the kill may come at the worst one. With HA_EARLY_DOWNLOAD it downloaded
     some of its new requests before Redis stored them; those are among its unfinished
     requests, within the same bound, and the second worker takes none of them three
-    times, since it downloads nothing early while it redoes a page the first left
-    unfinished."""
+    times: the links of a page the first left unfinished, which it redoes, never download
+    early (they reach the engine during that page or after it)."""
     per_page = 20
     extra = {"HA_EARLY_DOWNLOAD": str(early)}
     site = site_factory("--pages", str(pages), "--per-page", str(per_page), "--chains", "10")

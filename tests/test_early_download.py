@@ -29,6 +29,9 @@ from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.scheduler import gate as gate_module
 from scrapy_ha.scheduler.admission import FINGERPRINT_BYTES
 from scrapy_ha.scheduler.engine import gate_downloads
+from scrapy_ha.scheduler.fresh import FreshQueue, Handout
+from scrapy_ha.scheduler.outbox import Outbox
+from scrapy_ha.store.wire import Fresh
 from tests.test_fresh_handout import settings as fresh_settings
 
 if TYPE_CHECKING:
@@ -407,6 +410,41 @@ def test_no_early_download_while_the_worker_redoes_a_page_another_left_unfinishe
     assert not gate.guard.allows()
     held.clear()  # acked, released or lost: no longer this worker's
     assert gate.guard.allows()
+
+
+@deferred_f_from_coro_f
+async def test_the_links_of_a_page_redone_here_wait_for_their_verdict_even_once_it_is_done():
+    """The engine takes a page's links as it has room, often once the page is done. Those
+    of a page redone here are likely in Redis already, held by the worker that died:
+    downloaded early, such a link was downloaded a third time (by the dead worker, early
+    here, then by the redo of its own lease)."""
+    crawler = get_crawler(Spider)
+    handout = Handout(
+        crawler,
+        Outbox(),
+        SimpleNamespace(add=lambda *args, **kwargs: None),  # type: ignore[arg-type]
+        SimpleNamespace(handed=lambda *args: None),  # type: ignore[arg-type]
+        lambda: None,
+        queue=FreshQueue(lifo=False),
+    )
+    gate = handout.gate
+    gate.installed = True
+    gate.guard.note(WINDOW, WINDOW)  # open: enough new requests stored, none refused
+    held = [("7", "t7"), ("8", "t8")]
+    gate.guard.held = lambda: held
+    gate.guard.redo("7")  # page 7 was taken after its lease expired; page 8 was not
+    for n, page in ((1, ("7", "t7")), (2, ("8", "t8"))):
+        handout.push(Fresh(Request(f"http://example.com/{n}")), page)
+    held.clear()  # both pages are done: their leases are no longer this worker's
+    assert gate.guard.allows()
+    link = handout.hand(handout.queue.head())
+    other = handout.hand(handout.queue.head())
+    assert gate.process_request(other) is None  # another page's link: downloads early
+    waiting = asyncio.ensure_future(_through(gate.process_request(link)))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # waits for its verdict
+    gate.settle(link.meta[metakeys.LEASE], stored=False)  # a duplicate: never downloaded
+    assert await waiting is link and gate.dropped(link)
 
 
 def test_without_early_downloads_only_the_gates_process_request_is_installed():

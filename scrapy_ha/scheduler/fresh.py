@@ -200,7 +200,12 @@ class Handout:
         self._pushed = self._offered = 0
         self._log = _logs_debug(crawler)
 
-    def push(self, fresh: Fresh) -> None:
+    def push(self, fresh: Fresh, parent: Pair | None) -> None:
+        """Queue *fresh*, yielded by the page under the lease *parent* (None: a root). A
+        link of a page this worker redoes is marked now, while that page is held: it is
+        handed out later, often once the page is done (see DownloadGate.expect)."""
+        if parent is not None and self.gate.guard.redone(parent[0]):
+            fresh.late = True
         self.queue.push(fresh)
         self._pushed += 1
 
@@ -233,7 +238,7 @@ class Handout:
         # until it is finished, not by the parent's, which may be acked before it downloads.
         meta.pop(metakeys.PARENT, None)
         self.unstored.add(pair)
-        self.gate.expect(pair)
+        self.gate.expect(pair, late=fresh.late)
         self._inflight.add(pair[0], pair[1], request, stored=False)
         self._slots.handed(self.crawler, request)
         if self._log:  # a LogRecord per request costs, even when filtered out

@@ -73,6 +73,10 @@ class EarlyGuard:
         if self.enabled:
             self._redoing.add(entry_id)
 
+    def redone(self, entry_id: str) -> bool:
+        """Whether *entry_id*, a lease this worker holds, had expired before it took it."""
+        return entry_id in self._redoing
+
     def allows(self) -> bool:
         if self._redoing:
             self._redoing.intersection_update(pair[0] for pair in self.held())
@@ -87,6 +91,9 @@ class EarlyGuard:
 
 #: A fresh request downloading before its verdict (see DownloadGate._waiting).
 _EARLY = "early"
+#: A fresh request that downloads only once it is stored: a link of a page this worker
+#: redoes (see DownloadGate.expect).
+_LATE = "late"
 
 
 class DownloadGate:
@@ -105,8 +112,9 @@ class DownloadGate:
         self.installed = False
         self.guard = EarlyGuard(early)
         self._stats = stats
-        #: handed out, verdict not known: None (not at the gate yet), _EARLY (downloading),
-        #: a future the gate awaits; or the verdict, until process_request takes it
+        #: handed out, verdict not known: None or _LATE (not at the gate yet), _EARLY
+        #: (downloading), a future the gate awaits; or the verdict, until process_request
+        #: takes it
         self._waiting: dict[Pair, asyncio.Future[bool] | bool | str | None] = {}
         #: those whose download started before their verdict, until it comes
         self._early: set[Pair] = set()
@@ -123,9 +131,14 @@ class DownloadGate:
         are not installed (each a middleware call of Scrapy's per page)."""
         return self.guard.enabled
 
-    def expect(self, pair: Pair) -> None:
+    def expect(self, pair: Pair, *, late: bool = False) -> None:
+        """*pair* was handed out before Redis had it. A *late* one, a link of a page this
+        worker redoes, never downloads before its verdict, even once that page is done (the
+        engine takes a page's links as it has room, often after): it is likely in Redis
+        already, held by the worker that died, and would be downloaded once more by the
+        redo of that worker's lease."""
         if self.installed:
-            self._waiting[pair] = None
+            self._waiting[pair] = _LATE if late else None
 
     def settle(self, pair: Pair, *, stored: bool) -> None:
         """The round's verdict on *pair*: stored (and leased to this worker), or not."""
@@ -183,7 +196,7 @@ class DownloadGate:
         if isinstance(state, bool):
             del self._waiting[pair]
             return None if state else self._turn_back(request)
-        if request.method in EARLY_METHODS and self.guard.allows():
+        if request.method in EARLY_METHODS and state != _LATE and self.guard.allows():
             self._waiting[pair] = _EARLY
             self._early.add(pair)
             self._stats.inc_value("ha/early_downloads")

@@ -183,7 +183,7 @@ class Scheduler:
         if entry is None:
             return False
         assert entry.fresh is not None
-        self.handout.push(entry.fresh)
+        self.handout.push(entry.fresh, entry.parent)
         self.outbox.add_child(entry)
         self.session.wake()
         return True

@@ -156,13 +156,15 @@ class Fresh:
     then gets a lease made by the worker (``lease``: entry id and token), and the sync
     script stores it leased to this worker under that lease instead of pending. A ``kept``
     one has such a lease without having been handed out: it joins the worker's buffer once
-    stored (see :mod:`scrapy_ha.scheduler.keep`).
+    stored (see :mod:`scrapy_ha.scheduler.keep`). A ``late`` one, a link of a page the
+    worker redoes, never downloads before it is stored (``HA_EARLY_DOWNLOAD``).
     """
 
     request: Request
     lease: tuple[str, str] | None = None
     sealed: bool = False
     kept: bool = False
+    late: bool = False
 
 
 @dataclass(slots=True)  # never changed, but not frozen: a frozen __init__ costs 4x, per request
