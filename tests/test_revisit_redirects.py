@@ -96,6 +96,27 @@ async def test_a_redirected_revisit_is_fetched_once_a_period(redis_url, site, re
     assert b"revisit_double" not in stats
 
 
+class ChainSpider(RedirectedSpider):
+    """A revisited page redirected twice at each visit: a 302, then a 301 (moved for good)."""
+
+    name = "chain"
+
+    async def start(self) -> Any:
+        meta = {"ha_revisit": INTERVAL}
+        yield scrapy.Request(self.base_url + "/chain/4", meta=meta, dont_filter=True)
+
+
+@deferred_f_from_coro_f
+async def test_a_permanent_redirect_later_in_a_chain_is_counted_once_a_visit(redis_url, site):
+    """Before, only the chain's first redirect was looked at (the later ones are carried
+    under the page's lease without it): a 301 after a 302 was never counted."""
+    crawler = get_crawler(ChainSpider, {**CONTINUOUS, "REDIS_URL": redis_url})
+    await crawl_until(crawler, site, redis_url, lambda v: len(v["/item/4"]) >= 3)
+    times, moved = visits(site), crawler.stats.get_value("ha/revisit/moved", 0)
+    # counted as its hop is followed, before the target's fetch: one a visit
+    assert len(times["/item/4"]) <= moved <= len(times["/moved/4"]), (moved, times)
+
+
 class SeenFirstSpider(RedirectedSpider):
     """The target of a 301 crawled as a plain page first: seen when the revisited
     original is redirected to it."""
@@ -167,6 +188,11 @@ def test_permanent_redirects_are_said_once_and_counted(caplog):
     target = again.replace(url="http://a.test/new/0")
     target.meta.update(redirect_urls=[again.url], redirect_times=1, redirect_reasons=[301])
     revisits.redirected(again, target)  # the same URL's next visit
+    assert crawler.stats.get_value("ha/revisit/moved") == 101
+    further = target.replace(url="http://a.test/newer/0")  # moved for good again
+    further.meta.update(redirect_urls=[again.url, target.url], redirect_times=2)
+    further.meta["redirect_reasons"] = [301, 308]
+    revisits.redirected(again, further)  # the chain's second hop: the visit counted once
     assert crawler.stats.get_value("ha/revisit/moved") == 101
 
 

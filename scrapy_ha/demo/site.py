@@ -4,7 +4,8 @@
 once it accepts connections. ``/list/<n>`` links to the detail pages of its items and to
 the next list page; ``/item/<id>`` holds one item; ``/`` links to the first list page of
 each of ``--chains`` pagination chains. ``/status/<code>`` answers with that status,
-``/redirect/<id>`` redirects to ``/item/<id>`` (302; ``/moved/<id>``: 301).
+``/redirect/<id>`` redirects to ``/item/<id>`` (302; ``/moved/<id>``: 301; ``/chain/<id>``:
+302 to ``/moved/<id>``).
 ``/flaky/<id>?fail=N&status=S[&retry_after=R]`` fails its first N hits with status S (a
 number, ``timeout`` or ``broken`` for a page the parser cannot read), then serves item
 <id>. ``/_hits`` returns how many times each path was served and ``/_log`` every hit as
@@ -114,8 +115,9 @@ class Catalogue(resource.Resource):
                 if fault.retry_after:
                     request.args[b"retry_after"] = [str(fault.retry_after).encode()]
                 return self.fault(request)
-        if path.startswith(("/redirect/", "/moved/")):  # a 302, or a 301: moved for good
-            request.redirect(b"/item/" + path.rsplit("/", 1)[1].encode())
+        if path.startswith(("/redirect/", "/moved/", "/chain/")):  # 302, 301 (for good), 302
+            to = b"/moved/" if path.startswith("/chain/") else b"/item/"
+            request.redirect(to + path.rsplit("/", 1)[1].encode())
             request.setResponseCode(301 if path.startswith("/moved/") else 302)
             return b""
         status, body = self.page(path)

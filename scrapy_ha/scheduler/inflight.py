@@ -347,9 +347,11 @@ class InFlight:
             return False
         held = self._held[entry_id][1]
         target = self.carried.target_of(entry_id)
-        # a redirect of the target copies what was stripped of it (Revisits.redirected)
+        # a redirect of the target copies what was stripped of it (Revisits.redirected),
+        # which still counts a redirect for good later in the chain
         chained = target is not None and _redirect_of(request, target)
-        revisited = not chained and _redirect_of(request, held) and self._redirected(held, request)
+        hop = chained or _redirect_of(request, held)
+        revisited = hop and self._redirected(held, request)
         if not (chained or (revisited and self.carries)) or not self.may_carry(request):
             return False
         self.carried.carry(entry_id, request)

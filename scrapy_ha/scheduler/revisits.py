@@ -87,11 +87,11 @@ class Revisits:
 
     def redirected(self, original: Request, redirect: Request) -> bool:
         """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
-        copied): the revisits stay with the original, and the target is fetched at each of
-        its visits, in full (never filtered as seen, without the original's validators),
-        and is not revisited on its own. A permanent redirect (301, 308) is counted
-        (``ha/revisit/moved``, per visit) and said in a WARNING once per worker process (the
-        others at DEBUG):
+        copied), or of a redirect of it (a chain): the revisits stay with the original, and
+        the target is fetched at each of its visits, in full (never filtered as seen,
+        without the original's validators), and is not revisited on its own. A permanent
+        redirect (301, 308), the first of its chain, is counted (``ha/revisit/moved``, once
+        per visit) and said in a WARNING once per worker process (the others at DEBUG):
         the target revisited instead would cost one request less a visit. Before, the target
         kept the original's ``ha_revisit`` and got a revisit entry of its own: fetched twice
         a period, or filtered as seen at the original's next visits.
@@ -110,8 +110,11 @@ class Revisits:
         redirect.dont_filter = True
         for header in CONDITIONAL_HEADERS:  # the original's: a 304 would drop the page
             redirect.headers.pop(header, None)
-        if (meta.get("redirect_reasons") or [None])[-1] in PERMANENT_REDIRECTS:
-            self._moved(original, redirect)
+        reasons = meta.get("redirect_reasons") or [None]
+        if reasons[-1] in PERMANENT_REDIRECTS and not any(
+            reason in PERMANENT_REDIRECTS for reason in reasons[:-1]
+        ):
+            self._moved(original, redirect)  # the chain's first redirect for good
         return True
 
     def _moved(self, original: Request, redirect: Request) -> None:
@@ -261,6 +264,7 @@ class Revisits:
 
 #: Redirects that move a page for good (said once: its target is worth revisiting instead).
 PERMANENT_REDIRECTS = (301, 308)
+
 
 #: Seconds an age may exceed the interval it is read in and still date the change within
 #: it: ``Date`` and ``Last-Modified`` are whole seconds, the interval Redis's clock
