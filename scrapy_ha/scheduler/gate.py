@@ -74,7 +74,8 @@ class EarlyGuard:
             self._redoing.add(entry_id)
 
     def redone(self, entry_id: str) -> bool:
-        """Whether *entry_id*, a lease this worker holds, had expired before it took it."""
+        """Whether *entry_id*, a lease this worker holds, had expired before it took it
+        (asked while it is held: once it is not, :meth:`allows` forgets it)."""
         return entry_id in self._redoing
 
     def allows(self) -> bool:
