@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -234,6 +235,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--restart-after", type=float, default=60.0, help="soak: seconds")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the workers' logs and Redis's")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="scrapy-ha-freshness-"))
     redis_proc, redis_port = harness.start_redis(workdir / "redis", args=["--appendonly", "no"])
@@ -243,8 +245,15 @@ def main() -> int:
         result = (compare if args.mode == "compare" else soak)(args, workdir, redis_port)
         result.update(args={k: str(v) for k, v in vars(args).items()}, load_at_start=load)
         result.update(load_at_end=os.getloadavg(), wall_seconds=round(time.time() - started))
+    except BaseException:
+        print(f"the run's logs are kept in {workdir}", file=sys.stderr)
+        raise
     finally:
         harness.stop(redis_proc)
+    if args.keep:
+        result["logs"] = str(workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

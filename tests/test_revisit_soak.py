@@ -8,6 +8,7 @@ the default suite; the long one (10 minutes) is marked ``long``; the hour the do
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,16 +21,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def soak(tmp_path: Path, seconds: int, rate: int) -> dict:
-    out, log = tmp_path / "soak.json", tmp_path / "soak.out"
+    """The soak's result; it leaves nothing in the temporary directory (before, its work
+    directory of logs and Redis's files stayed behind, one a run)."""
+    out, log, temp = tmp_path / "soak.json", tmp_path / "soak.out", tmp_path / "tmp"
+    temp.mkdir()
     args = [sys.executable, str(ROOT / "bench" / "freshness.py"), "soak", "--seconds"]
     args += [str(seconds), "--rate", str(rate), "--restart-after", "10", "--out", str(out)]
     with log.open("wb") as stdout:
-        proc = harness.spawn(args, stdout=stdout, stderr=subprocess.STDOUT)
+        env = {**os.environ, "TMPDIR": str(temp)}
+        proc = harness.spawn(args, stdout=stdout, stderr=subprocess.STDOUT, env=env)
         try:
             code = proc.wait(seconds + 600)
         finally:
             harness.stop(proc)  # Redis, the site and the workers too, if it overran
     assert code == 0, log.read_text()[-3000:]
+    assert not list(temp.iterdir()), list(temp.iterdir())
     return dict(json.loads(out.read_text()))
 
 
