@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for proc in procs:
             harness.stop(proc)
+    shutil.rmtree(args.workdir, ignore_errors=True)  # the profiles are in --out-dir
     return 0
 
 

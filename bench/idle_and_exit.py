@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         (idle if args.what == "idle" else exit_lag)(args, work, port)
     finally:
         harness.stop(proc)
+    shutil.rmtree(work, ignore_errors=True)  # kept when it fails: the crawls' logs
     return 0
 
 

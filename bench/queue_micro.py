@@ -82,7 +82,11 @@ async def prefill(q: RedisQueue, n: int, site: str) -> None:
 
 def worker_memory(port: int, site: str, pages: int) -> int:
     """memusage/max (bytes) of a scrapy-ha crawl of *pages* pages from the prefilled queue."""
-    out = Path(tempfile.mkdtemp()) / "out.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        return _crawl_memory(Path(tmp) / "out.json", port, site, pages)
+
+
+def _crawl_memory(out: Path, port: int, site: str, pages: int) -> int:
     args = [
         sys.executable,
         "-m",

@@ -342,19 +342,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _rounds(repeats: int, rounds: int) -> dict[str, Any]:
     """The round benchmark's figures (see the module docstring)."""
-    proc, port = harness.start_redis(Path(tempfile.mkdtemp()) / "redis")
-    try:
-        points = [
-            (
-                size,
-                statistics.median(
-                    asyncio.run(round_cost(port, size, rounds)) for _ in range(repeats)
-                ),
-            )
-            for size in ROUND_SIZES
-        ]
-    finally:
-        harness.stop(proc)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, port = harness.start_redis(Path(tmp) / "redis")
+        try:
+            points = [
+                (
+                    size,
+                    statistics.median(
+                        asyncio.run(round_cost(port, size, rounds)) for _ in range(repeats)
+                    ),
+                )
+                for size in ROUND_SIZES
+            ]
+        finally:
+            harness.stop(proc)
     fixed, per_request = _line(points)
     return {
         "round_us": {str(size): round(cost * US) for size, cost in points},
