@@ -163,23 +163,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.analyse:
         print(json.dumps({str(p): analyse(p) for p in args.analyse}, indent=1))
         return 0
-    args.workdir = Path(tempfile.mkdtemp(prefix="scrapy-ha-profile-"))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     procs: list[Any] = []
-    try:
-        with static_site.StaticSite(args.workdir / "nginx", args.pages) as site:
-            proc, port = harness.start_redis(args.workdir / "redis", args=["--appendonly", "no"])
-            procs.append(proc)
-            if args.delay_ms:
-                port = static_bench.delay_line(port, args.delay_ms, procs)
-            summary = {}
-            for name in args.schedulers.split(","):
-                summary[name] = analyse(profile(name, site, port, args), site.total)
-            print(json.dumps(summary, indent=1))
-    finally:
-        for proc in procs:
-            harness.stop(proc)
-    shutil.rmtree(args.workdir, ignore_errors=True)  # the profiles are in --out-dir
+    with harness.work_dir("scrapy-ha-profile-") as args.workdir:  # the profiles: --out-dir
+        try:
+            with static_site.StaticSite(args.workdir / "nginx", args.pages) as site:
+                redis_dir = args.workdir / "redis"
+                proc, port = harness.start_redis(redis_dir, args=["--appendonly", "no"])
+                procs.append(proc)
+                if args.delay_ms:
+                    port = static_bench.delay_line(port, args.delay_ms, procs)
+                summary = {}
+                for name in args.schedulers.split(","):
+                    summary[name] = analyse(profile(name, site, port, args), site.total)
+                print(json.dumps(summary, indent=1))
+        finally:
+            for proc in procs:
+                harness.stop(proc)
     return 0
 
 

@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -235,25 +233,20 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--restart-after", type=float, default=60.0, help="soak: seconds")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--keep", action="store_true", help="keep the workers' logs and Redis's")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep the run's files (Redis's, the workers' logs) here"
+    )
     args = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="scrapy-ha-freshness-"))
-    redis_proc, redis_port = harness.start_redis(workdir / "redis", args=["--appendonly", "no"])
-    try:
-        started = time.time()
-        load = os.getloadavg()
-        result = (compare if args.mode == "compare" else soak)(args, workdir, redis_port)
-        result.update(args={k: str(v) for k, v in vars(args).items()}, load_at_start=load)
-        result.update(load_at_end=os.getloadavg(), wall_seconds=round(time.time() - started))
-    except BaseException:
-        print(f"the run's logs are kept in {workdir}", file=sys.stderr)
-        raise
-    finally:
-        harness.stop(redis_proc)
-    if args.keep:
-        result["logs"] = str(workdir)
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with harness.work_dir("scrapy-ha-freshness-", args.workdir) as workdir:
+        redis_proc, redis_port = harness.start_redis(workdir / "redis", args=["--appendonly", "no"])
+        try:
+            started = time.time()
+            load = os.getloadavg()
+            result = (compare if args.mode == "compare" else soak)(args, workdir, redis_port)
+            result.update(args={k: str(v) for k, v in vars(args).items()}, load_at_start=load)
+            result.update(load_at_end=os.getloadavg(), wall_seconds=round(time.time() - started))
+        finally:
+            harness.stop(redis_proc)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -102,13 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="exit: crawls per scheduler")
     parser.add_argument("--schedulers", default="memory,scrapy-ha", help="exit")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="scrapy-ha-idle-exit-"))
-    proc, port = harness.start_redis(work / "redis", args=["--appendonly", "no"])
-    try:
-        (idle if args.what == "idle" else exit_lag)(args, work, port)
-    finally:
-        harness.stop(proc)
-    shutil.rmtree(work, ignore_errors=True)  # kept when it fails: the crawls' logs
+    with harness.work_dir("scrapy-ha-idle-exit-") as work:
+        proc, port = harness.start_redis(work / "redis", args=["--appendonly", "no"])
+        try:
+            (idle if args.what == "idle" else exit_lag)(args, work, port)
+        finally:
+            harness.stop(proc)
     return 0
 
 

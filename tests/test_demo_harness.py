@@ -72,3 +72,21 @@ def test_redis_restarts_on_the_port_its_clients_know(tmp_path: Path) -> None:
         assert again == port and harness.redis_ping(port)
     finally:
         harness.stop(proc)
+
+
+def test_a_work_dir_is_removed_after_a_run_kept_after_a_failure_or_when_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(harness.tempfile, "tempdir", str(tmp_path))
+    with harness.work_dir("run-") as done:
+        (done / "log").write_text("a run")
+    assert not done.exists()
+    with pytest.raises(RuntimeError), harness.work_dir("run-") as failed:
+        (failed / "log").write_text("a run that fails")
+        raise RuntimeError
+    assert (failed / "log").exists()  # kept, for a look
+    assert str(failed) in capsys.readouterr().err
+    given = tmp_path / "given"
+    with harness.work_dir("run-", given) as used:
+        (used / "log").write_text("kept")
+    assert used == given and (given / "log").exists()

@@ -21,12 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def soak(tmp_path: Path, seconds: int, rate: int) -> dict:
-    """The soak's result; it leaves nothing in the temporary directory (before, its work
-    directory of logs and Redis's files stayed behind, one a run)."""
+    """The soak's result; its files (the workers' logs, Redis's) are kept in
+    ``tmp_path / "work"``, and it leaves nothing in the temporary directory (before, a
+    directory of them stayed there, one a run)."""
     out, log, temp = tmp_path / "soak.json", tmp_path / "soak.out", tmp_path / "tmp"
     temp.mkdir()
     args = [sys.executable, str(ROOT / "bench" / "freshness.py"), "soak", "--seconds"]
     args += [str(seconds), "--rate", str(rate), "--restart-after", "10", "--out", str(out)]
+    args += ["--workdir", str(tmp_path / "work")]
     with log.open("wb") as stdout:
         env = {**os.environ, "TMPDIR": str(temp)}
         proc = harness.spawn(args, stdout=stdout, stderr=subprocess.STDOUT, env=env)

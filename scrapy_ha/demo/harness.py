@@ -15,13 +15,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 #: Seconds a stopped process gets to exit after SIGTERM before its group is SIGKILLed.
 STOP_GRACE = 10.0
@@ -215,3 +217,21 @@ def start_proxy(*args: str, **kwargs: Any) -> tuple[subprocess.Popen[bytes], int
     """Start the demo forward proxy with *args* (``--user``, ``--password``, ``--exits``);
     return it and its port."""
     return start_module(PROXY_MODULE, *args, **kwargs)
+
+
+@contextmanager
+def work_dir(prefix: str, given: Path | None = None) -> Iterator[Path]:
+    """A directory for a run's files (Redis's, the workers' logs): *given* (created, and
+    kept), else a new temporary one, removed when the run ends, and kept when it fails,
+    with a line on stderr saying where."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        yield given
+        return
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    except BaseException:
+        print(f"the run's files are kept in {path}", file=sys.stderr)
+        raise
+    shutil.rmtree(path, ignore_errors=True)
