@@ -107,7 +107,9 @@ class ChainSpider(RedirectedSpider):
 
 
 @deferred_f_from_coro_f
-async def test_a_permanent_redirect_later_in_a_chain_is_counted_once_a_visit(redis_url, site):
+async def test_a_permanent_redirect_later_in_a_chain_is_counted_once_a_visit(
+    redis_url, site, caplog
+):
     """Before, only the chain's first redirect was looked at (the later ones are carried
     under the page's lease without it): a 301 after a 302 was never counted."""
     crawler = get_crawler(ChainSpider, {**CONTINUOUS, "REDIS_URL": redis_url})
@@ -115,6 +117,8 @@ async def test_a_permanent_redirect_later_in_a_chain_is_counted_once_a_visit(red
     times, moved = visits(site), crawler.stats.get_value("ha/revisit/moved", 0)
     # counted as its hop is followed, before the target's fetch: one a visit
     assert len(times["/item/4"]) <= moved <= len(times["/moved/4"]), (moved, times)
+    said = [r.getMessage() for r in caplog.records if "redirects for good" in r.getMessage()]
+    assert f"{site.url}/chain/4 is revisited, and {site.url}/moved/4 redirects" in said[0]
 
 
 class SeenFirstSpider(RedirectedSpider):
@@ -194,6 +198,15 @@ def test_permanent_redirects_are_said_once_and_counted(caplog):
     further.meta["redirect_reasons"] = [301, 308]
     revisits.redirected(again, further)  # the chain's second hop: the visit counted once
     assert crawler.stats.get_value("ha/revisit/moved") == 101
+    # a page reached through a 301 whose link keeps that page's meta: its own 301 counts
+    inherited = scrapy.Request("http://a.test/item", meta={"ha_revisit": 60})
+    inherited.meta.update(redirect_urls=["http://a.test/x"], redirect_times=1)
+    inherited.meta["redirect_reasons"] = [301]
+    target = inherited.replace(url="http://a.test/item/new")
+    target.meta.update(redirect_urls=["http://a.test/x", inherited.url], redirect_times=2)
+    target.meta["redirect_reasons"] = [301, 301]
+    revisits.redirected(inherited, target)
+    assert crawler.stats.get_value("ha/revisit/moved") == 102
 
 
 @deferred_f_from_coro_f

@@ -111,8 +111,10 @@ class Revisits:
         for header in CONDITIONAL_HEADERS:  # the original's: a 304 would drop the page
             redirect.headers.pop(header, None)
         reasons = meta.get("redirect_reasons") or [None]
+        # this visit's earlier hops: not those the original carried in (its own meta's)
+        earlier = reasons[len(original.meta.get("redirect_reasons") or ()) : -1]
         if reasons[-1] in PERMANENT_REDIRECTS and not any(
-            reason in PERMANENT_REDIRECTS for reason in reasons[:-1]
+            reason in PERMANENT_REDIRECTS for reason in earlier
         ):
             self._moved(original, redirect)  # the chain's first redirect for good
         return True
@@ -125,12 +127,14 @@ class Revisits:
             self.stats.inc_value("ha/revisit/moved")
         level = logging.DEBUG if self._moved_said else logging.WARNING
         self._moved_said = True
+        moved = (redirect.meta.get("redirect_urls") or [original.url])[-1]  # the 301's URL
         logger.log(
             level,
-            "%s is revisited, and redirected for good to %s: each visit fetches both; "
+            "%s is revisited, and %s redirects for good to %s: each visit fetches them all; "
             "revisit the target instead (said once per worker at WARNING; ha/revisit/moved "
             "counts such redirects, per visit)",
             original.url,
+            "it" if moved == original.url else moved,
             redirect.url,
         )
 
