@@ -19,6 +19,7 @@ from scrapy_ha.config.middlewares import (
 )
 from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
+from scrapy_ha.config.startup import start_refused
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.checkpoint import CheckpointMiddleware
 from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware
@@ -201,18 +202,23 @@ def test_a_retry_policy_override_changes_that_class_only():
     assert config.status_classes[404] is FailureClass.GONE
 
 
-def test_the_checkpoint_middleware_refuses_a_negative_item_count():
-    """HA_CHECKPOINT_ITEMS=-5 used to be taken as is (and checkpoint nothing mid-page)."""
+def test_the_checkpoint_middleware_refuses_a_negative_item_count(caplog):
+    """HA_CHECKPOINT_ITEMS=-5 used to be taken as is (and checkpoint nothing mid-page). The
+    middleware is left out and the crawl's start refused, in one ERROR line (before: the
+    ConfigError raised through Scrapy's engine, a traceback)."""
     crawler = get_crawler(settings_dict={"HA_CHECKPOINTS": True, "HA_CHECKPOINT_ITEMS": -5})
-    with pytest.raises(ConfigError, match="HA_CHECKPOINT_ITEMS=-5"):
+    with pytest.raises(NotConfigured):
         CheckpointMiddleware.from_crawler(crawler)
+    assert start_refused(crawler)
+    assert "scrapy-ha cannot start: HA_CHECKPOINT_ITEMS=-5 must be a whole" in caplog.text
 
 
-def test_the_proxy_middleware_refuses_a_negative_cooldown():
+def test_the_proxy_middleware_refuses_a_negative_cooldown(caplog):
     """HA_PROXY_COOLDOWN=-1 used to be taken as is (a proxy never cooled down)."""
     crawler = get_crawler(settings_dict={**POOL, "HA_PROXY_COOLDOWN": -1})
-    with pytest.raises(ConfigError, match="HA_PROXY_COOLDOWN=-1"):
+    with pytest.raises(NotConfigured):
         ProxyMiddleware.from_crawler(crawler)
+    assert start_refused(crawler) and "HA_PROXY_COOLDOWN=-1 must be 0 or more" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -140,12 +140,24 @@ def wait_for_delayed(client: redis.Redis, proc: subprocess.Popen[bytes]) -> None
         time.sleep(0.1)
 
 
+#: Scrapy's own scheduler with scrapy-ha's retry middleware in place of Scrapy's.
+RETRY_ALONE = {
+    "DOWNLOADER_MIDDLEWARES": '{"scrapy.downloadermiddlewares.retry.RetryMiddleware": null, '
+    '"scrapy_ha.retry.RetryMiddleware": 550}',
+}
+
+
 def test_a_fatal_error_at_start_is_one_line_and_a_failed_exit(tmp_path):
+    """A middleware's bad setting too (before: a traceback of ``Task exception was never
+    retrieved`` and no finish reason): its middlewares are built before the scheduler, and
+    a setting the scheduler reads as well is said once. With Scrapy's own scheduler too."""
     from tests.conftest import free_port
 
     for name, extra in (
         ("redis", {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}),
         ("setting", {"HA_LEASE_TIME": "soon"}),
+        ("middleware", {"HA_CHECKPOINTS": "True", "HA_CHECKPOINT_ITEMS": "-5"}),
+        ("both", {"HA_CHECKPOINTS": "True", "HA_ITEMS": "outbx"}),
     ):
         (tmp_path / name).mkdir()
         settings = ha("", HA_CONNECT_TIMEOUT="1", HA_START_TIMEOUT="0", **extra)
@@ -156,3 +168,11 @@ def test_a_fatal_error_at_start_is_one_line_and_a_failed_exit(tmp_path):
         assert len(errors) == 1, log
         assert "scrapy-ha cannot" in errors[0]
         assert "Traceback" not in log
+        assert "'finish_reason': 'ha_start_failed'" in log, log[-3000:]
+    (tmp_path / "alone").mkdir()
+    proc = crawl(tmp_path / "alone", "http://127.0.0.1:9/", **RETRY_ALONE, HA_RETRY_JITTER="2")
+    assert proc.wait(120) != 0
+    log = (tmp_path / "alone" / "log.txt").read_text()
+    errors = [line for line in log.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "HA_RETRY_JITTER" in errors[0], log
+    assert "Traceback" not in log and "'finish_reason': 'ha_start_failed'" in log, log[-3000:]

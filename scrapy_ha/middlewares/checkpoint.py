@@ -36,6 +36,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
+from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.middlewares.storable import checkpoint_payload, drop_unstorable
 from scrapy_ha.middlewares.tasks import (
@@ -91,7 +92,7 @@ class CheckpointMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = CheckpointConfig.from_settings(crawler.settings)
+        config = configured(crawler, CheckpointConfig.from_settings)
         if not config.enabled:
             raise NotConfigured  # off unless asked for: silent
         return cls(crawler, config)

@@ -36,6 +36,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import DEFAULT_COOKIES_TTL, CookiesConfig
+from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.cookie_changes import deletions, request_domains
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
@@ -92,7 +93,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = CookiesConfig.from_settings(crawler.settings)
+        config = configured(crawler, CookiesConfig.from_settings)
         if not config.enabled:
             raise NotConfigured
         o = cls(config.debug, shared=config.shared, ttl=config.ttl)

@@ -42,6 +42,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.middlewares import ProxyConfig
 from scrapy_ha.config.retry import RetryConfig
+from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, proxy_id
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.state import ProxyCooldowns
@@ -96,10 +97,10 @@ class ProxyMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = ProxyConfig.from_settings(crawler.settings)
+        config = configured(crawler, ProxyConfig.from_settings)
         if config is None:
             raise NotConfigured  # no proxy configured: silent (Scrapy warns if given a reason)
-        return cls(crawler, config, RetryConfig.from_settings(crawler.settings))
+        return cls(crawler, config, configured(crawler, RetryConfig.from_settings))
 
     async def process_request(self, request: Request) -> Request | None:
         if request.meta.get("dont_proxy"):

@@ -43,6 +43,7 @@ from twisted.python.failure import Failure as TwistedFailure
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.retry import RetryConfig
+from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.policy import (
     REASON_LIMIT,
     Failure,
@@ -85,9 +86,9 @@ class RetryMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not RetryConfig.switched_on(crawler.settings):
+        if not configured(crawler, RetryConfig.switched_on):
             raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
-        return cls(crawler, RetryConfig.from_settings(crawler.settings))
+        return cls(crawler, configured(crawler, RetryConfig.from_settings))
 
     def process_response(self, request: Request, response: Response) -> Request | Response:
         if request.meta.get("dont_retry"):
@@ -180,9 +181,9 @@ class ParseErrorMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not RetryConfig.switched_on(crawler.settings):
+        if not configured(crawler, RetryConfig.switched_on):
             raise NotConfigured  # switched off: silent, as Scrapy's own RetryMiddleware
-        return cls(crawler, RetryConfig.from_settings(crawler.settings))
+        return cls(crawler, configured(crawler, RetryConfig.from_settings))
 
     async def process_spider_output(
         self, response: Response, result: AsyncIterator[Any], spider: Spider | None = None

@@ -38,6 +38,7 @@ from scrapy.exceptions import IgnoreRequest
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.continuous import CONDITIONAL_HEADERS, RevisitConfig, RevisitState
+from scrapy_ha.config.startup import configured
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class RevisitMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(RevisitConfig.from_settings(crawler.settings))
+        return cls(configured(crawler, RevisitConfig.from_settings))
 
     def _revisited(self, request: Request) -> bool:
         if not self.config.rules and metakeys.REVISIT not in request.meta:

@@ -15,6 +15,7 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_ha import metakeys
 from scrapy_ha.config.middlewares import UserAgentConfig
+from scrapy_ha.config.startup import configured
 
 if TYPE_CHECKING:
     from typing import Self
@@ -34,7 +35,7 @@ class UserAgentPoolMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        config = UserAgentConfig.from_settings(crawler.settings)
+        config = configured(crawler, UserAgentConfig.from_settings)
         if not config.agents:
             raise NotConfigured  # no pool configured: silent (Scrapy warns if given a reason)
         return cls(config.agents)

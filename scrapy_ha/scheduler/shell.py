@@ -23,6 +23,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import refused_scheme
 from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.config.startup import START_FAILED, refuse_start, start_refused
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
 from scrapy_ha.scheduler import engine
@@ -54,9 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["START_FAILED", "Scheduler"]
 
 logger = logging.getLogger(__name__)
-
-#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting).
-START_FAILED = engine.START_FAILED
 
 
 class Scheduler:
@@ -130,7 +128,7 @@ class Scheduler:
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:
-            logger.error("scrapy-ha cannot start: %s", exc)
+            refuse_start(crawler, str(exc))  # (said once: a middleware may have said it)
             scheduler = cls(crawler, SchedulerConfig())
             scheduler._fatal = True
             return scheduler
@@ -360,7 +358,8 @@ class Scheduler:
 
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
-        if not self._fatal and await self.session.open(spider):
+        # (a bad setting of its own or of a middleware: not opened)
+        if not (self._fatal or start_refused(self.crawler)) and await self.session.open(spider):
             self.crawler.signals.connect(self.idle.on_idle, signal=signals.spider_idle)
             gate = self.handout.gate
             gate.installed = engine.gate_downloads(self.crawler, gate)
@@ -369,7 +368,7 @@ class Scheduler:
             self.session.start()
             return
         self._fatal = True
-        self._refusal = engine.StartRefusal(self.crawler, START_FAILED)
+        refuse_start(self.crawler)  # (said where it was found)
 
     def _target(self) -> int:
         return prefetch_target(self.crawler, self.config, self.session.renewals.rate)

@@ -15,10 +15,7 @@ import contextlib
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
-import scrapy
 from scrapy import signals
-from scrapy.exceptions import CloseSpider
-from scrapy.utils.defer import deferred_from_coro
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,10 +24,6 @@ if TYPE_CHECKING:
     from scrapy.core.engine import ExecutionEngine
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-
-#: Scrapy 2.19 closes the spider when a ``spider_opened`` handler raises ``CloseSpider``
-#: (checked on 2.19.0); 2.16 logs the exception and goes on.
-CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
 
 
 def _engine(crawler: Crawler) -> ExecutionEngine | None:
@@ -131,54 +124,6 @@ def start_exhausted(crawler: Crawler) -> bool:
     end (2.16, 2.19); False without an engine."""
     engine = _engine(crawler)
     return engine is not None and getattr(engine, "_start", None) is None
-
-
-#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting, settings
-#: the crawl in Redis refused).
-START_FAILED = "ha_start_failed"
-
-
-class FailedExit:
-    """Make ``scrapy crawl`` exit non-zero once the spider closed: Scrapy marks a crawl whose
-    crawler has no spider as failed. ``crawler.spider`` is forgotten after ``spider_closed``,
-    on 2.16 only after ``engine_stopped``: start requests may still be scheduled after
-    ``spider_closed`` there, and components assert ``crawler.spider``. Keep the object:
-    signal handlers are held weakly."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
-        forget_at = (
-            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
-        )
-        crawler.signals.connect(self._forget_spider, signal=forget_at)
-
-    def _forget_spider(self) -> None:
-        self.crawler.spider = None
-
-
-class StartRefusal(FailedExit):
-    """Close the spider as soon as it opens, with *reason*, and make ``scrapy crawl`` exit
-    non-zero (:class:`FailedExit`).
-
-    ``CloseSpider`` is raised from ``spider_opened``, not from the scheduler's ``open()``:
-    raised there it would skip opening the scraper, whose close then fails with a
-    traceback. Scrapy 2.19 honours it; 2.16 ignores it, so the spider is closed right after
-    the handlers (``engine.close_spider_async``).
-    """
-
-    def __init__(self, crawler: Crawler, reason: str) -> None:
-        super().__init__(crawler)
-        self.reason = reason
-        crawler.signals.connect(self._refuse, signal=signals.spider_opened)
-
-    def _refuse(self) -> None:
-        if CLOSE_SPIDER_FROM_SPIDER_OPENED:
-            raise CloseSpider(self.reason)
-        engine = self.crawler.engine
-        assert engine is not None
-        asyncio.get_running_loop().call_soon(
-            lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason))
-        )
 
 
 def on_closing(crawler: Crawler, callback: Callable[[], None]) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy_ha.config.startup import START_FAILED, FailedExit
 from scrapy_ha.scheduler import engine
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Refusal:
         self.handout = handout
         self.outbox = outbox
         self.error: DupefilterRefused | None = None
-        self._exit: engine.FailedExit | None = None
+        self._exit: FailedExit | None = None
 
     def stop(self, exc: DupefilterRefused) -> bool:
         """Stop the crawl of this worker (once): one ERROR, its new requests waiting for a
@@ -56,8 +57,8 @@ class Refusal:
             children = self.outbox.children  # as a duplicate is: no callback, never acked
             handed = {e.fresh.lease[0] for e in children if e.fresh and e.fresh.lease}
             self.handout.settle(children, dropped=handed)
-            self._exit = engine.FailedExit(self.crawler)
-            engine.close_spider(self.crawler, engine.START_FAILED)
+            self._exit = FailedExit(self.crawler)
+            engine.close_spider(self.crawler, START_FAILED)
         return True
 
     def unfinished(self, ends: Ends) -> list[Pair]:

@@ -1,0 +1,129 @@
+"""A crawl that cannot start: one ERROR line that says why, and the spider closed as soon as
+it opens with the finish reason ``ha_start_failed`` (``scrapy crawl`` exits with 1).
+
+Why: a bad setting of any scrapy-ha component, or what the scheduler finds when it opens (an
+unreachable Redis, settings the crawl in Redis refused). A middleware checks its settings
+when Scrapy builds it, before the scheduler exists (the engine builds its middlewares first):
+:func:`configured` says the error and switches the middleware off (``NotConfigured``) instead
+of raising it, which Scrapy printed as a traceback ("Task exception was never retrieved")
+with no finish reason. The close does not depend on the scheduler: it holds with Scrapy's
+own too. A setting two components read (``HA_ITEMS``: the scheduler and the checkpoint
+middleware) is said once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import TYPE_CHECKING, TypeVar
+
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import CloseSpider, NotConfigured
+from scrapy.utils.defer import deferred_from_coro
+
+from scrapy_ha.config.validate import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+__all__ = [
+    "CLOSE_SPIDER_FROM_SPIDER_OPENED",
+    "START_FAILED",
+    "FailedExit",
+    "StartRefusal",
+    "configured",
+    "refuse_start",
+    "start_refused",
+]
+
+logger = logging.getLogger("scrapy_ha")
+
+#: Finish reason of a crawl that could not start (unreachable Redis, a bad setting, settings
+#: the crawl in Redis refused).
+START_FAILED = "ha_start_failed"
+#: Scrapy 2.19 closes the spider when a ``spider_opened`` handler raises ``CloseSpider``
+#: (checked on 2.19.0); 2.16 logs the exception and goes on.
+CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
+
+T = TypeVar("T")
+
+
+class FailedExit:
+    """Make ``scrapy crawl`` exit non-zero once the spider closed: Scrapy marks a crawl whose
+    crawler has no spider as failed. ``crawler.spider`` is forgotten after ``spider_closed``,
+    on 2.16 only after ``engine_stopped``: start requests may still be scheduled after
+    ``spider_closed`` there, and components assert ``crawler.spider``. Keep the object:
+    signal handlers are held weakly."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        forget_at = (
+            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
+        )
+        crawler.signals.connect(self._forget_spider, signal=forget_at)
+
+    def _forget_spider(self) -> None:
+        self.crawler.spider = None
+
+
+class StartRefusal(FailedExit):
+    """Close the spider as soon as it opens, with *reason*, and make ``scrapy crawl`` exit
+    non-zero (:class:`FailedExit`).
+
+    ``CloseSpider`` is raised from ``spider_opened``, not from the scheduler's ``open()``:
+    raised there it would skip opening the scraper, whose close then fails with a
+    traceback. Scrapy 2.19 honours it; 2.16 ignores it, so the spider is closed right after
+    the handlers (``engine.close_spider_async``).
+    """
+
+    def __init__(self, crawler: Crawler, reason: str) -> None:
+        super().__init__(crawler)
+        self.reason = reason
+        crawler.signals.connect(self._refuse, signal=signals.spider_opened)
+
+    def _refuse(self) -> None:
+        if CLOSE_SPIDER_FROM_SPIDER_OPENED:
+            raise CloseSpider(self.reason)
+        engine = self.crawler.engine
+        assert engine is not None
+        asyncio.get_running_loop().call_soon(
+            lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason))
+        )
+
+
+#: each crawl refused -> (its refusal, what was said of it)
+_REFUSED: weakref.WeakKeyDictionary[Crawler, tuple[StartRefusal, set[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def refuse_start(crawler: Crawler, why: str | None = None) -> None:
+    """*crawler* cannot start: say *why* at ERROR (once per crawl and reason; None: said
+    already, where it was found), and close the spider as soon as it opens."""
+    if crawler not in _REFUSED:
+        _REFUSED[crawler] = (StartRefusal(crawler, START_FAILED), set())
+    said = _REFUSED[crawler][1]
+    if why is not None and why not in said:
+        said.add(why)
+        logger.error("scrapy-ha cannot start: %s", why)
+
+
+def start_refused(crawler: Crawler) -> bool:
+    """Whether a component of *crawler* refused its start (:func:`refuse_start`)."""
+    return crawler in _REFUSED
+
+
+def configured(crawler: Crawler, read: Callable[[BaseSettings], T]) -> T:
+    """A component's configuration, *read* from *crawler*'s settings; a bad setting refuses
+    the crawl's start (said once) and raises ``NotConfigured`` (Scrapy leaves the component
+    out, without a word)."""
+    try:
+        return read(crawler.settings)
+    except ConfigError as exc:
+        refuse_start(crawler, str(exc))
+        raise NotConfigured from None
