@@ -5,6 +5,7 @@ name refused instead of making a crawl, errors written for a shell, one time for
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 import subprocess
@@ -231,3 +232,34 @@ def test_a_sink_may_be_declared_before_its_crawl(redis_url, redis_client, tmp_pa
     declared = scrapy_ha("items", "later", "--to", to, "--declare", "--redis-url", redis_url)
     assert declared.returncode == 0, declared.stderr
     assert redis_client.xinfo_groups("ha:{later}:items")[0]["name"] == f"{to}".encode()
+
+
+@pytest.mark.parametrize("command", [["dlq", "list"], ["dlq", "export"]])
+def test_output_whose_reader_went_away_ends_quietly(redis_url, command):
+    """``scrapy-ha dlq list S | head -1``: the reader closes the pipe after its first line.
+    Before, the next write raised BrokenPipeError, printed as a traceback."""
+    rows = [(f"http://a.test/{n}", "gone", 404) for n in range(200)]
+    dead_letters(redis_url, "piped", rows)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run(
+            [SCRAPY_HA, "--redis-url", redis_url, *command, "piped"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 1, done.stderr
+
+
+def test_the_command_runs_as_a_module_too(redis_url):
+    """``python -m scrapy_ha.cli``, where the console script is not on the PATH (before: "No
+    module named scrapy_ha.cli.__main__")."""
+    command = [sys.executable, "-m", "scrapy_ha.cli", "--redis-url", redis_url]
+    done = subprocess.run([*command, "status", "nosuch"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 1 and "no such crawl" in done.stderr, done.stderr

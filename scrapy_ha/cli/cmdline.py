@@ -10,17 +10,25 @@ from __future__ import annotations
 
 __all__ = ["main"]
 
+import os
 import sys
 
 from scrapy_ha.cli.grammar import parse
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; its exit code (0 done, 1 refused or nothing to do, 2 an error)."""
+    """Run a command; its exit code (0 done, 1 refused or nothing to do, or its output's
+    reader went away, 2 an error)."""
     args = parse(argv)
     from scrapy_ha.cli import runner  # Scrapy and redis: only once a command runs
 
-    return runner.run(args)
+    try:
+        return runner.run(args)
+    except BrokenPipeError:
+        # the reader of its output went away (``| head``): the rest is not wanted, and the
+        # interpreter's own flush at exit must not fail again (Python's recipe, signal docs)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

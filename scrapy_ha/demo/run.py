@@ -304,8 +304,10 @@ def report(demo: Demo, expected: int, elapsed: float) -> int:
         print(f"    {cls:<34}{n:>8}")
     print(f"  proxy password in any log             {'YES: ' + str(leaked) if leaked else 'no'}")
     print(
-        f"\nLogs and data in {demo.dir}; try: scrapy-ha --redis-url {demo.redis_url} "
-        "dlq list catalogue (while Redis runs)"
+        f"\nLogs and data in {demo.dir}. The demo's Redis has stopped; to look at the crawl "
+        f"again, start it on its data (a free port, here 6390): redis-server --dir "
+        f"{demo.dir / 'redis'} --appendonly yes --port 6390 --daemonize yes, then: "
+        "scrapy-ha --redis-url redis://127.0.0.1:6390/0 dlq list catalogue"
     )
     if lost or leaked or gone_dead != gone:
         if lost:
