@@ -98,6 +98,11 @@ async def test_dlq_list_has_a_header_and_totals_and_show_prints_bodies_as_text(r
     lines = scrapy_ha("--redis-url", redis_url, "dlq", "list", "faults").stdout.splitlines()
     assert lines[0].split() == ["ID", "WHEN", "CLASS", "STATUS", "TRIES", "REASON", "URL"]
     assert len(lines) == 5
+    # the columns line up with the ids a worker makes (20 characters and more; before, the
+    # ID column was 10 wide and every row ran past the header)
+    when = lines[0].index("WHEN")
+    rows = lines[1:4]
+    assert all(row[when - 2 : when] == "  " and row[when : when + 2] == "20" for row in rows), lines
     assert lines[-1] == "3 entries listed (gone 2, server 1)"
     only = scrapy_ha("--redis-url", redis_url, "dlq", "list", "faults", "--limit", "1").stdout
     assert only.splitlines()[-1].startswith("1 entry listed")

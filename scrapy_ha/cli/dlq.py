@@ -50,12 +50,13 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
             + (" (for these filters)" if _filtered(args) or args.offset else "")
         )
         return 0
+    w = max(10, *(len(e.id) for e in entries))  # a worker's own ids: "<nonce>.<n>", 20 and more
     print(
-        f"{'ID':>10}  {'WHEN':<19}  {'CLASS':<12} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
+        f"{'ID':>{w}}  {'WHEN':<19}  {'CLASS':<12} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
     )
     for e in entries:
         print(
-            f"{e.id:>10}  {local_time(e.dead_at)}  {e.failure_class:<12} "
+            f"{e.id:>{w}}  {local_time(e.dead_at)}  {e.failure_class:<12} "
             f"{e.status or '-':>6} {e.attempts:>5}  {e.reason[:40]:<40}  {mask_url(e.url)}"
         )
     by_class: dict[str, int] = {}
