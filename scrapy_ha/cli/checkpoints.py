@@ -20,7 +20,7 @@ def store(queue: RedisQueue) -> CheckpointStore:
 
 
 async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """One line per task: task, page, items, done, size in bytes (or why it is unreadable:
+    """One line per task: task, its page (or done), items, size in bytes (or why it is unreadable:
     ``checkpoints reset`` removes it)."""
     for cp in await store(queue).entries():
         if cp.doc is None:

@@ -233,7 +233,7 @@ def _checkpoints(sub: Any) -> None:
         cps,
         "list",
         at("checkpoints", "checkpoints_list"),
-        "one line per task: task, page, items, done, size in bytes",
+        "one line per task: task, its page (or done), items, size in bytes",
     )
     command(
         cps, "show", at("checkpoints", "checkpoints_show"), "one task's checkpoint (JSON)"
