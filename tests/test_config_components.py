@@ -4,13 +4,17 @@ a good one lands in the component's frozen config."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
+import re
+import weakref
 
 import pytest
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.config.continuous import RevisitConfig
 from scrapy_ha.config.middlewares import (
     CheckpointConfig,
     CookiesConfig,
@@ -268,3 +272,35 @@ def test_a_pool_url_whose_password_reads_as_a_port_is_refused_unshown(monkeypatc
     good = "http://apiuser:pa/ss@127.0.0.1:9/list"
     config = ProxyConfig.from_settings(settings(HA_PROXY_MODE="pool", HA_PROXY_POOL_URL=good))
     assert config is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("HTTPERROR_ALLOWED_CODES", "abc", "HTTPERROR_ALLOWED_CODES='abc' must be HTTP status"),
+        ("HA_RETRY_POLICIES", "notjson", "HA_RETRY_POLICIES='notjson' must be a dict"),
+        ("HA_RETRY_STATUS_CLASSES", '{"x": "server"}', "HA_RETRY_STATUS_CLASSES['x']: not an"),
+    ],
+)
+def test_a_setting_scrapy_cannot_parse_is_a_config_error_naming_it(name, value, said):
+    """Before: Scrapy's ValueError (``int('abc')``, a JSONDecodeError), which no component
+    said in one line: the crawl's start printed a traceback."""
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        RetryConfig.from_settings(settings(**{name: value}))
+
+
+def test_revisit_rules_scrapy_cannot_parse_are_a_config_error():
+    with pytest.raises(ConfigError, match="HA_REVISIT='{not json' must be a dict"):
+        RevisitConfig.from_settings(settings(HA_REVISIT="{not json"))
+
+
+def test_a_crawler_refused_at_start_is_not_kept_alive():
+    """The refusal kept for each crawler held that crawler (a service that runs crawls for
+    good kept every one refused)."""
+    crawler = get_crawler(settings_dict={"HA_CHECKPOINTS": True, "HA_CHECKPOINT_ITEMS": -5})
+    with pytest.raises(NotConfigured):
+        CheckpointMiddleware.from_crawler(crawler)
+    gone = weakref.ref(crawler)
+    del crawler
+    gc.collect()
+    assert gone() is None

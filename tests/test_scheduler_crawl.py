@@ -158,6 +158,38 @@ async def test_unreachable_redis_fails_fast_naming_the_masked_url(redis_server, 
     assert "hunter2" not in caplog.text
 
 
+#: scrapy-ha's retry middleware in place of Scrapy's, with a bad setting of its own.
+RETRY_JITTER_TOO_HIGH = {
+    "DOWNLOADER_MIDDLEWARES": {
+        "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+        "scrapy_ha.retry.RetryMiddleware": 550,
+    },
+    "HA_RETRY_JITTER": 2,
+}
+
+
+@pytest.mark.parametrize("scheduler", ["scrapy-ha", "scrapy"])
+@deferred_f_from_coro_f
+async def test_a_middlewares_bad_setting_refuses_the_start(
+    scheduler, redis_url, redis_client, site, caplog
+):
+    """Built before the scheduler, a middleware said its bad setting in a traceback and the
+    crawl had no finish reason; with Scrapy's own scheduler on Scrapy 2.16 it closed before
+    the engine started and ``scrapy crawl`` exited 0. scrapy-ha's scheduler then opens no
+    session (nothing written to Redis)."""
+    extra = settings(redis_url) if scheduler == "scrapy-ha" else {"LOG_LEVEL": "INFO"}
+    crawler = get_crawler(CatalogueSpider, {**extra, **RETRY_JITTER_TOO_HIGH})
+    with caplog.at_level(logging.ERROR):
+        await crawler.crawl_async(base_url=site.url)
+    assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+    assert crawler.spider is None  # what makes `scrapy crawl` exit with 1
+    [message] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert message.startswith("scrapy-ha cannot start: HA_RETRY_JITTER=2"), message
+    assert not site.hits()  # nothing downloaded
+    if scheduler == "scrapy-ha":
+        assert not await asyncio.to_thread(redis_client.dbsize)
+
+
 @deferred_f_from_coro_f
 async def test_a_corrupt_queue_entry_is_dead_lettered_and_the_crawl_goes_on(
     redis_url, redis_client, site

@@ -160,7 +160,9 @@ def test_a_fatal_error_at_start_is_one_line_and_a_failed_exit(tmp_path):
         ("both", {"HA_CHECKPOINTS": "True", "HA_ITEMS": "outbx"}),
     ):
         (tmp_path / name).mkdir()
-        settings = ha("", HA_CONNECT_TIMEOUT="1", HA_START_TIMEOUT="0", **extra)
+        # (no Redis there: a scheduler that tried to connect would say so too)
+        nobody = f"redis://127.0.0.1:{free_port()}/0"
+        settings = ha(nobody, HA_CONNECT_TIMEOUT="1", HA_START_TIMEOUT="0", **extra)
         proc = crawl(tmp_path / name, "http://127.0.0.1:9/", **settings)
         assert proc.wait(120) != 0
         log = (tmp_path / name / "log.txt").read_text()

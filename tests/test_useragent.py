@@ -9,7 +9,7 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.config.startup import start_refused
 from scrapy_ha.middlewares.useragent import UserAgentPoolMiddleware
 
 AGENTS = ["Mozilla/5.0 (X11; Linux x86_64) A", "Mozilla/5.0 (Macintosh) B"]
@@ -33,11 +33,17 @@ def test_every_agent_is_used_and_a_request_s_own_agent_is_kept():
     assert own.headers[b"User-Agent"] == b"mine"
 
 
-def test_a_bad_list_names_the_setting():
-    with pytest.raises(ConfigError, match="HA_USER_AGENTS"):
-        UserAgentPoolMiddleware.from_crawler(
-            get_crawler(settings_dict={"HA_USER_AGENTS": ["", "x"]})
-        )
+def refused(value: object, caplog: pytest.LogCaptureFixture) -> str:
+    """What the middleware said of *value*: it is left out, and the crawl's start refused."""
+    crawler = get_crawler(settings_dict={"HA_USER_AGENTS": value})
+    with pytest.raises(NotConfigured):
+        UserAgentPoolMiddleware.from_crawler(crawler)
+    assert start_refused(crawler)
+    return caplog.text
+
+
+def test_a_bad_list_names_the_setting(caplog):
+    assert "scrapy-ha cannot start: HA_USER_AGENTS" in refused(["", "x"], caplog)
 
 
 def test_every_attempt_picks_again_even_through_redis():
@@ -80,9 +86,8 @@ def test_agents_given_as_text_are_never_split_at_commas(given, agents):
 
 
 @pytest.mark.parametrize("given", ["Agent A,Agent B", f"{UA}, Mozilla/5.0 (Mac)", "[not json"])
-def test_ambiguous_text_is_refused_naming_the_setting(given):
-    with pytest.raises(ConfigError, match="HA_USER_AGENTS"):
-        UserAgentPoolMiddleware.from_crawler(get_crawler(settings_dict={"HA_USER_AGENTS": given}))
+def test_ambiguous_text_is_refused_naming_the_setting(given, caplog):
+    assert "scrapy-ha cannot start: HA_USER_AGENTS" in refused(given, caplog)
 
 
 def test_an_agent_of_the_pool_beyond_latin_1_is_picked_again_at_each_attempt():

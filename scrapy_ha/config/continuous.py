@@ -203,7 +203,7 @@ class RevisitConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         rules = []
-        for pattern, seconds in settings.getdict("HA_REVISIT").items():
+        for pattern, seconds in check.mapping(settings, "HA_REVISIT").items():
             try:
                 compiled = re.compile(str(pattern))
             except re.error as exc:

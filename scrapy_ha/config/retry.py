@@ -134,7 +134,7 @@ class RetryConfig:
             priority_adjust=check.integer(
                 settings, "RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST
             ),
-            allowed_codes=tuple(int(x) for x in settings.getlist("HTTPERROR_ALLOWED_CODES")),
+            allowed_codes=check.statuses(settings, "HTTPERROR_ALLOWED_CODES"),
         )
 
     def classify_response(self, response: Response) -> FailureClass | None:
@@ -186,7 +186,7 @@ def _policy(settings: BaseSettings, names: Mapping[str, str], default: Policy) -
 
 def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy]:
     policies = _class_policies(base)
-    for name, fields in settings.getdict("HA_RETRY_POLICIES").items():
+    for name, fields in check.mapping(settings, "HA_RETRY_POLICIES").items():
         if name not in RETRY_CLASSES or not isinstance(fields, dict) or set(fields) - {*_SETTINGS}:
             raise ConfigError(
                 f"HA_RETRY_POLICIES[{name!r}]={fields!r}: the classes are {', '.join(policies)} "
@@ -200,11 +200,13 @@ def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy
 
 def _status_classes(settings: BaseSettings) -> dict[int, FailureClass | None]:
     classes: dict[int, FailureClass | None] = dict(DEFAULT_STATUS_CLASSES)
-    for status, fclass in settings.getdict("HA_RETRY_STATUS_CLASSES").items():
+    for status, fclass in check.mapping(settings, "HA_RETRY_STATUS_CLASSES").items():
         if fclass not in RETRY_CLASSES and fclass is not None:
             raise ConfigError(
                 f"HA_RETRY_STATUS_CLASSES[{status!r}]={fclass!r} is not a failure class "
                 f"({', '.join(RETRY_CLASSES)}, or None for a success)"
             )
+        if not str(status).strip().isdigit():
+            raise ConfigError(f"HA_RETRY_STATUS_CLASSES[{status!r}]: not an HTTP status code")
         classes[int(status)] = None if fclass is None else FailureClass(fclass)
     return classes

@@ -57,15 +57,27 @@ class FailedExit:
     """Make ``scrapy crawl`` exit non-zero once the spider closed: Scrapy marks a crawl whose
     crawler has no spider as failed. ``crawler.spider`` is forgotten after ``spider_closed``,
     on 2.16 only after ``engine_stopped``: start requests may still be scheduled after
-    ``spider_closed`` there, and components assert ``crawler.spider``. Keep the object:
-    signal handlers are held weakly."""
+    ``spider_closed`` there, and components assert ``crawler.spider``; but a spider closed
+    before the engine started (a refusal at ``spider_opened``, Scrapy's own scheduler) sees
+    no ``engine_stopped``: forgotten at ``spider_closed`` then. Keep the object: signal
+    handlers are held weakly. It holds its crawler weakly: kept for a crawler
+    (:func:`refuse_start`), it must not keep that crawler alive."""
 
     def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
-        forget_at = (
-            signals.spider_closed if CLOSE_SPIDER_FROM_SPIDER_OPENED else signals.engine_stopped
-        )
-        crawler.signals.connect(self._forget_spider, signal=forget_at)
+        self._crawler = weakref.ref(crawler)
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        if not CLOSE_SPIDER_FROM_SPIDER_OPENED:
+            crawler.signals.connect(self._forget_spider, signal=signals.engine_stopped)
+
+    @property
+    def crawler(self) -> Crawler:
+        crawler = self._crawler()
+        assert crawler is not None  # signalled by it: alive
+        return crawler
+
+    def _closed(self) -> None:
+        if CLOSE_SPIDER_FROM_SPIDER_OPENED or not getattr(self.crawler.engine, "running", False):
+            self._forget_spider()
 
     def _forget_spider(self) -> None:
         self.crawler.spider = None

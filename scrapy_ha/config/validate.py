@@ -116,6 +116,24 @@ def integer(settings: BaseSettings, name: str, default: int) -> int:
     return result
 
 
+def mapping(settings: BaseSettings, name: str) -> dict[Any, Any]:
+    """A dict, or its JSON text (``-s NAME='{...}'``); empty when unset."""
+    try:
+        return dict(settings.getdict(name))
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{name}={settings.get(name)!r} must be a dict (or its JSON text)"
+        ) from None
+
+
+def statuses(settings: BaseSettings, name: str) -> tuple[int, ...]:
+    """HTTP status codes: a list, or its text (``"404,410"``)."""
+    try:
+        return tuple(int(x) for x in settings.getlist(name))
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={settings.get(name)!r} must be HTTP status codes") from None
+
+
 def boolean(settings: BaseSettings, name: str, default: bool) -> bool:
     try:
         return settings.getbool(name, default)
