@@ -263,3 +263,14 @@ def test_the_command_runs_as_a_module_too(redis_url):
     command = [sys.executable, "-m", "scrapy_ha.cli", "--redis-url", redis_url]
     done = subprocess.run([*command, "status", "nosuch"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 1 and "no such crawl" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("to", ["jsonl:", "jsonl:{tmp}"])
+def test_a_jsonl_sink_without_a_file_is_a_usage_error(redis_url, redis_client, tmp_path, to):
+    """``--to jsonl:`` or a directory: before, IsADirectoryError's traceback (exit 1), and
+    the sink's consumer group was left in Redis (every later item waited for it)."""
+    dead_letters(redis_url, "nosink", [("http://a.test/1", "gone", 404)])  # a crawl in Redis
+    done = scrapy_ha("--redis-url", redis_url, "items", "nosink", "--to", to.format(tmp=tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert "name a file after jsonl:" in done.stderr and "Traceback" not in done.stderr
+    assert not redis_client.exists(Keys("ha", "nosink").items)  # no group made

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,10 @@ def _sink(args: argparse.Namespace, spider: str) -> tuple[Sink, str, str]:
     """The sink ``--to`` names, its default group and its default consumer name."""
     to: str = args.to
     if to.startswith("jsonl:"):
-        jsonl = JsonLinesSink(to[len("jsonl:") :])
+        path = to[len("jsonl:") :]
+        if not path or os.path.isdir(path):  # checked before its group is made in Redis
+            raise ConfigError(f"--to {to}: name a file after jsonl: (not a directory)")
+        jsonl = JsonLinesSink(path)
         return jsonl, f"jsonl:{jsonl.path}", jsonl.consumer
     if to == "pipelines":
         view = args.worker_view
