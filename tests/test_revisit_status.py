@@ -10,6 +10,7 @@ import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.revisits import read_revisits_sync
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.revisits import Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
@@ -105,3 +106,13 @@ async def test_the_metrics_of_a_continuous_crawl(redis_url, exporter_factory):  
     assert value(samples, f"{histogram}_bucket", **spider, le="21600.0") == 3
     assert value(samples, f"{histogram}_bucket", **spider, le="+Inf") == 3
     assert value(samples, f"{histogram}_sum", **spider) == 60 + 7200 + 30
+
+
+@deferred_f_from_coro_f
+async def test_revisits_past_their_time_count_as_due(redis_url, redis_client):
+    """Looked at 3 hours on, all three are due (overdue): before, "0 due in the next
+    hour" beside a delayed list that showed them due."""
+    await seed(redis_url)
+    later = int(redis_client.time()[0]) * 1000 + 3 * 3600 * 1000
+    numbers = read_revisits_sync(redis_client, KEYS, later)
+    assert numbers.revisited == 3 and numbers.due_soon == 3

@@ -115,7 +115,7 @@ def read_revisits_sync(client: Any, keys: Keys, now_ms: int) -> RevisitNumbers:
 def _queue_reads(pipe: Any, keys: Keys, now_ms: int) -> None:
     pipe.hgetall(keys.stats)
     pipe.zcard(keys.revisits)
-    pipe.zcount(keys.revisits, now_ms, now_ms + DUE_WINDOW * 1000)
+    pipe.zcount(keys.revisits, "-inf", now_ms + DUE_WINDOW * 1000)  # overdue ones are due
 
 
 def status_lines(numbers: RevisitNumbers) -> list[str]:
