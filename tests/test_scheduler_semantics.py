@@ -375,3 +375,25 @@ async def test_a_small_one_domain_crawl_spreads_over_two_workers(redis_url, site
     counts = [len(c.spider.items) for c in crawlers]
     assert sum(counts) == 20
     assert min(counts) >= 5, f"items per worker: {counts}"
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_that_ends_while_a_killed_workers_heartbeat_lives_is_still_cleared(
+    redis_url, redis_client, site, caplog
+):
+    """A worker SIGKILLed shortly before the end leaves its heartbeat live for up to
+    HA_HEARTBEAT_TTL: the last worker waits it out and clears the crawl
+    (SCHEDULER_PERSIST=False), so the next run crawls everything again, not nothing."""
+    keys = Keys("ha", "catalogue")
+    seconds, micros = redis_client.time()
+    expiry = seconds * 1000 + micros // 1000 + 6000  # what a worker killed lately leaves
+    redis_client.zadd(keys.workers, {"killed-lately": expiry})
+    first = get_crawler(CatalogueSpider, settings(redis_url))
+    with caplog.at_level(logging.INFO):
+        await first.crawl_async(base_url=site.url)
+    again = get_crawler(CatalogueSpider, settings(redis_url))
+    await again.crawl_async(base_url=site.url)
+    assert first.spider.items and len(again.spider.items) == len(first.spider.items)
+    assert not redis_client.exists(keys.dupefilter, keys.workers)
+    assert "1 other worker(s) still have a heartbeat" in caplog.text
+    assert "cleared its working keys" in caplog.text

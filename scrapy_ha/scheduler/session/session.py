@@ -236,7 +236,7 @@ class Session:
                 if self._task is not None:
                     await asyncio.wait([self._task])  # its last round
                 if self.queue is not None:
-                    await self._final_flush(reason, bound.when())
+                    await self._final_flush(reason, bound)
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost, ConfigError) as exc:
             held = len(self.shell.local_leases()) + len(self.outbox.acks)
             why = self.clock.silence() if bound.expired() else error_text(exc)
@@ -249,7 +249,7 @@ class Session:
             finally:
                 self.heap.thaw()  # last: its delay runs from the end of the flush
 
-    async def _final_flush(self, reason: str, deadline: float | None = None) -> None:
+    async def _final_flush(self, reason: str, bound: asyncio.Timeout | None = None) -> None:
         assert self.queue is not None
         self.shell.inflight.collect_finished()
         if self.outbox.gates:
@@ -264,14 +264,13 @@ class Session:
         self.stats.inc_value("ha/released", released)
         if released:
             logger.info("Released %d lease(s) back to the queue", released)
-        # before leaving: a late renewal would re-add the heartbeat of a worker that left
-        left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
-        await self.renewals.stop_keeper(left)  # its thread waited for no longer than the close
+        # before leaving (a late renewal would re-add the heartbeat of a worker that left);
+        await self.renewals.stop_keeper(self.clock.left(bound))  # no longer than the close
         for name, value in (await dupefilter_figures(self.queue)).items():
             self.stats.set_value(name, value)  # the filter's error, before a finish clears it
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if reason == "finished":
-            await wind_up(self.queue, self.shell.admission.run, self.config)
+            await wind_up(self.queue, self.shell.admission.run, self.config, bound)
 
     # -- the background loop ---------------------------------------------------------
 
