@@ -274,3 +274,17 @@ def test_a_jsonl_sink_without_a_file_is_a_usage_error(redis_url, redis_client, t
     assert done.returncode == 2, done.stderr
     assert "name a file after jsonl:" in done.stderr and "Traceback" not in done.stderr
     assert not redis_client.exists(Keys("ha", "nosink").items)  # no group made
+
+
+def test_a_sink_that_does_not_open_is_one_error_line_and_no_group(
+    redis_url, redis_client, tmp_path
+):
+    """A database the sink cannot open (a mistyped path or host): before, SQLAlchemy's
+    traceback, and the sink's consumer group left in Redis, keeping every item for ever."""
+    dead_letters(redis_url, "nodb", [("http://a.test/1", "gone", 404)])  # a crawl in Redis
+    url = f"sqlite:///{tmp_path}/no-such-dir/items.db"
+    done = scrapy_ha("--redis-url", redis_url, "items", "nodb", "--to", url)
+    assert done.returncode == 2, done.stderr
+    assert f"error: --to {url}: the sink did not open: " in done.stderr, done.stderr
+    assert "unable to open database file" in done.stderr and "Traceback" not in done.stderr
+    assert not redis_client.exists(Keys("ha", "nodb").items)  # no group made

@@ -268,7 +268,7 @@ async def test_a_second_consumer_of_one_json_lines_file_fails_at_once_naming_it(
     with pytest.raises(ConfigError, match=rf"{path}.*in use by another consumer"):
         await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
     client = redis.Redis.from_url(redis_url)
-    assert client.xinfo_groups(KEYS.items)[0]["pending"] == 0  # nothing delivered to it
+    assert client.xinfo_groups(KEYS.items) == []  # nothing delivered to it, no group made
     client.close()
     await first.close()  # the lock goes with the file (and with a killed process)
     report = await consume(redis_url, "s", JsonLinesSink(path), group="jl2", exit_idle=0.2)
@@ -387,3 +387,19 @@ async def test_a_consumer_that_failed_to_open_lets_go_of_the_file(tmp_path):
     sink = JsonLinesSink(path)
     assert await sink.open() == []
     await sink.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_sink_that_cannot_open_leaves_no_group_behind(redis_url, tmp_path):
+    """A group nobody consumes keeps every item in the stream for ever: a sink that fails to
+    open (a mistyped database) must not have made one."""
+    await fill(redis_url, range(1, 11))
+    url = f"sqlite:///{tmp_path}/no-such-dir/items.db"
+    with pytest.raises(Exception, match="unable to open database file"):
+        await consume(redis_url, "s", SqlSink(url, "s"), group="sql", exit_idle=0.2)
+    client = redis.Redis.from_url(redis_url)
+    assert client.xinfo_groups(KEYS.items) == []
+    client.close()
+    sink = JsonLinesSink(tmp_path / "items.jl")  # the stream holds every item still
+    report = await consume(redis_url, "s", sink, group="jl", exit_idle=0.2)
+    assert report.consumed == 10 and lines(tmp_path / "items.jl") == list(range(1, 11))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.sinks.consumer import ItemConsumer, default_consumer
+from scrapy_ha.sinks.consumer import ItemConsumer, SinkDidNotOpen, default_consumer
 from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.sinks.pipelines import PipelinesSink
 from scrapy_ha.sinks.sql import SqlSink
@@ -97,6 +97,8 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     )
     try:
         report = await runner.run(stop=stop, exit_idle=args.exit_idle)
+    except SinkDidNotOpen as exc:
+        raise ConfigError(f"--to {mask_url(args.to)}: {exc}") from None
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

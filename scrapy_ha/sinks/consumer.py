@@ -25,6 +25,7 @@ from scrapy.settings import Settings
 
 from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.sinks.batches import BatchWriter, ConsumerReport, Entry, route
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
@@ -34,13 +35,26 @@ from scrapy_ha.store.sharding import queue_in_redis, shards_of
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["ConsumerReport", "Entry", "ItemConsumer", "Sink", "consume", "default_consumer"]
+__all__ = [
+    "ConsumerReport",
+    "Entry",
+    "ItemConsumer",
+    "Sink",
+    "SinkDidNotOpen",
+    "consume",
+    "default_consumer",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Longest wait between two tries while Redis is unreachable (the workers' own cap,
 #: ``HA_RECONNECT_MAX_DELAY``'s default).
 RECONNECT_MAX_DELAY = 10.0
+
+
+class SinkDidNotOpen(Exception):
+    """The sink could not open (its database unreachable, its file not writable): nothing
+    was read from the stream, and no consumer group made for it."""
 
 
 class Sink(Protocol):
@@ -120,9 +134,15 @@ class ItemConsumer:
         live worker, nothing pending, leased or delayed) and the group's backlog stayed
         empty for *exit_idle* seconds. The sink is closed at the end."""
         stop = stop or asyncio.Event()
-        await self.join()
-        recovered = await self.sink.open()
+        try:  # first: a group nobody consumes would keep every item in the stream for ever
+            recovered = await self.sink.open()
+        except ConfigError:  # says what is wrong already (a file another consumer holds)
+            raise
+        except Exception as exc:
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise SinkDidNotOpen(f"the sink did not open: {why}") from exc
         try:
+            await self.join()
             await self.acknowledge_recovered(recovered)
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop, restart=True)
