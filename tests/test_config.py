@@ -78,3 +78,38 @@ def test_the_worker_id_names_the_scrapyd_job_once(monkeypatch):
     monkeypatch.setenv("SCRAPY_JOB", "job7")
     assert re.fullmatch(rf"{prefix}:job7:[0-9a-f]{{6}}", default_worker_id())
     assert re.fullmatch(rf"{prefix}:job7:[0-9a-f]{{6}}", default_worker_id("job7"))
+
+
+def test_every_setting_the_code_reads_is_known_and_nothing_else():
+    """The list the scheduler checks settings against is the code's own (a new setting
+    missing from it would be called a typo)."""
+    from pathlib import Path
+
+    from scrapy_ha.config.known import KNOWN
+
+    package = Path(__file__).parent.parent / "scrapy_ha"
+    read = set()
+    for path in package.rglob("*.py"):
+        if path.name != "known.py":
+            read |= set(re.findall(r"\"(HA_[A-Z0-9_]+)\"", path.read_text()))
+    assert read == KNOWN
+
+
+def test_a_mistyped_setting_is_named_with_the_nearest_at_start(caplog):
+    """``HA_ITEM = "outbox"`` (for HA_ITEMS) did nothing, silently."""
+    import logging
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_ha.scheduler.shell import Scheduler
+
+    given = {"HA_ITEM": "outbox", "HA_LEASETIME": 5, "HA_WHATEVER": 1, "HA_LEASE_TIME": 20}
+    with caplog.at_level(logging.WARNING):
+        Scheduler.from_crawler(get_crawler(Spider, given))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "HA_ITEM is not a setting of scrapy-ha: it does nothing; did you mean HA_ITEMS?",
+        "HA_LEASETIME is not a setting of scrapy-ha: it does nothing; did you mean HA_LEASE_TIME?",
+        "HA_WHATEVER is not a setting of scrapy-ha: it does nothing (see docs/reference.md)",
+    ]

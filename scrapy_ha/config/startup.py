@@ -23,6 +23,7 @@ from scrapy import signals
 from scrapy.exceptions import CloseSpider, NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_ha.config.known import warn_unknown
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ __all__ = [
     "configured",
     "refuse_start",
     "start_refused",
+    "warn_unknown",
 ]
 
 logger = logging.getLogger("scrapy_ha")

@@ -23,7 +23,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import refused_scheme
 from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
-from scrapy_ha.config.startup import START_FAILED, refuse_start, start_refused
+from scrapy_ha.config.startup import START_FAILED, refuse_start, start_refused, warn_unknown
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
 from scrapy_ha.scheduler import engine
@@ -125,6 +125,7 @@ class Scheduler:
         From here on every log line of the process is masked (the add-on does it earlier,
         before Scrapy logs the settings)."""
         install_log_masking()
+        warn_unknown(crawler.settings)  # a mistyped HA_* setting would do nothing
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:

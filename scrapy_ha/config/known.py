@@ -1,0 +1,128 @@
+"""The settings scrapy-ha reads. A setting named ``HA_*`` that is none of them is likely a
+typo (``HA_ITEM`` for ``HA_ITEMS``) that would silently do nothing: the scheduler says so
+at start, in one WARNING per name, with the nearest known name."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+__all__ = ["KNOWN", "unknown", "warn_unknown"]
+
+logger = logging.getLogger(__name__)
+
+#: Every ``HA_*`` setting of scrapy-ha (tests/test_config.py checks it against the code).
+KNOWN = frozenset(
+    {
+        "HA_ALLOWED_SCHEMES",
+        "HA_BAN_CHECK",
+        "HA_CHECKPOINTS",
+        "HA_CHECKPOINT_ID_FIELD",
+        "HA_CHECKPOINT_ITEMS",
+        "HA_CHECKPOINT_MAX_BYTES",
+        "HA_CHECKPOINT_RERUN",
+        "HA_CHECKPOINT_TTL",
+        "HA_CLOSE_TIMEOUT",
+        "HA_CODEC_CLASSES",
+        "HA_COMPACT_PAYLOADS",
+        "HA_CONNECT_TIMEOUT",
+        "HA_COOKIES_TTL",
+        "HA_DASHBOARD_TOKEN",
+        "HA_DEDUPE_START_REQUESTS",
+        "HA_DLQ_ALERT_THRESHOLD",
+        "HA_DLQ_ALERT_WEBHOOK",
+        "HA_DLQ_ARCHIVE_TABLE",
+        "HA_DLQ_ARCHIVE_URL",
+        "HA_DLQ_MAX_AGE",
+        "HA_DLQ_MAX_ENTRIES",
+        "HA_DLQ_WARN_THRESHOLD",
+        "HA_DOMAIN_CONCURRENCY",
+        "HA_DOMAIN_LIMITS",
+        "HA_DOMAIN_RATE",
+        "HA_DUPEFILTER",
+        "HA_DUPEFILTER_CAPACITY",
+        "HA_DUPEFILTER_ERROR_RATE",
+        "HA_DUPEFILTER_TTL",
+        "HA_EARLY_DOWNLOAD",
+        "HA_FEED",
+        "HA_GC_FREEZE",
+        "HA_HEARTBEAT_TTL",
+        "HA_IDLE_TIMEOUT",
+        "HA_ITEMS",
+        "HA_ITEMS_PIPELINES",
+        "HA_KEY_PREFIX",
+        "HA_LEASE_RENEW_INTERVAL",
+        "HA_LEASE_TIME",
+        "HA_MAX_INFLIGHT",
+        "HA_MAX_LEASE_EXPIRIES",
+        "HA_PREFETCH",
+        "HA_PROXY_ALLOW_DIRECT",
+        "HA_PROXY_COOLDOWN",
+        "HA_PROXY_HOST",
+        "HA_PROXY_MAX_FAILURES",
+        "HA_PROXY_MODE",
+        "HA_PROXY_PASSWORD",
+        "HA_PROXY_POOL_PARSER",
+        "HA_PROXY_POOL_TTL",
+        "HA_PROXY_POOL_URL",
+        "HA_PROXY_PORT",
+        "HA_PROXY_ROTATE_HEADER",
+        "HA_PROXY_SESSION_TEMPLATE",
+        "HA_PROXY_URL",
+        "HA_PROXY_USER",
+        "HA_QUEUE_ORDER",
+        "HA_RECLAIM_BATCH",
+        "HA_RECLAIM_INTERVAL",
+        "HA_RECONNECT_MAX_DELAY",
+        "HA_REDIS_MEMORY_HIGH",
+        "HA_REDIS_MEMORY_LOW",
+        "HA_RENEW_WATCHDOG",
+        "HA_RETRY_AFTER_MAX",
+        "HA_RETRY_BACKOFF_BASE",
+        "HA_RETRY_BACKOFF_MAX",
+        "HA_RETRY_BACKOFF_MULTIPLIER",
+        "HA_RETRY_ENABLED",
+        "HA_RETRY_JITTER",
+        "HA_RETRY_PERMANENT_EXCEPTIONS",
+        "HA_RETRY_POLICIES",
+        "HA_RETRY_STATUS_CLASSES",
+        "HA_RETRY_TIMES",
+        "HA_REVISIT",
+        "HA_REVISIT_ADAPTIVE",
+        "HA_REVISIT_BUDGET",
+        "HA_REVISIT_MAX",
+        "HA_REVISIT_MAX_FAILURES",
+        "HA_REVISIT_MIN",
+        "HA_REVISIT_SIGNATURE",
+        "HA_SHARDS",
+        "HA_SHARED_COOKIES",
+        "HA_START_TIMEOUT",
+        "HA_TICK",
+        "HA_TIMER_SWEEP",
+        "HA_UNSTORABLE",
+        "HA_USER_AGENTS",
+        "HA_WORKER_ID",
+    }
+)
+
+
+def unknown(settings: BaseSettings) -> list[str]:
+    """One line for each ``HA_*`` setting in *settings* that scrapy-ha does not read."""
+    lines = []
+    for name in sorted(str(name) for name in settings):
+        if not name.startswith("HA_") or name in KNOWN:
+            continue
+        near = difflib.get_close_matches(name, KNOWN, n=1, cutoff=0.7)
+        hint = f"; did you mean {near[0]}?" if near else " (see docs/reference.md)"
+        lines.append(f"{name} is not a setting of scrapy-ha: it does nothing{hint}")
+    return lines
+
+
+def warn_unknown(settings: BaseSettings) -> None:
+    """Log :func:`unknown`'s lines as WARNINGs."""
+    for line in unknown(settings):
+        logger.warning("%s", line)
