@@ -295,3 +295,23 @@ def test_a_blocking_callback_keeps_its_leases_in_every_shard(
     assert site.hits()["/item/3"] == 1  # crawled once: its lease was renewed while blocked
     assert all(stat(log, "ha/reclaimed") == 0 for log in logs.values()), logs
     assert "The event loop was blocked for" in logs["first"]
+
+
+@deferred_f_from_coro_f
+async def test_a_sink_declared_unsharded_refuses_a_sharded_worker_saying_how(
+    redis_url, site: Site, tmp_path, caplog
+):
+    """A sink declared without --shards made the crawl unsharded: the refusal said the
+    crawl "has not finished (it runs, stopped before its end, ...)" and named a layout key
+    it does not have."""
+    declared = scrapy_ha(
+        "--redis-url", redis_url, "items", "catalogue", "--to", f"jsonl:{tmp_path}/i.jl",
+        "--declare", "--create",
+    )  # fmt: skip
+    assert declared.returncode == 0, declared.stderr
+    crawler = get_crawler(CatalogueSpider, crawl_settings(redis_url, HA_SHARDS=2))
+    await crawler.crawl_async(base_url=site.url)
+    assert "HA_SHARDS=2 but the crawl of catalogue is in Redis unsharded" in caplog.text
+    assert "ha:{catalogue}:shards" not in caplog.text
+    assert "--shards 2 --declare" in caplog.text
+    assert sum(site.hits().values()) == 0

@@ -196,13 +196,16 @@ async def _refusal(client: Any, keys: Keys, shards: int, reply: list[Any]) -> st
     have = read_layout(layout)[0]
     spider = keys.spider
     where = "unsharded (HA_SHARDS=1)" if have == 1 else f"with HA_SHARDS={have}"
-    if not done:
+    if not done:  # unsharded: no layout key, but its keys (a sink declared makes some)
+        key = f" (key {keys.shard_count})" if have > 1 else ""
+        sink = ", or a sink was declared without --shards" if have == 1 else ""
+        again = f"; then declare its sinks with --shards {shards} --declare" if have == 1 else ""
         return (
-            f"HA_SHARDS={shards} but the crawl of {spider} is in Redis {where} (key "
-            f"{keys.shard_count}) and has not finished (it runs, stopped before its end, or "
-            f"keeps its state: SCHEDULER_PERSIST=True): run it with HA_SHARDS={have}, or "
-            f"`scrapy-ha flush {spider}` first to start it again (dead letters and counters "
-            "included)"
+            f"HA_SHARDS={shards} but the crawl of {spider} is in Redis {where}{key} and "
+            f"has not finished (it runs, stopped before its end, or keeps its state: "
+            f"SCHEDULER_PERSIST=True{sink}): run it with HA_SHARDS={have}, or `scrapy-ha "
+            f"flush {spider}` first to start it again (dead letters and counters "
+            f"included{again})"
         )
     dead, active, items, aside = await _kept(client, keys, layout)
     return (
