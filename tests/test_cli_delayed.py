@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 
+from scrapy_ha.keys import Keys
 from tests.cli_seed import delayed, lease_all, scrapy_ha
 
 HOUR = 3600_000
@@ -25,7 +26,7 @@ def test_delayed_list_shows_due_times_class_and_attempts(redis_url):
     assert time.strftime("%Y-%m-%d %H:", due) in out[1]
     assert re.fullmatch(r"5\dm \d\ds", " ".join(out[1].split()[3:5]))  # due in an hour
     assert out[1].split()[5:7] == ["server", "2"]
-    assert out[-1] == "3 delayed retries listed"
+    assert out[-1] == "3 delayed requests listed (3 retries)"
     only = scrapy_ha("delayed", "list", "books", "--class", "network", "--redis-url", redis_url)
     assert only.stdout.splitlines()[1].split()[-1] == "http://b.example/2"
 
@@ -49,3 +50,13 @@ def test_retry_now_makes_them_due_and_a_worker_sync_promotes_them(redis_url, red
     assert by_id.stdout.startswith("made 1 of 1 delayed retry of books due now")
     assert lease_all(redis_url, "books") == ["http://b.example/2"]
     assert redis_client.zcard("ha:{books}:delayed") == 0
+
+
+def test_delayed_list_counts_revisits_and_held_requests_apart_from_retries(redis_url, redis_client):
+    """The listing's last line said "3 delayed retries" of revisits too."""
+    ids = delayed(redis_url, "books", ROWS)
+    held = Keys("ha", "books").held
+    redis_client.hset(held, mapping={ids[0]: "revisit a.example", ids[1]: "gate b.example"})
+    out = scrapy_ha("delayed", "list", "books", "--redis-url", redis_url).stdout.splitlines()
+    assert [line.split()[5] for line in out[1:-1]] == ["revisit", "gate", "server"]
+    assert out[-1] == "3 delayed requests listed (1 retry, 1 revisit, 1 held by a gate)"

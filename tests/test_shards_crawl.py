@@ -113,7 +113,7 @@ def test_the_cli_aggregates_or_refuses_a_sharded_crawl(redis_url):
     listed = scrapy_ha("--redis-url", redis_url, "dlq", "list", "books")
     assert listed.returncode == 0 and "empty" in listed.stdout, listed.stderr
     delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books")
-    assert delayed.returncode == 0 and "no delayed retry" in delayed.stdout, delayed.stderr
+    assert delayed.returncode == 0 and "no delayed request" in delayed.stdout, delayed.stderr
     refused = scrapy_ha("--redis-url", redis_url, "dlq", "archive", "books")
     assert refused.returncode == 2
     assert "does not read sharded crawls yet" in refused.stderr

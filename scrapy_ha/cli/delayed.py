@@ -10,6 +10,7 @@ worker promotes them, with the priority and place they would have had.
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -116,7 +117,7 @@ async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     if args.limit is not None:
         found = found[: args.limit]
     if not found:
-        print(f"no delayed retry of {queue.keys.spider}")
+        print(f"no delayed request of {queue.keys.spider}")
         return 0
     print(f"{'ID':>10}  {'DUE':<19} {'IN':>8}  {'CLASS':<12} {'TRIES':>5}  URL")
     for d in found:
@@ -125,8 +126,24 @@ async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:
             f"{d.id:>10}  {local_time(d.due_ms)} {wait:>8}  {d.failure_class:<12} "
             f"{d.attempts:>5}  {mask_url(d.url)}"
         )
-    print(f"{plural(len(found), 'delayed retry', 'delayed retries')} listed")
+    print(f"{plural(len(found), 'delayed request', 'delayed requests')} listed ({kinds(found)})")
     return 0
+
+
+#: How the listing's last line counts each kind of delayed request.
+KINDS = {
+    "retry": ("retry", "retries"),
+    "revisit": ("revisit", "revisits"),
+    "gate": ("held by a gate", "held by a gate"),
+    "limit": ("held by a limit", "held by a limit"),
+}
+
+
+def kinds(found: list[Delayed]) -> str:
+    """``3 retries, 2 revisits``: the listed requests by kind (a retry's class is its last
+    failure's; the others wait without an attempt)."""
+    counts = Counter(d.failure_class if d.failure_class in HELD else "retry" for d in found)
+    return ", ".join(plural(counts[k], *KINDS[k]) for k in KINDS if counts[k])
 
 
 async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
