@@ -386,7 +386,7 @@ async def test_a_crawl_that_ends_while_a_killed_workers_heartbeat_lives_is_still
     (SCHEDULER_PERSIST=False), so the next run crawls everything again, not nothing."""
     keys = Keys("ha", "catalogue")
     seconds, micros = redis_client.time()
-    expiry = seconds * 1000 + micros // 1000 + 6000  # what a worker killed lately leaves
+    expiry = seconds * 1000 + micros // 1000 + 8000  # what a worker killed lately leaves
     redis_client.zadd(keys.workers, {"killed-lately": expiry})
     first = get_crawler(CatalogueSpider, settings(redis_url))
     with caplog.at_level(logging.INFO):
@@ -395,5 +395,21 @@ async def test_a_crawl_that_ends_while_a_killed_workers_heartbeat_lives_is_still
     await again.crawl_async(base_url=site.url)
     assert first.spider.items and len(again.spider.items) == len(first.spider.items)
     assert not redis_client.exists(keys.dupefilter, keys.workers)
-    assert "1 other worker(s) still have a heartbeat" in caplog.text
     assert "cleared its working keys" in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_of_two_workers_ending_together_one_ends_the_crawl_the_other_at_once(
+    redis_url, site_factory, caplog
+):
+    """The first to close sees the other's heartbeat: it leaves the crawl to it once that
+    one leaves (before, it waited and cleared the cleared crawl again)."""
+    import asyncio
+
+    site = site_factory("--pages", "2", "--per-page", "10", "--delay", "0.05")
+    crawlers = [get_crawler(CatalogueSpider, settings(redis_url)) for _ in range(2)]
+    with caplog.at_level(logging.INFO):
+        await asyncio.gather(*(c.crawl_async(base_url=site.url) for c in crawlers))
+    assert sum(len(c.spider.items) for c in crawlers) == 20
+    assert caplog.text.count("Crawl finished: cleared its working keys") == 1
+    assert "Stopped waiting" not in caplog.text

@@ -17,12 +17,13 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy_ha.scheduler.session.outlast import outlast
 from scrapy_ha.store.runs import end_run
-from scrapy_ha.store.sharding import shards_of
-from scrapy_ha.store.wire import Finished
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from scrapy.crawler import Crawler
 
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.session.ends import Ends
@@ -104,16 +105,22 @@ async def let_go(renewals: Renewals, ends: Ends, queue: RedisQueue | None) -> No
 
 
 async def end_crawl(
-    queue: RedisQueue, config: SchedulerConfig, bound: asyncio.Timeout | None = None
+    queue: RedisQueue,
+    config: SchedulerConfig,
+    bound: asyncio.Timeout | None = None,
+    stop_asked: Callable[[], bool] = lambda: False,
 ) -> None:
     """The crawl finished: its last worker ends it (``RedisQueue.finish``, finish.lua),
     clearing its working keys (SCHEDULER_PERSIST=False) or dropping its session cookies
-    (True), waiting first for the heartbeats of other workers to end (:func:`outlast`);
-    one INFO line says what was done."""
+    (True), waiting for the heartbeats of other workers that refuse it (:mod:`.outlast`:
+    everything was handed back already, so *bound*, the close's budget, no longer holds;
+    each call of the wait has a bound of its own); one INFO line says what was done."""
     persist = config.persist
     ended = await queue.finish(config.worker_id, keep=persist)
     if not ended:
-        ended = await outlast(queue, config, bound)
+        if bound is not None:
+            bound.reschedule(None)
+        ended = await outlast(queue, config, stop_asked)
     if ended and not persist:
         logger.info("Crawl finished: cleared its working keys (SCHEDULER_PERSIST=False)")
     elif ended.sessions:
@@ -124,61 +131,16 @@ async def end_crawl(
         )
 
 
-#: Seconds between a closing worker's tries to end a finished crawl that another worker's
-#: heartbeat holds (:func:`outlast`).
-OUTLAST_POLL = 1.0
-
-
-async def outlast(
-    queue: RedisQueue, config: SchedulerConfig, bound: asyncio.Timeout | None = None
-) -> Finished:
-    """The crawl is finished, but another worker's heartbeat lives: a worker closing too
-    (it ends the crawl, the last to leave), or one killed less than ``HA_HEARTBEAT_TTL``
-    ago, which nobody would ever end it after: its next run would find every URL seen
-    (SCHEDULER_PERSIST=False). Try again every :data:`OUTLAST_POLL` seconds until those
-    heartbeats expire (``HA_HEARTBEAT_TTL`` at most: a live worker's does not, and it ends
-    the crawl itself), a try ends it, or the crawl has work again. *bound*, the close's
-    budget, is moved on by the wait."""
-    counts = await queue.counts()
-    expiry = await last_heartbeat(queue, counts.now_ms)
-    if counts.active or not expiry:
-        return Finished(False)
-    wait = min(expiry - counts.now_ms, config.heartbeat_ttl * 1000) / 1000 + OUTLAST_POLL
-    loop = asyncio.get_running_loop()
-    until = loop.time() + wait
-    if bound is not None and bound.when() is not None:
-        bound.reschedule(max(bound.when() or 0.0, until + config.close_timeout))
-    logger.info(
-        "The crawl is finished; %d other worker(s) still have a heartbeat (closing too, or "
-        "stopped less than HA_HEARTBEAT_TTL=%gs ago): ending it when they are gone, in %.0f s "
-        "at most",
-        counts.workers,
-        config.heartbeat_ttl,
-        wait,
-    )
-    while (left := until - loop.time()) > 0:
-        await asyncio.sleep(min(OUTLAST_POLL, left))
-        ended = await queue.finish(config.worker_id, keep=config.persist)
-        if ended or (await queue.counts()).active:  # ended, or a new run began
-            return ended
-    return Finished(False)
-
-
-async def last_heartbeat(queue: RedisQueue, now_ms: int) -> int:
-    """When the last live heartbeat of the crawl's workers expires (Redis's clock, ms; 0 if
-    none lives). Every worker heartbeats in shard 0."""
-    first = shards_of(queue)[0]
-    live = await first.client.zrange(
-        first.keys.workers, now_ms, "+inf", byscore=True, withscores=True
-    )
-    return int(max((score for _, score in live), default=0))
-
-
 async def wind_up(
-    queue: RedisQueue, run: int, config: SchedulerConfig, bound: asyncio.Timeout | None = None
+    queue: RedisQueue,
+    run: int,
+    config: SchedulerConfig,
+    bound: asyncio.Timeout | None = None,
+    crawler: Crawler | None = None,
 ) -> None:
     """The crawl finished (the spider closed as ``finished``): its run ends if nothing is
-    pending, leased or delayed, and the last worker ends the crawl (:func:`end_crawl`)."""
+    pending, leased or delayed, and the last worker ends the crawl (:func:`end_crawl`; a
+    shutdown asked meanwhile, the *crawler* no longer crawling, stops its wait)."""
     if await end_run(queue):
         logger.info("Run %d of the crawl finished", run)
-    await end_crawl(queue, config, bound)
+    await end_crawl(queue, config, bound, lambda: crawler is not None and not crawler.crawling)

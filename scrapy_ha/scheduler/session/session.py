@@ -270,7 +270,7 @@ class Session:
             self.stats.set_value(name, value)  # the filter's error, before a finish clears it
         await self.queue.leave(self.config.worker_id, self.outbox.nonce)
         if reason == "finished":
-            await wind_up(self.queue, self.shell.admission.run, self.config, bound)
+            await wind_up(self.queue, self.shell.admission.run, self.config, bound, self.crawler)
 
     # -- the background loop ---------------------------------------------------------
 
