@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -18,6 +19,9 @@ from scrapy_ha.scheduler.session.outlast import outlast
 from scrapy_ha.store.queue import RedisQueue
 from tests import redis_servers
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 KEYS = Keys("ha", "s")
 CONFIG = replace(SchedulerConfig(), worker_id="closing", heartbeat_ttl=30.0, close_timeout=2.0)
 
@@ -26,6 +30,7 @@ async def finished_crawl(url: str, other_for_ms: int) -> RedisQueue:
     """A finished crawl (a dupefilter, nothing pending) with another worker's heartbeat
     live for *other_for_ms*, as a worker killed lately leaves it."""
     queue = RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
+    await queue.client.delete(KEYS.finish_record)  # a worker joining a run deletes it
     await queue.client.sadd(KEYS.dupefilter, b"fingerprint")
     await heartbeat(queue, "other", other_for_ms)
     return queue
@@ -43,19 +48,31 @@ async def test_a_killed_workers_heartbeat_is_outlasted_then_the_crawl_ended(redi
         assert await outlast(queue, CONFIG, lambda: False)
     assert not await queue.client.exists(KEYS.dupefilter, KEYS.workers)
     assert "1 other worker(s) have a live heartbeat" in caplog.text
+    assert "another worker ends it" not in caplog.text
     await queue.client.aclose()
 
 
+def watching() -> tuple[asyncio.Event, Callable[[], bool]]:
+    """An event set once the wait has had its first look (its ``stop_asked`` is called
+    after each look), and that ``stop_asked``."""
+    looked = asyncio.Event()
+
+    def stop_asked() -> bool:
+        looked.set()
+        return False
+
+    return looked, stop_asked
+
+
 @deferred_f_from_coro_f
-async def test_a_heartbeat_renewed_removed_or_new_leaves_the_crawl_to_its_worker(redis_url, caplog):
-    for change in ("renewed", "removed", "new"):
+async def test_a_heartbeat_renewed_or_new_leaves_the_crawl_to_its_worker(redis_url, caplog):
+    for change in ("renewed", "new"):
         queue = await finished_crawl(redis_url, 20_000)
-        waiting = asyncio.ensure_future(outlast(queue, CONFIG, lambda: False))
-        await asyncio.sleep(0.3)
+        looked, stop_asked = watching()
+        waiting = asyncio.ensure_future(outlast(queue, CONFIG, stop_asked))
+        await looked.wait()
         if change == "renewed":  # that worker lives: it closes on the crawl in its turn
             await heartbeat(queue, "other", 25_000)
-        elif change == "removed":  # it left: its own finish (or its own wait) takes over
-            await queue.client.zrem(KEYS.workers, "other")
         else:  # a worker started a new run
             await heartbeat(queue, "started", 30_000)
         with caplog.at_level(logging.INFO):
@@ -68,15 +85,41 @@ async def test_a_heartbeat_renewed_removed_or_new_leaves_the_crawl_to_its_worker
 
 
 @deferred_f_from_coro_f
+async def test_a_worker_that_left_ends_the_crawl_itself_or_this_one_does(redis_url, caplog):
+    """Removed before its expiry, a heartbeat's worker left: by a finish of its own (then it
+    ended the crawl, once), or closing for another reason (then nobody else will)."""
+    for finishing in (True, False):
+        queue = await finished_crawl(redis_url, 20_000)
+        looked, stop_asked = watching()
+        waiting = asyncio.ensure_future(outlast(queue, CONFIG, stop_asked))
+        await looked.wait()
+        if finishing:
+            other = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+            assert await other.finish("other")
+            await other.client.aclose()
+        else:  # a shutdown, a closespider limit: it leaves without a finish
+            await queue.client.zrem(KEYS.workers, "other")
+        with caplog.at_level(logging.INFO):
+            assert bool(await waiting) is not finishing
+        assert not await queue.client.exists(KEYS.dupefilter)
+        assert ("another worker ends it" in caplog.text) is finishing
+        caplog.clear()
+        await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_a_shutdown_asked_during_the_wait_stops_it_saying_so(redis_url, caplog):
     queue = await finished_crawl(redis_url, 20_000)
-    asked: list[bool] = []
-    waiting = asyncio.ensure_future(outlast(queue, CONFIG, lambda: bool(asked)))
-    await asyncio.sleep(0.3)
-    asked.append(True)
+    looks: list[int] = []
+
+    def stop_asked() -> bool:  # asked once the wait has looked once
+        looks.append(1)
+        return len(looks) > 1
+
     with caplog.at_level(logging.INFO):
-        assert not await waiting
+        assert not await outlast(queue, CONFIG, stop_asked)
     assert "(a shutdown was asked): the crawl of s stays in Redis" in caplog.text
+    assert await queue.client.exists(KEYS.dupefilter)
     await queue.client.aclose()
 
 
@@ -85,8 +128,9 @@ async def test_a_redis_lost_during_the_wait_is_one_warning(tmp_path, caplog):
     server = redis_servers.start(tmp_path / "redis")
     try:
         queue = await finished_crawl(f"redis://127.0.0.1:{server.port}", 20_000)
-        waiting = asyncio.ensure_future(outlast(queue, CONFIG, lambda: False))
-        await asyncio.sleep(0.3)
+        looked, stop_asked = watching()
+        waiting = asyncio.ensure_future(outlast(queue, CONFIG, stop_asked))
+        await looked.wait()
         server.kill()
         with caplog.at_level(logging.INFO):
             assert not await waiting

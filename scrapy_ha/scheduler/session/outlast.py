@@ -5,10 +5,12 @@ leave ends it. A worker killed (SIGKILL, a lost machine) leaves its heartbeat li
 to ``HA_HEARTBEAT_TTL``, and nobody renews or removes it: if the crawl finishes meanwhile,
 every worker leaves it to that one, and the crawl stays uncleared for ever
 (``SCHEDULER_PERSIST=False``: its next run finds every URL seen). So a worker whose finish
-another heartbeat refused watches those heartbeats (:func:`outlast`): once all of them
-expired it ends the crawl itself; as soon as one of them is renewed (that worker is alive
-and will close on the crawl in its turn), removed early (it left: its own finish, or its own
-wait, takes over) or a new heartbeat appears (a new run), it leaves the crawl to them.
+another heartbeat refused watches those heartbeats (:func:`outlast`). One renewed (that
+worker lives, and will close on the crawl in its turn), a new one (a worker started), work
+in the crawl again or a finish recorded by another worker: it leaves the crawl to them. One
+removed (its worker left, by a finish of its own or not) or expired (killed) is dropped; once
+none is left, and none was removed at the last look (a worker that left may be finishing),
+it ends the crawl itself.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two looks at the heartbeats that hold a finish.
 OUTLAST_POLL = 1.0
+#: The wait's bound, in ``HA_HEARTBEAT_TTL``: a heartbeat nobody renews expires within one
+#: (another worker's TTL may be longer; a Redis clock set back delays it).
+OUTLAST_CAP = 10
 
 
 async def outlast(
@@ -62,36 +67,37 @@ async def outlast(
 async def _outlast(
     queue: RedisQueue, config: SchedulerConfig, stop_asked: Callable[[], bool]
 ) -> Finished:
-    step = config.close_timeout
+    step, me = config.close_timeout, config.worker_id
     async with asyncio.timeout(step):
-        now, seen, active = await _look(queue)
-    if active:
+        now, seen, done = await _look(queue, me)
+    if done:
         return Finished(False)
-    if not seen:  # the heartbeat that refused the finish expired since
-        async with asyncio.timeout(step):
-            return await queue.finish(config.worker_id, keep=config.persist)
-    wait = min(max(seen.values()) - now, int(config.heartbeat_ttl * 1000)) / 1000
-    logger.info(
-        "The crawl is finished, but %d other worker(s) have a live heartbeat: waiting up to "
-        "%.0f s for them to close or, killed, to expire (HA_HEARTBEAT_TTL=%gs), then ending it",
-        len(seen),
-        wait + OUTLAST_POLL,
-        config.heartbeat_ttl,
-    )
+    if seen:
+        logger.info(
+            "The crawl is finished, but %d other worker(s) have a live heartbeat: waiting for "
+            "them to close or, killed, for their heartbeats to expire (up to HA_HEARTBEAT_TTL"
+            "=%gs after their last renewal), then ending it",
+            len(seen),
+            config.heartbeat_ttl,
+        )
     loop = asyncio.get_running_loop()
-    until = loop.time() + wait + OUTLAST_POLL
-    while (left := until - loop.time()) > 0:
-        if stop_asked():
-            break
-        await asyncio.sleep(min(OUTLAST_POLL, left))
+    until = loop.time() + OUTLAST_CAP * config.heartbeat_ttl  # a clock gone wrong
+    left: list[str] = []  # removed at the last look: maybe finishing it now
+    while loop.time() < until and not stop_asked():
+        await asyncio.sleep(OUTLAST_POLL)
         async with asyncio.timeout(step):
-            now, live, active = await _look(queue)
-        if active or _taken_over(seen, live, now):
+            now, live, done = await _look(queue, me)
+        if done or live.keys() - seen.keys() or any(live.get(w, 0) > e for w, e in seen.items()):
             logger.info("The crawl is finished: another worker ends it")
             return Finished(False)
-        if not live.keys() & seen.keys():  # all of them expired: killed
+        left = [worker for worker, expiry in seen.items() if worker not in live and expiry > now]
+        seen = {worker: expiry for worker, expiry in seen.items() if worker in live}
+        if not seen and not left:  # all expired: killed
             async with asyncio.timeout(step):
-                return await queue.finish(config.worker_id, keep=config.persist)
+                ended = await queue.finish(me, keep=config.persist)
+            if not ended:  # a heartbeat or work since, or a sharded finish's fence
+                logger.info("The crawl is finished: another worker ends it")
+            return ended
     logger.warning(
         "Stopped waiting for the heartbeats of %d other worker(s)%s: the crawl of %s stays "
         "in Redis until a worker closes on it again, or `scrapy-ha flush %s`",
@@ -103,22 +109,15 @@ async def _outlast(
     return Finished(False)
 
 
-def _taken_over(seen: dict[str, int], live: dict[str, int], now: int) -> bool:
-    """A heartbeat of *seen* was renewed (its worker lives) or removed before its expiry
-    (its worker left), or a new one is live (a worker started): that worker ends the crawl."""
-    if live.keys() - seen.keys():
-        return True
-    return any(
-        live[worker] > expiry if worker in live else expiry > now for worker, expiry in seen.items()
-    )
-
-
-async def _look(queue: RedisQueue) -> tuple[int, dict[str, int], int]:
-    """Redis's time (ms), the live heartbeats (worker -> expiry, ms; every worker's is in
-    shard 0), and what the crawl holds pending, leased or delayed."""
+async def _look(queue: RedisQueue, me: str) -> tuple[int, dict[str, int], bool]:
+    """Redis's time (ms); the other workers' live heartbeats (worker -> expiry, ms; every
+    worker's is in shard 0); and whether the crawl is no longer this worker's to end: work
+    in it again, or a finish recorded since the workers of this run joined ('done')."""
     counts = await queue.counts()
     first = shards_of(queue)[0]
     live = await first.client.zrange(
         first.keys.workers, counts.now_ms, "+inf", byscore=True, withscores=True
     )
-    return counts.now_ms, {_s(worker): int(expiry) for worker, expiry in live}, counts.active
+    record = await queue.client.get(queue.keys.finish_record)
+    others = {_s(worker): int(expiry) for worker, expiry in live if _s(worker) != me}
+    return counts.now_ms, others, bool(counts.active) or record == b"done"
