@@ -250,6 +250,20 @@ async def test_finish_clears_working_keys_only_for_the_last_worker(redis_url):
 
 
 @deferred_f_from_coro_f
+async def test_a_crawl_cleared_by_one_worker_is_not_cleared_again_by_the_next(redis_url):
+    """Two workers that left together both found no other heartbeat: the second cleared
+    the cleared crawl again and said so too."""
+    q = open_queue(redis_url)
+    await q.renew([], worker="w1", lease_ms=1000, heartbeat_ms=30000)
+    await q.renew([], worker="w2", lease_ms=1000, heartbeat_ms=30000)
+    await q.leave("w1")
+    await q.leave("w2")
+    assert await q.finish("w1")
+    assert not await q.finish("w2")
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_feed_takes_the_list_head_only_if_nobody_took_it_first(redis_url):
     q = open_queue(redis_url)
     await q.client.rpush("s:start_urls", b"u1", b"u2", b"u3")
