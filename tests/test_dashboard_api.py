@@ -437,3 +437,23 @@ async def test_secret_fields_of_form_and_json_bodies_are_masked(redis_url, site)
             assert not [s for s in secrets if s in show], f"dlq show prints a body secret: {show}"
     assert bodies["form"] == "user=u&password=***"
     assert json.loads(bodies["json"]) == {"user": "u", "password": "***", "auth": "***"}
+
+
+def test_a_crawl_that_is_not_in_redis_is_a_404_everywhere_and_no_action_makes_it(
+    redis_url, redis_client
+):
+    """A mistyped spider name: its tables answered empty, and a pause made the crawl (its
+    key written, the crawl listed since)."""
+    with dashboard(redis_url) as http:
+        for path in (
+            "/api/crawls/nosuch/dead",
+            "/api/crawls/nosuch/delayed",
+            "/crawls/nosuch/dead",
+        ):
+            answer = http.get(path)
+            assert answer.status_code == 404 and "no such crawl" in answer.text, path
+        for action, body in (("pause", {}), ("resume", {}), ("requeue", {"ids": ["1"]})):
+            answer = http.post(f"/api/crawls/nosuch/actions/{action}", json=body)
+            assert answer.status_code == 404 and "no such crawl" in answer.text, action
+        assert http.get("/api/crawls").json()["crawls"] == []
+    assert redis_client.keys("ha:{nosuch}*") == []

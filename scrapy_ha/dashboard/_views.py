@@ -24,6 +24,7 @@ from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
     from scrapy_ha.ops.stats import CrawlStats
@@ -44,8 +45,15 @@ async def crawl_keys(request: Request, spider: str) -> Keys:
     """The crawl's keys; a sharded crawl's are shard 0's, where its crawl-wide keys are (its
     numbers are read from every shard: see :func:`shard_keys`)."""
     keys = Keys(request.app.state.prefix, spider)
-    stored = await request.app.state.client.get(keys.shard_count)
-    return read_layout_keys(keys.prefix, spider, stored)
+    client = request.app.state.client
+    stored = await client.get(keys.shard_count)
+    found = read_layout_keys(keys.prefix, spider, stored)
+    if not (
+        await RedisQueue(client, found).exists() or await CheckpointStore(client, keys).exists()
+    ):
+        # a mistyped name: a 404, as the CLI's "no such crawl" (an action would make its keys)
+        raise HTTPException(404, f"no such crawl: no key of spider {spider!r} in Redis")
+    return found
 
 
 def shard_keys(keys: Keys) -> list[Keys]:
