@@ -288,3 +288,38 @@ def test_a_sink_that_does_not_open_is_one_error_line_and_no_group(
     assert f"error: --to {url}: the sink did not open: " in done.stderr, done.stderr
     assert "unable to open database file" in done.stderr and "Traceback" not in done.stderr
     assert not redis_client.exists(Keys("ha", "nodb").items)  # no group made
+
+
+async def _parked(url: str) -> None:
+    """Spider ``parked``: 1 retry delayed; 3 new requests of shop.example parked in its back
+    queue behind its closed gate; 2 of other.example parked until a time already past (a
+    paused crawl leases nothing, so nothing takes them back)."""
+    client = redis.asyncio.Redis.from_url(url)
+    keys = Keys("ha", "parked")
+    queue = RedisQueue(client, keys)
+    first = "http://first.example/0"
+    await queue.enqueue([NewEntry(first.encode(), 0, encode_request(Request(first), None))])
+    (lease,) = await queue.lease(1, 600_000)
+    await queue.retry_later(lease.id, lease.token, 3_600_000, b"", failure_class="server")
+    await queue.close_gate("shop.example", 1_200_000)
+    await queue.close_gate("other.example", 1_200_000)
+    urls = [f"http://shop.example/{i}" for i in range(3)]
+    urls += [f"http://other.example/{i}" for i in range(2)]
+    await queue.enqueue([NewEntry(u.encode(), 0, encode_request(Request(u), None)) for u in urls])
+    assert await queue.lease(10, 600_000) == []  # both queues parked behind their gates
+    await client.hdel(keys.gates, "other.example")  # its gate gone: its time has come
+    for qid in await client.zrange(keys.waiting, 0, -1):
+        if b"other.example" in qid:
+            await client.zadd(keys.waiting, {qid: 1})
+    await client.aclose()
+
+
+def test_status_says_what_waits_in_back_queues_apart_from_the_delayed_set(redis_url):
+    """The `delayed` line counted the pending requests of parked back queues as delayed
+    entries, and a queue whose time had come as "held by domain limits" (no limits set)."""
+    _run(_parked(redis_url))
+    status = scrapy_ha("status", "parked", "--redis-url", redis_url).stdout
+    assert "delayed  1: 1 retry;" in status, status
+    assert "held back  pending: 3 behind a closed gate (shop.example 3)" in status, status
+    held = next(line for line in status.splitlines() if "held back" in line)
+    assert "other.example" not in held and "limits" not in status, status

@@ -318,16 +318,26 @@ WAITS = (
 
 def _waiting(waiting: Waiting) -> list[str]:
     """What the delayed set holds, by why: retries, a closed gate, a domain's limits, the
-    next visits of revisited pages."""
-    if not waiting.delayed:
-        return []
-    parts = [plural(waiting.retries, "retry", "retries")]
-    for kind, why in WAITS:
-        if n := waiting.held_by(kind):
-            domains = ", ".join(f"{d} {c:,}" for d, c in sorted(waiting.held[kind].items()))
-            parts.append(f"{n:,} {why} ({domains})")
-    last = f"; the last due {local_time(waiting.last_due_ms)}" if waiting.last_due_ms else ""
-    return [f"{'delayed':>13}  {waiting.delayed:,}: " + ", ".join(parts) + last]
+    next visits of revisited pages; then the pending requests held back in their hosts'
+    back queues (a closed gate, a domain's limits)."""
+    lines = []
+    if waiting.delayed:
+        parts = [plural(waiting.retries, "retry", "retries")]
+        for kind, why in WAITS:
+            if marked := waiting.marked(kind):
+                domains = ", ".join(f"{d} {c:,}" for d, c in sorted(marked.items()))
+                parts.append(f"{sum(marked.values()):,} {why} ({domains})")
+        due = waiting.last_due_ms
+        last = f"; the last due {local_time(due)}" if due else ""
+        lines.append(f"{'delayed':>13}  {waiting.delayed:,}: " + ", ".join(parts) + last)
+    parts = []
+    for kind, why in (("gate", "behind a closed gate"), ("limit", "at their domain's limits")):
+        if hosts := waiting.parked.get(kind):
+            domains = ", ".join(f"{d} {c:,}" for d, c in sorted(hosts.items()))
+            parts.append(f"{sum(hosts.values()):,} {why} ({domains})")
+    if parts:
+        lines.append(f"{'held back':>13}  pending: " + ", ".join(parts))
+    return lines
 
 
 def _eta(stats: CrawlStats, waiting: Waiting) -> str:

@@ -57,6 +57,9 @@ class Waiting:
     #: delayed entries waiting without an attempt, whatever their why (the pending requests
     #: of waiting back queues are in ``held`` but not here: they are not delayed entries)
     held_total: int = 0
+    #: of ``held``, the pending requests of back queues parked in ``waiting`` until a time
+    #: to come: kind ('gate', 'limit') -> host -> n
+    parked: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def delayed(self) -> int:
@@ -64,6 +67,12 @@ class Waiting:
 
     def held_by(self, kind: str) -> int:
         return sum(self.held.get(kind, {}).values())
+
+    def marked(self, kind: str) -> dict[str, int]:
+        """The delayed entries of ``held`` (its parked back queues left out), by domain."""
+        parked = self.parked.get(kind, {})
+        found = {d: n - parked.get(d, 0) for d, n in self.held.get(kind, {}).items()}
+        return {d: n for d, n in found.items() if n > 0}
 
     @property
     def retries(self) -> int:
@@ -102,29 +111,39 @@ async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
                 break
             cursor, counts = await client.hscan(keys.held, cursor, match="#*", count=HELD_SCAN)
     total = sum(sum(d.values()) for d in held.values())
+    parked: dict[str, dict[str, int]] = {}
     for keys in shards:
-        await _waiting_queues(client, keys, held)
-    return Waiting(sorted(due), held, total)
+        await _waiting_queues(client, keys, parked)
+    for kind, hosts in parked.items():
+        domains = held.setdefault(kind, {})
+        for host, n in hosts.items():
+            domains[host] = domains.get(host, 0) + n
+    return Waiting(sorted(due), held, total, parked)
 
 
-async def _waiting_queues(client: Any, keys: Keys, held: dict[str, dict[str, int]]) -> None:
-    """Add to *held* the pending requests of the back queues parked in ``waiting``: behind
-    a closed gate ('gate') or at their domain's limits ('limit'), by host."""
-    qids = [_s(q) for q in await client.zrange(keys.waiting, 0, WAITING_QUEUES - 1)]
+async def _waiting_queues(client: Any, keys: Keys, parked: dict[str, dict[str, int]]) -> None:
+    """Add to *parked* the pending requests of the back queues parked in ``waiting`` until
+    a time to come: behind a closed gate ('gate') or at their domain's limits ('limit'), by
+    host. A queue whose time has come is not held: the next lease takes it back (a paused
+    crawl leases nothing)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.zrange(keys.waiting, 0, WAITING_QUEUES - 1, withscores=True)
+    (seconds, micros), rows = await pipe.execute()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    qids = [_s(qid) for qid, until in rows if until > now_ms]
     if not qids:
         return
     pipe = client.pipeline(transaction=False)
     for qid in qids:
         pipe.llen(keys.queue(qid))
     pipe.hgetall(keys.gates)
-    pipe.time()
-    *lengths, gates, (seconds, micros) = await pipe.execute()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    *lengths, gates = await pipe.execute()
     closed = {_s(d) for d, until in gates.items() if _int(until) > now_ms}
     for qid, n in zip(qids, lengths, strict=True):
         host = qid.partition(":")[2]
-        domains = held.setdefault("gate" if host in closed else "limit", {})
-        domains[host] = domains.get(host, 0) + int(n)
+        hosts = parked.setdefault("gate" if host in closed else "limit", {})
+        hosts[host] = hosts.get(host, 0) + int(n)
 
 
 def _int(value: Any) -> int:
