@@ -85,3 +85,24 @@ async def test_a_bloom_filter_forgets_by_rules_only(redis_url, site):
     done = seen(redis_url, "forget", "catalogue", "--pattern", f"{site.url}/item/?", "--yes")
     assert done.returncode == 0, done.stderr
     assert await crawl(redis_url, site, **bloom) == list(range(1, 10))  # a rule: new again
+
+
+def test_a_url_or_domain_that_can_never_match_is_a_usage_error(redis_url):
+    """A malformed URL was a traceback with exit code 1 (which `seen check` gives a URL not
+    seen); a --domain with a scheme or a port was a rule that forgot nothing, silently."""
+    from tests.cli_seed import dead_letters
+
+    dead_letters(redis_url, "catalogue", [("http://a.test/1", "gone", 404)])  # a crawl
+    for args in (
+        ("check", "catalogue", "notaurl"),
+        ("check", "catalogue", "http://[bad"),
+        ("forget", "catalogue", "notaurl", "--yes"),
+        ("forget", "catalogue", "--domain", "http://shop.example/", "--yes"),
+        ("forget", "catalogue", "--domain", "127.0.0.1:6413", "--yes"),
+        ("forget", "catalogue", "--domain", "", "--yes"),
+    ):
+        done = seen(redis_url, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr, args
+    ok = seen(redis_url, "forget", "catalogue", "--domain", "shop.example", "--dry-run")
+    assert ok.returncode == 0, ok.stderr

@@ -20,6 +20,7 @@ from scrapy import Request
 from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import FINGERPRINT_BYTES, SEEN_SLICES, shard_of
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.store.aged import slices_where
@@ -40,6 +41,24 @@ if TYPE_CHECKING:
 
     from scrapy_ha.cli.project import WorkerView
     from scrapy_ha.store.queue import RedisQueue
+
+
+def given(args: argparse.Namespace) -> None:
+    """Refuse, before Redis is read, a URL Scrapy cannot request and a ``--domain`` that is
+    not a host name (a rule matches a URL's host name alone: a scheme, a port or a path in
+    it would match nothing). Exit code 2, as any usage error (1 is a URL not seen)."""
+    for url in args.urls:
+        try:
+            Request(url)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{url!r} is not a URL a spider could request: {exc}") from None
+    for domain in getattr(args, "domain", None) or []:
+        ipv6 = domain.count(":") > 1
+        if not domain or "/" in domain or (":" in domain and not ipv6) or " " in domain:
+            raise ConfigError(
+                f"--domain {domain!r}: give a host name (shop.example): a rule matches a "
+                "URL's host name alone, so a scheme, a port or a path would match nothing"
+            )
 
 
 def fingerprints(
@@ -73,6 +92,7 @@ async def check(queue: RedisQueue, args: argparse.Namespace) -> int:
     is, 1 when one is not; 2 for a Bloom filter kept for ever, which cannot be read URL by
     URL (in time slices, with ``HA_DUPEFILTER_TTL``, it can: a URL it holds may be a false
     positive)."""
+    given(args)
     sliced = await _sliced(queue)
     kept = (
         "a Bloom filter is not read URL by URL when kept for ever (in time slices, with "
@@ -141,6 +161,7 @@ async def forget(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Let URLs be crawled again the next time a page links to them: each URL given, every
     URL of each ``--domain`` (its subdomains too), every URL matching each ``--pattern``
     (``*`` and ``?`` as in the shell), seen until now."""
+    given(args)
     if not (args.urls or args.domain or args.pattern):
         print("nothing to forget: give URLs, --domain or --pattern", file=sys.stderr)
         return 2
