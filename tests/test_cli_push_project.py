@@ -167,3 +167,14 @@ def test_push_outside_a_project_says_whose_settings_it_used(tmp_path, redis_url)
     assert pushed.returncode == 0, pushed.stderr
     assert "not in a Scrapy project" in pushed.stderr
     assert "Scrapy's defaults" in pushed.stderr
+
+
+def test_a_callback_the_spider_does_not_have_is_refused_in_its_project(redis_url, tmp_path):
+    """It was pushed ("1 added"), and the worker dead-lettered it as corrupt."""
+    project = _project(tmp_path)
+    bad = '{"url": "http://a.example/1", "callback": "nosuchmethod"}'
+    refused = _push(project, redis_url, "pushed", bad)
+    assert refused.returncode == 1, refused.stderr
+    assert "nothing pushed: argument 1: the spider has no method 'nosuchmethod'" in refused.stderr
+    good = '{"url": "http://a.example/1", "callback": "parse_item"}'
+    assert _push(project, redis_url, "pushed", good).returncode == 0

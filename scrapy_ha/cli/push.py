@@ -182,6 +182,10 @@ def _entries(
     entries = []
     for line, where in _lines(args):
         request, callbacks = parse_line(line, where)
+        if not view.caveat:  # the spider's own class: a worker would dead-letter it as corrupt
+            for name in callbacks.values():
+                if not callable(getattr(view.spider, name, None)):
+                    raise BadLine(f"{where}: the spider has no method {name!r}")
         if refusal := refused_scheme(request, admission.schemes):
             raise BadLine(f"{where}: {refusal}; workers fetch no other scheme from Redis")
         try:
