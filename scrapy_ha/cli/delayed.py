@@ -147,13 +147,18 @@ def kinds(found: list[Delayed]) -> str:
 
 
 async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Make delayed retries due now (IDs, --all, --class, --domain): the next sync of any
+    """Make delayed requests due now (IDs, --all, --class, --domain): the next sync of any
     worker promotes them to the queue."""
     if not (args.ids or args.all or args.failure_class or args.domain):
         print("name entry IDs, a filter (--class, --domain) or --all", file=sys.stderr)
         return 1
     chosen = _matching(await entries(queue), args)
-    what = f"{plural(len(chosen), 'delayed retry', 'delayed retries')} of {queue.keys.spider}"
+    found = {d.id for d in chosen}
+    missing = [i for i in args.ids or [] if i not in found]
+    if missing:  # a typo, or promoted meanwhile: said, the others done, exit code 1
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
+        print(f"no delayed request {shown} in {queue.keys.spider}", file=sys.stderr)
+    what = f"{plural(len(chosen), 'delayed request', 'delayed requests')} of {queue.keys.spider}"
     verdict = approve(
         args, "retry now", what, [f"{d.id} {d.failure_class} {mask_url(d.url)}" for d in chosen]
     )
@@ -161,4 +166,4 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 0 if verdict is None else 1
     changed = await operations.make_due(queue, [d.id for d in chosen])
     print(f"made {changed} of {what} due now: workers take them at their next sync")
-    return 0
+    return 1 if missing else 0

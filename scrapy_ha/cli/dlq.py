@@ -152,6 +152,11 @@ async def _bulk(
         )
         return 1
     entries = await _selected(dead_letters(queue), args)
+    found = {e.id for e in entries}
+    missing = [i for i in args.ids or [] if i not in found]
+    if missing:  # a typo, or gone meanwhile: said, the others done, exit code 1
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
+        print(f"no dead letter {shown} in {queue.keys.spider}", file=sys.stderr)
     verb = done.removesuffix("d")
     what = f"{_entries(len(entries))} of {queue.keys.spider}"
     verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])
@@ -159,4 +164,4 @@ async def _bulk(
         return 0 if verdict is None else 1
     n = await action([e.id for e in entries])
     print(f"{done} {n} of {_entries(len(entries))}")
-    return 0
+    return 1 if missing else 0
