@@ -3,6 +3,8 @@ holds, stays alive and says so; on resume it goes on and the crawl completes."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scrapy_ha.demo import harness
@@ -59,6 +61,9 @@ def test_pause_holds_a_live_crawl_and_resume_finishes_it(
         assert backqueues.count(redis_client, Keys("ha", "catalogue")) > 0
         shown = scrapy_ha("workers", "catalogue", "--redis-url", redis_url).stdout
         assert "the crawl is paused since" in shown
+        status = scrapy_ha("status", "catalogue", "--redis-url", redis_url).stdout
+        eta = next(line for line in status.splitlines() if line.strip().startswith("eta"))
+        assert re.fullmatch(r" *eta  none while paused: [\d,]+ left", eta), eta  # no countdown
         again = scrapy_ha("pause", "catalogue", "--redis-url", redis_url).stdout
         assert "already paused" in again
         assert log.read_text().count("crawl paused by operator") == 1

@@ -122,7 +122,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["domain_slots"] = held
             out.write(json.dumps(doc) + "\n")
         else:
-            lines = text(stats, waiting, args.domains)
+            lines = text(stats, waiting, args.domains, paused=bool(paused))
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines += items_text(stats, items)
@@ -242,8 +242,10 @@ def _rounded(value: float | None) -> float | None:
 # -- text --------------------------------------------------------------------------------
 
 
-def text(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> list[str]:
-    """The status as lines of text, for a terminal."""
+def text(
+    stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS, *, paused: bool = False
+) -> list[str]:
+    """The status as lines of text, for a terminal (no ETA while *paused*: nothing moves)."""
     lines = [
         f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
         _row(
@@ -260,7 +262,7 @@ def text(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> lis
         _per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),
         *(_rates(stats, event) for event in MINUTE_EVENTS),
         *_waiting(waiting),
-        f"{'eta':>13}  {_eta(stats, waiting)}",
+        f"{'eta':>13}  {_paused_eta(stats, waiting) if paused else _eta(stats, waiting)}",
     ]
     return lines + _domains(stats, domains)
 
@@ -338,6 +340,11 @@ def _waiting(waiting: Waiting) -> list[str]:
     if parts:
         lines.append(f"{'held back':>13}  pending: " + ", ".join(parts))
     return lines
+
+
+def _paused_eta(stats: CrawlStats, waiting: Waiting) -> str:
+    left = stats.pending + stats.leased + waiting.delayed
+    return f"none while paused: {left:,} left"
 
 
 def _eta(stats: CrawlStats, waiting: Waiting) -> str:
