@@ -323,3 +323,14 @@ def test_status_says_what_waits_in_back_queues_apart_from_the_delayed_set(redis_
     assert "held back  pending: 3 behind a closed gate (shop.example 3)" in status, status
     held = next(line for line in status.splitlines() if "held back" in line)
     assert "other.example" not in held and "limits" not in status, status
+
+
+def test_a_dlq_window_that_ends_before_it_starts_is_a_usage_error(redis_url):
+    """``--since 1h --until 2h`` listed nothing, silently (a window of nothing)."""
+    dead_letters(redis_url, "window", [("http://a.test/1", "gone", 404)])
+    done = scrapy_ha(
+        "--redis-url", redis_url, "dlq", "list", "window", "--since", "1h", "--until", "2h"
+    )
+    assert done.returncode == 2 and "--since is later than --until" in done.stderr, done.stderr
+    fine = scrapy_ha("--redis-url", redis_url, "dlq", "list", "window", "--since", "2h")
+    assert fine.returncode == 0 and "http://a.test/1" in fine.stdout, fine.stderr

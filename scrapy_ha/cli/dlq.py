@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.cli.archive import unarchived_kept
 from scrapy_ha.cli.common import approve
 from scrapy_ha.codec import mask_url
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.shards import dead_letters
@@ -27,13 +28,17 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
         found = [await dlq.get(i) for i in args.ids]
         return [e for e in found if e is not None]
     now = await server_ms(dlq.client) if (args.since or args.until) else 0
+    since = args.since(now) if args.since else None
+    until = args.until(now) if args.until else None
+    if since is not None and until is not None and since > until:  # a window of nothing
+        raise ConfigError("--since is later than --until: nothing could match")
     return await dlq.entries(
         failure_class=args.failure_class,
         domain=args.domain,
         reason=args.reason,
         status=args.status,
-        since_ms=args.since(now) if args.since else None,
-        until_ms=args.until(now) if args.until else None,
+        since_ms=since,
+        until_ms=until,
         offset=getattr(args, "offset", 0),
         limit=getattr(args, "limit", None),
     )
