@@ -334,3 +334,17 @@ def test_a_dlq_window_that_ends_before_it_starts_is_a_usage_error(redis_url):
     assert done.returncode == 2 and "--since is later than --until" in done.stderr, done.stderr
     fine = scrapy_ha("--redis-url", redis_url, "dlq", "list", "window", "--since", "2h")
     assert fine.returncode == 0 and "http://a.test/1" in fine.stdout, fine.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (("--url", "notaurl"), "error: --url 'notaurl': "),
+        (("--url", "sqlite:///x.db", "--table", "bad table"), "error: --table 'bad table': "),
+    ],
+)
+def test_dlq_archive_names_the_option_it_was_given(redis_url, given, said):
+    """It named the project's settings (HA_DLQ_ARCHIVE_URL=...) for an option's value."""
+    dead_letters(redis_url, "arch", [("http://a.test/1", "gone", 404)])
+    done = scrapy_ha("--redis-url", redis_url, "dlq", "archive", "arch", *given)
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr

@@ -46,7 +46,15 @@ async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    archive = Archive(url, table)
+    try:
+        archive = Archive(url, table)
+    except ConfigError as exc:  # named as the user gave it: the option, or the setting
+        said = str(exc)
+        if args.url:
+            said = said.replace("HA_DLQ_ARCHIVE_URL=", "--url ")
+        if args.table:
+            said = said.replace("HA_DLQ_ARCHIVE_TABLE=", "--table ")
+        raise ConfigError(said) from None
     started = time.monotonic()
     try:
         run = await archive_crawl(DeadLetterQueue(queue), archive, dry_run=args.dry_run)
