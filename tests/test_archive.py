@@ -172,7 +172,10 @@ async def test_a_database_down_costs_no_request_and_retention_keeps_unarchived_e
     # retention (2 entries) would have dropped 3: none was archived, all 5 stay
     assert redis_client.zcard(KEYS.dead) == 5
 
-    # purge keeps what is not archived, and says so
+    # purge keeps what is not archived, and says so (its dry run too)
+    dry = cli(redis_url, "dlq", "purge", "faults", "--all", "--dry-run").stdout.splitlines()
+    assert dry[0] == "would purge 5 entries of faults (dry run: nothing changed)"
+    assert dry[-1].startswith("  (an SQL archive is declared for faults: those not archived")
     purge = cli(redis_url, "dlq", "purge", "faults", "--all", "--yes")
     assert purge.stdout.splitlines() == [
         "purged 0 of 5 entries",
@@ -205,7 +208,7 @@ def test_a_bad_archive_url_is_named(redis_url, redis_client):
     redis_client.hset("ha:{faults}:stats", "enqueued", 1)  # the crawl is there
     result = cli(redis_url, "dlq", "archive", "faults", "--url", "nosuchdb://u:secret@h/x")
     assert result.returncode == 2
-    assert "HA_DLQ_ARCHIVE_URL='nosuchdb://u:***@h/x'" in result.stderr
+    assert "error: --url 'nosuchdb://u:***@h/x'" in result.stderr
     assert "secret" not in result.stderr
 
 

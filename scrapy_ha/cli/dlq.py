@@ -11,6 +11,7 @@ from scrapy_ha.cli.archive import unarchived_kept
 from scrapy_ha.cli.common import approve
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.deadletters.marks import declared
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.shards import dead_letters
@@ -140,6 +141,11 @@ async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
     code = await _bulk(queue, args, "purged", dlq.purge)
     if dlq.kept_unarchived:
         print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived))
+    elif args.dry_run and await declared(queue.client, queue.keys):
+        print(
+            f"  (an SQL archive is declared for {queue.keys.spider}: those not archived yet "
+            f"would be kept; `scrapy-ha dlq archive {queue.keys.spider}` first)"
+        )
     return code
 
 
