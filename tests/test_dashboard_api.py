@@ -456,4 +456,7 @@ def test_a_crawl_that_is_not_in_redis_is_a_404_everywhere_and_no_action_makes_it
             answer = http.post(f"/api/crawls/nosuch/actions/{action}", json=body)
             assert answer.status_code == 404 and "no such crawl" in answer.text, action
         assert http.get("/api/crawls").json()["crawls"] == []
+        page = http.get("/crawls/nosuch")  # a page's error is a line of text, not JSON
+        assert page.status_code == 404 and page.text.startswith("error: no such crawl"), page.text
+        assert http.get("/api/crawls/nosuch").json()["detail"].startswith("no such crawl")
     assert redis_client.keys("ha:{nosuch}*") == []

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 
 import redis.exceptions
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -25,6 +26,7 @@ from fastapi.responses import (
 )
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._acting import api_action, form_action, text_of
@@ -84,6 +86,7 @@ def create_app(
     app.middleware("http")(_guard_request)
     app.exception_handler(CrawlUnreadable)(_unreadable)
     app.exception_handler(redis.exceptions.ResponseError)(_wrong_type)
+    app.exception_handler(StarletteHTTPException)(_http_error)
     _routes(app)
     return app
 
@@ -136,6 +139,13 @@ async def _unreadable(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": error}, UNREADABLE_STATUS)
     return PlainTextResponse(f"error: {error}\n", UNREADABLE_STATUS)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """A 404 or 400 of a page: a line of text (FastAPI's JSON stays for ``/api/``)."""
+    if request.url.path.startswith("/api/") or not isinstance(exc, StarletteHTTPException):
+        return await http_exception_handler(request, exc)  # type: ignore[arg-type]
+    return PlainTextResponse(f"error: {exc.detail}\n", exc.status_code, headers=exc.headers)
 
 
 #: The answer of a page or an action on a crawl that cannot be read: 409 Conflict, the
