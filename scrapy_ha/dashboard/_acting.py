@@ -19,7 +19,7 @@ from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action
 from scrapy_ha.dashboard._data import report
 from scrapy_ha.dashboard._pages import render
-from scrapy_ha.dashboard._views import crawl_keys, filter_from, tables_of, urls_of
+from scrapy_ha.dashboard._views import crawl_keys, filter_from, known_crawl, tables_of, urls_of
 from scrapy_ha.ops.unreadable import check_types
 from scrapy_ha.store.sharding import make_queue
 
@@ -92,6 +92,7 @@ def _audit(spider: str, action: Action, touched: int | None, selected: int) -> N
 async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
     """``POST /api/crawls/SPIDER/actions/NAME``: run it at once (or count, ``dry_run``)."""
     action = _action_named(name)
+    await known_crawl(request, spider)
     body = _json_object(await request.body())
     ids = _ids_of(body)
     flt = await filter_from(request, body["filter"]) if body.get("filter") is not None else None
@@ -147,6 +148,7 @@ async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
     """``POST /crawls/SPIDER/actions/NAME``: its confirmation page, or once confirmed,
     its report."""
     action = _action_named(name)
+    await known_crawl(request, spider)
     form = await _read_form(request)
     if not _guard.same(text_of(form.get(_guard.CSRF_FIELD)), request.state.csrf):
         raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")

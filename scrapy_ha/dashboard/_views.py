@@ -17,6 +17,7 @@ from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_
 from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
+from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import UNREADABLE, explain, read_layout_keys
 from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
@@ -45,15 +46,19 @@ async def crawl_keys(request: Request, spider: str) -> Keys:
     """The crawl's keys; a sharded crawl's are shard 0's, where its crawl-wide keys are (its
     numbers are read from every shard: see :func:`shard_keys`)."""
     keys = Keys(request.app.state.prefix, spider)
-    client = request.app.state.client
-    stored = await client.get(keys.shard_count)
-    found = read_layout_keys(keys.prefix, spider, stored)
-    if not (
-        await RedisQueue(client, found).exists() or await CheckpointStore(client, keys).exists()
-    ):
-        # a mistyped name: a 404, as the CLI's "no such crawl" (an action would make its keys)
-        raise HTTPException(404, f"no such crawl: no key of spider {spider!r} in Redis")
-    return found
+    stored = await request.app.state.client.get(keys.shard_count)
+    return read_layout_keys(keys.prefix, spider, stored)
+
+
+async def known_crawl(request: Request, spider: str) -> None:
+    """A 404 for a crawl with no key in Redis, as the CLI's "no such crawl" (a mistyped
+    name: an action would make its keys, a table would answer empty); the same test as the
+    CLI's (its queue's keys, every shard's, then its checkpoints)."""
+    client, prefix = request.app.state.client, request.app.state.prefix
+    queue = await crawl_queue(client, prefix, spider, None)
+    if await queue.exists() or await CheckpointStore(client, queue.keys).exists():
+        return
+    raise HTTPException(404, f"no such crawl: no key of spider {spider!r} in Redis")
 
 
 def shard_keys(keys: Keys) -> list[Keys]:
@@ -241,6 +246,7 @@ async def tables_of(request: Request, spider: str) -> ShardedTables:
 
 async def table_page(request: Request, spider: str, table: str) -> tuple[Filter, Page]:
     check_table(table)
+    await known_crawl(request, spider)
     tables = await tables_of(request, spider)
     q = request.query_params
     flt = await filter_from(request, q)
@@ -257,6 +263,7 @@ async def table_page(request: Request, spider: str, table: str) -> tuple[Filter,
 
 async def entry_view(request: Request, spider: str, table: str, entry_id: str) -> dict[str, Any]:
     check_table(table)
+    await known_crawl(request, spider)
     keys = await crawl_keys(request, spider)
     row = await ShardedTables(request.app.state.client, shard_keys(keys)).row(table, entry_id)
     if row is None:
