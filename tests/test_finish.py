@@ -178,19 +178,6 @@ async def test_the_fence_keeps_a_finish_from_starting_or_deciding_against_a_join
     await client.aclose()
 
 
-@deferred_f_from_coro_f
-async def test_a_sharded_crawl_cleared_by_one_worker_is_not_cleared_again_by_the_next(
-    redis_url,
-):
-    """Two workers that left together: the second redid the whole finish, every shard."""
-    client = redis.asyncio.Redis.from_url(redis_url)
-    queue = make_queue(client, "ha", "catalogue", 3)
-    assert await queue.finish("w1")
-    assert await client.get("ha:{catalogue}:finish") == b"done"
-    assert not await queue.finish("w2")
-    await client.aclose()
-
-
 # -- issue 36 item 7: a finished crawl runs again with another HA_SHARDS -----------------------
 
 

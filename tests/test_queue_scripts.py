@@ -260,6 +260,16 @@ async def test_a_crawl_cleared_by_one_worker_is_not_cleared_again_by_the_next(re
     await q.leave("w2")
     assert await q.finish("w1")
     assert not await q.finish("w2")
+    # a worker whose heartbeat had expired, back (renewals do not join again): it crawled
+    # on after the clear, and its keys would stay behind a 'done' for ever
+    await q.renew([], worker="w3", lease_ms=1000, heartbeat_ms=30000)
+    await q.enqueue([entry("late")])
+    (late,) = await q.lease(1, 30000)
+    await q.ack([(late.id, late.token)])
+    await q.leave("w3")
+    assert await q.client.exists(KEYS.dupefilter)
+    assert await q.finish("w3")
+    assert not await q.client.exists(KEYS.dupefilter)
     await q.client.aclose()
 
 

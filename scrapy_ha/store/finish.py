@@ -124,8 +124,6 @@ async def finish_shards(queue: Sharded, worker: str, *, keep: bool) -> Finished:
         if not await _finished(queue):
             return Finished(False)
         return await queue.shards[0].finish(worker, keep=True)
-    if await queue.client.get(queue.keys.finish_record) == b"done":
-        return Finished(False)  # another worker of the run cleared it (a join deletes 'done')
     token = secrets.token_hex(8)
     if not await _step(queue, "prepare", token):
         return Finished(False)

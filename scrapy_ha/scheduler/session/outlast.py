@@ -6,11 +6,11 @@ to ``HA_HEARTBEAT_TTL``, and nobody renews or removes it: if the crawl finishes 
 every worker leaves it to that one, and the crawl stays uncleared for ever
 (``SCHEDULER_PERSIST=False``: its next run finds every URL seen). So a worker whose finish
 another heartbeat refused watches those heartbeats (:func:`outlast`). One renewed (that
-worker lives, and will close on the crawl in its turn), a new one (a worker started), work
-in the crawl again or a finish recorded by another worker: it leaves the crawl to them. One
-removed (its worker left, by a finish of its own or not) or expired (killed) is dropped; once
-none is left, and none was removed at the last look (a worker that left may be finishing),
-it ends the crawl itself.
+worker lives, and will close on the crawl in its turn), a new one (a worker started) or
+work in the crawl again: it leaves the crawl to them. One removed (its worker left, by a
+finish of its own or not) or expired (killed) is dropped; once none is left, and none was
+removed at the last look (a worker that left may be finishing), it tries the finish itself
+(finish.lua does nothing where another worker cleared the crawl since).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ async def _outlast(
         if not seen and not left:  # all expired: killed
             async with asyncio.timeout(step):
                 ended = await queue.finish(me, keep=config.persist)
-            if not ended:  # a heartbeat or work since, or a sharded finish's fence
+            if not ended:  # ended by another (finish.lua), a heartbeat or work since, a fence
                 logger.info("The crawl is finished: another worker ends it")
             return ended
     logger.warning(
@@ -111,13 +111,12 @@ async def _outlast(
 
 async def _look(queue: RedisQueue, me: str) -> tuple[int, dict[str, int], bool]:
     """Redis's time (ms); the other workers' live heartbeats (worker -> expiry, ms; every
-    worker's is in shard 0); and whether the crawl is no longer this worker's to end: work
-    in it again, or a finish recorded since the workers of this run joined ('done')."""
+    worker's is in shard 0); and whether the crawl has work again (a new run: not this
+    worker's to end)."""
     counts = await queue.counts()
     first = shards_of(queue)[0]
     live = await first.client.zrange(
         first.keys.workers, counts.now_ms, "+inf", byscore=True, withscores=True
     )
-    record = await queue.client.get(queue.keys.finish_record)
     others = {_s(worker): int(expiry) for worker, expiry in live if _s(worker) != me}
-    return counts.now_ms, others, bool(counts.active) or record == b"done"
+    return counts.now_ms, others, bool(counts.active)

@@ -20,7 +20,9 @@
 -- ARGV[1] this worker's id  ARGV[2] 'clear' or 'keep'
 -- ARGV[3] ms a worker's number in 'sent' is kept after it was seen gone (lib/senders)
 -- Returns {1, session cookies dropped ('keep'; 0 for 'clear')} when the crawl was ended,
--- {0, 0} when it is still in use, or was cleared already by another worker of the run.
+-- {0, 0} when it is still in use, or was cleared by another worker and nothing was
+-- written since ('done', and no working key: a worker whose heartbeat expired meanwhile and
+-- that crawled on after the clear, never joining again, finds its keys and clears them).
 --- @include "time"
 --- @include "senders"
 --- @include "jars"
@@ -35,8 +37,9 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 if redis.call('ZCOUNT', KEYS[5], now, '+inf') > 0 then
   return {0, 0}
 end
-if ARGV[2] == 'clear' and redis.call('GET', KEYS[9]) == 'done' then
-  return {0, 0} -- another worker of this run cleared it (every worker's join deletes 'done')
+if ARGV[2] == 'clear' and redis.call('GET', KEYS[9]) == 'done'
+    and redis.call('EXISTS', unpack(KEYS, 10)) == 0 then
+  return {0, 0} -- another worker cleared it, and nothing was written since: nothing to do
 end
 
 prune_senders(KEYS[7], KEYS[8], KEYS[5], now, tonumber(ARGV[3]))
