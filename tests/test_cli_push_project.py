@@ -175,6 +175,10 @@ def test_a_callback_the_spider_does_not_have_is_refused_in_its_project(redis_url
     bad = '{"url": "http://a.example/1", "callback": "nosuchmethod"}'
     refused = _push(project, redis_url, "pushed", bad)
     assert refused.returncode == 1, refused.stderr
-    assert "nothing pushed: argument 1: the spider has no method 'nosuchmethod'" in refused.stderr
+    assert "nothing pushed: argument 1: the spider has no callback method 'nosuchmethod'" in (
+        refused.stderr
+    )
+    machinery = '{"url": "http://a.example/1", "errback": "_set_crawler"}'  # not a callback
+    assert _push(project, redis_url, "pushed", machinery).returncode == 1
     good = '{"url": "http://a.example/1", "callback": "parse_item"}'
     assert _push(project, redis_url, "pushed", good).returncode == 0

@@ -26,6 +26,7 @@ from scrapy import Request
 from scrapy_ha.cli.common import plural
 from scrapy_ha.codec import CodecError, refused_scheme
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
+from scrapy_ha.codec.trust import callback_method
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.scheduler.admission import Admission
 from scrapy_ha.store.forget import ForgetRules, read_rules
@@ -184,8 +185,10 @@ def _entries(
         request, callbacks = parse_line(line, where)
         if not view.caveat:  # the spider's own class: a worker would dead-letter it as corrupt
             for name in callbacks.values():
-                if not callable(getattr(view.spider, name, None)):
-                    raise BadLine(f"{where}: the spider has no method {name!r}")
+                try:
+                    callback_method(view.spider, name)  # the worker's own test
+                except CodecError as exc:
+                    raise BadLine(f"{where}: {exc}") from None
         if refusal := refused_scheme(request, admission.schemes):
             raise BadLine(f"{where}: {refusal}; workers fetch no other scheme from Redis")
         try:
