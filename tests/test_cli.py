@@ -173,6 +173,8 @@ async def test_requeue_and_purge_by_id_class_domain_and_limit(redis_url, redis_c
     first, second = exported[0]["id"], exported[1]["id"]
     typo = scrapy_ha(*cli, "requeue", "faults", "999999", "--yes")  # said, exit 1
     assert typo.returncode == 1 and "no dead letter 999999 in faults" in typo.stderr
+    dry = scrapy_ha(*cli, "purge", "faults", first, first, "999999", "--dry-run")
+    assert dry.returncode == 1 and dry.stdout.startswith("would purge 1 entry of faults")
     assert scrapy_ha(*cli, "purge", "faults", first, second, "--yes").stdout.strip() == (
         "purged 2 of 2 entries"
     )

@@ -154,7 +154,7 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 1
     chosen = _matching(await entries(queue), args)
     found = {d.id for d in chosen}
-    missing = [i for i in args.ids or [] if i not in found]
+    missing = [i for i in dict.fromkeys(args.ids or []) if i not in found]
     if missing:  # a typo, or promoted meanwhile: said, the others done, exit code 1
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
         print(f"no delayed request {shown} in {queue.keys.spider}", file=sys.stderr)
@@ -162,8 +162,8 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     verdict = approve(
         args, "retry now", what, [f"{d.id} {d.failure_class} {mask_url(d.url)}" for d in chosen]
     )
-    if not verdict:
-        return 0 if verdict is None else 1
+    if not verdict:  # a dry run: 0, or 1 with an ID not found
+        return int(bool(missing)) if verdict is None else 1
     changed = await operations.make_due(queue, [d.id for d in chosen])
     print(f"made {changed} of {what} due now: workers take them at their next sync")
     return 1 if missing else 0

@@ -24,10 +24,22 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 
+async def _by_ids(dlq: DeadLetterQueue, ids: list[str]) -> tuple[list[DeadEntry], list[str]]:
+    """The entries of *ids* (each once, however written), and the ids not found."""
+    found: dict[str, DeadEntry] = {}
+    missing = []
+    for given in dict.fromkeys(ids):
+        entry = await dlq.get(given)
+        if entry is None:
+            missing.append(given)
+        else:
+            found.setdefault(entry.id, entry)
+    return list(found.values()), missing
+
+
 async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[DeadEntry]:
     if getattr(args, "ids", None):
-        found = [await dlq.get(i) for i in args.ids]
-        return [e for e in found if e is not None]
+        return (await _by_ids(dlq, args.ids))[0]
     now = await server_ms(dlq.client) if (args.since or args.until) else 0
     since = args.since(now) if args.since else None
     until = args.until(now) if args.until else None
@@ -162,17 +174,19 @@ async def _bulk(
             file=sys.stderr,
         )
         return 1
-    entries = await _selected(dead_letters(queue), args)
-    found = {e.id for e in entries}
-    missing = [i for i in args.ids or [] if i not in found]
+    missing: list[str] = []
+    if args.ids:
+        entries, missing = await _by_ids(dead_letters(queue), args.ids)
+    else:
+        entries = await _selected(dead_letters(queue), args)
     if missing:  # a typo, or gone meanwhile: said, the others done, exit code 1
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
         print(f"no dead letter {shown} in {queue.keys.spider}", file=sys.stderr)
     verb = done.removesuffix("d")
     what = f"{_entries(len(entries))} of {queue.keys.spider}"
     verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])
-    if not verdict:
-        return 0 if verdict is None else 1
+    if not verdict:  # a dry run: 0, or 1 with an ID not found
+        return int(bool(missing)) if verdict is None else 1
     n = await action([e.id for e in entries])
     print(f"{done} {n} of {_entries(len(entries))}")
     return 1 if missing else 0
