@@ -11,6 +11,8 @@ are kept as rules that workers apply (within ``HA_LEASE_RENEW_INTERVAL``).
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import sys
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -52,13 +54,31 @@ def given(args: argparse.Namespace) -> None:
             Request(url)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{url!r} is not a URL a spider could request: {exc}") from None
-    for domain in getattr(args, "domain", None) or []:
-        ipv6 = domain.count(":") > 1
-        if not domain or "/" in domain or (":" in domain and not ipv6) or " " in domain:
-            raise ConfigError(
-                f"--domain {domain!r}: give a host name (shop.example): a rule matches a "
-                "URL's host name alone, so a scheme, a port or a path would match nothing"
-            )
+    if getattr(args, "domain", None):
+        args.domain = [host_name(domain) for domain in args.domain]
+
+
+#: A host name as a rule holds it: what ``urlsplit(url).hostname`` gives of a URL a spider
+#: requests (lower case, IDNA, no brackets, no trailing dot).
+HOST = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
+
+
+def host_name(domain: str) -> str:
+    """*domain* as workers see a URL's host (``Bücher.Example.`` -> ``xn--bcher-kva.example``),
+    or a ConfigError: a rule matches a URL's host name alone."""
+    host = domain.removeprefix("[").removesuffix("]").rstrip(".").lower()
+    try:
+        if host.count(":") > 1:
+            return str(ipaddress.IPv6Address(host))
+        host = host.encode("idna").decode("ascii")
+    except (ValueError, UnicodeError):
+        host = ""
+    if not HOST.fullmatch(host):
+        raise ConfigError(
+            f"--domain {domain!r}: give a host name (shop.example): a rule matches a URL's "
+            "host name alone, so a scheme, a port, a path or a wildcard would match nothing"
+        )
+    return host
 
 
 def fingerprints(
@@ -67,9 +87,9 @@ def fingerprints(
     """The fingerprint a worker gives a GET of *url* (its first *size* bytes, as a worker
     sends them), and the one the dupefilter knows it by now (another when a forget rule
     matches it)."""
-    request = Request(url)
+    request = Request(url)  # its URL as a worker has it (an IDN host as IDNA)
     own = sized(view.crawler.request_fingerprinter.fingerprint(request), size)
-    return own, rules.fingerprint(own, url, urlsplit(url).hostname or "")
+    return own, rules.fingerprint(own, request.url, urlsplit(request.url).hostname or "")
 
 
 def _where(found: list[tuple[str, int]], ttl: float) -> str:
