@@ -320,8 +320,8 @@ def test_status_says_what_waits_in_back_queues_apart_from_the_delayed_set(redis_
     _run(_parked(redis_url))
     status = scrapy_ha("status", "parked", "--redis-url", redis_url).stdout
     assert "delayed  1: 1 retry;" in status, status
-    assert "held back  pending: 3 behind a closed gate (shop.example 3)" in status, status
-    held = next(line for line in status.splitlines() if "held back" in line)
+    assert "parked  pending: 3 behind a closed gate (shop.example 3)" in status, status
+    held = next(line for line in status.splitlines() if "parked  pending" in line)
     assert "other.example" not in held and "limits" not in status, status
 
 
@@ -348,3 +348,21 @@ def test_dlq_archive_names_the_option_it_was_given(redis_url, given, said):
     dead_letters(redis_url, "arch", [("http://a.test/1", "gone", 404)])
     done = scrapy_ha("--redis-url", redis_url, "dlq", "archive", "arch", *given)
     assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+
+
+def test_parked_queues_are_read_past_those_whose_time_has_come(redis_url, monkeypatch):
+    """The first WAITING_QUEUES by time were read, then those due dropped: a paused crawl
+    with that many due showed none of those truly parked."""
+    from scrapy_ha.ops import waiting
+
+    _run(_parked(redis_url))  # other.example due (time 1), shop.example parked
+    monkeypatch.setattr(waiting, "WAITING_QUEUES", 1)
+
+    async def read() -> waiting.Waiting:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            return await waiting.read_waiting(client, [Keys("ha", "parked")])
+        finally:
+            await client.aclose()
+
+    assert _run(read()).parked == {"gate": {"shop.example": 3}}

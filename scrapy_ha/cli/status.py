@@ -338,7 +338,7 @@ def _waiting(waiting: Waiting) -> list[str]:
             domains = ", ".join(f"{d} {c:,}" for d, c in sorted(hosts.items()))
             parts.append(f"{sum(hosts.values()):,} {why} ({domains})")
     if parts:
-        lines.append(f"{'held back':>13}  pending: " + ", ".join(parts))
+        lines.append(f"{'parked':>13}  pending: " + ", ".join(parts))
     return lines
 
 

@@ -126,12 +126,12 @@ async def _waiting_queues(client: Any, keys: Keys, parked: dict[str, dict[str, i
     a time to come: behind a closed gate ('gate') or at their domain's limits ('limit'), by
     host. A queue whose time has come is not held: the next lease takes it back (a paused
     crawl leases nothing)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.time()
-    pipe.zrange(keys.waiting, 0, WAITING_QUEUES - 1, withscores=True)
-    (seconds, micros), rows = await pipe.execute()
+    seconds, micros = await client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    qids = [_s(qid) for qid, until in rows if until > now_ms]
+    rows = await client.zrange(  # those whose time has come left out, however many
+        keys.waiting, f"({now_ms}", "+inf", byscore=True, offset=0, num=WAITING_QUEUES
+    )
+    qids = [_s(qid) for qid in rows]
     if not qids:
         return
     pipe = client.pipeline(transaction=False)
