@@ -3,6 +3,7 @@ holds, stays alive and says so; on resume it goes on and the crawl completes."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -64,6 +65,10 @@ def test_pause_holds_a_live_crawl_and_resume_finishes_it(
         status = scrapy_ha("status", "catalogue", "--redis-url", redis_url).stdout
         eta = next(line for line in status.splitlines() if line.strip().startswith("eta"))
         assert re.fullmatch(r" *eta  none while paused: [\d,]+ left", eta), eta  # no countdown
+        doc = json.loads(
+            scrapy_ha("status", "catalogue", "--json", "--redis-url", redis_url).stdout
+        )
+        assert doc["paused"] and doc["eta_seconds"] is None
         again = scrapy_ha("pause", "catalogue", "--redis-url", redis_url).stdout
         assert "already paused" in again
         assert log.read_text().count("crawl paused by operator") == 1

@@ -114,6 +114,8 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         revisits = await read_revisits(queue.client, queue.keys, stats.now_ms)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
+            if paused and doc["eta_seconds"]:  # nothing moves: no countdown
+                doc["eta_seconds"] = None
             doc["items"] = items_json(stats, items)
             doc["dupefilter"] = dupefilter_json(blooms, buckets)
             doc["backpressure"] = pressure
