@@ -126,6 +126,7 @@ class ItemConsumer:
         #: *deaths*: set an entry aside once that many consumers died writing it alone (0:
         #: never; see :mod:`.batches` for why it is off by default)
         self.writer = BatchWriter(sink, self.streams, group, self.consumer, self.report, deaths)
+        self._made: list[ItemStream] = []  # the streams :meth:`join` made the group in
 
     async def run(
         self, *, stop: asyncio.Event | None = None, exit_idle: float | None = None
@@ -134,15 +135,16 @@ class ItemConsumer:
         live worker, nothing pending, leased or delayed) and the group's backlog stayed
         empty for *exit_idle* seconds. The sink is closed at the end."""
         stop = stop or asyncio.Event()
-        try:  # first: a group nobody consumes would keep every item in the stream for ever
+        await self.join()  # first: items other groups consume meanwhile stay for this one
+        try:
             recovered = await self.sink.open()
-        except ConfigError:  # says what is wrong already (a file another consumer holds)
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a group nobody consumes would keep every item for ever
+            await self._forget_new_group()
+            if isinstance(exc, ConfigError):  # says what is wrong (a file another one holds)
+                raise
             why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             raise SinkDidNotOpen(f"the sink did not open: {why}") from exc
         try:
-            await self.join()
             await self.acknowledge_recovered(recovered)
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop, restart=True)
@@ -171,8 +173,12 @@ class ItemConsumer:
         the crawl gets every item); return how many items it missed: committed and trimmed
         before it existed (a WARNING says so)."""
         missed = 0
+        self._made = []
         for stream in self.streams:
-            missed += await stream.join(self.group) or 0
+            found = await stream.join(self.group)
+            if found is not None:  # made by this call
+                self._made.append(stream)
+            missed += found or 0
         if missed:
             logger.warning(
                 "Consumer group %s is new: %d item(s) of the crawl were consumed by the other "
@@ -182,6 +188,15 @@ class ItemConsumer:
                 missed,
             )
         return missed
+
+    async def _forget_new_group(self) -> None:
+        """Take away the group this consumer's :meth:`join` made, if no consumer of it has
+        read anything yet (its sink did not open)."""
+        for stream in self._made:
+            for info in await stream.client.xinfo_groups(stream.key):
+                name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
+                if name == self.group and not (info["consumers"] or info["pending"]):
+                    await stream.client.xgroup_destroy(stream.key, self.group)
 
     async def acknowledge_recovered(self, ids: list[str]) -> None:
         by: dict[int, list[str]] = {}
