@@ -346,6 +346,8 @@ async def test_retry_now_makes_a_delayed_retry_due_and_pause_resume_say_what_cha
         assert http.get("/api/crawls/slow").json()["paused"] is True
         assert http.post(act + "pause", json={}).json()["report"] == "was paused already"
         assert "paused" in http.get("/crawls/slow").text
+        assert "none while paused" in http.get("/crawls/slow").text  # no ETA: nothing moves
+        assert http.get("/api/crawls/slow").json()["eta_s"] is None
         assert http.post(act + "resume", json={}).json()["report"] == "resumed"
         assert http.get("/api/crawls").json()["crawls"][0]["paused"] is False
 

@@ -125,7 +125,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "delayed": stats.delayed,
         "dead": stats.dead,
         "workers": stats.workers,
-        "paused": bool(await client.exists(keys.paused)),
+        "paused": (paused := bool(await client.exists(keys.paused))),
         "pages_per_s": round(chart.last, 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
@@ -142,7 +142,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
             "last_due": waiting.last_due_ms,
         },
         "gates": gates,
-        "eta_s": None if done.seconds is None else round(done.seconds),
+        "eta_s": None if done.seconds is None or paused else round(done.seconds),
         "continuous": done.continuous,
         "now": stats.now_ms,
         # the item outbox (None: the crawl has none): the slowest sink's backlog
