@@ -69,8 +69,8 @@ async def _outlast(
 ) -> Finished:
     step, me = config.close_timeout, config.worker_id
     async with asyncio.timeout(step):
-        now, seen, done = await _look(queue, me)
-    if done:
+        now, seen, busy = await _look(queue, me)
+    if busy:
         return Finished(False)
     if seen:
         logger.info(
@@ -82,14 +82,14 @@ async def _outlast(
         )
     loop = asyncio.get_running_loop()
     until = loop.time() + OUTLAST_CAP * config.heartbeat_ttl  # a clock gone wrong
-    left: list[str] = []  # removed at the last look: maybe finishing it now
     while loop.time() < until and not stop_asked():
         await asyncio.sleep(OUTLAST_POLL)
         async with asyncio.timeout(step):
-            now, live, done = await _look(queue, me)
-        if done or live.keys() - seen.keys() or any(live.get(w, 0) > e for w, e in seen.items()):
+            now, live, busy = await _look(queue, me)
+        if busy or live.keys() - seen.keys() or any(live.get(w, 0) > e for w, e in seen.items()):
             logger.info("The crawl is finished: another worker ends it")
             return Finished(False)
+        # removed before their expiry at this look: their workers left, and may be finishing
         left = [worker for worker, expiry in seen.items() if worker not in live and expiry > now]
         seen = {worker: expiry for worker, expiry in seen.items() if worker in live}
         if not seen and not left:  # all expired: killed
