@@ -79,6 +79,14 @@ def parse_when(text: str, now_ms: int, *, option: str) -> int:
     )
 
 
+def say_missing(what: str, missing: list[str], spider: str) -> None:
+    """Name on stderr the IDs a bulk action did not find (``no dead letter 7, 9 in books``):
+    a typo, or gone meanwhile; the others are done, and the exit code is 1."""
+    if missing:
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        print(f"no {what} {', '.join(missing[:10])}{more} in {spider}", file=sys.stderr)
+
+
 def plural(n: int, one: str, many: str | None = None) -> str:
     """``1 entry``, ``3 entries``."""
     return f"{n} {one if n == 1 else (many or one + 's')}"

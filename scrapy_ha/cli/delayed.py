@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha.cli.common import approve, plural
+from scrapy_ha.cli.common import approve, plural, say_missing
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
@@ -155,9 +155,7 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     chosen = _matching(await entries(queue), args)
     found = {d.id for d in chosen}
     missing = [i for i in dict.fromkeys(args.ids or []) if i not in found]
-    if missing:  # a typo, or promoted meanwhile: said, the others done, exit code 1
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
-        print(f"no delayed request {shown} in {queue.keys.spider}", file=sys.stderr)
+    say_missing("delayed request", missing, queue.keys.spider)
     what = f"{plural(len(chosen), 'delayed request', 'delayed requests')} of {queue.keys.spider}"
     verdict = approve(
         args, "retry now", what, [f"{d.id} {d.failure_class} {mask_url(d.url)}" for d in chosen]

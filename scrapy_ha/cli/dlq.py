@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.archive import unarchived_kept
-from scrapy_ha.cli.common import approve
+from scrapy_ha.cli.common import approve, say_missing
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.marks import declared
@@ -179,9 +179,7 @@ async def _bulk(
         entries, missing = await _by_ids(dead_letters(queue), args.ids)
     else:
         entries = await _selected(dead_letters(queue), args)
-    if missing:  # a typo, or gone meanwhile: said, the others done, exit code 1
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
-        print(f"no dead letter {shown} in {queue.keys.spider}", file=sys.stderr)
+    say_missing("dead letter", missing, queue.keys.spider)
     verb = done.removesuffix("d")
     what = f"{_entries(len(entries))} of {queue.keys.spider}"
     verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])

@@ -46,9 +46,10 @@ if TYPE_CHECKING:
 
 
 def given(args: argparse.Namespace) -> None:
-    """Refuse, before Redis is read, a URL Scrapy cannot request and a ``--domain`` that is
-    not a host name (a rule matches a URL's host name alone: a scheme, a port or a path in
-    it would match nothing). Exit code 2, as any usage error (1 is a URL not seen)."""
+    """Refuse a URL Scrapy cannot request and a ``--domain`` that is not a host name (a
+    rule matches a URL's host name alone: a scheme, a port or a path in it would match
+    nothing); take each domain as workers see a host. Exit code 2, as any usage error (1
+    is a URL not seen)."""
     for url in args.urls:
         try:
             Request(url)

@@ -345,8 +345,7 @@ def _waiting(waiting: Waiting) -> list[str]:
 
 
 def _paused_eta(stats: CrawlStats, waiting: Waiting) -> str:
-    left = stats.pending + stats.leased + waiting.delayed
-    return f"none while paused: {left:,} left"
+    return f"none while paused: {eta(stats, waiting).left:,} left"
 
 
 def _eta(stats: CrawlStats, waiting: Waiting) -> str:
