@@ -87,3 +87,28 @@ def test_a_limit_and_an_offset_in_range_still_page(redis_url, redis_client):
         "--redis-url", redis_url, "dlq", "list", "books", "--limit", "3", "--offset", "8"
     )
     assert listed.returncode == 0 and "2 entries listed" in listed.stdout, listed.stdout
+
+
+def test_a_mistyped_class_that_matches_nothing_is_named_with_the_nearest(redis_url, redis_client):
+    """``dlq list --class gonee`` said "empty (for these filters)" and nothing else: a typo
+    looked like a queue with no such entry."""
+    seed_dead(redis_client, 3, spider="books")  # class gone, and one of the project's own
+    typo = scrapy_ha("--redis-url", redis_url, "dlq", "list", "books", "--class", "gonee")
+    assert typo.returncode == 0
+    assert typo.stdout.strip() == "dead-letter queue of books: empty (for these filters)"
+    assert typo.stderr.startswith(
+        "note: --class gonee matched nothing; it is not a class scrapy-ha sets "
+        "(did you mean gone? its classes: network, server,"
+    ), typo.stderr
+    purge = scrapy_ha(
+        "--redis-url", redis_url, "dlq", "purge", "books", "--class", "gonee", "--dry-run"
+    )
+    assert "did you mean gone?" in purge.stderr, purge.stderr
+    # a class of the project's own is filtered as it is, and a known one says nothing more
+    own = scrapy_ha("--redis-url", redis_url, "dlq", "list", "books", "--class", "rare")
+    assert own.stdout.splitlines()[-1] == "1 entry listed (rare 1)" and own.stderr == ""
+    none = scrapy_ha("--redis-url", redis_url, "dlq", "list", "books", "--class", "banned")
+    assert "empty" in none.stdout and none.stderr == ""
+    delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books", "--class", "gatee")
+    assert delayed.stdout.strip() == "no delayed request of books"
+    assert "did you mean gate?" in delayed.stderr, delayed.stderr

@@ -9,6 +9,7 @@ A bulk action (requeue, purge, retry-now, flush, reset) goes through :func:`appr
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 import time
@@ -85,6 +86,24 @@ def say_missing(what: str, missing: list[str], spider: str) -> None:
     if missing:
         more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
         print(f"no {what} {', '.join(missing[:10])}{more} in {spider}", file=sys.stderr)
+
+
+def say_unknown_class(name: str | None) -> None:
+    """Say on stderr that ``--class`` *name*, which matched nothing, is no class scrapy-ha
+    sets, and the nearest that is: a typo lists nothing, silently, otherwise. A project's
+    own class (its spider's ban check) is one scrapy-ha does not know; it is filtered all
+    the same."""
+    from scrapy_ha.ops.labels import CLASSES
+
+    if name is None or name in CLASSES:
+        return
+    near = difflib.get_close_matches(name.lower(), list(CLASSES), n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    print(
+        f"note: --class {name} matched nothing; it is not a class scrapy-ha sets ({hint}"
+        f"its classes: {', '.join(CLASSES)})",
+        file=sys.stderr,
+    )
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
-from scrapy_ha.cli.common import approve, plural, say_missing
+from scrapy_ha.cli.common import approve, plural, say_missing, say_unknown_class
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
@@ -100,13 +100,16 @@ async def _shard_entries(queue: RedisQueue) -> list[Delayed]:
 
 def _matching(found: list[Delayed], args: argparse.Namespace) -> list[Delayed]:
     ids = set(getattr(args, "ids", None) or [])
-    return [
+    chosen = [
         d
         for d in found
         if (not ids or d.id in ids)
         and (args.failure_class is None or d.failure_class == args.failure_class)
         and (args.domain is None or d.domain == args.domain)
     ]
+    if not chosen:
+        say_unknown_class(args.failure_class)
+    return chosen
 
 
 async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:

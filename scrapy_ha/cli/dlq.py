@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.archive import unarchived_kept
-from scrapy_ha.cli.common import approve, say_missing
+from scrapy_ha.cli.common import approve, say_missing, say_unknown_class
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.marks import declared
@@ -45,7 +45,7 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
     until = args.until(now) if args.until else None
     if since is not None and until is not None and since > until:  # a window of nothing
         raise ConfigError("--since is later than --until: nothing could match")
-    return await dlq.entries(
+    found = await dlq.entries(
         failure_class=args.failure_class,
         domain=args.domain,
         reason=args.reason,
@@ -55,6 +55,9 @@ async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[Dead
         offset=getattr(args, "offset", 0),
         limit=getattr(args, "limit", None),
     )
+    if not found:
+        say_unknown_class(args.failure_class)
+    return found
 
 
 async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
