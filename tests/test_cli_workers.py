@@ -18,7 +18,7 @@ def test_workers_shows_what_each_renewal_publishes(redis_url, redis_client):
     worker_id = f"{socket.gethostname()}:4242:job7:a1b2c3"
     renew(redis_url, "books", worker_id, [("1", "t-1"), ("2", "t-2")], rate=3.5)
     (row,) = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
-    assert (row["host"], row["pid"], row["job"]) == (socket.gethostname(), "4242", "job7")
+    assert (row["host"], row["pid"], row["job"]) == (socket.gethostname(), 4242, "job7")
     assert (row["leases"], row["pages_per_s"]) == (2, 3.5)
     assert 0 <= row["heartbeat_age_s"] < 60
     redis_client.zadd("ha:{books}:workers", {worker_id: 1}, xx=True)  # its heartbeat expired
@@ -45,7 +45,7 @@ def test_workers_lists_each_live_worker_with_its_job_leases_and_rate(
         (row,) = harness.wait_for(published, "the worker's stats", timeout=60)
         assert (row["host"], row["pid"], row["job"]) == (
             socket.gethostname(),
-            str(live.pid),
+            live.pid,
             "job42",
         )
         assert row["id"].startswith(f"{socket.gethostname()}:{live.pid}:job42:")
@@ -80,7 +80,7 @@ def test_a_worker_id_of_the_users_own_is_shown_as_it_is(redis_url, redis_client)
         {
             "id": "crawler-7",
             "host": "-",
-            "pid": "-",
+            "pid": None,
             "job": "-",
             "heartbeat": None,
             "heartbeat_age_s": None,
@@ -88,3 +88,22 @@ def test_a_worker_id_of_the_users_own_is_shown_as_it_is(redis_url, redis_client)
             "pages_per_s": None,
         }
     ]
+
+
+def test_the_dashboard_gives_a_pid_as_a_number_and_shows_a_dash_where_the_id_has_none(
+    redis_url, redis_client
+):
+    """``workers --json`` and the API gave the pid as text (``"4242"``)."""
+    from tests.test_dashboard_api import dashboard
+
+    renew(redis_url, "books", "host-a:4242:x1", [("1", "t-1")], rate=1.0)
+    redis_client.zadd("ha:{books}:workers", {"crawler-7": 2**41})
+    with dashboard(redis_url) as http:
+        rows = http.get("/api/crawls/books").json()["workers_live"]
+        assert sorted((r["id"], r["pid"]) for r in rows) == [
+            ("crawler-7", None),
+            ("host-a:4242:x1", 4242),
+        ]
+        page = http.get("/crawls/books").text
+    assert '<td>host-a</td><td class="n">4242</td>' in page
+    assert '<td>-</td><td class="n">-</td>' in page and "None" not in page
