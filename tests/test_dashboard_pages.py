@@ -21,11 +21,13 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import encode_request
 from scrapy_ha.dashboard._throttle import LoginThrottle
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops import operations
 from scrapy_ha.ops.stats import read_crawl_stats_async
 from scrapy_ha.ops.waiting import eta, read_waiting
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import check_shard_count, make_queue
 from scrapy_ha.store.wire import NewEntry
+from tests.cli_seed import scrapy_ha
 from tests.test_dashboard_api import dashboard, seed_dead
 
 if TYPE_CHECKING:
@@ -113,6 +115,32 @@ async def test_the_eta_counts_delayed_work_by_its_due_time(redis_url):
     assert found.seconds is not None and found.seconds >= 20 * 60
     assert found.last_due_ms is not None and found.last_due_ms >= stats.now_ms + 20 * MINUTE - 5000
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_work_in_progress_counts_in_the_eta_and_a_pause_stops_its_countdown(redis_url):
+    """Only leased work left: the ETA still counts it; paused, the API's and the status's
+    ETA say none (what moves nothing cannot be counted down)."""
+    q = queue(redis_url, "shop")
+    await q.enqueue([entry(f"http://shop.example/item/{i}") for i in range(30)])
+    leases = await q.lease(30, 600_000)
+    await q.ack([(x.id, x.token) for x in leases[:20]])  # 10 in progress, nothing pending
+    stats = await read_crawl_stats_async(q.client, q.keys)
+    found = eta(stats, await read_waiting(q.client, [q.keys]))
+    assert (stats.pending, stats.leased, found.left) == (0, 10, 10)
+    assert found.seconds is not None and found.seconds > 0
+    assert await operations.pause(q, "tests")
+    await q.client.aclose()
+
+    def check(http: TestClient) -> None:
+        api = http.get("/api/crawls/shop").json()
+        assert api["paused"] is True and api["eta_s"] is None, api
+
+    _drive(redis_url, check)
+    status = scrapy_ha("status", "shop", "--redis-url", redis_url)
+    assert "eta  none while paused: 10 left" in status.stdout, status.stdout
+    doc = json.loads(scrapy_ha("status", "shop", "--json", "--redis-url", redis_url).stdout)
+    assert doc["paused"] and doc["eta_seconds"] is None, doc
 
 
 def _drive(redis_url: str, check: Any) -> None:
