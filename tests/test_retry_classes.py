@@ -187,6 +187,9 @@ def test_permanent_classes_and_per_request_budget():
         ({"HA_RETRY_BACKOFF_MAX": float("inf")}, "HA_RETRY_BACKOFF_MAX=inf must be a finite"),
         ({"HA_RETRY_AFTER_MAX": "nan"}, "HA_RETRY_AFTER_MAX='nan' must be a finite"),
         ({"RETRY_PRIORITY_ADJUST": "x"}, "RETRY_PRIORITY_ADJUST='x' must be a whole number"),
+        # int() takes these, and made 2 and -1 of them, silently
+        ({"RETRY_PRIORITY_ADJUST": 2.5}, "RETRY_PRIORITY_ADJUST=2.5 must be a whole number"),
+        ({"RETRY_PRIORITY_ADJUST": "-1.0"}, "RETRY_PRIORITY_ADJUST='-1.0' must be a whole"),
     ],
 )
 def test_bad_retry_settings_name_themselves(settings, message):
