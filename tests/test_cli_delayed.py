@@ -46,9 +46,9 @@ def test_retry_now_makes_them_due_and_a_worker_sync_promotes_them(redis_url, red
         "made 2 of 2 delayed requests of books due now: workers take them at their next sync"
     )
     assert sorted(lease_all(redis_url, "books")) == ["http://a.example/1", "http://a.example/3"]
-    by_id = scrapy_ha(*cli, ids[1], "999999", "--yes")  # one id mistyped: said, exit 1
+    by_id = scrapy_ha(*cli, "999998", ids[1], "999999", "--yes")  # mistyped ids: each said
     assert by_id.stdout.startswith("made 1 of 1 delayed request of books due now")
-    assert by_id.returncode == 1 and "no delayed request 999999 in books" in by_id.stderr
+    assert by_id.returncode == 1 and "no delayed request 999998, 999999 in books" in by_id.stderr
     assert lease_all(redis_url, "books") == ["http://b.example/2"]
     assert redis_client.zcard("ha:{books}:delayed") == 0
 
