@@ -84,6 +84,9 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
     ).stdout.strip() == ("requeued 0 of 0 entries")  # idempotent
     keys = Keys("ha", "faults")
     ((pending_id, payload),) = backqueues.pending(redis_client, keys)
+    # the entry left the dead-letter queue whole: its reason went with it
+    assert not redis_client.hexists(keys.dead_info, pending_id)
+    assert redis_client.hlen(keys.dead_info) == redis_client.zcard(keys.dead) == 2
     payload = json.loads(payload)
     assert "ha_retries" not in json.dumps(payload)  # attempts reset
 
