@@ -66,3 +66,25 @@ def test_windows():
         30,
         3600,
     ]
+
+
+def test_the_window_sums_only_its_own_minutes(redis_url, redis_client):
+    """The per-minute counters of a 1-hour window: 30 minutes ago counts, 2 hours ago not
+    (a window of seconds, as above, falls inside the current minute and cannot tell)."""
+    seconds, _ = redis_client.time()
+    minute = seconds // 60
+    redis_client.hset("ha:{shop}:stats", mapping={"enqueued": 20, "acked": 12})
+    redis_client.hset(
+        "ha:{shop}:stats:min",
+        mapping={
+            f"acked:{minute - 30}": 5,
+            f"acked:{minute - 120}": 7,
+            f"enqueued:{minute}": 3,
+            f"enqueued:{minute - 61}": 17,
+            f"retried:{minute - 59}": 2,
+        },
+    )
+    report = json.loads(
+        cli(redis_url, "report", "shop", "--since", "1h", "--format", "json").stdout
+    )
+    assert report["window"] == {"enqueued": 3, "acked": 5, "retried": 2, "dead": 0}
