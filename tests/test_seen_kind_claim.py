@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pytest
@@ -280,6 +282,10 @@ async def test_seen_check_from_outside_the_project_shows_the_ttl_the_crawl_claim
     line = checked.stdout.strip()
     assert line.startswith(f"{url}: seen (in the time slice started "), line
     assert "; new again by " in line, line  # a TTL after it was seen, not "kept for ever"
+    # the slice is dropped once its newest URL is a TTL old: a slice (TTL / 8) after its start
+    stamps = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", line)
+    start, new_at = (datetime.strptime(t, "%Y-%m-%d %H:%M:%S") for t in stamps)
+    assert (new_at - start).total_seconds() == 3600 * (1 + 1 / 8), line
     await client.aclose()
 
 
