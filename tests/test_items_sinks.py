@@ -17,6 +17,8 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.items import Entry, JsonLinesSink, SqlSink, consume
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.items import ItemStream
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -218,6 +220,26 @@ async def test_a_consumer_started_before_the_crawl_waits_for_it_to_run_and_end(r
     await fill(redis_url, range(1, 11))  # it ran (and ended: no worker, nothing queued)
     report = await asyncio.wait_for(early, 30)
     assert report.consumed == 10 and lines(tmp_path / "items.jl") == list(range(1, 11))
+
+
+@deferred_f_from_coro_f
+async def test_a_consumer_waits_for_work_left_while_no_worker_lives(redis_url, tmp_path):
+    """Between two runs of a crawl's workers (a restart, a deploy) nobody is alive but
+    requests are pending: the crawl has not ended, and the items of the next run come."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = RedisQueue(client, KEYS)
+    await queue.enqueue([NewEntry(f"fp{i:010d}".encode(), 0, b"{}") for i in range(3)])
+    await fill(redis_url, range(1, 6))
+    sink = JsonLinesSink(tmp_path / "items.jl")
+    job = asyncio.ensure_future(consume(redis_url, "s", sink, group="jl", exit_idle=0.1))
+    await asyncio.sleep(1.5)  # its items are in, and idle far longer than 0.1 s
+    assert not job.done()  # 3 requests pending: the crawl goes on when a worker comes
+    await fill(redis_url, range(6, 9))  # the next run's items
+    leases = await queue.lease(3, 60_000)
+    await queue.ack([(x.id, x.token) for x in leases])
+    report = await asyncio.wait_for(job, 30)
+    assert report.consumed == 8 and lines(tmp_path / "items.jl") == list(range(1, 9))
+    await client.aclose()
 
 
 @deferred_f_from_coro_f
