@@ -37,6 +37,7 @@ __all__ = [
 
 import asyncio
 import logging
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -115,6 +116,25 @@ def _table(sa: Any, name: str) -> sqlalchemy.Table:
     return table
 
 
+def durable_url(sa: Any, url: str, what: str) -> str:
+    """*url* with a SQLite file named by its absolute path (consumers and workers started in
+    different directories write one file, and a sink's name says which). A SQLite database
+    in memory (``sqlite://``, ``sqlite:///:memory:``) is refused, *what* named: what was
+    stored in it (and so taken out of Redis) would be gone when the process exits."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:"):
+        raise ConfigError(
+            f"{what}: a SQLite database in memory loses everything stored in it when the "
+            f"process exits: name a file (sqlite:///items.db)"
+        )
+    if database.startswith("file:") or os.path.isabs(database):
+        return url
+    return str(parsed.set(database=os.path.abspath(database)).render_as_string(False))
+
+
 class Archive:
     """The archive table in the database at *url*; blocking calls (run them in a thread)."""
 
@@ -123,6 +143,8 @@ class Archive:
         self._sa = sa
         self.url = url
         try:
+            url = durable_url(sa, url, f"HA_DLQ_ARCHIVE_URL={mask_url(url)!r}")
+            self.url = url
             self.display_url = mask_url(url)  # a password in the query string too (libpq)
             self.engine: sqlalchemy.Engine = sa.create_engine(
                 url, connect_args=connect_args(url), pool_pre_ping=True

@@ -25,6 +25,7 @@ from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_ha.config.items import consumer_pipelines
+from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -66,7 +67,18 @@ class PipelinesSink:
         if not _has_stats(crawler):  # no crawl started: the pipelines may still count
             crawler.stats = MemoryStatsCollector(crawler)
         crawler.spider = spider
-        self.manager = ItemPipelineManager.from_crawler(crawler)
+        try:
+            self.manager = ItemPipelineManager.from_crawler(crawler)
+        except Exception as exc:  # a path that does not import, a pipeline that will not start
+            name = (
+                "ITEM_PIPELINES"
+                if settings.get("HA_ITEMS_PIPELINES") is None
+                else ("HA_ITEMS_PIPELINES")
+            )
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise ConfigError(
+                f"{name}: a pipeline could not be made ({type(exc).__name__}: {why})"
+            ) from exc
         self.dropped = 0
 
     async def open(self) -> list[str]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.masking import mask_text, mask_url
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.deadletters.archive import connect_args, dialect_insert
+from scrapy_ha.deadletters.archive import connect_args, dialect_insert, durable_url
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -86,6 +86,8 @@ class SqlSink:
         self.spider = spider
         self.display_url = mask_url(url)
         try:
+            url = durable_url(sa, url, f"item sink {mask_url(url)!r}")
+            self.display_url = mask_url(url)
             self.engine: sqlalchemy.Engine = sa.create_engine(
                 url, connect_args=connect_args(url, CONNECT_TIMEOUT), pool_pre_ping=True
             )

@@ -1,0 +1,74 @@
+"""What ``scrapy-ha items --to`` takes, run as users run it (the console script in a
+subprocess, a real redis-server): a SQLite database in memory is refused, a relative SQLite
+path is one file wherever the consumer starts, a pipeline that does not import is one
+error line."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrapy_ha.keys import Keys
+from tests.cli_seed import dead_letters, scrapy_ha
+from tests.scrapy_project import write_project
+
+
+@pytest.mark.parametrize("to", ["sqlite://", "sqlite:///", "sqlite:///:memory:"])
+def test_a_sqlite_database_in_memory_is_refused(redis_url, redis_client, to):
+    """Before: ``consumed 3 item(s)``, exit 0, and the items acknowledged into a database
+    that was gone with the consumer (``--to sqlite:///$DB`` with ``$DB`` unset)."""
+    dead_letters(redis_url, "mem", [("http://a.test/1", "gone", 404)])  # a crawl in Redis
+    done = scrapy_ha("--redis-url", redis_url, "items", "mem", "--to", to, "--exit-idle", "1")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(
+        f"error: item sink {to!r}: a SQLite database in memory loses everything"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not redis_client.exists(Keys("ha", "mem").items)  # no group made
+
+
+def test_a_relative_sqlite_path_names_one_file_wherever_the_consumer_starts(redis_url, tmp_path):
+    """Two consumers of ``sqlite:///rel.db`` in two directories joined one group (named
+    after the URL as written) and split the items between two files."""
+    dead_letters(redis_url, "rel", [("http://a.test/1", "gone", 404)])
+    groups = []
+    for place in ("one", "two"):
+        (tmp_path / place).mkdir()
+        done = scrapy_ha(
+            "--redis-url", redis_url, "items", "rel", "--to", "sqlite:///rel.db", "--declare",
+            cwd=tmp_path / place,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        groups.append(done.stdout.split()[1])
+    assert groups == [
+        f"sql:sqlite:///{tmp_path}/one/rel.db#scrapy_ha_items",
+        f"sql:sqlite:///{tmp_path}/two/rel.db#scrapy_ha_items",
+    ]
+
+
+def test_a_pipeline_that_does_not_import_is_one_error_line(redis_url, redis_client, tmp_path):
+    """Before: ModuleNotFoundError's traceback, exit 1."""
+    settings = 'HA_ITEMS = "outbox"\nHA_ITEMS_PIPELINES = {"nope.Pipe": 100}\n'
+    spiders = 'import scrapy\n\n\nclass P(scrapy.Spider):\n    name = "probe"\n'
+    project = write_project(tmp_path / "project", "badpipes", spiders, settings)
+    dead_letters(redis_url, "probe", [("http://a.test/1", "gone", 404)])
+    done = scrapy_ha("--redis-url", redis_url, "items", "probe", "--to", "pipelines", cwd=project)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        "error: HA_ITEMS_PIPELINES: a pipeline could not be made (ModuleNotFoundError: "
+        "No module named 'nope')"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not redis_client.exists(Keys("ha", "probe").items)
+
+
+def test_a_dead_letter_archive_in_memory_is_refused(redis_url, redis_client):
+    """``dlq archive --url sqlite://`` marked the dead letters archived in a database gone
+    with the command, and ``dlq purge`` then took them out of Redis as archived."""
+    dead_letters(redis_url, "arch", [("http://a.test/1", "gone", 404)])
+    done = scrapy_ha("--redis-url", redis_url, "dlq", "archive", "arch", "--url", "sqlite://")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(
+        "error: --url 'sqlite://': a SQLite database in memory loses everything"
+    ), done.stderr
+    assert redis_client.zcard(Keys("ha", "arch").dead) == 1
+    assert not redis_client.exists(Keys("ha", "arch").dead_archived)  # nothing marked
