@@ -221,6 +221,18 @@ async def test_a_worker_with_a_bad_archive_url_does_not_start(redis_url, site, c
 
 
 @deferred_f_from_coro_f
+async def test_a_worker_with_an_archive_in_memory_does_not_start(redis_url, site, caplog):
+    """It archived into a database gone with the worker, and a purge then dropped the dead
+    letters it had marked archived there."""
+    crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL="sqlite://")
+    assert crawler.stats.get_value("response_received_count") is None
+    assert (
+        "scrapy-ha cannot start: HA_DLQ_ARCHIVE_URL='sqlite://': a SQLite database in memory"
+        in caplog.text
+    )
+
+
+@deferred_f_from_coro_f
 async def test_a_password_in_the_archive_urls_query_string_is_never_stored_nor_logged(
     redis_url, redis_client, site, caplog
 ):
