@@ -243,6 +243,30 @@ async def test_a_consumer_waits_for_work_left_while_no_worker_lives(redis_url, t
 
 
 @deferred_f_from_coro_f
+async def test_a_consumer_exits_once_a_stopped_crawls_workers_are_gone(redis_url, tmp_path):
+    """A continuous crawl never runs out of work (its revisits wait in Redis): with
+    ``--exit-idle`` the consumer ran for ever, even after ``scrapy-ha stop``. A stop that
+    workers ran past (a resume) does not count."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = RedisQueue(client, KEYS)
+    await queue.enqueue([NewEntry(f"fp{i:010d}".encode(), 0, b"{}") for i in range(3)])
+    await fill(redis_url, range(1, 4))
+    seconds, _ = await client.time()
+    minute = seconds // 60
+    await client.set(KEYS.stop, (minute - 5) * 60_000)  # stopped 5 minutes ago
+    await client.hset(KEYS.stats_minutes, "acked:last", minute - 1)  # then resumed
+    sink = JsonLinesSink(tmp_path / "items.jl")
+    job = asyncio.ensure_future(consume(redis_url, "s", sink, group="jl", exit_idle=0.1))
+    await asyncio.sleep(1.5)
+    assert not job.done()  # workers ran after that stop: requests are left for them
+    await client.set(KEYS.stop, seconds * 1000)  # `scrapy-ha stop` now
+    report = await asyncio.wait_for(job, 30)
+    assert report.consumed == 3 and lines(tmp_path / "items.jl") == [1, 2, 3]
+    assert (await queue.counts()).pending == 3  # kept for a resume
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_consumers_that_start_together_on_a_new_table_all_open(archive_url):
     """Each creates the table if it is missing: the ones that lose the race use the winner's."""
     sinks = [SqlSink(archive_url, "s") for _ in range(8)]

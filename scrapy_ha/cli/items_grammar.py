@@ -62,7 +62,7 @@ def items_command(sub: Any) -> None:
         "--exit-idle",
         type=positive,
         metavar="SECONDS",
-        help="exit once the crawl has ended (no live worker, nothing left to crawl) and the "
-        "sink has every item, for this many seconds",
+        help="exit once the crawl has ended (no live worker, nothing left to crawl or a "
+        "`scrapy-ha stop`) and the sink has every item, for this many seconds",
     )
     create_option(parser, "consume (a sink started before its crawl's first worker)")

@@ -264,12 +264,15 @@ class ItemConsumer:
             await self.writer.settle(shard, pending)
 
     async def _ended(self) -> bool:
-        """The crawl ran and ended (no live worker, nothing left to crawl: a crawl that has
-        not started yet has not ended) and the group has nothing left to commit, but
-        entries that failed alone here with no other entry left to prove the sink works
-        (stuck: a WARNING names how many; they stay pending)."""
+        """The crawl ran and ended (no live worker, and nothing left to crawl or a
+        ``scrapy-ha stop``: a continuous crawl never runs out of work; a crawl that has not
+        started yet has not ended) and the group has nothing left to commit, but entries
+        that failed alone here with no other entry left to prove the sink works (stuck: a
+        WARNING names how many; they stay pending)."""
         counts = await self.queue.counts()
-        if counts.workers or counts.active or not await self._started():
+        if counts.workers or not await self._started():
+            return False
+        if counts.active and not await self._stopped():
             return False
         states = [await stream.state() for stream in self.streams]
         backlog = sum(g.backlog for s in states for g in s.groups if g.name == self.group)
@@ -293,6 +296,22 @@ class ItemConsumer:
         for stream in self.streams:
             pending += await stream.pending_of(self.group, self.consumer)
         return pending if pending <= len(self.writer.suspects) else -1
+
+    async def _stopped(self) -> bool:
+        """``scrapy-ha stop`` stopped the crawl and no worker ran it since: none acked or
+        enqueued a request in a minute after the stop's (a stop's own minute counts as
+        stopped: its workers finish what they hold)."""
+        stop = await self.queue.client.get(self.queue.keys.stop)
+        try:
+            minute = int(stop) // 60_000  # the per-minute counters' minute
+        except (TypeError, ValueError):  # no stop (or not one `stop` wrote)
+            return False
+        for stream in self.streams:
+            keys = stream.keys
+            lasts = await stream.client.hmget(keys.stats_minutes, ["acked:last", "enqueued:last"])
+            if any(float(last or 0) > minute for last in lasts):
+                return False
+        return True
 
     async def _started(self) -> bool:
         """Whether the crawl ever queued a request or committed an item (its counters
