@@ -267,6 +267,26 @@ async def test_a_consumer_exits_once_a_stopped_crawls_workers_are_gone(redis_url
 
 
 @deferred_f_from_coro_f
+async def test_a_consumer_that_ends_owing_nothing_leaves_its_group(redis_url, archive_url):
+    """Each run of an SQL consumer (named host:pid by default) stayed in the group for
+    ever: ``status`` said "3 consumer(s)" with none running."""
+    await fill(redis_url, range(1, 6))
+    for name in ("a", "b"):
+        sink = SqlSink(archive_url, "s")
+        await consume(redis_url, "s", sink, group="sql", consumer=name, exit_idle=0.1)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    (group,) = await client.xinfo_groups(KEYS.items)
+    assert group["consumers"] == 0 and group["pending"] == 0
+    # one that owes entries stays: it finishes them when it starts again under its name
+    await fill(redis_url, range(6, 8))
+    await client.xreadgroup("sql", "c", {KEYS.items: ">"}, count=1)
+    stream = ItemStream(client, KEYS)
+    assert not await stream.leave("sql", "c")
+    assert [c["name"] for c in await client.xinfo_consumers(KEYS.items, "sql")] == [b"c"]
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_consumers_that_start_together_on_a_new_table_all_open(archive_url):
     """Each creates the table if it is missing: the ones that lose the race use the winner's."""
     sinks = [SqlSink(archive_url, "s") for _ in range(8)]

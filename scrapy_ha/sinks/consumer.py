@@ -166,7 +166,18 @@ class ItemConsumer:
                     idle_since = time.monotonic()
         finally:
             await self.sink.close()
+        await self._leave()
         return self.report
+
+    async def _leave(self) -> None:
+        """Leave the group where this consumer owes nothing (``status`` counts consumers
+        running or owing entries); one that owes entries stays, to finish them when it
+        starts again under its name or to be taken over."""
+        for stream in self.streams:
+            try:
+                await stream.leave(self.group, self.consumer)
+            except REDIS_DOWN_ERRORS as exc:  # its name stays: counted, harmless
+                logger.debug("Could not leave group %s: %s", self.group, exc)
 
     async def join(self) -> int:
         """Create the group in every shard's stream if it is new (a sink declared before

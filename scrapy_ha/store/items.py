@@ -101,6 +101,7 @@ class ItemStream:
         self._add = client.register_script(scripts.ITEMS_ADD_LUA)
         self._ack = client.register_script(scripts.ITEMS_ACK_LUA)
         self._aside = scripts.Registered(client, "items_aside")
+        self._leave = scripts.Registered(client, "items_leave")
 
     async def add(self, items: list[bytes], sender: tuple[str, int] | None = None) -> int:
         """Add items no page yielded (no lease fences them); return how many the stream
@@ -171,6 +172,11 @@ class ItemStream:
             self.key, group, min="-", max="+", count=1_000_000, consumername=consumer
         )
         return len(rows)
+
+    async def leave(self, group: str, consumer: str) -> bool:
+        """Take *consumer* out of *group* if it owes no entry (items_leave.lua); True if it
+        left."""
+        return bool(await self._leave(keys=[self.key], args=[group, consumer]))
 
     async def ack(self, group: str, ids: list[str]) -> tuple[int, int]:
         """Acknowledge entries *group*'s sink committed; return (acknowledged now, entries

@@ -125,6 +125,7 @@ SCRIPTS = (
     "items_ack",
     "items_add",
     "items_aside",
+    "items_leave",
     "items_state",
     "run",
     "revisit",
@@ -160,6 +161,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     ITEMS_ACK_LUA: str
     ITEMS_ADD_LUA: str
     ITEMS_ASIDE_LUA: str
+    ITEMS_LEAVE_LUA: str
     ITEMS_STATE_LUA: str
     RUN_LUA: str
     REVISIT_LUA: str
