@@ -72,3 +72,58 @@ def test_a_dead_letter_archive_in_memory_is_refused(redis_url, redis_client):
     ), done.stderr
     assert redis_client.zcard(Keys("ha", "arch").dead) == 1
     assert not redis_client.exists(Keys("ha", "arch").dead_archived)  # nothing marked
+
+
+def test_a_group_declared_by_mistake_is_undeclared_and_stops_keeping_items(
+    redis_url, redis_client, tmp_path
+):
+    """``--declare`` of a mistyped sink made a group that kept every later item in the
+    stream, and no command took it away."""
+    keys = Keys("ha", "shop")
+    dead_letters(redis_url, "shop", [("http://a.test/1", "gone", 404)])
+    base = ("--redis-url", redis_url, "items", "shop")
+    good, typo = f"jsonl:{tmp_path / 'items.jl'}", "jsonl:/typo/items.jl"
+    for to in (good, typo):
+        assert scrapy_ha(*base, "--to", to, "--declare").returncode == 0
+    for i in range(4):
+        redis_client.xadd(keys.items, {"i": f'{{"n": {i}}}'})
+    run = scrapy_ha(*base, "--to", good, "--exit-idle", "0.2")
+    assert run.returncode == 0 and "consumed 4 item(s)" in run.stdout, run.stderr
+    assert redis_client.xlen(keys.items) == 4  # the typo's group has none of them
+
+    cli = (*base, "--to", typo, "--undeclare")
+    refused = scrapy_ha(*cli)  # stdin is not a terminal
+    assert refused.returncode == 1 and "without --yes" in refused.stderr, refused.stderr
+    dry = scrapy_ha(*cli, "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.splitlines() == [
+        "would undeclare group jsonl:/typo/items.jl of shop (dry run: nothing changed)",
+        "  jsonl:/typo/items.jl: 4 items it has not consumed, lost to its sink",
+    ], dry.stdout
+    done = scrapy_ha(*cli, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "undeclared group jsonl:/typo/items.jl of shop (4 items it has not consumed, lost to "
+        "its sink); 4 entries every other group had left the stream"
+    )
+    assert redis_client.xlen(keys.items) == 0
+    assert [g["name"] for g in redis_client.xinfo_groups(keys.items)] == [
+        f"jsonl:{tmp_path / 'items.jl'}".encode()
+    ]
+    again = scrapy_ha(*cli, "--yes")
+    assert again.returncode == 1 and "no group jsonl:/typo/items.jl" in again.stderr
+    misuse = scrapy_ha(*base, "--to", good, "--yes")
+    assert misuse.returncode == 2 and "--yes and --dry-run go with --undeclare" in misuse.stderr
+
+
+def test_a_group_whose_consumer_runs_is_not_undeclared(redis_url, redis_client, tmp_path):
+    keys = Keys("ha", "shop")
+    dead_letters(redis_url, "shop", [("http://a.test/1", "gone", 404)])
+    to = f"jsonl:{tmp_path / 'items.jl'}"
+    base = ("--redis-url", redis_url, "items", "shop", "--to", to)
+    assert scrapy_ha(*base, "--declare").returncode == 0
+    redis_client.xadd(keys.items, {"i": "{}"})
+    redis_client.xreadgroup(to, "worker-a", {keys.items: ">"})  # a consumer reading now
+    refused = scrapy_ha(*base, "--undeclare", "--yes")
+    assert refused.returncode == 1, refused.stderr
+    assert "has consumers that read less than 60 s ago (worker-a): stop them" in refused.stderr
+    assert len(redis_client.xinfo_groups(keys.items)) == 1

@@ -75,6 +75,12 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     )
     if getattr(args, "ids", None) and not args.retry_aside:
         raise ConfigError("--id goes with --retry-aside")
+    if (args.yes or args.dry_run) and not args.undeclare:
+        raise ConfigError("--yes and --dry-run go with --undeclare")
+    if args.undeclare:
+        from scrapy_ha.cli.undeclare import undeclare
+
+        return await undeclare(queue, group, args)
     if args.aside or args.retry_aside:
         from scrapy_ha.cli.aside import list_aside, retry_aside
 

@@ -226,6 +226,13 @@ def item_actions(parser: argparse.ArgumentParser) -> None:
         "crawl gets every item (entries leave the stream once every group has them)",
     )
     actions.add_argument(
+        "--undeclare",
+        action="store_true",
+        help="take the sink's consumer group away and exit (a group declared by mistake keeps "
+        "every later item in Redis): what it has not consumed is lost to that sink; asks "
+        "first (--yes, --dry-run); stop its consumers first",
+    )
+    actions.add_argument(
         "--aside",
         action="store_true",
         help="list the entries the group set aside (id, when, reason) and exit",
@@ -243,3 +250,4 @@ def item_actions(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="with --retry-aside: only this entry (as --aside lists it; repeat for several)",
     )
+    bulk_options(parser)  # --undeclare's
