@@ -41,6 +41,16 @@ def test_defaults():
         ({"HA_START_TIMEOUT": -1}, "HA_START_TIMEOUT=-1 must be 0 or more seconds"),
         ({"HA_START_TIMEOUT": "1m"}, "HA_START_TIMEOUT='1m' is not a number"),
         ({"HA_CLOSE_TIMEOUT": "long"}, "HA_CLOSE_TIMEOUT='long' is not a number"),
+        # NaN passed every bound (a worker that crawled nothing, or blamed REDIS_URL); inf
+        # and 1e23 stopped a worker in its close, or had Redis refuse every call for ever
+        ({"HA_TICK": "nan"}, "HA_TICK='nan' is not a number (NaN)"),
+        ({"HA_CONNECT_TIMEOUT": "nan"}, "HA_CONNECT_TIMEOUT='nan' is not a number (NaN)"),
+        ({"HA_LEASE_TIME": "nan"}, "HA_LEASE_TIME='nan' is not a number (NaN)"),
+        ({"HA_TIMER_SWEEP": "nan"}, "HA_TIMER_SWEEP='nan' is not a number (NaN)"),
+        ({"HA_LEASE_TIME": "inf"}, "HA_LEASE_TIME='inf' must be more than 0 seconds (at most"),
+        ({"HA_LEASE_TIME": "1e23"}, "HA_LEASE_TIME='1e23' must be more than 0 seconds (at most"),
+        ({"HA_CLOSE_TIMEOUT": "inf"}, "HA_CLOSE_TIMEOUT='inf' must be more than 0 seconds (at"),
+        ({"HA_IDLE_TIMEOUT": "inf"}, "HA_IDLE_TIMEOUT='inf' must be 0 or more seconds (at most"),
     ],
 )
 def test_a_bad_setting_names_itself_and_its_value(settings, message):

@@ -71,7 +71,18 @@ BAD = [
     (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": -1}, "HA_DLQ_MAX_ENTRIES=-1 must be a whole"),
     (DeadLetterConfig, {"HA_DLQ_MAX_ENTRIES": "lots"}, "HA_DLQ_MAX_ENTRIES='lots'"),
     (DeadLetterConfig, {"HA_DLQ_MAX_AGE": -3}, "HA_DLQ_MAX_AGE=-3 must be 0 or more"),
-    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": "nan"}, "HA_DLQ_MAX_AGE='nan' is not a number of"),
+    (DeadLetterConfig, {"HA_DLQ_MAX_AGE": "nan"}, "HA_DLQ_MAX_AGE='nan' is not a number (NaN)"),
+    # NaN passed every bound (nan < 0 is false): a cookie jar's TTL of NaN failed every
+    # download of the crawl, which ended with 0 items and exit 0
+    (CookiesConfig, {"HA_COOKIES_TTL": "nan"}, "HA_COOKIES_TTL='nan' is not a number (NaN)"),
+    (RetryConfig, {"HA_RETRY_JITTER": "nan"}, "HA_RETRY_JITTER='nan' is not a number (NaN)"),
+    (ProxyConfig, {**POOL, "HA_PROXY_COOLDOWN": "nan"}, "HA_PROXY_COOLDOWN='nan' is not a"),
+    # Redis refused every checkpoint's expiry (the crawl went on, each checkpoint dropped)
+    (
+        CheckpointConfig,
+        {**ON, "HA_CHECKPOINT_TTL": "1e15"},
+        "HA_CHECKPOINT_TTL='1e15' must be more than 0 seconds (at most 1e+09)",
+    ),
     (DeadLetterConfig, {"HA_DLQ_WARN_THRESHOLD": 1.5}, "HA_DLQ_WARN_THRESHOLD=1.5"),
     (CookiesConfig, {"HA_SHARED_COOKIES": "yes please"}, "HA_SHARED_COOKIES='yes please'"),
     (UserAgentConfig, {"HA_USER_AGENTS": ["", "x"]}, "HA_USER_AGENTS=['', 'x'] must be a list"),

@@ -180,12 +180,15 @@ def test_permanent_classes_and_per_request_budget():
         ({"HA_RETRY_POLICIES": {"server": {"times": -1}}}, "['server']['times']=-1 must be"),
         ({"HA_RETRY_POLICIES": {"server": {"base": "x"}}}, "['server']['base']='x' is not a"),
         ({"HA_RETRY_POLICIES": {"server": {"max": -10}}}, "['server']['max']=-10 must be 0"),
-        ({"HA_RETRY_POLICIES": {"parse": {"base": float("nan")}}}, "['parse']['base']=nan must"),
+        (
+            {"HA_RETRY_POLICIES": {"parse": {"base": float("nan")}}},
+            "['parse']['base']=nan is not a",
+        ),
         ({"HA_RETRY_POLICIES": {"gone": {"multiplier": "inf"}}}, "['multiplier']='inf' must be"),
         ({"HA_RETRY_BACKOFF_BASE": "inf"}, "HA_RETRY_BACKOFF_BASE='inf' must be a finite"),
-        ({"HA_RETRY_BACKOFF_MULTIPLIER": "nan"}, "HA_RETRY_BACKOFF_MULTIPLIER='nan' must be"),
+        ({"HA_RETRY_BACKOFF_MULTIPLIER": "nan"}, "HA_RETRY_BACKOFF_MULTIPLIER='nan' is not"),
         ({"HA_RETRY_BACKOFF_MAX": float("inf")}, "HA_RETRY_BACKOFF_MAX=inf must be a finite"),
-        ({"HA_RETRY_AFTER_MAX": "nan"}, "HA_RETRY_AFTER_MAX='nan' must be a finite"),
+        ({"HA_RETRY_AFTER_MAX": "nan"}, "HA_RETRY_AFTER_MAX='nan' is not a number"),
         ({"RETRY_PRIORITY_ADJUST": "x"}, "RETRY_PRIORITY_ADJUST='x' must be a whole number"),
         # int() takes these, and made 2 and -1 of them, silently
         ({"RETRY_PRIORITY_ADJUST": 2.5}, "RETRY_PRIORITY_ADJUST=2.5 must be a whole number"),

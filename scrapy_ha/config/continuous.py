@@ -47,7 +47,7 @@ def dupefilter_ttl(settings: BaseSettings) -> float:
     """``HA_DUPEFILTER_TTL``: seconds after which a URL seen before may be crawled again
     when linked again (0: never)."""
     name, default = "HA_DUPEFILTER_TTL", DEFAULT_DUPEFILTER_TTL
-    ttl = check.seconds(settings, name, default, zero=True, finite=True)
+    ttl = check.seconds(settings, name, default, zero=True, finite=True, most=math.inf)
     if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_DUPEFILTER_TTL:
         raise ConfigError(
             f"{name}={check.raw(settings, name, default)!r} must be 0 (seen for ever) or "
@@ -287,4 +287,4 @@ def _interval(name: str, value: Any) -> float:
 
 def _bound(settings: BaseSettings, name: str, default: float) -> float:
     """``HA_REVISIT_MIN`` or ``MAX``: an interval (see :func:`_interval`)."""
-    return _interval(name, check.seconds(settings, name, default, finite=True))
+    return _interval(name, check.number(settings, name, default, finite=True))

@@ -68,10 +68,7 @@ def _max_age(settings: BaseSettings) -> float:
     age (only HA_DLQ_MAX_ENTRIES trims them). NaN is refused (it would compare false with
     every age: no limit, by accident)."""
     default = DEFAULT_DLQ_MAX_AGE_MS / 1000
-    value = check.seconds(settings, "HA_DLQ_MAX_AGE", default, zero=True)
-    if math.isnan(value):
-        raise ConfigError(
-            f"HA_DLQ_MAX_AGE={check.raw(settings, 'HA_DLQ_MAX_AGE', default)!r} is not a "
-            f"number of seconds; float('inf') keeps dead letters whatever their age"
-        )
-    return value
+    try:
+        return check.seconds(settings, "HA_DLQ_MAX_AGE", default, zero=True, most=math.inf)
+    except ConfigError as exc:  # NaN: it would compare false with every age
+        raise ConfigError(f"{exc}; float('inf') keeps dead letters whatever their age") from None

@@ -57,7 +57,7 @@ DEFAULT_COMPACT_PAYLOADS = True
 
 def _mark(settings: BaseSettings, name: str, default: float) -> float:
     """A mark: a fraction of maxmemory (0 to 1), a number of bytes (above 1), or 0 (off)."""
-    value = check.non_negative(settings, name, default)
+    value = check.non_negative(settings, name, default, finite=True)
     if value > 1 and value != int(value):
         raise ConfigError(
             f"{name}={value!r} must be a fraction of maxmemory (0 to 1) or a whole number of bytes"

@@ -54,13 +54,15 @@ def choice(settings: BaseSettings, name: str, default: str, choices: tuple[str, 
 
 
 def number(settings: BaseSettings, name: str, default: float, *, finite: bool = False) -> float:
-    """A number; with *finite*, not ``inf`` nor ``nan`` (which every comparison lets
-    through: ``nan < 0`` is false)."""
+    """A number, never ``nan`` (which every comparison lets through: ``nan < 0`` is false,
+    so a bound checked after would pass it); with *finite*, not ``inf`` either."""
     value = raw(settings, name, default)
     try:
         result = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name}={value!r} is not a number") from None
+    if math.isnan(result):
+        raise ConfigError(f"{name}={value!r} is not a number (NaN)")
     if finite and not math.isfinite(result):
         raise ConfigError(f"{name}={value!r} must be a finite number")
     return result
@@ -82,13 +84,29 @@ def fraction(settings: BaseSettings, name: str, default: float) -> float:
     return value
 
 
+#: The longest duration a setting in seconds may give, unless its own check allows more
+#: (about 31.7 years): timers, Redis expiries (ms) and dates all hold it, where ``inf`` or
+#: 1e23 stopped a worker in its close, or had Redis refuse every call for ever.
+MOST_SECONDS = 1e9
+
+
 def seconds(
-    settings: BaseSettings, name: str, default: float, *, zero: bool = False, finite: bool = False
+    settings: BaseSettings,
+    name: str,
+    default: float,
+    *,
+    zero: bool = False,
+    finite: bool = False,
+    most: float = MOST_SECONDS,
 ) -> float:
+    """Seconds: more than 0 (or 0 with *zero*), at most *most* (``math.inf`` lets ``inf``
+    through: a setting whose own check bounds it, or for which ``inf`` means never); never
+    NaN."""
     value = number(settings, name, default, finite=finite)
-    if value < 0 or (value == 0 and not zero):
+    if value < 0 or (value == 0 and not zero) or value > most:
         limit = "0 or more" if zero else "more than 0"
-        raise ConfigError(f"{name}={raw(settings, name, default)!r} must be {limit} seconds")
+        bound = f" (at most {most:g})" if math.isfinite(most) else ""
+        raise ConfigError(f"{name}={raw(settings, name, default)!r} must be {limit} seconds{bound}")
     return value
 
 
