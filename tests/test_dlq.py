@@ -68,6 +68,13 @@ async def test_status_export_list_requeue_purge(redis_url, redis_client, site):
     assert by_url["/status/404"]["class"] == "gone" and by_url["/status/404"]["attempts"] == 1
     assert by_url["/flaky/2?fail=9&status=503"]["attempts"] == 3
     assert by_url["/flaky/2?fail=9&status=503"]["reason"] == "HTTP 503"
+    # the request stored is the one that failed last, its attempts counted (not the one
+    # stored by the last retry, one attempt behind: a requeue or an export would use it)
+    failed = json.loads(
+        cli(redis_url, "dlq", "show", "faults", by_url["/flaky/2?fail=9&status=503"]["id"]).stdout
+    )
+    assert failed["request"]["mt"]["ha_retries"] == {"server": 3}, failed["request"]
+    assert len(failed["request"]["mt"]["ha_history"]) == 3
 
     listed = cli(redis_url, "dlq", "list", "faults", "--class", "gone").stdout.splitlines()
     assert len(listed) == 4 and all(" gone " in line for line in listed[1:3])
