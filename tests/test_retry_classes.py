@@ -150,6 +150,20 @@ def test_retry_after_is_honoured_and_capped():
     )
 
 
+def test_a_retry_after_with_jitter_is_never_earlier_than_the_site_asked():
+    """The spread that keeps workers apart is added: coming back before the site's time
+    asks for another 429 (with the default jitter; the test above sets none)."""
+    c = config(HA_RETRY_JITTER=1.0, HA_RETRY_AFTER_MAX=600)
+    failure = Failure("rate_limited", "HTTP 429", 429, retry_after=100)
+    delays = [
+        decide(Request("https://e.com"), failure, c, worker="w", now_ms=0, rand=lambda r=r: r)[
+            "delay"
+        ]
+        for r in (0.0, 0.5, 0.999)
+    ]
+    assert delays == [100, 105, pytest.approx(109.99)], delays
+
+
 def test_permanent_classes_and_per_request_budget():
     c = config()
     assert (
