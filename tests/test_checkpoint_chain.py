@@ -164,6 +164,8 @@ async def test_resetting_a_checkpoint_drops_the_pages_kept_aside(redis_url):
     await q.save_checkpoint(lease.id, lease.token, "t", doc(1, 1, skip=1, next="/list/1"), TTL)
     await q.save_checkpoint(lease.id, lease.token, "t", doc(2, 3, next="/list/3"), TTL)
     assert await q.client.exists(q.keys.checkpoint_ahead("t"))
+    # pages kept aside expire as the checkpoint does: a task given up leaves nothing for ever
+    assert 0 < await q.client.pttl(q.keys.checkpoint_ahead("t")) <= TTL
     assert await CheckpointStore(q.client, q.keys).delete(["t"]) == 1
     assert not await q.client.exists(q.keys.checkpoint_ahead("t"), q.keys.checkpoint("t"))
     await q.client.aclose()
