@@ -118,6 +118,10 @@ def test_local_proxy_state_is_bounded():
     pool.failures = {"10.0.0.1:80": 1, "10.9.9.9:80": 1}
     pool._prune()
     assert list(pool.cooling) == ["10.0.0.1:80"] and list(pool.failures) == ["10.0.0.1:80"]
+    # a proxy sent to cool down comes back with no failure counted: one more failure after
+    # its cool-down would take it out at once (HA_PROXY_MAX_FAILURES in a row)
+    pool.cool_down("10.0.0.1:80")
+    assert "10.0.0.1:80" not in pool.failures
 
 
 @deferred_f_from_coro_f
