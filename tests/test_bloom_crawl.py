@@ -9,6 +9,7 @@ conformance suites with a Bloom filter too.)"""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 from typing import TYPE_CHECKING
@@ -164,7 +165,32 @@ def test_a_crawl_held_back_by_redis_memory_goes_on_below_the_low_mark(
         assert "back-pressure" in shown and "workers lease nothing new" in shown, shown
         [numbers] = read_crawls(redis_client, "ha", ["catalogue"])
         assert numbers.backpressure
-        redis_client.delete("ballast")  # memory falls below the low mark
+        # between the marks the worker stays held (it stopped and started around the high
+        # mark, were the low one not read): once it read the memory there, nothing leased
+        high, low = int(marks["HA_REDIS_MEMORY_HIGH"]), int(marks["HA_REDIS_MEMORY_LOW"])
+        other = _used(redis_client) - redis_client.memory_usage("ballast")
+        assert other < low, (other, low)
+        size = low + (high - low) // 4 - other  # its allocation rounds up by a quarter at most
+        redis_client.setrange("ballast2", size - 1, b"\0")  # above the high mark meanwhile
+        redis_client.delete("ballast")
+
+        def read_between() -> bool:
+            doc = redis_client.get("ha:{catalogue}:pressure")
+            return doc is None or json.loads(doc)["used"] < high
+
+        harness.wait_for(read_between, "a read of the memory between the marks", 30)
+        assert redis_client.exists("ha:{catalogue}:pressure"), "it went on above the low mark"
+        heartbeat = redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
+        harness.wait_for(
+            lambda: (
+                redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
+                > heartbeat
+            ),
+            "a renewal",
+            30,
+        )
+        assert count_lines(items) == 0 and redis_client.zcard("ha:{catalogue}:leased") == 0
+        redis_client.delete("ballast2")  # memory falls below the low mark
         assert live.wait(120) == 0
     finally:
         if live.poll() is None:
