@@ -6,9 +6,11 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from typing import Any
 from urllib.request import urlopen
 
 import pytest
+import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -184,3 +186,36 @@ async def test_dead_letters_without_an_age_limit_are_made_and_the_crawl_closes(
     assert {p: d["class"] for p, d in dead_letters(redis_client, "faults").items()} == {
         "status/404": "gone"
     }
+
+
+class BadMetaSpider(FaultSpider):
+    """A request whose meta Scrapy cannot use (``download_timeout`` of text), one that a
+    middleware drops on purpose (IgnoreRequest: off-site), and a good one."""
+
+    name = "badmeta"
+    allowed_domains = ["127.0.0.1"]
+
+    async def start(self) -> Any:
+        yield scrapy.Request(self.base_url + "/status/200?bad", meta={"download_timeout": "abc"})
+        yield scrapy.Request("http://offsite.example/x")
+        yield scrapy.Request(self.base_url + "/status/200?good")
+
+    def parse(self, response: Any) -> Any:
+        self.ok.append(response.url.replace(self.base_url, ""))
+
+
+@deferred_f_from_coro_f
+async def test_a_download_error_no_class_names_is_dead_lettered_not_lost(
+    redis_url, redis_client, site
+):
+    """The request failed with a TypeError: it was acked as done, with one "Error
+    downloading" line, and nowhere in Redis (0 items, exit 0). A request a middleware
+    drops on purpose stays dropped."""
+    crawler = get_crawler(BadMetaSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.spider.ok == ["/status/200?good"]
+    dead = dead_letters(redis_client, "badmeta")
+    assert list(dead) == ["status/200?bad"], dead
+    assert dead["status/200?bad"]["class"] == "permanent"
+    assert dead["status/200?bad"]["reason"].startswith("builtins.TypeError"), dead
+    assert crawler.stats.get_value("ha/dead/permanent") == 1

@@ -30,15 +30,17 @@ permanent     exception types the user lists                   dead-letter at on
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.exceptions import IgnoreRequest, NotConfigured
+from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.python import global_object_name
+from twisted.internet import defer
 from twisted.python.failure import Failure as TwistedFailure
 
 from scrapy_ha import metakeys
@@ -64,6 +66,17 @@ if TYPE_CHECKING:
 __all__ = ["ParseErrorMiddleware", "RetryMiddleware"]
 
 logger = logging.getLogger(__name__)
+
+#: Exceptions of a download that are no failure of the request: a middleware dropped it on
+#: purpose (robots.txt, off-site, a page not modified), a signal handler stopped its
+#: download, or the download was cancelled (a shutdown). Any other exception no failure
+#: class names dead-letters the request as ``permanent``.
+NOT_FAILURES: tuple[type[BaseException], ...] = (
+    IgnoreRequest,
+    StopDownload,
+    defer.CancelledError,
+    asyncio.CancelledError,
+)
 
 #: Characters of an item shown in a warning (items can be large).
 SHORT_ITEM = 200
@@ -125,9 +138,16 @@ class RetryMiddleware:
 
     def _judge_exception(self, request: Request, exception: Exception) -> Request | None:
         fclass = self.config.classify_exception(exception)
+        reason = global_object_name(type(exception))
         if fclass is None:
-            return None
-        retry = self._handle(request, Failure(fclass, global_object_name(type(exception))))
+            if isinstance(exception, NOT_FAILURES):
+                return None
+            # an exception no class names (a meta value of the wrong type, a middleware's
+            # bug): acked as done it was lost, with one "Error downloading" line; retried it
+            # would fail the same way. Dead-lettered, it can be read and requeued once fixed.
+            fclass = FailureClass.PERMANENT
+            reason = f"{reason}: {str(exception).strip()[:200]}".rstrip(": ")
+        retry = self._handle(request, Failure(fclass, reason))
         if retry is None and request.errback is not None:
             request.errback = _WatchedErrback(request, request.errback)
         return retry

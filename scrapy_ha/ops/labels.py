@@ -102,7 +102,10 @@ CLASSES = {
     "pipeline": Label("Pipeline error", "An item pipeline raised an exception."),
     "gone": Label("Gone", "HTTP 404 or 410: the page does not exist; not retried."),
     "client": Label("Client error", "Another HTTP 4xx: not retried."),
-    "permanent": Label("Permanent", "An error the spider marks as permanent: not retried."),
+    "permanent": Label(
+        "Permanent",
+        "An error the spider marks as permanent, or a download error no class names: not retried.",
+    ),
     "no_proxy": Label("No proxy", "No usable proxy was left: waits for one."),
     "proxy_error": Label("Proxy error", "Choosing a proxy failed."),
     "proxy_auth": Label("Proxy refused", "The proxy refused its credentials."),
