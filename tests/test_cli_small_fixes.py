@@ -112,3 +112,14 @@ def test_a_mistyped_class_that_matches_nothing_is_named_with_the_nearest(redis_u
     delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books", "--class", "gatee")
     assert delayed.stdout.strip() == "no delayed request of books"
     assert "did you mean gate?" in delayed.stderr, delayed.stderr
+
+
+def test_entry_ids_with_all_or_a_filter_are_refused_not_half_read(redis_url, redis_client):
+    """``dlq purge books --all 3 --yes`` purged entry 3 alone: the IDs were taken and --all
+    went unread."""
+    seed_dead(redis_client, 5, spider="books")
+    for extra in (["--all"], ["--class", "gone"]):
+        done = scrapy_ha("--redis-url", redis_url, "dlq", "purge", "books", "3", *extra, "--yes")
+        assert done.returncode == 2, done.stderr
+        assert f"name entry IDs or a selection ({extra[0]}), not both" in done.stderr
+    assert redis_client.zcard("ha:{books}:dead") == 5

@@ -177,6 +177,11 @@ async def _bulk(
             file=sys.stderr,
         )
         return 1
+    chosen = [f"--{f.removeprefix('failure_')}" for f in FILTERS if getattr(args, f) is not None]
+    if args.ids and (args.all or chosen):  # the IDs alone were taken: --all purged 1 of them
+        raise ConfigError(
+            f"name entry IDs or a selection ({', '.join(chosen or ['--all'])}), not both"
+        )
     missing: list[str] = []
     if args.ids:
         entries, missing = await _by_ids(dead_letters(queue), args.ids)
