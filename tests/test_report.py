@@ -88,3 +88,30 @@ def test_the_window_sums_only_its_own_minutes(redis_url, redis_client):
         cli(redis_url, "report", "shop", "--since", "1h", "--format", "json").stdout
     )
     assert report["window"] == {"enqueued": 3, "acked": 5, "retried": 2, "dead": 0}
+
+
+def test_dead_letters_and_workers_written_by_hand_do_not_break_the_listings(
+    redis_url, redis_client
+):
+    """A dead letter timed ``inf`` or named by bytes that are not UTF-8 (written by hand)
+    made ``dlq list``, ``dlq export`` and ``report`` fail with a traceback: one bad entry
+    hid every other."""
+    from tests.test_dashboard_api import seed_dead
+
+    seed_dead(redis_client, 3, spider="shop")
+    redis_client.zadd("ha:{shop}:dead", {"903": float("inf"), b"\xff\xfe": 1})
+    redis_client.zadd("ha:{shop}:seen", {b"\xff": 2**41, "w-inf": float("inf")})
+    listed = cli(redis_url, "dlq", "list", "shop")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[-1].startswith("5 entries listed"), listed.stdout
+    assert "\\xff\\xfe" in listed.stdout
+    exported = cli(redis_url, "dlq", "export", "shop")
+    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 5, exported.stderr
+    report = cli(redis_url, "report", "shop", "--since", "7d", "--format", "json")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["states"]["dead"] == 5
+    from tests.test_dashboard_api import dashboard
+
+    with dashboard(redis_url) as http:
+        page = http.get("/api/crawls/shop/dead", params={"size": 50})
+        assert page.status_code == 200 and len(page.json()["entries"]) == 5, page.text

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = ["Report", "build_report", "report"]
 
 import json
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -100,7 +101,7 @@ async def _dead_in_shard(
         )
         if not rows:
             return n
-        ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
+        ids = [text(r[0]) for r in rows]
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await read_payloads(client, keys, ids)
         for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
@@ -110,6 +111,11 @@ async def _dead_in_shard(
             domains[entry.domain or "?"] += 1
             reasons[entry.reason or "?"] += 1
         start += SCAN_BATCH
+
+
+def text(value: Any) -> str:
+    """A member of a Redis set as text (bytes not UTF-8, written by hand, escaped)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 async def build_report(queue: RedisQueue, window_s: int) -> Report:
@@ -123,7 +129,8 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     # every worker whose last heartbeat is in the window, gone or alive (renew.lua keeps
     # them a week in ``seen``; a worker that left is no longer in ``workers``)
     seen = await client.zrangebyscore(keys.seen, since_ms, "+inf", withscores=True)
-    last = {(w.decode() if isinstance(w, bytes) else w): int(t) for w, t in seen}
+    # (written by hand: a worker id not UTF-8 shown escaped, a time of `inf` left out)
+    last = {text(w): int(t) for w, t in seen if math.isfinite(t)}
     states = {
         "pending": stats.pending,
         "leased": stats.leased,

@@ -20,7 +20,8 @@ CHART_MINUTES = 60
 
 
 def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """Text of a Redis reply (bytes not UTF-8, a member written by hand, escaped)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def _glob_escape(text: str) -> str:

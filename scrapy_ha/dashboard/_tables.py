@@ -40,7 +40,8 @@ DONE = "-"
 
 
 def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """Text of a Redis reply (bytes not UTF-8, a member written by hand, escaped)."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)

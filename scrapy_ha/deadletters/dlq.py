@@ -16,6 +16,7 @@ from __future__ import annotations
 __all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue", "parse_entry"]
 
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
@@ -159,7 +160,7 @@ def parse_entry(
         summary.url if summary.url is not None else str(meta.get("payload", "?")),
         str(meta.get("class", "unknown")),
         mask_text(str(meta.get("reason", ""))),
-        int(dead_at),
+        int(dead_at) if math.isfinite(dead_at) else 0,  # a score written by hand: `inf`
         meta,
         summary,
     )
@@ -256,7 +257,11 @@ class DeadLetterQueue:
             rows = await self.client.zrange(self.keys.dead, start, end, withscores=True)
             if not rows:
                 return
-            ids = [r[0].decode() if isinstance(r[0], bytes) else r[0] for r in rows]
+            # (an id not UTF-8, written by hand, is shown escaped: the listing goes on)
+            ids = [
+                r[0].decode(errors="backslashreplace") if isinstance(r[0], bytes) else r[0]
+                for r in rows
+            ]
             infos = await self.client.hmget(self.keys.dead_info, ids)
             yield [
                 _Record(entry_id, score, info)
