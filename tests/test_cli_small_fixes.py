@@ -123,3 +123,15 @@ def test_entry_ids_with_all_or_a_filter_are_refused_not_half_read(redis_url, red
         assert done.returncode == 2, done.stderr
         assert f"name entry IDs or a selection ({extra[0]}), not both" in done.stderr
     assert redis_client.zcard("ha:{books}:dead") == 5
+
+
+def test_a_back_pressure_mark_written_by_hand_does_not_break_status(redis_url, redis_client):
+    """``SET ha:{books}:pressure garbage``: ``status`` failed with JSONDecodeError."""
+    seed_dead(redis_client, 1, spider="books")
+    for garbage in (b"garbage", b'["a"]', b'{"used": "x"}'):
+        redis_client.set("ha:{books}:pressure", garbage)
+        shown = scrapy_ha("--redis-url", redis_url, "status", "books")
+        assert shown.returncode == 0, shown.stderr
+        assert "back-pressure" in shown.stdout and "workers lease nothing new" in shown.stdout
+        as_json = scrapy_ha("--redis-url", redis_url, "status", "books", "--json")
+        assert as_json.returncode == 0, as_json.stderr

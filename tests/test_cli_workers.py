@@ -107,3 +107,16 @@ def test_the_dashboard_gives_a_pid_as_a_number_and_shows_a_dash_where_the_id_has
         page = http.get("/crawls/books").text
     assert '<td>host-a</td><td class="n">4242</td>' in page
     assert '<td>-</td><td class="n">-</td>' in page and "None" not in page
+
+
+def test_workers_written_by_hand_do_not_break_the_listing(redis_url, redis_client):
+    """A heartbeat of ``inf``, an id not UTF-8 and stats that are not figures made
+    ``workers`` fail with a traceback."""
+    renew(redis_url, "books", "host-a:4242:x1", [("1", "t-1")], rate=1.0)
+    redis_client.zadd("ha:{books}:workers", {"w-inf": float("inf"), b"\xff\xfe": 2**41})
+    redis_client.hset("ha:{books}:wstats", "w-inf", '123 {"leases": "x", "rate": [1]}')
+    shown = scrapy_ha("workers", "books", "--redis-url", redis_url)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1] == "3 live workers", shown.stdout
+    rows = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
+    assert {r["id"]: r["leases"] for r in rows}["w-inf"] is None

@@ -139,3 +139,15 @@ async def test_a_redis_lost_during_the_wait_is_one_warning(tmp_path, caplog):
         await queue.client.aclose()
     finally:
         server.kill()
+
+
+@deferred_f_from_coro_f
+async def test_a_heartbeat_of_inf_written_by_hand_is_read_not_a_crash(redis_url):
+    """``ZADD workers inf w``: the wait's read raised OverflowError in the worker's close."""
+    from scrapy_ha.scheduler.session.outlast import _look
+
+    queue = await finished_crawl(redis_url, 60_000)
+    await queue.client.zadd(KEYS.workers, {"by-hand": float("inf")})
+    _, others, _ = await _look(queue, "me")
+    assert others["by-hand"] == 2**53 and "other" in others
+    await queue.client.aclose()

@@ -164,8 +164,19 @@ async def _memory(
         held = bucket_state(await queue.client.hgetall(shard.keys.buckets))
         if held is not None:
             buckets.append(held)
-    mark = await queue.client.get(queue.keys.pressure)
-    return blooms, buckets, json.loads(mark) if mark else None
+    return blooms, buckets, _read_mark(await queue.client.get(queue.keys.pressure))
+
+
+def _read_mark(raw: bytes | None) -> dict[str, int] | None:
+    """The back-pressure mark (pressure.py writes it); one that is not (written by hand)
+    is shown with zeros: the status goes on, and says workers are held back."""
+    if raw is None:
+        return None
+    try:
+        mark = json.loads(raw)
+        return {k: int(mark.get(k) or 0) for k in ("used", "max", "high", "low", "since")}
+    except (ValueError, TypeError, AttributeError, OverflowError):
+        return dict.fromkeys(("used", "max", "high", "low", "since"), 0)
 
 
 def _pressure_lines(mark: dict[str, int] | None) -> list[str]:

@@ -8,6 +8,7 @@ shown as it is).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,8 +54,8 @@ class Worker:
             "job": self.job,
             "heartbeat": local_time(at) if isinstance(at, int) else None,
             "heartbeat_age_s": (now_ms - at) / 1000 if isinstance(at, int) else None,
-            "leases": self.stats.get("leases"),
-            "pages_per_s": self.stats.get("rate"),
+            "leases": _number(self.stats.get("leases")),
+            "pages_per_s": _number(self.stats.get("rate")),
         }
 
 
@@ -66,13 +67,23 @@ async def live_workers(queue: RedisQueue) -> tuple[int, list[Worker]]:
     ids = [_s(member) for member, _ in rows]
     stats = await queue.client.hmget(keys.worker_stats, ids) if ids else []
     return now, [
-        Worker.parse(worker_id, int(expiry), _stats(raw))
+        Worker.parse(worker_id, int(min(expiry, MAX_MS)), _stats(raw))  # `inf`: by hand
         for (_, expiry), worker_id, raw in zip(rows, ids, stats, strict=True)
     ]
 
 
 def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+#: The latest heartbeat expiry shown (a score written by hand may be ``inf``).
+MAX_MS = 2**53
+
+
+def _number(value: Any) -> float | int | None:
+    """A figure a renewal published; anything else (written by hand) is none."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return value if ok and math.isfinite(value) else None
 
 
 def _stats(raw: bytes | None) -> dict[str, Any]:

@@ -118,5 +118,7 @@ async def _look(queue: RedisQueue, me: str) -> tuple[int, dict[str, int], bool]:
     live = await first.client.zrange(
         first.keys.workers, counts.now_ms, "+inf", byscore=True, withscores=True
     )
-    others = {_s(worker): int(expiry) for worker, expiry in live if _s(worker) != me}
+    others = {  # (an expiry of `inf`, written by hand, as the latest a float holds exactly)
+        _s(worker): int(min(expiry, 2**53)) for worker, expiry in live if _s(worker) != me
+    }
     return counts.now_ms, others, bool(counts.active)
