@@ -61,3 +61,20 @@ def test_delayed_list_counts_revisits_and_held_requests_apart_from_retries(redis
     out = scrapy_ha("delayed", "list", "books", "--redis-url", redis_url).stdout.splitlines()
     assert [line.split()[5] for line in out[1:-1]] == ["revisit", "gate", "server"]
     assert out[-1] == "3 delayed requests listed (1 retry, 1 revisit, 1 held by a gate)"
+
+
+def test_a_delayed_entry_timed_inf_by_hand_is_shown_not_a_crash(redis_url, redis_client):
+    """``ZADD ha:{books}:delayed inf <id>``: ``status`` failed (int of b'inf'), ``delayed
+    list`` with OverflowError, the dashboard's delayed table with a 500."""
+    from tests.test_dashboard_api import dashboard
+
+    ids = delayed(redis_url, "books", ROWS)
+    redis_client.zadd("ha:{books}:delayed", {ids[0]: float("inf")})
+    status = scrapy_ha("status", "books", "--redis-url", redis_url)
+    assert status.returncode == 0, status.stderr
+    listed = scrapy_ha("delayed", "list", "books", "--redis-url", redis_url)
+    assert listed.returncode == 0, listed.stderr
+    assert "9999-12-31" in listed.stdout and "3 delayed requests listed" in listed.stdout
+    with dashboard(redis_url) as http:
+        assert http.get("/api/crawls/books/delayed").status_code == 200
+        assert http.get("/api/crawls/books").status_code == 200

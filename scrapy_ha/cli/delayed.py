@@ -20,7 +20,7 @@ from scrapy_ha.cli.common import approve, plural, say_missing, say_unknown_class
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
-from scrapy_ha.ops.display import humanize, local_time
+from scrapy_ha.ops.display import humanize, local_time, time_ms
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
@@ -67,7 +67,7 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
     fclass = last.get("class") if isinstance(last, dict) else None
     why = (held or b"").split(b" ", 1)[0].decode()
     fclass = why if why in HELD else fclass
-    return Delayed(entry_id, int(due), str(fclass or "-"), attempts, summary.url or "?")
+    return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url or "?")
 
 
 async def entries(queue: RedisQueue) -> list[Delayed]:

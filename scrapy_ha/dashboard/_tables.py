@@ -22,6 +22,7 @@ from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
+from scrapy_ha.ops.display import time_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.shard_sync import outside
 
@@ -176,7 +177,7 @@ def delayed_row(
         failure_class=fclass,
         status=None,
         attempts=attempts,
-        at_ms=int(due_ms),
+        at_ms=time_ms(due_ms),
         reason=reason,
         history=mask_value(history),
     )

@@ -20,6 +20,7 @@ __all__ = ["Eta", "Waiting", "eta", "read_waiting"]
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.stats import MINUTE_MS
 from scrapy_ha.store import scripts
 
@@ -101,7 +102,7 @@ async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
     due: list[tuple[int, int]] = []
     held: dict[str, dict[str, int]] = {}
     for keys, flat, (cursor, counts) in zip(shards, replies[::2], replies[1::2], strict=True):
-        due += [(int(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+        due += [(time_ms(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
         while True:
             for name, n in counts.items():
                 kind, _, domain = _s(name)[1:].partition(" ")
