@@ -190,7 +190,7 @@ async def test_dead_letters_without_an_age_limit_are_made_and_the_crawl_closes(
 
 class BadMetaSpider(FaultSpider):
     """A request whose meta Scrapy cannot use (``download_timeout`` of text), one that a
-    middleware drops on purpose (IgnoreRequest: off-site), and a good one."""
+    middleware drops on purpose (IgnoreRequest: off-site), one too large, and a good one."""
 
     name = "badmeta"
     allowed_domains = ["127.0.0.1"]
@@ -198,6 +198,8 @@ class BadMetaSpider(FaultSpider):
     async def start(self) -> Any:
         yield scrapy.Request(self.base_url + "/status/200?bad", meta={"download_timeout": "abc"})
         yield scrapy.Request("http://offsite.example/x")
+        # past its DOWNLOAD_MAXSIZE: cancelled by Scrapy, acked as done (as before)
+        yield scrapy.Request(self.base_url + "/status/200?big", meta={"download_maxsize": 5})
         yield scrapy.Request(self.base_url + "/status/200?good")
 
     def parse(self, response: Any) -> Any:

@@ -30,13 +30,17 @@ permanent     exception types the user lists                   dead-letter at on
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
+from scrapy.exceptions import (
+    DownloadCancelledError,
+    IgnoreRequest,
+    NotConfigured,
+    StopDownload,
+)
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.python import global_object_name
@@ -68,14 +72,15 @@ __all__ = ["ParseErrorMiddleware", "RetryMiddleware"]
 logger = logging.getLogger(__name__)
 
 #: Exceptions of a download that are no failure of the request: a middleware dropped it on
-#: purpose (robots.txt, off-site, a page not modified), a signal handler stopped its
-#: download, or the download was cancelled (a shutdown). Any other exception no failure
-#: class names dead-letters the request as ``permanent``.
+#: purpose (robots.txt, off-site), a signal handler stopped its download, or the download
+#: was cancelled (Scrapy's ``DownloadCancelledError``, which a page past DOWNLOAD_MAXSIZE
+#: also raises: acked as done, as before). Any other exception no failure class names
+#: dead-letters the request as ``permanent``.
 NOT_FAILURES: tuple[type[BaseException], ...] = (
     IgnoreRequest,
     StopDownload,
+    DownloadCancelledError,
     defer.CancelledError,
-    asyncio.CancelledError,
 )
 
 #: Characters of an item shown in a warning (items can be large).
