@@ -245,8 +245,9 @@ async def test_a_consumer_waits_for_work_left_while_no_worker_lives(redis_url, t
 @deferred_f_from_coro_f
 async def test_a_consumer_exits_once_a_stopped_crawls_workers_are_gone(redis_url, tmp_path):
     """A continuous crawl never runs out of work (its revisits wait in Redis): with
-    ``--exit-idle`` the consumer ran for ever, even after ``scrapy-ha stop``. A stop that
-    workers ran past (a resume) does not count."""
+    ``--exit-idle`` the consumer ran for ever, even after ``scrapy-ha stop``. A stop that a
+    worker started after (a resume) does not count; the stopped workers' last acks do
+    (they come after the stop: a worker reads it within HA_LEASE_RENEW_INTERVAL)."""
     client = redis.asyncio.Redis.from_url(redis_url)
     queue = RedisQueue(client, KEYS)
     await queue.enqueue([NewEntry(f"fp{i:010d}".encode(), 0, b"{}") for i in range(3)])
@@ -254,12 +255,13 @@ async def test_a_consumer_exits_once_a_stopped_crawls_workers_are_gone(redis_url
     seconds, _ = await client.time()
     minute = seconds // 60
     await client.set(KEYS.stop, (minute - 5) * 60_000)  # stopped 5 minutes ago
-    await client.hset(KEYS.stats_minutes, "acked:last", minute - 1)  # then resumed
+    await client.hset(KEYS.run, "resumed", (minute - 1) * 60_000)  # then resumed
     sink = JsonLinesSink(tmp_path / "items.jl")
     job = asyncio.ensure_future(consume(redis_url, "s", sink, group="jl", exit_idle=0.1))
     await asyncio.sleep(1.5)
     assert not job.done()  # workers ran after that stop: requests are left for them
     await client.set(KEYS.stop, seconds * 1000)  # `scrapy-ha stop` now
+    await client.hset(KEYS.stats_minutes, "acked:last", minute + 1)  # its workers' last acks
     report = await asyncio.wait_for(job, 30)
     assert report.consumed == 3 and lines(tmp_path / "items.jl") == [1, 2, 3]
     assert (await queue.counts()).pending == 3  # kept for a resume

@@ -218,6 +218,20 @@ async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
     checked = await asyncio.to_thread(scrapy_ha, *check)
     assert checked.returncode == 0, checked.stderr  # a revisited URL stays seen
     assert "seen (kept for ever); revisited (entry " in checked.stdout
+    # a worker started after the stop resumes the crawl and says when (an items consumer's
+    # --exit-idle waits for a stopped crawl only: sinks/consumer.py)
+    assert not await asyncio.to_thread(redis_client.hexists, keys.run, "resumed")
+    again = get_crawler(CatalogueSpider, settings)
+    resuming = asyncio.ensure_future(again.crawl_async(base_url=site.url))
+    deadline = time.monotonic() + 60
+    while not await asyncio.to_thread(redis_client.hexists, keys.run, "resumed"):
+        assert not resuming.done() and time.monotonic() < deadline, "no resume recorded"
+        await asyncio.sleep(0.2)
+    stop = int(await asyncio.to_thread(redis_client.get, keys.stop))
+    assert int(await asyncio.to_thread(redis_client.hget, keys.run, "resumed")) >= stop
+    await asyncio.to_thread(scrapy_ha, "stop", "catalogue", "--redis-url", redis_url)
+    await asyncio.wait_for(resuming, 30)
+    assert again.stats.get_value("finish_reason") == "stopped"
 
 
 @deferred_f_from_coro_f

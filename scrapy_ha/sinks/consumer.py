@@ -309,20 +309,14 @@ class ItemConsumer:
         return pending if pending <= len(self.writer.suspects) else -1
 
     async def _stopped(self) -> bool:
-        """``scrapy-ha stop`` stopped the crawl and no worker ran it since: none acked or
-        enqueued a request in a minute after the stop's (a stop's own minute counts as
-        stopped: its workers finish what they hold)."""
-        stop = await self.queue.client.get(self.queue.keys.stop)
+        """``scrapy-ha stop`` stopped the crawl and no worker resumed it since (a worker
+        started after a stop writes when in the ``run`` hash: ``session/control.py``)."""
+        client, keys = self.queue.client, self.queue.keys
+        stop, resumed = await client.get(keys.stop), await client.hget(keys.run, "resumed")
         try:
-            minute = int(stop) // 60_000  # the per-minute counters' minute
+            return int(stop) > int(resumed or 0)
         except (TypeError, ValueError):  # no stop (or not one `stop` wrote)
             return False
-        for stream in self.streams:
-            keys = stream.keys
-            lasts = await stream.client.hmget(keys.stats_minutes, ["acked:last", "enqueued:last"])
-            if any(float(last or 0) > minute for last in lasts):
-                return False
-        return True
 
     async def _started(self) -> bool:
         """Whether the crawl ever queued a request or committed an item (its counters

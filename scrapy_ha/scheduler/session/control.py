@@ -40,6 +40,11 @@ TASK_RESTARTS = 3
 TASK_RESTART_WINDOW = 60.0
 
 
+#: The field of the crawl's ``run`` hash that says when a worker last resumed a stopped
+#: crawl (server ms).
+RESUMED = "resumed"
+
+
 class Control:
     """Reads the operator's instructions for the crawl at most every *interval* seconds."""
 
@@ -61,6 +66,7 @@ class Control:
             return False
         self._last = time.monotonic() if now is None else now
         client, joining = queue.client, not self.joined_ms
+        first = joining  # (a cluster's client reads the clock apart, below)
         if joining and isinstance(client, redis.asyncio.RedisCluster):  # no TIME in its pipelines
             self.joined_ms = await server_ms(client)
             joining = False
@@ -75,6 +81,10 @@ class Control:
         if joining:
             self.joined_ms = time_ms(replies.pop(0))
         rules, stop, *held = replies
+        if first and stop is not None and int(stop) <= self.joined_ms:
+            # a worker started after `scrapy-ha stop` resumes the crawl: say so, for the
+            # items consumers whose --exit-idle waits for a stopped crawl's end
+            await client.hset(queue.keys.run, RESUMED, self.joined_ms)
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
