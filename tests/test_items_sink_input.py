@@ -127,3 +127,23 @@ def test_a_group_whose_consumer_runs_is_not_undeclared(redis_url, redis_client, 
     assert refused.returncode == 1, refused.stderr
     assert "has consumers that read less than 60 s ago (worker-a): stop them" in refused.stderr
     assert len(redis_client.xinfo_groups(keys.items)) == 1
+
+
+def test_a_group_named_by_a_relative_path_before_is_still_consumed(
+    redis_url, redis_client, tmp_path
+):
+    """The default group of ``sqlite:///rel.db`` holds the absolute path now: a group
+    declared under the old name (the URL as written) would have been left behind, keeping
+    every later item in the stream."""
+    keys = Keys("ha", "rel")
+    dead_letters(redis_url, "rel", [("http://a.test/1", "gone", 404)])
+    redis_client.xadd(keys.items, {"i": '{"n": 1}'})
+    redis_client.xgroup_create(keys.items, "sql:sqlite:///rel.db#scrapy_ha_items", id="0")
+    base = ("--redis-url", redis_url, "items", "rel", "--to", "sqlite:///rel.db")
+    done = scrapy_ha(*base, "--exit-idle", "0.2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "consuming into group sql:sqlite:///rel.db#scrapy_ha_items, named by" in done.stderr
+    assert "consumed 1 item(s)" in done.stdout
+    assert [g["name"] for g in redis_client.xinfo_groups(keys.items)] == [
+        b"sql:sqlite:///rel.db#scrapy_ha_items"
+    ]

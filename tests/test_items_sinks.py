@@ -289,6 +289,29 @@ async def test_a_consumer_that_ends_owing_nothing_leaves_its_group(redis_url, ar
 
 
 @deferred_f_from_coro_f
+async def test_a_consumer_whose_group_is_taken_away_stops_saying_so(redis_url, tmp_path):
+    """``items --undeclare`` cannot always tell a consumer blocked on a quiet stream from
+    a gone one (before Redis 7.2 its idle time grows while it waits): the consumer died
+    with NOGROUP's traceback."""
+    from scrapy_ha.sinks.consumer import GroupGone
+
+    await fill(redis_url, range(1, 3))
+    job = asyncio.ensure_future(
+        consume(redis_url, "s", JsonLinesSink(tmp_path / "i.jl"), group="jl")
+    )
+    client = redis.asyncio.Redis.from_url(redis_url)
+    for _ in range(300):  # its items written: it waits for more
+        if (tmp_path / "i.jl").exists() and lines(tmp_path / "i.jl") == [1, 2]:
+            break
+        await asyncio.sleep(0.05)
+    await client.xgroup_destroy(KEYS.items, "jl")
+    with pytest.raises(GroupGone, match="group jl of s was taken away"):
+        await asyncio.wait_for(job, 30)
+    assert await client.xinfo_groups(KEYS.items) == []  # not made again
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_consumers_that_start_together_on_a_new_table_all_open(archive_url):
     """Each creates the table if it is missing: the ones that lose the race use the winner's."""
     sinks = [SqlSink(archive_url, "s") for _ in range(8)]

@@ -22,13 +22,16 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.sinks.consumer import ItemConsumer, SinkDidNotOpen, default_consumer
+from scrapy_ha.sinks.consumer import GroupGone, ItemConsumer, SinkDidNotOpen, default_consumer
 from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.sinks.pipelines import PipelinesSink
 from scrapy_ha.sinks.sql import SqlSink
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     import argparse
@@ -60,9 +63,39 @@ def _sink(args: argparse.Namespace, spider: str) -> tuple[Sink, str, str]:
     raise ConfigError(f"--to {to!r}: give {ITEM_SINKS}")
 
 
+async def _earlier_group(queue: RedisQueue, group: str, args: argparse.Namespace) -> str:
+    """*group*, or the group a relative SQLite path was named by before it was made
+    absolute (``sql:sqlite:///items.db#...``), where that group is in Redis and *group*
+    is not: left behind, it would keep every later item in the stream."""
+    earlier = f"sql:{mask_url(args.to)}#{args.table}"
+    if earlier == group or not group.startswith("sql:sqlite:"):
+        return group
+    names: set[str] = set()
+    for shard in shards_of(queue):
+        try:
+            found = await shard.client.xinfo_groups(shard.keys.items)
+        except redis.ResponseError:  # no stream yet
+            continue
+        names |= {_text(g["name"]) for g in found}
+    if earlier in names and group not in names:
+        print(
+            f"consuming into group {earlier}, named by the relative path before this version "
+            f"(the default is now {group}): pass --group to choose",
+            file=sys.stderr,
+        )
+        return earlier
+    return group
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Store the crawl's items (HA_ITEMS = "outbox") exactly once in a sink."""
     sink, group, consumer = _sink(args, queue.keys.spider)
+    if args.group is None:
+        group = await _earlier_group(queue, group, args)
     group, consumer = args.group or group, args.consumer or consumer
     runner = ItemConsumer(
         queue,
@@ -105,6 +138,9 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         report = await runner.run(stop=stop, exit_idle=args.exit_idle)
     except SinkDidNotOpen as exc:
         raise ConfigError(f"--to {mask_url(args.to)}: {exc}") from None
+    except GroupGone as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

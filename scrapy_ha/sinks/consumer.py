@@ -21,6 +21,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+import redis.exceptions
 from scrapy.settings import Settings
 
 from scrapy_ha.config.items import DEFAULT_BATCH, DEFAULT_BLOCK, DEFAULT_CLAIM_IDLE
@@ -55,6 +56,11 @@ RECONNECT_MAX_DELAY = 10.0
 class SinkDidNotOpen(Exception):
     """The sink could not open (its database unreachable, its file not writable): nothing
     was read from the stream, and no consumer group made for it."""
+
+
+class GroupGone(Exception):
+    """The consumer's group was taken away while it ran (``items --undeclare``): it stops,
+    and does not make the group again; what it wrote is in the sink."""
 
 
 class Sink(Protocol):
@@ -161,6 +167,13 @@ class ItemConsumer:
                     logger.warning("Redis unreachable (%s); retrying in %.2f s", exc, delay)
                     await asyncio.sleep(delay)
                     continue
+                except redis.exceptions.ResponseError as exc:
+                    if not str(exc).startswith("NOGROUP"):
+                        raise
+                    raise GroupGone(
+                        f"group {self.group} of {self.queue.keys.spider} was taken away while "
+                        "this consumer ran (`scrapy-ha items --undeclare`): it stopped"
+                    ) from None
                 delay = 0.0
                 if worked or exit_idle is not None and time.monotonic() - idle_since >= exit_idle:
                     idle_since = time.monotonic()
