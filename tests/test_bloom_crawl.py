@@ -128,6 +128,16 @@ async def test_status_and_metrics_show_the_filter(redis_url, site: Site):
     assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
 
 
+def _renewal(client: redis.Redis) -> None:
+    """Wait for the worker's next heartbeat (it is alive, and read what it reads)."""
+
+    def beat() -> float:
+        return client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
+
+    before = beat()
+    harness.wait_for(lambda: beat() > before, "a renewal", 30)
+
+
 def _used(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
@@ -150,15 +160,7 @@ def test_a_crawl_held_back_by_redis_memory_goes_on_below_the_low_mark(
         harness.wait_for(
             lambda: backqueues.count(redis_client, Keys("ha", "catalogue")) > 0, "seeds", 30
         )
-        heartbeat = redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
-        harness.wait_for(
-            lambda: (
-                redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
-                > heartbeat
-            ),
-            "a renewal",
-            30,
-        )
+        _renewal(redis_client)
         assert count_lines(items) == 0 and redis_client.zcard("ha:{catalogue}:leased") == 0
         assert redis_client.exists("ha:{catalogue}:pressure")
         shown = scrapy_ha("--redis-url", redis_url, "status", "catalogue").stdout
@@ -180,15 +182,7 @@ def test_a_crawl_held_back_by_redis_memory_goes_on_below_the_low_mark(
 
         harness.wait_for(read_between, "a read of the memory between the marks", 30)
         assert redis_client.exists("ha:{catalogue}:pressure"), "it went on above the low mark"
-        heartbeat = redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
-        harness.wait_for(
-            lambda: (
-                redis_client.zrange("ha:{catalogue}:workers", 0, 0, withscores=True)[0][1]
-                > heartbeat
-            ),
-            "a renewal",
-            30,
-        )
+        _renewal(redis_client)
         assert count_lines(items) == 0 and redis_client.zcard("ha:{catalogue}:leased") == 0
         redis_client.delete("ballast2")  # memory falls below the low mark
         assert live.wait(120) == 0
