@@ -135,3 +135,11 @@ def test_a_back_pressure_mark_written_by_hand_does_not_break_status(redis_url, r
         assert "back-pressure" in shown.stdout and "workers lease nothing new" in shown.stdout
         as_json = scrapy_ha("--redis-url", redis_url, "status", "books", "--json")
         assert as_json.returncode == 0, as_json.stderr
+
+
+def test_a_held_count_written_by_hand_does_not_break_status(redis_url, redis_client):
+    """``HSET ha:{books}:held "#gate example.com" abc``: ``status`` failed (ValueError)."""
+    seed_dead(redis_client, 1, spider="books")
+    redis_client.hset("ha:{books}:held", "#gate example.com", "abc")
+    shown = scrapy_ha("--redis-url", redis_url, "status", "books")
+    assert shown.returncode == 0, shown.stderr

@@ -107,7 +107,7 @@ async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
             for name, n in counts.items():
                 kind, _, domain = _s(name)[1:].partition(" ")
                 domains = held.setdefault(kind, {})
-                domains[domain] = domains.get(domain, 0) + int(n)
+                domains[domain] = domains.get(domain, 0) + _int(n)  # (garbage: 0)
             if not int(cursor):
                 break
             cursor, counts = await client.hscan(keys.held, cursor, match="#*", count=HELD_SCAN)
@@ -150,7 +150,7 @@ async def _waiting_queues(client: Any, keys: Keys, parked: dict[str, dict[str, i
 def _int(value: Any) -> int:
     try:
         return int(value)
-    except ValueError:
+    except (TypeError, ValueError):  # a count or time written by hand
         return 0
 
 
