@@ -143,3 +143,11 @@ def test_a_held_count_written_by_hand_does_not_break_status(redis_url, redis_cli
     redis_client.hset("ha:{books}:held", "#gate example.com", "abc")
     shown = scrapy_ha("--redis-url", redis_url, "status", "books")
     assert shown.returncode == 0, shown.stderr
+
+
+def test_a_database_that_is_not_a_number_is_named(redis_url):
+    """``--redis-url redis://host:port/abc`` read database 0, silently."""
+    base = redis_url.rsplit("/", 1)[0]
+    done = scrapy_ha("--redis-url", f"{base}/abc", "status", "books")
+    assert done.returncode == 2, done.stderr
+    assert "'/abc' is not a database number" in done.stderr and "Traceback" not in done.stderr

@@ -114,6 +114,12 @@ def parse_url(url: str) -> RedisTarget:
     if scheme in ("redis+cluster", "rediss+cluster"):
         return _cluster_url(url, tls=scheme.startswith("rediss"))
     if scheme in ("redis", "rediss", "unix"):
+        path = urlsplit(url).path if scheme != "unix" else ""
+        if path.strip("/") and not path.strip("/").isdigit():  # redis-py read database 0
+            raise RedisConfigError(
+                f"REDIS_URL {mask_url(url)!r}: {path!r} is not a database number "
+                f"(redis://host:6379/0)"
+            )
         return RedisTarget("single", url=url, tls=scheme == "rediss")
     raise RedisConfigError(
         f"REDIS_URL {mask_url(url)!r}: unknown scheme {scheme!r}; use redis://, rediss://, "
