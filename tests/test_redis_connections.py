@@ -91,6 +91,11 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
             {"REDIS_URL": "rediss+sentinel://h/s/0", "REDIS_TLS_KEY_FILE": "/etc"},
             "REDIS_TLS_KEY_FILE='/etc': no such file",
         ),
+        # a traceback at the first command (or "check REDIS_URL"), before
+        ({"REDIS_PARAMS": "notadict"}, "REDIS_PARAMS='notadict' must be a dict"),
+        ({"REDIS_PARAMS": {"socket_timeout": "abc"}}, "['socket_timeout']='abc' must be sec"),
+        ({"REDIS_ENCODING": "nosuchenc"}, "REDIS_ENCODING='nosuchenc' is not an encoding"),
+        ({"REDIS_URL": "redis://u:hunter2@h:1/abc"}, "'/abc' is not a database number"),
     ],
 )
 def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):
@@ -410,3 +415,15 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
     assert f"Redis at {url} presented a certificate this client does not accept" in result.stderr
     assert "the project's REDIS_TLS_CA_FILE" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_names_a_bad_redis_params_not_redis_url(redis_url, site, caplog):
+    """``REDIS_PARAMS=notadict`` stopped the worker with JSON's own message and "(check
+    REDIS_URL)" after it."""
+    from tests.test_archive import crawl
+
+    crawler = await crawl(redis_url, site, REDIS_PARAMS="notadict")
+    assert crawler.stats.get_value("response_received_count") is None
+    assert "scrapy-ha cannot start: REDIS_PARAMS='notadict' must be a dict" in caplog.text
+    assert "check REDIS_URL" not in caplog.text

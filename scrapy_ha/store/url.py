@@ -36,13 +36,20 @@ import redis.sentinel
 from scrapy.utils.misc import load_object
 
 from scrapy_ha.codec import mask_url
+from scrapy_ha.store.redis_params import RedisConfigError, redis_params
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from scrapy.settings import BaseSettings
 
-__all__ = ["RedisTarget", "async_client", "sync_client", "target_from_settings"]
+__all__ = [
+    "RedisConfigError",
+    "RedisTarget",
+    "async_client",
+    "sync_client",
+    "target_from_settings",
+]
 
 #: Where Redis is when nothing says otherwise: redis-py's and scrapy-redis's default.
 DEFAULT_URL = "redis://localhost:6379/0"
@@ -55,8 +62,6 @@ DEFAULT_SOCKET_TIMEOUT = 15.0
 #: Seconds an idle pooled connection may sit before it is PINGed before use: a connection
 #: to a server that went away while idle fails there, not in the middle of a script.
 HEALTH_CHECK_INTERVAL = 30
-#: scrapy-redis's own defaults for ``REDIS_PARAMS``, honoured here.
-SCRAPY_REDIS_ENCODING = "utf-8"
 
 #: Settings naming TLS files, and the redis-py argument each sets.
 TLS_SETTINGS = {
@@ -72,10 +77,6 @@ _NOT_FOR_CLUSTER = (
     "redis_cls",
     "retry_on_timeout",
 )
-
-
-class RedisConfigError(ValueError):
-    """The Redis settings or URL cannot be used; the message names them and the fix."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ def _cluster_url(url: str, *, tls: bool) -> RedisTarget:
 
 def target_from_settings(settings: BaseSettings) -> RedisTarget:
     """The Redis these settings name (see the module's documentation for the order)."""
-    params = _params(settings)
+    params = redis_params(settings)
     target = _base_target(settings, params)
     if target.mode == "single" and _names_cluster(params.get("redis_cls")):
         target = _single_as_cluster(target)
@@ -249,13 +250,6 @@ def _names_cluster(cls: Any) -> bool:
         clusters = (redis.RedisCluster, redis.asyncio.RedisCluster)
         return issubclass(cls, clusters) or "Cluster" in cls.__name__
     return isinstance(cls, str) and "Cluster" in cls.rpartition(".")[2]
-
-
-def _params(settings: BaseSettings) -> dict[str, Any]:
-    """``REDIS_PARAMS`` as scrapy-redis reads it, ``REDIS_ENCODING`` included."""
-    params: dict[str, Any] = {"encoding": settings.get("REDIS_ENCODING") or SCRAPY_REDIS_ENCODING}
-    params.update(settings.getdict("REDIS_PARAMS"))
-    return params
 
 
 def _tls_params(settings: BaseSettings, target: RedisTarget) -> dict[str, Any]:
