@@ -37,7 +37,6 @@ __all__ = [
 
 import asyncio
 import logging
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from scrapy_ha.deadletters.marks import (
     ARCHIVE_MARK,
     SINK_MARK,
     declare,
+    durable_url,
     forget_gone,
     mark,
     sink_id,
@@ -114,25 +114,6 @@ def _table(sa: Any, name: str) -> sqlalchemy.Table:
         sa.Column("archived_at", when, nullable=False),
     )
     return table
-
-
-def durable_url(sa: Any, url: str, what: str) -> str:
-    """*url* with a SQLite file named by its absolute path (consumers and workers started in
-    different directories write one file, and a sink's name says which). A SQLite database
-    in memory (``sqlite://``, ``sqlite:///:memory:``) is refused, *what* named: what was
-    stored in it (and so taken out of Redis) would be gone when the process exits."""
-    parsed = sa.engine.make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return url
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file::memory:"):
-        raise ConfigError(
-            f"{what}: a SQLite database in memory loses everything stored in it when the "
-            f"process exits: name a file (sqlite:///items.db)"
-        )
-    if database.startswith("file:") or os.path.isabs(database):
-        return url
-    return str(parsed.set(database=os.path.abspath(database)).render_as_string(False))
 
 
 class Archive:

@@ -17,6 +17,7 @@ __all__ = [
     "SINK_MARK",
     "declare",
     "declared",
+    "durable_url",
     "forget_gone",
     "holds",
     "mark",
@@ -29,6 +30,7 @@ import hashlib
 import os
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 from scrapy_ha.store import scripts
 
@@ -145,3 +147,22 @@ async def forget_gone(client: Redis, keys: Keys) -> int:
     if gone:
         await client.hdel(keys.dead_archived, *gone)
     return len(gone)
+
+
+def durable_url(sa: Any, url: str, what: str) -> str:
+    """*url* with a SQLite file named by its absolute path (consumers and workers started in
+    different directories write one file, and a sink's name says which). A SQLite database
+    in memory (``sqlite://``, ``sqlite:///:memory:``) is refused, *what* named: what was
+    stored in it (and so taken out of Redis) would be gone when the process exits."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file::memory:"):
+        raise ConfigError(
+            f"{what}: a SQLite database in memory loses everything stored in it when the "
+            f"process exits: name a file (sqlite:///items.db)"
+        )
+    if database.startswith("file:") or os.path.isabs(database):
+        return url
+    return str(parsed.set(database=os.path.abspath(database)).render_as_string(False))

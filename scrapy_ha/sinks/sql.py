@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.masking import mask_text, mask_url
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.deadletters.archive import connect_args, dialect_insert, durable_url
+from scrapy_ha.deadletters.archive import connect_args, dialect_insert
+from scrapy_ha.deadletters.marks import durable_url
 
 if TYPE_CHECKING:
     import sqlalchemy
