@@ -151,3 +151,31 @@ def test_a_database_that_is_not_a_number_is_named(redis_url):
     done = scrapy_ha("--redis-url", f"{base}/abc", "status", "books")
     assert done.returncode == 2, done.stderr
     assert "'/abc' is not a database number" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_redis_that_goes_away_during_a_command_is_one_error_line(tmp_path):
+    """``status --watch`` with Redis shut down under it: a ConnectionError traceback, exit
+    1 (the documented exit code of an unreachable Redis is 2)."""
+    import subprocess
+
+    from tests import redis_servers
+    from tests.cli_seed import ROOT, SCRAPY_HA
+
+    server = redis_servers.start(tmp_path / "redis")
+    try:
+        url = f"redis://:pw@127.0.0.1:{server.port}/0"
+        server.client().hset("ha:{books}:stats", "acked", 1)
+        watch = subprocess.Popen(
+            [SCRAPY_HA, "--redis-url", url, "status", "books", "--watch", "0.2"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert watch.stdout is not None
+        watch.stdout.readline()  # it drew the status once: the command runs
+        server.kill()
+        _, err = watch.communicate(timeout=60)
+        assert watch.returncode == 2, err
+        assert f"error: Redis at redis://:***@127.0.0.1:{server.port}/0 went away" in err, err
+        assert "Traceback" not in err and ":pw@" not in err
+    finally:
+        server.kill()

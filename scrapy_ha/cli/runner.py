@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = ["run"]
 
 import asyncio
+import contextlib
 import functools
 import os
 import sys
@@ -100,9 +101,16 @@ async def _run(args: argparse.Namespace) -> int:
         ) from None
     try:
         await reachable(client, url)
-        return await _on_crawl(client, prefix, args, config, url)
+        try:
+            return await _on_crawl(client, prefix, args, config, url)
+        except REDIS_DOWN_ERRORS as exc:  # went away (shut down, stopped) during the command
+            raise RedisUnavailable(
+                f"Redis at {url} went away during the command ({_sentence(exc, url)}): what "
+                "it had done stands; run it again once Redis is back"
+            ) from None
     finally:
-        await client.aclose()
+        with contextlib.suppress(*REDIS_DOWN_ERRORS):
+            await client.aclose()
 
 
 async def _on_crawl(
