@@ -427,3 +427,16 @@ async def test_a_worker_names_a_bad_redis_params_not_redis_url(redis_url, site, 
     assert crawler.stats.get_value("response_received_count") is None
     assert "scrapy-ha cannot start: REDIS_PARAMS='notadict' must be a dict" in caplog.text
     assert "check REDIS_URL" not in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_names_the_redis_whose_answer_stops_it(redis_url, site, caplog):
+    """A database Redis does not have: the worker's one ERROR line said "DB index is out of
+    range" and not which Redis."""
+    from tests.test_archive import crawl
+
+    base = redis_url.rsplit("/", 1)[0]
+    crawler = await crawl(redis_url, site, REDIS_URL=f"{base}/99")
+    assert crawler.stats.get_value("response_received_count") is None
+    assert f"scrapy-ha cannot start: Redis at {base}/99 answered " in caplog.text, caplog.text
+    assert "DB index is out of range" in caplog.text

@@ -41,6 +41,7 @@ __all__ = [
     "error_text",
     "jittered",
     "redis_from_settings",
+    "start_error",
     "sync_redis_from_settings",
     "untrusted_certificate",
 ]
@@ -114,6 +115,15 @@ def error_text(exc: BaseException) -> str:
     from ...``); the type alone when it has no message (an asyncio timeout has none)."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def start_error(exc: BaseException, url: str) -> str:
+    """Why a worker cannot start, as its one ERROR line: Redis's own answer names no address
+    (``DB index is out of range``, a protocol error from a port that is no Redis's), so
+    the URL (masked) goes with it; a RedisUnavailable names it already."""
+    if isinstance(exc, RedisUnavailable):
+        return str(exc)
+    return f"scrapy-ha cannot start: Redis at {url} answered {error_text(exc)}"
 
 
 def display_url(settings: BaseSettings) -> str:

@@ -51,6 +51,7 @@ from scrapy_ha.store.connection import (
     error_text,
     jittered,
     server_version,
+    start_error,
 )
 from scrapy_ha.store.sharding import dupefilter_figures
 from scrapy_ha.store.state import set_domain_limits
@@ -145,7 +146,7 @@ class Session:
             await self._connect(spider)
             return True
         except (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
-            logger.error("%s", exc)
+            logger.error("%s", start_error(exc, self.redis_url))
         except ConfigError as exc:
             logger.error("scrapy-ha cannot start: %s", exc)
         except ValueError as exc:  # a REDIS_URL redis-py cannot parse
