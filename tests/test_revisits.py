@@ -206,6 +206,12 @@ async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
     assert min(gaps) >= interval * 0.9, gaps  # never sooner than its interval: no double
     assert max(len(t) for t in times.values()) == 1  # its links were seen: crawled once
     assert crawler.stats.get_value("ha/revisit/scheduled") >= 3
+    # each visit's ack is counted for its domain too (status and the dashboard by domain)
+    acked = int(await asyncio.to_thread(redis_client.hget, "ha:{catalogue}:stats", "acked"))
+    by_domain = await asyncio.to_thread(
+        redis_client.hget, "ha:{catalogue}:stats:domain", "127.0.0.1\tacked"
+    )
+    assert int(by_domain or 0) == acked, (by_domain, acked)
     # the crawl stays in Redis with its revisit (waiting, or given back pending if the stop
     # came during a visit): a worker started now resumes it
     keys = Keys("ha", "catalogue")
