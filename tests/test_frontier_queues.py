@@ -156,6 +156,22 @@ async def test_requests_that_come_back_keep_their_place(redis_url, order):
     await q.client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_request_back_ahead_of_its_queue_ranks_its_host_again(redis_url):
+    """a/0 leased and given back: a's queue is first again among the hosts (its head's
+    place), not where a/1 had put it, behind the other hosts."""
+    q = open_queue(redis_url, "fifo")
+    # a/1 behind 60 other hosts: more than one lease call reads of the ready queues
+    hosts = [page(f"h{n}", 0) for n in range(60)]
+    await q.enqueue([page("a", 0), *hosts, page("a", 1)])
+    (first,) = await q.lease(1, 30000)
+    assert name(first.payload) == "a/0"
+    assert await q.release([(first.id, first.token)]) == 1
+    (again,) = await q.lease(1, 30000)
+    assert name(again.payload) == "a/0"  # not h0/0: a's queue ranked by a/1's place
+    await q.client.aclose()
+
+
 URLS = [
     "http://Books.Example:8080/a",
     "https://user:pw@shop.example/x?y=1",
