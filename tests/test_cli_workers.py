@@ -115,6 +115,7 @@ def test_workers_written_by_hand_do_not_break_the_listing(redis_url, redis_clien
     renew(redis_url, "books", "host-a:4242:x1", [("1", "t-1")], rate=1.0)
     redis_client.zadd("ha:{books}:workers", {"w-inf": float("inf"), b"\xff\xfe": 2**41})
     redis_client.hset("ha:{books}:wstats", "w-inf", '123 {"leases": "x", "rate": [1]}')
+    redis_client.hset("ha:{books}:wstats", "host-a:4242:x1", '99999999999999999999 {"leases": 1}')
     shown = scrapy_ha("workers", "books", "--redis-url", redis_url)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[-1] == "3 live workers", shown.stdout

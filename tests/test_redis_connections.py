@@ -95,7 +95,8 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         ({"REDIS_PARAMS": "notadict"}, "REDIS_PARAMS='notadict' must be a dict"),
         ({"REDIS_PARAMS": {"socket_timeout": "abc"}}, "['socket_timeout']='abc' must be sec"),
         ({"REDIS_ENCODING": "nosuchenc"}, "REDIS_ENCODING='nosuchenc' is not an encoding"),
-        ({"REDIS_URL": "redis://u:hunter2@h:1/abc"}, "'/abc' is not a database number"),
+        ({"REDIS_URL": "redis://u:hunter2@h:1/abc"}, "its path is not a database number"),
+        ({"REDIS_URL": "redis://:x/hunter2@h:1/0"}, "its path is not a database number"),
     ],
 )
 def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):

@@ -99,19 +99,19 @@ def test_dead_letters_and_workers_written_by_hand_do_not_break_the_listings(
     from tests.test_dashboard_api import seed_dead
 
     seed_dead(redis_client, 3, spider="shop")
-    redis_client.zadd("ha:{shop}:dead", {"903": float("inf"), b"\xff\xfe": 1})
-    redis_client.zadd("ha:{shop}:seen", {b"\xff": 2**41, "w-inf": float("inf")})
+    redis_client.zadd("ha:{shop}:dead", {"903": float("inf"), b"\xff\xfe": 1, "904": 1e300})
+    redis_client.zadd("ha:{shop}:seen", {b"\xff": 2**41, "w-inf": float("inf"), "w-far": 1e20})
     listed = cli(redis_url, "dlq", "list", "shop")
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines()[-1].startswith("5 entries listed"), listed.stdout
+    assert listed.stdout.splitlines()[-1].startswith("6 entries listed"), listed.stdout
     assert "\\xff\\xfe" in listed.stdout
     exported = cli(redis_url, "dlq", "export", "shop")
-    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 5, exported.stderr
+    assert exported.returncode == 0 and len(exported.stdout.splitlines()) == 6, exported.stderr
     report = cli(redis_url, "report", "shop", "--since", "7d", "--format", "json")
     assert report.returncode == 0, report.stderr
-    assert json.loads(report.stdout)["states"]["dead"] == 5
+    assert json.loads(report.stdout)["states"]["dead"] == 6
     from tests.test_dashboard_api import dashboard
 
     with dashboard(redis_url) as http:
         page = http.get("/api/crawls/shop/dead", params={"size": 50})
-        assert page.status_code == 200 and len(page.json()["entries"]) == 5, page.text
+        assert page.status_code == 200 and len(page.json()["entries"]) == 6, page.text

@@ -13,13 +13,12 @@ from __future__ import annotations
 __all__ = ["Report", "build_report", "report"]
 
 import json
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
-from scrapy_ha.ops.display import local_time
+from scrapy_ha.ops.display import local_time, time_ms
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
@@ -130,7 +129,7 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     # them a week in ``seen``; a worker that left is no longer in ``workers``)
     seen = await client.zrangebyscore(keys.seen, since_ms, "+inf", withscores=True)
     # (written by hand: a worker id not UTF-8 shown escaped, a time of `inf` left out)
-    last = {text(w): int(t) for w, t in seen if math.isfinite(t)}
+    last = {text(w): time_ms(t) for w, t in seen}
     states = {
         "pending": stats.pending,
         "leased": stats.leased,

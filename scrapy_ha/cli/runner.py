@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 
+#: Redis going away during a command (not any OSError: a closed pipe to `head` is not).
+REDIS_GONE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command *args*, masked; errors the user can fix exit with code 2."""
     install_log_masking()
@@ -103,7 +107,7 @@ async def _run(args: argparse.Namespace) -> int:
         await reachable(client, url)
         try:
             return await _on_crawl(client, prefix, args, config, url)
-        except REDIS_DOWN_ERRORS as exc:  # went away (shut down, stopped) during the command
+        except REDIS_GONE as exc:  # went away (shut down, stopped) during the command
             raise RedisUnavailable(
                 f"Redis at {url} went away during the command ({_sentence(exc, url)}): what "
                 "it had done stands; run it again once Redis is back"

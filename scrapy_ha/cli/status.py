@@ -22,7 +22,7 @@ from scrapy_ha.cli.common import plural
 from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
-from scrapy_ha.ops.display import humanize, local_time
+from scrapy_ha.ops.display import humanize, local_time, time_ms
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.revisits import read_revisits, status_lines
@@ -174,7 +174,8 @@ def _read_mark(raw: bytes | None) -> dict[str, int] | None:
         return None
     try:
         mark = json.loads(raw)
-        return {k: int(mark.get(k) or 0) for k in ("used", "max", "high", "low", "since")}
+        found = {k: int(mark.get(k) or 0) for k in ("used", "max", "high", "low")}
+        return {**found, "since": time_ms(mark.get("since") or 0)}
     except (ValueError, TypeError, AttributeError, OverflowError):
         return dict.fromkeys(("used", "max", "high", "low", "since"), 0)
 

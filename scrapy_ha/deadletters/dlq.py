@@ -16,7 +16,6 @@ from __future__ import annotations
 __all__ = ["SCAN_BATCH", "DeadEntry", "DeadLetterQueue", "parse_entry"]
 
 import json
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
@@ -30,6 +29,7 @@ from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.times import time_ms
 
 #: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
 CONNECT_TIMEOUT = 5.0
@@ -160,7 +160,7 @@ def parse_entry(
         summary.url if summary.url is not None else str(meta.get("payload", "?")),
         str(meta.get("class", "unknown")),
         mask_text(str(meta.get("reason", ""))),
-        int(dead_at) if math.isfinite(dead_at) else 0,  # a score written by hand: `inf`
+        time_ms(dead_at),  # (a score written by hand, `inf` or 1e300: clamped)
         meta,
         summary,
     )

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import time
 
+from scrapy_ha.store.times import LATEST_MS, time_ms
+
 __all__ = ["LATEST_MS", "TIME_FORMAT", "humanize", "local_time", "time_ms"]
 
 #: A local date-time as every tool prints it (and ``--since`` reads it first).
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-
-
-#: The latest time a tool shows (9999-12-31): a score written by hand may be ``inf``.
-LATEST_MS = 253_402_300_799_000
-
-
-def time_ms(score: float | bytes | str) -> int:
-    """A time Redis holds (ms; a sorted set's score, a script's reply) as a whole number
-    every tool can show: ``inf`` or a time past 9999 (written by hand) is that year's end,
-    ``-inf`` the epoch."""
-    value = float(score)
-    return int(min(max(value, 0.0), LATEST_MS)) if value == value else 0
 
 
 def local_time(ms: float | None) -> str:

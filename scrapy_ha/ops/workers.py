@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.ops.display import local_time
+from scrapy_ha.ops.display import local_time, time_ms
 from scrapy_ha.ops.operations import server_ms
 
 if TYPE_CHECKING:
@@ -93,4 +93,5 @@ def _stats(raw: bytes | None) -> dict[str, Any]:
         stats = json.loads(doc)
     except ValueError:
         return {}
-    return {**stats, "at": int(at)} if isinstance(stats, dict) and at.isdigit() else {}
+    ok = isinstance(stats, dict) and at.isdigit()
+    return {**stats, "at": time_ms(at)} if ok else {}  # (a time past 9999 by hand: clamped)

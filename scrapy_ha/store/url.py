@@ -115,10 +115,11 @@ def parse_url(url: str) -> RedisTarget:
     if scheme in ("redis+cluster", "rediss+cluster"):
         return _cluster_url(url, tls=scheme.startswith("rediss"))
     if scheme in ("redis", "rediss", "unix"):
-        path = urlsplit(url).path if scheme != "unix" else ""
-        if path.strip("/") and not path.strip("/").isdigit():  # redis-py read database 0
+        parts = urlsplit(url)
+        database = unquote(parts.path).strip("/") if scheme != "unix" else ""
+        if database and not database.isdigit() and "db=" not in parts.query:  # read as 0
             raise RedisConfigError(
-                f"REDIS_URL {mask_url(url)!r}: {path!r} is not a database number "
+                f"REDIS_URL {mask_url(url)!r}: its path is not a database number "
                 f"(redis://host:6379/0)"
             )
         return RedisTarget("single", url=url, tls=scheme == "rediss")
