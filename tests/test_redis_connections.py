@@ -94,7 +94,9 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         # a traceback at the first command (or "check REDIS_URL"), before
         ({"REDIS_PARAMS": "notadict"}, "REDIS_PARAMS='notadict' must be a dict"),
         ({"REDIS_PARAMS": {"socket_timeout": "abc"}}, "['socket_timeout']='abc' must be sec"),
-        ({"REDIS_ENCODING": "nosuchenc"}, "REDIS_ENCODING='nosuchenc' is not an encoding"),
+        ({"REDIS_ENCODING": "nosuchenc"}, "REDIS_ENCODING='nosuchenc' is not a text encod"),
+        ({"REDIS_ENCODING": "base64"}, "REDIS_ENCODING='base64' is not a text encoding"),
+        ({"REDIS_PARAMS": {"encoding": "rot13"}}, "['encoding']='rot13' is not a text"),
         ({"REDIS_URL": "redis://u:hunter2@h:1/abc"}, "its path is not a database number"),
         ({"REDIS_URL": "redis://:x/hunter2@h:1/0"}, "its path is not a database number"),
     ],

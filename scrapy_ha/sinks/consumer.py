@@ -59,8 +59,9 @@ class SinkDidNotOpen(Exception):
 
 
 class GroupGone(Exception):
-    """The consumer's group was taken away while it ran (``items --undeclare``): it stops,
-    and does not make the group again; what it wrote is in the sink."""
+    """The consumer's group was taken away while it ran (``items --undeclare``, a flush,
+    a Redis that lost it): it stops, and does not make the group again; what it wrote is
+    in the sink."""
 
 
 class Sink(Protocol):
@@ -168,11 +169,12 @@ class ItemConsumer:
                     await asyncio.sleep(delay)
                     continue
                 except redis.exceptions.ResponseError as exc:
-                    if not str(exc).startswith("NOGROUP"):
+                    if "NOGROUP" not in str(exc):  # (inside a script's error on Redis 6)
                         raise
                     raise GroupGone(
                         f"group {self.group} of {self.queue.keys.spider} was taken away while "
-                        "this consumer ran (`scrapy-ha items --undeclare`): it stopped"
+                        "this consumer ran (`scrapy-ha items --undeclare`, a `flush`, or a "
+                        "Redis that lost it): it stopped; start it again to make the group anew"
                     ) from None
                 delay = 0.0
                 if worked or exit_idle is not None and time.monotonic() - idle_since >= exit_idle:

@@ -4,7 +4,6 @@ client is made: a value redis-py cannot use failed at the first command, with a 
 
 from __future__ import annotations
 
-import codecs
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.validate import ConfigError
@@ -28,10 +27,7 @@ class RedisConfigError(ConfigError):
 def redis_params(settings: BaseSettings) -> dict[str, Any]:
     """``REDIS_PARAMS`` as scrapy-redis reads it, ``REDIS_ENCODING`` included."""
     encoding = settings.get("REDIS_ENCODING") or SCRAPY_REDIS_ENCODING
-    try:
-        codecs.lookup(encoding)
-    except (LookupError, TypeError):
-        raise RedisConfigError(f"REDIS_ENCODING={encoding!r} is not an encoding") from None
+    _text_encoding("REDIS_ENCODING", encoding)
     params: dict[str, Any] = {"encoding": encoding}
     try:
         params.update(settings.getdict("REDIS_PARAMS"))
@@ -39,8 +35,18 @@ def redis_params(settings: BaseSettings) -> dict[str, Any]:
         raise RedisConfigError(
             f"REDIS_PARAMS={settings.get('REDIS_PARAMS')!r} must be a dict (or its JSON text)"
         ) from None
+    _text_encoding("REDIS_PARAMS['encoding']", params["encoding"])
     for name in TIMEOUT_PARAMS:
         value = params.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             raise RedisConfigError(f"REDIS_PARAMS[{name!r}]={value!r} must be seconds")
     return params
+
+
+def _text_encoding(name: str, encoding: Any) -> None:
+    """*encoding* is one redis-py can encode text with (``base64`` is a codec, not one)."""
+    try:
+        "".encode(encoding)
+        b"".decode(encoding)
+    except (LookupError, TypeError):
+        raise RedisConfigError(f"{name}={encoding!r} is not a text encoding") from None

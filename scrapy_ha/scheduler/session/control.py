@@ -55,6 +55,7 @@ class Control:
         self._last = -interval
         self.joined_ms = 0  # when this worker joined, by the server's clock
         self.stopped = False
+        self._resume_said = False  # the run hash says when this worker resumed the crawl
 
     async def poll(
         self, queue: RedisQueue, *, now: float | None = None, paused: bool = False
@@ -66,7 +67,6 @@ class Control:
             return False
         self._last = time.monotonic() if now is None else now
         client, joining = queue.client, not self.joined_ms
-        first = joining  # (a cluster's client reads the clock apart, below)
         if joining and isinstance(client, redis.asyncio.RedisCluster):  # no TIME in its pipelines
             self.joined_ms = await server_ms(client)
             joining = False
@@ -81,10 +81,12 @@ class Control:
         if joining:
             self.joined_ms = time_ms(replies.pop(0))
         rules, stop, *held = replies
-        if first and stop is not None and int(stop) <= self.joined_ms:
+        if not self._resume_said and stop is not None and int(stop) <= self.joined_ms:
             # a worker started after `scrapy-ha stop` resumes the crawl: say so, for the
-            # items consumers whose --exit-idle waits for a stopped crawl's end
+            # items consumers whose --exit-idle waits for a stopped crawl's end (said once
+            # it is written: a call that failed is made again at the next poll)
             await client.hset(queue.keys.run, RESUMED, self.joined_ms)
+            self._resume_said = True
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
