@@ -159,6 +159,12 @@ async def test_the_clock_a_worker_joins_at_is_read_in_the_controls_trip(redis_ur
     seconds, micros = before
     assert control.joined_ms >= int(seconds) * 1000 + int(micros) // 1000
     assert not control.stopped
+    # it resumed a stopped crawl: the next poll says when, in its own trip
+    assert not await queue.client.hexists(KEYS.run, "resumed")
+    redis_writes.clear()
+    await control.poll(queue)
+    assert len(redis_writes) == 1
+    assert int(await queue.client.hget(KEYS.run, "resumed")) == control.joined_ms
     await queue.client.set(KEYS.stop, control.joined_ms + 1)  # asked after it joined
     await control.poll(queue)
     await asyncio.sleep(0)  # the close is scheduled on the loop

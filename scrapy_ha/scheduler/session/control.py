@@ -55,7 +55,9 @@ class Control:
         self._last = -interval
         self.joined_ms = 0  # when this worker joined, by the server's clock
         self.stopped = False
-        self._resume_said = False  # the run hash says when this worker resumed the crawl
+        #: when this worker resumed a stopped crawl, for the run hash (0: not seen to; -1:
+        #: written)
+        self._resumed = 0
 
     async def poll(
         self, queue: RedisQueue, *, now: float | None = None, paused: bool = False
@@ -77,16 +79,20 @@ class Control:
         pipe.get(queue.keys.stop)
         if paused:
             pipe.exists(queue.keys.paused)
+        resumed = max(self._resumed, 0)  # (in this trip: none more before the first request)
+        if resumed:
+            pipe.hset(queue.keys.run, RESUMED, resumed)
         replies = await pipe.execute()
         if joining:
             self.joined_ms = time_ms(replies.pop(0))
+        if resumed:
+            replies.pop()
+            self._resumed = -1  # said
         rules, stop, *held = replies
-        if not self._resume_said and stop is not None and int(stop) <= self.joined_ms:
-            # a worker started after `scrapy-ha stop` resumes the crawl: say so, for the
-            # items consumers whose --exit-idle waits for a stopped crawl's end (said once
-            # it is written: a call that failed is made again at the next poll)
-            await client.hset(queue.keys.run, RESUMED, self.joined_ms)
-            self._resume_said = True
+        if not self._resumed and stop is not None and int(stop) <= self.joined_ms:
+            # a worker started after `scrapy-ha stop` resumes the crawl: the next poll says
+            # so, for the items consumers whose --exit-idle waits for a stopped crawl's end
+            self._resumed = self.joined_ms
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
