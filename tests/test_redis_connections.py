@@ -420,26 +420,24 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        # JSON's own message, and "(check REDIS_URL)" after it
+        ({"REDIS_PARAMS": "notadict"}, "REDIS_PARAMS='notadict' must be a dict"),
+        # "DB index is out of range", and not which Redis
+        ({"REDIS_URL": "{base}/99"}, "Redis at {base}/99 answered ResponseError: DB index is"),
+    ],
+)
 @deferred_f_from_coro_f
-async def test_a_worker_names_a_bad_redis_params_not_redis_url(redis_url, site, caplog):
-    """``REDIS_PARAMS=notadict`` stopped the worker with JSON's own message and "(check
-    REDIS_URL)" after it."""
-    from tests.test_archive import crawl
-
-    crawler = await crawl(redis_url, site, REDIS_PARAMS="notadict")
-    assert crawler.stats.get_value("response_received_count") is None
-    assert "scrapy-ha cannot start: REDIS_PARAMS='notadict' must be a dict" in caplog.text
-    assert "check REDIS_URL" not in caplog.text
-
-
-@deferred_f_from_coro_f
-async def test_a_worker_names_the_redis_whose_answer_stops_it(redis_url, site, caplog):
-    """A database Redis does not have: the worker's one ERROR line said "DB index is out of
-    range" and not which Redis."""
+async def test_a_worker_stopped_at_start_by_its_redis_settings_names_them(
+    redis_url, site, caplog, settings, said
+):
     from tests.test_archive import crawl
 
     base = redis_url.rsplit("/", 1)[0]
-    crawler = await crawl(redis_url, site, REDIS_URL=f"{base}/99")
+    given = {k: v.format(base=base) for k, v in settings.items()}
+    crawler = await crawl(redis_url, site, **given)
     assert crawler.stats.get_value("response_received_count") is None
-    assert f"scrapy-ha cannot start: Redis at {base}/99 answered " in caplog.text, caplog.text
-    assert "DB index is out of range" in caplog.text
+    assert f"scrapy-ha cannot start: {said.format(base=base)}" in caplog.text, caplog.text
+    assert "check REDIS_URL" not in caplog.text
