@@ -32,6 +32,7 @@ from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.sinks.pipelines import PipelinesSink
 from scrapy_ha.sinks.sql import SqlSink
 from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     import argparse
@@ -78,7 +79,7 @@ async def _earlier_group(queue: RedisQueue, group: str, args: argparse.Namespace
             if "no such key" not in str(exc).lower():  # a cluster's blip: no guess made
                 raise
             continue  # no stream yet
-        names |= {_text(g["name"]) for g in found}
+        names |= {text(g["name"]) for g in found}
     if earlier in names and group not in names:
         print(
             f"consuming into group {earlier}, named by the relative path before this version "
@@ -87,10 +88,6 @@ async def _earlier_group(queue: RedisQueue, group: str, args: argparse.Namespace
         )
         return earlier
     return group
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def items(queue: RedisQueue, args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from scrapy_ha.ops.display import local_time, time_ms
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     import argparse
@@ -110,11 +111,6 @@ async def _dead_in_shard(
             domains[entry.domain or "?"] += 1
             reasons[entry.reason or "?"] += 1
         start += SCAN_BATCH
-
-
-def text(value: Any) -> str:
-    """A member of a Redis set as text (bytes not UTF-8, written by hand, escaped)."""
-    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 async def build_report(queue: RedisQueue, window_s: int) -> Report:

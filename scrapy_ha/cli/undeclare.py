@@ -18,6 +18,7 @@ import redis
 from scrapy_ha.cli.common import approve, plural
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     import argparse
@@ -41,7 +42,7 @@ async def undeclare(queue: RedisQueue, group: str, args: argparse.Namespace) -> 
         backlog += mine[0].backlog
         for c in await stream.client.xinfo_consumers(stream.key, group):
             if c["idle"] < args.claim_idle * 1000:
-                running.add(_s(c["name"]))
+                running.add(text(c["name"]))
     if not found:
         print(f"no group {group} in the item stream of {spider}: nothing changed", file=sys.stderr)
         return 1
@@ -69,7 +70,3 @@ async def undeclare(queue: RedisQueue, group: str, args: argparse.Namespace) -> 
         "every other group had left the stream"
     )
     return 0
-
-
-def _s(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, KeyNames, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.dashboard._actions import Action
@@ -17,11 +18,6 @@ if TYPE_CHECKING:
 KEY_SCAN_COUNT = 1000
 #: Minutes of the rate chart on the overview (the last hour).
 CHART_MINUTES = 60
-
-
-def _s(value: Any) -> str:
-    """Text of a Redis reply (bytes not UTF-8, a member written by hand, escaped)."""
-    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 def _glob_escape(text: str) -> str:

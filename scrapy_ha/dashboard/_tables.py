@@ -25,6 +25,7 @@ from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.shard_sync import outside
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -38,11 +39,6 @@ SCAN_LIMIT = 5_000
 HELD = ("gate", "limit", "revisit")
 #: A shard's place in a sharded crawl's cursor once it has nothing more to show.
 DONE = "-"
-
-
-def _s(value: Any) -> str:
-    """Text of a Redis reply (bytes not UTF-8, a member written by hand, escaped)."""
-    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.ops.display import local_time, time_ms
 from scrapy_ha.ops.operations import server_ms
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
@@ -70,10 +71,6 @@ async def live_workers(queue: RedisQueue) -> tuple[int, list[Worker]]:
         Worker.parse(worker_id, int(min(expiry, MAX_MS)), _stats(raw))  # `inf`: by hand
         for (_, expiry), worker_id, raw in zip(rows, ids, stats, strict=True)
     ]
-
-
-def _s(value: Any) -> str:
-    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
 
 
 #: The latest heartbeat expiry shown (a score written by hand may be ``inf``).

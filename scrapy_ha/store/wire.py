@@ -209,8 +209,12 @@ class Commit:
     checkpoint: tuple[str, bytes, int] | None = None
 
 
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def text(value: Any) -> str:
+    """A Redis reply as text; bytes that are not UTF-8 (a member written by hand) escaped."""
+    return value.decode(errors="backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+_s = text  # (the name the scripts' readers use)
 
 
 def score_key(score: Any) -> tuple[int, int] | None:
