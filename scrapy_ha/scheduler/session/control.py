@@ -55,9 +55,10 @@ class Control:
         self._last = -interval
         self.joined_ms = 0  # when this worker joined, by the server's clock
         self.stopped = False
-        #: when this worker resumed a stopped crawl, for the run hash (0: not seen to; -1:
-        #: written)
-        self._resumed = 0
+        #: when this worker resumed a stopped crawl, until the run hash says so (written in
+        #: the next poll's trip); and whether it does
+        self._resumed_at = 0
+        self._resume_written = False
 
     async def poll(
         self, queue: RedisQueue, *, now: float | None = None, paused: bool = False
@@ -79,7 +80,7 @@ class Control:
         pipe.get(queue.keys.stop)
         if paused:
             pipe.exists(queue.keys.paused)
-        resumed = max(self._resumed, 0)  # (in this trip: none more before the first request)
+        resumed = self._resumed_at  # (in this trip: none more before the first request)
         if resumed:
             pipe.hset(queue.keys.run, RESUMED, resumed)
         replies = await pipe.execute()
@@ -87,12 +88,13 @@ class Control:
             self.joined_ms = time_ms(replies.pop(0))
         if resumed:
             replies.pop()
-            self._resumed = -1  # said
+            self._resumed_at, self._resume_written = 0, True
         rules, stop, *held = replies
-        if not self._resumed and stop is not None and int(stop) <= self.joined_ms:
+        fresh = not (self._resumed_at or self._resume_written)
+        if fresh and stop is not None and int(stop) <= self.joined_ms:
             # a worker started after `scrapy-ha stop` resumes the crawl: the next poll says
             # so, for the items consumers whose --exit-idle waits for a stopped crawl's end
-            self._resumed = self.joined_ms
+            self._resumed_at = self.joined_ms
         if stop is not None and int(stop) > self.joined_ms and not self.stopped:
             self.stopped = True
             logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
