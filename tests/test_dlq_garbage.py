@@ -125,3 +125,23 @@ async def test_purge_checks_every_key_before_its_first_write(redis_url, redis_cl
         assert redis_client.zrange(KEYS.dead, 0, -1) == [b"1", b"2"]  # nothing written
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_requeue_names_the_entries_it_could_not_requeue(redis_url, redis_client):
+    """An entry whose stored request is gone (deleted by hand) cannot go back to the queue.
+    Before: "requeued 2 of 3 entries", exit 0, and nothing said which or why."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await q.enqueue([page(1), page(2), page(3)])
+        for lease in await q.lease(5, LEASE_MS):
+            assert await q.dead_letter(lease.id, lease.token, {"class": "mine", "reason": "x"})
+    finally:
+        await q.client.aclose()
+    lost = redis_client.zrange(KEYS.dead, 0, -1)[1].decode()
+    redis_client.hdel(KEYS.payload, lost)
+    done = cli(redis_url, "--prefix", KEYS.prefix, "dlq", "requeue", KEYS.spider, "--all", "--yes")
+    assert done.returncode == 1, done
+    assert "requeued 2 of 3 entries" in done.stdout
+    assert f"{lost}: its stored request is gone" in done.stderr
+    assert redis_client.zrange(KEYS.dead, 0, -1) == [lost.encode()]  # kept, for purge

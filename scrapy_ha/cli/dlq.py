@@ -146,7 +146,22 @@ async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
-    return await _bulk(queue, args, "requeued", dead_letters(queue).requeue)
+    dlq = dead_letters(queue)
+    code = await _bulk(queue, args, "requeued", dlq.requeue)
+    if not dlq.without_request:
+        return code
+    ids = " ".join(dlq.without_request)
+    one = len(dlq.without_request) == 1
+    print(
+        f"dead letter {', '.join(dlq.without_request)}: "
+        + ("its stored request is" if one else "their stored requests are")
+        + " gone (deleted from Redis?), so "
+        + ("it cannot be requeued and stays" if one else "they cannot be requeued and stay")
+        + f" listed; `scrapy-ha dlq purge {queue.keys.spider} {ids}` removes "
+        + ("it" if one else "them"),
+        file=sys.stderr,
+    )
+    return 1
 
 
 async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:

@@ -212,6 +212,8 @@ class DeadLetterQueue:
         self.keys = queue.keys
         #: Entries the last :meth:`purge` kept because they are not archived yet.
         self.kept_unarchived = 0
+        #: IDs the last :meth:`requeue` could not requeue: their stored request is gone.
+        self.without_request: list[str] = []
 
     @classmethod
     def from_url(cls, url: str, spider: str, *, prefix: str = DEFAULT_PREFIX) -> Self:
@@ -349,11 +351,14 @@ class DeadLetterQueue:
         return parse_entry(entry_id, dead_at, info, payload)
 
     async def requeue(self, ids: list[str]) -> int:
-        """Back to pending with attempts reset; return how many were requeued."""
+        """Back to pending with attempts reset; return how many were requeued. An entry
+        whose stored request is gone stays, named in :attr:`without_request`."""
         requeued = 0
+        self.without_request = []
         for start in range(0, len(ids), SCAN_BATCH):
             chunk = ids[start : start + SCAN_BATCH]
             payloads = await read_payloads(self.client, self.keys, chunk)
+            self.without_request += [i for i, p in zip(chunk, payloads, strict=True) if p is None]
             entries = [
                 (entry_id, describe(payload).priority, reset_attempts(payload))
                 for entry_id, payload in zip(chunk, payloads, strict=True)
