@@ -112,6 +112,10 @@ BAD = [
     (ProxyConfig, HOST_PORT("h", "0"), "HA_PROXY_PORT='0' must be a port number"),
     (ProxyConfig, HOST_PORT("http://h", "80"), "HA_PROXY_HOST='http://h' must be a host"),
     (ProxyConfig, {**POOL, "HA_PROXY_POOL_URL": "ftp://a/x"}, "http://, https:// or file://"),
+    # a host Python cannot read: before, a ValueError's traceback with no setting named
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "http://[::1:8000"}, "HA_PROXY_URL='http://[::1"),
+    (ProxyConfig, {**TUNNEL, "HA_PROXY_URL": "http://[zz]:80"}, "its host cannot be read"),
+    (ProxyConfig, {**POOL, "HA_PROXY_POOL_URL": "http://[::1/x"}, "HA_PROXY_POOL_URL='http"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_SESSION_TEMPLATE": "{user}"}, "must contain {session}"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_SESSION_TEMPLATE": "{x}{session}"}, "TEMPLATE='{x}"),
     (ProxyConfig, {**TUNNEL, "HA_PROXY_ROTATE_HEADER": "X-Rotate"}, "must look like 'Name: v"),
@@ -138,6 +142,9 @@ def test_a_bad_setting_names_itself_and_its_value(config, values, message, monke
         # a password of digits then '/': read as a port and a path, never masked (review)
         "http://crawler:1234/s3cret@proxy.example:8000",
         "http://crawler:99#s3cret@proxy.example:3128",
+        # and a host that cannot be read after it (review)
+        "http://crawler:12/s3cret@[::1:8000",
+        "http://crawler:pw@[::1:8000",
     ],
 )
 def test_no_error_shows_a_proxy_password(url, monkeypatch):

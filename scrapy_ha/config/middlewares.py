@@ -7,7 +7,7 @@ import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote, unquote
 
 from scrapy_ha.codec import ALLOWED_SCHEMES_SETTING, DEFAULT_ALLOWED_SCHEMES, mask_url
 from scrapy_ha.codec.masking import LOOSE_USERINFO, split_userinfo
@@ -39,6 +39,8 @@ POOL_URL_SCHEMES = ("http", "https", "file")
 PROXY_SCHEMES = ("http", "https")
 #: The highest TCP port.
 MAX_PORT = 65535
+#: A URL's scheme and authority (group 1), read without urlsplit, which raises on a bad host.
+_AUTHORITY = re.compile(r"[^:/?#]*://([^/?#]*)")
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ def _tunnel_url(settings: BaseSettings) -> str:
     environment variables of the same names); an error names the setting the user set."""
     url = check.raw_or_env(settings, "HA_PROXY_URL")
     if url:
-        _unencoded_password("HA_PROXY_URL", url if "://" in url else f"http://{url}")
-        parts = urlsplit(url if "://" in url else f"http://{url}")
+        full = url if "://" in url else f"http://{url}"
+        _unencoded_password("HA_PROXY_URL", full)
+        parts = check.url_parts("HA_PROXY_URL", full, mask_url(url))
         scheme, host, port = parts.scheme, _bracketed(parts.hostname), _url_port(parts)
         _check_proxy_scheme(scheme, "HA_PROXY_URL", url)
         if not host or port is None:
@@ -108,10 +111,16 @@ def _unencoded_password(setting: str, url: str) -> None:
     ``?`` or ``#`` unencoded (``http://u:1234/56@proxy:8000`` reads as the host ``u``, port
     1234, the password a path), which no masking can tell from a port and a path. The
     error shows nothing of the URL. The pool's URL takes one the masking reads
-    (``http://u:pa/ss@api/list``: sent as Basic auth), the tunnel's none."""
-    if "@" in urlsplit(url).netloc or LOOSE_USERINFO.match(url) is None:
+    (``http://u:pa/ss@api/list``: sent as Basic auth); the tunnel's, which has nothing after
+    its host, none: any ``@`` after its host is refused, a host Python cannot read too."""
+    authority = _AUTHORITY.match(url)
+    if authority is None or "@" in authority[1]:
         return
-    if setting == "HA_PROXY_URL" or split_userinfo(url) is None:
+    if setting == "HA_PROXY_URL":
+        loose = "@" in url[authority.end() :]
+    else:
+        loose = LOOSE_USERINFO.match(url) is not None and split_userinfo(url) is None
+    if loose:
         raise ConfigError(
             f"{setting} has an '@' after its host: a password holding '/', '?' or '#' must "
             f"be percent-encoded (%2F, %3F, %23; '@' as %40)"
@@ -198,7 +207,9 @@ def _pool_url(settings: BaseSettings, mode: str) -> str:
         raise ConfigError("HA_PROXY_MODE='pool' needs HA_PROXY_POOL_URL (the proxy list API)")
     if url:
         _unencoded_password("HA_PROXY_POOL_URL", url)
-    if url and urlsplit(url).scheme not in POOL_URL_SCHEMES:
+    if url and check.url_parts("HA_PROXY_POOL_URL", url, mask_url(url)).scheme not in (
+        POOL_URL_SCHEMES
+    ):
         raise ConfigError(
             f"HA_PROXY_POOL_URL={mask_url(url)!r} must be an http://, https:// or file:// "
             f"URL (the API, or the file, that lists the proxies)"

@@ -11,6 +11,7 @@ import math
 import os
 import re
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import SplitResult, urlsplit
 
 from scrapy.utils.misc import load_object
 
@@ -31,6 +32,21 @@ def raw(settings: BaseSettings, name: str, default: Any) -> Any:
     """The setting's value, *default* when it is unset or None."""
     value = settings.get(name)
     return default if value is None else value
+
+
+def url_parts(name: str, url: str, shown: str) -> SplitResult:
+    """*url* split, its host read: a ConfigError naming *name* and *shown* (the URL as an
+    error may show it) when Python cannot read the host (a ``[`` without its ``]``, an IPv6
+    address that is not one), which it says only when the URL is used."""
+    try:
+        parts = urlsplit(url)
+        parts.hostname  # noqa: B018 - a host in brackets is checked when it is read
+    except ValueError as exc:
+        raise ConfigError(
+            f"{name}={shown!r}: its host cannot be read ({exc}); an IPv6 address goes in "
+            f"brackets, as in http://[::1]:8000"
+        ) from None
+    return parts
 
 
 def raw_or_env(settings: BaseSettings, name: str) -> str:

@@ -41,11 +41,11 @@ __all__ = [
 import asyncio
 import json
 import logging
+import re
 import socket
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import redis
 
@@ -72,10 +72,13 @@ PENDING_TTL = 60.0
 
 
 def _where(url: str) -> str:
-    """Scheme and host of *url*: a webhook's path is often its secret token."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}/..."
+    """Scheme and host of *url*: a webhook's path is often its secret token, so is its
+    user info (read without urlsplit, which raises on a host it cannot read)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, *path = re.split(r"[/?#]", rest, maxsplit=1)
+    return f"{scheme}{sep}{authority.rpartition('@')[2]}" + ("/..." if path else "")
 
 
 class DeadLetterAlert:
@@ -96,9 +99,14 @@ class DeadLetterAlert:
             return None
         if not url.startswith(("http://", "https://")):
             raise ConfigError(
-                f"HA_DLQ_ALERT_WEBHOOK={url!r} must be an http:// or https:// URL (the "
-                f"incoming webhook of a chat channel, or a receiver of your own)"
+                f"HA_DLQ_ALERT_WEBHOOK={_where(url)!r} must be an http:// or https:// URL "
+                f"(the incoming webhook of a chat channel, or a receiver of your own)"
             )
+        parts = check.url_parts("HA_DLQ_ALERT_WEBHOOK", url, _where(url))
+        try:
+            parts.port  # noqa: B018 - a port that is not one is refused when it is read
+        except ValueError as exc:
+            raise ConfigError(f"HA_DLQ_ALERT_WEBHOOK={_where(url)!r}: {exc}") from None
         threshold = check.whole(settings, "HA_DLQ_ALERT_THRESHOLD", DEFAULT_ALERT_THRESHOLD)
         return cls(url, threshold, stats, check.text(settings, "HA_WORKER_ID", ""))
 
