@@ -44,6 +44,15 @@ def test_a_database_redis_does_not_have_is_named_not_a_traceback(redis_url):
     assert "Traceback" not in done.stderr
 
 
+def test_a_sentinel_url_at_a_redis_itself_says_so(redis_url):
+    """Before: "refused the connection to database 0 ... give a database it has"."""
+    sentinel = redis_url.replace("redis://", "redis+sentinel://").rsplit("/", 1)[0] + "/mymaster"
+    done = scrapy_ha("--redis-url", sentinel, "status", "books")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: {sentinel} is no Sentinel (ResponseError: "), done
+    assert "a redis+sentinel:// URL names Sentinels" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

@@ -200,6 +200,12 @@ async def reachable(client: Any, url: str) -> None:
     except (
         redis.exceptions.ResponseError
     ) as exc:  # SELECT of a database it has not (not a busy or cluster state: above)
+        if "unknown command 'SENTINEL'" in str(exc):
+            raise RedisUnavailable(
+                f"{url} is no Sentinel ({_sentence(exc, url)}): a redis+sentinel:// URL names "
+                f"Sentinels (port 26379 by default); give redis://host:port/db for a Redis "
+                f"itself in --redis-url or ${REDIS_URL_ENV}"
+            ) from None
         db = client.connection_pool.connection_kwargs.get("db", 0)
         raise RedisUnavailable(
             f"Redis at {url} refused the connection to database {db} ({_sentence(exc, url)}): "
