@@ -124,10 +124,14 @@ ON_A_CRAWL = [
     ["dlq", "requeue", "nosuch", "--all", "--yes"],
     ["checkpoints", "list", "nosuch"],
     ["items", "nosuch", "--to", "jsonl:nosuch.jl", "--exit-idle", "1"],
+    # actions that make nothing: before, they too said "pass --create"
+    ["items", "nosuch", "--to", "jsonl:nosuch.jl", "--aside"],
+    ["items", "nosuch", "--to", "jsonl:nosuch.jl", "--retry-aside"],
+    ["items", "nosuch", "--to", "jsonl:nosuch.jl", "--undeclare", "--yes"],
 ]
 
 
-@pytest.mark.parametrize("argv", ON_A_CRAWL, ids=lambda a: " ".join(a[:2]))
+@pytest.mark.parametrize("argv", ON_A_CRAWL, ids=lambda a: " ".join(a[:2] + a[4:5]))
 def test_a_command_on_a_crawl_that_does_not_exist_fails_and_makes_nothing(
     argv, redis_url, redis_client
 ):
@@ -137,7 +141,8 @@ def test_a_command_on_a_crawl_that_does_not_exist_fails_and_makes_nothing(
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.startswith("error: no such crawl: no key of spider 'nosuch'")
     assert "check the spider name, --prefix and --redis-url" in result.stderr
-    assert ("pass --create" in result.stderr) == (argv[0] in ("pause", "push", "items"))
+    makes = argv[0] in ("pause", "push") or argv[-1] == "1"  # (items consuming)
+    assert ("pass --create" in result.stderr) == makes
     assert sorted(redis_client.keys("*")) == before
 
 
@@ -366,3 +371,21 @@ def test_parked_queues_are_read_past_those_whose_time_has_come(redis_url, monkey
             await client.aclose()
 
     assert _run(read()).parked == {"gate": {"shop.example": 3}}
+
+
+def test_create_is_refused_with_an_items_action_that_makes_nothing(redis_url, redis_client):
+    result = scrapy_ha(
+        "items",
+        "nosuch",
+        "--to",
+        "jsonl:nosuch.jl",
+        "--aside",
+        "--create",
+        "--redis-url",
+        redis_url,
+    )
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        "error: --create goes with consuming or --declare",
+    )
+    assert redis_client.keys("*") == []

@@ -90,6 +90,16 @@ async def _earlier_group(queue: RedisQueue, group: str, args: argparse.Namespace
     return group
 
 
+def _check_usage(args: argparse.Namespace) -> None:
+    """Options given with an action they do not go with: a usage error (exit 2)."""
+    if getattr(args, "ids", None) and not args.retry_aside:
+        raise ConfigError("--id goes with --retry-aside")
+    if args.create and (args.aside or args.retry_aside or args.undeclare):
+        raise ConfigError("--create goes with consuming or --declare")
+    if (args.yes or args.dry_run) and not args.undeclare:
+        raise ConfigError("--yes and --dry-run go with --undeclare")
+
+
 async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Store the crawl's items (HA_ITEMS = "outbox") exactly once in a sink."""
     sink, group, consumer = _sink(args, queue.keys.spider)
@@ -105,10 +115,7 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         claim_idle=args.claim_idle,
         deaths=args.deaths,
     )
-    if getattr(args, "ids", None) and not args.retry_aside:
-        raise ConfigError("--id goes with --retry-aside")
-    if (args.yes or args.dry_run) and not args.undeclare:
-        raise ConfigError("--yes and --dry-run go with --undeclare")
+    _check_usage(args)
     if args.undeclare:
         from scrapy_ha.cli.undeclare import undeclare
 

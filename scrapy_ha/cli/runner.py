@@ -223,6 +223,10 @@ def _sentence(exc: BaseException, url: str) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+#: ``items`` actions that make nothing in a crawl: ``--create`` goes with none of them.
+_MAKE_NOTHING = ("aside", "retry_aside", "undeclare")
+
+
 async def _there_or_made(queue: RedisQueue, args: argparse.Namespace, url: str) -> bool:
     """Whether the command may go on: its crawl is in Redis, or it was told to make it."""
     if getattr(args, "create", False) or getattr(args, "declare", False):
@@ -230,7 +234,7 @@ async def _there_or_made(queue: RedisQueue, args: argparse.Namespace, url: str) 
     if await crawl_exists(queue):
         return True
     fix = "check the spider name, --prefix and --redis-url"
-    if args.create_allowed:
+    if args.create_allowed and not any(getattr(args, a, False) for a in _MAKE_NOTHING):
         fix += "; to start a new crawl, pass --create"
     print(
         f"error: no such crawl: no key of spider {queue.keys.spider!r} under "
