@@ -87,6 +87,19 @@ async def test_ack_is_fenced_by_token(redis_url):
 
 
 @deferred_f_from_coro_f
+async def test_one_ack_given_twice_in_one_call_counts_once(redis_url):
+    """A worker's round may carry an ack twice (sent again after a reply it did not get):
+    the second is stale, the lease ends once and the acked counter moves by one."""
+    q = open_queue(redis_url)
+    await q.enqueue([entry("a"), entry("b")])
+    a, _ = await q.lease(2, 30000)
+    assert await q.ack([(a.id, a.token), (a.id, a.token)]) == (1, 1)
+    assert int(await q.client.hget(KEYS.stats, "acked")) == 1
+    assert (await q.counts()).leased == 1
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_sync_enqueues_children_before_acking_the_parent(redis_url):
     q = open_queue(redis_url)
     await q.enqueue([entry("parent")])
