@@ -123,3 +123,32 @@ def test_a_mistyped_setting_is_named_with_the_nearest_at_start(caplog):
         "HA_LEASETIME is not a setting of scrapy-ha: it does nothing; did you mean HA_LEASE_TIME?",
         "HA_WHATEVER is not a setting of scrapy-ha: it does nothing (see docs/reference.md)",
     ]
+
+
+def test_a_setting_its_switch_leaves_unread_is_named_at_start(caplog):
+    """``HA_REVISIT_MIN = 600`` without ``HA_REVISIT_ADAPTIVE = True`` did nothing, silently."""
+    import logging
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_ha.scheduler.shell import Scheduler
+
+    given = {"HA_REVISIT_MIN": 600, "HA_REVISIT_BUDGET": 5, "HA_CHECKPOINT_TTL": 60}
+    for switches, expected in [
+        (
+            {},
+            [
+                "HA_REVISIT_BUDGET, HA_REVISIT_MIN do nothing while HA_REVISIT_ADAPTIVE is "
+                "not True",
+                "HA_CHECKPOINT_TTL does nothing while HA_CHECKPOINTS is not True",
+            ],
+        ),
+        ({"HA_REVISIT_ADAPTIVE": "True", "HA_CHECKPOINTS": True}, []),
+    ]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            Scheduler.from_crawler(get_crawler(Spider, {**given, **switches}))
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == (
+            expected
+        )

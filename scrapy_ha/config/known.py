@@ -110,9 +110,32 @@ KNOWN = frozenset(
 )
 
 
+#: Settings read only while their switch (a boolean) is on: set with it off, they do nothing.
+SWITCHED = {
+    "HA_REVISIT_ADAPTIVE": ("HA_REVISIT_BUDGET", "HA_REVISIT_MAX", "HA_REVISIT_MIN"),
+    "HA_CHECKPOINTS": (
+        "HA_CHECKPOINT_ID_FIELD",
+        "HA_CHECKPOINT_ITEMS",
+        "HA_CHECKPOINT_MAX_BYTES",
+        "HA_CHECKPOINT_RERUN",
+        "HA_CHECKPOINT_TTL",
+    ),
+}
+
+
 def unknown(settings: BaseSettings) -> list[str]:
-    """One line for each ``HA_*`` setting in *settings* that scrapy-ha does not read."""
+    """One line for each ``HA_*`` setting in *settings* that scrapy-ha does not read, and
+    one for each switch of :data:`SWITCHED` that is off while settings it switches are set."""
     lines = []
+    for switch, names in SWITCHED.items():
+        given = [name for name in names if settings.get(name) is not None]
+        try:
+            off = not settings.getbool(switch, False)
+        except ValueError:  # a bad value: its component names it
+            off = False
+        if given and off:
+            does = "does" if len(given) == 1 else "do"
+            lines.append(f"{', '.join(given)} {does} nothing while {switch} is not True")
     for name in sorted(str(name) for name in settings):
         if not name.startswith("HA_") or name in KNOWN:
             continue
