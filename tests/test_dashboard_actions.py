@@ -78,12 +78,20 @@ async def test_a_filter_the_api_cannot_read_is_refused_not_taken_for_every_entry
             {"filter": {"since": 5}},
             {"filter": {"domain": 5}},
             {"filter": {"class": "gone"}, "dry_run": "no"},
+            # before: each took every entry (a script's unset variable purged the queue)
+            {"filter": {}},
+            {"filter": {"class": ""}},
+            {"filter": {"class": None}},
+            {"filter": {"status": " "}},
+            {"filter": {}, "all": "yes"},
         ):
             refused = http.post(url, json=body)
             assert refused.status_code == 400, (body, refused.text)
         assert dead_ids(http, "mixed") == before  # nothing was touched
         dry = http.post(url, json={"filter": {"class": "gone"}, "dry_run": True}).json()
         assert dry["selected"] == 4 and dead_ids(http, "mixed") == before
+        every = http.post(url, json={"filter": {}, "all": True, "dry_run": True}).json()
+        assert every["selected"] == 7
 
     await asyncio.to_thread(_drive, redis_url, check)
 

@@ -69,7 +69,7 @@ async def test_the_table_entry_and_action_of_an_unreadable_crawl_name_the_key(re
             http.get("/api/crawls/wide/dead"),
             http.get("/api/crawls/wide/dead/1:1"),
             http.get("/crawls/wide"),
-            http.post("/api/crawls/wide/actions/purge", json={"filter": {}}),
+            http.post("/api/crawls/wide/actions/purge", json={"filter": {}, "all": True}),
             http.post("/crawls/wide/actions/purge", data={"csrf": csrf, "scope": "filter"}),
         ]
         for answer in answers:

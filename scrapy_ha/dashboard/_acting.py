@@ -122,10 +122,16 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     if flt and (unknown := sorted(set(flt) - FILTER_FIELDS)):
         # an unknown field is not a filter that matches everything: refused
         raise HTTPException(400, f'"filter" has no field {unknown[0]!r}: {sorted(FILTER_FIELDS)}')
-    if flt and any(not isinstance(v, (str, type(None))) for v in flt.values()):
-        raise HTTPException(400, '"filter" values are strings: {"status": "503"}')
-    if not isinstance(body.get("dry_run", False), bool):
-        raise HTTPException(400, '"dry_run" is true or false')
+    if flt and any(not isinstance(v, str) or not v.strip() for v in flt.values()):
+        # an empty value ("class": "" from a script's unset variable) matched everything
+        raise HTTPException(
+            400, '"filter" values are strings, not empty: {"status": "503"} (leave a field out)'
+        )
+    if flt == {} and body.get("all") is not True:
+        raise HTTPException(400, '{"filter": {}} takes every entry: add "all": true to mean it')
+    for name in ("dry_run", "all"):
+        if not isinstance(body.get(name, False), bool):
+            raise HTTPException(400, f'"{name}" is true or false')
     return body
 
 
