@@ -237,6 +237,27 @@ async def test_a_crawl_is_found_within_the_discovery_interval_and_gone_once_flus
 
 
 @deferred_f_from_coro_f
+async def test_a_counter_past_64_bits_written_by_hand_costs_no_other_figure(
+    redis_url, redis_client, exporter_factory
+):
+    """``HSET ha:{boom}:stats acked <400 nines>``: every scrape was a 500 (OverflowError),
+    ``scrapy_ha_redis_up`` and every crawl's figures gone, every alert quiet."""
+    await live_crawl(redis_url)
+    huge = "9" * 400
+    redis_client.hset("ha:{boom}:stats", mapping={"acked": huge, "enqueued": 3})
+    redis_client.hset("ha:{live}:stats:min", f"acked:{int(time.time()) // 60}", huge)
+    samples = exporter_factory(redis_url).scrape()
+    assert value(samples, "scrapy_ha_redis_up") == 1
+    assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
+    assert value(samples, "scrapy_ha_enqueued_total", spider="boom") == 3
+    assert value(samples, "scrapy_ha_acked_total", spider="boom") == 0  # not a count: skipped
+    shown = subprocess.run(
+        [SCRAPY_HA, "--redis-url", redis_url, "status", "live"], capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr  # the rate read stats:min: OverflowError
+
+
+@deferred_f_from_coro_f
 async def test_another_prefix_is_another_set_of_crawls(redis_url, exporter_factory):
     await live_crawl(redis_url)
     await live_crawl(redis_url, prefix="staging")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.ops.stats import CrawlStats, merge_stats
+from scrapy_ha.ops.stats import CrawlStats, counters, merge_stats
 from scrapy_ha.ops.unreadable import (
     UNREADABLE,
     explain_sync,
@@ -98,17 +98,6 @@ class CrawlNumbers:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _ints(mapping: dict[Any, Any]) -> dict[str, int]:
-    """A Redis hash of counters as ints (a field that is not a number is skipped)."""
-    out = {}
-    for key, value in mapping.items():
-        try:
-            out[_text(key)] = int(value)
-        except ValueError:
-            continue
-    return out
 
 
 def _glob_escape(text: str) -> str:
@@ -324,7 +313,7 @@ def _numbers(
     pressure: int,
     bloom: dict[Any, Any],
 ) -> CrawlNumbers:
-    crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=_ints(stats))
+    crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=counters(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
     state = bloom_state(bloom, crawl.now_ms)
     blooms = (state,) if state is not None else ()

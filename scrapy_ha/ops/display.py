@@ -17,7 +17,7 @@ def local_time(ms: float | None) -> str:
     empty for none."""
     if not ms:
         return ""
-    return time.strftime(TIME_FORMAT, time.localtime(ms / 1000))
+    return time.strftime(TIME_FORMAT, time.localtime(time_ms(ms) / 1000))
 
 
 def humanize(seconds: float) -> str:

@@ -69,14 +69,22 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _ints(raw: dict[Any, Any]) -> dict[str, int]:
-    """A hash read with HGETALL, values as integers (a value that is not one is skipped)."""
+#: The counters Redis keeps are 64-bit (HINCRBY refuses to go past them).
+_INT64 = range(-(2**63), 2**63)
+
+
+def counters(raw: dict[Any, Any]) -> dict[str, int]:
+    """A hash of counters read with HGETALL, values as integers: a value that is not one,
+    or is past what Redis counts to (written by hand: 400 digits failed every chart and
+    the exporter's whole page, for every crawl), is skipped."""
     out = {}
     for k, v in raw.items():
         try:
-            out[_s(k)] = int(v)
+            n = int(v)
         except ValueError:
             continue
+        if n in _INT64:
+            out[_s(k)] = n
     return out
 
 
@@ -232,7 +240,7 @@ def _queue_reads(pipe: Any, keys: Keys, domains: bool) -> None:
 
 def _minutes(raw: dict[Any, Any]) -> dict[str, dict[int, int]]:
     out: dict[str, dict[int, int]] = {}
-    for name, count in _ints(raw).items():
+    for name, count in counters(raw).items():
         event, _, minute = name.rpartition(":")
         if minute.isdigit():  # skips <event>:last
             out.setdefault(event, {})[int(minute)] = count
@@ -241,7 +249,7 @@ def _minutes(raw: dict[Any, Any]) -> dict[str, dict[int, int]]:
 
 def _domains(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for name, count in _ints(raw).items():
+    for name, count in counters(raw).items():
         domain, _, event = name.rpartition("\t")
         out.setdefault(domain, {})[event] = count
     return out
@@ -251,7 +259,7 @@ def _parse(keys: Keys, replies: list[Any]) -> CrawlStats:
     return CrawlStats.of(
         keys.spider,
         Counts.from_reply(replies[0]),
-        counters=_ints(replies[1]),
+        counters=counters(replies[1]),
         minutes=_minutes(replies[2]),
         domains=_domains(replies[3]) if len(replies) > 3 else {},
     )

@@ -13,5 +13,8 @@ def time_ms(score: float | bytes | str) -> int:
     """A time Redis holds (ms; a sorted set's score, a script's reply) as a whole number
     every tool can show: ``inf`` or a time past 9999 (written by hand) is that year's end,
     ``-inf`` the epoch."""
-    value = float(score)
+    try:
+        value = float(score)
+    except OverflowError:  # a whole number of 400 digits
+        return LATEST_MS if int(score) > 0 else 0
     return int(min(max(value, 0.0), LATEST_MS)) if value == value else 0
