@@ -11,7 +11,7 @@ import redis
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from tests.test_dashboard_actions import _drive, confirm_form, dead_ids, dead_letters
-from tests.test_dashboard_api import dashboard, form_token, seed_dead
+from tests.test_dashboard_api import _url, dashboard, form_token, seed_dead
 from tests.test_unreadable_crawl import SHARD_HELD, broken_crawls
 
 if TYPE_CHECKING:
@@ -78,3 +78,51 @@ async def test_the_table_entry_and_action_of_an_unreadable_crawl_name_the_key(re
 
     await asyncio.to_thread(_drive, redis_url, check)
     assert redis.Redis.from_url(redis_url).get("ha:{wide:1}:dead") == b"x"
+
+
+def test_what_redis_holds_by_hand_is_shown_and_what_a_script_sends_is_a_4xx(redis_client):
+    """Each of these was a 500 (a hostile QA sweep): a dead-letter record that is JSON but
+    no object (the whole table, and ``dlq list``), a history that is no list of objects, a
+    header field that is no object, a URL whose host Python cannot read, a time or a count
+    of 400 digits (the overview and every crawl's charts); and from a client, a time filter
+    of spaces or past year 9999 once in local time, JSON nested 100,000 deep, an id that
+    is a lone surrogate."""
+    import json
+    import subprocess
+    import time
+
+    from tests.test_cli import SCRAPY_HA
+
+    seed_dead(redis_client, 4, spider="odd")
+    huge = "9" * 400
+    redis_client.hset("ha:{odd}:dead_info", "0", "null")
+    redis_client.hset("ha:{odd}:dead_info", "1", json.dumps({"class": "gone", "history": "ab"}))
+    redis_client.hset("ha:{odd}:payload", "1", json.dumps({"v": 1, "u": "https://[::1/", "h": 7}))
+    at_the_end = {"class": "gone", "first": 2**63 - 1, "history": [{"t": 2**63 - 1}, 7]}
+    redis_client.hset("ha:{odd}:dead_info", "2", json.dumps(at_the_end))
+    redis_client.hset("ha:{odd}:gates", "a.example", huge)
+    redis_client.hset("ha:{odd}:stats:min", f"acked:{int(time.time()) // 60}", huge)
+    with dashboard(_url(redis_client)) as http:
+        for path in ("/", "/api/crawls", "/crawls/odd", "/api/crawls/odd", "/crawls/odd/dead"):
+            assert http.get(path).status_code == 200, (path, http.get(path).text[-300:])
+        listed = http.get("/api/crawls/odd/dead").json()["entries"]
+        assert {e["id"] for e in listed} == {"0", "1", "2", "3"}
+        for entry in ("0", "1", "2"):
+            page = http.get(f"/crawls/odd/dead/{entry}")
+            assert page.status_code == 200, (entry, page.text[-300:])
+        assert http.get("/api/crawls/odd/dead", params={"since": "  "}).status_code == 200
+        for far in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"):
+            assert http.get("/api/crawls/odd/dead", params={"until": far}).status_code == 400
+        url = "/api/crawls/odd/actions/purge"
+        deep = b'{"a":' * 100_000
+        json_type = {"Content-Type": "application/json"}
+        assert http.post(url, content=deep, headers=json_type).status_code == 400
+        surrogate = b'{"ids": ["\\ud800"]}'  # JSON's escape of a lone surrogate
+        assert http.post(url, content=surrogate, headers=json_type).status_code == 400
+    assert redis_client.zcard("ha:{odd}:dead") == 4
+    listing = subprocess.run(
+        [SCRAPY_HA, "--redis-url", _url(redis_client), "dlq", "list", "odd"],
+        capture_output=True,
+        text=True,
+    )
+    assert listing.returncode == 0 and "unreadable info" in listing.stdout, listing.stderr

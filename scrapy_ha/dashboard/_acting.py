@@ -112,7 +112,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     """The body of an action's POST: a JSON object, else a 400 that says what to send."""
     try:
         body = json.loads(raw or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # (arrays nested 100,000 deep)
         raise HTTPException(400, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise HTTPException(400, 'the body is a JSON object: {"ids": [...]} or {"filter": {...}}')
@@ -145,7 +145,8 @@ def _ids_of(body: dict[str, Any]) -> list[str]:
     ids = body.get("ids")
     if ids is None:
         return []
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+    if not isinstance(ids, list) or not all(isinstance(i, str) and i.isprintable() for i in ids):
+        # (a lone surrogate, "\ud800", failed in redis-py's encoding: a 500)
         raise HTTPException(400, '"ids" is a list of entry ids as strings: ["12", "1:7"]')
     return ids
 

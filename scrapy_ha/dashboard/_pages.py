@@ -52,9 +52,11 @@ def duration(seconds: float | None) -> str:
 def link(url: str | None) -> str | None:
     """*url* if a browser may follow it from the dashboard (http or https), else None:
     whoever writes to Redis must not put a ``javascript:`` link on an operator's page."""
-    if isinstance(url, str) and urlsplit(url).scheme.lower() in LINKABLE:
-        return url
-    return None
+    try:
+        linkable = isinstance(url, str) and urlsplit(url).scheme.lower() in LINKABLE
+    except ValueError:  # a host Python cannot read (http://[::1/), written to Redis by hand
+        return None
+    return url if linkable else None
 
 
 def setup_templates(templates: Jinja2Templates) -> Jinja2Templates:

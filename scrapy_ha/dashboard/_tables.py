@@ -132,8 +132,13 @@ def dead_row(entry: DeadEntry) -> Row:
         attempts=entry.attempts,
         at_ms=entry.dead_at,
         reason=entry.reason,
-        history=mask_value(list(entry.info.get("history") or [])),
+        history=mask_value(_attempts(entry.info.get("history"))),
     )
+
+
+def _attempts(history: Any) -> list[dict[str, Any]]:
+    """A stored history's attempts (objects): one written by hand may be anything else."""
+    return [h for h in history if isinstance(h, dict)] if isinstance(history, list) else []
 
 
 def _meta(summary: RequestSummary) -> dict[str, Any]:
@@ -155,9 +160,8 @@ def delayed_row(
     """A delayed entry: a retry has the class and reason of its last attempt; an entry that
     waits without an attempt says why (see :data:`HELD_REASONS`)."""
     meta = _meta(summary)
-    history = meta.get(metakeys.HISTORY)
-    history = history if isinstance(history, list) else []
-    last = history[-1] if history and isinstance(history[-1], dict) else {}
+    history = _attempts(meta.get(metakeys.HISTORY))
+    last = history[-1] if history else {}
     retries = meta.get(metakeys.RETRIES)
     attempts = (
         sum(v for v in retries.values() if isinstance(v, int)) if isinstance(retries, dict) else 0

@@ -198,16 +198,16 @@ async def _crawl_view(request: Request, spider: str) -> Summary:
 
 def time_param(name: str, value: str | None, now_ms: int) -> int | None:
     """``24h`` (that long ago), a local date-time (``2026-11-30T17:00``) or ms."""
+    value = (value or "").strip()
     if not value:
         return None
-    value = value.strip()
     try:
         if value[-1] in DURATIONS and value[:-1].isdigit():
             return now_ms - int(value[:-1]) * DURATIONS[value[-1]]
         if value.isdigit():
             return int(value)
         return int(datetime.fromisoformat(value).astimezone().timestamp() * 1000)
-    except ValueError:
+    except (ValueError, OverflowError):  # (a date-time its offset takes past year 1 or 9999)
         raise HTTPException(
             400, f"{name}={value!r}: give a duration (30m, 24h, 7d), a date-time or ms"
         ) from None

@@ -154,6 +154,8 @@ def parse_entry(
         meta = json.loads(info) if info else {}
     except ValueError:
         meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
+    if not isinstance(meta, dict):  # JSON, but not an object (null, 7, [1]): by hand
+        meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
     summary = describe(payload)
     return DeadEntry(
         entry_id,
