@@ -464,3 +464,39 @@ def test_the_throttle_forgets_after_its_window_and_a_right_token_clears_it():
     throttle.passed("a")
     throttle.failed("a")
     assert throttle.wait("a") == 0
+
+
+def test_x_forwarded_for_does_not_pass_the_login_throttle(redis_url):
+    """The real command, as a user starts it: uvicorn took the client's address from
+    X-Forwarded-For when the request came from 127.0.0.1, so a guesser naming a new
+    address each time was never throttled (and the access log showed the address made up)."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from scrapy_ha.demo import harness
+    from tests.test_cli import SCRAPY_HA
+
+    port = harness.free_port()
+    proc = harness.spawn(
+        [SCRAPY_HA, "--redis-url", redis_url, "dashboard", "--port", str(port), "--token", "t0k"]
+    )
+    url = f"http://127.0.0.1:{port}/login"
+
+    def login(n: int) -> int:
+        data = urllib.parse.urlencode({"token": f"guess{n}", "next": "/"}).encode()
+        request = urllib.request.Request(url, data=data, headers={"X-Forwarded-For": f"10.0.0.{n}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+
+    try:
+        harness.wait_for(lambda: login(0) == 200, "the dashboard", 60)
+        codes = [login(n) for n in range(1, 8)]
+        assert 429 in codes, codes
+    finally:
+        harness.stop(proc)

@@ -51,7 +51,11 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
         )
         return 2
     app = create_app(queue.client, queue.keys.prefix, token=token)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+    # proxy_headers off: uvicorn took the client's address from X-Forwarded-For of any
+    # request from 127.0.0.1, which passed the login throttle with a new address each time
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="info", proxy_headers=False
+    )
     try:
         socks = _listening(args.host, args.port)
     except OSError as exc:
