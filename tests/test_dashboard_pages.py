@@ -500,3 +500,22 @@ def test_x_forwarded_for_does_not_pass_the_login_throttle(redis_url):
         assert 429 in codes, codes
     finally:
         harness.stop(proc)
+
+
+def test_a_redis_gone_is_a_503_that_says_so_and_every_answer_keeps_out_of_frames():
+    """Redis down was a bare 500 ("Internal Server Error"), /openapi.json described the API,
+    the login page's stylesheet went to the login page, and no header kept a page out of
+    another site's frame or a body from being read as another type."""
+    from scrapy_ha.demo import harness
+
+    gone = f"redis://127.0.0.1:{harness.free_port()}/0"  # nothing listens there
+    with dashboard(gone) as http:
+        page, api = http.get("/"), http.get("/api/crawls")
+        assert page.status_code == 503 and "Redis did not answer" in page.text, page.text
+        assert api.status_code == 503 and "Redis did not answer" in api.json()["error"]
+        assert page.headers["X-Frame-Options"] == "DENY"
+        assert page.headers["X-Content-Type-Options"] == "nosniff"
+        assert http.get("/openapi.json").status_code == 404
+    with dashboard(gone, token="t0k") as http:
+        assert http.get("/static/dashboard.css").status_code == 200
+        assert http.get("/api/crawls").status_code == 401

@@ -28,6 +28,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._acting import api_action, form_action, text_of
 from scrapy_ha.dashboard._actions import ACTIONS
@@ -45,6 +46,7 @@ from scrapy_ha.dashboard._views import (
 from scrapy_ha.ops.crawls import KeyNames
 from scrapy_ha.ops.labels import CLASSES
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
@@ -74,7 +76,13 @@ def create_app(
         if close_client:
             await client.aclose()
 
-    app = FastAPI(title="scrapy-ha dashboard", docs_url=None, redoc_url=None, lifespan=lifespan)
+    app = FastAPI(
+        title="scrapy-ha dashboard",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,  # (its schema described the API to anyone who could reach it)
+        lifespan=lifespan,
+    )
     app.state.client = client
     app.state.prefix = prefix
     app.state.token = token
@@ -86,6 +94,8 @@ def create_app(
     app.middleware("http")(_guard_request)
     app.exception_handler(CrawlUnreadable)(_unreadable)
     app.exception_handler(redis.exceptions.ResponseError)(_wrong_type)
+    for error in REDIS_DOWN_ERRORS:
+        app.exception_handler(error)(_redis_down)
     app.exception_handler(StarletteHTTPException)(_http_error)
     _routes(app)
     return app
@@ -100,7 +110,8 @@ async def _guard_request(
         _guard.LOOPBACK_HOSTS
     ):
         return JSONResponse({"error": "this dashboard answers loopback host names only"}, 421)
-    if token is not None and path != "/login" and not _authorised(request, token):
+    public = path == "/login" or path.startswith("/static/")  # (the login page's style)
+    if token is not None and not public and not _authorised(request, token):
         if path.startswith("/api/"):
             return JSONResponse({"error": "missing or wrong token"}, 401)
         return RedirectResponse("/login?" + urlencode({"next": path}), 303)
@@ -111,6 +122,7 @@ async def _guard_request(
     session = request.cookies.get(_guard.CSRF_COOKIE) or _guard.new_csrf()
     request.state.csrf = _guard.form_token(request.app.state.csrf_secret, session)
     response = await call_next(request)
+    response.headers.update(_SAFE_HEADERS)
     if _guard.CSRF_COOKIE not in request.cookies:
         response.set_cookie(_guard.CSRF_COOKIE, session, httponly=True, samesite="strict")
     return response
@@ -130,6 +142,25 @@ def _refuse_post(request: Request) -> Response | None:
         if request.headers.get("content-type", "").split(";")[0] != "application/json":
             return JSONResponse({"error": "POST /api/... takes application/json"}, 415)
     return None
+
+
+#: Headers of every answer: no page in another site's frame, no type guessed from a body
+#: (a 400 echoes the query's text as text/plain).
+_SAFE_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+}
+
+
+async def _redis_down(request: Request, exc: Exception) -> Response:
+    """Redis unreachable or too slow: a 503 that says so (it was a bare 500), the page
+    back once Redis answers (the live refresh goes on asking)."""
+    error = f"Redis did not answer ({type(exc).__name__}: {mask_text(str(exc))})"
+    logger.warning("dashboard: %s on %s", error, request.url.path)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": error}, 503)
+    return PlainTextResponse(f"error: {error}; reload once it is back\n", 503)
 
 
 async def _unreadable(request: Request, exc: Exception) -> Response:
