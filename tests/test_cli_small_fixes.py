@@ -154,6 +154,23 @@ def test_a_held_count_written_by_hand_does_not_break_status(redis_url, redis_cli
     assert shown.returncode == 0, shown.stderr
 
 
+def test_marks_and_counters_named_in_bytes_not_utf8_do_not_break_status(redis_url, redis_client):
+    """``HSET ha:{books}:held "#gate \\xff" 1``: ``status`` failed (UnicodeDecodeError), and
+    the dashboard's page of the crawl was a 409 naming a codec."""
+    from tests.test_dashboard_api import dashboard
+
+    seed_dead(redis_client, 1, spider="books")
+    redis_client.hset("ha:{books}:held", b"#gate \xff.example", 1)
+    redis_client.hset("ha:{books}:stats", b"acked:\xff", 3)
+    redis_client.hset("ha:{books}:stats:domain", b"\xff.example\tacked", 2)
+    for command in (["status", "books"], ["status", "books", "--json"], ["report", "books"]):
+        shown = scrapy_ha("--redis-url", redis_url, *command)
+        assert shown.returncode == 0, (command, shown.stderr)
+    with dashboard(redis_url) as http:
+        assert http.get("/crawls/books").status_code == 200
+        assert http.get("/api/crawls/books").status_code == 200
+
+
 def test_a_database_that_is_not_a_number_is_named(redis_url):
     """``--redis-url redis://host:port/abc`` read database 0, silently."""
     base = redis_url.rsplit("/", 1)[0]

@@ -65,7 +65,7 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
         sum(v for v in retries.values() if isinstance(v, int)) if isinstance(retries, dict) else 0
     )
     fclass = last.get("class") if isinstance(last, dict) else None
-    why = (held or b"").split(b" ", 1)[0].decode()
+    why = (held or b"").split(b" ", 1)[0].decode(errors="backslashreplace")
     fclass = why if why in HELD else fclass
     return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url or "?")
 

@@ -24,6 +24,7 @@ from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_problem, read_layout
 from scrapy_ha.store.wire import Counts
+from scrapy_ha.store.wire import text as _text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -94,10 +95,6 @@ class CrawlNumbers:
         if rest > 0:
             classes[UNKNOWN_CLASS] = classes.get(UNKNOWN_CLASS, 0) + rest
         return classes
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _glob_escape(text: str) -> str:

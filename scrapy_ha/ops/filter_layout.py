@@ -23,6 +23,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.aged import CHECKED_SLICES, AgedBloom
 from scrapy_ha.store.bloom import MAX_PART_BYTES, BloomFilter, BloomMetaError, meta_layout
 from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
@@ -92,7 +93,3 @@ def _unknown(queue: RedisQueue, crawl: str) -> str:
         f"SCRAPY_SETTINGS_MODULE), or start a worker of the crawl first (its first request "
         f"makes the filter)"
     )
-
-
-def _s(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -13,6 +13,7 @@ from scrapy_ha.config.continuous import INTERVAL_BUCKETS
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, unforeseen
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -87,7 +88,7 @@ def revisit_numbers(counters: Mapping[str, int], revisited: int, due_soon: int) 
 def _counters(raw: Mapping[Any, Any]) -> dict[str, int]:
     out = {}
     for key, value in raw.items():
-        name = key.decode() if isinstance(key, bytes) else str(key)
+        name = text(key)
         if name.startswith("revisit"):
             try:
                 out[name] = int(value)

@@ -35,6 +35,7 @@ from scrapy_ha.store import scripts
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_keys
 from scrapy_ha.store.wire import Counts
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -63,10 +64,6 @@ DOMAIN_EVENTS = ("enqueued", "acked", "retried", "dead")
 MINUTE_MS = 60_000
 #: How long buckets are kept (a day): the longest rate window that can be asked for.
 MINUTES_KEPT = 1440
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 #: The counters Redis keeps are 64-bit (HINCRBY refuses to go past them).

@@ -28,6 +28,7 @@ import redis.exceptions
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.sharding import layout_keys, layout_problem
+from scrapy_ha.store.wire import text as _text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -103,10 +104,6 @@ def raise_first(replies: Iterable[Any]) -> None:
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _expected(keys: Iterable[Keys]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.stats import MINUTE_MS
 from scrapy_ha.store import scripts
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -40,10 +41,6 @@ WAITING_QUEUES = 10_000
 #: The window of the ack rate the ETA divides by (minutes): long enough to smooth a slow
 #: page or a pause between batches, short enough to follow a crawl that speeds up.
 ETA_WINDOW = 5
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from scrapy_ha.store.bloom import (
     meta_layout,
 )
 from scrapy_ha.store.bloom_meta import meta_rate
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -120,7 +121,3 @@ async def slices_where(client: Any, keys: Keys, fingerprints: list[bytes]) -> li
     script = client.register_script(scripts.SEEN_CHECK_LUA)
     reply = await script(keys=[keys.bloom], args=[slices.spec(), *fingerprints])
     return [int(x) for x in reply[:-1]]
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -35,6 +35,7 @@ from scrapy_ha.store.bloom_meta import (
     meta_layout,
     meta_rate,
 )
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -261,10 +262,6 @@ class BloomFilter(Dupefilter):
         self.layers = meta_layers(meta, "layers")
         self.error_rate = meta_rate(meta, "error", self.error_rate)
         return True
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 #: Calls of one script a client makes at most while it learns the layout of the filter.

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_ha.keys import SEEN_SLICES
-from scrapy_ha.store.bloom import _s, layer_bytes
+from scrapy_ha.store.bloom import layer_bytes
 from scrapy_ha.store.bloom_meta import meta_count, meta_layers, meta_layout, meta_rate
+from scrapy_ha.store.wire import text as _s
 
 __all__ = ["BloomState", "bloom_state"]
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import FINGERPRINT_BYTES
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import BLOOM_FINGERPRINT_BYTES, Dupefilter
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -184,7 +185,3 @@ async def delete_buckets(
         names = [_s(key) async for key in client.scan_iter(match=pattern, count=10_000)]
         for i in range(0, len(names), DELETE_BATCH):
             await client.unlink(*names[i : i + DELETE_BATCH])
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

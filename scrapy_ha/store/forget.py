@@ -32,6 +32,7 @@ from scrapy_ha.keys import shard_of
 from scrapy_ha.store import scripts
 from scrapy_ha.store.buckets import bucket_of, member_of, read_buckets, wire_fingerprint
 from scrapy_ha.store.connection import server_ms
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -93,10 +94,6 @@ def glob_pattern(glob: str) -> re.Pattern[str]:
     """A ``--pattern`` (shell-style: ``*``, ``?``, ``[...]``) as a regular expression over
     the whole URL."""
     return re.compile(fnmatch.translate(glob))
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def read_rules(client: Any, keys: Keys) -> ForgetRules:

@@ -24,6 +24,8 @@ from typing import Any
 
 import redis
 
+from scrapy_ha.store.wire import text as _text
+
 __all__ = ["MIN_VERSION", "redis_health", "warn_once"]
 
 logger = logging.getLogger(__name__)
@@ -146,7 +148,3 @@ def _per_node(info: Any) -> list[dict[str, Any]]:
     if "redis_version" in info:
         return [info]
     return [v for v in info.values() if isinstance(v, dict) and "redis_version" in v]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

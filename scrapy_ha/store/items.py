@@ -17,6 +17,7 @@ import redis
 
 from scrapy_ha.store import scripts
 from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
@@ -36,10 +37,6 @@ __all__ = [
 
 #: The field of a stream entry that holds the item (lib/commit.lua).
 ITEM_FIELD = b"i"
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.store.wire import text as _s
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -47,7 +49,3 @@ def worker_stats(leases: int, rate: float) -> str:
     """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
     time in front): leases held and pages done per second."""
     return json.dumps({"leases": leases, "rate": round(rate, 2)})
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

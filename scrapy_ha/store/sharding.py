@@ -20,6 +20,7 @@ from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import server_ms, time_ms
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
+from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -371,7 +372,3 @@ async def _clock_and_metas(queue: RedisQueue) -> tuple[int, list[tuple[dict[Any,
     pipe = client.pipeline(transaction=False).time().hgetall(queue.keys.bloom)
     clock, bloom, buckets = await pipe.hgetall(queue.keys.buckets).execute()
     return time_ms(clock), [(bloom, buckets)]
-
-
-def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
