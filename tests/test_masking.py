@@ -186,6 +186,16 @@ FORMS = [
     ("text", "Authorization: Basic dTpw\nAccept: */*", "Authorization: ***\nAccept: */*"),
     ("text", '{"password": "p", "n": 1}', '{"password": "***", "n": 1}'),
     ("text", "nothing secret here: 3 pages, 2 items", "nothing secret here: 3 pages, 2 items"),
+    # a header inside a sentence (a dead letter's reason), and a bearer token alone: shown
+    # as they were before
+    (
+        "text",
+        "HTTP 401 (Authorization: Bearer SECRETRSN) password=pw",
+        "HTTP 401 (Authorization: Bearer ***) password=***",
+    ),
+    ("text", "sent X-Api-Key: k3y, got 403", "sent X-Api-Key: ***, got 403"),
+    ("text", "token Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "token Bearer ***"),
+    ("text", "the bearer of news: 3 pages at 12:30", "the bearer of news: 3 pages at 12:30"),
     # bodies: forms, JSON at any depth, multipart
     ("body", "user=u&password=p%40ss&remember=1", "user=u&password=***&remember=1"),
     (

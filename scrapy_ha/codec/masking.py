@@ -160,6 +160,13 @@ _QUOTED_PAIR = re.compile(
 )
 #: ``Name: value`` at the start of a line (a header block in a message).
 _HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<value>[^\r\n]+)")
+#: A secret header inside a line (``HTTP 401 (Authorization: Bearer x)``), where a header
+#: line's own pattern needs the line to start with its name; and a bearer token alone.
+_HEADER_IN_LINE = re.compile(
+    r"\b(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<scheme>(?:Bearer|Basic|Digest|Negotiate)"
+    r"[ \t]+)?(?P<value>[^\s,;)\]}'\"]+)"
+)
+_BEARER = re.compile(r"(?i)\bBearer[ \t]+[A-Za-z0-9._~+/=-]{16,}")
 
 
 def _mask_pair(match: re.Match[str]) -> str:
@@ -251,6 +258,12 @@ def _mask_header_line(match: re.Match[str]) -> str:
     return f"{match['name']}: {MASK}"
 
 
+def _mask_header_in_line(match: re.Match[str]) -> str:
+    if match["value"] == MASK or not secret_name(match["name"]):
+        return match[0]
+    return f"{match['name']}: {match['scheme'] or ''}{MASK}"
+
+
 def mask_text(text: str) -> str:
     """Free text (a log line, a reason, an exception, a body) fit to print: every URL in it
     masked as :func:`mask_url` does, and the values of secret-looking ``name=value`` pairs,
@@ -260,6 +273,8 @@ def mask_text(text: str) -> str:
     text = _URL_IN_TEXT.sub(lambda m: mask_url(m[0]), text)
     text = _QUOTED_PAIR.sub(_mask_quoted_pair, text)
     text = _HEADER_LINE.sub(_mask_header_line, text)
+    text = _HEADER_IN_LINE.sub(_mask_header_in_line, text)
+    text = _BEARER.sub(f"Bearer {MASK}", text)
     return _mask_pairs(text)
 
 
