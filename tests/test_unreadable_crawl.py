@@ -10,6 +10,7 @@ import asyncio
 import logging
 import subprocess
 
+import pytest
 import redis
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -127,3 +128,22 @@ def _status_of_each(redis_url: str) -> None:
         timeout=120,
     )
     assert live.returncode == 0, live.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"), [("dict", "hash"), ("joins", "zset"), ("finish", "string")]
+)
+def test_a_key_of_the_whole_crawl_of_a_wrong_type_is_named(redis_client, name, kept):
+    """``SET ha:{live}:dict x``: the dashboard's 409 said Redis's WRONGTYPE alone, no key."""
+    from scrapy_ha.ops.unreadable import explain_sync
+
+    key = f"ha:{{live}}:{name}"
+    if kept == "string":
+        redis_client.hset(key, "a", 1)
+        found = "hash"
+    else:
+        redis_client.set(key, "x")
+        found = "string"
+    error = redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
+    explained = str(explain_sync(redis_client, "ha", "live", error))
+    assert f"{key} holds a {found} (scrapy-ha keeps a {kept} there)" in explained, explained

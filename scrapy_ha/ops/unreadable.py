@@ -113,6 +113,9 @@ def _expected(keys: Iterable[Keys]) -> dict[str, str]:
         types |= k.types()
         types[k.shard_count] = "string"
         types[k.filter_kind] = "string"
+        types[k.finish_record] = "string"
+        types[k.joins] = "zset"
+        types[k.dictionaries] = "hash"
     return types
 
 
