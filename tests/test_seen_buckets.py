@@ -191,6 +191,7 @@ async def test_a_crawl_in_buckets_refuses_a_ttl_and_a_bloom_filter(redis_url):
 async def test_flush_deletes_every_bucket_and_a_new_crawl_starts_empty(redis_url):
     queue = await joined(redis_url)
     await add(queue, entries(range(3000)))
+    await queue.client.set(b"ha:{bk}:buckets:\xff", 1)  # a name not UTF-8, by hand (review)
     await queue.flush()
     assert [k async for k in queue.client.scan_iter(match="ha:{bk}:*")] == []
     again = await joined(redis_url)

@@ -24,7 +24,6 @@ from scrapy_ha.store.items import StreamState, merged, stream_state
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_problem, read_layout
 from scrapy_ha.store.wire import Counts
-from scrapy_ha.store.wire import text as _text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -118,8 +117,8 @@ class KeyNames:
 
     def text(self, raw: Any) -> str | None:
         """*raw* as text; None (and counted) when it is not UTF-8."""
-        try:
-            return _text(raw)
+        try:  # (strict: a name escaped would be a crawl whose keys do not exist)
+            return raw.decode() if isinstance(raw, bytes) else str(raw)
         except UnicodeDecodeError:
             self.skipped.append(raw)
             return None

@@ -182,6 +182,7 @@ async def delete_buckets(
             await drop(keys=[keys.buckets], args=[state.gen, first, last])
     if every:
         pattern = "".join(f"\\{c}" if c in "\\*?[]" else c for c in keys.buckets) + ":*"
-        names = [_s(key) async for key in client.scan_iter(match=pattern, count=10_000)]
+        # (the names as Redis gave them: one not UTF-8, escaped, would name another key)
+        names = [key async for key in client.scan_iter(match=pattern, count=10_000)]
         for i in range(0, len(names), DELETE_BATCH):
             await client.unlink(*names[i : i + DELETE_BATCH])
