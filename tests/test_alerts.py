@@ -273,10 +273,13 @@ async def test_an_answer_trickled_past_the_alert_s_time_ends_the_post_and_is_not
         # before: accepted, and the POST of the first alert failed on the host it cannot read
         ("http://[::1:8080/hook/secret-token", "'http://[::1:8080/...': its host cannot be"),
         ("http://[zz]:8080/hook/secret-token", "'http://[zz]:8080/...': its host cannot be"),
-        ("http://h:80a/hook/secret-token", "'http://h:80a/...': Port could not be cast"),
+        ("http://h:80a/hook/secret-token", "'http://h:80a/...': its port is not a number"),
         # before: the whole URL shown, its secret path and password with it
         ("hooks.example/services/secret-token", "'hooks.example/...' must be an http://"),
-        ("ftp://u:secret-pw@h/secret-token", "'ftp://h/...' must be an http://"),
+        ("ftp://u:secret-pw@h/secret-token", "'ftp://***@h/...' must be an http://"),
+        # a password with '/' or '?' unencoded: its start was shown, twice (review)
+        ("https://u:secr/et@hooks.example/T0/X", "'https://***@hooks.example/...': its port"),
+        ("https://u:secr?et@hooks.example/T0/X", "'https://***@hooks.example/...': its port"),
     ],
 )
 def test_a_webhook_that_cannot_be_used_is_named_without_its_secrets(url, message):
@@ -289,4 +292,4 @@ def test_a_webhook_that_cannot_be_used_is_named_without_its_secrets(url, message
     with pytest.raises(ConfigError) as info:
         DeadLetterAlert.from_settings(Settings({"HA_DLQ_ALERT_WEBHOOK": url}), stats)
     assert f"HA_DLQ_ALERT_WEBHOOK={message}" in str(info.value)
-    assert "secret" not in str(info.value)
+    assert "secr" not in str(info.value)

@@ -145,6 +145,7 @@ def test_a_bad_setting_names_itself_and_its_value(config, values, message, monke
         # and a host that cannot be read after it (review)
         "http://crawler:12/s3cret@[::1:8000",
         "http://crawler:pw@[::1:8000",
+        "crawler:pa[s3cret@proxy:8000",  # no scheme: masked all the same (review)
     ],
 )
 def test_no_error_shows_a_proxy_password(url, monkeypatch):

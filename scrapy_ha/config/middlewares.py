@@ -87,7 +87,7 @@ def _tunnel_url(settings: BaseSettings) -> str:
     if url:
         full = url if "://" in url else f"http://{url}"
         _unencoded_password("HA_PROXY_URL", full)
-        parts = check.url_parts("HA_PROXY_URL", full, mask_url(url))
+        parts = check.url_parts("HA_PROXY_URL", full, mask_url(full))  # (a scheme to mask by)
         scheme, host, port = parts.scheme, _bracketed(parts.hostname), _url_port(parts)
         _check_proxy_scheme(scheme, "HA_PROXY_URL", url)
         if not host or port is None:

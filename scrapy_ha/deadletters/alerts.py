@@ -78,7 +78,11 @@ def _where(url: str) -> str:
     if not sep:
         scheme, rest = "", url
     authority, *path = re.split(r"[/?#]", rest, maxsplit=1)
-    return f"{scheme}{sep}{authority.rpartition('@')[2]}" + ("/..." if path else "")
+    if "@" in authority or (":" in authority and "@" in rest):  # user info, its password
+        # perhaps holding '/', '?' or '#' unencoded: the host follows the last '@'
+        authority, *path = re.split(r"[/?#]", rest.rpartition("@")[2], maxsplit=1)
+        authority = f"***@{authority}"
+    return f"{scheme}{sep}{authority}" + ("/..." if path else "")
 
 
 class DeadLetterAlert:
@@ -105,8 +109,11 @@ class DeadLetterAlert:
         parts = check.url_parts("HA_DLQ_ALERT_WEBHOOK", url, _where(url))
         try:
             parts.port  # noqa: B018 - a port that is not one is refused when it is read
-        except ValueError as exc:
-            raise ConfigError(f"HA_DLQ_ALERT_WEBHOOK={_where(url)!r}: {exc}") from None
+        except ValueError:  # (its message would echo the text read as a port)
+            raise ConfigError(
+                f"HA_DLQ_ALERT_WEBHOOK={_where(url)!r}: its port is not a number from 1 to "
+                f"65535 (percent-encode '/', '?' and '#' in a password)"
+            ) from None
         threshold = check.whole(settings, "HA_DLQ_ALERT_THRESHOLD", DEFAULT_ALERT_THRESHOLD)
         return cls(url, threshold, stats, check.text(settings, "HA_WORKER_ID", ""))
 
