@@ -148,8 +148,10 @@ def _may_hold_secret(text: str) -> bool:
 #: ``name=value`` after a start, ``?``, ``&``, ``;`` or ``#`` (queries, fragments, path
 #: parameters, form bodies, libpq conninfo); the value ends at the next separator.
 _PAIR = re.compile(r"(?P<lead>^|[?&;#\s])(?P<name>[^&;=#?\s'\"<>]+)=(?P<value>[^&;#?\s'\"<>]*)")
-#: A URL with a scheme, in free text (it ends at whitespace, a quote or an angle bracket).
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>\\]+")
+#: A URL with a scheme, in free text (it ends at whitespace, a quote or an angle bracket);
+#: its scheme starts where a run of a scheme's characters starts: tried at every letter of a
+#: long run (``a-a-a-...``), each try scanned the rest of the run, quadratic in its length.
+_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>\\]+")
 #: The parts of a URL: scheme, user info (up to the last ``@`` of the authority), the rest.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<netloc>[^/?#]*)(?P<rest>.*)$", re.S)
 #: ``'name': value`` or ``"name": value`` as a repr, pformat or JSON writes a mapping; the
@@ -161,10 +163,13 @@ _QUOTED_PAIR = re.compile(
 #: ``Name: value`` at the start of a line (a header block in a message).
 _HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<value>[^\r\n]+)")
 #: A secret header inside a line (``HTTP 401 (Authorization: Bearer x)``), where a header
-#: line's own pattern needs the line to start with its name; and a bearer token alone.
+#: line's own pattern needs the line to start with its name: a name as headers are written
+#: (with a hyphen, or Authorization or Cookie: "pass: 2 of 5" is no header), starting where
+#: a word starts (each run of letters and hyphens tried once: linear on any line).
 _HEADER_IN_LINE = re.compile(
-    r"\b(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<scheme>(?:Bearer|Basic|Digest|Negotiate)"
-    r"[ \t]+)?(?P<value>[^\s,;)\]}'\"]+)"
+    r"(?<![A-Za-z0-9_-])(?P<name>[A-Za-z][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)+"
+    r"|(?i:authorization|cookie)):[ \t]+"
+    r"(?P<scheme>(?i:bearer|basic|digest|negotiate|token)[ \t]+)?(?P<value>[^\s,;)\]}'\"]+)"
 )
 _BEARER = re.compile(r"(?i)\bBearer[ \t]+[A-Za-z0-9._~+/=-]{16,}")
 
