@@ -145,3 +145,20 @@ async def test_requeue_names_the_entries_it_could_not_requeue(redis_url, redis_c
     assert "requeued 2 of 3 entries" in done.stdout
     assert f"{lost}: its stored request is gone" in done.stderr
     assert redis_client.zrange(KEYS.dead, 0, -1) == [lost.encode()]  # kept, for purge
+
+
+@deferred_f_from_coro_f
+async def test_requeue_of_a_sharded_crawl_names_the_entry_its_id_as_the_tools_show_it(
+    redis_url, redis_client
+):
+    """Review: the shards' DeadLetterQueue each kept its own list, the sharded one none:
+    "requeued 29 of 30 entries", exit 0, nothing said."""
+    from tests.test_dashboard_actions import dead_letters
+
+    await dead_letters(redis_url, "wide", 30, shards=3)  # (placed by their fingerprints)
+    local = redis_client.zrange("ha:{wide:1}:dead", 0, 0)[0].decode()
+    redis_client.hdel("ha:{wide:1}:payload", local)
+    done = cli(redis_url, "dlq", "requeue", "wide", "--all", "--yes")
+    assert done.returncode == 1, done
+    assert f"dead letter 1:{local}: its stored request is gone" in done.stderr, done.stderr
+    assert f"scrapy-ha dlq purge wide 1:{local}`" in done.stderr

@@ -129,8 +129,12 @@ class ShardedDeadLetters(DeadLetterQueue):
         return by
 
     async def requeue(self, ids: list[str]) -> int:
-        by = self._by_shard(ids)
-        return sum([await self.parts[s].requeue(local) for s, local in sorted(by.items())])
+        requeued, self.without_request = 0, []
+        for shard, local in sorted(self._by_shard(ids).items()):
+            part = self.parts[shard]
+            requeued += await part.requeue(local)
+            self.without_request += [self.sharded.outside(shard, i) for i in part.without_request]
+        return requeued
 
     async def purge(self, ids: list[str]) -> int:
         deleted = self.kept_unarchived = 0
