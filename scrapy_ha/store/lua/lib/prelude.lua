@@ -6,7 +6,7 @@
 local redis_call, redis_pcall = redis.call, redis.pcall
 local str_byte, str_find, str_format, str_gmatch = string.byte, string.find, string.format,
   string.gmatch
-local str_lower, str_match, str_sub = string.lower, string.match, string.sub
+local str_match, str_sub = string.match, string.sub
 local math_ceil, math_floor, math_max, math_min = math.ceil, math.floor, math.max, math.min
 local ipairs, next, pairs, select, tonumber, type, unpack = ipairs, next, pairs, select,
   tonumber, type, unpack
