@@ -246,6 +246,7 @@ async def test_a_counter_past_64_bits_written_by_hand_costs_no_other_figure(
     huge = "9" * 400
     redis_client.hset("ha:{boom}:stats", mapping={"acked": huge, "enqueued": 3})
     redis_client.hset("ha:{live}:stats:min", f"acked:{int(time.time()) // 60}", huge)
+    redis_client.hset("ha:{live}:stats", "revisit_iv_ms", huge)  # (review: the revisits')
     samples = exporter_factory(redis_url).scrape()
     assert value(samples, "scrapy_ha_redis_up") == 1
     assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.continuous import INTERVAL_BUCKETS
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.stats import counters
 from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, unforeseen
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
-from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -86,15 +86,8 @@ def revisit_numbers(counters: Mapping[str, int], revisited: int, due_soon: int) 
 
 
 def _counters(raw: Mapping[Any, Any]) -> dict[str, int]:
-    out = {}
-    for key, value in raw.items():
-        name = text(key)
-        if name.startswith("revisit"):
-            try:
-                out[name] = int(value)
-            except ValueError:
-                continue
-    return out
+    """The revisits' counters of the crawl's stats (read as :func:`counters` reads them)."""
+    return {k: v for k, v in counters(dict(raw)).items() if k.startswith("revisit")}
 
 
 async def read_revisits(client: Any, keys: Keys, now_ms: int) -> RevisitNumbers:
