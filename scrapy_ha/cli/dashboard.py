@@ -51,10 +51,8 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
         )
         return 2
     app = create_app(queue.client, queue.keys.prefix, token=token)
-    # proxy_headers off: uvicorn took the client's address from X-Forwarded-For of any
-    # request from 127.0.0.1, which passed the login throttle with a new address each time
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="info", proxy_headers=False
+        _served(app), host=args.host, port=args.port, log_level="info", proxy_headers=False
     )
     try:
         socks = _listening(args.host, args.port)
@@ -66,6 +64,24 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
     print(f"scrapy-ha dashboard on {urls}", flush=True)
     await uvicorn.Server(config).serve(sockets=socks)
     return 0
+
+
+def _served(app: Any) -> Any:
+    """*app* as uvicorn serves it: ``X-Forwarded-Proto`` of a proxy on 127.0.0.1 read (the
+    scheme the origin check compares with a browser's ``Origin``), as uvicorn's default
+    does, but ``X-Forwarded-For`` never: uvicorn took the client's address from it, and a
+    guesser naming a new address with each wrong token was never throttled."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    proxied = ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1")
+
+    async def served(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            kept = [(k, v) for k, v in scope["headers"] if k.lower() != b"x-forwarded-for"]
+            scope = {**scope, "headers": kept}
+        await proxied(scope, receive, send)
+
+    return served
 
 
 def _listening(host: str, port: int) -> list[socket.socket]:
