@@ -525,3 +525,13 @@ def test_a_redis_gone_is_a_503_that_says_so_and_every_answer_keeps_out_of_frames
     with dashboard(gone, token="t0k") as http:
         assert http.get("/static/dashboard.css").status_code == 200
         assert http.get("/api/crawls").status_code == 401
+
+
+def test_a_user_redis_refuses_is_said_as_such_not_as_a_redis_gone(redis_url):
+    """Review: a wrong password read "Redis did not answer ...; reload once it is back"."""
+    wrong = redis_url.replace("redis://", "redis://nobody:wrong@")
+    with dashboard(wrong) as http:
+        page = http.get("/")
+        assert page.status_code == 503
+        assert "Redis refused the dashboard's user" in page.text, page.text
+        assert "--redis-url" in page.text and "reload" not in page.text

@@ -95,7 +95,8 @@ def create_app(
     app.exception_handler(CrawlUnreadable)(_unreadable)
     app.exception_handler(redis.exceptions.ResponseError)(_wrong_type)
     for error in REDIS_DOWN_ERRORS:
-        app.exception_handler(error)(_redis_down)
+        if error not in (ConnectionError, OSError):  # (Python's own: not Redis's alone)
+            app.exception_handler(error)(_redis_down)
     app.exception_handler(StarletteHTTPException)(_http_error)
     _routes(app)
     return app
@@ -155,12 +156,21 @@ _SAFE_HEADERS = {
 
 async def _redis_down(request: Request, exc: Exception) -> Response:
     """Redis unreachable or too slow: a 503 that says so (it was a bare 500), the page
-    back once Redis answers (the live refresh goes on asking)."""
-    error = f"Redis did not answer ({type(exc).__name__}: {mask_text(str(exc))})"
+    back once Redis answers (the live refresh goes on asking); or Redis refusing the
+    dashboard's user, which no reload mends."""
+    why = f"{type(exc).__name__}: {mask_text(str(exc))}"
+    if isinstance(exc, (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)):
+        # it answered, and refused: no reload mends it
+        error, then = (
+            f"Redis refused the dashboard's user ({why})",
+            "start it with a user and password Redis takes (--redis-url)",
+        )
+    else:
+        error, then = f"Redis did not answer ({why})", "reload once it is back"
     logger.warning("dashboard: %s on %s", error, request.url.path)
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": error}, 503)
-    return PlainTextResponse(f"error: {error}; reload once it is back\n", 503)
+    return PlainTextResponse(f"error: {error}; {then}\n", 503)
 
 
 async def _unreadable(request: Request, exc: Exception) -> Response:
