@@ -145,10 +145,19 @@ def _ids_of(body: dict[str, Any]) -> list[str]:
     ids = body.get("ids")
     if ids is None:
         return []
-    if not isinstance(ids, list) or not all(isinstance(i, str) and i.isprintable() for i in ids):
-        # (a lone surrogate, "\ud800", failed in redis-py's encoding: a 500)
+    if not isinstance(ids, list) or not all(isinstance(i, str) and _utf8(i) for i in ids):
         raise HTTPException(400, '"ids" is a list of entry ids as strings: ["12", "1:7"]')
     return ids
+
+
+def _utf8(text: str) -> bool:
+    """Whether *text* can be sent to Redis (a lone surrogate, ``"\\ud800"``, failed in
+    redis-py's encoding: a 500); an id with a tab or a space is one to act on."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
