@@ -17,6 +17,9 @@
 - replaces Scrapy's ``CookiesMiddleware`` (700) with ``scrapy_ha.cookies.SharedCookiesMiddleware``
   and adds ``scrapy_ha.cookies.CookieVersionMiddleware`` (spider, 11): cookie jars shared by
   every worker (``HA_SHARED_COOKIES``), unless the project set Scrapy's cookie middleware itself;
+- stores feed exports to local files (``-o items.jl``, ``FEEDS``) with each item flushed to
+  the file at once (:mod:`scrapy_ha.sinks.feeds`: a SIGKILL lost what Python's buffer held,
+  of pages already acked), unless the project set ``FEED_STORAGES`` for them itself;
 - switches off Scrapy's remote-control server on workers;
 - masks every log line of the worker from the start, Scrapy's "Overridden settings" line
   included (a password in ``REDIS_URL``, ``HTTPAUTH_PASS``, a webhook URL...): see
@@ -77,10 +80,17 @@ class Addon:
         _add_components(settings, "SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES)
         if SCRAPY_COOKIES not in settings["DOWNLOADER_MIDDLEWARES"]:  # else the project chose
             _add_components(settings, "DOWNLOADER_MIDDLEWARES", SHARED_COOKIES)
+        _add_components(settings, "FEED_STORAGES", FEED_STORAGES)
+
+
+#: Feed storages of local files whose writes reach the file at once (scrapy_ha.sinks.feeds).
+FEED_STORAGES: dict[str, str] = dict.fromkeys(
+    ("", "file"), "scrapy_ha.sinks.feeds.WrittenThroughFileFeedStorage"
+)
 
 
 def _add_components(
-    settings: BaseSettings, name: str, components: Mapping[str, int | None]
+    settings: BaseSettings, name: str, components: Mapping[str, int | str | None]
 ) -> None:
     current = settings[name]
     for path, order in components.items():
