@@ -106,6 +106,8 @@ def test_the_projects_pipelines_store_each_item_once_in_the_consumer(tmp_path, r
     assert late.returncode == 0, late.stderr
     assert "items it misses: 50" in late.stdout
     assert "declare every sink before the crawl" in late.stderr
+    # which items: a sink declared before a new run misses the earlier runs' (walkthrough)
+    assert "items of earlier runs of the crawl, or of this run if it started" in late.stderr
 
 
 def _env() -> dict[str, str]:

@@ -207,9 +207,11 @@ class ItemConsumer:
             missed += found or 0
         if missed:
             logger.warning(
-                "Consumer group %s is new: %d item(s) of the crawl were consumed by the other "
-                "groups and trimmed before it existed, and this sink misses them (declare "
-                "every sink before the crawl: scrapy-ha items SPIDER --to SINK --declare)",
+                "Consumer group %s is new: %d item(s) committed before it existed were "
+                "consumed by the other groups and trimmed, and this sink misses them: items "
+                "of earlier runs of the crawl, or of this run if it started before this sink "
+                "was declared (declare every sink before the crawl: scrapy-ha items SPIDER "
+                "--to SINK --declare)",
                 self.group,
                 missed,
             )
