@@ -86,6 +86,7 @@ def test_a_worker_id_of_the_users_own_is_shown_as_it_is(redis_url, redis_client)
             "heartbeat_age_s": None,
             "leases": None,
             "pages_per_s": None,
+            "silent": False,
         }
     ]
 
@@ -121,3 +122,18 @@ def test_workers_written_by_hand_do_not_break_the_listing(redis_url, redis_clien
     assert shown.stdout.splitlines()[-1] == "3 live workers", shown.stdout
     rows = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
     assert {r["id"]: r["leases"] for r in rows}["w-inf"] is None
+
+
+def test_a_worker_silent_for_most_of_its_heartbeats_life_is_pointed_out(redis_url, redis_client):
+    """A worker SIGKILLed was listed as any other until its heartbeat expired (walkthrough)."""
+    seconds, micros = redis_client.time()
+    now = seconds * 1000 + micros // 1000
+    for wid, ago, left in (("host-a:1:x", 25_000, 5_000), ("host-b:2:x", 1_000, 29_000)):
+        redis_client.zadd("ha:{books}:workers", {wid: now + left})
+        redis_client.hset("ha:{books}:wstats", wid, f'{now - ago} {{"leases": 3}}')
+    shown = scrapy_ha("workers", "books", "--redis-url", redis_url)
+    assert shown.returncode == 0, shown.stderr
+    said = [line for line in shown.stdout.splitlines() if "silent" in line]
+    assert len(said) == 1 and said[0].startswith("host-a:1:x has been silent for 2"), said
+    rows = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
+    assert {r["id"]: r["silent"] for r in rows} == {"host-a:1:x": True, "host-b:2:x": False}

@@ -39,6 +39,12 @@ async def workers(queue: RedisQueue, args: argparse.Namespace) -> int:
             f"{_num(row['pages_per_s']):>7}  {w.id}"
         )
     print(f"{len(found)} live worker{'' if len(found) == 1 else 's'}")
+    for w in (w for w in found if w.silent(now)):
+        print(
+            f"{w.id} has been silent for {humanize((now - w.stats['at']) / 1000)}: killed or "
+            f"stalled? It counts as live until its heartbeat expires in "
+            f"{humanize(max(0, w.expires_ms - now) / 1000)}; its leases then go back to the queue"
+        )
     since = await paused_since(queue)
     if since:
         print(f"the crawl is paused since {since}: they lease nothing new")

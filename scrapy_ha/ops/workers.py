@@ -57,7 +57,15 @@ class Worker:
             "heartbeat_age_s": (now_ms - at) / 1000 if isinstance(at, int) else None,
             "leases": _number(self.stats.get("leases")),
             "pages_per_s": _number(self.stats.get("rate")),
+            "silent": self.silent(now_ms),
         }
+
+    def silent(self, now_ms: int) -> bool:
+        """Whether its last heartbeat is older than two thirds of the life a heartbeat gives
+        it (20 s of 30 by default, where a worker renews every 10 s): killed or stalled,
+        though counted live until the heartbeat expires."""
+        at = self.stats.get("at")
+        return isinstance(at, int) and now_ms - at > (self.expires_ms - at) * 2 / 3
 
 
 async def live_workers(queue: RedisQueue) -> tuple[int, list[Worker]]:
