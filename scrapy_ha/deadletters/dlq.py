@@ -153,8 +153,8 @@ def parse_entry(
     try:
         meta = json.loads(info) if info else {}
     except ValueError:
-        meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
-    if not isinstance(meta, dict):  # JSON, but not an object (null, 7, [1]): by hand
+        meta = None
+    if not isinstance(meta, dict):  # not JSON, or JSON but no object (null, 7, [1]): by hand
         meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
     summary = describe(payload)
     return DeadEntry(
