@@ -148,10 +148,14 @@ def _may_hold_secret(text: str) -> bool:
 #: ``name=value`` after a start, ``?``, ``&``, ``;`` or ``#`` (queries, fragments, path
 #: parameters, form bodies, libpq conninfo); the value ends at the next separator.
 _PAIR = re.compile(r"(?P<lead>^|[?&;#\s])(?P<name>[^&;=#?\s'\"<>]+)=(?P<value>[^&;#?\s'\"<>]*)")
-#: A URL with a scheme, in free text (it ends at whitespace, a quote or an angle bracket);
-#: its scheme starts where a run of a scheme's characters starts: tried at every letter of a
-#: long run (``a-a-a-...``), each try scanned the rest of the run, quadratic in its length.
-_URL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>\\]+")
+#: A URL with a scheme, in free text (it ends at whitespace, a quote or an angle bracket):
+#: its scheme begins at the first letter of a run of a scheme's characters (``1http://``:
+#: ``http://``), tried once per run: tried at every letter of a long run (``a-a-a-...``),
+#: each try scanned the rest of the run, quadratic in its length.
+_URL_IN_TEXT = re.compile(
+    r"(?<![A-Za-z0-9+.\-])(?P<lead>[0-9+.\-]*)"
+    r"(?P<url>[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>\\]+)"
+)
 #: The parts of a URL: scheme, user info (up to the last ``@`` of the authority), the rest.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<netloc>[^/?#]*)(?P<rest>.*)$", re.S)
 #: ``'name': value`` or ``"name": value`` as a repr, pformat or JSON writes a mapping; the
@@ -275,7 +279,7 @@ def mask_text(text: str) -> str:
     ``'name': value`` mapping entries and ``Name: value`` header lines become ``***``."""
     if not _may_hold_secret(text):
         return text
-    text = _URL_IN_TEXT.sub(lambda m: mask_url(m[0]), text)
+    text = _URL_IN_TEXT.sub(lambda m: m["lead"] + mask_url(m["url"]), text)
     text = _QUOTED_PAIR.sub(_mask_quoted_pair, text)
     text = _HEADER_LINE.sub(_mask_header_line, text)
     text = _HEADER_IN_LINE.sub(_mask_header_in_line, text)
