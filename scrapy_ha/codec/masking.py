@@ -166,13 +166,16 @@ _QUOTED_PAIR = re.compile(
 )
 #: ``Name: value`` at the start of a line (a header block in a message).
 _HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<value>[^\r\n]+)")
-#: A secret header inside a line (``HTTP 401 (Authorization: Bearer x)``), where a header
-#: line's own pattern needs the line to start with its name: a name as headers are written
-#: (with a hyphen, or Authorization or Cookie: "pass: 2 of 5" is no header), starting where
-#: a word starts (each run of letters and hyphens tried once: linear on any line).
+#: A secret ``name: value`` inside a line (``HTTP 401 (Authorization: Bearer x)``, ``Telnet
+#: Password: x``), where a header line's own pattern needs the line to start with its
+#: name: a name as headers are written (with a hyphen, or Authorization or Cookie), or one
+#: that ends in a word no ordinary text ends a name with (``password``, ``token``...:
+#: "pass: 2 of 5" and "sort key: name" stay), starting where a word starts (each run of
+#: letters and hyphens tried once: linear on any line).
 _HEADER_IN_LINE = re.compile(
     r"(?<![A-Za-z0-9_-])(?P<name>[A-Za-z][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)+"
-    r"|(?i:authorization|cookie)):[ \t]+"
+    r"|(?i:authorization|cookie)"
+    r"|[A-Za-z0-9_]*(?i:password|passwd|passphrase|token|secret|apikey|api_key)):[ \t]+"
     r"(?P<scheme>(?i:bearer|basic|digest|negotiate|token)[ \t]+)?(?P<value>[^\s,;)\]}'\"]+)"
 )
 _BEARER = re.compile(r"(?i)\bBearer[ \t]+[A-Za-z0-9._~+/=-]{16,}")
