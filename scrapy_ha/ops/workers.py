@@ -61,11 +61,16 @@ class Worker:
         }
 
     def silent(self, now_ms: int) -> bool:
-        """Whether its last heartbeat is older than two thirds of the life a heartbeat gives
-        it (20 s of 30 by default, where a worker renews every 10 s): killed or stalled,
-        though counted live until the heartbeat expires."""
-        at = self.stats.get("at")
-        return isinstance(at, int) and now_ms - at > (self.expires_ms - at) * 2 / 3
+        """Whether its last heartbeat is older than twice the longest time between two of
+        its renewals (``every``: 20 s by default), or, from a worker that does not say it,
+        two thirds of the life a heartbeat gives it: killed or stalled, though counted live
+        until the heartbeat expires."""
+        at, every = self.stats.get("at"), _number(self.stats.get("every"))
+        if not isinstance(at, int):
+            return False
+        if every is not None and every > 0:
+            return now_ms - at > 2 * every * 1000
+        return now_ms - at > (self.expires_ms - at) * 2 / 3
 
 
 async def live_workers(queue: RedisQueue) -> tuple[int, list[Worker]]:

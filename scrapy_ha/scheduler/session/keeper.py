@@ -269,7 +269,7 @@ class LeaseKeeper:
             worker=self.worker,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
-            stats=worker_stats(len(self._held), self.rate),
+            stats=worker_stats(len(self._held), self.rate, self.interval),
         )
         names = keys.renew_keys()
         if grant:
