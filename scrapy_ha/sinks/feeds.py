@@ -12,8 +12,10 @@ nothing is fsynced). The add-on sets it for local files (``FEED_STORAGES``, the 
 
 A feed in JSON lines is the one to read after a kill: a JSON array (``-o items.json``) has
 no closing bracket then. Storages that upload at the close (S3, FTP, GCS) write to a
-temporary file and send nothing of a killed worker's: use ``HA_ITEMS = "outbox"`` for those
-(docs/reliability.md). Items are exported at least once: those of a page redone after a kill
+temporary file and send nothing of a killed worker's, and a compressed feed
+(``postprocessing``) loses what its compressor holds: use ``HA_ITEMS = "outbox"`` for those
+(docs/reliability.md). A feed opened with ``overwrite`` (``-O``) is emptied when its worker
+starts again: append. Items are exported at least once: those of a page redone after a kill
 twice.
 """
 
