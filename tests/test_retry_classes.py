@@ -369,3 +369,28 @@ def test_a_verdict_keeps_status_and_attempts_only_as_counts_cjson_reads_back():
     meta = {"ha_outcome": {"op": "dead", "class": "mine", "reason": "quota", "status": 10**400}}
     verdict = Verdict.from_meta(meta)
     assert verdict is not None and verdict.status is None
+
+
+@pytest.mark.parametrize("status", [404, 410, 401, 451])
+def test_a_missing_robots_txt_is_no_failure(status):
+    """A site without robots.txt answers Scrapy's robots.txt fetch with a 4xx, which
+    RFC 9309 reads as "no rules". It counted ``ha/retry/gave_up/gone`` in every crawl of
+    ``ROBOTSTXT_OBEY`` (Scrapy's project template sets it) against such a site."""
+    from scrapy.http.request import NO_CALLBACK  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict={}))
+    robots = Request(
+        "https://example.com/robots.txt", meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK
+    )
+    answer = Response(robots.url, status=status)
+    assert middleware.process_response(robots, answer) is answer
+    assert "ha_outcome" not in robots.meta
+    assert not {k for k in middleware.stats.get_stats() if k.startswith("ha/retry")}
+    # a 5xx on robots.txt is still a failure to retry, and a page is judged as before
+    assert isinstance(middleware.process_response(robots, Response(robots.url, status=503)), Request)
+    page = Request("https://example.com/robots.txt")
+    middleware.process_response(page, Response(page.url, status=status))
+    assert page.meta["ha_outcome"]["op"] == "dead"

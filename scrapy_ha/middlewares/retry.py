@@ -43,6 +43,7 @@ from scrapy.exceptions import (
 )
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.python import global_object_name
 from twisted.internet import defer
 from twisted.python.failure import Failure as TwistedFailure
@@ -82,6 +83,11 @@ NOT_FAILURES: tuple[type[BaseException], ...] = (
     DownloadCancelledError,
     defer.CancelledError,
 )
+
+#: The classes of an answer to Scrapy's robots.txt fetch that say the site has none (RFC
+#: 9309, 4xx: "unavailable", crawl as without rules): Scrapy's middleware goes on as it
+#: would, and nothing counts ``ha/retry/gave_up``. A 5xx or a 429 is still retried.
+NO_ROBOTS_TXT = frozenset({FailureClass.GONE, FailureClass.CLIENT})
 
 #: Characters of an item shown in a warning (items can be large).
 SHORT_ITEM = 200
@@ -133,6 +139,8 @@ class RetryMiddleware:
         fclass = self.config.classify_response(response)
         if fclass is None or self._allowed_status(request, response):
             return response
+        if fclass in NO_ROBOTS_TXT and _robots_txt(request):
+            return response  # RFC 9309: a 4xx robots.txt is "no rules", no failure
         failure = Failure(
             fclass,
             f"HTTP {response.status}",
@@ -296,6 +304,14 @@ class _WatchedErrback:
         if verdict is not None and not verdict.is_retry:
             request.meta[metakeys.OUTCOME] = verdict.handled_by_errback()
         return output
+
+
+def _robots_txt(request: Request) -> bool:
+    """Whether *request* is Scrapy's fetch of a site's robots.txt (RobotsTxtMiddleware
+    marks it ``dont_obey_robotstxt``; a page of the crawl at that path is judged as any)."""
+    return bool(request.meta.get("dont_obey_robotstxt")) and (
+        urlparse_cached(request).path == "/robots.txt"
+    )
 
 
 def _who_and_when(crawler: Crawler) -> tuple[str, int]:
