@@ -39,8 +39,8 @@ async def test_the_report_sums_up_the_window(redis_url, site):
     text = cli(redis_url, "report", "faults").stdout
     assert "in window:  enqueued 4, acked 1, retried 2, dead 3" in text
     assert "success rate 0%" in text
-    assert "dead by class: gone 2, server 1" in text
-    assert "top domains:   127.0.0.1 3" in text
+    assert "dead by class:  gone 2, server 1" in text
+    assert "dead by domain: 127.0.0.1 3" in text  # (was "top domains", unsaid of what)
     markdown = cli(redis_url, "report", "faults", "--format", "markdown").stdout
     assert "## scrapy-ha report: faults" in markdown and "| gone | 2 |" in markdown
 
@@ -50,6 +50,19 @@ async def test_the_report_sums_up_the_window(redis_url, site):
     )
     assert later["window"]["dead"] == 0 and later["dead_by_class"] == {}
     assert later["states"]["dead"] == 3
+
+
+def test_a_share_short_of_the_whole_never_reads_100_percent():
+    """2 dead of 30,000 retried read "retry success rate 100%"; 1 of 30,000 done, 0%."""
+    from scrapy_ha.dashboard._pages import percent, rate  # noqa: PLC0415
+    from scrapy_ha.ops.display import share_text  # noqa: PLC0415
+
+    assert share_text(29_998 / 30_000) == ">99.9%"
+    assert share_text(1 / 30_000) == "<0.1%"
+    assert (share_text(1.0), share_text(0.0), share_text(None)) == ("100%", "0%", "n/a")
+    assert share_text(0.617) == "61.7%" and share_text(0.9994) == "99.9%"
+    assert rate(29_998 / 30_000) == ">99.9 %" and percent(1, 30_000) == "<0.1 %"
+    assert percent(20, 40) == "50.0 %" and rate(None) == "–" and percent(1, 0) == "–"
 
 
 def test_a_bad_window_is_named(redis_url):

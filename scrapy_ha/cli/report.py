@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
-from scrapy_ha.ops.display import local_time, time_ms
+from scrapy_ha.ops.display import local_time, share_text, time_ms
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
@@ -155,8 +155,7 @@ def _n(value: int | None) -> str:
 
 
 def _rate(report: Report) -> str:
-    rate = report.retry_success_rate
-    return "n/a" if rate is None else f"{rate:.0%}"
+    return share_text(report.retry_success_rate)
 
 
 def _last_seen(r: Report) -> str:
@@ -169,10 +168,10 @@ def as_text(r: Report) -> str:
         "states:     " + ", ".join(f"{k} {v}" for k, v in r.states.items()),
         "in window:  " + ", ".join(f"{k} {_n(v)}" for k, v in r.window.items()),
         f"retries:    success rate {_rate(r)} (retried then done vs retried then dead)",
-        "dead by class: " + (", ".join(f"{k} {v}" for k, v in r.dead_by_class.items()) or "-"),
-        "top domains:   " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
-        "top reasons:   " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
-        f"workers seen:  {len(r.workers_seen)}" + (f" ({_last_seen(r)})" if r.workers_seen else ""),
+        "dead by class:  " + (", ".join(f"{k} {v}" for k, v in r.dead_by_class.items()) or "-"),
+        "dead by domain: " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
+        "dead by reason: " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
+        f"workers seen:   {len(r.workers_seen)}" + (f" ({_last_seen(r)})" if r.workers_seen else ""),
     ]
     return "\n".join(lines)
 

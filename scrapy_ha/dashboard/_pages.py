@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha.dashboard._chart import WINDOWS, clock
-from scrapy_ha.ops.display import humanize, local_time
+from scrapy_ha.ops.display import humanize, local_time, share_text
 from scrapy_ha.ops.labels import STATES, class_label, counter_label
 
 if TYPE_CHECKING:
@@ -37,7 +37,12 @@ def thousands(value: Any) -> str:
 
 def percent(part: float, whole: float) -> str:
     """``61.7 %`` of *whole* (``–`` when it is 0)."""
-    return f"{100 * part / whole:.1f} %" if whole else "–"
+    return share_text(part / whole, " ") if whole else "–"
+
+
+def rate(value: float | None) -> str:
+    """A share (``0.617``) as ``61.7 %``; ``–`` for none."""
+    return "–" if value is None else share_text(value, " ")
 
 
 def share(part: float, whole: float) -> str:
@@ -68,6 +73,7 @@ def setup_templates(templates: Jinja2Templates) -> Jinja2Templates:
         duration=duration,
         clock=clock,
         percent=percent,
+        rate=rate,
         share=share,
         link=link,
     )

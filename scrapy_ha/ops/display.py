@@ -6,7 +6,7 @@ import time
 
 from scrapy_ha.store.times import LATEST_MS, time_ms
 
-__all__ = ["LATEST_MS", "TIME_FORMAT", "humanize", "local_time", "time_ms"]
+__all__ = ["LATEST_MS", "TIME_FORMAT", "humanize", "local_time", "share_text", "time_ms"]
 
 #: A local date-time as every tool prints it (and ``--since`` reads it first).
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -32,3 +32,20 @@ def humanize(seconds: float) -> str:
     else:
         text = f"{s // 86400}d {s % 86400 // 3600}h"
     return f"-{text}" if seconds < 0 else text
+
+
+def share_text(share: float | None, space: str = "") -> str:
+    """A share as a percentage with one decimal, ``61.7%``; ``n/a`` for none. A share
+    short of the whole never reads 100 (2 dead of 30,000 retried read "100%"), nor one
+    above nothing 0: ``>99.9%``, ``<0.1%``. *space* goes before the ``%``."""
+    if share is None:
+        return "n/a"
+    if share <= 0 or share >= 1:
+        text = "0%" if share <= 0 else "100%"
+    else:
+        text = f"{100 * share:.1f}%"
+        if text == "100.0%":
+            text = ">99.9%"
+        elif text == "0.0%":
+            text = "<0.1%"
+    return text.replace("%", f"{space}%")
