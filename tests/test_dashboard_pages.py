@@ -535,3 +535,19 @@ def test_a_user_redis_refuses_is_said_as_such_not_as_a_redis_gone(redis_url):
         assert page.status_code == 503
         assert "Redis refused the dashboard's user" in page.text, page.text
         assert "--redis-url" in page.text and "reload" not in page.text
+
+
+def test_pages_and_the_api_answer_head_as_an_uptime_check_sends_it(redis_client):
+    """``HEAD /`` was a 405 (a monitor's uptime check read the dashboard as broken)."""
+    seed_dead(redis_client, 3)
+    url = _url(redis_client)
+
+    def check(http: TestClient) -> None:
+        for path in ("/", "/crawls/big", "/crawls/big/dead", "/api/crawls", "/api/crawls/big"):
+            answer = http.head(path)
+            assert answer.status_code == 200, (path, answer.status_code)
+            assert answer.headers["X-Frame-Options"] == "DENY"
+        assert http.head("/crawls/nothing-here").status_code == 404
+        assert http.request("DELETE", "/").status_code == 405
+
+    _drive(url, check)

@@ -226,6 +226,11 @@ def _throttled(request: Request, target: str, wait: float) -> HTMLResponse:
 # -- routes ---------------------------------------------------------------------------------
 
 
+def _read(app: FastAPI, path: str, **kwargs: Any) -> Callable[..., Any]:
+    """A page or API route that answers GET and HEAD (an uptime check's HEAD was a 405)."""
+    return app.api_route(path, methods=["GET", "HEAD"], **kwargs)
+
+
 def _routes(app: FastAPI) -> None:
     _html_routes(app)
     _api_routes(app)
@@ -233,7 +238,7 @@ def _routes(app: FastAPI) -> None:
 
 
 def _html_routes(app: FastAPI) -> None:
-    @app.get("/", response_class=HTMLResponse)
+    @_read(app, "/", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
         crawls, unreadable = await overview_rows(request)
         charts = {c.data["spider"]: rate_chart(c.stats, window_of(request)) for c in crawls}
@@ -242,7 +247,7 @@ def _html_routes(app: FastAPI) -> None:
             request, "overview.html", crawls=rows, unreadable=unreadable, charts=charts, live=True
         )
 
-    @app.get("/crawls/{spider}", response_class=HTMLResponse)
+    @_read(app, "/crawls/{spider}", response_class=HTMLResponse)
     async def crawl(request: Request, spider: str) -> HTMLResponse:
         found, window = await crawl_view(request, spider), window_of(request)
         charts = [
@@ -261,7 +266,7 @@ def _html_routes(app: FastAPI) -> None:
             live=True,
         )
 
-    @app.get("/crawls/{spider}/{table}", response_class=HTMLResponse)
+    @_read(app, "/crawls/{spider}/{table}", response_class=HTMLResponse)
     async def table(request: Request, spider: str, table: str) -> HTMLResponse:
         flt, page = await table_page(request, spider, table)
         return render(
@@ -276,7 +281,7 @@ def _html_routes(app: FastAPI) -> None:
             classes=TABLE_CLASSES[table],
         )
 
-    @app.get("/crawls/{spider}/{table}/{entry_id}", response_class=HTMLResponse)
+    @_read(app, "/crawls/{spider}/{table}/{entry_id}", response_class=HTMLResponse)
     async def entry(request: Request, spider: str, table: str, entry_id: str) -> HTMLResponse:
         data = await entry_view(request, spider, table, entry_id)
         shown = json.dumps(data["request"], indent=2, ensure_ascii=False)
@@ -296,22 +301,22 @@ def _html_routes(app: FastAPI) -> None:
 
 
 def _api_routes(app: FastAPI) -> None:
-    @app.get("/api/crawls")
+    @_read(app, "/api/crawls")
     async def api_crawls(request: Request) -> dict[str, Any]:
         crawls, unreadable = await overview_rows(request)
         rows = [c.data for c in crawls]
         return {"prefix": request.app.state.prefix, "crawls": rows, "unreadable": unreadable}
 
-    @app.get("/api/crawls/{spider}")
+    @_read(app, "/api/crawls/{spider}")
     async def api_crawl(request: Request, spider: str) -> dict[str, Any]:
         return (await crawl_view(request, spider)).data
 
-    @app.get("/api/crawls/{spider}/{table}")
+    @_read(app, "/api/crawls/{spider}/{table}")
     async def api_table(request: Request, spider: str, table: str) -> dict[str, Any]:
         flt, page = await table_page(request, spider, table)
         return page_json(spider, table, flt, page)
 
-    @app.get("/api/crawls/{spider}/{table}/{entry_id}")
+    @_read(app, "/api/crawls/{spider}/{table}/{entry_id}")
     async def api_entry(request: Request, spider: str, table: str, entry_id: str) -> Any:
         return await entry_view(request, spider, table, entry_id)
 
@@ -321,7 +326,7 @@ def _api_routes(app: FastAPI) -> None:
 
 
 def _login_routes(app: FastAPI) -> None:
-    @app.get("/login", response_class=HTMLResponse)
+    @_read(app, "/login", response_class=HTMLResponse)
     async def login_form(request: Request) -> HTMLResponse:
         return render(request, "login.html", next=request.query_params.get("next", "/"))
 
