@@ -259,6 +259,25 @@ async def test_a_counter_past_64_bits_written_by_hand_costs_no_other_figure(
 
 
 @deferred_f_from_coro_f
+async def test_a_scrape_that_names_its_metrics_gets_those(redis_url, exporter_factory):
+    """``/metrics?name[]=...`` (Prometheus's client filters by the names a collector
+    describes) gave nothing: the collector described none."""
+    await live_crawl(redis_url)
+    exporter = exporter_factory(redis_url)
+    names = ("scrapy_ha_redis_up", "scrapy_ha_requests", "scrapy_ha_enqueued_total")
+    base = exporter.url
+    exporter.url = base + "?" + "&".join(f"name[]={n}" for n in names)
+    samples = exporter.scrape()
+    assert {name for name, _ in samples} == set(names)
+    assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
+    assert value(samples, "scrapy_ha_enqueued_total", spider="live") == 5
+    exporter.url = base + "?name[]=scrapy_ha_revisits_total"  # a continuous crawl's family
+    assert exporter.scrape() == {}  # (none is continuous): nothing, and no error
+    exporter.url = base
+    assert len({name for name, _ in exporter.scrape()}) > 20  # no name: every metric
+
+
+@deferred_f_from_coro_f
 async def test_another_prefix_is_another_set_of_crawls(redis_url, exporter_factory):
     await live_crawl(redis_url)
     await live_crawl(redis_url, prefix="staging")

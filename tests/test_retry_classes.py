@@ -390,7 +390,9 @@ def test_a_missing_robots_txt_is_no_failure(status):
     assert "ha_outcome" not in robots.meta
     assert not {k for k in middleware.stats.get_stats() if k.startswith("ha/retry")}
     # a 5xx on robots.txt is still a failure to retry, and a page is judged as before
-    assert isinstance(middleware.process_response(robots, Response(robots.url, status=503)), Request)
+    assert isinstance(
+        middleware.process_response(robots, Response(robots.url, status=503)), Request
+    )
     page = Request("https://example.com/robots.txt")
     middleware.process_response(page, Response(page.url, status=status))
     assert page.meta["ha_outcome"]["op"] == "dead"

@@ -171,7 +171,8 @@ def as_text(r: Report) -> str:
         "dead by class:  " + (", ".join(f"{k} {v}" for k, v in r.dead_by_class.items()) or "-"),
         "dead by domain: " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
         "dead by reason: " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
-        f"workers seen:   {len(r.workers_seen)}" + (f" ({_last_seen(r)})" if r.workers_seen else ""),
+        f"workers seen:   {len(r.workers_seen)}"
+        + (f" ({_last_seen(r)})" if r.workers_seen else ""),
     ]
     return "\n".join(lines)
 

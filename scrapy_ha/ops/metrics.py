@@ -22,6 +22,7 @@ import redis
 from scrapy_ha.ops.crawls import (
     CrawlNumbers,
     KeyNames,
+    Reading,
     discover,
     read_crawls,
     read_every_crawl,
@@ -73,15 +74,19 @@ class CrawlCollector:
         self._names = KeyNames(prefix)  # a key name that is not UTF-8: logged once
 
     def describe(self) -> list[Metric]:
-        """Nothing: the metrics depend on what Redis holds, so registering reads nothing."""
-        return []
+        """Every family a scrape can give, made from no crawl (registering reads nothing
+        from Redis): a scrape that names the families it wants (``/metrics?name[]=...``)
+        is given those, where it was given nothing."""
+        return [
+            _up(),
+            *_redis_metrics({}, 0),
+            _read_errors([], {}),
+            *_crawl_metrics([]),
+            *revisit_metrics(self.client, self.prefix, Reading()),
+        ]
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        up = GaugeMetricFamily(
-            "scrapy_ha_redis_up", "1 if the last scrape read Redis, 0 if Redis was unreachable."
-        )
+        up = _up()
         try:
             metrics = self._read()
         except redis.exceptions.RedisError as exc:
@@ -138,6 +143,14 @@ class CrawlCollector:
                 self._spiders = discover(self.client, self.prefix, self._names)
                 self._found_at = time.monotonic()
             return list(self._spiders)
+
+
+def _up() -> Any:
+    from prometheus_client.core import GaugeMetricFamily
+
+    return GaugeMetricFamily(
+        "scrapy_ha_redis_up", "1 if the last scrape read Redis, 0 if Redis was unreachable."
+    )
 
 
 def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
