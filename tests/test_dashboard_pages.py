@@ -551,3 +551,32 @@ def test_pages_and_the_api_answer_head_as_an_uptime_check_sends_it(redis_client)
         assert http.request("DELETE", "/").status_code == 405
 
     _drive(url, check)
+
+
+def test_the_speed_now_is_the_last_minute_not_the_minute_so_far():
+    """ "pages/s now" was the current minute's acks over the seconds it had run: in the first
+    seconds of every minute, before a worker's round acked anything, a crawl of 10 pages/s
+    read 0 (and a crawl that stopped read 0 at once, where the last minute still saw it)."""
+    import pytest  # noqa: PLC0415
+
+    from scrapy_ha.dashboard._chart import speed  # noqa: PLC0415
+    from scrapy_ha.ops.stats import CrawlStats  # noqa: PLC0415
+    from scrapy_ha.store.wire import Counts  # noqa: PLC0415
+
+    def at(ms: int, acked: dict[int, int]) -> float:
+        counts = Counts(ms, 0, 0, 0, 0, 1, 0)
+        return speed(CrawlStats.of("s", counts, counters={}, minutes={"acked": acked}))
+
+    minute = 29_000_000 * 60_000
+    steady = {29_000_000 - 1: 600}  # 10 a second, a minute long, and this minute begun
+    assert at(minute + 500, steady) == pytest.approx(600 * 59.5 / 60 / 60)  # was 0
+    assert at(minute + 30_000, {**steady, 29_000_000: 300}) == pytest.approx(10.0)
+    assert at(minute + 59_999, {**steady, 29_000_000: 600}) == pytest.approx(10.0, rel=1e-3)
+    # a crawl whose acks began this minute: over the part of it that has passed
+    assert at(minute + 4_000, {29_000_000: 40}) == pytest.approx(10.0)
+    assert at(minute + 200, {29_000_000: 4}) == pytest.approx(4.0)  # (at least a second)
+    # one that began in the last seconds of the minute before: not spread over all of it
+    assert at(minute + 5_000, {29_000_000 - 1: 100, 29_000_000: 50}) == pytest.approx(10.0)
+    # one that stopped: the last minute still saw it, fading
+    assert at(minute + 30_000, {29_000_000 - 2: 600, **steady}) == pytest.approx(5.0)
+    assert at(minute, {}) == 0.0

@@ -6,7 +6,7 @@ a minute) or the last day (a bin per 10 minutes)."""
 
 from __future__ import annotations
 
-__all__ = ["WINDOWS", "Chart", "Series", "Window", "class_chart", "fit", "rate_chart"]
+__all__ = ["WINDOWS", "Chart", "Series", "Window", "class_chart", "fit", "rate_chart", "speed"]
 
 import math
 import time
@@ -259,6 +259,20 @@ def rate_chart(stats: CrawlStats, window: Window, *, fitted: bool = True) -> Cha
     values[-1] = counts[-1] / max(passed, 1.0)
     series = Series("pages/s", "Requests done (acked) per second", values)
     return Chart("Pages per second", "pages/s", window, start, [series])
+
+
+def speed(stats: CrawlStats) -> float:
+    """Pages per second over the last minute (the minute before this one counted for its
+    part in that minute, its acks taken as spread evenly over it). Acks that began this
+    minute: over the part of it that has passed; the minute before: at least that (the
+    crawl began at a second of it the buckets do not say)."""
+    acked = stats.minutes.get("acked", {})
+    now_minute, into = divmod(stats.now_ms, MINUTE_MS)
+    so_far = acked.get(now_minute, 0) / max(into / 1000, 1.0)
+    if not acked.get(now_minute - 1):
+        return so_far
+    last_minute = stats.rate("acked", 1) / 60
+    return max(last_minute, so_far) if min(acked) == now_minute - 1 else last_minute
 
 
 def class_chart(stats: CrawlStats, event: str, window: Window) -> Chart:

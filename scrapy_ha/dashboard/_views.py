@@ -12,7 +12,7 @@ from fastapi import HTTPException, Request
 
 from scrapy_ha.codec import describe
 from scrapy_ha.codec.masking import mask_value
-from scrapy_ha.dashboard._chart import WINDOWS, Window, rate_chart
+from scrapy_ha.dashboard._chart import WINDOWS, Window, rate_chart, speed
 from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_gates, today_ms
 from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
@@ -126,7 +126,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "dead": stats.dead,
         "workers": stats.workers,
         "paused": (paused := bool(await client.exists(keys.paused))),
-        "pages_per_s": round(chart.last, 2),
+        "pages_per_s": round(speed(stats), 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
             "done": stats.acked,
