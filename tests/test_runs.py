@@ -103,3 +103,31 @@ async def test_two_workers_rerun_a_persisted_crawl_seeding_it_once(redis_url, si
     third = get_crawler(CatalogueSpider, settings(redis_url))
     await third.crawl_async(base_url=site.url)
     assert site.hits()["/list/1"] == 3
+
+
+@deferred_f_from_coro_f
+async def test_the_status_says_which_run_and_that_its_totals_count_every_run(redis_url):
+    """A persisted crawl started again showed totals that grew over its runs and nothing
+    said so: a user who re-ran it read the earlier runs' pages as this run's."""
+    import json  # noqa: PLC0415
+
+    from tests.test_dlq import cli  # noqa: PLC0415
+
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    assert await open_run(q, "a", HEARTBEAT_MS) == Run(1, True)
+    await q.enqueue([NewEntry(b"fp1", 0, b"payload")])
+    (lease,) = await q.lease(1, 30_000)
+    await q.ack([(lease.id, lease.token)])
+    assert await end_run(q)
+    first = json.loads(cli(redis_url, "status", "s", "--json").stdout)["run"]
+    assert (first["number"], first["open"]) == (1, False) and first["ended"] >= first["started"]
+    assert await open_run(q, "b", HEARTBEAT_MS) == Run(2, True)
+    shown = cli(redis_url, "status", "s")
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.strip().startswith("run "))
+    assert "run  2, begun " in line and "totals count runs 1 to 2" in line, line
+    second = json.loads(cli(redis_url, "status", "s", "--json").stdout)["run"]
+    assert (second["number"], second["open"]) == (2, True) and second["ended"] is None
+    await q.client.hset(KEYS.run, "started", "garbage")  # written by hand: still a status
+    assert cli(redis_url, "status", "s").returncode == 0
+    await q.client.aclose()

@@ -38,6 +38,7 @@ from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.buckets import BucketState, bucket_state
 from scrapy_ha.store.health import redis_health
 from scrapy_ha.store.items import crawl_items
+from scrapy_ha.store.runs import RunState, read_run
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         items = await crawl_items(queue)
         blooms, buckets, pressure = await _memory(queue)
         revisits = await read_revisits(queue.client, queue.keys, stats.now_ms)
+        run = await read_run(queue.client, queue.keys)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
             if paused and doc["eta_seconds"]:  # nothing moves: no countdown
@@ -122,11 +124,13 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["revisits"] = revisits.as_dict() if revisits else None
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
             doc["domain_slots"] = held
+            doc["run"] = run.as_dict() if run else None
             out.write(json.dumps(doc) + "\n")
         else:
             lines = text(stats, waiting, args.domains, paused=bool(paused))
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
+            lines[1:1] = [_run_line(run)] if run else []
             lines += items_text(stats, items)
             if limits:
                 limited = stats.counter("domain_limited")
@@ -142,6 +146,14 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(args.watch):
                 await stop.wait()
+
+
+def _run_line(run: RunState) -> str:
+    """Which run of a crawl started again (SCHEDULER_PERSIST) this is; its totals count all."""
+    when = f"begun {local_time(run.started)}" if run.started else "begun at a time not kept"
+    ended = f", ended {local_time(run.ended)}" if not run.open and run.ended else ""
+    every = f"; the totals count runs 1 to {run.number}" if run.number > 1 else ""
+    return f"{'run':>13}  {run.number}, {when}{ended}{every}"
 
 
 async def _politeness(queue: RedisQueue) -> tuple[dict[str, DomainLimit], dict[str, int]]:

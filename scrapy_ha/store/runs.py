@@ -11,15 +11,16 @@ persist).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.store import scripts
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["Run", "end_run", "open_run"]
+__all__ = ["Run", "RunState", "end_run", "open_run", "read_run"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,39 @@ class Run:
 
     number: int
     started: bool
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The crawl's newest run as Redis holds it: its number, whether it is in progress, and
+    when it began and ended (server ms; None where not recorded or not a time)."""
+
+    number: int
+    open: bool
+    started: int | None
+    ended: int | None
+
+    def as_dict(self) -> dict[str, int | bool | None]:
+        ended = None if self.open else self.ended
+        return {"number": self.number, "open": self.open, "started": self.started, "ended": ended}
+
+
+async def read_run(client: Any, keys: Keys) -> RunState | None:
+    """The newest run of the crawl of *keys* (None before its first; a field written by
+    hand that is no number reads as not recorded)."""
+    n, is_open, started, ended = (
+        _number(v) for v in await client.hmget(keys.run, "n", "open", "started", "ended")
+    )
+    if not n or n < 0:
+        return None
+    return RunState(n, is_open == 1, started, ended)
+
+
+def _number(value: bytes | None) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
 
 
 async def _elsewhere(queue: RedisQueue) -> int:
