@@ -50,6 +50,10 @@ class FailureClass(enum.StrEnum):
     UNSTORABLE = "unstorable"
 
 
+#: The classes of a wait, not a failure: the request goes back to Redis without an attempt,
+#: counted as no retry, and shown as waiting for a proxy.
+WAIT_CLASSES = (FailureClass.NO_PROXY, FailureClass.PROXY_ERROR, FailureClass.PROXY_AUTH)
+
 #: The classes that have a retry budget of their own (``HA_RETRY_POLICIES`` keys).
 RETRY_CLASSES = (
     FailureClass.NETWORK,

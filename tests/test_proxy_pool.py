@@ -160,6 +160,13 @@ async def test_with_no_usable_proxy_a_request_waits_and_is_never_sent_direct(
         redis_client.zcard(k) for k in (KEYS.leased, KEYS.delayed)
     )
     assert kept == len(paths) and redis_client.zcard(KEYS.dead) == 0
+    # a wait for a proxy is no retry: it was counted as one crawl-wide (a QA run read
+    # "retried 120 (no_proxy 118)" and "retry success 100%" for 2 retries), per domain too
+    counters = redis_client.hgetall(KEYS.stats)
+    assert counters[b"retried"] == b"1" and b"retried:no_proxy" not in counters, counters
+    assert redis_client.hlen(KEYS.retried) == 1  # (the retried ids: retry_ok, retry_dead)
+    assert redis_client.hget(KEYS.held, "#proxy 127.0.0.1") is not None
+    assert stats.get("ha/retry/delayed", 0) <= 1 and stats["ha/proxy/waits"] >= 1
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
@@ -267,3 +274,42 @@ async def test_a_407_a_proxy_got_over_does_not_count_towards_stopping_the_crawl(
         mw.process_response(request, HtmlResponse(request.url, status=status, request=request))
         await asyncio.sleep(0.002)  # past the cool-down
     assert refused == ["127.0.0.1:1111", "127.0.0.1:2222"]
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawl_keeps_its_waits_for_a_proxy_in_its_shards(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    """The same waits in a crawl of 2 shards: each entry waits in its own shard's delayed
+    set, marked as waiting for a proxy (a wait's call to the shards' queue must carry it)."""
+    proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", f"127.0.0.1:{proxy.port}")
+    paths = tuple(f"/item/{i}" for i in range(1, 7))
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=site.url + "/proxies.json",
+            HA_PROXY_COOLDOWN=COOLDOWN,
+            HA_SHARDS=2,
+            CONCURRENT_REQUESTS=1,
+        ),
+    )
+    shards = [KEYS.of_shard(i) for i in range(2)]
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url, paths=paths))
+    try:
+        await poll(
+            lambda: crawling.done()
+            or sum(redis_client.zcard(k.delayed) for k in shards) == len(paths),
+            "every request waits in a delayed set",
+        )
+    finally:
+        if not crawling.done():
+            await crawler.stop_async()
+        await crawling
+    stats = crawler.stats.get_stats()
+    assert "ha/op_errors" not in stats and stats["ha/proxy/waits"] >= len(paths) - 1
+    marked = sum(int(redis_client.hget(k.held, "#proxy 127.0.0.1") or 0) for k in shards)
+    assert marked >= len(paths) - 1  # (the banned one is a retry)
+    assert all(redis_client.zcard(k.dead) == 0 for k in shards)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 #: Entries read per round trip.
 BATCH = 500
 #: Why a request waits in the delayed set without an attempt (its class in the listing).
-HELD = ("gate", "limit", "revisit")
+HELD = ("gate", "limit", "revisit", "proxy")
 
 
 @dataclass(frozen=True)

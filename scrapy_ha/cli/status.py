@@ -239,6 +239,7 @@ def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> 
             "gate": waiting.held.get("gate", {}),
             "limit": waiting.held.get("limit", {}),
             "revisit": waiting.held.get("revisit", {}),
+            "proxy": waiting.held.get("proxy", {}),
             "last_due": waiting.last_due_ms,
         },
         "domains": [
@@ -341,6 +342,7 @@ WAITS = (
     ("gate", "waiting for a closed gate"),
     ("limit", "held by domain limits"),
     ("revisit", "revisits waiting for their next visit"),
+    ("proxy", "waiting for a usable proxy"),
 )
 
 

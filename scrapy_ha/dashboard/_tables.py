@@ -38,7 +38,7 @@ ID_BATCH = 10_000
 #: with a rare filter answers within about a second, and the next page goes on from there.
 SCAN_LIMIT = 5_000
 #: The classes of delayed entries that wait without an attempt (``held``, lib/held.lua).
-HELD = ("gate", "limit", "revisit")
+HELD = ("gate", "limit", "revisit", "proxy")
 #: A shard's place in a sharded crawl's cursor once it has nothing more to show.
 DONE = "-"
 
@@ -148,6 +148,7 @@ HELD_REASONS = {
     "gate": "its domain's gate is closed (a 429 asked every worker to wait)",
     "limit": "its domain is at its crawl-wide limit (HA_DOMAIN_CONCURRENCY, HA_DOMAIN_RATE)",
     "revisit": "a page revisited on a schedule (HA_REVISIT, meta ha_revisit): its next visit",
+    "proxy": "no usable proxy when it was to go (HA_PROXY_*): it waits for one",
 }
 
 

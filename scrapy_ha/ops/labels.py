@@ -133,6 +133,11 @@ CLASSES = {
         "A page revisited on a schedule (HA_REVISIT, meta ha_revisit), waiting for its next "
         "visit: a continuous crawl, not a failure.",
     ),
+    "proxy": Label(
+        "Waiting for a proxy",
+        "Sent back without an attempt: no usable proxy (all cooling down, the pool's API "
+        "failing, or the proxy refused its credentials).",
+    ),
     "unknown": Label("Unknown", "Counted in the total without a class (older data)."),
 }
 

@@ -271,15 +271,15 @@ class RedisQueue:
         payload: bytes,
         priority: int | None = None,
         failure_class: str = "",
+        held: str = "gate",
     ) -> int:
         """Move a leased entry to the delayed set; return its due time, 0 if the lease is stale.
-
         With *priority* (the retried request's), the entry is promoted with that priority and
         its place in the order; without, with its original score. With *failure_class* it is
-        a retry, counted (``retried:<class>``); without, a deferral that cost no attempt.
-        """
+        a retry, counted (``retried:<class>``); without, a deferral that cost no attempt,
+        marked as waiting for *held* (``gate``, its domain's gate; ``proxy``, a proxy)."""
         prio = "" if priority is None else clamp_priority(priority)
-        args = [entry_id, token, delay_ms, payload, prio, failure_class, self.order_arg]
+        args = [entry_id, token, delay_ms, payload, prio, failure_class, self.order_arg, held]
         return int(await self._retry(keys=retry_keys(self.keys), args=args))
 
     async def close_gate(self, domain: str, ms: int) -> int:

@@ -149,10 +149,11 @@ class ShardedQueue(ShardedSync):
         payload: bytes,
         priority: int | None = None,
         failure_class: str = "",
+        held: str = "gate",
     ) -> int:
         shard, local = self.route(entry_id)
         done = await self.shards[shard].retry_later(
-            local, token, delay_ms, payload, priority, failure_class
+            local, token, delay_ms, payload, priority, failure_class, held
         )
         self._taken.pop(entry_id, None)  # after the call: a failed one is retried in its shard
         return done

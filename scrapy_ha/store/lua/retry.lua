@@ -14,6 +14,8 @@
 --         counted)
 -- ARGV[7] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
 --         its start queue): the score of a back queue woken here follows from it
+-- ARGV[8] why a deferral waits (lib/held): 'gate' (its domain's gate; also when absent or
+--         '') or 'proxy' (no usable proxy): never a retry's
 -- The delayed entry keeps its pending score and the host of its back queue (lib/frontier's
 -- restore record), so that its promotion puts it back in its place.
 -- Returns the due time (server ms), or 0 when the token is stale (nothing changes).
@@ -57,7 +59,7 @@ if class ~= '' then
   add(KEYS[6], ARGV[1], 1)
   count('retried', 1, lease_domain(v), class)
 else
-  held_mark(KEYS[15], ARGV[1], 'gate', lease_domain(v))
+  held_mark(KEYS[15], ARGV[1], (ARGV[8] or '') == 'proxy' and 'proxy' or 'gate', lease_domain(v))
 end
 local lifo, start_lifo = order_flags(ARGV[7])
 frontier_open(KEYS[11], KEYS[12], KEYS[13], KEYS[14], lifo, start_lifo)
