@@ -169,14 +169,19 @@ class RetryMiddleware:
         worker, now_ms = _who_and_when(self.crawler)
         verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         fclass = failure.failure_class
+        # the site's wait holds for its domain whether or not this request has a retry left
+        # (a 429 that spent the budget closed no gate: the next requests went at full speed)
+        gate = verdict.delay
+        if gate is None and failure.retry_after is not None:
+            gate = min(failure.retry_after, self.config.retry_after_max)
+        scheduler = scheduler_for(self.crawler)
+        if fclass == FailureClass.RATE_LIMITED and scheduler is not None and gate:
+            scheduler.close_gate(request, gate)
         if verdict.delay is None:
             self.stats.inc_value(f"ha/retry/gave_up/{fclass}")
             return None
         self.stats.inc_value("ha/retry/count")
         self.stats.inc_value(f"ha/retry/{fclass}")
-        scheduler = scheduler_for(self.crawler)
-        if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
-            scheduler.close_gate(request, verdict.delay)
         logger.debug(
             "Retrying %s in %.1f s (%s, %s)", request, verdict.delay, fclass, failure.reason
         )
