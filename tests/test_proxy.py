@@ -189,6 +189,25 @@ async def test_the_api_pool_drops_a_banned_proxy_for_every_worker(
 
 
 @deferred_f_from_coro_f
+async def test_a_429_in_a_pool_closes_its_domain_and_cools_no_proxy_for_every_site(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    """A 429 cooled its pool proxy for every site for HA_PROXY_COOLDOWN (300 s): a QA run's
+    two 429s of one host, with Retry-After 1, left no proxy for any host for a minute. The
+    site's wait is its domain's gate; the proxy stays in rotation for the others."""
+    proxies = [proxy_factory("--no-auth", "--exits", "1", "--first-exit", str(n)) for n in (2, 3)]
+    site = site_factory("--proxy-list", ",".join(f"127.0.0.1:{p.port}" for p in proxies))
+    paths = ("/flaky/1?fail=1&status=429&retry_after=1", *(f"/item/{i}" for i in range(2, 12)))
+    crawler = pool_crawler(redis_url, site, CONCURRENT_REQUESTS=1, HA_PROXY_COOLDOWN=600)
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    assert redis_client.hgetall(Keys("ha", "faults").proxy_cooldowns) == {}
+    stats = crawler.stats.get_stats()
+    assert "ha/proxy/rotations" not in stats and "ha/proxy/unavailable" not in stats
+    assert stats["ha/retry/rate_limited"] == 1
+
+
+@deferred_f_from_coro_f
 async def test_an_exhausted_pool_is_kept_until_its_ttl_and_falls_back_only_if_allowed(
     redis_url, redis_client, site_factory, proxy_factory
 ):

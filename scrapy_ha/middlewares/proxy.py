@@ -74,8 +74,12 @@ _TUNNEL_STATUS = re.compile(r"\[\{'status': (\d{3}), 'reason': ")
 PROXY_AUTH_REQUIRED = 407
 #: Seconds a request waits after the proxy refused its credentials (the crawl is stopping).
 PROXY_AUTH_DELAY = 60.0
-#: Classes of a response that are ban signals: the proxy is rotated.
+#: Classes of a response that are ban signals: the proxy is rotated. A tunnel's exit
+#: changes on a ``rate_limited`` answer too; a pool's proxy is not cooled down for it (a
+#: cool-down takes it from every site: one host's 429 with ``Retry-After: 1`` left a crawl
+#: without proxies for HA_PROXY_COOLDOWN), the domain's gate holds that site back instead.
 BAN_CLASSES = (FailureClass.BANNED, FailureClass.RATE_LIMITED)
+POOL_BAN_CLASSES = (FailureClass.BANNED,)
 
 
 class ProxyMiddleware:
@@ -145,7 +149,7 @@ class ProxyMiddleware:
             self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
             self._refused.discard(request.meta[metakeys.PROXY])  # its 407 was passing
         fclass = self.retry_config.classify_response(response)
-        if fclass in BAN_CLASSES:
+        if fclass in (BAN_CLASSES if self.pool is None else POOL_BAN_CLASSES):
             self._ban(request, fclass)
         return response
 
