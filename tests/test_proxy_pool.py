@@ -300,8 +300,9 @@ async def test_a_sharded_crawl_keeps_its_waits_for_a_proxy_in_its_shards(
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url, paths=paths))
     try:
         await poll(
-            lambda: crawling.done()
-            or sum(redis_client.zcard(k.delayed) for k in shards) == len(paths),
+            lambda: (
+                crawling.done() or sum(redis_client.zcard(k.delayed) for k in shards) == len(paths)
+            ),
             "every request waits in a delayed set",
         )
     finally:

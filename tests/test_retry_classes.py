@@ -396,3 +396,30 @@ def test_a_missing_robots_txt_is_no_failure(status):
     page = Request("https://example.com/robots.txt")
     middleware.process_response(page, Response(page.url, status=status))
     assert page.meta["ha_outcome"]["op"] == "dead"
+
+
+def test_robots_txt_is_retried_as_scrapy_retries_it_and_never_at_once_on_a_429():
+    """Scrapy's robots.txt fetch is no request of the queue: a retry is downloaded again at
+    once. It was retried up to the class's budget (5): a QA site answering 429 with
+    ``Retry-After: 30`` got six fetches in 40 ms. A 429 is not retried at once (the site
+    asked to wait; its domain's gate does), other failures as often as Scrapy's own
+    ``RETRY_TIMES`` says (2)."""
+    from scrapy.http.request import NO_CALLBACK  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict={}))
+
+    def robots() -> Request:
+        meta = {"dont_obey_robotstxt": True}
+        return Request("https://example.com/robots.txt", meta=meta, callback=NO_CALLBACK)
+
+    limited, answer = robots(), Response("https://example.com/robots.txt", status=429)
+    assert middleware.process_response(limited, answer) is answer
+    tries, request = 1, robots()
+    while isinstance(found := middleware.process_response(request, response(503)), Request):
+        tries, request = tries + 1, found
+    assert tries == 3  # (the first and Scrapy's 2 retries)
+    page = Request("https://example.com/x")  # a page of the crawl keeps its budget
+    assert isinstance(middleware.process_response(page, response(429)), Request)

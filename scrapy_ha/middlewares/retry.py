@@ -107,6 +107,8 @@ class RetryMiddleware:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        #: The retries of Scrapy's robots.txt fetch: Scrapy's own ``RETRY_TIMES``.
+        self.robots_retries = max(0, crawler.settings.getint("RETRY_TIMES"))
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -167,6 +169,9 @@ class RetryMiddleware:
 
     def _handle(self, request: Request, failure: Failure) -> Request | None:
         worker, now_ms = _who_and_when(self.crawler)
+        if _robots_txt(request):  # downloaded again at once, not through Redis: as Scrapy
+            limited = failure.failure_class == FailureClass.RATE_LIMITED  # (the gate waits)
+            request.meta[metakeys.RETRY_TIMES] = 0 if limited else self.robots_retries
         verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         fclass = failure.failure_class
         # the site's wait holds for its domain whether or not this request has a retry left
