@@ -52,6 +52,22 @@ async def test_the_report_sums_up_the_window(redis_url, site):
     assert later["states"]["dead"] == 3
 
 
+@deferred_f_from_coro_f
+async def test_an_event_the_crawl_never_had_in_the_window_is_0_not_unknown(
+    redis_url, redis_client, site
+):
+    """A crawl of 404s alone read "acked n/a, retried n/a" over an hour: n/a is for a
+    window longer than the day the per-minute counters are kept, not for none. A dead
+    letter timed in the future (by hand) is not in a window that ends now."""
+    crawler = get_crawler(FaultSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url, paths=("/status/404", "/status/410"))
+    redis_client.zadd("ha:{faults}:dead", {"future": 9_999_999_999_999})
+    result = cli(redis_url, "report", "faults", "--since", "1h", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    window = json.loads(result.stdout)["window"]
+    assert window == {"enqueued": 2, "acked": 0, "retried": 0, "dead": 2}, window
+
+
 def test_a_share_short_of_the_whole_never_reads_100_percent():
     """2 dead of 30,000 retried read "retry success rate 100%"; 1 of 30,000 done, 0%."""
     from scrapy_ha.dashboard._pages import percent, rate  # noqa: PLC0415

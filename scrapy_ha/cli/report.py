@@ -59,20 +59,19 @@ class Report:
 
 
 def _window_events(stats: CrawlStats, window_s: int) -> dict[str, int | None]:
-    """Events in the window from the per-minute counters (None where the crawl has none,
-    or where the window is longer than the day they are kept)."""
-    if window_s > MINUTES_KEPT * 60:
+    """Events in the window from the per-minute counters (None where the window is longer
+    than the day they are kept, or the crawl keeps none: 0 for an event it never had)."""
+    if window_s > MINUTES_KEPT * 60 or not stats.minutes:
         return dict.fromkeys(EVENTS)
     first = (stats.now_ms - window_s * 1000) // MINUTE_MS
-    sums: dict[str, int | None] = {}
-    for event in EVENTS:
-        buckets = stats.minutes.get(event)
-        sums[event] = sum(n for m, n in buckets.items() if m >= first) if buckets else None
-    return sums
+    return {
+        event: sum(n for m, n in stats.minutes.get(event, {}).items() if m >= first)
+        for event in EVENTS
+    }
 
 
 async def _dead_in_window(
-    queue: RedisQueue, since_ms: int
+    queue: RedisQueue, since_ms: int, until_ms: int
 ) -> tuple[int, Counter[str], Counter[str], Counter[str]]:
     """Dead letters of the window, by class, domain and reason (the dead set's own times),
     of every shard of a sharded crawl."""
@@ -81,14 +80,14 @@ async def _dead_in_window(
     reasons: Counter[str] = Counter()
     n = 0
     for shard in shards_of(queue):
-        found = await _dead_in_shard(shard, since_ms, by_class, domains, reasons)
+        found = await _dead_in_shard(shard, (since_ms, until_ms), by_class, domains, reasons)
         n += found
     return n, by_class, domains, reasons
 
 
 async def _dead_in_shard(
     queue: RedisQueue,
-    since_ms: int,
+    window: tuple[int, int],
     by_class: Counter[str],
     domains: Counter[str],
     reasons: Counter[str],
@@ -97,7 +96,7 @@ async def _dead_in_shard(
     n = start = 0
     while True:
         rows = await client.zrangebyscore(
-            keys.dead, since_ms, "+inf", start=start, num=SCAN_BATCH, withscores=True
+            keys.dead, *window, start=start, num=SCAN_BATCH, withscores=True
         )
         if not rows:
             return n
@@ -119,7 +118,7 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     stats = await read_crawl_stats_async(client, keys, domains=False)
     since_ms = stats.now_ms - window_s * 1000
     window = _window_events(stats, window_s)
-    dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms)
+    dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms, stats.now_ms)
     window["dead"] = dead  # the dead-letter queue's own times: right for any window
     # every worker whose last heartbeat is in the window, gone or alive (renew.lua keeps
     # them a week in ``seen``; a worker that left is no longer in ``workers``)
