@@ -58,8 +58,11 @@ def test_a_sentinel_url_at_a_redis_itself_says_so(redis_url):
     [
         (
             ["dlq", "list", "books", "--limit", "-1"],
-            "argument --limit: '-1' is not a whole number of 0 or more",
+            "argument --limit: '-1' is not a whole number of 1 or more",
         ),
+        # 0 listed nothing and said "empty" of a queue of 30 (QA)
+        (["dlq", "list", "books", "--limit", "0"], "argument --limit: '0' is not a whole"),
+        (["delayed", "list", "books", "--limit", "0"], "argument --limit: '0' is not a whole"),
         (
             ["dlq", "list", "books", "--offset", "-3"],
             "argument --offset: '-3' is not a whole number of 0 or more",

@@ -145,7 +145,7 @@ def _delayed(sub: Any) -> None:
         "gate), attempts so far, URL",
     )
     _delayed_filters(listing)
-    listing.add_argument("--limit", type=whole(0), help="at most this many")
+    listing.add_argument("--limit", type=whole(1), help="at most this many")
     retry = command(
         delayed,
         "retry-now",
@@ -181,7 +181,7 @@ def _dlq_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool =
         "--until", type=when("--until"), help="dead-lettered until: 1h, or 2026-11-30 17:05"
     )
     if limit:
-        p.add_argument("--limit", type=whole(0), help="at most this many")
+        p.add_argument("--limit", type=whole(1), help="at most this many")
         p.add_argument("--offset", type=whole(0), default=0, help="skip this many matches first")
 
 
