@@ -207,6 +207,10 @@ def test_permanent_classes_and_per_request_budget():
         # int() takes these, and made 2 and -1 of them, silently
         ({"RETRY_PRIORITY_ADJUST": 2.5}, "RETRY_PRIORITY_ADJUST=2.5 must be a whole number"),
         ({"RETRY_PRIORITY_ADJUST": "-1.0"}, "RETRY_PRIORITY_ADJUST='-1.0' must be a whole"),
+        # a status no answer has was taken without a word (QA)
+        ({"HA_RETRY_STATUS_CLASSES": {"99999": "server"}}, "['99999']: not an HTTP status"),
+        ({"HA_RETRY_STATUS_CLASSES": {42: "server"}}, "[42]: not an HTTP status code"),
+        ({"HA_RETRY_STATUS_CLASSES": {"x": "server"}}, "['x']: not an HTTP status code"),
     ],
 )
 def test_bad_retry_settings_name_themselves(settings, message):

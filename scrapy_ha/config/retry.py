@@ -206,7 +206,10 @@ def _status_classes(settings: BaseSettings) -> dict[int, FailureClass | None]:
                 f"HA_RETRY_STATUS_CLASSES[{status!r}]={fclass!r} is not a failure class "
                 f"({', '.join(RETRY_CLASSES)}, or None for a success)"
             )
-        if not str(status).strip().isdigit():
-            raise ConfigError(f"HA_RETRY_STATUS_CLASSES[{status!r}]: not an HTTP status code")
+        text = str(status).strip()
+        if not (text.isascii() and text.isdigit() and 100 <= int(text) <= 999):  # noqa: PLR2004
+            raise ConfigError(
+                f"HA_RETRY_STATUS_CLASSES[{status!r}]: not an HTTP status code (100 to 999)"
+            )
         classes[int(status)] = None if fclass is None else FailureClass(fclass)
     return classes
