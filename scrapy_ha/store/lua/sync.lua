@@ -238,7 +238,9 @@ end
 -- 10,000 instructions a function, a sixth of a call with nothing to do)
 local added, refused, roots_seen = 0, 0, 0
 local dropped, n_taken = {}, 0
-local enqueue_all = n_enq > 0 and function()
+-- (records: the acks' lease records, read first, by entry id (false: none), or nil: a
+-- parent acked in the same call, as most are, is fenced with them, not an HGET of its own)
+local enqueue_all = n_enq > 0 and function(records)
   local sent = {} -- worker nonce -> its number in KEYS[19] before this call
   local parents = {} -- entry id of a parent -> the token of its current lease (false: none)
   local base = take_ids(KEYS[4], n_enq)
@@ -247,7 +249,9 @@ local enqueue_all = n_enq > 0 and function()
     local sid, pid, tid = r[R.SID], r[R.PID], r[R.TID]
     if sid and not sent[sid] then sent[sid] = tonumber(redis_call('HGET', KEYS[19], sid)) or 0 end
     if pid and parents[pid] == nil then
-      parents[pid] = lease_token(redis_call('HGET', KEYS[6], pid)) or false
+      local v = records and records[pid]
+      if v == nil then v = redis_call('HGET', KEYS[6], pid) end
+      parents[pid] = v and lease_token(v) or false
     end
     if tid and lease_current(KEYS[6], tid, r[R.TTOK]) then
       added = added + 1 -- stored by an earlier call whose reply was lost: keep it granted
@@ -295,16 +299,22 @@ local enqueue_all = n_enq > 0 and function()
   frontier_write()
   seen_close(seen)
 end
-if n_enq > 0 then enqueue_all() end
 
 -- 2. acks: a malformed ack or an unreadable lease record is refused as stale; an accepted
 -- ack commits what its page yielded (lib/commit), a stale one commits nothing
 -- (a function of its own, as promote_and_lease below: the main function's locals are few)
 local acked, stale, committed, cps = 0, 0, 0, 0
+-- (the acks' lease records are read first, and the enqueue, step 1, runs here with them:
+-- nothing it does writes a lease record, and its parents are mostly pages acked here)
 local ack_all = n_ack > 0 and function()
   local ids, ended, once = {}, {}, {}
   for i = 1, n_ack do ids[i] = acks[i].id or '' end
   local records = batched('HMGET', KEYS[6], ids, 1)
+  if n_enq > 0 then
+    local by_id = {}
+    for i = 1, n_ack do by_id[ids[i]] = records[i] or false end
+    enqueue_all(by_id)
+  end
   for i = 1, n_ack do
     local v, id = records[i], ids[i]
     local token, domain = lease_parts(v)
@@ -335,7 +345,7 @@ local ack_all = n_ack > 0 and function()
     end
   end
 end
-if n_ack > 0 then ack_all() end
+if n_ack > 0 then ack_all() elseif n_enq > 0 then enqueue_all() end
 
 local released = 0
 -- A call run twice: the client sent it again after a connection error took its reply
