@@ -61,6 +61,29 @@ def test_a_pipeline_that_does_not_import_is_one_error_line(redis_url, redis_clie
     assert not redis_client.exists(Keys("ha", "probe").items)
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        'HA_ITEMS = "outbox"\n',
+        'HA_ITEMS = "outbox"\nHA_ITEMS_PIPELINES = {"scrapy.pipelines.files.FilesPipeline": None}\n',
+    ],
+    ids=["none", "switched-off"],
+)
+def test_pipelines_that_name_no_pipeline_are_refused(redis_url, redis_client, tmp_path, settings):
+    """``--to pipelines`` in a project without a pipeline acknowledged every item into
+    nothing: "consumed 3 item(s)", exit 0, the stream emptied (QA)."""
+    spiders = 'import scrapy\n\n\nclass P(scrapy.Spider):\n    name = "probe"\n'
+    project = write_project(tmp_path / "project", "nopipes", spiders, settings)
+    dead_letters(redis_url, "probe", [("http://a.test/1", "gone", 404)])
+    done = scrapy_ha("--redis-url", redis_url, "items", "probe", "--to", "pipelines", cwd=project)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(
+        "error: --to pipelines: no item pipeline is enabled (HA_ITEMS_PIPELINES, else "
+        "ITEM_PIPELINES)"
+    ), done.stderr
+    assert not redis_client.exists(Keys("ha", "probe").items)  # no group made
+
+
 def test_a_dead_letter_archive_in_memory_is_refused(redis_url, redis_client):
     """``dlq archive --url sqlite://`` marked the dead letters archived in a database gone
     with the command, and ``dlq purge`` then took them out of Redis as archived."""

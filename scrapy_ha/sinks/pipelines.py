@@ -79,6 +79,11 @@ class PipelinesSink:
             raise ConfigError(
                 f"{name}: a pipeline could not be made ({type(exc).__name__}: {why})"
             ) from exc
+        if not self.manager.middlewares:  # every item would be acknowledged into nothing
+            raise ConfigError(
+                "--to pipelines: no item pipeline is enabled (HA_ITEMS_PIPELINES, else "
+                "ITEM_PIPELINES): name the pipelines that store the items"
+            )
         self.dropped = 0
 
     async def open(self) -> list[str]:
