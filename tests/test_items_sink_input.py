@@ -65,7 +65,8 @@ def test_a_pipeline_that_does_not_import_is_one_error_line(redis_url, redis_clie
     "settings",
     [
         'HA_ITEMS = "outbox"\n',
-        'HA_ITEMS = "outbox"\nHA_ITEMS_PIPELINES = {"scrapy.pipelines.files.FilesPipeline": None}\n',
+        'HA_ITEMS = "outbox"\n'
+        'HA_ITEMS_PIPELINES = {"scrapy.pipelines.files.FilesPipeline": None}\n',
     ],
     ids=["none", "switched-off"],
 )
