@@ -375,7 +375,7 @@ def test_a_verdict_keeps_status_and_attempts_only_as_counts_cjson_reads_back():
     assert verdict is not None and verdict.status is None
 
 
-@pytest.mark.parametrize("status", [404, 410, 401, 451])
+@pytest.mark.parametrize("status", [404, 410, 401, 451, 403, 408])
 def test_a_missing_robots_txt_is_no_failure(status):
     """A site without robots.txt answers Scrapy's robots.txt fetch with a 4xx, which
     RFC 9309 reads as "no rules". It counted ``ha/retry/gave_up/gone`` in every crawl of
@@ -399,7 +399,7 @@ def test_a_missing_robots_txt_is_no_failure(status):
     )
     page = Request("https://example.com/robots.txt")
     middleware.process_response(page, Response(page.url, status=status))
-    assert page.meta["ha_outcome"]["op"] == "dead"
+    assert page.meta["ha_outcome"]["op"] in ("dead", "retry")  # judged as any page
 
 
 def test_robots_txt_is_retried_as_scrapy_retries_it_and_never_at_once_on_a_429():
@@ -427,3 +427,55 @@ def test_robots_txt_is_retried_as_scrapy_retries_it_and_never_at_once_on_a_429()
     assert tries == 3  # (the first and Scrapy's 2 retries)
     page = Request("https://example.com/x")  # a page of the crawl keeps its budget
     assert isinstance(middleware.process_response(page, response(429)), Request)
+
+
+class _Gates:
+    """A scheduler as the middlewares see it (``registry.CrawlScheduler``), closing gates
+    into a list."""
+
+    def __init__(self) -> None:
+        self.closed: list[float] = []
+
+    def close_gate(self, request: Request, seconds: float) -> None:
+        self.closed.append(seconds)
+
+    def server_time_ms(self) -> int:
+        return 0
+
+    @property
+    def config(self) -> object:
+        return type("Config", (), {"worker_id": "w"})()
+
+
+@pytest.mark.parametrize(
+    ("headers", "gate"),
+    [({}, 3.0), ({"Retry-After": "30"}, 30.0), ({"Retry-After": "9999"}, 600.0)],
+)
+def test_a_429_with_no_retry_left_closes_its_domain(headers, gate):
+    """A 429 whose request has no retry left (robots.txt's, never retried at once; or a
+    spent budget) closes its domain for its Retry-After, else the class's backoff ceiling
+    (review: robots.txt's 429 without Retry-After closed none), at most HA_RETRY_AFTER_MAX."""
+    from scrapy.http.request import NO_CALLBACK  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.registry import register  # noqa: PLC0415
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    crawler = get_crawler(settings_dict={"HA_RETRY_JITTER": 0})
+    gates = _Gates()
+    register(crawler, gates)  # type: ignore[arg-type]
+    middleware = RetryMiddleware.from_crawler(crawler)
+    meta = {"dont_obey_robotstxt": True}
+    robots = Request("https://example.com/robots.txt", meta=meta, callback=NO_CALLBACK)
+    answer = Response(robots.url, status=429, headers=headers)
+    assert middleware.process_response(robots, answer) is answer
+    assert gates.closed == [gate]
+
+
+@pytest.mark.parametrize("value", ["x", "2.5", "-3"])
+def test_a_retry_times_scrapy_cannot_read_is_named(value):
+    """Scrapy's RETRY_TIMES, read for robots.txt's retries, was read with getint: "x" and
+    "2.5" stopped the crawl with a bare ValueError, "-3" was 0 (review)."""
+    with pytest.raises(ConfigError) as info:
+        config(RETRY_TIMES=value)
+    assert f"RETRY_TIMES={value!r} must be a whole number of 0 or more" in str(info.value)

@@ -81,6 +81,8 @@ DEFAULT_STATUS_CLASSES: dict[int, FailureClass] = {
 DEFAULT_RETRY_AFTER_MAX = 600.0
 #: Fraction of the backoff that is random: 1.0 is "full jitter" (0 .. backoff).
 DEFAULT_JITTER = 1.0
+#: Scrapy's RETRY_TIMES default: the retries of its robots.txt fetch.
+DEFAULT_ROBOTS_RETRIES = 2
 #: Priority change per retry: Scrapy's RETRY_PRIORITY_ADJUST default (fresh work first).
 DEFAULT_PRIORITY_ADJUST = -1
 
@@ -107,6 +109,9 @@ class RetryConfig:
     priority_adjust: int = DEFAULT_PRIORITY_ADJUST
     #: HTTPERROR_ALLOWED_CODES: statuses every spider handles itself.
     allowed_codes: tuple[int, ...] = ()
+    #: Scrapy's RETRY_TIMES: the retries of Scrapy's robots.txt fetch, which is downloaded
+    #: again at once (it never goes through Redis), as Scrapy's own middleware retries it.
+    robots_retries: int = DEFAULT_ROBOTS_RETRIES
 
     @classmethod
     def switched_on(cls, settings: BaseSettings) -> bool:
@@ -135,6 +140,9 @@ class RetryConfig:
                 settings, "RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST
             ),
             allowed_codes=check.statuses(settings, "HTTPERROR_ALLOWED_CODES"),
+            robots_retries=check.whole(
+                settings, "RETRY_TIMES", DEFAULT_ROBOTS_RETRIES, minimum=0
+            ),
         )
 
     def classify_response(self, response: Response) -> FailureClass | None:

@@ -84,11 +84,6 @@ NOT_FAILURES: tuple[type[BaseException], ...] = (
     defer.CancelledError,
 )
 
-#: The classes of an answer to Scrapy's robots.txt fetch that say the site has none (RFC
-#: 9309, 4xx: "unavailable", crawl as without rules): Scrapy's middleware goes on as it
-#: would, and nothing counts ``ha/retry/gave_up``. A 5xx or a 429 is still retried.
-NO_ROBOTS_TXT = frozenset({FailureClass.GONE, FailureClass.CLIENT})
-
 #: Characters of an item shown in a warning (items can be large).
 SHORT_ITEM = 200
 
@@ -107,8 +102,6 @@ class RetryMiddleware:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
-        #: The retries of Scrapy's robots.txt fetch: Scrapy's own ``RETRY_TIMES``.
-        self.robots_retries = max(0, crawler.settings.getint("RETRY_TIMES"))
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -141,7 +134,7 @@ class RetryMiddleware:
         fclass = self.config.classify_response(response)
         if fclass is None or self._allowed_status(request, response):
             return response
-        if fclass in NO_ROBOTS_TXT and _robots_txt(request):
+        if _no_robots_txt(request, response):
             return response  # RFC 9309: a 4xx robots.txt is "no rules", no failure
         failure = Failure(
             fclass,
@@ -150,6 +143,19 @@ class RetryMiddleware:
             retry_after=retry_after_seconds(response),
         )
         return self._handle(request, failure) or response
+
+    def _gate_seconds(self, request: Request, failure: Failure, verdict: Verdict) -> float:
+        """How long a rate-limited answer closes its domain: the retry's delay; with no
+        retry left, the site's ``Retry-After``, else the class's backoff ceiling for this
+        attempt (capped by ``HA_RETRY_AFTER_MAX`` either way)."""
+        if verdict.delay is not None:
+            return verdict.delay
+        if failure.retry_after is not None:
+            return min(failure.retry_after, self.config.retry_after_max)
+        tries = request.meta.get(metakeys.RETRIES) or {}
+        attempt = max(0, int(tries.get(FailureClass.RATE_LIMITED, 1)) - 1)
+        policy = self.config.policies[FailureClass.RATE_LIMITED]
+        return min(policy.ceiling(attempt), self.config.retry_after_max)
 
     def _judge_exception(self, request: Request, exception: Exception) -> Request | None:
         fclass = self.config.classify_exception(exception)
@@ -171,17 +177,16 @@ class RetryMiddleware:
         worker, now_ms = _who_and_when(self.crawler)
         if _robots_txt(request):  # downloaded again at once, not through Redis: as Scrapy
             limited = failure.failure_class == FailureClass.RATE_LIMITED  # (the gate waits)
-            request.meta[metakeys.RETRY_TIMES] = 0 if limited else self.robots_retries
+            request.meta[metakeys.RETRY_TIMES] = 0 if limited else self.config.robots_retries
         verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         fclass = failure.failure_class
-        # the site's wait holds for its domain whether or not this request has a retry left
-        # (a 429 that spent the budget closed no gate: the next requests went at full speed)
-        gate = verdict.delay
-        if gate is None and failure.retry_after is not None:
-            gate = min(failure.retry_after, self.config.retry_after_max)
         scheduler = scheduler_for(self.crawler)
-        if fclass == FailureClass.RATE_LIMITED and scheduler is not None and gate:
-            scheduler.close_gate(request, gate)
+        if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
+            # the site's wait holds for its domain whether or not this request has a retry
+            # left (a 429 that spent the budget closed no gate: the next went at full speed)
+            gate = self._gate_seconds(request, failure, verdict)
+            if gate:
+                scheduler.close_gate(request, gate)
         if verdict.delay is None:
             self.stats.inc_value(f"ha/retry/gave_up/{fclass}")
             return None
@@ -314,6 +319,15 @@ class _WatchedErrback:
         if verdict is not None and not verdict.is_retry:
             request.meta[metakeys.OUTCOME] = verdict.handled_by_errback()
         return output
+
+
+def _no_robots_txt(request: Request, response: Response) -> bool:
+    """Whether *response* to Scrapy's robots.txt fetch says the site has none: a 4xx but
+    429 (RFC 9309: "unavailable", crawl as without rules; a 403 too). Scrapy's middleware
+    goes on as it would, nothing counts ``ha/retry/gave_up``, and no proxy is banned for
+    it; a 5xx or a 429 is still a failure."""
+    status = response.status
+    return 400 <= status < 500 and status != 429 and _robots_txt(request)  # noqa: PLR2004
 
 
 def _robots_txt(request: Request) -> bool:
