@@ -580,3 +580,27 @@ def test_the_speed_now_is_the_last_minute_not_the_minute_so_far():
     # one that stopped: the last minute still saw it, fading
     assert at(minute + 30_000, {29_000_000 - 2: 600, **steady}) == pytest.approx(5.0)
     assert at(minute, {}) == 0.0
+
+
+@deferred_f_from_coro_f
+async def test_work_waiting_for_a_proxy_is_shown_as_such_everywhere(redis_url):
+    """Waits for a proxy left the retries' figures and reached none other: the crawl page
+    read "0 retries waiting" with 2 delayed, and `delayed list`'s last line counted none
+    (review)."""
+    q = queue(redis_url, "shop")
+    await q.enqueue([entry(f"http://shop.example/item/{i}") for i in range(3)])
+    leases = await q.lease(3, 600_000)
+    for x in leases[:2]:
+        assert await q.retry_later(x.id, x.token, 30_000, b"", held="proxy")
+    await q.client.aclose()
+
+    def check(http: TestClient) -> None:
+        api = http.get("/api/crawls/shop").json()
+        assert api["pending_retries"] == 0 and api["waiting"]["proxy"] == {"shop.example": 2}
+        assert "+ 2 waiting for a proxy" in visible(http.get("/crawls/shop").text)
+
+    _drive(redis_url, check)
+    listed = scrapy_ha("delayed", "list", "shop", "--redis-url", redis_url).stdout
+    assert "2 delayed requests listed (2 waiting for a proxy)" in listed, listed
+    status = scrapy_ha("status", "shop", "--redis-url", redis_url).stdout
+    assert "2: 0 retries, 2 waiting for a usable proxy (shop.example 2)" in status, status

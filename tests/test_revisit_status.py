@@ -62,7 +62,7 @@ async def test_status_shows_a_continuous_crawl(redis_url):
     text = scrapy_ha("status", "cont", "--redis-url", redis_url).stdout
     assert "delayed  3: 0 retries, 3 revisits waiting for their next visit (a.example 3)" in text
     assert "eta  none: a continuous crawl (revisits) ends only when stopped" in text
-    found = "found new 1, changed 1, not_modified 1; changed at 50% of the revisits"
+    found = "found new 1, changed 1, not_modified 1; changed at 50.0% of the revisits"
     assert f"revisits  3 URLs, 2 due in the next hour; {found}" in text
     assert "304s saved  4.9 KB" in text
     assert "intervals  <=1m 2, <=6h 1" in text

@@ -108,7 +108,7 @@ async def test_counters_after_a_crawl_with_retries_and_dead_letters(redis_url, r
     ]
 
     text = cli(redis_url, "status", "faults").stdout
-    assert "retry success 67% (2 ok, 1 dead)" in text
+    assert "retry success 66.7% (2 ok, 1 dead)" in text
     assert "dead-lettered  3 (gone 2, server 1)" in text
     assert "nothing left" in text and "127.0.0.1" in text
 

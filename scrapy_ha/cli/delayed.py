@@ -139,6 +139,7 @@ KINDS = {
     "revisit": ("revisit", "revisits"),
     "gate": ("held by a gate", "held by a gate"),
     "limit": ("held by a limit", "held by a limit"),
+    "proxy": ("waiting for a proxy", "waiting for a proxy"),
 }
 
 

@@ -22,7 +22,7 @@ from scrapy_ha.cli.common import plural
 from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
-from scrapy_ha.ops.display import humanize, local_time, time_ms
+from scrapy_ha.ops.display import humanize, local_time, share_text, time_ms
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.revisits import read_revisits, status_lines
@@ -329,7 +329,7 @@ def _success(stats: CrawlStats) -> str:
     rate = stats.retry_success_rate
     if rate is None:
         return ""
-    return f"; retry success {rate:.0%} ({stats.retry_ok:,} ok, {stats.retry_dead:,} dead)"
+    return f"; retry success {share_text(rate)} ({stats.retry_ok:,} ok, {stats.retry_dead:,} dead)"
 
 
 def _rates(stats: CrawlStats, event: str) -> str:

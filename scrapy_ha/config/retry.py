@@ -140,9 +140,7 @@ class RetryConfig:
                 settings, "RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST
             ),
             allowed_codes=check.statuses(settings, "HTTPERROR_ALLOWED_CODES"),
-            robots_retries=check.whole(
-                settings, "RETRY_TIMES", DEFAULT_ROBOTS_RETRIES, minimum=0
-            ),
+            robots_retries=check.whole(settings, "RETRY_TIMES", DEFAULT_ROBOTS_RETRIES, minimum=0),
         )
 
     def classify_response(self, response: Response) -> FailureClass | None:

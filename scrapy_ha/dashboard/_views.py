@@ -139,6 +139,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
             "gate": waiting.held.get("gate", {}),
             "limit": waiting.held.get("limit", {}),
             "revisit": waiting.held.get("revisit", {}),
+            "proxy": waiting.held.get("proxy", {}),
             "last_due": waiting.last_due_ms,
         },
         "gates": gates,

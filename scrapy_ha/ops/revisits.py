@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.config.continuous import INTERVAL_BUCKETS
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.display import share_text
 from scrapy_ha.ops.stats import counters
 from scrapy_ha.ops.unreadable import UNREADABLE, explain_sync, unforeseen
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
@@ -118,7 +119,7 @@ def status_lines(numbers: RevisitNumbers) -> list[str]:
         return []
     found = ", ".join(f"{f} {numbers.found[f]:,}" for f in FOUND if numbers.found.get(f))
     rate = numbers.change_rate
-    changed = "" if rate is None else f"; changed at {rate:.0%} of the revisits"
+    changed = "" if rate is None else f"; changed at {share_text(rate)} of the revisits"
     intervals = ", ".join(
         f"{_bound(b)} {numbers.intervals[b]:,}"
         for b in [*map(str, INTERVAL_BUCKETS), "inf"]
