@@ -577,6 +577,9 @@ def test_the_speed_now_is_the_last_minute_not_the_minute_so_far():
     assert at(minute + 200, {29_000_000: 4}) == pytest.approx(4.0)  # (at least a second)
     # one that began in the last seconds of the minute before: not spread over all of it
     assert at(minute + 5_000, {29_000_000 - 1: 100, 29_000_000: 50}) == pytest.approx(10.0)
+    # a slow crawl, one ack every two minutes, read a second after one (review: 1.0/s)
+    slow = {29_000_000 - 2: 1, 29_000_000: 1}
+    assert at(minute + 1_000, slow) == pytest.approx(1 / 60)
     # one that stopped: the last minute still saw it, fading
     assert at(minute + 30_000, {29_000_000 - 2: 600, **steady}) == pytest.approx(5.0)
     assert at(minute, {}) == 0.0

@@ -263,16 +263,19 @@ def rate_chart(stats: CrawlStats, window: Window, *, fitted: bool = True) -> Cha
 
 def speed(stats: CrawlStats) -> float:
     """Pages per second over the last minute (the minute before this one counted for its
-    part in that minute, its acks taken as spread evenly over it). Acks that began this
-    minute: over the part of it that has passed; the minute before: at least that (the
-    crawl began at a second of it the buckets do not say)."""
+    part in that minute, its acks taken as spread evenly over it). A crawl whose first
+    acks are this minute's: over the part of it that has passed; the minute before's: at
+    least that (it began at a second of it the buckets do not say)."""
     acked = stats.minutes.get("acked", {})
+    if not acked:
+        return 0.0
     now_minute, into = divmod(stats.now_ms, MINUTE_MS)
     so_far = acked.get(now_minute, 0) / max(into / 1000, 1.0)
-    if not acked.get(now_minute - 1):
+    first = min(acked)
+    if first >= now_minute:
         return so_far
     last_minute = stats.rate("acked", 1) / 60
-    return max(last_minute, so_far) if min(acked) == now_minute - 1 else last_minute
+    return max(last_minute, so_far) if first == now_minute - 1 else last_minute
 
 
 def class_chart(stats: CrawlStats, event: str, window: Window) -> Chart:
