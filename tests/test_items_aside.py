@@ -399,6 +399,29 @@ async def test_an_entry_that_is_not_an_item_is_set_aside_not_dropped(redis_url, 
 
 
 @deferred_f_from_coro_f
+async def test_an_entry_without_an_item_field_is_set_aside_not_taken_for_deleted(
+    redis_url, tmp_path
+):
+    """A stream entry written without the item's field ``i`` (by hand) was taken for one
+    deleted while pending: acknowledged, counted consumed, in no sink and never said (QA)."""
+    sink = JsonLinesSink(tmp_path / "items.jsonl")
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await ItemStream(client, KEYS).add([b'{"id": 1}'])
+    await client.xadd(KEYS.items, {"x": "no item here"})
+    await ItemStream(client, KEYS).add([b'{"id": 3}'])
+
+    async def work() -> None:
+        while await client.xlen(KEYS.items):  # every entry acknowledged (or set aside)
+            await asyncio.sleep(0.02)
+
+    report = await run(redis_url, sink, "jsonl", work)
+    rows = aside(redis_url)
+    assert len(rows) == 1 and report.set_aside == 1 and report.consumed == 2, rows
+    assert rows[0][b"r"] == b"the stream entry holds no item (no field 'i')", rows
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_the_crawls_last_item_the_table_refuses_is_set_aside_and_exit_idle_exits(
     redis_url, tmp_path
 ):

@@ -51,6 +51,8 @@ DEATHS = 3
 #: Entries failing alone in a row, none committed between them, after which a consumer
 #: stops cutting a batch for this round: the sink looks down (the rest stays pending).
 LONE_STREAK = 2
+#: The reason of an entry set aside that holds no item (written by hand without ``i``).
+NO_ITEM = "the stream entry holds no item (no field 'i')"
 #: Rounds in a row in which a batch failed with a transient error (other entries may have
 #: committed in them), after which a failing batch is written in halves anyway, one level
 #: per round: a transient error may be one item's (an API that drops the connection on it,
@@ -196,6 +198,9 @@ class BatchWriter:
         read them), which are set aside at once with the decoding error."""
         readable = []
         for entry in entries:
+            if not entry.data:  # (store/items.py: an entry without the item's field)
+                await self._set_aside(shard, entry.id, NO_ITEM, 0)
+                continue
             try:
                 entry.plain()
             except CodecError as exc:

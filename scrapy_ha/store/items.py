@@ -323,10 +323,14 @@ def _name(group: GroupState) -> str:
 
 
 def _item(fields: Any) -> bytes | None:
+    """The item of an entry's fields; None for an entry deleted while pending (no fields),
+    ``b""`` for one without the item's field (written by hand: set aside, not dropped)."""
     if not fields:
         return None
     value = fields.get(ITEM_FIELD, fields.get(_s(ITEM_FIELD)))
-    return value if isinstance(value, bytes) or value is None else str(value).encode()
+    if value is None:
+        return b""
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _deliveries(reply: Any) -> list[Delivery]:

@@ -31,7 +31,9 @@ local fields = found[1][2]
 for j = 1, #fields, 2 do
   if fields[j] == 'i' then item = fields[j + 1] end
 end
-if item == nil then return {0, 0} end
+-- an entry without the item's field (written by hand) is set aside as an empty item: its
+-- reason says so, and it leaves the group's pending entries
+item = item or ''
 local now = now_ms()
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[3], 'g', ARGV[1], 'r', ARGV[4], 't', now, 'i', item)
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
