@@ -221,14 +221,18 @@ class Revisits:
         return VisitEnd(interval, fp, "failed", 0, self.allocation, load, seen=self.seen)
 
     def _leaving(self, request: Request, state: RevisitState) -> VisitEnd | None:
-        """The end of a request revisited adaptively before and no longer now (no rule of
+        """The end of a request revisited before and no longer now (no rule of
         ``HA_REVISIT`` matches it): an interval of -1, so that its entry leaves the revisits
-        and the budget's sums with its lease (:data:`scrapy_ha.store.revisits.LEFT`); None
-        (a plain ack) when it holds nothing there."""
-        if self.allocation is None or not state.interval:
+        (and, adaptive, the budget's sums) with its lease
+        (:data:`scrapy_ha.store.revisits.LEFT`); None (a plain ack) when it was never
+        revisited. Fixed revisits too: a plain ack left the entry in ``revisits``, counted
+        by ``status`` as a revisited URL due within the hour for a day (QA)."""
+        fp = self.fingerprint(request)
+        if self.allocation is None:
+            return VisitEnd(-1.0, fp, "left", 0, seen=self.seen) if state.visits else None
+        if not state.interval:
             return None
         load = Load(0.0, 0.0, FIRST_MULTIPLIER * state.interval, 0.0, 0.0)
-        fp = self.fingerprint(request)
         return VisitEnd(-1.0, fp, "left", 0, self.allocation, load, seen=self.seen)
 
     def _multiplier(self, base: float) -> float:
