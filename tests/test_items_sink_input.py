@@ -78,11 +78,12 @@ def test_pipelines_that_name_no_pipeline_are_refused(redis_url, redis_client, tm
     dead_letters(redis_url, "probe", [("http://a.test/1", "gone", 404)])
     done = scrapy_ha("--redis-url", redis_url, "items", "probe", "--to", "pipelines", cwd=project)
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert done.stderr.startswith(
-        "error: --to pipelines: no item pipeline is enabled (HA_ITEMS_PIPELINES, else "
-        "ITEM_PIPELINES)"
+    assert (
+        "\nerror: --to pipelines: no item pipeline is enabled (HA_ITEMS_PIPELINES, else "
+        "ITEM_PIPELINES)" in done.stderr
     ), done.stderr
-    assert not redis_client.exists(Keys("ha", "probe").items)  # no group made
+    items = Keys("ha", "probe").items
+    assert not redis_client.exists(items) or redis_client.xinfo_groups(items) == []  # none left
 
 
 def test_a_dead_letter_archive_in_memory_is_refused(redis_url, redis_client):
@@ -171,3 +172,20 @@ def test_a_group_named_by_a_relative_path_before_is_still_consumed(
     assert [g["name"] for g in redis_client.xinfo_groups(keys.items)] == [
         b"sql:sqlite:///rel.db#scrapy_ha_items"
     ]
+
+
+def test_a_pipelines_group_is_undeclared_with_no_pipeline_left(redis_url, redis_client, tmp_path):
+    """Review: the check for a pipeline refused ``--undeclare`` and ``--aside`` too, though
+    they write nothing: an operator who took the pipelines out could not undeclare their
+    group, which keeps every later item in the stream."""
+    spiders = 'import scrapy\n\n\nclass P(scrapy.Spider):\n    name = "probe"\n'
+    project = write_project(tmp_path / "project", "gone", spiders, 'HA_ITEMS = "outbox"\n')
+    dead_letters(redis_url, "probe", [("http://a.test/1", "gone", 404)])
+    items = Keys("ha", "probe").items
+    redis_client.xgroup_create(items, "pipelines", id="0", mkstream=True)
+    base = ("--redis-url", redis_url, "items", "probe", "--to", "pipelines")
+    listed = scrapy_ha(*base, "--aside", cwd=project)
+    assert listed.returncode == 0, listed.stderr
+    done = scrapy_ha(*base, "--undeclare", "--yes", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert redis_client.xinfo_groups(items) == []

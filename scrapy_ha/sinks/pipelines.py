@@ -79,14 +79,16 @@ class PipelinesSink:
             raise ConfigError(
                 f"{name}: a pipeline could not be made ({type(exc).__name__}: {why})"
             ) from exc
-        if not self.manager.middlewares:  # every item would be acknowledged into nothing
+        self.dropped = 0
+
+    async def open(self) -> list[str]:
+        """Open the pipelines to write (not to declare, undeclare or list what is aside:
+        review); none enabled is refused, as every item would be acknowledged into nothing."""
+        if not self.manager.middlewares:
             raise ConfigError(
                 "--to pipelines: no item pipeline is enabled (HA_ITEMS_PIPELINES, else "
                 "ITEM_PIPELINES): name the pipelines that store the items"
             )
-        self.dropped = 0
-
-    async def open(self) -> list[str]:
         await self._call("open_spider")
         return []
 
