@@ -179,3 +179,27 @@ async def test_a_requeue_puts_an_adaptive_entry_back_in_the_revisits_by_its_reco
     rejoined = await q.client.zscore(KEYS.revisits, gone) is not None
     assert rejoined is (record == "older")
     await q.client.aclose()
+
+
+@pytest.mark.parametrize("rules", [{"/other$": 60}, {}], ids=["narrowed", "emptied"])
+def test_a_page_revisited_before_leaves_when_no_rule_is_left_too(rules):
+    """Review: with ``HA_REVISIT`` emptied (the usual way to stop revisiting), a page that
+    was revisited ended as a plain ack: no rule meant its end was never looked at, and its
+    entry stayed in the revisits. Narrowed, it left."""
+    from scrapy import Spider  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.config.scheduler import SchedulerConfig  # noqa: PLC0415
+    from scrapy_ha.scheduler.inflight import InFlight  # noqa: PLC0415
+    from scrapy_ha.scheduler.outbox import Outbox  # noqa: PLC0415
+
+    crawler = get_crawler(Spider, {"HA_REVISIT": rules})
+    crawler.stats.open_spider()
+    outbox = Outbox()
+    inflight = InFlight(crawler, outbox, SchedulerConfig.from_settings(crawler.settings))
+    held = RevisitState(interval=60.0, visits=3).as_meta()
+    inflight._finished("7", "t", Request("http://a.example/page", meta={REVISIT_STATE: held}))
+    assert outbox.acks == [] and [(e.kind, e.entry_id) for e in outbox.ends] == [("revisit", "7")]
+    assert outbox.ends[0].visit is not None and outbox.ends[0].visit.found == "left"
+    inflight._finished("8", "t", Request("http://a.example/new"))  # never revisited: an ack
+    assert outbox.acks == [("8", "t")]

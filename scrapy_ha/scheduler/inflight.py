@@ -258,7 +258,9 @@ class InFlight:
         else:  # its checkpoint goes with its items, in the ack: never saved before them
             items.commit(pair, self._checkpoint(entry_id, token, request, ack=True))
         revisit = self.revisit
-        if revisit is None or not (self._revisit_rules or metakeys.REVISIT in meta):
+        # (a page revisited before is looked at without rules too: it leaves the revisits)
+        looked = self._revisit_rules or metakeys.REVISIT in meta or metakeys.REVISIT_STATE in meta
+        if revisit is None or not looked:
             self.outbox.acks.append(pair)
             return
         if (visit := revisit(request)) is not None:
