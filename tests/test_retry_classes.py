@@ -479,3 +479,26 @@ def test_a_retry_times_scrapy_cannot_read_is_named(value):
     with pytest.raises(ConfigError) as info:
         config(RETRY_TIMES=value)
     assert f"RETRY_TIMES={value!r} must be a whole number of 0 or more" in str(info.value)
+
+
+@pytest.mark.parametrize(("value", "times"), [(3.0, 3), ("03", 3), (True, 1), (0, 0)])
+def test_a_retry_times_scrapy_reads_is_read_as_scrapy_reads_it(value, times):
+    """Review: the first check refused 3.0 and "03", which Scrapy's getint takes."""
+    assert config(RETRY_TIMES=value).robots_retries == times
+
+
+def test_a_429_whose_count_is_garbage_still_closes_its_domain():
+    """Review: a count of ``inf`` in meta (garbage) made the gate's backoff fail, and the
+    request was dead-lettered as ``error`` instead of ``rate_limited``."""
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.registry import register  # noqa: PLC0415
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    crawler = get_crawler(settings_dict={"HA_RETRY_JITTER": 0})
+    gates = _Gates()
+    register(crawler, gates)  # type: ignore[arg-type]
+    middleware = RetryMiddleware.from_crawler(crawler)
+    request = Request("https://example.com/x", meta={"ha_retries": {"rate_limited": float("inf")}})
+    middleware.process_response(request, response(429))
+    assert request.meta["ha_outcome"]["class"] == "rate_limited" and gates.closed == [3.0]

@@ -140,7 +140,7 @@ class RetryConfig:
                 settings, "RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST
             ),
             allowed_codes=check.statuses(settings, "HTTPERROR_ALLOWED_CODES"),
-            robots_retries=check.whole(settings, "RETRY_TIMES", DEFAULT_ROBOTS_RETRIES, minimum=0),
+            robots_retries=_retry_times(settings),
         )
 
     def classify_response(self, response: Response) -> FailureClass | None:
@@ -202,6 +202,19 @@ def _policies(settings: BaseSettings, base: Policy) -> dict[FailureClass, Policy
         given = Settings({names[f]: v for f, v in fields.items()}, priority="project")
         policies[FailureClass(name)] = _policy(given, names, policies[FailureClass(name)])
     return policies
+
+
+def _retry_times(settings: BaseSettings) -> int:
+    """Scrapy's RETRY_TIMES as Scrapy reads it (``getint``: ``3.0`` and ``"03"`` are 3), a
+    whole number of 0 or more, else an error that names it (a bare ValueError before)."""
+    try:
+        times = settings.getint("RETRY_TIMES", DEFAULT_ROBOTS_RETRIES)
+    except (TypeError, ValueError):
+        times = -1
+    if times < 0:
+        value = settings.get("RETRY_TIMES")
+        raise ConfigError(f"RETRY_TIMES={value!r} must be a whole number of 0 or more")
+    return times
 
 
 def _status_classes(settings: BaseSettings) -> dict[int, FailureClass | None]:

@@ -152,8 +152,8 @@ class RetryMiddleware:
             return verdict.delay
         if failure.retry_after is not None:
             return min(failure.retry_after, self.config.retry_after_max)
-        tries = request.meta.get(metakeys.RETRIES) or {}
-        attempt = max(0, int(tries.get(FailureClass.RATE_LIMITED, 1)) - 1)
+        made = verdict.attempts  # (a count meta held as garbage, inf: the first backoff)
+        attempt = made - 1 if isinstance(made, int) and made > 0 else 0
         policy = self.config.policies[FailureClass.RATE_LIMITED]
         return min(policy.ceiling(attempt), self.config.retry_after_max)
 
