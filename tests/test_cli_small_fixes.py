@@ -124,6 +124,10 @@ def test_a_mistyped_class_that_matches_nothing_is_named_with_the_nearest(redis_u
     delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books", "--class", "gatee")
     assert delayed.stdout.strip() == "no delayed request of books"
     assert "did you mean gate?" in delayed.stderr, delayed.stderr
+    # waits for a proxy are class proxy: a script's --class no_proxy matched nothing, silently
+    args = ("--redis-url", redis_url, "delayed", "retry-now", "books", "--class", "no_proxy")
+    old = scrapy_ha(*args)
+    assert "a request waiting for a proxy is of class proxy" in old.stderr, old.stderr
 
 
 def test_entry_ids_with_all_or_a_filter_are_refused_not_half_read(redis_url, redis_client):

@@ -94,7 +94,15 @@ def say_unknown_class(name: str | None) -> None:
     own class (its spider's ban check) is one scrapy-ha does not know; it is filtered all
     the same."""
     from scrapy_ha.ops.labels import CLASSES
+    from scrapy_ha.verdict import WAIT_CLASSES
 
+    if name in WAIT_CLASSES:  # (a script written before the waits were class proxy)
+        print(
+            f"note: --class {name} matched nothing; a request waiting for a proxy is of "
+            "class proxy",
+            file=sys.stderr,
+        )
+        return
     if name is None or name in CLASSES:
         return
     near = difflib.get_close_matches(name.lower(), list(CLASSES), n=1)
