@@ -324,8 +324,9 @@ class _WatchedErrback:
 def _no_robots_txt(request: Request, response: Response) -> bool:
     """Whether *response* to Scrapy's robots.txt fetch says the site has none: a 4xx but
     429 (RFC 9309: "unavailable", crawl as without rules; a 403 too). Scrapy's middleware
-    goes on as it would, nothing counts ``ha/retry/gave_up``, and no proxy is banned for
-    it; a 5xx or a 429 is still a failure."""
+    goes on as it would, nothing counts ``ha/retry/gave_up``, and it is not fetched again
+    (the proxy middleware, which sees the answer first, still rotates on a 403); a 5xx or
+    a 429 is still a failure."""
     status = response.status
     return 400 <= status < 500 and status != 429 and _robots_txt(request)  # noqa: PLR2004
 
