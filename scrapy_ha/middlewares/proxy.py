@@ -149,7 +149,8 @@ class ProxyMiddleware:
             self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
             self._refused.discard(request.meta[metakeys.PROXY])  # its 407 was passing
         fclass = self.retry_config.classify_response(response)
-        if fclass in (BAN_CLASSES if self.pool is None else POOL_BAN_CLASSES):
+        bans = BAN_CLASSES if self.pool is None else POOL_BAN_CLASSES
+        if fclass is not None and fclass in bans:
             self._ban(request, fclass)
         return response
 
