@@ -285,17 +285,8 @@ async def test_a_sharded_crawl_keeps_its_waits_for_a_proxy_in_its_shards(
     proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
     site = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", f"127.0.0.1:{proxy.port}")
     paths = tuple(f"/item/{i}" for i in range(1, 7))
-    crawler = get_crawler(
-        FaultSpider,
-        settings(
-            redis_url,
-            HA_PROXY_MODE="pool",
-            HA_PROXY_POOL_URL=site.url + "/proxies.json",
-            HA_PROXY_COOLDOWN=COOLDOWN,
-            HA_SHARDS=2,
-            CONCURRENT_REQUESTS=1,
-        ),
-    )
+    more = {"HA_PROXY_COOLDOWN": COOLDOWN, "HA_SHARDS": 2, "CONCURRENT_REQUESTS": 1}
+    crawler = pool_crawler(redis_url, site, **more)
     shards = [KEYS.of_shard(i) for i in range(2)]
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url, paths=paths))
     try:
