@@ -11,7 +11,8 @@ conditional requests: ``If-None-Match`` first, else ``If-Modified-Since`` (RFC 9
 without a body (``--no-conditional`` answers 200 always). ``--static`` pages change only when
 ``/_change?page=<i>`` asks (for tests); ``/_fail?page=<i>&status=<code>`` makes a page
 answer that status from then on (``status=0``: as before; a 3xx redirects to ``/gone/<i>``,
-a page that answers 404: a page removed).
+a page that answers 404: a page removed, or to ``&to=<path>``; ``/v/<i>`` is page ``<i>``
+under another URL, logged as it is).
 
 ``/_stats?since=<t>&until=<t>`` (real seconds since the start, ``until`` default now) reads
 the fetch log: ``freshness``, the time-averaged fraction of pages whose last fetched copy
@@ -65,6 +66,8 @@ class ChangingSite(resource.Resource):
         self.log: list[tuple[float, int, int, int, int]] = []
         #: page -> the status it answers instead of itself (/_fail)
         self.failing: dict[int, int] = {}
+        #: page -> where its 3xx sends (/_fail's to=; /gone/<page> if not said)
+        self.moved: dict[int, str] = {}
 
     def now(self) -> float:
         return time.time() - self.start
@@ -76,6 +79,8 @@ class ChangingSite(resource.Resource):
         path = request.path.decode()
         if path.startswith("/p/"):
             return self.page(request, int(path[3:]))
+        if path.startswith("/v/"):  # the page under another URL: never failing
+            return self.page(request, int(path[3:]), alias=True)
         if path == "/":
             links = "".join(f'<a href="/p/{i}">{i}</a> ' for i in range(self.pages))
             return f"<html><body>{links}</body></html>".encode()
@@ -86,6 +91,8 @@ class ChangingSite(resource.Resource):
         if path == "/_fail":
             page, status = (int(request.args[name][0]) for name in (b"page", b"status"))
             self.failing[page] = status
+            if b"to" in request.args:
+                self.moved[page] = request.args[b"to"][0].decode()
             return b"failing" if status else b"as before"
         if path == "/_log":
             return json.dumps([x[:4] for x in self.log]).encode()
@@ -96,13 +103,14 @@ class ChangingSite(resource.Resource):
         request.setResponseCode(404)
         return b"not found"
 
-    def page(self, request: Any, page: int) -> bytes:
+    def page(self, request: Any, page: int, *, alias: bool = False) -> bytes:
         t = self.now()
         version = self.version(page, t)
-        if self.failing.get(page):
+        if self.failing.get(page) and not alias:
             request.setResponseCode(self.failing[page])
             if 300 <= self.failing[page] < 400:
-                request.setHeader(b"Location", f"/gone/{page}".encode())
+                location = self.moved.get(page, f"/gone/{page}")
+                request.setHeader(b"Location", location.encode())
             self.log.append((t, page, self.failing[page], version, 0))
             return b"failing"
         changed = self.changes[page][version - 1] if version else 0.0

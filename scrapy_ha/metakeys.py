@@ -32,6 +32,7 @@ __all__ = [
     "REVISIT",
     "REVISIT_SEEN",
     "REVISIT_STATE",
+    "REVISIT_TARGET",
     "STRIPPED",
     "SUSPECT",
     "TASK",
@@ -89,6 +90,9 @@ CHECKPOINT_SAVE = "_ha_cp_save"
 SUSPECT = "_ha_suspect"
 #: What the revisit middleware found of this visit: ``(outcome, RevisitState of the answer)``.
 REVISIT_SEEN = "_ha_revisit_seen"
+#: On the redirect of a revisited request, carried under its lease: the state of the page
+#: (without its validators) that the target's content is told against, as a revisit's is.
+REVISIT_TARGET = "_ha_revisit_target"
 #: On a start request resumed from its task's checkpoint: the fingerprint of the task's
 #: root request, which the scheduler deduplicates it by (a run seeds the task once, from
 #: whichever worker, resumed or not: see scheduler/admission.py).
@@ -114,6 +118,7 @@ STRIPPED = frozenset(
         NOT_BEFORE,
         START_OF,
         REVISIT_SEEN,
+        REVISIT_TARGET,
         ROTATE_HEADER,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took

@@ -48,8 +48,10 @@ def times(base: str, page: int, status: int) -> list[float]:
     return [t for t, p, s, _ in json.loads(_get(f"{base}/_log")) if p == page and s == status]
 
 
-async def fail(base: str, page: int, status: int) -> None:
-    await asyncio.to_thread(_get, f"{base}/_fail?page={page}&status={status}")
+async def fail(base: str, page: int, status: int, to: str = "") -> None:
+    """Page *page* answers *status* from now on (a 3xx redirecting to *to*, if said)."""
+    where = f"&to={to}" if to else ""
+    await asyncio.to_thread(_get, f"{base}/_fail?page={page}&status={status}{where}")
 
 
 changing_site = conditional.changing_site  # the fixture

@@ -25,6 +25,10 @@ answer received (the 304, or the unchanged page). A changed page goes on to the 
 as usual. What it found travels to the scheduler in the request's meta, which keeps the
 answer's validators and signature for the next visit and, with ``HA_REVISIT_ADAPTIVE``,
 shrinks or grows the interval (:mod:`scrapy_ha.scheduler.revisits`).
+
+The redirect target of a revisited request (carried under its lease) is told the same way,
+against the page's state (``meta["_ha_revisit_target"]``), without validators either way:
+an unchanged target does not reach the callback either.
 """
 
 from __future__ import annotations
@@ -91,9 +95,19 @@ class RevisitMiddleware:
         except ConfigError:
             return False  # the scheduler warns about it
 
-    def process_request(self, request: Request) -> None:
+    def _told_against(self, request: Request) -> RevisitState | None:
+        """The state *request*'s answer is told against: a revisited request's own, a
+        carried redirect's the page's (without validators); None: neither."""
+        target = request.meta.get(metakeys.REVISIT_TARGET)
+        if target is not None:
+            return RevisitState.from_meta(target)
         if not self._revisited(request):
-            return
+            return None
+        return RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
+
+    def process_request(self, request: Request) -> None:
+        if metakeys.REVISIT_TARGET in request.meta or not self._revisited(request):
+            return  # (a redirect's target: sent without validators, the URL's are not its)
         state = RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
         headers = request.headers  # stored with the request: those of the last visit are here
         for header in CONDITIONAL_HEADERS:  # the stored state's alone, or none
@@ -106,9 +120,9 @@ class RevisitMiddleware:
     def process_response(self, request: Request, response: Response) -> Response:
         if not (200 <= response.status < 300 or response.status == 304):
             return response  # a failure: the retry middleware's
-        if not self._revisited(request):
+        state = self._told_against(request)
+        if state is None:
             return response
-        state = RevisitState.from_meta(request.meta.get(metakeys.REVISIT_STATE))
         if response.status == 304:
             if not (state.etag or state.modified):
                 return response  # not an answer to our conditional request
@@ -131,6 +145,8 @@ class RevisitMiddleware:
             age=page_age(response, modified),
             undated=undated,
         )
+        if metakeys.REVISIT_TARGET in request.meta:  # the original URL sends none of these
+            answer = replace(answer, etag="", modified="")
         if same:
             self._found(request, "unchanged", answer)
             raise NotModified(response, "unchanged")

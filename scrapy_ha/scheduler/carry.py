@@ -26,9 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["Carried", "outcome_of"]
 
 #: What a finished target hands to its original: its verdict and the attempts behind it
-#: (a retry of the original counts them, a dead letter shows them), and the checkpoint its
-#: callback saves as the page ends.
-_HANDED_OVER = (metakeys.OUTCOME, metakeys.RETRIES, metakeys.HISTORY, metakeys.CHECKPOINT_SAVE)
+#: (a retry of the original counts them, a dead letter shows them); the checkpoint its
+#: callback saves as the page ends, and what its content was (changed or not: the
+#: original's visit ends by it, its signature kept for the next).
+_ALWAYS = (metakeys.CHECKPOINT_SAVE, metakeys.REVISIT_SEEN)
+_HANDED_OVER = (metakeys.OUTCOME, metakeys.RETRIES, metakeys.HISTORY, *_ALWAYS)
 
 
 class Carried:
@@ -77,7 +79,7 @@ def outcome_of(original: Request, target: Request) -> None:
     """Hand the finished *target*'s verdict (with its attempts) and its checkpoint to
     *original*, whose lease ends by them: its payload stays the original's URL."""
     # without a verdict, the target's attempts are the original's own, copied: left as they are
-    keys = _HANDED_OVER if metakeys.OUTCOME in target.meta else (metakeys.CHECKPOINT_SAVE,)
+    keys = _HANDED_OVER if metakeys.OUTCOME in target.meta else _ALWAYS
     for key in keys:
         if key in target.meta:
             original.meta[key] = target.meta.pop(key)

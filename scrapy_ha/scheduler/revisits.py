@@ -89,7 +89,10 @@ class Revisits:
         """*redirect*, RedirectMiddleware's copy of *original* (its meta and headers
         copied), or of a redirect of it (a chain): the revisits stay with the original, and
         the target is fetched at each of its visits, in full (never filtered as seen,
-        without the original's validators), and is not revisited on its own. A permanent
+        without the original's validators), and is not revisited on its own. Its content
+        is told against the original's last (``meta[REVISIT_TARGET]``, the original's state
+        without its validators): unchanged, it does not reach the callback, as an unchanged
+        revisit does not (before, it did at every visit, its items yielded again). A permanent
         redirect (301, 308), the first of its chain, is counted (``ha/revisit/moved``, once
         per visit) and said in a WARNING once per worker process (the others at DEBUG):
         the target revisited instead would cost one request less a visit. Before, the target
@@ -105,7 +108,12 @@ class Revisits:
         if base is None:
             return False
         meta = redirect.meta
-        meta.pop(metakeys.REVISIT_STATE, None)  # the original's validators and evidence
+        state = meta.pop(metakeys.REVISIT_STATE, None)  # the original's validators and evidence
+        if metakeys.REVISIT_TARGET not in meta:  # (a chain's later hop: the first hop's copied)
+            # validators are the URL's own: another URL's ETag or date sent to the original
+            # (once it answers itself again) could get a 304 for a page never seen
+            told = replace(RevisitState.from_meta(state), etag="", modified="")
+            meta[metakeys.REVISIT_TARGET] = told.as_meta()
         meta[metakeys.REVISIT] = False
         redirect.dont_filter = True
         for header in CONDITIONAL_HEADERS:  # the original's: a 304 would drop the page
