@@ -47,7 +47,7 @@ def test_a_bad_list_names_the_setting(caplog):
 
 
 def test_every_attempt_picks_again_even_through_redis():
-    from scrapy_ha.codec import decode_request, encode_request
+    from scrapy_ha.codec import decode_request, drop_set_again, encode_request
     from tests.spiders import FaultSpider
 
     agents = [f"Agent-{n}" for n in range(10)]
@@ -62,6 +62,12 @@ def test_every_attempt_picks_again_even_through_redis():
         seen.add(request.headers[b"User-Agent"].decode())
         request = decode_request(encode_request(request.replace(), spider), spider)
     assert len(seen) > 1  # before: the first pick, for every retry
+    mw.process_request(request)
+    # the pool's pick does not go back to Redis with a retry or a revisit (a worker's
+    # InFlight.end): the next attempt picks again, or gets the crawl's USER_AGENT if the
+    # pool was switched off meanwhile (before: the pick, for ever)
+    drop_set_again(request, crawler)
+    assert b"User-Agent" not in decode_request(encode_request(request, spider), spider).headers
     own = Request("https://example.com", headers={"User-Agent": "mine"}, callback=spider.parse)
     own = decode_request(encode_request(own, spider), spider)
     mw.process_request(own)

@@ -40,7 +40,7 @@ flat request's document written directly, byte for byte what ``encode`` writes).
 
 from __future__ import annotations
 
-from scrapy_ha.codec.credentials import strip_credentials
+from scrapy_ha.codec.credentials import drop_set_again, strip_credentials
 from scrapy_ha.codec.decode import decode_request, refused_scheme
 from scrapy_ha.codec.document import (
     ALLOWED_SCHEMES_SETTING,
@@ -65,6 +65,7 @@ __all__ = [
     "RequestSummary",
     "decode_request",
     "describe",
+    "drop_set_again",
     "encode_request",
     "mask_payload",
     "mask_url",

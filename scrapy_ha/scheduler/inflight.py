@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec import drop_set_again
 from scrapy_ha.config.items import DEFAULT_ITEMS, OUTBOX
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.carry import Carried, outcome_of
@@ -317,7 +318,10 @@ class InFlight:
         return True
 
     def end(self, op: EndOp) -> None:
-        """A lease to end otherwise than by an ack; a retry goes with its copy's priority."""
+        """A lease to end otherwise than by an ack; a retry goes with its copy's priority.
+        The request goes back to Redis without the headers the next download sets again."""
+        if op.kind != "defer":
+            drop_set_again(op.request, self.crawler)
         priority = self._retry_priority.pop(op.entry_id, None)
         if op.kind == "retry" and priority is not None:
             op = EndOp(op.kind, op.entry_id, op.token, op.request, op.delay, priority)
