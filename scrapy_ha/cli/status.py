@@ -14,13 +14,13 @@ __all__ = ["status"]
 import asyncio
 import contextlib
 import json
-import signal
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.common import plural
 from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
+from scrapy_ha.cli.watch import CLEAR_SCREEN, draw, restore_ctrl_c, stop_on_ctrl_c
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
 from scrapy_ha.ops.display import humanize, local_time, share_text, time_ms
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
@@ -51,15 +51,11 @@ if TYPE_CHECKING:
 RATE_WINDOWS = (1, 5, 60)
 #: The counters of the ``totals`` line (the rest have lines of their own).
 TOTALS = ("enqueued", "filtered", "start_duplicates", "acked", "reclaimed", "poison")
-#: Terminal controls: cursor home, clear to the end of the line, clear the rest of the screen,
-#: clear the whole screen. Drawing over the last frame line by line (instead of clearing first)
-#: keeps the screen from flickering.
-HOME, CLEAR_LINE, CLEAR_BELOW, CLEAR_SCREEN = "\x1b[H", "\x1b[K", "\x1b[J", "\x1b[2J"
 
 
 async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
     """States, totals, retries and dead letters per class, rates, an ETA, top domains."""
-    stop = _stop_on_ctrl_c() if args.watch is not None else None
+    stop = stop_on_ctrl_c() if args.watch is not None else None
     try:
         await _show(queue, args, stop)
     except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels the command; ends --watch
@@ -67,36 +63,8 @@ async def status(queue: RedisQueue, args: argparse.Namespace) -> int:
             raise
     finally:
         if stop is not None:
-            _restore_ctrl_c()
+            restore_ctrl_c()
     return 0
-
-
-def _stop_on_ctrl_c() -> asyncio.Event:
-    """An event Ctrl-C sets, for ``--watch``: it stops at the next refresh, and at once
-    while it waits between two (the command's task is cancelled too, as asyncio.run does).
-
-    Not the task's cancellation alone: on Python 3.11, a cancellation that lands as a
-    Redis command's write completes is lost inside ``asyncio.wait_for`` (which redis-py
-    uses to time writes; CPython issue gh-86296), and the watch would refresh on. A second
-    Ctrl-C raises KeyboardInterrupt, as Python's own handler does."""
-    stop = asyncio.Event()
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-
-    def first_ctrl_c() -> None:
-        stop.set()
-        _restore_ctrl_c()
-        if task is not None:
-            task.cancel()
-
-    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-        loop.add_signal_handler(signal.SIGINT, first_ctrl_c)  # main thread, POSIX only
-    return stop
-
-
-def _restore_ctrl_c() -> None:
-    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
 
 
 async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event | None) -> None:
@@ -139,7 +107,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             lines += _pressure_lines(pressure)
             lines += status_lines(revisits)  # a continuous crawl's
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
-            _draw(out, lines, in_place=in_place, last=args.watch is None)
+            draw(out, lines, in_place=in_place, last=args.watch is None)
         out.flush()
         if args.watch is None or stop is None:
             return
@@ -202,13 +170,6 @@ def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
         f"{mb['max']} (HA_REDIS_MEMORY_HIGH {mb['high']}): workers lease nothing new until "
         f"it falls below {mb['low']}; nothing is lost"
     ]
-
-
-def _draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:
-    if in_place:
-        out.write(HOME + "".join(f"{line}{CLEAR_LINE}\n" for line in lines) + CLEAR_BELOW)
-        return
-    out.write("\n".join(lines) + "\n" + ("" if last else "\n"))
 
 
 # -- JSON --------------------------------------------------------------------------------
