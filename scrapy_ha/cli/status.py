@@ -38,7 +38,7 @@ from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.buckets import BucketState, bucket_state
 from scrapy_ha.store.health import redis_health
 from scrapy_ha.store.items import crawl_items
-from scrapy_ha.store.runs import RunState, read_run
+from scrapy_ha.store.runs import RunState, read_run, stopped_at
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         blooms, buckets, pressure = await _memory(queue)
         revisits = await read_revisits(queue.client, queue.keys, stats.now_ms)
         run = await read_run(queue.client, queue.keys)
+        stopped = await stopped_at(queue.client, queue.keys)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
             if paused and doc["eta_seconds"]:  # nothing moves: no countdown
@@ -93,12 +94,15 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["domain_limits"] = {d: vars(lim) for d, lim in limits.items()}
             doc["domain_slots"] = held
             doc["run"] = run.as_dict() if run else None
+            doc["stopped_at"] = stopped
             out.write(json.dumps(doc) + "\n")
         else:
             lines = text(stats, waiting, args.domains, paused=bool(paused))
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines[1:1] = [_run_line(run)] if run else []
+            if stopped is not None and not stats.workers:  # (a live one started after it)
+                lines.insert(1, _stopped_line(stopped))
             lines += items_text(stats, items)
             if limits:
                 limited = stats.counter("domain_limited")
@@ -114,6 +118,14 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(args.watch):
                 await stop.wait()
+
+
+def _stopped_line(at: int) -> str:
+    """A crawl stopped (``scrapy-ha stop``) that no worker runs now."""
+    return (
+        f"{'stopped':>13}  at {local_time(at)} (`scrapy-ha stop`): no worker runs it; "
+        "a worker started now resumes it"
+    )
 
 
 def _run_line(run: RunState) -> str:

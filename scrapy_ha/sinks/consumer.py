@@ -31,6 +31,7 @@ from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.sinks.batches import BatchWriter, ConsumerReport, Entry, route
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
 from scrapy_ha.store.items import ItemStream
+from scrapy_ha.store.runs import stopped_at
 from scrapy_ha.store.sharding import queue_in_redis, shards_of
 
 if TYPE_CHECKING:
@@ -326,14 +327,8 @@ class ItemConsumer:
         return pending if pending <= len(self.writer.suspects) else -1
 
     async def _stopped(self) -> bool:
-        """``scrapy-ha stop`` stopped the crawl and no worker resumed it since (a worker
-        started after a stop writes when in the ``run`` hash: ``session/control.py``)."""
-        client, keys = self.queue.client, self.queue.keys
-        stop, resumed = await client.get(keys.stop), await client.hget(keys.run, "resumed")
-        try:
-            return int(stop) > int(resumed or 0)
-        except (TypeError, ValueError):  # no stop (or not one `stop` wrote)
-            return False
+        """``scrapy-ha stop`` stopped the crawl and no worker resumed it since."""
+        return await stopped_at(self.queue.client, self.queue.keys) is not None
 
     async def _started(self) -> bool:
         """Whether the crawl ever queued a request or committed an item (its counters

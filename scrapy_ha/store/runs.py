@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["Run", "RunState", "end_run", "open_run", "read_run"]
+__all__ = ["Run", "RunState", "end_run", "open_run", "read_run", "stopped_at"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,18 @@ async def read_run(client: Any, keys: Keys) -> RunState | None:
     if not n or n < 0:
         return None
     return RunState(n, is_open == 1, started, ended)
+
+
+async def stopped_at(client: Any, keys: Keys) -> int | None:
+    """When ``scrapy-ha stop`` stopped the crawl, if no worker started since (server ms;
+    None: never stopped, resumed since, or a value no stop wrote). A worker started after
+    a stop writes when in the run's ``resumed`` (``scheduler/session/control.py``)."""
+    stop, resumed = await client.get(keys.stop), await client.hget(keys.run, "resumed")
+    try:
+        at = None if stop is None else int(stop)
+        return None if at is None or at <= int(resumed or 0) else at
+    except ValueError:
+        return None
 
 
 def _number(value: bytes | None) -> int | None:

@@ -1,0 +1,35 @@
+"""``scrapy-ha status`` of a crawl that ``scrapy-ha stop`` stopped. Before, nothing said so:
+a stopped continuous crawl read "0 live worker(s)" and "ends only when stopped"."""
+
+from __future__ import annotations
+
+import json
+
+from tests.cli_seed import delayed, scrapy_ha
+
+
+def _status(redis_url: str) -> tuple[str, dict]:
+    text = scrapy_ha("status", "halted", "--redis-url", redis_url).stdout
+    doc = json.loads(scrapy_ha("status", "halted", "--json", "--redis-url", redis_url).stdout)
+    return text, doc
+
+
+def test_status_says_a_crawl_was_stopped_until_a_worker_resumes_it(redis_url, redis_client):
+    delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    stopped = scrapy_ha("stop", "halted", "--redis-url", redis_url)
+    assert stopped.returncode == 0, stopped.stderr
+    at = int(redis_client.get("ha:{halted}:stop"))
+    text, doc = _status(redis_url)
+    line = next(line for line in text.splitlines() if line.strip().startswith("stopped"))
+    assert "(`scrapy-ha stop`): no worker runs it; a worker started now resumes it" in line
+    assert doc["stopped_at"] == at
+    redis_client.hset("ha:{halted}:run", "resumed", at + 5)  # a worker started since
+    text, doc = _status(redis_url)
+    assert "stopped" not in text and doc["stopped_at"] is None
+
+
+def test_a_stop_key_that_is_no_time_reads_as_no_stop(redis_url, redis_client):
+    delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    redis_client.set("ha:{halted}:stop", "soon")
+    text, doc = _status(redis_url)
+    assert "stopped" not in text and doc["stopped_at"] is None
