@@ -33,3 +33,21 @@ def test_a_stop_key_that_is_no_time_reads_as_no_stop(redis_url, redis_client):
     redis_client.set("ha:{halted}:stop", "soon")
     text, doc = _status(redis_url)
     assert "stopped" not in text and doc["stopped_at"] is None
+
+
+def test_the_dashboard_shows_a_stopped_crawl(redis_url, redis_client):
+    from tests.test_dashboard_api import dashboard
+    from tests.test_dashboard_pages import shown
+
+    delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    assert scrapy_ha("stop", "halted", "--redis-url", redis_url).returncode == 0
+    at = int(redis_client.get("ha:{halted}:stop"))
+    with dashboard(redis_url) as http:
+        (crawl,) = http.get("/api/crawls").json()["crawls"]
+        assert crawl["stopped_at"] == at, crawl  # (before: no such key)
+        for page in ("/", "/crawls/halted"):
+            text = shown(http.get(page).text)
+            assert "stopped" in text.parts, (page, text.parts)  # (before: "no worker")
+            assert any("a worker started now resumes" in t for t in text.titles)
+        redis_client.hset("ha:{halted}:run", "resumed", at + 5)
+        assert "no worker" in shown(http.get("/crawls/halted").text).parts

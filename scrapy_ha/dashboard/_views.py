@@ -25,6 +25,7 @@ from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.runs import stopped_at
 from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "dead": stats.dead,
         "workers": stats.workers,
         "paused": (paused := bool(await client.exists(keys.paused))),
+        "stopped_at": await stopped_at(client, keys),  # (scrapy-ha stop; None once resumed)
         "pages_per_s": round(speed(stats), 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
