@@ -104,6 +104,10 @@ BAD_LINES = [
     (X + '"body": {"a": 1}}', '"body" must be a string, not an object {"a": 1}'),
     (X + '"body": 5}', '"body" must be a string, not the number 5'),
     (X + '"callback": null}', '"callback" must be the name of a spider method'),
+    # the worker would crawl it once and not revisit it, said in its log alone (before)
+    (X + '"meta": {"ha_revisit": "hourly"}}', "meta['ha_revisit']='hourly' must be seconds"),
+    (X + '"meta": {"ha_revisit": 0.001}}', "a finite number from"),
+    (X + '"meta": {"ha_revisit": [60]}}', "meta['ha_revisit']=[60] must be seconds"),
     (X + '"errback": 5}', '"errback" must be the name of a spider method'),
 ]
 
@@ -129,6 +133,10 @@ def test_json_fields_are_taken_as_they_are():
     )
     assert request.headers.getlist("X-B") == [b"2", b"3"] and request.meta == {"n": 1}
     assert list(callbacks.values()) == ["parse_item"]
+    # taken as the worker takes them
+    for meta in ('{"ha_revisit": 3600}', '{"ha_revisit": false}', '{"ha_revisit": "60"}'):
+        request, _ = parse_line(X + f'"meta": {meta}}}', "argument 1")
+        assert request.meta == json.loads(meta)
 
 
 def test_a_wrongly_typed_field_names_its_line_and_pushes_nothing(redis_url, redis_client):

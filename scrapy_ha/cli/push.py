@@ -27,7 +27,9 @@ from scrapy_ha.cli.common import plural
 from scrapy_ha.codec import CodecError, refused_scheme
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.codec.trust import callback_method
+from scrapy_ha.config.continuous import RevisitConfig
 from scrapy_ha.config.scheduler import SchedulerConfig
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.scheduler.admission import Admission
 from scrapy_ha.store.forget import ForgetRules, read_rules
 from scrapy_ha.store.scripts import MAX_PRIORITY
@@ -57,6 +59,9 @@ def _is_header_value(value: Any) -> bool:
         return all(isinstance(v, str) for v in value)
     return isinstance(value, str)
 
+
+#: What a request's own ``meta["ha_revisit"]`` is checked by (the crawl's rules aside).
+_NO_RULES = RevisitConfig(rules=())
 
 _SPIDER_METHOD = "the name of a spider method (a plain identifier, not starting with '_')"
 #: What each field of a JSON line must be (checked as JSON gives it: no coercion, so that
@@ -121,6 +126,11 @@ def _checked(doc: dict[str, Any], where: str) -> None:
 
 def _request(doc: dict[str, Any], where: str) -> Request:
     _checked(doc, where)
+    meta = doc.get("meta") or {}
+    try:  # a worker would crawl it once, not revisit it, and say so in its log alone
+        _NO_RULES.interval_for(doc["url"], meta)
+    except ConfigError as exc:
+        raise BadLine(f"{where}: {exc}") from None
     try:
         return Request(
             doc["url"],
