@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.cli.common import plural
 from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
-from scrapy_ha.cli.watch import CLEAR_SCREEN, draw, restore_ctrl_c, stop_on_ctrl_c
+from scrapy_ha.cli.watch import CLEAR_SCREEN, controls, draw, restore_ctrl_c, stop_on_ctrl_c
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
 from scrapy_ha.ops.display import humanize, local_time, share_text, time_ms
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
@@ -71,7 +71,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
     out = sys.stdout
     in_place = args.watch is not None and out.isatty() and not args.json
     if in_place:
-        out.write(CLEAR_SCREEN)
+        controls(out)(CLEAR_SCREEN)
     while stop is None or not stop.is_set():
         stats = await read_crawl_stats_async(queue.client, queue.keys, domains=args.domains > 0)
         waiting = await read_waiting(queue.client, [s.keys for s in shards_of(queue)])

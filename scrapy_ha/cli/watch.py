@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-__all__ = ["CLEAR_SCREEN", "draw", "restore_ctrl_c", "stop_on_ctrl_c"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["CLEAR_SCREEN", "controls", "draw", "restore_ctrl_c", "stop_on_ctrl_c"]
 
 #: Terminal controls: cursor home, clear to the end of the line, clear the rest of the screen,
 #: clear the whole screen. Drawing over the last frame line by line (instead of clearing first)
@@ -44,7 +47,20 @@ def restore_ctrl_c() -> None:
 
 
 def draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:
+    """*lines*, over the last frame (*in_place*) or after it; the lines' own text is made
+    visible by the CLI's stdout (``codec/log_masking.py``), the cursor moves written raw."""
     if in_place:
-        out.write(HOME + "".join(f"{line}{CLEAR_LINE}\n" for line in lines) + CLEAR_BELOW)
+        raw = controls(out)
+        raw(HOME)
+        for line in lines:
+            out.write(line)
+            raw(CLEAR_LINE + "\n")
+        raw(CLEAR_BELOW)
         return
     out.write("\n".join(lines) + "\n" + ("" if last else "\n"))
+
+
+def controls(out: TextIO) -> Callable[[str], Any]:
+    """How *out* takes a terminal control of the CLI's own, as it is."""
+    write: Callable[[str], Any] = getattr(out, "write_raw", out.write)
+    return write

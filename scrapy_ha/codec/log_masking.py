@@ -5,6 +5,7 @@ prints, go through :func:`scrapy_ha.codec.masking.mask_text` (moved out of
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from scrapy_ha.codec.masking import mask_text
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["install_log_masking", "masked_output"]
+__all__ = ["install_log_masking", "masked_output", "visible"]
 
 
 # -------------------------------------------------------------------------- log lines
@@ -60,15 +61,39 @@ def install_log_masking() -> None:
 # -------------------------------------------------------------------------- printed output
 
 
+#: Characters a terminal acts on rather than shows: C0 controls but tab and newline, DEL,
+#: C1 controls, and the bidirectional overrides and isolates that reorder what follows.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def visible(text: str) -> str:
+    """*text* with the characters a terminal would act on written as ``\\u001b``: what the
+    CLI prints comes from sites and spiders (a reason, a URL, a class), and an escape
+    sequence in it could clear the screen, retitle the window or hide what follows. In a
+    JSON string, where such characters appear only escaped or raw, the escape means the
+    same character: JSON output keeps its value."""
+    return _CONTROLS.sub(_escaped, text)
+
+
 class _MaskedStream:
-    """A text stream whose writes are masked as :func:`mask_text` masks text."""
+    """A text stream whose writes are masked as :func:`mask_text` masks text, and made
+    :func:`visible`; :meth:`write_raw` writes a terminal control of the CLI's own."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(mask_text(text))
+        self._stream.write(visible(mask_text(text)))
         return len(text)
+
+    def write_raw(self, text: str) -> int:
+        """Write *text* as it is (``--watch``'s cursor moves and clears)."""
+        written: int = self._stream.write(text)
+        return written
 
     def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding...
         return getattr(self._stream, name)
