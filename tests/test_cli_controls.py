@@ -64,3 +64,24 @@ def test_status_watch_on_a_terminal_still_draws_in_place(redis_url, redis_client
         os.close(master)
     assert out.startswith(b"\x1b[2J\x1b[H"), out[:40]  # cleared once, then drawn from home
     assert b"\x1b[K" in out and b"\x1b[J" in out and b"\\u001b" not in out
+
+
+def test_dlq_list_keeps_one_row_per_entry_with_long_classes_and_multiline_reasons(
+    redis_url, redis_client
+):
+    """Before: a reason holding newlines (a traceback's) broke its row in several lines,
+    and a class longer than 12 characters pushed its row's columns out of line."""
+    rows = [(f"http://a.test/{n}", cls, 500) for n, cls in enumerate(["server", "x" * 30])]
+    dead_letters(redis_url, "wide", rows)
+    keys = Keys("ha", "wide")
+    for entry in redis_client.hkeys(keys.dead_info):
+        info = json.loads(redis_client.hget(keys.dead_info, entry))
+        info["reason"] = "Traceback (most recent call last):\n  File x\nValueError: bad"
+        redis_client.hset(keys.dead_info, entry, json.dumps(info))
+    listed = scrapy_ha("dlq", "list", "wide", "--redis-url", redis_url).stdout.splitlines()
+    header, *entries, total = listed
+    assert len(entries) == 2, listed
+    starts = {line.index("http://") for line in entries}
+    assert len(starts) == 1 and header.index("URL") == starts.pop(), listed
+    assert all("Traceback (most recent call last): File…" in line for line in entries)
+    assert "x" * 23 + "…" in entries[1] and "x" * 25 not in entries[1]

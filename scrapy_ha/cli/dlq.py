@@ -72,13 +72,14 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
         )
         return 0
     w = max(10, *(len(e.id) for e in entries))  # a worker's own ids: "<nonce>.<n>", 20 and more
+    c = min(CLASS_WIDTH, max(12, *(len(e.failure_class) for e in entries)))  # a class of yours
     print(
-        f"{'ID':>{w}}  {'WHEN':<19}  {'CLASS':<12} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
+        f"{'ID':>{w}}  {'WHEN':<19}  {'CLASS':<{c}} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
     )
     for e in entries:
         print(
-            f"{e.id:>{w}}  {local_time(e.dead_at)}  {e.failure_class:<12} "
-            f"{e.status or '-':>6} {e.attempts:>5}  {e.reason[:40]:<40}  {mask_url(e.url)}"
+            f"{e.id:>{w}}  {local_time(e.dead_at)}  {_cut(e.failure_class, c):<{c}} "
+            f"{e.status or '-':>6} {e.attempts:>5}  {_cut(e.reason, 40):<40}  {mask_url(e.url)}"
         )
     by_class: dict[str, int] = {}
     for e in entries:
@@ -89,6 +90,16 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 
 #: The options that select dead-letter entries by content or time.
+#: The widest CLASS column: a longer class (HA_RETRY_STATUS_CLASSES names any) is cut.
+CLASS_WIDTH = 24
+
+
+def _cut(text: str, width: int) -> str:
+    """*text* on one line (a reason may hold a traceback's newlines), cut to *width*."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
 FILTERS = ("failure_class", "domain", "reason", "status", "since", "until")
 
 
