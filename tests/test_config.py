@@ -9,6 +9,7 @@ import socket
 import pytest
 from scrapy.settings import Settings
 
+from scrapy_ha.config import validate as check
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
 
@@ -152,3 +153,40 @@ def test_a_setting_its_switch_leaves_unread_is_named_at_start(caplog):
         assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == (
             expected
         )
+
+
+@pytest.mark.parametrize("value", [-1, 2, "-1", "2", 0.5, "yes"])
+def test_a_switch_takes_no_other_number_than_1_and_0(value):
+    """Scrapy's getbool takes -1 and "2" for True and 0.5 for False: HA_GC_FREEZE=0.5 was
+    taken as off without a word. Scrapy's own switches are read as Scrapy reads them."""
+    with pytest.raises(ConfigError, match=rf"HA_GC_FREEZE={value!r} must be True or False"):
+        check.boolean(Settings({"HA_GC_FREEZE": value}), "HA_GC_FREEZE", True)
+    if value != "yes":  # (Scrapy refuses it too)
+        taken = Settings({"COOKIES_ENABLED": value}).getbool("COOKIES_ENABLED")
+        assert (
+            check.boolean(
+                Settings({"COOKIES_ENABLED": value}), "COOKIES_ENABLED", True, theirs=True
+            )
+            is taken
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "taken"),
+    [
+        (True, True),
+        (False, False),
+        (1, True),
+        (0, False),
+        (1.0, True),
+        ("1", True),
+        ("0", False),
+        ("True", True),
+        ("true", True),
+        ("False", False),
+        ("false", False),
+        (None, True),
+    ],
+)
+def test_a_switch_takes_what_scrapy_takes_of_true_and_false(value, taken):
+    assert check.boolean(Settings({"HA_GC_FREEZE": value}), "HA_GC_FREEZE", True) is taken

@@ -312,11 +312,11 @@ class CookiesConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Self:
         """Switched off, the other settings are not read, as Scrapy's own middleware."""
-        if not check.boolean(settings, "COOKIES_ENABLED", True):
+        if not check.boolean(settings, "COOKIES_ENABLED", True, theirs=True):
             return cls(enabled=False)
         return cls(
             enabled=True,
-            debug=check.boolean(settings, "COOKIES_DEBUG", False),
+            debug=check.boolean(settings, "COOKIES_DEBUG", False, theirs=True),
             shared=check.boolean(settings, "HA_SHARED_COOKIES", True),
             ttl=check.seconds(settings, "HA_COOKIES_TTL", DEFAULT_COOKIES_TTL, zero=True),
         )

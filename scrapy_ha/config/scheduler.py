@@ -210,8 +210,8 @@ class SchedulerConfig:
                 settings, "HA_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT, zero=True
             ),
             feed=check.boolean(settings, "HA_FEED", False),
-            persist=check.boolean(settings, "SCHEDULER_PERSIST", False),
-            flush_on_start=check.boolean(settings, "SCHEDULER_FLUSH_ON_START", False),
+            persist=check.boolean(settings, "SCHEDULER_PERSIST", False, theirs=True),
+            flush_on_start=check.boolean(settings, "SCHEDULER_FLUSH_ON_START", False, theirs=True),
             dedupe_start_requests=check.boolean(settings, "HA_DEDUPE_START_REQUESTS", True),
             gc_freeze=check.boolean(settings, "HA_GC_FREEZE", True),
             timer_sweep=check.seconds(settings, "HA_TIMER_SWEEP", DEFAULT_TIMER_SWEEP, zero=True),
@@ -231,7 +231,9 @@ class SchedulerConfig:
             start_urls_batch=check.whole(
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
-            start_urls_as_set=check.boolean(settings, "REDIS_START_URLS_AS_SET", False),
+            start_urls_as_set=check.boolean(
+                settings, "REDIS_START_URLS_AS_SET", False, theirs=True
+            ),
             worker_id=check.text(settings, "HA_WORKER_ID", "") or default_worker_id(),
             worker_id_given=bool(settings.get("HA_WORKER_ID")),
             feed_given=check.given(settings, "HA_FEED"),
@@ -245,7 +247,7 @@ class SchedulerConfig:
             allowed_schemes=allowed_schemes(settings),
             dedupe=_dedupe(settings),
             dupefilter_ttl=dupefilter_ttl(settings),
-            dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False),
+            dupefilter_debug=check.boolean(settings, "DUPEFILTER_DEBUG", False, theirs=True),
             order=queue_order(settings),
             slot_fair=slot_fair(settings),
             start_order=start_queue_order(settings),

@@ -168,11 +168,29 @@ def statuses(settings: BaseSettings, name: str) -> tuple[int, ...]:
         raise ConfigError(f"{name}={settings.get(name)!r} must be HTTP status codes") from None
 
 
-def boolean(settings: BaseSettings, name: str, default: bool) -> bool:
-    try:
-        return settings.getbool(name, default)
-    except ValueError:
-        raise ConfigError(f"{name}={settings.get(name)!r} must be True or False") from None
+#: The text forms of a switch Scrapy's ``getbool`` reads, and what they mean.
+_SWITCH_TEXT = {"1": True, "True": True, "true": True, "0": False, "False": False, "false": False}
+
+
+def boolean(settings: BaseSettings, name: str, default: bool, *, theirs: bool = False) -> bool:
+    """A switch, as Scrapy's ``getbool`` reads it, but no other number than 1 and 0:
+    ``getbool`` takes ``-1`` and ``"2"`` for True and ``0.5`` for False. A setting of
+    Scrapy's or scrapy-redis's own (*theirs*) is read exactly as they read it."""
+    if theirs:
+        try:
+            return settings.getbool(name, default)
+        except ValueError:
+            raise ConfigError(f"{name}={settings.get(name)!r} must be True or False") from None
+    value = settings.get(name, default)
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return default
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value in _SWITCH_TEXT:
+        return _SWITCH_TEXT[value]
+    raise ConfigError(f"{name}={value!r} must be True or False")
 
 
 #: A URL scheme as RFC 3986 spells it (lower case: URLs are compared in lower case).
