@@ -4,6 +4,7 @@ letters, delayed entries) and one entry, read from Redis; a sharded crawl as one
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -84,16 +85,28 @@ class Summary:
     waiting: Waiting
 
 
+#: Crawls the overview reads at once: each is a dozen round trips to Redis, and 580 crawls
+#: read one after the other took 2.4 s (the reads of 16 overlap on as many connections).
+OVERVIEW_AT_ONCE = 16
+
+
 async def overview_rows(request: Request) -> tuple[list[Summary], dict[str, str]]:
     """Every crawl's summary, and why each crawl that cannot be read cannot (spider ->
     ``<key> holds a <type>``): one such crawl costs itself alone."""
     client, prefix = request.app.state.client, request.app.state.prefix
-    crawls, unreadable = [], {}
-    for spider in await crawl_names(client, prefix, request.app.state.key_names):
-        try:
-            crawls.append(await _overview_row(request, spider))
-        except UNREADABLE as exc:
-            unreadable[spider] = (await explain(client, prefix, spider, exc)).reason
+    names = await crawl_names(client, prefix, request.app.state.key_names)
+    turns = asyncio.Semaphore(OVERVIEW_AT_ONCE)
+
+    async def row(spider: str) -> Summary | str:
+        async with turns:
+            try:
+                return await _overview_row(request, spider)
+            except UNREADABLE as exc:
+                return (await explain(client, prefix, spider, exc)).reason
+
+    rows = await asyncio.gather(*(row(spider) for spider in names))
+    crawls = [r for r in rows if isinstance(r, Summary)]
+    unreadable = {s: r for s, r in zip(names, rows, strict=True) if isinstance(r, str)}
     return crawls, unreadable
 
 
