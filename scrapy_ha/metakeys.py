@@ -39,6 +39,7 @@ __all__ = [
     "TASK_STATE",
     "USER_AGENT",
     "CHECKPOINT_SAVE",
+    "HANDED",
 ]
 
 # -- public: a spider sets or reads these -------------------------------------------------
@@ -101,6 +102,10 @@ START_OF = "_ha_start_of"
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
 
+#: When (``time.monotonic()``) the scheduler handed this attempt to its engine: a 429 to a
+#: request handed out before its domain's gate closed waits for the gate, no attempt spent.
+HANDED = "_ha_handed"
+
 #: True while this attempt carries the proxy's rotation header (HA_PROXY_ROTATE_HEADER): the
 #: proxy middleware takes the header off again when the attempt ends.
 ROTATE_HEADER = "_ha_rotate_header"
@@ -119,6 +124,7 @@ STRIPPED = frozenset(
         START_OF,
         REVISIT_SEEN,
         REVISIT_TARGET,
+        HANDED,
         ROTATE_HEADER,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took

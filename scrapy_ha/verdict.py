@@ -46,6 +46,9 @@ class FailureClass(enum.StrEnum):
     NO_PROXY = "no_proxy"  #: no usable proxy
     PROXY_ERROR = "proxy_error"  #: choosing a proxy failed
     PROXY_AUTH = "proxy_auth"  #: the proxy refused its credentials
+    # Set by the retry middleware: a 429 to a request already downloading when its domain's
+    # gate closed waits for the gate with the domain's other requests, without an attempt.
+    GATE = "gate"
     # Set by the scheduler: a child of the page could not be stored.
     UNSTORABLE = "unstorable"
 

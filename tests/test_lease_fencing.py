@@ -188,7 +188,7 @@ async def test_a_suspect_in_a_closed_domain_is_deferred_without_releasing_the_bu
     s._buffer.append(suspect)
     s._buffer.append(other)
     s._target = lambda: 4
-    s._closed.until = {"closed.test": time.monotonic() + 60}
+    s.closed.until = {"closed.test": time.monotonic() + 60}
     s.session.renewals.valid_until = time.monotonic() + 60
     assert s.next_request() is other
     assert [op.kind for op in s.outbox.ends] == ["defer"]

@@ -12,6 +12,7 @@ from twisted.internet.error import DNSLookupError, TimeoutError
 from scrapy_ha.config.retry import Policy, RetryConfig
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.policy import Failure, decide, retry_after_seconds
+from scrapy_ha.scheduler.domains import ClosedDomains
 from scrapy_ha.verdict import PermanentError
 
 DEFAULTS = Settings()
@@ -434,10 +435,11 @@ class _Gates:
     into a list."""
 
     def __init__(self) -> None:
-        self.closed: list[float] = []
+        self.gates: list[float] = []
+        self.closed = ClosedDomains()
 
     def close_gate(self, request: Request, seconds: float) -> None:
-        self.closed.append(seconds)
+        self.gates.append(seconds)
 
     def server_time_ms(self) -> int:
         return 0
@@ -469,7 +471,7 @@ def test_a_429_with_no_retry_left_closes_its_domain(headers, gate):
     robots = Request("https://example.com/robots.txt", meta=meta, callback=NO_CALLBACK)
     answer = Response(robots.url, status=429, headers=headers)
     assert middleware.process_response(robots, answer) is answer
-    assert gates.closed == [gate]
+    assert gates.gates == [gate]
 
 
 @pytest.mark.parametrize("value", ["x", "2.5", "-3"])
@@ -501,4 +503,4 @@ def test_a_429_whose_count_is_garbage_still_closes_its_domain():
     middleware = RetryMiddleware.from_crawler(crawler)
     request = Request("https://example.com/x", meta={"ha_retries": {"rate_limited": float("inf")}})
     middleware.process_response(request, response(429))
-    assert request.meta["ha_outcome"]["class"] == "rate_limited" and gates.closed == [3.0]
+    assert request.meta["ha_outcome"]["class"] == "rate_limited" and gates.gates == [3.0]

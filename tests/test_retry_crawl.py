@@ -58,7 +58,7 @@ async def watch_gate(
         if gates and open_at is None:
             open_at = int(max(gates.values())) / 1000
         schedulers = [scheduler_for(c) for c in crawlers]
-        if open_at is not None and all(s is not None and s._closed for s in schedulers):
+        if open_at is not None and all(s is not None and s.closed for s in schedulers):
             return time.time(), open_at
         await asyncio.sleep(0.01)
 
@@ -188,7 +188,10 @@ async def test_an_unreadable_retry_after_is_a_backoff_not_a_lost_request(
     assert crawler.spider.ok == [paths[0]]  # retried after the class's backoff
     dead = dead_letters(redis_client, "faults")
     assert {p: d["class"] for p, d in dead.items()} == {paths[1][1:]: "rate_limited"}
-    assert len(hit_log(site)[paths[1]]) == 3  # the budget (2 retries) spent, then dead
+    assert dead[paths[1][1:]]["attempts"] == 3  # the budget (2 retries) spent, then dead
+    # a fourth hit when both were downloading together: the first 429 closed the gate, and
+    # the other's waited for it without an attempt
+    assert len(hit_log(site)[paths[1]]) in (3, 4)
 
 
 @deferred_f_from_coro_f
@@ -248,3 +251,31 @@ async def test_a_download_error_no_class_names_is_dead_lettered_not_lost(
     assert dead["status/200?bad"]["class"] == "permanent"
     assert dead["status/200?bad"]["reason"].startswith("builtins.TypeError"), dead
     assert crawler.stats.get_value("ha/dead/permanent") == 1
+
+
+@deferred_f_from_coro_f
+async def test_requests_in_flight_when_a_429_closes_the_gate_spend_no_attempt(
+    redis_url, redis_client, site_factory
+):
+    """Eight requests of one domain downloading together, each answered 429 once: the first
+    answer closes the gate; the seven others were sent before it closed, and wait for it
+    without an attempt. Before, each spent one on its own 429: with no retry left
+    (``rate_limited`` budget 0) all eight were dead-lettered."""
+    site = site_factory("--pages", "5", "--per-page", "10")
+    # each answered a second late: all eight reach the site before the first answer
+    paths = [f"/flaky/{n}?fail=1&status=429&retry_after=1&delay=1" for n in range(1, 9)]
+    policies = {**FAST_RETRIES["HA_RETRY_POLICIES"], "rate_limited": {"times": 0}}
+    worker = {
+        **FAST_RETRIES,
+        "REDIS_URL": redis_url,
+        "CONCURRENT_REQUESTS": 8,
+        "DOWNLOAD_TIMEOUT": 10,
+        "HA_RETRY_POLICIES": policies,
+    }
+    crawler = get_crawler(FaultSpider, worker)
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    dead = dead_letters(redis_client, "faults")
+    assert len(dead) == 1 and next(iter(dead.values()))["class"] == "rate_limited", dead
+    assert len(crawler.spider.ok) == 7, crawler.spider.ok
+    assert crawler.stats.get_value("ha/retry/gate_waits") == 7
+    assert crawler.stats.get_value("ha/retry/count", 0) == 0  # (none had a retry to spend)

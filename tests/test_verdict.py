@@ -28,6 +28,7 @@ STORED_NAMES = {
     "no_proxy",
     "proxy_error",
     "proxy_auth",
+    "gate",
     "unstorable",
 }
 
@@ -40,6 +41,7 @@ def test_failure_classes_keep_their_stored_names():
         "no_proxy",
         "proxy_error",
         "proxy_auth",
+        "gate",
         "unstorable",
     }
 

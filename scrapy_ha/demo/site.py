@@ -6,12 +6,12 @@ the next list page; ``/item/<id>`` holds one item; ``/`` links to the first list
 each of ``--chains`` pagination chains. ``/status/<code>`` answers with that status,
 ``/redirect/<id>`` redirects to ``/item/<id>`` (302; ``/moved/<id>``: 301; ``/chain/<id>``:
 302 to ``/moved/<id>``).
-``/flaky/<id>?fail=N&status=S[&retry_after=R]`` fails its first N hits with status S (a
-number, ``timeout`` or ``broken`` for a page the parser cannot read), then serves item
-<id>. ``/_hits`` returns how many times each path was served and ``/_log`` every hit as
-[time, path, client address] (JSON), for tests. ``--ban-exit IP`` answers 403 to one
-client address (a proxy exit); ``--tls`` serves HTTPS; ``/proxies.json`` serves
-``--proxy-list`` as a proxy extraction API.
+``/flaky/<id>?fail=N&status=S[&retry_after=R][&delay=D]`` fails its first N hits with status
+S (a number, ``timeout`` or ``broken`` for a page the parser cannot read; answered D seconds
+late), then serves item <id>. ``/_hits`` returns how many times each path was served and
+``/_log`` every hit as [time, path, client address] (JSON), for tests. ``--ban-exit IP``
+answers 403 to one client address (a proxy exit); ``--tls`` serves HTTPS;
+``/proxies.json`` serves ``--proxy-list`` as a proxy extraction API.
 """
 
 from __future__ import annotations
@@ -163,7 +163,11 @@ class Catalogue(resource.Resource):
         retry_after = request.args.get(b"retry_after")
         if retry_after:
             request.setHeader(b"retry-after", retry_after[0])
-        return f"<html><body>status {status}</body></html>".encode()
+        body = f"<html><body>status {status}</body></html>".encode()
+        if (delay := _arg(request, "delay", 0)) > 0:  # answered late: others arrive meanwhile
+            reactor.callLater(delay, _finish, request, body)
+            return server.NOT_DONE_YET
+        return body
 
     def page(self, path: str) -> tuple[int, bytes]:
         parts = path.strip("/").split("/")

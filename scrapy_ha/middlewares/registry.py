@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 __all__ = ["CrawlScheduler", "register", "scheduler_for"]
 
 
+class Gates(Protocol):
+    """What the middlewares read of the domains whose gate a worker knows closed
+    (:class:`scrapy_ha.scheduler.domains.ClosedDomains`)."""
+
+    def sent_before(self, request: Request) -> float:
+        """Seconds until the domain opens if its gate closed while *request* downloaded."""
+
+
 class CrawlScheduler(Protocol):
     """What the middlewares use of a crawl's scheduler
     (:class:`scrapy_ha.scheduler.Scheduler`)."""
@@ -36,6 +44,10 @@ class CrawlScheduler(Protocol):
 
     def close_gate(self, request: Request, seconds: float) -> None:
         """Close the request's domain for every worker for *seconds*."""
+
+    @property
+    def closed(self) -> Gates:
+        """The domains whose gate this worker knows closed."""
 
     def save_checkpoint(
         self, page: Request, task: str, doc: bytes, ttl_ms: int, *, at_finish: bool

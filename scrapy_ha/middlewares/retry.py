@@ -58,7 +58,7 @@ from scrapy_ha.middlewares.policy import (
     error_verdict,
     retry_after_seconds,
 )
-from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -178,9 +178,12 @@ class RetryMiddleware:
         if _robots_txt(request):  # downloaded again at once, not through Redis: as Scrapy
             limited = failure.failure_class == FailureClass.RATE_LIMITED  # (the gate waits)
             request.meta[metakeys.RETRY_TIMES] = 0 if limited else self.config.robots_retries
-        verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         fclass = failure.failure_class
         scheduler = scheduler_for(self.crawler)
+        if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
+            if not _robots_txt(request) and (wait := scheduler.closed.sent_before(request)) > 0:
+                return self._wait_for_gate(request, failure, wait, scheduler)
+        verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
             # the site's wait holds for its domain whether or not this request has a retry
             # left (a 429 that spent the budget closed no gate: the next went at full speed)
@@ -195,6 +198,22 @@ class RetryMiddleware:
         logger.debug(
             "Retrying %s in %.1f s (%s, %s)", request, verdict.delay, fclass, failure.reason
         )
+        return request.replace(dont_filter=True)
+
+    def _wait_for_gate(
+        self, request: Request, failure: Failure, wait: float, scheduler: CrawlScheduler
+    ) -> Request:
+        """A 429 to a request that was downloading when its domain's gate closed: the
+        site's answer to a request sent too soon, which the gate now holds back. It waits
+        for the gate as the domain's queued requests do, without an attempt (no retry
+        counted, its budget whole); its ``Retry-After`` may keep the gate closed longer.
+        Before, each request in flight when a 429 came spent an attempt on its own 429."""
+        if failure.retry_after is not None:
+            scheduler.close_gate(request, min(failure.retry_after, self.config.retry_after_max))
+        gate = Verdict.retry(FailureClass.GATE, failure.reason, wait, status=failure.status)
+        request.meta[metakeys.OUTCOME] = gate
+        self.stats.inc_value("ha/retry/gate_waits")
+        logger.debug("%s waits %.1f s for its domain's gate (%s)", request, wait, failure.reason)
         return request.replace(dont_filter=True)
 
     def _allowed_status(self, request: Request, response: Response) -> bool:

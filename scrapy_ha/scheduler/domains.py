@@ -58,6 +58,8 @@ class ClosedDomains:
 
     def __init__(self) -> None:
         self.until: dict[str, float] = {}
+        #: domain -> when (``time.monotonic()``) this worker first knew its gate closed
+        self.since: dict[str, float] = {}
         self._swept = 0.0
 
     def learn(self, gates: dict[str, float], *, every: bool) -> None:
@@ -66,14 +68,21 @@ class ClosedDomains:
         until = self.until
         if every:
             until.clear()
+        now = time.monotonic()
         for domain, opens in gates.items():
             if opens > until.get(domain, 0):
+                self._closing(domain, now)
                 until[domain] = opens
-        now = time.monotonic()
         if until and now >= self._swept + self.SWEEP_S:
             self._swept = now
             for domain in [d for d, opens in until.items() if opens <= now]:
                 del until[domain]
+                self.since.pop(domain, None)
+
+    def _closing(self, domain: str, now: float) -> None:
+        """Note when *domain*'s gate closed, if it was open (a longer close keeps it)."""
+        if self.until.get(domain, 0) <= now:
+            self.since[domain] = now
 
     def __bool__(self) -> bool:
         return bool(self.until)
@@ -82,11 +91,25 @@ class ClosedDomains:
         """Close *request*'s domain for *seconds*; its domain if that closes it for longer
         than it was (Redis must learn it), else None."""
         domain = url_host(request.url)
-        until = time.monotonic() + seconds
+        now = time.monotonic()
+        until = now + seconds
         if until <= self.until.get(domain, 0):
             return None
+        self._closing(domain, now)
         self.until[domain] = until
         return domain
+
+    def sent_before(self, request: Request) -> float:
+        """Seconds until *request*'s domain opens if its gate closed after *request* went
+        to the engine (``meta["_ha_handed"]``), else 0: a 429 to such a request is the
+        site's answer to a request sent too soon, not an attempt of its own (one handed out
+        later was held back at the hand-out: its 429 is an attempt)."""
+        domain = url_host(request.url)
+        wait = self.until.get(domain, 0.0) - time.monotonic()
+        handed = request.meta.get(metakeys.HANDED)
+        if wait <= 0 or not isinstance(handed, float) or domain not in self.since:
+            return 0.0
+        return wait if handed < self.since[domain] else 0.0
 
     def wait(self, request: Request) -> float:
         """Seconds until *request*'s domain opens (<= 0: open)."""

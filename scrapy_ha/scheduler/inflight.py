@@ -25,7 +25,7 @@ from scrapy_ha.scheduler.carry import Carried, outcome_of
 from scrapy_ha.scheduler.items import ItemHold
 from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp
 from scrapy_ha.scheduler.revisits import Revisits
-from scrapy_ha.verdict import Verdict
+from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -274,6 +274,11 @@ class InFlight:
     def _judged(self, entry_id: str, token: str, request: Request, verdict: Verdict) -> None:
         """End a request a middleware judged: a retry, or a dead letter; a revisited URL's
         failed visit goes back to its revisits instead (:meth:`Revisits.failed_visit`)."""
+        if verdict.failure_class == FailureClass.GATE:  # no attempt: waits for its gate
+            if self.items is not None:
+                self.items.discard((entry_id, token), verdict, revisited=False)
+            self.end(EndOp("defer", entry_id, token, request, verdict.delay or 0.0))
+            return
         if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
             self._checkpoint(entry_id, token, request)
         visit = None if verdict.is_retry else self._failed(request)

@@ -68,7 +68,6 @@ class Scheduler:
         self.config = config
         assert crawler.stats is not None
         self.stats = crawler.stats
-        register(crawler, self)
         self.spider: Spider | None = None
         self.admission = Admission.from_config(crawler, config)
         self.outbox = Outbox()
@@ -107,7 +106,7 @@ class Scheduler:
         self.inflight.on_retry = self.handout.gate.replaced
         schemes = self.admission.schemes
         self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
-        self._closed = ClosedDomains()  # domains closed for every worker (429)
+        self.closed = ClosedDomains()  # domains closed for every worker (429): middlewares read it
         self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._fatal = False  # the crawl could not start (logged): exit with an error
@@ -117,6 +116,7 @@ class Scheduler:
         )
         self.precedence.session = self.session
         self.solo.announcer, self.solo.wake = self.session.renewals, self.session.wake
+        register(crawler, self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -220,7 +220,7 @@ class Scheduler:
             if request is None:
                 return None  # every buffered request waits for a busy slot or its start time
             entry_id, token = request.meta[metakeys.LEASE]
-            if self._closed and (wait := self._closed.wait(request)) > 0:
+            if self.closed and (wait := self.closed.wait(request)) > 0:
                 # before run_alone: a suspect in a closed domain is deferred, and must not
                 # release the whole buffer to run alone first
                 self.inflight.end(EndOp("defer", entry_id, token, request, wait))
@@ -257,7 +257,7 @@ class Scheduler:
 
     def close_gate(self, request: Request, seconds: float) -> None:
         """Close the request's domain for every worker for *seconds* (429, Retry-After)."""
-        if (domain := self._closed.close(request, seconds)) is not None:
+        if (domain := self.closed.close(request, seconds)) is not None:
             self.outbox.close_gate(domain, seconds)
             self.session.wake()
 
@@ -314,7 +314,7 @@ class Scheduler:
 
     def set_gates(self, gates: dict[str, float], *, every: bool) -> None:
         """Domains closed for every worker, as Redis said (:meth:`ClosedDomains.learn`)."""
-        self._closed.learn(gates, every=every)
+        self.closed.learn(gates, every=every)
 
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight (at close: given back to Redis)."""
@@ -385,7 +385,7 @@ class Scheduler:
 
     def _domain_free(self, request: Request) -> bool:
         """Its domain is open (no 429 gate), without crawl-wide limits (else: through Redis)."""
-        closed = self._closed.until and self._closed.wait(request) > 0
+        closed = self.closed.until and self.closed.wait(request) > 0
         return not closed and not (self._polite and self._limited(request))
 
     def _limited(self, request: Request) -> bool:

@@ -5,10 +5,12 @@ versions it was checked on."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.downloader import Downloader
 
+from scrapy_ha import metakeys
 from scrapy_ha.scheduler.engine import _engine
 
 if TYPE_CHECKING:
@@ -98,7 +100,8 @@ class SlotLoad:
         return len(running) + len(handed or ())
 
     def handed(self, crawler: Crawler, request: Request) -> None:
-        """*request* goes to the engine now."""
+        """*request* goes to the engine now (when: its ``meta["_ha_handed"]``)."""
+        request.meta[metakeys.HANDED] = time.monotonic()
         downloader = getattr(_engine(crawler), "downloader", None)
         if downloader is None:
             return
