@@ -40,6 +40,7 @@ __all__ = [
     "USER_AGENT",
     "CHECKPOINT_SAVE",
     "HANDED",
+    "OWN_HEADERS",
 ]
 
 # -- public: a spider sets or reads these -------------------------------------------------
@@ -105,6 +106,9 @@ NOT_BEFORE = "_ha_not_before"
 #: When (``time.monotonic()``) the scheduler handed this attempt to its engine: a 429 to a
 #: request handed out before its domain's gate closed waits for the gate, no attempt spent.
 HANDED = "_ha_handed"
+#: The names of the headers this attempt had when handed to the engine (the request's own):
+#: the others, a downloader middleware's, are not stored with a retry or a revisit.
+OWN_HEADERS = "_ha_own_headers"
 
 #: True while this attempt carries the proxy's rotation header (HA_PROXY_ROTATE_HEADER): the
 #: proxy middleware takes the header off again when the attempt ends.
@@ -125,6 +129,7 @@ STRIPPED = frozenset(
         REVISIT_SEEN,
         REVISIT_TARGET,
         HANDED,
+        OWN_HEADERS,
         ROTATE_HEADER,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took

@@ -62,16 +62,42 @@ def test_every_attempt_picks_again_even_through_redis():
         seen.add(request.headers[b"User-Agent"].decode())
         request = decode_request(encode_request(request.replace(), spider), spider)
     assert len(seen) > 1  # before: the first pick, for every retry
+    request.meta["_ha_own_headers"] = ()  # as the scheduler hands it out: no header
     mw.process_request(request)
     # the pool's pick does not go back to Redis with a retry or a revisit (a worker's
     # InFlight.end): the next attempt picks again, or gets the crawl's USER_AGENT if the
     # pool was switched off meanwhile (before: the pick, for ever)
-    drop_set_again(request, crawler)
+    drop_set_again(request)
     assert b"User-Agent" not in decode_request(encode_request(request, spider), spider).headers
     own = Request("https://example.com", headers={"User-Agent": "mine"}, callback=spider.parse)
     own = decode_request(encode_request(own, spider), spider)
     mw.process_request(own)
     assert own.headers[b"User-Agent"] == b"mine"
+
+
+def test_a_pool_switched_off_then_on_again_picks_again():
+    """A review's finding on the first version, which dropped a header by its value: the
+    agent a worker without the pool set (its USER_AGENT) differed from the pool's last pick,
+    was stored, and taken by the pool for the request's own for ever after."""
+    from scrapy_ha.codec import drop_set_again
+
+    class Plain:  # Scrapy's UserAgentMiddleware with USER_AGENT = "default-B"
+        def process_request(self, request: Request) -> None:
+            request.headers.setdefault(b"User-Agent", b"default-B")
+
+    agents = [f"pool-{n}" for n in range(3)]
+    pool = UserAgentPoolMiddleware.from_crawler(
+        get_crawler(settings_dict={"HA_USER_AGENTS": agents})
+    )
+    plain = Plain()
+    request = Request("https://example.com")
+    for middlewares in ([pool, plain], [plain], [pool, plain]):  # three workers in turn
+        request.meta["_ha_own_headers"] = ()  # handed out by the scheduler, no header
+        for middleware in middlewares:
+            middleware.process_request(request)
+        sent = request.headers[b"User-Agent"]
+        drop_set_again(request)  # back to Redis
+    assert sent.startswith(b"pool-"), sent  # (before: default-B, for ever)
 
 
 UA = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0"

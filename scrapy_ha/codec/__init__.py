@@ -50,6 +50,7 @@ from scrapy_ha.codec.document import (
     Refused,
 )
 from scrapy_ha.codec.encode import UNSTORABLE_POLICIES, encode_request
+from scrapy_ha.codec.flat import header_names
 from scrapy_ha.codec.masking import mask_url
 from scrapy_ha.codec.summary import RequestSummary, describe, mask_payload, reset_attempts
 from scrapy_ha.codec.trust import CODEC_CLASSES_SETTING
@@ -67,6 +68,7 @@ __all__ = [
     "describe",
     "drop_set_again",
     "encode_request",
+    "header_names",
     "mask_payload",
     "mask_url",
     "refused_scheme",

@@ -10,14 +10,14 @@ dropped too. A header the spider set itself is kept: a worker redoing the reques
 What is kept is masked wherever it is shown: :mod:`scrapy_ha.codec.masking`.
 
 A request going back to Redis after its download (a retry, a revisit, a dead letter) loses
-the headers the crawl's downloader middlewares set on every download of a request without
-them (``setdefault``) where they hold the value the middleware sets
-(:func:`drop_set_again`): Scrapy's ``User-Agent`` (``USER_AGENT``), its
-``DEFAULT_REQUEST_HEADERS``, its ``Accept-Encoding``, and the agent the pool
-(``HA_USER_AGENTS``) picked. The next download sets them again, from the settings of the
-worker that does it: a revisit gets the crawl's current agent and defaults (before, it kept
-its first download's for ever: a new ``USER_AGENT`` or agent pool never reached it), and a
-stored revisit holds some 200 bytes less.
+the headers the downloader middlewares put on it during that attempt
+(:func:`drop_set_again`): Scrapy's ``User-Agent``, ``DEFAULT_REQUEST_HEADERS`` and
+``Accept-Encoding``, the agent the pool (``HA_USER_AGENTS``) picked, a revisit's
+validators. The next download sets them again, from the settings of the worker that does
+it: a revisit gets the crawl's current agent and defaults (before, it kept its first
+download's for ever: a new ``USER_AGENT`` or agent pool never reached it), and a stored
+revisit holds some 200 bytes less. Headers it had when handed to the engine (the
+spider's own) are kept, whatever their value.
 """
 
 from __future__ import annotations
@@ -25,13 +25,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from scrapy.downloadermiddlewares.defaultheaders import DefaultHeadersMiddleware
 from scrapy.downloadermiddlewares.httpauth import HttpAuthMiddleware
-from scrapy.downloadermiddlewares.httpcompression import (
-    ACCEPTED_ENCODINGS,
-    HttpCompressionMiddleware,
-)
-from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 from scrapy.http.headers import Headers
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.httpobj import urlparse_cached
@@ -75,70 +69,18 @@ def clean_headers(request: Request, spider: Spider | None) -> dict[bytes, list[b
     return clean
 
 
-#: Per crawl: its downloader middlewares that set a header on a request without it (made
-#: once the engine has made them), and the headers they set, by name, for the agent that
-#: Scrapy's UserAgentMiddleware had (its agent changes as the spider opens).
-_SET_AGAIN: weakref.WeakKeyDictionary[Crawler, _Defaults] = weakref.WeakKeyDictionary()
-
-
-class _Defaults:
-    """What a crawl's downloader middlewares set on every download of a request without it."""
-
-    def __init__(self, middlewares: Any) -> None:
-        self.fixed: dict[bytes, bytes] = {}
-        self.agents: UserAgentMiddleware | None = None
-        for middleware in middlewares:  # in their order: the first to set a header wins
-            if isinstance(middleware, UserAgentMiddleware):
-                self.agents = middleware
-            elif isinstance(middleware, DefaultHeadersMiddleware):
-                for name, values in Headers(dict(middleware._headers)).items():
-                    if len(values) == 1:
-                        self.fixed.setdefault(name, values[0])
-            elif isinstance(middleware, HttpCompressionMiddleware):
-                self.fixed.setdefault(b"Accept-Encoding", b", ".join(ACCEPTED_ENCODINGS))
-        self._agent: Any = None
-        self._headers = self.fixed
-
-    def headers(self) -> dict[bytes, bytes]:
-        agent = self.agents.user_agent if self.agents is not None else None
-        if agent is not self._agent:
-            self._agent, self._headers = agent, dict(self.fixed)
-            if agent and b"User-Agent" not in self.fixed:
-                self._headers[b"User-Agent"] = agent.encode() if isinstance(agent, str) else agent
-        return self._headers
-
-
-def drop_set_again(request: Request, crawler: Crawler) -> None:
-    """Take off *request* (downloaded, and going back to Redis) the headers the crawl's own
-    middlewares (those switched on) set again, with ``setdefault``, at its next download,
-    where they hold the value they would set; and the agent the pool picked for it (it
-    picks again for a request without one)."""
-    headers = request.headers
-    if not headers:
+def drop_set_again(request: Request) -> None:
+    """Take off *request* (downloaded, and going back to Redis) the headers a downloader
+    middleware put on it during this attempt: those it did not have when the scheduler
+    handed it to the engine (``meta["_ha_own_headers"]``). The next attempt's middlewares
+    set them again, from the settings of the worker that makes it. A request the
+    scheduler did not hand out (no such record) keeps every header."""
+    own = request.meta.get(metakeys.OWN_HEADERS)
+    if own is None:
         return
-    again = _set_again(crawler)
-    picked = request.meta.get(metakeys.USER_AGENT)
-    if isinstance(picked, str):
-        again = {**again, b"User-Agent": picked.encode()}
-    for name, value in again.items():
-        if headers.getlist(name) == [value]:
-            del headers[name]
-
-
-def _set_again(crawler: Crawler) -> dict[bytes, bytes]:
-    """The headers *crawler*'s own middlewares set on a request without them, by name
-    (nothing before its engine has made them)."""
-    known = _SET_AGAIN.get(crawler)
-    if known is None:
-        try:
-            engine = getattr(crawler, "engine", None)
-        except RuntimeError:  # (Scrapy 2.19's: before the crawl starts)
-            engine = None
-        downloader = getattr(engine, "downloader", None)
-        if downloader is None:
-            return {}
-        known = _SET_AGAIN[crawler] = _Defaults(downloader.middleware.middlewares)
-    return known.headers()
+    headers = request.headers
+    for name in [name for name in headers if name not in own]:
+        del headers[name]
 
 
 def _header_items(headers: Any) -> Any:

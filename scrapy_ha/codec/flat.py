@@ -164,6 +164,13 @@ def _fields(request: Request) -> tuple[Any, Any, Any, Any, Any]:
     return request.headers, request.cookies, request.meta, request.flags, request.cb_kwargs
 
 
+def header_names(request: Request) -> tuple[bytes, ...]:
+    """The names of *request*'s headers now (without making Scrapy 2.19's lazy ``Headers``
+    of a request that has none)."""
+    headers = request._headers if _LAZY else request.headers
+    return tuple(headers) if headers else ()
+
+
 def _plain(value: Any) -> bool:
     """Whether *value* is a dict of values of ``PLAIN_TYPES`` (its keys are checked as it
     is written)."""

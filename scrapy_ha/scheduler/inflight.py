@@ -326,7 +326,7 @@ class InFlight:
         """A lease to end otherwise than by an ack; a retry goes with its copy's priority.
         The request goes back to Redis without the headers the next download sets again."""
         if op.kind != "defer":
-            drop_set_again(op.request, self.crawler)
+            drop_set_again(op.request)
         priority = self._retry_priority.pop(op.entry_id, None)
         if op.kind == "retry" and priority is not None:
             op = EndOp(op.kind, op.entry_id, op.token, op.request, op.delay, priority)

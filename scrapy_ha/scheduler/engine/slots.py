@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.core.downloader import Downloader
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec import header_names
 from scrapy_ha.scheduler.engine import _engine
 
 if TYPE_CHECKING:
@@ -100,8 +101,11 @@ class SlotLoad:
         return len(running) + len(handed or ())
 
     def handed(self, crawler: Crawler, request: Request) -> None:
-        """*request* goes to the engine now (when: its ``meta["_ha_handed"]``)."""
-        request.meta[metakeys.HANDED] = time.monotonic()
+        """*request* goes to the engine now (when, and with which headers of its own: its
+        ``meta["_ha_handed"]`` and ``meta["_ha_own_headers"]``)."""
+        meta = request.meta
+        meta[metakeys.HANDED] = time.monotonic()
+        meta[metakeys.OWN_HEADERS] = header_names(request)
         downloader = getattr(_engine(crawler), "downloader", None)
         if downloader is None:
             return
