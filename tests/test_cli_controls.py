@@ -85,3 +85,33 @@ def test_dlq_list_keeps_one_row_per_entry_with_long_classes_and_multiline_reason
     assert len(starts) == 1 and header.index("URL") == starts.pop(), listed
     assert all("Traceback (most recent call last): File…" in line for line in entries)
     assert "x" * 23 + "…" in entries[1] and "x" * 25 not in entries[1]
+
+
+def test_a_watched_frame_is_one_write_with_its_text_escaped():
+    """A review's finding on the first version: a frame written line by line (48 writes)
+    reached a terminal in pieces, as a line-buffered stream flushes at each newline."""
+    from scrapy_ha.cli.watch import draw
+
+    class Terminal:
+        def __init__(self) -> None:
+            self.raw: list[str] = []
+
+        def write(self, text: str) -> int:
+            raise AssertionError(f"not raw: {text!r}")
+
+        def write_raw(self, text: str) -> int:
+            self.raw.append(text)
+            return len(text)
+
+    out = Terminal()
+    draw(out, ["books at 10:00", "reason \x1b[2J"], in_place=True, last=False)  # type: ignore[arg-type]
+    (frame,) = out.raw
+    assert frame.startswith("\x1b[H") and frame.endswith("\x1b[J")
+    assert "reason \\u001b[2J\x1b[K\n" in frame
+
+
+def test_a_carriage_return_is_printed_as_it_is():
+    """A CSV line a project's pipeline prints ends with \\r\\n (review)."""
+    from scrapy_ha.codec.log_masking import visible
+
+    assert visible("a,b\r\n") == "a,b\r\n" and visible("\x1b") == "\\u001b"

@@ -51,3 +51,17 @@ def test_the_dashboard_shows_a_stopped_crawl(redis_url, redis_client):
             assert any("a worker started now resumes" in t for t in text.titles)
         redis_client.hset("ha:{halted}:run", "resumed", at + 5)
         assert "no worker" in shown(http.get("/crawls/halted").text).parts
+
+
+def test_a_run_begun_after_the_stop_is_no_stopped_crawl(redis_url, redis_client):
+    """A review's finding: a worker started after the stop writes ``resumed`` at its second
+    look at the operator's keys; one whose run ended before left the crawl "stopped" for
+    ever. A run begun (or ended) after the stop says it was not."""
+    delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    assert scrapy_ha("stop", "halted", "--redis-url", redis_url).returncode == 0
+    at = int(redis_client.get("ha:{halted}:stop"))
+    redis_client.hset("ha:{halted}:run", mapping={"n": 2, "started": at + 3, "open": 1})
+    text, doc = _status(redis_url)
+    assert "stopped  at" not in text and doc["stopped_at"] is None
+    redis_client.hset("ha:{halted}:run", mapping={"started": at - 9, "ended": at + 9})
+    assert _status(redis_url)[1]["stopped_at"] is None

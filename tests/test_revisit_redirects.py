@@ -422,3 +422,25 @@ def test_a_targets_answer_keeps_no_validator_for_the_original_url():
     assert middleware.process_response(target, response) is response
     found, answer = target.meta[metakeys.REVISIT_SEEN]
     assert found == "new" and answer.signature and not (answer.etag or answer.modified)
+
+
+def test_a_child_that_copied_a_targets_meta_is_told_on_its_own():
+    """A review's finding: a carried target's callback yielding a child with the target's
+    meta copied (``meta={**response.meta}``) gave it the target's marker, so its first
+    answer was told against another page's content (its callback skipped if equal)."""
+    from scrapy_ha import metakeys
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.inflight import InFlight
+    from scrapy_ha.scheduler.outbox import Outbox
+
+    crawler = get_crawler(scrapy.Spider, {"HA_REVISIT": {"/old": 60}})
+    inflight = InFlight(crawler, Outbox(), SchedulerConfig.from_settings(crawler.settings))
+    original = scrapy.Request("http://a.test/old", meta={metakeys.LEASE: ("7", "t")})
+    inflight.add("7", "t", original, stored=False)
+    target = original.replace(url="http://a.test/new")
+    target.meta.update(redirect_urls=[original.url], redirect_times=1, redirect_reasons=[302])
+    assert inflight.kin(target).carried and metakeys.REVISIT_TARGET in target.meta
+    child = scrapy.Request("http://a.test/item", meta={**target.meta})
+    child.meta.pop("redirect_urls")  # a link of the target's page, not a redirect
+    inflight.kin(child)
+    assert metakeys.REVISIT_TARGET not in child.meta  # (before: kept)

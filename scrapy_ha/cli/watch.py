@@ -7,6 +7,9 @@ import contextlib
 import signal
 from typing import TYPE_CHECKING, Any, TextIO
 
+from scrapy_ha.codec.log_masking import visible
+from scrapy_ha.codec.masking import mask_text
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -47,15 +50,12 @@ def restore_ctrl_c() -> None:
 
 
 def draw(out: TextIO, lines: list[str], *, in_place: bool, last: bool) -> None:
-    """*lines*, over the last frame (*in_place*) or after it; the lines' own text is made
-    visible by the CLI's stdout (``codec/log_masking.py``), the cursor moves written raw."""
+    """*lines*, over the last frame (*in_place*, in one write: a frame drawn line by line
+    reaches a terminal in pieces) or after it; the lines' text made visible as the CLI's
+    stdout makes it (``codec/log_masking.py``), the cursor moves written raw."""
     if in_place:
-        raw = controls(out)
-        raw(HOME)
-        for line in lines:
-            out.write(line)
-            raw(CLEAR_LINE + "\n")
-        raw(CLEAR_BELOW)
+        frame = "".join(f"{visible(mask_text(line))}{CLEAR_LINE}\n" for line in lines)
+        controls(out)(HOME + frame + CLEAR_BELOW)
         return
     out.write("\n".join(lines) + "\n" + ("" if last else "\n"))
 

@@ -61,9 +61,10 @@ def install_log_masking() -> None:
 # -------------------------------------------------------------------------- printed output
 
 
-#: Characters a terminal acts on rather than shows: C0 controls but tab and newline, DEL,
-#: C1 controls, and the bidirectional overrides and isolates that reorder what follows.
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: Characters a terminal acts on rather than shows: C0 controls but tab, newline and
+#: carriage return (a CSV line's end, which a project's pipeline may print), DEL, C1
+#: controls, and the bidirectional overrides and isolates that reorder what follows.
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escaped(match: re.Match[str]) -> str:

@@ -348,6 +348,8 @@ class InFlight:
         late = fence is not None and fence[0] not in self._held
         if fence is not None and not late and self._carries(fence[0], request):
             return _CARRIED
+        # a child yielded with its page's meta copied: told on its own, not as a target
+        meta.pop(metakeys.REVISIT_TARGET, None)
         return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
 
     def _carries(self, entry_id: str, request: Request) -> bool:

@@ -60,13 +60,20 @@ async def read_run(client: Any, keys: Keys) -> RunState | None:
 async def stopped_at(client: Any, keys: Keys) -> int | None:
     """When ``scrapy-ha stop`` stopped the crawl, if no worker started since (server ms;
     None: never stopped, resumed since, or a value no stop wrote). A worker started after
-    a stop writes when in the run's ``resumed`` (``scheduler/session/control.py``)."""
-    stop, resumed = await client.get(keys.stop), await client.hget(keys.run, "resumed")
+    a stop writes when in the run's ``resumed`` (``scheduler/session/control.py``) at its
+    second look at the operator's keys; one that began a run (or ended one) after the
+    stop writes that run's ``started`` (``ended``) first: a short run may end before it
+    wrote ``resumed`` (a review: such a crawl read "stopped" for ever)."""
+    stop = await client.get(keys.stop)
+    if stop is None:
+        return None
+    since = await client.hmget(keys.run, "resumed", "started", "ended")
     try:
-        at = None if stop is None else int(stop)
-        return None if at is None or at <= int(resumed or 0) else at
+        at = int(stop)
+        later = max((int(value) for value in since if value is not None), default=0)
     except ValueError:
         return None
+    return None if at <= later else at
 
 
 def _number(value: bytes | None) -> int | None:
