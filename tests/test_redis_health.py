@@ -36,6 +36,12 @@ pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
         ({**SAFE, "maxmemory_policy": "allkeys-lru"}, {"3600 1"}, []),  # no maxmemory
         ({**SAFE, "maxmemory": 10**8, "maxmemory_policy": "allkeys-lru"}, {"1 1"}, ["queued"]),
         ({**SAFE, "maxmemory": 10**8, "maxmemory_policy": "volatile-ttl"}, {"1 1"}, ["checkp"]),
+        ({**SAFE, "maxmemory": 20 * 2**20, "used_memory": 20 * 2**20 - 1}, {"1 1"}, []),
+        (
+            {**SAFE, "maxmemory": 20 * 2**20, "used_memory": 40 * 2**20},
+            {"1 1"},
+            ["used_memory 40.0 MB is at or over maxmemory 20.0 MB: Redis refuses writes"],
+        ),
     ],
 )
 def test_what_a_server_is_warned_about(info, saves, said):
@@ -84,5 +90,23 @@ def test_status_says_ok_for_a_safe_redis(tmp_path):
         result = scrapy_ha("--redis-url", url, "status", "books")
         lines = [x.split() for x in result.stdout.splitlines()]
         assert ["redis", "ok"] in lines, result.stdout + result.stderr
+    finally:
+        server.kill()
+
+
+def test_status_says_a_redis_over_its_maxmemory(tmp_path):
+    """A QA run: Redis at 40 MB of a 20 MB maxmemory refused every write, the back-pressure
+    mark (a key) included, and ``status`` read as healthy (``redis ok``, no back-pressure)."""
+    server = redis_servers.start(tmp_path / "redis", "--appendonly", "yes")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        client = server.client()
+        client.set("ha:{books}:seq", 1)  # a crawl exists
+        client.set("ballast", "x" * 2**21)  # 2 MB
+        client.config_set("maxmemory", 2**20)  # 1 MB: below what it uses
+        assert int(client.info("memory")["used_memory"]) >= 2**20
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
+        assert "at or over maxmemory 1.0 MB: Redis refuses writes" in line, line
     finally:
         server.kill()

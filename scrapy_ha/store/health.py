@@ -80,9 +80,24 @@ _WARNED: set[str] = set()
 def node_problems(info: dict[str, Any], saves: set[str] | None) -> list[str]:
     """The problems one server's ``INFO`` shows; *saves*: its ``save`` settings, or None
     when they could not be read."""
-    return [
-        p for p in (_version(info), _eviction(info), _persistence(info, saves)) if p is not None
-    ]
+    checks = (_version(info), _eviction(info), _full(info), _persistence(info, saves))
+    return [p for p in checks if p is not None]
+
+
+def _full(info: dict[str, Any]) -> str | None:
+    """Redis at or over its ``maxmemory``: it refuses every write that allocates, and the
+    back-pressure mark itself (a key) cannot be written then (a QA run: a crawl frozen at
+    40 MB of a 20 MB maxmemory read as healthy)."""
+    maxmemory = int(info.get("maxmemory", 0) or 0)
+    used = int(info.get("used_memory", 0) or 0)
+    if not maxmemory or used < maxmemory:
+        return None
+    return (
+        f"used_memory {used / 2**20:,.1f} MB is at or over maxmemory "
+        f"{maxmemory / 2**20:,.1f} MB: Redis refuses writes, so workers can neither store, "
+        f"lease nor acknowledge requests (nothing is lost; they retry); raise maxmemory "
+        f"(CONFIG SET maxmemory), or free memory (scrapy-ha dlq purge, flush a finished crawl)"
+    )
 
 
 def _version(info: dict[str, Any]) -> str | None:
