@@ -190,3 +190,20 @@ def test_a_switch_takes_no_other_number_than_1_and_0(value):
 )
 def test_a_switch_takes_what_scrapy_takes_of_true_and_false(value, taken):
     assert check.boolean(Settings({"HA_GC_FREEZE": value}), "HA_GC_FREEZE", True) is taken
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"HA_REDIS_MEMORY_LOW": 0}, "HA_REDIS_MEMORY_LOW=0.0 would never let workers lease again"),
+        ({"HA_REDIS_MEMORY_LOW": 0.95}, "HA_REDIS_MEMORY_LOW=0.95 must be below"),
+    ],
+)
+def test_a_memory_mark_that_would_hold_workers_for_ever_is_refused(settings, says):
+    """A QA run: HA_REDIS_MEMORY_LOW=0 was taken, and the workers it held back never leased
+    again (Redis never uses less than 0 bytes)."""
+    from scrapy_ha.config.memory import MemoryConfig
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        MemoryConfig.from_settings(Settings(settings))
+    MemoryConfig.from_settings(Settings({"HA_REDIS_MEMORY_HIGH": 0, "HA_REDIS_MEMORY_LOW": 0}))

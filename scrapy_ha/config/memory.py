@@ -112,6 +112,12 @@ class MemoryConfig:
                 f"HA_DUPEFILTER_CAPACITY={self.capacity} must be {MAX_DUPEFILTER_CAPACITY:g} "
                 "or fewer (the filter grows past its capacity by itself)"
             )
+        if self.high and not self.low:
+            raise ConfigError(
+                f"HA_REDIS_MEMORY_LOW={self.low!r} would never let workers lease again once "
+                f"HA_REDIS_MEMORY_HIGH={self.high!r} held them back: give a mark below it "
+                "(0 switches off HA_REDIS_MEMORY_HIGH, not this one)"
+            )
         if self.high and (self.high > 1) == (self.low > 1) and self.low >= self.high:
             raise ConfigError(
                 f"HA_REDIS_MEMORY_LOW={self.low!r} must be below HA_REDIS_MEMORY_HIGH="
