@@ -349,3 +349,26 @@ async def test_seen_forget_refuses_a_sharded_bloom_filter_whose_shard_0_is_empty
     kept = await asyncio.to_thread(scrapy_ha, *check)  # kept for ever: not read URL by URL
     assert kept.returncode == 2 and "nothing to check" in kept.stderr, kept.stdout
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_refused_at_start_is_no_live_worker(redis_url: str, site: Site) -> None:
+    """A QA finding: the refused worker stayed registered until its heartbeat expired, and
+    kept `scrapy-ha flush` (which its refusal names as the fix) from running: "1 worker(s)
+    of k are alive"."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await register(client, 1, "w1")
+        await set_dupefilter(make_queue(client, "ha", "k", 1), BLOOM_MEMORY, worker="w1")
+        settings = {**crawl_settings(redis_url), **SET, "HA_WORKER_ID": "refused"}
+
+        class K(CatalogueSpider):
+            name = "k"
+
+        crawler = get_crawler(K, settings)
+        await crawler.crawl_async(base_url=site.url)
+        assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+        workers = await client.zrange("ha:{k}:workers", 0, -1)
+        assert workers == [b"w1"], workers  # (before: w1 and the refused worker)
+    finally:
+        await client.aclose()

@@ -109,6 +109,14 @@ async def join_crawl(
             raise ConfigError(await _refusal(client, keys, shards, reply))
 
 
+async def leave_crawl(client: Any, prefix: str, spider: str, *, shards: int, worker: str) -> None:
+    """Undo :func:`join_crawl`'s registration of *worker*, refused after it joined (its
+    dupefilter of another kind): counted live until its registration expired, it kept
+    ``flush`` (which the refusal names as the fix) from running (a QA finding)."""
+    keys = Keys(prefix, spider)
+    await client.zrem(keys.workers if shards == 1 else keys.joins, worker)
+
+
 def _layout_name(stored: bytes | None) -> str:
     return ONE_SHARD if stored is None else _s(stored)
 

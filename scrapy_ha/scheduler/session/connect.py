@@ -29,7 +29,7 @@ from scrapy_ha.store.connection import (
     redis_from_settings,
 )
 from scrapy_ha.store.health import warn_once
-from scrapy_ha.store.join import join_crawl
+from scrapy_ha.store.join import join_crawl, leave_crawl
 from scrapy_ha.store.runs import open_run
 from scrapy_ha.store.sharding import make_queue, queue_in_redis, set_dupefilter, shard_setting
 from scrapy_ha.store.url import uses_cluster
@@ -173,6 +173,14 @@ async def open_queue(
             lambda: set_dupefilter(queue, config.memory, ttl, worker=config.worker_id)
         )
         await queue.upgrade()  # a crawl stored before the back queues is converted
+    except ConfigError:  # refused: not a live worker of the crawl (the fix may be a flush)
+        try:
+            await leave_crawl(client, prefix, spider.name, shards=shards, worker=config.worker_id)
+        except redis.RedisError as exc:
+            logger.debug("Could not take this refused worker's registration back: %s", exc)
+        finally:
+            await client.aclose()
+        raise
     except BaseException:
         await client.aclose()
         raise
