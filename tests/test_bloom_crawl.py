@@ -206,3 +206,31 @@ def test_no_maxmemory_and_fractions_mean_no_back_pressure(
     done = worker(redis_url, site.url, items, log, **marks)
     assert done.wait(120) == 0
     assert count_lines(items) == 15 and "leases nothing new" not in log.read_text()
+
+
+@deferred_f_from_coro_f
+async def test_a_first_layer_that_cannot_fit_in_redis_is_refused_at_start(tmp_path, site, caplog):
+    """A QA run: the default filter's 36 MB first layer in a 20 MB Redis; every write of the
+    crawl was refused (an ERROR a second, for ever). The worker is refused at start, naming
+    the sizes and the settings; a filter that fits starts."""
+    import logging
+
+    from tests import redis_servers
+
+    server = redis_servers.start(tmp_path / "redis", "--maxmemory", "20mb")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        caplog.set_level(logging.ERROR)
+        default = {**crawl_settings(url), "HA_DUPEFILTER": "bloom"}  # 10 M URLs at 1e-6
+        crawler = get_crawler(CatalogueSpider, default)
+        await crawler.crawl_async(base_url=site.url)
+        assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+        said = "\n".join(r.getMessage() for r in caplog.records)
+        assert "its first layer takes 36." in said and "maxmemory 20.0 MB" in said, said
+        assert not server.client().zcard("ha:{catalogue}:workers")
+        small = {**default, "HA_DUPEFILTER_CAPACITY": 100_000}
+        crawler = get_crawler(CatalogueSpider, small)
+        await crawler.crawl_async(base_url=site.url)
+        assert crawler.stats.get_value("finish_reason") == "finished"
+    finally:
+        server.kill()

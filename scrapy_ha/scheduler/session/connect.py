@@ -18,6 +18,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
 from scrapy_ha.spiders import RedisSpiderMixin
+from scrapy_ha.store.bloom import first_layer_room
 from scrapy_ha.store.connection import (
     CHECK_REDIS,
     REDIS_DOWN_ERRORS,
@@ -173,6 +174,7 @@ async def open_queue(
             lambda: set_dupefilter(queue, config.memory, ttl, worker=config.worker_id)
         )
         await queue.upgrade()  # a crawl stored before the back queues is converted
+        await _bloom_fits(queue, config, info)
     except ConfigError:  # refused: not a live worker of the crawl (the fix may be a flush)
         try:
             await leave_crawl(client, prefix, spider.name, shards=shards, worker=config.worker_id)
@@ -185,6 +187,20 @@ async def open_queue(
         await client.aclose()
         raise
     return queue, info
+
+
+async def _bloom_fits(queue: RedisQueue, config: SchedulerConfig, info: dict[str, Any]) -> None:
+    """Refuse a new Bloom filter whose first layer cannot fit in Redis (see
+    :func:`~scrapy_ha.store.bloom.first_layer_room`); one already made is the crawl's (and
+    time slices, ``HA_DUPEFILTER_TTL``, are not looked at: their keys are the slices')."""
+    memory = config.memory
+    if memory.dupefilter != "bloom" or config.dupefilter_ttl:
+        return
+    if await queue.client.exists(queue.keys.bloom_part(0, 0)):
+        return
+    problem = first_layer_room(memory.capacity, memory.error_rate, info)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 #: What would act on one shard alone: refused with HA_SHARDS > 1 rather than half working.
