@@ -65,3 +65,18 @@ def test_a_run_begun_after_the_stop_is_no_stopped_crawl(redis_url, redis_client)
     assert "stopped  at" not in text and doc["stopped_at"] is None
     redis_client.hset("ha:{halted}:run", mapping={"started": at - 9, "ended": at + 9})
     assert _status(redis_url)[1]["stopped_at"] is None
+
+
+def test_the_dashboard_shows_a_crawl_held_back_by_redis_memory(redis_url, redis_client):
+    """A QA finding: ``status`` showed the back-pressure line while the dashboard's crawl
+    page read "running" and the API had no field for it."""
+    from tests.test_dashboard_api import dashboard
+    from tests.test_dashboard_pages import shown
+
+    delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    redis_client.set("ha:{halted}:pressure", '{"used": 9, "max": 10}', ex=60)
+    with dashboard(redis_url) as http:
+        (crawl,) = http.get("/api/crawls").json()["crawls"]
+        assert crawl["backpressure"] is True, crawl  # (before: no such key)
+        text = shown(http.get("/crawls/halted").text)
+        assert "held back: Redis memory" in text.parts, text.parts

@@ -141,6 +141,8 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "workers": stats.workers,
         "paused": (paused := bool(await client.exists(keys.paused))),
         "stopped_at": await stopped_at(client, keys),  # (scrapy-ha stop; None once resumed)
+        # Redis's memory above HA_REDIS_MEMORY_HIGH: the workers lease nothing new
+        "backpressure": bool(await client.exists(keys.pressure)),
         "pages_per_s": round(speed(stats), 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
