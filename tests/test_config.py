@@ -207,3 +207,17 @@ def test_a_memory_mark_that_would_hold_workers_for_ever_is_refused(settings, say
     with pytest.raises(ConfigError, match=re.escape(says)):
         MemoryConfig.from_settings(Settings(settings))
     MemoryConfig.from_settings(Settings({"HA_REDIS_MEMORY_HIGH": 0, "HA_REDIS_MEMORY_LOW": 0}))
+
+
+@pytest.mark.parametrize(
+    ("value", "taken"), [(1e9, 10**9), ("1e4", 10_000), (3e4, 30_000), ("20000", 20_000)]
+)
+def test_a_whole_number_may_be_written_as_a_float(value, taken):
+    """A QA finding: ``-s HA_DUPEFILTER_CAPACITY=1e4`` (and ``1e9`` in settings.py, a float)
+    were refused as "must be a whole number"."""
+    from scrapy_ha.config.memory import MemoryConfig
+
+    assert MemoryConfig.from_settings(Settings({"HA_DUPEFILTER_CAPACITY": value})).capacity == taken
+    for bad in (2.5e4 + 0.5, "1e4.5", float("inf"), "inf", True):  # (inf: an OverflowError)
+        with pytest.raises(ConfigError, match="must be a whole number"):
+            check.whole(Settings({"X": bad}), "X", 1)

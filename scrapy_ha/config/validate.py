@@ -127,15 +127,30 @@ def seconds(
 
 
 def whole(settings: BaseSettings, name: str, default: int, *, minimum: int = 1) -> int:
-    """A whole number of *minimum* or more (``"3"`` is fine, ``2.5`` and ``"x"`` are not)."""
+    """A whole number of *minimum* or more (``"3"`` is fine, and so are ``1e9``, ``"1e4"``
+    and ``3.0``: a billion URLs is written ``1e9``; ``2.5``, ``True`` and ``"x"`` are not)."""
     value = raw(settings, name, default)
     try:
         result = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (inf)
         result = minimum - 1
-    if result < minimum or str(result) != str(value).strip():
+    if str(result) != str(value).strip():
+        result = _integral(value, minimum - 1)
+    if result < minimum:
         raise ConfigError(f"{name}={value!r} must be a whole number of {minimum} or more")
     return result
+
+
+def _integral(value: Any, otherwise: int) -> int:
+    """*value* as the whole number a float or its text writes (``1e9``, ``"1e4"``, ``3.0``),
+    else *otherwise*."""
+    if isinstance(value, bool) or not isinstance(value, float | str):
+        return otherwise
+    try:
+        number = float(value)
+    except ValueError:
+        return otherwise
+    return int(number) if math.isfinite(number) and number.is_integer() else otherwise
 
 
 def integer(settings: BaseSettings, name: str, default: int) -> int:
@@ -143,7 +158,7 @@ def integer(settings: BaseSettings, name: str, default: int) -> int:
     value = raw(settings, name, default)
     try:
         result = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (inf)
         result = None
     if result is None or str(result) != str(value).strip():
         raise ConfigError(f"{name}={value!r} must be a whole number")
