@@ -80,3 +80,15 @@ def test_the_dashboard_shows_a_crawl_held_back_by_redis_memory(redis_url, redis_
         assert crawl["backpressure"] is True, crawl  # (before: no such key)
         text = shown(http.get("/crawls/halted").text)
         assert "held back: Redis memory" in text.parts, text.parts
+
+
+def test_status_of_back_pressure_without_maxmemory_says_so():
+    """A QA finding: marks in bytes on a Redis without maxmemory read "Redis uses 3.5 MB of
+    0.0 MB"."""
+    from scrapy_ha.cli.status import _pressure_lines
+
+    mark = {"used": 3 * 2**20, "max": 0, "high": 2**20, "low": 2**19, "since": 0}
+    (line,) = _pressure_lines(mark)
+    assert "Redis uses 3.0 MB (no maxmemory) (HA_REDIS_MEMORY_HIGH 1.0 MB)" in line, line
+    (line,) = _pressure_lines({**mark, "max": 4 * 2**20})
+    assert "Redis uses 3.0 MB of 4.0 MB (HA_REDIS_MEMORY_HIGH 1.0 MB)" in line, line

@@ -177,9 +177,10 @@ def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
         return []
     since = local_time(mark.get("since", 0))
     mb = {k: f"{mark.get(k, 0) / 2**20:,.1f} MB" for k in ("used", "max", "high", "low")}
+    of = f"of {mb['max']}" if mark.get("max") else "(no maxmemory)"  # (marks in bytes)
     return [
-        f"{'back-pressure':>13}  since {since}: Redis uses {mb['used']} of "
-        f"{mb['max']} (HA_REDIS_MEMORY_HIGH {mb['high']}): workers lease nothing new until "
+        f"{'back-pressure':>13}  since {since}: Redis uses {mb['used']} {of} "
+        f"(HA_REDIS_MEMORY_HIGH {mb['high']}): workers lease nothing new until "
         f"it falls below {mb['low']}; nothing is lost"
     ]
 
