@@ -145,6 +145,12 @@ async def test_a_429_closes_the_domain_for_every_worker_until_retry_after(
     assert sum(c.stats.get_value("ha/deferred", 0) for c in crawlers) > 0
 
 
+def no_rate_limited_retry(redis_url: str, **extra: Any) -> dict[str, Any]:
+    """A worker's settings with the ``rate_limited`` budget at 0 (no retry of a 429)."""
+    policies = {**FAST_RETRIES["HA_RETRY_POLICIES"], "rate_limited": {"times": 0}}
+    return {**FAST_RETRIES, "REDIS_URL": redis_url, "HA_RETRY_POLICIES": policies, **extra}
+
+
 @deferred_f_from_coro_f
 async def test_a_429_that_spends_the_budget_still_closes_its_domain(
     redis_url, redis_client, site_factory
@@ -154,14 +160,7 @@ async def test_a_429_that_spends_the_budget_still_closes_its_domain(
     in 0.13 s after "Retry-After: 60", with the rate_limited budget at 0)."""
     site = site_factory("--pages", "5", "--per-page", "10", "--delay", "0.05")
     paths = ("/flaky/1?fail=9&status=429&retry_after=2", *(f"/item/{i}" for i in range(2, 20)))
-    policies = {**FAST_RETRIES["HA_RETRY_POLICIES"], "rate_limited": {"times": 0}}
-    worker = {
-        **FAST_RETRIES,
-        "REDIS_URL": redis_url,
-        "CONCURRENT_REQUESTS": 1,
-        "HA_PREFETCH": 1,
-        "HA_RETRY_POLICIES": policies,
-    }
+    worker = no_rate_limited_retry(redis_url, CONCURRENT_REQUESTS=1, HA_PREFETCH=1)
     crawler = get_crawler(FaultSpider, worker)
     crawling = asyncio.ensure_future(crawler.crawl_async(base_url=site.url, paths=paths))
     known_at, open_at = await watch_gate(redis_client, Keys("ha", "faults"), [crawler], crawling)
@@ -264,14 +263,7 @@ async def test_requests_in_flight_when_a_429_closes_the_gate_spend_no_attempt(
     site = site_factory("--pages", "5", "--per-page", "10")
     # each answered a second late: all eight reach the site before the first answer
     paths = [f"/flaky/{n}?fail=1&status=429&retry_after=1&delay=1" for n in range(1, 9)]
-    policies = {**FAST_RETRIES["HA_RETRY_POLICIES"], "rate_limited": {"times": 0}}
-    worker = {
-        **FAST_RETRIES,
-        "REDIS_URL": redis_url,
-        "CONCURRENT_REQUESTS": 8,
-        "DOWNLOAD_TIMEOUT": 10,
-        "HA_RETRY_POLICIES": policies,
-    }
+    worker = no_rate_limited_retry(redis_url, CONCURRENT_REQUESTS=8, DOWNLOAD_TIMEOUT=10)
     crawler = get_crawler(FaultSpider, worker)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     dead = dead_letters(redis_client, "faults")
