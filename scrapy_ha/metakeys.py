@@ -16,6 +16,7 @@ from __future__ import annotations
 __all__ = [
     "CHECKPOINT",
     "COOKIES_VERSION",
+    "GATE_WAITED",
     "HISTORY",
     "LEASE",
     "NOT_BEFORE",
@@ -75,6 +76,9 @@ COOKIES_VERSION = "ha_cookies_v"
 #: The User-Agent the pool (HA_USER_AGENTS) put on the request's last attempt: the next
 #: attempt picks again (a header of the spider's own differs, and is kept).
 USER_AGENT = "ha_user_agent"
+#: True once a 429 to this request, handed out before its domain's gate closed, waited for
+#: the gate without an attempt: its next 429 is an attempt (cleared by any attempt judged).
+GATE_WAITED = "ha_gate_waited"
 #: What is kept of a revisited URL between visits (``scrapy_ha.config.continuous.RevisitState``).
 REVISIT_STATE = "ha_revisit_state"
 

@@ -271,3 +271,31 @@ async def test_requests_in_flight_when_a_429_closes_the_gate_spend_no_attempt(
     assert len(crawler.spider.ok) == 7, crawler.spider.ok
     assert crawler.stats.get_value("ha/retry/gate_waits") == 7
     assert crawler.stats.get_value("ha/retry/count", 0) == 0  # (none had a retry to spend)
+
+
+@deferred_f_from_coro_f
+async def test_a_domain_that_answers_429_to_everything_gets_each_request_a_bounded_number_of_times(
+    redis_url, redis_client, site_factory
+):
+    """A review's finding on the first version of the gate waits: they had no bound, so
+    each request in flight waited at every reopening of the gate, and a domain answering
+    429 to everything was hit about as many times more than the budget as requests ran at
+    once (16 requests of budget 2: 200 hits; the slow one 22). A request waits for a gate
+    once between two attempts."""
+    site = site_factory("--pages", "5", "--per-page", "10")
+    paths = [f"/flaky/{n}?fail=1000&status=429&retry_after=1" for n in range(1, 16)]
+    paths.append("/flaky/40?fail=1000&status=429&retry_after=1&delay=1")
+    policies = {**FAST_RETRIES["HA_RETRY_POLICIES"], "rate_limited": {"times": 1}}
+    worker = {
+        **FAST_RETRIES,
+        "REDIS_URL": redis_url,
+        "CONCURRENT_REQUESTS": 8,
+        "DOWNLOAD_TIMEOUT": 10,
+        "HA_RETRY_POLICIES": policies,
+    }
+    crawler = get_crawler(FaultSpider, worker)
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    dead = dead_letters(redis_client, "faults")
+    assert len(dead) == 16 and {d["attempts"] for d in dead.values()} == {2}, dead
+    hits = {path: len(times) for path, times in hit_log(site).items() if path in paths}
+    assert max(hits.values()) <= 4, hits  # two attempts, each after one wait at most

@@ -41,7 +41,9 @@ from scrapy_ha.codec.masking import (
 
 #: Meta keys of past attempts: a request put back by an operator starts with a fresh budget
 #: and an empty history (the verdict is stripped on storing already; an old payload has it).
-ATTEMPT_META = frozenset((metakeys.RETRIES, metakeys.HISTORY, metakeys.OUTCOME))
+ATTEMPT_META = frozenset(
+    (metakeys.RETRIES, metakeys.HISTORY, metakeys.OUTCOME, metakeys.GATE_WAITED)
+)
 
 
 @dataclass(frozen=True)

@@ -180,9 +180,12 @@ class RetryMiddleware:
             request.meta[metakeys.RETRY_TIMES] = 0 if limited else self.config.robots_retries
         fclass = failure.failure_class
         scheduler = scheduler_for(self.crawler)
+        meta = request.meta
         if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
-            if not _robots_txt(request) and (wait := scheduler.closed.sent_before(request)) > 0:
+            free = not (_robots_txt(request) or meta.get(metakeys.GATE_WAITED))
+            if free and (wait := scheduler.closed.sent_before(request)) > 0:
                 return self._wait_for_gate(request, failure, wait, scheduler)
+        meta.pop(metakeys.GATE_WAITED, None)  # an attempt: the next gate may be waited for
         verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
             # the site's wait holds for its domain whether or not this request has a retry
@@ -207,11 +210,15 @@ class RetryMiddleware:
         site's answer to a request sent too soon, which the gate now holds back. It waits
         for the gate as the domain's queued requests do, without an attempt (no retry
         counted, its budget whole); its ``Retry-After`` may keep the gate closed longer.
+        Once between two attempts (``meta["ha_gate_waited"]``, stored with it): a review
+        found a domain that answers 429 to everything downloaded about as many times more
+        than its budget as requests ran at once, each of them waiting at every reopening.
         Before, each request in flight when a 429 came spent an attempt on its own 429."""
         if failure.retry_after is not None:
             scheduler.close_gate(request, min(failure.retry_after, self.config.retry_after_max))
         gate = Verdict.retry(FailureClass.GATE, failure.reason, wait, status=failure.status)
         request.meta[metakeys.OUTCOME] = gate
+        request.meta[metakeys.GATE_WAITED] = True
         self.stats.inc_value("ha/retry/gate_waits")
         logger.debug("%s waits %.1f s for its domain's gate (%s)", request, wait, failure.reason)
         return request.replace(dont_filter=True)

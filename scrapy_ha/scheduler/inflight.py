@@ -275,9 +275,9 @@ class InFlight:
         """End a request a middleware judged: a retry, or a dead letter; a revisited URL's
         failed visit goes back to its revisits instead (:meth:`Revisits.failed_visit`)."""
         if verdict.failure_class == FailureClass.GATE:  # no attempt: waits for its gate
-            if self.items is not None:
+            if self.items is not None:  # (stored as it is now: it waited once, meta says)
                 self.items.discard((entry_id, token), verdict, revisited=False)
-            self.end(EndOp("defer", entry_id, token, request, verdict.delay or 0.0))
+            self.end(EndOp("retry", entry_id, token, request))
             return
         if not verdict.is_retry:  # a dead-lettered page holds its chain back no more
             self._checkpoint(entry_id, token, request)

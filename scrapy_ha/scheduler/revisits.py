@@ -187,7 +187,7 @@ class Revisits:
                 held,
                 0.0 if first else 1 / base,
             )
-        for key in (metakeys.RETRIES, metakeys.HISTORY):  # the next visit starts afresh
+        for key in (metakeys.RETRIES, metakeys.HISTORY, metakeys.GATE_WAITED):  # afresh
             meta.pop(key, None)
         saved = state.size if found == "not_modified" else 0
         fp = self.fingerprint(request)

@@ -23,7 +23,7 @@ from scrapy_ha.deadletters.archive import Archiver
 from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
-from scrapy_ha.verdict import WAIT_CLASSES, Verdict
+from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -152,14 +152,15 @@ class Ends:
             return await end_revisit(self.queue, self.spider, op, self.stats)
         payload = encode_request(op.request, self.spider)
         verdict = Verdict.from_meta(op.request.meta)
-        if op.kind == "retry":  # (waiting for a proxy: no attempt, no retry to count)
-            waits = verdict is not None and verdict.failure_class in WAIT_CLASSES
+        if op.kind == "retry":  # (waiting for a proxy or a gate: no attempt, no retry)
+            gate = verdict is not None and verdict.failure_class == FailureClass.GATE
+            waits = gate or (verdict is not None and verdict.failure_class in WAIT_CLASSES)
             delay_ms = int(((verdict and verdict.delay) or 0) * 1000)
             prio = op.request.priority if op.priority is None else op.priority
             fclass = "" if waits else str(verdict.failure_class if verdict else "unknown")
             args = (op.entry_id, op.token, delay_ms, payload, prio, fclass)
-            due = await self.queue.retry_later(*args, held="proxy")
-            done = "ha/proxy/waits" if waits else "ha/retry/delayed"
+            due = await self.queue.retry_later(*args, held="gate" if gate else "proxy")
+            done = ("ha/deferred" if gate else "ha/proxy/waits") if waits else "ha/retry/delayed"
             self.stats.inc_value(done if due else "ha/stale_acks")
             return
         await self._dead_letter(op, verdict, payload)
