@@ -228,6 +228,16 @@ async def test_a_first_layer_that_cannot_fit_in_redis_is_refused_at_start(tmp_pa
         said = "\n".join(r.getMessage() for r in caplog.records)
         assert "its first layer takes 36." in said and "maxmemory 20.0 MB" in said, said
         assert not server.client().zcard("ha:{catalogue}:workers")
+        # each shard has its own filter: four of 14.4 MB (a review: a check of one passed)
+        server.client().flushall()
+        caplog.clear()
+        sharded = {**default, "HA_DUPEFILTER_CAPACITY": 4_000_000, "HA_SHARDS": 4}
+        crawler = get_crawler(CatalogueSpider, sharded)
+        await crawler.crawl_async(base_url=site.url)
+        assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+        said = "\n".join(r.getMessage() for r in caplog.records)
+        assert "its first layers (4 shards) take 57.8 MB" in said, said
+        server.client().flushall()
         small = {**default, "HA_DUPEFILTER_CAPACITY": 100_000}
         crawler = get_crawler(CatalogueSpider, small)
         await crawler.crawl_async(base_url=site.url)

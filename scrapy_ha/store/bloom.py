@@ -133,20 +133,23 @@ def layer_bytes(capacity: int, k: int, part: int, layer: int) -> int:
     return total
 
 
-def first_layer_room(capacity: int, error_rate: float, info: dict[str, Any]) -> str | None:
-    """Why a new Bloom filter's first layer cannot fit in the Redis of *info* (its ``INFO``:
-    ``maxmemory`` less ``used_memory``), or None. Its bitmaps are made whole by the first
-    URL stored: in a Redis without room, every write is refused and the crawl waits for
-    ever (a QA run: a 36 MB first layer in a 20 MB Redis)."""
+def first_layer_room(
+    capacity: int, error_rate: float, info: dict[str, Any], *, layers: int = 1
+) -> str | None:
+    """Why *layers* new Bloom filters' first layers (one a shard) cannot fit in the Redis of
+    *info* (its ``INFO``: ``maxmemory`` less ``used_memory``), or None. A layer's bitmaps are
+    made whole by the first URL stored: in a Redis without room, every write is refused and
+    the crawl waits for ever (a QA run: a 36 MB first layer in a 20 MB Redis)."""
     maxmemory = int(info.get("maxmemory", 0) or 0)
     used = int(info.get("used_memory", 0) or 0)
     if not maxmemory:
         return None
-    first = layer_bytes(capacity, bloom_k(error_rate), MAX_PART_BYTES, 0)
+    first = layer_bytes(capacity, bloom_k(error_rate), MAX_PART_BYTES, 0) * layers
     if first <= maxmemory - used:
         return None
+    which = "first layer takes" if layers == 1 else f"first layers ({layers} shards) take"
     return (
-        f"HA_DUPEFILTER='bloom': its first layer takes {first / 2**20:,.1f} MB "
+        f"HA_DUPEFILTER='bloom': its {which} {first / 2**20:,.1f} MB "
         f"(HA_DUPEFILTER_CAPACITY={capacity}, HA_DUPEFILTER_ERROR_RATE={error_rate:g}), and "
         f"Redis has {max(0, maxmemory - used) / 2**20:,.1f} MB left of its maxmemory "
         f"{maxmemory / 2**20:,.1f} MB: it would refuse every write of the crawl. Raise "
