@@ -210,8 +210,10 @@ class Handout:
         self._pushed += 1
 
     def looked(self) -> None:
-        """The engine called ``next_request()``: it was offered everything queued so far."""
+        """The engine called ``next_request()``: it was offered everything queued so far,
+        and has taken the request handed out before (in its downloader now, or done)."""
         self._offered = self._pushed
+        self._slots.taken()
 
     def has_fresh(self) -> bool:
         """New requests wait to be handed out from memory."""
