@@ -14,6 +14,7 @@ from scrapy_ha.config.memory import (
     MEMORY_UNBOUNDED_INTERVAL,
     MemoryConfig,
 )
+from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.pressure import Pressure
 from scrapy_ha.store.sharding import make_queue
@@ -100,4 +101,41 @@ async def test_at_connect_the_memory_is_the_info_read_there(redis_url, redis_cli
         assert _reads(redis_client) == loading
         assert remote.held == (not loading)  # read again: the server has no maxmemory
     finally:
+        await aclient.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_started_between_the_marks_holds_back_with_the_others(
+    redis_url, redis_client
+):
+    # before: it leased while the others held back, and the status said the crawl leased
+    # nothing new (their mark)
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        redis_client.set("ha-test-ballast", b"x" * (8 << 20))
+        with_ballast = int(redis_client.info("memory")["used_memory"])
+        redis_client.delete("ha-test-ballast")
+        without = int(redis_client.info("memory")["used_memory"])
+        # bytes: the ballast puts memory above the high mark, its deletion between the marks
+        config = MemoryConfig(high=(with_ballast + without) // 2, low=2)
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        held, late = Remote(), Remote()
+        first = Pressure(config, get_crawler().stats, held, redis_url)
+        redis_client.set("ha-test-ballast", b"x" * (8 << 20))
+        await first.check(queue, now=0.0)
+        assert held.held
+        redis_client.delete("ha-test-ballast")
+        used = int(redis_client.info("memory")["used_memory"])
+        assert config.low <= used < config.high
+        second = Pressure(config, get_crawler().stats, late, redis_url)
+        await second.check(queue, now=0.0)
+        assert late.held
+        await first.check(queue, now=MEMORY_CHECK_INTERVAL)
+        assert held.held  # above the low mark: both hold until memory falls below it
+        alone = Remote()
+        redis_client.delete(Keys("ha", "pressure").pressure)
+        await Pressure(config, get_crawler().stats, alone, redis_url).check(queue, now=0.0)
+        assert not alone.held  # no worker holds back: between the marks is no reason
+    finally:
+        redis_client.delete("ha-test-ballast")
         await aclient.aclose()

@@ -8,6 +8,10 @@ frontier:
   requests to its engine from memory (they go to Redis pending, as while paused);
 - it feeds no start URL from a Redis list.
 
+A worker that starts while memory is between the marks, after another worker of the
+crawl held back, holds back too (it finds that worker's mark in Redis): the crawl holds
+back as one until memory is below the low mark.
+
 Everything else goes on, so nothing is lost and nothing waits on a lease: the pages it
 holds finish, their children are stored (before their acks, as always), acks, retries and
 dead letters are sent, leases renewed and expired ones reclaimed. The frontier then stops
@@ -83,24 +87,33 @@ class Pressure:
         high = [(u, m, mk) for u, m, mk in above if mk is not None and u >= mk[0]]
         if high and not self.remote.held:
             self._hold(*high[0])
+        elif not self.remote.held and (band := _in_band(above)):
+            if await queue.client.exists(queue.keys.pressure):  # another worker holds back
+                self._hold(*band, joined=True)
         elif self.remote.held and all(mk is None or u < mk[1] for u, _, mk in above):
             await self._go_on(queue, nodes)
         if self.remote.held:
             await self._mark(queue, *(high or above)[0])
 
-    def _hold(self, used: int, most: int, marks: tuple[int, int] | None) -> None:
+    def _hold(
+        self, used: int, most: int, marks: tuple[int, int] | None, *, joined: bool = False
+    ) -> None:
+        """Hold back: memory is above the high mark, or (*joined*) between the marks while
+        another worker of the crawl holds back (its mark in Redis): the crawl holds back as
+        one until memory is below the low mark, a worker started in between included."""
         assert marks is not None
         self.remote.held = True
         self._since_ms = int(time.time() * 1000)
         self.stats.inc_value("ha/backpressure/held")
         logger.warning(
-            "Redis at %s uses %s of its %s (HA_REDIS_MEMORY_HIGH: %s): this worker leases "
+            "Redis at %s uses %s of its %s (HA_REDIS_MEMORY_HIGH: %s%s): this worker leases "
             "nothing new until it falls below %s (HA_REDIS_MEMORY_LOW); the pages it holds "
             "finish and their requests are stored, nothing is lost",
             self.redis_url,
             _mb(used),
             f"maxmemory {_mb(most)}" if most else "memory",
             _mb(marks[0]),
+            ", reached earlier: the crawl's other workers hold back" if joined else "",
             _mb(marks[1]),
         )
 
@@ -137,6 +150,16 @@ def _nodes(info: Any) -> list[dict[str, Any]]:
 
 def _memory(info: dict[str, Any]) -> tuple[int, int]:
     return int(info.get("used_memory", 0) or 0), int(info.get("maxmemory", 0) or 0)
+
+
+def _in_band(
+    above: list[tuple[int, int, tuple[int, int] | None]],
+) -> tuple[int, int, tuple[int, int]] | None:
+    """A server whose memory is between the low and the high mark, if any."""
+    for used, most, marks in above:
+        if marks is not None and marks[1] <= used < marks[0]:
+            return used, most, marks
+    return None
 
 
 def _mb(n: int) -> str:
