@@ -244,3 +244,28 @@ async def test_a_first_layer_that_cannot_fit_in_redis_is_refused_at_start(tmp_pa
         assert crawler.stats.get_value("finish_reason") == "finished"
     finally:
         server.kill()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_refused_at_start_leaves_a_finished_crawl_finished(tmp_path, site):
+    """A review finding: the refused worker's join deleted the finished crawl's 'done'
+    record, so a worker with another HA_SHARDS was then refused as if the crawl ran."""
+    from tests import redis_servers
+
+    server = redis_servers.start(tmp_path / "redis", "--maxmemory", "20mb")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        small = {**crawl_settings(url), "HA_DUPEFILTER": "bloom", "HA_DUPEFILTER_CAPACITY": 10**5}
+        crawler = get_crawler(CatalogueSpider, small)
+        await crawler.crawl_async(base_url=site.url)
+        assert crawler.stats.get_value("finish_reason") == "finished"
+        assert server.client().get("ha:{catalogue}:finish") == b"done"
+        crawler = get_crawler(CatalogueSpider, {**small, "HA_DUPEFILTER_CAPACITY": 10**7})
+        await crawler.crawl_async(base_url=site.url)  # a first layer of 36 MB: refused
+        assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+        assert server.client().get("ha:{catalogue}:finish") == b"done"
+        crawler = get_crawler(CatalogueSpider, {**small, "HA_SHARDS": 2})
+        await crawler.crawl_async(base_url=site.url)  # takes the finished crawl over
+        assert crawler.stats.get_value("finish_reason") == "finished"
+    finally:
+        server.kill()

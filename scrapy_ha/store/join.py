@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["Joined", "join_crawl"]
+__all__ = ["Joined", "join_crawl", "leave_crawl"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,11 +58,13 @@ ONE_SHARD = "1"
 @dataclass(frozen=True)
 class Joined:
     """The crawl this worker joined: its shard count and span (the shards its keys are on),
-    and the layout of a finished run it took over ('' when none)."""
+    the layout of a finished run it took over ('' when none), and whether the crawl had
+    finished (its join deleted the finish record: :func:`leave_crawl` writes it back)."""
 
     shards: int
     span: int
     replaced: str = ""
+    finished: bool = False
 
 
 async def join_crawl(
@@ -94,7 +96,7 @@ async def join_crawl(
         reply = await script(keys=names, args=[*args, replaceable, sent_grace_ms])
         kind = _s(reply[0])
         if kind == "joined":
-            joined = Joined(shards, int(reply[2]), _s(reply[1]))
+            joined = Joined(shards, int(reply[2]), _s(reply[1]), reply[3:4] == [1])
             if joined.replaced:
                 await _took_over(client, keys, joined)
             return joined
@@ -109,12 +111,18 @@ async def join_crawl(
             raise ConfigError(await _refusal(client, keys, shards, reply))
 
 
-async def leave_crawl(client: Any, prefix: str, spider: str, *, shards: int, worker: str) -> None:
+async def leave_crawl(client: Any, prefix: str, spider: str, joined: Joined, worker: str) -> None:
     """Undo :func:`join_crawl`'s registration of *worker*, refused after it joined (its
-    dupefilter of another kind): counted live until its registration expired, it kept
-    ``flush`` (which the refusal names as the fix) from running (a QA finding)."""
+    dupefilter of another kind, a Bloom filter too large): counted live until its
+    registration expired, it kept ``flush`` (which the refusal names as the fix) from
+    running (a QA finding). A crawl that had finished is recorded finished again unless
+    another worker joined it meanwhile: else a worker with another ``HA_SHARDS`` was refused
+    as if it ran (a review finding). What a join that took over a finished crawl of another
+    layout did stays done (that crawl kept nothing but counters)."""
     keys = Keys(prefix, spider)
-    await client.zrem(keys.workers if shards == 1 else keys.joins, worker)
+    where = keys.workers if joined.shards == 1 else keys.joins
+    script = client.register_script(scripts.LEAVE_LUA)
+    await script(keys=[where, keys.finish_record], args=[worker, int(joined.finished)])
 
 
 def _layout_name(stored: bytes | None) -> str:

@@ -109,6 +109,7 @@ SCRIPTS = (
     "counts",
     "finish",
     "join",
+    "leave",
     "fence",
     "feed",
     "retry",
@@ -145,6 +146,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     COUNTS_LUA: str
     FINISH_LUA: str
     JOIN_LUA: str
+    LEAVE_LUA: str
     FENCE_LUA: str
     FEED_LUA: str
     RETRY_LUA: str

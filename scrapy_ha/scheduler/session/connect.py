@@ -183,7 +183,7 @@ async def open_queue(
         await _bloom_fits(queue, config, info)
     except ConfigError:  # refused: not a live worker of the crawl (the fix may be a flush)
         try:
-            await leave_crawl(client, prefix, spider.name, shards=shards, worker=config.worker_id)
+            await leave_crawl(client, prefix, spider.name, joined, config.worker_id)
         except redis.RedisError as exc:
             logger.debug("Could not take this refused worker's registration back: %s", exc)
         finally:

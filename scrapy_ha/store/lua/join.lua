@@ -19,8 +19,9 @@
 -- ARGV[5] the layout this worker may replace ('-': none): the worker checked that the
 --         crawl, finished, keeps nothing there that its own layout would not read
 -- ARGV[6] ms a worker's number in 'sent' is kept after it was seen gone (lib/senders)
--- Returns {'joined', layout replaced ('' if none), span}: span is the number of shards of the
---         layout now (the count, or more: shards an earlier run kept things on);
+-- Returns {'joined', layout replaced ('' if none), span, done}: span is the number of shards
+--         of the layout now (the count, or more: shards an earlier run kept things on); done
+--         is 1 if the crawl had finished (its 'done' record is deleted: it runs again);
 --         {'wait', ms}: a finish is under way, join again within ms;
 --         {'complete', token}: a finish decided to clear every shard and its worker stopped
 --         before it was done: clear them under this token (then record it done), join again;
@@ -73,4 +74,4 @@ if ARGV[4] ~= '-' then
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[4])
   prune_senders(KEYS[4], KEYS[5], KEYS[3], now, grace)
 end
-return {'joined', replaced, span}
+return {'joined', replaced, span, record == 'done' and 1 or 0}
