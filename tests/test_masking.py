@@ -47,6 +47,12 @@ FORMS = [
     ),
     ("url", "https://u:p@ss@hooks.example/x", "https://u:***@hooks.example/x"),
     # a password holding '/', '?' or '#' unencoded (generated passwords often do)
+    (  # of a URL naming several hosts (a QA run: shown whole)
+        "url",
+        "redis+cluster://:s3cret?x@h1:7000,h2:7001",
+        "redis+cluster://:***@h1:7000,h2:7001",
+    ),
+    ("url", "redis+sentinel://:s3c#x@[::1]:1,s:2/m/0", "redis+sentinel://:***@[::1]:1,s:2/m/0"),
     (
         "url",
         "http://crawler:Xk/9#s3cret@proxy.example:8000",

@@ -98,7 +98,23 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         ({"REDIS_ENCODING": "base64"}, "REDIS_ENCODING='base64' is not a text encoding"),
         ({"REDIS_PARAMS": {"encoding": "rot13"}}, "['encoding']='rot13' is not a text"),
         ({"REDIS_URL": "redis://u:hunter2@h:1/abc"}, "its path is not a database number"),
-        ({"REDIS_URL": "redis://:x/hunter2@h:1/0"}, "its path is not a database number"),
+        ({"REDIS_URL": "redis://:x/hunter2@h:1/0"}, "'/' must be percent-encoded"),
+        # a QA run: redis-py's error quoted the password's start as a port, or connected to
+        # it as a host ("connecting to hunter2:6379"); bad values blamed on another setting
+        ({"REDIS_URL": "redis://:hunter2#x@h:1/0"}, "REDIS_URL 'redis://***@h:1/0': its host"),
+        ({"REDIS_URL": "redis://:hunter2?x@h:1/0"}, "'#', '?' or '/' must be percent-encoded"),
+        ({"REDIS_URL": "redis://u:12/hunter2@h:1/0"}, "REDIS_URL 'redis://***@h:1/0': its"),
+        ({"REDIS_URL": "redis+cluster://:hunter2#x@h:1,g:2"}, "its host and port cannot be"),
+        ({"REDIS_URL": "redis+cluster://:hunter2?x@h:1,g:2"}, "its host and port cannot be"),
+        ({"REDIS_URL": "redis+sentinel://:hunter2#x@h:1/s"}, "its host and port cannot be"),
+        ({"REDIS_URL": "redis://h:0/0"}, "a port is a number from 1 to 65535"),
+        ({"REDIS_URL": "redis://[::1/0"}, "written in brackets"),
+        ({"REDIS_PORT": "abc"}, "REDIS_PORT='abc' must be a whole number"),
+        ({"REDIS_DB": "abc"}, "REDIS_DB='abc' must be a whole number"),
+        ({"REDIS_PARAMS": {"socket_timeout": -1}}, "['socket_timeout']=-1 must be more than 0"),
+        ({"REDIS_PARAMS": {"socket_timeout": float("nan")}}, "['socket_timeout']=nan must be"),
+        ({"REDIS_PARAMS": {"socket_connect_timeout": 0}}, "['socket_connect_timeout']=0 must"),
+        ({"REDIS_PARAMS": {"health_check_interval": -5}}, "=-5 must be 0 (off) or more"),
     ],
 )
 def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):
@@ -211,6 +227,15 @@ def test_the_cli_refuses_a_bad_url_in_one_line_with_the_password_masked():
     result = scrapy_ha("--redis-url", "memcache://u:hunter2@127.0.0.1/0", "status", "books")
     assert result.returncode == 2
     assert result.stderr.startswith("error: REDIS_URL 'memcache://u:***@127.0.0.1/0': unknown")
+    assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["status", "books"], ["metrics", "--port", "0"]])
+def test_the_cli_refuses_a_password_cut_by_a_hash_without_showing_it(command):
+    # a QA run: "Port could not be cast to integer value as 'hunter2'"; metrics: a traceback
+    result = scrapy_ha("--redis-url", "redis://:hunter2#x@127.0.0.1:1/0", *command)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: REDIS_URL 'redis://***@127.0.0.1:1/0': its host")
     assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr
 
 
@@ -427,6 +452,12 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
         ({"REDIS_PARAMS": "notadict"}, "REDIS_PARAMS='notadict' must be a dict"),
         # "DB index is out of range", and not which Redis
         ({"REDIS_URL": "{base}/99"}, "Redis at {base}/99 answered ResponseError: DB index is"),
+        # a QA run: tracebacks, and no ha_start_failed
+        ({"REDIS_PARAMS": '{{"bogus_kw": 1}}'}, "REDIS_PARAMS: redis-py refused an argument"),
+        (
+            {"REDIS_PARAMS": '{{"redis_cls": "nonexist.X"}}'},
+            "REDIS_PARAMS['redis_cls']='nonexist.X' cannot",
+        ),
     ],
 )
 @deferred_f_from_coro_f

@@ -46,7 +46,12 @@ def serve(args: argparse.Namespace, settings: BaseSettings) -> int:
     prefix = args.prefix or key_prefix(settings)
     if args.redis_url:
         settings.set("REDIS_URL", args.redis_url, priority="cmdline")
-    client = sync_client(settings, timeout=args.timeout)
+    try:
+        client = sync_client(settings, timeout=args.timeout)
+    except ConfigError:
+        raise  # names the setting and the fix already
+    except ValueError as exc:  # redis-py cannot parse the URL
+        raise ConfigError(f"bad Redis URL {display_url(settings)}: {exc}") from None
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CrawlCollector(client, prefix, discovery_ttl=args.rescan))
     try:

@@ -192,13 +192,16 @@ def _mask_pairs(text: str) -> str:
     return _PAIR.sub(_mask_pair, text) if "=" in text else text
 
 
+#: A host and its port in a URL whose user info holds ``/``, ``?`` or ``#`` (a list of them,
+#: comma-separated: a Sentinel or Cluster URL).
+_LOOSE_HOST = r"(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
 #: A URL whose password holds ``/``, ``?`` or ``#`` unencoded (generated passwords often
 #: do): the user info runs up to the last ``@`` that a host (and port) follows, then the
 #: end, a path, a query or a fragment. ``_URL`` alone would end the authority at the first
 #: ``/``, ``?`` or ``#`` and find no password to mask.
 _LOOSE_USERINFO = re.compile(
     r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@:\s\[\]]*:\S*)"
-    r"@(?P<host>(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?)(?=[/?#]|$)",
+    rf"@(?P<host>{_LOOSE_HOST}(?:,{_LOOSE_HOST})*)(?=[/?#]|$)",
     re.S,
 )
 LOOSE_USERINFO = _LOOSE_USERINFO  # (the config refuses a URL it matches: see split_userinfo)

@@ -303,6 +303,8 @@ async def check_reachable(client: Any, url: str, timeout: float) -> dict[str, An
             f"Redis at {url} refused the credentials ({exc}): check the user name and password "
             f"in REDIS_URL (or REDIS_PARAMS)"
         ) from None
+    except TypeError as exc:  # an argument redis-py does not take, met at the first connection
+        raise RedisConfigError(f"REDIS_PARAMS: redis-py refused an argument ({exc})") from None
     except REDIS_DOWN_ERRORS as exc:
         untrusted = untrusted_certificate(exc, url, "REDIS_TLS_CA_FILE")
         if untrusted:  # waiting does not mend it: fail at once

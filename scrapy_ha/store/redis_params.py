@@ -1,17 +1,35 @@
-"""``REDIS_PARAMS`` and ``REDIS_ENCODING`` as scrapy-redis reads them, checked before a
-client is made: a value redis-py cannot use failed at the first command, with a traceback
-(a text for a timeout, an encoding Python does not have), or was blamed on REDIS_URL."""
+"""The Redis settings as scrapy-redis reads them (``REDIS_PARAMS``, ``REDIS_ENCODING``,
+``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``, lists of nodes) and the address of a URL,
+checked before a client is made: a value redis-py cannot use failed at the first command,
+with a traceback (a text for a timeout, an encoding Python does not have, an argument it
+does not take), was blamed on REDIS_URL or reported as a Redis that cannot be reached, or
+(a password holding an unencoded ``#``) had redis-py's error quote part of the password."""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from scrapy.settings import BaseSettings
 
-__all__ = ["SCRAPY_REDIS_ENCODING", "TIMEOUT_PARAMS", "RedisConfigError", "redis_params"]
+__all__ = [
+    "SCRAPY_REDIS_ENCODING",
+    "TIMEOUT_PARAMS",
+    "RedisConfigError",
+    "check_address",
+    "parse_nodes",
+    "redis_params",
+    "settings_url",
+    "whole_setting",
+]
 
 #: scrapy-redis's own defaults for ``REDIS_PARAMS``, honoured here.
 SCRAPY_REDIS_ENCODING = "utf-8"
@@ -38,9 +56,58 @@ def redis_params(settings: BaseSettings) -> dict[str, Any]:
     _text_encoding("REDIS_PARAMS['encoding']", params["encoding"])
     for name in TIMEOUT_PARAMS:
         value = params.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise RedisConfigError(f"REDIS_PARAMS[{name!r}]={value!r} must be seconds")
+        least = 0 if name == "health_check_interval" else math.nextafter(0, 1)
+        if not (math.isfinite(value) and value >= least):
+            # (a timeout of 0 or less never lets a connection be made: it was reported as
+            # a Redis that cannot be reached)
+            what = "0 (off) or more" if least == 0 else "more than 0"
+            raise RedisConfigError(f"REDIS_PARAMS[{name!r}]={value!r} must be {what} seconds")
     return params
+
+
+def settings_url(settings: BaseSettings) -> str:
+    """The URL of scrapy-redis's ``REDIS_HOST``, ``REDIS_PORT`` and ``REDIS_DB``."""
+    host = settings.get("REDIS_HOST") or "localhost"
+    port = whole_setting(settings, "REDIS_PORT") or 6379
+    return f"redis://{host}:{port}/{whole_setting(settings, 'REDIS_DB')}"
+
+
+def whole_setting(settings: BaseSettings, name: str) -> int:
+    """Setting *name* as a whole number (0 when unset), refused naming it."""
+    try:
+        return settings.getint(name, 0)
+    except (TypeError, ValueError):
+        raise RedisConfigError(f"{name}={settings.get(name)!r} must be a whole number") from None
+
+
+#: What follows the user info of a URL: hosts (``host:port``, comma-separated), then a path.
+_HOSTS_THEN_PATH = re.compile(r"[\w.\-\[\]:,]+(?:/\S*)?")
+
+
+def check_address(url: str, *, one_host: bool = True) -> None:
+    """Refuse a URL whose host or port cannot be read, naming it masked. A password holding
+    an unencoded ``#``, ``?`` or ``/`` (``redis://:pw#1@host``) ends the URL's address
+    there: redis-py's error then quotes part of the password as a port, or connects to it
+    as a host and names it (``connecting to pw:6379``). *one_host*: the URL names one
+    server (its port is checked too)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port if one_host else None
+    except ValueError:
+        port = -1
+    head, at, tail = url.partition("://")[2].rpartition("@")
+    cut = at and "@" not in parts.netloc and "=" not in head and _HOSTS_THEN_PATH.fullmatch(tail)
+    if port == -1 or port == 0 or cut:
+        shown = f"{url.partition('://')[0]}://***@{tail}" if cut else mask_url(url)
+        raise RedisConfigError(
+            f"REDIS_URL {shown!r}: its host and port cannot be read (a port is a "
+            f"number from 1 to 65535, an IPv6 address is written in brackets; a password "
+            f"holding '#', '?' or '/' must be percent-encoded: %23, %3F, %2F)"
+        )
 
 
 def _text_encoding(name: str, encoding: Any) -> None:
@@ -50,3 +117,24 @@ def _text_encoding(name: str, encoding: Any) -> None:
         b"".decode(encoding)
     except (LookupError, TypeError):
         raise RedisConfigError(f"{name}={encoding!r} is not a text encoding") from None
+
+
+def parse_nodes(
+    spec: str | Iterable[Any], default_port: int, what: str
+) -> tuple[tuple[str, int], ...]:
+    """``"h:p,h:p"``, ``["h:p", ...]`` or ``[("h", p), ...]`` as (host, port) pairs."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    nodes: list[tuple[str, int]] = []
+    for item in items:
+        if isinstance(item, (tuple, list)) and len(item) == 2:
+            nodes.append((str(item[0]), int(item[1])))
+            continue
+        host, _, port = str(item).strip().rpartition(":")
+        if not host:
+            host, port = port, str(default_port)
+        if not host or not port.isdigit():
+            raise RedisConfigError(f"{what}: {item!r} is not host:port")
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise RedisConfigError(f"{what} names no host:port")
+    return tuple(nodes)

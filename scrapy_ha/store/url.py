@@ -36,11 +36,16 @@ import redis.sentinel
 from scrapy.utils.misc import load_object
 
 from scrapy_ha.codec import mask_url
-from scrapy_ha.store.redis_params import RedisConfigError, redis_params
+from scrapy_ha.store.redis_params import (
+    RedisConfigError,
+    check_address,
+    parse_nodes,
+    redis_params,
+    settings_url,
+    whole_setting,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from scrapy.settings import BaseSettings
 
 __all__ = [
@@ -110,6 +115,7 @@ class RedisTarget:
 def parse_url(url: str) -> RedisTarget:
     """A target from a URL of any supported scheme (ValueError names the URL, masked)."""
     scheme = url.partition("://")[0].lower()
+    check_address(url, one_host=scheme in ("redis", "rediss"))
     if scheme in ("redis+sentinel", "rediss+sentinel"):
         return _sentinel_url(url, tls=scheme.startswith("rediss"))
     if scheme in ("redis+cluster", "rediss+cluster"):
@@ -143,25 +149,6 @@ def _userinfo(url: str) -> tuple[str | None, str | None, str, str]:
     return user, password, hosts, parts.path
 
 
-def _nodes(spec: str | Iterable[Any], default_port: int, what: str) -> tuple[tuple[str, int], ...]:
-    """``"h:p,h:p"``, ``["h:p", ...]`` or ``[("h", p), ...]`` as (host, port) pairs."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    nodes: list[tuple[str, int]] = []
-    for item in items:
-        if isinstance(item, (tuple, list)) and len(item) == 2:
-            nodes.append((str(item[0]), int(item[1])))
-            continue
-        host, _, port = str(item).strip().rpartition(":")
-        if not host:
-            host, port = port, str(default_port)
-        if not host or not port.isdigit():
-            raise RedisConfigError(f"{what}: {item!r} is not host:port")
-        nodes.append((host.strip("[]"), int(port)))
-    if not nodes:
-        raise RedisConfigError(f"{what} names no host:port")
-    return tuple(nodes)
-
-
 def _sentinel_url(url: str, *, tls: bool) -> RedisTarget:
     user, password, hosts, path = _userinfo(url)
     service, _, db = path.strip("/").partition("/")
@@ -170,7 +157,7 @@ def _sentinel_url(url: str, *, tls: bool) -> RedisTarget:
             f"REDIS_URL {mask_url(url)!r}: a Sentinel URL is "
             f"redis+sentinel://[:password@]host:port[,host:port]/<service>[/<db>]"
         )
-    nodes = _nodes(hosts, SENTINEL_PORT, f"REDIS_URL {mask_url(url)!r}")
+    nodes = parse_nodes(hosts, SENTINEL_PORT, f"REDIS_URL {mask_url(url)!r}")
     return RedisTarget("sentinel", url, nodes, service, int(db or 0), tls, user, password)
 
 
@@ -181,7 +168,7 @@ def _cluster_url(url: str, *, tls: bool) -> RedisTarget:
             f"REDIS_URL {mask_url(url)!r}: a Redis Cluster has database 0 only; "
             f"drop {path!r} from the URL"
         )
-    nodes = _nodes(hosts, REDIS_PORT, f"REDIS_URL {mask_url(url)!r}")
+    nodes = parse_nodes(hosts, REDIS_PORT, f"REDIS_URL {mask_url(url)!r}")
     return RedisTarget("cluster", url, nodes, tls=tls, username=user, password=password)
 
 
@@ -218,18 +205,16 @@ def _base_target(settings: BaseSettings, params: dict[str, Any]) -> RedisTarget:
                 "REDIS_SENTINELS is set but REDIS_SENTINEL_SERVICE is not: name the primary "
                 "as the sentinels know it (their `sentinel monitor <name> ...` line)"
             )
-        nodes = _nodes(settings.get("REDIS_SENTINELS"), SENTINEL_PORT, "REDIS_SENTINELS")
-        db = settings.getint("REDIS_DB", 0)
+        nodes = parse_nodes(settings.get("REDIS_SENTINELS"), SENTINEL_PORT, "REDIS_SENTINELS")
+        db = whole_setting(settings, "REDIS_DB")
         return RedisTarget("sentinel", "", nodes, str(service), db, _tls_wanted(settings))
     if settings.get("REDIS_CLUSTER_NODES"):
-        nodes = _nodes(settings.get("REDIS_CLUSTER_NODES"), REDIS_PORT, "REDIS_CLUSTER_NODES")
+        nodes = parse_nodes(settings.get("REDIS_CLUSTER_NODES"), REDIS_PORT, "REDIS_CLUSTER_NODES")
         return RedisTarget("cluster", "", nodes, tls=_tls_wanted(settings))
     url = settings.get("REDIS_URL") or params.get("url")
     if url:
         return parse_url(str(url))
-    host = settings.get("REDIS_HOST") or "localhost"
-    port = settings.getint("REDIS_PORT") or REDIS_PORT
-    return RedisTarget("single", url=f"redis://{host}:{port}/{settings.getint('REDIS_DB', 0)}")
+    return RedisTarget("single", url=settings_url(settings))
 
 
 def _tls_wanted(settings: BaseSettings) -> bool:
@@ -316,7 +301,12 @@ def _own_class(cls: Any, base: type) -> Any:
     subclass of their own); else *base*: scrapy-redis's ``redis.Redis`` names the blocking
     client, and the scheduler needs the asyncio one."""
     if isinstance(cls, str):
-        cls = load_object(cls)
+        try:
+            cls = load_object(cls)
+        except (ImportError, NameError, AttributeError, ValueError) as exc:
+            raise RedisConfigError(
+                f"REDIS_PARAMS['redis_cls']={cls!r} cannot be imported ({exc})"
+            ) from None
     return cls if isinstance(cls, type) and issubclass(cls, base) else base
 
 
