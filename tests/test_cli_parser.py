@@ -91,3 +91,23 @@ def test_the_reference_documents_every_command():
     table = text[text.index("## CLI") :]
     missing = [c for c in _commands(cli.build_parser()) if f"| `{c} " not in table]
     assert not missing, f"docs/reference.md's CLI table lacks {missing}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # a QA run: `pause ''` wrote ha:{}:paused, a crawl of no name, and said it was done
+        (["pause", ""], "argument spider: '' is no spider name"),
+        (["status", " "], "argument spider: ' ' is no spider name"),
+        # an OverflowError's traceback
+        (["dlq", "list", "books", "--since", "9" * 400 + "w"], "argument --since: --since '99"),
+        # taken, where nan was refused
+        (["metrics", "--timeout", "inf"], "'inf' is not a finite number of seconds above 0"),
+        (["items", "books", "--to", "jsonl:x.jl", "--exit-idle", "inf"], "'inf' is not a"),
+    ],
+)
+def test_a_bad_argument_is_a_usage_error_naming_it(argv, said, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse(argv)
+    assert exit_.value.code == 2
+    assert said in capsys.readouterr().err

@@ -189,6 +189,9 @@ def test_permanent_classes_and_per_request_budget():
         ({"HA_RETRY_POLICIES": {"server": {"tries": 1}}}, "HA_RETRY_POLICIES['server']"),
         ({"HA_RETRY_STATUS_CLASSES": {404: "lost"}}, "HA_RETRY_STATUS_CLASSES[404]='lost'"),
         ({"HA_RETRY_PERMANENT_EXCEPTIONS": ["no.such.Error"]}, "'no.such.Error'"),
+        # a QA run: taken, then every failure judged raised a TypeError (dead-lettered)
+        ({"HA_RETRY_PERMANENT_EXCEPTIONS": ["math.pi"]}, "'math.pi', which is not an exce"),
+        ({"RETRY_EXCEPTIONS": ["os.path"]}, "RETRY_EXCEPTIONS names 'os.path', which is not"),
         ({"HA_BAN_CHECK": "no.such.check"}, "HA_BAN_CHECK='no.such.check'"),
         # before, each of these passed, and failed (or misbehaved) at the first retry
         ({"HA_RETRY_POLICIES": {"server": {"times": 2.5}}}, "['server']['times']=2.5 must be"),

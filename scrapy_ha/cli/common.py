@@ -67,8 +67,8 @@ def parse_when(text: str, now_ms: int, *, option: str) -> int:
     """``--since``/``--until``: a duration back from now (``24h``, ``30m``, ``7d``) or a
     local date-time (``2026-11-30 17:05``); returns ms since the epoch."""
     match = _DURATION.match(text.strip())
-    if match:
-        return now_ms - int(float(match[1]) * DURATION_UNITS[match[2]] * 1000)
+    if match and (back := float(match[1]) * DURATION_UNITS[match[2]] * 1000) < 2**62:
+        return now_ms - int(back)
     for fmt in TIME_FORMATS:
         try:
             return int(time.mktime(time.strptime(text.strip(), fmt)) * 1000)

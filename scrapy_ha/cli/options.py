@@ -86,14 +86,21 @@ def when(option: str) -> Callable[[str], Callable[[int], int]]:
 
 
 def positive(text: str) -> float:
-    """A number of seconds above 0 (argparse names the option when this fails)."""
+    """A finite number of seconds above 0 (argparse names the option when this fails)."""
     try:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds above 0")
     return seconds
+
+
+def spider_name(text: str) -> str:
+    """A crawl's name: not empty (``pause ''`` wrote ``ha:{}:paused``, a crawl of no name)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is no spider name")
+    return text
 
 
 def seconds_from(low: float) -> Callable[[str], float]:
@@ -185,7 +192,7 @@ def command(
     )
     parser.set_defaults(func=target, create_allowed=False)
     if spider:
-        parser.add_argument("spider")
+        parser.add_argument("spider", type=spider_name)
     return parser
 
 

@@ -251,9 +251,13 @@ def imported_list(settings: BaseSettings, name: str) -> tuple[type[BaseException
     loaded = []
     for path in settings.getlist(name):
         try:
-            loaded.append(load_object(path) if isinstance(path, str) else path)
+            found = load_object(path) if isinstance(path, str) else path
         except _IMPORT_ERRORS as exc:
             raise ConfigError(f"{name} names {path!r}, which cannot be imported: {exc}") from None
+        if not (isinstance(found, type) and issubclass(found, BaseException)):
+            # (else every failure judged raised a TypeError: each request dead-lettered)
+            raise ConfigError(f"{name} names {path!r}, which is not an exception class")
+        loaded.append(found)
     return tuple(loaded)
 
 
