@@ -26,6 +26,14 @@ def test_a_port_in_use_is_named_not_a_traceback(redis_url):
     assert done.stderr == f"error: cannot listen on 127.0.0.1:{port} (Address already in use)\n"
 
 
+@pytest.mark.parametrize("token", [" ", "\t\n"])
+def test_a_token_of_blanks_is_refused(redis_url, token):
+    # a QA run: a token of one space was taken, the dashboard reachable from other machines
+    done = scrapy_ha("--redis-url", redis_url, "dashboard", "--host", "0.0.0.0", "--token", token)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: the dashboard's token (--token or HA_DASHBOARD_TOKEN)")
+
+
 def test_a_host_that_does_not_resolve_is_named(redis_url):
     done = scrapy_ha(
         "--redis-url", redis_url, "dashboard", "--host", "no-such-host.invalid", "--token", "t"

@@ -34,6 +34,12 @@ def test_defaults():
         ({"HA_LEASE_TIME": 5, "HA_LEASE_RENEW_INTERVAL": 5}, "HA_LEASE_RENEW_INTERVAL=5.0 must be"),
         ({"HA_HEARTBEAT_TTL": 5}, "HA_HEARTBEAT_TTL=5.0 must be longer"),
         ({"HA_KEY_PREFIX": "a{b}"}, "HA_KEY_PREFIX='a{b}'"),
+        # a QA run: taken, and the CLI's key patterns matched other crawls' keys
+        ({"HA_KEY_PREFIX": "ha*"}, "HA_KEY_PREFIX='ha*' must be non-empty, printable,"),
+        ({"HA_KEY_PREFIX": "h[1]"}, "HA_KEY_PREFIX='h[1]' must be"),
+        ({"HA_KEY_PREFIX": "h\na"}, "HA_KEY_PREFIX='h\\na' must be"),
+        # a QA run: the worker never saw it was idle, and never closed
+        ({"HA_TICK": "1e8"}, "HA_TICK='1e8' must be more than 0 seconds (at most 5)"),
         ({"HA_FEED": "maybe"}, "HA_FEED='maybe' must be True or False"),
         ({"DUPEFILTER_CLASS": "my.Bloom"}, "DUPEFILTER_CLASS='my.Bloom' cannot be used with"),
         ({"JOBDIR": "crawls/1"}, "JOBDIR='crawls/1' cannot be used with scrapy_ha.Scheduler"),
@@ -115,7 +121,13 @@ def test_a_mistyped_setting_is_named_with_the_nearest_at_start(caplog):
 
     from scrapy_ha.scheduler.shell import Scheduler
 
-    given = {"HA_ITEM": "outbox", "HA_LEASETIME": 5, "HA_WHATEVER": 1, "HA_LEASE_TIME": 20}
+    given = {
+        "HA_ITEM": "outbox",
+        "HA_LEASETIME": 5,
+        "HA_WHATEVER": 1,
+        "HA_LEASE_TIME": 20,
+        "ha_lease_time": 5,  # a QA run: no warning (Scrapy's settings are case-sensitive)
+    }
     with caplog.at_level(logging.WARNING):
         Scheduler.from_crawler(get_crawler(Spider, given))
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -123,6 +135,7 @@ def test_a_mistyped_setting_is_named_with_the_nearest_at_start(caplog):
         "HA_ITEM is not a setting of scrapy-ha: it does nothing; did you mean HA_ITEMS?",
         "HA_LEASETIME is not a setting of scrapy-ha: it does nothing; did you mean HA_LEASE_TIME?",
         "HA_WHATEVER is not a setting of scrapy-ha: it does nothing (see docs/reference.md)",
+        "ha_lease_time is not a setting of scrapy-ha: it does nothing; did you mean HA_LEASE_TIME?",
     ]
 
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 
+#: The fewest characters of a token (blanks aside): a token of one space was taken.
+MIN_TOKEN = 1
 #: Connections waiting to be accepted: uvicorn's own default.
 BACKLOG = 2048
 
@@ -32,6 +34,13 @@ BACKLOG = 2048
 async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Serve the dashboard of every crawl under the prefix (http://127.0.0.1:9411/)."""
     token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is not None and (len(token.strip()) < MIN_TOKEN or not token.isprintable()):
+        print(
+            f"error: the dashboard's token (--token or {TOKEN_ENV}) must be at least "
+            f"{MIN_TOKEN} printable characters, not only spaces",
+            file=sys.stderr,
+        )
+        return 2
     if not is_loopback_bind(args.host) and not token:
         print(
             f"error: --host {args.host} makes the dashboard reachable from other machines: "

@@ -137,9 +137,9 @@ def unknown(settings: BaseSettings) -> list[str]:
             does = "does" if len(given) == 1 else "do"
             lines.append(f"{', '.join(given)} {does} nothing while {switch} is not True")
     for name in sorted(str(name) for name in settings):
-        if not name.startswith("HA_") or name in KNOWN:
-            continue
-        near = difflib.get_close_matches(name, KNOWN, n=1, cutoff=0.7)
+        if not name.upper().startswith("HA_") or name in KNOWN:
+            continue  # (Scrapy's settings are case-sensitive: ha_lease_time does nothing)
+        near = difflib.get_close_matches(name.upper(), KNOWN, n=1, cutoff=0.7)
         hint = f"; did you mean {near[0]}?" if near else " (see docs/reference.md)"
         lines.append(f"{name} is not a setting of scrapy-ha: it does nothing{hint}")
     return lines

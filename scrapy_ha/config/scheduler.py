@@ -84,6 +84,9 @@ DEFAULT_RECONNECT_MAX_DELAY = 10.0
 DEFAULT_CLOSE_TIMEOUT = 10.0
 #: Longest wait of the background loop between two rounds when nothing wakes it.
 DEFAULT_TICK = 0.25
+#: The longest ``HA_TICK``: the loop notices an idle crawl, a pause or a stop at this pace
+#: (a QA worker with 1e8 never closed).
+MOST_TICK = 5.0
 #: Seconds between two sweeps of the asyncio reactor's cancelled timers (see
 #: scrapy_ha.scheduler.session.heap):
 #: often enough that a second's cancelled download timeouts are all it ever holds.
@@ -226,7 +229,7 @@ class SchedulerConfig:
                 settings, "HA_RECONNECT_MAX_DELAY", DEFAULT_RECONNECT_MAX_DELAY
             ),
             close_timeout=check.seconds(settings, "HA_CLOSE_TIMEOUT", DEFAULT_CLOSE_TIMEOUT),
-            tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK),
+            tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK, most=MOST_TICK),
             start_urls_key=check.text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
             start_urls_batch=check.whole(
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
@@ -289,8 +292,11 @@ def key_prefix(settings: BaseSettings) -> str:
 def _check_key_prefix(prefix: str) -> None:
     """Keys are ``<prefix>:{<spider>}:...``: braces would move the hash tag, spaces break
     the CLI's patterns."""
-    if not prefix or any(c in prefix for c in "{} "):
-        raise ConfigError(f"HA_KEY_PREFIX={prefix!r} must be non-empty, without spaces or braces")
+    if not prefix or any(c in prefix for c in "{} *?[]\\") or not prefix.isprintable():
+        raise ConfigError(
+            f"HA_KEY_PREFIX={prefix!r} must be non-empty, printable, without spaces, braces "
+            f"or the characters of a key pattern (*, ?, [, ], \\)"
+        )
 
 
 def queue_order(settings: BaseSettings) -> str:
