@@ -269,3 +269,30 @@ async def test_a_worker_refused_at_start_leaves_a_finished_crawl_finished(tmp_pa
         assert crawler.stats.get_value("finish_reason") == "finished"
     finally:
         server.kill()
+
+
+@deferred_f_from_coro_f
+async def test_a_refused_worker_leaves_a_crawl_another_worker_joined_running(redis_url):
+    """A review: the record was written back whenever no registration was live, and a
+    sharded crawl's registrations expire (its heartbeats are in shard 0): a worker refused
+    after another joined made the running crawl read as finished, and a third worker with
+    another HA_SHARDS took its layout over."""
+    import asyncio
+
+    import redis.asyncio
+
+    from scrapy_ha.store.join import join_crawl, leave_crawl
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.set("ha:{race}:finish", "done")
+        joined = {"shards": 4, "registration_ms": 1, "sender": ""}
+        first = await join_crawl(client, "ha", "race", worker="a", **joined)
+        assert first.finished
+        await join_crawl(client, "ha", "race", worker="b", **joined)  # runs the crawl
+        await asyncio.sleep(0.01)  # b's registration expired (its heartbeats are elsewhere)
+        await leave_crawl(client, "ha", "race", first, "a")  # refused, its registration gone
+        assert await client.get("ha:{race}:finish") is None
+    finally:
+        await client.delete("ha:{race}:finish", "ha:{race}:joins", "ha:{race}:shards")
+        await client.aclose()

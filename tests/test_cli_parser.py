@@ -104,6 +104,8 @@ def test_the_reference_documents_every_command():
         # taken, where nan was refused
         (["metrics", "--timeout", "inf"], "'inf' is not a finite number of seconds above 0"),
         (["items", "books", "--to", "jsonl:x.jl", "--exit-idle", "inf"], "'inf' is not a"),
+        # a review: HA_KEY_PREFIX is checked, and --prefix was not
+        (["--prefix", "h?", "status", "books"], "argument --prefix: 'h?' must be non-empty"),
     ],
 )
 def test_a_bad_argument_is_a_usage_error_naming_it(argv, said, capsys):

@@ -196,6 +196,11 @@ GOOD = [
         {"url": "https://p.example:443"},
     ),
     (ProxyConfig, {**POOL, "HA_PROXY_POOL_URL": "file:///etc/p.json"}, {"mode": "pool"}),
+    (  # a review: an '@' then a comma in the query read as a list of hosts, and refused
+        ProxyConfig,
+        {**POOL, "HA_PROXY_POOL_URL": "https://api.example:8443/p?emails=a@b,c"},
+        {"mode": "pool"},
+    ),
     (ProxyConfig, TUNNEL, {"url": "http://u:secret@proxy.example:8000", "session_template": ""}),
     (SchedulerConfig, {}, {"worker_id_given": False, "feed_given": False, "feed": False}),
     (SchedulerConfig, {"HA_WORKER_ID": "w1"}, {"worker_id": "w1", "worker_id_given": True}),

@@ -53,6 +53,9 @@ FORMS = [
         "redis+cluster://:***@h1:7000,h2:7001",
     ),
     ("url", "redis+sentinel://:s3c#x@[::1]:1,s:2/m/0", "redis+sentinel://:***@[::1]:1,s:2/m/0"),
+    # a review: an '@' then a '#' in the password; a '#' in a password of the query
+    ("url", "redis://:p@ss#word@h:1/0", "redis://:***@h:1/0"),
+    ("url", "redis://h:1/0?db=0&password=s3cr#et", "redis://h:1/0?db=0&password=***"),
     (
         "url",
         "http://crawler:Xk/9#s3cret@proxy.example:8000",

@@ -19,7 +19,12 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.demo.harness import free_port
 from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
-from scrapy_ha.store.url import RedisConfigError, parse_url, target_from_settings, uses_cluster
+from scrapy_ha.store.url import (
+    RedisConfigError,
+    parse_url,
+    target_from_settings,
+    uses_cluster,
+)
 from tests import redis_servers
 from tests.scrapy_project import write_project
 from tests.spiders import CatalogueSpider
@@ -115,6 +120,10 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         ({"REDIS_PARAMS": {"socket_timeout": float("nan")}}, "['socket_timeout']=nan must be"),
         ({"REDIS_PARAMS": {"socket_connect_timeout": 0}}, "['socket_connect_timeout']=0 must"),
         ({"REDIS_PARAMS": {"health_check_interval": -5}}, "=-5 must be 0 (off) or more"),
+        # a review: a password with '@' then '#' connected to its middle as a host
+        ({"REDIS_URL": "redis://:p@hunter2#x@h:1/0"}, "REDIS_URL 'redis://***@h:1/0': its"),
+        ({"REDIS_URL": "redis+cluster://:p@hunter2?x@h:1,g:2"}, "its host and port cannot"),
+        ({"REDIS_PORT": "0"}, "REDIS_PORT='0' must be 1 to 65535"),
     ],
 )
 def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):
@@ -228,6 +237,20 @@ def test_the_cli_refuses_a_bad_url_in_one_line_with_the_password_masked():
     assert result.returncode == 2
     assert result.stderr.startswith("error: REDIS_URL 'memcache://u:***@127.0.0.1/0': unknown")
     assert "hunter2" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "url"),
+    [
+        # a review: refused as a password holding '/' (a systemd instance's socket)
+        ({"REDIS_URL": "unix:///run/redis@main/redis.sock"}, "unix:///run/redis@main/redis.sock"),
+        ({"REDIS_URL": "redis://h:1/0?password=a@b"}, "redis://h:1/0?password=***"),
+        ({"REDIS_URL": "redis://u:p%23w%40x@h:1/0"}, "redis://u:***@h:1/0"),
+        ({"REDIS_HOST": "::1", "REDIS_PORT": "6390"}, "redis://[::1]:6390/0"),  # scrapy-redis's
+    ],
+)
+def test_a_url_users_write_is_taken(settings, url):
+    assert target_from_settings(Settings(settings)).display == url
 
 
 @pytest.mark.parametrize("command", [["status", "books"], ["metrics", "--port", "0"]])
@@ -453,7 +476,11 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
         # "DB index is out of range", and not which Redis
         ({"REDIS_URL": "{base}/99"}, "Redis at {base}/99 answered ResponseError: DB index is"),
         # a QA run: tracebacks, and no ha_start_failed
-        ({"REDIS_PARAMS": '{{"bogus_kw": 1}}'}, "REDIS_PARAMS: redis-py refused an argument"),
+        ({"REDIS_PARAMS": '{{"bogus_kw": 1}}'}, "REDIS_PARAMS (or the query of REDIS_URL): "),
+        (  # a review: the cluster's client refuses it as it is made, a traceback
+            {"REDIS_URL": "redis+cluster://127.0.0.1:1", "REDIS_PARAMS": '{{"bogus_kw": 1}}'},
+            "REDIS_PARAMS (or the query of REDIS_URL): redis-py refused an argument",
+        ),
         (
             {"REDIS_PARAMS": '{{"redis_cls": "nonexist.X"}}'},
             "REDIS_PARAMS['redis_cls']='nonexist.X' cannot",

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.common import parse_when
+from scrapy_ha.config.scheduler import check_key_prefix
+from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
@@ -96,6 +98,15 @@ def positive(text: str) -> float:
     return seconds
 
 
+def prefix_option(text: str) -> str:
+    """``--prefix``, checked as ``HA_KEY_PREFIX`` is."""
+    try:
+        check_key_prefix(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("HA_KEY_PREFIX=", "")) from None
+    return text
+
+
 def spider_name(text: str) -> str:
     """A crawl's name: not empty (``pause ''`` wrote ``ha:{}:paused``, a crawl of no name)."""
     if not text.strip():
@@ -161,6 +172,7 @@ def _connection_options(*, shards: bool) -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--prefix",
+        type=prefix_option,
         default=argparse.SUPPRESS,
         help=f"key prefix (default: the project's HA_KEY_PREFIX, else {DEFAULT_PREFIX})",
     )

@@ -18,7 +18,8 @@ module, which shows ``***`` instead of:
 - every cookie value of a stored request.
 
 A name is secret-looking by its words, whatever the spelling: ``api_key``, ``apiKey``,
-``API-KEY``, ``X-Api-Key`` and ``apikey`` are one name (see :func:`secret_name`).
+``API-KEY``, ``X-Api-Key`` and ``apikey`` are one name (see
+:func:`~scrapy_ha.codec.secret_names.secret_name`).
 
 Nothing here imports the rest of scrapy-ha but the stored document's field names, so the
 codec and every tool import it without a cycle.
@@ -26,11 +27,12 @@ codec and every tool import it without a cycle.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from typing import Any
 from urllib.parse import unquote_plus
+
+from scrapy_ha.codec.secret_names import secret_name
 
 __all__ = [
     "MASK",
@@ -47,87 +49,6 @@ __all__ = [
 
 #: What is shown instead of a secret.
 MASK = "***"
-
-# -------------------------------------------------------------------------- secret names
-
-#: Last words of a secret's name (``http_pass``, ``X-Api-Key``, ``secretKey``, ``sig``):
-#: the last word of a compound name says what it is (``token_type`` is no token).
-SECRET_WORDS = frozenset(
-    {
-        "auth",
-        "authentication",
-        "authorization",
-        "bearer",
-        "cookie",
-        "credential",
-        "credentials",
-        "dsn",  # a Sentry-style DSN carries its key
-        "jwt",
-        "key",
-        "otp",
-        "pass",
-        "passphrase",
-        "passwd",
-        "password",
-        "pw",
-        "pwd",
-        "secret",
-        "session",
-        "sid",
-        "sig",
-        "signature",
-        "token",
-        "webhook",  # a chat webhook's path is its secret
-    }
-)
-#: Endings of one-word names written without separators (``apikey``, ``accesstoken``,
-#: ``csrfmiddlewaretoken``, ``jsessionid``, ``phpsessid``): long enough that no everyday
-#: word ends with them (``monkey`` ends with "key", ``bypass`` with "pass": not these).
-SECRET_ENDINGS = (
-    "accesskey",
-    "apikey",
-    "authkey",
-    "authorization",
-    "cookie",
-    "credential",
-    "credentials",
-    "passphrase",
-    "passwd",
-    "password",
-    "privatekey",
-    "secret",
-    "secretkey",
-    "sessid",
-    "sessionid",
-    "signature",
-    "token",
-)
-#: The words of a name: ``X-API-Key`` -> X, API, Key; ``accessToken`` -> access, Token.
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-
-def secret_name(name: str | bytes) -> bool:
-    """Is *name* (a header, a parameter, a field, a setting) the name of a secret?
-
-    Case and spelling do not matter: snake_case, camelCase, kebab-case, dotted or run
-    together (``access_token``, ``accessToken``, ``Access-Token``, ``accesstoken``). The
-    last word decides (``api_key_id`` is an id), or the last two run together
-    (``Session-Id``), or a one-word name's ending (``apikey``).
-    """
-    if isinstance(name, bytes):
-        name = name.decode("latin-1")
-    return _secret_words(name)
-
-
-@functools.lru_cache(maxsize=4096)  # the same few names come back on every line
-def _secret_words(name: str) -> bool:
-    words = [w.lower() for w in _WORD.findall(name) if not w.isdigit()]
-    if not words:
-        return False
-    last = words[-1]
-    pair = "".join(words[-2:])
-    return last in SECRET_WORDS or last.endswith(SECRET_ENDINGS) or pair.endswith(SECRET_ENDINGS)
-
 
 #: A cheap first look: text holding none of these (and no ``@``) holds no secret to mask.
 _HINTS = (
@@ -188,8 +109,16 @@ def _mask_pair(match: re.Match[str]) -> str:
     return f"{match['lead']}{name}={MASK}"
 
 
+#: A value masked, then a ``#`` and more: the rest of a secret that held an unencoded ``#``
+#: (``?password=s3cr#et``), which a URL reads as its fragment.
+_MASKED_THEN_FRAGMENT = re.compile(r"(=\*\*\*)#[^\s'\"<>]*")
+
+
 def _mask_pairs(text: str) -> str:
-    return _PAIR.sub(_mask_pair, text) if "=" in text else text
+    if "=" not in text:
+        return text
+    text = _PAIR.sub(_mask_pair, text)
+    return _MASKED_THEN_FRAGMENT.sub(r"\1", text) if f"={MASK}#" in text else text
 
 
 #: A host and its port in a URL whose user info holds ``/``, ``?`` or ``#`` (a list of them,
@@ -199,12 +128,13 @@ _LOOSE_HOST = r"(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
 #: do): the user info runs up to the last ``@`` that a host (and port) follows, then the
 #: end, a path, a query or a fragment. ``_URL`` alone would end the authority at the first
 #: ``/``, ``?`` or ``#`` and find no password to mask.
+_LOOSE_START = r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@:\s\[\]]*:\S*)"
 _LOOSE_USERINFO = re.compile(
-    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@:\s\[\]]*:\S*)"
-    rf"@(?P<host>{_LOOSE_HOST}(?:,{_LOOSE_HOST})*)(?=[/?#]|$)",
-    re.S,
+    rf"{_LOOSE_START}@(?P<host>{_LOOSE_HOST}(?:,{_LOOSE_HOST})*)(?=[/?#]|$)", re.S
 )
-LOOSE_USERINFO = _LOOSE_USERINFO  # (the config refuses a URL it matches: see split_userinfo)
+#: The same, of one host (a proxy's URL): the config refuses a URL it matches (see
+#: split_userinfo); ``?emails=a@b,c`` in a query is no list of hosts.
+LOOSE_USERINFO = re.compile(rf"{_LOOSE_START}@(?P<host>{_LOOSE_HOST})(?=[/?#]|$)", re.S)
 
 
 def split_userinfo(url: str) -> tuple[str, str, str, str] | None:
@@ -220,10 +150,14 @@ def split_userinfo(url: str) -> tuple[str, str, str, str] | None:
     if parts is None:
         return None
     netloc = parts["netloc"]
+    loose = _LOOSE_USERINFO.match(url)
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
+        if loose is not None and len(loose["userinfo"]) > len(userinfo) and "=" not in loose[0]:
+            # a password holding '@' and then '/', '?' or '#' (``:p@ss#w@host``): the
+            # authority ends at the '#', and a part of the password would read as a host
+            return loose["scheme"], loose["userinfo"], loose["host"], url[loose.end() :]
         return parts["scheme"], userinfo, host, parts["rest"]
-    loose = _LOOSE_USERINFO.match(url)
     if loose is None or netloc.partition(":")[2].isdigit() or netloc.endswith(":"):
         return None
     return loose["scheme"], loose["userinfo"], loose["host"], url[loose.end() :]

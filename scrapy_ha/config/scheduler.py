@@ -279,19 +279,19 @@ class SchedulerConfig:
                 f"HA_LEASE_RENEW_INTERVAL={self.renew_interval}: heartbeats are sent at "
                 f"each renewal"
             )
-        _check_key_prefix(self.key_prefix)
+        check_key_prefix(self.key_prefix)
 
 
 def key_prefix(settings: BaseSettings) -> str:
     """``HA_KEY_PREFIX``, checked as the scheduler checks it (for tools that only need it)."""
     prefix = check.text(settings, "HA_KEY_PREFIX", DEFAULT_PREFIX)
-    _check_key_prefix(prefix)
+    check_key_prefix(prefix)
     return prefix
 
 
-def _check_key_prefix(prefix: str) -> None:
-    """Keys are ``<prefix>:{<spider>}:...``: braces would move the hash tag, spaces break
-    the CLI's patterns."""
+def check_key_prefix(prefix: str) -> None:
+    """Refuse *prefix* (``HA_KEY_PREFIX``, ``--prefix``): keys are ``<prefix>:{<spider>}:...``:
+    braces would move the hash tag, spaces and pattern characters break the CLI's patterns."""
     if not prefix or any(c in prefix for c in "{} *?[]\\") or not prefix.isprintable():
         raise ConfigError(
             f"HA_KEY_PREFIX={prefix!r} must be non-empty, printable, without spaces, braces "

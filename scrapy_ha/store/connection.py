@@ -23,6 +23,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store import url as _redis_url
+from scrapy_ha.store.redis_params import ARGUMENTS
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
 
 if HIREDIS_AVAILABLE:
@@ -304,7 +305,7 @@ async def check_reachable(client: Any, url: str, timeout: float) -> dict[str, An
             f"in REDIS_URL (or REDIS_PARAMS)"
         ) from None
     except TypeError as exc:  # an argument redis-py does not take, met at the first connection
-        raise RedisConfigError(f"REDIS_PARAMS: redis-py refused an argument ({exc})") from None
+        raise RedisConfigError(f"{ARGUMENTS}: redis-py refused an argument ({exc})") from None
     except REDIS_DOWN_ERRORS as exc:
         untrusted = untrusted_certificate(exc, url, "REDIS_TLS_CA_FILE")
         if untrusted:  # waiting does not mend it: fail at once

@@ -7,6 +7,7 @@ does not take), was blamed on REDIS_URL or reported as a Redis that cannot be re
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
     from scrapy.settings import BaseSettings
 
@@ -27,6 +28,7 @@ __all__ = [
     "check_address",
     "parse_nodes",
     "redis_params",
+    "refused_arguments",
     "settings_url",
     "whole_setting",
 ]
@@ -71,8 +73,12 @@ def redis_params(settings: BaseSettings) -> dict[str, Any]:
 
 def settings_url(settings: BaseSettings) -> str:
     """The URL of scrapy-redis's ``REDIS_HOST``, ``REDIS_PORT`` and ``REDIS_DB``."""
-    host = settings.get("REDIS_HOST") or "localhost"
-    port = whole_setting(settings, "REDIS_PORT") or 6379
+    host = str(settings.get("REDIS_HOST") or "localhost")
+    if ":" in host and not host.startswith("["):  # an IPv6 address
+        host = f"[{host}]"
+    port = whole_setting(settings, "REDIS_PORT") if settings.get("REDIS_PORT") else 6379
+    if not 0 < port < 65536:
+        raise RedisConfigError(f"REDIS_PORT={settings.get('REDIS_PORT')!r} must be 1 to 65535")
     return f"redis://{host}:{port}/{whole_setting(settings, 'REDIS_DB')}"
 
 
@@ -100,7 +106,14 @@ def check_address(url: str, *, one_host: bool = True) -> None:
     except ValueError:
         port = -1
     head, at, tail = url.partition("://")[2].rpartition("@")
-    cut = at and "@" not in parts.netloc and "=" not in head and _HOSTS_THEN_PATH.fullmatch(tail)
+    netloc = f"{head}@{tail.partition('/')[0]}"
+    cut = (
+        at
+        and not url.lower().startswith("unix:")  # a path may hold '@' (redis@main.sock)
+        and netloc != parts.netloc
+        and "=" not in head
+        and _HOSTS_THEN_PATH.fullmatch(tail)
+    )
     if port == -1 or port == 0 or cut:
         shown = f"{url.partition('://')[0]}://***@{tail}" if cut else mask_url(url)
         raise RedisConfigError(
@@ -138,3 +151,17 @@ def parse_nodes(
     if not nodes:
         raise RedisConfigError(f"{what} names no host:port")
     return tuple(nodes)
+
+
+#: What a client argument redis-py does not take is blamed on.
+ARGUMENTS = "REDIS_PARAMS (or the query of REDIS_URL)"
+
+
+@contextlib.contextmanager
+def refused_arguments() -> Iterator[None]:
+    """Turn redis-py's ``TypeError`` for an argument it does not take (met as the client or
+    its first connection is made) into a :class:`RedisConfigError` naming the settings."""
+    try:
+        yield
+    except TypeError as exc:
+        raise RedisConfigError(f"{ARGUMENTS}: redis-py refused an argument ({exc})") from None

@@ -41,6 +41,7 @@ from scrapy_ha.store.redis_params import (
     check_address,
     parse_nodes,
     redis_params,
+    refused_arguments,
     settings_url,
     whole_setting,
 )
@@ -276,24 +277,26 @@ def async_client(settings: BaseSettings, *, connect_timeout: float, **overrides:
     scrape's short ``socket_timeout``, say)."""
     target = target_from_settings(settings)
     params = _defaults(connect_timeout) | target.params | overrides
-    if target.mode == "sentinel":
-        return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
-    if target.mode == "cluster":
-        return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_node)
-    cls = _own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
-    return cls.from_url(target.url, **params)
+    with refused_arguments():
+        if target.mode == "sentinel":
+            return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
+        if target.mode == "cluster":
+            return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_node)
+        cls = _own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
+        return cls.from_url(target.url, **params)
 
 
 def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: Any) -> Any:
     """A blocking client of the same Redis (for a thread, or a synchronous tool)."""
     target = target_from_settings(settings)
     params = _defaults(connect_timeout) | target.params | overrides
-    if target.mode == "sentinel":
-        return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
-    if target.mode == "cluster":
-        return _cluster_client(target, params, redis.RedisCluster, redis.cluster.ClusterNode)
-    cls = _own_class(params.pop("redis_cls", None), redis.Redis)
-    return cls.from_url(target.url, **params)
+    with refused_arguments():
+        if target.mode == "sentinel":
+            return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
+        if target.mode == "cluster":
+            return _cluster_client(target, params, redis.RedisCluster, redis.cluster.ClusterNode)
+        cls = _own_class(params.pop("redis_cls", None), redis.Redis)
+        return cls.from_url(target.url, **params)
 
 
 def _own_class(cls: Any, base: type) -> Any:

@@ -10,7 +10,9 @@ frontier:
 
 A worker that starts while memory is between the marks, after another worker of the
 crawl held back, holds back too (it finds that worker's mark in Redis): the crawl holds
-back as one until memory is below the low mark.
+back as one until memory is below the low mark. It does not write the mark itself, and
+leases again once the mark is gone (the workers that saw memory above the high mark left):
+else workers replaced one by one between the marks would keep each other held for ever.
 
 Everything else goes on, so nothing is lost and nothing waits on a lease: the pages it
 holds finish, their children are stored (before their acks, as always), acks, retries and
@@ -61,6 +63,9 @@ class Pressure:
         self.redis_url = redis_url
         self._next = 0.0
         self._since_ms = 0
+        #: held back only because other workers do (their mark): it does not keep the mark
+        #: alive, so the hold ends once they are gone (a rolling restart between the marks)
+        self._joined = False
 
     async def check(
         self, queue: RedisQueue, now: float | None = None, info: dict[str, Any] | None = None
@@ -84,15 +89,28 @@ class Pressure:
         above = [(used, most, self.config.marks(most)) for used, most in nodes]
         if all(marks is None for _, _, marks in above):
             self._next = now + MEMORY_UNBOUNDED_INTERVAL
+        await self._judge(queue, nodes, above)
+
+    async def _judge(
+        self,
+        queue: RedisQueue,
+        nodes: list[tuple[int, int]],
+        above: list[tuple[int, int, tuple[int, int] | None]],
+    ) -> None:
+        """Hold back, go on or stay as it is, from each server's memory and its marks."""
         high = [(u, m, mk) for u, m, mk in above if mk is not None and u >= mk[0]]
-        if high and not self.remote.held:
-            self._hold(*high[0])
+        if high:
+            if not self.remote.held:
+                self._hold(*high[0])
+            self._joined = False  # above the high mark itself: it holds back on its own
         elif not self.remote.held and (band := _in_band(above)):
             if await queue.client.exists(queue.keys.pressure):  # another worker holds back
                 self._hold(*band, joined=True)
         elif self.remote.held and all(mk is None or u < mk[1] for u, _, mk in above):
             await self._go_on(queue, nodes)
-        if self.remote.held:
+        elif self._joined and not await queue.client.exists(queue.keys.pressure):
+            await self._go_on(queue, nodes, alone=True)  # the workers it joined are gone
+        if self.remote.held and not self._joined:
             await self._mark(queue, *(high or above)[0])
 
     def _hold(
@@ -103,6 +121,7 @@ class Pressure:
         one until memory is below the low mark, a worker started in between included."""
         assert marks is not None
         self.remote.held = True
+        self._joined = joined
         self._since_ms = int(time.time() * 1000)
         self.stats.inc_value("ha/backpressure/held")
         logger.warning(
@@ -117,14 +136,20 @@ class Pressure:
             _mb(marks[1]),
         )
 
-    async def _go_on(self, queue: RedisQueue, nodes: list[tuple[int, int]]) -> None:
-        self.remote.held = False
+    async def _go_on(
+        self, queue: RedisQueue, nodes: list[tuple[int, int]], *, alone: bool = False
+    ) -> None:
+        """Lease again: memory is below the low mark, or (*alone*) this worker held back
+        only because others did, and their mark is gone (they left, or went on)."""
+        self.remote.held = self._joined = False
         logger.info(
-            "Redis at %s uses %s: below HA_REDIS_MEMORY_LOW, this worker leases again",
+            "Redis at %s uses %s: %s, this worker leases again",
             self.redis_url,
             _mb(max(used for used, _ in nodes)),
+            "no other worker holds back" if alone else "below HA_REDIS_MEMORY_LOW",
         )
-        await queue.client.delete(queue.keys.pressure)
+        if not alone:
+            await queue.client.delete(queue.keys.pressure)
 
     async def _mark(
         self, queue: RedisQueue, used: int, most: int, marks: tuple[int, int] | None

@@ -8,7 +8,8 @@
 --   a worker's field in 'sent' goes once its worker has been gone long enough (lib/senders:
 --   an unsharded crawl; sharded ones do not number their children).
 -- KEYS[1] shards: the crawl's layout, '<count>' or '<count> <span>' (absent: one shard)
--- KEYS[2] finish: the finish record ('prepare|commit <token> <deadline ms>', or 'done')
+-- KEYS[2] finish: the finish record ('prepare|commit <token> <deadline ms>', 'done', or
+--         'joined <worker>': the first worker that joined the crawl after it finished)
 -- KEYS[3] where the worker registers: the heartbeats of an unsharded crawl (workers), the
 --         joins of a sharded one (its heartbeats are in shard 0, another slot)
 -- KEYS[4] senders  KEYS[5] sent
@@ -21,7 +22,7 @@
 -- ARGV[6] ms a worker's number in 'sent' is kept after it was seen gone (lib/senders)
 -- Returns {'joined', layout replaced ('' if none), span, done}: span is the number of shards
 --         of the layout now (the count, or more: shards an earlier run kept things on); done
---         is 1 if the crawl had finished (its 'done' record is deleted: it runs again);
+--         is 1 if the crawl had finished (its 'done' record becomes 'joined <worker>');
 --         {'wait', ms}: a finish is under way, join again within ms;
 --         {'complete', token}: a finish decided to clear every shard and its worker stopped
 --         before it was done: clear them under this token (then record it done), join again;
@@ -65,7 +66,11 @@ else
   local value = span > count and string.format('%d %d', count, span) or tostring(count)
   if value ~= stored then redis.call('SET', KEYS[1], value) end
 end
-if record then redis.call('DEL', KEYS[2]) end
+if record == 'done' then -- it runs again; leave.lua writes it back if this worker is
+  redis.call('SET', KEYS[2], 'joined ' .. ARGV[1]) -- refused before any other joins
+elseif record then
+  redis.call('DEL', KEYS[2])
+end
 
 redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
 if ARGV[4] ~= '-' then
