@@ -163,3 +163,31 @@ async def test_a_checkpoint_key_of_another_type_is_set_aside_for_a_mid_page_save
     assert await call()
     assert json.loads(await q.client.get(KEYS.checkpoint("T")))["page"] == 2
     await q.client.aclose()
+
+
+@pytest.mark.parametrize("bad", ["ready", "waiting"])
+@deferred_f_from_coro_f
+async def test_back_queues_are_leased_again_once_the_key_naming_them_is_set_aside(redis_url, bad):
+    """A QA run: `ready` overwritten by a string mid-crawl was set aside, and the 15
+    requests of its back queues stayed in Redis out of every lease's reach: the crawl
+    finished without them."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await _leased_again(q, bad)
+    finally:
+        await q.client.aclose()
+
+
+async def _leased_again(q: RedisQueue, bad: str) -> None:
+    pages = [b'{"v":1,"u":"http://a.test/%d"}' % i for i in range(3)]
+    await q.sync(enqueue=[NewEntry(b"", 0, page) for page in pages])
+    if bad == "waiting":  # the back queue parked (its host at its limits)
+        (qid,) = await q.client.zrange(KEYS.ready, 0, -1)
+        await q.client.zrem(KEYS.ready, qid)
+        await q.client.zadd(KEYS.waiting, {qid: 1})
+    await q.client.delete(getattr(KEYS, bad))
+    await q.client.set(getattr(KEYS, bad), "garbage")
+    moved = await q.set_aside_wrong_types()
+    assert any(getattr(KEYS, bad) in m for m in moved)
+    leases = (await q.sync(lease=10, promote=10)).leases
+    assert sorted(lease.payload for lease in leases) == sorted(pages)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.store import scripts
 from scrapy_ha.store.script_keys import convert_keys
 
 if TYPE_CHECKING:
@@ -72,3 +73,37 @@ async def flush_crawl(client: Any, keys: Keys) -> None:
     for i in range(0, len(found), DELETE_BATCH):
         await client.delete(*found[i : i + DELETE_BATCH])
     await client.delete(*keys.all())
+
+
+#: Back queues relinked per call (``relink.lua``).
+RELINK_BATCH = 1000
+#: What a key set aside gets after its name (``<key>:corrupt:<seconds>``).
+SET_ASIDE_MARK = b":corrupt:"
+
+
+async def relink_queues(client: Any, keys: Keys, set_aside: list[str]) -> int:
+    """If ``ready`` or ``waiting`` is among the keys just *set_aside* (garbage, a key of
+    another type), make the back queues that neither names wait again, due now: their
+    requests were out of every lease's reach (a QA run: 15 requests left in Redis, and the
+    crawl finished). Returns how many."""
+    if keys.ready not in set_aside and keys.waiting not in set_aside:
+        return 0
+    script = scripts.Registered(client, "relink")
+    prefix = keys.queues.encode()
+    found, moved = [], 0
+    async for key in client.scan_iter(match=_glob_escape(keys.queues) + "*", count=10_000):
+        name = _raw(key)
+        if SET_ASIDE_MARK not in name:  # (a back queue set aside itself is not one)
+            found.append(name[len(prefix) :])
+    for i in range(0, len(found), RELINK_BATCH):
+        moved += int(
+            await script(keys=[keys.ready, keys.waiting], args=found[i : i + RELINK_BATCH])
+        )
+    if moved:
+        logger.warning(
+            "%d back queue(s) of %s were named by no key (the one naming them was set aside): "
+            "they are leased again",
+            moved,
+            keys.spider,
+        )
+    return moved

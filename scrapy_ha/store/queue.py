@@ -17,7 +17,7 @@ from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.buckets import delete_buckets
 from scrapy_ha.store.finish import finish_one
-from scrapy_ha.store.frontier import convert_old_form, flush_crawl
+from scrapy_ha.store.frontier import convert_old_form, flush_crawl, relink_queues
 from scrapy_ha.store.functions import LibraryScript
 from scrapy_ha.store.gate_log import GateLog
 from scrapy_ha.store.hosts import payload_host
@@ -360,15 +360,15 @@ class RedisQueue:
     async def set_aside_wrong_types(self, error: str = "") -> list[str]:
         """Rename every key of the crawl whose type is wrong to ``<key>:corrupt:<seconds>``,
         in one script (workers that find the same key at once rename it once), and the task
-        keys (checkpoints) that the WRONGTYPE *error* names. Returns the keys set aside
-        (garbage written by hand must not stop the crawl).
-        """
+        keys (checkpoints) that the WRONGTYPE *error* names; relink the back queues (see
+        :func:`.relink_queues`). Returns the keys set aside (garbage must not stop a crawl)."""
         # the dupefilter's extra keys are a Bloom filter's bitmaps (strings), or keys the
         # crawl's table types (the time slices' hash and sets, the buckets' meta hash)
         types = dict.fromkeys(self.dupefilter.extra_keys(self.keys), "string") | self.keys.types()
         types |= wrong_task_keys(self.keys, error)
         reply = await self._set_aside(keys=list(types), args=list(types.values()))
         pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
+        await relink_queues(self.client, self.keys, [key for key, _ in pairs])
         return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]
 
     async def leave(self, worker: str, sender: str | None = None) -> None:

@@ -110,6 +110,7 @@ SCRIPTS = (
     "finish",
     "join",
     "leave",
+    "relink",
     "fence",
     "feed",
     "retry",
@@ -147,6 +148,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     FINISH_LUA: str
     JOIN_LUA: str
     LEAVE_LUA: str
+    RELINK_LUA: str
     FENCE_LUA: str
     FEED_LUA: str
     RETRY_LUA: str
