@@ -139,3 +139,51 @@ async def test_a_background_task_that_keeps_dying_closes_the_spider(redis_url, s
     await asyncio.wait_for(crawler.crawl_async(base_url=site.url), BOUND)
     assert crawler.stats.get_value("finish_reason") == "scrapy_ha_error"
     assert crawler.stats.get_value("ha/task_failed") == 3
+
+
+class Corrupting(ListSpider):
+    """Writes garbage in place of a key the lease renewals read, on its first page, and
+    waits there until the worker has set the key aside (or :data:`BOUND` passed)."""
+
+    name = "renewing"
+    bad_key = "workers"
+    set_aside = False
+
+    async def parse(self, response: Any) -> Any:
+        if response.url.endswith("/list/1"):
+            keys = Keys("ha", self.name)
+            client = redis.asyncio.Redis.from_url(self.settings["REDIS_URL"])
+            try:
+                await client.delete(getattr(keys, self.bad_key))
+                await client.set(getattr(keys, self.bad_key), "garbage")
+                pattern = getattr(keys, self.bad_key) + ":corrupt:*"
+                for _ in range(BOUND * 10):
+                    if await client.keys(pattern):
+                        type(self).set_aside = True
+                        break
+                    await asyncio.sleep(0.1)
+            finally:
+                await client.aclose()
+        for request in super().parse(response):
+            yield request
+
+
+@pytest.mark.parametrize("bad_key", ["workers", "seen"])
+@deferred_f_from_coro_f
+async def test_garbage_in_a_key_the_renewals_read_is_set_aside(redis_url, site, bad_key):
+    """A QA run: ``SET ha:{qa}:workers junk`` mid-crawl; every renewal failed (WRONGTYPE,
+    taken for a Redis down), the key was never set aside, and the crawl stalled for good."""
+    Corrupting.bad_key, Corrupting.set_aside = bad_key, False
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "HA_LEASE_TIME": 4,
+        "HA_LEASE_RENEW_INTERVAL": 0.5,
+    }
+    crawler = get_crawler(Corrupting, settings)
+    await asyncio.wait_for(crawler.crawl_async(base_url=site.url), BOUND * 2)
+    assert Corrupting.set_aside
+    assert sorted(crawler.spider.ids) == list(range(1, 51))
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    assert crawler.stats.get_value("ha/corrupt_keys") >= 1

@@ -77,6 +77,7 @@ class LeaseKeeper:
         on_reported: Callable[[frozenset[tuple[str, str]], list[tuple[str, str]]], None]
         | None = None,
         sharded: ShardedQueue | None = None,
+        on_wrong_type: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -90,6 +91,8 @@ class LeaseKeeper:
         self.loop = loop
         self.on_renewed = on_renewed
         self.on_reported = on_reported
+        #: called on the loop when a key renew.lua reads holds another type (set it aside)
+        self.on_wrong_type = on_wrong_type
         self._script = client.register_script(RENEW_LUA)
         self._held: Pairs = ()
         self._handed: Pairs = ()  # of those, the requests handed to the engine
@@ -251,6 +254,9 @@ class LeaseKeeper:
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
             self._give_back(fresh)
             self._redis_down(exc)
+            if "WRONGTYPE" in str(exc) and self.on_wrong_type and not self._stop.is_set():
+                # garbage in a key it reads (workers, seen...): renewals failed for ever
+                self.loop.call_soon_threadsafe(self.on_wrong_type, exc)
             return None
         self._redis_ok = True
         return reply

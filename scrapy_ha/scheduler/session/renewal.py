@@ -31,7 +31,7 @@ from scrapy_ha.scheduler.session.keeper import LeaseKeeper, LoopWatch
 from scrapy_ha.store.connection import sync_redis_from_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from scrapy.settings import BaseSettings
 
@@ -54,8 +54,12 @@ class Renewals:
         held: Callable[[], Pairs],
         on_lost: Callable[[set[tuple[str, str]]], None],
         handed: Callable[[], Iterable[Pair]] = tuple,
+        on_bad_data: Callable[[Exception], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
+        #: sets aside the crawl's keys that hold garbage (a renewal's WRONGTYPE)
+        self.on_bad_data = on_bad_data
+        self._setting_aside: asyncio.Task[None] | None = None
         self.config = config  # read at each use: the worker id is final only once connected
         self.held = held
         self.on_lost = on_lost
@@ -133,6 +137,7 @@ class Renewals:
             on_renewed=self._on_renewed,
             on_reported=self._on_reported,
             sharded=queue if isinstance(queue, ShardedQueue) else None,
+            on_wrong_type=self._on_wrong_type,
         )
         self.keeper.hold(self.held())
         self.keeper.hand(self._handed_now())
@@ -148,6 +153,13 @@ class Renewals:
         if self.keeper is not None:
             keeper, self.keeper = self.keeper, None
             await asyncio.to_thread(keeper.stop, timeout)
+
+    def _on_wrong_type(self, exc: BaseException) -> None:
+        """A renewal met a key of another type (run on the event loop): set it aside, once
+        at a time; the next renewal goes through."""
+        busy = self._setting_aside is not None and not self._setting_aside.done()
+        if self.on_bad_data is not None and isinstance(exc, Exception) and not busy:
+            self._setting_aside = asyncio.ensure_future(self.on_bad_data(exc))
 
     def _on_renewed(self, started: float, lost: list[tuple[str, str]], workers: int) -> None:
         """A renewal by the keeper's thread (run on the event loop)."""

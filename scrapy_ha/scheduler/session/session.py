@@ -3,9 +3,8 @@
 The shell (:mod:`scrapy_ha.scheduler`) answers the engine from memory; this task connects,
 drains the shell's :class:`~scrapy_ha.scheduler.outbox.Outbox` in its order (children before
 checkpoints before acks), leases requests in batches and hands them to the shell
-(:meth:`Scheduler.take`), keeps the leases renewed (:mod:`.keeper`), reclaims
-expired ones, and at close hands back to Redis everything this worker still holds.
-"""
+(:meth:`Scheduler.take`), keeps the leases renewed (:mod:`.keeper`), reclaims expired
+ones, and at close hands back to Redis everything this worker still holds."""
 
 from __future__ import annotations
 
@@ -91,6 +90,7 @@ class Session:
             self._held_pairs,
             shell.drop_lost,
             handed=shell.inflight.pairs,  # only their expiry counts toward poison
+            on_bad_data=self.ends.bad_data,
         )
         shell.inflight.on_add = self.renewals.handed_out
         self._wake = asyncio.Event()
