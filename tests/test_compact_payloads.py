@@ -5,6 +5,7 @@ that cannot be read is refused, never expanded without bound."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 
@@ -104,6 +105,29 @@ async def test_a_crawl_stores_compacted_requests_and_reads_them_back(
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 241))
     assert b'"u":"' in (redis_client.hget(keys.dictionaries, "1") or b"")
     assert not crawler.stats.get_value("ha/dead/corrupt")
+
+
+@deferred_f_from_coro_f
+async def test_a_dictionaries_key_of_another_type_is_set_aside_and_the_crawl_ends(
+    redis_url, redis_client, site_factory
+):
+    """A QA run: ``SET ha:{qa}:dict junk`` before the crawl trained its dictionary; the
+    worker said "Redis refused a scrapy-ha command (WRONGTYPE ...); retrying in 1 s", naming
+    no key, every second for ever, and the crawl never ended."""
+    site = site_factory("--pages", "20", "--per-page", "12")  # 260 requests: 128 train
+    keys = Keys("ha", "catalogue")
+    redis_client.set(keys.dictionaries, "junk")
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "CONCURRENT_REQUESTS": 2,
+    }
+    crawler = get_crawler(CatalogueSpider, settings)
+    await asyncio.wait_for(crawler.crawl_async(base_url=site.url), 120)
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 241))
+    assert redis_client.keys(keys.dictionaries + ":corrupt:*")
+    assert crawler.stats.get_value("finish_reason") == "finished"
 
 
 @deferred_f_from_coro_f

@@ -12,7 +12,11 @@ the dashboard) reads them through :class:`Dictionaries`.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from scrapy_ha.codec.compact import Dictionary, dictionary_id, expand, train
 
@@ -30,6 +34,8 @@ __all__ = [
     "read_payloads",
 ]
 
+logger = logging.getLogger(__name__)
+
 #: The id of a crawl's dictionary: one per crawl (ids 2 to 255 are left for a dictionary
 #: trained again, should a crawl's requests change shape).
 DICTIONARY_ID = 1
@@ -42,15 +48,44 @@ SAMPLES = 128
 class Dictionaries:
     """The dictionaries of one crawl, read from Redis as payloads need them."""
 
-    def __init__(self, client: Any, keys: Keys) -> None:
+    def __init__(self, client: Any, keys: Keys, *, mend: bool = False) -> None:
         self.client = client
         self.key = keys.dictionaries
+        #: a worker's: a key of another type is set aside (a tool's reads report it)
+        self.mend = mend
         #: id -> data of the dictionaries read so far
         self.known: dict[int, bytes] = {}
 
+    async def _mended(self, call: Any) -> Any:
+        """*call()*'s result; if the key holds another type than a hash (garbage written by
+        hand: each call failed, and the worker tried again every second for ever, naming
+        no key), it is renamed ``<key>:corrupt:<seconds>`` (its content kept there, an
+        ERROR naming it) and *call* made again. A payload compacted with a dictionary
+        lost so is then set aside as corrupt, with the reason."""
+        try:
+            return await call()
+        except redis.exceptions.ResponseError as exc:
+            if not self.mend or "WRONGTYPE" not in str(exc):
+                raise
+            if await self.client.type(self.key) in (b"hash", "hash"):
+                raise
+        aside = f"{self.key}:corrupt:{int(time.time())}"
+        try:
+            await self.client.rename(self.key, aside)
+        except redis.exceptions.ResponseError:  # another worker renamed it first
+            pass
+        logger.error(
+            "The crawl's compaction dictionaries %s held the wrong type of data and were "
+            "renamed to %s (their content is kept there)",
+            self.key,
+            aside,
+        )
+        return await call()
+
     async def load(self) -> Dictionary | None:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
-        for field, data in (await self.client.hgetall(self.key)).items():
+        stored = await self._mended(lambda: self.client.hgetall(self.key))
+        for field, data in stored.items():
             try:
                 self.known[int(field)] = data
             except ValueError:  # a field written by hand: not a dictionary
@@ -67,7 +102,7 @@ class Dictionaries:
         call when some are missing, none otherwise)."""
         missing = {dictionary_id(p) for p in payloads} - {None, *self.known}
         for dict_id in sorted(i for i in missing if i is not None):
-            data = await self.client.hget(self.key, str(dict_id))
+            data = await self._mended(lambda i=dict_id: self.client.hget(self.key, str(i)))
             if data is not None:
                 self.known[dict_id] = data
 
@@ -79,7 +114,7 @@ class Dictionaries:
     async def publish(self, data: bytes) -> Dictionary:
         """Store *data* as the crawl's dictionary unless one is stored already; return the
         one stored (another worker's, if it was first)."""
-        await self.client.hsetnx(self.key, str(DICTIONARY_ID), data)
+        await self._mended(lambda: self.client.hsetnx(self.key, str(DICTIONARY_ID), data))
         stored = await self.client.hget(self.key, str(DICTIONARY_ID))
         self.known[DICTIONARY_ID] = stored if stored is not None else data
         current = self.current()
