@@ -191,3 +191,19 @@ async def _leased_again(q: RedisQueue, bad: str) -> None:
     assert any(getattr(KEYS, bad) in m for m in moved)
     leases = (await q.sync(lease=10, promote=10)).leases
     assert sorted(lease.payload for lease in leases) == sorted(pages)
+
+
+@deferred_f_from_coro_f
+async def test_a_held_count_holding_garbage_starts_again(redis_url):
+    """A QA run: ``HSET ha:{qa}:held "#revisit 127.0.0.1" abc``; every call that moved an
+    entry of that domain failed ("hash value is not an integer"), and no revisit of it
+    went through. The count starts again; the entry is deferred and marked."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        lease = await leased(q)
+        await q.client.hset(KEYS.held, "#gate a.test", "abc")
+        assert await q.retry_later(lease.id, lease.token, 60_000, PAGE, held="gate")
+        assert await q.client.hget(KEYS.held, lease.id) == b"gate a.test"
+        assert await q.client.hget(KEYS.held, "#gate a.test") == b"1"
+    finally:
+        await q.client.aclose()

@@ -14,11 +14,16 @@
 --   Rule: the mark leaves with the wait: an entry promoted from the delayed set (due, or
 --   made due by an operator) has none, so the hash holds delayed entries only, and its
 --   counts are those of their marks.
+--   Rule (a count never stops a script, which may have written already): a count that
+--   holds garbage (written by hand) starts again; before, HINCRBY failed every call that
+--   moved an entry of its domain, and each such revisit was lost for a visit. (Both counts
+--   are written inline: the sync script holds at most 200 locals, libraries included.)
 local function held_clear(held, id)
   local mark = redis.call('HGET', held, id)
   if not mark then return end
   redis.call('HDEL', held, id)
-  if redis.call('HINCRBY', held, '#' .. mark, -1) <= 0 then
+  local n = redis.pcall('HINCRBY', held, '#' .. mark, -1)
+  if type(n) == 'table' or n <= 0 then
     redis.call('HDEL', held, '#' .. mark)
   end
 end
@@ -30,5 +35,7 @@ local function held_mark(held, id, why, domain)
   held_clear(held, id)
   local mark = why .. ' ' .. domain
   redis.call('HSET', held, id, mark)
-  redis.call('HINCRBY', held, '#' .. mark, 1)
+  if type(redis.pcall('HINCRBY', held, '#' .. mark, 1)) == 'table' then
+    redis.call('HSET', held, '#' .. mark, 1)
+  end
 end
