@@ -207,3 +207,27 @@ async def test_a_held_count_holding_garbage_starts_again(redis_url):
         assert await q.client.hget(KEYS.held, "#gate a.test") == b"1"
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_times_no_worker_sets_are_taken_as_garbage(redis_url):
+    """A QA run: ``ZADD ha:{qa}:leased <id> inf`` left a lease that never expired, and the
+    crawl idled for ever (``leased 1``, no worker); a delayed entry timed ``inf`` was never
+    due; a heartbeat of ``inf`` was a live worker for ever (flush refused). The lease
+    expires at the next reclaim, the entry is due, the heartbeat goes at the next renewal."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        lease = await leased(q)
+        await q.client.zadd(KEYS.leased, {lease.id: float("inf")})
+        later = await leased(q)
+        assert await q.retry_later(later.id, later.token, 60_000, PAGE, failure_class="server")
+        await q.client.zadd(KEYS.delayed, {later.id: 1e300})
+        await q.client.zadd(KEYS.workers, {"ghost": float("inf")})
+        reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3)
+        assert reclaimed is not None and reclaimed.reclaimed == 1
+        assert len((await q.sync(lease=5, promote=5)).leases) == 2  # both, the delayed due
+        assert (await q.counts()).delayed == 0
+        await q.renew([], worker="w", lease_ms=30_000, heartbeat_ms=30_000)
+        assert await q.client.zscore(KEYS.workers, "ghost") is None
+    finally:
+        await q.client.aclose()

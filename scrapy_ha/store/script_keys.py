@@ -49,7 +49,8 @@ def _sync_keys(k: Keys, dupefilter: str, worker: str | None) -> tuple[str, ...]:
 def reclaim_keys(k: Keys) -> list[str]:
     keys = [k.leased, k.leases, k.queues, k.expiries, k.dead, k.dead_info, k.reclaim_guard]
     keys += [k.payload, k.retried, *k.stats_keys(), k.dead_archived, k.polite]
-    return [*keys, k.ready, k.waiting, k.queued, k.revisits, k.revisit_alloc, k.revisit_urls]
+    tail = [k.revisits, k.revisit_alloc, k.revisit_urls, k.delayed]
+    return [*keys, k.ready, k.waiting, k.queued, *tail]
 
 
 def release_keys(k: Keys) -> list[str]:

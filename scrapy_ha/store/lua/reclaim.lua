@@ -25,6 +25,7 @@
 --          of its URL claimed it, and for ever if its dead letter was purged)
 -- KEYS[20] revisit_urls (lib/deadletter: a dead letter the retention drops leaves no "x:"
 --          field there)
+-- KEYS[21] delayed: an entry timed past any time a worker sets is due now (below)
 -- ARGV[1] worker id  ARGV[2] interval (ms)  ARGV[3] batch size  ARGV[4] expiries before poison
 -- ARGV[5] most dead-letter entries kept  ARGV[6] oldest dead-letter entry kept (age, ms)
 -- ARGV[7] the crawl's order within a priority: 'fifo' or 'lifo', then optionally ' fifo' or
@@ -48,13 +49,22 @@ if not (interval and batch and max_exp and max_dead and max_age) or lifo == nil 
 end
 local err = wrong_type('reclaim', KEYS, {'zset', 'hash', nil, 'hash', 'zset', 'hash', nil,
   'hash', 'hash', 'hash', 'hash', 'hash', nil, 'hash', 'zset', 'zset', 'string', 'zset', 'hash',
-  'hash'})
+  'hash', 'zset'})
 if err then return err end
 if not redis_call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
   return {-1}
 end
 frontier_open(KEYS[3], KEYS[15], KEYS[16], KEYS[17], lifo, start_lifo)
 local now = now_ms()
+-- Rule: a time further ahead than any a worker sets (MOST_AHEAD_MS: written by hand, or
+-- +inf) is garbage: a lease so timed never expired and a delayed entry never came due, so
+-- the crawl never ended; the lease expires now, the entry is due now.
+local MOST_AHEAD_MS = 1e12
+for _, key in ipairs({KEYS[1], KEYS[21]}) do
+  local far = redis_call('ZRANGEBYSCORE', key, '(' .. int_str(now + MOST_AHEAD_MS), '+inf',
+    'LIMIT', 0, batch)
+  for _, id in ipairs(far) do redis_call('ZADD', key, now, id) end
+end
 local ids = redis_call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
 local out = {now, 0, 0}
 

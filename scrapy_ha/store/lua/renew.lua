@@ -31,10 +31,16 @@ if err then return err end
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + heartbeat_ms, ARGV[2])
 seen_mark(KEYS[5], ARGV[2], now)
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-  redis.call('HDEL', KEYS[4], gone)
+-- (a heartbeat further ahead than any TTL, 1e12 ms: written by hand, or +inf, is a worker
+-- that never expired: flush refused, finishing workers waited for it; it is gone too)
+local function drop_workers(lo, hi)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], lo, hi)) do
+    redis.call('HDEL', KEYS[4], gone)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], lo, hi)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+drop_workers('-inf', now)
+drop_workers('(' .. int_str(now + 1e12), '+inf')
 redis.call('HSET', KEYS[4], ARGV[2], table.concat({int_str(now), ARGV[5]}, ' '))
 local expiry = now + lease_ms
 local out = {now, 0, redis.call('ZCARD', KEYS[3])}
