@@ -39,7 +39,7 @@ def test_defaults():
         ({"HA_KEY_PREFIX": "h[1]"}, "HA_KEY_PREFIX='h[1]' must be"),
         ({"HA_KEY_PREFIX": "h\na"}, "HA_KEY_PREFIX='h\\na' must be"),
         # a QA run: the worker never saw it was idle, and never closed
-        ({"HA_TICK": "1e8"}, "HA_TICK='1e8' must be more than 0 seconds (at most 5)"),
+        ({"HA_TICK": "1e8"}, "HA_TICK='1e8' must be more than 0 seconds (at most 60)"),
         ({"HA_FEED": "maybe"}, "HA_FEED='maybe' must be True or False"),
         ({"DUPEFILTER_CLASS": "my.Bloom"}, "DUPEFILTER_CLASS='my.Bloom' cannot be used with"),
         ({"JOBDIR": "crawls/1"}, "JOBDIR='crawls/1' cannot be used with scrapy_ha.Scheduler"),

@@ -85,8 +85,9 @@ DEFAULT_CLOSE_TIMEOUT = 10.0
 #: Longest wait of the background loop between two rounds when nothing wakes it.
 DEFAULT_TICK = 0.25
 #: The longest ``HA_TICK``: the loop notices an idle crawl, a pause or a stop at this pace
-#: (a QA worker with 1e8 never closed).
-MOST_TICK = 5.0
+#: (a QA worker with 1e8 never closed); a minute leaves room to show that events, not the
+#: tick, drive the loop (``tests/test_session_wakes.py``).
+MOST_TICK = 60.0
 #: Seconds between two sweeps of the asyncio reactor's cancelled timers (see
 #: scrapy_ha.scheduler.session.heap):
 #: often enough that a second's cancelled download timeouts are all it ever holds.
