@@ -187,3 +187,21 @@ async def test_garbage_in_a_key_the_renewals_read_is_set_aside(redis_url, site, 
     assert sorted(crawler.spider.ids) == list(range(1, 51))
     assert crawler.stats.get_value("finish_reason") == "finished"
     assert crawler.stats.get_value("ha/corrupt_keys") >= 1
+
+
+@pytest.mark.parametrize("bad_key", ["dead", "workers", "run", "domain_limits", "senders", "seen"])
+@deferred_f_from_coro_f
+async def test_garbage_in_a_key_read_at_start_is_set_aside(redis_url, site, bad_key):
+    """A QA run: ``SET ha:{qa}:dead junk`` (or workers, run, limits...) before a worker
+    started: it stopped at start (ha_start_failed), on Redis's WRONGTYPE naming no key."""
+    keys = Keys("ha", ListSpider.name)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.set(getattr(keys, bad_key), "garbage")
+        crawler = _crawler(redis_url)
+        await asyncio.wait_for(crawler.crawl_async(base_url=site.url), BOUND)
+        assert crawler.stats.get_value("finish_reason") == "finished"
+        assert sorted(crawler.spider.ids) == list(range(1, 51))
+        assert await client.keys(getattr(keys, bad_key) + ":corrupt:*")
+    finally:
+        await client.aclose()

@@ -149,6 +149,8 @@ async def open_queue(
         await warn_once(client, redis_url, info)
         if config.flush_on_start:
             await wait.run(lambda: _flush_on_start(client, prefix, spider.name))
+        if shards == 1:  # (a sharded crawl's keys: once its layout is known, below)
+            await wait.run(lambda: garbage_aside(make_queue(client, prefix, spider.name, 1)))
         joined = await wait.run(
             lambda: join_crawl(
                 client,
@@ -176,6 +178,8 @@ async def open_queue(
     )
     ttl = config.dupefilter_ttl
     try:  # the dupefilter as stored; one of the other kind is refused (join_crawl's span
+        if shards > 1:
+            await wait.run(lambda: garbage_aside(queue))
         await wait.run(  # is the crawl's)
             lambda: set_dupefilter(queue, config.memory, ttl, worker=config.worker_id)
         )
@@ -193,6 +197,17 @@ async def open_queue(
         await client.aclose()
         raise
     return queue, info
+
+
+async def garbage_aside(queue: RedisQueue) -> None:
+    """Set aside the keys of the crawl that hold another type than theirs before the start
+    reads them (each made the start fail: ``WRONGTYPE``, naming no key, a QA run)."""
+    if moved := await queue.set_aside_wrong_types():
+        logger.error(
+            "Keys of the crawl held the wrong type of data and were renamed to "
+            "<key>:corrupt:<time> (their content is kept there): %s",
+            "; ".join(moved),
+        )
 
 
 async def _bloom_fits(queue: RedisQueue, config: SchedulerConfig, info: dict[str, Any]) -> None:
