@@ -205,3 +205,20 @@ async def test_garbage_in_a_key_read_at_start_is_set_aside(redis_url, site, bad_
         assert await client.keys(getattr(keys, bad_key) + ":corrupt:*")
     finally:
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_garbage_in_the_stop_key_is_no_stop(redis_url, site, caplog):
+    """A QA run: ``SET ha:{qa}:stop junk``; the worker stopped at start, "invalid literal
+    for int() ... (check REDIS_URL)"."""
+    keys = Keys("ha", ListSpider.name)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await client.set(keys.stop, "junk")
+        crawler = _crawler(redis_url)
+        await asyncio.wait_for(crawler.crawl_async(base_url=site.url), BOUND)
+        assert crawler.stats.get_value("finish_reason") == "finished"
+        assert sorted(crawler.spider.ids) == list(range(1, 51))
+        assert f"{keys.stop} holds b'junk', no time `scrapy-ha stop` writes" in caplog.text
+    finally:
+        await client.aclose()

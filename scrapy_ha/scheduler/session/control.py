@@ -59,6 +59,7 @@ class Control:
         #: the next poll's trip); and whether it does
         self._resumed_at = 0
         self._resume_written = False
+        self._garbage_said = False  # the stop key's garbage, said once
 
     async def poll(
         self, queue: RedisQueue, *, now: float | None = None, paused: bool = False
@@ -89,19 +90,37 @@ class Control:
         if resumed:
             replies.pop()
             self._resumed_at, self._resume_written = 0, True
-        rules, stop, *held = replies
+        rules, raw_stop, *held = replies
+        stop = self._stop_time(raw_stop, queue)
         fresh = not (self._resumed_at or self._resume_written)
-        if fresh and stop is not None and int(stop) <= self.joined_ms:
+        if fresh and stop is not None and stop <= self.joined_ms:
             # a worker started after `scrapy-ha stop` resumes the crawl: the next poll says
             # so, for the items consumers whose --exit-idle waits for a stopped crawl's end
             self._resumed_at = self.joined_ms
-        if stop is not None and int(stop) > self.joined_ms and not self.stopped:
+        if stop is not None and stop > self.joined_ms and not self.stopped:
             self.stopped = True
-            logger.info("Stopping: `scrapy-ha stop` asked at %s", int(stop))
+            logger.info("Stopping: `scrapy-ha stop` asked at %s", stop)
             engine.close_spider(self.crawler, STOPPED)
         # after the stop: a rule that cannot be read must not keep a stop unseen
         self.admission.set_rules(rules_of(rules))
         return bool(held and held[0])
+
+    def _stop_time(self, raw: bytes | None, queue: RedisQueue) -> int | None:
+        """The time ``scrapy-ha stop`` wrote (server ms), None when none: garbage there
+        (written by hand) is no stop, said once (it failed the start, blamed on REDIS_URL)."""
+        if raw is None:
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            if not self._garbage_said:
+                self._garbage_said = True
+                logger.warning(
+                    "%s holds %r, no time `scrapy-ha stop` writes: no stop is read from it",
+                    queue.keys.stop,
+                    raw[:100],
+                )
+            return None
 
 
 class Restarts:
