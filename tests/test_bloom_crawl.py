@@ -296,3 +296,38 @@ async def test_a_refused_worker_leaves_a_crawl_another_worker_joined_running(red
     finally:
         await client.delete("ha:{race}:finish", "ha:{race}:joins", "ha:{race}:shards")
         await client.aclose()
+
+
+class SpoilingMeta(CatalogueSpider):
+    """Deletes its Bloom filter's capacity once idle, as the worker closes (a worker's adds
+    write it again)."""
+
+    name = "spoiling"
+
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        from scrapy import signals
+
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.spoil, signal=signals.spider_idle)
+        return spider
+
+    def spoil(self):
+        redis.Redis.from_url(self.settings["REDIS_URL"]).hdel(
+            Keys("ha", self.name).bloom, "capacity"
+        )
+
+
+@deferred_f_from_coro_f
+async def test_a_bloom_meta_spoilt_at_the_end_does_not_stop_the_close(redis_url, site):
+    """The worker's close reads the filter's figures for its stats: a meta it cannot read
+    (no capacity: unreadable, where the tools showed no filter at all) ended the close
+    there, and the worker stayed registered."""
+    settings = {**crawl_settings(redis_url), **BLOOM, "SCHEDULER_PERSIST": True}
+    crawler = get_crawler(SpoilingMeta, settings)
+    await asyncio.wait_for(crawler.crawl_async(base_url=site.url), 120)
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    meta = redis.Redis.from_url(redis_url).hgetall(Keys("ha", "spoiling").bloom)
+    assert meta and b"capacity" not in meta, meta  # unreadable at the close
+    # the close went on: the worker left (before, it stayed registered: flush refused)
+    assert not redis.Redis.from_url(redis_url).zcard(Keys("ha", "spoiling").workers)

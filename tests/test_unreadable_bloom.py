@@ -75,6 +75,8 @@ SPOILT = [
     ({**ONE_LAYER, "n:0": "x"}, "n:0 is 'x', not a whole number of 0 or more"),
     ({**SLICED, "s0": "x"}, "s0 is 'x', not a whole number of 0 or more"),
     ({**SLICED, "n0:0": "-1"}, "n0:0 is '-1', not a whole number of 0 or more"),
+    # a QA run: no dupefilter line at all, where the reference says unreadable
+    ({k: v for k, v in ONE_LAYER.items() if k != "capacity"}, "no field 'capacity'"),
 ]
 
 

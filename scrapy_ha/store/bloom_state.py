@@ -9,7 +9,13 @@ from typing import Any
 
 from scrapy_ha.keys import SEEN_SLICES
 from scrapy_ha.store.bloom import layer_bytes
-from scrapy_ha.store.bloom_meta import meta_count, meta_layers, meta_layout, meta_rate
+from scrapy_ha.store.bloom_meta import (
+    BloomMetaError,
+    meta_count,
+    meta_layers,
+    meta_layout,
+    meta_rate,
+)
 from scrapy_ha.store.wire import text as _s
 
 __all__ = ["BloomState", "bloom_state"]
@@ -68,6 +74,10 @@ def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
     hash scrapy-ha cannot have written raises :class:`~scrapy_ha.store.bloom.BloomMetaError`."""
     fields = {_s(k): _s(v) for k, v in meta.items()}
     if "capacity" not in fields:
+        if any(name in fields for name in ("k", "part", "layers", "period")):
+            # a filter's hash without its capacity: unreadable, where the tools showed no
+            # dupefilter at all (a QA run)
+            raise BloomMetaError("no field 'capacity'")
         return None
     capacity, k, part = meta_layout(fields)
     asked, fp = meta_rate(fields, "error", 0.0), meta_rate(fields, "fp", 0.0)

@@ -14,6 +14,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, filter_metas
+from scrapy_ha.store.bloom_meta import BloomMetaError
 from scrapy_ha.store.bloom_state import bloom_state
 from scrapy_ha.store.buckets import BucketSet, BucketState, bucket_count, bucket_state
 from scrapy_ha.store.claims import claim_kind
@@ -344,7 +345,10 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
     exact set's buckets: URLs held, and 1 in ``ha/dupefilter/over_capacity`` once a shard
     holds more than its buckets were made for."""
     now_ms, metas = await _clock_and_metas(queue)
-    found = [state for bloom, _ in metas if (state := bloom_state(bloom, now_ms)) is not None]
+    try:
+        found = [state for bloom, _ in metas if (state := bloom_state(bloom, now_ms)) is not None]
+    except BloomMetaError:  # garbage (the tools name it): no figures, and the close goes on
+        return {}
     if not found:
         held = [bucket_state(stored) for _, stored in metas]
         buckets = [b for b in held if b is not None]
