@@ -105,7 +105,7 @@ def test_the_reference_documents_every_command():
         (["metrics", "--timeout", "inf"], "'inf' is not a finite number of seconds above 0"),
         (["items", "books", "--to", "jsonl:x.jl", "--exit-idle", "inf"], "'inf' is not a"),
         # a review: HA_KEY_PREFIX is checked, and --prefix was not
-        (["--prefix", "h?", "status", "books"], "argument --prefix: 'h?' must be non-empty"),
+        (["--prefix", "h{1}", "status", "books"], "argument --prefix: 'h{1}' must be non-emp"),
     ],
 )
 def test_a_bad_argument_is_a_usage_error_naming_it(argv, said, capsys):

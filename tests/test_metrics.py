@@ -252,6 +252,9 @@ async def test_a_counter_past_64_bits_written_by_hand_costs_no_other_figure(
     assert value(samples, "scrapy_ha_requests", spider="live", state="pending") == 2
     assert value(samples, "scrapy_ha_enqueued_total", spider="boom") == 3
     assert value(samples, "scrapy_ha_acked_total", spider="boom") == 0  # not a count: skipped
+    redis_client.hset("ha:{live}:stats", "enqueued", -5)  # (a QA run: "retried -5")
+    samples = exporter_factory(redis_url).scrape()
+    assert value(samples, "scrapy_ha_enqueued_total", spider="live") == 0  # no count: skipped
     shown = subprocess.run(
         [SCRAPY_HA, "--redis-url", redis_url, "status", "live"], capture_output=True, text=True
     )

@@ -292,11 +292,11 @@ def key_prefix(settings: BaseSettings) -> str:
 
 def check_key_prefix(prefix: str) -> None:
     """Refuse *prefix* (``HA_KEY_PREFIX``, ``--prefix``): keys are ``<prefix>:{<spider>}:...``:
-    braces would move the hash tag, spaces and pattern characters break the CLI's patterns."""
-    if not prefix or any(c in prefix for c in "{} *?[]\\") or not prefix.isprintable():
+    braces would move the hash tag, spaces and control characters break the CLI's patterns
+    and its output (pattern characters are escaped where a pattern is made)."""
+    if not prefix or any(c in prefix for c in "{} ") or not prefix.isprintable():
         raise ConfigError(
-            f"HA_KEY_PREFIX={prefix!r} must be non-empty, printable, without spaces, braces "
-            f"or the characters of a key pattern (*, ?, [, ], \\)"
+            f"HA_KEY_PREFIX={prefix!r} must be non-empty, printable, without spaces or braces"
         )
 
 

@@ -72,15 +72,16 @@ _INT64 = range(-(2**63), 2**63)
 
 def counters(raw: dict[Any, Any]) -> dict[str, int]:
     """A hash of counters read with HGETALL, values as integers: a value that is not one,
-    or is past what Redis counts to (written by hand: 400 digits failed every chart and
-    the exporter's whole page, for every crawl), is skipped."""
+    is past what Redis counts to (written by hand: 400 digits failed every chart and the
+    exporter's whole page, for every crawl), or is below 0 (no count goes down: ``retried
+    -5`` in ``status``, a Prometheus counter below 0), is skipped."""
     out = {}
     for k, v in raw.items():
         try:
             n = int(v)
         except ValueError:
             continue
-        if n in _INT64:
+        if 0 <= n < _INT64.stop:
             out[_s(k)] = n
     return out
 
