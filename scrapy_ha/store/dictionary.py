@@ -13,7 +13,6 @@ the dashboard) reads them through :class:`Dictionaries`.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -51,40 +50,40 @@ class Dictionaries:
     def __init__(self, client: Any, keys: Keys, *, mend: bool = False) -> None:
         self.client = client
         self.key = keys.dictionaries
-        #: a worker's: a key of another type is set aside (a tool's reads report it)
+        #: a worker's: a key of another type leaves it uncompacted (a tool's reads fail)
         self.mend = mend
+        #: the key holds another type of data (see :meth:`_mended`)
+        self.unusable = False
         #: id -> data of the dictionaries read so far
         self.known: dict[int, bytes] = {}
 
     async def _mended(self, call: Any) -> Any:
-        """*call()*'s result; if the key holds another type than a hash (garbage written by
-        hand: each call failed, and the worker tried again every second for ever, naming
-        no key), it is renamed ``<key>:corrupt:<seconds>`` (its content kept there, an
-        ERROR naming it) and *call* made again. A payload compacted with a dictionary
-        lost so is then set aside as corrupt, with the reason."""
+        """*call()*'s result, or None if the key holds another type than a hash (garbage:
+        each call failed, and the worker tried again every second for ever, naming no key).
+        The key is left as it is, said once in an ERROR: this worker then stores its
+        requests uncompacted (:attr:`unusable`), and a payload compacted with a dictionary
+        it held is set aside as corrupt. Renaming it would let a worker train another
+        dictionary under the same id, and read what was compacted with the first one as
+        other requests."""
         try:
             return await call()
         except redis.exceptions.ResponseError as exc:
             if not self.mend or "WRONGTYPE" not in str(exc):
                 raise
-            if await self.client.type(self.key) in (b"hash", "hash"):
-                raise
-        aside = f"{self.key}:corrupt:{int(time.time())}"
-        try:
-            await self.client.rename(self.key, aside)
-        except redis.exceptions.ResponseError:  # another worker renamed it first
-            pass
-        logger.error(
-            "The crawl's compaction dictionaries %s held the wrong type of data and were "
-            "renamed to %s (their content is kept there)",
-            self.key,
-            aside,
-        )
-        return await call()
+        if not self.unusable:
+            self.unusable = True
+            logger.error(
+                "%s holds another type of data than the crawl's compaction dictionaries: "
+                "this worker stores its requests uncompacted, and sets aside as corrupt a "
+                "request compacted with a dictionary kept there; delete the key (or "
+                "restore it) to compact again",
+                self.key,
+            )
+        return None
 
     async def load(self) -> Dictionary | None:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
-        stored = await self._mended(lambda: self.client.hgetall(self.key))
+        stored = await self._mended(lambda: self.client.hgetall(self.key)) or {}
         for field, data in stored.items():
             try:
                 self.known[int(field)] = data
@@ -111,10 +110,12 @@ class Dictionaries:
         raises ``CodecError`` when its dictionary is not known after :meth:`ensure`)."""
         return expand(stored, self.known)
 
-    async def publish(self, data: bytes) -> Dictionary:
+    async def publish(self, data: bytes) -> Dictionary | None:
         """Store *data* as the crawl's dictionary unless one is stored already; return the
-        one stored (another worker's, if it was first)."""
+        one stored (another worker's, if it was first); None if the key is unusable."""
         await self._mended(lambda: self.client.hsetnx(self.key, str(DICTIONARY_ID), data))
+        if self.unusable:
+            return None
         stored = await self.client.hget(self.key, str(DICTIONARY_ID))
         self.known[DICTIONARY_ID] = stored if stored is not None else data
         current = self.current()
@@ -159,6 +160,9 @@ class Compactor:
             return
         if self.wants_dictionary:
             self.adopt(await dictionaries.publish(train(self.samples)))
+            if dictionaries.unusable:  # (said once): no dictionary for this worker
+                self.enabled = False
+                self.samples.clear()
         else:
             self.adopt(dictionaries.current())
 
