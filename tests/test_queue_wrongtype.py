@@ -222,11 +222,13 @@ async def test_times_no_worker_sets_are_taken_as_garbage(redis_url):
         later = await leased(q)
         assert await q.retry_later(later.id, later.token, 60_000, PAGE, failure_class="server")
         await q.client.zadd(KEYS.delayed, {later.id: 1e300})
+        far = await leased(q)  # a revisit's longest interval (1e12 s) is no garbage
+        assert await q.retry_later(far.id, far.token, 10**15, PAGE, failure_class="server")
         await q.client.zadd(KEYS.workers, {"ghost": float("inf")})
         reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3)
         assert reclaimed is not None and reclaimed.reclaimed == 1
         assert len((await q.sync(lease=5, promote=5)).leases) == 2  # both, the delayed due
-        assert (await q.counts()).delayed == 0
+        assert (await q.counts()).delayed == 1  # the far one waits
         await q.renew([], worker="w", lease_ms=30_000, heartbeat_ms=30_000)
         assert await q.client.zscore(KEYS.workers, "ghost") is None
     finally:

@@ -31,8 +31,8 @@ if err then return err end
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + heartbeat_ms, ARGV[2])
 seen_mark(KEYS[5], ARGV[2], now)
--- (a heartbeat further ahead than any TTL, 1e12 ms: written by hand, or +inf, is a worker
--- that never expired: flush refused, finishing workers waited for it; it is gone too)
+-- (a heartbeat further ahead than any TTL, at most 1e12 ms: written by hand, or +inf, is
+-- a worker that never expired: flush refused, finishing workers waited for it; gone too)
 local function drop_workers(lo, hi)
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], lo, hi)) do
     redis.call('HDEL', KEYS[4], gone)
