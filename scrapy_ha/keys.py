@@ -385,7 +385,7 @@ class Keys:
         zsets = [self.ready, self.waiting, self.legacy_pending, self.leased, self.delayed]
         zsets += [self.dead, self.workers, self.seen, self.revisits, self.gate_log]
         strings = [self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.pressure]
-        strings += [self.dlq_alert, self.stop, self.queued]
+        strings += [self.dlq_alert, self.stop, self.queued, self.feed_guard]
         types = {key: "hash" for key in self.all()}
         types.update({key: "zset" for key in zsets})
         types.update({key: "string" for key in strings})

@@ -233,3 +233,35 @@ async def test_times_no_worker_sets_are_taken_as_garbage(redis_url):
         assert await q.client.zscore(KEYS.workers, "ghost") is None
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_feed_guard_a_string_is_not_set_aside(redis_url):
+    """A review: the feed guard (SET NX PX) was typed a hash: a set-aside renamed it, and a
+    second feed could then run while the first one held it."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await q.client.set(KEYS.feed_guard, "w1", px=60_000)
+        assert not any(KEYS.feed_guard in m for m in await q.set_aside_wrong_types())
+        assert await q.client.get(KEYS.feed_guard) == b"w1"
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_failed_set_aside_asked_by_the_keeper_is_said(caplog):
+    """A review: the task was never awaited ("Task exception was never retrieved")."""
+    import logging
+
+    from scrapy.settings import Settings
+
+    from scrapy_ha.scheduler.session.renewal import Renewals
+
+    async def failing(exc: Exception) -> None:
+        raise redis.exceptions.ConnectionError("gone")
+
+    renewals = Renewals(Settings(), lambda: None, tuple, lambda lost: None, on_bad_data=failing)
+    with caplog.at_level(logging.WARNING):
+        renewals._on_wrong_type(redis.exceptions.ResponseError("WRONGTYPE renew: k"))
+        await asyncio.sleep(0.05)
+    assert "Setting aside a key the renewals could not read failed" in caplog.text

@@ -153,6 +153,8 @@ class Renewals:
         if self.keeper is not None:
             keeper, self.keeper = self.keeper, None
             await asyncio.to_thread(keeper.stop, timeout)
+        if self._setting_aside is not None and not self._setting_aside.done():
+            self._setting_aside.cancel()  # (the close's own round sets garbage aside)
 
     def _on_wrong_type(self, exc: BaseException) -> None:
         """A renewal met a key of another type (run on the event loop): set it aside, once
@@ -160,6 +162,7 @@ class Renewals:
         busy = self._setting_aside is not None and not self._setting_aside.done()
         if self.on_bad_data is not None and isinstance(exc, Exception) and not busy:
             self._setting_aside = asyncio.ensure_future(self.on_bad_data(exc))
+            self._setting_aside.add_done_callback(_said)
 
     def _on_renewed(self, started: float, lost: list[tuple[str, str]], workers: int) -> None:
         """A renewal by the keeper's thread (run on the event loop)."""
@@ -232,3 +235,10 @@ class Renewals:
 
 def _str(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _said(task: asyncio.Task[None]) -> None:
+    """Log what ended a set-aside the keeper asked for, if it failed (a task nobody
+    awaits: else "Task exception was never retrieved"); the next renewal asks again."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.warning("Setting aside a key the renewals could not read failed: %r", exc)
