@@ -398,35 +398,6 @@ async def test_an_entry_that_is_not_an_item_is_set_aside_not_dropped(redis_url, 
     await client.aclose()
 
 
-@pytest.mark.parametrize("kind", ["sql", "jsonl"])
-@deferred_f_from_coro_f
-async def test_json_that_is_no_item_is_set_aside_not_written(redis_url, tmp_path, kind):
-    """A QA run: ``[1, 2, 3]``, ``null`` or a tuple's tag in the stream (no worker writes
-    them) were written to the JSON Lines file as they were."""
-    bad = [b"[1, 2, 3]", b"null", b'{"__t": [1, 2]}']
-    path = tmp_path / "items.jsonl"
-    sink: Sink = (
-        SqlSink(f"sqlite:///{tmp_path / 'items.db'}", "s") if kind == "sql" else JsonLinesSink(path)
-    )
-    client = redis.asyncio.Redis.from_url(redis_url)
-    await ItemStream(client, KEYS).add([b'{"id": 1}', *bad, b'{"id": 3}'])
-
-    async def work() -> None:
-        while await client.xlen(KEYS.items):
-            await asyncio.sleep(0.02)
-
-    report = await run(redis_url, sink, kind, work)
-    rows = aside(redis_url)
-    assert [row[b"i"] for row in rows] == bad and report.set_aside == 3
-    assert all(b"not an item" in row[b"r"] for row in rows), rows
-    if kind == "jsonl":
-        assert [json.loads(line) for line in path.read_text().splitlines()] == [
-            {"id": 1},
-            {"id": 3},
-        ]
-    await client.aclose()
-
-
 @deferred_f_from_coro_f
 async def test_an_entry_without_an_item_field_is_set_aside_not_taken_for_deleted(
     redis_url, tmp_path
