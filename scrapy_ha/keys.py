@@ -378,7 +378,8 @@ class Keys:
     def checkpoint_pattern(self) -> str:
         """A SCAN pattern of every checkpoint key of the crawl (its task follows ``}:cp:``)."""
         tag = self.spider if self.shard is None else f"{self.spider}:[0-9]*"
-        return f"{self.prefix}:\\{{{tag}\\}}:cp:*"
+        prefix = "".join(f"\\{c}" if c in "\\*?[]" else c for c in self.prefix)
+        return f"{prefix}:\\{{{tag}\\}}:cp:*"
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""

@@ -312,22 +312,30 @@ class SpoilingMeta(CatalogueSpider):
         crawler.signals.connect(spider.spoil, signal=signals.spider_idle)
         return spider
 
+    spoiled = "bloom"
+
     def spoil(self):
-        redis.Redis.from_url(self.settings["REDIS_URL"]).hdel(
-            Keys("ha", self.name).bloom, "capacity"
-        )
+        client, keys = redis.Redis.from_url(self.settings["REDIS_URL"]), Keys("ha", self.name)
+        if self.spoiled == "bloom":
+            client.hdel(keys.bloom, "capacity")
+        else:  # the exact set's buckets (a review: a ValueError, not a BloomMetaError)
+            client.hset(keys.buckets, "buckets", "x")
 
 
+@pytest.mark.parametrize("spoiled", ["bloom", "buckets"])
 @deferred_f_from_coro_f
-async def test_a_bloom_meta_spoilt_at_the_end_does_not_stop_the_close(redis_url, site):
+async def test_a_bloom_meta_spoilt_at_the_end_does_not_stop_the_close(redis_url, site, spoiled):
     """The worker's close reads the filter's figures for its stats: a meta it cannot read
     (no capacity: unreadable, where the tools showed no filter at all) ended the close
     there, and the worker stayed registered."""
-    settings = {**crawl_settings(redis_url), **BLOOM, "SCHEDULER_PERSIST": True}
+    SpoilingMeta.spoiled = spoiled
+    settings = {**crawl_settings(redis_url), "SCHEDULER_PERSIST": True}
+    if spoiled == "bloom":
+        settings.update(BLOOM)
     crawler = get_crawler(SpoilingMeta, settings)
     await asyncio.wait_for(crawler.crawl_async(base_url=site.url), 120)
     assert crawler.stats.get_value("finish_reason") == "finished"
-    meta = redis.Redis.from_url(redis_url).hgetall(Keys("ha", "spoiling").bloom)
-    assert meta and b"capacity" not in meta, meta  # unreadable at the close
+    meta = redis.Redis.from_url(redis_url).hgetall(getattr(Keys("ha", "spoiling"), spoiled))
+    assert meta and (b"capacity" not in meta or meta.get(b"buckets") == b"x"), meta
     # the close went on: the worker left (before, it stayed registered: flush refused)
     assert not redis.Redis.from_url(redis_url).zcard(Keys("ha", "spoiling").workers)

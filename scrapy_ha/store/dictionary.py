@@ -74,9 +74,11 @@ class Dictionaries:
             self.unusable = True
             logger.error(
                 "%s holds another type of data than the crawl's compaction dictionaries: "
-                "this worker stores its requests uncompacted, and sets aside as corrupt a "
-                "request compacted with a dictionary kept there; delete the key (or "
-                "restore it) to compact again",
+                "this worker stores its requests uncompacted until it starts again, and sets "
+                "aside as corrupt a request compacted with a dictionary kept there. Restore "
+                "the key from a copy; do not delete it while the crawl holds compacted "
+                "requests (a new dictionary would be trained under the same id, and they "
+                "would read as other requests): `scrapy-ha flush` starts the crawl afresh",
                 self.key,
             )
         return None

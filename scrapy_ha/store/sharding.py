@@ -14,7 +14,6 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.aged import AgedBloom, AgedSet
 from scrapy_ha.store.bloom import BloomFilter, Dupefilter, ExactSet, filter_metas
-from scrapy_ha.store.bloom_meta import BloomMetaError
 from scrapy_ha.store.bloom_state import bloom_state
 from scrapy_ha.store.buckets import BucketSet, BucketState, bucket_count, bucket_state
 from scrapy_ha.store.claims import claim_kind
@@ -347,10 +346,13 @@ async def dupefilter_figures(queue: RedisQueue) -> dict[str, float]:
     now_ms, metas = await _clock_and_metas(queue)
     try:
         found = [state for bloom, _ in metas if (state := bloom_state(bloom, now_ms)) is not None]
-    except BloomMetaError:  # garbage (the tools name it): no figures, and the close goes on
-        return {}
+    except ValueError:  # garbage (BloomMetaError; the tools name it): no figures, and the
+        return {}  # close goes on
     if not found:
-        held = [bucket_state(stored) for _, stored in metas]
+        try:
+            held = [bucket_state(stored) for _, stored in metas]
+        except ValueError:  # (the buckets' meta holding garbage: the same)
+            return {}
         buckets = [b for b in held if b is not None]
         if not buckets:
             return {}

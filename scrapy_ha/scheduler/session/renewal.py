@@ -153,8 +153,10 @@ class Renewals:
         if self.keeper is not None:
             keeper, self.keeper = self.keeper, None
             await asyncio.to_thread(keeper.stop, timeout)
-        if self._setting_aside is not None and not self._setting_aside.done():
-            self._setting_aside.cancel()  # (the close's own round sets garbage aside)
+        task = self._setting_aside
+        if task is not None and not task.done():  # its rename and relink are two steps: a
+            # cancel between them left back queues no key names (a review); never cancelled
+            await asyncio.wait([task], timeout=timeout)
 
     def _on_wrong_type(self, exc: BaseException) -> None:
         """A renewal met a key of another type (run on the event loop): set it aside, once

@@ -56,14 +56,14 @@ if not redis_call('SET', KEYS[7], ARGV[1], 'NX', 'PX', interval) then
 end
 frontier_open(KEYS[3], KEYS[15], KEYS[16], KEYS[17], lifo, start_lifo)
 local now = now_ms()
--- Rule: a time further ahead than any a worker sets (MOST_AHEAD_MS: written by hand, or
--- +inf) is garbage: a lease so timed never expired and a delayed entry never came due, so
--- the crawl never ended; the lease expires now, the entry is due now. (A lease lasts at
--- most 1e12 ms, a revisit's interval at most 1e15: HA_REVISIT's longest, 1e12 s.)
-local MOST_AHEAD_MS = 1e16
-for _, key in ipairs({KEYS[1], KEYS[21]}) do
-  local far = redis_call('ZRANGEBYSCORE', key, '(' .. int_str(now + MOST_AHEAD_MS), '+inf',
-    'LIMIT', 0, batch)
+-- Rule: a time further ahead than any a worker sets (written by hand, or +inf) is garbage:
+-- a lease so timed never expired and a delayed entry never came due, so the crawl never
+-- ended; the lease expires now, the entry is due now. A lease lasts at most 1e12 ms
+-- (HA_LEASE_TIME's longest), a delayed entry waits at most 1e15 (a revisit's interval,
+-- HA_REVISIT's longest: 1e12 s), so 1e12 and 1e16 ms ahead.
+for key, ahead in pairs({[KEYS[1]] = 1e12, [KEYS[21]] = 1e16}) do
+  local far = redis_call('ZRANGEBYSCORE', key, '(' .. int_str(now + ahead), '+inf', 'LIMIT',
+    0, batch)
   for _, id in ipairs(far) do redis_call('ZADD', key, now, id) end
 end
 local ids = redis_call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, batch)
