@@ -274,7 +274,10 @@ async def test_a_sharded_crawl_goes_unsharded_once_finished_without_dead_letters
     joined = await join(worker="w1")
     assert (joined.shards, joined.span, joined.replaced) == (1, 1, "3")
     left = await client.keys("ha:{catalogue*")
-    assert sorted(left) == [b"ha:{catalogue}:workers"], left  # this worker's registration
+    # this worker's registration, and the finish record naming its join (written back as
+    # "done" if it is refused at start before another worker joins: store/join.py)
+    assert sorted(left) == [b"ha:{catalogue}:finish", b"ha:{catalogue}:workers"], left
+    assert await client.get("ha:{catalogue}:finish") == b"joined w1"
     await client.aclose()
 
 

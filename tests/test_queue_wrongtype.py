@@ -299,3 +299,28 @@ async def test_a_failed_set_aside_asked_by_the_keeper_is_said(caplog):
         renewals._on_wrong_type(redis.exceptions.ResponseError("WRONGTYPE renew: k"))
         await asyncio.sleep(0.05)
     assert "Setting aside a key the renewals could not read failed" in caplog.text
+
+
+@pytest.mark.parametrize("then", ["start", "finish"])
+@deferred_f_from_coro_f
+async def test_a_relink_owed_by_a_worker_that_stopped_is_done_by_the_next(redis_url, then):
+    """A review: the rename of `ready` and the relink of its back queues are two steps; a
+    worker stopped between them left the requests out of every lease's reach, and the next
+    worker's finish cleared the crawl. The rename marks the relink owed, in its own step:
+    the next worker's start (its set-aside) or finish does it."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+        await q.client.delete(KEYS.ready)
+        await q.client.set(KEYS.ready, "garbage")
+        types = {KEYS.ready: "zset!", KEYS.waiting: "zset!", KEYS.ready + ":relink": "marker"}
+        await q._set_aside(keys=list(types), args=list(types.values()))  # then it stopped
+        assert await q.client.exists(KEYS.ready + ":relink")
+        if then == "start":
+            await q.set_aside_wrong_types()  # nothing of another type left: the marker
+        else:
+            assert not (await q.finish("w2")).done  # the crawl holds a request
+        assert len((await q.sync(lease=5, promote=5)).leases) == 1
+        assert not await q.client.exists(KEYS.ready + ":relink")
+    finally:
+        await q.client.aclose()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import bitmap_keys, filter_metas
 from scrapy_ha.store.buckets import bucket_state, delete_buckets
+from scrapy_ha.store.frontier import relink_queues
 from scrapy_ha.store.wire import SENT_GRACE_MS, Finished, _s
 
 if TYPE_CHECKING:
@@ -101,7 +102,9 @@ def finish_keys(keys: Keys, *, keep: bool) -> list[str]:
 
 
 async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
-    """End one shard's (or an unsharded crawl's) finished crawl in one script."""
+    """End one shard's (or an unsharded crawl's) finished crawl in one script (a relink of
+    its back queues owed first: else the finish would clear a crawl that holds requests)."""
+    await relink_queues(queue.client, queue.keys, [])
     script = queue.client.register_script(scripts.FINISH_LUA)
     args = [worker, "keep" if keep else "clear", SENT_GRACE_MS]
     keys = finish_keys(queue.keys, keep=keep)
@@ -124,6 +127,8 @@ async def finish_shards(queue: Sharded, worker: str, *, keep: bool) -> Finished:
         if not await _finished(queue):
             return Finished(False)
         return await queue.shards[0].finish(worker, keep=True)
+    for shard in queue.shards:  # (a relink owed: see finish_one)
+        await relink_queues(shard.client, shard.keys, [])
     token = secrets.token_hex(8)
     if not await _step(queue, "prepare", token):
         return Finished(False)

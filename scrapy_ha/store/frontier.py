@@ -72,7 +72,7 @@ async def flush_crawl(client: Any, keys: Keys) -> None:
     found = sorted(names)
     for i in range(0, len(found), DELETE_BATCH):
         await client.delete(*found[i : i + DELETE_BATCH])
-    await client.delete(*keys.all())
+    await client.delete(*keys.all(), relink_marker(keys))
 
 
 #: Back queues relinked per call (``relink.lua``).
@@ -81,12 +81,28 @@ RELINK_BATCH = 1000
 SET_ASIDE_MARK = b":corrupt:"
 
 
+def relink_marker(keys: Keys) -> str:
+    """The key that says a relink of the back queues is owed (``set_aside.lua`` writes it
+    as it renames ``ready`` or ``waiting``; :func:`relink_queues` deletes it when done)."""
+    return f"{keys.ready}:relink"
+
+
+def relink_types(keys: Keys) -> dict[str, str]:
+    """The types ``set_aside.lua`` is given for the keys of a relink: ``ready`` and
+    ``waiting``, marked to write the marker when renamed, and the marker."""
+    return {keys.ready: "zset!", keys.waiting: "zset!", relink_marker(keys): "marker"}
+
+
 async def relink_queues(client: Any, keys: Keys, set_aside: list[str]) -> int:
     """If ``ready`` or ``waiting`` is among the keys just *set_aside* (garbage, a key of
-    another type), make the back queues that neither names wait again, due now: their
-    requests were out of every lease's reach (a QA run: 15 requests left in Redis, and the
-    crawl finished). Returns how many."""
-    if keys.ready not in set_aside and keys.waiting not in set_aside:
+    another type), or a relink is owed (a worker set one aside and stopped before its
+    relink: the marker), make the back queues that neither names wait again, due now:
+    their requests were out of every lease's reach (a QA run: 15 requests left in Redis,
+    and the crawl finished). Workers call it at start, on a key of another type, and
+    before a finish. Returns how many."""
+    marker = relink_marker(keys)
+    named = keys.ready in set_aside or keys.waiting in set_aside
+    if not named and not await client.exists(marker):
         return 0
     script = scripts.Registered(client, "relink")
     prefix = keys.queues.encode()
@@ -99,6 +115,7 @@ async def relink_queues(client: Any, keys: Keys, set_aside: list[str]) -> int:
         moved += int(
             await script(keys=[keys.ready, keys.waiting], args=found[i : i + RELINK_BATCH])
         )
+    await client.delete(marker)
     if moved:
         logger.warning(
             "%d back queue(s) of %s were named by no key (the one naming them was set aside): "

@@ -17,7 +17,7 @@ from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.buckets import delete_buckets
 from scrapy_ha.store.finish import finish_one
-from scrapy_ha.store.frontier import convert_old_form, flush_crawl, relink_queues
+from scrapy_ha.store.frontier import convert_old_form, flush_crawl, relink_queues, relink_types
 from scrapy_ha.store.functions import LibraryScript
 from scrapy_ha.store.gate_log import GateLog
 from scrapy_ha.store.hosts import payload_host
@@ -365,11 +365,11 @@ class RedisQueue:
         # the dupefilter's extra keys are a Bloom filter's bitmaps (strings), or keys the
         # crawl's table types (the time slices' hash and sets, the buckets' meta hash)
         types = dict.fromkeys(self.dupefilter.extra_keys(self.keys), "string") | self.keys.types()
-        types |= wrong_task_keys(self.keys, error)
+        types |= wrong_task_keys(self.keys, error) | relink_types(self.keys)
         reply = await self._set_aside(keys=list(types), args=list(types.values()))
         pairs = [(_s(reply[i]), _s(reply[i + 1])) for i in range(0, len(reply), 2)]
         await relink_queues(self.client, self.keys, [key for key, _ in pairs])
-        return [f"{key} ({actual}, expected {types[key]})" for key, actual in pairs]
+        return [f"{key} ({actual}, expected {types[key].rstrip('!')})" for key, actual in pairs]
 
     async def leave(self, worker: str, sender: str | None = None) -> None:
         """Unregister a worker that stops (and forget its *sender* nonce's number: every
