@@ -13,6 +13,7 @@ import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.store import scripts
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import Commit, NewEntry
 from tests import redis_servers
@@ -324,3 +325,68 @@ async def test_a_relink_owed_by_a_worker_that_stopped_is_done_by_the_next(redis_
         assert not await q.client.exists(KEYS.ready + ":relink")
     finally:
         await q.client.aclose()
+
+
+async def _orphaned(q: RedisQueue, keys: Keys) -> None:
+    """A request in a back queue that no key names, and its relink marked owed (the worker
+    that set `ready` aside stopped before its relink)."""
+    await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+    await q.client.delete(keys.ready)
+    await q.client.set(keys.ready, "garbage")
+    types = {keys.ready: "zset!", keys.waiting: "zset!", keys.ready + ":relink": "marker"}
+    await q._set_aside(keys=list(types), args=list(types.values()))
+
+
+@deferred_f_from_coro_f
+async def test_a_relink_deletes_the_mark_only_if_no_rename_came_since(redis_url):
+    """A review: a second rename between a relink's read of the mark and its end was
+    forgotten (the mark deleted), and its queues stayed out of reach."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await _orphaned(q, KEYS)
+        marker = KEYS.ready + ":relink"
+        assert await q.client.get(marker) == b"1"
+        await q.client.incr(marker)  # a second rename, after the relink read "1"
+        relink = q.client.register_script(scripts.RELINK_LUA)
+        await relink(keys=[KEYS.ready, KEYS.waiting, marker], args=["1"])
+        assert await q.client.get(marker) == b"2"  # still owed
+        await relink(keys=[KEYS.ready, KEYS.waiting, marker], args=["2"])
+        assert not await q.client.exists(marker)
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_close_that_finds_a_relink_owed_does_not_end_the_run(redis_url, caplog):
+    """A review: the last worker's close ended the run ("finished") and only then found
+    the back queues no key named; the run now stays open for the next worker."""
+    from scrapy_ha.config.scheduler import SchedulerConfig
+    from scrapy_ha.scheduler.session.closing import wind_up
+
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await _orphaned(q, KEYS)
+        await wind_up(q, 1, SchedulerConfig())
+        assert "Run 1 of the crawl did not finish" in caplog.text
+        assert len((await q.sync(lease=5, promote=5)).leases) == 1
+    finally:
+        await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_persisted_sharded_finish_does_a_relink_owed_on_every_shard(redis_url):
+    """A review: with SCHEDULER_PERSIST the sharded finish looked at shard 0's alone."""
+    from scrapy_ha.store.sharding import make_queue
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        sharded = make_queue(client, "ha", "sk", 2)
+        shard = sharded.shards[1]
+        await _orphaned(shard, shard.keys)
+        assert not (await sharded.finish("w2", keep=True)).done
+        assert await client.zcard(shard.keys.waiting) == 1
+    finally:
+        names = [key async for key in client.scan_iter(match="ha:{sk*")]
+        if names:
+            await client.delete(*names)
+        await client.aclose()

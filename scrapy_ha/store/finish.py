@@ -123,12 +123,12 @@ async def finish_one(queue: Shard, worker: str, *, keep: bool) -> Finished:
 
 async def finish_shards(queue: Sharded, worker: str, *, keep: bool) -> Finished:
     """End a sharded crawl: every shard cleared or none (see the module's docstring)."""
+    for shard in queue.shards:  # (a relink owed: see finish_one)
+        await relink_queues(shard.client, shard.keys, [])
     if keep:
         if not await _finished(queue):
             return Finished(False)
         return await queue.shards[0].finish(worker, keep=True)
-    for shard in queue.shards:  # (a relink owed: see finish_one)
-        await relink_queues(shard.client, shard.keys, [])
     token = secrets.token_hex(8)
     if not await _step(queue, "prepare", token):
         return Finished(False)

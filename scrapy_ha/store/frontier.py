@@ -101,8 +101,8 @@ async def relink_queues(client: Any, keys: Keys, set_aside: list[str]) -> int:
     and the crawl finished). Workers call it at start, on a key of another type, and
     before a finish. Returns how many."""
     marker = relink_marker(keys)
-    named = keys.ready in set_aside or keys.waiting in set_aside
-    if not named and not await client.exists(marker):
+    owed = await client.get(marker)  # (deleted at the end only if no rename came since)
+    if keys.ready not in set_aside and keys.waiting not in set_aside and owed is None:
         return 0
     script = scripts.Registered(client, "relink")
     prefix = keys.queues.encode()
@@ -111,11 +111,11 @@ async def relink_queues(client: Any, keys: Keys, set_aside: list[str]) -> int:
         name = _raw(key)
         if SET_ASIDE_MARK not in name:  # (a back queue set aside itself is not one)
             found.append(name[len(prefix) :])
-    for i in range(0, len(found), RELINK_BATCH):
-        moved += int(
-            await script(keys=[keys.ready, keys.waiting], args=found[i : i + RELINK_BATCH])
-        )
-    await client.delete(marker)
+    names, token = [keys.ready, keys.waiting, marker], b"" if owed is None else owed
+    for i in range(0, max(len(found), 1), RELINK_BATCH):
+        last = i + RELINK_BATCH >= len(found)
+        args = [token if last else b"", *found[i : i + RELINK_BATCH]]
+        moved += int(await script(keys=names, args=args))
     if moved:
         logger.warning(
             "%d back queue(s) of %s were named by no key (the one naming them was set aside): "

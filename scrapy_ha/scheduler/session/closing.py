@@ -18,7 +18,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from scrapy_ha.scheduler.session.outlast import outlast
+from scrapy_ha.store.frontier import relink_queues
 from scrapy_ha.store.runs import end_run
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -141,6 +143,20 @@ async def wind_up(
     """The crawl finished (the spider closed as ``finished``): its run ends if nothing is
     pending, leased or delayed, and the last worker ends the crawl (:func:`end_crawl`; a
     shutdown asked meanwhile, the *crawler* no longer crawling, stops its wait)."""
+    if await owed_relink(queue):  # requests out of reach until now: the crawl is not over
+        logger.warning(
+            "Run %d of the crawl did not finish: back queues that no key named were found "
+            "at its close; they wait for the next run (start a worker)",
+            run,
+        )
+        return
     if await end_run(queue):
         logger.info("Run %d of the crawl finished", run)
     await end_crawl(queue, config, bound, lambda: crawler is not None and not crawler.crawling)
+
+
+async def owed_relink(queue: RedisQueue) -> int:
+    """Do a relink of the back queues owed (:func:`~scrapy_ha.store.frontier.relink_queues`:
+    a worker set ``ready`` aside and stopped before its relink) on every shard; how many
+    queues it found. The spider closed as finished while they were out of its reach."""
+    return sum([await relink_queues(s.client, s.keys, []) for s in shards_of(queue)])

@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Seconds the keeper's stop waits at most for a set-aside it asked for, when its caller
-#: gives no bound (each Redis call of it is bounded by its socket timeout, 15 s).
-SET_ASIDE_WAIT = 30.0
+#: Seconds the keeper's stop waits at most for a set-aside it asked for (the close's own
+#: budget is for leaving; a relink cut short is marked owed, and the finish does it).
+SET_ASIDE_WAIT = 1.0
 
 
 class Renewals:
@@ -160,7 +160,8 @@ class Renewals:
         task = self._setting_aside
         if task is not None and not task.done():  # its rename and relink are two steps: a
             # cancel between them left back queues no key names (a review); never cancelled
-            await asyncio.wait([task], timeout=SET_ASIDE_WAIT if timeout is None else timeout)
+            await asyncio.wait([task], timeout=min(SET_ASIDE_WAIT, timeout or SET_ASIDE_WAIT))
+            task.cancel()  # (past that: the relink it owes is marked, the finish does it)
 
     def _on_wrong_type(self, exc: BaseException) -> None:
         """A renewal met a key of another type (run on the event loop): set it aside, once

@@ -31,5 +31,5 @@ for i, key in ipairs(KEYS) do
     end
   end
 end
-if owed and marker then redis_call('SET', marker, '1') end
+if owed and marker then redis_call('INCR', marker) end -- (a relink deletes what it read)
 return out
