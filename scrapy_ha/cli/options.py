@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.common import parse_when
-from scrapy_ha.config.scheduler import check_key_prefix
-from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 
 if TYPE_CHECKING:
@@ -99,7 +97,11 @@ def positive(text: str) -> float:
 
 
 def prefix_option(text: str) -> str:
-    """``--prefix``, checked as ``HA_KEY_PREFIX`` is."""
+    """``--prefix``, checked as ``HA_KEY_PREFIX`` is (imported here: ``--help`` and
+    ``--version`` import neither Scrapy nor redis-py)."""
+    from scrapy_ha.config.scheduler import check_key_prefix  # noqa: PLC0415
+    from scrapy_ha.config.validate import ConfigError  # noqa: PLC0415
+
     try:
         check_key_prefix(text)
     except ConfigError as exc:
