@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -68,10 +68,15 @@ async def test_a_redis_error_in_the_proxy_pool_keeps_every_request(
 ):
     proxy = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
     site = site_factory("--proxy-list", f"127.0.0.1:{proxy.port}")
-    # the shared cool-downs are unreadable (a Redis error on every read): WRONGTYPE
-    redis_client.set(Keys("ha", "faults").proxy_cooldowns, "not a hash")
     paths = tuple(f"/item/{i}" for i in range(1, 11))
     crawler = pool_crawler(redis_url, site, HA_PROXY_POOL_TTL=0, LOG_LEVEL="INFO")
+
+    def spoil(**_: object) -> None:
+        # the shared cool-downs unreadable (a Redis error on every read: WRONGTYPE), once
+        # the worker has started (its start sets aside keys of another type it finds)
+        redis_client.set(Keys("ha", "faults").proxy_cooldowns, "not a hash")
+
+    crawler.signals.connect(spoil, signal=signals.response_received)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == sorted(paths)
     assert crawler.stats.get_value("ha/proxy/redis_errors") >= 1
