@@ -47,17 +47,17 @@ SAMPLES = 128
 class Dictionaries:
     """The dictionaries of one crawl, read from Redis as payloads need them."""
 
-    def __init__(self, client: Any, keys: Keys, *, mend: bool = False) -> None:
+    def __init__(self, client: Any, keys: Keys, *, worker: bool = False) -> None:
         self.client = client
         self.key = keys.dictionaries
         #: a worker's: a key of another type leaves it uncompacted (a tool's reads fail)
-        self.mend = mend
-        #: the key holds another type of data (see :meth:`_mended`)
+        self.worker = worker
+        #: the key holds another type of data (see :meth:`_unless_garbage`)
         self.unusable = False
         #: id -> data of the dictionaries read so far
         self.known: dict[int, bytes] = {}
 
-    async def _mended(self, call: Any) -> Any:
+    async def _unless_garbage(self, call: Any) -> Any:
         """*call()*'s result, or None if the key holds another type than a hash (garbage:
         each call failed, and the worker tried again every second for ever, naming no key).
         The key is left as it is, said once in an ERROR: this worker then stores its
@@ -68,7 +68,7 @@ class Dictionaries:
         try:
             return await call()
         except redis.exceptions.ResponseError as exc:
-            if not self.mend or "WRONGTYPE" not in str(exc):
+            if not self.worker or "WRONGTYPE" not in str(exc):
                 raise
         if not self.unusable:
             self.unusable = True
@@ -85,7 +85,7 @@ class Dictionaries:
 
     async def load(self) -> Dictionary | None:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
-        stored = await self._mended(lambda: self.client.hgetall(self.key)) or {}
+        stored = await self._unless_garbage(lambda: self.client.hgetall(self.key)) or {}
         for field, data in stored.items():
             try:
                 self.known[int(field)] = data
@@ -103,7 +103,7 @@ class Dictionaries:
         call when some are missing, none otherwise)."""
         missing = {dictionary_id(p) for p in payloads} - {None, *self.known}
         for dict_id in sorted(i for i in missing if i is not None):
-            data = await self._mended(lambda i=dict_id: self.client.hget(self.key, str(i)))
+            data = await self._unless_garbage(lambda i=dict_id: self.client.hget(self.key, str(i)))
             if data is not None:
                 self.known[dict_id] = data
 
@@ -115,7 +115,7 @@ class Dictionaries:
     async def publish(self, data: bytes) -> Dictionary | None:
         """Store *data* as the crawl's dictionary unless one is stored already; return the
         one stored (another worker's, if it was first); None if the key is unusable."""
-        await self._mended(lambda: self.client.hsetnx(self.key, str(DICTIONARY_ID), data))
+        await self._unless_garbage(lambda: self.client.hsetnx(self.key, str(DICTIONARY_ID), data))
         if self.unusable:
             return None
         stored = await self.client.hget(self.key, str(DICTIONARY_ID))

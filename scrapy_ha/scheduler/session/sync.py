@@ -245,7 +245,7 @@ class Syncer:
         """Read the crawl's compaction dictionaries (once connected); return the one new
         requests are compacted with (None: none yet)."""
         assert self.queue is not None
-        self.dictionaries = Dictionaries(self.queue.client, self.queue.keys, mend=True)
+        self.dictionaries = Dictionaries(self.queue.client, self.queue.keys, worker=True)
         return await self.dictionaries.load()
 
     async def _take_all(self, leases: list[Lease]) -> None:
