@@ -390,3 +390,18 @@ async def test_a_persisted_sharded_finish_does_a_relink_owed_on_every_shard(redi
         if names:
             await client.delete(*names)
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_relink_mark_holding_garbage_fails_no_set_aside(redis_url):
+    """The mark is counted with INCR: garbage there failed the script after its renames."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await q.sync(enqueue=[NewEntry(b"", 0, PAGE)])
+        await q.client.set(KEYS.ready + ":relink", "abc")
+        await q.client.delete(KEYS.ready)
+        await q.client.set(KEYS.ready, "garbage")
+        assert any(KEYS.ready in m for m in await q.set_aside_wrong_types())
+        assert len((await q.sync(lease=5, promote=5)).leases) == 1
+    finally:
+        await q.client.aclose()

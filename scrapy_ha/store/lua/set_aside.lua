@@ -10,6 +10,7 @@
 -- if that name is taken: an earlier copy is never overwritten, lib/types), and the type it
 -- had.
 --- @include "types"
+--- @include "counter"
 if #KEYS ~= #ARGV then
   return redis.error_reply('ERR set_aside: one type per key')
 end
@@ -31,5 +32,5 @@ for i, key in ipairs(KEYS) do
     end
   end
 end
-if owed and marker then redis_call('INCR', marker) end -- (a relink deletes what it read)
+if owed and marker then take(marker, 1) end -- (lib/counter: garbage there restarts it)
 return out
