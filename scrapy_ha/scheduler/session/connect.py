@@ -200,9 +200,14 @@ async def open_queue(
 
 
 async def garbage_aside(queue: RedisQueue) -> None:
-    """Set aside the keys of the crawl that hold another type than theirs before the start
-    reads them (each made the start fail: ``WRONGTYPE``, naming no key, a QA run)."""
-    if moved := await queue.set_aside_wrong_types():
+    """Set aside the crawl's keys of another type before the start reads them (each made
+    the start fail on ``WRONGTYPE``, naming no key: a QA run)."""
+    say_set_aside(await queue.set_aside_wrong_types())
+
+
+def say_set_aside(moved: list[str]) -> None:
+    """One ERROR naming the crawl's keys set aside (at start, or by :meth:`.Ends.bad_data`)."""
+    if moved:
         logger.error(
             "Keys of the crawl held the wrong type of data and were renamed to "
             "<key>:corrupt:<time> (their content is kept there): %s",

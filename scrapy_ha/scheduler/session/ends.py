@@ -20,6 +20,7 @@ from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
+from scrapy_ha.scheduler.session.connect import say_set_aside
 from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
@@ -239,11 +240,7 @@ class Ends:
         moved = await self.queue.set_aside_wrong_types(str(exc)) if "WRONGTYPE" in str(exc) else []
         if moved:
             self.stats.inc_value("ha/corrupt_keys", len(moved))
-            logger.error(
-                "Keys of the crawl held the wrong type of data and were renamed to "
-                "<key>:corrupt:<time> (their content is kept there): %s",
-                "; ".join(moved),
-            )
+            say_set_aside(moved)
             return
         logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
         await asyncio.sleep(1)
