@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 import redis.asyncio
+from scrapy import Request
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -24,6 +25,8 @@ from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
 from tests import backqueues
 from tests.spiders import CatalogueSpider
+from tests.test_keep import engine_busy
+from tests.test_scheduler_shell import shell
 
 
 def shop(n: int) -> bytes:
@@ -59,6 +62,38 @@ def test_a_frame_that_cannot_be_read_is_refused_and_never_expands_past_the_limit
     assert len(bomb) < 20_000
     with pytest.raises(CodecError, match="expands past"):
         expand(bomb, {1: data})
+
+
+def test_a_round_compacts_what_goes_pending_not_what_it_stores_leased_to_its_worker():
+    """A request handed out from memory, or kept in its worker's buffer, is stored leased to
+    that worker and acked once it is done: it goes as a document. One that waits in Redis
+    goes as a frame, once, however often its round is sent. All train the dictionary."""
+    s, _, _ = shell()
+    s._slots.free = lambda crawler, request: True  # the engine has room: handed out
+    compactor = s.admission.compactor
+    for n in range(SAMPLES):
+        s.enqueue_request(Request(f"https://shop.test/catalogue/item-{n}/index.html"))
+        if n < 8:  # (within HA_MAX_INFLIGHT)
+            assert s.next_request() is not None
+    assert len(compactor.samples) == SAMPLES  # handed out or not
+    compactor.adopt(Dictionary(1, train(compactor.samples)))
+    del s.outbox.children[:]
+    s.enqueue_request(Request("https://shop.test/catalogue/item-900/index.html"))
+    assert s.next_request() is not None
+    engine_busy(s)  # the next ones wait for the round
+    for n in (901, 902):
+        s.enqueue_request(Request(f"https://shop.test/catalogue/item-{n}/index.html"))
+    handed, kept, pending = s.outbox.children
+    s.handout.seal([pending], keep=False)  # a batch before the last: nothing is kept
+    s.handout.seal([handed, kept])  # the last: a LIFO worker alone keeps what fits
+    assert handed.taken is not None and kept.kept and pending.taken is None
+    assert dictionary_id(handed.payload) is None and b"item-900" in handed.payload
+    assert dictionary_id(kept.payload) is None and b"item-901" in kept.payload
+    assert dictionary_id(pending.payload) == 1
+    frame, data = pending.payload, compactor.dictionary.data
+    assert b"item-902" in expand(frame, {1: data})
+    s.handout.seal([pending], keep=False)  # the round failed: sent again
+    assert pending.payload == frame and expand(frame, {1: data})[:1] == b"{"
 
 
 @deferred_f_from_coro_f

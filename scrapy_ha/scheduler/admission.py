@@ -125,14 +125,14 @@ class Admission:
         if fingerprint and seen.seen(fingerprint, age):
             self.log_duplicate(request)
             return None
-        compactor = self.compactor
         try:
             payload = self.payload(request, spider)
-            if compactor.enabled or compactor.dictionary is not None:  # else it is a no-op
-                payload = compactor.compact(payload)
         except CodecError as exc:
             self.refuse_unstorable(request, exc, kin.parent, spider)
             return None
+        compactor = self.compactor  # (compacted when a round sends it pending: Handout.seal)
+        if compactor.enabled and compactor.dictionary is None:
+            compactor.sample(payload)
         seen.remember(fingerprint)
         if not -MAX_PRIORITY <= request.priority <= MAX_PRIORITY:
             self.note_priority(request)

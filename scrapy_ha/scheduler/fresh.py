@@ -24,6 +24,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.buffer import FairHeap
 from scrapy_ha.scheduler.gate import DownloadGate
+from scrapy_ha.store.dictionary import Compactor
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -184,9 +185,11 @@ class Handout:
         *,
         queue: FreshQueue,
         early: bool = True,
+        compactor: Compactor | None = None,
     ) -> None:
         self.crawler = crawler
         self.queue = queue
+        self.compactor = Compactor(enabled=False) if compactor is None else compactor
         assert crawler.stats is not None
         self.gate = DownloadGate(crawler.stats, early=early)
         self.unstored: set[Pair] = set()  # handed out, not stored in Redis yet
@@ -269,15 +272,23 @@ class Handout:
     def seal(self, batch: list[NewEntry], *, keep: bool = True) -> int:
         """*batch* goes to Redis now: its new requests not handed out leave the queue (they
         go pending, and come back by lease, or with *keep* are kept if they may be:
-        :mod:`scrapy_ha.scheduler.keep`); return how many are kept."""
+        :mod:`scrapy_ha.scheduler.keep`); return how many are kept.
+
+        Those that go pending are compacted now (``HA_COMPACT_PAYLOADS``), not as each was
+        admitted: one handed out or kept is stored leased to this worker and acked once it
+        is done, so compacting it would save Redis's memory for that while only, at a cost
+        per request (docs/benchmarks.md, "Compacted as they go pending")."""
         keeper = self.queue.keep if keep else None
         kept = keeper.choose(batch, self._make_lease) if keeper is not None else 0
+        pending = self.compactor.pending if self.compactor.dictionary is not None else None
         for entry in batch:
             fresh = entry.fresh
             if fresh is not None and not fresh.sealed:
                 fresh.sealed = True
                 if fresh.lease is None:
                     self._outbox.note_priority(entry.priority)
+            if pending is not None and (fresh is None or fresh.lease is None):
+                entry.payload = pending(entry.payload)
         self.queue.prune()
         return kept
 

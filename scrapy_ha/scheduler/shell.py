@@ -1,9 +1,8 @@
 """``scrapy_ha.Scheduler``: a lease-based Redis scheduler that loses nothing.
 
-A request leaves Redis only when Scrapy has completely finished with it: the
-download, the callback or errback, every request it yielded (durable in Redis
-first) and every item through the pipelines. A worker killed at any instant
-leaves its leases to expire; any other worker puts them back in the queue.
+A request leaves Redis only once Scrapy is done with it: the download, the callback or errback,
+every request it yielded (durable in Redis first), every item through the pipelines. A worker
+killed at any instant leaves its leases to expire; any other worker requeues them.
 
 This is the shell the engine calls, answering from memory; what Redis must learn goes into
 an :class:`~.outbox.Outbox`, drained by the :class:`~.session.session.Session` (one task).
@@ -101,6 +100,7 @@ class Scheduler:
                 keep=self.precedence.keep,
             ),
             early=config.early_download,
+            compactor=self.admission.compactor,
         )
         self.handout.gate.guard.held = self.local_leases
         self.inflight.on_retry = self.handout.gate.replaced

@@ -126,9 +126,10 @@ class Dictionaries:
 
 
 class Compactor:
-    """What a worker compacts its new requests with (:meth:`compact`, called as each is
-    admitted, with no I/O): nothing until the crawl has a dictionary, meanwhile its first
-    requests are kept to train one (:attr:`wants_dictionary`, for the session)."""
+    """What a worker compacts its new requests with (:meth:`pending`, as a round sends
+    those that go pending, with no I/O): nothing until the crawl has a dictionary,
+    meanwhile its first requests are kept to train one (:meth:`sample`, as each is
+    admitted; :attr:`wants_dictionary`, for the session)."""
 
     def __init__(self, *, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -136,12 +137,25 @@ class Compactor:
         self.samples: list[bytes] = []
 
     def compact(self, payload: bytes) -> bytes:
-        """*payload* compacted, or as it is while no dictionary is known."""
+        """*payload* compacted, or as it is (and kept as a sample) while no dictionary is
+        known."""
         if self.dictionary is not None:
             return self.dictionary.compact(payload)
-        if self.enabled and len(self.samples) < SAMPLES:
-            self.samples.append(payload)
+        self.sample(payload)
         return payload
+
+    def sample(self, payload: bytes) -> None:
+        """Keep *payload* (a document) to train the crawl's dictionary, while it has none."""
+        if self.enabled and self.dictionary is None and len(self.samples) < SAMPLES:
+            self.samples.append(payload)
+
+    def pending(self, payload: bytes) -> bytes:
+        """*payload* as it goes pending: compacted once the crawl has a dictionary, unless
+        it is compacted already (an entry a round sends again)."""
+        dictionary = self.dictionary
+        if dictionary is None or dictionary_id(payload) is not None:
+            return payload
+        return dictionary.compact(payload)
 
     @property
     def wants_dictionary(self) -> bool:
