@@ -83,6 +83,8 @@ FLAT = {
     ),
     "private callback": lambda url: scrapy.Request(url, callback=SPIDER._private_parse),
     "referer": lambda url: scrapy.Request(url, headers={"Referer": "http://h.example/list"}),
+    "referer, lower case": lambda url: scrapy.Request(url, headers={"referer": b"r\xfe"}),
+    "referer, two values": lambda url: scrapy.Request(url, headers={"Referer": ["a", "b"]}),
     "headers": lambda url: scrapy.Request(
         url, headers={"Accept": ["a", "b"], "X-Bin": b"\xfe\x00", "Empty": ""}
     ),

@@ -17,7 +17,7 @@ from binascii import b2a_base64
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
-from scrapy.http import Request
+from scrapy.http import Headers, Request
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import trust
@@ -91,8 +91,8 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
         return None  # before the callbacks and headers are read: the encoder reads them too
     parts = [_HEAD, _string(request.url)]
     _callbacks(parts, request, spider)
-    if headers and (clean := clean_headers(request, spider)):
-        parts += (f',"{HEADERS}":', _headers(clean))
+    if headers and (stored := _stored_headers(request, spider, headers)):
+        parts += (f',"{HEADERS}":', stored)
     if request.method != "GET":
         parts += (f',"{METHOD}":', _string(request.method))
     if body := request.body:
@@ -231,6 +231,22 @@ def _tagged(value: bytes) -> str:
         if len(value) <= TAGGED_MAX_BYTES:
             remember(_TAGGED, value, text, TAGGED_REMEMBERED)
     return text
+
+
+#: The stored headers of a request whose one header is its Referer, up to that value.
+_REFERER_ONLY = f'{{"{DICT_TAG}":[[{_bytes(REFERER)},['
+
+
+def _stored_headers(request: Request, spider: Spider | None, headers: Any) -> str | None:
+    """*request*'s *headers* as stored (:func:`_headers` of what ``clean_headers`` keeps),
+    None if none is kept. A spider's link has its Referer alone (RefererMiddleware's), which
+    nothing cleans: written at once, without the general way's calls per request."""
+    if len(headers) == 1 and type(headers) is Headers:
+        values = dict.get(headers, REFERER)
+        if type(values) is list and len(values) == 1 and type(values[0]) is bytes:
+            return f"{_REFERER_ONLY}{_tagged(values[0])}]]]}}"
+    clean = clean_headers(request, spider)
+    return _headers(clean) if clean else None
 
 
 def _headers(headers: dict[bytes, list[bytes]]) -> str:
