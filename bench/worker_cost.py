@@ -15,13 +15,14 @@ own, in CPU time of this process (``time.process_time``), medians of ``--repeats
   local redis-server, for *k* = 1, 10 and 30; fixed cost per round and cost per request
   (a least-squares line), with the reply parser redis-py uses (hiredis if installed).
 
-With ``--shape crawl`` the requests are shaped as a spider's links are: a Referer header
-and ``depth`` in meta (what Scrapy's RefererMiddleware and DepthMiddleware add), and the
-shell compacts them with a dictionary trained from the first of them, as a crawl does once
-it has one. ``--shape addon`` adds what the add-on's ParentLeaseMiddleware writes: each
-request names the page that yielded it (``meta["_ha_parent"]``, its lease), a page the
-shell holds until its round, then finishes (acked), as a worker does. The default,
-``bare``, is ``Request(url)``.
+With ``--shape crawl`` the requests are shaped as a spider's links are: a Referer header and
+``depth`` in meta (what Scrapy's RefererMiddleware and DepthMiddleware add), and the shell
+has a dictionary trained from the first of them, as a crawl does once it has one (it
+compacts the new requests it does not hand out; this benchmark's are all handed out, as a
+static crawl's are, and stored as documents). ``--shape addon`` adds what the add-on's
+ParentLeaseMiddleware writes: each request names the page that yielded it
+(``meta["_ha_parent"]``, its lease), a page the shell holds until its round, then finishes
+(acked), as a worker does. The default, ``bare``, is ``Request(url)``.
 
 ``python bench/worker_cost.py`` prints one JSON object.
 """

@@ -1,5 +1,5 @@
 """bench/worker_cost.py: its crawl-shaped requests are what a spider's links are, and the
-shell compacts them as a crawl with a dictionary does."""
+shell has a dictionary as a crawl's does (it compacts those that go pending)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def test_crawl_shaped_requests_carry_a_referer_and_depth_and_are_compacted(capsy
     s, _, _ = worker_cost.shell()
     worker_cost._compacting(s)
     assert s.enqueue_request(worker_cost._request("http://127.0.0.1:8000/item/2"))
+    s.handout.seal(s.outbox.children[-1:], keep=False)  # not handed out: it goes pending
     assert s.outbox.children[-1].payload[0] == FRAME  # compacted with the dictionary
 
     assert worker_cost.main(["--no-round", "--repeats", "1", "--requests", "200"]) == 0
@@ -52,7 +53,8 @@ def test_addon_shaped_requests_are_children_of_a_page_the_shell_holds_then_finis
     assert len(sent) == worker_cost.PER_PAGE * 3
     parents = {entry.parent for entry in sent}
     assert len(parents) == 3 and None not in parents  # each fenced by its page's lease
-    assert all(entry.payload[0] == FRAME for entry in sent)  # compacted with the dictionary
+    # all handed out: stored leased to the worker as documents, not compacted
+    assert all(entry.taken and entry.payload[0] != FRAME for entry in sent)
     assert not s.stats.get_value("ha/late_requests")  # its page was held
     assert s.inflight.pairs() == []  # and finished with its round
     request = worker_cost._request("http://127.0.0.1:8000/item/1", ("p1", "page"))

@@ -274,10 +274,11 @@ class Handout:
         go pending, and come back by lease, or with *keep* are kept if they may be:
         :mod:`scrapy_ha.scheduler.keep`); return how many are kept.
 
-        Those that go pending are compacted now (``HA_COMPACT_PAYLOADS``), not as each was
-        admitted: one handed out or kept is stored leased to this worker and acked once it
-        is done, so compacting it would save Redis's memory for that while only, at a cost
-        per request (docs/benchmarks.md, "Compacted as they go pending")."""
+        They are compacted now (``HA_COMPACT_PAYLOADS``), not as each was admitted, but
+        those handed out: stored leased to this worker and acked once done, compacted they
+        would save Redis's memory for that while only, at a cost per request
+        (docs/benchmarks.md, "Compacted as they go pending"). A kept one is compacted: it
+        goes back pending when newer requests crowd it out of the buffer."""
         keeper = self.queue.keep if keep else None
         kept = keeper.choose(batch, self._make_lease) if keeper is not None else 0
         pending = self.compactor.pending if self.compactor.dictionary is not None else None
@@ -287,7 +288,7 @@ class Handout:
                 fresh.sealed = True
                 if fresh.lease is None:
                     self._outbox.note_priority(entry.priority)
-            if pending is not None and (fresh is None or fresh.lease is None):
+            if pending is not None and (fresh is None or fresh.lease is None or fresh.kept):
                 entry.payload = pending(entry.payload)
         self.queue.prune()
         return kept
