@@ -20,12 +20,14 @@ from scrapy_ha.codec.compact import WBITS, Dictionary, dictionary_id, expand, tr
 from scrapy_ha.codec.document import MAX_PAYLOAD_BYTES
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.outbox import EndOp, VisitEnd
 from scrapy_ha.store.dictionary import SAMPLES, Compactor, Dictionaries
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
 from tests import backqueues
 from tests.spiders import CatalogueSpider
 from tests.test_keep import engine_busy
+from tests.test_lease_fencing import scheduler
 from tests.test_scheduler_shell import shell
 
 
@@ -64,10 +66,11 @@ def test_a_frame_that_cannot_be_read_is_refused_and_never_expands_past_the_limit
         expand(bomb, {1: data})
 
 
-def test_a_round_compacts_what_goes_pending_not_what_it_stores_leased_to_its_worker():
-    """A request handed out from memory, or kept in its worker's buffer, is stored leased to
-    that worker and acked once it is done: it goes as a document. One that waits in Redis
-    goes as a frame, once, however often its round is sent. All train the dictionary."""
+def test_a_round_compacts_the_new_requests_but_those_handed_out():
+    """A request handed out from memory is stored leased to its worker and acked once it is
+    done: it goes as a document. One that waits in Redis goes as a frame, once, however
+    often its round is sent; so does one kept in the worker's buffer, which goes back
+    pending when newer requests crowd it out. All train the dictionary."""
     s, _, _ = shell()
     s._slots.free = lambda crawler, request: True  # the engine has room: handed out
     compactor = s.admission.compactor
@@ -88,12 +91,43 @@ def test_a_round_compacts_what_goes_pending_not_what_it_stores_leased_to_its_wor
     s.handout.seal([handed, kept])  # the last: a LIFO worker alone keeps what fits
     assert handed.taken is not None and kept.kept and pending.taken is None
     assert dictionary_id(handed.payload) is None and b"item-900" in handed.payload
-    assert dictionary_id(kept.payload) is None and b"item-901" in kept.payload
-    assert dictionary_id(pending.payload) == 1
+    assert dictionary_id(kept.payload) == dictionary_id(pending.payload) == 1
     frame, data = pending.payload, compactor.dictionary.data
+    assert b"item-901" in expand(kept.payload, {1: data})
     assert b"item-902" in expand(frame, {1: data})
     s.handout.seal([pending], keep=False)  # the round failed: sent again
     assert pending.payload == frame and expand(frame, {1: data})[:1] == b"{"
+
+
+@deferred_f_from_coro_f
+async def test_a_retry_and_a_revisit_wait_compacted_a_dead_letter_stays_a_document(redis_url):
+    """A retry waits in the delayed set for its delay, a revisit for its interval (every
+    page of a continuous crawl): both are stored as frames once the crawl has a dictionary.
+    A dead letter stays the document (the archive and the operator read it)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = RedisQueue(client, Keys("ha", "ends"))
+    s = scheduler(q)
+    s.session.spider = s.session.ends.spider = s.spider = CatalogueSpider()
+    samples = [shop(n) for n in range(SAMPLES)]
+    s.admission.compactor.adopt(Dictionary(1, train(samples)))
+    await q.sync(enqueue=[NewEntry(b"", 0, shop(n)) for n in range(3)])
+    retried, revisited, dead = (await q.sync(lease=3, lease_ms=30_000)).leases
+    url = "https://www.example-shop-1.com/catalogue/category/books_1/item-1/index.html"
+    visit = VisitEnd(3600.0, b"f" * 12, "changed")
+    await s.session.ends.end_ops(
+        [
+            EndOp("retry", retried.id, retried.token, Request(url + "?r"), 60.0),
+            EndOp("revisit", revisited.id, revisited.token, Request(url + "?v"), visit=visit),
+            EndOp("dead", dead.id, dead.token, Request(url + "?d")),
+        ],
+        3,
+    )
+    stored = await client.hmget(q.keys.payload, [retried.id, revisited.id, dead.id])
+    assert [dictionary_id(payload) for payload in stored] == [1, 1, None]
+    data = s.admission.compactor.dictionary.data
+    assert [json.loads(expand(p, {1: data}))["u"][-2:] for p in stored] == ["?r", "?v", "?d"]
+    assert await client.zcard(q.keys.delayed) == 2 and await client.zcard(q.keys.dead) == 1
+    await client.aclose()
 
 
 @deferred_f_from_coro_f

@@ -27,6 +27,8 @@ from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Spider
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
@@ -96,6 +98,8 @@ class Ends:
             self.alert.warn_if_unreachable(config.max_entries)
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
+        #: a retry's or a revisit's stored form, compacted (the worker's Compactor.pending)
+        self.compact: Callable[[bytes], bytes] = bytes
         #: leased and unreadable (or refused), to dead-letter: (lease, reason, class)
         self.corrupt: list[tuple[Lease, str, str]] = []
         #: server times of sync calls that set entries aside as corrupt (to archive, alert)
@@ -150,7 +154,7 @@ class Ends:
             self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
             return
         if op.kind == "revisit":
-            return await end_revisit(self.queue, self.spider, op, self.stats)
+            return await end_revisit(self.queue, self.spider, op, self.stats, self.compact)
         payload = encode_request(op.request, self.spider)
         verdict = Verdict.from_meta(op.request.meta)
         if op.kind == "retry":  # (waiting for a proxy or a gate: no attempt, no retry)
@@ -159,7 +163,7 @@ class Ends:
             delay_ms = int(((verdict and verdict.delay) or 0) * 1000)
             prio = op.request.priority if op.priority is None else op.priority
             fclass = "" if waits else str(verdict.failure_class if verdict else "unknown")
-            args = (op.entry_id, op.token, delay_ms, payload, prio, fclass)
+            args = (op.entry_id, op.token, delay_ms, self.compact(payload), prio, fclass)
             due = await self.queue.retry_later(*args, held="gate" if gate else "proxy")
             done = ("ha/deferred" if gate else "ha/proxy/waits") if waits else "ha/retry/delayed"
             self.stats.inc_value(done if due else "ha/stale_acks")

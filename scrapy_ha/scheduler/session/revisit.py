@@ -13,6 +13,8 @@ from scrapy_ha.store.revisits import DOUBLE, LEFT, Revisit, Revisited, revisit
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy import Spider
     from scrapy.statscollectors import StatsCollector
 
@@ -28,10 +30,16 @@ _WARNED: set[str] = set()
 
 
 async def end_revisit(
-    queue: RedisQueue, spider: Spider | None, op: EndOp, stats: StatsCollector
+    queue: RedisQueue,
+    spider: Spider | None,
+    op: EndOp,
+    stats: StatsCollector,
+    compact: Callable[[bytes], bytes] = bytes,
 ) -> None:
-    """Send a finished revisited request back to the delayed set (fenced by its lease); in
-    a sharded crawl, which keeps no revisits (``HA_REVISIT`` is refused there), ack it."""
+    """Send a finished revisited request back to the delayed set (fenced by its lease),
+    stored as *compact* makes it (compacted with the crawl's dictionary: it waits there for
+    its interval, a continuous crawl's every page); in a sharded crawl, which keeps no
+    revisits (``HA_REVISIT`` is refused there), ack it."""
     visit = op.visit
     assert visit is not None
     if len(shards_of(queue)) > 1:
@@ -49,7 +57,7 @@ async def end_revisit(
             op.entry_id,
             op.token,
             int(visit.interval * 1000),
-            encode_request(op.request, spider),
+            compact(encode_request(op.request, spider)),
             visit.fingerprint,
             visit.found,
             visit.saved,

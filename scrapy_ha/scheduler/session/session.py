@@ -71,9 +71,8 @@ class Session:
     """Connects, syncs the outbox, leases, renews and reclaims for one scheduler's shell.
 
     What the shell reads here (never a round trip): ``redis_ok``, ``remote`` (what Redis
-    said at the last sync), ``start_urls.feed_mode``,
-    ``stopping``, ``renewals.valid_until`` and ``renewals.rate``; it calls :meth:`wake`
-    when the outbox has something new.
+    said at the last sync), ``start_urls.feed_mode``, ``stopping``, ``renewals.valid_until``
+    and ``renewals.rate``; it calls :meth:`wake` when the outbox has something new.
     """
 
     def __init__(self, shell: Shell) -> None:
@@ -84,6 +83,7 @@ class Session:
         self.redis_url = display_url(shell.crawler.settings)
         self.spider: Spider | None = None
         self.ends = Ends(shell.stats, shell.config.dead_letter, shell.crawler.settings)
+        self.ends.compact = shell.admission.compactor.pending
         self.renewals = Renewals(
             shell.crawler.settings,
             lambda: self.config,
