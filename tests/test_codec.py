@@ -327,6 +327,31 @@ def test_a_download_slot_the_spider_chose_is_kept_and_the_downloaders_own_is_not
     assert roundtrip(written).meta == {}
 
 
+@pytest.mark.parametrize("general", [False, True], ids=["flat", "document"])
+def test_the_timeout_downloadtimeoutmiddleware_sets_is_not_stored_one_the_spider_set_is(general):
+    """DownloadTimeoutMiddleware writes its timeout into the meta of every request it
+    downloads: stored with a retry or a revisit, that held the request to the first
+    worker's timeout for ever (a new DOWNLOAD_TIMEOUT never reached it)."""
+    from scrapy.utils.test import get_crawler
+
+    spider = Spider.from_crawler(get_crawler(Spider, {"DOWNLOAD_TIMEOUT": 30}))
+    odd = {"tags": {"a"}} if general else {}  # a set: not flat, written as a document
+
+    def stored(meta: dict, on=spider) -> dict:
+        request = scrapy.Request("https://example.com/a", meta={**meta, **odd})
+        doc = json.loads(encode_request(request, on))
+        return {k: v for k, v in doc.get("mt", {}).items() if k != "tags"}
+
+    assert stored({"download_timeout": 30.0, "depth": 2}) == {"depth": 2}
+    assert stored({"download_timeout": 30}) == {}
+    assert stored({"download_timeout": 7.5}) == {"download_timeout": 7.5}  # the spider's
+    spider.download_timeout = 12  # DownloadTimeoutMiddleware's default then
+    assert stored({"download_timeout": 12.0}) == {}
+    assert stored({"download_timeout": 30.0}) == {"download_timeout": 30.0}
+    # without a crawler's settings (the CLI's push): kept as it is
+    assert stored({"download_timeout": 30.0}, SPIDER) == {"download_timeout": 30.0}
+
+
 def test_per_attempt_meta_keys_are_not_stored():
     meta = {
         "ha_lease": ("1", "2"),

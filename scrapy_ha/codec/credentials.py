@@ -17,7 +17,8 @@ validators. The next download sets them again, from the settings of the worker t
 it: a revisit gets the crawl's current agent and defaults (before, it kept its first
 download's for ever: a new ``USER_AGENT`` or agent pool never reached it), and a stored
 revisit holds some 200 bytes less. Headers it had when handed to the engine (the
-spider's own) are kept, whatever their value.
+spider's own) are kept, whatever their value. So is a ``download_timeout`` in its meta,
+but the one DownloadTimeoutMiddleware sets on every request it downloads.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 #: Meta keys that make :func:`clean_meta` look closer (the cheap test for a plain request);
 #: it never changes the value of another key.
-SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy"}
+SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy", "download_timeout"}
 #: Always dropped: proxy credentials never reach Redis (DESIGN, guarantee 7).
 _PROXY_AUTH = b"Proxy-Authorization"
 
@@ -178,8 +179,11 @@ def _cookies_from_jar(request: Request, spider: Spider | None) -> bool:
     return crawler is None or bool(crawler.settings.getbool("COOKIES_ENABLED", True))
 
 
-def clean_meta(request: Request, meta: dict[str, Any]) -> dict[str, Any]:
-    """The meta to store: without per-attempt keys, proxy credentials and Scrapy's own slot."""
+def clean_meta(
+    request: Request, meta: dict[str, Any], spider: Spider | None = None
+) -> dict[str, Any]:
+    """The meta to store: without per-attempt keys, proxy credentials, Scrapy's own slot,
+    and the timeout DownloadTimeoutMiddleware set (see :func:`_is_default_timeout`)."""
     if SPECIAL_META.isdisjoint(meta):
         return meta
     clean = {k: v for k, v in meta.items() if k not in metakeys.STRIPPED}
@@ -191,7 +195,25 @@ def clean_meta(request: Request, meta: dict[str, Any]) -> dict[str, Any]:
         clean["proxy"] = strip_credentials(clean["proxy"])
     if "download_slot" in clean and _is_default_slot(request, clean["download_slot"]):
         del clean["download_slot"]  # the downloader's own key: it computes it again
+    if "download_timeout" in clean and _is_default_timeout(spider, clean["download_timeout"]):
+        del clean["download_timeout"]
     return clean
+
+
+def _is_default_timeout(spider: Spider | None, timeout: Any) -> bool:
+    """Is *timeout* the one DownloadTimeoutMiddleware gives a request without one (the
+    spider's ``download_timeout``, else ``DOWNLOAD_TIMEOUT``)? It sets it in the meta of
+    every request it downloads; stored with a retry or a revisit, it held that request to
+    the first worker's timeout for ever (a new ``DOWNLOAD_TIMEOUT`` never reached it). The
+    next download sets it again from the settings of the worker that does it; a timeout
+    the spider set otherwise is kept."""
+    settings = getattr(getattr(spider, "crawler", None), "settings", None)
+    if settings is None:
+        return False
+    default = getattr(spider, "download_timeout", None)
+    if default is None:
+        default = settings.getfloat("DOWNLOAD_TIMEOUT")
+    return bool(type(timeout) in (int, float) and timeout == default)
 
 
 def _is_default_slot(request: Request, slot: Any) -> bool:

@@ -134,7 +134,7 @@ def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dic
     for attr, key, default in FIELDS:
         value = getattr(request, attr)
         if attr == "meta":
-            value = clean_meta(request, value)
+            value = clean_meta(request, value, spider)
         if value != default:
             doc[key] = _tag_field(request, attr.lstrip("_"), value, spider, unstorable)
     cls = type(request)

@@ -86,7 +86,7 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
     priority, dont_filter = request.priority, request.dont_filter
     if type(priority) is not int or type(dont_filter) is not bool:
         return None
-    kept = _kept_meta(request, meta)  # (raises _NotFlat)
+    kept = _kept_meta(request, meta, spider)  # (raises _NotFlat)
     if cb_kwargs and not _plain(cb_kwargs):
         return None  # before the callbacks and headers are read: the encoder reads them too
     parts = [_HEAD, _string(request.url)]
@@ -111,7 +111,9 @@ def _flat_text(request: Request, spider: Spider | None) -> str | None:
     return "".join(parts)
 
 
-def _kept_meta(request: Request, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+def _kept_meta(
+    request: Request, meta: dict[str, Any] | None, spider: Spider | None
+) -> dict[str, Any] | None:
     """The meta as stored (``clean_meta``), if every value of it is plain; else raise
     :class:`_NotFlat` (before the callbacks and headers are read: the encoder reads them
     too). A page's child carries its page's lease (the add-on's ParentLeaseMiddleware), a
@@ -132,7 +134,7 @@ def _kept_meta(request: Request, meta: dict[str, Any] | None) -> dict[str, Any] 
         return meta  # (clean_meta's answer then: the meta itself)
     if metakeys.STRIPPED.issuperset(k for k in meta if k in SPECIAL_META):
         return kept  # only keys clean_meta drops: what it keeps is the rest, in order
-    kept = clean_meta(request, meta)  # a proxy, a download slot: it looks closer
+    kept = clean_meta(request, meta, spider)  # a proxy, a slot, a timeout: it looks closer
     if kept and not _plain(kept):
         raise _NotFlat
     return kept
