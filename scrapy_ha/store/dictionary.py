@@ -13,6 +13,7 @@ the dashboard) reads them through :class:`Dictionaries`.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -106,6 +107,26 @@ class Dictionaries:
             data = await self._unless_garbage(lambda i=dict_id: self.client.hget(self.key, str(i)))
             if data is not None:
                 self.known[dict_id] = data
+
+    async def restore(self) -> int:
+        """Write back the dictionaries this worker knows that the key lacks; return how many.
+
+        A failover to a replica that had not received the dictionary loses it as it loses
+        children (:mod:`scrapy_ha.scheduler.session.lost`): the requests compacted with
+        it would be unreadable to every other reader, and a worker that joined later would
+        train another under the same id and read them as other requests. A worker that
+        finds its children lost writes back what it knows before it stores them again."""
+        written = 0
+        for dict_id, data in sorted(self.known.items()):
+            if self.unusable:  # (garbage in the key: said once, left as it is)
+                break
+            put = partial(self.client.hsetnx, self.key, str(dict_id), data)
+            written += bool(await self._unless_garbage(put))
+        if written:
+            logger.warning(
+                "%s lacked %d compaction dictionar(ies): written back", self.key, written
+            )
+        return written
 
     def expand(self, stored: bytes) -> bytes:
         """The document of a stored payload (see :func:`~scrapy_ha.codec.compact.expand`;

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha.scheduler.outbox import Outbox
     from scrapy_ha.scheduler.session.keeper import Pairs
+    from scrapy_ha.store.dictionary import Dictionaries
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.wire import SyncResult
 
@@ -41,13 +42,19 @@ async def fenced_sync(
     held: Callable[[], Pairs],
     stats: StatsCollector,
     redis_url: str,
+    dictionaries: Dictionaries | None = None,
     **call: Any,
 ) -> SyncResult:
-    """``queue.sync(**call)`` as this worker's, fenced by the newest child it keeps."""
+    """``queue.sync(**call)`` as this worker's, fenced by the newest child it keeps. A
+    server that lost children may have lost the crawl's compaction dictionary too (it is
+    written early, and kept children may be compacted with it): the worker writes back the
+    *dictionaries* it knows first."""
     for _ in range(ATTEMPTS - 1):
         try:
             return await queue.sync(sender=box.sender(), expect=box.retained.newest(), **call)
         except ChildrenLost as lost:
+            if dictionaries is not None:
+                await dictionaries.restore()
             await _store_again(queue, box, lost, held(), stats, redis_url, call["lease_ms"])
     return await queue.sync(sender=box.sender(), expect=box.retained.newest(), **call)
 

@@ -259,9 +259,15 @@ class Syncer:
     async def _call_sync(self, **call: Any) -> SyncResult:
         """The sync script, fenced against a Redis that lost children (see :mod:`.lost`)."""
         assert self.queue is not None
-        held, url = self._held_pairs, self.redis_url
+        held, url, known = self._held_pairs, self.redis_url, self.dictionaries
         return await fenced_sync(
-            self.queue, self.outbox, held=held, stats=self.stats, redis_url=url, **call
+            self.queue,
+            self.outbox,
+            held=held,
+            stats=self.stats,
+            redis_url=url,
+            dictionaries=known,
+            **call,
         )
 
     def _sent(self, result: SyncResult, sent: list[NewEntry]) -> None:
