@@ -350,6 +350,14 @@ def test_the_timeout_downloadtimeoutmiddleware_sets_is_not_stored_one_the_spider
     assert stored({"download_timeout": 30.0}) == {"download_timeout": 30.0}
     # without a crawler's settings (the CLI's push): kept as it is
     assert stored({"download_timeout": 30.0}, SPIDER) == {"download_timeout": 30.0}
+    # where the middleware sets none, a request's own timeout is all its download has
+    spider.download_timeout = None
+    assert stored({"download_timeout": 30.0}) == {"download_timeout": 30.0}
+    middleware = "scrapy.downloadermiddlewares.downloadtimeout.DownloadTimeoutMiddleware"
+    for settings in ({"DOWNLOAD_TIMEOUT": 0}, {"DOWNLOADER_MIDDLEWARES": {middleware: None}}):
+        other = Spider.from_crawler(get_crawler(Spider, settings))
+        assert stored({"download_timeout": 0}, other) == {"download_timeout": 0}
+        assert stored({"download_timeout": 180.0}, other) == {"download_timeout": 180.0}
 
 
 def test_per_attempt_meta_keys_are_not_stored():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from scrapy.downloadermiddlewares.downloadtimeout import DownloadTimeoutMiddleware
 from scrapy.downloadermiddlewares.httpauth import HttpAuthMiddleware
 from scrapy.http.headers import Headers
 from scrapy.utils.conf import build_component_list
@@ -145,25 +146,31 @@ def _switched_off(spider: Spider | None) -> bool:
     """Is the crawl's HttpAuthMiddleware switched off (then nobody adds the header)?"""
     crawler = getattr(spider, "crawler", None)
     settings = getattr(crawler, "settings", None)
-    return crawler is not None and settings is not None and not _httpauth_enabled(crawler, settings)
+    return (
+        crawler is not None
+        and settings is not None
+        and not _enabled(crawler, settings, HttpAuthMiddleware)
+    )
 
 
-#: Whether a crawl's HttpAuthMiddleware (or a subclass) is on (its settings are frozen).
-_HTTPAUTH_ON: weakref.WeakKeyDictionary[Crawler, bool] = weakref.WeakKeyDictionary()
+#: Whether a crawl's downloader middleware of a class (or a subclass) is on, by class (its
+#: settings are frozen).
+_ON: weakref.WeakKeyDictionary[Crawler, dict[type, bool]] = weakref.WeakKeyDictionary()
 
 
-def _httpauth_enabled(crawler: Crawler, settings: BaseSettings) -> bool:
-    """Is HttpAuthMiddleware among the crawl's downloader middlewares (it is by default)?"""
-    if crawler in _HTTPAUTH_ON:
-        return _HTTPAUTH_ON[crawler]
+def _enabled(crawler: Crawler, settings: BaseSettings, middleware: type) -> bool:
+    """Is *middleware* among the crawl's downloader middlewares (Scrapy's are by default)?"""
+    known = _ON.get(crawler)
+    if known is not None and middleware in known:
+        return known[middleware]
     try:
         paths = build_component_list(settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
         classes = [load_object(p) if isinstance(p, str) else p for p in paths]
-        enabled = any(isinstance(c, type) and issubclass(c, HttpAuthMiddleware) for c in classes)
+        enabled = any(isinstance(c, type) and issubclass(c, middleware) for c in classes)
     except Exception:  # a list Scrapy itself would refuse: assume Scrapy's default
         enabled = True
     if settings.frozen:
-        _HTTPAUTH_ON[crawler] = enabled
+        _ON.setdefault(crawler, {})[middleware] = enabled
     return enabled
 
 
@@ -201,19 +208,21 @@ def clean_meta(
 
 
 def _is_default_timeout(spider: Spider | None, timeout: Any) -> bool:
-    """Is *timeout* the one DownloadTimeoutMiddleware gives a request without one (the
-    spider's ``download_timeout``, else ``DOWNLOAD_TIMEOUT``)? It sets it in the meta of
-    every request it downloads; stored with a retry or a revisit, it held that request to
-    the first worker's timeout for ever (a new ``DOWNLOAD_TIMEOUT`` never reached it). The
-    next download sets it again from the settings of the worker that does it; a timeout
-    the spider set otherwise is kept."""
-    settings = getattr(getattr(spider, "crawler", None), "settings", None)
-    if settings is None:
+    """Is *timeout* the one the crawl's DownloadTimeoutMiddleware gives a request without
+    one (the spider's ``download_timeout``, else ``DOWNLOAD_TIMEOUT``, as it reads them)?
+    It sets it in the meta of every request it downloads; stored with a retry or a revisit,
+    it held that request to the first worker's timeout for ever (a new ``DOWNLOAD_TIMEOUT``
+    never reached it). The next download sets it again from the settings of the worker
+    that does it. Kept: another value, and any where the middleware sets none (switched
+    off, or a timeout of 0 or None: a request's own is then all the download has)."""
+    crawler = getattr(spider, "crawler", None)
+    settings = getattr(crawler, "settings", None)
+    if crawler is None or settings is None:
         return False
-    default = getattr(spider, "download_timeout", None)
-    if default is None:
-        default = settings.getfloat("DOWNLOAD_TIMEOUT")
-    return bool(type(timeout) in (int, float) and timeout == default)
+    default = getattr(spider, "download_timeout", settings.getfloat("DOWNLOAD_TIMEOUT"))
+    if not default or not _enabled(crawler, settings, DownloadTimeoutMiddleware):
+        return False
+    return type(timeout) in (int, float) and bool(timeout == default)
 
 
 def _is_default_slot(request: Request, slot: Any) -> bool:
