@@ -131,6 +131,31 @@ async def test_a_retry_and_a_revisit_wait_compacted_a_dead_letter_stays_a_docume
 
 
 @deferred_f_from_coro_f
+async def test_a_worker_writes_back_the_dictionary_a_server_lacks_and_says_when_it_differs(
+    redis_url, caplog
+):
+    """What a worker does when a failover lost children (tests/test_failover_lost_children.py
+    runs it on real servers): the dictionaries it knows go back into the key; one the key
+    holds otherwise is said in an ERROR. A field written by hand ("01") is no dictionary."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "restore")
+    data = train([shop(n) for n in range(SAMPLES)])
+    await client.hset(keys.dictionaries, mapping={"1": data, "01": b"junk", "+2": b"junk"})
+    dictionaries = Dictionaries(client, keys, worker=True)
+    assert (await dictionaries.load()).data == data and set(dictionaries.known) == {1}
+    await client.hdel(keys.dictionaries, "1")  # the promoted replica lacks it
+    assert await dictionaries.restore() == 1
+    assert await client.hget(keys.dictionaries, "1") == data
+    assert await dictionaries.restore() == 0  # there: nothing to say
+    assert "another compaction dictionary" not in caplog.text
+    await client.hset(keys.dictionaries, "1", b"another")  # trained after the failover
+    assert await dictionaries.restore() == 0
+    assert "holds another compaction dictionary under id 1" in caplog.text
+    assert sorted(await client.hkeys(keys.dictionaries)) == [b"+2", b"01", b"1"]
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_the_crawl_trains_one_dictionary_and_every_worker_compacts_with_it(redis_url):
     client = redis.asyncio.Redis.from_url(redis_url)
     keys = Keys("ha", "dict")

@@ -88,10 +88,9 @@ class Dictionaries:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
         stored = await self._unless_garbage(lambda: self.client.hgetall(self.key)) or {}
         for field, data in stored.items():
-            try:
-                self.known[int(field)] = data
-            except ValueError:  # a field written by hand: not a dictionary
-                continue
+            text = field.decode("latin-1") if isinstance(field, bytes) else str(field)
+            if text.isascii() and text.isdigit() and text == str(int(text)):  # else by hand
+                self.known[int(text)] = data
         return self.current()
 
     def current(self) -> Dictionary | None:
@@ -121,7 +120,17 @@ class Dictionaries:
             if self.unusable:  # (garbage in the key: said once, left as it is)
                 break
             put = partial(self.client.hsetnx, self.key, str(dict_id), data)
-            written += bool(await self._unless_garbage(put))
+            if await self._unless_garbage(put):
+                written += 1
+            elif (held := await self.client.hget(self.key, str(dict_id))) != data and held:
+                logger.error(
+                    "%s holds another compaction dictionary under id %d than this worker "
+                    "compacts with (a worker trained it after a failover lost this one): "
+                    "requests compacted with either read as other requests with the other; "
+                    "restore the key from a copy",
+                    self.key,
+                    dict_id,
+                )
         if written:
             logger.warning(
                 "%s lacked %d compaction dictionar(ies): written back", self.key, written
