@@ -78,3 +78,14 @@ def test_a_delayed_entry_timed_inf_by_hand_is_shown_not_a_crash(redis_url, redis
     with dashboard(redis_url) as http:
         assert http.get("/api/crawls/books/delayed").status_code == 200
         assert http.get("/api/crawls/books").status_code == 200
+
+
+def test_a_delayed_entry_due_at_0_keeps_the_listings_columns(redis_url, redis_client):
+    """A due time of 0 (written by hand) left the DUE column empty: every column after it
+    moved left (a QA run)."""
+    ids = delayed(redis_url, "books", ROWS)
+    redis_client.zadd("ha:{books}:delayed", {ids[1]: 0})
+    out = scrapy_ha("delayed", "list", "books", "--redis-url", redis_url).stdout.splitlines()
+    row = out[1].split()
+    assert row[:3] == [ids[1], "-", "due"] and row[3:5] == ["network", "2"]
+    assert out[1].index("network") == out[2].index("server")  # the columns after it, aligned

@@ -126,7 +126,7 @@ async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     for d in found:
         wait = "due" if d.due_ms <= now else humanize((d.due_ms - now) / 1000)
         print(
-            f"{d.id:>10}  {local_time(d.due_ms)} {wait:>8}  {d.failure_class:<12} "
+            f"{d.id:>10}  {local_time(d.due_ms) or '-':<19} {wait:>8}  {d.failure_class:<12} "
             f"{d.attempts:>5}  {mask_url(d.url)}"
         )
     print(f"{plural(len(found), 'delayed request', 'delayed requests')} listed ({kinds(found)})")
