@@ -354,7 +354,8 @@ def test_the_timeout_downloadtimeoutmiddleware_sets_is_not_stored_one_the_spider
     spider.download_timeout = None
     assert stored({"download_timeout": 30.0}) == {"download_timeout": 30.0}
     middleware = "scrapy.downloadermiddlewares.downloadtimeout.DownloadTimeoutMiddleware"
-    for settings in ({"DOWNLOAD_TIMEOUT": 0}, {"DOWNLOADER_MIDDLEWARES": {middleware: None}}):
+    off = {"DOWNLOADER_MIDDLEWARES": {middleware: None}}
+    for settings in ({"DOWNLOAD_TIMEOUT": 0}, off, {**off, "DOWNLOAD_TIMEOUT": "abc"}):
         other = Spider.from_crawler(get_crawler(Spider, settings))
         assert stored({"download_timeout": 0}, other) == {"download_timeout": 0}
         assert stored({"download_timeout": 180.0}, other) == {"download_timeout": 180.0}

@@ -219,10 +219,13 @@ def _is_default_timeout(spider: Spider | None, timeout: Any) -> bool:
     settings = getattr(crawler, "settings", None)
     if crawler is None or settings is None:
         return False
-    default = getattr(spider, "download_timeout", settings.getfloat("DOWNLOAD_TIMEOUT"))
-    if not default or not _enabled(crawler, settings, DownloadTimeoutMiddleware):
+    if not _enabled(crawler, settings, DownloadTimeoutMiddleware):
         return False
-    return type(timeout) in (int, float) and bool(timeout == default)
+    try:
+        default = getattr(spider, "download_timeout", settings.getfloat("DOWNLOAD_TIMEOUT"))
+    except ValueError:  # no number: the middleware refuses it too (the crawl never starts)
+        return False
+    return bool(default) and type(timeout) in (int, float) and bool(timeout == default)
 
 
 def _is_default_slot(request: Request, slot: Any) -> bool:
