@@ -21,6 +21,7 @@ from scrapy_ha.codec.document import MAX_PAYLOAD_BYTES
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler.outbox import EndOp, VisitEnd
+from scrapy_ha.store import dictionary
 from scrapy_ha.store.dictionary import SAMPLES, Compactor, Dictionaries
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
@@ -64,6 +65,26 @@ def test_a_frame_that_cannot_be_read_is_refused_and_never_expands_past_the_limit
     assert len(bomb) < 20_000
     with pytest.raises(CodecError, match="expands past"):
         expand(bomb, {1: data})
+
+
+def test_a_frame_read_with_another_dictionary_under_its_id_is_refused_not_another_request():
+    """Raw deflate holds no check: a frame expanded with another dictionary gives another
+    request, often well-formed (a QA run: a crawl's dictionary deleted by hand, a worker
+    trained another under the same id, and the workers crawled one another's requests as
+    other URLs, silently). Its tag makes that an error; a frame of an earlier version (no
+    tag) is read as it was."""
+    first = Dictionary(1, train([shop(n) for n in range(0, 600, 5)]))
+    second = Dictionary(1, train([shop(n) for n in range(1, 600, 5)]))
+    assert first.tag != second.tag
+    for n in range(600):
+        frame = first.compact(shop(n))
+        assert frame[:4] == b"\x02\x01" + first.tag
+        assert expand(frame, {1: first.data}) == shop(n)
+        with pytest.raises(CodecError, match="another dictionary than the crawl's dictionary 1"):
+            expand(frame, {1: second.data})
+    deflate = zlib.compressobj(6, zlib.DEFLATED, WBITS, 4, zlib.Z_DEFAULT_STRATEGY, first.data)
+    untagged = b"\x01\x01" + deflate.compress(shop(5)) + deflate.flush()
+    assert dictionary_id(untagged) == 1 and expand(untagged, {1: first.data}) == shop(5)
 
 
 def test_a_round_compacts_the_new_requests_but_those_handed_out():
@@ -152,6 +173,41 @@ async def test_a_worker_writes_back_the_dictionary_a_server_lacks_and_says_when_
     assert await dictionaries.restore() == 0
     assert "holds another compaction dictionary under id 1" in caplog.text
     assert sorted(await client.hkeys(keys.dictionaries)) == [b"+2", b"01", b"1"]
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_deleted_dictionary_is_written_back_and_no_other_is_trained_under_its_id(
+    redis_url, monkeypatch, caplog
+):
+    """A QA run deleted the crawl's dictionary mid-crawl: a worker started then trained
+    another under id 1 and published it, the workers crawled one another's requests as
+    other URLs, and the one holding the first never wrote it back (a continuous crawl's
+    revisits, compacted with it, were all set aside at the next start)."""
+    monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)  # every round looks
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "gone")
+    holder, late = Compactor(), Compactor()
+    for n in range(SAMPLES):
+        holder.compact(shop(n))
+        late.compact(shop(10_000 + n))
+    held = Dictionaries(client, keys, worker=True)
+    await holder.settle(held)  # trains the crawl's dictionary and publishes it
+    assert holder.dictionary is not None
+    frame = holder.pending(shop(1))  # a request of the crawl, compacted with it
+    await client.delete(keys.dictionaries)  # deleted by hand
+    met = Dictionaries(client, keys, worker=True)
+    assert await met.load() is None
+    await met.ensure([frame])  # a lease of the late worker meets that request
+    assert met.gone == {1}
+    await late.settle(met)
+    assert late.dictionary is None and not await client.exists(keys.dictionaries)
+    assert "trains no other under its id" in caplog.text
+    await holder.settle(held)  # the holder's look: it writes it back
+    assert await client.hget(keys.dictionaries, "1") == holder.dictionary.data
+    await late.settle(met)  # and the late worker finds it there
+    assert late.dictionary is not None and late.dictionary.data == holder.dictionary.data
+    assert met.expand(frame) == shop(1)
     await client.aclose()
 
 

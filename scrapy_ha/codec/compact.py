@@ -4,9 +4,15 @@ crawl's own requests (zlib's preset dictionary), about a sixth of its size.
 A realistic request (``{"v":1,"u":"https://www.example-shop-N.com/catalogue/category/
 books_M/item-K/index.html?ref=list","cb":"parse_item"}``, 124 bytes) takes 21 bytes
 compacted: the dictionary holds the crawl's URL prefixes and field names, and what is left
-is the numbers. A compacted payload is a frame: ``\\x01``, the id of its dictionary (one
-byte, 1 to 255), then raw deflate data. Anything else is a plain document (``{...}``), as
-stored before, and read as it is: a crawl holds both forms.
+is the numbers. A compacted payload is a frame: ``\\x02``, the id of its dictionary (one
+byte, 1 to 255), two bytes of the dictionary's CRC-32 (:attr:`Dictionary.tag`), then raw
+deflate data. Raw deflate holds no check: a frame expanded with another dictionary than
+its own gives another request, often as well-formed (a QA run: a crawl's dictionary
+deleted by hand, a worker trained another under the same id, and the workers crawled one
+another's requests as other URLs, silently). The tag makes that an error. A frame of an
+earlier version, ``\\x01`` and the id then the data, has no tag and is read as it is.
+Anything else is a plain document (``{...}``), as stored before, and read as it is: a
+crawl holds both forms.
 
 Reading a frame is bounded like reading a document: its output never grows past
 ``MAX_PAYLOAD_BYTES``, whatever the frame holds (a deflate bomb written into Redis costs the
@@ -15,6 +21,7 @@ reader that much and no more).
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import TYPE_CHECKING
 
@@ -26,14 +33,19 @@ if TYPE_CHECKING:
 __all__ = [
     "DICTIONARY_BYTES",
     "FRAME",
+    "UNTAGGED_FRAME",
     "Dictionary",
     "dictionary_id",
     "expand",
+    "tag",
     "train",
 ]
 
-#: The first byte of a compacted payload (a document starts with ``{``).
-FRAME = 0x01
+#: The first byte of a compacted payload (a document starts with ``{``), with its
+#: dictionary's tag (:attr:`Dictionary.tag`).
+FRAME = 0x02
+#: The first byte of a frame of an earlier version: no tag.
+UNTAGGED_FRAME = 0x01
 #: The size of a crawl's dictionary: 2 KB of its requests compacts a realistic request to
 #: 21 bytes, 4 KB to 20, 512 bytes to 23 (measured on 5,000 shop URLs of 10,000 hosts).
 DICTIONARY_BYTES = 2048
@@ -58,7 +70,8 @@ class Dictionary:
             raise ValueError(f"a dictionary id is 1 to 255, not {dict_id}")
         self.id = dict_id
         self.data = data
-        self._head = bytes((FRAME, dict_id))
+        self.tag = tag(data)
+        self._head = bytes((FRAME, dict_id)) + self.tag
         self._primed = zlib.compressobj(
             LEVEL, zlib.DEFLATED, WBITS, MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, data
         )
@@ -70,9 +83,15 @@ class Dictionary:
         return frame if len(frame) < len(payload) else payload
 
 
+@functools.lru_cache(maxsize=16)  # (a bytes object keeps its hash: a lookup is cheap)
+def tag(data: bytes) -> bytes:
+    """What a frame holds of its dictionary *data*: two bytes of its CRC-32."""
+    return (zlib.crc32(data) & 0xFFFF).to_bytes(2, "big")
+
+
 def dictionary_id(stored: bytes) -> int | None:
     """The id of the dictionary a stored payload was compacted with (None: a document)."""
-    if len(stored) >= 2 and stored[0] == FRAME:
+    if len(stored) >= 2 and (stored[0] == FRAME or stored[0] == UNTAGGED_FRAME):
         return stored[1]
     return None
 
@@ -88,9 +107,17 @@ def expand(stored: bytes, dictionaries: Mapping[int, bytes]) -> bytes:
     data = dictionaries.get(dict_id)
     if data is None:
         raise CodecError(f"the request was compacted with dictionary {dict_id}, which is gone")
+    start = 2
+    if stored[0] == FRAME:
+        start = 4
+        if stored[2:4] != tag(data):
+            raise CodecError(
+                f"the request was compacted with another dictionary than the crawl's "
+                f"dictionary {dict_id} (its key was deleted or lost, and another trained)"
+            )
     inflate = zlib.decompressobj(WBITS, data)
     try:
-        document = inflate.decompress(stored[2:], MAX_PAYLOAD_BYTES + 1)
+        document = inflate.decompress(stored[start:], MAX_PAYLOAD_BYTES + 1)
     except zlib.error as exc:
         raise CodecError(f"the compacted request cannot be read: {exc}") from None
     if len(document) > MAX_PAYLOAD_BYTES or inflate.unconsumed_tail:

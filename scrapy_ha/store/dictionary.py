@@ -8,11 +8,19 @@ worker compacts with the one stored. A dictionary is never changed nor deleted b
 the crawl (``flush``): a payload compacted with it is read back as long as the crawl
 exists, dead letters included. Whatever reads payloads (the worker, the dead-letter tools,
 the dashboard) reads them through :class:`Dictionaries`.
+
+Should the key lose it (deleted by hand, or a failover to a replica that had not received
+it), a worker holding it writes it back (:meth:`Dictionaries.restore`), and a worker that
+meets requests compacted with it trains no other under its id meanwhile
+(:meth:`Compactor.settle`). A frame carries a tag of its dictionary
+(:mod:`scrapy_ha.codec.compact`): read with another, it is refused, never read as another
+request.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +51,9 @@ DICTIONARY_ID = 1
 #: crawl's URL shapes past its start requests (2 KB is 16 realistic requests: the dictionary
 #: keeps the last of them), few enough that the crawl compacts from its first seconds.
 SAMPLES = 128
+#: Seconds between two looks of a worker holding the crawl's dictionary at the key, to
+#: write it back if it is gone (one round trip).
+RESTORE_EVERY = 10.0
 
 
 class Dictionaries:
@@ -57,6 +68,9 @@ class Dictionaries:
         self.unusable = False
         #: id -> data of the dictionaries read so far
         self.known: dict[int, bytes] = {}
+        #: ids of frames met whose dictionary the key lacks (see Compactor.settle)
+        self.gone: set[int] = set()
+        self._said: set[int] = set()  # ids said in an ERROR to hold another dictionary
 
     async def _unless_garbage(self, call: Any) -> Any:
         """*call()*'s result, or None if the key holds another type than a hash (garbage:
@@ -64,8 +78,8 @@ class Dictionaries:
         The key is left as it is, said once in an ERROR: this worker then stores its
         requests uncompacted (:attr:`unusable`), and a payload compacted with a dictionary
         it held is set aside as corrupt. Renaming it would let a worker train another
-        dictionary under the same id, and read what was compacted with the first one as
-        other requests."""
+        dictionary under the same id, and what was compacted with the first one could not
+        be read."""
         try:
             return await call()
         except redis.exceptions.ResponseError as exc:
@@ -78,8 +92,8 @@ class Dictionaries:
                 "this worker stores its requests uncompacted until it starts again, and sets "
                 "aside as corrupt a request compacted with a dictionary kept there. Restore "
                 "the key from a copy; do not delete it while the crawl holds compacted "
-                "requests (a new dictionary would be trained under the same id, and they "
-                "would read as other requests): `scrapy-ha flush` starts the crawl afresh",
+                "requests (they cannot be read without it): `scrapy-ha flush` starts the "
+                "crawl afresh",
                 self.key,
             )
         return None
@@ -103,31 +117,44 @@ class Dictionaries:
         call when some are missing, none otherwise)."""
         missing = {dictionary_id(p) for p in payloads} - {None, *self.known}
         for dict_id in sorted(i for i in missing if i is not None):
-            data = await self._unless_garbage(lambda i=dict_id: self.client.hget(self.key, str(i)))
-            if data is not None:
-                self.known[dict_id] = data
+            await self.read(dict_id)
+
+    async def read(self, dict_id: int) -> None:
+        """Read the dictionary *dict_id* (:attr:`gone` if the key lacks it)."""
+        data = await self._unless_garbage(lambda: self.client.hget(self.key, str(dict_id)))
+        if data is not None:
+            self.known[dict_id] = data
+            self.gone.discard(dict_id)
+        else:
+            self.gone.add(dict_id)
 
     async def restore(self) -> int:
         """Write back the dictionaries this worker knows that the key lacks; return how many.
 
         A failover to a replica that had not received the dictionary loses it as it loses
-        children (:mod:`scrapy_ha.scheduler.session.lost`): the requests compacted with
-        it would be unreadable to every other reader, and a worker that joined later would
-        train another under the same id and read them as other requests. A worker that
-        finds its children lost writes back what it knows before it stores them again."""
+        children (:mod:`scrapy_ha.scheduler.session.lost`), and a key deleted by hand loses
+        it too: the requests compacted with it are unreadable to every reader that does not
+        hold it. A worker that finds its children lost writes back what it knows before it
+        stores them again, and a worker holding the crawl's dictionary looks every
+        ``RESTORE_EVERY`` seconds (:meth:`Compactor.settle`). A key that holds another
+        dictionary under the same id is said in an ERROR, once (a frame carries a tag of
+        its dictionary: a worker refuses the other's frames, it never misreads them)."""
         written = 0
         for dict_id, data in sorted(self.known.items()):
             if self.unusable:  # (garbage in the key: said once, left as it is)
                 break
-            put = partial(self.client.hsetnx, self.key, str(dict_id), data)
-            if await self._unless_garbage(put):
-                written += 1
-            elif (held := await self.client.hget(self.key, str(dict_id))) != data and held:
+            answer = await self._unless_garbage(partial(self._put_back, dict_id, data))
+            if answer is None:
+                continue
+            put, held = answer
+            written += bool(put)
+            if held not in (None, data) and dict_id not in self._said:
+                self._said.add(dict_id)
                 logger.error(
                     "%s holds another compaction dictionary under id %d than this worker "
-                    "compacts with (a worker trained it after a failover lost this one): "
-                    "requests compacted with either read as other requests with the other; "
-                    "restore the key from a copy",
+                    "compacts with (trained after this one was deleted or lost): each "
+                    "refuses the requests compacted with the other as corrupt; restore the "
+                    "key from a copy",
                     self.key,
                     dict_id,
                 )
@@ -136,6 +163,15 @@ class Dictionaries:
                 "%s lacked %d compaction dictionar(ies): written back", self.key, written
             )
         return written
+
+    async def _put_back(self, dict_id: int, data: bytes) -> tuple[bool, bytes | None]:
+        """HSETNX the dictionary *dict_id*, and what the key holds under it then (one round
+        trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hsetnx(self.key, str(dict_id), data)
+        pipe.hget(self.key, str(dict_id))
+        put, held = await pipe.execute()
+        return bool(put), held
 
     def expand(self, stored: bytes) -> bytes:
         """The document of a stored payload (see :func:`~scrapy_ha.codec.compact.expand`;
@@ -165,6 +201,8 @@ class Compactor:
         self.enabled = enabled
         self.dictionary: Dictionary | None = None
         self.samples: list[bytes] = []
+        self._restored = time.monotonic()  # when the key was last looked at (restore)
+        self._gone_said = False
 
     def compact(self, payload: bytes) -> bytes:
         """*payload* compacted, or as it is (and kept as a sample) while no dictionary is
@@ -187,6 +225,11 @@ class Compactor:
             return payload
         return dictionary.compact(payload)
 
+    def _due(self, now: float) -> tuple[bool, float]:
+        """Whether a look at the key is due, and when the last one was then."""
+        due = now - self._restored >= RESTORE_EVERY
+        return due, now if due else self._restored
+
     @property
     def wants_dictionary(self) -> bool:
         """Whether enough requests were seen to train the crawl's dictionary."""
@@ -201,16 +244,39 @@ class Compactor:
     async def settle(self, dictionaries: Dictionaries | None) -> None:
         """Train and publish the crawl's dictionary once enough requests were seen, or
         adopt one another worker published (read by :meth:`Dictionaries.ensure`); nothing
-        while the worker is not connected (no *dictionaries*)."""
-        if not self.enabled or self.dictionary is not None or dictionaries is None:
+        while the worker is not connected (no *dictionaries*). Never while the crawl holds
+        frames of its dictionary and the key lacks it (deleted, or lost in a failover):
+        another under the same id would make them unreadable to the end, where a worker
+        holding it writes it back (every ``RESTORE_EVERY`` seconds, from here)."""
+        if not self.enabled or dictionaries is None:
             return
-        if self.wants_dictionary:
+        now = time.monotonic()
+        due, self._restored = self._due(now)
+        if self.dictionary is not None:
+            if due:
+                await dictionaries.restore()
+            return
+        if due and DICTIONARY_ID in dictionaries.gone:
+            await dictionaries.read(DICTIONARY_ID)  # written back meanwhile?
+        current = dictionaries.current()
+        if current is not None:
+            self.adopt(current)
+        elif self.wants_dictionary and DICTIONARY_ID in dictionaries.gone:
+            if not self._gone_said:
+                self._gone_said = True
+                logger.warning(
+                    "%s lacks the crawl's compaction dictionary %d, and requests compacted "
+                    "with it remain: this worker trains no other under its id (it stores "
+                    "its requests uncompacted) until a worker holding it writes it back, "
+                    "or it is restored from a copy",
+                    dictionaries.key,
+                    DICTIONARY_ID,
+                )
+        elif self.wants_dictionary:
             self.adopt(await dictionaries.publish(train(self.samples)))
             if dictionaries.unusable:  # (said once): no dictionary for this worker
                 self.enabled = False
                 self.samples.clear()
-        else:
-            self.adopt(dictionaries.current())
 
 
 async def read_payloads(client: Any, keys: Keys, ids: Sequence[str]) -> list[bytes | None]:
