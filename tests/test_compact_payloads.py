@@ -180,10 +180,10 @@ async def test_a_worker_writes_back_the_dictionary_a_server_lacks_and_says_when_
 async def test_a_deleted_dictionary_is_written_back_and_no_other_is_trained_under_its_id(
     redis_url, monkeypatch, caplog
 ):
-    """A QA run deleted the crawl's dictionary mid-crawl: a worker started then trained
-    another under id 1 and published it, the workers crawled one another's requests as
-    other URLs, and the one holding the first never wrote it back (a continuous crawl's
-    revisits, compacted with it, were all set aside at the next start)."""
+    """A QA run deleted the crawl's dictionary mid-crawl: a worker started then met
+    requests compacted with it, trained another under id 1 and published it, the workers
+    crawled one another's requests as other URLs, and the one holding the first never
+    wrote it back. (A worker that met no such request still trains one: see CHANGES.)"""
     monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)  # every round looks
     client = redis.asyncio.Redis.from_url(redis_url)
     keys = Keys("ha", "gone")

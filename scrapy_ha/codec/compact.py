@@ -2,14 +2,15 @@
 crawl's own requests (zlib's preset dictionary), about a sixth of its size.
 
 A realistic request (``{"v":1,"u":"https://www.example-shop-N.com/catalogue/category/
-books_M/item-K/index.html?ref=list","cb":"parse_item"}``, 124 bytes) takes 21 bytes
+books_M/item-K/index.html?ref=list","cb":"parse_item"}``, 124 bytes) takes 23 bytes
 compacted: the dictionary holds the crawl's URL prefixes and field names, and what is left
 is the numbers. A compacted payload is a frame: ``\\x02``, the id of its dictionary (one
 byte, 1 to 255), two bytes of the dictionary's CRC-32 (:attr:`Dictionary.tag`), then raw
 deflate data. Raw deflate holds no check: a frame expanded with another dictionary than
 its own gives another request, often as well-formed (a QA run: a crawl's dictionary
 deleted by hand, a worker trained another under the same id, and the workers crawled one
-another's requests as other URLs, silently). The tag makes that an error. A frame of an
+another's requests as other URLs, silently). The tag makes that an error, but for one pair
+of dictionaries in 65,536. A frame of an
 earlier version, ``\\x01`` and the id then the data, has no tag and is read as it is.
 Anything else is a plain document (``{...}``), as stored before, and read as it is: a
 crawl holds both forms.
@@ -47,7 +48,8 @@ FRAME = 0x02
 #: The first byte of a frame of an earlier version: no tag.
 UNTAGGED_FRAME = 0x01
 #: The size of a crawl's dictionary: 2 KB of its requests compacts a realistic request to
-#: 21 bytes, 4 KB to 20, 512 bytes to 23 (measured on 5,000 shop URLs of 10,000 hosts).
+#: 21 bytes, 4 KB to 20, 512 bytes to 23 (measured on 5,000 shop URLs of 10,000 hosts; a
+#: frame's tag adds 2).
 DICTIONARY_BYTES = 2048
 #: Deflate's window: 4 KB, room for the dictionary and a request behind it (negative: raw
 #: deflate, no header or checksum: the frame is the header).
@@ -106,7 +108,12 @@ def expand(stored: bytes, dictionaries: Mapping[int, bytes]) -> bytes:
         return stored
     data = dictionaries.get(dict_id)
     if data is None:
-        raise CodecError(f"the request was compacted with dictionary {dict_id}, which is gone")
+        raise CodecError(
+            f"the request was compacted with dictionary {dict_id}, which is gone from the "
+            f"crawl's dictionaries (a worker holding it writes it back within 10 s; else "
+            f"restore it from a copy): `scrapy-ha dlq requeue <spider> --class corrupt` "
+            f"then brings such requests back"
+        )
     start = 2
     if stored[0] == FRAME:
         start = 4
