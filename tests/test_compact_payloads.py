@@ -189,8 +189,8 @@ async def test_a_deleted_dictionary_is_written_back_and_no_other_is_trained_unde
     keys = Keys("ha", "gone")
     holder, late = Compactor(), Compactor()
     for n in range(SAMPLES):
-        holder.compact(shop(n))
-        late.compact(shop(10_000 + n))
+        holder.sample(shop(n))
+        late.sample(shop(10_000 + n))
     held = Dictionaries(client, keys, worker=True)
     await holder.settle(held)  # trains the crawl's dictionary and publishes it
     assert holder.dictionary is not None
@@ -217,8 +217,9 @@ async def test_the_crawl_trains_one_dictionary_and_every_worker_compacts_with_it
     keys = Keys("ha", "dict")
     first, second = Compactor(), Compactor()
     for n in range(SAMPLES):
-        assert first.compact(shop(n)) == shop(n)  # plain while the crawl has no dictionary
-        second.compact(shop(10_000 + n))
+        first.sample(shop(n))
+        assert first.pending(shop(n)) == shop(n)  # plain while the crawl has no dictionary
+        second.sample(shop(10_000 + n))
     assert first.wants_dictionary and second.wants_dictionary
     await first.settle(Dictionaries(client, keys))
     await second.settle(Dictionaries(client, keys))  # the first one's is kept: one per crawl
@@ -228,10 +229,11 @@ async def test_the_crawl_trains_one_dictionary_and_every_worker_compacts_with_it
     )
     third = Compactor()
     third.adopt(await Dictionaries(client, keys).load())  # a worker that joins later
-    assert third.compact(shop(5)) == first.compact(shop(5)) != shop(5)
+    assert third.pending(shop(5)) == first.pending(shop(5)) != shop(5)
     off = Compactor(enabled=False)  # HA_COMPACT_PAYLOADS = False
     off.adopt(await Dictionaries(client, keys).load())
-    assert off.compact(shop(5)) == shop(5) and not off.samples
+    off.sample(shop(5))
+    assert off.pending(shop(5)) == shop(5) and not off.samples
     await client.aclose()
 
 

@@ -103,7 +103,7 @@ async def test_workers_training_at_once_store_one_dictionary_and_all_compact_wit
     try:
         for w, worker in enumerate(workers):  # each has seen requests of its own
             for n in range(SAMPLES):
-                worker.compact(b'{"v":1,"u":"http://w%d.example/%d"}' % (w, n))
+                worker.sample(b'{"v":1,"u":"http://w%d.example/%d"}' % (w, n))
         await asyncio.gather(
             *(w.settle(Dictionaries(c, keys)) for w, c in zip(workers, clients, strict=True))
         )
@@ -111,7 +111,7 @@ async def test_workers_training_at_once_store_one_dictionary_and_all_compact_wit
         assert [w.dictionary.data for w in workers if w.dictionary] == [stored] * len(workers)
         late = Compactor()  # one that trained from requests of its own after the others
         for n in range(SAMPLES):
-            late.compact(b'{"v":1,"u":"http://late.example/%d"}' % n)
+            late.sample(b'{"v":1,"u":"http://late.example/%d"}' % n)
         await late.settle(Dictionaries(clients[0], keys))
         assert late.dictionary is not None and late.dictionary.data == stored
         assert redis_client.hvals(keys.dictionaries) == [stored]  # never changed once written

@@ -204,14 +204,6 @@ class Compactor:
         self._restored = time.monotonic()  # when the key was last looked at (restore)
         self._gone_said = False
 
-    def compact(self, payload: bytes) -> bytes:
-        """*payload* compacted, or as it is (and kept as a sample) while no dictionary is
-        known."""
-        if self.dictionary is not None:
-            return self.dictionary.compact(payload)
-        self.sample(payload)
-        return payload
-
     def sample(self, payload: bytes) -> None:
         """Keep *payload* (a document) to train the crawl's dictionary, while it has none."""
         if self.enabled and self.dictionary is None and len(self.samples) < SAMPLES:
