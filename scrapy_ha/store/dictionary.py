@@ -217,11 +217,6 @@ class Compactor:
             return payload
         return dictionary.compact(payload)
 
-    def _due(self, now: float) -> tuple[bool, float]:
-        """Whether a look at the key is due, and when the last one was then."""
-        due = now - self._restored >= RESTORE_EVERY
-        return due, now if due else self._restored
-
     @property
     def wants_dictionary(self) -> bool:
         """Whether enough requests were seen to train the crawl's dictionary."""
@@ -243,7 +238,8 @@ class Compactor:
         if not self.enabled or dictionaries is None:
             return
         now = time.monotonic()
-        due, self._restored = self._due(now)
+        if due := now - self._restored >= RESTORE_EVERY:  # a look at the key
+            self._restored = now
         if self.dictionary is not None:
             if due:
                 await dictionaries.restore()
