@@ -172,18 +172,21 @@ async def test_a_worker_writes_back_the_dictionary_a_server_lacks_and_says_when_
     await client.hset(keys.dictionaries, "1", b"another")  # trained after the failover
     assert await dictionaries.restore() == 0
     assert "holds another compaction dictionary under id 1" in caplog.text
-    assert sorted(await client.hkeys(keys.dictionaries)) == [b"+2", b"01", b"1"]
+    assert sorted(await client.hkeys(keys.dictionaries)) == [b"+2", b"01", b"1", b"current"]
+    assert await client.hget(keys.dictionaries, "current") == b"1"  # (written back too)
     await client.aclose()
 
 
 @deferred_f_from_coro_f
-async def test_a_deleted_dictionary_is_written_back_and_no_other_is_trained_under_its_id(
-    redis_url, monkeypatch, caplog
+async def test_a_deleted_dictionary_is_written_back_and_another_trained_takes_another_id(
+    redis_url, monkeypatch
 ):
-    """A QA run deleted the crawl's dictionary mid-crawl: a worker started then met
-    requests compacted with it, trained another under id 1 and published it, the workers
-    crawled one another's requests as other URLs, and the one holding the first never
-    wrote it back. (A worker that met no such request still trains one: see CHANGES.)"""
+    """A QA run deleted the crawl's dictionary mid-crawl: a worker started then trained
+    another under the same id and published it, the workers crawled one another's requests
+    as other URLs, and the one holding the first never wrote it back. A review of the fix
+    found a worker that met no request compacted with the lost one (they wait in the
+    delayed set: a continuous crawl's revisits) still trained another under its id, and
+    those requests were then refused for good, written back or not."""
     monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)  # every round looks
     client = redis.asyncio.Redis.from_url(redis_url)
     keys = Keys("ha", "gone")
@@ -196,18 +199,30 @@ async def test_a_deleted_dictionary_is_written_back_and_no_other_is_trained_unde
     assert holder.dictionary is not None
     frame = holder.pending(shop(1))  # a request of the crawl, compacted with it
     await client.delete(keys.dictionaries)  # deleted by hand
-    met = Dictionaries(client, keys, worker=True)
-    assert await met.load() is None
-    await met.ensure([frame])  # a lease of the late worker meets that request
-    assert met.gone == {1}
-    await late.settle(met)
-    assert late.dictionary is None and not await client.exists(keys.dictionaries)
-    assert "trains no other under its id" in caplog.text
-    await holder.settle(held)  # the holder's look: it writes it back
-    assert await client.hget(keys.dictionaries, "1") == holder.dictionary.data
-    await late.settle(met)  # and the late worker finds it there
-    assert late.dictionary is not None and late.dictionary.data == holder.dictionary.data
-    assert met.expand(frame) == shop(1)
+    fresh = Dictionaries(client, keys, worker=True)
+    assert await fresh.load() is None  # a worker that meets none of its requests
+    await late.settle(fresh)
+    assert late.dictionary is not None and late.dictionary.id != holder.dictionary.id
+    assert late.dictionary.data != holder.dictionary.data
+    late_frame = late.pending(shop(2))
+    await holder.settle(held)  # the holder's look: it writes its own back
+    assert await client.hget(keys.dictionaries, str(holder.dictionary.id)) == (
+        holder.dictionary.data
+    )
+    assert await client.hget(keys.dictionaries, "current") == str(late.dictionary.id).encode()
+    reader = Dictionaries(client, keys)  # a reader after both: each request reads as itself
+    await reader.ensure([frame, late_frame])
+    assert (reader.expand(frame), reader.expand(late_frame)) == (shop(1), shop(2))
+    met = Dictionaries(client, keys, worker=True)  # one that met the holder's requests
+    await client.delete(keys.dictionaries)
+    await met.ensure([frame])
+    assert met.gone == {holder.dictionary.id}
+    again = Compactor()
+    for n in range(SAMPLES):  # the samples the holder trained from: the same dictionary
+        again.sample(shop(n))
+    await again.settle(met)  # its id is known lost: another is taken
+    assert again.dictionary is not None and again.dictionary.id != holder.dictionary.id
+    assert again.dictionary.data == holder.dictionary.data
     await client.aclose()
 
 
@@ -224,9 +239,10 @@ async def test_the_crawl_trains_one_dictionary_and_every_worker_compacts_with_it
     await first.settle(Dictionaries(client, keys))
     await second.settle(Dictionaries(client, keys))  # the first one's is kept: one per crawl
     assert first.dictionary is not None and second.dictionary is not None
-    assert (
-        first.dictionary.data == second.dictionary.data == await client.hget(keys.dictionaries, "1")
-    )
+    current = await client.hget(keys.dictionaries, "current")
+    assert current == str(first.dictionary.id).encode() and first.dictionary.id >= 2
+    assert first.dictionary.data == second.dictionary.data
+    assert first.dictionary.data == await client.hget(keys.dictionaries, current)
     third = Compactor()
     third.adopt(await Dictionaries(client, keys).load())  # a worker that joins later
     assert third.pending(shop(5)) == first.pending(shop(5)) != shop(5)
@@ -255,7 +271,8 @@ async def test_a_crawl_stores_compacted_requests_and_reads_them_back(
     await crawler.crawl_async(base_url=site.url)
     # the requests after the first 128 were stored compacted, and read back by the worker
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 241))
-    assert b'"u":"' in (redis_client.hget(keys.dictionaries, "1") or b"")
+    current = redis_client.hget(keys.dictionaries, "current")
+    assert b'"u":"' in (redis_client.hget(keys.dictionaries, current) or b"")
     assert not crawler.stats.get_value("ha/dead/corrupt")
 
 
@@ -280,7 +297,7 @@ async def test_a_dictionaries_key_of_another_type_leaves_requests_uncompacted(
     crawler = get_crawler(CatalogueSpider, settings)
     await asyncio.wait_for(crawler.crawl_async(base_url=site.url), 120)
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 241))
-    assert redis_client.get(keys.dictionaries) == b"junk"  # as it was: no second id 1
+    assert redis_client.get(keys.dictionaries) == b"junk"  # as it was
     assert crawler.stats.get_value("finish_reason") == "finished"
 
 
@@ -311,3 +328,33 @@ async def test_compacted_requests_in_the_queue_and_the_dead_letter_queue_are_rea
 
 def shop_entry(n: int, payload: bytes) -> NewEntry:
     return NewEntry(b"fp%d" % n, 0, payload, host=f"www.example-shop-{n % 997}.com")
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_without_a_dictionary_adopts_the_one_published_since_it_started(
+    redis_url, monkeypatch, caplog
+):
+    """A worker finds the current dictionary every ``RESTORE_EVERY`` seconds, before it has
+    seen enough requests to train one; a ``current`` that names a dictionary the key lacks
+    (written by hand) leaves the publishing worker uncompacted, said in an ERROR."""
+    monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "since")
+    first, joined = Compactor(), Compactor()
+    joined_keys = Dictionaries(client, keys, worker=True)
+    assert await joined_keys.load() is None  # started before any was published
+    for n in range(SAMPLES):
+        first.sample(shop(n))
+    await first.settle(Dictionaries(client, keys, worker=True))
+    assert first.dictionary is not None and not joined.wants_dictionary
+    await joined.settle(joined_keys)
+    assert joined.dictionary is not None and joined.dictionary.data == first.dictionary.data
+    await client.hset(keys.dictionaries, "current", "77")  # by hand: no dictionary 77
+    late = Compactor()
+    for n in range(SAMPLES):
+        late.sample(shop(n))
+    await late.settle(Dictionaries(client, keys, worker=True))
+    assert late.dictionary is None and not late.enabled
+    assert "names '77' current, which it does not hold" in caplog.text
+    assert await client.hget(keys.dictionaries, "current") == b"77"  # left as it was
+    await client.aclose()

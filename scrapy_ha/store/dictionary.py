@@ -3,30 +3,36 @@ worker of the crawl that has seen enough of its requests, kept for the crawl's l
 
 Until a dictionary exists a worker stores its requests as plain documents and keeps its
 first ``SAMPLES`` of them; then it trains a dictionary from them and writes it to
-``<prefix>:{<spider>}:dict`` under id 1 if no other worker did first (HSETNX), and every
-worker compacts with the one stored. A dictionary is never changed nor deleted but with
-the crawl (``flush``): a payload compacted with it is read back as long as the crawl
-exists, dead letters included. Whatever reads payloads (the worker, the dead-letter tools,
-the dashboard) reads them through :class:`Dictionaries`.
+``<prefix>:{<spider>}:dict`` under an id of its own (derived from its data, one the key
+and the worker know no dictionary under) and names it in the field ``current`` if no
+other worker did first (HSETNX); every worker compacts with the current one. A dictionary
+is never changed nor deleted but with the crawl (``flush``): a payload compacted with it
+is read back as long as the crawl exists, dead letters included. Whatever reads payloads
+(the worker, the dead-letter tools, the dashboard) reads them through
+:class:`Dictionaries`. (Earlier versions stored the one dictionary under id 1 and no
+``current``: such a key compacts with 1.)
 
 Should the key lose it (deleted by hand, or a failover to a replica that had not received
-it), a worker holding it writes it back (:meth:`Dictionaries.restore`), and a worker that
-meets requests compacted with it trains no other under its id meanwhile
-(:meth:`Compactor.settle`). A frame carries a tag of its dictionary
-(:mod:`scrapy_ha.codec.compact`): read with another, it is refused, never read as another
-request.
+it), a worker holding it writes it back (:meth:`Dictionaries.restore`). A worker that
+trains one meanwhile stores it under another id (it cannot tell which id the lost one
+had, unless it met requests compacted with it: one in 254 lands on it), so the requests
+compacted with the lost one are read again once it is back. A frame carries a tag of its
+dictionary (:mod:`scrapy_ha.codec.compact`): read with another, it is refused, never read
+as another request.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import zlib
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from scrapy_ha.codec.compact import Dictionary, dictionary_id, expand, train
+from scrapy_ha.store.scripts import Registered
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
 
 __all__ = [
+    "CURRENT",
     "DICTIONARY_ID",
     "SAMPLES",
     "Compactor",
@@ -44,9 +51,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The id of a crawl's dictionary: one per crawl (ids 2 to 255 are left for a dictionary
-#: trained again, should a crawl's requests change shape).
+#: The id earlier versions stored a crawl's one dictionary under (a key without
+#: :data:`CURRENT` compacts with it); a dictionary trained now takes one of 2 to 255.
 DICTIONARY_ID = 1
+#: The field of the key that names the dictionary new requests are compacted with.
+CURRENT = "current"
 #: Requests a worker keeps before it trains the crawl's dictionary: enough to hold the
 #: crawl's URL shapes past its start requests (2 KB is 16 realistic requests: the dictionary
 #: keeps the last of them), few enough that the crawl compacts from its first seconds.
@@ -70,6 +79,8 @@ class Dictionaries:
         self.known: dict[int, bytes] = {}
         #: ids of frames met whose dictionary the key lacks (see Compactor.settle)
         self.gone: set[int] = set()
+        #: the id new requests are compacted with (None: none known yet)
+        self.current_id: int | None = None
         self._said: set[int] = set()  # ids said in an ERROR to hold another dictionary
 
     async def _unless_garbage(self, call: Any) -> Any:
@@ -101,16 +112,20 @@ class Dictionaries:
     async def load(self) -> Dictionary | None:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
         stored = await self._unless_garbage(lambda: self.client.hgetall(self.key)) or {}
+        named = DICTIONARY_ID if stored else None  # (no ``current``: an earlier version's)
         for field, data in stored.items():
-            text = field.decode("latin-1") if isinstance(field, bytes) else str(field)
-            if text.isascii() and text.isdigit() and text == str(int(text)):  # else by hand
-                self.known[int(text)] = data
+            if _text(field) == CURRENT:
+                named = _dict_id(data)
+            elif (dict_id := _dict_id(field)) is not None:  # else written by hand
+                self.known[dict_id] = data
+        self.current_id = named
         return self.current()
 
     def current(self) -> Dictionary | None:
         """The dictionary new requests are compacted with (None: none is known yet)."""
-        data = self.known.get(DICTIONARY_ID)
-        return None if data is None else Dictionary(DICTIONARY_ID, data)
+        dict_id = self.current_id
+        data = None if dict_id is None else self.known.get(dict_id)
+        return None if data is None else Dictionary(dict_id, data)  # type: ignore[arg-type]
 
     async def ensure(self, payloads: Iterable[bytes]) -> None:
         """Read the dictionaries *payloads* were compacted with, those not known yet (one
@@ -118,6 +133,15 @@ class Dictionaries:
         missing = {dictionary_id(p) for p in payloads} - {None, *self.known}
         for dict_id in sorted(i for i in missing if i is not None):
             await self.read(dict_id)
+
+    async def read_current(self) -> None:
+        """Read which dictionary is ``current`` (and it, unless known): another worker may
+        have published it since :meth:`load`."""
+        named = _dict_id(await self._unless_garbage(lambda: self.client.hget(self.key, CURRENT)))
+        if named is not None:
+            if named not in self.known:
+                await self.read(named)
+            self.current_id = named
 
     async def read(self, dict_id: int) -> None:
         """Read the dictionary *dict_id* (:attr:`gone` if the key lacks it)."""
@@ -129,7 +153,8 @@ class Dictionaries:
             self.gone.add(dict_id)
 
     async def restore(self) -> int:
-        """Write back the dictionaries this worker knows that the key lacks; return how many.
+        """Write back the dictionaries this worker knows that the key lacks, and name the
+        one it compacts with ``current`` if the key names none; return how many.
 
         A failover to a replica that had not received the dictionary loses it as it loses
         children (:mod:`scrapy_ha.scheduler.session.lost`), and a key deleted by hand loses
@@ -152,9 +177,9 @@ class Dictionaries:
                 self._said.add(dict_id)
                 logger.error(
                     "%s holds another compaction dictionary under id %d than this worker "
-                    "compacts with (trained after this one was deleted or lost): each "
-                    "refuses the requests compacted with the other as corrupt; restore the "
-                    "key from a copy",
+                    "compacts with (written by hand, or trained after this one was deleted "
+                    "or lost, under the same id): each refuses the requests compacted with "
+                    "the other as corrupt; restore the key from a copy",
                     self.key,
                     dict_id,
                 )
@@ -165,12 +190,14 @@ class Dictionaries:
         return written
 
     async def _put_back(self, dict_id: int, data: bytes) -> tuple[bool, bytes | None]:
-        """HSETNX the dictionary *dict_id*, and what the key holds under it then (one round
-        trip)."""
+        """HSETNX the dictionary *dict_id* (and ``current``, if it is this worker's), and
+        what the key holds under it then (one round trip)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hsetnx(self.key, str(dict_id), data)
         pipe.hget(self.key, str(dict_id))
-        put, held = await pipe.execute()
+        if dict_id == self.current_id:
+            pipe.hsetnx(self.key, CURRENT, str(dict_id))
+        put, held, *_ = await pipe.execute()
         return bool(put), held
 
     def expand(self, stored: bytes) -> bytes:
@@ -179,16 +206,73 @@ class Dictionaries:
         return expand(stored, self.known)
 
     async def publish(self, data: bytes) -> Dictionary | None:
-        """Store *data* as the crawl's dictionary unless one is stored already; return the
-        one stored (another worker's, if it was first); None if the key is unusable."""
-        await self._unless_garbage(lambda: self.client.hsetnx(self.key, str(DICTIONARY_ID), data))
-        if self.unusable:
+        """Store *data* as the crawl's dictionary unless one is named ``current`` already;
+        return the current one (another worker's, if it was first); None if the key is
+        unusable, or names a dictionary it lacks (said once).
+
+        *data* goes under an id the key holds no dictionary under, nor this worker knew
+        (one it met requests compacted with, the key lacking it, among them): a dictionary
+        lost and written back later, or restored from a copy, then reads its requests
+        again (an earlier version trained again under id 1, and they were refused)."""
+        fields = await self._unless_garbage(lambda: self.client.hkeys(self.key))
+        if fields is None:
             return None
-        stored = await self.client.hget(self.key, str(DICTIONARY_ID))
-        self.known[DICTIONARY_ID] = stored if stored is not None else data
-        current = self.current()
-        assert current is not None
-        return current
+        taken = {i for f in fields if (i := _dict_id(f)) is not None} | {*self.known, *self.gone}
+        publish = Registered(self.client, "dictionary")
+        answer = None
+        while answer is None:  # (an id another worker took meanwhile: the next one)
+            dict_id = fresh_id(data, taken)
+            if dict_id is None:
+                return self._refuse("holds 254 dictionaries: no id is left for another")
+            answer = await self._unless_garbage(
+                partial(publish, keys=[self.key], args=[dict_id, data])
+            )
+            if self.unusable:  # (said once)
+                return None
+            taken.add(dict_id)
+        named, stored = _dict_id(answer[0]), answer[1]
+        if named is None or stored is None:
+            return self._refuse(f"names {_text(answer[0])!r} current, which it does not hold")
+        self.known[named] = stored
+        self.current_id = named
+        return self.current()
+
+    def _refuse(self, why: str) -> None:
+        """The key cannot name a dictionary for this worker (*why*): said once, and the
+        worker stores its requests uncompacted (:attr:`unusable`)."""
+        if not self.unusable:
+            self.unusable = True
+            logger.error(
+                "%s %s: this worker stores its requests uncompacted until it starts again "
+                "(restore the key from a copy, or delete its `%s` field)",
+                self.key,
+                why,
+                CURRENT,
+            )
+
+
+def fresh_id(data: bytes, taken: set[int]) -> int | None:
+    """The id for a new dictionary *data*: one of 2 to 255 from its CRC-32 (two workers
+    that train the same take the same), the next one not *taken* (None: all are)."""
+    start = (zlib.crc32(data) >> 16) % 254
+    for step in range(254):
+        dict_id = 2 + (start + step) % 254
+        if dict_id not in taken:
+            return dict_id
+    return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+
+
+def _dict_id(value: Any) -> int | None:
+    """The dictionary id *value* (a field, or ``current``'s value) names: a canonical
+    number of 1 to 255 (None: another field, written by hand)."""
+    text = _text(value)
+    if text.isascii() and text.isdigit() and text == str(int(text)) and 1 <= int(text) <= 255:
+        return int(text)
+    return None
 
 
 class Compactor:
@@ -202,7 +286,6 @@ class Compactor:
         self.dictionary: Dictionary | None = None
         self.samples: list[bytes] = []
         self._restored = time.monotonic()  # when the key was last looked at (restore)
-        self._gone_said = False
 
     def sample(self, payload: bytes) -> None:
         """Keep *payload* (a document) to train the crawl's dictionary, while it has none."""
@@ -230,11 +313,10 @@ class Compactor:
 
     async def settle(self, dictionaries: Dictionaries | None) -> None:
         """Train and publish the crawl's dictionary once enough requests were seen, or
-        adopt one another worker published (read by :meth:`Dictionaries.ensure`); nothing
-        while the worker is not connected (no *dictionaries*). Never while the crawl holds
-        frames of its dictionary and the key lacks it (deleted, or lost in a failover):
-        another under the same id would make them unreadable to the end, where a worker
-        holding it writes it back (every ``RESTORE_EVERY`` seconds, from here)."""
+        adopt the one another worker published (looked for every ``RESTORE_EVERY``
+        seconds); nothing while the worker is not connected (no *dictionaries*). A worker
+        holding one writes it back as often, should the key have lost it (deleted, or lost
+        in a failover)."""
         if not self.enabled or dictionaries is None:
             return
         now = time.monotonic()
@@ -244,22 +326,11 @@ class Compactor:
             if due:
                 await dictionaries.restore()
             return
-        if due and DICTIONARY_ID in dictionaries.gone:
-            await dictionaries.read(DICTIONARY_ID)  # written back meanwhile?
+        if due and dictionaries.current_id is None:
+            await dictionaries.read_current()
         current = dictionaries.current()
         if current is not None:
             self.adopt(current)
-        elif self.wants_dictionary and DICTIONARY_ID in dictionaries.gone:
-            if not self._gone_said:
-                self._gone_said = True
-                logger.warning(
-                    "%s lacks the crawl's compaction dictionary %d, and requests compacted "
-                    "with it remain: this worker trains no other under its id (it stores "
-                    "its requests uncompacted) until a worker holding it writes it back, "
-                    "or it is restored from a copy",
-                    dictionaries.key,
-                    DICTIONARY_ID,
-                )
         elif self.wants_dictionary:
             self.adopt(await dictionaries.publish(train(self.samples)))
             if dictionaries.unusable:  # (said once): no dictionary for this worker

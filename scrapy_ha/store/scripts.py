@@ -136,6 +136,7 @@ SCRIPTS = (
     "drop_buckets",
     "seen_check",
     "proxy_cd_load",
+    "dictionary",
 )
 
 if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
@@ -174,6 +175,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     DROP_BUCKETS_LUA: str
     SEEN_CHECK_LUA: str
     PROXY_CD_LOAD_LUA: str
+    DICTIONARY_LUA: str
 
 
 def script_text(script: str) -> str:
