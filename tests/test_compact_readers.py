@@ -172,3 +172,42 @@ async def test_every_reader_shows_compacted_requests(redis_url, redis_client):
         (row,) = http.get("/api/crawls/readers/dead").json()["entries"]
         assert row["url"] == urls[0]
         assert http.get(f"/api/crawls/readers/dead/{dead.id}").json()["url"] == urls[0]
+
+
+@deferred_f_from_coro_f
+async def test_a_request_whose_dictionary_is_gone_is_shown_as_such_not_as_bytes(
+    redis_url, redis_client
+):
+    """A QA run: with the crawl's dictionary deleted, ``dlq list`` showed a corrupt dead
+    letter's frame, bytes and all, in its URL column (``delayed list`` and the dashboard
+    showed ``?``)."""
+    from fastapi.testclient import TestClient
+
+    from scrapy_ha.dashboard.app import create_app
+
+    keys = Keys("ha", "lacks")
+    urls = [f"http://shop.example/item/{n}?ref=list" for n in range(3)]
+    await _seed_readers(redis_url, keys, urls)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    q = RedisQueue(client, keys)
+    (third,) = await q.lease(1, 600_000)  # dead-lettered as a worker does a corrupt one
+    info = {
+        "class": "corrupt",
+        "reason": "gone",
+        "payload": third.payload[:200].decode("utf-8", "replace"),
+    }
+    assert await q.dead_letter(third.id, third.token, info)
+    await client.aclose()
+    redis_client.delete(keys.dictionaries)
+    shown = "(unreadable: compacted with dictionary 1, which the crawl lacks)"
+    cli = ("--redis-url", redis_url)
+    listed = scrapy_ha("dlq", "list", "lacks", *cli).stdout.splitlines()
+    assert len(listed) == 4 and all(line.endswith(shown) for line in listed[1:3]), listed
+    delayed = scrapy_ha("delayed", "list", "lacks", *cli).stdout.splitlines()
+    assert delayed[1].endswith(shown), delayed
+    app = create_app(redis.asyncio.Redis.from_url(redis_url), "ha", close_client=True)
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        (row,) = http.get("/api/crawls/lacks/delayed").json()["entries"]
+        assert row["url"] == shown
+        rows = http.get("/api/crawls/lacks/dead").json()["entries"]
+        assert [r["url"] for r in rows] == [shown, shown]

@@ -67,7 +67,7 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
     fclass = last.get("class") if isinstance(last, dict) else None
     why = (held or b"").split(b" ", 1)[0].decode(errors="backslashreplace")
     fclass = why if why in HELD else fclass
-    return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url or "?")
+    return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url_or())
 
 
 async def entries(queue: RedisQueue) -> list[Delayed]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec.compact import dictionary_id
 from scrapy_ha.codec.document import (
     BODY,
     BYTES_TAG,
@@ -60,6 +61,18 @@ class RequestSummary:
     body: bytes = b""
     #: The stored document as read (``json.loads`` of the payload; ``{}`` if unreadable).
     document: dict[str, Any] = field(default_factory=dict)
+    #: The id of the dictionary of a compacted request the reader could not expand (its
+    #: dictionary gone from the crawl's key, or another under its id).
+    frame_of: int | None = None
+
+    def url_or(self, otherwise: str = "?") -> str:
+        """The URL, or what a tool shows in its place for a request it could not read: a
+        compacted one says so (not its bytes), anything else is *otherwise*."""
+        if self.url is not None:
+            return self.url
+        if self.frame_of is not None:
+            return f"(unreadable: compacted with dictionary {self.frame_of}, which the crawl lacks)"
+        return otherwise
 
     def printable(self) -> dict[str, Any]:
         """The stored document fit to print: secrets masked, the body left out (print
@@ -115,6 +128,7 @@ def describe(payload: bytes | str | None) -> RequestSummary:
         errback=_str(doc.get(ERRBACK)),
         body=_body(doc.get(BODY)),
         document=doc,
+        frame_of=dictionary_id(payload) if isinstance(payload, bytes) else None,
     )
 
 

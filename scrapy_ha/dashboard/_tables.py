@@ -171,7 +171,7 @@ def delayed_row(
         fclass, reason = kind, HELD_REASONS[kind]
     return Row(
         id=entry_id,
-        url=mask_url(summary.url or "?"),
+        url=mask_url(summary.url_or()),
         failure_class=fclass,
         status=None,
         attempts=attempts,

@@ -159,7 +159,7 @@ def parse_entry(
     summary = describe(payload)
     return DeadEntry(
         entry_id,
-        summary.url if summary.url is not None else str(meta.get("payload", "?")),
+        summary.url_or(str(meta.get("payload", "?"))),
         str(meta.get("class", "unknown")),
         mask_text(str(meta.get("reason", ""))),
         time_ms(dead_at),  # (a score written by hand, `inf` or 1e300: clamped)
