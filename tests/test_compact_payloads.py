@@ -358,3 +358,26 @@ async def test_a_worker_without_a_dictionary_adopts_the_one_published_since_it_s
     assert "names '77' current, which it does not hold" in caplog.text
     assert await client.hget(keys.dictionaries, "current") == b"77"  # left as it was
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_stops_compacting_when_garbage_replaces_the_dictionaries_key(
+    redis_url, monkeypatch, caplog
+):
+    """A review: with ``SET ha:{S}:dict junk`` mid-crawl, a worker holding the dictionary
+    said in an ERROR that it stores its requests uncompacted, and went on compacting them
+    with a dictionary no other reader could read."""
+    monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "junked")
+    holder, held = Compactor(), Dictionaries(client, keys, worker=True)
+    for n in range(SAMPLES):
+        holder.sample(shop(n))
+    await holder.settle(held)
+    assert holder.pending(shop(1)) != shop(1)
+    await client.delete(keys.dictionaries)
+    await client.set(keys.dictionaries, "junk")
+    await holder.settle(held)
+    assert "stores its requests uncompacted" in caplog.text
+    assert holder.pending(shop(1)) == shop(1) and holder.dictionary is None
+    await client.aclose()

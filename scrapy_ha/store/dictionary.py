@@ -325,6 +325,8 @@ class Compactor:
         if self.dictionary is not None:
             if due:
                 await dictionaries.restore()
+            if dictionaries.unusable:  # garbage in the key (said once): no reader has it
+                self.enabled, self.dictionary = False, None
             return
         if due and dictionaries.current_id is None:
             await dictionaries.read_current()
