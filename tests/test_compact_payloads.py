@@ -381,3 +381,56 @@ async def test_a_worker_stops_compacting_when_garbage_replaces_the_dictionaries_
     assert "stores its requests uncompacted" in caplog.text
     assert holder.pending(shop(1)) == shop(1) and holder.dictionary is None
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_holder_whose_id_another_dictionary_took_goes_by_the_key_s(
+    redis_url, monkeypatch, caplog
+):
+    """A review: after the key was lost, another dictionary published under the id of the
+    one a worker held (one in 254); the holder said so in an ERROR, and went on compacting
+    with its own, so that no other reader could read its new requests, nor it theirs."""
+    monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "taken")
+    holder, held = Compactor(), Dictionaries(client, keys, worker=True)
+    for n in range(SAMPLES):
+        holder.sample(shop(n))
+    await holder.settle(held)
+    own = holder.dictionary
+    assert own is not None
+    other = train(shop(10_000 + n) for n in range(SAMPLES))
+    await client.delete(keys.dictionaries)  # lost; another trained lands on the same id
+    await client.hset(keys.dictionaries, mapping={str(own.id): other, "current": str(own.id)})
+    await holder.settle(held)
+    assert f"holds another compaction dictionary under id {own.id}" in caplog.text
+    assert holder.dictionary is not None and holder.dictionary.data == other
+    frame = holder.pending(shop(3))
+    reader = Dictionaries(client, keys)
+    await reader.ensure([frame])
+    assert reader.expand(frame) == shop(3)  # its new requests are read by every reader
+    assert held.expand(Dictionary(own.id, other).compact(shop(4))) == shop(4)
+    await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_key_without_current_but_a_dictionary_of_this_version_is_no_earlier_one(
+    redis_url, monkeypatch
+):
+    """A review: a worker that writes back the dictionaries it met before it had one of its
+    own leaves a key with a dictionary and no ``current``; a worker that loaded it took it
+    for an earlier version's key (compacting with id 1, which it lacks) and never looked
+    for the crawl's current dictionary again."""
+    monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "nocurrent")
+    data = train(shop(n) for n in range(SAMPLES))
+    await client.hset(keys.dictionaries, "239", data)  # written back, no current
+    joined, joined_keys = Compactor(), Dictionaries(client, keys, worker=True)
+    assert await joined_keys.load() is None and joined_keys.current_id is None
+    await joined.settle(joined_keys)
+    assert joined.dictionary is None
+    await client.hset(keys.dictionaries, "current", "239")  # the holder's look names it
+    await joined.settle(joined_keys)
+    assert joined.dictionary is not None and joined.dictionary.id == 239
+    await client.aclose()

@@ -5,7 +5,8 @@ Until a dictionary exists a worker stores its requests as plain documents and ke
 first ``SAMPLES`` of them; then it trains a dictionary from them and writes it to
 ``<prefix>:{<spider>}:dict`` under an id of its own (derived from its data, one the key
 and the worker know no dictionary under) and names it in the field ``current`` if no
-other worker did first (HSETNX); every worker compacts with the current one. A dictionary
+other worker did first (one script, ``lua/dictionary.lua``); every worker compacts with
+the current one (but a worker holding one when the key lost it, who keeps it). A dictionary
 is never changed nor deleted but with the crawl (``flush``): a payload compacted with it
 is read back as long as the crawl exists, dead letters included. Whatever reads payloads
 (the worker, the dead-letter tools, the dashboard) reads them through
@@ -18,7 +19,7 @@ trains one meanwhile stores it under another id (it cannot tell which id the los
 had, unless it met requests compacted with it: one in 254 lands on it), so the requests
 compacted with the lost one are read again once it is back. A frame carries a tag of its
 dictionary (:mod:`scrapy_ha.codec.compact`): read with another, it is refused, never read
-as another request.
+as another request; a worker whose dictionary's id holds another goes by the key's.
 """
 
 from __future__ import annotations
@@ -112,14 +113,20 @@ class Dictionaries:
     async def load(self) -> Dictionary | None:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
         stored = await self._unless_garbage(lambda: self.client.hgetall(self.key)) or {}
-        named = DICTIONARY_ID if stored else None  # (no ``current``: an earlier version's)
+        named = None
         for field, data in stored.items():
             if _text(field) == CURRENT:
-                named = _dict_id(data)
+                named = _dict_id(data) or -1  # (-1: garbage, named nothing)
             elif (dict_id := _dict_id(field)) is not None:  # else written by hand
                 self.known[dict_id] = data
-        self.current_id = named
+        if named is None and DICTIONARY_ID in self.known:  # an earlier version's key
+            named = DICTIONARY_ID
+        self.current_id = named if named != -1 else None
         return self.current()
+
+    def has_current(self) -> bool:
+        """Whether the dictionary new requests are compacted with is known."""
+        return self.current_id is not None and self.current_id in self.known
 
     def current(self) -> Dictionary | None:
         """The dictionary new requests are compacted with (None: none is known yet)."""
@@ -173,13 +180,21 @@ class Dictionaries:
                 continue
             put, held = answer
             written += bool(put)
-            if held not in (None, data) and dict_id not in self._said:
+            if held is None or held == data:
+                continue
+            # another under its id: this worker reads and compacts as every other reader
+            # does (the requests compacted with its own are refused by all, and by it)
+            self.known[dict_id] = held
+            if dict_id == self.current_id:
+                self.current_id = None  # (its Compactor takes the key's current)
+            if dict_id not in self._said:
                 self._said.add(dict_id)
                 logger.error(
                     "%s holds another compaction dictionary under id %d than this worker "
-                    "compacts with (written by hand, or trained after this one was deleted "
-                    "or lost, under the same id): each refuses the requests compacted with "
-                    "the other as corrupt; restore the key from a copy",
+                    "held (written by hand, or trained after it was deleted or lost, under "
+                    "the same id): the requests compacted with this worker's are refused "
+                    "as corrupt (restore the key from a copy to read them), and this "
+                    "worker goes by the key's from now on",
                     self.key,
                     dict_id,
                 )
@@ -223,7 +238,8 @@ class Dictionaries:
         while answer is None:  # (an id another worker took meanwhile: the next one)
             dict_id = fresh_id(data, taken)
             if dict_id is None:
-                return self._refuse("holds 254 dictionaries: no id is left for another")
+                why = "holds 254 dictionaries: no id is left for another"
+                return self._refuse(why, "`scrapy-ha flush` starts the crawl afresh")
             answer = await self._unless_garbage(
                 partial(publish, keys=[self.key], args=[dict_id, data])
             )
@@ -232,22 +248,23 @@ class Dictionaries:
             taken.add(dict_id)
         named, stored = _dict_id(answer[0]), answer[1]
         if named is None or stored is None:
-            return self._refuse(f"names {_text(answer[0])!r} current, which it does not hold")
+            why = f"names {_text(answer[0])!r} current, which it does not hold"
+            fix = f"restore the key from a copy, or delete its `{CURRENT}` field"
+            return self._refuse(why, fix)
         self.known[named] = stored
         self.current_id = named
         return self.current()
 
-    def _refuse(self, why: str) -> None:
-        """The key cannot name a dictionary for this worker (*why*): said once, and the
-        worker stores its requests uncompacted (:attr:`unusable`)."""
+    def _refuse(self, why: str, fix: str) -> None:
+        """The key cannot name a dictionary for this worker (*why*, then *fix*): said once,
+        and the worker stores its requests uncompacted (:attr:`unusable`)."""
         if not self.unusable:
             self.unusable = True
             logger.error(
-                "%s %s: this worker stores its requests uncompacted until it starts again "
-                "(restore the key from a copy, or delete its `%s` field)",
+                "%s %s: this worker stores its requests uncompacted until it starts again (%s)",
                 self.key,
                 why,
-                CURRENT,
+                fix,
             )
 
 
@@ -322,13 +339,17 @@ class Compactor:
         now = time.monotonic()
         if due := now - self._restored >= RESTORE_EVERY:  # a look at the key
             self._restored = now
-        if self.dictionary is not None:
+        held = self.dictionary
+        if held is not None:
             if due:
                 await dictionaries.restore()
             if dictionaries.unusable:  # garbage in the key (said once): no reader has it
                 self.enabled, self.dictionary = False, None
-            return
-        if due and dictionaries.current_id is None:
+                return
+            if not due or dictionaries.known.get(held.id) == held.data:
+                return
+            self.dictionary = None  # another under its id (said): it takes the key's current
+        if due and not dictionaries.has_current():
             await dictionaries.read_current()
         current = dictionaries.current()
         if current is not None:
