@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import zlib
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -360,6 +361,16 @@ async def test_a_worker_without_a_dictionary_adopts_the_one_published_since_it_s
     await client.aclose()
 
 
+async def _holder(client: Any, keys: Keys) -> tuple[Compactor, Dictionaries]:
+    """A worker that trained the crawl's dictionary and published it, and its view of the
+    key."""
+    holder, held = Compactor(), Dictionaries(client, keys, worker=True)
+    for n in range(SAMPLES):
+        holder.sample(shop(n))
+    await holder.settle(held)
+    return holder, held
+
+
 @deferred_f_from_coro_f
 async def test_a_worker_stops_compacting_when_garbage_replaces_the_dictionaries_key(
     redis_url, monkeypatch, caplog
@@ -370,10 +381,7 @@ async def test_a_worker_stops_compacting_when_garbage_replaces_the_dictionaries_
     monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)
     client = redis.asyncio.Redis.from_url(redis_url)
     keys = Keys("ha", "junked")
-    holder, held = Compactor(), Dictionaries(client, keys, worker=True)
-    for n in range(SAMPLES):
-        holder.sample(shop(n))
-    await holder.settle(held)
+    holder, held = await _holder(client, keys)
     assert holder.pending(shop(1)) != shop(1)
     await client.delete(keys.dictionaries)
     await client.set(keys.dictionaries, "junk")
@@ -393,10 +401,7 @@ async def test_a_holder_whose_id_another_dictionary_took_goes_by_the_key_s(
     monkeypatch.setattr(dictionary, "RESTORE_EVERY", 0.0)
     client = redis.asyncio.Redis.from_url(redis_url)
     keys = Keys("ha", "taken")
-    holder, held = Compactor(), Dictionaries(client, keys, worker=True)
-    for n in range(SAMPLES):
-        holder.sample(shop(n))
-    await holder.settle(held)
+    holder, held = await _holder(client, keys)
     own = holder.dictionary
     assert own is not None
     other = train(shop(10_000 + n) for n in range(SAMPLES))
