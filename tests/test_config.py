@@ -10,6 +10,8 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_ha.config import validate as check
+from scrapy_ha.config.middlewares import UserAgentConfig
+from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.validate import ConfigError
 
@@ -56,11 +58,67 @@ def test_defaults():
         ({"HA_LEASE_TIME": "1e23"}, "HA_LEASE_TIME='1e23' must be more than 0 seconds (at most"),
         ({"HA_CLOSE_TIMEOUT": "inf"}, "HA_CLOSE_TIMEOUT='inf' must be more than 0 seconds (at"),
         ({"HA_IDLE_TIMEOUT": "inf"}, "HA_IDLE_TIMEOUT='inf' must be 0 or more seconds (at most"),
+        # a QA run of every setting: taken, then each request naming the class was
+        # dead-lettered as corrupt, a queue class read for its order alone, Redis refusing
+        # every reclaim, a retry said to wait 1e15 s
+        ({"HA_CODEC_CLASSES": "http:HTTPStatuss"}, "names 'http:HTTPStatuss', which cannot be"),
+        ({"HA_CODEC_CLASSES": ":::"}, "HA_CODEC_CLASSES names ':::', which cannot be imported"),
+        ({"HA_CODEC_CLASSES": 5}, "HA_CODEC_CLASSES=5 must be a list"),
+        ({"HA_CODEC_CLASSES": "[1]"}, "HA_CODEC_CLASSES='[1]': 1 is no class name"),
+        ({"HA_CODEC_CLASSES": "os.sep"}, "HA_CODEC_CLASSES names 'os.sep', which is not a class"),
+        ({"SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueu"}, "cannot be"),
+        ({"SCHEDULER_PRIORITY_QUEUE": 5}, "SCHEDULER_PRIORITY_QUEUE=5 is not a class"),
+        ({"SCHEDULER_MEMORY_QUEUE": "nosuch.Q"}, "SCHEDULER_MEMORY_QUEUE='nosuch.Q' cannot be"),
+        ({"SCHEDULER_START_MEMORY_QUEUE": "os.path.join"}, "='os.path.join' is not a class"),
+        ({"HA_REDIS_MEMORY_HIGH": 90}, "HA_REDIS_MEMORY_HIGH=90.0 is 90 bytes, less than an"),
+        ({"HA_RECLAIM_INTERVAL": 0.0009}, "HA_RECLAIM_INTERVAL=0.0009 must be at least 0.001"),
+        ({"HA_RECLAIM_BATCH": "1e19"}, "HA_RECLAIM_BATCH=10000000000000000000 must be at most"),
     ],
 )
 def test_a_bad_setting_names_itself_and_its_value(settings, message):
     with pytest.raises(ConfigError) as info:
         SchedulerConfig.from_settings(Settings(settings))
+    assert message in str(info.value)
+
+
+def test_list_settings_take_a_json_list_from_the_command_line():
+    """A QA run: ``-s 'HA_ALLOWED_SCHEMES=["http","https"]'`` was refused as the scheme
+    '["http"', and ``HA_CODEC_CLASSES`` so written was taken as one name no class has."""
+    from scrapy_ha.codec.trust import _listed
+
+    given = Settings(
+        {"HA_ALLOWED_SCHEMES": '["http", "HTTPS"]', "HA_CODEC_CLASSES": '["http:HTTPStatus"]'}
+    )
+    config = SchedulerConfig.from_settings(given)
+    assert config.allowed_schemes == frozenset({"http", "https"})
+    from http import HTTPStatus
+
+    class Spider:
+        class crawler:
+            settings = given
+
+    assert _listed(HTTPStatus, Spider())
+    retry = RetryConfig.from_settings(
+        Settings({"HA_RETRY_PERMANENT_EXCEPTIONS": '["builtins.KeyError"]'})
+    )
+    assert KeyError in retry.permanent_exceptions
+
+
+@pytest.mark.parametrize(
+    ("config", "settings", "message"),
+    [
+        (RetryConfig, {"HA_RETRY_BACKOFF_BASE": "1e15"}, "='1e15' must be at most 1e+09 seconds"),
+        (RetryConfig, {"HA_RETRY_BACKOFF_MAX": "1e15"}, "='1e15' must be at most 1e+09 seconds"),
+        (RetryConfig, {"HA_RETRY_PERMANENT_EXCEPTIONS": 5}, "EXCEPTIONS=5 must be a list"),
+        (UserAgentConfig, {"HA_USER_AGENTS": 5}, "HA_USER_AGENTS=5 must be a list of non-empty"),
+        (UserAgentConfig, {"HA_USER_AGENTS": {"a": 1}}, "HA_USER_AGENTS={'a': 1} must be a list"),
+    ],
+)
+def test_a_bad_middleware_setting_names_itself_and_its_value(config, settings, message):
+    """A QA run: a retry said to wait 1e15 s (retried every 10 s), a traceback where a
+    list was read (``TypeError: 'int' object is not iterable``), a dict's keys taken."""
+    with pytest.raises(ConfigError) as info:
+        config.from_settings(Settings(settings))
     assert message in str(info.value)
 
 

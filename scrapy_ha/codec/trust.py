@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import sys
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
@@ -188,8 +189,35 @@ def _listed(cls: type, spider: Spider | None) -> bool:
     settings = getattr(getattr(spider, "crawler", None), "settings", None)
     if settings is None:
         return False
-    names = settings.getlist(CODEC_CLASSES_SETTING)
+    try:
+        names = setting_names(settings.get(CODEC_CLASSES_SETTING))
+    except ValueError:  # (refused at the worker's start)
+        return False
     return f"{cls.__module__}:{cls.__qualname__}" in names or type_name(cls) in names
+
+
+def setting_names(value: Any) -> tuple[Any, ...]:
+    """The entries of a setting that lists names (``HA_CODEC_CLASSES``, and the other list
+    settings, :func:`scrapy_ha.config.validate.names`): a list, tuple or set as it is, or
+    text from the command line (``-s``, scrapyd): a JSON list, or names separated by
+    commas (blanks around each dropped). Raise ValueError, saying what it must be, for
+    anything else (a number, a dict: Scrapy's ``getlist`` took a dict's keys, and raised
+    a TypeError from a number wherever the setting was read)."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ValueError("must be a list (or its text: a JSON list, or names and commas)")
+    if value.lstrip().startswith("["):
+        try:
+            found = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"is no JSON list ({exc})") from None
+        if not isinstance(found, list):
+            raise ValueError("must be a JSON list")
+        return tuple(found)
+    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 def untrusted(name: str) -> CodecError:

@@ -44,6 +44,8 @@ DEFAULT_MEMORY_HIGH = 0.9
 #: The mark below which workers lease again: a tenth under the high one, so that a crawl
 #: does not stop and start at each page around one mark.
 DEFAULT_MEMORY_LOW = 0.8
+#: The least mark in bytes: an empty Redis uses about 1 MB.
+MIN_MARK_BYTES = 1 << 20
 #: Seconds between two reads of Redis's memory by a worker: INFO costs the server
 #: microseconds, and a worker stores at most a second of children past the mark.
 MEMORY_CHECK_INTERVAL = 1.0
@@ -61,6 +63,12 @@ def _mark(settings: BaseSettings, name: str, default: float) -> float:
     if value > 1 and value != int(value):
         raise ConfigError(
             f"{name}={value!r} must be a fraction of maxmemory (0 to 1) or a whole number of bytes"
+        )
+    if 1 < value < MIN_MARK_BYTES:  # (a QA run: 90, meant as 90 %, held every lease for ever)
+        raise ConfigError(
+            f"{name}={value!r} is {value:.0f} bytes, less than an empty Redis uses: give a "
+            f"fraction of maxmemory (0 to 1: {min(value / 100, 1):g} for {value:g} %) or at "
+            f"least {MIN_MARK_BYTES} bytes"
         )
     return value
 

@@ -186,6 +186,13 @@ def _policy(settings: BaseSettings, names: Mapping[str, str], default: Policy) -
     for name in ("base", "multiplier", "max"):
         if name in names:
             value = check.non_negative(settings, names[name], getattr(default, name), finite=True)
+            if name != "multiplier" and value > check.MOST_SECONDS:
+                # (1e15 was taken: the log said a retry in 1e15 s, Redis's delayed set
+                # took another, and the worker retried every 10 s)
+                raise ConfigError(
+                    f"{names[name]}={settings.get(names[name])!r} must be at most "
+                    f"{check.MOST_SECONDS:g} seconds"
+                )
             read[name] = value
     return replace(default, **read)
 

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from scrapy_ha.codec import DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
+from scrapy_ha.codec import CODEC_CLASSES_SETTING, DEFAULT_ALLOWED_SCHEMES, UNSTORABLE_POLICIES
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.continuous import RevisitConfig, dupefilter_ttl
 from scrapy_ha.config.deadletters import (  # the dead-letter queue's settings, re-exported
@@ -55,6 +55,9 @@ DEFAULT_HEARTBEAT_TTL = 30.0
 #: one script's run time.
 DEFAULT_RECLAIM_INTERVAL = 10.0
 DEFAULT_RECLAIM_BATCH = 100
+#: The bounds of the reclaim's settings (see SchedulerConfig.validate).
+MIN_RECLAIM_INTERVAL = 0.001
+MAX_RECLAIM_BATCH = 1_000_000
 #: Lease expiries before a request is poison: Sidekiq Pro kills a job after 3 crashes.
 DEFAULT_MAX_LEASE_EXPIRIES = 3
 #: Scrapy's CONCURRENT_REQUESTS default: what the prefetch follows unless HA_PREFETCH is set.
@@ -263,11 +266,22 @@ class SchedulerConfig:
             ),
         )
         _refuse_jobdir(settings)
+        check.codec_classes(settings, CODEC_CLASSES_SETTING)
         config.validate()
         return config
 
     def validate(self) -> None:
         """Check combinations of settings; raise :class:`ConfigError`."""
+        if self.reclaim_interval < MIN_RECLAIM_INTERVAL:  # (the reclaim's lock: SET PX 0)
+            raise ConfigError(
+                f"HA_RECLAIM_INTERVAL={self.reclaim_interval!r} must be at least "
+                f"{MIN_RECLAIM_INTERVAL:g} seconds (Redis keeps a TTL in whole milliseconds)"
+            )
+        if self.reclaim_batch > MAX_RECLAIM_BATCH:  # (1e19: every reclaim refused by Redis)
+            raise ConfigError(
+                f"HA_RECLAIM_BATCH={self.reclaim_batch!r} must be at most {MAX_RECLAIM_BATCH:,}"
+                f" (expired leases taken back by one call, which holds Redis meanwhile)"
+            )
         if self.renew_interval >= self.lease_time:
             raise ConfigError(
                 f"HA_LEASE_RENEW_INTERVAL={self.renew_interval} must be shorter than "
@@ -309,7 +323,7 @@ def queue_order(settings: BaseSettings) -> str:
             raise ConfigError(f"HA_QUEUE_ORDER={order!r} must be 'lifo' or 'fifo'")
         return str(order).lower()
     names = [
-        str(settings.get(name) or "") for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
+        _queue_name(settings, name) for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
     ]
     return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
 
@@ -320,10 +334,19 @@ def start_queue_order(settings: BaseSettings) -> str:
     priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is None or
     empty, as in Scrapy. ``SCHEDULER_START_DISK_QUEUE`` is not read: Scrapy reads it only
     under ``JOBDIR``, which scrapy-ha refuses."""
-    name = str(settings.get("SCHEDULER_START_MEMORY_QUEUE") or "")
+    name = _queue_name(settings, "SCHEDULER_START_MEMORY_QUEUE")
     if not name:
         return ""
     return "lifo" if "lifo" in name.lower() else "fifo"
+
+
+def _queue_name(settings: BaseSettings, name: str) -> str:
+    """The queue class setting *name* as its order is read from: its path as given (the
+    classes of ``scrapy.squeues`` are made by a factory: their own names say no order),
+    checked to import (:func:`~scrapy_ha.config.validate.queue_class`)."""
+    found = check.queue_class(settings, name)
+    value = settings.get(name)
+    return value if isinstance(value, str) else str(found or "")
 
 
 #: Scrapy's priority queue that picks the least busy download slot (its pqueues module).
@@ -334,19 +357,12 @@ def slot_fair(settings: BaseSettings) -> bool:
     """Is ``SCHEDULER_PRIORITY_QUEUE`` Scrapy's DownloaderAwarePriorityQueue (its path, the
     class, or a subclass)? Any other value keeps the global priority order, as Scrapy's
     default ScrapyPriorityQueue."""
-    value = settings.get("SCHEDULER_PRIORITY_QUEUE")
-    if not value:
-        return False
-    from scrapy.pqueues import DownloaderAwarePriorityQueue
-    from scrapy.utils.misc import load_object
-
-    if value == DOWNLOADER_AWARE_QUEUE:
+    if settings.get("SCHEDULER_PRIORITY_QUEUE") == DOWNLOADER_AWARE_QUEUE:
         return True
-    try:
-        cls = load_object(value) if isinstance(value, str) else value
-    except (ImportError, NameError, ValueError):  # Scrapy's own queue setup reports it
-        return False
-    return isinstance(cls, type) and issubclass(cls, DownloaderAwarePriorityQueue)
+    from scrapy.pqueues import DownloaderAwarePriorityQueue
+
+    cls = check.queue_class(settings, "SCHEDULER_PRIORITY_QUEUE")
+    return cls is not None and issubclass(cls, DownloaderAwarePriorityQueue)
 
 
 def default_worker_id(job: str | None = None) -> str:

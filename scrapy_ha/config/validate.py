@@ -7,6 +7,7 @@ other module reads an ``HA_*`` setting.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import SplitResult, urlsplit
 
 from scrapy.utils.misc import load_object
+
+from scrapy_ha.codec.trust import setting_names
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -212,12 +215,26 @@ def boolean(settings: BaseSettings, name: str, default: bool, *, theirs: bool = 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 
 
+def names(settings: BaseSettings, name: str) -> tuple[Any, ...]:
+    """A setting that lists names: a list, or from the command line a JSON list or names
+    and commas (:func:`~scrapy_ha.codec.trust.setting_names`); anything else refused."""
+    value = settings.get(name)
+    try:
+        return setting_names(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={value!r} {exc}") from None
+
+
 def schemes(settings: BaseSettings, name: str, default: frozenset[str]) -> frozenset[str]:
-    """URL schemes: a list (or ``"http,https"`` from the command line), at least one,
-    each a bare scheme name (``"file"``, not ``"file://"``), compared in lower case."""
+    """URL schemes: a list (or ``"http,https"`` or a JSON list from the command line), at
+    least one, each a bare scheme name (``"file"``, not ``"file://"``), compared in lower
+    case."""
     value = raw(settings, name, default)
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, (list, tuple, set, frozenset)) or not names:
+    try:
+        names = setting_names(value)
+    except ValueError:
+        names = ()
+    if not names:
         raise ConfigError(
             f"{name}={value!r} must be a non-empty list of URL schemes, such as ['http', 'https']"
         )
@@ -246,10 +263,49 @@ def imported(name: str, path: Any) -> Any:
         raise ConfigError(f"{name}={path!r} cannot be imported: {exc}") from None
 
 
+def queue_class(settings: BaseSettings, name: str) -> Any:
+    """A class of Scrapy's queue settings (``SCHEDULER_PRIORITY_QUEUE``...), imported when
+    a dotted path; None when unset or empty. scrapy-ha reads them for their order and
+    builds none of them, so a path that does not import was taken for another order, in
+    silence, where Scrapy's own scheduler refuses to start."""
+    value = settings.get(name)
+    if not value:
+        return None
+    found = imported(name, value)
+    if not isinstance(found, type):
+        raise ConfigError(f"{name}={value!r} is not a class (a dotted path to a queue class)")
+    return found
+
+
+def codec_classes(settings: BaseSettings, name: str) -> tuple[str, ...]:
+    """The classes a payload may name (``HA_CODEC_CLASSES``), each checked to import: a
+    name that does not resolve (a typo, a JSON list the command line gave as one name)
+    let the crawl run, and each request naming that class was dead-lettered as corrupt."""
+    listed = names(settings, name)
+    for entry in listed:
+        if not isinstance(entry, str):
+            raise ConfigError(
+                f"{name}={settings.get(name)!r}: {entry!r} is no class name; give "
+                f"'module:Class' or 'module.Class' strings"
+            )
+        module, colon, qualname = entry.partition(":")
+        if not colon:
+            module, _, qualname = entry.rpartition(".")
+        try:
+            found: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                found = getattr(found, part)
+        except (ImportError, AttributeError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{name} names {entry!r}, which cannot be imported: {exc}") from None
+        if not isinstance(found, type):
+            raise ConfigError(f"{name} names {entry!r}, which is not a class")
+    return tuple(listed)
+
+
 def imported_list(settings: BaseSettings, name: str) -> tuple[type[BaseException], ...]:
     """Every exception class a list setting names (dotted paths or classes)."""
     loaded = []
-    for path in settings.getlist(name):
+    for path in names(settings, name):
         try:
             found = load_object(path) if isinstance(path, str) else path
         except _IMPORT_ERRORS as exc:

@@ -11,7 +11,7 @@ import contextlib
 import math
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
@@ -27,6 +27,8 @@ __all__ = [
     "RedisConfigError",
     "check_address",
     "parse_nodes",
+    "check_query",
+    "check_timeout",
     "redis_params",
     "refused_arguments",
     "settings_url",
@@ -37,6 +39,10 @@ __all__ = [
 SCRAPY_REDIS_ENCODING = "utf-8"
 #: The arguments of ``REDIS_PARAMS`` that are seconds.
 TIMEOUT_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_interval")
+#: The shortest socket timeout a connection is made with (seconds; see check_timeout).
+MIN_TIMEOUT = 0.01
+#: The shortest interval between health checks but 0 (off), in seconds.
+MIN_HEALTH_CHECK = 0.1
 
 
 class RedisConfigError(ConfigError):
@@ -62,13 +68,35 @@ def redis_params(settings: BaseSettings) -> dict[str, Any]:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise RedisConfigError(f"REDIS_PARAMS[{name!r}]={value!r} must be seconds")
-        least = 0 if name == "health_check_interval" else math.nextafter(0, 1)
-        if not (math.isfinite(value) and value >= least):
-            # (a timeout of 0 or less never lets a connection be made: it was reported as
-            # a Redis that cannot be reached)
-            what = "0 (off) or more" if least == 0 else "more than 0"
-            raise RedisConfigError(f"REDIS_PARAMS[{name!r}]={value!r} must be {what} seconds")
+        check_timeout(f"REDIS_PARAMS[{name!r}]", name, value)
     return params
+
+
+def check_query(url: str) -> None:
+    """The timeouts a URL's query gives (``?socket_timeout=0``) checked as those of
+    ``REDIS_PARAMS`` are: redis-py reads them, and such a URL skipped the check."""
+    for name, text in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if name in TIMEOUT_PARAMS:
+            shown = f"REDIS_URL {mask_url(url)!r}: {name}"
+            try:
+                value = float(text)
+            except ValueError:
+                raise RedisConfigError(f"{shown}={text!r} must be seconds") from None
+            check_timeout(shown, name, value)
+
+
+def check_timeout(shown: str, name: str, value: float) -> None:
+    """Refuse the timeout *name* (one of ``TIMEOUT_PARAMS``) of *value* seconds, said as
+    *shown*, when no connection could be made with it. Under 10 ms a socket timed out
+    before Redis on this host answered (1e-300, 1e-9: a minute of "unreachable", then
+    the start given up, named as an unreachable Redis; 1e-4 connected after 30 s of
+    warnings), and a health check more often than every 0.1 s made the connection's own
+    start fail (redis-py's CLIENT SETINFO refused)."""
+    health = name == "health_check_interval"
+    least = MIN_HEALTH_CHECK if health else MIN_TIMEOUT
+    if not (math.isfinite(value) and (value >= least or (health and value == 0))):
+        what = f"0 (off) or at least {least:g}" if health else f"{least:g} or more"
+        raise RedisConfigError(f"{shown}={value!r} must be {what} seconds")
 
 
 def settings_url(settings: BaseSettings) -> str:

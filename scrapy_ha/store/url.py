@@ -39,6 +39,7 @@ from scrapy_ha.codec import mask_url
 from scrapy_ha.store.redis_params import (
     RedisConfigError,
     check_address,
+    check_query,
     parse_nodes,
     redis_params,
     refused_arguments,
@@ -117,6 +118,7 @@ def parse_url(url: str) -> RedisTarget:
     """A target from a URL of any supported scheme (ValueError names the URL, masked)."""
     scheme = url.partition("://")[0].lower()
     check_address(url, one_host=scheme in ("redis", "rediss"))
+    check_query(url)
     if scheme in ("redis+sentinel", "rediss+sentinel"):
         return _sentinel_url(url, tls=scheme.startswith("rediss"))
     if scheme in ("redis+cluster", "rediss+cluster"):
