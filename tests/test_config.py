@@ -73,6 +73,10 @@ def test_defaults():
         ({"HA_REDIS_MEMORY_HIGH": 90}, "HA_REDIS_MEMORY_HIGH=90.0 is 90 bytes, less than an"),
         ({"HA_RECLAIM_INTERVAL": 0.0009}, "HA_RECLAIM_INTERVAL=0.0009 must be at least 0.001"),
         ({"HA_RECLAIM_BATCH": "1e19"}, "HA_RECLAIM_BATCH=10000000000000000000 must be at most"),
+        # a traceback (four, for a RedisSpider's key), no finish reason
+        ({"REDIS_START_URLS_KEY": "%(nme)s:start"}, "REDIS_START_URLS_KEY='%(nme)s:start' cannot"),
+        ({"REDIS_START_URLS_KEY": "%d"}, "='%d' cannot be formatted with the spider's name"),
+        ({"DUPEFILTER_CLASS": 5}, "DUPEFILTER_CLASS=5 is not a class"),
     ],
 )
 def test_a_bad_setting_names_itself_and_its_value(settings, message):

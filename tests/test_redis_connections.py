@@ -127,6 +127,9 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         ({"REDIS_URL": "redis://h:1/0?socket_timeout=0"}, "socket_timeout=0.0 must be 0.01 or"),
         ({"REDIS_URL": "redis://:hunter2@h:1/0?socket_connect_timeout=nan"}, "***@h:1/0?"),
         ({"REDIS_URL": "redis://h:1/0?socket_timeout=x"}, "socket_timeout='x' must be seconds"),
+        ({"REDIS_SENTINELS": 5, "REDIS_SENTINEL_SERVICE": "s"}, "REDIS_SENTINELS=5 must be 'host"),
+        ({"REDIS_CLUSTER_NODES": 5}, "REDIS_CLUSTER_NODES=5 must be 'host:port,host:port' or"),
+        ({"REDIS_CLUSTER_NODES": [("h", "x")]}, "REDIS_CLUSTER_NODES: ('h', 'x') is not host:port"),
         # a review: a password with '@' then '#' connected to its middle as a host
         ({"REDIS_URL": "redis://:p@hunter2#x@h:1/0"}, "REDIS_URL 'redis://***@h:1/0': its"),
         ({"REDIS_URL": "redis+cluster://:p@hunter2?x@h:1,g:2"}, "its host and port cannot"),

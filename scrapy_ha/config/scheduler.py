@@ -234,7 +234,9 @@ class SchedulerConfig:
             ),
             close_timeout=check.seconds(settings, "HA_CLOSE_TIMEOUT", DEFAULT_CLOSE_TIMEOUT),
             tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK, most=MOST_TICK),
-            start_urls_key=check.text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
+            start_urls_key=check.name_format(
+                settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY
+            ),
             start_urls_batch=check.whole(
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),
@@ -322,9 +324,8 @@ def queue_order(settings: BaseSettings) -> str:
         if str(order).lower() not in QUEUE_ORDERS:
             raise ConfigError(f"HA_QUEUE_ORDER={order!r} must be 'lifo' or 'fifo'")
         return str(order).lower()
-    names = [
-        _queue_name(settings, name) for name in ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
-    ]
+    queues = ("SCHEDULER_MEMORY_QUEUE", "SCHEDULER_DISK_QUEUE")
+    names = [check.queue_name(settings, name) for name in queues]
     return "fifo" if any("fifo" in name.lower() for name in names) else "lifo"
 
 
@@ -334,19 +335,10 @@ def start_queue_order(settings: BaseSettings) -> str:
     priority; "lifo" when that names a Lifo queue, "" (one shared order) when it is None or
     empty, as in Scrapy. ``SCHEDULER_START_DISK_QUEUE`` is not read: Scrapy reads it only
     under ``JOBDIR``, which scrapy-ha refuses."""
-    name = _queue_name(settings, "SCHEDULER_START_MEMORY_QUEUE")
+    name = check.queue_name(settings, "SCHEDULER_START_MEMORY_QUEUE")
     if not name:
         return ""
     return "lifo" if "lifo" in name.lower() else "fifo"
-
-
-def _queue_name(settings: BaseSettings, name: str) -> str:
-    """The queue class setting *name* as its order is read from: its path as given (the
-    classes of ``scrapy.squeues`` are made by a factory: their own names say no order),
-    checked to import (:func:`~scrapy_ha.config.validate.queue_class`)."""
-    found = check.queue_class(settings, name)
-    value = settings.get(name)
-    return value if isinstance(value, str) else str(found or "")
 
 
 #: Scrapy's priority queue that picks the least busy download slot (its pqueues module).
@@ -376,6 +368,8 @@ def default_worker_id(job: str | None = None) -> str:
 def _dedupe(settings: BaseSettings) -> bool:
     """DUPEFILTER_CLASS: Scrapy's or scrapy-redis's filter means Redis's, BaseDupeFilter off."""
     value = settings.get("DUPEFILTER_CLASS") or DEDUPING_FILTERS[0]
+    if not isinstance(value, (str, type)):
+        raise ConfigError(f"DUPEFILTER_CLASS={value!r} is not a class (a dotted path to one)")
     name = value if isinstance(value, str) else f"{value.__module__}.{value.__qualname__}"
     if name in DEDUPING_FILTERS or name == NO_FILTER:
         return name != NO_FILTER

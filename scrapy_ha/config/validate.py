@@ -277,6 +277,29 @@ def queue_class(settings: BaseSettings, name: str) -> Any:
     return found
 
 
+def queue_name(settings: BaseSettings, name: str) -> str:
+    """The queue class setting *name* as its order is read from: its path as given (the
+    classes of ``scrapy.squeues`` are made by a factory: their own names say no order),
+    checked to import (:func:`queue_class`)."""
+    found = queue_class(settings, name)
+    value = settings.get(name)
+    return value if isinstance(value, str) else str(found or "")
+
+
+def name_format(settings: BaseSettings, name: str, default: str) -> str:
+    """A key formatted with a spider's name (``"%(name)s:start_urls"``), checked to format
+    (``%(nme)s`` ended the start of a RedisSpider's worker in four tracebacks)."""
+    key = text(settings, name, default)
+    try:
+        key % {"name": "spider"}  # noqa: B018
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"{name}={key!r} cannot be formatted with the spider's name "
+            f"({type(exc).__name__}: {exc}): write it as {default!r}"
+        ) from None
+    return key
+
+
 def codec_classes(settings: BaseSettings, name: str) -> tuple[str, ...]:
     """The classes a payload may name (``HA_CODEC_CLASSES``), each checked to import: a
     name that does not resolve (a typo, a JSON list the command line gave as one name)

@@ -164,10 +164,14 @@ def parse_nodes(
     spec: str | Iterable[Any], default_port: int, what: str
 ) -> tuple[tuple[str, int], ...]:
     """``"h:p,h:p"``, ``["h:p", ...]`` or ``[("h", p), ...]`` as (host, port) pairs."""
+    if not isinstance(spec, (str, list, tuple)):
+        raise RedisConfigError(f"{what}={spec!r} must be 'host:port,host:port' or a list of them")
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     nodes: list[tuple[str, int]] = []
     for item in items:
-        if isinstance(item, (tuple, list)) and len(item) == 2:
+        if isinstance(item, (tuple, list)):
+            if len(item) != 2 or not str(item[1]).isdigit():
+                raise RedisConfigError(f"{what}: {item!r} is not host:port")
             nodes.append((str(item[0]), int(item[1])))
             continue
         host, _, port = str(item).strip().rpartition(":")
