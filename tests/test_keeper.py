@@ -91,6 +91,7 @@ def test_a_blocking_callback_keeps_its_leases(redis_url, redis_client, site_fact
     assert all(stat(log, "ha/reclaimed") == 0 for log in logs.values()), logs
     assert all(stat(log, "ha/dead/poison") == 0 for log in logs.values())
     assert "The event loop was blocked for" in logs["first"]
+    assert "leases were renewed from scrapy-ha's own thread meanwhile" in logs["first"]
 
 
 def test_a_loop_stuck_past_the_watchdog_stops_renewing(redis_url, site_factory, tmp_path):
@@ -121,5 +122,36 @@ def test_a_loop_stuck_past_the_watchdog_stops_renewing(redis_url, site_factory, 
     logs = {n: (tmp_path / f"{n}.log").read_text() for n in ("first", "second")}
     assert "stops renewing its leases" in logs["first"]
     assert stat(logs["second"], "ha/reclaimed") > 0  # the stuck worker's leases moved on
+    ids = {json.loads(line)["id"] for line in (tmp_path / "items.jl").read_text().splitlines()}
+    assert ids == set(range(1, 31))  # nothing lost
+
+
+def test_a_stopped_process_says_no_lease_was_renewed_while_it_was(
+    redis_url, site_factory, tmp_path
+):
+    """A QA run: a worker stopped with SIGSTOP for 12 s said on SIGCONT that "leases were
+    renewed from scrapy-ha's own thread meanwhile": its thread was stopped too."""
+    import signal
+
+    site = site_factory("--pages", "3", "--per-page", "10", "--delay", "0.2")
+    first = worker(redis_url, site.url, tmp_path, "first", FAULT_PATH="/never")
+    try:
+        deadline = time.monotonic() + 60
+        items = tmp_path / "items.jl"
+        while not (items.exists() and items.read_text().strip()):
+            assert first.poll() is None and time.monotonic() < deadline, "never crawled"
+            time.sleep(0.05)
+        first.send_signal(signal.SIGSTOP)
+        time.sleep(LEASE_TIME + 1)  # past the renewal interval (1 s) and the lease
+        first.send_signal(signal.SIGCONT)
+        assert first.wait(timeout=120) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    log = (tmp_path / "first.log").read_text()
+    assert "The event loop was blocked for" in log, log[-3000:]
+    assert "no lease was renewed meanwhile (the process was stopped" in log
+    assert "renewed from scrapy-ha's own thread meanwhile" not in log
     ids = {json.loads(line)["id"] for line in (tmp_path / "items.jl").read_text().splitlines()}
     assert ids == set(range(1, 31))  # nothing lost

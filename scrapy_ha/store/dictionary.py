@@ -102,10 +102,10 @@ class Dictionaries:
             logger.error(
                 "%s holds another type of data than the crawl's compaction dictionaries: "
                 "this worker stores its requests uncompacted until it starts again, and sets "
-                "aside as corrupt a request compacted with a dictionary kept there. Restore "
-                "the key from a copy; do not delete it while the crawl holds compacted "
-                "requests (they cannot be read without it): `scrapy-ha flush` starts the "
-                "crawl afresh",
+                "aside as corrupt a request compacted with a dictionary it does not hold. "
+                "Put the dictionaries back from a copy (the tools refuse to read the crawl "
+                "meanwhile): the requests compacted with them cannot be read without them; "
+                "`scrapy-ha flush` starts the crawl afresh",
                 self.key,
             )
         return None

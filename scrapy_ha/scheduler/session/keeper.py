@@ -98,6 +98,8 @@ class LeaseKeeper:
         self._handed: Pairs = ()  # of those, the requests handed to the engine
         #: the handed pairs of the last renewal Redis applied (marked handed there)
         self.confirmed: frozenset[tuple[str, str]] = frozenset()
+        #: renewals Redis applied (see LoopWatch: whether any did while the loop stalled)
+        self.renewals = 0
         self._nudge = threading.Event()
         #: handed to the engine since the last call that told Redis (the next early report
         #: carries only these); appended by the event loop, taken by the thread
@@ -231,6 +233,7 @@ class LeaseKeeper:
         if reply is None:
             return
         self.confirmed = frozenset(handed)
+        self.renewals += 1
         lost = lost_pairs(reply)
         if not self._stop.is_set():
             self.loop.call_soon_threadsafe(self.on_renewed, started, lost, live_workers(reply))
@@ -333,6 +336,7 @@ class LoopWatch:
         self.handed = handed
         self.loop = keeper.loop
         self._due = 0.0
+        self._renewals = 0  # the keeper's renewals at the last tick
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -347,11 +351,22 @@ class LoopWatch:
         now = time.monotonic()
         late = now - self._due
         if late > STALL_WARNING:
+            if self.keeper.renewals > self._renewals:
+                meanwhile = "leases were renewed from scrapy-ha's own thread meanwhile"
+            elif late <= self.keeper.interval:
+                meanwhile = "scrapy-ha's own thread renews leases while it is"
+            else:  # (the whole process was stopped, SIGSTOP: its thread too; or Redis away)
+                meanwhile = (
+                    "no lease was renewed meanwhile (the process was stopped, or Redis did "
+                    "not answer): another worker redoes the pages of those that expired"
+                )
             logger.warning(
                 "The event loop was blocked for %.1f s (a callback or pipeline that does not "
-                "yield): leases were renewed from scrapy-ha's own thread meanwhile",
+                "yield, or the process stopped): %s",
                 late,
+                meanwhile,
             )
+        self._renewals = self.keeper.renewals
         self.keeper.beat()
         self.keeper.hold(self.held())
         self.keeper.hand(self.handed())
