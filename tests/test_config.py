@@ -66,16 +66,21 @@ def test_defaults():
         ({"HA_CODEC_CLASSES": 5}, "HA_CODEC_CLASSES=5 must be a list"),
         ({"HA_CODEC_CLASSES": "[1]"}, "HA_CODEC_CLASSES='[1]': 1 is no class name"),
         ({"HA_CODEC_CLASSES": "os.sep"}, "HA_CODEC_CLASSES names 'os.sep', which is not a class"),
+        # a review: passed the check, and a payload names the class by its own module
+        ({"HA_CODEC_CLASSES": "json.JSONDecoder"}, "which is json.decoder:JSONDecoder (another"),
+        ({"HA_CODEC_CLASSES": "Color"}, "HA_CODEC_CLASSES='Color': 'Color' is no class name"),
+        ({"HA_CODEC_CLASSES": "tests.raising_module:X"}, "cannot be imported: RuntimeError: "),
         ({"SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueu"}, "cannot be"),
         ({"SCHEDULER_PRIORITY_QUEUE": 5}, "SCHEDULER_PRIORITY_QUEUE=5 is not a class"),
         ({"SCHEDULER_MEMORY_QUEUE": "nosuch.Q"}, "SCHEDULER_MEMORY_QUEUE='nosuch.Q' cannot be"),
         ({"SCHEDULER_START_MEMORY_QUEUE": "os.path.join"}, "='os.path.join' is not a class"),
-        ({"HA_REDIS_MEMORY_HIGH": 90}, "HA_REDIS_MEMORY_HIGH=90.0 is 90 bytes, less than an"),
+        (
+            {"HA_REDIS_MEMORY_HIGH": 90},
+            "HA_REDIS_MEMORY_HIGH=90 is 90 bytes, less than an empty Redis uses: give a "
+            "fraction of maxmemory (0 to 1: 0.9 for 90 %)",
+        ),
         ({"HA_RECLAIM_INTERVAL": 0.0009}, "HA_RECLAIM_INTERVAL=0.0009 must be at least 0.001"),
         ({"HA_RECLAIM_BATCH": "1e19"}, "HA_RECLAIM_BATCH=10000000000000000000 must be at most"),
-        # a traceback (four, for a RedisSpider's key), no finish reason
-        ({"REDIS_START_URLS_KEY": "%(nme)s:start"}, "REDIS_START_URLS_KEY='%(nme)s:start' cannot"),
-        ({"REDIS_START_URLS_KEY": "%d"}, "='%d' cannot be formatted with the spider's name"),
         ({"DUPEFILTER_CLASS": 5}, "DUPEFILTER_CLASS=5 is not a class"),
     ],
 )
@@ -294,3 +299,21 @@ def test_a_whole_number_may_be_written_as_a_float(value, taken):
     for bad in (2.5e4 + 0.5, "1e4.5", float("inf"), "inf", True):  # (inf: an OverflowError)
         with pytest.raises(ConfigError, match="must be a whole number"):
             check.whole(Settings({"X": bad}), "X", 1)
+
+
+class Outer:
+    class Inner:
+        """A nested class a payload may name (HA_CODEC_CLASSES)."""
+
+
+def test_the_forms_a_user_gives_of_a_list_are_taken():
+    """A review of the start-time checks: a nested class in the dotted form was refused
+    (``tests.test_config.Outer`` taken for a module), a set of user agents too."""
+    from scrapy_ha.store.redis_params import check_query, parse_nodes
+
+    nested = ["tests.test_config.Outer.Inner", "tests.test_config:Outer.Inner", "http.HTTPStatus"]
+    SchedulerConfig.from_settings(Settings({"HA_CODEC_CLASSES": nested}))
+    agents = UserAgentConfig.from_settings(Settings({"HA_USER_AGENTS": {"A/1", "B/2"}})).agents
+    assert sorted(agents) == ["A/1", "B/2"]
+    assert parse_nodes({"h:7000"}, 6379, "REDIS_CLUSTER_NODES") == (("h", 7000),)
+    check_query("redis://h:1/0?socket_timeout=&health_check_interval=30")  # blank: dropped

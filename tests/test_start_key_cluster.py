@@ -9,6 +9,7 @@ import time
 import pytest
 import redis
 import redis.asyncio
+from scrapy import Spider
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -81,3 +82,23 @@ async def test_the_scheduler_refuses_a_cluster_crawl_at_open_before_connecting(c
         "scrapy-ha cannot start" in e and "'fed:start_urls'" in e and "CROSSSLOT" in e
         for e in errors
     ), errors
+
+
+@deferred_f_from_coro_f
+async def test_a_start_urls_key_that_does_not_format_is_refused_naming_it(redis_url, caplog):
+    """A QA run: ``REDIS_START_URLS_KEY = "%(nme)s:start"`` ended a RedisSpider's worker in
+    four tracebacks and no finish reason; a spider that reads no start URLs from Redis
+    does not read it (a review: refusing it there stopped crawls that never use it)."""
+    bad = {"SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url}
+    bad["REDIS_START_URLS_KEY"] = "%(nme)s:start"
+    crawler = get_crawler(FedSpider, bad)
+    await crawler.crawl_async()
+    assert crawler.stats.get_value("finish_reason") == "ha_start_failed"
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(
+        "REDIS_START_URLS_KEY='%(nme)s:start' cannot be formatted with the spider's name" in e
+        for e in errors
+    ), errors
+    plain = get_crawler(Spider, {**bad, "HA_IDLE_TIMEOUT": 0.3})
+    await plain.crawl_async(name="plain")
+    assert plain.stats.get_value("finish_reason") == "finished"

@@ -65,10 +65,11 @@ def _mark(settings: BaseSettings, name: str, default: float) -> float:
             f"{name}={value!r} must be a fraction of maxmemory (0 to 1) or a whole number of bytes"
         )
     if 1 < value < MIN_MARK_BYTES:  # (a QA run: 90, meant as 90 %, held every lease for ever)
+        percent = f": {value / 100:g} for {value:g} %" if value <= 100 else ""
         raise ConfigError(
-            f"{name}={value!r} is {value:.0f} bytes, less than an empty Redis uses: give a "
-            f"fraction of maxmemory (0 to 1: {min(value / 100, 1):g} for {value:g} %) or at "
-            f"least {MIN_MARK_BYTES} bytes"
+            f"{name}={settings.get(name)!r} is {value:.0f} bytes, less than an empty Redis "
+            f"uses: give a fraction of maxmemory (0 to 1{percent}) or at least "
+            f"{MIN_MARK_BYTES} bytes"
         )
     return value
 

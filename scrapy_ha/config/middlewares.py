@@ -338,7 +338,7 @@ class UserAgentConfig:
         """A list, or text (``-s``, scrapyd): a JSON list, or one agent per line. Text
         that could be one agent or several split at commas is refused."""
         value = settings.get("HA_USER_AGENTS")
-        if value is not None and not isinstance(value, (str, list, tuple)):
+        if value is not None and not isinstance(value, (str, list, tuple, set, frozenset)):
             raise ConfigError(f"HA_USER_AGENTS={value!r} must be a list of non-empty strings")
         agents = _agents_from_text(value) if isinstance(value, str) else list(value or ())
         if not all(isinstance(a, str) and a.strip() for a in agents):

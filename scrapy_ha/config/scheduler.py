@@ -234,9 +234,7 @@ class SchedulerConfig:
             ),
             close_timeout=check.seconds(settings, "HA_CLOSE_TIMEOUT", DEFAULT_CLOSE_TIMEOUT),
             tick=check.seconds(settings, "HA_TICK", DEFAULT_TICK, most=MOST_TICK),
-            start_urls_key=check.name_format(
-                settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY
-            ),
+            start_urls_key=check.text(settings, "REDIS_START_URLS_KEY", DEFAULT_START_URLS_KEY),
             start_urls_batch=check.whole(
                 settings, "REDIS_START_URLS_BATCH_SIZE", DEFAULT_START_URLS_BATCH
             ),

@@ -7,9 +7,9 @@ other module reads an ``HA_*`` setting.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
+import pkgutil
 import re
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import SplitResult, urlsplit
@@ -286,42 +286,47 @@ def queue_name(settings: BaseSettings, name: str) -> str:
     return value if isinstance(value, str) else str(found or "")
 
 
-def name_format(settings: BaseSettings, name: str, default: str) -> str:
-    """A key formatted with a spider's name (``"%(name)s:start_urls"``), checked to format
-    (``%(nme)s`` ended the start of a RedisSpider's worker in four tracebacks)."""
-    key = text(settings, name, default)
+def start_key(key: str, spider: str) -> str:
+    """``REDIS_START_URLS_KEY`` (*key*) formatted with the *spider*'s name, read where a
+    spider reads its start URLs from Redis (``%(nme)s`` ended that worker's start in four
+    tracebacks)."""
     try:
-        key % {"name": "spider"}  # noqa: B018
+        return key % {"name": spider}
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigError(
-            f"{name}={key!r} cannot be formatted with the spider's name "
-            f"({type(exc).__name__}: {exc}): write it as {default!r}"
+            f"REDIS_START_URLS_KEY={key!r} cannot be formatted with the spider's name "
+            f"({type(exc).__name__}: {exc}): write it as '%(name)s:start_urls'"
         ) from None
-    return key
 
 
 def codec_classes(settings: BaseSettings, name: str) -> tuple[str, ...]:
-    """The classes a payload may name (``HA_CODEC_CLASSES``), each checked to import: a
-    name that does not resolve (a typo, a JSON list the command line gave as one name)
-    let the crawl run, and each request naming that class was dead-lettered as corrupt."""
+    """The classes a payload may name (``HA_CODEC_CLASSES``), each checked to import under
+    the name a payload gives it (its defining module): a name that does not resolve (a
+    typo, a JSON list the command line gave as one name), or that resolves through a
+    module re-exporting the class, let the crawl run, and each request naming that class
+    was dead-lettered as corrupt."""
     listed = names(settings, name)
     for entry in listed:
-        if not isinstance(entry, str):
+        if not isinstance(entry, str) or not (":" in entry or "." in entry):
             raise ConfigError(
                 f"{name}={settings.get(name)!r}: {entry!r} is no class name; give "
                 f"'module:Class' or 'module.Class' strings"
             )
-        module, colon, qualname = entry.partition(":")
-        if not colon:
-            module, _, qualname = entry.rpartition(".")
         try:
-            found: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                found = getattr(found, part)
-        except (ImportError, AttributeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{name} names {entry!r}, which cannot be imported: {exc}") from None
+            found = pkgutil.resolve_name(entry)
+        except Exception as exc:  # noqa: BLE001 - a module may raise anything at import
+            raise ConfigError(
+                f"{name} names {entry!r}, which cannot be imported: {type(exc).__name__}: {exc}"
+            ) from None
         if not isinstance(found, type):
             raise ConfigError(f"{name} names {entry!r}, which is not a class")
+        own = f"{found.__module__}:{found.__qualname__}"
+        scrapys = found.__module__.startswith("scrapy.")  # (trusted whatever the name)
+        if entry not in (own, f"{found.__module__}.{found.__qualname__}") and not scrapys:
+            raise ConfigError(
+                f"{name} names {entry!r}, which is {own} (another module imports it): "
+                f"write it as {own!r}, the name a payload gives it"
+            )
     return tuple(listed)
 
 

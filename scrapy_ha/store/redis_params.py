@@ -40,7 +40,7 @@ SCRAPY_REDIS_ENCODING = "utf-8"
 #: The arguments of ``REDIS_PARAMS`` that are seconds.
 TIMEOUT_PARAMS = ("socket_timeout", "socket_connect_timeout", "health_check_interval")
 #: The shortest socket timeout a connection is made with (seconds; see check_timeout).
-MIN_TIMEOUT = 0.01
+MIN_TIMEOUT = 0.001
 #: The shortest interval between health checks but 0 (off), in seconds.
 MIN_HEALTH_CHECK = 0.1
 
@@ -76,27 +76,28 @@ def check_query(url: str) -> None:
     """The timeouts a URL's query gives (``?socket_timeout=0``) checked as those of
     ``REDIS_PARAMS`` are: redis-py reads them, and such a URL skipped the check."""
     for name, text in parse_qsl(urlsplit(url).query, keep_blank_values=True):
-        if name in TIMEOUT_PARAMS:
+        if name in TIMEOUT_PARAMS and text:  # (a blank one: redis-py drops it)
             shown = f"REDIS_URL {mask_url(url)!r}: {name}"
             try:
                 value = float(text)
             except ValueError:
                 raise RedisConfigError(f"{shown}={text!r} must be seconds") from None
-            check_timeout(shown, name, value)
+            check_timeout(shown, name, value, given=text)
 
 
-def check_timeout(shown: str, name: str, value: float) -> None:
+def check_timeout(shown: str, name: str, value: float, given: Any = None) -> None:
     """Refuse the timeout *name* (one of ``TIMEOUT_PARAMS``) of *value* seconds, said as
-    *shown*, when no connection could be made with it. Under 10 ms a socket timed out
-    before Redis on this host answered (1e-300, 1e-9: a minute of "unreachable", then
-    the start given up, named as an unreachable Redis; 1e-4 connected after 30 s of
-    warnings), and a health check more often than every 0.1 s made the connection's own
-    start fail (redis-py's CLIENT SETINFO refused)."""
+    *shown*, when no connection could be made with it: 1e-300 or 1e-9 gave a minute of
+    "unreachable", then the start given up, named as an unreachable Redis (1e-4 connected
+    after 30 s of warnings, 0.002 at once on one host); and a health check more often than
+    every 0.1 s made the connection's own start fail (redis-py's CLIENT SETINFO refused)."""
     health = name == "health_check_interval"
     least = MIN_HEALTH_CHECK if health else MIN_TIMEOUT
     if not (math.isfinite(value) and (value >= least or (health and value == 0))):
         what = f"0 (off) or at least {least:g}" if health else f"{least:g} or more"
-        raise RedisConfigError(f"{shown}={value!r} must be {what} seconds")
+        raise RedisConfigError(
+            f"{shown}={value if given is None else given!r} must be {what} seconds"
+        )
 
 
 def settings_url(settings: BaseSettings) -> str:
@@ -164,7 +165,7 @@ def parse_nodes(
     spec: str | Iterable[Any], default_port: int, what: str
 ) -> tuple[tuple[str, int], ...]:
     """``"h:p,h:p"``, ``["h:p", ...]`` or ``[("h", p), ...]`` as (host, port) pairs."""
-    if not isinstance(spec, (str, list, tuple)):
+    if not isinstance(spec, (str, list, tuple, set, frozenset)):
         raise RedisConfigError(f"{what}={spec!r} must be 'host:port,host:port' or a list of them")
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     nodes: list[tuple[str, int]] = []

@@ -14,7 +14,7 @@ import redis
 import scrapy
 
 from scrapy_ha._version import __version__
-from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.config.validate import ConfigError, start_key
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
 from scrapy_ha.spiders import RedisSpiderMixin
@@ -140,8 +140,8 @@ async def open_queue(
     shards = shard_setting(settings)
     _refuse_unsharded_features(settings, shards)
     if isinstance(spider, RedisSpiderMixin):  # refused before connecting: nothing to undo
-        start_key = spider.redis_key or config.start_urls_key % {"name": spider.name}
-        check_start_key(settings, start_key, Keys(config.key_prefix, spider.name).ready)
+        key = spider.redis_key or start_key(config.start_urls_key, spider.name)
+        check_start_key(settings, key, Keys(config.key_prefix, spider.name).ready)
     redis_url = wait.redis_url
     client, info = await wait.run(lambda: _reachable_client(settings, config, redis_url))
     prefix, heartbeat_ms = config.key_prefix, int(config.heartbeat_ttl * 1000)

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.codec import encode_request
+from scrapy_ha.config.validate import start_key
 from scrapy_ha.spiders import RedisSpiderMixin
 from scrapy_ha.store.wire import NewEntry
 
@@ -49,7 +50,7 @@ class StartUrls:
             return
         self.spider = spider
         self.as_set = config.start_urls_as_set
-        self.key = spider.redis_key or config.start_urls_key % {"name": spider.name}
+        self.key = spider.redis_key or start_key(config.start_urls_key, spider.name)
         if not config.feed_given:
             self.feed_mode = spider.ha_feed
         logger.info(
