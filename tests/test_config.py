@@ -317,3 +317,14 @@ def test_the_forms_a_user_gives_of_a_list_are_taken():
     assert sorted(agents) == ["A/1", "B/2"]
     assert parse_nodes({"h:7000"}, 6379, "REDIS_CLUSTER_NODES") == (("h", 7000),)
     check_query("redis://h:1/0?socket_timeout=&health_check_interval=30")  # blank: dropped
+
+
+def test_a_queue_class_given_as_itself_gives_its_order():
+    """A review: ``SCHEDULER_MEMORY_QUEUE = scrapy.squeues.FifoMemoryQueue`` (the class,
+    not its path) was read as LIFO: the class's own name is its factory's."""
+    import scrapy.squeues
+
+    fifo = {"SCHEDULER_MEMORY_QUEUE": scrapy.squeues.FifoMemoryQueue}
+    assert SchedulerConfig.from_settings(Settings(fifo)).order == "fifo"
+    lifo = {"SCHEDULER_START_MEMORY_QUEUE": scrapy.squeues.LifoMemoryQueue}
+    assert SchedulerConfig.from_settings(Settings(lifo)).start_order == "lifo"

@@ -283,7 +283,14 @@ def queue_name(settings: BaseSettings, name: str) -> str:
     checked to import (:func:`queue_class`)."""
     found = queue_class(settings, name)
     value = settings.get(name)
-    return value if isinstance(value, str) else str(found or "")
+    if isinstance(value, str) or found is None:
+        return value or ""
+    import scrapy.squeues  # noqa: PLC0415 - only for a class given as itself
+
+    # (a class given as itself: its name in scrapy.squeues, where it has one; before, the
+    # factory's name, ScrapyRequestQueue, was read as LIFO for FifoMemoryQueue too)
+    aliases = (n for n, v in vars(scrapy.squeues).items() if v is found and "ifo" in n)
+    return next(aliases, f"{found.__module__}.{found.__qualname__}")
 
 
 def start_key(key: str, spider: str) -> str:
