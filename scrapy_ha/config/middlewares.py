@@ -3,7 +3,6 @@ retry middlewares' are in :mod:`scrapy_ha.config.retry`)."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -340,21 +339,15 @@ class UserAgentConfig:
         value = settings.get("HA_USER_AGENTS")
         if value is not None and not isinstance(value, (str, list, tuple, set, frozenset)):
             raise ConfigError(f"HA_USER_AGENTS={value!r} must be a list of non-empty strings")
-        agents = _agents_from_text(value) if isinstance(value, str) else list(value or ())
+        agents = _agents_from_text(settings, value) if isinstance(value, str) else list(value or ())
         if not all(isinstance(a, str) and a.strip() for a in agents):
             raise ConfigError(f"HA_USER_AGENTS={agents!r} must be a list of non-empty strings")
         return cls(tuple(agents))
 
 
-def _agents_from_text(text: str) -> list[Any]:
-    if text.lstrip().startswith("["):
-        try:
-            agents = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"HA_USER_AGENTS={text!r} is no JSON list ({exc})") from exc
-        if not isinstance(agents, list):
-            raise ConfigError(f"HA_USER_AGENTS={text!r} must be a JSON list of strings")
-        return agents
+def _agents_from_text(settings: BaseSettings, text: str) -> list[Any]:
+    if text.lstrip().startswith("["):  # a JSON list, read as the other list settings are
+        return list(check.names(settings, "HA_USER_AGENTS"))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if any(_AGENT_LIST_COMMA.search(line) for line in lines):
         raise ConfigError(
