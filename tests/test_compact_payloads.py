@@ -438,4 +438,7 @@ async def test_a_key_without_current_but_a_dictionary_of_this_version_is_no_earl
     await client.hset(keys.dictionaries, "current", "239")  # the holder's look names it
     await joined.settle(joined_keys)
     assert joined.dictionary is not None and joined.dictionary.id == 239
+    garbage = Dictionaries(client, keys, worker=True)  # ``current`` written by hand
+    await client.hset(keys.dictionaries, mapping={"current": "abc", "1": data})
+    assert await garbage.load() is None and garbage.current_id is None
     await client.aclose()

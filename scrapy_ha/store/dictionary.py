@@ -78,7 +78,7 @@ class Dictionaries:
         self.unusable = False
         #: id -> data of the dictionaries read so far
         self.known: dict[int, bytes] = {}
-        #: ids of frames met whose dictionary the key lacks (see Compactor.settle)
+        #: ids of frames met whose dictionary the key lacks (no new one takes their id)
         self.gone: set[int] = set()
         #: the id new requests are compacted with (None: none known yet)
         self.current_id: int | None = None
@@ -113,15 +113,15 @@ class Dictionaries:
     async def load(self) -> Dictionary | None:
         """Read the crawl's dictionaries; return the one to compact with (None: none yet)."""
         stored = await self._unless_garbage(lambda: self.client.hgetall(self.key)) or {}
-        named = None
+        named, has_current = None, False
         for field, data in stored.items():
             if _text(field) == CURRENT:
-                named = _dict_id(data) or -1  # (-1: garbage, named nothing)
+                named, has_current = _dict_id(data), True
             elif (dict_id := _dict_id(field)) is not None:  # else written by hand
                 self.known[dict_id] = data
-        if named is None and DICTIONARY_ID in self.known:  # an earlier version's key
+        if not has_current and DICTIONARY_ID in self.known:  # an earlier version's key
             named = DICTIONARY_ID
-        self.current_id = named if named != -1 else None
+        self.current_id = named
         return self.current()
 
     def has_current(self) -> bool:
