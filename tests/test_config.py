@@ -80,6 +80,8 @@ def test_defaults():
             "fraction of maxmemory (0 to 1: 0.9 for 90 %)",
         ),
         ({"HA_RECLAIM_INTERVAL": 0.0009}, "HA_RECLAIM_INTERVAL=0.0009 must be at least 0.001"),
+        ({"HA_LEASE_TIME": True}, "HA_LEASE_TIME=True is not a number"),
+        ({"HA_DUPEFILTER_TTL": True}, "HA_DUPEFILTER_TTL=True is not a number"),
         ({"HA_RECLAIM_BATCH": "1e19"}, "HA_RECLAIM_BATCH=10000000000000000000 must be at most"),
         ({"DUPEFILTER_CLASS": 5}, "DUPEFILTER_CLASS=5 is not a class"),
     ],
@@ -121,6 +123,7 @@ def test_list_settings_take_a_json_list_from_the_command_line():
         (RetryConfig, {"HA_RETRY_PERMANENT_EXCEPTIONS": 5}, "EXCEPTIONS=5 must be a list"),
         (UserAgentConfig, {"HA_USER_AGENTS": 5}, "HA_USER_AGENTS=5 must be a list of non-empty"),
         (UserAgentConfig, {"HA_USER_AGENTS": {"a": 1}}, "HA_USER_AGENTS={'a': 1} must be a list"),
+        (UserAgentConfig, {"HA_USER_AGENTS": '{"a": 1}'}, "='{\"a\": 1}' must be a list of User"),
     ],
 )
 def test_a_bad_middleware_setting_names_itself_and_its_value(config, settings, message):

@@ -348,6 +348,8 @@ class UserAgentConfig:
 def _agents_from_text(settings: BaseSettings, text: str) -> list[Any]:
     if text.lstrip().startswith("["):  # a JSON list, read as the other list settings are
         return list(check.names(settings, "HA_USER_AGENTS"))
+    if text.lstrip().startswith("{"):  # (a JSON object was taken as one User-Agent)
+        raise ConfigError(f"HA_USER_AGENTS={text!r} must be a list of User-Agents, not a dict")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if any(_AGENT_LIST_COMMA.search(line) for line in lines):
         raise ConfigError(

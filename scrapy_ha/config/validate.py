@@ -77,6 +77,8 @@ def number(settings: BaseSettings, name: str, default: float, *, finite: bool = 
     so a bound checked after would pass it); with *finite*, not ``inf`` either."""
     value = raw(settings, name, default)
     try:
+        if isinstance(value, bool):  # (True was taken as 1 s, where 'True' was refused)
+            raise TypeError
         result = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{name}={value!r} is not a number") from None
