@@ -27,8 +27,8 @@ key                        type         content
 ``ha:{books}:delayed``     sorted set   entry id -> due time (ms); promoted when due
 ``ha:{books}:delayed_sc``  hash         entry id -> ``"<score> <host>"``: its place, promoted
 ``ha:{books}:held``        hash         delayed entry id -> why it waits without an attempt:
-                                        ``gate|limit|revisit|proxy <domain>`` (lib/held),
-                                        until due; ``#<why> <domain>`` -> how many
+                                        ``<why> <domain>`` (lib/held), until due;
+                                        ``#<why> <domain>`` -> how many
 ``ha:{books}:dead``        sorted set   entry id -> time it was dead-lettered (ms)
 ``ha:{books}:dead_info``   hash         entry id -> JSON: class, reason, attempts, history
 ``ha:{books}:dead_arch``   hash         entry id -> ``"<dead-letter time (ms)> <sink id>

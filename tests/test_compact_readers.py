@@ -22,6 +22,8 @@ from scrapy_ha.codec.compact import WBITS, Dictionary, dictionary_id, train
 from scrapy_ha.codec.document import MAX_PAYLOAD_BYTES
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.session import ends
+from scrapy_ha.store import dictionary as stored_dictionaries
 from scrapy_ha.store.dictionary import SAMPLES, Compactor, Dictionaries
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry
@@ -60,8 +62,9 @@ def bomb(data: bytes) -> bytes:
 
 @deferred_f_from_coro_f
 async def test_a_crawl_holding_both_forms_leases_both_and_sets_aside_what_cannot_be_read(
-    redis_url, redis_client, site
+    redis_url, redis_client, site, monkeypatch
 ):
+    monkeypatch.setattr(stored_dictionaries, "GONE_WAIT", 0.0)  # dictionary 7: not waited for
     spider = QueuedItemsSpider()
     keys = Keys("ha", spider.name)
     docs = documents(spider, [f"{site.url}/item/{n}" for n in range(1, ITEMS + 1)])
@@ -91,6 +94,42 @@ async def test_a_crawl_holding_both_forms_leases_both_and_sets_aside_what_cannot
     assert "dictionary 7, which is gone" in reasons[1]
     assert f"expands past {MAX_PAYLOAD_BYTES} bytes" in reasons[0]
     await dlq.queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_requests_whose_dictionary_is_gone_wait_for_it_and_are_crawled_once_back(
+    redis_url, redis_client, site, monkeypatch
+):
+    """A QA run: the crawl's dictionary deleted, a worker leasing requests compacted with
+    it set each aside as corrupt (340 of 600 in one run, a continuous crawl's revisits)
+    while the worker holding it wrote it back within 10 s; `dlq requeue` brought them
+    back by hand. They wait in the delayed set for it now."""
+    monkeypatch.setattr(ends, "WAIT_MS", 300)
+    spider = QueuedItemsSpider()
+    keys = Keys("ha", spider.name)
+    docs = documents(spider, [f"{site.url}/item/{n}" for n in range(1, ITEMS + 1)])
+    held = Dictionary(5, train(docs))  # held by a worker, gone from the key
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), keys)
+    await q.enqueue([entry(n, held.compact(d)) for n, d in enumerate(docs, 1)])
+    await q.client.aclose()
+    settings = {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "CONCURRENT_REQUESTS": 4,
+    }
+    crawler = get_crawler(QueuedItemsSpider, settings)
+    crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    while not redis_client.hget(keys.held, "#dictionary 127.0.0.1"):  # they wait
+        assert not crawl.done()
+        await asyncio.sleep(0.05)
+    delayed = scrapy_ha("delayed", "list", spider.name, "--redis-url", redis_url).stdout
+    assert "waiting for their dictionary" in delayed or "waiting for its dictionary" in delayed
+    redis_client.hset(keys.dictionaries, "5", held.data)  # the holder's write-back
+    await asyncio.wait_for(crawl, 120)
+    assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, ITEMS + 1))
+    assert not crawler.stats.get_value("ha/dead/corrupt")
+    assert crawler.stats.get_value("ha/dictionary_waits") >= 1
 
 
 @deferred_f_from_coro_f

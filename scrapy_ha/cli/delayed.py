@@ -22,6 +22,7 @@ from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
 from scrapy_ha.ops.display import humanize, local_time, time_ms
 from scrapy_ha.ops.operations import server_ms
+from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.shards import outside
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 #: Entries read per round trip.
 BATCH = 500
-#: Why a request waits in the delayed set without an attempt (its class in the listing).
-HELD = ("gate", "limit", "revisit", "proxy")
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
     )
     fclass = last.get("class") if isinstance(last, dict) else None
     why = (held or b"").split(b" ", 1)[0].decode(errors="backslashreplace")
-    fclass = why if why in HELD else fclass
+    fclass = why if why in HELD_KINDS else fclass
     return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url_or())
 
 
@@ -140,13 +139,14 @@ KINDS = {
     "gate": ("held by a gate", "held by a gate"),
     "limit": ("held by a limit", "held by a limit"),
     "proxy": ("waiting for a proxy", "waiting for a proxy"),
+    "dictionary": ("waiting for its dictionary", "waiting for their dictionary"),
 }
 
 
 def kinds(found: list[Delayed]) -> str:
     """``3 retries, 2 revisits``: the listed requests by kind (a retry's class is its last
     failure's; the others wait without an attempt)."""
-    counts = Counter(d.failure_class if d.failure_class in HELD else "retry" for d in found)
+    counts = Counter(d.failure_class if d.failure_class in HELD_KINDS else "retry" for d in found)
     return ", ".join(plural(counts[k], *KINDS[k]) for k in KINDS if counts[k])
 
 

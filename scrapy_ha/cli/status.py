@@ -33,7 +33,7 @@ from scrapy_ha.ops.stats import (
     CrawlStats,
     read_crawl_stats_async,
 )
-from scrapy_ha.ops.waiting import ETA_WINDOW, Waiting, eta, read_waiting
+from scrapy_ha.ops.waiting import ETA_WINDOW, HELD_KINDS, Waiting, eta, read_waiting
 from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.buckets import BucketState, bucket_state
 from scrapy_ha.store.health import redis_health
@@ -210,10 +210,7 @@ def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> 
         "eta_seconds": _rounded(eta(stats, waiting).seconds),
         "waiting": {
             "retries": waiting.retries,
-            "gate": waiting.held.get("gate", {}),
-            "limit": waiting.held.get("limit", {}),
-            "revisit": waiting.held.get("revisit", {}),
-            "proxy": waiting.held.get("proxy", {}),
+            **{kind: waiting.held.get(kind, {}) for kind in HELD_KINDS},
             "last_due": waiting.last_due_ms,
         },
         "domains": [
@@ -317,6 +314,7 @@ WAITS = (
     ("limit", "held by domain limits"),
     ("revisit", "revisits waiting for their next visit"),
     ("proxy", "waiting for a usable proxy"),
+    ("dictionary", "waiting for their compaction dictionary"),
 )
 
 

@@ -38,6 +38,8 @@ __all__ = [
     "Dictionary",
     "dictionary_id",
     "expand",
+    "fresh_id",
+    "parse_id",
     "tag",
     "train",
 ]
@@ -89,6 +91,27 @@ class Dictionary:
 def tag(data: bytes) -> bytes:
     """What a frame holds of its dictionary *data*: two bytes of its CRC-32."""
     return (zlib.crc32(data) & 0xFFFF).to_bytes(2, "big")
+
+
+def fresh_id(data: bytes, taken: set[int]) -> int | None:
+    """The id for a new dictionary *data*: one of 2 to 255 from its CRC-32 (two workers
+    that train the same take the same), the next one not *taken* (None: all are)."""
+    start = (zlib.crc32(data) >> 16) % 254
+    for step in range(254):
+        dict_id = 2 + (start + step) % 254
+        if dict_id not in taken:
+            return dict_id
+    return None
+
+
+def parse_id(value: bytes | str | None) -> int | None:
+    """The dictionary id *value* names (a field of the crawl's dictionaries key, or its
+    ``current``): a canonical number of 1 to 255; None for anything else (written by
+    hand)."""
+    found = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    if found.isascii() and found.isdigit() and found == str(int(found)) and int(found) <= 255:
+        return int(found) or None
+    return None
 
 
 def dictionary_id(stored: bytes) -> int | None:

@@ -23,6 +23,7 @@ from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
+from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.shard_sync import outside
 from scrapy_ha.store.wire import text as _s
@@ -37,8 +38,6 @@ ID_BATCH = 10_000
 #: Entries a filtered page examines at most before it stops and offers "older": a page
 #: with a rare filter answers within about a second, and the next page goes on from there.
 SCAN_LIMIT = 5_000
-#: The classes of delayed entries that wait without an attempt (``held``, lib/held.lua).
-HELD = ("gate", "limit", "revisit", "proxy")
 #: A shard's place in a sharded crawl's cursor once it has nothing more to show.
 DONE = "-"
 
@@ -99,7 +98,7 @@ class Row:
 
     @property
     def held(self) -> bool:
-        return self.failure_class in HELD
+        return self.failure_class in HELD_KINDS
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +148,8 @@ HELD_REASONS = {
     "limit": "its domain is at its crawl-wide limit (HA_DOMAIN_CONCURRENCY, HA_DOMAIN_RATE)",
     "revisit": "a page revisited on a schedule (HA_REVISIT, meta ha_revisit): its next visit",
     "proxy": "no usable proxy when it was to go (HA_PROXY_*): it waits for one",
+    "dictionary": "compacted with a dictionary the crawl's key lacks: it waits for a worker "
+    "holding it to write it back",
 }
 
 

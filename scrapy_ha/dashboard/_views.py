@@ -20,7 +20,7 @@ from scrapy_ha.keys import Keys
 from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import UNREADABLE, explain, read_layout_keys
-from scrapy_ha.ops.waiting import Waiting, eta, read_waiting
+from scrapy_ha.ops.waiting import HELD_KINDS, Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.dictionary import read_payloads
@@ -153,10 +153,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         },
         "waiting": {
             "retries": waiting.retries,
-            "gate": waiting.held.get("gate", {}),
-            "limit": waiting.held.get("limit", {}),
-            "revisit": waiting.held.get("revisit", {}),
-            "proxy": waiting.held.get("proxy", {}),
+            **{kind: waiting.held.get(kind, {}) for kind in HELD_KINDS},
             "last_due": waiting.last_due_ms,
         },
         "gates": gates,

@@ -34,7 +34,7 @@ from scrapy_ha.dashboard._acting import api_action, form_action, text_of
 from scrapy_ha.dashboard._actions import ACTIONS
 from scrapy_ha.dashboard._chart import class_chart, rate_chart
 from scrapy_ha.dashboard._pages import render, setup_templates
-from scrapy_ha.dashboard._tables import HELD, page_json
+from scrapy_ha.dashboard._tables import page_json
 from scrapy_ha.dashboard._throttle import LoginThrottle
 from scrapy_ha.dashboard._views import (
     crawl_view,
@@ -46,6 +46,7 @@ from scrapy_ha.dashboard._views import (
 from scrapy_ha.ops.crawls import KeyNames
 from scrapy_ha.ops.labels import CLASSES
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
+from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.verdict import RETRY_CLASSES
 
@@ -58,8 +59,8 @@ logger = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 #: The classes a table's filter offers: what dead letters and delayed entries may have.
 TABLE_CLASSES = {
-    "dead": [c for c in CLASSES if c not in HELD],
-    "delayed": [c for c in CLASSES if c in (*RETRY_CLASSES, *HELD)],
+    "dead": [c for c in CLASSES if c not in HELD_KINDS],
+    "delayed": [c for c in CLASSES if c in (*RETRY_CLASSES, *HELD_KINDS)],
 }
 
 

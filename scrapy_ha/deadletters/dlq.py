@@ -144,6 +144,15 @@ def _escape(raw: bytes) -> str:
     return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02x}" for b in raw)
 
 
+def info_class(info: bytes | None) -> str | None:
+    """The class of a dead letter's record (JSON), None if it cannot be read."""
+    try:
+        doc = json.loads(info) if info else None
+    except ValueError:
+        return None
+    return str(doc.get("class")) if isinstance(doc, dict) else None
+
+
 def parse_entry(
     entry_id: str, dead_at: float, info: bytes | None, payload: bytes | None
 ) -> DeadEntry:

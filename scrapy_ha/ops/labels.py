@@ -138,6 +138,11 @@ CLASSES = {
         "Sent back without an attempt: no usable proxy (all cooling down, the pool's API "
         "failing, or the proxy refused its credentials).",
     ),
+    "dictionary": Label(
+        "Waiting for its dictionary",
+        "Sent back without an attempt: compacted with a dictionary the crawl's key lacks "
+        "(deleted, or lost in a failover), until a worker holding it writes it back.",
+    ),
     "unknown": Label("Unknown", "Counted in the total without a class (older data)."),
 }
 

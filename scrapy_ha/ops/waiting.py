@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
     from scrapy_ha.ops.stats import CrawlStats
 
+#: Why a delayed entry waits without an attempt (its mark in ``held``, lib/held.lua).
+HELD_KINDS = ("gate", "limit", "revisit", "proxy", "dictionary")
 #: Due times read per shard: an ETA within 1/64 of the delayed set's work of the exact one,
 #: in one small round trip whatever the set's size.
 SAMPLES = 64

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.codec.compact import Dictionary, dictionary_id, expand, train
+from scrapy_ha.codec.compact import Dictionary, dictionary_id, expand, fresh_id, parse_id, train
 from scrapy_ha.store.scripts import Registered
+from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CURRENT",
     "DICTIONARY_ID",
+    "GONE_DELAY",
     "SAMPLES",
     "Compactor",
     "Dictionaries",
@@ -64,6 +65,11 @@ SAMPLES = 128
 #: Seconds between two looks of a worker holding the crawl's dictionary at the key, to
 #: write it back if it is gone (one round trip).
 RESTORE_EVERY = 10.0
+#: Seconds a worker sends back the requests compacted with a dictionary the key lacks,
+#: after it found it missing (six looks of a worker holding it), before it sets them aside.
+GONE_WAIT = 6 * RESTORE_EVERY
+#: Seconds such a request waits in the delayed set each time.
+GONE_DELAY = RESTORE_EVERY
 
 
 class Dictionaries:
@@ -80,6 +86,8 @@ class Dictionaries:
         self.known: dict[int, bytes] = {}
         #: ids of frames met whose dictionary the key lacks (no new one takes their id)
         self.gone: set[int] = set()
+        #: of those, when this worker first found each missing (see :meth:`waits_for`)
+        self._gone_since: dict[int, float] = {}
         #: the id new requests are compacted with (None: none known yet)
         self.current_id: int | None = None
         self._said: set[int] = set()  # ids said in an ERROR to hold another dictionary
@@ -115,9 +123,9 @@ class Dictionaries:
         stored = await self._unless_garbage(lambda: self.client.hgetall(self.key)) or {}
         named, has_current = None, False
         for field, data in stored.items():
-            if _text(field) == CURRENT:
-                named, has_current = _dict_id(data), True
-            elif (dict_id := _dict_id(field)) is not None:  # else written by hand
+            if text(field) == CURRENT:
+                named, has_current = parse_id(data), True
+            elif (dict_id := parse_id(field)) is not None:  # else written by hand
                 self.known[dict_id] = data
         if not has_current and DICTIONARY_ID in self.known:  # an earlier version's key
             named = DICTIONARY_ID
@@ -144,7 +152,7 @@ class Dictionaries:
     async def read_current(self) -> None:
         """Read which dictionary is ``current`` (and it, unless known): another worker may
         have published it since :meth:`load`."""
-        named = _dict_id(await self._unless_garbage(lambda: self.client.hget(self.key, CURRENT)))
+        named = parse_id(await self._unless_garbage(lambda: self.client.hget(self.key, CURRENT)))
         if named is not None:
             if named not in self.known:
                 await self.read(named)
@@ -156,8 +164,30 @@ class Dictionaries:
         if data is not None:
             self.known[dict_id] = data
             self.gone.discard(dict_id)
-        else:
+            self._gone_since.pop(dict_id, None)
+        elif dict_id not in self._gone_since:
             self.gone.add(dict_id)
+            self._gone_since[dict_id] = time.monotonic()
+            if self.worker:
+                logger.warning(
+                    "%s lacks compaction dictionary %d: the requests compacted with it wait "
+                    "in the delayed set for a worker holding it to write it back (%g s at a "
+                    "time, for %g s; then they are set aside as corrupt)",
+                    self.key,
+                    dict_id,
+                    GONE_DELAY,
+                    GONE_WAIT,
+                )
+
+    def waits_for(self, payload: bytes) -> bool:
+        """Whether *payload*, which could not be read, is compacted with a dictionary the key
+        has lacked for less than ``GONE_WAIT`` seconds as this worker saw it: a worker
+        holding it writes it back within ``RESTORE_EVERY`` seconds, so the request is sent
+        back to wait for it (a failover, or a deletion, set every such request a worker
+        leased meanwhile aside as corrupt, to be brought back by hand); past that, it is
+        set aside."""
+        since = self._gone_since.get(dictionary_id(payload))  # type: ignore[arg-type]
+        return since is not None and time.monotonic() - since < GONE_WAIT
 
     async def restore(self) -> int:
         """Write back the dictionaries this worker knows that the key lacks, and name the
@@ -232,7 +262,7 @@ class Dictionaries:
         fields = await self._unless_garbage(lambda: self.client.hkeys(self.key))
         if fields is None:
             return None
-        taken = {i for f in fields if (i := _dict_id(f)) is not None} | {*self.known, *self.gone}
+        taken = {i for f in fields if (i := parse_id(f)) is not None} | {*self.known, *self.gone}
         publish = Registered(self.client, "dictionary")
         answer = None
         while answer is None:  # (an id another worker took meanwhile: the next one)
@@ -246,9 +276,9 @@ class Dictionaries:
             if self.unusable:  # (said once)
                 return None
             taken.add(dict_id)
-        named, stored = _dict_id(answer[0]), answer[1]
+        named, stored = parse_id(answer[0]), answer[1]
         if named is None or stored is None:
-            why = f"names {_text(answer[0])!r} current, which it does not hold"
+            why = f"names {text(answer[0])!r} current, which it does not hold"
             fix = f"restore the key from a copy, or delete its `{CURRENT}` field"
             return self._refuse(why, fix)
         self.known[named] = stored
@@ -266,30 +296,6 @@ class Dictionaries:
                 why,
                 fix,
             )
-
-
-def fresh_id(data: bytes, taken: set[int]) -> int | None:
-    """The id for a new dictionary *data*: one of 2 to 255 from its CRC-32 (two workers
-    that train the same take the same), the next one not *taken* (None: all are)."""
-    start = (zlib.crc32(data) >> 16) % 254
-    for step in range(254):
-        dict_id = 2 + (start + step) % 254
-        if dict_id not in taken:
-            return dict_id
-    return None
-
-
-def _text(value: Any) -> str:
-    return value.decode("latin-1") if isinstance(value, bytes) else str(value)
-
-
-def _dict_id(value: Any) -> int | None:
-    """The dictionary id *value* (a field, or ``current``'s value) names: a canonical
-    number of 1 to 255 (None: another field, written by hand)."""
-    text = _text(value)
-    if text.isascii() and text.isdigit() and text == str(int(text)) and 1 <= int(text) <= 255:
-        return int(text)
-    return None
 
 
 class Compactor:

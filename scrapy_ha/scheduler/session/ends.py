@@ -9,21 +9,23 @@ these is fenced by the lease token, and a failure to end one entry costs that en
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
+from scrapy_ha.deadletters.dlq import info_class
 from scrapy_ha.scheduler.session.connect import say_set_aside
 from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.dictionary import GONE_DELAY
+from scrapy_ha.store.wire import Lease, SyncResult, text
 from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -36,13 +38,14 @@ if TYPE_CHECKING:
     from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
     from scrapy_ha.scheduler.outbox import EndOp
     from scrapy_ha.store.queue import RedisQueue
-    from scrapy_ha.store.wire import Lease, SyncResult
 
 logger = logging.getLogger(__name__)
 
 #: Dead letters read past the number a reclaim set aside to find those it set aside (its
 #: reply has no time): room for what other workers dead-lettered in the round trip since.
 NEWEST_SLACK = 100
+#: Why an unreadable lease waits (its held mark), and for how long (ms): see unreadable.
+WAITS, WAIT_MS = "dictionary", int(GONE_DELAY * 1000)
 
 
 class _Retention(TypedDict):
@@ -57,19 +60,6 @@ def kept(exc: Exception) -> bool:
     if isinstance(exc, (*REDIS_DOWN_ERRORS, DupefilterRefused)):
         return True
     return "WRONGTYPE" in str(exc)
-
-
-def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _failure_class(info: bytes | None) -> str | None:
-    """The class of a dead letter's info (JSON), None if it cannot be read."""
-    try:
-        doc = json.loads(info) if info else None
-    except ValueError:
-        return None
-    return str(doc.get("class")) if isinstance(doc, dict) else None
 
 
 class Ends:
@@ -249,12 +239,13 @@ class Ends:
         logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
         await asyncio.sleep(1)
 
-    def unreadable(self, lease: Lease, exc: Exception) -> None:
-        """*lease*'s payload could not be made a request (*exc*): dead-letter it with the
-        reason at the next round, as ``corrupt``, or ``refused`` for a well-formed request
-        this worker does not fetch from Redis (a scheme outside ``HA_ALLOWED_SCHEMES``)."""
+    def unreadable(self, lease: Lease, exc: Exception, *, waits: bool = False) -> None:
+        """*lease*'s payload could not be made a request (*exc*): dead-letter it at the next
+        round, as ``corrupt``, or ``refused`` for a scheme outside ``HA_ALLOWED_SCHEMES``;
+        one that *waits* for its dictionary (``Dictionaries.waits_for``) is delayed."""
         reason = str(exc) if isinstance(exc, CodecError) else f"{type(exc).__name__}: {exc}"
-        self.corrupt.append((lease, reason, "refused" if isinstance(exc, Refused) else "corrupt"))
+        fclass = WAITS if waits else "refused" if isinstance(exc, Refused) else "corrupt"
+        self.corrupt.append((lease, reason, fclass))
 
     async def settle_corrupt(self) -> None:
         """Dead-letter the leased entries this worker cannot read, and archive and alert
@@ -282,6 +273,9 @@ class Ends:
 
     async def _dead_letter_corrupt(self, lease: Lease, reason: str, fclass: str) -> None:
         assert self.queue is not None
+        if fclass == WAITS:  # (its dictionary is gone for now: it waits, no attempt spent)
+            due = await self.queue.retry_later(lease.id, lease.token, WAIT_MS, b"", held=WAITS)
+            return self.stats.inc_value("ha/dictionary_waits" if due else "ha/stale_acks")
         info = {
             "class": fclass,
             "reason": f"{fclass} queue entry: {reason}",
@@ -308,14 +302,14 @@ class Ends:
             found = await client.zrangebyscore(keys.dead, now_ms, now_ms)
         else:
             found = await client.zrevrange(keys.dead, 0, newest + NEWEST_SLACK - 1)
-        await self._dead_lettered(await self._corrupt(list(map(_str, found))))
+        await self._dead_lettered(await self._corrupt(list(map(text, found))))
 
     async def _corrupt(self, ids: list[str]) -> list[str]:
         """Those of the dead letters *ids* of class corrupt (another worker's among them is
         archived a little early: the copy is the same)."""
         assert self.queue is not None
         infos = await self.queue.client.hmget(self.queue.keys.dead_info, ids) if ids else []
-        return [i for i, info in zip(ids, infos, strict=True) if _failure_class(info) == "corrupt"]
+        return [i for i, info in zip(ids, infos, strict=True) if info_class(info) == "corrupt"]
 
     # -- expired leases ---------------------------------------------------------------
 

@@ -331,7 +331,9 @@ class Syncer:
                 payload = self.dictionaries.expand(payload)
             request = decode_request(payload, self.ends.spider, schemes=self.config.allowed_schemes)
         except Exception as exc:  # any failure to rebuild it is this entry's alone
-            self.ends.unreadable(lease, exc)
+            known = self.dictionaries
+            waits = known is not None and known.waits_for(lease.payload)
+            self.ends.unreadable(lease, exc, waits=waits)
             return
         self.shell.take(request, lease)
 

@@ -15,7 +15,8 @@
 -- ARGV[7] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
 --         its start queue): the score of a back queue woken here follows from it
 -- ARGV[8] why a deferral waits (lib/held): 'gate' (its domain's gate; also when absent or
---         '') or 'proxy' (no usable proxy): never a retry's
+--         ''), 'proxy' (no usable proxy) or 'dictionary' (its compaction dictionary, gone
+--         from the crawl's key, to be written back): never a retry's
 -- The delayed entry keeps its pending score and the host of its back queue (lib/frontier's
 -- restore record), so that its promotion puts it back in its place.
 -- Returns the due time (server ms), or 0 when the token is stale (nothing changes).
@@ -59,7 +60,9 @@ if class ~= '' then
   add(KEYS[6], ARGV[1], 1)
   count('retried', 1, lease_domain(v), class)
 else
-  held_mark(KEYS[15], ARGV[1], (ARGV[8] or '') == 'proxy' and 'proxy' or 'gate', lease_domain(v))
+  local why = ARGV[8] or ''
+  if why ~= 'proxy' and why ~= 'dictionary' then why = 'gate' end
+  held_mark(KEYS[15], ARGV[1], why, lease_domain(v))
 end
 local lifo, start_lifo = order_flags(ARGV[7])
 frontier_open(KEYS[11], KEYS[12], KEYS[13], KEYS[14], lifo, start_lifo)

@@ -4,7 +4,9 @@
 --          gate was closed, by a 429 with Retry-After), 'limit <domain>' (held back for its
 --          domain's crawl-wide limits, lib/polite) or 'revisit <domain>' (a page revisited
 --          on a schedule, waiting for its next visit, revisit.lua), 'proxy <domain>' (no
---          usable proxy: the proxy middleware's waits, retry.lua); a retry (an attempt,
+--          usable proxy: the proxy middleware's waits, retry.lua), 'dictionary <domain>'
+--          (compacted with a dictionary the crawl's key lacks, until a worker holding it
+--          writes it back, retry.lua); a retry (an attempt,
 --          with a failure class) has no mark; and '#<why> <domain>' -> how many entries have
 --          that mark, so that a tool counts them without reading every mark (entry ids have
 --          no '#')
