@@ -442,3 +442,32 @@ async def test_a_key_without_current_but_a_dictionary_of_this_version_is_no_earl
     await client.hset(keys.dictionaries, mapping={"current": "abc", "1": data})
     assert await garbage.load() is None and garbage.current_id is None
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_wait_for_a_lost_dictionary_is_the_crawl_s_not_a_worker_s(redis_url, monkeypatch):
+    """A review: the 60 s a request waits for its lost dictionary were counted from when
+    each worker process found it missing, so workers restarted within 60 s kept the
+    requests waiting for ever; and a worker that had found it missing once set them aside
+    at once when it was lost again later, the first time forgotten by nobody."""
+    monkeypatch.setattr(dictionary, "GONE_WAIT", 0.5)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "waits")
+    holder, held = await _holder(client, keys)
+    frame = holder.pending(shop(1))
+    await client.delete(keys.dictionaries)  # lost
+    first = Dictionaries(client, keys, worker=True)
+    await first.ensure([frame])
+    assert first.waits_for(frame) and await client.hexists(
+        keys.dictionaries, f"gone:{holder.dictionary.id}"
+    )
+    await asyncio.sleep(0.6)
+    restarted = Dictionaries(client, keys, worker=True)  # another process, later
+    await restarted.ensure([frame])
+    assert not restarted.waits_for(frame)  # the crawl's wait is over: set aside
+    await held.restore()  # a holder writes it back: the wait ends with it
+    assert not await client.hexists(keys.dictionaries, f"gone:{holder.dictionary.id}")
+    await client.delete(keys.dictionaries)  # lost again, later
+    await first.ensure([frame])
+    assert first.waits_for(frame)  # a new wait, not the first one's end
+    await client.aclose()

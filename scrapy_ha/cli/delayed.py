@@ -23,7 +23,7 @@ from scrapy_ha.ops import operations
 from scrapy_ha.ops.display import humanize, local_time, time_ms
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
-from scrapy_ha.store.dictionary import read_payloads
+from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.shards import outside
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
 from scrapy_ha.ops.display import local_time, share_text, time_ms
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
-from scrapy_ha.store.dictionary import read_payloads
+from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
 

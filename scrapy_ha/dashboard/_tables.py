@@ -24,7 +24,7 @@ from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
-from scrapy_ha.store.dictionary import read_payloads
+from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.shard_sync import outside
 from scrapy_ha.store.wire import text as _s
 

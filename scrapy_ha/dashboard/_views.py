@@ -23,8 +23,8 @@ from scrapy_ha.ops.unreadable import UNREADABLE, explain, read_layout_keys
 from scrapy_ha.ops.waiting import HELD_KINDS, Waiting, eta, read_waiting
 from scrapy_ha.ops.workers import live_workers
 from scrapy_ha.store.connection import server_ms
-from scrapy_ha.store.dictionary import read_payloads
 from scrapy_ha.store.items import ItemStream, StreamState, merged
+from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.runs import stopped_at
 from scrapy_ha.store.state import CheckpointStore

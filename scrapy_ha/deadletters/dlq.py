@@ -27,7 +27,7 @@ from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
-from scrapy_ha.store.dictionary import read_payloads
+from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.times import time_ms
 

@@ -26,7 +26,7 @@ from urllib.request import urlopen
 
 from scrapy_ha.demo import harness
 from scrapy_ha.keys import Keys
-from scrapy_ha.store.dictionary import read_payload_sync
+from scrapy_ha.store.payloads import read_payload_sync
 
 if TYPE_CHECKING:
     import subprocess

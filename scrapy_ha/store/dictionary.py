@@ -36,7 +36,7 @@ from scrapy_ha.store.scripts import Registered
 from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
     from scrapy_ha.keys import Keys
 
@@ -47,8 +47,6 @@ __all__ = [
     "SAMPLES",
     "Compactor",
     "Dictionaries",
-    "read_payload_sync",
-    "read_payloads",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,8 +54,9 @@ logger = logging.getLogger(__name__)
 #: The id earlier versions stored a crawl's one dictionary under (a key without
 #: :data:`CURRENT` compacts with it); a dictionary trained now takes one of 2 to 255.
 DICTIONARY_ID = 1
-#: The field of the key that names the dictionary new requests are compacted with.
-CURRENT = "current"
+#: The field of the key that names the dictionary new requests are compacted with, and
+#: the head of those that say since when one is missing (``gone:<id>``: epoch ms).
+CURRENT, GONE = "current", "gone:"
 #: Requests a worker keeps before it trains the crawl's dictionary: enough to hold the
 #: crawl's URL shapes past its start requests (2 KB is 16 realistic requests: the dictionary
 #: keeps the last of them), few enough that the crawl compacts from its first seconds.
@@ -86,7 +85,7 @@ class Dictionaries:
         self.known: dict[int, bytes] = {}
         #: ids of frames met whose dictionary the key lacks (no new one takes their id)
         self.gone: set[int] = set()
-        #: of those, when this worker first found each missing (see :meth:`waits_for`)
+        #: of those, since when the crawl's workers found each missing (see :meth:`read`)
         self._gone_since: dict[int, float] = {}
         #: the id new requests are compacted with (None: none known yet)
         self.current_id: int | None = None
@@ -159,35 +158,48 @@ class Dictionaries:
             self.current_id = named
 
     async def read(self, dict_id: int) -> None:
-        """Read the dictionary *dict_id* (:attr:`gone` if the key lacks it)."""
+        """Read the dictionary *dict_id*; if the key lacks it, it is :attr:`gone`, since the
+        crawl's workers first found it missing (a worker's ``gone:<id>`` in the key, until
+        it is back: a worker's own clock restarted the wait with each worker)."""
         data = await self._unless_garbage(lambda: self.client.hget(self.key, str(dict_id)))
         if data is not None:
             self.known[dict_id] = data
             self.gone.discard(dict_id)
-            self._gone_since.pop(dict_id, None)
-        elif dict_id not in self._gone_since:
-            self.gone.add(dict_id)
-            self._gone_since[dict_id] = time.monotonic()
-            if self.worker:
-                logger.warning(
-                    "%s lacks compaction dictionary %d: the requests compacted with it wait "
-                    "in the delayed set for a worker holding it to write it back (%g s at a "
-                    "time, for %g s; then they are set aside as corrupt)",
-                    self.key,
-                    dict_id,
-                    GONE_DELAY,
-                    GONE_WAIT,
-                )
+            if self._gone_since.pop(dict_id, None) is not None and self.worker:
+                await self.client.hdel(self.key, f"{GONE}{dict_id}")
+            return
+        if self.worker and dict_id not in self.gone:
+            logger.warning(
+                "%s lacks compaction dictionary %d: the requests compacted with it wait in "
+                "the delayed set for a worker holding it to write it back (%g s at a time, "
+                "for %g s since the crawl's workers first found it missing; then they are "
+                "set aside as corrupt)",
+                self.key,
+                dict_id,
+                GONE_DELAY,
+                GONE_WAIT,
+            )
+        self.gone.add(dict_id)
+        self._gone_since[dict_id] = await self._missing_since(dict_id)
+
+    async def _missing_since(self, dict_id: int) -> float:
+        """When the crawl's workers first found *dict_id* missing (epoch seconds)."""
+        now = time.time()
+        if not self.worker or self.unusable:  # (a tool writes nothing)
+            return now
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hsetnx(self.key, f"{GONE}{dict_id}", int(now * 1000))
+        pipe.hget(self.key, f"{GONE}{dict_id}")
+        since = (await pipe.execute())[1]
+        return int(since) / 1000 if since is not None and since.isdigit() else now
 
     def waits_for(self, payload: bytes) -> bool:
         """Whether *payload*, which could not be read, is compacted with a dictionary the key
-        has lacked for less than ``GONE_WAIT`` seconds as this worker saw it: a worker
-        holding it writes it back within ``RESTORE_EVERY`` seconds, so the request is sent
-        back to wait for it (a failover, or a deletion, set every such request a worker
-        leased meanwhile aside as corrupt, to be brought back by hand); past that, it is
-        set aside."""
+        has lacked for less than ``GONE_WAIT`` seconds: a worker holding it writes it back
+        within ``RESTORE_EVERY`` seconds, so the request waits for it in the delayed set
+        (a failover or a deletion set each one leased meanwhile aside as corrupt)."""
         since = self._gone_since.get(dictionary_id(payload))  # type: ignore[arg-type]
-        return since is not None and time.monotonic() - since < GONE_WAIT
+        return not self.unusable and since is not None and time.time() - since < GONE_WAIT
 
     async def restore(self) -> int:
         """Write back the dictionaries this worker knows that the key lacks, and name the
@@ -240,6 +252,7 @@ class Dictionaries:
         pipe = self.client.pipeline(transaction=False)
         pipe.hsetnx(self.key, str(dict_id), data)
         pipe.hget(self.key, str(dict_id))
+        pipe.hdel(self.key, f"{GONE}{dict_id}")  # (back: the crawl's wait for it ends)
         if dict_id == self.current_id:
             pipe.hsetnx(self.key, CURRENT, str(dict_id))
         put, held, *_ = await pipe.execute()
@@ -365,35 +378,3 @@ class Compactor:
             if dictionaries.unusable:  # (said once): no dictionary for this worker
                 self.enabled = False
                 self.samples.clear()
-
-
-async def read_payloads(client: Any, keys: Keys, ids: Sequence[str]) -> list[bytes | None]:
-    """The payloads of entries *ids* (leased, delayed or dead) as documents: expanded when
-    compacted (a frame whose dictionary is gone is returned as it is: readers that rebuild
-    or describe it report it unreadable)."""
-    if not ids:
-        return []
-    raw = await client.hmget(keys.payload, list(ids))
-    dictionaries = Dictionaries(client, keys)
-    await dictionaries.ensure(p for p in raw if p is not None)
-    return [None if p is None else _expanded(dictionaries, p) for p in raw]
-
-
-def _expanded(dictionaries: Dictionaries, payload: bytes) -> bytes:
-    try:
-        return dictionaries.expand(payload)
-    except ValueError:  # CodecError: unreadable, shown as such by whoever describes it
-        return payload
-
-
-def read_payload_sync(client: Any, keys: Keys, entry_id: str) -> bytes | None:
-    """:func:`read_payloads` of one entry with a synchronous client."""
-    payload: bytes | None = client.hget(keys.payload, entry_id)
-    dict_id = None if payload is None else dictionary_id(payload)
-    if payload is None or dict_id is None:
-        return payload
-    data = client.hget(keys.dictionaries, str(dict_id))
-    try:
-        return expand(payload, {} if data is None else {dict_id: data})
-    except ValueError:
-        return payload

@@ -277,7 +277,7 @@ class RedisQueue:
         With *priority* (the retried request's), the entry is promoted with that priority and
         its place in the order; without, with its original score. With *failure_class* it is
         a retry, counted (``retried:<class>``); without, a deferral that cost no attempt,
-        marked as waiting for *held* (``gate``, its domain's gate; ``proxy``, a proxy)."""
+        marked as waiting for *held* (``gate``, ``proxy`` or ``dictionary``: lib/held)."""
         prio = "" if priority is None else clamp_priority(priority)
         args = [entry_id, token, delay_ms, payload, prio, failure_class, self.order_arg, held]
         return int(await self._retry(keys=retry_keys(self.keys), args=args))
