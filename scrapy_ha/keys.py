@@ -162,8 +162,8 @@ through them, ``join.lua``):
                                         (joins wait); ``"done"`` once a finish cleared the
                                         crawl; deleted when a worker joins
 ``ha:{books}:joins``       sorted set   a sharded crawl's workers -> end of their join (ms)
-``ha:{books}:dict``        hash         dictionary id -> a zlib dictionary requests are
-                                        compacted with, ``current`` -> the id to compact with
+``ha:{books}:dict``        hash         dictionary id -> a zlib dictionary, ``current`` -> the
+                                        id to compact with, ``gone:<id>`` -> missing since
 ``ha:{books}:filter``      string       the dupefilter's kind (``set``, ``bloom``, either with
                                         `` sliced`` for ``HA_DUPEFILTER_TTL``): set by the
                                         first worker (NX); a worker of another kind is refused

@@ -471,3 +471,43 @@ async def test_the_wait_for_a_lost_dictionary_is_the_crawl_s_not_a_worker_s(redi
     await first.ensure([frame])
     assert first.waits_for(frame)  # a new wait, not the first one's end
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_wait_for_a_lost_dictionary_goes_by_redis_s_clock_and_its_marks(
+    redis_url, monkeypatch
+):
+    """A review of the crawl-wide wait: each worker's own clock was stored and compared (a
+    finder 90 s behind had every other worker set the requests aside at once); a garbage or
+    future mark made them wait for ever (5,000 digits: a traceback each round); a worker
+    that never met the lost dictionary trained another under its id though the key named
+    it lost; and a mark stayed beside a dictionary put back by hand."""
+    monkeypatch.setattr(dictionary, "GONE_WAIT", 0.5)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "clock")
+    holder, _ = await _holder(client, keys)
+    own, frame = holder.dictionary.id, holder.pending(shop(1))
+    await client.delete(keys.dictionaries)
+    seconds, micros = await client.time()
+    server_ms = seconds * 1000 + micros // 1000
+    marks = [(server_ms - 61_000, False), (server_ms - 100, True), ("x", True), ("9" * 5000, True)]
+    for mark, waits in marks:
+        await client.hset(keys.dictionaries, f"gone:{own}", mark)
+        worker = Dictionaries(client, keys, worker=True)
+        await worker.ensure([frame])
+        assert worker.waits_for(frame) is waits, mark
+    await client.hset(keys.dictionaries, f"gone:{own}", server_ms + 3_600_000)  # to come
+    worker = Dictionaries(client, keys, worker=True)
+    await worker.ensure([frame])
+    assert worker.waits_for(frame)
+    await asyncio.sleep(0.6)
+    assert not worker.waits_for(frame)  # the mark was written over with now: it ends
+    again = Compactor()
+    for n in range(SAMPLES):  # the holder's samples: the lost one's id, were it free
+        again.sample(shop(n))
+    await again.settle(Dictionaries(client, keys, worker=True))
+    assert again.dictionary is not None and again.dictionary.id != own
+    await client.hset(keys.dictionaries, str(own), holder.dictionary.data)  # by hand
+    await Dictionaries(client, keys, worker=True).load()
+    assert not await client.hexists(keys.dictionaries, f"gone:{own}")
+    await client.aclose()

@@ -16,7 +16,7 @@ is read back as long as the crawl exists, dead letters included. Whatever reads 
 Should the key lose it (deleted by hand, or a failover to a replica that had not received
 it), a worker holding it writes it back (:meth:`Dictionaries.restore`). A worker that
 trains one meanwhile stores it under another id (it cannot tell which id the lost one
-had, unless it met requests compacted with it: one in 254 lands on it), so the requests
+had until a worker met requests compacted with it: one in 254 lands on it), so the requests
 compacted with the lost one are read again once it is back. A frame carries a tag of its
 dictionary (:mod:`scrapy_ha.codec.compact`): read with another, it is refused, never read
 as another request; a worker whose dictionary's id holds another goes by the key's.
@@ -64,8 +64,8 @@ SAMPLES = 128
 #: Seconds between two looks of a worker holding the crawl's dictionary at the key, to
 #: write it back if it is gone (one round trip).
 RESTORE_EVERY = 10.0
-#: Seconds a worker sends back the requests compacted with a dictionary the key lacks,
-#: after it found it missing (six looks of a worker holding it), before it sets them aside.
+#: Seconds the requests compacted with a dictionary the key lacks are sent back to wait for
+#: it, from when the crawl's workers found it missing (six looks of a worker holding it).
 GONE_WAIT = 6 * RESTORE_EVERY
 #: Seconds such a request waits in the delayed set each time.
 GONE_DELAY = RESTORE_EVERY
@@ -85,8 +85,8 @@ class Dictionaries:
         self.known: dict[int, bytes] = {}
         #: ids of frames met whose dictionary the key lacks (no new one takes their id)
         self.gone: set[int] = set()
-        #: of those, since when the crawl's workers found each missing (see :meth:`read`)
-        self._gone_since: dict[int, float] = {}
+        #: of those, until when their requests wait for them (monotonic; see :meth:`read`)
+        self._gone_until: dict[int, float] = {}
         #: the id new requests are compacted with (None: none known yet)
         self.current_id: int | None = None
         self._said: set[int] = set()  # ids said in an ERROR to hold another dictionary
@@ -129,6 +129,9 @@ class Dictionaries:
         if not has_current and DICTIONARY_ID in self.known:  # an earlier version's key
             named = DICTIONARY_ID
         self.current_id = named
+        back = [f"{GONE}{i}" for i in self.known if f"{GONE}{i}".encode() in stored]
+        if back and self.worker:  # (put back by hand: its wait is over)
+            await self.client.hdel(self.key, *back)
         return self.current()
 
     def has_current(self) -> bool:
@@ -142,8 +145,8 @@ class Dictionaries:
         return None if data is None else Dictionary(dict_id, data)  # type: ignore[arg-type]
 
     async def ensure(self, payloads: Iterable[bytes]) -> None:
-        """Read the dictionaries *payloads* were compacted with, those not known yet (one
-        call when some are missing, none otherwise)."""
+        """Read the dictionaries *payloads* were compacted with, those not known yet (a call
+        each, none when all are known)."""
         missing = {dictionary_id(p) for p in payloads} - {None, *self.known}
         for dict_id in sorted(i for i in missing if i is not None):
             await self.read(dict_id)
@@ -158,15 +161,20 @@ class Dictionaries:
             self.current_id = named
 
     async def read(self, dict_id: int) -> None:
-        """Read the dictionary *dict_id*; if the key lacks it, it is :attr:`gone`, since the
-        crawl's workers first found it missing (a worker's ``gone:<id>`` in the key, until
-        it is back: a worker's own clock restarted the wait with each worker)."""
-        data = await self._unless_garbage(lambda: self.client.hget(self.key, str(dict_id)))
+        """Read the dictionary *dict_id*; if the key lacks it, it is :attr:`gone`, and (for a
+        worker) its requests wait for it until the crawl's workers have found it missing
+        ``GONE_WAIT`` seconds, by Redis's clock (``lua/gone.lua``: a worker's own clock, and
+        a wait restarted with each worker, kept requests waiting for ever)."""
+        if self.worker:
+            gone = Registered(self.client, "gone")
+            reply = await self._unless_garbage(partial(gone, keys=[self.key], args=[dict_id]))
+            data, since, now = reply if reply is not None else (None, 0, 0)
+        else:  # (a tool writes nothing)
+            data = await self._unless_garbage(lambda: self.client.hget(self.key, str(dict_id)))
         if data is not None:
             self.known[dict_id] = data
             self.gone.discard(dict_id)
-            if self._gone_since.pop(dict_id, None) is not None and self.worker:
-                await self.client.hdel(self.key, f"{GONE}{dict_id}")
+            self._gone_until.pop(dict_id, None)
             return
         if self.worker and dict_id not in self.gone:
             logger.warning(
@@ -180,26 +188,17 @@ class Dictionaries:
                 GONE_WAIT,
             )
         self.gone.add(dict_id)
-        self._gone_since[dict_id] = await self._missing_since(dict_id)
-
-    async def _missing_since(self, dict_id: int) -> float:
-        """When the crawl's workers first found *dict_id* missing (epoch seconds)."""
-        now = time.time()
-        if not self.worker or self.unusable:  # (a tool writes nothing)
-            return now
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hsetnx(self.key, f"{GONE}{dict_id}", int(now * 1000))
-        pipe.hget(self.key, f"{GONE}{dict_id}")
-        since = (await pipe.execute())[1]
-        return int(since) / 1000 if since is not None and since.isdigit() else now
+        if self.worker:
+            waited = (int(now) - int(since)) / 1000
+            self._gone_until[dict_id] = time.monotonic() + GONE_WAIT - waited
 
     def waits_for(self, payload: bytes) -> bool:
         """Whether *payload*, which could not be read, is compacted with a dictionary the key
         has lacked for less than ``GONE_WAIT`` seconds: a worker holding it writes it back
         within ``RESTORE_EVERY`` seconds, so the request waits for it in the delayed set
         (a failover or a deletion set each one leased meanwhile aside as corrupt)."""
-        since = self._gone_since.get(dictionary_id(payload))  # type: ignore[arg-type]
-        return not self.unusable and since is not None and time.time() - since < GONE_WAIT
+        until = self._gone_until.get(dictionary_id(payload))  # type: ignore[arg-type]
+        return not self.unusable and until is not None and time.monotonic() < until
 
     async def restore(self) -> int:
         """Write back the dictionaries this worker knows that the key lacks, and name the
@@ -275,7 +274,8 @@ class Dictionaries:
         fields = await self._unless_garbage(lambda: self.client.hkeys(self.key))
         if fields is None:
             return None
-        taken = {i for f in fields if (i := parse_id(f)) is not None} | {*self.known, *self.gone}
+        named = (parse_id(text(f).removeprefix(GONE)) for f in fields)  # (a lost one's too)
+        taken = {i for i in named if i is not None} | {*self.known, *self.gone}
         publish = Registered(self.client, "dictionary")
         answer = None
         while answer is None:  # (an id another worker took meanwhile: the next one)

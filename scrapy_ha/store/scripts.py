@@ -137,6 +137,7 @@ SCRIPTS = (
     "seen_check",
     "proxy_cd_load",
     "dictionary",
+    "gone",
 )
 
 if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
@@ -176,6 +177,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     SEEN_CHECK_LUA: str
     PROXY_CD_LOAD_LUA: str
     DICTIONARY_LUA: str
+    GONE_LUA: str
 
 
 def script_text(script: str) -> str:
