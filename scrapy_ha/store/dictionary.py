@@ -274,15 +274,16 @@ class Dictionaries:
         fields = await self._unless_garbage(lambda: self.client.hkeys(self.key))
         if fields is None:
             return None
-        named = (parse_id(text(f).removeprefix(GONE)) for f in fields)  # (a lost one's too)
-        taken = {i for i in named if i is not None} | {*self.known, *self.gone}
+        ids = (parse_id(text(f).removeprefix(GONE)) for f in fields)  # (a lost one's too)
+        taken = {i for i in ids if i is not None} | {*self.known, *self.gone}
         publish = Registered(self.client, "dictionary")
         answer = None
         while answer is None:  # (an id another worker took meanwhile: the next one)
             dict_id = fresh_id(data, taken)
             if dict_id is None:
                 why = "holds 254 dictionaries: no id is left for another"
-                return self._refuse(why, "`scrapy-ha flush` starts the crawl afresh")
+                self._refuse(why, "`scrapy-ha flush` starts the crawl afresh")
+                return None
             answer = await self._unless_garbage(
                 partial(publish, keys=[self.key], args=[dict_id, data])
             )
@@ -292,8 +293,8 @@ class Dictionaries:
         named, stored = parse_id(answer[0]), answer[1]
         if named is None or stored is None:
             why = f"names {text(answer[0])!r} current, which it does not hold"
-            fix = f"restore the key from a copy, or delete its `{CURRENT}` field"
-            return self._refuse(why, fix)
+            self._refuse(why, f"restore the key from a copy, or delete its `{CURRENT}` field")
+            return None
         self.known[named] = stored
         self.current_id = named
         return self.current()
