@@ -54,6 +54,16 @@ def entry(n: int, payload: bytes) -> NewEntry:
     return NewEntry(b"fp-%d" % n, 0, payload, host="127.0.0.1")
 
 
+def crawl_settings(redis_url: str) -> dict[str, Any]:
+    """A worker that crawls what the queue holds and ends once it is idle."""
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "CONCURRENT_REQUESTS": 4,
+    }
+
+
 def bomb(data: bytes) -> bytes:
     """A frame of dictionary 1 that would expand far past the payload size limit."""
     deflate = zlib.compressobj(9, zlib.DEFLATED, WBITS, 8, zlib.Z_DEFAULT_STRATEGY, data)
@@ -77,13 +87,7 @@ async def test_a_crawl_holding_both_forms_leases_both_and_sets_aside_what_cannot
     entries = [entry(n, p) for n, p in enumerate(stored + broken, 1)]
     assert await q.enqueue(entries) == ITEMS + 2
     await q.client.aclose()
-    settings = {
-        "SCHEDULER": "scrapy_ha.Scheduler",
-        "REDIS_URL": redis_url,
-        "HA_IDLE_TIMEOUT": 0.3,
-        "CONCURRENT_REQUESTS": 4,
-    }
-    crawler = get_crawler(QueuedItemsSpider, settings)
+    crawler = get_crawler(QueuedItemsSpider, crawl_settings(redis_url))
     await crawler.crawl_async(base_url=site.url)
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, ITEMS + 1))
     assert crawler.stats.get_value("ha/dead/corrupt") == 2
@@ -112,13 +116,7 @@ async def test_requests_whose_dictionary_is_gone_wait_for_it_and_are_crawled_onc
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), keys)
     await q.enqueue([entry(n, held.compact(d)) for n, d in enumerate(docs, 1)])
     await q.client.aclose()
-    settings = {
-        "SCHEDULER": "scrapy_ha.Scheduler",
-        "REDIS_URL": redis_url,
-        "HA_IDLE_TIMEOUT": 0.3,
-        "CONCURRENT_REQUESTS": 4,
-    }
-    crawler = get_crawler(QueuedItemsSpider, settings)
+    crawler = get_crawler(QueuedItemsSpider, crawl_settings(redis_url))
     crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     while not redis_client.hget(keys.held, "#dictionary 127.0.0.1"):  # they wait
         assert not crawl.done()
