@@ -248,8 +248,8 @@ class Ends:
         self.corrupt.append((lease, reason, fclass))
 
     async def settle_corrupt(self) -> None:
-        """Dead-letter the leased entries this worker cannot read, and archive and alert
-        for those a sync call set aside as corrupt."""
+        """End the leased entries this worker cannot read (dead-lettered, or delayed while
+        their dictionary is gone), and archive and alert for those a sync call set aside."""
         while self.set_aside_at:
             await self._set_aside(self.set_aside_at[0])
             self.set_aside_at.pop(0)
@@ -258,20 +258,19 @@ class Ends:
         while self.corrupt:
             lease, reason, fclass = self.corrupt[0]
             try:
-                await self._dead_letter_corrupt(lease, reason, fclass)
+                await self._end_unreadable(lease, reason, fclass)
             except Exception as exc:
                 if kept(exc):
                     raise  # still held and renewed: retried next round
                 logger.error(
-                    "Could not dead-letter corrupt queue entry %s (%s): %s; its lease "
-                    "is left to expire",
+                    "Could not end unreadable queue entry %s (%s): %s; its lease is left to expire",
                     lease.id,
                     reason,
                     exc,
                 )
             self.corrupt.pop(0)
 
-    async def _dead_letter_corrupt(self, lease: Lease, reason: str, fclass: str) -> None:
+    async def _end_unreadable(self, lease: Lease, reason: str, fclass: str) -> None:
         assert self.queue is not None
         if fclass == WAITS:  # (its dictionary is gone for now: it waits, no attempt spent)
             due = await self.queue.retry_later(lease.id, lease.token, WAIT_MS, b"", held=WAITS)
