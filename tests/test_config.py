@@ -74,6 +74,10 @@ def test_defaults():
         ({"SCHEDULER_PRIORITY_QUEUE": 5}, "SCHEDULER_PRIORITY_QUEUE=5 is not a class"),
         ({"SCHEDULER_MEMORY_QUEUE": "nosuch.Q"}, "SCHEDULER_MEMORY_QUEUE='nosuch.Q' cannot be"),
         ({"SCHEDULER_START_MEMORY_QUEUE": "os.path.join"}, "='os.path.join' is not a class"),
+        (  # (a QA run: a module that raises at import ended the start in a traceback)
+            {"SCHEDULER_DISK_QUEUE": "tests.raising_module.Q"},
+            "SCHEDULER_DISK_QUEUE='tests.raising_module.Q' cannot be imported: RuntimeError: ",
+        ),
         (
             {"HA_REDIS_MEMORY_HIGH": 90},
             "HA_REDIS_MEMORY_HIGH=90 is 90 bytes, less than an empty Redis uses: give a "
@@ -82,7 +86,7 @@ def test_defaults():
         ({"HA_RECLAIM_INTERVAL": 0.0009}, "HA_RECLAIM_INTERVAL=0.0009 must be at least 0.001"),
         ({"HA_LEASE_TIME": True}, "HA_LEASE_TIME=True is not a number"),
         ({"HA_DUPEFILTER_TTL": True}, "HA_DUPEFILTER_TTL=True is not a number"),
-        ({"HA_RECLAIM_BATCH": "1e19"}, "HA_RECLAIM_BATCH=10000000000000000000 must be at most"),
+        ({"HA_RECLAIM_BATCH": "1e19"}, "HA_RECLAIM_BATCH='1e19' must be at most 1,000,000 ("),
         ({"DUPEFILTER_CLASS": 5}, "DUPEFILTER_CLASS=5 is not a class"),
     ],
 )
@@ -121,6 +125,11 @@ def test_list_settings_take_a_json_list_from_the_command_line():
         (RetryConfig, {"HA_RETRY_BACKOFF_BASE": "1e15"}, "='1e15' must be at most 1e+09 seconds"),
         (RetryConfig, {"HA_RETRY_BACKOFF_MAX": "1e15"}, "='1e15' must be at most 1e+09 seconds"),
         (RetryConfig, {"HA_RETRY_PERMANENT_EXCEPTIONS": 5}, "EXCEPTIONS=5 must be a list"),
+        (
+            RetryConfig,
+            {"HA_RETRY_PERMANENT_EXCEPTIONS": ["tests.raising_module.E"]},
+            "names 'tests.raising_module.E', which cannot be imported: RuntimeError: needs",
+        ),
         (UserAgentConfig, {"HA_USER_AGENTS": 5}, "HA_USER_AGENTS=5 must be a list of non-empty"),
         (UserAgentConfig, {"HA_USER_AGENTS": {"a": 1}}, "HA_USER_AGENTS={'a': 1} must be a list"),
         (UserAgentConfig, {"HA_USER_AGENTS": '{"a": 1}'}, "='{\"a\": 1}' must be a list of User"),
@@ -331,3 +340,16 @@ def test_a_queue_class_given_as_itself_gives_its_order():
     assert SchedulerConfig.from_settings(Settings(fifo)).order == "fifo"
     lifo = {"SCHEDULER_START_MEMORY_QUEUE": scrapy.squeues.LifoMemoryQueue}
     assert SchedulerConfig.from_settings(Settings(lifo)).start_order == "lifo"
+
+
+def test_a_number_past_its_bound_is_quoted_as_given():
+    """A QA run: ``HA_SHARDS=1e300`` was refused quoting its 301 digits."""
+    from scrapy_ha.store.sharding import shard_setting
+
+    for read, name in (
+        (shard_setting, "HA_SHARDS"),
+        (SchedulerConfig.from_settings, "HA_RECLAIM_BATCH"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            read(Settings({name: 1e300}))
+        assert str(info.value).startswith(f"{name}=1e+300 must be at most "), info.value

@@ -486,8 +486,18 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
     [
         # JSON's own message, and "(check REDIS_URL)" after it
         ({"REDIS_PARAMS": "notadict"}, "REDIS_PARAMS='notadict' must be a dict"),
-        # "DB index is out of range", and not which Redis
-        ({"REDIS_URL": "{base}/99"}, "Redis at {base}/99 answered ResponseError: DB index is"),
+        # "DB index is out of range", and not which Redis (nor, a QA run, which setting)
+        (
+            {"REDIS_URL": "{base}/99"},
+            "Redis at {base}/99 answered ResponseError: DB index is out of range: give a "
+            "database it has (CONFIG GET databases: 16 by default, 0 to 15) in REDIS_DB, or "
+            "as the path of REDIS_URL",
+        ),
+        (  # a QA run: read as an IPv6 address, and REDIS_URL blamed
+            {"REDIS_URL": "", "REDIS_HOST": "127.0.0.1:6379"},
+            "REDIS_HOST='127.0.0.1:6379' holds a port: give the host alone, and the port as "
+            "REDIS_PORT (or the whole address as REDIS_URL = 'redis://127.0.0.1:6379')",
+        ),
         # a QA run: tracebacks, and no ha_start_failed
         ({"REDIS_PARAMS": '{{"bogus_kw": 1}}'}, "REDIS_PARAMS (or the query of REDIS_URL): "),
         (  # a review: the cluster's client refuses it as it is made, a traceback

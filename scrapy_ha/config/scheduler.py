@@ -206,7 +206,13 @@ class SchedulerConfig:
             reclaim_interval=check.seconds(
                 settings, "HA_RECLAIM_INTERVAL", DEFAULT_RECLAIM_INTERVAL
             ),
-            reclaim_batch=check.whole(settings, "HA_RECLAIM_BATCH", DEFAULT_RECLAIM_BATCH),
+            reclaim_batch=check.whole(  # (1e19: every reclaim refused by Redis)
+                settings,
+                "HA_RECLAIM_BATCH",
+                DEFAULT_RECLAIM_BATCH,
+                maximum=MAX_RECLAIM_BATCH,
+                why=" (expired leases taken back by one call, which holds Redis meanwhile)",
+            ),
             max_lease_expiries=check.whole(
                 settings, "HA_MAX_LEASE_EXPIRIES", DEFAULT_MAX_LEASE_EXPIRIES
             ),
@@ -276,11 +282,6 @@ class SchedulerConfig:
             raise ConfigError(
                 f"HA_RECLAIM_INTERVAL={self.reclaim_interval!r} must be at least "
                 f"{MIN_RECLAIM_INTERVAL:g} seconds (Redis keeps a TTL in whole milliseconds)"
-            )
-        if self.reclaim_batch > MAX_RECLAIM_BATCH:  # (1e19: every reclaim refused by Redis)
-            raise ConfigError(
-                f"HA_RECLAIM_BATCH={self.reclaim_batch!r} must be at most {MAX_RECLAIM_BATCH:,}"
-                f" (expired leases taken back by one call, which holds Redis meanwhile)"
             )
         if self.renew_interval >= self.lease_time:
             raise ConfigError(

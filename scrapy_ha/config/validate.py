@@ -23,9 +23,6 @@ if TYPE_CHECKING:
 
     from scrapy.settings import BaseSettings
 
-#: What a dotted path that does not import raises in ``load_object``.
-_IMPORT_ERRORS = (ImportError, AttributeError, ValueError, NameError)
-
 
 class ConfigError(ValueError):
     """A setting has a value scrapy-ha cannot use; the message names both."""
@@ -131,9 +128,19 @@ def seconds(
     return value
 
 
-def whole(settings: BaseSettings, name: str, default: int, *, minimum: int = 1) -> int:
-    """A whole number of *minimum* or more (``"3"`` is fine, and so are ``1e9``, ``"1e4"``
-    and ``3.0``: a billion URLs is written ``1e9``; ``2.5``, ``True`` and ``"x"`` are not)."""
+def whole(
+    settings: BaseSettings,
+    name: str,
+    default: int,
+    *,
+    minimum: int = 1,
+    maximum: int | None = None,
+    why: str = "",
+) -> int:
+    """A whole number of *minimum* or more, and *maximum* or fewer if given (*why*: the
+    reason for it, said in the error). ``"3"`` is fine, and so are ``1e9``, ``"1e4"`` and
+    ``3.0``: a billion URLs is written ``1e9``; ``2.5``, ``True`` and ``"x"`` are not. The
+    error quotes the value as given (``1e300``, not its 301 digits)."""
     value = raw(settings, name, default)
     try:
         result = int(value)
@@ -143,6 +150,8 @@ def whole(settings: BaseSettings, name: str, default: int, *, minimum: int = 1) 
         result = _integral(value, minimum - 1)
     if result < minimum:
         raise ConfigError(f"{name}={value!r} must be a whole number of {minimum} or more")
+    if maximum is not None and result > maximum:
+        raise ConfigError(f"{name}={value!r} must be at most {maximum:,}{why}")
     return result
 
 
@@ -257,12 +266,16 @@ def given(settings: BaseSettings, name: str) -> bool:
     return settings.get(name) is not None
 
 
-def imported(name: str, path: Any) -> Any:
-    """*path* imported when it is a dotted path, else *path* itself."""
+def imported(name: str, path: Any, *, shown: str = "") -> Any:
+    """*path* imported when it is a dotted path, else *path* itself. Refused naming the
+    setting (*shown*: how, else ``NAME=path``) and what its import raised: a module may
+    raise anything at import (one that needs its package set up first), which ended the
+    worker's start in a traceback."""
     try:
         return load_object(path) if isinstance(path, str) else path
-    except _IMPORT_ERRORS as exc:
-        raise ConfigError(f"{name}={path!r} cannot be imported: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a module may raise anything at import
+        shown = shown or f"{name}={path!r}"
+        raise ConfigError(f"{shown} cannot be imported: {type(exc).__name__}: {exc}") from None
 
 
 def queue_class(settings: BaseSettings, name: str) -> Any:
@@ -343,10 +356,7 @@ def imported_list(settings: BaseSettings, name: str) -> tuple[type[BaseException
     """Every exception class a list setting names (dotted paths or classes)."""
     loaded = []
     for path in names(settings, name):
-        try:
-            found = load_object(path) if isinstance(path, str) else path
-        except _IMPORT_ERRORS as exc:
-            raise ConfigError(f"{name} names {path!r}, which cannot be imported: {exc}") from None
+        found = imported(name, path, shown=f"{name} names {path!r}, which")
         if not (isinstance(found, type) and issubclass(found, BaseException)):
             # (else every failure judged raised a TypeError: each request dead-lettered)
             raise ConfigError(f"{name} names {path!r}, which is not an exception class")

@@ -124,7 +124,11 @@ def start_error(exc: BaseException, url: str) -> str:
     the URL (masked) goes with it; a RedisUnavailable names it already."""
     if isinstance(exc, RedisUnavailable):
         return str(exc)
-    return f"scrapy-ha cannot start: Redis at {url} answered {error_text(exc)}"
+    said = f"scrapy-ha cannot start: Redis at {url} answered {error_text(exc)}"
+    if "DB index is out of range" in str(exc):  # (a QA run: REDIS_DB=99 named no setting)
+        said += ": give a database it has (CONFIG GET databases: 16 by default, 0 to 15)"
+        said += " in REDIS_DB, or as the path of REDIS_URL"
+    return said
 
 
 def display_url(settings: BaseSettings) -> str:

@@ -103,6 +103,11 @@ def check_timeout(shown: str, name: str, value: float, given: Any = None) -> Non
 def settings_url(settings: BaseSettings) -> str:
     """The URL of scrapy-redis's ``REDIS_HOST``, ``REDIS_PORT`` and ``REDIS_DB``."""
     host = str(settings.get("REDIS_HOST") or "localhost")
+    if host.count(":") == 1:  # (a QA run: 'h:6379' was read as an IPv6 address)
+        raise RedisConfigError(
+            f"REDIS_HOST={host!r} holds a port: give the host alone, and the port as "
+            f"REDIS_PORT (or the whole address as REDIS_URL = 'redis://{host}')"
+        )
     if ":" in host and not host.startswith("["):  # an IPv6 address
         host = f"[{host}]"
     port = whole_setting(settings, "REDIS_PORT") if settings.get("REDIS_PORT") else 6379

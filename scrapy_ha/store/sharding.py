@@ -97,10 +97,7 @@ async def queue_in_redis(client: Any, prefix: str, spider: str) -> RedisQueue:
 
 def shard_setting(settings: BaseSettings) -> int:
     """``HA_SHARDS``, checked (a ConfigError names the setting and the value)."""
-    shards = check.whole(settings, "HA_SHARDS", DEFAULT_SHARDS)
-    if shards > MAX_SHARDS:
-        raise ConfigError(f"HA_SHARDS={shards} must be {MAX_SHARDS} or fewer")
-    return shards
+    return check.whole(settings, "HA_SHARDS", DEFAULT_SHARDS, maximum=MAX_SHARDS)
 
 
 def make_queue(

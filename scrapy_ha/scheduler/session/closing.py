@@ -82,15 +82,26 @@ class CloseClock:
         return f"Redis made no progress for HA_CLOSE_TIMEOUT={self.close_timeout:g}s"
 
 
-def not_handed_back(held: int, redis_url: str, why: str, lease_time: float) -> None:
-    """Say that the hand-back was given up, and *why* (never an empty reason)."""
+def not_handed_back(held: int, redis_url: str, why: str, config: SchedulerConfig) -> None:
+    """Say that the hand-back was given up, and *why* (never an empty reason): an ERROR
+    if *held* leases wait to be reclaimed, else a WARNING (a QA run's ``HA_CLOSE_TIMEOUT``
+    of 1e-9 s was told of "0 lease(s)" to reclaim)."""
+    if not held:
+        logger.warning(
+            "Gave up the close with Redis at %s (%s): this worker held no lease, so nothing "
+            "waits to be reclaimed; its heartbeat lapses after HA_HEARTBEAT_TTL=%gs",
+            redis_url,
+            why,
+            config.heartbeat_ttl,
+        )
+        return
     logger.error(
         "Could not hand back %d lease(s) to Redis at %s at close (%s): they will be "
         "reclaimed by another worker after HA_LEASE_TIME=%gs",
         held,
         redis_url,
         why,
-        lease_time,
+        config.lease_time,
     )
 
 

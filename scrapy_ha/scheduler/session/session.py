@@ -241,7 +241,7 @@ class Session:
         except (*REDIS_DOWN_ERRORS, redis.exceptions.RedisError, ChildrenLost, ConfigError) as exc:
             held = len(self.shell.local_leases()) + len(self.outbox.acks)
             why = self.clock.silence() if bound.expired() else error_text(exc)
-            not_handed_back(held, self.redis_url, why, self.config.lease_time)
+            not_handed_back(held, self.redis_url, why, self.config)
         finally:
             if self._task is not None:
                 self._task.cancel()
