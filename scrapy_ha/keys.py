@@ -95,7 +95,8 @@ key                        type         content
                                         next request may start, ``w:<domain>`` -> queues
                                         waiting for a slot, ``<entry id>`` -> domain of a
                                         lease holding a slot
-``ha:{books}:proxy_cd``    hash         proxy ``host:port`` -> end of its cool-down (ms)
+``ha:{books}:proxy_cd``    hash         proxy ``host:port`` (every site), ``host:port site``
+                                        (a site banned it) -> end of its cool-down (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 ``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
                                         completed while an earlier one had not (JSON), TTL
@@ -143,9 +144,8 @@ stays on shard 0, whose keys every tool reads as the crawl's own: ``paused`` (on
 stops every shard), ``workers`` and ``wstats`` (one heartbeat per worker; the other shards'
 are refreshed by the same renewals but only shard 0's are read), ``gates``, ``proxy_cd``,
 ``cookies`` and ``dlq_alert``. Each shard has its own ``items`` stream (a page's items
-go where its ack goes); a sink reads every shard's. A task's ``cp:<task>`` and
-``cpa:<task>`` live in the task's shard, beside the leases of its pages (checkpoint.lua
-checks the page's lease in the same call).
+go where its ack goes); a sink reads every shard's. A task's ``cp:<task>`` and ``cpa:<task>``
+live in the task's shard, by its pages' leases (checkpoint.lua checks one in the same call).
 
 The crawl as a whole, under its own tag (read before the layout is known; a worker joins
 through them, ``join.lua``):

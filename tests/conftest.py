@@ -173,7 +173,8 @@ class Site:
         except RuntimeError as exc:
             pytest.fail(str(exc))
         scheme = "https" if "--tls" in args else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.port}"
+        host = args[args.index("--interface") + 1] if "--interface" in args else "127.0.0.1"
+        self.url = f"{scheme}://{host}:{self.port}"
 
     def log(self) -> list[list[Any]]:
         import json

@@ -185,7 +185,30 @@ async def test_the_api_pool_drops_a_banned_proxy_for_every_worker(
     assert "127.0.0.2" not in clients[banned_at + 1 :]
     assert {"127.0.0.3", "127.0.0.4"} <= set(clients)
     shared = redis_client.hgetall(Keys("ha", "faults").proxy_cooldowns)
-    assert list(shared) == [f"127.0.0.1:{proxies[0].port}".encode()]
+    assert list(shared) == [f"127.0.0.1:{proxies[0].port} 127.0.0.1".encode()]  # its site's
+
+
+@deferred_f_from_coro_f
+async def test_a_site_that_bans_a_pool_proxy_takes_it_from_itself_alone(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    """A 403 of one site cooled its pool proxy for every site of the crawl: another site,
+    at another host, that never banned it was crawled through the other proxies only."""
+    proxies = [proxy_factory("--no-auth", "--exits", "1", "--first-exit", str(n)) for n in (2, 3)]
+    listed = ",".join(f"127.0.0.1:{p.port}" for p in proxies)
+    banning = site_factory("--ban-exit", "127.0.0.2", "--proxy-list", listed)
+    other = site_factory("--interface", "127.0.0.9")
+    assert other.url.startswith("http://127.0.0.9:")
+    paths = (banning.url + "/item/1", *(other.url + f"/item/{i}" for i in range(2, 12)))
+    crawler = pool_crawler(redis_url, banning, CONCURRENT_REQUESTS=1, HA_PROXY_COOLDOWN=600)
+    await crawler.crawl_async(base_url="", paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    banned_at = next(t for t, path, client in banning.log() if client == "127.0.0.2")
+    after = [client for t, path, client in other.log() if t > banned_at]
+    assert "127.0.0.2" in after, after  # before: only 127.0.0.3 once the ban was seen
+    assert "127.0.0.2" not in [c for t, _, c in banning.log() if t > banned_at]
+    shared = redis_client.hgetall(Keys("ha", "faults").proxy_cooldowns)
+    assert list(shared) == [f"127.0.0.1:{proxies[0].port} 127.0.0.1".encode()]
 
 
 @deferred_f_from_coro_f

@@ -102,7 +102,7 @@ async def test_a_second_worker_skips_a_proxy_the_first_cooled_down(
     await first.crawl_async(base_url=site.url, paths=("/item/1", "/item/2"))
     assert item_hits(site)[0] == "127.0.0.2"  # the first worker's first try was banned
     await poll(
-        lambda: redis_client.hexists(KEYS.proxy_cooldowns, f"127.0.0.1:{banned.port}"),
+        lambda: redis_client.hexists(KEYS.proxy_cooldowns, f"127.0.0.1:{banned.port} 127.0.0.1"),
         "the first worker shared its cool-down",
     )
     hits_before = len(item_hits(site))

@@ -10,7 +10,8 @@ each of ``--chains`` pagination chains. ``/status/<code>`` answers with that sta
 S (a number, ``timeout`` or ``broken`` for a page the parser cannot read; answered D seconds
 late), then serves item <id>. ``/_hits`` returns how many times each path was served and
 ``/_log`` every hit as [time, path, client address] (JSON), for tests. ``--ban-exit IP``
-answers 403 to one client address (a proxy exit); ``--tls`` serves HTTPS;
+answers 403 to one client address (a proxy exit); ``--tls`` serves HTTPS; ``--interface``
+listens on another loopback address (another host for a crawl);
 ``/proxies.json`` serves ``--proxy-list`` as a proxy extraction API.
 """
 
@@ -272,6 +273,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--tls", action="store_true", help="serve HTTPS (self-signed)")
     parser.add_argument(
+        "--interface",
+        default="127.0.0.1",
+        help="the loopback address to listen on (127.0.0.1; another one is another host)",
+    )
+    parser.add_argument(
         "--slow-list",
         action="append",
         default=[],
@@ -305,9 +311,9 @@ def main(argv: list[str] | None = None) -> None:
     site = server.Site(catalogue)  # type: ignore[no-untyped-call]  # Twisted's Site is unannotated
     site.noisy = False
     if args.tls:
-        port = reactor.listenSSL(args.port, site, _tls_options(), interface="127.0.0.1")
+        port = reactor.listenSSL(args.port, site, _tls_options(), interface=args.interface)
     else:
-        port = reactor.listenTCP(args.port, site, interface="127.0.0.1")
+        port = reactor.listenTCP(args.port, site, interface=args.interface)
     sys.stdout.write(f"LISTENING {port.getHost().port}\n")
     sys.stdout.flush()
     reactor.run()

@@ -14,9 +14,10 @@
 - **pool** (``HA_PROXY_MODE = "pool"``): proxies fetched from ``HA_PROXY_POOL_URL`` (a JSON
   list of ``{"ip", "port"}`` or ``"ip:port"``, or ``HA_PROXY_POOL_PARSER``), cached for
   ``HA_PROXY_POOL_TTL`` (one fetch at a time, in the background), used in turn; a proxy
-  that was banned or failed is out of rotation for ``HA_PROXY_COOLDOWN`` on every worker
-  (shared through Redis); when none is usable the request waits in Redis (or goes direct
-  with ``HA_PROXY_ALLOW_DIRECT``) and the list is kept until its TTL is over.
+  that a site banned is out of rotation for that site for ``HA_PROXY_COOLDOWN``, one that
+  failed for every site, on every worker (shared through Redis); when none is usable the
+  request waits in Redis (or goes direct with ``HA_PROXY_ALLOW_DIRECT``) and the list is
+  kept until its TTL is over.
 
 Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
 ``network`` errors through the proxy. A 407 from the tunnel proxy is a configuration error: one
@@ -43,8 +44,9 @@ from scrapy_ha.codec import mask_url
 from scrapy_ha.config.middlewares import ProxyConfig
 from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.startup import configured
-from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, proxy_id
+from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, cooling_key, proxy_id
 from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.state import ProxyCooldowns
 from scrapy_ha.verdict import FailureClass, Verdict
 
@@ -110,7 +112,7 @@ class ProxyMiddleware:
         if request.meta.get("dont_proxy"):
             return None
         try:
-            url = self.tunnel.url() if self.tunnel else await self._from_pool()
+            url = self.tunnel.url() if self.tunnel else await self._from_pool(request)
         except Exception as exc:  # never let a middleware's own failure end the request
             logger.warning(
                 "Could not choose a proxy for %s (%s): it waits %.0f s in the queue",
@@ -164,9 +166,9 @@ class ProxyMiddleware:
             self._failure(request)
         return None
 
-    async def _from_pool(self) -> str | None:
+    async def _from_pool(self, request: Request) -> str | None:
         assert self.pool is not None
-        return await self.pool.choose(self._shared_cooldowns)
+        return await self.pool.choose(self._shared_cooldowns, url_host(request.url))
 
     def _rotation_header(self, request: Request) -> None:
         """After a ban, HA_PROXY_ROTATE_HEADER goes with the next plain-HTTP request (only
@@ -210,7 +212,8 @@ class ProxyMiddleware:
         if pid is None:
             return
         self._stat(pid, "bans")
-        self._rotate(request, pid, f"{fclass} ({request.url})")
+        # (a pool proxy is out for the banning site alone: see cooling_key)
+        self._rotate(request, pid, f"{fclass} ({request.url})", url_host(request.url))
 
     def _failure(self, request: Request) -> None:
         pid = request.meta[metakeys.PROXY]
@@ -221,7 +224,9 @@ class ProxyMiddleware:
                 return
         self._rotate(request, pid, "connection failures")
 
-    def _rotate(self, request: Request, pid: str, why: str) -> None:
+    def _rotate(self, request: Request, pid: str, why: str, site: str = "") -> None:
+        """Change the tunnel's exit; or cool pool proxy *pid* down, for *site* alone
+        (a host: it banned the proxy), else for every site."""
         if self.tunnel is not None:
             if not self._tunnel_can_rotate(request):
                 return  # nothing would change: no rotation to count or log
@@ -230,10 +235,16 @@ class ProxyMiddleware:
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
             return
         assert self.pool is not None
-        self.pool.cool_down(pid)
+        self.pool.cool_down(pid, site)
         self.stats.inc_value("ha/proxy/rotations")
-        logger.info("Proxy %s out of rotation for %.0f s after %s", pid, self.config.cooldown, why)
-        asyncio.ensure_future(self._share_cooldown(pid))
+        logger.info(
+            "Proxy %s out of rotation %s for %.0f s after %s",
+            pid,
+            f"for {site}" if site else "for every site",
+            self.config.cooldown,
+            why,
+        )
+        asyncio.ensure_future(self._share_cooldown(cooling_key(pid, site)))
 
     def _no_proxy(self, request: Request) -> Request | None:
         if self.config.allow_direct:
@@ -250,7 +261,8 @@ class ProxyMiddleware:
         if not self._warned_unavailable:  # once until a proxy is usable again
             self._warned_unavailable = True
             logger.error(
-                "No usable proxy for %s (pool empty or all cooling down): requests wait "
+                "No usable proxy for %s (pool empty, or all cooling down for its site): "
+                "requests wait "
                 "%.0f s in the queue until one is (HA_PROXY_ALLOW_DIRECT=False)",
                 request,
                 NO_PROXY_DELAY,
@@ -324,7 +336,8 @@ class ProxyMiddleware:
         return {pid: until / 1000 + offset for pid, until in cooling.items()}
 
     async def _share_cooldown(self, pid: str) -> None:
-        """Tell the other workers (by the Redis server's clock: workers' clocks differ)."""
+        """Tell the other workers (by the Redis server's clock: workers' clocks differ);
+        *pid* as :func:`cooling_key` writes it."""
         store, server_ms = self._cooldowns()
         if store is None:
             return

@@ -127,18 +127,21 @@ class ProxyPool:
         self.error: str | None = None  # the last fetch's error (masked) while they fail
         self.failed_in_row = 0
         self.index = 0
-        self.cooling: dict[str, float] = {}  # proxy id -> until (time.time())
+        #: proxy id (out for every site), or "<proxy id> <host>" (a site banned it) ->
+        #: until (time.time()): see :func:`cooling_key`
+        self.cooling: dict[str, float] = {}
         self.failures: dict[str, int] = {}
         self._fetching: asyncio.Future[None] | None = None
         self._warned_entries = False
 
-    async def choose(self, shared: Shared | None) -> str | None:
-        """The next proxy not cooling down; None if there is none (yet)."""
+    async def choose(self, shared: Shared | None, host: str = "") -> str | None:
+        """The next proxy not cooling down, for every site or for *host*'s; None if there
+        is none (yet)."""
         if self._fetching is None and time.monotonic() >= self.next_fetch:
             self._fetching = asyncio.ensure_future(self.fetch(shared))
         if not self.loaded and self._fetching is not None:
             await asyncio.shield(self._fetching)  # nothing to serve yet: wait for the list
-        return self._next_healthy()
+        return self._next_healthy(host)
 
     def retry_in(self) -> float:
         """Seconds until the next fetch may start."""
@@ -151,12 +154,13 @@ class ProxyPool:
         listed = {proxy_id(p) for p in self.proxies}
         self.failures = {pid: n for pid, n in self.failures.items() if pid in listed}
 
-    def _next_healthy(self) -> str | None:
-        now = time.time()
+    def _next_healthy(self, host: str) -> str | None:
+        now, cooling = time.time(), self.cooling
         for _ in range(len(self.proxies)):
             proxy = self.proxies[self.index % len(self.proxies)]
             self.index += 1
-            if self.cooling.get(proxy_id(proxy), 0) <= now:
+            pid = proxy_id(proxy)
+            if cooling.get(pid, 0) <= now and cooling.get(cooling_key(pid, host), 0) <= now:
                 return proxy
         return None
 
@@ -227,11 +231,22 @@ class ProxyPool:
         if self.stats is not None:
             self.stats.inc_value(key, n)
 
-    def cool_down(self, pid: str) -> float:
+    def cool_down(self, pid: str, host: str = "") -> float:
+        """Take *pid* out of rotation for ``HA_PROXY_COOLDOWN``: for *host*'s site alone
+        (a site banned it), else for every site (it failed, or refused its credentials)."""
         until = time.time() + self.config.cooldown
-        self.cooling[pid] = until
-        self.failures.pop(pid, None)
+        self.cooling[cooling_key(pid, host)] = until
+        if not host:  # back in rotation with no failure counted (see MAX_FAILURES)
+            self.failures.pop(pid, None)
         return until
+
+
+def cooling_key(pid: str, host: str = "") -> str:
+    """How a cool-down of proxy *pid* is kept, here and in Redis (``Keys.proxy_cooldowns``):
+    its id for every site; ``"<id> <host>"`` for one site (a host holds no space). A ban is
+    a site's verdict on the proxy's address: before, a 403 from one site took the proxy
+    from every site of the crawl for ``HA_PROXY_COOLDOWN``."""
+    return f"{pid} {host}" if host else pid
 
 
 class PoolApi:
