@@ -8,6 +8,12 @@ import json
 from tests.cli_seed import delayed, scrapy_ha
 
 
+def _paced(redis_client) -> None:
+    """30 pages acked this minute: the crawl has a pace, so an ETA."""
+    minute = redis_client.time()[0] // 60
+    redis_client.hset("ha:{halted}:stats:min", f"acked:{minute}", 30)
+
+
 def _status(redis_url: str) -> tuple[str, dict]:
     text = scrapy_ha("status", "halted", "--redis-url", redis_url).stdout
     doc = json.loads(scrapy_ha("status", "halted", "--json", "--redis-url", redis_url).stdout)
@@ -16,6 +22,7 @@ def _status(redis_url: str) -> tuple[str, dict]:
 
 def test_status_says_a_crawl_was_stopped_until_a_worker_resumes_it(redis_url, redis_client):
     delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    _paced(redis_client)
     stopped = scrapy_ha("stop", "halted", "--redis-url", redis_url)
     assert stopped.returncode == 0, stopped.stderr
     at = int(redis_client.get("ha:{halted}:stop"))
@@ -23,9 +30,13 @@ def test_status_says_a_crawl_was_stopped_until_a_worker_resumes_it(redis_url, re
     line = next(line for line in text.splitlines() if line.strip().startswith("stopped"))
     assert "(`scrapy-ha stop`): no worker runs it; a worker started now resumes it" in line
     assert doc["stopped_at"] == at
+    # nothing moves: no countdown (a QA run: "eta 8m 52s" under the stopped line)
+    assert "eta  none while stopped: 1 left" in text, text
+    assert doc["eta_seconds"] is None
     redis_client.hset("ha:{halted}:run", "resumed", at + 5)  # a worker started since
     text, doc = _status(redis_url)
     assert "stopped" not in text and doc["stopped_at"] is None
+    assert doc["eta_seconds"] is not None  # the delayed entry's due time
 
 
 def test_a_stop_key_that_is_no_time_reads_as_no_stop(redis_url, redis_client):
@@ -40,15 +51,18 @@ def test_the_dashboard_shows_a_stopped_crawl(redis_url, redis_client):
     from tests.test_dashboard_pages import shown
 
     delayed(redis_url, "halted", [("http://a.test/1", 3_600_000, "server")])
+    _paced(redis_client)
     assert scrapy_ha("stop", "halted", "--redis-url", redis_url).returncode == 0
     at = int(redis_client.get("ha:{halted}:stop"))
     with dashboard(redis_url) as http:
         (crawl,) = http.get("/api/crawls").json()["crawls"]
         assert crawl["stopped_at"] == at, crawl  # (before: no such key)
+        assert crawl["eta_s"] is None, crawl  # (a QA run: a countdown while nothing moves)
         for page in ("/", "/crawls/halted"):
             text = shown(http.get(page).text)
             assert "stopped" in text.parts, (page, text.parts)  # (before: "no worker")
             assert any("a worker started now resumes" in t for t in text.titles)
+            assert "none while stopped" in text.parts, (page, text.parts)
         redis_client.hset("ha:{halted}:run", "resumed", at + 5)
         assert "no worker" in shown(http.get("/crawls/halted").text).parts
 

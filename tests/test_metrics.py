@@ -174,6 +174,8 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
     await live_crawl(redis_url)
     redis_client.hset("other:{hidden}:stats", "acked", 7)  # another prefix: not reported
     redis_client.set(Keys("ha", "live").paused, 1)  # as `scrapy-ha pause live` does
+    seconds, micros = redis_client.time()  # as `scrapy-ha stop faults` does: after its run
+    redis_client.set(Keys("ha", "faults").stop, seconds * 1000 + micros // 1000 + 1000)
     exporter = exporter_factory(redis_url)
     samples = exporter.scrape()
 
@@ -210,6 +212,9 @@ async def test_every_crawl_under_the_prefix_is_reported_as_redis_holds_it(
     assert value(samples, "scrapy_ha_gated_domains", spider="live") == 1
     assert value(samples, "scrapy_ha_paused", spider="live") == 1
     assert value(samples, "scrapy_ha_paused", spider="faults") == 0
+    # (a QA run: no figure said a crawl was stopped, and "no live worker" fired for it)
+    assert value(samples, "scrapy_ha_stopped", spider="faults") == 1
+    assert value(samples, "scrapy_ha_stopped", spider="live") == 0
 
 
 @deferred_f_from_coro_f

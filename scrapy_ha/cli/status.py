@@ -83,9 +83,10 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         revisits = await read_revisits(queue.client, queue.keys, stats.now_ms)
         run = await read_run(queue.client, queue.keys)
         stopped = await stopped_at(queue.client, queue.keys)
+        still = stopped is not None and not stats.workers  # (a live one started after it)
         if args.json:
             doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
-            if paused and doc["eta_seconds"]:  # nothing moves: no countdown
+            if (paused or still) and doc["eta_seconds"]:  # nothing moves: no countdown
                 doc["eta_seconds"] = None
             doc["items"] = items_json(stats, items)
             doc["dupefilter"] = dupefilter_json(blooms, buckets)
@@ -97,11 +98,11 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["stopped_at"] = stopped
             out.write(json.dumps(doc) + "\n")
         else:
-            lines = text(stats, waiting, args.domains, paused=bool(paused))
+            lines = text(stats, waiting, args.domains, paused=bool(paused), stopped=still)
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines[1:1] = [_run_line(run)] if run else []
-            if stopped is not None and not stats.workers:  # (a live one started after it)
+            if still and stopped is not None:
                 lines.insert(1, _stopped_line(stopped))
             lines += items_text(stats, items)
             if limits:
@@ -241,9 +242,15 @@ def _rounded(value: float | None) -> float | None:
 
 
 def text(
-    stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS, *, paused: bool = False
+    stats: CrawlStats,
+    waiting: Waiting,
+    domains: int = TOP_DOMAINS,
+    *,
+    paused: bool = False,
+    stopped: bool = False,
 ) -> list[str]:
-    """The status as lines of text, for a terminal (no ETA while *paused*: nothing moves)."""
+    """The status as lines of text, for a terminal (no ETA while *paused*, or *stopped*
+    with no worker: nothing moves)."""
     lines = [
         f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
         _row(
@@ -260,7 +267,7 @@ def text(
         _per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),
         *(_rates(stats, event) for event in MINUTE_EVENTS),
         *_waiting(waiting),
-        f"{'eta':>13}  {_paused_eta(stats, waiting) if paused else _eta(stats, waiting)}",
+        f"{'eta':>13}  {_still_eta(stats, waiting, paused, stopped) or _eta(stats, waiting)}",
     ]
     return lines + _domains(stats, domains)
 
@@ -342,8 +349,12 @@ def _waiting(waiting: Waiting) -> list[str]:
     return lines
 
 
-def _paused_eta(stats: CrawlStats, waiting: Waiting) -> str:
-    return f"none while paused: {eta(stats, waiting).left:,} left"
+def _still_eta(stats: CrawlStats, waiting: Waiting, paused: bool, stopped: bool) -> str:
+    """The ETA of a crawl that does not move: paused, or stopped with no worker ("" if it
+    moves). A QA run: a stopped crawl was given a countdown."""
+    if not (paused or stopped):
+        return ""
+    return f"none while {'paused' if paused else 'stopped'}: {eta(stats, waiting).left:,} left"
 
 
 def _eta(stats: CrawlStats, waiting: Waiting) -> str:

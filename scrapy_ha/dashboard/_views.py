@@ -131,6 +131,8 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     failed = stats.dead + stats.purged
     left = stats.pending + stats.leased + waiting.delayed
     items = await item_stream(client, keys)
+    stop = await stopped_at(client, keys)
+    still = stop is not None and not stats.workers  # stopped, and no worker resumed it
     data = {
         "spider": stats.spider,
         "shards": keys.shards,
@@ -140,7 +142,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "dead": stats.dead,
         "workers": stats.workers,
         "paused": (paused := bool(await client.exists(keys.paused))),
-        "stopped_at": await stopped_at(client, keys),  # (scrapy-ha stop; None once resumed)
+        "stopped_at": stop,  # (scrapy-ha stop; None once resumed)
         # Redis's memory above HA_REDIS_MEMORY_HIGH: the workers lease nothing new
         "backpressure": bool(await client.exists(keys.pressure)),
         "pages_per_s": round(speed(stats), 2),
@@ -157,7 +159,8 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
             "last_due": waiting.last_due_ms,
         },
         "gates": gates,
-        "eta_s": None if done.seconds is None or paused else round(done.seconds),
+        # (none while nothing moves: paused, or stopped with no worker; a QA run)
+        "eta_s": None if done.seconds is None or paused or still else round(done.seconds),
         "continuous": done.continuous,
         "now": stats.now_ms,
         # the item outbox (None: the crawl has none): the slowest sink's backlog

@@ -21,6 +21,7 @@ from scrapy_ha.store import scripts
 from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.items import StreamState, merged, stream_state
+from scrapy_ha.store.runs import STOP_OVERRIDES, stopped_when
 from scrapy_ha.store.script_keys import counts_keys
 from scrapy_ha.store.sharding import layout_problem, read_layout
 from scrapy_ha.store.wire import Counts
@@ -51,6 +52,8 @@ class CrawlNumbers:
     stats: CrawlStats
     gated_domains: int
     paused: bool = False
+    #: stopped by ``scrapy-ha stop``, and no worker started since (store.runs.stopped_at)
+    stopped: bool = False
     #: its item stream (``HA_ITEMS = "outbox"``): length and each sink's group
     items: StreamState = field(default_factory=StreamState)
     #: Redis's memory is above the back-pressure mark: workers lease nothing new
@@ -273,11 +276,13 @@ def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     pipe.eval(scripts.ITEMS_STATE_LUA, 2, k.items, k.items_aside)
     pipe.exists(k.pressure)
     pipe.hgetall(k.bloom)
+    pipe.get(k.stop)
+    pipe.hmget(k.run, *STOP_OVERRIDES)
 
 
 #: Replies of :func:`_crawl_reads`, and of a crawl's reads in :func:`read_crawls` (its
 #: shard count too).
-READS = 7
+READS = 9
 PER_CRAWL = READS + 1
 
 
@@ -295,8 +300,10 @@ def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
     total = merge_stats([p.stats for p in parts])
     items = merged([p.items for p in parts])
     blooms = tuple(b for p in parts for b in p.blooms)
-    first = parts[0]
-    return CrawlNumbers(total, first.gated_domains, first.paused, items, first.backpressure, blooms)
+    first = parts[0]  # (gates, pause, stop and back-pressure: every shard has the same)
+    return CrawlNumbers(
+        total, first.gated_domains, first.paused, first.stopped, items, first.backpressure, blooms
+    )
 
 
 def _numbers(
@@ -308,13 +315,16 @@ def _numbers(
     items: list[Any],
     pressure: int,
     bloom: dict[Any, Any],
+    stop: bytes | None,
+    since: list[Any],
 ) -> CrawlNumbers:
     crawl = CrawlStats.of(spider, Counts.from_reply(counts), counters=counters(stats))
     closed = sum(1 for until in gates if _int_or_zero(until) > crawl.now_ms)
     state = bloom_state(bloom, crawl.now_ms)
     blooms = (state,) if state is not None else ()
     items_state = stream_state(items, stats)
-    return CrawlNumbers(crawl, closed, bool(paused), items_state, bool(pressure), blooms)
+    stopped = stopped_when(stop, since) is not None
+    return CrawlNumbers(crawl, closed, bool(paused), stopped, items_state, bool(pressure), blooms)
 
 
 def _int_or_zero(value: Any) -> int:

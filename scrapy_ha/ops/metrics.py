@@ -243,6 +243,11 @@ def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:
     fingerprints = _gauge("scrapy_ha_fingerprints", "Request fingerprints in the dupefilter.")
     gated = _gauge("scrapy_ha_gated_domains", "Domains held by a gate (429, Retry-After) now.")
     paused = _gauge("scrapy_ha_paused", "1 while an operator paused the crawl (scrapy-ha pause).")
+    stopped = _gauge(
+        "scrapy_ha_stopped",
+        "1 while the crawl is stopped (scrapy-ha stop) and no worker runs it: a worker "
+        "started now resumes it.",
+    )
     pressure = _gauge(
         "scrapy_ha_backpressure",
         "1 while Redis's memory is above HA_REDIS_MEMORY_HIGH: workers lease nothing new.",
@@ -263,10 +268,11 @@ def _gauges(crawls: list[CrawlNumbers]) -> list[Metric]:
         fingerprints.add_metric([c.spider], c.stats.fingerprints)
         gated.add_metric([c.spider], c.gated_domains)
         paused.add_metric([c.spider], int(c.paused))
+        stopped.add_metric([c.spider], int(c.stopped and not c.stats.workers))
         pressure.add_metric([c.spider], int(c.backpressure))
         error.add_metric([c.spider], c.dupefilter_error)
         lost.add_metric([c.spider], c.false_positives)
-    return [requests, workers, fingerprints, gated, paused, pressure, error, lost]
+    return [requests, workers, fingerprints, gated, paused, stopped, pressure, error, lost]
 
 
 def _gauge(name: str, documentation: str) -> Any:

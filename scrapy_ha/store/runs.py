@@ -67,7 +67,18 @@ async def stopped_at(client: Any, keys: Keys) -> int | None:
     stop = await client.get(keys.stop)
     if stop is None:
         return None
-    since = await client.hmget(keys.run, "resumed", "started", "ended")
+    return stopped_when(stop, await client.hmget(keys.run, *STOP_OVERRIDES))
+
+
+#: The fields of the run (``Keys.run``) whose time, after a stop's, says a worker ran since.
+STOP_OVERRIDES = ("resumed", "started", "ended")
+
+
+def stopped_when(stop: Any, since: list[Any]) -> int | None:
+    """:func:`stopped_at` of what it reads: the stop key's value (None: none) and the run's
+    :data:`STOP_OVERRIDES` (for tools that read many crawls in one pipeline)."""
+    if stop is None:
+        return None
     try:
         at = int(stop)
         later = max((int(value) for value in since if value is not None), default=0)
