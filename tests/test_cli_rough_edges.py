@@ -160,6 +160,23 @@ def test_create_makes_the_crawl_where_making_one_is_meant(redis_url, redis_clien
 
 
 @pytest.mark.parametrize(
+    "argv", [["status", "books"], ["dlq", "list", "books"], ["pause", "books", "--create"]]
+)
+def test_a_shard_count_given_for_an_unsharded_crawl_is_refused(argv, redis_url, redis_client):
+    """A QA run: ``--shards 2`` on an unsharded crawl read "no such crawl", and ``pause
+    --create`` paused two shards no worker reads, saying the crawl was paused."""
+    dead_letters(redis_url, "books", [("http://a.example/gone", "gone", 404)])
+    before = sorted(redis_client.keys("*"))
+    result = scrapy_ha(*argv, "--shards", "2", "--redis-url", redis_url)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(
+        "error: HA_SHARDS=2 but the crawl of books is in Redis unsharded (HA_SHARDS=1): give "
+        "--shards 1"
+    ), result.stderr
+    assert sorted(redis_client.keys("*")) == before
+
+
+@pytest.mark.parametrize(
     ("url", "says"),
     [
         ("redis://127.0.0.1:1/0", "cannot reach Redis at redis://127.0.0.1:1/0 within 5 s"),

@@ -31,6 +31,14 @@ async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) 
     shard, a command would act on shard 0 alone (``flush`` would leave the others)."""
     stored = await client.get(Keys(prefix, spider).shard_count)
     read_layout_keys(prefix, spider, stored)  # (raises for a layout it cannot read)
+    if stored is None and given is not None and given > 1:
+        unsharded = make_queue(client, prefix, spider, DEFAULT_SHARDS)
+        if await unsharded.exists():  # (a QA run: "no such crawl", and `pause --create`
+            raise ConfigError(  # paused shards no worker reads, saying the crawl was)
+                f"HA_SHARDS={given} but the crawl of {spider} is in Redis unsharded "
+                "(HA_SHARDS=1): give --shards 1 (or none: the crawl's own count is read "
+                "from Redis)"
+            )
     shards, span = read_layout(stored) if stored is not None else (given or DEFAULT_SHARDS, 0)
     if given is not None and given != shards:
         raise ConfigError(
