@@ -147,3 +147,36 @@ def test_a_key_of_the_whole_crawl_of_a_wrong_type_is_named(redis_client, name, k
     error = redis.ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
     explained = str(explain_sync(redis_client, "ha", "live", error))
     assert f"{key} holds a {found} (scrapy-ha keeps a {kept} there)" in explained, explained
+
+
+READY_HELD = "ha:{junk}:ready holds a string (scrapy-ha keeps a zset there)"
+
+
+@deferred_f_from_coro_f
+async def test_a_frontier_key_of_another_type_is_named_not_read_as_nothing_pending(
+    redis_url, redis_client, exporter_factory
+):
+    """A QA run: ``SET ha:{junk}:ready y`` on a crawl holding requests read "pending 0" in
+    ``status``, the metrics and the dashboard, with no error anywhere (the count's script
+    took the error for a worker's, whose next sync sets the key aside)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await make_queue(client, "ha", "junk", 1).sync(
+        enqueue=[entry(f"http://junk.example/{i}") for i in range(5)]
+    )
+    await client.aclose()
+    redis_client.delete("ha:{junk}:ready")
+    redis_client.set("ha:{junk}:ready", "y")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [SCRAPY_HA, "status", "junk", "--redis-url", redis_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {READY_HELD}"), done.stderr
+    samples = exporter_factory(redis_url).scrape()
+    assert value(samples, "scrapy_ha_crawl_read_error", spider="junk") == 1
+    with dashboard(redis_url) as http:
+        one = http.get("/api/crawls/junk")
+        assert one.status_code == 409 and READY_HELD in one.json()["error"], one.text

@@ -269,7 +269,8 @@ def _crawl_numbers(client: Any, prefix: str, spider: str, replies: list[Any]) ->
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     """The reads of one crawl (of one shard), READS replies."""
-    client.register_script(scripts.COUNTS_LUA)(keys=counts_keys(k), client=pipe)
+    counts = client.register_script(scripts.COUNTS_LUA)
+    counts(keys=counts_keys(k), args=["strict"], client=pipe)  # (garbage named)
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)

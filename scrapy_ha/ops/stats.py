@@ -229,7 +229,7 @@ class CrawlStats(Counts):
 
 def _queue_reads(pipe: Any, keys: Keys, domains: bool) -> None:
     states = counts_keys(keys)
-    pipe.eval(scripts.COUNTS_LUA, len(states), *states)
+    pipe.eval(scripts.COUNTS_LUA, len(states), *states, "strict")  # (garbage named)
     pipe.hgetall(keys.stats)
     pipe.hgetall(keys.stats_minutes)
     if domains:
