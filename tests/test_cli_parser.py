@@ -102,7 +102,9 @@ def test_the_reference_documents_every_command():
         # an OverflowError's traceback
         (["dlq", "list", "books", "--since", "9" * 400 + "w"], "argument --since: --since '99"),
         # taken, where nan was refused
-        (["metrics", "--timeout", "inf"], "'inf' is not a finite number of seconds above 0"),
+        (["metrics", "--timeout", "inf"], "'inf' is not a number of seconds above 0 and at"),
+        # a QA run: taken, then every scrape failed with an OverflowError's traceback
+        (["metrics", "--timeout", "1e10"], "'1e10' is not a number of seconds above 0 and at"),
         (["items", "books", "--to", "jsonl:x.jl", "--exit-idle", "inf"], "'inf' is not a"),
         # a review: HA_KEY_PREFIX is checked, and --prefix was not
         (["--prefix", "h{1}", "status", "books"], "argument --prefix: 'h{1}' must be non-emp"),

@@ -396,4 +396,4 @@ def test_a_timeout_of_zero_is_refused_naming_the_option(redis_url):
         timeout=60,
     )
     assert result.returncode == 2
-    assert "argument --timeout: '0' is not a finite number of seconds above 0" in result.stderr
+    assert "argument --timeout: '0' is not a number of seconds above 0 and at most" in result.stderr

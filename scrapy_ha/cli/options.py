@@ -85,14 +85,22 @@ def when(option: str) -> Callable[[str], Callable[[int], int]]:
     return parse
 
 
+#: The most seconds an option takes (about 11 days): a QA run's ``metrics --timeout 1e10``
+#: was taken, and every scrape then failed (a socket timeout past what the OS's clock holds).
+MAX_SECONDS = 1_000_000
+
+
 def positive(text: str) -> float:
-    """A finite number of seconds above 0 (argparse names the option when this fails)."""
+    """A number of seconds above 0 and at most :data:`MAX_SECONDS` (argparse names the
+    option when this fails)."""
     try:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if not 0 < seconds < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds above 0")
+    if not 0 < seconds <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds above 0 and at most {MAX_SECONDS:,}"
+        )
     return seconds
 
 
