@@ -23,3 +23,20 @@ async def test_flush_deletes_a_back_queue_whose_name_is_not_utf8(redis_url):
     assert done.returncode == 0, done.stderr
     assert client.keys("ha:{live}:*") == []
     client.close()
+
+
+@deferred_f_from_coro_f
+async def test_flush_deletes_the_lease_grants_of_workers_gone(redis_url):
+    """A QA run: a killed worker's grant (``ha:{S}:grant:<worker>``, which expires on its
+    own) outlived the flush, and the dashboard listed the crawl it said did not exist. A
+    checkpoint is kept, as ever."""
+    await live_crawl(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    client.set("ha:{live}:grant:vm:32521:dc2985", "x", ex=60)
+    client.set("ha:{live}:cp:task1", "{}")
+    client.set("ha:{lively}:grant:w", "x", ex=60)  # another crawl's: kept
+    done = scrapy_ha("--redis-url", redis_url, "flush", "live", "-y", "--force")
+    assert done.returncode == 0, done.stderr
+    assert client.keys("ha:{live}:*") == [b"ha:{live}:cp:task1"]
+    assert client.exists("ha:{lively}:grant:w")
+    client.close()

@@ -61,14 +61,20 @@ async def convert_old_form(script: Any, keys: Keys, order: str) -> int:
 
 async def flush_crawl(client: Any, keys: Keys) -> None:
     """Delete every key of the crawl *keys* names but its checkpoints: the keys of
-    :meth:`Keys.all`, and its back queues (those ready and waiting name, and any other key
-    under the back queues' prefix). Names are taken as bytes, never decoded: one that is not
-    UTF-8 (written by hand, or another program's) is deleted with the rest."""
+    :meth:`Keys.all`, its back queues (those ready and waiting name, and any other key
+    under the back queues' prefix), and the lease grants of its workers (which expire on
+    their own: a QA run saw a crawl flushed while a killed worker's grant lived listed by
+    the dashboard, which then said "no such crawl" of it). Names are taken as bytes, never
+    decoded: one that is not UTF-8 (written by hand, or another program's) is deleted with
+    the rest."""
     prefix = keys.queues.encode()
     names = {prefix + _raw(q) for q in await client.zrange(keys.ready, 0, -1)}
     names |= {prefix + _raw(q) for q in await client.zrange(keys.waiting, 0, -1)}
-    async for key in client.scan_iter(match=_glob_escape(keys.queues) + "*", count=10_000):
-        names.add(_raw(key))
+    heads = (prefix, keys.grant("").encode())
+    common = keys.grant("").rsplit("grant:", 1)[0]  # the crawl's (its shard's) own tag
+    async for key in client.scan_iter(match=_glob_escape(common) + "*", count=10_000):
+        if _raw(key).startswith(heads):
+            names.add(_raw(key))
     found = sorted(names)
     for i in range(0, len(found), DELETE_BATCH):
         await client.delete(*found[i : i + DELETE_BATCH])
