@@ -192,6 +192,22 @@ def test_checkpoints_cli(redis_url, redis_client):
     assert redis_client.keys("ha:{paged}:cp:*") == []
 
 
+def test_checkpoints_reset_names_a_task_without_one(redis_url, redis_client):
+    """A QA run: ``reset t1 t2 nosuch --dry-run`` said "would reset 3", the reset "reset 2",
+    exit 0 both, the task without a checkpoint never named (``dlq`` names an ID it lacks)."""
+    from tests.test_dlq import cli
+
+    for task in ("t1", "t2"):
+        redis_client.set(f"ha:{{paged}}:cp:{task}", json.dumps({"task": task, "page": 3}))
+    dry = cli(redis_url, "checkpoints", "reset", "paged", "t1", "t2", "nosuch", "--dry-run")
+    assert dry.returncode == 1 and dry.stdout.startswith("would reset 2 checkpoint(s) of paged")
+    assert dry.stderr.strip() == "no checkpoint of task nosuch in paged", dry.stderr
+    done = cli(redis_url, "checkpoints", "reset", "paged", "t1", "t2", "nosuch", "--yes")
+    assert (done.returncode, done.stdout.strip()) == (1, "reset 2 checkpoints"), done.stderr
+    assert done.stderr.strip() == "no checkpoint of task nosuch in paged"
+    assert redis_client.keys("ha:{paged}:cp:*") == []
+
+
 def test_checkpoints_cli_reports_an_unreadable_checkpoint_and_resets_it(redis_url, redis_client):
     from tests.test_dlq import cli
 

@@ -106,6 +106,8 @@ def test_the_reference_documents_every_command():
         # a QA run: taken, then every scrape failed with an OverflowError's traceback
         (["metrics", "--timeout", "1e10"], "'1e10' is not a number of seconds above 0 and at"),
         (["items", "books", "--to", "jsonl:x.jl", "--exit-idle", "inf"], "'inf' is not a"),
+        # a QA run: the default Redis in silence
+        (["--redis-url", "", "status", "books"], "argument --redis-url: '' is no URL: give"),
         # a review: HA_KEY_PREFIX is checked, and --prefix was not
         (["--prefix", "h{1}", "status", "books"], "argument --prefix: 'h{1}' must be non-emp"),
     ],

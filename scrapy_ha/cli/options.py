@@ -104,6 +104,17 @@ def positive(text: str) -> float:
     return seconds
 
 
+def redis_url_option(text: str) -> str:
+    """``--redis-url``, not blank (a QA run: ``--redis-url ''`` went to the default Redis
+    in silence, the one a script with an unset variable did not mean)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no URL: give one (redis://host:port/db), or leave the option out "
+            f"for ${REDIS_URL_ENV}, the project's settings, or redis://localhost:6379/0"
+        )
+    return text
+
+
 def prefix_option(text: str) -> str:
     """``--prefix``, checked as ``HA_KEY_PREFIX`` is (imported here: ``--help`` and
     ``--version`` import neither Scrapy nor redis-py)."""
@@ -175,6 +186,7 @@ def _connection_options(*, shards: bool) -> argparse.ArgumentParser:
     group = common.add_argument_group("options of every command")
     group.add_argument(
         "--redis-url",
+        type=redis_url_option,
         default=argparse.SUPPRESS,
         help="redis://, rediss://, unix://, redis+sentinel:// or redis+cluster:// URL "
         f"(default: ${REDIS_URL_ENV}, else the project's REDIS_URL, REDIS_SENTINELS or "

@@ -104,6 +104,14 @@ class CheckpointStore:
                 found.append(StoredCheckpoint(task, None, len(raw or b""), str(exc)))
         return found
 
+    async def missing(self, tasks: list[str]) -> list[str]:
+        """The *tasks* that have no checkpoint (neither a checkpoint nor pages ahead)."""
+        found = [
+            await self.client.exists(self.keys.checkpoint(t), self.keys.checkpoint_ahead(t))
+            for t in tasks
+        ]
+        return [t for t, n in zip(tasks, found, strict=True) if not n]
+
     async def exists(self) -> bool:
         """Whether the crawl has any checkpoint."""
         async for _ in self.client.scan_iter(match=self.keys.checkpoint_pattern, count=SCAN_COUNT):
