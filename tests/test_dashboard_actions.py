@@ -84,10 +84,17 @@ async def test_a_filter_the_api_cannot_read_is_refused_not_taken_for_every_entry
             {"filter": {"class": None}},
             {"filter": {"status": " "}},
             {"filter": {}, "all": "yes"},
+            # a QA run: a field the body has not was passed over (a typo of "dry_run"
+            # purged them for real; {"x": 1} paused a crawl)
+            {"filter": {"class": "gone"}, "dryrun": True},
         ):
             refused = http.post(url, json=body)
             assert refused.status_code == 400, (body, refused.text)
         assert dead_ids(http, "mixed") == before  # nothing was touched
+        paused = http.post("/api/crawls/mixed/actions/pause", json={"x": 1})
+        assert paused.status_code == 400, paused.text
+        assert "the body has no field 'x'" in paused.text
+        assert not http.get("/api/crawls/mixed").json()["paused"]
         dry = http.post(url, json={"filter": {"class": "gone"}, "dry_run": True}).json()
         assert dry["selected"] == 4 and dead_ids(http, "mixed") == before
         every = http.post(url, json={"filter": {}, "all": True, "dry_run": True}).json()

@@ -116,6 +116,9 @@ def _json_object(raw: bytes) -> dict[str, Any]:
         raise HTTPException(400, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise HTTPException(400, 'the body is a JSON object: {"ids": [...]} or {"filter": {...}}')
+    if unknown := sorted(set(body) - BODY_FIELDS):  # (a QA run: {"x": 1} paused the crawl;
+        # a typo, {"id": [...]}, is not an action on no entry)
+        raise HTTPException(400, f"the body has no field {unknown[0]!r}: {sorted(BODY_FIELDS)}")
     flt = body.get("filter")
     if flt is not None and not isinstance(flt, dict):
         raise HTTPException(400, '"filter" is an object: {"class": "gone", "domain": ...}')
@@ -135,6 +138,8 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+#: The fields of an action's body.
+BODY_FIELDS = frozenset({"ids", "filter", "all", "dry_run"})
 #: The fields of an action's "filter" (``filter_from``).
 FILTER_FIELDS = frozenset({"class", "domain", "status", "since", "until"})
 
