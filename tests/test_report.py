@@ -144,3 +144,21 @@ def test_dead_letters_and_workers_written_by_hand_do_not_break_the_listings(
     with dashboard(redis_url) as http:
         page = http.get("/api/crawls/shop/dead", params={"size": 50})
         assert page.status_code == 200 and len(page.json()["entries"]) == 6, page.text
+
+
+def test_a_reason_on_several_lines_is_one_line_and_one_row(redis_url, redis_client):
+    """A QA run: a dead letter's reason with a newline split its row of ``report --format
+    markdown`` and its line of the text; its HTML went into the table as it was."""
+    from tests.cli_seed import dead_letters
+
+    dead_letters(redis_url, "faults", [("http://a.example/gone", "gone", 404)])
+    (entry_id, raw) = redis_client.hgetall("ha:{faults}:dead_info").popitem()
+    info = json.loads(raw)
+    info["reason"] = "a|b <img src=x onerror=alert(1)>\nline2"
+    redis_client.hset("ha:{faults}:dead_info", entry_id, json.dumps(info))
+    text = cli(redis_url, "report", "faults").stdout
+    (line,) = [x for x in text.splitlines() if x.startswith("dead by reason:")]
+    assert line == "dead by reason: a|b <img src=x onerror=alert(1)> line2 (1)", text
+    markdown = cli(redis_url, "report", "faults", "--format", "markdown").stdout
+    assert "| a/b &lt;img src=x onerror=alert(1)&gt; line2 | 1 |" in markdown, markdown
+    assert "<img" not in markdown

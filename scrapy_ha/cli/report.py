@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = ["Report", "build_report", "report"]
 
+import html
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -108,7 +109,8 @@ async def _dead_in_shard(
             n += 1
             by_class[entry.failure_class] += 1
             domains[entry.domain or "?"] += 1
-            reasons[entry.reason or "?"] += 1
+            # one line (a QA run: a reason's newline broke the text and the markdown rows)
+            reasons[" ".join((entry.reason or "?").split()) or "?"] += 1
         start += SCAN_BATCH
 
 
@@ -176,6 +178,12 @@ def as_text(r: Report) -> str:
     return "\n".join(lines)
 
 
+def _cell(text: str) -> str:
+    """A reason as a markdown table's cell: a ``|`` would end the cell, and HTML (an
+    exception's message may quote a page) would be rendered as such."""
+    return html.escape(text.replace("|", "/"), quote=False)
+
+
 def as_markdown(r: Report) -> str:
     out = [f"## scrapy-ha report: {r.spider}", "", f"{r.since} .. {r.until}", ""]
     out += ["| state | count |", "|---|---:|"]
@@ -188,7 +196,7 @@ def as_markdown(r: Report) -> str:
     out += ["", "| domain | dead |", "|---|---:|"]
     out += [f"| {k} | {v} |" for k, v in r.top_domains]
     out += ["", "| reason | dead |", "|---|---:|"]
-    out += [f"| {k.replace('|', '/')} | {v} |" for k, v in r.top_reasons]
+    out += [f"| {_cell(k)} | {v} |" for k, v in r.top_reasons]
     out += ["", f"Workers seen: {len(r.workers_seen)} " + _last_seen(r)]
     return "\n".join(out)
 
