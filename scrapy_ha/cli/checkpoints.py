@@ -54,7 +54,8 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     tasks = await checkpoints.tasks() if args.all else args.tasks  # names: garbage too
     # (a QA run: "would reset 3" then "reset 2", exit 0, the task without one never named)
     missing = [] if args.all else await checkpoints.missing(tasks)
-    tasks = [t for t in tasks if t not in missing]
+    absent = set(missing)
+    tasks = [t for t in tasks if t not in absent]
     say_missing("checkpoint of task", missing, queue.keys.spider)
     verdict = approve(args, "reset", f"{len(tasks)} checkpoint(s) of {queue.keys.spider}", tasks)
     if not verdict:  # a dry run: 0, or 1 with a task not found
