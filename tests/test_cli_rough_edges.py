@@ -256,6 +256,39 @@ def test_a_sink_may_be_declared_before_its_crawl(redis_url, redis_client, tmp_pa
     assert redis_client.xinfo_groups("ha:{later}:items")[0]["name"] == f"{to}".encode()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["items", "wide", "--to", "jsonl:{tmp}/a.jl", "--declare"], ["pause", "wide", "--create"]],
+)
+def test_a_sharded_crawl_made_by_a_command_stores_its_shard_count(
+    argv, redis_url, redis_client, tmp_path
+):
+    """A QA run: ``items S --shards 4 --declare`` stored no shard count: ``status S`` found
+    no crawl, a declare without ``--shards`` then made an unsharded crawl, and workers of
+    one shard were taken, their items in a stream no declared sink read."""
+    import redis.asyncio
+
+    from scrapy_ha.config.validate import ConfigError
+    from scrapy_ha.store.sharding import check_shard_count, make_queue
+
+    made = [a.format(tmp=tmp_path) for a in argv]
+    done = scrapy_ha(*made, "--shards", "4", "--redis-url", redis_url)
+    assert done.returncode == 0, done.stderr
+    assert redis_client.get("ha:{wide}:shards") == b"4"
+    status = scrapy_ha("status", "wide", "--redis-url", redis_url)
+    assert status.returncode == 0, status.stderr
+
+    async def one_shard_worker() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            with pytest.raises(ConfigError, match="HA_SHARDS=1 but the crawl of wide"):
+                await check_shard_count(make_queue(client, "ha", "wide", 1))
+        finally:
+            await client.aclose()
+
+    _run(one_shard_worker())
+
+
 @pytest.mark.parametrize("command", [["dlq", "list"], ["dlq", "export"]])
 def test_output_whose_reader_went_away_ends_quietly(redis_url, command):
     """``scrapy-ha dlq list S | head -1``: the reader closes the pipe after its first line.

@@ -132,6 +132,11 @@ async def _on_crawl(
             return 1
         if func.__name__ == "push":
             await _prepare_push(queue, args, config)
+        elif getattr(args, "create", False) or getattr(args, "declare", False):
+            # the first writer of a crawl stores its shard count, as a worker does (a QA
+            # run: `items --shards 4 --declare` stored none: `status` found no crawl, and
+            # workers of one shard were taken, their items in a stream no sink read)
+            await check_shard_count(queue)
         return await func(queue, args)
     except (redis.exceptions.ResponseError, BloomMetaError) as exc:
         if not args.spider or not _unreadable(exc):
