@@ -198,7 +198,10 @@ def _items(crawls: list[CrawlNumbers]) -> list[Metric]:
     """The item stream (HA_ITEMS = "outbox"): its length, and each sink's group."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    length = _gauge("scrapy_ha_items_in_stream", "Items in the stream: not consumed by every sink.")
+    length = _gauge(
+        "scrapy_ha_items_in_stream",
+        "Items in the stream: from the oldest one some sink has not acknowledged on.",
+    )
     backlog = GaugeMetricFamily(
         "scrapy_ha_items_backlog",
         "Items a sink (a consumer group) has not committed yet: pending plus not delivered.",
