@@ -52,17 +52,6 @@ async def test_a_run_starts_on_an_empty_crawl_whose_last_run_ended(redis_url):
     # a, b, c, d are alive, but run 1 ended: the next worker starts run 2, the others join it
     assert await open_run(q, "e", HEARTBEAT_MS) == Run(2, True)
     assert await open_run(q, "a", HEARTBEAT_MS) == Run(2, False)
-    # run 2 ends, then a request is put back (`dlq requeue`, `push`): the workers that join
-    # it resume run 2 after its end, until the next run starts
-    assert await end_run(q)
-    await q.enqueue([NewEntry(b"fp2", 0, b"payload")])
-    assert await open_run(q, "f", HEARTBEAT_MS) == Run(2, False, after_end=True)
-    assert await open_run(q, "g", HEARTBEAT_MS) == Run(2, False, after_end=True)
-    (lease,) = await q.lease(1, 30_000)
-    await q.ack([(lease.id, lease.token)])
-    assert await end_run(q)
-    assert await open_run(q, "h", HEARTBEAT_MS) == Run(3, True)
-    assert await open_run(q, "a", HEARTBEAT_MS) == Run(3, False)
     await q.client.aclose()
 
 
@@ -142,34 +131,3 @@ async def test_the_status_says_which_run_and_that_its_totals_count_every_run(red
     await q.client.hset(KEYS.run, "started", "garbage")  # written by hand: still a status
     assert cli(redis_url, "status", "s").returncode == 0
     await q.client.aclose()
-
-
-@deferred_f_from_coro_f
-async def test_requeued_dead_letters_of_a_cleared_crawl_are_crawled_alone(
-    redis_url, site_factory, caplog
-):
-    """A QA run: with ``SCHEDULER_PERSIST = False`` the end of the crawl cleared its
-    dupefilter; a worker started after ``dlq requeue`` joined the ended run and crawled its
-    start requests again, the whole site (with the item outbox, every item stored twice).
-    It crawls the requeued pages alone now; the worker after it starts a new run."""
-    from tests.cli_seed import scrapy_ha
-
-    site = site_factory("--pages", "2", "--per-page", "5", "--fault", "404:3:1")
-    cleared = settings(redis_url, SCHEDULER_PERSIST=False, HA_ITEMS="outbox")
-    first = get_crawler(CatalogueSpider, cleared)
-    await first.crawl_async(base_url=site.url)
-    assert sorted(i["id"] for i in first.spider.items) == [1, 2, 4, 5, 7, 8, 10]
-    requeued = await asyncio.to_thread(
-        scrapy_ha, "dlq", "requeue", "catalogue", "--all", "--yes", "--redis-url", redis_url
-    )
-    assert requeued.returncode == 0 and "requeued 3" in requeued.stdout, requeued.stderr
-    again = get_crawler(CatalogueSpider, cleared)
-    with caplog.at_level(logging.INFO):
-        await again.crawl_async(base_url=site.url)
-    assert sorted(i["id"] for i in again.spider.items) == [3, 6, 9]  # before: all 10
-    assert site.hits()["/list/1"] == 1
-    assert "Not crawling this worker's start requests: run 1 of the crawl had ended" in caplog.text
-    assert again.stats.get_value("ha/start_skipped") == 1
-    anew = get_crawler(CatalogueSpider, cleared)  # the crawl ended again: a new run
-    await anew.crawl_async(base_url=site.url)
-    assert len(anew.spider.items) == 10 and site.hits()["/list/1"] == 2

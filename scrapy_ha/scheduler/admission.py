@@ -87,9 +87,6 @@ class Admission:
         #: the crawl's run this worker joined (store/runs.py): start requests are seeded
         #: once per run
         self.run = 1
-        #: the run had ended and holds requests put back since (``dlq requeue``, ``push``):
-        #: this worker crawls those, not its start requests (:meth:`skips_start`)
-        self.after_end = False
         #: times each ``dont_filter`` start request was seen, until ``start()`` is read to
         #: its end (about 90 bytes a start request: 87 MB for a million, measured)
         self._starts: dict[bytes, int] = {}
@@ -121,7 +118,7 @@ class Admission:
         worker already sent (``dupefilter/filtered``), or a request that cannot be stored
         (its page, *kin*'s parent, is dead-lettered when it finishes), or one of a scheme
         outside ``HA_ALLOWED_SCHEMES``."""
-        if self.refuses_scheme(request) or (self.after_end and self.skips_start(request)):
+        if self.refuses_scheme(request):
             return None
         fingerprint, seen = self.fingerprint(request), self.seen
         age = seen.age(request) if fingerprint and metakeys.RECRAWL_AFTER in request.meta else None
@@ -183,28 +180,6 @@ class Admission:
             "page after it ended): it is queued as a new request, not as that page's child",
             request,
         )
-
-    def skips_start(self, request: Request) -> bool:
-        """Is *request* a start request of this worker's ``start()`` (not a retry or
-        redirect of one) in a run resumed after its end? Then it is not queued (an INFO
-        once, ``ha/start_skipped``): with ``SCHEDULER_PERSIST = False`` the run's end
-        cleared its dupefilter, so a worker started after a ``dlq requeue`` crawled the
-        whole crawl again (a QA run: every item of the outbox stored twice)."""
-        meta = request.meta
-        if not meta.get("is_start_request") or metakeys.LEASE in meta:
-            return False
-        assert self.crawler.stats is not None
-        if not self.crawler.stats.get_value("ha/start_skipped"):
-            logger.info(
-                "Not crawling this worker's start requests: run %d of the crawl had ended, "
-                "and requests were put back into it since (`scrapy-ha dlq requeue`, `push`): "
-                "this worker crawls those. Once they are done, start a worker again to "
-                "crawl the spider's start requests in a new run (counted in "
-                "ha/start_skipped)",
-                self.run,
-            )
-        self.crawler.stats.inc_value("ha/start_skipped")
-        return True
 
     def refuses_scheme(self, request: Request) -> bool:
         """Is *request* of a scheme outside ``HA_ALLOWED_SCHEMES``? Then it is not queued

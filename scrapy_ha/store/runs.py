@@ -25,13 +25,10 @@ __all__ = ["Run", "RunState", "end_run", "open_run", "read_run", "stopped_at"]
 
 @dataclass(frozen=True)
 class Run:
-    """The run a worker joined: its number (1, 2, ...), whether this worker started it, and
-    whether it had ended and holds requests put back since (``dlq requeue``, ``push``): its
-    workers crawl those, not their start requests (``lua/run.lua``)."""
+    """The run a worker joined: its number (1, 2, ...), and whether this worker started it."""
 
     number: int
     started: bool
-    after_end: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,8 +110,8 @@ async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
     writing *worker*'s heartbeat in the same call."""
     script = queue.client.register_script(scripts.RUN_LUA)
     args = ["open", worker, heartbeat_ms, await _elsewhere(queue)]
-    number, started, after_end = await script(keys=_keys(queue), args=args)
-    return Run(int(number), bool(int(started)), bool(int(after_end)))
+    number, started = await script(keys=_keys(queue), args=args)
+    return Run(int(number), bool(int(started)))
 
 
 async def end_run(queue: RedisQueue) -> bool:

@@ -172,7 +172,7 @@ class Session:
         limits = cfg.politeness.as_hash()
         await wait.run(lambda: set_domain_limits(queue.client, queue.keys, limits))
         run = await wait.run(lambda: join_run(queue, cfg))  # before the first heartbeat
-        self.shell.admission.run, self.shell.admission.after_end = run.number, run.after_end
+        self.shell.admission.run = run.number
         await wait.run(lambda: self.renewals.renew(queue))
         self.renewals.start_keeper(queue)
         self.redis_ok = True

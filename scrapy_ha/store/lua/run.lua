@@ -9,18 +9,13 @@
 -- workers all died would otherwise each find the other alive and both join the dead run.
 -- Start requests that are dont_filter are seeded once per run (the worker puts the run
 -- number in their dupefilter fingerprints, scheduler/admission.py); what was seen before
--- stays seen. A run that ended and holds requests again (put back after its end: `dlq
--- requeue`, `push`) is open again, marked 'after_end' until the next run starts: its
--- workers crawl those requests, not their start requests (with SCHEDULER_PERSIST=False its
--- end cleared the dupefilter, so they would crawl the whole crawl again).
--- KEYS[1] run (hash: n, open, started, ended, after_end, m:<worker id> -> the run it opened
---   or joined)
+-- stays seen.
+-- KEYS[1] run (hash: n, open, started, ended, m:<worker id> -> the run it opened or joined)
 -- KEYS[2] workers  KEYS[3] ready  KEYS[4] leased  KEYS[5] delayed  KEYS[6] waiting (lib/frontier:
 -- a back queue holding requests is in ready or in waiting)
 -- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
 --         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded)
---         Returns {the run's number, 1 when this call started it else 0, 1 when the run
---         is one resumed after its end else 0}.
+--         Returns {the run's number, 1 when this call started it else 0}.
 -- ARGV[1] 'end': ARGV[2] requests held outside these keys, as above.
 --         Returns 1 when the run ended (nothing pending, leased or delayed), else 0.
 --- @include "time"
@@ -64,20 +59,14 @@ end
 
 local worker = ARGV[2]
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), worker)
-local run = redis.call('HMGET', KEYS[1], 'n', 'open', 'after_end')
+local run = redis.call('HMGET', KEYS[1], 'n', 'open')
 local n = tonumber(run[1] or '') or 0
 local others = n > 0 and others_alive(n, worker) or 0
 if n > 0 and (active > 0 or (run[2] == '1' and others > 0)) then
-  local after_end = run[3] == '1'
-  if run[2] ~= '1' then -- it ended: what it holds was put back since
-    redis.call('HSET', KEYS[1], 'open', 1, 'after_end', 1)
-    after_end = true
-  end
   redis.call('HSET', KEYS[1], 'm:' .. worker, n)
-  return {n, 0, after_end and 1 or 0}
+  return {n, 0}
 end
 if n > 0 then others_alive(n + 1, worker) end -- drops every member of the runs before
 redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now), 'm:' .. worker, n + 1)
-redis.call('HDEL', KEYS[1], 'after_end')
 -- a crawl that holds requests and no run yet (written before runs were kept) is in run 1
-return {n + 1, active > 0 and 0 or 1, 0}
+return {n + 1, active > 0 and 0 or 1}
