@@ -131,3 +131,24 @@ async def test_the_status_says_which_run_and_that_its_totals_count_every_run(red
     await q.client.hset(KEYS.run, "started", "garbage")  # written by hand: still a status
     assert cli(redis_url, "status", "s").returncode == 0
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_requeue_after_the_crawl_was_cleared_says_what_the_next_worker_crawls(
+    redis_url, site_factory
+):
+    """A QA run: with ``SCHEDULER_PERSIST = False`` a worker started after ``dlq requeue``
+    on a finished crawl crawled the whole site again (its end cleared the dupefilter), the
+    outbox storing every item twice, and nothing had said so. The requeue says it."""
+    from tests.cli_seed import scrapy_ha
+
+    requeue = ("dlq", "requeue", "catalogue", "--all", "--yes", "--redis-url", redis_url)
+    for persist in (True, False):
+        site = site_factory("--pages", "1", "--per-page", "3", "--fault", "404:3:1")
+        crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=persist))
+        await crawler.crawl_async(base_url=site.url)
+        done = await asyncio.to_thread(scrapy_ha, *requeue)
+        assert done.returncode == 0 and "requeued 1" in done.stdout, done.stderr
+        said = "note: the crawl of catalogue finished and was cleared (SCHEDULER_PERSIST=False)"
+        assert (said in done.stderr) == (not persist), done.stderr
+        await asyncio.to_thread(scrapy_ha, "flush", "catalogue", "-y", "--redis-url", redis_url)

@@ -157,8 +157,21 @@ async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
-    dlq = dead_letters(queue)
-    code = await _bulk(queue, args, "requeued", dlq.requeue)
+    dlq, requeued = dead_letters(queue), [0]
+
+    async def requeue(ids: list[str]) -> int:
+        requeued[0] += (n := await dlq.requeue(ids))
+        return n
+
+    code = await _bulk(queue, args, "requeued", requeue)
+    if requeued[0] and await queue.client.get(queue.keys.finish_record) == b"done":
+        print(  # (a QA run: the whole site crawled again, every item stored twice)
+            f"note: the crawl of {queue.keys.spider} finished and was cleared "
+            "(SCHEDULER_PERSIST=False), its dupefilter with it: the next worker crawls "
+            "what was requeued together with its start requests, as a crawl made anew "
+            '(docs/reference.md, "Runs")',
+            file=sys.stderr,
+        )
     if not dlq.without_request:
         return code
     ids = " ".join(dlq.without_request)
