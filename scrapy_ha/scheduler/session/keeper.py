@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 TICK = 1.0
 #: A tick this much later than due is a stall worth a WARNING (a slow callback, not jitter).
 STALL_WARNING = 2.0
+#: Seconds before a late tick within which a renewal counts as made as the process woke,
+#: not while the loop stalled (both run again at once after a SIGSTOP ends).
+WAKE_MARGIN = 0.5
 #: Lease periods the event loop may stay stuck before renewal stops (HA_RENEW_WATCHDOG).
 WATCHDOG_LEASE_PERIODS = 10
 #: Seconds between two renewals asked for early (requests handed to the engine are reported
@@ -98,8 +101,9 @@ class LeaseKeeper:
         self._handed: Pairs = ()  # of those, the requests handed to the engine
         #: the handed pairs of the last renewal Redis applied (marked handed there)
         self.confirmed: frozenset[tuple[str, str]] = frozenset()
-        #: renewals Redis applied (see LoopWatch: whether any did while the loop stalled)
-        self.renewals = 0
+        #: when each renewal Redis applied since LoopWatch last looked (time.monotonic(),
+        #: taken by it: whether any was applied while the loop stalled)
+        self.applied: list[float] = []
         self._nudge = threading.Event()
         #: handed to the engine since the last call that told Redis (the next early report
         #: carries only these); appended by the event loop, taken by the thread
@@ -233,7 +237,7 @@ class LeaseKeeper:
         if reply is None:
             return
         self.confirmed = frozenset(handed)
-        self.renewals += 1
+        self.applied.append(time.monotonic())
         lost = lost_pairs(reply)
         if not self._stop.is_set():
             self.loop.call_soon_threadsafe(self.on_renewed, started, lost, live_workers(reply))
@@ -336,7 +340,6 @@ class LoopWatch:
         self.handed = handed
         self.loop = keeper.loop
         self._due = 0.0
-        self._renewals = 0  # the keeper's renewals at the last tick
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -350,8 +353,12 @@ class LoopWatch:
     def _tick(self) -> None:
         now = time.monotonic()
         late = now - self._due
+        applied, self.keeper.applied = self.keeper.applied, []
         if late > STALL_WARNING:
-            if self.keeper.renewals > self._renewals:
+            # applied after the tick was due, and not as the process woke (SIGCONT: its
+            # thread renews the moment it runs again, often before this tick; a renewal
+            # counted then said leases "were renewed meanwhile" of a stopped process)
+            if any(self._due <= t < now - WAKE_MARGIN for t in applied):
                 meanwhile = "leases were renewed from scrapy-ha's own thread meanwhile"
             elif late <= self.keeper.interval:
                 meanwhile = "scrapy-ha's own thread renews leases while it is"
@@ -366,7 +373,6 @@ class LoopWatch:
                 late,
                 meanwhile,
             )
-        self._renewals = self.keeper.renewals
         self.keeper.beat()
         self.keeper.hold(self.held())
         self.keeper.hand(self.handed())
