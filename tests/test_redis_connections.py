@@ -498,6 +498,14 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
             "REDIS_HOST='127.0.0.1:6379' holds a port: give the host alone, and the port as "
             "REDIS_PORT (or the whole address as REDIS_URL = 'redis://127.0.0.1:6379')",
         ),
+        (  # a review: "Port could not be cast to integer value as '6391:6391'"
+            {"REDIS_URL": "", "REDIS_HOST": "[::1]:6391"},
+            "REDIS_HOST='[::1]:6391' holds a port: give the host alone",
+        ),
+        (  # a review: "Invalid IPv6 URL (check REDIS_URL)", and "holds a port" of a URL
+            {"REDIS_URL": "", "REDIS_HOST": "redis://127.0.0.1:6391"},
+            "REDIS_HOST='redis://127.0.0.1:6391' is a URL: give it as REDIS_URL",
+        ),
         # a QA run: tracebacks, and no ha_start_failed
         ({"REDIS_PARAMS": '{{"bogus_kw": 1}}'}, "REDIS_PARAMS (or the query of REDIS_URL): "),
         (  # a review: the cluster's client refuses it as it is made, a traceback

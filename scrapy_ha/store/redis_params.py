@@ -103,7 +103,12 @@ def check_timeout(shown: str, name: str, value: float, given: Any = None) -> Non
 def settings_url(settings: BaseSettings) -> str:
     """The URL of scrapy-redis's ``REDIS_HOST``, ``REDIS_PORT`` and ``REDIS_DB``."""
     host = str(settings.get("REDIS_HOST") or "localhost")
-    if host.count(":") == 1:  # (a QA run: 'h:6379' was read as an IPv6 address)
+    if "://" in host or host.startswith("unix:"):  # (a review: "holds a port" said of it)
+        raise RedisConfigError(
+            f"REDIS_HOST={host!r} is a URL: give it as REDIS_URL (REDIS_HOST is a host name "
+            "or address alone)"
+        )
+    if host.count(":") == 1 or "]:" in host:  # (a QA run: 'h:6379' read as an IPv6 address)
         raise RedisConfigError(
             f"REDIS_HOST={host!r} holds a port: give the host alone, and the port as "
             f"REDIS_PORT (or the whole address as REDIS_URL = 'redis://{host}')"
