@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -152,3 +153,29 @@ async def test_a_requeue_after_the_crawl_was_cleared_says_what_the_next_worker_c
         said = "note: the crawl of catalogue finished and was cleared (SCHEDULER_PERSIST=False)"
         assert (said in done.stderr) == (not persist), done.stderr
         await asyncio.to_thread(scrapy_ha, "flush", "catalogue", "-y", "--redis-url", redis_url)
+
+
+@deferred_f_from_coro_f
+async def test_the_dashboards_requeue_says_it_too(redis_url, site_factory):
+    """The dashboard's requeue says what ``dlq requeue`` says of a crawl its end cleared."""
+    from tests.cli_seed import scrapy_ha
+    from tests.test_dashboard_actions import _drive
+
+    notes = []
+    for persist in (True, False):
+        site = site_factory("--pages", "1", "--per-page", "3", "--fault", "404:3:1")
+        crawler = get_crawler(CatalogueSpider, settings(redis_url, SCHEDULER_PERSIST=persist))
+        await crawler.crawl_async(base_url=site.url)
+
+        def requeue(http: Any) -> None:
+            done = http.post(
+                "/api/crawls/catalogue/actions/requeue", json={"filter": {}, "all": True}
+            ).json()
+            assert done["touched"] == 1, done
+            notes.append(done["note"])
+
+        await asyncio.to_thread(_drive, redis_url, requeue)
+        await asyncio.to_thread(scrapy_ha, "flush", "catalogue", "-y", "--redis-url", redis_url)
+    kept, cleared = notes
+    assert kept is None
+    assert cleared.startswith("the crawl of catalogue finished and was cleared"), cleared

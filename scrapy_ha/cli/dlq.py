@@ -13,7 +13,7 @@ from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.marks import declared
 from scrapy_ha.ops.display import local_time
-from scrapy_ha.ops.operations import server_ms
+from scrapy_ha.ops.operations import cleared_crawl_note, server_ms
 from scrapy_ha.ops.shards import dead_letters
 
 if TYPE_CHECKING:
@@ -164,14 +164,8 @@ async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
         return n
 
     code = await _bulk(queue, args, "requeued", requeue)
-    if requeued[0] and await queue.client.get(queue.keys.finish_record) == b"done":
-        print(  # (a QA run: the whole site crawled again, every item stored twice)
-            f"note: the crawl of {queue.keys.spider} finished and was cleared "
-            "(SCHEDULER_PERSIST=False), its dupefilter with it: the next worker crawls "
-            "what was requeued together with its start requests, as a crawl made anew "
-            '(docs/reference.md, "Runs")',
-            file=sys.stderr,
-        )
+    if requeued[0] and (note := await cleared_crawl_note(queue)):
+        print(f"note: {note}", file=sys.stderr)
     if not dlq.without_request:
         return code
     ids = " ".join(dlq.without_request)

@@ -20,6 +20,7 @@ from scrapy_ha.dashboard._actions import ACTIONS, Action
 from scrapy_ha.dashboard._data import report
 from scrapy_ha.dashboard._pages import render
 from scrapy_ha.dashboard._views import crawl_keys, filter_from, known_crawl, tables_of, urls_of
+from scrapy_ha.ops.operations import cleared_crawl_note
 from scrapy_ha.ops.unreadable import check_types
 from scrapy_ha.store.sharding import make_queue
 
@@ -57,9 +58,13 @@ async def _selection(
     return await (await tables_of(request, spider)).all_ids(action.table, flt)
 
 
-async def _perform(request: Request, spider: str, action: Action, ids: list[str]) -> int:
+async def _perform(
+    request: Request, spider: str, action: Action, ids: list[str]
+) -> tuple[int, str]:
     """Run *action* once every key of the crawl has the type scrapy-ha writes (else a 409
-    and nothing done), and log what it did, or that it failed part way."""
+    and nothing done), and log what it did, or that it failed part way. Returns how many
+    entries it touched, and what to add to its report (a requeue into a crawl its end
+    cleared says what the next worker crawls, as ``dlq requeue`` does)."""
     client = request.app.state.client
     await check_types(client, request.app.state.prefix, spider)
     keys = await crawl_keys(request, spider)
@@ -69,7 +74,8 @@ async def _perform(request: Request, spider: str, action: Action, ids: list[str]
         touched = await action.run(queue, ids)
     finally:
         _audit(spider, action, touched, len(ids))
-    return touched
+    requeued = action.name == "requeue" and touched
+    return touched, (await cleared_crawl_note(queue) if requeued else "")
 
 
 def _audit(spider: str, action: Action, touched: int | None, selected: int) -> None:
@@ -99,12 +105,13 @@ async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]
     selected = await _selection(request, spider, action, ids, flt)
     if body.get("dry_run"):
         return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
-    touched = await _perform(request, spider, action, selected)
+    touched, note = await _perform(request, spider, action, selected)
     return {
         "action": name,
         "selected": len(selected),
         "touched": touched,
         "report": report(action, touched, len(selected)),
+        "note": note or None,
     }
 
 
@@ -175,8 +182,8 @@ async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
         raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
     if form.get("confirm") == "yes":
         selected = _confirmed(action, form)
-        touched = await _perform(request, spider, action, selected)
-        done = report(action, touched, len(selected))
+        touched, note = await _perform(request, spider, action, selected)
+        done = report(action, touched, len(selected)) + (f". Note: {note}" if note else "")
         return render(request, "done.html", report=done, spider=spider, action=action)
     ids = [text_of(i) or "" for i in form.getlist("ids")]
     scope_filter = form.get("scope") == "filter"

@@ -10,15 +10,30 @@ import json
 from typing import TYPE_CHECKING
 
 from scrapy_ha.store.connection import server_ms
+from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["make_due", "pause", "resume", "server_ms"]
+__all__ = ["cleared_crawl_note", "make_due", "pause", "resume", "server_ms"]
 
 #: Entries changed per Redis call by a bulk action: large enough to be quick, small enough
 #: not to hold Redis for long on a million-entry table.
 BATCH = 500
+
+
+async def cleared_crawl_note(queue: RedisQueue) -> str:
+    """What a requeue into a crawl its end cleared (``SCHEDULER_PERSIST = False``) must say
+    ("" for another crawl): its dupefilter went with it, so the next worker crawls what was
+    requeued with its start requests (a QA run: the whole site crawled again, every item
+    of the outbox stored twice, nothing said)."""
+    if text(await queue.client.get(queue.keys.finish_record) or b"") != "done":
+        return ""
+    return (
+        f"the crawl of {queue.keys.spider} finished and was cleared (SCHEDULER_PERSIST="
+        "False), its dupefilter with it: the next worker crawls what was requeued together "
+        'with its start requests, as a crawl made anew (docs/reference.md, "Runs")'
+    )
 
 
 async def make_due(queue: RedisQueue, ids: list[str]) -> int:
