@@ -159,6 +159,26 @@ def _delayed(sub: Any) -> None:
     bulk_options(retry)
 
 
+def _gates(sub: Any) -> None:
+    gates = group(sub, "gates", "domains a 429 closed for every worker (Retry-After)")
+    command(
+        gates,
+        "list",
+        at("gates", "gates_list"),
+        "the gates closed now, soonest open first: domain, when it opens, requests waiting",
+    )
+    opening = command(
+        gates,
+        "open",
+        at("gates", "gates_open"),
+        "open gates now (DOMAIN..., or --all): every worker opens them at its next sync, and "
+        "what waited behind them goes at once; a site still limiting closes its gate again",
+    )
+    opening.add_argument("domains", nargs="*", metavar="DOMAIN", help="as `gates list` names it")
+    opening.add_argument("--all", action="store_true", help="every gate closed now")
+    bulk_options(opening)
+
+
 def _delayed_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--class", dest="failure_class", help="failure class: server, network, ... or gate"
@@ -319,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     _status(sub)
     _crawl_commands(sub)
     _delayed(sub)
+    _gates(sub)
     _dlq(sub)
     _checkpoints(sub)
     seen_commands(sub)
@@ -329,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Positional lists (``ID...``, ``TASK...``) that may also come after options.
-TRAILING_LISTS = ("ids", "tasks", "urls")
+TRAILING_LISTS = ("ids", "tasks", "urls", "domains")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

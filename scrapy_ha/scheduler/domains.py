@@ -63,8 +63,9 @@ class ClosedDomains:
         self._swept = 0.0
 
     def learn(self, gates: dict[str, float], *, every: bool) -> None:
-        """Close the domains of *gates* as Redis said (with *every*, only those: the log
-        Redis kept was lost, and the others' gates with it)."""
+        """Close the domains of *gates* as Redis said, and open those it said are open now
+        (an operator opened them early: ``scrapy-ha gates open``); with *every*, only those
+        are closed: the log Redis kept was lost, and the others' gates with it."""
         until = self.until
         if every:
             until.clear()
@@ -73,6 +74,8 @@ class ClosedDomains:
             if opens > until.get(domain, 0):
                 self._closing(domain, now)
                 until[domain] = opens
+            elif opens <= now and until.pop(domain, None) is not None:
+                self.since.pop(domain, None)
         if until and now >= self._swept + self.SWEEP_S:
             self._swept = now
             for domain in [d for d, opens in until.items() if opens <= now]:

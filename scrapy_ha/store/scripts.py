@@ -115,6 +115,7 @@ SCRIPTS = (
     "feed",
     "retry",
     "gate",
+    "gate_open",
     "requeue",
     "purge",
     "checkpoint",
@@ -155,6 +156,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     FEED_LUA: str
     RETRY_LUA: str
     GATE_LUA: str
+    GATE_OPEN_LUA: str
     REQUEUE_LUA: str
     PURGE_LUA: str
     CHECKPOINT_LUA: str

@@ -71,8 +71,8 @@ class SyncResult:
     #: it) (None: none is pending): a buffered request it goes before waits for it
     head: tuple[int, int] | None = None
     released: int = 0  # leases given back to pending
-    #: the gates closed now (domain -> server ms it opens) that changed after the gate
-    #: number the call gave (every closed gate when *gates_all*, see :class:`GateLog`)
+    #: the gates that changed after the gate number the call gave (domain -> server ms it
+    #: opens; 0: open now, expired or opened early by an operator), see :class:`GateLog`
     gates: dict[str, int] = field(default_factory=dict)
     #: the number of the crawl's last gate change (0: none yet)
     gate_number: int = 0
@@ -345,7 +345,7 @@ def sync_result(reply: list[Any]) -> SyncResult:
     then one payload per lease) as a :class:`SyncResult`."""
     n_gates, n_dropped = int(reply[11]), int(reply[12])
     at = HEADER + 2 * n_gates
-    gates = {_s(reply[i]): t for i in range(HEADER, at, 2) if (t := _gate_time(reply[i + 1]))}
+    gates = {_s(reply[i]): _gate_time(reply[i + 1]) for i in range(HEADER, at, 2)}
     lists, payloads = reply[at], reply[at + 1 :]
     fields = lists.split(b" ") if lists else []
     dropped = {_s(x) for x in fields[:n_dropped]}
@@ -382,13 +382,13 @@ def sync_result(reply: list[Any]) -> SyncResult:
     )
 
 
-def _gate_time(value: Any) -> int | None:
-    """A gate's opening time from the reply (whole ms, as sync.lua writes it); None for
-    garbage (an older script passed the hash's text on: 'nan' or '1e999'), which opens it."""
+def _gate_time(value: Any) -> int:
+    """A gate's opening time from the reply (whole ms, as sync.lua writes it; 0: open now);
+    0 for garbage (an older script passed the hash's text on: 'nan', '1e999'): open."""
     try:
-        return int(value)
+        return max(0, int(value))
     except ValueError:
-        return None
+        return 0
 
 
 def _place(score: bytes) -> tuple[int, int] | None:

@@ -6,9 +6,13 @@
 -- Returns the time (server ms) the domain opens again.
 --- @include "time"
 --- @include "number"
--- SWEEP: the log's oldest entries looked at per close, their expired gates deleted (a sync
--- never deletes one): the hash and the log stay about the size of the gates closed now.
-local SWEEP = 16
+--- @include "gatelog"
+-- SWEEP: the log's oldest entries looked at per close, their gates deleted once open and
+-- changed KEEP_MS ago or more (a sync never deletes one): the hash and the log stay about
+-- the size of the gates closed or changed in that time. KEEP_MS: a gate an operator opened
+-- early (gate_open.lua) stays in the log that long, for every worker's sync to read it
+-- (before it is swept, a worker that has not read it holds its own copy of the gate).
+local SWEEP, KEEP_MS = 16, 600000
 local now = now_ms()
 local untl = now + tonumber(ARGV[2])
 local old = finite(redis_call('HGET', KEYS[1], ARGV[1])) or 0 -- garbage: written over
@@ -21,15 +25,10 @@ if KEYS[2] and redis_call('TYPE', KEYS[2])['ok'] ~= 'zset' and redis_call('EXIST
   return untl
 end
 if KEYS[2] then
-  -- numbers are at least the server's time in µs: a log lost with its Redis, or restored
-  -- from an older copy (a restart from its last snapshot, a failover to a replica behind
-  -- it), goes on above the number a worker holds, which then reads every change since;
-  -- garbage ('=' not below 2^53, where + 1 adds nothing) starts again at that time
-  local last = finite(redis_call('ZSCORE', KEYS[2], '='))
-  if last and (last >= 2 ^ 53 or last + 1 <= last) then last = nil end
-  local n = int_str(math_max(last and last + 1 or 0, now * 1000))
-  redis_call('ZADD', KEYS[2], n, '=', n, ARGV[1])
-  local oldest = redis_call('ZRANGE', KEYS[2], 0, SWEEP - 1)
+  gate_log_write(KEYS[2], {ARGV[1]}, now)
+  -- (the log's numbers are at least the server's time in µs when each change was made)
+  local oldest = redis_call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int_str((now - KEEP_MS)
+    * 1000), 'LIMIT', 0, SWEEP)
   for _, domain in ipairs(oldest) do
     if domain ~= '=' then
       local open_at = finite(redis_call('HGET', KEYS[1], domain))

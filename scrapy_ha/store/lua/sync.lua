@@ -85,9 +85,10 @@
 --          head, '' when none: the worker holds back a buffered request it outranks),
 --          released (leases given back), items (added to the stream by accepted acks),
 --          checkpoints (saved by them), gate number (the log's '=', 0: no log),
---          domain1, open_at1, ... (n gates closed now and changed after the number the
---            worker gave; every closed gate when its number is above the log's: garbage,
---            or a server clock set back; a log lost goes on above it, gate.lua),
+--          domain1, open_at1, ... (n gates changed after the number the worker gave,
+--            open_at 0 for one open now: expired, or opened early by an operator,
+--            gate_open.lua; every gate of the log when its number is above the log's:
+--            garbage, or a server clock set back; a log lost goes on above it, gate.lua),
 --          lists: one string, its fields separated by spaces (see the end of the script):
 --            dropped_id1 ... (d taken requests not stored: duplicates, or refused)
 --            id1 token1 expiries1 wait1 score1 ... (the leases),
@@ -394,9 +395,11 @@ if TY[27] ~= 'none' then -- the gates changed since the worker's number (gate.lu
     local times = TY[11] ~= 'none' and batched('HMGET', KEYS[11], changed, 1) or {}
     for i, domain in ipairs(changed) do
       local open_at = finite(times[i]) -- garbage ('nan', 'inf' too) opens the gate
-      if open_at and open_at > now and domain ~= '=' then
-        open_at = math_ceil(open_at)
-        closed[domain] = open_at
+      if domain ~= '=' then
+        -- a gate changed and open now (opened early by an operator, gate_open.lua, or
+        -- expired): 0, so that a worker holding it closed opens it
+        open_at = open_at and open_at > now and math_ceil(open_at) or 0
+        closed[domain] = open_at > 0 and open_at or nil
         out[#out + 1] = domain
         out[#out + 1] = int_str(open_at) -- a whole number, as the worker reads it
         out[12] = out[12] + 1 -- n, the number of gates returned

@@ -1,0 +1,157 @@
+"""The crawl's domain gates, as an operator sees and opens them (``scrapy-ha gates``).
+
+A 429 (or a 503 with ``Retry-After``) closes its domain for every worker until the time the
+site asked for (at most ``HA_RETRY_AFTER_MAX``): ``ha:{S}:gates``, domain -> the server ms
+it opens. An operator who knows the site is fine again (its ban was lifted, the crawl's
+address was allowed) opens it early: the gate leaves the hash and its change is logged
+(``store/lua/gate_open.lua``), so that each worker's next sync opens it too; what waited
+behind it goes at once: its host's back queues parked in ``waiting`` are made due there, and
+so are its delayed entries that waited for it (deferred for the gate, or retries of a 429).
+A sharded crawl closes a gate in every shard: it is opened in every shard.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Opened", "closed_gates", "last_class", "open_gates"]
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import describe
+from scrapy_ha.codec.document import META
+from scrapy_ha.ops.operations import BATCH, server_ms
+from scrapy_ha.store import scripts
+from scrapy_ha.store.payloads import read_payloads
+from scrapy_ha.store.sharding import shards_of
+from scrapy_ha.store.wire import text
+
+if TYPE_CHECKING:
+    from scrapy_ha.store.queue import RedisQueue
+
+#: Fields of ``held`` (or members of ``waiting``) an ``HSCAN`` (``ZSCAN``) step looks at.
+SCAN = 10_000
+
+
+@dataclass
+class Opened:
+    """What an open did: the gates it opened (domain -> the server ms each would have
+    opened at), and what waited behind them and was made due."""
+
+    gates: dict[str, int] = field(default_factory=dict)
+    #: back queues of their hosts parked in ``waiting``, made due
+    queues: int = 0
+    #: delayed entries deferred for their gates, made due
+    entries: int = 0
+
+
+async def closed_gates(queue: RedisQueue) -> dict[str, int]:
+    """The gates closed now (domain -> the server ms it opens; of every shard, the latest),
+    soonest first."""
+    now = await server_ms(queue.client)
+    found: dict[str, int] = {}
+    for shard in shards_of(queue):
+        for domain, until in (await shard.client.hgetall(shard.keys.gates)).items():
+            opens = _ms(until)
+            if opens is not None and opens > now:
+                name = text(domain)
+                found[name] = max(opens, found.get(name, 0))
+    return dict(sorted(found.items(), key=lambda item: (item[1], item[0])))
+
+
+async def open_gates(queue: RedisQueue, domains: list[str] | None) -> Opened:
+    """Open the gates of *domains* (None: every gate closed now) in every shard, then make
+    what waited behind them due. A domain whose gate is not closed is left as it is."""
+    done = Opened()
+    script = scripts.Registered(queue.client, "gate_open")
+    for shard in shards_of(queue):
+        keys = shard.keys
+        flat = await script(keys=[keys.gates, keys.gate_log], args=domains or [])
+        opened = {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+        for domain, until in opened.items():
+            done.gates[domain] = max(until, done.gates.get(domain, 0))
+        if opened:
+            done.queues += await _wake_queues(shard, set(opened))
+            done.entries += await _due_entries(shard, set(opened))
+    return done
+
+
+async def _wake_queues(shard: RedisQueue, hosts: set[str]) -> int:
+    """Make the back queues of *hosts* parked in ``waiting`` due now (``ZADD XX``: a queue
+    the lease took back to ``ready`` meanwhile is not added again); the next lease of any
+    worker moves them back to ``ready``."""
+    client, key = shard.client, shard.keys.waiting
+    now = await server_ms(client)
+    match = "*" if len(hosts) > 1 else "*:" + _glob(next(iter(hosts)))
+    qids = [
+        qid
+        async for qid, _ in client.zscan_iter(key, match=match, count=SCAN)
+        if _host(qid) in hosts
+    ]
+    return await _due(client, key, qids, now)
+
+
+async def _due_entries(shard: RedisQueue, domains: set[str]) -> int:
+    """Make the delayed entries of *domains* that waited for their gates due now: those
+    deferred for it (marked ``gate <domain>`` in ``held``) and the retries of a 429
+    (``rate_limited``: their delay is the site's ``Retry-After``, as the gate's); a retry of
+    another class keeps its backoff, and a revisit its time. The next sync of any worker
+    promotes them."""
+    client, keys = shard.client, shard.keys
+    ids = [  # the delayed entries of these hosts (their restore record: "<score> <host>")
+        text(entry_id)
+        async for entry_id, record in client.hscan_iter(keys.delayed_score, count=SCAN)
+        if text(record).partition(" ")[2] in domains
+    ]
+    chosen: list[str] = []
+    for start in range(0, len(ids), BATCH):
+        part = ids[start : start + BATCH]
+        marks = await client.hmget(keys.held, part)
+        retries = [i for i, mark in zip(part, marks, strict=True) if mark is None]
+        chosen += [
+            i for i, mark in zip(part, marks, strict=True) if text(mark or b"")[:5] == "gate "
+        ]
+        payloads = await read_payloads(client, keys, retries)
+        chosen += [
+            i
+            for i, payload in zip(retries, payloads, strict=True)
+            if last_class(payload) == "rate_limited"
+        ]
+    return await _due(client, keys.delayed, chosen, await server_ms(client))
+
+
+def last_class(payload: bytes | None) -> str | None:
+    """The failure class of a stored request's last attempt (``meta["ha_history"]``), None
+    for one never failed or unreadable."""
+    meta = describe(payload).document.get(META)
+    history = meta.get(metakeys.HISTORY) if isinstance(meta, dict) else None
+    last = history[-1] if isinstance(history, list) and history else None
+    found = last.get("class") if isinstance(last, dict) else None
+    return found if isinstance(found, str) else None
+
+
+async def _due(client: Any, key: str, members: list[Any], now: int) -> int:
+    changed = 0
+    for start in range(0, len(members), BATCH):
+        mapping = dict.fromkeys(members[start : start + BATCH], now)
+        changed += int(await client.zadd(key, mapping, xx=True, ch=True))
+    return changed
+
+
+def _host(qid: Any) -> str:
+    """The host of a back queue's id (``<priority>:<host>``, ``<priority>s:<host>``)."""
+    return text(qid).partition(":")[2]
+
+
+def _glob(name: str) -> str:
+    """*name* as a literal in a ``SCAN`` pattern (an IPv6 host's brackets included)."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", name)
+
+
+def _ms(value: Any) -> int | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number == number and abs(number) != float("inf") else None

@@ -1,0 +1,212 @@
+"""An operator opens a domain gate early (``scrapy-ha gates open``, ops/gates.py,
+gate_open.lua): every worker's next sync opens it too (sync.lua returns the change with the
+time 0), and what waited behind it goes at once. Before, a gate held its domain until the
+time the site asked for, up to ``HA_RETRY_AFTER_MAX`` (10 minutes by default), whatever
+the operator knew: every worker kept its own copy of the gate, and the back queues and
+deferred requests behind it waited for that time."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio
+from scrapy import Request
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha import metakeys
+from scrapy_ha.codec import describe, encode_request
+from scrapy_ha.keys import Keys
+from scrapy_ha.ops.gates import closed_gates, open_gates
+from scrapy_ha.scheduler.domains import ClosedDomains
+from scrapy_ha.store.gate_log import OPEN, GateLog
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.sharding import make_queue
+from scrapy_ha.store.wire import NewEntry, SyncResult
+from tests.cli_seed import SCRAPY_HA
+from tests.spiders import FaultSpider
+from tests.test_gate_log import page
+from tests.test_retry_crawl import FAST_RETRIES, watch_gate
+
+KEYS = Keys("ha", "gopen")
+
+
+def open_queue(url: str) -> RedisQueue:
+    return RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
+
+
+@deferred_f_from_coro_f
+async def test_an_opened_gate_reaches_the_worker_and_frees_its_parked_queue(redis_url):
+    worker, operator = open_queue(redis_url), open_queue(redis_url)
+    try:
+        await worker.close_gate("gated.test", 600_000)
+        await worker.enqueue([page("gated.test", n) for n in range(3)] + [page("free.test", 1)])
+        first = await worker.sync(lease=10)
+        assert [x.payload for x in first.leases] == [b'{"v":1,"u":"http://free.test/1"}']
+        worker.take_gates()
+        assert list(await closed_gates(operator)) == ["gated.test"]
+        done = await open_gates(operator, ["gated.test", "open.test"])
+        assert list(done.gates) == ["gated.test"] and done.queues == 1 and done.entries == 0
+        assert await closed_gates(operator) == {}
+        second = await worker.sync(lease=10)
+        assert second.gates == {"gated.test": 0}  # before: nothing, the worker's gate held
+        assert worker.take_gates() == ({"gated.test": OPEN}, False)
+        assert len(second.leases) == 3  # before: parked until the gate's time
+        assert (await worker.sync()).gates == {}  # once
+    finally:
+        await worker.client.aclose()
+        await operator.client.aclose()
+
+
+def stored(url: str, failed: str | None = None) -> NewEntry:
+    meta = {metakeys.HISTORY: [{"class": failed, "outcome": "HTTP 429"}]} if failed else {}
+    host = url.split("/")[2]
+    return NewEntry(url.encode(), 0, encode_request(Request(url, meta=meta), None), host=host)
+
+
+@deferred_f_from_coro_f
+async def test_what_waited_for_a_gate_is_made_due_when_it_opens(redis_url):
+    worker = open_queue(redis_url)
+    try:
+        await worker.enqueue(
+            [stored("http://gated.test/1"), stored("http://gated.test/2", "rate_limited")]
+            + [
+                stored("http://gated.test/3", "server"),
+                stored("http://other.test/4", "rate_limited"),
+            ]
+        )
+        leases = {describe(x.payload).url: x for x in (await worker.sync(lease=10)).leases}
+        await worker.close_gate("gated.test", 600_000)
+        # the first was held when the gate closed (deferred without an attempt), the others
+        # failed: a 429 (its Retry-After), a 503, another site's 429
+        whys = {"gated.test/1": "", "gated.test/2": "rate_limited", "gated.test/3": "server"}
+        whys["other.test/4"] = "rate_limited"
+        for path, why in whys.items():
+            lease = leases[f"http://{path}"]
+            assert await worker.retry_later(lease.id, lease.token, 600_000, lease.payload, 0, why)
+        assert (await worker.sync(lease=10)).leases == []
+        done = await open_gates(worker, None)
+        assert (list(done.gates), done.queues, done.entries) == (["gated.test"], 0, 2)
+        urls = [describe(x.payload).url for x in (await worker.sync(lease=10)).leases]
+        assert sorted(urls) == ["http://gated.test/1", "http://gated.test/2"]
+    finally:
+        await worker.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawls_gate_is_opened_in_every_shard(redis_url):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "gopens", 3, worker="w1")
+    try:
+        await queue.close_gate("a.test", 600_000)
+        await queue.sync(lease=1)
+        assert set(queue.take_gates()[0]) == {"a.test"}
+        done = await open_gates(queue, ["a.test"])
+        assert list(done.gates) == ["a.test"]
+        for shard in queue.shards:
+            assert await shard.client.hlen(shard.keys.gates) == 0
+        await queue.sync(lease=1)
+        assert queue.take_gates() == ({"a.test": OPEN}, False)
+    finally:
+        await client.aclose()
+
+
+def test_the_worker_opens_a_gate_redis_says_is_open():
+    closed = ClosedDomains()
+    now = time.monotonic()
+    closed.learn({"a.test": now + 600, "b.test": now + 600}, every=False)
+    closed.learn({"a.test": OPEN}, every=False)
+    assert set(closed.until) == {"b.test"} and "a.test" not in closed.since
+    closed.learn({"c.test": OPEN}, every=False)  # one it never held: nothing to open
+    assert set(closed.until) == {"b.test"}
+
+
+def reply(number: int, gates: dict[str, int]) -> SyncResult:
+    counts = dict.fromkeys(("added", "acked", "stale", "pending", "leased", "delayed"), 0)
+    return SyncResult(now_ms=1_000_000, gates=gates, gate_number=number, **counts)
+
+
+def test_the_later_log_wins_when_replies_are_noted_out_of_order():
+    log = GateLog()
+    log.note(0, reply(20, {"a.test": 0}))  # opened (number 20)...
+    log.note(0, reply(10, {"a.test": 1_600_000}))  # ...the older reply, noted after it
+    assert log.take()[0] == {"a.test": OPEN}  # before: the latest close, whatever its number
+    log.note(20, reply(30, {"a.test": 1_600_000}))  # closed again after the open
+    log.note(20, reply(30, {"a.test": 0}))  # of the same log: the close holds
+    assert log.take()[0]["a.test"] > time.monotonic()
+
+
+def cli(redis_url: str, *args: str) -> tuple[int, str, str]:
+    import subprocess
+
+    done = subprocess.run(
+        [SCRAPY_HA, "--redis-url", redis_url, *args], capture_output=True, text=True, timeout=60
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+@deferred_f_from_coro_f
+async def test_the_commands_list_and_open_gates(redis_url):
+    queue = open_queue(redis_url)
+    try:
+        await queue.sync()  # the crawl exists
+        await queue.close_gate("b.test", 600_000)
+        await queue.close_gate("a.test", 300_000)
+        await queue.close_gate("[::1]", 900_000)
+        await queue.enqueue([page("a.test", n) for n in range(2)])
+        await queue.sync(lease=10)  # a.test's queue parked behind its gate
+    finally:
+        await queue.client.aclose()
+    code, out, _ = cli(redis_url, "gates", "list", "gopen")
+    rows = [line.split()[0] for line in out.splitlines()[1:-1]]
+    assert code == 0 and rows == ["a.test", "b.test", "[::1]"]  # soonest open first
+    assert out.splitlines()[1].split()[-1] == "2"  # the requests waiting behind it
+    assert out.splitlines()[-1] == "3 closed gates in gopen"
+    code, out, err = cli(redis_url, "gates", "open", "gopen", "a.test", "nope.test", "--dry-run")
+    assert code == 1 and "would open 1 gate of gopen" in out and "nope.test" in err
+    code, _, err = cli(redis_url, "gates", "open", "gopen", "a.test")
+    assert code == 1 and "without --yes" in err  # stdin is no terminal: nothing changed
+    code, _, err = cli(redis_url, "gates", "open", "gopen", "a.test", "--all", "-y")
+    assert code == 1 and "not both" in err
+    code, out, _ = cli(redis_url, "gates", "open", "gopen", "a.test", "-y")
+    assert code == 0 and "opened 1 gate of gopen (a.test)" in out and "1 back queue" in out
+    code, out, _ = cli(redis_url, "gates", "open", "gopen", "--all", "-y")
+    assert code == 0 and "opened 2 gates of gopen ([::1], b.test)" in out
+    code, out, _ = cli(redis_url, "gates", "list", "gopen")
+    assert code == 0 and out.strip() == "no closed gate in gopen"
+
+
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+@pytest.mark.usefixtures("fast_engine_heartbeat")
+@deferred_f_from_coro_f
+async def test_a_crawl_held_by_a_long_retry_after_goes_on_once_its_gate_is_opened(
+    redis_url, redis_client, site
+):
+    """The site asks for 10 minutes (``Retry-After: 600``, ``HA_RETRY_AFTER_MAX``'s default);
+    the operator opens the gate once both workers hold it, and the crawl ends within the
+    minutes it waits here, not the ten. Before, each worker kept its gate closed: the
+    requests it leased of the domain were deferred again until its own time."""
+    paths = ("/flaky/1?fail=1&status=429&retry_after=600", *(f"/item/{i}" for i in range(2, 12)))
+    worker = {**FAST_RETRIES, "REDIS_URL": redis_url, "CONCURRENT_REQUESTS": 1, "HA_PREFETCH": 1}
+    crawlers = [get_crawler(FaultSpider, worker) for _ in range(2)]
+    crawling = asyncio.ensure_future(
+        asyncio.gather(*(c.crawl_async(base_url=site.url, paths=paths) for c in crawlers))
+    )
+    await watch_gate(redis_client, Keys("ha", "faults"), crawlers, crawling)
+    opening = await asyncio.create_subprocess_exec(
+        SCRAPY_HA,
+        "--redis-url",
+        redis_url,
+        "gates",
+        "open",
+        "faults",
+        "--all",
+        "-y",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await opening.communicate()
+    assert opening.returncode == 0 and b"opened 1 gate of faults" in out, out
+    await asyncio.wait_for(crawling, 240)  # the gate's own time is 600 s away
+    assert sorted(p for c in crawlers for p in c.spider.ok) == sorted(paths)
