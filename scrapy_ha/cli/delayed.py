@@ -62,7 +62,7 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
     attempts = (
         sum(v for v in retries.values() if isinstance(v, int)) if isinstance(retries, dict) else 0
     )
-    fclass = last_class(payload)
+    fclass = last_class(summary.document)
     why = (held or b"").split(b" ", 1)[0].decode(errors="backslashreplace")
     fclass = why if why in HELD_KINDS else fclass
     return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url_or())

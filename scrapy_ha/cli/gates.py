@@ -18,6 +18,7 @@ from scrapy_ha.ops.display import humanize, local_time
 from scrapy_ha.ops.gates import closed_gates, open_gates
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.waiting import read_waiting
+from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -55,24 +56,39 @@ async def gates_open(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 1
     spider = queue.keys.spider
     gates = await closed_gates(queue)
-    chosen = list(gates) if args.all else [d for d in dict.fromkeys(args.domains) if d in gates]
-    missing = [d for d in dict.fromkeys(args.domains or []) if d not in gates]
+    named = list(dict.fromkeys(domain_of(d) for d in args.domains or []))
+    chosen = list(gates) if args.all else [d for d in named if d in gates]
+    missing = [d for d in named if d not in gates]
     say_missing("closed gate", missing, spider)
     what = f"{plural(len(chosen), 'gate')} of {spider}"
-    verdict = approve(
-        args, "open", what, [f"{d} (closed until {local_time(gates[d])})" for d in chosen]
-    )
+    listed = [f"{d} (closed until {local_time(gates[d])})" for d in chosen]
+    listed += [f"{d} (no closed gate: what still waits for it is made due)" for d in missing]
+    verdict = approve(args, "open", what, listed)
     if not verdict:  # a dry run: 0, or 1 with a domain not closed
         return int(bool(missing)) if verdict is None else 1
-    if not chosen:
-        print(f"opened no gate of {spider}")
-        return 1 if missing else 0
-    done = await open_gates(queue, None if args.all else chosen)
+    # (a domain not closed too: what still waits for it goes, if an open of it stopped
+    # part way; the confirmed gates only, not one a 429 closed since)
+    done = await open_gates(queue, chosen + missing)
     names = ", ".join(sorted(done.gates))
+    opened = (
+        f"opened {plural(len(done.gates), 'gate')} of {spider} ({names}): each worker opens "
+        f"its copy at its next sync"
+        if done.gates
+        else f"no gate of {spider} was closed any more"
+    )
     print(
-        f"opened {plural(len(done.gates), 'gate')} of {spider} ({names}): every worker opens "
-        f"{'it' if len(done.gates) == 1 else 'them'} at its next sync; "
-        f"{plural(done.queues, 'back queue')} and {plural(done.entries, 'deferred request')} "
-        "made due"
+        f"{opened}; {plural(done.queues, 'back queue')} and "
+        f"{plural(done.entries, 'delayed request')} that waited for "
+        f"{'it' if len(chosen + missing) == 1 else 'them'} made due"
     )
     return 1 if missing else 0
+
+
+def domain_of(text: str) -> str:
+    """A domain as the back queues name their host: ``Shop.Example:8080``,
+    ``https://shop.example/x`` and ``shop.example`` are one; ``::1`` is ``[::1]``."""
+    if "://" not in text:
+        bare_ipv6 = text.count(":") > 1 and not text.startswith("[")
+        text = f"http://[{text}]" if bare_ipv6 else f"http://{text}"
+    host = url_host(text)
+    return host if host != "-" else text

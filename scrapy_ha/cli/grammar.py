@@ -171,7 +171,7 @@ def _gates(sub: Any) -> None:
         gates,
         "open",
         at("gates", "gates_open"),
-        "open gates now (DOMAIN..., or --all): every worker opens them at its next sync, and "
+        "open gates now (DOMAIN..., or --all): each worker opens its copy at its next sync, and "
         "what waited behind them goes at once; a site still limiting closes its gate again",
     )
     opening.add_argument("domains", nargs="*", metavar="DOMAIN", help="as `gates list` names it")

@@ -1,13 +1,14 @@
 """The crawl's domain gates, as an operator sees and opens them (``scrapy-ha gates``).
 
-A 429 (or a 503 with ``Retry-After``) closes its domain for every worker until the time the
-site asked for (at most ``HA_RETRY_AFTER_MAX``): ``ha:{S}:gates``, domain -> the server ms
-it opens. An operator who knows the site is fine again (its ban was lifted, the crawl's
-address was allowed) opens it early: the gate leaves the hash and its change is logged
-(``store/lua/gate_open.lua``), so that each worker's next sync opens it too; what waited
-behind it goes at once: its host's back queues parked in ``waiting`` are made due there, and
-so are its delayed entries that waited for it (deferred for the gate, or retries of a 429).
-A sharded crawl closes a gate in every shard: it is opened in every shard.
+A 429 (or a 503 with ``Retry-After``) closes its domain for every worker for the retry's
+delay (the site's ``Retry-After``, at most ``HA_RETRY_AFTER_MAX``): ``ha:{S}:gates``,
+domain -> the server ms it opens. An operator who knows the site is fine again (its ban
+was lifted, the crawl's address was allowed) opens it early: the gate leaves the hash and
+its change is logged (``store/lua/gate_open.lua``), so that each worker's next sync opens
+its copy; what waited behind it goes at once: its host's back queues parked in ``waiting``
+are made due there, and so are its delayed entries that waited for it (deferred for the
+gate, or retries of a 429). A sharded crawl closes a gate in every shard: it is opened in
+every shard.
 """
 
 from __future__ import annotations
@@ -60,20 +61,20 @@ async def closed_gates(queue: RedisQueue) -> dict[str, int]:
     return dict(sorted(found.items(), key=lambda item: (item[1], item[0])))
 
 
-async def open_gates(queue: RedisQueue, domains: list[str] | None) -> Opened:
-    """Open the gates of *domains* (None: every gate closed now) in every shard, then make
-    what waited behind them due. A domain whose gate is not closed is left as it is."""
+async def open_gates(queue: RedisQueue, domains: list[str]) -> Opened:
+    """Open the gates of *domains* in every shard, then make what waited behind them due.
+    What waited for a domain whose gate is not closed is made due too: an open stopped part
+    way (a connection lost after the gate was opened) is finished by running it again."""
     done = Opened()
     script = scripts.Registered(queue.client, "gate_open")
     for shard in shards_of(queue):
         keys = shard.keys
-        flat = await script(keys=[keys.gates, keys.gate_log], args=domains or [])
-        opened = {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
-        for domain, until in opened.items():
+        flat = await script(keys=[keys.gates, keys.gate_log], args=domains)
+        for i in range(0, len(flat), 2):
+            domain, until = text(flat[i]), int(flat[i + 1])
             done.gates[domain] = max(until, done.gates.get(domain, 0))
-        if opened:
-            done.queues += await _wake_queues(shard, set(opened))
-            done.entries += await _due_entries(shard, set(opened))
+        done.queues += await _wake_queues(shard, set(domains))
+        done.entries += await _due_entries(shard, set(domains))
     return done
 
 
@@ -83,7 +84,7 @@ async def _wake_queues(shard: RedisQueue, hosts: set[str]) -> int:
     worker moves them back to ``ready``."""
     client, key = shard.client, shard.keys.waiting
     now = await server_ms(client)
-    match = "*" if len(hosts) > 1 else "*:" + _glob(next(iter(hosts)))
+    match = "*:" + _glob(next(iter(hosts))) if len(hosts) == 1 else "*"
     qids = [
         qid
         async for qid, _ in client.zscan_iter(key, match=match, count=SCAN)
@@ -116,15 +117,16 @@ async def _due_entries(shard: RedisQueue, domains: set[str]) -> int:
         chosen += [
             i
             for i, payload in zip(retries, payloads, strict=True)
-            if last_class(payload) == "rate_limited"
+            if last_class(describe(payload).document) == "rate_limited"
         ]
     return await _due(client, keys.delayed, chosen, await server_ms(client))
 
 
-def last_class(payload: bytes | None) -> str | None:
-    """The failure class of a stored request's last attempt (``meta["ha_history"]``), None
-    for one never failed or unreadable."""
-    meta = describe(payload).document.get(META)
+def last_class(document: dict[str, Any]) -> str | None:
+    """The failure class of the last attempt of a stored request (its document, as
+    :func:`~scrapy_ha.codec.describe` reads it: ``meta["ha_history"]``), None for one never
+    failed or unreadable."""
+    meta = document.get(META)
     history = meta.get(metakeys.HISTORY) if isinstance(meta, dict) else None
     last = history[-1] if isinstance(history, list) and history else None
     found = last.get("class") if isinstance(last, dict) else None

@@ -50,31 +50,43 @@ class ClosedDomains:
     """Domains closed for every worker, by Redis's word or this worker's: domain ->
     ``time.monotonic()`` when it opens. A domain is a request's host as its back queue
     names it (:func:`~scrapy_ha.store.hosts.url_host`: an IPv6 literal keeps its brackets),
-    so that the gate Redis keeps holds that queue back."""
+    so that the gate Redis keeps holds that queue back.
+
+    Redis's latest word on a domain replaces this worker's copy (a gate an operator opened,
+    then a 429 closed for less, is that shorter gate: before, the copy only grew), but for
+    the closes of this worker not sent yet (*unsent*: the outbox's, domain -> seconds),
+    which a reply of a call made before them cannot know of."""
 
     #: Seconds between two sweeps of the gates that opened (a check per request costs
     #: nothing while none is known; one sweep a second costs nothing at 50,000)
     SWEEP_S = 1.0
 
-    def __init__(self) -> None:
+    def __init__(self, unsent: dict[str, float] | None = None) -> None:
         self.until: dict[str, float] = {}
         #: domain -> when (``time.monotonic()``) this worker first knew its gate closed
         self.since: dict[str, float] = {}
+        self._unsent = unsent if unsent is not None else {}
+        #: domain -> when this worker's own close opens, while it is in *unsent*
+        self._own: dict[str, float] = {}
         self._swept = 0.0
 
     def learn(self, gates: dict[str, float], *, every: bool) -> None:
-        """Close the domains of *gates* as Redis said, and open those it said are open now
-        (an operator opened them early: ``scrapy-ha gates open``); with *every*, only those
-        are closed: the log Redis kept was lost, and the others' gates with it."""
+        """Take Redis's word on the domains of *gates* (closed until a time, or open now:
+        expired, or opened early by an operator, ``scrapy-ha gates open``); with *every*,
+        the others are open too: the log Redis kept was lost, and their gates with it."""
         until = self.until
+        own = {d: t for d, t in self._own.items() if d in self._unsent}
+        self._own = own
         if every:
             until.clear()
+            until.update(own)
         now = time.monotonic()
         for domain, opens in gates.items():
-            if opens > until.get(domain, 0):
+            opens = max(opens, own.get(domain, 0.0))
+            if opens > now:
                 self._closing(domain, now)
                 until[domain] = opens
-            elif opens <= now and until.pop(domain, None) is not None:
+            elif until.pop(domain, None) is not None:
                 self.since.pop(domain, None)
         if until and now >= self._swept + self.SWEEP_S:
             self._swept = now
@@ -99,7 +111,7 @@ class ClosedDomains:
         if until <= self.until.get(domain, 0):
             return None
         self._closing(domain, now)
-        self.until[domain] = until
+        self.until[domain] = self._own[domain] = until
         return domain
 
     def sent_before(self, request: Request) -> float:

@@ -106,7 +106,7 @@ class Scheduler:
         self.inflight.on_retry = self.handout.gate.replaced
         schemes = self.admission.schemes
         self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
-        self.closed = ClosedDomains()  # domains closed for every worker (429): middlewares read it
+        self.closed = ClosedDomains(self.outbox.gates)  # closed for every worker (429)
         self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._fatal = False  # the crawl could not start (logged): exit with an error

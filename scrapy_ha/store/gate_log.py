@@ -29,6 +29,9 @@ class GateLog:
         self.number = 0
         #: domain -> (the gate number of the reply that said it, when it opens)
         self._news: dict[str, tuple[int, float]] = {}
+        #: domain -> the gate number of the word on it last taken: an older reply noted
+        #: after it (calls that overlapped) is passed over
+        self._taken: dict[str, int] = {}
         self._every = False
 
     def note(self, since: int, result: SyncResult) -> None:
@@ -43,14 +46,15 @@ class GateLog:
             # the log is behind the number sent: lost with its Redis (a restart without
             # persistence, a flush, garbage), so the reply holds every gate closed now
             self._news, self._every = gates, True
+            self._taken.clear()
             self.number = number
             return
-        news = self._news
+        news, taken = self._news, self._taken
         for domain, said in gates.items():
-            # the word of the later log wins (a gate is never shortened but by an operator
-            # opening it); of the same log, the later opening (replies of calls that
-            # overlapped, noted out of order)
-            if said > news.get(domain, (0, OPEN)):
+            # the word of the later log wins (an operator opens a gate early, a 429 then
+            # closes it for less); of the same log, the later opening (replies of calls
+            # that overlapped, noted out of order)
+            if said > news.get(domain, (taken.get(domain, 0), OPEN)):
                 news[domain] = said
         self.number = max(self.number, number)
 
@@ -60,4 +64,5 @@ class GateLog:
         others known before are gone)."""
         news, every = self._news, self._every
         self._news, self._every = {}, False
+        self._taken.update((domain, number) for domain, (number, _) in news.items())
         return {domain: opens for domain, (_, opens) in news.items()}, every

@@ -7,11 +7,12 @@
 --- @include "time"
 --- @include "number"
 --- @include "gatelog"
--- SWEEP: the log's oldest entries looked at per close, their gates deleted once open and
--- changed KEEP_MS ago or more (a sync never deletes one): the hash and the log stay about
--- the size of the gates closed or changed in that time. KEEP_MS: a gate an operator opened
--- early (gate_open.lua) stays in the log that long, for every worker's sync to read it
--- (before it is swept, a worker that has not read it holds its own copy of the gate).
+-- SWEEP: the log's oldest entries looked at per close, their gates deleted once open (a
+-- sync never deletes one): the hash and the log stay about the size of the gates closed
+-- now. KEEP_MS: a gate an operator opened early (gate_open.lua deletes it from the hash)
+-- stays in the log that long after, for every worker's sync to read it (one swept before
+-- a worker read it leaves that worker its copy, until the gate's own time); a gate that
+-- expired at its time goes at once (every worker's copy expires with it).
 local SWEEP, KEEP_MS = 16, 600000
 local now = now_ms()
 local untl = now + tonumber(ARGV[2])
@@ -27,15 +28,15 @@ end
 if KEYS[2] then
   gate_log_write(KEYS[2], {ARGV[1]}, now)
   -- (the log's numbers are at least the server's time in µs when each change was made)
-  local oldest = redis_call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int_str((now - KEEP_MS)
-    * 1000), 'LIMIT', 0, SWEEP)
-  for _, domain in ipairs(oldest) do
-    if domain ~= '=' then
-      local open_at = finite(redis_call('HGET', KEYS[1], domain))
-      if not open_at or open_at <= now then
-        redis_call('HDEL', KEYS[1], domain)
-        redis_call('ZREM', KEYS[2], domain)
-      end
+  local kept = (now - KEEP_MS) * 1000
+  local oldest = redis_call('ZRANGE', KEYS[2], 0, SWEEP - 1, 'WITHSCORES')
+  for i = 1, #oldest, 2 do
+    local domain = oldest[i]
+    local open_at = finite(redis_call('HGET', KEYS[1], domain))
+    if domain ~= '=' and (open_at and open_at <= now
+        or not open_at and tonumber(oldest[i + 1]) < kept) then
+      redis_call('HDEL', KEYS[1], domain)
+      redis_call('ZREM', KEYS[2], domain)
     end
   end
 end

@@ -390,15 +390,17 @@ if TY[27] ~= 'none' then -- the gates changed since the worker's number (gate.lu
     local last = finite(redis_call('ZSCORE', KEYS[27], '='))
     out[18] = last and int_str(last) or 0
     if not last or since == last then return end
-    local from = since < last and '(' .. int_str(since) or '-inf' -- above the log's: all
+    local changes = since > 0 and since < last -- else every gate (0: a new worker)
+    local from = changes and '(' .. int_str(since) or '-inf' -- above the log's: all
     local changed = redis_call('ZRANGEBYSCORE', KEYS[27], from, '+inf')
     local times = TY[11] ~= 'none' and batched('HMGET', KEYS[11], changed, 1) or {}
     for i, domain in ipairs(changed) do
       local open_at = finite(times[i]) -- garbage ('nan', 'inf' too) opens the gate
-      if domain ~= '=' then
-        -- a gate changed and open now (opened early by an operator, gate_open.lua, or
-        -- expired): 0, so that a worker holding it closed opens it
-        open_at = open_at and open_at > now and math_ceil(open_at) or 0
+      open_at = open_at and open_at > now and math_ceil(open_at) or 0
+      -- a gate changed and open now (opened early by an operator, gate_open.lua, or
+      -- expired): 0, so that a worker holding it closed opens it (a worker that reads every
+      -- gate holds none: it is told the closed ones only)
+      if domain ~= '=' and (open_at > 0 or changes) then
         closed[domain] = open_at > 0 and open_at or nil
         out[#out + 1] = domain
         out[#out + 1] = int_str(open_at) -- a whole number, as the worker reads it
@@ -447,9 +449,11 @@ local promote_and_lease = n_lease > 0 and function()
     local open_at = closed[host]
     if open_at == nil and TY[11] ~= 'none' then -- (a gate's text is the crawl's data)
       local text = redis_call('HGET', KEYS[11], host)
-      open_at = finite(text)
-      open_at = open_at and open_at > now and math_ceil(open_at)
-      if text and not open_at then redis_call('HDEL', KEYS[11], host) end -- expired, garbage
+      local t = finite(text)
+      open_at = t and t > now and math_ceil(t)
+      -- garbage goes (an expired gate is swept with its log entry, gate.lua: deleted here,
+      -- it would read as one an operator opened, kept in the log for minutes)
+      if text and not t then redis_call('HDEL', KEYS[11], host) end
       closed[host] = open_at or false
     end
     if open_at then return nil, open_at end
