@@ -103,6 +103,10 @@ def test_a_url_or_domain_that_can_never_match_is_a_usage_error(redis_url):
         ("forget", "catalogue", "--domain", "*.shop.example", "--yes"),
         ("forget", "catalogue", "--domain", ".shop.example", "--yes"),
         ("forget", "catalogue", "--domain", "user@shop.example", "--yes"),
+        # a rule matching no URL, kept for the crawl's life (a QA run: stored, exit 0)
+        ("forget", "catalogue", "--pattern", "", "--yes"),
+        ("forget", "catalogue", "--pattern", "   ", "--yes"),
+        ("forget", "catalogue", "--pattern", "shop.example/p/1", "--yes"),
     ):
         done = seen(redis_url, *args)
         assert done.returncode == 2, (args, done.stderr)
@@ -110,3 +114,5 @@ def test_a_url_or_domain_that_can_never_match_is_a_usage_error(redis_url):
     ok = seen(redis_url, "forget", "catalogue", "--domain", "Bücher.Example.", "--dry-run")
     assert ok.returncode == 0, ok.stderr  # as workers see its URLs' host
     assert "every URL of xn--bcher-kva.example and its subdomains" in ok.stdout
+    ok = seen(redis_url, "forget", "catalogue", "--pattern", "*shop.example/p/*", "--dry-run")
+    assert ok.returncode == 0 and "every URL matching *shop.example/p/*" in ok.stdout

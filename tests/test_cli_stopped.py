@@ -33,6 +33,11 @@ def test_status_says_a_crawl_was_stopped_until_a_worker_resumes_it(redis_url, re
     # nothing moves: no countdown (a QA run: "eta 8m 52s" under the stopped line)
     assert "eta  none while stopped: 1 left" in text, text
     assert doc["eta_seconds"] is None
+    # paused too: a worker started now joins it and waits (a QA run: "resumes it")
+    assert scrapy_ha("pause", "halted", "--redis-url", redis_url).returncode == 0
+    text, _ = _status(redis_url)
+    assert "no worker runs it; a worker started now joins it, paused" in text, text
+    assert scrapy_ha("resume", "halted", "--redis-url", redis_url).returncode == 0
     redis_client.hset("ha:{halted}:run", "resumed", at + 5)  # a worker started since
     text, doc = _status(redis_url)
     assert "stopped" not in text and doc["stopped_at"] is None

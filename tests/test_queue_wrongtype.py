@@ -226,7 +226,7 @@ async def test_times_no_worker_sets_are_taken_as_garbage(redis_url):
         await q.client.zadd(KEYS.delayed, {later.id: 1e300})
         near = await leased(q)  # a lease past the longest HA_LEASE_TIME (1e12 ms) is garbage
         await q.client.zadd(KEYS.leased, {near.id: time.time() * 1000 + 1e13})
-        far = await leased(q)  # a revisit's longest interval (1e12 s) is no garbage
+        far = await leased(q)  # 1e15 ms ahead is no garbage (a revisit waits 1e13 at most)
         assert await q.retry_later(far.id, far.token, 10**15, PAGE, failure_class="server")
         await q.client.zadd(KEYS.workers, {"ghost": float("inf")})
         reclaimed = await q.reclaim(worker="w", interval_ms=1, batch=10, max_expiries=3)

@@ -219,6 +219,16 @@ def test_a_bad_ttl_names_the_setting(value):
         dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": value}))
 
 
+@pytest.mark.parametrize("value", [-1, "-1", 0.5])
+def test_a_ttl_out_of_range_is_told_the_range(value):
+    """A QA run: -1 said "must be 0 or more seconds" (0.5 is, and is refused all the same),
+    where the reference quotes the range."""
+    from scrapy.settings import Settings
+
+    with pytest.raises(ConfigError, match=r"must be 0 \(seen for ever\) or 1 to 1e\+10 seconds"):
+        dupefilter_ttl(Settings({"HA_DUPEFILTER_TTL": value}))
+
+
 @pytest.mark.parametrize(
     ("value", "shown"),
     [(2e10, "20000000000.0"), (1e10 + 1, "10000000001.0"), ("inf", "'inf'"), ("nan", "'nan'")],

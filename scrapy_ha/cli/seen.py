@@ -57,6 +57,25 @@ def given(args: argparse.Namespace) -> None:
             raise ConfigError(f"{url!r} is not a URL a spider could request: {exc}") from None
     if getattr(args, "domain", None):
         args.domain = [host_name(domain) for domain in args.domain]
+    for pattern in getattr(args, "pattern", None) or []:
+        url_glob(pattern)
+
+
+def url_glob(pattern: str) -> str:
+    """*pattern* if it can match a URL (a rule stays for the crawl's life): not blank, and
+    a scheme (``https://shop.example/p/*``) unless a wildcard stands for one (``*/p/*``); a
+    QA run: ``--pattern ''`` and ``--pattern notaurl`` were stored as rules matching nothing."""
+    literal = re.split(r"[*?\[]", pattern, maxsplit=1)
+    if not pattern.strip() or (len(literal) == 1 and not URL_START.match(pattern)):
+        raise ConfigError(
+            f"--pattern {pattern!r} can match no URL: a pattern matches whole URLs, "
+            "* and ? as in the shell (https://shop.example/p/*, or *shop.example/p/*)"
+        )
+    return pattern
+
+
+#: How a URL starts: its scheme (``https:``, ``data:``).
+URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 #: A host name as a rule holds it: what ``urlsplit(url).hostname`` gives of a URL a spider

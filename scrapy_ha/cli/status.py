@@ -103,7 +103,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines[1:1] = [_run_line(run)] if run else []
             if still and stopped is not None:
-                lines.insert(1, _stopped_line(stopped))
+                lines.insert(1, _stopped_line(stopped, paused=bool(paused)))
             lines += items_text(stats, items)
             if limits:
                 limited = stats.counter("domain_limited")
@@ -121,11 +121,13 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
                 await stop.wait()
 
 
-def _stopped_line(at: int) -> str:
-    """A crawl stopped (``scrapy-ha stop``) that no worker runs now."""
+def _stopped_line(at: int, *, paused: bool) -> str:
+    """A crawl stopped (``scrapy-ha stop``) that no worker runs now (paused too: a worker
+    started now joins it, and waits for ``resume``)."""
+    then = "joins it, paused" if paused else "resumes it"
     return (
         f"{'stopped':>13}  at {local_time(at)} (`scrapy-ha stop`): no worker runs it; "
-        "a worker started now resumes it"
+        f"a worker started now {then}"
     )
 
 

@@ -47,13 +47,27 @@ def dupefilter_ttl(settings: BaseSettings) -> float:
     """``HA_DUPEFILTER_TTL``: seconds after which a URL seen before may be crawled again
     when linked again (0: never)."""
     name, default = "HA_DUPEFILTER_TTL", DEFAULT_DUPEFILTER_TTL
-    ttl = check.seconds(settings, name, default, zero=True, finite=True, most=math.inf)
+    try:
+        ttl = check.seconds(settings, name, default, zero=True, finite=True, most=math.inf)
+    except ConfigError as exc:  # a negative number: told the range, as a number too large
+        number = _finite(check.raw(settings, name, default))
+        if number is None or number >= 0:
+            raise exc from None
+        ttl = number
     if ttl and not MIN_DUPEFILTER_TTL <= ttl <= MAX_DUPEFILTER_TTL:
         raise ConfigError(
             f"{name}={check.raw(settings, name, default)!r} must be 0 (seen for ever) or "
             f"{MIN_DUPEFILTER_TTL:g} to {MAX_DUPEFILTER_TTL:g} seconds (about 317 years)"
         )
     return ttl
+
+
+def _finite(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 # -- revisits ----------------------------------------------------------------------------
@@ -68,9 +82,11 @@ DEFAULT_REVISIT_MAX = 30 * 86400.0
 #: A shorter one hot-loops (the page back in the delayed set due before its lease ended),
 #: and the times kept are whole milliseconds of the server's clock.
 MIN_REVISIT_INTERVAL = 1.0
-#: The longest: 1e12 s (some 31,700 years, "never" in practice). Longer ones (1.7e308)
-#: overflow the sums of adaptive revisits (a ZeroDivisionError at every revisit's end).
-MAX_REVISIT_INTERVAL = 1e12
+#: The longest: 1e10 s (some 317 years, "never" in practice), so that a revisit's due time
+#: is one every tool can show (1e12 s was due in the year 33,715, shown as 9999-12-30: a QA
+#: run). Longer ones (1.7e308) overflow the sums of adaptive revisits (a ZeroDivisionError
+#: at every revisit's end).
+MAX_REVISIT_INTERVAL = 1e10
 #: ``HA_REVISIT_MAX_FAILURES``: failed visits in a row after which a revisited URL is
 #: dead-lettered (5: each is a request's whole retry budget spent, or a 404, an interval
 #: apart; a page down for a day at an hourly interval is still given up within hours).

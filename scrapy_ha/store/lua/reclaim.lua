@@ -59,8 +59,8 @@ local now = now_ms()
 -- Rule: a time further ahead than any a worker sets (written by hand, or +inf) is garbage:
 -- a lease so timed never expired and a delayed entry never came due, so the crawl never
 -- ended; the lease expires now, the entry is due now. A lease lasts at most 1e12 ms
--- (HA_LEASE_TIME's longest), a delayed entry waits at most 1e15 (a revisit's interval,
--- HA_REVISIT's longest: 1e12 s), so 1e12 and 1e16 ms ahead.
+-- (HA_LEASE_TIME's longest), a delayed entry waits at most 1e13 (a revisit's interval,
+-- HA_REVISIT's longest: 1e10 s; 1e12 s before 2026-12-06), so 1e12 and 1e16 ms ahead.
 for key, ahead in pairs({[KEYS[1]] = 1e12, [KEYS[21]] = 1e16}) do
   local far = redis_call('ZRANGEBYSCORE', key, '(' .. int_str(now + ahead), '+inf', 'LIMIT',
     0, batch)
