@@ -59,6 +59,9 @@ async def gates_open(queue: RedisQueue, args: argparse.Namespace) -> int:
     named = list(dict.fromkeys(domain_of(d) for d in args.domains or []))
     chosen = list(gates) if args.all else [d for d in named if d in gates]
     missing = [d for d in named if d not in gates]
+    if not chosen + missing:  # --all with none: nothing to confirm, nor to open
+        print(f"no closed gate in {spider}")
+        return 0
     say_missing("closed gate", missing, spider)
     what = f"{plural(len(chosen), 'gate')} of {spider}"
     listed = [f"{d} (closed until {local_time(gates[d])})" for d in chosen]
@@ -87,8 +90,14 @@ async def gates_open(queue: RedisQueue, args: argparse.Namespace) -> int:
 def domain_of(text: str) -> str:
     """A domain as the back queues name their host: ``Shop.Example:8080``,
     ``https://shop.example/x`` and ``shop.example`` are one; ``::1`` is ``[::1]``."""
-    if "://" not in text:
-        bare_ipv6 = text.count(":") > 1 and not text.startswith("[")
-        text = f"http://[{text}]" if bare_ipv6 else f"http://{text}"
-    host = url_host(text)
-    return host if host != "-" else text
+    url = text
+    if "://" not in url:
+        bare_ipv6 = url.count(":") > 1 and not url.startswith("[")
+        url = f"http://[{url}]" if bare_ipv6 else f"http://{url}"
+    host = url_host(url)
+    if host == "-":
+        return text
+    try:  # as a spider's request has it (Bücher.example: xn--bcher-kva.example)
+        return host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        return host

@@ -29,8 +29,8 @@ class GateLog:
         self.number = 0
         #: domain -> (the gate number of the reply that said it, when it opens)
         self._news: dict[str, tuple[int, float]] = {}
-        #: domain -> the gate number of the word on it last taken: an older reply noted
-        #: after it (calls that overlapped) is passed over
+        #: domain -> the gate number of the word on it the last take took: an older reply
+        #: noted after it (calls that overlapped) is passed over
         self._taken: dict[str, int] = {}
         self._every = False
 
@@ -64,5 +64,5 @@ class GateLog:
         others known before are gone)."""
         news, every = self._news, self._every
         self._news, self._every = {}, False
-        self._taken.update((domain, number) for domain, (number, _) in news.items())
+        self._taken = {domain: number for domain, (number, _) in news.items()}
         return {domain: opens for domain, (_, opens) in news.items()}, every

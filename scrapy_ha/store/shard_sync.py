@@ -6,10 +6,12 @@ parent's lease; acks; leases in rotation). See :mod:`scrapy_ha.store.shards` for
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys, shard_of, task_shard
+from scrapy_ha.store.gate_log import OPEN
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.wire import NewEntry, SyncResult
 
@@ -77,6 +79,8 @@ class ShardedSync(RedisQueue):
         self.worker = worker
         self.heartbeat_ms = heartbeat_ms
         self._rate = 0.0  # pages/s, as the last renewal published it
+        #: domain -> shard -> its last word on the domain's gate (closed until, or OPEN)
+        self._gate_words: dict[str, dict[int, float]] = {}
         self.live_workers = 0  # at the last renewal (shard 0 holds the heartbeats)
         self._next = 0  # the shard the next round leases from first
         self._robin = itertools.count()  # placement of requests never filtered
@@ -248,16 +252,25 @@ class ShardedSync(RedisQueue):
 
     def take_gates(self) -> tuple[dict[str, float], bool]:
         """Every shard's gates learnt since the last take (a gate is closed in every shard,
-        shards.close_gate). A shard that lost its log does not make the worker forget the
-        others' gates: every shard is asked for all of its gates again instead."""
-        gates: dict[str, float] = {}
+        shards.close_gate), each domain's the latest of every shard's last word on it: a
+        shard whose gate is shorter than another's (a close that reached one shard only, a
+        failover) does not shorten the worker's copy. A shard that lost its log does not
+        make the worker forget the others' gates: every shard is asked for all of its gates
+        again instead."""
+        words, now = self._gate_words, time.monotonic()
+        changed: set[str] = set()
         lost = False
-        for queue in self.shards:
+        for i, queue in enumerate(self.shards):
             news, every = queue.take_gates()
             lost = lost or every
             for domain, until in news.items():
-                gates[domain] = max(until, gates.get(domain, 0))
-        if lost:
+                words.setdefault(domain, {})[i] = until
+            changed |= news.keys()
+        gates = {domain: max(words[domain].values(), default=OPEN) for domain in changed}
+        for domain in [d for d, said in words.items() if max(said.values(), default=0) <= now]:
+            del words[domain]  # open in every shard (kept: a gate closed in one of them)
+        if lost:  # every shard's gates read again, from nothing
+            words.clear()
             for queue in self.shards:
                 queue.gate_log.number = 0
         return gates, False

@@ -186,7 +186,8 @@ class Syncer:
         gates = self.outbox.gates
         for domain, seconds in list(gates.items()):
             await self.queue.close_gate(domain, int(seconds * 1000))
-            del gates[domain]
+            if gates.get(domain) == seconds:  # (a longer close made meanwhile goes next)
+                del gates[domain]
             logger.info(
                 "Domain %s closed for %.1f s for every worker (rate limited)", domain, seconds
             )

@@ -7,12 +7,11 @@
 --- @include "time"
 --- @include "number"
 --- @include "gatelog"
--- SWEEP: the log's oldest entries looked at per close, their gates deleted once open (a
--- sync never deletes one): the hash and the log stay about the size of the gates closed
--- now. KEEP_MS: a gate an operator opened early (gate_open.lua deletes it from the hash)
--- stays in the log that long after, for every worker's sync to read it (one swept before
--- a worker read it leaves that worker its copy, until the gate's own time); a gate that
--- expired at its time goes at once (every worker's copy expires with it).
+-- SWEEP: the log's oldest entries looked at per close, their expired gates deleted (a sync
+-- never deletes one): the hash and the log stay about the size of the gates closed now.
+-- KEEP_MS: how long the mark of an operator's early open ('!<domain>', gate_open.lua) stays
+-- in the log, for every worker's sync to read it (a worker that has not read it by then
+-- keeps its copy of the gate until the gate's own time).
 local SWEEP, KEEP_MS = 16, 600000
 local now = now_ms()
 local untl = now + tonumber(ARGV[2])
@@ -32,11 +31,14 @@ if KEYS[2] then
   local oldest = redis_call('ZRANGE', KEYS[2], 0, SWEEP - 1, 'WITHSCORES')
   for i = 1, #oldest, 2 do
     local domain = oldest[i]
-    local open_at = finite(redis_call('HGET', KEYS[1], domain))
-    if domain ~= '=' and (open_at and open_at <= now
-        or not open_at and tonumber(oldest[i + 1]) < kept) then
-      redis_call('HDEL', KEYS[1], domain)
-      redis_call('ZREM', KEYS[2], domain)
+    if str_byte(domain) == 33 then -- '!': an open's mark
+      if tonumber(oldest[i + 1]) < kept then redis_call('ZREM', KEYS[2], domain) end
+    elseif domain ~= '=' then
+      local open_at = finite(redis_call('HGET', KEYS[1], domain))
+      if not open_at or open_at <= now then
+        redis_call('HDEL', KEYS[1], domain)
+        redis_call('ZREM', KEYS[2], domain)
+      end
     end
   end
 end

@@ -1,6 +1,7 @@
 -- gate_open: open domains' gates now, for every worker (an operator's `scrapy-ha gates
---   open`): their gates leave the hash, and their change is logged, so that each worker's
---   next sync learns it (sync.lua returns a gate changed and open with the time 0).
+--   open`): their gates leave the hash, and the log gets a mark '!<domain>' of each open
+--   (kept 10 minutes, gate.lua), so that each worker's next sync opens its copy (sync.lua
+--   returns the domain with the time 0, and a later close of it after that).
 -- KEYS[1] gates  KEYS[2] gate log (gate.lua)
 -- ARGV the domains to open; none: every gate closed now
 -- Returns domain1, open_at1, ... for each gate that was closed (open_at: the server ms it
@@ -27,6 +28,8 @@ end
 -- workers then read every gate closed now, which no longer holds these)
 if #opened > 0 and (redis_call('TYPE', KEYS[2])['ok'] == 'zset'
     or redis_call('EXISTS', KEYS[2]) == 0) then
-  gate_log_write(KEYS[2], opened, now)
+  local marks = {}
+  for i, domain in ipairs(opened) do marks[i] = '!' .. domain end
+  gate_log_write(KEYS[2], marks, now)
 end
 return out

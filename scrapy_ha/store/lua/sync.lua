@@ -85,10 +85,10 @@
 --          head, '' when none: the worker holds back a buffered request it outranks),
 --          released (leases given back), items (added to the stream by accepted acks),
 --          checkpoints (saved by them), gate number (the log's '=', 0: no log),
---          domain1, open_at1, ... (n gates changed after the number the worker gave,
---            open_at 0 for one open now: expired, or opened early by an operator,
---            gate_open.lua; every gate of the log when its number is above the log's:
---            garbage, or a server clock set back; a log lost goes on above it, gate.lua),
+--          domain1, open_at1, ... (n gates closed now and changed after the number the
+--            worker gave, and with open_at 0 those an operator opened since, gate_open.lua;
+--            every closed gate when its number is 0 or above the log's: garbage, or a
+--            server clock set back; a log lost goes on above it, gate.lua),
 --          lists: one string, its fields separated by spaces (see the end of the script):
 --            dropped_id1 ... (d taken requests not stored: duplicates, or refused)
 --            id1 token1 expiries1 wait1 score1 ... (the leases),
@@ -396,14 +396,15 @@ if TY[27] ~= 'none' then -- the gates changed since the worker's number (gate.lu
     local times = TY[11] ~= 'none' and batched('HMGET', KEYS[11], changed, 1) or {}
     for i, domain in ipairs(changed) do
       local open_at = finite(times[i]) -- garbage ('nan', 'inf' too) opens the gate
-      open_at = open_at and open_at > now and math_ceil(open_at) or 0
-      -- a gate changed and open now (opened early by an operator, gate_open.lua, or
-      -- expired): 0, so that a worker holding it closed opens it (a worker that reads every
-      -- gate holds none: it is told the closed ones only)
-      if domain ~= '=' and (open_at > 0 or changes) then
-        closed[domain] = open_at > 0 and open_at or nil
-        out[#out + 1] = domain
-        out[#out + 1] = int_str(open_at) -- a whole number, as the worker reads it
+      open_at = open_at and open_at > now and math_ceil(open_at)
+      -- '!<domain>': an operator opened its gate early (gate_open.lua): 0, so that a worker
+      -- holding a copy opens it (one that reads every gate holds none); the log orders a
+      -- later close of the domain after it, which the worker takes instead
+      local opened = str_byte(domain) == 33 and changes and str_sub(domain, 2)
+      if open_at and domain ~= '=' or opened then
+        if open_at then closed[domain] = open_at end
+        out[#out + 1] = opened or domain
+        out[#out + 1] = open_at and int_str(open_at) or '0' -- whole, as the worker reads it
         out[12] = out[12] + 1 -- n, the number of gates returned
       end
     end
@@ -449,11 +450,9 @@ local promote_and_lease = n_lease > 0 and function()
     local open_at = closed[host]
     if open_at == nil and TY[11] ~= 'none' then -- (a gate's text is the crawl's data)
       local text = redis_call('HGET', KEYS[11], host)
-      local t = finite(text)
-      open_at = t and t > now and math_ceil(t)
-      -- garbage goes (an expired gate is swept with its log entry, gate.lua: deleted here,
-      -- it would read as one an operator opened, kept in the log for minutes)
-      if text and not t then redis_call('HDEL', KEYS[11], host) end
+      open_at = finite(text)
+      open_at = open_at and open_at > now and math_ceil(open_at)
+      if text and not open_at then redis_call('HDEL', KEYS[11], host) end -- expired, garbage
       closed[host] = open_at or false
     end
     if open_at then return nil, open_at end

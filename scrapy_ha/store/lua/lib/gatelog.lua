@@ -1,8 +1,9 @@
 --- @include "number"
 -- lib/gatelog: the log of the gates' changes, so that a sync returns only the gates that
 -- changed since the number its worker last saw (sync.lua), not every gate at every call.
---   log: sorted set domain -> the number of its gate's last change (a close, gate.lua, or
---        an operator's open, gate_open.lua), '=' -> the last number given
+--   log: sorted set domain -> the number of its gate's last change (a close, gate.lua),
+--        '!<domain>' -> the number of an operator's open of its gate (gate_open.lua), '='
+--        -> the last number given
 
 -- gate_log_write(log, domains, now)
 --   Gives the changes of the domains of the list domains one new number (server ms now).
