@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -396,3 +397,40 @@ async def test_a_crawl_held_by_a_long_retry_after_goes_on_once_its_gate_is_opene
     assert opening.returncode == 0 and b"opened 1 gate of faults" in out, out
     await asyncio.wait_for(crawling, 240)  # the gate's own time is 600 s away
     assert sorted(p for c in crawlers for p in c.spider.ok) == sorted(paths)
+
+
+@deferred_f_from_coro_f
+async def test_the_dashboard_opens_a_gate_from_the_crawl_page_and_the_api(redis_url):
+    from tests.test_dashboard_actions import _drive, confirm_form
+    from tests.test_dashboard_api import form_token
+
+    queue = open_queue(redis_url)
+    try:
+        await queue.sync()
+        await queue.close_gate("a.test", 600_000)
+        await queue.close_gate("b.test", 600_000)
+        await queue.enqueue([page("a.test", n) for n in range(2)])
+        await queue.sync(lease=10)  # a.test's queue parked behind its gate
+    finally:
+        await queue.client.aclose()
+
+    def check(http: Any) -> None:
+        crawl = http.get("/crawls/gopen").text
+        assert 'action="/crawls/gopen/actions/open-gate"' in crawl
+        form = {"csrf": form_token(crawl), "ids": "a.test"}
+        confirm = http.post("/crawls/gopen/actions/open-gate", data=form)
+        assert "Open the gate of 1 domain of gopen?" in confirm.text, confirm.text
+        done = http.post("/crawls/gopen/actions/open-gate", data=confirm_form(confirm.text))
+        assert "Opened 1 of 1 gate." in done.text, done.text
+        api = "/api/crawls/gopen/actions/open-gate"
+        assert http.post(api, json={"filter": {"domain": "b.test"}}).status_code == 400
+        answer = http.post(api, json={"ids": ["B.test", "nope.test"]}).json()
+        assert (answer["selected"], answer["touched"]) == (2, 1), answer
+        assert "No domain gate closed" in http.get("/crawls/gopen").text
+
+    await asyncio.to_thread(_drive, redis_url, check)
+    worker = open_queue(redis_url)
+    try:
+        assert len((await worker.sync(lease=10)).leases) == 2  # a.test's, woken
+    finally:
+        await worker.client.aclose()

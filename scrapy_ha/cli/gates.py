@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING
 
 from scrapy_ha.cli.common import approve, plural, say_missing
 from scrapy_ha.ops.display import humanize, local_time
-from scrapy_ha.ops.gates import closed_gates, open_gates
+from scrapy_ha.ops.gates import closed_gates, domain_of, open_gates
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.waiting import read_waiting
-from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -85,19 +84,3 @@ async def gates_open(queue: RedisQueue, args: argparse.Namespace) -> int:
         f"{'it' if len(chosen + missing) == 1 else 'them'} made due"
     )
     return 1 if missing else 0
-
-
-def domain_of(text: str) -> str:
-    """A domain as the back queues name their host: ``Shop.Example:8080``,
-    ``https://shop.example/x`` and ``shop.example`` are one; ``::1`` is ``[::1]``."""
-    url = text
-    if "://" not in url:
-        bare_ipv6 = url.count(":") > 1 and not url.startswith("[")
-        url = f"http://[{url}]" if bare_ipv6 else f"http://{url}"
-    host = url_host(url)
-    if host == "-":
-        return text
-    try:  # as a spider's request has it (Bücher.example: xn--bcher-kva.example)
-        return host.encode("idna").decode("ascii") if not host.isascii() else host
-    except UnicodeError:
-        return host

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The "table" of the action that opens gates: domains of the crawl page, no rows to read.
+GATES = "gates"
 #: Entries a confirmation page names by URL before it only counts the rest (a screenful).
 CONFIRM_LISTED = 20
 #: The largest field of an action's form: a confirmation carries the ids it listed in one
@@ -53,6 +55,8 @@ async def _selection(
         return []
     if ids:
         return ids
+    if action.table == GATES:
+        raise HTTPException(400, 'name the domains to open: {"ids": ["shop.example"]}')
     if flt is None:
         raise HTTPException(400, "name entry ids, or a filter (scope=filter) for all that match")
     return await (await tables_of(request, spider)).all_ids(action.table, flt)
@@ -191,7 +195,10 @@ async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
     selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
     _refuse_spaced(selected)
     shown = selected[:CONFIRM_LISTED]
-    urls = await urls_of(request, spider, action.table, shown) if action.table else {}
+    if action.table == GATES:  # the crawl page's gates: the domains themselves
+        urls = {domain: f"the gate of {domain}" for domain in shown}
+    else:
+        urls = await urls_of(request, spider, action.table, shown) if action.table else {}
     context = {"spider": spider, "action": action, "selected": selected}
     return render(request, "confirm.html", urls=urls, **context)
 

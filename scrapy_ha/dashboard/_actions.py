@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from scrapy_ha.ops import operations
+from scrapy_ha.ops.gates import domain_of, open_gates
 from scrapy_ha.ops.shards import dead_letters
 from scrapy_ha.store.queue import RedisQueue
 
@@ -24,7 +25,8 @@ class Action:
     name: str
     #: What the report says it did ("requeued").
     done: str
-    #: The table whose entries it takes (None: it acts on the crawl itself).
+    #: The table whose entries it takes (None: it acts on the crawl itself; ``gates``: the
+    #: crawl page's closed gates, by domain).
     table: str | None
     run: Run
     #: A sentence for the confirmation page.
@@ -33,6 +35,11 @@ class Action:
 
 async def _make_due(queue: RedisQueue, ids: list[str]) -> int:
     return await operations.make_due(queue, ids)
+
+
+async def _open_gates(queue: RedisQueue, ids: list[str]) -> int:
+    domains = list(dict.fromkeys(domain_of(i) for i in ids))
+    return len((await open_gates(queue, domains)).gates)
 
 
 async def _pause(queue: RedisQueue, ids: list[str]) -> int:
@@ -74,6 +81,15 @@ ACTIONS: dict[str, Action] = {
             "delayed",
             _make_due,
             "Make these delayed retries due now: the next sync of any worker takes them.",
+        ),
+        Action(
+            "open-gate",
+            "opened",
+            "gates",
+            _open_gates,
+            "Open these domains' gates now (a 429 closed them for every worker): each worker "
+            "opens its copy at its next sync, and what waited behind them goes at once. A site "
+            "still rate-limiting closes its gate again with its next 429.",
         ),
         Action(
             "pause",

@@ -88,4 +88,6 @@ def report(action: Action, touched: int, selected: int) -> str:
     """What an action did, as the page that ran it says it."""
     if action.table is None:
         return action.done if touched else f"was {action.done} already"
+    if action.table == "gates":  # (of the domains named, those whose gate was closed)
+        return f"{action.done} {touched} of {selected} gate{'' if selected == 1 else 's'}"
     return f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"

@@ -13,7 +13,7 @@ every shard.
 
 from __future__ import annotations
 
-__all__ = ["Opened", "closed_gates", "last_class", "open_gates"]
+__all__ = ["Opened", "closed_gates", "domain_of", "last_class", "open_gates"]
 
 import re
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ from scrapy_ha.codec import describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops.operations import BATCH, server_ms
 from scrapy_ha.store import scripts
+from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
@@ -159,3 +160,19 @@ def _ms(value: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(number) if number == number and abs(number) != float("inf") else None
+
+
+def domain_of(text: str) -> str:
+    """A domain as the back queues name their host: ``Shop.Example:8080``,
+    ``https://shop.example/x`` and ``shop.example`` are one; ``::1`` is ``[::1]``."""
+    url = text
+    if "://" not in url:
+        bare_ipv6 = url.count(":") > 1 and not url.startswith("[")
+        url = f"http://[{url}]" if bare_ipv6 else f"http://{url}"
+    host = url_host(url)
+    if host == "-":
+        return text
+    try:  # as a spider's request has it (Bücher.example: xn--bcher-kva.example)
+        return host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        return host
