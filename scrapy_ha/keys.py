@@ -86,7 +86,7 @@ key                        type         content
 ``ha:{books}:reclaim``     string       guard: the worker that reclaims this interval
 ``ha:{books}:feed``        string       guard: the worker feeding start URLs into a sharded crawl
 ``ha:{books}:gates``       hash         domain -> time (ms) before which it is closed
-``ha:{books}:gate_log``    sorted set   domain -> number of its gate's last change; ``=``: the last
+``ha:{books}:gate_log``    sorted set   domain, ``!domain`` (an open) -> its last change's number
 ``ha:{books}:limits``      hash         crawl-wide per-domain limits: ``*`` (every domain) or a
                                         domain -> ``"<rate> <concurrency>"`` (0 = none),
                                         written by each worker at start

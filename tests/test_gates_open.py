@@ -400,6 +400,52 @@ async def test_a_crawl_held_by_a_long_retry_after_goes_on_once_its_gate_is_opene
 
 
 @deferred_f_from_coro_f
+async def test_a_sharded_worker_opens_its_copy_at_the_first_shard_that_says_so(redis_url):
+    """A round may call one shard (the first fills its lease): the open read there was
+    outweighed by the other shard's 10 minutes, and the requests of the domain just leased
+    were deferred again until then (a review)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "gopenf", 2, worker="w1")
+    try:
+        await queue.close_gate("d.test", 600_000)
+        await queue.sync(lease=1)
+        assert set(queue.take_gates()[0]) == {"d.test"}
+        await open_gates(queue, ["d.test"])
+        await queue.shards[0].sync()  # a round that called shard 0 alone
+        assert queue.take_gates() == ({"d.test": OPEN}, False)
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_shard_failing_over_to_an_older_copy_does_not_shorten_the_copy(
+    redis_url, redis_client
+):
+    """Shard 0 comes back from a copy where the gate was 60 s, before a close made it 10
+    minutes: its log is behind the worker's number, every shard is read again, and shard
+    0's 60 s was the only word (a review): the worker's copy was cut to it."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = make_queue(client, "ha", "gopenl", 2, worker="w1")
+    try:
+        await queue.close_gate("d.test", 600_000)
+        await queue.sync(lease=1)
+        queue.take_gates()
+        keys = queue.shards[0].keys
+        redis_client.delete(keys.gates, keys.gate_log)  # the older copy
+        short = int(redis_client.time()[0] * 1000 + 60_000)
+        redis_client.hset(keys.gates, "d.test", short)
+        redis_client.zadd(keys.gate_log, {"=": 5, "d.test": 5})
+        # the log found behind, then every shard read again, shard 0 first (a round that
+        # called shard 0 alone)
+        for shards in (queue, queue.shards[0], queue):
+            await shards.sync(lease=1)
+            news, _ = queue.take_gates()
+            assert news.get("d.test", time.monotonic() + 600) > time.monotonic() + 500
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_the_dashboard_opens_a_gate_from_the_crawl_page_and_the_api(redis_url):
     from tests.test_dashboard_actions import _drive, confirm_form
     from tests.test_dashboard_api import form_token

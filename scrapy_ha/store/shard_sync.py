@@ -24,6 +24,10 @@ __all__ = ["Pair", "ShardedSync", "outside"]
 
 Pair = tuple[str, str]
 
+#: Seconds between two scans of the gates known for those every shard says are open (a
+#: scan per round cost 21 ms at 50,000 gates, a review).
+SWEEP_S = 1.0
+
 
 def outside(shard: int, entry_id: str) -> str:
     """The id the worker sees of an entry of *shard*."""
@@ -79,8 +83,9 @@ class ShardedSync(RedisQueue):
         self.worker = worker
         self.heartbeat_ms = heartbeat_ms
         self._rate = 0.0  # pages/s, as the last renewal published it
-        #: domain -> shard -> its last word on the domain's gate (closed until, or OPEN)
+        #: domain -> shard -> its last word on the domain's gate (when it opens)
         self._gate_words: dict[str, dict[int, float]] = {}
+        self._gates_swept = 0.0
         self.live_workers = 0  # at the last renewal (shard 0 holds the heartbeats)
         self._next = 0  # the shard the next round leases from first
         self._robin = itertools.count()  # placement of requests never filtered
@@ -254,23 +259,30 @@ class ShardedSync(RedisQueue):
         """Every shard's gates learnt since the last take (a gate is closed in every shard,
         shards.close_gate), each domain's the latest of every shard's last word on it: a
         shard whose gate is shorter than another's (a close that reached one shard only, a
-        failover) does not shorten the worker's copy. A shard that lost its log does not
-        make the worker forget the others' gates: every shard is asked for all of its gates
-        again instead."""
+        failover to an older copy) does not shorten the worker's copy. An operator's open
+        (OPEN, gate_open.lua: every shard) opens it at the first shard that says so: a
+        round may call one shard only. A shard that lost its log does not make the worker
+        forget the others' gates: every shard is asked for all of its gates again
+        instead."""
         words, now = self._gate_words, time.monotonic()
-        changed: set[str] = set()
+        gates: dict[str, float] = {}
         lost = False
         for i, queue in enumerate(self.shards):
             news, every = queue.take_gates()
             lost = lost or every
             for domain, until in news.items():
-                words.setdefault(domain, {})[i] = until
-            changed |= news.keys()
-        gates = {domain: max(words[domain].values(), default=OPEN) for domain in changed}
-        for domain in [d for d, said in words.items() if max(said.values(), default=0) <= now]:
-            del words[domain]  # open in every shard (kept: a gate closed in one of them)
-        if lost:  # every shard's gates read again, from nothing
-            words.clear()
+                if until == OPEN:
+                    words.pop(domain, None)
+                    gates[domain] = OPEN
+                else:
+                    said = words.setdefault(domain, {})
+                    said[i] = until
+                    gates[domain] = max(said.values())
+        if now >= self._gates_swept + SWEEP_S:  # (once a second: a scan of every gate known)
+            self._gates_swept = now
+            for domain in [d for d, said in words.items() if max(said.values()) <= now]:
+                del words[domain]  # open in every shard
+        if lost:  # every shard's gates read again (the words kept: none is shortened)
             for queue in self.shards:
                 queue.gate_log.number = 0
         return gates, False
