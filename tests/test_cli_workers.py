@@ -128,11 +128,13 @@ def test_a_worker_silent_for_most_of_its_heartbeats_life_is_pointed_out(redis_ur
     """A worker SIGKILLed was listed as any other until its heartbeat expired (walkthrough)."""
     seconds, micros = redis_client.time()
     now = seconds * 1000 + micros // 1000
+    # (heartbeats that outlive a slow run: host-a's expired within 5 s, and a busy machine's
+    # second `workers` call no longer listed it)
     workers = [
-        ("host-a:1:x", 25_000, 5_000, ""),  # a worker that does not say its interval
-        ("host-b:2:x", 1_000, 29_000, ""),
-        ("host-c:3:x", 21_000, 9_000, ', "every": 25'),  # renews every 25 s: not yet (review)
-        ("host-d:4:x", 21_000, 9_000, ', "every": 10'),
+        ("host-a:1:x", 250_000, 50_000, ""),  # a worker that does not say its interval
+        ("host-b:2:x", 1_000, 299_000, ""),
+        ("host-c:3:x", 21_000, 300_000, ', "every": 25'),  # renews every 25 s: not yet (review)
+        ("host-d:4:x", 21_000, 300_000, ', "every": 10'),
     ]
     for wid, ago, left, every in workers:
         redis_client.zadd("ha:{books}:workers", {wid: now + left})
