@@ -39,6 +39,12 @@ def open_queue(url: str) -> RedisQueue:
     return RedisQueue(redis.asyncio.Redis.from_url(url), KEYS)
 
 
+def learn(closed: ClosedDomains, queue: RedisQueue) -> None:
+    """What the worker's round does with the gates its syncs brought (session/sync.py)."""
+    news, every = queue.take_gates()
+    closed.learn(news, every=every)
+
+
 @deferred_f_from_coro_f
 async def test_an_opened_gate_reaches_the_worker_and_frees_its_parked_queue(redis_url):
     worker, operator = open_queue(redis_url), open_queue(redis_url)
@@ -181,13 +187,11 @@ async def test_a_worker_that_missed_an_open_takes_the_shorter_gate_a_429_closed_
         await operator.close_gate("d.test", 600_000)
         await worker.sync()
         closed = ClosedDomains()
-        news, every = worker.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, worker)
         await open_gates(operator, ["d.test"])
         await operator.close_gate("d.test", 3_000)  # another worker's 429, before the sync
         await worker.sync()
-        news, every = worker.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, worker)
         assert 0 < closed.wait(Request("http://d.test/1")) <= 3  # before: 600 s
     finally:
         await worker.client.aclose()
@@ -226,15 +230,13 @@ async def test_a_worker_that_missed_an_open_and_a_short_close_after_it_opens_its
         await operator.close_gate("d.test", 600_000)
         await worker.sync()
         closed = ClosedDomains()
-        news, every = worker.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, worker)
         await open_gates(operator, ["d.test"])
         await operator.close_gate("d.test", 1)
         time.sleep(0.01)
         await operator.close_gate("e.test", 600_000)  # sweeps d.test's expired close
         await worker.sync()
-        news, every = worker.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, worker)
         assert closed.wait(Request("http://d.test/1")) <= 0
         assert closed.wait(Request("http://e.test/1")) > 0
     finally:
@@ -271,8 +273,7 @@ async def test_a_close_made_while_the_worker_sends_its_gates_is_sent_too(redis_u
         assert outbox.gates == {"d.test": 120}  # before: {}
         await Syncer.send_gates(syncer)  # type: ignore[arg-type]
         await queue.sync()
-        news, every = queue.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, queue)
         assert closed.wait(Request("http://d.test/3")) > 100  # before: 5 s
     finally:
         await queue.client.aclose()
@@ -289,17 +290,14 @@ async def test_a_shard_with_a_shorter_gate_does_not_shorten_the_workers_copy(red
         await queue.shards[0].close_gate("d.test", 600_000)
         await queue.sync(lease=1)
         closed = ClosedDomains()
-        news, every = queue.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, queue)
         await queue.close_gate("d.test", 5_000)  # every shard: only shard 1 changes
         await queue.sync(lease=1)
-        news, every = queue.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, queue)
         assert closed.wait(Request("http://d.test/1")) > 500  # before: 5 s
         await open_gates(queue, ["d.test"])
         await queue.sync(lease=1)
-        news, every = queue.take_gates()
-        closed.learn(news, every=every)
+        learn(closed, queue)
         assert closed.wait(Request("http://d.test/1")) <= 0  # open in both
     finally:
         await client.aclose()
