@@ -21,7 +21,6 @@ from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
 from scrapy_ha.ops import operations
 from scrapy_ha.ops.display import humanize, local_time, time_ms
-from scrapy_ha.ops.gates import last_class
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.payloads import read_payloads
@@ -62,7 +61,7 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
     attempts = (
         sum(v for v in retries.values() if isinstance(v, int)) if isinstance(retries, dict) else 0
     )
-    fclass = last_class(summary.document)
+    fclass = summary.last_class
     why = (held or b"").split(b" ", 1)[0].decode(errors="backslashreplace")
     fclass = why if why in HELD_KINDS else fclass
     return Delayed(entry_id, time_ms(due), str(fclass or "-"), attempts, summary.url_or())

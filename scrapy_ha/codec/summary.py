@@ -107,6 +107,16 @@ class RequestSummary:
         return shown
 
     @property
+    def last_class(self) -> str | None:
+        """The failure class of its last attempt (``meta["ha_history"]``), None for a
+        request never failed or unreadable."""
+        meta = self.document.get(META)
+        history = meta.get(metakeys.HISTORY) if isinstance(meta, dict) else None
+        last = history[-1] if isinstance(history, list) and history else None
+        found = last.get("class") if isinstance(last, dict) else None
+        return found if isinstance(found, str) else None
+
+    @property
     def shown_body(self) -> bytes:
         """The body fit to print: the values of its secret-looking fields masked (a form's
         ``password=...``, a JSON body's ``"token": ...``)."""

@@ -13,15 +13,13 @@ every shard.
 
 from __future__ import annotations
 
-__all__ = ["Opened", "closed_gates", "domain_of", "last_class", "open_gates"]
+__all__ = ["Opened", "closed_gates", "domain_of", "open_gates"]
 
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha import metakeys
 from scrapy_ha.codec import describe
-from scrapy_ha.codec.document import META
 from scrapy_ha.ops.operations import BATCH, server_ms
 from scrapy_ha.store import scripts
 from scrapy_ha.store.hosts import url_host
@@ -120,20 +118,9 @@ async def _due_entries(shard: RedisQueue, domains: set[str]) -> int:
         chosen += [
             i
             for i, payload in zip(retries, payloads, strict=True)
-            if last_class(describe(payload).document) == "rate_limited"
+            if describe(payload).last_class == "rate_limited"
         ]
     return await _due(client, keys.delayed, chosen, await server_ms(client))
-
-
-def last_class(document: dict[str, Any]) -> str | None:
-    """The failure class of the last attempt of a stored request (its document, as
-    :func:`~scrapy_ha.codec.describe` reads it: ``meta["ha_history"]``), None for one never
-    failed or unreadable."""
-    meta = document.get(META)
-    history = meta.get(metakeys.HISTORY) if isinstance(meta, dict) else None
-    last = history[-1] if isinstance(history, list) and history else None
-    found = last.get("class") if isinstance(last, dict) else None
-    return found if isinstance(found, str) else None
 
 
 async def _due(client: Any, key: str, members: list[Any], now: int) -> int:
