@@ -42,7 +42,7 @@ class Opened:
     gates: dict[str, int] = field(default_factory=dict)
     #: back queues of their hosts parked in ``waiting``, made due
     queues: int = 0
-    #: delayed entries deferred for their gates, made due
+    #: delayed entries that waited for their gates (deferred, or a 429's retry), made due
     entries: int = 0
 
 
