@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, KeyNames, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
-from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
     from scrapy_ha.dashboard._actions import Action
@@ -48,19 +47,6 @@ async def crawl_names(client: Any, prefix: str, texts: KeyNames | None = None) -
         pipe.get(Keys(prefix, crawl).shard_count)
     layouts = zip(sorted(sharded), await pipe.execute(raise_on_error=False), strict=True)
     return unsharded(names, dict(layouts))  # a sharded crawl's shards are one crawl
-
-
-async def open_gates(client: Any, keys: Keys, now_ms: int) -> dict[str, int]:
-    """Domains closed to every worker now, with the time they open (server ms)."""
-    gates = await client.hgetall(keys.gates)
-    out = {}
-    for domain, until in gates.items():
-        try:
-            if int(until) > now_ms:
-                out[_s(domain)] = int(until)
-        except ValueError:
-            continue
-    return dict(sorted(out.items()))
 
 
 async def crawl_stats(client: Any, keys: Keys, *, domains: bool) -> CrawlStats:

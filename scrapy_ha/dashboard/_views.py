@@ -14,9 +14,10 @@ from fastapi import HTTPException, Request
 from scrapy_ha.codec import describe
 from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.dashboard._chart import WINDOWS, Window, rate_chart, speed
-from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, open_gates, today_ms
+from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, today_ms
 from scrapy_ha.dashboard._tables import Filter, Page, ShardedTables, route
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.gates import gates_closed
 from scrapy_ha.ops.revisits import read_revisits
 from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import UNREADABLE, explain, read_layout_keys
@@ -126,7 +127,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     """How far the crawl is, how fast it goes, what waits and why, and when it ends."""
     chart = rate_chart(stats, WINDOWS["hour"], fitted=False)  # the API's 60 minutes
     waiting = await read_waiting(client, shard_keys(keys))
-    gates = await open_gates(client, keys, stats.now_ms)
+    gates = dict(sorted((await gates_closed(client, [keys], stats.now_ms)).items()))
     done = eta(stats, waiting)
     failed = stats.dead + stats.purged
     left = stats.pending + stats.leased + waiting.delayed

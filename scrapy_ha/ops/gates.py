@@ -13,7 +13,7 @@ every shard.
 
 from __future__ import annotations
 
-__all__ = ["Opened", "closed_gates", "domain_of", "open_gates"]
+__all__ = ["Opened", "closed_gates", "domain_of", "gates_closed", "open_gates"]
 
 import re
 from dataclasses import dataclass, field
@@ -28,6 +28,7 @@ from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
 #: Fields of ``held`` (or members of ``waiting``) an ``HSCAN`` (``ZSCAN``) step looks at.
@@ -49,15 +50,22 @@ class Opened:
 async def closed_gates(queue: RedisQueue) -> dict[str, int]:
     """The gates closed now (domain -> the server ms it opens; of every shard, the latest),
     soonest first."""
-    now = await server_ms(queue.client)
+    shards = [shard.keys for shard in shards_of(queue)]
+    found = await gates_closed(queue.client, shards, await server_ms(queue.client))
+    return dict(sorted(found.items(), key=lambda item: (item[1], item[0])))
+
+
+async def gates_closed(client: Any, shards: list[Keys], now_ms: int) -> dict[str, int]:
+    """The gates of *shards* closed at *now_ms* (domain -> the server ms it opens, the
+    latest of the shards'; a time that is no finite number is open)."""
     found: dict[str, int] = {}
-    for shard in shards_of(queue):
-        for domain, until in (await shard.client.hgetall(shard.keys.gates)).items():
+    for keys in shards:
+        for domain, until in (await client.hgetall(keys.gates)).items():
             opens = _ms(until)
-            if opens is not None and opens > now:
+            if opens is not None and opens > now_ms:
                 name = text(domain)
                 found[name] = max(opens, found.get(name, 0))
-    return dict(sorted(found.items(), key=lambda item: (item[1], item[0])))
+    return found
 
 
 async def open_gates(queue: RedisQueue, domains: list[str]) -> Opened:
