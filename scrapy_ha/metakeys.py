@@ -20,6 +20,7 @@ __all__ = [
     "HISTORY",
     "LEASE",
     "NOT_BEFORE",
+    "PACED",
     "NEXT_PAGE",
     "OUTCOME",
     "PARENT",
@@ -106,6 +107,9 @@ START_OF = "_ha_start_of"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
+#: The domain of a leased request under a crawl-wide rate: it also waits 1/rate after the
+#: worker's last start of that domain (scheduler/domains.StartTimes).
+PACED = "_ha_paced"
 
 #: When (``time.monotonic()``) the scheduler handed this attempt to its engine: a 429 to a
 #: request handed out before its domain's gate closed waits for the gate, no attempt spent.
@@ -129,6 +133,7 @@ STRIPPED = frozenset(
         CHECKPOINT_SAVE,
         SUSPECT,
         NOT_BEFORE,
+        PACED,
         START_OF,
         REVISIT_SEEN,
         REVISIT_TARGET,

@@ -22,24 +22,58 @@ __all__ = ["ClosedDomains", "StartTimes"]
 class StartTimes:
     """Leased requests held in the worker's buffer until the start time their domain's
     crawl-wide rate gave them (the lease's ``wait_ms``); one timer wakes the engine at the
-    earliest of them, and it looks again."""
+    earliest of them, and it looks again.
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+    Redis spaces a domain's start times 1/rate apart, but a worker whose event loop stalled
+    (a callback that blocks it, a machine short of CPU) finds several of them past at once:
+    a request of a rate-limited domain also waits 1/rate after this worker's last start of
+    that domain, as Scrapy's ``DOWNLOAD_DELAY`` spaces a slot's requests from the last one
+    sent. Late starts go out at the rate, not all at once."""
+
+    #: Domains whose next start is remembered at most; past it, those due are forgotten.
+    REMEMBERED = 4096
+
+    def __init__(self, wake: Callable[[], None], interval: Callable[[str], float]) -> None:
         self._wake = wake
         self._timer_at: float | None = None
+        self._interval = interval  # a domain -> 1/its rate (0: no rate)
+        #: domain -> the earliest this worker starts its next request (its last start + 1/rate)
+        self._next: dict[str, float] = {}
 
     def hold(self, request: Request, wait_ms: int) -> None:
-        request.meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
+        """Hold *request* (of a domain under crawl-wide limits) until its start time, and
+        then 1/rate after this worker's last start of its domain."""
+        meta = request.meta
+        if wait_ms > 0:
+            meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
+        domain = url_host(request.url)
+        if self._interval(domain) > 0:
+            meta[metakeys.PACED] = domain
 
     def waits(self, request: Request) -> bool:
         """*request* may not start yet (a timer wakes the engine at its time)."""
-        not_before = request.meta.get(metakeys.NOT_BEFORE)
+        meta = request.meta
+        not_before = meta.get(metakeys.NOT_BEFORE)
+        if (domain := meta.get(metakeys.PACED)) is not None:
+            paced = self._next.get(domain)
+            if paced is not None and (not_before is None or paced > not_before):
+                not_before = paced
         if not_before is None or not_before <= time.monotonic():
             return False
         if self._timer_at is None or not_before < self._timer_at:
             self._timer_at = not_before  # else an earlier timer wakes the engine first
             asyncio.get_running_loop().call_later(not_before - time.monotonic(), self._fire)
         return True
+
+    def started(self, request: Request) -> None:
+        """*request* was handed to the engine: its domain's next one waits 1/rate."""
+        if (domain := request.meta.get(metakeys.PACED)) is None:
+            return
+        now = time.monotonic()
+        following = self._next
+        following[domain] = now + self._interval(domain)
+        if len(following) > self.REMEMBERED:
+            self._next = {d: t for d, t in following.items() if t > now}
 
     def _fire(self) -> None:
         self._timer_at = None

@@ -107,7 +107,7 @@ class Scheduler:
         schemes = self.admission.schemes
         self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
         self.closed = ClosedDomains(self.outbox.gates)  # closed for every worker (429)
-        self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
+        self._starts = StartTimes(partial(engine.wake, crawler), config.politeness.interval)
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
@@ -230,6 +230,7 @@ class Scheduler:
                 return None
             self.inflight.add(entry_id, token, request)
             self._slots.handed(self.crawler, request)
+            self._starts.started(request)
             if len(self._buffer) <= self._target() // 2 or self.precedence.outranked():
                 self.session.wake()  # refill, or lease what Redis holds that goes first
             return request
@@ -273,8 +274,9 @@ class Scheduler:
     def take(self, request: Request, lease: Lease) -> None:
         """Buffer a request the session leased (held, renewed and released from here on)."""
         request.meta[metakeys.LEASE] = (lease.id, lease.token)
-        if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
+        if self._polite:  # its domain's crawl-wide rate: it may not start before then
             self._starts.hold(request, lease.wait_ms)
+        if lease.wait_ms > 0:
             self.stats.inc_value("ha/domain_limited")
         if lease.expiries:  # a page left unfinished: its links may be in Redis already
             self.handout.gate.guard.redo(lease.id)
@@ -386,10 +388,8 @@ class Scheduler:
     def _domain_free(self, request: Request) -> bool:
         """Its domain is open (no 429 gate), without crawl-wide limits (else: through Redis)."""
         closed = self.closed.until and self.closed.wait(request) > 0
-        return not closed and not (self._polite and self._limited(request))
-
-    def _limited(self, request: Request) -> bool:
-        return self.config.politeness.limited(url_host(request.url))  # as the scripts read it
+        limited = self._polite and self.config.politeness.limited(url_host(request.url))
+        return not (closed or limited)  # (the host as the scripts read it)
 
     def _ready(self, request: Request) -> bool:
         """Can a buffered request go now: its domain's crawl-wide rate lets it start (else a
