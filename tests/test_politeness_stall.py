@@ -8,13 +8,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
+
+from scrapy_ha import metakeys
+from scrapy_ha.config.politeness import DomainLimit, Politeness
+from scrapy_ha.store.wire import Lease
 from tests.test_politeness_crawl import (  # noqa: F401, F811 (a fixture)
     DEADLINE,
     RATE_TOLERANCE,
     counting_site,
 )
+from tests.test_scheduler_shell import shell
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,3 +87,34 @@ def test_a_stalled_worker_keeps_its_domains_rate(tmp_path: Path, redis_url, coun
     assert max(gaps) >= STALL * 0.9  # the stall happened while starts were due
     window = site.most_in_a_second("localhost")
     assert window <= RATE + RATE_TOLERANCE, (window, gaps)
+
+
+def _leased(s: Any, url: str, entry_id: str, wait_ms: int) -> Request:
+    request = Request(url)
+    s.take(request, Lease(entry_id, f"t-{entry_id}", b"", wait_ms=wait_ms))
+    return request
+
+
+def test_a_worker_paces_its_own_starts_of_a_rate_limited_domain():
+    """Two leases Redis let start now (their start times passed while the worker stalled):
+    the second waits 1/rate after the first; another domain's does not."""
+    limits = Politeness(domains={"a.test": DomainLimit(rate=0.2)})  # one start in 5 s
+
+    s, _, _ = shell(politeness=limits)
+    first = _leased(s, "http://a.test/1", "1", 0)
+    second = _leased(s, "http://a.test/2", "2", 0)
+    other = _leased(s, "http://b.test/1", "3", 0)
+    assert s.next_request() is first
+    assert s.next_request() is other  # a.test's next waits 5 s, b.test has no rate
+    assert s.next_request() is None
+    assert second.meta[metakeys.PACED] == "a.test"
+
+
+def test_a_worker_without_limits_of_its_own_keeps_the_start_time_redis_gave():
+    """The crawl's limits in Redis are the last started worker's: a worker started without
+    any still holds a request until the start time its lease carries."""
+
+    s, _, _ = shell()
+    _leased(s, "http://a.test/1", "1", 5000)
+    assert s.next_request() is None
+    assert s.stats.get_value("ha/domain_limited") == 1

@@ -121,9 +121,8 @@ class Scheduler:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         """A bad setting does not raise here (Scrapy would print follow-on tracebacks of
-        components never opened): it is logged, and ``open()`` closes the spider cleanly.
-        From here on every log line of the process is masked (the add-on does it earlier,
-        before Scrapy logs the settings)."""
+        components never opened): it is logged, and ``open()`` closes the spider cleanly. From
+        here on every log line is masked (the add-on does it before Scrapy logs the settings)."""
         install_log_masking()
         warn_unknown(crawler.settings)  # a mistyped HA_* setting would do nothing
         try:
@@ -230,7 +229,7 @@ class Scheduler:
                 return None
             self.inflight.add(entry_id, token, request)
             self._slots.handed(self.crawler, request)
-            self._starts.started(request)
+            self._starts.started(request)  # a paced domain's next start waits 1/rate
             if len(self._buffer) <= self._target() // 2 or self.precedence.outranked():
                 self.session.wake()  # refill, or lease what Redis holds that goes first
             return request
@@ -274,10 +273,10 @@ class Scheduler:
     def take(self, request: Request, lease: Lease) -> None:
         """Buffer a request the session leased (held, renewed and released from here on)."""
         request.meta[metakeys.LEASE] = (lease.id, lease.token)
-        if self._polite:  # its domain's crawl-wide rate: it may not start before then
-            self._starts.hold(request, lease.wait_ms)
-        if lease.wait_ms > 0:
+        if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
             self.stats.inc_value("ha/domain_limited")
+        if lease.wait_ms > 0 or self._polite:  # (Redis's limits may be another worker's)
+            self._starts.hold(request, lease.wait_ms)
         if lease.expiries:  # a page left unfinished: its links may be in Redis already
             self.handout.gate.guard.redo(lease.id)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
