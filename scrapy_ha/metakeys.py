@@ -107,8 +107,8 @@ START_OF = "_ha_start_of"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
-#: The domain of a leased request under a crawl-wide rate: it also waits 1/rate after the
-#: worker's last start of that domain (scheduler/domains.StartTimes).
+#: ``(entry id, domain)`` of a leased request held for its start time (``NOT_BEFORE``): a
+#: late start of its domain holds the domain's next one (scheduler/domains.StartTimes).
 PACED = "_ha_paced"
 
 #: When (``time.monotonic()``) the scheduler handed this attempt to its engine: a 429 to a

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha import metakeys
 from scrapy_ha.store.hosts import url_host
@@ -24,41 +24,45 @@ class StartTimes:
     crawl-wide rate gave them (the lease's ``wait_ms``); one timer wakes the engine at the
     earliest of them, and it looks again.
 
-    Redis spaces a domain's start times 1/rate apart, but a worker whose event loop stalled
-    (a callback that blocks it, a machine short of CPU) finds several of them past at once:
-    a request of a rate-limited domain also waits 1/rate after this worker's last start of
-    that domain, as Scrapy's ``DOWNLOAD_DELAY`` spaces a slot's requests from the last one
-    sent. Late starts go out at the rate, not all at once."""
+    Redis spaces a domain's start times 1/rate apart or more, but a worker whose event loop
+    stalled (a callback that blocks it, a machine short of CPU) finds several of them past
+    at once. After a start later than its time by more than :data:`LATE_S`, the domain's
+    next request waits at least :data:`CATCH_UP` of the spacing Redis gave the two: the
+    late ones go out at up to 4/3 of the rate, not all at once, and the worker is back on
+    Redis's times after a few starts (each takes a quarter of the spacing off its
+    lateness). On time, nothing changes: a start late by an event loop's jitter does not
+    hold the next (the next keeps its own time, and lateness does not add up)."""
 
-    #: Domains whose next start is remembered at most; past it, those due are forgotten.
-    REMEMBERED = 4096
+    #: The part of Redis's spacing of two requests of a domain kept after a late start.
+    CATCH_UP = 0.75
+    #: Seconds a start may be late and hold nothing: an event loop's jitter under load.
+    LATE_S = 0.05
+    #: Seconds between two sweeps of the domains started, and after which one is forgotten.
+    SWEEP_S, FORGET_S = 1.0, 10.0
 
-    def __init__(self, wake: Callable[[], None], interval: Callable[[str], float]) -> None:
+    def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
         self._timer_at: float | None = None
-        self._interval = interval  # a domain -> 1/its rate (0: no rate)
-        #: domain -> the earliest this worker starts its next request (its last start + 1/rate)
-        self._next: dict[str, float] = {}
+        #: domain -> (when this worker last started one of its requests, that one's start time)
+        self._last: dict[str, tuple[float, float]] = {}
+        self._swept = 0.0
 
     def hold(self, request: Request, wait_ms: int) -> None:
-        """Hold *request* (of a domain under crawl-wide limits) until its start time, and
-        then 1/rate after this worker's last start of its domain."""
         meta = request.meta
-        if wait_ms > 0:
-            meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
-        domain = url_host(request.url)
-        if self._interval(domain) > 0:
-            meta[metakeys.PACED] = domain
+        meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
+        meta[metakeys.PACED] = (meta[metakeys.LEASE][0], url_host(request.url))
 
     def waits(self, request: Request) -> bool:
         """*request* may not start yet (a timer wakes the engine at its time)."""
         meta = request.meta
         not_before = meta.get(metakeys.NOT_BEFORE)
-        if (domain := meta.get(metakeys.PACED)) is not None:
-            paced = self._next.get(domain)
-            if paced is not None and (not_before is None or paced > not_before):
-                not_before = paced
-        if not_before is None or not_before <= time.monotonic():
+        if not_before is None:
+            return False
+        if (domain := _paced(meta)) is not None and (last := self._last.get(domain)):
+            started, at = last
+            if started - at > self.LATE_S:
+                not_before = max(not_before, started + self.CATCH_UP * (not_before - at))
+        if not_before <= time.monotonic():
             return False
         if self._timer_at is None or not_before < self._timer_at:
             self._timer_at = not_before  # else an earlier timer wakes the engine first
@@ -66,18 +70,30 @@ class StartTimes:
         return True
 
     def started(self, request: Request) -> None:
-        """*request* was handed to the engine: its domain's next one waits 1/rate."""
-        if (domain := request.meta.get(metakeys.PACED)) is None:
+        """*request* was handed to the engine: its domain's next one is spaced from it."""
+        meta = request.meta
+        if (domain := _paced(meta)) is None:
             return
-        now = time.monotonic()
-        following = self._next
-        following[domain] = now + self._interval(domain)
-        if len(following) > self.REMEMBERED:
-            self._next = {d: t for d, t in following.items() if t > now}
+        now, at = time.monotonic(), meta[metakeys.NOT_BEFORE]
+        last = self._last.get(domain)
+        self._last[domain] = (now, at if last is None else max(at, last[1]))
+        if now - self._swept >= self.SWEEP_S:
+            self._swept = now
+            old = now - self.FORGET_S
+            self._last = {d: v for d, v in self._last.items() if v[0] > old}
 
     def _fire(self) -> None:
         self._timer_at = None
         self._wake()
+
+
+def _paced(meta: dict[str, Any]) -> str | None:
+    """The domain of a request held for its start time under its current lease (not a
+    redirect or a copy that took the meta of one: its lease differs)."""
+    paced = meta.get(metakeys.PACED)
+    if paced is None or paced[0] != meta.get(metakeys.LEASE, (None,))[0]:
+        return None
+    return str(paced[1])
 
 
 class ClosedDomains:

@@ -107,7 +107,7 @@ class Scheduler:
         schemes = self.admission.schemes
         self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
         self.closed = ClosedDomains(self.outbox.gates)  # closed for every worker (429)
-        self._starts = StartTimes(partial(engine.wake, crawler), config.politeness.interval)
+        self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
@@ -229,7 +229,7 @@ class Scheduler:
                 return None
             self.inflight.add(entry_id, token, request)
             self._slots.handed(self.crawler, request)
-            self._starts.started(request)  # a paced domain's next start waits 1/rate
+            self._starts.started(request)  # (a late start holds its domain's next)
             if len(self._buffer) <= self._target() // 2 or self.precedence.outranked():
                 self.session.wake()  # refill, or lease what Redis holds that goes first
             return request
@@ -274,9 +274,8 @@ class Scheduler:
         """Buffer a request the session leased (held, renewed and released from here on)."""
         request.meta[metakeys.LEASE] = (lease.id, lease.token)
         if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
-            self.stats.inc_value("ha/domain_limited")
-        if lease.wait_ms > 0 or self._polite:  # (Redis's limits may be another worker's)
             self._starts.hold(request, lease.wait_ms)
+            self.stats.inc_value("ha/domain_limited")
         if lease.expiries:  # a page left unfinished: its links may be in Redis already
             self.handout.gate.guard.redo(lease.id)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
