@@ -100,9 +100,10 @@ REVISIT_SEEN = "_ha_revisit_seen"
 #: On the redirect of a revisited request, carried under its lease: the state of the page
 #: (without its validators) that the target's content is told against, as a revisit's is.
 REVISIT_TARGET = "_ha_revisit_target"
-#: On a start request resumed from its task's checkpoint: the fingerprint of the task's
-#: root request, which the scheduler deduplicates it by (a run seeds the task once, from
-#: whichever worker, resumed or not: see scheduler/admission.py).
+#: On a start request resumed from its task's checkpoint: ``(fingerprint, URL)`` of the
+#: task's root request (the URL None for a ``dont_filter`` root), which the scheduler
+#: deduplicates it by (a run seeds the task once, from whichever worker, resumed or not:
+#: see scheduler/admission.py).
 START_OF = "_ha_start_of"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).

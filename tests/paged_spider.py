@@ -53,10 +53,15 @@ class PagedSpider(scrapy.Spider):
     name = "paged"
     custom_settings = {"ITEM_PIPELINES": {__name__ + ".AppendPipeline": 100}}
 
-    def __init__(self, base_url: str = "", join: str = "", **kwargs: Any) -> None:
+    def __init__(self, base_url: str = "", join: str = "", plain: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # join=1: a worker that only takes part in the crawl already in Redis
         self.start_urls = [] if join else [base_url + "/list/1"]
+        self.plain = bool(plain)  # plain=1: a start request filtered as any (not dont_filter)
+
+    async def start(self) -> Any:
+        for url in self.start_urls:
+            yield scrapy.Request(url, dont_filter=not self.plain)
 
     def parse(self, response: Any) -> Any:
         fields = response.meta.get("ha_checkpoint", {})

@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import pytest
+
 from scrapy_ha.keys import Keys
 from tests.test_checkpoint_garbage import ids_in
 from tests.test_checkpoints import run_paged, wait_for_checkpoint
@@ -21,12 +23,16 @@ if TYPE_CHECKING:
 FAST = {"HA_LEASE_TIME": "4", "HA_LEASE_RENEW_INTERVAL": "1", "HA_RECLAIM_INTERVAL": "1"}
 
 
+@pytest.mark.parametrize("plain", ["", "1"], ids=["dont_filter-root", "plain-root"])
 def test_a_worker_restarted_on_an_intact_queue_does_not_queue_the_checkpointed_page_again(
-    redis_url, redis_client, site_factory, tmp_path: Path
+    redis_url, redis_client, site_factory, tmp_path: Path, plain: str
 ):
+    """With a root filtered as any request (``plain``) too: its resumed page was queued
+    again (a run's start deduplication only knew ``dont_filter`` roots; a QA run)."""
     site = site_factory("--pages", "10", "--per-page", "5", "--slow-list", "5:20")
     items = tmp_path / "items.jl"
-    first = run_paged(redis_url, site.url, items, tmp_path / "first.log", **FAST)
+    settings = {**FAST, "plain": plain}
+    first = run_paged(redis_url, site.url, items, tmp_path / "first.log", **settings)
     deadline = time.monotonic() + 60
     while not any(path == "/list/5" for _, path, _ in site.log()):
         assert first.poll() is None and time.monotonic() < deadline
@@ -35,7 +41,7 @@ def test_a_worker_restarted_on_an_intact_queue_does_not_queue_the_checkpointed_p
     first.send_signal(signal.SIGKILL)  # page 5 stays leased in Redis until its lease expires
     first.wait()
     before = len(site.log())
-    second = run_paged(redis_url, site.url, items, tmp_path / "second.log", **FAST)
+    second = run_paged(redis_url, site.url, items, tmp_path / "second.log", **settings)
     assert second.wait(timeout=120) == 0
     fetched = Counter(path for _, path, _ in site.log()[before:])
     assert fetched["/list/5"] == 1, fetched  # reclaimed from the queue, not queued again

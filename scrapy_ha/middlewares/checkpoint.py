@@ -127,7 +127,12 @@ class CheckpointMiddleware:
             return root
         try:
             request = self._resumed(task, doc)
-            request.meta[metakeys.START_OF] = self._fingerprint(root)
+            # filtered as its root is: by the run's start deduplication (a dont_filter
+            # root), or as the root itself (a root filtered as any request, its URL kept)
+            request.meta[metakeys.START_OF] = (
+                self._fingerprint(root),
+                None if root.dont_filter else root.url,
+            )
         except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
             self.stats.inc_value("ha/checkpoint/unreadable")
             logger.warning(

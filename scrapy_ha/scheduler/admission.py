@@ -15,6 +15,7 @@ import hashlib
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from scrapy import signals
 from scrapy.utils.httpobj import urlparse_cached
@@ -214,6 +215,11 @@ class Admission:
         it is repeated, and the next run of a persisted crawl seeds it again.
         """
         if self._is_start(request):
+            root = request.meta.get(metakeys.START_OF)
+            if root is not None and root[1] is not None:
+                # resumed from its task's checkpoint, the task's root filtered as any
+                # request: the resumed request is filtered as that root is (seeded once)
+                return self._filtered(root[0], root[1], None) if self.dedupe else b""
             if request.dont_filter:
                 return self._start_fingerprint(request)
         elif self._starts and engine.start_exhausted(self.crawler):
@@ -221,10 +227,15 @@ class Admission:
         if request.dont_filter or not self.dedupe:
             return b""
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
+        return self._filtered(fingerprint, request.url, request)
+
+    def _filtered(self, fingerprint: bytes, url: str, request: Request | None) -> bytes:
+        """The dupefilter fingerprint of the request of *url* (*request*, if at hand) with
+        this fingerprint."""
         fingerprint = sized(fingerprint, self.fingerprint_bytes)
         if self.rules:  # forgotten by a rule: known by another fingerprint since
-            host = urlparse_cached(request).hostname or ""
-            return self.rules.fingerprint(fingerprint, request.url, host)
+            parsed = urlsplit(url) if request is None else urlparse_cached(request)
+            return self.rules.fingerprint(fingerprint, url, parsed.hostname or "")
         return fingerprint
 
     def set_rules(self, rules: ForgetRules) -> None:
@@ -241,10 +252,10 @@ class Admission:
         differs per process), and another in the next run. A request resumed from its
         task's checkpoint counts as its task's root request (``meta["_ha_start_of"]``): a
         worker that joins the run, or restarts into it, resumes a task another worker
-        seeded already (its pages in the queue) and is filtered, as its root would be."""
-        fingerprint = request.meta.get(
-            metakeys.START_OF
-        ) or self.crawler.request_fingerprinter.fingerprint(request)
+        seeded already (its pages in the queue) and is filtered, as its root would be (a
+        root filtered as any request: see :meth:`fingerprint`)."""
+        root = request.meta.get(metakeys.START_OF)
+        fingerprint = root[0] if root else self.crawler.request_fingerprinter.fingerprint(request)
         key = fingerprint[: self.fingerprint_bytes]
         n = self._starts[key] = self._starts.get(key, 0) + 1
         occurrence = b"start %d.%d " % (self.run, n) + fingerprint
