@@ -52,8 +52,15 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 
-#: Redis going away during a command (not any OSError: a closed pipe to `head` is not).
-REDIS_GONE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: Redis going away during a command (not any OSError: a closed pipe to `head` is not),
+#: or a Redis Cluster losing a node that serves the crawl's keys (down, or re-electing).
+REDIS_GONE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterError,
+)
 
 
 def run(args: argparse.Namespace) -> int:

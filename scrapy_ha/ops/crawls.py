@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 from scrapy_ha.keys import Keys
 from scrapy_ha.ops.stats import CrawlStats, counters, merge_stats
 from scrapy_ha.ops.unreadable import (
@@ -27,7 +29,7 @@ from scrapy_ha.store.sharding import layout_problem, read_layout
 from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +216,41 @@ class Reading:
     unreadable: dict[str, str] = field(default_factory=dict)
 
 
+class OneByOne:
+    """A pipeline's stand-in for a Redis Cluster's blocking client, whose pipelines take no
+    script (redis-py refuses EVALSHA and EVAL in them): each command runs at once, in turn,
+    and :meth:`execute` returns the replies, an error among them as a pipeline's
+    ``execute(raise_on_error=False)`` keeps it."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._replies: list[Any] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        command = getattr(self._client, name)
+
+        def queued(*args: Any, **kwargs: Any) -> None:
+            try:
+                self._replies.append(command(*args, **kwargs))
+            except redis.exceptions.ResponseError as exc:
+                self._replies.append(exc)
+
+        return queued
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        replies, self._replies = self._replies, []
+        if raise_on_error:
+            raise_first(replies)
+        return replies
+
+
+def pipeline_of(client: Any) -> Any:
+    """A pipeline of the blocking *client* (:class:`OneByOne` for a Redis Cluster's)."""
+    if isinstance(client, redis.RedisCluster):
+        return OneByOne(client)
+    return client.pipeline(transaction=False)
+
+
 def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlNumbers]:
     """Every crawl's numbers (see :func:`read_every_crawl`); those that cannot be read are
     left out."""
@@ -226,7 +263,7 @@ def read_every_crawl(client: Any, prefix: str, spiders: Iterable[str]) -> Readin
     of it of another type) costs itself alone: it is named with the reason, the others
     are read (a connection error still ends the read: it concerns them all)."""
     spiders = list(spiders)
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline_of(client)
     for spider in spiders:
         k = Keys(prefix, spider)
         _crawl_reads(client, pipe, k)
@@ -269,8 +306,12 @@ def _crawl_numbers(client: Any, prefix: str, spider: str, replies: list[Any]) ->
 
 def _crawl_reads(client: Any, pipe: Any, k: Keys) -> None:
     """The reads of one crawl (of one shard), READS replies."""
-    counts = client.register_script(scripts.COUNTS_LUA)
-    counts(keys=counts_keys(k), args=["strict"], client=pipe)  # (garbage named)
+    keys = counts_keys(k)
+    if isinstance(pipe, OneByOne):  # (a cluster's: EVALSHA would need the script loaded)
+        pipe.eval(scripts.COUNTS_LUA, len(keys), *keys, "strict")
+    else:
+        counts = client.register_script(scripts.COUNTS_LUA)
+        counts(keys=keys, args=["strict"], client=pipe)  # (garbage named)
     pipe.hgetall(k.stats)
     pipe.hvals(k.gates)
     pipe.exists(k.paused)
@@ -291,7 +332,7 @@ def _sharded_numbers(client: Any, keys: Keys) -> CrawlNumbers:
     """A sharded crawl's numbers: every shard's summed; gates and pause are shard 0's
     (each shard has the same)."""
     shards = keys.every_shard()
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline_of(client)
     for shard in shards:
         _crawl_reads(client, pipe, shard)
     replies = pipe.execute()

@@ -28,6 +28,7 @@ from scrapy_ha.ops.crawls import (
     read_every_crawl,
 )
 from scrapy_ha.ops.revisits import revisit_metrics
+from scrapy_ha.store.health import every_node
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -109,7 +110,8 @@ class CrawlCollector:
             logger.warning("Redis unreachable, scrapes report scrapy_ha_redis_up 0: %s", exc)
 
     def _read(self) -> list[Metric]:
-        info = {**self.client.info("memory"), **self.client.info("stats")}
+        every = every_node(self.client)
+        info = _fullest(self.client.info("memory", **every), self.client.info("stats", **every))
         reading = read_every_crawl(self.client, self.prefix, self._crawls())
         continuous = revisit_metrics(self.client, self.prefix, reading)
         crawls = [c for c in reading.crawls if c.spider not in reading.unreadable]
@@ -151,6 +153,27 @@ def _up() -> Any:
     return GaugeMetricFamily(
         "scrapy_ha_redis_up", "1 if the last scrape read Redis, 0 if Redis was unreachable."
     )
+
+
+def _fullest(memory: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    """INFO memory and stats of the server, or of a Redis Cluster's node nearest its
+    ``maxmemory`` (the first to refuse writes, and to hold the workers back), with the keys
+    every node evicted."""
+    if "used_memory" in memory:
+        return {**memory, **stats}
+    nodes: list[dict[str, Any]] = [
+        {**v, **stats.get(n, {})} for n, v in memory.items() if isinstance(v, dict)
+    ]
+    if not nodes:
+        return {}
+
+    def fill(node: dict[str, Any]) -> tuple[float, int]:
+        used, most = int(node.get("used_memory", 0)), int(node.get("maxmemory", 0))
+        return (used / most if most else 0.0), used
+
+    evicted = sum(int(node.get("evicted_keys", 0)) for node in nodes)
+    fullest = max(nodes, key=fill)
+    return {**fullest, "evicted_keys": evicted}
 
 
 def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:

@@ -23,10 +23,11 @@ import logging
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from scrapy_ha.store.wire import text as _text
 
-__all__ = ["MIN_VERSION", "redis_health", "warn_once"]
+__all__ = ["MIN_VERSION", "every_node", "redis_health", "warn_once"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,14 @@ logger = logging.getLogger(__name__)
 MIN_VERSION = (6, 2)
 #: The one eviction policy that never deletes a key of the crawl.
 SAFE_POLICY = "noeviction"
+
+
+def every_node(client: Any) -> dict[str, Any]:
+    """The arguments that send a server command (``INFO``, ``CONFIG GET``) to every node of
+    a Redis Cluster: redis-py sends it to one node (its default) otherwise, and a full or
+    evicting node holding a shard of the crawl went unseen. None for one server."""
+    cluster = isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster)
+    return {"target_nodes": "all"} if cluster else {}
 
 
 async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[str]:
@@ -44,7 +53,7 @@ async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[
     checked and a problem is said once."""
     if info is None:
         try:
-            info = await client.info()
+            info = await client.info(**every_node(client))
         except redis.exceptions.ResponseError:  # INFO not allowed to this user
             return []
     saves = await _config_get(client, "save")
@@ -142,7 +151,7 @@ def _persistence(info: dict[str, Any], saves: set[str] | None) -> str | None:
 async def _config_get(client: Any, name: str) -> set[str] | None:
     """The values of one setting across the nodes; None when CONFIG GET is refused."""
     try:
-        reply = await client.config_get(name)
+        reply = await client.config_get(name, **every_node(client))
     except redis.exceptions.ResponseError:
         return None
     return {_text(value) for value in _flatten(reply, name)}

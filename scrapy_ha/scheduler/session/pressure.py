@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL, MEMORY_UNBOUNDED_INTERVAL
+from scrapy_ha.store.health import every_node
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -81,7 +82,7 @@ class Pressure:
             info = None
         if info is None:
             try:
-                info = await queue.client.info("memory")
+                info = await queue.client.info("memory", **every_node(queue.client))
             except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
                 self._next = float("inf")
                 return

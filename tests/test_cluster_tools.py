@@ -1,0 +1,133 @@
+"""The operator's tools on a Redis Cluster (three real masters made with ``redis-cli
+--cluster create``), where a QA run of a sharded crawl found: every scrape of the metrics
+exporter failed (a script in a cluster pipeline, which redis-py refuses), the health checks
+and the back-pressure read ``INFO`` of one node only (redis-py sends a server command to
+its default node: a full or evicting node holding a shard went unseen), and the CLI printed
+a traceback when a master was down."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+import redis
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.config.memory import MemoryConfig
+from scrapy_ha.demo import harness
+from scrapy_ha.ops.metrics import CrawlCollector
+from scrapy_ha.scheduler.remote import Remote
+from scrapy_ha.scheduler.session.pressure import Pressure
+from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
+from scrapy_ha.store.health import redis_health
+from scrapy_ha.store.sharding import make_queue
+from tests import redis_servers
+from tests.cli_seed import _run, scrapy_ha
+from tests.test_unreadable_names import _samples
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+URLS = [f"http://a{n}.example/page" for n in range(12)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[redis_servers.Cluster]:
+    found = redis_servers.start_cluster(tmp_path / "cluster", replicas=0)
+    yield found
+    found.stop()
+
+
+def _pushed(cluster: redis_servers.Cluster) -> None:
+    """A crawl of three shards, one per master's share of the slots, with URLS pending."""
+    done = scrapy_ha("push", "wide", "--create", *URLS, "--shards", "3", "--redis-url", cluster.url)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_exporter_reads_a_sharded_crawl_on_a_cluster(cluster):
+    _pushed(cluster)
+    client = sync_redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+    try:
+        samples = _samples(CrawlCollector(client, "ha", discovery_ttl=0))
+    finally:
+        client.close()
+    assert samples[("scrapy_ha_requests", ("pending", "wide"))] == len(URLS)
+    assert samples[("scrapy_ha_crawl_read_error", ("wide",))] == 0
+
+
+def test_every_node_of_a_cluster_is_checked(cluster):
+    """An evicting policy and a node at its maxmemory, set on each master in turn: each is
+    said, whichever node redis-py asks by default; the exporter shows that node's memory."""
+
+    async def problems() -> list[str]:
+        client = redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+        try:
+            return await redis_health(client)
+        finally:
+            await client.aclose()
+
+    exporter = sync_redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+    for port in cluster.masters():
+        node = redis.Redis(port=port)
+        used = int(node.info("memory")["used_memory"])
+        node.config_set("maxmemory", used + 1024)
+        node.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            said = _run(problems())
+            samples = _samples(CrawlCollector(exporter, "ha", discovery_ttl=0))
+        finally:
+            node.config_set("maxmemory-policy", "noeviction")
+            node.config_set("maxmemory", 0)
+            node.close()
+        assert any("maxmemory-policy" in p and "allkeys-lru" in p for p in said), (port, said)
+        assert any("maxmemory" in p and "at or over" in p for p in said), (port, said)
+        assert samples[("scrapy_ha_redis_memory_max_bytes", ())] == used + 1024, port
+    exporter.close()
+
+
+def test_a_command_on_a_cluster_with_a_master_down_says_so(cluster):
+    """A master serving a shard, not the first node of the URL (which answers), killed and
+    marked failed by the others: the command says Redis went away, exit 2, no traceback."""
+    _pushed(cluster)
+    first = cluster.nodes[0]
+    owners = [cluster.owner_of(f"ha:{{wide:{i}}}:ready") for i in range(3)]
+    owner = next(o for o in owners if o is not None and o is not first)
+    owner.proc.kill()
+    owner.proc.wait()
+
+    def failed() -> bool:
+        with first.client() as c:
+            return b"cluster_state:fail" in c.execute_command("CLUSTER", "INFO")
+
+    harness.wait_for(failed, "the cluster to mark the master failed", 60, 0.2)
+    done = scrapy_ha("status", "wide", "--redis-url", cluster.url)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert "run it again once Redis is back" in done.stderr, done.stderr
+
+
+def test_a_worker_holds_back_when_any_node_nears_its_maxmemory(cluster):
+    """Each master in turn near its maxmemory: the worker holds back, whichever node
+    redis-py asks by default (before, a shard on another node filled up unseen)."""
+
+    async def held() -> bool:
+        client = redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+        try:
+            queue = make_queue(client, "ha", "pressure", 1, worker="w0")
+            remote = Remote()
+            await Pressure(MemoryConfig(), get_crawler().stats, remote, cluster.url).check(queue)
+            return remote.held
+        finally:
+            await client.aclose()
+
+    assert not _run(held())
+    for port in cluster.masters():
+        node = redis.Redis(port=port)
+        node.config_set("maxmemory", int(node.info("memory")["used_memory"]) + 1024)
+        try:
+            assert _run(held()), port
+        finally:
+            node.config_set("maxmemory", 0)
+            node.close()
