@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import Any
 
 import scrapy
@@ -17,10 +18,16 @@ class AppendPipeline:
     """Each item is one unbuffered append: what reached the pipeline survives SIGKILL."""
 
     def __init__(
-        self, path: str, stall_from: int, fail_once: int = 0, fail_always: int = 0
+        self,
+        path: str,
+        stall_from: int,
+        fail_once: int = 0,
+        fail_always: int = 0,
+        block_s: float = 0.0,
     ) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.stall_from = stall_from
+        self.block_s = block_s  # each item blocks the event loop (a synchronous database client)
         self.fail_once = fail_once  # this item fails the first time (a database that is down)
         self.fail_always = fail_always  # and this one every time
 
@@ -32,6 +39,7 @@ class AppendPipeline:
             settings.getint("STALL_ITEMS_FROM"),
             settings.getint("FAIL_ITEM_ONCE"),
             settings.getint("FAIL_ITEM_ALWAYS"),
+            settings.getfloat("BLOCK_ITEM_S"),
         )
 
     async def process_item(self, item: Any) -> Any:
@@ -42,6 +50,8 @@ class AppendPipeline:
             raise ConnectionError("the database is down")
         if self.fail_always and item["id"] == self.fail_always:
             raise ValueError("the database refuses this item")
+        if self.block_s:
+            time.sleep(self.block_s)
         os.write(self.fd, (json.dumps(dict(item)) + "\n").encode())
         return item
 

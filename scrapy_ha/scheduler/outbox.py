@@ -274,6 +274,20 @@ class CheckpointSave:
     ttl_ms: int
 
 
+def latest_saves(saves: list[CheckpointSave]) -> int:
+    """Drop from *saves* every save of a task that a later one under the same page's lease
+    supersedes (a page's mid-page progress only grows): a callback or a pipeline that
+    keeps the event loop busy queued them faster than one a round trip went, and the
+    checkpoint in Redis fell ever further behind the items done. How many were dropped."""
+    last = {(cp.task, cp.entry_id, cp.token): i for i, cp in enumerate(saves)}
+    if len(last) == len(saves):
+        return 0
+    kept = [cp for i, cp in enumerate(saves) if last[cp.task, cp.entry_id, cp.token] == i]
+    dropped = len(saves) - len(kept)
+    saves[:] = kept
+    return dropped
+
+
 @dataclass
 class Outbox:
     """Everything the shell has for Redis, sent in :data:`SEND_ORDER`.

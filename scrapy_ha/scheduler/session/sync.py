@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import ResponseError
 
 from scrapy_ha.codec import CodecError, decode_request
-from scrapy_ha.scheduler.outbox import BATCH
+from scrapy_ha.scheduler.outbox import BATCH, latest_saves
 from scrapy_ha.scheduler.session.ends import kept
 from scrapy_ha.scheduler.session.lost import fenced_sync
 from scrapy_ha.store.dictionary import Dictionaries
@@ -343,6 +343,8 @@ class Syncer:
         assert self.queue is not None
         saves = self.outbox.checkpoints
         while saves:
+            if superseded := latest_saves(saves):
+                self.stats.inc_value("ha/checkpoint/superseded", superseded)
             cp = saves[0]
             try:
                 saved = await self.queue.save_checkpoint(
