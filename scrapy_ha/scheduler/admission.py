@@ -214,12 +214,14 @@ class Admission:
         ``start()`` yields in, a start request repeated on purpose is crawled as often as
         it is repeated, and the next run of a persisted crawl seeds it again.
         """
+        meta = request.meta
+        root = meta.get(metakeys.START_OF)
+        if root is not None and root[1] is not None and metakeys.LEASE not in meta:
+            # resumed from its task's checkpoint, the task's root filtered as any request:
+            # the resumed request is filtered as that root is (a start request, or a root a
+            # page yielded again when redone: its task was seeded once, its chain queued)
+            return self._filtered(root[0], root[1], None) if self.dedupe else b""
         if self._is_start(request):
-            root = request.meta.get(metakeys.START_OF)
-            if root is not None and root[1] is not None:
-                # resumed from its task's checkpoint, the task's root filtered as any
-                # request: the resumed request is filtered as that root is (seeded once)
-                return self._filtered(root[0], root[1], None) if self.dedupe else b""
             if request.dont_filter:
                 return self._start_fingerprint(request)
         elif self._starts and engine.start_exhausted(self.crawler):
