@@ -27,6 +27,10 @@ Pair = tuple[str, str]
 #: Seconds between two scans of the gates known for those every shard says are open (a
 #: scan per round cost 21 ms at 50,000 gates, a review).
 SWEEP_S = 1.0
+#: The parent a child stored in another shard than its page's is sent with: its page's
+#: lease was renewed in the page's shard just now, so none is fenced here, but it is no
+#: start request (a duplicate counts as filtered, sync.lua).
+LINKED = ("+", "")
 
 
 def outside(shard: int, entry_id: str) -> str:
@@ -192,7 +196,7 @@ class ShardedSync(RedisQueue):
         """Store *placed* requests, each in its shard (one call per shard)."""
         children = await self._fenced(placed, lease_ms, total)
         for shard, entries in sorted(children.items()):
-            roots = sum(1 for e, crossed in entries if e.parent is None and not crossed)
+            roots = sum(1 for e, _ in entries if e.parent is None)
             result = await self.shards[shard].sync(
                 enqueue=[e for e, _ in entries], lease_ms=lease_ms
             )
@@ -221,7 +225,7 @@ class ShardedSync(RedisQueue):
                         total.dropped.add(e.taken[0])
                     continue
                 crossed = home != shard
-                parent = None if crossed else (local, parent[1])
+                parent = LINKED if crossed else (local, parent[1])
             by.setdefault(shard, []).append((replace(e, parent=parent), crossed))
         return by
 

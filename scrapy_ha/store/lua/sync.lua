@@ -56,7 +56,8 @@
 -- then ARGV[1] requests, one argument each: "<priority>[s][@<age>] <parent> <taken> <sent>
 --   <host> <fingerprint length (2 digits)><fingerprint><payload>": age (ms) is how long ago
 --   the request may have been seen and still be a duplicate (meta ha_recrawl_after; none:
---   the crawl's HA_DUPEFILTER_TTL, or for ever, lib/aged); parent is '-' (none) or
+--   the crawl's HA_DUPEFILTER_TTL, or for ever, lib/aged); parent is '-' (none), '+/' (a
+--   page's link whose page is fenced in another shard: a duplicate counts as filtered) or
 --   "<entry id>/<lease token>" of the page that yielded it; taken is '-' or "<entry id>/<lease
 --   token>" made by the worker, which already handed the request to its engine: stored
 --   LEASED to it under that id and token (not pending) and marked handed, its download
@@ -154,7 +155,7 @@ for i = 1, n_enq do
   local d1, d2 = str_byte(e, rest or 1, (rest or 1) + 1)
   local fl = rest and d1 and d2 and d1 >= 48 and d1 <= 57 and d2 >= 48 and d2 <= 57
     and (d1 - 48) * 10 + d2 - 48
-  if not (prio and fl and (pid == '-' or ptok ~= '')
+  if not (prio and fl and (pid == '-' or ptok ~= '' or pid == '+')
       and (tid == '-' or (ttok ~= '' and tid ~= '=' and tid ~= '=-'))
       and (sid == '-' or sn ~= ''))
       or #e < rest + 1 + fl then
@@ -167,7 +168,9 @@ for i = 1, n_enq do
   end
   -- (no C call for a field that is absent: each costs the server about 600 instructions)
   local kept = tid ~= '-' and str_byte(tid) == 61 -- '=': a taken request kept, not handed out
-  reqs[i] = {p, prio, start == 's' and start_kept, pid ~= '-' and pid, ptok,
+  local linked = pid == '+' -- fenced in its page's shard: no parent here, yet no root
+  reqs[i] = {p, prio, start == 's' and start_kept, pid ~= '-' and not linked and pid,
+    linked and '+' or ptok,
     tid ~= '-' and (kept and str_sub(tid, 2) or tid), ttok, kept, sid ~= '-' and sid,
     sn ~= '' and tonumber(sn) or nil, host, str_sub(e, rest + 2, rest + 1 + fl),
     str_sub(e, rest + 2 + fl), age ~= '' and tonumber(age) or nil}
@@ -283,7 +286,7 @@ local enqueue_all = n_enq > 0 and function(records)
       count('enqueued', 1, host)
     else
       if tid then dropped[#dropped + 1] = tid end
-      if pid then
+      if pid or r[R.PTOK] == '+' then
         count('filtered', 1)
       else
         roots_seen = roots_seen + 1
