@@ -16,7 +16,9 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.demo import harness
+from scrapy_ha.keys import Keys
 from scrapy_ha.ops.metrics import CrawlCollector
+from scrapy_ha.ops.stats import read_crawl_stats
 from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.pressure import Pressure
 from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
@@ -46,6 +48,26 @@ def _pushed(cluster: redis_servers.Cluster) -> None:
     assert done.returncode == 0, done.stderr
 
 
+async def _problems(url: str) -> list[str]:
+    client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=5)
+    try:
+        return await redis_health(client)
+    finally:
+        await client.aclose()
+
+
+async def _held(url: str) -> bool:
+    """Does a worker's memory check hold it back (back-pressure, default marks)?"""
+    client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=5)
+    try:
+        queue = make_queue(client, "ha", "pressure", 1, worker="w0")
+        remote = Remote()
+        await Pressure(MemoryConfig(), get_crawler().stats, remote, url).check(queue)
+        return remote.held
+    finally:
+        await client.aclose()
+
+
 def test_the_exporter_reads_a_sharded_crawl_on_a_cluster(cluster):
     _pushed(cluster)
     client = sync_redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
@@ -61,13 +83,6 @@ def test_every_node_of_a_cluster_is_checked(cluster):
     """An evicting policy and a node at its maxmemory, set on each master in turn: each is
     said, whichever node redis-py asks by default; the exporter shows that node's memory."""
 
-    async def problems() -> list[str]:
-        client = redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
-        try:
-            return await redis_health(client)
-        finally:
-            await client.aclose()
-
     exporter = sync_redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
     for port in cluster.masters():
         node = redis.Redis(port=port)
@@ -75,7 +90,7 @@ def test_every_node_of_a_cluster_is_checked(cluster):
         node.config_set("maxmemory", used + 1024)
         node.config_set("maxmemory-policy", "allkeys-lru")
         try:
-            said = _run(problems())
+            said = _run(_problems(cluster.url))
             samples = _samples(CrawlCollector(exporter, "ha", discovery_ttl=0))
         finally:
             node.config_set("maxmemory-policy", "noeviction")
@@ -112,22 +127,76 @@ def test_a_worker_holds_back_when_any_node_nears_its_maxmemory(cluster):
     """Each master in turn near its maxmemory: the worker holds back, whichever node
     redis-py asks by default (before, a shard on another node filled up unseen)."""
 
-    async def held() -> bool:
-        client = redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
-        try:
-            queue = make_queue(client, "ha", "pressure", 1, worker="w0")
-            remote = Remote()
-            await Pressure(MemoryConfig(), get_crawler().stats, remote, cluster.url).check(queue)
-            return remote.held
-        finally:
-            await client.aclose()
-
-    assert not _run(held())
+    assert not _run(_held(cluster.url))
     for port in cluster.masters():
         node = redis.Redis(port=port)
         node.config_set("maxmemory", int(node.info("memory")["used_memory"]) + 1024)
         try:
-            assert _run(held()), port
+            assert _run(_held(cluster.url)), port
         finally:
             node.config_set("maxmemory", 0)
             node.close()
+
+
+def test_read_crawl_stats_reads_a_crawl_on_a_cluster(cluster):
+    """The public blocking reader (``scrapy_ha.stats.read_crawl_stats``): its pipeline ran a
+    script, which redis-py's cluster pipelines refuse (every crawl was unreadable)."""
+    _pushed(cluster)
+    client = sync_redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+    try:
+        stats = read_crawl_stats(client, Keys("ha", "wide"))
+    finally:
+        client.close()
+    assert stats.pending == len(URLS)
+
+
+def test_a_primary_without_persistence_is_said_beside_one_with_it(cluster):
+    """``save`` is read per primary: one with RDB snapshots hid another with none."""
+    first, second = cluster.masters()[:2]
+    with redis.Redis(port=first) as node:
+        node.config_set("save", "3600 1")
+    try:
+        said = _run(_problems(cluster.url))
+    finally:
+        with redis.Redis(port=first) as node:
+            node.config_set("save", "")
+    assert any("neither AOF nor RDB" in p for p in said), said
+    assert second
+
+
+@pytest.fixture
+def replicated(tmp_path: Path) -> Iterator[redis_servers.Cluster]:
+    found = redis_servers.start_cluster(tmp_path / "cluster", replicas=1)
+    yield found
+    found.stop()
+
+
+def _replicas(cluster: redis_servers.Cluster) -> list[redis_servers.Server]:
+    replicas = []
+    for node in cluster.alive():
+        with node.client() as c:
+            if c.execute_command("ROLE")[0] == b"slave":
+                replicas.append(node)
+    return replicas
+
+
+def test_replicas_are_neither_checked_nor_needed(replicated):
+    """A replica ignores maxmemory: one near it holds nothing back; one down (a data write
+    still works) fails no start, no memory check and no scrape (every node was asked)."""
+    _pushed(replicated)
+    replica, other = _replicas(replicated)[:2]
+    with other.client() as c:
+        c.config_set("maxmemory", int(c.info("memory")["used_memory"]) + 1024)
+        c.config_set("maxmemory-policy", "allkeys-lru")
+    replica.proc.kill()
+    replica.proc.wait()
+    assert not _run(_held(replicated.url))
+    said = _run(_problems(replicated.url))
+    assert not any("maxmemory" in p for p in said), said
+    exporter = sync_redis_from_settings(Settings({"REDIS_URL": replicated.url}), connect_timeout=5)
+    try:
+        samples = _samples(CrawlCollector(exporter, "ha", discovery_ttl=0))
+    finally:
+        exporter.close()
+    assert samples[("scrapy_ha_redis_up", ())] == 1
+    assert samples[("scrapy_ha_requests", ("pending", "wide"))] == len(URLS)

@@ -8,9 +8,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import redis
-
 from scrapy_ha.keys import Keys
+from scrapy_ha.ops.pipes import OneByOne, pipeline_of
 from scrapy_ha.ops.stats import CrawlStats, counters, merge_stats
 from scrapy_ha.ops.unreadable import (
     UNREADABLE,
@@ -29,7 +28,7 @@ from scrapy_ha.store.sharding import layout_problem, read_layout
 from scrapy_ha.store.wire import Counts
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -214,41 +213,6 @@ class Reading:
 
     crawls: list[CrawlNumbers] = field(default_factory=list)
     unreadable: dict[str, str] = field(default_factory=dict)
-
-
-class OneByOne:
-    """A pipeline's stand-in for a Redis Cluster's blocking client, whose pipelines take no
-    script (redis-py refuses EVALSHA and EVAL in them): each command runs at once, in turn,
-    and :meth:`execute` returns the replies, an error among them as a pipeline's
-    ``execute(raise_on_error=False)`` keeps it."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self._replies: list[Any] = []
-
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        command = getattr(self._client, name)
-
-        def queued(*args: Any, **kwargs: Any) -> None:
-            try:
-                self._replies.append(command(*args, **kwargs))
-            except redis.exceptions.ResponseError as exc:
-                self._replies.append(exc)
-
-        return queued
-
-    def execute(self, raise_on_error: bool = True) -> list[Any]:
-        replies, self._replies = self._replies, []
-        if raise_on_error:
-            raise_first(replies)
-        return replies
-
-
-def pipeline_of(client: Any) -> Any:
-    """A pipeline of the blocking *client* (:class:`OneByOne` for a Redis Cluster's)."""
-    if isinstance(client, redis.RedisCluster):
-        return OneByOne(client)
-    return client.pipeline(transaction=False)
 
 
 def read_crawls(client: Any, prefix: str, spiders: Iterable[str]) -> list[CrawlNumbers]:

@@ -28,7 +28,7 @@ from scrapy_ha.ops.crawls import (
     read_every_crawl,
 )
 from scrapy_ha.ops.revisits import revisit_metrics
-from scrapy_ha.store.health import every_node
+from scrapy_ha.store.health import primaries_info_sync
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -110,8 +110,8 @@ class CrawlCollector:
             logger.warning("Redis unreachable, scrapes report scrapy_ha_redis_up 0: %s", exc)
 
     def _read(self) -> list[Metric]:
-        every = every_node(self.client)
-        info = _fullest(self.client.info("memory", **every), self.client.info("stats", **every))
+        memory, stats = (primaries_info_sync(self.client, s) for s in ("memory", "stats"))
+        info = _fullest(memory, stats)
         reading = read_every_crawl(self.client, self.prefix, self._crawls())
         continuous = revisit_metrics(self.client, self.prefix, reading)
         crawls = [c for c in reading.crawls if c.spider not in reading.unreadable]
@@ -156,9 +156,9 @@ def _up() -> Any:
 
 
 def _fullest(memory: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
-    """INFO memory and stats of the server, or of a Redis Cluster's node nearest its
+    """INFO memory and stats of the server, or of a Redis Cluster's primary nearest its
     ``maxmemory`` (the first to refuse writes, and to hold the workers back), with the keys
-    every node evicted."""
+    every primary evicted."""
     if "used_memory" in memory:
         return {**memory, **stats}
     nodes: list[dict[str, Any]] = [

@@ -30,6 +30,7 @@ __all__ = [
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.ops.pipes import pipeline_of
 from scrapy_ha.ops.unreadable import UNREADABLE, explain, explain_sync
 from scrapy_ha.store import scripts
 from scrapy_ha.store.script_keys import counts_keys
@@ -277,14 +278,14 @@ def read_crawl_stats(client: Any, keys: Keys, *, domains: bool = True) -> CrawlS
 
 
 def _read_crawl_stats(client: Any, keys: Keys, domains: bool) -> CrawlStats:
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline_of(client)
     _queue_reads(pipe, keys, domains)
     pipe.get(keys.shard_count)
     replies = pipe.execute()
     sharded = _sharded(keys, replies.pop())
     if sharded is None:
         return _parse(keys, replies)
-    pipe = client.pipeline(transaction=False)
+    pipe = pipeline_of(client)
     for shard in sharded:
         _queue_reads(pipe, shard, domains)
     return merge_stats(_per_shard(sharded, pipe.execute(), domains))

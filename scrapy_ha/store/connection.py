@@ -23,7 +23,6 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store import url as _redis_url
-from scrapy_ha.store.health import every_node
 from scrapy_ha.store.redis_params import ARGUMENTS
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
 
@@ -303,7 +302,7 @@ async def check_reachable(client: Any, url: str, timeout: float) -> dict[str, An
     one round trip; raise RedisUnavailable (RedisDown while it may come back)."""
     try:
         async with asyncio.timeout(timeout):
-            info: dict[str, Any] = await client.info(**every_node(client))
+            info: dict[str, Any] = await client.info()
     except redis.exceptions.AuthenticationError as exc:
         raise RedisUnavailable(
             f"Redis at {url} refused the credentials ({exc}): check the user name and password "

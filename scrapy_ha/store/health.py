@@ -19,6 +19,7 @@ without ``+config|get``) is skipped: it is not a problem of the crawl.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -27,7 +28,14 @@ import redis.asyncio
 
 from scrapy_ha.store.wire import text as _text
 
-__all__ = ["MIN_VERSION", "every_node", "redis_health", "warn_once"]
+__all__ = [
+    "MIN_VERSION",
+    "is_cluster",
+    "primaries_info",
+    "primaries_info_sync",
+    "redis_health",
+    "warn_once",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -37,28 +45,69 @@ MIN_VERSION = (6, 2)
 SAFE_POLICY = "noeviction"
 
 
-def every_node(client: Any) -> dict[str, Any]:
-    """The arguments that send a server command (``INFO``, ``CONFIG GET``) to every node of
-    a Redis Cluster: redis-py sends it to one node (its default) otherwise, and a full or
-    evicting node holding a shard of the crawl went unseen. None for one server."""
-    cluster = isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster)
-    return {"target_nodes": "all"} if cluster else {}
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, redis.RedisCluster | redis.asyncio.RedisCluster)
+
+
+#: What a node of a Redis Cluster that cannot be asked raises: unreachable, or refusing the
+#: user (an ACL user is per node). Its shard's own commands say so; the others are read.
+NODE_ERRORS = (redis.exceptions.RedisError, OSError)
+
+
+async def primaries_info(client: Any, *section: str) -> dict[str, Any]:
+    """``INFO`` of the server, or of each primary of a Redis Cluster that answers, by node
+    name: redis-py sends a server command to one node (its default), and a full or evicting
+    primary holding a shard went unseen. A replica ignores ``maxmemory``
+    (``replica-ignore-maxmemory``): primaries alone refuse writes or evict."""
+    if not is_cluster(client):
+        return dict(await client.info(*section))
+    found: dict[str, Any] = {}
+    for node in await _primaries(client):
+        with contextlib.suppress(*NODE_ERRORS):
+            found[node.name] = await client.info(*section, target_nodes=node)
+    return found
+
+
+async def _primaries(client: Any) -> list[Any]:
+    """The primaries of an asyncio cluster client (which learns its nodes at its first
+    command: none before)."""
+    with contextlib.suppress(*NODE_ERRORS):
+        await client.initialize()
+    return list(client.get_primaries())
+
+
+def primaries_info_sync(client: Any, *section: str) -> dict[str, Any]:
+    """:func:`primaries_info` of a blocking client (the metrics exporter's)."""
+    if not is_cluster(client):
+        return dict(client.info(*section))
+    found: dict[str, Any] = {}
+    for node in client.get_primaries():
+        with contextlib.suppress(*NODE_ERRORS):
+            found[node.name] = client.info(*section, target_nodes=node)
+    return found
 
 
 async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[str]:
     """One sentence per problem of the Redis *client* talks to (none: an empty list), from
     its ``INFO`` (*info*, read now if not given).
 
-    Each sentence names the setting of Redis and the fix. On a Redis Cluster every node is
-    checked and a problem is said once."""
-    if info is None:
-        try:
-            info = await client.info(**every_node(client))
-        except redis.exceptions.ResponseError:  # INFO not allowed to this user
-            return []
-    saves = await _config_get(client, "save")
+    Each sentence names the setting of Redis and the fix. On a Redis Cluster each primary
+    that answers is checked (its own ``INFO`` and ``save``), and a problem is said once."""
+    facts: list[tuple[dict[str, Any], set[str] | None]] = []
+    if is_cluster(client):
+        for node in await _primaries(client):
+            with contextlib.suppress(*NODE_ERRORS):
+                node_info = await client.info(target_nodes=node)
+                facts.append((node_info, await _config_get(client, "save", target_nodes=node)))
+    else:
+        if info is None:
+            try:
+                info = await client.info()
+            except redis.exceptions.ResponseError:  # INFO not allowed to this user
+                return []
+        facts.append((info, await _config_get(client, "save")))
     problems: list[str] = []
-    for node_info in _per_node(info):
+    for node_info, saves in facts:
         for problem in node_problems(node_info, saves):
             if problem not in problems:
                 problems.append(problem)
@@ -148,10 +197,10 @@ def _persistence(info: dict[str, Any], saves: set[str] | None) -> str | None:
     )
 
 
-async def _config_get(client: Any, name: str) -> set[str] | None:
-    """The values of one setting across the nodes; None when CONFIG GET is refused."""
+async def _config_get(client: Any, name: str, **target: Any) -> set[str] | None:
+    """The values of one setting; None when CONFIG GET is refused."""
     try:
-        reply = await client.config_get(name, **every_node(client))
+        reply = await client.config_get(name, **target)
     except redis.exceptions.ResponseError:
         return None
     return {_text(value) for value in _flatten(reply, name)}
@@ -163,12 +212,3 @@ def _flatten(reply: Any, name: str) -> list[Any]:
     if isinstance(reply, dict):  # a cluster: one reply per node
         return [v for part in reply.values() for v in _flatten(part, name)]
     return []
-
-
-def _per_node(info: Any) -> list[dict[str, Any]]:
-    """INFO of a server, or of every node of a cluster (a dict per node)."""
-    if not isinstance(info, dict):
-        return []
-    if "redis_version" in info:
-        return [info]
-    return [v for v in info.values() if isinstance(v, dict) and "redis_version" in v]

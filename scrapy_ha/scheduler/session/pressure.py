@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL, MEMORY_UNBOUNDED_INTERVAL
-from scrapy_ha.store.health import every_node
+from scrapy_ha.store.health import is_cluster, primaries_info
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -78,11 +78,13 @@ class Pressure:
         if now < self._next or not self.config.high:
             return
         self._next = now + MEMORY_CHECK_INTERVAL
-        if info is not None and any(node.get("loading") for node in _nodes(info)):
-            info = None
+        if info is not None and (
+            is_cluster(queue.client) or any(node.get("loading") for node in _nodes(info))
+        ):
+            info = None  # (a cluster's, read at connect, is one node's)
         if info is None:
             try:
-                info = await queue.client.info("memory", **every_node(queue.client))
+                info = await primaries_info(queue.client, "memory")
             except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
                 self._next = float("inf")
                 return
