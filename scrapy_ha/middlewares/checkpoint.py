@@ -133,6 +133,8 @@ class CheckpointMiddleware:
                 self._fingerprint(root),
                 None if root.dont_filter else root.url,
             )
+            if metakeys.RECRAWL_AFTER in root.meta:  # and by the root's age
+                request.meta[metakeys.RECRAWL_AFTER] = root.meta[metakeys.RECRAWL_AFTER]
         except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
             self.stats.inc_value("ha/checkpoint/unreadable")
             logger.warning(
