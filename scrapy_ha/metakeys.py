@@ -108,8 +108,8 @@ START_OF = "_ha_start_of"
 #: The time (``time.monotonic()``) before which a leased request may not start: its
 #: domain's crawl-wide rate limit (``HA_DOMAIN_RATE``).
 NOT_BEFORE = "_ha_not_before"
-#: ``(entry id, domain)`` of a leased request held for its start time (``NOT_BEFORE``): a
-#: late start of its domain holds the domain's next one (scheduler/domains.StartTimes).
+#: ``(entry id, domain, 1/rate)`` of a leased request of a domain with a rate: a late start
+#: of its domain holds the domain's next one (scheduler/domains.StartTimes).
 PACED = "_ha_paced"
 
 #: When (``time.monotonic()``) the scheduler handed this attempt to its engine: a 429 to a

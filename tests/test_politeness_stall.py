@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_ha import metakeys
+from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.scheduler.domains import StartTimes
 from scrapy_ha.store.wire import Lease
 from tests.test_politeness_crawl import (  # noqa: F401, F811 (a fixture)
@@ -108,9 +109,10 @@ def _late(request: Request, seconds: float) -> None:
 
 
 def test_a_late_start_holds_its_domains_next_for_part_of_redis_spacing():
-    """Two leases of a.test whose start times (10 s apart) passed while the worker stalled:
-    the second waits 3/4 of that spacing after the first started; b.test's does not."""
-    s, _, _ = shell()
+    """Two leases of a.test (a start in 10 s) whose start times, 10 s apart, passed while the
+    worker stalled: the second waits 3/4 of that spacing after the first started; b.test's,
+    without a rate, does not."""
+    s, _, _ = shell(politeness=Politeness(domains={"a.test": DomainLimit(rate=0.1)}))
     first = _leased(s, "http://a.test/1", "1", 1000)
     second = _leased(s, "http://a.test/2", "2", 2000)
     other = _leased(s, "http://b.test/1", "3", 1000)
@@ -120,13 +122,28 @@ def test_a_late_start_holds_its_domains_next_for_part_of_redis_spacing():
     assert s.next_request() is first
     assert s.next_request() is other  # a.test's next waits 7.5 s
     assert s.next_request() is None
-    assert second.meta[metakeys.PACED] == ("2", "a.test")
+    assert second.meta[metakeys.PACED] == ("2", "a.test", 10.0)
+
+
+def test_a_lease_redis_let_start_at_once_is_paced_after_a_late_start():
+    """The first lease of a domain after a stall has no wait (its start time lapsed in
+    Redis): it is held too, for 3/4 of the domain's 1/rate, not of the stall (a review:
+    before, it went with the late one; and a spacing that held the stall idled the domain
+    for 3/4 of it)."""
+    s, _, _ = shell(politeness=Politeness(domains={"a.test": DomainLimit(rate=0.25)}))
+    first = _leased(s, "http://a.test/1", "1", 1000)
+    _late(first, 20)
+    assert s.next_request() is first
+    _leased(s, "http://a.test/2", "2", 0)  # its start time: now
+    assert s.next_request() is None
+    assert s._starts._timer_at is not None
+    assert 2.5 < s._starts._timer_at - time.monotonic() <= 3.0  # 3/4 of 4 s
 
 
 def test_a_start_on_time_does_not_hold_the_next():
     """A start late by no more than an event loop's jitter (StartTimes.LATE_S) holds
     nothing: the next request keeps its own time, even one due right after it."""
-    times = StartTimes(lambda: None)
+    times = StartTimes(lambda: None, lambda domain: 1.0)
     first, second = Request("http://a.test/1"), Request("http://a.test/2")
     for n, request in enumerate((first, second)):
         request.meta[metakeys.LEASE] = (str(n), "t")
@@ -140,7 +157,7 @@ def test_a_start_on_time_does_not_hold_the_next():
 def test_a_redirect_that_took_a_held_requests_meta_is_not_paced():
     """A copy of a held request's meta (a redirect, ``Request.replace``) under another
     lease: not its domain's start (before, its domain's next waited for it)."""
-    times = StartTimes(lambda: None)
+    times = StartTimes(lambda: None, lambda domain: 1.0)
     page = Request("http://a.test/1", meta={metakeys.LEASE: ("1", "t")})
     times.hold(page, 0)
     _late(page, 20)

@@ -78,6 +78,11 @@ class Politeness:
         """The limits of *domain* (a host name, lower case)."""
         return self.domains.get(domain, self.default)
 
+    def interval(self, domain: str) -> float:
+        """Seconds between two starts of *domain*'s requests (0: no rate limit)."""
+        rate = self.limit_of(domain).rate
+        return 1 / rate if rate > 0 else 0.0
+
     def limited(self, domain: str) -> bool:
         """Does any crawl-wide limit apply to *domain*?"""
         return bool(self.limit_of(domain))

@@ -27,30 +27,36 @@ class StartTimes:
     Redis spaces a domain's start times 1/rate apart or more, but a worker whose event loop
     stalled (a callback that blocks it, a machine short of CPU) finds several of them past
     at once. After a start later than its time by more than :data:`LATE_S`, the domain's
-    next request waits at least :data:`CATCH_UP` of the spacing Redis gave the two: the
-    late ones go out at up to 4/3 of the rate, not all at once, and the worker is back on
-    Redis's times after a few starts (each takes a quarter of the spacing off its
-    lateness). On time, nothing changes: a start late by an event loop's jitter does not
-    hold the next (the next keeps its own time, and lateness does not add up)."""
+    next request waits at least :data:`CATCH_UP` of the spacing Redis gave the two, or of
+    the domain's 1/rate (this worker's setting) if that is less: the late ones go out at up
+    to 4/3 of the rate, not all at once, and the worker is back on Redis's times once the
+    requests it held are out (Redis gives a worker about a second of a domain's requests
+    ahead). On time, nothing changes: a start late by an event loop's jitter holds nothing,
+    and each request keeps its own time (lateness does not add up)."""
 
-    #: The part of Redis's spacing of two requests of a domain kept after a late start.
+    #: The part of the spacing of two requests of a domain kept after a late start.
     CATCH_UP = 0.75
     #: Seconds a start may be late and hold nothing: an event loop's jitter under load.
     LATE_S = 0.05
     #: Seconds between two sweeps of the domains started, and after which one is forgotten.
     SWEEP_S, FORGET_S = 1.0, 10.0
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+    def __init__(self, wake: Callable[[], None], interval: Callable[[str], float]) -> None:
         self._wake = wake
         self._timer_at: float | None = None
+        self._interval = interval  # a domain -> 1/its rate in this worker's settings (0: none)
         #: domain -> (when this worker last started one of its requests, that one's start time)
         self._last: dict[str, tuple[float, float]] = {}
         self._swept = 0.0
 
     def hold(self, request: Request, wait_ms: int) -> None:
+        """Hold *request* until its start time (now: 0), and pace it after a late start of
+        its domain if the domain has a rate."""
         meta = request.meta
         meta[metakeys.NOT_BEFORE] = time.monotonic() + wait_ms / 1000
-        meta[metakeys.PACED] = (meta[metakeys.LEASE][0], url_host(request.url))
+        domain = url_host(request.url)
+        if (interval := self._interval(domain)) > 0:
+            meta[metakeys.PACED] = (meta[metakeys.LEASE][0], domain, interval)
 
     def waits(self, request: Request) -> bool:
         """*request* may not start yet (a timer wakes the engine at its time)."""
@@ -58,10 +64,12 @@ class StartTimes:
         not_before = meta.get(metakeys.NOT_BEFORE)
         if not_before is None:
             return False
-        if (domain := _paced(meta)) is not None and (last := self._last.get(domain)):
+        if (paced := _paced(meta)) is not None and (last := self._last.get(paced[0])):
             started, at = last
             if started - at > self.LATE_S:
-                not_before = max(not_before, started + self.CATCH_UP * (not_before - at))
+                # (one Redis timed before the last started is late too: the full 1/rate)
+                spacing = paced[1] if not_before <= at else min(not_before - at, paced[1])
+                not_before = max(not_before, started + self.CATCH_UP * spacing)
         if not_before <= time.monotonic():
             return False
         if self._timer_at is None or not_before < self._timer_at:
@@ -72,8 +80,9 @@ class StartTimes:
     def started(self, request: Request) -> None:
         """*request* was handed to the engine: its domain's next one is spaced from it."""
         meta = request.meta
-        if (domain := _paced(meta)) is None:
+        if (paced := _paced(meta)) is None:
             return
+        domain = paced[0]
         now, at = time.monotonic(), meta[metakeys.NOT_BEFORE]
         last = self._last.get(domain)
         self._last[domain] = (now, at if last is None else max(at, last[1]))
@@ -87,13 +96,13 @@ class StartTimes:
         self._wake()
 
 
-def _paced(meta: dict[str, Any]) -> str | None:
-    """The domain of a request held for its start time under its current lease (not a
-    redirect or a copy that took the meta of one: its lease differs)."""
+def _paced(meta: dict[str, Any]) -> tuple[str, float] | None:
+    """The domain and 1/rate of a request held for its start time under its current lease
+    (not a redirect or a copy that took the meta of one: its lease differs)."""
     paced = meta.get(metakeys.PACED)
     if paced is None or paced[0] != meta.get(metakeys.LEASE, (None,))[0]:
         return None
-    return str(paced[1])
+    return str(paced[1]), float(paced[2])
 
 
 class ClosedDomains:

@@ -107,7 +107,7 @@ class Scheduler:
         schemes = self.admission.schemes
         self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
         self.closed = ClosedDomains(self.outbox.gates)  # closed for every worker (429)
-        self._starts = StartTimes(partial(engine.wake, crawler))  # HA_DOMAIN_RATE
+        self._starts = StartTimes(partial(engine.wake, crawler), config.politeness.interval)
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
@@ -274,8 +274,9 @@ class Scheduler:
         """Buffer a request the session leased (held, renewed and released from here on)."""
         request.meta[metakeys.LEASE] = (lease.id, lease.token)
         if lease.wait_ms > 0:  # its domain's crawl-wide rate: it may not start before then
-            self._starts.hold(request, lease.wait_ms)
             self.stats.inc_value("ha/domain_limited")
+        if lease.wait_ms > 0 or self._polite:  # (and paced after a late start)
+            self._starts.hold(request, lease.wait_ms)
         if lease.expiries:  # a page left unfinished: its links may be in Redis already
             self.handout.gate.guard.redo(lease.id)
         if lease.expiries >= max(1, self.config.max_lease_expiries - 1):
