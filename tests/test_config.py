@@ -235,7 +235,21 @@ def test_a_setting_its_switch_leaves_unread_is_named_at_start(caplog):
                 "HA_CHECKPOINT_TTL does nothing while HA_CHECKPOINTS is not True",
             ],
         ),
-        ({"HA_REVISIT_ADAPTIVE": "True", "HA_CHECKPOINTS": True}, []),
+        (
+            {
+                "HA_REVISIT_ADAPTIVE": "True",
+                "HA_CHECKPOINTS": True,
+                "SPIDER_MIDDLEWARES": {"scrapy_ha.checkpoint.CheckpointMiddleware": 900},
+            },
+            [],
+        ),
+        (
+            {"HA_CHECKPOINTS": True, "HA_REVISIT_ADAPTIVE": "True"},  # (a QA run: silent)
+            [
+                "HA_CHECKPOINTS does nothing without scrapy_ha.checkpoint.CheckpointMiddleware "
+                'in SPIDER_MIDDLEWARES (the add-on adds it: ADDONS = {"scrapy_ha.Addon": 0})'
+            ],
+        ),
     ]:
         caplog.clear()
         with caplog.at_level(logging.WARNING):

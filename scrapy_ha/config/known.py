@@ -136,6 +136,11 @@ def unknown(settings: BaseSettings) -> list[str]:
         if given and off:
             does = "does" if len(given) == 1 else "do"
             lines.append(f"{', '.join(given)} {does} nothing while {switch} is not True")
+    if _switched_on(settings, "HA_CHECKPOINTS") and not _checkpoint_middleware(settings):
+        lines.append(
+            "HA_CHECKPOINTS does nothing without scrapy_ha.checkpoint.CheckpointMiddleware in "
+            'SPIDER_MIDDLEWARES (the add-on adds it: ADDONS = {"scrapy_ha.Addon": 0})'
+        )
     for name in sorted(str(name) for name in settings):
         if not name.upper().startswith("HA_") or name in KNOWN:
             continue  # (Scrapy's settings are case-sensitive: ha_lease_time does nothing)
@@ -143,6 +148,23 @@ def unknown(settings: BaseSettings) -> list[str]:
         hint = f"; did you mean {near[0]}?" if near else " (see docs/reference.md)"
         lines.append(f"{name} is not a setting of scrapy-ha: it does nothing{hint}")
     return lines
+
+
+def _switched_on(settings: BaseSettings, switch: str) -> bool:
+    try:
+        return settings.getbool(switch, False)
+    except ValueError:  # a bad value: its component names it
+        return False
+
+
+def _checkpoint_middleware(settings: BaseSettings) -> bool:
+    """Is the checkpoint middleware among the spider middlewares (by its name: this layer
+    imports no middleware)?"""
+    for component, order in settings.getwithbase("SPIDER_MIDDLEWARES").items():
+        name = getattr(component, "__name__", str(component))
+        if order is not None and name.rsplit(".", 1)[-1] == "CheckpointMiddleware":
+            return True
+    return False
 
 
 def warn_unknown(settings: BaseSettings) -> None:
