@@ -190,6 +190,9 @@ def test_checkpoints_cli(redis_url, redis_client):
         == "reset 1 checkpoint"
     )
     assert redis_client.keys("ha:{paged}:cp:*") == []
+    redis_client.hset("ha:{paged}:stats", "enqueued", 1)  # the crawl, without checkpoints
+    listed = cli(redis_url, "checkpoints", "list", "paged")  # (a QA run: it printed nothing)
+    assert (listed.returncode, listed.stdout) == (0, "no checkpoint of paged\n"), listed.stderr
 
 
 def test_checkpoints_reset_names_a_task_without_one(redis_url, redis_client):

@@ -22,7 +22,10 @@ def store(queue: RedisQueue) -> CheckpointStore:
 async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """One line per task: task, its page (or done), items, size in bytes (or why it is unreadable:
     ``checkpoints reset`` removes it)."""
-    for cp in await store(queue).entries():
+    entries = await store(queue).entries()
+    if not entries:  # (said, as the other listings say theirs: silence looked like a hang)
+        print(f"no checkpoint of {queue.keys.spider}")
+    for cp in entries:
         if cp.doc is None:
             print(f"{cp.task:<20} unreadable ({cp.problem})")
             continue
