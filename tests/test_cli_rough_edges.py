@@ -176,6 +176,24 @@ def test_a_shard_count_given_for_an_unsharded_crawl_is_refused(argv, redis_url, 
     assert sorted(redis_client.keys("*")) == before
 
 
+def test_a_shard_count_of_the_project_is_not_told_to_be_left_out(redis_url, tmp_path):
+    """A QA run: in a project with ``HA_SHARDS = 3``, ``status`` of an unsharded crawl said
+    "give --shards 1 (or none: ...)", though no --shards was given: the project's count."""
+    dead_letters(redis_url, "books", [("http://a.example/gone", "gone", 404)])
+    (tmp_path / "shard_settings.py").write_text("HA_SHARDS = 3\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SCRAPY_SETTINGS_MODULE": "shard_settings"}
+    result = scrapy_ha("status", "books", "--redis-url", redis_url, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        "error: HA_SHARDS=3 but the crawl of books is in Redis unsharded (HA_SHARDS=1): give "
+        "--shards 1 (the project's settings give HA_SHARDS=3: --shards overrides them)"
+    ), result.stderr
+    assert (
+        scrapy_ha("status", "books", "--shards", "1", "--redis-url", redis_url, env=env).returncode
+        == 0
+    )
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [

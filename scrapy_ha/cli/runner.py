@@ -133,7 +133,9 @@ async def _on_crawl(
     hash scrapy-ha cannot have written."""
     func: Command = args.func.load()
     try:
-        queue = await crawl_queue(client, prefix, args.spider, _shards_given(args, config))
+        projects = args.shards is None and config.get("HA_SHARDS") is not None
+        given = _shards_given(args, config)
+        queue = await crawl_queue(client, prefix, args.spider, given, projects=projects)
         refuse_unaware(queue, func.__name__, _words(args))
         if args.spider and not await _there_or_made(queue, args, url):
             return 1

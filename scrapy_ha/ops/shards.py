@@ -23,12 +23,22 @@ if TYPE_CHECKING:
 __all__ = ["ShardedDeadLetters", "crawl_queue", "dead_letters", "refuse_unaware"]
 
 
-async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) -> RedisQueue:
+async def crawl_queue(
+    client: Any, prefix: str, spider: str, given: int | None, *, projects: bool = False
+) -> RedisQueue:
     """The queue of a crawl for an operator's tool: sharded as the crawl in Redis is (its
-    stored shard count), else as *given* (``--shards`` or ``HA_SHARDS``; None: not given).
+    stored shard count), else as *given* (``--shards`` or, *projects*, the project's
+    ``HA_SHARDS``; None: not given).
     A count given that differs from the crawl's is refused, and a stored count scrapy-ha
     does not write is a CrawlUnreadable naming the key, as in the listings: read as one
     shard, a command would act on shard 0 alone (``flush`` would leave the others)."""
+    # what to give instead: a count given on the command line may be left out, not the
+    # project's own (a QA run: "or none" was said where the project's HA_SHARDS applied)
+    instead = (
+        f"(the project's settings give HA_SHARDS={given}: --shards overrides them)"
+        if projects
+        else "(or none: the crawl's own count is read from Redis)"
+    )
     stored = await client.get(Keys(prefix, spider).shard_count)
     read_layout_keys(prefix, spider, stored)  # (raises for a layout it cannot read)
     if stored is None and given is not None and given > 1:
@@ -36,14 +46,13 @@ async def crawl_queue(client: Any, prefix: str, spider: str, given: int | None) 
         if await unsharded.exists():  # (a QA run: "no such crawl", and `pause --create`
             raise ConfigError(  # paused shards no worker reads, saying the crawl was)
                 f"HA_SHARDS={given} but the crawl of {spider} is in Redis unsharded "
-                "(HA_SHARDS=1): give --shards 1 (or none: the crawl's own count is read "
-                "from Redis)"
+                f"(HA_SHARDS=1): give --shards 1 {instead}"
             )
     shards, span = read_layout(stored) if stored is not None else (given or DEFAULT_SHARDS, 0)
     if given is not None and given != shards:
         raise ConfigError(
             f"HA_SHARDS={given} but the crawl of {spider} is in Redis with HA_SHARDS={shards}: "
-            f"give --shards {shards} (or none: the crawl's own count is read from Redis)"
+            f"give --shards {shards} {instead}"
         )
     return make_queue(client, prefix, spider, shards, span=span)
 
