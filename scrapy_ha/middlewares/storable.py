@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -86,12 +87,33 @@ def unstorable_fields(fields: Any) -> list[tuple[str, str]]:
     return dropped
 
 
+#: What each crawl (by its stats) warned of already, once per task and cause: a spider
+#: that writes the same field every page was warned at every page (a QA run); the stats
+#: count every time.
+_SAID: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+#: Causes remembered at most per crawl (a broad crawl of many tasks): past it, said again.
+SAID_LIMIT = 10_000
+
+
+def _warn_once(stats: Any, task: str, cause: str, message: str, *args: Any) -> None:
+    said = _SAID.setdefault(stats, set())
+    if (task, cause) in said:
+        return
+    if len(said) >= SAID_LIMIT:
+        said.clear()
+    said.add((task, cause))
+    logger.warning(message + " (said once per task; counted in the stats)", *args)
+
+
 def drop_unstorable(task: str, fields: Any, stats: StatsCollector) -> None:
     """Drop the spider's *fields* a checkpoint cannot store, with a warning: the page's
     checkpoint and the next pages' go on without them."""
     for name, problem in unstorable_fields(fields):
         stats.inc_value("ha/checkpoint/fields_dropped")
-        logger.warning(
+        _warn_once(
+            stats,
+            task,
+            f"field {name}",
             "Field %r of the checkpoint of task %s cannot be stored (%s): dropped",
             name,
             task,
@@ -119,7 +141,10 @@ def checkpoint_payload(
         return None
     if len(payload) > max_bytes:
         stats.inc_value("ha/checkpoint/too_large")
-        logger.warning(
+        _warn_once(
+            stats,
+            task,
+            "too large",
             "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
             "not saved (keep custom fields small)",
             task,
