@@ -44,5 +44,13 @@ async def test_a_resumed_task_keeps_its_roots_recrawl_age(redis_url, redis_clien
         assert scheduler.enqueue_request(resumed)
         (entry,) = scheduler.outbox.children
         assert entry.age_ms == 3_600_000  # the root's age, as the root's own entry has
+        # a root without an age, its next page with one of its own (a review: the page's
+        # age was applied to the root's fingerprint)
+        aged_next = Request("http://a.test/list/5", meta={"ha_recrawl_after": 60})
+        doc["next"] = encode_request(aged_next, spider).decode()
+        redis_client.set("ha:{aged}:cp:t", json.dumps(doc))
+        plain_root = Request("http://a.test/list/1", meta={"ha_task": "t"})
+        resumed = await middleware._resume(plain_root)
+        assert resumed is not None and metakeys.RECRAWL_AFTER not in resumed.meta
     finally:
         await maybe_deferred_to_future(scheduler.close("shutdown"))

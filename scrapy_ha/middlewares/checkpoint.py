@@ -133,7 +133,9 @@ class CheckpointMiddleware:
                 self._fingerprint(root),
                 None if root.dont_filter else root.url,
             )
-            if metakeys.RECRAWL_AFTER in root.meta:  # and by the root's age
+            # and by the root's age (none: the crawl's TTL), not the page's own
+            request.meta.pop(metakeys.RECRAWL_AFTER, None)
+            if metakeys.RECRAWL_AFTER in root.meta:
                 request.meta[metakeys.RECRAWL_AFTER] = root.meta[metakeys.RECRAWL_AFTER]
         except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
             self.stats.inc_value("ha/checkpoint/unreadable")
