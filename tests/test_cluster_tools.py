@@ -200,3 +200,35 @@ def test_replicas_are_neither_checked_nor_needed(replicated):
         exporter.close()
     assert samples[("scrapy_ha_redis_up", ())] == 1
     assert samples[("scrapy_ha_requests", ("pending", "wide"))] == len(URLS)
+
+
+def test_a_primary_that_cannot_be_read_keeps_the_hold_and_is_said(cluster):
+    """A primary near its maxmemory holds the workers back; once its INFO is refused to the
+    crawl's user (ACL users are per node), the hold stays and the health checks name it
+    (a review: it was left out, the workers leased again, and status said all was well)."""
+    port = cluster.masters()[0]
+    node = redis.Redis(port=port)
+    node.config_set("maxmemory", int(node.info("memory")["used_memory"]) + 1024)
+
+    async def scene() -> tuple[bool, bool, list[str]]:
+        client = redis_from_settings(Settings({"REDIS_URL": cluster.url}), connect_timeout=5)
+        try:
+            queue = make_queue(client, "ha", "pressure", 1, worker="w0")
+            remote = Remote()
+            pressure = Pressure(MemoryConfig(), get_crawler().stats, remote, cluster.url)
+            await pressure.check(queue, now=0.0)
+            held = remote.held
+            node.execute_command("ACL", "SETUSER", "default", "-info")
+            await pressure.check(queue, now=60.0)
+            return held, remote.held, await redis_health(client)
+        finally:
+            await client.aclose()
+
+    try:
+        before, after, said = _run(scene())
+    finally:
+        node.execute_command("ACL", "SETUSER", "default", "+info")
+        node.config_set("maxmemory", 0)
+        node.close()
+    assert before and after
+    assert any(f"primary 127.0.0.1:{port} could not be read" in p for p in said), said

@@ -73,6 +73,7 @@ class CrawlCollector:
         self._up = True  # logged when it changes, not on every scrape
         self._unreadable: dict[str, str] = {}  # the same, crawl by crawl
         self._names = KeyNames(prefix)  # a key name that is not UTF-8: logged once
+        self._evicted: dict[str, int] = {}  # a cluster's primaries' last evicted_keys
 
     def describe(self) -> list[Metric]:
         """Every family a scrape can give, made from no crawl (registering reads nothing
@@ -111,7 +112,7 @@ class CrawlCollector:
 
     def _read(self) -> list[Metric]:
         memory, stats = (primaries_info_sync(self.client, s) for s in ("memory", "stats"))
-        info = _fullest(memory, stats)
+        info = _fullest(memory, stats, self._evicted)
         reading = read_every_crawl(self.client, self.prefix, self._crawls())
         continuous = revisit_metrics(self.client, self.prefix, reading)
         crawls = [c for c in reading.crawls if c.spider not in reading.unreadable]
@@ -155,31 +156,36 @@ def _up() -> Any:
     )
 
 
-def _fullest(memory: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+def _fullest(
+    memory: dict[str, Any], stats: dict[str, Any], evicted: dict[str, int]
+) -> dict[str, Any]:
     """INFO memory and stats of the server, or of a Redis Cluster's primary nearest its
     ``maxmemory`` (the first to refuse writes, and to hold the workers back), with the keys
-    every primary evicted."""
+    every primary evicted (*evicted*: each primary's last count, kept while one cannot be
+    read: the counter never goes down); no memory figures when no primary could be read."""
     if "used_memory" in memory:
         return {**memory, **stats}
     nodes: list[dict[str, Any]] = [
-        {**v, **stats.get(n, {})} for n, v in memory.items() if isinstance(v, dict)
+        {**v, **(stats.get(n) or {})} for n, v in memory.items() if isinstance(v, dict)
     ]
-    if not nodes:
-        return {}
+    for name, node_stats in stats.items():
+        if isinstance(node_stats, dict) and "evicted_keys" in node_stats:
+            evicted[name] = int(node_stats["evicted_keys"])
+    if not nodes:  # (no memory series then: none is better than a false 0)
+        return {"evicted_keys": sum(evicted.values())}
 
     def fill(node: dict[str, Any]) -> tuple[float, int]:
         used, most = int(node.get("used_memory", 0)), int(node.get("maxmemory", 0))
         return (used / most if most else 0.0), used
 
-    evicted = sum(int(node.get("evicted_keys", 0)) for node in nodes)
     fullest = max(nodes, key=fill)
-    return {**fullest, "evicted_keys": evicted}
+    return {**fullest, "evicted_keys": sum(evicted.values())}
 
 
 def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    return [
+    memory = [
         GaugeMetricFamily(
             "scrapy_ha_redis_memory_used_bytes",
             "Memory Redis uses (INFO used_memory).",
@@ -190,6 +196,9 @@ def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
             "Redis's maxmemory (0: no limit set).",
             value=int(info.get("maxmemory", 0)),
         ),
+    ]
+    return [
+        *(memory if "used_memory" in info else ()),
         CounterMetricFamily(
             "scrapy_ha_redis_evicted_keys",
             "Keys Redis evicted at maxmemory (INFO evicted_keys): any loses requests.",

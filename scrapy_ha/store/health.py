@@ -55,14 +55,16 @@ NODE_ERRORS = (redis.exceptions.RedisError, OSError)
 
 
 async def primaries_info(client: Any, *section: str) -> dict[str, Any]:
-    """``INFO`` of the server, or of each primary of a Redis Cluster that answers, by node
-    name: redis-py sends a server command to one node (its default), and a full or evicting
-    primary holding a shard went unseen. A replica ignores ``maxmemory``
-    (``replica-ignore-maxmemory``): primaries alone refuse writes or evict."""
+    """``INFO`` of the server, or of each primary of a Redis Cluster by node name (None
+    for one that could not be read): redis-py sends a server command to one node (its
+    default), and a full or evicting primary holding a shard went unseen. A replica
+    ignores ``maxmemory`` (``replica-ignore-maxmemory``): primaries alone refuse writes or
+    evict."""
     if not is_cluster(client):
         return dict(await client.info(*section))
     found: dict[str, Any] = {}
     for node in await _primaries(client):
+        found[node.name] = None
         with contextlib.suppress(*NODE_ERRORS):
             found[node.name] = await client.info(*section, target_nodes=node)
     return found
@@ -82,6 +84,7 @@ def primaries_info_sync(client: Any, *section: str) -> dict[str, Any]:
         return dict(client.info(*section))
     found: dict[str, Any] = {}
     for node in client.get_primaries():
+        found[node.name] = None
         with contextlib.suppress(*NODE_ERRORS):
             found[node.name] = client.info(*section, target_nodes=node)
     return found
@@ -94,11 +97,18 @@ async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[
     Each sentence names the setting of Redis and the fix. On a Redis Cluster each primary
     that answers is checked (its own ``INFO`` and ``save``), and a problem is said once."""
     facts: list[tuple[dict[str, Any], set[str] | None]] = []
+    unread: list[str] = []
     if is_cluster(client):
         for node in await _primaries(client):
-            with contextlib.suppress(*NODE_ERRORS):
+            try:
                 node_info = await client.info(target_nodes=node)
-                facts.append((node_info, await _config_get(client, "save", target_nodes=node)))
+            except NODE_ERRORS as exc:  # said: a full node must not pass for a healthy one
+                unread.append(
+                    f"the primary {node.name} could not be read ({exc}): its "
+                    "memory and settings are not checked"
+                )
+                continue
+            facts.append((node_info, await _config_get(client, "save", target_nodes=node)))
     else:
         if info is None:
             try:
@@ -106,7 +116,7 @@ async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[
             except redis.exceptions.ResponseError:  # INFO not allowed to this user
                 return []
         facts.append((info, await _config_get(client, "save")))
-    problems: list[str] = []
+    problems: list[str] = unread
     for node_info, saves in facts:
         for problem in node_problems(node_info, saves):
             if problem not in problems:

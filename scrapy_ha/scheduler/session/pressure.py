@@ -92,15 +92,23 @@ class Pressure:
         above = [(used, most, self.config.marks(most)) for used, most in nodes]
         if all(marks is None for _, _, marks in above):
             self._next = now + MEMORY_UNBOUNDED_INTERVAL
-        await self._judge(queue, nodes, above)
+        # a cluster's primary not read (unreachable, refusing INFO): a hold stays (it may
+        # be the full one), and is looked at again in a second
+        unread = any(v is None for v in info.values())
+        if unread:
+            self._next = now + MEMORY_CHECK_INTERVAL
+        await self._judge(queue, nodes, above, unread=unread)
 
     async def _judge(
         self,
         queue: RedisQueue,
         nodes: list[tuple[int, int]],
         above: list[tuple[int, int, tuple[int, int] | None]],
+        *,
+        unread: bool = False,
     ) -> None:
-        """Hold back, go on or stay as it is, from each server's memory and its marks."""
+        """Hold back, go on or stay as it is, from each server's memory and its marks (a
+        hold stays while a server could not be read: *unread*)."""
         high = [(u, m, mk) for u, m, mk in above if mk is not None and u >= mk[0]]
         if high:
             if not self.remote.held:
@@ -109,7 +117,7 @@ class Pressure:
         elif not self.remote.held and (band := _in_band(above)):
             if await queue.client.exists(queue.keys.pressure):  # another worker holds back
                 self._hold(*band, joined=True)
-        elif self.remote.held and all(mk is None or u < mk[1] for u, _, mk in above):
+        elif self.remote.held and not unread and all(mk is None or u < mk[1] for u, _, mk in above):
             await self._go_on(queue, nodes)
         elif self._joined and not await queue.client.exists(queue.keys.pressure):
             await self._go_on(queue, nodes, alone=True)  # the workers it joined are gone
