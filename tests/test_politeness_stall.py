@@ -176,3 +176,38 @@ def test_a_worker_without_limits_of_its_own_keeps_the_start_time_redis_gave():
     _leased(s, "http://a.test/1", "1", 5000)
     assert s.next_request() is None
     assert s.stats.get_value("ha/domain_limited") == 1
+
+
+def _held_for(times: StartTimes, waits_ms: list[int], late_s: float) -> float:
+    """Seconds the second of requests leased with *waits_ms* waits after the first, late
+    by *late_s* (so is the second), started (0: it goes at once)."""
+    requests = [Request(f"http://a.test/{n}") for n in range(len(waits_ms))]
+    for n, (request, wait_ms) in enumerate(zip(requests, waits_ms, strict=True)):
+        request.meta[metakeys.LEASE] = (str(n), "t")
+        times.hold(request, wait_ms)
+    first, second = requests[0], requests[1]
+    gap = second.meta[metakeys.NOT_BEFORE] - first.meta[metakeys.NOT_BEFORE]
+    _late(first, late_s)
+    _late(second, late_s - gap)  # Redis's spacing kept: both late by the stall
+    started = time.monotonic()
+    times.started(first)
+    if not times.waits(second):
+        return 0.0
+    assert times._timer_at is not None
+    return times._timer_at - started
+
+
+def test_the_spacing_is_this_workers_share_of_the_domains_starts():
+    """Two workers at a crawl-wide rate of 10: Redis gives this one every other start time
+    (0.2 s apart); after a stall its late ones go 3/4 of that apart, not of 1/rate (a
+    review: the crawl's rate, 4/3 of it, on top of the other worker's share)."""
+    held = _held_for(StartTimes(lambda: None, lambda domain: 0.1), [200, 400, 600, 800], 2.0)
+    assert 0.14 < held <= 0.16  # 3/4 of the 0.2 s Redis gave between the two
+
+
+def test_without_a_rate_of_its_own_the_start_times_redis_gave_pace_it():
+    """A worker whose settings lack the domain's rate (Redis's limits are the last started
+    worker's): its late requests are paced by the spacing of the start times Redis gave
+    (a review: 11 went at once after a 1 s stall)."""
+    held = _held_for(StartTimes(lambda: None, lambda domain: 0.0), [100, 200, 300], 1.0)
+    assert held > 0
