@@ -213,12 +213,5 @@ async def _config_get(client: Any, name: str, **target: Any) -> set[str] | None:
         reply = await client.config_get(name, **target)
     except redis.exceptions.ResponseError:
         return None
-    return {_text(value) for value in _flatten(reply, name)}
-
-
-def _flatten(reply: Any, name: str) -> list[Any]:
-    if isinstance(reply, dict) and name in reply:
-        return [reply[name]]
-    if isinstance(reply, dict):  # a cluster: one reply per node
-        return [v for part in reply.values() for v in _flatten(part, name)]
-    return []
+    # (one server's, or one node's: CONFIG GET is sent to one primary at a time)
+    return {_text(reply[name])} if isinstance(reply, dict) and name in reply else set()
