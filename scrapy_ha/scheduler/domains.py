@@ -29,15 +29,15 @@ class StartTimes:
     stalled (a callback that blocks it, a machine short of CPU) finds several of them past
     at once. After a start later than its time by more than :data:`LATE_S`, the domain's
     next request waits at least :data:`CATCH_UP` of the spacing: the late ones go out at
-    up to 4/3 of this worker's
-    pace, not all at once, until it is back on Redis's times. The spacing is this worker's
-    share of the domain's starts: the median spacing of the start times Redis gave its
-    last leases of the domain (with N workers, about N/rate; a stall's gap is one outlier),
-    and at least the 1/rate of its own settings. On time, nothing changes: each request
-    keeps its own time, and lateness does not add up. A stall shorter than LATE_S is not
-    paced: its late starts, at most the rate times 50 ms, go at once (a threshold of a
-    quarter of the spacing was tried: at a rate of 200, on a machine busy with a test
-    suite, 183 and 128 starts a second against 199 and 170 without the pacing)."""
+    up to 4/3 of this worker's pace, not all at once, until it is back on Redis's times.
+    The spacing is this worker's share of the domain's starts: the median gap of the start
+    times Redis gave its last leases of the domain (with N workers, about N/rate; a
+    stall's gap is one outlier), and at least the 1/rate of its own settings. On time,
+    nothing changes: each request keeps its own time, and lateness does not add up. A
+    stall shorter than LATE_S is not paced: its late starts, at most the rate times 50 ms,
+    go at once (a threshold of a quarter of the spacing was tried: at a rate of 200, on a
+    machine busy with a test suite, 183 and 128 starts a second against 199 and 170
+    without the pacing)."""
 
     #: The part of the spacing of two requests of a domain kept after a late start.
     CATCH_UP = 0.75
