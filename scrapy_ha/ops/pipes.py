@@ -11,6 +11,7 @@ import redis
 
 from scrapy_ha.ops.unreadable import raise_first
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.health import is_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,6 +51,6 @@ class OneByOne:
 
 def pipeline_of(client: Any) -> Any:
     """A pipeline of the blocking *client* (:class:`OneByOne` for a Redis Cluster's)."""
-    if isinstance(client, redis.RedisCluster):
+    if is_cluster(client):
         return OneByOne(client)
     return client.pipeline(transaction=False)
