@@ -47,7 +47,10 @@ def test_a_worker_restarted_on_an_intact_queue_does_not_queue_the_checkpointed_p
     assert fetched["/list/5"] == 1, fetched  # reclaimed from the queue, not queued again
     assert ids_in(items) == list(range(1, 51))  # none twice
     assert json.loads(redis_client.get(redis_client.keys("ha:{paged}:cp:*")[0]))["done"]
-    assert "'ha/start_filtered': 1" in (tmp_path / "second.log").read_text()
+    log = (tmp_path / "second.log").read_text()
+    assert "'ha/start_filtered': 1" in log
+    # the page resumed from the checkpoint was filtered: no task resumed (a QA run)
+    assert "Resum" not in log and "ha/checkpoint/resumed" not in log
 
 
 def test_a_branching_task_is_never_marked_done_by_its_first_branch(
@@ -70,6 +73,6 @@ def test_a_branching_task_is_never_marked_done_by_its_first_branch(
     redis_client.delete(*Keys("ha", "paged").all())  # the queue is lost
     second = run_paged(redis_url, site.url, items, tmp_path / "second.log", "tree_spider.py")
     assert second.wait(timeout=120) == 0
-    assert "finished in an earlier run" not in (tmp_path / "second.log").read_text()
+    assert "is done (its checkpoint says so)" not in (tmp_path / "second.log").read_text()
     assert set(ids_in(items)) == set(range(1, 46))
     assert "branches (a page yielded 3 next pages)" in (tmp_path / "first.log").read_text()

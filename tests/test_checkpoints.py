@@ -105,7 +105,7 @@ def test_a_100_page_task_killed_at_page_47_resumes_at_47(
     assert second.wait(timeout=120) == 0
     resumed = [path for _, path, _ in site.log()[before:]]
     assert resumed[0] == "/list/47" and "/list/1" not in resumed
-    assert "Resuming task" in (tmp_path / "second.log").read_text()
+    assert "at page 47 (230 items done)" in (tmp_path / "second.log").read_text()
     ids = [json.loads(line)["id"] for line in items.read_text().splitlines()]
     assert sorted(ids) == list(range(1, 501))  # none lost, none twice
     final = checkpoint(redis_client)
@@ -113,7 +113,7 @@ def test_a_100_page_task_killed_at_page_47_resumes_at_47(
     # a finished task is not run again
     third = run_paged(redis_url, site.url, items, tmp_path / "third.log")
     assert third.wait(timeout=60) == 0
-    assert "finished in an earlier run" in (tmp_path / "third.log").read_text()
+    assert "is done (its checkpoint says so)" in (tmp_path / "third.log").read_text()
     assert len(items.read_text().splitlines()) == 500
 
 

@@ -67,6 +67,8 @@ logger = logging.getLogger(__name__)
 #: Scrapy keeps in flight (CONCURRENT_ITEMS per page × CONCURRENT_REQUESTS pages). An item
 #: pushed out only holds its page's mid-page checkpoint back, never moves it forward.
 PENDING_LIMIT = 100_000
+#: In a task's progress (meta ``ha_cp``): its page is the one its checkpoint resumed it at.
+RESUMED = "resumed"
 
 
 class CheckpointMiddleware:
@@ -119,7 +121,8 @@ class CheckpointMiddleware:
         if doc.get("done") and not (self.rerun or root.meta.get(metakeys.RERUN)):
             self.stats.inc_value("ha/checkpoint/finished_skipped")
             logger.info(
-                "Task %s finished in an earlier run: skipped (HA_CHECKPOINT_RERUN to run it again)",
+                "Task %s is done (its checkpoint says so): skipped "
+                "(HA_CHECKPOINT_RERUN to run it again)",
                 task,
             )
             return None
@@ -145,10 +148,9 @@ class CheckpointMiddleware:
                 exc,
             )
             return root
-        self.stats.inc_value("ha/checkpoint/resumed")
-        logger.info(
-            "Resuming task %s at page %s (%s items done)", task, doc.get("page"), doc.get("items")
-        )
+        # said when the page is crawled (_follow): the scheduler may still filter it, the
+        # task's chain in the queue already (another worker seeded the run)
+        request.meta[metakeys.TASK_STATE][RESUMED] = True
         return request
 
     def _fingerprint(self, root: Request) -> bytes:
@@ -222,6 +224,14 @@ class CheckpointMiddleware:
         """A task page's output: items counted (and skipped when done before), next pages
         held until the callback ends, then sent with the task's progress."""
         state = await self._page_state(page, task)
+        if state.pop(RESUMED, False):
+            self.stats.inc_value("ha/checkpoint/resumed")
+            logger.info(
+                "Resumed task %s at page %s (%s items done)",
+                task,
+                state.get("page", 1),
+                state.get("items", 0),
+            )
         fields = page.meta.setdefault(metakeys.CHECKPOINT, {})
         skip, next_pages = int(state.pop("skip", 0)), []
         counter = Counter(page, state, skip, self._tracks(page))
