@@ -31,6 +31,7 @@ from scrapy_ha.store.wire import text as _text
 __all__ = [
     "MIN_VERSION",
     "is_cluster",
+    "over_maxmemory",
     "primaries_info",
     "primaries_info_sync",
     "redis_health",
@@ -88,6 +89,27 @@ def primaries_info_sync(client: Any, *section: str) -> dict[str, Any]:
         with contextlib.suppress(*NODE_ERRORS):
             found[node.name] = client.info(*section, target_nodes=node)
     return found
+
+
+async def over_maxmemory(client: Any) -> list[str]:
+    """The servers at or over their ``maxmemory`` (a Redis Cluster's primaries, by name),
+    each with its figures: what an ``OutOfMemoryError`` came from."""
+    if not is_cluster(client):
+        infos = {"": await client.info("memory")}
+    else:
+        infos = await primaries_info(client, "memory")
+    full = []
+    for name, info in infos.items():
+        used, most = int((info or {}).get("used_memory", 0)), int((info or {}).get("maxmemory", 0))
+        if most and used >= most:
+            where = f"the primary {name}, " if name else ""
+            full.append(f"{where}used_memory {_size(used)} of maxmemory {_size(most)}")
+    return full
+
+
+def _size(n: int) -> str:
+    """*n* bytes, in MB (in bytes under 1 MB: a maxmemory of 1 set to stop writes)."""
+    return f"{n / 2**20:,.1f} MB" if n >= 2**20 else f"{n:,} bytes"
 
 
 async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[str]:

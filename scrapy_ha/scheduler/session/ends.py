@@ -14,6 +14,8 @@ import math
 import time
 from typing import TYPE_CHECKING, TypedDict
 
+from redis.exceptions import OutOfMemoryError
+
 from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
@@ -21,6 +23,7 @@ from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archive import Archiver
 from scrapy_ha.deadletters.dlq import info_class
 from scrapy_ha.scheduler.session.connect import say_set_aside
+from scrapy_ha.scheduler.session.rejected import Rejections
 from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
@@ -54,10 +57,10 @@ class _Retention(TypedDict):
 
 
 def kept(exc: Exception) -> bool:
-    """After these an operation is kept and retried (Redis away, or a key of the wrong type
-    that the loop sets aside first), or given back as the worker stops (settings Redis
-    refused: see .refusal); any other error costs the entry alone."""
-    if isinstance(exc, (*REDIS_DOWN_ERRORS, DupefilterRefused)):
+    """After these an operation is kept and retried (Redis away or over its maxmemory, or a
+    key of the wrong type that the loop sets aside first), or given back as the worker
+    stops (settings Redis refused: see .refusal); any other error costs the entry alone."""
+    if isinstance(exc, (*REDIS_DOWN_ERRORS, DupefilterRefused, OutOfMemoryError)):
         return True
     return "WRONGTYPE" in str(exc)
 
@@ -95,6 +98,7 @@ class Ends:
         #: server times of sync calls that set entries aside as corrupt (to archive, alert)
         self.set_aside_at: list[int] = []
         self._dlq_warned = False
+        self.rejected = Rejections(stats)  # what Redis refused, said once a minute
         self._last_reclaim = 0.0
         self._reclaim_from = 0.0  # monotonic time before which this worker does not reclaim
 
@@ -236,7 +240,7 @@ class Ends:
             self.stats.inc_value("ha/corrupt_keys", len(moved))
             say_set_aside(moved)
             return
-        logger.error("Redis refused a scrapy-ha command (%s); retrying in 1 s", exc)
+        await self.rejected.refused(exc, self.queue.client)
         await asyncio.sleep(1)
 
     def unreadable(self, lease: Lease, exc: Exception, *, waits: bool = False) -> None:

@@ -355,7 +355,7 @@ class Syncer:
                     cp.entry_id, cp.token, cp.task, cp.doc, cp.ttl_ms
                 )
             except ResponseError as exc:
-                if kept(exc):  # a key set aside first (WRONGTYPE): sent again
+                if kept(exc):  # a key set aside first (WRONGTYPE), memory: sent again
                     raise
                 saves.pop(0)  # refused as it is: sent again, refused again, for ever
                 self.stats.inc_value("ha/checkpoint/failed")

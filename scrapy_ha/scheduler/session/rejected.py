@@ -1,0 +1,87 @@
+"""Redis refusing the session's commands, said once a minute while it lasts, not at every retry.
+
+A round that Redis refuses (an error reply other than a key of another type, which is set
+aside: :meth:`.Ends.bad_data`) is retried a second later, and was said at ERROR at every
+retry: a Redis over its ``maxmemory`` wrote an ERROR a second for as long as it stayed full,
+and did not say which server of a Redis Cluster it was (a QA run). Now the first refusal is
+said, then one a minute while the same refusal goes on, with how many were not said. (Not
+a word when they end: a full Redis still runs the scripts that write nothing, so a round
+that went through does not say the refusals ended.) A refusal for memory
+(``OutOfMemoryError``) names the primaries at or over their ``maxmemory`` with their
+figures, and what to do. Each refusal counts ``ha/redis_refused``. Nothing is lost
+meanwhile: the refused command wrote nothing, and what it carried is sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from scrapy_ha.store.health import over_maxmemory
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.statscollectors import StatsCollector
+
+__all__ = ["SAY_EVERY", "Rejections"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two ERRORs of the same refusal while it lasts.
+SAY_EVERY = 60.0
+#: Where Redis names the script that was refused: not part of what the refusal is.
+_SCRIPT = re.compile(r"\s*script: \w+, on @user_script:\d+\.?$")
+
+
+class Rejections:
+    """What this worker said of Redis's refusals (see the module docstring)."""
+
+    def __init__(self, stats: StatsCollector, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stats = stats
+        self.clock = clock
+        self._said: tuple[str, float] | None = None  # (what, when) was said last
+        self._since = 0  # refusals not said since
+
+    async def refused(self, exc: Exception, client: Any) -> None:
+        """Redis refused a command of a round (*client*: the crawl's, to read its memory)."""
+        self.stats.inc_value("ha/redis_refused")
+        what = _SCRIPT.sub("", str(exc)) or type(exc).__name__
+        now = self.clock()
+        said = self._said
+        if said is not None and said[0] == what and now - said[1] < SAY_EVERY:
+            self._since += 1
+            return
+        since, self._since, self._said = self._since, 0, (what, now)
+        again = f" ({since} more since it was last said)" if since else ""
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            logger.error(
+                "%s and refuses scrapy-ha's writes%s: this worker can neither store, lease "
+                "nor acknowledge requests (nothing is lost; it retries every second, said "
+                "again once a minute while it lasts); raise maxmemory (CONFIG SET maxmemory) "
+                "or free memory (scrapy-ha dlq purge, flush a finished crawl)",
+                await _full(client),
+                again,
+            )
+        else:
+            logger.error(
+                "Redis refused a scrapy-ha command%s (%s); retrying every second, said again "
+                "once a minute while it lasts",
+                again,
+                exc,
+            )
+
+
+async def _full(client: Any) -> str:
+    """Which servers are over their maxmemory, as the start of a sentence."""
+    try:
+        full = await over_maxmemory(client)
+    except (redis.exceptions.RedisError, OSError) as exc:
+        return f"Redis is over its maxmemory (its memory could not be read: {exc})"
+    if not full:  # freed meanwhile, or INFO not allowed to this user
+        return "Redis is over its maxmemory"
+    return f"Redis is over its maxmemory ({'; '.join(full)})"
