@@ -319,9 +319,7 @@ class Scheduler:
 
     def local_leases(self) -> list[Pair]:
         """Leases buffered or in flight (at close: given back to Redis)."""
-        held = self.inflight.pairs()
-        if unstored := self.handout.unstored:  # not in Redis yet: nothing to renew or release
-            held = [pair for pair in held if pair not in unstored]
+        held = self.handout.stored(self.inflight.pairs())  # (nothing to renew or release)
         return [r.meta[metakeys.LEASE] for r in self._buffer] + held
 
     def forget_local(self) -> None:

@@ -89,7 +89,7 @@ class Session:
             lambda: self.config,
             self._held_pairs,
             shell.drop_lost,
-            handed=shell.inflight.pairs,  # only their expiry counts toward poison
+            handed=lambda: shell.handout.stored(shell.inflight.pairs()),  # (in Redis)
             on_bad_data=self.ends.bad_data,
         )
         shell.inflight.on_add = self.renewals.handed_out
