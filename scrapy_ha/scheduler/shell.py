@@ -335,8 +335,10 @@ class Scheduler:
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
             logger.warning(
-                "%d lease(s) of this worker expired and were reclaimed (worker stalled or "
-                "Redis unreachable longer than HA_LEASE_TIME); %d buffered request(s) dropped",
+                "%d lease(s) of this worker are not its own in Redis any more: expired and "
+                "reclaimed (worker stalled or Redis unreachable longer than HA_LEASE_TIME), "
+                "or lost by Redis (a restart without persistence, a failover to a replica "
+                "that lacked them); %d buffered request(s) dropped",
                 len(real),
                 dropped,
             )
