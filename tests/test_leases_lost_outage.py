@@ -66,6 +66,7 @@ def cluster(tmp_path: Path) -> Iterator[redis_servers.Cluster]:
     found.stop()
 
 
+@pytest.mark.long  # a cluster with replicas and a worker, about 35 s: `make test-long`
 def test_a_failover_within_a_lease_period_loses_no_lease(
     cluster: redis_servers.Cluster, site_factory: type[Site], tmp_path: Path
 ) -> None:
