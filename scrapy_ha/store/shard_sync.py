@@ -95,6 +95,10 @@ class ShardedSync(RedisQueue):
         self._robin = itertools.count()  # placement of requests never filtered
         self._taken: dict[str, int] = {}  # worker-made entry id -> its shard
         self._known: list[tuple[int, int, int]] = [(0, 0, 0)] * len(self.shards)
+        #: of rounds that failed at a later shard (the caller sends them again whole): the
+        #: acks earlier shards took, and the leases they granted, which nobody read
+        self._acked_before: set[Pair] = set()
+        self._unread: list[Pair] = []
 
     # -- ids and placement ----------------------------------------------------------
 
@@ -154,7 +158,11 @@ class ShardedSync(RedisQueue):
         after a lost reply may queue its ``dont_filter`` children twice, and a shard that
         fails over to a replica lacking its newest children is not detected
         (docs/reliability.md, known limits; docs/scaling.md, "Children the old primary
-        confirmed")."""
+        confirmed").
+
+        A round that fails at a shard after others went through is sent again whole: the
+        acks those shards took are counted then, not sent twice, and the leases they
+        granted, never read, are given back by the next round that goes through."""
         total = SyncResult(0, 0, 0, 0, 0, 0, 0)
         placed = [(self.place(e), e) for e in enqueue]
         for shard, e in placed:
@@ -162,26 +170,43 @@ class ShardedSync(RedisQueue):
                 self._taken[e.taken[0]] = shard
         for stage in _stages(placed, self.route):
             await self._store(stage, lease_ms, total)
-        acks, backs = self.split(ack), self.split(release)
-        shard_commits = self._split_commits(ack, commits)
+        acked, gives_back = self._acked_before, self._unread
+        to_ack = [pair for pair in ack if pair not in acked]
+        if len(to_ack) < len(ack):  # taken by a round that failed after: counted now
+            _count_acked([pair for pair in ack if pair in acked], commits, total)
+        acks, backs = self.split(to_ack), self.split([*release, *gives_back])
+        shard_commits = self._split_commits(to_ack, commits)
         remaining = lease
         first = self._next
-        for step in range(len(self.shards)):
-            shard = (first + step) % len(self.shards)
-            if not (acks.get(shard) or backs.get(shard) or remaining > 0):
-                continue
-            result = await self.shards[shard].sync(
-                ack=acks.get(shard, []),
-                release=backs.get(shard, []),
-                commits=shard_commits.get(shard, {}),
-                lease=max(0, remaining),
-                lease_ms=lease_ms,
-                promote=promote,
-                worker=worker,
-                skip=skip,
-            )
-            remaining -= len(result.leases)
-            self._merge(total, shard, result)
+        part = SyncResult(0, 0, 0, 0, 0, 0, 0)  # what the acks' and leases' calls did
+        try:
+            for step in range(len(self.shards)):
+                shard = (first + step) % len(self.shards)
+                if not (acks.get(shard) or backs.get(shard) or remaining > 0):
+                    continue
+                result = await self.shards[shard].sync(
+                    ack=acks.get(shard, []),
+                    release=backs.get(shard, []),
+                    commits=shard_commits.get(shard, {}),
+                    lease=max(0, remaining),
+                    lease_ms=lease_ms,
+                    promote=promote,
+                    worker=worker,
+                    skip=skip,
+                )
+                remaining -= len(result.leases)
+                self._merge(part, shard, result)
+                if result.stale == 0:  # (which of them were stale is not said: sent again)
+                    acked.update(p for p in to_ack if self.route(p[0])[0] == shard)
+        except BaseException:
+            # the round is sent again: what shards took is not (see _count_acked), and what
+            # they leased, never read, is given back by the next round that goes through
+            self._unread = [*gives_back, *((x.id, x.token) for x in part.leases)]
+            raise
+        self._unread = []
+        acked.difference_update(ack)  # told: the caller sends them no more
+        _add_counts(total, part)
+        total.leases += part.leases
         gone = [*(i for i, _ in ack), *(i for i, _ in release), *total.dropped]
         for entry_id in gone:  # not held any more
             self._taken.pop(entry_id, None)
@@ -292,20 +317,7 @@ class ShardedSync(RedisQueue):
         return gates, False
 
     def _merge(self, total: SyncResult, shard: int, result: SyncResult) -> None:
-        total.now_ms = max(total.now_ms, result.now_ms)
-        total.added += result.added
-        total.acked += result.acked
-        total.released += result.released
-        total.stale += result.stale
-        total.refused += result.refused
-        total.set_aside += result.set_aside
-        total.roots_seen += result.roots_seen
-        total.items += result.items
-        total.checkpoints += result.checkpoints
-        total.paused = total.paused or result.paused
-        for domain, until in result.gates.items():
-            total.gates[domain] = max(until, total.gates.get(domain, 0))
-        total.dropped |= result.dropped
+        _add_counts(total, result)
         # each shard numbers its own entries: their places do not compare across shards
         leases = result.leases
         total.leases += [replace(x, id=self.outside(shard, x.id), place=None) for x in leases]
@@ -322,3 +334,34 @@ class ShardedSync(RedisQueue):
             handed=handed,
             rate=self._rate,  # only shard 0's stats are read
         )
+
+
+def _add_counts(total: SyncResult, result: SyncResult) -> None:
+    """Add what *result* counts to *total* (not its leases)."""
+    total.now_ms = max(total.now_ms, result.now_ms)
+    total.added += result.added
+    total.acked += result.acked
+    total.released += result.released
+    total.stale += result.stale
+    total.refused += result.refused
+    total.set_aside += result.set_aside
+    total.roots_seen += result.roots_seen
+    total.items += result.items
+    total.checkpoints += result.checkpoints
+    total.paused = total.paused or result.paused
+    for domain, until in result.gates.items():
+        total.gates[domain] = max(until, total.gates.get(domain, 0))
+    total.dropped |= result.dropped
+
+
+def _count_acked(pairs: list[Pair], commits: Mapping[Pair, Commit], total: SyncResult) -> None:
+    """Count *pairs* as acked in *total*, with their commits, as their shard took them in a
+    round that failed at a later shard: sent again, each came back stale ("their leases
+    had expired and were reclaimed", which they had not: a QA run of a cluster failover)
+    and its page's items were warned of as not committed. Only the acks of a shard call
+    that found none stale are so remembered (a reply counts the stale, not which)."""
+    total.acked += len(pairs)
+    for pair in pairs:
+        if (commit := commits.get(pair)) is not None:
+            total.items += len(commit.items)
+            total.checkpoints += commit.checkpoint is not None
