@@ -224,6 +224,19 @@ FORMS = [
     # a URL right after digits: its scheme begins at the first letter (reread: the first
     # linear pattern missed it)
     ("text", "at 1http://u:pw@h/x", "at 1http://u:***@h/x"),
+    # an authority without its scheme, as an error quotes a URL's (a QA run: Twisted's
+    # "invalid hostname" of a URL with credentials reached the dead-letter queue)
+    (
+        "text",
+        "builtins.ValueError: invalid hostname: user8:SECRETURLPW8@127.0.0.2",
+        "builtins.ValueError: invalid hostname: user8:***@127.0.0.2",
+    ),
+    ("text", "proxy u:p%40ss@[::1]:8080 refused", "proxy u:***@[::1]:8080 refused"),
+    ("text", "at user:pa:ss@h.example", "at user:***@h.example"),  # a password holds ':'
+    ("text", "at u!s=r:pw@h.example", "at u!s=r:***@h.example"),
+    # ... and what is no user info stays: an address, a time, a URL's path
+    ("text", "mail root@example.com at 12:30", "mail root@example.com at 12:30"),
+    ("text", "see http://h/a:b@c for it", "see http://h/a:b@c for it"),
     # bodies: forms, JSON at any depth, multipart
     ("body", "user=u&password=p%40ss&remember=1", "user=u&password=***&remember=1"),
     (
@@ -357,7 +370,7 @@ def test_an_at_in_the_path_of_an_ipv6_or_portless_url_is_no_password(url):
     assert mask_url(url) == url
 
 
-@pytest.mark.parametrize("run", ["a-", "a1", "1a", "Ab-Cd:", "password_"])
+@pytest.mark.parametrize("run", ["a-", "a1", "1a", "Ab-Cd:", "password_", "a!b:", "u:p"])
 def test_a_long_run_of_a_schemes_characters_is_masked_in_linear_time(run):
     """``"token " + "a-" * 40000`` took seconds: the URL pattern was tried at every letter
     of the run and scanned the rest of it each time. A ratio within one process: 16x the

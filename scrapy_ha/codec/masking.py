@@ -77,6 +77,15 @@ _URL_IN_TEXT = re.compile(
     r"(?<![A-Za-z0-9+.\-])(?P<lead>[0-9+.\-]*)"
     r"(?P<url>[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>\\]+)"
 )
+#: ``user:password@host`` without a scheme in free text: the authority of a URL as an
+#: error quotes it (Twisted's ``invalid hostname: user:pw@host`` of a request whose URL
+#: holds credentials, a QA run). Not right after a character of a user name, ``/``,
+#: ``:`` or ``@`` (a URL's own, masked by :func:`mask_url` first), so it is tried once per
+#: run of such characters: linear time.
+_BARE_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9/:@%.~_!$&*+;=-])(?P<user>[A-Za-z0-9._~%!$&*+;=-]+)"
+    r":(?P<pw>[^\s/@'\"<>]+)@(?=[A-Za-z0-9\[])"
+)
 #: The parts of a URL: scheme, user info (up to the last ``@`` of the authority), the rest.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<netloc>[^/?#]*)(?P<rest>.*)$", re.S)
 #: ``'name': value`` or ``"name": value`` as a repr, pformat or JSON writes a mapping; the
@@ -220,6 +229,7 @@ def mask_text(text: str) -> str:
     if not _may_hold_secret(text):
         return text
     text = _URL_IN_TEXT.sub(lambda m: m["lead"] + mask_url(m["url"]), text)
+    text = _BARE_USERINFO.sub(lambda m: f"{m['user']}:{MASK}@", text)
     text = _QUOTED_PAIR.sub(_mask_quoted_pair, text)
     text = _HEADER_LINE.sub(_mask_header_line, text)
     text = _HEADER_IN_LINE.sub(_mask_header_in_line, text)
