@@ -140,6 +140,20 @@ def test_dlq_list_filters_by_status_domain_and_time(dlq, redis_client):
     assert bad.returncode == 2 and "--since 'yesterday'" in bad.stderr
 
 
+def test_until_includes_the_second_minute_or_day_it_names(dlq, redis_client):
+    """A QA run: ``--until 2026-12-06`` listed nothing of that day, and ``--until`` an
+    entry's own second, as ``dlq list`` shows it, left that entry out."""
+    at = (time.time() - 2 * 86400) * 1000 // 1000 * 1000 + 127  # .127 into its second
+    (entry_id,) = redis_client.zrange("ha:{books}:dead", 0, 0)
+    redis_client.zadd("ha:{books}:dead", {entry_id: at}, xx=True)
+    day = time.strftime("%Y-%m-%d", time.localtime(at / 1000))
+    for named in (day, time.strftime("%Y-%m-%d %H:%M", time.localtime(at / 1000))):
+        assert len(_listed(dlq, "--since", named, "--until", named)) == 1, named
+    second = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at / 1000))
+    assert len(_listed(dlq, "--until", second)) == 1
+    assert len(_listed(dlq, "--since", second, "--until", second)) == 1
+
+
 def test_dlq_list_pages_with_limit_and_offset(dlq):
     everything = _listed(dlq)
     assert _listed(dlq, "--limit", "2", "--offset", "1") == everything[1:3]

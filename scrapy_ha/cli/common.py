@@ -63,17 +63,28 @@ def approve(args: argparse.Namespace, verb: str, what: str, items: list[str]) ->
     return False
 
 
-def parse_when(text: str, now_ms: int, *, option: str) -> int:
+def parse_when(text: str, now_ms: int, *, option: str, end: bool = False) -> int:
     """``--since``/``--until``: a duration back from now (``24h``, ``30m``, ``7d``) or a
-    local date-time (``2026-11-30 17:05``); returns ms since the epoch."""
+    local date-time (``2026-11-30 17:05``); returns ms since the epoch. With *end* (for
+    ``--until``, which includes what it names) a date-time is the last millisecond of the
+    second, minute or day it names (a QA run: ``--until 2026-12-06`` left that day out)."""
     match = _DURATION.match(text.strip())
     if match and (back := float(match[1]) * DURATION_UNITS[match[2]] * 1000) < 2**62:
         return now_ms - int(back)
     for fmt in TIME_FORMATS:
         try:
-            return int(time.mktime(time.strptime(text.strip(), fmt)) * 1000)
+            named = time.strptime(text.strip(), fmt)
         except ValueError:
             continue
+        start = int(time.mktime(named) * 1000)
+        if not end:
+            return start
+        if "%S" in fmt:
+            return start + 999
+        if "%M" in fmt:
+            return start + 59_999
+        after = (*named[:2], named[2] + 1, 0, 0, 0, 0, 0, -1)  # the next day's midnight
+        return int(time.mktime(after) * 1000) - 1  # (mktime normalises the day; DST too)
     raise argparse.ArgumentTypeError(
         f"{option} {text!r}: give a duration back from now (90s, 30m, 24h, 7d, 2w) or a local "
         f"date-time (2026-11-30 17:05:12, 2026-11-30)"

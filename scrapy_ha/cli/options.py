@@ -78,9 +78,11 @@ def parse_window(text: str) -> int:
 def when(option: str) -> Callable[[str], Callable[[int], int]]:
     """An argparse type: checks a time at parse time, resolves it against Redis's clock."""
 
+    end = option == "--until"  # (includes the second, minute or day it names)
+
     def parse(text: str) -> Callable[[int], int]:
         parse_when(text, 0, option=option)  # a bad value is a usage error, before connecting
-        return lambda now_ms: parse_when(text, now_ms, option=option)
+        return lambda now_ms: parse_when(text, now_ms, option=option, end=end)
 
     return parse
 
