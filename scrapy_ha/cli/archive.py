@@ -23,14 +23,12 @@ if TYPE_CHECKING:
 
 
 def _archive_url(args: argparse.Namespace) -> tuple[str, str]:
+    """--url, else the archive the spider's workers write to: its settings as they have
+    them, the spider's ``custom_settings`` included (a QA run: the project's alone were
+    read, so an archive declared there was not found, or another one was)."""
     if args.url:
         return args.url, args.table or DEFAULT_TABLE
-    try:
-        from scrapy.utils.project import get_project_settings
-
-        settings = get_project_settings()
-    except Exception:  # not in a project
-        return "", DEFAULT_TABLE
+    settings = args.worker_view.crawler.settings
     url = check.text(settings, "HA_DLQ_ARCHIVE_URL", "")
     return url, args.table or check.text(settings, "HA_DLQ_ARCHIVE_TABLE", DEFAULT_TABLE)
 
