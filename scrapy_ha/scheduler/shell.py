@@ -318,9 +318,9 @@ class Scheduler:
         self.closed.learn(gates, every=every)
 
     def local_leases(self) -> list[Pair]:
-        """Leases buffered or in flight (at close: given back to Redis)."""
-        held = self.handout.stored(self.inflight.pairs())  # (nothing to renew or release)
-        return [r.meta[metakeys.LEASE] for r in self._buffer] + held
+        """Leases buffered or in flight (at close: given back to Redis), those Redis has."""
+        buffered = [r.meta[metakeys.LEASE] for r in self._buffer]
+        return buffered + self.handout.stored(self.inflight.pairs())
 
     def forget_local(self) -> None:
         self._buffer.clear()
@@ -328,8 +328,9 @@ class Scheduler:
         self.inflight.clear()
 
     def drop_lost(self, lost: set[Pair]) -> None:
-        """Drop the buffered requests of leases lost: by (id, token), since the same entry
-        may be leased again by this worker under a new token, which is not lost."""
+        """Drop the buffered requests of leases lost, by (id, token) (not one leased anew);
+        never one handed out before a round stored it (renewals name it, Redis may lack it)."""
+        lost = lost - self.handout.unstored
         dropped = self._buffer.drop(lost) + self.inflight.drop_waiting(lost)
         real = lost - set(self.outbox.held_pairs())  # ended (acks, ends) or given back
         if real:

@@ -89,7 +89,7 @@ class Session:
             lambda: self.config,
             self._held_pairs,
             shell.drop_lost,
-            handed=lambda: shell.handout.stored(shell.inflight.pairs()),  # (in Redis)
+            handed=shell.inflight.pairs,  # (those Redis may not have yet too: see drop_lost)
             on_bad_data=self.ends.bad_data,
         )
         shell.inflight.on_add = self.renewals.handed_out
