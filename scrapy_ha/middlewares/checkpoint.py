@@ -224,14 +224,11 @@ class CheckpointMiddleware:
         """A task page's output: items counted (and skipped when done before), next pages
         held until the callback ends, then sent with the task's progress."""
         state = await self._page_state(page, task)
-        if state.pop(RESUMED, False):
+        if state.pop(RESUMED, False):  # said once, not again by the page's retry
+            del page.meta[metakeys.TASK_STATE][RESUMED]
             self.stats.inc_value("ha/checkpoint/resumed")
-            logger.info(
-                "Resumed task %s at page %s (%s items done)",
-                task,
-                state.get("page", 1),
-                state.get("items", 0),
-            )
+            page_no, items = state.get("page", 1), state.get("items", 0)
+            logger.info("Resumed task %s at page %s (%s items done)", task, page_no, items)
         fields = page.meta.setdefault(metakeys.CHECKPOINT, {})
         skip, next_pages = int(state.pop("skip", 0)), []
         counter = Counter(page, state, skip, self._tracks(page))
