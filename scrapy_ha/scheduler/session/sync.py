@@ -152,8 +152,6 @@ class Syncer:
             self.shell.precedence.blocked.synced(skip, result.head)  # (before remote.synced)
             self._committed(box.acks[:n_acks], result)
             del box.acks[:n_acks]
-            if result.released:
-                self.stats.inc_value("ha/released", result.released)
             box.retained.prune(self._held_pairs)
             self._sent(result, enqueue)
             self._note_server(result)
@@ -277,6 +275,8 @@ class Syncer:
         self.outbox.children_stored(len(sent))
         self.shell.handout.settle(sent, result.dropped)
         self._count(result, sent)
+        if result.released:  # (a children-only call too: a sharded crawl's unread leases)
+            self.stats.inc_value("ha/released", result.released)
         keeper = self.renewals.keeper
         if keeper is not None and any(entry.taken for entry in sent):
             # its new requests are leased to it now: the keeper renews them (loop blocked or not)
