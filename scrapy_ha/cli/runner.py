@@ -41,6 +41,7 @@ from scrapy_ha.store.connection import (
     redis_from_settings,
     untrusted_certificate,
 )
+from scrapy_ha.store.long_lived import long_lived
 from scrapy_ha.store.sharding import check_shard_count, set_dupefilter, shard_setting
 from scrapy_ha.store.state import CheckpointStore
 from scrapy_ha.store.url import RedisConfigError
@@ -102,7 +103,8 @@ async def _run(args: argparse.Namespace) -> int:
     prefix = args.prefix or key_prefix(config)
     url = display_url(config)
     try:
-        client = redis_from_settings(config, connect_timeout=DEFAULT_CONNECT_TIMEOUT)
+        # (the dashboard and `watch` keep it for hours: across a restart of Redis)
+        client = long_lived(redis_from_settings(config, connect_timeout=DEFAULT_CONNECT_TIMEOUT))
     except RedisConfigError:
         raise  # names the URL and the fix already
     except ValueError as exc:  # redis-py cannot parse the URL
