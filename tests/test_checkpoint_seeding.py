@@ -20,7 +20,14 @@ from tests.test_checkpoints import run_paged, wait_for_checkpoint
 if TYPE_CHECKING:
     from pathlib import Path
 
-FAST = {"HA_LEASE_TIME": "4", "HA_LEASE_RENEW_INTERVAL": "1", "HA_RECLAIM_INTERVAL": "1"}
+#: short leases, and a killed worker's heartbeat that does not outlive them (the worker
+#: that finishes the crawl waits for every live heartbeat: 30 s by default)
+FAST = {
+    "HA_LEASE_TIME": "4",
+    "HA_LEASE_RENEW_INTERVAL": "1",
+    "HA_RECLAIM_INTERVAL": "1",
+    "HA_HEARTBEAT_TTL": "4",
+}
 
 
 @pytest.mark.parametrize("plain", ["", "1"], ids=["dont_filter-root", "plain-root"])

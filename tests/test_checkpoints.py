@@ -253,6 +253,7 @@ def test_a_reclaimed_page_skips_the_items_its_checkpoint_has(
     items = tmp_path / "items.jl"
     fast = {
         "HA_LEASE_TIME": "3",
+        "HA_HEARTBEAT_TTL": "3",  # (the killed worker's: waited for at the finish)
         "HA_LEASE_RENEW_INTERVAL": "1",
         "HA_RECLAIM_INTERVAL": "1",
         "HA_CHECKPOINT_ITEMS": "50",
