@@ -95,9 +95,11 @@ def _report_errors(errors: list[tuple[str, str]]) -> int:
     return 2
 
 
-def unarchived_kept(spider: str, n: int) -> str:
-    """What ``dlq purge`` says of the entries it kept because they are not archived yet."""
+def unarchived_kept(spider: str, n: int, dry_run: bool = False) -> str:
+    """What ``dlq purge`` says of the entries it kept (or, a dry run, would keep) because
+    they are not archived yet."""
+    verb = "would keep" if dry_run else "kept"
     return (
-        f"kept {n} entr{'y' if n == 1 else 'ies'} not archived yet (an SQL archive is "
+        f"{verb} {n} entr{'y' if n == 1 else 'ies'} not archived yet (an SQL archive is "
         f"declared for {spider}): run `scrapy-ha dlq archive {spider}` first, then purge again"
     )

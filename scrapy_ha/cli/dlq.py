@@ -11,7 +11,7 @@ from scrapy_ha.cli.archive import unarchived_kept
 from scrapy_ha.cli.common import approve, say_missing, say_unknown_class
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.deadletters.marks import declared
+from scrapy_ha.deadletters.marks import kept_by_purge
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.operations import cleared_crawl_note, server_ms
 from scrapy_ha.ops.shards import dead_letters
@@ -186,14 +186,15 @@ async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete entries for good (IDs, or --all, or filters); with an SQL archive, only those
     archived already."""
     dlq = dead_letters(queue)
-    code = await _bulk(queue, args, "purged", dlq.purge)
-    if dlq.kept_unarchived:
-        print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived))
-    elif args.dry_run and await declared(queue.client, queue.keys):
-        print(
-            f"  (an SQL archive is declared for {queue.keys.spider}: those not archived yet "
-            f"would be kept; `scrapy-ha dlq archive {queue.keys.spider}` first)"
-        )
+    kept: list[DeadEntry] = []
+
+    async def keeps(entries: list[DeadEntry]) -> list[DeadEntry]:
+        kept[:] = await kept_by_purge(dlq, entries)  # (a dry run's: what the purge keeps)
+        return kept
+
+    code = await _bulk(queue, args, "purged", dlq.purge, keeps if args.dry_run else None)
+    if dlq.kept_unarchived or kept:
+        print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived or len(kept), args.dry_run))
     return code
 
 
@@ -202,7 +203,10 @@ async def _bulk(
     args: argparse.Namespace,
     done: str,
     action: Callable[[list[str]], Awaitable[int]],
+    keeps: Callable[[list[DeadEntry]], Awaitable[list[DeadEntry]]] | None = None,
 ) -> int:
+    """Select the entries (IDs or filters), ask, and run *action* on them; a dry run names
+    them, but those *keeps* says the action would keep (a purge's not archived yet)."""
     if not (args.ids or args.all or any(getattr(args, f) is not None for f in FILTERS)):
         print(
             "name entry IDs, a filter (--class, --domain, --status, --reason, --since, "
@@ -221,6 +225,8 @@ async def _bulk(
     else:
         entries = await _selected(dead_letters(queue), args)
     say_missing("dead letter", missing, queue.keys.spider)
+    if keeps is not None and (kept := {e.id for e in await keeps(entries)}):
+        entries = [e for e in entries if e.id not in kept]
     verb = done.removesuffix("d")
     what = f"{_entries(len(entries))} of {queue.keys.spider}"
     verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])

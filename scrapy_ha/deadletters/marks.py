@@ -20,6 +20,7 @@ __all__ = [
     "durable_url",
     "forget_gone",
     "holds",
+    "kept_by_purge",
     "mark",
     "sink_id",
     "sink_name",
@@ -93,6 +94,35 @@ async def declared(client: Redis, keys: Keys) -> str | None:
     """The archive declared for the crawl (its URL, secrets masked), if any."""
     url = await client.hget(keys.dead_archived, ARCHIVE_MARK)
     return url.decode() if isinstance(url, bytes) else url
+
+
+async def kept_by_purge(dlq: DeadLetterQueue, entries: list[DeadEntry]) -> list[DeadEntry]:
+    """Of *entries*, those ``dlq purge`` keeps: their shard declares an SQL archive and no
+    archive holds the version in the queue (``lib/deadletter.lua``'s ``archived``), for a
+    dry run to count what the purge would do (a QA run: it named every entry)."""
+    parts: list[DeadLetterQueue] | None = getattr(dlq, "parts", None)
+    groups: dict[int, list[tuple[DeadEntry, str]]] = {}
+    for entry in entries:
+        shard, local = dlq.sharded.route(entry.id) if parts else (0, entry.id)  # type: ignore[attr-defined]
+        groups.setdefault(shard, []).append((entry, local))
+    kept = []
+    for shard, pairs in groups.items():
+        part = parts[shard] if parts else dlq
+        if not await part.client.hexists(part.keys.dead_archived, ARCHIVE_MARK):
+            continue  # no archive: every one goes
+        for i in range(0, len(pairs), SCAN_BATCH):
+            chunk = pairs[i : i + SCAN_BATCH]
+            marks = await part.client.hmget(part.keys.dead_archived, [lid for _, lid in chunk])
+            kept += [e for (e, _), m in zip(chunk, marks, strict=True) if _version(m) != e.dead_at]
+    return kept
+
+
+def _version(mark: bytes | str | None) -> int | None:
+    """The dead-letter time an entry's archive mark names (None: no mark)."""
+    if mark is None:
+        return None
+    head = (mark.decode() if isinstance(mark, bytes) else mark).split(" ", 1)[0]
+    return int(head) if head.lstrip("-").isdigit() else None
 
 
 async def unarchived(dlq: DeadLetterQueue, sink: str) -> AsyncIterator[list[DeadEntry]]:
