@@ -354,6 +354,29 @@ def test_an_alert_threshold_past_the_kept_entries_warns_at_start(caplog):
         assert (text in caplog.text) is warned
 
 
+def test_with_an_archive_the_threshold_warning_says_when_the_alert_can_be_sent(caplog, tmp_path):
+    """A QA run: with an SQL archive, retention keeps the entries not archived yet, so the
+    queue can pass HA_DLQ_MAX_ENTRIES: the alert said "can never be sent" was sent."""
+    from scrapy.settings import Settings  # noqa: PLC0415
+    from scrapy.statscollectors import MemoryStatsCollector  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.config.scheduler import DeadLetterConfig  # noqa: PLC0415
+    from scrapy_ha.scheduler.session.ends import Ends  # noqa: PLC0415
+
+    settings = Settings(
+        {
+            "HA_DLQ_ALERT_WEBHOOK": "http://127.0.0.1:9/hook",
+            "HA_DLQ_ALERT_THRESHOLD": 2,
+            "HA_DLQ_MAX_ENTRIES": 0,
+            "HA_DLQ_ARCHIVE_URL": f"sqlite:///{tmp_path / 'failed.db'}",
+        }
+    )
+    Ends(MemoryStatsCollector(get_crawler()), DeadLetterConfig.from_settings(settings), settings)
+    assert "only while entries wait for the SQL archive" in caplog.text
+    assert "can never be sent" not in caplog.text
+
+
 def test_an_error_whose_text_raises_is_still_dead_lettered():
     """Review: an exception whose ``__str__`` raised made the safety net raise in its turn,
     and the request was acked and lost."""

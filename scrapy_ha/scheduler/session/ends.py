@@ -88,7 +88,7 @@ class Ends:
             except ConfigError as exc:
                 self.setup_error = exc
         if self.alert is not None:
-            self.alert.warn_if_unreachable(config.max_entries)
+            self.alert.warn_if_unreachable(config.max_entries, archive=self.archiver is not None)
         self.queue: RedisQueue | None = None  # set once connected
         self.spider: Spider | None = None
         #: a retry's or a revisit's stored form, compacted (the worker's Compactor.pending)
