@@ -122,6 +122,29 @@ async def test_another_refusal_is_said_at_once(caplog):
     assert len(lines) == 2 and "NOPERM" in lines[0] and "unknown command" in lines[1], lines
 
 
+@deferred_f_from_coro_f
+async def test_refusals_that_take_turns_are_each_said_once_a_minute(caplog, redis_url):
+    """A review: only the last refusal said was remembered, so two that took turns (the
+    sync function's and a script's, each named in Redis's words) were each said every time."""
+    clock = [0.0]
+    said = Rejections(get_crawler().stats, clock=lambda: clock[0])
+    oom = "command not allowed when used memory > 'maxmemory'."
+    turns = [
+        redis.exceptions.OutOfMemoryError(oom),
+        redis.exceptions.OutOfMemoryError(f"{oom} script: 614d8c5, on @user_script:440."),
+        redis.exceptions.ResponseError("NOPERM this user has no permissions"),
+        redis.exceptions.ResponseError("NOPERM this user has no permissions"),
+    ]
+    client = redis.asyncio.Redis.from_url(redis_url)  # (its memory is read: not full)
+    with caplog.at_level(logging.ERROR, logger="scrapy_ha.scheduler.session.rejected"):
+        for second in range(20):
+            clock[0] = float(second)
+            await said.refused(turns[second % len(turns)], client)
+    await client.aclose()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # the full Redis once, the NOPERM once
+
+
 @pytest.fixture
 def full(tmp_path: Path):
     """A real Redis whose memory is full at will (``config_set("maxmemory", 1)``)."""

@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two ERRORs of the same refusal while it lasts.
 SAY_EVERY = 60.0
-#: Where Redis names the script that was refused: not part of what the refusal is.
-_SCRIPT = re.compile(r"\s*script: \w+, on @user_script:\d+\.?$")
+#: Kinds of refusals remembered at most.
+MOST_KINDS = 64
+#: Where Redis names the script or function that was refused: not part of what it is.
+_SCRIPT = re.compile(r"\s*script: \w+, on @user_(?:script|function):\d+\.?$")
 
 
 class Rejections:
@@ -44,21 +46,25 @@ class Rejections:
     def __init__(self, stats: StatsCollector, clock: Callable[[], float] = time.monotonic) -> None:
         self.stats = stats
         self.clock = clock
-        self._said: tuple[str, float] | None = None  # (what, when) was said last
-        self._since = 0  # refusals not said since
+        # each refusal (its text, without the script's name: scripts take turns being
+        # refused) -> when it was said last, and how many times since
+        self._said: dict[str, tuple[float, int]] = {}
 
     async def refused(self, exc: Exception, client: Any) -> None:
         """Redis refused a command of a round (*client*: the crawl's, to read its memory)."""
         self.stats.inc_value("ha/redis_refused")
-        what = _SCRIPT.sub("", str(exc)) or type(exc).__name__
+        full = isinstance(exc, redis.exceptions.OutOfMemoryError)  # (one, whatever refused)
+        what = "full" if full else f"{type(exc).__name__} {_SCRIPT.sub('', str(exc))}"
         now = self.clock()
-        said = self._said
-        if said is not None and said[0] == what and now - said[1] < SAY_EVERY:
-            self._since += 1
+        at, since = self._said.get(what, (None, 0))
+        if at is not None and now - at < SAY_EVERY:
+            self._said[what] = (at, since + 1)
             return
-        since, self._since, self._said = self._since, 0, (what, now)
+        if len(self._said) >= MOST_KINDS:
+            self._said.clear()  # (errors of every kind: said again, none kept for ever)
+        self._said[what] = (now, 0)
         again = f" ({since} more since it was last said)" if since else ""
-        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+        if full:
             logger.error(
                 "%s and refuses scrapy-ha's writes%s: this worker can neither store, lease "
                 "nor acknowledge requests (nothing is lost; it retries every second, said "
