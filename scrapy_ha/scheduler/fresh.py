@@ -326,14 +326,6 @@ class Handout:
         if leased + kept:
             stats.inc_value("ha/leased", leased + kept)
 
-    def stored(self, pairs: list[Pair]) -> list[Pair]:
-        """*pairs* without the leases of requests handed out before Redis has them
-        (:attr:`unstored`): Redis knows no such lease yet, so no call may name one (a
-        renewal would find none and report it lost); the round that stores it stores it
-        leased to this worker and marked handed."""
-        unstored = self.unstored
-        return [pair for pair in pairs if pair not in unstored] if unstored else pairs
-
     def clear(self) -> None:
         self.queue.clear()
         self.unstored.clear()

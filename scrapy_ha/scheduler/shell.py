@@ -318,9 +318,10 @@ class Scheduler:
         self.closed.learn(gates, every=every)
 
     def local_leases(self) -> list[Pair]:
-        """Leases buffered or in flight (at close: given back to Redis), those Redis has."""
-        buffered = [r.meta[metakeys.LEASE] for r in self._buffer]
-        return buffered + self.handout.stored(self.inflight.pairs())
+        """Leases buffered or in flight (at close: given back to Redis), in Redis already."""
+        unstored = self.handout.unstored  # (their round stores them leased, or refuses them)
+        held = [pair for pair in self.inflight.pairs() if pair not in unstored]
+        return [r.meta[metakeys.LEASE] for r in self._buffer] + held
 
     def forget_local(self) -> None:
         self._buffer.clear()
@@ -336,10 +337,9 @@ class Scheduler:
         if real:
             self.stats.inc_value("ha/leases_lost", len(real))
             logger.warning(
-                "%d lease(s) of this worker are not its own in Redis any more: expired and "
-                "reclaimed (worker stalled or Redis unreachable longer than HA_LEASE_TIME), "
-                "or lost by Redis (a restart without persistence, a failover to a replica "
-                "that lacked them); %d buffered request(s) dropped",
+                "%d lease(s) of this worker are not its own in Redis any more: reclaimed (it "
+                "stalled, or lost Redis, past HA_LEASE_TIME) or lost by Redis (a restart with "
+                "no persistence, a failover to a replica lacking them); %d buffered dropped",
                 len(real),
                 dropped,
             )
