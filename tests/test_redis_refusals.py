@@ -5,6 +5,7 @@ Real redis-servers, a real worker crawling a real site."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import time
@@ -180,4 +181,25 @@ async def test_a_checkpoint_refused_for_memory_is_kept_not_dropped(full):
     assert syncer.outbox.checkpoints == []
     assert syncer.stats.get_value("ha/checkpoint/saved") == 1
     assert syncer.stats.get_value("ha/checkpoint/failed") is None
+    await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_full_redis_renews_the_leases_of_live_workers(full):
+    """Before, a renewal was refused while Redis was over its maxmemory (its first write
+    could grow memory): a live worker's leases expired, and their pages were reclaimed and
+    done twice. Its first write cannot grow memory now, and Redis runs the rest."""
+    queue, lease = await _leased(full)
+    before = await queue.client.zscore(queue.keys.leased, lease.id)
+    with full.client() as admin:
+        admin.config_set("maxmemory", 1)
+        start = admin.time()
+        while admin.time()[0] == start[0] and admin.time()[1] < start[1] + 20_000:
+            await asyncio.sleep(0.005)  # Redis's clock moves on: a later expiry
+        renewed, lost = await queue.renew(
+            [(lease.id, lease.token)], worker="w", lease_ms=60_000, heartbeat_ms=60_000
+        )
+        admin.config_set("maxmemory", 0)
+    assert (renewed, lost) == (1, [])
+    assert await queue.client.zscore(queue.keys.leased, lease.id) > before
     await queue.client.aclose()

@@ -29,8 +29,6 @@ end
 local err = wrong_type('renew', KEYS, {'zset', 'hash', 'zset', 'hash', 'zset'})
 if err then return err end
 local now = now_ms()
-redis.call('ZADD', KEYS[3], now + heartbeat_ms, ARGV[2])
-seen_mark(KEYS[5], ARGV[2], now)
 -- (a heartbeat further ahead than any TTL, at most 1e12 ms: written by hand, or +inf, is
 -- a worker that never expired: flush refused, finishing workers waited for it; gone too)
 local function drop_workers(lo, hi)
@@ -39,8 +37,13 @@ local function drop_workers(lo, hi)
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[3], lo, hi)
 end
+-- the first write is one that cannot grow memory: Redis over its maxmemory then runs the
+-- rest (it refuses a script whose first write may grow memory, and the renewals of live
+-- workers failed while it was full: their leases expired, their pages were done twice)
 drop_workers('-inf', now)
 drop_workers('(' .. int_str(now + 1e12), '+inf')
+redis.call('ZADD', KEYS[3], now + heartbeat_ms, ARGV[2])
+seen_mark(KEYS[5], ARGV[2], now)
 redis.call('HSET', KEYS[4], ARGV[2], table.concat({int_str(now), ARGV[5]}, ' '))
 local expiry = now + lease_ms
 local out = {now, 0, redis.call('ZCARD', KEYS[3])}
