@@ -175,6 +175,9 @@ class ShardedSync(RedisQueue):
         if len(to_ack) < len(ack):  # taken by a round that failed after: counted now
             _count_acked([pair for pair in ack if pair in acked], commits, total)
         acks, backs = self.split(to_ack), self.split([*release, *gives_back])
+        own: dict[int, list[Pair]] = {}  # to_ack by shard, as the caller names them
+        for pair in to_ack:
+            own.setdefault(self.route(pair[0])[0], []).append(pair)
         shard_commits = self._split_commits(to_ack, commits)
         remaining = lease
         first = self._next
@@ -197,7 +200,7 @@ class ShardedSync(RedisQueue):
                 remaining -= len(result.leases)
                 self._merge(part, shard, result)
                 if result.stale == 0:  # (which of them were stale is not said: sent again)
-                    acked.update(p for p in to_ack if self.route(p[0])[0] == shard)
+                    acked.update(own.get(shard, ()))
         except BaseException:
             # the round is sent again: what shards took is not (see _count_acked), and what
             # they leased, never read, is given back by the next round that goes through
