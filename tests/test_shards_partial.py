@@ -95,6 +95,36 @@ async def test_a_round_sent_again_after_a_later_shard_failed_acks_once_and_gives
     await client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_shard_call_with_a_stale_ack_is_not_sent_again_either(redis_url, admin):
+    """One of shard 1's acks is stale (its token is not the lease's): the call's reply
+    counts one stale, not which, and the round fails at shard 0 after it. Sent again, the
+    good ack came back stale too (stale 2, acked 1: a review): the call's acks are counted
+    as the shard counted them, and not sent again."""
+    _may(admin, "~*")
+    client = redis.asyncio.Redis.from_url(redis_url.replace("redis://", "redis://part:pw@"))
+    q = make_queue(client, "ha", "part", 2, worker="w")
+    await q.sync(enqueue=[*_entries(0, 2), *_entries(1, 2)])
+    q._next = 0
+    first = await q.sync(lease=4, lease_ms=60_000, worker="w")
+    by_shard = {s: [(x.id, x.token) for x in first.leases if q.route(x.id)[0] == s] for s in (0, 1)}
+    assert len(by_shard[0]) == 2 and len(by_shard[1]) == 2
+    q._next = 1  # shard 1's call first, then shard 0's: refused
+    acks = [by_shard[1][0], (by_shard[1][1][0], "not-its-token"), by_shard[0][0]]
+    _may(admin, "~ha:{part:1}:*", "~ha:{part}:*", "~ha:{part}:*:*")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        await q.sync(ack=acks)
+    assert admin.zcard("ha:{part:1}:leased") == 1  # the good ack went through
+    _may(admin, "~*")
+    again = await q.sync(ack=acks)
+    assert (again.acked, again.stale) == (2, 1)
+    assert admin.zcard("ha:{part:0}:leased") == 1
+    # told once: a later round that names them again is not answered from memory
+    later = await q.sync(ack=acks[:2])
+    assert (later.acked, later.stale) == (0, 2)
+    await client.aclose()
+
+
 # -- a request handed out from memory that such a round stored in one shard -------------
 #
 # It is the worker's in Redis (leased to it, marked handed) before the worker knows: its

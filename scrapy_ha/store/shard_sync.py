@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys, shard_of, task_shard
@@ -95,9 +95,10 @@ class ShardedSync(RedisQueue):
         self._robin = itertools.count()  # placement of requests never filtered
         self._taken: dict[str, int] = {}  # worker-made entry id -> its shard
         self._known: list[tuple[int, int, int]] = [(0, 0, 0)] * len(self.shards)
-        #: of rounds that failed at a later shard (the caller sends them again whole): the
-        #: acks earlier shards took, and the leases they granted, which nobody read
-        self._acked_before: set[Pair] = set()
+        #: of rounds that failed at a later shard (the caller sends them again whole): each
+        #: earlier shard call's acks with what it said of them, and the leases they granted,
+        #: which nobody read
+        self._taken_before: list[_Taken] = []
         self._unread: list[Pair] = []
 
     # -- ids and placement ----------------------------------------------------------
@@ -170,10 +171,15 @@ class ShardedSync(RedisQueue):
                 self._taken[e.taken[0]] = shard
         for stage in _stages(placed, self.route):
             await self._store(stage, lease_ms, total)
-        acked, gives_back = self._acked_before, self._unread
-        to_ack = [pair for pair in ack if pair not in acked]
-        if len(to_ack) < len(ack):  # taken by a round that failed after: counted now
-            _count_acked([pair for pair in ack if pair in acked], commits, total)
+        gives_back = self._unread
+        told = set(ack)
+        # taken by a round that failed after: counted now as their shard counted them
+        before = [t for t in self._taken_before if t.pairs <= told]
+        skipped = set().union(*(t.pairs for t in before))
+        to_ack = [pair for pair in ack if pair not in skipped]
+        for taken in before:
+            taken.count(total)
+        new: list[_Taken] = []
         acks, backs = self.split(to_ack), self.split([*release, *gives_back])
         own: dict[int, list[Pair]] = {}  # to_ack by shard, as the caller names them
         for pair in to_ack:
@@ -199,15 +205,17 @@ class ShardedSync(RedisQueue):
                 )
                 remaining -= len(result.leases)
                 self._merge(part, shard, result)
-                if result.stale == 0:  # (which of them were stale is not said: sent again)
-                    acked.update(own.get(shard, ()))
+                if own.get(shard):
+                    new.append(_Taken.of(own[shard], result))
         except BaseException:
-            # the round is sent again: what shards took is not (see _count_acked), and what
-            # they leased, never read, is given back by the next round that goes through
+            # the round is sent again: what shards took is not (see _Taken), and what they
+            # leased, never read, is given back by the next round that goes through
+            self._taken_before += new
             self._unread = [*gives_back, *((x.id, x.token) for x in part.leases)]
             raise
         self._unread = []
-        acked.difference_update(ack)  # told: the caller sends them no more
+        # told: the caller sends them no more
+        self._taken_before = [t for t in self._taken_before if not t.pairs <= told]
         _add_counts(total, part)
         total.leases += part.leases
         gone = [*(i for i, _ in ack), *(i for i, _ in release), *total.dropped]
@@ -357,14 +365,29 @@ def _add_counts(total: SyncResult, result: SyncResult) -> None:
     total.dropped |= result.dropped
 
 
-def _count_acked(pairs: list[Pair], commits: Mapping[Pair, Commit], total: SyncResult) -> None:
-    """Count *pairs* as acked in *total*, with their commits, as their shard took them in a
-    round that failed at a later shard: sent again, each came back stale ("their leases
-    had expired and were reclaimed", which they had not: a QA run of a cluster failover)
-    and its page's items were warned of as not committed. Only the acks of a shard call
-    that found none stale are so remembered (a reply counts the stale, not which)."""
-    total.acked += len(pairs)
-    for pair in pairs:
-        if (commit := commits.get(pair)) is not None:
-            total.items += len(commit.items)
-            total.checkpoints += commit.checkpoint is not None
+@dataclass(frozen=True)
+class _Taken:
+    """The acks one shard call took, as the caller names them, and what the shard said of
+    them, in a round that failed at a later shard. Sent again, each came back stale
+    ("their leases had expired and were reclaimed", which they had not: a QA run of a
+    cluster failover) and its page's items were warned of as not committed; so the round
+    sent again counts them as their shard did the first time, and does not send them.
+    Whole: a reply counts its acks and its stale ones, not which were which."""
+
+    pairs: frozenset[Pair]
+    acked: int
+    stale: int
+    items: int
+    checkpoints: int
+
+    @classmethod
+    def of(cls, pairs: list[Pair], result: SyncResult) -> _Taken:
+        # (a shard call of the acks' loop stores nothing: its items and checkpoints are
+        # those of its acks' commits)
+        return cls(frozenset(pairs), result.acked, result.stale, result.items, result.checkpoints)
+
+    def count(self, total: SyncResult) -> None:
+        total.acked += self.acked
+        total.stale += self.stale
+        total.items += self.items
+        total.checkpoints += self.checkpoints
