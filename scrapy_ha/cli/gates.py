@@ -76,7 +76,8 @@ async def gates_open(queue: RedisQueue, args: argparse.Namespace) -> int:
         f"opened {plural(len(done.gates), 'gate')} of {spider} ({names}): each worker opens "
         f"its copy at its next sync"
         if done.gates
-        else f"no gate of {spider} was closed any more"
+        # (before: "no gate of S was closed any more", with another domain's gate closed)
+        else f"no gate of {spider} opened: {', '.join(chosen + missing)} had none closed"
     )
     print(
         f"{opened}; {plural(done.queues, 'back queue')} and "

@@ -5,6 +5,7 @@ with Retry-After). Neither polls: a timer wakes the engine when the first may go
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from scrapy import Request
 
 __all__ = ["ClosedDomains", "StartTimes"]
+
+logger = logging.getLogger(__name__)
 
 
 class StartTimes:
@@ -168,8 +171,15 @@ class ClosedDomains:
             if opens > now:
                 self._closing(domain, now)
                 until[domain] = opens
-            elif until.pop(domain, None) is not None:
+            elif (was := until.pop(domain, None)) is not None:
                 self.since.pop(domain, None)
+                if was > now + 1:  # not its time: an operator opened it (before: unsaid)
+                    logger.info(
+                        "Domain %s opened for every worker %.0f s before its gate's time "
+                        "(`scrapy-ha gates open` or the dashboard): its requests go again",
+                        domain,
+                        was - now,
+                    )
         if until and now >= self._swept + self.SWEEP_S:
             self._swept = now
             for domain in [d for d, opens in until.items() if opens <= now]:

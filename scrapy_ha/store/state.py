@@ -11,12 +11,14 @@ this store reads and deletes them.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from scrapy_ha.config.politeness import describe, limits_in_force
 from scrapy_ha.store.scripts import Registered
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ __all__ = [
     "set_domain_limits",
     "wrong_task_keys",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The key a scrapy-ha script's WRONGTYPE error names (lib/types, lib/checkpoint).
 _WRONGTYPE_KEY = re.compile(r"WRONGTYPE \w+: (.+?) holds a ")
@@ -165,7 +169,16 @@ async def set_domain_limits(
     the limits hash holds them (see :mod:`scrapy_ha.config.politeness`): the last worker to
     start sets them, so every worker of a crawl should have the same settings."""
     key = keys.domain_limits
-    old = {_text(f) for f in await client.hkeys(key)} - set(limits)
+    before = {_text(f): _text(v) for f, v in (await client.hgetall(key)).items()}
+    old = set(before) - set(limits)
+    if before and before != limits:  # (before: replaced without a word)
+        logger.warning(
+            "This worker's domain limits (HA_DOMAIN_*) replace those in force for the "
+            "crawl, for every worker: %s, were %s (the last worker to start sets them: "
+            "give every worker the same settings)",
+            describe(limits_in_force(limits), {}) or "none",
+            describe(limits_in_force(before), {}) or "none",
+        )
     if limits:  # new ones first: never a moment without the limits in force
         await client.hset(key, mapping=limits)  # type: ignore[arg-type]
     if old:

@@ -99,7 +99,7 @@ class Control:
             self._resumed_at = self.joined_ms
         if stop is not None and stop > self.joined_ms and not self.stopped:
             self.stopped = True
-            logger.info("Stopping: `scrapy-ha stop` asked at %s", stop)
+            logger.info("Stopping: `scrapy-ha stop` asked at %s", _local_time(stop))
             engine.close_spider(self.crawler, STOPPED)
         # after the stop: a rule that cannot be read must not keep a stop unseen
         self.admission.set_rules(rules_of(rules))
@@ -121,6 +121,12 @@ class Control:
                     raw[:100],
                 )
             return None
+
+
+def _local_time(ms: int) -> str:
+    """A Redis time (ms) as the operator's tools print it (``2026-11-30 17:05:12``, local
+    time; scrapy_ha.ops.display's format, a layer above): the log said the raw number."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
 class Restarts:
