@@ -91,3 +91,26 @@ def test_gates_open_of_a_domain_without_a_gate_does_not_say_none_is_closed(redis
     assert "no gate of steered opened: other.test had none closed" in done.stdout, done.stdout
     listed = scrapy_ha("gates", "list", "steered", "--redis-url", redis_url)
     assert "shop.test" in listed.stdout  # still closed
+
+
+def test_a_worker_says_when_seen_forget_changed_the_crawls_rules(caplog):
+    from scrapy_ha.scheduler.admission import Admission
+    from scrapy_ha.store.forget import rules_of
+
+    admission = Admission(
+        SimpleNamespace(),  # type: ignore[arg-type]
+        dedupe=True,
+        dedupe_start=True,
+        debug=False,
+        unstorable="error",
+    )
+    with caplog.at_level(logging.INFO, logger="scrapy_ha.scheduler.admission"):
+        admission.set_rules(rules_of({}))  # no rule: nothing to say
+        assert not caplog.records
+        admission.set_rules(rules_of({b"v": b"2", b"p http://a.test/*": b"17"}))
+        admission.set_rules(rules_of({b"v": b"2", b"p http://a.test/*": b"17"}))  # the same
+    (record,) = caplog.records
+    assert (
+        "`scrapy-ha seen forget` changed what the crawl has seen (forget 2; 0 domain and 1 pattern"
+        in record.getMessage()
+    )

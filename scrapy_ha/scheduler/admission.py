@@ -246,6 +246,14 @@ class Admission:
         if rules.version != self.rules.version:
             self.rules = rules
             self.seen.clear()
+            logger.info(  # (before: unsaid)
+                "`scrapy-ha seen forget` changed what the crawl has seen (forget %d; %d "
+                "domain and %d pattern rule(s) in force): a forgotten URL is crawled again "
+                "when a page links to it",
+                rules.version,
+                len(rules.domains),
+                len(rules.patterns),
+            )
 
     def _start_fingerprint(self, request: Request) -> bytes:
         """The fingerprint of the n-th ``dont_filter`` start request of this worker that is
