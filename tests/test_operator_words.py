@@ -114,3 +114,16 @@ def test_a_worker_says_when_seen_forget_changed_the_crawls_rules(caplog):
         "`scrapy-ha seen forget` changed what the crawl has seen (forget 2; 0 domain and 1 pattern"
         in record.getMessage()
     )
+
+
+def test_a_forced_flush_says_what_the_live_workers_do(redis_url):
+    from tests.test_metrics import live_crawl
+
+    _run(live_crawl(redis_url))  # a live worker, w1
+    refused = scrapy_ha("flush", "live", "--yes", "--redis-url", redis_url)
+    assert refused.returncode == 1
+    assert "stop them first (`scrapy-ha stop live`), or pass --force" in refused.stderr
+    done = scrapy_ha("flush", "live", "--yes", "--force", "--redis-url", redis_url)
+    assert done.returncode == 0, done.stderr
+    assert "note: 1 live worker(s) now find the crawl empty" in done.stderr, done.stderr
+    assert "finish reason finished" in done.stderr

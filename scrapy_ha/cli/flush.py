@@ -21,6 +21,14 @@ KEPT = (
     "`scrapy-ha checkpoints reset {spider} --all` deletes them"
 )
 
+#: What a forced ``flush`` says of the workers alive (a QA run: 2 workers mid-crawl logged
+#: refused acks as "leases expired", then "Run 2 of the crawl finished", 112 pending gone).
+LIVE = (
+    "note: {n} live worker(s) now find the crawl empty: what they hold is refused (their "
+    "logs say expired leases), then each closes as if the crawl had finished (finish "
+    "reason finished), or waits for start URLs in feed mode (HA_FEED)"
+)
+
 
 async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete every key of the crawl but its checkpoints (dead-letter queue included), and
@@ -28,8 +36,8 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     counts = await queue.counts()
     if counts.workers and not args.force:
         print(
-            f"{counts.workers} worker(s) of {queue.keys.spider} are alive: stop them first, "
-            f"or pass --force",
+            f"{counts.workers} worker(s) of {queue.keys.spider} are alive: stop them first "
+            f"(`scrapy-ha stop {queue.keys.spider}`), or pass --force",
             file=sys.stderr,
         )
         return 1
@@ -42,4 +50,6 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     await queue.flush()
     kept = await CheckpointStore(queue.client, queue.keys).exists()
     print(f"flushed {spider}" + (KEPT.format(spider=spider) if kept else ""))
+    if counts.workers:  # (before: unsaid; their logs blame expired leases, then "finished")
+        print(LIVE.format(n=counts.workers), file=sys.stderr)
     return 0
