@@ -60,6 +60,9 @@ class Waiting:
     #: of ``held``, the pending requests of back queues parked in ``waiting`` until a time
     #: to come: kind ('gate', 'limit') -> host -> n
     parked: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: (time in server ms, pending requests) of each back queue parked until a time to
+    #: come, soonest first: the ETA counts them from then, as delayed work
+    parked_due: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def delayed(self) -> int:
@@ -112,28 +115,37 @@ async def read_waiting(client: Any, shards: list[Keys]) -> Waiting:
             cursor, counts = await client.hscan(keys.held, cursor, match="#*", count=HELD_SCAN)
     total = sum(sum(d.values()) for d in held.values())
     parked: dict[str, dict[str, int]] = {}
+    parked_due: list[tuple[int, int]] = []
     for keys in shards:
-        await _waiting_queues(client, keys, parked)
+        parked_due += await _waiting_queues(client, keys, parked)
     for kind, hosts in parked.items():
         domains = held.setdefault(kind, {})
         for host, n in hosts.items():
             domains[host] = domains.get(host, 0) + n
-    return Waiting(sorted(due), held, total, parked)
+    return Waiting(sorted(due), held, total, parked, sorted(parked_due))
 
 
-async def _waiting_queues(client: Any, keys: Keys, parked: dict[str, dict[str, int]]) -> None:
+async def _waiting_queues(
+    client: Any, keys: Keys, parked: dict[str, dict[str, int]]
+) -> list[tuple[int, int]]:
     """Add to *parked* the pending requests of the back queues parked in ``waiting`` until
     a time to come: behind a closed gate ('gate') or at their domain's limits ('limit'), by
-    host. A queue whose time has come is not held: the next lease takes it back (a paused
-    crawl leases nothing)."""
+    host; returns each queue's (time, requests). A queue whose time has come is not held:
+    the next lease takes it back (a paused crawl leases nothing)."""
     seconds, micros = await client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     rows = await client.zrange(  # those whose time has come left out, however many
-        keys.waiting, f"({now_ms}", "+inf", byscore=True, offset=0, num=WAITING_QUEUES
+        keys.waiting,
+        f"({now_ms}",
+        "+inf",
+        byscore=True,
+        offset=0,
+        num=WAITING_QUEUES,
+        withscores=True,
     )
-    qids = [_s(qid) for qid in rows]
+    qids = [_s(qid) for qid, _ in rows]
     if not qids:
-        return
+        return []
     pipe = client.pipeline(transaction=False)
     for qid in qids:
         pipe.llen(keys.queue(qid))
@@ -144,6 +156,7 @@ async def _waiting_queues(client: Any, keys: Keys, parked: dict[str, dict[str, i
         host = qid.partition(":")[2]
         hosts = parked.setdefault("gate" if host in closed else "limit", {})
         hosts[host] = hosts.get(host, 0) + int(n)
+    return [(int(at), int(n)) for (_, at), n in zip(rows, lengths, strict=True) if n]
 
 
 def _int(value: Any) -> int:
@@ -188,7 +201,9 @@ def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
     now = stats.now_ms
     end = now + left / per_ms
     after = 0  # delayed work due at a sample's time or later, latest first
-    for due, n in reversed(waiting.due):
+    # (and the pending requests parked behind a gate or a limit until their queue's time:
+    # before, 20 parked behind a gate closed for 10 minutes read "eta 40s")
+    for due, n in reversed(sorted(waiting.due + waiting.parked_due)):
         after += n
         if due > now:
             end = max(end, due + after / per_ms)
