@@ -127,3 +127,26 @@ def test_a_forced_flush_says_what_the_live_workers_do(redis_url):
     assert done.returncode == 0, done.stderr
     assert "note: 1 live worker(s) now find the crawl empty" in done.stderr, done.stderr
     assert "finish reason finished" in done.stderr
+
+
+def test_the_dashboard_says_stopped_not_finished_for_a_stopped_crawl_with_nothing_left(
+    redis_url, redis_client
+):
+    """A QA run: a feed-mode crawl (``RedisSpider``) stopped with its queue empty read
+    "finished" on the dashboard while ``status`` said "stopped" and its run was open."""
+    from tests.test_dashboard_api import dashboard
+    from tests.test_dashboard_pages import shown
+
+    now = redis_client.time()[0] * 1000
+    redis_client.hset("ha:{feeding}:run", mapping={"n": 1, "started": now - 5000, "open": 1})
+    redis_client.hset("ha:{feeding}:stats", "acked", 60)
+    assert scrapy_ha("stop", "feeding", "--redis-url", redis_url).returncode == 0
+    with dashboard(redis_url) as http:
+        (crawl,) = http.get("/api/crawls").json()["crawls"]
+        assert crawl["stopped_at"] and not crawl["progress"]["left"], crawl
+        for page in ("/", "/crawls/feeding"):
+            parts = shown(http.get(page).text).parts
+            assert "stopped" in parts and "finished" not in parts, (page, parts)
+    redis_client.hset("ha:{feeding}:run", mapping={"open": 0, "ended": now + 60_000})
+    with dashboard(redis_url) as http:  # its run ended after the stop: finished
+        assert "finished" in shown(http.get("/crawls/feeding").text).parts
