@@ -123,6 +123,23 @@ SWITCHED = {
 }
 
 
+#: scrapy-redis's settings that scrapy-ha does not read (a project moved from scrapy-redis
+#: keeps them, and they did nothing, silently: a QA run's sorted set of start URLs failed
+#: every read with WRONGTYPE), each with what does their job here.
+SCRAPY_REDIS_UNREAD = {
+    "SCHEDULER_QUEUE_CLASS": "the order within a priority is HA_QUEUE_ORDER ('lifo' or 'fifo')",
+    "SCHEDULER_QUEUE_KEY": "the crawl's keys are HA_KEY_PREFIX:{spider}:*",
+    "SCHEDULER_DUPEFILTER_KEY": "the crawl's keys are HA_KEY_PREFIX:{spider}:*",
+    "SCHEDULER_DUPEFILTER_CLASS": "the dupefilter is DUPEFILTER_CLASS and HA_DUPEFILTER",
+    "SCHEDULER_SERIALIZER": "requests are stored as versioned JSON, never pickled",
+    "SCHEDULER_IDLE_BEFORE_CLOSE": "an idle worker waits HA_IDLE_TIMEOUT (HA_FEED: for ever)",
+    "REDIS_START_URLS_AS_ZSET": (
+        "start URLs are read from a list, or a set with REDIS_START_URLS_AS_SET = True; a "
+        "sorted set is not read (move its members into a list)"
+    ),
+}
+
+
 def unknown(settings: BaseSettings) -> list[str]:
     """One line for each ``HA_*`` setting in *settings* that scrapy-ha does not read, and
     one for each switch of :data:`SWITCHED` that is off while settings it switches are set."""
@@ -141,6 +158,9 @@ def unknown(settings: BaseSettings) -> list[str]:
             "HA_CHECKPOINTS does nothing without scrapy_ha.checkpoint.CheckpointMiddleware in "
             'SPIDER_MIDDLEWARES (the add-on adds it: ADDONS = {"scrapy_ha.Addon": 0})'
         )
+    for name, instead in SCRAPY_REDIS_UNREAD.items():
+        if settings.get(name) not in (None, False, "False", "false", "0", 0):
+            lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
     for name in sorted(str(name) for name in settings):
         if not name.upper().startswith("HA_") or name in KNOWN:
             continue  # (Scrapy's settings are case-sensitive: ha_lease_time does nothing)

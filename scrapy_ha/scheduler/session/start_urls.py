@@ -8,7 +8,10 @@ the spider cannot turn into a request is dropped with an ERROR, alone.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
+
+import redis
 
 from scrapy_ha.codec import encode_request
 from scrapy_ha.config.validate import start_key
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between two ERRORs for a start key of the wrong type, while it stays so.
+WRONG_TYPE_SAY_EVERY = 60.0
 
 
 async def peek_start_urls(client: Any, key: str, *, as_set: bool, batch: int) -> list[bytes]:
@@ -44,6 +50,7 @@ class StartUrls:
         self.feed_mode = feed_mode  # wait for more start URLs instead of closing when done
         self.spider: Spider | None = None
         self.as_set = False  # REDIS_START_URLS_AS_SET: a set, not a list
+        self._wrong_type_said: float | None = None  # (monotonic time of the last ERROR)
 
     def setup(self, spider: Spider, config: SchedulerConfig) -> None:
         if not isinstance(spider, RedisSpiderMixin):
@@ -61,13 +68,44 @@ class StartUrls:
 
     async def feed(self, queue: RedisQueue, batch: int) -> None:
         assert self.key is not None and self.crawler.stats is not None
-        raw = await peek_start_urls(queue.client, self.key, as_set=self.as_set, batch=batch)
+        try:
+            raw = await peek_start_urls(queue.client, self.key, as_set=self.as_set, batch=batch)
+        except redis.exceptions.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            # said, and the round goes on: raised, it failed every round (acks, leases) a
+            # second for ever, as "Redis refused a scrapy-ha command (WRONGTYPE ...)"
+            await self._wrong_type(queue.client)
+            return
         if not raw:
             return
         entries = [self._entry(data) for data in raw]
         added = await queue.feed(self.key, as_set=self.as_set, raw=raw, entries=entries)
         if added > 0:
             self.crawler.stats.inc_value("ha/start_urls", added)
+
+    async def _wrong_type(self, client: Any) -> None:
+        """The start key holds another type than the spider reads: said once a minute."""
+        now = time.monotonic()
+        if self._wrong_type_said is not None and now - self._wrong_type_said < WRONG_TYPE_SAY_EVERY:
+            return
+        self._wrong_type_said = now
+        found = await client.type(self.key)
+        found = found.decode() if isinstance(found, bytes) else str(found)
+        wanted = "set" if self.as_set else "list"
+        logger.error(
+            "Start URL key %s is a %s, not the %s this worker reads "
+            "(REDIS_START_URLS_AS_SET=%s): no start URL is read from it, the crawl goes on "
+            "with what it holds. Push start URLs with %s, or set REDIS_START_URLS_AS_SET=%s "
+            "for a set; scrapy-redis's REDIS_START_URLS_AS_ZSET (a sorted set) is not read: "
+            "move its members into a list (said again once a minute while it lasts)",
+            self.key,
+            found,
+            wanted,
+            self.as_set,
+            "SADD" if self.as_set else "LPUSH or RPUSH",
+            not self.as_set,
+        )
 
     def _entry(self, data: bytes) -> NewEntry:
         assert isinstance(self.spider, RedisSpiderMixin) and self.crawler.stats is not None
