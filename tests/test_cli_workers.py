@@ -150,3 +150,20 @@ def test_a_worker_silent_for_most_of_its_heartbeats_life_is_pointed_out(redis_ur
         "host-c:3:x": False,
         "host-d:4:x": True,
     }
+
+
+def test_the_table_keeps_its_columns_in_line_with_scrapyd_job_ids(redis_url):
+    """A scrapyd job id is 32 characters: the JOB column was 14 wide, and every column after
+    it went out of line under scrapyd (a QA run)."""
+    host = socket.gethostname()
+    job = "f28f1dfaf15311f181b702fc00000001"
+    renew(redis_url, "books", f"{host}:4242:{job}:a1b2c3", [("1", "t-1")], rate=3.5)
+    renew(redis_url, "books", f"{host}:77:-:d4e5f6", [], rate=1)
+    header, *rows, last = scrapy_ha("workers", "books", "--redis-url", redis_url).stdout.split(
+        "\n"
+    )[:-1]
+    assert last == "2 live workers" and len(rows) == 2
+    for column in ("JOB", "HEARTBEAT", "WORKER"):
+        at = header.index(column)
+        assert all(row[at - 1] == " " and row[at] != " " for row in rows), (header, rows)
+    assert any(row.split()[2] == job for row in rows)

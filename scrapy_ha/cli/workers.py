@@ -26,15 +26,19 @@ async def workers(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not found:
         print(f"no live worker of {queue.keys.spider}")
         return 0
+    rows = [(w, w.as_dict(now)) for w in found]
+    # as wide as what they show: a scrapyd job id is 32 characters (a QA run: the table's
+    # columns went out of line under scrapyd, the very case the JOB column is for)
+    host = max(20, *(len(w.host) for w in found))
+    job = max(14, *(len(w.job) for w in found))
     print(
-        f"{'HOST':<20} {'PID':>7}  {'JOB':<14} {'HEARTBEAT':<19} {'AGO':>8} {'LEASES':>6} "
-        f"{'PAGES/S':>7}  WORKER"
+        f"{'HOST':<{host}} {'PID':>7}  {'JOB':<{job}} {'HEARTBEAT':<19} {'AGO':>8} "
+        f"{'LEASES':>6} {'PAGES/S':>7}  WORKER"
     )
-    for w in found:
-        row = w.as_dict(now)
+    for w, row in rows:
         age = row["heartbeat_age_s"]
         print(
-            f"{w.host:<20} {w.pid:>7}  {w.job:<14} {row['heartbeat'] or '-':<19} "
+            f"{w.host:<{host}} {w.pid:>7}  {w.job:<{job}} {row['heartbeat'] or '-':<19} "
             f"{humanize(age) if age is not None else '-':>8} {_num(row['leases']):>6} "
             f"{_num(row['pages_per_s']):>7}  {w.id}"
         )
