@@ -55,7 +55,7 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(
             f"error: the dashboard needs the 'dashboard' extra ({exc.name} is missing): "
-            f"pip install 'scrapy-ha[dashboard]'",
+            f"pip install -e '/path/to/scrapy-ha[dashboard]' (scrapy-ha is not on PyPI)",
             file=sys.stderr,
         )
         return 2

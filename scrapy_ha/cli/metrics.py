@@ -40,7 +40,7 @@ def serve(args: argparse.Namespace, settings: BaseSettings) -> int:
         from prometheus_client import CollectorRegistry, start_http_server
     except ImportError:
         raise ConfigError(
-            "scrapy-ha metrics needs prometheus-client: pip install 'scrapy-ha[metrics]'"
+            "scrapy-ha metrics needs prometheus-client: pip install prometheus-client"
         ) from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     prefix = args.prefix or key_prefix(settings)

@@ -84,7 +84,7 @@ def _sqlalchemy() -> Any:
         import sqlalchemy
     except ImportError:
         raise ConfigError(
-            "HA_DLQ_ARCHIVE_URL needs SQLAlchemy: pip install 'scrapy-ha[archive]'"
+            "HA_DLQ_ARCHIVE_URL needs SQLAlchemy: pip install sqlalchemy (psycopg for PostgreSQL)"
         ) from None
     return sqlalchemy
 

@@ -53,9 +53,7 @@ def _sqlalchemy() -> Any:
     try:
         import sqlalchemy
     except ImportError:
-        raise ConfigError(
-            "the SQL item sink needs SQLAlchemy: pip install 'scrapy-ha[archive]'"
-        ) from None
+        raise ConfigError("the SQL item sink needs SQLAlchemy: pip install sqlalchemy") from None
     return sqlalchemy
 
 

@@ -320,8 +320,8 @@ async def joined(
         logger.info(
             "Run %d of the crawl of %s: %d fingerprints of its earlier runs are in Redis "
             "(kept by SCHEDULER_PERSIST=True, or left by a run that did not end cleanly), "
-            "so its start requests are crawled again and every other request seen before "
-            "is filtered: this run crawls what is new. To crawl again from scratch: "
+            "so its dont_filter start requests are crawled again, and every other request "
+            "seen before is filtered: this run crawls what is new. To crawl again from scratch: "
             "`scrapy-ha flush %s`, or SCHEDULER_FLUSH_ON_START=True",
             run.number,
             spider.name,
