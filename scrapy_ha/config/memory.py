@@ -74,6 +74,15 @@ def _mark(settings: BaseSettings, name: str, default: float) -> float:
     return value
 
 
+def _low_mark(settings: BaseSettings, high: float) -> float:
+    """``HA_REDIS_MEMORY_LOW``; left out with the high mark in bytes, 8/9 of it (as 0.8 is
+    of 0.9): the default fraction of a maxmemory left a mark in bytes without its margin
+    (taken as the high mark itself: a QA run), or with none on a Redis without maxmemory."""
+    if high > 1 and not check.given(settings, "HA_REDIS_MEMORY_LOW"):
+        return float(int(high * DEFAULT_MEMORY_LOW / DEFAULT_MEMORY_HIGH))
+    return _mark(settings, "HA_REDIS_MEMORY_LOW", DEFAULT_MEMORY_LOW)
+
+
 @dataclass(frozen=True)
 class MemoryConfig:
     """The dupefilter, the back-pressure marks and the compaction of stored requests."""
@@ -100,8 +109,8 @@ class MemoryConfig:
             error_rate=check.number(
                 settings, "HA_DUPEFILTER_ERROR_RATE", DEFAULT_DUPEFILTER_ERROR_RATE
             ),
-            high=_mark(settings, "HA_REDIS_MEMORY_HIGH", DEFAULT_MEMORY_HIGH),
-            low=_mark(settings, "HA_REDIS_MEMORY_LOW", DEFAULT_MEMORY_LOW),
+            high=(high := _mark(settings, "HA_REDIS_MEMORY_HIGH", DEFAULT_MEMORY_HIGH)),
+            low=_low_mark(settings, high),
             compact_payloads=check.boolean(
                 settings, "HA_COMPACT_PAYLOADS", DEFAULT_COMPACT_PAYLOADS
             ),
@@ -127,7 +136,12 @@ class MemoryConfig:
                 f"HA_REDIS_MEMORY_HIGH={self.high!r} held them back: give a mark below it "
                 "(0 switches off HA_REDIS_MEMORY_HIGH, not this one)"
             )
-        if self.high and (self.high > 1) == (self.low > 1) and self.low >= self.high:
+        if self.high and (self.high > 1) != (self.low > 1):
+            raise ConfigError(
+                f"HA_REDIS_MEMORY_LOW={self.low!r} and HA_REDIS_MEMORY_HIGH={self.high!r} must "
+                "be of the same units: both fractions of maxmemory (0 to 1), or both bytes"
+            )
+        if self.high and self.low >= self.high:
             raise ConfigError(
                 f"HA_REDIS_MEMORY_LOW={self.low!r} must be below HA_REDIS_MEMORY_HIGH="
                 f"{self.high!r}: workers lease again once Redis's memory falls below it"
