@@ -116,6 +116,11 @@ async def _run(args: argparse.Namespace) -> int:
         await reachable(client, url)
         try:
             return await _on_crawl(client, prefix, args, config, url)
+        except redis.exceptions.NoPermissionError as exc:  # (a QA run: a traceback)
+            raise ConfigError(
+                f"Redis at {url} refused this user a command or a key ({exc}): give a user whose "
+                "ACL allows scrapy-ha's commands and the crawl's keys (docs/scaling.md)"
+            ) from None
         except REDIS_GONE as exc:  # went away (shut down, stopped) during the command
             raise RedisUnavailable(
                 f"Redis at {url} went away during the command ({_sentence(exc, url)}): what "

@@ -1,0 +1,37 @@
+"""A ``scrapy-ha`` command run as an ACL user that Redis refuses a command or a key says so
+and exits with 2. A QA run: ``scrapy-ha pause`` as a user without ``TIME`` ended in a
+traceback of redis-py's ``NoPermissionError``."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from tests.cli_seed import scrapy_ha
+
+USER = "qa-no-time"
+
+
+@pytest.fixture
+def limited_url(redis_url, redis_client):
+    redis_client.execute_command(
+        "ACL", "SETUSER", USER, "on", f">{USER}", "~*", "&*", "+@all", "-time"
+    )
+    parts = urlsplit(redis_url)
+    try:
+        yield urlunsplit(parts._replace(netloc=f"{USER}:{USER}@{parts.netloc}"))
+    finally:
+        redis_client.execute_command("ACL", "DELUSER", USER)
+
+
+def test_a_command_redis_refuses_the_user_is_named_not_a_traceback(redis_url, limited_url):
+    pushed = scrapy_ha("push", "books", "http://a.test/1", "--create", "--redis-url", redis_url)
+    assert pushed.returncode == 0, pushed.stderr
+    done = scrapy_ha("pause", "books", "--redis-url", limited_url)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"Redis at redis://{USER}:***@" in done.stderr
+    assert "refused this user a command or a key" in done.stderr
+    assert "no permissions to run the 'time' command" in done.stderr
+    assert USER + ":" + USER not in done.stderr + done.stdout  # the password stays masked
