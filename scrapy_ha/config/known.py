@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -123,6 +124,24 @@ SWITCHED = {
 }
 
 
+#: The proxy's settings, read only with ``HA_PROXY_MODE`` (a QA run: ``HA_PROXY_URL`` alone,
+#: the setting a user reaches for first, did nothing, and every request went direct).
+PROXY_SETTINGS = (
+    "HA_PROXY_URL",
+    "HA_PROXY_HOST",
+    "HA_PROXY_PORT",
+    "HA_PROXY_USER",
+    "HA_PROXY_PASSWORD",
+    "HA_PROXY_POOL_URL",
+    "HA_PROXY_POOL_PARSER",
+    "HA_PROXY_POOL_TTL",
+    "HA_PROXY_SESSION_TEMPLATE",
+    "HA_PROXY_ROTATE_HEADER",
+    "HA_PROXY_COOLDOWN",
+    "HA_PROXY_MAX_FAILURES",
+    "HA_PROXY_ALLOW_DIRECT",
+)
+
 #: scrapy-redis's settings that scrapy-ha does not read (a project moved from scrapy-redis
 #: keeps them, and they did nothing, silently: a QA run's sorted set of start URLs failed
 #: every read with WRONGTYPE), each with what does their job here.
@@ -157,6 +176,13 @@ def unknown(settings: BaseSettings) -> list[str]:
         lines.append(
             "HA_CHECKPOINTS does nothing without scrapy_ha.checkpoint.CheckpointMiddleware in "
             'SPIDER_MIDDLEWARES (the add-on adds it: ADDONS = {"scrapy_ha.Addon": 0})'
+        )
+    given = [name for name in PROXY_SETTINGS if settings.get(name) is not None]
+    if given and not (settings.get("HA_PROXY_MODE") or os.environ.get("HA_PROXY_MODE")):
+        does = "does" if len(given) == 1 else "do"
+        lines.append(
+            f"{', '.join(given)} {does} nothing while HA_PROXY_MODE is not set: requests go "
+            "direct (HA_PROXY_MODE = 'tunnel' for one proxy URL, 'pool' for a proxy list API)"
         )
     for name, instead in SCRAPY_REDIS_UNREAD.items():
         if settings.get(name) not in (None, False, "False", "false", "0", 0):
