@@ -154,6 +154,8 @@ class ItemConsumer:
             raise SinkDidNotOpen(f"the sink did not open: {why}") from exc
         try:
             await self.acknowledge_recovered(recovered)
+            for stream in self.streams:  # consumers killed owing nothing: status counted them
+                await stream.prune(self.group, self.consumer, self.claim_idle_ms)
             for shard in range(len(self.streams)):
                 await self._drain_own(shard, stop, restart=True)
             idle_since, delay = time.monotonic(), 0.0
@@ -264,8 +266,9 @@ class ItemConsumer:
                 taken = await stream.claim(
                     self.group, self.consumer, self.claim_idle_ms, self.batch
                 )
-                if taken:
+                if taken:  # its consumer died (or stalled): its name goes once it owes none
                     self.report.claimed += len(taken)
+                    await stream.prune(self.group, self.consumer, self.claim_idle_ms)
                     worked = await self.writer.commit(shard, taken, restart=True) or worked
             block = 0 if many or worked else self.block_ms
             fresh = await stream.read(self.group, self.consumer, self.batch, block_ms=block)

@@ -175,6 +175,18 @@ class ItemStream:
         left."""
         return bool(await self._leave(keys=[self.key], args=[group, consumer]))
 
+    async def prune(self, group: str, consumer: str, idle_ms: int) -> int:
+        """Take out of *group* the other consumers that owe nothing and have not read for
+        *idle_ms* (each by :meth:`leave`, which checks it owes nothing in the same call):
+        a consumer killed cannot leave, and ``status`` counted it for ever. One still
+        running is back at its next read that gets entries; return how many left."""
+        gone = 0
+        for info in await self.client.xinfo_consumers(self.key, group):
+            name = _s(info["name"])
+            if name != consumer and not info["pending"] and info["idle"] >= idle_ms:
+                gone += await self.leave(group, name)
+        return gone
+
     async def ack(self, group: str, ids: list[str]) -> tuple[int, int]:
         """Acknowledge entries *group*'s sink committed; return (acknowledged now, entries
         trimmed: those every group has acknowledged)."""
