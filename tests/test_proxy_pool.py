@@ -305,3 +305,30 @@ async def test_a_sharded_crawl_keeps_its_waits_for_a_proxy_in_its_shards(
     marked = sum(int(redis_client.hget(k.held, "#proxy 127.0.0.1") or 0) for k in shards)
     assert marked >= len(paths) - 1  # (the banned one is a retry)
     assert all(redis_client.zcard(k.dead) == 0 for k in shards)
+
+
+@deferred_f_from_coro_f
+async def test_one_error_while_a_site_has_no_usable_proxy_and_others_go_on(tmp_path, caplog):
+    """A site that banned every proxy of the pool logs one ERROR, not one per request while
+    the other sites' requests get proxies (before: each of those reset the warning, and
+    the banned site's requests logged an ERROR each, 8 in one second of a real crawl)."""
+    pool = tmp_path / "pool.json"
+    pool.write_text('["127.0.0.1:1111"]')
+    crawler = get_crawler(
+        FaultSpider, {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": pool.as_uri()}
+    )
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    ban = Request("http://banned.example/0")
+    assert await mw.process_request(ban) is None
+    mw.process_response(ban, HtmlResponse(ban.url, status=403, body=b"no", request=ban))
+    for n in range(5):  # the banned site and another, in turns
+        assert await mw.process_request(Request(f"http://banned.example/{n}")) is not None
+        assert await mw.process_request(Request(f"http://fine.example/{n}")) is None
+    assert caplog.text.count("No usable proxy") == 1
+    assert crawler.stats.get_value("ha/proxy/unavailable") == 5
+    mw.pool.cooling.clear()  # its cool-down over: the banned site has a proxy again
+    assert await mw.process_request(Request("http://banned.example/again")) is None
+    mw.pool.cool_down("127.0.0.1:1111", "banned.example")
+    assert await mw.process_request(Request("http://banned.example/later")) is not None
+    assert caplog.text.count("No usable proxy") == 2  # a new run is told

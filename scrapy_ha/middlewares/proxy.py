@@ -96,6 +96,9 @@ class ProxyMiddleware:
         self.pool = ProxyPool(config, crawler.stats) if config.mode == "pool" else None
         self._auth_failed = False
         self._warned_unavailable = False
+        # hosts that met no usable proxy since the ERROR: only a proxy for one of them
+        # (not one for another site, whose proxies no site banned) ends the run
+        self._without_proxy: set[str] = set()
         self._refused: set[str] = set()  # pool proxies that answered 407
         self._warned_https = False
         self._warned_redis = False
@@ -125,7 +128,9 @@ class ProxyMiddleware:
             return _wait(request, PROXY_ERROR_DELAY, FailureClass.PROXY_ERROR, reason)
         if url is None:
             return self._no_proxy(request)
-        self._warned_unavailable = False  # the next run of requests without one is told
+        if self._without_proxy and url_host(request.url) in self._without_proxy:
+            self._without_proxy.clear()
+            self._warned_unavailable = False  # the next run of requests without one is told
         pid = proxy_id(url)
         request.meta["proxy"] = url
         request.meta[metakeys.PROXY] = pid
@@ -258,7 +263,9 @@ class ProxyMiddleware:
             reason = f"no proxy list yet ({self.pool.error})"
             return _wait(request, delay, FailureClass.PROXY_ERROR, reason)
         self.stats.inc_value("ha/proxy/unavailable")
-        if not self._warned_unavailable:  # once until a proxy is usable again
+        if len(self._without_proxy) < MAX_PROXY_STATS:
+            self._without_proxy.add(url_host(request.url))
+        if not self._warned_unavailable:  # once until a proxy is usable again for them
             self._warned_unavailable = True
             logger.error(
                 "No usable proxy for %s (pool empty, or all cooling down for its site): "
