@@ -6,6 +6,7 @@ worker too (through Redis, not through memory); with no usable proxy and
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from typing import TYPE_CHECKING
@@ -332,3 +333,37 @@ async def test_one_error_while_a_site_has_no_usable_proxy_and_others_go_on(tmp_p
     mw.pool.cool_down("127.0.0.1:1111", "banned.example")
     assert await mw.process_request(Request("http://banned.example/later")) is not None
     assert caplog.text.count("No usable proxy") == 2  # a new run is told
+
+
+@deferred_f_from_coro_f
+async def test_answers_on_their_way_take_a_proxy_out_once(tmp_path, caplog):
+    """Requests in flight through a proxy when it is taken out (for a site's ban, or for
+    failing) count one rotation, one INFO line and one shared cool-down, not one each
+    (before: a hanging proxy's 16 timeouts in a real crawl counted 8 rotations, logged 8
+    times in the same second; a site's 5 bans on requests in flight, 5)."""
+    pool = tmp_path / "pool.json"
+    pool.write_text('["127.0.0.1:1111", "127.0.0.1:2222"]')
+    crawler = get_crawler(
+        FaultSpider,
+        {"HA_PROXY_MODE": "pool", "HA_PROXY_POOL_URL": pool.as_uri(), "HA_PROXY_MAX_FAILURES": 2},
+    )
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    flight = []
+    for n in range(16):  # taken in turns: 8 on their way through each proxy
+        request = Request(f"http://{'shop' if n < 8 else 'news'}.example/{n}")
+        assert await mw.process_request(request) is None
+        flight.append(request)
+    through = [r for r in flight if r.meta["ha_proxy"] == "127.0.0.1:1111"]
+    with caplog.at_level(logging.INFO):
+        for request in through[:4]:  # shop.example bans it: out for that site
+            mw.process_response(request, HtmlResponse(request.url, status=403, request=request))
+        for request in through[4:]:  # it times out: out for every site
+            mw.process_exception(request, ConnectionRefusedError())
+    assert crawler.stats.get_value("ha/proxy/127.0.0.1:1111/bans") == 4
+    assert crawler.stats.get_value("ha/proxy/127.0.0.1:1111/failures") == 4
+    assert crawler.stats.get_value("ha/proxy/rotations") == 2
+    assert caplog.text.count("out of rotation for shop.example") == 1
+    assert caplog.text.count("out of rotation for every site") == 1
+    assert set(mw.pool.cooling) == {"127.0.0.1:1111 shop.example", "127.0.0.1:1111"}
+    assert mw.pool.failures == {}  # back from its cool-down with no failure counted

@@ -240,6 +240,12 @@ class ProxyMiddleware:
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
             return
         assert self.pool is not None
+        if self.pool.cooling.get(cooling_key(pid, site), 0) > time.time():
+            # already out: this answer was on its way when it was taken out (counted,
+            # logged and shared once, not once per request it carried at the time)
+            if not site:
+                self.pool.failures.pop(pid, None)  # back with no failure counted, as below
+            return
         self.pool.cool_down(pid, site)
         self.stats.inc_value("ha/proxy/rotations")
         logger.info(
