@@ -330,3 +330,34 @@ async def test_a_garbage_last_minute_is_read_as_missing_never_loops(tmp_path, ga
     finally:
         server.stop(kill=True)
         await q.client.aclose()
+
+
+def test_the_eta_of_a_young_crawl_takes_the_rate_since_it_began():
+    """As seen on a crawl held at 10 pages/s (HA_DOMAIN_RATE=10), 25 s after its start:
+    251 acked, 149 left. Its rate was 10 a second, its ETA 15 s; `status` said 35 s (the
+    251 taken as a minute's acks). A crawl older than the window is read as before."""
+    from scrapy_ha.ops.waiting import Waiting, eta
+
+    m = 29_000_000
+    begun = m * 60_000 + 20_000
+    stats = CrawlStats(begun + 25_100, 149, 0, 0, 0, 1, 0, spider="s", minutes={"acked": {m: 251}})
+    # without the run's start: from the start of the first ack's minute (45 s), not 60 s
+    assert round(eta(stats, Waiting()).seconds or 0) == round(149 / (251 / 45.1))
+    assert round(eta(stats, Waiting(), begun_ms=begun).seconds or 0) == 15
+    # a run begun 30 s ago on a crawl acked for days: its acks since then, not 5 minutes'
+    resumed = CrawlStats(
+        begun + 30_000, 300, 0, 0, 0, 1, 0, spider="s", minutes={"acked": {m: 300, m - 2000: 9}}
+    )
+    assert round(eta(resumed, Waiting(), begun_ms=begun).seconds or 0) == 30
+    old = CrawlStats(
+        m * 60_000 + 30_000,
+        120,
+        0,
+        0,
+        0,
+        1,
+        0,
+        spider="s",
+        minutes={"acked": {m: 30, m - 1: 60, m - 4: 10, m - 5: 40}},
+    )
+    assert eta(old, Waiting(), begun_ms=begun - 3_600_000).seconds == 120 / 24 * 60

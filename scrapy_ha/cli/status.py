@@ -84,8 +84,10 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         run = await read_run(queue.client, queue.keys)
         stopped = await stopped_at(queue.client, queue.keys)
         still = stopped is not None and not stats.workers  # (a live one started after it)
+        begun = run.started if run else None  # (the ETA's rate: since it began, if later)
         if args.json:
-            doc = {**as_json(stats, waiting, args.domains), "paused": paused, "redis": health}
+            doc = {**as_json(stats, waiting, args.domains, begun), "paused": paused}
+            doc["redis"] = health
             if (paused or still) and doc["eta_seconds"]:  # nothing moves: no countdown
                 doc["eta_seconds"] = None
             doc["items"] = items_json(stats, items)
@@ -98,7 +100,9 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["stopped_at"] = stopped
             out.write(json.dumps(doc) + "\n")
         else:
-            lines = text(stats, waiting, args.domains, paused=bool(paused), stopped=still)
+            lines = text(
+                stats, waiting, args.domains, paused=bool(paused), stopped=still, begun=begun
+            )
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines[1:1] = [_run_line(run)] if run else []
@@ -191,7 +195,9 @@ def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
 # -- JSON --------------------------------------------------------------------------------
 
 
-def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> dict[str, Any]:
+def as_json(
+    stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS, begun_ms: int | None = None
+) -> dict[str, Any]:
     """The status as one JSON object (stable keys: see docs/reference.md)."""
     return {
         "spider": stats.spider,
@@ -210,7 +216,7 @@ def as_json(stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS) -> 
             event: {f"{m}m": round(stats.rate(event, m), 2) for m in RATE_WINDOWS}
             for event in MINUTE_EVENTS
         },
-        "eta_seconds": _rounded(eta(stats, waiting).seconds),
+        "eta_seconds": _rounded(eta(stats, waiting, begun_ms=begun_ms).seconds),
         "waiting": {
             "retries": waiting.retries,
             **{kind: waiting.held.get(kind, {}) for kind in HELD_KINDS},
@@ -250,9 +256,11 @@ def text(
     *,
     paused: bool = False,
     stopped: bool = False,
+    begun: int | None = None,
 ) -> list[str]:
     """The status as lines of text, for a terminal (no ETA while *paused*, or *stopped*
     with no worker: nothing moves)."""
+    until = _still_eta(stats, waiting, paused, stopped) or _eta(stats, waiting, begun)
     lines = [
         f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
         _row(
@@ -269,7 +277,7 @@ def text(
         _per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),
         *(_rates(stats, event) for event in MINUTE_EVENTS),
         *_waiting(waiting),
-        f"{'eta':>13}  {_still_eta(stats, waiting, paused, stopped) or _eta(stats, waiting)}",
+        f"{'eta':>13}  {until}",
     ]
     return lines + _domains(stats, domains)
 
@@ -359,8 +367,8 @@ def _still_eta(stats: CrawlStats, waiting: Waiting, paused: bool, stopped: bool)
     return f"none while {'paused' if paused else 'stopped'}: {eta(stats, waiting).left:,} left"
 
 
-def _eta(stats: CrawlStats, waiting: Waiting) -> str:
-    found = eta(stats, waiting)
+def _eta(stats: CrawlStats, waiting: Waiting, begun_ms: int | None = None) -> str:
+    found = eta(stats, waiting, begun_ms=begun_ms)
     if found.continuous:
         return "none: a continuous crawl (revisits) ends only when stopped (`scrapy-ha stop`)"
     if not found.left:

@@ -27,7 +27,7 @@ from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.items import ItemStream, StreamState, merged
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.runs import stopped_at
+from scrapy_ha.store.runs import read_run, stopped_at
 from scrapy_ha.store.state import CheckpointStore
 
 if TYPE_CHECKING:
@@ -128,7 +128,8 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     chart = rate_chart(stats, WINDOWS["hour"], fitted=False)  # the API's 60 minutes
     waiting = await read_waiting(client, shard_keys(keys))
     gates = dict(sorted((await gates_closed(client, [keys], stats.now_ms)).items()))
-    done = eta(stats, waiting)
+    run = await read_run(client, keys)
+    done = eta(stats, waiting, begun_ms=run.started if run else None)
     failed = stats.dead + stats.purged
     left = stats.pending + stats.leased + waiting.delayed
     items = await item_stream(client, keys)

@@ -15,7 +15,7 @@ not reach the delayed set: they wait in the host's back queue, parked in the cra
 
 from __future__ import annotations
 
-__all__ = ["Eta", "Waiting", "eta", "read_waiting"]
+__all__ = ["Eta", "Waiting", "ack_rate", "eta", "read_waiting"]
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 #: Why a delayed entry waits without an attempt (its mark in ``held``, lib/held.lua).
 HELD_KINDS = ("gate", "limit", "revisit", "proxy", "dictionary")
+#: The shortest time an ack rate is measured over (a crawl's first acks, a second old).
+MIN_SPAN_MS = 1000
 #: Due times read per shard: an ETA within 1/64 of the delayed set's work of the exact one,
 #: in one small round trip whatever the set's size.
 SAMPLES = 64
@@ -180,9 +182,12 @@ class Eta:
     continuous: bool = False
 
 
-def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
+def eta(
+    stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW, begun_ms: int | None = None
+) -> Eta:
     """The time to finish, as one server processing at the ack rate of the last *minutes*
-    would (of the minutes since the first ack, for a crawl younger than that): work
+    would (of the time since the first ack's minute began, or since the run began
+    (*begun_ms*) if later, for a crawl younger than that: :func:`ack_rate`): work
     available now starts now, work due later not before its due time, so the end is the
     latest of ``t + (work due at t or after) / rate`` over now and each due time. 0.0 when
     nothing is left; None with ``continuous`` for a crawl that revisits pages."""
@@ -192,10 +197,7 @@ def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
         return Eta(None, last, left, continuous=True)
     if not left:
         return Eta(0.0, last, 0)
-    first = min(stats.minutes.get("acked", {}), default=None)
-    if first is not None:
-        minutes = max(1, min(minutes, stats.now_ms // MINUTE_MS - first + 1))
-    per_ms = stats.rate("acked", minutes) / 60_000
+    per_ms = ack_rate(stats, minutes, begun_ms)
     if not per_ms:
         return Eta(None, last, left)
     now = stats.now_ms
@@ -208,3 +210,21 @@ def eta(stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW) -> Eta:
         if due > now:
             end = max(end, due + after / per_ms)
     return Eta((end - now) / 1000, last, left)
+
+
+def ack_rate(stats: CrawlStats, minutes: int, begun_ms: int | None = None) -> float:
+    """Acks per millisecond over the last *minutes*; for a crawl whose acks (or whose run,
+    begun at *begun_ms*) are younger than that, over the time since they began: its first
+    ack's minute counted from its start, or from the run's start when later. Before, that
+    time was rounded up to whole minutes: 251 acks in the first 25 s of a crawl made 251
+    a minute (10 a second made 4.2), and an ETA 2.4 times too long."""
+    acked = stats.minutes.get("acked", {})
+    first = min(acked, default=None)
+    if first is None:
+        return 0.0
+    start = max(first * MINUTE_MS, begun_ms or 0)
+    if start <= stats.now_ms - minutes * MINUTE_MS:
+        return stats.rate("acked", minutes) / MINUTE_MS
+    since = start // MINUTE_MS
+    total = sum(n for m, n in acked.items() if m >= since)
+    return total / max(stats.now_ms - start, MIN_SPAN_MS)
