@@ -218,3 +218,39 @@ async def test_a_cool_down_written_while_another_worker_loads_is_kept(redis_url,
         await client.aclose()
     # before: A's HDEL of what it read deleted B's fresh cool-down
     assert int(redis_client.hget(keys.proxy_cooldowns, "10.0.0.1:80")) == server_ms + 60_000
+
+
+def broken_ban_check(response: object) -> bool:
+    raise ValueError("the ban check broke")
+
+
+@pytest.mark.parametrize("mode", ["pool", "tunnel"])
+def test_a_ban_check_that_raises_behind_a_proxy_dead_letters_the_request(mode, tmp_path):
+    """HA_BAN_CHECK raising with a proxy configured: before, the proxy middleware's
+    process_response raised, Scrapy logged "Error downloading" and the request was acked,
+    lost (a real crawl: 3 such pages acked, no item, no dead letter; without a proxy the
+    same pages were dead-lettered as `error`). Now the retry middleware judges it as
+    docs/reference.md says: dead-lettered as `error`, never acked."""
+    from scrapy.exceptions import IgnoreRequest  # noqa: PLC0415
+    from scrapy.http import HtmlResponse  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    pool = tmp_path / "pool.json"
+    pool.write_text('["127.0.0.1:1111"]')
+    tunnel = {"HA_PROXY_URL": "http://u:p@127.0.0.1:1111"}
+    where = {"HA_PROXY_POOL_URL": pool.as_uri()} if mode == "pool" else tunnel
+    crawler = get_crawler(
+        FaultSpider,
+        {"HA_PROXY_MODE": mode, "HA_BAN_CHECK": f"{__name__}.broken_ban_check", **where},
+    )
+    crawler.stats.open_spider()
+    proxy, retry = ProxyMiddleware.from_crawler(crawler), RetryMiddleware.from_crawler(crawler)
+    request = Request("http://shop.example/1", meta={"ha_proxy": "127.0.0.1:1111"})
+    answer = HtmlResponse(request.url, status=200, body=b"a page", request=request)
+    assert proxy.process_response(request, answer) is answer  # as the downloader calls them
+    with pytest.raises(IgnoreRequest):
+        retry.process_response(request, answer)
+    verdict = request.meta["ha_outcome"]
+    assert (verdict["op"], verdict["class"]) == ("dead", "error")
+    assert "the ban check broke" in verdict["reason"]

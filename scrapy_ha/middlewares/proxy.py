@@ -155,7 +155,10 @@ class ProxyMiddleware:
         if self.pool is not None and metakeys.PROXY in request.meta:
             self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
             self._refused.discard(request.meta[metakeys.PROXY])  # its 407 was passing
-        fclass = self.retry_config.classify_response(response)
+        try:
+            fclass = self.retry_config.classify_response(response)
+        except Exception:  # HA_BAN_CHECK raised: the retry middleware, next, judges the
+            return response  # response again and dead-letters it as `error` (here it was acked)
         bans = BAN_CLASSES if self.pool is None else POOL_BAN_CLASSES
         if fclass is not None and fclass in bans:
             self._ban(request, fclass)
