@@ -361,3 +361,23 @@ def test_the_eta_of_a_young_crawl_takes_the_rate_since_it_began():
         minutes={"acked": {m: 30, m - 1: 60, m - 4: 10, m - 5: 40}},
     )
     assert eta(old, Waiting(), begun_ms=begun - 3_600_000).seconds == 120 / 24 * 60
+
+
+def test_the_dashboard_pace_of_a_young_run_is_its_acks_over_its_time():
+    """As seen: a run begun 22 s into its minute had 302 acks 17 s later (17.8 pages/s); the
+    dashboard's pages_per_s read 7.56 (the acks over the 39 s of the minute so far)."""
+    from scrapy_ha.dashboard._chart import speed
+
+    m = 29_000_000
+    begun = m * 60_000 + 22_000
+    stats = CrawlStats(begun + 17_000, 0, 0, 0, 0, 1, 0, spider="s", minutes={"acked": {m: 302}})
+    assert round(speed(stats), 2) == round(302 / 39, 2)  # what it read, and reads without it
+    assert round(speed(stats, begun), 1) == 17.8
+    # a run begun in the minute before: its acks of both minutes over the time since
+    later = CrawlStats(
+        begun + 50_000, 0, 0, 0, 0, 1, 0, spider="s", minutes={"acked": {m: 380, m + 1: 120}}
+    )
+    assert speed(later, begun) == 500 / 50
+    # a run older than a minute: the last minute, as before
+    old = CrawlStats(begun + 90_000, 0, 0, 0, 0, 1, 0, spider="s", minutes={"acked": {m + 1: 600}})
+    assert speed(old, begun) == speed(old)

@@ -129,7 +129,8 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     waiting = await read_waiting(client, shard_keys(keys))
     gates = dict(sorted((await gates_closed(client, [keys], stats.now_ms)).items()))
     run = await read_run(client, keys)
-    done = eta(stats, waiting, begun_ms=run.started if run else None)
+    begun = run.started if run else None  # (a young run's pace and ETA)
+    done = eta(stats, waiting, begun_ms=begun)
     failed = stats.dead + stats.purged
     left = stats.pending + stats.leased + waiting.delayed
     items = await item_stream(client, keys)
@@ -147,7 +148,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "stopped_at": stop,  # (scrapy-ha stop; None once resumed)
         # Redis's memory above HA_REDIS_MEMORY_HIGH: the workers lease nothing new
         "backpressure": bool(await client.exists(keys.pressure)),
-        "pages_per_s": round(speed(stats), 2),
+        "pages_per_s": round(speed(stats, begun), 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
             "done": stats.acked,
