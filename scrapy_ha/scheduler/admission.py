@@ -85,6 +85,7 @@ class Admission:
         self.seen = LocalSeen(ttl)
         #: ``scrapy-ha seen forget`` rules (store/forget.py), as read at the last renewal
         self.rules = ForgetRules()
+        self._rules_read = False  # (the first read's rules are no news: see set_rules)
         #: the crawl's run this worker joined (store/runs.py): start requests are seeded
         #: once per run
         self.run = 1
@@ -243,9 +244,12 @@ class Admission:
     def set_rules(self, rules: ForgetRules) -> None:
         """The crawl's forget rules changed (``scrapy-ha seen forget``): what this worker
         remembers of the fingerprints it sent may name URLs forgotten since."""
+        first, self._rules_read = not self._rules_read, True
         if rules.version != self.rules.version:
             self.rules = rules
             self.seen.clear()
+            if first:  # an earlier forget's, read at this worker's start: nothing changed
+                return
             logger.info(  # (before: unsaid)
                 "`scrapy-ha seen forget` changed what the crawl has seen (forget %d; %d "
                 "domain and %d pattern rule(s) in force): a forgotten URL is crawled again "
