@@ -46,7 +46,7 @@ from scrapy_ha.store.redis_params import (
     settings_url,
     whole_setting,
 )
-from scrapy_ha.store.tls_files import check_tls_files
+from scrapy_ha.store.tls_files import check_client_tls
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -183,7 +183,8 @@ def target_from_settings(settings: BaseSettings) -> RedisTarget:
     if target.mode == "single" and _names_cluster(params.get("redis_cls")):
         target = _single_as_cluster(target)
     tls = _tls_params(settings, target)
-    check_tls_files(tls, params.get("ssl_password"), target.display)
+    if target.tls:  # (what redis-py loads at each connection: see check_client_tls)
+        check_client_tls(tls, params, target.url, target.display)
     if target.mode == "sentinel" and settings.get("REDIS_SENTINEL_PASSWORD"):
         params["sentinel_password"] = settings.get("REDIS_SENTINEL_PASSWORD")
     params.pop("url", None)
