@@ -364,10 +364,10 @@ class Session:
                 raise
             self.stats.inc_value("ha/released", released)
         want = 0 if self.remote.held else self.shell.want()
-        if not (self.outbox.to_sync() or want):
+        if not (self.outbox.to_sync() or want or self.shell.precedence.blocked.new_skip()):
             return False
         await self._sync(lease=want, more=True)
-        return self.outbox.to_sync()
+        return self.outbox.to_sync() or self.shell.precedence.blocked.take_again()
 
     async def _sync(self, *, lease: int, more: bool = False) -> None:
         """One sync (see :meth:`Syncer.sync`), then the engine told what changed."""
