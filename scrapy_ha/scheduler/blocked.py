@@ -63,6 +63,8 @@ class Blocked:
         self.held = 0
         self._entries: list[Entry] = []
         self._again = False  # see take_again
+        self._looks = 0  # rounds looked at (look), and the one take_again last said yes in
+        self._again_at = -2
 
     @property
     def others(self) -> bool:
@@ -72,7 +74,11 @@ class Blocked:
 
     def synced(self, skip: dict[str, int], head: tuple[int, int] | None) -> None:
         """A sync that skipped *skip* has replied, naming *head* (None: none)."""
-        self._again = head is not None and self.new_skip(skip)
+        # not in the round right after one it ran at once: a host whose slot is full at one
+        # round and has room at the next (a download ended) is new to every other sync, and
+        # the loop would run its rounds back to back, a sync each, while downloads end
+        again = self._looks > self._again_at + 1
+        self._again = again and head is not None and self.new_skip(skip)
         self.sent, self.named = skip, head is not None
 
     def new_skip(self, skip: dict[str, int] | None = None) -> bool:
@@ -87,8 +93,11 @@ class Blocked:
         target and leases the others' (:meth:`give_back`). Before, it waited for the
         background loop's tick or a wake, while the engine had only the busy host's
         requests to take (a QA run: one host of 3 s a page among fast ones, no other
-        request downloaded for 0.25 to 0.75 s after each wave of its downloads ended)."""
+        request downloaded for 0.25 to 0.75 s after each wave of its downloads ended). Not
+        twice in a row: hosts whose slots flip between rounds would spin the loop."""
         again, self._again = self._again, False
+        if again:
+            self._again_at = self._looks
         return again
 
     def look(self, half: int) -> None:
@@ -98,6 +107,7 @@ class Blocked:
         lease back what was given back, and give it back again at the next."""
         others = self.others
         self._entries, self.held = [], 0
+        self._looks += 1
         if half <= 0 or (len(self.buffer) < half and not others):
             self.skip = {}  # (most rounds: nothing to look at)
             return
