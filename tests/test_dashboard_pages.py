@@ -11,6 +11,7 @@ import re
 from html.parser import HTMLParser
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import redis
 import redis.asyncio
 import scrapy
@@ -300,6 +301,8 @@ class Spiderless(scrapy.Spider):
         pass
 
 
+# Scrapy 2.16 warns FormRequest deprecated (2.19 only its from_response): users of 2.16 have it
+@pytest.mark.filterwarnings("ignore:scrapy.http.FormRequest is deprecated")
 @deferred_f_from_coro_f
 async def test_the_entry_page_shows_the_request_decoded_and_masked(redis_url):
     q = queue(redis_url, "entry")
