@@ -15,7 +15,7 @@ import types
 
 import pytest
 import scrapy
-from scrapy.http import FormRequest
+from scrapy.http.request.form import FormRequest  # (2.16: scrapy.http's is a subclass)
 from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.test import get_crawler
 

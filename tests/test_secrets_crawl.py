@@ -23,6 +23,7 @@ from urllib.request import urlopen
 
 import pytest
 import redis
+from scrapy.settings import default_settings
 from w3lib.http import basic_auth_header
 
 from scrapy_ha.deadletters.archive import Archive
@@ -344,7 +345,9 @@ def test_no_secret_leaves_a_worker(
     # the webhook's user info went as Basic authentication, not in the bodies
     assert receiver.credentials[0] == basic_auth_header("hook", S["webhook_password"]).decode()
     assert "Overridden settings" in places["log worker"]  # the settings were logged, masked
-    assert "HTTPAUTH_PASS" in places["log worker"] and "***" in places["log worker"]
+    # (Scrapy lists the settings of its defaults only: 2.16 has no HTTPAUTH_PASS there)
+    if hasattr(default_settings, "HTTPAUTH_PASS"):
+        assert "HTTPAUTH_PASS" in places["log worker"] and "***" in places["log worker"]
 
 
 def _archive_to(url: str, archive_url: str) -> None:
