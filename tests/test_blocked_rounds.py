@@ -9,6 +9,8 @@ at all, so the skip never reached Redis."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -31,20 +33,25 @@ def _entries(host: str, n: int) -> list[NewEntry]:
     ]
 
 
+def _worker(redis_url: str) -> tuple[Scheduler, Any]:
+    """A worker's scheduler on a fresh crawl's queue (its session driven round by round)."""
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.delete(*(admin.keys("ha:{hol}*") or ["-"]))
+    q = make_queue(redis.asyncio.Redis.from_url(redis_url), "ha", "hol", 1, worker="w")
+    crawler = get_crawler()
+    crawler._apply_settings()
+    s = Scheduler(crawler, SchedulerConfig(worker_id="w", lease_time=60.0))
+    s.session.queue = q
+    return s, q
+
+
 def _hosts(s: Scheduler) -> list[str]:
     return [entry[-1].url.split("/")[2] for entry in s._buffer.movable()]
 
 
 @deferred_f_from_coro_f
 async def test_a_host_first_skipped_gives_back_and_the_others_are_leased_at_once(redis_url):
-    admin = redis.Redis.from_url(redis_url)
-    admin.delete(*(admin.keys("ha:{hol}*") or ["-"]))
-    client = redis.asyncio.Redis.from_url(redis_url)
-    q = make_queue(client, "ha", "hol", 1, worker="w")
-    crawler = get_crawler()
-    crawler._apply_settings()
-    s = Scheduler(crawler, SchedulerConfig(worker_id="w", lease_time=60.0))
-    s.session.queue = q
+    s, q = _worker(redis_url)
     target = s._target()
     half = target // 2
     await q.sync(enqueue=_entries(SLOW, target))  # first in line
@@ -61,8 +68,7 @@ async def test_a_host_first_skipped_gives_back_and_the_others_are_leased_at_once
     assert s.next_request().url.startswith(f"http://{FAST}/")
     # the host stays skipped while its slot is full: no more rounds at once
     assert await s.session._round() is False
-    await client.aclose()
-    admin.close()
+    await q.client.aclose()
 
 
 @deferred_f_from_coro_f
@@ -74,14 +80,7 @@ async def test_slots_that_flip_at_every_round_do_not_run_rounds_back_to_back(
     host the sync before did not skip, and Redis has a third host's requests. The rounds ran
     at once one after another, a sync each, as fast as Redis answered (a review: 1620 syncs
     a second); now one runs at once, the next waits for the tick or a wake."""
-    admin = redis.Redis.from_url(redis_url)
-    admin.delete(*(admin.keys("ha:{hol}*") or ["-"]))
-    client = redis.asyncio.Redis.from_url(redis_url)
-    q = make_queue(client, "ha", "hol", 1, worker="w")
-    crawler = get_crawler()
-    crawler._apply_settings()
-    s = Scheduler(crawler, SchedulerConfig(worker_id="w", lease_time=60.0))
-    s.session.queue = q
+    s, q = _worker(redis_url)
     target = s._target()
     half = target // 2
     await q.sync(enqueue=_entries("a.test", half))
@@ -96,5 +95,4 @@ async def test_slots_that_flip_at_every_round_do_not_run_rounds_back_to_back(
         again.append(await s.session._round())
     assert again[0] is True  # the first skip: at once, as above
     assert not any(again[i] and again[i + 1] for i in range(len(again) - 1)), again
-    await client.aclose()
-    admin.close()
+    await q.client.aclose()
