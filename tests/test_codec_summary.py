@@ -35,6 +35,7 @@ class SummarySpider(scrapy.Spider):
 SPIDER = SummarySpider()
 
 
+@pytest.mark.filterwarnings("ignore:scrapy.http.FormRequest is deprecated")  # (Scrapy 2.16)
 def test_describe_reads_what_the_codec_wrote():
     request = scrapy.FormRequest(
         "http://shop.test/cart?x=1",
