@@ -184,6 +184,13 @@ def unknown(settings: BaseSettings) -> list[str]:
             f"{', '.join(given)} {does} nothing while HA_PROXY_MODE is not set: requests go "
             "direct (HA_PROXY_MODE = 'tunnel' for one proxy URL, 'pool' for a proxy list API)"
         )
+    if settings.get("HA_DUPEFILTER_ERROR_RATE") is not None and settings.get(
+        "HA_DUPEFILTER", "set"
+    ) in (None, "set"):  # (a QA run: accepted silently, the exact set errs never)
+        lines.append(
+            "HA_DUPEFILTER_ERROR_RATE does nothing with the exact set (HA_DUPEFILTER = 'set' "
+            "never errs): it is the Bloom filter's, HA_DUPEFILTER = 'bloom'"
+        )
     for name, instead in SCRAPY_REDIS_UNREAD.items():
         if settings.get(name) not in (None, False, "False", "false", "0", 0):
             lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
