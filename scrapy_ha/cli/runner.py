@@ -44,6 +44,7 @@ from scrapy_ha.store.connection import (
 from scrapy_ha.store.long_lived import long_lived
 from scrapy_ha.store.sharding import check_shard_count, set_dupefilter, shard_setting
 from scrapy_ha.store.state import CheckpointStore
+from scrapy_ha.store.tls_hint import tls_hint
 from scrapy_ha.store.url import RedisConfigError
 
 if TYPE_CHECKING:
@@ -209,7 +210,8 @@ async def reachable(client: Any, url: str) -> None:
             raise RedisUnavailable(untrusted) from None
         raise RedisUnavailable(
             f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
-            f"({_sentence(exc, url)}): is redis-server running there? Give its address with "
+            f"({_sentence(exc, url)}{tls_hint(exc, url)}): is redis-server running there? "
+            f"Give its address with "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
     except redis.exceptions.NoPermissionError as exc:  # the ACL denies the user SELECT or PING

@@ -24,6 +24,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store import url as _redis_url
 from scrapy_ha.store.redis_params import ARGUMENTS
+from scrapy_ha.store.tls_hint import tls_hint
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
 
 if HIREDIS_AVAILABLE:
@@ -380,7 +381,7 @@ def untrusted_certificate(exc: BaseException, url: str, ca_setting: str) -> str 
 
 def down_reason(exc: BaseException, url: str) -> str:
     """``ConnectionError: Error 111 connecting to ...``, the password of *url* masked."""
-    return f"{type(exc).__name__}: {_mask_in(exc, url)}"
+    return f"{type(exc).__name__}: {_mask_in(exc, url)}{tls_hint(exc, url)}"
 
 
 def _mask_in(exc: BaseException, url: str) -> str:
