@@ -44,6 +44,7 @@ from scrapy_ha.store.sharding import shards_of
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy_ha.ops.waiting import Eta
     from scrapy_ha.store.items import StreamState
     from scrapy_ha.store.queue import RedisQueue
 
@@ -84,9 +85,8 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         run = await read_run(queue.client, queue.keys)
         stopped = await stopped_at(queue.client, queue.keys)
         still = stopped is not None and not stats.workers  # (a live one started after it)
-        begun = run.started if run else None  # (the ETA's rate: since it began, if later)
         if args.json:
-            doc = {**as_json(stats, waiting, args.domains, begun), "paused": paused}
+            doc = {**as_json(stats, waiting, args.domains, run), "paused": paused}
             doc["redis"] = health
             if (paused or still) and doc["eta_seconds"]:  # nothing moves: no countdown
                 doc["eta_seconds"] = None
@@ -100,9 +100,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["stopped_at"] = stopped
             out.write(json.dumps(doc) + "\n")
         else:
-            lines = text(
-                stats, waiting, args.domains, paused=bool(paused), stopped=still, begun=begun
-            )
+            lines = text(stats, waiting, args.domains, paused=bool(paused), stopped=still, run=run)
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines[1:1] = [_run_line(run)] if run else []
@@ -196,9 +194,10 @@ def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
 
 
 def as_json(
-    stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS, begun_ms: int | None = None
+    stats: CrawlStats, waiting: Waiting, domains: int = TOP_DOMAINS, run: RunState | None = None
 ) -> dict[str, Any]:
-    """The status as one JSON object (stable keys: see docs/reference.md)."""
+    """The status as one JSON object (stable keys: see docs/reference.md); *run*: the
+    crawl's newest run (the ETA's rate: since it began, if later)."""
     return {
         "spider": stats.spider,
         "time": stats.now_ms,
@@ -216,7 +215,7 @@ def as_json(
             event: {f"{m}m": round(stats.rate(event, m), 2) for m in RATE_WINDOWS}
             for event in MINUTE_EVENTS
         },
-        "eta_seconds": _rounded(eta(stats, waiting, begun_ms=begun_ms).seconds),
+        "eta_seconds": _rounded(_found_eta(stats, waiting, run).seconds),
         "waiting": {
             "retries": waiting.retries,
             **{kind: waiting.held.get(kind, {}) for kind in HELD_KINDS},
@@ -256,11 +255,11 @@ def text(
     *,
     paused: bool = False,
     stopped: bool = False,
-    begun: int | None = None,
+    run: RunState | None = None,
 ) -> list[str]:
     """The status as lines of text, for a terminal (no ETA while *paused*, or *stopped*
     with no worker: nothing moves)."""
-    until = _still_eta(stats, waiting, paused, stopped) or _eta(stats, waiting, begun)
+    until = _still_eta(stats, waiting, paused, stopped) or _eta(stats, waiting, run)
     lines = [
         f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
         _row(
@@ -367,8 +366,15 @@ def _still_eta(stats: CrawlStats, waiting: Waiting, paused: bool, stopped: bool)
     return f"none while {'paused' if paused else 'stopped'}: {eta(stats, waiting).left:,} left"
 
 
-def _eta(stats: CrawlStats, waiting: Waiting, begun_ms: int | None = None) -> str:
-    found = eta(stats, waiting, begun_ms=begun_ms)
+def _found_eta(stats: CrawlStats, waiting: Waiting, run: RunState | None) -> Eta:
+    """The ETA, at the pace since the run began if it is younger than the window."""
+    if run is None:
+        return eta(stats, waiting)
+    return eta(stats, waiting, begun_ms=run.started, acked_before=run.acked_before)
+
+
+def _eta(stats: CrawlStats, waiting: Waiting, run: RunState | None = None) -> str:
+    found = _found_eta(stats, waiting, run)
     if found.continuous:
         return "none: a continuous crawl (revisits) ends only when stopped (`scrapy-ha stop`)"
     if not found.left:

@@ -130,7 +130,8 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     gates = dict(sorted((await gates_closed(client, [keys], stats.now_ms)).items()))
     run = await read_run(client, keys)
     begun = run.started if run else None  # (a young run's pace and ETA)
-    done = eta(stats, waiting, begun_ms=begun)
+    acked_before = run.acked_before if run else None
+    done = eta(stats, waiting, begun_ms=begun, acked_before=acked_before)
     failed = stats.dead + stats.purged
     left = stats.pending + stats.leased + waiting.delayed
     items = await item_stream(client, keys)
@@ -148,7 +149,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "stopped_at": stop,  # (scrapy-ha stop; None once resumed)
         # Redis's memory above HA_REDIS_MEMORY_HIGH: the workers lease nothing new
         "backpressure": bool(await client.exists(keys.pressure)),
-        "pages_per_s": round(speed(stats, begun), 2),
+        "pages_per_s": round(speed(stats, begun, acked_before), 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
             "done": stats.acked,

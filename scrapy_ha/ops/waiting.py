@@ -183,11 +183,16 @@ class Eta:
 
 
 def eta(
-    stats: CrawlStats, waiting: Waiting, minutes: int = ETA_WINDOW, begun_ms: int | None = None
+    stats: CrawlStats,
+    waiting: Waiting,
+    minutes: int = ETA_WINDOW,
+    begun_ms: int | None = None,
+    acked_before: int | None = None,
 ) -> Eta:
     """The time to finish, as one server processing at the ack rate of the last *minutes*
     would (of the time since the first ack's minute began, or since the run began
-    (*begun_ms*) if later, for a crawl younger than that: :func:`ack_rate`): work
+    (*begun_ms*, with the crawl's acks then: *acked_before*) if later, for a crawl younger
+    than that: :func:`ack_rate`): work
     available now starts now, work due later not before its due time, so the end is the
     latest of ``t + (work due at t or after) / rate`` over now and each due time. 0.0 when
     nothing is left; None with ``continuous`` for a crawl that revisits pages."""
@@ -197,7 +202,7 @@ def eta(
         return Eta(None, last, left, continuous=True)
     if not left:
         return Eta(0.0, last, 0)
-    per_ms = ack_rate(stats, minutes, begun_ms)
+    per_ms = ack_rate(stats, minutes, begun_ms, acked_before)
     if not per_ms:
         return Eta(None, last, left)
     now = stats.now_ms
@@ -212,12 +217,16 @@ def eta(
     return Eta((end - now) / 1000, last, left)
 
 
-def ack_rate(stats: CrawlStats, minutes: int, begun_ms: int | None = None) -> float:
+def ack_rate(
+    stats: CrawlStats, minutes: int, begun_ms: int | None = None, acked_before: int | None = None
+) -> float:
     """Acks per millisecond over the last *minutes*; for a crawl whose acks (or whose run,
     begun at *begun_ms*) are younger than that, over the time since they began: its first
-    ack's minute counted from its start, or from the run's start when later. Before, that
-    time was rounded up to whole minutes: 251 acks in the first 25 s of a crawl made 251
-    a minute (10 a second made 4.2), and an ETA 2.4 times too long."""
+    ack's minute counted from its start, or from the run's start when later (the run's
+    acks: the crawl's now less *acked_before*, its acks when the run began, where the run
+    recorded them; the minute's bucket also holds the run before's acks of that minute).
+    Before, that time was rounded up to whole minutes: 251 acks in the first 25 s of a crawl
+    made 251 a minute (10 a second made 4.2), and an ETA 2.4 times too long."""
     acked = stats.minutes.get("acked", {})
     first = min(acked, default=None)
     if first is None:
@@ -225,6 +234,16 @@ def ack_rate(stats: CrawlStats, minutes: int, begun_ms: int | None = None) -> fl
     start = max(first * MINUTE_MS, begun_ms or 0)
     if start <= stats.now_ms - minutes * MINUTE_MS:
         return stats.rate("acked", minutes) / MINUTE_MS
-    since = start // MINUTE_MS
-    total = sum(n for m, n in acked.items() if m >= since)
+    total = acks_since(stats, start // MINUTE_MS, begun_ms, acked_before)
     return total / max(stats.now_ms - start, MIN_SPAN_MS)
+
+
+def acks_since(
+    stats: CrawlStats, minute: int, begun_ms: int | None, acked_before: int | None
+) -> int:
+    """The acks of the buckets from *minute* on; of the run begun at *begun_ms* alone when
+    that is within them and it recorded the crawl's acks then (*acked_before*)."""
+    run = begun_ms is not None and begun_ms // MINUTE_MS >= minute
+    if run and acked_before is not None and 0 <= stats.acked - acked_before:
+        return stats.acked - acked_before
+    return sum(n for m, n in stats.minutes.get("acked", {}).items() if m >= minute)

@@ -40,6 +40,8 @@ class RunState:
     open: bool
     started: int | None
     ended: int | None
+    #: the crawl's acks when the run began (None: not recorded, a run begun before it was)
+    acked_before: int | None = None
 
     def as_dict(self) -> dict[str, int | bool | None]:
         ended = None if self.open else self.ended
@@ -49,12 +51,12 @@ class RunState:
 async def read_run(client: Any, keys: Keys) -> RunState | None:
     """The newest run of the crawl of *keys* (None before its first; a field written by
     hand that is no number reads as not recorded)."""
-    n, is_open, started, ended = (
-        _number(v) for v in await client.hmget(keys.run, "n", "open", "started", "ended")
+    n, is_open, started, ended, acked = (
+        _number(v) for v in await client.hmget(keys.run, "n", "open", "started", "ended", "acked0")
     )
     if not n or n < 0:
         return None
-    return RunState(n, is_open == 1, started, ended)
+    return RunState(n, is_open == 1, started, ended, acked)
 
 
 async def stopped_at(client: Any, keys: Keys) -> int | None:
@@ -100,16 +102,22 @@ async def _elsewhere(queue: RedisQueue) -> int:
     return sum([(await shard.counts()).active for shard in others])
 
 
+async def _acked_elsewhere(queue: RedisQueue) -> int:
+    """Acks a sharded crawl counted outside shard 0 (a count written by hand: none)."""
+    found = [await s.client.hget(s.keys.stats, "acked") for s in shards_of(queue)[1:]]
+    return sum(_number(v) or 0 for v in found)
+
+
 def _keys(queue: RedisQueue) -> list[str]:
     k = queue.keys
-    return [k.run, k.workers, k.ready, k.leased, k.delayed, k.waiting]
+    return [k.run, k.workers, k.ready, k.leased, k.delayed, k.waiting, k.stats]
 
 
 async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
     """Join the crawl's run in progress, or start the next (see the module's docstring),
     writing *worker*'s heartbeat in the same call."""
     script = queue.client.register_script(scripts.RUN_LUA)
-    args = ["open", worker, heartbeat_ms, await _elsewhere(queue)]
+    args = ["open", worker, heartbeat_ms, await _elsewhere(queue), await _acked_elsewhere(queue)]
     number, started = await script(keys=_keys(queue), args=args)
     return Run(int(number), bool(int(started)))
 

@@ -10,23 +10,28 @@
 -- Start requests that are dont_filter are seeded once per run (the worker puts the run
 -- number in their dupefilter fingerprints, scheduler/admission.py); what was seen before
 -- stays seen.
--- KEYS[1] run (hash: n, open, started, ended, m:<worker id> -> the run it opened or joined)
+-- A run records the crawl's acks when it began (acked0), so that the pace of a run begun less
+-- than a minute ago counts its own acks, not those its minute's bucket holds of the run before.
+-- KEYS[1] run (hash: n, open, started, ended, acked0, m:<worker id> -> the run it opened or
+-- joined)
 -- KEYS[2] workers  KEYS[3] ready  KEYS[4] leased  KEYS[5] delayed  KEYS[6] waiting (lib/frontier:
--- a back queue holding requests is in ready or in waiting)
+-- a back queue holding requests is in ready or in waiting)  KEYS[7] stats (its 'acked')
 -- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
---         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded)
+--         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded),
+--         ARGV[5] acks counted outside these keys (the other shards' stats; 0 when unsharded)
 --         Returns {the run's number, 1 when this call started it else 0}.
 -- ARGV[1] 'end': ARGV[2] requests held outside these keys, as above.
 --         Returns 1 when the run ended (nothing pending, leased or delayed), else 0.
 --- @include "time"
 --- @include "types"
 --- @include "number"
-local err = wrong_type('run', KEYS, {'hash', 'zset', 'zset', 'zset', 'zset', 'zset'})
+local err = wrong_type('run', KEYS, {'hash', 'zset', 'zset', 'zset', 'zset', 'zset', 'hash'})
 if err then return err end
 local mode = ARGV[1]
 local elsewhere = tonumber(ARGV[mode == 'open' and 4 or 2] or '')
-if not (elsewhere and (mode == 'end' or (mode == 'open' and tonumber(ARGV[3] or '')))) then
-  return redis.error_reply('ERR run: bad arguments (mode, worker, heartbeat, elsewhere)')
+local opening = mode == 'open' and tonumber(ARGV[3] or '') and tonumber(ARGV[5] or '')
+if not (elsewhere and (mode == 'end' or opening)) then
+  return redis.error_reply('ERR run: bad arguments (mode, worker, heartbeat, elsewhere, acked)')
 end
 local now = now_ms()
 local active = elsewhere + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
@@ -67,6 +72,13 @@ if n > 0 and (active > 0 or (run[2] == '1' and others > 0)) then
   return {n, 0}
 end
 if n > 0 then others_alive(n + 1, worker) end -- drops every member of the runs before
+-- (a count overwritten by hand reads as none: the pace then counts the minute's bucket)
+local acked = tonumber(redis.call('HGET', KEYS[7], 'acked') or '0')
 redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now), 'm:' .. worker, n + 1)
+if acked then
+  redis.call('HSET', KEYS[1], 'acked0', int_str(acked + tonumber(ARGV[5])))
+else
+  redis.call('HDEL', KEYS[1], 'acked0')
+end
 -- a crawl that holds requests and no run yet (written before runs were kept) is in run 1
 return {n + 1, active > 0 and 0 or 1}
