@@ -15,10 +15,16 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 
-#: What ``flush`` says when the crawl has checkpoints: a new crawl resumes from them.
+#: What ``flush`` says when the crawl has checkpoints: a new crawl resumes from them. A
+#: sharded crawl's count goes with the flush, so the commands that read its checkpoints
+#: need ``--shards`` (a QA run: the reset named without it answered "no such crawl").
 KEPT = (
     "; its checkpoints are kept (a new crawl resumes its tasks from them): "
-    "`scrapy-ha checkpoints reset {spider} --all` deletes them"
+    "`scrapy-ha checkpoints reset {spider} --all{shards}` deletes them"
+)
+SHARDED = (
+    " (its shard count went with the flush: give `--shards {n}` to `checkpoints list` and "
+    "`reset` until a worker starts the crawl again)"
 )
 
 #: What a forced ``flush`` says of the workers alive (a QA run: 2 workers mid-crawl logged
@@ -47,9 +53,12 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     verdict = approve(args, "flush", what, held or ["(no keys)"])
     if not verdict:
         return 0 if verdict is None else 1
+    shards = queue.keys.shards
     await queue.flush()
-    kept = await CheckpointStore(queue.client, queue.keys).exists()
-    print(f"flushed {spider}" + (KEPT.format(spider=spider) if kept else ""))
+    kept = await CheckpointStore(queue.client, queue.keys).exists()  # (every shard's)
+    said = f" --shards {shards}" if shards > 1 else ""
+    note = SHARDED.format(n=shards) if shards > 1 else ""
+    print(f"flushed {spider}" + (KEPT.format(spider=spider, shards=said) + note if kept else ""))
     if counts.workers:  # (before: unsaid; their logs blame expired leases, then "finished")
         print(LIVE.format(n=counts.workers), file=sys.stderr)
     return 0
