@@ -9,6 +9,9 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from scrapy_ha.config.items import items_mode
+from scrapy_ha.config.validate import ConfigError
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -191,6 +194,16 @@ def unknown(settings: BaseSettings) -> list[str]:
             "HA_DUPEFILTER_ERROR_RATE does nothing with the exact set (HA_DUPEFILTER = 'set' "
             "never errs): it is the Bloom filter's, HA_DUPEFILTER = 'bloom'"
         )
+    if (
+        settings.get("HA_CHECKPOINT_ITEMS") is not None
+        and _switched_on(settings, "HA_CHECKPOINTS")
+        and _outbox(settings)
+    ):  # (a QA run: accepted silently, no mid-page checkpoint is saved with the outbox)
+        lines.append(
+            "HA_CHECKPOINT_ITEMS does nothing with HA_ITEMS = 'outbox': a page's checkpoint "
+            "is saved with its ack, which commits its items, and no mid-page checkpoint is "
+            "saved"
+        )
     for name, instead in SCRAPY_REDIS_UNREAD.items():
         if settings.get(name) not in (None, False, "False", "false", "0", 0):
             lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
@@ -201,6 +214,14 @@ def unknown(settings: BaseSettings) -> list[str]:
         hint = f"; did you mean {near[0]}?" if near else " (see docs/reference.md)"
         lines.append(f"{name} is not a setting of scrapy-ha: it does nothing{hint}")
     return lines
+
+
+def _outbox(settings: BaseSettings) -> bool:
+    """Is ``HA_ITEMS`` the outbox (a bad value: its component names it)?"""
+    try:
+        return items_mode(settings) == "outbox"
+    except ConfigError:
+        return False
 
 
 def _switched_on(settings: BaseSettings, switch: str) -> bool:
