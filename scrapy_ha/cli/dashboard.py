@@ -59,7 +59,8 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    app = create_app(queue.client, queue.keys.prefix, token=token)
+    where = getattr(args, "where", None)
+    app = create_app(queue.client, queue.keys.prefix, token=token, where=where)
     config = uvicorn.Config(
         _served(app), host=args.host, port=args.port, log_level="info", proxy_headers=False
     )

@@ -53,7 +53,8 @@ def serve(args: argparse.Namespace, settings: BaseSettings) -> int:
     except ValueError as exc:  # redis-py cannot parse the URL
         raise ConfigError(f"bad Redis URL {display_url(settings)}: {exc}") from None
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CrawlCollector(client, prefix, discovery_ttl=args.rescan))
+    where = display_url(settings)
+    registry.register(CrawlCollector(client, prefix, discovery_ttl=args.rescan, where=where))
     try:
         server, _ = start_http_server(args.port, addr=args.addr, registry=registry)
     except OSError as exc:

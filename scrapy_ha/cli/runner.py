@@ -103,6 +103,7 @@ async def _run(args: argparse.Namespace) -> int:
     config = view.crawler.settings
     prefix = args.prefix or key_prefix(config)
     url = display_url(config)
+    args.where = url  # (the dashboard names it when Redis goes away)
     try:
         # (the dashboard and `watch` keep it for hours: across a restart of Redis)
         client = long_lived(redis_from_settings(config, connect_timeout=DEFAULT_CONNECT_TIMEOUT))

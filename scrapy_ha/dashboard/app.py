@@ -65,11 +65,17 @@ TABLE_CLASSES = {
 
 
 def create_app(
-    client: Any, prefix: str, *, token: str | None = None, close_client: bool = False
+    client: Any,
+    prefix: str,
+    *,
+    token: str | None = None,
+    close_client: bool = False,
+    where: str | None = None,
 ) -> FastAPI:
     """The dashboard of every crawl under *prefix* in the Redis of *client*
     (``redis.asyncio``); with *token*, every request must carry it. With *close_client*,
-    the client is closed when the application shuts down (on the loop that used it)."""
+    the client is closed when the application shuts down (on the loop that used it).
+    *where* is the Redis's URL, password masked, for the answer when it does not answer."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +93,7 @@ def create_app(
     app.state.client = client
     app.state.prefix = prefix
     app.state.token = token
+    app.state.where = where
     app.state.csrf_secret = _guard.new_secret()
     app.state.templates = setup_templates(Jinja2Templates(directory=str(HERE / "templates")))
     app.state.login_throttle = LoginThrottle()
@@ -160,14 +167,16 @@ async def _redis_down(request: Request, exc: Exception) -> Response:
     back once Redis answers (the live refresh goes on asking); or Redis refusing the
     dashboard's user, which no reload mends."""
     why = f"{type(exc).__name__}: {mask_text(str(exc))}"
+    where = request.app.state.where
+    redis_at = f"Redis at {where}" if where else "Redis"  # (which one, behind Sentinel)
     if isinstance(exc, (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)):
         # it answered, and refused: no reload mends it
         error, then = (
-            f"Redis refused the dashboard's user ({why})",
+            f"{redis_at} refused the dashboard's user ({why})",
             "start it with a user and password Redis takes (--redis-url)",
         )
     else:
-        error, then = f"Redis did not answer ({why})", "reload once it is back"
+        error, then = f"{redis_at} did not answer ({why})", "reload once it is back"
     logger.warning("dashboard: %s on %s", error, request.url.path)
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": error}, 503)

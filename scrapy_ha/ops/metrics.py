@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.ops.crawls import (
     CrawlNumbers,
     KeyNames,
@@ -63,9 +64,10 @@ class CrawlCollector:
     *discovery_ttl* seconds: ``scrapy-ha metrics --rescan``), so scrapes from several
     Prometheus servers, and any number of workers, give the same numbers."""
 
-    def __init__(self, client: Any, prefix: str, *, discovery_ttl: float):
+    def __init__(self, client: Any, prefix: str, *, discovery_ttl: float, where: str | None = None):
         self.client = client
         self.prefix = prefix
+        self.where = f"Redis at {where}" if where else "Redis"  # masked: named in the log
         self.discovery_ttl = discovery_ttl
         self._lock = threading.Lock()  # scrapes run in threads of their own
         self._spiders: list[str] = []
@@ -106,9 +108,13 @@ class CrawlCollector:
             return
         self._up = up
         if up:
-            logger.info("Redis answers again")
+            logger.info("%s answers again", self.where)
         else:
-            logger.warning("Redis unreachable, scrapes report scrapy_ha_redis_up 0: %s", exc)
+            logger.warning(
+                "%s unreachable, scrapes report scrapy_ha_redis_up 0: %s",
+                self.where,
+                mask_text(str(exc)),
+            )
 
     def _read(self) -> list[Metric]:
         memory, stats = (primaries_info_sync(self.client, s) for s in ("memory", "stats"))
