@@ -64,6 +64,9 @@ REVISIT = "ha_revisit"
 # -- carried: set by scrapy-ha, stored with the request ---------------------------------
 #: The task's progress (pages done, items seen), carried along its chain of pages.
 TASK_STATE = "ha_cp"
+#: In :data:`TASK_STATE`: the task is a finished one run again (``HA_CHECKPOINT_RERUN``):
+#: its chain's pages are filtered within the crawl's run alone, not by the runs before.
+TASK_RERUN = "rerun"
 #: Attempts so far per failure class: ``{"server": 2, ...}``.
 RETRIES = "ha_retries"
 #: The attempt history: ``[{"t", "outcome", "worker", "proxy"}, ...]``.

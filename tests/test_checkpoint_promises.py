@@ -74,7 +74,7 @@ async def crawl(redis_url: str, site: Any, **kwargs: Any) -> Any:
         "LOG_LEVEL": "INFO",
         **kwargs.pop("settings", {}),
     }
-    crawler = get_crawler(ChainSpider, settings)
+    crawler = get_crawler(kwargs.pop("spider_cls", ChainSpider), settings)
     await crawler.crawl_async(base_url=site.url, **kwargs)
     return crawler
 

@@ -42,6 +42,7 @@ from scrapy_ha.middlewares.storable import checkpoint_payload, drop_unstorable
 from scrapy_ha.middlewares.tasks import (
     Counter,
     Progress,
+    carried,
     is_mid_page_of,
     is_new_root,
     item_id,
@@ -127,6 +128,8 @@ class CheckpointMiddleware:
             )
             return None
         if doc.get("done") or not doc.get("next"):
+            if doc.get("done"):  # run again: its chain filtered within this run alone
+                root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True
             return root
         try:
             request = self._resumed(task, doc)
@@ -341,8 +344,7 @@ class CheckpointMiddleware:
             "fields": fields,
             "done": nxt is None,
         }
-        if "last_id" in state:
-            doc["last_id"] = state["last_id"]
+        doc.update(carried(state))
         if nxt is not None:
             doc["next"] = encode_request(without_progress(nxt), self.crawler.spider).decode()
         self._save_at_finish(page, task, doc)
@@ -392,6 +394,7 @@ class CheckpointMiddleware:
             "done": False,
             "next": encode_request(without_progress(page), self.crawler.spider).decode(),
         }
+        doc.update(carried(page.meta.get(metakeys.TASK_STATE) or {}, metakeys.TASK_RERUN))
         payload = self._checked(task, doc)
         if payload is not None:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=False)

@@ -99,10 +99,18 @@ def is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, A
         return False
 
 
+def carried(state: dict[str, Any], *names: str) -> dict[str, Any]:
+    """What a checkpoint keeps of a page's progress beside its page and items: the last item
+    id, and whether its task is a rerun (*names*: those alone)."""
+    return {k: state[k] for k in names or ("last_id", metakeys.TASK_RERUN) if k in state}
+
+
 def resume_state(doc: dict[str, Any]) -> dict[str, Any]:
     """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
     shape checked: ValueError for a document a bug or a hand wrote otherwise."""
     state: dict[str, Any] = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
+    if doc.get(metakeys.TASK_RERUN) is True:
+        state[metakeys.TASK_RERUN] = True
     for name, least in (("page", 1), ("items", 0), ("skip", 0)):
         value = state.get(name, least)
         if type(value) is not int or value < least:
