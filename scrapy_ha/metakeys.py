@@ -64,8 +64,10 @@ REVISIT = "ha_revisit"
 # -- carried: set by scrapy-ha, stored with the request ---------------------------------
 #: The task's progress (pages done, items seen), carried along its chain of pages.
 TASK_STATE = "ha_cp"
-#: In :data:`TASK_STATE`: the task is a finished one run again (``HA_CHECKPOINT_RERUN``):
-#: its chain's pages are filtered within the crawl's run alone, not by the runs before.
+#: In :data:`TASK_STATE`: the task is one done in an earlier run of the crawl, run again
+#: (``HA_CHECKPOINT_RERUN``): its chain's pages after its root are filtered within this run
+#: alone, not by the runs before (its root as any request; a task done in this run, met
+#: again, is not marked: a review found it crawled twice in one run).
 TASK_RERUN = "rerun"
 #: Attempts so far per failure class: ``{"server": 2, ...}``.
 RETRIES = "ha_retries"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import redis
 import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 
@@ -64,3 +65,51 @@ def test_a_rerun_resumed_from_its_checkpoint_goes_on_as_a_rerun():
     doc = {"page": 2, "items": 10, "next": "{}", metakeys.TASK_RERUN: True}
     assert resume_state(doc)[metakeys.TASK_RERUN] is True
     assert metakeys.TASK_RERUN not in resume_state({**doc, metakeys.TASK_RERUN: "yes"})
+
+
+class LinkedAgain(ChainSpider):
+    """A page of another task links to the chain's root once the chain is done, in the same
+    run (a plain root: filtered as any request the run saw)."""
+
+    async def start(self) -> Any:
+        yield scrapy.Request(self.base_url + "/list/1", meta={metakeys.TASK: "catalogue"})
+
+    def parse(self, response: Any) -> Any:
+        yield from super().parse(response)
+        if response.url.endswith("/list/5"):
+            meta = {metakeys.TASK: False}
+            yield scrapy.Request(self.base_url + "/list/3?other", meta=meta, callback=self.again)
+
+    def again(self, response: Any) -> Any:
+        """Once the task's checkpoint says done (saved when page 5 is acked): its root."""
+        doc = saved(redis.Redis.from_url(self.settings["REDIS_URL"]))
+        if not (doc and doc["done"]):  # not yet: this page again, until it is
+            tries = response.meta.get("tries", 0) + 1
+            assert tries < 1000, "the task's checkpoint never said done"
+            meta = {metakeys.TASK: False, "tries": tries}
+            yield response.request.replace(dont_filter=True, meta=meta)
+            return
+        yield scrapy.Request(self.base_url + "/list/1", meta={metakeys.TASK: "catalogue"})
+
+
+@deferred_f_from_coro_f
+async def test_a_task_done_in_this_run_and_met_again_is_not_rerun_in_it(redis_url, site):
+    """A review: with HA_CHECKPOINT_RERUN, a task done in this run whose root a page linked
+    to again was crawled twice in one run (100 items for 50): its root and chain were
+    fingerprinted as a rerun's."""
+    settings = {"HA_CHECKPOINT_RERUN": True, "CONCURRENT_REQUESTS": 1}
+    crawler = await crawl(redis_url, site, spider_cls=LinkedAgain, settings=settings)
+    assert crawler.spider.pages == ["1", "2", "3", "4", "5"]
+    assert sorted(crawler.spider.ids) == list(range(1, 51))
+
+
+@deferred_f_from_coro_f
+async def test_a_plain_root_of_a_persisted_crawl_is_filtered_rerun_or_not(redis_url, site):
+    """The docs: in a later run of a persisted crawl, a start request without dont_filter
+    was seen and is filtered (``ha/start_filtered``): the task does not run again (a review:
+    the rerun mark took the root out of the filter too)."""
+    first = await crawl(redis_url, site, settings=PERSIST)
+    assert first.spider.pages == ["1", "2", "3", "4", "5"]
+    rerun = await crawl(redis_url, site, settings={**PERSIST, "HA_CHECKPOINT_RERUN": True})
+    assert rerun.spider.pages == []
+    assert rerun.stats.get_value("ha/start_filtered") == 1

@@ -128,8 +128,8 @@ class CheckpointMiddleware:
             )
             return None
         if doc.get("done") or not doc.get("next"):
-            if doc.get("done"):  # run again: its chain filtered within this run alone
-                root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True
+            if doc.get("done") and doc.get("run") != self._scheduler().admission.run:
+                root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True  # see TASK_RERUN
             return root
         try:
             request = self._resumed(task, doc)
@@ -157,9 +157,8 @@ class CheckpointMiddleware:
         return request
 
     def _fingerprint(self, root: Request) -> bytes:
-        """The root's fingerprint: the scheduler seeds the resumed request by it, so a run
-        seeds the task once (a worker that joins the run, or restarts into it after a kill
-        with the queue intact, finds it seeded and leaves the chain to the queue)."""
+        """The root's fingerprint: the scheduler seeds the resumed request by it, so a run seeds
+        the task once (a worker that joins the run, or restarts into it, finds it seeded)."""
         assert self.crawler.request_fingerprinter is not None
         return bytes(self.crawler.request_fingerprinter.fingerprint(root))
 
@@ -357,6 +356,7 @@ class CheckpointMiddleware:
             self._scheduler().save_checkpoint(page, task, payload, self.ttl_ms, at_finish=True)
 
     def _checked(self, task: str, doc: dict[str, Any]) -> bytes | None:
+        doc["run"] = self._scheduler().admission.run  # (a task done in a run before: rerun)
         return checkpoint_payload(task, doc, max_bytes=self.max_bytes, stats=self.stats)
 
     def _track(self, item: Any, progress: Progress, index: int) -> None:

@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 __all__ = ["CrawlScheduler", "register", "scheduler_for"]
 
 
+class Runs(Protocol):
+    """What the middlewares read of a worker's admission of requests
+    (:class:`scrapy_ha.scheduler.admission.Admission`): the crawl's run it joined."""
+
+    run: int
+
+
 class Gates(Protocol):
     """What the middlewares read of the domains whose gate a worker knows closed
     (:class:`scrapy_ha.scheduler.domains.ClosedDomains`)."""
@@ -38,6 +45,10 @@ class CrawlScheduler(Protocol):
     @property
     def queue(self) -> RedisQueue | None:
         """The crawl's queue once open (read each time: a reconnect makes a new client)."""
+
+    @property
+    def admission(self) -> Runs:
+        """The crawl's run this worker joined (``admission.run``: 1, 2, ...)."""
 
     def server_time_ms(self) -> int:
         """The Redis server's clock, estimated from the last round trip."""

@@ -230,10 +230,11 @@ class Admission:
         if request.dont_filter or not self.dedupe:
             return b""
         fingerprint = self.crawler.request_fingerprinter.fingerprint(request)
-        if (meta.get(metakeys.TASK_STATE) or {}).get(metakeys.TASK_RERUN):
-            # a page of a finished task run again (HA_CHECKPOINT_RERUN): filtered within
-            # this run alone; the runs before saw it (a QA run: the rerun crawled the
-            # first page only, and each later run one more page of the task, again)
+        state = meta.get(metakeys.TASK_STATE) or {}
+        if state.get(metakeys.TASK_RERUN) and state.get("page", 1) > 1:
+            # a page after the root of a task done in a run before, run again: filtered
+            # within this run alone; the runs before saw it (a QA run: the rerun crawled
+            # the first page only, and each later run one more page of it again)
             occurrence = b"rerun %d " % self.run + fingerprint
             return hashlib.sha1(occurrence).digest()[: self.fingerprint_bytes]  # noqa: S324
         return self._filtered(fingerprint, request.url, request)
