@@ -81,5 +81,11 @@ async def test_a_run_records_the_crawl_s_acks_when_it_began(redis_url):
         # written by hand: the run reads as not having recorded it
         await client.hset(keys.run, "acked0", "garbage")
         assert (await read_run(client, keys)).acked_before is None
+        # a run opened by a worker of a version before acked0 (its run.lua writes n, open
+        # and started only): the run before's value is not read as its own (a review)
+        await client.hset(keys.run, "acked0", f"2:{len(first)}")
+        assert (await read_run(client, keys)).acked_before == len(first)
+        await client.hset(keys.run, mapping={"n": 3, "open": 1, "started": run.started + 1})
+        assert (await read_run(client, keys)).acked_before is None
         assert len(shards_of(q)) == shards
         await client.aclose()

@@ -51,12 +51,19 @@ class RunState:
 async def read_run(client: Any, keys: Keys) -> RunState | None:
     """The newest run of the crawl of *keys* (None before its first; a field written by
     hand that is no number reads as not recorded)."""
-    n, is_open, started, ended, acked = (
-        _number(v) for v in await client.hmget(keys.run, "n", "open", "started", "ended", "acked0")
-    )
+    *fields, acked = await client.hmget(keys.run, "n", "open", "started", "ended", "acked0")
+    n, is_open, started, ended = (_number(v) for v in fields)
     if not n or n < 0:
         return None
-    return RunState(n, is_open == 1, started, ended, acked)
+    return RunState(n, is_open == 1, started, ended, _acked_before(acked, n))
+
+
+def _acked_before(value: bytes | None, n: int) -> int | None:
+    """The acks ``acked0`` says the crawl had when run *n* began; None when it was written
+    for another run (a worker of a version before it opened run *n*: a review found run 1's
+    value read as run 2's) or is not ``<run>:<acks>``."""
+    run, _, acks = (value or b"").partition(b":")
+    return _number(acks) if _number(run) == n else None
 
 
 async def stopped_at(client: Any, keys: Keys) -> int | None:

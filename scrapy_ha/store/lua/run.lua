@@ -12,8 +12,8 @@
 -- stays seen.
 -- A run records the crawl's acks when it began (acked0), so that the pace of a run begun less
 -- than a minute ago counts its own acks, not those its minute's bucket holds of the run before.
--- KEYS[1] run (hash: n, open, started, ended, acked0, m:<worker id> -> the run it opened or
--- joined)
+-- KEYS[1] run (hash: n, open, started, ended, acked0 ('<n>:<acks>'), m:<worker id> -> the
+-- run it opened or joined)
 -- KEYS[2] workers  KEYS[3] ready  KEYS[4] leased  KEYS[5] delayed  KEYS[6] waiting (lib/frontier:
 -- a back queue holding requests is in ready or in waiting)  KEYS[7] stats (its 'acked')
 -- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
@@ -75,8 +75,8 @@ if n > 0 then others_alive(n + 1, worker) end -- drops every member of the runs 
 -- (a count overwritten by hand reads as none: the pace then counts the minute's bucket)
 local acked = tonumber(redis.call('HGET', KEYS[7], 'acked') or '0')
 redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now), 'm:' .. worker, n + 1)
-if acked then
-  redis.call('HSET', KEYS[1], 'acked0', int_str(acked + tonumber(ARGV[5])))
+if acked then -- '<run>:<acks>': a run opened by a worker before acked0 reads as not recorded
+  redis.call('HSET', KEYS[1], 'acked0', (n + 1) .. ':' .. int_str(acked + tonumber(ARGV[5])))
 else
   redis.call('HDEL', KEYS[1], 'acked0')
 end
