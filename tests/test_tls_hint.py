@@ -78,3 +78,15 @@ def test_a_closed_port_hints_at_nothing_of_tls():
     for url in (f"redis://127.0.0.1:{port}/0", f"rediss://127.0.0.1:{port}/0"):
         for said in _messages(url):
             assert "TLS" not in said and "111" in said, said
+
+
+def test_the_hint_reads_the_sentinel_and_cluster_schemes_too():
+    """A review: ``rediss+sentinel://`` and ``rediss+cluster://`` URLs got no hint."""
+    from scrapy_ha.store.tls_hint import tls_hint
+
+    timed_out = TimeoutError()
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    assert NOT_TLS in tls_hint(timed_out, "rediss+sentinel://h:26379/service")
+    assert CERTIFICATE in tls_hint(reset, "rediss+cluster://h:7000")
+    assert TLS in tls_hint(reset, "redis+cluster://h:7000")
+    assert tls_hint(timed_out, "redis+sentinel://h:26379/service") == ""

@@ -14,7 +14,7 @@ _CLOSED = ("reset by peer", "closed by server", "Connection lost")
 def tls_hint(exc: BaseException, url: str) -> str:
     """A clause (from ``"; "``) to add to *exc*'s reason when the scheme of *url* (as shown)
     may not match the port's TLS, else ``""``."""
-    tls = url.startswith("rediss://")
+    tls = url.startswith(("rediss://", "rediss+"))  # (+sentinel, +cluster: a review)
     if tls and _timed_out(exc):
         return (
             "; a port that does not speak TLS does not answer a rediss:// URL: if "
@@ -26,10 +26,10 @@ def tls_hint(exc: BaseException, url: str) -> str:
             "default) closes a connection that gives none it trusts: give REDIS_TLS_CERT_FILE "
             "and REDIS_TLS_KEY_FILE"
         )
-    if url.startswith("redis://") and _closed(exc):
+    if url.startswith(("redis://", "redis+")) and _closed(exc):
         return (
             "; a TLS port closes a plain connection: if redis-server there speaks TLS "
-            "(tls-port), the URL is rediss://"
+            "(tls-port), the URL is rediss:// (rediss+sentinel://, rediss+cluster://)"
         )
     return ""
 
