@@ -209,10 +209,12 @@ async def reachable(client: Any, url: str) -> None:
         untrusted = untrusted_certificate(exc, url, "the project's REDIS_TLS_CA_FILE")
         if untrusted:
             raise RedisUnavailable(untrusted) from None
+        check = "is redis-server running there?"
+        if type(exc).__name__ == "MasterNotFoundError":  # (redis-py's, sync or asyncio: a QA run)
+            check = "do the sentinels there name a primary for the service (a failover under way)?"
         raise RedisUnavailable(
             f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
-            f"({_sentence(exc, url)}{tls_hint(exc, url)}): is redis-server running there? "
-            f"Give its address with "
+            f"({_sentence(exc, url)}{tls_hint(exc, url)}): {check} Give its address with "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
     except redis.exceptions.NoPermissionError as exc:  # the ACL denies the user SELECT or PING
