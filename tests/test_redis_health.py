@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 SAFE = {"redis_version": "7.0.15", "maxmemory": 0, "maxmemory_policy": "noeviction"}
+REPLICATED = {**SAFE, "role": "master", "connected_slaves": 1}
 
 
 #: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
@@ -42,6 +43,11 @@ pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
             {"1 1"},
             ["used_memory 40.0 MB is at or over maxmemory 20.0 MB: Redis refuses writes"],
         ),
+        # a primary with replicas: min-replicas-to-write, or a planned failover loses writes
+        (REPLICATED, {"1 1"}, ["a primary with 1 replica(s) and no min-replicas-to-write"]),
+        ({**REPLICATED, "min_slaves_good_slaves": 1}, {"1 1"}, []),
+        ({**REPLICATED, "cluster_enabled": 1}, {"1 1"}, []),  # a cluster's failover waits
+        ({**REPLICATED, "role": "slave"}, {"1 1"}, []),
     ],
 )
 def test_what_a_server_is_warned_about(info, saves, said):
@@ -110,3 +116,28 @@ def test_status_says_a_redis_over_its_maxmemory(tmp_path):
         assert "at or over maxmemory 1.0 MB: Redis refuses writes" in line, line
     finally:
         server.kill()
+
+
+def test_status_says_a_primary_whose_replica_a_planned_failover_would_leave_behind(tmp_path):
+    """A QA run: a planned SENTINEL FAILOVER lost the workers' writes of 11 s on a primary
+    without min-replicas-to-write (docs/scaling.md); nothing said so."""
+    primary = redis_servers.start(tmp_path / "primary", "--appendonly", "yes")
+    replica = redis_servers.start(
+        tmp_path / "replica", "--appendonly", "yes", "--replicaof", "127.0.0.1", str(primary.port)
+    )
+    try:
+        client = primary.client()
+        client.set("ha:{books}:seq", 1)  # a crawl exists
+        url = f"redis://127.0.0.1:{primary.port}/0"
+        redis_servers.harness.wait_for(
+            lambda: client.info("replication")["connected_slaves"] == 1, "the replica", 30
+        )
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
+        assert "no min-replicas-to-write: a planned failover" in line, line
+        client.config_set("min-replicas-to-write", 1)
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        assert ["redis", "ok"] in [x.split() for x in result.stdout.splitlines()], result.stdout
+    finally:
+        replica.kill()
+        primary.kill()
