@@ -202,7 +202,10 @@ def figures(logs: tuple[Path, ...]) -> str:
     )
 
 
-@pytest.mark.parametrize("kill_after", [1, 700, 1900])
+@pytest.mark.parametrize(
+    "kill_after",
+    [1, 700, pytest.param(1900, marks=pytest.mark.long)],  # (a kill near the end: test-long)
+)
 def test_sigkill_one_of_two_workers_loses_nothing(kill_after, redis_url, site_factory, tmp_path):
     pages, per_page = 100, 20
     site = site_factory(
