@@ -127,12 +127,13 @@ class CheckpointMiddleware:
                 task,
             )
             return None
+        before = doc.get("run") != self._scheduler().admission.run  # (None: an older version)
         if doc.get("done") or not doc.get("next"):
-            if doc.get("done") and doc.get("run") != self._scheduler().admission.run:
+            if doc.get("done") and before:
                 root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True  # see TASK_RERUN
             return root
         try:
-            request = self._resumed(task, doc)
+            request = self._resumed(task, doc, rerun=before)  # (see resume_state)
             # filtered as its root is: by the run's start deduplication (a dont_filter
             # root), or as the root itself (a root filtered as any request, its URL kept)
             request.meta[metakeys.START_OF] = (
@@ -169,17 +170,16 @@ class CheckpointMiddleware:
         except NotConfigured:
             raise
         except Exception as exc:  # Redis, or garbage: the root goes on, its task from the queue
-            logger.warning(
-                "Could not read the checkpoint of task %s (%s): starting it from its root request",
-                task,
-                exc,
+            said = (
+                "Could not read the checkpoint of task %s (%s): starting it from its root request"
             )
+            logger.warning(said, task, exc)
             return None
 
-    def _resumed(self, task: str, doc: dict[str, Any]) -> Request:
+    def _resumed(self, task: str, doc: dict[str, Any], rerun: bool = False) -> Request:
         """The request a checkpoint resumes its task with: its next page, with its progress
         (any exception: a checkpoint of another shape, a scheme HA_ALLOWED_SCHEMES refuses)."""
-        state = resume_state(doc)
+        state = resume_state(doc, rerun)
         request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
         fields = doc.get("fields", {})
         if not isinstance(fields, dict):

@@ -105,11 +105,14 @@ def carried(state: dict[str, Any], *names: str) -> dict[str, Any]:
     return {k: state[k] for k in names or ("last_id", metakeys.TASK_RERUN) if k in state}
 
 
-def resume_state(doc: dict[str, Any]) -> dict[str, Any]:
+def resume_state(doc: dict[str, Any], rerun: bool = False) -> dict[str, Any]:
     """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
-    shape checked: ValueError for a document a bug or a hand wrote otherwise."""
+    shape checked: ValueError for a document a bug or a hand wrote otherwise. *rerun*: the
+    checkpoint was saved in a run before this one (or by a version that recorded no run): it
+    goes on as a rerun, its next pages seen by that run, not crawled for this task (a QA run
+    of an upgrade: a chain the version before left at page 2 was crawled a page per run)."""
     state: dict[str, Any] = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
-    if doc.get(metakeys.TASK_RERUN) is True:
+    if doc.get(metakeys.TASK_RERUN) is True or rerun:
         state[metakeys.TASK_RERUN] = True
     for name, least in (("page", 1), ("items", 0), ("skip", 0)):
         value = state.get(name, least)
