@@ -89,3 +89,35 @@ async def test_a_run_records_the_crawl_s_acks_when_it_began(redis_url):
         assert (await read_run(client, keys)).acked_before is None
         assert len(shards_of(q)) == shards
         await client.aclose()
+
+
+def test_a_run_opened_by_an_earlier_version_has_no_pace_in_the_run_before_s_minute():
+    """A rolling upgrade (a QA run): a run opened by a worker of a version before acked0
+    records none (the run before's stays, read as not recorded), and its pace counted the
+    run before's acks in the bucket of the minute it began: 132 pages/s read for 16, an ETA
+    of 1.7 s for 14. The pace counts from the next minute: none (no ETA) until then."""
+    from scrapy_ha.cli.status import _eta
+    from scrapy_ha.store.runs import RunState
+
+    begun = M * 60_000 + 40_000
+    run = RunState(2, True, begun, M * 60_000 + 39_000, acked_before=None)
+    assert run.pace_from == (M + 1) * 60_000  # before: begun
+    stats = CrawlStats(
+        begun + 5_000, 100, 0, 0, 0, 1, 0, spider="s",
+        counters={"acked": 380}, minutes={"acked": {M: 380}},
+    )  # fmt: skip
+    assert speed(stats, run.pace_from) == 0.0  # before: 36 pages/s (80 of its own in 5 s)
+    assert eta(stats, Waiting(), begun_ms=run.pace_from).seconds is None
+    said = _eta(stats, Waiting(), run)  # (not "nothing acked in the last 5 minutes")
+    assert said.startswith("unknown: 100 left, the run's pace counted from its next minute")
+    later = CrawlStats(
+        (M + 1) * 60_000 + 10_000, 100, 0, 0, 0, 1, 0, spider="s",
+        counters={"acked": 600}, minutes={"acked": {M: 500, M + 1: 100}},
+    )  # fmt: skip
+    assert speed(later, run.pace_from) == 10.0  # its own acks of the minute after
+    assert round(eta(later, Waiting(), begun_ms=run.pace_from).seconds or 0) == 10
+    # recorded (a run opened by this version), or the run before ended in another minute,
+    # or the crawl's first run: from its start, as before
+    assert RunState(2, True, begun, begun - 5_000, acked_before=300).pace_from == begun
+    assert RunState(2, True, begun, begun - 60_000, acked_before=None).pace_from == begun
+    assert RunState(1, True, begun, None).pace_from == begun

@@ -124,8 +124,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
 
 
 def _stopped_line(at: int, *, paused: bool) -> str:
-    """A crawl stopped (``scrapy-ha stop``) that no worker runs now (paused too: a worker
-    started now joins it, and waits for ``resume``)."""
+    """A crawl stopped (``scrapy-ha stop``) no worker runs now (paused: one started waits)."""
     then = "joins it, paused" if paused else "resumes it"
     return (
         f"{'stopped':>13}  at {local_time(at)} (`scrapy-ha stop`): no worker runs it; "
@@ -370,7 +369,7 @@ def _found_eta(stats: CrawlStats, waiting: Waiting, run: RunState | None) -> Eta
     """The ETA, at the pace since the run began if it is younger than the window."""
     if run is None:
         return eta(stats, waiting)
-    return eta(stats, waiting, begun_ms=run.started, acked_before=run.acked_before)
+    return eta(stats, waiting, begun_ms=run.pace_from, acked_before=run.acked_before)
 
 
 def _eta(stats: CrawlStats, waiting: Waiting, run: RunState | None = None) -> str:
@@ -380,7 +379,10 @@ def _eta(stats: CrawlStats, waiting: Waiting, run: RunState | None = None) -> st
     if not found.left:
         return "nothing left"
     if found.seconds is None:
-        return f"unknown: {found.left:,} left, nothing acked in the last {ETA_WINDOW} minutes"
+        why = f"nothing acked in the last {ETA_WINDOW} minutes"
+        if run is not None and (run.pace_from or 0) > stats.now_ms:  # (RunState.pace_from)
+            why = "the run's pace counted from its next minute (opened by an earlier version)"
+        return f"unknown: {found.left:,} left, {why}"
     return (
         f"{humanize(found.seconds)} ({found.left:,} left at the ack rate of the last "
         f"{ETA_WINDOW}m or since the first ack, delayed work not before it is due)"
@@ -388,8 +390,7 @@ def _eta(stats: CrawlStats, waiting: Waiting, run: RunState | None = None) -> st
 
 
 def _domains(stats: CrawlStats, n: int) -> list[str]:
-    top = stats.top_domains(n)
-    if not top:
+    if not (top := stats.top_domains(n)):
         return []
     width = max(len(d) for d, _ in top)
     head = f"{'domain':<{width}}  " + "  ".join(f"{e:>9}" for e in DOMAIN_EVENTS)

@@ -272,7 +272,7 @@ def speed(stats: CrawlStats, begun_ms: int | None = None, acked_before: int | No
     where it recorded the crawl's when it began (*acked_before*), not those of the run
     before in the same minute (a review: 30 pages/s read for 10)."""
     acked = stats.minutes.get("acked", {})
-    if not acked:
+    if not acked or (begun_ms is not None and begun_ms > stats.now_ms):  # (RunState.pace_from)
         return 0.0
     if begun_ms is not None and stats.now_ms - MINUTE_MS < begun_ms <= stats.now_ms:
         since = acks_since(stats, begun_ms // MINUTE_MS, begun_ms, acked_before)

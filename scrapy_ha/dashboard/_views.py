@@ -129,7 +129,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
     waiting = await read_waiting(client, shard_keys(keys))
     gates = dict(sorted((await gates_closed(client, [keys], stats.now_ms)).items()))
     run = await read_run(client, keys)
-    begun = run.started if run else None  # (a young run's pace and ETA)
+    begun = run.pace_from if run else None  # (a young run's pace and ETA)
     acked_before = run.acked_before if run else None
     done = eta(stats, waiting, begun_ms=begun, acked_before=acked_before)
     failed = stats.dead + stats.purged

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Run", "RunState", "end_run", "open_run", "read_run", "stopped_at"]
 
+#: The stats' buckets: a minute each (scrapy_ha.ops.stats).
+_MINUTE_MS = 60_000
+
 
 @dataclass(frozen=True)
 class Run:
@@ -42,6 +45,19 @@ class RunState:
     ended: int | None
     #: the crawl's acks when the run began (None: not recorded, a run begun before it was)
     acked_before: int | None = None
+
+    @property
+    def pace_from(self) -> int | None:
+        """Where the run's pace and ETA count from: its start; for a run that recorded no
+        acks when it began (opened by a worker of an earlier version, in a rolling upgrade)
+        in the minute the run before ended (``ended``, kept while the run is open), the next
+        minute: that minute's bucket holds the run before's acks too (a QA run read 132
+        pages/s for 16), so no pace until then rather than theirs."""
+        begun, before = self.started, self.ended
+        if self.acked_before is None and self.open and begun and before is not None:
+            if before // _MINUTE_MS == begun // _MINUTE_MS:
+                return (begun // _MINUTE_MS + 1) * _MINUTE_MS
+        return begun
 
     def as_dict(self) -> dict[str, int | bool | None]:
         ended = None if self.open else self.ended
