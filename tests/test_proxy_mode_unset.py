@@ -12,7 +12,8 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.scheduler.shell import Scheduler
 
 
-def _warnings(caplog, settings):
+def start_warnings(caplog, settings):
+    """The WARNINGs a scheduler built with *settings* logs at start (what it names)."""
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         Scheduler.from_crawler(get_crawler(Spider, settings))
@@ -22,12 +23,12 @@ def _warnings(caplog, settings):
 def test_proxy_settings_without_a_mode_are_named_at_start(caplog, monkeypatch):
     monkeypatch.delenv("HA_PROXY_MODE", raising=False)
     given = {"HA_PROXY_URL": "http://u:hunter2@proxy.test:8000", "HA_PROXY_COOLDOWN": 60}
-    (warned,) = _warnings(caplog, given)
+    (warned,) = start_warnings(caplog, given)
     assert warned == (
         "HA_PROXY_URL, HA_PROXY_COOLDOWN do nothing while HA_PROXY_MODE is not set: requests "
         "go direct (HA_PROXY_MODE = 'tunnel' for one proxy URL, 'pool' for a proxy list API)"
     )
     assert "hunter2" not in warned
-    assert _warnings(caplog, {**given, "HA_PROXY_MODE": "tunnel"}) == []
+    assert start_warnings(caplog, {**given, "HA_PROXY_MODE": "tunnel"}) == []
     monkeypatch.setenv("HA_PROXY_MODE", "tunnel")  # the mode may come from the environment
-    assert _warnings(caplog, given) == []
+    assert start_warnings(caplog, given) == []
