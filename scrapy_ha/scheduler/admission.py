@@ -235,8 +235,7 @@ class Admission:
             # a page after the root of a task done in a run before, run again: filtered
             # within this run alone; the runs before saw it (a QA run: the rerun crawled
             # the first page only, and each later run one more page of it again)
-            occurrence = b"rerun %d " % self.run + fingerprint
-            return hashlib.sha1(occurrence).digest()[: self.fingerprint_bytes]  # noqa: S324
+            return self._within_run(b"rerun %d " % self.run, fingerprint)
         return self._filtered(fingerprint, request.url, request)
 
     def _filtered(self, fingerprint: bytes, url: str, request: Request | None) -> bytes:
@@ -279,8 +278,12 @@ class Admission:
         fingerprint = root[0] if root else self.crawler.request_fingerprinter.fingerprint(request)
         key = fingerprint[: self.fingerprint_bytes]
         n = self._starts[key] = self._starts.get(key, 0) + 1
-        occurrence = b"start %d.%d " % (self.run, n) + fingerprint
-        return hashlib.sha1(occurrence).digest()[: self.fingerprint_bytes]  # noqa: S324 - not a secret
+        return self._within_run(b"start %d.%d " % (self.run, n), fingerprint)
+
+    def _within_run(self, occurrence: bytes, fingerprint: bytes) -> bytes:
+        """A fingerprint of its own for *fingerprint* as *occurrence* names it (in this run
+        of the crawl): filtered against the same occurrence alone, not the request's own."""
+        return hashlib.sha1(occurrence + fingerprint).digest()[: self.fingerprint_bytes]  # noqa: S324 - not a secret
 
     def _is_start(self, request: Request) -> bool:
         """A start request seen for the first time (a retry or redirect of one carries the
