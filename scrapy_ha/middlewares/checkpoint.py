@@ -127,13 +127,12 @@ class CheckpointMiddleware:
                 task,
             )
             return None
-        before = doc.get("run") != self._scheduler().admission.run  # (None: an older version)
         if doc.get("done") or not doc.get("next"):
-            if doc.get("done") and before:
+            if doc.get("done") and doc.get("run") != self._scheduler().admission.run:
                 root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True  # see TASK_RERUN
             return root
-        try:
-            request = self._resumed(task, doc, rerun=before)  # (see resume_state)
+        try:  # a rerun if saved by one, or by a version that recorded neither (resume_state)
+            request = self._resumed(task, doc, rerun="run" not in doc)
             # filtered as its root is: by the run's start deduplication (a dont_filter
             # root), or as the root itself (a root filtered as any request, its URL kept)
             request.meta[metakeys.START_OF] = (

@@ -108,9 +108,11 @@ def carried(state: dict[str, Any], *names: str) -> dict[str, Any]:
 def resume_state(doc: dict[str, Any], rerun: bool = False) -> dict[str, Any]:
     """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
     shape checked: ValueError for a document a bug or a hand wrote otherwise. *rerun*: the
-    checkpoint was saved in a run before this one (or by a version that recorded no run): it
-    goes on as a rerun, its next pages seen by that run, not crawled for this task (a QA run
-    of an upgrade: a chain the version before left at page 2 was crawled a page per run)."""
+    checkpoint was saved by a version that recorded no run (nor whether its task was a
+    rerun): it goes on as a rerun (a QA run of an upgrade: a chain the version before left
+    at page 2 was crawled a page per run). One saved since says so itself: a task not rerun
+    resumed from an earlier run's (its chain branched, never done) is filtered as any, or
+    every later run crawled its whole chain again (a review)."""
     state: dict[str, Any] = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
     if doc.get(metakeys.TASK_RERUN) is True or rerun:
         state[metakeys.TASK_RERUN] = True
