@@ -69,6 +69,11 @@ TASK_STATE = "ha_cp"
 #: alone, not by the runs before (its root as any request; a task done in this run, met
 #: again, is not marked: a review found it crawled twice in one run).
 TASK_RERUN = "rerun"
+#: :data:`TASK_RERUN`'s value for a task resumed from a checkpoint of a version that
+#: recorded no run (it may be a rerun that version left mid-way): a rerun until its chain
+#: branches (a branch's pages are filtered as any: a branched task's checkpoint, never done,
+#: stays before the branch, and each later run crawled every branch again; a review).
+RERUN_GUESSED = "guessed"
 #: Attempts so far per failure class: ``{"server": 2, ...}``.
 RETRIES = "ha_retries"
 #: The attempt history: ``[{"t", "outcome", "worker", "proxy"}, ...]``.

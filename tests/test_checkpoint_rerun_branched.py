@@ -6,12 +6,13 @@ page after the checkpoint again and re-emitted their items, without HA_CHECKPOIN
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from tests.test_checkpoint_promises import crawl, saved
+from tests.test_checkpoint_promises import NAME, crawl, saved
 from tests.test_checkpoint_rerun_persisted import PERSIST, EveryRunSpider
 
 #: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
@@ -39,3 +40,37 @@ async def test_a_branched_task_is_not_crawled_again_in_each_later_run(
         # the task's start (its checkpointed page) again, as any dont_filter start request;
         # the pages after it were seen in the run before
         assert again.spider.pages == ["2"]
+
+
+@deferred_f_from_coro_f
+async def test_a_branched_task_of_a_version_before_is_not_crawled_again_in_each_run(
+    redis_url, redis_client, site
+):
+    """Its checkpoint records no run (a version before 2026-12-06): taken for a rerun that
+    version may have left mid-way, until the chain branches; the branches' pages are then
+    filtered as any (before: every page after the branch crawled again in every run)."""
+    first = await crawl(redis_url, site, spider_cls=BranchingSpider, settings=PERSIST)
+    assert sorted(first.spider.pages) == ["1", "2", "3", "4", "5"]
+    doc = saved(redis_client)
+    del doc["run"]  # as that version saved it
+    redis_client.set(f"ha:{{{NAME}}}:cp:catalogue", json.dumps(doc))
+    for _ in range(2):
+        again = await crawl(redis_url, site, spider_cls=BranchingSpider, settings=PERSIST)
+        assert again.spider.pages == ["2"]
+
+
+def test_a_guessed_rerun_ends_where_its_chain_branches_a_said_one_does_not():
+    from scrapy_ha import metakeys
+    from scrapy_ha.middlewares.tasks import branch, resume_state
+
+    doc = {"page": 2, "items": 10, "next": "{}"}
+    guessed = resume_state(doc, rerun=True)
+    assert guessed[metakeys.TASK_RERUN] == metakeys.RERUN_GUESSED
+    # saved since by the guessed chain: still guessed when resumed again
+    saved_since = {**doc, metakeys.TASK_RERUN: metakeys.RERUN_GUESSED, "run": 3}
+    assert resume_state(saved_since)[metakeys.TASK_RERUN] == metakeys.RERUN_GUESSED
+    branch(guessed)
+    assert metakeys.TASK_RERUN not in guessed and guessed["branched"] is True
+    said = resume_state({**doc, metakeys.TASK_RERUN: True}, rerun=True)
+    branch(said)
+    assert said[metakeys.TASK_RERUN] is True  # HA_CHECKPOINT_RERUN's: every branch

@@ -42,6 +42,7 @@ from scrapy_ha.middlewares.storable import checkpoint_payload, drop_unstorable
 from scrapy_ha.middlewares.tasks import (
     Counter,
     Progress,
+    branch,
     carried,
     is_mid_page_of,
     is_new_root,
@@ -266,7 +267,7 @@ class CheckpointMiddleware:
         say where each branch is, so the task's stays at this page (a restart from it
         crawls every branch again) and is never marked done by the first branch to end."""
         if len(next_pages) > 1 and not state.get("branched"):
-            state["branched"] = True  # carried by every page after this one
+            branch(state)  # (a rerun guessed ends here)
             if task not in self._branched:
                 self._branched.add(task)
                 self.stats.inc_value("ha/checkpoint/branched")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Counter",
     "Progress",
+    "branch",
     "is_mid_page_of",
     "is_new_root",
     "item_id",
@@ -99,6 +100,14 @@ def is_mid_page_of(doc: dict[str, Any] | None, page: Request, state: dict[str, A
         return False
 
 
+def branch(state: dict[str, Any]) -> None:
+    """Mark the task of *state* branched (carried by every page after this one); a rerun
+    only guessed (:data:`~scrapy_ha.metakeys.RERUN_GUESSED`) ends there."""
+    state["branched"] = True
+    if state.get(metakeys.TASK_RERUN) == metakeys.RERUN_GUESSED:
+        del state[metakeys.TASK_RERUN]
+
+
 def carried(state: dict[str, Any], *names: str) -> dict[str, Any]:
     """What a checkpoint keeps of a page's progress beside its page and items: the last item
     id, and whether its task is a rerun (*names*: those alone)."""
@@ -109,13 +118,14 @@ def resume_state(doc: dict[str, Any], rerun: bool = False) -> dict[str, Any]:
     """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
     shape checked: ValueError for a document a bug or a hand wrote otherwise. *rerun*: the
     checkpoint was saved by a version that recorded no run (nor whether its task was a
-    rerun): it goes on as a rerun (a QA run of an upgrade: a chain the version before left
-    at page 2 was crawled a page per run). One saved since says so itself: a task not rerun
-    resumed from an earlier run's (its chain branched, never done) is filtered as any, or
-    every later run crawled its whole chain again (a review)."""
+    rerun): it goes on as a rerun, guessed (:func:`branch`; a QA run of an upgrade: a chain
+    the version before left at page 2 was crawled a page per run). One saved since says so
+    itself: a task not rerun resumed from an earlier run's (its chain branched, never done)
+    is filtered as any, or every later run crawled its whole chain again (a review)."""
     state: dict[str, Any] = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
-    if doc.get(metakeys.TASK_RERUN) is True or rerun:
-        state[metakeys.TASK_RERUN] = True
+    said = doc.get(metakeys.TASK_RERUN)
+    if said is True or said == metakeys.RERUN_GUESSED or rerun:
+        state[metakeys.TASK_RERUN] = True if said is True else metakeys.RERUN_GUESSED
     for name, least in (("page", 1), ("items", 0), ("skip", 0)):
         value = state.get(name, least)
         if type(value) is not int or value < least:
