@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException
 
 from scrapy_ha.dashboard import _guard
-from scrapy_ha.dashboard._actions import ACTIONS, Action
+from scrapy_ha.dashboard._actions import ACTIONS, Action, Done
 from scrapy_ha.dashboard._data import report
 from scrapy_ha.dashboard._pages import render
 from scrapy_ha.dashboard._views import crawl_keys, filter_from, known_crawl, tables_of, urls_of
@@ -64,22 +64,22 @@ async def _selection(
 
 async def _perform(
     request: Request, spider: str, action: Action, ids: list[str]
-) -> tuple[int, str]:
+) -> tuple[Done, str]:
     """Run *action* once every key of the crawl has the type scrapy-ha writes (else a 409
-    and nothing done), and log what it did, or that it failed part way. Returns how many
-    entries it touched, and what to add to its report (a requeue into a crawl its end
-    cleared says what the next worker crawls, as ``dlq requeue`` does)."""
+    and nothing done), and log what it did, or that it failed part way. Returns what it
+    did, and what to add to its report (a requeue into a crawl its end cleared says what
+    the next worker crawls, as ``dlq requeue`` does)."""
     client = request.app.state.client
     await check_types(client, request.app.state.prefix, spider)
     keys = await crawl_keys(request, spider)
     queue = make_queue(client, keys.prefix, spider, keys.shards, span=keys.span)
-    touched: int | None = None
+    done: Done | None = None
     try:
-        touched = await action.run(queue, ids)
+        done = await action.run(queue, ids)
     finally:
-        _audit(spider, action, touched, len(ids))
-    requeued = action.name == "requeue" and touched
-    return touched, (await cleared_crawl_note(queue) if requeued else "")
+        _audit(spider, action, None if done is None else done.touched, len(ids))
+    requeued = action.name == "requeue" and done.touched
+    return done, (await cleared_crawl_note(queue) if requeued else "")
 
 
 def _audit(spider: str, action: Action, touched: int | None, selected: int) -> None:
@@ -109,12 +109,12 @@ async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]
     selected = await _selection(request, spider, action, ids, flt)
     if body.get("dry_run"):
         return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
-    touched, note = await _perform(request, spider, action, selected)
+    done, note = await _perform(request, spider, action, selected)
     return {
         "action": name,
         "selected": len(selected),
-        "touched": touched,
-        "report": report(action, touched, len(selected)),
+        "touched": done.touched,
+        "report": report(action, done, len(selected)),
         "note": note or None,
     }
 
@@ -186,9 +186,9 @@ async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
         raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
     if form.get("confirm") == "yes":
         selected = _confirmed(action, form)
-        touched, note = await _perform(request, spider, action, selected)
-        done = report(action, touched, len(selected)) + (f". Note: {note}" if note else "")
-        return render(request, "done.html", report=done, spider=spider, action=action)
+        done, note = await _perform(request, spider, action, selected)
+        said = report(action, done, len(selected)) + (f". Note: {note}" if note else "")
+        return render(request, "done.html", report=said, spider=spider, action=action)
     ids = [text_of(i) or "" for i in form.getlist("ids")]
     scope_filter = form.get("scope") == "filter"
     flt = await filter_from(request, form) if scope_filter else None

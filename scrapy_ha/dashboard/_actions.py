@@ -16,8 +16,18 @@ from scrapy_ha.ops.gates import domain_of, open_gates
 from scrapy_ha.ops.shards import dead_letters
 from scrapy_ha.store.queue import RedisQueue
 
-#: An action's work: the crawl's queue and the selected entry ids -> how many it touched.
-Run = Callable[[RedisQueue, list[str]], Awaitable[int]]
+
+@dataclass(frozen=True)
+class Done:
+    """What an action did: how many entries it touched, and why it left the others (a
+    clause of its report, or "")."""
+
+    touched: int
+    untouched: str = ""
+
+
+#: An action's work: the crawl's queue and the selected entry ids -> what it did.
+Run = Callable[[RedisQueue, list[str]], Awaitable[Done]]
 
 
 @dataclass(frozen=True)
@@ -33,29 +43,64 @@ class Action:
     explain: str
 
 
-async def _make_due(queue: RedisQueue, ids: list[str]) -> int:
-    return await operations.make_due(queue, ids)
+async def _make_due(queue: RedisQueue, ids: list[str]) -> Done:
+    return Done(await operations.make_due(queue, ids))
 
 
-async def _open_gates(queue: RedisQueue, ids: list[str]) -> int:
+async def _open_gates(queue: RedisQueue, ids: list[str]) -> Done:
     domains = list(dict.fromkeys(domain_of(i) for i in ids))
-    return len((await open_gates(queue, domains)).gates)
+    return Done(len((await open_gates(queue, domains)).gates))
 
 
-async def _pause(queue: RedisQueue, ids: list[str]) -> int:
-    return int(await operations.pause(queue, by=f"dashboard@{socket.gethostname()}"))
+async def _pause(queue: RedisQueue, ids: list[str]) -> Done:
+    return Done(int(await operations.pause(queue, by=f"dashboard@{socket.gethostname()}")))
 
 
-async def _resume(queue: RedisQueue, ids: list[str]) -> int:
-    return int(await operations.resume(queue))
+async def _resume(queue: RedisQueue, ids: list[str]) -> Done:
+    return Done(int(await operations.resume(queue)))
 
 
-async def _requeue(queue: RedisQueue, ids: list[str]) -> int:
-    return await dead_letters(queue).requeue(ids)
+async def _requeue(queue: RedisQueue, ids: list[str]) -> Done:
+    dlq = dead_letters(queue)
+    touched = await dlq.requeue(ids)
+    stuck, one = dlq.without_request, len(dlq.without_request) == 1
+    kept = (
+        f"{len(stuck)} kept: "
+        + ("its stored request is" if one else "their stored requests are")
+        + f" gone ({' '.join(stuck[:_NAMED])}{' ...' if len(stuck) > _NAMED else ''}), so "
+        + ("it cannot be requeued: purge it" if one else "they cannot be requeued: purge them")
+    )
+    return Done(touched, _untouched(ids, touched, len(stuck), kept))
 
 
-async def _purge(queue: RedisQueue, ids: list[str]) -> int:
-    return await dead_letters(queue).purge(ids)
+async def _purge(queue: RedisQueue, ids: list[str]) -> Done:
+    dlq = dead_letters(queue)
+    touched = await dlq.purge(ids)
+    spider = queue.keys.spider
+    kept = (
+        f"{dlq.kept_unarchived} kept: not archived yet (an SQL archive is declared for "
+        f"{spider}): run `scrapy-ha dlq archive {spider}` first, then purge again"
+    )
+    return Done(touched, _untouched(ids, touched, dlq.kept_unarchived, kept))
+
+
+#: The ids a report names of the entries a requeue kept (a screenful, not thousands).
+_NAMED = 10
+
+
+def _untouched(ids: list[str], touched: int, kept: int, why_kept: str) -> str:
+    """Why a dead-letter action left entries it was given: *kept* of them for *why_kept*,
+    the others no longer dead letters (requeued or purged meanwhile by someone else, from
+    another page or ``scrapy-ha dlq``, or by this form sent twice; or no such entry)."""
+    gone = len(set(ids)) - touched - kept
+    said = [why_kept] if kept else []
+    if gone > 0:
+        said.insert(
+            0,
+            f"{gone} {'was' if gone == 1 else 'were'} not in the dead-letter queue "
+            "(requeued or purged already, or no such entry)",
+        )
+    return "; ".join(said)
 
 
 ACTIONS: dict[str, Action] = {

@@ -11,7 +11,7 @@ from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, KeyNames, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
-    from scrapy_ha.dashboard._actions import Action
+    from scrapy_ha.dashboard._actions import Action, Done
 
 #: Keys per SCAN call while looking for crawls: few calls, none of them long.
 KEY_SCAN_COUNT = 1000
@@ -70,10 +70,13 @@ def body_text(raw: bytes) -> str:
         return raw.decode("latin-1").encode("unicode_escape").decode()
 
 
-def report(action: Action, touched: int, selected: int) -> str:
-    """What an action did, as the page that ran it says it."""
+def report(action: Action, done: Done, selected: int) -> str:
+    """What an action did, as the page that ran it says it (and why it left the entries
+    it did not touch)."""
+    touched = done.touched
     if action.table is None:
         return action.done if touched else f"was {action.done} already"
     if action.table == "gates":  # (of the domains named, those whose gate was closed)
         return f"{action.done} {touched} of {selected} gate{'' if selected == 1 else 's'}"
-    return f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
+    said = f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
+    return f"{said}; {done.untouched}" if done.untouched else said

@@ -363,13 +363,18 @@ class DeadLetterQueue:
 
     async def requeue(self, ids: list[str]) -> int:
         """Back to pending with attempts reset; return how many were requeued. An entry
-        whose stored request is gone stays, named in :attr:`without_request`."""
+        whose stored request is gone stays, named in :attr:`without_request` (an id that
+        is no dead letter, requeued or purged already, is skipped, not named there)."""
         requeued = 0
         self.without_request = []
         for start in range(0, len(ids), SCAN_BATCH):
             chunk = ids[start : start + SCAN_BATCH]
             payloads = await read_payloads(self.client, self.keys, chunk)
-            self.without_request += [i for i, p in zip(chunk, payloads, strict=True) if p is None]
+            if lacking := [i for i, p in zip(chunk, payloads, strict=True) if p is None]:
+                dead = await self.client.zmscore(self.keys.dead, lacking)
+                self.without_request += [
+                    i for i, at in zip(lacking, dead, strict=True) if at is not None
+                ]
             entries = [
                 (entry_id, describe(payload).priority, reset_attempts(payload))
                 for entry_id, payload in zip(chunk, payloads, strict=True)

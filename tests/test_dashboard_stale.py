@@ -1,0 +1,76 @@
+"""A dead-letter action that touches fewer entries than it was given says why the others
+were left: gone from the dead-letter queue (requeued or purged meanwhile by another
+operator, from the CLI, or the same form sent twice), kept by a purge because an SQL
+archive is declared and they are not archived yet, or kept by a requeue because their
+stored request is gone, as ``scrapy-ha dlq`` says. FastAPI's TestClient over a real Redis
+and the real ``scrapy-ha`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from typing import TYPE_CHECKING
+
+import redis
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.deadletters.marks import ARCHIVE_MARK
+from scrapy_ha.keys import Keys
+from tests.test_dashboard_actions import _drive, confirm_form, dead_ids, dead_letters
+from tests.test_dashboard_api import SCRAPY_HA, form_token
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+KEYS = Keys("ha", "shop")
+
+
+@deferred_f_from_coro_f
+async def test_a_stale_confirmation_says_which_entries_were_gone_already(redis_url):
+    await dead_letters(redis_url, "shop", 3)
+
+    def check(http: TestClient) -> None:
+        first, second, _ = sorted(dead_ids(http, "shop"))
+        csrf = form_token(http.get("/crawls/shop/dead").text)
+        url = "/crawls/shop/actions/requeue"
+        confirm = http.post(url, data={"csrf": csrf, "ids": [first, second]})
+        assert "Requeue 2 entries of shop?" in confirm.text
+        # meanwhile another operator requeues one of them from a shell
+        cli = [SCRAPY_HA, "--redis-url", redis_url, "dlq", "requeue", "shop", first, "--yes"]
+        assert subprocess.run(cli, capture_output=True, check=False).returncode == 0
+        done = http.post(url, data=confirm_form(confirm.text))
+        assert "Requeued 1 of 2 entries; 1 was not in the dead-letter queue" in done.text
+        assert "(requeued or purged already" in done.text
+        # the same confirmation sent again (a double submit): nothing done, and said
+        again = http.post(url, data=confirm_form(confirm.text))
+        assert "Requeued 0 of 2 entries; 2 were not in the dead-letter queue" in again.text
+        api = http.post("/api/crawls/shop/actions/purge", json={"ids": [first, "no-such"]})
+        assert api.json()["touched"] == 0
+        assert "2 were not in the dead-letter queue" in api.json()["report"]
+        assert len(dead_ids(http, "shop")) == 1
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+@deferred_f_from_coro_f
+async def test_a_purge_kept_for_the_archive_and_a_requeue_without_request_say_so(redis_url):
+    await dead_letters(redis_url, "shop", 2)
+    client = redis.Redis.from_url(redis_url)
+    client.hset(KEYS.dead_archived, ARCHIVE_MARK, "postgresql://db.example/crawl")
+
+    def check(http: TestClient) -> None:
+        ids = sorted(dead_ids(http, "shop"))
+        purged = http.post("/api/crawls/shop/actions/purge", json={"ids": ids}).json()
+        assert purged["touched"] == 0, purged
+        assert "2 kept: not archived yet" in purged["report"]
+        assert "scrapy-ha dlq archive shop" in purged["report"]
+        client.hdel(KEYS.payload, ids[0])  # its stored request deleted by hand
+        requeued = http.post("/api/crawls/shop/actions/requeue", json={"ids": ids}).json()
+        assert requeued["touched"] == 1, requeued
+        assert f"1 kept: its stored request is gone ({ids[0]})" in requeued["report"]
+        assert dead_ids(http, "shop") == {ids[0]}
+
+    try:
+        await asyncio.to_thread(_drive, redis_url, check)
+    finally:
+        client.close()
