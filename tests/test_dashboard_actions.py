@@ -172,3 +172,21 @@ def test_a_page_size_below_1_reads_one_row_and_its_cursor_moves_on(redis_client)
 def _drive(redis_url: str, check: Any) -> None:
     with dashboard(redis_url) as http:
         check(http)
+
+
+@deferred_f_from_coro_f
+async def test_every_link_of_an_action_s_report_leads_to_a_page(redis_url):
+    await dead_letters(redis_url, "shop", 1)
+
+    def check(http: TestClient) -> None:
+        csrf = form_token(http.get("/crawls/shop").text)
+        for name, ids in (("open-gate", ["shop.example"]), ("purge", ["0"]), ("pause", [])):
+            form = {"csrf": csrf, "confirm": "yes", "ids": ids}
+            done = http.post(f"/crawls/shop/actions/{name}", data=form)
+            assert done.status_code == 200, done.text
+            links = re.findall(r"<main>.*?</main>", done.text, re.S)[0]
+            for href in re.findall(r'href="(/crawls/[^"]*)"', links):
+                # before: the open-gate report's "back to the table" led to a 404
+                assert http.get(href).status_code == 200, (name, href)
+
+    await asyncio.to_thread(_drive, redis_url, check)
