@@ -8,6 +8,7 @@ and the real ``scrapy-ha`` command."""
 from __future__ import annotations
 
 import asyncio
+import html
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,26 @@ async def test_a_purge_kept_for_the_archive_and_a_requeue_without_request_say_so
         assert requeued["touched"] == 1, requeued
         assert f"1 kept: its stored request is gone ({ids[0]})" in requeued["report"]
         assert dead_ids(http, "shop") == {ids[0]}
+
+    try:
+        await asyncio.to_thread(_drive, redis_url, check)
+    finally:
+        client.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_report_keeps_the_case_of_what_it_names(redis_url):
+    await dead_letters(redis_url, "BookShop", 1)
+    client = redis.Redis.from_url(redis_url)
+    client.set(Keys("ha", "BookShop").finish_record, "done")  # its end cleared the crawl
+
+    def check(http: TestClient) -> None:
+        csrf = form_token(http.get("/crawls/BookShop/dead").text)
+        form = {"csrf": csrf, "confirm": "yes", "ids": sorted(dead_ids(http, "BookShop"))}
+        done = html.unescape(http.post("/crawls/BookShop/actions/requeue", data=form).text)
+        # before: "note: the crawl of bookshop finished ... (scheduler_persist=false)"
+        assert "Requeued 1 of 1 entry. Note: the crawl of BookShop finished" in done
+        assert "(SCHEDULER_PERSIST=False)" in done and '"Runs"' in done
 
     try:
         await asyncio.to_thread(_drive, redis_url, check)
