@@ -74,6 +74,7 @@ async def _perform(
     keys = await crawl_keys(request, spider)
     queue = make_queue(client, keys.prefix, spider, keys.shards, span=keys.span)
     done: Done | None = None
+    request.state.acting = action.name  # (a Redis that stops answering now: see app.py)
     try:
         done = await action.run(queue, ids)
     finally:

@@ -175,6 +175,11 @@ async def _redis_down(request: Request, exc: Exception) -> Response:
             f"{redis_at} refused the dashboard's user ({why})",
             "start it with a user and password Redis takes (--redis-url)",
         )
+    elif acting := getattr(request.state, "acting", None):  # sent, perhaps run: not known
+        error = (
+            f"{redis_at} did not answer ({why}): the {acting} may have been done, in part or whole"
+        )
+        then = "look at the crawl's tables before acting again"
     else:
         error, then = f"{redis_at} did not answer ({why})", "reload once it is back"
     logger.warning("dashboard: %s on %s", error, request.url.path)
