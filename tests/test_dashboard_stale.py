@@ -13,12 +13,14 @@ import subprocess
 from typing import TYPE_CHECKING
 
 import redis
+import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.deadletters.marks import ARCHIVE_MARK
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
 from tests.test_dashboard_actions import _drive, confirm_form, dead_ids, dead_letters
-from tests.test_dashboard_api import SCRAPY_HA, form_token
+from tests.test_dashboard_api import SCRAPY_HA, delay_one, form_token
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -95,3 +97,30 @@ async def test_a_report_keeps_the_case_of_what_it_names(redis_url):
         await asyncio.to_thread(_drive, redis_url, check)
     finally:
         client.close()
+
+
+@deferred_f_from_coro_f
+async def test_a_retry_now_of_a_request_a_worker_took_already_says_so(redis_url):
+    entry_id = await delay_one(redis_url, "http://shop.example/item/1", 600_000)
+
+    def check(http: TestClient) -> None:
+        url = "/api/crawls/slow/actions/retry-now"
+        assert http.post(url, json={"ids": [entry_id]}).json()["report"] == (
+            "made due now 1 of 1 entry"
+        )
+        asyncio.run(promote(redis_url))  # a worker's sync takes it
+        again = http.post(url, json={"ids": [entry_id, "no-such"]}).json()
+        assert again["touched"] == 0
+        # before: "made due now 0 of 2 entries", and no more
+        assert "2 were not delayed any more (a worker took them already" in again["report"]
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
+async def promote(redis_url: str) -> None:
+    """A worker's sync: it leases the due retry."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await RedisQueue(client, Keys("ha", "slow")).sync(lease=1, lease_ms=600_000)
+    finally:
+        await client.aclose()

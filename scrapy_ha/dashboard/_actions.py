@@ -44,7 +44,16 @@ class Action:
 
 
 async def _make_due(queue: RedisQueue, ids: list[str]) -> Done:
-    return Done(await operations.make_due(queue, ids))
+    touched = await operations.make_due(queue, ids)
+    gone = len(set(ids)) - touched
+    if gone <= 0:
+        return Done(touched)
+    them = "it" if gone == 1 else "them"
+    return Done(
+        touched,
+        f"{gone} {'was' if gone == 1 else 'were'} not delayed any more (a worker took {them} "
+        "already, or no such entry)",
+    )
 
 
 async def _open_gates(queue: RedisQueue, ids: list[str]) -> Done:
