@@ -124,3 +124,21 @@ async def promote(redis_url: str) -> None:
         await RedisQueue(client, Keys("ha", "slow")).sync(lease=1, lease_ms=600_000)
     finally:
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_opening_a_gate_open_already_says_so(redis_url):
+    await delay_one(redis_url, "http://shop.example/item/1", 600_000)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    await RedisQueue(client, Keys("ha", "slow")).close_gate("shop.example", 600_000)
+    await client.aclose()
+
+    def check(http: TestClient) -> None:
+        url = "/api/crawls/slow/actions/open-gate"
+        body = {"ids": ["shop.example"]}
+        assert http.post(url, json=body).json()["report"] == "opened 1 of 1 gate"
+        # a second operator, or the same form sent twice; before: "opened 0 of 1 gate"
+        again = http.post(url, json=body).json()["report"]
+        assert again == "opened 0 of 1 gate; 1 was open already", again
+
+    await asyncio.to_thread(_drive, redis_url, check)

@@ -58,7 +58,9 @@ async def _make_due(queue: RedisQueue, ids: list[str]) -> Done:
 
 async def _open_gates(queue: RedisQueue, ids: list[str]) -> Done:
     domains = list(dict.fromkeys(domain_of(i) for i in ids))
-    return Done(len((await open_gates(queue, domains)).gates))
+    touched = len((await open_gates(queue, domains)).gates)
+    gone = len(domains) - touched
+    return Done(touched, f"{gone} {'was' if gone == 1 else 'were'} open already" if gone else "")
 
 
 async def _pause(queue: RedisQueue, ids: list[str]) -> Done:

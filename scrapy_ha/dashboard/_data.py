@@ -77,6 +77,7 @@ def report(action: Action, done: Done, selected: int) -> str:
     if action.table is None:
         return action.done if touched else f"was {action.done} already"
     if action.table == "gates":  # (of the domains named, those whose gate was closed)
-        return f"{action.done} {touched} of {selected} gate{'' if selected == 1 else 's'}"
-    said = f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
+        said = f"{action.done} {touched} of {selected} gate{'' if selected == 1 else 's'}"
+    else:
+        said = f"{action.done} {touched} of {selected} entr{'y' if selected == 1 else 'ies'}"
     return f"{said}; {done.untouched}" if done.untouched else said
