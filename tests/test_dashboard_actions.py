@@ -190,3 +190,20 @@ async def test_every_link_of_an_action_s_report_leads_to_a_page(redis_url):
                 assert http.get(href).status_code == 200, (name, href)
 
     await asyncio.to_thread(_drive, redis_url, check)
+
+
+@deferred_f_from_coro_f
+async def test_the_address_of_an_action_s_report_opened_again_leads_back(redis_url):
+    await dead_letters(redis_url, "shop", 1)
+
+    def check(http: TestClient) -> None:
+        # the address bar of a report, entered again (or a tab restored): a GET; before, a
+        # 404 "no table 'actions': dead or delayed"
+        for name, back in (("requeue", "/crawls/shop/dead"), ("pause", "/crawls/shop")):
+            again = http.get(f"/crawls/shop/actions/{name}")
+            assert again.status_code == 303, again.text
+            assert again.headers["location"] == back
+        assert dead_ids(http, "shop")  # nothing done
+        assert http.get("/crawls/shop/actions/nope").status_code == 404
+
+    await asyncio.to_thread(_drive, redis_url, check)

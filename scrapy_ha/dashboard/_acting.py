@@ -41,7 +41,7 @@ CONFIRM_LISTED = 20
 SELECTION_BYTES = 32 * 1024 * 1024
 
 
-def _action_named(name: str) -> Action:
+def action_named(name: str) -> Action:
     if name not in ACTIONS:
         raise HTTPException(404, f"no action {name!r}: one of {', '.join(sorted(ACTIONS))}")
     return ACTIONS[name]
@@ -102,7 +102,7 @@ def _audit(spider: str, action: Action, touched: int | None, selected: int) -> N
 
 async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]:
     """``POST /api/crawls/SPIDER/actions/NAME``: run it at once (or count, ``dry_run``)."""
-    action = _action_named(name)
+    action = action_named(name)
     await known_crawl(request, spider)
     body = _json_object(await request.body())
     ids = _ids_of(body)
@@ -180,7 +180,7 @@ def _utf8(text: str) -> bool:
 async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
     """``POST /crawls/SPIDER/actions/NAME``: its confirmation page, or once confirmed,
     its report."""
-    action = _action_named(name)
+    action = action_named(name)
     await known_crawl(request, spider)
     form = await _read_form(request)
     if not _guard.same(text_of(form.get(_guard.CSRF_FIELD)), request.state.csrf):
@@ -247,4 +247,4 @@ def text_of(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-__all__ = ["api_action", "form_action", "text_of"]
+__all__ = ["action_named", "api_action", "form_action", "text_of"]

@@ -12,7 +12,7 @@ import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import redis.exceptions
 from fastapi import FastAPI, Request
@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.dashboard import _guard
-from scrapy_ha.dashboard._acting import api_action, form_action, text_of
+from scrapy_ha.dashboard._acting import action_named, api_action, form_action, text_of
 from scrapy_ha.dashboard._actions import ACTIONS
 from scrapy_ha.dashboard._chart import class_chart, rate_chart
 from scrapy_ha.dashboard._pages import render, setup_templates
@@ -295,6 +295,14 @@ def _html_routes(app: FastAPI) -> None:
             actions=[a for a in ACTIONS.values() if a.table == table],
             classes=TABLE_CLASSES[table],
         )
+
+    @_read(app, "/crawls/{spider}/actions/{name}")
+    async def acted(request: Request, spider: str, name: str) -> RedirectResponse:
+        """The address of an action's report entered again (a GET): back to its table
+        or the crawl's page, nothing done."""
+        table = action_named(name).table
+        where = f"/crawls/{quote(spider, safe='')}"
+        return RedirectResponse(where + (f"/{table}" if table in TABLE_CLASSES else ""), 303)
 
     @_read(app, "/crawls/{spider}/{table}/{entry_id}", response_class=HTMLResponse)
     async def entry(request: Request, spider: str, table: str, entry_id: str) -> HTMLResponse:
