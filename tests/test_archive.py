@@ -11,7 +11,8 @@ import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.deadletters.archive import ARCHIVE_MARK, Archive, Archiver
+from scrapy_ha.deadletters.archive import ARCHIVE_MARK, Archive
+from scrapy_ha.deadletters.archiver import Archiver
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.demo.harness import free_port
 from scrapy_ha.keys import Keys

@@ -26,7 +26,6 @@ __all__ = [
     "SINK_MARK",
     "Archive",
     "ArchiveRun",
-    "Archiver",
     "Written",
     "archive_crawl",
     "declare",
@@ -38,15 +37,12 @@ __all__ = [
 import asyncio
 import logging
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.codec.masking import mask_text, mask_url
-from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 from scrapy_ha.deadletters.marks import (
     ARCHIVE_MARK,
     SINK_MARK,
@@ -62,10 +58,8 @@ from scrapy_ha.deadletters.rows import row
 
 if TYPE_CHECKING:
     import sqlalchemy
-    from scrapy.settings import BaseSettings
-    from scrapy.statscollectors import StatsCollector
 
-    from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +67,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_TABLE = "scrapy_ha_dead_letters"
 #: Seconds a database has to accept a connection: past this it counts as down.
 CONNECT_TIMEOUT = 10
-#: Seconds a closing worker waits for the copies still under way (then the CLI catches up).
-CLOSE_TIMEOUT = 30.0
 #: A table name: letters, digits and underscores (it is written into SQL as an identifier).
 TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -303,97 +295,3 @@ async def archive_crawl(
         for e in batch:
             run.by_class[e.failure_class] = run.by_class.get(e.failure_class, 0) + 1
     return run
-
-
-# -- the worker side ---------------------------------------------------------------------
-
-
-class Archiver:
-    """Copies a worker's dead letters into the archive as it makes them, one batch at a time
-    in a thread of its own; a failure is logged and counted, never raised."""
-
-    def __init__(self, archive: Archive, stats: StatsCollector) -> None:
-        self.archive = archive
-        self.stats = stats
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="scrapy-ha-archive")
-        self._declared = False
-        self._created = False
-        self._ids: list[str] = []
-        self._task: asyncio.Task[None] | None = None
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings, stats: StatsCollector) -> Archiver | None:
-        """The archiver *settings* ask for (``HA_DLQ_ARCHIVE_URL``), or None."""
-        url = check.text(settings, "HA_DLQ_ARCHIVE_URL", "")
-        if not url:
-            return None
-        table = check.text(settings, "HA_DLQ_ARCHIVE_TABLE", DEFAULT_TABLE)
-        return cls(Archive(url, table), stats)
-
-    async def ready(self, queue: RedisQueue) -> None:
-        """Declare the archive in Redis once, before this worker's first dead letter (Redis
-        errors are raised: the caller keeps the operation and comes back)."""
-        if not self._declared:
-            await declare(queue.client, queue.keys, self.archive)
-            self._declared = True
-            logger.info(
-                "Dead letters of %s are archived in %s (HA_DLQ_ARCHIVE_URL)",
-                queue.keys.spider,
-                self.archive.display_url,
-            )
-
-    def submit(self, queue: RedisQueue, ids: list[str]) -> None:
-        """Archive the dead letters *ids* soon (in the background)."""
-        self._ids += ids
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._drain(queue))
-
-    async def _drain(self, queue: RedisQueue) -> None:
-        while self._ids:
-            ids, self._ids = self._ids[:SCAN_BATCH], self._ids[SCAN_BATCH:]
-            try:
-                await self._copy(queue, ids)
-            except Exception as exc:
-                self.stats.inc_value("ha/archive/errors")
-                logger.warning(
-                    "Could not archive %d dead letter(s) of %s in %s: %s: %s (they stay in "
-                    "Redis, kept by retention: `scrapy-ha dlq archive %s` copies them)",
-                    len(ids),
-                    queue.keys.spider,
-                    self.archive.display_url,
-                    type(exc).__name__,
-                    exc,
-                    queue.keys.spider,
-                )
-
-    async def _copy(self, queue: RedisQueue, ids: list[str]) -> None:
-        dlq = DeadLetterQueue(queue)
-        entries = [e for e in [await dlq.get(i) for i in ids] if e is not None]
-        if not entries:
-            return
-        loop = asyncio.get_running_loop()
-        if not self._created:
-            await loop.run_in_executor(self._executor, self.archive.create)
-            self._created = True
-        written = await loop.run_in_executor(
-            self._executor, self.archive.write, queue.keys.spider, entries
-        )
-        await mark(queue.client, queue.keys, self.archive.sink, written.entries)
-        self.stats.inc_value("ha/archive/archived", written.new)  # each record once
-        for entry_id, error in written.errors:
-            self.stats.inc_value("ha/archive/errors")
-            logger.warning(
-                "Could not archive dead letter %s of %s in %s: %s (it stays in Redis)",
-                entry_id,
-                queue.keys.spider,
-                self.archive.display_url,
-                error,
-            )
-
-    async def close(self) -> None:
-        """Wait (a bounded time) for the copies under way, then let the database go."""
-        if self._task is not None and not self._task.done():
-            await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
-            self._task.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        await asyncio.to_thread(self.archive.close)

@@ -20,7 +20,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
-from scrapy_ha.deadletters.archive import Archiver
+from scrapy_ha.deadletters.archiver import Archiver
 from scrapy_ha.deadletters.dlq import info_class
 from scrapy_ha.scheduler.session.connect import say_set_aside
 from scrapy_ha.scheduler.session.rejected import Rejections

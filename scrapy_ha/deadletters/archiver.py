@@ -1,0 +1,171 @@
+"""The worker side of the SQL archive (``HA_DLQ_ARCHIVE_URL``): each dead letter a worker
+makes is copied into the archive (:mod:`.archive`) in the background, one batch at a time in
+a daemon thread, so that a database that is down or frozen costs no request and never holds
+up the worker's exit: what is not copied is said, counted, and left in Redis for
+``scrapy-ha dlq archive``."""
+
+from __future__ import annotations
+
+__all__ = ["CLOSE_TIMEOUT", "Archiver"]
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from scrapy_ha.config import validate as check
+from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive
+from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadLetterQueue
+from scrapy_ha.deadletters.marks import declare, mark
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_ha.store.queue import RedisQueue
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: Seconds a closing worker waits for the copies still under way (then the CLI catches up).
+CLOSE_TIMEOUT = 30.0
+
+
+def _in_thread(call: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """The result of ``call(*args)``, run in a daemon thread of its own: a database that
+    never answers (frozen) holds that thread, never the worker's exit (the interpreter
+    waits for an executor's threads at exit, not for a daemon thread)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # given up (the close's wait ran out)
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def run() -> None:
+        try:
+            done: tuple[Any, BaseException | None] = (call(*args), None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            done = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *done)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="scrapy-ha-archive", daemon=True).start()
+    return future
+
+
+class Archiver:
+    """Copies a worker's dead letters into the archive as it makes them, one batch at a time
+    in a thread of its own; a failure is logged and counted, never raised."""
+
+    def __init__(self, archive: Archive, stats: StatsCollector) -> None:
+        self.archive = archive
+        self.stats = stats
+        self._declared = False
+        self._created = False
+        self._ids: list[str] = []
+        self._copying = 0  # dead letters of the batch under way
+        self._spider = ""
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, stats: StatsCollector) -> Archiver | None:
+        """The archiver *settings* ask for (``HA_DLQ_ARCHIVE_URL``), or None."""
+        url = check.text(settings, "HA_DLQ_ARCHIVE_URL", "")
+        if not url:
+            return None
+        table = check.text(settings, "HA_DLQ_ARCHIVE_TABLE", DEFAULT_TABLE)
+        return cls(Archive(url, table), stats)
+
+    async def ready(self, queue: RedisQueue) -> None:
+        """Declare the archive in Redis once, before this worker's first dead letter (Redis
+        errors are raised: the caller keeps the operation and comes back)."""
+        if not self._declared:
+            await declare(queue.client, queue.keys, self.archive)
+            self._declared = True
+            logger.info(
+                "Dead letters of %s are archived in %s (HA_DLQ_ARCHIVE_URL)",
+                queue.keys.spider,
+                self.archive.display_url,
+            )
+
+    def submit(self, queue: RedisQueue, ids: list[str]) -> None:
+        """Archive the dead letters *ids* soon (in the background)."""
+        self._spider = queue.keys.spider
+        self._ids += ids
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain(queue))
+
+    async def _drain(self, queue: RedisQueue) -> None:
+        while self._ids:
+            ids, self._ids = self._ids[:SCAN_BATCH], self._ids[SCAN_BATCH:]
+            self._copying = len(ids)
+            try:
+                await self._copy(queue, ids)
+            except Exception as exc:
+                self.stats.inc_value("ha/archive/errors")
+                logger.warning(
+                    "Could not archive %d dead letter(s) of %s in %s: %s: %s (they stay in "
+                    "Redis, kept by retention: `scrapy-ha dlq archive %s` copies them)",
+                    len(ids),
+                    queue.keys.spider,
+                    self.archive.display_url,
+                    type(exc).__name__,
+                    exc,
+                    queue.keys.spider,
+                )
+            self._copying = 0
+
+    async def _copy(self, queue: RedisQueue, ids: list[str]) -> None:
+        dlq = DeadLetterQueue(queue)
+        entries = [e for e in [await dlq.get(i) for i in ids] if e is not None]
+        if not entries:
+            return
+        if not self._created:
+            await _in_thread(self.archive.create)
+            self._created = True
+        written = await _in_thread(self.archive.write, queue.keys.spider, entries)
+        await mark(queue.client, queue.keys, self.archive.sink, written.entries)
+        self.stats.inc_value("ha/archive/archived", written.new)  # each record once
+        for entry_id, error in written.errors:
+            self.stats.inc_value("ha/archive/errors")
+            logger.warning(
+                "Could not archive dead letter %s of %s in %s: %s (it stays in Redis)",
+                entry_id,
+                queue.keys.spider,
+                self.archive.display_url,
+                error,
+            )
+
+    async def close(self) -> None:
+        """Wait (a bounded time) for the copies under way, then let the database go; what
+        is not copied by then is said, and left to ``scrapy-ha dlq archive``."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
+            if not self._task.done():
+                self._task.cancel()
+                self._given_up(len(self._ids) + self._copying)
+                return  # the database holds a thread: closing it would wait for that too
+        await asyncio.wait([_in_thread(self.archive.close)], timeout=CLOSE_TIMEOUT)
+
+    def _given_up(self, left: int) -> None:
+        spider = self._spider
+        logger.warning(
+            "%d dead letter(s) of %s were not archived at close: %s did not answer within "
+            "%gs (they stay in Redis, kept by retention: `scrapy-ha dlq archive %s` "
+            "copies them)",
+            left,
+            spider,
+            self.archive.display_url,
+            CLOSE_TIMEOUT,
+            spider,
+        )
