@@ -217,6 +217,37 @@ def test_a_bad_archive_url_is_named(redis_url, redis_client):
     assert "secret" not in result.stderr
 
 
+#: URLs SQLAlchemy cannot read as the user meant them: a port that is not a number (a
+#: traceback, the setting unnamed), a password with an unencoded '@' (part of the password
+#: read as the host, and shown by the driver's error when it could not resolve it)
+MISREAD = [
+    ("postgresql+psycopg://u:secret@127.0.0.1:notaport/db", "its port is not a number"),
+    ("postgresql+psycopg://u:sec@ret@127.0.0.1/db", "percent-encode '@' in a password"),
+]
+
+
+@pytest.mark.parametrize(("url", "said"), MISREAD)
+def test_an_archive_url_read_otherwise_is_named(redis_url, redis_client, url, said):
+    redis_client.hset("ha:{faults}:stats", "enqueued", 1)  # the crawl is there
+    result = cli(redis_url, "dlq", "archive", "faults", "--url", url)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: --url 'postgresql+psycopg://u:***@")
+    assert said in result.stderr and "Traceback" not in result.stderr
+    assert "secret" not in result.stderr and "ret@" not in result.stderr
+
+
+@pytest.mark.parametrize(("url", "said"), MISREAD)
+@deferred_f_from_coro_f
+async def test_a_worker_with_an_archive_url_read_otherwise_does_not_start(
+    redis_url, site, caplog, url, said
+):
+    crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL=url)
+    assert crawler.stats.get_value("response_received_count") is None
+    assert "scrapy-ha cannot start: HA_DLQ_ARCHIVE_URL='postgresql+psycopg://u:***@" in caplog.text
+    assert said in caplog.text
+    assert "secret" not in caplog.text and "ret@" not in caplog.text
+
+
 @deferred_f_from_coro_f
 async def test_a_worker_with_a_bad_archive_url_does_not_start(redis_url, site, caplog):
     crawler = await crawl(redis_url, site, HA_DLQ_ARCHIVE_URL="nosuchdb://u:secret@h/x")

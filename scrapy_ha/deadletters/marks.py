@@ -183,8 +183,18 @@ def durable_url(sa: Any, url: str, what: str) -> str:
     """*url* with a SQLite file named by its absolute path (consumers and workers started in
     different directories write one file, and a sink's name says which). A SQLite database
     in memory (``sqlite://``, ``sqlite:///:memory:``) is refused, *what* named: what was
-    stored in it (and so taken out of Redis) would be gone when the process exits."""
-    parsed = sa.engine.make_url(url)
+    stored in it (and so taken out of Redis) would be gone when the process exits. A URL
+    SQLAlchemy would read otherwise than meant is refused too: a port that is not a number,
+    an '@' in the host (a password's own '@', unencoded: the driver would show the rest of
+    the password as the host it cannot resolve)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except ValueError:  # (its message would echo the text read as a port)
+        raise ConfigError(
+            f"{what}: its port is not a number (percent-encode ':', '@' and '/' in a password)"
+        ) from None
+    if "@" in (parsed.host or ""):
+        raise ConfigError(f"{what}: its host holds an '@': percent-encode '@' in a password (%40)")
     if parsed.get_backend_name() != "sqlite":
         return url
     database = parsed.database or ""
