@@ -1,10 +1,12 @@
 """A real `scrapy crawl` whose archive database freezes (a real PostgreSQL stopped with
 SIGSTOP: it accepts bytes and never answers) while the worker archives: the crawl goes on,
 the worker still exits once its close gave up on the copies, and `scrapy-ha dlq archive`
-copies what it could not, each dead letter once."""
+copies what it could not, each dead letter once. The command itself stops on Ctrl-C when
+the database freezes under it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +18,7 @@ import sqlalchemy
 
 from scrapy_ha.demo.harness import wait_for
 from scrapy_ha.keys import Keys
+from tests.cli_seed import SCRAPY_HA
 from tests.test_crash import EXAMPLE, FAST_LEASES
 from tests.test_dlq import cli
 
@@ -102,3 +105,49 @@ def test_a_worker_exits_though_its_archive_database_froze(
     assert copied.returncode == 0, copied.stderr
     rows = archived_ids(postgres_url)
     assert sorted(rows) == sorted(dead)  # each dead letter once
+
+
+def seed_dead_letters(client: redis.Redis, keys: Keys, n: int) -> None:
+    client.hset(keys.stats, "enqueued", n)  # the crawl is there
+    info = json.dumps({"class": "gone", "reason": "HTTP 404", "status": 404})
+    pipe = client.pipeline(transaction=False)
+    for i in range(1, n + 1):
+        pipe.zadd(keys.dead, {str(i): 5000 + i})
+        pipe.hset(keys.dead_info, str(i), info)
+        pipe.hset(keys.payload, str(i), json.dumps({"v": 1, "u": f"http://a.test/{i}"}))
+    pipe.execute()
+
+
+def test_dlq_archive_stops_on_ctrl_c_when_the_database_freezes(
+    redis_url: str,
+    redis_client: redis.Redis,
+    postgres_server: PostgresServer,
+    postgres_url: str,
+) -> None:
+    """A QA run: frozen mid-copy, the command ignored two SIGINTs (Python waited for the
+    thread that waited for the database), and only SIGKILL ended it."""
+    keys = Keys("ha", "faults")
+    seed_dead_letters(redis_client, keys, 20_000)  # 40 batches: the freeze comes mid-copy
+    command = [SCRAPY_HA, "--redis-url", redis_url, "dlq", "archive", "faults"]
+    proc = subprocess.Popen([*command, "--url", postgres_url], stderr=subprocess.DEVNULL)
+    pids = postgres_pids(postgres_server)
+    try:
+        wait_for(lambda: archived_ids(postgres_url) or proc.poll() is not None, "rows", 60)
+        assert proc.poll() is None, "the copy ended before the freeze"
+        pids = postgres_pids(postgres_server)  # with the command's backend
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        proc.send_signal(signal.SIGINT)
+        try:
+            returncode = proc.wait(timeout=EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            returncode = None
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert returncode is not None, "Ctrl-C did not stop the command"
+
+    # what it copied is marked, the rest copied now: each dead letter once
+    again = cli(redis_url, "dlq", "archive", "faults", "--url", postgres_url)
+    assert again.returncode == 0, again.stderr
+    assert sorted(archived_ids(postgres_url), key=int) == [str(i) for i in range(1, 20_001)]

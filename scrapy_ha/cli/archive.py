@@ -5,7 +5,6 @@ entries it keeps for it.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING
 from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive, archive_crawl
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 
@@ -62,8 +62,8 @@ async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
         message = mask_text(f"{type(exc).__name__}: {exc}")
         print(f"error: archive {archive.display_url}: {message}", file=sys.stderr)
         return 2
-    finally:
-        await asyncio.to_thread(archive.close)
+    finally:  # (a daemon thread: a database frozen under a copy holds no Ctrl-C)
+        await in_daemon_thread(archive.close)
     classes = ", ".join(f"{c} {n}" for c, n in sorted((run.by_class or {}).items()))
     verb = "would copy" if args.dry_run else "copied"
     print(

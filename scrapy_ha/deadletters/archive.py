@@ -34,7 +34,6 @@ __all__ = [
     "unarchived",
 ]
 
-import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.codec.masking import mask_text, mask_url
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.marks import (
     ARCHIVE_MARK,
     SINK_MARK,
@@ -279,7 +279,7 @@ async def archive_crawl(
     run = ArchiveRun(by_class={})
     assert run.by_class is not None
     if not dry_run:
-        await asyncio.to_thread(archive.create)
+        await in_daemon_thread(archive.create)
         await declare(dlq.client, dlq.keys, archive)
         await forget_gone(dlq.client, dlq.keys)
     run.dead = int(await dlq.client.zcard(dlq.keys.dead))
@@ -287,7 +287,7 @@ async def archive_crawl(
         if not batch:
             continue
         if not dry_run:
-            written = await asyncio.to_thread(archive.write, dlq.keys.spider, batch)
+            written = await in_daemon_thread(archive.write, dlq.keys.spider, batch)
             await mark(dlq.client, dlq.keys, archive.sink, written.entries)
             run.errors += written.errors
             batch = written.entries

@@ -10,17 +10,15 @@ __all__ = ["CLOSE_TIMEOUT", "Archiver"]
 
 import asyncio
 import logging
-import threading
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from scrapy_ha.config import validate as check
+from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadLetterQueue
 from scrapy_ha.deadletters.marks import declare, mark
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
@@ -28,39 +26,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-
 #: Seconds a closing worker waits for the copies still under way (then the CLI catches up).
 CLOSE_TIMEOUT = 30.0
-
-
-def _in_thread(call: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
-    """The result of ``call(*args)``, run in a daemon thread of its own: a database that
-    never answers (frozen) holds that thread, never the worker's exit (the interpreter
-    waits for an executor's threads at exit, not for a daemon thread)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[_T] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():  # given up (the close's wait ran out)
-            return
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
-
-    def run() -> None:
-        try:
-            done: tuple[Any, BaseException | None] = (call(*args), None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            done = (None, exc)
-        try:
-            loop.call_soon_threadsafe(settle, *done)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    threading.Thread(target=run, name="scrapy-ha-archive", daemon=True).start()
-    return future
 
 
 class Archiver:
@@ -131,9 +98,9 @@ class Archiver:
         if not entries:
             return
         if not self._created:
-            await _in_thread(self.archive.create)
+            await in_daemon_thread(self.archive.create)
             self._created = True
-        written = await _in_thread(self.archive.write, queue.keys.spider, entries)
+        written = await in_daemon_thread(self.archive.write, queue.keys.spider, entries)
         await mark(queue.client, queue.keys, self.archive.sink, written.entries)
         self.stats.inc_value("ha/archive/archived", written.new)  # each record once
         for entry_id, error in written.errors:
@@ -155,7 +122,7 @@ class Archiver:
                 self._task.cancel()
                 self._given_up(len(self._ids) + self._copying)
                 return  # the database holds a thread: closing it would wait for that too
-        await asyncio.wait([_in_thread(self.archive.close)], timeout=CLOSE_TIMEOUT)
+        await asyncio.wait([in_daemon_thread(self.archive.close)], timeout=CLOSE_TIMEOUT)
 
     def _given_up(self, left: int) -> None:
         spider = self._spider
