@@ -97,6 +97,31 @@ async def test_two_workers_send_one_alert_per_crossing(redis_url, redis_client, 
     assert len(receiver.posts) == 2 and receiver.posts[1]["dead"] == 3  # one worker: exact
 
 
+@pytest.mark.parametrize("action", ["requeue", "purge"])
+@deferred_f_from_coro_f
+async def test_the_queue_taken_below_the_threshold_alerts_at_its_next_crossing(
+    redis_url, redis_client, site, receiver, action
+):
+    """A QA run: two of four entries requeued (the queue at 2, below the threshold of 3)
+    died again, the queue crossed the threshold again, and no alert came: a worker's check
+    saw the queue only after a dead letter, at the threshold already."""
+    dead = Keys("ha", "faults").dead
+    paths = tuple(f"/status/404?n={i}" for i in range(4))
+    await get_crawler(FaultSpider, settings(redis_url, receiver.url)).crawl_async(
+        base_url=site.url, paths=paths
+    )
+    assert len(receiver.posts) == 1
+    ids = [m.decode() for m in redis_client.zrange(dead, 0, 1)]
+    assert cli(redis_url, "dlq", action, "faults", *ids, "--yes").returncode == 0
+    assert redis_client.zcard(dead) == 2  # below the threshold
+    more = ("/status/410?a",) if action == "purge" else ()  # the requeued ones die again
+    await get_crawler(FaultSpider, settings(redis_url, receiver.url)).crawl_async(
+        base_url=site.url, paths=more
+    )
+    assert redis_client.zcard(dead) == (3 if action == "purge" else 4)
+    assert len(receiver.posts) == 2 and receiver.posts[1]["dead"] == 3
+
+
 @deferred_f_from_coro_f
 async def test_an_unreachable_webhook_costs_the_crawl_nothing(redis_url, site, caplog):
     from tests.conftest import free_port

@@ -36,6 +36,7 @@ __all__ = [
     "Unanswered",
     "Unconfirmed",
     "post_json",
+    "queue_shrunk",
 ]
 
 import asyncio
@@ -48,6 +49,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio
 
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
 logger = logging.getLogger(__name__)
@@ -160,6 +163,7 @@ class DeadLetterAlert:
     def _marker(self, state: str) -> str:
         """What the marker holds: unique to this worker and this call (compared, never parsed)."""
         doc = {"state": state, "worker": self.worker, "t": int(time.time())}
+        doc["threshold"] = self.threshold  # (read by queue_shrunk)
         return json.dumps({**doc, "id": uuid.uuid4().hex})
 
     @staticmethod
@@ -263,3 +267,11 @@ class DeadLetterAlert:
         """Wait for an alert under way (at most its timeout)."""
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=ALERT_TIMEOUT + 1)
+
+
+async def queue_shrunk(client: redis.asyncio.Redis, keys: Keys) -> None:
+    """After an operator took dead letters out (a purge, a requeue): the alert's marker goes
+    if the queue is below the threshold it records, so that the queue growing past it again
+    alerts again (a worker's check sees the queue only after its next dead letter, when it
+    may be past the threshold already)."""
+    await client.eval(scripts.ALERT_LUA, 2, keys.dead, keys.dlq_alert, "shrunk")

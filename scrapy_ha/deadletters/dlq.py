@@ -25,6 +25,7 @@ from scrapy.settings import Settings
 
 from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
+from scrapy_ha.deadletters.alerts import queue_shrunk
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.payloads import read_payloads
@@ -381,6 +382,7 @@ class DeadLetterQueue:
                 if payload is not None
             ]
             requeued += await self.queue.requeue_dead(entries)
+        await queue_shrunk(self.client, self.keys)  # below the alert's threshold again?
         return requeued
 
     async def purge(self, ids: list[str]) -> int:
@@ -392,4 +394,5 @@ class DeadLetterQueue:
             done, kept = await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
             deleted += done
             self.kept_unarchived += kept
+        await queue_shrunk(self.client, self.keys)  # below the alert's threshold again?
         return deleted

@@ -7,14 +7,19 @@
 --     becomes "sent" (no TTL): no other alert until the queue goes below the threshold.
 --   'failed': the POST failed: the marker goes if it still holds the caller's pending value,
 --     so that a later check (this worker's or another's) sends the alert again.
+--   'shrunk': an operator took entries out (a purge, a requeue): the marker goes if the queue
+--     is now below the threshold its marker records, so that the next crossing alerts again
+--     (a check sees the queue only after a dead letter: one past the threshold again).
 --   Rule: the alert of a crossing is never lost: a pending marker lives until 'sent' or
 --   'failed', or its TTL (a worker killed between the check and the POST's answer).
 -- KEYS[1] dead  KEYS[2] dlq_alert marker
 -- ARGV[1] 'check'  ARGV[2] threshold (entries)  ARGV[3] the pending marker  ARGV[4] its TTL (ms)
 -- ARGV[1] 'sent'   ARGV[2] the caller's pending marker  ARGV[3] the sent marker
 -- ARGV[1] 'failed' ARGV[2] the caller's pending marker
+-- ARGV[1] 'shrunk'
 -- Returns, for 'check', the number of dead letters when this caller is to send the alert,
--- else 0; for 'sent' and 'failed', 1 when the marker held the caller's value, else 0.
+-- else 0; for 'sent' and 'failed', 1 when the marker held the caller's value, else 0; for
+-- 'shrunk', 1 when the marker went, else 0.
 --- @include "types"
 local err = wrong_type('alert', KEYS, {'zset', 'string'})
 if err then return err end
@@ -29,6 +34,14 @@ if op == 'sent' or op == 'failed' then
   return 1
 end
 local n = redis_call('ZCARD', KEYS[1])
+if op == 'shrunk' then
+  local marker = redis_call('GET', KEYS[2])
+  local ok, doc = pcall(cjson.decode, marker or '')
+  local threshold = ok and type(doc) == 'table' and tonumber(doc['threshold'])
+  if not threshold or n >= threshold then return 0 end
+  redis_call('DEL', KEYS[2])
+  return 1
+end
 if n < tonumber(ARGV[2]) then
   redis_call('DEL', KEYS[2])
   return 0
