@@ -8,7 +8,8 @@ target sees a different client address per exit, as with a real rotating
 provider. The exit is chosen by the session in the user name
 (``u-session-<token>``: the same token, the same exit) or, without a session,
 anew for each connection (a kept-alive tunnel keeps its exit). An HTTP request
-with the header ``X-Rotate-Exit: 1`` takes the next exit.
+with the header ``X-Rotate-Exit: 1`` takes the next exit. ``--status 502`` answers every
+request (and CONNECT) with that status itself, as a proxy whose own upstream is broken.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ import sys
 
 
 class Proxy:
-    def __init__(self, user: str, password: str, exits: int, first_exit: int = 2) -> None:
+    def __init__(
+        self, user: str, password: str, exits: int, first_exit: int = 2, status: int = 0
+    ) -> None:
         self.user, self.password = user, password
+        self.status = status  # answer everything with it (0: forward)
         self.exits = [f"127.0.0.{i}" for i in range(first_exit, first_exit + exits)]
         self._next = itertools.cycle(range(exits))
         self._sessions: dict[str, int] = {}
@@ -78,6 +82,10 @@ class Proxy:
                 b'Proxy-Authenticate: Basic realm="demo"\r\nContent-Length: 0\r\n'
                 b"Connection: close\r\n\r\n"
             )
+            await _close(writer)
+            return
+        if self.status:
+            writer.write(b"HTTP/1.1 %d Proxy Error\r\nContent-Length: 0\r\n\r\n" % self.status)
             await _close(writer)
             return
         if method == "CONNECT":
@@ -167,7 +175,8 @@ async def _close(writer: asyncio.StreamWriter) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    proxy = Proxy("" if args.no_auth else args.user, args.password, args.exits, args.first_exit)
+    user = "" if args.no_auth else args.user
+    proxy = Proxy(user, args.password, args.exits, args.first_exit, args.status)
     server = await asyncio.start_server(proxy.handle, "127.0.0.1", args.port)
     sys.stdout.write(f"LISTENING {server.sockets[0].getsockname()[1]}\n")
     sys.stdout.flush()
@@ -184,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--exits", type=int, default=3)
     parser.add_argument("--first-exit", type=int, default=2, help="exits are 127.0.0.N from N")
     parser.add_argument("--no-auth", action="store_true", help="accept every client")
+    parser.add_argument("--status", type=int, default=0, help="answer every request with it")
     asyncio.run(serve(parser.parse_args(argv)))
 
 

@@ -20,7 +20,8 @@
   kept until its TTL is over.
 
 Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
-``network`` errors through the proxy. A 407 from the tunnel proxy is a configuration error: one
+``network`` errors through the proxy; a pool proxy's own 502 or 504 answers too (see
+:mod:`.proxy_gateway`). A 407 from the tunnel proxy is a configuration error: one
 ERROR naming the proxy (password masked), and the crawl stops (the request is kept). A 407
 from a pool proxy cools that proxy down and sends the request back for another; the crawl
 stops only when every proxy of the list answered 407.
@@ -31,11 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from typing import TYPE_CHECKING
 
-from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -44,7 +43,14 @@ from scrapy_ha.codec import mask_url
 from scrapy_ha.config.middlewares import ProxyConfig
 from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.startup import configured
-from scrapy_ha.middlewares.proxy_sources import ProxyPool, TunnelProxy, cooling_key, proxy_id
+from scrapy_ha.middlewares.proxy_gateway import GatewayErrors
+from scrapy_ha.middlewares.proxy_sources import (
+    ProxyPool,
+    TunnelProxy,
+    cooling_key,
+    proxy_id,
+    tunnel_status,
+)
 from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.hosts import url_host
 from scrapy_ha.store.state import ProxyCooldowns
@@ -69,9 +75,6 @@ PROXY_ERROR_DELAY = 5.0
 #: Proxies with stats of their own (``ha/proxy/<id>/...``); the rest are counted under
 #: ``ha/proxy/other/...``, so a pool that hands out thousands of IPs keeps the stats small.
 MAX_PROXY_STATS = 100
-#: The status of a refused CONNECT, as Scrapy's TunnelError words it:
-#: "Could not open CONNECT tunnel with proxy host:port [{'status': 407, 'reason': '...'}]".
-_TUNNEL_STATUS = re.compile(r"\[\{'status': (\d{3}), 'reason': ")
 #: A proxy's answer when its credentials are refused.
 PROXY_AUTH_REQUIRED = 407
 #: Seconds a request waits after the proxy refused its credentials (the crawl is stopping).
@@ -100,6 +103,7 @@ class ProxyMiddleware:
         # (not one for another site, whose proxies no site banned) ends the run
         self._without_proxy: set[str] = set()
         self._refused: set[str] = set()  # pool proxies that answered 407
+        self._gateway = GatewayErrors(config.max_failures, lambda pid: self._stat(pid, "failures"))
         self._warned_https = False
         self._warned_redis = False
         self._stat_ids: set[str] = set()
@@ -153,8 +157,7 @@ class ProxyMiddleware:
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
         if self.pool is not None and metakeys.PROXY in request.meta:
-            self.pool.failures.pop(request.meta[metakeys.PROXY], None)  # "in a row": reset
-            self._refused.discard(request.meta[metakeys.PROXY])  # its 407 was passing
+            self._pool_answer(request, response.status)
         try:
             fclass = self.retry_config.classify_response(response)
         except Exception:  # HA_BAN_CHECK raised: the retry middleware, next, judges the
@@ -163,6 +166,13 @@ class ProxyMiddleware:
         if fclass is not None and fclass in bans:
             self._ban(request, fclass)
         return response
+
+    def _pool_answer(self, request: Request, status: int) -> None:
+        pid, host = request.meta[metakeys.PROXY], url_host(request.url)
+        self.pool.failures.pop(pid, None)  # type: ignore[union-attr]  # "in a row": reset
+        self._refused.discard(pid)  # its 407 was passing
+        if self._gateway.answer(pid, host, request.url, status):
+            self._rotate(request, pid, f"{status} answers of its own ({request.url})", host)
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
         self._drop_rotation_header(request)
@@ -381,14 +391,6 @@ class ProxyMiddleware:
             return None, 0
         store = ProxyCooldowns(scheduler.queue.client, scheduler.queue.keys)  # a reconnect
         return store, scheduler.server_time_ms()  # makes a new client: read it each time
-
-
-def tunnel_status(exception: BaseException) -> int | None:
-    """The status a proxy answered to CONNECT, from Scrapy's :class:`TunnelError`."""
-    if not isinstance(exception, TunnelError):
-        return None
-    match = _TUNNEL_STATUS.search(str(exception))
-    return int(match.group(1)) if match else None
 
 
 def _wait(request: Request, delay: float, fclass: FailureClass, reason: str) -> Request:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 from urllib.request import Request, urlopen
 
+from scrapy.core.downloader.handlers.http11 import TunnelError
 from w3lib.http import basic_auth_header
 
 from scrapy_ha.codec.masking import MASK, mask_text, mask_url, split_userinfo
@@ -281,3 +283,16 @@ class PoolApi:
 def _get(request: Request) -> bytes:
     with urlopen(request, timeout=POOL_FETCH_TIMEOUT) as response:  # noqa: S310 (the user's own API)
         return response.read()  # type: ignore[no-any-return]
+
+
+#: The status of a refused CONNECT, as Scrapy's TunnelError words it:
+#: "Could not open CONNECT tunnel with proxy host:port [{'status': 407, 'reason': '...'}]".
+_TUNNEL_STATUS = re.compile(r"\[\{'status': (\d{3}), 'reason': ")
+
+
+def tunnel_status(exception: BaseException) -> int | None:
+    """The status a proxy answered to CONNECT, from Scrapy's :class:`TunnelError`."""
+    if not isinstance(exception, TunnelError):
+        return None
+    match = _TUNNEL_STATUS.search(str(exception))
+    return int(match.group(1)) if match else None

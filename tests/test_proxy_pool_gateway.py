@@ -1,0 +1,66 @@
+"""A pool proxy that answers 502 (or 504) itself, to every request, is taken out of
+rotation for the site it cannot reach, as one that keeps failing to connect is; a site
+that answers 502 through every proxy (the site down, not a proxy) cools none of them."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from tests.test_proxy import pool_crawler
+
+#: Long enough that no cool-down ends during a test.
+COOLDOWN = 600
+KEYS = Keys("ha", "faults")
+
+#: the engine looks at the scheduler every 0.2 s instead of 5 (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
+
+
+@deferred_f_from_coro_f
+async def test_a_proxy_that_answers_502_to_everything_is_taken_out_of_rotation(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    bad = proxy_factory("--no-auth", "--status", "502")
+    good = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    site = site_factory("--proxy-list", f"127.0.0.1:{bad.port},127.0.0.1:{good.port}")
+    paths = tuple(f"/item/{i}" for i in range(1, 21))
+    crawler = pool_crawler(
+        redis_url, site, HA_PROXY_MAX_FAILURES=2, HA_PROXY_COOLDOWN=COOLDOWN, CONCURRENT_REQUESTS=1
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == sorted(paths)
+    stats = crawler.stats.get_stats()
+    # taken in turn with the good one until its second 502 in a row, then never again:
+    # before, it carried every other attempt (20 of 40), each a retry of the page
+    assert stats[f"ha/proxy/127.0.0.1:{bad.port}/failures"] == 2
+    assert stats[f"ha/proxy/127.0.0.1:{bad.port}/requests"] == 2
+    assert stats["ha/proxy/rotations"] == 1
+    assert stats["ha/retry/server"] == 2  # the two pages it answered, retried once each
+    cooling = redis_client.hgetall(KEYS.proxy_cooldowns)
+    assert list(cooling) == [f"127.0.0.1:{bad.port} 127.0.0.1".encode()]
+
+
+@deferred_f_from_coro_f
+async def test_a_site_that_answers_502_through_every_proxy_cools_none(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    site = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+    paths = ("/status/502", "/item/1", "/item/2")
+    crawler = pool_crawler(
+        redis_url,
+        site,
+        HA_PROXY_MAX_FAILURES=2,
+        HA_PROXY_COOLDOWN=COOLDOWN,
+        CONCURRENT_REQUESTS=1,
+        HA_RETRY_POLICIES={"server": {"times": 3}},
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == ["/item/1", "/item/2"]
+    assert crawler.spider.errors == ["/status/502"]
+    stats = crawler.stats.get_stats()
+    assert "ha/proxy/rotations" not in stats
+    assert not redis_client.hgetall(KEYS.proxy_cooldowns)
