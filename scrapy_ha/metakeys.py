@@ -26,6 +26,7 @@ __all__ = [
     "PARENT",
     "PROXY",
     "PROXY_SESSION",
+    "RETRY_BASE_PRIORITY",
     "RERUN",
     "RECRAWL_AFTER",
     "RETRIES",
@@ -76,6 +77,9 @@ TASK_RERUN = "rerun"
 RERUN_GUESSED = "guessed"
 #: Attempts so far per failure class: ``{"server": 2, ...}``.
 RETRIES = "ha_retries"
+#: The request's priority before its first retry lowered it (``RETRY_PRIORITY_ADJUST``): a
+#: revisit's next visit starts from it again, with its attempts.
+RETRY_BASE_PRIORITY = "ha_retry_base_priority"
 #: The attempt history: ``[{"t", "outcome", "worker", "proxy"}, ...]``.
 HISTORY = "ha_history"
 #: The id (``host:port``) of the proxy an attempt went through; never a password.

@@ -94,6 +94,7 @@ def decide(
     else:
         delay = _delay(failure, policy, attempt, config, rand)
         verdict = Verdict.retry(fclass, failure.reason, delay, status=failure.status)
+        meta.setdefault(metakeys.RETRY_BASE_PRIORITY, request.priority)
         request.priority += config.priority_adjust
     meta[metakeys.OUTCOME] = verdict
     return verdict

@@ -60,6 +60,9 @@ class Revisit:
     #: the URL is recorded as seen again in the dupefilter (False: the crawl does not
     #: deduplicate; its fingerprint still keeps one revisit entry per URL)
     seen: bool = True
+    #: the priority of the next visit (None: its lease's): the request's own, without the
+    #: lowering of this visit's retries, which would otherwise stay for every visit after
+    priority: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ async def revisit(queue: RedisQueue, visit: Revisit, commit: Commit | None = Non
     args = [ack, visit.interval_ms, visit.payload, fingerprint, visit.found]
     args += [visit.saved, visit.bucket, *_allocation_args(visit.allocation)]
     args += ["1" if visit.seen else "0", queue.order_arg]
+    args += ["" if visit.priority is None else visit.priority]
     script = queue.client.register_script(scripts.REVISIT_LUA)
     reply = await seen_call(script, queue.dupefilter, k, call_keys=[*keys, *more], args=args)
     due, items, checkpoints = (int(x) for x in reply[:3])

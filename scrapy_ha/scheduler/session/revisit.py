@@ -64,6 +64,7 @@ async def end_revisit(
             interval_bucket(visit.interval),
             _allocation(visit),
             seen=visit.seen,
+            priority=op.request.priority,
         ),
         op.commit,
     )

@@ -38,7 +38,9 @@
 --          deduplicate (BaseDupeFilter): its fingerprint still keeps one revisit per URL
 -- ARGV[17] the crawl's order within a priority ('fifo' or 'lifo', then optionally that of
 --          its start queue): the score of a back queue woken here follows from it
--- ARGV[18] the dupefilter's spec (lib/seen)
+-- ARGV[18] the priority of its next visit ('' = keep its lease's), clamped (lib/priority):
+--          the request's own, without the lowering of this visit's retries
+-- ARGV[19] the dupefilter's spec (lib/seen)
 -- Counts acked (per domain) and retry_ok if it had been retried, or for a failed visit
 -- neither but retry_dead if it had been (its retries failed: every retried request that
 -- ends counts one of the two); revisited and revisited:<found>, revisit_saved (bytes),
@@ -102,7 +104,7 @@ local a = acks[1]
 if not a.id then return redis.error_reply('ERR revisit: a malformed ack') end
 local now = now_ms()
 local seen
-seen, err = seen_open('revisit', KEYS[16], ARGV[18], KEYS, now)
+seen, err = seen_open('revisit', KEYS[16], ARGV[19], KEYS, now)
 if err then return err end
 local id, fp = a.id, ARGV[4]
 local v = lease_current(KEYS[2], id, a.tok)
@@ -135,7 +137,9 @@ if leaves then
 elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
-  redis.call('HSET', KEYS[4], id, restore_value(revisit_score(lease_score(v) or 0, due), domain))
+  local score, prio = lease_score(v) or 0, tonumber(ARGV[18] or '')
+  if prio then score = with_priority(score, clamp_priority(prio)) end
+  redis.call('HSET', KEYS[4], id, restore_value(revisit_score(score, due), domain))
   redis.call('HSET', KEYS[5], id, ARGV[3])
   revisit_due(KEYS[12], id, due, now)
   held_mark(KEYS[15], id, 'revisit', domain)
