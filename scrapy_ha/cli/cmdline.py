@@ -15,15 +15,21 @@ import sys
 
 from scrapy_ha.cli.grammar import parse
 
+#: The exit code of a command Ctrl-C stopped (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; its exit code (0 done, 1 refused or nothing to do, or its output's
-    reader went away, 2 an error)."""
+    reader went away, 2 an error, 130 stopped by Ctrl-C)."""
     args = parse(argv)
-    from scrapy_ha.cli import runner  # Scrapy and redis: only once a command runs
-
     try:
+        from scrapy_ha.cli import runner  # Scrapy and redis: only once a command runs
+
         return runner.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: a line, not Python's traceback
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED
     except BrokenPipeError:
         # the reader of its output went away (``| head``): the rest is not wanted, and the
         # interpreter's own flush at exit must not fail again (Python's recipe, signal docs)
