@@ -134,8 +134,15 @@ def test_status_says_a_primary_whose_replica_a_planned_failover_would_leave_behi
         )
         result = scrapy_ha("--redis-url", url, "status", "books")
         (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
-        assert "no min-replicas-to-write: a planned failover" in line, line
+        assert "no min-replicas-to-write (or a min-replicas-max-lag of 0" in line, line
+        assert "a planned failover" in line, line
+        # set, but turned off by a lag of 0: said so (it named the one set alone; a review)
         client.config_set("min-replicas-to-write", 1)
+        client.config_set("min-replicas-max-lag", 0)
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
+        assert "a min-replicas-max-lag of 0, which turns it off" in line, line
+        client.config_set("min-replicas-max-lag", 10)
         result = scrapy_ha("--redis-url", url, "status", "books")
         assert ["redis", "ok"] in [x.split() for x in result.stdout.splitlines()], result.stdout
     finally:

@@ -227,8 +227,8 @@ def _eviction(info: dict[str, Any]) -> str | None:
 
 
 def _unguarded_replicas(info: dict[str, Any]) -> str | None:
-    """A primary with replicas and no ``min-replicas-to-write`` (``INFO`` then has no
-    ``min_slaves_good_slaves``): a planned failover (``SENTINEL FAILOVER``) leaves it writable
+    """A primary with replicas and no ``min-replicas-to-write`` in force (``INFO`` then has
+    no ``min_slaves_good_slaves``; nor with ``min-replicas-max-lag 0``): a planned failover (``SENTINEL FAILOVER``) leaves it writable
     for some 10 s after its replica's promotion, and the workers' writes then are lost (a QA
     run: 528 pages twice, 6 dead letters lost; docs/scaling.md). A cluster's manual
     failover waits for the replica: not said of a cluster's nodes."""
@@ -238,7 +238,8 @@ def _unguarded_replicas(info: dict[str, Any]) -> str | None:
     if int(info.get("cluster_enabled", 0) or 0):
         return None
     return (
-        f"a primary with {replicas} replica(s) and no min-replicas-to-write: a planned "
+        f"a primary with {replicas} replica(s) and no min-replicas-to-write (or a "
+        "min-replicas-max-lag of 0, which turns it off): a planned "
         "failover (SENTINEL FAILOVER) leaves it taking the workers' writes for some 10 s, "
         "lost when it follows the new primary; set min-replicas-to-write 1 and "
         "min-replicas-max-lag 10 on it and its replicas (writes then wait while no replica "
