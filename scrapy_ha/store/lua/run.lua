@@ -72,7 +72,7 @@ if n > 0 and (active > 0 or (run[2] == '1' and others > 0)) then
   return {n, 0}
 end
 if n > 0 then others_alive(n + 1, worker) end -- drops every member of the runs before
--- (a count overwritten by hand reads as none: the pace then counts the minute's bucket)
+-- (a count overwritten by hand reads as none: the pace then counts from the next minute)
 local acked = tonumber(redis.call('HGET', KEYS[7], 'acked') or '0')
 redis.call('HSET', KEYS[1], 'n', n + 1, 'open', 1, 'started', int_str(now), 'm:' .. worker, n + 1)
 if acked then -- '<run>:<acks>': a run opened by a worker before acked0 reads as not recorded
