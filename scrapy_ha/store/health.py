@@ -228,10 +228,11 @@ def _eviction(info: dict[str, Any]) -> str | None:
 
 def _unguarded_replicas(info: dict[str, Any]) -> str | None:
     """A primary with replicas and no ``min-replicas-to-write`` in force (``INFO`` then has
-    no ``min_slaves_good_slaves``; nor with ``min-replicas-max-lag 0``): a planned failover (``SENTINEL FAILOVER``) leaves it writable
-    for some 10 s after its replica's promotion, and the workers' writes then are lost (a QA
-    run: 528 pages twice, 6 dead letters lost; docs/scaling.md). A cluster's manual
-    failover waits for the replica: not said of a cluster's nodes."""
+    no ``min_slaves_good_slaves``; nor with ``min-replicas-max-lag 0``): a planned failover
+    (``SENTINEL FAILOVER``) leaves it writable for some 10 s after its replica's promotion,
+    and the workers' writes then are lost (a QA run: 528 pages twice, 6 dead letters lost;
+    docs/scaling.md). A cluster's manual failover waits for the replica: not said of a
+    cluster's nodes."""
     replicas = int(info.get("connected_slaves", 0) or 0)
     if info.get("role") != "master" or not replicas or "min_slaves_good_slaves" in info:
         return None
