@@ -10,6 +10,7 @@ __all__ = ["CLOSE_TIMEOUT", "Archiver"]
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from scrapy_ha.config import validate as check
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a closing worker waits for the copies still under way (then the CLI catches up).
 CLOSE_TIMEOUT = 30.0
+#: Seconds between two WARNINGs of batches that could not be copied: a database that is
+#: down fails every batch, and a busy crawl makes a batch of one dead letter at a time
+#: (those between are counted in the next WARNING, or at close).
+WARN_EVERY = 60.0
 
 
 class Archiver:
@@ -43,6 +48,8 @@ class Archiver:
         self._copying = 0  # dead letters of the batch under way
         self._spider = ""
         self._task: asyncio.Task[None] | None = None
+        self._warned_at: float | None = None  # the last batch's WARNING (monotonic)
+        self._unsaid = 0  # dead letters of the failed batches not said since
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, stats: StatsCollector) -> Archiver | None:
@@ -80,17 +87,36 @@ class Archiver:
                 await self._copy(queue, ids)
             except Exception as exc:
                 self.stats.inc_value("ha/archive/errors")
-                logger.warning(
-                    "Could not archive %d dead letter(s) of %s in %s: %s: %s (they stay in "
-                    "Redis, kept by retention: `scrapy-ha dlq archive %s` copies them)",
-                    len(ids),
-                    queue.keys.spider,
-                    self.archive.display_url,
-                    type(exc).__name__,
-                    exc,
-                    queue.keys.spider,
-                )
+                self._failed(len(ids), f"{type(exc).__name__}: {exc}")
             self._copying = 0
+
+    def _failed(self, n: int, why: str) -> None:
+        """Say a batch of *n* that could not be copied, unless one was said less than
+        :data:`WARN_EVERY` ago (counted then, and said with the next one or at close)."""
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < WARN_EVERY:
+            self._unsaid += n
+            return
+        self._warned_at = now
+        spider = self._spider
+        more = self._said_since()
+        logger.warning(
+            "Could not archive %d dead letter(s) of %s in %s: %s (they stay in Redis, kept "
+            "by retention: `scrapy-ha dlq archive %s` copies them)%s",
+            n,
+            spider,
+            self.archive.display_url,
+            why,
+            spider,
+            more,
+        )
+
+    def _said_since(self) -> str:
+        """The failed copies held back since the last WARNING, said (and forgotten)."""
+        n, self._unsaid = self._unsaid, 0
+        if not n:
+            return ""
+        return f"; {n} more could not be archived since the last such WARNING"
 
     async def _copy(self, queue: RedisQueue, ids: list[str]) -> None:
         dlq = DeadLetterQueue(queue)
@@ -120,8 +146,20 @@ class Archiver:
             await asyncio.wait([self._task], timeout=CLOSE_TIMEOUT)
             if not self._task.done():
                 self._task.cancel()
-                self._given_up(len(self._ids) + self._copying)
+                self._given_up(len(self._ids) + self._copying + self._unsaid)
                 return  # the database holds a thread: closing it would wait for that too
+        if self._unsaid:
+            spider = self._spider
+            logger.warning(
+                "%d more dead letter(s) of %s could not be archived in %s since the last "
+                "WARNING (they stay in Redis, kept by retention: `scrapy-ha dlq archive %s` "
+                "copies them)",
+                self._unsaid,
+                spider,
+                self.archive.display_url,
+                spider,
+            )
+            self._unsaid = 0
         await asyncio.wait([in_daemon_thread(self.archive.close)], timeout=CLOSE_TIMEOUT)
 
     def _given_up(self, left: int) -> None:
