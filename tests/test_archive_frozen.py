@@ -6,6 +6,7 @@ the database freezes under it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from tests.test_crash import EXAMPLE, FAST_LEASES
 from tests.test_dlq import cli
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from pathlib import Path
 
     import redis
@@ -42,6 +44,27 @@ def postgres_pids(server: PostgresServer) -> list[int]:
         main = int(f.readline())
     found = subprocess.run(["ps", "-o", "pid=", "--ppid", str(main)], capture_output=True)
     return [main, *map(int, found.stdout.split())]
+
+
+@contextlib.contextmanager
+def frozen(server: PostgresServer) -> Iterator[None]:
+    """The server's postmaster and backends stopped (SIGSTOP) until the block ends."""
+    pids = postgres_pids(server)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def exited(proc: subprocess.Popen) -> int | None:
+    """*proc*'s exit code, or None if it did not exit within :data:`EXIT_TIMEOUT`."""
+    try:
+        return proc.wait(timeout=EXIT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def frozen_worker(redis_url: str, site_url: str, archive_url: str, log: Path) -> subprocess.Popen:
@@ -81,19 +104,9 @@ def test_a_worker_exits_though_its_archive_database_froze(
     site = site_factory("--pages", "30", "--per-page", "10", "--fault", "404:3:1000000")
     log = tmp_path / "worker.log"
     proc = frozen_worker(redis_url, site.url, postgres_url, log)
-    pids = postgres_pids(postgres_server)
-    try:
-        wait_for(lambda: archived_ids(postgres_url) or proc.poll(), "a first row", 60)
-        pids = postgres_pids(postgres_server)  # with the worker's backend
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        try:
-            returncode = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            returncode = None
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: archived_ids(postgres_url) or proc.poll(), "a first row", 60)
+    with frozen(postgres_server):  # with the worker's backend
+        returncode = exited(proc)
     text = log.read_text()
     assert returncode == 0, f"the worker did not exit: {text[-2000:]}"
     assert "'finish_reason': 'finished'" in text
@@ -130,21 +143,11 @@ def test_dlq_archive_stops_on_ctrl_c_when_the_database_freezes(
     seed_dead_letters(redis_client, keys, 20_000)  # 40 batches: the freeze comes mid-copy
     command = [SCRAPY_HA, "--redis-url", redis_url, "dlq", "archive", "faults"]
     proc = subprocess.Popen([*command, "--url", postgres_url], stderr=subprocess.DEVNULL)
-    pids = postgres_pids(postgres_server)
-    try:
-        wait_for(lambda: archived_ids(postgres_url) or proc.poll() is not None, "rows", 60)
-        assert proc.poll() is None, "the copy ended before the freeze"
-        pids = postgres_pids(postgres_server)  # with the command's backend
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: archived_ids(postgres_url) or proc.poll() is not None, "rows", 60)
+    assert proc.poll() is None, "the copy ended before the freeze"
+    with frozen(postgres_server):  # with the command's backend
         proc.send_signal(signal.SIGINT)
-        try:
-            returncode = proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            returncode = None
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+        returncode = exited(proc)
     assert returncode is not None, "Ctrl-C did not stop the command"
 
     # what it copied is marked, the rest copied now: each dead letter once
