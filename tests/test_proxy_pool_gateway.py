@@ -64,3 +64,32 @@ async def test_a_site_that_answers_502_through_every_proxy_cools_none(
     stats = crawler.stats.get_stats()
     assert "ha/proxy/rotations" not in stats
     assert not redis_client.hgetall(KEYS.proxy_cooldowns)
+
+
+@deferred_f_from_coro_f
+async def test_an_https_site_that_answers_502_cools_no_proxy(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    """Inside a CONNECT tunnel the proxy cannot answer for the site: a 502 of an HTTPS page
+    is the site's own, whichever proxy carried it, however many pages answer it."""
+    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    lister = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+    site = site_factory("--tls")
+    # taken in turn: the first proxy carries every broken page, the second every good one
+    paths = tuple(
+        path for i in range(1, 5) for path in (f"/flaky/{i}?fail=99&status=502", f"/item/{i}")
+    )
+    crawler = pool_crawler(
+        redis_url,
+        lister,
+        HA_PROXY_MAX_FAILURES=2,
+        HA_PROXY_COOLDOWN=COOLDOWN,
+        CONCURRENT_REQUESTS=1,
+        HA_RETRY_POLICIES={"server": {"times": 1}},
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    assert sorted(crawler.spider.ok) == [f"/item/{i}" for i in range(1, 5)]
+    stats = crawler.stats.get_stats()
+    assert "ha/proxy/rotations" not in stats
+    assert not redis_client.hgetall(KEYS.proxy_cooldowns)

@@ -8,13 +8,16 @@ was given. A site can answer 502 itself too (the site down, a broken page), and 
 proxy is at fault. So a proxy is held to blame for a site only when it answered
 ``HA_PROXY_MAX_FAILURES`` gateway errors in a row for that site, each for another URL (a
 page that keeps failing is the page's failure), while another proxy got an answer from
-the site since the first of them (the site is up).
+the site since the first of them (the site is up). Inside an HTTPS request's CONNECT
+tunnel the proxy answers nothing but the CONNECT (a refusal is a ``TunnelError``, a
+connection failure): every status there is the site's own.
 """
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
 from scrapy_ha.middlewares.proxy_sources import cooling_key
 
@@ -46,7 +49,8 @@ class GatewayErrors:
         """Record an answer of *status* to *url* through *pid*; True when the proxy is to
         be cooled down for *host*."""
         key, now = cooling_key(pid, host), time.monotonic()
-        if status not in GATEWAY_STATUSES:
+        tunnelled = urlsplit(url).scheme != "http"  # HTTPS: the status is the site's
+        if tunnelled or status not in GATEWAY_STATUSES:
             self._runs.pop(key, None)
             _bounded(self._reached)[host] = now
             return False
