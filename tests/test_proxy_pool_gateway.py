@@ -66,16 +66,31 @@ async def test_a_site_that_answers_502_through_every_proxy_cools_none(
     assert not redis_client.hgetall(KEYS.proxy_cooldowns)
 
 
+@pytest.mark.parametrize(
+    "tls",
+    [
+        pytest.param(
+            False,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="over plain HTTP, pages of the site's own that answer 502 and happen "
+                "to go through one proxy look like that proxy's own answers (not fixed)",
+            ),
+            id="http",
+        ),
+        pytest.param(True, id="https"),
+    ],
+)
 @deferred_f_from_coro_f
-async def test_an_https_site_that_answers_502_cools_no_proxy(
-    redis_url, redis_client, site_factory, proxy_factory
+async def test_a_site_whose_pages_answer_502_through_one_proxy_cools_none(
+    tls, redis_url, redis_client, site_factory, proxy_factory
 ):
     """Inside a CONNECT tunnel the proxy cannot answer for the site: a 502 of an HTTPS page
     is the site's own, whichever proxy carried it, however many pages answer it."""
     first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
     second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
     lister = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
-    site = site_factory("--tls")
+    site = site_factory(*(["--tls"] if tls else []))
     # taken in turn: the first proxy carries every broken page, the second every good one
     paths = tuple(
         path for i in range(1, 5) for path in (f"/flaky/{i}?fail=99&status=502", f"/item/{i}")
