@@ -9,8 +9,9 @@ its own (``--group``; by default named after the sink, so that consumers of one 
 share the work and two files each get every item); start as many consumers of one group as
 you like. Declare every sink before the crawl (``--declare`` creates its group and exits): an
 entry leaves the stream once every group has it, so a group created later misses what was
-trimmed before. It runs until Ctrl-C or SIGTERM (the batch under way is finished), or with
-``--exit-idle`` once the crawl has ended and every item is in the sink.
+trimmed before. It runs until Ctrl-C or SIGTERM (the batch under way is finished; a second
+one gives it up: it is delivered again), or with ``--exit-idle`` once the crawl has ended and
+every item is in the sink.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = ["in_loop", "items"]
+
+#: The exit code of a consumer a second Ctrl-C stopped (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
 
 
 def _sink(args: argparse.Namespace, spider: str) -> tuple[Sink, str, str]:
@@ -130,10 +134,10 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         missed = await runner.join()
         print(f"group {group} of {queue.keys.spider} is ready (items it misses: {missed})")
         return 0
-    stop = asyncio.Event()
+    stop, task = asyncio.Event(), asyncio.current_task()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _stopping, stop, task)
     print(
         f"consuming the items of {queue.keys.spider} into {mask_url(args.to)} (group {group}, "
         f"consumer {consumer})",
@@ -142,6 +146,9 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
     )
     try:
         report = await runner.run(stop=stop, exit_idle=args.exit_idle)
+    except asyncio.CancelledError:  # a second signal (see _stopping)
+        print("interrupted: the batch under way is delivered again", file=sys.stderr)
+        return INTERRUPTED
     except SinkDidNotOpen as exc:
         raise ConfigError(f"--to {mask_url(args.to)}: {exc}") from None
     except GroupGone as exc:
@@ -158,6 +165,15 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         flush=True,
     )
     return 1 if report.stuck else 0  # --exit-idle left entries pending (its WARNING)
+
+
+def _stopping(stop: asyncio.Event, task: asyncio.Task[Any] | None) -> None:
+    """Ctrl-C or SIGTERM: the first finishes the batch under way, a second gives it up (a
+    sink whose database froze never finishes it; what it did not acknowledge is delivered
+    again)."""
+    if stop.is_set() and task is not None:
+        task.cancel()
+    stop.set()
 
 
 def in_loop(args: argparse.Namespace, main: Coroutine[Any, Any, int]) -> int:

@@ -16,7 +16,6 @@ ack committed it, UTC).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_ha.codec import CodecError
 from scrapy_ha.codec.masking import mask_text, mask_url
 from scrapy_ha.config.validate import ConfigError
+from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.archive import connect_args, dialect_insert
 from scrapy_ha.deadletters.marks import durable_url
 
@@ -101,7 +101,7 @@ class SqlSink:
         self.skipped = 0
 
     async def open(self) -> list[str]:
-        await asyncio.to_thread(self._create)
+        await in_daemon_thread(self._create)
         return []  # nothing to recover: an entry written again is written over itself
 
     def _create(self) -> None:
@@ -116,7 +116,7 @@ class SqlSink:
                     raise
 
     async def write(self, entries: list[Entry]) -> int:
-        return await asyncio.to_thread(self._write, entries)
+        return await in_daemon_thread(self._write, entries)
 
     def _write(self, entries: list[Entry]) -> int:
         rows = []
@@ -159,4 +159,4 @@ class SqlSink:
             return [dict(r._mapping) for r in conn.execute(query)]
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.engine.dispose)
+        await in_daemon_thread(self.engine.dispose)
