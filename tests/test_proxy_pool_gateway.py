@@ -8,6 +8,7 @@ import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.proxy_gateway import GatewayErrors
 from tests.test_proxy import pool_crawler
 
 #: Long enough that no cool-down ends during a test.
@@ -108,3 +109,17 @@ async def test_a_site_whose_pages_answer_502_through_one_proxy_cools_none(
     stats = crawler.stats.get_stats()
     assert "ha/proxy/rotations" not in stats
     assert not redis_client.hgetall(KEYS.proxy_cooldowns)
+
+
+def test_a_sites_own_502_over_https_does_not_say_it_is_up():
+    """A host down over both schemes: its HTTPS 502s through one proxy are the site's own,
+    neither the proxy's failures nor the sign that the site answers, which would make the
+    other proxy's plain-HTTP 502s its own."""
+    gateway = GatewayErrors(2, lambda pid: None)
+    cooled = []
+    for i in range(4):
+        cooled.append(gateway.answer("b:1", "h.test", f"https://h.test/s/{i}", 502))
+        cooled.append(gateway.answer("a:1", "h.test", f"http://h.test/p/{i}", 502))
+    assert not any(cooled)
+    assert gateway.answer("b:1", "h.test", "https://h.test/up", 200) is False
+    assert gateway.answer("a:1", "h.test", "http://h.test/p/9", 502)  # now the site is up

@@ -49,10 +49,11 @@ class GatewayErrors:
         """Record an answer of *status* to *url* through *pid*; True when the proxy is to
         be cooled down for *host*."""
         key, now = cooling_key(pid, host), time.monotonic()
-        tunnelled = urlsplit(url).scheme != "http"  # HTTPS: the status is the site's
-        if tunnelled or status not in GATEWAY_STATUSES:
-            self._runs.pop(key, None)
-            _bounded(self._reached)[host] = now
+        gateway = status in GATEWAY_STATUSES
+        if not gateway or urlsplit(url).scheme != "http":
+            self._runs.pop(key, None)  # it reached the site (HTTPS: the status is the site's)
+            if not gateway:  # (a site's own 502 does not say that it is up)
+                _bounded(self._reached)[host] = now
             return False
         count, since, last = self._runs.get(key, (0, now, ""))
         if url == last:
