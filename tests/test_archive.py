@@ -223,6 +223,8 @@ def test_a_bad_archive_url_is_named(redis_url, redis_client):
 MISREAD = [
     ("postgresql+psycopg://u:secret@127.0.0.1:notaport/db", "its port is not a number"),
     ("postgresql+psycopg://u:sec@ret@127.0.0.1/db", "percent-encode '@' in a password"),
+    # a generated password's '/' with a port mistyped: the error showed the password
+    ("postgresql+psycopg://u:sec/ret@127.0.0.1:543a/db", "its port is not a number"),
 ]
 
 

@@ -131,8 +131,9 @@ def _mask_pairs(text: str) -> str:
 
 
 #: A host and its port in a URL whose user info holds ``/``, ``?`` or ``#`` (a list of them,
-#: comma-separated: a Sentinel or Cluster URL).
-_LOOSE_HOST = r"(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+#: comma-separated: a Sentinel or Cluster URL). A port that is no number (``:5x``, a typo)
+#: too: the error that refuses such a URL shows it, masked.
+_LOOSE_HOST = r"(?:[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9A-Za-z]{1,8})?"
 #: A URL whose password holds ``/``, ``?`` or ``#`` unencoded (generated passwords often
 #: do): the user info runs up to the last ``@`` that a host (and port) follows, then the
 #: end, a path, a query or a fragment. ``_URL`` alone would end the authority at the first
