@@ -11,18 +11,19 @@ from __future__ import annotations
 __all__ = ["main"]
 
 import os
+import signal
 import sys
+from typing import Any
 
+from scrapy_ha.cli.common import INTERRUPTED
 from scrapy_ha.cli.grammar import parse
-
-#: The exit code of a command Ctrl-C stopped (128 + SIGINT, as a shell reports it).
-INTERRUPTED = 130
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; its exit code (0 done, 1 refused or nothing to do, or its output's
     reader went away, 2 an error, 130 stopped by Ctrl-C)."""
     args = parse(argv)
+    before = _interrupt_where_it_runs()
     try:
         from scrapy_ha.cli import runner  # Scrapy and redis: only once a command runs
 
@@ -35,6 +36,27 @@ def main(argv: list[str] | None = None) -> int:
         # interpreter's own flush at exit must not fail again (Python's recipe, signal docs)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
+
+
+def _interrupt_where_it_runs() -> Any:
+    """Have Ctrl-C raise KeyboardInterrupt where the main thread is, as Python's own
+    handler does, and return the handler it replaced (None: not the main thread). Not
+    ``asyncio.run``'s handler, which cancels the command's task instead: on Python 3.11 a
+    cancellation that lands as a Redis command's write completes is lost (CPython issue
+    gh-86296), and the command ran on, to its 5 s timeout or, on a frozen database, for
+    ever. The commands that stop cleanly on Ctrl-C (``watch``, ``items``, ``metrics``)
+    put their own handlers in place meanwhile."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGINT, interrupt)
+    except ValueError:  # not the main thread (a caller's own): its handling stays
+        return None
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from scrapy_ha.ops.display import TIME_FORMAT
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
+#: The exit code of a command Ctrl-C stopped (128 + SIGINT, as a shell reports it).
+INTERRUPTED = 130
 #: A subcommand: what it prints goes to stdout/stderr, what it returns is the exit code.
 Command = Callable[["RedisQueue", argparse.Namespace], Awaitable[int]]
 

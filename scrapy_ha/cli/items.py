@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from scrapy_ha.cli.common import INTERRUPTED
 from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
@@ -43,9 +44,6 @@ if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = ["in_loop", "items"]
-
-#: The exit code of a consumer a second Ctrl-C stopped (128 + SIGINT, as a shell reports it).
-INTERRUPTED = 130
 
 
 def _sink(args: argparse.Namespace, spider: str) -> tuple[Sink, str, str]:
