@@ -64,7 +64,8 @@ def test_an_item_consumer_stops_on_ctrl_c_when_its_database_freezes(
         returncode = exited(proc)
     assert returncode == 130, "Ctrl-C did not stop the consumer"  # before: it never did
 
-    # what it did not commit is delivered again: each item once
-    again = scrapy_ha(*base, "--exit-idle", "0.2", "--batch", "1000")
+    # what it did not commit is delivered again: each item once (taken over from the
+    # stopped consumer, a process of its own, after --claim-idle: 60 s by default)
+    again = scrapy_ha(*base, "--exit-idle", "0.2", "--batch", "1000", "--claim-idle", "1")
     assert again.returncode == 0, again.stderr
     assert stored(postgres_url) == ITEMS
