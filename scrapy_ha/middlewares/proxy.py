@@ -157,7 +157,7 @@ class ProxyMiddleware:
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
         if self.pool is not None and metakeys.PROXY in request.meta:
-            self._pool_answer(request, response.status)
+            self._pool_answer(self.pool, request, response.status)
         try:
             fclass = self.retry_config.classify_response(response)
         except Exception:  # HA_BAN_CHECK raised: the retry middleware, next, judges the
@@ -167,9 +167,9 @@ class ProxyMiddleware:
             self._ban(request, fclass)
         return response
 
-    def _pool_answer(self, request: Request, status: int) -> None:
+    def _pool_answer(self, pool: ProxyPool, request: Request, status: int) -> None:
         pid, host = request.meta[metakeys.PROXY], url_host(request.url)
-        self.pool.failures.pop(pid, None)  # type: ignore[union-attr]  # "in a row": reset
+        pool.failures.pop(pid, None)  # "in a row": reset
         self._refused.discard(pid)  # its 407 was passing
         if self._gateway.answer(pid, host, request.url, status):
             self._rotate(request, pid, f"{status} answers of its own ({request.url})", host)
