@@ -51,8 +51,7 @@ async def _make_due(queue: RedisQueue, ids: list[str]) -> Done:
     them = "it" if gone == 1 else "them"
     return Done(
         touched,
-        f"{gone} {'was' if gone == 1 else 'were'} not delayed any more (a worker took {them} "
-        "already, or no such entry)",
+        f"{_were(gone)} not delayed any more (a worker took {them} already, or no such entry)",
     )
 
 
@@ -60,7 +59,7 @@ async def _open_gates(queue: RedisQueue, ids: list[str]) -> Done:
     domains = list(dict.fromkeys(domain_of(i) for i in ids))
     touched = len((await open_gates(queue, domains)).gates)
     gone = len(domains) - touched
-    return Done(touched, f"{gone} {'was' if gone == 1 else 'were'} open already" if gone else "")
+    return Done(touched, f"{_were(gone)} open already" if gone else "")
 
 
 async def _pause(queue: RedisQueue, ids: list[str]) -> Done:
@@ -95,6 +94,11 @@ async def _purge(queue: RedisQueue, ids: list[str]) -> Done:
     return Done(touched, _untouched(ids, touched, dlq.kept_unarchived, kept))
 
 
+def _were(n: int) -> str:
+    """``1 was``, ``3 were``: how many entries an action left, in its report."""
+    return f"{n} {'was' if n == 1 else 'were'}"
+
+
 #: The ids a report names of the entries a requeue kept (a screenful, not thousands).
 _NAMED = 10
 
@@ -108,7 +112,7 @@ def _untouched(ids: list[str], touched: int, kept: int, why_kept: str) -> str:
     if gone > 0:
         said.insert(
             0,
-            f"{gone} {'was' if gone == 1 else 'were'} not in the dead-letter queue "
+            f"{_were(gone)} not in the dead-letter queue "
             "(requeued or purged already, or no such entry)",
         )
     return "; ".join(said)
