@@ -56,10 +56,11 @@ async def test_a_stale_confirmation_says_which_entries_were_gone_already(redis_u
 
 
 @deferred_f_from_coro_f
-async def test_a_purge_kept_for_the_archive_and_a_requeue_without_request_say_so(redis_url):
+async def test_a_purge_kept_for_the_archive_and_a_requeue_without_request_say_so(
+    redis_url, redis_client
+):
     await dead_letters(redis_url, "shop", 2)
-    client = redis.Redis.from_url(redis_url)
-    client.hset(KEYS.dead_archived, ARCHIVE_MARK, "postgresql://db.example/crawl")
+    redis_client.hset(KEYS.dead_archived, ARCHIVE_MARK, "postgresql://db.example/crawl")
 
     def check(http: TestClient) -> None:
         ids = sorted(dead_ids(http, "shop"))
@@ -67,23 +68,19 @@ async def test_a_purge_kept_for_the_archive_and_a_requeue_without_request_say_so
         assert purged["touched"] == 0, purged
         assert "2 kept: not archived yet" in purged["report"]
         assert "scrapy-ha dlq archive shop" in purged["report"]
-        client.hdel(KEYS.payload, ids[0])  # its stored request deleted by hand
+        redis_client.hdel(KEYS.payload, ids[0])  # its stored request deleted by hand
         requeued = http.post("/api/crawls/shop/actions/requeue", json={"ids": ids}).json()
         assert requeued["touched"] == 1, requeued
         assert f"1 kept: its stored request is gone ({ids[0]})" in requeued["report"]
         assert dead_ids(http, "shop") == {ids[0]}
 
-    try:
-        await asyncio.to_thread(_drive, redis_url, check)
-    finally:
-        client.close()
+    await asyncio.to_thread(_drive, redis_url, check)
 
 
 @deferred_f_from_coro_f
-async def test_a_report_keeps_the_case_of_what_it_names(redis_url):
+async def test_a_report_keeps_the_case_of_what_it_names(redis_url, redis_client):
     await dead_letters(redis_url, "BookShop", 1)
-    client = redis.Redis.from_url(redis_url)
-    client.set(Keys("ha", "BookShop").finish_record, "done")  # its end cleared the crawl
+    redis_client.set(Keys("ha", "BookShop").finish_record, "done")  # its end cleared the crawl
 
     def check(http: TestClient) -> None:
         csrf = form_token(http.get("/crawls/BookShop/dead").text)
@@ -93,10 +90,7 @@ async def test_a_report_keeps_the_case_of_what_it_names(redis_url):
         assert "Requeued 1 of 1 entry. Note: the crawl of BookShop finished" in done
         assert "(SCHEDULER_PERSIST=False)" in done and '"Runs"' in done
 
-    try:
-        await asyncio.to_thread(_drive, redis_url, check)
-    finally:
-        client.close()
+    await asyncio.to_thread(_drive, redis_url, check)
 
 
 @deferred_f_from_coro_f
