@@ -318,3 +318,29 @@ def test_a_webhook_that_cannot_be_used_is_named_without_its_secrets(url, message
         DeadLetterAlert.from_settings(Settings({"HA_DLQ_ALERT_WEBHOOK": url}), stats)
     assert f"HA_DLQ_ALERT_WEBHOOK={message}" in str(info.value)
     assert "secr" not in str(info.value)
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawl_alerts_on_its_whole_queue(redis_url, redis_client, site, receiver):
+    """The alert counted shard 0's dead letters alone: a crawl of 3 shards would have alerted
+    only once shard 0 by itself held the threshold, about three times it in all."""
+    sharded = {**settings(redis_url, receiver.url, threshold=20), "HA_SHARDS": 3}
+    paths = tuple(f"/status/404?n={i}" for i in range(30))
+    await get_crawler(FaultSpider, sharded).crawl_async(base_url=site.url, paths=paths)
+    shards = [redis_client.zcard(k.dead) for k in Keys("ha", "faults", 0, 3).every_shard()]
+    assert sum(shards) == 30 and max(shards) < 20  # (no shard holds the threshold alone)
+    (post,) = receiver.posts
+    assert post["dead"] >= 20 and post["threshold"] == 20
+
+    # three of shard 0's purged, the crawl's queue still past the threshold: no new crossing
+    shard0 = [i.decode() for i in redis_client.zrange(Keys("ha", "faults", 0, 3).dead, 0, 2)]
+    assert len(shard0) == 3
+    assert cli(redis_url, "dlq", "purge", "faults", *shard0, "--yes").returncode == 0
+    await get_crawler(FaultSpider, sharded).crawl_async(base_url=site.url, paths=("/status/410",))
+    assert len(receiver.posts) == 1
+
+    # below the threshold again (a purge across the shards): the next crossing alerts again
+    assert cli(redis_url, "dlq", "purge", "faults", "--all", "--yes").returncode == 0
+    more = tuple(f"/status/410?n={i}" for i in range(20))
+    await get_crawler(FaultSpider, sharded).crawl_async(base_url=site.url, paths=more)
+    assert len(receiver.posts) == 2 and receiver.posts[1]["dead"] == 20

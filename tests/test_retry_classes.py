@@ -344,10 +344,15 @@ def test_an_alert_threshold_past_the_kept_entries_warns_at_start(caplog):
     from scrapy_ha.scheduler.session.ends import Ends  # noqa: PLC0415
 
     stats = MemoryStatsCollector(get_crawler())
-    for entries, warned in ((50, True), (100, False)):
+    # (each shard of a sharded crawl keeps HA_DLQ_MAX_ENTRIES: 2 x 50 can reach 100)
+    for entries, shards, warned in ((50, 1, True), (100, 1, False), (50, 2, False)):
         caplog.clear()
         settings = Settings(
-            {"HA_DLQ_ALERT_WEBHOOK": "http://127.0.0.1:9/hook", "HA_DLQ_MAX_ENTRIES": entries}
+            {
+                "HA_DLQ_ALERT_WEBHOOK": "http://127.0.0.1:9/hook",
+                "HA_DLQ_MAX_ENTRIES": entries,
+                "HA_SHARDS": shards,
+            }
         )
         Ends(stats, DeadLetterConfig.from_settings(settings), settings)
         text = "HA_DLQ_ALERT_THRESHOLD=100 is more than HA_DLQ_MAX_ENTRIES=50"

@@ -55,6 +55,7 @@ from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters._post import ALERT_TIMEOUT, Unanswered, Unconfirmed, post_json
 from scrapy_ha.store import scripts
+from scrapy_ha.store.sharding import shard_setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -97,6 +98,7 @@ class DeadLetterAlert:
         self.stats = stats
         self.worker = worker or socket.gethostname()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.shards = 1  # (HA_SHARDS: each shard keeps HA_DLQ_MAX_ENTRIES dead letters)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings, stats: StatsCollector) -> DeadLetterAlert | None:
@@ -118,12 +120,14 @@ class DeadLetterAlert:
                 f"65535 (percent-encode '/', '?' and '#' in a password)"
             ) from None
         threshold = check.whole(settings, "HA_DLQ_ALERT_THRESHOLD", DEFAULT_ALERT_THRESHOLD)
-        return cls(url, threshold, stats, check.text(settings, "HA_WORKER_ID", ""))
+        alert = cls(url, threshold, stats, check.text(settings, "HA_WORKER_ID", ""))
+        alert.shards = shard_setting(settings)
+        return alert
 
     def warn_if_unreachable(self, max_entries: int, *, archive: bool = False) -> None:
         """A WARNING at start when the dead-letter queue can never reach the threshold (with
         an SQL *archive*, only while entries wait to be archived: retention keeps those)."""
-        if self.threshold <= max_entries:
+        if self.threshold <= max_entries * self.shards:
             return
         if archive:  # (a QA run: "can never be sent", and it was, the archive behind)
             logger.warning(
@@ -149,11 +153,9 @@ class DeadLetterAlert:
         the pending marker's does: a thread that starts late (a busy executor) has less."""
         start = time.monotonic()
         marker = self._marker("pending")
-        dead = int(
-            await self._alert_script(
-                queue, "check", self.threshold, marker, int(PENDING_TTL * 1000)
-            )
-        )
+        args = [self.threshold, marker, int(PENDING_TTL * 1000)]
+        size = await _summed(queue.client, queue.keys)
+        dead = int(await self._alert_script(queue, "check", *args, *size))
         if dead:
             sending = self._send(queue, dead, marker, start)
             task = asyncio.get_running_loop().create_task(sending)
@@ -273,5 +275,15 @@ async def queue_shrunk(client: redis.asyncio.Redis, keys: Keys) -> None:
     """After an operator took dead letters out (a purge, a requeue): the alert's marker goes
     if the queue is below the threshold it records, so that the queue growing past it again
     alerts again (a worker's check sees the queue only after its next dead letter, when it
-    may be past the threshold already)."""
-    await client.eval(scripts.ALERT_LUA, 2, keys.dead, keys.dlq_alert, "shrunk")
+    may be past the threshold already). *keys* may be any shard's of a sharded crawl."""
+    home = keys if keys.shard is None else keys.of_shard(0)  # (which holds the marker)
+    size = await _summed(client, keys)
+    await client.eval(scripts.ALERT_LUA, 2, home.dead, home.dlq_alert, "shrunk", *size)
+
+
+async def _summed(client: redis.asyncio.Redis, keys: Keys) -> tuple[int, ...]:
+    """A sharded crawl's dead letters, every shard's (one call cannot read them: other
+    slots); nothing for a crawl of one shard, whose script counts them, atomically."""
+    if keys.shard is None:
+        return ()
+    return (sum([await client.zcard(shard.dead) for shard in keys.every_shard()]),)

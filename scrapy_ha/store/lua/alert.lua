@@ -14,9 +14,13 @@
 --   'failed', or its TTL (a worker killed between the check and the POST's answer).
 -- KEYS[1] dead  KEYS[2] dlq_alert marker
 -- ARGV[1] 'check'  ARGV[2] threshold (entries)  ARGV[3] the pending marker  ARGV[4] its TTL (ms)
+--   [ARGV[5] the queue's size, counted by the caller]
 -- ARGV[1] 'sent'   ARGV[2] the caller's pending marker  ARGV[3] the sent marker
 -- ARGV[1] 'failed' ARGV[2] the caller's pending marker
--- ARGV[1] 'shrunk'
+-- ARGV[1] 'shrunk' [ARGV[2] the queue's size, counted by the caller]
+-- A sharded crawl's marker is shard 0's; its queue is every shard's, which one call cannot
+-- read (other slots): the caller counts them and passes the sum (KEYS[1], shard 0's, is
+-- then not read).
 -- Returns, for 'check', the number of dead letters when this caller is to send the alert,
 -- else 0; for 'sent' and 'failed', 1 when the marker held the caller's value, else 0; for
 -- 'shrunk', 1 when the marker went, else 0.
@@ -33,7 +37,8 @@ if op == 'sent' or op == 'failed' then
   end
   return 1
 end
-local n = redis_call('ZCARD', KEYS[1])
+local given = op == 'shrunk' and ARGV[2] or ARGV[5]
+local n = given and tonumber(given) or redis_call('ZCARD', KEYS[1])
 if op == 'shrunk' then
   local marker = redis_call('GET', KEYS[2])
   local ok, doc = pcall(cjson.decode, marker or '')
