@@ -34,32 +34,37 @@ def receiver() -> Iterator[Receiver]:
     r.close()
 
 
-def corrupt_the_queue(redis_client) -> None:
+def corrupt_the_queue(redis_client, keys: Keys = KEYS) -> None:
     """A pending request without an entry id (sync.lua sets it aside when it comes up for a
     lease) and an expired lease without a lease record (reclaim.lua sets it aside)."""
-    redis_client.rpush(KEYS.queue("0:-"), b" no entry id")
-    redis_client.zadd(KEYS.ready, {"0:-": 0})
-    redis_client.zadd(KEYS.leased, {b"9001": 0})
-    redis_client.hset(KEYS.payload, b"9001", b"unreadable")
+    redis_client.rpush(keys.queue("0:-"), b" no entry id")
+    redis_client.zadd(keys.ready, {"0:-": 0})
+    redis_client.zadd(keys.leased, {b"9001": 0})
+    redis_client.hset(keys.payload, b"9001", b"unreadable")
 
 
+@pytest.mark.parametrize("shards", [1, 3])
 @deferred_f_from_coro_f
 async def test_entries_set_aside_by_scripts_are_archived_and_alerted(
-    redis_url, redis_client, site, archive_url, receiver
+    redis_url, redis_client, site, archive_url, receiver, shards
 ):
-    corrupt_the_queue(redis_client)
+    """Sharded (in shard 2): they were looked for in shard 0's dead letters alone."""
+    keys = KEYS if shards == 1 else Keys("ha", "faults", 2, shards)
+    corrupt_the_queue(redis_client, keys)
     settings = {
         **FAST_RETRIES,
         "REDIS_URL": redis_url,
         "HA_DLQ_ARCHIVE_URL": archive_url,
         "HA_DLQ_ALERT_WEBHOOK": receiver.url,
         "HA_DLQ_ALERT_THRESHOLD": 2,
+        "HA_SHARDS": shards,
     }
     crawler = get_crawler(FaultSpider, settings)
     await crawler.crawl_async(base_url=site.url, paths=("/item/1",))
     assert crawler.stats.get_value("item_scraped_count") == 1
     assert crawler.stats.get_value("ha/dead/corrupt") == 2
-    dead = {i.decode() for i in redis_client.zrange(KEYS.dead, 0, -1)}
+    named = "" if shards == 1 else "2:"  # (as dlq list names them)
+    dead = {named + i.decode() for i in redis_client.zrange(keys.dead, 0, -1)}
     assert len(dead) == 2
     found = rows(archive_url)
     assert set(found) == dead

@@ -464,15 +464,6 @@ async def test_the_report_counts_the_dead_letters_of_every_shard(redis_url):
     await q.client.aclose()
 
 
-@pytest.mark.parametrize("name", ["HA_DLQ_ARCHIVE_URL"])
-def test_what_reads_one_shards_dead_letters_is_refused_when_sharded(name):
-    """(The alert counts every shard's: tests/test_alerts.py.)"""
-    settings = Settings({name: "postgresql://db/x", "HA_SHARDS": 2})
-    with pytest.raises(ConfigError, match=f"{name} is not supported yet with HA_SHARDS=2"):
-        _refuse_unsharded_features(settings, 2)
-    _refuse_unsharded_features(settings, 1)  # unsharded: as before
-
-
 @pytest.mark.parametrize(
     ("name", "value"),
     [

@@ -114,10 +114,6 @@ def test_the_cli_aggregates_or_refuses_a_sharded_crawl(redis_url):
     assert listed.returncode == 0 and "empty" in listed.stdout, listed.stderr
     delayed = scrapy_ha("--redis-url", redis_url, "delayed", "list", "books")
     assert delayed.returncode == 0 and "no delayed request" in delayed.stdout, delayed.stderr
-    refused = scrapy_ha("--redis-url", redis_url, "dlq", "archive", "books")
-    assert refused.returncode == 2
-    assert "does not read sharded crawls yet" in refused.stderr
-    assert "HA_SHARDS=3" in refused.stderr
     paused = scrapy_ha("--redis-url", redis_url, "pause", "books")
     assert paused.returncode == 0, paused.stderr
     assert all(client.exists(f"ha:{{books:{i}}}:paused") for i in range(3))

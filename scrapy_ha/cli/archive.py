@@ -14,7 +14,7 @@ from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive, archive_crawl
-from scrapy_ha.deadletters.dlq import DeadLetterQueue
+from scrapy_ha.ops.shards import dead_letters
 
 if TYPE_CHECKING:
     import argparse
@@ -55,7 +55,7 @@ async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
         raise ConfigError(said) from None
     started = time.monotonic()
     try:
-        run = await archive_crawl(DeadLetterQueue(queue), archive, dry_run=args.dry_run)
+        run = await archive_crawl(dead_letters(queue), archive, dry_run=args.dry_run)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - said plainly, without a traceback

@@ -30,7 +30,7 @@ from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.filter_layout import borrow_layout
-from scrapy_ha.ops.shards import crawl_queue, refuse_unaware
+from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
 from scrapy_ha.store.bloom import BloomMetaError
 from scrapy_ha.store.claims import claim_kind, crawl_dupefilter, dupefilter_kind
@@ -145,7 +145,6 @@ async def _on_crawl(
         projects = args.shards is None and config.get("HA_SHARDS") is not None
         given = _shards_given(args, config)
         queue = await crawl_queue(client, prefix, args.spider, given, projects=projects)
-        refuse_unaware(queue, func.__name__, _words(args))
         if args.spider and not await _there_or_made(queue, args, url):
             return 1
         if func.__name__ == "push":
@@ -282,8 +281,3 @@ def _shards_given(args: argparse.Namespace, config: Settings) -> int | None:
     if args.shards is not None:
         config.set("HA_SHARDS", args.shards, priority="cmdline")
     return shard_setting(config) if config.get("HA_SHARDS") is not None else None
-
-
-def _words(args: argparse.Namespace) -> str:
-    action = getattr(args, args.command, None)  # a group's subcommand (``dlq list``)
-    return f"{args.command} {action}" if isinstance(action, str) else args.command

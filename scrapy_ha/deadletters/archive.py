@@ -36,7 +36,7 @@ __all__ = [
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ from scrapy_ha.deadletters.marks import (
     durable_url,
     forget_gone,
     mark,
+    parts,
     sink_id,
     sink_name,
     unarchived,
@@ -273,25 +274,29 @@ class ArchiveRun:
 async def archive_crawl(
     dlq: DeadLetterQueue, archive: Archive, *, dry_run: bool = False
 ) -> ArchiveRun:
-    """Copy every dead letter of *dlq*'s crawl that *archive* does not hold yet into it
-    (upserts: run twice, the same rows), declaring the archive first; with *dry_run*, only
-    count them. What other archives hold does not count."""
+    """Copy every dead letter of *dlq*'s crawl (every shard's) that *archive* does not hold
+    yet into it (upserts: run twice, the same rows), declaring the archive first; with
+    *dry_run*, only count them. What other archives hold does not count."""
     run = ArchiveRun(by_class={})
     assert run.by_class is not None
     if not dry_run:
         await in_daemon_thread(archive.create)
-        await declare(dlq.client, dlq.keys, archive)
-        await forget_gone(dlq.client, dlq.keys)
-    run.dead = int(await dlq.client.zcard(dlq.keys.dead))
-    async for batch in unarchived(dlq, archive.sink):
-        if not batch:
-            continue
+    for part, outside in parts(dlq):
         if not dry_run:
-            written = await in_daemon_thread(archive.write, dlq.keys.spider, batch)
-            await mark(dlq.client, dlq.keys, archive.sink, written.entries)
-            run.errors += written.errors
-            batch = written.entries
-        run.copied += len(batch)
-        for e in batch:
-            run.by_class[e.failure_class] = run.by_class.get(e.failure_class, 0) + 1
+            await declare(part.client, part.keys, archive)
+            await forget_gone(part.client, part.keys)
+        run.dead += int(await part.client.zcard(part.keys.dead))
+        async for batch in unarchived(part, archive.sink):
+            if not batch:
+                continue
+            if not dry_run:  # (rows named as the crawl's queue names them, marks as the shard)
+                named = {outside(e.id): e for e in batch}
+                rows = [replace(e, id=i) for i, e in named.items()]
+                written = await in_daemon_thread(archive.write, dlq.keys.spider, rows)
+                batch = [named[e.id] for e in written.entries]
+                await mark(part.client, part.keys, archive.sink, batch)
+                run.errors += written.errors
+            run.copied += len(batch)
+            for e in batch:
+                run.by_class[e.failure_class] = run.by_class.get(e.failure_class, 0) + 1
     return run

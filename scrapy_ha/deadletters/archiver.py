@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 from scrapy_ha.config import validate as check
 from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive
-from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadLetterQueue
-from scrapy_ha.deadletters.marks import declare, mark
+from scrapy_ha.deadletters.dlq import SCAN_BATCH
+from scrapy_ha.deadletters.marks import declare, mark_crawl
+from scrapy_ha.deadletters.sharded import dead_letters
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -64,7 +66,8 @@ class Archiver:
         """Declare the archive in Redis once, before this worker's first dead letter (Redis
         errors are raised: the caller keeps the operation and comes back)."""
         if not self._declared:
-            await declare(queue.client, queue.keys, self.archive)
+            for shard in shards_of(queue):  # (each shard's retention and purge keep for it)
+                await declare(shard.client, shard.keys, self.archive)
             self._declared = True
             logger.info(
                 "Dead letters of %s are archived in %s (HA_DLQ_ARCHIVE_URL)",
@@ -119,7 +122,7 @@ class Archiver:
         return f"; {n} more could not be archived since the last such WARNING"
 
     async def _copy(self, queue: RedisQueue, ids: list[str]) -> None:
-        dlq = DeadLetterQueue(queue)
+        dlq = dead_letters(queue)  # (a sharded crawl's ids name their shard)
         entries = [e for e in [await dlq.get(i) for i in ids] if e is not None]
         if not entries:
             return
@@ -127,7 +130,7 @@ class Archiver:
             await in_daemon_thread(self.archive.create)
             self._created = True
         written = await in_daemon_thread(self.archive.write, queue.keys.spider, entries)
-        await mark(queue.client, queue.keys, self.archive.sink, written.entries)
+        await mark_crawl(dlq, self.archive.sink, written.entries)
         self.stats.inc_value("ha/archive/archived", written.new)  # each record once
         for entry_id, error in written.errors:
             self.stats.inc_value("ha/archive/errors")

@@ -22,13 +22,17 @@ __all__ = [
     "holds",
     "kept_by_purge",
     "mark",
+    "mark_crawl",
+    "parts",
     "sink_id",
     "sink_name",
     "unarchived",
 ]
 
+import functools
 import hashlib
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_ha.config.validate import ConfigError
@@ -36,7 +40,7 @@ from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 from scrapy_ha.store import scripts
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from redis.asyncio import Redis
 
@@ -160,6 +164,30 @@ async def mark(client: Redis, keys: Keys, sink: str, entries: list[DeadEntry]) -
     if entries:
         pairs = [str(x) for e in entries for x in (e.id, e.dead_at)]
         await client.eval(scripts.ARCHIVED_LUA, 1, keys.dead_archived, sink, *pairs)
+
+
+def parts(dlq: DeadLetterQueue) -> list[tuple[DeadLetterQueue, Callable[[str], str]]]:
+    """The dead-letter queue of each shard of *dlq*'s crawl (itself when it is not
+    sharded), each with what names its ids as the crawl's queue does (``"<shard>:<id>"``)."""
+    shards: list[DeadLetterQueue] | None = getattr(dlq, "parts", None)
+    if not shards:
+        return [(dlq, str)]
+    sharded = dlq.sharded  # type: ignore[attr-defined]
+    return [(part, functools.partial(sharded.outside, i)) for i, part in enumerate(shards)]
+
+
+async def mark_crawl(dlq: DeadLetterQueue, sink: str, entries: list[DeadEntry]) -> None:
+    """:func:`mark` *entries* (named as *dlq* names them), each in its shard."""
+    shards: list[DeadLetterQueue] | None = getattr(dlq, "parts", None)
+    if not shards:
+        await mark(dlq.client, dlq.keys, sink, entries)
+        return
+    by: dict[int, list[DeadEntry]] = {}
+    for entry in entries:
+        shard, local = dlq.sharded.route(entry.id)  # type: ignore[attr-defined]
+        by.setdefault(shard, []).append(replace(entry, id=local))
+    for shard, some in sorted(by.items()):
+        await mark(shards[shard].client, shards[shard].keys, sink, some)
 
 
 async def forget_gone(client: Redis, keys: Keys) -> int:

@@ -235,10 +235,9 @@ async def _bloom_fits(queue: RedisQueue, config: SchedulerConfig, info: dict[str
 
 
 #: What would act on one shard alone: refused with HA_SHARDS > 1 rather than half working.
-#: The archive reads the dead-letter queue of shard 0 only; the per-domain
-#: limits are kept by each shard's script, so each shard would allow the whole limit.
+#: The per-domain limits are kept by each shard's script, so each shard would allow the
+#: whole limit.
 UNSHARDED_SETTINGS = {
-    "HA_DLQ_ARCHIVE_URL": "it would see the dead letters of one shard only",
     "HA_DOMAIN_RATE": "each shard would allow the whole limit (N times it in all)",
     "HA_DOMAIN_CONCURRENCY": "each shard would allow the whole limit (N times it in all)",
     "HA_DOMAIN_LIMITS": "each shard would allow the whole limit (N times it in all)",

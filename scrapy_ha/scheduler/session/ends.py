@@ -21,14 +21,13 @@ from scrapy_ha.codec import CodecError, Refused, encode_request
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.alerts import DeadLetterAlert
 from scrapy_ha.deadletters.archiver import Archiver
-from scrapy_ha.deadletters.dlq import info_class
+from scrapy_ha.scheduler.session.aside import crawl_id, set_aside
 from scrapy_ha.scheduler.session.connect import say_set_aside
 from scrapy_ha.scheduler.session.rejected import Rejections
 from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.dictionary import GONE_DELAY
-from scrapy_ha.store.wire import Lease, SyncResult, text
 from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -41,12 +40,10 @@ if TYPE_CHECKING:
     from scrapy_ha.config.scheduler import DeadLetterConfig, SchedulerConfig
     from scrapy_ha.scheduler.outbox import EndOp
     from scrapy_ha.store.queue import RedisQueue
+    from scrapy_ha.store.wire import Lease, SyncResult
 
 logger = logging.getLogger(__name__)
 
-#: Dead letters read past the number a reclaim set aside to find those it set aside (its
-#: reply has no time): room for what other workers dead-lettered in the round trip since.
-NEWEST_SLACK = 100
 #: Why an unreadable lease waits (its held mark), and for how long (ms): see unreadable.
 WAITS, WAIT_MS = "dictionary", int(GONE_DELAY * 1000)
 
@@ -122,6 +119,7 @@ class Ends:
         what = (op.kind, op.request, reason)
         self.stats.inc_value("ha/op_errors")
         info = {"class": "error", "reason": reason}
+        named = crawl_id(self.queue, op.entry_id)  # (before it ends: see crawl_id)
         try:
             size = await self.queue.dead_letter(
                 op.entry_id, op.token, info, **self._dlq_retention()
@@ -138,7 +136,7 @@ class Ends:
         self.stats.inc_value("ha/dead/error")
         logger.error("Dead-lettered %s (class error): %s", op.request, reason)
         self._check_dlq_size(size)
-        await self._dead_lettered([op.entry_id])
+        await self._dead_lettered([named])
 
     async def end(self, op: EndOp) -> None:
         """A lease that ends in the delayed set or the dead-letter queue (fenced)."""
@@ -171,6 +169,7 @@ class Ends:
         info.pop("op", None)
         if history:
             info["first"] = history[0]["t"]
+        named = crawl_id(self.queue, op.entry_id)  # (before it ends: see crawl_id)
         size = await self.queue.dead_letter(
             op.entry_id, op.token, info, payload=payload, **self._dlq_retention()
         )
@@ -190,7 +189,7 @@ class Ends:
             "; the spider's errback handled it" if handled else "",
         )
         self._check_dlq_size(size)
-        await self._dead_lettered([op.entry_id])
+        await self._dead_lettered([named])
 
     async def _archive_ready(self) -> None:
         """Declare the SQL archive in Redis before the first dead letter (or trim)."""
@@ -284,8 +283,9 @@ class Ends:
             "reason": f"{fclass} queue entry: {reason}",
             "payload": lease.payload[:200].decode("utf-8", "replace"),
         }
+        named = crawl_id(self.queue, lease.id)  # (before it ends: see crawl_id)
         if await self.queue.dead_letter(lease.id, lease.token, info, **self._dlq_retention()):
-            await self._dead_lettered([lease.id])
+            await self._dead_lettered([named])
         self.stats.inc_value(f"ha/dead/{fclass}")
         logger.error(
             "Queue entry %s is %s (%s): moved to the dead-letter queue", lease.id, fclass, reason
@@ -300,19 +300,7 @@ class Ends:
             return
         await self._archive_ready()
         assert self.queue is not None
-        client, keys = self.queue.client, self.queue.keys
-        if now_ms is not None:
-            found = await client.zrangebyscore(keys.dead, now_ms, now_ms)
-        else:
-            found = await client.zrevrange(keys.dead, 0, newest + NEWEST_SLACK - 1)
-        await self._dead_lettered(await self._corrupt(list(map(text, found))))
-
-    async def _corrupt(self, ids: list[str]) -> list[str]:
-        """Those of the dead letters *ids* of class corrupt (another worker's among them is
-        archived a little early: the copy is the same)."""
-        assert self.queue is not None
-        infos = await self.queue.client.hmget(self.queue.keys.dead_info, ids) if ids else []
-        return [i for i, info in zip(ids, infos, strict=True) if info_class(info) == "corrupt"]
+        await self._dead_lettered(await set_aside(self.queue, now_ms, newest))
 
     # -- expired leases ---------------------------------------------------------------
 
