@@ -286,4 +286,7 @@ async def _summed(client: redis.asyncio.Redis, keys: Keys) -> tuple[int, ...]:
     slots); nothing for a crawl of one shard, whose script counts them, atomically."""
     if keys.shard is None:
         return ()
-    return (sum([await client.zcard(shard.dead) for shard in keys.every_shard()]),)
+    pipe = client.pipeline(transaction=False)  # (one round trip, however many shards)
+    for shard in keys.every_shard():
+        pipe.zcard(shard.dead)
+    return (sum(await pipe.execute()),)

@@ -218,6 +218,8 @@ class _RecordFilter:
 class DeadLetterQueue:
     """List, show, requeue, purge and export dead-letter entries of one crawl."""
 
+    shrunk = staticmethod(queue_shrunk)  # (a shard's part of a merged queue: its own)
+
     def __init__(self, queue: RedisQueue) -> None:
         self.queue = queue
         self.client = queue.client
@@ -382,7 +384,7 @@ class DeadLetterQueue:
                 if payload is not None
             ]
             requeued += await self.queue.requeue_dead(entries)
-        await queue_shrunk(self.client, self.keys)  # below the alert's threshold again?
+        await self.shrunk(self.client, self.keys)  # below the alert's threshold again?
         return requeued
 
     async def purge(self, ids: list[str]) -> int:
@@ -394,5 +396,5 @@ class DeadLetterQueue:
             done, kept = await self.queue.purge_dead(ids[i : i + SCAN_BATCH])
             deleted += done
             self.kept_unarchived += kept
-        await queue_shrunk(self.client, self.keys)  # below the alert's threshold again?
+        await self.shrunk(self.client, self.keys)  # below the alert's threshold again?
         return deleted

@@ -6,7 +6,7 @@ from __future__ import annotations
 __all__ = ["ShardedDeadLetters", "dead_letters"]
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
 from scrapy_ha.store.shards import ShardedQueue
@@ -14,7 +14,17 @@ from scrapy_ha.store.shards import ShardedQueue
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
+
+
+async def _said_by_the_whole(client: Any, keys: Keys) -> None:
+    """(A shard's purge or requeue: the merged queue says the crawl's shrink once, after
+    every shard's, counting them all: see :func:`queue_shrunk`.)"""
+
+
+class _Shard(DeadLetterQueue):
+    shrunk = staticmethod(_said_by_the_whole)
 
 
 class ShardedDeadLetters(DeadLetterQueue):
@@ -24,7 +34,7 @@ class ShardedDeadLetters(DeadLetterQueue):
     def __init__(self, queue: ShardedQueue) -> None:
         super().__init__(queue)
         self.sharded = queue
-        self.parts = [DeadLetterQueue(shard) for shard in queue.shards]
+        self.parts: list[DeadLetterQueue] = [_Shard(shard) for shard in queue.shards]
 
     def _outside(self, shard: int, entry: DeadEntry) -> DeadEntry:
         return replace(entry, id=self.sharded.outside(shard, entry.id))
@@ -93,6 +103,7 @@ class ShardedDeadLetters(DeadLetterQueue):
             part = self.parts[shard]
             requeued += await part.requeue(local)
             self.without_request += [self.sharded.outside(shard, i) for i in part.without_request]
+        await self.shrunk(self.client, self.keys)  # (shard 0's marker, every shard counted)
         return requeued
 
     async def purge(self, ids: list[str]) -> int:
@@ -100,6 +111,7 @@ class ShardedDeadLetters(DeadLetterQueue):
         for shard, local in sorted(self._by_shard(ids).items()):
             deleted += await self.parts[shard].purge(local)
             self.kept_unarchived += self.parts[shard].kept_unarchived
+        await self.shrunk(self.client, self.keys)  # (shard 0's marker, every shard counted)
         return deleted
 
 
