@@ -167,3 +167,14 @@ def test_the_table_keeps_its_columns_in_line_with_scrapyd_job_ids(redis_url):
         at = header.index(column)
         assert all(row[at - 1] == " " and row[at] != " " for row in rows), (header, rows)
     assert any(row.split()[2] == job for row in rows)
+
+
+def test_a_scrapyd_job_id_with_colons_keeps_the_host_pid_and_job_apart(redis_url):
+    """scrapyd takes any ``jobid`` (``schedule.json -d jobid=nightly:r2:a``): an id of more
+    than four parts was shown as one of the user's own, host, pid and job ``-``."""
+    host = socket.gethostname()
+    renew(redis_url, "books", f"{host}:4242:nightly:r2:a:a1b2c3", [("1", "t-1")], rate=2.0)
+    (row,) = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
+    assert (row["host"], row["pid"], row["job"]) == (host, 4242, "nightly:r2:a")
+    (line,) = scrapy_ha("workers", "books", "--redis-url", redis_url).stdout.splitlines()[1:2]
+    assert line.split()[:3] == [host, "4242", "nightly:r2:a"], line

@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Worker", "live_workers"]
 
-#: Parts of a worker id scrapy-ha makes: host, pid, then the scrapyd job (optional), random.
-ID_PARTS = (3, 4)
+#: Parts of a worker id scrapy-ha makes at least: host, pid, random (the scrapyd job, when
+#: there is one, comes before the random part and may hold colons of its own: scrapyd takes
+#: any ``jobid`` it is given).
+MIN_ID_PARTS = 3
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,9 @@ class Worker:
     @classmethod
     def parse(cls, worker_id: str, expires_ms: int, stats: dict[str, Any]) -> Worker:
         parts = worker_id.split(":")
-        if len(parts) not in ID_PARTS or not parts[1].isdigit():
+        if len(parts) < MIN_ID_PARTS or not parts[1].isdigit():
             return cls(worker_id, "-", "-", "-", expires_ms, stats)
-        job = parts[2] if len(parts) == max(ID_PARTS) else "-"
+        job = ":".join(parts[2:-1]) or "-"
         return cls(worker_id, parts[0], parts[1], job, expires_ms, stats)
 
     def as_dict(self, now_ms: int) -> dict[str, Any]:
