@@ -34,13 +34,16 @@ def api(url: str, endpoint: str, **params: str | list[str]) -> dict:
 
 
 @pytest.fixture
-def scrapyd(tmp_path):
+def scrapyd(tmp_path, request):
+    """A scrapyd on loopback; a test parametrized indirectly adds lines to its
+    ``[scrapyd]`` section (``{home}``: its directory)."""
     port = free_port()
     home = tmp_path / "scrapyd"
     home.mkdir()
+    extra = getattr(request, "param", "").format(home=home)
     (home / "scrapyd.conf").write_text(
         f"[scrapyd]\nbind_address = 127.0.0.1\nhttp_port = {port}\npoll_interval = 0.5\n"
-        f"eggs_dir = {home}/eggs\nlogs_dir = {home}/logs\ndbs_dir = {home}/dbs\n"
+        f"eggs_dir = {home}/eggs\nlogs_dir = {home}/logs\ndbs_dir = {home}/dbs\n{extra}"
     )
     # its own process group: stopping it stops the jobs it runs too, pass or fail
     proc = harness.spawn(
@@ -131,3 +134,26 @@ def test_two_jobs_one_cancelled_the_other_finishes(scrapyd, redis_url, site_fact
     for job in jobs:  # the worker id names the scrapyd job, once: host:pid:job:random
         startup = next(line for line in logs[job].splitlines() if "scrapy-ha" in line)
         assert re.search(rf", worker [^:\s]+:\d+:{job}:[0-9a-f]{{6}}$", startup), startup
+
+
+@pytest.mark.parametrize("scrapyd", ["jobs_dir = {home}/jobs\n"], indirect=True)
+def test_a_node_with_jobs_dir_is_named_as_the_cause_of_the_refused_jobdir(scrapyd, tmp_path):
+    """scrapyd's ``jobs_dir`` gives every job a ``JOBDIR``, over the job's own settings: the
+    refusal told the operator to pass ``-s JOBDIR=``, which scrapyd overrides
+    (``-d setting=JOBDIR=`` on schedule.json was refused all the same)."""
+    url, home = scrapyd
+    deploy(url, tmp_path)
+    job = api(
+        url,
+        "schedule.json",
+        project="catalogue",
+        spider="catalogue",
+        setting=["JOBDIR=", "REDIS_URL=redis://127.0.0.1:1/0", "HA_START_TIMEOUT=0"],
+    )["jobid"]
+    deadline = time.monotonic() + 120
+    while job not in {j["id"] for j in api(url, "listjobs.json", project="catalogue")["finished"]}:
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
+    log = (home / "logs" / "catalogue" / "catalogue" / f"{job}.log").read_text()
+    (refused,) = [line for line in log.splitlines() if "cannot be used with" in line]
+    assert "jobs_dir" in refused and "scrapyd.conf" in refused, refused

@@ -387,5 +387,7 @@ def _refuse_jobdir(settings: BaseSettings) -> None:
             f"JOBDIR={settings.get('JOBDIR')!r} cannot be used with scrapy_ha.Scheduler: "
             f"the queue and the dupefilter live in Redis, where a stopped crawl resumes by "
             f"itself (SCHEDULER_PERSIST=True keeps them after the crawl). Remove JOBDIR "
-            f"(for example `-s JOBDIR=`)"
+            f"(for example `-s JOBDIR=`; under scrapyd, leave `jobs_dir` unset in "
+            f"scrapyd.conf: scrapyd gives every job a JOBDIR under it, over the job's own "
+            f"settings)"
         )
