@@ -134,6 +134,9 @@ def test_two_jobs_one_cancelled_the_other_finishes(scrapyd, redis_url, site_fact
     for job in jobs:  # the worker id names the scrapyd job, once: host:pid:job:random
         startup = next(line for line in logs[job].splitlines() if "scrapy-ha" in line)
         assert re.search(rf", worker [^:\s]+:\d+:{job}:[0-9a-f]{{6}}$", startup), startup
+        # the example deployed as the README says warns of nothing (its proxy session
+        # template, set without a proxy, was said to do nothing in every job's log)
+        assert "[scrapy_ha.config.known] WARNING" not in logs[job], logs[job]
 
 
 @pytest.mark.parametrize("scrapyd", ["jobs_dir = {home}/jobs\n"], indirect=True)

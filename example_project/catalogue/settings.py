@@ -1,5 +1,7 @@
 """Settings of the example project: a plain Scrapy project plus the scrapy-ha add-on."""
 
+import os
+
 BOT_NAME = "catalogue"
 SPIDER_MODULES = ["catalogue.spiders"]
 NEWSPIDER_MODULE = "catalogue.spiders"
@@ -13,9 +15,11 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 # Each pagination chain saves checkpoints (see the spider).
 HA_CHECKPOINTS = True
 
-# A tunnel proxy, from the environment (HA_PROXY_URL=http://user:password@host:port) so that
-# the password stays out of the project; a ban puts a new session in the user name.
-HA_PROXY_SESSION_TEMPLATE = "{user}-session-{session}"
+# A tunnel proxy, from the environment (HA_PROXY_MODE=tunnel and
+# HA_PROXY_URL=http://user:password@host:port) so that the password stays out of the
+# project; a ban puts a new session in the user name. Without them requests go direct.
+if os.environ.get("HA_PROXY_MODE"):
+    HA_PROXY_SESSION_TEMPLATE = "{user}-session-{session}"
 
 ROBOTSTXT_OBEY = False
 CONCURRENT_REQUESTS = 32
