@@ -73,6 +73,7 @@ class CountingSite:
         self.now: dict[str, int] = defaultdict(int)
         self.most: dict[str, int] = defaultdict(int)
         self.starts: dict[str, list[float]] = defaultdict(list)
+        self.agents: dict[str, list[float]] = defaultdict(list)  # User-Agent -> its starts
         self.hits: dict[tuple[str, str], int] = defaultdict(int)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.port = self.server.server_address[1]
@@ -85,7 +86,7 @@ class CountingSite:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
-                site.enter(host, self.path)
+                site.enter(host, self.path, self.headers.get("User-Agent") or "")
                 try:
                     time.sleep(PAGE_DELAY)
                     body = site.page(self.path)
@@ -102,8 +103,9 @@ class CountingSite:
 
         return Handler
 
-    def enter(self, host: str, path: str) -> None:
+    def enter(self, host: str, path: str, agent: str = "") -> None:
         with self.lock:
+            self.agents[agent].append(time.monotonic())
             self.now[host] += 1
             self.most[host] = max(self.most[host], self.now[host])
             self.starts[host].append(time.monotonic())

@@ -51,8 +51,15 @@ class StartTimes:
     #: Seconds between two sweeps of the domains started, and after which one is forgotten.
     SWEEP_S, FORGET_S = 1.0, 10.0
 
-    def __init__(self, wake: Callable[[], None], interval: Callable[[str], float]) -> None:
+    def __init__(
+        self,
+        wake: Callable[[], None],
+        interval: Callable[[str], float],
+        unsent: Callable[[Request], bool] = lambda request: False,
+    ) -> None:
         self._wake = wake
+        #: does the request's download slot hold one it has not sent (see :meth:`waits`)?
+        self._unsent = unsent
         self._timer_at: float | None = None
         self._interval = interval  # a domain -> 1/its rate in this worker's settings (0: none)
         #: domain -> (when this worker last started one of its requests, that one's start time)
@@ -94,7 +101,12 @@ class StartTimes:
                 gap = spacing if not_before <= at else min(not_before - at, spacing)
                 not_before = max(not_before, started + self.CATCH_UP * gap)
         if not_before <= time.monotonic():
-            return False
+            # its time came; a paced one also waits while its download slot holds one it has
+            # not sent (queued behind the slot's delay: AutoThrottle's, DOWNLOAD_DELAY), and
+            # goes when that one's download ends (which wakes the engine), late: then paced.
+            # Else the slot queued each at its time and, its delay falling (AutoThrottle as
+            # the site answered fast), sent the queue at once: 9 of one worker in 0.5 s at 5/s.
+            return paced is not None and self._unsent(request)
         if self._timer_at is None or not_before < self._timer_at:
             self._timer_at = not_before  # else an earlier timer wakes the engine first
             asyncio.get_running_loop().call_later(not_before - time.monotonic(), self._fire)

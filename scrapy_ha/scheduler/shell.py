@@ -107,7 +107,8 @@ class Scheduler:
         schemes = self.admission.schemes
         self.inflight.may_carry = lambda r: self._domain_free(r) and not refused_scheme(r, schemes)
         self.closed = ClosedDomains(self.outbox.gates)  # closed for every worker (429)
-        self._starts = StartTimes(partial(engine.wake, crawler), config.politeness.interval)
+        wake, interval = partial(engine.wake, crawler), config.politeness.interval
+        self._starts = StartTimes(wake, interval, partial(self._slots.unsent, crawler))
         self.solo = Solo(self._buffer, self.inflight, self.outbox, crawler)
         self._fatal = False  # the crawl could not start (logged): exit with an error
         self.session = self.session_class(self)
@@ -300,8 +301,7 @@ class Scheduler:
             return False
         if self.outbox.held_back or self._buffer:
             return True
-        unsent = len(self.outbox.children) > len(self.handout.unstored)
-        if unsent or session.remote.pending > 0:
+        if len(self.outbox.children) > len(self.handout.unstored) or session.remote.pending > 0:
             self.outbox.held_back = True
             return True
         return False

@@ -109,6 +109,21 @@ class SlotLoad:
             handed[:] = [r for r in handed if r not in running and (r is last or r in active)]
         return len(running) + len(handed or ())
 
+    def unsent(self, crawler: Crawler, request: Request) -> bool:
+        """Does *request*'s download slot, one with a delay (``DOWNLOAD_DELAY``,
+        AutoThrottle's), hold a request it has not sent yet (queued behind the delay,
+        ``slot.queue``), or one this worker handed to it that is not in it yet (as in
+        :meth:`free`)? False without an engine, and for a slot without a delay (it sends
+        what it has room for at once: :meth:`free` says when it has none)."""
+        downloader = getattr(_engine(crawler), "downloader", None)
+        if downloader is None:
+            return False
+        key = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        if slot is None or not getattr(slot, "delay", 0):
+            return False
+        return bool(slot.queue) or self.load(crawler, key) > len(slot.active)
+
     def handed(self, crawler: Crawler, request: Request) -> None:
         """*request* goes to the engine now (when, and with which headers of its own: its
         ``meta["_ha_handed"]`` and ``meta["_ha_own_headers"]``)."""
