@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis.asyncio
+from scrapy import Request
+from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.codec import encode_request
 from scrapy_ha.config.politeness import DomainLimit, Politeness
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
@@ -235,4 +238,23 @@ async def test_status_shows_the_limits_in_force_and_the_slots_held(redis_url):
     assert "(slots held: a.test 2)" in line and "held back 1" in line
     doc = subprocess.run([*cli, "status", "polite", "--json"], capture_output=True, timeout=60)
     assert json.loads(doc.stdout)["domain_slots"] == {"a.test": 2}
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_limit_set_for_an_idn_or_ipv6_host_holds_its_requests(redis_url):
+    """``HA_DOMAIN_LIMITS`` named as a user writes the host (``bücher.example``, ``::1``):
+    before, the first was kept as written while a request's host is in punycode, and the
+    limit never applied (three leased at once at a concurrency of 1); the second stopped
+    the crawl at start ("keys must be host names"), though gates and back queues name such
+    a host ``[::1]``."""
+    limits = {"Bücher.Example": {"concurrency": 1}, "::1": {"concurrency": 1}}
+    politeness = Politeness.from_settings(Settings({"HA_DOMAIN_LIMITS": limits}))
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    await set_domain_limits(q.client, KEYS, politeness.as_hash())
+    urls = [f"http://{host}/{n}" for host in ("bücher.example", "[::1]:8080") for n in range(3)]
+    await q.enqueue([NewEntry(u.encode(), 0, encode_request(Request(u), None)) for u in urls])
+    leased = await q.lease(10, 30000)
+    hosts = sorted(domain(lease).split(":8080")[0] for lease in leased)
+    assert hosts == ["[::1]", "xn--bcher-kva.example"]  # one of each at once
     await q.client.aclose()

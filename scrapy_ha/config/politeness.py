@@ -144,12 +144,26 @@ def _concurrency(name: str, value: Any) -> int:
 
 
 def _domain(domain: Any) -> str:
-    if not isinstance(domain, str) or not domain or any(c in domain for c in " /:@*"):
+    """A key of ``HA_DOMAIN_LIMITS`` as the scripts read a request's host: lower case, an
+    IPv6 address in brackets (``::1`` is ``[::1]``), an IDN in punycode as Scrapy's request
+    URLs have it (``bücher.example`` is ``xn--bcher-kva.example``: kept as written, its
+    limit never applied)."""
+    if isinstance(domain, str) and domain.count(":") > 1:
+        address = domain.removeprefix("[").removesuffix("]")
+        if address and all(c in "0123456789abcdefABCDEF:." for c in address):
+            return f"[{address.lower()}]"
+    if not isinstance(domain, str) or not domain or any(c in domain for c in " /:@*[]"):
         raise ConfigError(
             f"HA_DOMAIN_LIMITS has the key {domain!r}: keys must be host names, "
             f'e.g. "example.com" (no scheme, port or path)'
         )
-    return domain.lower()
+    host = domain.lower()
+    try:
+        return host if host.isascii() else host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise ConfigError(
+            f"HA_DOMAIN_LIMITS has the key {domain!r}: not a host name (IDNA refuses it)"
+        ) from None
 
 
 def _override(domain: str, value: Any, default: DomainLimit) -> DomainLimit:
