@@ -187,6 +187,22 @@ def unknown(settings: BaseSettings) -> list[str]:
             f"{', '.join(given)} {does} nothing while HA_PROXY_MODE is not set: requests go "
             "direct (HA_PROXY_MODE = 'tunnel' for one proxy URL, 'pool' for a proxy list API)"
         )
+    lines += _combinations(settings)
+    for name, instead in SCRAPY_REDIS_UNREAD.items():
+        if settings.get(name) not in (None, False, "False", "false", "0", 0):
+            lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
+    for name in sorted(str(name) for name in settings):
+        if not name.upper().startswith("HA_") or name in KNOWN:
+            continue  # (Scrapy's settings are case-sensitive: ha_lease_time does nothing)
+        near = difflib.get_close_matches(name.upper(), KNOWN, n=1, cutoff=0.7)
+        hint = f"; did you mean {near[0]}?" if near else " (see docs/reference.md)"
+        lines.append(f"{name} is not a setting of scrapy-ha: it does nothing{hint}")
+    return lines
+
+
+def _combinations(settings: BaseSettings) -> list[str]:
+    """A line for each setting that does nothing, or not all it says, beside another."""
+    lines = []
     if settings.get("HA_DUPEFILTER_ERROR_RATE") is not None and settings.get(
         "HA_DUPEFILTER", "set"
     ) in (None, "set"):  # (a QA run: accepted silently, the exact set errs never)
@@ -204,15 +220,13 @@ def unknown(settings: BaseSettings) -> list[str]:
             "is saved with its ack, which commits its items, and no mid-page checkpoint is "
             "saved"
         )
-    for name, instead in SCRAPY_REDIS_UNREAD.items():
-        if settings.get(name) not in (None, False, "False", "false", "0", 0):
-            lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
-    for name in sorted(str(name) for name in settings):
-        if not name.upper().startswith("HA_") or name in KNOWN:
-            continue  # (Scrapy's settings are case-sensitive: ha_lease_time does nothing)
-        near = difflib.get_close_matches(name.upper(), KNOWN, n=1, cutoff=0.7)
-        hint = f"; did you mean {near[0]}?" if near else " (see docs/reference.md)"
-        lines.append(f"{name} is not a setting of scrapy-ha: it does nothing{hint}")
+    if _switched_on(settings, "AUTOTHROTTLE_ENABLED") and _paced(settings):
+        lines.append(  # (a QA run: 14 starts in a second at a rate of 5, three workers)
+            "AUTOTHROTTLE_ENABLED with a crawl-wide rate (HA_DOMAIN_RATE, HA_DOMAIN_LIMITS): a "
+            "worker AutoThrottle holds back sends the requests it leased seconds late, on top "
+            "of the other workers' starts, so a domain may get more than its rate in a second; "
+            "leave AutoThrottle off where the rate must hold (docs/scaling.md)"
+        )
     return lines
 
 
@@ -222,6 +236,17 @@ def _outbox(settings: BaseSettings) -> bool:
         return items_mode(settings) == "outbox"
     except ConfigError:
         return False
+
+
+def _paced(settings: BaseSettings) -> bool:
+    """Does the crawl set a crawl-wide rate (a bad value: its component names it)?"""
+    try:
+        if settings.getfloat("HA_DOMAIN_RATE", 0) > 0:
+            return True
+        limits = settings.getdict("HA_DOMAIN_LIMITS")
+    except (ValueError, TypeError):
+        return False
+    return any(isinstance(v, dict) and v.get("rate") for v in limits.values())
 
 
 def _switched_on(settings: BaseSettings, switch: str) -> bool:
