@@ -12,6 +12,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
+from scrapy_ha.store.shard_sync import outside
 from tests.spiders import FaultSpider
 from tests.test_alerts import Receiver
 from tests.test_archive import rows
@@ -72,3 +73,37 @@ async def test_entries_set_aside_by_scripts_are_archived_and_alerted(
     assert crawler.stats.get_value("ha/archive/archived") == 2
     (post,) = receiver.posts
     assert post["spider"] == "faults" and post["dead"] == 2
+
+
+@deferred_f_from_coro_f
+async def test_entries_set_aside_in_several_shards_of_one_round_are_all_archived(
+    redis_url, redis_client, site, archive_url, receiver
+):
+    """A sharded round's reply had the time of its last shard's call alone: the entries an
+    earlier shard's call set aside (its own time, a millisecond before) were not found, so
+    not archived by the worker, nor alerted for."""
+    shards = 6
+    every = Keys("ha", "faults", 0, shards).every_shard()
+    for keys in every:
+        corrupt_the_queue(redis_client, keys)
+    settings = {
+        **FAST_RETRIES,
+        "REDIS_URL": redis_url,
+        "HA_DLQ_ARCHIVE_URL": archive_url,
+        "HA_DLQ_ALERT_WEBHOOK": receiver.url,
+        "HA_DLQ_ALERT_THRESHOLD": 2 * shards,
+        "HA_SHARDS": shards,
+    }
+    crawler = get_crawler(FaultSpider, settings)
+    await crawler.crawl_async(base_url=site.url, paths=("/item/1",))
+    assert crawler.stats.get_value("ha/dead/corrupt") == 2 * shards
+    dead = {
+        outside(shard, i.decode())
+        for shard, keys in enumerate(every)
+        for i in redis_client.zrange(keys.dead, 0, -1)
+    }
+    assert len(dead) == 2 * shards
+    assert set(rows(archive_url)) == dead
+    assert crawler.stats.get_value("ha/archive/archived") == 2 * shards
+    (post,) = receiver.posts
+    assert post["dead"] == 2 * shards

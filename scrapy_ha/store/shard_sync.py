@@ -356,6 +356,10 @@ def _add_counts(total: SyncResult, result: SyncResult) -> None:
     total.stale += result.stale
     total.refused += result.refused
     total.set_aside += result.set_aside
+    # (total.now_ms is the latest call's: each shard's call set its entries aside at its own)
+    for ms in result.set_aside_at or ([result.now_ms] if result.set_aside else []):
+        if ms not in total.set_aside_at:
+            total.set_aside_at.append(ms)
     total.roots_seen += result.roots_seen
     total.items += result.items
     total.checkpoints += result.checkpoints

@@ -1,7 +1,6 @@
 """What scrapy-ha's Lua scripts take and give back: the records (a lease, a new entry, a
 sync's result, the crawl's counts) and how a request, a lease pair or a renewal is packed
-into script arguments and read back from a reply. :mod:`scrapy_ha.store.queue` makes the calls.
-"""
+into script arguments and read back from a reply. :mod:`scrapy_ha.store.queue` makes the calls."""
 
 from __future__ import annotations
 
@@ -83,6 +82,7 @@ class SyncResult:
     items: int = 0
     #: checkpoints the accepted acks carried (saved, kept aside, or behind the task's)
     checkpoints: int = 0
+    set_aside_at: list[int] = field(default_factory=list)  # set_aside's: each shard call's now_ms
 
 
 class Reclaimed(NamedTuple):

@@ -374,7 +374,7 @@ class Ends:
                 result.refused,
             )
         if result.set_aside:
-            self.set_aside_at.append(result.now_ms)
+            self.set_aside_at += result.set_aside_at or [result.now_ms]
             inc("ha/dead/corrupt", result.set_aside)
             logger.error(
                 "%d pending entr(ies) without an entry id moved to the dead-letter "
