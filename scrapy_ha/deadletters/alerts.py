@@ -281,12 +281,16 @@ async def queue_shrunk(client: redis.asyncio.Redis, keys: Keys) -> None:
     await client.eval(scripts.ALERT_LUA, 2, home.dead, home.dlq_alert, "shrunk", *size)
 
 
-async def _summed(client: redis.asyncio.Redis, keys: Keys) -> tuple[int, ...]:
+async def _summed(client: redis.asyncio.Redis, keys: Keys) -> tuple[int | bytes | str, ...]:
     """A sharded crawl's dead letters, every shard's (one call cannot read them: other
-    slots); nothing for a crawl of one shard, whose script counts them, atomically."""
+    slots), and the marker as it was before they were counted (the script takes away no
+    marker set since: see alert.lua); nothing for a crawl of one shard, whose script counts
+    them, atomically."""
     if keys.shard is None:
         return ()
+    # (the marker apart, first: a pipeline on a cluster may read it after some count)
+    seen = await client.get(keys.of_shard(0).dlq_alert) or b""
     pipe = client.pipeline(transaction=False)  # (one round trip, however many shards)
     for shard in keys.every_shard():
         pipe.zcard(shard.dead)
-    return (sum(await pipe.execute()),)
+    return sum(await pipe.execute()), seen
