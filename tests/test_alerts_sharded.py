@@ -79,3 +79,22 @@ async def test_a_count_taken_before_a_crossing_keeps_that_crossing_s_marker(
         harness.stop(proc)
         await near_client.aclose()
     assert [(p["worker"], p["dead"]) for p in receiver.posts] == [("near", 20)]
+
+
+@deferred_f_from_coro_f
+async def test_the_check_of_many_shards_costs_a_few_round_trips(redis_url, redis_client, receiver):
+    """After each dead letter the worker's check counted the shards one round trip each,
+    awaited by the worker's round: 66 round trips for 64 shards (166 ms a dead letter with
+    Redis 1 ms away). Counted as the server's read events, one per round trip."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    stats = MemoryStatsCollector(get_crawler())
+    alert = DeadLetterAlert(receiver.url, 100, stats, "w")
+    try:
+        queue = make_queue(client, "ha", "faults", 64)
+        await client.ping()  # (connected before counting)
+        before = redis_client.info("stats")["total_reads_processed"]
+        await alert.check(queue)
+        reads = redis_client.info("stats")["total_reads_processed"] - before
+    finally:
+        await client.aclose()
+    assert reads <= 8, reads  # (the check's few round trips, this INFO, and some slack)
