@@ -70,3 +70,24 @@ async def test_dlq_archive_copies_every_shard_and_purge_keeps_the_rest(
     last = cli(redis_url, "dlq", "archive", "faults", "--url", archive_url)
     assert last.stdout.startswith("copied 9 of 9 dead letter(s)"), last.stdout
     assert len(rows(archive_url)) == 33
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_grown_to_more_shards_keeps_in_the_new_ones_what_no_archive_holds(
+    redis_url, redis_client, site, archive_url
+):
+    """The archive was declared in each shard the crawl had: a finished crawl of 2 shards
+    run again with 3 had none in shard 2, whose purge (and retention) dropped for good the
+    dead letters no archive held."""
+    first = tuple(f"/status/404?n={i}" for i in range(6))
+    await crawl(
+        redis_url, site, first, HA_SHARDS=2, HA_DLQ_ARCHIVE_URL=archive_url, SCHEDULER_PERSIST=False
+    )
+    later = tuple(f"/status/410?n={i}" for i in range(30))  # no archive setting: not copied
+    await crawl(redis_url, site, later, HA_SHARDS=3, SCHEDULER_PERSIST=False)
+    assert redis_client.get("ha:{faults}:shards") == b"3"
+    assert min(per_shard(redis_client)) > 0  # (shard 2 holds some)
+    purged = cli(redis_url, "dlq", "purge", "faults", "--all", "--yes")
+    assert purged.returncode == 0, purged.stderr
+    assert "kept 30 entries not archived yet" in purged.stdout + purged.stderr
+    assert sum(per_shard(redis_client)) == 30

@@ -26,6 +26,7 @@ __all__ = [
     "parts",
     "sink_id",
     "sink_name",
+    "spread_declaration",
     "unarchived",
 ]
 
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 from scrapy_ha.store import scripts
+from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
 
     from scrapy_ha.keys import Keys
+    from scrapy_ha.store.queue import RedisQueue
 
 #: The field of ``Keys.dead_archived`` that declares an archive (entry ids are numbers).
 ARCHIVE_MARK = "~archive"
@@ -92,6 +95,18 @@ async def declare(client: Redis, keys: Keys, archive: Sink) -> None:
         keys.dead_archived,
         mapping={ARCHIVE_MARK: archive.display_url, SINK_MARK + archive.sink: archive.sink_name},
     )
+
+
+async def spread_declaration(queue: RedisQueue) -> None:
+    """Declare in every shard of *queue*'s crawl the archive a shard of it declares: a
+    finished crawl run again with more shards has new shards without it, whose retention
+    and ``dlq purge`` would drop for good the entries no archive holds."""
+    shards = shards_of(queue)
+    found = [await s.client.hget(s.keys.dead_archived, ARCHIVE_MARK) for s in shards]
+    url = next((u for u in found if u is not None), None)
+    for shard, there in zip(shards, found, strict=True):
+        if url is not None and there is None:
+            await shard.client.hsetnx(shard.keys.dead_archived, ARCHIVE_MARK, url)
 
 
 async def declared(client: Redis, keys: Keys) -> str | None:

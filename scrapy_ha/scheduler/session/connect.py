@@ -15,6 +15,7 @@ import scrapy
 
 from scrapy_ha._version import __version__
 from scrapy_ha.config.validate import ConfigError, start_key
+from scrapy_ha.deadletters.marks import spread_declaration
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
 from scrapy_ha.spiders import RedisSpiderMixin
@@ -178,8 +179,9 @@ async def open_queue(
     )
     ttl = config.dupefilter_ttl
     try:  # the dupefilter as stored; one of the other kind is refused (join_crawl's span
-        if shards > 1:
+        if shards > 1:  # (and the archive declared in the shards a grown crawl added)
             await wait.run(lambda: garbage_aside(queue))
+            await wait.run(lambda: spread_declaration(queue))
         await wait.run(  # is the crawl's)
             lambda: set_dupefilter(queue, config.memory, ttl, worker=config.worker_id)
         )
