@@ -91,3 +91,22 @@ async def test_a_crawl_grown_to_more_shards_keeps_in_the_new_ones_what_no_archiv
     assert purged.returncode == 0, purged.stderr
     assert "kept 30 entries not archived yet" in purged.stdout + purged.stderr
     assert sum(per_shard(redis_client)) == 30
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_sharded_after_one_shard_keeps_its_archive_declared(
+    redis_url, redis_client, site, archive_url
+):
+    """A finished crawl of one shard run again sharded: the worker that took it over
+    deleted what the finished run kept under its tag, the archive's declaration with the
+    counters, so the shards' purge dropped for good what no archive held."""
+    first = tuple(f"/status/404?n={i}" for i in range(6))
+    await crawl(redis_url, site, first, HA_DLQ_ARCHIVE_URL=archive_url, SCHEDULER_PERSIST=False)
+    assert cli(redis_url, "dlq", "purge", "faults", "--all", "--yes").returncode == 0
+    later = tuple(f"/status/410?n={i}" for i in range(30))  # no archive setting: not copied
+    await crawl(redis_url, site, later, HA_SHARDS=3, SCHEDULER_PERSIST=False)
+    assert redis_client.get("ha:{faults}:shards") == b"3"
+    purged = cli(redis_url, "dlq", "purge", "faults", "--all", "--yes")
+    assert purged.returncode == 0, purged.stderr
+    assert "kept 30 entries not archived yet" in purged.stdout + purged.stderr
+    assert sum(per_shard(redis_client)) == 30

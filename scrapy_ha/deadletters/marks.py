@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
 from scrapy_ha.store import scripts
+from scrapy_ha.store.join import ARCHIVE_MARK  # (the field that declares an archive)
 from scrapy_ha.store.sharding import shards_of
 
 if TYPE_CHECKING:
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
-#: The field of ``Keys.dead_archived`` that declares an archive (entry ids are numbers).
-ARCHIVE_MARK = "~archive"
 #: ``Keys.dead_archived`` field ``~sink:<sink id>`` -> the sink it names (no credentials).
 SINK_MARK = "~sink:"
 #: Hex digits of a sink id: a few sinks per crawl, and every entry's field names those that

@@ -18,7 +18,8 @@ A worker joins before its first heartbeat, in one script under the crawl's own t
     be out of reach, so the worker is refused while it keeps dead letters, items its sinks
     have not all consumed or set aside (or requests pushed or requeued since it finished;
     the error says what to do); else its counters, the
-    only thing left under those tags, are deleted (INFO);
+    only thing left under those tags, are deleted (INFO), and an SQL archive declared
+    there is declared under the new ones (:data:`ARCHIVE_MARK`);
 
 - the number in ``sent`` of a worker whose heartbeat expired is deleted once it has been
   gone for :data:`~scrapy_ha.store.wire.SENT_GRACE_MS` (a day; a finish prunes them too).
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 #: Seconds between two attempts to join while a finish clears the crawl: a finish of a few
 #: shards takes milliseconds, one of 1,024 seconds.
 JOIN_POLL = 0.25
+#: The field of a crawl's ``dead_archived`` that declares an SQL archive (lib/deadletter.lua:
+#: retention and purge keep what no archive holds): kept when the layout changes.
+ARCHIVE_MARK = "~archive"
 #: The layout of a crawl of one shard, as join.lua names it (it has no layout key).
 ONE_SHARD = "1"
 
@@ -175,8 +179,12 @@ async def _took_over(client: Any, keys: Keys, joined: Joined) -> None:
         )
         return
     old = layout_keys(keys.prefix, keys.spider, joined.replaced).every_shard()
+    archive = [await client.hget(shard.dead_archived, ARCHIVE_MARK) for shard in old]
     for shard in old:  # one call per shard: each is one slot
         await client.delete(*(name for name in shard.all() if name != shard.feed_guard))
+    for url in {u for u in archive if u is not None}:  # still declared in the new layout
+        for shard in layout_keys(keys.prefix, keys.spider, str(joined.shards)).every_shard():
+            await client.hsetnx(shard.dead_archived, ARCHIVE_MARK, url)
     if joined.shards == 1:
         await client.delete(keys.joins)
     logger.info(
