@@ -4,6 +4,7 @@ however many workers start it, and filters what it saw (store/runs.py, lua/run.l
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -15,7 +16,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.join import join_crawl
 from scrapy_ha.store.queue import RedisQueue
-from scrapy_ha.store.runs import Run, end_run, open_run
+from scrapy_ha.store.runs import Run, end_run, open_run, read_run
 from scrapy_ha.store.wire import NewEntry
 from tests.spiders import CatalogueSpider
 
@@ -110,8 +111,6 @@ async def test_two_workers_rerun_a_persisted_crawl_seeding_it_once(redis_url, si
 async def test_the_status_says_which_run_and_that_its_totals_count_every_run(redis_url):
     """A persisted crawl started again showed totals that grew over its runs and nothing
     said so: a user who re-ran it read the earlier runs' pages as this run's."""
-    import json  # noqa: PLC0415
-
     from tests.test_dlq import cli  # noqa: PLC0415
 
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
@@ -179,3 +178,30 @@ async def test_the_dashboards_requeue_says_it_too(redis_url, site_factory):
     kept, cleared = notes
     assert kept is None
     assert cleared.startswith("the crawl of catalogue finished and was cleared"), cleared
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_that_resumes_an_ended_run_with_work_pushed_after_it_reopens_it(
+    redis_url,
+):
+    """A QA run: requests pushed (or requeued) after the crawl finished, then a worker
+    started; it joined the ended run (the crawl is not empty), and while it crawled the
+    status said ``run 1, begun ..., ended ...`` (``"open": false``): the run in progress
+    read as over. The worker that resumes the run opens it again."""
+    from tests.test_dlq import cli  # noqa: PLC0415
+
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    assert await open_run(q, "a", HEARTBEAT_MS) == Run(1, True)
+    assert await end_run(q)
+    await q.enqueue([NewEntry(b"fp1", 0, b"payload")])  # `scrapy-ha push` after the end
+    assert await open_run(q, "b", HEARTBEAT_MS) == Run(1, False)  # resumes run 1: work left
+    state = await read_run(q.client, KEYS)
+    assert state is not None and state.open, state
+    shown = json.loads(cli(redis_url, "status", "s", "--json").stdout)["run"]
+    assert (shown["number"], shown["open"], shown["ended"]) == (1, True, None), shown
+    (lease,) = await q.lease(1, 30_000)
+    await q.ack([(lease.id, lease.token)])
+    assert await end_run(q)  # and it ends again when the crawl is done
+    state = await read_run(q.client, KEYS)
+    assert state is not None and not state.open and state.ended is not None, state
+    await q.client.aclose()

@@ -3,7 +3,8 @@
 -- worker sees it finished. A worker that joins a crawl with nothing pending, leased or
 -- delayed starts the next run when the last one ended (a worker saw it finish) or when no
 -- other worker of that run is alive (its workers were all killed at the end); any other
--- worker joins the run in progress. A run's workers are those that opened it or joined it
+-- worker joins the run in progress (or resumes the last, open again: work pushed or requeued
+-- after its end). A run's workers are those that opened it or joined it
 -- here ('m:<worker id>' fields), not every heartbeat: a worker registers when it joins the
 -- crawl (join.lua) before it calls this, so two workers restarted together on a run whose
 -- workers all died would otherwise each find the other alive and both join the dead run.
@@ -68,7 +69,8 @@ local run = redis.call('HMGET', KEYS[1], 'n', 'open')
 local n = tonumber(run[1] or '') or 0
 local others = n > 0 and others_alive(n, worker) or 0
 if n > 0 and (active > 0 or (run[2] == '1' and others > 0)) then
-  redis.call('HSET', KEYS[1], 'm:' .. worker, n)
+  -- (an ended run with work put back after its end, pushed or requeued: resumed, open again)
+  redis.call('HSET', KEYS[1], 'm:' .. worker, n, 'open', 1)
   return {n, 0}
 end
 if n > 0 then others_alive(n + 1, worker) end -- drops every member of the runs before
