@@ -6,9 +6,17 @@ missed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING
 
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.runs import end_run, open_run
+from scrapy_ha.store.wire import NewEntry
 from tests.cli_seed import scrapy_ha
 from tests.scrapy_project import crawl, write_project
 
@@ -114,3 +122,43 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+@deferred_f_from_coro_f
+async def test_a_sink_of_a_spider_without_the_outbox_says_its_workers_commit_no_items(
+    tmp_path, redis_url
+):
+    """A QA run: a user who ran the README's ``scrapy-ha items myspider --to
+    sqlite:///items.db`` in a project without ``HA_ITEMS = "outbox"`` saw the consumer wait
+    for ever, consuming nothing, and nothing said why. It says so, and consumes as before."""
+    project = write_project(tmp_path / "project", PROJECT, SPIDERS, "HA_IDLE_TIMEOUT = 1\n")
+    await _ended_crawl(redis_url, "books")  # so that --exit-idle exits
+    for action in ((), ("--declare",)):
+        run = await asyncio.to_thread(
+            scrapy_ha, "items", "books", "--to", f"jsonl:{tmp_path / 'items.jl'}",
+            "--exit-idle", "0.5", *action, "--redis-url", redis_url, cwd=project,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        said = "note: HA_ITEMS of spider books is 'off' in this project: workers started with"
+        assert said in run.stderr, run.stderr
+        assert 'set HA_ITEMS = "outbox"' in run.stderr, run.stderr
+    outbox = _project(tmp_path / "outbox")
+    run = await asyncio.to_thread(
+        scrapy_ha, "items", "books", "--to", f"jsonl:{tmp_path / 'o.jl'}", "--exit-idle",
+        "0.5", "--redis-url", redis_url, cwd=outbox,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "HA_ITEMS" not in run.stderr, run.stderr
+
+
+async def _ended_crawl(redis_url: str, spider: str) -> None:
+    """A crawl of *spider* whose run began and ended, as a worker leaves it."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    queue = RedisQueue(client, Keys("ha", spider))
+    await open_run(queue, "worker", 30_000)
+    await queue.enqueue([NewEntry(b"fp1", 0, b"payload")])
+    (lease,) = await queue.lease(1, 30_000)
+    await queue.ack([(lease.id, lease.token)])
+    await client.zrem(queue.keys.workers, "worker")  # it left
+    assert await end_run(queue)
+    await client.aclose()

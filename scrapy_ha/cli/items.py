@@ -28,6 +28,7 @@ import redis
 from scrapy_ha.cli.common import INTERRUPTED
 from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
+from scrapy_ha.config.items import items_mode
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.sinks.consumer import GroupGone, ItemConsumer, SinkDidNotOpen, default_consumer
 from scrapy_ha.sinks.jsonl import JsonLinesSink
@@ -128,6 +129,7 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         if args.retry_aside:
             return await retry_aside(queue, runner, args.ids)
         return await list_aside(queue, group)
+    _note_no_outbox(args, queue.keys.spider)
     if args.declare:
         missed = await runner.join()
         print(f"group {group} of {queue.keys.spider} is ready (items it misses: {missed})")
@@ -163,6 +165,20 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         flush=True,
     )
     return 1 if report.stuck else 0  # --exit-idle left entries pending (its WARNING)
+
+
+def _note_no_outbox(args: argparse.Namespace, spider: str) -> None:
+    """Say so when the spider's workers commit no items (``HA_ITEMS`` is not ``"outbox"``
+    in the project): the consumer would wait for ever, consuming nothing."""
+    view = args.worker_view
+    if view.caveat or items_mode(view.crawler.settings) == "outbox":
+        return  # (outside the project: its workers' settings are not known here)
+    print(
+        f"note: HA_ITEMS of spider {spider} is 'off' in this project: workers started with its "
+        f"settings commit no items to the stream, so this sink gets none of theirs (set "
+        f'HA_ITEMS = "outbox")',
+        file=sys.stderr,
+    )
 
 
 def _stopping(stop: asyncio.Event, task: asyncio.Task[Any] | None) -> None:
