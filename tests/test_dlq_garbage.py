@@ -162,3 +162,26 @@ async def test_requeue_of_a_sharded_crawl_names_the_entry_its_id_as_the_tools_sh
     assert done.returncode == 1, done
     assert f"dead letter 1:{local}: its stored request is gone" in done.stderr, done.stderr
     assert f"scrapy-ha dlq purge wide 1:{local}`" in done.stderr
+
+
+@deferred_f_from_coro_f
+async def test_a_queue_element_without_an_id_set_aside_shows_what_it_held(redis_url, redis_client):
+    """A QA run: a back-queue element written by hand without an entry id was set aside as
+    corrupt (sync.lua), but `dlq list` showed `?` in its URL column and `dlq show` an empty
+    request: what it held (stored as its payload) was nowhere to be read, where the entries
+    a worker sets aside show theirs. They show what it held."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        redis_client.rpush(KEYS.queue("0:x"), "garbage-no-id")
+        redis_client.zadd(KEYS.ready, {"0:x": 0})
+        assert (await q.sync(lease=1)).set_aside == 1
+    finally:
+        await q.client.aclose()
+    (entry_id,) = (i.decode() for i in redis_client.zrange(KEYS.dead, 0, -1))
+    listed = cli(redis_url, "dlq", "list", KEYS.spider)
+    assert listed.returncode == 0, listed.stderr
+    line = next(x for x in listed.stdout.splitlines() if x.strip().startswith(entry_id))
+    assert line.endswith("garbage-no-id"), line
+    shown = cli(redis_url, "dlq", "show", KEYS.spider, entry_id)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["url"] == "garbage-no-id", shown.stdout

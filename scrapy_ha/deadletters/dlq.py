@@ -166,10 +166,11 @@ def parse_entry(
         meta = None
     if not isinstance(meta, dict):  # not JSON, or JSON but no object (null, 7, [1]): by hand
         meta = {"class": "unknown", "reason": f"unreadable info: {info!r:.100}"}
-    summary = describe(payload)
+    summary = describe(payload)  # unreadable: what it held, as a worker's record says it
+    held = meta.get("payload") or (payload or b"?")[:200].decode("utf-8", "replace")
     return DeadEntry(
         entry_id,
-        summary.url_or(str(meta.get("payload", "?"))),
+        summary.url_or(str(held)),
         str(meta.get("class", "unknown")),
         mask_text(str(meta.get("reason", ""))),
         time_ms(dead_at),  # (a score written by hand, `inf` or 1e300: clamped)
