@@ -162,6 +162,19 @@ def test_a_bad_line_pushes_nothing(redis_url, redis_client):
     assert not redis_client.exists("ha:{pushed}:ready", "ha:{pushed}:dupefilter")
 
 
+def test_a_file_named_as_a_request_says_how_to_push_its_lines(redis_url, redis_client, tmp_path):
+    """A QA run: `scrapy-ha push SPIDER urls.txt` answered `Missing scheme in request url:
+    urls.txt`, which did not say that a file's lines are pushed from stdin."""
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://a.example/1\n")
+    result = push(redis_url, str(urls))
+    assert result.returncode == 1
+    said = result.stderr.splitlines()[-1]
+    assert said.startswith("nothing pushed: argument 1: Missing scheme"), said
+    assert f"{urls} is a file: to push its lines, give - and the file on stdin" in said, said
+    assert not redis_client.exists("ha:{pushed}:ready")
+
+
 def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_client):
     """The second batch holds a request larger than Redis takes in one argument (its
     proto-max-bulk-len, 1 MB here): Redis closes the connection after the first batch was

@@ -110,7 +110,7 @@ def _crawl_commands(sub: Any) -> None:
         "push",
         at("push", "push"),
         "add requests: URLs or JSON objects (url, callback, errback, priority, meta, method, "
-        "headers, body, dont_filter), or JSON lines from stdin with -; the crawl's dupefilter "
+        "headers, body, dont_filter), or one a line from stdin with -; the crawl's dupefilter "
         "applies",
     )
     push.add_argument(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any
@@ -142,7 +143,14 @@ def _request(doc: dict[str, Any], where: str) -> Request:
             dont_filter=doc.get("dont_filter", False),
         )
     except (TypeError, ValueError) as exc:  # a URL Scrapy refuses ("Missing scheme")
-        raise BadLine(f"{where}: {exc}") from None
+        raise BadLine(f"{where}: {exc}{_a_file(doc['url'])}") from None
+
+
+def _a_file(url: object) -> str:
+    """How to push a file's lines, when a request given is the name of a file."""
+    if isinstance(url, str) and os.path.isfile(url):
+        return f" ({url} is a file: to push its lines, give - and the file on stdin: - < {url})"
+    return ""
 
 
 def parse_line(line: str, where: str) -> tuple[Request, dict[str, str]]:
