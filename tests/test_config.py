@@ -367,3 +367,24 @@ def test_a_number_past_its_bound_is_quoted_as_given():
         with pytest.raises(ConfigError) as info:
             read(Settings({name: 1e300}))
         assert str(info.value).startswith(f"{name}=1e+300 must be at most "), info.value
+
+
+def test_the_dashboards_token_given_as_a_setting_is_named_at_start(caplog):
+    """A QA run: ``HA_DASHBOARD_TOKEN`` in settings.py was taken as a known setting (no
+    WARNING), but only ``scrapy-ha dashboard``'s environment variable of that name is read:
+    the token set there protected nothing, silently."""
+    import logging
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_ha.scheduler.shell import Scheduler
+
+    with caplog.at_level(logging.WARNING):
+        Scheduler.from_crawler(get_crawler(Spider, {"HA_DASHBOARD_TOKEN": "s3cret"}))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "HA_DASHBOARD_TOKEN is not a setting: it does nothing in settings; `scrapy-ha "
+        "dashboard` reads its token from --token or the environment variable "
+        "HA_DASHBOARD_TOKEN"
+    ]

@@ -19,6 +19,9 @@ __all__ = ["KNOWN", "unknown", "warn_unknown"]
 
 logger = logging.getLogger(__name__)
 
+#: The dashboard's environment variable (``scrapy_ha.dashboard._guard``): in KNOWN, as the
+#: code names it, but no setting: given in settings, it is named at start.
+TOKEN_ENV = "HA_DASHBOARD_TOKEN"
 #: Every ``HA_*`` setting of scrapy-ha (tests/test_config.py checks it against the code).
 KNOWN = frozenset(
     {
@@ -188,6 +191,7 @@ def unknown(settings: BaseSettings) -> list[str]:
             "direct (HA_PROXY_MODE = 'tunnel' for one proxy URL, 'pool' for a proxy list API)"
         )
     lines += _combinations(settings)
+    lines += _environment_only(settings)
     for name, instead in SCRAPY_REDIS_UNREAD.items():
         if settings.get(name) not in (None, False, "False", "false", "0", 0):
             lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
@@ -228,6 +232,17 @@ def _combinations(settings: BaseSettings) -> list[str]:
             "leave AutoThrottle off where the rate must hold (docs/scaling.md)"
         )
     return lines
+
+
+def _environment_only(settings: BaseSettings) -> list[str]:
+    """The dashboard's token given as a setting, which nothing reads (known for the check of
+    the code's names: the dashboard reads an environment variable of that name)."""
+    if settings.get(TOKEN_ENV) is None:
+        return []
+    return [
+        f"{TOKEN_ENV} is not a setting: it does nothing in settings; `scrapy-ha dashboard` "
+        f"reads its token from --token or the environment variable {TOKEN_ENV}"
+    ]
 
 
 def _outbox(settings: BaseSettings) -> bool:
