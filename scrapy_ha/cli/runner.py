@@ -32,6 +32,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.filter_layout import borrow_layout
 from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
+from scrapy_ha.store.auth_hint import refused_login
 from scrapy_ha.store.bloom import BloomMetaError
 from scrapy_ha.store.claims import claim_kind, crawl_dupefilter, dupefilter_kind
 from scrapy_ha.store.connection import (
@@ -196,8 +197,8 @@ async def reachable(client: Any, url: str) -> None:
             await client.ping()
     except redis.exceptions.AuthenticationError as exc:
         raise RedisUnavailable(
-            f"Redis at {url} refused the credentials ({_sentence(exc, url)}): give the user "
-            f"name and password in --redis-url or ${REDIS_URL_ENV}"
+            f"{refused_login(url, _sentence(exc, url))}: give the user name and password in "
+            f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
     except redis.exceptions.InvalidResponse as exc:
         raise RedisUnavailable(

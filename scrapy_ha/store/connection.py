@@ -23,6 +23,7 @@ from redis.utils import HIREDIS_AVAILABLE
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store import url as _redis_url
+from scrapy_ha.store.auth_hint import refused_login
 from scrapy_ha.store.redis_params import ARGUMENTS
 from scrapy_ha.store.tls_hint import tls_hint
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
@@ -305,10 +306,8 @@ async def check_reachable(client: Any, url: str, timeout: float) -> dict[str, An
         async with asyncio.timeout(timeout):
             info: dict[str, Any] = await client.info()
     except redis.exceptions.AuthenticationError as exc:
-        raise RedisUnavailable(
-            f"Redis at {url} refused the credentials ({exc}): check the user name and password "
-            f"in REDIS_URL (or REDIS_PARAMS)"
-        ) from None
+        fix = "give the user name and password in REDIS_URL (or REDIS_PARAMS)"
+        raise RedisUnavailable(f"{refused_login(url, str(exc))}: {fix}") from None
     except TypeError as exc:  # an argument redis-py does not take, met at the first connection
         raise RedisConfigError(f"{ARGUMENTS}: redis-py refused an argument ({exc})") from None
     except REDIS_DOWN_ERRORS as exc:
