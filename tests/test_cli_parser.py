@@ -117,3 +117,19 @@ def test_a_bad_argument_is_a_usage_error_naming_it(argv, said, capsys):
         cli.parse(argv)
     assert exit_.value.code == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # a QA run: the project's HA_DLQ_ARCHIVE_TABLE is taken first (cli/archive.py)
+        (["dlq", "archive"], "(default: the project's HA_DLQ_ARCHIVE_TABLE, else"),
+        # a QA run: revisit, proxy, dictionary and limit filter too (cli/delayed.py)
+        (["delayed", "list"], "or why it waits: gate, limit, revisit, proxy,"),
+    ],
+)
+def test_an_options_help_says_what_it_takes(argv, says, capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([*argv, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert says in shown, shown

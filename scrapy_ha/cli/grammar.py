@@ -181,7 +181,10 @@ def _gates(sub: Any) -> None:
 
 def _delayed_filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--class", dest="failure_class", help="failure class: server, network, ... or gate"
+        "--class",
+        dest="failure_class",
+        help="failure class (server, network, ...) or why it waits: gate, limit, revisit, proxy, "
+        "dictionary",
     )
     parser.add_argument("--domain", help="the request's host name")
 
@@ -243,7 +246,10 @@ def _dlq(sub: Any) -> None:
         "project's HA_DLQ_ARCHIVE_URL); idempotent",
     )
     archive.add_argument("--url", help="SQLAlchemy URL (default: the project's HA_DLQ_ARCHIVE_URL)")
-    archive.add_argument("--table", help=f"table name (default: {ARCHIVE_TABLE})")
+    archive.add_argument(
+        "--table",
+        help=f"table name (default: the project's HA_DLQ_ARCHIVE_TABLE, else {ARCHIVE_TABLE})",
+    )
     archive.add_argument("--dry-run", action="store_true", help="count, copy nothing")
 
 
