@@ -30,6 +30,7 @@ from scrapy_ha.ops.crawls import (
 )
 from scrapy_ha.ops.revisits import revisit_metrics
 from scrapy_ha.store.health import primaries_info_sync
+from scrapy_ha.verdict import RETRY_CLASSES
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,6 +56,15 @@ COUNTERS = (
     ("items", "items_committed", "Items committed to the item stream with their page's ack."),
     ("items_refused", "items_refused", "Items not committed: their page's lease had expired."),
 )
+#: The classes a retry can have, exposed at 0 from a crawl's first scrape: Prometheus's
+#: increase() and rate() count nothing of a series' first sample, so a class whose series
+#: was born at its first non-zero value hid it (45 pages gone at once counted 2, and
+#: ScrapyHADeadLettersGrowing stayed quiet).
+RETRIED_CLASSES = tuple(c.value for c in RETRY_CLASSES)
+#: The same for dead letters: the retry classes and the scheduler's own (a lease expired too
+#: often, a child that could not be stored, an entry that cannot be read back or whose URL
+#: scheme is refused, a failure the worker could not judge).
+DEAD_CLASSES = (*RETRIED_CLASSES, "poison", "unstorable", "corrupt", "refused", "error")
 
 
 class CrawlCollector:
@@ -346,11 +356,16 @@ def _class_counters(crawls: list[CrawlNumbers]) -> list[Metric]:
         labels=["spider", "class"],
     )
     for c in crawls:
-        for fclass, n in sorted(c.by_class("retried").items()):
+        for fclass, n in sorted(_every_class(c.by_class("retried"), RETRIED_CLASSES).items()):
             retried.add_metric([c.spider, fclass], n)
-        for fclass, n in sorted(c.by_class("dead").items()):
+        for fclass, n in sorted(_every_class(c.by_class("dead"), DEAD_CLASSES).items()):
             dead.add_metric([c.spider, fclass], n)
     return [retried, dead]
+
+
+def _every_class(counted: dict[str, int], known: tuple[str, ...]) -> dict[str, int]:
+    """*counted* with every class of *known* it lacks at 0 (see :data:`RETRIED_CLASSES`)."""
+    return {**dict.fromkeys(known, 0), **counted}
 
 
 def _outcomes(crawls: list[CrawlNumbers]) -> Metric:
