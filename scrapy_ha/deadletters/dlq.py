@@ -37,7 +37,6 @@ CONNECT_TIMEOUT = 5.0
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from types import TracebackType
 
 #: Entries read per round trip when scanning the dead-letter queue.
 SCAN_BATCH = 500
@@ -245,12 +244,7 @@ class DeadLetterQueue:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     async def scan(
