@@ -348,8 +348,10 @@ class InFlight:
         late = fence is not None and fence[0] not in self._held
         if fence is not None and not late and self._carries(fence[0], request):
             return _CARRIED
-        # a child yielded with its page's meta copied: told on its own, not as a target
+        # a child yielded with its page's meta copied: told on its own, not as a target,
+        # and at its own priority (not its page's before a retry lowered it)
         meta.pop(metakeys.REVISIT_TARGET, None)
+        meta.pop(metakeys.RETRY_BASE_PRIORITY, None)
         return Kin(parent=self._parent_of(request), fence=None if late else fence, late=late)
 
     def _carries(self, entry_id: str, request: Request) -> bool:
