@@ -71,7 +71,8 @@ TASK_STATE = "ha_cp"
 #: again, is not marked: a review found it crawled twice in one run).
 TASK_RERUN = "rerun"
 #: :data:`TASK_RERUN`'s value for a task resumed from a checkpoint of a version that
-#: recorded no run (it may be a rerun that version left mid-way): a rerun until its chain
+#: recorded no run (it may be a rerun that version left mid-way), or from a rerun's saved in
+#: a run before (its chain may have branched, the rerun done): a rerun until its chain
 #: branches (a branch's pages are filtered as any: a branched task's checkpoint, never done,
 #: stays before the branch, and each later run crawled every branch again; a review).
 RERUN_GUESSED = "guessed"

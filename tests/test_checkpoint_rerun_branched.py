@@ -74,3 +74,26 @@ def test_a_guessed_rerun_ends_where_its_chain_branches_a_said_one_does_not():
     said = resume_state({**doc, metakeys.TASK_RERUN: True}, rerun=True)
     branch(said)
     assert said[metakeys.TASK_RERUN] is True  # HA_CHECKPOINT_RERUN's: every branch
+    # saved by a rerun in a run before: guessed (its chain may have branched then)
+    later = resume_state({**doc, metakeys.TASK_RERUN: True, "run": 1}, earlier=True)
+    assert later[metakeys.TASK_RERUN] == metakeys.RERUN_GUESSED
+
+
+@deferred_f_from_coro_f
+async def test_a_rerun_whose_chain_branches_is_not_rerun_in_every_later_run(
+    redis_url, redis_client, site
+):
+    """A task done in a run (its chain did not branch then), run again (HA_CHECKPOINT_RERUN)
+    when its chain branches: its checkpoint, never done, stays at the branch marked as a
+    rerun's. The runs after, without HA_CHECKPOINT_RERUN, resume it there as a branched
+    task that is no rerun (before: as a rerun, every branch crawled again in every run)."""
+    first = await crawl(redis_url, site, spider_cls=EveryRunSpider, settings=PERSIST)
+    assert first.spider.pages == ["1", "2", "3", "4", "5"]
+    assert saved(redis_client)["done"] is True
+    rerun = {**PERSIST, "HA_CHECKPOINT_RERUN": True}
+    again = await crawl(redis_url, site, spider_cls=BranchingSpider, settings=rerun)
+    assert sorted(again.spider.pages) == ["1", "2", "3", "4", "5"]
+    assert saved(redis_client)["done"] is False  # at page 2, the branch
+    for _ in range(2):
+        later = await crawl(redis_url, site, spider_cls=BranchingSpider, settings=PERSIST)
+        assert later.spider.pages == ["2"]  # before: ["2", "3", "4", "5"] in each run

@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-
 __all__ = ["CheckpointMiddleware"]
 
 logger = logging.getLogger(__name__)
@@ -128,12 +127,13 @@ class CheckpointMiddleware:
                 task,
             )
             return None
+        earlier = doc.get("run") != self._scheduler().admission.run  # (None: a version before)
         if doc.get("done") or not doc.get("next"):
-            if doc.get("done") and doc.get("run") != self._scheduler().admission.run:
+            if doc.get("done") and earlier:
                 root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True  # see TASK_RERUN
             return root
         try:  # a rerun if saved by one, or by a version that recorded neither (resume_state)
-            request = self._resumed(task, doc, rerun="run" not in doc)
+            request = self._resumed(task, doc, rerun="run" not in doc, earlier=earlier)
             # filtered as its root is: by the run's start deduplication (a dont_filter
             # root), or as the root itself (a root filtered as any request, its URL kept)
             request.meta[metakeys.START_OF] = (
@@ -176,10 +176,10 @@ class CheckpointMiddleware:
             logger.warning(said, task, exc)
             return None
 
-    def _resumed(self, task: str, doc: dict[str, Any], rerun: bool = False) -> Request:
+    def _resumed(self, task: str, doc: dict[str, Any], **rerun: bool) -> Request:
         """The request a checkpoint resumes its task with: its next page, with its progress
         (any exception: a checkpoint of another shape, a scheme HA_ALLOWED_SCHEMES refuses)."""
-        state = resume_state(doc, rerun)
+        state = resume_state(doc, **rerun)
         request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
         fields = doc.get("fields", {})
         if not isinstance(fields, dict):

@@ -114,18 +114,23 @@ def carried(state: dict[str, Any], *names: str) -> dict[str, Any]:
     return {k: state[k] for k in names or ("last_id", metakeys.TASK_RERUN) if k in state}
 
 
-def resume_state(doc: dict[str, Any], rerun: bool = False) -> dict[str, Any]:
+def resume_state(doc: dict[str, Any], rerun: bool = False, earlier: bool = False) -> dict[str, Any]:
     """The progress a checkpoint resumes its task with (page, items, last_id, skip), its
     shape checked: ValueError for a document a bug or a hand wrote otherwise. *rerun*: the
     checkpoint was saved by a version that recorded no run (nor whether its task was a
     rerun): it goes on as a rerun, guessed (:func:`branch`; a QA run of an upgrade: a chain
     the version before left at page 2 was crawled a page per run). One saved since says so
     itself: a task not rerun resumed from an earlier run's (its chain branched, never done)
-    is filtered as any, or every later run crawled its whole chain again (a review)."""
+    is filtered as any, or every later run crawled its whole chain again (a review).
+    *earlier*: it was saved in a run before this one: a rerun it says goes on guessed too
+    (a rerun whose chain branched left its checkpoint, never done, before the branch,
+    marked a rerun's: every later run crawled every branch again; a review)."""
     state: dict[str, Any] = {k: doc[k] for k in ("page", "items", "last_id", "skip") if k in doc}
     said = doc.get(metakeys.TASK_RERUN)
     if said is True or said == metakeys.RERUN_GUESSED or rerun:
-        state[metakeys.TASK_RERUN] = True if said is True else metakeys.RERUN_GUESSED
+        state[metakeys.TASK_RERUN] = (
+            True if said is True and not earlier else metakeys.RERUN_GUESSED
+        )
     for name, least in (("page", 1), ("items", 0), ("skip", 0)):
         value = state.get(name, least)
         if type(value) is not int or value < least:
