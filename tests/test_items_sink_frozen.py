@@ -69,3 +69,34 @@ def test_an_item_consumer_stops_on_ctrl_c_when_its_database_freezes(
     again = scrapy_ha(*base, "--exit-idle", "0.2", "--batch", "1000", "--claim-idle", "1")
     assert again.returncode == 0, again.stderr
     assert stored(postgres_url) == ITEMS
+
+
+def test_a_new_group_whose_sink_never_opened_goes_when_ctrl_c_gives_it_up(
+    redis_url: str,
+    redis_client: redis.Redis,
+    postgres_server: PostgresServer,
+    postgres_url: str,
+) -> None:
+    """A consumer's group made by its start is taken away again when its sink does not
+    open, as nothing was read: a group nobody consumes keeps every item in the stream for
+    ever. Before, a second Ctrl-C while the sink opened on a frozen database (within its
+    connection timeout) left the group behind."""
+    dead_letters(redis_url, "shop", [("http://a.test/1", "gone", 404)])  # the crawl is there
+    base = ("--redis-url", redis_url, "items", "shop", "--to", postgres_url)
+
+    def groups() -> list[str]:
+        if not redis_client.exists(KEYS.items):
+            return []
+        return [g["name"].decode() for g in redis_client.xinfo_groups(KEYS.items)]
+
+    with frozen(postgres_server):  # the sink's connection waits for an answer
+        proc = subprocess.Popen([SCRAPY_HA, *base], stderr=subprocess.DEVNULL)
+        wait_for(lambda: groups() or proc.poll() is not None, "the consumer's group", 60)
+        assert proc.poll() is None, "the consumer ended before its sink opened"
+        time.sleep(0.5)  # its sink is opening
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # a second Ctrl-C gives the opening up
+        returncode = exited(proc)
+    assert returncode == 130
+    assert groups() == []  # before: ['sql:...'], nobody's, holding every item

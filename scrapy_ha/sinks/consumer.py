@@ -144,14 +144,7 @@ class ItemConsumer:
         empty for *exit_idle* seconds. The sink is closed at the end."""
         stop = stop or asyncio.Event()
         await self.join()  # first: items other groups consume meanwhile stay for this one
-        try:
-            recovered = await self.sink.open()
-        except Exception as exc:  # a group nobody consumes would keep every item for ever
-            await self._forget_new_group()
-            if isinstance(exc, ConfigError):  # says what is wrong (a file another one holds)
-                raise
-            why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-            raise SinkDidNotOpen(f"the sink did not open: {why}") from exc
+        recovered = await self._open()
         try:
             await self.acknowledge_recovered(recovered)
             for stream in self.streams:  # consumers killed owing nothing: status counted them
@@ -186,6 +179,22 @@ class ItemConsumer:
             await self.sink.close()
         await self._leave()
         return self.report
+
+    async def _open(self) -> list[str]:
+        """Open the sink; what it recovered. The group this consumer made goes again if it
+        does not open, failed or given up (a second Ctrl-C, cli/items.py): a group nobody
+        consumes would keep every item for ever."""
+        try:
+            return await self.sink.open()
+        except asyncio.CancelledError:
+            await self._forget_new_group()
+            raise
+        except Exception as exc:
+            await self._forget_new_group()
+            if isinstance(exc, ConfigError):  # says what is wrong (a file another one holds)
+                raise
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            raise SinkDidNotOpen(f"the sink did not open: {why}") from exc
 
     async def _leave(self) -> None:
         """Leave the group where this consumer owes nothing (``status`` counts consumers
