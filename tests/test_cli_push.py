@@ -200,3 +200,42 @@ def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_
         "dupefilter drops those already in; one with dont_filter would be queued twice)"
     ), said
     assert backqueues.count(redis_client, Keys("ha", "pushed")) == BATCH
+
+
+def test_a_push_stopped_by_ctrl_c_says_what_was_pushed(redis_url, redis_client, tmp_path):
+    """As when Redis stops it half-way: the lines stored and those not, so that pushing the
+    rest again queues nothing twice (a dont_filter line pushed again is). Before, a Ctrl-C
+    said ``interrupted`` alone."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.cli_seed import ROOT, SCRAPY_HA
+
+    lines = tmp_path / "lines.txt"
+    n = 400 * BATCH  # pushed for seconds: the Ctrl-C comes between two batches
+    lines.write_text("".join(f"http://a.example/{i}\n" for i in range(n)))
+    keys = Keys("ha", "pushed")
+    args = [SCRAPY_HA, "push", "pushed", "-", "--create", "--redis-url", redis_url]
+    with lines.open() as stdin:
+        proc = subprocess.Popen(args, cwd=ROOT, stdin=stdin, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            # a second batch in Redis: the first one's reply came (the push said it is in)
+            while backqueues.count(redis_client, keys) <= BATCH and proc.poll() is None:
+                assert time.monotonic() < deadline, "no second batch pushed"
+                time.sleep(0.02)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "interrupted", err
+    said = next((line for line in err.splitlines() if line.startswith("interrupted: ")), err)
+    assert said.startswith("interrupted: pushed "), err  # before: "interrupted" alone
+    pushed = int(said.split()[2])
+    assert BATCH <= pushed < n, said
+    assert said.startswith(f"interrupted: pushed {pushed} of {n} requests to pushed ("), said
+    assert f"stdin lines 1 to {pushed}, before Ctrl-C; stdin lines {pushed + 1} to {n}" in said
+    queued = backqueues.count(redis_client, keys)
+    assert pushed <= queued <= pushed + BATCH  # the batch under way: in, or in part

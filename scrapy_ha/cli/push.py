@@ -14,6 +14,7 @@ https by default) is a bad line: workers would dead-letter it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -237,8 +238,13 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
             added += await queue.enqueue(batch)
             done += len(batch)
     except redis.exceptions.RedisError as exc:
-        print(_stopped(queue, [where for _, where in entries], done, added, exc), file=sys.stderr)
+        said = f"error: {_stopped(queue, entries, done, added)} Redis failed: {exc}"
+        print(f"{said}; {_not_pushed(entries, done)}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C (then "interrupted")
+        said = f"interrupted: {_stopped(queue, entries, done, added)} Ctrl-C"
+        print(f"{said}; {_not_pushed(entries, done)}", file=sys.stderr)
+        raise
     print(
         f"pushed {plural(len(entries), 'request')} to {queue.keys.spider}: {added} added, "
         f"{len(entries) - added} filtered (seen before)"
@@ -246,15 +252,26 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
     return 0
 
 
-def _stopped(queue: RedisQueue, wheres: list[str], done: int, added: int, exc: Exception) -> str:
-    """What a push that Redis stopped half-way did: the lines of the batches it stored, and
-    those it did not (the failed batch may be stored in part: its reply never came)."""
+def _stopped(queue: RedisQueue, entries: list[tuple[Any, str]], done: int, added: int) -> str:
+    """What a push that Redis or Ctrl-C stopped half-way did: the lines of the batches it
+    stored (then "before" what stopped it)."""
+    wheres = [where for _, where in entries]
     pushed = f"{_span(wheres[:done])}, " if done else ""
     return (
-        f"error: pushed {done} of {plural(len(wheres), 'request')} to {queue.keys.spider} "
-        f"({added} added, {done - added} filtered), {pushed}before Redis failed: {exc}; "
-        f"{_span(wheres[done:])} were not pushed, or only in part: push them again (the "
-        f"dupefilter drops those already in; one with dont_filter would be queued twice)"
+        f"pushed {done} of {plural(len(wheres), 'request')} to {queue.keys.spider} "
+        f"({added} added, {done - added} filtered), {pushed}before"
+    )
+
+
+def _not_pushed(entries: list[tuple[Any, str]], done: int) -> str:
+    """The lines of a stopped push it did not store (the batch under way may be stored in
+    part: its reply never came)."""
+    left = [where for _, where in entries[done:]]
+    if not left:  # (a Ctrl-C after the last batch)
+        return "every line was pushed"
+    return (
+        f"{_span(left)} were not pushed, or only in part: push them again (the dupefilter "
+        "drops those already in; one with dont_filter would be queued twice)"
     )
 
 
