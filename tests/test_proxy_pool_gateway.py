@@ -111,6 +111,38 @@ async def test_a_site_whose_pages_answer_502_through_one_proxy_cools_none(
     assert not redis_client.hgetall(KEYS.proxy_cooldowns)
 
 
+@deferred_f_from_coro_f
+async def test_a_site_down_answering_502_and_503_through_every_proxy_cools_none(
+    redis_url, redis_client, site_factory, proxy_factory
+):
+    """A site that is down answers 502 for some pages and 503 for others (a gateway in
+    front of it, its origin failing): a 503 through one proxy does not say that the site
+    is up. Before, the proxy that carried the 502s was cooled down as broken."""
+    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    lister = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+    site = site_factory()
+    # taken in turn: the first proxy carries every 502, the second every 503
+    paths = tuple(
+        path
+        for i in range(1, 5)
+        for path in (f"/flaky/{i}?fail=99&status=502", f"/flaky/{10 + i}?fail=99&status=503")
+    )
+    crawler = pool_crawler(
+        redis_url,
+        lister,
+        HA_PROXY_MAX_FAILURES=2,
+        HA_PROXY_COOLDOWN=COOLDOWN,
+        CONCURRENT_REQUESTS=1,
+        HA_RETRY_POLICIES={"server": {"times": 1}},
+    )
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    stats = crawler.stats.get_stats()
+    assert stats["ha/retry/server"] >= len(paths)  # every page failed, and was retried
+    assert "ha/proxy/rotations" not in stats
+    assert not redis_client.hgetall(KEYS.proxy_cooldowns)
+
+
 def test_a_sites_own_502_over_https_does_not_say_it_is_up():
     """A host down over both schemes: its HTTPS 502s through one proxy are the site's own,
     neither the proxy's failures nor the sign that the site answers, which would make the

@@ -8,9 +8,9 @@ was given. A site can answer 502 itself too (the site down, a broken page), and 
 proxy is at fault. So a proxy is held to blame for a site only when it answered
 ``HA_PROXY_MAX_FAILURES`` gateway errors in a row for that site, each for another URL (a
 page that keeps failing is the page's failure), while another proxy got an answer from
-the site since the first of them (the site is up). Inside an HTTPS request's CONNECT
-tunnel the proxy answers nothing but the CONNECT (a refusal is a ``TunnelError``, a
-connection failure): every status there is the site's own.
+the site since the first of them that is no server error (the site is up). Inside an HTTPS
+request's CONNECT tunnel the proxy answers nothing but the CONNECT (a refusal is a
+``TunnelError``, a connection failure): every status there is the site's own.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ __all__ = ["GATEWAY_STATUSES", "GatewayErrors"]
 #: The statuses of a gateway or proxy that could not get an answer (RFC 9110, 15.6.3 and
 #: 15.6.5).
 GATEWAY_STATUSES = frozenset({502, 504})
+#: The first status of a server error (RFC 9110, 15.6): a site that answers one is failing,
+#: which says nothing of whether a proxy's own 502 is the proxy's (a site down behind a
+#: gateway answers 502 for some pages and 503 for others, through every proxy).
+SERVER_ERROR = 500
 #: Sites and (proxy, site) runs remembered at most: a broad crawl's hosts do not pile up.
 MAX_REMEMBERED = 10_000
 
@@ -52,7 +56,7 @@ class GatewayErrors:
         gateway = status in GATEWAY_STATUSES
         if not gateway or urlsplit(url).scheme != "http":
             self._runs.pop(key, None)  # it reached the site (HTTPS: the status is the site's)
-            if not gateway:  # (a site's own 502 does not say that it is up)
+            if status < SERVER_ERROR:  # (a site's own 502 or 503 does not say that it is up)
                 _bounded(self._reached)[host] = now
             return False
         count, since, last = self._runs.get(key, (0, now, ""))
