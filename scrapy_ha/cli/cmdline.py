@@ -48,11 +48,14 @@ def _interrupt_where_it_runs() -> Any:
     cancellation that lands as a Redis command's write completes is lost (CPython issue
     gh-86296), and the command ran on, to its 5 s timeout or, on a frozen database, for
     ever. The commands that stop cleanly on Ctrl-C (``watch``, ``items``, ``metrics``)
-    put their own handlers in place meanwhile."""
+    put their own handlers in place meanwhile. A SIGINT ignored (a shell's background job)
+    or handled otherwise than Python's default stays so, as asyncio.run leaves it."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None
     try:
         return signal.signal(signal.SIGINT, interrupt)
     except ValueError:  # not the main thread (a caller's own): its handling stays
