@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
+from scrapy_ha.deadletters.sharded import ShardedDeadLetters
 from scrapy_ha.store import scripts
 from scrapy_ha.store.join import ARCHIVE_MARK  # (the field that declares an archive)
 from scrapy_ha.store.sharding import shards_of
@@ -118,14 +119,14 @@ async def kept_by_purge(dlq: DeadLetterQueue, entries: list[DeadEntry]) -> list[
     """Of *entries*, those ``dlq purge`` keeps: their shard declares an SQL archive and no
     archive holds the version in the queue (``lib/deadletter.lua``'s ``archived``), for a
     dry run to count what the purge would do (a QA run: it named every entry)."""
-    parts: list[DeadLetterQueue] | None = getattr(dlq, "parts", None)
+    sharded = dlq if isinstance(dlq, ShardedDeadLetters) else None
     groups: dict[int, list[tuple[DeadEntry, str]]] = {}
     for entry in entries:
-        shard, local = dlq.sharded.route(entry.id) if parts else (0, entry.id)  # type: ignore[attr-defined]
+        shard, local = sharded.sharded.route(entry.id) if sharded else (0, entry.id)
         groups.setdefault(shard, []).append((entry, local))
     kept = []
     for shard, pairs in groups.items():
-        part = parts[shard] if parts else dlq
+        part = sharded.parts[shard] if sharded else dlq
         if not await part.client.hexists(part.keys.dead_archived, ARCHIVE_MARK):
             continue  # no archive: every one goes
         for i in range(0, len(pairs), SCAN_BATCH):
@@ -183,25 +184,23 @@ async def mark(client: Redis, keys: Keys, sink: str, entries: list[DeadEntry]) -
 def parts(dlq: DeadLetterQueue) -> list[tuple[DeadLetterQueue, Callable[[str], str]]]:
     """The dead-letter queue of each shard of *dlq*'s crawl (itself when it is not
     sharded), each with what names its ids as the crawl's queue does (``"<shard>:<id>"``)."""
-    shards: list[DeadLetterQueue] | None = getattr(dlq, "parts", None)
-    if not shards:
+    if not isinstance(dlq, ShardedDeadLetters):
         return [(dlq, str)]
-    sharded = dlq.sharded  # type: ignore[attr-defined]
-    return [(part, functools.partial(sharded.outside, i)) for i, part in enumerate(shards)]
+    outside = dlq.sharded.outside
+    return [(part, functools.partial(outside, i)) for i, part in enumerate(dlq.parts)]
 
 
 async def mark_crawl(dlq: DeadLetterQueue, sink: str, entries: list[DeadEntry]) -> None:
     """:func:`mark` *entries* (named as *dlq* names them), each in its shard."""
-    shards: list[DeadLetterQueue] | None = getattr(dlq, "parts", None)
-    if not shards:
+    if not isinstance(dlq, ShardedDeadLetters):
         await mark(dlq.client, dlq.keys, sink, entries)
         return
     by: dict[int, list[DeadEntry]] = {}
     for entry in entries:
-        shard, local = dlq.sharded.route(entry.id)  # type: ignore[attr-defined]
+        shard, local = dlq.sharded.route(entry.id)
         by.setdefault(shard, []).append(replace(entry, id=local))
     for shard, some in sorted(by.items()):
-        await mark(shards[shard].client, shards[shard].keys, sink, some)
+        await mark(dlq.parts[shard].client, dlq.parts[shard].keys, sink, some)
 
 
 async def forget_gone(client: Redis, keys: Keys) -> int:
