@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisServer", "Site", "free_port"]
 
+# A suite started as a shell's background job (``make test &``, a CI step run so) inherits
+# SIGINT ignored, and so would every command and worker it starts, which keep it ignored as
+# Python does: the tests that send them SIGINT play a terminal's Ctrl-C to a foreground job.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 #: Databases of the session's redis-server, handed to the tests in turn: whatever a finished
 #: test left running in this process (a crawl's background loop after a failed assertion)
 #: writes into a database no test uses now, instead of into the next test's keys.
