@@ -7,20 +7,24 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+from typing import Any
 
 from tests.test_cli import SCRAPY_HA
 
 
-def test_ctrl_c_stops_a_command_with_a_line_not_a_traceback() -> None:
-    """A QA run: Ctrl-C on any command (only ``watch``, ``items`` and ``metrics`` handle
-    it) printed Python's KeyboardInterrupt traceback."""
+def ctrl_c_while_waiting(password: str = "", **popen: Any) -> tuple[int, str, str]:
+    """``scrapy-ha status`` against a Redis that takes its connection and answers nothing,
+    sent SIGINT once it waits for the answer: (exit code, stdout, stderr)."""
     with socket.create_server(("127.0.0.1", 0)) as server:  # takes connections, answers none
         port = server.getsockname()[1]
+        auth = f":{password}@" if password else ""
+        url = f"redis://{auth}127.0.0.1:{port}/0"
         proc = subprocess.Popen(
-            [SCRAPY_HA, "--redis-url", f"redis://:s3cret@127.0.0.1:{port}/0", "status", "x"],
+            [SCRAPY_HA, "--redis-url", url, "status", "x"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            **popen,
         )
         try:
             server.settimeout(60)
@@ -30,7 +34,14 @@ def test_ctrl_c_stops_a_command_with_a_line_not_a_traceback() -> None:
                 out, err = proc.communicate(timeout=60)
         finally:
             proc.kill()
-    assert proc.returncode == 130, (proc.returncode, err)
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_stops_a_command_with_a_line_not_a_traceback() -> None:
+    """A QA run: Ctrl-C on any command (only ``watch``, ``items`` and ``metrics`` handle
+    it) printed Python's KeyboardInterrupt traceback."""
+    code, out, err = ctrl_c_while_waiting("s3cret")
+    assert code == 130, (code, err)
     assert "Traceback" not in err, err
     assert err.strip() == "interrupted", err
     assert "s3cret" not in out + err
@@ -42,22 +53,7 @@ def test_a_command_started_with_sigint_ignored_keeps_ignoring_it() -> None:
     it ignored. The command line's own handler took its place: the Ctrl-C meant for the
     script stopped the command (exit code 130). It runs on, here to its connection's
     timeout (exit code 2)."""
-    with socket.create_server(("127.0.0.1", 0)) as server:  # takes connections, answers none
-        port = server.getsockname()[1]
-        proc = subprocess.Popen(
-            [SCRAPY_HA, "--redis-url", f"redis://127.0.0.1:{port}/0", "status", "x"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509
-        )
-        try:
-            server.settimeout(60)
-            conn, _ = server.accept()  # the command is waiting for Redis's answer now
-            with conn:
-                proc.send_signal(signal.SIGINT)
-                out, err = proc.communicate(timeout=60)
-        finally:
-            proc.kill()
-    assert proc.returncode == 2, (proc.returncode, err)  # before: 130, "interrupted"
+    ignored = {"preexec_fn": lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)}
+    code, _, err = ctrl_c_while_waiting(**ignored)
+    assert code == 2, (code, err)  # before: 130, "interrupted"
     assert "cannot reach Redis" in err, err
