@@ -19,6 +19,26 @@ KEYS = Keys("ha", "faults")
 pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
 
 
+def two_proxies(site_factory, proxy_factory):
+    """A site that lists two healthy pool proxies (their exits 2 and 3), taken in turn."""
+    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
+    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
+    return site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+
+
+def one_at_a_time(redis_url, lister, retries: int):
+    """A pool crawler of one request at a time whose proxies cool after 2 gateway answers
+    (for :data:`COOLDOWN`), each page retried *retries* times on a server error."""
+    return pool_crawler(
+        redis_url,
+        lister,
+        HA_PROXY_MAX_FAILURES=2,
+        HA_PROXY_COOLDOWN=COOLDOWN,
+        CONCURRENT_REQUESTS=1,
+        HA_RETRY_POLICIES={"server": {"times": retries}},
+    )
+
+
 @deferred_f_from_coro_f
 async def test_a_proxy_that_answers_502_to_everything_is_taken_out_of_rotation(
     redis_url, redis_client, site_factory, proxy_factory
@@ -47,18 +67,9 @@ async def test_a_proxy_that_answers_502_to_everything_is_taken_out_of_rotation(
 async def test_a_site_that_answers_502_through_every_proxy_cools_none(
     redis_url, redis_client, site_factory, proxy_factory
 ):
-    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
-    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
-    site = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+    site = two_proxies(site_factory, proxy_factory)
     paths = ("/status/502", "/item/1", "/item/2")
-    crawler = pool_crawler(
-        redis_url,
-        site,
-        HA_PROXY_MAX_FAILURES=2,
-        HA_PROXY_COOLDOWN=COOLDOWN,
-        CONCURRENT_REQUESTS=1,
-        HA_RETRY_POLICIES={"server": {"times": 3}},
-    )
+    crawler = one_at_a_time(redis_url, site, retries=3)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == ["/item/1", "/item/2"]
     assert crawler.spider.errors == ["/status/502"]
@@ -88,22 +99,13 @@ async def test_a_site_whose_pages_answer_502_through_one_proxy_cools_none(
 ):
     """Inside a CONNECT tunnel the proxy cannot answer for the site: a 502 of an HTTPS page
     is the site's own, whichever proxy carried it, however many pages answer it."""
-    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
-    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
-    lister = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+    lister = two_proxies(site_factory, proxy_factory)
     site = site_factory(*(["--tls"] if tls else []))
     # taken in turn: the first proxy carries every broken page, the second every good one
     paths = tuple(
         path for i in range(1, 5) for path in (f"/flaky/{i}?fail=99&status=502", f"/item/{i}")
     )
-    crawler = pool_crawler(
-        redis_url,
-        lister,
-        HA_PROXY_MAX_FAILURES=2,
-        HA_PROXY_COOLDOWN=COOLDOWN,
-        CONCURRENT_REQUESTS=1,
-        HA_RETRY_POLICIES={"server": {"times": 1}},
-    )
+    crawler = one_at_a_time(redis_url, lister, retries=1)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     assert sorted(crawler.spider.ok) == [f"/item/{i}" for i in range(1, 5)]
     stats = crawler.stats.get_stats()
@@ -118,9 +120,7 @@ async def test_a_site_down_answering_502_and_503_through_every_proxy_cools_none(
     """A site that is down answers 502 for some pages and 503 for others (a gateway in
     front of it, its origin failing): a 503 through one proxy does not say that the site
     is up. Before, the proxy that carried the 502s was cooled down as broken."""
-    first = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "2")
-    second = proxy_factory("--no-auth", "--exits", "1", "--first-exit", "3")
-    lister = site_factory("--proxy-list", f"127.0.0.1:{first.port},127.0.0.1:{second.port}")
+    lister = two_proxies(site_factory, proxy_factory)
     site = site_factory()
     # taken in turn: the first proxy carries every 502, the second every 503
     paths = tuple(
@@ -128,14 +128,7 @@ async def test_a_site_down_answering_502_and_503_through_every_proxy_cools_none(
         for i in range(1, 5)
         for path in (f"/flaky/{i}?fail=99&status=502", f"/flaky/{10 + i}?fail=99&status=503")
     )
-    crawler = pool_crawler(
-        redis_url,
-        lister,
-        HA_PROXY_MAX_FAILURES=2,
-        HA_PROXY_COOLDOWN=COOLDOWN,
-        CONCURRENT_REQUESTS=1,
-        HA_RETRY_POLICIES={"server": {"times": 1}},
-    )
+    crawler = one_at_a_time(redis_url, lister, retries=1)
     await crawler.crawl_async(base_url=site.url, paths=paths)
     stats = crawler.stats.get_stats()
     assert stats["ha/retry/server"] >= len(paths)  # every page failed, and was retried
