@@ -79,9 +79,9 @@ def test_a_worker_id_of_the_users_own_is_shown_as_it_is(redis_url, redis_client)
     assert json.loads(out) == [
         {
             "id": "crawler-7",
-            "host": "-",
+            "host": None,
             "pid": None,
-            "job": "-",
+            "job": None,
             "heartbeat": None,
             "heartbeat_age_s": None,
             "leases": None,
@@ -101,9 +101,9 @@ def test_the_dashboard_gives_a_pid_as_a_number_and_shows_a_dash_where_the_id_has
     redis_client.zadd("ha:{books}:workers", {"crawler-7": 2**41})
     with dashboard(redis_url) as http:
         rows = http.get("/api/crawls/books").json()["workers_live"]
-        assert sorted((r["id"], r["pid"]) for r in rows) == [
-            ("crawler-7", None),
-            ("host-a:4242:x1", 4242),
+        assert sorted((r["id"], r["host"], r["pid"], r["job"]) for r in rows) == [
+            ("crawler-7", None, None, None),
+            ("host-a:4242:x1", "host-a", 4242, None),
         ]
         page = http.get("/crawls/books").text
     assert '<td>host-a</td><td class="n">4242</td>' in page

@@ -47,14 +47,15 @@ class Worker:
         return cls(worker_id, parts[0], parts[1], job, expires_ms, stats)
 
     def as_dict(self, now_ms: int) -> dict[str, Any]:
-        """The worker as ``workers --json`` and the dashboard's API give it: ``pid`` a number,
-        null for a worker id of the user's own (``HA_WORKER_ID``)."""
+        """The worker as ``workers --json`` and the dashboard's API give it: ``pid`` a number;
+        host, pid and job null where the id has none (a job: a worker outside scrapyd; all
+        three: a worker id of the user's own, ``HA_WORKER_ID``)."""
         at = self.stats.get("at")
         return {
             "id": self.id,
-            "host": self.host,
+            "host": None if self.host == "-" else self.host,
             "pid": int(self.pid) if self.pid.isdigit() else None,
-            "job": self.job,
+            "job": None if self.job == "-" else self.job,
             "heartbeat": local_time(at) if isinstance(at, int) else None,
             "heartbeat_age_s": (now_ms - at) / 1000 if isinstance(at, int) else None,
             "leases": _number(self.stats.get("leases")),
