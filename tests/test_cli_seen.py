@@ -74,6 +74,21 @@ async def test_forget_a_domain_and_a_pattern(redis_url, site):
 
 
 @deferred_f_from_coro_f
+async def test_a_domain_rule_of_an_address_matches_that_address_alone(redis_url, site):
+    """A rule ``0.0.1`` (or ``1``) forgot every URL of 127.0.0.1, taken for its subdomain,
+    and the confirmation of ``--domain 127.0.0.1`` promised its subdomains."""
+    every = await crawl(redis_url, site)
+    for part in ("0.0.1", "1"):
+        done = seen(redis_url, "forget", "catalogue", "--domain", part, "--yes")
+        assert done.returncode == 0, done.stderr
+    assert await crawl(redis_url, site) == []  # the site's host is 127.0.0.1: nothing new
+    shown = seen(redis_url, "forget", "catalogue", "--domain", "127.0.0.1", "--dry-run")
+    assert "every URL of 127.0.0.1\n" in shown.stdout and "subdomains" not in shown.stdout
+    done = seen(redis_url, "forget", "catalogue", "--domain", "127.0.0.1", "--yes")
+    assert await crawl(redis_url, site) == every
+
+
+@deferred_f_from_coro_f
 async def test_a_bloom_filter_forgets_by_rules_only(redis_url, site):
     bloom = {"HA_DUPEFILTER": "bloom"}
     every = await crawl(redis_url, site, **bloom)

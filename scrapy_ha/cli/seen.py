@@ -101,6 +101,15 @@ def host_name(domain: str) -> str:
     return host
 
 
+def _and_below(host: str) -> str:
+    """What a rule of *host* matches beside it: an address has no subdomains."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return " and its subdomains"
+    return ""
+
+
 def fingerprints(
     view: WorkerView, rules: ForgetRules, url: str, size: int = FINGERPRINT_BYTES
 ) -> tuple[bytes, bytes]:
@@ -214,7 +223,7 @@ async def forget(queue: RedisQueue, args: argparse.Namespace) -> int:
     for url, (_, now_known) in known.items():
         found = await seen_where(queue.client, queue.keys, now_known)
         items.append(f"{url} ({_where(found, 0)})")
-    items += [f"every URL of {d} and its subdomains" for d in args.domain]
+    items += [f"every URL of {d}{_and_below(d)}" for d in args.domain]
     items += [f"every URL matching {p}" for p in args.pattern]
     ok = approve(args, "forget", f"{plural(len(items), 'item')} of {queue.keys.spider}", items)
     if not ok:

@@ -68,7 +68,10 @@ class ForgetRules:
         """The time of the newest rule that matches *url* (of host *host*; 0: none)."""
         newest = 0
         labels = host.split(".")
-        for i in range(len(labels)):  # the domain and every domain above it
+        # the domain and every domain above it; an address (its last part digits: no top
+        # level domain is) is no one's subdomain: a rule 0.0.1 does not match 127.0.0.1
+        above = 1 if labels[-1].isdigit() or ":" in host else len(labels)
+        for i in range(above):
             newest = max(newest, self.domains.get(".".join(labels[i:]), 0))
         for pattern, at in self.patterns:
             if at > newest and pattern.match(url):
