@@ -68,13 +68,9 @@ async def test_the_card_says_what_waits_when_nothing_is_delayed_or_it_waits_for_
 HOSTS = {**{f"h{i}.example": 1 + i % 4 for i in range(220)}, "big.example": 30}
 
 
-@deferred_f_from_coro_f
-async def test_a_card_with_hundreds_of_gated_hosts_names_the_biggest_and_counts_the_rest(
-    redis_url,
-):
-    """A 429 from each of 220 hosts drew every one on the card, one line each, in the
-    order of a hash: 221 lines, the host with 30 requests waiting somewhere among them."""
-    client, q = sharded(redis_url, "wide")
+async def gated_hosts(url: str, spider: str) -> None:
+    """*spider* with 4 shards and the :data:`HOSTS` gated, their requests parked."""
+    client, q = sharded(url, spider)
     await check_shard_count(q)
     for host in HOSTS:
         await q.close_gate(host, 20 * MINUTE)
@@ -83,6 +79,15 @@ async def test_a_card_with_hundreds_of_gated_hosts_names_the_biggest_and_counts_
     await q.sync(enqueue=requests)
     assert not (await q.sync(lease=100, lease_ms=600_000)).leases  # parked at the gates
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_card_with_hundreds_of_gated_hosts_names_the_biggest_and_counts_the_rest(
+    redis_url,
+):
+    """A 429 from each of 220 hosts drew every one on the card, one line each, in the
+    order of a hash: 221 lines, the host with 30 requests waiting somewhere among them."""
+    await gated_hosts(redis_url, "wide")
     rest = sorted(HOSTS.items(), key=lambda kv: -kv[1])[5:]
 
     def check(http: TestClient) -> None:

@@ -22,7 +22,7 @@ from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.cli.watch import CLEAR_SCREEN, controls, draw, restore_ctrl_c, stop_on_ctrl_c
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
-from scrapy_ha.ops.display import humanize, local_time, share_text, time_ms
+from scrapy_ha.ops.display import humanize, local_time, most_domains, share_text, time_ms
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.revisits import read_revisits, status_lines
@@ -342,16 +342,14 @@ def _waiting(waiting: Waiting) -> list[str]:
         parts = [plural(waiting.retries, "retry", "retries")]
         for kind, why in WAITS:
             if marked := waiting.marked(kind):
-                domains = ", ".join(f"{d} {c:,}" for d, c in sorted(marked.items()))
-                parts.append(f"{sum(marked.values()):,} {why} ({domains})")
+                parts.append(f"{sum(marked.values()):,} {why} ({most_domains(marked)})")
         due = waiting.last_due_ms
         last = f"; the last due {local_time(due)}" if due else ""
         lines.append(f"{'delayed':>13}  {waiting.delayed:,}: " + ", ".join(parts) + last)
     parts = []
     for kind, why in (("gate", "behind a closed gate"), ("limit", "at their domain's limits")):
         if hosts := waiting.parked.get(kind):
-            domains = ", ".join(f"{d} {c:,}" for d, c in sorted(hosts.items()))
-            parts.append(f"{sum(hosts.values()):,} {why} ({domains})")
+            parts.append(f"{sum(hosts.values()):,} {why} ({most_domains(hosts)})")
     if parts:
         lines.append(f"{'parked':>13}  pending: " + ", ".join(parts))
     return lines

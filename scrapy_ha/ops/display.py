@@ -1,4 +1,5 @@
-"""How the operator's tools show times: one format for the CLI and the dashboard."""
+"""How the operator's tools show times (one format for the CLI and the dashboard), durations,
+shares and lists of domains."""
 
 from __future__ import annotations
 
@@ -6,7 +7,20 @@ import time
 
 from scrapy_ha.store.times import LATEST_MS, time_ms
 
-__all__ = ["LATEST_MS", "TIME_FORMAT", "humanize", "local_time", "share_text", "time_ms"]
+__all__ = [
+    "LATEST_MS",
+    "LINE_DOMAINS",
+    "TIME_FORMAT",
+    "humanize",
+    "local_time",
+    "most_domains",
+    "share_text",
+    "time_ms",
+]
+
+#: Domains a line names per reason its requests wait, the most waiting first: a 429 from
+#: each of 220 hosts made a ``status`` line of thousands of characters (``--json`` has them all).
+LINE_DOMAINS = 5
 
 #: A local date-time as every tool prints it (and ``--since`` reads it first).
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -49,3 +63,14 @@ def share_text(share: float | None, space: str = "") -> str:
         elif text == "0.0%":
             text = "<0.1%"
     return text.replace("%", f"{space}%")
+
+
+def most_domains(counts: dict[str, int], most: int = LINE_DOMAINS) -> str:
+    """``shop.example 36, api.example 4``: the *most* domains with the highest counts (then
+    by name), and ``, and 104 more domains: 218`` for the others."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    named = ", ".join(f"{domain} {n:,}" for domain, n in ranked[:most])
+    if rest := ranked[most:]:
+        named += f", and {len(rest):,} more domain{'' if len(rest) == 1 else 's'}: "
+        named += f"{sum(n for _, n in rest):,}"
+    return named
