@@ -12,13 +12,17 @@ import re
 import pytest
 import redis.asyncio
 from scrapy import Request
+from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
 
 from scrapy_ha.config.continuous import RevisitConfig, RevisitState
 from scrapy_ha.config.freshness import multiplier_range
 from scrapy_ha.keys import Keys
 from scrapy_ha.metakeys import REVISIT_STATE
+from scrapy_ha.scheduler.outbox import EndOp
 from scrapy_ha.scheduler.revisits import Revisits
+from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.revisits import LEFT, Revisit, revisit
 from scrapy_ha.store.wire import NewEntry
@@ -203,3 +207,40 @@ def test_a_page_revisited_before_leaves_when_no_rule_is_left_too(rules):
     assert outbox.ends[0].visit is not None and outbox.ends[0].visit.found == "left"
     inflight._finished("8", "t", Request("http://a.example/new"))  # never revisited: an ack
     assert outbox.acks == [("8", "t")]
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+@deferred_f_from_coro_f
+async def test_a_revisit_whose_ha_revisit_is_refused_now_leaves_the_revisits(redis_url, adaptive):
+    """A revisited request whose ``meta["ha_revisit"]`` this version refuses (0.5: an
+    earlier version took it and stored it) is not revisited: its entry leaves the revisits
+    and, adaptive, the budget's sums, with its lease, as one no rule matches any more.
+    Before, it ended as a plain ack: left in ``ha:{S}:revisits``, which ``status`` and the
+    metrics counted as a revisited URL due for a day, and its load in the sums for ever."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    stats = MemoryStatsCollector(get_crawler())
+    revisits = Revisits(RevisitConfig(adaptive=adaptive, minimum=60), lambda r: b"fp")
+    await q.enqueue([NewEntry(b"x", 0, b'{"v":1,"u":"http://a.example/x"}')])
+    request = Request("http://a.example/x", meta={"ha_revisit": 60})
+
+    async def finish() -> None:  # as the worker ends a finished request's lease
+        (lease,) = await q.lease(1, 30_000)
+        visit = revisits.visit_end(request)
+        if visit is None:
+            await q.sync(ack=[(lease.id, lease.token)])
+            return
+        op = EndOp("revisit", lease.id, lease.token, request, visit.interval, visit=visit)
+        await end_revisit(q, None, op, stats)
+
+    await finish()  # its first visit
+    (entry,) = await q.client.zrange(KEYS.revisits, 0, -1)
+    assert await q.client.zadd(KEYS.delayed, {entry: 0}, xx=True) == 0  # due now
+    request.meta["ha_revisit"] = 0.5  # as an earlier version stored it
+    await finish()
+    assert await q.client.zcard(KEYS.revisits) == 0
+    assert await q.client.zcard(KEYS.delayed) == 0
+    assert not await q.client.hexists(KEYS.revisit_alloc, f"e:{entry.decode()}")
+    if adaptive:
+        assert (await sums(q))[0] == pytest.approx(0.0, abs=1e-6)
+    assert stats.get_value("ha/revisit/left") == 1
+    await q.client.aclose()

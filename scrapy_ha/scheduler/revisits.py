@@ -151,9 +151,9 @@ class Revisits:
         None: it is acked (not revisited)."""
         try:
             base = self.config.interval_for(request.url, request.meta)
-        except ConfigError as exc:
+        except ConfigError as exc:  # revisited before (an earlier version took it): it leaves
             _warn_once(str(exc), f"{exc} ({request}): it is not revisited")
-            return None
+            base = None
         meta = request.meta
         state = RevisitState.from_meta(meta.get(metakeys.REVISIT_STATE))
         if base is None:
