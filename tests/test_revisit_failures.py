@@ -25,6 +25,7 @@ from scrapy_ha.ops.revisits import revisit_numbers, status_lines
 from scrapy_ha.scheduler.revisits import Revisits
 from scrapy_ha.verdict import FailureClass, Verdict
 from tests import test_revisit_conditional as conditional
+from tests.cli_seed import scrapy_ha
 from tests.test_revisit_conditional import (  # noqa: F401 (pytestmark)
     KEYS,
     PagesSpider,
@@ -153,3 +154,28 @@ def test_failed_visits_are_shown_with_the_other_revisit_figures():
     assert numbers.found == {"new": 3, "failed": 2}
     assert "found new 3, failed 2" in status_lines(numbers)[0]
     assert numbers.change_rate is None  # a failed visit tells nothing of a change
+
+
+@deferred_f_from_coro_f
+async def test_seen_check_says_a_dead_lettered_revisit_is_no_longer_revisited(
+    redis_url, redis_client, changing_site
+):
+    """``scrapy-ha seen check`` of a URL whose revisits ended in the dead-letter queue (its
+    page gone for good) says so. Before, it said ``revisited (entry N)``, as of a URL still
+    revisited (the dead letter keeps its fingerprint in ``ha:{S}:revisit_urls``)."""
+    base = changing_site("--static")
+    crawler = get_crawler(PagesSpider, settings(redis_url, HA_REVISIT_MAX_FAILURES=1))
+    crawling = asyncio.ensure_future(crawler.crawl_async(base_url=base))
+    await until(lambda: len(statuses(base, 1)) >= 1, "a visit of page 1", crawling)
+    await fail(base, 1, 404)
+    await until(lambda: dead_ids(redis_client), "page 1 dead-lettered", crawling)
+    await stop(crawling, redis_client)
+    (entry,) = dead_ids(redis_client)
+    urls = (f"{base}/p/1", f"{base}/p/0")
+    check = await asyncio.to_thread(
+        scrapy_ha, "seen", "check", "pages", *urls, "--redis-url", redis_url
+    )
+    assert check.returncode == 0, check.stderr
+    gone, kept = check.stdout.splitlines()
+    assert f"no longer revisited: its entry {entry.decode()} is in the dead-letter" in gone, gone
+    assert "; revisited (entry " in kept and ", next visit " in kept, kept

@@ -194,7 +194,11 @@ async def _in_slices(queue: RedisQueue, fingerprint: bytes) -> list[tuple[str, i
 
 
 async def _revisited(queue: RedisQueue, fingerprint: bytes) -> str:
-    """``; revisited (entry N), next visit at T`` for a URL a revisit entry holds."""
+    """``; revisited (entry N), next visit at T`` for a URL a revisit entry holds; ``; no
+    longer revisited: ...`` when that entry was dead-lettered (a page gone for good, at its
+    ``HA_REVISIT_MAX_FAILURES``-th failed visit in a row), which leaves the revisits but
+    keeps its URL's fingerprint (a requeue gives it back). Before, such a URL was said
+    revisited."""
     client, keys = queue.client, queue.keys
     if await read_buckets(client, keys):  # the scripts know it in the buckets' form
         fingerprint = wire_fingerprint(fingerprint)
@@ -202,6 +206,11 @@ async def _revisited(queue: RedisQueue, fingerprint: bytes) -> str:
     if entry is None:
         return ""
     due = await client.zscore(keys.revisits, entry)
+    if due is None and await client.hexists(keys.dead_info, entry):
+        return (
+            f"; no longer revisited: its entry {entry.decode()} is in the dead-letter queue "
+            "(`scrapy-ha dlq requeue` revisits it again)"
+        )
     when = f", next visit {local_time(int(due))}" if due is not None else ""
     return f"; revisited (entry {entry.decode()}){when}"
 
