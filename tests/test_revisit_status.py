@@ -80,6 +80,8 @@ async def test_the_dashboard_shows_a_continuous_crawl(redis_url):
     assert api["pending_retries"] == 0  # revisits are not retries
     assert "Continuous crawl" in page and "bytes saved by 304s" in page
     assert "3 revisits waiting" in page and ">continuous<" in page
+    # the histogram's rows go by their bound, as in status (before, as text: 21600 s first)
+    assert page.index("intervals &le; 60 s") < page.index("intervals &le; 21600 s")
     assert {row["class"] for row in delayed["entries"]} == {"revisit"}
 
 

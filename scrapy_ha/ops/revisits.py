@@ -74,7 +74,9 @@ class RevisitNumbers:
 def revisit_numbers(counters: Mapping[str, int], revisited: int, due_soon: int) -> RevisitNumbers:
     """The numbers from the crawl-wide counters and the two counts of ``revisits``."""
     found = {k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("revisited:")}
-    bounds = {k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("revisit_iv:")}
+    raw = {k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("revisit_iv:")}
+    order = [*map(str, INTERVAL_BUCKETS), "inf"]  # by bound (as text, 21600 came before 300)
+    bounds = {b: raw[b] for b in order if b in raw} | raw
     return RevisitNumbers(
         revisited=revisited,
         due_soon=due_soon,
