@@ -212,6 +212,19 @@ def test_an_unreachable_redis_is_explained_for_the_command_line(url, says):
     assert "s3cret" not in error
 
 
+def test_an_unreachable_cluster_is_explained_as_a_cluster():
+    """The hint asked whether "redis-server" ran at the URL, where a cluster whose nodes the
+    URL names were down, or failing over to replicas the URL does not name, answered no."""
+    url = "redis+cluster://127.0.0.1:1,127.0.0.1:2"
+    result = scrapy_ha("workers", "books", "--redis-url", url)
+    assert result.returncode == 2
+    error = result.stderr.strip()
+    assert error.startswith(f"error: cannot reach Redis at {url} within 5 s"), error
+    assert "is redis-server running there?" not in error
+    assert "A replica taking over answers within the cluster's cluster-node-timeout" in error
+    assert error.endswith("Give the address of more of its nodes with --redis-url or $REDIS_URL")
+
+
 def test_a_server_that_is_not_redis_is_named_as_such(site):
     url = site.url.replace("http://", "redis://")  # the demo site: HTTP, not Redis
     result = scrapy_ha("workers", "books", "--redis-url", url)

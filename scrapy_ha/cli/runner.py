@@ -209,12 +209,19 @@ async def reachable(client: Any, url: str) -> None:
         untrusted = untrusted_certificate(exc, url, "the project's REDIS_TLS_CA_FILE")
         if untrusted:
             raise RedisUnavailable(untrusted) from None
-        check = "is redis-server running there?"
+        check, give = "is redis-server running there?", "its address"
         if type(exc).__name__ == "MasterNotFoundError":  # (redis-py's, sync or asyncio: a QA run)
             check = "do the sentinels there name a primary for the service (a failover under way)?"
+        elif "+cluster" in url.partition("://")[0]:  # (its nodes down, or failing over)
+            check = (
+                "are the cluster's nodes named there running? A replica taking over answers "
+                "within the cluster's cluster-node-timeout; a node that stopped is not asked "
+                "for the others."
+            )
+            give = "the address of more of its nodes"
         raise RedisUnavailable(
             f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
-            f"({_sentence(exc, url)}{tls_hint(exc, url)}): {check} Give its address with "
+            f"({_sentence(exc, url)}{tls_hint(exc, url)}): {check} Give {give} with "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
     except redis.exceptions.NoPermissionError as exc:  # the ACL denies the user SELECT or PING
