@@ -4,7 +4,9 @@ removal with the crawl, and the conversion of a crawl stored before them.
 Before the back queues, every pending request was one member ``"<id> <payload>"`` of a
 sorted set ``<prefix>:{<spider>}:pending``. A worker of this version that finds such a set
 converts it at start (``convert.lua``, a batch per call, each request to the back queue of
-its host and priority, in its place): the crawl goes on where it was.
+its host and priority, in its place): the crawl goes on where it was. A worker of such a
+version that runs beside them (a rolling upgrade) goes on storing there: this version
+converts again at each reclaim and at the close of a finished spider.
 """
 
 from __future__ import annotations

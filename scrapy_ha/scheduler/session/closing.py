@@ -161,6 +161,14 @@ async def wind_up(
             run,
         )
         return
+    if converted := await queue.upgrade():  # stored by an older worker since the last round
+        logger.warning(
+            "Run %d of the crawl did not finish: %d request(s) an older scrapy-ha stored "
+            "pending were found at its close; they wait for the next run (start a worker)",
+            run,
+            converted,
+        )
+        return
     if await end_run(queue):
         logger.info("Run %d of the crawl finished", run)
     await end_crawl(queue, config, bound, lambda: crawler is not None and not crawler.crawling)

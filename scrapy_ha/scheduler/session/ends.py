@@ -330,6 +330,9 @@ class Ends:
         )
         if result is None:
             return
+        # a worker of a version before the back queues beside this one (a rolling
+        # upgrade) stores pending in the old sorted set, which converts at start only
+        await self.queue.upgrade()
         reclaimed, poison, set_aside, now_ms = result
         if set_aside:
             self.stats.inc_value("ha/dead/corrupt", set_aside)

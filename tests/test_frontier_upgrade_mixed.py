@@ -1,0 +1,124 @@
+"""A worker of a version before the back queues beside workers of this one (a rolling
+upgrade): what it stores pending (a new request, a reclaimed, released or promoted entry)
+goes to the old sorted set ``pending`` after the workers of this version converted it at
+their start. A worker of this version converts it again once per reclaim interval, and a
+crawl is not ended while the old set holds requests."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
+
+from scrapy_ha.codec import encode_request
+from scrapy_ha.keys import Keys
+from tests.spiders import CatalogueSpider
+from tests.test_frontier_upgrade import plant_old
+
+pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
+
+KEYS = Keys("ha", "catalogue")
+#: The path the old worker stored: an item page the catalogue links nowhere.
+PLANTED = "/flaky/77"
+#: Seconds a spider holding its close waits for the planted page at most.
+HOLD = 30.0
+
+
+def settings(redis_url: str, reclaim_interval: float = 0.5) -> dict[str, Any]:
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "HA_RECLAIM_INTERVAL": reclaim_interval,
+        "LOG_LEVEL": "INFO",
+    }
+
+
+def plant(redis_client: Any, spider: CatalogueSpider, base_url: str) -> None:
+    """The request an earlier worker stores pending: its old form, next sequence number."""
+    request = scrapy.Request(base_url + PLANTED, callback=spider.parse_item)
+    seq = int(redis_client.incr(KEYS.seq))
+    plant_old(redis_client, KEYS, [(seq, 0, encode_request(request, spider))], lifo=True)
+
+
+class HoldingSpider(CatalogueSpider):
+    """Plants the old worker's request at its first response; keeps the crawl open until
+    the planted page was crawled (at most :data:`HOLD` seconds of idleness)."""
+
+    name = "catalogue"
+    redis_client: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> HoldingSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.on_response, signal=signals.response_received)
+        crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
+        spider.base_url = kwargs["base_url"]
+        spider.planted = False
+        spider.idle_since: float | None = None
+        return spider
+
+    def on_response(self, response: Any, request: Any, spider: Any) -> None:
+        if not self.planted:
+            self.planted = True
+            plant(self.redis_client, self, self.base_url)
+
+    def on_idle(self, spider: Any) -> None:
+        if any(item["id"] == 77 for item in self.items):
+            return
+        self.idle_since = self.idle_since or time.monotonic()
+        if time.monotonic() - self.idle_since < HOLD:
+            raise DontCloseSpider
+
+
+@deferred_f_from_coro_f
+async def test_a_request_an_older_worker_stores_pending_is_crawled(redis_url, redis_client, site):
+    HoldingSpider.redis_client = redis_client
+    crawler = get_crawler(HoldingSpider, settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    ids = sorted(item["id"] for item in crawler.spider.items)
+    assert ids == [*range(1, 51), 77]  # the old worker's request crawled too
+    assert not redis_client.exists(KEYS.legacy_pending)
+
+
+class ClosingSpider(CatalogueSpider):
+    """Plants the old worker's request when the crawl looks finished (its first idle)."""
+
+    name = "catalogue"
+    redis_client: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> ClosingSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
+        spider.base_url = kwargs["base_url"]
+        spider.planted = False
+        return spider
+
+    def on_idle(self, spider: Any) -> None:
+        if not self.planted:
+            self.planted = True
+            plant(self.redis_client, self, self.base_url)
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_is_not_ended_while_the_old_pending_set_holds_requests(
+    redis_url, redis_client, site
+):
+    ClosingSpider.redis_client = redis_client
+    # no reclaim (nor its conversion) after the worker's first round: its close converts
+    crawler = get_crawler(ClosingSpider, settings(redis_url, reclaim_interval=3600))
+    await crawler.crawl_async(base_url=site.url)
+    assert len(crawler.spider.items) == 50
+    # the request is in its back queue for the next worker, the crawl kept with it (before,
+    # the finish cleared the crawl, its dupefilter and run with it, and left the request
+    # in the old set, which no running worker reads)
+    assert not redis_client.exists(KEYS.legacy_pending)
+    assert redis_client.get(KEYS.queued) == b"1"
+    assert redis_client.hget(KEYS.run, "open") == b"1"
