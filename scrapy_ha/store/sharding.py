@@ -40,9 +40,11 @@ __all__ = [
     "queue_in_redis",
     "read_layout",
     "claim_kind",
+    "say_single_set",
     "set_dupefilter",
     "shard_setting",
     "shards_of",
+    "single_set_beside",
 ]
 
 #: Default shard count: one hash tag, the key names of an unsharded crawl.
@@ -295,6 +297,27 @@ def _aged_bloom(
     return stored
 
 
+def say_single_set(keys: Keys) -> None:
+    """A WARNING: a crawl in buckets has a single set too (see :func:`single_set_beside`)."""
+    logger.warning(
+        "The crawl of %s has its dupefilter in buckets (%s) and a single set (%s) too: a "
+        "worker of a version before the buckets joined it and keeps the set, so the two "
+        "versions do not see each other's URLs (some are crawled twice); run every worker "
+        "of this crawl on one version",
+        keys.spider,
+        keys.buckets,
+        keys.dupefilter,
+    )
+
+
+async def single_set_beside(queue: RedisQueue) -> Keys | None:
+    """The keys of the crawl of *queue* (its first shard) if its dupefilter is in buckets
+    and a single set too: a worker of a version before the buckets joined it after this one."""
+    shard = shards_of(queue)[0]
+    both = await shard.client.exists(shard.keys.buckets, shard.keys.dupefilter) == 2
+    return shard.keys if both else None
+
+
 def _exact(
     keys: Keys, config: MemoryConfig, stored: BucketState | None, single: bool, *, warn: bool
 ) -> Dupefilter:
@@ -312,15 +335,7 @@ def _exact(
             )
         return ExactSet()
     if stored is not None and warn and single:
-        logger.warning(
-            "The crawl of %s has its dupefilter in buckets (%s) and a single set (%s) too: a "
-            "worker of a version before the buckets joined it and keeps the set, so the two "
-            "versions do not see each other's URLs (some are crawled twice); run every worker "
-            "of this crawl on one version",
-            keys.spider,
-            keys.buckets,
-            keys.dupefilter,
-        )
+        say_single_set(keys)
     if stored is not None and stored.buckets != wanted and warn:
         logger.warning(
             "The dupefilter of the crawl of %s has %d buckets (made for %d URLs): they are kept "

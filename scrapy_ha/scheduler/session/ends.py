@@ -28,6 +28,7 @@ from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.dictionary import GONE_DELAY
+from scrapy_ha.store.sharding import say_single_set, single_set_beside
 from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -98,6 +99,7 @@ class Ends:
         self.rejected = Rejections(stats)  # what Redis refused, said once a minute
         self._last_reclaim = 0.0
         self._reclaim_from = 0.0  # monotonic time before which this worker does not reclaim
+        self._said_single = False  # a single set beside the buckets (an older worker)
 
     async def end_ops(self, ops: list[EndOp], n_ops: int) -> None:
         """End the first *n_ops* finished leases; a failure costs that entry alone."""
@@ -331,8 +333,12 @@ class Ends:
         if result is None:
             return
         # a worker of a version before the back queues beside this one (a rolling
-        # upgrade) stores pending in the old sorted set, which converts at start only
+        # upgrade) stores pending in the old sorted set, which converts at start only;
+        # one before the buckets writes a single set, said at start only
         await self.queue.upgrade()
+        if not self._said_single and (keys := await single_set_beside(self.queue)):
+            self._said_single = True
+            say_single_set(keys)
         reclaimed, poison, set_aside, now_ms = result
         if set_aside:
             self.stats.inc_value("ha/dead/corrupt", set_aside)
