@@ -84,7 +84,7 @@ local function aged_bloom_open(script, meta, spec, now)
       or k < 1 or k > 60 or part < 1 then
     return nil, redis.error_reply('ERR ' .. script .. ': bad dupefilter spec')
   end
-  local err = wrong_type(script, {meta}, {'hash'})
+  local err = wrong_type(script, {meta}, {'hash'}) or BLOOM.meta_bad(script, meta)
   if err then return nil, err end
   local stored = redis.call('HMGET', meta, 'capacity', 'k', 'part', 'period')
   if stored[1] and not stored[4] then

@@ -166,6 +166,32 @@ local function bloom_error(f)
   return error
 end
 
+-- BLOOM.meta_bad(script, meta) (in the table: no top-level local, the script has few left)
+--   Returns an error reply when the filter's meta hash holds a count no script wrote (a
+--   hand edit): a layer count or a URL count that is not a whole number, or a rate (fp,
+--   error) that is not a finite number of 0 or more; else nil. Called before the call's
+--   first write: a count read as 0 made a layer again, zeroed (what it held was crawled
+--   again), and one HINCRBY could not add to failed after the bits were set (the URLs
+--   were then taken for seen, never stored).
+function BLOOM.meta_bad(script, meta)
+  local h = redis.call('HGETALL', meta)
+  for i = 1, #h, 2 do
+    local name, v = h[i], h[i + 1]
+    local bad
+    if name == 'fp' or name == 'error' then
+      local x = tonumber(v)
+      bad = not x or x ~= x or x < 0 or x == math.huge
+    elseif name == 'layers' or name == 'period' or string.match(name, '^[nls]%d*:?%d*$') then
+      bad = not string.match(v, '^%d+$') or #v > 18
+    end
+    if bad then
+      return redis.error_reply('ERR ' .. script .. ': unreadable Bloom filter meta ' .. meta
+        .. ': ' .. name .. ' is ' .. string.format('%q', v) .. ', not a count scrapy-ha '
+        .. 'wrote (restore or delete it)')
+    end
+  end
+end
+
 -- bloom_grow(f)
 --   Creates layer f.layers of filter f (its parts allocated whole, zeroed).
 local function bloom_grow(f)

@@ -80,6 +80,12 @@ local function bloom_open(script, meta, spec, keys)
     return nil, redis.error_reply('SEENKIND ' .. script .. ': ' .. meta .. ' keeps the '
       .. 'Bloom filter in time slices (HA_DUPEFILTER_TTL)')
   end
+  err = BLOOM.meta_bad(script, meta)
+  if not err and stored[1] and not stored[4] then
+    err = redis.error_reply('ERR ' .. script .. ': unreadable Bloom filter meta ' .. meta
+      .. ': layers is missing beside its capacity (restore or delete it)')
+  end
+  if err then return nil, err end
   local layers = tonumber(stored[4]) or 0
   if stored[1] and (tonumber(stored[1]) ~= s.cap or tonumber(stored[2]) ~= s.k
       or tonumber(stored[3]) ~= s.part or layers > s.known) then
