@@ -29,7 +29,7 @@ from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
 from scrapy_ha.config.validate import ConfigError
-from scrapy_ha.ops.filter_layout import borrow_layout
+from scrapy_ha.ops.filter_layout import borrow_layout, check_room
 from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
 from scrapy_ha.store.auth_hint import refused_login
@@ -178,6 +178,7 @@ async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: Set
     await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
     crawl = dupefilter_kind(memory, ttl)
     await borrow_layout(queue, local=dupefilter_kind(*local), crawl=crawl)
+    await check_room(queue)  # a new filter Redis has room for, as a worker's
     args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
     args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
 

@@ -13,7 +13,7 @@ kind are trusted as the project's (the push runs in it).
 
 from __future__ import annotations
 
-__all__ = ["borrow_layout"]
+__all__ = ["borrow_layout", "check_room"]
 
 import math
 from typing import TYPE_CHECKING
@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING
 from scrapy_ha.config.memory import ERROR_RATE_RANGE
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.store.aged import CHECKED_SLICES, AgedBloom
-from scrapy_ha.store.bloom import MAX_PART_BYTES, BloomFilter, BloomMetaError, meta_layout
+from scrapy_ha.store.bloom import (
+    MAX_PART_BYTES,
+    BloomFilter,
+    BloomMetaError,
+    first_layer_room,
+    meta_layout,
+)
+from scrapy_ha.store.health import is_cluster
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text as _s
 
@@ -57,6 +64,29 @@ async def borrow_layout(queue: RedisQueue, *, local: str, crawl: str) -> None:
         dupefilter = shard.dupefilter
         if isinstance(dupefilter, BloomFilter | AgedBloom):
             _take(dupefilter, template)
+
+
+async def check_room(queue: RedisQueue) -> None:
+    """Refuse a push that would make Bloom filters (kept for ever) whose first layers
+    cannot fit in what Redis has left of its ``maxmemory``, one a shard that has none yet,
+    as a worker is refused at start (:func:`~scrapy_ha.store.bloom.first_layer_room`): the
+    push made them, and every worker of the crawl then failed to start on Redis's OOM
+    refusal. Not on a Redis Cluster, whose ``INFO`` is per node (nor for a worker). Call it
+    after :func:`borrow_layout`, before any write."""
+    if is_cluster(queue.client):
+        return
+    new = [
+        shard.dupefilter
+        for shard in shards_of(queue)
+        if isinstance(shard.dupefilter, BloomFilter)
+        and not await shard.client.exists(shard.keys.bloom_part(0, 0))
+    ]
+    if not new:
+        return
+    info = await queue.client.info("memory")
+    problem = first_layer_room(new[0].capacity, new[0].error_rate, info, layers=len(new))
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _take(dupefilter: BloomFilter | AgedBloom, meta: dict[str, str]) -> None:

@@ -1,0 +1,38 @@
+"""``scrapy-ha push`` that would make a crawl's Bloom filter whose first layer cannot fit in
+what Redis has left of its ``maxmemory`` is refused, naming both sizes, as a worker is at
+start: before, the push made the default filter's 36 MB first layer in a 20 MB Redis, said
+``1 added``, and every worker of the crawl then failed to start on Redis's OOM refusal.
+Real redis-servers, real ``scrapy-ha`` processes in a real project."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tests import redis_servers
+from tests.scrapy_project import write_project
+from tests.test_cli import scrapy_ha
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SPIDER = 'import scrapy\n\n\nclass K(scrapy.Spider):\n    name = "k"\n'
+
+
+def test_a_push_is_refused_a_first_layer_redis_has_no_room_for(tmp_path: Path) -> None:
+    server = redis_servers.start(tmp_path / "redis", "--maxmemory", "20mb")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        push = ("--redis-url", url, "push", "k", "--create", "https://a.example/1")
+        default = write_project(tmp_path / "big", "big", SPIDER, "HA_DUPEFILTER = 'bloom'\n")
+        done = scrapy_ha(*push, cwd=default)  # 10 M URLs at 1e-6: a 36 MB first layer
+        assert done.returncode == 2, done.stdout
+        assert "its first layer takes 36." in done.stderr, done.stderr
+        assert "maxmemory 20.0 MB" in done.stderr, done.stderr
+        assert not server.client().keys("ha:{k}:bloom*")  # nothing made
+        assert server.client().info("memory")["used_memory"] < 20 * 2**20
+        small = "HA_DUPEFILTER = 'bloom'\nHA_DUPEFILTER_CAPACITY = 100000\n"
+        fits = write_project(tmp_path / "small", "small", SPIDER, small)
+        done = scrapy_ha(*push, cwd=fits)
+        assert done.returncode == 0 and "1 added" in done.stdout, done.stderr
+    finally:
+        server.kill()
