@@ -16,9 +16,17 @@ from scrapy_ha.store.aged import AgedBloom
 from tests.test_bloom import KEYS, add, bloom_queue, entries
 
 #: (field, what a hand edit leaves there: None deletes it)
-FOR_EVER = [("n:0", "x"), ("n", "12abc"), ("fp", "x"), ("layers", "x"), ("layers", None)]
+FOR_EVER = [
+    ("n:0", "x"),
+    ("n", "12abc"),
+    ("fp", "x"),
+    ("layers", "x"),
+    ("layers", None),
+    ("k", "99"),
+    ("capacity", "0"),
+]
 #: a time slice's counts: slot 0, its first layer (a fresh filter's first slot)
-SLICED = [("n0:0", "x"), ("n", "x"), ("fp", "nan"), ("l0", "x")]
+SLICED = [("n0:0", "x"), ("n", "x"), ("fp", "nan"), ("l0", "x"), ("k", "99")]
 
 
 async def _spoil(client: redis.asyncio.Redis, field: str, value: str | None) -> bytes:

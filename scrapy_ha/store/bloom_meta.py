@@ -21,6 +21,9 @@ __all__ = [
 #: The most layers a filter may have: layer i holds capacity * 2^i URLs, so the 64th would
 #: hold more than any Redis could (a larger count in a meta hash is no filter's).
 MAX_LAYERS = 64
+#: The most bit positions per URL of a first layer (``MAX_K`` of ``lua/lib/bloom.lua``, whose
+#: scripts refuse more): 1e-12 asked takes 41, a time slice's 44.
+MAX_K = 60
 #: The fields of a filter's meta hash that give its layout, each a whole number from 1.
 LAYOUT_FIELDS = ("capacity", "k", "part")
 
@@ -66,6 +69,8 @@ def meta_count(
 def meta_layout(meta: dict[str, str]) -> tuple[int, int, int]:
     """(capacity, k, part) of a filter's meta hash (decoded), checked (:class:`BloomMetaError`)."""
     capacity, k, part = (meta_count(meta, name, low=1) for name in LAYOUT_FIELDS)
+    if k > MAX_K:
+        raise BloomMetaError(f"k is {k}, more than {MAX_K}")
     return capacity, k, part
 
 

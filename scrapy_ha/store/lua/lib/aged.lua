@@ -81,7 +81,7 @@ local function aged_bloom_open(script, meta, spec, now)
     '^bloom%-ttl (%d+) (%d+) (%d+) (%d+) (%S+)$')
   ttl, cap, k, part = tonumber(ttl), tonumber(cap), tonumber(k), tonumber(part)
   if not (ttl and cap and k and part and tonumber(asked)) or ttl < SLICES or cap < 1
-      or k < 1 or k > 60 or part < 1 then
+      or k < 1 or k > BLOOM.MAX_K or part < 1 then
     return nil, redis.error_reply('ERR ' .. script .. ': bad dupefilter spec')
   end
   local err = wrong_type(script, {meta}, {'hash'}) or BLOOM.meta_bad(script, meta)

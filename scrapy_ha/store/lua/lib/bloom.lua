@@ -23,7 +23,9 @@
 --   layer, is one part as it is (its rounding costs a few KB, or 0.4 % at most): few parts.
 --   INV_LN2: bits per URL and per position (m / n = k / ln 2 makes half the bits set at
 --   capacity); the same literal in scrapy_ha/store/bloom.py.
-local BLOOM = {SDS = 10, SMALL = 65536, TAIL = 64, INV_LN2 = 1.4426950408889634}
+--   MAX_K: the most positions per URL of a first layer (1e-12 asked takes 41; 44 a time
+--   slice's): a meta hash with more is none scrapy-ha wrote (scrapy_ha/store/bloom_meta.py).
+local BLOOM = {SDS = 10, SMALL = 65536, TAIL = 64, INV_LN2 = 1.4426950408889634, MAX_K = 60}
 
 -- bloom_spec(spec)
 --   Returns the fields of a 'bloom ...' spec as a table, or nil when it is not one.
@@ -31,8 +33,8 @@ local function bloom_spec(spec)
   local cap, k, part, known, asked = string.match(spec or '',
     '^bloom (%d+) (%d+) (%d+) (%d+) (%S+)$')
   cap, k, part, known = tonumber(cap), tonumber(k), tonumber(part), tonumber(known)
-  if not (cap and k and part and known and tonumber(asked)) or cap < 1 or k < 1 or k > 60
-      or part < 1 or known > 64 then
+  if not (cap and k and part and known and tonumber(asked)) or cap < 1 or k < 1
+      or k > BLOOM.MAX_K or part < 1 or known > 64 then
     return nil
   end
   return {cap = cap, k = k, part = part, known = known, asked = asked}
@@ -168,8 +170,10 @@ end
 
 -- BLOOM.meta_bad(script, meta) (in the table: no top-level local, the script has few left)
 --   Returns an error reply when the filter's meta hash holds a count no script wrote (a
---   hand edit): a layer count or a URL count that is not a whole number, or a rate (fp,
---   error) that is not a finite number of 0 or more; else nil. Called before the call's
+--   hand edit): a layer count or a URL count that is not a whole number, a layout field
+--   (capacity, k, part) that is not one from 1 (k at most MAX_K: a client that took it
+--   from a BLOOMLAYOUT refusal was then told 'bad dupefilter spec'), or a rate (fp, error)
+--   that is not a finite number of 0 or more; else nil. Called before the call's
 --   first write: a count read as 0 made a layer again, zeroed (what it held was crawled
 --   again), and one HINCRBY could not add to failed after the bits were set (the URLs
 --   were then taken for seen, never stored).
@@ -181,6 +185,9 @@ function BLOOM.meta_bad(script, meta)
     if name == 'fp' or name == 'error' then
       local x = tonumber(v)
       bad = not x or x ~= x or x < 0 or x == math.huge
+    elseif name == 'capacity' or name == 'k' or name == 'part' then
+      local x = string.match(v, '^%d+$') and #v <= 15 and tonumber(v)
+      bad = not x or x < 1 or (name == 'k' and x > BLOOM.MAX_K)
     elseif name == 'layers' or name == 'period' or string.match(name, '^[nls]%d*:?%d*$') then
       bad = not string.match(v, '^%d+$') or #v > 18
     end
