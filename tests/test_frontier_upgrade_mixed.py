@@ -47,27 +47,43 @@ def plant(redis_client: Any, spider: CatalogueSpider, base_url: str) -> None:
     plant_old(redis_client, KEYS, [(seq, 0, encode_request(request, spider))], lifo=True)
 
 
-class HoldingSpider(CatalogueSpider):
-    """Plants the old worker's request at its first response; keeps the crawl open until
-    the planted page was crawled (at most :data:`HOLD` seconds of idleness)."""
+class PlantingSpider(CatalogueSpider):
+    """Plants the old worker's request once (:meth:`plant_once`), told of its idleness."""
 
     name = "catalogue"
     redis_client: Any = None
 
     @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> HoldingSpider:
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> PlantingSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.on_response, signal=signals.response_received)
         crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
         spider.base_url = kwargs["base_url"]
         spider.planted = False
-        spider.idle_since: float | None = None
         return spider
 
-    def on_response(self, response: Any, request: Any, spider: Any) -> None:
+    def plant_once(self) -> None:
         if not self.planted:
             self.planted = True
             plant(self.redis_client, self, self.base_url)
+
+    def on_idle(self, spider: Any) -> None:
+        raise NotImplementedError
+
+
+class HoldingSpider(PlantingSpider):
+    """Plants the old worker's request at its first response; keeps the crawl open until
+    the planted page was crawled (at most :data:`HOLD` seconds of idleness)."""
+
+    idle_since: float | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> HoldingSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.on_response, signal=signals.response_received)
+        return spider  # type: ignore[return-value]
+
+    def on_response(self, response: Any, request: Any, spider: Any) -> None:
+        self.plant_once()
 
     def on_idle(self, spider: Any) -> None:
         if any(item["id"] == 77 for item in self.items):
@@ -79,7 +95,7 @@ class HoldingSpider(CatalogueSpider):
 
 @deferred_f_from_coro_f
 async def test_a_request_an_older_worker_stores_pending_is_crawled(redis_url, redis_client, site):
-    HoldingSpider.redis_client = redis_client
+    PlantingSpider.redis_client = redis_client
     crawler = get_crawler(HoldingSpider, settings(redis_url))
     await crawler.crawl_async(base_url=site.url)
     ids = sorted(item["id"] for item in crawler.spider.items)
@@ -87,31 +103,18 @@ async def test_a_request_an_older_worker_stores_pending_is_crawled(redis_url, re
     assert not redis_client.exists(KEYS.legacy_pending)
 
 
-class ClosingSpider(CatalogueSpider):
+class ClosingSpider(PlantingSpider):
     """Plants the old worker's request when the crawl looks finished (its first idle)."""
 
-    name = "catalogue"
-    redis_client: Any = None
-
-    @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> ClosingSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
-        spider.base_url = kwargs["base_url"]
-        spider.planted = False
-        return spider
-
     def on_idle(self, spider: Any) -> None:
-        if not self.planted:
-            self.planted = True
-            plant(self.redis_client, self, self.base_url)
+        self.plant_once()
 
 
 @deferred_f_from_coro_f
 async def test_a_crawl_is_not_ended_while_the_old_pending_set_holds_requests(
     redis_url, redis_client, site
 ):
-    ClosingSpider.redis_client = redis_client
+    PlantingSpider.redis_client = redis_client
     # no reclaim (nor its conversion) after the worker's first round: its close converts
     crawler = get_crawler(ClosingSpider, settings(redis_url, reclaim_interval=3600))
     await crawler.crawl_async(base_url=site.url)
