@@ -144,6 +144,23 @@ async def test_flush_and_finish_delete_the_whole_filter(redis_url):
 
 
 @deferred_f_from_coro_f
+async def test_flush_deletes_the_bitmaps_of_a_filter_whose_meta_hash_is_garbage(redis_url):
+    """The flush named the bitmaps from the meta hash: one that lost ``layers`` (a hand
+    edit) or holds garbage named none, and they stayed in Redis after the flush."""
+    queue = bloom_queue(redis_url, capacity=50, part=32)
+    for damage in ({"layers": None}, {"capacity": "x"}):
+        await add(queue, entries(range(300)))
+        for field, value in damage.items():
+            if value is None:
+                await queue.client.hdel(KEYS.bloom, field)
+            else:
+                await queue.client.hset(KEYS.bloom, field, value)
+        await queue.flush()
+        assert [k async for k in queue.client.scan_iter(match="ha:{b}:*")] == [], damage
+    await queue.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_a_bitmap_of_the_wrong_type_fails_the_call_before_any_write(redis_url):
     queue = bloom_queue(redis_url, capacity=50)
     await add(queue, entries(range(10)))

@@ -344,8 +344,12 @@ async def seen_call(
 async def filter_keys(client: Any, keys: Keys) -> list[str]:
     """Every bitmap of the crawl's Bloom filter, as stored (none without a filter): its
     layers', or those of each of its time slices (``lua/lib/aged.lua`` names them from the
-    meta hash: ``<meta>:s<slice>:<layer>:<part>``)."""
-    return bitmap_keys(keys, await client.hgetall(keys.bloom))
+    meta hash: ``<meta>:s<slice>:<layer>:<part>``); none from a meta hash that holds
+    garbage (the flush deletes every key under its name as well)."""
+    try:
+        return bitmap_keys(keys, await client.hgetall(keys.bloom))
+    except BloomMetaError:
+        return []
 
 
 def bitmap_keys(keys: Keys, raw_meta: dict[Any, Any]) -> list[str]:

@@ -64,15 +64,18 @@ async def convert_old_form(script: Any, keys: Keys, order: str) -> int:
 async def flush_crawl(client: Any, keys: Keys) -> None:
     """Delete every key of the crawl *keys* names but its checkpoints: the keys of
     :meth:`Keys.all`, its back queues (those ready and waiting name, and any other key
-    under the back queues' prefix), and the lease grants of its workers (which expire on
-    their own: a QA run saw a crawl flushed while a killed worker's grant lived listed by
-    the dashboard, which then said "no such crawl" of it). Names are taken as bytes, never
+    under the back queues' prefix), every key under its Bloom filter's name, and the lease
+    grants of its workers (which expire on their own: a QA run saw a crawl flushed while a
+    killed worker's grant lived listed by the dashboard, which then said "no such crawl"
+    of it). Names are taken as bytes, never
     decoded: one that is not UTF-8 (written by hand, or another program's) is deleted with
     the rest."""
     prefix = keys.queues.encode()
     names = {prefix + _raw(q) for q in await client.zrange(keys.ready, 0, -1)}
     names |= {prefix + _raw(q) for q in await client.zrange(keys.waiting, 0, -1)}
-    heads = (prefix, keys.grant("").encode())
+    # (a Bloom filter's bitmaps too, named from its meta hash: one that holds garbage
+    # names none of them)
+    heads = (prefix, keys.grant("").encode(), f"{keys.bloom}:".encode())
     common = keys.grant("").rsplit("grant:", 1)[0]  # the crawl's (its shard's) own tag
     async for key in client.scan_iter(match=_glob_escape(common) + "*", count=10_000):
         if _raw(key).startswith(heads):
