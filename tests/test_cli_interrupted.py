@@ -4,11 +4,13 @@ program SIGINT stopped)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 from typing import Any
 
+from scrapy_ha.demo.harness import wait_for
 from tests.test_cli import SCRAPY_HA
 
 
@@ -57,3 +59,34 @@ def test_a_command_started_with_sigint_ignored_keeps_ignoring_it() -> None:
     code, _, err = ctrl_c_while_waiting(**ignored)
     assert code == 2, (code, err)  # before: 130, "interrupted"
     assert "cannot reach Redis" in err, err
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process *pid* has used so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_ctrl_c_while_the_command_line_is_read_stops_with_a_line() -> None:
+    """A QA run: Ctrl-C in a command's first moments (its line being parsed, a fraction
+    of a second, longer on a loaded machine or for a line of thousands of `--id`) printed
+    Python's KeyboardInterrupt traceback, the process killed by the signal: the command
+    line's own handler was put in place only after the line was read."""
+    ids = [arg for _ in range(20_000) for arg in ("--id", "1-0")]
+    proc = subprocess.Popen(
+        [SCRAPY_HA, "items", "s", "--to", "jsonl:/nonexistent/x.jl", "--retry-aside", *ids],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # argparse takes seconds of CPU over such a line: once the process has used half a
+        # second (its start takes a tenth), it is reading the line
+        wait_for(lambda: cpu_seconds(proc.pid) >= 0.5, "the command line being read", 60, 0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (proc.returncode, err[-500:])
+    assert err.strip() == "interrupted", err[-500:]

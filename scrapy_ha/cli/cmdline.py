@@ -22,9 +22,9 @@ from scrapy_ha.cli.grammar import parse
 def main(argv: list[str] | None = None) -> int:
     """Run a command; its exit code (0 done, 1 refused or nothing to do, or its output's
     reader went away, 2 an error, 130 stopped by Ctrl-C)."""
-    args = parse(argv)
-    before = _interrupt_where_it_runs()
+    before = _interrupt_where_it_runs()  # first: reading a long line takes a while too
     try:
+        args = parse(argv)
         from scrapy_ha.cli import runner  # Scrapy and redis: only once a command runs
 
         return runner.run(args)
