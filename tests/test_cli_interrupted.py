@@ -8,10 +8,14 @@ import os
 import signal
 import socket
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.demo.harness import wait_for
+from tests.scrapy_project import write_project
 from tests.test_cli import SCRAPY_HA
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def ctrl_c_while_waiting(password: str = "", **popen: Any) -> tuple[int, str, str]:
@@ -90,3 +94,49 @@ def test_ctrl_c_while_the_command_line_is_read_stops_with_a_line() -> None:
         proc.kill()
     assert proc.returncode == 130, (proc.returncode, err[-500:])
     assert err.strip() == "interrupted", err[-500:]
+
+
+#: A spider module that, as it is imported, catches the KeyboardInterrupt of a Ctrl-C, as
+#: lxml's initialisation does when the signal lands in it (Scrapy imports lxml at start)
+SWALLOWING_SPIDERS = """
+import os
+import signal
+
+import scrapy
+
+try:
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while this module is imported
+except BaseException:
+    pass
+
+
+class S(scrapy.Spider):
+    name = "s"
+"""
+
+
+def test_a_ctrl_c_a_library_swallowed_while_the_consumer_started_stops_it(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """A QA run: Ctrl-C on `scrapy-ha items` as it started, while Scrapy imported lxml,
+    was swallowed by lxml's initialisation, and the consumer ran on, consuming, as if no
+    Ctrl-C had been pressed (once in 60 tries on a loaded machine)."""
+    project = write_project(
+        tmp_path / "project", "swallow", SWALLOWING_SPIDERS, settings='HA_ITEMS = "outbox"\n'
+    )
+    command = [SCRAPY_HA, "items", "s", "--to", f"jsonl:{tmp_path / 'x.jl'}", "--create"]
+    proc = subprocess.Popen(
+        [*command, "--redis-url", redis_url],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the consumer ran on after Ctrl-C: {err[-500:]}") from None
+    assert proc.returncode == 130, (proc.returncode, err[-500:])
+    assert err.strip().splitlines()[-1] == "interrupted", err[-500:]

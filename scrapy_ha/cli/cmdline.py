@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from scrapy_ha.cli.common import INTERRUPTED
+from scrapy_ha.cli.common import CTRL_C, INTERRUPTED
 from scrapy_ha.cli.grammar import parse
 
 
@@ -52,8 +52,10 @@ def _interrupt_where_it_runs() -> Any:
     or handled otherwise than Python's default stays so, as asyncio.run leaves it."""
 
     def interrupt(signum: int, frame: Any) -> None:
+        CTRL_C.set()
         raise KeyboardInterrupt
 
+    CTRL_C.clear()
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return None
     try:

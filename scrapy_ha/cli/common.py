@@ -12,6 +12,7 @@ import argparse
 import difflib
 import re
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 
 #: The exit code of a command Ctrl-C stopped (128 + SIGINT, as a shell reports it).
 INTERRUPTED = 130
+#: Set by the command line's SIGINT handler (cli/cmdline.py): a Ctrl-C whose
+#: KeyboardInterrupt a library caught (lxml's initialisation does, when the signal lands in
+#: it while Scrapy is imported) still stops a command that runs on (``items`` checks it
+#: before it settles in)
+CTRL_C = threading.Event()
 #: A subcommand: what it prints goes to stdout/stderr, what it returns is the exit code.
 Command = Callable[["RedisQueue", argparse.Namespace], Awaitable[int]]
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from scrapy_ha.cli.common import INTERRUPTED
+from scrapy_ha.cli.common import CTRL_C, INTERRUPTED
 from scrapy_ha.cli.items_grammar import ITEM_SINKS
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.items import items_mode
@@ -136,6 +136,8 @@ async def items(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 0
     stop, task = asyncio.Event(), asyncio.current_task()
     loop = asyncio.get_running_loop()
+    if CTRL_C.is_set():  # pressed while the command started, its KeyboardInterrupt swallowed
+        raise KeyboardInterrupt
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _stopping, stop, task)
     print(
