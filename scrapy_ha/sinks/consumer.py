@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis.exceptions
 from scrapy.settings import Settings
@@ -35,6 +35,8 @@ from scrapy_ha.store.runs import stopped_at
 from scrapy_ha.store.sharding import queue_in_redis, shards_of
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Longest wait between two tries while Redis is unreachable (the workers' own cap,
 #: ``HA_RECONNECT_MAX_DELAY``'s default).
@@ -55,14 +58,12 @@ RECONNECT_MAX_DELAY = 10.0
 
 
 class SinkDidNotOpen(Exception):
-    """The sink could not open (its database unreachable, its file not writable): nothing
-    was read from the stream, and no consumer group made for it."""
+    """The sink could not open (its database unreachable, its file not writable)."""
 
 
 class GroupGone(Exception):
     """The consumer's group was taken away while it ran (``items --undeclare``, a flush,
-    a Redis that lost it): it stops, and does not make the group again; what it wrote is
-    in the sink."""
+    a Redis that lost it): it stops, and does not make the group again."""
 
 
 class Sink(Protocol):
@@ -143,14 +144,12 @@ class ItemConsumer:
         live worker, nothing pending, leased or delayed) and the group's backlog stayed
         empty for *exit_idle* seconds. The sink is closed at the end."""
         stop = stop or asyncio.Event()
-        await self.join()  # first: items other groups consume meanwhile stay for this one
+        # (Redis away as it starts, a failover, is waited for as in the loop: each step may
+        # run again) first the group: items other groups consume meanwhile stay for this one
+        await self._until_up(self.join)
         recovered = await self._open()
         try:
-            await self.acknowledge_recovered(recovered)
-            for stream in self.streams:  # consumers killed owing nothing: status counted them
-                await stream.prune(self.group, self.consumer, self.claim_idle_ms)
-            for shard in range(len(self.streams)):
-                await self._drain_own(shard, stop, restart=True)
+            await self._until_up(lambda: self._settle_in(recovered, stop))
             idle_since, delay = time.monotonic(), 0.0
             while not stop.is_set():
                 try:
@@ -160,9 +159,7 @@ class ItemConsumer:
                             break
                 except REDIS_DOWN_ERRORS as exc:  # a batch not acknowledged comes again
                     self.writer.failed = True  # a read whose reply was lost: its entries are ours
-                    delay = min(RECONNECT_MAX_DELAY, max(0.25, delay * 2))
-                    logger.warning("Redis unreachable (%s); retrying in %.2f s", exc, delay)
-                    await asyncio.sleep(delay)
+                    delay = await _away(exc, delay)
                     continue
                 except redis.exceptions.ResponseError as exc:
                     if "NOGROUP" not in str(exc):  # (inside a script's error on Redis 6)
@@ -179,6 +176,25 @@ class ItemConsumer:
             await self.sink.close()
         await self._leave()
         return self.report
+
+    async def _settle_in(self, recovered: list[str], stop: asyncio.Event) -> None:
+        """Acknowledge what the sink recovered, prune consumers killed owing nothing
+        (``status`` counted them), finish this consumer's own entries."""
+        await self.acknowledge_recovered(recovered)
+        for stream in self.streams:
+            await stream.prune(self.group, self.consumer, self.claim_idle_ms)
+        for shard in range(len(self.streams)):
+            await self._drain_own(shard, stop, restart=True)
+
+    async def _until_up(self, step: Callable[[], Awaitable[T]]) -> T:
+        """*step*'s result, run again while Redis does not answer."""
+        delay = 0.0
+        while True:
+            try:
+                return await step()
+            except REDIS_DOWN_ERRORS as exc:  # (a read's reply lost: read again, as below)
+                self.writer.failed = True
+                delay = await _away(exc, delay)
 
     async def _open(self) -> list[str]:
         """Open the sink; what it recovered. The group this consumer made goes again if it
@@ -333,9 +349,7 @@ class ItemConsumer:
 
     async def _pending_here(self) -> int:
         """Entries pending to this consumer that are its suspects (failed alone here)."""
-        pending = 0
-        for stream in self.streams:
-            pending += await stream.pending_of(self.group, self.consumer)
+        pending = sum([await s.pending_of(self.group, self.consumer) for s in self.streams])
         return pending if pending <= len(self.writer.suspects) else -1
 
     async def _stopped(self) -> bool:
@@ -343,13 +357,20 @@ class ItemConsumer:
         return await stopped_at(self.queue.client, self.queue.keys) is not None
 
     async def _started(self) -> bool:
-        """Whether the crawl ever queued a request or committed an item (its counters
-        survive its end)."""
+        """The crawl ever queued a request or committed an item (counters outlive it)."""
         for stream in self.streams:
             counts = await stream.client.hmget(stream.keys.stats, ["enqueued", "items"])
             if any(int(n or 0) for n in counts):
                 return True
         return False
+
+
+async def _away(exc: Exception, delay: float) -> float:
+    """Wait for Redis after *exc*: the next delay (doubling from 0.25 s), said in a WARNING."""
+    delay = min(RECONNECT_MAX_DELAY, max(0.25, delay * 2))
+    logger.warning("Redis unreachable (%s); retrying in %.2f s", exc, delay)
+    await asyncio.sleep(delay)
+    return delay
 
 
 async def consume(
