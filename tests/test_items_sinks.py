@@ -420,6 +420,31 @@ async def test_an_item_with_a_lone_surrogate_is_written_escaped(tmp_path):
     assert json.loads(first) == {"name": "café \ud83d"} and json.loads(second) == {"id": 2}
 
 
+@deferred_f_from_coro_f
+async def test_an_item_holding_nan_is_set_aside_not_written_as_no_json(redis_url, tmp_path):
+    """``NaN`` and ``Infinity`` are no JSON: the file sink wrote them as they were, and a
+    strict reader of the file (``jq``, a JSON parser of another language) failed on the
+    line; a database sink sets such an item aside, as this one now does."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    odd = [{"id": 2, "price": float("nan")}, {"id": 4, "rank": float("inf")}]
+    items = [{"id": 1}, odd[0], {"id": 3}, odd[1], *({"id": i} for i in range(5, 400))]
+    await ItemStream(client, KEYS).add([json.dumps(item).encode() for item in items])
+    path = tmp_path / "items.jl"  # (set aside once it failed alone while others went in)
+    sink = JsonLinesSink(path)
+    report = await consume(redis_url, "s", sink, group="jl", batch=10, exit_idle=0.2)
+
+    def no_json(name: str) -> None:
+        pytest.fail(f"{name} in the file")
+
+    for line in path.read_text().splitlines():
+        json.loads(line, parse_constant=no_json)
+    assert sorted(lines(path)) == [1, 3, *range(5, 400)]
+    assert report.set_aside == 2
+    reasons = [fields[b"r"].decode() for _, fields in await client.xrange(KEYS.items_aside)]
+    assert len(reasons) == 2 and all("not JSON compliant" in r for r in reasons), reasons
+    await client.aclose()
+
+
 #: A batch written by a consumer whose file may grow by 40 bytes only (a disk nearly full):
 #: pwrite writes part of it and says so only by its count.
 SHORT_WRITE = """

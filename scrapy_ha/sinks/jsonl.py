@@ -209,10 +209,11 @@ class JsonLinesSink:
 def _line(plain: Any) -> bytes:
     """One item as a line of UTF-8 JSON; a string holding a lone surrogate (half an emoji
     cut by an API) has its non-ASCII characters escaped (``\\ud83d``), as JSON allows,
-    instead of failing its batch for ever."""
-    text = json.dumps(plain, ensure_ascii=False, separators=(",", ":")) + "\n"
+    instead of failing its batch for ever. A float JSON has not (``NaN``, ``Infinity``) is
+    a ValueError: the item's fault, set aside (a strict reader fails on such a line)."""
+    text = json.dumps(plain, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
-        return text.encode()
+        return (text + "\n").encode()
     except UnicodeEncodeError:
         return (json.dumps(plain, separators=(",", ":")) + "\n").encode()
 
