@@ -6,10 +6,13 @@ crawl is not ended while the old set holds requests."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
@@ -17,7 +20,11 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.codec import encode_request
+from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.keys import Keys
+from scrapy_ha.scheduler.shell import Scheduler
+from scrapy_ha.store.queue import RedisQueue
+from scrapy_ha.store.wire import NewEntry
 from tests.spiders import CatalogueSpider
 from tests.test_frontier_upgrade import plant_old
 
@@ -125,3 +132,32 @@ async def test_a_crawl_is_not_ended_while_the_old_pending_set_holds_requests(
     assert not redis_client.exists(KEYS.legacy_pending)
     assert redis_client.get(KEYS.queued) == b"1"
     assert redis_client.hget(KEYS.run, "open") == b"1"
+
+
+@deferred_f_from_coro_f
+async def test_a_reclaim_is_counted_when_the_old_pending_set_holds_garbage(redis_url, redis_client):
+    """The reclaim converts the old pending set after it moved the expired leases: a set
+    of another type there (garbage) fails the conversion, and that failure (set aside by
+    the session's loop) hid what the reclaim did: a request dead-lettered as poison was
+    neither counted, said nor archived, the reclaimed leases neither counted nor said."""
+    keys = Keys("ha", "garbage")
+    crawler = get_crawler(settings_dict={"REDIS_URL": redis_url})
+    crawler._apply_settings()
+    config = SchedulerConfig(worker_id="w", max_lease_expiries=1)
+    scheduler = Scheduler(crawler, config)
+    queue = RedisQueue(redis.asyncio.Redis.from_url(redis_url), keys)
+    scheduler.session.queue = queue
+    pages = [b'{"v":1,"u":"http://a.test/%d"}' % n for n in (1, 2)]
+    await queue.sync(enqueue=[NewEntry(b"", 0, page) for page in pages])
+    handed, buffered = (await queue.sync(lease=2, lease_ms=1, promote=10, worker="x")).leases
+    pair = (handed.id, handed.token)
+    await queue.renew([pair], handed=[pair], worker="x", lease_ms=1, heartbeat_ms=1)
+    redis_client.set(keys.legacy_pending, b"garbage")
+    await asyncio.sleep(0.05)  # both leases expired
+    try:
+        with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+            await scheduler.session.ends.reclaim(config)
+        assert crawler.stats.get_value("ha/dead/poison") == 1
+        assert crawler.stats.get_value("ha/reclaimed") == 1
+    finally:
+        await queue.client.aclose()

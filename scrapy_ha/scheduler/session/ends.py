@@ -332,13 +332,6 @@ class Ends:
         )
         if result is None:
             return
-        # a worker of a version before the back queues beside this one (a rolling
-        # upgrade) stores pending in the old sorted set, which converts at start only;
-        # one before the buckets writes a single set, said at start only
-        await self.queue.upgrade()
-        if not self._said_single and (keys := await single_set_beside(self.queue)):
-            self._said_single = True
-            say_single_set(keys)
         reclaimed, poison, set_aside, now_ms = result
         if set_aside:
             self.stats.inc_value("ha/dead/corrupt", set_aside)
@@ -359,6 +352,14 @@ class Ends:
                 config.max_lease_expiries,
             )
         await self._dead_lettered(poison)
+        # after what the reclaim did is said (a conversion that fails on garbage must not
+        # hide it): a worker of a version before the back queues beside this one (a
+        # rolling upgrade) stores pending in the old sorted set, which converts at start
+        # only; one before the buckets writes a single set, said at start only
+        await self.queue.upgrade()
+        if not self._said_single and (keys := await single_set_beside(self.queue)):
+            self._said_single = True
+            say_single_set(keys)
 
     def count(self, result: SyncResult, sent: int) -> None:
         """Count what a sync did (enqueued, filtered, acked, stale, refused, set aside)."""
