@@ -17,6 +17,9 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+import redis.exceptions
+
+from scrapy_ha.scheduler.session.connect import say_set_aside
 from scrapy_ha.scheduler.session.outlast import outlast
 from scrapy_ha.store.frontier import relink_queues
 from scrapy_ha.store.runs import end_run
@@ -161,7 +164,7 @@ async def wind_up(
             run,
         )
         return
-    if converted := await queue.upgrade():  # stored by an older worker since the last round
+    if converted := await _upgrade(queue):  # stored by an older worker since the last round
         logger.warning(
             "Run %d of the crawl did not finish: %d request(s) an older scrapy-ha stored "
             "pending were found at its close; they wait for the next run (start a worker)",
@@ -172,6 +175,19 @@ async def wind_up(
     if await end_run(queue):
         logger.info("Run %d of the crawl finished", run)
     await end_crawl(queue, config, bound, lambda: crawler is not None and not crawler.crawling)
+
+
+async def _upgrade(queue: RedisQueue) -> int:
+    """Convert what an older worker stored pending (``RedisQueue.upgrade``); a key of
+    another type there (garbage) is set aside first, as a round does: it failed the close,
+    and the crawl was never ended (its next run found every URL seen)."""
+    try:
+        return await queue.upgrade()
+    except redis.exceptions.ResponseError as exc:
+        if "WRONGTYPE" not in str(exc):
+            raise
+        say_set_aside(await queue.set_aside_wrong_types(str(exc)))
+    return await queue.upgrade()
 
 
 async def owed_relink(queue: RedisQueue) -> int:
