@@ -91,3 +91,21 @@ async def test_a_worker_converts_the_crawl_it_joins_and_crawls_it_to_the_end(
     assert ids == list(range(1, 51))  # the 50 of the site, the converted three among them
     assert not redis_client.exists(keys.legacy_pending)
     assert backqueues.count(redis_client, keys) == 0
+
+
+@deferred_f_from_coro_f
+async def test_an_old_pending_score_past_every_priority_is_converted(redis_url, redis_client):
+    """A score no version wrote (+inf or -inf, by hand) failed the conversion with a Lua
+    error: the worker could not start, and one that was running failed its reclaims and
+    gave up its close (the crawl not ended). It goes to the nearest priority."""
+    keys = Keys("ha", "inf")
+    members = {b"1 " + payload("a.test", 1): "+inf", b"2 " + payload("a.test", 2): "-inf"}
+    redis_client.zadd(keys.legacy_pending, members)
+    redis_client.set(keys.seq, 2)
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), keys)
+    try:
+        assert await q.upgrade() == 2
+        assert not redis_client.exists(keys.legacy_pending)
+        assert [lease.id for lease in await q.lease(5, 30000)] == ["2", "1"]
+    finally:
+        await q.client.aclose()

@@ -25,7 +25,10 @@ for i = 1, #members, 2 do
   local m = members[i]
   local id, payload = str_match(m, '^([^ ]*) (.*)$') -- the old form: id, a space, payload
   if not id then id, payload = '', m end -- no space: no id, set aside when leased
-  local qid, place = queue_of(tonumber(members[i + 1]) or 0, domain_of(payload))
+  -- (a score past every priority, +inf or -inf written by hand, has none: the nearest)
+  local score = math_max(-MAX_PRIORITY * PRIORITY_STEP,
+    math_min(MAX_PRIORITY * PRIORITY_STEP, tonumber(members[i + 1]) or 0))
+  local qid, place = queue_of(score, domain_of(payload))
   if was_empty[qid] == nil then was_empty[qid] = queue_empty(qid) end
   if was_empty[qid] then
     frontier_append(qid, id, place, payload)
