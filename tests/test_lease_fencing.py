@@ -94,6 +94,24 @@ async def test_the_keeper_renews_the_leases_of_a_sync_the_loop_has_not_read(redi
 
 
 @deferred_f_from_coro_f
+async def test_a_lease_named_handed_that_redis_calls_stale_is_never_confirmed(redis_url):
+    """The keeper's snapshots of what the worker holds and what it handed out are taken
+    apart: a suspect announced (to run alone once Redis knows it was handed out) may be in
+    the latter alone. Its lease stale, it is not said lost by this renewal (it may be a
+    request Redis has not stored yet), and it must not be confirmed either: confirmed, the
+    worker would run a request whose lease another worker holds."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    a, _ = await leased_again(q)  # a's lease taken over: stale
+    got: list = []
+    k = keeper(redis_url, "w", got=got)
+    k.hand(((a.id, a.token),))  # named as handed, not held (yet)
+    k.renew_once()
+    assert (a.id, a.token) not in k.confirmed
+    k.client.close()
+    await q.client.aclose()
+
+
+@deferred_f_from_coro_f
 async def test_a_lost_lease_drops_only_its_own_token(redis_url):
     q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
     a, b = await leased_again(q)

@@ -237,9 +237,9 @@ class LeaseKeeper:
         reply = self._renew(held, handed, fresh, grant=self._syncing)
         if reply is None:
             return
-        self.confirmed = frozenset(handed)
         self.applied.append(time.monotonic())
         lost = lost_pairs(reply)
+        self.confirmed = frozenset(handed).difference(lost)  # (a stale one is never confirmed)
         if lost:  # a pair named as handed alone, not held, was handed out from memory and
             # not stored yet: Redis may lack it, and the loop may read the round that stores
             # it before this reply (taken for lost then); once stored, it is held
