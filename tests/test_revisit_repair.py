@@ -75,6 +75,42 @@ async def test_garbage_in_the_budget_is_repaired_and_the_slot_comes_back(redis_u
     await q.client.aclose()
 
 
+def held_sums(alloc: dict[bytes, bytes]) -> tuple[float, float]:
+    """The sums of what every adaptive entry holds (its ``e:<id>`` field)."""
+    held = [v.split() for k, v in alloc.items() if k.startswith(b"e:")]
+    return sum(float(load) for load, _ in held), sum(float(base) for _, base in held)
+
+
+@deferred_f_from_coro_f
+async def test_a_sum_that_holds_garbage_is_made_again_from_what_the_entries_hold(redis_url):
+    """A sum of the budget with garbage counted as 0 and went on from there: the load of
+    every other revisited URL left out for good (a crawl's load went negative as entries
+    left, and its intervals grew to HA_REVISIT_MAX). It is the sum of what the entries
+    hold, as when nothing went wrong."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    url = b'{"v":1,"u":"http://a.test/%d"}'
+    await q.enqueue([NewEntry(b"p%d" % n, 0, url % n) for n in range(3)])
+    for lease in await q.lease(3, 30_000):
+        assert (await revisit(q, adaptive_end(lease, ms=1))).due > 0
+    await asyncio.sleep(0.01)
+    lease = (await q.lease(1, 30_000))[0]
+    await q.client.hset(KEYS.revisit_alloc, mapping={"load": "garbage", "base": "nan"})
+    load, base = held_sums(await q.client.hgetall(KEYS.revisit_alloc))  # 3 entries' shares
+    end = adaptive_end(lease)
+    assert end.allocation is not None and (await revisit(q, end)).due > 0
+    alloc = await q.client.hgetall(KEYS.revisit_alloc)
+    assert float(alloc[b"load"]) == pytest.approx(load + end.allocation[0])  # + what it moved
+    assert float(alloc[b"base"]) == pytest.approx(base + end.allocation[1])
+    assert await q.client.hget(KEYS.stats, "revisit_repaired") == b"2"
+    assert await q.dead_letter(lease.id, lease.token, {"class": "gone"}) == 0  # (acked)
+    (again,) = await q.lease(1, 30_000)
+    await q.client.hset(KEYS.revisit_alloc, "load", "garbage")
+    assert await q.dead_letter(again.id, again.token, {"class": "gone"}) == 1
+    alloc = await q.client.hgetall(KEYS.revisit_alloc)
+    assert float(alloc[b"load"]) == pytest.approx(held_sums(alloc)[0])  # its share out once
+    await q.client.aclose()
+
+
 @deferred_f_from_coro_f
 async def test_a_dead_letter_with_garbage_in_the_budget_gives_the_slot_back(redis_url):
     q = await one_slot_domain(redis_url, pages=1)

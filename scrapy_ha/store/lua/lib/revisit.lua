@@ -6,8 +6,8 @@
 -- Rule (the budget never stops a script): its numbers are read as text and written whole
 -- (HSET), never with HINCRBYFLOAT, which fails on a field that holds garbage after the
 -- script already wrote (a lease ended, its domain's slot freed: left half done). A sum that
--- holds garbage (not a finite number: written by hand, or by a bug) counts as 0 and is
--- overwritten, counted as revisit_repaired; a multiplier that does starts again.
+-- holds garbage (not a finite number: written by hand, or by a bug) is made again from what
+-- the entries hold, counted as revisit_repaired; a multiplier that does starts again.
 --- @include "number"
 --- @include "priority"
 --- @include "stats"
@@ -124,12 +124,23 @@ local ALLOC_STEP = 0.1
 
 -- alloc_add(alloc, field, delta)
 --   KEYS: alloc (revisit_alloc)
---   Adds delta to the sum in field (see the rule above: garbage counts as 0, counted as
---   revisit_repaired; a delta that is not a finite number adds nothing). Returns the sum.
+--   Adds delta to the sum in field (see the rule above: garbage, counted as
+--   revisit_repaired, is made again as the sum of what the entries hold, 'e:<id>', as they
+--   are when it is called: a caller changes an entry's share after; a delta that is not a
+--   finite number adds nothing). Returns the sum.
 local function alloc_add(alloc, field, delta)
   local v = finite(tonumber(redis.call('HGET', alloc, field) or '0'))
-  if not v then count('revisit_repaired', 1) end
-  v = finite((v or 0) + (finite(delta) or 0)) or 0
+  if not v then -- made again from what every entry holds now (one HGETALL: once)
+    count('revisit_repaired', 1)
+    local h, at = redis.call('HGETALL', alloc), field == 'load' and '^(%S+) ' or ' (%S+)$'
+    v = 0
+    for i = 1, #h, 2 do
+      if string.sub(h[i], 1, 2) == 'e:' then
+        v = v + (finite(tonumber(string.match(h[i + 1], at) or '')) or 0)
+      end
+    end
+  end
+  v = finite(v + (finite(delta) or 0)) or 0
   redis.call('HSET', alloc, field, string.format('%.17g', v))
   return v
 end
@@ -199,10 +210,9 @@ local function revisit_release(alloc, id)
   local held = redis.call('HGET', alloc, 'e:' .. id)
   local load, base = string.match(held or '', '^(%S+) (%S+)$')
   load, base = finite(tonumber(load)), finite(tonumber(base))
+  if load and base then revisit_withdraw(alloc, load, base) end -- (its share still held)
   redis.call('HDEL', alloc, 'e:' .. id)
-  if not (load and base) then return nil end
-  revisit_withdraw(alloc, load, base)
-  return {load, base}
+  return load and base and {load, base} or nil
 end
 
 -- revisit_restore(alloc, id, held)
