@@ -229,6 +229,10 @@ async def test_a_revisited_start_page_makes_a_crawl_that_runs_until_stopped(
     checked = await asyncio.to_thread(scrapy_ha, *check)
     assert checked.returncode == 0, checked.stderr  # a revisited URL stays seen
     assert "seen (kept for ever); revisited (entry " in checked.stdout
+    (entry,) = await asyncio.to_thread(redis_client.zrange, keys.revisits, 0, -1)
+    await asyncio.to_thread(redis_client.zadd, keys.revisits, {entry: 10**12})  # 2001: past
+    checked = await asyncio.to_thread(scrapy_ha, *check)  # (not "next visit" in the past)
+    assert ", due since 2001-09-" in checked.stdout and "next visit" not in checked.stdout
     # a worker started after the stop resumes the crawl and says when (an items consumer's
     # --exit-idle waits for a stopped crawl only: sinks/consumer.py)
     assert not await asyncio.to_thread(redis_client.hexists, keys.run, "resumed")

@@ -211,7 +211,11 @@ async def _revisited(queue: RedisQueue, fingerprint: bytes) -> str:
             f"; no longer revisited: its entry {entry.decode()} is in the dead-letter queue "
             "(`scrapy-ha dlq requeue` revisits it again)"
         )
-    when = f", next visit {local_time(int(due))}" if due is not None else ""
+    when = ""
+    if due is not None:  # (one due already: its visit under way, or its turn not come yet)
+        seconds, micros = await client.time()
+        past = due <= seconds * 1000 + micros // 1000
+        when = f", {'due since' if past else 'next visit'} {local_time(int(due))}"
     return f"; revisited (entry {entry.decode()}){when}"
 
 
