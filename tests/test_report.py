@@ -162,3 +162,35 @@ def test_a_reason_on_several_lines_is_one_line_and_one_row(redis_url, redis_clie
     markdown = cli(redis_url, "report", "faults", "--format", "markdown").stdout
     assert "| a/b &lt;img src=x onerror=alert(1)&gt; line2 | 1 |" in markdown, markdown
     assert "<img" not in markdown
+
+
+def test_the_minute_the_window_begins_in_counts_for_its_part_inside(redis_url, redis_client):
+    """``--since 1m`` at 40 s into a minute summed the last minute's bucket whole (100 s of
+    events for a window of 60: 491 acks reported where a crawl made 264), and ``--since
+    10s`` a whole minute's. A bucket of a minute to come (by hand) is in no window."""
+    import time  # noqa: PLC0415
+
+    seconds, micros = redis_client.time()
+    if seconds % 60 > 50:  # (the window's minute must not change while the command runs)
+        time.sleep(61 - seconds % 60)
+        seconds, micros = redis_client.time()
+    minute = seconds // 60
+    before = (seconds * 1000 + micros // 1000) % 60_000  # ms into the current minute
+    redis_client.hset("ha:{shop}:stats", mapping={"acked": 6_107})
+    redis_client.hset(
+        "ha:{shop}:stats:min",
+        mapping={
+            f"acked:{minute - 2}": 7,  # before the window
+            f"acked:{minute - 1}": 6_000,  # the window begins in it
+            f"acked:{minute + 5}": 100,  # to come
+        },
+    )
+    report = json.loads(
+        cli(redis_url, "report", "shop", "--since", "1m", "--format", "json").stdout
+    )
+    seconds, micros = redis_client.time()
+    after = (seconds * 1000 + micros // 1000) % 60_000
+    assert seconds // 60 == minute
+    # 6,000 spread evenly: the window holds the part of that minute after `into` ms
+    acked = report["window"]["acked"]
+    assert 6_000 - after // 10 - 1 <= acked <= 6_000 - before // 10 + 1, (before, after, acked)
