@@ -84,7 +84,14 @@ def test_a_share_short_of_the_whole_never_reads_100_percent():
 def test_a_bad_window_is_named(redis_url):
     result = cli(redis_url, "report", "faults", "--since", "yesterday")
     assert result.returncode == 2
-    assert "--since 'yesterday': write a duration such as 24h" in result.stderr
+    assert "--since 'yesterday': write a duration of a second or more, such as 24h" in (
+        result.stderr
+    )
+    # (under a second was a window of 0 s, which reported the current minute's events)
+    for short in ("0", "0.1", "0.5s"):
+        result = cli(redis_url, "report", "faults", "--since", short)
+        assert result.returncode == 2, (short, result.stdout)
+        assert f"--since {short!r}: write a duration of a second or more" in result.stderr
 
 
 def test_windows():

@@ -68,11 +68,15 @@ def at(module: str, name: str) -> Target:
 def parse_window(text: str) -> int:
     """Seconds of a window written ``24h``, ``90m``, ``7d``, ``30s`` or ``3600``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not match or float(match.group(1)) <= 0:
+    # (a window of less than a second was taken as 0 s: `--since 0.1` reported the
+    # current minute's acks for a window "21:22:56 .. 21:22:56")
+    seconds = int(float(match.group(1)) * WINDOW_UNITS[match.group(2) or "s"]) if match else 0
+    if seconds < 1:
         raise argparse.ArgumentTypeError(
-            f"--since {text!r}: write a duration such as 24h, 90m, 7d or 3600 (seconds)"
+            f"--since {text!r}: write a duration of a second or more, such as 24h, 90m, 7d "
+            "or 3600 (seconds)"
         )
-    return int(float(match.group(1)) * WINDOW_UNITS[match.group(2) or "s"])
+    return seconds
 
 
 def when(option: str) -> Callable[[str], Callable[[int], int]]:
