@@ -146,6 +146,8 @@ def test_dead_letters_and_workers_written_by_hand_do_not_break_the_listings(
     report = cli(redis_url, "report", "shop", "--since", "7d", "--format", "json")
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["states"]["dead"] == 6
+    # a time of `inf` or to come is no heartbeat of the window (it read "last seen 9999-...")
+    assert json.loads(report.stdout)["workers_seen"] == [], report.stdout  # (all 3 to come)
     from tests.test_dashboard_api import dashboard
 
     with dashboard(redis_url) as http:

@@ -137,8 +137,12 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     window["dead"] = dead  # the dead-letter queue's own times: right for any window
     # every worker whose last heartbeat is in the window, gone or alive (renew.lua keeps
     # them a week in ``seen``; a worker that left is no longer in ``workers``)
-    seen = await client.zrangebyscore(keys.seen, since_ms, "+inf", withscores=True)
-    # (written by hand: a worker id not UTF-8 shown escaped, a time of `inf` left out)
+    # (written by hand: a worker id not UTF-8 shown escaped; a time of `inf`, or to come,
+    # left out: it read "last seen 9999-12-30 23:59:59" in a window ending now. The bound
+    # leaves a minute for a heartbeat renewed since the server's time was read.)
+    seen = await client.zrangebyscore(
+        keys.seen, since_ms, stats.now_ms + MINUTE_MS, withscores=True
+    )
     last = {text(w): time_ms(t) for w, t in seen}
     states = {
         "pending": stats.pending,
