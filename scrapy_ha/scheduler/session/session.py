@@ -97,8 +97,7 @@ class Session:
         self._task: asyncio.Task[None] | None = None
         self.heap = FrozenHeap(shell.config.gc_freeze)
         self.sweep = TimerSweep(shell.config.timer_sweep)
-        self.stopping = False
-        self.redis_ok = False
+        self.stopping, self.redis_ok = False, False
         self.remote = Remote()  # what the shell reads of Redis (never a round trip)
         self.pressure = Pressure(shell.config.memory, shell.stats, self.remote, self.redis_url)
         self._outage = False  # Redis failed a round: renew first when it answers again
@@ -287,6 +286,7 @@ class Session:
                 if not self.redis_ok:
                     logger.info("Redis at %s is reachable", self.redis_url)
                     self.ends.hold_reclaim(self.config.lease_time)
+                    self.shell.admission.seen.clear()  # a failover may have lost what it sent
                 self.redis_ok, delay = True, 0.0
             except DupefilterRefused as exc:  # settings no retry can fix: stop (see .refusal)
                 self.stopping = self.refusal.stop(exc)
