@@ -71,7 +71,10 @@ class PlantingSpider(CatalogueSpider):
     def plant_once(self) -> None:
         if not self.planted:
             self.planted = True
-            plant(self.redis_client, self, self.base_url)
+            self.plant()
+
+    def plant(self) -> None:
+        plant(self.redis_client, self, self.base_url)
 
     def on_idle(self, spider: Any) -> None:
         raise NotImplementedError
@@ -163,24 +166,12 @@ async def test_a_reclaim_is_counted_when_the_old_pending_set_holds_garbage(redis
         await queue.client.aclose()
 
 
-class GarbageSpider(CatalogueSpider):
+class GarbageSpider(ClosingSpider):
     """Writes a key of another type where the old pending set goes when the crawl looks
     finished (its first idle)."""
 
-    name = "catalogue"
-    redis_client: Any = None
-
-    @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> GarbageSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.on_idle, signal=signals.spider_idle)
-        spider.planted = False
-        return spider
-
-    def on_idle(self, spider: Any) -> None:
-        if not self.planted:
-            self.planted = True
-            self.redis_client.set(KEYS.legacy_pending, b"garbage")
+    def plant(self) -> None:
+        self.redis_client.set(KEYS.legacy_pending, b"garbage")
 
 
 @deferred_f_from_coro_f
@@ -190,7 +181,7 @@ async def test_garbage_in_the_old_pending_set_is_set_aside_at_the_close(
     """A finished close converts the old pending set: a key of another type there failed
     it, and with it the close ("Gave up the close with Redis"): the crawl was not ended, its
     run left open and its dupefilter kept, and its next run crawled nothing."""
-    GarbageSpider.redis_client = redis_client
+    PlantingSpider.redis_client = redis_client
     crawler = get_crawler(GarbageSpider, settings(redis_url, reclaim_interval=3600))
     await crawler.crawl_async(base_url=site.url)
     assert len(crawler.spider.items) == 50
