@@ -111,6 +111,22 @@ def _servers(tmp_path: Path) -> tuple[redis_servers.Server, redis_servers.Server
     return primary, replica
 
 
+async def tear_down(
+    forwarder: Forwarder,
+    servers: tuple[redis_servers.Server, ...],
+    clients: tuple[redis_lib.Redis, ...],
+    crawl: asyncio.Future[Any],
+) -> None:
+    """Stop the forwarder and the servers, close the clients, let the crawl end."""
+    await forwarder.stop()
+    for server in servers:
+        server.kill()
+    for client in clients:
+        client.close()
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(crawl, 5)
+
+
 def _replicating(primary: redis_lib.Redis) -> bool:
     info = primary.info("replication")
     return info["connected_slaves"] == 1 and info["slave0"]["state"] == "online"
@@ -159,13 +175,7 @@ async def test_a_page_acked_on_a_replica_that_lacks_its_children_loses_none(
         await asyncio.wait_for(crawl, DEADLINE)
         restored = b.hget(keys.dictionaries, "1")
     finally:
-        await forwarder.stop()
-        for server in (primary, replica):
-            server.kill()
-        a.close()
-        b.close()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(crawl, 5)
+        await tear_down(forwarder, (primary, replica), (a, b), crawl)
     ids = [item["id"] for item in crawler.spider.items]
     assert sorted(set(ids)) == list(range(1, 21)), "children lost at the failover"
     assert len(ids) - 20 <= 11 + IN_FLIGHT, f"{len(ids) - 20} duplicates"

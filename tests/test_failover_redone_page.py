@@ -16,7 +16,6 @@ forwarder of tests/test_failover_lost_children.py standing for the failover.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,7 +25,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from tests import backqueues
 from tests.spiders import CatalogueSpider
-from tests.test_failover_lost_children import Forwarder, _replicating, _servers
+from tests.test_failover_lost_children import Forwarder, _replicating, _servers, tear_down
 from tests.test_redis_failover import DEADLINE, crawl_settings, until
 
 if TYPE_CHECKING:
@@ -106,13 +105,7 @@ async def test_the_same_worker_redoing_a_page_a_failover_lost_stores_its_childre
         # crawls it again
         await asyncio.wait_for(crawl, DEADLINE)
     finally:
-        await forwarder.stop()
-        for server in (primary, replica):
-            server.kill()
-        a.close()
-        b.close()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(crawl, 5)
+        await tear_down(forwarder, (primary, replica), (a, b), crawl)
     assert crawler.spider.firsts >= 2, "the first page was not crawled again"
     ids = {item["id"] for item in crawler.spider.items}
     assert sorted(ids) == list(range(1, 21)), f"lost: {sorted(set(range(1, 21)) - ids)}"
