@@ -78,7 +78,7 @@ async def test_a_renewal_from_the_keeper_names_no_request_redis_has_not_stored(r
     """The keeper's thread renewed with the worker's requests in flight marked as handed,
     those handed out from memory included: Redis answered them lost, and when the round
     that stored them was read before that answer, the worker took them for lost (said, and
-    counted in ``ha/leases_lost``: 7 to 16 leases in 2 of 32 failovers of a sharded crawl on
+    counted in ``ha/leases_lost``: 7 to 16 leases in 3 of 54 failovers of a sharded crawl on
     a busy machine, many requests handed out while Redis was away). The round that stores
     such a request marks it handed: the renewal names it once it is stored."""
     crawler = get_crawler(settings_dict={"REDIS_URL": redis_url})
