@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy_ha.dashboard._chart import WINDOWS, clock
-from scrapy_ha.ops.display import humanize, local_time, share_text
+from scrapy_ha.ops.display import LINE_DOMAINS, humanize, local_time, share_text
 from scrapy_ha.ops.labels import STATES, class_label, counter_label
 
 if TYPE_CHECKING:
@@ -22,9 +22,9 @@ LIVE_SECONDS = 5
 #: URL schemes a stored request's URL may be a link with.
 LINKABLE = ("http", "https")
 #: Domains an overview card names per reason work waits (a closed gate, a domain's limits),
-#: the most waiting first: a crawl with a 429 from each of 200 hosts drew a card of 200
-#: lines; the crawl page's Waiting table lists them all.
-CARD_DOMAINS = 5
+#: the most waiting first, as many as a ``status`` line names: a crawl with a 429 from each
+#: of 200 hosts drew a card of 200 lines; the crawl page's Waiting table lists them all.
+CARD_DOMAINS = LINE_DOMAINS
 #: The same without JavaScript (a ``<noscript>`` meta refresh): slower, since it reloads
 #: the whole page while someone may be reading it.
 PLAIN_SECONDS = 30
