@@ -92,6 +92,13 @@ def test_a_bad_window_is_named(redis_url):
         result = cli(redis_url, "report", "faults", "--since", short)
         assert result.returncode == 2, (short, result.stdout)
         assert f"--since {short!r}: write a duration of a second or more" in result.stderr
+    # a minus sign (a window "5 minutes back" written -5m) was read as an option by
+    # argparse: "expected one argument", which named nothing wrong with the value
+    for command in (("report", "faults"), ("dlq", "list", "faults")):
+        result = cli(redis_url, *command, "--since", "-5m")
+        assert result.returncode == 2, (command, result.stdout)
+        assert "--since '-5m':" in result.stderr, (command, result.stderr)
+        assert "expected one argument" not in result.stderr
 
 
 def test_windows():

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = ["build_parser", "parse"]
 
 import argparse
+import sys
 from typing import Any
 
 from scrapy_ha._version import __version__
@@ -363,6 +364,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, IDs accepted after options too (``purge books --yes 17 18``:
     argparse alone binds an empty ID list at the first option)."""
     parser = build_parser()
+    argv = _glued(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     dest = next((d for d in TRAILING_LISTS if isinstance(getattr(args, d, None), list)), None)
     if extra and dest and not any(e.startswith("-") for e in extra):
@@ -373,3 +375,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         if not hasattr(args, name):
             setattr(args, name, None)
     return args
+
+
+#: Options whose value may begin with a minus sign by mistake (``--since -5m``).
+TIME_OPTIONS = ("--since", "--until")
+
+
+def _glued(argv: list[str]) -> list[str]:
+    """``--since -5m`` as ``--since=-5m``: argparse takes a value beginning with ``-`` for
+    an option and says only "expected one argument"; glued, the option's own check names
+    the value and what to write."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in TIME_OPTIONS and arg[:1] == "-" and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
