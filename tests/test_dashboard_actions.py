@@ -119,6 +119,31 @@ async def test_an_id_of_a_shard_the_crawl_does_not_have_is_not_found(redis_url):
     await asyncio.to_thread(_drive, redis_url, check)
 
 
+@deferred_f_from_coro_f
+async def test_a_dry_run_of_ids_counts_those_the_action_would_touch(redis_url):
+    await dead_letters(redis_url, "wide", 12, shards=3)
+
+    def check(http: TestClient) -> None:
+        before = dead_ids(http, "wide")
+        one, other = sorted(before)[:2]
+        url = "/api/crawls/wide/actions/purge"
+        # before: "selected" counted the ids given, those the crawl never had included
+        body = {"ids": [one, other, "9:1", "999999", one], "dry_run": True}
+        dry = http.post(url, json=body).json()
+        assert dry == {
+            "action": "purge",
+            "dry_run": True,
+            "selected": 2,
+            "missing": 2,
+            "touched": 0,
+        }, dry
+        assert dead_ids(http, "wide") == before
+        done = http.post(url, json={"ids": [one, other, "9:1", "999999"]}).json()
+        assert done["touched"] == 2
+
+    await asyncio.to_thread(_drive, redis_url, check)
+
+
 def confirm_form(page: str) -> dict[str, str | list[str]]:
     """The fields the confirmation page's form posts (its hidden inputs), as a browser
     would post them."""

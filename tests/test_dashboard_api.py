@@ -112,7 +112,13 @@ async def test_overview_tables_filters_and_requeue_through_the_api(redis_url, si
 
         flt = {"filter": {"class": "server"}}
         dry = http.post("/api/crawls/faults/actions/purge", json={**flt, "dry_run": True}).json()
-        assert dry == {"action": "purge", "dry_run": True, "selected": 1, "touched": 0}
+        assert dry == {
+            "action": "purge",
+            "dry_run": True,
+            "selected": 1,
+            "missing": 0,
+            "touched": 0,
+        }
         assert http.post("/api/crawls/faults/actions/purge", json=flt).json()["touched"] == 1
         assert [e["class"] for e in http.get("/api/crawls/faults/dead").json()["entries"]] == [
             "gone"

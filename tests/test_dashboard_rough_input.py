@@ -121,7 +121,7 @@ def test_what_redis_holds_by_hand_is_shown_and_what_a_script_sends_is_a_4xx(redi
         assert http.post(url, content=surrogate, headers=json_type).status_code == 400
         # an id holding a tab, which the form refuses and sends to the API: taken (review)
         tabbed = http.post(url, json={"ids": ["0\t1"], "dry_run": True})
-        assert tabbed.status_code == 200 and tabbed.json()["selected"] == 1, tabbed.text
+        assert tabbed.status_code == 200 and tabbed.json()["missing"] == 1, tabbed.text
     assert redis_client.zcard("ha:{odd}:dead") == 4
     listing = subprocess.run(
         [SCRAPY_HA, "--redis-url", _url(redis_client), "dlq", "list", "odd"],

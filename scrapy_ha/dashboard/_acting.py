@@ -19,6 +19,7 @@ from scrapy_ha.dashboard import _guard
 from scrapy_ha.dashboard._actions import ACTIONS, Action, Done
 from scrapy_ha.dashboard._data import report
 from scrapy_ha.dashboard._pages import render
+from scrapy_ha.dashboard._tables import ID_BATCH, route, table_key
 from scrapy_ha.dashboard._views import crawl_keys, filter_from, known_crawl, tables_of, urls_of
 from scrapy_ha.ops.operations import cleared_crawl_note
 from scrapy_ha.ops.unreadable import check_types
@@ -109,7 +110,14 @@ async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]
     flt = await filter_from(request, body["filter"]) if body.get("filter") is not None else None
     selected = await _selection(request, spider, action, ids, flt)
     if body.get("dry_run"):
-        return {"action": name, "dry_run": True, "selected": len(selected), "touched": 0}
+        found = await _held(request, spider, action, selected) if ids else selected
+        return {
+            "action": name,
+            "dry_run": True,
+            "selected": len(found),
+            "missing": len(set(selected)) - len(found),
+            "touched": 0,
+        }
     done, note = await _perform(request, spider, action, selected)
     return {
         "action": name,
@@ -118,6 +126,25 @@ async def api_action(request: Request, spider: str, name: str) -> dict[str, Any]
         "report": report(action, done, len(selected)),
         "note": note or None,
     }
+
+
+async def _held(request: Request, spider: str, action: Action, ids: list[str]) -> list[str]:
+    """The distinct *ids* that *action*'s table holds: those it would touch (a dry run
+    counted every id given, those the crawl never had too). Gates: the domains as given."""
+    ids = list(dict.fromkeys(ids))
+    if action.table in (None, GATES):
+        return ids
+    parts = (await tables_of(request, spider)).parts
+    routed = [(i, route(i) if len(parts) > 1 else (0, i)) for i in ids]
+    found: list[str] = []
+    for shard, part in enumerate(parts):
+        mine = [(i, local) for i, (at, local) in routed if at == shard]
+        key = table_key(part.keys, action.table)
+        for lo in range(0, len(mine), ID_BATCH):
+            chunk = mine[lo : lo + ID_BATCH]
+            scores = await part.client.zmscore(key, [local for _, local in chunk])
+            found += [i for (i, _), score in zip(chunk, scores, strict=True) if score is not None]
+    return found
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
