@@ -24,6 +24,7 @@ from redis.utils import HIREDIS_AVAILABLE
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store import url as _redis_url
 from scrapy_ha.store.auth_hint import refused_login
+from scrapy_ha.store.health import info_or_nothing
 from scrapy_ha.store.redis_params import ARGUMENTS
 from scrapy_ha.store.tls_hint import tls_hint
 from scrapy_ha.store.url import DEFAULT_SOCKET_TIMEOUT, RedisConfigError
@@ -304,7 +305,7 @@ async def check_reachable(client: Any, url: str, timeout: float) -> dict[str, An
     one round trip; raise RedisUnavailable (RedisDown while it may come back)."""
     try:
         async with asyncio.timeout(timeout):
-            info: dict[str, Any] = await client.info()
+            info = await info_or_nothing(client)
     except redis.exceptions.AuthenticationError as exc:
         fix = "give the user name and password in REDIS_URL (or REDIS_PARAMS)"
         raise RedisUnavailable(f"{refused_login(url, str(exc))}: {fix}") from None

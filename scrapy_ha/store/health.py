@@ -30,6 +30,7 @@ from scrapy_ha.store.wire import text as _text
 
 __all__ = [
     "MIN_VERSION",
+    "info_or_nothing",
     "is_cluster",
     "over_maxmemory",
     "primaries_info",
@@ -112,6 +113,17 @@ def _size(n: int) -> str:
     return f"{n / 2**20:,.1f} MB" if n >= 2**20 else f"{n:,} bytes"
 
 
+async def info_or_nothing(client: Any) -> dict[str, Any]:
+    """Redis's ``INFO``, or an empty dict, after a ``PING``, if the ACL refuses ``INFO`` to
+    this user: no start-up check then, and no back-pressure (docs/scaling.md). A QA run:
+    every worker of such a user stopped at start, its first command refused."""
+    try:
+        return dict(await client.info())
+    except redis.exceptions.NoPermissionError:
+        await client.ping()
+        return {}
+
+
 async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[str]:
     """One sentence per problem of the Redis *client* talks to (none: an empty list), from
     its ``INFO`` (*info*, read now if not given).
@@ -132,7 +144,7 @@ async def redis_health(client: Any, info: dict[str, Any] | None = None) -> list[
                 continue
             facts.append((node_info, await _config_get(client, "save", target_nodes=node)))
     else:
-        if info is None:
+        if not info:  # (empty: INFO refused to this user at connect; not checked then)
             try:
                 info = await client.info()
             except redis.exceptions.ResponseError:  # INFO not allowed to this user

@@ -78,10 +78,8 @@ class Pressure:
         if now < self._next or not self.config.high:
             return
         self._next = now + MEMORY_CHECK_INTERVAL
-        if info is not None and (
-            is_cluster(queue.client) or any(node.get("loading") for node in _nodes(info))
-        ):
-            info = None  # (a cluster's, read at connect, is one node's)
+        if not info or is_cluster(queue.client) or any(n.get("loading") for n in _nodes(info)):
+            info = None  # (a cluster's, read at connect, is one node's; empty: INFO refused)
         if info is None:
             try:
                 info = await primaries_info(queue.client, "memory")
