@@ -93,7 +93,7 @@ class CrawlCollector:
         is given those, where it was given nothing."""
         return [
             _up(),
-            *_redis_metrics({}, 0),
+            *_redis_metrics({"evicted_keys": 0}, 0),
             _read_errors([], {}),
             *_crawl_metrics([]),
             *revisit_metrics(self.client, self.prefix, Reading()),
@@ -127,8 +127,11 @@ class CrawlCollector:
             )
 
     def _read(self) -> list[Metric]:
-        memory, stats = (primaries_info_sync(self.client, s) for s in ("memory", "stats"))
-        info = _fullest(memory, stats, self._evicted)
+        try:
+            memory, stats = (primaries_info_sync(self.client, s) for s in ("memory", "stats"))
+        except redis.exceptions.NoPermissionError:  # INFO refused to this user: the crawls'
+            memory = stats = {}  # series without Redis's (a QA run: redis_up 0, nothing else)
+        info = _fullest(memory, stats, self._evicted) if memory else {}
         reading = read_every_crawl(self.client, self.prefix, self._crawls())
         continuous = revisit_metrics(self.client, self.prefix, reading)
         crawls = [c for c in reading.crawls if c.spider not in reading.unreadable]
@@ -213,13 +216,14 @@ def _redis_metrics(info: dict[str, Any], crawls: int) -> list[Metric]:
             value=int(info.get("maxmemory", 0)),
         ),
     ]
+    evicted = CounterMetricFamily(
+        "scrapy_ha_redis_evicted_keys",
+        "Keys Redis evicted at maxmemory (INFO evicted_keys): any loses requests.",
+        value=int(info.get("evicted_keys", 0)),
+    )
     return [
         *(memory if "used_memory" in info else ()),
-        CounterMetricFamily(
-            "scrapy_ha_redis_evicted_keys",
-            "Keys Redis evicted at maxmemory (INFO evicted_keys): any loses requests.",
-            value=int(info.get("evicted_keys", 0)),
-        ),
+        *((evicted,) if "evicted_keys" in info else ()),  # (none: INFO refused to the user)
         GaugeMetricFamily("scrapy_ha_crawls", "Crawls found under the key prefix.", value=crawls),
     ]
 
