@@ -30,6 +30,8 @@ __all__ = [
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
+
 from scrapy_ha.ops.pipes import pipeline_of
 from scrapy_ha.ops.unreadable import UNREADABLE, explain, explain_sync
 from scrapy_ha.store import scripts
@@ -273,6 +275,8 @@ def read_crawl_stats(client: Any, keys: Keys, *, domains: bool = True) -> CrawlS
     which names it."""
     try:
         return _read_crawl_stats(client, keys, domains)
+    except redis.exceptions.NoPermissionError:
+        raise  # this user's ACL, not the crawl's keys: the command names the URL
     except UNREADABLE as exc:
         raise explain_sync(client, keys.prefix, keys.spider, exc) from None
 
@@ -295,6 +299,8 @@ async def read_crawl_stats_async(client: Any, keys: Keys, *, domains: bool = Tru
     """:func:`read_crawl_stats` with a ``redis.asyncio.Redis`` client."""
     try:
         return await _read_crawl_stats_async(client, keys, domains)
+    except redis.exceptions.NoPermissionError:
+        raise  # this user's ACL, not the crawl's keys: the command names the URL
     except UNREADABLE as exc:
         raise await explain(client, keys.prefix, keys.spider, exc) from None
 
