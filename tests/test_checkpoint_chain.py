@@ -9,6 +9,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.store.state import CheckpointStore
@@ -77,6 +78,30 @@ async def test_a_task_whose_checkpoint_went_mid_chain_takes_the_next_page_as_it(
     assert json.loads(await q.client.get(q.keys.checkpoint("t")))["page"] == 6
     assert await q.save_checkpoint(*save, doc(4, 5, next="/list/5"), TTL) == 2  # behind
     assert await q.save_checkpoint(*save, doc(6, 6, done=True), TTL) == 1
+    assert json.loads(await q.client.get(q.keys.checkpoint("t")))["done"] is True
+    assert not await q.client.exists(q.keys.checkpoint_ahead("t"))
+    await q.client.aclose()
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"garbage{", b'{"page": "x", "of": "y"}', b"[1, 2]", b'"text"', b"{}"]
+)
+@deferred_f_from_coro_f
+async def test_a_checkpoint_unreadable_mid_chain_is_replaced_by_the_next_page(redis_url, garbage):
+    """Garbage written over a task's checkpoint while its chain runs (by hand, by a bug) is
+    replaced by the next page that completes, as a missing one is: before, every later page
+    waited in the ahead hash for ever, the garbage stayed, the task was never done, and the
+    next run crawled the whole task again from its root."""
+    q = open_queue(redis_url)
+    await q.enqueue([NewEntry(b"", 0, b"page")])
+    (lease,) = await q.lease(1, 30000)
+    save = lease.id, lease.token, "t"
+    for n in (1, 2, 3):
+        assert await q.save_checkpoint(*save, doc(n, n + 1, next=f"/list/{n + 1}"), TTL) == 1
+    await q.client.set(q.keys.checkpoint("t"), garbage)
+    assert await q.save_checkpoint(*save, doc(4, 5, next="/list/5"), TTL) == 1
+    assert json.loads(await q.client.get(q.keys.checkpoint("t")))["page"] == 5
+    assert await q.save_checkpoint(*save, doc(5, 5, done=True), TTL) == 1
     assert json.loads(await q.client.get(q.keys.checkpoint("t")))["done"] is True
     assert not await q.client.exists(q.keys.checkpoint_ahead("t"))
     await q.client.aclose()

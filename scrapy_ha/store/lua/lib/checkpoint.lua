@@ -51,21 +51,22 @@ local function checkpoint_save(cp, ahead, doc, new, ttl)
     return 1
   end
   -- the first page of the chain not completed: 1 when the task has a finished checkpoint
-  -- (it runs again); an unreadable checkpoint is replaced. A task without one is at page 1,
-  -- or lost it mid-chain (its TTL ran out while the crawl was paused, evicted, reset by an
-  -- operator): a page after the first then becomes the checkpoint (else every later page
-  -- would wait in the ahead hash for ever, done included). The price: a page 2 that
-  -- completes before page 1 of a new chain moves it past page 1, whose items a restart
-  -- from the checkpoint alone (the queue lost as well, in that window) would not redo.
+  -- (it runs again). A task without one is at page 1, or lost it mid-chain (its TTL ran
+  -- out while the crawl was paused, evicted, reset by an operator): a page after the first
+  -- then becomes the checkpoint (else every later page would wait in the ahead hash for
+  -- ever, done included); so does a task whose checkpoint is unreadable (garbage written
+  -- over it: it is replaced). The price: a page 2 that completes before page 1 of a new
+  -- chain moves it past page 1, whose items a restart from the checkpoint alone (the queue
+  -- lost as well, in that window) would not redo.
   local first = of
   local cur = redis.call('GET', cp)
   if cur then
     local ok, old = pcall(cjson.decode, cur)
-    first = 1
-    if ok and type(old) == 'table' and not old['done'] and type(old['page']) == 'number' then
-      first = old['page']
-    elseif ok and type(old) == 'table' and old['done'] then
+    if ok and type(old) == 'table' and old['done'] then
+      first = 1
       redis.call('DEL', ahead)
+    elseif ok and type(old) == 'table' and type(old['page']) == 'number' then
+      first = old['page']
     end
   end
   local mid = new['skip'] ~= nil
