@@ -135,3 +135,53 @@ async def test_a_checkpoint_over_the_size_limit_is_refused_with_a_warning(
     small = await crawl(redis_url, site, big=100)
     assert saved(redis_client)["fields"]["note"] == "x" * 100  # under the limit: saved
     assert small.stats.get_value("ha/checkpoint/too_large") is None
+
+
+class AssigningSpider(ChainSpider):
+    """Puts fields of its own in ``meta["ha_checkpoint"]`` in place of those it found (an API
+    cursor kept as ``response.meta["ha_checkpoint"] = {...}``), or, with *value*, a value
+    that is no dict."""
+
+    def __init__(self, value: Any = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.value = value
+        self.found: list[Any] = []
+
+    def parse(self, response: Any) -> Any:
+        self.found.append(response.meta.get(metakeys.CHECKPOINT))
+        yield from super().parse(response)
+        page = response.url.rsplit("/", 1)[1]
+        fields = {"cursor": page} if self.value is None else self.value
+        response.meta[metakeys.CHECKPOINT] = fields
+
+
+@deferred_f_from_coro_f
+async def test_fields_the_callback_puts_in_place_of_those_it_found_are_saved(
+    redis_url, redis_client, site
+):
+    """A page's fields are those its callback leaves in meta, a dict of its own too: before,
+    the middleware kept the dict the page came with, the spider's were never saved nor
+    carried to the next page (the mid-page checkpoints took them, the page's own did not)."""
+    settings = {"HA_CHECKPOINT_ITEMS": 4}
+    crawler = await crawl(redis_url, site, spider_cls=AssigningSpider, settings=settings)
+    assert sorted(crawler.spider.ids) == list(range(1, 51))
+    assert crawler.spider.found == [{}, *({"cursor": str(n)} for n in range(1, 5))]
+    assert saved(redis_client)["fields"] == {"cursor": "5"}
+    assert saved(redis_client)["done"] is True
+
+
+@deferred_f_from_coro_f
+async def test_fields_that_are_no_dict_are_dropped_with_one_warning(
+    redis_url, redis_client, site, caplog
+):
+    caplog.set_level(logging.WARNING, logger="scrapy_ha")
+    settings = {"HA_CHECKPOINT_ITEMS": 4}
+    crawler = await crawl(
+        redis_url, site, spider_cls=AssigningSpider, value={1, 2}, settings=settings
+    )
+    assert sorted(crawler.spider.ids) == list(range(1, 51))
+    assert crawler.spider.found == [{}] * 5
+    assert saved(redis_client)["fields"] == {} and saved(redis_client)["done"] is True
+    assert caplog.text.count("is a set, not a dict") == 1, caplog.text
+    assert "not saved" not in caplog.text  # every checkpoint saved, mid-page ones too
+    assert crawler.stats.get_value("ha/checkpoint/unencodable") is None

@@ -38,7 +38,7 @@ from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
-from scrapy_ha.middlewares.storable import checkpoint_payload, drop_unstorable
+from scrapy_ha.middlewares.storable import checkpoint_payload, page_fields, spider_fields
 from scrapy_ha.middlewares.tasks import (
     Counter,
     Progress,
@@ -231,7 +231,7 @@ class CheckpointMiddleware:
             self.stats.inc_value("ha/checkpoint/resumed")
             page_no, items = state.get("page", 1), state.get("items", 0)
             logger.info("Resumed task %s at page %s (%s items done)", task, page_no, items)
-        fields = page.meta.setdefault(metakeys.CHECKPOINT, {})
+        spider_fields(page.meta, task, self.stats)  # a dict, for the callback to find
         skip, next_pages = int(state.pop("skip", 0)), []
         counter = Counter(page, state, skip, self._tracks(page))
         try:
@@ -249,14 +249,14 @@ class CheckpointMiddleware:
             # the callback failed after yielding its next page: Scrapy would have crawled
             # it, so it still goes out (the page itself is retried as a parse error); the
             # page's checkpoint is saved only if it ends dead-lettered, not retried
-            drop_unstorable(task, fields, self.stats)
+            fields = page_fields(page.meta, task, self.stats)  # the callback's, as it left them
             self._branches(task, state, next_pages)
             for request in self._chain(next_pages, task, state, fields):
                 yield request
             if next_pages:
                 self._page_done(page, task, state, fields, next_pages[0])
             raise
-        drop_unstorable(task, fields, self.stats)
+        fields = page_fields(page.meta, task, self.stats)
         self._branches(task, state, next_pages)
         for request in self._chain(next_pages, task, state, fields):
             yield request
@@ -390,7 +390,7 @@ class CheckpointMiddleware:
             "page": progress.page_no,
             "skip": done,
             "items": progress.items_before + done,
-            "fields": page.meta.get(metakeys.CHECKPOINT, {}),
+            "fields": spider_fields(page.meta, task, self.stats),
             "done": False,
             "next": encode_request(without_progress(page), self.crawler.spider).decode(),
         }

@@ -12,10 +12,19 @@ import sys
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha import metakeys
+
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
-__all__ = ["MAX_DEPTH", "checkpoint_payload", "drop_unstorable", "storable_problem"]
+__all__ = [
+    "MAX_DEPTH",
+    "checkpoint_payload",
+    "drop_unstorable",
+    "page_fields",
+    "spider_fields",
+    "storable_problem",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +128,30 @@ def drop_unstorable(task: str, fields: Any, stats: StatsCollector) -> None:
             task,
             problem,
         )
+
+
+def spider_fields(meta: dict[str, Any], task: str, stats: StatsCollector) -> dict[str, Any]:
+    """A page's fields as they are now: ``meta["ha_checkpoint"]``, the dict the page came with
+    or one its callback put there in its place; a value that is no dict is replaced by an
+    empty one, with a warning (once per task)."""
+    fields = meta.get(metakeys.CHECKPOINT)
+    if isinstance(fields, dict):
+        return fields
+    if fields is not None:
+        stats.inc_value("ha/checkpoint/fields_dropped")
+        kind = type(fields).__name__
+        said = "meta['ha_checkpoint'] of task %s is a %s, not a dict: dropped"
+        _warn_once(stats, task, "not a dict", said, task, kind)
+    fields = meta[metakeys.CHECKPOINT] = {}
+    return fields
+
+
+def page_fields(meta: dict[str, Any], task: str, stats: StatsCollector) -> dict[str, Any]:
+    """The fields a page's callback left (:func:`spider_fields`), without those a checkpoint
+    cannot store (:func:`drop_unstorable`)."""
+    fields = spider_fields(meta, task, stats)
+    drop_unstorable(task, fields, stats)
+    return fields
 
 
 def checkpoint_payload(
