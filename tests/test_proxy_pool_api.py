@@ -177,3 +177,37 @@ async def test_the_api_s_password_is_never_logged(password, redis_url, caplog):
     assert waited is not None  # no list: the request waits in Redis
     assert "Could not fetch the proxy list" in caplog.text
     assert SECRET not in caplog.text and SECRET not in str(waited.meta["ha_outcome"].reason)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    ['{"code": 429, "msg": "too many requests"}', '{"data": null}', '"quota exceeded"'],
+    ids=["error-object", "data-null", "string"],
+)
+@deferred_f_from_coro_f
+async def test_an_answer_that_holds_no_list_keeps_the_last_list(answer, redis_url, tmp_path):
+    # extraction APIs answer their errors with a 200 and a JSON object: before, it replaced
+    # the list with an empty one, and every request waited 30 s for a proxy until the TTL
+    listed = tmp_path / "proxies.json"
+    listed.write_text(json.dumps(["127.0.0.1:3128"]))
+    crawler = get_crawler(
+        FaultSpider,
+        settings(
+            redis_url,
+            HA_PROXY_MODE="pool",
+            HA_PROXY_POOL_URL=listed.as_uri(),
+            HA_PROXY_POOL_TTL=0.05,
+        ),
+    )
+    crawler.stats.open_spider()
+    mw = ProxyMiddleware.from_crawler(crawler)
+    assert await mw.process_request(Request("http://shop.example/1")) is None
+    listed.write_text(answer)
+    await asyncio.sleep(0.1)  # the TTL is over: the next request fetches again
+    await mw.process_request(Request("http://shop.example/2"))
+    await poll(lambda: mw.pool._fetching is None, "the fetch ended")
+    request = Request("http://shop.example/3")
+    assert await mw.process_request(request) is None  # not sent back to wait for a proxy
+    assert request.meta["ha_proxy"] == "127.0.0.1:3128"
+    assert crawler.stats.get_value("ha/proxy/pool_errors") == 1
+    assert crawler.stats.get_value("ha/proxy/unavailable") is None

@@ -51,10 +51,14 @@ def proxy_id(url: str) -> str:
 def parse_pool(body: bytes) -> list[str]:
     """Default pool format: a JSON list of ``{"ip": ..., "port": ...}`` or ``"ip:port"``
     (or of ``scheme://host:port`` URLs). An entry that is no proxy comes out as a URL that
-    :func:`valid_proxy` refuses, so that it costs itself alone."""
+    :func:`valid_proxy` refuses, so that it costs itself alone. An answer that holds no
+    list (an API's error object, ``{"code": 429, "msg": ...}``, answered with a 200) is a
+    failed fetch: before, it emptied the list until the TTL was over."""
     doc = json.loads(body)
     if isinstance(doc, dict):
-        doc = doc.get("data") or doc.get("proxies") or []
+        doc = next((doc[key] for key in ("data", "proxies") if isinstance(doc.get(key), list)), doc)
+    if not isinstance(doc, list):
+        raise ValueError(f"the answer holds no list of proxies (a JSON {type(doc).__name__})")
     return [_entry_url(entry) for entry in doc]
 
 
