@@ -9,10 +9,11 @@ import asyncio
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy import Request
+from scrapy.exceptions import DownloadTimeoutError
 from scrapy.http import HtmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
@@ -246,6 +247,53 @@ async def test_max_failures_counts_failures_in_a_row(site_factory):
     assert mw.pool.cooling == {}  # before: 1111 cooled down at its second failure
     assert set(used[-20:]) == {"127.0.0.1:1111", "127.0.0.1:2222"}
     assert crawler.stats.get_value("ha/proxy/rotations") is None
+
+
+def timing_out(site: Any) -> ProxyMiddleware:
+    """A pool middleware of the proxies *site* lists (``HA_PROXY_MAX_FAILURES=2``), called
+    as the downloader calls it."""
+    crawler = get_crawler(
+        FaultSpider,
+        {
+            "HA_PROXY_MODE": "pool",
+            "HA_PROXY_POOL_URL": site.url + "/proxies.json",
+            "HA_PROXY_MAX_FAILURES": 2,
+        },
+    )
+    crawler.stats.open_spider()
+    return ProxyMiddleware.from_crawler(crawler)
+
+
+async def time_out(mw: ProxyMiddleware, url: str) -> str | None:
+    """One attempt at *url* that times out; the proxy it went through (None: none usable)."""
+    request = Request(url)
+    if await mw.process_request(request) is not None:
+        return None
+    mw.process_exception(request, DownloadTimeoutError(f"Getting {url} took too long"))
+    return str(request.meta["ha_proxy"])
+
+
+@deferred_f_from_coro_f
+async def test_timeouts_at_one_site_take_the_proxy_from_that_site_alone(site_factory):
+    """A site that holds its answers back (a tarpit) times out through every proxy: two
+    timeouts there in a row took each proxy out for every site in turn (a QA run: three
+    healthy sites left without a proxy for HA_PROXY_COOLDOWN). A proxy that times out at
+    two sites in a row is the one that hangs: out for every site, as before."""
+    site = site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222")
+    mw = timing_out(site)
+    for _ in range(20):
+        if await time_out(mw, "http://tarpit.example/page") is None:
+            break  # every proxy out for the tarpit
+    assert mw.pool is not None
+    tarpit = {"127.0.0.1:1111 tarpit.example", "127.0.0.1:2222 tarpit.example"}
+    assert set(mw.pool.cooling) == tarpit, mw.pool.cooling
+    healthy = Request("http://shop.example/1")
+    assert await mw.process_request(healthy) is None and "ha_proxy" in healthy.meta
+
+    hung = timing_out(site_factory("--proxy-list", "127.0.0.1:3333"))
+    assert await time_out(hung, "http://a.example/1") == "127.0.0.1:3333"
+    assert await time_out(hung, "http://b.example/1") == "127.0.0.1:3333"
+    assert hung.pool is not None and set(hung.pool.cooling) == {"127.0.0.1:3333"}
 
 
 @deferred_f_from_coro_f

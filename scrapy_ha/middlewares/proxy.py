@@ -45,6 +45,7 @@ from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.proxy_gateway import GatewayErrors
 from scrapy_ha.middlewares.proxy_sources import (
+    TIMEOUTS,
     ProxyPool,
     TunnelProxy,
     cooling_key,
@@ -181,7 +182,7 @@ class ProxyMiddleware:
         if tunnel_status(exception) == PROXY_AUTH_REQUIRED:  # CONNECT refused: credentials
             return self._proxy_auth_failed(request, f"CONNECT answered {PROXY_AUTH_REQUIRED}")
         if self.retry_config.classify_exception(exception) == FailureClass.NETWORK:
-            self._failure(request)
+            self._failure(request, url_host(request.url) if isinstance(exception, TIMEOUTS) else "")
         return None
 
     async def _from_pool(self, request: Request) -> str | None:
@@ -233,14 +234,13 @@ class ProxyMiddleware:
         # (a pool proxy is out for the banning site alone: see cooling_key)
         self._rotate(request, pid, f"{fclass} ({request.url})", url_host(request.url))
 
-    def _failure(self, request: Request) -> None:
+    def _failure(self, request: Request, timed_out: str) -> None:
+        """A network error through the proxy; *timed_out*: the site it timed out at."""
         pid = request.meta[metakeys.PROXY]
         self._stat(pid, "failures")
-        if self.pool is not None:
-            self.pool.failures[pid] = self.pool.failures.get(pid, 0) + 1
-            if self.pool.failures[pid] < self.config.max_failures:
-                return
-        self._rotate(request, pid, "connection failures")
+        site = self.pool.failed(pid, timed_out) if self.pool is not None else ""
+        if site is not None:  # (a pool proxy: after HA_PROXY_MAX_FAILURES in a row)
+            self._rotate(request, pid, "timeouts" if site else "connection failures", site)
 
     def _rotate(self, request: Request, pid: str, why: str, site: str = "") -> None:
         """Change the tunnel's exit; or cool pool proxy *pid* down, for *site* alone

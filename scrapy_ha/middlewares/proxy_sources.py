@@ -14,6 +14,8 @@ from urllib.parse import quote, unquote, urlsplit
 from urllib.request import Request, urlopen
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
+from scrapy.exceptions import DownloadTimeoutError
+from twisted.internet import error
 from w3lib.http import basic_auth_header
 
 from scrapy_ha.codec.masking import MASK, mask_text, mask_url, split_userinfo
@@ -38,6 +40,9 @@ POOL_FETCH_TIMEOUT = 10
 POOL_RETRY_MIN = 5.0
 #: The longest wait between two fetches while they fail (the retry backoff's cap).
 POOL_RETRY_MAX = 120.0
+#: A download that took too long through the proxy: the site's doing as much as the proxy's
+#: (Scrapy before 2.17 raised Twisted's error for a connection that timed out).
+TIMEOUTS = (DownloadTimeoutError, error.TimeoutError)
 #: Characters of a tunnel session token: enough that two workers never pick the same one.
 SESSION_CHARS = 10
 
@@ -136,7 +141,8 @@ class ProxyPool:
         #: proxy id (out for every site), or "<proxy id> <host>" (a site banned it) ->
         #: until (time.time()): see :func:`cooling_key`
         self.cooling: dict[str, float] = {}
-        self.failures: dict[str, int] = {}
+        #: proxy id -> the site of each of its failures in a row ("" a failure of its own)
+        self.failures: dict[str, list[str]] = {}
         self._fetching: asyncio.Future[None] | None = None
         self._warned_entries = False
 
@@ -236,6 +242,19 @@ class ProxyPool:
     def _count(self, key: str, n: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value(key, n)
+
+    def failed(self, pid: str, site: str = "") -> str | None:
+        """Count a failure of *pid*: its own (a refused connection...), or with *site* a
+        timeout there, which a site that holds its answers back (a tarpit) causes through
+        every proxy. None until ``HA_PROXY_MAX_FAILURES`` in a row; then where to cool it
+        down: that site when each failure of the row timed out there, else every site ("")
+        (before, a site that timed out took each proxy from every site in turn)."""
+        sites = self.failures.setdefault(pid, [])
+        sites.append(site)
+        if len(sites) < self.config.max_failures:
+            return None
+        del self.failures[pid]
+        return site if set(sites) == {site} else ""
 
     def cool_down(self, pid: str, host: str = "") -> float:
         """Take *pid* out of rotation for ``HA_PROXY_COOLDOWN``: for *host*'s site alone
