@@ -519,3 +519,36 @@ async def test_a_sink_that_cannot_open_leaves_no_group_behind(redis_url, tmp_pat
     sink = JsonLinesSink(tmp_path / "items.jl")  # the stream holds every item still
     report = await consume(redis_url, "s", sink, group="jl", exit_idle=0.2)
     assert report.consumed == 10 and lines(tmp_path / "items.jl") == list(range(1, 11))
+
+
+def test_a_consumer_whose_crawl_is_flushed_stops_saying_its_stream_was_deleted(
+    redis_url, redis_client, tmp_path
+):
+    """A consumer blocked on a quiet stream that `scrapy-ha flush` deleted died with a
+    traceback (``ResponseError: UNBLOCKED the stream key no longer exists``)."""
+    import subprocess
+    import time
+
+    from tests.cli_seed import SCRAPY_HA, _run, scrapy_ha
+
+    _run(fill(redis_url, range(1, 3)))
+    path = tmp_path / "i.jl"
+    base = [SCRAPY_HA, "items", "s", "--to", f"jsonl:{path}", "--redis-url", redis_url]
+    proc = subprocess.Popen(base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def blocked() -> bool:  # its items written, it waits in XREADGROUP for more
+        return any(
+            c["cmd"] == "xreadgroup" and "b" in c["flags"] for c in redis_client.client_list()
+        )
+
+    deadline = time.monotonic() + 60
+    while not (path.exists() and lines(path) == [1, 2] and blocked()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    flushed = scrapy_ha("flush", "s", "--yes", "--redis-url", redis_url)
+    assert flushed.returncode == 0, flushed.stderr
+    out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert "error: the item stream of s was deleted while this consumer ran" in err
+    assert proc.returncode == 1
+    assert not redis_client.exists(KEYS.items)  # not made again behind the flush

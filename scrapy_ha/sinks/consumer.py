@@ -29,6 +29,7 @@ from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.sinks.batches import BatchWriter, ConsumerReport, Entry, route
+from scrapy_ha.sinks.gone import GroupGone, StreamGone, gone
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.runs import stopped_at
@@ -42,9 +43,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ConsumerReport",
     "Entry",
+    "GroupGone",
     "ItemConsumer",
     "Sink",
     "SinkDidNotOpen",
+    "StreamGone",
     "consume",
     "default_consumer",
 ]
@@ -59,11 +62,6 @@ RECONNECT_MAX_DELAY = 10.0
 
 class SinkDidNotOpen(Exception):
     """The sink could not open (its database unreachable, its file not writable)."""
-
-
-class GroupGone(Exception):
-    """The consumer's group was taken away while it ran (``items --undeclare``, a flush,
-    a Redis that lost it): it stops, and does not make the group again."""
 
 
 class Sink(Protocol):
@@ -162,13 +160,9 @@ class ItemConsumer:
                     delay = await _away(exc, delay)
                     continue
                 except redis.exceptions.ResponseError as exc:
-                    if "NOGROUP" not in str(exc):  # (inside a script's error on Redis 6)
+                    if (why := await gone(exc, self.streams, self.group)) is None:
                         raise
-                    raise GroupGone(
-                        f"group {self.group} of {self.queue.keys.spider} was taken away while "
-                        "this consumer ran (`scrapy-ha items --undeclare`, a `flush`, or a "
-                        "Redis that lost it): it stopped; start it again to make the group anew"
-                    ) from None
+                    raise why from None
                 delay = 0.0
                 if worked or exit_idle is not None and time.monotonic() - idle_since >= exit_idle:
                     idle_since = time.monotonic()
