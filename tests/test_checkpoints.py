@@ -278,3 +278,28 @@ def test_a_reclaimed_page_skips_the_items_its_checkpoint_has(
 
 def checkpoint_or_empty(client: redis.Redis) -> dict:
     return checkpoint(client) if client.keys("ha:{paged}:cp:*") else {}
+
+
+def test_checkpoints_list_shows_a_checkpoint_of_the_wrong_shape_as_unreadable(
+    redis_url, redis_client
+):
+    """A JSON object with no page number that is not done is garbage to the scripts
+    (lib/checkpoint.lua: the next page of its task replaces it); the listing showed
+    ``{"page": "x"}`` as ``page x items=0``, as if the task were at a page "x"."""
+    from tests.test_dlq import cli
+
+    redis_client.set("ha:{paged}:cp:good", json.dumps({"page": 3, "items": 10}))
+    redis_client.set("ha:{paged}:cp:done", json.dumps({"done": True, "items": 9}))
+    redis_client.set("ha:{paged}:cp:x", json.dumps({"page": "x"}))
+    redis_client.set("ha:{paged}:cp:y", json.dumps({"items": 4}))
+    redis_client.set("ha:{paged}:cp:z", json.dumps({"page": True, "done": False}))
+    listed = cli(redis_url, "checkpoints", "list", "paged")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:2] for line in listed.stdout.splitlines()] == [
+        ["done", "done"],
+        ["good", "page"],
+        ["x", "unreadable"],
+        ["y", "unreadable"],
+        ["z", "unreadable"],
+    ]
+    assert "no page number" in listed.stdout.splitlines()[2]

@@ -103,7 +103,7 @@ class CheckpointStore:
             try:
                 raw = await self._raw(task)
                 if raw is not None:
-                    found.append(StoredCheckpoint(task, _decode(raw), len(raw)))
+                    found.append(StoredCheckpoint(task, _shaped(_decode(raw)), len(raw)))
             except UnreadableCheckpoint as exc:
                 found.append(StoredCheckpoint(task, None, len(raw or b""), str(exc)))
         return found
@@ -207,6 +207,18 @@ def _decode(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise UnreadableCheckpoint("it is not a JSON object")
     return doc
+
+
+def _shaped(doc: dict[str, Any]) -> dict[str, Any]:
+    """*doc* if the scripts read it as a task's checkpoint (lib/checkpoint.lua: done, or at
+    a page number); else :class:`UnreadableCheckpoint`: the next page of its task replaces
+    it."""
+    page = doc.get("page")
+    if ("done" in doc and doc["done"] is not False) or (
+        isinstance(page, int | float) and not isinstance(page, bool)
+    ):
+        return doc
+    raise UnreadableCheckpoint("no page number, not done: the next page of its task replaces it")
 
 
 def _text(value: bytes | str) -> str:
