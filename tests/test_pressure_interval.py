@@ -144,3 +144,40 @@ async def test_a_worker_started_between_the_marks_holds_back_with_the_others(
     finally:
         redis_client.delete("ha-test-ballast")
         await aclient.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_marks_since_is_the_first_workers_while_the_mark_lives(redis_url, redis_client):
+    # before: each worker above the high mark wrote its own hold's start every second, so
+    # `scrapy-ha status`'s "since" moved between the workers' times
+    import json
+    import time
+
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    mark = Keys("ha", "pressure").pressure
+    try:
+        redis_client.set("ha-test-ballast", b"x" * (8 << 20))
+        config = MemoryConfig(high=1 << 20, low=1 << 20)  # memory is above it
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        first = Pressure(config, get_crawler().stats, Remote(), redis_url)
+        await first.check(queue, now=0.0)
+        since = json.loads(redis_client.get(mark))["since"]
+        while int(time.time() * 1000) <= since:  # the second worker's hold starts later
+            time.sleep(0.001)
+        second = Pressure(config, get_crawler().stats, Remote(), redis_url)
+        await second.check(queue, now=0.0)
+        assert second.remote.held
+        for now in (1.0, 2.0):
+            await second.check(queue, now=now)
+            assert json.loads(redis_client.get(mark))["since"] == since
+            await first.check(queue, now=now)
+            assert json.loads(redis_client.get(mark))["since"] == since
+        redis_client.delete(mark)  # gone (expired, or memory fell below the low mark)
+        await second.check(queue, now=3.0)
+        assert json.loads(redis_client.get(mark))["since"] > since  # a new mark, its own
+        redis_client.set(mark, b"garbage")  # written by hand: written over
+        await first.check(queue, now=4.0)
+        assert json.loads(redis_client.get(mark))["since"] == since
+    finally:
+        redis_client.delete("ha-test-ballast", mark)
+        await aclient.aclose()

@@ -164,11 +164,19 @@ class Pressure:
         self, queue: RedisQueue, used: int, most: int, marks: tuple[int, int] | None
     ) -> None:
         """Mark the crawl as held back (for status and metrics); a Redis already full
-        refuses the write, which costs nothing here."""
+        refuses the write, which costs nothing here. The mark keeps its ``since`` while it
+        lives: the hold's start of the first worker that saw it, not each worker's own."""
         high, low = marks or (0, 0)
-        doc = {"used": used, "max": most, "high": high, "low": low, "since": self._since_ms}
+        key = queue.keys.pressure
         try:
-            await queue.client.set(queue.keys.pressure, json.dumps(doc), px=PRESSURE_TTL_MS)
+            raw = await queue.client.get(key)
+            since = _since(raw)
+            doc = {"used": used, "max": most, "high": high, "low": low}
+            doc["since"] = since or self._since_ms
+            # (the mark gone meanwhile, by a worker below the low mark: not made again;
+            # made by another worker meanwhile: its since stays; garbage: written over)
+            new = {"xx": True} if since else {"nx": raw is None}
+            await queue.client.set(key, json.dumps(doc), px=PRESSURE_TTL_MS, **new)
         except redis.exceptions.ResponseError:
             pass
 
@@ -184,6 +192,15 @@ def _nodes(info: Any) -> list[dict[str, Any]]:
 
 def _memory(info: dict[str, Any]) -> tuple[int, int]:
     return int(info.get("used_memory", 0) or 0), int(info.get("maxmemory", 0) or 0)
+
+
+def _since(raw: bytes | None) -> int:
+    """The ``since`` of the mark *raw* (0: no mark, or one that is not ours)."""
+    try:
+        since = json.loads(raw)["since"] if raw else 0
+    except (ValueError, TypeError, KeyError):
+        return 0
+    return since if isinstance(since, int) and not isinstance(since, bool) and since > 0 else 0
 
 
 def _in_band(
