@@ -36,3 +36,28 @@ def test_a_push_is_refused_a_first_layer_redis_has_no_room_for(tmp_path: Path) -
         assert done.returncode == 0 and "1 added" in done.stdout, done.stderr
     finally:
         server.kill()
+
+
+def test_a_push_as_a_user_without_info_skips_the_room_check_saying_so(tmp_path: Path) -> None:
+    """The room check reads ``INFO``: a user whose ACL refuses it (``-info``, or ``-@dangerous``
+    as a monitoring user's) had every push that would make a Bloom filter refused (``error:
+    ... no permissions to run the 'info' command``, exit 2); a worker of that user skips
+    the check and crawls (docs/scaling.md), and so does the push, in one line on stderr."""
+    server = redis_servers.start(tmp_path / "redis", "--maxmemory", "200mb")
+    try:
+        admin = server.client()
+        small = "HA_DUPEFILTER = 'bloom'\nHA_DUPEFILTER_CAPACITY = 100000\n"
+        project = write_project(tmp_path / "small", "small", SPIDER, small)
+        for n, rules in enumerate((["-info"], ["-@dangerous"])):
+            admin.execute_command(
+                "ACL", "SETUSER", f"u{n}", "on", ">pw", "~*", "&*", "+@all", *rules
+            )
+            url = f"redis://u{n}:pw@127.0.0.1:{server.port}/{n}"
+            push = ("--redis-url", url, "push", "k", "--create", f"https://a.example/{n}")
+            done = scrapy_ha(*push, cwd=project)
+            assert done.returncode == 0 and "1 added" in done.stdout, done.stderr
+            assert "may not run INFO" in done.stderr and "room" in done.stderr, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+            assert server.client(db=n).exists("ha:{k}:bloom")  # the filter made, as a worker's
+    finally:
+        server.kill()

@@ -178,7 +178,8 @@ async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: Set
     await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
     crawl = dupefilter_kind(memory, ttl)
     await borrow_layout(queue, local=dupefilter_kind(*local), crawl=crawl)
-    await check_room(queue)  # a new filter Redis has room for, as a worker's
+    if note := await check_room(queue):  # a new filter Redis has room for, as a worker's
+        print(f"note: {note}", file=sys.stderr)
     args.claim_kind = functools.partial(claim_kind, queue, memory, ttl)
     args.dupefilter = memory, ttl  # a Bloom filter's workers fingerprint by 16 bytes
 

@@ -28,7 +28,7 @@ from scrapy_ha.store.bloom import (
     first_layer_room,
     meta_layout,
 )
-from scrapy_ha.store.health import is_cluster
+from scrapy_ha.store.health import info_or_nothing, is_cluster
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text as _s
 
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 #: Settings a filter's layout comes from, as a refusal names them.
 LAYOUT_SETTINGS = "HA_DUPEFILTER_CAPACITY and HA_DUPEFILTER_ERROR_RATE"
+#: What a push says when the ACL refuses its user ``INFO``.
+ROOM_UNCHECKED = (
+    "this Redis user may not run INFO: whether Redis has room for the crawl's new Bloom "
+    "filter is not checked (a worker of this user skips the check too, docs/scaling.md)"
+)
 
 
 async def borrow_layout(queue: RedisQueue, *, local: str, crawl: str) -> None:
@@ -66,15 +71,16 @@ async def borrow_layout(queue: RedisQueue, *, local: str, crawl: str) -> None:
             _take(dupefilter, template)
 
 
-async def check_room(queue: RedisQueue) -> None:
+async def check_room(queue: RedisQueue) -> str | None:
     """Refuse a push that would make Bloom filters (kept for ever) whose first layers
     cannot fit in what Redis has left of its ``maxmemory``, one a shard that has none yet,
     as a worker is refused at start (:func:`~scrapy_ha.store.bloom.first_layer_room`): the
     push made them, and every worker of the crawl then failed to start on Redis's OOM
-    refusal. Not on a Redis Cluster, whose ``INFO`` is per node (nor for a worker). Call it
-    after :func:`borrow_layout`, before any write."""
+    refusal. Not on a Redis Cluster, whose ``INFO`` is per node (nor for a worker), nor
+    for a user the ACL refuses ``INFO``, as a worker's start skips it: then a note saying
+    so is returned. Call it after :func:`borrow_layout`, before any write."""
     if is_cluster(queue.client):
-        return
+        return None
     new = [
         shard.dupefilter
         for shard in shards_of(queue)
@@ -82,11 +88,14 @@ async def check_room(queue: RedisQueue) -> None:
         and not await shard.client.exists(shard.keys.bloom_part(0, 0))
     ]
     if not new:
-        return
-    info = await queue.client.info("memory")
+        return None
+    info = await info_or_nothing(queue.client)
+    if not info:
+        return ROOM_UNCHECKED
     problem = first_layer_room(new[0].capacity, new[0].error_rate, info, layers=len(new))
     if problem is not None:
         raise ConfigError(problem)
+    return None
 
 
 def _take(dupefilter: BloomFilter | AgedBloom, meta: dict[str, str]) -> None:
