@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from scrapy_ha.store.items import ItemStream
 
-__all__ = ["GroupGone", "StreamGone", "gone"]
+__all__ = ["GroupGone", "StreamGone", "gone", "woken"]
 
 
 class GroupGone(Exception):
@@ -38,15 +38,26 @@ async def gone(
     if "UNBLOCKED" not in said and "NOGROUP" not in said:  # (inside a script's on Redis 6)
         return None
     spider = streams[0].keys.spider
-    if "UNBLOCKED" in said or not all([await s.client.exists(s.key) for s in streams]):
+    if not all([await s.client.exists(s.key) for s in streams]):
         return StreamGone(
             f"the item stream of {spider} was deleted while this consumer ran (a "
             "`scrapy-ha flush`): it stopped, and the entries it had not acknowledged went "
             "with the stream; start it again (with --create before the crawl's first worker) "
             "to consume the crawl anew"
         )
+    if "NOGROUP" not in said:  # UNBLOCKED, the streams there: see woken()
+        return None
     return GroupGone(
         f"group {group} of {spider} was taken away while this consumer ran (`scrapy-ha "
         "items --undeclare`, a `flush`, or a Redis that lost it): it stopped; start it "
         "again to make the group anew"
     )
+
+
+def woken(exc: redis.exceptions.ResponseError) -> bool:
+    """*exc* woke a blocked read whose streams are still there (:func:`gone` said None): a
+    primary demoted by a failover (``UNBLOCKED force unblock from blocking operation,
+    instance state changed``) or ``CLIENT UNBLOCK ... ERROR``. Nothing was read: the
+    consumer reads again, as after Redis was away (before, it stopped for good, saying
+    its stream was deleted)."""
+    return "UNBLOCKED" in str(exc)
