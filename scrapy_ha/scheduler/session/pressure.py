@@ -83,8 +83,11 @@ class Pressure:
         if info is None:
             try:
                 info = await primaries_info(queue.client, "memory")
-            except redis.exceptions.ResponseError:  # INFO refused to this user: no back-pressure
+            except redis.exceptions.NoPermissionError:  # INFO refused to this user: none
                 self._next = float("inf")
+                return
+            except redis.exceptions.ResponseError as exc:  # (BUSY: a long script) this check
+                logger.debug("Could not read Redis's memory at %s: %s", self.redis_url, exc)
                 return
         nodes = [_memory(node) for node in _nodes(info)]
         above = [(used, most, self.config.marks(most)) for used, most in nodes]
