@@ -415,3 +415,20 @@ async def test_answers_on_their_way_take_a_proxy_out_once(tmp_path, caplog):
     assert caplog.text.count("out of rotation for every site") == 1
     assert set(mw.pool.cooling) == {"127.0.0.1:1111 shop.example", "127.0.0.1:1111"}
     assert mw.pool.failures == {}  # back from its cool-down with no failure counted
+
+
+@deferred_f_from_coro_f
+async def test_a_proxy_that_times_out_at_one_site_then_another_is_out_for_every_site(
+    site_factory,
+):
+    """A dead proxy (its address drops packets: Scrapy says DownloadTimeoutError, as for a
+    tarpit) in a crawl whose requests come a site at a time: HA_PROXY_MAX_FAILURES timeouts
+    at one site cooled it for that site alone, then as many at the next site for that one,
+    and so on: with no answer between, it stayed in rotation for every site it had not yet
+    timed out at, each costing a full download timeout per attempt. A row of timeouts at
+    two sites is the proxy's, whether or not one site's part cooled it there first."""
+    hung = timing_out(site_factory("--proxy-list", "127.0.0.1:3333"))
+    for url in ("http://a.example/1", "http://a.example/2", "http://b.example/1"):
+        assert await time_out(hung, url) == "127.0.0.1:3333"
+    assert hung.pool is not None and "127.0.0.1:3333" in hung.pool.cooling, hung.pool.cooling
+    assert await time_out(hung, "http://c.example/1") is None  # out for every site

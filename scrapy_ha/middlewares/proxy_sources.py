@@ -253,8 +253,13 @@ class ProxyPool:
         sites.append(site)
         if len(sites) < self.config.max_failures:
             return None
+        if site and set(sites) == {site}:
+            # the row goes on (an answer ends it): a timeout at another site next is the
+            # proxy's (before, it was cooled a site at a time while it hung for every one)
+            del sites[: -self.config.max_failures or len(sites)]
+            return site
         del self.failures[pid]
-        return site if set(sites) == {site} else ""
+        return ""
 
     def cool_down(self, pid: str, host: str = "") -> float:
         """Take *pid* out of rotation for ``HA_PROXY_COOLDOWN``: for *host*'s site alone
