@@ -49,3 +49,27 @@ async def test_a_crawl_as_a_user_without_info_crawls_every_page(no_info_url, sit
     assert sorted(item["id"] for item in crawler.spider.items) == list(range(1, 51))
     assert crawler.stats.get_value("ha/acked") or crawler.stats.get_value("ha/leased")
     assert "cannot start" not in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_without_info_says_its_back_pressure_is_off(no_info_url, caplog):
+    """Back-pressure (HA_REDIS_MEMORY_HIGH, on by default) switched itself off for a user
+    the ACL refuses INFO and said nothing: a worker that started where one before was
+    refused, and then let Redis fill to its maxmemory unwarned."""
+    from scrapy_ha.config.memory import MemoryConfig
+    from scrapy_ha.scheduler.remote import Remote
+    from scrapy_ha.scheduler.session.pressure import Pressure
+    from scrapy_ha.store.sharding import make_queue
+
+    client = redis.asyncio.Redis.from_url(no_info_url)
+    try:
+        queue = make_queue(client, "ha", "pressure", 1, worker="w0")
+        pressure = Pressure(MemoryConfig(), get_crawler().stats, Remote(), "redis://x")
+        with caplog.at_level("WARNING"):
+            await pressure.check(queue, now=0.0, info={})
+            await pressure.check(queue, now=1.0, info={})
+    finally:
+        await client.aclose()
+    said = [r for r in caplog.records if "HA_REDIS_MEMORY_HIGH" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING", caplog.text
+    assert "INFO" in said[0].getMessage()

@@ -85,6 +85,13 @@ class Pressure:
                 info = await primaries_info(queue.client, "memory")
             except redis.exceptions.NoPermissionError:  # INFO refused to this user: none
                 self._next = float("inf")
+                logger.warning(
+                    "Redis at %s refuses INFO to this user: back-pressure is off for this "
+                    "worker (HA_REDIS_MEMORY_HIGH is not applied, nor is Redis's "
+                    "maxmemory-policy checked); allow the user INFO (ACL SETUSER ... +info) "
+                    "to have them",
+                    self.redis_url,
+                )
                 return
             except redis.exceptions.ResponseError as exc:  # (BUSY: a long script) this check
                 logger.debug("Could not read Redis's memory at %s: %s", self.redis_url, exc)
