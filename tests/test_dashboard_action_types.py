@@ -33,6 +33,11 @@ async def test_an_action_refused_for_a_key_of_another_type_has_done_nothing(redi
             done = http.post("/api/crawls/s/actions/purge", json={"ids": [first, "1:5"]})
             assert done.status_code == 409, done.text
             assert "ha:{s:1}:dead holds a string" in done.json()["error"]
+            # its dry run too, which looks the ids up in that key
+            body = {"ids": [first, "1:5"], "dry_run": True}
+            dry = http.post("/api/crawls/s/actions/purge", json=body)
+            assert dry.status_code == 409, dry.text
+            assert "ha:{s:1}:dead holds a string" in dry.json()["error"]
 
     await asyncio.to_thread(act)
     assert client.zcard("ha:{s:0}:dead") == before  # entry `first` not purged
