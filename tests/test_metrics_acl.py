@@ -5,27 +5,11 @@ a Redis that answered "unreachable". A real redis-server and a real exporter pro
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
-import pytest
-
 from tests.cli_seed import scrapy_ha
+from tests.test_acl_no_info import no_info_url
 from tests.test_metrics import exporter_factory, value
 
-__all__ = ["exporter_factory"]
-
-USER = "qa-exporter-no-info"
-
-
-@pytest.fixture
-def no_info_url(redis_url, redis_client):
-    acl = ("on", f">{USER}", "~*", "&*", "+@all", "-info")
-    redis_client.execute_command("ACL", "SETUSER", USER, *acl)
-    parts = urlsplit(redis_url)
-    try:
-        yield urlunsplit(parts._replace(netloc=f"{USER}:{USER}@{parts.netloc}"))
-    finally:
-        redis_client.execute_command("ACL", "DELUSER", USER)
+__all__ = ["exporter_factory", "no_info_url"]
 
 
 def test_a_user_without_info_gets_the_crawls_series(redis_url, no_info_url, exporter_factory):

@@ -223,17 +223,7 @@ async def test_the_crawl_stops_when_every_pool_proxy_answers_407(
 async def test_max_failures_counts_failures_in_a_row(site_factory):
     """HA_PROXY_MAX_FAILURES=2: two failures with 98 successes between them are no two
     failures in a row (the middleware's hooks, called as the downloader calls them)."""
-    site = site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222")
-    crawler = get_crawler(
-        FaultSpider,
-        {
-            "HA_PROXY_MODE": "pool",
-            "HA_PROXY_POOL_URL": site.url + "/proxies.json",
-            "HA_PROXY_MAX_FAILURES": 2,
-        },
-    )
-    crawler.stats.open_spider()
-    mw = ProxyMiddleware.from_crawler(crawler)
+    mw = pool_middleware(site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222"))
     used = []
     for n in range(200):
         request = Request(f"http://shop.example/{n}")
@@ -246,10 +236,10 @@ async def test_max_failures_counts_failures_in_a_row(site_factory):
             mw.process_response(request, ok)
     assert mw.pool.cooling == {}  # before: 1111 cooled down at its second failure
     assert set(used[-20:]) == {"127.0.0.1:1111", "127.0.0.1:2222"}
-    assert crawler.stats.get_value("ha/proxy/rotations") is None
+    assert mw.stats.get_value("ha/proxy/rotations") is None
 
 
-def timing_out(site: Any) -> ProxyMiddleware:
+def pool_middleware(site: Any) -> ProxyMiddleware:
     """A pool middleware of the proxies *site* lists (``HA_PROXY_MAX_FAILURES=2``), called
     as the downloader calls it."""
     crawler = get_crawler(
@@ -280,7 +270,7 @@ async def test_timeouts_at_one_site_take_the_proxy_from_that_site_alone(site_fac
     healthy sites left without a proxy for HA_PROXY_COOLDOWN). A proxy that times out at
     two sites in a row is the one that hangs: out for every site, as before."""
     site = site_factory("--proxy-list", "127.0.0.1:1111,127.0.0.1:2222")
-    mw = timing_out(site)
+    mw = pool_middleware(site)
     for _ in range(20):
         if await time_out(mw, "http://tarpit.example/page") is None:
             break  # every proxy out for the tarpit
@@ -290,7 +280,7 @@ async def test_timeouts_at_one_site_take_the_proxy_from_that_site_alone(site_fac
     healthy = Request("http://shop.example/1")
     assert await mw.process_request(healthy) is None and "ha_proxy" in healthy.meta
 
-    hung = timing_out(site_factory("--proxy-list", "127.0.0.1:3333"))
+    hung = pool_middleware(site_factory("--proxy-list", "127.0.0.1:3333"))
     assert await time_out(hung, "http://a.example/1") == "127.0.0.1:3333"
     assert await time_out(hung, "http://b.example/1") == "127.0.0.1:3333"
     assert hung.pool is not None and set(hung.pool.cooling) == {"127.0.0.1:3333"}
@@ -427,7 +417,7 @@ async def test_a_proxy_that_times_out_at_one_site_then_another_is_out_for_every_
     and so on: with no answer between, it stayed in rotation for every site it had not yet
     timed out at, each costing a full download timeout per attempt. A row of timeouts at
     two sites is the proxy's, whether or not one site's part cooled it there first."""
-    hung = timing_out(site_factory("--proxy-list", "127.0.0.1:3333"))
+    hung = pool_middleware(site_factory("--proxy-list", "127.0.0.1:3333"))
     for url in ("http://a.example/1", "http://a.example/2", "http://b.example/1"):
         assert await time_out(hung, url) == "127.0.0.1:3333"
     assert hung.pool is not None and "127.0.0.1:3333" in hung.pool.cooling, hung.pool.cooling
