@@ -473,12 +473,19 @@ def test_the_cli_says_a_server_certificate_is_not_trusted(tmp_path):
     try:
         url = f"rediss://127.0.0.1:{server.port}/0"
         result = scrapy_ha("--redis-url", url, "status", "books", cwd=project)
+        # outside a project the CA comes from the URL: the error names how (it named the
+        # project's setting alone, which a command outside one has not)
+        query = f"ssl_ca_certs={other.ca}&ssl_certfile={files.client_cert}"
+        outside = f"{url}?{query}&ssl_keyfile={files.client_key}"
+        alone = scrapy_ha("--redis-url", outside, "status", "books", cwd=tmp_path)
     finally:
         server.kill()
     assert result.returncode != 0
     assert f"Redis at {url} presented a certificate this client does not accept" in result.stderr
     assert "the project's REDIS_TLS_CA_FILE" in result.stderr
     assert "Traceback" not in result.stderr
+    assert alone.returncode != 0 and "Traceback" not in alone.stderr, alone.stderr
+    assert "the URL's ?ssl_ca_certs=" in alone.stderr, alone.stderr
 
 
 @pytest.mark.parametrize(

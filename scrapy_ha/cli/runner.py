@@ -208,7 +208,8 @@ async def reachable(client: Any, url: str) -> None:
             f"host and port of --redis-url or ${REDIS_URL_ENV}"
         ) from None
     except REDIS_DOWN_ERRORS as exc:
-        untrusted = untrusted_certificate(exc, url, "the project's REDIS_TLS_CA_FILE")
+        ca = "the project's REDIS_TLS_CA_FILE (outside a project, the URL's ?ssl_ca_certs=PATH)"
+        untrusted = untrusted_certificate(exc, url, ca)
         if untrusted:
             raise RedisUnavailable(untrusted) from None
         check, give = "is redis-server running there?", "its address"
