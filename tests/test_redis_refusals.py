@@ -10,6 +10,7 @@ import logging
 import signal
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -34,7 +35,7 @@ from tests.test_checkpoints import run_paged
 if TYPE_CHECKING:
     from pathlib import Path
 
-OVER = "Redis is over its maxmemory"
+OVER = "is over its maxmemory"
 
 
 def _oom_count(client: redis.Redis) -> int:
@@ -73,6 +74,8 @@ def test_a_full_redis_is_said_once_a_minute_and_nothing_is_lost(site_factory, tm
     assert all(OVER in line for line in said), said
     assert 1 <= len(said) <= 1 + minutes, said  # not one a second (12 refusals or more)
     assert "used_memory" in said[0] and "of maxmemory 1 bytes" in said[0]
+    # the server (before: "Redis is over its maxmemory", on a machine of several)
+    assert f"Redis at 127.0.0.1:{server.port} is over its maxmemory" in said[0], said
     assert "'ha/redis_refused':" in text
     # kept and sent again, not dropped (a checkpoint) nor dead-lettered (a retry)
     assert "ha/checkpoint/failed" not in text and "ha/op_errors" not in text
@@ -144,6 +147,8 @@ async def test_refusals_that_take_turns_are_each_said_once_a_minute(caplog, redi
     await client.aclose()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines  # the full Redis once, the NOPERM once
+    port = urlsplit(redis_url).port
+    assert lines[1].startswith(f"Redis at 127.0.0.1:{port} refused a scrapy-ha command"), lines
 
 
 @pytest.fixture

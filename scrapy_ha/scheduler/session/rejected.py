@@ -75,8 +75,9 @@ class Rejections:
             )
         else:
             logger.error(
-                "Redis refused a scrapy-ha command%s (%s); retrying every second, said again "
-                "once a minute while it lasts",
+                "Redis%s refused a scrapy-ha command%s (%s); retrying every second, said "
+                "again once a minute while it lasts",
+                _at(client),
                 again,
                 exc,
             )
@@ -84,10 +85,23 @@ class Rejections:
 
 async def _full(client: Any) -> str:
     """Which servers are over their maxmemory, as the start of a sentence."""
+    redis_at = f"Redis{_at(client)}"
     try:
         full = await over_maxmemory(client)
     except (redis.exceptions.RedisError, OSError) as exc:
-        return f"Redis is over its maxmemory (its memory could not be read: {exc})"
+        return f"{redis_at} is over its maxmemory (its memory could not be read: {exc})"
     if not full:  # freed meanwhile, or INFO not allowed to this user
-        return "Redis is over its maxmemory"
-    return f"Redis is over its maxmemory ({'; '.join(full)})"
+        return f"{redis_at} is over its maxmemory"
+    return f"{redis_at} is over its maxmemory ({'; '.join(full)})"
+
+
+def _at(client: Any) -> str:
+    """`` at host:port (user U)`` of the one server *client* talks to, or "" (a Redis
+    Cluster's full primaries are named by :func:`_full`; Sentinel's primary moves). A QA
+    run: a worker's refusals named no server and no user, on a machine of several."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    host = kwargs.get("host") if "sentinel" not in type(pool).__name__.lower() else None
+    where = kwargs.get("path") or (f"{host}:{kwargs.get('port', 6379)}" if host else "")
+    user = f" (user {kwargs['username']})" if where and kwargs.get("username") else ""
+    return f" at {where}{user}" if where else ""
