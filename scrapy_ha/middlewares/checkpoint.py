@@ -1,12 +1,11 @@
 """Pagination checkpoints: a paginated task resumes from its last page, fenced by its lease.
 
-Turn on with ``HA_CHECKPOINTS = True`` (the add-on adds the middleware). Every start
-request is the root of a task (``meta["ha_task"]`` names it; else its fingerprint does;
+Turn on with ``HA_CHECKPOINTS = True`` (the add-on adds the middleware). Every start request
+is the root of a task (``meta["ha_task"]`` names it; else its fingerprint does;
 ``meta["ha_task"] = False`` opts it out), and so is any request the spider yields with
-``meta["ha_task"] = "<name>"``.
-The middleware follows the task along its pagination chain, the requests a page yields
-for the same callback as its own (or marked ``meta["ha_next_page"] = True``), and records
-in Redis, under the page's lease:
+``meta["ha_task"] = "<name>"``. The middleware follows the task along its pagination chain,
+the requests a page yields for the same callback as its own (or marked
+``meta["ha_next_page"] = True``), and records in Redis, under the page's lease:
 
 - when a page is finished (its items through the pipelines, its requests queued): the
   next page to fetch, the items processed, the last item id and the spider's fields;
@@ -70,6 +69,8 @@ logger = logging.getLogger(__name__)
 PENDING_LIMIT = 100_000
 #: In a task's progress (meta ``ha_cp``): its page is the one its checkpoint resumed it at.
 RESUMED = "resumed"
+#: What a checkpoint that cannot be read costs its task (and that task alone).
+RESTART = "starting it from its root request"
 
 
 class CheckpointMiddleware:
@@ -131,6 +132,8 @@ class CheckpointMiddleware:
         if doc.get("done") or not doc.get("next"):
             if doc.get("done") and earlier:
                 root.meta[metakeys.TASK_STATE][metakeys.TASK_RERUN] = True  # see TASK_RERUN
+            elif type(doc.get("page")) not in (int, float):  # (lib/checkpoint.lua's rule)
+                return self._unreadable(task, "no page number", root)
             return root
         try:  # a rerun if saved by one, or by a version that recorded neither (resume_state)
             request = self._resumed(task, doc, rerun="run" not in doc, earlier=earlier)
@@ -144,18 +147,18 @@ class CheckpointMiddleware:
             request.meta.pop(metakeys.RECRAWL_AFTER, None)
             if metakeys.RECRAWL_AFTER in root.meta:
                 request.meta[metakeys.RECRAWL_AFTER] = root.meta[metakeys.RECRAWL_AFTER]
-        except Exception as exc:  # garbage in one checkpoint costs its task's progress alone
-            self.stats.inc_value("ha/checkpoint/unreadable")
-            logger.warning(
-                "Checkpoint of task %s is unreadable (%s): starting it from its root request",
-                task,
-                exc,
-            )
-            return root
+        except Exception as exc:
+            return self._unreadable(task, exc, root)
         # said when the page is crawled (_follow): the scheduler may still filter it, the
         # task's chain in the queue already (another worker seeded the run)
         request.meta[metakeys.TASK_STATE][RESUMED] = True
         return request
+
+    def _unreadable(self, task: str, why: object, root: Request) -> Request:
+        """Garbage in one checkpoint costs its task's progress alone: from its *root*."""
+        self.stats.inc_value("ha/checkpoint/unreadable")
+        logger.warning("Checkpoint of task %s is unreadable (%s): %s", task, why, RESTART)
+        return root
 
     def _fingerprint(self, root: Request) -> bytes:
         """The root's fingerprint: the scheduler seeds the resumed request by it, so a run seeds
@@ -170,10 +173,7 @@ class CheckpointMiddleware:
         except NotConfigured:
             raise
         except Exception as exc:  # Redis, or garbage: the root goes on, its task from the queue
-            said = (
-                "Could not read the checkpoint of task %s (%s): starting it from its root request"
-            )
-            logger.warning(said, task, exc)
+            logger.warning("Could not read the checkpoint of task %s (%s): %s", task, exc, RESTART)
             return None
 
     def _resumed(self, task: str, doc: dict[str, Any], **rerun: bool) -> Request:

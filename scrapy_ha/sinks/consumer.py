@@ -29,7 +29,7 @@ from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import DEFAULT_PREFIX
 from scrapy_ha.sinks.batches import BatchWriter, ConsumerReport, Entry, route
-from scrapy_ha.sinks.gone import GroupGone, StreamGone, gone, woken
+from scrapy_ha.sinks.gone import GroupGone, StreamGone, refused_read
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, redis_from_settings
 from scrapy_ha.store.items import ItemStream
 from scrapy_ha.store.runs import stopped_at
@@ -160,15 +160,7 @@ class ItemConsumer:
                     delay = await _away(exc, delay)
                     continue
                 except redis.exceptions.ResponseError as exc:
-                    away: Exception = exc
-                    try:
-                        why = await gone(exc, self.streams, self.group)
-                    except REDIS_DOWN_ERRORS as down:  # (asking whether the stream is there)
-                        why, away = None, down
-                    if why is not None:
-                        raise why from None
-                    if away is exc and not woken(exc):
-                        raise
+                    away = await refused_read(exc, self.streams, self.group)
                     self.writer.failed = True
                     delay = await _away(away, delay)
                     continue

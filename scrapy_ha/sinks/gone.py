@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+
 if TYPE_CHECKING:
     import redis.exceptions
 
     from scrapy_ha.store.items import ItemStream
 
-__all__ = ["GroupGone", "StreamGone", "gone", "woken"]
+__all__ = ["GroupGone", "StreamGone", "gone", "refused_read", "woken"]
 
 
 class GroupGone(Exception):
@@ -61,3 +63,21 @@ def woken(exc: redis.exceptions.ResponseError) -> bool:
     consumer reads again, as after Redis was away (before, it stopped for good, saying
     its stream was deleted)."""
     return "UNBLOCKED" in str(exc)
+
+
+async def refused_read(
+    exc: redis.exceptions.ResponseError, streams: list[ItemStream], group: str
+) -> Exception:
+    """A read of *streams* refused with *exc*: raises :class:`GroupGone` (or
+    :class:`StreamGone`) where the group or the stream is gone, *exc* again where it is no
+    wake-up (:func:`woken`); else returns the error to wait on as for a Redis away (*exc*,
+    or the error met asking whether the streams are there: not fatal either)."""
+    try:
+        why = await gone(exc, streams, group)
+    except REDIS_DOWN_ERRORS as down:
+        return down
+    if why is not None:
+        raise why from None
+    if not woken(exc):
+        raise exc
+    return exc
