@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -62,17 +62,24 @@ async def test_a_later_page_never_moves_the_checkpoint_past_an_earlier_one(redis
     await q.client.aclose()
 
 
-@deferred_f_from_coro_f
-async def test_a_task_whose_checkpoint_went_mid_chain_takes_the_next_page_as_it(redis_url):
-    """The checkpoint expired, was evicted or reset while the chain ran: the next page that
-    completes becomes the checkpoint (it waited in the ahead hash for ever, done included,
-    each counted as saved), and a page behind it says so (2, never counted as saved)."""
+async def three_pages_saved(redis_url: str) -> tuple[Any, tuple[str, str, str]]:
+    """A queue whose task ``t`` saved pages 1 to 3 under one lease, and that lease's save
+    arguments."""
     q = open_queue(redis_url)
     await q.enqueue([NewEntry(b"", 0, b"page")])
     (lease,) = await q.lease(1, 30000)
     save = lease.id, lease.token, "t"
     for n in (1, 2, 3):
         assert await q.save_checkpoint(*save, doc(n, n + 1, next=f"/list/{n + 1}"), TTL) == 1
+    return q, save
+
+
+@deferred_f_from_coro_f
+async def test_a_task_whose_checkpoint_went_mid_chain_takes_the_next_page_as_it(redis_url):
+    """The checkpoint expired, was evicted or reset while the chain ran: the next page that
+    completes becomes the checkpoint (it waited in the ahead hash for ever, done included,
+    each counted as saved), and a page behind it says so (2, never counted as saved)."""
+    q, save = await three_pages_saved(redis_url)
     await q.client.delete(q.keys.checkpoint("t"))  # `checkpoints reset t`, a TTL, eviction
     assert await q.save_checkpoint(*save, doc(5, 6, next="/list/6"), TTL) == 1
     assert json.loads(await q.client.get(q.keys.checkpoint("t")))["page"] == 6
@@ -92,12 +99,7 @@ async def test_a_checkpoint_unreadable_mid_chain_is_replaced_by_the_next_page(re
     replaced by the next page that completes, as a missing one is: before, every later page
     waited in the ahead hash for ever, the garbage stayed, the task was never done, and the
     next run crawled the whole task again from its root."""
-    q = open_queue(redis_url)
-    await q.enqueue([NewEntry(b"", 0, b"page")])
-    (lease,) = await q.lease(1, 30000)
-    save = lease.id, lease.token, "t"
-    for n in (1, 2, 3):
-        assert await q.save_checkpoint(*save, doc(n, n + 1, next=f"/list/{n + 1}"), TTL) == 1
+    q, save = await three_pages_saved(redis_url)
     await q.client.set(q.keys.checkpoint("t"), garbage)
     assert await q.save_checkpoint(*save, doc(4, 5, next="/list/5"), TTL) == 1
     assert json.loads(await q.client.get(q.keys.checkpoint("t")))["page"] == 5
