@@ -181,3 +181,32 @@ async def test_the_marks_since_is_the_first_workers_while_the_mark_lives(redis_u
     finally:
         redis_client.delete("ha-test-ballast", mark)
         await aclient.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_marks_since_is_redis_time_not_the_workers(redis_url, redis_client, monkeypatch):
+    # before: the worker's own clock (an hour ahead here: `status` said the hold began an
+    # hour from now); every stored time is Redis's
+    import json
+    import time
+    import types
+
+    from scrapy_ha.scheduler.session import pressure as module
+
+    ahead = types.SimpleNamespace(time=lambda: time.time() + 3600, monotonic=time.monotonic)
+    monkeypatch.setattr(module, "time", ahead)
+    aclient = redis.asyncio.Redis.from_url(redis_url)
+    mark = Keys("ha", "pressure").pressure
+    try:
+        redis_client.set("ha-test-ballast", b"x" * (8 << 20))
+        queue = make_queue(aclient, "ha", "pressure", 1, worker="w0")
+        config = MemoryConfig(high=1 << 20, low=1 << 20)  # memory is above it
+        worker = Pressure(config, get_crawler().stats, Remote(), redis_url)
+        await worker.check(queue, now=0.0)
+        seconds, micros = redis_client.time()
+        redis_ms = int(seconds) * 1000 + int(micros) // 1000
+        since = json.loads(redis_client.get(mark))["since"]
+        assert redis_ms - 60_000 < since <= redis_ms, (since, redis_ms)
+    finally:
+        redis_client.delete("ha-test-ballast", mark)
+        await aclient.aclose()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.config.memory import MEMORY_CHECK_INTERVAL, MEMORY_UNBOUNDED_INTERVAL
+from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.health import is_cluster, primaries_info
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class Pressure:
         assert marks is not None
         self.remote.held = True
         self._joined = joined
-        self._since_ms = int(time.time() * 1000)
+        self._since_ms = 0  # Redis's time, read by the first mark (_mark)
         self.stats.inc_value("ha/backpressure/held")
         logger.warning(
             "Redis at %s uses %s of its %s (HA_REDIS_MEMORY_HIGH: %s%s): this worker leases "
@@ -179,6 +180,8 @@ class Pressure:
         high, low = marks or (0, 0)
         key = queue.keys.pressure
         try:
+            if not self._since_ms:  # (every stored time is Redis's: workers' clocks differ)
+                self._since_ms = await server_ms(queue.client)
             raw = await queue.client.get(key)
             since = _since(raw)
             doc = {"used": used, "max": most, "high": high, "low": low}
