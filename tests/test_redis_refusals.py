@@ -10,7 +10,6 @@ import logging
 import signal
 import time
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -75,7 +74,7 @@ def test_a_full_redis_is_said_once_a_minute_and_nothing_is_lost(site_factory, tm
     assert 1 <= len(said) <= 1 + minutes, said  # not one a second (12 refusals or more)
     assert "used_memory" in said[0] and "of maxmemory 1 bytes" in said[0]
     # the server (before: "Redis is over its maxmemory", on a machine of several)
-    assert f"Redis at 127.0.0.1:{server.port} is over its maxmemory" in said[0], said
+    assert f"Redis at redis://127.0.0.1:{server.port}/0 is over its maxmemory" in said[0], said
     assert "'ha/redis_refused':" in text
     # kept and sent again, not dropped (a checkpoint) nor dead-lettered (a retry)
     assert "ha/checkpoint/failed" not in text and "ha/op_errors" not in text
@@ -131,7 +130,7 @@ async def test_refusals_that_take_turns_are_each_said_once_a_minute(caplog, redi
     """A review: only the last refusal said was remembered, so two that took turns (the
     sync function's and a script's, each named in Redis's words) were each said every time."""
     clock = [0.0]
-    said = Rejections(get_crawler().stats, clock=lambda: clock[0])
+    said = Rejections(get_crawler().stats, redis_url, clock=lambda: clock[0])
     oom = "command not allowed when used memory > 'maxmemory'."
     turns = [
         redis.exceptions.OutOfMemoryError(oom),
@@ -147,8 +146,7 @@ async def test_refusals_that_take_turns_are_each_said_once_a_minute(caplog, redi
     await client.aclose()
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines  # the full Redis once, the NOPERM once
-    port = urlsplit(redis_url).port
-    assert lines[1].startswith(f"Redis at 127.0.0.1:{port} refused a scrapy-ha command"), lines
+    assert lines[1].startswith(f"Redis at {redis_url} refused a scrapy-ha command"), lines
 
 
 @pytest.fixture

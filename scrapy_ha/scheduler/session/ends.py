@@ -26,7 +26,7 @@ from scrapy_ha.scheduler.session.connect import say_set_aside
 from scrapy_ha.scheduler.session.rejected import Rejections
 from scrapy_ha.scheduler.session.revisit import end_revisit
 from scrapy_ha.store.bloom import DupefilterRefused
-from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, display_url
 from scrapy_ha.store.dictionary import GONE_DELAY
 from scrapy_ha.store.sharding import say_single_set, single_set_beside
 from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
@@ -96,7 +96,8 @@ class Ends:
         #: server times of sync calls that set entries aside as corrupt (to archive, alert)
         self.set_aside_at: list[int] = []
         self._dlq_warned = False
-        self.rejected = Rejections(stats)  # what Redis refused, said once a minute
+        # what Redis refused, said once a minute
+        self.rejected = Rejections(stats, display_url(settings) if settings is not None else "")
         self._last_reclaim = 0.0
         self._reclaim_from = 0.0  # monotonic time before which this worker does not reclaim
         self._said_single = False  # a single set beside the buckets (an older worker)

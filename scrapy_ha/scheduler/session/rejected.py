@@ -43,8 +43,15 @@ _SCRIPT = re.compile(r"\s*script: \w+, on @user_(?:script|function):\d+\.?$")
 class Rejections:
     """What this worker said of Redis's refusals (see the module docstring)."""
 
-    def __init__(self, stats: StatsCollector, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stats: StatsCollector,
+        redis_url: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.stats = stats
+        #: the crawl's Redis as logs name it (``display_url``: password masked)
+        self.redis = f"Redis at {redis_url}" if redis_url else "Redis"
         self.clock = clock
         # each refusal (its text, without the script's name: scripts take turns being
         # refused) -> when it was said last, and how many times since
@@ -70,22 +77,21 @@ class Rejections:
                 "nor acknowledge requests (nothing is lost; it retries every second, said "
                 "again once a minute while it lasts); raise maxmemory (CONFIG SET maxmemory) "
                 "or free memory (scrapy-ha dlq purge, flush a finished crawl)",
-                await _full(client),
+                await _full(client, self.redis),
                 again,
             )
         else:
             logger.error(
-                "Redis%s refused a scrapy-ha command%s (%s); retrying every second, said "
-                "again once a minute while it lasts",
-                _at(client),
+                "%s refused a scrapy-ha command%s (%s); retrying every second, said again "
+                "once a minute while it lasts",
+                self.redis,
                 again,
                 exc,
             )
 
 
-async def _full(client: Any) -> str:
+async def _full(client: Any, redis_at: str) -> str:
     """Which servers are over their maxmemory, as the start of a sentence."""
-    redis_at = f"Redis{_at(client)}"
     try:
         full = await over_maxmemory(client)
     except (redis.exceptions.RedisError, OSError) as exc:
@@ -93,15 +99,3 @@ async def _full(client: Any) -> str:
     if not full:  # freed meanwhile, or INFO not allowed to this user
         return f"{redis_at} is over its maxmemory"
     return f"{redis_at} is over its maxmemory ({'; '.join(full)})"
-
-
-def _at(client: Any) -> str:
-    """`` at host:port (user U)`` of the one server *client* talks to, or "" (a Redis
-    Cluster's full primaries are named by :func:`_full`; Sentinel's primary moves). A QA
-    run: a worker's refusals named no server and no user, on a machine of several."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None) or {}
-    host = kwargs.get("host") if "sentinel" not in type(pool).__name__.lower() else None
-    where = kwargs.get("path") or (f"{host}:{kwargs.get('port', 6379)}" if host else "")
-    user = f" (user {kwargs['username']})" if where and kwargs.get("username") else ""
-    return f" at {where}{user}" if where else ""
