@@ -11,17 +11,25 @@ gives a request the fingerprint, the shard and the stored form a worker would gi
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scrapy import Spider
-from scrapy.crawler import Crawler
-from scrapy.spiderloader import get_spider_loader
-from scrapy.utils.misc import build_from_crawler, load_object
-from scrapy.utils.project import inside_project
-
 if TYPE_CHECKING:
+    import argparse
+
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
     from scrapy.settings import Settings
+
+#: The commands (modules of :mod:`scrapy_ha.cli`) that read no more of a project than its
+#: settings: no request built or fingerprinted, no spider, no pipeline. Outside any
+#: project they run without importing Scrapy (:mod:`scrapy_ha.config.bare`).
+SETTINGS_ONLY = frozenset(
+    ("checkpoints", "delayed", "dlq", "flush", "gates", "pause", "report", "status", "stop")
+    + ("workers",)
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,9 @@ class WorkerView:
 def worker_view(settings: Settings, name: str) -> WorkerView:
     """The settings and fingerprinter a worker of spider *name* has, from the project's
     *settings* (those of the directory the command runs in)."""
+    from scrapy.crawler import Crawler
+    from scrapy.utils.misc import build_from_crawler, load_object
+
     spidercls, caveat = _spider_class(settings, name)
     crawler = Crawler(spidercls, settings)  # the spider's custom_settings
     crawler.addons.load_settings(crawler.settings)
@@ -48,7 +59,26 @@ def worker_view(settings: Settings, name: str) -> WorkerView:
     return WorkerView(crawler, _spider(spidercls, name, crawler), caveat)
 
 
+def settings_only(args: argparse.Namespace) -> bool:
+    """Whether command *args* reads only settings Scrapy has no default for: one of
+    :data:`SETTINGS_ONLY`, run where Scrapy finds no project (no ``SCRAPY_SETTINGS_MODULE``,
+    no ``scrapy.cfg`` here or above, nor a user's or the system's, which may name one)."""
+    module = getattr(args.func, "module", "").rpartition(".")[2]
+    if module not in SETTINGS_ONLY or os.environ.get("SCRAPY_SETTINGS_MODULE"):
+        return False
+    here = Path.cwd().resolve()
+    found = [folder / "scrapy.cfg" for folder in (here, *here.parents)]
+    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser())
+    found += [Path("/etc/scrapy.cfg"), config_home / "scrapy.cfg"]
+    found.append(Path("~/.scrapy.cfg").expanduser())  # (scrapy.utils.conf.get_sources)
+    return not any(path.exists() for path in found)
+
+
 def _spider_class(settings: Settings, name: str) -> tuple[type[Spider], str]:
+    from scrapy import Spider
+    from scrapy.spiderloader import get_spider_loader
+    from scrapy.utils.project import inside_project
+
     if not inside_project():
         return Spider, (
             "not in a Scrapy project: request fingerprints, shards and the stored form "
@@ -73,6 +103,8 @@ def _spider(spidercls: type[Spider], name: str, crawler: Crawler) -> Spider:
     """An instance of *spidercls* whose ``__init__`` did not run: a worker's ``-a``
     arguments are not the command's, and building a spider may open connections. The
     codec reads its class's attributes (``http_user``...) and ``crawler.settings``."""
+    from scrapy import Spider
+
     spider = spidercls.__new__(spidercls)
     Spider.__init__(spider, name=name)
     spider.crawler = crawler

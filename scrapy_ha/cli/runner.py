@@ -6,6 +6,8 @@ project), else ``redis://localhost:6379/0``. The settings of a command on one sp
 those its workers have: the project's, the spider's ``custom_settings``, the add-ons'
 (:mod:`scrapy_ha.cli.project`). A command on a crawl that is not in Redis fails with "no
 such crawl" (exit code 1), unless it may make one and was told to (``--create``).
+Outside any project, a command that reads only settings runs without importing Scrapy
+(:data:`~scrapy_ha.cli.project.SETTINGS_ONLY`, :mod:`scrapy_ha.config.bare`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import contextlib
 import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions
-from scrapy.settings import Settings
 
 from scrapy_ha.cli.options import REDIS_URL_ENV
-from scrapy_ha.cli.project import worker_view
+from scrapy_ha.cli.project import settings_only, worker_view
 from scrapy_ha.codec.log_masking import install_log_masking, masked_output
+from scrapy_ha.config.bare import BareSettings
 from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
@@ -50,6 +52,8 @@ from scrapy_ha.store.url import RedisConfigError
 
 if TYPE_CHECKING:
     import argparse
+
+    from scrapy.settings import BaseSettings, Settings
 
     from scrapy_ha.cli.common import Command
     from scrapy_ha.store.queue import RedisQueue
@@ -86,12 +90,22 @@ def run(args: argparse.Namespace) -> int:
 def settings(args: argparse.Namespace) -> Settings:
     """The project's settings (Scrapy's defaults outside a project), the Redis URL given
     on the command line or in ``$REDIS_URL`` first."""
+    from scrapy.settings import Settings
+
     try:
         from scrapy.utils.project import get_project_settings
 
         found = get_project_settings()
     except Exception:  # not in a project: plain defaults
         found = Settings()
+    return _url_given(args, found)
+
+
+#: Settings of either kind (Scrapy's, or scrapy_ha.config.bare's standing for them)
+S = TypeVar("S", bound="BaseSettings")
+
+
+def _url_given(args: argparse.Namespace, found: S) -> S:
     url = args.redis_url or os.environ.get(REDIS_URL_ENV)
     if url:
         found.set("REDIS_URL", url, priority="cmdline")
@@ -99,9 +113,12 @@ def settings(args: argparse.Namespace) -> Settings:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    view = worker_view(settings(args), args.spider)
-    args.worker_view = view  # for push: the worker's fingerprints, shards and codec
-    config = view.crawler.settings
+    if settings_only(args):  # (Scrapy not imported: scrapy_ha.config.bare)
+        config, args.worker_view = _url_given(args, BareSettings.of()), None
+    else:
+        view = worker_view(settings(args), args.spider)
+        args.worker_view = view  # for push: the worker's fingerprints, shards and codec
+        config = view.crawler.settings
     prefix = args.prefix or key_prefix(config)
     url = display_url(config)
     args.where = url  # (the dashboard names it when Redis goes away)
@@ -135,7 +152,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _on_crawl(
-    client: Any, prefix: str, args: argparse.Namespace, config: Settings, url: str
+    client: Any, prefix: str, args: argparse.Namespace, config: BaseSettings, url: str
 ) -> int:
     """Run the command on its crawl; a key of the crawl of another type than scrapy-ha
     writes is named (``<key> holds a <type>``: :class:`CrawlUnreadable`), not a traceback,
@@ -166,7 +183,7 @@ def _unreadable(exc: Exception) -> bool:
     return isinstance(exc, BloomMetaError) or "WRONGTYPE" in str(exc)
 
 
-async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: Settings) -> None:
+async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: BaseSettings) -> None:
     """The first writer of a crawl stores its shard count; ``push`` takes the crawl's
     dupefilter (its claim's kind) and claims it if the crawl has none. Settings of another
     kind than the claim's are not the workers': a Bloom filter a shard lacks is then made
@@ -287,7 +304,7 @@ async def crawl_exists(queue: RedisQueue) -> bool:
     return await CheckpointStore(queue.client, queue.keys).exists()
 
 
-def _shards_given(args: argparse.Namespace, config: Settings) -> int | None:
+def _shards_given(args: argparse.Namespace, config: BaseSettings) -> int | None:
     """``--shards``, else the project's ``HA_SHARDS`` if set (None: read from Redis)."""
     if args.shards is not None:
         config.set("HA_SHARDS", args.shards, priority="cmdline")

@@ -40,20 +40,48 @@ flat request's document written directly, byte for byte what ``encode`` writes).
 
 from __future__ import annotations
 
-from scrapy_ha.codec.credentials import drop_set_again, strip_credentials
-from scrapy_ha.codec.decode import decode_request, refused_scheme
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from scrapy_ha.codec.document import (
     ALLOWED_SCHEMES_SETTING,
+    CODEC_CLASSES_SETTING,
     DEFAULT_ALLOWED_SCHEMES,
     FORMAT_VERSION,
+    UNSTORABLE_POLICIES,
     CodecError,
     Refused,
 )
-from scrapy_ha.codec.encode import UNSTORABLE_POLICIES, encode_request
-from scrapy_ha.codec.flat import header_names
 from scrapy_ha.codec.masking import mask_url
 from scrapy_ha.codec.summary import RequestSummary, describe, mask_payload, reset_attempts
-from scrapy_ha.codec.trust import CODEC_CLASSES_SETTING
+
+if TYPE_CHECKING:
+    from scrapy_ha.codec.credentials import drop_set_again, strip_credentials
+    from scrapy_ha.codec.decode import decode_request, refused_scheme
+    from scrapy_ha.codec.encode import encode_request
+    from scrapy_ha.codec.flat import header_names
+
+#: What builds or reads Scrapy's own objects, imported at its first use: the tools that only
+#: read stored requests (the CLI's ``status``, ``dlq``...) start without importing Scrapy,
+#: half of a command's start (a worker has imported it long before).
+_WITH_SCRAPY = {
+    "drop_set_again": "credentials",
+    "strip_credentials": "credentials",
+    "decode_request": "decode",
+    "refused_scheme": "decode",
+    "encode_request": "encode",
+    "header_names": "flat",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WITH_SCRAPY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # read once: the next reads are a plain global
+    return value
+
 
 __all__ = [
     "ALLOWED_SCHEMES_SETTING",

@@ -99,6 +99,11 @@ ALLOWED_SCHEMES_SETTING = "HA_ALLOWED_SCHEMES"
 #: write to Redis must not choose what a worker reads on its own machine or with its
 #: credentials.
 DEFAULT_ALLOWED_SCHEMES = frozenset(("http", "https"))
+#: Setting listing more classes a payload may name (``module:Qualname`` or ``module.Class``).
+CODEC_CLASSES_SETTING = "HA_CODEC_CLASSES"
+#: What to do with a meta or cb_kwargs value that cannot be stored (``HA_UNSTORABLE``):
+#: ``"error"`` raises :class:`CodecError`; ``"drop-key"`` stores the request without that key.
+UNSTORABLE_POLICIES = ("error", "drop-key")
 
 # -- limits: what one payload may cost the reactor thread that decodes it ----------------
 
@@ -220,3 +225,27 @@ def colliding(values: list[Any], what: str) -> str | None:
         f"a stored {what} holds {n} values that share the hash {shared}, more than "
         f"{MAX_SHARED_HASH} (MAX_SHARED_HASH): a payload built to make decoding slow"
     )
+
+
+def setting_names(value: Any) -> tuple[Any, ...]:
+    """The entries of a setting that lists names (``HA_CODEC_CLASSES``, and the other list
+    settings, :func:`scrapy_ha.config.validate.names`): a list, tuple or set as it is, or
+    text from the command line (``-s``, scrapyd): a JSON list, or names separated by
+    commas (blanks around each dropped). Raise ValueError, saying what it must be, for
+    anything else (a number, a dict: Scrapy's ``getlist`` took a dict's keys, and raised
+    a TypeError from a number wherever the setting was read)."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return tuple(value)
+    if not isinstance(value, str):
+        raise ValueError("must be a list (or its text: a JSON list, or names and commas)")
+    if value.lstrip().startswith("["):
+        try:
+            found = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"is no JSON list ({exc})") from None
+        if not isinstance(found, list):
+            raise ValueError("must be a JSON list")
+        return tuple(found)
+    return tuple(part.strip() for part in value.split(",") if part.strip())

@@ -53,9 +53,6 @@ if TYPE_CHECKING:
 #: The public module's name: users filter the codec's warnings by it.
 logger = logging.getLogger("scrapy_ha.codec")
 
-#: What to do with a meta or cb_kwargs value that cannot be stored (``HA_UNSTORABLE``):
-#: ``"error"`` raises :class:`CodecError`; ``"drop-key"`` stores the request without that key.
-UNSTORABLE_POLICIES = ("error", "drop-key")
 #: The fields ``"drop-key"`` may leave keys out of (the others are the request itself).
 _DROPPABLE = ("meta", "cb_kwargs")
 _PLAIN = frozenset((str, int, float, bool, type(None)))

@@ -22,14 +22,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import json
 import sys
 from types import FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from scrapy.item import Field, Item, ItemMeta
 
-from scrapy_ha.codec.document import CodecError, Unstorable, type_name
+from scrapy_ha.codec.document import (
+    CODEC_CLASSES_SETTING,
+    CodecError,
+    Unstorable,
+    setting_names,
+    type_name,
+)
 
 attr_module: ModuleType | None
 try:  # attrs ships with Twisted, but an item class check must not need it
@@ -44,8 +49,6 @@ if TYPE_CHECKING:
 
 #: Classes this process encoded (class -> stored name): a worker trusts what it stored.
 NAMES: dict[type, str] = {}
-#: Setting listing more classes a payload may name (``module:Qualname`` or ``module.Class``).
-CODEC_CLASSES_SETTING = "HA_CODEC_CLASSES"
 
 #: Methods defined by Scrapy's (and scrapy-ha's) own spider classes that serve as callbacks:
 #: ``parse``, the rules of ``CrawlSpider`` and the sitemaps of ``SitemapSpider``. Every other
@@ -194,30 +197,6 @@ def _listed(cls: type, spider: Spider | None) -> bool:
     except ValueError:  # (refused at the worker's start)
         return False
     return f"{cls.__module__}:{cls.__qualname__}" in names or type_name(cls) in names
-
-
-def setting_names(value: Any) -> tuple[Any, ...]:
-    """The entries of a setting that lists names (``HA_CODEC_CLASSES``, and the other list
-    settings, :func:`scrapy_ha.config.validate.names`): a list, tuple or set as it is, or
-    text from the command line (``-s``, scrapyd): a JSON list, or names separated by
-    commas (blanks around each dropped). Raise ValueError, saying what it must be, for
-    anything else (a number, a dict: Scrapy's ``getlist`` took a dict's keys, and raised
-    a TypeError from a number wherever the setting was read)."""
-    if value is None:
-        return ()
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return tuple(value)
-    if not isinstance(value, str):
-        raise ValueError("must be a list (or its text: a JSON list, or names and commas)")
-    if value.lstrip().startswith("["):
-        try:
-            found = json.loads(value)
-        except ValueError as exc:
-            raise ValueError(f"is no JSON list ({exc})") from None
-        if not isinstance(found, list):
-            raise ValueError("must be a JSON list")
-        return tuple(found)
-    return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
 def untrusted(name: str) -> CodecError:

@@ -14,9 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import SplitResult, urlsplit
 
-from scrapy.utils.misc import load_object
-
-from scrapy_ha.codec.trust import setting_names
+from scrapy_ha.codec.document import setting_names
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -228,7 +226,7 @@ _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 
 def names(settings: BaseSettings, name: str) -> tuple[Any, ...]:
     """A setting that lists names: a list, or from the command line a JSON list or names
-    and commas (:func:`~scrapy_ha.codec.trust.setting_names`); anything else refused."""
+    and commas (:func:`~scrapy_ha.codec.document.setting_names`); anything else refused."""
     value = settings.get(name)
     try:
         return setting_names(value)
@@ -271,6 +269,8 @@ def imported(name: str, path: Any, *, shown: str = "") -> Any:
     setting (*shown*: how, else ``NAME=path``) and what its import raised: a module may
     raise anything at import (one that needs its package set up first), which ended the
     worker's start in a traceback."""
+    from scrapy.utils.misc import load_object  # (not at import: see scrapy_ha.config.bare)
+
     try:
         return load_object(path) if isinstance(path, str) else path
     except Exception as exc:  # noqa: BLE001 - a module may raise anything at import

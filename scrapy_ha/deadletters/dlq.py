@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from urllib.parse import urlsplit
 
-from scrapy.settings import Settings
-
 from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
+from scrapy_ha.config.bare import BareSettings
 from scrapy_ha.deadletters.alerts import queue_shrunk
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
@@ -234,7 +233,9 @@ class DeadLetterQueue:
         """The dead-letter queue of *spider*'s crawl in the Redis at *url* (keys under
         *prefix*, ``HA_KEY_PREFIX``; any URL ``REDIS_URL`` takes). Close it with `aclose`,
         or use ``async with``."""
-        client = redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=CONNECT_TIMEOUT)
+        client = redis_from_settings(
+            BareSettings.of({"REDIS_URL": url}), connect_timeout=CONNECT_TIMEOUT
+        )
         return cls(RedisQueue(client, Keys(prefix, spider)))
 
     async def aclose(self) -> None:

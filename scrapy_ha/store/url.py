@@ -33,7 +33,6 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
-from scrapy.utils.misc import load_object
 
 from scrapy_ha.codec import mask_url
 from scrapy_ha.store.redis_params import (
@@ -309,6 +308,8 @@ def _own_class(cls: Any, base: type) -> Any:
     subclass of their own); else *base*: scrapy-redis's ``redis.Redis`` names the blocking
     client, and the scheduler needs the asyncio one."""
     if isinstance(cls, str):
+        from scrapy.utils.misc import load_object  # (not at import: scrapy_ha.config.bare)
+
         try:
             cls = load_object(cls)
         except (ImportError, NameError, AttributeError, ValueError) as exc:

@@ -1,0 +1,138 @@
+"""A ``scrapy-ha`` command that reads only settings starts without importing Scrapy when
+it runs outside any Scrapy project (Scrapy's import was half of every command's start),
+and reads the settings it does read as Scrapy's would (scrapy_ha.config.bare)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_ha.cli import grammar
+from scrapy_ha.cli.project import SETTINGS_ONLY
+from scrapy_ha.config.bare import BareSettings
+from tests.cli_seed import ROOT, dead_letters
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+#: One command line of each module of SETTINGS_ONLY, on a crawl with dead letters.
+COMMANDS = [
+    ["status", "light"],
+    ["dlq", "list", "light"],
+    ["dlq", "purge", "light", "--all", "--dry-run"],
+    ["delayed", "list", "light"],
+    ["workers", "light"],
+    ["gates", "list", "light"],
+    ["checkpoints", "list", "light"],
+    ["pause", "light"],
+    ["stop", "light"],
+    ["report", "light"],
+    ["flush", "light", "--dry-run"],
+]
+#: Run as the console script runs, then say which of these modules were imported.
+SCRIPT = (
+    "import sys\n"
+    "from scrapy_ha.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('SCRAPY', 'scrapy' in sys.modules, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**_env(), "PYTHONPATH": str(ROOT)},
+    )
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "SCRAPY_SETTINGS_MODULE"}
+
+
+def _module(argv: list[str]) -> str:
+    return str(grammar.build_parser().parse_args(argv).func.module).rpartition(".")[2]
+
+
+def test_every_settings_only_module_is_tried():
+    assert {_module(argv) for argv in COMMANDS} == SETTINGS_ONLY
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_a_settings_only_command_outside_a_project_does_not_import_scrapy(
+    redis_url, tmp_path, argv
+):
+    dead_letters(redis_url, "light", [("http://a.test/1", "gone", 404)])
+    done = _run(["--redis-url", redis_url, *argv], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "SCRAPY False" in done.stderr, done.stderr
+
+
+def test_in_a_project_the_same_command_reads_the_projects_settings(redis_url, tmp_path):
+    """A ``scrapy.cfg`` above the working directory is a project: its settings are read
+    (Scrapy imported), here its key prefix."""
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj_settings\n")
+    (tmp_path / "proj_settings.py").write_text(
+        f"HA_KEY_PREFIX = 'mine'\nREDIS_URL = {redis_url!r}\n"
+    )
+    (tmp_path / "below").mkdir()
+    done = _run(["status", "light"], tmp_path / "below")
+    assert done.returncode == 1 and "under mine:{light}:*" in done.stderr, done.stderr
+    assert "SCRAPY True" in done.stderr
+
+
+def test_status_reads_the_same_outside_a_project_and_in_an_empty_one(redis_url, tmp_path):
+    dead_letters(redis_url, "light", [("http://a.test/1", "gone", 404)])
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "scrapy.cfg").write_text("[settings]\ndefault = empty_settings\n")
+    (tmp_path / "project" / "empty_settings.py").write_text("")
+    shown = []
+    for where in (tmp_path, tmp_path / "project"):
+        done = _run(["--redis-url", redis_url, "status", "light", "--json"], where)
+        assert done.returncode == 0, done.stderr
+        status = json.loads(done.stdout)
+        shown.append({k: status[k] for k in ("spider", "pending", "dead", "fingerprints")})
+    assert shown[0] == shown[1] == {"spider": "light", "pending": 0, "dead": 1, "fingerprints": 0}
+
+
+VALUES = [
+    ("HA_BOOL", "getbool", "false"),
+    ("HA_BOOL", "getbool", "1"),
+    ("HA_INT", "getint", "7"),
+    ("HA_FLOAT", "getfloat", "0.5"),
+    ("HA_LIST", "getlist", "a,b"),
+    ("HA_LIST", "getlist", ["a"]),
+    ("HA_DICT", "getdict", '{"a": 1}'),
+    ("REDIS_URL", "get", "redis://x:1/0"),
+    ("REDIS_PARAMS", "get", None),
+]
+
+
+@pytest.mark.parametrize(("name", "method", "value"), VALUES)
+def test_bare_settings_read_as_scrapys_do(name, method, value):
+    bare, full = BareSettings(), Settings()
+    for settings in (bare, full):
+        if value is not None:
+            settings.set(name, value, priority="cmdline")
+            settings.set(name, "ignored", priority="project")  # a lower priority: kept
+    assert getattr(bare, method)(name) == getattr(full, method)(name)
+    assert (name in bare) == (name in full)
+
+
+def test_bare_settings_answer_other_names_from_scrapys_defaults():
+    bare = BareSettings({"REDIS_URL": "redis://x:1/0"})
+    assert "scrapy.settings" in sys.modules  # (this test's own import)
+    assert bare.getint("CONCURRENT_REQUESTS") == Settings().getint("CONCURRENT_REQUESTS")
+    assert bare["REDIS_URL"] == "redis://x:1/0"  # kept when Scrapy's settings took over
+    bare.set("HA_SHARDS", 4)
+    assert bare.getint("HA_SHARDS") == 4 and bare.getpriority("HA_SHARDS") == 20
