@@ -303,3 +303,8 @@ def test_checkpoints_list_shows_a_checkpoint_of_the_wrong_shape_as_unreadable(
         ["z", "unreadable"],
     ]
     assert "no page number" in listed.stdout.splitlines()[2]
+    shown = cli(redis_url, "checkpoints", "show", "paged", "x")  # (before: exit 0, no word)
+    assert shown.returncode == 1 and json.loads(shown.stdout) == {"page": "x"}, shown.stderr
+    assert "task x is unreadable: no page number, not done" in shown.stderr
+    shown = cli(redis_url, "checkpoints", "show", "paged", "good")
+    assert shown.returncode == 0 and not shown.stderr, shown.stderr

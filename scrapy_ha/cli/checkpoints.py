@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from scrapy_ha.cli.common import approve, say_missing
-from scrapy_ha.store.state import CheckpointStore, UnreadableCheckpoint
+from scrapy_ha.store.state import CheckpointStore, UnreadableCheckpoint, shaped
 
 if TYPE_CHECKING:
     import argparse
@@ -35,7 +35,7 @@ async def checkpoints_list(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 
 async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """One task's checkpoint (JSON)."""
+    """One task's checkpoint (JSON); exit code 1 with why, when the scripts cannot read it."""
     try:
         doc = await store(queue).get(args.task)
     except UnreadableCheckpoint as exc:
@@ -45,6 +45,11 @@ async def checkpoints_show(queue: RedisQueue, args: argparse.Namespace) -> int:
         print(f"no checkpoint for task {args.task} of {queue.keys.spider}", file=sys.stderr)
         return 1
     print(json.dumps(doc, indent=2))
+    try:
+        shaped(doc)
+    except UnreadableCheckpoint as exc:  # (as `list` says: before, shown with exit 0)
+        print(f"the checkpoint of task {args.task} is unreadable: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -103,7 +103,7 @@ class CheckpointStore:
             try:
                 raw = await self._raw(task)
                 if raw is not None:
-                    found.append(StoredCheckpoint(task, _shaped(_decode(raw)), len(raw)))
+                    found.append(StoredCheckpoint(task, shaped(_decode(raw)), len(raw)))
             except UnreadableCheckpoint as exc:
                 found.append(StoredCheckpoint(task, None, len(raw or b""), str(exc)))
         return found
@@ -209,7 +209,7 @@ def _decode(raw: bytes | str) -> dict[str, Any]:
     return doc
 
 
-def _shaped(doc: dict[str, Any]) -> dict[str, Any]:
+def shaped(doc: dict[str, Any]) -> dict[str, Any]:
     """*doc* if the scripts read it as a task's checkpoint (lib/checkpoint.lua: done, or at
     a page number); else :class:`UnreadableCheckpoint`: the next page of its task replaces
     it."""
