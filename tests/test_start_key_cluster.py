@@ -17,7 +17,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.config.scheduler import DEFAULT_START_URLS_KEY
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.keys import Keys
-from scrapy_ha.scheduler.session.connect import CLUSTER_START_URLS_KEY, check_start_key
+from scrapy_ha.scheduler.session.start_urls import CLUSTER_START_URLS_KEY, check_start_key
 from scrapy_ha.store.url import uses_cluster
 from tests.spiders import FedSpider
 

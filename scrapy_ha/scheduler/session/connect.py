@@ -18,6 +18,8 @@ from scrapy_ha.config.validate import ConfigError, start_key
 from scrapy_ha.deadletters.marks import spread_declaration
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.session.start_urls import check_start_key
+from scrapy_ha.scheduler.session.unfed import say_unfed_sinks
 from scrapy_ha.spiders import RedisSpiderMixin
 from scrapy_ha.store.bloom import first_layer_room
 from scrapy_ha.store.connection import (
@@ -40,7 +42,6 @@ from scrapy_ha.store.sharding import (
     shard_setting,
     shards_of,
 )
-from scrapy_ha.store.url import uses_cluster
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -302,8 +303,10 @@ async def joined(
 ) -> Counts:
     """The crawl's counts, read once so that ``len()`` and ``has_pending_requests()``
     answer for it from the start; says so when joining a crawl already in Redis, or when
-    starting the next run of one kept in Redis."""
+    starting the next run of one kept in Redis, and names the sinks of the item stream a
+    worker without the outbox does not feed."""
     counts = await queue.counts()
+    await say_unfed_sinks(queue, config.items)
     if counts.pending + counts.leased + counts.delayed or counts.dead:
         starts.joining = True
         logger.info(
@@ -374,27 +377,3 @@ class StartReport:
             self.sent,
             "" if self.seen < self.sent else "; this worker works on what the crawl holds",
         )
-
-
-#: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
-CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
-
-
-def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:
-    """Refuse, on a Redis Cluster, a start-URL key in another slot than the crawl's keys.
-
-    The script that feeds start URLs into the queue touches both: on a cluster, keys of
-    two slots fail with CROSSSLOT on every call. scrapy-redis's default key
-    (``<spider>:start_urls``) has no hash tag, so it stays the default for standalone
-    Redis and is refused here with the fix.
-    """
-    from redis.crc import key_slot  # noqa: PLC0415 - only needed on this path
-
-    if not uses_cluster(settings) or key_slot(start_key.encode()) == key_slot(crawl_key.encode()):
-        return
-    raise ConfigError(
-        f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
-        f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
-        f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
-        f'"{CLUSTER_START_URLS_KEY}" (and push start URLs to that key)'
-    )

@@ -2,7 +2,8 @@
 
 Each round the session moves up to ``REDIS_START_URLS_BATCH_SIZE`` entries from the start
 key into the queue, in one script (an entry leaves the start key only once queued). An entry
-the spider cannot turn into a request is dropped with an ERROR, alone.
+the spider cannot turn into a request is dropped with an ERROR, alone. On a Redis Cluster a
+start key outside the crawl's slot is refused at open (:func:`check_start_key`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.codec import encode_request
-from scrapy_ha.config.validate import start_key
+from scrapy_ha.config.validate import ConfigError, start_key
 from scrapy_ha.spiders import RedisSpiderMixin
+from scrapy_ha.store.url import uses_cluster
 from scrapy_ha.store.wire import NewEntry
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
     from scrapy_ha.config.scheduler import SchedulerConfig
     from scrapy_ha.scheduler.admission import Admission
@@ -126,3 +129,27 @@ class StartUrls:
                 exc,
             )
             return NewEntry(b"", 0, b"")
+
+
+#: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
+CLUSTER_START_URLS_KEY = "{%(name)s}:start_urls"
+
+
+def check_start_key(settings: BaseSettings, start_key: str, crawl_key: str) -> None:
+    """Refuse, on a Redis Cluster, a start-URL key in another slot than the crawl's keys.
+
+    The script that feeds start URLs into the queue touches both: on a cluster, keys of
+    two slots fail with CROSSSLOT on every call. scrapy-redis's default key
+    (``<spider>:start_urls``) has no hash tag, so it stays the default for standalone
+    Redis and is refused here with the fix.
+    """
+    from redis.crc import key_slot  # noqa: PLC0415 - only needed on this path
+
+    if not uses_cluster(settings) or key_slot(start_key.encode()) == key_slot(crawl_key.encode()):
+        return
+    raise ConfigError(
+        f"the start URLs key {start_key!r} (REDIS_START_URLS_KEY, or the spider's redis_key) "
+        f"is outside the hash tag of the crawl's keys ({crawl_key!r}): on a Redis Cluster the "
+        f"feed script would fail with CROSSSLOT. Set REDIS_START_URLS_KEY = "
+        f'"{CLUSTER_START_URLS_KEY}" (and push start URLs to that key)'
+    )
