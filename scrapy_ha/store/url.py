@@ -35,6 +35,7 @@ import redis.cluster
 import redis.sentinel
 
 from scrapy_ha.codec import mask_url
+from scrapy_ha.store.asking import follow_asks
 from scrapy_ha.store.redis_params import (
     RedisConfigError,
     check_address,
@@ -347,7 +348,7 @@ def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, node:
     if target.tls:
         kwargs["ssl"] = True
     nodes = [node(host, port) for host, port in target.nodes]
-    return cls(startup_nodes=nodes, **kwargs)
+    return follow_asks(cls(startup_nodes=nodes, **kwargs))
 
 
 #: redis-py arguments of how a certificate is checked: given in REDIS_PARAMS for the

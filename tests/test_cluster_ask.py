@@ -1,0 +1,102 @@
+"""A slot of the crawl moved to a node just added to a real Redis Cluster (``CLUSTER
+MEET``, then ``CLUSTER SETSLOT ... MIGRATING/IMPORTING`` and ``MIGRATE``, as ``redis-cli
+--cluster reshard`` and ``rebalance --cluster-use-empty-masters`` do), where a crawl found:
+redis-py (8.1, redis/redis-py#4015) follows an ``ASK`` redirect only to a node it learnt
+from ``CLUSTER SLOTS``, and a node that serves no slot yet is not there. Every command
+redirected to it failed with ``AttributeError: 'NoneType' object has no attribute
+'execute_command'``, and each worker logged a traceback every second of the migration
+(115 in a migration of two minutes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from redis.crc import key_slot
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.demo import harness
+from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
+from tests import redis_servers
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    import redis
+
+#: a key of the crawl that exists (migrated first) and one that never does (a crawl's
+#: ``forget`` hash, read by every worker's round: on a migrating slot, an ASK)
+MOVED_KEY, NEVER_KEY = "ha:{catalogue}:stats", "ha:{catalogue}:forget"
+
+
+@pytest.fixture
+def migrating(tmp_path: Path) -> Iterator[redis_servers.Cluster]:
+    """Three masters and a fourth node with no slot, the crawl's slot half moved to it."""
+    cluster = redis_servers.start_cluster(tmp_path / "cluster", replicas=0)
+    try:
+        new = _joined(cluster, tmp_path / "new")
+        slot = key_slot(MOVED_KEY.encode())
+        source = cluster.owner_of(MOVED_KEY)
+        assert source is not None
+        with source.client() as src, new.client() as dst:
+            src.hset(MOVED_KEY, "acked", 7)
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _id(src))
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _id(dst))
+            src.execute_command("MIGRATE", "127.0.0.1", new.port, "", 0, 5000, "KEYS", MOVED_KEY)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _id(client: redis.Redis) -> str:
+    return client.execute_command("CLUSTER", "MYID").decode()  # type: ignore[no-any-return]
+
+
+def _joined(cluster: redis_servers.Cluster, directory: Path) -> redis_servers.Server:
+    """A new master with no slot, known to every node (``redis-cli --cluster add-node``),
+    and the cluster ok in every node's view (a node that does not see it so yet refuses a
+    ``MIGRATE`` to it: CLUSTERDOWN)."""
+    port = redis_servers._cluster_port()
+    conf = str(directory / "nodes.conf")
+    new = redis_servers.start(
+        directory, "--cluster-enabled", "yes", "--cluster-config-file", conf, port=port
+    )
+    cluster.nodes.append(new)
+    with cluster.nodes[0].client() as c:
+        c.execute_command("CLUSTER", "MEET", "127.0.0.1", new.port)
+
+    def known() -> bool:
+        for node in cluster.nodes:
+            with node.client() as c:
+                lines = c.execute_command("CLUSTER", "NODES").decode().splitlines()
+            if len(lines) != len(cluster.nodes) or any("handshake" in x for x in lines):
+                return False
+        return redis_servers._cluster_ok(cluster)  # (the new node's view of it too)
+
+    harness.wait_for(known, "every node to know the new one", redis_servers.START_TIMEOUT, 0.2)
+    return new
+
+
+def test_the_blocking_client_follows_an_ask_to_a_node_with_no_slot(migrating):
+    client = sync_redis_from_settings(Settings({"REDIS_URL": migrating.url}), connect_timeout=5)
+    try:
+        assert client.hgetall(MOVED_KEY) == {b"acked": b"7"}
+        assert client.hgetall(NEVER_KEY) == {}
+    finally:
+        client.close()
+
+
+@deferred_f_from_coro_f
+async def test_the_asyncio_client_follows_an_ask_to_a_node_with_no_slot(migrating):
+    client = redis_from_settings(Settings({"REDIS_URL": migrating.url}), connect_timeout=5)
+    try:
+        assert await client.hgetall(MOVED_KEY) == {b"acked": b"7"}
+        assert await client.hgetall(NEVER_KEY) == {}
+        pipe = client.pipeline()  # (a worker's round reads its controls so)
+        pipe.hgetall(NEVER_KEY)
+        pipe.hget(MOVED_KEY, "acked")
+        assert await pipe.execute() == [{}, b"7"]
+    finally:
+        await client.aclose()
