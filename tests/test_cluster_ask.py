@@ -19,6 +19,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.demo import harness
 from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
 from tests import redis_servers
+from tests.cli_seed import scrapy_ha
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -100,3 +101,13 @@ async def test_the_asyncio_client_follows_an_ask_to_a_node_with_no_slot(migratin
         assert await pipe.execute() == [{}, b"7"]
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("command", [["workers"], ["dlq", "list"]])
+def test_the_cli_reads_a_crawl_whose_slot_migrates(migrating, command):
+    """A command of several keys is refused on a slot that migrates (TRYAGAIN) until the
+    slot has moved, for as long as the migration lasts; the commands that read one key at
+    a time work meanwhile."""
+    done = scrapy_ha("--redis-url", migrating.url, *command, "catalogue")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr

@@ -8,17 +8,22 @@ that do not exist). redis-py (8.1 and before, redis/redis-py#4015) looks the nod
 command failed with ``AttributeError`` ('NoneType' object has no attribute
 'execute_command'), not a Redis error, and a worker logged a traceback every second of the
 migration. :func:`follow_asks` makes the client's node lookup add such a node, as
-redis-py already does for the node of a ``MOVED`` reply.
+redis-py already does for the node of a ``MOVED`` reply. And as long as the slot's keys
+are on both nodes, a command of several keys is refused (``TRYAGAIN``): :func:`exists_any`
+asks one key a command, so that the CLI finds the crawl meanwhile.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio.cluster
 import redis.cluster
 
-__all__ = ["follow_asks"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = ["exists_any", "follow_asks"]
 
 
 def follow_asks(client: Any) -> Any:
@@ -61,3 +66,12 @@ def _new_primary(manager: Any, name: str) -> Any:
     made = node(host, int(port), redis.cluster.PRIMARY)
     manager.nodes_cache[made.name] = made  # (its connection is made at its first use)
     return made
+
+
+async def exists_any(client: Any, keys: Iterable[str]) -> bool:
+    """Whether any of *keys* (of one hash tag) is in Redis: an ``EXISTS`` per key, in one
+    pipeline, where one ``EXISTS`` of them all is refused while their slot migrates."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.exists(key)
+    return any(await pipe.execute())

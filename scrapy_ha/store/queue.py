@@ -13,7 +13,7 @@ import redis
 
 from scrapy_ha.codec.masking import masked_json
 from scrapy_ha.config.scheduler import DEFAULT_DLQ_MAX_AGE_MS, DEFAULT_DLQ_MAX_ENTRIES
-from scrapy_ha.store import scripts
+from scrapy_ha.store import asking, scripts
 from scrapy_ha.store.bloom import ExactSet, filter_keys, seen_call
 from scrapy_ha.store.buckets import delete_buckets
 from scrapy_ha.store.finish import finish_one
@@ -324,7 +324,7 @@ class RedisQueue:
 
     async def exists(self) -> bool:
         """Whether any key of the crawl but its checkpoints is in Redis."""
-        return bool(await self.client.exists(*self.keys.all()))
+        return await asking.exists_any(self.client, self.keys.all())
 
     async def feed(
         self, key: str, *, as_set: bool, raw: list[bytes], entries: list[NewEntry]
