@@ -111,3 +111,13 @@ def test_the_cli_reads_a_crawl_whose_slot_migrates(migrating, command):
     done = scrapy_ha("--redis-url", migrating.url, *command, "catalogue")
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_status_on_a_crawl_whose_slot_migrates_says_so(migrating):
+    """``status`` reads the crawl's counts at one instant, in a script of several keys: it
+    waits for the end of the migration, and says so, where it said Redis "went away"."""
+    done = scrapy_ha("--redis-url", migrating.url, "status", "catalogue")
+    assert done.returncode == 2
+    assert "went away" not in done.stderr
+    assert "a slot of the crawl is migrating" in done.stderr, done.stderr
+    assert "counts:" not in done.stderr  # (no line of the script's source)

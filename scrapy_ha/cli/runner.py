@@ -142,6 +142,13 @@ async def _run(args: argparse.Namespace) -> int:
                 "ACL allows scrapy-ha's commands and the crawl's keys (docs/scaling.md)"
             ) from None
         except REDIS_GONE as exc:  # went away (shut down, stopped) during the command
+            if _unsettled(exc):
+                raise RedisUnavailable(
+                    f"Redis at {url} answered TRYAGAIN or redirected the command until "
+                    "redis-py gave up (ClusterError: TTL exhausted): a slot of the crawl is "
+                    "migrating between nodes (a reshard, a rebalance), or a failover is under "
+                    "way; what it had done stands: run it again once it has ended"
+                ) from None
             raise RedisUnavailable(
                 f"Redis at {url} went away during the command ({_sentence(exc, url)}): what "
                 "it had done stands; run it again once Redis is back"
@@ -265,6 +272,12 @@ async def reachable(client: Any, url: str) -> None:
             f"give a database it has (CONFIG GET databases: 16 by default, 0 to 15) in "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
+
+
+def _unsettled(exc: BaseException) -> bool:
+    """Whether redis-py gave up following a cluster's redirections and TRYAGAIN replies (a
+    command of several keys on a migrating slot gets TRYAGAIN until the slot has moved)."""
+    return isinstance(exc, redis.exceptions.ClusterError) and "TTL exhausted" in str(exc)
 
 
 def _sentence(exc: BaseException, url: str) -> str:
