@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+import redis
 from redis.crc import key_slot
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.demo import harness
+from scrapy_ha.store.asking import outage
 from scrapy_ha.store.connection import redis_from_settings, sync_redis_from_settings
 from tests import redis_servers
 from tests.cli_seed import scrapy_ha
@@ -24,8 +26,6 @@ from tests.cli_seed import scrapy_ha
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-
-    import redis
 
 #: a key of the crawl that exists (migrated first) and one that never does (a crawl's
 #: ``forget`` hash, read by every worker's round: on a migrating slot, an ASK)
@@ -121,3 +121,18 @@ def test_status_on_a_crawl_whose_slot_migrates_says_so(migrating):
     assert "went away" not in done.stderr
     assert "a slot of the crawl is migrating" in done.stderr, done.stderr
     assert "counts:" not in done.stderr  # (no line of the script's source)
+
+
+def test_a_worker_says_a_slot_migrates_not_that_redis_is_unreachable(migrating):
+    """A worker's round of several keys on the migrating slot is refused (TRYAGAIN) until
+    redis-py gives up; its WARNING said ``Redis at ... unreachable (ClusterError: TTL
+    exhausted.)`` while every node answered."""
+    client = sync_redis_from_settings(Settings({"REDIS_URL": migrating.url}), connect_timeout=5)
+    try:
+        with pytest.raises(redis.exceptions.ClusterError) as refused:
+            client.exists(MOVED_KEY, NEVER_KEY)
+    finally:
+        client.close()
+    said = outage(refused.value)
+    assert "unreachable" not in said and "a slot of the crawl is migrating" in said, said
+    assert outage(ConnectionError("gone")) == "unreachable (ConnectionError: gone)"

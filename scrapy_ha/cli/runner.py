@@ -34,6 +34,7 @@ from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.filter_layout import borrow_layout, check_room
 from scrapy_ha.ops.shards import crawl_queue
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
+from scrapy_ha.store.asking import unsettled
 from scrapy_ha.store.auth_hint import refused_login
 from scrapy_ha.store.bloom import BloomMetaError
 from scrapy_ha.store.claims import claim_kind, crawl_dupefilter, dupefilter_kind
@@ -142,7 +143,7 @@ async def _run(args: argparse.Namespace) -> int:
                 "ACL allows scrapy-ha's commands and the crawl's keys (docs/scaling.md)"
             ) from None
         except REDIS_GONE as exc:  # went away (shut down, stopped) during the command
-            if _unsettled(exc):
+            if unsettled(exc):
                 raise RedisUnavailable(
                     f"Redis at {url} answered TRYAGAIN or redirected the command until "
                     "redis-py gave up (ClusterError: TTL exhausted): a slot of the crawl is "
@@ -272,12 +273,6 @@ async def reachable(client: Any, url: str) -> None:
             f"give a database it has (CONFIG GET databases: 16 by default, 0 to 15) in "
             f"--redis-url or ${REDIS_URL_ENV}"
         ) from None
-
-
-def _unsettled(exc: BaseException) -> bool:
-    """Whether redis-py gave up following a cluster's redirections and TRYAGAIN replies (a
-    command of several keys on a migrating slot gets TRYAGAIN until the slot has moved)."""
-    return isinstance(exc, redis.exceptions.ClusterError) and "TTL exhausted" in str(exc)
 
 
 def _sentence(exc: BaseException, url: str) -> str:

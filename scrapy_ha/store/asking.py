@@ -10,7 +10,8 @@ command failed with ``AttributeError`` ('NoneType' object has no attribute
 migration. :func:`follow_asks` makes the client's node lookup add such a node, as
 redis-py already does for the node of a ``MOVED`` reply. And as long as the slot's keys
 are on both nodes, a command of several keys is refused (``TRYAGAIN``): :func:`exists_any`
-asks one key a command, so that the CLI finds the crawl meanwhile.
+asks one key a command, so that the CLI finds the crawl meanwhile, and :func:`outage`
+says that a slot moves, not that Redis is unreachable, when redis-py gave up retrying them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import redis.cluster
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["exists_any", "follow_asks"]
+__all__ = ["exists_any", "follow_asks", "outage", "unsettled"]
 
 
 def follow_asks(client: Any) -> Any:
@@ -75,3 +76,20 @@ async def exists_any(client: Any, keys: Iterable[str]) -> bool:
     for key in keys:
         pipe.exists(key)
     return any(await pipe.execute())
+
+
+def unsettled(exc: BaseException) -> bool:
+    """Whether redis-py gave up following a cluster's redirections and ``TRYAGAIN`` replies
+    (a command of several keys on a migrating slot gets TRYAGAIN until the slot has moved,
+    and a failover redirects until it has ended)."""
+    return isinstance(exc, redis.exceptions.ClusterError) and "TTL exhausted" in str(exc)
+
+
+def outage(exc: BaseException) -> str:
+    """What a worker's WARNING says of a Redis it could not use in a round."""
+    if unsettled(exc):
+        return (
+            "refused the crawl's commands until redis-py gave up (ClusterError: TTL exhausted): "
+            "a slot of the crawl is migrating between nodes, or a failover is under way"
+        )
+    return f"unreachable ({type(exc).__name__}: {exc})"

@@ -42,6 +42,7 @@ from scrapy_ha.scheduler.session.refusal import Refusal
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
 from scrapy_ha.scheduler.session.sync import Syncer
+from scrapy_ha.store.asking import outage
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
@@ -318,10 +319,9 @@ class Session:
         self.ends.hold_reclaim(None)
         logger.log(
             level,
-            "Redis at %s unreachable (%s: %s); retrying in %.2f s, nothing is lost",
+            "Redis at %s %s; retrying in %.2f s, nothing is lost",
             self.redis_url,
-            type(exc).__name__,
-            exc,
+            outage(exc),
             delay,
         )
 
