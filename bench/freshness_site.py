@@ -155,6 +155,7 @@ class ChangingSite(resource.Resource):
                     "fetches": len(inside),
                     "min_gap": min(gaps, default=None),
                     "max_gap": max(gaps, default=None),
+                    "first": inside[0] if inside else None,
                     "last": inside[-1] if inside else None,
                 }
             )
