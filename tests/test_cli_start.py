@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -45,14 +47,16 @@ SCRIPT = (
 )
 
 
-def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT, *argv],
+        [*prefix, sys.executable, "-c", SCRIPT, *argv],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=cwd,
-        env={**_env(), "PYTHONPATH": str(ROOT)},
+        env={**_env(), "PYTHONPATH": str(ROOT), **(env or {})},
     )
 
 
@@ -103,6 +107,72 @@ def test_status_reads_the_same_outside_a_project_and_in_an_empty_one(redis_url, 
         status = json.loads(done.stdout)
         shown.append({k: status[k] for k in ("spider", "pending", "dead", "fingerprints")})
     assert shown[0] == shown[1] == {"spider": "light", "pending": 0, "dead": 1, "fingerprints": 0}
+
+
+#: As root, a process that file permissions bind (as any other user's): without the
+#: capabilities that let root search any directory.
+NOT_ALL_SEEING = (
+    ("setpriv", "--bounding-set", "-dac_override,-dac_read_search") if os.geteuid() == 0 else ()
+)
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0 and not shutil.which("setpriv"), reason="root, without setpriv"
+)
+@pytest.mark.parametrize("where", ["HOME", "XDG_CONFIG_HOME"])
+def test_a_home_this_user_cannot_search_is_no_project(redis_url, tmp_path, where):
+    """A home (or XDG_CONFIG_HOME) this user may not search (a container run as another
+    user than its image's HOME belongs to): Scrapy reads no scrapy.cfg there, nor does the
+    command; it ran before Scrapy was put off, and ended in a PermissionError traceback."""
+    dead_letters(redis_url, "light", [("http://a.test/1", "gone", 404)])
+    locked = tmp_path / "locked"
+    (locked / ".config").mkdir(parents=True)
+    locked.chmod(0)
+    try:
+        env = {where: str(locked if where == "HOME" else locked / ".config")}
+        done = _run(
+            ["--redis-url", redis_url, "dlq", "list", "light"], tmp_path, env, NOT_ALL_SEEING
+        )
+    finally:
+        locked.chmod(0o700)
+    assert done.returncode == 0, done.stderr
+    assert "1 entry listed (gone 1)" in done.stdout, done.stdout
+    assert "SCRAPY False" in done.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to be a user of no home"
+)
+def test_a_user_without_a_home_is_outside_any_project(redis_url, tmp_path):
+    """A user the system does not list, started with HOME unset (``env -i``, a service
+    manager's bare environment): Python cannot say where ``~`` is, and Scrapy reads no
+    user's scrapy.cfg; the command ran before Scrapy was put off, and ended in a
+    RuntimeError traceback (could not determine home directory)."""
+    dead_letters(redis_url, "light", [("http://a.test/1", "gone", 404)])
+    uid = next(u for u in range(43210, 44210) if not _listed(u))
+    as_nobody = ("setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups")
+    keep_reading = ("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search")
+    tmp_path.chmod(0o777)
+    run_env = {k: v for k, v in _env().items() if k != "HOME"}
+    done = subprocess.run(
+        [*as_nobody, *keep_reading, sys.executable, "-c", SCRIPT]
+        + ["--redis-url", redis_url, "dlq", "list", "light"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**run_env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1 entry listed (gone 1)" in done.stdout, done.stdout
+
+
+def _listed(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
 
 
 VALUES = [

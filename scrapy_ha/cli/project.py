@@ -11,6 +11,7 @@ gives a request the fingerprint, the shard and the stored form a worker would gi
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,10 +69,20 @@ def settings_only(args: argparse.Namespace) -> bool:
         return False
     here = Path.cwd().resolve()
     found = [folder / "scrapy.cfg" for folder in (here, *here.parents)]
-    config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser())
-    found += [Path("/etc/scrapy.cfg"), config_home / "scrapy.cfg"]
-    found.append(Path("~/.scrapy.cfg").expanduser())  # (scrapy.utils.conf.get_sources)
-    return not any(path.exists() for path in found)
+    found.append(Path("/etc/scrapy.cfg"))
+    with contextlib.suppress(RuntimeError):  # no home (a user the system does not list)
+        config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser())
+        found += [config_home / "scrapy.cfg", Path("~/.scrapy.cfg").expanduser()]
+    return not any(_there(path) for path in found)  # (scrapy.utils.conf.get_sources)
+
+
+def _there(path: Path) -> bool:
+    """Whether *path* exists; not when it cannot be looked at (a home this user may not
+    search), which Scrapy's reading of its configuration skips as well."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _spider_class(settings: Settings, name: str) -> tuple[type[Spider], str]:
