@@ -95,6 +95,18 @@ def test_in_a_project_the_same_command_reads_the_projects_settings(redis_url, tm
     assert "SCRAPY True" in done.stderr
 
 
+def test_scrapys_windows_wide_configuration_is_a_project(redis_url, tmp_path):
+    """Scrapy reads ``c:\\scrapy\\scrapy.cfg`` too (on Windows the machine's configuration;
+    elsewhere a file of that name in the working directory): a project there is read, as
+    before Scrapy was put off, not taken for no project (prefix ``ha``)."""
+    (tmp_path / "c:\\scrapy\\scrapy.cfg").write_text("[settings]\ndefault = win_settings\n")
+    (tmp_path / "win_settings.py").write_text(
+        f"HA_KEY_PREFIX = 'mine'\nREDIS_URL = {redis_url!r}\n"
+    )
+    done = _run(["status", "light"], tmp_path, {"PYTHONPATH": f"{ROOT}:{tmp_path}"})
+    assert done.returncode == 1 and "under mine:{light}:*" in done.stderr, done.stderr
+
+
 def test_status_reads_the_same_outside_a_project_and_in_an_empty_one(redis_url, tmp_path):
     dead_letters(redis_url, "light", [("http://a.test/1", "gone", 404)])
     (tmp_path / "project").mkdir()

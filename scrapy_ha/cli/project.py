@@ -69,7 +69,7 @@ def settings_only(args: argparse.Namespace) -> bool:
         return False
     here = Path.cwd().resolve()
     found = [folder / "scrapy.cfg" for folder in (here, *here.parents)]
-    found.append(Path("/etc/scrapy.cfg"))
+    found += [Path("/etc/scrapy.cfg"), Path(r"c:\scrapy\scrapy.cfg")]  # (Windows' own)
     with contextlib.suppress(RuntimeError):  # no home (a user the system does not list)
         config_home = Path(os.environ.get("XDG_CONFIG_HOME") or Path("~/.config").expanduser())
         found += [config_home / "scrapy.cfg", Path("~/.scrapy.cfg").expanduser()]
