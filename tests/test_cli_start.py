@@ -107,6 +107,21 @@ def test_scrapys_windows_wide_configuration_is_a_project(redis_url, tmp_path):
     assert done.returncode == 1 and "under mine:{light}:*" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("broken", ["HA_KEY_PREFIX = (", "raise RuntimeError('no vault')"])
+def test_a_project_whose_settings_cannot_be_read_is_an_error_not_the_defaults(
+    redis_url, tmp_path, broken
+):
+    """A settings module that does not import (a syntax error, a secret it reads at import):
+    the command used Scrapy's defaults in silence, and said it could not reach a Redis at
+    localhost, the project's REDIS_URL never named."""
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = broken_settings\n")
+    (tmp_path / "broken_settings.py").write_text(f"REDIS_URL = {redis_url!r}\n{broken}\n")
+    done = _run(["status", "light"], tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "the project's settings (broken_settings) cannot be read:" in done.stderr
+    assert "localhost" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_status_reads_the_same_outside_a_project_and_in_an_empty_one(redis_url, tmp_path):
     dead_letters(redis_url, "light", [("http://a.test/1", "gone", 404)])
     (tmp_path / "project").mkdir()

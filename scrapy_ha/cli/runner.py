@@ -91,14 +91,18 @@ def run(args: argparse.Namespace) -> int:
 def settings(args: argparse.Namespace) -> Settings:
     """The project's settings (Scrapy's defaults outside a project), the Redis URL given
     on the command line or in ``$REDIS_URL`` first."""
-    from scrapy.settings import Settings
+    from scrapy.utils.project import get_project_settings
 
-    try:
-        from scrapy.utils.project import get_project_settings
-
+    try:  # (outside a project: Scrapy's defaults)
         found = get_project_settings()
-    except Exception:  # not in a project: plain defaults
-        found = Settings()
+    except Exception as exc:  # noqa: BLE001 - a settings module may raise anything
+        # (before: Scrapy's defaults in silence, and a Redis at localhost named instead)
+        module = os.environ.get("SCRAPY_SETTINGS_MODULE") or "named by scrapy.cfg"
+        raise ConfigError(
+            f"the project's settings ({module}) cannot be read: {type(exc).__name__}: {exc}"
+            " (run scrapy-ha where `scrapy list` works, or outside the project with "
+            "--redis-url)"
+        ) from None
     return _url_given(args, found)
 
 
