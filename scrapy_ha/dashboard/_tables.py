@@ -21,6 +21,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
+from scrapy_ha.dashboard._cursor import place, start_rank
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
@@ -89,8 +90,6 @@ class Row:
     at_ms: int
     reason: str
     history: list[dict[str, Any]] = field(default_factory=list)
-    #: Its rank in its shard's sorted set (where a page goes on from).
-    rank: int = 0
 
     @property
     def domain(self) -> str:
@@ -119,7 +118,7 @@ class Page:
 
     rows: list[Row]
     total: int
-    next_cursor: int | str | None
+    next_cursor: str | None
     scanned: int
 
 
@@ -238,23 +237,22 @@ class Tables:
         if key == self.keys.delayed:
             marks = await self.client.hmget(self.keys.held, chosen)
             for n, score, mark in zip(wanted, scores, marks, strict=True):
-                row = delayed_row(ids[n], score or 0, describe(payloads[n]), mark)
-                rows[n] = replace(row, rank=start + n)
+                rows[n] = delayed_row(ids[n], score or 0, describe(payloads[n]), mark)
             return rows
         payloads = await read_payloads(self.client, self.keys, chosen)
         for n, score, payload in zip(wanted, scores, payloads, strict=True):
             if _may_match(flt, None, payload):
-                row = dead_row(parse_entry(ids[n], score or 0, infos[n], payload))
-                rows[n] = replace(row, rank=start + n)
+                rows[n] = dead_row(parse_entry(ids[n], score or 0, infos[n], payload))
         return rows
 
     async def page(
-        self, key: str, flt: Filter, *, cursor: int | None, size: int, newest_first: bool
+        self, key: str, flt: Filter, *, cursor: int | str | None, size: int, newest_first: bool
     ) -> Page:
-        """Up to *size* rows matching *flt*, from rank *cursor* on (None: the start)."""
+        """Up to *size* rows matching *flt*, from *cursor* on (None: the start)."""
         first, last = await self._ranks(key, flt)
         total = max(0, last - first + 1)
-        pos = (last if newest_first else first) if cursor is None else cursor
+        start = None if cursor is None else await start_rank(self.client, key, cursor, newest_first)
+        pos = (last if newest_first else first) if start is None else start
         rows: list[Row] = []
         scanned = 0
         while first <= pos <= last and len(rows) < size and scanned < SCAN_LIMIT:
@@ -274,8 +272,9 @@ class Tables:
                         break
             if not batch:
                 break
-        more = first <= pos <= last
-        return Page(rows, total, pos if more else None, scanned)
+        more = first <= pos <= last  # (the entry the next page starts with)
+        at = await self.client.zrange(key, pos, pos, withscores=True) if more else []
+        return Page(rows, total, place(at[0][1], _s(at[0][0])) if at else None, scanned)
 
     async def all_ids(self, key: str, flt: Filter) -> list[str]:
         """Every id matching *flt* (for an action on all that match); with no filter on content
@@ -287,13 +286,13 @@ class Tables:
                 found = await self.client.zrange(key, lo, min(last, lo + ID_BATCH - 1))
                 ids += [_s(m) for m in found]
             return ids
-        cursor: int | None = None
+        cursor: str | None = None
         while True:
             page = await self.page(key, flt, cursor=cursor, size=BATCH * 5, newest_first=False)
             ids.extend(r.id for r in page.rows)
             if page.next_cursor is None:
                 return ids
-            cursor = int(page.next_cursor)
+            cursor = page.next_cursor
 
     async def row(self, key: str, entry_id: str) -> Row | None:
         rank = await self.client.zrank(key, entry_id)
@@ -327,9 +326,8 @@ class ShardedTables:
         """Up to *size* rows of *table*; *cursor* as a page before gave it (None: start)."""
         if len(self.parts) == 1:
             part = self.parts[0]
-            at = None if cursor is None else int(cursor)
             key = table_key(part.keys, table)
-            return await part.page(key, flt, cursor=at, size=size, newest_first=newest_first)
+            return await part.page(key, flt, cursor=cursor, size=size, newest_first=newest_first)
         places: list[str | None] = (
             [None] * len(self.parts) if cursor is None else list(cursor.split("."))
         )
@@ -337,14 +335,13 @@ class ShardedTables:
             raise ValueError(f"cursor {cursor!r} is not one of this crawl's pages")
         pages: list[Page | None] = []
         total = 0
-        for part, place in zip(self.parts, places, strict=True):
+        for part, where in zip(self.parts, places, strict=True):
             key = table_key(part.keys, table)
-            if place == DONE:  # nothing more to show: its window's size still counts
+            if where == DONE:  # nothing more to show: its window's size still counts
                 pages.append(None)
                 total += (await part.page(key, flt, cursor=None, size=0, newest_first=True)).total
                 continue
-            at = None if place is None else int(place)
-            found = await part.page(key, flt, cursor=at, size=size, newest_first=newest_first)
+            found = await part.page(key, flt, cursor=where, size=size, newest_first=newest_first)
             pages.append(found)
             total += found.total
         return _merged(pages, total, size, newest_first)
@@ -377,7 +374,8 @@ def _merged(pages: list[Page | None], total: int, size: int, newest_first: bool)
             continue
         mine = [row for s, row in taken if s == shard]
         if len(mine) < len(found.rows):  # go on from its first row not shown
-            cursor.append(str(found.rows[len(mine)].rank))
+            row = found.rows[len(mine)]
+            cursor.append(place(row.at_ms, row.id))
         else:
             nxt = found.next_cursor
             cursor.append(DONE if nxt is None else str(nxt))
