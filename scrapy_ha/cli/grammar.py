@@ -187,7 +187,7 @@ def _delayed_filters(parser: argparse.ArgumentParser) -> None:
         help="failure class (server, network, ...) or why it waits: gate, limit, revisit, proxy, "
         "dictionary",
     )
-    parser.add_argument("--domain", help="the request's host name")
+    parser.add_argument("--domain", type=str.lower, help="the request's host name")
 
 
 def _dlq_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool = False) -> None:
@@ -195,7 +195,8 @@ def _dlq_filters(p: argparse.ArgumentParser, *, ids: bool = False, limit: bool =
         p.add_argument("ids", nargs="*", metavar="ID", help="entry ids (see `dlq list`)")
         p.add_argument("--all", action="store_true", help="every entry")
     p.add_argument("--class", dest="failure_class", help="failure class: gone, banned, server, ...")
-    p.add_argument("--domain", help="the request's host name")
+    # (a host name is case-insensitive: the dashboard's filter took SHOP.Example, dlq none)
+    p.add_argument("--domain", type=str.lower, help="the request's host name")
     p.add_argument("--status", type=int, help="the HTTP status of the last attempt: 404, 503, ...")
     p.add_argument("--reason", help="a part of the reason (case-insensitive)")
     p.add_argument(
