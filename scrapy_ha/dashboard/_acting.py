@@ -220,7 +220,10 @@ async def form_action(request: Request, spider: str, name: str) -> HTMLResponse:
     ids = [text_of(i) or "" for i in form.getlist("ids")]
     scope_filter = form.get("scope") == "filter"
     flt = await filter_from(request, form) if scope_filter else None
-    selected = await _selection(request, spider, action, [] if scope_filter else ids, flt)
+    # no row ticked: the page says nothing is selected (it was a 400 naming the form's fields)
+    chosen = scope_filter or ids
+    given = [] if scope_filter else ids
+    selected = await _selection(request, spider, action, given, flt) if chosen else []
     _refuse_spaced(selected)
     shown = selected[:CONFIRM_LISTED]
     if action.table == GATES:  # the crawl page's gates: the domains themselves
