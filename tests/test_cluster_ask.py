@@ -82,11 +82,15 @@ def _joined(cluster: redis_servers.Cluster, directory: Path) -> redis_servers.Se
 
 def test_the_blocking_client_follows_an_ask_to_a_node_with_no_slot(migrating):
     client = sync_redis_from_settings(Settings({"REDIS_URL": migrating.url}), connect_timeout=5)
+    again = sync_redis_from_settings(Settings({"REDIS_URL": migrating.url}), connect_timeout=5)
     try:
         assert client.hgetall(MOVED_KEY) == {b"acked": b"7"}
         assert client.hgetall(NEVER_KEY) == {}
+        # (the asking class is made once, not once a client)
+        assert type(client.nodes_manager) is type(again.nodes_manager)
     finally:
         client.close()
+        again.close()
 
 
 @deferred_f_from_coro_f

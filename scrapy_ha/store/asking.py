@@ -34,9 +34,15 @@ def follow_asks(client: Any) -> Any:
     base = type(manager)
     if not getattr(base, "_follows_asks", False):  # (a class of the same layout: the
         # asyncio one has __slots__, so the method cannot be set on the object)
-        own = {"__slots__": (), "_follows_asks": True, "get_node": _get_node(base.get_node)}
-        manager.__class__ = type(f"Asking{base.__name__}", (base,), own)
+        if base not in _ASKING:  # (made once a class, not once a client)
+            own = {"__slots__": (), "_follows_asks": True, "get_node": _get_node(base.get_node)}
+            _ASKING[base] = type(f"Asking{base.__name__}", (base,), own)
+        manager.__class__ = _ASKING[base]
     return client
+
+
+#: The asking class of each nodes manager's class.
+_ASKING: dict[type, type] = {}
 
 
 def _get_node(known: Any) -> Any:
