@@ -228,8 +228,9 @@ def test_bare_settings_read_as_scrapys_do(name, method, value):
 
 def test_bare_settings_answer_other_names_from_scrapys_defaults():
     bare = BareSettings({"REDIS_URL": "redis://x:1/0"})
-    assert "scrapy.settings" in sys.modules  # (this test's own import)
+    assert bare._scrapy is None  # own names alone: Scrapy's Settings not built yet
     assert bare.getint("CONCURRENT_REQUESTS") == Settings().getint("CONCURRENT_REQUESTS")
+    assert bare._scrapy is not None  # built for a name of Scrapy's
     assert bare["REDIS_URL"] == "redis://x:1/0"  # kept when Scrapy's settings took over
     bare.set("HA_SHARDS", 4)
     assert bare.getint("HA_SHARDS") == 4 and bare.getpriority("HA_SHARDS") == 20
