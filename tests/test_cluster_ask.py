@@ -140,3 +140,43 @@ def test_a_worker_says_a_slot_migrates_not_that_redis_is_unreachable(migrating):
     said = outage(refused.value)
     assert "unreachable" not in said and "a slot of the crawl is migrating" in said, said
     assert outage(ConnectionError("gone")) == "unreachable (ConnectionError: gone)"
+
+
+@pytest.fixture
+def buckets_moving(tmp_path: Path) -> Iterator[tuple[redis_servers.Cluster, list[str]]]:
+    """A crawl of 20 URLs seen in the exact set's buckets, its slot migrating to a node just
+    added: the buckets moved already, their meta hash (the key the scripts declare) not."""
+    cluster = redis_servers.start_cluster(tmp_path / "cluster", replicas=0)
+    try:
+        urls = [f"https://shop.example/item/{i}" for i in range(20)]
+        pushed = scrapy_ha("--redis-url", cluster.url, "push", "--create", "catalogue", *urls)
+        assert pushed.returncode == 0, pushed.stderr
+        new = _joined(cluster, tmp_path / "new")
+        meta = "ha:{catalogue}:buckets"
+        source = cluster.owner_of(meta)
+        assert source is not None
+        with source.client() as src, new.client() as dst:
+            buckets = [k for k in src.keys(meta + ":*") if k.count(b":") == 4]
+            assert len(buckets) >= 10
+            slot = key_slot(meta.encode())
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", _id(src))
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", _id(dst))
+            src.execute_command("MIGRATE", "127.0.0.1", new.port, "", 0, 5000, "KEYS", *buckets)
+        yield cluster, urls
+    finally:
+        cluster.stop()
+
+
+def test_forget_waits_for_a_slot_that_migrates(buckets_moving):
+    """``seen forget`` ran its script where the buckets' meta hash was, and the buckets had
+    moved: "Script attempted to access a non local key", some URLs forgotten before it. It
+    is refused whole (TRYAGAIN) until the slot has moved, and says why."""
+    cluster, urls = buckets_moving
+    done = scrapy_ha("--redis-url", cluster.url, "seen", "forget", "-y", "catalogue", *urls)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "non local key" not in done.stderr
+    assert "a slot of the crawl is migrating" in done.stderr, done.stderr
+    meta = cluster.owner_of("ha:{catalogue}:buckets")
+    assert meta is not None
+    with meta.client() as c:
+        assert c.hget("ha:{catalogue}:buckets", "n") == b"20"  # nothing forgotten

@@ -119,5 +119,5 @@ async def slices_where(client: Any, keys: Keys, fingerprints: list[bytes]) -> li
     if slices is None:
         return []
     script = client.register_script(scripts.SEEN_CHECK_LUA)
-    reply = await script(keys=[keys.bloom], args=[slices.spec(), *fingerprints])
+    reply = await script(keys=[keys.bloom, keys.queues], args=[slices.spec(), *fingerprints])
     return [int(x) for x in reply[:-1]]

@@ -179,7 +179,7 @@ async def delete_buckets(
         drop = client.register_script(scripts.DROP_BUCKETS_LUA)
         for first in range(0, state.buckets, DELETE_BATCH):
             last = min(first + DELETE_BATCH, state.buckets) - 1
-            await drop(keys=[keys.buckets], args=[state.gen, first, last])
+            await drop(keys=[keys.buckets, keys.queues], args=[state.gen, first, last])
     if every:
         pattern = "".join(f"\\{c}" if c in "\\*?[]" else c for c in keys.buckets) + ":*"
         # (the names as Redis gave them: one not UTF-8, escaped, would name another key)

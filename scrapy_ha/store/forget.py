@@ -135,7 +135,7 @@ async def forget_fingerprints(client: Any, keys: Keys, fingerprints: list[bytes]
         for key in (shard.dupefilter, *shard.aged_slices()):
             removed += int(await client.srem(key, fingerprint))
         wired = wire_fingerprint(fingerprint)
-        removed += int(await client.eval(scripts.FORGET_LUA, 1, shard.buckets, wired))
+        removed += int(await client.eval(scripts.FORGET_LUA, 2, shard.buckets, shard.queues, wired))
     for shard_keys in every_shard(keys):
         await client.hincrby(shard_keys.forget, VERSION, 1)
     return removed

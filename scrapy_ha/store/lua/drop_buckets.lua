@@ -3,6 +3,10 @@
 -- worker sends three numbers a batch instead of every bucket's name.
 -- Rule kept: a bucket is named as lib/seen names it (buckets_prefix).
 -- KEYS[1] the buckets' meta hash (the buckets are named from it; not read)
+-- KEYS[2] the back queues' prefix (lib/frontier): never a key, declared so that on a Redis
+--         Cluster whose slot of the crawl migrates the call is refused whole (TRYAGAIN)
+--         until it has moved, not run where KEYS[1] is while the buckets have moved
+--         ("Script attempted to access a non local key" part-way)
 -- ARGV[1] gen  ARGV[2] the first bucket  ARGV[3] the last bucket (both deleted)
 -- Returns how many of those buckets existed.
 --- @include "seen"

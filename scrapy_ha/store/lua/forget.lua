@@ -1,6 +1,10 @@
 -- forget: remove fingerprints from the exact set's buckets (`scrapy-ha seen forget <url>`).
 -- Rule kept: the buckets' meta hash counts the fingerprints they hold (lib/seen).
 -- KEYS[1] the buckets' meta hash (lib/seen; the buckets are named from it)
+-- KEYS[2] the back queues' prefix (lib/frontier): never a key, declared so that on a Redis
+--         Cluster whose slot of the crawl migrates the call is refused whole (TRYAGAIN)
+--         until it has moved, not run where KEYS[1] is while the buckets have moved
+--         ("Script attempted to access a non local key" part-way)
 -- ARGV[1..] fingerprints, each as the buckets take it (store/buckets.py: wire_fingerprint)
 -- Returns how many of them the buckets held (0 when the crawl has no buckets).
 --- @include "seen"
