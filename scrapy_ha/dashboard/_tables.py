@@ -21,7 +21,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
-from scrapy_ha.dashboard._cursor import place, start_rank
+from scrapy_ha.dashboard._cursor import place, window
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
@@ -207,20 +207,13 @@ class Tables:
         self.client = client
         self.keys = keys
 
-    async def _ranks(self, key: str, flt: Filter) -> tuple[int, int]:
-        """Ranks of the first and last member within the filter's time window."""
-        since, until = flt.since_ms, flt.until_ms
-        first = 0 if since is None else await self.client.zcount(key, "-inf", f"({since}")
-        if until is None:
-            last = await self.client.zcard(key) - 1
-        else:
-            last = await self.client.zcount(key, "-inf", until) - 1
-        return int(first), int(last)
-
-    async def _rows(self, key: str, start: int, stop: int, flt: Filter) -> list[Row | None]:
-        """The members of ranks *start* to *stop* as rows, in rank order; ``None`` for a
-        member a cheap look shows *flt* cannot match (the rest of it is then never read)."""
-        ids = [_s(m) for m in await self.client.zrange(key, start, stop)]
+    async def _rows(
+        self, key: str, batch: list[tuple[str, float]], flt: Filter
+    ) -> list[Row | None]:
+        """The members of *batch* (id, score) as rows, in its order; ``None`` for a member
+        gone meanwhile or one a cheap look shows *flt* cannot match (the rest of it is then
+        never read)."""
+        ids = [entry_id for entry_id, _ in batch]
         if not ids:
             return []
         if key == self.keys.delayed:
@@ -232,60 +225,60 @@ class Tables:
         rows: list[Row | None] = [None] * len(ids)
         if not wanted:
             return rows
-        chosen = [ids[n] for n in wanted]
-        scores = await self.client.zmscore(key, chosen)
         if key == self.keys.delayed:
-            marks = await self.client.hmget(self.keys.held, chosen)
-            for n, score, mark in zip(wanted, scores, marks, strict=True):
-                rows[n] = delayed_row(ids[n], score or 0, describe(payloads[n]), mark)
+            marks = await self.client.hmget(self.keys.held, [ids[n] for n in wanted])
+            for n, mark in zip(wanted, marks, strict=True):
+                rows[n] = delayed_row(ids[n], batch[n][1], describe(payloads[n]), mark)
             return rows
-        payloads = await read_payloads(self.client, self.keys, chosen)
-        for n, score, payload in zip(wanted, scores, payloads, strict=True):
+        payloads = await read_payloads(self.client, self.keys, [ids[n] for n in wanted])
+        for n, payload in zip(wanted, payloads, strict=True):
             if _may_match(flt, None, payload):
-                rows[n] = dead_row(parse_entry(ids[n], score or 0, infos[n], payload))
+                rows[n] = dead_row(parse_entry(ids[n], batch[n][1], infos[n], payload))
         return rows
 
     async def page(
         self, key: str, flt: Filter, *, cursor: int | str | None, size: int, newest_first: bool
     ) -> Page:
-        """Up to *size* rows matching *flt*, from *cursor* on (None: the start)."""
-        first, last = await self._ranks(key, flt)
-        total = max(0, last - first + 1)
-        start = None if cursor is None else await start_rank(self.client, key, cursor, newest_first)
-        pos = (last if newest_first else first) if start is None else start
+        """Up to *size* rows matching *flt*, from *cursor* on (None: the start). Each batch
+        is read from where the last one stopped, named by its entry (:mod:`._cursor`)."""
         rows: list[Row] = []
-        scanned = 0
-        while first <= pos <= last and len(rows) < size and scanned < SCAN_LIMIT:
+        scanned, total, at = 0, -1, cursor
+        while total < 0 or (at is not None and len(rows) < size and scanned < SCAN_LIMIT):
             n = size - len(rows) if not flt.by_content else BATCH
-            lo, hi = (
-                (max(first, pos - n + 1), pos) if newest_first else (pos, min(last, pos + n - 1))
+            found, batch = await window(
+                self.client, key, at, n + 1, newest_first, flt.since_ms, flt.until_ms
             )
-            batch = await self._rows(key, lo, hi, flt)
-            if newest_first:
-                batch.reverse()
-            for row in batch:
-                pos += -1 if newest_first else 1
+            total = found if total < 0 else total
+            if size <= 0 or not batch:
+                at = place(batch[0][1], batch[0][0]) if batch else None
+                break
+            read = await self._rows(key, batch[:n], flt)
+            at = place(batch[n][1], batch[n][0]) if len(batch) > n else None
+            for i, row in enumerate(read):
                 scanned += 1
                 if row is not None and flt.matches(row):
                     rows.append(row)
                     if len(rows) >= size:
+                        after = batch[i + 1] if i + 1 < len(batch) else None
+                        at = None if after is None else place(after[1], after[0])
                         break
-            if not batch:
-                break
-        more = first <= pos <= last  # (the entry the next page starts with)
-        at = await self.client.zrange(key, pos, pos, withscores=True) if more else []
-        return Page(rows, total, place(at[0][1], _s(at[0][0])) if at else None, scanned)
+        return Page(rows, total, None if at is None else str(at), scanned)
 
     async def all_ids(self, key: str, flt: Filter) -> list[str]:
         """Every id matching *flt* (for an action on all that match); with no filter on content
-        by rank alone (100,000 dead letters read as rows took 2.6 s of the loop's CPU)."""
+        by their batches alone (100,000 dead letters read as rows took 2.6 s of the loop's
+        CPU)."""
         ids: list[str] = []
         if not flt.by_content:
-            first, last = await self._ranks(key, flt)
-            for lo in range(first, last + 1, ID_BATCH):
-                found = await self.client.zrange(key, lo, min(last, lo + ID_BATCH - 1))
-                ids += [_s(m) for m in found]
-            return ids
+            at: str | None = None
+            while True:
+                _, batch = await window(
+                    self.client, key, at, ID_BATCH + 1, False, flt.since_ms, flt.until_ms
+                )
+                ids += [entry_id for entry_id, _ in batch[:ID_BATCH]]
+                if len(batch) <= ID_BATCH:
+                    return ids
+                at = place(batch[-1][1], batch[-1][0])
         cursor: str | None = None
         while True:
             page = await self.page(key, flt, cursor=cursor, size=BATCH * 5, newest_first=False)
@@ -295,10 +288,10 @@ class Tables:
             cursor = page.next_cursor
 
     async def row(self, key: str, entry_id: str) -> Row | None:
-        rank = await self.client.zrank(key, entry_id)
-        if rank is None:
+        score = await self.client.zscore(key, entry_id)
+        if score is None:
             return None
-        rows = await self._rows(key, int(rank), int(rank), Filter())
+        rows = await self._rows(key, [(entry_id, float(score))], Filter())
         return rows[0] if rows else None
 
 
