@@ -234,3 +234,26 @@ def test_bare_settings_answer_other_names_from_scrapys_defaults():
     assert bare["REDIS_URL"] == "redis://x:1/0"  # kept when Scrapy's settings took over
     bare.set("HA_SHARDS", 4)
     assert bare.getint("HA_SHARDS") == 4 and bare.getpriority("HA_SHARDS") == 20
+
+
+@pytest.mark.parametrize("command", [["status", "light"], ["push", "light", "http://a.example/"]])
+def test_a_command_run_from_a_deleted_directory_says_so(tmp_path: Path, command: list[str]):
+    """A shell left in a directory removed since: every command ended in a traceback
+    (``FileNotFoundError`` from ``os.getcwd``), or blamed the project's settings."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = (
+        "import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); "
+        "from scrapy_ha.cli import main; sys.exit(main(sys.argv[2:]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(gone), "--redis-url", "redis://127.0.0.1:1/0", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "scrapy.cfg" not in done.stderr, done.stderr
+    assert "working directory" in done.stderr and "no longer exists" in done.stderr, done.stderr

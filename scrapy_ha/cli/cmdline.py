@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     before = _interrupt_where_it_runs()  # first: reading a long line takes a while too
     try:
         args = parse(argv)
+        if not _cwd_exists():
+            return 2
         from scrapy_ha.cli import runner  # Scrapy and redis: only once a command runs
 
         return runner.run(args)
@@ -39,6 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if before is not None:
             signal.signal(signal.SIGINT, before)
+
+
+def _cwd_exists() -> bool:
+    """Whether the working directory, where a project is looked for, still exists (a shell
+    left in a directory removed since: every command ended in a traceback); an error line
+    if not."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        print(
+            "error: the working directory no longer exists (removed since the shell entered "
+            "it): cd to a directory that exists, then run the command again",
+            file=sys.stderr,
+        )
+        return False
+    return True
 
 
 def _interrupt_where_it_runs() -> Any:
