@@ -73,6 +73,19 @@ class Store:
 
     def close_spider(self, spider=None):
         os.close(self.fd)
+
+
+class StoreTo(Store):
+    \"\"\"Store, to the file its setting names (``scrapy-ha items ... -s STORE_TO=...``).\"\"\"
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        pipeline = cls()
+        pipeline.path = crawler.settings["STORE_TO"]
+        return pipeline
+
+    def open_spider(self, spider=None):
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 """
 SETTINGS = f"""
 HA_ITEMS = "outbox"
@@ -116,6 +129,30 @@ def test_the_projects_pipelines_store_each_item_once_in_the_consumer(tmp_path, r
     assert "declare every sink before the crawl" in late.stderr
     # which items: a sink declared before a new run misses the earlier runs' (walkthrough)
     assert "items of earlier runs of the crawl, or of this run if it started" in late.stderr
+
+
+def test_the_consumers_pipelines_take_settings_from_the_command_line(tmp_path, redis_url, site):
+    """``items --to pipelines`` took no ``-s``: a pipeline that needs a setting the project
+    does not hold (the example project's, which needs ``ITEMS_FILE``) could not be used."""
+    project = _project(tmp_path)
+    log = tmp_path / "worker.log"
+    worker = crawl(
+        project, "books", log, args={"base_url": site.url}, settings={"REDIS_URL": redis_url}
+    )
+    assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
+    store = tmp_path / "store.jl"
+    run = scrapy_ha(
+        "items", "books", "--to", "pipelines", "--exit-idle", "0.5", "--redis-url", redis_url,
+        "-s", f"STORE_TO={store}", "--set",
+        f'HA_ITEMS_PIPELINES={{"{PROJECT}.pipelines.StoreTo": 100}}', cwd=project,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert sorted(json.loads(line)["id"] for line in store.read_text().splitlines()) == list(
+        range(1, 51)
+    )
+    bad = scrapy_ha("items", "books", "--to", "pipelines", "-s", "STORE_TO", cwd=project)
+    assert bad.returncode == 2
+    assert "argument -s/--set: 'STORE_TO' is not NAME=VALUE" in bad.stderr, bad.stderr
 
 
 def _env() -> dict[str, str]:

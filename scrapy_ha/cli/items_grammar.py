@@ -7,7 +7,15 @@ __all__ = ["ITEM_SINKS", "items_command"]
 
 from typing import Any
 
-from scrapy_ha.cli.options import at, command, create_option, item_actions, positive, whole
+from scrapy_ha.cli.options import (
+    at,
+    command,
+    create_option,
+    item_actions,
+    positive,
+    setting_pair,
+    whole,
+)
 
 #: What ``items --to`` takes.
 ITEM_SINKS = "jsonl:PATH, a SQLAlchemy URL (sqlite:///x.db, postgresql+psycopg://...), or pipelines"
@@ -56,6 +64,16 @@ def items_command(sub: Any) -> None:
         default=0,
         help="set an entry aside once this many consumers died writing it alone (default 0: "
         "never; see reliability.md: a hung write may commit it all the same)",
+    )
+    parser.add_argument(
+        "-s",
+        "--set",
+        type=setting_pair,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for the pipelines of --to pipelines, over the project's (repeat for "
+        "several), as `scrapy crawl -s` takes it",
     )
     item_actions(parser)
     parser.add_argument(

@@ -110,6 +110,15 @@ def positive(text: str) -> float:
     return seconds
 
 
+def setting_pair(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` of ``-s``, as ``scrapy crawl -s`` takes it (argparse names the option
+    when this fails)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name.strip(), value
+
+
 def redis_url_option(text: str) -> str:
     """``--redis-url``, not blank (a QA run: ``--redis-url ''`` went to the default Redis
     in silence, the one a script with an unset variable did not mean)."""

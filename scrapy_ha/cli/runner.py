@@ -103,6 +103,8 @@ def settings(args: argparse.Namespace) -> Settings:
             " (run scrapy-ha where `scrapy list` works, or outside the project with "
             "--redis-url)"
         ) from None
+    for name, value in getattr(args, "set", None) or ():  # (``items -s``)
+        found.set(name, value, priority="cmdline")
     return _url_given(args, found)
 
 
