@@ -118,3 +118,17 @@ async def test_revisits_past_their_time_count_as_due(redis_url, redis_client):
     later = int(redis_client.time()[0]) * 1000 + 3 * 3600 * 1000
     numbers = read_revisits_sync(redis_client, KEYS, later)
     assert numbers.revisited == 3 and numbers.due_soon == 3
+
+
+@deferred_f_from_coro_f
+async def test_a_revisit_made_due_now_counts_as_due(redis_url, redis_client):
+    """``delayed retry-now`` (or the dashboard's "retry now") makes the revisit due in two
+    hours due now: before, status, the metrics and the dashboard still said "2 due in the
+    next hour" beside a delayed list that showed all three due."""
+    await seed(redis_url)
+    done = scrapy_ha("delayed", "retry-now", "cont", "--all", "--yes", "--redis-url", redis_url)
+    assert done.returncode == 0, done.stderr
+    shown = scrapy_ha("status", "cont", "--json", "--redis-url", redis_url)
+    assert json.loads(shown.stdout)["revisits"]["due_next_hour"] == 3
+    now = int(redis_client.time()[0]) * 1000 + 1000
+    assert all(due <= now for _, due in redis_client.zrange(KEYS.revisits, 0, -1, withscores=True))

@@ -13,6 +13,7 @@ from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.wire import text
 
 if TYPE_CHECKING:
+    from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
 
 __all__ = ["cleared_crawl_note", "make_due", "pause", "resume", "server_ms"]
@@ -37,24 +38,30 @@ async def cleared_crawl_note(queue: RedisQueue) -> str:
 
 
 async def make_due(queue: RedisQueue, ids: list[str]) -> int:
-    """These delayed retries are due now: the next sync of any worker promotes them.
+    """These delayed retries are due now: the next sync of any worker promotes them. A
+    revisit among them is due now in ``ha:{S}:revisits`` too, in the same transaction, so
+    that status, the metrics and the dashboard count it due (before, a revisit due in two
+    hours made due now was still "not due in the next hour").
     Returns how many were still delayed (an id already promoted or gone is skipped)."""
     from scrapy_ha.store.shards import ShardedQueue
 
     now = await server_ms(queue.client)
-    by: dict[str, list[str]] = {}  # delayed key -> ids in it
+    by: dict[Keys, list[str]] = {}  # the keys of its shard -> ids in it
     for entry_id in ids:
         if isinstance(queue, ShardedQueue):
             shard, local = queue.route(entry_id)
             if shard < len(queue.shards):
-                by.setdefault(queue.shards[shard].keys.delayed, []).append(local)
+                by.setdefault(queue.shards[shard].keys, []).append(local)
         else:
-            by.setdefault(queue.keys.delayed, []).append(entry_id)
+            by.setdefault(queue.keys, []).append(entry_id)
     changed = 0
-    for key, key_ids in by.items():
+    for keys, key_ids in by.items():
         for start in range(0, len(key_ids), BATCH):
             mapping = dict.fromkeys(key_ids[start : start + BATCH], now)
-            changed += int(await queue.client.zadd(key, mapping, xx=True, ch=True))
+            pipe = queue.client.pipeline(transaction=True)
+            pipe.zadd(keys.delayed, mapping, xx=True, ch=True)
+            pipe.zadd(keys.revisits, mapping, xx=True, lt=True)  # revisits alone
+            changed += int((await pipe.execute())[0])
     return changed
 
 
