@@ -107,3 +107,30 @@ def test_the_dashboard_shows_the_slowest_sinks_backlog(redis_url, redis_client):
         html = http.get("/crawls/books").text
         assert "<h2>Items</h2>" in html and "sql" in html
         assert 'class="items-backlog">120<' in http.get("/").text
+
+
+def test_a_sink_that_consumed_the_whole_stream_has_no_backlog(redis_url, redis_client):
+    """Both sinks consumed all 120 items and the stream is empty, but Redis's read counter
+    of each group is behind (as a Redis 7.0 was seen to keep it after a continuous crawl
+    with a consumer and Redis SIGKILLed: lag 812 of a stream of 0 entries): before, status
+    said "backlog 812" of each sink, and ``items --exit-idle`` never exited."""
+    sinks_behind(redis_client)
+    ack = redis_client.register_script(ITEMS_ACK_LUA)
+    for group in ("sql", "jsonl"):
+        while read := redis_client.xreadgroup(group, "a", {KEYS.items: ">"}, count=50):
+            ack(keys=[KEYS.items, *KEYS.stats_keys()], args=[group, *[i for i, _ in read[0][1]]])
+        pending = redis_client.xpending(KEYS.items, group)["pending"]
+        if pending:  # sql's 20 read and not acknowledged
+            held = redis_client.xpending_range(KEYS.items, group, "-", "+", pending)
+            ack(
+                keys=[KEYS.items, *KEYS.stats_keys()],
+                args=[group, *[p["message_id"] for p in held]],
+            )
+    assert redis_client.xlen(KEYS.items) == 0
+    last = redis_client.xinfo_stream(KEYS.items)["last-generated-id"]
+    for group in ("sql", "jsonl"):  # the counter Redis was seen with: 100 read of 120 added
+        redis_client.execute_command("XGROUP", "SETID", KEYS.items, group, last, "ENTRIESREAD", 100)
+    assert {g["lag"] for g in redis_client.xinfo_groups(KEYS.items)} == {20}
+    doc = json.loads(scrapy_ha("status", "books", "--json", "--redis-url", redis_url).stdout)
+    assert doc["items"]["backlog"] == 0
+    assert {g["name"]: g["backlog"] for g in doc["items"]["groups"]} == {"jsonl": 0, "sql": 0}

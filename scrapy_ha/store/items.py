@@ -288,9 +288,15 @@ def state_reads(pipe: Any, keys: Keys) -> None:
 def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
     """items_state.lua's *reply* and the crawl's *counters* as a :class:`StreamState`."""
     counts = {_s(k): _s(v) for k, v in counters.items()}
+    length = int(reply[0])
     groups = []
     for i in range(2, len(reply), 4):
         name, consumers, pending, lag = _s(reply[i]), *map(int, reply[i + 1 : i + 4])
+        # Not delivered yet means still in the stream (an entry leaves it once every group
+        # acknowledged it): Redis's lag, a counter it estimates, was seen at 812 for a
+        # stream of 0 entries, and a backlog that never emptied kept `items --exit-idle`
+        # waiting for ever on a crawl that had ended.
+        lag = min(lag, length)
         consumed = counts.get(f"items_consumed:{name}", "0")
         aside = counts.get(f"items_aside:{name}", "0")
         groups.append(
@@ -303,7 +309,7 @@ def stream_state(reply: list[Any], counters: dict[Any, Any]) -> StreamState:
                 int(aside) if aside.isdigit() else 0,
             )
         )
-    return StreamState(int(reply[0]), groups, int(reply[1]) if len(reply) > 1 else 0)
+    return StreamState(length, groups, int(reply[1]) if len(reply) > 1 else 0)
 
 
 def merged(states: list[StreamState]) -> StreamState:
