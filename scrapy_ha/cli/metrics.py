@@ -54,7 +54,10 @@ def serve(args: argparse.Namespace, settings: BaseSettings) -> int:
         raise ConfigError(f"bad Redis URL {display_url(settings)}: {exc}") from None
     registry = CollectorRegistry(auto_describe=False)
     where = display_url(settings)
-    registry.register(CrawlCollector(client, prefix, discovery_ttl=args.rescan, where=where))
+    collector = CrawlCollector(
+        client, prefix, discovery_ttl=args.rescan, where=where, timeout=args.timeout
+    )
+    registry.register(collector)
     try:
         server, _ = start_http_server(args.port, addr=args.addr, registry=registry)
     except OSError as exc:

@@ -28,6 +28,7 @@ from scrapy_ha.ops.crawls import (
     read_crawls,
     read_every_crawl,
 )
+from scrapy_ha.ops.in_time import within
 from scrapy_ha.ops.revisits import revisit_metrics
 from scrapy_ha.store.health import primaries_info_sync
 from scrapy_ha.verdict import RETRY_CLASSES
@@ -74,8 +75,17 @@ class CrawlCollector:
     *discovery_ttl* seconds: ``scrapy-ha metrics --rescan``), so scrapes from several
     Prometheus servers, and any number of workers, give the same numbers."""
 
-    def __init__(self, client: Any, prefix: str, *, discovery_ttl: float, where: str | None = None):
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        *,
+        discovery_ttl: float,
+        where: str | None = None,
+        timeout: float | None = None,
+    ):
         self.client = client
+        self.timeout = timeout  # of a scrape in all (--timeout), each call's being its own
         self.prefix = prefix
         self.where = f"Redis at {where}" if where else "Redis"  # masked: named in the log
         self.discovery_ttl = discovery_ttl
@@ -102,7 +112,7 @@ class CrawlCollector:
     def collect(self) -> Iterator[Metric]:
         up = _up()
         try:
-            metrics = self._read()
+            metrics = within(self.timeout, self._read)
         except redis.exceptions.RedisError as exc:
             self._log_up(False, exc)
             up.add_metric([], 0)
@@ -171,7 +181,8 @@ def _up() -> Any:
     from prometheus_client.core import GaugeMetricFamily
 
     return GaugeMetricFamily(
-        "scrapy_ha_redis_up", "1 if the last scrape read Redis, 0 if Redis was unreachable."
+        "scrapy_ha_redis_up",
+        "1 if the last scrape read Redis, 0 if Redis was unreachable or slower than --timeout.",
     )
 
 
