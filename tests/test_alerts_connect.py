@@ -21,7 +21,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.deadletters import alerts
-from scrapy_ha.deadletters.alerts import DeadLetterAlert, Unconfirmed, post_json
+from scrapy_ha.deadletters.alerts import DeadLetterAlert, Unanswered, Unconfirmed, post_json
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.queue import RedisQueue
 from tests.spiders import FaultSpider
@@ -299,3 +299,17 @@ def test_the_answer_s_first_byte_makes_it_unconfirmed(monkeypatch, listeners):
     listeners.append(receiver)
     with pytest.raises(Unconfirmed):
         post_json(f"http://127.0.0.1:{receiver.port}/hook", {"text": "hi"}, timeout=TIMEOUT)
+
+
+def test_a_post_whose_time_ran_out_does_not_say_the_receiver_closed_it(listeners):
+    """Before: the POST's own deadline ends the connection under its read, and the WARNING
+    said why in http.client's words: "no whole answer within 10 s: Remote end closed
+    connection without response", of a receiver that held the connection open all along
+    (a QA run's stalled receiver): the operator looked for a receiver that hangs up."""
+    late = Late()
+    receiver = Listener(late)
+    listeners.append(receiver)
+    with pytest.raises(Unanswered) as raised:
+        post_json(f"http://127.0.0.1:{receiver.port}/hook/token", {"text": "x"}, timeout=TIMEOUT)
+    assert late.posts == [{"text": "x"}]
+    assert str(raised.value) == f"no whole answer within {TIMEOUT:g} s"

@@ -241,8 +241,9 @@ def post_json(
     except (OSError, http.client.HTTPException) as exc:
         if deadline.passed() and deadline.answered:
             raise Unconfirmed(f"the answer begun did not end within {timeout:g} s") from exc
-        if deadline.connected:
-            raise Unanswered(f"no whole answer within {timeout:g} s: {exc}") from exc
+        if deadline.connected:  # (the time ran out: its own end of the connection, not a cause)
+            why = "" if deadline.passed() else f": {exc}"
+            raise Unanswered(f"no whole answer within {timeout:g} s{why}") from exc
         raise
     finally:
         deadline.cancel()
