@@ -61,3 +61,28 @@ def test_a_push_as_a_user_without_info_skips_the_room_check_saying_so(tmp_path: 
             assert server.client(db=n).exists("ha:{k}:bloom")  # the filter made, as a worker's
     finally:
         server.kill()
+
+
+def test_a_worker_refused_for_room_leaves_no_claim_behind(tmp_path: Path) -> None:
+    """A worker refused at start because its filter's first layer cannot fit claimed the
+    crawl's kind first (``ha:{S}:filter``, ``bloom``) and left it behind an empty crawl: a
+    push of the project with the exact set, the fix the refusal leaves open, was then
+    refused as one run outside the project (``none of its shards has made one yet``)."""
+    from tests.scrapy_project import crawl
+
+    server = redis_servers.start(tmp_path / "redis", "--maxmemory", "20mb")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        big = write_project(tmp_path / "big", "big", SPIDER, "HA_DUPEFILTER = 'bloom'\n")
+        worker = crawl(big, "k", tmp_path / "worker.log", settings={"REDIS_URL": url})
+        assert worker.wait(timeout=120) == 1
+        said = (tmp_path / "worker.log").read_text()
+        assert "its first layer takes 36." in said and "ha_start_failed" in said, said[-3000:]
+        assert server.client().get("ha:{k}:filter") is None  # nothing claimed
+        exact = write_project(tmp_path / "set", "exact", SPIDER, "HA_DUPEFILTER = 'set'\n")
+        push = ("--redis-url", url, "push", "k", "--create", "https://a.example/1")
+        done = scrapy_ha(*push, cwd=exact)
+        assert done.returncode == 0 and "1 added" in done.stdout, done.stderr
+        assert server.client().get("ha:{k}:filter") == b"set"
+    finally:
+        server.kill()

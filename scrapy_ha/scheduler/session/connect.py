@@ -22,6 +22,7 @@ from scrapy_ha.scheduler.session.start_urls import check_start_key
 from scrapy_ha.scheduler.session.unfed import say_unfed_sinks
 from scrapy_ha.spiders import RedisSpiderMixin
 from scrapy_ha.store.bloom import first_layer_room
+from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import (
     CHECK_REDIS,
     REDIS_DOWN_ERRORS,
@@ -184,10 +185,13 @@ async def open_queue(
             await wait.run(lambda: garbage_aside(queue))
             await wait.run(lambda: spread_declaration(queue))
         await wait.run(  # is the crawl's)
-            lambda: set_dupefilter(queue, config.memory, ttl, worker=config.worker_id)
+            lambda: set_dupefilter(queue, config.memory, ttl, claim=False)
+        )
+        await _bloom_fits(queue, config, info)  # before the claim: a refused worker's
+        await wait.run(  # claim outlived it, and refused a push of the other kind
+            lambda: claim_kind(queue, config.memory, ttl, config.worker_id)
         )
         await queue.upgrade()  # a crawl stored before the back queues is converted
-        await _bloom_fits(queue, config, info)
     except ConfigError:  # refused: not a live worker of the crawl (the fix may be a flush)
         try:
             await leave_crawl(client, prefix, spider.name, joined, config.worker_id)
