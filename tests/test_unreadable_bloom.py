@@ -75,6 +75,10 @@ SPOILT = [
     ({**ONE_LAYER, "n:0": "x"}, "n:0 is 'x', not a whole number of 0 or more"),
     ({**SLICED, "s0": "x"}, "s0 is 'x', not a whole number of 0 or more"),
     ({**SLICED, "n0:0": "-1"}, "n0:0 is '-1', not a whole number of 0 or more"),
+    # a QA run: the scripts refuse a count 'n' that is not a whole number (every worker then
+    # stored nothing), where status read it as 'fingerprints 0' (or -3) and a sound filter
+    ({**ONE_LAYER, "n": "abc"}, "n is 'abc', not a whole number of 0 or more"),
+    ({**SLICED, "n": "-3"}, "n is '-3', not a whole number of 0 or more"),
     # a QA run: no dupefilter line at all, where the reference says unreadable
     ({k: v for k, v in ONE_LAYER.items() if k != "capacity"}, "no field 'capacity'"),
 ]

@@ -81,6 +81,7 @@ def bloom_state(meta: dict[Any, Any], now_ms: int = 0) -> BloomState | None:
         return None
     capacity, k, part = meta_layout(fields)
     asked, fp = meta_rate(fields, "error", 0.0), meta_rate(fields, "fp", 0.0)
+    meta_count(fields, "n", missing=0)  # the scripts refuse any other (the crawl's count)
     if "period" in fields:
         return _slices_state(fields, capacity, k, part, now_ms)
     layers = meta_layers(fields, "layers")
