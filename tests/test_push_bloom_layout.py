@@ -65,6 +65,9 @@ async def test_a_push_from_outside_the_project_makes_a_shard_s_filter_as_the_wor
     assert seeded.returncode == 0 and "1 added" in seeded.stdout, seeded.stderr
     pushed = await asyncio.to_thread(scrapy_ha, *push, outside)  # no project: defaults here
     assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+    # (no worker's WARNING that its own settings, Scrapy's defaults here, "apply to a new
+    # crawl": the push takes the crawl's filter, and no worker runs)
+    assert "this worker's settings" not in pushed.stderr, pushed.stderr
     workers = await asyncio.to_thread(scrapy_ha, *push, inside, cwd=project)  # as a worker
     assert workers.returncode == 0 and "1 added" in workers.stdout, workers.stderr
     client = redis.asyncio.Redis.from_url(redis_url)

@@ -206,7 +206,7 @@ async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: Bas
     local = MemoryConfig.from_settings(config), dupefilter_ttl(config)
     memory, ttl = await crawl_dupefilter(queue, *local)
     fix = OPERATOR_FIX.format(spider=args.spider, key=queue.keys.filter_kind)
-    await set_dupefilter(queue, memory, ttl, claim=False, fix=fix)  # claimed if pushed
+    await set_dupefilter(queue, memory, ttl, claim=False, fix=fix, warn=False)  # claimed if pushed
     crawl = dupefilter_kind(memory, ttl)
     await borrow_layout(queue, local=dupefilter_kind(*local), crawl=crawl)
     if note := await check_room(queue):  # a new filter Redis has room for, as a worker's

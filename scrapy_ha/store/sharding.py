@@ -171,6 +171,7 @@ async def set_dupefilter(
     claim: bool = True,
     worker: str = "",
     fix: str | None = None,
+    warn: bool = True,
 ) -> None:
     """Give every shard of *queue* the crawl's dupefilter (``HA_DUPEFILTER``): the exact
     set (in time slices with ``HA_DUPEFILTER_TTL``, *ttl* seconds), or the Bloom filter as
@@ -178,9 +179,12 @@ async def set_dupefilter(
     Redis does not have is refused: its dupefilter would be empty, and every URL the crawl
     had seen crawled again. With *claim*, the kind is claimed too (:func:`claim_kind`, by
     *worker*); without, the caller claims it before its first write. *fix* ends a refusal
-    (by default: the same settings, or ``scrapy-ha flush`` first)."""
+    (by default: the same settings, or ``scrapy-ha flush`` first). *warn*: a worker's
+    WARNING that the crawl's filter, made with other settings, is kept (not for ``push``,
+    which takes the crawl's filter as it is)."""
     for i, shard in enumerate(shards_of(queue)):
-        shard.dupefilter = await _dupefilter(shard, config, warn=i == 0, ttl=ttl, fix=fix)
+        said = warn and i == 0
+        shard.dupefilter = await _dupefilter(shard, config, warn=said, ttl=ttl, fix=fix)
     if claim:
         await claim_kind(queue, config, ttl, worker)
 
