@@ -4,13 +4,15 @@ showed."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import redis.asyncio
 from redis.commands.core import AsyncScript
 from scrapy.utils.defer import deferred_f_from_coro_f
 
-from scrapy_ha.dashboard._tables import BATCH, ID_BATCH, Filter, Tables
+from scrapy_ha.dashboard._tables import BATCH, ID_BATCH, Filter, ShardedTables, Tables
 from scrapy_ha.keys import Keys
 from tests.cli_seed import delayed, lease_all
 from tests.test_dashboard_api import _url, dashboard, seed_dead
@@ -109,3 +111,97 @@ async def test_entries_leaving_while_every_id_is_read_skip_no_id(redis_client):
 
     shown = await _read_while_taken_out(redis_client, ID_BATCH + 500, read)
     assert shown == [str(i) for i in range(ID_BATCH + 500)]
+
+
+def _seed_scores(redis_client: Any, keys: Keys, entries: list[tuple[bytes, float]]) -> None:
+    """Dead letters of these members and scores (written by hand: any score, any bytes)."""
+    pipe = redis_client.pipeline(transaction=False)
+    for i, (member, score) in enumerate(entries):
+        info = {"class": "gone", "reason": "HTTP 404", "status": 404, "attempts": 1}
+        pipe.zadd(keys.dead, {member: score})
+        pipe.hset(keys.dead_info, member, json.dumps(info))
+        pipe.hset(keys.payload, member, json.dumps({"v": 1, "u": f"http://x/{i}"}))
+    pipe.execute()
+
+
+async def _every_page(tables: Any, where: Any, flt: Filter, size: int, newest: bool) -> list[str]:
+    """The ids of every page, following next_cursor (at most 50 pages: a loop ends)."""
+    shown: list[str] = []
+    cursor = None
+    for _ in range(50):
+        page = await tables.page(where, flt, cursor=cursor, size=size, newest_first=newest)
+        shown += [row.id for row in page.rows]
+        if (cursor := page.next_cursor) is None:
+            return shown
+    raise AssertionError(f"paging did not end: {len(shown)} rows shown, {shown[-5:]}")
+
+
+#: Members and scores a hand may write: infinite, negative and fractional scores, members
+#: that are not UTF-8, with '_' or '.', many in one millisecond.
+ODD = (
+    [(b"-inf%d" % i, float("-inf")) for i in range(4)]
+    + [(b"neg_%d" % i, -2.5 + i) for i in range(3)]
+    + [
+        (b"same.%02d\xff" % i if i % 4 == 1 else b"same.%02d" % i, 1_700_000_000_000)
+        for i in range(9)
+    ]
+    + [(b"big%d" % i, 1_234_567_890_123_450.0 + i) for i in range(3)]
+    + [(b"inf%d" % i, float("inf")) for i in range(5)]
+)
+
+
+def _ids(members: list[bytes]) -> list[str]:
+    return [m.decode(errors="backslashreplace") for m in members]
+
+
+@deferred_f_from_coro_f
+async def test_odd_scores_and_members_are_paged_once_each_both_ways(redis_client):
+    """A next page after an entry of an infinite score went back to the first entry (a
+    loop), newest first past every entry below it; one after a member not UTF-8 went back to
+    the first of its millisecond (a loop when more share it than a page shows)."""
+    keys = Keys("ha", "big")
+    _seed_scores(redis_client, keys, ODD)
+    client = redis.asyncio.Redis.from_url(_url(redis_client))
+    tables = Tables(client, keys)
+    ordered = _ids([m for m, _ in sorted(ODD, key=lambda e: (e[1], e[0]))])
+    try:
+        for flt, expected in ((Filter(), ordered), (Filter(since_ms=-3), ordered[4:])):
+            for size in (1, 2, 3):
+                shown = await _every_page(tables, keys.dead, flt, size, False)
+                assert shown == expected, (flt, size)
+                shown = await _every_page(tables, keys.dead, flt, size, True)
+                assert shown == expected[::-1], (flt, size)
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_sharded_crawls_odd_scores_are_paged_once_each(redis_client):
+    """A sharded crawl's cursor named a shard's next row by the time its row shows (0 for a
+    negative score, the year 9999 for an infinite one): not its entry's place."""
+    keys = Keys("ha", "big", 0, 2)
+    for i, shard in enumerate(keys.every_shard()):
+        _seed_scores(redis_client, shard, ODD[i::2])
+    client = redis.asyncio.Redis.from_url(_url(redis_client))
+    tables = ShardedTables(client, keys.every_shard())
+    try:
+        for newest in (False, True):
+            shown = await _every_page(tables, "dead", Filter(), 2, newest)
+            assert sorted(shown) == sorted(set(shown)) and len(shown) == len(ODD), newest
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_every_id_is_read_once_with_infinite_scores_past_a_batch(redis_client):
+    """'All that match' went on from the entry past each batch: one of an infinite score
+    sent it back to the first batch, for ever (the action never answered)."""
+    keys = Keys("ha", "big")
+    entries = [(b"%d" % i, 1_700_000_000_000 + i) for i in range(ID_BATCH)]
+    _seed_scores(redis_client, keys, entries + [(b"inf%d" % i, float("inf")) for i in range(3)])
+    client = redis.asyncio.Redis.from_url(_url(redis_client))
+    try:
+        found = await asyncio.wait_for(Tables(client, keys).all_ids(keys.dead, Filter()), 20)
+    finally:
+        await client.aclose()
+    assert found == [str(i) for i in range(ID_BATCH)] + ["inf0", "inf1", "inf2"]

@@ -8,7 +8,7 @@ is still taken."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from scrapy_ha.store.wire import text as text_of
 
@@ -17,10 +17,21 @@ from scrapy_ha.store.wire import text as text_of
 SEP = "_"
 
 
-def place(score: float, entry_id: str) -> str:
-    """The cursor of a page that starts with entry *entry_id* of *score*."""
-    whole = math.floor(score) if math.isfinite(score) else 0
-    return f"{whole}{SEP}{entry_id.encode().hex()}"
+class Entry(NamedTuple):
+    """A member of a table as a batch reads it: its id as text, its score, its bytes."""
+
+    id: str
+    score: float
+    member: bytes
+
+
+def place(score: float, member: bytes | str) -> str:
+    """The cursor of a page that starts with *member* (as Redis holds it: an id not UTF-8
+    shows escaped, and that text names no member) of *score* (an infinite one written by
+    hand is named so: as 0 it sent the next page back to the first, or past every entry)."""
+    whole = str(math.floor(score)) if math.isfinite(score) else ("inf" if score > 0 else "-inf")
+    raw = member if isinstance(member, bytes) else member.encode()
+    return f"{whole}{SEP}{raw.hex()}"
 
 
 #: One batch of a table, read at one instant: the window's size, then the members from
@@ -33,6 +44,8 @@ def place(score: float, entry_id: str) -> str:
 #: ARGV[2] the rank, or the place's id  ARGV[3] the place's whole score (ms)
 #: ARGV[4] '1' newest first  ARGV[5] members to read (1 or more)
 #: ARGV[6] since ('' or '(<ms>')  ARGV[7] until ('' or '<ms>')
+#: ARGV[8] the place's gone entry's first not earlier, ARGV[9] last not later: ZCOUNT's
+#: bounds, written here (Lua writes a number of 15 digits or more rounded to 14)
 WINDOW_LUA = """
 local key, mode, newest, n = KEYS[1], ARGV[1], ARGV[4] == '1', tonumber(ARGV[5])
 local first, last = 0, nil
@@ -51,9 +64,9 @@ else
   if score and math.floor(score) == floor then
     pos = redis.call('ZRANK', key, ARGV[2])
   elseif newest then  -- the last entry not later than it
-    pos = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[3] + 1) - 1
+    pos = redis.call('ZCOUNT', key, '-inf', ARGV[9]) - 1
   else  -- the first not earlier
-    pos = redis.call('ZCOUNT', key, '-inf', '(' .. ARGV[3])
+    pos = redis.call('ZCOUNT', key, '-inf', ARGV[8])
   end
 end
 if pos < first or pos > last then return {total, {}} end
@@ -71,21 +84,26 @@ async def window(
     newest_first: bool,
     since_ms: int | None = None,
     until_ms: int | None = None,
-) -> tuple[int, list[tuple[str, float]]]:
+) -> tuple[int, list[Entry]]:
     """How many entries of *key* the time window holds, and up to *n* of them (at least
-    one) as (id, score) in reading order from *cursor* on (None: the window's edge). A
+    one) in reading order from *cursor* on (None: the window's edge). A
     ValueError for a cursor no page gave."""
     text = "" if cursor is None else str(cursor)
-    mode, at, floor = "edge", "", 0
+    mode, at, floor, bounds = "edge", b"", "0", ["", ""]
     if SEP in text:
-        floor_text, _, hex_id = text.partition(SEP)
-        mode, at, floor = "place", bytes.fromhex(hex_id).decode(), int(floor_text)
+        floor, _, hex_id = text.partition(SEP)
+        mode, at = "place", bytes.fromhex(hex_id)
+        if floor in ("inf", "-inf"):
+            bounds = [f"({floor}", "+inf" if floor == "inf" else "-inf"]
+        else:
+            floor = str(int(floor))
+            bounds = [f"({floor}", f"({int(floor) + 1}"]
     elif cursor is not None:
-        mode, at = "rank", str(int(text))
+        mode, at = "rank", str(int(text)).encode()
     args = [mode, at, floor, "1" if newest_first else "0", max(n, 1)]
     args += ["" if since_ms is None else f"({since_ms}", "" if until_ms is None else until_ms]
-    total, flat = await client.register_script(WINDOW_LUA)(keys=[key], args=args)
-    pairs = [(text_of(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+    total, flat = await client.register_script(WINDOW_LUA)(keys=[key], args=args + bounds)
+    entries = [Entry(text_of(m), float(s), m) for m, s in zip(flat[::2], flat[1::2], strict=True)]
     if newest_first:
-        pairs.reverse()
-    return int(total), pairs
+        entries.reverse()
+    return int(total), entries

@@ -21,7 +21,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
-from scrapy_ha.dashboard._cursor import place, window
+from scrapy_ha.dashboard._cursor import Entry, place, window
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
@@ -120,6 +120,8 @@ class Page:
     total: int
     next_cursor: str | None
     scanned: int
+    #: where a page starting with each row starts (a sharded crawl's cursor names them)
+    places: list[str] = field(default_factory=list)
 
 
 def dead_row(entry: DeadEntry) -> Row:
@@ -207,13 +209,11 @@ class Tables:
         self.client = client
         self.keys = keys
 
-    async def _rows(
-        self, key: str, batch: list[tuple[str, float]], flt: Filter
-    ) -> list[Row | None]:
-        """The members of *batch* (id, score) as rows, in its order; ``None`` for a member
+    async def _rows(self, key: str, batch: list[Entry], flt: Filter) -> list[Row | None]:
+        """The members of *batch* as rows, in its order; ``None`` for a member
         gone meanwhile or one a cheap look shows *flt* cannot match (the rest of it is then
         never read)."""
-        ids = [entry_id for entry_id, _ in batch]
+        ids = [entry.id for entry in batch]
         if not ids:
             return []
         if key == self.keys.delayed:
@@ -228,12 +228,12 @@ class Tables:
         if key == self.keys.delayed:
             marks = await self.client.hmget(self.keys.held, [ids[n] for n in wanted])
             for n, mark in zip(wanted, marks, strict=True):
-                rows[n] = delayed_row(ids[n], batch[n][1], describe(payloads[n]), mark)
+                rows[n] = delayed_row(ids[n], batch[n].score, describe(payloads[n]), mark)
             return rows
         payloads = await read_payloads(self.client, self.keys, [ids[n] for n in wanted])
         for n, payload in zip(wanted, payloads, strict=True):
             if _may_match(flt, None, payload):
-                rows[n] = dead_row(parse_entry(ids[n], batch[n][1], infos[n], payload))
+                rows[n] = dead_row(parse_entry(ids[n], batch[n].score, infos[n], payload))
         return rows
 
     async def page(
@@ -242,6 +242,7 @@ class Tables:
         """Up to *size* rows matching *flt*, from *cursor* on (None: the start). Each batch
         is read from where the last one stopped, named by its entry (:mod:`._cursor`)."""
         rows: list[Row] = []
+        places: list[str] = []
         scanned, total, at = 0, -1, cursor
         while total < 0 or (at is not None and len(rows) < size and scanned < SCAN_LIMIT):
             n = size - len(rows) if not flt.by_content else BATCH
@@ -250,19 +251,20 @@ class Tables:
             )
             total = found if total < 0 else total
             if size <= 0 or not batch:
-                at = place(batch[0][1], batch[0][0]) if batch else None
+                at = place(batch[0].score, batch[0].member) if batch else None
                 break
             read = await self._rows(key, batch[:n], flt)
-            at = place(batch[n][1], batch[n][0]) if len(batch) > n else None
+            at = place(batch[n].score, batch[n].member) if len(batch) > n else None
             for i, row in enumerate(read):
                 scanned += 1
                 if row is not None and flt.matches(row):
                     rows.append(row)
+                    places.append(place(batch[i].score, batch[i].member))
                     if len(rows) >= size:
                         after = batch[i + 1] if i + 1 < len(batch) else None
-                        at = None if after is None else place(after[1], after[0])
+                        at = None if after is None else place(after.score, after.member)
                         break
-        return Page(rows, total, None if at is None else str(at), scanned)
+        return Page(rows, total, None if at is None else str(at), scanned, places)
 
     async def all_ids(self, key: str, flt: Filter) -> list[str]:
         """Every id matching *flt* (for an action on all that match); with no filter on content
@@ -275,10 +277,10 @@ class Tables:
                 _, batch = await window(
                     self.client, key, at, ID_BATCH + 1, False, flt.since_ms, flt.until_ms
                 )
-                ids += [entry_id for entry_id, _ in batch[:ID_BATCH]]
+                ids += [entry.id for entry in batch[:ID_BATCH]]
                 if len(batch) <= ID_BATCH:
                     return ids
-                at = place(batch[-1][1], batch[-1][0])
+                at = place(batch[-1].score, batch[-1].member)
         cursor: str | None = None
         while True:
             page = await self.page(key, flt, cursor=cursor, size=BATCH * 5, newest_first=False)
@@ -291,7 +293,7 @@ class Tables:
         score = await self.client.zscore(key, entry_id)
         if score is None:
             return None
-        rows = await self._rows(key, [(entry_id, float(score))], Filter())
+        rows = await self._rows(key, [Entry(entry_id, float(score), b"")], Filter())
         return rows[0] if rows else None
 
 
@@ -367,8 +369,7 @@ def _merged(pages: list[Page | None], total: int, size: int, newest_first: bool)
             continue
         mine = [row for s, row in taken if s == shard]
         if len(mine) < len(found.rows):  # go on from its first row not shown
-            row = found.rows[len(mine)]
-            cursor.append(place(row.at_ms, row.id))
+            cursor.append(found.places[len(mine)])
         else:
             nxt = found.next_cursor
             cursor.append(DONE if nxt is None else str(nxt))
