@@ -158,14 +158,16 @@ def _ids(members: list[bytes]) -> list[str]:
 async def test_odd_scores_and_members_are_paged_once_each_both_ways(redis_client):
     """A next page after an entry of an infinite score went back to the first entry (a
     loop), newest first past every entry below it; one after a member not UTF-8 went back to
-    the first of its millisecond (a loop when more share it than a page shows)."""
+    the first of its millisecond (a loop when more share it than a page shows), and its
+    record was looked up by its escaped text: a filter on content never showed it."""
     keys = Keys("ha", "big")
     _seed_scores(redis_client, keys, ODD)
     client = redis.asyncio.Redis.from_url(_url(redis_client))
     tables = Tables(client, keys)
     ordered = _ids([m for m, _ in sorted(ODD, key=lambda e: (e[1], e[0]))])
     try:
-        for flt, expected in ((Filter(), ordered), (Filter(since_ms=-3), ordered[4:])):
+        windowed = (Filter(since_ms=-3), ordered[4:])
+        for flt, expected in ((Filter(), ordered), windowed, (Filter(status=404), ordered)):
             for size in (1, 2, 3):
                 shown = await _every_page(tables, keys.dead, flt, size, False)
                 assert shown == expected, (flt, size)

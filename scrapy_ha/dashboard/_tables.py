@@ -214,23 +214,24 @@ class Tables:
         gone meanwhile or one a cheap look shows *flt* cannot match (the rest of it is then
         never read)."""
         ids = [entry.id for entry in batch]
+        members = [entry.member for entry in batch]  # (an id not UTF-8 shows escaped)
         if not ids:
             return []
         if key == self.keys.delayed:
-            payloads = await read_payloads(self.client, self.keys, ids)
+            payloads = await read_payloads(self.client, self.keys, members)
             wanted = [n for n, p in enumerate(payloads) if _may_match(flt, None, p)]
         else:
-            infos = await self.client.hmget(self.keys.dead_info, ids)
+            infos = await self.client.hmget(self.keys.dead_info, members)
             wanted = [n for n, info in enumerate(infos) if _may_match(flt, info, None)]
         rows: list[Row | None] = [None] * len(ids)
         if not wanted:
             return rows
         if key == self.keys.delayed:
-            marks = await self.client.hmget(self.keys.held, [ids[n] for n in wanted])
+            marks = await self.client.hmget(self.keys.held, [members[n] for n in wanted])
             for n, mark in zip(wanted, marks, strict=True):
                 rows[n] = delayed_row(ids[n], batch[n].score, describe(payloads[n]), mark)
             return rows
-        payloads = await read_payloads(self.client, self.keys, [ids[n] for n in wanted])
+        payloads = await read_payloads(self.client, self.keys, [members[n] for n in wanted])
         for n, payload in zip(wanted, payloads, strict=True):
             if _may_match(flt, None, payload):
                 rows[n] = dead_row(parse_entry(ids[n], batch[n].score, infos[n], payload))
@@ -293,7 +294,7 @@ class Tables:
         score = await self.client.zscore(key, entry_id)
         if score is None:
             return None
-        rows = await self._rows(key, [Entry(entry_id, float(score), b"")], Filter())
+        rows = await self._rows(key, [Entry(entry_id, float(score), entry_id.encode())], Filter())
         return rows[0] if rows else None
 
 

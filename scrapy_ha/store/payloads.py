@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["read_payload_sync", "read_payloads"]
 
 
-async def read_payloads(client: Any, keys: Keys, ids: Sequence[str]) -> list[bytes | None]:
+async def read_payloads(client: Any, keys: Keys, ids: Sequence[str | bytes]) -> list[bytes | None]:
     """The payloads of entries *ids* (leased, delayed or dead) as documents: expanded when
     compacted (a frame whose dictionary is gone is returned as it is: readers that rebuild
     or describe it report it unreadable)."""
