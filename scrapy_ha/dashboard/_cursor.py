@@ -46,6 +46,8 @@ def place(score: float, member: bytes | str) -> str:
 #: ARGV[6] since ('' or '(<ms>')  ARGV[7] until ('' or '<ms>')
 #: ARGV[8] the place's gone entry's first not earlier, ARGV[9] last not later: ZCOUNT's
 #: bounds, written here (Lua writes a number of 15 digits or more rounded to 14)
+#: ARGV[10] 'ids': the members alone, then the last one's score (an action on all of
+#: 120,000 dead letters read their scores in 3.5 times the time of their ids)
 WINDOW_LUA = """
 local key, mode, newest, n = KEYS[1], ARGV[1], ARGV[4] == '1', tonumber(ARGV[5])
 local first, last = 0, nil
@@ -72,11 +74,15 @@ end
 if pos < first or pos > last then return {total, {}} end
 local lo, hi = pos, math.min(last, pos + n - 1)
 if newest then lo, hi = math.max(first, pos - n + 1), pos end
+if ARGV[10] == 'ids' then  -- the members alone, and the last one's score
+  local found = redis.call('ZRANGE', key, lo, hi)
+  return {total, found, redis.call('ZSCORE', key, found[#found])}
+end
 return {total, redis.call('ZRANGE', key, lo, hi, 'WITHSCORES')}
 """
 
 
-async def window(
+async def window_flat(
     client: Any,
     key: str,
     cursor: int | str | None,
@@ -84,10 +90,12 @@ async def window(
     newest_first: bool,
     since_ms: int | None = None,
     until_ms: int | None = None,
-) -> tuple[int, list[Entry]]:
-    """How many entries of *key* the time window holds, and up to *n* of them (at least
-    one) in reading order from *cursor* on (None: the window's edge). A
-    ValueError for a cursor no page gave."""
+    ids_only: bool = False,
+) -> tuple[int, list[Any]]:
+    """:func:`window`'s batch as Redis answers it, oldest first: member, score, member,
+    score...; with *ids_only* the members, then the last one's score (building an
+    :class:`Entry` each, or reading every score, took most of the time of an action on all
+    of 120,000 dead letters)."""
     text = "" if cursor is None else str(cursor)
     mode, at, floor, bounds = "edge", b"", "0", ["", ""]
     if SEP in text:
@@ -102,8 +110,25 @@ async def window(
         mode, at = "rank", str(int(text)).encode()
     args = [mode, at, floor, "1" if newest_first else "0", max(n, 1)]
     args += ["" if since_ms is None else f"({since_ms}", "" if until_ms is None else until_ms]
-    total, flat = await client.register_script(WINDOW_LUA)(keys=[key], args=args + bounds)
+    args += [*bounds, "ids" if ids_only else ""]
+    reply = await client.register_script(WINDOW_LUA)(keys=[key], args=args)
+    return int(reply[0]), [*reply[1], reply[2]] if ids_only and reply[1] else reply[1]
+
+
+async def window(
+    client: Any,
+    key: str,
+    cursor: int | str | None,
+    n: int,
+    newest_first: bool,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> tuple[int, list[Entry]]:
+    """How many entries of *key* the time window holds, and up to *n* of them (at least
+    one) in reading order from *cursor* on (None: the window's edge). A
+    ValueError for a cursor no page gave."""
+    total, flat = await window_flat(client, key, cursor, n, newest_first, since_ms, until_ms)
     entries = [Entry(text_of(m), float(s), m) for m, s in zip(flat[::2], flat[1::2], strict=True)]
     if newest_first:
         entries.reverse()
-    return int(total), entries
+    return total, entries

@@ -21,7 +21,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import RequestSummary, describe
 from scrapy_ha.codec.document import META
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
-from scrapy_ha.dashboard._cursor import Entry, place, window
+from scrapy_ha.dashboard._cursor import Entry, place, window, window_flat
 from scrapy_ha.deadletters.dlq import DeadEntry, parse_entry
 from scrapy_ha.ops.display import time_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
@@ -275,13 +275,14 @@ class Tables:
         if not flt.by_content:
             at: str | None = None
             while True:
-                _, batch = await window(
-                    self.client, key, at, ID_BATCH + 1, False, flt.since_ms, flt.until_ms
+                _, found = await window_flat(
+                    self.client, key, at, ID_BATCH + 1, False, flt.since_ms, flt.until_ms, True
                 )
-                ids += [entry.id for entry in batch[:ID_BATCH]]
-                if len(batch) <= ID_BATCH:
+                members = found[:-1]  # (the last one's score after them)
+                ids += [_s(member) for member in members[:ID_BATCH]]
+                if len(members) <= ID_BATCH:
                     return ids
-                at = place(batch[-1].score, batch[-1].member)
+                at = place(float(found[-1]), members[-1])
         cursor: str | None = None
         while True:
             page = await self.page(key, flt, cursor=cursor, size=BATCH * 5, newest_first=False)
