@@ -46,7 +46,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_alert_rules_pass_promtool_check_rules():
     result = promtool("check", "rules", RULES.name)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 13 rules found" in result.stdout
+    assert "SUCCESS: 14 rules found" in result.stdout
 
 
 @needs_promtool
@@ -59,7 +59,7 @@ def test_the_alert_rules_pass_their_promtool_unit_tests():
 def test_every_alert_has_a_for_a_severity_a_summary_and_a_description():
     text = RULES.read_text()
     alerts = len(re.findall(r"^\s+- alert: ScrapyHA\w+$", text, re.M))
-    assert alerts == 13
+    assert alerts == 14
     for part in ("for", "severity", "summary", "description"):
         assert len(re.findall(rf"^\s+{part}: ", text, re.M)) == alerts, part
 
