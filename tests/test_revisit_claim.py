@@ -319,3 +319,39 @@ async def test_a_requeue_of_a_worker_made_id_gives_the_url_back_without_an_error
     (lease,) = await q.lease(1, 30_000)
     assert lease.id == own  # pending again, in its back queue
     await q.client.aclose()
+
+
+def _at(url: str) -> bytes:
+    return json.dumps({"v": 1, "u": url}).encode()
+
+
+@deferred_f_from_coro_f
+async def test_revisits_promoted_after_a_long_stop_stay_counted_while_pending(redis_url):
+    """A crawl stopped for two days: its revisits all more than a day past their due time.
+    Promoted to their back queues by the first round after it, they were taken out of
+    ``ha:{S}:revisits`` by the first visit that finished (pruned as gone): ``status`` said
+    3 revisits of 200, and a copy of such a URL could take it over. Promotion dates them."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        urls = [f"http://a.test/{i}" for i in range(4)]
+        await q.enqueue([NewEntry(f"e{i}".encode(), 0, _at(u)) for i, u in enumerate(urls)])
+        for _ in range(4):
+            lease = await lease_when_due(q)
+            fp = f"fp-{lease.id}".encode()
+            done = Revisit(lease.id, lease.token, 3_600_000, lease.payload, fp, "new", 0, "60")
+            assert (await revisit(q, done)).due > 0
+        ids = [m.decode() for m in await q.client.zrange(KEYS.revisits, 0, -1)]
+        assert len(ids) == 4
+        two_days = 2 * 86_400_000 + 3_600_000
+        for key in (KEYS.delayed, KEYS.revisits):  # what a stop of two days leaves
+            for member, score in await q.client.zrange(key, 0, -1, withscores=True):
+                await q.client.zadd(key, {member: score - two_days})
+        (first,) = (await q.sync(lease=1, lease_ms=30_000, promote=10)).leases  # 3 pending
+        fp = f"fp-{first.id}".encode()
+        done = Revisit(first.id, first.token, 3_600_000, first.payload, fp, "unchanged", 0, "60")
+        assert (await revisit(q, done)).due > 0
+        assert sorted(m.decode() for m in await q.client.zrange(KEYS.revisits, 0, -1)) == sorted(
+            ids
+        )
+    finally:
+        await q.client.aclose()

@@ -432,6 +432,14 @@ local promote_and_lease = n_lease > 0 and function()
       frontier_return(qid, id, place, payloads[i] or '')
     end
     batched('ZREM', KEYS[8], due, 1)
+    -- a revisit promoted is dated now in the revisits set (lib/revisit: one more than a day
+    -- past its due time is taken for gone): after a stop of days, each is counted, and
+    -- holds its URL, while it waits in its back queue
+    -- (the revisits set is named from KEYS[1], as the back queues are)
+    local revisits = str_sub(KEYS[1], 1, #KEYS[1] - #'q:') .. 'revisits'
+    local dated, now_s = {}, int_str(now)
+    for _, id in ipairs(due) do dated[#dated + 1] = now_s; dated[#dated + 1] = id end
+    batched('ZADD', revisits, dated, 2, {'XX', 'GT'})
     for _, id in ipairs(due) do held_clear(KEYS[25], id) end
     batched('HDEL', KEYS[9], due, 1)
     batched('HDEL', KEYS[2], due, 1)
