@@ -355,3 +355,40 @@ async def test_revisits_promoted_after_a_long_stop_stay_counted_while_pending(re
         )
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_revisits_promoted_in_later_rounds_after_a_long_stop_stay_counted(redis_url):
+    """More revisits due after a stop of two days than a round promotes (a worker promotes
+    500 a round): the first visit that finished took those still in the delayed set out of
+    ``ha:{S}:revisits`` (a day past their due time), and their promotion, which dates only
+    the members of the set, left them out: counted by none, and a copy of such a URL that
+    finished first took it over (the established entry ended as the double)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        urls = [f"http://a.test/{i}" for i in range(4)]
+        await q.enqueue([NewEntry(f"e{i}".encode(), 0, _at(u)) for i, u in enumerate(urls)])
+        fps = {}
+        for _ in range(4):
+            lease = await lease_when_due(q)
+            fps[lease.id] = f"fp-{lease.id}".encode()
+            done = Revisit(
+                lease.id, lease.token, 3_600_000, lease.payload, fps[lease.id], "new", 0, "60"
+            )
+            assert (await revisit(q, done)).due > 0
+        ids = sorted(m.decode() for m in await q.client.zrange(KEYS.revisits, 0, -1))
+        assert len(ids) == 4
+        two_days = 2 * 86_400_000 + 3_600_000
+        for key in (KEYS.delayed, KEYS.revisits):  # what a stop of two days leaves
+            for member, score in await q.client.zrange(key, 0, -1, withscores=True):
+                await q.client.zadd(key, {member: score - two_days})
+        # the first round promotes two of the four (its limit), and leases one
+        (first,) = (await q.sync(lease=1, lease_ms=30_000, promote=2)).leases
+        done = Revisit(
+            first.id, first.token, 3_600_000, first.payload, fps[first.id], "unchanged", 0, "60"
+        )
+        assert (await revisit(q, done)).due > 0
+        await q.sync(lease=1, lease_ms=30_000, promote=10)  # the other two promoted
+        assert sorted(m.decode() for m in await q.client.zrange(KEYS.revisits, 0, -1)) == ids
+    finally:
+        await q.client.aclose()

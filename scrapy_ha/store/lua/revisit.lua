@@ -141,7 +141,7 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) the
   if prio then score = with_priority(score, clamp_priority(prio)) end
   redis.call('HSET', KEYS[4], id, restore_value(revisit_score(score, due), domain))
   redis.call('HSET', KEYS[5], id, ARGV[3])
-  revisit_due(KEYS[12], id, due, now)
+  revisit_due(KEYS[12], id, due, now, KEYS[3])
   held_mark(KEYS[15], id, 'revisit', domain)
   if fp ~= '' and ARGV[16] ~= '0' then seen_touch(seen, fp) end
   count('revisited', 1, nil, ARGV[5])

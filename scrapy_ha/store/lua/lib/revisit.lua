@@ -13,8 +13,11 @@
 --- @include "stats"
 
 -- DAY_MS: a revisit a day past its due time is no longer counted as due (its entry was
--- dead-lettered, or left the queue): it leaves the revisits set.
+-- dead-lettered, or left the queue): it leaves the revisits set, unless it waits in the
+-- delayed set still (a crawl stopped for days: its promotion dates it, sync.lua).
 local DAY_MS = 86400000
+-- PRUNE_MAX: the most entries a day past their due time one revisit looks at.
+local PRUNE_MAX = 32
 
 -- revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
 --   KEYS: urls (revisit_urls), leased, delayed, revisits, dead (the caller's KEYS[i])
@@ -52,12 +55,20 @@ local function revisit_claim(urls, leased, delayed, revisits, dead, id, fp)
   return true
 end
 
--- revisit_due(revisits, id, due, now)
---   KEYS: revisits (the caller's KEYS[i])
---   Records entry id's next visit at due; forgets those a day past theirs.
-local function revisit_due(revisits, id, due, now)
+-- revisit_due(revisits, id, due, now, delayed)
+--   KEYS: revisits, delayed (the caller's KEYS[i]; delayed may be nil: nothing forgotten)
+--   Records entry id's next visit at due; forgets those a day past theirs that are not in
+--   the delayed set (PRUNE_MAX of them at most). Before, it forgot those waiting there too:
+--   a crawl resumed after a stop of days, with more revisits due than a round promotes,
+--   lost those its first rounds had not promoted (their promotion dates members alone).
+local function revisit_due(revisits, id, due, now, delayed)
   redis.call('ZADD', revisits, int_str(due), id)
-  redis.call('ZREMRANGEBYSCORE', revisits, '-inf', '(' .. int_str(now - DAY_MS))
+  if not delayed then return end
+  local late = redis.call('ZRANGEBYSCORE', revisits, '-inf', '(' .. int_str(now - DAY_MS),
+    'LIMIT', 0, PRUNE_MAX)
+  for _, other in ipairs(late) do
+    if not redis.call('ZSCORE', delayed, other) then redis.call('ZREM', revisits, other) end
+  end
 end
 
 -- revisit_leave(revisits, id, info)
