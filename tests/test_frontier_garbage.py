@@ -122,3 +122,27 @@ async def test_a_limits_state_that_is_not_a_finite_number_starts_again(
             assert redis_client.hget(KEYS.polite, field) == str(leased).encode()
     finally:
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_revisits_set_that_is_not_a_sorted_set_fails_no_promotion(redis_url, redis_client):
+    """The promotion dates the revisits it promotes in ``ha:{S}:revisits``, a key the sync
+    script names from the back queues' prefix and does not check: one holding garbage (a
+    string) failed the call half-way (WRONGTYPE), its entries promoted but their restore
+    records and payloads left behind, nothing leased, at every round that promoted."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    try:
+        await q.enqueue(
+            [NewEntry(f"e{n}".encode(), 0, b'{"v":1,"u":"http://x/%d"}' % n) for n in (1, 2)]
+        )
+        for lease in (await q.sync(lease=2)).leases:
+            assert await q.retry_later(
+                lease.id, lease.token, 0, lease.payload, failure_class="server"
+            )
+        redis_client.set(KEYS.revisits, "garbage")
+        result = await q.sync(lease=2, promote=10)
+        assert len(result.leases) == 2
+        assert redis_client.hlen(KEYS.delayed_score) == 0
+        assert redis_client.get(KEYS.revisits) == b"garbage"
+    finally:
+        await q.client.aclose()

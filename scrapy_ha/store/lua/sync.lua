@@ -435,11 +435,15 @@ local promote_and_lease = n_lease > 0 and function()
     -- a revisit promoted is dated now in the revisits set (lib/revisit: one more than a day
     -- past its due time is taken for gone): after a stop of days, each is counted, and
     -- holds its URL, while it waits in its back queue
-    -- (the revisits set is named from KEYS[1], as the back queues are)
+    -- (the revisits set is named from KEYS[1], as the back queues are; not checked with
+    -- the others: a crawl without revisits has none, and one that is not a sorted set is
+    -- left alone, or the ZADD would fail the call half-way)
     local revisits = str_sub(KEYS[1], 1, #KEYS[1] - #'q:') .. 'revisits'
-    local dated, now_s = {}, int_str(now)
-    for _, id in ipairs(due) do dated[#dated + 1] = now_s; dated[#dated + 1] = id end
-    batched('ZADD', revisits, dated, 2, {'XX', 'GT'})
+    if redis_call('TYPE', revisits)['ok'] == 'zset' then
+      local dated, now_s = {}, int_str(now)
+      for _, id in ipairs(due) do dated[#dated + 1] = now_s; dated[#dated + 1] = id end
+      batched('ZADD', revisits, dated, 2, {'XX', 'GT'})
+    end
     for _, id in ipairs(due) do held_clear(KEYS[25], id) end
     batched('HDEL', KEYS[9], due, 1)
     batched('HDEL', KEYS[2], due, 1)
