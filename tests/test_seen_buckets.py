@@ -6,6 +6,7 @@ before the buckets keeps its single set, and flush and finish delete every bucke
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from typing import Any
@@ -40,6 +41,7 @@ from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.sharding import dupefilter_figures, make_queue, set_dupefilter
 from scrapy_ha.store.wire import NewEntry
 from tests import redis_servers
+from tests.test_cli import scrapy_ha
 
 KEYS = Keys("ha", "bk")
 
@@ -349,3 +351,19 @@ async def test_a_single_set_beside_the_buckets_is_said(redis_url, caplog):
     assert "a single set" in caplog.text and "one version" in caplog.text
     for q in (queue, again):
         await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_push_says_a_single_set_beside_the_buckets(redis_url):
+    """``scrapy-ha push`` into a crawl in buckets that a worker of an older version wrote a
+    single set beside: the URLs it pushes are checked against the buckets alone, and the
+    older worker's against the set (some crawled twice). The push said so, as a worker does,
+    until it stopped saying every WARNING of its dupefilter to keep one quiet."""
+    queue = await joined(redis_url)
+    assert await add(queue, entries(range(1))) == 1
+    await queue.client.sadd(KEYS.dupefilter, fingerprint(2))  # what the older version writes
+    await queue.client.aclose()
+    args = ("--redis-url", redis_url, "push", KEYS.spider, "http://a.test/pushed")
+    pushed = await asyncio.to_thread(scrapy_ha, *args)
+    assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+    assert "a single set" in pushed.stderr and "one version" in pushed.stderr, pushed.stderr

@@ -181,10 +181,13 @@ async def set_dupefilter(
     *worker*); without, the caller claims it before its first write. *fix* ends a refusal
     (by default: the same settings, or ``scrapy-ha flush`` first). *warn*: a worker's
     WARNING that the crawl's filter, made with other settings, is kept (not for ``push``,
-    which takes the crawl's filter as it is)."""
+    which takes the crawl's filter as it is); a single set beside the buckets is said
+    either way (:func:`say_single_set`: some URLs are crawled twice, pushed ones too)."""
     for i, shard in enumerate(shards_of(queue)):
         said = warn and i == 0
         shard.dupefilter = await _dupefilter(shard, config, warn=said, ttl=ttl, fix=fix)
+    if not warn and (keys := await single_set_beside(queue)):
+        say_single_set(keys)
     if claim:
         await claim_kind(queue, config, ttl, worker)
 
