@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -101,13 +101,19 @@ def _project(tmp_path: Path) -> Path:
     return root
 
 
-def test_the_projects_pipelines_store_each_item_once_in_the_consumer(tmp_path, redis_url, site):
+def _crawled(tmp_path: Path, redis_url: str, site: Any) -> Path:
+    """The project, after a worker crawled the site with the outbox (50 items committed)."""
     project = _project(tmp_path)
     log = tmp_path / "worker.log"
     worker = crawl(
         project, "books", log, args={"base_url": site.url}, settings={"REDIS_URL": redis_url}
     )
     assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
+    return project
+
+
+def test_the_projects_pipelines_store_each_item_once_in_the_consumer(tmp_path, redis_url, site):
+    project = _crawled(tmp_path, redis_url, site)
     store = tmp_path / "store.jl"
     run = scrapy_ha(
         "items", "books", "--to", "pipelines", "--exit-idle", "0.5", "--redis-url", redis_url,
@@ -134,12 +140,7 @@ def test_the_projects_pipelines_store_each_item_once_in_the_consumer(tmp_path, r
 def test_the_consumers_pipelines_take_settings_from_the_command_line(tmp_path, redis_url, site):
     """``items --to pipelines`` took no ``-s``: a pipeline that needs a setting the project
     does not hold (the example project's, which needs ``ITEMS_FILE``) could not be used."""
-    project = _project(tmp_path)
-    log = tmp_path / "worker.log"
-    worker = crawl(
-        project, "books", log, args={"base_url": site.url}, settings={"REDIS_URL": redis_url}
-    )
-    assert worker.wait(timeout=120) == 0, log.read_text()[-3000:]
+    project = _crawled(tmp_path, redis_url, site)
     store = tmp_path / "store.jl"
     run = scrapy_ha(
         "items", "books", "--to", "pipelines", "--exit-idle", "0.5", "--redis-url", redis_url,
