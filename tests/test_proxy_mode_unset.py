@@ -32,3 +32,23 @@ def test_proxy_settings_without_a_mode_are_named_at_start(caplog, monkeypatch):
     assert start_warnings(caplog, {**given, "HA_PROXY_MODE": "tunnel"}) == []
     monkeypatch.setenv("HA_PROXY_MODE", "tunnel")  # the mode may come from the environment
     assert start_warnings(caplog, given) == []
+
+
+def test_proxy_settings_the_environment_cannot_give_are_named_at_start(caplog, monkeypatch):
+    """Only the mode, the proxy's address and its credentials are read from the environment:
+    ``HA_PROXY_COOLDOWN=30`` exported beside ``HA_PROXY_MODE`` kept every banned proxy out
+    for the default 300 s, silently."""
+    monkeypatch.setenv("HA_PROXY_MODE", "pool")
+    monkeypatch.setenv("HA_PROXY_POOL_URL", "http://u:hunter2@api.test/list")
+    monkeypatch.setenv("HA_PROXY_COOLDOWN", "30")
+    monkeypatch.setenv("HA_PROXY_ALLOW_DIRECT", "True")
+    (warned,) = start_warnings(caplog, {})
+    assert warned == (
+        "HA_PROXY_COOLDOWN, HA_PROXY_ALLOW_DIRECT in the environment do nothing: give them in "
+        "settings (or -s); of the proxy's settings only HA_PROXY_MODE, HA_PROXY_URL, "
+        "HA_PROXY_HOST, HA_PROXY_PORT, HA_PROXY_USER, HA_PROXY_PASSWORD, HA_PROXY_POOL_URL "
+        "are read from the environment"
+    )
+    assert "hunter2" not in warned
+    # given in settings too, the setting is read: nothing to say
+    assert start_warnings(caplog, {"HA_PROXY_COOLDOWN": 30, "HA_PROXY_ALLOW_DIRECT": True}) == []

@@ -147,6 +147,19 @@ PROXY_SETTINGS = (
     "HA_PROXY_MAX_FAILURES",
     "HA_PROXY_ALLOW_DIRECT",
 )
+#: The proxy settings also read from environment variables of the same names (the mode,
+#: where the proxy is and its credentials: ``scrapy_ha.config.middlewares``); the others
+#: are settings only, and one given in the environment alone did nothing, silently (a QA
+#: run: ``HA_PROXY_COOLDOWN=30`` exported beside ``HA_PROXY_MODE`` kept proxies out 300 s).
+PROXY_FROM_ENVIRONMENT = (
+    "HA_PROXY_MODE",
+    "HA_PROXY_URL",
+    "HA_PROXY_HOST",
+    "HA_PROXY_PORT",
+    "HA_PROXY_USER",
+    "HA_PROXY_PASSWORD",
+    "HA_PROXY_POOL_URL",
+)
 
 #: scrapy-redis's settings that scrapy-ha does not read (a project moved from scrapy-redis
 #: keeps them, and they did nothing, silently: a QA run's sorted set of start URLs failed
@@ -192,6 +205,7 @@ def unknown(settings: BaseSettings) -> list[str]:
         )
     lines += _combinations(settings)
     lines += _environment_only(settings)
+    lines += _settings_only(settings)
     for name, instead in SCRAPY_REDIS_UNREAD.items():
         if settings.get(name) not in (None, False, "False", "false", "0", 0):
             lines.append(f"{name} is scrapy-redis's and does nothing in scrapy-ha: {instead}")
@@ -242,6 +256,25 @@ def _environment_only(settings: BaseSettings) -> list[str]:
     return [
         f"{TOKEN_ENV} is not a setting: it does nothing in settings; `scrapy-ha dashboard` "
         f"reads its token from --token or the environment variable {TOKEN_ENV}"
+    ]
+
+
+def _settings_only(settings: BaseSettings) -> list[str]:
+    """Proxy settings given as environment variables alone, which nothing reads there."""
+    unread = [
+        name
+        for name in PROXY_SETTINGS
+        if name not in PROXY_FROM_ENVIRONMENT
+        and os.environ.get(name)
+        and settings.get(name) is None
+    ]
+    if not unread:
+        return []
+    return [
+        f"{', '.join(unread)} in the environment {'does' if len(unread) == 1 else 'do'} "
+        f"nothing: give {'it' if len(unread) == 1 else 'them'} in settings (or -s); of the "
+        f"proxy's settings only {', '.join(PROXY_FROM_ENVIRONMENT)} are read from the "
+        "environment"
     ]
 
 
