@@ -1,7 +1,8 @@
 """Promises of the checkpoint reference, each through a real crawl (in-process, real Redis,
 real site): a finished task is skipped unless ``HA_CHECKPOINT_RERUN``; ``meta["ha_task"] =
 False`` opts a start request out; ``meta["ha_next_page"]`` marks the chain whatever the
-callback; a checkpoint over ``HA_CHECKPOINT_MAX_BYTES`` is refused with a warning."""
+callback; a checkpoint over ``HA_CHECKPOINT_MAX_BYTES`` is saved without the spider's
+fields, with a warning."""
 
 from __future__ import annotations
 
@@ -123,18 +124,46 @@ async def test_the_chain_is_the_same_callback_or_a_marked_request(
 
 
 @deferred_f_from_coro_f
-async def test_a_checkpoint_over_the_size_limit_is_refused_with_a_warning(
+async def test_a_checkpoint_over_the_size_limit_is_saved_without_its_fields_with_a_warning(
     redis_url, redis_client, site, caplog
 ):
     caplog.set_level(logging.WARNING, logger="scrapy_ha.middlewares.checkpoint")
     crawler = await crawl(redis_url, site, big=3000, settings={"HA_CHECKPOINT_MAX_BYTES": 2048})
     assert sorted(crawler.spider.ids) == list(range(1, 51))  # the crawl goes on
-    assert saved(redis_client) is None
+    cp = saved(redis_client)  # the task's progress and end, without the spider's fields
+    assert cp["done"] is True and cp["fields"] == {} and cp["items"] == 50, cp
     assert crawler.stats.get_value("ha/checkpoint/too_large") == 5
     assert "over HA_CHECKPOINT_MAX_BYTES=2048" in caplog.text and "catalogue" in caplog.text
+    redis_client.delete(f"ha:{{{NAME}}}:cp:catalogue")
     small = await crawl(redis_url, site, big=100)
     assert saved(redis_client)["fields"]["note"] == "x" * 100  # under the limit: saved
     assert small.stats.get_value("ha/checkpoint/too_large") is None
+
+
+class GrowingSpider(ChainSpider):
+    """Its checkpoint field grows with each page: over 2,048 bytes from page 3 on."""
+
+    def parse(self, response: Any) -> Any:
+        page = int(response.url.rsplit("/", 1)[1])
+        response.meta[metakeys.CHECKPOINT]["seen"] = "x" * (700 * page)
+        yield from super().parse(response)
+
+
+@deferred_f_from_coro_f
+async def test_a_task_whose_checkpoint_outgrows_the_limit_is_done_when_it_ends(
+    redis_url, redis_client, site
+):
+    """Before, the checkpoint of page 3 was not saved, every later page's waited behind it
+    (kept aside), the task's end too: the task was never done, and every later run crawled
+    it again from page 3 (with the item outbox, committing those pages' items again)."""
+    limit = {"HA_CHECKPOINT_MAX_BYTES": 2048}
+    first = await crawl(redis_url, site, spider_cls=GrowingSpider, settings=limit)
+    assert first.spider.pages == ["1", "2", "3", "4", "5"]
+    cp = saved(redis_client)
+    assert cp["done"] is True and cp["items"] == 50, cp
+    again = await crawl(redis_url, site, spider_cls=GrowingSpider, settings=limit)
+    assert again.spider.pages == []  # done: skipped
+    assert again.stats.get_value("ha/checkpoint/finished_skipped") == 1
 
 
 class AssigningSpider(ChainSpider):

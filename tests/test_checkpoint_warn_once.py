@@ -16,7 +16,7 @@ def test_an_unstorable_field_and_an_oversized_checkpoint_are_said_once_per_task(
     crawler = get_crawler(Spider)
     stats = crawler.stats
     assert stats is not None
-    big = {"task": "t", "fields": {"notes": "x" * 4096}}
+    big = {"task": "t", "last_id": "x" * 4096, "fields": {"notes": "x"}}  # even without
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
             drop_unstorable("t", {"seen": {1, 2}}, stats)

@@ -158,7 +158,8 @@ def checkpoint_payload(
     task: str, doc: dict[str, Any], *, max_bytes: int, stats: StatsCollector
 ) -> bytes | None:
     """The checkpoint's JSON, strict (what Redis's cjson reads back), None if it cannot be
-    saved: too large, or not storable (counted, with a warning; the task goes on). Encoded
+    saved: too large even without the spider's fields, or not storable (counted, with a
+    warning; the task goes on). Encoded
     once, in C, before anything is walked: a large checkpoint costs what ``json.dumps``
     costs (a walk in Python cost 35 times that)."""
     try:
@@ -174,6 +175,23 @@ def checkpoint_payload(
         return None
     if len(payload) > max_bytes:
         stats.inc_value("ha/checkpoint/too_large")
+        slim = _encoded({**doc, "fields": {}}) if doc.get("fields") else None
+        if slim is not None and len(slim) <= max_bytes:
+            # the task's progress without the spider's fields, as a field that cannot be
+            # stored is dropped: a page's checkpoint not saved leaves a gap in its chain,
+            # every later page's kept aside behind it, its end too, and every later run
+            # crawled the task again from the gap (committing those pages' items again)
+            _warn_once(
+                stats,
+                task,
+                "too large",
+                "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+                "saved without the spider's fields (keep custom fields small)",
+                task,
+                len(payload),
+                max_bytes,
+            )
+            return slim
         _warn_once(
             stats,
             task,
