@@ -166,6 +166,32 @@ async def test_a_task_whose_checkpoint_outgrows_the_limit_is_done_when_it_ends(
     assert again.stats.get_value("ha/checkpoint/finished_skipped") == 1
 
 
+class LongCursorSpider(ChainSpider):
+    """Its next pages carry a long cursor in their query (an API's, a search's), with no
+    field of its own: the next page's request is the checkpoint's bulk, twice the URL (its
+    Referer too)."""
+
+    def parse(self, response: Any) -> Any:
+        for output in super().parse(response):
+            if isinstance(output, scrapy.Request):
+                output = output.replace(url=output.url + "?cursor=" + "c" * 1500)
+            yield output
+
+
+@deferred_f_from_coro_f
+async def test_a_long_next_page_url_does_not_count_against_the_limit(redis_url, redis_client, site):
+    """The limit is on what the spider keeps (its fields, the task's progress): a next page
+    of a long URL was stored in the queue, its checkpoint refused from page 2 on (about
+    3,400 bytes), and the task never done, crawled again by every later run."""
+    first = await crawl(redis_url, site, spider_cls=LongCursorSpider)
+    assert first.spider.pages[0] == "1" and len(first.spider.pages) == 5
+    assert first.stats.get_value("ha/checkpoint/too_large") is None
+    cp = saved(redis_client)
+    assert cp["done"] is True and cp["items"] == 50, cp
+    again = await crawl(redis_url, site, spider_cls=LongCursorSpider)
+    assert again.spider.pages == []  # done: skipped
+
+
 class AssigningSpider(ChainSpider):
     """Puts fields of its own in ``meta["ha_checkpoint"]`` in place of those it found (an API
     cursor kept as ``response.meta["ha_checkpoint"] = {...}``), or, with *value*, a value

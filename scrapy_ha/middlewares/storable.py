@@ -159,9 +159,10 @@ def checkpoint_payload(
 ) -> bytes | None:
     """The checkpoint's JSON, strict (what Redis's cjson reads back), None if it cannot be
     saved: too large even without the spider's fields, or not storable (counted, with a
-    warning; the task goes on). Encoded
-    once, in C, before anything is walked: a large checkpoint costs what ``json.dumps``
-    costs (a walk in Python cost 35 times that)."""
+    warning; the task goes on). Its size is measured without its next page's request
+    (``"next"``), which the queue stores whatever its size (a long cursor URL, twice with
+    its Referer, or a form's state). Encoded once, in C, before anything is walked: a large
+    checkpoint costs what ``json.dumps`` costs (a walk in Python cost 35 times that)."""
     try:
         payload: bytes | None = _encoded(doc)
         problem = storable_problem(doc) if sys.getrecursionlimit() > MAX_DEPTH else None
@@ -173,10 +174,13 @@ def checkpoint_payload(
         stats.inc_value("ha/checkpoint/unencodable")
         logger.warning("Checkpoint of task %s cannot be stored (%s): not saved", task, problem)
         return None
-    if len(payload) > max_bytes:
+    size = len(payload)
+    if size > max_bytes and "next" in doc:
+        size = len(_encoded({k: v for k, v in doc.items() if k != "next"}))
+    if size > max_bytes:
         stats.inc_value("ha/checkpoint/too_large")
         slim = _encoded({**doc, "fields": {}}) if doc.get("fields") else None
-        if slim is not None and len(slim) <= max_bytes:
+        if slim is not None and len(slim) - (len(payload) - size) <= max_bytes:
             # the task's progress without the spider's fields, as a field that cannot be
             # stored is dropped: a page's checkpoint not saved leaves a gap in its chain,
             # every later page's kept aside behind it, its end too, and every later run
@@ -185,10 +189,11 @@ def checkpoint_payload(
                 stats,
                 task,
                 "too large",
-                "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+                "Checkpoint of task %s is %d bytes (its next page not counted), over "
+                "HA_CHECKPOINT_MAX_BYTES=%d: "
                 "saved without the spider's fields (keep custom fields small)",
                 task,
-                len(payload),
+                size,
                 max_bytes,
             )
             return slim
@@ -196,10 +201,11 @@ def checkpoint_payload(
             stats,
             task,
             "too large",
-            "Checkpoint of task %s is %d bytes, over HA_CHECKPOINT_MAX_BYTES=%d: "
+            "Checkpoint of task %s is %d bytes (its next page not counted), over "
+            "HA_CHECKPOINT_MAX_BYTES=%d: "
             "not saved (keep custom fields small)",
             task,
-            len(payload),
+            size,
             max_bytes,
         )
         return None
