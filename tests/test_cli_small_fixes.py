@@ -33,6 +33,22 @@ def test_flush_says_the_checkpoints_are_kept_and_how_to_delete_them(redis_url):
     client.close()
 
 
+def test_a_flush_without_its_prompt_says_the_items_it_deleted(redis_url):
+    """``flush --yes`` deleted items no sink had consumed, silently: only ``--dry-run`` or
+    the prompt's list named them."""
+    client = redis.Redis.from_url(redis_url)
+    for n in range(3):
+        client.xadd("ha:{books}:items", {"item": str(n)})
+    client.xgroup_create("ha:{books}:items", "sink", id="0")
+    done = scrapy_ha("--redis-url", redis_url, "flush", "books", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "flushed books (items not consumed by every sink yet (lost to them): 3)"
+    ), done.stdout
+    assert client.keys("*") == []
+    client.close()
+
+
 def test_a_database_redis_does_not_have_is_named_not_a_traceback(redis_url):
     base = redis_url.rsplit("/", 1)[0]
     done = scrapy_ha("--redis-url", f"{base}/99", "status", "books")

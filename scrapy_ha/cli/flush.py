@@ -53,8 +53,9 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     # the item stream goes too (a QA run: "(no keys)" listed while 70 items a declared sink
     # had not consumed were in it, lost to the sink by the flush)
     items = await crawl_items(queue)
+    lost = f"items not consumed by every sink yet (lost to them): {items.length}"
     if items.length:
-        held.append(f"items not consumed by every sink yet (lost to them): {items.length}")
+        held.append(lost)
     if items.aside:
         held.append(f"items set aside by a sink (`items --aside`): {items.aside}")
     what = f"every key of {spider} but its checkpoints"
@@ -66,7 +67,12 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     kept = await CheckpointStore(queue.client, queue.keys).exists()  # (every shard's)
     said = f" --shards {shards}" if shards > 1 else ""
     note = SHARDED.format(n=shards) if shards > 1 else ""
-    print(f"flushed {spider}" + (KEPT.format(spider=spider, shards=said) + note if kept else ""))
+    # the items no sink will get are named whether or not a prompt was shown (a QA run:
+    # `flush --yes` deleted 4,000 of them, silently)
+    gone = f" ({lost})" if items.length else ""
+    print(
+        f"flushed {spider}{gone}" + (KEPT.format(spider=spider, shards=said) + note if kept else "")
+    )
     if counts.workers:  # (before: unsaid; their logs blame expired leases, then "finished")
         print(LIVE.format(n=counts.workers), file=sys.stderr)
     return 0
