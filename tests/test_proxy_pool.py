@@ -6,6 +6,7 @@ worker too (through Redis, not through memory); with no usable proxy and
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import time
@@ -422,3 +423,25 @@ async def test_a_proxy_that_times_out_at_one_site_then_another_is_out_for_every_
         assert await time_out(hung, url) == "127.0.0.1:3333"
     assert hung.pool is not None and "127.0.0.1:3333" in hung.pool.cooling, hung.pool.cooling
     assert await time_out(hung, "http://c.example/1") is None  # out for every site
+
+
+@deferred_f_from_coro_f
+async def test_entries_of_one_gateway_with_their_own_user_names_are_proxies_of_their_own(
+    site_factory,
+):
+    """A gateway's sessions listed as proxies of their own (``user-session-a@gw:port``,
+    ``user-session-b@gw:port``, as providers list them) were one proxy, ``gw:port``: a ban
+    through one took every other out of rotation with it."""
+    entries = ["http://cust-session-a:pw@127.0.0.1:1111", "http://cust-session-b:pw@127.0.0.1:1111"]
+    mw = pool_middleware(site_factory("--proxy-json", json.dumps(entries)))
+    first = Request("http://shop.example/1")
+    assert await mw.process_request(first) is None
+    assert mw.pool is not None
+    banned = first.meta["ha_proxy"]
+    assert banned.startswith("cust-session-") and banned.endswith("@127.0.0.1:1111"), banned
+    mw.pool.cool_down(banned, "shop.example")
+    for n in range(4):  # the other session serves the site meanwhile
+        request = Request(f"http://shop.example/{n + 2}")
+        assert await mw.process_request(request) is None
+        assert request.meta["ha_proxy"] not in (None, banned), request.meta
+        assert "pw" not in request.meta["ha_proxy"]

@@ -136,7 +136,7 @@ class ProxyMiddleware:
         if self._without_proxy and url_host(request.url) in self._without_proxy:
             self._without_proxy.clear()
             self._warned_unavailable = False  # the next run of requests without one is told
-        pid = proxy_id(url)
+        pid = proxy_id(url, user=self.pool is not None)
         request.meta["proxy"] = url
         request.meta[metakeys.PROXY] = pid
         if self.tunnel is not None:
@@ -320,7 +320,7 @@ class ProxyMiddleware:
         pid = request.meta[metakeys.PROXY]
         self._stat(pid, "auth_failures")
         self._refused.add(pid)
-        listed = {proxy_id(p) for p in self.pool.proxies}
+        listed = {proxy_id(p, user=True) for p in self.pool.proxies}
         self._refused &= listed | {pid}  # bounded by the list
         if listed and listed <= self._refused:
             if not self._auth_failed:

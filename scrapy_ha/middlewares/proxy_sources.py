@@ -47,10 +47,14 @@ TIMEOUTS = (DownloadTimeoutError, error.TimeoutError)
 SESSION_CHARS = 10
 
 
-def proxy_id(url: str) -> str:
-    """``host:port``: how a proxy appears in logs, stats and Redis."""
+def proxy_id(url: str, *, user: bool = False) -> str:
+    """``host:port``: how a proxy appears in logs, stats and Redis; with *user*, a pool's
+    entry, ``user@host:port`` when it has a user name (never its password): a gateway's
+    sessions listed as proxies of their own (``cust-session-a@gw:port``,
+    ``cust-session-b@gw:port``) are banned and cooled one by one, not all with the first."""
     parts = urlsplit(url)
-    return f"{parts.hostname}:{parts.port}"
+    name = f"{parts.username}@" if user and parts.username else ""  # (as encoded: no space)
+    return f"{name}{parts.hostname}:{parts.port}"
 
 
 def parse_pool(body: bytes) -> list[str]:
@@ -163,7 +167,7 @@ class ProxyPool:
         """Forget cool-downs that are over and failures of proxies the list no longer has."""
         now = time.time()
         self.cooling = {pid: until for pid, until in self.cooling.items() if until > now}
-        listed = {proxy_id(p) for p in self.proxies}
+        listed = {proxy_id(p, user=True) for p in self.proxies}
         self.failures = {pid: n for pid, n in self.failures.items() if pid in listed}
 
     def _next_healthy(self, host: str) -> str | None:
@@ -171,7 +175,7 @@ class ProxyPool:
         for _ in range(len(self.proxies)):
             proxy = self.proxies[self.index % len(self.proxies)]
             self.index += 1
-            pid = proxy_id(proxy)
+            pid = proxy_id(proxy, user=True)
             if cooling.get(pid, 0) <= now and cooling.get(cooling_key(pid, host), 0) <= now:
                 return proxy
         return None
