@@ -185,7 +185,9 @@ async def test_the_api_s_password_is_never_logged(password, redis_url, caplog):
     ids=["error-object", "data-null", "string"],
 )
 @deferred_f_from_coro_f
-async def test_an_answer_that_holds_no_list_keeps_the_last_list(answer, redis_url, tmp_path):
+async def test_an_answer_that_holds_no_list_keeps_the_last_list(
+    answer, redis_url, tmp_path, caplog
+):
     # extraction APIs answer their errors with a 200 and a JSON object: before, it replaced
     # the list with an empty one, and every request waited 30 s for a proxy until the TTL
     listed = tmp_path / "proxies.json"
@@ -211,3 +213,5 @@ async def test_an_answer_that_holds_no_list_keeps_the_last_list(answer, redis_ur
     assert request.meta["ha_proxy"] == "127.0.0.1:3128"
     assert crawler.stats.get_value("ha/proxy/pool_errors") == 1
     assert crawler.stats.get_value("ha/proxy/unavailable") is None
+    # the ERROR names the setting to look at (before: the URL alone)
+    assert f"Could not fetch the proxy list from HA_PROXY_POOL_URL={listed.as_uri()}" in caplog.text

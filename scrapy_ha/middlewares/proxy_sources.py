@@ -234,8 +234,8 @@ class ProxyPool:
         self._count("ha/proxy/pool_errors")
         log = logger.error if self.failed_in_row == 1 else logger.debug
         log(
-            "Could not fetch the proxy list from %s (%s): %s; tried again in %.0f s "
-            "(doubling while it fails, up to %.0f s)",
+            "Could not fetch the proxy list from HA_PROXY_POOL_URL=%s (%s): %s; tried again "
+            "in %.0f s (doubling while it fails, up to %.0f s)",
             self.api.shown,
             self.error,
             "the last list is used meanwhile" if self.loaded else "requests wait in Redis",
