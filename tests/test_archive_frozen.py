@@ -51,12 +51,16 @@ def frozen(server: PostgresServer) -> Iterator[None]:
     """The server's postmaster and backends stopped (SIGSTOP) until the block ends."""
     pids = postgres_pids(server)
     for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+        with contextlib.suppress(ProcessLookupError):  # a backend that ended since
+            os.kill(pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGCONT)
+        # the backends first: a backend that was ending when listed (the test's own last
+        # query's) is reaped by the postmaster once it runs, and its pid is then gone
+        for pid in reversed(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def exited(proc: subprocess.Popen) -> int | None:
