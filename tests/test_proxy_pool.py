@@ -431,17 +431,34 @@ async def test_entries_of_one_gateway_with_their_own_user_names_are_proxies_of_t
 ):
     """A gateway's sessions listed as proxies of their own (``user-session-a@gw:port``,
     ``user-session-b@gw:port``, as providers list them) were one proxy, ``gw:port``: a ban
-    through one took every other out of rotation with it."""
-    entries = ["http://cust-session-a:pw@127.0.0.1:1111", "http://cust-session-b:pw@127.0.0.1:1111"]
+    through one took every other out of rotation with it. Their ids hold a digest of the
+    user name, never the name: some providers' user name is the secret itself
+    (``http://TOKEN:@gw:port``)."""
+    entries = ["http://s3cr3t-a:pw@127.0.0.1:1111", "http://s3cr3t-b:@127.0.0.1:1111"]
     mw = pool_middleware(site_factory("--proxy-json", json.dumps(entries)))
     first = Request("http://shop.example/1")
     assert await mw.process_request(first) is None
     assert mw.pool is not None
     banned = first.meta["ha_proxy"]
-    assert banned.startswith("cust-session-") and banned.endswith("@127.0.0.1:1111"), banned
+    assert banned.endswith("@127.0.0.1:1111") and "s3cr3t" not in banned, banned
     mw.pool.cool_down(banned, "shop.example")
     for n in range(4):  # the other session serves the site meanwhile
         request = Request(f"http://shop.example/{n + 2}")
         assert await mw.process_request(request) is None
         assert request.meta["ha_proxy"] not in (None, banned), request.meta
-        assert "pw" not in request.meta["ha_proxy"]
+    said = " ".join(str(k) for k in mw.stats.get_stats())
+    assert "s3cr3t" not in said, said
+
+
+@deferred_f_from_coro_f
+async def test_a_cool_down_of_a_gateway_by_a_worker_of_an_earlier_version_holds(site_factory):
+    """Workers of an earlier version name every entry of a gateway ``host:port``: their
+    cool-down of it (merged from Redis) holds for each of its sessions, as it did."""
+    entries = ["http://cust-a:pw@127.0.0.1:1111", "http://cust-b:pw@127.0.0.1:1111"]
+    mw = pool_middleware(site_factory("--proxy-json", json.dumps(entries)))
+    assert await mw.process_request(Request("http://shop.example/1")) is None
+    assert mw.pool is not None
+    mw.pool.cooling["127.0.0.1:1111 shop.example"] = time.time() + 60
+    assert await mw.process_request(Request("http://shop.example/2")) is not None  # waits
+    other = Request("http://other.example/1")
+    assert await mw.process_request(other) is None and "ha_proxy" in other.meta

@@ -4,6 +4,8 @@ fetched from an API (:mod:`scrapy_ha.proxy` holds the middleware that uses them)
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import json
 import logging
 import re
@@ -47,14 +49,19 @@ TIMEOUTS = (DownloadTimeoutError, error.TimeoutError)
 SESSION_CHARS = 10
 
 
+@functools.lru_cache(maxsize=4096)  # (a pool's list, per request: parsed once)
 def proxy_id(url: str, *, user: bool = False) -> str:
     """``host:port``: how a proxy appears in logs, stats and Redis; with *user*, a pool's
-    entry, ``user@host:port`` when it has a user name (never its password): a gateway's
-    sessions listed as proxies of their own (``cust-session-a@gw:port``,
-    ``cust-session-b@gw:port``) are banned and cooled one by one, not all with the first."""
+    entry, ``<digest>@host:port`` when it has a user name (8 hex digits of its SHA-256,
+    never the name: some providers' user name is the secret itself, ``http://TOKEN:@gw``):
+    a gateway's sessions listed as proxies of their own (``cust-session-a:pw@gw:port``,
+    ``cust-session-b:pw@gw:port``) are banned and cooled one by one, not all with the
+    first."""
     parts = urlsplit(url)
-    name = f"{parts.username}@" if user and parts.username else ""  # (as encoded: no space)
-    return f"{name}{parts.hostname}:{parts.port}"
+    plain = f"{parts.hostname}:{parts.port}"
+    if not (user and parts.username):
+        return plain
+    return f"{hashlib.sha256(parts.username.encode()).hexdigest()[:8]}@{plain}"
 
 
 def parse_pool(body: bytes) -> list[str]:
@@ -175,8 +182,11 @@ class ProxyPool:
         for _ in range(len(self.proxies)):
             proxy = self.proxies[self.index % len(self.proxies)]
             self.index += 1
-            pid = proxy_id(proxy, user=True)
-            if cooling.get(pid, 0) <= now and cooling.get(cooling_key(pid, host), 0) <= now:
+            # (and by its host:port alone, as workers of an earlier version name it)
+            if all(
+                cooling.get(pid, 0) <= now and cooling.get(cooling_key(pid, host), 0) <= now
+                for pid in {proxy_id(proxy, user=True), proxy_id(proxy)}
+            ):
                 return proxy
         return None
 
