@@ -95,9 +95,8 @@ key                        type         content
                                         next request may start, ``w:<domain>`` -> queues
                                         waiting for a slot, ``<entry id>`` -> domain of a
                                         lease holding a slot
-``ha:{books}:proxy_cd``    hash         proxy ``host:port`` (every site), ``host:port site``
-                                        (a site banned it) -> end of its cool-down (ms); a
-                                        pool entry with a user name ``<digest>@host:port``
+``ha:{books}:proxy_cd``    hash         proxy ``[<digest of its user>@]host:port`` (every
+                                        site), ``... site`` (a site banned it) -> end (ms)
 ``ha:{books}:cp:<task>``   string       a task's pagination checkpoint (JSON), with a TTL
 ``ha:{books}:cpa:<task>``  hash         page number -> checkpoint of a page of the task that
                                         completed while an earlier one had not (JSON), TTL

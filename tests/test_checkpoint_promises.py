@@ -16,6 +16,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec import encode_request
 
 NAME = "cp_promises"
 
@@ -132,12 +133,31 @@ async def test_a_checkpoint_over_the_size_limit_is_saved_without_its_fields_with
     assert sorted(crawler.spider.ids) == list(range(1, 51))  # the crawl goes on
     cp = saved(redis_client)  # the task's progress and end, without the spider's fields
     assert cp["done"] is True and cp["fields"] == {} and cp["items"] == 50, cp
-    assert crawler.stats.get_value("ha/checkpoint/too_large") == 5
+    assert cp["fields_dropped"] is True  # a resumed page says its fields are gone
+    assert crawler.stats.get_value("ha/checkpoint/fields_dropped") == 5
+    assert crawler.stats.get_value("ha/checkpoint/too_large") is None  # (saved)
     assert "over HA_CHECKPOINT_MAX_BYTES=2048" in caplog.text and "catalogue" in caplog.text
     redis_client.delete(f"ha:{{{NAME}}}:cp:catalogue")
     small = await crawl(redis_url, site, big=100)
     assert saved(redis_client)["fields"]["note"] == "x" * 100  # under the limit: saved
     assert small.stats.get_value("ha/checkpoint/too_large") is None
+
+
+@deferred_f_from_coro_f
+async def test_a_task_resumed_from_a_checkpoint_without_its_fields_says_so(
+    redis_url, redis_client, site, caplog
+):
+    """A page resumed from a checkpoint saved without the spider's fields finds them empty:
+    a WARNING says why (before, nothing told it from a task that never had any)."""
+    caplog.set_level(logging.WARNING, logger="scrapy_ha.middlewares.storable")
+    nxt = encode_request(scrapy.Request(site.url + "/list/5"), None).decode()
+    doc = {"task": "catalogue", "of": 4, "page": 5, "items": 40, "fields": {}, "done": False}
+    doc |= {"fields_dropped": True, "next": nxt}
+    redis_client.set(f"ha:{{{NAME}}}:cp:catalogue", json.dumps(doc))
+    crawler = await crawl(redis_url, site)
+    assert crawler.spider.pages == ["5"]  # resumed at its checkpoint
+    said = "Task catalogue resumes from a checkpoint saved without the spider's fields"
+    assert said in caplog.text
 
 
 class GrowingSpider(ChainSpider):

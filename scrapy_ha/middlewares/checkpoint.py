@@ -36,6 +36,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
 from scrapy_ha.config.startup import configured
+from scrapy_ha.middlewares import storable
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.middlewares.storable import checkpoint_payload, page_fields, spider_fields
 from scrapy_ha.middlewares.tasks import (
@@ -181,9 +182,7 @@ class CheckpointMiddleware:
         (any exception: a checkpoint of another shape, a scheme HA_ALLOWED_SCHEMES refuses)."""
         state = resume_state(doc, **rerun)
         request = decode_request(doc["next"], self.crawler.spider, schemes=self.config.schemes)
-        fields = doc.get("fields", {})
-        if not isinstance(fields, dict):
-            raise ValueError(f'"fields" must be an object: {fields!r}')
+        fields = storable.resumed_fields(task, doc)
         request.meta[metakeys.TASK] = task
         request.meta[metakeys.TASK_STATE] = state
         request.meta[metakeys.CHECKPOINT] = fields

@@ -22,6 +22,7 @@ __all__ = [
     "checkpoint_payload",
     "drop_unstorable",
     "page_fields",
+    "resumed_fields",
     "spider_fields",
     "storable_problem",
 ]
@@ -102,6 +103,10 @@ def unstorable_fields(fields: Any) -> list[tuple[str, str]]:
 _SAID: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 #: Causes remembered at most per crawl (a broad crawl of many tasks): past it, said again.
 SAID_LIMIT = 10_000
+#: The most bytes of a checkpoint's next page's request (which HA_CHECKPOINT_MAX_BYTES does
+#: not count): a form's state of a few hundred KB fits; Redis decodes the checkpoint at
+#: each save, about 12 ms for 1 MB, every other call waiting meanwhile.
+NEXT_MAX_BYTES = 1 << 20
 
 
 def _warn_once(stats: Any, task: str, cause: str, message: str, *args: Any) -> None:
@@ -177,36 +182,63 @@ def checkpoint_payload(
     size = len(payload)
     if size > max_bytes and "next" in doc:
         size = len(_encoded({k: v for k, v in doc.items() if k != "next"}))
+    if len(payload) - size > NEXT_MAX_BYTES:  # (Redis decodes it at every save: ~12 ms a MB)
+        return _too_large(stats, task, "its next page's request", len(payload) - size, "")
     if size > max_bytes:
-        stats.inc_value("ha/checkpoint/too_large")
-        slim = _encoded({**doc, "fields": {}}) if doc.get("fields") else None
+        slim = (
+            _encoded({**doc, "fields": {}, "fields_dropped": True}) if doc.get("fields") else None
+        )
         if slim is not None and len(slim) - (len(payload) - size) <= max_bytes:
             # the task's progress without the spider's fields, as a field that cannot be
             # stored is dropped: a page's checkpoint not saved leaves a gap in its chain,
             # every later page's kept aside behind it, its end too, and every later run
             # crawled the task again from the gap (committing those pages' items again)
+            stats.inc_value("ha/checkpoint/fields_dropped")
             _warn_once(
                 stats,
                 task,
-                "too large",
+                "too large, fields dropped",
                 "Checkpoint of task %s is %d bytes (its next page not counted), over "
-                "HA_CHECKPOINT_MAX_BYTES=%d: "
-                "saved without the spider's fields (keep custom fields small)",
+                "HA_CHECKPOINT_MAX_BYTES=%d: saved without the spider's fields (keep custom "
+                "fields small)",
                 task,
                 size,
                 max_bytes,
             )
             return slim
-        _warn_once(
-            stats,
-            task,
-            "too large",
-            "Checkpoint of task %s is %d bytes (its next page not counted), over "
-            "HA_CHECKPOINT_MAX_BYTES=%d: "
-            "not saved (keep custom fields small)",
-            task,
-            size,
-            max_bytes,
-        )
-        return None
+        return _too_large(stats, task, "", size, f"HA_CHECKPOINT_MAX_BYTES={max_bytes}")
     return payload
+
+
+def _too_large(stats: StatsCollector, task: str, what: str, size: int, limit: str) -> None:
+    """Count and say (once per task) a checkpoint not saved for its size: its task is not
+    done (every later page's checkpoint waits behind it), and a later run resumes it from
+    its last checkpoint saved."""
+    stats.inc_value("ha/checkpoint/too_large")
+    _warn_once(
+        stats,
+        task,
+        "too large",
+        "Checkpoint of task %s not saved: %s is %d bytes, over %s; the task resumes from its "
+        "last checkpoint saved in a later run",
+        task,
+        what or "it (its next page not counted)",
+        size,
+        limit or f"{NEXT_MAX_BYTES} (a checkpoint's next page's request)",
+    )
+
+
+def resumed_fields(task: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """The spider's fields a checkpoint resumes its task with (raises on a shape that is no
+    object); a checkpoint saved without them (over ``HA_CHECKPOINT_MAX_BYTES``) is said,
+    the resumed page finding ``meta["ha_checkpoint"]`` empty."""
+    fields = doc.get("fields", {})
+    if not isinstance(fields, dict):
+        raise ValueError(f'"fields" must be an object: {fields!r}')
+    if doc.get("fields_dropped"):
+        logger.warning(
+            "Task %s resumes from a checkpoint saved without the spider's fields (over "
+            "HA_CHECKPOINT_MAX_BYTES): meta['ha_checkpoint'] is empty",
+            task,
+        )
+    return fields
