@@ -40,10 +40,13 @@ def test_a_flush_without_its_prompt_says_the_items_it_deleted(redis_url):
     for n in range(3):
         client.xadd("ha:{books}:items", {"item": str(n)})
     client.xgroup_create("ha:{books}:items", "sink", id="0")
+    for n in range(2):
+        client.xadd("ha:{books}:items_aside", {"item": str(n), "group": "sink"})
     done = scrapy_ha("--redis-url", redis_url, "flush", "books", "--yes")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "flushed books (items not consumed by every sink yet (lost to them): 3)"
+        "flushed books (items not consumed by every sink yet (lost to them): 3; items set "
+        "aside by a sink (`items --aside`): 2)"
     ), done.stdout
     assert client.keys("*") == []
     client.close()

@@ -53,11 +53,12 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     # the item stream goes too (a QA run: "(no keys)" listed while 70 items a declared sink
     # had not consumed were in it, lost to the sink by the flush)
     items = await crawl_items(queue)
-    lost = f"items not consumed by every sink yet (lost to them): {items.length}"
+    lost = []  # (named after the flush too: with --yes, nothing else says it)
     if items.length:
-        held.append(lost)
+        lost.append(f"items not consumed by every sink yet (lost to them): {items.length}")
     if items.aside:
-        held.append(f"items set aside by a sink (`items --aside`): {items.aside}")
+        lost.append(f"items set aside by a sink (`items --aside`): {items.aside}")
+    held += lost
     what = f"every key of {spider} but its checkpoints"
     verdict = approve(args, "flush", what, held or ["(no keys)"])
     if not verdict:
@@ -69,7 +70,7 @@ async def flush(queue: RedisQueue, args: argparse.Namespace) -> int:
     note = SHARDED.format(n=shards) if shards > 1 else ""
     # the items no sink will get are named whether or not a prompt was shown (a QA run:
     # `flush --yes` deleted 4,000 of them, silently)
-    gone = f" ({lost})" if items.length else ""
+    gone = f" ({'; '.join(lost)})" if lost else ""
     print(
         f"flushed {spider}{gone}" + (KEPT.format(spider=spider, shards=said) + note if kept else "")
     )
