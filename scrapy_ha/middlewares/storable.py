@@ -183,7 +183,8 @@ def checkpoint_payload(
     if size > max_bytes and "next" in doc:
         size = len(_encoded({k: v for k, v in doc.items() if k != "next"}))
     if len(payload) - size > NEXT_MAX_BYTES:  # (Redis decodes it at every save: ~12 ms a MB)
-        return _too_large(stats, task, "its next page's request", len(payload) - size, "")
+        _too_large(stats, task, "its next page's request", len(payload) - size, "")
+        return None
     if size > max_bytes:
         slim = (
             _encoded({**doc, "fields": {}, "fields_dropped": True}) if doc.get("fields") else None
@@ -206,7 +207,8 @@ def checkpoint_payload(
                 max_bytes,
             )
             return slim
-        return _too_large(stats, task, "", size, f"HA_CHECKPOINT_MAX_BYTES={max_bytes}")
+        _too_large(stats, task, "", size, f"HA_CHECKPOINT_MAX_BYTES={max_bytes}")
+        return None
     return payload
 
 
