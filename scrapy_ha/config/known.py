@@ -130,15 +130,20 @@ SWITCHED = {
 }
 
 
-#: The proxy's settings, read only with ``HA_PROXY_MODE`` (a QA run: ``HA_PROXY_URL`` alone,
-#: the setting a user reaches for first, did nothing, and every request went direct).
-PROXY_SETTINGS = (
+#: Where the proxy is and its credentials: settings, or environment variables of the same
+#: names (``scrapy_ha.config.middlewares``), as ``HA_PROXY_MODE`` is.
+PROXY_WHERE = (
     "HA_PROXY_URL",
     "HA_PROXY_HOST",
     "HA_PROXY_PORT",
     "HA_PROXY_USER",
     "HA_PROXY_PASSWORD",
     "HA_PROXY_POOL_URL",
+)
+#: The proxy's settings, read only with ``HA_PROXY_MODE`` (a QA run: ``HA_PROXY_URL`` alone,
+#: the setting a user reaches for first, did nothing, and every request went direct).
+PROXY_SETTINGS = (
+    *PROXY_WHERE,
     "HA_PROXY_POOL_PARSER",
     "HA_PROXY_POOL_TTL",
     "HA_PROXY_SESSION_TEMPLATE",
@@ -147,19 +152,10 @@ PROXY_SETTINGS = (
     "HA_PROXY_MAX_FAILURES",
     "HA_PROXY_ALLOW_DIRECT",
 )
-#: The proxy settings also read from environment variables of the same names (the mode,
-#: where the proxy is and its credentials: ``scrapy_ha.config.middlewares``); the others
-#: are settings only, and one given in the environment alone did nothing, silently (a QA
-#: run: ``HA_PROXY_COOLDOWN=30`` exported beside ``HA_PROXY_MODE`` kept proxies out 300 s).
-PROXY_FROM_ENVIRONMENT = (
-    "HA_PROXY_MODE",
-    "HA_PROXY_URL",
-    "HA_PROXY_HOST",
-    "HA_PROXY_PORT",
-    "HA_PROXY_USER",
-    "HA_PROXY_PASSWORD",
-    "HA_PROXY_POOL_URL",
-)
+#: The proxy settings also read from environment variables; the others are settings only,
+#: and one given in the environment alone did nothing, silently (a QA run:
+#: ``HA_PROXY_COOLDOWN=30`` exported beside ``HA_PROXY_MODE`` kept proxies out 300 s).
+PROXY_FROM_ENVIRONMENT = ("HA_PROXY_MODE", *PROXY_WHERE)
 
 #: scrapy-redis's settings that scrapy-ha does not read (a project moved from scrapy-redis
 #: keeps them, and they did nothing, silently: a QA run's sorted set of start URLs failed
