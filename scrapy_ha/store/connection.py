@@ -65,7 +65,6 @@ REDIS_DOWN_ERRORS = (
     asyncio.TimeoutError,
 )
 
-
 #: The error Redis answers a write with while ``min-replicas-to-write`` is not met.
 NO_REPLICAS = "NOREPLICAS"
 #: Whether the worker's connections write under ``asyncio.timeout`` (:class:`_AsyncTimedWrites`).
@@ -385,8 +384,9 @@ def down_reason(exc: BaseException, url: str) -> str:
 
 
 def _mask_in(exc: BaseException, url: str) -> str:
-    text = str(exc) or "timed out"
-    return text if "@" not in text else f"error connecting to {url}"
+    text = str(exc) or "timed out"  # a script's error ends "on @user_script:1.": no user
+    plain = text.replace("@user_script:", "").replace("@user_function:", "")
+    return text if "@" not in plain else f"error connecting to {url}"
 
 
 async def server_ms(client: Any) -> int:
