@@ -363,11 +363,10 @@ def _sentinel_client(
     params = dict(params)
     params.pop("redis_cls", None)  # the primary's client is the sentinel-managed one
     tls = {arg: params[arg] for arg in (*TLS_SETTINGS.values(), *_TLS_CHECKS) if arg in params}
-    asking: dict[str, Any] = {
-        "socket_connect_timeout": params["socket_connect_timeout"],
-        "socket_timeout": params["socket_connect_timeout"],
-        **tls,
-    }
+    wait = params["socket_connect_timeout"]  # shared by the sentinels and the primary: one
+    wait = wait and wait / (len(target.nodes) + 1)  # that hangs leaves time for the next
+    asking: dict[str, Any] = {"socket_connect_timeout": wait, "socket_timeout": wait, **tls}
+    asking["retry"] = None  # redis-py 8 asked one that hangs 4 times, with backoff, not the next
     sentinel_password = params.pop("sentinel_password", None)
     if sentinel_password:
         asking["password"] = sentinel_password
