@@ -183,7 +183,8 @@ def checkpoint_payload(
     if size > max_bytes and "next" in doc:
         size = len(_encoded({k: v for k, v in doc.items() if k != "next"}))
     if len(payload) - size > NEXT_MAX_BYTES:  # (Redis decodes it at every save: ~12 ms a MB)
-        _too_large(stats, task, "its next page's request", len(payload) - size, "")
+        next_limit = f"{NEXT_MAX_BYTES} (a checkpoint's next page's request)"
+        _too_large(stats, task, "its next page's request", len(payload) - size, next_limit)
         return None
     if size > max_bytes:
         slim = (
@@ -207,7 +208,8 @@ def checkpoint_payload(
                 max_bytes,
             )
             return slim
-        _too_large(stats, task, "", size, f"HA_CHECKPOINT_MAX_BYTES={max_bytes}")
+        limit = f"HA_CHECKPOINT_MAX_BYTES={max_bytes}"
+        _too_large(stats, task, "it (its next page not counted)", size, limit)
         return None
     return payload
 
@@ -224,9 +226,9 @@ def _too_large(stats: StatsCollector, task: str, what: str, size: int, limit: st
         "Checkpoint of task %s not saved: %s is %d bytes, over %s; the task resumes from its "
         "last checkpoint saved in a later run",
         task,
-        what or "it (its next page not counted)",
+        what,
         size,
-        limit or f"{NEXT_MAX_BYTES} (a checkpoint's next page's request)",
+        limit,
     )
 
 
