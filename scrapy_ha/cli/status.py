@@ -88,7 +88,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
         if args.json:
             doc = {**as_json(stats, waiting, args.domains, run), "paused": paused}
             doc["redis"] = health
-            if (paused or still) and doc["eta_seconds"]:  # nothing moves: no countdown
+            if (paused or still or pressure) and doc["eta_seconds"]:  # nothing moves
                 doc["eta_seconds"] = None
             doc["items"] = items_json(stats, items)
             doc["dupefilter"] = dupefilter_json(blooms, buckets)
@@ -100,7 +100,8 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
             doc["stopped_at"] = stopped
             out.write(json.dumps(doc) + "\n")
         else:
-            lines = text(stats, waiting, args.domains, paused=bool(paused), stopped=still, run=run)
+            why = "paused" if paused else "stopped" if still else HELD if pressure else ""
+            lines = text(stats, waiting, args.domains, still=why, run=run)
             if paused:
                 lines.insert(1, f"{'paused':>13}  since {paused} (`scrapy-ha resume` to go on)")
             lines[1:1] = [_run_line(run)] if run else []
@@ -252,13 +253,12 @@ def text(
     waiting: Waiting,
     domains: int = TOP_DOMAINS,
     *,
-    paused: bool = False,
-    stopped: bool = False,
+    still: str = "",
     run: RunState | None = None,
 ) -> list[str]:
-    """The status as lines of text, for a terminal (no ETA while *paused*, or *stopped*
-    with no worker: nothing moves)."""
-    until = _still_eta(stats, waiting, paused, stopped) or _eta(stats, waiting, run)
+    """The status as lines of text, for a terminal (no ETA while the crawl is *still*:
+    "paused", "stopped" with no worker, or held back by Redis's memory: HELD)."""
+    until = _still_eta(stats, waiting, still) or _eta(stats, waiting, run)
     lines = [
         f"{stats.spider} at {local_time(stats.now_ms)}: {stats.workers} live worker(s)",
         _row(
@@ -355,12 +355,13 @@ def _waiting(waiting: Waiting) -> list[str]:
     return lines
 
 
-def _still_eta(stats: CrawlStats, waiting: Waiting, paused: bool, stopped: bool) -> str:
-    """The ETA of a crawl that does not move: paused, or stopped with no worker ("" if it
-    moves). A QA run: a stopped crawl was given a countdown."""
-    if not (paused or stopped):
-        return ""
-    return f"none while {'paused' if paused else 'stopped'}: {eta(stats, waiting).left:,} left"
+HELD = "held back by Redis's memory"
+
+
+def _still_eta(stats: CrawlStats, waiting: Waiting, still: str) -> str:
+    """The ETA of a crawl that does not move: paused, stopped with no worker, or held back
+    by Redis's memory until it is freed ("" if it moves; each was given a countdown)."""
+    return f"none while {still}: {eta(stats, waiting).left:,} left" if still else ""
 
 
 def _found_eta(stats: CrawlStats, waiting: Waiting, run: RunState | None) -> Eta:

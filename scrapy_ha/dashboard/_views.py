@@ -148,7 +148,7 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
         "paused": (paused := bool(await client.exists(keys.paused))),
         "stopped_at": stop,  # (scrapy-ha stop; None once resumed)
         # Redis's memory above HA_REDIS_MEMORY_HIGH: the workers lease nothing new
-        "backpressure": bool(await client.exists(keys.pressure)),
+        "backpressure": (pressure := bool(await client.exists(keys.pressure))),
         "pages_per_s": round(speed(stats, begun, acked_before), 2),
         "pages_per_s_last_hour": [round(v, 3) for v in chart.series[0].values],
         "progress": {
@@ -163,8 +163,10 @@ async def summary(client: Any, keys: Keys, stats: CrawlStats) -> Summary:
             "last_due": waiting.last_due_ms,
         },
         "gates": gates,
-        # (none while nothing moves: paused, or stopped with no worker; a QA run)
-        "eta_s": None if done.seconds is None or paused or still else round(done.seconds),
+        # (none while nothing moves: paused, stopped with no worker, or held back by memory)
+        "eta_s": None
+        if done.seconds is None or paused or still or pressure
+        else round(done.seconds),
         "continuous": done.continuous,
         "now": stats.now_ms,
         # the item outbox (None: the crawl has none): the slowest sink's backlog
