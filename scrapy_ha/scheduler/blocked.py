@@ -9,8 +9,9 @@ they drained, and its other hosts' requests waited in Redis (docs/benchmarks.md,
 line": one host whose pages take 3 s, among 50 fast ones, cut the fast hosts' pages per
 second to 0.18 of their rate, one worker and no crawl-wide limits).
 
-So before each round, a host whose slot is full and of which the buffer holds half the
-target or more is *skipped*: the round's lease passes its queues over (they stay ready in
+So before each round, the hosts whose slots are full, once the buffer holds half the
+target or more of them together (three slow hosts each below half filled it before), are
+*skipped*: the round's lease passes its queues over (they stay ready in
 Redis, in their place, for the other workers and the rounds after: ``lua/lib/frontier.lua``).
 While Redis has other hosts' requests (the reply to a round that skipped the same hosts
 named a head), the skipped hosts' buffered requests past half the target, the last in line,
@@ -117,9 +118,12 @@ class Blocked:
             if not self._slot_free(request):  # its host, as the scripts name its back queue
                 by_host.setdefault(url_host(request.url), []).append(entry)
         self.skip = {}
+        # half the target held by such hosts together, not by one: three slow hosts each
+        # below half filled the buffer, and the others' requests waited in Redis
+        blocked = sum(len(entries) for entries in by_host.values()) >= half
         for host, entries in by_host.items():
             kept_skipped = others and host in self.sent  # (its requests may go back)
-            if kept_skipped or len(entries) >= half:
+            if kept_skipped or blocked:
                 self.skip[host] = -min(entries)[0]  # (an entry: minus its priority first)
                 if kept_skipped:
                     self._entries += entries
