@@ -249,8 +249,8 @@ async def reachable(client: Any, url: str) -> None:
         elif "+cluster" in url.partition("://")[0]:  # (its nodes down, or failing over)
             check = (
                 "are the cluster's nodes named there running? A replica taking over answers "
-                "within the cluster's cluster-node-timeout; a node that stopped is not asked "
-                "for the others."
+                "within the cluster's cluster-node-timeout; a node named there that does not "
+                "answer is passed over for one that does."
             )
             give = "the address of more of its nodes"
         raise RedisUnavailable(

@@ -29,6 +29,7 @@ __all__ = [
     "parse_nodes",
     "check_query",
     "check_timeout",
+    "own_class",
     "redis_params",
     "refused_arguments",
     "settings_url",
@@ -208,3 +209,19 @@ def refused_arguments() -> Iterator[None]:
         yield
     except TypeError as exc:
         raise RedisConfigError(f"{ARGUMENTS}: redis-py refused an argument ({exc})") from None
+
+
+def own_class(cls: Any, base: type) -> Any:
+    """The user's ``REDIS_PARAMS["redis_cls"]`` when it is a client of *base*'s kind (a
+    subclass of their own); else *base*: scrapy-redis's ``redis.Redis`` names the blocking
+    client, and the scheduler needs the asyncio one."""
+    if isinstance(cls, str):
+        from scrapy.utils.misc import load_object  # (not at import: scrapy_ha.config.bare)
+
+        try:
+            cls = load_object(cls)
+        except (ImportError, NameError, AttributeError, ValueError) as exc:
+            raise RedisConfigError(
+                f"REDIS_PARAMS['redis_cls']={cls!r} cannot be imported ({exc})"
+            ) from None
+    return cls if isinstance(cls, type) and issubclass(cls, base) else base

@@ -35,11 +35,13 @@ import redis.cluster
 import redis.sentinel
 
 from scrapy_ha.codec import mask_url
+from scrapy_ha.store.answering import answering_startup_nodes, ask_answering_nodes
 from scrapy_ha.store.asking import follow_asks
 from scrapy_ha.store.redis_params import (
     RedisConfigError,
     check_address,
     check_query,
+    own_class,
     parse_nodes,
     redis_params,
     refused_arguments,
@@ -286,8 +288,8 @@ def async_client(settings: BaseSettings, *, connect_timeout: float, **overrides:
         if target.mode == "sentinel":
             return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
         if target.mode == "cluster":
-            return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_node)
-        cls = _own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
+            return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_nodes)
+        cls = own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
         return cls.from_url(target.url, **params)
 
 
@@ -299,25 +301,9 @@ def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: 
         if target.mode == "sentinel":
             return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
         if target.mode == "cluster":
-            return _cluster_client(target, params, redis.RedisCluster, redis.cluster.ClusterNode)
-        cls = _own_class(params.pop("redis_cls", None), redis.Redis)
+            return _cluster_client(target, params, redis.RedisCluster, answering_startup_nodes)
+        cls = own_class(params.pop("redis_cls", None), redis.Redis)
         return cls.from_url(target.url, **params)
-
-
-def _own_class(cls: Any, base: type) -> Any:
-    """The user's ``REDIS_PARAMS["redis_cls"]`` when it is a client of *base*'s kind (a
-    subclass of their own); else *base*: scrapy-redis's ``redis.Redis`` names the blocking
-    client, and the scheduler needs the asyncio one."""
-    if isinstance(cls, str):
-        from scrapy.utils.misc import load_object  # (not at import: scrapy_ha.config.bare)
-
-        try:
-            cls = load_object(cls)
-        except (ImportError, NameError, AttributeError, ValueError) as exc:
-            raise RedisConfigError(
-                f"REDIS_PARAMS['redis_cls']={cls!r} cannot be imported ({exc})"
-            ) from None
-    return cls if isinstance(cls, type) and issubclass(cls, base) else base
 
 
 def _defaults(connect_timeout: float) -> dict[str, Any]:
@@ -338,17 +324,20 @@ def _auth(target: RedisTarget) -> dict[str, Any]:
     return auth
 
 
-def _async_node(host: str, port: int) -> Any:
-    return redis.asyncio.cluster.ClusterNode(host, port)
+def _async_nodes(nodes: tuple[tuple[str, int], ...], _kwargs: dict[str, Any]) -> list[Any]:
+    return [redis.asyncio.cluster.ClusterNode(host, port) for host, port in nodes]
 
 
-def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, node: Any) -> Any:
+def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, nodes: Any) -> Any:
+    """A cluster client; *nodes* makes its startup nodes from the target's and the
+    client's arguments (the blocking client's, those that answer: see .answering)."""
     kwargs = {k: v for k, v in params.items() if k not in _NOT_FOR_CLUSTER}
     kwargs.update(_auth(target))
     if target.tls:
         kwargs["ssl"] = True
-    nodes = [node(host, port) for host, port in target.nodes]
-    return follow_asks(cls(startup_nodes=nodes, **kwargs))
+    return ask_answering_nodes(
+        follow_asks(cls(startup_nodes=nodes(target.nodes, kwargs), **kwargs))
+    )
 
 
 #: redis-py arguments of how a certificate is checked: given in REDIS_PARAMS for the
