@@ -52,3 +52,16 @@ def test_proxy_settings_the_environment_cannot_give_are_named_at_start(caplog, m
     assert "hunter2" not in warned
     # given in settings too, the setting is read: nothing to say
     assert start_warnings(caplog, {"HA_PROXY_COOLDOWN": 30, "HA_PROXY_ALLOW_DIRECT": True}) == []
+
+
+def test_proxy_settings_in_the_environment_without_a_mode_are_not_named(caplog, monkeypatch):
+    """A crawl that uses no proxy (no HA_PROXY_MODE in settings or the environment) is
+    not told about the proxy settings a shell exported: they would do nothing anyway
+    (before, ``HA_PROXY_COOLDOWN=30`` in the environment of a crawl without proxies was
+    named in a WARNING at every start)."""
+    monkeypatch.delenv("HA_PROXY_MODE", raising=False)
+    monkeypatch.setenv("HA_PROXY_COOLDOWN", "30")
+    monkeypatch.setenv("HA_PROXY_MAX_FAILURES", "3")
+    assert start_warnings(caplog, {}) == []
+    (warned,) = start_warnings(caplog, {"HA_PROXY_MODE": "pool"})  # in a mode: named
+    assert warned.startswith("HA_PROXY_COOLDOWN, HA_PROXY_MAX_FAILURES in the environment do ")

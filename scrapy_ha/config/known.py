@@ -193,7 +193,7 @@ def unknown(settings: BaseSettings) -> list[str]:
             'SPIDER_MIDDLEWARES (the add-on adds it: ADDONS = {"scrapy_ha.Addon": 0})'
         )
     given = [name for name in PROXY_SETTINGS if settings.get(name) is not None]
-    if given and not (settings.get("HA_PROXY_MODE") or os.environ.get("HA_PROXY_MODE")):
+    if given and not _proxy_mode(settings):
         does = "does" if len(given) == 1 else "do"
         lines.append(
             f"{', '.join(given)} {does} nothing while HA_PROXY_MODE is not set: requests go "
@@ -255,8 +255,17 @@ def _environment_only(settings: BaseSettings) -> list[str]:
     ]
 
 
+def _proxy_mode(settings: BaseSettings) -> bool:
+    """Is a proxy mode set, in settings or in the environment?"""
+    return bool(settings.get("HA_PROXY_MODE") or os.environ.get("HA_PROXY_MODE"))
+
+
 def _settings_only(settings: BaseSettings) -> list[str]:
-    """Proxy settings given as environment variables alone, which nothing reads there."""
+    """Proxy settings given as environment variables alone, which nothing reads there;
+    only in a proxy mode (without one, no proxy setting is read: a crawl that uses no
+    proxy is not told about those a shell exported)."""
+    if not _proxy_mode(settings):
+        return []
     unread = [
         name
         for name in PROXY_SETTINGS
