@@ -96,11 +96,11 @@ async def test_shared_cooldowns_use_the_server_clock_and_are_pruned(redis_url, r
         key = scheduler.queue.keys.proxy_cooldowns
         server_ms = int(redis_client.time()[0] * 1000)
         redis_client.hset(key, mapping={"old:1": server_ms - 1000, "bad:2": "garbage"})
-        await mw._share_cooldown("new:3")
+        await mw.shared.share("new:3")
         stored = int(redis_client.hget(key, "new:3"))
         assert abs(stored - (server_ms + 60_000)) < 2000  # the server's clock
         assert 0 < redis_client.pttl(key) <= 60_000  # gone with its newest cool-down
-        cooling = await mw._shared_cooldowns()
+        cooling = await mw.shared.load()
         assert list(cooling) == ["new:3"] and 55 < cooling["new:3"] - time.time() <= 61
         assert set(redis_client.hgetall(key)) == {b"new:3"}  # expired and garbage pruned
     finally:

@@ -19,6 +19,9 @@
   request waits in Redis (or goes direct with ``HA_PROXY_ALLOW_DIRECT``) and the list is
   kept until its TTL is over.
 
+With ``HA_PROXY_ALLOW_DIRECT`` the tunnel proxy cools down too (on this worker) when it
+fails as a pool proxy would, and its requests go direct until the cool-down is over.
+
 Ban signals are the retry classification's: ``banned`` and ``rate_limited`` responses, and
 ``network`` errors through the proxy; a pool proxy's own 502 or 504 answers too (see
 :mod:`.proxy_gateway`). A 407 from the tunnel proxy is a configuration error: one
@@ -44,17 +47,17 @@ from scrapy_ha.config.middlewares import ProxyConfig
 from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.proxy_gateway import GatewayErrors
+from scrapy_ha.middlewares.proxy_shared import SharedCooldowns
 from scrapy_ha.middlewares.proxy_sources import (
     TIMEOUTS,
+    ProxyHealth,
     ProxyPool,
     TunnelProxy,
     cooling_key,
     proxy_id,
     tunnel_status,
 )
-from scrapy_ha.middlewares.registry import scheduler_for
 from scrapy_ha.store.hosts import url_host
-from scrapy_ha.store.state import ProxyCooldowns
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -98,15 +101,23 @@ class ProxyMiddleware:
         self.stats = crawler.stats
         self.tunnel = TunnelProxy(config) if config.mode == "tunnel" else None
         self.pool = ProxyPool(config, crawler.stats) if config.mode == "pool" else None
+        #: whose proxies cool down: the pool's; the tunnel's when its requests may go direct
+        self.health: ProxyHealth | None = self.pool
+        if self.tunnel is not None and config.allow_direct:
+            self.health = self.tunnel
+        self.shared = SharedCooldowns(crawler, config.cooldown)
         self._auth_failed = False
         self._warned_unavailable = False
         # hosts that met no usable proxy since the ERROR: only a proxy for one of them
         # (not one for another site, whose proxies no site banned) ends the run
         self._without_proxy: set[str] = set()
         self._refused: set[str] = set()  # pool proxies that answered 407
-        self._gateway = GatewayErrors(config.max_failures, lambda pid: self._stat(pid, "failures"))
+        self._gateway = GatewayErrors(
+            config.max_failures,
+            lambda pid: self._stat(pid, "failures"),
+            witness=not config.allow_direct,  # (else no proxy might ever be there to tell)
+        )
         self._warned_https = False
-        self._warned_redis = False
         self._stat_ids: set[str] = set()
 
     @classmethod
@@ -120,7 +131,7 @@ class ProxyMiddleware:
         if request.meta.get("dont_proxy"):
             return None
         try:
-            url = self.tunnel.url() if self.tunnel else await self._from_pool(request)
+            url = self._from_tunnel(request) if self.tunnel else await self._from_pool(request)
         except Exception as exc:  # never let a middleware's own failure end the request
             logger.warning(
                 "Could not choose a proxy for %s (%s): it waits %.0f s in the queue",
@@ -157,8 +168,8 @@ class ProxyMiddleware:
         self._drop_rotation_header(request)
         if response.status == PROXY_AUTH_REQUIRED and metakeys.PROXY in request.meta:
             return self._proxy_auth_failed(request, f"HTTP 407 from {request.meta[metakeys.PROXY]}")
-        if self.pool is not None and metakeys.PROXY in request.meta:
-            self._pool_answer(self.pool, request, response.status)
+        if self.health is not None and metakeys.PROXY in request.meta:
+            self._answer(self.health, request, response.status)
         try:
             fclass = self.retry_config.classify_response(response)
         except Exception:  # HA_BAN_CHECK raised: the retry middleware, next, judges the
@@ -168,12 +179,12 @@ class ProxyMiddleware:
             self._ban(request, fclass)
         return response
 
-    def _pool_answer(self, pool: ProxyPool, request: Request, status: int) -> None:
+    def _answer(self, health: ProxyHealth, request: Request, status: int) -> None:
         pid, host = request.meta[metakeys.PROXY], url_host(request.url)
-        pool.failures.pop(pid, None)  # "in a row": reset
+        health.failures.pop(pid, None)  # "in a row": reset
         self._refused.discard(pid)  # its 407 was passing
         if self._gateway.answer(pid, host, request.url, status):
-            self._rotate(request, pid, f"{status} answers of its own ({request.url})", host)
+            self._cool_down(pid, f"{status} answers of its own ({request.url})", host)
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
         self._drop_rotation_header(request)
@@ -187,7 +198,16 @@ class ProxyMiddleware:
 
     async def _from_pool(self, request: Request) -> str | None:
         assert self.pool is not None
-        return await self.pool.choose(self._shared_cooldowns, url_host(request.url))
+        return await self.pool.choose(self.shared.load, url_host(request.url))
+
+    def _from_tunnel(self, request: Request) -> str | None:
+        """The tunnel's URL; None while it cools down (HA_PROXY_ALLOW_DIRECT only)."""
+        assert self.tunnel is not None
+        if self.health is self.tunnel and self.tunnel.out(
+            self.tunnel.id, url_host(request.url), time.time()
+        ):
+            return None
+        return self.tunnel.url()
 
     def _rotation_header(self, request: Request) -> None:
         """After a ban, HA_PROXY_ROTATE_HEADER goes with the next plain-HTTP request (only
@@ -238,9 +258,11 @@ class ProxyMiddleware:
         """A network error through the proxy; *timed_out*: the site it timed out at."""
         pid = request.meta[metakeys.PROXY]
         self._stat(pid, "failures")
-        site = self.pool.failed(pid, timed_out) if self.pool is not None else ""
-        if site is not None:  # (a pool proxy: after HA_PROXY_MAX_FAILURES in a row)
-            self._rotate(request, pid, "timeouts" if site else "connection failures", site)
+        if self.tunnel is not None:
+            self._rotate(request, pid, "connection failures")  # a new exit, as ever
+        site = self.health.failed(pid, timed_out) if self.health is not None else None
+        if site is not None:  # after HA_PROXY_MAX_FAILURES in a row
+            self._cool_down(pid, "timeouts" if site else "connection failures", site)
 
     def _rotate(self, request: Request, pid: str, why: str, site: str = "") -> None:
         """Change the tunnel's exit; or cool pool proxy *pid* down, for *site* alone
@@ -252,23 +274,31 @@ class ProxyMiddleware:
                 self.stats.inc_value("ha/proxy/rotations")
                 logger.info("Rotating the tunnel proxy's exit after %s", why)
             return
-        assert self.pool is not None
-        if self.pool.cooling.get(cooling_key(pid, site), 0) > time.time():
+        self._cool_down(pid, why, site)
+
+    def _cool_down(self, pid: str, why: str, site: str) -> None:
+        """Take *pid* (a pool's proxy, or the tunnel with HA_PROXY_ALLOW_DIRECT) out of
+        rotation for *site* alone, else ("") for every site."""
+        health = self.health
+        assert health is not None
+        if health.cooling.get(cooling_key(pid, site), 0) > time.time():
             # already out: this answer was on its way when it was taken out (counted,
             # logged and shared once, not once per request it carried at the time)
             if not site:
-                self.pool.failures.pop(pid, None)  # back with no failure counted, as below
+                health.failures.pop(pid, None)  # back with no failure counted, as below
             return
-        self.pool.cool_down(pid, site)
+        health.cool_down(pid, site)
         self.stats.inc_value("ha/proxy/rotations")
         logger.info(
-            "Proxy %s out of rotation %s for %.0f s after %s",
+            "Proxy %s out of rotation %s for %.0f s after %s%s",
             pid,
             f"for {site}" if site else "for every site",
             self.config.cooldown,
             why,
+            ": its requests go direct meanwhile (HA_PROXY_ALLOW_DIRECT)" if self.tunnel else "",
         )
-        asyncio.ensure_future(self._share_cooldown(cooling_key(pid, site)))
+        if self.pool is not None:  # (the tunnel's is this worker's own)
+            asyncio.ensure_future(self.shared.share(cooling_key(pid, site)))
 
     def _no_proxy(self, request: Request) -> Request | None:
         if self.config.allow_direct:
@@ -346,51 +376,6 @@ class ProxyMiddleware:
         engine = self.crawler.engine
         if engine is not None:
             asyncio.ensure_future(engine.close_spider_async(reason="proxy_auth_failed"))
-
-    async def _shared_cooldowns(self) -> dict[str, float]:
-        """Other workers' cool-downs (until, on this worker's clock); expired ones are
-        deleted. Shared health is an optimisation: a Redis error leaves the local view."""
-        store, server_ms = self._cooldowns()
-        if store is None:
-            return {}
-        try:
-            cooling = await store.load(server_ms)
-        except Exception as exc:
-            self._redis_failed("read the shared proxy cool-downs", exc)
-            return {}
-        offset = time.time() - server_ms / 1000  # server -> local clock
-        return {pid: until / 1000 + offset for pid, until in cooling.items()}
-
-    async def _share_cooldown(self, pid: str) -> None:
-        """Tell the other workers (by the Redis server's clock: workers' clocks differ);
-        *pid* as :func:`cooling_key` writes it."""
-        store, server_ms = self._cooldowns()
-        if store is None:
-            return
-        try:
-            await store.mark(pid, server_ms, int(self.config.cooldown * 1000))
-        except Exception as exc:  # never fail a request for it
-            self._redis_failed(f"share the cool-down of {pid}", exc)
-
-    def _redis_failed(self, what: str, exc: Exception) -> None:
-        self.stats.inc_value("ha/proxy/redis_errors")
-        if not self._warned_redis:
-            self._warned_redis = True
-            logger.warning(
-                "Could not %s in Redis (%s): this worker goes on with its own view "
-                "of the proxies' health",
-                what,
-                exc,
-            )
-
-    def _cooldowns(self) -> tuple[ProxyCooldowns | None, int]:
-        """The crawl's shared cool-downs and the Redis server's clock (None without
-        scrapy-ha's scheduler)."""
-        scheduler = scheduler_for(self.crawler)
-        if scheduler is None or scheduler.queue is None:
-            return None, 0
-        store = ProxyCooldowns(scheduler.queue.client, scheduler.queue.keys)  # a reconnect
-        return store, scheduler.server_time_ms()  # makes a new client: read it each time
 
 
 def _wait(request: Request, delay: float, fclass: FailureClass, reason: str) -> Request:

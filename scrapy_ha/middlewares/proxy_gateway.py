@@ -11,6 +11,13 @@ page that keeps failing is the page's failure), while another proxy got an answe
 the site since the first of them that is no server error (the site is up). Inside an HTTPS
 request's CONNECT tunnel the proxy answers nothing but the CONNECT (a refusal is a
 ``TunnelError``, a connection failure): every status there is the site's own.
+
+With ``HA_PROXY_ALLOW_DIRECT`` no other proxy is needed to tell: a tunnel has none, and
+every proxy of a pool may be failing, so none would ever reach the site and the crawl
+would never go direct (each page was dead-lettered after its retries through the proxy).
+The row alone takes the proxy out for the site, whose requests go direct meanwhile: a site
+that answers 502 itself to a proxy's plain-HTTP requests is then tried directly (it is
+down, or its pages broken, either way: its pages are retried as before).
 """
 
 from __future__ import annotations
@@ -42,8 +49,12 @@ _V = TypeVar("_V")
 class GatewayErrors:
     """The gateway errors of each pool proxy, per site, in a row."""
 
-    def __init__(self, max_failures: int, counted: Callable[[str], object]) -> None:
+    def __init__(
+        self, max_failures: int, counted: Callable[[str], object], *, witness: bool = True
+    ) -> None:
         self.max_failures = max_failures
+        #: must another proxy have reached the site (no HA_PROXY_ALLOW_DIRECT)?
+        self.witness = witness
         self.counted = counted  # told of each answer counted as a failure of the proxy
         self._reached: dict[str, float] = {}  # host -> when a proxy last got its answer
         #: cooling_key(proxy, host) -> (gateway errors in a row, since when, the last URL)
@@ -64,7 +75,8 @@ class GatewayErrors:
             return False  # the same page again: its own failure, maybe
         count += 1
         self.counted(pid)
-        if count >= self.max_failures and self._reached.get(host, -1.0) >= since:
+        reached = not self.witness or self._reached.get(host, -1.0) >= since
+        if count >= self.max_failures and reached:
             self._runs.pop(key, None)
             return True
         _bounded(self._runs)[key] = (count, since, url)

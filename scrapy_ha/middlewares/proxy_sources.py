@@ -97,11 +97,56 @@ def valid_proxy(entry: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and bool(port)
 
 
-class TunnelProxy:
-    """One proxy URL; a ban puts a new session token in the user name."""
+class ProxyHealth:
+    """Proxies out of rotation (cooling down) and their failures in a row: a pool's, and
+    the tunnel's with ``HA_PROXY_ALLOW_DIRECT`` (its requests go direct meanwhile)."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
+        #: proxy id (out for every site), or "<proxy id> <host>" (a site banned it) ->
+        #: until (time.time()): see :func:`cooling_key`
+        self.cooling: dict[str, float] = {}
+        #: proxy id -> the site of each of its failures in a row ("" a failure of its own)
+        self.failures: dict[str, list[str]] = {}
+
+    def out(self, pid: str, host: str, now: float) -> bool:
+        """Is *pid* cooling down, for every site or for *host*'s?"""
+        cooling = self.cooling
+        return cooling.get(pid, 0) > now or cooling.get(cooling_key(pid, host), 0) > now
+
+    def failed(self, pid: str, site: str = "") -> str | None:
+        """Count a failure of *pid*: its own (a refused connection...), or with *site* a
+        timeout there, which a site that holds its answers back (a tarpit) causes through
+        every proxy. None until ``HA_PROXY_MAX_FAILURES`` in a row; then where to cool it
+        down: that site when each failure of the row timed out there, else every site ("")
+        (before, a site that timed out took each proxy from every site in turn)."""
+        sites = self.failures.setdefault(pid, [])
+        sites.append(site)
+        if len(sites) < self.config.max_failures:
+            return None
+        if site and set(sites) == {site}:
+            # the row goes on (an answer ends it): a timeout at another site next is the
+            # proxy's (before, it was cooled a site at a time while it hung for every one)
+            del sites[: -self.config.max_failures or len(sites)]
+            return site
+        del self.failures[pid]
+        return ""
+
+    def cool_down(self, pid: str, host: str = "") -> float:
+        """Take *pid* out of rotation for ``HA_PROXY_COOLDOWN``: for *host*'s site alone
+        (a site banned it), else for every site (it failed, or refused its credentials)."""
+        until = time.time() + self.config.cooldown
+        self.cooling[cooling_key(pid, host)] = until
+        if not host:  # back in rotation with no failure counted (see MAX_FAILURES)
+            self.failures.pop(pid, None)
+        return until
+
+
+class TunnelProxy(ProxyHealth):
+    """One proxy URL; a ban puts a new session token in the user name."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        super().__init__(config)
         parts = urlsplit(config.url)
         self.user = unquote(parts.username or "")
         self.password = unquote(parts.password or "")
@@ -110,6 +155,7 @@ class TunnelProxy:
         self.scheme = parts.scheme
         self.session = uuid.uuid4().hex[:SESSION_CHARS]
         self.rotate_next = False
+        self.id = proxy_id(config.url)  # as its attempts' meta key names it
 
     def url(self) -> str:
         user = self.user
@@ -128,7 +174,7 @@ class TunnelProxy:
         return True
 
 
-class ProxyPool:
+class ProxyPool(ProxyHealth):
     """Proxies from an extraction API, used in turn, with shared cool-downs.
 
     The list is fetched once per ``HA_PROXY_POOL_TTL``, by one fetch at a time, in the
@@ -140,7 +186,7 @@ class ProxyPool:
     """
 
     def __init__(self, config: ProxyConfig, stats: StatsCollector | None = None) -> None:
-        self.config = config
+        super().__init__(config)
         self.stats = stats
         self.api = PoolApi(config.pool_url)
         self.proxies: list[str] = []
@@ -149,11 +195,6 @@ class ProxyPool:
         self.error: str | None = None  # the last fetch's error (masked) while they fail
         self.failed_in_row = 0
         self.index = 0
-        #: proxy id (out for every site), or "<proxy id> <host>" (a site banned it) ->
-        #: until (time.time()): see :func:`cooling_key`
-        self.cooling: dict[str, float] = {}
-        #: proxy id -> the site of each of its failures in a row ("" a failure of its own)
-        self.failures: dict[str, list[str]] = {}
         self._fetching: asyncio.Future[None] | None = None
         self._warned_entries = False
 
@@ -178,14 +219,13 @@ class ProxyPool:
         self.failures = {pid: n for pid, n in self.failures.items() if pid in listed}
 
     def _next_healthy(self, host: str) -> str | None:
-        now, cooling = time.time(), self.cooling
+        now = time.time()
         for _ in range(len(self.proxies)):
             proxy = self.proxies[self.index % len(self.proxies)]
             self.index += 1
             # (and by its host:port alone, as workers of an earlier version name it)
-            if all(
-                cooling.get(pid, 0) <= now and cooling.get(cooling_key(pid, host), 0) <= now
-                for pid in {proxy_id(proxy, user=True), proxy_id(proxy)}
+            if not any(
+                self.out(pid, host, now) for pid in {proxy_id(proxy, user=True), proxy_id(proxy)}
             ):
                 return proxy
         return None
@@ -256,33 +296,6 @@ class ProxyPool:
     def _count(self, key: str, n: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value(key, n)
-
-    def failed(self, pid: str, site: str = "") -> str | None:
-        """Count a failure of *pid*: its own (a refused connection...), or with *site* a
-        timeout there, which a site that holds its answers back (a tarpit) causes through
-        every proxy. None until ``HA_PROXY_MAX_FAILURES`` in a row; then where to cool it
-        down: that site when each failure of the row timed out there, else every site ("")
-        (before, a site that timed out took each proxy from every site in turn)."""
-        sites = self.failures.setdefault(pid, [])
-        sites.append(site)
-        if len(sites) < self.config.max_failures:
-            return None
-        if site and set(sites) == {site}:
-            # the row goes on (an answer ends it): a timeout at another site next is the
-            # proxy's (before, it was cooled a site at a time while it hung for every one)
-            del sites[: -self.config.max_failures or len(sites)]
-            return site
-        del self.failures[pid]
-        return ""
-
-    def cool_down(self, pid: str, host: str = "") -> float:
-        """Take *pid* out of rotation for ``HA_PROXY_COOLDOWN``: for *host*'s site alone
-        (a site banned it), else for every site (it failed, or refused its credentials)."""
-        until = time.time() + self.config.cooldown
-        self.cooling[cooling_key(pid, host)] = until
-        if not host:  # back in rotation with no failure counted (see MAX_FAILURES)
-            self.failures.pop(pid, None)
-        return until
 
 
 def cooling_key(pid: str, host: str = "") -> str:
