@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -25,10 +26,11 @@ from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
-from scrapy_ha.store.shards import outside
+from scrapy_ha.store.shards import ShardedQueue, outside
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import AsyncGenerator
 
     from scrapy_ha.store.queue import RedisQueue
 
@@ -70,40 +72,88 @@ def _parse(entry_id: str, due: float, payload: bytes | None, held: bytes | None)
 async def entries(queue: RedisQueue) -> list[Delayed]:
     """Every delayed entry, soonest due first (of every shard of a sharded crawl, ids as the
     workers see them)."""
-    found: list[Delayed] = []
-    for i, shard in enumerate(shards_of(queue)):
-        found += [replace(d, id=outside(i, d.id)) for d in await _shard_entries(shard)]
-    return sorted(found, key=lambda d: d.due_ms)
+    return [d async for d in in_order(queue)]
 
 
-async def _shard_entries(queue: RedisQueue) -> list[Delayed]:
-    found: list[Delayed] = []
+async def in_order(queue: RedisQueue) -> AsyncGenerator[Delayed]:
+    """Every delayed entry, soonest due first, every shard's merged (ids as the workers see
+    them), read *BATCH* at a time per shard: a listing of the first few of a continuous
+    crawl's million revisits reads a batch, not the whole set."""
+    streams = [_outside(i, shard) for i, shard in enumerate(shards_of(queue))]
+    heads: dict[int, Delayed] = {}
+    try:
+        for i, stream in enumerate(streams):
+            if (first := await anext(stream, None)) is not None:
+                heads[i] = first
+        while heads:  # the soonest head next (the lower shard first, as a sort put them)
+            i = min(heads, key=lambda k: (heads[k].due_ms, k))
+            yield heads.pop(i)
+            if (following := await anext(streams[i], None)) is not None:
+                heads[i] = following
+    finally:
+        for stream in streams:
+            await stream.aclose()
+
+
+async def _outside(shard: int, queue: RedisQueue) -> AsyncGenerator[Delayed]:
+    async for d in _shard_entries(queue):
+        yield d if shard == 0 else replace(d, id=outside(shard, d.id))
+
+
+async def _shard_entries(queue: RedisQueue) -> AsyncGenerator[Delayed]:
     start = 0
     while True:
         rows = await queue.client.zrange(
             queue.keys.delayed, start, start + BATCH - 1, withscores=True
         )
         if not rows:
-            return found
+            return
         ids = [r[0].decode() if isinstance(r[0], bytes) else str(r[0]) for r in rows]
-        payloads = await read_payloads(queue.client, queue.keys, ids)
-        marks = await queue.client.hmget(queue.keys.held, ids)
-        found += [
-            _parse(i, score, p, m)
-            for (_, score), i, p, m in zip(rows, ids, payloads, marks, strict=True)
-        ]
+        for d in await _read(queue, ids, [score for _, score in rows]):
+            yield d
         start += len(rows)
+
+
+async def _read(queue: RedisQueue, ids: list[str], scores: list[float]) -> list[Delayed]:
+    """The delayed entries *ids* of one shard, due at *scores*."""
+    if not ids:
+        return []
+    payloads = await read_payloads(queue.client, queue.keys, ids)
+    marks = await queue.client.hmget(queue.keys.held, ids)
+    return [_parse(*row) for row in zip(ids, scores, payloads, marks, strict=True)]
+
+
+async def named(queue: RedisQueue, ids: list[str]) -> list[Delayed]:
+    """The delayed entries of *ids* (as the workers see them) still delayed, soonest due
+    first: read by id, whatever the size of the delayed set."""
+    by_shard: dict[int, list[str]] = {}
+    for entry_id in dict.fromkeys(ids):
+        shard, local = queue.route(entry_id) if isinstance(queue, ShardedQueue) else (0, entry_id)
+        by_shard.setdefault(shard, []).append(local)
+    found: list[Delayed] = []
+    shards = shards_of(queue)
+    for shard, local_ids in by_shard.items():
+        if shard >= len(shards):
+            continue
+        for start in range(0, len(local_ids), BATCH):
+            chunk = local_ids[start : start + BATCH]
+            scores = await shards[shard].client.zmscore(shards[shard].keys.delayed, chunk)
+            kept = [(i, s) for i, s in zip(chunk, scores, strict=True) if s is not None]
+            read = await _read(shards[shard], [i for i, _ in kept], [s for _, s in kept])
+            found += [d if shard == 0 else replace(d, id=outside(shard, d.id)) for d in read]
+    return sorted(found, key=lambda d: d.due_ms)
+
+
+def _wanted(d: Delayed, args: argparse.Namespace) -> bool:
+    """Whether *d* matches the filters given (--class, --domain)."""
+    return (args.failure_class is None or d.failure_class == args.failure_class) and (
+        args.domain is None or d.domain == args.domain
+    )
 
 
 def _matching(found: list[Delayed], args: argparse.Namespace) -> list[Delayed]:
     ids = set(getattr(args, "ids", None) or [])
-    chosen = [
-        d
-        for d in found
-        if (not ids or d.id in ids)
-        and (args.failure_class is None or d.failure_class == args.failure_class)
-        and (args.domain is None or d.domain == args.domain)
-    ]
+    chosen = [d for d in found if (not ids or d.id in ids) and _wanted(d, args)]
     if not chosen:
         say_unknown_class(args.failure_class)
     return chosen
@@ -111,23 +161,35 @@ def _matching(found: list[Delayed], args: argparse.Namespace) -> list[Delayed]:
 
 async def delayed_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Retries waiting for their time, soonest first: id, due (local time, and in how
-    long), failure class, attempts so far, URL."""
+    long), failure class, attempts so far, URL. Printed as they are read, a batch at a
+    time: ``--limit`` reads what it lists (and the entries its filters pass over)."""
     now = await server_ms(queue.client)
-    found = _matching(await entries(queue), args)
-    if args.limit is not None:
-        found = found[: args.limit]
-    if not found:
+    listed: Counter[str] = Counter()
+    async with aclosing(in_order(queue)) as found:
+        async for d in found:
+            if not _wanted(d, args):
+                continue
+            if not listed:
+                print(f"{'ID':>10}  {'DUE':<19} {'IN':>8}  {'CLASS':<12} {'TRIES':>5}  URL")
+            _print_row(d, now)
+            listed[_kind(d)] += 1
+            if listed.total() == args.limit:
+                break
+    if not listed:
+        say_unknown_class(args.failure_class)
         print(f"no delayed request of {queue.keys.spider}")
         return 0
-    print(f"{'ID':>10}  {'DUE':<19} {'IN':>8}  {'CLASS':<12} {'TRIES':>5}  URL")
-    for d in found:
-        wait = "due" if d.due_ms <= now else humanize((d.due_ms - now) / 1000)
-        print(
-            f"{d.id:>10}  {local_time(d.due_ms) or '-':<19} {wait:>8}  {d.failure_class:<12} "
-            f"{d.attempts:>5}  {mask_url(d.url)}"
-        )
-    print(f"{plural(len(found), 'delayed request', 'delayed requests')} listed ({kinds(found)})")
+    n = listed.total()
+    print(f"{plural(n, 'delayed request', 'delayed requests')} listed ({kinds(listed)})")
     return 0
+
+
+def _print_row(d: Delayed, now: int) -> None:
+    wait = "due" if d.due_ms <= now else humanize((d.due_ms - now) / 1000)
+    print(
+        f"{d.id:>10}  {local_time(d.due_ms) or '-':<19} {wait:>8}  {d.failure_class:<12} "
+        f"{d.attempts:>5}  {mask_url(d.url)}"
+    )
 
 
 #: How the listing's last line counts each kind of delayed request.
@@ -141,10 +203,13 @@ KINDS = {
 }
 
 
-def kinds(found: list[Delayed]) -> str:
-    """``3 retries, 2 revisits``: the listed requests by kind (a retry's class is its last
-    failure's; the others wait without an attempt)."""
-    counts = Counter(d.failure_class if d.failure_class in HELD_KINDS else "retry" for d in found)
+def _kind(d: Delayed) -> str:
+    """A retry's class is its last failure's; the others wait without an attempt."""
+    return d.failure_class if d.failure_class in HELD_KINDS else "retry"
+
+
+def kinds(counts: Counter[str]) -> str:
+    """``3 retries, 2 revisits``: the listed requests by kind (see :func:`_kind`)."""
     return ", ".join(plural(counts[k], *KINDS[k]) for k in KINDS if counts[k])
 
 
@@ -154,7 +219,10 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not (args.ids or args.all or args.failure_class or args.domain):
         print("name entry IDs, a filter (--class, --domain) or --all", file=sys.stderr)
         return 1
-    chosen = _matching(await entries(queue), args)
+    if args.ids and not (args.all or args.failure_class or args.domain):
+        chosen = _matching(await named(queue, args.ids), args)  # read by id, not the set
+    else:
+        chosen = _matching(await entries(queue), args)
     found = {d.id for d in chosen}
     missing = [i for i in dict.fromkeys(args.ids or []) if i not in found]
     say_missing("delayed request", missing, queue.keys.spider)

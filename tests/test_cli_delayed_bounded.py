@@ -1,0 +1,72 @@
+"""``scrapy-ha delayed list --limit N`` and ``retry-now ID`` on a large delayed set: they
+read what they show (a batch, or the ids named), not the whole set. A continuous crawl
+keeps every revisited URL there: with 100,000 of them, ``delayed list --limit 10`` read
+them all (2 s and 50 MB more here; 1 M: ten times that) to print ten lines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.cli.delayed import BATCH
+from tests.cli_seed import delayed, scrapy_ha
+from tests.test_shards import entry, lease_all, sharded
+
+if TYPE_CHECKING:
+    import redis
+
+HOUR = 3600_000
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_delayed_list_with_a_limit_reads_one_batch_of_a_large_set(redis_url, redis_client):
+    n = 3 * BATCH + 1
+    rows = [(f"http://a.example/{i}", HOUR + 1000 * i, "server") for i in range(n)]
+    rows[-1] = ("http://b.example/last", HOUR + 1000 * n, "network")
+    ids = delayed(redis_url, "books", rows)
+    redis_client.config_resetstat()
+    listed = scrapy_ha("delayed", "list", "books", "--limit", "3", "--redis-url", redis_url)
+    assert listed.returncode == 0, listed.stderr
+    out = listed.stdout.splitlines()
+    assert [line.split()[-1] for line in out[1:-1]] == [u for u, _, _ in rows[:3]]
+    assert out[-1] == "3 delayed requests listed (3 retries)"
+    assert _calls(redis_client, "zrange") == 1  # one batch read, of the 4 the set holds
+    # a filter reads on until the limit is met: the one match is the last entry
+    redis_client.config_resetstat()
+    only = scrapy_ha(
+        "delayed", "list", "books", "--class", "network", "--limit", "1", "--redis-url", redis_url
+    )
+    assert only.stdout.splitlines()[1].split()[-1] == "http://b.example/last"
+    assert _calls(redis_client, "zrange") == 4
+    # one id made due: read by its id, not the set
+    redis_client.config_resetstat()
+    cli = ("delayed", "retry-now", "books", ids[7], "--yes", "--redis-url", redis_url)
+    done = scrapy_ha(*cli)
+    assert done.stdout.startswith("made 1 of 1 delayed request of books due now"), done.stderr
+    assert _calls(redis_client, "zrange") == 0
+    assert redis_client.zcard("ha:{books}:delayed") == n
+    missing = scrapy_ha(
+        "delayed", "retry-now", "books", "999999", "--yes", "--redis-url", redis_url
+    )
+    assert missing.returncode == 1, missing.stderr
+    assert "no delayed request 999999 in books" in missing.stderr
+
+
+@deferred_f_from_coro_f
+async def test_delayed_entries_of_every_shard_come_merged_soonest_first(redis_url):
+    from scrapy_ha.cli.delayed import in_order
+
+    q = sharded(redis_url, shards=3)
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(30)])
+    leases = await lease_all(q)
+    for i, x in enumerate(leases):  # due times interleaved across the shards
+        assert await q.retry_later(x.id, x.token, HOUR + 997 * ((i * 7) % 30), x.payload, 0, "s")
+    listed = [d async for d in in_order(q)]
+    assert sorted(d.id for d in listed) == sorted(x.id for x in leases)
+    assert [d.due_ms for d in listed] == sorted(d.due_ms for d in listed)
+    assert len({q.route(d.id)[0] for d in listed}) == 3
+    await q.client.aclose()
