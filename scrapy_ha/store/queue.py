@@ -391,7 +391,7 @@ class RedisQueue:
         """Delete every key of the crawl, dead-letter queue and back queues included."""
         filters = await filter_keys(self.client, self.keys)
         await flush_crawl(self.client, self.keys)
-        await self.client.delete(*self.keys.crawl_keys(), *filters)
+        await self.client.unlink(*self.keys.crawl_keys(), *filters)
         await delete_buckets(self.client, None, self.keys, every=True)
 
 
