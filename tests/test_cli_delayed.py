@@ -89,3 +89,14 @@ def test_a_delayed_entry_due_at_0_keeps_the_listings_columns(redis_url, redis_cl
     row = out[1].split()
     assert row[:3] == [ids[1], "-", "due"] and row[3:5] == ["network", "2"]
     assert out[1].index("network") == out[2].index("server")  # the columns after it, aligned
+
+
+def test_counts_in_the_lines_are_written_as_status_writes_them(redis_url):
+    """``status`` said "delayed 1,200: 1200 retries": the count in words had no
+    thousands separator (every line that names a count in words: ``common.plural``)."""
+    rows = [(f"http://a.example/{n}", HOUR, "server") for n in range(1200)]
+    delayed(redis_url, "many", rows)
+    out = scrapy_ha("status", "many", "--redis-url", redis_url).stdout
+    assert re.search(r"delayed +1,200: 1,200 retries;", out), out
+    listed = scrapy_ha("delayed", "list", "many", "--redis-url", redis_url).stdout
+    assert listed.splitlines()[-1] == "1,200 delayed requests listed (1,200 retries)"

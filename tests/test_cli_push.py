@@ -192,7 +192,7 @@ def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_
     assert result.stdout == ""
     said = result.stderr.splitlines()[-1]
     assert said.startswith(
-        "error: pushed 500 of 1200 requests to pushed (500 added, 0 filtered), stdin lines 1 "
+        "error: pushed 500 of 1,200 requests to pushed (500 added, 0 filtered), stdin lines 1 "
         "to 500, before Redis failed: "
     ), said
     assert said.endswith(
@@ -233,9 +233,9 @@ def test_a_push_stopped_by_ctrl_c_says_what_was_pushed(redis_url, redis_client, 
     assert err.splitlines()[-1] == "interrupted", err
     said = next((line for line in err.splitlines() if line.startswith("interrupted: ")), err)
     assert said.startswith("interrupted: pushed "), err  # before: "interrupted" alone
-    pushed = int(said.split()[2])
+    pushed = int(said.split()[2].replace(",", ""))
     assert BATCH <= pushed < n, said
-    assert said.startswith(f"interrupted: pushed {pushed} of {n} requests to pushed ("), said
+    assert said.startswith(f"interrupted: pushed {pushed:,} of {n:,} requests to pushed ("), said
     assert f"stdin lines 1 to {pushed}, before Ctrl-C; stdin lines {pushed + 1} to {n}" in said
     queued = backqueues.count(redis_client, keys)
     assert pushed <= queued <= pushed + BATCH  # the batch under way: in, or in part

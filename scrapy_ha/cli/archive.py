@@ -100,6 +100,6 @@ def unarchived_kept(spider: str, n: int, dry_run: bool = False) -> str:
     they are not archived yet."""
     verb = "would keep" if dry_run else "kept"
     return (
-        f"{verb} {n} entr{'y' if n == 1 else 'ies'} not archived yet (an SQL archive is "
+        f"{verb} {n:,} entr{'y' if n == 1 else 'ies'} not archived yet (an SQL archive is "
         f"declared for {spider}): run `scrapy-ha dlq archive {spider}` first, then purge again"
     )

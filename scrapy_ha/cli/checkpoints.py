@@ -69,5 +69,5 @@ async def checkpoints_reset(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not verdict:  # a dry run: 0, or 1 with a task not found
         return int(bool(missing)) if verdict is None else 1
     n = await checkpoints.delete_all() if args.all else await checkpoints.delete(tasks)
-    print(f"reset {n} checkpoint{'' if n == 1 else 's'}")
+    print(f"reset {n:,} checkpoint{'' if n == 1 else 's'}")
     return 1 if missing else 0

@@ -134,5 +134,5 @@ def say_unknown_class(name: str | None) -> None:
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
-    """``1 entry``, ``3 entries``."""
-    return f"{n} {one if n == 1 else (many or one + 's')}"
+    """``1 entry``, ``3 entries``, ``3,000 entries`` (as ``status`` writes its figures)."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"

@@ -108,7 +108,7 @@ def _filtered(args: argparse.Namespace) -> bool:
 
 
 def _entries(n: int) -> str:
-    return f"{n} entr{'y' if n == 1 else 'ies'}"
+    return f"{n:,} entr{'y' if n == 1 else 'ies'}"
 
 
 async def dlq_show(queue: RedisQueue, args: argparse.Namespace) -> int:
@@ -233,5 +233,5 @@ async def _bulk(
     if not verdict:  # a dry run: 0, or 1 with an ID not found
         return int(bool(missing)) if verdict is None else 1
     n = await action([e.id for e in entries])
-    print(f"{done} {n} of {_entries(len(entries))}")
+    print(f"{done} {n:,} of {_entries(len(entries))}")
     return 1 if missing else 0

@@ -246,8 +246,8 @@ async def push(queue: RedisQueue, args: argparse.Namespace) -> int:
         print(f"{said}; {_not_pushed(entries, done)}", file=sys.stderr)
         raise
     print(
-        f"pushed {plural(len(entries), 'request')} to {queue.keys.spider}: {added} added, "
-        f"{len(entries) - added} filtered (seen before)"
+        f"pushed {plural(len(entries), 'request')} to {queue.keys.spider}: {added:,} added, "
+        f"{len(entries) - added:,} filtered (seen before)"
     )
     return 0
 
@@ -258,8 +258,8 @@ def _stopped(queue: RedisQueue, entries: list[tuple[Any, str]], done: int, added
     wheres = [where for _, where in entries]
     pushed = f"{_span(wheres[:done])}, " if done else ""
     return (
-        f"pushed {done} of {plural(len(wheres), 'request')} to {queue.keys.spider} "
-        f"({added} added, {done - added} filtered), {pushed}before"
+        f"pushed {done:,} of {plural(len(wheres), 'request')} to {queue.keys.spider} "
+        f"({added:,} added, {done - added:,} filtered), {pushed}before"
     )
 
 
