@@ -17,7 +17,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.codec import CodecError
-from scrapy_ha.codec.compact import WBITS, Dictionary, dictionary_id, expand, train
+from scrapy_ha.codec.compact import WBITS, Dictionary, dictionary_id, expand, tag, train
 from scrapy_ha.codec.document import MAX_PAYLOAD_BYTES
 from scrapy_ha.deadletters.dlq import DeadLetterQueue
 from scrapy_ha.keys import Keys
@@ -442,6 +442,45 @@ async def test_a_key_without_current_but_a_dictionary_of_this_version_is_no_earl
     await client.hset(keys.dictionaries, mapping={"current": "abc", "1": data})
     assert await garbage.load() is None and garbage.current_id is None
     await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_an_earlier_version_s_dictionary_compacts_into_frames_its_workers_read(redis_url):
+    """A rolling upgrade (a QA run): workers of a version of 2026-12-02 to 2026-12-05
+    stored the crawl's dictionary under id 1 with no ``current`` and read only frames of
+    ``\\x01``, the id, then raw deflate. This version's workers compacted with that
+    dictionary into tagged frames, which the earlier workers took for documents and set
+    aside as corrupt (47 requests of a 3-worker crawl upgraded one worker at a time, two
+    list pages among them: half the site never crawled). Their frames now are as the earlier
+    version's; a dictionary this version trains keeps its tag."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "earlier")
+    data = train(shop(n) for n in range(SAMPLES))
+    await client.hset(keys.dictionaries, "1", data)  # the earlier version's HSETNX of "1"
+    worker = Compactor()
+    await worker.settle(await _loaded(client, keys))
+    reader = Dictionaries(client, keys)
+    for n in range(SAMPLES, 2 * SAMPLES):
+        frame = worker.pending(shop(n))
+        assert frame[:2] == b"\x01\x01" and len(frame) < len(shop(n))
+        earlier = zlib.decompressobj(WBITS, data)  # how the earlier version reads a frame
+        assert earlier.decompress(frame[2:]) + earlier.flush() == shop(n)
+        await reader.ensure([frame])
+        assert reader.expand(frame) == shop(n)
+    await client.delete(keys.dictionaries)
+    trained = Compactor()
+    for n in range(SAMPLES):
+        trained.sample(shop(n))
+    await trained.settle(await _loaded(client, keys))
+    assert trained.dictionary is not None and trained.dictionary.id >= 2
+    assert trained.pending(shop(5))[:4] == bytes((2, trained.dictionary.id)) + tag(data)
+    await client.aclose()
+
+
+async def _loaded(client: Any, keys: Keys) -> Dictionaries:
+    dictionaries = Dictionaries(client, keys, worker=True)
+    await dictionaries.load()
+    return dictionaries
 
 
 @deferred_f_from_coro_f

@@ -11,7 +11,8 @@ its own gives another request, often as well-formed (a QA run: a crawl's diction
 deleted by hand, a worker trained another under the same id, and the workers crawled one
 another's requests as other URLs, silently). The tag makes that an error, but for one pair
 of dictionaries in 65,536. A frame of an
-earlier version, ``\\x01`` and the id then the data, has no tag and is read as it is.
+earlier version, ``\\x01`` and the id then the data, has no tag and is read as it is; one
+is written with an earlier version's dictionary, for its workers to read.
 Anything else is a plain document (``{...}``), as stored before, and read as it is: a
 crawl holds both forms.
 
@@ -67,15 +68,18 @@ SAMPLE_MAX_BYTES = 512
 
 
 class Dictionary:
-    """A crawl's dictionary (*data*) under its *id*: compacts requests into frames."""
+    """A crawl's dictionary (*data*) under its *id*: compacts requests into frames, tagged
+    unless *tagged* is False (frames of an earlier version, which its workers read)."""
 
-    def __init__(self, dict_id: int, data: bytes) -> None:
+    def __init__(self, dict_id: int, data: bytes, *, tagged: bool = True) -> None:
         if not 1 <= dict_id <= 255:
             raise ValueError(f"a dictionary id is 1 to 255, not {dict_id}")
         self.id = dict_id
         self.data = data
         self.tag = tag(data)
-        self._head = bytes((FRAME, dict_id)) + self.tag
+        self._head = (
+            bytes((FRAME, dict_id)) + self.tag if tagged else bytes((UNTAGGED_FRAME, dict_id))
+        )
         self._primed = zlib.compressobj(
             LEVEL, zlib.DEFLATED, WBITS, MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY, data
         )

@@ -19,7 +19,9 @@ trains one meanwhile stores it under another id (it cannot tell which id the los
 had until a worker met requests compacted with it: one in 254 lands on it), so the requests
 compacted with the lost one are read again once it is back. A frame carries a tag of its
 dictionary (:mod:`scrapy_ha.codec.compact`): read with another, it is refused, never read
-as another request; a worker whose dictionary's id holds another goes by the key's.
+as another request; a worker whose dictionary's id holds another goes by the key's. (But
+an earlier version's dictionary, id 1: its frames carry no tag, so that the workers of that
+version, which read no others, read them during a rolling upgrade.)
 """
 
 from __future__ import annotations
@@ -139,10 +141,14 @@ class Dictionaries:
         return self.current_id is not None and self.current_id in self.known
 
     def current(self) -> Dictionary | None:
-        """The dictionary new requests are compacted with (None: none is known yet)."""
+        """The dictionary new requests are compacted with (None: none is known yet). That of
+        an earlier version's key (:data:`DICTIONARY_ID`) compacts into untagged frames: its
+        workers, still crawling during a rolling upgrade, read no others."""
         dict_id = self.current_id
         data = None if dict_id is None else self.known.get(dict_id)
-        return None if data is None else Dictionary(dict_id, data)  # type: ignore[arg-type]
+        if data is None:
+            return None
+        return Dictionary(dict_id, data, tagged=dict_id != DICTIONARY_ID)  # type: ignore[arg-type]
 
     async def ensure(self, payloads: Iterable[bytes]) -> None:
         """Read the dictionaries *payloads* were compacted with, those not known yet (a call
