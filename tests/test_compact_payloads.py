@@ -477,6 +477,28 @@ async def test_an_earlier_version_s_dictionary_compacts_into_frames_its_workers_
     await client.aclose()
 
 
+@deferred_f_from_coro_f
+async def test_a_worker_that_trains_after_an_earlier_version_published_adopts_its_dictionary(
+    redis_url,
+):
+    """A crawl started by workers of two versions (nodes upgraded, others not yet): an
+    earlier version's worker published the dictionary (id 1, no ``current``) after this
+    version's worker had read the key; once it had seen enough requests this one published
+    its own as ``current``, into tagged frames the earlier workers set aside as corrupt."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    keys = Keys("ha", "both")
+    worker, dictionaries = Compactor(), await _loaded(client, keys)  # nothing there yet
+    earlier = train(shop(10_000 + n) for n in range(SAMPLES))
+    await client.hset(keys.dictionaries, "1", earlier)  # the earlier version's HSETNX of "1"
+    for n in range(SAMPLES):
+        worker.sample(shop(n))
+    await worker.settle(dictionaries)
+    assert worker.dictionary is not None and worker.dictionary.data == earlier
+    assert worker.pending(shop(5))[:2] == b"\x01\x01"
+    assert await client.hkeys(keys.dictionaries) == [b"1"]
+    await client.aclose()
+
+
 async def _loaded(client: Any, keys: Keys) -> Dictionaries:
     dictionaries = Dictionaries(client, keys, worker=True)
     await dictionaries.load()
