@@ -13,10 +13,15 @@ import signal
 from typing import TYPE_CHECKING
 
 import pytest
+from redis.cluster import ClusterNode
 from scrapy.settings import Settings
 
 from scrapy_ha.store.answering import answering_startup_nodes
-from scrapy_ha.store.connection import check_reachable, redis_from_settings
+from scrapy_ha.store.connection import (
+    check_reachable,
+    redis_from_settings,
+    sync_redis_from_settings,
+)
 from tests import redis_servers
 from tests.cli_seed import _run, scrapy_ha
 
@@ -70,7 +75,8 @@ def test_a_hung_startup_node_is_passed_over(cluster, hung):
 def test_the_blocking_client_is_given_a_node_that_answers(cluster, hung):
     live = cluster.nodes[0].port
     kwargs = {"socket_connect_timeout": 3.0, "socket_timeout": 15.0}
-    for nodes in ([("127.0.0.1", hung.port), ("127.0.0.1", live)],) * 2:
+    nodes = [ClusterNode("127.0.0.1", hung.port), ClusterNode("127.0.0.1", live)]
+    for _ in range(2):
         assert [n.port for n in answering_startup_nodes(nodes, kwargs)] == [live]
         nodes.reverse()
 
@@ -85,3 +91,25 @@ def test_a_command_passes_over_a_hung_node(cluster, hung):
         done = scrapy_ha("status", "hung", "--json", "--redis-url", url)
         assert done.returncode == 0, done.stderr
         assert '"pending": 1' in done.stdout, done.stdout
+
+
+@pytest.fixture
+def not_of_the_cluster(tmp_path: Path) -> Iterator[redis_servers.Server]:
+    """A redis-server that answers PING and not the layout (cluster mode off: as a node
+    just restarted without its cluster config would)."""
+    server = redis_servers.start(tmp_path / "other")
+    yield server
+    server.kill()
+
+
+def test_a_node_that_answers_ping_and_not_the_lookup_is_passed_over(cluster, not_of_the_cluster):
+    """The first to answer PING is asked the layout; when its lookup fails, every node is
+    asked in turn, as before (a review: one that answered PING first failed the lookup)."""
+    url = _url(not_of_the_cluster, cluster)
+    assert _run(_lookups(url)) == []
+    for _ in range(LOOKUPS // 2):  # the blocking client, made as the exporter makes it
+        client = sync_redis_from_settings(Settings({"REDIS_URL": url}), connect_timeout=3)
+        try:
+            assert client.ping()
+        finally:
+            client.close()

@@ -12,13 +12,16 @@ after its replica had taken over, and a worker's start attempt too. The asyncio 
 a share of the connect timeout (as the sentinels are asked: ``url._sentinel_client``), and
 its lookup asks those that answered by the time the first did; the blocking client
 (:func:`answering_startup_nodes`) is given the first node that answers (a thread each).
-When none answers, every node is asked as before, and redis-py's error says what they
-did. The lookup then learns every node of the cluster from the node it asked.
+When none answers, or the lookup of those that did fails (a node that answers PING and
+not the lookup: just restarted, cut off from the others, not of a cluster), every node is
+asked in turn, as before, and redis-py's error says what they did. The lookup learns
+every node of the cluster from the node it asked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
@@ -26,7 +29,7 @@ import redis
 import redis.asyncio.cluster
 import redis.cluster
 
-__all__ = ["ask_answering_nodes", "answering_startup_nodes"]
+__all__ = ["answering_startup_nodes", "ask_answering_nodes", "blocking_cluster"]
 
 #: Errors of a node that does not answer (or not in time); any other error is an answer.
 _SILENT = (
@@ -68,6 +71,9 @@ def _initialize(base: type) -> Any:
         self.startup_nodes = {name: node for name, node in every.items() if name not in silent}
         try:
             found = await known(self, *args, **kwargs)
+        except Exception:  # (a node that answers PING, not the lookup: one just restarted,
+            self.startup_nodes = every  # or cut off from the others): every one, in turn
+            return await known(self, *args, **kwargs)
         except BaseException:
             self.startup_nodes = every
             raise
@@ -138,23 +144,35 @@ async def _answers(host: str, port: int, kwargs: dict[str, Any], share: float) -
     return True
 
 
-def answering_startup_nodes(nodes: list[tuple[str, int]], kwargs: dict[str, Any]) -> list[Any]:
-    """The blocking client's startup nodes (*nodes*, its connection *kwargs*): the first
-    that answers a PING within a share of the connect timeout, all asked at once (a thread
-    each), or every one when none does. (The blocking client looks the layout up as it is
-    made; its later lookups, after a failover, ask the nodes that lookup found.)"""
+def blocking_cluster(cls: Any, nodes: tuple[tuple[str, int], ...], kwargs: dict[str, Any]) -> Any:
+    """A blocking cluster client of *cls* (its connection *kwargs*), made with the startup
+    node of *nodes* that answered a PING first (:func:`answering_startup_nodes`); with
+    every one, in turn, if that one's lookup failed (it answers PING, not the lookup: just
+    restarted, or cut off from the others) or the client keeps its startup nodes
+    (``dynamic_startup_nodes=False``)."""
     node: Any = redis.cluster.ClusterNode  # (untyped in redis-py)
-    made = [node(host, port) for host, port in nodes]
+    every = [node(host, port) for host, port in nodes]
+    if kwargs.get("dynamic_startup_nodes", True):
+        with contextlib.suppress(redis.exceptions.RedisClusterException):
+            return cls(startup_nodes=answering_startup_nodes(every, kwargs), **kwargs)
+    return cls(startup_nodes=every, **kwargs)
+
+
+def answering_startup_nodes(nodes: list[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """Of *nodes* (a blocking client's, its connection *kwargs*), the first that answers
+    a PING within a share of the connect timeout, all asked at once (a thread each), or
+    every one when none does. (The blocking client looks the layout up as it is made; its
+    later lookups, after a failover, ask the nodes that lookup found.)"""
     if len(nodes) < 2:
-        return made
-    share = _share(dict.fromkeys(map(str, nodes)), kwargs)
-    pool = ThreadPoolExecutor(len(made), thread_name_prefix="scrapy-ha-cluster-ping")
-    asked = {pool.submit(_answers_now, n.host, n.port, kwargs, share): n for n in made}
+        return nodes
+    share = _share(dict.fromkeys(n.name for n in nodes), kwargs)
+    pool = ThreadPoolExecutor(len(nodes), thread_name_prefix="scrapy-ha-cluster-ping")
+    asked = {pool.submit(_answers_now, n.host, n.port, kwargs, share): n for n in nodes}
     try:  # (a node that hangs: its thread ends within its share, not waited for here)
         answering = next((asked[f] for f in as_completed(asked) if f.result()), None)
     finally:
         pool.shutdown(wait=False)
-    return made if answering is None else [answering]
+    return nodes if answering is None else [answering]
 
 
 def _answers_now(host: str, port: int, kwargs: dict[str, Any], share: float) -> bool:

@@ -35,7 +35,7 @@ import redis.cluster
 import redis.sentinel
 
 from scrapy_ha.codec import mask_url
-from scrapy_ha.store.answering import answering_startup_nodes, ask_answering_nodes
+from scrapy_ha.store.answering import ask_answering_nodes, blocking_cluster
 from scrapy_ha.store.asking import follow_asks
 from scrapy_ha.store.redis_params import (
     RedisConfigError,
@@ -288,7 +288,7 @@ def async_client(settings: BaseSettings, *, connect_timeout: float, **overrides:
         if target.mode == "sentinel":
             return _sentinel_client(target, params, redis.asyncio.sentinel.Sentinel, _AsyncPrimary)
         if target.mode == "cluster":
-            return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_nodes)
+            return _cluster_client(target, params, redis.asyncio.RedisCluster, _async_cluster)
         cls = own_class(params.pop("redis_cls", None), redis.asyncio.Redis)
         return cls.from_url(target.url, **params)
 
@@ -301,7 +301,7 @@ def sync_client(settings: BaseSettings, *, connect_timeout: float, **overrides: 
         if target.mode == "sentinel":
             return _sentinel_client(target, params, redis.sentinel.Sentinel, _SyncPrimary)
         if target.mode == "cluster":
-            return _cluster_client(target, params, redis.RedisCluster, answering_startup_nodes)
+            return _cluster_client(target, params, redis.RedisCluster, blocking_cluster)
         cls = own_class(params.pop("redis_cls", None), redis.Redis)
         return cls.from_url(target.url, **params)
 
@@ -324,20 +324,18 @@ def _auth(target: RedisTarget) -> dict[str, Any]:
     return auth
 
 
-def _async_nodes(nodes: tuple[tuple[str, int], ...], _kwargs: dict[str, Any]) -> list[Any]:
-    return [redis.asyncio.cluster.ClusterNode(host, port) for host, port in nodes]
+def _async_cluster(cls: Any, nodes: tuple[tuple[str, int], ...], kwargs: dict[str, Any]) -> Any:
+    return cls(startup_nodes=[redis.asyncio.cluster.ClusterNode(*n) for n in nodes], **kwargs)
 
 
-def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, nodes: Any) -> Any:
-    """A cluster client; *nodes* makes its startup nodes from the target's and the
-    client's arguments (the blocking client's, those that answer: see .answering)."""
+def _cluster_client(target: RedisTarget, params: dict[str, Any], cls: Any, make: Any) -> Any:
+    """A cluster client of *cls*, made by *make* from the startup nodes and the client's
+    arguments (the blocking client's of nodes that answer: see .answering)."""
     kwargs = {k: v for k, v in params.items() if k not in _NOT_FOR_CLUSTER}
     kwargs.update(_auth(target))
     if target.tls:
         kwargs["ssl"] = True
-    return ask_answering_nodes(
-        follow_asks(cls(startup_nodes=nodes(target.nodes, kwargs), **kwargs))
-    )
+    return ask_answering_nodes(follow_asks(make(cls, target.nodes, kwargs)))
 
 
 #: redis-py arguments of how a certificate is checked: given in REDIS_PARAMS for the
