@@ -6,10 +6,13 @@ went direct, and every page was dead-lettered after its retries through that pro
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.middlewares.proxy import ProxyMiddleware
 from tests.spiders import FaultSpider
 from tests.test_proxy import pool_crawler, settings
 
@@ -107,3 +110,23 @@ async def test_a_sites_own_502_over_https_keeps_the_tunnel(redis_url, site_facto
     stats = crawler.stats.get_stats()
     assert stats[f"ha/proxy/127.0.0.1:{proxy.port}/requests"] == 9  # every attempt
     assert "ha/proxy/direct" not in stats and "ha/proxy/rotations" not in stats
+
+
+@pytest.mark.parametrize("mode", ["tunnel", "pool"])
+def test_going_direct_is_said_at_start(mode, caplog):
+    """The setting did nothing in tunnel mode before: a crawl that kept it from an earlier
+    configuration now sends requests from this machine's address while the proxy fails,
+    and its log says so once, at start (a review)."""
+    where = {"HA_PROXY_URL": "http://u:secret@127.0.0.1:9"}
+    if mode == "pool":
+        where = {"HA_PROXY_POOL_URL": "http://127.0.0.1:9/list"}
+    crawler = get_crawler(
+        FaultSpider, {"HA_PROXY_MODE": mode, "HA_PROXY_ALLOW_DIRECT": True, **where}
+    )
+    crawler.stats.open_spider()
+    with caplog.at_level(logging.INFO, logger="scrapy_ha.middlewares.proxy"):
+        ProxyMiddleware.from_crawler(crawler)
+    said = [r.getMessage() for r in caplog.records if "HA_PROXY_ALLOW_DIRECT" in r.getMessage()]
+    assert len(said) == 1, caplog.text
+    assert "direct, from this machine's own address" in said[0]
+    assert "secret" not in caplog.text

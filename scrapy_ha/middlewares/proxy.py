@@ -119,6 +119,15 @@ class ProxyMiddleware:
         )
         self._warned_https = False
         self._stat_ids: set[str] = set()
+        if config.allow_direct:
+            logger.info(
+                "HA_PROXY_ALLOW_DIRECT: while %s out of rotation (%d failures in a row, or "
+                "its own 502/504 answers), requests go direct, from this machine's own "
+                "address, for HA_PROXY_COOLDOWN (%g s)",
+                "the tunnel proxy is" if self.tunnel else "every proxy of the pool is",
+                config.max_failures,
+                config.cooldown,
+            )
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
