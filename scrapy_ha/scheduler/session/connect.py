@@ -1,14 +1,13 @@
 """Opening a crawl's queue in Redis: connect, check the server, flush when asked, and say
 what this worker joins (and, once its start requests are in, how many the crawl had seen
 already). A setting refused here fails before anything is written. A Redis that does not
-answer yet is waited for (:class:`StartWait`), as a running worker waits for it."""
+answer yet is waited for (:class:`~scrapy_ha.store.start_wait.StartWait`), as a running
+worker waits for it."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import redis
 import scrapy
@@ -24,14 +23,11 @@ from scrapy_ha.spiders import RedisSpiderMixin
 from scrapy_ha.store.bloom import first_layer_room
 from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import (
-    CHECK_REDIS,
     REDIS_DOWN_ERRORS,
-    RedisDown,
     RedisUnavailable,
     check_reachable,
-    down_reason,
-    jittered,
     redis_from_settings,
+    start_error,
 )
 from scrapy_ha.store.health import warn_once
 from scrapy_ha.store.join import join_crawl, leave_crawl
@@ -45,8 +41,6 @@ from scrapy_ha.store.sharding import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -55,68 +49,23 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.outbox import Outbox
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.runs import Run
+    from scrapy_ha.store.start_wait import StartWait
     from scrapy_ha.store.wire import Counts, NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-#: First wait between two attempts to reach Redis at start; it doubles up to
-#: HA_RECONNECT_MAX_DELAY, as a running worker's does.
-FIRST_RETRY_DELAY = 0.25
+#: Errors that mean the worker could not reach, or use, its Redis at start.
+START_FAILURES = (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError)
 
 
-class StartWait:
-    """Waits for Redis at start as a running worker does: a step that meets a Redis that
-    does not answer (refused, timed out, loading its data, a cluster electing a primary)
-    is tried again after a wait that doubles from 0.25 s up to ``HA_RECONNECT_MAX_DELAY``
-    (drawn between half and the whole of it), with a WARNING each time, until
-    ``HA_START_TIMEOUT`` has passed since the worker began to connect; then
-    :class:`RedisUnavailable` says so. Each attempt is bounded by ``HA_CONNECT_TIMEOUT``
-    (so the last may end that much later). Refused credentials, and a server certificate
-    refused for a reason waiting does not mend, are not tried again."""
-
-    def __init__(self, config: SchedulerConfig, redis_url: str) -> None:
-        self.config = config
-        self.redis_url = redis_url
-        self.started = time.monotonic()
-        self.attempts = 0
-        self._delay = 0.0
-
-    async def run(self, step: Callable[[], Awaitable[T]]) -> T:
-        """*step*'s result, once Redis answered it."""
-        while True:
-            self.attempts += 1
-            try:
-                return await step()
-            except redis.exceptions.AuthenticationError:
-                raise
-            except (RedisDown, *REDIS_DOWN_ERRORS) as exc:
-                reason = exc.reason if isinstance(exc, RedisDown) else None
-                await self._wait(reason or down_reason(exc, self.redis_url))
-
-    async def _wait(self, reason: str) -> None:
-        cfg = self.config
-        left = self.started + cfg.start_timeout - time.monotonic()
-        if left <= 0:
-            raise RedisUnavailable(
-                f"scrapy-ha cannot reach Redis at {self.redis_url} within "
-                f"HA_START_TIMEOUT={cfg.start_timeout:g}s ({self.attempts} attempt(s) of "
-                f"HA_CONNECT_TIMEOUT={cfg.connect_timeout:g}s at most; the last: {reason}). "
-                f"{CHECK_REDIS}"
-            )
-        self._delay = min(cfg.reconnect_max_delay, max(FIRST_RETRY_DELAY, self._delay * 2))
-        wait = min(jittered(self._delay), left)
-        logger.warning(
-            "Redis at %s unreachable at start (%s); attempt %d, trying again in %.2f s "
-            "(HA_START_TIMEOUT=%gs, %.1f s left)",
-            self.redis_url,
-            reason,
-            self.attempts,
-            wait,
-            cfg.start_timeout,
-            left,
-        )
-        await asyncio.sleep(wait)
+def start_failure(exc: Exception, redis_url: str) -> str:
+    """Why the worker cannot start (an error of :data:`START_FAILURES`, a setting refused,
+    or a ``REDIS_URL`` redis-py cannot parse), as its one ERROR line."""
+    if isinstance(exc, START_FAILURES):
+        return start_error(exc, redis_url)
+    if isinstance(exc, ConfigError):
+        return f"scrapy-ha cannot start: {exc}"
+    return f"scrapy-ha cannot start: {exc} (check REDIS_URL)"
 
 
 async def _reachable_client(

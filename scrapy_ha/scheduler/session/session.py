@@ -22,12 +22,13 @@ from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.remote import Remote
 from scrapy_ha.scheduler.session.closing import CloseClock, let_go, not_handed_back, wind_up
 from scrapy_ha.scheduler.session.connect import (
+    START_FAILURES,
     StartReport,
-    StartWait,
     join_run,
     joined,
     log_connected,
     open_queue,
+    start_failure,
 )
 from scrapy_ha.scheduler.session.control import (
     TASK_RESTART_WINDOW,
@@ -41,19 +42,19 @@ from scrapy_ha.scheduler.session.pressure import Pressure
 from scrapy_ha.scheduler.session.refusal import Refusal
 from scrapy_ha.scheduler.session.renewal import Renewals
 from scrapy_ha.scheduler.session.start_urls import StartUrls
+from scrapy_ha.scheduler.session.stop_at_start import StopAtStart
 from scrapy_ha.scheduler.session.sync import Syncer
 from scrapy_ha.store.asking import outage
 from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
-    RedisUnavailable,
     display_url,
     error_text,
     jittered,
     server_version,
-    start_error,
 )
 from scrapy_ha.store.sharding import dupefilter_figures
+from scrapy_ha.store.start_wait import StartWait
 from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import ChildrenLost
 
@@ -108,6 +109,7 @@ class Session:
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
         self.refusal = Refusal(shell.crawler, shell.handout, shell.outbox)  # settings refused
+        self.halt = StopAtStart()  # (made in the crawl's task: see its docstring)
         self.syncer = Syncer(
             shell,
             ends=self.ends,
@@ -141,16 +143,14 @@ class Session:
     # -- open and close --------------------------------------------------------------
 
     async def open(self, spider: Spider) -> bool:
-        """Connect to Redis; False (the reason logged in one ERROR line) if it cannot."""
+        """Connect to Redis; False (the reason logged in one ERROR line) if it cannot, or
+        if a stop came first (:mod:`.stop_at_start`)."""
         try:
-            await self._connect(spider)
+            with self.halt.watching(self.redis_url):
+                await self._connect(spider)
             return True
-        except (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError) as exc:
-            logger.error("%s", start_error(exc, self.redis_url))
-        except ConfigError as exc:
-            logger.error("scrapy-ha cannot start: %s", exc)
-        except ValueError as exc:  # a REDIS_URL redis-py cannot parse
-            logger.error("scrapy-ha cannot start: %s (check REDIS_URL)", exc)
+        except (*START_FAILURES, ValueError) as exc:  # (ValueError: ConfigError, a bad URL)
+            logger.error("%s", start_failure(exc, self.redis_url))
         return False
 
     async def _connect(self, spider: Spider) -> None:
@@ -161,7 +161,7 @@ class Session:
         if job and not self.config.worker_id_given:
             self.shell.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
-        wait = StartWait(cfg, self.redis_url)  # Redis may be starting, or failing over
+        wait = StartWait(cfg, self.redis_url, self.halt)  # Redis may be starting, or failing over
         queue, info = await open_queue(self.crawler, cfg, spider, wait, sender=self.outbox.nonce)
         self.queue = self.ends.queue = queue
         self.outbox.retained.enabled = queue.numbers_children
