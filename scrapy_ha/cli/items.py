@@ -11,7 +11,8 @@ you like. Declare every sink before the crawl (``--declare`` creates its group a
 entry leaves the stream once every group has it, so a group created later misses what was
 trimmed before. It runs until Ctrl-C or SIGTERM (the batch under way is finished; a second
 one gives it up: it is delivered again), or with ``--exit-idle`` once the crawl has ended and
-every item is in the sink.
+every item is in the sink. Started while its Redis is not reachable, it waits for it as a
+worker does (:mod:`.items_start`).
 """
 
 from __future__ import annotations

@@ -72,8 +72,9 @@ def items_command(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a setting for the pipelines of --to pipelines, over the project's (repeat for "
-        "several), as `scrapy crawl -s` takes it",
+        help="a setting over the project's (repeat for several), as `scrapy crawl -s` takes "
+        "it: for the pipelines of --to pipelines, or HA_START_TIMEOUT (how long the consumer "
+        "waits for Redis at start)",
     )
     item_actions(parser)
     parser.add_argument(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.exceptions
 
+from scrapy_ha.cli.items_start import StoppedWaiting, consumes, wait_for_redis
 from scrapy_ha.cli.options import REDIS_URL_ENV
 from scrapy_ha.cli.project import settings_only, worker_view
 from scrapy_ha.codec.log_masking import install_log_masking, masked_output
@@ -40,6 +41,7 @@ from scrapy_ha.store.bloom import BloomMetaError
 from scrapy_ha.store.claims import claim_kind, crawl_dupefilter, dupefilter_kind
 from scrapy_ha.store.connection import (
     REDIS_DOWN_ERRORS,
+    RedisDown,
     RedisUnavailable,
     display_url,
     redis_from_settings,
@@ -86,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
         except (RedisUnavailable, RedisConfigError, ConfigError, CrawlUnreadable) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except StoppedWaiting as exc:  # (the item consumer's wait for Redis)
+            print(f"interrupted by {exc}", file=sys.stderr)
+            return exc.code
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -129,18 +134,8 @@ async def _run(args: argparse.Namespace) -> int:
     prefix = args.prefix or key_prefix(config)
     url = display_url(config)
     args.where = url  # (the dashboard names it when Redis goes away)
+    client = await _reached(args, config, url)
     try:
-        # (the dashboard and `watch` keep it for hours: across a restart of Redis)
-        client = long_lived(redis_from_settings(config, connect_timeout=DEFAULT_CONNECT_TIMEOUT))
-    except RedisConfigError:
-        raise  # names the URL and the fix already
-    except ValueError as exc:  # redis-py cannot parse the URL
-        raise ConfigError(
-            f"bad Redis URL {url}: {exc} (give --redis-url or {REDIS_URL_ENV} as "
-            f"redis://[:password@]host:port/db)"
-        ) from None
-    try:
-        await reachable(client, url)
         try:
             return await _on_crawl(client, prefix, args, config, url)
         except redis.exceptions.NoPermissionError as exc:  # (a QA run: a traceback)
@@ -193,6 +188,38 @@ async def _on_crawl(
         raise await explain(client, prefix, args.spider, exc) from None
 
 
+async def _reached(args: argparse.Namespace, config: BaseSettings, url: str) -> Any:
+    """A client of the Redis at *url* that answered; the item consumer waits for it
+    (:mod:`.items_start`), every other command fails at once."""
+    reach = functools.partial(_client_reached, config, url)
+    if consumes(args):
+        return await wait_for_redis(config, url, reach)
+    return await reach(DEFAULT_CONNECT_TIMEOUT)
+
+
+async def _client_reached(config: BaseSettings, url: str, timeout: float) -> Any:
+    """A new client of the Redis at *url* that answered PING within *timeout* (a client
+    per attempt: a Sentinel or cluster client that failed at its first command starts
+    afresh), or :func:`reachable`'s error (:class:`RedisDown` while it may come back)."""
+    try:
+        # (the dashboard and `watch` keep it for hours: across a restart of Redis)
+        client = long_lived(redis_from_settings(config, connect_timeout=timeout))
+    except RedisConfigError:
+        raise  # names the URL and the fix already
+    except ValueError as exc:  # redis-py cannot parse the URL
+        raise ConfigError(
+            f"bad Redis URL {url}: {exc} (give --redis-url or {REDIS_URL_ENV} as "
+            f"redis://[:password@]host:port/db)"
+        ) from None
+    try:
+        await reachable(client, url, timeout)
+    except BaseException:
+        with contextlib.suppress(*REDIS_DOWN_ERRORS):
+            await client.aclose()
+        raise
+    return client
+
+
 def _unreadable(exc: Exception) -> bool:
     return isinstance(exc, BloomMetaError) or "WRONGTYPE" in str(exc)
 
@@ -223,10 +250,11 @@ OPERATOR_FIX = (
 )
 
 
-async def reachable(client: Any, url: str) -> None:
-    """PING Redis, or a RedisUnavailable that says what to do, phrased for a shell."""
+async def reachable(client: Any, url: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> None:
+    """PING Redis, or a RedisUnavailable that says what to do, phrased for a shell
+    (:class:`RedisDown` when it did not answer: it may, later)."""
     try:
-        async with asyncio.timeout(DEFAULT_CONNECT_TIMEOUT):
+        async with asyncio.timeout(timeout):
             await client.ping()
     except redis.exceptions.AuthenticationError as exc:
         raise RedisUnavailable(
@@ -253,10 +281,11 @@ async def reachable(client: Any, url: str) -> None:
                 "answer is passed over for one that does."
             )
             give = "the address of more of its nodes"
-        raise RedisUnavailable(
-            f"cannot reach Redis at {url} within {DEFAULT_CONNECT_TIMEOUT:g} s "
-            f"({_sentence(exc, url)}{tls_hint(exc, url)}): {check} Give {give} with "
-            f"--redis-url or ${REDIS_URL_ENV}"
+        reason = f"{_sentence(exc, url)}{tls_hint(exc, url)}"
+        raise RedisDown(
+            f"cannot reach Redis at {url} within {timeout:g} s ({reason}): {check} Give "
+            f"{give} with --redis-url or ${REDIS_URL_ENV}",
+            reason,
         ) from None
     except redis.exceptions.NoPermissionError as exc:  # the ACL denies the user SELECT or PING
         raise RedisUnavailable(
