@@ -48,9 +48,17 @@ class CloseClock:
 
     def __init__(self, close_timeout: float) -> None:
         self.close_timeout = close_timeout
+        self._said = f"HA_CLOSE_TIMEOUT={close_timeout:g}s"
         self._progress_at = 0.0
         self._closing_at: float | None = None
         self._verdicts_due: asyncio.TimerHandle | None = None
+
+    def hurry(self, close_timeout: float) -> None:
+        """A stop came before the crawl started (nothing leased yet): the close waits for
+        Redis *close_timeout* seconds at most."""
+        if close_timeout < self.close_timeout:
+            self.close_timeout = close_timeout
+            self._said = f"{close_timeout:g} s (stopped before the crawl started)"
 
     def progress(self) -> None:
         """A round ended well (or the session started)."""
@@ -82,7 +90,7 @@ class CloseClock:
 
     def silence(self) -> str:
         """Why the hand-back was given up when its budget ran out."""
-        return f"Redis made no progress for HA_CLOSE_TIMEOUT={self.close_timeout:g}s"
+        return f"Redis made no progress for {self._said}"
 
 
 def not_handed_back(held: int, redis_url: str, why: str, config: SchedulerConfig) -> None:

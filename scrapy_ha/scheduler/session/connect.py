@@ -39,6 +39,7 @@ from scrapy_ha.store.sharding import (
     shard_setting,
     shards_of,
 )
+from scrapy_ha.store.start_wait import StartWait
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -49,13 +50,19 @@ if TYPE_CHECKING:
     from scrapy_ha.scheduler.outbox import Outbox
     from scrapy_ha.store.queue import RedisQueue
     from scrapy_ha.store.runs import Run
-    from scrapy_ha.store.start_wait import StartWait
+    from scrapy_ha.store.start_wait import Halt
     from scrapy_ha.store.wire import Counts, NewEntry, SyncResult
 
 logger = logging.getLogger(__name__)
 
 #: Errors that mean the worker could not reach, or use, its Redis at start.
 START_FAILURES = (RedisUnavailable, *REDIS_DOWN_ERRORS, redis.exceptions.RedisError)
+
+
+def start_wait(config: SchedulerConfig, redis_url: str, halt: Halt) -> StartWait:
+    """The worker's wait for Redis at start; its WARNINGs on this module's logger, where
+    they always were."""
+    return StartWait(config, redis_url, halt, log=logger)
 
 
 def start_failure(exc: Exception, redis_url: str) -> str:

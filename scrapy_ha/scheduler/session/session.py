@@ -29,6 +29,7 @@ from scrapy_ha.scheduler.session.connect import (
     log_connected,
     open_queue,
     start_failure,
+    start_wait,
 )
 from scrapy_ha.scheduler.session.control import (
     TASK_RESTART_WINDOW,
@@ -54,7 +55,6 @@ from scrapy_ha.store.connection import (
     server_version,
 )
 from scrapy_ha.store.sharding import dupefilter_figures
-from scrapy_ha.store.start_wait import StartWait
 from scrapy_ha.store.state import set_domain_limits
 from scrapy_ha.store.wire import ChildrenLost
 
@@ -109,7 +109,7 @@ class Session:
         self.start_urls = StartUrls(shell.crawler, shell.admission, feed_mode=shell.config.feed)
         self.starts = StartReport(shell.crawler, shell.outbox)
         self.refusal = Refusal(shell.crawler, shell.handout, shell.outbox)  # settings refused
-        self.halt = StopAtStart()  # (made in the crawl's task: see its docstring)
+        self.halt = StopAtStart(shell.crawler, self.clock)  # (made in the crawl's task)
         self.syncer = Syncer(
             shell,
             ends=self.ends,
@@ -161,7 +161,7 @@ class Session:
         if job and not self.config.worker_id_given:
             self.shell.config = replace(self.config, worker_id=default_worker_id(job))
         cfg = self.config
-        wait = StartWait(cfg, self.redis_url, self.halt)  # Redis may be starting, or failing over
+        wait = start_wait(cfg, self.redis_url, self.halt)  # Redis may be starting, or failing over
         queue, info = await open_queue(self.crawler, cfg, spider, wait, sender=self.outbox.nonce)
         self.queue = self.ends.queue = queue
         self.outbox.retained.enabled = queue.numbers_children

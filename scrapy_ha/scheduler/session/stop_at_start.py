@@ -1,89 +1,221 @@
-"""A worker stopped while it opens (Ctrl-C, SIGTERM, scrapyd's cancel) ends as a crawl that
-could not start: one ERROR line naming the Redis it never reached (or the open it left),
-the finish reason ``ha_start_failed``, and ``scrapy crawl`` exits with 1.
+"""A worker stopped while it opens (Ctrl-C, SIGTERM, scrapyd's cancel) closes the crawl
+before it exits, as one stopped while it crawls does: stopped before its start at Redis
+was done it logs one ERROR naming the Redis (password masked), closes as
+``ha_start_failed`` and ``scrapy crawl`` exits with 1; stopped once the scheduler had
+opened but before the engine ran (a slow ``spider_opened`` handler or pipeline), the
+spider is closed as ``shutdown`` and hands back what it registered in Redis.
 
-Why: Scrapy stops its reactor at once when the engine is not running yet (a crawler
-still in ``open_spider``: ``Crawler.stop_async`` has nothing to stop), abandoning the
-crawl where it was: a worker stopped in its start wait for Redis logged nothing after
-"Received SIGINT" and exited with 0, as if it had crawled. So while the scheduler opens,
-a "before shutdown" trigger of the reactor (:class:`StopAtStart`) cuts the wait short and
-holds the shutdown until the crawl has closed as refused (at most
-:data:`STOP_CLOSE_TIMEOUT`), which is what makes Scrapy count the crawl as failed.
+Why: Scrapy stops its reactor at once when the engine is not running yet
+(``Crawler.stop_async`` has nothing to stop), abandoning the crawl where it was: a worker
+stopped in its start wait logged nothing after "Received SIGINT" and exited with 0, as if
+it had crawled; without a reactor (``TWISTED_REACTOR_ENABLED = False``) the stop was not
+seen at all. So from the scheduler's open until the engine runs (:class:`StopAtStart`):
+
+- every stop of the crawler (``Crawler.stop_async``, with or without a reactor) cuts the
+  start short (:class:`~scrapy_ha.store.start_wait.StartWait`: a wait at once, a step on
+  a Redis that answered after its grace), and the close that follows waits for Redis
+  :data:`STOPPED_CLOSE_TIMEOUT` seconds at most;
+- a "before shutdown" trigger of the reactor holds its shutdown until the crawl has closed
+  (the engine's close has ended in its task, and the crawl's task too), which is what makes
+  Scrapy count it: with ``AsyncCrawlerProcess`` and with the Deferred-based
+  ``CrawlerProcess`` (``FORCE_CRAWLER_PROCESS``) alike. The hold ends after
+  :data:`STOP_CLOSE_TIMEOUT` seconds, or at once on a second Ctrl-C or SIGTERM; then an
+  ERROR says the crawl did not close, and what it wrote in Redis is left as a killed
+  worker leaves it (its heartbeat expires, its leases are reclaimed);
+- a stop that came before the engine runs stops the engine as it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from twisted.internet.defer import Deferred
 
+from scrapy_ha.scheduler import engine
 from scrapy_ha.store.start_wait import Halt, StoppedAtStart
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["STOP_CLOSE_TIMEOUT", "StopAtStart"]
+    from scrapy.crawler import Crawler
 
-#: Seconds the reactor's shutdown waits for a crawl stopped at start to close as refused:
-#: nothing was sent to Redis, so that close takes milliseconds; the bound keeps a close
-#: that hangs from holding the shutdown (a second Ctrl-C cannot end it once it began).
+    from scrapy_ha.scheduler.session.closing import CloseClock
+
+__all__ = ["STOPPED_CLOSE_TIMEOUT", "STOP_CLOSE_TIMEOUT", "StopAtStart"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the reactor's shutdown waits for a crawl stopped at start to close: its steps
+#: get STOP_STEP_GRACE (2 s), its close STOPPED_CLOSE_TIMEOUT and 1 s of teardown, which
+#: leaves room on a loaded machine; past it the crawl is left as a killed worker's.
 STOP_CLOSE_TIMEOUT = 10.0
+#: Seconds the close of a crawl stopped at start waits for Redis (``HA_CLOSE_TIMEOUT``
+#: when lower): nothing was leased yet, and a Redis that answers takes milliseconds.
+STOPPED_CLOSE_TIMEOUT = 3.0
+#: The signals whose second coming ends the hold (Scrapy's "forcing unclean shutdown").
+SECOND_STOP = (signal.SIGINT, signal.SIGTERM)
 
 
 class StopAtStart(Halt):
-    """A :class:`~scrapy_ha.store.start_wait.Halt` the reactor's shutdown sets while the
-    scheduler opens (:meth:`watching`). Make it in the crawl's task (Scrapy builds the
-    scheduler there, in ``open_spider``): its end is what the shutdown waits for."""
+    """A :class:`~scrapy_ha.store.start_wait.Halt` every stop of *crawler* sets while the
+    scheduler opens (:meth:`watching`); *clock*: the close's, hurried by a stop. Make it
+    in the crawl's task (Scrapy builds the scheduler there, in ``open_spider``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, crawler: Crawler, clock: CloseClock) -> None:
         super().__init__()
+        self.crawler, self.clock = crawler, clock
         try:
             self.crawl: asyncio.Task[Any] | None = asyncio.current_task()
         except RuntimeError:  # built outside an event loop (a test): nothing to wait for
             self.crawl = None
+        self.redis_url = ""
+        self._trigger: Any = None  # the reactor's "before shutdown" trigger, until it fired
+        self._fired = False
+        self._closing_task: asyncio.Task[Any] | None = None
+        self._closed = False  # the engine's close has ended (in its task)
+        self._hold: Deferred[None] | None = None
+        self._expiry: Any = None
+        self._handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (ours, the one before)
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.clock.hurry(STOPPED_CLOSE_TIMEOUT)
+        super().stop()
 
     @contextlib.contextmanager
     def watching(self, redis_url: str) -> Iterator[None]:
-        """While the scheduler opens, a stop cuts its start wait short; an open that a stop
-        came during and that went on (Redis had answered) is refused when it ends
+        """While the scheduler opens, a stop cuts its start short; an open that a stop came
+        during and that went on all the same is refused when it ends
         (:class:`StoppedAtStart`)."""
-        # never imported here: with TWISTED_REACTOR_ENABLED=False there is none, and the
-        # import would install one
-        reactor: Any = sys.modules.get("twisted.internet.reactor")
-        trigger = None
-        if reactor is not None:
-            trigger = reactor.addSystemEventTrigger("before", "shutdown", self._shutting_down)
+        self.redis_url = redis_url
+        self._hook()
+        crawler, before = self.crawler, vars(self.crawler).get("stop_async")
+        stop_async = crawler.stop_async
+
+        async def stopping() -> None:
+            self.stop()
+            await stop_async()
+
+        crawler.stop_async = stopping  # type: ignore[method-assign]
         try:
             yield
         finally:
-            if trigger is not None:
-                reactor.removeSystemEventTrigger(trigger)
+            if vars(crawler).get("stop_async") is stopping:
+                if before is None:
+                    del crawler.stop_async
+                else:
+                    crawler.stop_async = before  # type: ignore[method-assign]
         if self.stopped:
             raise StoppedAtStart(
                 f"stopped while it opened the crawl at Redis at {redis_url}: the crawl did not "
                 "start"
             )
 
+    def _hook(self) -> None:
+        if self._trigger is not None or self._fired:
+            return
+        # never imported here: with TWISTED_REACTOR_ENABLED=False there is none, and the
+        # import would install one
+        reactor: Any = sys.modules.get("twisted.internet.reactor")
+        if reactor is not None:
+            self._trigger = reactor.addSystemEventTrigger("before", "shutdown", self._shutting_down)
+        engine.on_closing(self.crawler, self._closing)
+        self.crawler.signals.connect(self._engine_started, signal=signals.engine_started)
+
+    async def _engine_started(self) -> None:
+        """From now on Scrapy's own stop stops the engine; a stop that came while the spider
+        opened stops it now (as it starts), which closes the spider."""
+        self._end_watch()
+        if self.stopped or not self.crawler.crawling:
+            running = self.crawler.engine
+            if running is not None:
+                await running.stop_async()
+
+    def _end_watch(self) -> None:
+        """Remove the reactor's trigger, unless it fired (removing one that fired is
+        deprecated in Twisted, and the shutdown under way needs it)."""
+        trigger, self._trigger = self._trigger, None
+        if trigger is not None and not self._fired:
+            sys.modules["twisted.internet.reactor"].removeSystemEventTrigger(trigger)
+
+    def _closing(self) -> None:
+        """The engine began to close the spider: the task it runs in ends once it closed
+        (and, with the Deferred-based ``CrawlerProcess``, once Scrapy counted the crawl)."""
+        if self._closing_task is not None or self._closed:
+            return
+        self._closing_task = asyncio.current_task()
+        if self._closing_task is None:
+            self._on_closed()
+        else:
+            self._closing_task.add_done_callback(self._on_closed)
+
+    def _on_closed(self, *_: object) -> None:
+        self._closed = True
+        self._end_watch()
+        self._release_if_over()
+
+    def _over(self) -> bool:
+        return self._closed and (self.crawl is None or self.crawl.done())
+
     def _shutting_down(self) -> Deferred[None] | None:
-        """The reactor shuts down (Scrapy's first Ctrl-C or SIGTERM): stop the start, and
-        hold the shutdown until the crawl's task has ended (its refusal closed it)."""
+        """The reactor shuts down (Scrapy's first Ctrl-C or SIGTERM, or a stop from
+        elsewhere): stop the start, and hold the shutdown until the crawl has closed."""
+        self._fired = True
         self.stop()
-        crawl = self.crawl
-        if crawl is None or crawl.done():
+        if self.crawl is None or self._over():
             return None
-        closed: Deferred[None] = Deferred()
-        timer: Any = None
+        self._hold = Deferred()
+        if not self.crawl.done():
+            self.crawl.add_done_callback(self._release_if_over)
+        reactor: Any = sys.modules["twisted.internet.reactor"]
+        within = f"within {STOP_CLOSE_TIMEOUT:g} s of the stop"
+        self._expiry = reactor.callLater(STOP_CLOSE_TIMEOUT, self._give_up, within)
+        self._second_stop(reactor)
+        return self._hold
 
-        def end(*_: object) -> None:
-            if timer is not None and timer.active():
-                timer.cancel()
-            if not closed.called:
-                closed.callback(None)
+    def _second_stop(self, reactor: Any) -> None:
+        """A second Ctrl-C or SIGTERM ends the hold at once (Scrapy's own handler, run as
+        well, cannot: the reactor is already stopping)."""
+        for sig in SECOND_STOP:
+            before = signal.getsignal(sig)
 
-        # (after Scrapy's own done callback, added first, which counts the crawl as failed)
-        crawl.add_done_callback(end)
-        timer = sys.modules["twisted.internet.reactor"].callLater(STOP_CLOSE_TIMEOUT, end)
-        return closed
+            def again(signum: int, frame: Any, before: Any = before) -> None:
+                reactor.callFromThread(self._give_up, "before a second stop came")
+                if callable(before):
+                    before(signum, frame)
+
+            with contextlib.suppress(ValueError):  # not the main thread: no signals here
+                signal.signal(sig, again)
+                self._handlers[sig] = (again, before)
+
+    def _give_up(self, when: str) -> None:
+        if self._hold is None or self._hold.called:
+            return
+        logger.error(
+            "scrapy-ha was stopped at start and the crawl at Redis at %s did not close %s: "
+            "Scrapy stops without it; what this worker wrote there is left as a killed "
+            "worker leaves it (its heartbeat expires, other workers reclaim its leases)",
+            self.redis_url,
+            when,
+        )
+        self._release()
+
+    def _release_if_over(self, *_: object) -> None:
+        if self._over():
+            self._release()
+
+    def _release(self) -> None:
+        if self._expiry is not None and self._expiry.active():
+            self._expiry.cancel()
+        for sig, (ours, before) in self._handlers.items():
+            if signal.getsignal(sig) is ours:  # (Scrapy's second stop replaced it)
+                signal.signal(sig, before)
+        self._handlers.clear()
+        if self._hold is not None and not self._hold.called:
+            self._hold.callback(None)
