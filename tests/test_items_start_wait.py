@@ -6,15 +6,23 @@ again. The commands that run once still fail at once."""
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis.asyncio
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
 
+from scrapy_ha.cli.items_start import wait_for_redis
+from scrapy_ha.cli.runner import _client_reached
+from scrapy_ha.config.start_wait import StartWaitConfig
 from scrapy_ha.demo.harness import free_port, wait_for
+from scrapy_ha.store.start_wait import Halt, StartWait
 from tests import redis_servers
 from tests.test_crash import wait_for_log
 from tests.test_items_sink_kills import fill
@@ -115,3 +123,40 @@ def test_a_one_shot_items_action_still_fails_at_once(tmp_path: Path, action: str
     assert once.wait(timeout=60) == 2, log.read_text()
     text = log.read_text()
     assert WAITING not in text and f"error: cannot reach Redis at {url} within 5 s" in text
+
+
+@deferred_f_from_coro_f
+async def test_the_consumers_wait_puts_back_the_clis_own_ctrl_c_handler(redis_url: str) -> None:
+    """The wait's handlers were removed with ``loop.remove_signal_handler``, which puts
+    Python's default SIGINT handler back, not the CLI's (which makes Ctrl-C interrupt a
+    command where it runs: ``cmdline._interrupt_where_it_runs``)."""
+
+    def clis_own(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, clis_own)
+    config = Settings({"REDIS_URL": redis_url})
+    try:
+        reach = functools.partial(_client_reached, config, redis_url)
+        client = await wait_for_redis(config, redis_url, reach)
+        await client.aclose()
+        assert signal.getsignal(signal.SIGINT) is clis_own
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@deferred_f_from_coro_f
+async def test_a_stop_as_redis_first_answers_does_not_say_redis_went_away(redis_url: str) -> None:
+    """A stop that lands as the first attempt succeeds (the consumer then closes its client
+    and says why): it said "to answer again (it had answered, then went away ...)"."""
+    halt = Halt()
+    wait = StartWait(StartWaitConfig(), redis_url, halt)
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await wait.run(client.ping)
+        halt.stop()
+        message = str(wait.stopped())
+    finally:
+        await client.aclose()
+    assert "went away" not in message and "again" not in message, message
+    assert f"Redis at {redis_url}" in message and "after Redis answered" in message

@@ -64,6 +64,8 @@ async def wait_for_redis(
     limits = StartWaitConfig.from_settings(settings)
     halt, stops = Halt(), list[int]()
     loop = asyncio.get_running_loop()
+    # (the CLI's own SIGINT handler, which remove_signal_handler would not put back)
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, _stop, halt, stops, sig)
     try:
@@ -78,8 +80,10 @@ async def wait_for_redis(
         name = signal.Signals(stops[0]).name
         raise StoppedWaiting(f"{name}: {exc}; nothing was consumed", 128 + stops[0]) from None
     finally:
-        for sig in STOP_SIGNALS:
+        for sig, handler in before.items():
             loop.remove_signal_handler(sig)
+            if handler is not None:  # (None: one set from outside Python)
+                signal.signal(sig, handler)
 
 
 def _stop(halt: Halt, stops: list[int], sig: int) -> None:
