@@ -184,6 +184,8 @@ class StopAtStart(Halt):
         well, cannot: the reactor is already stopping)."""
         for sig in SECOND_STOP:
             before = signal.getsignal(sig)
+            if before is None:  # (a handler set from outside Python: left alone)
+                continue
 
             def again(signum: int, frame: Any, before: Any = before) -> None:
                 reactor.callFromThread(self._give_up, "before a second stop came")
