@@ -122,13 +122,13 @@ def sync(url: str, spider: str, lease: int) -> Any:
     return _run(_sync(url, spider, lease))
 
 
-async def _renew(url: str, spider: str, worker: str, pairs: list[Any], rate: float) -> None:
+async def _renew(url: str, spider: str, worker: str, pairs: list[Any], rate: float | None) -> None:
     client = redis.asyncio.Redis.from_url(url)
     queue = RedisQueue(client, Keys("ha", spider))
     await queue.renew(pairs, worker=worker, lease_ms=600_000, heartbeat_ms=600_000, rate=rate)
     await client.aclose()
 
 
-def renew(url: str, spider: str, worker: str, pairs: list[Any], rate: float) -> None:
+def renew(url: str, spider: str, worker: str, pairs: list[Any], rate: float | None) -> None:
     """A worker's lease renewal (heartbeat and stats) as its keeper makes it."""
     _run(_renew(url, spider, worker, pairs, rate))

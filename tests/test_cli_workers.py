@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import signal
 import socket
+from types import SimpleNamespace
 
 import pytest
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.demo import harness
+from scrapy_ha.scheduler.session.renewal import Renewals
 from tests.cli_seed import renew, scrapy_ha
 from tests.test_crash import wait_for_items, worker
 
@@ -178,3 +182,43 @@ def test_a_scrapyd_job_id_with_colons_keeps_the_host_pid_and_job_apart(redis_url
     assert (row["host"], row["pid"], row["job"]) == (host, 4242, "nightly:r2:a")
     (line,) = scrapy_ha("workers", "books", "--redis-url", redis_url).stdout.splitlines()[1:2]
     assert line.split()[:3] == [host, "4242", "nightly:r2:a"], line
+
+
+def test_a_worker_whose_rate_is_not_measured_yet_shows_a_dash_not_zero(redis_url):
+    """A QA run: a worker that had crawled for 8 s showed ``PAGES/S 0`` beside another one at
+    8 pages/s, as if it were stuck. Its rate is measured between two renewals, so a worker
+    publishes none before that, and the command shows ``-`` until it has one."""
+    renew(redis_url, "books", "host-a:4242:x1", [("1", "t-1")], rate=None)
+    (row,) = json.loads(scrapy_ha("workers", "books", "--json", "--redis-url", redis_url).stdout)
+    assert row["pages_per_s"] is None
+    table = scrapy_ha("workers", "books", "--redis-url", redis_url).stdout.splitlines()
+    assert table[1].split()[-2:] == ["-", "host-a:4242:x1"]
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_publishes_its_rate_only_once_it_measured_one():
+    """The first renewal (at connect) has no earlier one to measure the rate from: it
+    publishes none; the next one, a renewal interval later, publishes what it measured."""
+    config = SimpleNamespace(worker_id="w", lease_time=30, heartbeat_ttl=30, renew_interval=0)
+    queue = _RatesSeen()
+    state = Renewals(Settings(), lambda: config, held=tuple, on_lost=lambda lost: None)
+    await state.renew(queue)
+    state.acked = 5
+    await state.renew(queue)
+    await state.renew(queue)
+    assert queue.rates[0] is None
+    assert queue.rates[1] is None  # what the first renewal knew when it sent the second
+    assert queue.rates[2] is not None and queue.rates[2] > 0
+
+
+class _RatesSeen:
+    """A queue that records the rate each renewal publishes."""
+
+    live_workers = 1
+
+    def __init__(self) -> None:
+        self.rates: list[float | None] = []
+
+    async def renew(self, pairs, *, rate, **kwargs):
+        self.rates.append(rate)
+        return 0, []

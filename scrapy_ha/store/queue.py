@@ -186,7 +186,7 @@ class RedisQueue:
         lease_ms: int,
         heartbeat_ms: int,
         handed: Iterable[tuple[str, str]] = (),
-        rate: float = 0.0,
+        rate: float | None = None,
     ) -> tuple[int, list[tuple[str, str]]]:
         """Heartbeat and renew all given leases, publish the worker's stats (leases held,
         *rate* in pages/s); return (renewed, lost (id, token) pairs).

@@ -45,11 +45,15 @@ def live_workers(reply: list[Any]) -> int:
     return int(reply[2])
 
 
-def worker_stats(leases: int, rate: float, every: float | None = None) -> str:
+def worker_stats(leases: int, rate: float | None, every: float | None = None) -> str:
     """What a renewal publishes of its worker for ``scrapy-ha workers`` (renew.lua puts the
-    time in front): leases held, pages done per second, and the seconds between two of its
-    renewals at most (its ``HA_LEASE_RENEW_INTERVAL``: past twice that, it is silent)."""
-    doc: dict[str, float] = {"leases": leases, "rate": round(rate, 2)}
+    time in front): leases held, pages done per second (None: not measured yet, left out,
+    so that a worker that has just started is not shown at 0 pages/s), and the seconds
+    between two of its renewals at most (its ``HA_LEASE_RENEW_INTERVAL``: past twice that,
+    it is silent)."""
+    doc: dict[str, float] = {"leases": leases}
+    if rate is not None:
+        doc["rate"] = round(rate, 2)
     if every is not None:
         doc["every"] = every
     return json.dumps(doc)

@@ -86,7 +86,7 @@ class ShardedSync(RedisQueue):
         self._home = RedisQueue(client, Keys(keys.prefix, keys.spider), order=order)
         self.worker = worker
         self.heartbeat_ms = heartbeat_ms
-        self._rate = 0.0  # pages/s, as the last renewal published it
+        self._rate: float | None = None  # pages/s, as the last renewal published it
         #: domain -> shard -> its last word on the domain's gate (when it opens)
         self._gate_words: dict[str, dict[int, float]] = {}
         self._gates_swept = 0.0

@@ -68,7 +68,7 @@ class ShardedQueue(ShardedSync):
         lease_ms: int,
         heartbeat_ms: int,
         handed: Iterable[Pair] = (),
-        rate: float = 0.0,
+        rate: float | None = None,
     ) -> tuple[int, list[Pair]]:
         """Renew in every shard that holds some of *pairs* (shard 0 always: the heartbeat
         and the worker's stats live there)."""

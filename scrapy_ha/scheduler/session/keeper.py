@@ -110,7 +110,8 @@ class LeaseKeeper:
         self._fresh: list[tuple[str, str]] = []
         self._fresh_lock = threading.Lock()
         self._last_full = time.monotonic()  # the session renewed everything just before start
-        self.rate = 0.0  # pages per second, published with each renewal (set by the loop)
+        #: pages per second, published with each renewal once measured (set by the loop)
+        self.rate: float | None = None
         self._syncing = False
         self._last_beat = time.monotonic()
         self._stop = threading.Event()

@@ -74,6 +74,7 @@ class Renewals:
         self.watch: LoopWatch | None = None
         self.valid_until = 0.0  # monotonic time until which every held lease is valid
         self.rate = 0.0  # acks per second, measured between renewals
+        self.measured = False  # whether rate was measured (before: none is published)
         self.workers = 0  # live workers at the last renewal, this one included (0: none yet)
         self.acked = 0  # acks since the last renewal
         self._last_renew = 0.0
@@ -220,7 +221,7 @@ class Renewals:
             lease_ms=int(config.lease_time * 1000),
             heartbeat_ms=int(config.heartbeat_ttl * 1000),
             handed=handed,
-            rate=self.rate,
+            rate=self.rate if self.measured else None,
         )
         self.workers = queue.live_workers
         self._note_rate(started)
@@ -234,6 +235,7 @@ class Renewals:
             return  # an early renewal: too short a window to measure the rate over
         if self._last_renew:
             self.rate = self.acked / max(0.001, now - self._last_renew)
+            self.measured = True
             if self.keeper is not None:
                 self.keeper.rate = self.rate
         self.acked = 0
