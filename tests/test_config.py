@@ -388,3 +388,62 @@ def test_the_dashboards_token_given_as_a_setting_is_named_at_start(caplog):
         "dashboard` reads its token from --token or the environment variable "
         "HA_DASHBOARD_TOKEN"
     ]
+
+
+@pytest.mark.parametrize(
+    ("given", "warned"),
+    [
+        ({"FEEDS": {"items.jl": {"format": "jsonlines"}}}, True),  # what `-o items.jl` sets
+        ({"FEEDS": {"file:///tmp/items.jl": {"format": "jsonlines"}}}, True),
+        ({"FEEDS": {"s3://bucket/items.jl": {"format": "jsonlines"}}}, False),  # not local
+        ({}, False),
+        (
+            {
+                "FEEDS": {"items.jl": {"format": "jsonlines"}},
+                "FEED_STORAGES": {
+                    "": "scrapy_ha.sinks.feeds.WrittenThroughFileFeedStorage",
+                    "file": "scrapy_ha.sinks.feeds.WrittenThroughFileFeedStorage",
+                },
+            },
+            False,
+        ),
+    ],
+)
+def test_a_local_feed_a_sigkill_would_lose_items_of_is_named_at_start(caplog, given, warned):
+    """A QA run: with ``SCHEDULER = "scrapy_ha.Scheduler"`` alone, the README's one-line
+    switch, and ``-o items.jl``, a worker SIGKILLed mid-crawl lost the 23 items in its
+    feed's buffer, their pages acked: never crawled again, and nothing had said so."""
+    import logging
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_ha.scheduler.shell import Scheduler
+
+    with caplog.at_level(logging.WARNING):
+        Scheduler.from_crawler(get_crawler(Spider, given))
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [line for line in lines if "FileFeedStorage" in line]
+    assert bool(said) is warned, lines
+    if warned:
+        assert "WrittenThroughFileFeedStorage" in said[0] and "scrapy_ha.Addon" in said[0]
+
+
+def test_the_addon_writes_feeds_through_so_no_feed_is_named(caplog):
+    import logging
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    given = {"ADDONS": {"scrapy_ha.Addon": 0}, "FEEDS": {"items.jl": {"format": "jsonlines"}}}
+    crawler = get_crawler(Spider, given)
+    with caplog.at_level(logging.WARNING):
+        crawler._apply_settings()  # (the add-on sets FEED_STORAGES there)
+        from scrapy_ha.scheduler.shell import Scheduler
+
+        Scheduler.from_crawler(crawler)
+    assert crawler.settings.getwithbase("FEED_STORAGES")[""].endswith(
+        "WrittenThroughFileFeedStorage"
+    )
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert not [line for line in lines if "FileFeedStorage" in line], lines
