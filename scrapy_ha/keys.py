@@ -383,17 +383,9 @@ class Keys:
 
     def types(self) -> dict[str, str]:
         """The Redis type each key must have (a key of another type is set aside)."""
-        zsets = [self.ready, self.waiting, self.legacy_pending, self.leased, self.delayed]
-        zsets += [self.dead, self.workers, self.seen, self.revisits, self.gate_log]
-        strings = [self.seq, self.lease_seq, self.reclaim_guard, self.paused, self.pressure]
-        strings += [self.dlq_alert, self.stop, self.queued, self.feed_guard]
-        types = {key: "hash" for key in self.all()}
-        types.update({key: "zset" for key in zsets})
-        types.update({key: "string" for key in strings})
-        types[self.dupefilter] = "set"
-        types.update(dict.fromkeys((self.items, self.items_aside), "stream"))
-        types.update({key: "set" for key in self.aged_slices()})
-        return types
+        from scrapy_ha.key_types import key_types
+
+        return key_types(self)
 
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints and its back queues, for ``flush``."""

@@ -107,6 +107,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "scrapy_ha._version",
         "scrapy_ha.keys",
+        "scrapy_ha.key_types",
         "scrapy_ha.metakeys",
         "scrapy_ha.verdict",
         "scrapy_ha.spiders",
