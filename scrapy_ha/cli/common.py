@@ -41,18 +41,22 @@ TIME_FORMATS = (TIME_FORMAT, "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 
 
-def approve(args: argparse.Namespace, verb: str, what: str, items: list[str]) -> bool | None:
+def approve(
+    args: argparse.Namespace, verb: str, what: str, items: list[str], count: int | None = None
+) -> bool | None:
     """May the bulk action go on? True: go; False: refused (said why, exit code 1); None:
     a dry run (said what it would do, exit code 0). *what* counts the items (``"3 entries
-    of books"``), *items* name them."""
+    of books"``), *items* name them, or the first of them when *count* says how many
+    (a large selection is not held whole: see :mod:`.bulk`)."""
+    count = len(items) if count is None else count
     if args.dry_run:
         print(f"would {verb} {what} (dry run: nothing changed)")
         for item in items[:DRY_RUN_SHOWN]:
             print(f"  {item}")
-        if len(items) > DRY_RUN_SHOWN:
-            print(f"  ... and {len(items) - DRY_RUN_SHOWN} more")
+        if count > DRY_RUN_SHOWN:
+            print(f"  ... and {count - DRY_RUN_SHOWN} more")
         return None
-    if args.yes or not items:
+    if args.yes or not count:
         return True
     if not sys.stdin.isatty():
         print(

@@ -13,10 +13,12 @@ import sys
 from collections import Counter
 from contextlib import aclosing
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
+from scrapy_ha.cli.bulk import Approved, Progress, act, choose
 from scrapy_ha.cli.common import approve, plural, say_missing, say_unknown_class
 from scrapy_ha.codec import describe, mask_url
 from scrapy_ha.codec.document import META
@@ -215,23 +217,64 @@ def kinds(counts: Counter[str]) -> str:
 
 async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Make delayed requests due now (IDs, --all, --class, --domain): the next sync of any
-    worker promotes them to the queue."""
+    worker promotes them to the queue. A selection is read a batch at a time and what the
+    prompt approved is acted on (see :mod:`.bulk`)."""
     if not (args.ids or args.all or args.failure_class or args.domain):
         print("name entry IDs, a filter (--class, --domain) or --all", file=sys.stderr)
         return 1
-    if args.ids and not (args.all or args.failure_class or args.domain):
-        chosen = _matching(await named(queue, args.ids), args)  # read by id, not the set
-    else:
-        chosen = _matching(await entries(queue), args)
-    found = {d.id for d in chosen}
-    missing = [i for i in dict.fromkeys(args.ids or []) if i not in found]
-    say_missing("delayed request", missing, queue.keys.spider)
-    what = f"{plural(len(chosen), 'delayed request', 'delayed requests')} of {queue.keys.spider}"
-    verdict = approve(
-        args, "retry now", what, [f"{d.id} {d.failure_class} {mask_url(d.url)}" for d in chosen]
-    )
-    if not verdict:  # a dry run: 0, or 1 with an ID not found
-        return int(bool(missing)) if verdict is None else 1
-    changed = await operations.make_due(queue, [d.id for d in chosen])
-    print(f"made {changed} of {what} due now: workers take them at their next sync")
+    approved = None if args.dry_run else Approved(queue.client, queue.keys)
+    try:
+        missing: list[str] = []
+        if args.ids and not (args.all or args.failure_class or args.domain):
+            named_ = _matching(await named(queue, args.ids), args)  # read by id, not the set
+            found = {d.id for d in named_}
+            missing = [i for i in dict.fromkeys(args.ids) if i not in found]
+            chosen = await choose(_labelled(_once(named_)), approved)
+        else:
+            seen: set[str] = set()  # (of the ids given with a filter)
+            chosen = await choose(_labelled(_selected(queue, args, seen)), approved)
+            missing = [i for i in dict.fromkeys(args.ids or []) if i not in seen]
+            if not chosen.count:
+                say_unknown_class(args.failure_class)
+        say_missing("delayed request", missing, queue.keys.spider)
+        n = chosen.count
+        what = f"{plural(n, 'delayed request', 'delayed requests')} of {queue.keys.spider}"
+        verdict = approve(args, "retry now", what, chosen.shown, n)
+        if not verdict or approved is None:  # a dry run: 0, or 1 with an ID not found
+            return int(bool(missing)) if verdict is None else 1
+        changed = await act(approved, partial(operations.make_due, queue), Progress("due:", n))
+    finally:
+        if approved is not None:
+            await approved.drop()
+    print(f"made {changed:,} of {what} due now: workers take them at their next sync")
     return 1 if missing else 0
+
+
+async def _once(found: list[Delayed]) -> AsyncGenerator[list[Delayed]]:
+    yield found
+
+
+async def _selected(
+    queue: RedisQueue, args: argparse.Namespace, seen: set[str]
+) -> AsyncGenerator[list[Delayed]]:
+    """The delayed entries of --all, --class, --domain (and the ids given with them: those
+    chosen go in *seen*), soonest due first, *BATCH* at a time."""
+    ids = set(getattr(args, "ids", None) or [])
+    batch: list[Delayed] = []
+    async with aclosing(in_order(queue)) as found:
+        async for d in found:
+            if (not ids or d.id in ids) and _wanted(d, args):
+                batch.append(d)
+                seen.update(ids & {d.id})
+            if len(batch) >= BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+async def _labelled(
+    batches: AsyncGenerator[list[Delayed]],
+) -> AsyncGenerator[list[tuple[str, str]]]:
+    async for batch in batches:
+        yield [(d.id, f"{d.id} {d.failure_class} {mask_url(d.url)}") for d in batch]

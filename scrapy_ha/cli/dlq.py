@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.cli.archive import unarchived_kept
+from scrapy_ha.cli.bulk import Approved, Progress, act, choose
 from scrapy_ha.cli.common import approve, say_missing, say_unknown_class
 from scrapy_ha.codec import mask_url
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.marks import kept_by_purge
+from scrapy_ha.deadletters.stream import Selection
 from scrapy_ha.ops.display import local_time
 from scrapy_ha.ops.operations import cleared_crawl_note, server_ms
 from scrapy_ha.ops.shards import dead_letters
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
     from scrapy_ha.store.queue import RedisQueue
@@ -37,55 +41,59 @@ async def _by_ids(dlq: DeadLetterQueue, ids: list[str]) -> tuple[list[DeadEntry]
     return list(found.values()), missing
 
 
-async def _selected(dlq: DeadLetterQueue, args: argparse.Namespace) -> list[DeadEntry]:
-    if getattr(args, "ids", None):
-        return (await _by_ids(dlq, args.ids))[0]
+async def _selection(dlq: DeadLetterQueue, args: argparse.Namespace) -> Selection:
+    """The entries the filters of *args* select (see :class:`Selection`)."""
     now = await server_ms(dlq.client) if (args.since or args.until) else 0
     since = args.since(now) if args.since else None
     until = args.until(now) if args.until else None
     if since is not None and until is not None and since > until:  # a window of nothing
         raise ConfigError("--since is later than --until: nothing could match")
-    found = await dlq.entries(
-        failure_class=args.failure_class,
-        domain=args.domain,
-        reason=args.reason,
-        status=args.status,
-        since_ms=since,
-        until_ms=until,
-        offset=getattr(args, "offset", 0),
-        limit=getattr(args, "limit", None),
+    return Selection(
+        args.failure_class,
+        args.domain,
+        args.reason,
+        args.status,
+        since,
+        until,
+        getattr(args, "offset", 0),
+        getattr(args, "limit", None),
     )
-    if not found:
-        say_unknown_class(args.failure_class)
-    return found
 
 
 async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Dead-letter entries, oldest first: id, when, class, HTTP status, attempts, reason, URL,
     then the total per class; filter by class, domain, status, reason and time; page with
-    --limit/--offset."""
-    entries = await _selected(dead_letters(queue), args)
-    if not entries:
+    --limit/--offset. Read twice, a batch at a time: the records alone for the columns'
+    widths, then the entries as they are printed."""
+    dlq = dead_letters(queue)
+    sel = await _selection(dlq, args)
+    n, w, c = 0, 10, 12  # a worker's own ids: "<nonce>.<n>", 20 and more; a class of yours
+    async for batch in dlq.batches(sel, requests=False):
+        n += len(batch)
+        w = max(w, *(len(e.id) for e in batch))
+        c = max(c, *(len(e.failure_class) for e in batch))
+    if not n:
+        say_unknown_class(args.failure_class)
         print(
             f"dead-letter queue of {queue.keys.spider}: empty"
             + (" (for these filters)" if _filtered(args) or args.offset else "")
         )
         return 0
-    w = max(10, *(len(e.id) for e in entries))  # a worker's own ids: "<nonce>.<n>", 20 and more
-    c = min(CLASS_WIDTH, max(12, *(len(e.failure_class) for e in entries)))  # a class of yours
+    c = min(CLASS_WIDTH, c)
     print(
         f"{'ID':>{w}}  {'WHEN':<19}  {'CLASS':<{c}} {'STATUS':>6} {'TRIES':>5}  {'REASON':<40}  URL"
     )
-    for e in entries:
-        print(
-            f"{e.id:>{w}}  {local_time(e.dead_at)}  {_cut(e.failure_class, c):<{c}} "
-            f"{e.status or '-':>6} {e.attempts:>5}  {_cut(e.reason, 40):<40}  {mask_url(e.url)}"
-        )
-    by_class: dict[str, int] = {}
-    for e in entries:
-        by_class[e.failure_class] = by_class.get(e.failure_class, 0) + 1
+    by_class: Counter[str] = Counter()
+    async for batch in dlq.batches(replace(sel, limit=n)):  # (those counted, not newer)
+        for e in batch:
+            print(
+                f"{e.id:>{w}}  {local_time(e.dead_at)}  {_cut(e.failure_class, c):<{c}} "
+                f"{e.status or '-':>6} {e.attempts:>5}  {_cut(e.reason, 40):<40}  "
+                f"{mask_url(e.url)}"
+            )
+            by_class[e.failure_class] += 1
     classes = ", ".join(f"{fclass} {n}" for fclass, n in sorted(by_class.items()))
-    print(f"{_entries(len(entries))} listed ({classes})")
+    print(f"{_entries(by_class.total())} listed ({classes})")
     return 0
 
 
@@ -149,29 +157,37 @@ _TIMES = ("dead_at", "first", "last")
 
 
 async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
-    """Every matching entry as one JSON object per line (url, class, reason, attempts, ...)."""
-    for e in await _selected(dead_letters(queue), args):
-        print(json.dumps(e.as_dict()))
+    """Every matching entry as one JSON object per line (url, class, reason, attempts, ...),
+    printed as it is read, a batch at a time."""
+    dlq = dead_letters(queue)
+    found = False
+    async for batch in dlq.batches(await _selection(dlq, args)):
+        found = True
+        for e in batch:
+            print(json.dumps(e.as_dict()))
+    if not found:
+        say_unknown_class(args.failure_class)
     return 0
 
 
 async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
-    dlq, requeued = dead_letters(queue), [0]
+    dlq, requeued, without = dead_letters(queue), [0], []
 
     async def requeue(ids: list[str]) -> int:
         requeued[0] += (n := await dlq.requeue(ids))
+        without.extend(dlq.without_request)  # (each batch's)
         return n
 
     code = await _bulk(queue, args, "requeued", requeue)
     if requeued[0] and (note := await cleared_crawl_note(queue)):
         print(f"note: {note}", file=sys.stderr)
-    if not dlq.without_request:
+    if not without:
         return code
-    ids = " ".join(dlq.without_request)
-    one = len(dlq.without_request) == 1
+    ids = " ".join(without)
+    one = len(without) == 1
     print(
-        f"dead letter {', '.join(dlq.without_request)}: "
+        f"dead letter {', '.join(without)}: "
         + ("its stored request is" if one else "their stored requests are")
         + " gone (deleted from Redis?), so "
         + ("it cannot be requeued and stays" if one else "they cannot be requeued and stay")
@@ -186,15 +202,21 @@ async def dlq_purge(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Delete entries for good (IDs, or --all, or filters); with an SQL archive, only those
     archived already."""
     dlq = dead_letters(queue)
-    kept: list[DeadEntry] = []
+    kept = [0]  # not archived yet: kept by the purge (a dry run's: would be)
+
+    async def purge(ids: list[str]) -> int:
+        n = await dlq.purge(ids)
+        kept[0] += dlq.kept_unarchived  # (each batch's)
+        return n
 
     async def keeps(entries: list[DeadEntry]) -> list[DeadEntry]:
-        kept[:] = await kept_by_purge(dlq, entries)  # (a dry run's: what the purge keeps)
-        return kept
+        found = await kept_by_purge(dlq, entries)
+        kept[0] += len(found)
+        return found
 
-    code = await _bulk(queue, args, "purged", dlq.purge, keeps if args.dry_run else None)
-    if dlq.kept_unarchived or kept:
-        print(unarchived_kept(queue.keys.spider, dlq.kept_unarchived or len(kept), args.dry_run))
+    code = await _bulk(queue, args, "purged", purge, keeps if args.dry_run else None)
+    if kept[0]:
+        print(unarchived_kept(queue.keys.spider, kept[0], args.dry_run))
     return code
 
 
@@ -214,24 +236,50 @@ async def _bulk(
             file=sys.stderr,
         )
         return 1
-    chosen = [f"--{f.removeprefix('failure_')}" for f in FILTERS if getattr(args, f) is not None]
-    if args.ids and (args.all or chosen):  # the IDs alone were taken: --all purged 1 of them
+    given = [f"--{f.removeprefix('failure_')}" for f in FILTERS if getattr(args, f) is not None]
+    if args.ids and (args.all or given):  # the IDs alone were taken: --all purged 1 of them
         raise ConfigError(
-            f"name entry IDs or a selection ({', '.join(chosen or ['--all'])}), not both"
+            f"name entry IDs or a selection ({', '.join(given or ['--all'])}), not both"
         )
-    missing: list[str] = []
-    if args.ids:
-        entries, missing = await _by_ids(dead_letters(queue), args.ids)
-    else:
-        entries = await _selected(dead_letters(queue), args)
-    say_missing("dead letter", missing, queue.keys.spider)
-    if keeps is not None and (kept := {e.id for e in await keeps(entries)}):
-        entries = [e for e in entries if e.id not in kept]
-    verb = done.removesuffix("d")
-    what = f"{_entries(len(entries))} of {queue.keys.spider}"
-    verdict = approve(args, verb, what, [f"{e.id} {e.failure_class} {e.url}" for e in entries])
-    if not verdict:  # a dry run: 0, or 1 with an ID not found
-        return int(bool(missing)) if verdict is None else 1
-    n = await action([e.id for e in entries])
-    print(f"{done} {n:,} of {_entries(len(entries))}")
+    dlq = dead_letters(queue)
+    approved = None if args.dry_run else Approved(queue.client, queue.keys)
+    try:
+        if args.ids:
+            entries, missing = await _by_ids(dlq, args.ids)
+            chosen = await choose(_labelled(_once(entries), keeps), approved)
+        else:
+            missing = []
+            # (a dry run names the first few by URL: the others' requests are not read)
+            sel = await _selection(dlq, args)
+            selected = dlq.batches(sel, requests=args.dry_run)
+            chosen = await choose(_labelled(selected, keeps), approved)
+            if not chosen.count:
+                say_unknown_class(args.failure_class)
+        say_missing("dead letter", missing, queue.keys.spider)
+        verb = done.removesuffix("d")
+        what = f"{_entries(chosen.count)} of {queue.keys.spider}"
+        verdict = approve(args, verb, what, chosen.shown, chosen.count)
+        if not verdict or approved is None:  # a dry run: 0, or 1 with an ID not found
+            return int(bool(missing)) if verdict is None else 1
+        n = await act(approved, action, Progress(f"{verb}:", chosen.count))
+    finally:
+        if approved is not None:
+            await approved.drop()
+    print(f"{done} {n:,} of {_entries(chosen.count)}")
     return 1 if missing else 0
+
+
+async def _once(entries: list[DeadEntry]) -> AsyncIterator[list[DeadEntry]]:
+    yield entries
+
+
+async def _labelled(
+    batches: AsyncIterator[list[DeadEntry]],
+    keeps: Callable[[list[DeadEntry]], Awaitable[list[DeadEntry]]] | None,
+) -> AsyncIterator[list[tuple[str, str]]]:
+    """(id, label) of each entry of *batches*, but those *keeps* says the action would
+    keep (a dry run's purge: those not archived yet)."""
+    async for batch in batches:
+        if keeps is not None and (kept := {e.id for e in await keeps(batch)}):
+            batch = [e for e in batch if e.id not in kept]
+        yield [(e.id, f"{e.id} {e.failure_class} {e.url}") for e in batch]

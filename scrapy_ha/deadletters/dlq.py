@@ -25,6 +25,7 @@ from scrapy_ha.codec import RequestSummary, describe, reset_attempts
 from scrapy_ha.codec.masking import mask_text, mask_url, mask_value
 from scrapy_ha.config.bare import BareSettings
 from scrapy_ha.deadletters.alerts import queue_shrunk
+from scrapy_ha.deadletters.stream import Selection, selected
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.payloads import read_payloads
@@ -35,7 +36,7 @@ from scrapy_ha.store.times import time_ms
 CONNECT_TIMEOUT = 5.0
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator
 
 #: Entries read per round trip when scanning the dead-letter queue.
 SCAN_BATCH = 500
@@ -185,33 +186,18 @@ class _Record(NamedTuple):
     info: bytes | None
 
 
-@dataclass(frozen=True)
-class _RecordFilter:
-    """The filters a dead-letter record answers alone (no need to read the request)."""
+def _bare(record: _Record) -> DeadEntry:
+    """An entry's id, time and class (as :func:`parse_entry` reads it), nothing else."""
+    try:
+        meta = json.loads(record.info) if record.info else {}
+    except ValueError:
+        meta = None
+    fclass = str(meta.get("class", "unknown")) if isinstance(meta, dict) else "unknown"
+    return DeadEntry(record.id, "", fclass, "", time_ms(record.dead_at), summary=_NO_REQUEST)
 
-    failure_class: str | None
-    reason: str | None
-    status: int | None
 
-    @property
-    def active(self) -> bool:
-        return any(v is not None for v in (self.failure_class, self.reason, self.status))
-
-    def keeps(self, info: bytes | None) -> bool:
-        if not self.active:
-            return True
-        try:
-            record = json.loads(info) if info else {}
-        except ValueError:
-            record = {}
-        record = record if isinstance(record, dict) else {}
-        return (
-            (self.failure_class is None or record.get("class", "unknown") == self.failure_class)
-            and (self.status is None or record.get("status") == self.status)
-            and (
-                self.reason is None or self.reason.lower() in str(record.get("reason", "")).lower()
-            )
-        )
+#: The summary of an entry whose request is not read (one for all of them).
+_NO_REQUEST = describe(None)
 
 
 class DeadLetterQueue:
@@ -281,10 +267,11 @@ class DeadLetterQueue:
             ]
             start += len(rows)
 
-    async def _read(self, records: list[_Record]) -> list[DeadEntry]:
-        """The entries of *records*, with their requests (one round trip)."""
-        if not records:
-            return []
+    async def _read(self, records: list[_Record], *, requests: bool = True) -> list[DeadEntry]:
+        """The entries of *records*, with their requests (one round trip); without
+        *requests*, each entry's id, time and class alone (what a listing's widths need)."""
+        if not requests:
+            return [_bare(r) for r in records]
         payloads = await read_payloads(self.client, self.keys, [r.id for r in records])
         return [
             parse_entry(r.id, r.dead_at, r.info, payload)
@@ -330,27 +317,15 @@ class DeadLetterQueue:
                 stacklevel=2,
             )
             failure_class = failure_class or cls
-        by_record = _RecordFilter(failure_class, reason, status)
-        by_content = by_record.active or domain is not None
-        skip, offset = (0, offset) if by_content else (offset, 0)  # no filter: Redis skips
-        found: list[DeadEntry] = []
-        async for batch in self._records(since_ms, until_ms, skip):
-            kept = [r for r in batch if by_record.keeps(r.info)]
-            if domain is None:  # the record decides: skip and cut before reading requests
-                dropped = min(offset, len(kept))
-                kept, offset = kept[dropped:], offset - dropped
-                if limit is not None:
-                    kept = kept[: limit - len(found)]
-            for entry in await self._read(kept):
-                if domain is not None and entry.domain != domain:
-                    continue
-                if offset:
-                    offset -= 1
-                    continue
-                found.append(entry)
-            if limit is not None and len(found) >= limit:
-                return found[:limit]
-        return found
+        sel = Selection(failure_class, domain, reason, status, since_ms, until_ms, offset, limit)
+        return [e async for batch in self.batches(sel) for e in batch]
+
+    def batches(
+        self, selection: Selection, *, requests: bool = True
+    ) -> AsyncGenerator[list[DeadEntry]]:
+        """The entries *selection* selects, oldest first, a batch at a time (see
+        :mod:`~scrapy_ha.deadletters.stream`); without *requests*, their records alone."""
+        return selected(self, selection, requests=requests)
 
     async def get(self, entry_id: str) -> DeadEntry | None:
         dead_at = await self.client.zscore(self.keys.dead, entry_id)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 __all__ = ["ShardedDeadLetters", "dead_letters"]
 
+from contextlib import aclosing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from scrapy_ha.deadletters.dlq import DeadEntry, DeadLetterQueue
+from scrapy_ha.deadletters.dlq import SCAN_BATCH, DeadEntry, DeadLetterQueue
+from scrapy_ha.deadletters.stream import Selection, merged
 from scrapy_ha.store.shards import ShardedQueue
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncGenerator, AsyncIterator
 
     from scrapy_ha.keys import Keys
     from scrapy_ha.store.queue import RedisQueue
@@ -42,43 +44,21 @@ class ShardedDeadLetters(DeadLetterQueue):
     async def count(self, *, since_ms: int | None = None, until_ms: int | None = None) -> int:
         return sum([await p.count(since_ms=since_ms, until_ms=until_ms) for p in self.parts])
 
-    async def entries(
-        self,
-        *,
-        failure_class: str | None = None,
-        domain: str | None = None,
-        reason: str | None = None,
-        status: int | None = None,
-        since_ms: int | None = None,
-        until_ms: int | None = None,
-        offset: int = 0,
-        limit: int | None = None,
-        cls: str | None = None,
-    ) -> list[DeadEntry]:
-        """As :meth:`DeadLetterQueue.entries`, across the shards: each shard gives its
-        first *offset* + *limit* matches, the merge keeps the page asked for."""
-        found: list[DeadEntry] = []
-        for shard, part in enumerate(self.parts):
-            found += [
-                self._outside(shard, e)
-                for e in await part.entries(
-                    failure_class=failure_class or cls,
-                    domain=domain,
-                    reason=reason,
-                    status=status,
-                    since_ms=since_ms,
-                    until_ms=until_ms,
-                    limit=None if limit is None else offset + limit,
-                )
-            ]
-        found.sort(key=lambda e: e.dead_at)
-        return found[offset:] if limit is None else found[offset : offset + limit]
+    def batches(
+        self, selection: Selection, *, requests: bool = True
+    ) -> AsyncGenerator[list[DeadEntry]]:
+        """As :meth:`DeadLetterQueue.batches`, across the shards, merged oldest first:
+        each shard gives its first *offset* + *limit* matches, the merge keeps the page."""
+        return merged(self.parts, self._outside, selection, requests=requests, batch=SCAN_BATCH)
 
     async def scan(
         self, *, since_ms: int | None = None, until_ms: int | None = None, skip: int = 0
     ) -> AsyncIterator[DeadEntry]:
-        for entry in await self.entries(since_ms=since_ms, until_ms=until_ms, offset=skip):
-            yield entry
+        sel = Selection(since_ms=since_ms, until_ms=until_ms, offset=skip)
+        async with aclosing(self.batches(sel)) as batches:
+            async for batch in batches:
+                for entry in batch:
+                    yield entry
 
     async def get(self, entry_id: str) -> DeadEntry | None:
         shard, local = self.sharded.route(entry_id)

@@ -1,0 +1,114 @@
+"""What the bulk actions on a large selection share (``dlq requeue|purge``, ``delayed
+retry-now`` with --all or filters): they read it a batch at a time, never hold it whole.
+
+The selection is read once to count it (and name the first few, for a dry run); its ids
+go to a Redis list of the crawl's (``Keys.selection``) as they are read, not to this
+process's memory. What the prompt approved is that list: the action pops it a batch at a
+time, so an entry that came after the count is not touched (as before, when the ids were
+held here), whatever the size of the queue (a QA run: 100,000 dead letters cost 206 MB
+held at once; a continuous crawl's million delayed revisits, 500 MB).
+
+A long action says how far it went on stderr every :data:`PROGRESS_EVERY` seconds, when
+stderr is a terminal (as ``status --watch`` redraws only there): a script's log gets the
+final count alone.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from scrapy_ha.cli.common import DRY_RUN_SHOWN
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from scrapy_ha.keys import Keys
+
+#: Ids read, written and acted on per round trip.
+BATCH = 500
+#: Seconds between two progress lines (a terminal's) of a long bulk action.
+PROGRESS_EVERY = 3.0
+#: Seconds an approved selection may stay in Redis: a prompt left open, a command killed.
+SELECTION_TTL = 86400
+
+
+class Progress:
+    """A line on stderr every *every* seconds while a long action runs (on a terminal)."""
+
+    def __init__(
+        self, what: str, total: int, *, stream: IO[str] | None = None, every: float = 0.0
+    ) -> None:
+        self.what, self.total = what, total
+        self.stream = stream or sys.stderr
+        self.every = every or PROGRESS_EVERY
+        self.shown = self.stream.isatty()
+        self.last = time.monotonic()
+
+    def step(self, done: int) -> None:
+        if self.shown and time.monotonic() - self.last >= self.every:
+            print(f"{self.what} {done:,} of {self.total:,} ...", file=self.stream, flush=True)
+            self.last = time.monotonic()
+
+
+class Approved:
+    """The ids of a selection, in a Redis list of the crawl (``Keys.selection``)."""
+
+    def __init__(self, client: Any, keys: Keys) -> None:
+        self.client = client
+        self.key = keys.selection(secrets.token_hex(8))
+
+    async def add(self, ids: list[str]) -> None:
+        if ids:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.rpush(self.key, *ids)
+            pipe.expire(self.key, SELECTION_TTL)
+            await pipe.execute()
+
+    async def batches(self) -> AsyncIterator[list[str]]:
+        """The ids, *BATCH* at a time, each popped as it is handed out."""
+        while popped := await self.client.lpop(self.key, BATCH):
+            yield [i.decode() if isinstance(i, bytes) else str(i) for i in popped]
+
+    async def drop(self) -> None:
+        await self.client.unlink(self.key)
+
+
+@dataclass
+class Chosen:
+    """A selection counted: how many, the first few named (what a dry run shows)."""
+
+    count: int = 0
+    shown: list[str] = field(default_factory=list)
+
+
+async def choose(
+    batches: AsyncIterator[list[tuple[str, str]]], approved: Approved | None
+) -> Chosen:
+    """Count the (id, label) pairs of *batches*, keep the first labels, and put the ids in
+    *approved* (None: a dry run, which writes nothing)."""
+    chosen = Chosen()
+    async for batch in batches:
+        chosen.count += len(batch)
+        chosen.shown += [label for _, label in batch[: DRY_RUN_SHOWN - len(chosen.shown)]]
+        if approved is not None:
+            await approved.add([entry_id for entry_id, _ in batch])
+    return chosen
+
+
+async def act(
+    approved: Approved, action: Callable[[list[str]], Awaitable[int]], progress: Progress
+) -> int:
+    """Run *action* on the approved ids, a batch at a time; return what it counted."""
+    done = seen = 0
+    try:
+        async for ids in approved.batches():
+            done += await action(ids)
+            seen += len(ids)
+            progress.step(seen)
+    finally:
+        await approved.drop()
+    return done
