@@ -70,3 +70,33 @@ async def test_delayed_entries_of_every_shard_come_merged_soonest_first(redis_ur
     assert [d.due_ms for d in listed] == sorted(d.due_ms for d in listed)
     assert len({q.route(d.id)[0] for d in listed}) == 3
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_entries_made_due_meanwhile_shift_no_other_out_of_the_listing(redis_url):
+    """Workers promote the soonest entries while a listing reads on (a pager, a slow pipe,
+    the merge of shards): read by rank, every later entry moved up past the next batch's
+    first rank, and as many as were promoted were never listed, one already listed came
+    again (a review: 100 of 1,200 missed, one twice)."""
+    from scrapy_ha.cli.delayed import in_order
+
+    q = sharded(redis_url, shards=2)
+    n = 4 * BATCH + 400
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(n)])
+    leases = await lease_all(q)
+    for i, x in enumerate(leases):
+        assert await q.retry_later(x.id, x.token, HOUR + 1000 * i, x.payload, 0, "s")
+    listed, promoted = [], []
+    async for d in in_order(q):
+        listed.append(d.id)
+        if len(listed) == BATCH:  # a batch listed: workers promote 100 of each shard's head
+            for shard in q.shards:
+                promoted += [m for m, _ in await q.client.zpopmin(shard.keys.delayed, 100)]
+                # and the last of the shard's batch read, not listed yet (it is, from the
+                # batch): the next batch starts past where it was
+                last = await q.client.zrange(shard.keys.delayed, BATCH - 101, BATCH - 101)
+                promoted += last
+                await q.client.zrem(shard.keys.delayed, *last)
+    assert len(promoted) == 202
+    assert len(listed) == len(set(listed)) == n  # each entry once, none shifted out
+    await q.client.aclose()
