@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import redis.asyncio
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.cli.bulk import Progress
@@ -234,3 +235,29 @@ def test_a_long_action_says_how_far_it_went_on_a_terminal_alone():
     time.sleep(0.06)
     quiet.step(1000)
     assert log.getvalue() == ""
+
+
+@deferred_f_from_coro_f
+async def test_entries_that_leave_meanwhile_shift_no_other_out_of_a_scan(redis_url):
+    """A scan reads a batch at a time by rank; the oldest dead letters leave meanwhile (the
+    queue at its cap, a requeue by another command): every later entry moved up past the
+    next batch's first rank, and as many as left were never read (as in ``delayed``'s)."""
+    from scrapy_ha.deadletters.dlq import DeadLetterQueue
+    from scrapy_ha.keys import Keys
+    from scrapy_ha.store.queue import RedisQueue
+
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), Keys("ha", "left"))
+    n = 2 * SCAN_BATCH + 200
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(n)])
+    for x in await lease_all(q):  # (the entries of a batch share their time: ties)
+        await q.dead_letter(x.id, x.token, {"class": "server", "reason": "HTTP 500"})
+    read, left = [], []
+    async for e in DeadLetterQueue(q).scan():
+        read.append(e.id)
+        if len(read) == SCAN_BATCH - 1:  # the last of the batch and 99 before it leave
+            left = [m for m, _ in await q.client.zpopmin(q.keys.dead, 100)]
+            gone = await q.client.zrange(q.keys.dead, SCAN_BATCH - 101, SCAN_BATCH - 101)
+            await q.client.zrem(q.keys.dead, *gone)
+    assert len(left) == 100
+    assert len(read) == len(set(read)) == n  # each read once, none shifted out
+    await q.client.aclose()

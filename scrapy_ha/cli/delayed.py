@@ -14,7 +14,7 @@ from collections import Counter
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
@@ -29,6 +29,7 @@ from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.shards import ShardedQueue, outside
+from scrapy_ha.store.zpaging import rank_after
 
 if TYPE_CHECKING:
     import argparse
@@ -111,32 +112,7 @@ async def _shard_entries(queue: RedisQueue) -> AsyncGenerator[Delayed]:
         ids = [r[0].decode() if isinstance(r[0], bytes) else str(r[0]) for r in rows]
         for d in await _read(queue, ids, [score for _, score in rows]):
             yield d
-        start = await _after(client, key, rows[-1])
-
-
-async def _after(client: Any, key: str, last: tuple[Any, float]) -> int:
-    """The rank of the entry after *last* (member, score), read now: workers promote the
-    soonest entries while a listing reads on, and every later rank moves up (a rank kept
-    from the batch before skipped as many entries as were promoted). Past *last* itself,
-    or, if it left the set too, past the entries due before it or due with it and named
-    before it (Redis orders equal scores by member)."""
-    member, score = last
-    rank = await client.zrank(key, member)
-    if rank is not None:
-        return int(rank) + 1
-    start = int(await client.zcount(key, "-inf", f"({score!r}"))
-    member = member if isinstance(member, bytes) else str(member).encode()
-    while True:  # the entries due with it: those named before it were listed
-        rows = await client.zrange(key, start, start + BATCH - 1, withscores=True)
-        before = 0
-        for name, due in rows:
-            name = name if isinstance(name, bytes) else str(name).encode()
-            if due != score or name > member:
-                return start + before
-            before += 1
-        start += before
-        if len(rows) < BATCH:
-            return start
+        start = await rank_after(client, key, rows[-1], BATCH)  # (promoted meanwhile)
 
 
 async def _read(queue: RedisQueue, ids: list[str], scores: list[float]) -> list[Delayed]:

@@ -31,6 +31,7 @@ from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.times import time_ms
+from scrapy_ha.store.zpaging import rank_after
 
 #: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
 CONNECT_TIMEOUT = 5.0
@@ -253,6 +254,8 @@ class DeadLetterQueue:
         while start <= stop:
             end = min(stop, start + SCAN_BATCH - 1)
             rows = await self.client.zrange(self.keys.dead, start, end, withscores=True)
+            if until_ms is not None:  # (the window's end moved up as its start did, below)
+                rows = [row for row in rows if row[1] <= until_ms]
             if not rows:
                 return
             # (an id not UTF-8, written by hand, is shown escaped: the listing goes on)
@@ -265,7 +268,11 @@ class DeadLetterQueue:
                 _Record(entry_id, score, info)
                 for (_, score), entry_id, info in zip(rows, ids, infos, strict=True)
             ]
-            start += len(rows)
+            # entries before it may have left meanwhile (trimmed at the cap, requeued or
+            # purged by another command): the next batch starts after the last one read
+            after = await rank_after(self.client, self.keys.dead, rows[-1], SCAN_BATCH)
+            stop -= start + len(rows) - after
+            start = after
 
     async def _read(self, records: list[_Record], *, requests: bool = True) -> list[DeadEntry]:
         """The entries of *records*, with their requests (one round trip); without
