@@ -16,9 +16,15 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
+from pydispatch.dispatcher import getAllReceivers
+from scrapy import signals
+from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
 
 from scrapy_ha.demo.harness import free_port, wait_for
 from tests import redis_servers
+from tests.spiders import CatalogueSpider
+from tests.test_compact_readers import crawl_settings
 from tests.test_crash import EXAMPLE, wait_for_log, worker
 
 if TYPE_CHECKING:
@@ -201,3 +207,18 @@ def test_a_stop_at_start_removes_no_trigger_of_the_reactor_that_fired(tmp_path: 
     text = log.read_text()
     assert code == 1, text[-3000:]
     assert "Removing already-fired" not in text
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_no_stop_came_to_keeps_nothing_of_the_watch(redis_url, site):
+    """The common case: a crawl that Redis answered at once and that no stop came to keeps,
+    once its engine ran, neither the watch's handler of ``engine_started`` nor its
+    ``stop_async`` on the crawler (a review: the handler stayed connected for the whole
+    crawl). Its watch of the engine's close stays (a call per close): a start that fails
+    closes the spider before the reactor's shutdown, whose hold must see it closed."""
+    crawler = get_crawler(CatalogueSpider, crawl_settings(redis_url))
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.stats.get_value("finish_reason") == "finished"
+    receivers = getAllReceivers(crawler.signals.sender, signals.engine_started)
+    assert [r for r in receivers if "StopAtStart" in repr(r)] == []
+    assert "stop_async" not in vars(crawler)

@@ -125,6 +125,8 @@ class StopAtStart(Halt):
         reactor: Any = sys.modules.get("twisted.internet.reactor")
         if reactor is not None:
             self._trigger = reactor.addSystemEventTrigger("before", "shutdown", self._shutting_down)
+        # (the close is watched from the open: a start that fails closes the spider before
+        # the reactor's shutdown, whose hold then sees it closed)
         engine.on_closing(self.crawler, self._closing)
         self.crawler.signals.connect(self._engine_started, signal=signals.engine_started)
 
@@ -140,6 +142,7 @@ class StopAtStart(Halt):
     def _end_watch(self) -> None:
         """Remove the reactor's trigger, unless it fired (removing one that fired is
         deprecated in Twisted, and the shutdown under way needs it)."""
+        self.crawler.signals.disconnect(self._engine_started, signal=signals.engine_started)
         trigger, self._trigger = self._trigger, None
         if trigger is not None and not self._fired:
             sys.modules["twisted.internet.reactor"].removeSystemEventTrigger(trigger)
