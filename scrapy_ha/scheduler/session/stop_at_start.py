@@ -134,7 +134,9 @@ class StopAtStart(Halt):
         """From now on Scrapy's own stop stops the engine; a stop that came while the spider
         opened stops it now (as it starts), which closes the spider."""
         self._end_watch()
-        if self.stopped or not self.crawler.crawling:
+        # (a stop of the crawler sets it: its stop_async is wrapped from the open on; not
+        # ``crawler.crawling``, False for an engine started without Crawler.crawl)
+        if self.stopped:
             running = self.crawler.engine
             if running is not None:
                 await running.stop_async()
