@@ -39,9 +39,6 @@ key                        type         content
                                         URL declared last, password hidden): retention and
                                         purge keep entries no archive holds yet
 ``ha:{books}:dlq_alert``   string       the dead-letter alert of this crawl: pending (TTL), sent
-``ha:{books}:sel:<nonce>`` list         the ids a bulk command's prompt approved (``dlq
-                                        requeue|purge``, ``delayed retry-now``), popped as
-                                        it acts on them; deleted after, else a day's TTL
 ``ha:{books}:buckets``     hash         the exact dupefilter's ``buckets``, ``gen``, ``n``; its
                                         intsets ``buckets:<gen>:<i>`` (store/buckets.py)
 ``ha:{books}:dupefilter``  set          a crawl made before the buckets: fingerprints seen
@@ -389,10 +386,6 @@ class Keys:
         from scrapy_ha.key_types import key_types
 
         return key_types(self)
-
-    def selection(self, nonce: str) -> str:
-        """The ids a bulk command's prompt approved (see the table above)."""
-        return self._key(f"sel:{nonce}")
 
     def all(self) -> list[str]:
         """Every key of the crawl but its checkpoints and its back queues, for ``flush``."""

@@ -2,11 +2,13 @@
 retry-now`` with --all or filters): they read it a batch at a time, never hold it whole.
 
 The selection is read once to count it (and name the first few, for a dry run); its ids
-go to a Redis list of the crawl's (``Keys.selection``) as they are read, not to this
-process's memory. What the prompt approved is that list: the action pops it a batch at a
-time, so an entry that came after the count is not touched (as before, when the ids were
-held here), whatever the size of the queue (a QA run: 100,000 dead letters cost 206 MB
-held at once; a continuous crawl's million delayed revisits, 500 MB).
+go to a temporary file of the command as they are read, not to this process's memory.
+What the prompt approved is that file: the action reads it a batch at a time, so an entry
+that came after the count is not touched (as before, when the ids were held here),
+whatever the size of the queue (a QA run: 100,000 dead letters cost 206 MB held at once;
+a continuous crawl's million delayed revisits, 500 MB). Not in Redis: a purge is what an
+operator runs to free a Redis that is full, which refuses every write (a review: the ids
+written to a list of the crawl first, ``dlq purge --all`` failed with OutOfMemoryError).
 
 A long action says how far it went on stderr every :data:`PROGRESS_EVERY` seconds, when
 stderr is a terminal (as ``status --watch`` redraws only there): a script's log gets the
@@ -15,25 +17,22 @@ final count alone.
 
 from __future__ import annotations
 
-import secrets
+import itertools
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from scrapy_ha.cli.common import DRY_RUN_SHOWN
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
 
-    from scrapy_ha.keys import Keys
-
 #: Ids read, written and acted on per round trip.
 BATCH = 500
 #: Seconds between two progress lines (a terminal's) of a long bulk action.
 PROGRESS_EVERY = 3.0
-#: Seconds an approved selection may stay in Redis: a prompt left open, a command killed.
-SELECTION_TTL = 86400
 
 
 class Progress:
@@ -55,26 +54,23 @@ class Progress:
 
 
 class Approved:
-    """The ids of a selection, in a Redis list of the crawl (``Keys.selection``)."""
+    """The ids of a selection, in a temporary file (deleted when closed)."""
 
-    def __init__(self, client: Any, keys: Keys) -> None:
-        self.client = client
-        self.key = keys.selection(secrets.token_hex(8))
+    def __init__(self) -> None:
+        self.file: IO[str] = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
 
     async def add(self, ids: list[str]) -> None:
-        if ids:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.rpush(self.key, *ids)
-            pipe.expire(self.key, SELECTION_TTL)
-            await pipe.execute()
+        self.file.writelines(f"{entry_id}\n" for entry_id in ids)
 
     async def batches(self) -> AsyncIterator[list[str]]:
-        """The ids, *BATCH* at a time, each popped as it is handed out."""
-        while popped := await self.client.lpop(self.key, BATCH):
-            yield [i.decode() if isinstance(i, bytes) else str(i) for i in popped]
+        """The ids, *BATCH* at a time, in the order they were added."""
+        self.file.flush()
+        self.file.seek(0)
+        while ids := [line.rstrip("\n") for line in itertools.islice(self.file, BATCH)]:
+            yield ids
 
     async def drop(self) -> None:
-        await self.client.unlink(self.key)
+        self.file.close()
 
 
 @dataclass

@@ -221,7 +221,7 @@ async def delayed_retry_now(queue: RedisQueue, args: argparse.Namespace) -> int:
     if not (args.ids or args.all or args.failure_class or args.domain):
         print("name entry IDs, a filter (--class, --domain) or --all", file=sys.stderr)
         return 1
-    approved = None if args.dry_run else Approved(queue.client, queue.keys)
+    approved = None if args.dry_run else Approved()
     try:
         missing: list[str] = []
         if args.ids and not (args.all or args.failure_class or args.domain):

@@ -242,7 +242,7 @@ async def _bulk(
             f"name entry IDs or a selection ({', '.join(given or ['--all'])}), not both"
         )
     dlq = dead_letters(queue)
-    approved = None if args.dry_run else Approved(queue.client, queue.keys)
+    approved = None if args.dry_run else Approved()
     try:
         if args.ids:
             entries, missing = await _by_ids(dlq, args.ids)

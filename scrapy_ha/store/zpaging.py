@@ -3,7 +3,8 @@
 A listing that reads a batch by rank, then the next from the rank after it, skips as many
 entries as left the set before that rank meanwhile (workers promote the soonest delayed
 entries; a dead-letter queue at its cap drops its oldest), and may read one again. The
-next batch starts instead where the last entry read is now (:func:`rank_after`).
+next batch starts instead after the last entry read, by its score and name then
+(:func:`rank_after`), wherever that entry is now or if it is gone.
 """
 
 from __future__ import annotations
@@ -15,11 +16,16 @@ __all__ = ["rank_after"]
 
 async def rank_after(client: Any, key: str, last: tuple[Any, float], batch: int = 500) -> int:
     """The rank now of the entry after *last* (member, score) in the sorted set *key*:
-    past *last* itself, or, if it left the set too, past the entries scored before it or
+    past *last* itself, or, if it left the set or holds another score now (a delayed entry
+    due again later, a dead letter requeued that failed again: the entries between its two
+    scores would be skipped, or read twice), past the entries scored before that score or
     scored as it and named before it (Redis orders equal scores by member)."""
     member, score = last
-    rank = await client.zrank(key, member)
-    if rank is not None:
+    pipe = client.pipeline(transaction=False)  # (one round trip; a cluster: one slot)
+    pipe.zscore(key, member)
+    pipe.zrank(key, member)
+    now, rank = await pipe.execute()
+    if rank is not None and now is not None and float(now) == score:
         return int(rank) + 1
     start = int(await client.zcount(key, "-inf", f"({score!r}"))
     member = _bytes(member)
