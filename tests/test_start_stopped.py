@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pydispatch.dispatcher import getAllReceivers
 from scrapy import signals
-from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.defer import deferred_f_from_coro_f, maybe_deferred_to_future
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.demo.harness import free_port, wait_for
@@ -222,3 +222,26 @@ async def test_a_crawl_no_stop_came_to_keeps_nothing_of_the_watch(redis_url, sit
     receivers = getAllReceivers(crawler.signals.sender, signals.engine_started)
     assert [r for r in receivers if "StopAtStart" in repr(r)] == []
     assert "stop_async" not in vars(crawler)
+
+
+@deferred_f_from_coro_f
+async def test_a_scheduler_closed_before_its_engine_ran_leaves_no_hold_of_the_shutdown(
+    redis_url,
+):
+    """A scheduler opened and closed without the engine running it (Scrapy's scheduler
+    tests, run with scrapy-ha; a tool that drives one): its watch of the start ends with
+    its close (before: the reactor's shutdown trigger stayed, and at the process's exit
+    each held it 10 s and logged that the crawl "did not close")."""
+    from unittest.mock import Mock
+
+    from twisted.internet import reactor
+
+    from scrapy_ha import Scheduler
+
+    crawler = get_crawler(CatalogueSpider, crawl_settings(redis_url))
+    crawler.engine = Mock()
+    scheduler = Scheduler.from_crawler(crawler)
+    await maybe_deferred_to_future(scheduler.open(CatalogueSpider.from_crawler(crawler)))
+    await maybe_deferred_to_future(scheduler.close("finished"))
+    before = reactor._eventTriggers["shutdown"].before  # type: ignore[attr-defined]
+    assert [t for t in before if "StopAtStart" in repr(t[0])] == []

@@ -52,6 +52,8 @@ class CloseClock:
         self._progress_at = 0.0
         self._closing_at: float | None = None
         self._verdicts_due: asyncio.TimerHandle | None = None
+        #: called as the hand-back starts (:meth:`budget`): the start is over by then
+        self.at_hand_back: list[Callable[[], None]] = []
 
     def hurry(self, close_timeout: float) -> None:
         """A stop came before the crawl started (nothing leased yet): the close waits for
@@ -78,6 +80,8 @@ class CloseClock:
         nothing waits for a verdict any more)."""
         if self._verdicts_due is not None:
             self._verdicts_due.cancel()
+        for call in self.at_hand_back:
+            call()
         now = asyncio.get_running_loop().time()
         since = max(self._progress_at, now if self._closing_at is None else self._closing_at)
         return max(0.0, since + self.close_timeout - now)

@@ -82,6 +82,10 @@ class StopAtStart(Halt):
         self._hold: Deferred[None] | None = None
         self._expiry: Any = None
         self._handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (ours, the one before)
+        # a scheduler closed before its engine ran (Scrapy's scheduler tests, a tool that
+        # drives one) ends the watch too: else the reactor's shutdown, at the process's
+        # exit, waited 10 s for a close long done
+        clock.at_hand_back.append(self._closed_unstopped)
 
     def stop(self) -> None:
         if not self.stopped:
@@ -140,6 +144,12 @@ class StopAtStart(Halt):
             running = self.crawler.engine
             if running is not None:
                 await running.stop_async()
+
+    def _closed_unstopped(self) -> None:
+        """The scheduler closes: no stop came (else the shutdown's hold waits for this
+        close, and the trigger stays for it), so nothing is left to watch."""
+        if not self.stopped:
+            self._end_watch()
 
     def _end_watch(self) -> None:
         """Remove the reactor's trigger, unless it fired (removing one that fired is
