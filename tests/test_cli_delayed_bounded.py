@@ -17,6 +17,8 @@ from tests.test_shards import entry, lease_all, sharded
 if TYPE_CHECKING:
     import redis
 
+    from scrapy_ha.store.shards import ShardedQueue
+
 HOUR = 3600_000
 
 
@@ -81,12 +83,7 @@ async def test_entries_made_due_meanwhile_shift_no_other_out_of_the_listing(redi
     again (a review: 100 of 1,200 missed, one twice)."""
     from scrapy_ha.cli.delayed import in_order
 
-    q = sharded(redis_url, shards=2)
-    n = 4 * BATCH + 400
-    await q.sync(enqueue=[entry(f"u{i}") for i in range(n)])
-    leases = await lease_all(q)
-    for i, x in enumerate(leases):
-        assert await q.retry_later(x.id, x.token, HOUR + 1000 * i, x.payload, 0, "s")
+    q, n = await _two_shards_delayed(redis_url)
     listed, promoted = [], []
     async for d in in_order(q):
         listed.append(d.id)
@@ -111,12 +108,7 @@ async def test_the_last_entry_read_due_again_elsewhere_moves_no_other(redis_url,
     (a review: 700 of 1,200 never read; or 499 read twice)."""
     from scrapy_ha.cli.delayed import in_order
 
-    q = sharded(redis_url, shards=2)
-    n = 4 * BATCH + 400
-    await q.sync(enqueue=[entry(f"u{i}") for i in range(n)])
-    leases = await lease_all(q)
-    for i, x in enumerate(leases):
-        assert await q.retry_later(x.id, x.token, HOUR + 1000 * i, x.payload, 0, "s")
+    q, n = await _two_shards_delayed(redis_url)
     listed = []
     async for d in in_order(q):
         listed.append(d.id)
@@ -128,3 +120,13 @@ async def test_the_last_entry_read_due_again_elsewhere_moves_no_other(redis_url,
     assert set(listed) == {d.id async for d in in_order(q)}  # every entry read
     assert len(listed) <= n + 2  # and none twice but the two that moved behind the reading
     await q.client.aclose()
+
+
+async def _two_shards_delayed(redis_url: str) -> tuple[ShardedQueue, int]:
+    """A crawl of 2 shards whose delayed sets hold 4 batches and more, due a second apart."""
+    q = sharded(redis_url, shards=2)
+    n = 4 * BATCH + 400
+    await q.sync(enqueue=[entry(f"u{i}") for i in range(n)])
+    for i, x in enumerate(await lease_all(q)):
+        assert await q.retry_later(x.id, x.token, HOUR + 1000 * i, x.payload, 0, "s")
+    return q, n

@@ -26,6 +26,7 @@ from scrapy_ha.store.start_wait import Halt, StartWait
 from tests import redis_servers
 from tests.test_crash import wait_for_log
 from tests.test_items_sink_kills import fill
+from tests.test_start_stopped import ended
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,12 +49,7 @@ def consumer(url: str, to: str, log: Path, *extra: str) -> subprocess.Popen[byte
 
 def stop(proc: subprocess.Popen[bytes], sig: int) -> int:
     proc.send_signal(sig)
-    try:
-        return proc.wait(timeout=STOPPED_WITHIN)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return ended(proc)
 
 
 def test_a_consumer_started_before_its_redis_waits_for_it_then_consumes_each_item_once(
