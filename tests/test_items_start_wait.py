@@ -23,16 +23,14 @@ from scrapy_ha.cli.runner import _client_reached
 from scrapy_ha.config.start_wait import StartWaitConfig
 from scrapy_ha.demo.harness import free_port, wait_for
 from scrapy_ha.store.start_wait import Halt, StartWait
-from tests import redis_servers
 from tests.test_crash import wait_for_log
 from tests.test_items_sink_kills import fill
 from tests.test_start_stopped import ended
+from tests.test_start_wait import WAITING, started_after_waits
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-#: What the consumer says at each attempt while it waits (the URL's password masked).
-WAITING = "unreachable at start"
 #: Items put in the stream once the consumer runs.
 ITEMS = 150
 #: Seconds a consumer stopped during its wait may take to exit (a loaded machine).
@@ -61,11 +59,7 @@ def test_a_consumer_started_before_its_redis_waits_for_it_then_consumes_each_ite
     early = consumer(url, f"jsonl:{path}", log, "--create")  # HA_START_TIMEOUT: 60 s
     server = None
     try:
-        wait_for_log(log, f"{WAITING} (", early)
-        wait_for_log(log, "attempt 3,", early)  # tried again and again, still waiting
-        server = redis_servers.start(
-            tmp_path / "redis", "--requirepass", "hunter2", port=port, password="hunter2"
-        )
+        server = started_after_waits(log, early, tmp_path, port)
         wait_for_log(log, "consuming the items of s", early)
         fill(url, ITEMS)
         wait_for(lambda: path.exists() and path.read_text().count("\n") >= ITEMS, "items", 60)

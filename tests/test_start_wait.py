@@ -5,7 +5,7 @@ after them (or never)."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.demo.harness import free_port
 from tests import redis_servers
@@ -13,9 +13,20 @@ from tests.test_crash import count_lines, wait_for_log, worker
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from subprocess import Popen
 
 #: What a worker logs at each attempt while it waits (the URL's password masked).
 WAITING = "unreachable at start"
+
+
+def started_after_waits(log: Path, waiting: Popen[bytes], tmp_path: Path, port: int) -> Any:
+    """A redis-server (password ``hunter2``) on *port*, started once the process *waiting*
+    logged that it waits for it, and then that it tried again and again."""
+    wait_for_log(log, f"{WAITING} (", waiting)
+    wait_for_log(log, "attempt 3,", waiting)
+    return redis_servers.start(
+        tmp_path / "redis", "--requirepass", "hunter2", port=port, password="hunter2"
+    )
 
 
 def test_a_worker_started_before_its_redis_waits_for_it_and_crawls_everything(
@@ -28,11 +39,7 @@ def test_a_worker_started_before_its_redis_waits_for_it_and_crawls_everything(
     early = worker(url, site.url, items, log)  # HA_START_TIMEOUT: its default, 60 s
     server = None
     try:
-        wait_for_log(log, f"{WAITING} (", early)
-        wait_for_log(log, "attempt 3,", early)  # tried again and again, still waiting
-        server = redis_servers.start(
-            tmp_path / "redis", "--requirepass", "hunter2", port=port, password="hunter2"
-        )
+        server = started_after_waits(log, early, tmp_path, port)
         assert early.wait(timeout=120) == 0, log.read_text()[-3000:]
     finally:
         if server is not None:
