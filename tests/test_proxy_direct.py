@@ -6,13 +6,17 @@ went direct, and every page was dead-lettered after its retries through that pro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.config.middlewares import ProxyConfig
 from scrapy_ha.middlewares.proxy import ProxyMiddleware
+from scrapy_ha.middlewares.proxy_sources import PRUNED_AT, TunnelProxy
 from tests.spiders import FaultSpider
 from tests.test_proxy import pool_crawler, settings
 
@@ -130,3 +134,23 @@ def test_going_direct_is_said_at_start(mode, caplog):
     assert len(said) == 1, caplog.text
     assert "direct, from this machine's own address" in said[0]
     assert "secret" not in caplog.text
+
+
+def test_the_tunnels_cool_downs_per_site_are_forgotten_once_over():
+    """A broad crawl through a tunnel that may go direct cools the tunnel for each site
+    that bans it: before, every site's cool-down stayed in the worker's memory for the
+    whole crawl (10,000 banned sites: 10,000 entries, long after they were over)."""
+    config = ProxyConfig(
+        mode="tunnel", url="http://u:p@127.0.0.1:9", cooldown=600, allow_direct=True
+    )
+    tunnel = TunnelProxy(config)
+    live = [f"live-{i}.example" for i in range(5)]
+    for host in live:
+        tunnel.cool_down(tunnel.id, host)
+    tunnel.config = dataclasses.replace(config, cooldown=0)  # over as soon as set
+    for i in range(10_000):
+        tunnel.cool_down(tunnel.id, f"site-{i}.example")
+    assert len(tunnel.cooling) <= PRUNED_AT
+    now = time.time()
+    assert all(tunnel.out(tunnel.id, host, now) for host in live)  # those still on are kept
+    assert not tunnel.out(tunnel.id, "site-9999.example", now + 1)

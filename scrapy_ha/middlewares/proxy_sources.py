@@ -97,6 +97,12 @@ def valid_proxy(entry: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and bool(port)
 
 
+#: Cool-downs held before those that are over are forgotten (then again at twice as many as
+#: are left): a tunnel's are one per site that banned it, a broad crawl's sites by the
+#: thousand, and nothing else prunes them.
+PRUNED_AT = 1024
+
+
 class ProxyHealth:
     """Proxies out of rotation (cooling down) and their failures in a row: a pool's, and
     the tunnel's with ``HA_PROXY_ALLOW_DIRECT`` (its requests go direct meanwhile)."""
@@ -108,6 +114,7 @@ class ProxyHealth:
         self.cooling: dict[str, float] = {}
         #: proxy id -> the site of each of its failures in a row ("" a failure of its own)
         self.failures: dict[str, list[str]] = {}
+        self._prune_at = PRUNED_AT
 
     def out(self, pid: str, host: str, now: float) -> bool:
         """Is *pid* cooling down, for every site or for *host*'s?"""
@@ -135,8 +142,13 @@ class ProxyHealth:
     def cool_down(self, pid: str, host: str = "") -> float:
         """Take *pid* out of rotation for ``HA_PROXY_COOLDOWN``: for *host*'s site alone
         (a site banned it), else for every site (it failed, or refused its credentials)."""
-        until = time.time() + self.config.cooldown
-        self.cooling[cooling_key(pid, host)] = until
+        now = time.time()
+        until = now + self.config.cooldown
+        cooling = self.cooling
+        cooling[cooling_key(pid, host)] = until
+        if len(cooling) >= self._prune_at:
+            self.cooling = {key: end for key, end in cooling.items() if end > now}
+            self._prune_at = max(PRUNED_AT, 2 * len(self.cooling))
         if not host:  # back in rotation with no failure counted (see MAX_FAILURES)
             self.failures.pop(pid, None)
         return until
