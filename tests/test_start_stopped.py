@@ -99,24 +99,28 @@ def test_a_worker_stopped_while_its_redis_stopped_answering_closes_as_a_failed_s
     assert CLOSED.format("ha_start_failed") in text
 
 
-def test_a_second_ctrl_c_ends_the_wait_for_a_close_at_once(tmp_path: Path):
+@pytest.mark.parametrize("kind", ["async", "deferred"])
+def test_a_second_ctrl_c_ends_the_wait_for_a_close_at_once(tmp_path: Path, kind: str):
     """The hold of the shutdown (until the crawl stopped at start has closed) ends on the
-    second Ctrl-C, as Scrapy's "forcing unclean shutdown" says, with an ERROR line."""
+    second Ctrl-C, as Scrapy's "forcing unclean shutdown" says, with an ERROR line, and
+    ``scrapy crawl`` exits with 1 (before: 0, as if the crawl had run); under the
+    Deferred-based CrawlerProcess with 0 still, and no traceback."""
     server = redis_servers.start(tmp_path / "redis")
     url = f"redis://127.0.0.1:{server.port}/0"
     log = tmp_path / "worker.log"
     try:
         with writes_held(server):
-            proc = worker(url, "http://127.0.0.1:9", tmp_path / "items.jl", log)
+            proc = worker(url, "http://127.0.0.1:9", tmp_path / "items.jl", log, **PROCESSES[kind])
             wait_for(lambda: held_write(server) or proc.poll() is not None, "a held write", 60)
             proc.send_signal(signal.SIGINT)
             wait_for_log(log, "shutting down gracefully", proc)
             proc.send_signal(signal.SIGINT)
-            ended(proc)
+            code = ended(proc)
     finally:
         server.kill()
     text = log.read_text()
-    assert "forcing unclean shutdown" in text
+    assert code == (1 if kind == "async" else 0), text[-3000:]
+    assert "forcing unclean shutdown" in text and "Traceback" not in text
     (error,) = scrapy_ha_errors(text)
     assert f"the crawl at Redis at {url} did not close before a second stop came" in error
 

@@ -20,7 +20,8 @@ seen at all. So from the scheduler's open until the engine runs (:class:`StopAtS
   Scrapy count it: with ``AsyncCrawlerProcess`` and with the Deferred-based
   ``CrawlerProcess`` (``FORCE_CRAWLER_PROCESS``) alike. The hold ends after
   :data:`STOP_CLOSE_TIMEOUT` seconds, or at once on a second Ctrl-C or SIGTERM; then an
-  ERROR says the crawl did not close, and what it wrote in Redis is left as a killed
+  ERROR says the crawl did not close, ``scrapy crawl`` exits with 1 (with
+  ``AsyncCrawlerProcess``, its default), and what it wrote in Redis is left as a killed
   worker leaves it (its heartbeat expires, its leases are reclaimed);
 - a stop that came before the engine runs stops the engine as it starts.
 """
@@ -58,6 +59,12 @@ STOP_CLOSE_TIMEOUT = 10.0
 #: Seconds the close of a crawl stopped at start waits for Redis (``HA_CLOSE_TIMEOUT``
 #: when lower): nothing was leased yet, and a Redis that answers takes milliseconds.
 STOPPED_CLOSE_TIMEOUT = 3.0
+#: Seconds the shutdown waits, once the hold gave up, for the crawl's tasks to end
+#: cancelled (what makes Scrapy count the crawl as failed).
+ABANDON_WAIT = 1.0
+#: The coroutine of a crawl's task in Scrapy's ``AsyncCrawlerProcess`` (2.14 and later):
+#: cancelled, it counts the crawl as failed if the crawler has no spider, and logs nothing.
+ASYNC_CRAWL = "_crawl_and_track"
 #: The signals whose second coming ends the hold (Scrapy's "forcing unclean shutdown").
 SECOND_STOP = (signal.SIGINT, signal.SIGTERM)
 
@@ -221,7 +228,26 @@ class StopAtStart(Halt):
             self.redis_url,
             when,
         )
-        self._release()
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Have Scrapy count the crawl given up on as failed (``scrapy crawl`` exits with 1;
+        before, 0, as after a crawl): it has no spider, and its task ends cancelled; the
+        hold ends once it ended (Scrapy's own callback on it runs first), within
+        :data:`ABANDON_WAIT`. Only the task of ``AsyncCrawlerProcess``, Scrapy's default:
+        under the Deferred-based ``CrawlerProcess`` the task is the engine's open, whose
+        Deferreds log a cancellation as an unhandled error (CRITICAL, two tracebacks)."""
+        crawl = self.crawl
+        if crawl is None or crawl.done() or _coroutine_name(crawl) != ASYNC_CRAWL:
+            self._release()
+            return
+        self.crawler.spider = None
+        crawl.add_done_callback(lambda _: self._release())
+        crawl.cancel()
+        if self._expiry is not None and self._expiry.active():
+            self._expiry.cancel()
+        reactor: Any = sys.modules["twisted.internet.reactor"]
+        self._expiry = reactor.callLater(ABANDON_WAIT, self._release)
 
     def _release_if_over(self, *_: object) -> None:
         if self._over():
@@ -236,3 +262,7 @@ class StopAtStart(Halt):
         self._handlers.clear()
         if self._hold is not None and not self._hold.called:
             self._hold.callback(None)
+
+
+def _coroutine_name(task: asyncio.Task[Any]) -> str:
+    return getattr(task.get_coro(), "__name__", "")
