@@ -89,6 +89,7 @@ class StopAtStart(Halt):
         self._hold: Deferred[None] | None = None
         self._expiry: Any = None
         self._handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (ours, the one before)
+        self._stop_watch: tuple[Any, Any] | None = None  # (ours, the crawler's own, if any)
         # a scheduler closed before its engine ran (Scrapy's scheduler tests, a tool that
         # drives one) ends the watch too: else the reactor's shutdown, at the process's
         # exit, waited 10 s for a close long done
@@ -103,30 +104,44 @@ class StopAtStart(Halt):
     def watching(self, redis_url: str) -> Iterator[None]:
         """While the scheduler opens, a stop cuts its start short; an open that a stop came
         during and that went on all the same is refused when it ends
-        (:class:`StoppedAtStart`)."""
+        (:class:`StoppedAtStart`). A stop from then until the engine runs (a slow
+        ``spider_opened`` handler) stops the engine as it starts: the crawler's stop stays
+        watched until then (before, only during the open: Scrapy 2.16's stopped the
+        crawler while the engine did not run yet and the reactor a moment later, after
+        the engine had started, and the worker exited without closing the spider)."""
         self.redis_url = redis_url
         self._hook()
-        crawler, before = self.crawler, vars(self.crawler).get("stop_async")
-        stop_async = crawler.stop_async
+        self._watch_stop()
+        yield
+        if self.stopped:
+            raise StoppedAtStart(
+                f"stopped while it opened the crawl at Redis at {redis_url}: the crawl did not "
+                "start"
+            )
+
+    def _watch_stop(self) -> None:
+        """Every stop of the crawler (``Crawler.stop_async``) stops this too, until
+        :meth:`_end_watch`."""
+        crawler = self.crawler
+        if self._stop_watch is not None:
+            return
+        before, stop_async = vars(crawler).get("stop_async"), crawler.stop_async
 
         async def stopping() -> None:
             self.stop()
             await stop_async()
 
         crawler.stop_async = stopping  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            if vars(crawler).get("stop_async") is stopping:
-                if before is None:
-                    del crawler.stop_async
-                else:
-                    crawler.stop_async = before  # type: ignore[method-assign]
-        if self.stopped:
-            raise StoppedAtStart(
-                f"stopped while it opened the crawl at Redis at {redis_url}: the crawl did not "
-                "start"
-            )
+        self._stop_watch = (stopping, before)
+
+    def _unwatch_stop(self) -> None:
+        watch, self._stop_watch = self._stop_watch, None
+        if watch is None or vars(self.crawler).get("stop_async") is not watch[0]:
+            return  # (not watched, or replaced since: left alone)
+        if watch[1] is None:
+            del self.crawler.stop_async
+        else:
+            self.crawler.stop_async = watch[1]  # type: ignore[method-assign]
 
     def _hook(self) -> None:
         if self._trigger is not None or self._fired:
@@ -143,11 +158,16 @@ class StopAtStart(Halt):
 
     async def _engine_started(self) -> None:
         """From now on Scrapy's own stop stops the engine; a stop that came while the spider
-        opened stops it now (as it starts), which closes the spider."""
-        self._end_watch()
-        # (a stop of the crawler sets it: its stop_async is wrapped from the open on; not
+        opened stops it now (as it starts), which closes the spider; the reactor's
+        shutdown then waits for that close (Scrapy 2.16 stops the reactor after the
+        crawler, which it stopped while the engine did not run: the close was cut short)."""
+        # (a stop of the crawler sets it: its stop_async is watched from the open on; not
         # ``crawler.crawling``, False for an engine started without Crawler.crawl)
-        if self.stopped:
+        if not self.stopped:
+            self._end_watch()
+        else:
+            self._unwatch_stop()  # (the trigger stays until the close ends: _on_closed)
+            self.crawler.signals.disconnect(self._engine_started, signal=signals.engine_started)
             running = self.crawler.engine
             if running is not None:
                 await running.stop_async()
@@ -160,7 +180,9 @@ class StopAtStart(Halt):
 
     def _end_watch(self) -> None:
         """Remove the reactor's trigger, unless it fired (removing one that fired is
-        deprecated in Twisted, and the shutdown under way needs it)."""
+        deprecated in Twisted, and the shutdown under way needs it), and stop watching the
+        crawler's stop."""
+        self._unwatch_stop()
         self.crawler.signals.disconnect(self._engine_started, signal=signals.engine_started)
         trigger, self._trigger = self._trigger, None
         if trigger is not None and not self._fired:
