@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, NotConfigured
+from scrapy.utils.asyncio import is_asyncio_available
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_ha.config.known import warn_unknown
@@ -37,7 +38,9 @@ __all__ = [
     "START_FAILED",
     "FailedExit",
     "StartRefusal",
+    "checked_start",
     "configured",
+    "reactor_refusal",
     "refuse_start",
     "start_refused",
     "warn_unknown",
@@ -48,6 +51,8 @@ logger = logging.getLogger("scrapy_ha")
 #: Finish reason of a crawl that could not start (unreachable Redis, a bad setting, settings
 #: the crawl in Redis refused).
 START_FAILED = "ha_start_failed"
+#: The reactor scrapy-ha needs: Redis is spoken to with redis.asyncio, on the asyncio loop.
+ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 #: Scrapy 2.19 closes the spider when a ``spider_opened`` handler raises ``CloseSpider``
 #: (checked on 2.19.0); 2.16 logs the exception and goes on.
 CLOSE_SPIDER_FROM_SPIDER_OPENED = tuple(map(int, scrapy.__version__.split(".")[:2])) >= (2, 19)
@@ -141,3 +146,33 @@ def configured(crawler: Crawler, read: Callable[[BaseSettings], T]) -> T:
     except ConfigError as exc:
         refuse_start(crawler, str(exc))
         raise NotConfigured from None
+
+
+def reactor_refusal(settings: BaseSettings) -> str | None:
+    """Why scrapy-ha cannot run under the installed Twisted reactor, or None: it talks to
+    Redis with ``redis.asyncio``, which needs the asyncio reactor (another one crashed the
+    worker with ``RuntimeError: no running event loop`` tracebacks)."""
+    try:
+        if is_asyncio_available():
+            return None
+    except RuntimeError:  # no reactor installed yet (a scheduler built outside a crawl)
+        return None
+    from twisted.internet import reactor  # noqa: PLC0415 (installed: read, not installed)
+
+    installed = f"{type(reactor).__module__}.{type(reactor).__qualname__}"
+    return (
+        f"TWISTED_REACTOR={settings.get('TWISTED_REACTOR')!r} (the reactor installed is "
+        f"{installed}): scrapy-ha talks to Redis with redis.asyncio and needs the asyncio "
+        f"reactor, Scrapy's default. Remove the setting, or set TWISTED_REACTOR = "
+        f"{ASYNCIO_REACTOR!r}"
+    )
+
+
+def checked_start(crawler: Crawler) -> None:
+    """What the scheduler checks before its own settings: ``HA_*`` settings that do nothing
+    (WARNINGs, :func:`warn_unknown`) and the reactor (:func:`reactor_refusal`: the start is
+    refused, and the scheduler never connects)."""
+    warn_unknown(crawler.settings)
+    why = reactor_refusal(crawler.settings)
+    if why is not None:
+        refuse_start(crawler, why)

@@ -22,7 +22,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import refused_scheme
 from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
-from scrapy_ha.config.startup import START_FAILED, refuse_start, start_refused, warn_unknown
+from scrapy_ha.config.startup import START_FAILED, checked_start, refuse_start, start_refused
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
 from scrapy_ha.scheduler import engine
@@ -63,8 +63,7 @@ class Scheduler:
     session_class: Callable[[Scheduler], Session] = Session
 
     def __init__(self, crawler: Crawler, config: SchedulerConfig) -> None:
-        self.crawler = crawler
-        self.config = config
+        self.crawler, self.config = crawler, config
         assert crawler.stats is not None
         self.stats = crawler.stats
         self.spider: Spider | None = None
@@ -125,7 +124,7 @@ class Scheduler:
         components never opened): it is logged, and ``open()`` closes the spider cleanly. From
         here on every log line is masked (the add-on does it before Scrapy logs the settings)."""
         install_log_masking()
-        warn_unknown(crawler.settings)  # a mistyped HA_* setting would do nothing
+        checked_start(crawler)  # a mistyped HA_* setting would do nothing; the reactor
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:
@@ -148,9 +147,10 @@ class Scheduler:
         naming the URL."""
         return deferred_from_coro(self._open(spider))
 
-    def close(self, reason: str) -> Deferred[None]:
-        """Flush, ack, release what this worker holds, and unregister it."""
-        return deferred_from_coro(self.session.close(reason))
+    def close(self, reason: str) -> Deferred[None] | None:
+        """Flush, ack, release what this worker holds, and unregister it (if it connected)."""
+        unopened = self._fatal and not self.queue  # refused at start (the reactor, a setting)
+        return None if unopened else deferred_from_coro(self.session.close(reason))
 
     def has_pending_requests(self) -> bool:
         """True while the crawl has requests waiting: in this worker's buffer or outbox (or
