@@ -24,12 +24,14 @@ from scrapy.exceptions import CloseSpider, NotConfigured
 from scrapy.utils.asyncio import is_asyncio_available
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.known import warn_unknown
 from scrapy_ha.config.validate import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from scrapy.core.scheduler import BaseScheduler
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
@@ -40,8 +42,10 @@ __all__ = [
     "StartRefusal",
     "checked_start",
     "configured",
+    "own_scheduler",
     "reactor_refusal",
     "refuse_start",
+    "scrapy_command",
     "start_refused",
     "warn_unknown",
 ]
@@ -168,11 +172,45 @@ def reactor_refusal(settings: BaseSettings) -> str | None:
     )
 
 
-def checked_start(crawler: Crawler) -> None:
-    """What the scheduler checks before its own settings: ``HA_*`` settings that do nothing
-    (WARNINGs, :func:`warn_unknown`) and the reactor (:func:`reactor_refusal`: the start is
-    refused, and the scheduler never connects)."""
+def checked_start(crawler: Crawler, shell: bool = False) -> BaseScheduler | None:
+    """What the scheduler checks before its own settings: log lines masked from here on,
+    ``HA_*`` settings that do nothing (WARNINGs, :func:`warn_unknown`) and the reactor
+    (:func:`reactor_refusal`: the start is refused, and the scheduler never connects).
+    Returns Scrapy's own scheduler, to use instead, for a Scrapy command that crawls a
+    request of its own (:func:`scrapy_command`; *shell*: ``scrapy shell``'s engine)."""
+    install_log_masking()
+    if (command := "shell" if shell else scrapy_command(crawler)) is not None:
+        return own_scheduler(crawler, command)
     warn_unknown(crawler.settings)
     why = reactor_refusal(crawler.settings)
     if why is not None:
         refuse_start(crawler, why)
+    return None
+
+
+#: Where Scrapy's commands live: ``scrapy fetch``, ``view`` and ``parse`` give the spider a
+#: ``start()`` of theirs, defined there, that yields the one request they were asked for.
+COMMANDS_PACKAGE = "scrapy.commands."
+
+
+def scrapy_command(crawler: Crawler) -> str | None:
+    """The Scrapy command whose own request *crawler* crawls (``fetch``, ``view``,
+    ``parse``), or None for a crawl (``scrapy crawl``, ``runspider``, a script). The
+    shell, which keeps the spider's ``start()``, is told by its engine instead."""
+    module = getattr(getattr(crawler.spidercls, "start", None), "__module__", None) or ""
+    return module.removeprefix(COMMANDS_PACKAGE) if module.startswith(COMMANDS_PACKAGE) else None
+
+
+def own_scheduler(crawler: Crawler, command: str) -> BaseScheduler:
+    """Scrapy's scheduler, for ``scrapy <command>``: its request, whose callback is the
+    command's and whose meta Redis cannot hold, is not the crawl's. Through Redis it was
+    refused (nothing printed, exit code 0), and the command joined the spider's crawl as a
+    worker: it crawled the crawl's requests, their items lost to the crawl's feeds."""
+    from scrapy.core.scheduler import Scheduler  # noqa: PLC0415 (only for these commands)
+
+    logger.info(
+        "a Scrapy command (scrapy.commands.%s) crawls a request of its own, not the crawl's: "
+        "Scrapy's own scheduler runs it in this process, and the crawl in Redis is left alone",
+        command,
+    )
+    return Scheduler.from_crawler(crawler)

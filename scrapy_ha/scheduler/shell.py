@@ -20,7 +20,6 @@ from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import refused_scheme
-from scrapy_ha.codec.log_masking import install_log_masking
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.startup import START_FAILED, checked_start, refuse_start, start_refused
 from scrapy_ha.config.validate import ConfigError
@@ -123,8 +122,8 @@ class Scheduler:
         """A bad setting does not raise here (Scrapy would print follow-on tracebacks of
         components never opened): it is logged, and ``open()`` closes the spider cleanly. From
         here on every log line is masked (the add-on does it before Scrapy logs the settings)."""
-        install_log_masking()
-        checked_start(crawler)  # a mistyped HA_* setting would do nothing; the reactor
+        if (scrapys := checked_start(crawler, engine.started_first(crawler))) is not None:
+            return scrapys  # type: ignore[return-value]
         try:
             config = SchedulerConfig.from_settings(crawler.settings)
         except ConfigError as exc:

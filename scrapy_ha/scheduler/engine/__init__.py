@@ -118,6 +118,15 @@ def busy_check(crawler: Crawler) -> Callable[[Request], bool]:
     return lambda r: r in active or r in scraping or r in starting or id(r) in queued
 
 
+def started_first(crawler: Crawler) -> bool:
+    """Whether *crawler*'s engine started before its spider opened: only ``scrapy shell``
+    does so (``start_async(_start_request_processing=False)``, then ``open_spider_async``
+    at its first fetch), where ``Crawler.crawl`` opens the spider first (checked on 2.19.0:
+    ``_starting``, set as the engine starts)."""
+    engine = _engine(crawler)
+    return engine is not None and getattr(engine, "_starting", False) is True
+
+
 def start_exhausted(crawler: Crawler) -> bool:
     """True once the engine has read all of ``Spider.start()`` (or stopped reading it on an
     error): ``engine._start`` is set before the scheduler opens and becomes None at the
