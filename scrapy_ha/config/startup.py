@@ -39,6 +39,7 @@ __all__ = [
     "CLOSE_SPIDER_FROM_SPIDER_OPENED",
     "START_FAILED",
     "FailedExit",
+    "asyncio_missing",
     "StartRefusal",
     "checked_start",
     "configured",
@@ -152,14 +153,19 @@ def configured(crawler: Crawler, read: Callable[[BaseSettings], T]) -> T:
         raise NotConfigured from None
 
 
+def asyncio_missing() -> bool:
+    """Whether another Twisted reactor than asyncio's is installed: no asyncio code runs."""
+    try:
+        return not is_asyncio_available()
+    except RuntimeError:  # no reactor installed yet (a scheduler built outside a crawl)
+        return False
+
+
 def reactor_refusal(settings: BaseSettings) -> str | None:
     """Why scrapy-ha cannot run under the installed Twisted reactor, or None: it talks to
     Redis with ``redis.asyncio``, which needs the asyncio reactor (another one crashed the
     worker with ``RuntimeError: no running event loop`` tracebacks)."""
-    try:
-        if is_asyncio_available():
-            return None
-    except RuntimeError:  # no reactor installed yet (a scheduler built outside a crawl)
+    if not asyncio_missing():
         return None
     from twisted.internet import reactor  # noqa: PLC0415 (installed: read, not installed)
 

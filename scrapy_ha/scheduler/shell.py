@@ -22,6 +22,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import refused_scheme
 from scrapy_ha.config.scheduler import SchedulerConfig
 from scrapy_ha.config.startup import START_FAILED, checked_start, refuse_start, start_refused
+from scrapy_ha.config.startup import asyncio_missing as _no_asyncio
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.middlewares.registry import register
 from scrapy_ha.scheduler import engine
@@ -147,8 +148,8 @@ class Scheduler:
         return deferred_from_coro(self._open(spider))
 
     def close(self, reason: str) -> Deferred[None] | None:
-        """Flush, ack, release what this worker holds, and unregister it (if it connected)."""
-        unopened = self._fatal and not self.queue  # refused at start (the reactor, a setting)
+        """Flush, ack, release what it holds, unregister it; not under another reactor."""
+        unopened = self._fatal and not self.queue and _no_asyncio()  # (refused at start)
         return None if unopened else deferred_from_coro(self.session.close(reason))
 
     def has_pending_requests(self) -> bool:
