@@ -140,7 +140,8 @@ def _encode_doc(request: Request, spider: Spider | None, unstorable: str) -> dic
         for name in cls.attributes:
             if name not in KNOWN_ATTRIBUTES:
                 value = getattr(request, name)
-                doc.setdefault(EXTRA, {})[name] = _tag_field(request, name, value, spider, "error")
+                field = f"{cls.__name__}.{name}"  # named as an attribute, not a meta key
+                doc.setdefault(EXTRA, {})[name] = _tag_field(request, field, value, spider, "error")
     return doc
 
 
@@ -175,10 +176,16 @@ def _tag_field(
 
 
 def _unstorable_message(url: str, field: str, exc: Unstorable) -> str:
+    """Raised for meta and cb_kwargs only under ``"error"`` (``"drop-key"`` leaves the key
+    out): there, and only there, the setting is the other way out."""
+    other_way = (
+        "; or set HA_UNSTORABLE = 'drop-key' to leave such meta/cb_kwargs keys out"
+        if field in _DROPPABLE
+        else ""
+    )
     return (
         f"cannot store the request for {url}: {field}{exc.where()} is of type {exc.kind}, "
-        f"which scrapy-ha cannot store ({exc.why}). Store one of: {STORABLE}; or set "
-        f"HA_UNSTORABLE = 'drop-key' to leave such meta/cb_kwargs keys out"
+        f"which scrapy-ha cannot store ({exc.why}). Store one of: {STORABLE}{other_way}"
     )
 
 

@@ -347,15 +347,13 @@ class Admission:
         """Fail *parent*, the page that yielded *request* (dead-lettered when it finishes)."""
         assert self.crawler.stats is not None
         self.crawler.stats.inc_value("ha/unstorable")
-        logger.error(
-            "Cannot store %s in Redis (%s): %s (HA_UNSTORABLE=%r; make the value storable, or "
-            'set HA_UNSTORABLE = "drop-key" to store the request without it)',
+        logger.error(  # *exc* says what to do: HA_UNSTORABLE only where it would store it
+            "Cannot store %s in Redis (%s): %s",
             request,
             exc,
             f"the page {parent} that yielded it will be dead-lettered"
             if parent is not None
             else "the request is dropped",
-            self.unstorable,
         )
         if parent is not None:
             parent.meta[metakeys.OUTCOME] = Verdict.dead(
