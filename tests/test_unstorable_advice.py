@@ -110,3 +110,16 @@ def test_an_unstorable_attribute_names_itself_as_one():
     message = str(info.value)
     assert "TaggedRequest.tag is of type builtins.object" in message
     assert ADVICE not in message
+
+
+def test_a_value_that_refers_to_itself_is_named_with_its_key():
+    loop: dict[str, Any] = {}
+    loop["me"] = loop
+    request = scrapy.Request("https://example.com/c", meta={"ok": 1, "loop": loop})
+    with pytest.raises(CodecError) as info:
+        encode_request(request, None, unstorable="error")
+    message = str(info.value)
+    assert "meta['loop'] is nested too deeply (or refers to itself)" in message
+    assert message.count("drop-key") == 1  # which leaves that key out
+    kept = encode_request(request, None, unstorable="drop-key")
+    assert b'"ok":1' in kept and b"loop" not in kept

@@ -169,10 +169,26 @@ def _tag_field(
     except Unstorable as exc:
         raise CodecError(_unstorable_message(request.url, field, exc)) from None
     except RecursionError:
-        raise CodecError(
-            f"cannot store the request for {request.url}: its {field} is nested too deeply "
-            f"(or refers to itself); store a flat copy of the data"
-        ) from None
+        raise CodecError(_recursive_message(request.url, field, value, spider)) from None
+
+
+def _recursive_message(url: str, field: str, value: Any, spider: Spider | None) -> str:
+    """Names the meta/cb_kwargs key that holds the value (which ``"drop-key"`` leaves out)."""
+    where, other_way = field, ""
+    if field in _DROPPABLE:
+        other_way = "; or set HA_UNSTORABLE = 'drop-key' to leave such meta/cb_kwargs keys out"
+        for key, item in value.items():
+            try:
+                tag(item, spider)
+            except RecursionError:
+                where = f"{field}[{key!r}]"
+                break
+            except Unstorable:
+                continue
+    return (
+        f"cannot store the request for {url}: its {where} is nested too deeply (or refers "
+        f"to itself); store a flat copy of the data{other_way}"
+    )
 
 
 def _unstorable_message(url: str, field: str, exc: Unstorable) -> str:
