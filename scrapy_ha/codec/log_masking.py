@@ -63,8 +63,12 @@ def install_log_masking() -> None:
 
 #: Characters a terminal acts on rather than shows: C0 controls but tab, newline and
 #: carriage return (a CSV line's end, which a project's pipeline may print), DEL, C1
-#: controls, and the bidirectional overrides and isolates that reorder what follows.
-_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: controls, and the bidirectional overrides and isolates that reorder what follows; and
+#: lone surrogates, which no output encoding can write (``dlq show`` of a request whose
+#: meta held one, as text decoded with ``surrogateescape``, failed with a traceback).
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _escaped(match: re.Match[str]) -> str:
