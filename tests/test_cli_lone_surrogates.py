@@ -11,6 +11,7 @@ import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
+from scrapy_ha.codec.masking import mask_body
 from scrapy_ha.codec.log_masking import visible
 from tests.test_dlq import cli
 from tests.test_retry_crawl import FAST_RETRIES
@@ -23,7 +24,8 @@ NOTE = "caf\udce9 \ud800 au lait"
 
 
 class SurrogateSpider(scrapy.Spider):
-    """One request to a 404 page (dead-lettered as ``gone``) whose meta holds NOTE."""
+    """Requests to be dead-lettered holding NOTE: in meta, and in a JSON body with a
+    password (which ``dlq show`` masks)."""
 
     name = "surrogates"
 
@@ -33,23 +35,35 @@ class SurrogateSpider(scrapy.Spider):
 
     async def start(self) -> Any:
         yield scrapy.Request(f"{self.base_url}/status/404", meta={"note": NOTE})
+        body = {"password": "hunter2", "note": NOTE}
+        yield scrapy.http.JsonRequest(f"{self.base_url}/status/410", data=body)
 
 
 @deferred_f_from_coro_f
 async def test_dlq_show_prints_a_lone_surrogate_as_its_json_escape(redis_url, site):
     crawler = get_crawler(SurrogateSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
     await crawler.crawl_async(base_url=site.url)
-    assert crawler.stats.get_value("ha/dead/gone") == 1
+    assert crawler.stats.get_value("ha/dead/gone") == 1  # the POST: 405, class client
     listed = cli(redis_url, "dlq", "export", "surrogates")
     assert listed.returncode == 0, listed.stderr
-    entry_id = json.loads(listed.stdout)["id"]
-    shown = cli(redis_url, "dlq", "show", "surrogates", entry_id)
+    ids = {e["url"][-3:]: e["id"] for e in map(json.loads, listed.stdout.splitlines())}
+    assert sorted(ids) == ["404", "410"]
+    shown = cli(redis_url, "dlq", "show", "surrogates", ids["404"])
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
     assert json.loads(shown.stdout)["request"]["mt"]["note"] == NOTE  # the value, read back
+    shown = cli(redis_url, "dlq", "show", "surrogates", ids["410"])
+    assert shown.returncode == 0, shown.stderr
+    assert "hunter2" not in shown.stdout and NOTE[:3] in shown.stdout
 
 
 def test_visible_escapes_lone_surrogates_only():
     assert visible(NOTE) == "caf\\udce9 \\ud800 au lait"
     assert visible("café 😀") == "café 😀"
     assert json.loads(f'"{visible(NOTE)}"') == NOTE
+
+
+def test_a_masked_json_body_keeps_a_lone_surrogate_as_its_escape():
+    raw = json.dumps({"password": "hunter2", "note": NOTE}).encode()
+    masked = mask_body(raw)
+    assert json.loads(masked) == {"password": "***", "note": NOTE}

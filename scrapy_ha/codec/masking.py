@@ -328,7 +328,10 @@ def mask_body(raw: bytes) -> bytes:
         doc = None
     if isinstance(doc, (dict, list)):
         masked = mask_value(doc)
-        return raw if masked == doc else json.dumps(masked, ensure_ascii=False).encode()
+        if masked == doc:
+            return raw
+        # a lone surrogate (the body's "\ud800") can only be in a string: its escape
+        return json.dumps(masked, ensure_ascii=False).encode("utf-8", "backslashreplace")
     text = raw.decode("latin-1")  # every byte is one character: nothing is lost
     shown = _MULTIPART.sub(_mask_part, text) if 'name="' in text else text
     shown = mask_text(shown)
