@@ -11,8 +11,8 @@ import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
-from scrapy_ha.codec.masking import mask_body
 from scrapy_ha.codec.log_masking import visible
+from scrapy_ha.codec.masking import mask_body
 from tests.test_dlq import cli
 from tests.test_retry_crawl import FAST_RETRIES
 

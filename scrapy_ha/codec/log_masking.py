@@ -84,6 +84,24 @@ def visible(text: str) -> str:
     return _CONTROLS.sub(_escaped, text)
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(value: Any) -> Any:
+    """*value* (strings, and those in dicts, lists and tuples at any depth) with each lone
+    surrogate written as its escape (``\\ud800``): text no encoding can write otherwise (a
+    JSON answer, an HTML page), from a request whose meta or body held one."""
+    if isinstance(value, str):
+        return _SURROGATES.sub(_escaped, value)
+    if isinstance(value, dict):
+        return {escape_surrogates(k): escape_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape_surrogates(v) for v in value]
+    if type(value) is tuple:
+        return tuple(escape_surrogates(v) for v in value)
+    return value
+
+
 class _MaskedStream:
     """A text stream whose writes are masked as :func:`mask_text` masks text, and made
     :func:`visible`; :meth:`write_raw` writes a terminal control of the CLI's own."""

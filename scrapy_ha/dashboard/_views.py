@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import HTTPException, Request
 
 from scrapy_ha.codec import describe
+from scrapy_ha.codec.log_masking import escape_surrogates
 from scrapy_ha.codec.masking import mask_value
 from scrapy_ha.dashboard._chart import WINDOWS, Window, rate_chart, speed
 from scrapy_ha.dashboard._data import body_text, crawl_names, crawl_stats, today_ms
@@ -295,13 +296,14 @@ async def entry_view(request: Request, spider: str, table: str, entry_id: str) -
     shard, local = route(entry_id) if keys.shard is not None else (0, entry_id)
     (payload,) = await read_payloads(request.app.state.client, shard_keys(keys)[shard], [local])
     stored = describe(payload)
-    return {
+    entry = {
         **row.as_dict(),
         "history": mask_value(row.history),
         "request": stored.printable(),  # the stored form, secrets masked, as in `dlq show`
         "shown": stored.shown(),  # the same by Scrapy's names
         "body": body_text(stored.shown_body),
     }
+    return escape_surrogates(entry)  # type: ignore[no-any-return]  # a dict as it came
 
 
 async def urls_of(request: Request, spider: str, table: str, ids: list[str]) -> dict[str, str]:
