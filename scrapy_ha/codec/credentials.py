@@ -23,6 +23,7 @@ but the one DownloadTimeoutMiddleware sets on every request it downloads.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
 SPECIAL_META = metakeys.STRIPPED | {"proxy", "download_slot", "_scheme_proxy", "download_timeout"}
 #: Always dropped: proxy credentials never reach Redis (DESIGN, guarantee 7).
 _PROXY_AUTH = b"Proxy-Authorization"
+#: Whether a spider's own proxy credentials were said to be lost (once per process).
+_PROXY_CREDENTIALS_WARNED: list[bool] = []
+#: The public module's name: users filter the codec's warnings by it.
+logger = logging.getLogger("scrapy_ha.codec")
 
 
 # --------------------------------------------------------------------------- before storing
@@ -199,12 +204,39 @@ def clean_meta(
         # worker takes its own (the flag and the proxy go together, as in Scrapy's redirect)
         clean.pop("proxy", None)
     if isinstance(clean.get("proxy"), str):
-        clean["proxy"] = strip_credentials(clean["proxy"])
+        proxy = clean["proxy"]
+        clean["proxy"] = strip_credentials(proxy)
+        if clean["proxy"] != proxy and metakeys.PROXY not in meta:
+            _say_proxy_credentials_lost(request)
     if "download_slot" in clean and _is_default_slot(request, clean["download_slot"]):
         del clean["download_slot"]  # the downloader's own key: it computes it again
     if "download_timeout" in clean and _is_default_timeout(spider, clean["download_timeout"]):
         del clean["download_timeout"]
     return clean
+
+
+def _say_proxy_credentials_lost(request: Request) -> None:
+    """The spider's own proxy credentials are not stored (DESIGN, guarantee 7), and no
+    middleware of scrapy-ha adds them again (the add-on's proxy marks its requests with
+    ``ha_proxy``): said once per process, since every request taken from Redis then
+    reaches its proxy without them. Only where ``meta["proxy"]`` holds them as the request
+    is stored, as a new request does: once downloaded, a request's credentials are in the
+    ``Proxy-Authorization`` header HttpProxyMiddleware made, whoever gave them (a
+    middleware that sets them at each attempt loses nothing)."""
+    if _PROXY_CREDENTIALS_WARNED:
+        return
+    _PROXY_CREDENTIALS_WARNED.append(True)
+    logger.warning(
+        "The request for %s goes through a proxy whose credentials it carries itself "
+        "(a user and password in the URL of its meta['proxy']): proxy credentials are never "
+        "stored in Redis, so where another worker, a retry or a restarted worker takes such "
+        "a request from Redis, it reaches the proxy without them (HTTP 407, dead-lettered "
+        "as client). Give the proxy where every worker sets it again at each download: "
+        "HA_PROXY_MODE and HA_PROXY_URL, the http_proxy/https_proxy environment of each "
+        "worker, or a downloader middleware of yours before 750 that sets meta['proxy'] "
+        "with them (this is logged once)",
+        request.url,
+    )
 
 
 def _is_default_timeout(spider: Spider | None, timeout: Any) -> bool:
