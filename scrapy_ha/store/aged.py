@@ -37,7 +37,7 @@ from scrapy_ha.store.wire import text as _s
 if TYPE_CHECKING:
     from scrapy_ha.keys import Keys
 
-__all__ = ["AgedBloom", "AgedSet", "slice_capacity", "slices_where"]
+__all__ = ["AgedBloom", "AgedSet", "set_slice_where", "slice_capacity", "slices_where"]
 
 #: Slices a check reads at most (those within the TTL, and the newest): their errors add up.
 CHECKED_SLICES = SEEN_SLICES + 1
@@ -121,3 +121,22 @@ async def slices_where(client: Any, keys: Keys, fingerprints: list[bytes]) -> li
     script = client.register_script(scripts.SEEN_CHECK_LUA)
     reply = await script(keys=[keys.bloom, keys.queues], args=[slices.spec(), *fingerprints])
     return [int(x) for x in reply[:-1]]
+
+
+async def set_slice_where(client: Any, keys: Keys, fingerprint: bytes) -> int:
+    """The start (server ms) of the newest of the exact set's time slices that holds
+    *fingerprint* (12 bytes) within the TTL, as the scripts that enqueue read them: 0 when
+    none does, or the crawl has no such slices. A slot that ended a TTL ago holds nothing,
+    though it stays in Redis until the crawl's next write drops it (a crawl at rest keeps
+    it: read by SISMEMBER alone, such a URL was said seen while a link to it was crawled)."""
+    period = await client.hget(keys.aged, "period")
+    if period is None:
+        return 0
+    ttl_ms = max(int(period), 1) * SEEN_SLICES
+    slices = AgedSet(ttl_ms)
+    script = client.register_script(scripts.SEEN_CHECK_LUA)
+    reply = await script(
+        keys=[keys.dupefilter, keys.queues, *slices.extra_keys(keys)],
+        args=[slices.spec(), fingerprint],
+    )
+    return int(reply[0])

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import shard_of
 from scrapy_ha.store import scripts
+from scrapy_ha.store.aged import set_slice_where
 from scrapy_ha.store.buckets import bucket_of, member_of, read_buckets, wire_fingerprint
 from scrapy_ha.store.connection import server_ms
 from scrapy_ha.store.wire import text as _s
@@ -144,7 +145,8 @@ async def forget_fingerprints(client: Any, keys: Keys, fingerprints: list[bytes]
 async def seen_where(client: Any, keys: Keys, fingerprint: bytes) -> list[tuple[str, int]]:
     """Where the dupefilter holds *fingerprint*: ``[("set", 0)]`` for the set kept for ever
     (its buckets, or the single set of a crawl made before them), ``[("slice", <its start,
-    ms>)]`` for each time slice that holds it."""
+    ms>)]`` for the newest time slice that holds it within the TTL (one that ended a TTL
+    ago holds nothing, though it stays until the crawl's next write drops it)."""
     shard = keys if keys.shard is None else keys.of_shard(shard_of(fingerprint, keys.shards))
     found: list[tuple[str, int]] = []
     buckets = await read_buckets(client, shard)
@@ -154,11 +156,9 @@ async def seen_where(client: Any, keys: Keys, fingerprint: bytes) -> list[tuple[
             found.append(("set", 0))
     elif await client.sismember(shard.dupefilter, fingerprint):
         found.append(("set", 0))
-    starts = await client.hgetall(shard.aged)
-    for i, key in enumerate(shard.aged_slices()):
-        start = starts.get(f"s{i}".encode())
-        if start is not None and await client.sismember(key, fingerprint):
-            found.append(("slice", int(start)))
+    start = await set_slice_where(client, shard, fingerprint)
+    if start:
+        found.append(("slice", start))
     return found
 
 

@@ -1,0 +1,82 @@
+"""``scrapy-ha seen check`` on a crawl kept in time slices (``HA_DUPEFILTER_TTL`` with the
+exact set): a URL is said seen only while the scripts that enqueue would filter it. A slot
+that ended a TTL ago is dropped only by the crawl's next write, so on a crawl at rest it
+stays in Redis: the check said such URLs seen, exit code 0, with a "new again by" time
+already past, while a push of the same URL added it. Real redis-server, the console script."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha.config.memory import MemoryConfig
+from scrapy_ha.keys import Keys
+from scrapy_ha.store.sharding import check_shard_count, make_queue, set_dupefilter
+from tests.test_cli import scrapy_ha
+
+TTL = 3600  # seconds: nothing ages by itself while the test runs
+KEYS = Keys("ha", "k")
+
+
+async def age_every_slot(client: redis.asyncio.Redis, seconds: float) -> None:
+    """Move the start of every time slice *seconds* back, as if the crawl had rested so long
+    (what a crawl left alone does: no write drops its slots)."""
+    starts = await client.hgetall(KEYS.aged)
+    for name, start in starts.items():
+        if name.startswith(b"s"):
+            await client.hset(KEYS.aged, name, int(start) - int(seconds * 1000))
+
+
+async def cli(redis_url: str, *args: str):  # noqa: ANN201
+    return await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, *args)
+
+
+@pytest.mark.parametrize("rested", [TTL * 1.2, TTL * 3])
+@deferred_f_from_coro_f
+async def test_a_url_seen_longer_ago_than_the_ttl_is_not_said_seen(
+    redis_url: str, rested: float
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(client, "ha", "k", 1)
+        await check_shard_count(queue)
+        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL)
+        url = "https://a.example/x"
+        pushed = await cli(redis_url, "push", "k", "--create", url)
+        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        checked = await cli(redis_url, "seen", "check", "k", url)
+        assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout
+        await age_every_slot(client, rested)  # the slot ended more than a TTL ago
+        checked = await cli(redis_url, "seen", "check", "k", url)
+        assert checked.stdout == f"{url}: not seen\n", checked.stdout
+        assert checked.returncode == 1
+        # the truth the check must tell: the crawl's own script takes the URL as new
+        pushed = await cli(redis_url, "push", "k", url)
+        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stdout
+        checked = await cli(redis_url, "seen", "check", "k", url)
+        assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_url_seen_within_the_ttl_is_still_said_seen(redis_url: str) -> None:
+    """Its slot ended less than a TTL ago: a link to it would be filtered."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(client, "ha", "k", 1)
+        await check_shard_count(queue)
+        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL)
+        url = "https://a.example/y"
+        pushed = await cli(redis_url, "push", "k", "--create", url)
+        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        await age_every_slot(client, TTL * 0.8)
+        checked = await cli(redis_url, "seen", "check", "k", url)
+        assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout
+        pushed = await cli(redis_url, "push", "k", url)
+        assert "0 added, 1 filtered" in pushed.stdout, pushed.stdout
+    finally:
+        await client.aclose()
