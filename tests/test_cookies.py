@@ -206,6 +206,7 @@ def test_a_request_leaves_the_downloader_without_the_cookie_values():
 
     mw = SharedCookiesMiddleware(shared=True)
     mw._jars = SharedJars(client=None, keys=Keys("ha", "shop"))
+    mw._jars.versions[jar_field(None)] = 1  # this worker has the jar: the login was its own
     login = Request("http://shop.test/login")
     mw.jars[None].extract_cookies(
         HtmlResponse(login.url, headers={"Set-Cookie": "session=s3cr3t; Path=/"}), login

@@ -15,7 +15,7 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware, SharedJars
+from scrapy_ha.middlewares.cookies import SharedCookiesMiddleware, SharedJars, cookie_to_dict
 from scrapy_ha.store import jars as jars_module
 
 LOGOUT = "session=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT"
@@ -99,10 +99,12 @@ async def test_a_max_age_zero_deletes_the_cookie_of_its_domain_and_path(redis_ur
 
 
 def _stored(name: str, expires: int | None) -> tuple[str, dict[str, Any]]:
-    cookie = {"name": name, "value": "v", "domain": "shop.test", "path": "/", "rest": {}}
-    cookie["expires"] = expires
-    cookie["discard"] = expires is None
-    return f"shop.test\t/\t{name}", cookie
+    """A cookie as a worker stores it (every field: a worker sends what it loads)."""
+    cookie = Cookie(
+        0, name, "v", None, False, "shop.test", False, False, "/", True, False,
+        expires, expires is None, None, None, {}, False,
+    )  # fmt: skip
+    return f"shop.test\t/\t{name}", cookie_to_dict(cookie)
 
 
 @deferred_f_from_coro_f

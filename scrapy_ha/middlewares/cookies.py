@@ -111,7 +111,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         if jars is None:
             return super().process_request(request)  # type: ignore[return-value]
         key = request.meta.get("cookiejar")
-        if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key) or request.cookies:
+        if _behind(jars, key, request) or request.cookies:
             return self._process_request(jars, request)
         return super().process_request(request)  # type: ignore[return-value]
 
@@ -158,7 +158,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     async def _process_request(self, jars: SharedJars, request: Request) -> None:
         key = request.meta.get("cookiejar")
         async with jars.lock(key):
-            if request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key):
+            if _behind(jars, key, request):
                 await self._catch_up(jars, key)
             domains = request_domains(request)
             before = snapshot_domains(self.jars[key], domains) if request.cookies else None
@@ -225,12 +225,23 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                 jar_field(key),
                 type(exc).__name__,
             )
+            jars.versions.setdefault(jar_field(key), 0)  # a newer stamp tries again
             return
         jar = CookieJar()
         for cookie in cookies:
             jar.jar.set_cookie(cookie)
         self.jars[key] = jar
         jars.versions[jar_field(key)] = max(version, jars.version(key))
+
+
+def _behind(jars: SharedJars, key: Hashable, request: Request) -> bool:
+    """Must this worker load the jar before sending *request*: it never had the jar (its
+    first request of it: the cookies a finished run kept, a session another worker opened,
+    for a request no callback stamped, a start request or a pushed one), or the request
+    was stamped with a newer version than its copy."""
+    if jar_field(key) not in jars.versions:
+        return True
+    return bool(request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key))
 
 
 def _forget_cookie_header(request: Request) -> None:
