@@ -7,6 +7,7 @@ already past, while a push of the same URL added it. Real redis-server, the cons
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import redis.asyncio
@@ -34,6 +35,13 @@ async def cli(redis_url: str, *args: str):  # noqa: ANN201
     return await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, *args)
 
 
+async def fingerprints(redis_url: str) -> int:
+    """What ``status`` counts as the crawl's fingerprints (the metrics read the same)."""
+    shown = await cli(redis_url, "status", "k", "--json")
+    assert shown.returncode == 0, shown.stderr
+    return int(json.loads(shown.stdout)["fingerprints"])
+
+
 @pytest.mark.parametrize("rested", [TTL * 1.2, TTL * 3])
 @deferred_f_from_coro_f
 async def test_a_url_seen_longer_ago_than_the_ttl_is_not_said_seen(
@@ -49,7 +57,9 @@ async def test_a_url_seen_longer_ago_than_the_ttl_is_not_said_seen(
         assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
         checked = await cli(redis_url, "seen", "check", "k", url)
         assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout
+        assert await fingerprints(redis_url) == 1
         await age_every_slot(client, rested)  # the slot ended more than a TTL ago
+        assert await fingerprints(redis_url) == 0  # (it said 1: a fingerprint seen no more)
         checked = await cli(redis_url, "seen", "check", "k", url)
         assert checked.stdout == f"{url}: not seen\n", checked.stdout
         assert checked.returncode == 1
@@ -74,6 +84,7 @@ async def test_a_url_seen_within_the_ttl_is_still_said_seen(redis_url: str) -> N
         pushed = await cli(redis_url, "push", "k", "--create", url)
         assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
         await age_every_slot(client, TTL * 0.8)
+        assert await fingerprints(redis_url) == 1
         checked = await cli(redis_url, "seen", "check", "k", url)
         assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout
         pushed = await cli(redis_url, "push", "k", url)

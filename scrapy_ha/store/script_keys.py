@@ -82,9 +82,9 @@ def feed_keys(k: Keys, start_key: str, dupefilter: str) -> list[str]:
 
 def counts_keys(k: Keys) -> list[str]:
     """``counts.lua``: the size of every state, the dupefilters (a crawl has one of them),
-    the old pending sorted set, then the exact set's time slices."""
+    the old pending sorted set, then the exact set's time slices (their hash, their sets)."""
     keys = [k.ready, k.waiting, k.queued, k.leased, k.delayed, k.dead, k.workers]
-    return [*keys, k.dupefilter, k.bloom, k.legacy_pending, k.buckets, *k.aged_slices()]
+    return [*keys, k.dupefilter, k.bloom, k.legacy_pending, k.buckets, k.aged, *k.aged_slices()]
 
 
 def convert_keys(k: Keys) -> list[str]:

@@ -5,7 +5,9 @@
 -- meta hash (lib/seen)  KEYS[11] the exact set's buckets' meta hash (lib/seen: it counts
 -- them): a crawl has one of the three
 -- KEYS[10] pending: requests in the form of before the back queues, not converted yet
--- (convert.lua)  KEYS[12..] the exact set's time slices (lib/aged), if any
+-- (convert.lua)  KEYS[12] the exact set's time slices' hash (lib/aged)  KEYS[13..] its slots,
+-- counted while a request would be filtered by them: a slot that ended a TTL ago is
+-- dropped only at the crawl's next write, so a crawl at rest keeps it, seen no more
 -- ARGV[1] 'strict' (the operator's tools): a key of the frontier of another type is an
 --   error (WRONGTYPE: the tool names the key); else (a worker) its requests count 0, the
 --   worker's next sync setting it aside
@@ -25,7 +27,21 @@ else
   if not ok then pending = 0 end -- a key of another type is set aside by the next sync
 end
 local old = redis_call('TYPE', KEYS[10])['ok'] == 'zset' and redis_call('ZCARD', KEYS[10]) or 0
+-- The fingerprints the exact set's slices hold within the TTL (lib/aged's rule).
+local function live_slices()
+  local period = #KEYS > 12 and tonumber(redis_call('HGET', KEYS[12], 'period') or '')
+  local d = period and aged_open('counts', KEYS[8], 'set ' .. (period * SLICES), KEYS, now)
+  local n = 0
+  if not d then -- no slot opened yet (or one of garbage): every set counts
+    for i = 13, #KEYS do n = n + redis_call('SCARD', KEYS[i]) end
+    return n
+  end
+  for _, slot in ipairs(aged_order(d)) do
+    if slot[3] > now - d.ttl then n = n + redis_call('SCARD', d.ring[slot[1]]) end
+  end
+  return n
+end
 local fingerprints = seen_count(KEYS[8]) + seen_count(KEYS[9]) + seen_count(KEYS[11])
-for i = 12, #KEYS do fingerprints = fingerprints + redis_call('SCARD', KEYS[i]) end
+  + live_slices()
 return {now, pending + old, redis_call('ZCARD', KEYS[4]), redis_call('ZCARD', KEYS[5]),
   redis_call('ZCARD', KEYS[6]), redis_call('ZCOUNT', KEYS[7], now, '+inf'), fingerprints}
