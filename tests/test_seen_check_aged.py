@@ -91,3 +91,22 @@ async def test_a_url_seen_within_the_ttl_is_still_said_seen(redis_url: str) -> N
         assert "0 added, 1 filtered" in pushed.stdout, pushed.stdout
     finally:
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_workers_counts_pass_over_a_garbage_slices_hash(redis_url: str) -> None:
+    """A worker's counts count 0 for a key of the frontier of another type (its next sync
+    sets it aside): the time slices' hash too, which they now read for its period."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(client, "ha", "k", 1)
+        await check_shard_count(queue)
+        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL)
+        pushed = await cli(redis_url, "push", "k", "--create", "https://a.example/z")
+        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        await client.delete(KEYS.aged)
+        await client.set(KEYS.aged, "garbage")
+        counts = await queue.counts()
+        assert counts.pending == 1
+    finally:
+        await client.aclose()
