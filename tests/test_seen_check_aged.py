@@ -16,6 +16,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha.config.memory import MemoryConfig
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.sharding import check_shard_count, make_queue, set_dupefilter
+from tests.test_bloom import entries
 from tests.test_cli import scrapy_ha
 
 TTL = 3600  # seconds: nothing ages by itself while the test runs
@@ -108,5 +109,25 @@ async def test_a_workers_counts_pass_over_a_garbage_slices_hash(redis_url: str) 
         await client.set(KEYS.aged, "garbage")
         counts = await queue.counts()
         assert counts.pending == 1
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_bloom_filters_slices_count_the_urls_still_seen(redis_url: str) -> None:
+    """The same count of a Bloom filter in time slices: its URLs held by slices that ended
+    a TTL ago, kept until the crawl's next write, filter nothing (status said 1)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        queue = make_queue(client, "ha", "k", 1)
+        await check_shard_count(queue)
+        await set_dupefilter(queue, MemoryConfig(dupefilter="bloom", capacity=1000), TTL)
+        assert await queue.enqueue(entries(range(1))) == 1  # as a worker adds it
+        assert await fingerprints(redis_url) == 1
+        starts = await client.hgetall(KEYS.bloom)
+        for name, start in starts.items():
+            if name[:1] == b"s" and name[1:].isdigit():
+                await client.hset(KEYS.bloom, name, int(start) - TTL * 1200)
+        assert await fingerprints(redis_url) == 0
     finally:
         await client.aclose()
