@@ -237,6 +237,45 @@ def mask_payload(doc: Any) -> Any:
     return _masked_stored(doc)
 
 
+def training_sample(payload: bytes) -> bytes:
+    """*payload* (a stored document) fit to train the crawl's compaction dictionary: as it
+    is, or masked as :func:`mask_payload` shows it when it holds a secret the request keeps
+    (an ``Authorization`` header the spider set, an API key in its URL, a form's password),
+    or ``b""`` (no sample) when it is no JSON. The dictionary is stored in Redis for the whole
+    crawl, past its finish, where no request needs the secret; masked, the sample still holds
+    what compacts a request: the URL's prefix, its parameters' names, the fields."""
+    try:
+        doc = json.loads(payload)
+        shown = mask_payload(doc)
+        masked = json.dumps(shown, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        return b""
+    if MASK not in masked:
+        return payload
+    if isinstance(shown, dict) and isinstance(shown.get(HEADERS), dict):
+        shown[HEADERS] = _tagged_headers(shown[HEADERS])  # as stored: what compacts them
+        masked = json.dumps(shown, separators=(",", ":"))
+    return masked.encode("utf-8", "surrogatepass")
+
+
+def _tagged_headers(headers: dict[str, Any]) -> dict[str, Any]:
+    """Headers shown as text (:func:`mask_headers`) in the form the codec stores them:
+    name and value pairs of tagged bytes."""
+    pairs = []
+    for name, values in headers.items():
+        listed = values if isinstance(values, list) else [values]
+        pairs.append([_tagged(name), [_tagged(v) for v in listed]])
+    return {DICT_TAG: pairs}
+
+
+def _tagged(text: Any) -> Any:
+    """Text as the codec stores bytes (tagged base64 of its Latin-1 bytes)."""
+    try:
+        return {BYTES_TAG: base64.b64encode(str(text).encode("latin-1")).decode()}
+    except UnicodeEncodeError:
+        return text
+
+
 def _masked_request(doc: dict[str, Any]) -> dict[str, Any]:
     shown: dict[str, Any] = {}
     for key, value in doc.items():

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_ha.codec.compact import Dictionary, dictionary_id, expand, fresh_id, parse_id, train
+from scrapy_ha.codec.summary import training_sample
 from scrapy_ha.store.scripts import Registered
 from scrapy_ha.store.wire import text
 
@@ -331,9 +332,11 @@ class Compactor:
         self._restored = time.monotonic()  # when the key was last looked at (restore)
 
     def sample(self, payload: bytes) -> None:
-        """Keep *payload* (a document) to train the crawl's dictionary, while it has none."""
+        """Keep *payload* (a document) to train the crawl's dictionary, while it has none
+        (its secrets masked: :func:`~scrapy_ha.codec.summary.training_sample`)."""
         if self.enabled and self.dictionary is None and len(self.samples) < SAMPLES:
-            self.samples.append(payload)
+            if sample := training_sample(payload):
+                self.samples.append(sample)
 
     def pending(self, payload: bytes) -> bytes:
         """*payload* as it goes pending: compacted once the crawl has a dictionary, unless
