@@ -27,8 +27,10 @@ codec and every tool import it without a cycle.
 
 from __future__ import annotations
 
+import binascii
 import json
 import re
+from base64 import b64decode
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -53,7 +55,7 @@ MASK = "***"
 #: A cheap first look: text holding none of these (and no ``@``) holds no secret to mask.
 _HINTS = (
     *("key", "pass", "pw", "sig", "sid", "auth", "token", "secret", "session", "cookie"),
-    *("credential", "jwt", "otp", "bearer", "webhook", "dsn"),
+    *("credential", "jwt", "otp", "bearer", "basic", "webhook", "dsn"),
 )
 
 
@@ -109,6 +111,19 @@ _HEADER_IN_LINE = re.compile(
     r"(?P<scheme>(?i:bearer|basic|digest|negotiate|token)[ \t]+)?(?P<value>[^\s,;)\]}'\"]+)"
 )
 _BEARER = re.compile(r"(?i)\bBearer[ \t]+[A-Za-z0-9._~+/=-]{16,}")
+#: HTTP Basic credentials alone (``Basic YWxpY2U6cHc=``: the base64 of ``user:password``,
+#: the password as good as in clear), as a callback quoting its request's Authorization
+#: header prints them; masked where they decode to such a pair ("Basic authentication" and
+#: ``Basic realm="x"`` stay).
+_BASIC = re.compile(r"(?i)\b(?P<scheme>Basic[ \t]+)(?P<pair>[A-Za-z0-9+/]{4,}={0,2})(?![\w+/=])")
+
+
+def _mask_basic(match: re.Match[str]) -> str:
+    try:
+        pair = b64decode(match["pair"], validate=True)
+    except (binascii.Error, ValueError):
+        return match[0]
+    return match["scheme"] + MASK if b":" in pair else match[0]
 
 
 def _mask_pair(match: re.Match[str]) -> str:
@@ -235,6 +250,7 @@ def mask_text(text: str) -> str:
     text = _HEADER_LINE.sub(_mask_header_line, text)
     text = _HEADER_IN_LINE.sub(_mask_header_in_line, text)
     text = _BEARER.sub(f"Bearer {MASK}", text)
+    text = _BASIC.sub(_mask_basic, text)
     return _mask_pairs(text)
 
 
