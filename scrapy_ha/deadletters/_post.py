@@ -208,6 +208,18 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(functools.partial(_TimedHTTPS, deadline=self.deadline), req)
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer that refuses the alert (an :class:`urllib.error.HTTPError`
+    of its status): urllib followed a 301, 302 or 303 as a GET without the alert's body,
+    to any host, with the webhook's Basic credentials, and the alert counted as sent."""
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> None:
+        why = f"{msg} (a redirect, not followed: give HA_DLQ_ALERT_WEBHOOK the URL it leads to)"
+        raise urllib.error.HTTPError(req.full_url, code, why, headers, fp)
+
+
 def post_json(
     url: str, doc: dict[str, Any], timeout: float = ALERT_TIMEOUT, *, start: float | None = None
 ) -> int:
@@ -220,7 +232,8 @@ def post_json(
     :class:`urllib.error.HTTPError` when the receiver refused it (4xx, 5xx); another error
     when nothing was sent (no connection made). A
     ``user:password@`` in *url* is sent as Basic authentication (urllib would take it for
-    a part of the host name); proxies are urllib's (``https_proxy``...)."""
+    a part of the host name); proxies are urllib's (``https_proxy``...). A redirect is not
+    followed: an :class:`urllib.error.HTTPError` of its status (301, 302...)."""
     headers = {"Content-Type": "application/json", "User-Agent": "scrapy-ha"}
     parts = urlsplit(url)
     if "@" in parts.netloc:
@@ -232,7 +245,8 @@ def post_json(
         url, data=json.dumps(doc).encode(), headers=headers, method="POST"
     )
     deadline = _Deadline(timeout, start)
-    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+    handlers = (_HTTPHandler(deadline), _HTTPSHandler(deadline), _NoRedirect())
+    opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(request, timeout=timeout) as response:
             return int(response.status)
