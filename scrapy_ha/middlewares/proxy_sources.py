@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
-from urllib.request import Request, urlopen
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import DownloadTimeoutError
@@ -348,8 +348,27 @@ class PoolApi:
 
 
 def _get(request: Request) -> bytes:
-    with urlopen(request, timeout=POOL_FETCH_TIMEOUT) as response:  # noqa: S310 (the user's own API)
+    opener = build_opener(_OwnOriginRedirect())
+    with opener.open(request, timeout=POOL_FETCH_TIMEOUT) as response:
         return response.read()  # type: ignore[no-any-return]
+
+
+class _OwnOriginRedirect(HTTPRedirectHandler):
+    """The API's redirects followed, its credentials sent to its own origin alone (scheme,
+    host and port): urllib sent them on to whatever host a redirect named."""
+
+    def redirect_request(
+        self, req: Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port
 
 
 #: The status of a refused CONNECT, as Scrapy's TunnelError words it:
