@@ -50,3 +50,24 @@ async def test_an_archive_that_is_down_is_said_once_a_minute(redis_client, redis
     assert "5 more dead letter(s) of faults could not be archived" in said[1], said[1]
     assert "scrapy-ha dlq archive faults" in said[1]
     assert "pw-S3cret" not in "\n".join(said)
+
+
+@deferred_f_from_coro_f
+async def test_a_redis_that_fails_is_named_not_the_archive(tmp_path, caplog):
+    """A QA run: Redis refused a worker's connections for a while (its ACL password
+    changed), and the WARNING said `Could not archive 1 dead letter(s) of qa4 in
+    sqlite:///...: ConnectionError: Connection closed by server.`, sending the operator to
+    a database that was fine."""
+    archive = Archive(f"sqlite:///{tmp_path / 'archive.db'}")
+    stats = get_crawler().stats
+    archiver = Archiver(archive, stats)
+    queue = RedisQueue(redis.asyncio.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0"), KEYS)
+    caplog.set_level(logging.WARNING, logger="scrapy_ha.deadletters.archiver")
+    archiver.submit(queue, ["1"])
+    while not stats.get_value("ha/archive/errors"):
+        await asyncio.sleep(0.01)
+    await archiver.close()
+    await queue.client.aclose()
+    archive.close()
+    (said,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "Redis failed, not the archive (ConnectionError: " in said, said

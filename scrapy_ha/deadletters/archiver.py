@@ -13,6 +13,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import redis
+
 from scrapy_ha.config import validate as check
 from scrapy_ha.deadletters._threads import in_daemon_thread
 from scrapy_ha.deadletters.archive import DEFAULT_TABLE, Archive
@@ -90,7 +92,7 @@ class Archiver:
                 await self._copy(queue, ids)
             except Exception as exc:
                 self.stats.inc_value("ha/archive/errors")
-                self._failed(len(ids), f"{type(exc).__name__}: {exc}")
+                self._failed(len(ids), _why(exc))
             self._copying = 0
 
     def _failed(self, n: int, why: str) -> None:
@@ -177,3 +179,10 @@ class Archiver:
             CLOSE_TIMEOUT,
             spider,
         )
+
+
+def _why(exc: Exception) -> str:
+    """Why a batch was not copied: a Redis error is said as Redis's (the batch is read from
+    Redis and marked there), not the archive's."""
+    why = f"{type(exc).__name__}: {exc}"
+    return f"Redis failed, not the archive ({why})" if isinstance(exc, redis.RedisError) else why
