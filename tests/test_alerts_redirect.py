@@ -6,9 +6,7 @@ authentication), and the worker counted the alert as sent."""
 from __future__ import annotations
 
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -17,6 +15,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_ha.keys import Keys
 from tests.spiders import FaultSpider
 from tests.test_alerts import settings
+from tests.test_proxy_pool_redirect import Api
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,44 +23,19 @@ if TYPE_CHECKING:
 PASSWORD = "hook-pw-73c2a1"
 
 
-class Server:
-    """An HTTP server on loopback *host* that records each request (method, path,
-    Authorization) and answers with *status* (and *location*)."""
-
-    def __init__(self, host: str, status: int, location: str = "") -> None:
-        self.requests: list[tuple[str, str, str | None]] = []
-        requests = self.requests
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                requests.append((self.command, self.path, self.headers.get("Authorization")))
-                self.send_response(status)
-                if location:
-                    self.send_header("Location", location)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.url = f"http://{host}:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def server(host: str, status: int, location: str = "") -> Api:
+    """An HTTP server on loopback *host* that records each request and answers with
+    *status* (and *location*)."""
+    headers = {"Location": location} if location else {}
+    return Api(host, lambda path, auth: (status, headers, b""))  # noqa: ARG005
 
 
 @pytest.fixture
-def elsewhere() -> Iterator[Server]:
+def elsewhere() -> Iterator[Api]:
     """Another host (127.0.0.2) the webhook sends its callers to."""
-    server = Server("127.0.0.2", 200)
-    yield server
-    server.close()
+    other = server("127.0.0.2", 200)
+    yield other
+    other.close()
 
 
 @pytest.mark.parametrize("status", [301, 302, 303])
@@ -69,7 +43,7 @@ def elsewhere() -> Iterator[Server]:
 async def test_a_webhook_that_redirects_gets_no_credentials_sent_elsewhere(
     redis_url, redis_client, site, elsewhere, caplog, status
 ):
-    hook = Server("127.0.0.1", status, location=f"{elsewhere.url}/landing")
+    hook = server("127.0.0.1", status, location=f"{elsewhere.url}/landing")
     webhook = hook.url.replace("://", f"://alerts:{PASSWORD}@") + "/hook"
     try:
         crawler = get_crawler(FaultSpider, settings(redis_url, webhook, threshold=1))

@@ -254,19 +254,25 @@ async def test_the_crawl_trains_one_dictionary_and_every_worker_compacts_with_it
     await client.aclose()
 
 
+def trained_crawl(redis_url: str, **more: Any) -> dict[str, Any]:
+    """Settings of a crawl of the scheduler alone, two requests at a time, whose site's 260
+    requests train a dictionary (its first 128)."""
+    return {
+        "SCHEDULER": "scrapy_ha.Scheduler",
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+        "CONCURRENT_REQUESTS": 2,
+        "LOG_LEVEL": "INFO",
+        **more,
+    }
+
+
 @deferred_f_from_coro_f
 async def test_a_crawl_stores_compacted_requests_and_reads_them_back(
     redis_url, redis_client, site_factory
 ):
     site = site_factory("--pages", "20", "--per-page", "12")  # 260 requests: 128 train
-    settings = {
-        "SCHEDULER": "scrapy_ha.Scheduler",
-        "REDIS_URL": redis_url,
-        "HA_IDLE_TIMEOUT": 0.3,
-        "SCHEDULER_PERSIST": True,
-        "CONCURRENT_REQUESTS": 2,
-        "LOG_LEVEL": "INFO",
-    }
+    settings = trained_crawl(redis_url, SCHEDULER_PERSIST=True)
     keys = Keys("ha", "catalogue")
     crawler = get_crawler(CatalogueSpider, settings)
     await crawler.crawl_async(base_url=site.url)

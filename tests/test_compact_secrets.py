@@ -16,6 +16,7 @@ from scrapy_ha.codec import encode_request
 from scrapy_ha.keys import Keys
 from scrapy_ha.store.dictionary import SAMPLES, Compactor, Dictionaries
 from tests.spiders import CatalogueSpider
+from tests.test_compact_payloads import trained_crawl
 
 TOKEN = "tok-8f3c1e-SECRET"
 API_KEY = "key-5b7d20-SECRET"
@@ -78,14 +79,7 @@ async def test_a_finished_crawl_leaves_no_secret_of_its_requests_in_redis(
     redis_url, redis_client, site_factory
 ):
     site = site_factory("--pages", "20", "--per-page", "12")  # 260 requests: 128 train
-    settings = {
-        "SCHEDULER": "scrapy_ha.Scheduler",
-        "REDIS_URL": redis_url,
-        "HA_IDLE_TIMEOUT": 0.3,
-        "CONCURRENT_REQUESTS": 2,
-        "LOG_LEVEL": "INFO",
-    }
-    crawler = get_crawler(KeyedSpider, settings)
+    crawler = get_crawler(KeyedSpider, trained_crawl(redis_url))
     await crawler.crawl_async(base_url=site.url)
     assert sorted(i["id"] for i in crawler.spider.items) == list(range(1, 241))
     keys = Keys("ha", "keyed")

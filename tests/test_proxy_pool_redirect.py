@@ -26,17 +26,19 @@ CREDENTIALS = basic_auth_header("api-user", PASSWORD).decode()
 
 
 class Api:
-    """An HTTP server on loopback *host*: each GET recorded (path, Authorization), answered
-    by *answer* (path, Authorization) -> (status, headers, body)."""
+    """An HTTP server on loopback *host*: each request recorded (method, path,
+    Authorization; its body read), answered by *answer* (path, Authorization) -> (status,
+    headers, body)."""
 
     def __init__(self, host: str, answer: Callable[[str, str | None], Any]) -> None:
-        self.gets: list[tuple[str, str | None]] = []
-        gets = self.gets
+        self.requests: list[tuple[str, str, str | None]] = []
+        requests = self.requests
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def _answer(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 auth = self.headers.get("Authorization")
-                gets.append((self.path, auth))
+                requests.append((self.command, self.path, auth))
                 status, headers, body = answer(self.path, auth)
                 self.send_response(status)
                 for name, value in headers.items():
@@ -45,12 +47,18 @@ class Api:
                 self.end_headers()
                 self.wfile.write(body)
 
+            do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
+
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.url = f"http://{host}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def gets(self) -> list[tuple[str, str | None]]:
+        return [(path, auth) for method, path, auth in self.requests if method == "GET"]
 
     def close(self) -> None:
         self.server.shutdown()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 import redis.asyncio
@@ -32,6 +33,15 @@ async def age_every_slot(client: redis.asyncio.Redis, seconds: float) -> None:
             await client.hset(KEYS.aged, name, int(start) - int(seconds * 1000))
 
 
+async def sliced(client: redis.asyncio.Redis, config: MemoryConfig | None = None) -> Any:
+    """The queue of crawl ``k``, its dupefilter (the exact set, or *config*'s) in time
+    slices of a TTL of :data:`TTL`."""
+    queue = make_queue(client, "ha", "k", 1)
+    await check_shard_count(queue)
+    await set_dupefilter(queue, config or MemoryConfig(dupefilter="set"), TTL)
+    return queue
+
+
 async def cli(redis_url: str, *args: str):  # noqa: ANN201
     return await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, *args)
 
@@ -50,9 +60,7 @@ async def test_a_url_seen_longer_ago_than_the_ttl_is_not_said_seen(
 ) -> None:
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
-        queue = make_queue(client, "ha", "k", 1)
-        await check_shard_count(queue)
-        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL)
+        await sliced(client)
         url = "https://a.example/x"
         pushed = await cli(redis_url, "push", "k", "--create", url)
         assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
@@ -78,9 +86,7 @@ async def test_a_url_seen_within_the_ttl_is_still_said_seen(redis_url: str) -> N
     """Its slot ended less than a TTL ago: a link to it would be filtered."""
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
-        queue = make_queue(client, "ha", "k", 1)
-        await check_shard_count(queue)
-        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL)
+        await sliced(client)
         url = "https://a.example/y"
         pushed = await cli(redis_url, "push", "k", "--create", url)
         assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
@@ -100,9 +106,7 @@ async def test_a_workers_counts_pass_over_a_garbage_slices_hash(redis_url: str) 
     sets it aside): the time slices' hash too, which they now read for its period."""
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
-        queue = make_queue(client, "ha", "k", 1)
-        await check_shard_count(queue)
-        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL)
+        queue = await sliced(client)
         pushed = await cli(redis_url, "push", "k", "--create", "https://a.example/z")
         assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
         await client.delete(KEYS.aged)
@@ -119,9 +123,7 @@ async def test_the_bloom_filters_slices_count_the_urls_still_seen(redis_url: str
     a TTL ago, kept until the crawl's next write, filter nothing (status said 1)."""
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
-        queue = make_queue(client, "ha", "k", 1)
-        await check_shard_count(queue)
-        await set_dupefilter(queue, MemoryConfig(dupefilter="bloom", capacity=1000), TTL)
+        queue = await sliced(client, MemoryConfig(dupefilter="bloom", capacity=1000))
         assert await queue.enqueue(entries(range(1))) == 1  # as a worker adds it
         assert await fingerprints(redis_url) == 1
         starts = await client.hgetall(KEYS.bloom)
