@@ -23,7 +23,7 @@ OLDEST_SCRAPY := 2.16.*
 OLDEST_TESTS := tests/test_scheduler_crawl.py tests/test_retry_crawl.py tests/test_retry_classes.py \
 	tests/test_codec.py tests/test_config.py tests/test_start_urls.py tests/test_promises.py \
 	tests/test_dlq.py tests/test_checkpoints.py tests/test_proxy.py tests/test_useragent.py \
-	tests/test_start_stopped.py
+	tests/test_start_stopped.py tests/test_reactor_refused.py
 
 #: What `make lint` holds to the style: ruff on every Python file of the repository that is
 #: ours, mypy --strict on the package (it ships py.typed, so its users' checkers read it).

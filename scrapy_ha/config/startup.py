@@ -13,7 +13,6 @@ middleware) is said once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import weakref
 from typing import TYPE_CHECKING, TypeVar
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import CloseSpider, NotConfigured
-from scrapy.utils.asyncio import is_asyncio_available
+from scrapy.utils.asyncio import call_later, is_asyncio_available
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_ha.codec.log_masking import install_log_masking
@@ -102,7 +101,9 @@ class StartRefusal(FailedExit):
     ``CloseSpider`` is raised from ``spider_opened``, not from the scheduler's ``open()``:
     raised there it would skip opening the scraper, whose close then fails with a
     traceback. Scrapy 2.19 honours it; 2.16 ignores it, so the spider is closed right after
-    the handlers (``engine.close_spider_async``).
+    the handlers (``engine.close_spider_async``), scheduled on the reactor or the asyncio
+    loop, whichever runs: under another reactor than asyncio's (refused for it) there is no
+    asyncio loop, and the spider stayed open for good.
     """
 
     def __init__(self, crawler: Crawler, reason: str) -> None:
@@ -115,9 +116,7 @@ class StartRefusal(FailedExit):
             raise CloseSpider(self.reason)
         engine = self.crawler.engine
         assert engine is not None
-        asyncio.get_running_loop().call_soon(
-            lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason))
-        )
+        call_later(0, lambda: deferred_from_coro(engine.close_spider_async(reason=self.reason)))
 
 
 #: each crawl refused -> (its refusal, what was said of it)
