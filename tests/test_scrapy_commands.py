@@ -73,3 +73,23 @@ def test_fetch_parse_and_shell_leave_the_crawl_alone(tmp_path, redis_url, redis_
     # nothing of the crawl was leased or acked, nothing added: its workers find it as it was
     assert redis_client.hgetall(keys.stats) == before
     assert not any(site.hits().get(url.removeprefix(site.url), 0) for url in pushed)
+
+
+def test_fetch_and_parse_run_with_checkpoints_on(tmp_path, redis_url, site):
+    """``HA_CHECKPOINTS = True``: the checkpoint middleware read the command's request as a
+    task of the crawl, and without scrapy-ha's scheduler raised ("HA_CHECKPOINTS needs
+    SCHEDULER = 'scrapy_ha.Scheduler'", a traceback): ``fetch`` printed nothing and
+    ``parse`` "No response downloaded", both exiting 0. The command's request is no task
+    of the crawl: the middleware is off for it."""
+    settings = f"REDIS_URL = {redis_url!r}\nHA_CHECKPOINTS = True\n"
+    project = write_project(tmp_path, "cmdproj", SPIDERS, settings)
+
+    fetched = scrapy(project, "fetch", "--spider", "one", f"{site.url}/item/7")
+    assert fetched.returncode == 0, fetched.stderr[-3000:]
+    assert "Item 7</h1>" in fetched.stdout, fetched.stderr[-3000:]
+    assert " ERROR: " not in fetched.stderr, fetched.stderr[-3000:]
+
+    parsed = scrapy(project, "parse", "--spider", "one", "-c", "parse", f"{site.url}/item/8")
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    assert "'title': 'page 8'" in parsed.stdout, parsed.stdout + parsed.stderr[-3000:]
+    assert " ERROR: " not in parsed.stderr, parsed.stderr[-3000:]

@@ -35,7 +35,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy_ha import metakeys
 from scrapy_ha.codec import decode_request, encode_request
 from scrapy_ha.config.middlewares import CheckpointConfig
-from scrapy_ha.config.startup import configured
+from scrapy_ha.config.startup import configured, scrapy_command
 from scrapy_ha.middlewares import storable
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.middlewares.storable import checkpoint_payload, page_fields, spider_fields
@@ -100,6 +100,10 @@ class CheckpointMiddleware:
         config = configured(crawler, CheckpointConfig.from_settings)
         if not config.enabled:
             raise NotConfigured  # off unless asked for: silent
+        if scrapy_command(crawler) is not None:
+            # scrapy fetch, parse, check: their request is no task of the crawl, and runs
+            # with Scrapy's scheduler (with scrapy-ha's gone, every read raised)
+            raise NotConfigured
         return cls(crawler, config)
 
     # -- resume -------------------------------------------------------------------
