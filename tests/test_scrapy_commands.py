@@ -93,3 +93,24 @@ def test_fetch_and_parse_run_with_checkpoints_on(tmp_path, redis_url, site):
     assert parsed.returncode == 0, parsed.stderr[-3000:]
     assert "'title': 'page 8'" in parsed.stdout, parsed.stdout + parsed.stderr[-3000:]
     assert " ERROR: " not in parsed.stderr, parsed.stderr[-3000:]
+
+
+def test_fetch_and_shell_show_a_page_that_is_not_found(tmp_path, redis_url, site):
+    """``scrapy fetch`` shows any answer, a 404 too (it asks for every status but
+    redirects: a ``SequenceExclude`` in ``handle_httpstatus_list``); scrapy-ha's retry
+    middleware read that list by iterating it: "Could not judge the failure ...
+    TypeError: 'SequenceExclude' object is not iterable", the page dead-lettered, nothing
+    printed, exit code 0."""
+    project = write_project(tmp_path, "cmdproj", SPIDERS, f"REDIS_URL = {redis_url!r}\n")
+    url = f"{site.url}/no/such/page"
+
+    fetched = scrapy(project, "fetch", "--spider", "one", url)
+    assert fetched.returncode == 0, fetched.stderr[-3000:]
+    assert fetched.stdout.strip(), fetched.stderr[-3000:]
+    assert "downloader/response_status_count/404" in fetched.stderr, fetched.stderr[-3000:]
+    assert " ERROR: " not in fetched.stderr, fetched.stderr[-3000:]
+
+    shell = scrapy(project, "shell", "--spider", "one", url, "-c", "response.status")
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    assert shell.stdout.strip() == "404", shell.stdout + shell.stderr[-3000:]
+    assert " ERROR: " not in shell.stderr, shell.stderr[-3000:]

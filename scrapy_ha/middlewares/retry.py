@@ -232,7 +232,12 @@ class RetryMiddleware:
         if allowed is None:
             allowed = getattr(self.crawler.spider, "handle_httpstatus_list", None) or []
             allowed = [*allowed, *self.config.allowed_codes]
-        return response.status in [int(x) for x in allowed]
+        if response.status in allowed:  # (as HttpErrorMiddleware asks: any container)
+            return True
+        try:  # codes stored as strings
+            return response.status in [int(x) for x in allowed]
+        except TypeError:  # a container that cannot be listed (scrapy fetch and shell put
+            return False  # SequenceExclude(range(300, 400)) there: every status but 3xx)
 
 
 class ParseErrorMiddleware:
