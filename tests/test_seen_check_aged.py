@@ -133,3 +133,51 @@ async def test_the_bloom_filters_slices_count_the_urls_still_seen(redis_url: str
         assert await fingerprints(redis_url) == 0
     finally:
         await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_ttl_raised_by_the_next_run_is_the_ttl_the_tools_read(redis_url: str) -> None:
+    """The next run of a crawl at rest has a longer HA_DUPEFILTER_TTL: its workers write in
+    the newest slice while it is younger than their period (the TTL / 8), and filter what
+    it holds for their TTL. The tools read the TTL from the slices' hash ('period'), which
+    only a new slice wrote: for up to the new period, `seen check` said not seen (exit 1)
+    and status counted none of what the crawl filters, the new run's own URLs too."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        await sliced(client)
+        url = "https://a.example/x"
+        pushed = await cli(redis_url, "push", "k", "--create", url)
+        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        await age_every_slot(client, TTL * 1.5)  # at rest 1.5 TTL: gone by the old TTL
+        queue = make_queue(client, "ha", "k", 1)  # the next run: a TTL of 24 old ones
+        await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL * 24)
+        assert await queue.enqueue(entries(range(1))) == 1  # its worker's first request
+        assert await fingerprints(redis_url) == 2  # (it said 0)
+        checked = await cli(redis_url, "seen", "check", "k", url)
+        assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout, (
+            checked.stdout
+        )
+        pushed = await cli(redis_url, "push", "k", url)  # what the crawl does with a link
+        assert "0 added, 1 filtered" in pushed.stdout, pushed.stdout
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_the_bloom_slices_count_by_a_ttl_raised_by_the_next_run(redis_url: str) -> None:
+    """The same with a Bloom filter in time slices: status counted 0 of its 2 URLs."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        config = MemoryConfig(dupefilter="bloom", capacity=1000)
+        queue = await sliced(client, config)
+        assert await queue.enqueue(entries(range(1))) == 1
+        starts = await client.hgetall(KEYS.bloom)
+        for name, start in starts.items():
+            if name[:1] == b"s" and name[1:].isdigit():
+                await client.hset(KEYS.bloom, name, int(start) - TTL * 1500)
+        queue = make_queue(client, "ha", "k", 1)
+        await set_dupefilter(queue, config, TTL * 24)
+        assert await queue.enqueue(entries(range(1, 2))) == 1
+        assert await fingerprints(redis_url) == 2  # (it said 0)
+    finally:
+        await client.aclose()

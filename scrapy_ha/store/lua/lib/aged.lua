@@ -11,7 +11,10 @@
 -- KEYS[#KEYS - SLICES - 1], and the buckets' meta hash the one before it, read only to
 -- refuse a second kind of dupefilter: lib/seen's rule, one kind), each holding those first
 -- seen while it was the newest. The
--- hash holds each slot's start (server ms, field 's<i>'). A new fingerprint goes to the
+-- hash holds each slot's start (server ms, field 's<i>'), and 'period' (ttl / SLICES) of
+-- the last call that wrote (each call's first write sets it if it differs: a run of
+-- another TTL; the tools, `seen check` and the counts, read the TTL from it, as the
+-- workers of the crawl apply it). A new fingerprint goes to the
 -- newest slot; once that is ttl / SLICES old, the next fingerprint opens a new slot (an
 -- empty one, else the oldest, dropped whole): a slot ends ttl / SLICES after its start. A
 -- slot that ended ttl ago or more is dropped whole (UNLINK: freed in the background): no
@@ -152,9 +155,11 @@ local function aged_order(d)
   if not d.starts then -- the first call: the slots' starts, from the hash
     local fields = {}
     for i = 0, SLICES do fields[i + 1] = 's' .. i end
+    fields[SLICES + 2] = 'period'
     local starts = redis.call('HMGET', d.meta, unpack(fields))
     d.starts = {}
     for i = 0, SLICES do d.starts[i] = tonumber(starts[i + 1] or '') end
+    d.stored_period = tonumber(starts[SLICES + 2] or '')
   end
   local slots = {}
   for i = 0, SLICES do
@@ -203,6 +208,10 @@ local function aged_newest(d)
   end
   local top = slots[1]
   if top and d.starts[top[1]] and d.now < top[2] + d.period then
+    if d.stored_period ~= d.period then -- a run of another TTL: the tools read it here
+      redis.call('HSET', d.meta, 'period', d.period)
+      d.stored_period = d.period
+    end
     d.newest = top[1]
     return d.newest
   end
@@ -220,6 +229,7 @@ local function aged_newest(d)
   d.starts[pick] = d.now
   d.slots = nil
   redis.call('HSET', d.meta, 's' .. pick, int_str(d.now), 'period', d.period)
+  d.stored_period = d.period
   if d.fresh then
     local s = d.bloom
     redis.call('HSET', d.meta, 'capacity', s.cap, 'k', s.k, 'part', s.part, 'error', s.asked)
