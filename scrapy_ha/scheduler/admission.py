@@ -301,13 +301,13 @@ class Admission:
         fingerprints, or this worker would drop them as duplicates when it redoes the page.
         With ``HA_DUPEFILTER_TTL``, requests Redis filtered were seen there at a time this
         worker does not know: remembered as sent now, they were dropped here up to a TTL
-        after Redis took them as new again; forget them, so that Redis decides. (Which
-        requests were refused or filtered is not reported: forgetting an accepted one only
-        sends a later duplicate to Redis, whose dupefilter drops it.)"""
+        after Redis took them as new again; they are kept a slice of the TTL only
+        (:meth:`LocalSeen.doubt`). (Which requests were refused or filtered is not reported:
+        forgetting an accepted one only sends a later duplicate to Redis, which drops it.)"""
         if result.refused:
             self.seen.forget([e.fingerprint for e in sent if e.parent])
         if self.seen.ttl and result.added < len(sent):
-            self.seen.forget([e.fingerprint for e in sent])
+            self.seen.doubt([e.fingerprint for e in sent])
 
     def log_duplicate(self, request: Request) -> None:
         """As Scrapy's RFPDupeFilter: the first duplicate, or each with DUPEFILTER_DEBUG."""
