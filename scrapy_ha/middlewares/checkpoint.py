@@ -98,11 +98,8 @@ class CheckpointMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         config = configured(crawler, CheckpointConfig.from_settings)
-        if not config.enabled:
-            raise NotConfigured  # off unless asked for: silent
-        if scrapy_command(crawler) is not None:
-            # scrapy fetch, parse, check: their request is no task of the crawl, and runs
-            # with Scrapy's scheduler (with scrapy-ha's gone, every read raised)
+        # off unless asked for (silent); and for scrapy fetch/parse/check's own request
+        if not config.enabled or scrapy_command(crawler) is not None:
             raise NotConfigured
         return cls(crawler, config)
 
