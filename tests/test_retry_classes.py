@@ -535,3 +535,31 @@ def test_a_429_whose_count_is_garbage_still_closes_its_domain():
     request = Request("https://example.com/x", meta={"ha_retries": {"rate_limited": float("inf")}})
     middleware.process_response(request, response(429))
     assert request.meta["ha_outcome"]["class"] == "rate_limited" and gates.gates == [3.0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "meta", "handed"),
+    [
+        # a QA audit: HTTPERROR_ALLOW_ALL was not read, and a spider that handles every
+        # status itself never saw its 404s (dead-lettered as gone)
+        ({"HTTPERROR_ALLOW_ALL": True}, {}, True),
+        ({"HTTPERROR_ALLOWED_CODES": [404]}, {}, True),
+        ({}, {"handle_httpstatus_all": True}, True),
+        # the request's own list goes first, as in Scrapy's HttpErrorMiddleware
+        ({"HTTPERROR_ALLOW_ALL": True}, {"handle_httpstatus_list": [500]}, False),
+        ({}, {}, False),
+    ],
+)
+def test_a_status_the_spider_handles_itself_is_handed_to_it_unjudged(settings, meta, handed):
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict=settings))
+    request, answer = Request("https://example.com/x", meta=meta), response(404)
+    try:
+        result = middleware.process_response(request, answer)
+    except IgnoreRequest:
+        result = None
+    assert ("ha_outcome" not in request.meta) == handed  # no verdict: not retried, not dead
+    assert result is answer or not handed

@@ -109,6 +109,9 @@ class RetryConfig:
     priority_adjust: int = DEFAULT_PRIORITY_ADJUST
     #: HTTPERROR_ALLOWED_CODES: statuses every spider handles itself.
     allowed_codes: tuple[int, ...] = ()
+    #: HTTPERROR_ALLOW_ALL: every spider handles every status itself (unless the request
+    #: lists its own, as HttpErrorMiddleware decides).
+    allow_all: bool = False
     #: Scrapy's RETRY_TIMES: the retries of Scrapy's robots.txt fetch, which is downloaded
     #: again at once (it never goes through Redis), as Scrapy's own middleware retries it.
     robots_retries: int = DEFAULT_ROBOTS_RETRIES
@@ -140,6 +143,7 @@ class RetryConfig:
                 settings, "RETRY_PRIORITY_ADJUST", DEFAULT_PRIORITY_ADJUST
             ),
             allowed_codes=check.statuses(settings, "HTTPERROR_ALLOWED_CODES"),
+            allow_all=check.boolean(settings, "HTTPERROR_ALLOW_ALL", False, theirs=True),
             robots_retries=_retry_times(settings),
         )
 

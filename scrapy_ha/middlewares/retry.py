@@ -229,6 +229,8 @@ class RetryMiddleware:
         if meta.get("handle_httpstatus_all"):
             return True
         allowed = meta.get("handle_httpstatus_list")
+        if allowed is None and self.config.allow_all:  # HTTPERROR_ALLOW_ALL
+            return True
         if allowed is None:
             allowed = getattr(self.crawler.spider, "handle_httpstatus_list", None) or []
             allowed = [*allowed, *self.config.allowed_codes]
