@@ -11,6 +11,8 @@ key                        type         content
                                         priority, in order (lua/lib/frontier.lua)
 ``ha:{books}:ready``       sorted set   qid -> score of its head: the back queues that may go
 ``ha:{books}:waiting``     sorted set   qid -> time (ms) the back queue is looked at again
+``ha:{books}:ready:relink`` string     renames of ``ready``/``waiting`` set aside whose back
+                                        queues wait to be relinked (store/frontier.py)
 ``ha:{books}:queued``      string       the number of requests in the back queues
 ``ha:{books}:pending``     sorted set   (a crawl of an earlier version: converted at start)
 ``ha:{books}:payload``     hash         entry id -> request (leased, delayed, dead: ``codec``)
@@ -77,6 +79,8 @@ key                        type         content
 ``ha:{books}:senders``     hash         worker id -> its nonce in ``sent``, then ``"<nonce>
                                         <ms>"`` once seen gone: both go a day later
 ``ha:{books}:workers``     sorted set   worker id -> heartbeat expiry (ms)
+``ha:{books}:grant:<w>``   hash         entry id -> token of worker ``<w>``'s latest sync's
+                                        leases, ``=`` -> its nonce (sync.lua; read by renew.lua)
 ``ha:{books}:wstats``      hash         worker id -> ``"<last renewal (ms)> <JSON>"``, the JSON
                                         ``{"leases", "rate"}``: leases held, pages per second
 ``ha:{books}:seen``        sorted set   worker id -> its last heartbeat (ms), kept a week
