@@ -197,3 +197,33 @@ def test_every_key_of_the_reference_is_in_the_table_of_keys_py():
     named = {head(k) for k in re.findall(r"``(?:ha:\{books\}:)?([a-z_:]+(?:<[^`]*)?)``", table)}
     missing = {k for k in reference_key_rows() if head(k) not in named}
     assert missing == set()
+
+
+# -- commands named in the documents ----------------------------------------------------
+
+
+def command_names() -> dict[str, set[str]]:
+    """Each command of the CLI -> its subcommands (none for a command without)."""
+    import argparse  # noqa: PLC0415
+
+    from scrapy_ha.cli.grammar import build_parser  # noqa: PLC0415
+
+    def choices(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(subs[0].choices) if subs else {}
+
+    return {name: set(choices(sub)) for name, sub in choices(build_parser()).items()}
+
+
+def test_every_command_the_documents_name_exists():
+    """``scrapy-ha requeue`` (for ``dlq requeue``) was named in compatibility.md."""
+    commands, wrong = command_names(), []
+    for document in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in re.findall(r"`scrapy-ha ([a-z][^`]*)`", document.read_text()):
+            if ": " in line:  # a log line (`scrapy-ha stopped before it reached Redis: ...`)
+                continue
+            command, sub = [*line.split()[:2], ""][:2]
+            subs = commands.get(command)
+            if subs is None or (subs and re.fullmatch("[a-z-]+", sub) and sub not in subs):
+                wrong.append(f"{document.name}: scrapy-ha {line}")
+    assert wrong == []
