@@ -39,6 +39,16 @@ def later(seconds: float) -> Callable[[], float]:
     return lambda: time.monotonic() + seconds
 
 
+def two_workers(redis_url: str) -> tuple[Admission, Admission, RedisQueue]:
+    """Two workers' admissions with a TTL, and the crawl's queue in time slices."""
+    crawler = get_crawler(CatalogueSpider, {"HA_DUPEFILTER_TTL": TTL})
+    config = SchedulerConfig.from_settings(crawler.settings)
+    a, b = (Admission.from_config(crawler, config) for _ in range(2))
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    q.dupefilter = AgedSet(TTL * 1000)
+    return a, b, q
+
+
 @deferred_f_from_coro_f
 async def test_a_duplicate_redis_filtered_is_new_again_for_its_worker_when_redis_says(
     redis_url: str,
@@ -47,11 +57,7 @@ async def test_a_duplicate_redis_filtered_is_new_again_for_its_worker_when_redis
     11 s (filtered in Redis, rightly), and that worker then dropped it itself at 19, 21, 23
     and 25 s, as sent by it at 11 s, while Redis took it as new from 18 s: it was crawled
     again at 28 s, not by 18 s as the reference says."""
-    crawler = get_crawler(CatalogueSpider, {"HA_DUPEFILTER_TTL": TTL})
-    config = SchedulerConfig.from_settings(crawler.settings)
-    a, b = (Admission.from_config(crawler, config) for _ in range(2))  # two workers
-    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
-    q.dupefilter = AgedSet(TTL * 1000)
+    a, b, q = two_workers(redis_url)
     try:
         url = "http://a.example/listing"
         first = a.admit(Request(url), Kin(), None)
@@ -79,11 +85,7 @@ async def test_a_duplicate_redis_filtered_is_dropped_by_its_worker_for_a_slice_o
     batch sent a link met on every page to Redis again on every page (a review: 400 pages
     sharing 20 links, 66 % more requests sent). Kept a slice of the TTL (TTL / 8), the
     precision of Redis's own slices, it goes to Redis once a slice."""
-    crawler = get_crawler(CatalogueSpider, {"HA_DUPEFILTER_TTL": TTL})
-    config = SchedulerConfig.from_settings(crawler.settings)
-    a, b = (Admission.from_config(crawler, config) for _ in range(2))  # two workers
-    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
-    q.dupefilter = AgedSet(TTL * 1000)
+    a, b, q = two_workers(redis_url)
     try:
         nav = "http://a.example/nav"
         first = a.admit(Request(nav), Kin(), None)

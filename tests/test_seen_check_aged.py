@@ -24,13 +24,14 @@ TTL = 3600  # seconds: nothing ages by itself while the test runs
 KEYS = Keys("ha", "k")
 
 
-async def age_every_slot(client: redis.asyncio.Redis, seconds: float) -> None:
-    """Move the start of every time slice *seconds* back, as if the crawl had rested so long
-    (what a crawl left alone does: no write drops its slots)."""
-    starts = await client.hgetall(KEYS.aged)
+async def age_every_slot(client: redis.asyncio.Redis, seconds: float, key: str = KEYS.aged) -> None:
+    """Move the start of every time slice (the fields ``s<i>`` of *key*: the exact set's
+    slices' hash, or the Bloom filter's meta hash) *seconds* back, as if the crawl had
+    rested so long (what a crawl left alone does: no write drops its slots)."""
+    starts = await client.hgetall(key)
     for name, start in starts.items():
-        if name.startswith(b"s"):
-            await client.hset(KEYS.aged, name, int(start) - int(seconds * 1000))
+        if name[:1] == b"s" and name[1:].isdigit():
+            await client.hset(key, name, int(start) - int(seconds * 1000))
 
 
 async def sliced(client: redis.asyncio.Redis, config: MemoryConfig | None = None) -> Any:
@@ -44,6 +45,12 @@ async def sliced(client: redis.asyncio.Redis, config: MemoryConfig | None = None
 
 async def cli(redis_url: str, *args: str):  # noqa: ANN201
     return await asyncio.to_thread(scrapy_ha, "--redis-url", redis_url, *args)
+
+
+async def pushed_new(redis_url: str, url: str) -> None:
+    """*url* pushed to crawl ``k`` (made if need be): added, as a new URL."""
+    pushed = await cli(redis_url, "push", "k", "--create", url)
+    assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stdout + pushed.stderr
 
 
 async def fingerprints(redis_url: str) -> int:
@@ -62,8 +69,7 @@ async def test_a_url_seen_longer_ago_than_the_ttl_is_not_said_seen(
     try:
         await sliced(client)
         url = "https://a.example/x"
-        pushed = await cli(redis_url, "push", "k", "--create", url)
-        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        await pushed_new(redis_url, url)
         checked = await cli(redis_url, "seen", "check", "k", url)
         assert checked.returncode == 0 and ": seen (in the time slice" in checked.stdout
         assert await fingerprints(redis_url) == 1
@@ -88,8 +94,7 @@ async def test_a_url_seen_within_the_ttl_is_still_said_seen(redis_url: str) -> N
     try:
         await sliced(client)
         url = "https://a.example/y"
-        pushed = await cli(redis_url, "push", "k", "--create", url)
-        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        await pushed_new(redis_url, url)
         await age_every_slot(client, TTL * 0.8)
         assert await fingerprints(redis_url) == 1
         checked = await cli(redis_url, "seen", "check", "k", url)
@@ -126,10 +131,7 @@ async def test_the_bloom_filters_slices_count_the_urls_still_seen(redis_url: str
         queue = await sliced(client, MemoryConfig(dupefilter="bloom", capacity=1000))
         assert await queue.enqueue(entries(range(1))) == 1  # as a worker adds it
         assert await fingerprints(redis_url) == 1
-        starts = await client.hgetall(KEYS.bloom)
-        for name, start in starts.items():
-            if name[:1] == b"s" and name[1:].isdigit():
-                await client.hset(KEYS.bloom, name, int(start) - TTL * 1200)
+        await age_every_slot(client, TTL * 1.2, KEYS.bloom)
         assert await fingerprints(redis_url) == 0
     finally:
         await client.aclose()
@@ -146,8 +148,7 @@ async def test_a_ttl_raised_by_the_next_run_is_the_ttl_the_tools_read(redis_url:
     try:
         await sliced(client)
         url = "https://a.example/x"
-        pushed = await cli(redis_url, "push", "k", "--create", url)
-        assert pushed.returncode == 0 and "1 added" in pushed.stdout, pushed.stderr
+        await pushed_new(redis_url, url)
         await age_every_slot(client, TTL * 1.5)  # at rest 1.5 TTL: gone by the old TTL
         queue = make_queue(client, "ha", "k", 1)  # the next run: a TTL of 24 old ones
         await set_dupefilter(queue, MemoryConfig(dupefilter="set"), TTL * 24)
@@ -171,10 +172,7 @@ async def test_the_bloom_slices_count_by_a_ttl_raised_by_the_next_run(redis_url:
         config = MemoryConfig(dupefilter="bloom", capacity=1000)
         queue = await sliced(client, config)
         assert await queue.enqueue(entries(range(1))) == 1
-        starts = await client.hgetall(KEYS.bloom)
-        for name, start in starts.items():
-            if name[:1] == b"s" and name[1:].isdigit():
-                await client.hset(KEYS.bloom, name, int(start) - TTL * 1500)
+        await age_every_slot(client, TTL * 1.5, KEYS.bloom)
         queue = make_queue(client, "ha", "k", 1)
         await set_dupefilter(queue, config, TTL * 24)
         assert await queue.enqueue(entries(range(1, 2))) == 1
