@@ -40,7 +40,7 @@ def plain(text: str) -> str:
     ("text", "shown"),
     [
         (f"login refused with b'{CREDENTIALS}'", "login refused with b'Basic ***'"),
-        (f"[(b'Authorization', [b'{CREDENTIALS}'])]", "[(b'Authorization', [b'Basic ***'])]"),
+        (f"[(b'Authorization', [b'{CREDENTIALS}'])]", "[(b'Authorization', '***')]"),
         (f"sent {CREDENTIALS}, got 401", "sent Basic ***, got 401"),
         (f"sent basic {ENCODED}", "sent basic ***"),
         # words that are no credentials stay: no "user:password" in them
@@ -92,3 +92,24 @@ async def test_a_callback_quoting_its_basic_credentials_shows_them_nowhere(
     assert "login refused with b'Basic ***'" in places["dlq show"], places["dlq show"]
     shown = [place for place, text in places.items() if PASSWORD in plain(text)]
     assert not shown, f"the site's password is shown in {shown}"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # a spider logging list(request.headers.items()): (name, [values]) pairs
+        ("[(b'X-Api-Key', [b'k-5f1e9a'])]", "[(b'X-Api-Key', '***')]"),
+        (
+            "[('Authorization', ['Token k-5f1e9a']), ('Accept', ['*/*'])]",
+            "[('Authorization', '***'), ('Accept', ['*/*'])]",
+        ),
+        ("(('session_id', 'k-5f1e9a'),)", "(('session_id', '***'),)"),
+        # a pair whose name is no secret, or no pair at all, stays
+        ("[(b'Accept-Language', [b'en'])]", "[(b'Accept-Language', [b'en'])]"),
+        ("f('token', x)", "f('token', x)"),
+    ],
+)
+def test_a_header_given_as_a_name_and_value_pair_is_masked(text, shown):
+    """``list(request.headers.items())`` in a log line showed an API key in clear, where the
+    same headers printed as a mapping (``{b'X-Api-Key': [...]}``) read ``'***'``."""
+    assert mask_text(text) == shown

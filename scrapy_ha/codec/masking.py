@@ -96,6 +96,12 @@ _QUOTED_PAIR = re.compile(
     r"""(?P<key>b?(?P<q>['"])(?P<name>[^'"\n]{1,200})(?P=q)\s*:\s*)"""
     r"""(?P<value>b?'(?:[^'\\\n]|\\.)*'|b?"(?:[^"\\\n]|\\.)*"|\[[^\]\n]*\]|[^,{}\[\s][^,}\s]*)"""
 )
+#: ``(name, value)`` as the repr of a list of pairs writes one (``list(headers.items())``,
+#: ``(b'X-Api-Key', [b'...'])``): after ``(``, a quoted name, then a quoted value or a list.
+_QUOTED_TUPLE = re.compile(
+    r"""(?P<key>\(\s*b?(?P<q>['"])(?P<name>[^'"\n]{1,200})(?P=q)\s*,\s*)"""
+    r"""(?P<value>b?'(?:[^'\\\n]|\\.)*'|b?"(?:[^"\\\n]|\\.)*"|\[[^\]\n]*\])"""
+)
 #: ``Name: value`` at the start of a line (a header block in a message).
 _HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<value>[^\r\n]+)")
 #: A secret ``name: value`` inside a line (``HTTP 401 (Authorization: Bearer x)``, ``Telnet
@@ -241,12 +247,14 @@ def _mask_header_in_line(match: re.Match[str]) -> str:
 def mask_text(text: str) -> str:
     """Free text (a log line, a reason, an exception, a body) fit to print: every URL in it
     masked as :func:`mask_url` does, and the values of secret-looking ``name=value`` pairs,
-    ``'name': value`` mapping entries and ``Name: value`` header lines become ``***``."""
+    ``'name': value`` mapping entries, ``('name', value)`` pairs and ``Name: value`` header
+    lines become ``***``."""
     if not _may_hold_secret(text):
         return text
     text = _URL_IN_TEXT.sub(lambda m: m["lead"] + mask_url(m["url"]), text)
     text = _BARE_USERINFO.sub(lambda m: f"{m['user']}:{MASK}@", text)
     text = _QUOTED_PAIR.sub(_mask_quoted_pair, text)
+    text = _QUOTED_TUPLE.sub(_mask_quoted_pair, text)
     text = _HEADER_LINE.sub(_mask_header_line, text)
     text = _HEADER_IN_LINE.sub(_mask_header_in_line, text)
     text = _BEARER.sub(f"Bearer {MASK}", text)
