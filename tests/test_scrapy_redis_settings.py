@@ -91,3 +91,21 @@ def test_a_start_key_of_another_type_is_named_and_the_crawl_goes_on(
     ) in text
     assert "WRONGTYPE" not in text
     assert redis_client.zcard("feed:start_urls") == 1  # left as it was
+
+
+def test_scrapy_redis_max_idle_time_is_named_at_start(caplog):
+    """scrapy-redis's spiders close after MAX_IDLE_TIME_BEFORE_CLOSE idle seconds; a
+    RedisSpider of scrapy-ha (HA_FEED) waited for ever, silently (a QA run: a worker of a
+    moved project set to 6 s never closed). 0, scrapy-redis's default, waits for ever too."""
+    with caplog.at_level(logging.WARNING):
+        Scheduler.from_crawler(get_crawler(Spider, {"MAX_IDLE_TIME_BEFORE_CLOSE": 6}))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "MAX_IDLE_TIME_BEFORE_CLOSE is scrapy-redis's and does nothing in scrapy-ha: a "
+        "RedisSpider waits for start URLs for ever (HA_FEED); with HA_FEED = False it closes "
+        "once the crawl is empty (after HA_IDLE_TIMEOUT while other workers live)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        Scheduler.from_crawler(get_crawler(Spider, {"MAX_IDLE_TIME_BEFORE_CLOSE": 0}))
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]

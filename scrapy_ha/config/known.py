@@ -173,6 +173,10 @@ SCRAPY_REDIS_UNREAD = {
         "start URLs are read from a list, or a set with REDIS_START_URLS_AS_SET = True; a "
         "sorted set is not read (move its members into a list)"
     ),
+    "MAX_IDLE_TIME_BEFORE_CLOSE": (
+        "a RedisSpider waits for start URLs for ever (HA_FEED); with HA_FEED = False it "
+        "closes once the crawl is empty (after HA_IDLE_TIMEOUT while other workers live)"
+    ),
 }
 
 
