@@ -2,7 +2,8 @@
 
 Push start URLs to ``<spider>:start_urls`` (setting ``REDIS_START_URLS_KEY``, or
 the spider's ``redis_key``), as plain URLs or JSON objects
-(``{"url": ..., "method": ..., "meta": {...}, "headers": {...}, "body": ...}``).
+(``{"url": ..., "method": ..., "meta": {...}, "headers": {...}, "body": ...}``; any
+other key is a form field, as in scrapy-redis: a ``FormRequest`` with that ``formdata``).
 The scheduler moves them into the queue atomically, so a worker killed at any
 moment loses none. The spider stays open waiting for more (feed mode) unless
 ``HA_FEED = False``.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request, Spider
+from scrapy import FormRequest, Request, Spider
 from scrapy.spiders import CrawlSpider
 
 if TYPE_CHECKING:
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
 
 
 __all__ = ["RedisCrawlSpider", "RedisSpider", "RedisSpiderMixin"]
+
+#: The keys of a JSON start URL entry that make its request; any other key is a form field
+#: of a ``FormRequest``, as in scrapy-redis (``{"url": ..., "q": "x"}`` fetches ``url?q=x``;
+#: with ``"method": "POST"`` it posts ``q=x``).
+ENTRY_KEYS = frozenset({"url", "method", "meta", "headers", "body", "dont_filter"})
 
 
 class RedisSpiderMixin:
@@ -44,14 +50,18 @@ class RedisSpiderMixin:
         doc = json.loads(text)
         if not isinstance(doc, dict) or not isinstance(doc.get("url"), str):
             raise ValueError('a JSON start URL entry needs a "url" string')
-        return Request(
-            doc["url"],
-            method=doc.get("method", "GET"),
-            meta=doc.get("meta", {}),
-            headers=doc.get("headers"),
-            body=doc.get("body"),
-            dont_filter=doc.get("dont_filter", True),
-        )
+        common = {
+            "method": doc.get("method", "GET"),
+            "meta": doc.get("meta", {}),
+            "headers": doc.get("headers"),
+            "dont_filter": doc.get("dont_filter", True),
+        }
+        formdata = {key: value for key, value in doc.items() if key not in ENTRY_KEYS}
+        if not formdata:
+            return Request(doc["url"], body=doc.get("body"), **common)
+        if "body" in doc:
+            raise ValueError(f'a JSON start URL entry has a "body" and form fields {formdata}')
+        return FormRequest(doc["url"], formdata=formdata, **common)
 
 
 class RedisSpider(RedisSpiderMixin, Spider):

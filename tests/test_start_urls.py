@@ -95,3 +95,25 @@ async def test_start_urls_as_a_set(redis_url, redis_client, site):
         f"GET {site.url}/item/4 None",
     ]
     assert redis_client.scard("fed:start_urls") == 0
+
+
+@deferred_f_from_coro_f
+async def test_json_entries_other_keys_are_form_fields_as_in_scrapy_redis(
+    redis_url, redis_client, site
+):
+    """scrapy-redis makes a FormRequest of a JSON entry, its keys other than url, method and
+    meta its formdata; they were dropped (a QA run: a moved project's entry with a "data"
+    key fetched the bare URL, where scrapy-redis fetched ``url?data=...``)."""
+    redis_client.rpush(
+        "fed:start_urls",
+        json.dumps({"url": f"{site.url}/item/6", "meta": {"tag": "q"}, "data": "x 1"}),
+    )
+    crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False))
+    await crawler.crawl_async()
+    assert crawler.spider.seen == [f"GET {site.url}/item/6?data=x+1 q"]
+    posted = crawler.spider.make_request_from_data(
+        json.dumps({"url": f"{site.url}/item/7", "method": "POST", "data": "x"}).encode()
+    )
+    assert (posted.method, posted.url, posted.body) == ("POST", f"{site.url}/item/7", b"data=x")
+    with pytest.raises(ValueError, match='has a "body" and form fields'):
+        crawler.spider.make_request_from_data(b'{"url": "http://a.test/", "body": "", "q": "1"}')
