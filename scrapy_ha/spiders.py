@@ -43,7 +43,12 @@ class RedisSpiderMixin:
         yield  # pragma: no cover
 
     def make_request_from_data(self, data: bytes) -> Request:
-        """Turn one start URL entry into a request (override for another format)."""
+        """Turn one start URL entry into one request (override for another format).
+
+        Return exactly one :class:`~scrapy.Request`: the entry leaves Redis in the step that
+        queues it. scrapy-redis also takes a list of requests; here anything else drops
+        the entry with an ERROR (stat ``ha/start_urls_invalid``): push one entry per
+        request instead."""
         text = data.decode("utf-8")
         if not text.lstrip().startswith("{"):
             return Request(text.strip(), dont_filter=True)

@@ -117,3 +117,28 @@ async def test_json_entries_other_keys_are_form_fields_as_in_scrapy_redis(
     assert (posted.method, posted.url, posted.body) == ("POST", f"{site.url}/item/7", b"data=x")
     with pytest.raises(ValueError, match='has a "body" and form fields'):
         crawler.spider.make_request_from_data(b'{"url": "http://a.test/", "body": "", "q": "1"}')
+
+
+class ListingSpider(FedSpider):
+    """Makes a list of requests of an entry, as scrapy-redis's make_request_from_data may."""
+
+    def make_request_from_data(self, data):
+        return [super().make_request_from_data(data)]
+
+
+@deferred_f_from_coro_f
+async def test_an_entry_made_into_a_list_is_dropped_saying_why(
+    redis_url, redis_client, site, caplog
+):
+    """scrapy-redis takes an iterable from make_request_from_data; here an entry is one
+    request, and a list was dropped as "'list' object has no attribute 'priority'"."""
+    redis_client.rpush("fed:start_urls", f"{site.url}/item/8")
+    crawler = get_crawler(ListingSpider, settings(redis_url, HA_FEED=False))
+    await crawler.crawl_async()
+    assert crawler.spider.seen == []
+    assert crawler.stats.get_value("ha/start_urls_invalid") == 1
+    assert (
+        "make_request_from_data returned list, not one Request: each start URL entry is moved "
+        "into the queue as exactly one request (scrapy-redis also took a list of them: push "
+        "one entry per request instead)"
+    ) in caplog.text

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import redis
+from scrapy import Request
 
 from scrapy_ha.codec import encode_request
 from scrapy_ha.config.validate import ConfigError, start_key
@@ -113,7 +114,7 @@ class StartUrls:
     def _entry(self, data: bytes) -> NewEntry:
         assert isinstance(self.spider, RedisSpiderMixin) and self.crawler.stats is not None
         try:
-            request = self.spider.make_request_from_data(data)
+            request = one_request(self.spider.make_request_from_data(data))
             self.admission.note_priority(request)
             return NewEntry(
                 self.admission.fingerprint(request),
@@ -129,6 +130,19 @@ class StartUrls:
                 exc,
             )
             return NewEntry(b"", 0, b"")
+
+
+def one_request(made: object) -> Request:
+    """What ``make_request_from_data`` made, if it is one request; else a TypeError that
+    says so (scrapy-redis's takes an iterable of requests too: a list failed as "'list'
+    object has no attribute 'priority'")."""
+    if isinstance(made, Request):
+        return made
+    raise TypeError(
+        f"make_request_from_data returned {type(made).__name__}, not one Request: each "
+        "start URL entry is moved into the queue as exactly one request (scrapy-redis "
+        "also took a list of them: push one entry per request instead)"
+    )
 
 
 #: What REDIS_START_URLS_KEY must look like on a Redis Cluster (the crawl's hash tag).
