@@ -142,3 +142,30 @@ async def test_an_entry_made_into_a_list_is_dropped_saying_why(
         "into the queue as exactly one request (scrapy-redis also took a list of them: push "
         "one entry per request instead)"
     ) in caplog.text
+
+
+@deferred_f_from_coro_f
+async def test_a_spider_of_scrapy_redis_is_named_at_open(redis_url, redis_client, site, caplog):
+    """A moved project that kept ``from scrapy_redis.spiders import RedisSpider`` ran on the
+    scheduler silently, its start URLs popped before their requests were stored (README
+    said such spiders no longer start on Scrapy 2.16+: they do)."""
+    from scrapy_redis.spiders import RedisSpider as ScrapyRedisSpider  # noqa: PLC0415
+
+    class Moved(ScrapyRedisSpider):
+        name = "moved"
+        max_idle_time = 1
+
+        def parse(self, response):
+            yield {"url": response.url}
+
+    crawler = get_crawler(Moved, settings(redis_url))
+    await crawler.crawl_async()
+    assert (
+        "Spider moved is scrapy-redis's RedisSpider or RedisCrawlSpider: it pops its start "
+        "URLs from Redis itself"
+    ) in caplog.text
+    caplog.clear()
+    redis_client.rpush("fed:start_urls", f"{site.url}/item/9")
+    crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False))
+    await crawler.crawl_async()
+    assert "scrapy-redis's RedisSpider" not in caplog.text

@@ -58,6 +58,8 @@ class StartUrls:
 
     def setup(self, spider: Spider, config: SchedulerConfig) -> None:
         if not isinstance(spider, RedisSpiderMixin):
+            if is_scrapy_redis_spider(spider):
+                logger.warning(SCRAPY_REDIS_SPIDER, spider.name)
             return
         self.spider = spider
         self.as_set = config.start_urls_as_set
@@ -130,6 +132,25 @@ class StartUrls:
                 exc,
             )
             return NewEntry(b"", 0, b"")
+
+
+#: Said at open for a spider of scrapy-redis's: it still runs on the scheduler (it pops
+#: its start URLs itself, when idle), silently, without the feed's guarantee.
+SCRAPY_REDIS_SPIDER = (
+    "Spider %s is scrapy-redis's RedisSpider or RedisCrawlSpider: it pops its start URLs "
+    "from Redis itself, before their requests are stored, so a worker killed between the "
+    "two loses them. Import RedisSpider / RedisCrawlSpider from scrapy_ha.spiders instead "
+    "(an entry leaves Redis in the step that queues its request)"
+)
+
+
+def is_scrapy_redis_spider(spider: Spider) -> bool:
+    """Whether *spider* is built on scrapy-redis's ``RedisMixin`` (not imported: a
+    project without scrapy-redis's spiders loads none of them)."""
+    return any(
+        cls.__module__ == "scrapy_redis.spiders" and cls.__name__ == "RedisMixin"
+        for cls in type(spider).__mro__
+    )
 
 
 def one_request(made: object) -> Request:
