@@ -169,3 +169,21 @@ async def test_a_spider_of_scrapy_redis_is_named_at_open(redis_url, redis_client
     crawler = get_crawler(FedSpider, settings(redis_url, HA_FEED=False))
     await crawler.crawl_async()
     assert "scrapy-redis's RedisSpider" not in caplog.text
+
+
+class IdleTimedSpider(FedSpider):
+    """Keeps scrapy-redis's spider attribute (it closed after 1 idle second there)."""
+
+    max_idle_time = 1
+
+
+@deferred_f_from_coro_f
+async def test_scrapy_redis_max_idle_time_attribute_is_named_at_open(
+    redis_url, redis_client, site, caplog
+):
+    """The attribute did nothing, silently: the worker waited for start URLs for ever."""
+    crawler = get_crawler(IdleTimedSpider, settings(redis_url, HA_FEED=False))
+    await crawler.crawl_async()
+    assert (
+        "Spider fed sets max_idle_time = 1, scrapy-redis's, which does nothing in scrapy-ha"
+    ) in caplog.text

@@ -66,6 +66,8 @@ class StartUrls:
         self.key = spider.redis_key or start_key(config.start_urls_key, spider.name)
         if not config.feed_given:
             self.feed_mode = spider.ha_feed
+        if idle := getattr(spider, "max_idle_time", None):  # scrapy-redis's spider attribute
+            logger.warning(MAX_IDLE_TIME, spider.name, idle)
         logger.info(
             "Reading start URLs from Redis key %s%s",
             self.key,
@@ -141,6 +143,14 @@ SCRAPY_REDIS_SPIDER = (
     "from Redis itself, before their requests are stored, so a worker killed between the "
     "two loses them. Import RedisSpider / RedisCrawlSpider from scrapy_ha.spiders instead "
     "(an entry leaves Redis in the step that queues its request)"
+)
+
+
+#: Said at open for a spider that kept scrapy-redis's ``max_idle_time`` attribute.
+MAX_IDLE_TIME = (
+    "Spider %s sets max_idle_time = %r, scrapy-redis's, which does nothing in scrapy-ha: a "
+    "RedisSpider waits for start URLs for ever (ha_feed = True); ha_feed = False (or "
+    "HA_FEED = False) closes it once the crawl is empty"
 )
 
 
