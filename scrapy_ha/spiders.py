@@ -3,7 +3,8 @@
 Push start URLs to ``<spider>:start_urls`` (setting ``REDIS_START_URLS_KEY``, or
 the spider's ``redis_key``), as plain URLs or JSON objects
 (``{"url": ..., "method": ..., "meta": {...}, "headers": {...}, "body": ...}``; any
-other key is a form field, as in scrapy-redis: a ``FormRequest`` with that ``formdata``).
+other key is a form field, as in scrapy-redis: the request a ``FormRequest`` with that
+``formdata`` would be).
 The scheduler moves them into the queue atomically, so a worker killed at any
 moment loses none. The spider stays open waiting for more (feed mode) unless
 ``HA_FEED = False``.
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from scrapy import FormRequest, Request, Spider
+from scrapy import Request, Spider
 from scrapy.spiders import CrawlSpider
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["RedisCrawlSpider", "RedisSpider", "RedisSpiderMixin"]
 
 #: The keys of a JSON start URL entry that make its request; any other key is a form field
-#: of a ``FormRequest``, as in scrapy-redis (``{"url": ..., "q": "x"}`` fetches ``url?q=x``;
+#: (:func:`_form_request`), as in scrapy-redis (``{"url": ..., "q": "x"}`` fetches ``url?q=x``;
 #: with ``"method": "POST"`` it posts ``q=x``).
 ENTRY_KEYS = frozenset({"url", "method", "meta", "headers", "body", "dont_filter"})
 
@@ -66,7 +68,26 @@ class RedisSpiderMixin:
             return Request(doc["url"], body=doc.get("body"), **common)
         if "body" in doc:
             raise ValueError(f'a JSON start URL entry has a "body" and form fields {formdata}')
-        return FormRequest(doc["url"], formdata=formdata, **common)
+        return _form_request(doc["url"], formdata, common)
+
+
+def _form_request(url: str, formdata: dict[str, Any], common: dict[str, Any]) -> Request:
+    """A plain :class:`~scrapy.Request` built as ``FormRequest(url, formdata=formdata)``
+    builds one (the form url-encoded in the body of a POST, else as the URL's query), but
+    of no class of its own: ``scrapy.http.request.form`` is deprecated on Scrapy 2.16 (a
+    warning at its import, in every worker that read such an entry back)."""
+    fields = []
+    for name, values in formdata.items():
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, str):
+                raise ValueError(f"form field {name!r} of a JSON start URL entry is no string")
+            fields.append((name, value))
+    query = urlencode(fields, doseq=True)
+    request = Request(url, **common)
+    if request.method == "POST":
+        request.headers.setdefault(b"Content-Type", b"application/x-www-form-urlencoded")
+        return request.replace(body=query)
+    return request.replace(url=urlunsplit(urlsplit(request.url)._replace(query=query)))
 
 
 class RedisSpider(RedisSpiderMixin, Spider):
