@@ -90,18 +90,18 @@ _BARE_USERINFO = re.compile(
 )
 #: The parts of a URL: scheme, user info (up to the last ``@`` of the authority), the rest.
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<netloc>[^/?#]*)(?P<rest>.*)$", re.S)
+#: A quoted name (``b'...'`` too), and a value as a repr writes it: a quoted string or a
+#: bracketed list (shared by the mapping entries and the pairs below).
+_QUOTED_NAME = r"""b?(?P<q>['"])(?P<name>[^'"\n]{1,200})(?P=q)"""
+_QUOTED_VALUE = r"""b?'(?:[^'\\\n]|\\.)*'|b?"(?:[^"\\\n]|\\.)*"|\[[^\]\n]*\]"""
 #: ``'name': value`` or ``"name": value`` as a repr, pformat or JSON writes a mapping; the
-#: value is a quoted string (``b'...'`` too), a bracketed list, or a bare word.
+#: value is a quoted string, a bracketed list, or a bare word.
 _QUOTED_PAIR = re.compile(
-    r"""(?P<key>b?(?P<q>['"])(?P<name>[^'"\n]{1,200})(?P=q)\s*:\s*)"""
-    r"""(?P<value>b?'(?:[^'\\\n]|\\.)*'|b?"(?:[^"\\\n]|\\.)*"|\[[^\]\n]*\]|[^,{}\[\s][^,}\s]*)"""
+    rf"""(?P<key>{_QUOTED_NAME}\s*:\s*)(?P<value>{_QUOTED_VALUE}|[^,{{}}\[\s][^,}}\s]*)"""
 )
 #: ``(name, value)`` as the repr of a list of pairs writes one (``list(headers.items())``,
 #: ``(b'X-Api-Key', [b'...'])``): after ``(``, a quoted name, then a quoted value or a list.
-_QUOTED_TUPLE = re.compile(
-    r"""(?P<key>\(\s*b?(?P<q>['"])(?P<name>[^'"\n]{1,200})(?P=q)\s*,\s*)"""
-    r"""(?P<value>b?'(?:[^'\\\n]|\\.)*'|b?"(?:[^"\\\n]|\\.)*"|\[[^\]\n]*\])"""
-)
+_QUOTED_TUPLE = re.compile(rf"(?P<key>\(\s*{_QUOTED_NAME}\s*,\s*)(?P<value>{_QUOTED_VALUE})")
 #: ``Name: value`` at the start of a line (a header block in a message).
 _HEADER_LINE = re.compile(r"(?m)^(?P<name>[A-Za-z][A-Za-z0-9_-]*):[ \t]+(?P<value>[^\r\n]+)")
 #: A secret ``name: value`` inside a line (``HTTP 401 (Authorization: Bearer x)``, ``Telnet
