@@ -57,6 +57,12 @@ class FailureClass(enum.StrEnum):
 #: counted as no retry, and shown as waiting for a proxy.
 WAIT_CLASSES = (FailureClass.NO_PROXY, FailureClass.PROXY_ERROR, FailureClass.PROXY_AUTH)
 
+#: The classes of a page the site refused for good (404, 410, another 4xx): its answer, not
+#: the crawl's failure. Their dead letters are logged at INFO, as Scrapy's HttpErrorMiddleware
+#: logs such a response ("Ignoring response"); a 5xx, a ban or a network error given up on is
+#: an ERROR, as Scrapy's own "Gave up retrying" is.
+SITE_ANSWERS = (FailureClass.GONE, FailureClass.CLIENT)
+
 #: The classes that have a retry budget of their own (``HA_RETRY_POLICIES`` keys).
 RETRY_CLASSES = (
     FailureClass.NETWORK,

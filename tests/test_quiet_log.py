@@ -135,3 +135,32 @@ async def test_a_joining_worker_says_how_many_of_its_start_requests_were_seen(
     ]
     assert second.stats.get_value("ha/start_filtered") == 10
     assert {"/item/11", "/item/12"} <= set(second.spider.ok)  # the new ones are crawled
+
+
+class NoErrbackFaultSpider(FaultSpider):
+    """Its requests have no errback: what the site answered is the crawl's to log."""
+
+    async def start(self) -> Any:
+        async for request in super().start():
+            yield request.replace(errback=None)
+
+
+@deferred_f_from_coro_f
+async def test_a_page_the_site_says_is_gone_is_no_error(redis_url, redis_client, site, caplog):
+    """A 404, a 410 or another 4xx is the site's answer, not the crawl's failure: Scrapy's
+    HttpErrorMiddleware logs it at INFO ("Ignoring response"), and so does its dead letter,
+    errback or not. A 5xx that its retries could not fix stays an ERROR, as Scrapy's own
+    "Gave up retrying" is."""
+    caplog.set_level(logging.INFO)
+    crawler = get_crawler(NoErrbackFaultSpider, {**SETTINGS, "REDIS_URL": redis_url})
+    paths = ("/status/404", "/status/410", "/status/400", "/flaky/1?fail=9&status=500")
+    await crawler.crawl_async(base_url=site.url, paths=paths)
+    classes = sorted(info["class"] for info in dead_infos(redis_client))
+    assert classes == ["client", "gone", "gone", "server"]
+    dead = {
+        r.getMessage().split(" (class ")[1].split(")")[0]: r.levelname
+        for r in caplog.records
+        if r.getMessage().startswith("Dead-lettered")
+    }
+    assert dead == {"gone": "INFO", "client": "INFO", "server": "ERROR"}
+    assert crawler.stats.get_value("ha/dead/gone") == 2

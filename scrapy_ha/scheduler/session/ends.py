@@ -29,7 +29,7 @@ from scrapy_ha.store.bloom import DupefilterRefused
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS, display_url
 from scrapy_ha.store.dictionary import GONE_DELAY
 from scrapy_ha.store.sharding import say_single_set, single_set_beside
-from scrapy_ha.verdict import WAIT_CLASSES, FailureClass, Verdict
+from scrapy_ha.verdict import SITE_ANSWERS, WAIT_CLASSES, FailureClass, Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -183,7 +183,7 @@ class Ends:
         handled = verdict is not None and verdict.errback  # the spider's errback handled it
         self.stats.inc_value(f"ha/dead/{fclass}")
         logger.log(
-            logging.INFO if handled else logging.ERROR,
+            logging.INFO if handled or fclass in SITE_ANSWERS else logging.ERROR,
             "Dead-lettered %s (class %s): %s after %d attempt(s)%s",
             op.request,
             fclass,
