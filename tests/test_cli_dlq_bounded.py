@@ -10,6 +10,7 @@ is what is acted on: entries dead-lettered while it waits stay.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -258,3 +259,29 @@ async def test_entries_that_leave_meanwhile_shift_no_other_out_of_a_scan(redis_u
     assert len(left) == 100
     assert len(read) == len(set(read)) == n  # each read once, none shifted out
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_counting_a_large_selection_says_how_far_it_went_on_a_terminal():
+    """The count before a bulk action's prompt reads the whole selection (a minute for a
+    million entries): it said nothing meanwhile, as if the command hung."""
+    from scrapy_ha.cli.bulk import choose
+
+    async def batches():
+        for i in range(3):
+            yield [(f"id{i}-{j}", f"label {i}-{j}") for j in range(500)]
+
+    leader, follower = pty.openpty()
+    with open(follower, "w", closefd=True) as tty:
+        every = Progress("counted:", None, stream=tty, every=1e-9)  # a line a batch
+        chosen = await choose(batches(), None, every)
+    said = b""
+    while said.count(b"\n") < 3:
+        said += os.read(leader, 4096)
+    os.close(leader)
+    assert chosen.count == 1500
+    assert said.decode().splitlines() == [
+        "counted: 500 so far ...",
+        "counted: 1,000 so far ...",
+        "counted: 1,500 so far ...",
+    ]

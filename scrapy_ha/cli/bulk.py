@@ -10,9 +10,10 @@ a continuous crawl's million delayed revisits, 500 MB). Not in Redis: a purge is
 operator runs to free a Redis that is full, which refuses every write (a review: the ids
 written to a list of the crawl first, ``dlq purge --all`` failed with OutOfMemoryError).
 
-A long action says how far it went on stderr every :data:`PROGRESS_EVERY` seconds, when
-stderr is a terminal (as ``status --watch`` redraws only there): a script's log gets the
-final count alone.
+A long count or action says how far it went on stderr every :data:`PROGRESS_EVERY`
+seconds, when stderr is a terminal (as ``status --watch`` redraws only there): a script's
+log gets the final count alone. (The count alone of a million entries takes a minute: it
+used to say nothing meanwhile.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Progress:
     """A line on stderr every *every* seconds while a long action runs (on a terminal)."""
 
     def __init__(
-        self, what: str, total: int, *, stream: IO[str] | None = None, every: float = 0.0
+        self, what: str, total: int | None, *, stream: IO[str] | None = None, every: float = 0.0
     ) -> None:
         self.what, self.total = what, total
         self.stream = stream or sys.stderr
@@ -49,7 +50,8 @@ class Progress:
 
     def step(self, done: int) -> None:
         if self.shown and time.monotonic() - self.last >= self.every:
-            print(f"{self.what} {done:,} of {self.total:,} ...", file=self.stream, flush=True)
+            of = "so far" if self.total is None else f"of {self.total:,}"
+            print(f"{self.what} {done:,} {of} ...", file=self.stream, flush=True)
             self.last = time.monotonic()
 
 
@@ -82,13 +84,18 @@ class Chosen:
 
 
 async def choose(
-    batches: AsyncIterator[list[tuple[str, str]]], approved: Approved | None
+    batches: AsyncIterator[list[tuple[str, str]]],
+    approved: Approved | None,
+    progress: Progress | None = None,
 ) -> Chosen:
     """Count the (id, label) pairs of *batches*, keep the first labels, and put the ids in
-    *approved* (None: a dry run, which writes nothing)."""
+    *approved* (None: a dry run, which writes nothing); *progress* says how far the count
+    went (by default on a terminal's stderr)."""
     chosen = Chosen()
+    progress = progress or Progress("counted:", None)
     async for batch in batches:
         chosen.count += len(batch)
+        progress.step(chosen.count)
         chosen.shown += [label for _, label in batch[: DRY_RUN_SHOWN - len(chosen.shown)]]
         if approved is not None:
             await approved.add([entry_id for entry_id, _ in batch])
