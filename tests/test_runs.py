@@ -205,3 +205,19 @@ async def test_a_worker_that_resumes_an_ended_run_with_work_pushed_after_it_reop
     state = await read_run(q.client, KEYS)
     assert state is not None and not state.open and state.ended is not None, state
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_run_ends_once_however_many_workers_close_on_it(redis_url):
+    """Every worker that closes on the finished crawl asks to end its run: the first ends
+    it, the others are told it was ended already (each logged "Run 1 of the crawl
+    finished", and each moved its end to its own close)."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    assert await open_run(q, "a", HEARTBEAT_MS) == Run(1, True)
+    assert await open_run(q, "b", HEARTBEAT_MS) == Run(1, False)
+    assert await end_run(q)
+    ended = await q.client.hget(KEYS.run, "ended")
+    await asyncio.sleep(0.01)
+    assert not await end_run(q)  # b closes next: run 1 ended already
+    assert await q.client.hget(KEYS.run, "ended") == ended
+    await q.client.aclose()

@@ -146,6 +146,7 @@ async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
 
 
 async def end_run(queue: RedisQueue) -> bool:
-    """End the run if the crawl holds nothing pending, leased or delayed; True if it did."""
+    """End the run if the crawl holds nothing pending, leased or delayed; True if it did
+    (False too when another worker ended it first)."""
     script = queue.client.register_script(scripts.RUN_LUA)
     return bool(int(await script(keys=_keys(queue), args=["end", await _elsewhere(queue)])))

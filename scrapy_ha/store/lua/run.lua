@@ -22,7 +22,8 @@
 --         ARGV[5] acks counted outside these keys (the other shards' stats; 0 when unsharded)
 --         Returns {the run's number, 1 when this call started it else 0}.
 -- ARGV[1] 'end': ARGV[2] requests held outside these keys, as above.
---         Returns 1 when the run ended (nothing pending, leased or delayed), else 0.
+--         Returns 1 when the run ended now (nothing pending, leased or delayed, and
+--         no other worker ended it first), else 0.
 --- @include "time"
 --- @include "types"
 --- @include "number"
@@ -38,7 +39,8 @@ local now = now_ms()
 local active = elsewhere + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
   + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
 if mode == 'end' then
-  if active > 0 then return 0 end
+  -- (ended already: by another worker that closed on the finished crawl first)
+  if active > 0 or redis.call('HGET', KEYS[1], 'open') == '0' then return 0 end
   redis.call('HSET', KEYS[1], 'open', 0, 'ended', int_str(now))
   return 1
 end
