@@ -13,11 +13,13 @@ import subprocess
 from typing import TYPE_CHECKING
 
 from scrapy import Spider
+from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.scheduler.shell import Scheduler
 from tests.cli_seed import scrapy_ha
 from tests.scrapy_project import crawl, write_project
+from tests.spiders import FaultSpider
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -109,3 +111,40 @@ def test_scrapy_redis_max_idle_time_is_named_at_start(caplog):
     with caplog.at_level(logging.WARNING):
         Scheduler.from_crawler(get_crawler(Spider, {"MAX_IDLE_TIME_BEFORE_CLOSE": 0}))
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@deferred_f_from_coro_f
+async def test_requests_left_in_scrapy_redis_queue_are_named_at_start(
+    redis_url, redis_client, site, caplog
+):
+    """A project that changed SCHEDULER in the middle of a persisted scrapy-redis crawl:
+    the requests scrapy-redis's queue holds are never crawled (scrapy-ha reads its own
+    keys, and no pickle). Before, nothing said so."""
+    redis_client.zadd("faults:requests", {b"\x80\x04pickled-1": -1, b"\x80\x04pickled-2": 0})
+    settings = {
+        "ADDONS": {"scrapy_ha.Addon": 0},
+        "REDIS_URL": redis_url,
+        "HA_IDLE_TIMEOUT": 0.3,
+    }
+    with caplog.at_level(logging.WARNING):
+        crawler = get_crawler(FaultSpider, settings)
+        await crawler.crawl_async(base_url=site.url, paths=("/item/1",))
+    assert crawler.spider.ok == ["/item/1"]
+    warned = [r.getMessage() for r in caplog.records if "scrapy-redis's queue" in r.getMessage()]
+    assert warned == [
+        "scrapy-redis's queue faults:requests holds 2 request(s) that scrapy-ha does not "
+        "read: this crawl will not fetch them. Finish them with scrapy-redis's scheduler "
+        "first, or push their URLs with `scrapy-ha push faults URL...`; delete the key once "
+        "they no longer matter (README, 'Coming from scrapy-redis')"
+    ]
+    assert redis_client.zcard("faults:requests") == 2  # left alone
+    caplog.clear()
+    redis_client.delete("faults:requests")
+    redis_client.rpush("queue:faults", b"\x80\x04pickled")  # a list, at its own key
+    with caplog.at_level(logging.WARNING):
+        crawler = get_crawler(FaultSpider, {**settings, "SCHEDULER_QUEUE_KEY": "queue:%(spider)s"})
+        await crawler.crawl_async(base_url=site.url, paths=("/item/2",))
+    warned = [r.getMessage() for r in caplog.records if "scrapy-redis's queue" in r.getMessage()]
+    assert [w.split(" that ")[0] for w in warned] == [
+        "scrapy-redis's queue queue:faults holds 1 request(s)"
+    ]

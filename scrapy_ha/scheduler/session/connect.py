@@ -17,6 +17,7 @@ from scrapy_ha.config.validate import ConfigError, start_key
 from scrapy_ha.deadletters.marks import spread_declaration
 from scrapy_ha.keys import Keys
 from scrapy_ha.scheduler import engine
+from scrapy_ha.scheduler.session.moved import name_left_queue
 from scrapy_ha.scheduler.session.start_urls import check_start_key
 from scrapy_ha.scheduler.session.unfed import say_unfed_sinks
 from scrapy_ha.spiders import RedisSpiderMixin
@@ -106,6 +107,7 @@ async def open_queue(
     prefix, heartbeat_ms = config.key_prefix, int(config.heartbeat_ttl * 1000)
     try:
         await warn_once(client, redis_url, info)
+        await name_left_queue(client, settings, spider.name)
         if config.flush_on_start:
             await wait.run(lambda: _flush_on_start(client, prefix, spider.name))
         if shards == 1:  # (a sharded crawl's keys: once its layout is known, below)
