@@ -291,6 +291,23 @@ def test_every_form_is_masked(what, given, shown):
     assert mask_text(shown) == shown  # masking twice changes nothing
 
 
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("redis//:pw@h:6379/0", "redis//:***@h:6379/0"),
+        ("redis:/:p:w@h", "redis:/:***@h"),
+        ("u:p/w@h", "u:***@h"),
+        (":pw@h:6379", ":***@h:6379"),
+        ("redis//u@h:6379", "redis//u@h:6379"),
+        ("h:6379", "h:6379"),
+    ],
+)
+def test_a_url_whose_scheme_a_typo_lost_has_its_password_masked(given, shown):
+    # a QA run: REDIS_URL = "redis//:pw@host" was refused with its password in the error
+    assert mask_url(given) == shown
+    assert mask_url(shown) == shown
+
+
 def test_the_table_holds_forty_forms_or_more():
     assert len(FORMS) >= 40
 

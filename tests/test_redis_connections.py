@@ -137,6 +137,13 @@ def test_sentinel_and_cluster_settings_name_the_nodes():
         ({"REDIS_URL": "redis://:p@hunter2#x@h:1/0"}, "REDIS_URL 'redis://***@h:1/0': its"),
         ({"REDIS_URL": "redis+cluster://:p@hunter2?x@h:1,g:2"}, "its host and port cannot"),
         ({"REDIS_PORT": "0"}, "REDIS_PORT='0' must be 1 to 65535"),
+        # a QA run: a URL whose '://' a typo lost was quoted whole, its password with it
+        ({"REDIS_URL": "redis//:hunter2@h:1/0"}, "REDIS_URL 'redis//:***@h:1/0': no scheme"),
+        ({"REDIS_URL": "redis:/:hunter2@h:1/0"}, "REDIS_URL 'redis:/:***@h:1/0': no scheme"),
+        ({"REDIS_URL": "rediss//u:hunter2@h:1/0"}, "REDIS_URL 'rediss//u:***@h:1/0'"),
+        ({"REDIS_URL": "redis//:hunter2/x@h:1/0"}, "REDIS_URL 'redis//:***@h:1/0'"),
+        ({"REDIS_URL": ":hunter2@h:6379"}, "REDIS_URL ':***@h:6379': no scheme"),
+        ({"REDIS_URL": "localhost:6379"}, "REDIS_URL 'localhost:6379': no scheme"),
     ],
 )
 def test_a_bad_url_or_setting_is_refused_naming_it_with_the_password_masked(settings, named):

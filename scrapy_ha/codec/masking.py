@@ -222,8 +222,22 @@ def mask_url(url: str) -> str:
         return f"{scheme}{netloc}{_mask_pairs(rest)}"
     parts = _URL.match(url)
     if parts is None:
-        return _mask_pairs(url)
+        return _mask_pairs(_mask_schemeless_userinfo(url))
     return f"{parts['scheme']}{parts['netloc']}{_mask_pairs(parts['rest'])}"
+
+
+#: In what precedes a schemeless URL's last ``@``: up to the first ``:`` that a ``/`` does
+#: not follow (``redis//:pw``, ``redis:/:pw``, ``user:pw``), where its password starts.
+_SCHEMELESS_USER = re.compile(r"^[^:]*(?::/[^:]*)*:(?=[^/])")
+
+
+def _mask_schemeless_userinfo(url: str) -> str:
+    """A URL whose ``://`` a typo lost (``redis//:pw@host``): all from where its password
+    starts to its last ``@`` masked (its password may hold ``:`` or ``/``; masked too much,
+    an error is a little less exact, masked too little, it shows the password)."""
+    head, at, host = url.rpartition("@")
+    user = _SCHEMELESS_USER.match(head) if at else None
+    return f"{user[0]}{MASK}@{host}" if user else url
 
 
 def _mask_quoted_pair(match: re.Match[str]) -> str:

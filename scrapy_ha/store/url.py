@@ -135,8 +135,9 @@ def parse_url(url: str) -> RedisTarget:
                 f"(redis://host:6379/0)"
             )
         return RedisTarget("single", url=url, tls=scheme == "rediss")
+    what = f"unknown scheme {scheme!r}" if "://" in url else "no scheme (no '://')"
     raise RedisConfigError(
-        f"REDIS_URL {mask_url(url)!r}: unknown scheme {scheme!r}; use redis://, rediss://, "
+        f"REDIS_URL {mask_url(url)!r}: {what}; use redis://, rediss://, "
         f"unix://, redis+sentinel:// or redis+cluster://"
     )
 
