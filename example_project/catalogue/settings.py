@@ -12,7 +12,10 @@ ADDONS = {"scrapy_ha.Addon": 0}
 # Every worker of the crawl points at the same Redis.
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
-# Each pagination chain saves checkpoints (see the spider).
+# Each pagination chain saves checkpoints (see the spider). A chain that finished is skipped
+# by every later run for HA_CHECKPOINT_TTL (7 days), SCHEDULER_PERSIST or not: a second
+# `scrapy crawl` crawls nothing (an INFO line per task says so). To crawl it all again:
+# `scrapy-ha checkpoints reset catalogue --all --yes`, or -s HA_CHECKPOINT_RERUN=True.
 HA_CHECKPOINTS = True
 
 # A tunnel proxy, from the environment (HA_PROXY_MODE=tunnel and
