@@ -20,10 +20,15 @@ HA_CHECKPOINTS = True
 
 # A tunnel proxy, from the environment (HA_PROXY_MODE=tunnel and
 # HA_PROXY_URL=http://user:password@host:port) so that the password stays out of the
-# project; a ban puts a new session in the user name. Without them requests go direct.
+# project; a ban puts a new session in the user name (in the demo proxy's format: give your
+# provider's). Without them requests go direct.
 if os.environ.get("HA_PROXY_MODE"):
     HA_PROXY_SESSION_TEMPLATE = "{user}-session-{session}"
 
+# For the demo site on loopback, made to be hammered. For a real site keep Scrapy's defaults
+# (ROBOTSTXT_OBEY = True, CONCURRENT_REQUESTS_PER_DOMAIN = 8): they hold in each worker, so
+# N workers send N times as much; HA_DOMAIN_CONCURRENCY and HA_DOMAIN_RATE hold for the
+# whole crawl (docs/scaling.md).
 ROBOTSTXT_OBEY = False
 CONCURRENT_REQUESTS = 32
 CONCURRENT_REQUESTS_PER_DOMAIN = 32
