@@ -429,6 +429,38 @@ def test_a_local_feed_a_sigkill_would_lose_items_of_is_named_at_start(caplog, gi
         assert "WrittenThroughFileFeedStorage" in said[0] and "scrapy_ha.Addon" in said[0]
 
 
+@pytest.mark.parametrize(
+    ("feeds", "warned"),
+    [
+        ({"items.jl": {"format": "jsonlines", "overwrite": True}}, True),  # `-O items.jl`
+        ({"file:///tmp/items.jl": {"format": "jsonlines", "overwrite": True}}, True),
+        ({"items.jl": {"format": "jsonlines"}}, False),  # `-o items.jl`: appended
+        ({"s3://bucket/items.jl": {"format": "jsonlines", "overwrite": True}}, False),
+    ],
+)
+def test_a_local_feed_opened_with_overwrite_is_named_at_start(caplog, feeds, warned):
+    """A QA run: two workers started as README says (the same command), each with
+    ``-O items.jl``: the second emptied the file the first was writing, and 1,000 of the
+    crawl's 2,000 items were missing from it (3 lines cut), their pages acked; nothing said
+    so. With the add-on (its feeds written through) as without it."""
+    import logging
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    crawler = get_crawler(Spider, {"ADDONS": {"scrapy_ha.Addon": 0}, "FEEDS": feeds})
+    with caplog.at_level(logging.WARNING):
+        crawler._apply_settings()  # (the add-on sets FEED_STORAGES there)
+        from scrapy_ha.scheduler.shell import Scheduler
+
+        Scheduler.from_crawler(crawler)
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    said = [line for line in lines if "overwrite (-O)" in line]
+    assert bool(said) is warned, lines
+    if warned:
+        assert str(next(iter(feeds))) in said[0] and "append (-o)" in said[0]
+
+
 def test_the_addon_writes_feeds_through_so_no_feed_is_named(caplog):
     import logging
 
