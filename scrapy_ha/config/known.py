@@ -269,7 +269,9 @@ def _buffered_feeds(settings: BaseSettings) -> list[str]:
     local = {str(uri): opts for uri, opts in feeds.items() if _scheme(str(uri)) in ("", "file")}
     buffered = [uri for uri in local if _name(storages.get(_scheme(uri))) == SCRAPY_FILE_STORAGE]
     emptied = [
-        uri for uri, opts in local.items() if isinstance(opts, dict) and opts.get("overwrite")
+        uri
+        for uri, opts in local.items()
+        if isinstance(opts, dict) and opts.get("overwrite") and not _new_each_time(uri)
     ]
     lines = []
     if emptied:
@@ -288,6 +290,11 @@ def _buffered_feeds(settings: BaseSettings) -> list[str]:
             '"scrapy_ha.sinks.feeds.WrittenThroughFileFeedStorage"'
         )
     return lines
+
+
+def _new_each_time(uri: str) -> bool:
+    """Does the feed's URI name a new file each time a worker opens it (its time in it)?"""
+    return "%(time)s" in uri or "%(batch_time)s" in uri
 
 
 def _scheme(uri: str) -> str:
