@@ -10,7 +10,6 @@ is what is acted on: entries dead-lettered while it waits stay.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import os
