@@ -101,6 +101,7 @@ class Ends:
         self._last_reclaim = 0.0
         self._reclaim_from = 0.0  # monotonic time before which this worker does not reclaim
         self._said_single = False  # a single set beside the buckets (an older worker)
+        self.visits = 0  # revisits ended as visits done, not counted in the rate yet
 
     async def end_ops(self, ops: list[EndOp], n_ops: int) -> None:
         """End the first *n_ops* finished leases; a failure costs that entry alone."""
@@ -148,8 +149,9 @@ class Ends:
             due = await self.queue.retry_later(op.entry_id, op.token, int(op.delay * 1000), b"")
             self.stats.inc_value("ha/deferred" if due else "ha/stale_acks")
             return
-        if op.kind == "revisit":
-            return await end_revisit(self.queue, self.spider, op, self.stats, self.compact)
+        if op.kind == "revisit":  # a visit done counts as an ack (this worker's pages/s)
+            self.visits += await end_revisit(self.queue, self.spider, op, self.stats, self.compact)
+            return
         payload = encode_request(op.request, self.spider)
         verdict = Verdict.from_meta(op.request.meta)
         if op.kind == "retry":  # (waiting for a proxy or a gate: no attempt, no retry)

@@ -35,11 +35,13 @@ async def end_revisit(
     op: EndOp,
     stats: StatsCollector,
     compact: Callable[[bytes], bytes] = bytes,
-) -> None:
+) -> bool:
     """Send a finished revisited request back to the delayed set (fenced by its lease),
     stored as *compact* makes it (compacted with the crawl's dictionary: it waits there for
     its interval, a continuous crawl's every page); in a sharded crawl, which keeps no
-    revisits (``HA_REVISIT`` is refused there), ack it."""
+    revisits (``HA_REVISIT`` is refused there), ack it. True when the visit counts as a
+    page done, as the crawl's ``acked`` counts it (its lease was current, and it did not
+    fail): the worker's pages per second and its prefetch count it as an ack."""
     visit = op.visit
     assert visit is not None
     if len(shards_of(queue)) > 1:
@@ -50,7 +52,7 @@ async def end_revisit(
         commits = {pair: op.commit} if op.commit is not None else {}
         result = await queue.sync(ack=[pair], commits=commits)
         stats.inc_value("ha/acked" if result.acked else "ha/stale_acks")
-        return
+        return bool(result.acked)
     done = await revisit(
         queue,
         Revisit(
@@ -89,6 +91,7 @@ async def end_revisit(
         stats.inc_value(f"ha/revisit/{visit.found}")
     else:
         stats.inc_value("ha/stale_acks")
+    return bool(done.due) and visit.found != "failed"
 
 
 def _allocation(visit: VisitEnd) -> tuple[float, ...] | None:

@@ -173,6 +173,8 @@ class Syncer:
                 keeper.syncing(False)
         await self.ends.settle_corrupt()
         await self.ends.end_ops(box.ends, n_ends)
+        self.renewals.acked += self.ends.visits  # (revisits: pages done, not acked)
+        self.ends.visits = 0
         self.remote.synced(result, asked=bool(lease))
         # new work for the engine: a buffer that was empty, or held only what waits for a
         # full download slot (the engine looks at it again only as downloads end)
