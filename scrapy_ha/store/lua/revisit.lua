@@ -149,6 +149,12 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) the
   count('revisit_iv', 1, nil, ARGV[7])
   count('revisit_iv_ms', interval)
   if adaptive then
+    if not redis.call('HGET', KEYS[17], 'e:' .. id) then
+      -- it holds nothing in the sums (its record): revisited at a fixed interval until the
+      -- crawl was started again adaptive, it counts whole, as at a first visit (the worker
+      -- took out the share of its last interval, which the sums never counted)
+      alloc.load, alloc.base = alloc.load + alloc.held, alloc.base + alloc.held_base
+    end
     mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first,
       alloc.lowest, alloc.highest))
     revisit_hold(KEYS[17], id, finite(1000 / interval) or 0, alloc.base)
@@ -157,9 +163,10 @@ else
   redis.call('HDEL', KEYS[5], id)
   redis.call('ZREM', KEYS[12], id) -- (a revisit before: no longer one of the revisits)
   count('revisit_double', 1)
-  if adaptive then
+  -- (an entry that holds nothing in the sums, revisited at a fixed interval before the
+  -- crawl was made adaptive, takes nothing out of them)
+  if adaptive and redis.call('HDEL', KEYS[17], 'e:' .. id) == 1 then
     revisit_withdraw(KEYS[17], alloc.held, alloc.held_base)
-    redis.call('HDEL', KEYS[17], 'e:' .. id)
   end
 end
 seen_close(seen)
