@@ -59,7 +59,8 @@
 -- for a dead letter to take out (dead.lua) and a requeue to put back (requeue.lua).
 -- Rule kept: an entry that leaves the revisits (interval < 0: a page no longer matched by
 -- HA_REVISIT, its lease ended as an ack) leaves the revisits set and the budget, its
--- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left.
+-- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left; its URL
+-- leaves revisit_urls if this entry held it (before, `seen check` said it revisited).
 -- Rule kept: the script reads and checks what it needs before its first write, and fails
 -- after it on nothing it reads (lib/revisit: garbage in the budget is repaired), so that a
 -- lease never ends half way (its domain's slot freed and never counted back).
@@ -134,6 +135,9 @@ if leaves then
   redis.call('ZREM', KEYS[12], id)
   count('revisit_left', 1)
   if adaptive then revisit_release(KEYS[17], id) end
+  if fp ~= '' and redis.call('HGET', KEYS[13], fp) == id then
+    redis.call('HDEL', KEYS[13], fp) -- its URL is revisited no more (`seen check`)
+  end
 elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) then
   due = now + interval
   redis.call('ZADD', KEYS[3], int_str(due), id)
