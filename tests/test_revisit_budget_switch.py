@@ -81,3 +81,39 @@ async def test_revisits_switched_from_fixed_to_adaptive_count_each_url_once(redi
     await visit_all(adaptive)
     assert await _sums(q) == pytest.approx(await _held(q), rel=1e-4)
     await q.client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_revisits_made_fixed_then_adaptive_again_count_what_their_entries_hold(redis_url):
+    """Adaptive, then fixed (its entries' records kept, their state taking the fixed
+    interval), then adaptive again: each entry's first visit moves the sums from what its
+    record holds, not from the fixed interval its state remembers."""
+    q = RedisQueue(redis.asyncio.Redis.from_url(redis_url), KEYS)
+    stats = MemoryStatsCollector(get_crawler())
+    requests = {url: Request(url, meta={"ha_revisit": 600}) for url in URLS}
+    await q.enqueue(
+        [NewEntry(_fingerprint(r), 0, b'{"v":1,"u":"' + u.encode() + b'"}')
+         for u, r in requests.items()]
+    )  # fmt: skip
+
+    async def visit_all(revisits: Revisits) -> None:
+        leases = await q.lease(len(URLS), 30_000)
+        assert len(leases) == len(URLS)
+        for lease in leases:
+            request = requests[URLS[[u.encode() in lease.payload for u in URLS].index(True)]]
+            visit = revisits.visit_end(request)
+            assert visit is not None
+            op = EndOp("revisit", lease.id, lease.token, request, visit.interval, visit=visit)
+            await end_revisit(q, None, op, stats)
+        for entry in await q.client.zrange(KEYS.delayed, 0, -1):
+            await q.client.zadd(KEYS.delayed, {entry: 0}, xx=True)
+
+    adaptive = Revisits(RevisitConfig(adaptive=True, minimum=60), _fingerprint)
+    await visit_all(adaptive)
+    await visit_all(adaptive)
+    await visit_all(Revisits(RevisitConfig(minimum=60), _fingerprint))  # a fixed run
+    await visit_all(adaptive)  # adaptive again
+    load, base = await _sums(q)
+    assert (load, base) == pytest.approx(await _held(q), rel=1e-4)
+    assert base == pytest.approx(3 / 600)
+    await q.client.aclose()

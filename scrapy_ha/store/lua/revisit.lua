@@ -134,7 +134,7 @@ if leaves then
   redis.call('HDEL', KEYS[5], id)
   redis.call('ZREM', KEYS[12], id)
   count('revisit_left', 1)
-  if adaptive then revisit_release(KEYS[17], id) end
+  revisit_release(KEYS[17], id) -- (fixed now, it may hold what an adaptive run recorded)
   if fp ~= '' and redis.call('HGET', KEYS[13], fp) == id then
     redis.call('HDEL', KEYS[13], fp) -- its URL is revisited no more (`seen check`)
   end
@@ -162,6 +162,8 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) the
     mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first,
       alloc.lowest, alloc.highest))
     revisit_hold(KEYS[17], id, finite(1000 / interval) or 0, alloc.base)
+  else -- fixed: it holds nothing in the budget (a crawl made adaptive again counts it whole)
+    revisit_release(KEYS[17], id)
   end
 else
   redis.call('HDEL', KEYS[5], id)
