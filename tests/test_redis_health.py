@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import pytest
+import redis
 from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
@@ -37,7 +38,14 @@ pytestmark = pytest.mark.usefixtures("fast_engine_heartbeat")
         ({**SAFE, "maxmemory_policy": "allkeys-lru"}, {"3600 1"}, []),  # no maxmemory
         ({**SAFE, "maxmemory": 10**8, "maxmemory_policy": "allkeys-lru"}, {"1 1"}, ["queued"]),
         ({**SAFE, "maxmemory": 10**8, "maxmemory_policy": "volatile-ttl"}, {"1 1"}, ["checkp"]),
-        ({**SAFE, "maxmemory": 20 * 2**20, "used_memory": 20 * 2**20 - 1}, {"1 1"}, []),
+        ({**SAFE, "maxmemory": 20 * 2**20, "used_memory": 19 * 2**20 - 1}, {"1 1"}, []),
+        (  # a write of a worker's round takes it over: refused (the NEAR_FULL margin)
+            {**SAFE, "maxmemory": 20 * 2**20, "used_memory": 20 * 2**20 - 2**18},
+            {"1 1"},
+            ["used_memory 19.8 MB is within 0.2 MB of maxmemory 20.0 MB: Redis refuses every"],
+        ),
+        ({**SAFE, "maxmemory": 400 * 2**20, "used_memory": 395 * 2**20}, {"1 1"}, []),
+        ({**SAFE, "maxmemory": 400 * 2**20, "used_memory": 397 * 2**20}, {"1 1"}, ["within 3"]),
         (
             {**SAFE, "maxmemory": 20 * 2**20, "used_memory": 40 * 2**20},
             {"1 1"},
@@ -148,3 +156,27 @@ def test_status_says_a_primary_whose_replica_a_planned_failover_would_leave_behi
     finally:
         replica.kill()
         primary.kill()
+
+
+def test_status_says_a_redis_a_write_away_from_its_maxmemory(tmp_path):
+    """A QA run: a crawl 344 KB under its 200 MB maxmemory had every round refused (OOM) for
+    a minute, and ``status`` said ``redis ok``: a command's own arguments count in
+    ``used_memory`` while Redis checks it."""
+    server = redis_servers.start(tmp_path / "redis", "--appendonly", "yes")
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        client = server.client()
+        client.set("ha:{books}:seq", 1)  # a crawl exists
+        for i in range(64):  # 4 MB in small writes (a large one's query buffer is freed later)
+            client.set(f"ballast:{i}", "x" * 2**16)
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", used + 600 * 2**10)  # 600 KB to spare
+        writer = server.client()  # closed after: its refused write's buffer goes with it
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            writer.set("round", "x" * 2**20)  # a 1 MB write (a round of new requests)
+        writer.close()
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
+        assert "is within 0." in line and "Redis refuses every write" in line, line
+    finally:
+        server.kill()

@@ -192,17 +192,30 @@ def node_problems(info: dict[str, Any], saves: set[str] | None) -> list[str]:
     return [p for p in checks if p is not None]
 
 
+#: How near ``maxmemory`` Redis refuses writes already: a command's own arguments count in
+#: ``used_memory`` while Redis checks it, and a worker's round (its new requests) is tens of
+#: kilobytes to megabytes. A QA run: a crawl 344 KB under its 200 MB ``maxmemory`` had every
+#: round refused for a minute while ``status`` said ``redis ok``.
+NEAR_FULL = (2**20, 100)  # 1 MB, or a hundredth of maxmemory if that is more
+
+
 def _full(info: dict[str, Any]) -> str | None:
-    """Redis at or over its ``maxmemory``: it refuses every write that allocates, and the
-    back-pressure mark itself (a key) cannot be written then (a QA run: a crawl frozen at
-    40 MB of a 20 MB maxmemory read as healthy)."""
+    """Redis at, over or within a write of its ``maxmemory``: it refuses every write that
+    allocates past it, and the back-pressure mark itself (a key) cannot be written then (a
+    QA run: a crawl frozen at 40 MB of a 20 MB maxmemory read as healthy)."""
     maxmemory = int(info.get("maxmemory", 0) or 0)
     used = int(info.get("used_memory", 0) or 0)
-    if not maxmemory or used < maxmemory:
+    margin = max(NEAR_FULL[0], maxmemory // NEAR_FULL[1])
+    if not maxmemory or used < maxmemory - margin:
         return None
+    if used >= maxmemory:
+        where, what = "at or over", "Redis refuses writes"
+    else:
+        where = f"within {(maxmemory - used) / 2**20:,.1f} MB of"
+        what = "Redis refuses every write that would take it over (a worker's round)"
     return (
-        f"used_memory {used / 2**20:,.1f} MB is at or over maxmemory "
-        f"{maxmemory / 2**20:,.1f} MB: Redis refuses writes, so workers can neither store, "
+        f"used_memory {used / 2**20:,.1f} MB is {where} maxmemory "
+        f"{maxmemory / 2**20:,.1f} MB: {what}, so workers can neither store, "
         f"lease nor acknowledge requests (nothing is lost; they retry); raise maxmemory "
         f"(CONFIG SET maxmemory), or free memory (scrapy-ha dlq purge, flush a finished crawl)"
     )
