@@ -4,6 +4,7 @@ callback, errback, meta and priority, through the crawl's own dupefilter."""
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy.utils.test import get_crawler
 
 from scrapy_ha.cli.push import BATCH, BadLine, parse_line
+from scrapy_ha.codec.compact import dictionary_id
 from scrapy_ha.keys import Keys
 from tests import backqueues
 from tests.cli_seed import scrapy_ha
@@ -177,10 +179,11 @@ def test_a_file_named_as_a_request_says_how_to_push_its_lines(redis_url, redis_c
 
 def test_a_push_that_redis_stops_half_way_says_what_was_pushed(redis_url, redis_client):
     """The second batch holds a request larger than Redis takes in one argument (its
-    proto-max-bulk-len, 1 MB here): Redis closes the connection after the first batch was
-    stored. The command says which lines are in and which are not."""
+    proto-max-bulk-len, 1 MB here, compacted too): Redis closes the connection after the
+    first batch was stored. The command says which lines are in and which are not."""
     small = [json.dumps({"url": f"http://a.example/{i}"}) for i in range(1199)]
-    large = json.dumps({"url": "http://a.example/large", "body": "x" * 1_100_000})
+    # random, so that compacted (HA_COMPACT_PAYLOADS) it is still over 1 MB
+    large = json.dumps({"url": "http://a.example/large", "body": secrets.token_urlsafe(1_200_000)})
     lines = [*small[:BATCH], large, *small[BATCH:]]
     old = redis_client.config_get("proto-max-bulk-len")["proto-max-bulk-len"]
     redis_client.config_set("proto-max-bulk-len", 1024 * 1024)  # the least it takes
@@ -239,3 +242,30 @@ def test_a_push_stopped_by_ctrl_c_says_what_was_pushed(redis_url, redis_client, 
     assert f"stdin lines 1 to {pushed}, before Ctrl-C; stdin lines {pushed + 1} to {n}" in said
     queued = backqueues.count(redis_client, keys)
     assert pushed <= queued <= pushed + BATCH  # the batch under way: in, or in part
+
+
+@deferred_f_from_coro_f
+async def test_pushed_requests_are_compacted_as_a_workers_are(
+    redis_url, redis_client, site, monkeypatch
+):
+    """A QA run: 2,000,000 pushed URLs were stored as plain documents, 124 bytes of Redis a
+    95-character URL where a worker's compacted requests take about 40
+    (``HA_COMPACT_PAYLOADS``): a push trains the crawl's dictionary from its first lines
+    when the crawl has none, and compacts with the crawl's own when it has one."""
+    monkeypatch.setattr(ExecutionEngine, "_SLOT_HEARTBEAT_INTERVAL", 0.2)
+    keys = Keys("ha", "pushed")
+    urls = [f"{site.url}/item/{i % 50 + 1}?n={i}" for i in range(300)]
+    first = push(redis_url, "-", stdin="\n".join(urls[:200]) + "\n")
+    assert first.returncode == 0, first.stderr
+    current = redis_client.hget(keys.dictionaries, "current")
+    assert current is not None  # trained from the pushed requests, as a worker trains one
+    second = push(redis_url, "-", stdin="\n".join(urls[200:]) + "\n")
+    assert second.returncode == 0, second.stderr
+    assert redis_client.hget(keys.dictionaries, "current") == current  # the crawl's own
+    payloads = [payload for _, payload in backqueues.pending(redis_client, keys)]
+    assert len(payloads) == 300
+    assert all(dictionary_id(payload) == int(current) for payload in payloads)
+
+    crawler = get_crawler(PushedSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
+    await crawler.crawl_async()
+    assert sorted(url for _, url, _ in crawler.spider.seen) == sorted(urls)
