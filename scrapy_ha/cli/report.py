@@ -24,6 +24,7 @@ from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
+from scrapy_ha.store.zpaging import rank_after
 
 if TYPE_CHECKING:
     import argparse
@@ -106,25 +107,31 @@ async def _dead_in_shard(
     domains: Counter[str],
     reasons: Counter[str],
 ) -> int:
+    """Read by rank from the window's first entry (``ZCOUNT``: log N), as ``dlq list``
+    reads: ``ZRANGEBYSCORE ... LIMIT offset`` walks the offset entry by entry, and a QA
+    run's report of 300,000 dead letters held Redis, and every worker, 29 s in 554 calls
+    of up to 150 ms each."""
     client, keys = queue.client, queue.keys
-    n = start = 0
+    since, until = window
+    n = 0
+    start = int(await client.zcount(keys.dead, "-inf", f"({since}"))
     while True:
-        rows = await client.zrangebyscore(
-            keys.dead, *window, start=start, num=SCAN_BATCH, withscores=True
-        )
-        if not rows:
+        rows = await client.zrange(keys.dead, start, start + SCAN_BATCH - 1, withscores=True)
+        inside = [row for row in rows if since <= row[1] <= until]
+        if not inside:
             return n
-        ids = [text(r[0]) for r in rows]
+        ids = [text(r[0]) for r in inside]
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await read_payloads(client, keys, ids)
-        for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
+        for (_, score), entry_id, info, payload in zip(inside, ids, infos, payloads, strict=True):
             entry = parse_entry(entry_id, score, info, payload)
             n += 1
             by_class[entry.failure_class] += 1
             domains[entry.domain or "?"] += 1
             # one line (a QA run: a reason's newline broke the text and the markdown rows)
             reasons[" ".join((entry.reason or "?").split()) or "?"] += 1
-        start += SCAN_BATCH
+        # (entries before it may have left meanwhile: go on after the last one read)
+        start = await rank_after(client, keys.dead, rows[-1], SCAN_BATCH)
 
 
 async def build_report(queue: RedisQueue, window_s: int) -> Report:
