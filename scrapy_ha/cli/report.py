@@ -140,17 +140,20 @@ async def build_report(queue: RedisQueue, window_s: int) -> Report:
     stats = await read_crawl_stats_async(client, keys, domains=False)
     since_ms = stats.now_ms - window_s * 1000
     window = _window_events(stats, window_s)
-    dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms, stats.now_ms)
-    window["dead"] = dead  # the dead-letter queue's own times: right for any window
     # every worker whose last heartbeat is in the window, gone or alive (renew.lua keeps
     # them a week in ``seen``; a worker that left is no longer in ``workers``)
     # (written by hand: a worker id not UTF-8 shown escaped; a time of `inf`, or to come,
     # left out: it read "last seen 9999-12-30 23:59:59" in a window ending now. The bound
-    # leaves a minute for a heartbeat renewed since the server's time was read.)
+    # leaves a minute for a heartbeat renewed since the server's time was read.) Read
+    # before the dead letters: a QA run's walk of 300,000 took over a minute, the live
+    # worker's heartbeat was renewed past the bound meanwhile, and the report said
+    # "workers seen: 0" next to "workers 1".
     seen = await client.zrangebyscore(
         keys.seen, since_ms, stats.now_ms + MINUTE_MS, withscores=True
     )
     last = {text(w): time_ms(t) for w, t in seen}
+    dead, by_class, domains, reasons = await _dead_in_window(queue, since_ms, stats.now_ms)
+    window["dead"] = dead  # the dead-letter queue's own times: right for any window
     states = {
         "pending": stats.pending,
         "leased": stats.leased,
