@@ -7,31 +7,25 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha.keys import Keys
-from scrapy_ha.ops.crawls import SHARD_COUNT_TAIL, KeyNames, unsharded
+from scrapy_ha.ops.crawls import SCAN_COUNT, SHARD_COUNT_TAIL, KeyNames, crawls_match, unsharded
 from scrapy_ha.ops.stats import CrawlStats, read_crawl_stats_async
 
 if TYPE_CHECKING:
     from scrapy_ha.dashboard._actions import Action, Done
 
-#: Keys per SCAN call while looking for crawls: few calls, none of them long.
-KEY_SCAN_COUNT = 1000
 #: Minutes of the rate chart on the overview (the last hour).
 CHART_MINUTES = 60
 
 
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{c}" if c in "*?[]\\{}" else c for c in text)
-
-
 async def crawl_names(client: Any, prefix: str, texts: KeyNames | None = None) -> list[str]:
-    """The spiders that have keys under *prefix* (``<prefix>:{<spider>}:*``); a key name
+    """The spiders that have a crawl's keys under *prefix* (:func:`crawls_match`); a key name
     that is not UTF-8 is skipped (*texts*: logged once for all its SCANs)."""
     head = f"{prefix}:{{"
     names: set[str] = set()
     sharded: set[str] = set()  # those with a shard count (``<prefix>:{<spider>}:shards``)
     texts = texts or KeyNames(prefix)
     texts.scan()
-    async for key in client.scan_iter(match=_glob_escape(head) + "*", count=KEY_SCAN_COUNT):
+    async for key in client.scan_iter(match=crawls_match(prefix), count=SCAN_COUNT):
         text = texts.text(key)
         if text is None:
             continue

@@ -104,6 +104,16 @@ def _glob_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in "\\*?[]" else c for c in text)
 
 
+def crawls_match(prefix: str) -> str:
+    """The SCAN pattern of the keys that say a crawl is there: ``<prefix>:{<spider>}:``
+    then a name that begins as theirs do (CRAWL_KEYS, ``shards``, ``paused``, ``items``,
+    ``run``...), not as a back queue (``q:<qid>``, one per host) or a checkpoint
+    (``cp:<task>``). Redis matches it while it scans, so a crawl of a million hosts costs
+    the SCAN its steps, not a million names sent and read here (a QA run: the dashboard's
+    overview took 0.8 to 1.0 s at 50,000 keys, 0.03 s at 1,000)."""
+    return _glob_escape(f"{prefix}:{{") + "*}:[dilprsw]*"
+
+
 class KeyNames:
     """Key names as text, for the SCANs that find crawls: a name that is not UTF-8 (no
     scrapy-ha key: another program's) is skipped and counted, and logged the first time
@@ -148,7 +158,7 @@ def discover(client: Any, prefix: str, names: KeyNames | None = None) -> list[st
     spiders, sharded = set(), set()
     names = names or KeyNames(prefix)
     names.scan()
-    for raw in client.scan_iter(match=_glob_escape(head) + "*", count=SCAN_COUNT):
+    for raw in client.scan_iter(match=crawls_match(prefix), count=SCAN_COUNT):
         key = names.text(raw)
         if key is None or not key.startswith(head):  # SCAN's MATCH is a glob: checked again
             continue
