@@ -111,3 +111,31 @@ def test_status_of_back_pressure_without_maxmemory_says_so():
     assert "Redis uses 3.0 MB (no maxmemory) (HA_REDIS_MEMORY_HIGH 1.0 MB)" in line, line
     (line,) = _pressure_lines({**mark, "max": 4 * 2**20})
     assert "Redis uses 3.0 MB of 4.0 MB (HA_REDIS_MEMORY_HIGH 1.0 MB)" in line, line
+
+
+def test_back_pressure_on_a_redis_that_evicts_does_not_say_nothing_is_lost(
+    redis_url, redis_client
+):
+    """A QA run: with maxmemory-policy allkeys-lru, Redis evicted 8,767 keys under
+    back-pressure while the status's back-pressure line said "nothing is lost" (its redis
+    line named the policy)."""
+    from tests.cli_seed import scrapy_ha
+
+    done = scrapy_ha("push", "evicts", "http://a.test/1", "--create", "--redis-url", redis_url)
+    assert done.returncode == 0, done.stderr
+    mark = '{"used": 9000000, "max": 10000000, "high": 8000000, "low": 7000000, "since": 1}'
+    redis_client.set("ha:{evicts}:pressure", mark, ex=60)
+    used = redis_client.info("memory")["used_memory"]
+    lines = {}
+    for policy in ("noeviction", "allkeys-lru"):
+        redis_client.config_set("maxmemory-policy", policy)
+        redis_client.config_set("maxmemory", used * 4)
+        try:
+            shown = scrapy_ha("status", "evicts", "--redis-url", redis_url)
+        finally:
+            redis_client.config_set("maxmemory", 0)
+            redis_client.config_set("maxmemory-policy", "noeviction")
+        assert shown.returncode == 0, shown.stderr
+        (lines[policy],) = [ln for ln in shown.stdout.splitlines() if "back-pressure" in ln]
+    assert lines["noeviction"].endswith("; nothing is lost"), lines
+    assert lines["allkeys-lru"].endswith("; Redis deletes keys (redis, below)"), lines

@@ -36,7 +36,7 @@ from scrapy_ha.ops.stats import (
 from scrapy_ha.ops.waiting import ETA_WINDOW, HELD_KINDS, Waiting, eta, read_waiting
 from scrapy_ha.store.bloom_state import BloomState, bloom_state
 from scrapy_ha.store.buckets import BucketState, bucket_state
-from scrapy_ha.store.health import redis_health
+from scrapy_ha.store.health import evicts, redis_health
 from scrapy_ha.store.items import crawl_items
 from scrapy_ha.store.runs import RunState, read_run, stopped_at
 from scrapy_ha.store.sharding import shards_of
@@ -112,7 +112,7 @@ async def _show(queue: RedisQueue, args: argparse.Namespace, stop: asyncio.Event
                 limited = stats.counter("domain_limited")
                 lines.append(f"{'limits':>13}  {describe(limits, held)}; held back {limited:,}")
             lines += ([dupefilter_line(blooms)] if blooms else []) + buckets_lines(buckets)
-            lines += _pressure_lines(pressure)
+            lines += _pressure_lines(pressure, health)
             lines += status_lines(revisits)  # a continuous crawl's
             lines.append(f"{'redis':>13}  {'; '.join(health) or 'ok'}")
             draw(out, lines, in_place=in_place, last=args.watch is None)
@@ -177,7 +177,8 @@ def _read_mark(raw: bytes | None) -> dict[str, int] | None:
         return dict.fromkeys(("used", "max", "high", "low", "since"), 0)
 
 
-def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
+def _pressure_lines(mark: dict[str, int] | None, health: list[str] | None = None) -> list[str]:
+    kept = "Redis deletes keys (redis, below)" if evicts(health or []) else "nothing is lost"
     if not mark:
         return []
     since = local_time(mark.get("since", 0))
@@ -186,7 +187,7 @@ def _pressure_lines(mark: dict[str, int] | None) -> list[str]:
     return [
         f"{'back-pressure':>13}  since {since}: Redis uses {mb['used']} {of} "
         f"(HA_REDIS_MEMORY_HIGH {mb['high']}): workers lease nothing new until "
-        f"it falls below {mb['low']}; nothing is lost"
+        f"it falls below {mb['low']}; {kept}"
     ]
 
 

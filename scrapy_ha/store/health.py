@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
 
 from scrapy_ha.store.wire import text as _text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "MIN_VERSION",
@@ -235,6 +238,15 @@ def _version(info: dict[str, Any]) -> str | None:
     )
 
 
+#: How the problem of an evicting ``maxmemory-policy`` begins (:func:`evicts` reads it).
+EVICTS = "maxmemory-policy is "
+
+
+def evicts(problems: Iterable[str]) -> bool:
+    """Do *problems* (:func:`redis_health`'s) say that a full Redis deletes keys?"""
+    return any(problem.startswith(EVICTS) for problem in problems)
+
+
 def _eviction(info: dict[str, Any]) -> str | None:
     policy = str(info.get("maxmemory_policy", SAFE_POLICY))
     maxmemory = int(info.get("maxmemory", 0) or 0)
@@ -245,7 +257,7 @@ def _eviction(info: dict[str, Any]) -> str | None:
     else:
         what = "pagination checkpoints and lease grants before they expire"
     return (
-        f"maxmemory-policy is {policy} with maxmemory {maxmemory} bytes: when Redis is "
+        f"{EVICTS}{policy} with maxmemory {maxmemory} bytes: when Redis is "
         f"full it deletes {what}; set maxmemory-policy noeviction (a full Redis then "
         f"refuses writes, and scrapy-ha retries them)"
     )
