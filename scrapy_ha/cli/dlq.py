@@ -13,6 +13,7 @@ from scrapy_ha.cli.archive import unarchived_kept
 from scrapy_ha.cli.bulk import Approved, Progress, act, choose
 from scrapy_ha.cli.common import approve, say_missing, say_unknown_class
 from scrapy_ha.codec import mask_url
+from scrapy_ha.codec.log_masking import visible
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.marks import kept_by_purge
 from scrapy_ha.deadletters.stream import Selection
@@ -71,7 +72,7 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
     async for batch in dlq.batches(sel, requests=False):
         n += len(batch)
         w = max(w, *(len(e.id) for e in batch))
-        c = max(c, *(len(e.failure_class) for e in batch))
+        c = max(c, *(len(visible(e.failure_class)) for e in batch))
     if not n:
         say_unknown_class(args.failure_class)
         print(
@@ -103,8 +104,9 @@ CLASS_WIDTH = 24
 
 
 def _cut(text: str, width: int) -> str:
-    """*text* on one line (a reason may hold a traceback's newlines), cut to *width*."""
-    line = " ".join(text.split())
+    """*text* on one line (a reason may hold a traceback's newlines), cut to *width* once
+    what a terminal would act on is escaped (escaped after the cut, it overflowed)."""
+    line = visible(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
