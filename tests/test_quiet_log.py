@@ -164,3 +164,31 @@ async def test_a_page_the_site_says_is_gone_is_no_error(redis_url, redis_client,
     }
     assert dead == {"gone": "INFO", "client": "INFO", "server": "ERROR"}
     assert crawler.stats.get_value("ha/dead/gone") == 2
+
+
+@deferred_f_from_coro_f
+async def test_a_refused_connection_through_a_proxy_names_the_proxy(
+    redis_url, redis_client, site
+):
+    """A QA run: HA_PROXY_MODE = "tunnel" with nothing listening at the tunnel; every page
+    was dead-lettered as the site's DownloadConnectionRefusedError, the proxy named nowhere.
+    The reason names it now (host and port, never its credentials)."""
+    port = closed_port()
+    settings = {
+        **SETTINGS,
+        "REDIS_URL": redis_url,
+        "HA_RETRY_TIMES": 0,
+        "HA_PROXY_MODE": "tunnel",
+        "HA_PROXY_URL": f"http://user:s3cret@127.0.0.1:{port}",
+    }
+    crawler = get_crawler(FaultSpider, settings)
+    await crawler.crawl_async(base_url=site.url, paths=("/item/1",))
+    (info,) = dead_infos(redis_client)
+    assert info["class"] == "network", info
+    assert info["reason"].endswith(f"(through proxy 127.0.0.1:{port})"), info
+    assert "s3cret" not in json.dumps(info)
+    redis_client.flushdb()
+    crawler = get_crawler(FaultSpider, {**SETTINGS, "REDIS_URL": redis_url, "HA_RETRY_TIMES": 0})
+    await crawler.crawl_async(base_url=f"http://127.0.0.1:{port}", paths=("/item/1",))
+    (info,) = dead_infos(redis_client)  # no proxy: the error alone, as before
+    assert info["class"] == "network" and "proxy" not in info["reason"], info

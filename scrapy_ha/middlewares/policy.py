@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
@@ -184,3 +185,16 @@ def error_verdict(request: Request, error: Exception) -> Verdict:
 
 #: What reading an HTTP date can raise on garbage (a year past 9999, an out-of-range time).
 _UNREADABLE = (TypeError, ValueError, OverflowError, OSError, IndexError)
+
+
+def through_proxy(request: Request) -> str:
+    """`` (through proxy HOST:PORT)`` for a request sent through a proxy, else nothing: its
+    refused, reset or timed-out connection is the proxy's, which a reason naming the error
+    alone blamed on the site (a QA run: a tunnel down, every page dead-lettered as the
+    site's ``DownloadConnectionRefusedError``). Never the proxy's credentials."""
+    try:
+        proxy = urlsplit(str(request.meta.get("proxy") or ""))
+        where = f"{proxy.hostname}:{proxy.port}" if proxy.port else proxy.hostname
+    except ValueError:  # (a port that is no number: the proxy middleware names it)
+        return ""
+    return f" (through proxy {where})" if where else ""

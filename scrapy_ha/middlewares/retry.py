@@ -57,6 +57,7 @@ from scrapy_ha.middlewares.policy import (
     decide,
     error_verdict,
     retry_after_seconds,
+    through_proxy,
 )
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -160,6 +161,7 @@ class RetryMiddleware:
     def _judge_exception(self, request: Request, exception: Exception) -> Request | None:
         fclass = self.config.classify_exception(exception)
         reason = global_object_name(type(exception))
+        reason += through_proxy(request) if fclass == FailureClass.NETWORK else ""
         if fclass is None:
             if isinstance(exception, NOT_FAILURES):
                 return None
