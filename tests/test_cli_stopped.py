@@ -113,9 +113,7 @@ def test_status_of_back_pressure_without_maxmemory_says_so():
     assert "Redis uses 3.0 MB of 4.0 MB (HA_REDIS_MEMORY_HIGH 1.0 MB)" in line, line
 
 
-def test_back_pressure_on_a_redis_that_evicts_does_not_say_nothing_is_lost(
-    redis_url, redis_client
-):
+def test_back_pressure_on_a_redis_that_evicts_does_not_say_nothing_is_lost(redis_url, redis_client):
     """A QA run: with maxmemory-policy allkeys-lru, Redis evicted 8,767 keys under
     back-pressure while the status's back-pressure line said "nothing is lost" (its redis
     line named the policy)."""

@@ -167,9 +167,7 @@ async def test_a_page_the_site_says_is_gone_is_no_error(redis_url, redis_client,
 
 
 @deferred_f_from_coro_f
-async def test_a_refused_connection_through_a_proxy_names_the_proxy(
-    redis_url, redis_client, site
-):
+async def test_a_refused_connection_through_a_proxy_names_the_proxy(redis_url, redis_client, site):
     """A QA run: HA_PROXY_MODE = "tunnel" with nothing listening at the tunnel; every page
     was dead-lettered as the site's DownloadConnectionRefusedError, the proxy named nowhere.
     The reason names it now (host and port, never its credentials)."""
