@@ -269,3 +269,24 @@ async def test_pushed_requests_are_compacted_as_a_workers_are(
     crawler = get_crawler(PushedSpider, {**FAST_RETRIES, "REDIS_URL": redis_url})
     await crawler.crawl_async()
     assert sorted(url for _, url, _ in crawler.spider.seen) == sorted(urls)
+
+
+def test_a_push_of_large_requests_trains_no_empty_dictionary(redis_url, redis_client):
+    """A QA run: 200 pushed POST requests of 600 bytes each (larger than the training takes,
+    ``SAMPLE_MAX_BYTES``) published an empty dictionary as the crawl's, kept for its life:
+    a worker's request of 112 bytes then took 109, where a trained dictionary makes it 17.
+    Such lines are stored plain and train nothing; the small lines of a later push do."""
+    keys = Keys("ha", "pushed")
+    url = "http://a.example/api"
+    large = [
+        json.dumps({"url": f"{url}/{i}", "method": "POST", "body": "q" * 600}) for i in range(200)
+    ]
+    first = push(redis_url, "-", stdin="\n".join(large) + "\n")
+    assert first.returncode == 0, first.stderr
+    assert redis_client.hgetall(keys.dictionaries) == {}  # no empty one: a worker will train
+    assert all(dictionary_id(p) is None for _, p in backqueues.pending(redis_client, keys))
+    small = push(redis_url, "-", stdin="\n".join(f"{url}/item/{i}" for i in range(200)) + "\n")
+    assert small.returncode == 0, small.stderr
+    current = redis_client.hget(keys.dictionaries, "current")
+    assert current is not None
+    assert len(redis_client.hget(keys.dictionaries, current)) > 1000

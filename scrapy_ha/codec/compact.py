@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DICTIONARY_BYTES",
     "FRAME",
+    "SAMPLE_MAX_BYTES",
     "UNTAGGED_FRAME",
     "Dictionary",
     "dictionary_id",
