@@ -180,3 +180,27 @@ def test_status_says_a_redis_a_write_away_from_its_maxmemory(tmp_path):
         assert "is within 0." in line and "Redis refuses every write" in line, line
     finally:
         server.kill()
+
+
+def test_status_says_no_refused_writes_of_a_redis_that_evicts(tmp_path):
+    """A QA run: with allkeys-lru Redis stays just under its maxmemory and takes every write
+    (it evicts keys), and ``status`` said "Redis refuses every write ... nothing is lost"
+    beside the eviction warning that says the crawl loses requests."""
+    server = redis_servers.start(
+        tmp_path / "redis", "--appendonly", "yes", "--maxmemory-policy", "allkeys-lru"
+    )
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        client = server.client()
+        used = int(client.info("memory")["used_memory"])
+        client.config_set("maxmemory", used + 4 * 2**20)
+        for i in range(128):  # 8 MB in small writes: Redis evicts to stay under 4 MB more
+            client.set(f"ballast:{i}", "x" * 2**16)
+        assert int(client.info("stats")["evicted_keys"]) > 0
+        client.set("ha:{books}:seq", 1)  # a crawl exists (a write taken, keys evicted)
+        result = scrapy_ha("--redis-url", url, "status", "books")
+        (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == ["redis"]]
+        assert "maxmemory-policy is allkeys-lru" in line, line
+        assert "refuses every write" not in line and "at or over" not in line, line
+    finally:
+        server.kill()
