@@ -24,7 +24,6 @@ from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
-from scrapy_ha.store.zpaging import rank_after
 
 if TYPE_CHECKING:
     import argparse
@@ -107,31 +106,47 @@ async def _dead_in_shard(
     domains: Counter[str],
     reasons: Counter[str],
 ) -> int:
-    """Read by rank from the window's first entry (``ZCOUNT``: log N), as ``dlq list``
-    reads: ``ZRANGEBYSCORE ... LIMIT offset`` walks the offset entry by entry, and a QA
-    run's report of 300,000 dead letters held Redis, and every worker, 29 s in 554 calls
-    of up to 150 ms each."""
+    """Read by score from after the last entry read, never at an offset: ``ZRANGEBYSCORE
+    ... LIMIT offset`` walks the offset entry by entry (a QA run's report of 300,000 dead
+    letters held Redis, and every worker, 29 s in 554 calls of up to 150 ms each), and a
+    read by rank skips or reads again as many entries as left or came before that rank
+    meanwhile (a QA run: a dead-letter queue at its cap, dropping its oldest as new ones
+    came, read 19,780 to 19,940 of the 20,000 in the window). The entries of the last
+    one's score (dead at the same millisecond) are read whole, then those after it."""
     client, keys = queue.client, queue.keys
     since, until = window
-    n = 0
-    start = int(await client.zcount(keys.dead, "-inf", f"({since}"))
-    while True:
-        rows = await client.zrange(keys.dead, start, start + SCAN_BATCH - 1, withscores=True)
-        inside = [row for row in rows if since <= row[1] <= until]
-        if not inside:
-            return n
-        ids = [text(r[0]) for r in inside]
+
+    async def count(rows: list[Any]) -> None:
+        ids = [text(r[0]) for r in rows]
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await read_payloads(client, keys, ids)
-        for (_, score), entry_id, info, payload in zip(inside, ids, infos, payloads, strict=True):
+        for (_, score), entry_id, info, payload in zip(rows, ids, infos, payloads, strict=True):
             entry = parse_entry(entry_id, score, info, payload)
-            n += 1
             by_class[entry.failure_class] += 1
             domains[entry.domain or "?"] += 1
             # one line (a QA run: a reason's newline broke the text and the markdown rows)
             reasons[" ".join((entry.reason or "?").split()) or "?"] += 1
-        # (entries before it may have left meanwhile: go on after the last one read)
-        start = await rank_after(client, keys.dead, rows[-1], SCAN_BATCH)
+
+    n, low = 0, str(since)
+    while True:
+        rows = await client.zrangebyscore(
+            keys.dead, low, until, start=0, num=SCAN_BATCH, withscores=True
+        )
+        if rows:
+            await count(rows)
+            n += len(rows)
+        if len(rows) < SCAN_BATCH:
+            return n
+        member, score = rows[-1]
+        tied = await client.zrangebyscore(keys.dead, score, score, withscores=True)
+        if rest := [r for r in tied if _bytes(r[0]) > _bytes(member)]:
+            await count(rest)
+            n += len(rest)
+        low = f"({score!r}"
+
+
+def _bytes(member: Any) -> bytes:
+    return member if isinstance(member, bytes) else str(member).encode()
 
 
 async def build_report(queue: RedisQueue, window_s: int) -> Report:
