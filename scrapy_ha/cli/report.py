@@ -24,6 +24,7 @@ from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
+from scrapy_ha.store.zpaging import rows_after
 
 if TYPE_CHECKING:
     import argparse
@@ -111,8 +112,7 @@ async def _dead_in_shard(
     letters held Redis, and every worker, 29 s in 554 calls of up to 150 ms each), and a
     read by rank skips or reads again as many entries as left or came before that rank
     meanwhile (a QA run: a dead-letter queue at its cap, dropping its oldest as new ones
-    came, read 19,780 to 19,940 of the 20,000 in the window). The entries of the last
-    one's score (dead at the same millisecond) are read whole, then those after it."""
+    came, read 19,780 to 19,940 of the 20,000 in the window): :func:`rows_after`."""
     client, keys = queue.client, queue.keys
     since, until = window
 
@@ -127,26 +127,15 @@ async def _dead_in_shard(
             # one line (a QA run: a reason's newline broke the text and the markdown rows)
             reasons[" ".join((entry.reason or "?").split()) or "?"] += 1
 
-    n, low = 0, str(since)
-    while True:
-        rows = await client.zrangebyscore(
-            keys.dead, low, until, start=0, num=SCAN_BATCH, withscores=True
-        )
-        if rows:
-            await count(rows)
-            n += len(rows)
-        if len(rows) < SCAN_BATCH:
-            return n
-        member, score = rows[-1]
-        tied = await client.zrangebyscore(keys.dead, score, score, withscores=True)
-        if rest := [r for r in tied if _bytes(r[0]) > _bytes(member)]:
-            await count(rest)
-            n += len(rest)
-        low = f"({score!r}"
-
-
-def _bytes(member: Any) -> bytes:
-    return member if isinstance(member, bytes) else str(member).encode()
+    n = 0
+    rows = await client.zrangebyscore(
+        keys.dead, since, until, start=0, num=SCAN_BATCH, withscores=True
+    )
+    while rows:
+        await count(rows)
+        n += len(rows)
+        rows = await rows_after(client, keys.dead, rows[-1], until, SCAN_BATCH)
+    return n
 
 
 async def build_report(queue: RedisQueue, window_s: int) -> Report:

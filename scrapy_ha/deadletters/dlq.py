@@ -31,7 +31,7 @@ from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.times import time_ms
-from scrapy_ha.store.zpaging import rank_after
+from scrapy_ha.store.zpaging import rows_after
 
 #: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
 CONNECT_TIMEOUT = 5.0
@@ -253,13 +253,26 @@ class DeadLetterQueue:
         self, since_ms: int | None, until_ms: int | None, skip: int
     ) -> AsyncIterator[list[_Record]]:
         """Batches of (id, dead-letter time, record) in the window, oldest first."""
-        start, stop = await self._ranks(since_ms, until_ms)
-        start += skip
-        while start <= stop:
-            end = min(stop, start + SCAN_BATCH - 1)
-            rows = await self.client.zrange(self.keys.dead, start, end, withscores=True)
-            if until_ms is not None:  # (the window's end moved up as its start did, below)
-                rows = [row for row in rows if row[1] <= until_ms]
+        dead = self.keys.dead
+        # read by score after the last one read, up to the window's end or the newest entry
+        # at the start: never by rank, which entries leaving meanwhile shift (but the jump
+        # past *skip*)
+        ends = await self.client.zrange(dead, -1, -1, withscores=True)
+        high = until_ms if until_ms is not None else ends[0][1] if ends else "+inf"
+        if skip:
+            start, stop = await self._ranks(since_ms, until_ms)
+            if start + skip > stop:
+                return
+            first = start + skip
+            rows = await self.client.zrange(dead, first, first + SCAN_BATCH - 1, withscores=True)
+        else:
+            low = "-inf" if since_ms is None else since_ms
+            rows = await self.client.zrangebyscore(
+                dead, low, high, start=0, num=SCAN_BATCH, withscores=True
+            )
+        while True:
+            if high != "+inf":  # (the window's end moved up as its start did, below)
+                rows = [row for row in rows if row[1] <= high]
             if not rows:
                 return
             # (an id not UTF-8, written by hand, is shown escaped: the listing goes on)
@@ -272,11 +285,7 @@ class DeadLetterQueue:
                 _Record(entry_id, score, info)
                 for (_, score), entry_id, info in zip(rows, ids, infos, strict=True)
             ]
-            # entries before it may have left meanwhile (trimmed at the cap, requeued or
-            # purged by another command): the next batch starts after the last one read
-            after = await rank_after(self.client, self.keys.dead, rows[-1], SCAN_BATCH)
-            stop -= start + len(rows) - after
-            start = after
+            rows = await rows_after(self.client, dead, rows[-1], high, SCAN_BATCH)
 
     async def _read(self, records: list[_Record], *, requests: bool = True) -> list[DeadEntry]:
         """The entries of *records*, with their requests (one round trip); without

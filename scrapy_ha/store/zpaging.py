@@ -4,14 +4,17 @@ A listing that reads a batch by rank, then the next from the rank after it, skip
 entries as left the set before that rank meanwhile (workers promote the soonest delayed
 entries; a dead-letter queue at its cap drops its oldest), and may read one again. The
 next batch starts instead after the last entry read, by its score and name then
-(:func:`rank_after`), wherever that entry is now or if it is gone.
+(:func:`rank_after`), wherever that entry is now or if it is gone. Even so, entries that
+leave between that call and the read of the batch shift its ranks (a dead-letter queue at
+its cap: 60 to 80 of 20,000 skipped): :func:`rows_after` reads the next batch by score,
+at no offset, in one round trip.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["rank_after"]
+__all__ = ["rank_after", "rows_after"]
 
 
 async def rank_after(client: Any, key: str, last: tuple[Any, float], batch: int = 500) -> int:
@@ -39,6 +42,21 @@ async def rank_after(client: Any, key: str, last: tuple[Any, float], batch: int 
         start += before
         if len(rows) < batch:
             return start
+
+
+async def rows_after(
+    client: Any, key: str, last: tuple[Any, float], until: Any = "+inf", batch: int = 500
+) -> list[tuple[Any, float]]:
+    """The next entries (member, score) of the sorted set *key* after *last*, scored up to
+    *until*: those scored as it and named after it (Redis orders equal scores by member),
+    then up to *batch* scored after it. Read by score, never at an offset or a rank: the
+    entries that leave or come before it meanwhile change nothing."""
+    member, score = last
+    pipe = client.pipeline(transaction=False)  # (one round trip; a cluster: one slot)
+    pipe.zrangebyscore(key, score, score, withscores=True)
+    pipe.zrangebyscore(key, f"({score!r}", until, start=0, num=batch, withscores=True)
+    tied, later = await pipe.execute()
+    return [row for row in tied if _bytes(row[0]) > _bytes(member)] + list(later)
 
 
 def _bytes(member: Any) -> bytes:
