@@ -68,7 +68,7 @@ key                        type         content
 ``ha:{books}:seq``         string       counter for entry ids and FIFO order
 ``ha:{books}:run``         hash         the crawl's runs (lua/run.lua): ``n`` (1, 2, ...),
                                         ``open`` (1 or 0), ``started``, ``ended``, ``resumed``
-                                        (ms), ``acked0``, ``m:<worker>`` -> its run
+                                        (ms), ``ends``, ``acked0``, ``m:<worker>`` -> its run
 ``ha:{books}:lseq``        string       counter part of lease tokens
 ``ha:{books}:sent``        hash         a running worker's nonce -> the number of its newest
                                         child stored, ``<nonce>:i`` its newest loose item

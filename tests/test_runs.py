@@ -220,4 +220,13 @@ async def test_a_run_ends_once_however_many_workers_close_on_it(redis_url):
     await asyncio.sleep(0.01)
     assert not await end_run(q)  # b closes next: run 1 ended already
     assert await q.client.hget(KEYS.run, "ended") == ended
+    # work pushed after that end, crawled by b, which stayed (no join opens the run again):
+    # b's close ends the run again, at its own time (a review)
+    await q.enqueue([NewEntry(b"fp1", 0, b"payload")])
+    (lease,) = await q.lease(1, 30_000)
+    await q.ack([(lease.id, lease.token)])
+    await asyncio.sleep(0.01)
+    assert await end_run(q)
+    assert int(await q.client.hget(KEYS.run, "ended")) > int(ended)
+    assert not await end_run(q)
     await q.client.aclose()

@@ -131,6 +131,12 @@ async def _acked_elsewhere(queue: RedisQueue) -> int:
     return sum(_number(v) or 0 for v in found)
 
 
+async def _ends_elsewhere(queue: RedisQueue) -> int:
+    """Requests a sharded crawl acked or dead-lettered outside shard 0."""
+    found = [await s.client.hmget(s.keys.stats, "acked", "dead") for s in shards_of(queue)[1:]]
+    return sum(_number(v) or 0 for pair in found for v in pair)
+
+
 def _keys(queue: RedisQueue) -> list[str]:
     k = queue.keys
     return [k.run, k.workers, k.ready, k.leased, k.delayed, k.waiting, k.stats]
@@ -147,6 +153,8 @@ async def open_run(queue: RedisQueue, worker: str, heartbeat_ms: int) -> Run:
 
 async def end_run(queue: RedisQueue) -> bool:
     """End the run if the crawl holds nothing pending, leased or delayed; True if it did
-    (False too when another worker ended it first)."""
+    (False too when another worker ended it and no request was acked or dead-lettered
+    since: each worker that closes on the finished crawl asks)."""
     script = queue.client.register_script(scripts.RUN_LUA)
-    return bool(int(await script(keys=_keys(queue), args=["end", await _elsewhere(queue)])))
+    args = ["end", await _elsewhere(queue), await _ends_elsewhere(queue)]
+    return bool(int(await script(keys=_keys(queue), args=args)))

@@ -13,17 +13,18 @@
 -- stays seen.
 -- A run records the crawl's acks when it began (acked0), so that the pace of a run begun less
 -- than a minute ago counts its own acks, not those its minute's bucket holds of the run before.
--- KEYS[1] run (hash: n, open, started, ended, acked0 ('<n>:<acks>'), m:<worker id> -> the
+-- KEYS[1] run (hash: n, open, started, ended, ends, acked0 ('<n>:<acks>'), m:<worker id> -> the
 -- run it opened or joined)
 -- KEYS[2] workers  KEYS[3] ready  KEYS[4] leased  KEYS[5] delayed  KEYS[6] waiting (lib/frontier:
--- a back queue holding requests is in ready or in waiting)  KEYS[7] stats (its 'acked')
+-- a back queue holding requests is in ready or in waiting)  KEYS[7] stats ('acked', 'dead')
 -- ARGV[1] 'open': ARGV[2] worker id, ARGV[3] heartbeat (ms), ARGV[4] requests the crawl
 --         holds outside these keys (the other shards of a sharded crawl; 0 when unsharded),
 --         ARGV[5] acks counted outside these keys (the other shards' stats; 0 when unsharded)
 --         Returns {the run's number, 1 when this call started it else 0}.
--- ARGV[1] 'end': ARGV[2] requests held outside these keys, as above.
---         Returns 1 when the run ended now (nothing pending, leased or delayed, and
---         no other worker ended it first), else 0.
+-- ARGV[1] 'end': ARGV[2] requests held outside these keys, as above; ARGV[3] requests
+--         acked or dead-lettered outside these keys (the run's 'ends' records the crawl's
+--         at its end). Returns 1 when the run ended now (nothing pending, leased or
+--         delayed, and no other worker ended it with no request ended since), else 0.
 --- @include "time"
 --- @include "types"
 --- @include "number"
@@ -39,9 +40,16 @@ local now = now_ms()
 local active = elsewhere + redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4])
   + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
 if mode == 'end' then
-  -- (ended already: by another worker that closed on the finished crawl first)
-  if active > 0 or redis.call('HGET', KEYS[1], 'open') == '0' then return 0 end
-  redis.call('HSET', KEYS[1], 'open', 0, 'ended', int_str(now))
+  if active > 0 then return 0 end
+  local counts = redis.call('HMGET', KEYS[7], 'acked', 'dead')
+  local ends = (tonumber(counts[1] or '') or 0) + (tonumber(counts[2] or '') or 0)
+    + (tonumber(ARGV[3] or '') or 0)
+  local was = redis.call('HMGET', KEYS[1], 'open', 'ends')
+  -- ended already by another worker that closed on the finished crawl first, and no request
+  -- acked or dead-lettered since (work pushed or requeued after that end and crawled by a
+  -- worker that stayed ends the run again, at its own close)
+  if was[1] == '0' and tonumber(was[2] or '') == ends then return 0 end
+  redis.call('HSET', KEYS[1], 'open', 0, 'ended', int_str(now), 'ends', int_str(ends))
   return 1
 end
 
