@@ -578,3 +578,38 @@ async def test_the_wait_for_a_lost_dictionary_goes_by_redis_s_clock_and_its_mark
     await Dictionaries(client, keys, worker=True).load()
     assert not await client.hexists(keys.dictionaries, f"gone:{own}")
     await client.aclose()
+
+
+def large(n: int) -> bytes:
+    """A request over the training's SAMPLE_MAX_BYTES (a POST of a 600-byte form)."""
+    doc = {"v": 1, "u": f"https://api.example/search?n={n}", "m": "POST", "b": "q=x&" * 150}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_that_starts_with_large_requests_trains_from_the_small_ones(redis_url):
+    """A review: a worker kept its first 128 requests as samples whatever their size; the
+    training skips those over SAMPLE_MAX_BYTES, so a crawl whose first requests were large
+    (POST bodies, big meta) published an empty dictionary, the crawl's for good: its small
+    requests then compacted to 109 bytes, not 17. Now the samples are those the training
+    takes; a crawl of large requests alone trains from what fits once TRAIN_AFTER were
+    offered (an empty dictionary still deflates them, as before)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    first = Compactor()
+    for n in range(SAMPLES):
+        first.sample(large(n))
+    assert not first.wants_dictionary and first.samples == []
+    for n in range(SAMPLES):
+        first.sample(shop(n))
+    assert first.wants_dictionary
+    await first.settle(Dictionaries(client, Keys("ha", "mixed")))
+    assert first.dictionary is not None and len(first.dictionary.data) > 1_000
+    assert len(first.pending(shop(10_001))) < 40
+    only_large = Compactor()
+    for n in range(dictionary.TRAIN_AFTER):
+        only_large.sample(large(n))
+    assert only_large.wants_dictionary  # trains what fits (nothing): deflate alone
+    await only_large.settle(Dictionaries(client, Keys("ha", "large")))
+    assert only_large.dictionary is not None
+    assert len(only_large.pending(large(1))) < len(large(1)) / 4
+    await client.aclose()

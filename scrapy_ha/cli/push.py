@@ -27,7 +27,6 @@ from scrapy import Request
 
 from scrapy_ha.cli.common import plural
 from scrapy_ha.codec import CodecError, refused_scheme
-from scrapy_ha.codec.compact import SAMPLE_MAX_BYTES
 from scrapy_ha.codec.document import CALLBACK, ERRBACK
 from scrapy_ha.codec.trust import callback_method
 from scrapy_ha.config.continuous import RevisitConfig
@@ -270,15 +269,11 @@ async def _compact(
     dictionaries = Dictionaries(queue.client, queue.keys)
     compactor.adopt(await dictionaries.load())
     if compactor.dictionary is None:
-        # only the lines the training takes (train skips samples over SAMPLE_MAX_BYTES): a
-        # push of 128 large requests (POST bodies) published an empty dictionary, which
-        # the crawl keeps for life (a QA run: 109 bytes a worker's request, not 17)
+        # (the samples are those the training takes: a push of 128 large requests, POST
+        # bodies, published an empty dictionary, the crawl's for life; a review)
         for entry, _ in entries[: SAMPLES * 8]:
-            kept = len(compactor.samples)
             compactor.sample(entry.payload)
-            if len(compactor.samples) > kept and len(compactor.samples[-1]) > SAMPLE_MAX_BYTES:
-                compactor.samples.pop()
-        if not compactor.wants_dictionary:  # too few to train one: a worker will
+        if len(compactor.samples) < SAMPLES:  # too few to train one: a worker will
             return
         await compactor.settle(dictionaries)
     for entry, _ in entries:

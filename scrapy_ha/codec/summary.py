@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy_ha import metakeys
-from scrapy_ha.codec.compact import dictionary_id
+from scrapy_ha.codec.compact import SAMPLE_MAX_BYTES, dictionary_id
 from scrapy_ha.codec.document import (
     BODY,
     BYTES_TAG,
@@ -241,9 +241,10 @@ def training_sample(payload: bytes) -> bytes:
     """*payload* (a stored document) fit to train the crawl's compaction dictionary: as it
     is, or masked as :func:`mask_payload` shows it when it holds a secret the request keeps
     (an ``Authorization`` header the spider set, an API key in its URL, a form's password),
-    or ``b""`` (no sample) when it is no JSON. The dictionary is stored in Redis for the whole
-    crawl, past its finish, where no request needs the secret; masked, the sample still holds
-    what compacts a request: the URL's prefix, its parameters' names, the fields."""
+    or ``b""`` (no sample) when it is no JSON or larger than the training takes
+    (``SAMPLE_MAX_BYTES``). The dictionary is stored in Redis for the whole crawl, past its
+    finish, where no request needs the secret; masked, the sample still holds what compacts
+    a request: the URL's prefix, its parameters' names, the fields."""
     try:
         doc = json.loads(payload)
         shown = mask_payload(doc)
@@ -251,11 +252,12 @@ def training_sample(payload: bytes) -> bytes:
     except (ValueError, TypeError, RecursionError):
         return b""
     if MASK not in masked:
-        return payload
+        return payload if len(payload) <= SAMPLE_MAX_BYTES else b""
     if isinstance(shown, dict) and isinstance(shown.get(HEADERS), dict):
         shown[HEADERS] = _tagged_headers(shown[HEADERS])  # as stored: what compacts them
         masked = json.dumps(shown, separators=(",", ":"))
-    return masked.encode("utf-8", "surrogatepass")
+    sample = masked.encode("utf-8", "surrogatepass")
+    return sample if len(sample) <= SAMPLE_MAX_BYTES else b""
 
 
 def _tagged_headers(headers: dict[str, Any]) -> dict[str, Any]:

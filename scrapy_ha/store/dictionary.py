@@ -64,6 +64,8 @@ CURRENT, GONE = "current", "gone:"
 #: crawl's URL shapes past its start requests (2 KB is 16 realistic requests: the dictionary
 #: keeps the last of them), few enough that the crawl compacts from its first seconds.
 SAMPLES = 128
+#: Requests offered after which a worker trains from the samples that fit, however few.
+TRAIN_AFTER = 4 * SAMPLES
 #: Seconds between two looks of a worker holding the crawl's dictionary at the key, to
 #: write it back if it is gone (one round trip).
 RESTORE_EVERY = 10.0
@@ -329,12 +331,16 @@ class Compactor:
         self.enabled = enabled
         self.dictionary: Dictionary | None = None
         self.samples: list[bytes] = []
+        self.offered = 0  # requests offered as samples (trained from when too few fit)
         self._restored = time.monotonic()  # when the key was last looked at (restore)
 
     def sample(self, payload: bytes) -> None:
         """Keep *payload* (a document) to train the crawl's dictionary, while it has none
-        (its secrets masked: :func:`~scrapy_ha.codec.summary.training_sample`)."""
+        (its secrets masked: :func:`~scrapy_ha.codec.summary.training_sample`), if the
+        training would take it: a crawl whose first requests were all larger than
+        ``SAMPLE_MAX_BYTES`` trained an empty dictionary from them, the crawl's for good."""
         if self.enabled and self.dictionary is None and len(self.samples) < SAMPLES:
+            self.offered += 1
             if sample := training_sample(payload):
                 self.samples.append(sample)
 
@@ -348,8 +354,10 @@ class Compactor:
 
     @property
     def wants_dictionary(self) -> bool:
-        """Whether enough requests were seen to train the crawl's dictionary."""
-        return self.enabled and self.dictionary is None and len(self.samples) >= SAMPLES
+        """Whether enough requests were seen to train the crawl's dictionary: ``SAMPLES``
+        that fit, or ``TRAIN_AFTER`` offered (a crawl of large requests: whatever fit)."""
+        enough = len(self.samples) >= SAMPLES or self.offered >= TRAIN_AFTER
+        return self.enabled and self.dictionary is None and enough
 
     def adopt(self, dictionary: Dictionary | None) -> None:
         """Compact with *dictionary* from now on (when compaction is on)."""
