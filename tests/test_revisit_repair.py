@@ -95,12 +95,15 @@ async def test_a_sum_that_holds_garbage_is_made_again_from_what_the_entries_hold
     await asyncio.sleep(0.01)
     lease = (await q.lease(1, 30_000))[0]
     await q.client.hset(KEYS.revisit_alloc, mapping={"load": "garbage", "base": "nan"})
-    load, base = held_sums(await q.client.hgetall(KEYS.revisit_alloc))  # 3 entries' shares
+    before = await q.client.hgetall(KEYS.revisit_alloc)
+    load, base = held_sums(before)  # 3 entries' shares
+    own_load, own_base = map(float, before[b"e:" + lease.id.encode()].split())
     end = adaptive_end(lease)
     assert end.allocation is not None and (await revisit(q, end)).due > 0
     alloc = await q.client.hgetall(KEYS.revisit_alloc)
-    assert float(alloc[b"load"]) == pytest.approx(load + end.allocation[0])  # + what it moved
-    assert float(alloc[b"base"]) == pytest.approx(base + end.allocation[1])
+    # its own share (its record) replaced by what this visit says it holds now
+    assert float(alloc[b"load"]) == pytest.approx(load - own_load + end.allocation[0])
+    assert float(alloc[b"base"]) == pytest.approx(base - own_base + end.allocation[1])
     assert await q.client.hget(KEYS.stats, "revisit_repaired") == b"2"
     assert await q.dead_letter(lease.id, lease.token, {"class": "gone"}) == 0  # (acked)
     (again,) = await q.lease(1, 30_000)

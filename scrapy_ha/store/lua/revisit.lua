@@ -30,8 +30,9 @@
 -- ARGV[6] bytes a 304 saved (0 otherwise)  ARGV[7] the interval's histogram bucket
 -- ARGV[8] adaptive revisits: what this one changes of the intervals' load (visits a
 -- second)  ARGV[9] of the configured intervals'  ARGV[10] the budget (0: that configured
--- sum)  ARGV[11] the multiplier to start from  ARGV[12], ARGV[13] what the entry holds in
--- the load and the configured sum (taken out if it is a double)  ARGV[14], ARGV[15] the
+-- sum)  ARGV[11] the multiplier to start from  ARGV[12], ARGV[13] what the worker's state
+-- says the entry holds in the load and the configured sum (with ARGV[8], ARGV[9]: its new
+-- share; the sums move from what its record holds, below)  ARGV[14], ARGV[15] the
 -- range the multiplier is kept in (lib/revisit: revisit_allocate); all eight '' for fixed
 -- ones. Every number must be finite: a NaN or an infinity is refused before any write.
 -- ARGV[16] '1': the URL is recorded as seen again (below); '0': the crawl does not
@@ -55,8 +56,11 @@
 -- a double, above, and leaves the revisits set if it was one of them).
 -- Rule kept: adaptive revisits spend the budget (lib/revisit: revisit_allocate), counting
 -- a revisit once, when it is scheduled, and a URL once: a double takes out what its entry
--- held (lib/revisit: revisit_withdraw); what each entry holds is recorded (revisit_hold),
--- for a dead letter to take out (dead.lua) and a requeue to put back (requeue.lua).
+-- held (lib/revisit: revisit_release), fixed settings or adaptive; what each entry holds is
+-- recorded (revisit_hold), for a dead letter to take out (dead.lua) and a requeue to put
+-- back (requeue.lua), and a visit moves the sums from that record to its new share (before:
+-- from the worker's state, which an earlier version's fixed visit or a changed rule left
+-- apart from the record: the sums drifted from the records, the load below 0).
 -- Rule kept: an entry that leaves the revisits (interval < 0: a page no longer matched by
 -- HA_REVISIT, its lease ended as an ack) leaves the revisits set and the budget, its
 -- record 'e:<id>' deleted (lib/revisit: revisit_release), counted as revisit_left; its URL
@@ -153,15 +157,20 @@ elseif revisit_claim(KEYS[13], KEYS[1], KEYS[3], KEYS[12], KEYS[22], id, fp) the
   count('revisit_iv', 1, nil, ARGV[7])
   count('revisit_iv_ms', interval)
   if adaptive then
-    if not redis.call('HGET', KEYS[17], 'e:' .. id) then
-      -- it holds nothing in the sums (its record): revisited at a fixed interval until the
-      -- crawl was started again adaptive, it counts whole, as at a first visit (the worker
-      -- took out the share of its last interval, which the sums never counted)
-      alloc.load, alloc.base = alloc.load + alloc.held, alloc.base + alloc.held_base
-    end
+    -- the sums move from what its record says it holds (none: revisited at a fixed interval
+    -- until the crawl was made adaptive, it counts whole, as at a first visit), not from
+    -- what the worker read in its state (the interval of a fixed visit of an earlier
+    -- version, which left the record; a configured interval changed since)
+    local rec = redis.call('HGET', KEYS[17], 'e:' .. id)
+    local r_load, r_base = string.match(rec or '', '^(%S+) (%S+)$')
+    r_load, r_base = finite(tonumber(r_load)) or 0, finite(tonumber(r_base)) or 0
+    -- its new share (what the worker counts: 1 / its interval) is what its record holds
+    -- next, so that a double, a dead letter or a departure takes out what the sums got
+    local share = finite(alloc.load + alloc.held) or 0
+    alloc.load, alloc.base = share - r_load, alloc.base + alloc.held_base - r_base
     mu = string.format('%.17g', revisit_allocate(KEYS[17], KEYS[12], alloc, alloc.first,
       alloc.lowest, alloc.highest))
-    revisit_hold(KEYS[17], id, finite(1000 / interval) or 0, alloc.base)
+    revisit_hold(KEYS[17], id, share, alloc.base)
   else -- fixed: it holds nothing in the budget (a crawl made adaptive again counts it whole)
     revisit_release(KEYS[17], id)
   end
@@ -169,11 +178,9 @@ else
   redis.call('HDEL', KEYS[5], id)
   redis.call('ZREM', KEYS[12], id) -- (a revisit before: no longer one of the revisits)
   count('revisit_double', 1)
-  -- (an entry that holds nothing in the sums, revisited at a fixed interval before the
-  -- crawl was made adaptive, takes nothing out of them)
-  if adaptive and redis.call('HDEL', KEYS[17], 'e:' .. id) == 1 then
-    revisit_withdraw(KEYS[17], alloc.held, alloc.held_base)
-  end
+  -- it takes out what its record holds, fixed settings or adaptive (one revisited at a
+  -- fixed interval before the crawl was made adaptive holds nothing: takes nothing out)
+  revisit_release(KEYS[17], id)
 end
 seen_close(seen)
 local lifo, start_lifo = order_flags(ARGV[17])
