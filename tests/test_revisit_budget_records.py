@@ -115,7 +115,8 @@ async def test_a_double_ended_under_fixed_settings_leaves_no_record_in_the_budge
     assert await _sums(q) == pytest.approx((0, 0), abs=1e-9)
     await crawl.visit_all(adaptive)  # adaptive again: A alone counts
     assert set(await _records(q)) == {a}
-    assert await _sums(q) == pytest.approx(tuple(map(sum, zip(*(await _records(q)).values()))))
+    held = tuple(map(sum, zip(*(await _records(q)).values(), strict=True)))
+    assert await _sums(q) == pytest.approx(held)
     await q.client.aclose()
 
 
@@ -131,12 +132,12 @@ async def test_a_double_takes_out_what_its_record_holds_after_its_interval_chang
     await _all_due(q)
     (lease,) = await q.lease(1, 30_000)
     assert await q.dead_letter(a, lease.token, {"class": "gone"}, payload=lease.payload)
-    b = await crawl.add(URL, 60)
+    await crawl.add(URL, 60)  # B
     await crawl.end(crawl.pending, adaptive)
     assert await q.requeue_dead([(a, 0, lease.payload)]) == 1
     await crawl.visit_all(adaptive, 600)  # the rule says 600 s now: B is the double
     assert set(await _records(q)) == {a}
-    held = tuple(map(sum, zip(*(await _records(q)).values())))
+    held = tuple(map(sum, zip(*(await _records(q)).values(), strict=True)))
     assert await _sums(q) == pytest.approx(held, rel=1e-9)
     assert held[1] > 0
     await q.client.aclose()
@@ -160,7 +161,7 @@ async def test_a_record_an_earlier_version_left_through_a_fixed_visit_is_counted
     # what the earlier version left: the records and the sums as the adaptive run had them
     await q.client.hset(KEYS.revisit_alloc, mapping=alloc_before)
     await crawl.visit_all(adaptive)
-    held = tuple(map(sum, zip(*(await _records(q)).values())))
+    held = tuple(map(sum, zip(*(await _records(q)).values(), strict=True)))
     assert await _sums(q) == pytest.approx(held, rel=1e-9)
     assert held[1] == pytest.approx(3 / 600)
     await q.client.aclose()
