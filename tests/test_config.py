@@ -438,8 +438,11 @@ def test_a_local_feed_a_sigkill_would_lose_items_of_is_named_at_start(caplog, gi
         ({"s3://bucket/items.jl": {"format": "jsonlines", "overwrite": True}}, False),
         # a new file each time a worker opens it: nothing written before is emptied
         ({"items-%(time)s.jl": {"format": "jsonlines", "overwrite": True}}, False),
-        ({"items-%(batch_time)s.jl": {"overwrite": True}}, False),
-        ({"items-%(batch_id)d.jl": {"overwrite": True}}, True),  # batch 1 again at a start
+        ({"items-%(batch_time)s.jl": {"format": "jsonlines", "overwrite": True}}, False),
+        (
+            {"items-%(batch_id)d.jl": {"format": "jsonlines", "overwrite": True}},
+            True,
+        ),  # batch 1 again at a start
     ],
 )
 def test_a_local_feed_opened_with_overwrite_is_named_at_start(caplog, feeds, warned):
