@@ -24,7 +24,7 @@ from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.wire import text
-from scrapy_ha.store.zpaging import rows_after
+from scrapy_ha.store.zpaging import by_score
 
 if TYPE_CHECKING:
     import argparse
@@ -112,11 +112,11 @@ async def _dead_in_shard(
     letters held Redis, and every worker, 29 s in 554 calls of up to 150 ms each), and a
     read by rank skips or reads again as many entries as left or came before that rank
     meanwhile (a QA run: a dead-letter queue at its cap, dropping its oldest as new ones
-    came, read 19,780 to 19,940 of the 20,000 in the window): :func:`rows_after`."""
+    came, read 19,780 to 19,940 of the 20,000 in the window): ``zpaging.by_score``."""
     client, keys = queue.client, queue.keys
-    since, until = window
-
-    async def count(rows: list[Any]) -> None:
+    n = 0
+    async for rows in by_score(client, keys.dead, *window, SCAN_BATCH):
+        n += len(rows)
         ids = [text(r[0]) for r in rows]
         infos = await client.hmget(keys.dead_info, ids)
         payloads = await read_payloads(client, keys, ids)
@@ -126,15 +126,6 @@ async def _dead_in_shard(
             domains[entry.domain or "?"] += 1
             # one line (a QA run: a reason's newline broke the text and the markdown rows)
             reasons[" ".join((entry.reason or "?").split()) or "?"] += 1
-
-    n = 0
-    rows = await client.zrangebyscore(
-        keys.dead, since, until, start=0, num=SCAN_BATCH, withscores=True
-    )
-    while rows:
-        await count(rows)
-        n += len(rows)
-        rows = await rows_after(client, keys.dead, rows[-1], until, SCAN_BATCH)
     return n
 
 

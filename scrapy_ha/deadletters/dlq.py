@@ -31,7 +31,7 @@ from scrapy_ha.store.connection import redis_from_settings
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.times import time_ms
-from scrapy_ha.store.zpaging import rows_after
+from scrapy_ha.store.zpaging import by_score
 
 #: Seconds `DeadLetterQueue.from_url` waits to connect (scrapy-ha's HA_CONNECT_TIMEOUT default).
 CONNECT_TIMEOUT = 5.0
@@ -259,22 +259,15 @@ class DeadLetterQueue:
         # past *skip*)
         ends = await self.client.zrange(dead, -1, -1, withscores=True)
         high = until_ms if until_ms is not None else ends[0][1] if ends else "+inf"
+        first = None
         if skip:
             start, stop = await self._ranks(since_ms, until_ms)
             if start + skip > stop:
                 return
-            first = start + skip
-            rows = await self.client.zrange(dead, first, first + SCAN_BATCH - 1, withscores=True)
-        else:
-            low = "-inf" if since_ms is None else since_ms
-            rows = await self.client.zrangebyscore(
-                dead, low, high, start=0, num=SCAN_BATCH, withscores=True
-            )
-        while True:
-            if high != "+inf":  # (the window's end moved up as its start did, below)
-                rows = [row for row in rows if row[1] <= high]
-            if not rows:
-                return
+            at = start + skip
+            first = await self.client.zrange(dead, at, at + SCAN_BATCH - 1, withscores=True)
+        low = "-inf" if since_ms is None else since_ms
+        async for rows in by_score(self.client, dead, low, high, SCAN_BATCH, first):
             # (an id not UTF-8, written by hand, is shown escaped: the listing goes on)
             ids = [
                 r[0].decode(errors="backslashreplace") if isinstance(r[0], bytes) else r[0]
@@ -285,7 +278,6 @@ class DeadLetterQueue:
                 _Record(entry_id, score, info)
                 for (_, score), entry_id, info in zip(rows, ids, infos, strict=True)
             ]
-            rows = await rows_after(self.client, dead, rows[-1], high, SCAN_BATCH)
 
     async def _read(self, records: list[_Record], *, requests: bool = True) -> list[DeadEntry]:
         """The entries of *records*, with their requests (one round trip); without

@@ -2,19 +2,42 @@
 
 A listing that reads a batch by rank, then the next from the rank after it, skips as many
 entries as left the set before that rank meanwhile (workers promote the soonest delayed
-entries; a dead-letter queue at its cap drops its oldest), and may read one again. The
-next batch starts instead after the last entry read, by its score and name then
-(:func:`rank_after`), wherever that entry is now or if it is gone. Even so, entries that
-leave between that call and the read of the batch shift its ranks (a dead-letter queue at
-its cap: 60 to 80 of 20,000 skipped): :func:`rows_after` reads the next batch by score,
-at no offset, in one round trip.
+entries; a dead-letter queue at its cap drops its oldest), and may read one again; so does
+one that finds the rank after its last entry first, as entries leave between that call
+and the read (a dead-letter queue at its cap: 60 to 80 of 20,000 skipped). The next batch
+is read by score instead, after the last entry read (:func:`rows_after`), at no offset, in
+one round trip; :func:`by_score` walks a set so. (:func:`rank_after`, the rank after the
+last entry read, is what ``delayed list`` still reads by.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["rank_after", "rows_after"]
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+__all__ = ["by_score", "rank_after", "rows_after"]
+
+
+async def by_score(
+    client: Any,
+    key: str,
+    low: Any = "-inf",
+    high: Any = "+inf",
+    batch: int = 500,
+    first: list[tuple[Any, float]] | None = None,
+) -> AsyncIterator[list[tuple[Any, float]]]:
+    """The entries (member, score) of the sorted set *key* scored from *low* to *high*, a
+    batch at a time, oldest first: the first read by score (or *first*, read otherwise: a
+    jump to a rank), each next by :func:`rows_after` the last one read. Entries past *high*
+    in *first* are left out."""
+    rows = first
+    if rows is None:
+        rows = await client.zrangebyscore(key, low, high, start=0, num=batch, withscores=True)
+    while rows := [row for row in rows if high == "+inf" or row[1] <= float(high)]:
+        yield rows
+        rows = await rows_after(client, key, rows[-1], high, batch)
 
 
 async def rank_after(client: Any, key: str, last: tuple[Any, float], batch: int = 500) -> int:
