@@ -20,6 +20,7 @@ from scrapy_ha import metakeys
 from scrapy_ha.codec import strip_credentials
 from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config.retry import Policy
+from scrapy_ha.middlewares.proxy_sources import proxy_id
 from scrapy_ha.verdict import DEAD, FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -192,9 +193,8 @@ def through_proxy(request: Request) -> str:
     refused, reset or timed-out connection is the proxy's, which a reason naming the error
     alone blamed on the site (a QA run: a tunnel down, every page dead-lettered as the
     site's ``DownloadConnectionRefusedError``). Never the proxy's credentials."""
+    proxy = str(request.meta.get("proxy") or "")
     try:
-        proxy = urlsplit(str(request.meta.get("proxy") or ""))
-        where = f"{proxy.hostname}:{proxy.port}" if proxy.port else proxy.hostname
+        return f" (through proxy {proxy_id(proxy)})" if urlsplit(proxy).hostname else ""
     except ValueError:  # (a port that is no number: the proxy middleware names it)
         return ""
-    return f" (through proxy {where})" if where else ""
