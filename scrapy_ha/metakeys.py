@@ -19,6 +19,8 @@ __all__ = [
     "GATE_WAITED",
     "HISTORY",
     "LEASE",
+    "LOGINS_MET",
+    "LOGIN_EPOCH",
     "NOT_BEFORE",
     "PACED",
     "NEXT_PAGE",
@@ -89,6 +91,9 @@ PROXY = "ha_proxy"
 PROXY_SESSION = "ha_proxy_session"
 #: The version of the shared cookie jar the request needs.
 COOKIES_VERSION = "ha_cookies_v"
+#: How many times ``scrapy_ha.cookies.login_once`` sent this page again after a login: at
+#: ``MAX_LOGINS_MET`` it raises ``LoginFailed`` instead (a login that opens no session).
+LOGINS_MET = "ha_logins_met"
 #: The User-Agent the pool (HA_USER_AGENTS) put on the request's last attempt: the next
 #: attempt picks again (a header of the spider's own differs, and is kept).
 USER_AGENT = "ha_user_agent"
@@ -134,6 +139,10 @@ HANDED = "_ha_handed"
 #: the others, a downloader middleware's, are not stored with a retry or a revisit.
 OWN_HEADERS = "_ha_own_headers"
 
+#: The login epoch of the shared session this attempt was sent with (kept along a chain of
+#: redirects: the page that was sent to the login form is the one that met the expiry).
+LOGIN_EPOCH = "_ha_login_epoch"
+
 #: True while this attempt carries the proxy's rotation header (HA_PROXY_ROTATE_HEADER): the
 #: proxy middleware takes the header off again when the attempt ends.
 ROTATE_HEADER = "_ha_rotate_header"
@@ -156,6 +165,7 @@ STRIPPED = frozenset(
         HANDED,
         OWN_HEADERS,
         ROTATE_HEADER,
+        LOGIN_EPOCH,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

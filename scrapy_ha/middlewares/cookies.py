@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CookieVersionMiddleware",
     "SharedCookiesMiddleware",
+    "shared_cookies",
     # the Redis side, re-exported for the code that imported it from here
     "SharedJars",
     "cookie_from_dict",
@@ -113,6 +114,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         key = request.meta.get("cookiejar")
         if _behind(jars, key, request) or request.cookies:
             return self._process_request(jars, request)
+        _stamp_epoch(jars, key, request)
         return super().process_request(request)  # type: ignore[return-value]
 
     def process_response(  # type: ignore[override]  # Scrapy's stub has no awaitable return
@@ -160,6 +162,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         async with jars.lock(key):
             if _behind(jars, key, request):
                 await self._catch_up(jars, key)
+            _stamp_epoch(jars, key, request)
             domains = request_domains(request)
             before = snapshot_domains(self.jars[key], domains) if request.cookies else None
             super().process_request(request)
@@ -177,6 +180,31 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             super().process_response(request, response)
             await self._publish(jars, key, (domains, before), request, deleted)
         return response
+
+    async def login_done(self, key: Hashable, epoch: int) -> None:
+        """Login *epoch* of jar *key* (``login_once``) answered, its cookies merged: mark it
+        done, so that the pages waiting for it go again with its session."""
+        jars = self._jars
+        if jars is None:
+            return
+        async with jars.lock(key):
+            try:
+                marked, epoch, version = await jars.login_step(key, "done", epoch)
+            except REDIS_DOWN_ERRORS as exc:
+                logger.warning(
+                    "Could not tell the other workers that the login of cookie jar %s "
+                    "answered (%s): they log in again after its timeout",
+                    jar_field(key),
+                    type(exc).__name__,
+                )
+                return
+            if not marked:  # another worker took the login over (this one came too late)
+                await self._catch_up(jars, key)
+            elif version == jars.version(key) + 1:  # nothing else changed the jar meanwhile
+                jars.versions[jar_field(key)] = version
+                jars.epochs[jar_field(key)] = epoch
+            else:
+                await self._catch_up(jars, key)
 
     async def _publish(
         self,
@@ -242,6 +270,28 @@ def _behind(jars: SharedJars, key: Hashable, request: Request) -> bool:
     if jar_field(key) not in jars.versions:
         return True
     return bool(request.meta.get(metakeys.COOKIES_VERSION, 0) > jars.version(key))
+
+
+def _stamp_epoch(jars: SharedJars, key: Hashable, request: Request) -> None:
+    """Note on *request* the login epoch of the session it is sent with (for
+    ``login_once``); a redirect keeps the first one of its chain: the page sent to the
+    login form is the one that met the expiry, with the session it was sent with."""
+    meta = request.meta
+    if "redirect_urls" in meta:  # its chain's first has it (or none: sent before any epoch)
+        return
+    if jars.epochs or metakeys.LOGIN_EPOCH in meta:  # else no login_once in this crawl yet
+        meta[metakeys.LOGIN_EPOCH] = jars.epochs.get(jar_field(key), 0)
+
+
+def shared_cookies(
+    spider: Spider, request: Request
+) -> tuple[SharedCookiesMiddleware | None, SharedJars | None]:
+    """The shared cookie middleware of *spider*'s crawl and its jars, for *request*; the jars
+    are None when they are not shared (another scheduler, ``HA_SHARED_COOKIES = False``,
+    ``dont_merge_cookies``)."""
+    crawler = getattr(spider, "crawler", None)
+    owner = _SHARED.get(crawler) if crawler is not None else None
+    return owner, (owner._shared(request) if owner is not None else None)
 
 
 def _forget_cookie_header(request: Request) -> None:

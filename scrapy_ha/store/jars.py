@@ -34,6 +34,7 @@ __all__ = [
     "cookie_id",
     "cookie_to_dict",
     "jar_field",
+    "login_epoch",
     "snapshot",
     "snapshot_domains",
 ]
@@ -123,9 +124,13 @@ class SharedJars:
     #: how long the jars live in Redis unused (ms; 0: for ever): see HA_COOKIES_TTL
     ttl_ms: int = 0
     versions: dict[str, int] = field(default_factory=dict)
+    #: the login epoch of the session each copy holds, as of its version (only those above 0:
+    #: a crawl that never used ``login_once`` stamps nothing)
+    epochs: dict[str, int] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     merge: Any = None
     set_aside: Any = None
+    login: Any = None
     #: when this worker last set the jars' TTL (monotonic seconds)
     refreshed: float = -math.inf
     _refreshing: asyncio.Task[None] | None = None
@@ -145,7 +150,7 @@ class SharedJars:
         args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped), self.ttl_ms]
         version = int(await self.merge(keys=[self.keys.cookies], args=args))
         self.refreshed = time.monotonic()
-        self._count("ha/cookies/stored")
+        self.count("ha/cookies/stored")
         return version
 
     def refresh(self) -> None:
@@ -170,16 +175,33 @@ class SharedJars:
             logger.debug("Could not refresh the TTL of %s (%s)", self.keys.cookies, exc)
 
     async def load(self, key: Hashable) -> tuple[list[Cookie], int]:
-        """The jar as Redis has it, and its version."""
+        """The jar as Redis has it, and its version (and, in :attr:`epochs`, the login epoch
+        of its session, read with it)."""
         name = jar_field(key)
-        raw, version = await self.client.hmget(self.keys.cookies, [f"jar:{name}", f"v:{name}"])
+        fields = [f"jar:{name}", f"v:{name}", f"login:{name}"]
+        raw, version, login = await self.client.hmget(self.keys.cookies, fields)
+        epoch = login_epoch(login)
+        if epoch:
+            self.epochs[name] = epoch
+        else:
+            self.epochs.pop(name, None)
         try:
             cookies = _parse_jar(raw) if raw else []
         except BadJar as exc:
             await self._set_aside(name, raw, exc)
             cookies = []
-        self._count("ha/cookies/loaded")
+        self.count("ha/cookies/loaded")
         return cookies, int(version or 0)
+
+    async def login_step(self, key: Hashable, step: str, epoch: int, timeout_ms: int = 0) -> Any:
+        """``lua/jar_login.lua``: *step* ``claim`` (a request sent with the session of login
+        *epoch* met its expiry) or ``done`` (the answer to login *epoch* came); returns the
+        script's ``[action, epoch, version]``."""
+        if self.login is None:
+            self.login = self.client.register_script(scripts.JAR_LOGIN_LUA)
+        name = jar_field(key)
+        args = [step, f"login:{name}", f"v:{name}", epoch, timeout_ms, self.ttl_ms]
+        return [int(x) for x in await self.login(keys=[self.keys.cookies], args=args)]
 
     async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
         """One bad jar costs that jar alone: move it aside, go on with an empty one."""
@@ -188,7 +210,7 @@ class SharedJars:
         field_name = f"jar:{name}"
         moved = await self.set_aside(keys=[self.keys.cookies], args=[field_name, raw])
         if moved:
-            self._count("ha/cookies/bad_jar")
+            self.count("ha/cookies/bad_jar")
             logger.error(
                 "The shared cookie jar %s in %s is malformed (%s): moved it to the field %s "
                 "and started this jar from empty; the next login fills it again",
@@ -198,9 +220,21 @@ class SharedJars:
                 BAD_JAR_PREFIX + field_name,
             )
 
-    def _count(self, stat: str) -> None:
+    def count(self, stat: str) -> None:
         if self.stats is not None:
             self.stats.inc_value(stat)
+
+
+def login_epoch(stored: bytes | str | None) -> int:
+    """The epoch of the session a jar holds, from its login field (``lua/jar_login.lua``):
+    the epoch of a login done, the one before it while a login is in flight; 0 when none."""
+    if not stored:
+        return 0
+    text = stored.decode() if isinstance(stored, bytes) else stored
+    parts = text.split(" ")
+    if len(parts) != 3 or not parts[0].isdigit():
+        return 0
+    return int(parts[0]) if parts[1] == "done" else int(parts[0]) - 1
 
 
 def _expired(cookie: dict[str, Any], now: float) -> bool:

@@ -124,6 +124,7 @@ SCRIPTS = (
     "set_aside",
     "jar_merge",
     "jar_set_aside",
+    "jar_login",
     "due",
     "items_ack",
     "items_add",
@@ -165,6 +166,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     SET_ASIDE_LUA: str
     JAR_MERGE_LUA: str
     JAR_SET_ASIDE_LUA: str
+    JAR_LOGIN_LUA: str
     DUE_LUA: str
     ITEMS_ACK_LUA: str
     ITEMS_ADD_LUA: str

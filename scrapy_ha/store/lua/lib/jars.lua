@@ -1,6 +1,7 @@
 -- lib/jars: the shared cookie jars of a crawl, one hash (scrapy_ha/store/jars.py):
 -- 'jar:<key>' -> JSON {cookie id: cookie}, 'v:<key>' -> the jar's version, and
--- 'bad-jar:<key>' -> a jar that was not JSON, set aside (kept for a look, never read again).
+-- 'bad-jar:<key>' -> a jar that was not JSON, set aside (kept for a look, never read again),
+-- 'login:<key>' -> the state of the jar's logins (jar_login.lua).
 --
 -- jar_read(cookies, field)
 --   KEYS: cookies, the crawl's cookies hash (the caller's KEYS[i])
@@ -47,7 +48,8 @@ end
 --   KEYS: cookies, the crawl's cookies hash (the caller's KEYS[i])
 --   Drops every jar's session cookies (no expiry: http.cookiejar marks them 'discard') and
 --   its expired ones (expires <= now_s); a jar left empty is deleted; a jar that is not JSON
---   is left to the worker that reads it next (it sets it aside).
+--   is left to the worker that reads it next (it sets it aside); the jars' login states go
+--   (the next run's first expiry logs in anew).
 --   Returns the number of cookies dropped.
 --   Rule: a session belongs to the run that opened it; the cookies that last stay.
 local function end_sessions(cookies, now_s)
@@ -56,6 +58,7 @@ local function end_sessions(cookies, now_s)
   for i = 1, #all, 2 do
     local ok, jar = false, nil
     if string.sub(all[i], 1, 4) == 'jar:' then ok, jar = pcall(cjson.decode, all[i + 1]) end
+    if string.sub(all[i], 1, 6) == 'login:' then redis.call('HDEL', cookies, all[i]) end
     if ok and type(jar) == 'table' then
       local kept, n = {}, 0
       for id, c in pairs(jar) do

@@ -1,0 +1,174 @@
+"""One login per expiry of a shared cookie session: :func:`login_once`.
+
+When a site's session expires, every request in flight meets the expiry (a redirect to the
+login form), on every worker. A spider that logs in again on each such answer logs in once
+per request in flight: dozens of logins for one expiry, which sites notice. With
+:func:`login_once` the first of them logs in and the others wait for that login's answer;
+then each page goes again with the new session (the shared jar carries it to every worker).
+
+The login is downloaded at once, through the downloader middlewares (the cookies it sets
+are shared, its redirects followed), not through the scheduler: the pages waiting for it
+hold their leases, and a login queued behind them in Redis could wait for a free lease
+that none of them gives back.
+
+The state of each jar's login is one field of the crawl's cookies hash
+(``lua/jar_login.lua``): the epoch of the last login, and whether its answer came. Each
+request is sent with the epoch of the session its worker's copy of the jar holds
+(``_ha_login_epoch``), so a request that met the expiry with the session of an older login
+is sent again without a new login, and one that met it with the newest logs in again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy_ha import metakeys
+from scrapy_ha.middlewares.cookies import shared_cookies
+from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
+from scrapy_ha.store.jars import jar_field
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from scrapy import Request, Spider
+    from scrapy.http import Response
+
+__all__ = ["LOGIN_TIMEOUT", "MAX_LOGINS_MET", "LoginFailed", "login_once"]
+
+logger = logging.getLogger(__name__)
+
+#: How long a login may take (its request sent, its answer back) before another request that
+#: meets the expiry logs in instead (seconds): the worker may have died with it.
+LOGIN_TIMEOUT = 60.0
+#: How many times one page may be sent again after a login before :class:`LoginFailed`
+#: (a login that never opens a session: wrong credentials, a changed form).
+MAX_LOGINS_MET = 5
+#: The first and the longest pause between two looks at a login in flight (seconds).
+FIRST_PAUSE, LONGEST_PAUSE = 0.1, 1.0
+#: What Scrapy's redirect middleware adds to a redirected request's meta.
+REDIRECT_KEYS = ("redirect_urls", "redirect_reasons", "redirect_times", "redirect_ttl")
+
+
+class LoginFailed(Exception):
+    """A page met the login form again after every one of its last logins answered."""
+
+
+async def login_once(
+    spider: Spider,
+    response: Response,
+    login: Request | Callable[[], Awaitable[Any]],
+    *,
+    retry: Request | None = None,
+    timeout: float = LOGIN_TIMEOUT,
+) -> Request:
+    """The page that met the expiry of its session, to send again once a login answered:
+    *response* is the answer that says so (the login form the page was redirected to).
+
+    Of the requests that meet one expiry, on every worker, one logs in: it downloads
+    *login* at once through the downloader middlewares (its redirects followed; its
+    callback is not called), or awaits it when it is an async function of no arguments
+    (a login of several steps, each ``await self.crawler.engine.download_async(...)``).
+    The others wait for that login's answer. Then each gets its page again, to yield::
+
+        async def parse(self, response):
+            if "/login" in response.url:
+                login = FormRequest.from_response(response, formdata=CREDENTIALS)
+                yield await login_once(self, response, login)
+                return
+            ...
+
+    The page again is *retry*, by default *response*'s request before its redirects, with
+    ``dont_filter=True``. A login whose answer does not come within *timeout* seconds (its
+    worker was killed) is taken over by the next request that meets the expiry. A page that
+    meets the login form again after :data:`MAX_LOGINS_MET` logins raises
+    :class:`LoginFailed` (wrong credentials log in again and again otherwise). Without shared
+    cookies (another scheduler, ``HA_SHARED_COOKIES = False``) or with Redis out of reach,
+    this request logs in, as a spider without this helper would.
+    """
+    if timeout <= 0:
+        raise ValueError(f"login_once: timeout must be above 0 seconds, got {timeout!r}")
+    page = response.request
+    if page is None:
+        raise ValueError(f"login_once: {response} has no request (a response made by hand?)")
+    again = _again(page, retry)
+    met = int(again.meta.get(metakeys.LOGINS_MET, 0))
+    if met >= MAX_LOGINS_MET:
+        raise LoginFailed(
+            f"{again.url} met the login form again after {met} logins: the login does not "
+            "open a session (its credentials, its form?)"
+        )
+    again.meta[metakeys.LOGINS_MET] = met + 1
+    key = response.meta.get("cookiejar")
+    owner, jars = shared_cookies(spider, page)
+    if owner is None or jars is None:
+        await _log_in(spider, login, key)
+        return again
+    sent = int(response.meta.get(metakeys.LOGIN_EPOCH, 0))
+    pause, waited = FIRST_PAUSE, False
+    while True:
+        try:
+            action, epoch, version = await jars.login_step(key, "claim", sent, int(timeout * 1000))
+        except REDIS_DOWN_ERRORS as exc:
+            logger.warning(
+                "Could not coordinate the login of cookie jar %s with the other workers "
+                "(%s): this request logs in",
+                jar_field(key),
+                type(exc).__name__,
+            )
+            await _log_in(spider, login, key)
+            return again
+        if action == 2:
+            logger.info(
+                "The session of cookie jar %s expired (met by %s): this worker logs in "
+                "(login %d of the jar; the page was sent with the session of login %d)",
+                jar_field(key),
+                response.url,
+                epoch,
+                sent,
+            )
+            jars.count("ha/cookies/logins")
+            try:
+                await _log_in(spider, login, key)
+            finally:  # answered or failed: the waiting pages go again (and may log in)
+                await owner.login_done(key, epoch)
+            version = jars.version(key)
+        elif action == 1:
+            jars.count("ha/cookies/login_waits" if waited else "ha/cookies/login_retries")
+        else:
+            waited = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, LONGEST_PAUSE)
+            continue
+        if version > again.meta.get(metakeys.COOKIES_VERSION, 0):
+            again.meta[metakeys.COOKIES_VERSION] = version
+        return again
+
+
+async def _log_in(spider: Spider, login: Request | Callable[[], Awaitable[Any]], key: Any) -> None:
+    """Download *login* now (not through the scheduler), or run it when it is a function."""
+    if callable(login):
+        await login()
+        return
+    meta = {**login.meta, "dont_retry": True}
+    if key is not None:
+        meta.setdefault("cookiejar", key)
+    answer = await spider.crawler.engine.download_async(login.replace(meta=meta))
+    logger.info("Logged in with %s: HTTP %d from %s", login, answer.status, answer.url)
+
+
+def _again(page: Request, retry: Request | None) -> Request:
+    """The request that met the expiry (*page*, the last of its redirects, or the user's
+    *retry*), to send again (unfiltered, a new attempt)."""
+    if retry is None:
+        retry = page
+        urls = retry.meta.get("redirect_urls")
+        if urls:
+            retry = retry.replace(url=urls[0])
+            for name in REDIRECT_KEYS:
+                retry.meta.pop(name, None)
+    retry = retry.replace(dont_filter=True)
+    for name in metakeys.STRIPPED:
+        retry.meta.pop(name, None)
+    return retry

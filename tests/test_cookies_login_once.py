@@ -1,0 +1,281 @@
+"""One login per expiry of a shared cookie session (``scrapy_ha.cookies.login_once``).
+
+A spider that logs in again wherever it meets the login form logged in once per request in
+flight at each expiry, on every worker (a QA crawl: 117 logins for about 5 expiries with 3
+workers). With ``login_once`` one request logs in and the others wait for its answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+import pytest
+import redis.asyncio
+from scrapy import Request
+from scrapy.http import HtmlResponse
+from scrapy.utils.defer import deferred_f_from_coro_f
+
+from scrapy_ha import metakeys
+from scrapy_ha.cookies import LoginFailed, login_once
+from scrapy_ha.keys import Keys
+from scrapy_ha.middlewares.logins import MAX_LOGINS_MET, _again
+from scrapy_ha.store.jars import SharedJars, login_epoch
+from tests.scrapy_project import crawl, write_project
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+PAGES = 240
+#: The site ends every session after this many pages answered.
+EXPIRE_EVERY = 60
+#: How each worker logs in: with a request, or with a function of its own steps.
+LOGINS = ("request", "function")
+
+
+class _Site:
+    """Pages that need a session; every EXPIRE_EVERY pages answered, every session ends."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sessions: set[str] = set()
+        self.logins = 0
+        self.expiries = 0
+        self.answered = 0
+        self.served: dict[int, int] = {}
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] == "/login":
+                    form = '<form action="/login" method="post"><input name="user"></form>'
+                    return self._send(200, form)
+                if not site.session_of(self.headers.get("Cookie") or ""):
+                    return self._send(302, "", location=f"/login?next={self.path}")
+                if self.path.startswith("/page/"):
+                    time.sleep(0.02)  # requests are in flight when the session ends
+                    site.answer(int(self.path.rsplit("/", 1)[1]))
+                    return self._send(200, f"<h1>{self.path.rsplit('/', 1)[1]}</h1>")
+                return self._send(200, "welcome")
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if parse_qs(body.decode()).get("user") != ["alice"]:
+                    return self._send(403, "bad login")
+                session = secrets.token_hex(8)
+                with site.lock:
+                    site.logins += 1
+                    site.sessions.add(session)
+                self._send(302, "", location="/welcome", cookie=f"session={session}; Path=/")
+
+            def _send(self, status: int, body: str, **headers: str) -> None:
+                data = f"<html><body>{body}</body></html>".encode()
+                self.send_response(status)
+                if "location" in headers:
+                    self.send_header("Location", headers["location"])
+                if "cookie" in headers:
+                    self.send_header("Set-Cookie", headers["cookie"])
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def session_of(self, cookie: str) -> bool:
+        values = dict(p.strip().split("=", 1) for p in cookie.split(";") if "=" in p)
+        with self.lock:
+            return values.get("session") in self.sessions
+
+    def answer(self, page: int) -> None:
+        with self.lock:
+            self.served[page] = self.served.get(page, 0) + 1
+            self.answered += 1
+            if self.answered % EXPIRE_EVERY == 0 and self.answered < PAGES:
+                self.sessions.clear()
+                self.expiries += 1
+
+
+SPIDER = """
+import scrapy
+from scrapy.http import FormRequest
+from scrapy_ha.cookies import login_once
+
+JAR = {"cookiejar": 1}
+
+
+class Relogin(scrapy.Spider):
+    name = "relogin"
+
+    async def start(self):
+        yield scrapy.Request(f"{self.base}/login", callback=self.form, meta=JAR)
+
+    def form(self, response):
+        yield FormRequest.from_response(
+            response, formdata={"user": "alice"}, callback=self.first, meta=JAR
+        )
+
+    def first(self, response):
+        for n in range(1, int(self.pages) + 1):
+            yield scrapy.Request(f"{self.base}/page/{n}", meta=JAR)
+
+    async def parse(self, response):
+        if "/login?" in response.url:
+            login = FormRequest.from_response(response, formdata={"user": "alice"})
+            if self.login == "function":  # a login of its own steps
+                async def steps():
+                    await self.crawler.engine.download_async(login.replace(meta=JAR))
+                yield await login_once(self, response, steps)
+            else:
+                yield await login_once(self, response, login)
+            return
+        yield {"page": int(response.css("h1::text").get())}
+"""
+
+
+def test_a_session_that_expires_under_two_workers_costs_one_login_per_expiry(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """Two workers of 8 requests each: at each of the 3 expiries about 16 requests meet the
+    login form; one logs in (with a request on one worker, a function on the other), the
+    others go again with its session once it answered. Every page is scraped, each by one
+    item. (A spider that logs in wherever it meets the form: 74 to 98 logins here.)"""
+    site = _Site()
+    project = write_project(
+        tmp_path / "project",
+        "relogin",
+        SPIDER,
+        f'REDIS_URL = "{redis_url}"\nCONCURRENT_REQUESTS = 8\nHA_PREFETCH = 8\n',
+    )
+    try:
+        workers = [
+            crawl(
+                project,
+                "relogin",
+                tmp_path / f"w{i}.log",
+                args={"base": site.url, "pages": str(PAGES), "login": LOGINS[i]},
+                settings={"FEEDS": json.dumps({str(tmp_path / f"w{i}.jl"): {"format": "jsonl"}})},
+            )
+            for i in range(2)
+        ]
+        codes = [w.wait(300) for w in workers]
+    finally:
+        site.server.shutdown()
+        site.server.server_close()
+    logs = "\n".join((tmp_path / f"w{i}.log").read_text() for i in range(2))
+    assert codes == [0, 0], logs[-4000:]
+    items = [
+        json.loads(line)["page"]
+        for i in range(2)
+        if (tmp_path / f"w{i}.jl").exists()
+        for line in (tmp_path / f"w{i}.jl").read_text().splitlines()
+    ]
+    missing = sorted(set(range(1, PAGES + 1)) - set(items))
+    twice = sorted(p for p in set(items) if items.count(p) > 1)
+    assert (missing, twice) == ([], []), logs[-4000:]
+    assert site.expiries == PAGES // EXPIRE_EVERY - 1
+    # the first login (the spider's own) and one per expiry
+    assert site.logins == site.expiries + 1, (site.logins, site.expiries, logs[-4000:])
+    assert "'ha/cookies/login_waits'" in logs, "no request waited for another's login"
+
+
+def _page(url: str, **meta: Any) -> HtmlResponse:
+    return HtmlResponse(url, body=b"<html></html>", request=Request(url, meta=meta))
+
+
+@deferred_f_from_coro_f
+async def test_one_claim_logs_in_the_others_wait_then_go_again(redis_url: str) -> None:
+    """The login state in Redis: the first claim logs in (epoch 1), a second waits while it
+    is in flight, and goes again (with the jar's version) once its answer came; a request
+    sent with that newer session that meets the expiry logs in again (epoch 2)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    jars = SharedJars(client, Keys("ha", "claims"))
+    try:
+        assert await jars.login_step(1, "claim", 0, 60_000) == [2, 1, 0]
+        assert (await jars.login_step(1, "claim", 0, 60_000))[0] == 0
+        marked, epoch, version = await jars.login_step(1, "done", 1)
+        assert (marked, epoch, version) == (1, 1, 1)
+        assert await jars.login_step(1, "claim", 0, 60_000) == [1, 1, 1]
+        assert await jars.login_step(1, "done", 1) == [0, 1, 1], "a login is done once"
+        assert await jars.login_step(1, "claim", 1, 60_000) == [2, 2, 1]
+        await jars.load(1)
+        assert jars.epochs == {"1": 1}, "a login in flight: the jar holds the last done one's"
+    finally:
+        await client.aclose()
+
+
+@deferred_f_from_coro_f
+async def test_a_login_whose_answer_never_comes_is_taken_over(redis_url: str) -> None:
+    """Its worker was killed: after the timeout the next claim logs in (a new epoch), and
+    the late answer of the first, if it ever comes, no longer counts."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    jars = SharedJars(client, Keys("ha", "takeover"))
+    try:
+        assert (await jars.login_step(None, "claim", 0, 200))[:2] == [2, 1]
+        assert (await jars.login_step(None, "claim", 0, 200))[0] == 0
+        await asyncio.sleep(0.3)
+        assert (await jars.login_step(None, "claim", 0, 200))[:2] == [2, 2]
+        assert (await jars.login_step(None, "done", 1))[0] == 0
+        assert (await jars.login_step(None, "done", 2))[0] == 1
+    finally:
+        await client.aclose()
+
+
+def test_the_page_sent_to_the_login_form_goes_again_as_it_was() -> None:
+    """By default the request again is the first of the redirect chain, without the
+    redirect's meta (and what belongs to one attempt), unfiltered."""
+    redirected = _page(
+        "http://shop.test/login",
+        redirect_urls=["http://shop.test/page/7"],
+        redirect_times=1,
+        redirect_reasons=[302],
+        cookiejar=1,
+        **{metakeys.LOGIN_EPOCH: 3, metakeys.COOKIES_VERSION: 5},
+    )
+    again = _again(redirected.request, None)
+    assert again.url == "http://shop.test/page/7"
+    assert again.dont_filter
+    assert again.meta == {"cookiejar": 1, metakeys.COOKIES_VERSION: 5}
+    assert redirected.request.meta["redirect_urls"], "the response's request is left alone"
+
+
+def test_login_epochs_read_from_the_field() -> None:
+    assert login_epoch(None) == 0
+    assert login_epoch(b"3 done 0") == 3
+    assert login_epoch(b"4 run 1733000000000") == 3
+    assert login_epoch(b"garbage") == 0
+
+
+@deferred_f_from_coro_f
+async def test_a_timeout_of_nothing_is_refused() -> None:
+    class _Spider:
+        crawler = None
+
+    response = _page("http://shop.test/login", cookiejar=2)
+    login = Request("http://shop.test/login", method="POST")
+    with pytest.raises(ValueError, match="timeout must be above 0"):
+        await login_once(_Spider(), response, login, timeout=0)  # type: ignore[arg-type]
+
+
+@deferred_f_from_coro_f
+async def test_a_page_that_meets_the_login_form_after_every_login_fails() -> None:
+    """Wrong credentials would log in again and again: the page's count of logins met."""
+
+    class _Spider:
+        crawler = None
+
+    page = _page("http://shop.test/login", **{metakeys.LOGINS_MET: MAX_LOGINS_MET})
+    with pytest.raises(LoginFailed, match="after 5 logins"):
+        await login_once(_Spider(), page, Request("http://shop.test/login"))  # type: ignore[arg-type]
