@@ -5,7 +5,7 @@ them all (2 s and 50 MB more here; 1 M: ten times that) to print ten lines."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -37,20 +37,20 @@ def test_delayed_list_with_a_limit_reads_one_batch_of_a_large_set(redis_url, red
     out = listed.stdout.splitlines()
     assert [line.split()[-1] for line in out[1:-1]] == [u for u, _, _ in rows[:3]]
     assert out[-1] == "3 delayed requests listed (3 retries)"
-    assert _calls(redis_client, "zrange") == 1  # one batch read, of the 4 the set holds
+    assert _calls(redis_client, "zrangebyscore") == 1  # one batch read, of the 4 the set holds
     # a filter reads on until the limit is met: the one match is the last entry
     redis_client.config_resetstat()
     only = scrapy_ha(
         "delayed", "list", "books", "--class", "network", "--limit", "1", "--redis-url", redis_url
     )
     assert only.stdout.splitlines()[1].split()[-1] == "http://b.example/last"
-    assert _calls(redis_client, "zrange") == 4
+    assert _calls(redis_client, "zrangebyscore") == 7  # the first, then 2 a batch after it
     # one id made due: read by its id, not the set
     redis_client.config_resetstat()
     cli = ("delayed", "retry-now", "books", ids[7], "--yes", "--redis-url", redis_url)
     done = scrapy_ha(*cli)
     assert done.stdout.startswith("made 1 of 1 delayed request of books due now"), done.stderr
-    assert _calls(redis_client, "zrange") == 0
+    assert _calls(redis_client, "zrange") + _calls(redis_client, "zrangebyscore") == 0
     assert redis_client.zcard("ha:{books}:delayed") == n
     missing = scrapy_ha(
         "delayed", "retry-now", "books", "999999", "--yes", "--redis-url", redis_url
@@ -130,3 +130,60 @@ async def _two_shards_delayed(redis_url: str) -> tuple[ShardedQueue, int]:
     for i, x in enumerate(await lease_all(q)):
         assert await q.retry_later(x.id, x.token, HOUR + 1000 * i, x.payload, 0, "s")
     return q, n
+
+
+class _PromotedAtTheRead:
+    """A shard's real client, and a worker that promotes the 100 soonest delayed entries
+    just as the listing reads its second batch (after it found where that batch begins)."""
+
+    def __init__(self, client: Any, key: str) -> None:
+        self._client, self._key, self.reads = client, key, 0
+        self.promoted: list[bytes] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def _batch_read(self) -> None:
+        self.reads += 1
+        if self.reads == 2:
+            self.promoted += [m for m, _ in await self._client.zpopmin(self._key, 100)]
+
+    async def zrange(self, *args: Any, **kwargs: Any) -> Any:
+        await self._batch_read()
+        return await self._client.zrange(*args, **kwargs)
+
+    async def zrangebyscore(self, *args: Any, **kwargs: Any) -> Any:
+        await self._batch_read()
+        return await self._client.zrangebyscore(*args, **kwargs)
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = self._client.pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        async def read(*a: Any, **k: Any) -> Any:
+            if any(command[0][0] == "ZRANGEBYSCORE" for command in pipe.command_stack):
+                await self._batch_read()
+            return await execute(*a, **k)
+
+        pipe.execute = read
+        return pipe
+
+
+@deferred_f_from_coro_f
+async def test_entries_promoted_as_the_next_batch_is_read_shift_no_other_out(redis_url):
+    """The rank of the next batch was found, then workers promoted entries before the read
+    at that rank: as many entries as were promoted were never listed (100 after each of the
+    first batches, 200 of 2,400 here). Read by score after the last entry, none is."""
+    from scrapy_ha.cli.delayed import in_order
+
+    q, n = await _two_shards_delayed(redis_url)
+    racing = []
+    for shard in q.shards:
+        racing.append(_PromotedAtTheRead(shard.client, shard.keys.delayed))
+        shard.client = racing[-1]
+    listed = [d.id async for d in in_order(q)]
+    assert sum(len(r.promoted) for r in racing) == 200  # of the first batches, listed before
+    assert len(listed) == len(set(listed))
+    assert len(listed) == n, f"{n - len(listed)} never listed"
+    for r in racing:
+        await r._client.aclose()

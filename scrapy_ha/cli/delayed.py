@@ -29,7 +29,7 @@ from scrapy_ha.ops.waiting import HELD_KINDS
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.sharding import shards_of
 from scrapy_ha.store.shards import ShardedQueue, outside
-from scrapy_ha.store.zpaging import rank_after
+from scrapy_ha.store.zpaging import by_score
 
 if TYPE_CHECKING:
     import argparse
@@ -104,15 +104,12 @@ async def _outside(shard: int, queue: RedisQueue) -> AsyncGenerator[Delayed]:
 
 
 async def _shard_entries(queue: RedisQueue) -> AsyncGenerator[Delayed]:
-    client, key, start = queue.client, queue.keys.delayed, 0
-    while True:
-        rows = await client.zrange(key, start, start + BATCH - 1, withscores=True)
-        if not rows:
-            return
+    """One shard's delayed entries, soonest due first, each batch read by score after the
+    last one read (``zpaging.by_score``): entries promoted meanwhile move no other."""
+    async for rows in by_score(queue.client, queue.keys.delayed, batch=BATCH):
         ids = [r[0].decode() if isinstance(r[0], bytes) else str(r[0]) for r in rows]
         for d in await _read(queue, ids, [score for _, score in rows]):
             yield d
-        start = await rank_after(client, key, rows[-1], BATCH)  # (promoted meanwhile)
 
 
 async def _read(queue: RedisQueue, ids: list[str], scores: list[float]) -> list[Delayed]:

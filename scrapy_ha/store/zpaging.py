@@ -6,8 +6,8 @@ entries; a dead-letter queue at its cap drops its oldest), and may read one agai
 one that finds the rank after its last entry first, as entries leave between that call
 and the read (a dead-letter queue at its cap: 60 to 80 of 20,000 skipped). The next batch
 is read by score instead, after the last entry read (:func:`rows_after`), at no offset, in
-one round trip; :func:`by_score` walks a set so. (:func:`rank_after`, the rank after the
-last entry read, is what ``delayed list`` still reads by.)
+one round trip; :func:`by_score` walks a set so (the dead-letter listings, ``report``,
+``delayed list``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-__all__ = ["by_score", "rank_after", "rows_after"]
+__all__ = ["by_score", "rows_after"]
 
 
 async def by_score(
@@ -38,33 +38,6 @@ async def by_score(
     while rows := [row for row in rows if high == "+inf" or row[1] <= float(high)]:
         yield rows
         rows = await rows_after(client, key, rows[-1], high, batch)
-
-
-async def rank_after(client: Any, key: str, last: tuple[Any, float], batch: int = 500) -> int:
-    """The rank now of the entry after *last* (member, score) in the sorted set *key*:
-    past *last* itself, or, if it left the set or holds another score now (a delayed entry
-    due again later, a dead letter requeued that failed again: the entries between its two
-    scores would be skipped, or read twice), past the entries scored before that score or
-    scored as it and named before it (Redis orders equal scores by member)."""
-    member, score = last
-    pipe = client.pipeline(transaction=False)  # (one round trip; a cluster: one slot)
-    pipe.zscore(key, member)
-    pipe.zrank(key, member)
-    now, rank = await pipe.execute()
-    if rank is not None and now is not None and float(now) == score:
-        return int(rank) + 1
-    start = int(await client.zcount(key, "-inf", f"({score!r}"))
-    member = _bytes(member)
-    while True:  # the entries scored as it: those named before it were read
-        rows = await client.zrange(key, start, start + batch - 1, withscores=True)
-        before = 0
-        for name, scored in rows:
-            if scored != score or _bytes(name) > member:
-                return start + before
-            before += 1
-        start += before
-        if len(rows) < batch:
-            return start
 
 
 async def rows_after(
