@@ -212,6 +212,9 @@ async def test_one_claim_logs_in_the_others_wait_then_go_again(redis_url: str) -
         assert await jars.login_step(1, "claim", 1, 60_000) == [2, 2, 1]
         await jars.load(1)
         assert jars.epochs == {"1": 1}, "a login in flight: the jar holds the last done one's"
+        # the hash gone (its TTL) while workers hold epoch 2: the next login is past it
+        await client.delete(jars.keys.cookies)
+        assert await jars.login_step(1, "claim", 2, 60_000) == [2, 3, 0]
     finally:
         await client.aclose()
 

@@ -34,8 +34,11 @@ local now = now_ms()
 if state == 'run' and now < deadline then return {0, epoch, version} end
 local done = epoch
 if state == 'run' then done = epoch - 1 end
-if done > tonumber(ARGV[4]) then return {1, done, version} end
-epoch = epoch + 1
+local sent = tonumber(ARGV[4])
+if done > sent then return {1, done, version} end
+-- past the request's epoch too: a hash that expired (HA_COOKIES_TTL) or was cleared starts
+-- again from 0 while workers still hold later epochs
+epoch = math.max(epoch, sent) + 1
 redis.call('HSET', KEYS[1], field, epoch .. ' run ' .. (now + tonumber(ARGV[5])))
 if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
 return {2, epoch, version}
