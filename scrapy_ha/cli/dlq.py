@@ -105,9 +105,14 @@ CLASS_WIDTH = 24
 
 def _cut(text: str, width: int) -> str:
     """*text* on one line (a reason may hold a traceback's newlines), cut to *width* once
-    what a terminal would act on is escaped (escaped after the cut, it overflowed)."""
+    what a terminal would act on is escaped (escaped after the cut, it overflowed), never
+    inside an escape (``\\u001b`` cut to ``\\u0``)."""
     line = visible(" ".join(text.split()))
-    return line if len(line) <= width else line[: width - 1] + "…"
+    if len(line) <= width:
+        return line
+    end = width - 1
+    escape = line.rfind("\\u", max(0, end - 5), end + 1)  # one cut in two reads as garbage:
+    return line[: end if escape == -1 else escape] + "…"  # the whole of it goes
 
 
 FILTERS = ("failure_class", "domain", "reason", "status", "since", "until")
