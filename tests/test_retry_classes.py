@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
@@ -535,6 +537,42 @@ def test_a_429_whose_count_is_garbage_still_closes_its_domain():
     request = Request("https://example.com/x", meta={"ha_retries": {"rate_limited": float("inf")}})
     middleware.process_response(request, response(429))
     assert request.meta["ha_outcome"]["class"] == "rate_limited" and gates.gates == [3.0]
+
+
+class _SkewedGates(_Gates):
+    """The scheduler of a worker whose clock is *skew_s* ahead of the Redis server's (the
+    server's clock is what ``server_time_ms`` estimates from each sync's round trip)."""
+
+    def __init__(self, skew_s: float) -> None:
+        super().__init__()
+        self.skew_s = skew_s
+
+    def server_time_ms(self) -> int:
+        return int((time.time() - self.skew_s) * 1000)
+
+
+@pytest.mark.parametrize("skew_s", [-600.0, -30.0, 0.0, 30.0, 600.0])
+def test_a_retry_after_date_without_date_is_read_by_the_crawls_clock(skew_s):
+    """A 429 whose Retry-After is an HTTP date and which has no Date header is read against
+    the crawl's clock (Redis's), not the worker's: a QA run with libfaketime, a site 40 s
+    ahead, closed the domain for every worker for 612.9 s from a worker 10 minutes behind,
+    and for none from one 10 minutes ahead."""
+    from email.utils import formatdate  # noqa: PLC0415
+
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.registry import register  # noqa: PLC0415
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    crawler = get_crawler(settings_dict={"HA_RETRY_JITTER": 0})
+    gates = _SkewedGates(skew_s)
+    register(crawler, gates)  # type: ignore[arg-type]
+    middleware = RetryMiddleware.from_crawler(crawler)
+    server_now = gates.server_time_ms() / 1000
+    answer = response(429, {"Retry-After": formatdate(server_now + 40, usegmt=True)})
+    assert isinstance(middleware.process_response(Request(answer.url), answer), Request)
+    assert len(gates.gates) == 1 and 38.5 <= gates.gates[0] <= 40.0
+    assert retry_after_seconds(answer, server_now) == pytest.approx(40.0, abs=1.5)
 
 
 @pytest.mark.parametrize(

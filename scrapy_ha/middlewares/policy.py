@@ -149,8 +149,11 @@ def _delay(
     return policy.backoff(attempt, config.jitter, rand)
 
 
-def retry_after_seconds(response: Response) -> float | None:
-    """Retry-After in seconds (a number, or an HTTP date relative to the response's Date)."""
+def retry_after_seconds(response: Response, now: float | None = None) -> float | None:
+    """Retry-After in seconds (a number, or an HTTP date relative to the response's Date;
+    without a readable Date, to *now*: the crawl's clock, Redis's, in seconds since the
+    epoch, which the retry middleware passes, so that a worker whose own clock is off does
+    not close the domain for minutes, or not at all; None: this machine's clock)."""
     value = response.headers.get(b"Retry-After")
     if not value:
         return None
@@ -162,11 +165,12 @@ def retry_after_seconds(response: Response) -> float | None:
     except _UNREADABLE:
         return None
     date = response.headers.get(b"Date")
+    clock = time.time() if now is None else now
     try:
-        now = parsedate_to_datetime(date.decode("latin-1")).timestamp() if date else time.time()
+        sent = parsedate_to_datetime(date.decode("latin-1")).timestamp() if date else clock
     except _UNREADABLE:
-        now = time.time()
-    return max(0.0, when - now)
+        sent = clock
+    return max(0.0, when - sent)
 
 
 def error_verdict(request: Request, error: Exception) -> Verdict:

@@ -141,7 +141,7 @@ class RetryMiddleware:
             fclass,
             f"HTTP {response.status}",
             status=response.status,
-            retry_after=retry_after_seconds(response),
+            retry_after=retry_after_seconds(response, _who_and_when(self.crawler)[1] / 1e3),
         )
         return self._handle(request, failure) or response
 
