@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from scrapy_ha.store.wire import Counts, SyncResult
 
-__all__ = ["FUTILE_SECONDS", "Remote", "leasable_head"]
+__all__ = ["FUTILE_SECONDS", "SKEW_WARN_MS", "Remote", "leasable_head", "warn_skew"]
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,10 @@ logger = logging.getLogger(__name__)
 #: :func:`leasable_head`): a domain's limit frees it within about that, and the engine is
 #: held back at most once per this period for one that stays parked.
 FUTILE_SECONDS = 1.0
+
+#: How far (ms) this machine's clock may be from the Redis server's before the worker says
+#: so when it joins (:func:`warn_skew`); the round trip counts in the measure.
+SKEW_WARN_MS = 5_000.0
 
 #: (minus a priority, until when, by time.monotonic()): see :func:`leasable_head`.
 Futile = tuple[int, float]
@@ -62,6 +66,7 @@ class Remote:
         its first sync: a visit may end before it)."""
         if counts.now_ms:
             self.server_offset_ms = counts.now_ms - time.time() * 1000
+            warn_skew(self.server_offset_ms)
         self.waiting = counts.pending + counts.delayed
         self.pending = counts.pending
         self.active = counts.pending + counts.leased + counts.delayed
@@ -85,6 +90,22 @@ class Remote:
         if result.paused != self.paused:
             self.paused = result.paused
             logger.info("crawl %s by operator", "paused" if self.paused else "resumed")
+
+
+def warn_skew(offset_ms: float) -> None:
+    """One WARNING when the Redis server's clock minus this machine's, *offset_ms*, is
+    ``SKEW_WARN_MS`` or more either way: the crawl keeps its times by Redis's clock, but
+    the worker's log lines and Scrapy's (Twisted's) own timers go by this machine's."""
+    if not abs(offset_ms) >= SKEW_WARN_MS:  # (nan: no warning)
+        return
+    logger.warning(
+        "This machine's clock is %.1f s %s the Redis server's: leases, retries, gates, "
+        "revisits and rates go by Redis's clock, so the crawl does not depend on it, but "
+        "this worker's log lines do, and so do Scrapy's own timers (a clock set forward "
+        "times out the downloads on their way); sync it (NTP)",
+        abs(offset_ms) / 1000,
+        "behind" if offset_ms > 0 else "ahead of",
+    )
 
 
 def leasable_head(
