@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scrapy_ha.store.wire import Counts, SyncResult
 
-__all__ = ["FUTILE_SECONDS", "SKEW_WARN_MS", "Remote", "leasable_head", "warn_skew"]
+__all__ = ["FUTILE_SECONDS", "SKEW_WARN_MS", "ClockSteps", "Remote", "leasable_head", "warn_skew"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,24 @@ SKEW_WARN_MS = 5_000.0
 
 #: (minus a priority, until when, by time.monotonic()): see :func:`leasable_head`.
 Futile = tuple[int, float]
+
+
+@dataclass
+class ClockSteps:
+    """Steps of this machine's clock: its wall clock moved against its monotonic one (an
+    NTP step, a VM resumed, an operator's ``date -s``), seen from one sync to the next."""
+
+    wall: float = 0.0
+    mono: float = 0.0
+
+    def moved(self, wall: float | None = None, mono: float | None = None) -> float:
+        """Seconds the wall clock moved since the last call beyond what the monotonic clock
+        did (forward: positive; 0.0 at the first call)."""
+        wall = time.time() if wall is None else wall
+        mono = time.monotonic() if mono is None else mono
+        moved = (wall - self.wall) - (mono - self.mono) if self.mono else 0.0
+        self.wall, self.mono = wall, mono
+        return moved
 
 
 @dataclass
@@ -54,6 +72,8 @@ class Remote:
     engine_view: tuple[bool, bool] | None = None
     #: see :func:`leasable_head`
     futile: Futile | None = None
+    #: this machine's clock set forward or back while the worker runs
+    steps: ClockSteps = field(default_factory=ClockSteps)
 
     @property
     def holding(self) -> bool:
@@ -67,6 +87,7 @@ class Remote:
         if counts.now_ms:
             self.server_offset_ms = counts.now_ms - time.time() * 1000
             warn_skew(self.server_offset_ms)
+            self.steps.moved()
         self.waiting = counts.pending + counts.delayed
         self.pending = counts.pending
         self.active = counts.pending + counts.leased + counts.delayed
@@ -76,6 +97,8 @@ class Remote:
         sharded round that called no shard has no clock: now_ms 0)."""
         if result.now_ms:
             self.server_offset_ms = result.now_ms - time.time() * 1000
+            if abs(moved := self.steps.moved()) * 1000 >= SKEW_WARN_MS:
+                warn_skew(self.server_offset_ms, moved)
         self.active = result.pending + result.leased + result.delayed
 
     def synced(self, result: SyncResult, *, asked: bool) -> None:
@@ -92,17 +115,19 @@ class Remote:
             logger.info("crawl %s by operator", "paused" if self.paused else "resumed")
 
 
-def warn_skew(offset_ms: float) -> None:
+def warn_skew(offset_ms: float, moved: float = 0.0) -> None:
     """One WARNING when the Redis server's clock minus this machine's, *offset_ms*, is
-    ``SKEW_WARN_MS`` or more either way: the crawl keeps its times by Redis's clock, but
+    ``SKEW_WARN_MS`` or more either way, or when this machine's clock was just set
+    forward or back by *moved* seconds: the crawl keeps its times by Redis's clock, but
     the worker's log lines and Scrapy's (Twisted's) own timers go by this machine's."""
-    if not abs(offset_ms) >= SKEW_WARN_MS:  # (nan: no warning)
+    if not (abs(offset_ms) >= SKEW_WARN_MS or moved):  # (nan: no warning)
         return
     logger.warning(
-        "This machine's clock is %.1f s %s the Redis server's: leases, retries, gates, "
+        "This machine's clock %sis %.1f s %s the Redis server's: leases, retries, gates, "
         "revisits and rates go by Redis's clock, so the crawl does not depend on it, but "
         "this worker's log lines do, and so do Scrapy's own timers (a clock set forward "
         "times out the downloads on their way); sync it (NTP)",
+        f"was set {abs(moved):.1f} s {'forward' if moved > 0 else 'back'} and " if moved else "",
         abs(offset_ms) / 1000,
         "behind" if offset_ms > 0 else "ahead of",
     )
