@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scrapy_ha.scheduler.outbox import BATCH
+from scrapy_ha.scheduler.outbox import batch_end
 from scrapy_ha.store.wire import ChildrenLost
 
 if TYPE_CHECKING:
@@ -70,15 +70,17 @@ async def _store_again(
 ) -> None:
     numbers, children = box.retained.lost(lost.have, held)
     added = refused = 0
-    for i in range(0, len(children), BATCH):
-        part = slice(i, i + BATCH)
+    start = 0
+    while start < len(children):
+        end = batch_end(children, start)
         result = await queue.sync(
-            enqueue=children[part],
+            enqueue=children[start:end],
             lease_ms=lease_ms,
             sender=(box.nonce, 0),
-            numbers=numbers[part],
+            numbers=numbers[start:end],
         )
         added, refused = added + result.added, refused + result.refused
+        start = end
     stats.inc_value("ha/children_stored_again", added)
     logger.warning(
         "Redis at %s lacked %d request(s) it had stored for this worker (%s: a failover to "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import ResponseError
 
 from scrapy_ha.codec import CodecError, decode_request
-from scrapy_ha.scheduler.outbox import BATCH, latest_saves
+from scrapy_ha.scheduler.outbox import BATCH, batch_end, latest_saves
 from scrapy_ha.scheduler.session.ends import kept
 from scrapy_ha.scheduler.session.lost import fenced_sync
 from scrapy_ha.store.dictionary import Dictionaries
@@ -111,9 +111,9 @@ class Syncer:
         if box.loose_items:
             await self._add_loose()
         n_acks, n_ends = len(box.acks), len(box.ends)
-        while len(box.children) > BATCH or (box.children and box.checkpoints):
+        while box.children and (batch_end(box.children) < len(box.children) or box.checkpoints):
             await self.shell.handout.offer()  # then no await until seal: none slips past
-            batch = box.children[:BATCH]
+            batch = box.children[: batch_end(box.children)]
             self.shell.handout.seal(batch, keep=False)  # kept only where a grant covers them
             result = await self._call_sync(enqueue=batch, lease_ms=lease_ms)
             self._sent(result, batch)
