@@ -176,3 +176,39 @@ async def test_a_pages_checkpoint_goes_with_its_items_and_none_is_mid_page(redis
     stats = crawler.stats.get_stats()
     assert stats["ha/checkpoint/saved"] == 5  # one per page, each with its ack
     assert "ha/checkpoint/stale" not in stats
+
+
+class HeavyItems(scrapy.Spider):
+    """Page 2 yields 5 items of 20 KB, past a limit of 50 KB for a page's items."""
+
+    name = "heavy_items"
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [base_url + "/list/1", base_url + "/list/2"]
+
+    def parse(self, response: Any) -> Any:
+        yield {"page": response.url, "n": 0}
+        if response.url.endswith("/list/2"):
+            for n in range(1, 6):
+                yield {"page": response.url, "n": n, "blob": "x" * 20_000}
+
+
+@deferred_f_from_coro_f
+async def test_a_page_whose_items_pass_what_one_call_takes_fails_whole(
+    redis_url, site, monkeypatch
+):
+    """Its items went to Redis whole with its ack: a page of 1 GB of items was sent again
+    and again, never acked (a QA run). Past PAGE_ITEMS_MAX_BYTES it is dead-lettered as
+    unstorable, with one ERROR, and the other pages' items are committed."""
+    monkeypatch.setattr("scrapy_ha.scheduler.items.PAGE_ITEMS_MAX_BYTES", 50_000)
+    crawler = get_crawler(HeavyItems, {**SETTINGS, "REDIS_URL": redis_url})
+    await crawler.crawl_async(base_url=site.url)
+    assert stream(redis_url, "heavy_items") == [{"page": f"{site.url}/list/1", "n": 0}]
+    stats = crawler.stats.get_stats()
+    assert stats["ha/items/unstorable"] == 1
+    assert stats["ha/dead/unstorable"] == 1
+    client = redis.Redis.from_url(redis_url)
+    (info,) = client.hvals("ha:{heavy_items}:dead_info")
+    assert "its page's items pass 50,000 bytes" in json.loads(info)["reason"]
+    client.close()

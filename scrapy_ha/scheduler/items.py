@@ -18,7 +18,7 @@ An item the codec cannot store fails its page, as a child request that cannot be
 does: the page is dead-lettered (class ``unstorable``) when it finishes, never acked
 without it. Whatever encoding the item raises counts (a ``CodecError``, and also a
 ``RecursionError`` for an item that contains itself or a ``ValueError`` for an int of more
-than 4,300 digits).
+than 4,300 digits), and so do a page's items past ``PAGE_ITEMS_MAX_BYTES`` together.
 """
 
 from __future__ import annotations
@@ -42,9 +42,16 @@ if TYPE_CHECKING:
 
     from scrapy_ha.scheduler.outbox import CheckpointSave, Outbox, Pair
 
-__all__ = ["ItemHold"]
+__all__ = ["PAGE_ITEMS_MAX_BYTES", "ItemHold"]
 
 logger = logging.getLogger(__name__)
+
+#: A page's items, encoded, at most (bytes). They go to Redis in the one call that acks the
+#: page, which Redis runs whole while every other client waits (about 12 ms a megabyte: 30
+#: items of 5 MB held it 2 s in a QA run), and a call past 1 GB is refused (Redis's
+#: ``client-query-buffer-limit``): 210 such items were sent again and again, never acked,
+#: the worker's memory at 8 to 10 GB. A page past it fails as ``unstorable``.
+PAGE_ITEMS_MAX_BYTES = 64 * 1024 * 1024
 
 
 def _shown(item: Any) -> str:
@@ -67,6 +74,7 @@ class ItemHold:
         self.outbox = outbox
         self._page_of = page_of  # the unfinished request of a lease (InFlight's)
         self._held: dict[Pair, list[bytes]] = {}
+        self._sizes: dict[Pair, int] = {}  # the bytes of each page's items so far
         crawler.signals.connect(self._scraped, signal=signals.item_scraped)
 
     def __len__(self) -> int:
@@ -89,7 +97,20 @@ class ItemHold:
             self.outbox.loose_items.append(data)  # sent by the next round
             self.stats.inc_value("ha/items/no_page")
             return
-        self._held.setdefault((str(lease[0]), str(lease[1])), []).append(data)
+        pair = (str(lease[0]), str(lease[1]))
+        before = self._sizes.get(pair, 0)
+        self._sizes[pair] = before + len(data)
+        if before > PAGE_ITEMS_MAX_BYTES:  # the page failed already (said once)
+            return
+        if before + len(data) > PAGE_ITEMS_MAX_BYTES:
+            self._held.pop(pair, None)
+            why = (
+                f"its page's items pass {PAGE_ITEMS_MAX_BYTES:,} bytes (PAGE_ITEMS_MAX_BYTES), "
+                "more than one Redis call takes with the page's ack"
+            )
+            self._unstorable(item, lease, CodecError(why))
+            return
+        self._held.setdefault(pair, []).append(data)
 
     def _unstorable(self, item: Any, lease: Any, exc: Exception) -> None:
         page = self._page_of((str(lease[0]), str(lease[1]))) if lease else None
@@ -110,6 +131,7 @@ class ItemHold:
         """The page of lease *pair* is acked: its items (and its task's checkpoint, which
         must not be saved before them) go with the ack."""
         items = self._held.pop(pair, None)
+        self._sizes.pop(pair, None)
         if items is None and checkpoint is None:
             return
         save = (checkpoint.task, checkpoint.doc, checkpoint.ttl_ms) if checkpoint else None
@@ -120,6 +142,7 @@ class ItemHold:
         (a retry yields them again; a failed visit that goes back to its revisits
         (*revisited*), at its next visit; a dead letter, when it is requeued)."""
         items = self._held.pop(pair, None)
+        self._sizes.pop(pair, None)
         if items:
             self.stats.inc_value("ha/items/discarded", len(items))
             logger.info(
@@ -134,10 +157,12 @@ class ItemHold:
         """The page of lease *pair* could not be ended: its lease expires, and whoever
         redoes the page yields its items again."""
         self._held.pop(pair, None)
+        self._sizes.pop(pair, None)
 
     def clear(self) -> None:
         """Forget every page's items (at close: the pages are redone, and yield them again)."""
         self._held.clear()
+        self._sizes.clear()
 
 
 def _again(verdict: Verdict, *, revisited: bool) -> str:
