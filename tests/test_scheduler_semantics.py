@@ -94,6 +94,11 @@ async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
     dead = [json.loads(v) for v in redis_client.hgetall(keys.dead_info).values()]
     assert len(dead) == 5 and {d["class"] for d in dead} == {"unstorable"}
     assert all(f"child {site.url}/item/" in d["reason"] and "handle" in d["reason"] for d in dead)
+    # each names its page's first child, then the next (each refused child replaced the
+    # reason of the one before: only the last was named)
+    firsts = sorted(int(d["reason"].split(" ", 2)[1].rsplit("/", 1)[1].rstrip(":")) for d in dead)
+    assert firsts == [1, 11, 21, 31, 41], [d["reason"] for d in dead]
+    assert all(f"; child {site.url}/item/" in d["reason"] for d in dead)
     logged = [
         r for r in caplog.records if r.levelno >= logging.ERROR and "Cannot store" in r.message
     ]

@@ -360,10 +360,12 @@ class Admission:
             if parent is not None
             else "the request is dropped",
         )
-        if parent is not None:
-            parent.meta[metakeys.OUTCOME] = Verdict.dead(
-                FailureClass.UNSTORABLE, f"child {request.url}: {exc}"
-            )
+        if parent is not None:  # every child it could not store named (the first first)
+            reason = f"child {request.url}: {exc}"
+            told = parent.meta.get(metakeys.OUTCOME)
+            if isinstance(told, Verdict) and told.failure_class == FailureClass.UNSTORABLE:
+                reason = f"{told.reason}; {reason}"
+            parent.meta[metakeys.OUTCOME] = Verdict.dead(FailureClass.UNSTORABLE, reason)
         self.crawler.signals.send_catch_log(
             signal=signals.spider_error,
             failure=Failure(exc),  # type: ignore[no-untyped-call]  # Twisted's Failure is untyped
