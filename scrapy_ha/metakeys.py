@@ -91,8 +91,9 @@ PROXY = "ha_proxy"
 PROXY_SESSION = "ha_proxy_session"
 #: The version of the shared cookie jar the request needs.
 COOKIES_VERSION = "ha_cookies_v"
-#: How many times ``scrapy_ha.cookies.login_once`` sent this page again after a login: at
-#: ``MAX_LOGINS_MET`` it raises ``LoginFailed`` instead (a login that opens no session).
+#: ``[URL, n]``: ``scrapy_ha.cookies.login_once`` sent the page of URL again n times after a
+#: login; at ``MAX_LOGINS_MET`` it raises ``LoginFailed`` instead (a login that opens no
+#: session). Another URL's count (meta copied into a child) does not count.
 LOGINS_MET = "ha_logins_met"
 #: The User-Agent the pool (HA_USER_AGENTS) put on the request's last attempt: the next
 #: attempt picks again (a header of the spider's own differs, and is kept).

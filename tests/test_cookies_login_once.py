@@ -25,7 +25,7 @@ from scrapy.utils.defer import deferred_f_from_coro_f
 from scrapy_ha import metakeys
 from scrapy_ha.cookies import LoginFailed, login_once
 from scrapy_ha.keys import Keys
-from scrapy_ha.middlewares.logins import MAX_LOGINS_MET, _again
+from scrapy_ha.middlewares.logins import MAX_LOGINS_MET, _again, _logins_met
 from scrapy_ha.store.jars import SharedJars, login_epoch
 from tests.scrapy_project import crawl, write_project
 
@@ -279,6 +279,11 @@ async def test_a_page_that_meets_the_login_form_after_every_login_fails() -> Non
     class _Spider:
         crawler = None
 
-    page = _page("http://shop.test/login", **{metakeys.LOGINS_MET: MAX_LOGINS_MET})
+    url = "http://shop.test/login"
+    page = _page(url, **{metakeys.LOGINS_MET: [url, MAX_LOGINS_MET]})
     with pytest.raises(LoginFailed, match="after 5 logins"):
-        await login_once(_Spider(), page, Request("http://shop.test/login"))  # type: ignore[arg-type]
+        await login_once(_Spider(), page, Request(url))  # type: ignore[arg-type]
+    # the count of another URL, in meta copied from the page that yielded this one, is not its
+    copied = _page(url, **{metakeys.LOGINS_MET: ["http://shop.test/list", MAX_LOGINS_MET]})
+    assert _logins_met(_again(copied.request, None)) == 0
+    assert _logins_met(_again(page.request, None)) == MAX_LOGINS_MET

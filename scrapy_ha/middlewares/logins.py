@@ -93,13 +93,13 @@ async def login_once(
     if page is None:
         raise ValueError(f"login_once: {response} has no request (a response made by hand?)")
     again = _again(page, retry)
-    met = int(again.meta.get(metakeys.LOGINS_MET, 0))
+    met = _logins_met(again)
     if met >= MAX_LOGINS_MET:
         raise LoginFailed(
             f"{again.url} met the login form again after {met} logins: the login does not "
             "open a session (its credentials, its form?)"
         )
-    again.meta[metakeys.LOGINS_MET] = met + 1
+    again.meta[metakeys.LOGINS_MET] = [again.url, met + 1]
     key = response.meta.get("cookiejar")
     owner, jars = shared_cookies(spider, page)
     if owner is None or jars is None:
@@ -144,6 +144,16 @@ async def login_once(
         if version > again.meta.get(metakeys.COOKIES_VERSION, 0):
             again.meta[metakeys.COOKIES_VERSION] = version
         return again
+
+
+def _logins_met(again: Request) -> int:
+    """How many times *again* was sent again after a login: counted for its URL, so that a
+    page whose callback copies its meta into the requests it yields (``meta=response.meta``)
+    does not hand its count on to them."""
+    met = again.meta.get(metakeys.LOGINS_MET)
+    if isinstance(met, list) and len(met) == 2 and met[0] == again.url:
+        return int(met[1])
+    return 0
 
 
 async def _log_in(spider: Spider, login: Request | Callable[[], Awaitable[Any]], key: Any) -> None:
