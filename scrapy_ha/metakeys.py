@@ -170,5 +170,6 @@ STRIPPED = frozenset(
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt
+        "playwright_page",  # scrapy-playwright (playwright_include_page): this attempt's page
     )
 )

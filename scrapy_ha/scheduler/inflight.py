@@ -24,6 +24,7 @@ from scrapy_ha.scheduler import engine
 from scrapy_ha.scheduler.carry import Carried, outcome_of
 from scrapy_ha.scheduler.items import ItemHold
 from scrapy_ha.scheduler.outbox import CheckpointSave, EndOp
+from scrapy_ha.scheduler.pages import close_left_page
 from scrapy_ha.scheduler.revisits import Revisits
 from scrapy_ha.verdict import FailureClass, Verdict
 
@@ -327,6 +328,7 @@ class InFlight:
         The request goes back to Redis without the headers the next download sets again."""
         if op.kind != "defer":
             drop_set_again(op.request)
+            close_left_page(op.request)
         priority = self._retry_priority.pop(op.entry_id, None)
         if op.kind == "retry" and priority is not None:
             op = EndOp(op.kind, op.entry_id, op.token, op.request, op.delay, priority)
