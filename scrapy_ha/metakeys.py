@@ -19,6 +19,7 @@ __all__ = [
     "GATE_WAITED",
     "HISTORY",
     "LEASE",
+    "LOGGING_IN",
     "LOGINS_MET",
     "LOGIN_EPOCH",
     "NOT_BEFORE",
@@ -143,6 +144,8 @@ OWN_HEADERS = "_ha_own_headers"
 #: The login epoch of the shared session this attempt was sent with (kept along a chain of
 #: redirects: the page that was sent to the login form is the one that met the expiry).
 LOGIN_EPOCH = "_ha_login_epoch"
+#: True on the request of a ``login_once`` login: it carries the epoch of the login it is.
+LOGGING_IN = "_ha_logging_in"
 
 #: True while this attempt carries the proxy's rotation header (HA_PROXY_ROTATE_HEADER): the
 #: proxy middleware takes the header off again when the attempt ends.
@@ -167,6 +170,7 @@ STRIPPED = frozenset(
         OWN_HEADERS,
         ROTATE_HEADER,
         LOGIN_EPOCH,
+        LOGGING_IN,
         "_auth_proxy",  # HttpProxyMiddleware: the proxy whose credentials are in the headers
         "download_latency",  # the download handler: how long this attempt took
         "cached_response",  # HttpCacheMiddleware: a Response object of this attempt

@@ -176,6 +176,8 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         deleted = deletions(request, response)
         domains = request_domains(request)
         async with jars.lock(key):
+            if _stale(jars, key, request):  # an answer to an expired session: none of its
+                return response  # cookies replace the newer login's (login_once)
             before = snapshot_domains(self.jars[key], domains)
             super().process_response(request, response)
             await self._publish(jars, key, (domains, before), request, deleted)
@@ -227,7 +229,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             return
         known = jars.version(key)
         try:
-            version = await jars.store(key, changed, dropped)
+            version = await jars.store(key, changed, dropped, _epoch(request))
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not share the cookies of jar %s with the other workers (%s); this "
@@ -237,6 +239,9 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             )
             return
         if not version:  # it changed nothing in Redis (a deletion of a cookie none had)
+            return
+        if version < 0:  # sent with an expired session: take back the newer login's cookies
+            await self._catch_up(jars, key)
             return
         if version != known + 1:  # another worker changed the jar meanwhile: take it all
             await self._catch_up(jars, key)
@@ -277,10 +282,23 @@ def _stamp_epoch(jars: SharedJars, key: Hashable, request: Request) -> None:
     ``login_once``); a redirect keeps the first one of its chain: the page sent to the
     login form is the one that met the expiry, with the session it was sent with."""
     meta = request.meta
-    if "redirect_urls" in meta:  # its chain's first has it (or none: sent before any epoch)
-        return
+    if "redirect_urls" in meta or metakeys.LOGGING_IN in meta:  # its chain's first has it
+        return  # (or none: sent before any epoch); a login carries its own
     if jars.epochs or metakeys.LOGIN_EPOCH in meta:  # else no login_once in this crawl yet
         meta[metakeys.LOGIN_EPOCH] = jars.epochs.get(jar_field(key), 0)
+
+
+def _epoch(request: Request) -> int:
+    """The login epoch of the session *request* was sent with (0: none noted)."""
+    return int(request.meta.get(metakeys.LOGIN_EPOCH, 0))
+
+
+def _stale(jars: SharedJars, key: Hashable, request: Request) -> bool:
+    """Was *request* sent with the session of an older login than the one this worker's copy
+    of the jar holds, or than the login request this worker has in flight (``login_once``):
+    its answer's cookies belong to an expired session."""
+    name = jar_field(key)
+    return _epoch(request) < max(jars.epochs.get(name, 0), jars.logging_in.get(name, 0))
 
 
 def shared_cookies(

@@ -109,7 +109,10 @@ async def login_once(
     pause, waited = FIRST_PAUSE, False
     while True:
         try:
-            action, epoch, version = await jars.login_step(key, "claim", sent, int(timeout * 1000))
+            kind = "step" if callable(login) else "run"
+            action, epoch, version = await jars.login_step(
+                key, "claim", sent, int(timeout * 1000), kind
+            )
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not coordinate the login of cookie jar %s with the other workers "
@@ -129,10 +132,13 @@ async def login_once(
                 sent,
             )
             jars.count("ha/cookies/logins")
+            if not callable(login):  # its answers alone set this worker's copy meanwhile
+                jars.logging_in[jar_field(key)] = epoch
             try:
-                await _log_in(spider, login, key)
+                await _log_in(spider, login, key, epoch)
             finally:  # answered or failed: the waiting pages go again (and may log in)
                 await owner.login_done(key, epoch)
+                jars.logging_in.pop(jar_field(key), None)
             version = jars.version(key)
         elif action == 1:
             jars.count("ha/cookies/login_waits" if waited else "ha/cookies/login_retries")
@@ -156,12 +162,19 @@ def _logins_met(again: Request) -> int:
     return 0
 
 
-async def _log_in(spider: Spider, login: Request | Callable[[], Awaitable[Any]], key: Any) -> None:
-    """Download *login* now (not through the scheduler), or run it when it is a function."""
+async def _log_in(
+    spider: Spider, login: Request | Callable[[], Awaitable[Any]], key: Any, epoch: int = 0
+) -> None:
+    """Download *login* now (not through the scheduler), or run it when it is a function;
+    a login request carries the epoch of the login it is (its answer's cookies are the new
+    session's, the only ones the jar takes while it is in flight)."""
     if callable(login):
         await login()
         return
     meta = {**login.meta, "dont_retry": True}
+    if epoch:
+        meta[metakeys.LOGIN_EPOCH] = epoch
+        meta[metakeys.LOGGING_IN] = True
     if key is not None:
         meta.setdefault("cookiejar", key)
     answer = await spider.crawler.engine.download_async(login.replace(meta=meta))

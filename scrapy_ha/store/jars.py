@@ -127,6 +127,8 @@ class SharedJars:
     #: the login epoch of the session each copy holds, as of its version (only those above 0:
     #: a crawl that never used ``login_once`` stamps nothing)
     epochs: dict[str, int] = field(default_factory=dict)
+    #: the epoch of the login request this worker has in flight, per jar (login_once)
+    logging_in: dict[str, int] = field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     merge: Any = None
     set_aside: Any = None
@@ -141,13 +143,18 @@ class SharedJars:
     def version(self, key: Hashable) -> int:
         return self.versions.get(jar_field(key), 0)
 
-    async def store(self, key: Hashable, changed: dict[str, Any], dropped: list[str]) -> int:
-        """Merge a change of this worker into Redis; return the jar's new version (0: the
-        change changed nothing there, and its version stays)."""
+    async def store(
+        self, key: Hashable, changed: dict[str, Any], dropped: list[str], epoch: int = 0
+    ) -> int:
+        """Merge a change of this worker into Redis, made by the answer to a request sent with
+        the session of login *epoch*; return the jar's new version (0: the change changed
+        nothing there, and its version stays; -1: a newer login is done, the change is
+        refused)."""
         if self.merge is None:
             self.merge = self.client.register_script(scripts.JAR_MERGE_LUA)
         name = jar_field(key)
         args = [f"jar:{name}", f"v:{name}", json.dumps(changed), json.dumps(dropped), self.ttl_ms]
+        args += [f"login:{name}", epoch]
         version = int(await self.merge(keys=[self.keys.cookies], args=args))
         self.refreshed = time.monotonic()
         self.count("ha/cookies/stored")
@@ -193,14 +200,17 @@ class SharedJars:
         self.count("ha/cookies/loaded")
         return cookies, int(version or 0)
 
-    async def login_step(self, key: Hashable, step: str, epoch: int, timeout_ms: int = 0) -> Any:
+    async def login_step(
+        self, key: Hashable, step: str, epoch: int, timeout_ms: int = 0, kind: str = "run"
+    ) -> Any:
         """``lua/jar_login.lua``: *step* ``claim`` (a request sent with the session of login
-        *epoch* met its expiry) or ``done`` (the answer to login *epoch* came); returns the
+        *epoch* met its expiry; *kind* ``run``, a login request marked with its epoch, or
+        ``step``, a function) or ``done`` (the answer to login *epoch* came); returns the
         script's ``[action, epoch, version]``."""
         if self.login is None:
             self.login = self.client.register_script(scripts.JAR_LOGIN_LUA)
         name = jar_field(key)
-        args = [step, f"login:{name}", f"v:{name}", epoch, timeout_ms, self.ttl_ms]
+        args = [step, f"login:{name}", f"v:{name}", epoch, timeout_ms, self.ttl_ms, kind]
         return [int(x) for x in await self.login(keys=[self.keys.cookies], args=args)]
 
     async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:
