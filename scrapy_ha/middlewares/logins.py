@@ -93,7 +93,7 @@ async def login_once(
     if page is None:
         raise ValueError(f"login_once: {response} has no request (a response made by hand?)")
     again = _again(page, retry)
-    met = _logins_met(again)
+    met = _logins_met(again, page)
     if met >= MAX_LOGINS_MET:
         raise LoginFailed(
             f"{again.url} met the login form again after {met} logins: the login does not "
@@ -152,14 +152,17 @@ async def login_once(
         return again
 
 
-def _logins_met(again: Request) -> int:
-    """How many times *again* was sent again after a login: counted for its URL, so that a
-    page whose callback copies its meta into the requests it yields (``meta=response.meta``)
-    does not hand its count on to them."""
-    met = again.meta.get(metakeys.LOGINS_MET)
-    if isinstance(met, list) and len(met) == 2 and met[0] == again.url:
-        return int(met[1])
-    return 0
+def _logins_met(again: Request, page: Request | None = None) -> int:
+    """How many times *again* was sent again after a login, from its meta or from *page*'s
+    (the request that met the form: a *retry* the spider made anew carries none), counted
+    for its URL, so that a page whose callback copies its meta into the requests it yields
+    (``meta=response.meta``) does not hand its count on to them."""
+    counts = [0]
+    for request in (again, page):
+        met = request.meta.get(metakeys.LOGINS_MET) if request is not None else None
+        if isinstance(met, list) and len(met) == 2 and met[0] == again.url:
+            counts.append(int(met[1]))
+    return max(counts)
 
 
 async def _log_in(
