@@ -141,8 +141,8 @@ class Relogin(scrapy.Spider):
         if "/login?" in response.url:
             login = FormRequest.from_response(response, formdata={"user": "alice"})
             if self.login == "function":  # a login of its own steps
-                async def steps():
-                    await self.crawler.engine.download_async(login.replace(meta=JAR))
+                async def steps(meta):
+                    await self.crawler.engine.download_async(login.replace(meta=meta))
                 yield await login_once(self, response, steps)
             else:
                 yield await login_once(self, response, login)
@@ -169,7 +169,7 @@ def test_anonymous_session_cookies_set_on_the_way_to_the_login_form_replace_no_l
     flight or after it, must not replace the new session in the jar (they did: each such
     answer cost every worker a login, 33 to 35 logins for 2 expiries and 94 to 96 of 240
     pages dead-lettered by LoginFailed)."""
-    _crawl_two_workers(_Site(anonymous=True), redis_url, tmp_path, ("request", "request"))
+    _crawl_two_workers(_Site(anonymous=True), redis_url, tmp_path, LOGINS)
 
 
 def _crawl_two_workers(

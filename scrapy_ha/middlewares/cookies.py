@@ -183,14 +183,20 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             await self._publish(jars, key, (domains, before), request, deleted)
         return response
 
-    async def login_done(self, key: Hashable, epoch: int) -> None:
-        """Login *epoch* of jar *key* (``login_once``) answered, its cookies merged: mark it
-        done, so that the pages waiting for it go again with its session."""
+    async def login_done(self, key: Hashable, epoch: int, domains: Iterable[str] = ()) -> None:
+        """Login *epoch* of jar *key* (``login_once``) answered, its cookies merged: store
+        this worker's cookies of *domains* (the login's sites) with its epoch, then mark
+        the login done, so that the pages waiting for it go again with its session. (A site
+        that authenticates the session cookie it was sent sets none: the session the login
+        opened is this worker's copy, and Redis may hold an earlier one.)"""
         jars = self._jars
         if jars is None:
             return
         async with jars.lock(key):
+            opened = snapshot_domains(self.jars[key], set(domains)) if domains else {}
             try:
+                if opened:
+                    await jars.store(key, opened, [], epoch)
                 marked, epoch, version = await jars.login_step(key, "done", epoch)
             except REDIS_DOWN_ERRORS as exc:
                 logger.warning(
@@ -200,12 +206,12 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                     type(exc).__name__,
                 )
                 return
-            if not marked:  # another worker took the login over (this one came too late)
-                await self._catch_up(jars, key)
-            elif version == jars.version(key) + 1:  # nothing else changed the jar meanwhile
-                jars.versions[jar_field(key)] = version
+            finally:  # this worker's copy follows Redis again
+                jars.logging_in.pop(jar_field(key), None)
+            if marked and not opened and version == jars.version(key) + 1:
+                jars.versions[jar_field(key)] = version  # nothing else changed the jar
                 jars.epochs[jar_field(key)] = epoch
-            else:
+            else:  # another worker took the login over, or the jar moved meanwhile
                 await self._catch_up(jars, key)
 
     async def _publish(
@@ -249,7 +255,12 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         request.meta[metakeys.COOKIES_VERSION] = jars.version(key)
 
     async def _catch_up(self, jars: SharedJars, key: Hashable) -> None:
-        """Replace this worker's copy of the jar with Redis's (called under the jar's lock)."""
+        """Replace this worker's copy of the jar with Redis's (called under the jar's lock),
+        unless this worker has a login of the jar in flight (``login_once``): the session
+        it opens is this copy's (a site may authenticate the cookie it was sent), stored in
+        Redis when the login answered, and taken then."""
+        if jars.logging_in.get(jar_field(key)):
+            return
         try:
             cookies, version = await jars.load(key)
         except REDIS_DOWN_ERRORS as exc:

@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_ha import metakeys
+from scrapy_ha.middlewares.cookie_changes import request_domains
 from scrapy_ha.middlewares.cookies import shared_cookies
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
 from scrapy_ha.store.jars import jar_field
@@ -58,7 +59,7 @@ class LoginFailed(Exception):
 async def login_once(
     spider: Spider,
     response: Response,
-    login: Request | Callable[[], Awaitable[Any]],
+    login: Request | Callable[[Any], Awaitable[Any]],
     *,
     retry: Request | None = None,
     timeout: float = LOGIN_TIMEOUT,
@@ -68,8 +69,10 @@ async def login_once(
 
     Of the requests that meet one expiry, on every worker, one logs in: it downloads
     *login* at once through the downloader middlewares (its redirects followed; its
-    callback is not called), or awaits it when it is an async function of no arguments
-    (a login of several steps, each ``await self.crawler.engine.download_async(...)``).
+    callback is not called), or awaits it when it is an async function (a login of several
+    steps): it is given the meta each of its requests must carry (the jar and the mark of
+    the login: while a login is in flight the jar takes only its requests' cookies), as in
+    ``await self.crawler.engine.download_async(step.replace(meta={**step.meta, **meta}))``.
     The others wait for that login's answer. Then each gets its page again, to yield::
 
         async def parse(self, response):
@@ -109,10 +112,7 @@ async def login_once(
     pause, waited = FIRST_PAUSE, False
     while True:
         try:
-            kind = "step" if callable(login) else "run"
-            action, epoch, version = await jars.login_step(
-                key, "claim", sent, int(timeout * 1000), kind
-            )
+            action, epoch, version = await jars.login_step(key, "claim", sent, int(timeout * 1000))
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not coordinate the login of cookie jar %s with the other workers "
@@ -132,13 +132,14 @@ async def login_once(
                 sent,
             )
             jars.count("ha/cookies/logins")
-            if not callable(login):  # its answers alone set this worker's copy meanwhile
-                jars.logging_in[jar_field(key)] = epoch
+            jars.logging_in[jar_field(key)] = epoch  # its answers alone set the jar meanwhile
             try:
                 await _log_in(spider, login, key, epoch)
             finally:  # answered or failed: the waiting pages go again (and may log in)
-                await owner.login_done(key, epoch)
-                jars.logging_in.pop(jar_field(key), None)
+                domains = request_domains(page)
+                if not callable(login):
+                    domains |= request_domains(login)
+                await owner.login_done(key, epoch, domains)  # (ends logging_in)
             version = jars.version(key)
         elif action == 1:
             jars.count("ha/cookies/login_waits" if waited else "ha/cookies/login_retries")
@@ -166,21 +167,21 @@ def _logins_met(again: Request, page: Request | None = None) -> int:
 
 
 async def _log_in(
-    spider: Spider, login: Request | Callable[[], Awaitable[Any]], key: Any, epoch: int = 0
+    spider: Spider, login: Request | Callable[[Any], Awaitable[Any]], key: Any, epoch: int = 0
 ) -> None:
-    """Download *login* now (not through the scheduler), or run it when it is a function;
-    a login request carries the epoch of the login it is (its answer's cookies are the new
-    session's, the only ones the jar takes while it is in flight)."""
-    if callable(login):
-        await login()
-        return
-    meta = {**login.meta, "dont_retry": True}
+    """Download *login* now (not through the scheduler), or run it when it is a function,
+    given the meta each of its requests must carry: the jar, and the epoch of the login it
+    is (while it is in flight the jar takes only its answers' cookies)."""
+    meta: dict[str, Any] = {"dont_retry": True}
+    if key is not None:
+        meta["cookiejar"] = key
     if epoch:
         meta[metakeys.LOGIN_EPOCH] = epoch
         meta[metakeys.LOGGING_IN] = True
-    if key is not None:
-        meta.setdefault("cookiejar", key)
-    answer = await spider.crawler.engine.download_async(login.replace(meta=meta))
+    if callable(login):
+        await login(dict(meta))
+        return
+    answer = await spider.crawler.engine.download_async(login.replace(meta={**login.meta, **meta}))
     logger.info("Logged in with %s: HTTP %d from %s", login, answer.status, answer.url)
 
 

@@ -200,17 +200,14 @@ class SharedJars:
         self.count("ha/cookies/loaded")
         return cookies, int(version or 0)
 
-    async def login_step(
-        self, key: Hashable, step: str, epoch: int, timeout_ms: int = 0, kind: str = "run"
-    ) -> Any:
+    async def login_step(self, key: Hashable, step: str, epoch: int, timeout_ms: int = 0) -> Any:
         """``lua/jar_login.lua``: *step* ``claim`` (a request sent with the session of login
-        *epoch* met its expiry; *kind* ``run``, a login request marked with its epoch, or
-        ``step``, a function) or ``done`` (the answer to login *epoch* came); returns the
+        *epoch* met its expiry) or ``done`` (the answer to login *epoch* came); returns the
         script's ``[action, epoch, version]``."""
         if self.login is None:
             self.login = self.client.register_script(scripts.JAR_LOGIN_LUA)
         name = jar_field(key)
-        args = [step, f"login:{name}", f"v:{name}", epoch, timeout_ms, self.ttl_ms, kind]
+        args = [step, f"login:{name}", f"v:{name}", epoch, timeout_ms, self.ttl_ms]
         return [int(x) for x in await self.login(keys=[self.keys.cookies], args=args)]
 
     async def _set_aside(self, name: str, raw: bytes, exc: BadJar) -> None:

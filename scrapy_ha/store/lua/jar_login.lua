@@ -1,6 +1,6 @@
 -- jar_login: one login per expiry of a shared cookie session (scrapy_ha.cookies.login_once).
 -- A jar's login state is the field 'login:<key>' of the cookies hash: "<epoch> run <deadline
--- ms>" (or "<epoch> step <deadline ms>") while a worker logs in, "<epoch> done 0" once its login's answer came. A worker's
+-- ms>" while a worker logs in, "<epoch> done 0" once its login's answer came. A worker's
 -- copy of the jar holds the session of the last done epoch as of its version.
 -- KEYS[1] the crawl's cookies hash
 -- ARGV[1] 'claim' or 'done'  ARGV[2] the jar's login field  ARGV[3] its version field
@@ -8,9 +8,8 @@
 --   epoch of the login whose answer came
 -- ARGV[5] claim: how long a login may take before another worker takes it over (ms)
 -- ARGV[6] the jars' TTL (ms; 0: none), set again when a claim writes
--- ARGV[7] claim: 'run' (the login is one request, marked with its epoch: while it is in
---   flight jar_merge takes no cookies from the answers to the other requests) or 'step' (a
---   function of its own steps, whose requests are not marked)
+-- While a login is in flight jar_merge takes no cookies but from its own requests (they
+-- carry its epoch).
 -- Returns {action, epoch, version}: for 'claim', action 0 (a login is in flight: wait and
 -- ask again), 1 (a login done after the request was sent: send it again, with the jar at
 -- version or later) or 2 (log in: this caller holds the login of epoch); for 'done', action
@@ -34,16 +33,14 @@ if ARGV[1] == 'done' then
   return {1, epoch, version}
 end
 local now = now_ms()
-if state ~= 'done' and now < deadline then return {0, epoch, version} end
+if state == 'run' and now < deadline then return {0, epoch, version} end
 local done = epoch
-if state ~= 'done' then done = epoch - 1 end
+if state == 'run' then done = epoch - 1 end
 local sent = tonumber(ARGV[4])
 if done > sent then return {1, done, version} end
 -- past the request's epoch too: a hash that expired (HA_COOKIES_TTL) or was cleared starts
 -- again from 0 while workers still hold later epochs
 epoch = math.max(epoch, sent) + 1
-local kind = 'run'
-if ARGV[7] == 'step' then kind = 'step' end
-redis.call('HSET', KEYS[1], field, epoch .. ' ' .. kind .. ' ' .. (now + tonumber(ARGV[5])))
+redis.call('HSET', KEYS[1], field, epoch .. ' run ' .. (now + tonumber(ARGV[5])))
 if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[6]) end
 return {2, epoch, version}

@@ -23,12 +23,8 @@
 local EXPIRY_GRACE_S = 3600
 local login = redis.call('HGET', KEYS[1], ARGV[6])
 if login then
-  local e, s = string.match(login, '^(%d+) (%a+) %d+$')
-  if e then
-    local newest = tonumber(e)
-    if s == 'step' then newest = newest - 1 end
-    if newest > tonumber(ARGV[7]) then return -1 end
-  end
+  local e = string.match(login, '^(%d+) %a+ %d+$')
+  if e and tonumber(e) > tonumber(ARGV[7]) then return -1 end
 end
 local jar = jar_read(KEYS[1], ARGV[1])
 local changed = false
