@@ -16,6 +16,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.registry import scheduler_for
+from scrapy_ha.scheduler.admission import UNSTORABLE_REASON_CHARS
 from scrapy_ha.scheduler.shell import Scheduler
 from tests import backqueues
 from tests.spiders import CatalogueSpider
@@ -105,6 +106,35 @@ async def test_an_unstorable_child_dead_letters_its_parent_with_an_error(
     assert len(logged) == 50
     assert f"{site.url}/item/1" in logged[0].message and "handle" in logged[0].message
     assert "Task exception was never retrieved" not in caplog.text
+
+
+class ManyUnstorableChildrenSpider(CatalogueSpider):
+    """One page yields 3,000 children no queue can store (a sitemap's links, each given
+    an open file by mistake)."""
+
+    name = "many_unstorable"
+
+    def parse(self, response: Any) -> Any:
+        handle = open_file()
+        for i in range(3000):
+            yield response.follow(f"/item/{i}", callback=self.parse_item, meta={"handle": handle})
+
+
+@deferred_f_from_coro_f
+async def test_the_reason_of_a_page_with_many_unstorable_children_stays_short(
+    redis_url, redis_client, site
+):
+    # each refused child was added to the page's reason, whole: 3,000 made a dead letter of
+    # 760 KB, 16,000 one of 8 MB and held the event loop 57 s (18 s before: the reason's copies)
+    crawler = get_crawler(ManyUnstorableChildrenSpider, settings(redis_url, LOG_LEVEL="ERROR"))
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.stats.get_value("ha/unstorable") == 3000
+    (raw,) = redis_client.hgetall(Keys("ha", "many_unstorable").dead_info).values()
+    reason = json.loads(raw)["reason"]
+    assert reason.startswith(f"child {site.url}/item/0: "), reason[:200]
+    assert f"; child {site.url}/item/1: " in reason
+    assert len(reason) <= UNSTORABLE_REASON_CHARS + 100, len(reason)
+    assert reason.endswith("and more (ha/unstorable counts them, each in an ERROR line)")
 
 
 class UnstorableStartSpider(CatalogueSpider):
