@@ -197,7 +197,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             try:
                 if opened:
                     await jars.store(key, opened, [], epoch)
-                marked, epoch, version = await jars.login_step(key, "done", epoch)
+                await jars.login_step(key, "done", epoch)
             except REDIS_DOWN_ERRORS as exc:
                 logger.warning(
                     "Could not tell the other workers that the login of cookie jar %s "
@@ -208,11 +208,9 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                 return
             finally:  # this worker's copy follows Redis again
                 jars.logging_in.pop(jar_field(key), None)
-            if marked and not opened and version == jars.version(key) + 1:
-                jars.versions[jar_field(key)] = version  # nothing else changed the jar
-                jars.epochs[jar_field(key)] = epoch
-            else:  # another worker took the login over, or the jar moved meanwhile
-                await self._catch_up(jars, key)
+            # the jar as Redis has it now, with its epoch (while the login was in flight this
+            # worker took none of Redis's changes)
+            await self._catch_up(jars, key)
 
     async def _publish(
         self,
