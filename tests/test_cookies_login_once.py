@@ -325,3 +325,63 @@ async def test_a_retry_made_anew_still_counts_the_logins_its_page_met() -> None:
     retry = Request(url, method="POST", body=b"q=7")
     with pytest.raises(LoginFailed, match="after 5 logins"):
         await login_once(_Spider(), page, Request("http://shop.test/login"), retry=retry)  # type: ignore[arg-type]
+
+
+@deferred_f_from_coro_f
+async def test_a_worker_whose_login_was_taken_over_takes_the_newer_session(
+    redis_url: str,
+) -> None:
+    """This worker's login hung past its timeout and another worker's login is done: the
+    pages of this worker that meet the form go again with the newer session, not with this
+    worker's copy (kept while its own login was in flight). They went with the old one,
+    met the form again at once, and after 5 such rounds were dead-lettered by LoginFailed
+    (a review: a login hung 40 s with timeout=3, 3 workers: 19 and 18 of 240 pages lost)."""
+    from scrapy.http.cookies import CookieJar  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.cookies import _SHARED, SharedCookiesMiddleware  # noqa: PLC0415
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    jars = SharedJars(client, Keys("ha", "taken"))
+    owner = SharedCookiesMiddleware()
+    owner._jars = jars
+
+    class _Crawler:
+        pass
+
+    class _Spider:
+        crawler = _Crawler()
+
+    _SHARED[_Spider.crawler] = owner  # type: ignore[index]
+    url = "http://shop.test/page/7"
+    try:
+        # this worker claimed login 1 (its copy holds the expired session), then hung
+        assert (await jars.login_step(1, "claim", 0, 100))[:2] == [2, 1]
+        jars.logging_in["1"] = 1
+        old = HtmlResponse(url, headers={"Set-Cookie": "session=old; Path=/"}, request=Request(url))
+        owner.jars[1] = CookieJar()
+        owner.jars[1].extract_cookies(old, old.request)
+        await asyncio.sleep(0.2)
+        # another worker took it over (login 2), stored its new session, marked it done
+        assert (await jars.login_step(1, "claim", 0, 60_000))[:2] == [2, 2]
+        other = SharedJars(client, Keys("ha", "taken"))
+        new = HtmlResponse(url, headers={"Set-Cookie": "session=new; Path=/"}, request=Request(url))
+        theirs = CookieJar()
+        theirs.extract_cookies(new, new.request)
+        from scrapy_ha.store.jars import snapshot  # noqa: PLC0415
+
+        assert await other.store(1, snapshot(theirs), [], 2) > 0
+        assert (await other.login_step(1, "done", 2))[0] == 1
+        # a page of this worker, sent with the session of login 0, meets the form
+        form = _page(
+            "http://shop.test/login?next=/page/7",
+            cookiejar=1,
+            redirect_urls=[url],
+            **{metakeys.LOGIN_EPOCH: 0},
+        )
+        again = await login_once(_Spider(), form, Request("http://shop.test/login"))  # type: ignore[arg-type]
+        sending = owner.process_request(again)  # a coroutine when it loads the jar first
+        if sending is not None:
+            await sending
+        assert again.headers.get("Cookie") == b"session=new"
+    finally:
+        await client.aclose()

@@ -206,8 +206,9 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                     type(exc).__name__,
                 )
                 return
-            finally:  # this worker's copy follows Redis again
-                jars.logging_in.pop(jar_field(key), None)
+            finally:  # this worker's copy follows Redis again (unless a newer login of
+                if jars.logging_in.get(jar_field(key)) == epoch:  # its own holds it)
+                    jars.logging_in.pop(jar_field(key), None)
             # the jar as Redis has it now, with its epoch (while the login was in flight this
             # worker took none of Redis's changes)
             await self._catch_up(jars, key)

@@ -143,6 +143,7 @@ async def login_once(
             version = jars.version(key)
         elif action == 1:
             jars.count("ha/cookies/login_waits" if waited else "ha/cookies/login_retries")
+            await _taken_over(owner, jars, key, epoch)
         else:
             waited = True
             await asyncio.sleep(pause)
@@ -151,6 +152,18 @@ async def login_once(
         if version > again.meta.get(metakeys.COOKIES_VERSION, 0):
             again.meta[metakeys.COOKIES_VERSION] = version
         return again
+
+
+async def _taken_over(owner: Any, jars: Any, key: Any, done: int) -> None:
+    """A login of this worker still in flight, older than login *done* (another worker took
+    it over after its timeout), no longer holds this worker's copy of the jar: it takes
+    Redis's, the session of *done*. (Its pages went again with the expired session, met the
+    form at once, and after 5 rounds were dead-lettered by :class:`LoginFailed`.)"""
+    name = jar_field(key)
+    if 0 < jars.logging_in.get(name, 0) < done:
+        jars.logging_in.pop(name, None)
+        async with jars.lock(key):
+            await owner._catch_up(jars, key)
 
 
 def _logins_met(again: Request, page: Request | None = None) -> int:
