@@ -165,3 +165,17 @@ def test_the_field_name_check_finds_a_field_read():
     assert codec_names_read('raw = doc["b"]\nif "__b" in raw: pass\n') == {"b", "__b"}
     assert codec_names_read('shown = {k: v for k, v in doc.items() if k != "b"}\n') == {"b"}
     assert codec_names_read('p.add_argument("--class", dest="cls")\n') == set()
+
+
+def test_reset_attempts_forgets_the_logins_a_page_met():
+    """A page dead-lettered by ``login_once``'s ``LoginFailed`` carries its count of logins
+    met: requeued with it, it failed again at once (a review: 18 pages requeued after the
+    session was fixed, 18 dead-lettered again, none fetched)."""
+    url = "http://shop.test/page/7"
+    request = scrapy.Request(
+        "http://shop.test/login?next=/page/7",
+        meta={"cookiejar": 1, "redirect_urls": [url], metakeys.LOGINS_MET: [url, 5]},
+        callback=SPIDER.parse_item,
+    )
+    again = decode_request(reset_attempts(encode_request(request, SPIDER)), SPIDER)
+    assert again.meta == {"cookiejar": 1, "redirect_urls": [url]}

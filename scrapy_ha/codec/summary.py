@@ -43,7 +43,13 @@ from scrapy_ha.codec.masking import (
 #: Meta keys of past attempts: a request put back by an operator starts with a fresh budget
 #: and an empty history (the verdict is stripped on storing already; an old payload has it).
 ATTEMPT_META = frozenset(
-    (metakeys.RETRIES, metakeys.HISTORY, metakeys.OUTCOME, metakeys.GATE_WAITED)
+    (
+        metakeys.RETRIES,
+        metakeys.HISTORY,
+        metakeys.OUTCOME,
+        metakeys.GATE_WAITED,
+        metakeys.LOGINS_MET,  # login_once's LoginFailed: requeued, the page logs in again
+    )
 )
 
 
