@@ -161,6 +161,7 @@ def test_a_session_that_expires_under_two_workers_costs_one_login_per_expiry(
     _crawl_two_workers(_Site(), redis_url, tmp_path, LOGINS)
 
 
+@pytest.mark.long  # (a crawl of 20 s like the one above: CI keeps that one)
 def test_anonymous_session_cookies_set_on_the_way_to_the_login_form_replace_no_login(
     redis_url: str, tmp_path: Path
 ) -> None:
