@@ -24,6 +24,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy.exceptions import IgnoreRequest
+
 from scrapy_ha import metakeys
 from scrapy_ha.middlewares.cookie_changes import request_domains
 from scrapy_ha.middlewares.cookies import shared_cookies
@@ -46,6 +48,10 @@ LOGIN_TIMEOUT = 60.0
 #: How many times one page may be sent again after a login before :class:`LoginFailed`
 #: (a login that never opens a session: wrong credentials, a changed form).
 MAX_LOGINS_MET = 5
+#: How many times a login request is sent when its download fails (it goes around the retry
+#: middleware, ``dont_retry``: a login is not stored in Redis to be retried later, and a
+#: POST whose kept-alive connection the site had closed fails at once).
+LOGIN_ATTEMPTS = 3
 #: The first and the longest pause between two looks at a login in flight (seconds).
 FIRST_PAUSE, LONGEST_PAUSE = 0.1, 1.0
 #: What Scrapy's redirect middleware adds to a redirected request's meta.
@@ -194,8 +200,19 @@ async def _log_in(
     if callable(login):
         await login(dict(meta))
         return
-    answer = await spider.crawler.engine.download_async(login.replace(meta={**login.meta, **meta}))
-    logger.info("Logged in with %s: HTTP %d from %s", login, answer.status, answer.url)
+    request = login.replace(meta={**login.meta, **meta})
+    for attempt in range(1, LOGIN_ATTEMPTS + 1):
+        try:
+            answer = await spider.crawler.engine.download_async(request)
+        except IgnoreRequest:
+            raise
+        except Exception as exc:  # its answer lost (a kept-alive connection the site closed)
+            if attempt == LOGIN_ATTEMPTS:
+                raise
+            logger.warning("The login %s failed (%r): sending it again", login, exc)
+            continue
+        logger.info("Logged in with %s: HTTP %d from %s", login, answer.status, answer.url)
+        return
 
 
 def _again(page: Request, retry: Request | None) -> Request:
