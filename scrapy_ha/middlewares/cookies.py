@@ -213,6 +213,13 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             # worker took none of Redis's changes)
             await self._catch_up(jars, key)
 
+    async def take_jar(self, key: Hashable) -> None:
+        """Take jar *key* from Redis again (``login_once``: a login of this worker's was
+        taken over by another worker's, whose session Redis holds)."""
+        if self._jars is not None:
+            async with self._jars.lock(key):
+                await self._catch_up(self._jars, key)
+
     async def _publish(
         self,
         jars: SharedJars,

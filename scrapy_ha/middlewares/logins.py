@@ -168,8 +168,7 @@ async def _taken_over(owner: Any, jars: Any, key: Any, done: int) -> None:
     name = jar_field(key)
     if 0 < jars.logging_in.get(name, 0) < done:
         jars.logging_in.pop(name, None)
-        async with jars.lock(key):
-            await owner._catch_up(jars, key)
+        await owner.take_jar(key)
 
 
 def _logins_met(again: Request, page: Request | None = None) -> int:
