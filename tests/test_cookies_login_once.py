@@ -17,16 +17,18 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import pytest
+import redis
 import redis.asyncio
 from scrapy import Request
 from scrapy.http import HtmlResponse
+from scrapy.http.cookies import CookieJar
 from scrapy.utils.defer import deferred_f_from_coro_f
 
 from scrapy_ha import metakeys
 from scrapy_ha.cookies import LoginFailed, login_once
 from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.logins import MAX_LOGINS_MET, _again, _logins_met
-from scrapy_ha.store.jars import SharedJars, login_epoch
+from scrapy_ha.store.jars import SharedJars, login_epoch, snapshot
 from tests.scrapy_project import crawl, write_project
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ class _Site:
         self.lock = threading.Lock()
         self.sessions: set[str] = set()
         self.logins = 0
+        self.attempts = 0  # every login POST, its credentials right or wrong
         self.posts = 0
         self.expiries = 0
         self.answered = 0
@@ -82,6 +85,8 @@ class _Site:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with site.lock:
+                    site.attempts += 1
                 if parse_qs(body.decode()).get("user") != ["alice"]:
                     return self._send(403, "bad login")
                 with site.lock:
@@ -238,6 +243,182 @@ def _crawl_two_workers(site: _Site, redis_url: str, tmp_path: Path, logins: tupl
     return logs
 
 
+START_PAGES = """
+import scrapy
+from scrapy.http import FormRequest
+from scrapy_ha.cookies import login_once
+
+
+class Starts(scrapy.Spider):
+    name = "starts"
+
+    async def start(self):
+        for n in range(1, int(self.pages) + 1):
+            yield scrapy.Request(f"{self.base}/page/{n}", meta={"cookiejar": 1})
+
+    async def parse(self, response):
+        if "/login?" in response.url:
+            login = FormRequest.from_response(response, formdata={"user": self.user})
+            yield await login_once(
+                self, response, login, check=lambda answer: "/login" not in answer.url
+            )
+            return
+        yield {"page": int(response.css("h1::text").get())}
+"""
+
+
+def test_start_pages_that_meet_the_login_form_go_again_and_are_crawled(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """The pages a crawl starts from need the session: each goes again after the login,
+    which the check passes (its answer is the page it redirects to)."""
+    site = _Site()
+    project = write_project(
+        tmp_path / "project",
+        "starts",
+        START_PAGES,
+        f'REDIS_URL = "{redis_url}"\nCONCURRENT_REQUESTS = 4\nHA_PREFETCH = 4\n',
+    )
+    try:
+        args = {"base": site.url, "pages": "3", "user": "alice"}
+        worker = crawl(
+            project,
+            "starts",
+            tmp_path / "w.log",
+            args=args,
+            settings={"FEEDS": json.dumps({str(tmp_path / "w.jl"): {"format": "jsonl"}})},
+        )
+        code = worker.wait(300)
+    finally:
+        site.server.shutdown()
+        site.server.server_close()
+    log = (tmp_path / "w.log").read_text()
+    assert code == 0, log[-4000:]
+    items = [json.loads(line)["page"] for line in (tmp_path / "w.jl").read_text().splitlines()]
+    assert sorted(items) == [1, 2, 3], log[-4000:]
+    assert site.logins == 1, log[-4000:]
+
+
+def test_a_start_page_sent_again_twice_is_not_filtered(redis_url: str, tmp_path: Path) -> None:
+    """Wrong credentials and no check: each start page goes again after each login, and
+    after 5 raises LoginFailed (dead-lettered: the parse class gets no retry here). A page
+    went again as the start request it had been (``is_start_request`` kept in its meta, its
+    lease stripped), counted as the n-th start request of its URL in this run, a count
+    reset once ``start()`` was read to its end: its second time was taken for the first,
+    and filtered. 40 of 40 pages were neither crawled nor dead-lettered."""
+    site = _Site()
+    spider = START_PAGES.replace(', check=lambda answer: "/login" not in answer.url', "")
+    project = write_project(
+        tmp_path / "project",
+        "starts",
+        spider,
+        f'REDIS_URL = "{redis_url}"\nCONCURRENT_REQUESTS = 4\nHA_PREFETCH = 4\n'
+        'HA_RETRY_POLICIES = {"parse": {"times": 0}}\n',
+    )
+    try:
+        args = {"base": site.url, "pages": "10", "user": "mallory"}
+        code = crawl(project, "starts", tmp_path / "w.log", args=args).wait(300)
+    finally:
+        site.server.shutdown()
+        site.server.server_close()
+    log = (tmp_path / "w.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "'dupefilter/filtered'" not in log, log[-4000:]
+    assert redis.Redis.from_url(redis_url).zcard(Keys("ha", "starts").dead) == 10, log[-4000:]
+    assert log.count("(class parse): scrapy_ha.middlewares.logins.LoginFailed") == 10, log[-4000:]
+
+
+WRONG_CREDENTIALS = """
+import scrapy
+from scrapy.http import FormRequest
+from scrapy_ha.cookies import login_once
+
+
+class Wrong(scrapy.Spider):
+    name = "wrong"
+
+    async def start(self):
+        for n in range(1, int(self.pages) + 1):
+            yield scrapy.Request(f"{self.base}/page/{n}", meta={"cookiejar": 1})
+
+    async def parse(self, response):
+        if "/login?" in response.url:
+            login = FormRequest.from_response(response, formdata={"user": "mallory"})
+            yield await login_once(
+                self, response, login, check=lambda answer: "/login" not in answer.url
+            )
+            return
+        yield {"page": response.url}
+"""
+
+
+def test_wrong_credentials_cost_one_login_for_the_crawl_with_a_check(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A login whose answer fails the spider's check holds every other login back, on
+    every worker, for ``after_failure`` (600 s): the pages that meet the form meanwhile
+    raise LoginFailed at once. Without the check, wrong credentials cost up to 5 logins a
+    page (a review: 28 logins for 40 pages), and sites lock such accounts."""
+    site = _Site()
+    project = write_project(
+        tmp_path / "project",
+        "wrong",
+        WRONG_CREDENTIALS,
+        f'REDIS_URL = "{redis_url}"\nCONCURRENT_REQUESTS = 4\nHA_PREFETCH = 4\n'
+        'HA_RETRY_POLICIES = {"parse": {"times": 0}}\n',
+    )
+    try:
+        workers = [
+            crawl(project, "wrong", tmp_path / f"w{i}.log", args={"base": site.url, "pages": "40"})
+            for i in range(2)
+        ]
+        codes = [w.wait(300) for w in workers]
+    finally:
+        site.server.shutdown()
+        site.server.server_close()
+    logs = "\n".join((tmp_path / f"w{i}.log").read_text() for i in range(2))
+    assert codes == [0, 0], logs[-4000:]
+    assert (site.attempts, site.logins) == (1, 0), logs[-4000:]
+    assert logs.count("failed its check") >= 40, logs[-4000:]
+    assert "'ha/cookies/logins_failed': 1" in logs
+    dead = redis.Redis.from_url(redis_url).zcard(Keys("ha", "wrong").dead)
+    assert dead == 40, logs[-4000:]
+
+
+@deferred_f_from_coro_f
+async def test_a_login_that_failed_its_check_holds_every_login_back_for_its_pause(
+    redis_url: str,
+) -> None:
+    """Login 1 failed: every claim, whatever session it was sent with, is told to fail
+    (action 3) until the pause ends; then one claim logs in (login 2), the jar's session
+    still that of the login before the failed one."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    jars = SharedJars(client, Keys("ha", "failed"))
+    try:
+        assert (await jars.login_step(1, "claim", 0, 60_000))[:2] == [2, 1]
+        assert (await jars.login_step(1, "failed", 2, 300))[0] == 0, "not the login in flight"
+        assert (await jars.login_step(1, "failed", 1, 300))[:2] == [1, 1]
+        assert (await jars.login_step(1, "done", 1))[0] == 0, "a failed login is not done"
+        for sent in (0, 1, 5):
+            action, epoch, _version, left = await jars.login_step(1, "claim", sent, 60_000)
+            assert (action, epoch) == (3, 1)
+            assert 0 < left <= 300
+        await jars.load(1)
+        assert jars.epochs == {}, "the jar holds the session of the login before it (none)"
+        # so the answers to requests sent with that session still change the jar
+        url = "http://shop.test/page/7"
+        answer = HtmlResponse(url, headers={"Set-Cookie": "seen=1; Path=/"}, request=Request(url))
+        jar = CookieJar()
+        jar.extract_cookies(answer, answer.request)
+        assert await jars.store(1, snapshot(jar), [], 0) > 0
+        await asyncio.sleep(0.35)
+        assert (await jars.login_step(1, "claim", 0, 60_000))[:2] == [2, 2]
+        assert (await jars.login_step(1, "done", 2))[:2] == [1, 2]
+        assert await jars.login_step(1, "claim", 0, 60_000) == [1, 2, 2]
+    finally:
+        await client.aclose()
+
+
 def _page(url: str, **meta: Any) -> HtmlResponse:
     return HtmlResponse(url, body=b"<html></html>", request=Request(url, meta=meta))
 
@@ -361,8 +542,6 @@ async def test_a_worker_whose_login_was_taken_over_takes_the_newer_session(
     worker's copy (kept while its own login was in flight). They went with the old one,
     met the form again at once, and after 5 such rounds were dead-lettered by LoginFailed
     (a review: a login hung 40 s with timeout=3, 3 workers: 19 and 18 of 240 pages lost)."""
-    from scrapy.http.cookies import CookieJar  # noqa: PLC0415
-
     from scrapy_ha.middlewares.cookies import _SHARED, SharedCookiesMiddleware  # noqa: PLC0415
 
     client = redis.asyncio.Redis.from_url(redis_url)
@@ -392,8 +571,6 @@ async def test_a_worker_whose_login_was_taken_over_takes_the_newer_session(
         new = HtmlResponse(url, headers={"Set-Cookie": "session=new; Path=/"}, request=Request(url))
         theirs = CookieJar()
         theirs.extract_cookies(new, new.request)
-        from scrapy_ha.store.jars import snapshot  # noqa: PLC0415
-
         assert await other.store(1, snapshot(theirs), [], 2) > 0
         assert (await other.login_step(1, "done", 2))[0] == 1
         # a page of this worker, sent with the session of login 0, meets the form

@@ -213,6 +213,29 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             # worker took none of Redis's changes)
             await self._catch_up(jars, key)
 
+    async def login_failed(self, key: Hashable, epoch: int, pause_ms: int) -> None:
+        """Login *epoch* of jar *key* answered and failed the spider's check: mark it failed
+        (no worker logs in for *pause_ms*), and take the jar from Redis again (this worker
+        kept its own copy while the login was in flight)."""
+        jars = self._jars
+        if jars is None:
+            return
+        async with jars.lock(key):
+            try:
+                await jars.login_step(key, "failed", epoch, pause_ms)
+            except REDIS_DOWN_ERRORS as exc:
+                logger.warning(
+                    "Could not tell the other workers that the login of cookie jar %s "
+                    "failed (%s): they log in again after its timeout",
+                    jar_field(key),
+                    type(exc).__name__,
+                )
+                return
+            finally:
+                if jars.logging_in.get(jar_field(key)) == epoch:
+                    jars.logging_in.pop(jar_field(key), None)
+            await self._catch_up(jars, key)
+
     async def take_jar(self, key: Hashable) -> None:
         """Take jar *key* from Redis again (``login_once``: a login of this worker's was
         taken over by another worker's, whose session Redis holds)."""

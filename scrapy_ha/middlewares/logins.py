@@ -38,13 +38,17 @@ if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.http import Response
 
-__all__ = ["LOGIN_TIMEOUT", "MAX_LOGINS_MET", "LoginFailed", "login_once"]
+__all__ = ["AFTER_FAILURE", "LOGIN_TIMEOUT", "MAX_LOGINS_MET", "LoginFailed", "login_once"]
 
 logger = logging.getLogger(__name__)
 
 #: How long a login may take (its request sent, its answer back) before another request that
 #: meets the expiry logs in instead (seconds): the worker may have died with it.
 LOGIN_TIMEOUT = 60.0
+#: How long no login is made, on any worker, after one whose answer failed the spider's
+#: check (seconds): wrong credentials log in once, not once per page, and sites lock an
+#: account after a few failed logins.
+AFTER_FAILURE = 600.0
 #: How many times one page may be sent again after a login before :class:`LoginFailed`
 #: (a login that never opens a session: wrong credentials, a changed form).
 MAX_LOGINS_MET = 5
@@ -59,7 +63,8 @@ REDIRECT_KEYS = ("redirect_urls", "redirect_reasons", "redirect_times", "redirec
 
 
 class LoginFailed(Exception):
-    """A page met the login form again after every one of its last logins answered."""
+    """A page met the login form again after every one of its last logins answered, or
+    while a login that failed the spider's check holds the others back."""
 
 
 async def login_once(
@@ -69,6 +74,8 @@ async def login_once(
     *,
     retry: Request | None = None,
     timeout: float = LOGIN_TIMEOUT,
+    check: Callable[[Any], bool] | None = None,
+    after_failure: float = AFTER_FAILURE,
 ) -> Request:
     """The page that met the expiry of its session, to send again once a login answered:
     *response* is the answer that says so (the login form the page was redirected to).
@@ -92,12 +99,24 @@ async def login_once(
     ``dont_filter=True``. A login whose answer does not come within *timeout* seconds (its
     worker was killed) is taken over by the next request that meets the expiry. A page that
     meets the login form again after :data:`MAX_LOGINS_MET` logins raises
-    :class:`LoginFailed` (wrong credentials log in again and again otherwise). Without shared
+    :class:`LoginFailed` (wrong credentials log in again and again otherwise).
+
+    *check*, given the login's answer (the response of *login*, its redirects followed, or
+    what the login function returned), says whether the login opened a session, e.g.
+    ``check=lambda answer: "/login" not in answer.url``. A login it refuses raises
+    :class:`LoginFailed`, and so does every request that meets the form on any worker for
+    *after_failure* seconds (the login is not tried again meanwhile): wrong credentials
+    then cost one login per *after_failure*, not up to 5 per page. Without shared
     cookies (another scheduler, ``HA_SHARED_COOKIES = False``) or with Redis out of reach,
     this request logs in, as a spider without this helper would.
     """
     if timeout <= 0:
         raise ValueError(f"login_once: timeout must be above 0 seconds, got {timeout!r}")
+    if not 0 < after_failure < float("inf"):
+        raise ValueError(
+            f"login_once: after_failure must be a finite number of seconds above 0, got "
+            f"{after_failure!r}"
+        )
     page = response.request
     if page is None:
         raise ValueError(f"login_once: {response} has no request (a response made by hand?)")
@@ -112,13 +131,13 @@ async def login_once(
     key = response.meta.get("cookiejar")
     owner, jars = shared_cookies(spider, page)
     if owner is None or jars is None:
-        await _log_in(spider, login, key)
+        _checked(check, await _log_in(spider, login, key), key)
         return again
     sent = int(response.meta.get(metakeys.LOGIN_EPOCH, 0))
     pause, waited = FIRST_PAUSE, False
     while True:
         try:
-            action, epoch, version = await jars.login_step(key, "claim", sent, int(timeout * 1000))
+            reply = await jars.login_step(key, "claim", sent, int(timeout * 1000))
         except REDIS_DOWN_ERRORS as exc:
             logger.warning(
                 "Could not coordinate the login of cookie jar %s with the other workers "
@@ -126,8 +145,15 @@ async def login_once(
                 jar_field(key),
                 type(exc).__name__,
             )
-            await _log_in(spider, login, key)
+            _checked(check, await _log_in(spider, login, key), key)
             return again
+        action, epoch, version = reply[:3]
+        if action == 3:
+            raise LoginFailed(
+                f"{again.url} met the login form while login {epoch} of cookie jar "
+                f"{jar_field(key)}, which failed its check, holds the logins back "
+                f"({reply[3] / 1000:.0f} s more)"
+            )
         if action == 2:
             logger.info(
                 "The session of cookie jar %s expired (met by %s): this worker logs in "
@@ -138,14 +164,7 @@ async def login_once(
                 sent,
             )
             jars.count("ha/cookies/logins")
-            jars.logging_in[jar_field(key)] = epoch  # its answers alone set the jar meanwhile
-            try:
-                await _log_in(spider, login, key, epoch)
-            finally:  # answered or failed: the waiting pages go again (and may log in)
-                domains = request_domains(page)
-                if not callable(login):
-                    domains |= request_domains(login)
-                await owner.login_done(key, epoch, domains)  # (ends logging_in)
+            await _claimed_login(spider, owner, (login, check, after_failure), page, key, epoch)
             version = jars.version(key)
         elif action == 1:
             jars.count("ha/cookies/login_waits" if waited else "ha/cookies/login_retries")
@@ -158,6 +177,47 @@ async def login_once(
         if version > again.meta.get(metakeys.COOKIES_VERSION, 0):
             again.meta[metakeys.COOKIES_VERSION] = version
         return again
+
+
+async def _claimed_login(
+    spider: Spider, owner: Any, how: tuple[Any, Any, float], page: Request, key: Any, epoch: int
+) -> None:
+    """Log in as login *epoch* of jar *key* (*how*: login_once's *login*, *check* and
+    *after_failure*), then mark it done, or failed when its answer fails *check*
+    (:class:`LoginFailed`: the pages waiting for it raise it too)."""
+    login, check, after_failure = how
+    jars = owner._jars
+    jars.logging_in[jar_field(key)] = epoch  # its answers alone set the jar meanwhile
+    failed = False
+    try:
+        answer = await _log_in(spider, login, key, epoch)
+        failed = check is not None and not check(answer)
+    finally:  # answered or raised: the waiting pages go again (and may log in)
+        if failed:
+            await owner.login_failed(key, epoch, int(after_failure * 1000))
+        else:
+            domains = request_domains(page)
+            if not callable(login):
+                domains |= request_domains(login)
+            await owner.login_done(key, epoch, domains)  # (ends logging_in)
+    if failed:
+        jars.count("ha/cookies/logins_failed")
+        raise LoginFailed(_failed_text(key, after_failure))
+
+
+def _checked(check: Callable[[Any], bool] | None, answer: Any, key: Any) -> None:
+    """A login this worker made alone (no shared jar): :class:`LoginFailed` when its answer
+    fails *check*."""
+    if check is not None and not check(answer):
+        raise LoginFailed(_failed_text(key, None))
+
+
+def _failed_text(key: Any, after_failure: float | None) -> str:
+    held = f": no login for {after_failure:.0f} s, on any worker" if after_failure else ""
+    return (
+        f"the login of cookie jar {jar_field(key)} failed its check (its credentials, its "
+        f"form?){held}"
+    )
 
 
 async def _taken_over(owner: Any, jars: Any, key: Any, done: int) -> None:
@@ -186,10 +246,11 @@ def _logins_met(again: Request, page: Request | None = None) -> int:
 
 async def _log_in(
     spider: Spider, login: Request | Callable[[Any], Awaitable[Any]], key: Any, epoch: int = 0
-) -> None:
+) -> Any:
     """Download *login* now (not through the scheduler), or run it when it is a function,
     given the meta each of its requests must carry: the jar, and the epoch of the login it
-    is (while it is in flight the jar takes only its answers' cookies)."""
+    is (while it is in flight the jar takes only its answers' cookies). Returns its answer
+    (the response, or what the function returned)."""
     meta: dict[str, Any] = {"dont_retry": True}
     if key is not None:
         meta["cookiejar"] = key
@@ -197,8 +258,7 @@ async def _log_in(
         meta[metakeys.LOGIN_EPOCH] = epoch
         meta[metakeys.LOGGING_IN] = True
     if callable(login):
-        await login(dict(meta))
-        return
+        return await login(dict(meta))
     request = login.replace(meta={**login.meta, **meta})
     for attempt in range(1, LOGIN_ATTEMPTS + 1):
         try:
@@ -211,7 +271,8 @@ async def _log_in(
             logger.warning("The login %s failed (%r): sending it again", login, exc)
             continue
         logger.info("Logged in with %s: HTTP %d from %s", login, answer.status, answer.url)
-        return
+        return answer
+    return None  # (not reached: the last attempt returns or raises)
 
 
 def _again(page: Request, retry: Request | None) -> Request:
@@ -227,4 +288,7 @@ def _again(page: Request, retry: Request | None) -> Request:
     retry = retry.replace(dont_filter=True)
     for name in metakeys.STRIPPED:
         retry.meta.pop(name, None)
+    # not a start request again: one (without its lease) is filtered as the n-th start
+    # request of its URL in this run, and a second time again was taken for the first
+    retry.meta.pop("is_start_request", None)
     return retry

@@ -202,8 +202,9 @@ class SharedJars:
 
     async def login_step(self, key: Hashable, step: str, epoch: int, timeout_ms: int = 0) -> Any:
         """``lua/jar_login.lua``: *step* ``claim`` (a request sent with the session of login
-        *epoch* met its expiry) or ``done`` (the answer to login *epoch* came); returns the
-        script's ``[action, epoch, version]``."""
+        *epoch* met its expiry), ``done`` (the answer to login *epoch* came) or ``failed``
+        (it came and failed the spider's check: no login for *timeout_ms*); returns the
+        script's ``[action, epoch, version]`` (and the ms left of a failed login's pause)."""
         if self.login is None:
             self.login = self.client.register_script(scripts.JAR_LOGIN_LUA)
         name = jar_field(key)
@@ -234,7 +235,8 @@ class SharedJars:
 
 def login_epoch(stored: bytes | str | None) -> int:
     """The epoch of the session a jar holds, from its login field (``lua/jar_login.lua``):
-    the epoch of a login done, the one before it while a login is in flight; 0 when none."""
+    the epoch of a login done, the one before it while a login is in flight or once it
+    failed; 0 when none."""
     if not stored:
         return 0
     text = stored.decode() if isinstance(stored, bytes) else stored

@@ -12,7 +12,8 @@
 -- cookie the jar does not hold: a page that clears a cookie at every answer): nothing is
 -- written and the version stays, so the other workers load nothing; -1 when the request was
 -- sent with the session of a login older than the jar's last one done, or than the login
--- request in flight (jar_login 'run', whose requests carry its epoch): nothing is written
+-- request in flight (jar_login 'run', whose requests carry its epoch), or than the one
+-- before a login that failed (jar_login 'failed'): nothing is written
 -- (the answer to an expired session, such as a new anonymous session cookie set on the
 -- redirect to the login form, would replace the new session of every worker).
 --- @include "time"
@@ -23,8 +24,9 @@
 local EXPIRY_GRACE_S = 3600
 local login = redis.call('HGET', KEYS[1], ARGV[6])
 if login then
-  local e = string.match(login, '^(%d+) %a+ %d+$')
-  if e and tonumber(e) > tonumber(ARGV[7]) then return -1 end
+  local e, state = string.match(login, '^(%d+) (%a+) %d+$')
+  -- (a failed login opened no session: the jar's is the one before it)
+  if e and tonumber(e) - (state == 'failed' and 1 or 0) > tonumber(ARGV[7]) then return -1 end
 end
 local jar = jar_read(KEYS[1], ARGV[1])
 local changed = false
