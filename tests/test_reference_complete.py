@@ -227,3 +227,21 @@ def test_every_command_the_documents_name_exists():
             if subs is None or (subs and re.fullmatch("[a-z-]+", sub) and sub not in subs):
                 wrong.append(f"{document.name}: scrapy-ha {line}")
     assert wrong == []
+
+
+#: A boolean setting's default as prose names it: ``HA_EARLY_DOWNLOAD`` (off by default).
+SAID_DEFAULT = r"`(HA_[A-Z0-9_]+)`\W{0,3}\((on|off) by default"
+
+
+def test_every_on_or_off_by_default_the_documents_say_is_the_code_default():
+    """docs/compatibility.md and docs/benchmarks.md called ``HA_EARLY_DOWNLOAD`` "off by
+    default" for days after its default became ``True``."""
+    defaults, wrong, compared = code_defaults(), {}, 0
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name, said in re.findall(SAID_DEFAULT, path.read_text()):
+            if defaults.get(name, set()) & {True, False}:
+                compared += 1
+                if defaults[name] != {said == "on"}:
+                    wrong[f"{path.name}: {name}"] = (said, defaults[name])
+    assert wrong == {}
+    assert compared > 0  # the check itself: the documents name one
