@@ -2,8 +2,8 @@
 
 ``HA_USER_AGENTS = ["Mozilla/5.0 ...", ...]`` picks one at random for every attempt of a
 request that has no User-Agent of its own (a retry gets a new pick). For pacing, use
-Scrapy's own AutoThrottle (``AUTOTHROTTLE_ENABLED``) and ``RANDOMIZE_DOWNLOAD_DELAY`` rather
-than another middleware.
+Scrapy's own AutoThrottle (``AUTOTHROTTLE_ENABLED``) and ``DOWNLOAD_DELAY`` (randomized by
+``DOWNLOAD_DELAY_JITTER``) rather than another middleware.
 """
 
 from __future__ import annotations
