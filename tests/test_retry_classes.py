@@ -463,6 +463,35 @@ def test_robots_txt_is_retried_as_scrapy_retries_it_and_never_at_once_on_a_429()
     assert isinstance(middleware.process_response(page, response(429)), Request)
 
 
+def test_robots_txt_given_up_on_is_logged_as_scrapy_logs_it(caplog):
+    """A robots.txt that answered 503 three times was given up on in silence (QA: a crawl
+    of ``ROBOTSTXT_OBEY`` against a site whose robots.txt answered 503 went on without its
+    rules, ``ha/retry/gave_up/server`` its only trace), where Scrapy's retry middleware
+    logs "Gave up retrying" at ERROR. It is logged so, with the site crawled without rules."""
+    from scrapy.http.request import NO_CALLBACK  # noqa: PLC0415
+    from scrapy.utils.test import get_crawler  # noqa: PLC0415
+
+    from scrapy_ha.middlewares.retry import RetryMiddleware  # noqa: PLC0415
+
+    middleware = RetryMiddleware.from_crawler(get_crawler(settings_dict={}))
+    request = Request(
+        "https://example.com/robots.txt", meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK
+    )
+    with caplog.at_level("DEBUG", logger="scrapy_ha"):
+        while isinstance(found := middleware.process_response(request, response(503)), Request):
+            request = found
+    given_up = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(given_up) == 1, caplog.text
+    text = given_up[0].getMessage()
+    assert "Gave up retrying <GET https://example.com/robots.txt> (failed 3 times)" in text
+    assert "HTTP 503" in text and "without its robots.txt rules" in text
+    # a page of the crawl given up on is dead-lettered and logged there, not here
+    page = Request("https://example.com/x")
+    caplog.clear()
+    middleware.process_response(page, response(404))
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 class _Gates:
     """A scheduler as the middlewares see it (``registry.CrawlScheduler``), closing gates
     into a list."""

@@ -43,7 +43,6 @@ from scrapy.exceptions import (
 )
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
-from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.python import global_object_name
 from twisted.internet import defer
 from twisted.python.failure import Failure as TwistedFailure
@@ -60,6 +59,7 @@ from scrapy_ha.middlewares.policy import (
     through_proxy,
 )
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
+from scrapy_ha.middlewares.robots import gave_up, is_robots_txt, no_robots_txt
 from scrapy_ha.verdict import FailureClass, Verdict
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class RetryMiddleware:
         fclass = self.config.classify_response(response)
         if fclass is None or self._allowed_status(request, response):
             return response
-        if _no_robots_txt(request, response):
+        if no_robots_txt(request, response):
             return response  # RFC 9309: a 4xx robots.txt is "no rules", no failure
         failure = Failure(
             fclass,
@@ -177,14 +177,14 @@ class RetryMiddleware:
 
     def _handle(self, request: Request, failure: Failure) -> Request | None:
         worker, now_ms = _who_and_when(self.crawler)
-        if _robots_txt(request):  # downloaded again at once, not through Redis: as Scrapy
+        if is_robots_txt(request):  # downloaded again at once, not through Redis: as Scrapy
             limited = failure.failure_class == FailureClass.RATE_LIMITED  # (the gate waits)
             request.meta[metakeys.RETRY_TIMES] = 0 if limited else self.config.robots_retries
         fclass = failure.failure_class
         scheduler = scheduler_for(self.crawler)
         meta = request.meta
         if fclass == FailureClass.RATE_LIMITED and scheduler is not None:
-            free = not (_robots_txt(request) or meta.get(metakeys.GATE_WAITED))
+            free = not (is_robots_txt(request) or meta.get(metakeys.GATE_WAITED))
             if free and (wait := scheduler.closed.sent_before(request)) > 0:
                 return self._wait_for_gate(request, failure, wait, scheduler)
         meta.pop(metakeys.GATE_WAITED, None)  # an attempt: the next gate may be waited for
@@ -197,6 +197,8 @@ class RetryMiddleware:
                 scheduler.close_gate(request, gate)
         if verdict.delay is None:
             self.stats.inc_value(f"ha/retry/gave_up/{fclass}")
+            if is_robots_txt(request):
+                gave_up(request, failure, meta[metakeys.RETRY_TIMES])
             return None
         self.stats.inc_value("ha/retry/count")
         self.stats.inc_value(f"ha/retry/{fclass}")
@@ -354,24 +356,6 @@ class _WatchedErrback:
         if verdict is not None and not verdict.is_retry:
             request.meta[metakeys.OUTCOME] = verdict.handled_by_errback()
         return output
-
-
-def _no_robots_txt(request: Request, response: Response) -> bool:
-    """Whether *response* to Scrapy's robots.txt fetch says the site has none: a 4xx but
-    429 (RFC 9309: "unavailable", crawl as without rules; a 403 too). Scrapy's middleware
-    goes on as it would, nothing counts ``ha/retry/gave_up``, and it is not fetched again
-    (the proxy middleware, which sees the answer first, still rotates on a 403); a 5xx or
-    a 429 is still a failure."""
-    status = response.status
-    return 400 <= status < 500 and status != 429 and _robots_txt(request)  # noqa: PLR2004
-
-
-def _robots_txt(request: Request) -> bool:
-    """Whether *request* is Scrapy's fetch of a site's robots.txt (RobotsTxtMiddleware
-    marks it ``dont_obey_robotstxt``; a page of the crawl at that path is judged as any)."""
-    return bool(request.meta.get("dont_obey_robotstxt")) and (
-        urlparse_cached(request).path == "/robots.txt"
-    )
 
 
 def _who_and_when(crawler: Crawler) -> tuple[str, int]:
