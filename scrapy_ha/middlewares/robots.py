@@ -3,8 +3,9 @@
 ``RobotsTxtMiddleware`` downloads a site's robots.txt itself (``engine.download``, not
 through the scheduler): it is no request of the queue, so it is retried at once, as often
 as Scrapy's ``RETRY_TIMES`` says, never dead-lettered, and a worker that gives up on it
-says so at ERROR as Scrapy's retry middleware does: the site is then crawled without its
-rules.
+says so at ERROR as Scrapy's retry middleware does. Scrapy then reads the last answer's
+body as the site's rules (a 503's page: usually none), or, when no answer came, crawls
+the site without rules.
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def is_robots_txt(request: Request) -> bool:
 def gave_up(request: Request, failure: Failure, retries: int) -> None:
     """Log a robots.txt fetch given up on after its *retries* (Scrapy's wording, at ERROR:
     before, a robots.txt that answered 503 each time left no line in the log)."""
+    then = "its body is read as the rules" if failure.status else "the site has no rules"
     logger.error(
-        "Gave up retrying %s (failed %d times): %s; its site is crawled without its "
-        "robots.txt rules",
+        "Gave up retrying %s (failed %d times): %s (%s)",
         request,
         retries + 1,
         failure.reason,
+        then,
     )
