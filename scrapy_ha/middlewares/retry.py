@@ -43,7 +43,6 @@ from scrapy.exceptions import (
 )
 from scrapy.http import Response
 from scrapy.spidermiddlewares.httperror import HttpError
-from scrapy.utils.python import global_object_name
 from twisted.internet import defer
 from twisted.python.failure import Failure as TwistedFailure
 
@@ -51,13 +50,13 @@ from scrapy_ha import metakeys
 from scrapy_ha.config.retry import RetryConfig
 from scrapy_ha.config.startup import configured
 from scrapy_ha.middlewares.policy import (
-    REASON_LIMIT,
     Failure,
     decide,
     error_verdict,
     retry_after_seconds,
     through_proxy,
 )
+from scrapy_ha.middlewares.reasons import exception_reason
 from scrapy_ha.middlewares.registry import CrawlScheduler, scheduler_for
 from scrapy_ha.middlewares.robots import gave_up, is_robots_txt, no_robots_txt
 from scrapy_ha.verdict import FailureClass, Verdict
@@ -160,7 +159,7 @@ class RetryMiddleware:
 
     def _judge_exception(self, request: Request, exception: Exception) -> Request | None:
         fclass = self.config.classify_exception(exception)
-        reason = global_object_name(type(exception))
+        reason = exception_reason(exception, request.url)  # with its message (.reasons)
         reason += through_proxy(request) if fclass == FailureClass.NETWORK else ""
         if fclass is None:
             if isinstance(exception, NOT_FAILURES):
@@ -169,7 +168,6 @@ class RetryMiddleware:
             # bug): acked as done it was lost, with one "Error downloading" line; retried it
             # would fail the same way. Dead-lettered, it can be read and requeued once fixed.
             fclass = FailureClass.PERMANENT
-            reason = f"{reason}: {str(exception).strip()[:200]}".rstrip(": ")
         retry = self._handle(request, Failure(fclass, reason))
         if retry is None and request.errback is not None:
             request.errback = _WatchedErrback(request, request.errback)
@@ -319,8 +317,7 @@ class ParseErrorMiddleware:
 
     def _decide(self, request: Request, fclass: FailureClass, exception: BaseException) -> None:
         worker, now_ms = _who_and_when(self.crawler)
-        reason = f"{global_object_name(type(exception))}: {exception}"[:REASON_LIMIT]
-        failure = Failure(fclass, reason)
+        failure = Failure(fclass, exception_reason(exception))
         verdict = decide(request, failure, self.config, worker=worker, now_ms=now_ms)
         if verdict.is_retry:
             self.crawler.stats.inc_value("ha/retry/count")
