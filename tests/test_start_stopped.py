@@ -149,6 +149,29 @@ def test_a_worker_stopped_while_it_waits_for_redis_closes_as_a_failed_start(
     assert "hunter2" not in text
 
 
+@pytest.mark.parametrize("kind", list(PROCESSES))
+def test_a_worker_without_item_pipelines_stopped_in_its_start_wait_exits_with_1(
+    tmp_path: Path, kind: str
+):
+    """Scrapy 2.16's Deferred-based CrawlerProcess (``FORCE_CRAWLER_PROCESS``) starts the
+    engine after an open that a stop cut short, and counts the crawl as failed only once
+    that start has returned; the shutdown's hold ended once the crawl had closed, before
+    it: the reactor stopped first, Scrapy never counted the crawl, and ``scrapy crawl``
+    exited with 0 after logging ``ha_start_failed`` (a QA run: 0 in 4 of 4 stops, SIGINT
+    and SIGTERM). The example project's pipeline, slower to close, hid it from the test
+    above; a project without item pipelines is the plain case."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    log = tmp_path / "worker.log"
+    bare = {"ITEM_PIPELINES": "{}", **PROCESSES[kind]}
+    proc = worker(url, "http://127.0.0.1:9", tmp_path / "items.jl", log, **bare)
+    wait_for_log(log, "unreachable at start (", proc)
+    proc.send_signal(signal.SIGTERM)
+    code = ended(proc)
+    text = log.read_text()
+    assert code == 1, text[-3000:]
+    assert CLOSED.format("ha_start_failed") in text and "Traceback" not in text
+
+
 @pytest.mark.parametrize("kind", ["async", "deferred"])
 def test_a_worker_stopped_before_its_engine_runs_closes_and_leaves_redis(
     redis_url, redis_client, tmp_path: Path, kind: str

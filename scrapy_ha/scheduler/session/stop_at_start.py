@@ -16,8 +16,10 @@ seen at all. So from the scheduler's open until the engine runs (:class:`StopAtS
   a Redis that answered after its grace), and the close that follows waits for Redis
   :data:`STOPPED_CLOSE_TIMEOUT` seconds at most;
 - a "before shutdown" trigger of the reactor holds its shutdown until the crawl has closed
-  (the engine's close has ended in its task, and the crawl's task too), which is what makes
-  Scrapy count it: with ``AsyncCrawlerProcess`` and with the Deferred-based
+  (the engine's close has ended in its task, and the crawl's task too, and the engine's
+  start if one began: Scrapy 2.16's Deferred-based ``CrawlerProcess`` starts the engine
+  after an open a stop cut short, and counts the crawl only once that start returned), which
+  is what makes Scrapy count it: with ``AsyncCrawlerProcess`` and with the Deferred-based
   ``CrawlerProcess`` (``FORCE_CRAWLER_PROCESS``) alike. The hold ends after
   :data:`STOP_CLOSE_TIMEOUT` seconds, or at once on a second Ctrl-C or SIGTERM; then an
   ERROR says the crawl did not close, ``scrapy crawl`` exits with 1 (with
@@ -90,6 +92,9 @@ class StopAtStart(Halt):
         self._expiry: Any = None
         self._handlers: dict[int, tuple[Any, Any]] = {}  # signal -> (ours, the one before)
         self._stop_watch: tuple[Any, Any] | None = None  # (ours, the crawler's own, if any)
+        self._start_watch: tuple[Any, Any, Any] | None = None  # (engine, ours, its own if any)
+        self._starting = False  # the engine's start was called (a task may not run it yet)
+        self._start: asyncio.Task[Any] | None = None  # the task that runs it, once it runs
         # a scheduler closed before its engine ran (Scrapy's scheduler tests, a tool that
         # drives one) ends the watch too: else the reactor's shutdown, at the process's
         # exit, waited 10 s for a close long done
@@ -133,15 +138,46 @@ class StopAtStart(Halt):
 
         crawler.stop_async = stopping  # type: ignore[method-assign]
         self._stop_watch = (stopping, before)
+        self._watch_start()
+
+    def _watch_start(self) -> None:
+        """Note when the engine's start is called, and the task it runs in: Scrapy 2.16's
+        Deferred-based ``Crawler.crawl`` starts the engine after an open that a stop cut
+        short, and counts the crawl (``bootstrap_failed``) only once that start returned,
+        in the task's first done callback; ours, added later, ends the shutdown's hold
+        after it (before, the hold ended first: the reactor stopped before Scrapy counted
+        the crawl, and ``scrapy crawl`` exited with 0)."""
+        running = self.crawler.engine
+        if running is None or self._start_watch is not None:
+            return
+        before, start_async = vars(running).get("start_async"), running.start_async
+
+        def starting(*args: Any, **kwargs: Any) -> Any:
+            self._starting = True  # (before its task runs: the hold must wait for it)
+            return self._started(start_async(*args, **kwargs))
+
+        running.start_async = starting  # type: ignore[method-assign]
+        self._start_watch = (running, starting, before)
+
+    async def _started(self, start: Any) -> None:
+        self._start = asyncio.current_task()
+        if self._start is not None:
+            self._start.add_done_callback(self._release_if_over)
+        await start
 
     def _unwatch_stop(self) -> None:
         watch, self._stop_watch = self._stop_watch, None
-        if watch is None or vars(self.crawler).get("stop_async") is not watch[0]:
-            return  # (not watched, or replaced since: left alone)
-        if watch[1] is None:
-            del self.crawler.stop_async
-        else:
-            self.crawler.stop_async = watch[1]  # type: ignore[method-assign]
+        if watch is not None and vars(self.crawler).get("stop_async") is watch[0]:
+            if watch[1] is None:  # (not replaced since: else left alone)
+                del self.crawler.stop_async
+            else:
+                self.crawler.stop_async = watch[1]  # type: ignore[method-assign]
+        started, self._start_watch = self._start_watch, None
+        if started is not None and vars(started[0]).get("start_async") is started[1]:
+            if started[2] is None:
+                del started[0].start_async
+            else:
+                started[0].start_async = started[2]
 
     def _hook(self) -> None:
         if self._trigger is not None or self._fired:
@@ -205,7 +241,8 @@ class StopAtStart(Halt):
         self._release_if_over()
 
     def _over(self) -> bool:
-        return self._closed and (self.crawl is None or self.crawl.done())
+        started = not self._starting or (self._start is not None and self._start.done())
+        return self._closed and started and (self.crawl is None or self.crawl.done())
 
     def _shutting_down(self) -> Deferred[None] | None:
         """The reactor shuts down (Scrapy's first Ctrl-C or SIGTERM, or a stop from
