@@ -10,6 +10,8 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from scrapy_ha.codec import decode_request
 from scrapy_ha.keys import Keys, shard_of
 from tests import backqueues
@@ -57,6 +59,11 @@ class Sharded(Pushed):
 class Unfiltered(Pushed):
     name = "unfiltered"
     custom_settings = {"DUPEFILTER_CLASS": "scrapy.dupefilters.BaseDupeFilter"}
+
+
+class Fifo(Pushed):
+    name = "fifo"
+    custom_settings = {"HA_QUEUE_ORDER": "fifo"}
 """
 SETTINGS = f"""
 REQUEST_FINGERPRINTER_CLASS = "{PROJECT}.spiders.spiders.PathFingerprinter"
@@ -158,6 +165,27 @@ def test_push_reads_the_dupefilter_and_the_codec_settings_a_worker_reads(
         # COOKIES_ENABLED = False: the Cookie header is the spider's own, no jar replaces it
         request = decode_request(member, None)
         assert request.headers.get("Cookie") == b"sid=spiders-own"
+
+
+@pytest.mark.parametrize(("spider", "newest_first"), [("pushed", True), ("fifo", False)])
+def test_push_places_requests_in_the_order_of_the_spiders_workers(
+    tmp_path, redis_url, redis_client, spider, newest_first
+):
+    """Scrapy's default order within a priority is LIFO: a worker puts its new request at
+    the head of its back queue, scored as the first of its priority. A push placed its
+    requests in FIFO order whatever the project's, at the tail of a LIFO crawl's back
+    queue (a QA run: a request pushed mid-crawl waited behind 150 older ones)."""
+    project = _project(tmp_path)
+    urls = [f"http://a.example/item/{i}" for i in range(1, 4)]
+    for url in urls:  # one push each, as an operator adds them over time
+        assert _push(project, redis_url, spider, url).returncode == 0
+    keys = Keys("ha", spider)
+    assert backqueues.qids(redis_client, keys) == ["0:a.example"]
+    queued = [decode_request(p, None).url for _, p in backqueues.pending(redis_client, keys)]
+    assert queued == (urls[::-1] if newest_first else urls)
+    ids = [int(i) for i, _ in backqueues.pending(redis_client, keys)]
+    place = 2**39 - ids[0] if newest_first else ids[0]  # lib/priority place_of
+    assert redis_client.zscore(keys.ready, "0:a.example") == place
 
 
 def test_push_outside_a_project_says_whose_settings_it_used(tmp_path, redis_url):

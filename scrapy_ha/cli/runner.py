@@ -30,7 +30,12 @@ from scrapy_ha.codec.log_masking import install_log_masking, masked_output
 from scrapy_ha.config.bare import BareSettings
 from scrapy_ha.config.continuous import dupefilter_ttl
 from scrapy_ha.config.memory import MemoryConfig
-from scrapy_ha.config.scheduler import DEFAULT_CONNECT_TIMEOUT, key_prefix
+from scrapy_ha.config.scheduler import (
+    DEFAULT_CONNECT_TIMEOUT,
+    key_prefix,
+    queue_order,
+    start_queue_order,
+)
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.filter_layout import borrow_layout, check_room
 from scrapy_ha.ops.shards import crawl_queue
@@ -171,7 +176,10 @@ async def _on_crawl(
     try:
         projects = args.shards is None and config.get("HA_SHARDS") is not None
         given = _shards_given(args, config)
-        queue = await crawl_queue(client, prefix, args.spider, given, projects=projects)
+        order = _push_order(args) if func.__name__ == "push" else ("fifo", "")
+        queue = await crawl_queue(
+            client, prefix, args.spider, given, projects=projects, order=order
+        )
         if args.spider and not await _there_or_made(queue, args, url):
             return 1
         if func.__name__ == "push":
@@ -222,6 +230,14 @@ async def _client_reached(config: BaseSettings, url: str, timeout: float) -> Any
 
 def _unreadable(exc: Exception) -> bool:
     return isinstance(exc, BloomMetaError) or "WRONGTYPE" in str(exc)
+
+
+def _push_order(args: argparse.Namespace) -> tuple[str, str]:
+    """The order within a priority a worker of the spider places its new requests in (its
+    settings as ``push`` reads them): a request pushed into a LIFO crawl goes to the head
+    of its back queue, as a worker's own new request does, not to its tail."""
+    settings = args.worker_view.crawler.settings
+    return queue_order(settings), start_queue_order(settings)
 
 
 async def _prepare_push(queue: RedisQueue, args: argparse.Namespace, config: BaseSettings) -> None:

@@ -20,11 +20,18 @@ __all__ = ["ShardedDeadLetters", "crawl_queue", "dead_letters"]
 
 
 async def crawl_queue(
-    client: Any, prefix: str, spider: str, given: int | None, *, projects: bool = False
+    client: Any,
+    prefix: str,
+    spider: str,
+    given: int | None,
+    *,
+    projects: bool = False,
+    order: tuple[str, str] = ("fifo", ""),
 ) -> RedisQueue:
     """The queue of a crawl for an operator's tool: sharded as the crawl in Redis is (its
     stored shard count), else as *given* (``--shards`` or, *projects*, the project's
-    ``HA_SHARDS``; None: not given).
+    ``HA_SHARDS``; None: not given); *order*: the order within a priority of its workers
+    and of their start requests (``push`` places requests as a worker does).
     A count given that differs from the crawl's is refused, and a stored count scrapy-ha
     does not write is a CrawlUnreadable naming the key, as in the listings: read as one
     shard, a command would act on shard 0 alone (``flush`` would leave the others)."""
@@ -50,4 +57,6 @@ async def crawl_queue(
             f"HA_SHARDS={given} but the crawl of {spider} is in Redis with HA_SHARDS={shards}: "
             f"give --shards {shards} {instead}"
         )
-    return make_queue(client, prefix, spider, shards, span=span)
+    return make_queue(
+        client, prefix, spider, shards, span=span, order=order[0], start_order=order[1]
+    )
