@@ -133,3 +133,34 @@ async def test_in_lifo_order_with_one_priority_queue_the_same_spider_downloads_t
     lifo = {"SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue"}
     orders = await _orders(redis_url, _slow_site(site_factory), lifo)
     assert orders["scrapy_ha.Scheduler"] == orders[SCRAPY]
+
+
+class ManyStartsSpider(MixedPrioritySpider):
+    """Every list page a start request: the worker leases the next start requests ahead
+    while the first page's callback has yet to yield its items."""
+
+    name = "many_starts"
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
+        self.start_urls = [f"{base_url}/list/{n}" for n in range(1, 6)]
+
+
+@deferred_f_from_coro_f
+async def test_in_fifo_order_a_callbacks_request_goes_before_a_start_request_leased_ahead(
+    redis_url, site_factory
+):
+    """Scrapy's start queues: at equal priority a callback's request goes first. A start
+    request the worker had leased ahead went before one Redis held (a QA crawl of four sites:
+    the third start page was downloaded third, before the first page's links)."""
+    fifo = {
+        "SCHEDULER_MEMORY_QUEUE": "scrapy.squeues.FifoMemoryQueue",
+        "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.ScrapyPriorityQueue",
+    }
+    site = _slow_site(site_factory)
+    orders = {}
+    for scheduler in (SCRAPY, "scrapy_ha.Scheduler"):
+        crawler = get_crawler(ManyStartsSpider, _settings(scheduler, redis_url, **fifo))
+        await crawler.crawl_async(base_url=site.url)
+        orders[scheduler] = [url.removeprefix(site.url) for url in crawler.spider.seen]
+    assert orders["scrapy_ha.Scheduler"] == orders[SCRAPY]

@@ -31,6 +31,8 @@ Entry = tuple[int, int, int, "Request"]
 #: The place within its priority of a request buffered without one (see Lease.place):
 #: after every request leased with one, in arrival order.
 UNPLACED = PRIORITY_STEP
+#: Where the places of start requests kept in their own queue begin (lib/priority.lua).
+START_PART = PRIORITY_STEP // 2
 
 #: Leased requests per request the downloader can run at once: one running, one ready, so
 #: that a small crawl with CONCURRENT_REQUESTS_PER_DOMAIN=1 spreads over the workers.
@@ -166,10 +168,14 @@ class LeaseBuffer:
 
     def behind(self, place: tuple[int, int] | None) -> bool:
         """The request Redis holds at *place* (see Lease.place) is of a higher priority than
-        the head (at equal priority the buffer goes first: see :meth:`FreshQueue.goes_before
-        <scrapy_ha.scheduler.fresh.FreshQueue.goes_before>` for why)."""
+        the head, or of its priority and not a start request where the head is one kept in
+        its own queue (Scrapy's start queues: a callback's request goes first). Else at equal
+        priority the buffer goes first: see :meth:`FreshQueue.goes_before
+        <scrapy_ha.scheduler.fresh.FreshQueue.goes_before>` for why."""
         head = self._head()
-        return place is not None and head is not None and place[0] < head[0]
+        if place is None or head is None or place[0] != head[0]:
+            return place is not None and head is not None and place[0] < head[0]
+        return place[1] < START_PART <= head[1] < UNPLACED
 
     def urgent(self, children: list[NewEntry], cap: int) -> int:
         """New requests of a higher priority than one buffered: to lease now, over the
