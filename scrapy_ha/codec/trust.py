@@ -13,8 +13,10 @@ pick among them.
 
 Callbacks and errbacks are bound methods of the spider: methods its own code defines (never
 a dunder), or Scrapy's own callbacks (``parse``, ``CrawlSpider``'s rules, ``SitemapSpider``'s
-sitemaps), never the spider's machinery (``_set_crawler``, ``start``...); they are found in
-the class namespaces (``inspect.getattr_static``), so no property runs.
+sitemaps), never the spider's machinery (``_set_crawler``, ``start``...), even where the
+spider's own code overrides it, nor the hooks Scrapy calls by name (``closed``,
+``start_requests``); they are found in the class namespaces (``inspect.getattr_static``), so
+no property runs.
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ NAMES: dict[type, str] = {}
 #: spider's machinery, which a payload must never make a worker call.
 _FRAMEWORK_CALLBACKS = frozenset(("parse", "_parse", "_callback", "_errback", "_parse_sitemap"))
 _FRAMEWORK_PACKAGES = frozenset(("scrapy", "scrapy_ha", "scrapy_redis"))
+#: Methods Scrapy calls on a spider by name that its classes do not define: the spider's
+#: own code defines them, and they are machinery all the same (``closed(reason)`` ends it).
+_SPIDER_HOOKS = frozenset(("closed", "start_requests"))
 
 
 # --------------------------------------------------------------------------- classes
@@ -303,15 +308,19 @@ def _static_lookup(cls: type, name: str) -> Any:
 
 def _callable_name(spider: Spider, name: str) -> bool:
     """A callback name a payload may use: a method the spider's own code defines (public
-    or private, never a dunder), or one of Scrapy's own callbacks (see above); found in the
-    class namespaces, so nothing runs to find it."""
-    if name.startswith("__"):
+    or private, never a dunder, never one of Scrapy's hooks: an override of ``start`` or
+    ``_set_crawler``, a ``closed``), or one of Scrapy's own callbacks (see above); found in
+    the class namespaces, so nothing runs to find it."""
+    if name.startswith("__") or name in _SPIDER_HOOKS:
         return False
+    found = False
     for klass in type(spider).__mro__:
         if name in vars(klass):
             framework = klass.__module__.split(".")[0] in _FRAMEWORK_PACKAGES
-            return not framework or name in _FRAMEWORK_CALLBACKS
-    return False
+            if framework and name not in _FRAMEWORK_CALLBACKS:
+                return False  # the machinery, whoever overrides it
+            found = True
+    return found
 
 
 def callback_method(spider: Spider | None, name: Any) -> Callable[..., Any]:
