@@ -292,3 +292,23 @@ async def test_retry_aside_into_a_file_keeps_its_journal_short_within_a_run(redi
     assert offset["retried"] == [ids[-1]]  # the first record's id left at the second write
     await client.aclose()
     sync.close()
+
+
+def test_aside_lists_each_record_on_one_line_whatever_its_reason_holds(redis_url):
+    """A reason is an exception's text, which may hold a page's text: its carriage return
+    wrote the rest of the line over the entry's id in a terminal, and its newline made a
+    line that looked like another record (reasons are one line, as `dlq list` shows them)."""
+    fill(redis_url, 3)
+    client = redis.Redis.from_url(redis_url)
+    forged = "ValueError: bad title ok\r[12:00:00] all items stored\nfake-1  2026-01-01  no\x1b[2J"
+    good, bad = set_aside(client, "g", forged)
+    shown = scrapy_ha(
+        "items", "s", "--to", "jsonl:x.jl", "--group", "g", "--aside", "--redis-url", redis_url
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "\r" not in shown.stdout
+    lines = shown.stdout.splitlines()
+    one = "ValueError: bad title ok [12:00:00] all items stored fake-1 2026-01-01 no\\u001b[2J"
+    assert [line.split("  ", 2)[::2] for line in lines[:2]] == [[good, one], [bad, one]]
+    assert lines[2:] == ["2 entries set aside by group g"]
+    client.close()

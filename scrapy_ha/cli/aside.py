@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from scrapy_ha.codec.log_masking import one_line
 from scrapy_ha.sinks.batches import Entry, global_id
 from scrapy_ha.sinks.jsonl import JsonLinesSink
 from scrapy_ha.store.items import ItemStream
@@ -45,13 +46,13 @@ def _when(ms: int) -> str:
 
 
 async def list_aside(queue: RedisQueue, group: str) -> int:
-    """Print what *group* set aside: id, when (UTC), reason."""
+    """Print what *group* set aside: id, when (UTC), reason (on one line)."""
     shown = 0
     for shard, stream in enumerate(_streams(queue)):
         for record in await stream.aside(group):
             entry = record.entry_id
             entry = global_id(shard, entry) if entry else f"? (record {record.record_id})"
-            print(f"{entry}  {_when(record.when_ms)}  {record.reason}")
+            print(f"{entry}  {_when(record.when_ms)}  {one_line(record.reason)}")
             shown += 1
     print(f"{shown} entr{'y' if shown == 1 else 'ies'} set aside by group {group}")
     return 0

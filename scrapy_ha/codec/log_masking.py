@@ -84,6 +84,14 @@ def visible(text: str) -> str:
     return _CONTROLS.sub(_escaped, text)
 
 
+def one_line(text: str) -> str:
+    """*text* on one line, its line breaks and runs of whitespace one space each: a field of
+    a listing (a reason is an exception's text, which may hold a page's: its carriage return
+    wrote the rest over the line's start in a terminal, its newline looked like a line of
+    its own). What a terminal would act on is left to :func:`visible`."""
+    return " ".join(text.split())
+
+
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
