@@ -9,6 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from scrapy_ha.codec.log_masking import one_line
 from scrapy_ha.codec.masking import mask_text
 from scrapy_ha.config import validate as check
 from scrapy_ha.config.validate import ConfigError
@@ -64,7 +65,7 @@ async def dlq_archive(queue: RedisQueue, args: argparse.Namespace) -> int:
         return 2
     finally:  # (a daemon thread: a database frozen under a copy holds no Ctrl-C)
         await in_daemon_thread(archive.close)
-    classes = ", ".join(f"{c} {n}" for c, n in sorted((run.by_class or {}).items()))
+    classes = ", ".join(f"{one_line(c)} {n}" for c, n in sorted((run.by_class or {}).items()))
     verb = "would copy" if args.dry_run else "copied"
     print(
         f"{verb} {run.copied} of {run.dead} dead letter(s) of {queue.keys.spider} to "

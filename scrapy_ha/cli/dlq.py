@@ -13,7 +13,7 @@ from scrapy_ha.cli.archive import unarchived_kept
 from scrapy_ha.cli.bulk import Approved, Progress, act, choose
 from scrapy_ha.cli.common import approve, say_missing, say_unknown_class
 from scrapy_ha.codec import mask_url
-from scrapy_ha.codec.log_masking import visible
+from scrapy_ha.codec.log_masking import one_line, visible
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.deadletters.marks import kept_by_purge
 from scrapy_ha.deadletters.stream import Selection
@@ -90,10 +90,10 @@ async def dlq_list(queue: RedisQueue, args: argparse.Namespace) -> int:
             print(
                 f"{e.id:>{w}}  {local_time(e.dead_at)}  {_cut(e.failure_class, c):<{c}} "
                 f"{e.status or '-':>6} {e.attempts:>5}  {_cut(e.reason, 40):<40}  "
-                f"{mask_url(e.url)}"
+                f"{one_line(mask_url(e.url))}"
             )
             by_class[e.failure_class] += 1
-    classes = ", ".join(f"{fclass} {n}" for fclass, n in sorted(by_class.items()))
+    classes = ", ".join(f"{one_line(fclass)} {n}" for fclass, n in sorted(by_class.items()))
     print(f"{_entries(by_class.total())} listed ({classes})")
     return 0
 

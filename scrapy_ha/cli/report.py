@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from scrapy_ha.codec.log_masking import one_line
 from scrapy_ha.deadletters.dlq import SCAN_BATCH, parse_entry
 from scrapy_ha.ops.display import local_time, share_text, time_ms
 from scrapy_ha.ops.stats import MINUTE_MS, MINUTES_KEPT, read_crawl_stats_async
@@ -28,6 +29,7 @@ from scrapy_ha.store.zpaging import by_score
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Iterable
 
     from scrapy_ha.ops.stats import CrawlStats
     from scrapy_ha.store.queue import RedisQueue
@@ -191,13 +193,18 @@ def as_text(r: Report) -> str:
         "states:     " + ", ".join(f"{k} {v}" for k, v in r.states.items()),
         "in window:  " + ", ".join(f"{k} {_n(v)}" for k, v in r.window.items()),
         f"retries:    success rate {_rate(r)} (retried then done vs retried then dead)",
-        "dead by class:  " + (", ".join(f"{k} {v}" for k, v in r.dead_by_class.items()) or "-"),
-        "dead by domain: " + (", ".join(f"{k} {v}" for k, v in r.top_domains) or "-"),
+        "dead by class:  " + (", ".join(_pairs(r.dead_by_class.items())) or "-"),
+        "dead by domain: " + (", ".join(_pairs(r.top_domains)) or "-"),
         "dead by reason: " + ("; ".join(f"{k} ({v})" for k, v in r.top_reasons) or "-"),
         f"workers seen:   {len(r.workers_seen)}"
         + (f" ({_last_seen(r)})" if r.workers_seen else ""),
     ]
     return "\n".join(lines)
+
+
+def _pairs(counts: Iterable[tuple[str, int]]) -> list[str]:
+    """``name n`` of each (class or domain, count), the name on one line."""
+    return [f"{one_line(name)} {n}" for name, n in counts]
 
 
 def _cell(text: str) -> str:

@@ -22,7 +22,7 @@ from scrapy_ha.cli.grammar import TOP_DOMAINS
 from scrapy_ha.cli.pause import paused_since
 from scrapy_ha.cli.watch import CLEAR_SCREEN, controls, draw, restore_ctrl_c, stop_on_ctrl_c
 from scrapy_ha.config.politeness import DomainLimit, describe, held_slots, limits_in_force
-from scrapy_ha.ops.display import humanize, local_time, most_domains, share_text, time_ms
+from scrapy_ha.ops.display import humanize, local_time, most_domains, per_class, share_text, time_ms
 from scrapy_ha.ops.dupefilter import buckets_lines, dupefilter_json, dupefilter_line
 from scrapy_ha.ops.operations import server_ms
 from scrapy_ha.ops.revisits import read_revisits, status_lines
@@ -272,8 +272,8 @@ def text(
         ),
         _row("totals", **{name: stats.counter(name) for name in TOTALS}),
         _row("operator", requeued=stats.requeued, purged=stats.purged),
-        _per_class("retried", stats.retried, stats.retried_by_class) + _success(stats),
-        _per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),
+        per_class("retried", stats.retried, stats.retried_by_class) + _success(stats),
+        per_class("dead-lettered", stats.dead_lettered, stats.dead_by_class),
         *(_rates(stats, event) for event in MINUTE_EVENTS),
         *_waiting(waiting),
         f"{'eta':>13}  {until}",
@@ -305,11 +305,6 @@ def items_text(stats: CrawlStats, items: StreamState) -> list[str]:
 
 def _row(title: str, **values: int) -> str:
     return f"{title:>13}  " + "  ".join(f"{k} {v:,}" for k, v in values.items())
-
-
-def _per_class(title: str, total: int, by_class: dict[str, int]) -> str:
-    classes = ", ".join(f"{c} {n:,}" for c, n in sorted(by_class.items(), key=lambda x: -x[1]))
-    return f"{title:>13}  {total:,}" + (f" ({classes})" if classes else "")
 
 
 def _success(stats: CrawlStats) -> str:
@@ -390,7 +385,7 @@ def _eta(stats: CrawlStats, waiting: Waiting, run: RunState | None = None) -> st
 
 
 def _domains(stats: CrawlStats, n: int) -> list[str]:
-    if not (top := stats.top_domains(n)):
+    if not (top := [(" ".join(d.split()), c) for d, c in stats.top_domains(n)]):
         return []
     width = max(len(d) for d, _ in top)
     head = f"{'domain':<{width}}  " + "  ".join(f"{e:>9}" for e in DOMAIN_EVENTS)

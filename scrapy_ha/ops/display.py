@@ -1,10 +1,11 @@
 """How the operator's tools show times (one format for the CLI and the dashboard), durations,
-shares and lists of domains."""
+shares and lists of domains and classes, each name on one line."""
 
 from __future__ import annotations
 
 import time
 
+from scrapy_ha.codec.log_masking import one_line
 from scrapy_ha.store.times import LATEST_MS, time_ms
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "humanize",
     "local_time",
     "most_domains",
+    "one_line",
+    "per_class",
     "share_text",
     "time_ms",
 ]
@@ -65,11 +68,23 @@ def share_text(share: float | None, space: str = "") -> str:
     return text.replace("%", f"{space}%")
 
 
+def per_class(title: str, total: int, by_class: dict[str, int]) -> str:
+    """``      retried  12 (server 9, network 3)``: *total*, then each class's count, the
+    most first, a class's name on one line (text from Redis: a line break in it made a line
+    of its own)."""
+    classes = ", ".join(f"{one_line(c)} {n:,}" for c, n in sorted(by_class.items(), key=_count))
+    return f"{title:>13}  {total:,}" + (f" ({classes})" if classes else "")
+
+
+def _count(item: tuple[str, int]) -> int:
+    return -item[1]
+
+
 def most_domains(counts: dict[str, int], most: int = LINE_DOMAINS) -> str:
     """``shop.example 36, api.example 4``: the *most* domains with the highest counts (then
     by name), and ``, and 104 more domains: 218`` for the others."""
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    named = ", ".join(f"{domain} {n:,}" for domain, n in ranked[:most])
+    named = ", ".join(f"{one_line(domain)} {n:,}" for domain, n in ranked[:most])
     if rest := ranked[most:]:
         named += f", and {len(rest):,} more domain{'' if len(rest) == 1 else 's'}: "
         named += f"{sum(n for _, n in rest):,}"
