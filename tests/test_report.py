@@ -210,3 +210,18 @@ def test_the_minute_the_window_begins_in_counts_for_its_part_inside(redis_url, r
     # 6,000 spread evenly: the window holds the part of that minute after `into` ms
     acked = report["window"]["acked"]
     assert 6_000 - after // 10 - 1 <= acked <= 6_000 - before // 10 + 1, (before, after, acked)
+
+
+def test_a_domain_of_a_crawled_link_is_one_cell_of_the_markdown_table(redis_url):
+    """A crawled page links to a host Scrapy keeps as it is (``a|b.example``,
+    ``c<!--.example``): its row of ``report --format markdown`` split at the ``|``, and the
+    ``<!--`` opened an HTML comment that hid the rest of the report wherever the markdown
+    is rendered. Domains and classes are cells as reasons are."""
+    from tests.cli_seed import dead_letters
+
+    urls = ["http://a|b.example/p", "http://c<!--.example/p"]
+    dead_letters(redis_url, "hosts", [(url, "gone", 404) for url in urls])
+    markdown = cli(redis_url, "report", "hosts", "--format", "markdown").stdout
+    assert "| a/b.example | 1 |" in markdown, markdown
+    assert "| c&lt;!--.example | 1 |" in markdown, markdown
+    assert "<!--" not in markdown, markdown

@@ -208,9 +208,10 @@ def _pairs(counts: Iterable[tuple[str, int]]) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    """A reason as a markdown table's cell: a ``|`` would end the cell, and HTML (an
-    exception's message may quote a page) would be rendered as such."""
-    return html.escape(text.replace("|", "/"), quote=False)
+    """A reason, class or domain as a markdown table's cell: a ``|`` would end the cell, a
+    line break the row, and HTML (an exception's message may quote a page; Scrapy keeps a
+    link's host as written, ``c<!--.example``) would be rendered as such."""
+    return html.escape(one_line(text).replace("|", "/"), quote=False)
 
 
 def as_markdown(r: Report) -> str:
@@ -221,9 +222,9 @@ def as_markdown(r: Report) -> str:
     out += [f"| {k} | {_n(v)} |" for k, v in r.window.items()]
     out += ["", f"Retry success rate: **{_rate(r)}**", ""]
     out += ["| dead-letter class | count |", "|---|---:|"]
-    out += [f"| {k} | {v} |" for k, v in r.dead_by_class.items()]
+    out += [f"| {_cell(k)} | {v} |" for k, v in r.dead_by_class.items()]
     out += ["", "| domain | dead |", "|---|---:|"]
-    out += [f"| {k} | {v} |" for k, v in r.top_domains]
+    out += [f"| {_cell(k)} | {v} |" for k, v in r.top_domains]
     out += ["", "| reason | dead |", "|---|---:|"]
     out += [f"| {_cell(k)} | {v} |" for k, v in r.top_reasons]
     out += ["", f"Workers seen: {len(r.workers_seen)} " + _last_seen(r)]
