@@ -87,7 +87,11 @@ async def test_a_new_request_is_handed_out_at_once_and_stored_leased_to_this_wor
         await poll(stored, "the handed-out requests are leased in Redis")
         assert backqueues.count(redis_client, keys) == 0
         assert redis_client.zcard(keys.leased) == len(urls)
-        assert crawler.stats.get_value("ha/handed_fresh") == len(urls)
+        # (counted once the round's reply is read, after Redis wrote the leases)
+        await poll(
+            lambda: crawler.stats.get_value("ha/handed_fresh") == len(urls),
+            "the handed-out requests are counted",
+        )
     finally:
         await maybe_deferred_to_future(scheduler.close("shutdown"))
     # never downloaded (no engine here): released at close, nothing lost

@@ -41,6 +41,12 @@ def _engine(crawler: Crawler) -> ExecutionEngine | None:
         return None
 
 
+def current(crawler: Crawler) -> ExecutionEngine | None:
+    """The crawler's engine, or None before the crawl starts (Scrapy 2.19 raises when
+    ``crawler.engine`` is read then)."""
+    return _engine(crawler)
+
+
 def wake(crawler: Crawler) -> None:
     """Make the engine call ``next_request`` soon: ``engine._slot.nextcall.schedule()``
     (``_slot`` is None before the spider opens and after it closes; 2.16, 2.19); nothing

@@ -147,7 +147,7 @@ class StopAtStart(Halt):
         in the task's first done callback; ours, added later, ends the shutdown's hold
         after it (before, the hold ended first: the reactor stopped before Scrapy counted
         the crawl, and ``scrapy crawl`` exited with 0)."""
-        running = self.crawler.engine
+        running = engine.current(self.crawler)  # (Scrapy 2.19 raises before it is set)
         if running is None or self._start_watch is not None:
             return
         before, start_async = vars(running).get("start_async"), running.start_async
