@@ -29,6 +29,7 @@ from scrapy_ha.cookies import LoginFailed, login_once
 from scrapy_ha.keys import Keys
 from scrapy_ha.middlewares.logins import MAX_LOGINS_MET, _again, _logins_met
 from scrapy_ha.store.jars import SharedJars, login_epoch, snapshot
+from tests.cli_seed import _run, dead_letters, scrapy_ha
 from tests.scrapy_project import crawl, write_project
 
 if TYPE_CHECKING:
@@ -417,6 +418,32 @@ async def test_a_login_that_failed_its_check_holds_every_login_back_for_its_paus
         assert await jars.login_step(1, "claim", 0, 60_000) == [1, 2, 2]
     finally:
         await client.aclose()
+
+
+async def _login_step(redis_url: str, spider: str, step: str, epoch: int, ms: int) -> list[int]:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        return await SharedJars(client, Keys("ha", spider)).login_step(1, step, epoch, ms)
+    finally:
+        await client.aclose()
+
+
+def test_a_requeue_lifts_the_hold_of_a_failed_login(redis_url: str) -> None:
+    """The documented mend: new credentials, then ``scrapy-ha dlq requeue``. The hold of a
+    failed login outlived both (a review: 80 pages dead-lettered by wrong credentials on a
+    stopped crawl, requeued, the workers started again with the right ones within
+    ``after_failure``: no login made, 300 of 300 pages dead-lettered by LoginFailed)."""
+    assert _run(_login_step(redis_url, "held", "claim", 0, 60_000))[:2] == [2, 1]
+    assert _run(_login_step(redis_url, "held", "failed", 1, 600_000))[0] == 1
+    assert _run(_login_step(redis_url, "held", "claim", 0, 60_000))[0] == 3, "held"
+    dead_letters(redis_url, "held", [("http://shop.test/page/1", "parse", None)])
+    done = scrapy_ha("dlq", "requeue", "held", "--class", "parse", "-y", "--redis-url", redis_url)
+    assert done.returncode == 0, done.stderr
+    assert "requeued 1 of 1 entry" in done.stdout, done.stdout
+    # the next page that meets the form logs in (login 2); the jar's session is still the
+    # one before the failed login
+    assert _run(_login_step(redis_url, "held", "claim", 0, 60_000))[:2] == [2, 2]
+    assert "lifted the hold of 1 failed login(s)" in done.stderr, done.stderr
 
 
 def _page(url: str, **meta: Any) -> HtmlResponse:

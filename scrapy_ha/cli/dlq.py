@@ -179,16 +179,23 @@ async def dlq_export(queue: RedisQueue, args: argparse.Namespace) -> int:
 
 async def dlq_requeue(queue: RedisQueue, args: argparse.Namespace) -> int:
     """Put entries back in the queue, attempts reset (IDs, or --all, or filters)."""
-    dlq, requeued, without = dead_letters(queue), [0], []
+    dlq, requeued, without, lifted = dead_letters(queue), [0], [], [0]
 
     async def requeue(ids: list[str]) -> int:
         requeued[0] += (n := await dlq.requeue(ids))
         without.extend(dlq.without_request)  # (each batch's)
+        lifted[0] += dlq.logins_lifted
         return n
 
     code = await _bulk(queue, args, "requeued", requeue)
     if requeued[0] and (note := await cleared_crawl_note(queue)):
         print(f"note: {note}", file=sys.stderr)
+    if lifted[0]:
+        print(
+            f"note: lifted the hold of {lifted[0]} failed login(s) (login_once's check): the "
+            "next page that meets the login form logs in",
+            file=sys.stderr,
+        )
     if not without:
         return code
     ids = " ".join(without)

@@ -5,7 +5,9 @@
 ...     await dlq.requeue([e.id for e in await dlq.entries(domain="example.com")])
 
 Requeue puts entries back in the pending queue with their attempt counters and history
-reset; it is atomic per entry and idempotent (an entry already requeued is skipped).
+reset; it is atomic per entry and idempotent (an entry already requeued is skipped). A
+requeue lifts the hold of the crawl's failed logins (``login_once``'s *check*): the pages
+go again once the credentials were mended.
 Entries are read with the codec's :func:`~scrapy_ha.codec.describe`: a stored request is
 data here, never rebuilt, so an entry this worker could not decode is listed all the same.
 docs/reference.md has a complete script.
@@ -28,6 +30,7 @@ from scrapy_ha.deadletters.alerts import queue_shrunk
 from scrapy_ha.deadletters.stream import Selection, selected
 from scrapy_ha.keys import DEFAULT_PREFIX, Keys
 from scrapy_ha.store.connection import redis_from_settings
+from scrapy_ha.store.jars import lift_failed_logins
 from scrapy_ha.store.payloads import read_payloads
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.times import time_ms
@@ -209,6 +212,7 @@ class DeadLetterQueue:
     """List, show, requeue, purge and export dead-letter entries of one crawl."""
 
     shrunk = staticmethod(queue_shrunk)  # (a shard's part of a merged queue: its own)
+    lift = staticmethod(lift_failed_logins)  # (the crawl's jars: shard 0's, once)
 
     def __init__(self, queue: RedisQueue) -> None:
         self.queue = queue
@@ -218,6 +222,8 @@ class DeadLetterQueue:
         self.kept_unarchived = 0
         #: IDs the last :meth:`requeue` could not requeue: their stored request is gone.
         self.without_request: list[str] = []
+        #: Holds of failed logins (``login_once``'s check) the last :meth:`requeue` lifted.
+        self.logins_lifted = 0
 
     @classmethod
     def from_url(cls, url: str, spider: str, *, prefix: str = DEFAULT_PREFIX) -> Self:
@@ -368,6 +374,8 @@ class DeadLetterQueue:
             ]
             requeued += await self.queue.requeue_dead(entries)
         await self.shrunk(self.client, self.keys)  # below the alert's threshold again?
+        # the pages requeued go again with mended credentials: no failed login holds them
+        self.logins_lifted = await self.lift(self.client, self.keys) if requeued else 0
         return requeued
 
     async def purge(self, ids: list[str]) -> int:

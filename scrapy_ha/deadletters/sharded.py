@@ -25,8 +25,15 @@ async def _said_by_the_whole(client: Any, keys: Keys) -> None:
     every shard's, counting them all: see :func:`queue_shrunk`.)"""
 
 
+async def _lifted_by_the_whole(client: Any, keys: Keys) -> int:
+    """(A shard's requeue: the merged queue lifts the failed logins once, in shard 0's
+    cookies, the crawl's.)"""
+    return 0
+
+
 class _Shard(DeadLetterQueue):
     shrunk = staticmethod(_said_by_the_whole)
+    lift = staticmethod(_lifted_by_the_whole)
 
 
 class ShardedDeadLetters(DeadLetterQueue):
@@ -84,6 +91,7 @@ class ShardedDeadLetters(DeadLetterQueue):
             requeued += await part.requeue(local)
             self.without_request += [self.sharded.outside(shard, i) for i in part.without_request]
         await self.shrunk(self.client, self.keys)  # (shard 0's marker, every shard counted)
+        self.logins_lifted = await self.lift(self.client, self.keys) if requeued else 0
         return requeued
 
     async def purge(self, ids: list[str]) -> int:

@@ -34,6 +34,7 @@ __all__ = [
     "cookie_id",
     "cookie_to_dict",
     "jar_field",
+    "lift_failed_logins",
     "login_epoch",
     "snapshot",
     "snapshot_domains",
@@ -231,6 +232,18 @@ class SharedJars:
     def count(self, stat: str) -> None:
         if self.stats is not None:
             self.stats.inc_value(stat)
+
+
+async def lift_failed_logins(client: Any, keys: Keys) -> int:
+    """Lift the hold of every jar's failed login (``lua/jar_lift.lua``): the next page that
+    meets the form logs in. ``scrapy-ha dlq requeue`` does, once the credentials were
+    mended: the pages requeued must not meet a hold set by the old ones. Returns how many
+    it lifted."""
+    fields = [f async for f, _ in client.hscan_iter(keys.cookies, match="login:*")]
+    if not fields:
+        return 0
+    lift = client.register_script(scripts.JAR_LIFT_LUA)
+    return int(await lift(keys=[keys.cookies], args=fields))
 
 
 def login_epoch(stored: bytes | str | None) -> int:

@@ -125,6 +125,7 @@ SCRIPTS = (
     "jar_merge",
     "jar_set_aside",
     "jar_login",
+    "jar_lift",
     "due",
     "items_ack",
     "items_add",
@@ -167,6 +168,7 @@ if TYPE_CHECKING:  # what __getattr__ gives, assembled on first use
     JAR_MERGE_LUA: str
     JAR_SET_ASIDE_LUA: str
     JAR_LOGIN_LUA: str
+    JAR_LIFT_LUA: str
     DUE_LUA: str
     ITEMS_ACK_LUA: str
     ITEMS_ADD_LUA: str
