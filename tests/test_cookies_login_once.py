@@ -386,6 +386,29 @@ def test_wrong_credentials_cost_one_login_for_the_crawl_with_a_check(
     assert dead == 40, logs[-4000:]
 
 
+def test_a_login_refused_by_its_check_names_its_answer(redis_url: str, tmp_path: Path) -> None:
+    """LoginFailed says what the check refused: a check written for a login that redirects
+    refuses a site whose login answers 200 at /login on success, and the error blamed the
+    credentials and the form alone (a review: 26 of 40 pages dead-lettered so, the login
+    good)."""
+    site = _Site()
+    project = write_project(
+        tmp_path / "project",
+        "wrong",
+        WRONG_CREDENTIALS,
+        f'REDIS_URL = "{redis_url}"\nHA_RETRY_POLICIES = {{"parse": {{"times": 0}}}}\n',
+    )
+    try:
+        args = {"base": site.url, "pages": "2"}
+        code = crawl(project, "wrong", tmp_path / "w.log", args=args).wait(300)
+    finally:
+        site.server.shutdown()
+        site.server.server_close()
+    log = (tmp_path / "w.log").read_text()
+    assert code == 0, log[-4000:]
+    assert f"failed its check (its answer: HTTP 403 from {site.url}/login;" in log, log[-4000:]
+
+
 @deferred_f_from_coro_f
 async def test_a_login_that_failed_its_check_holds_every_login_back_for_its_pause(
     redis_url: str,

@@ -25,8 +25,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
 
 from scrapy_ha import metakeys
+from scrapy_ha.codec.masking import mask_url
 from scrapy_ha.middlewares.cookie_changes import request_domains
 from scrapy_ha.middlewares.cookies import shared_cookies
 from scrapy_ha.store.connection import REDIS_DOWN_ERRORS
@@ -36,7 +38,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from scrapy import Request, Spider
-    from scrapy.http import Response
 
 __all__ = ["AFTER_FAILURE", "LOGIN_TIMEOUT", "MAX_LOGINS_MET", "LoginFailed", "login_once"]
 
@@ -202,21 +203,26 @@ async def _claimed_login(
             await owner.login_done(key, epoch, domains)  # (ends logging_in)
     if failed:
         jars.count("ha/cookies/logins_failed")
-        raise LoginFailed(_failed_text(key, after_failure))
+        raise LoginFailed(_failed_text(key, after_failure, answer))
 
 
 def _checked(check: Callable[[Any], bool] | None, answer: Any, key: Any) -> None:
     """A login this worker made alone (no shared jar): :class:`LoginFailed` when its answer
     fails *check*."""
     if check is not None and not check(answer):
-        raise LoginFailed(_failed_text(key, None))
+        raise LoginFailed(_failed_text(key, None, answer))
 
 
-def _failed_text(key: Any, after_failure: float | None) -> str:
+def _failed_text(key: Any, after_failure: float | None, answer: Any) -> str:
+    """What a login the check refused answered (a check written for a login that redirects
+    refuses a good one that answers 200 at its own URL), and how long it holds the others."""
+    said = ""
+    if isinstance(answer, Response):
+        said = f"its answer: HTTP {answer.status} from {mask_url(answer.url)}; "
     held = f": no login for {after_failure:.0f} s, on any worker" if after_failure else ""
     return (
-        f"the login of cookie jar {jar_field(key)} failed its check (its credentials, its "
-        f"form?){held}"
+        f"the login of cookie jar {jar_field(key)} failed its check ({said}its credentials, "
+        f"its form, or a check that refuses a good answer?){held}"
     )
 
 
