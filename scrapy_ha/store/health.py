@@ -9,7 +9,10 @@
   it could not write and retries it: nothing is lost, the crawl waits. Without
   ``maxmemory`` (0) nothing is ever evicted, whatever the policy.
 - **Persistence.** With neither AOF (``appendonly``) nor RDB snapshots (``save``), a
-  restart of Redis empties it: the crawl is gone.
+  restart of Redis empties it: the crawl is gone. With RDB snapshots alone (Redis's
+  default), a crash takes the crawl back to the last snapshot: what was acked since is
+  redone, but start requests stored since are lost (their workers keep them 10 s), and so
+  is every page only they lead to (docs/scaling.md, "A restart from an older snapshot").
 - **Version.** Redis older than 6.2 is not tested (the scripts use commands and Lua
   behaviour of 6.2 and later).
 
@@ -290,11 +293,20 @@ def _unguarded_replicas(info: dict[str, Any]) -> str | None:
 
 
 def _persistence(info: dict[str, Any], saves: set[str] | None) -> str | None:
-    if int(info.get("aof_enabled", 0) or 0) or saves is None or saves - {""}:
+    if int(info.get("aof_enabled", 0) or 0) or saves is None:
         return None
+    snapshots = " ".join(sorted(saves - {""}))
+    if not snapshots:
+        return (
+            'neither AOF nor RDB persistence is on (appendonly no, save ""): a restart of '
+            "Redis loses the whole crawl; set appendonly yes (appendfsync everysec)"
+        )
     return (
-        'neither AOF nor RDB persistence is on (appendonly no, save ""): a restart of '
-        "Redis loses the whole crawl; set appendonly yes (appendfsync everysec)"
+        f"AOF is off (appendonly no, RDB snapshots alone: save {snapshots}): a crash of "
+        "Redis takes the crawl back to its last snapshot, minutes old or from before the "
+        "crawl: pages acked since are crawled again, and start requests stored since (more "
+        "than 10 s before the crash) are lost, with every page only they lead to; set "
+        "appendonly yes (appendfsync everysec)"
     )
 
 

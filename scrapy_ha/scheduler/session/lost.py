@@ -84,7 +84,8 @@ async def _store_again(
     stats.inc_value("ha/children_stored_again", added)
     logger.warning(
         "Redis at %s lacked %d request(s) it had stored for this worker (%s: a failover to "
-        "a replica that had not received them, or the crawl's keys were flushed): %d stored "
+        "a replica that had not received them, a restart from an older RDB snapshot or an AOF "
+        "that lost its tail, or the crawl's keys were flushed): %d stored "
         "again before any ack, %d refused (the page that yielded them is not current there)",
         redis_url,
         len(children),
