@@ -8,6 +8,7 @@ shell fills it, the session drains it, in :data:`SEND_ORDER`.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections import deque
@@ -62,6 +63,9 @@ BATCH_BYTES = 8 * 1024 * 1024
 #: Seconds a request without a parent (a start request) is kept after Redis stored it, to
 #: store it again if a failover loses it: far longer than a healthy replica lags behind.
 ROOT_RETENTION = 10.0
+#: Seconds a root is kept at most while the server's last RDB snapshot predates it (RDB
+#: alone: see :mod:`.session.durable`), an hour: Redis's longest default ``save`` interval.
+ROOT_MAX_AGE = 3600.0
 #: Seconds between two prunings of the kept children (each costs a pass over them).
 PRUNE_INTERVAL = 1.0
 
@@ -88,7 +92,8 @@ class Retained:
     they are lost (its lease is there, its children are not). So a child is kept until its
     parent's end is confirmed (a server that then loses the children loses that ack too,
     and the page is done again), and a child without a parent for :data:`ROOT_RETENTION`
-    and as long as this worker crawls it.
+    (on a server with RDB snapshots alone, until a snapshot has it: :attr:`on_disk`) and
+    as long as this worker crawls it.
     Every sync names the newest child kept (sync.lua's ``expect``); a server that lacks it
     refuses the call, and the worker stores them again first (:meth:`lost`).
 
@@ -114,6 +119,9 @@ class Retained:
     #: the clock of the times kept and of the prunings (``bench/worker_cost.py`` gives one
     #: that runs at a worker's pace: its counts then do not depend on how fast it runs)
     clock: Callable[[], float] = time.monotonic
+    #: the time (:attr:`clock`) before which the server has every write on disk: a root
+    #: stored later is kept past :data:`ROOT_RETENTION` (inf: AOF on, or not known)
+    on_disk: float = math.inf
     _pruned: float = 0.0
 
     @property
@@ -152,11 +160,20 @@ class Retained:
         self.parented = [e for e in self.parented if e[5] in open_]
         crawled = [e for e in self.crawled_roots if e[6] in open_]
         roots = self.roots
-        while roots and now - roots[0][1] >= ROOT_RETENTION:
+        while roots and self._past(roots[0][1], now):
             e = roots.popleft()
             if e[6] in open_:  # (None, a root not handed out, is never in it)
                 crawled.append(e)
         self.crawled_roots = crawled
+
+    def _past(self, at: float, now: float) -> bool:
+        """A root kept since *at* may go: past its retention and on disk, or too old."""
+        age = now - at
+        return age >= ROOT_RETENTION and at < self.on_disk or age >= ROOT_MAX_AGE
+
+    def overdue(self, now: float) -> bool:
+        """Some root is past :data:`ROOT_RETENTION` (kept for a snapshot, or to prune)."""
+        return self.enabled and bool(self.roots) and now - self.roots[0][1] >= ROOT_RETENTION
 
     def children(self) -> list[NewEntry]:
         """The children kept, in number order, each under the lease it was kept with (held

@@ -11,8 +11,10 @@
 - **Persistence.** With neither AOF (``appendonly``) nor RDB snapshots (``save``), a
   restart of Redis empties it: the crawl is gone. With RDB snapshots alone (Redis's
   default), a crash takes the crawl back to the last snapshot: what was acked since is
-  redone, but start requests stored since are lost (their workers keep them 10 s), and so
-  is every page only they lead to (docs/scaling.md, "A restart from an older snapshot").
+  redone, and start requests stored since are lost, with every page only they lead to,
+  unless the worker that stored them still runs: it keeps them until a snapshot has them
+  (:mod:`scrapy_ha.scheduler.session.durable`; docs/scaling.md, "A restart from an older
+  snapshot").
 - **Version.** Redis older than 6.2 is not tested (the scripts use commands and Lua
   behaviour of 6.2 and later).
 
@@ -304,9 +306,10 @@ def _persistence(info: dict[str, Any], saves: set[str] | None) -> str | None:
     return (
         f"AOF is off (appendonly no, RDB snapshots alone: save {snapshots}): a crash of "
         "Redis takes the crawl back to its last snapshot, minutes old or from before the "
-        "crawl: pages acked since are crawled again, and start requests stored since (more "
-        "than 10 s before the crash) are lost, with every page only they lead to; set "
-        "appendonly yes (appendfsync everysec)"
+        "crawl: pages acked since are crawled again, and start requests stored since are "
+        "lost, with every page only they lead to, unless the worker that stored them still "
+        "runs (it keeps them until a snapshot has them, an hour at most); set appendonly "
+        "yes (appendfsync everysec)"
     )
 
 

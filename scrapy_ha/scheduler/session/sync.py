@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 
 from scrapy_ha.codec import CodecError, decode_request
 from scrapy_ha.scheduler.outbox import BATCH, batch_end, latest_saves
+from scrapy_ha.scheduler.session.durable import Durability
 from scrapy_ha.scheduler.session.ends import kept
 from scrapy_ha.scheduler.session.lost import fenced_sync
 from scrapy_ha.store.dictionary import Dictionaries
@@ -86,6 +87,8 @@ class Syncer:
         #: the leases it gave start with it, and only those are given back (another process
         #: given the same HA_WORKER_ID writes the same grant key)
         self._unread_call: str | None = None
+        #: how long the roots this worker stored must be kept (RDB snapshots alone)
+        self.durability = Durability()
 
     @property
     def queue(self) -> RedisQueue | None:
@@ -176,6 +179,7 @@ class Syncer:
         self.renewals.acked += self.ends.visits  # (revisits: pages done, not acked)
         self.ends.visits = 0
         self.remote.synced(result, asked=bool(lease))
+        await self.durability.look(self.queue.client, box.retained)  # (for the next prune)
         # new work for the engine: a buffer that was empty, or held only what waits for a
         # full download slot (the engine looks at it again only as downloads end)
         return (was_empty or bool(skip and result.leases)) and bool(self.shell.buffered())
