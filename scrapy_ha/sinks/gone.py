@@ -3,7 +3,8 @@
 ``scrapy-ha items --undeclare`` takes a group away (``NOGROUP`` at the consumer's next
 read); ``scrapy-ha flush`` deletes the stream with every group (a consumer blocked on it is
 woken with ``UNBLOCKED the stream key no longer exists``, one that was not gets
-``NOGROUP``). Either way the consumer stops (exit 1 from ``scrapy-ha items``) and does not
+``NOGROUP``); a Redis restarted from a snapshot older than the group (RDB alone) lacks
+both. Either way the consumer stops (exit 1 from ``scrapy-ha items``) and does not
 make the group or the stream again: an operator took them away, and a stream made anew
 behind a flush would undo it.
 """
@@ -43,16 +44,17 @@ async def gone(
     if not all([await s.client.exists(s.key) for s in streams]):
         return StreamGone(
             f"the item stream of {spider} was deleted while this consumer ran (a "
-            "`scrapy-ha flush`): it stopped, and the entries it had not acknowledged went "
-            "with the stream; start it again (with --create before the crawl's first worker) "
-            "to consume the crawl anew"
+            "`scrapy-ha flush`, or Redis restarted from an older snapshot that lacks it: RDB "
+            "alone, see docs/scaling.md): it stopped, and the entries it had not "
+            "acknowledged went with the stream; start it again (with --create before the "
+            "crawl's first worker) to consume the crawl anew, or what the crawl commits since"
         )
     if "NOGROUP" not in said:  # UNBLOCKED, the streams there: see woken()
         return None
     return GroupGone(
         f"group {group} of {spider} was taken away while this consumer ran (`scrapy-ha "
-        "items --undeclare`, a `flush`, or a Redis that lost it): it stopped; start it "
-        "again to make the group anew"
+        "items --undeclare`, a `flush`, or a Redis that lost it: restarted from an older "
+        "snapshot, a failover): it stopped; start it again to make the group anew"
     )
 
 
