@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = ["dashboard"]
 
 import errno
+import logging
 import os
 import socket
 import sys
@@ -59,6 +60,9 @@ async def dashboard(queue: RedisQueue, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    # the package's own lines (each action's: "dashboard: requeued 3 of 3 ..."), as the
+    # metrics exporter prints them; uvicorn's loggers keep their handlers (no propagation)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     where = getattr(args, "where", None)
     app = create_app(queue.client, queue.keys.prefix, token=token, where=where)
     config = uvicorn.Config(
