@@ -96,6 +96,9 @@ def _audit(spider: str, action: Action, touched: int | None, selected: int) -> N
             spider,
         )
         return
+    if action.table is None:  # the crawl itself: no entries to count ("paused 1 of 0")
+        logger.info("dashboard: %s %s%s", action.done, spider, "" if touched else " (already)")
+        return
     logger.info(
         "dashboard: %s %d of %d (%s, %s)", action.done, touched, selected, spider, action.name
     )
