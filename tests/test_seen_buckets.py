@@ -345,7 +345,7 @@ async def test_a_single_set_beside_the_buckets_is_said(redis_url, caplog):
     queue = await joined(redis_url)
     assert await add(queue, entries(range(1))) == 1
     await queue.client.sadd(KEYS.dupefilter, fingerprint(2))  # what the older version writes
-    with caplog.at_level(logging.WARNING, logger="scrapy_ha.store.sharding"):
+    with caplog.at_level(logging.WARNING, logger="scrapy_ha.store.single_set"):
         again = await joined(redis_url)
     assert isinstance(again.dupefilter, BucketSet)
     assert "a single set" in caplog.text and "one version" in caplog.text

@@ -65,7 +65,7 @@ async def test_a_running_worker_says_a_single_set_joined_its_buckets(redis_url, 
     JoinedSpider.redis_client = redis_client
     JoinedSpider.said = []
     handler = Said(logging.WARNING)
-    logger = logging.getLogger("scrapy_ha.store.sharding")
+    logger = logging.getLogger("scrapy_ha.store.single_set")
     logger.addHandler(handler)
     settings = {
         "SCHEDULER": "scrapy_ha.Scheduler",

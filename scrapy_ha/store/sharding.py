@@ -20,6 +20,7 @@ from scrapy_ha.store.claims import claim_kind
 from scrapy_ha.store.connection import server_ms, time_ms
 from scrapy_ha.store.queue import RedisQueue
 from scrapy_ha.store.shards import ShardedQueue
+from scrapy_ha.store.single_set import say_single_set, single_set_beside
 from scrapy_ha.store.wire import text as _s
 
 if TYPE_CHECKING:
@@ -186,8 +187,8 @@ async def set_dupefilter(
     for i, shard in enumerate(shards_of(queue)):
         said = warn and i == 0
         shard.dupefilter = await _dupefilter(shard, config, warn=said, ttl=ttl, fix=fix)
-    if not warn and (keys := await single_set_beside(queue)):
-        say_single_set(keys)
+    if not warn and (found := await single_set_beside(queue)):
+        say_single_set(*found)
     if claim:
         await claim_kind(queue, config, ttl, worker)
 
@@ -222,7 +223,8 @@ async def _dupefilter(
                 f"exact set in buckets ({keys.buckets}), which keep no time: run it without "
                 f"HA_DUPEFILTER_TTL, {fix}"
             )
-        if ttl:
+        if ttl:  # (a single set of a crawl kept for ever is taken over, not said)
+            _beside(keys, "aged", bool(single and aged and warn))
             return AgedSet(int(ttl * 1000))
         if aged:
             raise ConfigError(
@@ -243,7 +245,8 @@ async def _dupefilter(
             f"in time slices ({keys.aged}, HA_DUPEFILTER_TTL): run it with HA_DUPEFILTER='set', "
             f"{fix}"
         )
-    if single and (seen := await client.scard(keys.dupefilter)):
+    _beside(keys, "bloom", bool(single and meta and warn))  # by a worker of a version before it
+    if single and not meta and (seen := await client.scard(keys.dupefilter)):
         raise ConfigError(
             f"HA_DUPEFILTER='bloom' but the crawl of {keys.spider} in Redis has an exact set "
             f"of {seen} fingerprints ({keys.dupefilter}): run it with HA_DUPEFILTER='set', {fix}"
@@ -264,6 +267,12 @@ async def _dupefilter(
             config.error_rate,
         )
     return bloom
+
+
+def _beside(keys: Keys, kept: str, said: bool) -> None:
+    """Say that a single set is beside what the crawl keeps (*kept*), if *said*."""
+    if said:
+        say_single_set(keys, kept)
 
 
 def _aged_bloom(
@@ -302,27 +311,6 @@ def _aged_bloom(
         )
     stored.ttl_ms = slices.ttl_ms  # the layout as stored, the TTL as set now
     return stored
-
-
-def say_single_set(keys: Keys) -> None:
-    """A WARNING: a crawl in buckets has a single set too (see :func:`single_set_beside`)."""
-    logger.warning(
-        "The crawl of %s has its dupefilter in buckets (%s) and a single set (%s) too: a "
-        "worker of a version before the buckets joined it and keeps the set, so the two "
-        "versions do not see each other's URLs (some are crawled twice); run every worker "
-        "of this crawl on one version",
-        keys.spider,
-        keys.buckets,
-        keys.dupefilter,
-    )
-
-
-async def single_set_beside(queue: RedisQueue) -> Keys | None:
-    """The keys of the crawl of *queue* (its first shard) if its dupefilter is in buckets
-    and a single set too: a worker of a version before the buckets joined it after this one."""
-    shard = shards_of(queue)[0]
-    both = await shard.client.exists(shard.keys.buckets, shard.keys.dupefilter) == 2
-    return shard.keys if both else None
 
 
 def _exact(

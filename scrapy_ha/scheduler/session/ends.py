@@ -358,11 +358,11 @@ class Ends:
         # after what the reclaim did is said (a conversion that fails on garbage must not
         # hide it): a worker of a version before the back queues beside this one (a
         # rolling upgrade) stores pending in the old sorted set, which converts at start
-        # only; one before the buckets writes a single set, said at start only
+        # only; one before the buckets (Bloom filter, time slices) writes a single set
         await self.queue.upgrade()
-        if not self._said_single and (keys := await single_set_beside(self.queue)):
+        if not self._said_single and (found := await single_set_beside(self.queue)):
             self._said_single = True
-            say_single_set(keys)
+            say_single_set(*found)
 
     def count(self, result: SyncResult, sent: int) -> None:
         """Count what a sync did (enqueued, filtered, acked, stale, refused, set aside)."""
