@@ -10,17 +10,23 @@ the retention is read from the server's ``INFO persistence``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
 import redis.asyncio
+import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
+from scrapy.utils.test import get_crawler
 
 from scrapy_ha.scheduler import outbox as _outbox
 from scrapy_ha.scheduler.outbox import Retained
 from scrapy_ha.scheduler.session.durable import Durability
 from scrapy_ha.store.wire import NewEntry
 from tests import redis_servers
+from tests.spiders import CatalogueSpider
+from tests.test_redis_failover import DEADLINE, crawl_settings
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,7 +55,8 @@ async def test_a_root_is_kept_until_a_snapshot_has_it(tmp_path: Path, monkeypatc
     client = redis.asyncio.Redis(port=server.port)
     try:
         time.sleep(2.1)  # (Redis counts its start as a snapshot; its times are whole seconds)
-        retained, durability = Retained(), Durability()
+        retained = Retained()
+        durability = Durability(retained)
         retained.keep(1, [_root(1)])
         time.sleep(RETENTION + 0.1)
         # past its retention, but the last snapshot (the server's start) does not hold it
@@ -72,13 +79,15 @@ async def test_a_root_goes_after_its_retention_with_aof_or_after_an_hour(
     client = redis.asyncio.Redis(port=server.port)
     try:
         time.sleep(2.1)
-        retained, durability = Retained(), Durability()
+        retained = Retained()
+        durability = Durability(retained)
         retained.keep(1, [_root(1)])
         assert await _pruned(retained, durability, client) == [1]  # within its retention
         time.sleep(RETENTION + 0.1)
         assert await _pruned(retained, durability, client) == []  # AOF has it
         await client.config_set("appendonly", "no")
-        retained, durability = Retained(), Durability()
+        retained = Retained()
+        durability = Durability(retained)
         retained.keep(2, [_root(2)])
         time.sleep(RETENTION + 0.1)
         assert await _pruned(retained, durability, client) == [2]  # RDB alone, no snapshot
@@ -87,3 +96,43 @@ async def test_a_root_goes_after_its_retention_with_aof_or_after_an_hour(
     finally:
         await client.aclose()
         server.kill()
+
+
+class _Roots(CatalogueSpider):
+    """40 start requests, one an item page each: every item is a root's."""
+
+    name = "roots40"
+
+    async def start(self):  # type: ignore[override]
+        for n in range(1, 41):
+            yield scrapy.Request(f"{self.start_urls[0][: -len('/list/1')]}/item/{n}", self.parse_item)
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_keeps_its_roots_past_a_crash_before_any_snapshot(
+    tmp_path: Path, site_factory
+):
+    """A worker's round prunes what it keeps before it looks at Redis's persistence
+    (sync.py), and a worker that had not looked yet took every root for on disk: the first
+    round after a root's 10 s forgot it, so the look that followed found none to keep. A
+    QA run (200 start URLs, ``save 3600 1``, redis-server SIGKILLed 19 s in and started
+    again): no request stored again, 38 of 200 pages crawled, ``finished``."""
+    site = site_factory("--pages", "4", "--per-page", "10", "--delay", "0.6")
+    server = redis_servers.start(tmp_path / "redis", "--save", "3600 1")
+    settings = crawl_settings(f"redis://127.0.0.1:{server.port}/0", CONCURRENT_REQUESTS=1)
+    settings["HA_PREFETCH"] = 1
+    crawler = get_crawler(_Roots, settings)
+    crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
+    try:
+        await asyncio.sleep(13)  # past the roots' 10 s; 40 pages take some 20 s
+        assert not crawl.done() and len(crawler.spider.items) < 35
+        server.kill()  # no snapshot yet: it comes back empty
+        server = redis_servers.start(tmp_path / "redis", "--save", "3600 1", port=server.port)
+        await asyncio.wait_for(crawl, DEADLINE)
+    finally:
+        server.kill()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(crawl, 5)
+    ids = {item["id"] for item in crawler.spider.items}
+    assert sorted(ids) == list(range(1, 41)), f"{40 - len(ids)} of 40 never crawled"
+    assert crawler.stats.get_value("ha/children_stored_again", 0) > 0

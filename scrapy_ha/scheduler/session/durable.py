@@ -39,14 +39,18 @@ MARGIN = 1.0
 class Durability:
     """Sets :attr:`Retained.on_disk` from the server's last RDB snapshot (see the module)."""
 
-    def __init__(self) -> None:
+    def __init__(self, retained: Retained) -> None:
         #: whether the server keeps RDB snapshots alone (None: not asked yet)
         self.rdb_only: bool | None = None
         self._looked = -math.inf
+        # not known before the first look: a root past its retention waits for it (a
+        # round prunes before it looks; taken for on disk, every root went at once)
+        retained.on_disk = -math.inf
 
     async def look(self, client: Any, retained: Retained) -> None:
         """Ask Redis, at most every :data:`LOOK_INTERVAL`, while *retained* has roots past
-        their retention; a Redis that does not answer leaves things as they were."""
+        their retention; a Redis that does not answer leaves things as they were (before
+        the first answer: those roots kept), one that refuses is taken for AOF on."""
         now = retained.clock()
         if not retained.overdue(now) or now - self._looked < LOOK_INTERVAL:
             return
@@ -59,6 +63,10 @@ class Durability:
                 return
             info = await client.info("persistence")
             seconds, micros = await client.time()
+        except redis.exceptions.ResponseError as exc:  # refused (an ACL): as with AOF
+            logger.debug("Redis refused to tell its persistence: %s", exc)
+            retained.on_disk = math.inf
+            return
         except (redis.exceptions.RedisError, OSError) as exc:
             logger.debug("Could not read Redis's persistence: %s", exc)
             return

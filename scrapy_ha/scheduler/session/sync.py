@@ -88,7 +88,7 @@ class Syncer:
         #: given the same HA_WORKER_ID writes the same grant key)
         self._unread_call: str | None = None
         #: how long the roots this worker stored must be kept (RDB snapshots alone)
-        self.durability = Durability()
+        self.durability = Durability(self.outbox.retained)
 
     @property
     def queue(self) -> RedisQueue | None:
