@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -26,7 +27,7 @@ from scrapy_ha.store.wire import text
 if TYPE_CHECKING:
     from scrapy_ha.scheduler.outbox import Retained
 
-__all__ = ["Durability"]
+__all__ = ["Durability", "stored_again"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,17 @@ class Durability:
             logger.debug("Could not read Redis's persistence: %s", exc)
             return
         retained.on_disk = on_disk(info, seconds + micros / 1e6, now)
+
+
+def stored_again(retained: Retained, have: int) -> None:
+    """The roots numbered past *have*, stored again on a server that lacked them, are kept
+    as if stored now: that server counts its start as a snapshot (or has its own), which
+    does not hold them."""
+    now, kept = retained.clock(), [*retained.roots, *retained.crawled_roots]
+    again = sorted((e for e in kept if e[0] > have), key=lambda e: e[0])
+    older = [e for e in retained.roots if e[0] <= have]
+    retained.roots = deque([*older, *((e[0], now, *e[2:]) for e in again)])
+    retained.crawled_roots = [e for e in retained.crawled_roots if e[0] <= have]
 
 
 def on_disk(info: dict[str, Any], server_now: float, now: float) -> float:

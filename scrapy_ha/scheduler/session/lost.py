@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from scrapy_ha.scheduler.outbox import batch_end
+from scrapy_ha.scheduler.session.durable import stored_again
 from scrapy_ha.store.wire import ChildrenLost
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ async def _store_again(
     lease_ms: int,
 ) -> None:
     numbers, children = box.retained.lost(lost.have, held)
+    stored_again(box.retained, lost.have)  # (kept until a snapshot of this server has them)
     added = refused = 0
     start = 0
     while start < len(children):
