@@ -105,7 +105,9 @@ class _Roots(CatalogueSpider):
 
     async def start(self):  # type: ignore[override]
         for n in range(1, 41):
-            yield scrapy.Request(f"{self.start_urls[0][: -len('/list/1')]}/item/{n}", self.parse_item)
+            yield scrapy.Request(
+                f"{self.start_urls[0][: -len('/list/1')]}/item/{n}", self.parse_item
+            )
 
 
 @deferred_f_from_coro_f
