@@ -95,3 +95,50 @@ async def test_payloads_naming_hooks_are_dead_lettered_and_the_hooks_do_not_run(
     assert {k: d["class"] for k, d in dead.items()} == {"900": "corrupt", "901": "corrupt"}
     assert "no callback method 'closed'" in dead["900"]["reason"]
     assert "no callback method 'start'" in dead["901"]["reason"]
+
+
+#: List pages of the test site (tests/conftest.py).
+LIST_PAGES = 5
+
+
+class ListingsSpider(scrapy.spiders.CrawlSpider):
+    """A CrawlSpider whose override of ``parse_start_url`` parses its list pages, reached
+    from the start page and from each other with that callback: CrawlSpider's documented
+    hook, called by Scrapy with a response, so a callback like any other."""
+
+    name = "listings"
+    rules = ()
+
+    def __init__(self, base_url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [base_url + "/list/1"]
+        self.lists: list[str] = []
+
+    def parse_start_url(self, response: Any) -> Any:
+        self.lists.append(response.url)
+        next_page = response.css("a.next::attr(href)").get()
+        if next_page:
+            yield response.follow(next_page, callback=self.parse_start_url)
+
+
+def test_crawlspiders_parse_start_url_overridden_is_a_callback():
+    spider = ListingsSpider(base_url="http://x")
+    request = decode_request(payload(cb="parse_start_url"), spider)
+    assert request.callback == spider.parse_start_url
+
+
+@deferred_f_from_coro_f
+async def test_a_crawl_through_parse_start_url_reaches_every_list_page(
+    redis_url, redis_client, site
+):
+    keys = Keys("ha", "listings")
+    # stored by a version that took it (before 2026-12-07): crawled, not dead-lettered
+    planted = payload(u=f"{site.url}/list/3?planted=1", cb="parse_start_url")
+    backqueues.plant(redis_client, keys, [("900", planted)])
+    settings = {"SCHEDULER": "scrapy_ha.Scheduler", "REDIS_URL": redis_url, "HA_IDLE_TIMEOUT": 0.3}
+    crawler = get_crawler(ListingsSpider, settings)
+    await crawler.crawl_async(base_url=site.url)
+    assert crawler.stats.get_value("log_count/ERROR", 0) == 0
+    assert redis_client.hlen(keys.dead_info) == 0
+    lists = crawler.spider.lists
+    assert len(lists) == len(set(lists)) == LIST_PAGES + 1, lists  # and the planted one

@@ -53,10 +53,14 @@ if TYPE_CHECKING:
 NAMES: dict[type, str] = {}
 
 #: Methods defined by Scrapy's (and scrapy-ha's) own spider classes that serve as callbacks:
-#: ``parse``, the rules of ``CrawlSpider`` and the sitemaps of ``SitemapSpider``. Every other
+#: ``parse``, the rules of ``CrawlSpider`` and its ``parse_start_url`` (a hook Scrapy calls
+#: with a response, which a spider overrides and yields requests to), the sitemaps of
+#: ``SitemapSpider``. Every other
 #: method those classes define (``_set_crawler``, ``start``, ``update_settings``...) is the
 #: spider's machinery, which a payload must never make a worker call.
-_FRAMEWORK_CALLBACKS = frozenset(("parse", "_parse", "_callback", "_errback", "_parse_sitemap"))
+_FRAMEWORK_CALLBACKS = frozenset(
+    ("parse", "_parse", "_callback", "_errback", "_parse_sitemap", "parse_start_url")
+)
 _FRAMEWORK_PACKAGES = frozenset(("scrapy", "scrapy_ha", "scrapy_redis"))
 #: Methods Scrapy calls on a spider by name that its classes do not define: the spider's
 #: own code defines them, and they are machinery all the same (``closed(reason)`` ends it).
