@@ -210,3 +210,26 @@ def test_a_callback_the_spider_does_not_have_is_refused_in_its_project(redis_url
     assert _push(project, redis_url, "pushed", machinery).returncode == 1
     good = '{"url": "http://a.example/1", "callback": "parse_item"}'
     assert _push(project, redis_url, "pushed", good).returncode == 0
+
+
+def test_push_outside_the_project_places_requests_in_the_crawls_order(
+    tmp_path, redis_url, redis_client
+):
+    """Outside the project, push read Scrapy's defaults, LIFO: into a FIFO crawl it put its
+    request at the head of its back queue, scored as LIFO, ahead of the requests the workers
+    queued before it (a QA run: pushed from outside into a FIFO crawl killed mid-crawl, the
+    request was the first downloaded on resuming, with 20 of its host queued before it). It
+    takes the order of the crawl's back queues."""
+    project = _project(tmp_path)
+    first = [f"http://a.example/item/{i}" for i in range(1, 4)]
+    assert _push(project, redis_url, "fifo", *first).returncode == 0  # as its workers queue
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    late = "http://a.example/item/9"
+    pushed = scrapy_ha("push", "fifo", late, "--redis-url", redis_url, cwd=outside)
+    assert pushed.returncode == 0, pushed.stderr
+    keys = Keys("ha", "fifo")
+    queued = [decode_request(p, None).url for _, p in backqueues.pending(redis_client, keys)]
+    assert queued == [*first, late]
+    ids = [int(i) for i, _ in backqueues.pending(redis_client, keys)]
+    assert redis_client.zscore(keys.ready, "0:a.example") == ids[0]

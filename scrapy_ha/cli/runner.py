@@ -38,7 +38,7 @@ from scrapy_ha.config.scheduler import (
 )
 from scrapy_ha.config.validate import ConfigError
 from scrapy_ha.ops.filter_layout import borrow_layout, check_room
-from scrapy_ha.ops.shards import crawl_queue
+from scrapy_ha.ops.shards import crawl_queue, stored_order
 from scrapy_ha.ops.unreadable import CrawlUnreadable, explain
 from scrapy_ha.store.asking import unsettled
 from scrapy_ha.store.auth_hint import refused_login
@@ -183,6 +183,10 @@ async def _on_crawl(
         if args.spider and not await _there_or_made(queue, args, url):
             return 1
         if func.__name__ == "push":
+            if args.worker_view.caveat and (stored := await stored_order(queue)):
+                queue = await crawl_queue(  # not the workers' settings: their queues' order
+                    client, prefix, args.spider, given, projects=projects, order=stored
+                )
             await _prepare_push(queue, args, config)
         elif getattr(args, "create", False) or getattr(args, "declare", False):
             # the first writer of a crawl stores its shard count, as a worker does (a QA

@@ -16,7 +16,7 @@ from scrapy_ha.store.sharding import DEFAULT_SHARDS, make_queue, read_layout
 if TYPE_CHECKING:
     from scrapy_ha.store.queue import RedisQueue
 
-__all__ = ["ShardedDeadLetters", "crawl_queue", "dead_letters"]
+__all__ = ["ShardedDeadLetters", "crawl_queue", "dead_letters", "stored_order"]
 
 
 async def crawl_queue(
@@ -60,3 +60,23 @@ async def crawl_queue(
     return make_queue(
         client, prefix, spider, shards, span=span, order=order[0], start_order=order[1]
     )
+
+
+async def stored_order(queue: RedisQueue) -> tuple[str, str] | None:
+    """The order within a priority of the crawl's workers, as their back queues hold it: the
+    place of a back queue's head (lib/priority.lua place_of) is its sequence number in FIFO
+    order, START_PART less it in LIFO order; None when no back queue of other requests than
+    start ones is pending (a command run without the workers' settings, ``push`` outside
+    their project, would otherwise take Scrapy's default, LIFO, for a FIFO crawl)."""
+    from scrapy_ha.store.scripts import PRIORITY_STEP
+    from scrapy_ha.store.sharding import shards_of
+
+    start_part = PRIORITY_STEP // 2
+    for shard in shards_of(queue):
+        heads = await shard.client.zrange(shard.keys.ready, 0, 31, withscores=True)
+        for qid, score in heads:
+            name = qid.decode() if isinstance(qid, bytes) else qid
+            if not name.partition(":")[0].endswith("s"):  # "0s:host": start requests
+                place = int(score) % PRIORITY_STEP
+                return ("lifo" if place > start_part // 2 else "fifo"), queue.start_order
+    return None
