@@ -69,7 +69,9 @@ async def test_a_bloom_crawl_with_a_single_set_beside_takes_a_bloom_worker(
     finally:
         logger.removeHandler(handler)
     assert second.stats.get_value("finish_reason") == "finished"
-    assert len([text for text in JoinedSpider.said if SAID in text]) == 1
+    # said at its start, and once more if a round's check runs before the crawl ends (a
+    # slow machine: a full suite's run said it twice)
+    assert 1 <= len([text for text in JoinedSpider.said if SAID in text]) <= 2
     # the crawl's kind is the Bloom filter: a worker of the exact set is still refused
     third = get_crawler(CatalogueSpider, {**settings, "HA_DUPEFILTER": "set"})
     await third.crawl_async(base_url=site.url)
