@@ -548,6 +548,9 @@ async def test_a_timeout_of_nothing_is_refused() -> None:
     login = Request("http://shop.test/login", method="POST")
     with pytest.raises(ValueError, match="timeout must be above 0"):
         await login_once(_Spider(), response, login, timeout=0)  # type: ignore[arg-type]
+    for after in (0, -1, float("nan"), float("inf"), 1e300, 30 * 86400 + 1):
+        with pytest.raises(ValueError, match="after_failure must be seconds above 0"):
+            await login_once(_Spider(), response, login, after_failure=after)  # type: ignore[arg-type]
 
 
 @deferred_f_from_coro_f

@@ -50,6 +50,10 @@ LOGIN_TIMEOUT = 60.0
 #: check (seconds): wrong credentials log in once, not once per page, and sites lock an
 #: account after a few failed logins.
 AFTER_FAILURE = 600.0
+#: The longest *after_failure* (30 days): the hold's end is written in ms as Lua prints a
+#: number, exactly up to 10^14 (1e300 s was written as "1e+303", which no reader took:
+#: the jar's login state was then read as none, no hold at all).
+MAX_AFTER_FAILURE = 30 * 86400.0
 #: How many times one page may be sent again after a login before :class:`LoginFailed`
 #: (a login that never opens a session: wrong credentials, a changed form).
 MAX_LOGINS_MET = 5
@@ -113,10 +117,10 @@ async def login_once(
     """
     if timeout <= 0:
         raise ValueError(f"login_once: timeout must be above 0 seconds, got {timeout!r}")
-    if not 0 < after_failure < float("inf"):
+    if not 0 < after_failure <= MAX_AFTER_FAILURE:
         raise ValueError(
-            f"login_once: after_failure must be a finite number of seconds above 0, got "
-            f"{after_failure!r}"
+            f"login_once: after_failure must be seconds above 0 and at most "
+            f"{MAX_AFTER_FAILURE:.0f} (30 days), got {after_failure!r}"
         )
     page = response.request
     if page is None:
