@@ -268,6 +268,10 @@ class Starts(scrapy.Spider):
 """
 
 
+#: The spider of START_PAGES with credentials the site refuses.
+WRONG = {"pages": "40", "user": "mallory"}
+
+
 def test_start_pages_that_meet_the_login_form_go_again_and_are_crawled(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -317,7 +321,7 @@ def test_a_start_page_sent_again_twice_is_not_filtered(redis_url: str, tmp_path:
         'HA_RETRY_POLICIES = {"parse": {"times": 0}}\n',
     )
     try:
-        args = {"base": site.url, "pages": "10", "user": "mallory"}
+        args = WRONG | {"base": site.url, "pages": "10"}
         code = crawl(project, "starts", tmp_path / "w.log", args=args).wait(300)
     finally:
         site.server.shutdown()
@@ -327,30 +331,6 @@ def test_a_start_page_sent_again_twice_is_not_filtered(redis_url: str, tmp_path:
     assert "'dupefilter/filtered'" not in log, log[-4000:]
     assert redis.Redis.from_url(redis_url).zcard(Keys("ha", "starts").dead) == 10, log[-4000:]
     assert log.count("(class parse): scrapy_ha.middlewares.logins.LoginFailed") == 10, log[-4000:]
-
-
-WRONG_CREDENTIALS = """
-import scrapy
-from scrapy.http import FormRequest
-from scrapy_ha.cookies import login_once
-
-
-class Wrong(scrapy.Spider):
-    name = "wrong"
-
-    async def start(self):
-        for n in range(1, int(self.pages) + 1):
-            yield scrapy.Request(f"{self.base}/page/{n}", meta={"cookiejar": 1})
-
-    async def parse(self, response):
-        if "/login?" in response.url:
-            login = FormRequest.from_response(response, formdata={"user": "mallory"})
-            yield await login_once(
-                self, response, login, check=lambda answer: "/login" not in answer.url
-            )
-            return
-        yield {"page": response.url}
-"""
 
 
 def test_wrong_credentials_cost_one_login_for_the_crawl_with_a_check(
@@ -363,14 +343,14 @@ def test_wrong_credentials_cost_one_login_for_the_crawl_with_a_check(
     site = _Site()
     project = write_project(
         tmp_path / "project",
-        "wrong",
-        WRONG_CREDENTIALS,
+        "starts",
+        START_PAGES,
         f'REDIS_URL = "{redis_url}"\nCONCURRENT_REQUESTS = 4\nHA_PREFETCH = 4\n'
         'HA_RETRY_POLICIES = {"parse": {"times": 0}}\n',
     )
     try:
         workers = [
-            crawl(project, "wrong", tmp_path / f"w{i}.log", args={"base": site.url, "pages": "40"})
+            crawl(project, "starts", tmp_path / f"w{i}.log", args=WRONG | {"base": site.url})
             for i in range(2)
         ]
         codes = [w.wait(300) for w in workers]
@@ -382,7 +362,7 @@ def test_wrong_credentials_cost_one_login_for_the_crawl_with_a_check(
     assert (site.attempts, site.logins) == (1, 0), logs[-4000:]
     assert logs.count("failed its check") >= 40, logs[-4000:]
     assert "'ha/cookies/logins_failed': 1" in logs
-    dead = redis.Redis.from_url(redis_url).zcard(Keys("ha", "wrong").dead)
+    dead = redis.Redis.from_url(redis_url).zcard(Keys("ha", "starts").dead)
     assert dead == 40, logs[-4000:]
 
 
@@ -394,13 +374,13 @@ def test_a_login_refused_by_its_check_names_its_answer(redis_url: str, tmp_path:
     site = _Site()
     project = write_project(
         tmp_path / "project",
-        "wrong",
-        WRONG_CREDENTIALS,
+        "starts",
+        START_PAGES,
         f'REDIS_URL = "{redis_url}"\nHA_RETRY_POLICIES = {{"parse": {{"times": 0}}}}\n',
     )
     try:
-        args = {"base": site.url, "pages": "2"}
-        code = crawl(project, "wrong", tmp_path / "w.log", args=args).wait(300)
+        args = WRONG | {"base": site.url, "pages": "2"}
+        code = crawl(project, "starts", tmp_path / "w.log", args=args).wait(300)
     finally:
         site.server.shutdown()
         site.server.server_close()
