@@ -15,6 +15,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
+import pytest
 import redis.asyncio
 import scrapy
 from scrapy.utils.defer import deferred_f_from_coro_f
@@ -140,6 +141,7 @@ async def test_a_crawl_keeps_its_roots_past_a_crash_before_any_snapshot(
     assert crawler.stats.get_value("ha/children_stored_again", 0) > 0
 
 
+@pytest.mark.long  # (two crashes, 50 s: the crash before any snapshot runs in CI)
 @deferred_f_from_coro_f
 async def test_roots_stored_again_are_kept_until_a_snapshot_has_them(tmp_path: Path, site_factory):
     """A server that came back without the roots counts its start as a snapshot (``INFO
