@@ -183,26 +183,34 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             await self._publish(jars, key, (domains, before), request, deleted)
         return response
 
-    async def login_done(self, key: Hashable, epoch: int, domains: Iterable[str] = ()) -> None:
+    async def login_done(
+        self, key: Hashable, epoch: int, domains: Iterable[str] = (), failed_ms: int = 0
+    ) -> None:
         """Login *epoch* of jar *key* (``login_once``) answered, its cookies merged: store
         this worker's cookies of *domains* (the login's sites) with its epoch, then mark
         the login done, so that the pages waiting for it go again with its session. (A site
         that authenticates the session cookie it was sent sets none: the session the login
-        opened is this worker's copy, and Redis may hold an earlier one.)"""
+        opened is this worker's copy, and Redis may hold an earlier one.) With *failed_ms*,
+        its answer failed the spider's check: nothing is stored, the login is marked failed
+        and no worker logs in for *failed_ms*."""
         jars = self._jars
         if jars is None:
             return
         async with jars.lock(key):
             opened = snapshot_domains(self.jars[key], set(domains)) if domains else {}
             try:
-                if opened:
-                    await jars.store(key, opened, [], epoch)
-                await jars.login_step(key, "done", epoch)
+                if failed_ms:
+                    await jars.login_step(key, "failed", epoch, failed_ms)
+                else:
+                    if opened:
+                        await jars.store(key, opened, [], epoch)
+                    await jars.login_step(key, "done", epoch)
             except REDIS_DOWN_ERRORS as exc:
                 logger.warning(
                     "Could not tell the other workers that the login of cookie jar %s "
-                    "answered (%s): they log in again after its timeout",
+                    "%s (%s): they log in again after its timeout",
                     jar_field(key),
+                    "failed" if failed_ms else "answered",
                     type(exc).__name__,
                 )
                 return
@@ -211,29 +219,6 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                     jars.logging_in.pop(jar_field(key), None)
             # the jar as Redis has it now, with its epoch (while the login was in flight this
             # worker took none of Redis's changes)
-            await self._catch_up(jars, key)
-
-    async def login_failed(self, key: Hashable, epoch: int, pause_ms: int) -> None:
-        """Login *epoch* of jar *key* answered and failed the spider's check: mark it failed
-        (no worker logs in for *pause_ms*), and take the jar from Redis again (this worker
-        kept its own copy while the login was in flight)."""
-        jars = self._jars
-        if jars is None:
-            return
-        async with jars.lock(key):
-            try:
-                await jars.login_step(key, "failed", epoch, pause_ms)
-            except REDIS_DOWN_ERRORS as exc:
-                logger.warning(
-                    "Could not tell the other workers that the login of cookie jar %s "
-                    "failed (%s): they log in again after its timeout",
-                    jar_field(key),
-                    type(exc).__name__,
-                )
-                return
-            finally:
-                if jars.logging_in.get(jar_field(key)) == epoch:
-                    jars.logging_in.pop(jar_field(key), None)
             await self._catch_up(jars, key)
 
     async def take_jar(self, key: Hashable) -> None:

@@ -198,13 +198,11 @@ async def _claimed_login(
         answer = await _log_in(spider, login, key, epoch)
         failed = check is not None and not check(answer)
     finally:  # answered or raised: the waiting pages go again (and may log in)
-        if failed:
-            await owner.login_failed(key, epoch, int(after_failure * 1000))
-        else:
-            domains = request_domains(page)
-            if not callable(login):
-                domains |= request_domains(login)
-            await owner.login_done(key, epoch, domains)  # (ends logging_in)
+        domains = request_domains(page)
+        if not callable(login):
+            domains |= request_domains(login)
+        failed_ms = max(1, int(after_failure * 1000)) if failed else 0
+        await owner.login_done(key, epoch, domains, failed_ms)  # (ends logging_in)
     if failed:
         jars.count("ha/cookies/logins_failed")
         raise LoginFailed(_failed_text(key, after_failure, answer))
