@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.asyncio
@@ -120,22 +120,7 @@ async def test_a_crawl_keeps_its_roots_past_a_crash_before_any_snapshot(
     round after a root's 10 s forgot it, so the look that followed found none to keep. A
     QA run (200 start URLs, ``save 3600 1``, redis-server SIGKILLed 19 s in and started
     again): no request stored again, 38 of 200 pages crawled, ``finished``."""
-    site = site_factory("--pages", "4", "--per-page", "10", "--delay", "0.6")
-    server = redis_servers.start(tmp_path / "redis", "--save", "3600 1")
-    settings = crawl_settings(f"redis://127.0.0.1:{server.port}/0", CONCURRENT_REQUESTS=1)
-    settings["HA_PREFETCH"] = 1
-    crawler = get_crawler(_Roots, settings)
-    crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
-    try:
-        await asyncio.sleep(13)  # past the roots' 10 s; 40 pages take some 20 s
-        assert not crawl.done() and len(crawler.spider.items) < 35
-        server.kill()  # no snapshot yet: it comes back empty
-        server = redis_servers.start(tmp_path / "redis", "--save", "3600 1", port=server.port)
-        await asyncio.wait_for(crawl, DEADLINE)
-    finally:
-        server.kill()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(crawl, 5)
+    crawler = await _crawl_through_crashes(tmp_path, site_factory, (13,))
     ids = {item["id"] for item in crawler.spider.items}
     assert sorted(ids) == list(range(1, 41)), f"{40 - len(ids)} of 40 never crawled"
     assert crawler.stats.get_value("ha/children_stored_again", 0) > 0
@@ -149,6 +134,16 @@ async def test_roots_stored_again_are_kept_until_a_snapshot_has_them(tmp_path: P
     before that start: the worker forgot them at once, and a second crash before a snapshot
     lost them. A QA run (200 start URLs, ``save 3600 1``, redis-server SIGKILLed 19 s in and
     again 22 s after it came back): ``finished`` with 46 of 200 pages crawled."""
+    crawler = await _crawl_through_crashes(tmp_path, site_factory, (13, 12))
+    ids = {item["id"] for item in crawler.spider.items}
+    assert sorted(ids) == list(range(1, 41)), f"{40 - len(ids)} of 40 never crawled"
+
+
+async def _crawl_through_crashes(tmp_path: Path, site_factory: Any, waits: tuple[int, ...]) -> Any:
+    """Crawl the 40 start pages of a slow site (0.6 s a page, one at a time: some 24 s) on
+    a Redis of RDB snapshots alone (``save 3600 1``), SIGKILLed after each of *waits*
+    seconds (each past the roots' 10 s, no snapshot meanwhile) and started again empty on
+    the same port; return the crawler once the crawl ended."""
     site = site_factory("--pages", "4", "--per-page", "10", "--delay", "0.6")
     server = redis_servers.start(tmp_path / "redis", "--save", "3600 1")
     settings = crawl_settings(f"redis://127.0.0.1:{server.port}/0", CONCURRENT_REQUESTS=1)
@@ -156,9 +151,10 @@ async def test_roots_stored_again_are_kept_until_a_snapshot_has_them(tmp_path: P
     crawler = get_crawler(_Roots, settings)
     crawl = asyncio.ensure_future(crawler.crawl_async(base_url=site.url))
     try:
-        for wait in (13, 12):  # each past the roots' 10 s, and no snapshot meanwhile
+        for n, wait in enumerate(waits):
             await asyncio.sleep(wait)
             assert not crawl.done()
+            assert n or len(crawler.spider.items) < 35  # (the first crash: a crawl under way)
             server.kill()
             server = redis_servers.start(tmp_path / "redis", "--save", "3600 1", port=server.port)
         await asyncio.wait_for(crawl, DEADLINE)
@@ -166,5 +162,4 @@ async def test_roots_stored_again_are_kept_until_a_snapshot_has_them(tmp_path: P
         server.kill()
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(crawl, 5)
-    ids = {item["id"] for item in crawler.spider.items}
-    assert sorted(ids) == list(range(1, 41)), f"{40 - len(ids)} of 40 never crawled"
+    return crawler
